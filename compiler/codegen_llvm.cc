@@ -1,0 +1,530 @@
+#include "compiler/codegen_llvm.h"
+
+#include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/PassManager.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+
+#include <map>
+#include <memory>
+
+#include "compiler/error.h"
+#include "compiler/ir_mutator.h"
+
+namespace tf {
+namespace {
+
+using namespace ir;  // NOLINT
+
+class CodeGen {
+ public:
+  CodeGen(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t)
+      : ctx_(ctx), m_(m), target_(t), b_(ctx) {
+    llvm::FastMathFlags fmf;
+    fmf.setAllowContract(true);
+    b_.setFastMathFlags(fmf);
+  }
+
+  bool uses_openmp = false;
+  bool uses_libm = false;
+
+  void emit(const LoweredFunc& f) {
+    name_ = f.name;
+    std::vector<llvm::Type*> params(f.args.size(), b_.getPtrTy());
+    auto* fty = llvm::FunctionType::get(b_.getInt32Ty(), params, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, f.name, m_);
+    set_attributes(fn_);
+    for (size_t i = 0; i < f.args.size(); ++i) {
+      llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
+      a->setName(f.args[i].name);
+      a->addAttr(llvm::Attribute::NoAlias);
+      a->addAttr(llvm::Attribute::NoCapture);
+      buffers_[f.args[i].name] = a;
+    }
+    entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry_);
+    stmt(f.body);
+    b_.CreateRet(b_.getInt32(0));
+  }
+
+ private:
+  void set_attributes(llvm::Function* fn) {
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    fn->addFnAttr("target-cpu", target_.cpu);
+    if (!target_.features.empty()) fn->addFnAttr("target-features", target_.features);
+  }
+
+  llvm::Type* type_of(const Type& t) {
+    llvm::Type* s = t.is_float() ? b_.getFloatTy() : t.is_bool() ? b_.getInt1Ty() : b_.getInt64Ty();
+    if (t.lanes == 1) return s;
+    return llvm::FixedVectorType::get(s, static_cast<unsigned>(t.lanes));
+  }
+
+  // ---- expressions ----
+
+  llvm::Value* floor_div_mod(llvm::Value* a, llvm::Value* bv, bool is_div) {
+    // Truncating division, then a correction where the signs of remainder and divisor differ.
+    llvm::Value* q = b_.CreateSDiv(a, bv);
+    llvm::Value* r = b_.CreateSRem(a, bv);
+    llvm::Value* zero = llvm::Constant::getNullValue(a->getType());
+    llvm::Value* adjust = b_.CreateAnd(b_.CreateICmpNE(r, zero),
+                                       b_.CreateICmpSLT(b_.CreateXor(r, bv), zero));
+    if (is_div) return b_.CreateSub(q, b_.CreateZExt(adjust, a->getType()));
+    return b_.CreateSelect(adjust, b_.CreateAdd(r, bv), r);
+  }
+
+  llvm::Value* element_ptr(const std::string& buffer, llvm::Value* index) {
+    auto it = buffers_.find(buffer);
+    TF_CHECK(it != buffers_.end(), "codegen: unknown buffer ", buffer);
+    return b_.CreateInBoundsGEP(b_.getFloatTy(), it->second, index);
+  }
+
+  llvm::Value* load(const Load* l) {
+    int lanes = l->type.lanes;
+    if (lanes == 1) return b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(l->index)), llvm::Align(4));
+    if (mask_) return masked_load(l);
+    if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
+      llvm::Value* p = element_ptr(l->buffer, expr(r->base));
+      return b_.CreateAlignedLoad(type_of(l->type), p, llvm::Align(4));
+    }
+    if (const Broadcast* bc = l->index.as<Broadcast>()) {
+      llvm::Value* v = b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(bc->value)), llvm::Align(4));
+      return b_.CreateVectorSplat(static_cast<unsigned>(lanes), v);
+    }
+    llvm::Value* idx = expr(l->index);
+    llvm::Value* out = llvm::PoisonValue::get(type_of(l->type));
+    for (int i = 0; i < lanes; ++i) {
+      llvm::Value* li = b_.CreateExtractElement(idx, static_cast<uint64_t>(i));
+      llvm::Value* v = b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, li), llvm::Align(4));
+      out = b_.CreateInsertElement(out, v, static_cast<uint64_t>(i));
+    }
+    return out;
+  }
+
+  // A vector load under a select: lanes outside mask_ are not read (they may be out of bounds).
+  llvm::Value* masked_load(const Load* l) {
+    llvm::Type* vt = type_of(l->type);
+    llvm::Value* zero = llvm::Constant::getNullValue(vt);
+    if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
+      return b_.CreateMaskedLoad(vt, element_ptr(l->buffer, expr(r->base)), llvm::Align(4), mask_, zero);
+    }
+    llvm::Value* idx = expr(l->index);
+    if (!idx->getType()->isVectorTy()) idx = b_.CreateVectorSplat(static_cast<unsigned>(l->type.lanes), idx);
+    llvm::Value* ptrs = element_ptr(l->buffer, idx);
+    return b_.CreateMaskedGather(vt, ptrs, llvm::Align(4), mask_, zero);
+  }
+
+  static bool contains_load(const Expr& e) {
+    bool found = false;
+    post_order(e, [&](const Expr& x) { found |= x.kind() == ExprKind::Load; });
+    return found;
+  }
+
+  // select(c, t, f) reads memory only on the side its condition picks: a scalar select over
+  // loads becomes a branch, a vector one evaluates each side under a mask.
+  llvm::Value* select(const Select* s) {
+    llvm::Value* c = expr(s->cond);
+    if (!contains_load(s->t) && !contains_load(s->f)) return b_.CreateSelect(c, expr(s->t), expr(s->f));
+    if (!s->type.is_vector()) {
+      auto* then_bb = llvm::BasicBlock::Create(ctx_, "sel.then", fn_);
+      auto* else_bb = llvm::BasicBlock::Create(ctx_, "sel.else", fn_);
+      auto* merge = llvm::BasicBlock::Create(ctx_, "sel.end", fn_);
+      b_.CreateCondBr(c, then_bb, else_bb);
+      b_.SetInsertPoint(then_bb);
+      llvm::Value* tv = expr(s->t);
+      llvm::BasicBlock* then_end = b_.GetInsertBlock();
+      b_.CreateBr(merge);
+      b_.SetInsertPoint(else_bb);
+      llvm::Value* fv = expr(s->f);
+      llvm::BasicBlock* else_end = b_.GetInsertBlock();
+      b_.CreateBr(merge);
+      b_.SetInsertPoint(merge);
+      llvm::PHINode* phi = b_.CreatePHI(tv->getType(), 2);
+      phi->addIncoming(tv, then_end);
+      phi->addIncoming(fv, else_end);
+      return phi;
+    }
+    llvm::Value* outer = mask_;
+    mask_ = outer ? b_.CreateAnd(outer, c) : c;
+    llvm::Value* tv = expr(s->t);
+    llvm::Value* not_c = b_.CreateNot(c);
+    mask_ = outer ? b_.CreateAnd(outer, not_c) : not_c;
+    llvm::Value* fv = expr(s->f);
+    mask_ = outer;
+    return b_.CreateSelect(c, tv, fv);
+  }
+
+  llvm::Value* compare(ExprKind k, llvm::Value* a, llvm::Value* bv, bool is_float) {
+    using P = llvm::CmpInst::Predicate;
+    P p;
+    switch (k) {
+      case ExprKind::EQ: p = is_float ? P::FCMP_OEQ : P::ICMP_EQ; break;
+      case ExprKind::NE: p = is_float ? P::FCMP_UNE : P::ICMP_NE; break;
+      case ExprKind::LT: p = is_float ? P::FCMP_OLT : P::ICMP_SLT; break;
+      default: p = is_float ? P::FCMP_OLE : P::ICMP_SLE; break;
+    }
+    return is_float ? b_.CreateFCmp(p, a, bv) : b_.CreateICmp(p, a, bv);
+  }
+
+  llvm::Value* binary(const Expr& e) {
+    const Binary* n = e.as<Binary>();
+    llvm::Value* a = expr(n->a);
+    llvm::Value* bv = expr(n->b);
+    bool fl = n->a.type().is_float();
+    switch (e.kind()) {
+      case ExprKind::Add: return fl ? b_.CreateFAdd(a, bv) : b_.CreateAdd(a, bv, "", false, true);
+      case ExprKind::Sub: return fl ? b_.CreateFSub(a, bv) : b_.CreateSub(a, bv, "", false, true);
+      case ExprKind::Mul: return fl ? b_.CreateFMul(a, bv) : b_.CreateMul(a, bv, "", false, true);
+      case ExprKind::Div: return fl ? b_.CreateFDiv(a, bv) : floor_div_mod(a, bv, true);
+      case ExprKind::Mod: return fl ? b_.CreateFRem(a, bv) : floor_div_mod(a, bv, false);
+      case ExprKind::Min:
+        return fl ? b_.CreateMinNum(a, bv) : b_.CreateSelect(b_.CreateICmpSLT(a, bv), a, bv);
+      case ExprKind::Max:
+        return fl ? b_.CreateMaxNum(a, bv) : b_.CreateSelect(b_.CreateICmpSGT(a, bv), a, bv);
+      case ExprKind::And: return b_.CreateAnd(a, bv);
+      case ExprKind::Or: return b_.CreateOr(a, bv);
+      default: return compare(e.kind(), a, bv, fl);
+    }
+  }
+
+  llvm::Value* cast(const Cast* c) {
+    llvm::Value* v = expr(c->value);
+    const Type& from = c->value.type();
+    const Type& to = c->type;
+    llvm::Type* t = type_of(to);
+    if (to.is_float()) return from.is_bool() ? b_.CreateUIToFP(v, t) : b_.CreateSIToFP(v, t);
+    if (to.is_bool()) {
+      return from.is_float() ? b_.CreateFCmpUNE(v, llvm::Constant::getNullValue(v->getType()))
+                             : b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
+    }
+    if (from.is_float()) return b_.CreateFPToSI(v, t);
+    return b_.CreateZExt(v, t);
+  }
+
+  llvm::Value* call(const Call* c) {
+    static const std::map<std::string, llvm::Intrinsic::ID> kIntrinsics = {
+        {"exp", llvm::Intrinsic::exp},   {"log", llvm::Intrinsic::log},
+        {"sqrt", llvm::Intrinsic::sqrt}, {"fabs", llvm::Intrinsic::fabs},
+        {"tanh", llvm::Intrinsic::tanh},
+    };
+    auto it = kIntrinsics.find(c->name);
+    TF_CHECK(it != kIntrinsics.end() && c->args.size() == 1, "codegen: unknown call ", c->name);
+    if (c->name != "sqrt" && c->name != "fabs") uses_libm = true;
+    return b_.CreateUnaryIntrinsic(it->second, expr(c->args[0]));
+  }
+
+  llvm::Value* expr(const Expr& e) {
+    switch (e.kind()) {
+      case ExprKind::IntImm: {
+        int64_t v = e.as<IntImm>()->value;
+        return e.type().is_bool() ? b_.getInt1(v != 0) : b_.getInt64(static_cast<uint64_t>(v));
+      }
+      case ExprKind::FloatImm:
+        return llvm::ConstantFP::get(b_.getFloatTy(), e.as<FloatImm>()->value);
+      case ExprKind::Var: {
+        auto it = vars_.find(e.get());
+        TF_CHECK(it != vars_.end(), "codegen: unbound variable ", e.as<Var>()->name);
+        return it->second;
+      }
+      case ExprKind::Not: return b_.CreateNot(expr(e.as<Not>()->a));
+      case ExprKind::Select: return select(e.as<Select>());
+      case ExprKind::Cast: return cast(e.as<Cast>());
+      case ExprKind::Load: return load(e.as<Load>());
+      case ExprKind::Ramp: {
+        const Ramp* r = e.as<Ramp>();
+        auto n = static_cast<unsigned>(r->lanes);
+        std::vector<llvm::Constant*> steps;
+        for (unsigned i = 0; i < n; ++i) steps.push_back(b_.getInt64(i));
+        llvm::Value* base = b_.CreateVectorSplat(n, expr(r->base));
+        llvm::Value* stride = b_.CreateVectorSplat(n, expr(r->stride));
+        return b_.CreateAdd(base, b_.CreateMul(stride, llvm::ConstantVector::get(steps)));
+      }
+      case ExprKind::Broadcast: {
+        const Broadcast* bc = e.as<Broadcast>();
+        return b_.CreateVectorSplat(static_cast<unsigned>(bc->lanes), expr(bc->value));
+      }
+      case ExprKind::Call: return call(e.as<Call>());
+      case ExprKind::Let: {
+        const Let* l = e.as<Let>();
+        vars_[l->var.get()] = expr(l->value);
+        llvm::Value* v = expr(l->body);
+        vars_.erase(l->var.get());
+        return v;
+      }
+      case ExprKind::TensorRead:
+      case ExprKind::Reduce:
+        TF_CHECK(false, "codegen: tensor expression left in loop IR");
+        return nullptr;
+      default:
+        return binary(e);
+    }
+  }
+
+  // ---- statements ----
+
+  void store(const Store* s) {
+    llvm::Value* v = expr(s->value);
+    int lanes = s->value.type().lanes;
+    if (lanes == 1) {
+      b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(s->index)), llvm::Align(4));
+      return;
+    }
+    if (const Ramp* r = s->index.as<Ramp>(); r && is_const(r->stride, 1)) {
+      b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(r->base)), llvm::Align(4));
+      return;
+    }
+    llvm::Value* idx = expr(s->index);
+    for (int i = 0; i < lanes; ++i) {
+      llvm::Value* li = b_.CreateExtractElement(idx, static_cast<uint64_t>(i));
+      llvm::Value* vi = b_.CreateExtractElement(v, static_cast<uint64_t>(i));
+      b_.CreateAlignedStore(vi, element_ptr(s->buffer, li), llvm::Align(4));
+    }
+  }
+
+  // for (var = begin; var < end; ++var) body
+  void serial_loop(const Expr& var, llvm::Value* begin, llvm::Value* end, const Stmt& body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(ctx_, var.as<Var>()->name + ".header", fn_);
+    auto* loop_body = llvm::BasicBlock::Create(ctx_, var.as<Var>()->name + ".body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, var.as<Var>()->name + ".end", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* phi = b_.CreatePHI(b_.getInt64Ty(), 2, var.as<Var>()->name);
+    phi->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(phi, end), loop_body, exit);
+    b_.SetInsertPoint(loop_body);
+    vars_[var.get()] = phi;
+    stmt(body);
+    vars_.erase(var.get());
+    llvm::Value* next = b_.CreateAdd(phi, b_.getInt64(1), "", false, true);
+    phi->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
+  }
+
+  llvm::FunctionCallee runtime(const char* name, llvm::Type* ret, std::vector<llvm::Type*> args) {
+    return m_.getOrInsertFunction(name, llvm::FunctionType::get(ret, args, false));
+  }
+
+  // Runs the iterations of `f` on libgomp's threads: the body is outlined into a function
+  // that receives every value in scope through a closure array of 8-byte slots.
+  void parallel_loop(const For* f) {
+    uses_openmp = true;
+    llvm::Value* mn = expr(f->min);
+    llvm::Value* ext = expr(f->extent);
+    std::vector<std::pair<const ExprNode*, llvm::Value*>> vars(vars_.begin(), vars_.end());
+    std::vector<std::pair<std::string, llvm::Value*>> bufs(buffers_.begin(), buffers_.end());
+    size_t slots = vars.size() + bufs.size() + 2;
+    llvm::IRBuilder<> entry(entry_, entry_->begin());
+    llvm::AllocaInst* closure = entry.CreateAlloca(llvm::ArrayType::get(b_.getInt64Ty(), slots));
+    std::vector<llvm::Value*> values = {mn, ext};
+    for (auto& v : vars) values.push_back(v.second);
+    for (auto& v : bufs) values.push_back(v.second);
+    for (size_t i = 0; i < values.size(); ++i) {
+      b_.CreateStore(values[i], b_.CreateConstInBoundsGEP2_64(closure->getAllocatedType(), closure, 0, i));
+    }
+
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy()}, false);
+    auto* outlined = llvm::Function::Create(fty, llvm::Function::InternalLinkage,
+                                            name_ + ".parallel." + std::to_string(outlined_++), m_);
+    set_attributes(outlined);
+    // Save the caller's state; the outlined body gets its own.
+    llvm::IRBuilderBase::InsertPoint saved_ip = b_.saveIP();
+    llvm::Function* saved_fn = fn_;
+    llvm::BasicBlock* saved_entry = entry_;
+    auto saved_vars = vars_;
+    auto saved_bufs = buffers_;
+
+    fn_ = outlined;
+    entry_ = llvm::BasicBlock::Create(ctx_, "entry", outlined);
+    b_.SetInsertPoint(entry_);
+    llvm::Value* arg = outlined->getArg(0);
+    auto slot = [&](size_t i, llvm::Type* t) {
+      return b_.CreateLoad(t, b_.CreateConstInBoundsGEP2_64(closure->getAllocatedType(), arg, 0, i));
+    };
+    llvm::Value* omn = slot(0, mn->getType());
+    llvm::Value* oext = slot(1, ext->getType());
+    vars_.clear();
+    buffers_.clear();
+    for (size_t i = 0; i < vars.size(); ++i) vars_[vars[i].first] = slot(2 + i, vars[i].second->getType());
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      buffers_[bufs[i].first] = slot(2 + vars.size() + i, b_.getPtrTy());
+    }
+    llvm::Value* tid = b_.CreateSExt(b_.CreateCall(runtime("omp_get_thread_num", b_.getInt32Ty(), {})), b_.getInt64Ty());
+    llvm::Value* nth = b_.CreateSExt(b_.CreateCall(runtime("omp_get_num_threads", b_.getInt32Ty(), {})), b_.getInt64Ty());
+    llvm::Value* chunk = b_.CreateSDiv(b_.CreateAdd(oext, b_.CreateSub(nth, b_.getInt64(1))), nth);
+    llvm::Value* begin = b_.CreateMul(tid, chunk);
+    llvm::Value* end = b_.CreateAdd(begin, chunk);
+    end = b_.CreateSelect(b_.CreateICmpSLT(end, oext), end, oext);
+    begin = b_.CreateAdd(begin, omn);
+    end = b_.CreateAdd(end, omn);
+    ++parallel_depth_;
+    serial_loop(f->var, begin, end, f->body);
+    --parallel_depth_;
+    b_.CreateRetVoid();
+
+    fn_ = saved_fn;
+    entry_ = saved_entry;
+    vars_ = std::move(saved_vars);
+    buffers_ = std::move(saved_bufs);
+    b_.restoreIP(saved_ip);
+    b_.CreateCall(runtime("GOMP_parallel", b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy(), b_.getInt32Ty(), b_.getInt32Ty()}),
+                  {outlined, closure, b_.getInt32(0), b_.getInt32(0)});
+  }
+
+  void allocate(const Allocate* a) {
+    if (a->scope == MemScope::Local) {
+      llvm::IRBuilder<> entry(entry_, entry_->begin());
+      llvm::AllocaInst* p = entry.CreateAlloca(llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(a->size)));
+      p->setAlignment(llvm::Align(64));
+      buffers_[a->buffer] = p;
+      stmt(a->body);
+      buffers_.erase(a->buffer);
+      return;
+    }
+    uint64_t bytes = (static_cast<uint64_t>(a->size) * 4 + 63) / 64 * 64;
+    llvm::Value* p = b_.CreateCall(runtime("aligned_alloc", b_.getPtrTy(), {b_.getInt64Ty(), b_.getInt64Ty()}),
+                                   {b_.getInt64(64), b_.getInt64(bytes)});
+    auto* fail = llvm::BasicBlock::Create(ctx_, a->buffer + ".oom", fn_);
+    auto* ok = llvm::BasicBlock::Create(ctx_, a->buffer + ".ok", fn_);
+    b_.CreateCondBr(b_.CreateIsNull(p), fail, ok);
+    b_.SetInsertPoint(fail);
+    if (parallel_depth_ == 0) {
+      b_.CreateRet(b_.getInt32(-1));  // the kernel's documented out-of-memory result
+    } else {
+      // No way to return a status from a pool thread: stop loudly rather than corrupt memory.
+      b_.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
+      b_.CreateUnreachable();
+    }
+    b_.SetInsertPoint(ok);
+    buffers_[a->buffer] = p;
+    stmt(a->body);
+    buffers_.erase(a->buffer);
+    b_.CreateCall(runtime("free", b_.getVoidTy(), {b_.getPtrTy()}), {p});
+  }
+
+  void stmt(const Stmt& s) {
+    switch (s.kind()) {
+      case StmtKind::For: {
+        const For* f = s.as<For>();
+        if (f->for_kind == ForKind::Parallel && parallel_depth_ == 0) return parallel_loop(f);
+        llvm::Value* mn = expr(f->min);
+        return serial_loop(f->var, mn, b_.CreateAdd(mn, expr(f->extent)), f->body);
+      }
+      case StmtKind::Store: return store(s.as<Store>());
+      case StmtKind::LetStmt: {
+        const LetStmt* l = s.as<LetStmt>();
+        vars_[l->var.get()] = expr(l->value);
+        stmt(l->body);
+        vars_.erase(l->var.get());
+        return;
+      }
+      case StmtKind::IfThenElse: {
+        const IfThenElse* i = s.as<IfThenElse>();
+        auto* then_bb = llvm::BasicBlock::Create(ctx_, "then", fn_);
+        auto* else_bb = llvm::BasicBlock::Create(ctx_, "else", fn_);
+        auto* merge = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+        b_.CreateCondBr(expr(i->cond), then_bb, else_bb);
+        b_.SetInsertPoint(then_bb);
+        stmt(i->then_case);
+        b_.CreateBr(merge);
+        b_.SetInsertPoint(else_bb);
+        if (i->else_case) stmt(i->else_case);
+        b_.CreateBr(merge);
+        b_.SetInsertPoint(merge);
+        return;
+      }
+      case StmtKind::Allocate: return allocate(s.as<Allocate>());
+      case StmtKind::Block:
+        for (const Stmt& c : s.as<Block>()->stmts) stmt(c);
+        return;
+    }
+  }
+
+  llvm::LLVMContext& ctx_;
+  llvm::Module& m_;
+  const Target& target_;
+  llvm::IRBuilder<> b_;
+  std::string name_;
+  llvm::Function* fn_ = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  std::map<const ExprNode*, llvm::Value*> vars_;
+  std::map<std::string, llvm::Value*> buffers_;
+  int parallel_depth_ = 0;
+  int outlined_ = 0;
+  llvm::Value* mask_ = nullptr;  // inside a vector select: the lanes that may touch memory
+};
+
+std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t) {
+  std::string err;
+  const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
+  TF_CHECK(lt, "no LLVM target for ", t.triple, ": ", err);
+  llvm::TargetOptions opts;
+  return std::unique_ptr<llvm::TargetMachine>(lt->createTargetMachine(
+      t.triple, t.cpu, t.features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+}
+
+void optimize(llvm::Module& m, llvm::TargetMachine* tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(m, mam);
+}
+
+}  // namespace
+
+CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOutput out) {
+  if (!target.is_cpu()) {
+    throw UserError(str("code generation for ", target.str(),
+                        " is not implemented yet: only llvm (CPU) targets compile today"));
+  }
+  // parse_target initialized LLVM's targets.
+  llvm::LLVMContext ctx;
+  auto m = std::make_unique<llvm::Module>(f.name, ctx);
+  std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target);
+  m->setTargetTriple(target.triple);
+  m->setDataLayout(tm->createDataLayout());
+  CodeGen cg(ctx, *m, target);
+  cg.emit(f);
+  std::string verify_errors;
+  llvm::raw_string_ostream vos(verify_errors);
+  TF_CHECK(!llvm::verifyModule(*m, &vos), "codegen produced invalid LLVM IR: ", verify_errors);
+  optimize(*m, tm.get());
+
+  CodegenResult result;
+  result.uses_openmp = cg.uses_openmp;
+  result.uses_libm = cg.uses_libm;
+  if (out == CodegenOutput::LLVM) {
+    llvm::raw_string_ostream os(result.data);
+    m->print(os, nullptr);
+    return result;
+  }
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  auto kind = out == CodegenOutput::Asm ? llvm::CodeGenFileType::AssemblyFile : llvm::CodeGenFileType::ObjectFile;
+  TF_CHECK(!tm->addPassesToEmitFile(pm, os, nullptr, kind), "target ", target.str(), " cannot emit this file type");
+  pm.run(*m);
+  result.data.assign(buffer.begin(), buffer.end());
+  return result;
+}
+
+}  // namespace tf

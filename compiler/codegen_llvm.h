@@ -1,0 +1,34 @@
+// codegen_llvm: loop IR -> LLVM IR -> object code or assembly, for CPU targets.
+//
+// The kernel is `i32 @name(ptr noalias %arg0, ...)`, returning 0, or -1 when a heap buffer
+// could not be allocated. Vector IR nodes become LLVM vector types: a Ramp index with stride
+// 1 is one contiguous vector load or store, any other vector index is gathered lane by lane.
+// Float multiplies and adds carry the `contract` flag, so the backend fuses them into FMA
+// where the target has it.
+//
+// A parallel loop is outlined into a function that runs a static chunk of the iterations on
+// each thread of libgomp's pool (GOMP_parallel), the OpenMP runtime that ships with GCC on
+// every Debian system; the shared library records libgomp.so.1 as a dependency and is
+// linked with -z nodelete, so a host's dlclose() cannot unmap the pool's code under its
+// threads. Parallel loops nested in another parallel loop run serially.
+#pragma once
+
+#include <string>
+
+#include "compiler/ir.h"
+#include "compiler/target.h"
+
+namespace tf {
+
+enum class CodegenOutput { LLVM, Asm, Object };
+
+struct CodegenResult {
+  std::string data;            // .ll text, assembly text, or object bytes
+  bool uses_openmp = false;    // link against libgomp
+  bool uses_libm = false;      // link against libm
+};
+
+// Optimizes at O3 for the target and emits `out`. Throws UserError for a GPU target.
+CodegenResult codegen_llvm(const ir::LoweredFunc& f, const Target& target, CodegenOutput out);
+
+}  // namespace tf

@@ -1,0 +1,120 @@
+#include "compiler/driver.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "compiler/codegen_llvm.h"
+#include "compiler/error.h"
+#include "compiler/ir_printer.h"
+#include "compiler/link.h"
+#include "compiler/schedule_templates.h"
+
+namespace tf {
+namespace fs = std::filesystem;
+
+EmitKind parse_emit_kind(const std::string& s) {
+  if (s == "so") return EmitKind::SharedLibrary;
+  if (s == "obj") return EmitKind::Object;
+  if (s == "asm") return EmitKind::Asm;
+  if (s == "llvm") return EmitKind::LLVM;
+  if (s == "loop-ir") return EmitKind::LoopIR;
+  throw UserError(str("--emit '", s, "' is not one of so, obj, asm, llvm, loop-ir"));
+}
+
+CompiledKernel compile_kernel(const Workload& w, const Target& t, const nlohmann::json& config,
+                              const std::string& config_source, const std::string& name,
+                              const LowerOptions& options) {
+  CompiledKernel k;
+  k.graph = build_op(w);
+  k.target = t;
+  k.name = name.empty() ? w.op : name;
+  for (char c : k.name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') {
+      throw UserError(str("function name '", k.name, "' must be letters, digits and underscores"));
+    }
+  }
+  if (std::isdigit(static_cast<unsigned char>(k.name[0]))) {
+    throw UserError(str("function name '", k.name, "' must not start with a digit"));
+  }
+  if (!t.is_cpu()) {
+    throw UserError(str("code generation for ", t.str(),
+                        " is not implemented yet: only llvm (CPU) targets compile today"));
+  }
+  k.config = complete_config(k.graph, t, config);
+  k.config_source = config_source;
+  ir::Schedule sch = apply_config(k.graph, t, k.config);
+  k.lowered = lower(sch, k.graph.inputs, k.name, options);
+  return k;
+}
+
+nlohmann::json describe_args(const OpGraph& g) {
+  nlohmann::json args = nlohmann::json::array();
+  auto add = [&](const ir::Tensor& t, const char* role) {
+    args.push_back({{"name", t->name}, {"shape", t->shape}, {"dtype", "float32"}, {"role", role}});
+  };
+  for (const ir::Tensor& t : g.inputs) add(t, "input");
+  add(g.output, "output");
+  return args;
+}
+
+nlohmann::json kernel_metadata(const CompiledKernel& k) {
+  return {
+      {"format", "tunefarm-kernel/1"},
+      {"workload", k.graph.workload.canonical()},
+      {"op", k.graph.workload.op},
+      {"target", k.target.str()},
+      {"function", k.name},
+      {"args", describe_args(k.graph)},
+      {"flops", k.graph.flops},
+      {"template", template_name(k.graph.workload.op)},
+      {"config", k.config},
+      {"config_source", k.config_source},
+  };
+}
+
+namespace {
+
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
+  f << data;
+  if (!f.flush()) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out_path) {
+  switch (kind) {
+    case EmitKind::LoopIR: return write_file(out_path, ir::to_string(k.lowered.func));
+    case EmitKind::LLVM: return write_file(out_path, codegen_llvm(k.lowered.func, k.target, CodegenOutput::LLVM).data);
+    case EmitKind::Asm: return write_file(out_path, codegen_llvm(k.lowered.func, k.target, CodegenOutput::Asm).data);
+    case EmitKind::Object:
+      return write_file(out_path, codegen_llvm(k.lowered.func, k.target, CodegenOutput::Object).data);
+    case EmitKind::SharedLibrary: {
+      CodegenResult obj = codegen_llvm(k.lowered.func, k.target, CodegenOutput::Object);
+      // Write to a temporary name and rename, so a failed build never leaves a half library.
+      fs::path out = fs::absolute(out_path);
+      std::string tmp_obj = out.string() + ".tmp" + std::to_string(getpid()) + ".o";
+      std::string tmp_so = out.string() + ".tmp" + std::to_string(getpid()) + ".so";
+      write_file(tmp_obj, obj.data);
+      try {
+        link_shared_library(tmp_obj, tmp_so, k.target, obj.uses_openmp, obj.uses_libm);
+      } catch (...) {
+        fs::remove(tmp_obj);
+        fs::remove(tmp_so);
+        throw;
+      }
+      fs::remove(tmp_obj);
+      write_file(out.string() + ".json", kernel_metadata(k).dump(2) + "\n");
+      fs::rename(tmp_so, out);
+      return;
+    }
+  }
+}
+
+}  // namespace tf

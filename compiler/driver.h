@@ -1,0 +1,46 @@
+// The compiler's front door: workload + target + config -> lowered kernel -> files.
+//
+// This is what `tunefarm compile` and `tunefarm describe` call, and what the tuner's builder
+// will call for each candidate config.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "compiler/lower.h"
+#include "compiler/operators.h"
+#include "compiler/target.h"
+
+namespace tf {
+
+enum class EmitKind { SharedLibrary, Object, Asm, LLVM, LoopIR };
+
+// Parses so, obj, asm, llvm, loop-ir; throws UserError otherwise.
+EmitKind parse_emit_kind(const std::string& s);
+
+struct CompiledKernel {
+  OpGraph graph;
+  Target target;
+  std::string name;            // the exported function
+  nlohmann::json config;       // complete: every knob
+  std::string config_source;   // default, given (later: tuned)
+  LowerResult lowered;
+};
+
+// Lowers the workload under `config` (null: the default config for the target).
+CompiledKernel compile_kernel(const Workload& w, const Target& t, const nlohmann::json& config,
+                              const std::string& config_source, const std::string& name,
+                              const LowerOptions& options = {});
+
+// Writes the requested output to `out_path`. For a shared library it also writes
+// `out_path + ".json"`, the sidecar describing the kernel's arguments and config.
+void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out_path);
+
+// Arguments (name, shape, dtype, role) in call order, as in the sidecar's "args".
+nlohmann::json describe_args(const OpGraph& g);
+
+// The sidecar: workload, target, function, args, flops, config and where it came from.
+nlohmann::json kernel_metadata(const CompiledKernel& k);
+
+}  // namespace tf

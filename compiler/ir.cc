@@ -1,0 +1,279 @@
+#include "compiler/ir.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace tf::ir {
+
+std::string Type::str() const {
+  std::string s = code == TypeCode::Int ? "int" : code == TypeCode::Float ? "float" : "bool";
+  if (code != TypeCode::Bool) s += std::to_string(bits);
+  if (lanes > 1) s += "x" + std::to_string(lanes);
+  return s;
+}
+
+Expr::Expr(int64_t v) : p_(std::make_shared<IntImm>(v)) {}
+
+Expr IntImm::make(int64_t v) { return Expr(std::make_shared<IntImm>(v)); }
+Expr IntImm::make_bool(bool b) { return Expr(std::make_shared<IntImm>(b ? 1 : 0, Type::boolean())); }
+Expr FloatImm::make(double v) { return Expr(std::make_shared<FloatImm>(v)); }
+Expr Var::make(const std::string& name, Type t) { return Expr(std::make_shared<Var>(name, t)); }
+
+static bool is_compare(ExprKind k) {
+  return k == ExprKind::EQ || k == ExprKind::NE || k == ExprKind::LT || k == ExprKind::LE;
+}
+
+Expr Binary::make(ExprKind k, Expr a, Expr b) {
+  TF_CHECK(a.get() && b.get(), "null operand");
+  // Scalars meet vectors by broadcasting.
+  if (a.type().lanes != b.type().lanes) {
+    if (a.type().lanes == 1) a = Broadcast::make(a, b.type().lanes);
+    else if (b.type().lanes == 1) b = Broadcast::make(b, a.type().lanes);
+  }
+  TF_CHECK(a.type() == b.type(), "operand types differ: ", a.type().str(), " vs ", b.type().str());
+  Type t = a.type();
+  if (is_compare(k)) t = Type::boolean().with_lanes(t.lanes);
+  if (k == ExprKind::And || k == ExprKind::Or) TF_CHECK(t.is_bool(), "logical op on ", t.str());
+  return Expr(std::make_shared<Binary>(k, t, std::move(a), std::move(b)));
+}
+
+Expr Not::make(Expr a) {
+  TF_CHECK(a.type().is_bool(), "Not of ", a.type().str());
+  return Expr(std::make_shared<Not>(std::move(a)));
+}
+
+Expr Select::make(Expr c, Expr t, Expr f) {
+  TF_CHECK(c.type().is_bool(), "select condition of type ", c.type().str());
+  int lanes = std::max({c.type().lanes, t.type().lanes, f.type().lanes});
+  if (t.type().lanes != lanes) t = Broadcast::make(t, lanes);
+  if (f.type().lanes != lanes) f = Broadcast::make(f, lanes);
+  TF_CHECK(t.type() == f.type(), "select arms differ: ", t.type().str(), " vs ", f.type().str());
+  Type ty = t.type();
+  return Expr(std::make_shared<Select>(ty, std::move(c), std::move(t), std::move(f)));
+}
+
+Expr Cast::make(Type t, Expr v) {
+  t = t.with_lanes(v.type().lanes);
+  if (t == v.type()) return v;
+  return Expr(std::make_shared<Cast>(t, std::move(v)));
+}
+
+Expr Load::make(Type elem, const std::string& buffer, Expr index) {
+  TF_CHECK(index.type().is_int(), "load index of type ", index.type().str());
+  Type t = elem.with_lanes(index.type().lanes);
+  return Expr(std::make_shared<Load>(t, buffer, std::move(index)));
+}
+
+Expr Ramp::make(Expr base, Expr stride, int lanes) {
+  TF_CHECK(lanes > 1, "ramp of ", lanes, " lanes");
+  TF_CHECK(!base.type().is_vector() && !stride.type().is_vector(), "ramp of vectors");
+  return Expr(std::make_shared<Ramp>(std::move(base), std::move(stride), lanes));
+}
+
+Expr Broadcast::make(Expr value, int lanes) {
+  TF_CHECK(!value.type().is_vector(), "broadcast of a vector");
+  if (lanes == 1) return value;
+  return Expr(std::make_shared<Broadcast>(std::move(value), lanes));
+}
+
+Expr Call::make(const std::string& name, std::vector<Expr> args) {
+  TF_CHECK(!args.empty(), "call of ", name, " without arguments");
+  Type t = args[0].type();
+  return Expr(std::make_shared<Call>(t, name, std::move(args)));
+}
+
+Expr Let::make(Expr var, Expr value, Expr body) {
+  TF_CHECK(var.as<Var>(), "let binds a non-variable");
+  return Expr(std::make_shared<Let>(std::move(var), std::move(value), std::move(body)));
+}
+
+Expr TensorRead::make(std::shared_ptr<const Operation> op, std::vector<Expr> indices) {
+  return Expr(std::make_shared<TensorRead>(std::move(op), std::move(indices)));
+}
+
+Expr Reduce::make(ReduceKind r, Expr source, std::vector<Expr> axes) {
+  return Expr(std::make_shared<Reduce>(r, std::move(source), std::move(axes)));
+}
+
+Expr Reduce::identity() const {
+  if (reduce == ReduceKind::Sum) return FloatImm::make(0.0);
+  return FloatImm::make(-std::numeric_limits<double>::infinity());
+}
+
+const int64_t* as_const_int(const Expr& e) {
+  const IntImm* i = e.as<IntImm>();
+  return i && i->type.is_int() ? &i->value : nullptr;
+}
+
+std::optional<bool> as_const_bool(const Expr& e) {
+  const IntImm* i = e.as<IntImm>();
+  if (!i || !i->type.is_bool()) return std::nullopt;
+  return i->value != 0;
+}
+
+bool equal(const Expr& a, const Expr& b) {
+  if (a.same_as(b)) return true;
+  if (!a || !b || a.kind() != b.kind() || !(a.type() == b.type())) return false;
+  switch (a.kind()) {
+    case ExprKind::IntImm: return a.as<IntImm>()->value == b.as<IntImm>()->value;
+    case ExprKind::FloatImm: return a.as<FloatImm>()->value == b.as<FloatImm>()->value;
+    case ExprKind::Var: return false;  // identity only
+    case ExprKind::Not: return equal(a.as<Not>()->a, b.as<Not>()->a);
+    case ExprKind::Select: {
+      const Select *x = a.as<Select>(), *y = b.as<Select>();
+      return equal(x->cond, y->cond) && equal(x->t, y->t) && equal(x->f, y->f);
+    }
+    case ExprKind::Cast: return equal(a.as<Cast>()->value, b.as<Cast>()->value);
+    case ExprKind::Load: {
+      const Load *x = a.as<Load>(), *y = b.as<Load>();
+      return x->buffer == y->buffer && equal(x->index, y->index);
+    }
+    case ExprKind::Ramp: {
+      const Ramp *x = a.as<Ramp>(), *y = b.as<Ramp>();
+      return x->lanes == y->lanes && equal(x->base, y->base) && equal(x->stride, y->stride);
+    }
+    case ExprKind::Broadcast: return equal(a.as<Broadcast>()->value, b.as<Broadcast>()->value);
+    case ExprKind::Call: {
+      const Call *x = a.as<Call>(), *y = b.as<Call>();
+      if (x->name != y->name || x->args.size() != y->args.size()) return false;
+      for (size_t i = 0; i < x->args.size(); ++i) {
+        if (!equal(x->args[i], y->args[i])) return false;
+      }
+      return true;
+    }
+    case ExprKind::Let:
+    case ExprKind::TensorRead:
+    case ExprKind::Reduce:
+      return false;
+    default: {
+      const Binary *x = a.as<Binary>(), *y = b.as<Binary>();
+      return equal(x->a, y->a) && equal(x->b, y->b);
+    }
+  }
+}
+
+bool is_const(const Expr& e, int64_t v) {
+  const int64_t* c = as_const_int(e);
+  return c && *c == v;
+}
+
+static int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
+
+// Folds two integer constants; returns null when either side is not one.
+static Expr fold(ExprKind k, const Expr& a, const Expr& b) {
+  const int64_t* x = as_const_int(a);
+  const int64_t* y = as_const_int(b);
+  if (!x || !y) return Expr();
+  switch (k) {
+    case ExprKind::Add: return IntImm::make(*x + *y);
+    case ExprKind::Sub: return IntImm::make(*x - *y);
+    case ExprKind::Mul: return IntImm::make(*x * *y);
+    case ExprKind::Div: return *y == 0 ? Expr() : IntImm::make(floor_div(*x, *y));
+    case ExprKind::Mod: return *y == 0 ? Expr() : IntImm::make(floor_mod(*x, *y));
+    case ExprKind::Min: return IntImm::make(std::min(*x, *y));
+    case ExprKind::Max: return IntImm::make(std::max(*x, *y));
+    default: return Expr();
+  }
+}
+
+static Expr arith(ExprKind k, Expr a, Expr b) {
+  if (Expr f = fold(k, a, b)) return f;
+  return Binary::make(k, std::move(a), std::move(b));
+}
+
+Expr operator+(Expr a, Expr b) {
+  if (is_const(a, 0) ) return b;
+  if (is_const(b, 0)) return a;
+  return arith(ExprKind::Add, std::move(a), std::move(b));
+}
+Expr operator-(Expr a, Expr b) {
+  if (is_const(b, 0)) return a;
+  return arith(ExprKind::Sub, std::move(a), std::move(b));
+}
+Expr operator*(Expr a, Expr b) {
+  if (is_const(a, 1)) return b;
+  if (is_const(b, 1)) return a;
+  return arith(ExprKind::Mul, std::move(a), std::move(b));
+}
+Expr operator/(Expr a, Expr b) {
+  if (is_const(b, 1)) return a;
+  return arith(ExprKind::Div, std::move(a), std::move(b));
+}
+Expr operator%(Expr a, Expr b) { return arith(ExprKind::Mod, std::move(a), std::move(b)); }
+Expr operator<(Expr a, Expr b) { return Binary::make(ExprKind::LT, std::move(a), std::move(b)); }
+Expr operator<=(Expr a, Expr b) { return Binary::make(ExprKind::LE, std::move(a), std::move(b)); }
+Expr operator>=(Expr a, Expr b) { return Binary::make(ExprKind::LE, std::move(b), std::move(a)); }
+Expr logical_and(Expr a, Expr b) {
+  if (!a) return b;
+  if (!b) return a;
+  return Binary::make(ExprKind::And, std::move(a), std::move(b));
+}
+Expr min(Expr a, Expr b) { return arith(ExprKind::Min, std::move(a), std::move(b)); }
+Expr max(Expr a, Expr b) { return arith(ExprKind::Max, std::move(a), std::move(b)); }
+Expr eq(Expr a, Expr b) { return Binary::make(ExprKind::EQ, std::move(a), std::move(b)); }
+Expr select(Expr c, Expr t, Expr f) { return Select::make(std::move(c), std::move(t), std::move(f)); }
+Expr f32(double v) { return FloatImm::make(v); }
+
+const char* for_kind_name(ForKind k) {
+  switch (k) {
+    case ForKind::Serial: return "for";
+    case ForKind::Parallel: return "parallel";
+    case ForKind::Vectorized: return "vectorized";
+    case ForKind::Unrolled: return "unrolled";
+  }
+  return "?";
+}
+
+Stmt For::make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body) {
+  TF_CHECK(var.as<Var>(), "loop over a non-variable");
+  TF_CHECK(body, "loop without body");
+  return Stmt(std::make_shared<For>(std::move(var), std::move(min), std::move(extent), kind, std::move(body)));
+}
+
+Stmt Store::make(const std::string& buffer, Expr value, Expr index) {
+  TF_CHECK(value.type().lanes == index.type().lanes, "store of ", value.type().str(), " at ",
+           index.type().str());
+  return Stmt(std::make_shared<Store>(buffer, std::move(value), std::move(index)));
+}
+
+Stmt LetStmt::make(Expr var, Expr value, Stmt body) {
+  TF_CHECK(var.as<Var>(), "let binds a non-variable");
+  return Stmt(std::make_shared<LetStmt>(std::move(var), std::move(value), std::move(body)));
+}
+
+Stmt IfThenElse::make(Expr cond, Stmt then_case, Stmt else_case) {
+  TF_CHECK(cond.type().is_bool(), "if condition of type ", cond.type().str());
+  return Stmt(std::make_shared<IfThenElse>(std::move(cond), std::move(then_case), std::move(else_case)));
+}
+
+Stmt Allocate::make(const std::string& buffer, Type elem, int64_t size, MemScope scope, Stmt body) {
+  TF_CHECK(size > 0, "allocation of ", size, " elements for ", buffer);
+  return Stmt(std::make_shared<Allocate>(buffer, elem, size, scope, std::move(body)));
+}
+
+Stmt Block::make(std::vector<Stmt> stmts) {
+  std::vector<Stmt> flat;
+  for (Stmt& s : stmts) {
+    if (!s) continue;
+    if (const Block* b = s.as<Block>()) {
+      flat.insert(flat.end(), b->stmts.begin(), b->stmts.end());
+    } else {
+      flat.push_back(std::move(s));
+    }
+  }
+  if (flat.size() == 1) return flat[0];
+  return Stmt(std::make_shared<Block>(std::move(flat)));
+}
+
+int64_t BufferArg::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace tf::ir

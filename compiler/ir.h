@@ -1,0 +1,370 @@
+// The compiler's one intermediate representation: expressions and statements.
+//
+// Tensor expressions (TE) and the loop IR share these nodes, as in Halide. TE uses two nodes
+// that lowering removes: TensorRead (a multi-dimensional read of another operation's output)
+// and Reduce (a commutative reduction over reduction axes). After lowering, memory is only
+// touched through flat Load and Store on named buffers of float32.
+//
+// Semantics:
+// - Index arithmetic is 64-bit signed (Int64), so no index overflows for any tensor that fits
+//   in memory. Div and Mod on integers round toward negative infinity (floor division), so
+//   `x == (x / c) * c + x % c` with `0 <= x % c < c` for every c > 0.
+// - Evaluation order inside an expression is unspecified; expressions have no side effects.
+//   Only Store writes memory. Loads and stores within one iteration happen in program order.
+// - A For loop runs `extent` iterations with `var` from `min`; extent is evaluated once.
+//   Parallel loops may run iterations in any order and concurrently; vectorized loops have a
+//   constant extent and are rewritten into Ramp/Broadcast lanes by vectorize_loops.
+// - Allocate gives a buffer of `size` elements, uninitialized, live inside its body only.
+//
+// Nodes are immutable and shared; a Var is identified by its node, not its name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/error.h"
+
+namespace tf::ir {
+
+enum class TypeCode : uint8_t { Int, Float, Bool };
+
+struct Type {
+  TypeCode code = TypeCode::Int;
+  int bits = 64;
+  int lanes = 1;
+
+  static Type int64() { return {TypeCode::Int, 64, 1}; }
+  static Type float32() { return {TypeCode::Float, 32, 1}; }
+  static Type boolean() { return {TypeCode::Bool, 1, 1}; }
+  Type with_lanes(int n) const { return {code, bits, n}; }
+  Type element_of() const { return with_lanes(1); }
+  bool is_int() const { return code == TypeCode::Int; }
+  bool is_float() const { return code == TypeCode::Float; }
+  bool is_bool() const { return code == TypeCode::Bool; }
+  bool is_vector() const { return lanes > 1; }
+  bool operator==(const Type& o) const = default;
+  std::string str() const;
+};
+
+enum class ExprKind : uint8_t {
+  IntImm, FloatImm, Var,
+  Add, Sub, Mul, Div, Mod, Min, Max,
+  EQ, NE, LT, LE, And, Or, Not,
+  Select, Cast, Load, Ramp, Broadcast, Call, Let,
+  TensorRead, Reduce,
+};
+
+struct ExprNode;
+class Expr;
+struct Operation;  // defined in compiler/te.h
+
+// A shared, immutable expression. Null only when default-constructed.
+class Expr {
+ public:
+  Expr() = default;
+  Expr(std::shared_ptr<const ExprNode> p) : p_(std::move(p)) {}  // NOLINT
+  Expr(int64_t v);  // NOLINT: integer constants read naturally in index math
+  Expr(int v) : Expr(static_cast<int64_t>(v)) {}  // NOLINT
+
+  const ExprNode* get() const { return p_.get(); }
+  const ExprNode* operator->() const { return p_.get(); }
+  explicit operator bool() const { return p_ != nullptr; }
+  bool same_as(const Expr& o) const { return p_ == o.p_; }
+  ExprKind kind() const;
+  Type type() const;
+
+  template <typename T>
+  const T* as() const;
+
+ private:
+  std::shared_ptr<const ExprNode> p_;
+};
+
+struct ExprNode {
+  ExprKind kind;
+  Type type;
+  ExprNode(ExprKind k, Type t) : kind(k), type(t) {}
+  virtual ~ExprNode() = default;
+};
+
+inline ExprKind Expr::kind() const { return p_->kind; }
+inline Type Expr::type() const { return p_->type; }
+
+struct IntImm : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::IntImm;
+  int64_t value;  // also the constants true (1) and false (0) when the type is Bool
+  IntImm(int64_t v, Type t = Type::int64()) : ExprNode(kKind, t), value(v) {}
+  static Expr make(int64_t v);
+  static Expr make_bool(bool b);
+};
+
+struct FloatImm : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::FloatImm;
+  double value;
+  FloatImm(double v) : ExprNode(kKind, Type::float32()), value(v) {}
+  static Expr make(double v);
+};
+
+struct Var : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Var;
+  std::string name;
+  Var(std::string n, Type t) : ExprNode(kKind, t), name(std::move(n)) {}
+  static Expr make(const std::string& name, Type t = Type::int64());
+};
+
+// Add, Sub, Mul, Div, Mod, Min, Max, comparisons, And, Or.
+struct Binary : ExprNode {
+  Expr a, b;
+  Binary(ExprKind k, Type t, Expr a_, Expr b_) : ExprNode(k, t), a(std::move(a_)), b(std::move(b_)) {}
+  static Expr make(ExprKind k, Expr a, Expr b);
+};
+
+struct Not : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Not;
+  Expr a;
+  Not(Expr a_) : ExprNode(kKind, a_.type()), a(std::move(a_)) {}
+  static Expr make(Expr a);
+};
+
+struct Select : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Select;
+  Expr cond, t, f;
+  Select(Type ty, Expr c, Expr t_, Expr f_)
+      : ExprNode(kKind, ty), cond(std::move(c)), t(std::move(t_)), f(std::move(f_)) {}
+  static Expr make(Expr cond, Expr t, Expr f);
+};
+
+struct Cast : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Cast;
+  Expr value;
+  Cast(Type t, Expr v) : ExprNode(kKind, t), value(std::move(v)) {}
+  static Expr make(Type t, Expr v);
+};
+
+// A read of element(s) `index` of a flat buffer. A vector index gives a vector load.
+struct Load : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Load;
+  std::string buffer;
+  Expr index;
+  Load(Type t, std::string b, Expr i) : ExprNode(kKind, t), buffer(std::move(b)), index(std::move(i)) {}
+  static Expr make(Type elem, const std::string& buffer, Expr index);
+};
+
+// The vector <base, base + stride, ..., base + (lanes-1)*stride>.
+struct Ramp : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Ramp;
+  Expr base, stride;
+  int lanes;
+  Ramp(Expr b, Expr s, int l)
+      : ExprNode(kKind, b.type().with_lanes(l)), base(std::move(b)), stride(std::move(s)), lanes(l) {}
+  static Expr make(Expr base, Expr stride, int lanes);
+};
+
+struct Broadcast : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Broadcast;
+  Expr value;
+  int lanes;
+  Broadcast(Expr v, int l) : ExprNode(kKind, v.type().with_lanes(l)), value(std::move(v)), lanes(l) {}
+  static Expr make(Expr value, int lanes);
+};
+
+// A pure elementwise math function on floats: exp, log, sqrt, fabs, tanh.
+struct Call : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Call;
+  std::string name;
+  std::vector<Expr> args;
+  Call(Type t, std::string n, std::vector<Expr> a) : ExprNode(kKind, t), name(std::move(n)), args(std::move(a)) {}
+  static Expr make(const std::string& name, std::vector<Expr> args);
+};
+
+struct Let : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Let;
+  Expr var, value, body;
+  Let(Expr v, Expr val, Expr b)
+      : ExprNode(kKind, b.type()), var(std::move(v)), value(std::move(val)), body(std::move(b)) {}
+  static Expr make(Expr var, Expr value, Expr body);
+};
+
+// TE only: element `indices` of the output of `op`.
+struct TensorRead : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::TensorRead;
+  std::shared_ptr<const Operation> op;
+  std::vector<Expr> indices;
+  TensorRead(std::shared_ptr<const Operation> o, std::vector<Expr> i)
+      : ExprNode(kKind, Type::float32()), op(std::move(o)), indices(std::move(i)) {}
+  static Expr make(std::shared_ptr<const Operation> op, std::vector<Expr> indices);
+};
+
+enum class ReduceKind : uint8_t { Sum, Max };
+
+// TE only: the reduction of `source` over the reduction axes `axes` (their Vars).
+struct Reduce : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Reduce;
+  ReduceKind reduce;
+  Expr source;
+  std::vector<Expr> axes;
+  Reduce(ReduceKind r, Expr s, std::vector<Expr> a)
+      : ExprNode(kKind, s.type()), reduce(r), source(std::move(s)), axes(std::move(a)) {}
+  static Expr make(ReduceKind r, Expr source, std::vector<Expr> axes);
+  // The identity of the combiner: 0 for Sum, -infinity for Max.
+  Expr identity() const;
+};
+
+template <typename T>
+const T* Expr::as() const {
+  if (!p_ || p_->kind != T::kKind) return nullptr;
+  return static_cast<const T*>(p_.get());
+}
+template <>
+inline const Binary* Expr::as<Binary>() const {
+  if (!p_) return nullptr;
+  switch (p_->kind) {
+    case ExprKind::Add: case ExprKind::Sub: case ExprKind::Mul: case ExprKind::Div:
+    case ExprKind::Mod: case ExprKind::Min: case ExprKind::Max: case ExprKind::EQ:
+    case ExprKind::NE: case ExprKind::LT: case ExprKind::LE: case ExprKind::And:
+    case ExprKind::Or:
+      return static_cast<const Binary*>(p_.get());
+    default:
+      return nullptr;
+  }
+}
+
+// Builders that read like arithmetic. They fold constants but do no other simplification.
+Expr operator+(Expr a, Expr b);
+Expr operator-(Expr a, Expr b);
+Expr operator*(Expr a, Expr b);
+Expr operator/(Expr a, Expr b);
+Expr operator%(Expr a, Expr b);
+Expr operator<(Expr a, Expr b);
+Expr operator<=(Expr a, Expr b);
+Expr operator>=(Expr a, Expr b);
+// a && b; a null side is ignored, so guards can be accumulated from nothing.
+Expr logical_and(Expr a, Expr b);
+Expr min(Expr a, Expr b);
+Expr max(Expr a, Expr b);
+Expr eq(Expr a, Expr b);
+Expr select(Expr c, Expr t, Expr f);
+Expr f32(double v);
+
+// The constant value of an Int64 expression, if it is one.
+const int64_t* as_const_int(const Expr& e);
+// The constant value of a scalar Bool expression, if it is one.
+std::optional<bool> as_const_bool(const Expr& e);
+// Structural equality (variables by identity).
+bool equal(const Expr& a, const Expr& b);
+bool is_const(const Expr& e, int64_t v);
+
+// ---- statements ----
+
+enum class StmtKind : uint8_t { For, Store, LetStmt, IfThenElse, Allocate, Block };
+enum class ForKind : uint8_t { Serial, Parallel, Vectorized, Unrolled };
+enum class MemScope : uint8_t { Local, Heap };  // Local: stack of the running thread
+
+const char* for_kind_name(ForKind k);
+
+struct StmtNode;
+class Stmt {
+ public:
+  Stmt() = default;
+  Stmt(std::shared_ptr<const StmtNode> p) : p_(std::move(p)) {}  // NOLINT
+  const StmtNode* get() const { return p_.get(); }
+  const StmtNode* operator->() const { return p_.get(); }
+  explicit operator bool() const { return p_ != nullptr; }
+  bool same_as(const Stmt& o) const { return p_ == o.p_; }
+  StmtKind kind() const;
+  template <typename T>
+  const T* as() const;
+
+ private:
+  std::shared_ptr<const StmtNode> p_;
+};
+
+struct StmtNode {
+  StmtKind kind;
+  explicit StmtNode(StmtKind k) : kind(k) {}
+  virtual ~StmtNode() = default;
+};
+inline StmtKind Stmt::kind() const { return p_->kind; }
+template <typename T>
+const T* Stmt::as() const {
+  if (!p_ || p_->kind != T::kKind) return nullptr;
+  return static_cast<const T*>(p_.get());
+}
+
+struct For : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::For;
+  Expr var, min, extent;
+  ForKind for_kind;
+  Stmt body;
+  For(Expr v, Expr mn, Expr ext, ForKind k, Stmt b)
+      : StmtNode(kKind), var(std::move(v)), min(std::move(mn)), extent(std::move(ext)), for_kind(k), body(std::move(b)) {}
+  static Stmt make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body);
+};
+
+struct Store : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Store;
+  std::string buffer;
+  Expr value, index;
+  Store(std::string b, Expr v, Expr i) : StmtNode(kKind), buffer(std::move(b)), value(std::move(v)), index(std::move(i)) {}
+  static Stmt make(const std::string& buffer, Expr value, Expr index);
+};
+
+struct LetStmt : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::LetStmt;
+  Expr var, value;
+  Stmt body;
+  LetStmt(Expr v, Expr val, Stmt b) : StmtNode(kKind), var(std::move(v)), value(std::move(val)), body(std::move(b)) {}
+  static Stmt make(Expr var, Expr value, Stmt body);
+};
+
+struct IfThenElse : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::IfThenElse;
+  Expr cond;
+  Stmt then_case, else_case;  // else_case may be null
+  IfThenElse(Expr c, Stmt t, Stmt e) : StmtNode(kKind), cond(std::move(c)), then_case(std::move(t)), else_case(std::move(e)) {}
+  static Stmt make(Expr cond, Stmt then_case, Stmt else_case = Stmt());
+};
+
+struct Allocate : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Allocate;
+  std::string buffer;
+  Type elem;
+  int64_t size;  // elements
+  MemScope scope;
+  Stmt body;
+  Allocate(std::string b, Type t, int64_t n, MemScope s, Stmt bd)
+      : StmtNode(kKind), buffer(std::move(b)), elem(t), size(n), scope(s), body(std::move(bd)) {}
+  static Stmt make(const std::string& buffer, Type elem, int64_t size, MemScope scope, Stmt body);
+};
+
+struct Block : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Block;
+  std::vector<Stmt> stmts;
+  explicit Block(std::vector<Stmt> s) : StmtNode(kKind), stmts(std::move(s)) {}
+  // Flattens nested blocks and drops null statements; one statement is returned as is.
+  static Stmt make(std::vector<Stmt> stmts);
+};
+
+// ---- functions ----
+
+enum class ArgRole : uint8_t { Input, Output };
+
+// One kernel argument: a contiguous row-major float32 tensor.
+struct BufferArg {
+  std::string name;
+  std::vector<int64_t> shape;
+  ArgRole role;
+  int64_t num_elements() const;
+};
+
+// A lowered kernel: `int name(float* args...)` running `body`.
+struct LoweredFunc {
+  std::string name;
+  std::vector<BufferArg> args;
+  Stmt body;
+};
+
+}  // namespace tf::ir

@@ -1,0 +1,36 @@
+// Traversal of the IR: a mutator that rebuilds only what changed, and read-only walkers.
+//
+// A pass derives from IRMutator and overrides mutate_expr / mutate_stmt, switching on the
+// kinds it cares about and calling the base version for the rest. The base version rebuilds
+// a node only when a child changed, so unchanged IR is shared, not copied.
+#pragma once
+
+#include <functional>
+#include <map>
+
+#include "compiler/ir.h"
+
+namespace tf::ir {
+
+class IRMutator {
+ public:
+  virtual ~IRMutator() = default;
+  virtual Expr mutate_expr(const Expr& e);
+  virtual Stmt mutate_stmt(const Stmt& s);
+};
+
+// Calls `f` on every expression node under `e` (or `s`), children before parents.
+void post_order(const Expr& e, const std::function<void(const Expr&)>& f);
+void post_order(const Stmt& s, const std::function<void(const Expr&)>& fe,
+                const std::function<void(const Stmt&)>& fs = nullptr);
+
+// Replaces variables (by node identity) with expressions.
+using VarMap = std::map<const ExprNode*, Expr>;
+Expr substitute(const Expr& e, const VarMap& vars);
+Stmt substitute(const Stmt& s, const VarMap& vars);
+
+// Whether `e` uses the variable `var`.
+bool uses_var(const Expr& e, const Expr& var);
+bool uses_var(const Stmt& s, const Expr& var);
+
+}  // namespace tf::ir

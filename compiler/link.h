@@ -1,0 +1,27 @@
+// Linking object code into a shared library with lld, so cross targets need no host compiler.
+//
+// ld.lld-19 comes from Debian's lld-19 package; $TUNEFARM_LLD overrides the path. Kernels
+// that use parallel loops link against libgomp.so.1 of the target's architecture (for
+// aarch64: the libgomp1-arm64-cross package on an x86_64 build machine).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/target.h"
+
+namespace tf {
+
+struct CommandResult {
+  int exit_code;       // -1 when the program could not be started
+  std::string output;  // stdout and stderr together
+};
+
+// Runs argv[0] (looked up in PATH) with the arguments, waiting for it to finish.
+CommandResult run_command(const std::vector<std::string>& argv);
+
+// Throws std::runtime_error naming the command and its output when linking fails.
+void link_shared_library(const std::string& object_path, const std::string& out_path,
+                         const Target& target, bool openmp, bool libm);
+
+}  // namespace tf

@@ -1,0 +1,79 @@
+#include "compiler/lower.h"
+
+#include <chrono>
+#include <functional>
+
+#include "compiler/error.h"
+#include "compiler/ir_printer.h"
+#include "compiler/schedule_ops.h"
+#include "compiler/simplify.h"
+#include "compiler/unroll_loops.h"
+#include "compiler/vectorize_loops.h"
+#include "compiler/verify.h"
+
+namespace tf {
+
+const std::vector<PassInfo>& lowering_passes() {
+  static const std::vector<PassInfo> passes = {
+      {"schedule_ops", "build loop nests from the schedule, infer bounds, flatten buffers", false},
+      {"simplify", "fold constants, cancel index terms, drop proven guards and unit loops", true},
+      {"unroll_loops", "replace loops marked unrolled by copies of their body", true},
+      {"vectorize_loops", "turn loops marked vectorized into vector operations", true},
+      {"simplify_vectors", "simplify again, folding ramps into contiguous accesses", true},
+  };
+  return passes;
+}
+
+LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, const std::string& name,
+                  const LowerOptions& options) {
+  for (const std::string& s : options.skip) {
+    bool known = false;
+    for (const PassInfo& p : lowering_passes()) {
+      if (s == p.name) {
+        if (!p.skippable) throw UserError(str("pass ", s, " cannot be skipped"));
+        known = true;
+      }
+    }
+    if (!known) throw UserError(str("unknown pass '", s, "' (see tunefarm compile --list-passes)"));
+  }
+
+  LowerResult r;
+  bool vectors_lowered = false;
+  // Runs one pass over the function body with timing, dumping and verification.
+  auto run = [&](const char* pass, const std::function<ir::Stmt(const ir::Stmt&)>& fn) {
+    bool skipped = options.skip.count(pass) > 0;
+    auto start = std::chrono::steady_clock::now();
+    if (!skipped) r.func.body = fn(r.func.body);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    r.timings.push_back({pass, ms});
+    if (options.verify_each) ir::verify(r.func, pass, vectors_lowered);
+    if (options.dump_stream && (options.dump.count("all") || options.dump.count(pass))) {
+      *options.dump_stream << "// after " << pass << (skipped ? " (skipped)" : "") << "\n"
+                           << ir::to_string(r.func);
+    }
+  };
+
+  auto start = std::chrono::steady_clock::now();
+  r.func = ir::schedule_to_loops(sch, inputs, name);
+  r.timings.push_back({"schedule_ops",
+                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()});
+  if (options.dump_stream && (options.dump.count("all") || options.dump.count("schedule_ops"))) {
+    *options.dump_stream << "// after schedule_ops\n" << ir::to_string(r.func);
+  }
+  if (options.verify_each) ir::verify(r.func, "schedule_ops", false);
+
+  // Simplify first: unrolling and vectorizing want constant extents and clean indices.
+  run("simplify", [](const ir::Stmt& s) { return ir::simplify(s); });
+  // Unroll before vectorizing so an unrolled loop around a vector loop yields straight-line
+  // vector code with constant offsets, which LLVM keeps in registers.
+  run("unroll_loops", [](const ir::Stmt& s) { return ir::unroll_loops(s); });
+  if (options.skip.count("vectorize_loops")) r.func.body = ir::devectorize_loops(r.func.body);
+  vectors_lowered = true;
+  run("vectorize_loops", [&](const ir::Stmt& s) { return ir::vectorize_loops(s, &r.notes); });
+  // Vectorizing leaves Ramp arithmetic behind; folding it exposes contiguous accesses.
+  run("simplify_vectors", [](const ir::Stmt& s) { return ir::simplify(s); });
+  ir::verify(r.func, "lower", vectors_lowered);
+  return r;
+}
+
+}  // namespace tf

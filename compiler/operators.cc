@@ -1,0 +1,181 @@
+#include "compiler/operators.h"
+
+#include <limits>
+
+#include "compiler/error.h"
+
+namespace tf {
+namespace {
+
+using namespace ir;  // NOLINT: tensor-expression code reads best unqualified
+
+// Tensors larger than this many elements are refused: the kernel ABI and our buffers index
+// with 64-bit integers, but such a tensor would not fit the memory of any board we serve.
+constexpr int64_t kMaxElements = int64_t{1} << 34;
+
+void check_size(const std::string& spec, const std::string& name, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d > kMaxElements || n > kMaxElements / d) {
+      throw UserError(str("workload '", spec, "': tensor ", name, " has more than ", kMaxElements,
+                          " elements"));
+    }
+    n *= d;
+  }
+}
+
+Tensor make_input(OpGraph& g, const std::string& name, std::vector<int64_t> shape) {
+  check_size(g.workload.canonical(), name, shape);
+  Tensor t = placeholder(name, std::move(shape));
+  g.inputs.push_back(t);
+  return t;
+}
+
+bool has_bias(Epilogue e) { return e == Epilogue::Bias || e == Epilogue::BiasRelu; }
+bool has_relu(Epilogue e) { return e == Epilogue::Relu || e == Epilogue::BiasRelu; }
+
+// Adds the epilogue stage over `acc`; `channel_axis` is the output axis the bias runs along.
+void add_epilogue(OpGraph& g, const std::string& out_name, const std::vector<std::string>& names,
+                  size_t channel_axis) {
+  Epilogue e = g.workload.epilogue;
+  const std::vector<int64_t>& shape = g.acc->shape;
+  check_size(g.workload.canonical(), out_name, shape);
+  if (e == Epilogue::None) {
+    g.output = g.acc;
+    return;
+  }
+  Tensor bias;
+  if (has_bias(e)) bias = make_input(g, "bias", {shape[channel_axis]});
+  Tensor acc = g.acc;
+  g.output = compute(out_name, shape, names, [&](const std::vector<Expr>& ax) {
+    Expr v = read(acc, ax);
+    if (bias) v = v + read(bias, {ax[channel_axis]});
+    if (has_relu(e)) v = max(v, f32(0.0));
+    return v;
+  });
+}
+
+// data_pad[n, c, h, w] (or [n, h, w, c]) = data inside, 0 in the border of width `pad`.
+Tensor pad_spatial(const Tensor& data, int64_t pad, size_t hdim, size_t wdim) {
+  std::vector<int64_t> shape = data->shape;
+  shape[hdim] += 2 * pad;
+  shape[wdim] += 2 * pad;
+  std::vector<std::string> names = {"n", "c", "h", "w"};
+  if (hdim == 1) names = {"n", "h", "w", "c"};
+  int64_t h = data->shape[hdim], w = data->shape[wdim];
+  return compute("data_pad", shape, names, [&](const std::vector<Expr>& ax) {
+    std::vector<Expr> idx = ax;
+    idx[hdim] = ax[hdim] - pad;
+    idx[wdim] = ax[wdim] - pad;
+    Expr inside = logical_and(logical_and(ax[hdim] >= pad, ax[hdim] < Expr(h + pad)),
+                              logical_and(ax[wdim] >= pad, ax[wdim] < Expr(w + pad)));
+    return select(inside, read(data, idx), f32(0.0));
+  });
+}
+
+int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  return (in + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
+}
+
+void build_matmul(OpGraph& g) {
+  const Workload& w = g.workload;
+  int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
+  Tensor A = make_input(g, "A", {M, K});
+  Tensor B = make_input(g, "B", {K, N});
+  IterVar k = reduce_axis(K, "k");
+  bool fused = w.epilogue != Epilogue::None;
+  g.acc = compute(fused ? "acc" : "C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
+    return sum(read(A, {ax[0], k.var}) * read(B, {k.var, ax[1]}), {k});
+  }, {k});
+  add_epilogue(g, "C", {"i", "j"}, 1);
+  g.flops = 2 * M * N * K;
+}
+
+void build_batch_matmul(OpGraph& g) {
+  const Workload& w = g.workload;
+  int64_t Bt = w.get("B"), M = w.get("M"), N = w.get("N"), K = w.get("K");
+  Tensor A = make_input(g, "A", {Bt, M, K});
+  Tensor B = make_input(g, "B", {Bt, K, N});
+  IterVar k = reduce_axis(K, "k");
+  bool fused = w.epilogue != Epilogue::None;
+  g.acc = compute(fused ? "acc" : "C", {Bt, M, N}, {"b", "i", "j"}, [&](const std::vector<Expr>& ax) {
+    return sum(read(A, {ax[0], ax[1], k.var}) * read(B, {ax[0], k.var, ax[2]}), {k});
+  }, {k});
+  add_epilogue(g, "C", {"b", "i", "j"}, 2);
+  g.flops = 2 * Bt * M * N * K;
+}
+
+void build_conv2d(OpGraph& g, bool nhwc) {
+  const Workload& w = g.workload;
+  int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
+  int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
+  int64_t dil = w.get("dilation");
+  int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  Tensor data = nhwc ? make_input(g, "data", {N, H, W, C}) : make_input(g, "data", {N, C, H, W});
+  Tensor weight = nhwc ? make_input(g, "weight", {R, S, C, K}) : make_input(g, "weight", {K, C, R, S});
+  Tensor src = data;
+  if (pad > 0) {
+    g.pad = nhwc ? pad_spatial(data, pad, 1, 2) : pad_spatial(data, pad, 2, 3);
+    src = g.pad;
+  }
+  IterVar rc = reduce_axis(C, "rc"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs");
+  bool fused = w.epilogue != Epilogue::None;
+  std::string name = fused ? "acc" : "out";
+  if (nhwc) {
+    g.acc = compute(name, {N, OH, OW, K}, {"n", "oh", "ow", "k"}, [&](const std::vector<Expr>& ax) {
+      Expr h = ax[1] * st + rr.var * dil, x = ax[2] * st + rs.var * dil;
+      return sum(read(src, {ax[0], h, x, rc.var}) * read(weight, {rr.var, rs.var, rc.var, ax[3]}),
+                 {rr, rs, rc});
+    }, {rr, rs, rc});
+    add_epilogue(g, "out", {"n", "oh", "ow", "k"}, 3);
+  } else {
+    g.acc = compute(name, {N, K, OH, OW}, {"n", "k", "oh", "ow"}, [&](const std::vector<Expr>& ax) {
+      Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
+      return sum(read(src, {ax[0], rc.var, h, x}) * read(weight, {ax[1], rc.var, rr.var, rs.var}),
+                 {rc, rr, rs});
+    }, {rc, rr, rs});
+    add_epilogue(g, "out", {"n", "k", "oh", "ow"}, 1);
+  }
+  g.flops = 2 * N * K * OH * OW * C * R * S;
+}
+
+void build_depthwise(OpGraph& g) {
+  const Workload& w = g.workload;
+  int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W");
+  int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
+  int64_t dil = w.get("dilation");
+  int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  Tensor data = make_input(g, "data", {N, C, H, W});
+  Tensor weight = make_input(g, "weight", {C, 1, R, S});
+  Tensor src = data;
+  if (pad > 0) {
+    g.pad = pad_spatial(data, pad, 2, 3);
+    src = g.pad;
+  }
+  IterVar rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs");
+  bool fused = w.epilogue != Epilogue::None;
+  g.acc = compute(fused ? "acc" : "out", {N, C, OH, OW}, {"n", "c", "oh", "ow"},
+                  [&](const std::vector<Expr>& ax) {
+    Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
+    return sum(read(src, {ax[0], ax[1], h, x}) * read(weight, {ax[1], Expr(0), rr.var, rs.var}),
+               {rr, rs});
+  }, {rr, rs});
+  add_epilogue(g, "out", {"n", "c", "oh", "ow"}, 1);
+  g.flops = 2 * N * C * OH * OW * R * S;
+}
+
+}  // namespace
+
+OpGraph build_op(const Workload& w) {
+  OpGraph g;
+  g.workload = w;
+  if (w.op == "matmul") build_matmul(g);
+  else if (w.op == "batch_matmul") build_batch_matmul(g);
+  else if (w.op == "conv2d_nchw") build_conv2d(g, /*nhwc=*/false);
+  else if (w.op == "conv2d_nhwc") build_conv2d(g, /*nhwc=*/true);
+  else if (w.op == "depthwise_conv2d_nchw") build_depthwise(g);
+  else TF_CHECK(false, "no builder for operator ", w.op);
+  return g;
+}
+
+}  // namespace tf

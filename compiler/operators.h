@@ -1,0 +1,30 @@
+// The operator library: each workload becomes a small graph of tensor expressions.
+//
+// Every operator has the same shape of graph, which the schedule templates rely on:
+//   inputs (call order) -> [pad] -> acc (the reduction) -> [out (the fused epilogue)]
+// `acc` is the output itself when the epilogue is none. The epilogue is part of the graph,
+// not a second kernel, so a schedule that computes `acc` at a tile of `out` applies the
+// bias and relu while the tile is still in registers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/te.h"
+#include "compiler/workload.h"
+
+namespace tf {
+
+struct OpGraph {
+  Workload workload;
+  std::vector<ir::Tensor> inputs;  // call order: data/A, weight/B, bias (when the epilogue has one)
+  ir::Tensor output;               // the only output
+  ir::Tensor acc;                  // the reduction
+  ir::Tensor pad;                  // zero-padded data, or null when pad == 0
+  int64_t flops = 0;               // multiply-adds count 2
+};
+
+OpGraph build_op(const Workload& w);
+
+}  // namespace tf

@@ -1,0 +1,120 @@
+#include "compiler/reference.h"
+
+#include <algorithm>
+
+#include "compiler/error.h"
+
+namespace tf {
+namespace {
+
+float epilogue(Epilogue e, double acc, const float* bias, int64_t channel) {
+  if (e == Epilogue::Bias || e == Epilogue::BiasRelu) acc += bias[channel];
+  if (e == Epilogue::Relu || e == Epilogue::BiasRelu) acc = std::max(acc, 0.0);
+  return static_cast<float>(acc);
+}
+
+const float* bias_of(const Workload& w, const std::vector<const float*>& in) {
+  bool has = w.epilogue == Epilogue::Bias || w.epilogue == Epilogue::BiasRelu;
+  return has ? in.at(2) : nullptr;
+}
+
+void matmul(const Workload& w, const std::vector<const float*>& in, float* out, int64_t batches) {
+  int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
+  const float* bias = bias_of(w, in);
+  for (int64_t b = 0; b < batches; ++b) {
+    const float* A = in[0] + b * M * K;
+    const float* B = in[1] + b * K * N;
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += double(A[i * K + k]) * B[k * N + j];
+        out[(b * M + i) * N + j] = epilogue(w.epilogue, acc, bias, j);
+      }
+    }
+  }
+}
+
+struct ConvDims {
+  int64_t N, C, H, W, K, R, S, st, pad, dil, OH, OW;
+};
+
+ConvDims conv_dims(const Workload& w, bool depthwise) {
+  ConvDims d{};
+  d.N = w.get("N"), d.C = w.get("C"), d.H = w.get("H"), d.W = w.get("W");
+  d.K = depthwise ? d.C : w.get("K");
+  d.R = w.get("R"), d.S = w.get("S"), d.st = w.get("stride"), d.pad = w.get("pad"), d.dil = w.get("dilation");
+  d.OH = (d.H + 2 * d.pad - d.dil * (d.R - 1) - 1) / d.st + 1;
+  d.OW = (d.W + 2 * d.pad - d.dil * (d.S - 1) - 1) / d.st + 1;
+  return d;
+}
+
+// Calls f(n, k, oh, ow, c, r, s, h, x) for each term inside the image.
+template <typename F>
+double conv_point(const ConvDims& d, int64_t oh, int64_t ow, int64_t c0, int64_t c1, F term) {
+  double acc = 0;
+  for (int64_t c = c0; c < c1; ++c) {
+    for (int64_t r = 0; r < d.R; ++r) {
+      for (int64_t s = 0; s < d.S; ++s) {
+        int64_t h = oh * d.st + r * d.dil - d.pad, x = ow * d.st + s * d.dil - d.pad;
+        if (h < 0 || h >= d.H || x < 0 || x >= d.W) continue;
+        acc += term(c, r, s, h, x);
+      }
+    }
+  }
+  return acc;
+}
+
+void conv_nchw(const Workload& w, const std::vector<const float*>& in, float* out) {
+  ConvDims d = conv_dims(w, false);
+  const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t k = 0; k < d.K; ++k)
+      for (int64_t oh = 0; oh < d.OH; ++oh)
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          double acc = conv_point(d, oh, ow, 0, d.C, [&](int64_t c, int64_t r, int64_t s, int64_t h, int64_t x) {
+            return double(data[((n * d.C + c) * d.H + h) * d.W + x]) * wt[((k * d.C + c) * d.R + r) * d.S + s];
+          });
+          out[((n * d.K + k) * d.OH + oh) * d.OW + ow] = epilogue(w.epilogue, acc, bias, k);
+        }
+}
+
+void conv_nhwc(const Workload& w, const std::vector<const float*>& in, float* out) {
+  ConvDims d = conv_dims(w, false);
+  const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t oh = 0; oh < d.OH; ++oh)
+      for (int64_t ow = 0; ow < d.OW; ++ow)
+        for (int64_t k = 0; k < d.K; ++k) {
+          double acc = conv_point(d, oh, ow, 0, d.C, [&](int64_t c, int64_t r, int64_t s, int64_t h, int64_t x) {
+            return double(data[((n * d.H + h) * d.W + x) * d.C + c]) * wt[((r * d.S + s) * d.C + c) * d.K + k];
+          });
+          out[((n * d.OH + oh) * d.OW + ow) * d.K + k] = epilogue(w.epilogue, acc, bias, k);
+        }
+}
+
+void depthwise(const Workload& w, const std::vector<const float*>& in, float* out) {
+  ConvDims d = conv_dims(w, true);
+  const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t c = 0; c < d.C; ++c)
+      for (int64_t oh = 0; oh < d.OH; ++oh)
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          double acc = conv_point(d, oh, ow, c, c + 1, [&](int64_t cc, int64_t r, int64_t s, int64_t h, int64_t x) {
+            return double(data[((n * d.C + cc) * d.H + h) * d.W + x]) * wt[(cc * d.R + r) * d.S + s];
+          });
+          out[((n * d.C + c) * d.OH + oh) * d.OW + ow] = epilogue(w.epilogue, acc, bias, c);
+        }
+}
+
+}  // namespace
+
+void reference_compute(const Workload& w, const std::vector<const float*>& inputs, float* output) {
+  if (w.op == "matmul") return matmul(w, inputs, output, 1);
+  if (w.op == "batch_matmul") return matmul(w, inputs, output, w.get("B"));
+  if (w.op == "conv2d_nchw") return conv_nchw(w, inputs, output);
+  if (w.op == "conv2d_nhwc") return conv_nhwc(w, inputs, output);
+  if (w.op == "depthwise_conv2d_nchw") return depthwise(w, inputs, output);
+  TF_CHECK(false, "no reference for ", w.op);
+}
+
+}  // namespace tf

@@ -1,0 +1,334 @@
+#include "compiler/schedule.h"
+
+#include <algorithm>
+#include <set>
+
+#include "compiler/error.h"
+#include "compiler/ir_mutator.h"
+
+namespace tf::ir {
+
+Stage::Stage(Tensor op) : op_(std::move(op)) {
+  for (const IterVar& iv : op_->axes) {
+    leaves_.push_back(iv.var);
+    all_vars_.push_back(iv.var);
+    reduce_[iv.var.get()] = false;
+  }
+  for (const IterVar& iv : op_->reduce_axes) {
+    leaves_.push_back(iv.var);
+    all_vars_.push_back(iv.var);
+    reduce_[iv.var.get()] = true;
+  }
+}
+
+std::string Stage::var_name(const Expr& var) const { return var.as<Var>()->name; }
+
+Expr Stage::axis(const std::string& name) const {
+  for (const Expr& v : all_vars_) {
+    if (var_name(v) == name) return v;
+  }
+  std::string known;
+  for (const Expr& v : leaves_) known += (known.empty() ? "" : ", ") + var_name(v);
+  throw UserError(str("stage ", op_->name, " has no axis '", name, "' (loops: ", known, ")"));
+}
+
+size_t Stage::leaf_index(const Expr& var, const char* primitive) const {
+  for (size_t i = 0; i < leaves_.size(); ++i) {
+    if (leaves_[i].same_as(var)) return i;
+  }
+  throw UserError(str(primitive, " on stage ", op_->name, ": '", var.as<Var>()->name,
+                      "' is not a loop of this stage (already split or fused?)"));
+}
+
+void Stage::check_leaf(const Expr& var, const char* primitive) const { leaf_index(var, primitive); }
+
+Expr Stage::new_var(const std::string& name, bool reduce) {
+  Expr v = Var::make(name);
+  all_vars_.push_back(v);
+  reduce_[v.get()] = reduce;
+  return v;
+}
+
+bool Stage::is_reduce_var(const Expr& var) const {
+  auto it = reduce_.find(var.get());
+  return it != reduce_.end() && it->second;
+}
+
+ForKind Stage::kind_of(const Expr& var) const {
+  auto it = kinds_.find(var.get());
+  return it == kinds_.end() ? ForKind::Serial : it->second;
+}
+
+std::pair<Expr, Expr> Stage::split(const Expr& var, int64_t factor) {
+  size_t i = leaf_index(var, "split");
+  if (factor < 1) {
+    throw UserError(str("split of ", var_name(var), " in stage ", op_->name, ": factor ", factor,
+                        " must be at least 1"));
+  }
+  bool r = is_reduce_var(var);
+  Expr outer = new_var(var_name(var) + ".o", r), inner = new_var(var_name(var) + ".i", r);
+  relations_.push_back({Relation::Kind::Split, var, outer, inner, Expr(), factor, 0});
+  leaves_[i] = outer;
+  leaves_.insert(leaves_.begin() + static_cast<long>(i) + 1, inner);
+  return {outer, inner};
+}
+
+std::pair<Expr, Expr> Stage::split_nparts(const Expr& var, int64_t nparts) {
+  size_t i = leaf_index(var, "split");
+  if (nparts < 1) {
+    throw UserError(str("split of ", var_name(var), " in stage ", op_->name, ": nparts ", nparts,
+                        " must be at least 1"));
+  }
+  bool r = is_reduce_var(var);
+  Expr outer = new_var(var_name(var) + ".o", r), inner = new_var(var_name(var) + ".i", r);
+  relations_.push_back({Relation::Kind::Split, var, outer, inner, Expr(), 0, nparts});
+  leaves_[i] = outer;
+  leaves_.insert(leaves_.begin() + static_cast<long>(i) + 1, inner);
+  return {outer, inner};
+}
+
+std::vector<Expr> Stage::tile(const Expr& x, const Expr& y, int64_t fx, int64_t fy) {
+  auto [xo, xi] = split(x, fx);
+  auto [yo, yi] = split(y, fy);
+  reorder({xo, yo, xi, yi});
+  return {xo, yo, xi, yi};
+}
+
+Expr Stage::fuse(const Expr& outer, const Expr& inner) {
+  size_t i = leaf_index(outer, "fuse");
+  size_t j = leaf_index(inner, "fuse");
+  if (j != i + 1) {
+    throw UserError(str("fuse in stage ", op_->name, ": '", var_name(outer), "' and '",
+                        var_name(inner), "' are not adjacent loops, outer first"));
+  }
+  if (is_reduce_var(outer) != is_reduce_var(inner)) {
+    throw UserError(str("fuse in stage ", op_->name, ": cannot fuse reduction loop with spatial loop ('",
+                        var_name(outer), "', '", var_name(inner), "')"));
+  }
+  Expr fused = new_var(var_name(outer) + "." + var_name(inner), is_reduce_var(outer));
+  relations_.push_back({Relation::Kind::Fuse, Expr(), outer, inner, fused, 0, 0});
+  leaves_[i] = fused;
+  leaves_.erase(leaves_.begin() + static_cast<long>(j));
+  return fused;
+}
+
+void Stage::reorder(const std::vector<Expr>& order) {
+  std::vector<size_t> pos;
+  std::set<const ExprNode*> seen;
+  for (const Expr& v : order) {
+    pos.push_back(leaf_index(v, "reorder"));
+    if (!seen.insert(v.get()).second) {
+      throw UserError(str("reorder in stage ", op_->name, ": '", var_name(v), "' is listed twice"));
+    }
+  }
+  std::vector<size_t> sorted = pos;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t k = 0; k < order.size(); ++k) leaves_[sorted[k]] = order[k];
+}
+
+void Stage::vectorize(const Expr& var) {
+  check_leaf(var, "vectorize");
+  kinds_[var.get()] = ForKind::Vectorized;
+}
+void Stage::unroll(const Expr& var) {
+  check_leaf(var, "unroll");
+  kinds_[var.get()] = ForKind::Unrolled;
+}
+void Stage::parallel(const Expr& var) {
+  check_leaf(var, "parallel");
+  if (is_reduce_var(var)) {
+    throw UserError(str("parallel on stage ", op_->name, ": '", var_name(var),
+                        "' is a reduction loop; parallel reduction would race"));
+  }
+  kinds_[var.get()] = ForKind::Parallel;
+}
+
+void Stage::compute_at(Stage& consumer, const Expr& var) {
+  consumer.check_leaf(var, "compute_at");
+  if (&consumer == this) throw UserError(str("compute_at of stage ", name(), " at itself"));
+  attach_ = Attach::At;
+  attach_stage_ = &consumer;
+  attach_var_ = var;
+}
+
+void Stage::compute_inline() {
+  if (op_->reduce()) {
+    throw UserError(str("compute_inline of stage ", name(), ": a reduction cannot be inlined"));
+  }
+  attach_ = Attach::Inline;
+  attach_stage_ = nullptr;
+}
+
+void Stage::compute_root() {
+  attach_ = Attach::Root;
+  attach_stage_ = nullptr;
+}
+
+// ---- Schedule ----
+
+Schedule::Schedule(const Tensor& output) : output_(output) {
+  // Depth-first post-order gives dependency order.
+  std::set<const Operation*> visited;
+  std::function<void(const Tensor&)> visit = [&](const Tensor& t) {
+    if (!visited.insert(t.get()).second) return;
+    if (t->is_placeholder()) {
+      placeholders_[t->name] = t;
+      return;
+    }
+    for (const Tensor& in : inputs_of(t)) visit(in);
+    stages_.push_back(std::make_unique<Stage>(t));
+  };
+  visit(output);
+}
+
+bool Schedule::has_stage(const std::string& name) const {
+  for (const auto& s : stages_) {
+    if (s->name() == name) return true;
+  }
+  return false;
+}
+
+Stage& Schedule::stage(const std::string& name) {
+  for (auto& s : stages_) {
+    if (s->name() == name) return *s;
+  }
+  std::string known;
+  for (auto& s : stages_) known += (known.empty() ? "" : ", ") + s->name();
+  throw UserError(str("schedule has no stage '", name, "' (stages: ", known, ")"));
+}
+
+Stage& Schedule::operator[](const Tensor& t) { return stage(t->name); }
+
+std::vector<Stage*> Schedule::stages() {
+  std::vector<Stage*> out;
+  for (auto& s : stages_) out.push_back(s.get());
+  return out;
+}
+
+void Schedule::set_op(Stage& s, Tensor op) {
+  if (s.op_ == output_) output_ = op;
+  s.op_ = std::move(op);
+}
+
+void Schedule::replace_reads(const std::string& name,
+                             const std::function<Expr(const TensorRead*)>& rewrite) {
+  class Rewriter : public IRMutator {
+   public:
+    Rewriter(const std::string& n, const std::function<Expr(const TensorRead*)>& f) : n_(n), f_(f) {}
+    Expr mutate_expr(const Expr& e) override {
+      Expr x = IRMutator::mutate_expr(e);
+      const TensorRead* r = x.as<TensorRead>();
+      if (r && r->op->name == n_) return f_(r);
+      return x;
+    }
+
+   private:
+    const std::string& n_;
+    const std::function<Expr(const TensorRead*)>& f_;
+  };
+  Rewriter rw(name, rewrite);
+  for (auto& s : stages_) {
+    Expr body = rw.mutate_expr(s->op_->body);
+    if (body.same_as(s->op_->body)) continue;
+    auto op = std::make_shared<Operation>(*s->op_);
+    op->body = body;
+    set_op(*s, op);
+  }
+}
+
+Tensor Schedule::cache_write(const Tensor& t) {
+  Stage& s = (*this)[t];
+  const Operation& op = *s.op();
+  if (!op.reduce()) {
+    throw UserError(str("cache_write of stage ", op.name, ": only reductions can be cached"));
+  }
+  if (s.relations().size() > 0) {
+    throw UserError(str("cache_write of stage ", op.name, ": apply it before splitting the stage"));
+  }
+  // The local stage takes over the reduction with its own axis variables.
+  VarMap remap;
+  std::vector<std::string> names;
+  for (const IterVar& iv : op.axes) names.push_back(iv.name());
+  auto local = std::make_shared<Operation>(op);
+  local->name = op.name + ".local";
+  local->axes.clear();
+  for (const IterVar& iv : op.axes) {
+    local->axes.push_back({Var::make(iv.name()), iv.extent});
+    remap[iv.var.get()] = local->axes.back().var;
+  }
+  local->reduce_axes.clear();
+  std::vector<Expr> raxes;
+  for (const IterVar& iv : op.reduce_axes) {
+    local->reduce_axes.push_back({Var::make(iv.name()), iv.extent});
+    remap[iv.var.get()] = local->reduce_axes.back().var;
+    raxes.push_back(local->reduce_axes.back().var);
+  }
+  const Reduce* r = op.reduce();
+  local->body = Reduce::make(r->reduce, substitute(r->source, remap), raxes);
+
+  auto copy = std::make_shared<Operation>(op);
+  copy->reduce_axes.clear();
+  std::vector<Expr> idx;
+  for (const IterVar& iv : op.axes) idx.push_back(iv.var);
+  copy->body = TensorRead::make(local, idx);
+
+  // The local stage goes right before `t` in dependency order.
+  auto it = std::find_if(stages_.begin(), stages_.end(), [&](auto& p) { return p.get() == &s; });
+  Stage fresh(copy);
+  fresh.attach_ = s.attach_;
+  fresh.attach_stage_ = s.attach_stage_;
+  fresh.attach_var_ = s.attach_var_;
+  set_op(s, copy);
+  s.leaves_ = fresh.leaves_;
+  s.all_vars_ = fresh.all_vars_;
+  s.reduce_ = fresh.reduce_;
+  s.kinds_.clear();
+  stages_.insert(it, std::make_unique<Stage>(local));
+  return local;
+}
+
+Stage& Schedule::pack(const std::string& input, size_t dim, int64_t block) {
+  auto pit = placeholders_.find(input);
+  if (pit == placeholders_.end()) {
+    throw UserError(str("pack: '", input, "' is not an input of this workload"));
+  }
+  const Tensor& in = pit->second;
+  if (dim >= in->shape.size()) {
+    throw UserError(str("pack of ", input, ": dimension ", dim, " out of range (tensor has ",
+                        in->shape.size(), ")"));
+  }
+  if (block < 1) throw UserError(str("pack of ", input, ": block ", block, " must be at least 1"));
+  if (has_stage(input + ".pack")) throw UserError(str("pack of ", input, ": already packed"));
+  int64_t extent = in->shape[dim];
+  int64_t blocks = (extent + block - 1) / block;
+  // Packed shape: [blocks, other dims..., block].
+  std::vector<int64_t> shape = {blocks};
+  std::vector<std::string> names = {"b"};
+  for (size_t d = 0; d < in->shape.size(); ++d) {
+    if (d == dim) continue;
+    shape.push_back(in->shape[d]);
+    names.push_back("d" + std::to_string(d));
+  }
+  shape.push_back(block);
+  names.push_back("x");
+  Tensor packed = compute(input + ".pack", shape, names, [&](const std::vector<Expr>& ax) {
+    std::vector<Expr> idx;
+    size_t k = 1;
+    Expr orig = ax[0] * block + ax.back();
+    for (size_t d = 0; d < in->shape.size(); ++d) idx.push_back(d == dim ? orig : ax[k++]);
+    if (extent % block == 0) return read(in, idx);
+    return select(orig < Expr(extent), read(in, idx), f32(0.0));
+  });
+  replace_reads(input, [&](const TensorRead* r) {
+    std::vector<Expr> idx = {r->indices[dim] / block};
+    for (size_t d = 0; d < r->indices.size(); ++d) {
+      if (d != dim) idx.push_back(r->indices[d]);
+    }
+    idx.push_back(r->indices[dim] % block);
+    return TensorRead::make(packed, idx);
+  });
+  stages_.insert(stages_.begin(), std::make_unique<Stage>(packed));
+  return *stages_.front();
+}
+
+}  // namespace tf::ir

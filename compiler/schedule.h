@@ -1,0 +1,129 @@
+// Schedules: how to loop over a tensor expression, separate from what it computes.
+//
+// A Schedule has one Stage per compute operation. A stage starts with one loop per axis
+// (spatial axes, then reduction axes) and is reshaped by primitives:
+//   split / tile / fuse / reorder          change the loop nest
+//   vectorize / unroll / parallel          annotate one loop
+//   compute_at / compute_inline / compute_root   place the stage relative to its consumer
+//   cache_write                            accumulate a reduction in a local buffer, then store
+//   pack                                   copy an input into a blocked layout first
+// Lowering (compiler/schedule_ops.h) turns the result into loop IR. Extents that a split
+// factor does not divide are handled with guards, so every schedule computes the same values.
+//
+// Operations are looked up by name during lowering, so primitives that replace an operation
+// (cache_write, pack) keep consumers valid by keeping names unique.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/te.h"
+
+namespace tf::ir {
+
+struct Relation {
+  enum class Kind { Split, Fuse };
+  Kind kind;
+  // Split: parent -> (outer, inner) with `factor` (or `nparts` outer iterations).
+  // Fuse: (outer, inner) -> fused.
+  Expr parent, outer, inner, fused;
+  int64_t factor = 0;
+  int64_t nparts = 0;
+};
+
+class Stage {
+ public:
+  enum class Attach { Root, Inline, At };
+
+  Stage(Tensor op);
+
+  const Tensor& op() const { return op_; }
+  const std::string& name() const { return op_->name; }
+
+  // The variable of the loop named `name` (a root axis or one made by split/fuse).
+  Expr axis(const std::string& name) const;
+
+  // Splits `var` into an outer and an inner loop; the inner one runs `factor` times.
+  std::pair<Expr, Expr> split(const Expr& var, int64_t factor);
+  // Splits `var` into `nparts` outer iterations.
+  std::pair<Expr, Expr> split_nparts(const Expr& var, int64_t nparts);
+  // Splits x and y and orders the loops (x.outer, y.outer, x.inner, y.inner).
+  std::vector<Expr> tile(const Expr& x, const Expr& y, int64_t fx, int64_t fy);
+  // Fuses two adjacent loops, outer first, into one.
+  Expr fuse(const Expr& outer, const Expr& inner);
+  // Puts the given loops in this order, at the positions they occupy now.
+  void reorder(const std::vector<Expr>& order);
+  void vectorize(const Expr& var);
+  void unroll(const Expr& var);
+  void parallel(const Expr& var);
+
+  // Computes this stage inside the loop `var` of its only consumer `consumer`; its buffer then
+  // covers just the region one iteration of that loop needs.
+  void compute_at(Stage& consumer, const Expr& var);
+  void compute_inline();
+  void compute_root();
+
+  Attach attach() const { return attach_; }
+  const Stage* attach_stage() const { return attach_stage_; }
+  const Expr& attach_var() const { return attach_var_; }
+  const std::vector<Expr>& leaves() const { return leaves_; }
+  const std::vector<Relation>& relations() const { return relations_; }
+  ForKind kind_of(const Expr& var) const;
+  bool is_reduce_var(const Expr& var) const;
+  std::string var_name(const Expr& var) const;
+
+ private:
+  friend class Schedule;
+  void check_leaf(const Expr& var, const char* primitive) const;
+  size_t leaf_index(const Expr& var, const char* primitive) const;
+  Expr new_var(const std::string& name, bool reduce);
+
+  Tensor op_;
+  Attach attach_ = Attach::Root;
+  const Stage* attach_stage_ = nullptr;
+  Expr attach_var_;
+  std::vector<Expr> leaves_;
+  std::vector<Expr> all_vars_;
+  std::vector<Relation> relations_;
+  std::map<const ExprNode*, ForKind> kinds_;
+  std::map<const ExprNode*, bool> reduce_;
+};
+
+class Schedule {
+ public:
+  // A schedule for every compute operation that `output` depends on.
+  explicit Schedule(const Tensor& output);
+
+  Stage& operator[](const Tensor& t);
+  Stage& stage(const std::string& name);
+  bool has_stage(const std::string& name) const;
+  const Tensor& output() const { return output_; }
+  // Stages in dependency order: every stage after the stages it reads.
+  std::vector<Stage*> stages();
+  // Inputs (placeholders) by name.
+  const std::map<std::string, Tensor>& placeholders() const { return placeholders_; }
+
+  // For a reduction stage `t`: a new stage `<t>.local` accumulates the reduction, and `t`
+  // becomes a copy of it. Returns the new tensor; compute_at it into `t` to keep the
+  // accumulators in registers.
+  Tensor cache_write(const Tensor& t);
+
+  // Copies input `input` into a blocked layout where dimension `dim` is split into
+  // ceil(extent/block) blocks and the block offset becomes the innermost dimension; e.g.
+  // B[K][N] with dim=1, block=16 becomes B.pack[N/16][K][16] (zero-filled past N). Every
+  // reader of `input` reads the packed copy instead. Returns the packed tensor's stage.
+  Stage& pack(const std::string& input, size_t dim, int64_t block);
+
+ private:
+  void replace_reads(const std::string& name,
+                     const std::function<Expr(const TensorRead*)>& rewrite);
+  void set_op(Stage& s, Tensor op);
+
+  Tensor output_;
+  std::vector<std::unique_ptr<Stage>> stages_;  // in dependency order
+  std::map<std::string, Tensor> placeholders_;
+};
+
+}  // namespace tf::ir

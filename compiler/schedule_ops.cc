@@ -1,0 +1,431 @@
+#include "compiler/schedule_ops.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "compiler/error.h"
+#include "compiler/ir_mutator.h"
+#include "compiler/simplify.h"
+
+namespace tf::ir {
+namespace {
+
+// Where a tensor's elements live: element `idx` is at linear((idx - mins), extents).
+struct BufferInfo {
+  std::vector<Expr> mins;
+  std::vector<int64_t> extents;
+};
+
+Expr linear_index(const std::vector<Expr>& idx, const BufferInfo& b) {
+  Expr index = 0;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    index = index * Expr(b.extents[d]) + (idx[d] - b.mins[d]);
+  }
+  return index;
+}
+
+// A symbolic inclusive range [lo, hi].
+struct SymRange {
+  Expr lo, hi;
+};
+
+// Symbolic interval of `e` when the variables in `varying` take every value of their range
+// and all others stay fixed. nullopt when the expression is not understood.
+std::optional<SymRange> sym_bounds(const Expr& e, const RangeMap& varying) {
+  bool uses_varying = false;
+  post_order(e, [&](const Expr& x) { uses_varying |= x.kind() == ExprKind::Var && varying.count(x.get()); });
+  if (!uses_varying) return SymRange{e, e};
+  switch (e.kind()) {
+    case ExprKind::Var: {
+      Interval r = varying.at(e.get());
+      return SymRange{r.lo, r.hi};
+    }
+    case ExprKind::Add:
+    case ExprKind::Sub:
+    case ExprKind::Min:
+    case ExprKind::Max: {
+      const Binary* b = e.as<Binary>();
+      auto x = sym_bounds(b->a, varying), y = sym_bounds(b->b, varying);
+      if (!x || !y) return std::nullopt;
+      if (e.kind() == ExprKind::Add) return SymRange{x->lo + y->lo, x->hi + y->hi};
+      if (e.kind() == ExprKind::Sub) return SymRange{x->lo - y->hi, x->hi - y->lo};
+      if (e.kind() == ExprKind::Min) return SymRange{min(x->lo, y->lo), min(x->hi, y->hi)};
+      return SymRange{max(x->lo, y->lo), max(x->hi, y->hi)};
+    }
+    case ExprKind::Mul: {
+      const Binary* b = e.as<Binary>();
+      const int64_t* c = as_const_int(b->b);
+      Expr other = b->a;
+      if (!c) {
+        c = as_const_int(b->a);
+        other = b->b;
+      }
+      if (!c) return std::nullopt;
+      auto x = sym_bounds(other, varying);
+      if (!x) return std::nullopt;
+      if (*c >= 0) return SymRange{x->lo * *c, x->hi * *c};
+      return SymRange{x->hi * *c, x->lo * *c};
+    }
+    case ExprKind::Div: {
+      const Binary* b = e.as<Binary>();
+      const int64_t* c = as_const_int(b->b);
+      if (!c || *c <= 0) return std::nullopt;
+      auto x = sym_bounds(b->a, varying);
+      if (!x) return std::nullopt;
+      return SymRange{x->lo / *c, x->hi / *c};
+    }
+    case ExprKind::Mod: {
+      const Binary* b = e.as<Binary>();
+      const int64_t* c = as_const_int(b->b);
+      if (!c || *c <= 0) return std::nullopt;
+      return SymRange{0, *c - 1};
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+class Lowerer {
+ public:
+  explicit Lowerer(Schedule& sch) : sch_(sch) {
+    for (Stage* s : sch_.stages()) {
+      by_name_[s->name()] = s;
+      if (s->attach() == Stage::Attach::At) attached_[s->attach_stage()].push_back(s);
+    }
+    for (const auto& [name, t] : sch_.placeholders()) {
+      buffers_[name] = BufferInfo{std::vector<Expr>(t->shape.size(), Expr(0)), t->shape};
+    }
+    check_attachments();
+  }
+
+  Stmt lower() {
+    const Stage& out = sch_[sch_.output()];
+    if (out.attach() != Stage::Attach::Root) {
+      throw UserError(str("the output stage ", out.name(), " must be computed at root"));
+    }
+    // Root stages in dependency order; each non-output one owns a heap buffer that lives
+    // until the end of the function.
+    std::vector<Stage*> roots;
+    for (Stage* s : sch_.stages()) {
+      if (s->attach() == Stage::Attach::Root) {
+        roots.push_back(s);
+        buffers_[s->name()] = full_buffer(*s);
+      }
+    }
+    Stmt result;
+    for (auto it = roots.rbegin(); it != roots.rend(); ++it) {
+      Stage* s = *it;
+      const BufferInfo& b = buffers_[s->name()];
+      Stmt nest = make_stage(*s, b);
+      if (s == &out) {
+        result = nest;
+        continue;
+      }
+      result = Allocate::make(s->name(), Type::float32(), size_of(b), MemScope::Heap,
+                              Block::make({nest, result}));
+    }
+    return result;
+  }
+
+ private:
+  static int64_t size_of(const BufferInfo& b) {
+    int64_t n = 1;
+    for (int64_t e : b.extents) n *= e;
+    return n;
+  }
+
+  static BufferInfo full_buffer(const Stage& s) {
+    return BufferInfo{std::vector<Expr>(s.op()->shape.size(), Expr(0)), s.op()->shape};
+  }
+
+  // Every stage computed at another is read by that stage only.
+  void check_attachments() {
+    for (Stage* s : sch_.stages()) {
+      if (s->attach() != Stage::Attach::At) continue;
+      const Stage* at = s->attach_stage();
+      if (at->attach() == Stage::Attach::Inline) {
+        throw UserError(str("stage ", s->name(), " is computed at ", at->name(), ", which is inlined"));
+      }
+      for (Stage* reader : sch_.stages()) {
+        if (reader == at || reader->attach() == Stage::Attach::Inline) continue;
+        for (const Tensor& in : inputs_of(reader->op())) {
+          if (in->name == s->name()) {
+            throw UserError(str("stage ", s->name(), " is computed at ", at->name(),
+                                " but is also read by ", reader->name()));
+          }
+        }
+      }
+    }
+  }
+
+  // Replaces reads of inlined stages by their bodies, and all other reads by loads.
+  Expr lower_reads(const Expr& e) {
+    class Reads : public IRMutator {
+     public:
+      explicit Reads(Lowerer& l) : l_(l) {}
+      Expr mutate_expr(const Expr& e) override {
+        Expr x = IRMutator::mutate_expr(e);
+        const TensorRead* r = x.as<TensorRead>();
+        if (!r) return x;
+        auto st = l_.by_name_.find(r->op->name);
+        if (st != l_.by_name_.end() && st->second->attach() == Stage::Attach::Inline) {
+          const Operation& op = *st->second->op();
+          VarMap m;
+          for (size_t d = 0; d < op.axes.size(); ++d) m[op.axes[d].var.get()] = r->indices[d];
+          return mutate_expr(substitute(op.body, m));
+        }
+        auto b = l_.buffers_.find(r->op->name);
+        TF_CHECK(b != l_.buffers_.end(), "no buffer for ", r->op->name);
+        return Load::make(Type::float32(), r->op->name, linear_index(r->indices, b->second));
+      }
+
+     private:
+      Lowerer& l_;
+    };
+    Reads reads(*this);
+    return reads.mutate_expr(e);
+  }
+
+  // All reads of `name` in `e`, with reads of inlined stages expanded.
+  void collect_reads(const Expr& e, const std::string& name, std::vector<std::vector<Expr>>& out) {
+    post_order(e, [&](const Expr& x) {
+      const TensorRead* r = x.as<TensorRead>();
+      if (!r) return;
+      if (r->op->name == name) {
+        out.push_back(r->indices);
+        return;
+      }
+      auto st = by_name_.find(r->op->name);
+      if (st != by_name_.end() && st->second->attach() == Stage::Attach::Inline) {
+        const Operation& op = *st->second->op();
+        VarMap m;
+        for (size_t d = 0; d < op.axes.size(); ++d) m[op.axes[d].var.get()] = r->indices[d];
+        collect_reads(substitute(op.body, m), name, out);
+      }
+    });
+  }
+
+  // The region of `p` that one iteration of leaf `pos` of `s` reads; `body` is s's body
+  // in terms of its leaves.
+  BufferInfo infer_region(const Stage& p, const Expr& body, const std::vector<Expr>& leaves,
+                          const std::map<const ExprNode*, int64_t>& extents, size_t pos) {
+    RangeMap varying;
+    for (size_t i = pos + 1; i < leaves.size(); ++i) {
+      varying[leaves[i].get()] = Interval{0, extents.at(leaves[i].get()) - 1};
+    }
+    std::vector<std::vector<Expr>> reads;
+    collect_reads(body, p.name(), reads);
+    TF_CHECK(!reads.empty(), "stage ", p.name(), " is attached where it is not read");
+    BufferInfo region;
+    const std::vector<int64_t>& shape = p.op()->shape;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      Expr lo, hi;
+      bool known = true;
+      for (const auto& idx : reads) {
+        auto r = sym_bounds(simplify(idx[d], ranges_), varying);
+        if (!r) {
+          known = false;
+          break;
+        }
+        lo = lo ? min(lo, r->lo) : r->lo;
+        hi = hi ? max(hi, r->hi) : r->hi;
+      }
+      Expr ext = known ? simplify(hi - lo + 1, ranges_) : Expr();
+      const int64_t* c = ext ? as_const_int(ext) : nullptr;
+      std::optional<Interval> bound = ext ? const_bounds(ext, ranges_) : std::nullopt;
+      if (c && *c <= shape[d]) {
+        region.mins.push_back(simplify(lo, ranges_));
+        region.extents.push_back(*c);
+      } else if (bound && bound->hi < shape[d]) {
+        region.mins.push_back(simplify(lo, ranges_));
+        region.extents.push_back(std::max<int64_t>(bound->hi, 1));
+      } else {
+        region.mins.push_back(0);
+        region.extents.push_back(shape[d]);
+      }
+    }
+    return region;
+  }
+
+  // The loop nest of stage `s` computing the region `b` of its output.
+  Stmt make_stage(Stage& s, const BufferInfo& b) {
+    const Operation& op = *s.op();
+    // Extents of every variable, from the root extents through the relations.
+    std::map<const ExprNode*, int64_t> ext;
+    for (size_t d = 0; d < op.axes.size(); ++d) ext[op.axes[d].var.get()] = b.extents[d];
+    for (const IterVar& iv : op.reduce_axes) ext[iv.var.get()] = iv.extent;
+    for (const Relation& r : s.relations()) {
+      if (r.kind == Relation::Kind::Split) {
+        int64_t e = ext.at(r.parent.get());
+        int64_t inner = r.factor ? r.factor : (e + r.nparts - 1) / r.nparts;
+        ext[r.inner.get()] = inner;
+        ext[r.outer.get()] = r.factor ? (e + r.factor - 1) / r.factor : r.nparts;
+      } else {
+        ext[r.fused.get()] = ext.at(r.outer.get()) * ext.at(r.inner.get());
+      }
+    }
+    const std::vector<Expr>& leaves = s.leaves();
+    size_t first_reduce = leaves.size();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (s.is_reduce_var(leaves[i])) {
+        first_reduce = i;
+        break;
+      }
+    }
+    // Values of the root variables in terms of the leaves.
+    VarMap value;
+    for (const Expr& v : leaves) value[v.get()] = v;
+    for (auto it = s.relations().rbegin(); it != s.relations().rend(); ++it) {
+      if (it->kind == Relation::Kind::Split) {
+        int64_t inner = ext.at(it->inner.get());
+        Expr base = value.at(it->outer.get()) * Expr(inner);
+        if (shift_inwards(s, *it, ext.at(it->parent.get()), inner, first_reduce)) {
+          base = min(base, Expr(ext.at(it->parent.get()) - inner));
+        }
+        value[it->parent.get()] = base + value.at(it->inner.get());
+      } else {
+        Expr f = value.at(it->fused.get());
+        int64_t inner = ext.at(it->inner.get());
+        value[it->outer.get()] = f / inner;
+        value[it->inner.get()] = f % inner;
+      }
+    }
+    for (const Expr& v : leaves) ranges_[v.get()] = Interval{0, ext.at(v.get()) - 1};
+
+    // Root axes: relative (in the buffer) and actual (in the tensor) values, and guards.
+    VarMap actual;
+    std::vector<Expr> rel_idx;
+    Expr spatial_guard, reduce_guard;
+    for (size_t d = 0; d < op.axes.size(); ++d) {
+      Expr rel = simplify(value.at(op.axes[d].var.get()), ranges_);
+      Expr act = simplify(b.mins[d] + rel, ranges_);
+      rel_idx.push_back(rel);
+      actual[op.axes[d].var.get()] = act;
+      spatial_guard = logical_and(spatial_guard, guard(rel, b.extents[d]));
+      if (!equal(rel, act)) spatial_guard = logical_and(spatial_guard, guard(act, op.shape[d]));
+    }
+    for (const IterVar& iv : op.reduce_axes) {
+      Expr v = simplify(value.at(iv.var.get()), ranges_);
+      actual[iv.var.get()] = v;
+      reduce_guard = logical_and(reduce_guard, guard(v, iv.extent));
+    }
+
+    // Regions of the stages computed inside this one, before its body reads them.
+    Expr body_te = substitute(op.body, actual);
+    std::map<const ExprNode*, std::vector<Stage*>> inner_stages;
+    if (auto it = attached_.find(&s); it != attached_.end()) {
+      for (Stage* p : it->second) {
+        size_t pos = std::find_if(leaves.begin(), leaves.end(),
+                                  [&](const Expr& v) { return v.same_as(p->attach_var()); }) - leaves.begin();
+        if (pos == leaves.size()) {
+          throw UserError(str("stage ", p->name(), " is computed at '", p->attach_var().as<Var>()->name,
+                              "', which is no longer a loop of ", s.name()));
+        }
+        buffers_[p->name()] = infer_region(*p, body_te, leaves, ext, pos);
+        inner_stages[p->attach_var().get()].push_back(p);
+      }
+    }
+
+    // The innermost statement: the update, or the plain store.
+    Expr index = linear_index(rel_idx, BufferInfo{std::vector<Expr>(rel_idx.size(), Expr(0)), b.extents});
+    const Reduce* red = body_te.as<Reduce>();
+    Stmt update;
+    Stmt init;
+    if (red) {
+      Expr src = lower_reads(red->source);
+      Expr old = Load::make(Type::float32(), s.name(), index);
+      Expr combined = red->reduce == ReduceKind::Sum ? old + src : max(old, src);
+      update = Store::make(s.name(), combined, index);
+      init = Store::make(s.name(), red->identity(), index);
+      if (spatial_guard) init = IfThenElse::make(spatial_guard, init);
+    } else {
+      update = Store::make(s.name(), lower_reads(body_te), index);
+    }
+    Expr all_guards = logical_and(spatial_guard, reduce_guard);
+    if (all_guards) update = IfThenElse::make(all_guards, update);
+
+    // Loops, innermost first. The init nest sits right before the outermost reduction loop
+    // and loops over the spatial leaves inside it.
+    Stmt init_nest;
+    if (init) {
+      init_nest = init;
+      for (size_t i = leaves.size(); i-- > first_reduce;) {
+        if (s.is_reduce_var(leaves[i])) continue;
+        init_nest = For::make(leaves[i], 0, ext.at(leaves[i].get()), s.kind_of(leaves[i]), init_nest);
+      }
+    }
+    Stmt nest = update;
+    if (!leaves.empty()) nest = with_inner_stages(inner_stages, leaves.back(), nest);
+    for (size_t i = leaves.size(); i-- > 0;) {
+      const Expr& v = leaves[i];
+      Stmt loop = For::make(v, 0, ext.at(v.get()), s.kind_of(v), nest);
+      if (i == first_reduce) loop = Block::make({init_nest, loop});
+      nest = loop;
+      // Stages computed at the loop outside this one go at the top of its body.
+      if (i > 0) nest = with_inner_stages(inner_stages, leaves[i - 1], nest);
+    }
+    if (init && leaves.empty()) nest = Block::make({init_nest, nest});
+    return nest;
+  }
+
+  Stmt with_inner_stages(const std::map<const ExprNode*, std::vector<Stage*>>& inner,
+                         const Expr& var, const Stmt& body) {
+    auto it = inner.find(var.get());
+    if (it == inner.end()) return body;
+    Stmt result = body;
+    for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
+      const BufferInfo& b = buffers_.at((*p)->name());
+      Stmt nest = make_stage(**p, b);
+      int64_t n = size_of(b);
+      MemScope scope = n * 4 <= kMaxStackBytes ? MemScope::Local : MemScope::Heap;
+      result = Allocate::make((*p)->name(), Type::float32(), n, scope, Block::make({nest, result}));
+    }
+    return result;
+  }
+
+  // Whether a split that does not divide its extent may shift its last tile inwards, to
+  // overlap the previous one, instead of guarding (Halide's ShiftInwards tail strategy).
+  // Elements in the overlap are computed twice with the same result, so this needs every
+  // tile to compute its elements completely: the stage is not a reduction, or the outer loop
+  // of the split encloses the init nest and all reduction loops. The tile must also fit.
+  static bool shift_inwards(const Stage& s, const Relation& r, int64_t extent, int64_t inner,
+                            size_t first_reduce) {
+    if (extent % inner == 0 || extent < inner || s.is_reduce_var(r.parent)) return false;
+    if (!s.op()->reduce()) return true;
+    const auto& leaves = s.leaves();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (leaves[i].same_as(r.outer)) return i < first_reduce;
+    }
+    return false;  // the outer loop was split or fused again
+  }
+
+  // `0 <= v < extent`, or null when the loop ranges already prove it.
+  Expr guard(const Expr& v, int64_t extent) {
+    auto r = const_bounds(v, ranges_);
+    Expr g;
+    if (!r || r->lo < 0) g = v >= 0;
+    if (!r || r->hi >= extent) g = logical_and(g, v < Expr(extent));
+    return g;
+  }
+
+  Schedule& sch_;
+  std::map<std::string, Stage*> by_name_;
+  std::map<const Stage*, std::vector<Stage*>> attached_;
+  std::map<std::string, BufferInfo> buffers_;
+  RangeMap ranges_;
+};
+
+}  // namespace
+
+LoweredFunc schedule_to_loops(Schedule& sch, const std::vector<Tensor>& inputs, const std::string& name) {
+  LoweredFunc f;
+  f.name = name;
+  for (const Tensor& t : inputs) f.args.push_back({t->name, t->shape, ArgRole::Input});
+  f.args.push_back({sch.output()->name, sch.output()->shape, ArgRole::Output});
+  Lowerer l(sch);
+  f.body = l.lower();
+  return f;
+}
+
+}  // namespace tf::ir

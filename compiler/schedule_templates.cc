@@ -1,0 +1,316 @@
+#include "compiler/schedule_templates.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "compiler/error.h"
+
+namespace tf {
+namespace {
+
+using ir::Expr;
+using ir::Schedule;
+using ir::Stage;
+using json = nlohmann::json;
+
+enum class KnobType { Int, Bool, Choice };
+
+// A knob as the template declares it: validation bounds and how the default is chosen.
+struct KnobDef {
+  const char* name;
+  KnobType type;
+  const char* help;
+  int64_t max = 0;                   // Int: values from 1 to max
+  std::vector<std::string> choices;  // Choice
+};
+
+bool is_dense(const std::string& op) { return op == "matmul" || op == "batch_matmul"; }
+
+const std::vector<KnobDef>& knob_defs(const std::string& op) {
+  static const std::vector<KnobDef> dense = {
+      {"tile_m", KnobType::Int, "rows of C per register tile (unrolled)", 64, {}},
+      {"tile_n", KnobType::Int, "columns of C per register tile (vectorized)", 256, {}},
+      {"unroll_k", KnobType::Int, "unroll factor of the reduction loop", 64, {}},
+      {"pack_b", KnobType::Bool, "copy B into [N/tile_n][K][tile_n] panels first", 0, {}},
+      {"order", KnobType::Choice, "outer tile loop order: mn (rows outer) or nm (columns outer)", 0, {"mn", "nm"}},
+      {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
+      {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+      {"parallel", KnobType::Bool, "run the outermost tile loop on all threads", 0, {}},
+  };
+  static const std::vector<KnobDef> conv_nchw = {
+      {"tile_k", KnobType::Int, "output channels per register tile (unrolled)", 64, {}},
+      {"tile_w", KnobType::Int, "output columns per register tile (vectorized)", 256, {}},
+      {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
+      {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
+      {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+      {"parallel", KnobType::Bool, "run the outermost loop on all threads", 0, {}},
+  };
+  static const std::vector<KnobDef> conv_nhwc = {
+      {"tile_k", KnobType::Int, "output channels per register tile (vectorized)", 256, {}},
+      {"tile_w", KnobType::Int, "output columns per register tile (unrolled)", 64, {}},
+      {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
+      {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
+      {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+      {"parallel", KnobType::Bool, "run the outermost loop on all threads", 0, {}},
+  };
+  static const std::vector<KnobDef> depthwise = {
+      {"tile_w", KnobType::Int, "output columns per tile (vectorized)", 256, {}},
+      {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
+      {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
+      {"unroll", KnobType::Bool, "unroll the filter window", 0, {}},
+      {"parallel", KnobType::Bool, "run the outermost loop on all threads", 0, {}},
+  };
+  if (is_dense(op)) return dense;
+  if (op == "conv2d_nchw") return conv_nchw;
+  if (op == "conv2d_nhwc") return conv_nhwc;
+  TF_CHECK(op == "depthwise_conv2d_nchw", "no template for ", op);
+  return depthwise;
+}
+
+// The first preference that divides `extent`, else the first preference.
+int64_t pick(int64_t extent, std::vector<int64_t> prefs) {
+  for (int64_t p : prefs) {
+    if (p >= 1 && extent % p == 0) return p;
+  }
+  return std::max<int64_t>(prefs.front(), 1);
+}
+
+int64_t out_extent(const OpGraph& g, size_t dim) { return g.output->shape[dim]; }
+
+// The stage that accumulates the reduction (made with cache_write when the reduction is the
+// output) and the stage that writes the output.
+std::pair<Stage*, Stage*> acc_and_writer(Schedule& s, const OpGraph& g) {
+  if (g.acc == g.output) {
+    ir::Tensor local = s.cache_write(g.output);
+    return {&s.stage(local->name), &s.stage(g.output->name)};
+  }
+  return {&s.stage(g.acc->name), &s.stage(g.output->name)};
+}
+
+// The padded copy, computed at root in parallel, or inlined.
+void schedule_pad(Schedule& s, const OpGraph& g, const json& c, int lanes) {
+  if (!g.pad) return;
+  Stage& p = s.stage(g.pad->name);
+  if (c["inline_pad"].get<bool>()) {
+    p.compute_inline();
+    return;
+  }
+  const auto& ax = g.pad->axes;
+  if (c["parallel"].get<bool>()) p.parallel(p.fuse(ax[0].var, ax[1].var));
+  if (c["vectorize"].get<bool>()) p.vectorize(p.split(ax[3].var, lanes).second);
+}
+
+void schedule_dense(Schedule& s, const OpGraph& g, const json& c) {
+  bool batch = g.workload.op == "batch_matmul";
+  int64_t tm = c["tile_m"], tn = c["tile_n"], uk = c["unroll_k"];
+  bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  auto [acc, out] = acc_and_writer(s, g);
+  if (c["pack_b"].get<bool>()) {
+    Stage& p = s.pack("B", batch ? 2 : 1, tn);
+    const auto& ax = p.op()->axes;
+    if (par) p.parallel(ax[0].var);
+    if (vec) p.vectorize(ax.back().var);
+  }
+  const auto& oax = out->op()->axes;
+  size_t d = batch ? 1 : 0;
+  auto [io, ii] = out->split(oax[d].var, tm);
+  auto [jo, ji] = out->split(oax[d + 1].var, tn);
+  bool rows_outer = c["order"].get<std::string>() == "mn";
+  Expr first = rows_outer ? io : jo, second = rows_outer ? jo : io;
+  out->reorder({first, second, ii, ji});
+  if (vec) out->vectorize(ji);
+  if (unroll) out->unroll(ii);
+  if (par) out->parallel(batch ? out->fuse(oax[0].var, first) : first);
+  acc->compute_at(*out, second);
+
+  const auto& aax = acc->op()->axes;
+  auto [ko, ki] = acc->split(acc->op()->reduce_axes[0].var, uk);
+  std::vector<Expr> order;
+  if (batch) order.push_back(aax[0].var);
+  order.insert(order.end(), {ko, ki, aax[d].var, aax[d + 1].var});
+  acc->reorder(order);
+  if (vec) acc->vectorize(aax[d + 1].var);
+  if (unroll) {
+    acc->unroll(aax[d].var);
+    acc->unroll(ki);
+  }
+}
+
+void schedule_conv_nchw(Schedule& s, const OpGraph& g, const json& c, int lanes) {
+  int64_t tk = c["tile_k"], tw = c["tile_w"];
+  bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  schedule_pad(s, g, c, lanes);
+  auto [acc, out] = acc_and_writer(s, g);
+  const auto& o = out->op()->axes;  // n, k, oh, ow
+  auto [ko, ki] = out->split(o[1].var, tk);
+  auto [wo, wi] = out->split(o[3].var, tw);
+  out->reorder({o[0].var, ko, o[2].var, wo, ki, wi});
+  if (vec) out->vectorize(wi);
+  if (unroll) out->unroll(ki);
+  if (par) out->parallel(out->fuse(o[0].var, ko));
+  acc->compute_at(*out, wo);
+  const auto& a = acc->op()->axes;
+  const auto& r = acc->op()->reduce_axes;  // rc, rr, rs
+  acc->reorder({a[0].var, a[2].var, r[0].var, r[1].var, r[2].var, a[1].var, a[3].var});
+  if (vec) acc->vectorize(a[3].var);
+  if (unroll) acc->unroll(a[1].var);
+}
+
+void schedule_conv_nhwc(Schedule& s, const OpGraph& g, const json& c, int lanes) {
+  int64_t tk = c["tile_k"], tw = c["tile_w"];
+  bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  schedule_pad(s, g, c, lanes);
+  auto [acc, out] = acc_and_writer(s, g);
+  const auto& o = out->op()->axes;  // n, oh, ow, k
+  auto [wo, wi] = out->split(o[2].var, tw);
+  auto [ko, ki] = out->split(o[3].var, tk);
+  out->reorder({o[0].var, o[1].var, wo, ko, wi, ki});
+  if (vec) out->vectorize(ki);
+  if (unroll) out->unroll(wi);
+  if (par) out->parallel(out->fuse(o[0].var, o[1].var));
+  acc->compute_at(*out, ko);
+  const auto& a = acc->op()->axes;
+  const auto& r = acc->op()->reduce_axes;  // rr, rs, rc
+  acc->reorder({a[0].var, a[1].var, r[0].var, r[1].var, r[2].var, a[2].var, a[3].var});
+  if (vec) acc->vectorize(a[3].var);
+  if (unroll) acc->unroll(a[2].var);
+}
+
+void schedule_depthwise(Schedule& s, const OpGraph& g, const json& c, int lanes) {
+  int64_t tw = c["tile_w"];
+  bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  schedule_pad(s, g, c, lanes);
+  auto [acc, out] = acc_and_writer(s, g);
+  const auto& o = out->op()->axes;  // n, c, oh, ow
+  auto [wo, wi] = out->split(o[3].var, tw);
+  if (vec) out->vectorize(wi);
+  if (par) out->parallel(out->fuse(o[0].var, o[1].var));
+  acc->compute_at(*out, wo);
+  const auto& a = acc->op()->axes;
+  const auto& r = acc->op()->reduce_axes;  // rr, rs
+  acc->reorder({a[0].var, a[1].var, a[2].var, r[0].var, r[1].var, a[3].var});
+  if (vec) acc->vectorize(a[3].var);
+  if (unroll) acc->unroll(r[1].var);
+}
+
+std::string knob_list(const std::string& op) {
+  std::string s;
+  for (const KnobDef& k : knob_defs(op)) s += (s.empty() ? "" : ", ") + std::string(k.name);
+  return s;
+}
+
+void check_value(const std::string& op, const KnobDef& k, const json& v) {
+  std::string shown = v.dump();
+  switch (k.type) {
+    case KnobType::Int:
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > k.max) {
+        throw UserError(str("config knob ", k.name, "=", shown, " for ", op,
+                            ": must be an integer from 1 to ", k.max));
+      }
+      return;
+    case KnobType::Bool:
+      if (!v.is_boolean()) {
+        throw UserError(str("config knob ", k.name, "=", shown, " for ", op, ": must be true or false"));
+      }
+      return;
+    case KnobType::Choice: {
+      std::string all;
+      for (const std::string& c : k.choices) {
+        if (v.is_string() && v.get<std::string>() == c) return;
+        all += (all.empty() ? "" : ", ") + c;
+      }
+      throw UserError(str("config knob ", k.name, "=", shown, " for ", op, ": must be one of ", all));
+    }
+  }
+}
+
+}  // namespace
+
+std::string template_name(const std::string& op) {
+  if (is_dense(op)) return "dense.cpu.v1";
+  return op + ".cpu.v1";
+}
+
+json default_config(const OpGraph& g, const Target& t) {
+  int64_t lanes = t.vector_lanes();
+  const std::string& op = g.workload.op;
+  json c;
+  bool wide = lanes >= 16;  // AVX-512: 32 vector registers
+  if (is_dense(op)) {
+    size_t d = op == "batch_matmul" ? 1 : 0;
+    int64_t m = out_extent(g, d), n = out_extent(g, d + 1);
+    c["tile_n"] = pick(n, {2 * lanes, lanes, lanes / 2});
+    c["tile_m"] = pick(m, wide ? std::vector<int64_t>{8, 6, 4, 2} : std::vector<int64_t>{4, 6, 2});
+    c["unroll_k"] = 4;
+    c["pack_b"] = m >= 16;
+    c["order"] = "nm";
+  } else if (op == "conv2d_nchw") {
+    c["tile_k"] = pick(out_extent(g, 1), {wide ? 8 : 4, 4, 2});
+    c["tile_w"] = pick(out_extent(g, 3), {lanes, lanes / 2, 4});
+    c["inline_pad"] = false;
+  } else if (op == "conv2d_nhwc") {
+    c["tile_k"] = pick(out_extent(g, 3), {2 * lanes, lanes, lanes / 2});
+    c["tile_w"] = pick(out_extent(g, 2), {wide ? 6 : 4, 4, 2});
+    c["inline_pad"] = false;
+  } else {
+    c["tile_w"] = pick(out_extent(g, 3), {lanes, lanes / 2, 4});
+    c["inline_pad"] = false;
+  }
+  c["vectorize"] = true;
+  c["unroll"] = true;
+  c["parallel"] = true;
+  return c;
+}
+
+std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t) {
+  json def = default_config(g, t);
+  std::vector<KnobSpec> out;
+  for (const KnobDef& k : knob_defs(g.workload.op)) {
+    KnobSpec spec{k.name, k.help, {}};
+    if (k.type == KnobType::Bool) {
+      spec.candidates = {true, false};
+    } else if (k.type == KnobType::Choice) {
+      for (const std::string& c : k.choices) spec.candidates.push_back(c);
+    } else {
+      for (int64_t v : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
+        if (v <= k.max) spec.candidates.push_back(v);
+      }
+    }
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+json complete_config(const OpGraph& g, const Target& t, const json& config) {
+  const std::string& op = g.workload.op;
+  if (!config.is_null() && !config.is_object()) {
+    throw UserError(str("config ", config.dump(), " is not a JSON object of knobs"));
+  }
+  json c = default_config(g, t);
+  if (config.is_null()) return c;
+  for (const auto& [key, value] : config.items()) {
+    const auto& defs = knob_defs(op);
+    auto it = std::find_if(defs.begin(), defs.end(), [&](const KnobDef& k) { return key == k.name; });
+    if (it == defs.end()) {
+      throw UserError(str("config knob '", key, "' is not a knob of ", template_name(op), " (knobs: ",
+                          knob_list(op), ")"));
+    }
+    check_value(op, *it, value);
+    c[key] = value;
+  }
+  return c;
+}
+
+Schedule apply_config(const OpGraph& g, const Target& t, const json& config) {
+  json c = complete_config(g, t, config);
+  Schedule s(g.output);
+  int lanes = t.vector_lanes();
+  const std::string& op = g.workload.op;
+  if (is_dense(op)) schedule_dense(s, g, c);
+  else if (op == "conv2d_nchw") schedule_conv_nchw(s, g, c, lanes);
+  else if (op == "conv2d_nhwc") schedule_conv_nhwc(s, g, c, lanes);
+  else schedule_depthwise(s, g, c, lanes);
+  return s;
+}
+
+}  // namespace tf

@@ -1,0 +1,39 @@
+// The simplifier and the constant range analysis it is built on.
+//
+// Integer expressions are normalized into linear form (sum of coefficient * atom, plus a
+// constant), which cancels terms like `(io*4 + ii) - io*4`. Division and modulo by a positive
+// constant use the ranges of the loop variables in scope, so `(jo*32 + ji)/32` becomes `jo`
+// when 0 <= ji < 32. Vector expressions fold Ramp/Broadcast arithmetic, so a vectorized
+// index stays a Ramp the code generator can turn into one contiguous load.
+//
+// The simplifier never changes what a program computes; floating-point arithmetic is left
+// alone apart from broadcasting.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+
+#include "compiler/ir.h"
+
+namespace tf::ir {
+
+// An inclusive range of integer values.
+struct Interval {
+  int64_t lo, hi;
+};
+
+// Known ranges of variables, by variable node.
+using RangeMap = std::map<const ExprNode*, Interval>;
+
+// The range of an integer expression (per lane, for vectors), or nullopt when unknown.
+std::optional<Interval> const_bounds(const Expr& e, const RangeMap& ranges);
+
+Expr simplify(const Expr& e, const RangeMap& ranges = {});
+
+// Simplifies a statement; loop variables get their ranges from the loops that bind them.
+// Loops of extent 1 are replaced by their body, loops of extent 0 and branches that are
+// never taken are removed.
+Stmt simplify(const Stmt& s, const RangeMap& ranges = {});
+
+}  // namespace tf::ir

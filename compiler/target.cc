@@ -1,0 +1,138 @@
+#include "compiler/target.h"
+
+#include <llvm/ADT/StringMap.h>
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/Triple.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "compiler/error.h"
+
+namespace tf {
+namespace {
+
+void init_llvm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+  });
+}
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream is(s);
+  std::vector<std::string> out;
+  for (std::string w; is >> w;) out.push_back(w);
+  return out;
+}
+
+// The host's features that differ from what its CPU name implies (a VM often hides some),
+// so `native` gets a short, exact -mattr.
+std::string host_feature_delta(const llvm::Target& t, const std::string& triple, const std::string& cpu) {
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(t.createMCSubtargetInfo(triple, cpu, ""));
+  std::set<std::string> known;
+  for (const llvm::SubtargetFeatureKV& kv : sti->getAllProcessorFeatures()) known.insert(kv.Key);
+  std::map<std::string, bool> host;  // sorted, so the text is stable
+  for (const auto& kv : llvm::sys::getHostCPUFeatures()) host[kv.first().str()] = kv.second;
+  std::string delta;
+  for (const auto& [name, on] : host) {
+    if (!known.count(name) || sti->checkFeatures("+" + name) == on) continue;
+    delta += (delta.empty() ? "" : ",") + std::string(on ? "+" : "-") + name;
+  }
+  return delta;
+}
+
+}  // namespace
+
+std::string Target::str() const {
+  if (kind == "cuda") return "cuda -arch=" + arch;
+  if (kind == "rocm") return "rocm -mcpu=" + cpu;
+  std::string s = "llvm -mtriple=" + triple + " -mcpu=" + cpu;
+  if (!features.empty()) s += " -mattr=" + features;
+  return s;
+}
+
+std::string Target::arch_name() const {
+  if (kind != "llvm") return kind;
+  return llvm::Triple(triple).getArchName().str();
+}
+
+int Target::vector_lanes() const {
+  if (kind != "llvm") return 1;
+  init_llvm();
+  std::string err;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, err);
+  TF_CHECK(t, "target ", triple, " vanished: ", err);
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(t->createMCSubtargetInfo(triple, cpu, features));
+  llvm::Triple tt(triple);
+  if (tt.isX86()) {
+    if (sti->checkFeatures("+avx512f")) return 16;
+    if (sti->checkFeatures("+avx")) return 8;
+    return 4;
+  }
+  return 4;  // NEON, and a safe width elsewhere
+}
+
+Target parse_target(const std::string& spec) {
+  std::vector<std::string> w = words(spec);
+  if (w.empty()) throw UserError("empty target string (try 'llvm -mcpu=native')");
+  Target t;
+  t.kind = w[0];
+  if (t.kind != "llvm" && t.kind != "cuda" && t.kind != "rocm") {
+    throw UserError(str("target '", spec, "': unknown kind '", t.kind, "' (llvm, cuda, rocm)"));
+  }
+  for (size_t i = 1; i < w.size(); ++i) {
+    size_t eq = w[i].find('=');
+    if (w[i].rfind("-", 0) != 0 || eq == std::string::npos || eq + 1 == w[i].size()) {
+      throw UserError(str("target '", spec, "': option '", w[i], "' is not -key=value"));
+    }
+    std::string key = w[i].substr(1, eq - 1), value = w[i].substr(eq + 1);
+    if (t.kind == "llvm" && key == "mtriple") t.triple = value;
+    else if (t.kind != "cuda" && key == "mcpu") t.cpu = value;
+    else if (t.kind == "llvm" && key == "mattr") t.features = value;
+    else if (t.kind == "cuda" && key == "arch") t.arch = value;
+    else throw UserError(str("target '", spec, "': unknown option -", key, " for ", t.kind));
+  }
+  if (t.kind == "cuda") {
+    if (t.arch.rfind("sm_", 0) != 0) throw UserError(str("target '", spec, "': cuda needs -arch=sm_XX"));
+    return t;
+  }
+  if (t.kind == "rocm") {
+    if (t.cpu.rfind("gfx", 0) != 0) throw UserError(str("target '", spec, "': rocm needs -mcpu=gfxXXX"));
+    return t;
+  }
+  init_llvm();
+  bool native = t.cpu == "native";
+  t.triple = llvm::Triple::normalize(t.triple.empty() ? llvm::sys::getDefaultTargetTriple() : t.triple);
+  std::string err;
+  const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
+  if (!lt) throw UserError(str("target '", spec, "': no LLVM backend for triple ", t.triple));
+  if (native) {
+    if (llvm::Triple(t.triple).getArch() != llvm::Triple(llvm::sys::getDefaultTargetTriple()).getArch()) {
+      throw UserError(str("target '", spec, "': -mcpu=native names this machine's CPU, but the triple is ",
+                          t.triple));
+    }
+    t.cpu = llvm::sys::getHostCPUName().str();
+    if (t.features.empty()) t.features = host_feature_delta(*lt, t.triple, t.cpu);
+  }
+  if (t.cpu.empty()) t.cpu = "generic";
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(lt->createMCSubtargetInfo(t.triple, t.cpu, ""));
+  if (t.cpu != "generic" && !sti->isCPUStringValid(t.cpu)) {
+    throw UserError(str("target '", spec, "': unknown CPU '", t.cpu, "' for ", t.triple));
+  }
+  return t;
+}
+
+Target host_target() { return parse_target("llvm -mcpu=native"); }
+
+}  // namespace tf

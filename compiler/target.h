@@ -1,0 +1,36 @@
+// Targets, named with TVM's strings:
+//   llvm                                   the host triple, generic CPU
+//   llvm -mcpu=native                      the host triple and this machine's CPU and features
+//   llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon
+//   cuda -arch=sm_80, rocm -mcpu=gfx906    parsed and stored; code generation not yet written
+// parse_target resolves `native` to the concrete CPU name, so str() is the same text on
+// every machine that means the same target, which makes it usable as a database key.
+#pragma once
+
+#include <string>
+
+namespace tf {
+
+struct Target {
+  std::string kind;      // llvm, cuda, rocm
+  std::string triple;    // llvm: normalized triple, e.g. x86_64-pc-linux-gnu
+  std::string cpu;       // llvm: -mcpu (generic when not given); rocm: gfx name
+  std::string features;  // llvm: -mattr, comma separated, e.g. +neon,+fp-armv8
+  std::string arch;      // cuda: sm_80
+
+  // The canonical text of the target.
+  std::string str() const;
+  bool is_cpu() const { return kind == "llvm"; }
+  // x86_64, aarch64, ... (from the triple); for GPUs the kind.
+  std::string arch_name() const;
+  // float32 lanes of the widest vector register: 16 with AVX-512, 8 with AVX, 4 with SSE/NEON.
+  int vector_lanes() const;
+};
+
+// Throws UserError for an unknown kind or option, or a triple LLVM has no backend for.
+Target parse_target(const std::string& spec);
+
+// The target for this machine: `llvm -mcpu=native` resolved.
+Target host_target();
+
+}  // namespace tf

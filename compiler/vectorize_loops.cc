@@ -1,0 +1,121 @@
+#include "compiler/vectorize_loops.h"
+
+#include "compiler/ir_mutator.h"
+
+namespace tf::ir {
+namespace {
+
+// Rewrites the body of one vectorized loop; `failure` says why when it cannot.
+class LaneRewriter : public IRMutator {
+ public:
+  LaneRewriter(const Expr& var, Expr ramp) : var_(var), ramp_(std::move(ramp)) {}
+
+  std::string failure;
+
+  Expr mutate_expr(const Expr& e) override {
+    if (e.same_as(var_)) return ramp_;
+    return IRMutator::mutate_expr(e);
+  }
+
+  Stmt mutate_stmt(const Stmt& s) override {
+    if (!failure.empty()) return s;
+    switch (s.kind()) {
+      case StmtKind::Store: {
+        const Store* st = s.as<Store>();
+        Expr v = mutate_expr(st->value), i = mutate_expr(st->index);
+        if (!i.type().is_vector()) {
+          failure = "store to " + st->buffer + " does not vary across lanes";
+          return s;
+        }
+        if (!v.type().is_vector()) v = Broadcast::make(v, i.type().lanes);
+        return Store::make(st->buffer, v, i);
+      }
+      case StmtKind::IfThenElse: {
+        const IfThenElse* n = s.as<IfThenElse>();
+        Expr c = mutate_expr(n->cond);
+        if (c.type().is_vector()) {
+          failure = "condition differs between lanes";
+          return s;
+        }
+        Stmt t = mutate_stmt(n->then_case);
+        Stmt f = n->else_case ? mutate_stmt(n->else_case) : Stmt();
+        return IfThenElse::make(c, t, f);
+      }
+      case StmtKind::For: {
+        const For* f = s.as<For>();
+        Expr mn = mutate_expr(f->min), ext = mutate_expr(f->extent);
+        if (mn.type().is_vector() || ext.type().is_vector()) {
+          failure = "inner loop bounds differ between lanes";
+          return s;
+        }
+        return For::make(f->var, mn, ext, f->for_kind == ForKind::Parallel ? ForKind::Serial : f->for_kind,
+                         mutate_stmt(f->body));
+      }
+      case StmtKind::LetStmt: {
+        const LetStmt* l = s.as<LetStmt>();
+        Expr v = mutate_expr(l->value);
+        if (v.type().is_vector()) return mutate_stmt(substitute(l->body, {{l->var.get(), l->value}}));
+        return LetStmt::make(l->var, v, mutate_stmt(l->body));
+      }
+      case StmtKind::Allocate:
+        failure = "allocation inside the loop";
+        return s;
+      case StmtKind::Block:
+        return IRMutator::mutate_stmt(s);
+    }
+    return s;
+  }
+
+ private:
+  Expr var_, ramp_;
+};
+
+class Vectorizer : public IRMutator {
+ public:
+  explicit Vectorizer(std::vector<std::string>* notes) : notes_(notes) {}
+
+  Stmt mutate_stmt(const Stmt& s) override {
+    const For* f = s.as<For>();
+    if (!f || f->for_kind != ForKind::Vectorized) return IRMutator::mutate_stmt(s);
+    Stmt body = mutate_stmt(f->body);
+    const int64_t* n = as_const_int(f->extent);
+    std::string why;
+    if (!n) why = "extent is not a constant";
+    else if (*n > 64) why = "extent " + std::to_string(*n) + " exceeds 64 lanes";
+    if (why.empty() && *n == 1) return substitute(body, {{f->var.get(), f->min}});
+    if (why.empty()) {
+      LaneRewriter lanes(f->var, Ramp::make(f->min, 1, static_cast<int>(*n)));
+      Stmt v = lanes.mutate_stmt(body);
+      if (lanes.failure.empty()) return v;
+      why = lanes.failure;
+    }
+    if (notes_) notes_->push_back("loop " + f->var.as<Var>()->name + " not vectorized: " + why);
+    return For::make(f->var, f->min, f->extent, ForKind::Serial, body);
+  }
+
+ private:
+  std::vector<std::string>* notes_;
+};
+
+class Devectorizer : public IRMutator {
+ public:
+  Stmt mutate_stmt(const Stmt& s) override {
+    const For* f = s.as<For>();
+    if (!f || f->for_kind != ForKind::Vectorized) return IRMutator::mutate_stmt(s);
+    return For::make(f->var, f->min, f->extent, ForKind::Serial, mutate_stmt(f->body));
+  }
+};
+
+}  // namespace
+
+Stmt devectorize_loops(const Stmt& s) {
+  Devectorizer d;
+  return d.mutate_stmt(s);
+}
+
+Stmt vectorize_loops(const Stmt& s, std::vector<std::string>* notes) {
+  Vectorizer v(notes);
+  return v.mutate_stmt(s);
+}
+
+}  // namespace tf::ir

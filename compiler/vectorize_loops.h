@@ -1,0 +1,23 @@
+// vectorize_loops: turns each loop marked vectorized into one iteration over vector lanes.
+//
+// The loop variable becomes Ramp(min, 1, extent) and every expression that depends on it a
+// vector; the simplifier then folds the ramps, so contiguous accesses become plain vector
+// loads and stores. A loop that cannot be vectorized exactly (a store whose address does not
+// vary with the lanes, a condition that differs between lanes, an allocation inside, an
+// extent that is not constant) is kept as a serial loop, and the reason is recorded.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/ir.h"
+
+namespace tf::ir {
+
+// `notes`, when given, receives one line per loop left serial, with the reason.
+Stmt vectorize_loops(const Stmt& s, std::vector<std::string>* notes = nullptr);
+
+// Marks every vectorized loop serial; what the pipeline runs when vectorize_loops is skipped.
+Stmt devectorize_loops(const Stmt& s);
+
+}  // namespace tf::ir

@@ -1,0 +1,83 @@
+#include "rpc_server/kernel_library.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace tf {
+
+KernelLibrary::KernelLibrary(const std::string& path, const std::string& function) {
+  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) throw std::runtime_error("cannot load kernel library " + path + ": " + dlerror());
+  fn_ = dlsym(handle_, function.c_str());
+  if (!fn_) {
+    std::string err = dlerror();
+    dlclose(handle_);
+    throw std::runtime_error("kernel library " + path + " has no function " + function + ": " + err);
+  }
+}
+
+KernelLibrary::~KernelLibrary() {
+  if (handle_) dlclose(handle_);
+}
+
+int KernelLibrary::call(const std::vector<float*>& a) const {
+  using F1 = int (*)(float*);
+  using F2 = int (*)(float*, float*);
+  using F3 = int (*)(float*, float*, float*);
+  using F4 = int (*)(float*, float*, float*, float*);
+  using F5 = int (*)(float*, float*, float*, float*, float*);
+  switch (a.size()) {
+    case 1: return reinterpret_cast<F1>(fn_)(a[0]);
+    case 2: return reinterpret_cast<F2>(fn_)(a[0], a[1]);
+    case 3: return reinterpret_cast<F3>(fn_)(a[0], a[1], a[2]);
+    case 4: return reinterpret_cast<F4>(fn_)(a[0], a[1], a[2], a[3]);
+    case 5: return reinterpret_cast<F5>(fn_)(a[0], a[1], a[2], a[3], a[4]);
+    default:
+      throw std::invalid_argument("kernels take 1 to 5 arguments, not " + std::to_string(a.size()));
+  }
+}
+
+TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o) {
+  using clock = std::chrono::steady_clock;
+  TimingResult r;
+  r.status = k.call(args);  // warm-up
+  if (r.status != 0) return r;
+  int number = std::max(o.number, 1);
+  for (int rep = 0; rep < std::max(o.repeat, 1); ++rep) {
+    while (true) {
+      auto start = clock::now();
+      for (int i = 0; i < number; ++i) {
+        r.status = k.call(args);
+        if (r.status != 0) return r;
+      }
+      double s = std::chrono::duration<double>(clock::now() - start).count();
+      // Grow `number` until one sample lasts at least min_repeat_ms (only for the first).
+      if (rep == 0 && s * 1e3 < o.min_repeat_ms && number < (1 << 24)) {
+        double scale = s > 0 ? o.min_repeat_ms / (s * 1e3) : 10.0;
+        number = static_cast<int>(std::min<double>(number * std::max(1.5, scale * 1.1), 1 << 24));
+        continue;
+      }
+      r.samples_s.push_back(s / number);
+      break;
+    }
+  }
+  r.number = number;
+  return r;
+}
+
+void fill_random(float* data, int64_t n, uint64_t seed) {
+  uint64_t x = seed;
+  for (int64_t i = 0; i < n; ++i) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    data[i] = static_cast<float>(static_cast<double>(z >> 40) / double(1 << 24) * 2.0 - 1.0);
+  }
+}
+
+}  // namespace tf

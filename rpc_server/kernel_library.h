@@ -1,0 +1,51 @@
+// Loading and calling compiled kernels: the board side of the kernel ABI.
+//
+// A kernel library is a `.so` exporting `int F(float* a0, ..., float* an)`: inputs, then the
+// output, all contiguous row-major float32 (compiler/driver.h writes them). This file has no
+// compiler dependency, so the board's rpc_server can use it without LLVM.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tf {
+
+// The most arguments a kernel may take (data, weight, bias, output).
+constexpr size_t kMaxKernelArgs = 8;
+
+class KernelLibrary {
+ public:
+  // Throws std::runtime_error with dlerror()'s text when the library or symbol is missing.
+  KernelLibrary(const std::string& path, const std::string& function);
+  ~KernelLibrary();
+  KernelLibrary(const KernelLibrary&) = delete;
+  KernelLibrary& operator=(const KernelLibrary&) = delete;
+
+  // Calls the kernel; returns its status (0 is success).
+  int call(const std::vector<float*>& args) const;
+
+ private:
+  void* handle_ = nullptr;
+  void* fn_ = nullptr;
+};
+
+struct TimingOptions {
+  int number = 1;            // calls per sample (grown until a sample lasts min_repeat_ms)
+  int repeat = 3;            // samples
+  double min_repeat_ms = 0;  // lower bound on one sample's duration
+};
+
+struct TimingResult {
+  std::vector<double> samples_s;  // per-call time in seconds, one per sample
+  int number = 0;                 // calls per sample actually used
+  int status = 0;                 // the kernel's return value; nonzero stops timing
+};
+
+// One discarded warm-up call, then `repeat` samples of `number` calls each.
+TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o);
+
+// Deterministic inputs in [-1, 1) from a seed (splitmix64), the same on every board.
+void fill_random(float* data, int64_t n, uint64_t seed);
+
+}  // namespace tf

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every Debian package tunefarm needs to build, test and benchmark.
+# Idempotent: packages already present are skipped by apt-get, and the package
+# index is refreshed once per run only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  cmake ninja-build g++ pkg-config
+  # compiler
+  llvm-19-dev lld-19 llvm-19-tools libzstd-dev zlib1g-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
+  # services, database, cost model, CLI
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libsqlite3-dev sqlite3 libxgboost-dev libboost-dev nlohmann-json3-dev libcli11-dev
+  # tests
+  libgtest-dev libgmock-dev python3 python3-numpy openssl
+  # aarch64 stand-in for a Raspberry Pi
+  qemu-user g++-aarch64-linux-gnu libgomp1-arm64-cross
+  # peers for benchmarks
+  libopenblas-dev libdnnl-dev
+  # parallel runtime the generated kernels link against
+  libgomp1
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,252 @@
+// The `tunefarm` command line: one binary, one subcommand per task.
+//
+// Exit status: 0 on success, 2 for a mistake in what the user asked (bad workload, target,
+// config or option; the message names it), 1 when the world failed (I/O, linking, a kernel
+// that returned an error or computed a wrong answer).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "compiler/driver.h"
+#include "compiler/error.h"
+#include "compiler/ir_printer.h"
+#include "compiler/reference.h"
+#include "compiler/schedule_templates.h"
+#include "rpc_server/kernel_library.h"
+
+namespace tf {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kDefaultTarget = "llvm -mcpu=native";
+
+json parse_config_arg(const std::string& arg) {
+  if (arg.empty()) return json();
+  std::string text = arg;
+  if (arg[0] == '@') {
+    std::ifstream f(arg.substr(1));
+    if (!f) throw UserError(str("--config ", arg, ": cannot read file ", arg.substr(1)));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = ss.str();
+  }
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw UserError(str("--config ", arg, ": not valid JSON (", e.what(), ")"));
+  }
+}
+
+struct CompileArgs {
+  std::string workload, target = kDefaultTarget, config, name, emit = "so", out;
+  std::vector<std::string> skip, dump;
+  bool time_passes = false, list_passes = false;
+};
+
+int cmd_compile(const CompileArgs& a) {
+  if (a.list_passes) {
+    for (const PassInfo& p : lowering_passes()) {
+      std::printf("%-18s %s%s\n", p.name, p.help, p.skippable ? "" : " (always runs)");
+    }
+    return 0;
+  }
+  if (a.workload.empty()) throw UserError("--workload is required");
+  if (a.out.empty()) throw UserError("-o OUT is required");
+  Workload w = parse_workload(a.workload);
+  Target t = parse_target(a.target);
+  EmitKind kind = parse_emit_kind(a.emit);
+  json config = parse_config_arg(a.config);
+  LowerOptions opts;
+  opts.skip = {a.skip.begin(), a.skip.end()};
+  opts.dump = {a.dump.begin(), a.dump.end()};
+  opts.dump_stream = &std::cerr;
+  CompiledKernel k = compile_kernel(w, t, config, config.is_null() ? "default" : "given", a.name, opts);
+  if (k.config_source == "default") {
+    std::fprintf(stderr, "warning: no tuned config for %s on %s; using the default schedule\n",
+                 w.canonical().c_str(), t.str().c_str());
+  }
+  for (const std::string& n : k.lowered.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+  write_kernel(k, kind, a.out);
+  if (a.time_passes) {
+    for (const PassTiming& p : k.lowered.timings) std::fprintf(stderr, "pass %-18s %8.3f ms\n", p.pass.c_str(), p.ms);
+  }
+  std::printf("wrote %s%s\n", a.out.c_str(), kind == EmitKind::SharedLibrary ? (" and " + a.out + ".json").c_str() : "");
+  return 0;
+}
+
+int cmd_describe(const std::string& spec, const std::string& target, bool as_json) {
+  Workload w = parse_workload(spec);
+  OpGraph g = build_op(w);
+  Target t = parse_target(target);
+  json d = {{"workload", w.canonical()}, {"op", w.op}, {"args", describe_args(g)}, {"flops", g.flops},
+            {"template", template_name(w.op)}, {"target", t.str()}, {"default_config", default_config(g, t)}};
+  if (as_json) {
+    std::printf("%s\n", d.dump(2).c_str());
+    return 0;
+  }
+  std::printf("workload  %s\nflops     %lld\nargs (call order):\n", w.canonical().c_str(),
+              static_cast<long long>(g.flops));
+  int i = 0;
+  for (const json& arg : d["args"]) {
+    std::string shape;
+    for (const json& s : arg["shape"]) shape += (shape.empty() ? "" : ", ") + std::to_string(s.get<int64_t>());
+    std::printf("  %d  %-8s %-6s float32[%s]\n", i++, arg["name"].get<std::string>().c_str(),
+                arg["role"].get<std::string>().c_str(), shape.c_str());
+  }
+  std::printf("template  %s\ndefault config on %s:\n  %s\n", template_name(w.op).c_str(), t.str().c_str(),
+              d["default_config"].dump().c_str());
+  return 0;
+}
+
+struct RunArgs {
+  std::string workload, config;
+  int repeat = 5, number = 1;
+  double min_repeat_ms = 100;
+  bool check = true, as_json = false;
+};
+
+// Compiles for this machine, runs and times the kernel, checks it against the reference.
+int cmd_run(const RunArgs& a) {
+  if (a.workload.empty()) throw UserError("--workload is required");
+  if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
+  if (a.number < 1) throw UserError(str("--number ", a.number, " must be at least 1"));
+  Workload w = parse_workload(a.workload);
+  Target t = host_target();
+  json config = parse_config_arg(a.config);
+  CompiledKernel k = compile_kernel(w, t, config, config.is_null() ? "default" : "given", "");
+  if (k.config_source == "default") {
+    std::fprintf(stderr, "warning: no tuned config for %s on %s; using the default schedule\n",
+                 w.canonical().c_str(), t.str().c_str());
+  }
+  fs::path dir = fs::temp_directory_path() / ("tunefarm-run-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string so = (dir / "kernel.so").string();
+  struct Cleanup {
+    fs::path d;
+    ~Cleanup() { std::error_code ec; fs::remove_all(d, ec); }
+  } cleanup{dir};
+  write_kernel(k, EmitKind::SharedLibrary, so);
+
+  std::vector<std::vector<float>> bufs;
+  std::vector<float*> args;
+  std::vector<const float*> inputs;
+  uint64_t seed = 1;
+  for (const ir::Tensor& in : k.graph.inputs) {
+    int64_t n = 1;
+    for (int64_t d : in->shape) n *= d;
+    bufs.emplace_back(static_cast<size_t>(n));
+    fill_random(bufs.back().data(), n, seed++);
+  }
+  int64_t out_n = 1;
+  for (int64_t d : k.graph.output->shape) out_n *= d;
+  bufs.emplace_back(static_cast<size_t>(out_n));
+  for (auto& b : bufs) args.push_back(b.data());
+  for (size_t i = 0; i + 1 < bufs.size(); ++i) inputs.push_back(bufs[i].data());
+
+  KernelLibrary lib(so, k.name);
+  TimingResult r = time_kernel(lib, args, {a.number, a.repeat, a.min_repeat_ms});
+  if (r.status != 0) {
+    std::fprintf(stderr, "error: kernel returned %d\n", r.status);
+    return 1;
+  }
+  std::vector<double> s = r.samples_s;
+  std::sort(s.begin(), s.end());
+  double median = s[s.size() / 2];
+  double gflops = static_cast<double>(k.graph.flops) / median * 1e-9;
+
+  double max_err = 0;
+  bool ok = true;
+  if (a.check) {
+    std::vector<float> ref(static_cast<size_t>(out_n));
+    reference_compute(w, inputs, ref.data());
+    const std::vector<float>& got = bufs.back();
+    for (int64_t i = 0; i < out_n; ++i) {
+      double err = std::fabs(double(got[i]) - ref[i]) / (1.0 + std::fabs(double(ref[i])));
+      if (!(err <= 1e-3)) ok = false;  // also catches NaN
+      max_err = std::max(max_err, std::isnan(err) ? INFINITY : err);
+    }
+  }
+  json out = {{"workload", w.canonical()}, {"target", t.str()}, {"config", k.config},
+              {"config_source", k.config_source}, {"median_s", median}, {"gflops", gflops},
+              {"samples_s", r.samples_s}, {"number", r.number},
+              {"check", a.check ? (ok ? "ok" : "wrong answer") : "skipped"}, {"max_rel_error", max_err}};
+  if (a.as_json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("workload  %s\ntarget    %s\nconfig    %s (%s)\ntime      %.6f ms (median of %d, %d calls each)\n"
+                "speed     %.2f GFLOPS\ncheck     %s",
+                w.canonical().c_str(), t.str().c_str(), k.config.dump().c_str(), k.config_source.c_str(),
+                median * 1e3, a.repeat, r.number, gflops, out["check"].get<std::string>().c_str());
+    if (a.check) std::printf(" (max relative error %.2e)", max_err);
+    std::printf("\n");
+  }
+  if (!ok) {
+    std::fprintf(stderr, "error: kernel output differs from the reference (max relative error %g)\n", max_err);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tf
+
+int main(int argc, char** argv) {
+  CLI::App app{"tunefarm: autotune tensor kernels for a farm of boards"};
+  app.require_subcommand(1);
+
+  tf::CompileArgs ca;
+  CLI::App* compile = app.add_subcommand("compile", "Compile a workload into a kernel library (or IR, asm, object)");
+  compile->add_option("--workload,-w", ca.workload, "workload spec, e.g. 'matmul(M=97,N=131,K=67)'");
+  compile->add_option("--target,-t", ca.target, "target string, e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72'")
+      ->capture_default_str();
+  compile->add_option("--config,-c", ca.config, "schedule config as JSON, or @file");
+  compile->add_option("--name", ca.name, "exported function name (default: the operator name)");
+  compile->add_option("--emit", ca.emit, "output kind: so, obj, asm, llvm, loop-ir")->capture_default_str();
+  compile->add_option("-o,--output", ca.out, "output file");
+  compile->add_option("--skip-pass", ca.skip, "skip a lowering pass (repeatable)");
+  compile->add_option("--dump-pass", ca.dump, "print loop IR after a pass to stderr, or 'all' (repeatable)");
+  compile->add_flag("--time-passes", ca.time_passes, "print the time of each lowering pass");
+  compile->add_flag("--list-passes", ca.list_passes, "list the lowering passes and exit");
+
+  std::string dw, dt = tf::kDefaultTarget;
+  bool djson = false;
+  CLI::App* describe = app.add_subcommand("describe", "Show a workload's arguments, shapes, FLOPs and default config");
+  describe->add_option("workload", dw, "workload spec")->required();
+  describe->add_option("--target,-t", dt, "target for the default config")->capture_default_str();
+  describe->add_flag("--json", djson, "print JSON");
+
+  tf::RunArgs ra;
+  bool no_check = false;
+  CLI::App* run = app.add_subcommand("run", "Compile for this machine, run, time and check a kernel");
+  run->add_option("--workload,-w", ra.workload, "workload spec")->required();
+  run->add_option("--config,-c", ra.config, "schedule config as JSON, or @file");
+  run->add_option("--repeat", ra.repeat, "timed samples")->capture_default_str();
+  run->add_option("--number", ra.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
+  run->add_option("--min-repeat-ms", ra.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
+  run->add_flag("--no-check", no_check, "skip the comparison with the reference implementation");
+  run->add_flag("--json", ra.as_json, "print JSON");
+
+  CLI11_PARSE(app, argc, argv);
+  ra.check = !no_check;
+  try {
+    if (*compile) return tf::cmd_compile(ca);
+    if (*describe) return tf::cmd_describe(dw, dt, djson);
+    if (*run) return tf::cmd_run(ra);
+  } catch (const tf::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
