@@ -154,6 +154,7 @@ class CodeGen {
       phi->addIncoming(fv, else_end);
       return phi;
     }
+    if (!c->getType()->isVectorTy()) c = b_.CreateVectorSplat(static_cast<unsigned>(s->type.lanes), c);
     llvm::Value* outer = mask_;
     mask_ = outer ? b_.CreateAnd(outer, c) : c;
     llvm::Value* tv = expr(s->t);

@@ -1,0 +1,92 @@
+#include "tests/compiler/kernel_harness.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "compiler/codegen_llvm.h"
+#include "compiler/link.h"
+#include "compiler/reference.h"
+#include "rpc_server/kernel_library.h"
+
+namespace tf::testing {
+namespace fs = std::filesystem;
+
+std::string Comparison::str() const {
+  std::ostringstream os;
+  os << "status " << status << ", max abs error " << max_abs_error << " at " << worst_index
+     << " (tolerance " << tolerance << ")";
+  return os.str();
+}
+
+std::string temp_dir() {
+  static std::string dir = [] {
+    std::string tmpl = (fs::temp_directory_path() / "tunefarm-test-XXXXXX").string();
+    std::string d = mkdtemp(tmpl.data());
+    static struct Remove {
+      std::string d;
+      ~Remove() { std::error_code ec; fs::remove_all(d, ec); }
+    } remove{d};
+    return d;
+  }();
+  return dir;
+}
+
+int64_t reduction_size(const OpGraph& g) {
+  int64_t n = 1;
+  for (const ir::IterVar& iv : g.acc->reduce_axes) n *= iv.extent;
+  return n;
+}
+
+Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t seed) {
+  static std::atomic<int> counter{0};
+  Target host = host_target();
+  std::string base = temp_dir() + "/k" + std::to_string(counter++);
+  CodegenResult obj = codegen_llvm(f, host, CodegenOutput::Object);
+  {
+    std::ofstream o(base + ".o", std::ios::binary);
+    o << obj.data;
+  }
+  link_shared_library(base + ".o", base + ".so", host, obj.uses_openmp, obj.uses_libm);
+
+  std::vector<std::vector<float>> bufs;
+  std::vector<const float*> inputs;
+  for (const ir::Tensor& t : g.inputs) {
+    int64_t n = 1;
+    for (int64_t d : t->shape) n *= d;
+    bufs.emplace_back(static_cast<size_t>(n));
+    fill_random(bufs.back().data(), n, seed++);
+  }
+  int64_t out_n = 1;
+  for (int64_t d : g.output->shape) out_n *= d;
+  // NaN-filled output: a kernel that skips an element cannot pass.
+  bufs.emplace_back(static_cast<size_t>(out_n), std::nanf(""));
+  std::vector<float*> args;
+  for (auto& b : bufs) args.push_back(b.data());
+  for (size_t i = 0; i + 1 < bufs.size(); ++i) inputs.push_back(bufs[i].data());
+
+  KernelLibrary lib(base + ".so", f.name);
+  Comparison c;
+  c.status = lib.call(args);
+  std::vector<float> ref(static_cast<size_t>(out_n));
+  reference_compute(g.workload, inputs, ref.data());
+  // float32 accumulation of n terms in [-1, 1]: error grows with n.
+  c.tolerance = 1e-5 + 2e-7 * static_cast<double>(reduction_size(g));
+  const std::vector<float>& got = bufs.back();
+  for (int64_t i = 0; i < out_n; ++i) {
+    double err = std::fabs(double(got[i]) - double(ref[i]));
+    if (std::isnan(err)) err = INFINITY;
+    if (err > c.max_abs_error || c.worst_index < 0) {
+      c.max_abs_error = err;
+      c.worst_index = i;
+    }
+  }
+  return c;
+}
+
+}  // namespace tf::testing

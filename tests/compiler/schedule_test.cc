@@ -1,0 +1,183 @@
+// Schedule primitives one at a time on hand-written schedules (compiled and run for real),
+// and the user errors each primitive and the config parser can raise.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "compiler/error.h"
+#include "compiler/ir_printer.h"
+#include "compiler/lower.h"
+#include "compiler/schedule_templates.h"
+#include "tests/compiler/kernel_harness.h"
+
+namespace tf {
+namespace {
+
+using ir::Expr;
+using ir::Schedule;
+using ir::Stage;
+
+OpGraph graph(const char* spec) { return build_op(parse_workload(spec)); }
+
+// Lowers `g` scheduled by `f`, runs it and checks it against the reference.
+void expect_correct(const OpGraph& g, const std::function<void(Schedule&)>& f) {
+  Schedule s(g.output);
+  f(s);
+  LowerResult r = lower(s, g.inputs, "kernel");
+  testing::Comparison c = testing::run_and_compare(g, r.func);
+  EXPECT_TRUE(c.ok()) << c.str() << "\n" << ir::to_string(r.func);
+}
+
+TEST(Primitives, NoScheduleAtAll) {
+  expect_correct(graph("matmul(M=7,N=5,K=3,epilogue=bias_relu)"), [](Schedule&) {});
+}
+
+TEST(Primitives, SplitFactorThatDoesNotDivide) {
+  OpGraph g = graph("matmul(M=13,N=11,K=7)");
+  expect_correct(g, [&](Schedule& s) {
+    Stage& c = s[g.output];
+    c.split(c.axis("i"), 4);
+    c.split(c.axis("j"), 5);
+    c.split(c.axis("k"), 3);
+  });
+}
+
+TEST(Primitives, SplitNpartsTileReorderFuse) {
+  OpGraph g = graph("matmul(M=10,N=9,K=4)");
+  expect_correct(g, [&](Schedule& s) {
+    Stage& c = s[g.output];
+    c.split_nparts(c.axis("k"), 3);
+    std::vector<Expr> t = c.tile(c.axis("i"), c.axis("j"), 3, 4);
+    Expr f = c.fuse(t[0], t[1]);
+    c.parallel(f);
+    c.reorder({c.axis("k.o"), t[2]});
+  });
+}
+
+TEST(Primitives, VectorizeUnrollParallel) {
+  OpGraph g = graph("matmul(M=9,N=37,K=5,epilogue=relu)");
+  expect_correct(g, [&](Schedule& s) {
+    Stage& out = s[g.output];
+    auto [jo, ji] = out.split(out.axis("j"), 8);
+    out.vectorize(ji);
+    out.parallel(out.axis("i"));
+    Stage& acc = s[g.acc];
+    acc.reorder({acc.axis("i"), acc.axis("k"), acc.axis("j")});
+    auto [ko, ki] = acc.split(acc.axis("k"), 2);
+    acc.unroll(ki);
+  });
+}
+
+TEST(Primitives, CacheWriteComputeAt) {
+  OpGraph g = graph("matmul(M=19,N=23,K=11)");
+  expect_correct(g, [&](Schedule& s) {
+    ir::Tensor local = s.cache_write(g.output);
+    Stage& c = s[g.output];
+    std::vector<Expr> t = c.tile(c.axis("i"), c.axis("j"), 4, 8);
+    c.vectorize(t[3]);
+    Stage& l = s[local];
+    l.compute_at(c, t[1]);
+    l.reorder({l.axis("k"), l.axis("i"), l.axis("j")});
+    l.vectorize(l.axis("j"));
+    l.unroll(l.axis("i"));
+  });
+}
+
+TEST(Primitives, PackAndInline) {
+  OpGraph g = graph("conv2d_nchw(N=1,C=4,H=9,W=9,K=6,R=3,S=3,pad=1)");
+  expect_correct(g, [&](Schedule& s) {
+    s.stage("data_pad").compute_inline();
+    Stage& p = s.pack("weight", 0, 4);  // [K/4][C][R][S][4], zero past K
+    p.vectorize(p.axis("x"));
+  });
+}
+
+TEST(Primitives, PaddedCopyComputedAtRow) {
+  OpGraph g = graph("conv2d_nchw(N=1,C=2,H=6,W=7,K=3,R=3,S=3,pad=1)");
+  expect_correct(g, [&](Schedule& s) {
+    Stage& out = s[g.output];
+    s.stage("data_pad").compute_at(out, out.axis("oh"));
+  });
+}
+
+void expect_user_error(const std::function<void()>& f, const std::string& message) {
+  try {
+    f();
+    FAIL() << "no error; expected: " << message;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
+TEST(PrimitiveErrors, EachNamesTheProblem) {
+  OpGraph g = graph("matmul(M=8,N=8,K=8,epilogue=relu)");
+  Schedule s(g.output);
+  Stage& out = s[g.output];
+  Stage& acc = s[g.acc];
+  expect_user_error([&] { out.axis("q"); }, "has no axis 'q'");
+  expect_user_error([&] { out.split(out.axis("i"), 0); }, "factor 0 must be at least 1");
+  expect_user_error([&] { out.split_nparts(out.axis("i"), -1); }, "nparts -1");
+  expect_user_error([&] { acc.parallel(acc.axis("k")); }, "is a reduction loop");
+  expect_user_error([&] { acc.fuse(acc.axis("j"), acc.axis("k")); }, "cannot fuse reduction loop");
+  expect_user_error([&] { out.fuse(out.axis("j"), out.axis("i")); }, "not adjacent");
+  expect_user_error([&] { out.reorder({out.axis("i"), out.axis("i")}); }, "listed twice");
+  expect_user_error([&] { acc.compute_inline(); }, "a reduction cannot be inlined");
+  expect_user_error([&] { s.pack("Z", 0, 4); }, "'Z' is not an input");
+  expect_user_error([&] { s.pack("A", 5, 4); }, "dimension 5 out of range");
+  expect_user_error([&] { s.cache_write(g.output); }, "only reductions can be cached");
+  expect_user_error([&] { s.stage("nope"); }, "no stage 'nope'");
+  auto [io, ii] = out.split(out.axis("i"), 2);
+  expect_user_error([&] { out.vectorize(out.axis("i")); }, "is not a loop of this stage");
+  (void)io;
+  (void)ii;
+}
+
+TEST(PrimitiveErrors, OutputMustBeAtRoot) {
+  OpGraph g = graph("matmul(M=8,N=8,K=8,epilogue=relu)");
+  Schedule s(g.output);
+  s[g.output].compute_inline();
+  expect_user_error([&] { lower(s, g.inputs, "k"); }, "must be computed at root");
+}
+
+TEST(PrimitiveErrors, ComputeAtNeedsSingleConsumer) {
+  OpGraph g = graph("matmul(M=8,N=8,K=8,epilogue=relu)");
+  Schedule s(g.output);
+  Stage& a = s.pack("A", 0, 4);
+  a.compute_at(s[g.output], s[g.output].axis("i"));  // A.pack is read by acc, not out
+  expect_user_error([&] { lower(s, g.inputs, "k"); }, "is also read by");
+}
+
+TEST(ConfigErrors, EachNamesTheKnobAndValue) {
+  OpGraph g = graph("matmul(M=8,N=8,K=8)");
+  Target t = host_target();
+  using nlohmann::json;
+  expect_user_error([&] { complete_config(g, t, json{{"tile_q", 4}}); }, "knob 'tile_q'");
+  expect_user_error([&] { complete_config(g, t, json{{"tile_m", 0}}); }, "tile_m=0");
+  expect_user_error([&] { complete_config(g, t, json{{"tile_m", 1000}}); }, "from 1 to 64");
+  expect_user_error([&] { complete_config(g, t, json{{"tile_m", "4"}}); }, "tile_m=\"4\"");
+  expect_user_error([&] { complete_config(g, t, json{{"pack_b", 1}}); }, "must be true or false");
+  expect_user_error([&] { complete_config(g, t, json{{"order", "km"}}); }, "must be one of mn, nm");
+  expect_user_error([&] { complete_config(g, t, json::array({1, 2})); }, "is not a JSON object");
+}
+
+TEST(Passes, SkippingAPassKeepsResults) {
+  OpGraph g = graph("matmul(M=21,N=40,K=9,epilogue=bias)");
+  Target t = host_target();
+  for (const char* pass : {"simplify", "unroll_loops", "vectorize_loops", "simplify_vectors"}) {
+    Schedule s = apply_config(g, t, nlohmann::json());
+    LowerOptions o;
+    o.skip = {pass};
+    LowerResult r = lower(s, g.inputs, "kernel", o);
+    testing::Comparison c = testing::run_and_compare(g, r.func);
+    EXPECT_TRUE(c.ok()) << "skipping " << pass << ": " << c.str();
+  }
+  Schedule s = apply_config(g, t, nlohmann::json());
+  LowerOptions o;
+  o.skip = {"schedule_ops"};
+  expect_user_error([&] { lower(s, g.inputs, "k", o); }, "cannot be skipped");
+  o.skip = {"fuse_everything"};
+  expect_user_error([&] { lower(s, g.inputs, "k", o); }, "unknown pass 'fuse_everything'");
+}
+
+}  // namespace
+}  // namespace tf

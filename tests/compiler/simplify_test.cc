@@ -1,0 +1,64 @@
+// The simplifier and range analysis on hand-built expressions.
+#include <gtest/gtest.h>
+
+#include "compiler/ir_printer.h"
+#include "compiler/simplify.h"
+
+namespace tf::ir {
+namespace {
+
+TEST(Simplify, CancelsLinearTerms) {
+  Expr io = Var::make("io"), ii = Var::make("ii");
+  EXPECT_EQ(to_string(simplify((io * 4 + ii) - io * 4)), "ii");
+  EXPECT_EQ(to_string(simplify((io + 3) + (io + -3))), "(io*2)");
+}
+
+TEST(Simplify, DivModUseRanges) {
+  Expr jo = Var::make("jo"), ji = Var::make("ji");
+  RangeMap r = {{ji.get(), {0, 31}}, {jo.get(), {0, 100}}};
+  EXPECT_EQ(to_string(simplify((jo * 32 + ji) / 32, r)), "jo");
+  EXPECT_EQ(to_string(simplify((jo * 32 + ji) % 32, r)), "ji");
+  // Without a range for ji nothing can be proven about ji / 32.
+  EXPECT_EQ(to_string(simplify((jo * 32 + ji) / 32)), "(jo + (ji/32))");
+  EXPECT_EQ(to_string(simplify(Expr(-7) / 2)), "-4");  // floor division
+  EXPECT_EQ(to_string(simplify(Expr(-7) % 2)), "1");
+}
+
+TEST(Simplify, ProvesGuards) {
+  Expr i = Var::make("i");
+  RangeMap r = {{i.get(), {0, 7}}};
+  EXPECT_EQ(to_string(simplify(i < Expr(8), r)), "true");
+  EXPECT_EQ(to_string(simplify(i < Expr(7), r)), "(i < 7)");
+  EXPECT_EQ(to_string(simplify(min(i, Expr(9)), r)), "i");
+}
+
+TEST(Simplify, FoldsRamps) {
+  Expr b = Var::make("b");
+  Expr e = Ramp::make(b * 32, 1, 8) + Broadcast::make(Expr(5), 8);
+  EXPECT_EQ(to_string(simplify(e)), "ramp(((b*32) + 5), 1, 8)");
+  RangeMap r = {{b.get(), {0, 3}}};
+  // Lanes 0..7 of a block of 32 stay in one block.
+  EXPECT_EQ(to_string(simplify(Ramp::make(b * 32, 1, 8) / Broadcast::make(Expr(32), 8), r)), "x8(b)");
+  EXPECT_EQ(to_string(simplify(Ramp::make(b * 32, 1, 8) % Broadcast::make(Expr(32), 8), r)),
+            "ramp(0, 1, 8)");
+}
+
+TEST(Simplify, DropsUnitAndEmptyLoops) {
+  Expr i = Var::make("i");
+  Stmt body = Store::make("out", f32(1.0), i);
+  EXPECT_EQ(to_string(simplify(For::make(i, 3, 1, ForKind::Serial, body))), "out[3] = 1f\n");
+  EXPECT_EQ(to_string(simplify(For::make(i, 0, 0, ForKind::Serial, body))), "");
+}
+
+TEST(ConstBounds, Intervals) {
+  Expr i = Var::make("i");
+  RangeMap r = {{i.get(), {-2, 5}}};
+  auto b = const_bounds(i * -3 + 1, r);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->lo, -14);
+  EXPECT_EQ(b->hi, 7);
+  EXPECT_FALSE(const_bounds(Var::make("unknown"), r));
+}
+
+}  // namespace
+}  // namespace tf::ir

@@ -1,0 +1,77 @@
+// Workload specs: parsing, defaults, the canonical form, and every error path.
+#include <gtest/gtest.h>
+
+#include "compiler/error.h"
+#include "compiler/operators.h"
+#include "compiler/workload.h"
+
+namespace tf {
+namespace {
+
+TEST(Workload, ParsesAndFillsDefaults) {
+  Workload w = parse_workload("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,epilogue=bias_relu)");
+  EXPECT_EQ(w.op, "conv2d_nchw");
+  EXPECT_EQ(w.get("stride"), 1);
+  EXPECT_EQ(w.get("dilation"), 1);
+  EXPECT_EQ(w.get("pad"), 1);
+  EXPECT_EQ(w.epilogue, Epilogue::BiasRelu);
+}
+
+TEST(Workload, CanonicalFormIsUniqueAndReparses) {
+  Workload a = parse_workload("matmul( K=67 , M=97,N=131 )");
+  Workload b = parse_workload("matmul(M=97,N=131,K=67,epilogue=none)");
+  EXPECT_EQ(a.canonical(), "matmul(M=97,N=131,K=67,epilogue=none)");
+  EXPECT_EQ(a.canonical(), b.canonical());
+  EXPECT_EQ(parse_workload(a.canonical()).canonical(), a.canonical());
+}
+
+TEST(Workload, ShapesAndFlops) {
+  OpGraph g = build_op(parse_workload("conv2d_nchw(N=2,C=3,H=13,W=11,K=5,R=3,S=2,stride=2,pad=2,dilation=2)"));
+  // OH = (13 + 4 - 2*2 - 1)/2 + 1 = 7, OW = (11 + 4 - 2*1 - 1)/2 + 1 = 7
+  EXPECT_EQ(g.output->shape, (std::vector<int64_t>{2, 5, 7, 7}));
+  EXPECT_EQ(g.flops, 2 * 2 * 5 * 7 * 7 * 3 * 3 * 2);
+  ASSERT_EQ(g.inputs.size(), 2u);
+  OpGraph b = build_op(parse_workload("batch_matmul(B=2,M=3,N=4,K=5,epilogue=bias)"));
+  ASSERT_EQ(b.inputs.size(), 3u);
+  EXPECT_EQ(b.inputs[2]->name, "bias");
+  EXPECT_EQ(b.inputs[2]->shape, (std::vector<int64_t>{4}));
+}
+
+struct BadSpec {
+  const char* spec;
+  const char* message;  // must appear in the error
+};
+
+class WorkloadErrors : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(WorkloadErrors, NameTheProblem) {
+  try {
+    build_op(parse_workload(GetParam().spec));
+    FAIL() << "accepted " << GetParam().spec;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, WorkloadErrors,
+    ::testing::Values(
+        BadSpec{"gemm(M=1,N=1,K=1)", "unknown operator 'gemm'"},
+        BadSpec{"matmul(M=1,N=1)", "missing key K"},
+        BadSpec{"matmul(M=1,N=1,K=1,Q=3)", "unknown key Q"},
+        BadSpec{"matmul(M=0,N=1,K=1)", "M=0 must be at least 1"},
+        BadSpec{"matmul(M=-4,N=1,K=1)", "M=-4 must be at least 1"},
+        BadSpec{"matmul(M=x,N=1,K=1)", "M=x is not an integer"},
+        BadSpec{"matmul(M=1,M=2,N=1,K=1)", "key M is given twice"},
+        BadSpec{"matmul(M=1,N=1,K=1,epilogue=gelu)", "epilogue 'gelu'"},
+        BadSpec{"matmul M=1", "not of the form"},
+        BadSpec{"matmul(M=1,N=1,K)", "'K' is not key=value"},
+        BadSpec{"matmul(M=1,N=1,K=1,)", "'' is not key=value"},
+        BadSpec{"matmul(M=99999999999999,N=1,K=1)", "too large"},
+        BadSpec{"conv2d_nchw(N=1,C=1,H=2,W=2,K=1,R=3,S=3)", "output size"},
+        BadSpec{"conv2d_nchw(N=1,C=1,H=8,W=8,K=1,R=3,S=3,stride=0)", "stride=0"},
+        BadSpec{"depthwise_conv2d_nchw(N=1,C=1,H=5,W=5,R=3,S=3,dilation=3)", "output size"},
+        BadSpec{"matmul(M=300000,N=300000,K=1)", "more than"}));
+
+}  // namespace
+}  // namespace tf
