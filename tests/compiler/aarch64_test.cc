@@ -1,0 +1,101 @@
+// Cross-compiled aarch64 kernels, run under qemu-aarch64 (our stand-in for a Raspberry Pi),
+// against the reference computed here on the same seeded inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "compiler/driver.h"
+#include "compiler/link.h"
+#include "compiler/reference.h"
+#include "compiler/schedule_templates.h"
+#include "rpc_server/kernel_library.h"
+#include "tests/compiler/kernel_harness.h"
+
+namespace tf {
+namespace {
+
+constexpr const char* kPiTarget = "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon";
+
+const char* kWorkloads[] = {
+    "matmul(M=97,N=131,K=67)",
+    "matmul(M=16,N=16,K=16,epilogue=bias_relu)",
+    "batch_matmul(B=2,M=7,N=9,K=5,epilogue=relu)",
+    "conv2d_nchw(N=1,C=3,H=11,W=13,K=5,R=3,S=3,stride=2,pad=1,epilogue=bias_relu)",
+    "conv2d_nhwc(N=1,H=9,W=7,C=4,K=9,R=3,S=3,pad=1,dilation=1,epilogue=bias)",
+    "depthwise_conv2d_nchw(N=1,C=6,H=10,W=9,R=3,S=3,pad=2,dilation=2,epilogue=relu)",
+};
+
+int64_t elements(const ir::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t->shape) n *= d;
+  return n;
+}
+
+// Runs `k` under qemu and compares with the reference.
+void check_under_qemu(const CompiledKernel& k, const std::string& label) {
+  static int counter = 0;
+  std::string base = testing::temp_dir() + "/a64_" + std::to_string(counter++);
+  write_kernel(k, EmitKind::SharedLibrary, base + ".so");
+  uint64_t seed = 11;
+  std::vector<std::string> argv = {"qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", TF_AARCH64_HARNESS,
+                                   base + ".so", k.name, std::to_string(seed), base + ".bin"};
+  for (const ir::Tensor& t : k.graph.inputs) argv.push_back(std::to_string(elements(t)));
+  argv.push_back(std::to_string(elements(k.graph.output)));
+  CommandResult r = run_command(argv);
+  ASSERT_EQ(r.exit_code, 0) << label << ": " << r.output;
+
+  std::vector<std::vector<float>> inputs;
+  std::vector<const float*> ptrs;
+  for (size_t i = 0; i < k.graph.inputs.size(); ++i) {
+    inputs.emplace_back(static_cast<size_t>(elements(k.graph.inputs[i])));
+    fill_random(inputs.back().data(), elements(k.graph.inputs[i]), seed + i);
+    ptrs.push_back(inputs.back().data());
+  }
+  int64_t n = elements(k.graph.output);
+  std::vector<float> ref(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+  reference_compute(k.graph.workload, ptrs, ref.data());
+  std::ifstream f(base + ".bin", std::ios::binary);
+  f.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(n * sizeof(float)));
+  ASSERT_TRUE(f) << label << ": short output file";
+  double tol = 1e-5 + 2e-7 * static_cast<double>(testing::reduction_size(k.graph));
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_LE(std::fabs(double(got[i]) - ref[i]), tol) << label << " element " << i << ": " << got[i]
+                                                       << " vs " << ref[i];
+  }
+}
+
+class Aarch64UnderQemu : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (run_command({"qemu-aarch64", "-version"}).exit_code != 0) {
+      GTEST_SKIP() << "qemu-aarch64 is not installed (Debian package qemu-user)";
+    }
+  }
+};
+
+TEST_P(Aarch64UnderQemu, DefaultAndRandomConfigs) {
+  Workload w = parse_workload(GetParam());
+  Target t = parse_target(kPiTarget);
+  check_under_qemu(compile_kernel(w, t, nlohmann::json(), "default", ""), w.canonical() + " default");
+  OpGraph g = build_op(w);
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 2; ++trial) {
+    nlohmann::json config = nlohmann::json::object();
+    for (const KnobSpec& k : knob_space(g, t)) {
+      std::vector<nlohmann::json> small;
+      for (const auto& c : k.candidates) {
+        if (!c.is_number_integer() || c.get<int64_t>() <= 8) small.push_back(c);
+      }
+      config[k.name] = small[rng() % small.size()];
+    }
+    check_under_qemu(compile_kernel(w, t, config, "given", "kern"), w.canonical() + " " + config.dump());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Operators, Aarch64UnderQemu, ::testing::ValuesIn(kWorkloads));
+
+}  // namespace
+}  // namespace tf
