@@ -58,6 +58,16 @@ Expr read(const Tensor& t, std::vector<Expr> indices) {
   return TensorRead::make(t, std::move(indices));
 }
 
+static Expr math(const char* name, Expr x) {
+  TF_CHECK(x.type().is_float(), name, " of ", x.type().str());
+  return Call::make(name, {std::move(x)});
+}
+Expr exp(Expr x) { return math("exp", std::move(x)); }
+Expr log(Expr x) { return math("log", std::move(x)); }
+Expr sqrt(Expr x) { return math("sqrt", std::move(x)); }
+Expr fabs(Expr x) { return math("fabs", std::move(x)); }
+Expr tanh(Expr x) { return math("tanh", std::move(x)); }
+
 std::vector<Tensor> inputs_of(const Tensor& t) {
   std::vector<Tensor> out;
   if (!t->body) return out;

@@ -53,6 +53,14 @@ Expr max_reduce(Expr source, const std::vector<IterVar>& axes);
 
 Expr read(const Tensor& t, std::vector<Expr> indices);
 
+// Elementwise float math, for compute bodies. exp, log and tanh call libm (the kernel
+// library then depends on libm.so.6); sqrt and fabs are single instructions.
+Expr exp(Expr x);
+Expr log(Expr x);
+Expr sqrt(Expr x);
+Expr fabs(Expr x);
+Expr tanh(Expr x);
+
 // The operations `t` reads directly.
 std::vector<Tensor> inputs_of(const Tensor& t);
 
