@@ -26,6 +26,10 @@ namespace {
 
 using namespace ir;  // NOLINT
 
+// Strided vector loads up to this stride load the whole span and shuffle; wider strides
+// gather lane by lane.
+constexpr int64_t kMaxShuffleStride = 4;
+
 class CodeGen {
  public:
   CodeGen(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t)
@@ -100,6 +104,19 @@ class CodeGen {
     if (const Broadcast* bc = l->index.as<Broadcast>()) {
       llvm::Value* v = b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(bc->value)), llvm::Align(4));
       return b_.CreateVectorSplat(static_cast<unsigned>(lanes), v);
+    }
+    if (const Ramp* r = l->index.as<Ramp>()) {
+      // A small constant stride: one contiguous load of exactly the elements from the first
+      // lane to the last, then a shuffle that keeps every stride-th one.
+      const int64_t* s = as_const_int(r->stride);
+      if (s && *s > 1 && *s <= kMaxShuffleStride) {
+        auto span = static_cast<unsigned>((lanes - 1) * *s + 1);
+        llvm::Value* p = element_ptr(l->buffer, expr(r->base));
+        llvm::Value* wide = b_.CreateAlignedLoad(llvm::FixedVectorType::get(b_.getFloatTy(), span), p, llvm::Align(4));
+        std::vector<int> pick;
+        for (int i = 0; i < lanes; ++i) pick.push_back(static_cast<int>(i * *s));
+        return b_.CreateShuffleVector(wide, pick);
+      }
     }
     llvm::Value* idx = expr(l->index);
     llvm::Value* out = llvm::PoisonValue::get(type_of(l->type));

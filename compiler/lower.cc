@@ -5,6 +5,7 @@
 
 #include "compiler/error.h"
 #include "compiler/ir_printer.h"
+#include "compiler/partition_loops.h"
 #include "compiler/schedule_ops.h"
 #include "compiler/simplify.h"
 #include "compiler/unroll_loops.h"
@@ -17,6 +18,7 @@ const std::vector<PassInfo>& lowering_passes() {
   static const std::vector<PassInfo> passes = {
       {"schedule_ops", "build loop nests from the schedule, infer bounds, flatten buffers", false},
       {"simplify", "fold constants, cancel index terms, drop proven guards and unit loops", true},
+      {"partition_loops", "peel shifted last tiles off loops so the main part indexes aligned", true},
       {"unroll_loops", "replace loops marked unrolled by copies of their body", true},
       {"vectorize_loops", "turn loops marked vectorized into vector operations", true},
       {"simplify_vectors", "simplify again, folding ramps into contiguous accesses", true},
@@ -64,6 +66,8 @@ LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, cons
 
   // Simplify first: unrolling and vectorizing want constant extents and clean indices.
   run("simplify", [](const ir::Stmt& s) { return ir::simplify(s); });
+  // Peel shifted tail tiles, then simplify so the main loops lose their mins.
+  run("partition_loops", [](const ir::Stmt& s) { return ir::simplify(ir::partition_loops(s)); });
   // Unroll before vectorizing so an unrolled loop around a vector loop yields straight-line
   // vector code with constant offsets, which LLVM keeps in registers.
   run("unroll_loops", [](const ir::Stmt& s) { return ir::unroll_loops(s); });

@@ -67,14 +67,6 @@ const std::vector<KnobDef>& knob_defs(const std::string& op) {
   return depthwise;
 }
 
-// The first preference that divides `extent`, else the first preference.
-int64_t pick(int64_t extent, std::vector<int64_t> prefs) {
-  for (int64_t p : prefs) {
-    if (p >= 1 && extent % p == 0) return p;
-  }
-  return std::max<int64_t>(prefs.front(), 1);
-}
-
 int64_t out_extent(const OpGraph& g, size_t dim) { return g.output->shape[dim]; }
 
 // The stage that accumulates the reduction (made with cache_write when the reduction is the
@@ -232,28 +224,36 @@ std::string template_name(const std::string& op) {
 }
 
 json default_config(const OpGraph& g, const Target& t) {
-  int64_t lanes = t.vector_lanes();
+  const int64_t lanes = t.vector_lanes();
   const std::string& op = g.workload.op;
+  // Register tiles of full vectors whatever the extents: shift-inwards tails plus
+  // partition_loops keep every tile but the last aligned. Extents smaller than a tile get a
+  // tile of exactly the extent. Rows per tile fit the vector register file: 8x2 vectors
+  // with 32 registers (AVX-512, NEON), 6x2 with 16 (AVX2).
+  const int64_t rows = t.arch_name() == "x86_64" && lanes < 16 ? 6 : 8;
+  auto vec_tile = [&](int64_t extent, int64_t vectors) {
+    if (extent >= vectors * lanes) return vectors * lanes;
+    return extent >= lanes ? lanes : extent;
+  };
   json c;
-  bool wide = lanes >= 16;  // AVX-512: 32 vector registers
   if (is_dense(op)) {
     size_t d = op == "batch_matmul" ? 1 : 0;
     int64_t m = out_extent(g, d), n = out_extent(g, d + 1);
-    c["tile_n"] = pick(n, {2 * lanes, lanes, lanes / 2});
-    c["tile_m"] = pick(m, wide ? std::vector<int64_t>{8, 6, 4, 2} : std::vector<int64_t>{4, 6, 2});
+    c["tile_n"] = vec_tile(n, 2);
+    c["tile_m"] = std::min(m, rows);
     c["unroll_k"] = 4;
     c["pack_b"] = m >= 16;
     c["order"] = "nm";
   } else if (op == "conv2d_nchw") {
-    c["tile_k"] = pick(out_extent(g, 1), {wide ? 8 : 4, 4, 2});
-    c["tile_w"] = pick(out_extent(g, 3), {lanes, lanes / 2, 4});
+    c["tile_k"] = std::min<int64_t>(out_extent(g, 1), rows);
+    c["tile_w"] = vec_tile(out_extent(g, 3), 1);
     c["inline_pad"] = false;
   } else if (op == "conv2d_nhwc") {
-    c["tile_k"] = pick(out_extent(g, 3), {2 * lanes, lanes, lanes / 2});
-    c["tile_w"] = pick(out_extent(g, 2), {wide ? 6 : 4, 4, 2});
+    c["tile_k"] = vec_tile(out_extent(g, 3), 2);
+    c["tile_w"] = std::min<int64_t>(out_extent(g, 2), rows - 2);
     c["inline_pad"] = false;
   } else {
-    c["tile_w"] = pick(out_extent(g, 3), {lanes, lanes / 2, 4});
+    c["tile_w"] = vec_tile(out_extent(g, 3), 1);
     c["inline_pad"] = false;
   }
   c["vectorize"] = true;
