@@ -74,6 +74,7 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
       {"template", template_name(k.graph.workload.op)},
       {"config", k.config},
       {"config_source", k.config_source},
+      {"tuned_from", k.tuned_from},
   };
 }
 

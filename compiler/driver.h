@@ -24,7 +24,8 @@ struct CompiledKernel {
   Target target;
   std::string name;            // the exported function
   nlohmann::json config;       // complete: every knob
-  std::string config_source;   // default, given (later: tuned)
+  std::string config_source;   // default, given, tuned (exact|same-arch|nearest-shape)
+  nlohmann::json tuned_from;   // for tuned configs: tier, workload, target, median_s
   LowerResult lowered;
 };
 

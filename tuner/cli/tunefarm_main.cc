@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -19,7 +20,10 @@
 #include "compiler/ir_printer.h"
 #include "compiler/reference.h"
 #include "compiler/schedule_templates.h"
+#include "db/database.h"
 #include "rpc_server/kernel_library.h"
+#include "tuner/cli/query_command.h"
+#include "tuner/tuning_records.h"
 
 namespace tf {
 namespace {
@@ -47,10 +51,37 @@ json parse_config_arg(const std::string& arg) {
 }
 
 struct CompileArgs {
-  std::string workload, target = kDefaultTarget, config, name, emit = "so", out;
+  std::string workload, target = kDefaultTarget, config, name, emit = "so", out, db;
   std::vector<std::string> skip, dump;
-  bool time_passes = false, list_passes = false;
+  bool time_passes = false, list_passes = false, no_db = false;
 };
+
+// The tuning database for a compile's lookup: none when the file does not exist yet (a
+// compile never creates one), read-only otherwise.
+std::unique_ptr<db::Database> lookup_database(const std::string& flag, bool disabled) {
+  if (disabled) return nullptr;
+  std::string path = db::database_path(flag);
+  if (!std::filesystem::exists(path)) return nullptr;
+  return db::open_database(path, db::OpenMode::ReadOnly);
+}
+
+// The config a compile uses: --config, else the best tuned one, else the default with
+// one warning naming the workload and target.
+ConfigChoice resolve_config(const std::string& config_arg, db::Database* db, const Workload& w,
+                            const Target& t) {
+  ConfigChoice c;
+  c.config = parse_config_arg(config_arg);
+  if (!c.config.is_null()) {
+    c.source = "given";
+    return c;
+  }
+  c = choose_config(db, w, t);
+  if (c.config.is_null()) {
+    std::fprintf(stderr, "warning: no tuned config for %s on %s; using the default schedule\n",
+                 w.canonical().c_str(), t.str().c_str());
+  }
+  return c;
+}
 
 int cmd_compile(const CompileArgs& a) {
   if (a.list_passes) {
@@ -64,16 +95,14 @@ int cmd_compile(const CompileArgs& a) {
   Workload w = parse_workload(a.workload);
   Target t = parse_target(a.target);
   EmitKind kind = parse_emit_kind(a.emit);
-  json config = parse_config_arg(a.config);
   LowerOptions opts;
   opts.skip = {a.skip.begin(), a.skip.end()};
   opts.dump = {a.dump.begin(), a.dump.end()};
   opts.dump_stream = &std::cerr;
-  CompiledKernel k = compile_kernel(w, t, config, config.is_null() ? "default" : "given", a.name, opts);
-  if (k.config_source == "default") {
-    std::fprintf(stderr, "warning: no tuned config for %s on %s; using the default schedule\n",
-                 w.canonical().c_str(), t.str().c_str());
-  }
+  std::unique_ptr<db::Database> db = lookup_database(a.db, a.no_db || !a.config.empty());
+  ConfigChoice choice = resolve_config(a.config, db.get(), w, t);
+  CompiledKernel k = compile_kernel(w, t, choice.config, choice.source, a.name, opts);
+  k.tuned_from = choice.tuned_from;
   for (const std::string& n : k.lowered.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   write_kernel(k, kind, a.out);
   if (a.time_passes) {
@@ -108,10 +137,10 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
 }
 
 struct RunArgs {
-  std::string workload, config;
+  std::string workload, config, db;
   int repeat = 5, number = 1;
   double min_repeat_ms = 100;
-  bool check = true, as_json = false;
+  bool check = true, as_json = false, no_db = false;
 };
 
 // Compiles for this machine, runs and times the kernel, checks it against the reference.
@@ -121,12 +150,12 @@ int cmd_run(const RunArgs& a) {
   if (a.number < 1) throw UserError(str("--number ", a.number, " must be at least 1"));
   Workload w = parse_workload(a.workload);
   Target t = host_target();
-  json config = parse_config_arg(a.config);
-  CompiledKernel k = compile_kernel(w, t, config, config.is_null() ? "default" : "given", "");
-  if (k.config_source == "default") {
-    std::fprintf(stderr, "warning: no tuned config for %s on %s; using the default schedule\n",
-                 w.canonical().c_str(), t.str().c_str());
-  }
+  // Open (creating if needed) the database first: a bad --db fails before any work.
+  std::unique_ptr<db::Database> db = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
+  ConfigChoice choice = resolve_config(a.config, db.get(), w, t);
+  auto compile_start = std::chrono::steady_clock::now();
+  CompiledKernel k = compile_kernel(w, t, choice.config, choice.source, "");
+  k.tuned_from = choice.tuned_from;
   fs::path dir = fs::temp_directory_path() / ("tunefarm-run-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::string so = (dir / "kernel.so").string();
@@ -135,6 +164,7 @@ int cmd_run(const RunArgs& a) {
     ~Cleanup() { std::error_code ec; fs::remove_all(d, ec); }
   } cleanup{dir};
   write_kernel(k, EmitKind::SharedLibrary, so);
+  double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
 
   std::vector<std::vector<float>> bufs;
   std::vector<float*> args;
@@ -158,13 +188,13 @@ int cmd_run(const RunArgs& a) {
     std::fprintf(stderr, "error: kernel returned %d\n", r.status);
     return 1;
   }
+  bool ok = true;
   std::vector<double> s = r.samples_s;
   std::sort(s.begin(), s.end());
   double median = s[s.size() / 2];
   double gflops = static_cast<double>(k.graph.flops) / median * 1e-9;
 
   double max_err = 0;
-  bool ok = true;
   if (a.check) {
     std::vector<float> ref(static_cast<size_t>(out_n));
     reference_compute(w, inputs, ref.data());
@@ -174,6 +204,17 @@ int cmd_run(const RunArgs& a) {
       if (!(err <= 1e-3)) ok = false;  // also catches NaN
       max_err = std::max(max_err, std::isnan(err) ? INFINITY : err);
     }
+  }
+  if (db) {
+    db::MeasureRecord rec = record_for(k, "local");
+    rec.samples_s = r.samples_s;
+    rec.settings.number = r.number;
+    rec.settings.repeat = a.repeat;
+    rec.settings.min_repeat_ms = a.min_repeat_ms;
+    rec.compile_s = compile_s;
+    rec.measured_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    rec.correctness = a.check ? (ok ? "ok" : "wrong") : "unchecked";
+    db->commit({rec});
   }
   json out = {{"workload", w.canonical()}, {"target", t.str()}, {"config", k.config},
               {"config_source", k.config_source}, {"median_s", median}, {"gflops", gflops},
@@ -188,6 +229,7 @@ int cmd_run(const RunArgs& a) {
                 median * 1e3, a.repeat, r.number, gflops, out["check"].get<std::string>().c_str());
     if (a.check) std::printf(" (max relative error %.2e)", max_err);
     std::printf("\n");
+    if (db) std::printf("recorded  in %s\n", db::database_path(a.db).c_str());
   }
   if (!ok) {
     std::fprintf(stderr, "error: kernel output differs from the reference (max relative error %g)\n", max_err);
@@ -216,6 +258,8 @@ int main(int argc, char** argv) {
   compile->add_option("--dump-pass", ca.dump, "print loop IR after a pass to stderr, or 'all' (repeatable)");
   compile->add_flag("--time-passes", ca.time_passes, "print the time of each lowering pass");
   compile->add_flag("--list-passes", ca.list_passes, "list the lowering passes and exit");
+  compile->add_option("--db", ca.db, "tuning database to take the best config from (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
+  compile->add_flag("--no-db", ca.no_db, "do not look up a tuned config");
 
   std::string dw, dt = tf::kDefaultTarget;
   bool djson = false;
@@ -234,13 +278,24 @@ int main(int argc, char** argv) {
   run->add_option("--min-repeat-ms", ra.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
   run->add_flag("--no-check", no_check, "skip the comparison with the reference implementation");
   run->add_flag("--json", ra.as_json, "print JSON");
+  run->add_option("--db", ra.db, "tuning database: the config comes from it and the measurement goes into it (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
+  run->add_flag("--no-db", ra.no_db, "neither look up nor record");
 
-  CLI11_PARSE(app, argc, argv);
+  tf::cli::QueryArgs qa;
+  tf::cli::add_query_command(app, qa);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help is a "parse error" with status 0; every real one is a usage error: status 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   ra.check = !no_check;
   try {
     if (*compile) return tf::cmd_compile(ca);
     if (*describe) return tf::cmd_describe(dw, dt, djson);
     if (*run) return tf::cmd_run(ra);
+    if (!qa.sub.empty()) return tf::cli::run_query(qa);
   } catch (const tf::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

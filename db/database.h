@@ -1,0 +1,79 @@
+// The tuning database: every measurement the farm makes, and the lookups compiles need.
+//
+// One SQLite file (WAL mode) that many tuner processes write at once. A record is either
+// fully committed or absent; a batch commits in one transaction. Schema and versioning are
+// documented in docs/database.md; the file stays readable with the plain sqlite3 shell.
+//
+// Failures of the world (file not a tunefarm database, newer schema, read-only, missing
+// directory, disk errors) throw DbError with a message naming the file.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "db/records.h"
+
+namespace tf::db {
+
+class DbError : public std::runtime_error {
+ public:
+  explicit DbError(const std::string& m) : std::runtime_error(m) {}
+};
+
+struct HistoryFilter {
+  std::string workload;  // canonical; empty = all
+  std::string target;    // empty = all
+  int64_t limit = 0;     // 0 = no limit
+};
+
+class Database {
+ public:
+  virtual ~Database() = default;
+
+  // Records a tuning run as started; `run.uuid` must be new.
+  virtual void begin_run(const TuningRun& run) = 0;
+  // Sets the final status (done, failed, cancelled) and end time of a run.
+  virtual void finish_run(const std::string& uuid, const std::string& status, double finished_at) = 0;
+  // All runs, newest first, with their record counts.
+  virtual std::vector<TuningRun> runs() = 0;
+
+  // Stores `records` in one transaction: all of them, or (on any error) none. A record whose
+  // identity() is already stored is skipped. Returns how many were added. Throws DbError on
+  // an invalid record (naming it) or a failure of the file.
+  virtual int64_t commit(const std::vector<MeasureRecord>& records) = 0;
+
+  // The best correct, error-free record for `key`, trying the tiers of MatchTier in order.
+  // Returns tier None (and no record) when no tier matches.
+  virtual BestResult best(const LookupKey& key) = 0;
+  // The best record of every (workload, target) pair, by workload then target.
+  virtual std::vector<MeasureRecord> best_per_pair() = 0;
+  // The k fastest error-free records of a workload on a target (either may be empty = all).
+  virtual std::vector<MeasureRecord> top_k(const std::string& workload, const std::string& target, int64_t k) = 0;
+  // Records in the order they were measured (then committed).
+  virtual std::vector<MeasureRecord> history(const HistoryFilter& f) = 0;
+  // Whether this config of this workload was already measured on this target (any outcome).
+  virtual bool measured(const std::string& workload, const std::string& target, const std::string& config_hash) = 0;
+
+  virtual Stats stats() = 0;
+  // Keeps the `keep` fastest error-free records of each (workload, target) pair and removes
+  // the rest (error records included). With dry_run, only reports what would go.
+  virtual DistillResult distill(int64_t keep, bool dry_run) = 0;
+};
+
+enum class OpenMode { ReadWrite, ReadOnly };
+
+// Opens (creating and migrating when needed, unless ReadOnly) the database at `path`, or an
+// in-memory one for ":memory:".
+std::unique_ptr<Database> open_database(const std::string& path, OpenMode mode = OpenMode::ReadWrite);
+
+// --db when given, else $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db (whose folder is
+// created on first use; an explicit path's folder must exist).
+std::string database_path(const std::string& flag);
+
+// The schema version this build reads and writes.
+int schema_version();
+
+}  // namespace tf::db

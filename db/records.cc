@@ -1,0 +1,111 @@
+#include "db/records.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace tf::db {
+namespace {
+
+// FNV-1a, 64 bit: stable across builds and machines, unlike std::hash.
+std::string digest(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace
+
+const std::vector<std::string>& error_codes() {
+  static const std::vector<std::string> codes = {
+      "ok",            // ran and timed
+      "compile_error", // the kernel did not build
+      "load_error",    // the library did not load on the board
+      "runtime_error", // the kernel crashed or returned nonzero
+      "timeout",       // it ran longer than the time limit
+      "memory_limit",  // it exceeded the memory limit
+      "wrong_answer",  // it ran but its output differs from the reference
+      "board_lost",    // the board went away mid-measurement
+  };
+  return codes;
+}
+
+std::optional<double> MeasureRecord::median_s() const {
+  if (samples_s.empty()) return std::nullopt;
+  std::vector<double> s = samples_s;
+  std::sort(s.begin(), s.end());
+  size_t n = s.size();
+  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+std::string config_hash(const nlohmann::json& config) { return digest(config.dump()); }
+
+std::string MeasureRecord::config_hash() const { return db::config_hash(config); }
+
+std::string MeasureRecord::identity() const {
+  nlohmann::json id = {{"workload", workload},         {"target", target},
+                       {"device_key", device_key},     {"device_model", device_model},
+                       {"template", template_name},    {"config", config},
+                       {"samples", samples_s},         {"measured_at", measured_at},
+                       {"error_code", error_code}};
+  return digest(id.dump());
+}
+
+void check_record(const MeasureRecord& r) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument(what); };
+  if (r.workload.empty()) fail("workload is empty");
+  if (r.op.empty()) fail("op is empty");
+  if (!r.params.is_object()) fail("params is not a JSON object");
+  if (r.flops < 0) fail("flops is negative");
+  if (r.target.empty()) fail("target is empty");
+  if (r.arch.empty()) fail("arch is empty");
+  if (r.template_name.empty()) fail("template is empty");
+  if (!r.config.is_object()) fail("config is not a JSON object");
+  const auto& codes = error_codes();
+  if (std::find(codes.begin(), codes.end(), r.error_code) == codes.end()) {
+    fail("unknown error_code '" + r.error_code + "'");
+  }
+  if (r.correctness != "ok" && r.correctness != "wrong" && r.correctness != "unchecked") {
+    fail("correctness '" + r.correctness + "' is not ok, wrong or unchecked");
+  }
+  if (r.error_code == "ok" && r.samples_s.empty()) fail("error_code ok but no samples");
+  for (double s : r.samples_s) {
+    if (!std::isfinite(s) || s <= 0) fail("sample " + std::to_string(s) + " is not a positive time");
+  }
+  if (r.settings.number < 1 || r.settings.repeat < 1) fail("number and repeat must be at least 1");
+  if (!(r.measured_at > 0)) fail("measured_at is not set");
+}
+
+const char* tier_name(MatchTier t) {
+  switch (t) {
+    case MatchTier::Exact: return "exact";
+    case MatchTier::SameArch: return "same-arch";
+    case MatchTier::NearestShape: return "nearest-shape";
+    case MatchTier::None: return "none";
+  }
+  return "?";
+}
+
+double shape_distance(const nlohmann::json& a, const nlohmann::json& b) {
+  double d = 0;
+  for (const auto& [k, v] : a.items()) {
+    if (!v.is_number_integer()) continue;
+    if (!b.contains(k) || !b[k].is_number_integer()) {
+      d += 10;
+      continue;
+    }
+    d += std::fabs(std::log(double(v.get<int64_t>()) + 1) - std::log(double(b[k].get<int64_t>()) + 1));
+  }
+  for (const auto& [k, v] : b.items()) {
+    if (v.is_number_integer() && !a.contains(k)) d += 10;
+  }
+  return d;
+}
+
+}  // namespace tf::db

@@ -1,0 +1,128 @@
+// What the tuning database stores: measurement records, tuning runs, and lookup results.
+//
+// These are plain values. The database (db/database.h) assigns ids and keeps them; the JSON
+// lines format (db/jsonl.h) moves them between databases. Times are seconds, timestamps are
+// Unix seconds (UTC).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tf::db {
+
+// How a kernel was timed (see the farm's measurement protocol).
+struct MeasureSettings {
+  int number = 1;            // calls per sample
+  int repeat = 1;            // samples
+  double min_repeat_ms = 0;  // lower bound on one sample's duration
+  bool flush = false;        // caches flushed before each sample
+  double cooldown_ms = 0;    // pause between samples
+};
+
+// Error codes of a measurement; "ok" means it ran and was timed.
+const std::vector<std::string>& error_codes();
+
+// One measurement of one config of one workload on one device.
+struct MeasureRecord {
+  int64_t id = 0;                 // assigned by the database; 0 before commit
+  std::string workload;           // canonical spec, e.g. matmul(M=64,N=64,K=64,epilogue=none)
+  std::string op;                 // matmul
+  nlohmann::json params;          // integer shape parameters by name, e.g. {"M":64,...}
+  int64_t flops = 0;              // floating point operations of one call
+  std::string target;             // canonical target string
+  std::string arch;               // x86_64, aarch64, cuda, rocm
+  std::string device_key;         // farm key (rpi4, cuda-sm80) or "local"
+  std::string device_model;       // CPU or GPU model name, free text
+  std::string toolchain;          // compiler versions, free text
+  std::string template_name;      // schedule template and version, e.g. dense.cpu.v1
+  nlohmann::json config;          // the schedule config (every knob)
+  std::vector<double> samples_s;  // per-call time of each sample, seconds; empty on error
+  MeasureSettings settings;
+  std::string error_code = "ok";  // one of error_codes()
+  std::string error_msg;
+  double compile_s = 0;           // time to build the kernel, seconds
+  double measured_at = 0;         // Unix seconds
+  std::string correctness = "unchecked";  // ok, wrong, unchecked
+  std::string run_uuid;           // the tuning run it belongs to, or empty
+
+  // Median of samples_s; nullopt when there are none.
+  std::optional<double> median_s() const;
+  // Stable 16-hex-digit digest of the canonical JSON of `config`.
+  std::string config_hash() const;
+  // Stable digest of what identifies the measurement (workload, target, device, template,
+  // config, samples, time); importing a record with a known identity adds nothing.
+  std::string identity() const;
+};
+
+std::string config_hash(const nlohmann::json& config);
+
+// Checks what the database schema cannot: required fields set, a known error code and
+// correctness, samples that are positive finite times. Throws std::invalid_argument.
+void check_record(const MeasureRecord& r);
+
+struct TuningRun {
+  std::string uuid;
+  std::string user;
+  std::string host;
+  std::string strategy;   // random, xgb, manual, ...
+  int64_t budget = 0;     // measurements planned
+  std::string workload;   // canonical, or empty for a run over several
+  std::string target;
+  double started_at = 0;
+  double finished_at = 0;  // 0 while running
+  std::string status = "running";  // running, done, failed, cancelled
+  int64_t records = 0;     // filled in by Database::runs()
+};
+
+// Which lookup rule found a config, from the most to the least specific.
+enum class MatchTier {
+  Exact,         // same workload, same target string
+  SameArch,      // same workload, another target of the same architecture
+  NearestShape,  // same operator and target, the nearest shape (see shape_distance)
+  None,          // nothing: use the default schedule
+};
+const char* tier_name(MatchTier t);
+
+struct LookupKey {
+  std::string workload;    // canonical
+  std::string op;
+  nlohmann::json params;   // shape parameters, for the nearest-shape tier
+  std::string target;      // canonical target string
+  std::string arch;
+};
+
+struct BestResult {
+  MatchTier tier = MatchTier::None;
+  MeasureRecord record;   // valid unless tier is None
+  double distance = 0;    // NearestShape: shape_distance to the query
+};
+
+// Distance between two shapes of one operator: the sum over their integer parameters of
+// |ln(a + 1) - ln(b + 1)|, so doubling a dimension costs about ln 2 whatever its size.
+// Parameters missing on one side count as distance 10 each.
+double shape_distance(const nlohmann::json& a, const nlohmann::json& b);
+
+struct PairCount {
+  std::string workload, target;
+  int64_t records = 0, ok = 0;
+};
+
+struct Stats {
+  int64_t records = 0, workloads = 0, targets = 0, runs = 0;
+  std::vector<PairCount> per_pair;                // by workload, target
+  std::map<std::string, int64_t> errors;          // error code -> records
+  std::map<std::string, int64_t> per_run;         // run uuid ("" for none) -> records
+  int64_t file_bytes = 0;                         // page_count * page_size
+};
+
+struct DistillResult {
+  int64_t kept = 0, removed = 0;
+  std::vector<PairCount> removed_per_pair;  // `records` = how many go
+};
+
+}  // namespace tf::db

@@ -1,0 +1,570 @@
+// The Database on SQLite, through SQLiteCpp.
+//
+// Writers take the write lock up front (BEGIN IMMEDIATE) and wait up to kBusyTimeoutMs for
+// it, so concurrent tuners queue instead of failing with "database is locked"; WAL mode lets
+// readers run beside them. A batch is one transaction whose destructor rolls back unless it
+// committed, so a crash or a bad record leaves nothing of the batch behind.
+#include <SQLiteCpp/SQLiteCpp.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "db/database.h"
+
+namespace tf::db {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr int kApplicationId = 0x54464442;  // "TFDB": marks the file as a tunefarm database
+constexpr int kBusyTimeoutMs = 120000;
+
+// Migration N takes a database from version N-1 to N. Never edit a released migration: add
+// the next one.
+const char* const kMigrations[] = {
+    // 1: the first schema.
+    R"sql(
+CREATE TABLE workloads (
+  id        INTEGER PRIMARY KEY,
+  canonical TEXT NOT NULL UNIQUE,   -- canonical workload spec
+  op        TEXT NOT NULL,
+  params    TEXT NOT NULL,          -- JSON object of integer shape parameters
+  flops     INTEGER NOT NULL        -- floating point operations of one call
+);
+CREATE TABLE targets (
+  id           INTEGER PRIMARY KEY,
+  target       TEXT NOT NULL,       -- canonical target string
+  device_key   TEXT NOT NULL,       -- farm key (rpi4, cuda-sm80) or 'local'
+  arch         TEXT NOT NULL,       -- x86_64, aarch64, cuda, rocm
+  device_model TEXT NOT NULL,       -- CPU or GPU model
+  toolchain    TEXT NOT NULL,       -- compiler versions
+  UNIQUE (target, device_key, device_model, toolchain)
+);
+CREATE TABLE runs (
+  id          INTEGER PRIMARY KEY,
+  uuid        TEXT NOT NULL UNIQUE,
+  user        TEXT NOT NULL,
+  host        TEXT NOT NULL,
+  strategy    TEXT NOT NULL,
+  budget      INTEGER NOT NULL,
+  workload    TEXT NOT NULL,
+  target      TEXT NOT NULL,
+  started_at  REAL NOT NULL,        -- Unix seconds
+  finished_at REAL,                 -- NULL while running
+  status      TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'cancelled'))
+);
+CREATE TABLE records (
+  id            INTEGER PRIMARY KEY,
+  identity      TEXT NOT NULL UNIQUE,  -- digest of what identifies the measurement
+  run_id        INTEGER REFERENCES runs(id),
+  workload_id   INTEGER NOT NULL REFERENCES workloads(id),
+  target_id     INTEGER NOT NULL REFERENCES targets(id),
+  template      TEXT NOT NULL,         -- schedule template and version
+  config        TEXT NOT NULL,         -- JSON object of knobs
+  config_hash   TEXT NOT NULL,
+  samples       TEXT NOT NULL,         -- JSON array of per-call seconds, one per sample
+  median_s      REAL,                  -- median of samples; NULL unless error_code = 'ok'
+  number        INTEGER NOT NULL,      -- calls per sample
+  repeat        INTEGER NOT NULL,      -- samples
+  min_repeat_ms REAL NOT NULL,
+  flush         INTEGER NOT NULL,      -- 1 if caches were flushed before each sample
+  cooldown_ms   REAL NOT NULL,
+  error_code    TEXT NOT NULL,
+  error_msg     TEXT NOT NULL,
+  compile_s     REAL NOT NULL,
+  measured_at   REAL NOT NULL,         -- Unix seconds
+  correctness   TEXT NOT NULL CHECK (correctness IN ('ok', 'wrong', 'unchecked'))
+);
+CREATE INDEX records_best   ON records (workload_id, target_id, median_s);
+CREATE INDEX records_config ON records (workload_id, target_id, config_hash);
+CREATE INDEX records_time   ON records (measured_at, id);
+CREATE VIEW record_view AS
+  SELECT r.id, w.canonical AS workload, t.target, t.device_key, r.template, r.config,
+         r.median_s, CASE WHEN r.median_s > 0 THEN w.flops / r.median_s / 1e9 END AS gflops,
+         r.error_code, r.correctness, datetime(r.measured_at, 'unixepoch') AS measured
+  FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id;
+)sql",
+};
+constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
+
+// The columns every record query selects, in the order read_record reads them.
+constexpr const char* kRecordColumns = R"sql(
+  r.id, w.canonical, w.op, w.params, w.flops, t.target, t.arch, t.device_key, t.device_model,
+  t.toolchain, r.template, r.config, r.samples, r.number, r.repeat, r.min_repeat_ms, r.flush,
+  r.cooldown_ms, r.error_code, r.error_msg, r.compile_s, r.measured_at, r.correctness,
+  COALESCE(u.uuid, '')
+  FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
+  LEFT JOIN runs u ON u.id = r.run_id
+)sql";
+
+MeasureRecord read_record(SQLite::Statement& q) {
+  MeasureRecord r;
+  int c = 0;
+  r.id = q.getColumn(c++).getInt64();
+  r.workload = q.getColumn(c++).getString();
+  r.op = q.getColumn(c++).getString();
+  r.params = json::parse(q.getColumn(c++).getString());
+  r.flops = q.getColumn(c++).getInt64();
+  r.target = q.getColumn(c++).getString();
+  r.arch = q.getColumn(c++).getString();
+  r.device_key = q.getColumn(c++).getString();
+  r.device_model = q.getColumn(c++).getString();
+  r.toolchain = q.getColumn(c++).getString();
+  r.template_name = q.getColumn(c++).getString();
+  r.config = json::parse(q.getColumn(c++).getString());
+  r.samples_s = json::parse(q.getColumn(c++).getString()).get<std::vector<double>>();
+  r.settings.number = q.getColumn(c++).getInt();
+  r.settings.repeat = q.getColumn(c++).getInt();
+  r.settings.min_repeat_ms = q.getColumn(c++).getDouble();
+  r.settings.flush = q.getColumn(c++).getInt() != 0;
+  r.settings.cooldown_ms = q.getColumn(c++).getDouble();
+  r.error_code = q.getColumn(c++).getString();
+  r.error_msg = q.getColumn(c++).getString();
+  r.compile_s = q.getColumn(c++).getDouble();
+  r.measured_at = q.getColumn(c++).getDouble();
+  r.correctness = q.getColumn(c++).getString();
+  r.run_uuid = q.getColumn(c++).getString();
+  return r;
+}
+
+class SqliteDatabase : public Database {
+ public:
+  SqliteDatabase(const std::string& path, OpenMode mode)
+      : path_(path), read_only_(mode == OpenMode::ReadOnly), db_(open(path, mode)) {
+    db_.setBusyTimeout(kBusyTimeoutMs);
+    check_and_migrate();
+    if (!read_only_) db_.exec("PRAGMA foreign_keys = ON");
+  }
+
+  void begin_run(const TuningRun& run) override {
+    write([&] {
+      SQLite::Statement q(db_, "INSERT INTO runs (uuid, user, host, strategy, budget, workload, target, "
+                               "started_at, finished_at, status) VALUES (?,?,?,?,?,?,?,?,NULL,?)");
+      q.bind(1, run.uuid);
+      q.bind(2, run.user);
+      q.bind(3, run.host);
+      q.bind(4, run.strategy);
+      q.bind(5, run.budget);
+      q.bind(6, run.workload);
+      q.bind(7, run.target);
+      q.bind(8, run.started_at);
+      q.bind(9, run.status);
+      q.exec();
+    });
+  }
+
+  void finish_run(const std::string& uuid, const std::string& status, double finished_at) override {
+    write([&] {
+      SQLite::Statement q(db_, "UPDATE runs SET status = ?, finished_at = ? WHERE uuid = ?");
+      q.bind(1, status);
+      q.bind(2, finished_at);
+      q.bind(3, uuid);
+      if (q.exec() == 0) throw DbError("no tuning run " + uuid + " in " + path_);
+    });
+  }
+
+  std::vector<TuningRun> runs() override {
+    return read([&] {
+      SQLite::Statement q(db_, "SELECT u.uuid, u.user, u.host, u.strategy, u.budget, u.workload, u.target, "
+                               "u.started_at, COALESCE(u.finished_at, 0), u.status, "
+                               "(SELECT COUNT(*) FROM records r WHERE r.run_id = u.id) "
+                               "FROM runs u ORDER BY u.started_at DESC, u.id DESC");
+      std::vector<TuningRun> out;
+      while (q.executeStep()) {
+        TuningRun r;
+        r.uuid = q.getColumn(0).getString();
+        r.user = q.getColumn(1).getString();
+        r.host = q.getColumn(2).getString();
+        r.strategy = q.getColumn(3).getString();
+        r.budget = q.getColumn(4).getInt64();
+        r.workload = q.getColumn(5).getString();
+        r.target = q.getColumn(6).getString();
+        r.started_at = q.getColumn(7).getDouble();
+        r.finished_at = q.getColumn(8).getDouble();
+        r.status = q.getColumn(9).getString();
+        r.records = q.getColumn(10).getInt64();
+        out.push_back(r);
+      }
+      return out;
+    });
+  }
+
+  int64_t commit(const std::vector<MeasureRecord>& records) override {
+    for (size_t i = 0; i < records.size(); ++i) {
+      try {
+        check_record(records[i]);
+      } catch (const std::invalid_argument& e) {
+        throw DbError("record " + std::to_string(i) + " (" + records[i].workload + "): " + e.what());
+      }
+    }
+    int64_t added = 0;
+    write([&] {
+      SQLite::Statement ins_w(db_, "INSERT INTO workloads (canonical, op, params, flops) VALUES (?,?,?,?) "
+                                   "ON CONFLICT (canonical) DO NOTHING");
+      SQLite::Statement get_w(db_, "SELECT id FROM workloads WHERE canonical = ?");
+      SQLite::Statement ins_t(db_, "INSERT INTO targets (target, device_key, arch, device_model, toolchain) "
+                                   "VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING");
+      SQLite::Statement get_t(db_, "SELECT id FROM targets WHERE target = ? AND device_key = ? AND "
+                                   "device_model = ? AND toolchain = ?");
+      SQLite::Statement ins_u(db_, "INSERT INTO runs (uuid, user, host, strategy, budget, workload, target, "
+                                   "started_at, finished_at, status) VALUES (?, '', '', 'imported', 0, '', '', ?, ?, 'done') "
+                                   "ON CONFLICT (uuid) DO NOTHING");
+      SQLite::Statement get_u(db_, "SELECT id FROM runs WHERE uuid = ?");
+      SQLite::Statement ins_r(db_, R"sql(INSERT INTO records (identity, run_id, workload_id, target_id, template,
+          config, config_hash, samples, median_s, number, repeat, min_repeat_ms, flush, cooldown_ms, error_code,
+          error_msg, compile_s, measured_at, correctness)
+          VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (identity) DO NOTHING)sql");
+      for (const MeasureRecord& r : records) {
+        ins_w.bind(1, r.workload);
+        ins_w.bind(2, r.op);
+        ins_w.bind(3, r.params.dump());
+        ins_w.bind(4, r.flops);
+        ins_w.exec();
+        ins_w.reset();
+        int64_t wid = lookup_id(get_w, {r.workload});
+        std::string key = r.device_key.empty() ? "local" : r.device_key;
+        ins_t.bind(1, r.target);
+        ins_t.bind(2, key);
+        ins_t.bind(3, r.arch);
+        ins_t.bind(4, r.device_model);
+        ins_t.bind(5, r.toolchain);
+        ins_t.exec();
+        ins_t.reset();
+        int64_t tid = lookup_id(get_t, {r.target, key, r.device_model, r.toolchain});
+        int c = 1;
+        ins_r.bind(c++, r.identity());
+        if (r.run_uuid.empty()) {
+          ins_r.bind(c++);
+        } else {
+          ins_u.bind(1, r.run_uuid);
+          ins_u.bind(2, r.measured_at);
+          ins_u.bind(3, r.measured_at);
+          ins_u.exec();
+          ins_u.reset();
+          ins_r.bind(c++, lookup_id(get_u, {r.run_uuid}));
+        }
+        ins_r.bind(c++, wid);
+        ins_r.bind(c++, tid);
+        ins_r.bind(c++, r.template_name);
+        ins_r.bind(c++, r.config.dump());
+        ins_r.bind(c++, r.config_hash());
+        ins_r.bind(c++, json(r.samples_s).dump());
+        if (r.error_code == "ok") ins_r.bind(c++, *r.median_s());
+        else ins_r.bind(c++);
+        ins_r.bind(c++, r.settings.number);
+        ins_r.bind(c++, r.settings.repeat);
+        ins_r.bind(c++, r.settings.min_repeat_ms);
+        ins_r.bind(c++, r.settings.flush ? 1 : 0);
+        ins_r.bind(c++, r.settings.cooldown_ms);
+        ins_r.bind(c++, r.error_code);
+        ins_r.bind(c++, r.error_msg);
+        ins_r.bind(c++, r.compile_s);
+        ins_r.bind(c++, r.measured_at);
+        ins_r.bind(c++, r.correctness);
+        added += ins_r.exec();
+        ins_r.reset();
+      }
+    });
+    return added;
+  }
+
+  BestResult best(const LookupKey& key) override {
+    return read([&] {
+      BestResult res;
+      const char* good = " AND r.error_code = 'ok' AND r.correctness != 'wrong' ORDER BY r.median_s, r.id LIMIT 1";
+      std::string sel = std::string("SELECT ") + kRecordColumns;
+      if (auto r = first(sel + " WHERE w.canonical = ? AND t.target = ?" + good, {key.workload, key.target})) {
+        res.tier = MatchTier::Exact;
+        res.record = *r;
+        return res;
+      }
+      if (auto r = first(sel + " WHERE w.canonical = ? AND t.arch = ?" + good, {key.workload, key.arch})) {
+        res.tier = MatchTier::SameArch;
+        res.record = *r;
+        return res;
+      }
+      // Nearest shape of the same operator on the same target: distance in C++.
+      SQLite::Statement q(db_, "SELECT DISTINCT w.canonical, w.params FROM records r "
+                               "JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id "
+                               "WHERE w.op = ? AND t.target = ? AND r.error_code = 'ok' AND r.correctness != 'wrong'");
+      q.bind(1, key.op);
+      q.bind(2, key.target);
+      std::string nearest;
+      double best_d = INFINITY;
+      while (q.executeStep()) {
+        double d = shape_distance(key.params, json::parse(q.getColumn(1).getString()));
+        std::string w = q.getColumn(0).getString();
+        if (d < best_d || (d == best_d && w < nearest)) {
+          best_d = d;
+          nearest = w;
+        }
+      }
+      if (!nearest.empty()) {
+        res.tier = MatchTier::NearestShape;
+        res.record = *first(sel + " WHERE w.canonical = ? AND t.target = ?" + good, {nearest, key.target});
+        res.distance = best_d;
+      }
+      return res;
+    });
+  }
+
+  std::vector<MeasureRecord> best_per_pair() override {
+    return read([&] {
+      return all(std::string("SELECT ") + kRecordColumns +
+                     " WHERE r.id IN (SELECT id FROM (SELECT r2.id, ROW_NUMBER() OVER (PARTITION BY r2.workload_id, "
+                     "t2.target ORDER BY r2.median_s, r2.id) AS rank FROM records r2 JOIN targets t2 ON t2.id = r2.target_id "
+                     "WHERE r2.error_code = 'ok' AND r2.correctness != 'wrong') WHERE rank = 1) "
+                     "ORDER BY w.canonical, t.target",
+                 {});
+    });
+  }
+
+  std::vector<MeasureRecord> top_k(const std::string& workload, const std::string& target, int64_t k) override {
+    return read([&] {
+      auto [where, args] = filter(workload, target);
+      return all(std::string("SELECT ") + kRecordColumns + where + (where.empty() ? " WHERE" : " AND") +
+                     " r.error_code = 'ok' ORDER BY r.median_s, r.id LIMIT " + std::to_string(k),
+                 args);
+    });
+  }
+
+  std::vector<MeasureRecord> history(const HistoryFilter& f) override {
+    return read([&] {
+      auto [where, args] = filter(f.workload, f.target);
+      std::string limit = f.limit > 0 ? " LIMIT " + std::to_string(f.limit) : "";
+      return all(std::string("SELECT ") + kRecordColumns + where + " ORDER BY r.measured_at, r.id" + limit, args);
+    });
+  }
+
+  bool measured(const std::string& workload, const std::string& target, const std::string& hash) override {
+    return read([&] {
+      SQLite::Statement q(db_, "SELECT 1 FROM records r JOIN workloads w ON w.id = r.workload_id "
+                               "JOIN targets t ON t.id = r.target_id "
+                               "WHERE w.canonical = ? AND t.target = ? AND r.config_hash = ? LIMIT 1");
+      q.bind(1, workload);
+      q.bind(2, target);
+      q.bind(3, hash);
+      return q.executeStep();
+    });
+  }
+
+  Stats stats() override {
+    return read([&] {
+      Stats s;
+      s.records = db_.execAndGet("SELECT COUNT(*) FROM records").getInt64();
+      s.workloads = db_.execAndGet("SELECT COUNT(DISTINCT workload_id) FROM records").getInt64();
+      s.targets = db_.execAndGet("SELECT COUNT(DISTINCT target) FROM targets WHERE id IN "
+                                 "(SELECT target_id FROM records)").getInt64();
+      s.runs = db_.execAndGet("SELECT COUNT(*) FROM runs").getInt64();
+      SQLite::Statement pairs(db_, "SELECT w.canonical, t.target, COUNT(*), SUM(r.error_code = 'ok') "
+                                   "FROM records r JOIN workloads w ON w.id = r.workload_id "
+                                   "JOIN targets t ON t.id = r.target_id GROUP BY w.canonical, t.target "
+                                   "ORDER BY w.canonical, t.target");
+      while (pairs.executeStep()) {
+        s.per_pair.push_back({pairs.getColumn(0).getString(), pairs.getColumn(1).getString(),
+                              pairs.getColumn(2).getInt64(), pairs.getColumn(3).getInt64()});
+      }
+      SQLite::Statement errs(db_, "SELECT error_code, COUNT(*) FROM records GROUP BY error_code");
+      while (errs.executeStep()) s.errors[errs.getColumn(0).getString()] = errs.getColumn(1).getInt64();
+      SQLite::Statement per_run(db_, "SELECT COALESCE(u.uuid, ''), COUNT(*) FROM records r "
+                                     "LEFT JOIN runs u ON u.id = r.run_id GROUP BY 1");
+      while (per_run.executeStep()) s.per_run[per_run.getColumn(0).getString()] = per_run.getColumn(1).getInt64();
+      s.file_bytes = db_.execAndGet("PRAGMA page_count").getInt64() * db_.execAndGet("PRAGMA page_size").getInt64();
+      return s;
+    });
+  }
+
+  DistillResult distill(int64_t keep, bool dry_run) override {
+    if (keep < 1) throw DbError("distill must keep at least 1 record per workload and target, not " + std::to_string(keep));
+    DistillResult res;
+    auto body = [&] {
+      db_.exec("CREATE TEMP TABLE IF NOT EXISTS doomed (id INTEGER PRIMARY KEY)");
+      db_.exec("DELETE FROM doomed");
+      SQLite::Statement mark(db_, R"sql(INSERT INTO doomed SELECT id FROM (
+          SELECT r.id, r.error_code, r.correctness, ROW_NUMBER() OVER (PARTITION BY r.workload_id, t.target
+                 ORDER BY r.error_code != 'ok', r.correctness = 'wrong', r.median_s, r.id) AS rank
+          FROM records r JOIN targets t ON t.id = r.target_id)
+          WHERE rank > ? OR error_code != 'ok' OR correctness = 'wrong')sql");
+      mark.bind(1, keep);
+      mark.exec();
+      SQLite::Statement per(db_, "SELECT w.canonical, t.target, COUNT(*) FROM doomed d JOIN records r ON r.id = d.id "
+                                 "JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id "
+                                 "GROUP BY 1, 2 ORDER BY 1, 2");
+      while (per.executeStep()) {
+        res.removed_per_pair.push_back({per.getColumn(0).getString(), per.getColumn(1).getString(),
+                                        per.getColumn(2).getInt64(), 0});
+        res.removed += per.getColumn(2).getInt64();
+      }
+      res.kept = db_.execAndGet("SELECT COUNT(*) FROM records").getInt64() - res.removed;
+      if (!dry_run) db_.exec("DELETE FROM records WHERE id IN (SELECT id FROM doomed)");
+      db_.exec("DROP TABLE doomed");
+    };
+    if (dry_run) {
+      // A temp table is private to this connection: a dry run writes nothing shared.
+      read([&] { body(); return 0; });
+    } else {
+      write(body);
+    }
+    return res;
+  }
+
+ private:
+  static SQLite::Database open(const std::string& path, OpenMode mode) {
+    if (path != ":memory:") {
+      fs::path parent = fs::path(path).parent_path();
+      if (!parent.empty() && !fs::is_directory(parent)) {
+        throw DbError("cannot open database " + path + ": directory " + parent.string() + " does not exist");
+      }
+      if (mode == OpenMode::ReadOnly && !fs::exists(path)) {
+        throw DbError("cannot open database " + path + ": no such file");
+      }
+      if (fs::is_directory(path)) throw DbError("cannot open database " + path + ": it is a directory");
+    }
+    int flags = mode == OpenMode::ReadOnly ? SQLite::OPEN_READONLY : SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE;
+    try {
+      return SQLite::Database(path, flags);
+    } catch (const SQLite::Exception& e) {
+      throw DbError("cannot open database " + path + ": " + e.what());
+    }
+  }
+
+  // Verifies the file is a tunefarm database of a version we know, creating or migrating it.
+  void check_and_migrate() {
+    int app_id, version;
+    std::vector<std::string> tables;
+    try {
+      app_id = db_.execAndGet("PRAGMA application_id").getInt();
+      version = db_.execAndGet("PRAGMA user_version").getInt();
+      SQLite::Statement q(db_, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+      while (q.executeStep()) tables.push_back(q.getColumn(0).getString());
+    } catch (const SQLite::Exception& e) {
+      if (e.getErrorCode() == SQLITE_NOTADB) throw DbError(path_ + " is not a tunefarm database (not an SQLite file)");
+      throw DbError("cannot read database " + path_ + ": " + e.what());
+    }
+    if (app_id != 0 && app_id != kApplicationId) {
+      throw DbError(path_ + " is not a tunefarm database (SQLite application id " + std::to_string(app_id) + ")");
+    }
+    if (app_id == 0 && !tables.empty()) {
+      std::string names;
+      for (const std::string& t : tables) names += (names.empty() ? "" : ", ") + t;
+      throw DbError(path_ + " is an SQLite database of something else (tables: " + names +
+                    "); refusing to modify it");
+    }
+    if (version > kSchemaVersion) {
+      throw DbError(path_ + " has schema version " + std::to_string(version) + ", newer than the " +
+                    std::to_string(kSchemaVersion) + " this tunefarm knows: upgrade tunefarm");
+    }
+    if (version == kSchemaVersion && app_id == kApplicationId) return;
+    if (read_only_) {
+      throw DbError(path_ + " needs " + (app_id == 0 ? "creating" : "migrating from version " + std::to_string(version)) +
+                    " but is open read-only");
+    }
+    try {
+      db_.exec("PRAGMA journal_mode = WAL");
+      SQLite::Transaction tx(db_, SQLite::TransactionBehavior::IMMEDIATE);
+      // Another process may have migrated while we waited for the lock.
+      int v = db_.execAndGet("PRAGMA user_version").getInt();
+      for (; v < kSchemaVersion; ++v) db_.exec(kMigrations[v]);
+      db_.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
+      db_.exec("PRAGMA application_id = " + std::to_string(kApplicationId));
+      tx.commit();
+    } catch (const SQLite::Exception& e) {
+      throw DbError("cannot initialize database " + path_ + ": " + e.what());
+    }
+  }
+
+  // Runs `f` in one write transaction; SQLite errors become DbError naming the file.
+  template <typename F>
+  void write(F&& f) {
+    if (read_only_) throw DbError("database " + path_ + " is open read-only");
+    try {
+      SQLite::Transaction tx(db_, SQLite::TransactionBehavior::IMMEDIATE);
+      f();
+      tx.commit();
+    } catch (const SQLite::Exception& e) {
+      int code = e.getErrorCode();
+      if (code == SQLITE_BUSY) {
+        throw DbError("database " + path_ + " stayed locked by another writer for " +
+                      std::to_string(kBusyTimeoutMs / 1000) + " s");
+      }
+      if (code == SQLITE_READONLY) throw DbError("database " + path_ + " is read-only: " + e.what());
+      throw DbError("database " + path_ + ": " + e.what());
+    }
+  }
+
+  template <typename F>
+  auto read(F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const SQLite::Exception& e) {
+      throw DbError("database " + path_ + ": " + e.what());
+    }
+  }
+
+  int64_t lookup_id(SQLite::Statement& q, const std::vector<std::string>& args) {
+    for (size_t i = 0; i < args.size(); ++i) q.bind(static_cast<int>(i + 1), args[i]);
+    if (!q.executeStep()) throw DbError("database " + path_ + ": a row vanished inside a transaction");
+    int64_t id = q.getColumn(0).getInt64();
+    q.reset();
+    return id;
+  }
+
+  std::pair<std::string, std::vector<std::string>> filter(const std::string& workload, const std::string& target) {
+    std::string where;
+    std::vector<std::string> args;
+    if (!workload.empty()) {
+      where = " WHERE w.canonical = ?";
+      args.push_back(workload);
+    }
+    if (!target.empty()) {
+      where += where.empty() ? " WHERE t.target = ?" : " AND t.target = ?";
+      args.push_back(target);
+    }
+    return {where, args};
+  }
+
+  std::vector<MeasureRecord> all(const std::string& sql, const std::vector<std::string>& args) {
+    SQLite::Statement q(db_, sql);
+    for (size_t i = 0; i < args.size(); ++i) q.bind(static_cast<int>(i + 1), args[i]);
+    std::vector<MeasureRecord> out;
+    while (q.executeStep()) out.push_back(read_record(q));
+    return out;
+  }
+
+  std::optional<MeasureRecord> first(const std::string& sql, const std::vector<std::string>& args) {
+    std::vector<MeasureRecord> v = all(sql, args);
+    if (v.empty()) return std::nullopt;
+    return v[0];
+  }
+
+  std::string path_;
+  bool read_only_;
+  SQLite::Database db_;
+};
+
+}  // namespace
+
+int schema_version() { return kSchemaVersion; }
+
+std::unique_ptr<Database> open_database(const std::string& path, OpenMode mode) {
+  return std::make_unique<SqliteDatabase>(path, mode);
+}
+
+std::string database_path(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("TUNEFARM_DB"); env && *env) return env;
+  const char* home = std::getenv("HOME");
+  fs::path dir = fs::path(home && *home ? home : "/tmp") / ".local/share/tunefarm";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw DbError("cannot create " + dir.string() + " for the default database: " + ec.message());
+  return (dir / "tuning.db").string();
+}
+
+}  // namespace tf::db

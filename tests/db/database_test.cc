@@ -1,0 +1,329 @@
+// The tuning database on :memory: and on files: migrations, atomic batches, lookups in every
+// tier, queries, export/import, and every refusal to open a file that is not ours.
+#include <gtest/gtest.h>
+#include <SQLiteCpp/SQLiteCpp.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "db/database.h"
+#include "db/jsonl.h"
+#include "tests/db/db_test_util.h"
+
+namespace tf::db {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::record;
+
+const char* kX86 = "llvm -mtriple=x86_64-pc-linux-gnu -mcpu=skylake";
+const char* kA72 = "llvm -mtriple=aarch64-unknown-linux-gnu -mcpu=cortex-a72";
+const char* kA53 = "llvm -mtriple=aarch64-unknown-linux-gnu -mcpu=cortex-a53";
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "tunefarm-db-XXXXXX").string();
+    path_ = mkdtemp(t.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path_, fs::perms::owner_all, ec);
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+LookupKey key(const MeasureRecord& r, const std::string& target, const std::string& arch) {
+  return {r.workload, r.op, r.params, target, arch};
+}
+
+TEST(Schema, MigratesAnEmptyFileAndReopens) {
+  TempDir dir;
+  std::string path = dir.file("t.db");
+  open_database(path)->commit({record(8, 8, 8, kX86, 1, 1e-3)});
+  {
+    SQLite::Database raw(path);
+    EXPECT_EQ(raw.execAndGet("PRAGMA user_version").getInt(), schema_version());
+    EXPECT_EQ(raw.execAndGet("PRAGMA application_id").getInt(), 0x54464442);
+    EXPECT_EQ(raw.execAndGet("PRAGMA journal_mode").getString(), "wal");
+    EXPECT_TRUE(raw.tableExists("records"));
+  }
+  auto db = open_database(path);  // a second open migrates nothing and keeps the data
+  EXPECT_EQ(db->stats().records, 1);
+  auto ro = open_database(path, OpenMode::ReadOnly);
+  EXPECT_EQ(ro->history({}).size(), 1u);
+}
+
+TEST(Commit, BatchIsAtomic) {
+  auto db = open_database(":memory:");
+  std::vector<MeasureRecord> batch = {record(8, 8, 8, kX86, 1, 1e-3), record(8, 8, 8, kX86, 2, 2e-3)};
+  batch.push_back(record(8, 8, 8, kX86, 3, 3e-3));
+  batch.back().error_code = "exploded";
+  try {
+    db->commit(batch);
+    FAIL() << "accepted an unknown error code";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("record 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown error_code 'exploded'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(db->stats().records, 0);
+  batch.pop_back();
+  EXPECT_EQ(db->commit(batch), 2);
+  EXPECT_EQ(db->commit(batch), 0);  // committing the same records again adds nothing
+  EXPECT_EQ(db->stats().records, 2);
+}
+
+TEST(Commit, RejectsEachKindOfBadRecord) {
+  auto db = open_database(":memory:");
+  auto bad = [&](auto mutate, const std::string& message) {
+    MeasureRecord r = record(8, 8, 8, kX86, 1, 1e-3);
+    mutate(r);
+    try {
+      db->commit({r});
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const DbError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  bad([](MeasureRecord& r) { r.workload.clear(); }, "workload is empty");
+  bad([](MeasureRecord& r) { r.target.clear(); }, "target is empty");
+  bad([](MeasureRecord& r) { r.config = 3; }, "config is not a JSON object");
+  bad([](MeasureRecord& r) { r.samples_s.clear(); }, "no samples");
+  bad([](MeasureRecord& r) { r.samples_s = {-1}; }, "is not a positive time");
+  bad([](MeasureRecord& r) { r.correctness = "maybe"; }, "correctness 'maybe'");
+  bad([](MeasureRecord& r) { r.settings.repeat = 0; }, "repeat must be at least 1");
+  bad([](MeasureRecord& r) { r.measured_at = 0; }, "measured_at is not set");
+  EXPECT_EQ(db->stats().records, 0);
+}
+
+TEST(Lookup, EveryTier) {
+  auto db = open_database(":memory:");
+  MeasureRecord exact_fast = record(64, 64, 64, kA72, 1, 1e-3, "aarch64");
+  MeasureRecord exact_slow = record(64, 64, 64, kA72, 2, 5e-3, "aarch64");
+  MeasureRecord wrong = record(64, 64, 64, kA72, 3, 1e-4, "aarch64");
+  wrong.correctness = "wrong";  // fastest, but computes garbage: never chosen
+  MeasureRecord failed = record(64, 64, 64, kA72, 4, 1e-5, "aarch64");
+  failed.error_code = "timeout";
+  MeasureRecord near = record(128, 64, 64, kA72, 5, 2e-3, "aarch64");
+  MeasureRecord far = record(1024, 1024, 1024, kA72, 6, 9e-3, "aarch64");
+  db->commit({exact_fast, exact_slow, wrong, failed, near, far});
+
+  BestResult b = db->best(key(exact_fast, kA72, "aarch64"));
+  EXPECT_EQ(b.tier, MatchTier::Exact);
+  EXPECT_EQ(b.record.config, exact_fast.config);
+
+  b = db->best(key(exact_fast, kA53, "aarch64"));  // another aarch64 CPU
+  EXPECT_EQ(b.tier, MatchTier::SameArch);
+  EXPECT_EQ(b.record.config, exact_fast.config);
+  EXPECT_EQ(b.record.target, kA72);
+
+  MeasureRecord query = record(100, 64, 64, kA72, 0, 1);  // not measured: nearest is M=128
+  b = db->best(key(query, kA72, "aarch64"));
+  EXPECT_EQ(b.tier, MatchTier::NearestShape);
+  EXPECT_EQ(b.record.workload, near.workload);
+  EXPECT_NEAR(b.distance, std::log(129.0) - std::log(101.0), 1e-9);
+
+  b = db->best(key(query, kX86, "x86_64"));
+  EXPECT_EQ(b.tier, MatchTier::None);
+}
+
+TEST(Queries, TopHistoryMeasuredStatsRuns) {
+  auto db = open_database(":memory:");
+  TuningRun run;
+  run.uuid = "run-1";
+  run.user = "ana";
+  run.host = "box";
+  run.strategy = "random";
+  run.budget = 3;
+  run.workload = "matmul(M=8,N=8,K=8,epilogue=none)";
+  run.target = kX86;
+  run.started_at = 1.7e9;
+  db->begin_run(run);
+  std::vector<MeasureRecord> rs;
+  for (int i = 0; i < 5; ++i) {
+    rs.push_back(record(8, 8, 8, kX86, i, (5 - i) * 1e-3));
+    rs.back().run_uuid = "run-1";
+  }
+  rs[4].error_code = "runtime_error";
+  rs[4].samples_s.clear();
+  db->commit(rs);
+  db->finish_run("run-1", "done", 1.7e9 + 60);
+
+  auto top = db->top_k("", "", 2);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].config["tile"], 3);  // 2 ms
+  EXPECT_EQ(top[1].config["tile"], 2);
+  auto hist = db->history({});
+  ASSERT_EQ(hist.size(), 5u);
+  for (size_t i = 0; i < hist.size(); ++i) EXPECT_EQ(hist[i].config["tile"], int(i));
+  EXPECT_TRUE(db->measured(rs[0].workload, kX86, rs[0].config_hash()));
+  EXPECT_FALSE(db->measured(rs[0].workload, kA72, rs[0].config_hash()));
+  Stats s = db->stats();
+  EXPECT_EQ(s.records, 5);
+  EXPECT_EQ(s.errors["ok"], 4);
+  EXPECT_EQ(s.errors["runtime_error"], 1);
+  EXPECT_EQ(s.per_run["run-1"], 5);
+  ASSERT_EQ(s.per_pair.size(), 1u);
+  EXPECT_EQ(s.per_pair[0].ok, 4);
+  auto runs = db->runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, "done");
+  EXPECT_EQ(runs[0].records, 5);
+  EXPECT_THROW(db->finish_run("no-such-run", "done", 1), DbError);
+}
+
+TEST(Distill, KeepsTheBestNPerPair) {
+  auto db = open_database(":memory:");
+  std::vector<MeasureRecord> rs;
+  for (int i = 0; i < 6; ++i) rs.push_back(record(8, 8, 8, kX86, i, (i + 1) * 1e-3));
+  for (int i = 0; i < 3; ++i) rs.push_back(record(16, 8, 8, kX86, 10 + i, (i + 1) * 1e-3));
+  rs.push_back(record(16, 8, 8, kX86, 20, 1e-6));
+  rs.back().error_code = "timeout";
+  db->commit(rs);
+  DistillResult dry = db->distill(2, /*dry_run=*/true);
+  EXPECT_EQ(dry.removed, 4 + 2);  // 4 slow M=8 records; for M=16 one slow and the error
+  EXPECT_EQ(dry.kept, 4);
+  EXPECT_EQ(db->stats().records, 10);  // nothing removed yet
+  DistillResult real = db->distill(2, /*dry_run=*/false);
+  EXPECT_EQ(real.removed, dry.removed);
+  EXPECT_EQ(db->stats().records, 4);
+  auto top = db->top_k(rs[0].workload, kX86, 10);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].config["tile"], 0);
+  EXPECT_EQ(top[1].config["tile"], 1);
+  EXPECT_THROW(db->distill(0, true), DbError);
+}
+
+TEST(Jsonl, RoundTripAndIdempotentImport) {
+  auto a = open_database(":memory:");
+  std::vector<MeasureRecord> rs;
+  for (int i = 0; i < 20; ++i) rs.push_back(record(8 + i % 3, 8, 8, i % 2 ? kX86 : kA72, i, (i + 1) * 1e-4));
+  rs[3].error_code = "compile_error";
+  rs[3].error_msg = "boom";
+  rs[3].samples_s.clear();
+  rs[5].run_uuid = "r5";
+  a->commit(rs);
+  std::stringstream file;
+  EXPECT_EQ(export_jsonl(*a, {}, file), 20);
+
+  auto b = open_database(":memory:");
+  std::string text = file.str();
+  std::istringstream in1(text);
+  ImportResult r1 = import_jsonl(*b, in1);
+  EXPECT_EQ(r1.added, 20);
+  EXPECT_TRUE(r1.errors.empty());
+  std::istringstream in2(text);
+  ImportResult r2 = import_jsonl(*b, in2);
+  EXPECT_EQ(r2.added, 0);
+  EXPECT_EQ(r2.duplicates, 20);
+  auto ha = a->history({}), hb = b->history({});
+  ASSERT_EQ(ha.size(), hb.size());
+  for (size_t i = 0; i < ha.size(); ++i) EXPECT_EQ(record_to_json(ha[i]), record_to_json(hb[i])) << i;
+}
+
+TEST(Jsonl, MalformedLinesAreRejectedWithTheirNumber) {
+  auto db = open_database(":memory:");
+  std::string good = record_to_json(record(8, 8, 8, kX86, 1, 1e-3)).dump();
+  nlohmann::json no_config = record_to_json(record(8, 8, 8, kX86, 2, 1e-3));
+  no_config.erase("config");
+  nlohmann::json bad_type = record_to_json(record(8, 8, 8, kX86, 3, 1e-3));
+  bad_type["flops"] = "many";
+  nlohmann::json bad_version = record_to_json(record(8, 8, 8, kX86, 4, 1e-3));
+  bad_version["v"] = 7;
+  nlohmann::json bad_code = record_to_json(record(8, 8, 8, kX86, 5, 1e-3));
+  bad_code["error_code"] = "meh";
+  std::string text = good + "\n" + "{\"v\": 1, \"workload\": \"matmul(\n" + no_config.dump() + "\n\n" +
+                     bad_type.dump() + "\n" + bad_version.dump() + "\n" + bad_code.dump() + "\n" +
+                     record_to_json(record(8, 8, 8, kX86, 6, 1e-3)).dump() + "\n";
+  std::istringstream in(text);
+  ImportResult r = import_jsonl(*db, in);
+  EXPECT_EQ(r.added, 2);
+  ASSERT_EQ(r.errors.size(), 5u);
+  EXPECT_NE(r.errors[0].find("line 2: not valid JSON"), std::string::npos) << r.errors[0];
+  EXPECT_NE(r.errors[1].find("line 3: missing field 'config'"), std::string::npos) << r.errors[1];
+  EXPECT_NE(r.errors[2].find("line 5: field 'flops' has the wrong type"), std::string::npos) << r.errors[2];
+  EXPECT_NE(r.errors[3].find("line 6: format version 7"), std::string::npos) << r.errors[3];
+  EXPECT_NE(r.errors[4].find("line 7: unknown error_code 'meh'"), std::string::npos) << r.errors[4];
+  EXPECT_EQ(db->stats().records, 2);
+}
+
+void expect_open_error(const std::string& path, OpenMode mode, const std::string& message) {
+  try {
+    open_database(path, mode);
+    ADD_FAILURE() << "opened " << path;
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
+TEST(OpenErrors, RefusesWhatIsNotOurs) {
+  TempDir dir;
+  std::string text = dir.file("notes.txt");
+  std::ofstream(text) << "this is not a database, and it must stay as it is\n";
+  expect_open_error(text, OpenMode::ReadWrite, "is not a tunefarm database (not an SQLite file)");
+  std::ifstream check(text);
+  std::string first_line;
+  std::getline(check, first_line);
+  EXPECT_EQ(first_line, "this is not a database, and it must stay as it is");
+
+  std::string other = dir.file("other.db");
+  {
+    SQLite::Database raw(other, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
+    raw.exec("CREATE TABLE invoices (id INTEGER)");
+  }
+  expect_open_error(other, OpenMode::ReadWrite, "is an SQLite database of something else (tables: invoices)");
+
+  std::string newer = dir.file("newer.db");
+  open_database(newer);
+  {
+    SQLite::Database raw(newer, SQLite::OPEN_READWRITE);
+    raw.exec("PRAGMA user_version = 99");
+  }
+  expect_open_error(newer, OpenMode::ReadWrite, "has schema version 99, newer than the 1");
+
+  expect_open_error(dir.file("missing/dir/t.db"), OpenMode::ReadWrite, "directory");
+  expect_open_error(dir.file("absent.db"), OpenMode::ReadOnly, "no such file");
+  fs::create_directories(dir.file("adir"));
+  expect_open_error(dir.file("adir"), OpenMode::ReadWrite, "is a directory");
+}
+
+TEST(OpenErrors, ReadOnlyRefusesWritesClearly) {
+  TempDir dir;
+  std::string path = dir.file("ro.db");
+  open_database(path)->commit({record(8, 8, 8, kX86, 1, 1e-3)});
+  auto ro = open_database(path, OpenMode::ReadOnly);
+  EXPECT_EQ(ro->stats().records, 1);
+  try {
+    ro->commit({record(8, 8, 8, kX86, 2, 1e-3)});
+    FAIL() << "wrote through a read-only handle";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("read-only"), std::string::npos) << e.what();
+  }
+  // A fresh file cannot be created read-only.
+  std::string empty = dir.file("empty.db");
+  { SQLite::Database raw(empty, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE); }
+  expect_open_error(empty, OpenMode::ReadOnly, "needs creating but is open read-only");
+}
+
+TEST(Paths, FlagThenEnvironmentThenDefault) {
+  EXPECT_EQ(database_path("/x/flag.db"), "/x/flag.db");
+  setenv("TUNEFARM_DB", "/x/env.db", 1);
+  EXPECT_EQ(database_path(""), "/x/env.db");
+  unsetenv("TUNEFARM_DB");
+  TempDir home;
+  std::string saved = std::getenv("HOME") ? std::getenv("HOME") : "";
+  setenv("HOME", home.file("").c_str(), 1);
+  std::string p = database_path("");
+  EXPECT_NE(p.find(".local/share/tunefarm/tuning.db"), std::string::npos) << p;
+  EXPECT_TRUE(fs::is_directory(fs::path(p).parent_path()));
+  setenv("HOME", saved.c_str(), 1);
+}
+
+}  // namespace
+}  // namespace tf::db

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""`tunefarm query` end to end: a database filled by import, every subcommand's JSON answer,
+the plain sqlite3 shell reading the same file, and the error paths.
+
+usage: query_cli_test.py TUNEFARM
+"""
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import unittest
+
+TUNEFARM = None
+X86 = "llvm -mtriple=x86_64-pc-linux-gnu -mcpu=skylake"
+A72 = "llvm -mtriple=aarch64-unknown-linux-gnu -mcpu=cortex-a72"
+
+
+def record(m, target, tile, seconds, arch="x86_64", error="ok", run=""):
+    return {
+        "v": 1, "workload": f"matmul(M={m},N=64,K=64,epilogue=none)", "op": "matmul",
+        "params": {"M": m, "N": 64, "K": 64}, "flops": 2 * m * 64 * 64,
+        "target": target, "arch": arch, "device_key": "local", "device_model": "cpu",
+        "toolchain": "test", "template": "dense.cpu.v1",
+        "config": {"tile_m": tile, "tile_n": 16},
+        "samples_s": [] if error != "ok" else [seconds, seconds * 1.01, seconds * 0.99],
+        "settings": {"number": 10, "repeat": 3, "min_repeat_ms": 50.0, "flush": False, "cooldown_ms": 0.0},
+        "error_code": error, "error_msg": "" if error == "ok" else "it broke",
+        "compile_s": 0.05, "measured_at": 1.7e9 + tile, "correctness": "ok", "run": run,
+    }
+
+
+class QueryCli(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.db = os.path.join(self.tmp.name, "tuning.db")
+        self.jsonl = os.path.join(self.tmp.name, "records.jsonl")
+        recs = [record(64, X86, t, t * 1e-4) for t in (1, 2, 4, 8)]
+        recs += [record(64, X86, 16, 0, error="timeout")]
+        recs += [record(128, A72, 4, 3e-4, arch="aarch64", run="run-7")]
+        with open(self.jsonl, "w") as f:
+            for r in recs:
+                f.write(json.dumps(r) + "\n")
+        self.assertEqual(self.q("import", self.jsonl)["added"], 6)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_tf(self, *args, expect=0):
+        p = subprocess.run([TUNEFARM, *args], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, expect, f"{args}: {p.stderr}")
+        self.assertGreaterEqual(p.returncode, 0, "killed by a signal")
+        return p
+
+    def q(self, sub, *args, expect=0):
+        p = self.run_tf("query", sub, "--db", self.db, "--json", *args, expect=expect)
+        return json.loads(p.stdout) if expect == 0 else p
+
+    def test_best_tiers(self):
+        exact = self.q("best", "-w", "matmul(M=64,N=64,K=64)", "-t", X86)
+        self.assertEqual(exact["tier"], "exact")
+        self.assertEqual(exact["record"]["config"]["tile_m"], 1)
+        self.assertAlmostEqual(exact["record"]["gflops"], 2 * 64 ** 3 / 1e-4 * 1e-9)
+        arch = self.q("best", "-w", "matmul(M=64,N=64,K=64)", "-t", "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell")
+        self.assertEqual(arch["tier"], "same-arch")
+        near = self.q("best", "-w", "matmul(M=100,N=64,K=64)", "-t", A72)
+        self.assertEqual(near["tier"], "nearest-shape")
+        self.assertEqual(near["record"]["workload"], "matmul(M=128,N=64,K=64,epilogue=none)")
+        none = self.q("best", "-w", "conv2d_nchw(N=1,C=3,H=8,W=8,K=4,R=3,S=3)", "-t", X86)
+        self.assertEqual(none["tier"], "none")
+        pairs = self.q("best")
+        self.assertEqual([r["workload"] for r in pairs],
+                         ["matmul(M=128,N=64,K=64,epilogue=none)", "matmul(M=64,N=64,K=64,epilogue=none)"])
+
+    def test_top_history_stats_runs(self):
+        top = self.q("top", "-k", "2", "-w", "matmul(M=64, K=64, N=64)")  # any spelling of the workload
+        self.assertEqual([r["config"]["tile_m"] for r in top], [1, 2])
+        hist = self.q("history", "-t", X86)
+        self.assertEqual([r["config"]["tile_m"] for r in hist], [1, 2, 4, 8, 16])
+        stats = self.q("stats")
+        self.assertEqual(stats["records"], 6)
+        self.assertEqual(stats["errors"], {"ok": 5, "timeout": 1})
+        self.assertEqual(stats["per_run"]["run-7"], 1)
+        runs = self.q("runs")
+        self.assertEqual([r["uuid"] for r in runs], ["run-7"])
+
+    def test_export_import_roundtrip_and_sqlite_shell(self):
+        out = os.path.join(self.tmp.name, "out.jsonl")
+        self.run_tf("query", "export", "--db", self.db, out)
+        with open(out) as f:
+            lines = [json.loads(l) for l in f]
+        self.assertEqual(len(lines), 6)
+        copy = os.path.join(self.tmp.name, "copy.db")
+        p = self.run_tf("query", "import", "--db", copy, out, "--json")
+        self.assertEqual(json.loads(p.stdout)["added"], 6)
+        p = self.run_tf("query", "import", "--db", copy, out, "--json")
+        self.assertEqual(json.loads(p.stdout)["added"], 0)
+        # The file is an ordinary SQLite database with a convenience view.
+        con = sqlite3.connect(copy)
+        rows = con.execute("SELECT workload, error_code FROM record_view ORDER BY id").fetchall()
+        self.assertEqual(len(rows), 6)
+        self.assertEqual(con.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+
+    def test_distill(self):
+        dry = self.q("distill", "--keep", "2", "--dry-run")
+        self.assertEqual(dry["removed"], 3)  # tiles 4 and 8, and the timeout
+        self.assertEqual(self.q("stats")["records"], 6)
+        real = self.q("distill", "--keep", "2")
+        self.assertEqual(real["removed"], 3)
+        self.assertEqual(self.q("stats")["records"], 3)
+
+    def test_errors(self):
+        p = self.run_tf("query", "stats", "--db", os.path.join(self.tmp.name, "absent.db"), expect=1)
+        self.assertIn("no tuning database at", p.stderr)
+        notdb = os.path.join(self.tmp.name, "notes.txt")
+        with open(notdb, "w") as f:
+            f.write("my notes\n")
+        p = self.run_tf("query", "stats", "--db", notdb, expect=1)
+        self.assertIn("is not a tunefarm database", p.stderr)
+        p = self.run_tf("query", "import", "--db", notdb, self.jsonl, expect=1)
+        self.assertIn("is not a tunefarm database", p.stderr)
+        with open(notdb) as f:
+            self.assertEqual(f.read(), "my notes\n")  # never overwritten
+        p = self.run_tf("query", "import", "--db", self.db, "/nonexistent.jsonl", expect=2)
+        self.assertIn("cannot read /nonexistent.jsonl", p.stderr)
+        bad = os.path.join(self.tmp.name, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write(json.dumps(record(32, X86, 1, 1e-4)) + "\n{oops\n")
+        p = self.run_tf("query", "import", "--db", self.db, bad, expect=1)
+        self.assertIn("line 2: not valid JSON", p.stderr)
+        self.assertEqual(self.q("stats")["records"], 7)  # the good line went in
+        p = self.run_tf("query", "top", "--db", self.db, "-k", "0", expect=2)
+        p = self.run_tf("query", "best", "--db", self.db, "-w", "matmul(M=1)", expect=2)
+        self.assertIn("missing key N", p.stderr)
+        p = self.run_tf("query", "history", "--db", self.db, "-t", "vulkan", expect=2)
+        self.assertIn("unknown kind 'vulkan'", p.stderr)
+        p = self.run_tf("query", "stats", "--db", os.path.join(self.tmp.name, "no/such/dir/t.db"), expect=1)
+        p = self.run_tf("run", "-w", "matmul(M=2,N=2,K=2)", "--db", os.path.join(self.tmp.name, "no/dir/t.db"), expect=1)
+        self.assertIn("does not exist", p.stderr)
+
+    def test_compile_uses_tuned_config(self):
+        so = os.path.join(self.tmp.name, "k.so")
+        p = self.run_tf("compile", "-w", "matmul(M=64,N=64,K=64)", "-t", X86, "--db", self.db, "-o", so)
+        self.assertNotIn("warning", p.stderr)
+        meta = json.load(open(so + ".json"))
+        self.assertEqual(meta["config_source"], "tuned (exact)")
+        self.assertEqual(meta["config"]["tile_m"], 1)
+        p = self.run_tf("compile", "-w", "matmul(M=64,N=64,K=64)", "-t", X86, "--no-db", "-o", so)
+        self.assertIn("warning: no tuned config for matmul(M=64,N=64,K=64,epilogue=none)", p.stderr)
+        self.assertEqual(json.load(open(so + ".json"))["config_source"], "default")
+
+
+if __name__ == "__main__":
+    TUNEFARM = sys.argv.pop(1)
+    unittest.main(verbosity=2)

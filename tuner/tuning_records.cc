@@ -1,0 +1,70 @@
+#include "tuner/tuning_records.h"
+
+#include <fstream>
+
+#include "compiler/error.h"
+#include "compiler/schedule_templates.h"
+
+namespace tf {
+
+nlohmann::json workload_params(const Workload& w) {
+  nlohmann::json p = nlohmann::json::object();
+  for (const auto& [k, v] : w.params) p[k] = v;
+  return p;
+}
+
+db::LookupKey lookup_key(const Workload& w, const Target& t) {
+  return {w.canonical(), w.op, workload_params(w), t.str(), t.arch_name()};
+}
+
+std::string local_device_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+std::string toolchain_version() {
+  return std::string("tunefarm ") + kTunefarmVersion + ", LLVM " + TF_LLVM_VERSION;
+}
+
+db::MeasureRecord record_for(const CompiledKernel& k, const std::string& device_key) {
+  db::MeasureRecord r;
+  const Workload& w = k.graph.workload;
+  r.workload = w.canonical();
+  r.op = w.op;
+  r.params = workload_params(w);
+  r.flops = k.graph.flops;
+  r.target = k.target.str();
+  r.arch = k.target.arch_name();
+  r.device_key = device_key;
+  r.device_model = device_key == "local" ? local_device_model() : "";
+  r.toolchain = toolchain_version();
+  r.template_name = template_name(w.op);
+  r.config = k.config;
+  return r;
+}
+
+ConfigChoice choose_config(db::Database* db, const Workload& w, const Target& t) {
+  ConfigChoice c;
+  if (!db) return c;
+  db::BestResult b = db->best(lookup_key(w, t));
+  if (b.tier == db::MatchTier::None) return c;
+  if (b.record.template_name != template_name(w.op)) return c;
+  try {
+    complete_config(build_op(w), t, b.record.config);
+  } catch (const UserError&) {
+    return c;  // a config of an older template version
+  }
+  c.config = b.record.config;
+  c.source = std::string("tuned (") + db::tier_name(b.tier) + ")";
+  c.tuned_from = {{"tier", db::tier_name(b.tier)}, {"workload", b.record.workload},
+                  {"target", b.record.target}, {"median_s", *b.record.median_s()}};
+  return c;
+}
+
+}  // namespace tf
