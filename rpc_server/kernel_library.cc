@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <thread>
 
 namespace tf {
 
@@ -43,18 +44,27 @@ int KernelLibrary::call(const std::vector<float*>& a) const {
 TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o) {
   using clock = std::chrono::steady_clock;
   TimingResult r;
+  std::vector<char> flush;
+  if (o.flush_cache) flush.resize(kFlushBytes);
   r.status = k.call(args);  // warm-up
   if (r.status != 0) return r;
   int number = std::max(o.number, 1);
   for (int rep = 0; rep < std::max(o.repeat, 1); ++rep) {
+    if (rep > 0 && o.cooldown_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
+    }
     while (true) {
+      if (!flush.empty()) {
+        // Volatile stores: the compiler may not drop them.
+        volatile char* p = flush.data();
+        for (size_t i = 0; i < flush.size(); i += 64) p[i] = static_cast<char>(i + rep);
+      }
       auto start = clock::now();
       for (int i = 0; i < number; ++i) {
         r.status = k.call(args);
         if (r.status != 0) return r;
       }
       double s = std::chrono::duration<double>(clock::now() - start).count();
-      // Grow `number` until one sample lasts at least min_repeat_ms (only for the first).
       if (rep == 0 && s * 1e3 < o.min_repeat_ms && number < (1 << 24)) {
         double scale = s > 0 ? o.min_repeat_ms / (s * 1e3) : 10.0;
         number = static_cast<int>(std::min<double>(number * std::max(1.5, scale * 1.1), 1 << 24));

@@ -34,7 +34,12 @@ struct TimingOptions {
   int number = 1;            // calls per sample (grown until a sample lasts min_repeat_ms)
   int repeat = 3;            // samples
   double min_repeat_ms = 0;  // lower bound on one sample's duration
+  bool flush_cache = false;  // overwrite kFlushBytes of memory before each sample
+  double cooldown_ms = 0;    // sleep between samples
 };
+
+// Bytes written before each sample to push the kernel's data out of the caches.
+constexpr size_t kFlushBytes = 64 << 20;
 
 struct TimingResult {
   std::vector<double> samples_s;  // per-call time in seconds, one per sample
@@ -42,7 +47,8 @@ struct TimingResult {
   int status = 0;                 // the kernel's return value; nonzero stops timing
 };
 
-// One discarded warm-up call, then `repeat` samples of `number` calls each.
+// One discarded warm-up call, then `repeat` samples of `number` calls each; `number` grows
+// (during the first sample only) until a sample lasts at least min_repeat_ms.
 TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o);
 
 // Deterministic inputs in [-1, 1) from a seed (splitmix64), the same on every board.

@@ -10,7 +10,7 @@ PACKAGES=(
   # compiler
   llvm-19-dev lld-19 llvm-19-tools libzstd-dev zlib1g-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
   # services, database, cost model, CLI
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libsqlite3-dev sqlite3 libsqlitecpp-dev libxgboost-dev libboost-dev nlohmann-json3-dev libcli11-dev
   # tests
   libgtest-dev libgmock-dev python3 python3-numpy openssl

@@ -22,6 +22,7 @@
 #include "compiler/schedule_templates.h"
 #include "db/database.h"
 #include "rpc_server/kernel_library.h"
+#include "tuner/cli/farm_command.h"
 #include "tuner/cli/query_command.h"
 #include "tuner/tuning_records.h"
 
@@ -283,6 +284,8 @@ int main(int argc, char** argv) {
 
   tf::cli::QueryArgs qa;
   tf::cli::add_query_command(app, qa);
+  tf::cli::FarmArgs fa;
+  tf::cli::add_farm_command(app, fa);
 
   try {
     app.parse(argc, argv);
@@ -296,6 +299,7 @@ int main(int argc, char** argv) {
     if (*describe) return tf::cmd_describe(dw, dt, djson);
     if (*run) return tf::cmd_run(ra);
     if (!qa.sub.empty()) return tf::cli::run_query(qa);
+    if (!fa.sub.empty()) return tf::cli::run_farm(fa);
   } catch (const tf::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

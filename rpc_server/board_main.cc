@@ -1,0 +1,169 @@
+// tunefarm-rpc-server: the program on each board. Registers with the tracker, heartbeats,
+// re-registers whenever the tracker forgot it or went away, and serves the Board service.
+#include <CLI/CLI.hpp>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "proto/daemon.h"
+#include "proto/security.h"
+#include "rpc_server/board_service.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = tunefarm::v1;
+constexpr const char* kVersion = "0.1.0";
+
+// Keeps the board registered until `stop`: heartbeats, and registers again with backoff
+// when a heartbeat fails or the tracker does not know the board.
+void registration_loop(pb::Tracker::Stub& tracker, const pb::RegisterRequest& reg, const std::string& token,
+                       tf::farm::BoardService& board, std::atomic<bool>& stop) {
+  bool registered = false;
+  int interval_ms = 1000, backoff_ms = 200;
+  auto last_collect = std::chrono::steady_clock::now();
+  while (!stop) {
+    grpc::ClientContext ctx;
+    tf::farm::add_token(ctx, token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    if (!registered) {
+      pb::RegisterReply reply;
+      grpc::Status s = tracker.Register(&ctx, reg, &reply);
+      if (s.ok()) {
+        registered = true;
+        interval_ms = std::max(reply.heartbeat_interval_ms(), 10);
+        backoff_ms = 200;
+        std::printf("registered with the tracker as %s (key %s)\n", reg.board_id().c_str(), reg.key().c_str());
+        std::fflush(stdout);
+      } else {
+        if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+          std::fprintf(stderr, "error: the tracker refused our token: %s\n", s.error_message().c_str());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+        backoff_ms = std::min(backoff_ms * 2, 5000);
+        continue;
+      }
+    } else {
+      pb::HeartbeatRequest hb;
+      hb.set_board_id(reg.board_id());
+      pb::HeartbeatReply reply;
+      grpc::Status s = tracker.Heartbeat(&ctx, hb, &reply);
+      if (!s.ok() || !reply.known()) {
+        registered = false;
+        continue;
+      }
+    }
+    if (std::chrono::steady_clock::now() - last_collect > std::chrono::seconds(5)) {
+      board.collect_lease_dirs();
+      last_collect = std::chrono::steady_clock::now();
+    }
+    for (int waited = 0; waited < interval_ms && !stop; waited += 10) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+std::string default_target() {
+  utsname u{};
+  uname(&u);
+  return std::string("llvm -mtriple=") + u.machine + "-linux-gnu";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tf::farm::block_termination_signals();
+  CLI::App app{"tunefarm-rpc-server: run kernels for the holder of a lease on this board"};
+  std::string tracker_addr, key, host = "127.0.0.1", token_file, advertise, board_id, work_root = "/tmp", runner;
+  std::string target = default_target();
+  int port = 9191;
+  double max_upload_mb = 64, memory_limit_mb = 1024;
+  tf::farm::TlsFiles tls;
+  tf::farm::BoardOptions opts;
+  app.add_option("--tracker", tracker_addr, "tracker address HOST:PORT")->required();
+  app.add_option("--key", key, "device class, e.g. rpi4, rocm-gfx906, cuda-sm80")->required();
+  app.add_option("--target", target, "target string kernels for this board are compiled with")->capture_default_str();
+  app.add_option("--host", host, "address to listen on (beyond loopback needs --token-file)")->capture_default_str();
+  app.add_option("--port", port, "port (0: any free one; the bound port is printed)")->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--advertise", advertise, "HOST:PORT the tracker gives to tuners (default: --host and the bound port)");
+  app.add_option("--board-id", board_id, "stable id of this board (default: random per start)");
+  app.add_option("--token-file", token_file, "file whose first line is the farm's shared token");
+  app.add_option("--tls-cert", tls.cert, "PEM certificate: serve TLS (and present it to the tracker)");
+  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
+  app.add_option("--tls-ca", tls.ca, "PEM CA: verify the tracker, and require client certificates (mutual TLS)");
+  app.add_option("--work-dir", work_root, "where per-lease upload directories go")->capture_default_str();
+  app.add_option("--runner", runner, "path of tunefarm-board-runner (default: next to this program)");
+  app.add_option("--max-upload-mb", max_upload_mb, "largest kernel library accepted")->capture_default_str()
+      ->check(CLI::Range(0.001, 256.0));
+  app.add_option("--timeout-s", opts.default_timeout_s, "time limit of a measurement that sets none")->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--max-timeout-s", opts.max_timeout_s, "largest time limit a request may set")->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--memory-limit-mb", memory_limit_mb, "memory limit of a measurement that sets none")->capture_default_str()
+      ->check(CLI::Range(16.0, 1048576.0));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  fs::path work;
+  try {
+    if (!token_file.empty()) opts.token = tf::farm::read_token_file(token_file);
+    tf::farm::check_listen_policy(host, opts.token, "tunefarm-rpc-server");
+    if (runner.empty()) runner = (fs::read_symlink("/proc/self/exe").parent_path() / "tunefarm-board-runner").string();
+    if (access(runner.c_str(), X_OK) != 0) throw tf::farm::ConfigError("runner " + runner + " is not an executable");
+    if (!fs::is_directory(work_root)) throw tf::farm::ConfigError("--work-dir " + work_root + " is not a directory");
+    std::string tmpl = (fs::path(work_root) / "tunefarm-board-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw tf::farm::ConfigError("cannot create a directory in " + work_root);
+    work = tmpl;
+
+    if (board_id.empty()) board_id = "board-" + tf::farm::random_token().substr(0, 12);
+    opts.board_id = board_id;
+    opts.key = key;
+    opts.target = target;
+    opts.device = tf::farm::local_device_info(kVersion);
+    opts.work_dir = work.string();
+    opts.runner = runner;
+    opts.max_upload_bytes = static_cast<int64_t>(max_upload_mb * (1 << 20));
+    opts.default_memory_limit = static_cast<int64_t>(memory_limit_mb * (1 << 20));
+    if (opts.default_timeout_s > opts.max_timeout_s) {
+      throw tf::farm::ConfigError("--timeout-s must not exceed --max-timeout-s");
+    }
+
+    std::shared_ptr<grpc::Channel> channel = tf::farm::make_channel(tracker_addr, tls);
+    tf::farm::BoardService service(opts, pb::Tracker::NewStub(channel));
+    tf::farm::Listening l = tf::farm::listen(host, port, tls, {&service});
+    if (advertise.empty()) advertise = host + ":" + std::to_string(l.port);
+    if (opts.token.empty()) std::printf("warning: no --token-file: serving loopback only, without authentication\n");
+    std::printf("tunefarm-rpc-server listening on %s:%d, key %s, board %s\n", host.c_str(), l.port, key.c_str(),
+                board_id.c_str());
+    std::fflush(stdout);
+
+    pb::RegisterRequest reg;
+    reg.set_board_id(board_id);
+    reg.set_key(key);
+    reg.set_target(target);
+    reg.set_address(advertise);
+    *reg.mutable_device() = opts.device;
+    std::atomic<bool> stop{false};
+    auto tracker = pb::Tracker::NewStub(channel);
+    std::thread registrar([&] { registration_loop(*tracker, reg, opts.token, service, stop); });
+    tf::farm::serve_until_signal(*l.server);
+    stop = true;
+    registrar.join();
+  } catch (const tf::farm::ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    if (!work.empty()) fs::remove_all(work);
+    return 2;
+  }
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  return 0;
+}

@@ -1,0 +1,252 @@
+#include "rpc_server/board_service.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "proto/security.h"
+#include "rpc_server/isolated_runner.h"
+#include "rpc_server/kernel_library.h"
+
+namespace tf::farm {
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = tunefarm::v1;
+
+constexpr int kMaxRepeat = 10000;
+constexpr int kMaxNumber = 1 << 24;
+constexpr double kMaxMs = 60000;
+
+grpc::Status invalid(const std::string& m) { return {grpc::StatusCode::INVALID_ARGUMENT, m}; }
+
+bool safe_name(const std::string& s, bool allow_dot) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && !(allow_dot && c == '.')) return false;
+  }
+  return s != "." && s != "..";
+}
+
+}  // namespace
+
+pb::DeviceInfo local_device_info(const std::string& server_version) {
+  pb::DeviceInfo d;
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);) {
+    bool model = line.rfind("model name", 0) == 0 || line.rfind("Model", 0) == 0;
+    size_t colon = line.find(':');
+    if (model && colon != std::string::npos && d.cpu_model().empty()) {
+      d.set_cpu_model(line.substr(line.find_first_not_of(' ', colon + 1)));
+    }
+  }
+  d.set_cores(static_cast<int32_t>(std::thread::hardware_concurrency()));
+  d.set_memory_bytes(int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE));
+  utsname u{};
+  uname(&u);
+  d.set_arch(u.machine);
+  d.set_server_version(server_version);
+  return d;
+}
+
+BoardService::BoardService(BoardOptions options, std::unique_ptr<pb::Tracker::Stub> tracker)
+    : options_(std::move(options)), tracker_(std::move(tracker)), worker_([this] { worker_loop(); }) {}
+
+BoardService::~BoardService() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void BoardService::worker_loop() {
+  while (true) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+grpc::ServerUnaryReactor* BoardService::enqueue(grpc::CallbackServerContext* ctx, std::function<grpc::Status()> work) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      reactor->Finish({grpc::StatusCode::UNAVAILABLE, "board shutting down"});
+      return reactor;
+    }
+    jobs_.push_back([reactor, work = std::move(work)] {
+      grpc::Status s;
+      try {
+        s = work();
+      } catch (const std::exception& e) {
+        s = {grpc::StatusCode::INTERNAL, e.what()};
+      }
+      reactor->Finish(s);
+    });
+  }
+  cv_.notify_one();
+  return reactor;
+}
+
+grpc::Status BoardService::verify(const std::string& lease_token) {
+  if (lease_token.empty()) return {grpc::StatusCode::PERMISSION_DENIED, "no lease token: lease this board first"};
+  pb::VerifyRequest req;
+  req.set_lease_token(lease_token);
+  req.set_board_id(options_.board_id);
+  pb::VerifyReply reply;
+  grpc::ClientContext ctx;
+  add_token(ctx, options_.token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Status s = tracker_->VerifyLease(&ctx, req, &reply);
+  if (!s.ok()) {
+    return {grpc::StatusCode::UNAVAILABLE, "cannot verify the lease with the tracker: " + s.error_message()};
+  }
+  if (!reply.valid()) {
+    return {grpc::StatusCode::PERMISSION_DENIED, "the lease is not valid for this board (expired, released, or another board's)"};
+  }
+  return grpc::Status::OK;
+}
+
+std::string BoardService::lease_dir(const std::string& lease_token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = lease_dirs_.find(lease_token);
+  if (it != lease_dirs_.end()) return it->second;
+  fs::path dir = fs::path(options_.work_dir) / ("lease-" + sha256_hex(lease_token).substr(0, 16));
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all);
+  lease_dirs_[lease_token] = dir.string();
+  return dir.string();
+}
+
+void BoardService::collect_lease_dirs() {
+  std::map<std::string, std::string> dirs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs = lease_dirs_;
+  }
+  for (const auto& [token, dir] : dirs) {
+    if (verify(token).error_code() != grpc::StatusCode::PERMISSION_DENIED) continue;  // valid, or tracker away
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    std::lock_guard<std::mutex> lock(mu_);
+    lease_dirs_.erase(token);
+  }
+}
+
+grpc::ServerUnaryReactor* BoardService::GetInfo(grpc::CallbackServerContext* ctx, const pb::InfoRequest*,
+                                                pb::InfoReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  grpc::Status s = check_token(ctx, options_.token);
+  if (s.ok()) {
+    reply->set_board_id(options_.board_id);
+    reply->set_key(options_.key);
+    reply->set_target(options_.target);
+    *reply->mutable_device() = options_.device;
+    reply->set_max_upload_bytes(options_.max_upload_bytes);
+    reply->set_max_timeout_s(options_.max_timeout_s);
+  }
+  reactor->Finish(s);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* BoardService::Upload(grpc::CallbackServerContext* ctx, const pb::UploadRequest* req,
+                                               pb::UploadReply* reply) {
+  return enqueue(ctx, [this, req, reply]() -> grpc::Status {
+    if (grpc::Status s = verify(req->lease_token()); !s.ok()) return s;
+    if (static_cast<int64_t>(req->data().size()) > options_.max_upload_bytes) {
+      return invalid("upload of " + std::to_string(req->data().size()) + " bytes exceeds this board's limit of " +
+                     std::to_string(options_.max_upload_bytes));
+    }
+    if (req->data().empty()) return invalid("empty upload");
+    if (!safe_name(req->name(), true)) return invalid("module name '" + req->name() + "' must be letters, digits, '.', '_', '-'");
+    if (sha256_hex(req->data()) != req->sha256()) return invalid("sha256 of the upload does not match (corrupted in transit?)");
+    std::string id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = "m" + std::to_string(next_module_++) + "-" + req->name();
+    }
+    fs::path path = fs::path(lease_dir(req->lease_token())) / id;
+    std::ofstream f(path, std::ios::binary);
+    f.write(req->data().data(), static_cast<std::streamsize>(req->data().size()));
+    if (!f.flush()) return {grpc::StatusCode::RESOURCE_EXHAUSTED, "cannot store the upload on the board"};
+    reply->set_module_id(id);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* BoardService::Free(grpc::CallbackServerContext* ctx, const pb::FreeRequest* req,
+                                             pb::FreeReply*) {
+  return enqueue(ctx, [this, req]() -> grpc::Status {
+    if (grpc::Status s = verify(req->lease_token()); !s.ok()) return s;
+    if (!safe_name(req->module_id(), true)) return invalid("bad module id '" + req->module_id() + "'");
+    fs::path path = fs::path(lease_dir(req->lease_token())) / req->module_id();
+    if (!fs::remove(path)) return {grpc::StatusCode::NOT_FOUND, "no module " + req->module_id() + " under this lease"};
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* BoardService::Measure(grpc::CallbackServerContext* ctx, const pb::MeasureRequest* req,
+                                                pb::MeasureReply* reply) {
+  return enqueue(ctx, [this, req, reply]() -> grpc::Status {
+    if (grpc::Status s = verify(req->lease_token()); !s.ok()) return s;
+    return measure(*req, reply);
+  });
+}
+
+grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureReply* reply) {
+  if (!safe_name(in.module_id(), true)) return invalid("bad module id '" + in.module_id() + "'");
+  fs::path module = fs::path(lease_dir(in.lease_token())) / in.module_id();
+  if (!fs::exists(module)) return {grpc::StatusCode::NOT_FOUND, "no module " + in.module_id() + " under this lease"};
+  if (!safe_name(in.function(), false)) return invalid("function name '" + in.function() + "' is not a C identifier");
+  if (in.args_size() < 1 || in.args_size() > 5) {
+    return invalid("kernels take 1 to 5 arguments, not " + std::to_string(in.args_size()));
+  }
+  pb::MeasureRequest req = in;
+  if (req.timeout_s() == 0) req.set_timeout_s(options_.default_timeout_s);
+  if (req.memory_limit_bytes() == 0) req.set_memory_limit_bytes(options_.default_memory_limit);
+  if (req.timeout_s() < 0 || req.timeout_s() > options_.max_timeout_s) {
+    return invalid("timeout_s " + std::to_string(req.timeout_s()) + " is not in (0, " + std::to_string(options_.max_timeout_s) + "]");
+  }
+  if (req.memory_limit_bytes() < (16 << 20)) return invalid("memory_limit_bytes below 16 MiB leaves no room to load a kernel");
+  int64_t bytes = 0, output_bytes = 0;
+  for (const pb::ArgSpec& a : req.args()) {
+    int64_t n = 1;
+    for (int64_t d : a.shape()) {
+      if (d < 1 || d > (int64_t{1} << 34) || n > (int64_t{1} << 34) / d) return invalid("argument shape dimension " + std::to_string(d) + " out of range");
+      n *= d;
+    }
+    bytes += n * 4;
+    if (a.is_output()) output_bytes += n * 4;
+  }
+  if (bytes > req.memory_limit_bytes()) {
+    return invalid("arguments need " + std::to_string(bytes) + " bytes, over the memory limit of " +
+                   std::to_string(req.memory_limit_bytes()));
+  }
+  if (req.outputs() == pb::OUTPUT_VALUES && output_bytes > options_.max_output_value_bytes) {
+    return invalid("outputs of " + std::to_string(output_bytes) + " bytes exceed the cap of " +
+                   std::to_string(options_.max_output_value_bytes) + " for OUTPUT_VALUES; ask for OUTPUT_DIGEST");
+  }
+  if (req.number() < 1 || req.number() > kMaxNumber) return invalid("number " + std::to_string(req.number()) + " is not in [1, 2^24]");
+  if (req.repeat() < 1 || req.repeat() > kMaxRepeat) return invalid("repeat " + std::to_string(req.repeat()) + " is not in [1, 10000]");
+  if (req.min_repeat_ms() < 0 || req.min_repeat_ms() > kMaxMs) return invalid("min_repeat_ms out of [0, 60000]");
+  if (req.cooldown_ms() < 0 || req.cooldown_ms() > kMaxMs) return invalid("cooldown_ms out of [0, 60000]");
+  *reply = run_isolated(options_.runner, module.string(), req, req.timeout_s());
+  return grpc::Status::OK;
+}
+
+}  // namespace tf::farm

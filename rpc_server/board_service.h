@@ -1,0 +1,76 @@
+// The Board service of tunefarm-rpc-server: runs uploaded kernels for the holder of a lease.
+//
+// Every call must carry the farm's token; Upload, Measure and Free must also carry a lease
+// token that the tracker confirms is valid for this board (fail closed: no tracker, no
+// work). Uploads land in a private directory per lease (named by a digest of the lease
+// token, never the token itself), which is deleted once the lease is gone. One worker thread
+// takes the calls in order, so measurements never overlap and disturb each other's timings.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "proto/tunefarm.grpc.pb.h"
+
+namespace tf::farm {
+
+struct BoardOptions {
+  std::string token;           // the farm's shared token; empty = none (loopback only)
+  std::string board_id, key, target;
+  tunefarm::v1::DeviceInfo device;
+  std::string work_dir;        // an existing private directory for uploads
+  std::string runner;          // path of tunefarm-board-runner
+  int64_t max_upload_bytes = 64 << 20;
+  double default_timeout_s = 10, max_timeout_s = 120;
+  int64_t default_memory_limit = int64_t{1} << 30;
+  int64_t max_output_value_bytes = 16 << 20;  // cap of OUTPUT_VALUES
+};
+
+class BoardService final : public tunefarm::v1::Board::CallbackService {
+ public:
+  // `tracker` verifies leases; `tracker_token` authenticates us to it.
+  BoardService(BoardOptions options, std::unique_ptr<tunefarm::v1::Tracker::Stub> tracker);
+  ~BoardService() override;
+
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const tunefarm::v1::InfoRequest* req,
+                                    tunefarm::v1::InfoReply* reply) override;
+  grpc::ServerUnaryReactor* Upload(grpc::CallbackServerContext* ctx, const tunefarm::v1::UploadRequest* req,
+                                   tunefarm::v1::UploadReply* reply) override;
+  grpc::ServerUnaryReactor* Measure(grpc::CallbackServerContext* ctx, const tunefarm::v1::MeasureRequest* req,
+                                    tunefarm::v1::MeasureReply* reply) override;
+  grpc::ServerUnaryReactor* Free(grpc::CallbackServerContext* ctx, const tunefarm::v1::FreeRequest* req,
+                                 tunefarm::v1::FreeReply* reply) override;
+
+  // Deletes the directories of leases the tracker no longer knows; called periodically.
+  void collect_lease_dirs();
+
+ private:
+  // Checks the farm token, then runs `work` on the worker thread and finishes with its status.
+  grpc::ServerUnaryReactor* enqueue(grpc::CallbackServerContext* ctx, std::function<grpc::Status()> work);
+  // OK when the tracker confirms `lease_token` for this board.
+  grpc::Status verify(const std::string& lease_token);
+  std::string lease_dir(const std::string& lease_token);
+  grpc::Status measure(const tunefarm::v1::MeasureRequest& req, tunefarm::v1::MeasureReply* reply);
+  void worker_loop();
+
+  BoardOptions options_;
+  std::unique_ptr<tunefarm::v1::Tracker::Stub> tracker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::map<std::string, std::string> lease_dirs_;  // lease token -> directory
+  int64_t next_module_ = 1;
+  std::thread worker_;
+};
+
+// Facts about this machine for registration: CPU model, cores, memory, architecture.
+tunefarm::v1::DeviceInfo local_device_info(const std::string& server_version);
+
+}  // namespace tf::farm

@@ -1,0 +1,121 @@
+#include "rpc_server/isolated_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+extern char** environ;
+
+namespace tf::farm {
+namespace {
+
+namespace pb = tunefarm::v1;
+
+pb::MeasureReply failure(pb::ErrorCode code, const std::string& msg) {
+  pb::MeasureReply r;
+  r.set_error(code);
+  r.set_error_msg(msg);
+  return r;
+}
+
+}  // namespace
+
+pb::MeasureReply run_isolated(const std::string& runner, const std::string& module, const pb::MeasureRequest& req,
+                              double timeout_s) {
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) != 0) return failure(pb::RUNTIME_ERROR, "pipe failed");
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]);
+    close(in[1]);
+    return failure(pb::RUNTIME_ERROR, "pipe failed");
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // The server blocks SIGTERM/SIGINT for sigwait; the runner must die of them normally.
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  std::vector<char*> argv = {const_cast<char*>(runner.c_str()), const_cast<char*>(module.c_str()), nullptr};
+  pid_t pid;
+  int rc = posix_spawn(&pid, runner.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(in[0]);
+  close(out[1]);
+  if (rc != 0) {
+    close(in[1]);
+    close(out[0]);
+    return failure(pb::RUNTIME_ERROR, "cannot start " + runner + ": " + std::strerror(rc));
+  }
+
+  // The request is small; a runner that dies before reading it just closes the pipe.
+  std::string request;
+  req.SerializeToString(&request);
+  signal(SIGPIPE, SIG_IGN);
+  for (size_t done = 0; done < request.size();) {
+    ssize_t n = write(in[1], request.data() + done, request.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(in[1]);
+
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string reply_bytes;
+  bool timed_out = false;
+  char buf[65536];
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{out[0], POLLIN, 0};
+    int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0) break;  // EOF: the runner finished or died
+    reply_bytes.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  rusage usage{};
+  while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
+  }
+
+  if (timed_out) {
+    return failure(pb::TIMEOUT, "still running after the time limit of " + std::to_string(timeout_s) + " s; killed");
+  }
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    int64_t peak = int64_t{usage.ru_maxrss} * 1024;
+    if (req.memory_limit_bytes() > 0 && peak >= req.memory_limit_bytes() / 10 * 8) {
+      return failure(pb::MEMORY_LIMIT, std::string("killed by ") + strsignal(sig) + " at " + std::to_string(peak >> 20) +
+                                           " MiB resident, near the memory limit of " +
+                                           std::to_string(req.memory_limit_bytes() >> 20) + " MiB");
+    }
+    return failure(pb::RUNTIME_ERROR, std::string("kernel crashed: killed by signal ") + std::to_string(sig) + " (" +
+                                          strsignal(sig) + ")");
+  }
+  pb::MeasureReply reply;
+  if (WEXITSTATUS(status) != 0 || !reply.ParseFromString(reply_bytes)) {
+    return failure(pb::RUNTIME_ERROR, "runner exited with status " + std::to_string(WEXITSTATUS(status)) +
+                                          " without a reply");
+  }
+  return reply;
+}
+
+}  // namespace tf::farm

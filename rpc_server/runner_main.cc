@@ -1,0 +1,119 @@
+// tunefarm-board-runner: measures one kernel in a process of its own.
+//
+//   tunefarm-board-runner MODULE.so < MeasureRequest (binary protobuf) > MeasureReply
+//
+// The rpc_server starts one per measurement. The runner first limits its own address space
+// (memory_limit_bytes) and core dumps, then loads the library; whatever the kernel does to
+// this process — crash, hang, exhaust memory — the server survives and classifies it (see
+// isolated_runner.h). Exit status 0 whenever a reply was written.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <new>
+#include <string>
+
+#include "proto/security.h"
+#include "proto/tunefarm.pb.h"
+#include "rpc_server/kernel_library.h"
+
+namespace pb = tunefarm::v1;
+
+namespace {
+
+int reply_and_exit(const pb::MeasureReply& reply) {
+  std::string out;
+  reply.SerializeToString(&out);
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = write(1, out.data() + done, out.size() - done);
+    if (n <= 0) return 3;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+int fail(pb::ErrorCode code, const std::string& msg) {
+  pb::MeasureReply r;
+  r.set_error(code);
+  r.set_error_msg(msg);
+  return reply_and_exit(r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s MODULE.so < request\n", argv[0]);
+    return 2;
+  }
+  std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  pb::MeasureRequest req;
+  if (!req.ParseFromString(input)) return fail(pb::RUNTIME_ERROR, "runner: unreadable request");
+
+  rlimit core{0, 0};
+  setrlimit(RLIMIT_CORE, &core);
+  if (req.memory_limit_bytes() > 0) {
+    rlimit as{static_cast<rlim_t>(req.memory_limit_bytes()), static_cast<rlim_t>(req.memory_limit_bytes())};
+    setrlimit(RLIMIT_AS, &as);
+  }
+
+  try {
+    tf::KernelLibrary lib(argv[1], req.function());
+    std::vector<std::vector<float>> bufs;
+    std::vector<size_t> outputs;
+    for (int i = 0; i < req.args_size(); ++i) {
+      int64_t n = 1;
+      for (int64_t d : req.args(i).shape()) n *= d;
+      bufs.emplace_back(static_cast<size_t>(n));
+      if (req.args(i).is_output()) {
+        outputs.push_back(static_cast<size_t>(i));
+      } else {
+        tf::fill_random(bufs.back().data(), n, req.seed() + static_cast<uint64_t>(i));
+      }
+    }
+    std::vector<float*> args;
+    for (auto& b : bufs) args.push_back(b.data());
+    tf::TimingOptions o{req.number(), req.repeat(), req.min_repeat_ms(), req.flush_cache(), req.cooldown_ms()};
+    tf::TimingResult t = tf::time_kernel(lib, args, o);
+
+    pb::MeasureReply reply;
+    reply.set_kernel_status(t.status);
+    reply.set_number(t.number);
+    reply.set_repeat(req.repeat());
+    reply.set_min_repeat_ms(req.min_repeat_ms());
+    reply.set_flush_cache(req.flush_cache());
+    reply.set_cooldown_ms(req.cooldown_ms());
+    if (t.status != 0) {
+      reply.set_error(t.status == -1 ? pb::MEMORY_LIMIT : pb::RUNTIME_ERROR);
+      reply.set_error_msg("kernel returned " + std::to_string(t.status) +
+                          (t.status == -1 ? " (could not allocate its buffers)" : ""));
+      return reply_and_exit(reply);
+    }
+    for (double s : t.samples_s) reply.add_samples_s(s);
+    if (req.outputs() != pb::OUTPUT_NONE) {
+      for (size_t i : outputs) {
+        const std::vector<float>& v = bufs[i];
+        std::string raw(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+        pb::OutputData* o = reply.add_outputs();
+        double sum = 0, sq = 0;
+        for (float x : v) {
+          sum += x;
+          sq += double(x) * x;
+        }
+        o->set_sha256(tf::farm::sha256_hex(raw));
+        o->set_sum(sum);
+        o->set_l2(std::sqrt(sq));
+        if (req.outputs() == pb::OUTPUT_VALUES) o->set_values(raw);
+      }
+    }
+    return reply_and_exit(reply);
+  } catch (const std::bad_alloc&) {
+    return fail(pb::MEMORY_LIMIT, "out of memory under the limit of " + std::to_string(req.memory_limit_bytes()) + " bytes");
+  } catch (const std::exception& e) {
+    return fail(pb::LOAD_ERROR, e.what());
+  }
+}

@@ -1,0 +1,311 @@
+#include "tracker/tracker_service.h"
+
+#include "proto/security.h"
+
+namespace tf::farm {
+namespace {
+
+namespace pb = tunefarm::v1;
+
+int64_t ms_until(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t - std::chrono::steady_clock::now()).count();
+}
+
+// A waiting lease request: tells the tracker when the client gives up.
+class WaitReactor : public grpc::ServerUnaryReactor {
+ public:
+  WaitReactor(TrackerService* service) : service_(service) {}
+  void set_id(uint64_t id) { id_ = id; }
+  void OnCancel() override { service_->cancel_waiter(id_); }
+  void OnDone() override { delete this; }
+
+ private:
+  TrackerService* service_;
+  uint64_t id_ = 0;
+};
+
+grpc::ServerUnaryReactor* finish_now(grpc::CallbackServerContext* ctx, const grpc::Status& s) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(s);
+  return r;
+}
+
+}  // namespace
+
+TrackerService::TrackerService(TrackerOptions options)
+    : options_(std::move(options)), maintenance_([this] { maintenance_loop(); }) {}
+
+TrackerService::~TrackerService() {
+  std::vector<Finish> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (auto& [id, w] : waiters_) done.push_back({w.reactor, {grpc::StatusCode::UNAVAILABLE, "tracker shutting down"}});
+    waiters_.clear();
+  }
+  wake_.notify_all();
+  maintenance_.join();
+  finish_all(done);
+}
+
+void TrackerService::finish_all(std::vector<Finish>& done) {
+  for (Finish& f : done) f.reactor->Finish(f.status);
+  done.clear();
+}
+
+int64_t TrackerService::lease_ms(int64_t requested) const {
+  if (requested <= 0) return options_.default_lease_ms;
+  return std::min(requested, options_.max_lease_ms);
+}
+
+grpc::ServerUnaryReactor* TrackerService::Register(grpc::CallbackServerContext* ctx, const pb::RegisterRequest* req,
+                                                   pb::RegisterReply* reply) {
+  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  if (req->board_id().empty() || req->key().empty() || req->address().empty()) {
+    return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "register needs board_id, key and address"});
+  }
+  std::vector<Finish> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Board& b = boards_[req->board_id()];
+    if (!b.key.empty() && b.key != req->key()) {
+      // The same board under another key: its lease, if any, ends.
+      if (!b.lease_token.empty()) end_lease_locked(b.lease_token);
+    }
+    b.key = req->key();
+    b.target = req->target();
+    b.address = req->address();
+    b.device = req->device();
+    b.last_heartbeat = Clock::now();
+    grant_locked(b.key, done);
+  }
+  finish_all(done);
+  reply->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  return finish_now(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrackerService::Heartbeat(grpc::CallbackServerContext* ctx, const pb::HeartbeatRequest* req,
+                                                    pb::HeartbeatReply* reply) {
+  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = boards_.find(req->board_id());
+  reply->set_known(it != boards_.end());
+  if (it != boards_.end()) it->second.last_heartbeat = Clock::now();
+  return finish_now(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrackerService::RequestLease(grpc::CallbackServerContext* ctx, const pb::LeaseRequest* req,
+                                                       pb::LeaseReply* reply) {
+  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  if (req->key().empty()) return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "lease request without a key"});
+  if (req->wait_timeout_ms() < 0 || req->wait_timeout_ms() > options_.max_wait_ms) {
+    return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT,
+                            "wait_timeout_ms " + std::to_string(req->wait_timeout_ms()) + " is not in [0, " +
+                                std::to_string(options_.max_wait_ms) + "]"});
+  }
+  if (req->lease_ms() < 0) {
+    return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "lease_ms " + std::to_string(req->lease_ms()) + " is negative"});
+  }
+  auto* reactor = new WaitReactor(this);
+  std::vector<Finish> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t id = next_waiter_++;
+    reactor->set_id(id);
+    waiters_[id] = Waiter{reactor, reply, req->key(), req->user(), lease_ms(req->lease_ms()),
+                          Clock::now() + std::chrono::milliseconds(req->wait_timeout_ms())};
+    queues_[req->key()].push(id, req->user(), req->priority());
+    grant_locked(req->key(), done);
+  }
+  finish_all(done);
+  wake_.notify_all();  // the maintenance thread may need to wake earlier for this deadline
+  return reactor;
+}
+
+void TrackerService::cancel_waiter(uint64_t id) {
+  std::vector<Finish> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) return;  // already granted or timed out
+    queues_[it->second.key].remove(id);
+    done.push_back({it->second.reactor, {grpc::StatusCode::CANCELLED, "lease request cancelled"}});
+    waiters_.erase(it);
+  }
+  finish_all(done);
+}
+
+void TrackerService::grant_locked(const std::string& key, std::vector<Finish>& done) {
+  auto q = queues_.find(key);
+  if (q == queues_.end()) return;
+  for (auto& [board_id, b] : boards_) {
+    if (q->second.empty()) break;
+    if (b.key != key || !b.lease_token.empty()) continue;
+    uint64_t id = *q->second.pop();
+    Waiter w = waiters_.at(id);
+    waiters_.erase(id);
+    std::string token = random_token();
+    b.lease_token = token;
+    leases_[token] = Lease{board_id, w.user, Clock::now() + std::chrono::milliseconds(w.lease_ms)};
+    fill_lease_reply(token, w.reply);
+    done.push_back({w.reactor, grpc::Status::OK});
+  }
+}
+
+void TrackerService::fill_lease_reply(const std::string& token, pb::LeaseReply* reply) {
+  const Lease& l = leases_.at(token);
+  const Board& b = boards_.at(l.board_id);
+  reply->set_lease_token(token);
+  reply->set_board_id(l.board_id);
+  reply->set_address(b.address);
+  reply->set_target(b.target);
+  *reply->mutable_device() = b.device;
+  reply->set_expires_in_ms(ms_until(l.expires));
+}
+
+void TrackerService::end_lease_locked(const std::string& token) {
+  auto it = leases_.find(token);
+  if (it == leases_.end()) return;
+  auto b = boards_.find(it->second.board_id);
+  if (b != boards_.end() && b->second.lease_token == token) b->second.lease_token.clear();
+  leases_.erase(it);
+}
+
+grpc::ServerUnaryReactor* TrackerService::RenewLease(grpc::CallbackServerContext* ctx, const pb::RenewRequest* req,
+                                                     pb::LeaseReply* reply) {
+  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(req->lease_token());
+  if (it == leases_.end() || it->second.expires <= Clock::now()) {
+    return finish_now(ctx, {grpc::StatusCode::NOT_FOUND, "no such lease (expired, released or never granted)"});
+  }
+  it->second.expires = Clock::now() + std::chrono::milliseconds(lease_ms(req->lease_ms()));
+  fill_lease_reply(req->lease_token(), reply);
+  return finish_now(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrackerService::ReleaseLease(grpc::CallbackServerContext* ctx, const pb::ReleaseRequest* req,
+                                                       pb::ReleaseReply* reply) {
+  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  std::vector<Finish> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = leases_.find(req->lease_token());
+    if (it == leases_.end()) {
+      return finish_now(ctx, {grpc::StatusCode::NOT_FOUND, "no such lease (expired, released or never granted)"});
+    }
+    auto b = boards_.find(it->second.board_id);
+    end_lease_locked(req->lease_token());
+    if (b != boards_.end()) grant_locked(b->second.key, done);
+  }
+  finish_all(done);
+  return finish_now(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrackerService::VerifyLease(grpc::CallbackServerContext* ctx, const pb::VerifyRequest* req,
+                                                      pb::VerifyReply* reply) {
+  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(req->lease_token());
+  bool valid = it != leases_.end() && it->second.board_id == req->board_id() && it->second.expires > Clock::now();
+  reply->set_valid(valid);
+  if (valid) {
+    reply->set_user(it->second.user);
+    reply->set_expires_in_ms(ms_until(it->second.expires));
+  }
+  return finish_now(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrackerService::Summary(grpc::CallbackServerContext* ctx, const pb::SummaryRequest*,
+                                                  pb::SummaryReply* reply) {
+  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, pb::KeySummary> keys;
+  for (const auto& [id, b] : boards_) {
+    pb::KeySummary& k = keys[b.key];
+    k.set_key(b.key);
+    k.set_total(k.total() + 1);
+    if (b.lease_token.empty()) k.set_free(k.free() + 1);
+    else k.set_leased(k.leased() + 1);
+    pb::BoardSummary* s = reply->add_boards();
+    s->set_board_id(id);
+    s->set_address(b.address);
+    s->set_key(b.key);
+    s->set_target(b.target);
+    s->set_state(b.lease_token.empty() ? "free" : "leased");
+    if (!b.lease_token.empty()) s->set_lease_holder(leases_.at(b.lease_token).user);
+    *s->mutable_device() = b.device;
+    s->set_last_heartbeat_ms_ago(-ms_until(b.last_heartbeat));
+  }
+  for (const auto& [key, q] : queues_) {
+    if (q.empty()) continue;
+    pb::KeySummary& k = keys[key];
+    k.set_key(key);
+    k.set_pending(static_cast<int32_t>(q.size()));
+  }
+  for (auto& [key, k] : keys) *reply->add_keys() = k;
+  return finish_now(ctx, grpc::Status::OK);
+}
+
+void TrackerService::maintenance_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    Clock::time_point now = Clock::now();
+    std::vector<Finish> done;
+    std::set<std::string> keys_to_grant;
+    // Boards that stopped heartbeating are gone, and so are their leases.
+    for (auto it = boards_.begin(); it != boards_.end();) {
+      if (now - it->second.last_heartbeat > std::chrono::milliseconds(options_.board_timeout_ms)) {
+        if (!it->second.lease_token.empty()) leases_.erase(it->second.lease_token);
+        it = boards_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    // Expired leases free their boards.
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      if (it->second.expires <= now) {
+        auto b = boards_.find(it->second.board_id);
+        if (b != boards_.end()) {
+          b->second.lease_token.clear();
+          keys_to_grant.insert(b->second.key);
+        }
+        it = leases_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const std::string& k : keys_to_grant) grant_locked(k, done);
+    // Requests whose wait is over fail with a clear status.
+    Clock::time_point next = now + std::chrono::milliseconds(50);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->second.deadline <= now) {
+        const std::string& key = it->second.key;
+        queues_[key].remove(it->first);
+        int total = 0, free = 0;
+        for (const auto& [id, b] : boards_) {
+          if (b.key != key) continue;
+          ++total;
+          free += b.lease_token.empty();
+        }
+        std::string why = total == 0 ? "no board with key '" + key + "' is registered"
+                                      : std::to_string(total) + " board(s) with key '" + key + "', all leased";
+        done.push_back({it->second.reactor, {grpc::StatusCode::DEADLINE_EXCEEDED,
+                                             "no free board within the wait timeout: " + why}});
+        it = waiters_.erase(it);
+      } else {
+        next = std::min(next, it->second.deadline);
+        ++it;
+      }
+    }
+    if (!done.empty()) {
+      lock.unlock();
+      finish_all(done);
+      lock.lock();
+      continue;
+    }
+    wake_.wait_until(lock, next);
+  }
+}
+
+}  // namespace tf::farm

@@ -1,0 +1,25 @@
+// `tunefarm farm`: the device farm from the command line (status, measure).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace tf::cli {
+
+struct FarmArgs {
+  std::string sub;  // status, measure
+  std::string tracker, token_file, tls_ca, tls_cert, tls_key;
+  std::string key, module, function, user, db;
+  int number = 1, repeat = 5, priority = 0;
+  double min_repeat_ms = 50, cooldown_ms = 0, timeout_s = 0;
+  uint64_t seed = 1;
+  int64_t wait_ms = 60000;
+  bool flush = false, check = true, json = false, no_db = false;
+};
+
+void add_farm_command(CLI::App& app, FarmArgs& args);
+int run_farm(const FarmArgs& args);
+
+}  // namespace tf::cli
