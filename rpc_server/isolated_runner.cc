@@ -47,7 +47,9 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  std::vector<char*> argv = {const_cast<char*>(runner.c_str()), const_cast<char*>(module.c_str()), nullptr};
+  std::string parent = std::to_string(getpid());
+  std::vector<char*> argv = {const_cast<char*>(runner.c_str()), const_cast<char*>(module.c_str()),
+                             const_cast<char*>(parent.c_str()), nullptr};
   pid_t pid;
   int rc = posix_spawn(&pid, runner.c_str(), &fa, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);

@@ -1,11 +1,15 @@
 // tunefarm-board-runner: measures one kernel in a process of its own.
 //
-//   tunefarm-board-runner MODULE.so < MeasureRequest (binary protobuf) > MeasureReply
+//   tunefarm-board-runner MODULE.so SERVER_PID < MeasureRequest (binary protobuf) > MeasureReply
 //
-// The rpc_server starts one per measurement. The runner first limits its own address space
+// The rpc_server starts one per measurement. The runner first ties its life to the server's
+// (it is killed when the server dies, and its CPU time is capped from timeout_s, so a
+// hanging kernel never outlives a crashed board), limits its own address space
 // (memory_limit_bytes) and core dumps, then loads the library; whatever the kernel does to
 // this process — crash, hang, exhaust memory — the server survives and classifies it (see
 // isolated_runner.h). Exit status 0 whenever a reply was written.
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -15,6 +19,9 @@
 #include <iterator>
 #include <new>
 #include <string>
+#include <thread>
+#include <algorithm>
+#include <cstdlib>
 
 #include "proto/security.h"
 #include "proto/tunefarm.pb.h"
@@ -46,16 +53,25 @@ int fail(pb::ErrorCode code, const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s MODULE.so < request\n", argv[0]);
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s MODULE.so SERVER_PID < request\n", argv[0]);
     return 2;
   }
+  // Die with the server; if it is already gone, do not start.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != static_cast<pid_t>(std::atol(argv[2]))) return 4;
   std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   pb::MeasureRequest req;
   if (!req.ParseFromString(input)) return fail(pb::RUNTIME_ERROR, "runner: unreadable request");
 
   rlimit core{0, 0};
   setrlimit(RLIMIT_CORE, &core);
+  // A backstop to the server's wall-clock kill: CPU seconds for every core for the whole limit.
+  if (req.timeout_s() > 0) {
+    auto cpu = static_cast<rlim_t>(req.timeout_s() * std::max(1u, std::thread::hardware_concurrency()) + 10);
+    rlimit lim{cpu, cpu};
+    setrlimit(RLIMIT_CPU, &lim);
+  }
   if (req.memory_limit_bytes() > 0) {
     rlimit as{static_cast<rlim_t>(req.memory_limit_bytes()), static_cast<rlim_t>(req.memory_limit_bytes())};
     setrlimit(RLIMIT_AS, &as);

@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,7 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-pid_t spawn_writer(const std::string& path, int writer, int batches, int size) {
+// Starts a writer; its progress lines ("batch I") go to `log` when given.
+pid_t spawn_writer(const std::string& path, int writer, int batches, int size, const std::string& log = "/dev/null") {
   std::vector<std::string> args = {TF_DB_WRITER, path, std::to_string(writer), std::to_string(batches),
                                    std::to_string(size)};
   std::vector<char*> argv;
@@ -33,7 +36,7 @@ pid_t spawn_writer(const std::string& path, int writer, int batches, int size) {
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid;
   int rc = posix_spawn(&pid, TF_DB_WRITER, &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -82,27 +85,40 @@ TEST(MultiProcess, FourWritersCreatingTheFileTogether) {
   fs::remove_all(fs::path(path).parent_path());
 }
 
+// Whether the writer's log shows batch `k` committed.
+bool committed(const std::string& log, int k) {
+  std::ifstream f(log);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return text.find("batch " + std::to_string(k) + "\n") != std::string::npos;
+}
+
 TEST(MultiProcess, KillNineLeavesWholeBatchesOnly) {
   const int batches = 40, size = 2000;
-  int killed_midway = 0;
-  for (int delay_ms : {30, 90, 170, 260, 400}) {
+  // Kill right after the writer reports batch k: it is then inside batch k+1's transaction.
+  for (int k : {0, 1, 3, 6, 10}) {
     std::string path = temp_db("killed.db");
+    std::string log = path + ".log";
     open_database(path);
-    pid_t pid = spawn_writer(path, 0, batches, size);
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    pid_t pid = spawn_writer(path, 0, batches, size, log);
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!committed(log, k) && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(committed(log, k)) << "the writer never committed batch " << k;
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
-    ASSERT_EQ(integrity(path), "ok") << "after SIGKILL at " << delay_ms << " ms";
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer finished before the kill";
+    ASSERT_EQ(integrity(path), "ok") << "after SIGKILL following batch " << k;
     auto db = open_database(path);
     int64_t n = db->stats().records;
     EXPECT_EQ(n % size, 0) << "a partial batch survived: " << n << " records";
-    if (n > 0 && n < int64_t{batches} * size) ++killed_midway;
+    EXPECT_GE(n, int64_t{k + 1} * size) << "a reported batch was lost";
+    EXPECT_LT(n, int64_t{batches} * size);
     // The file stays writable after the crash.
     EXPECT_NO_THROW(db->commit({}));
     fs::remove_all(fs::path(path).parent_path());
   }
-  EXPECT_GT(killed_midway, 0) << "no kill landed between the first and the last batch";
 }
 
 }  // namespace
