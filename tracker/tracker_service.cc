@@ -146,7 +146,7 @@ void TrackerService::grant_locked(const std::string& key, std::vector<Finish>& d
     waiters_.erase(id);
     std::string token = random_token();
     b.lease_token = token;
-    leases_[token] = Lease{board_id, w.user, Clock::now() + std::chrono::milliseconds(w.lease_ms)};
+    leases_[token] = Lease{board_id, w.user, Clock::now() + std::chrono::milliseconds(w.lease_ms), w.lease_ms};
     fill_lease_reply(token, w.reply);
     done.push_back({w.reactor, grpc::Status::OK});
   }
@@ -179,7 +179,8 @@ grpc::ServerUnaryReactor* TrackerService::RenewLease(grpc::CallbackServerContext
   if (it == leases_.end() || it->second.expires <= Clock::now()) {
     return finish_now(ctx, {grpc::StatusCode::NOT_FOUND, "no such lease (expired, released or never granted)"});
   }
-  it->second.expires = Clock::now() + std::chrono::milliseconds(lease_ms(req->lease_ms()));
+  it->second.duration_ms = lease_ms(req->lease_ms());
+  it->second.expires = Clock::now() + std::chrono::milliseconds(it->second.duration_ms);
   fill_lease_reply(req->lease_token(), reply);
   return finish_now(ctx, grpc::Status::OK);
 }
@@ -210,6 +211,8 @@ grpc::ServerUnaryReactor* TrackerService::VerifyLease(grpc::CallbackServerContex
   bool valid = it != leases_.end() && it->second.board_id == req->board_id() && it->second.expires > Clock::now();
   reply->set_valid(valid);
   if (valid) {
+    // A lease in use is renewed: each board call it authorizes extends it by its duration.
+    it->second.expires = std::max(it->second.expires, Clock::now() + std::chrono::milliseconds(it->second.duration_ms));
     reply->set_user(it->second.user);
     reply->set_expires_in_ms(ms_until(it->second.expires));
   }

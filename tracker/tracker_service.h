@@ -67,6 +67,7 @@ class TrackerService final : public tunefarm::v1::Tracker::CallbackService {
   struct Lease {
     std::string board_id, user;
     Clock::time_point expires;
+    int64_t duration_ms;  // how far each use (a verified board call) pushes `expires`
   };
   struct Waiter {
     grpc::ServerUnaryReactor* reactor;

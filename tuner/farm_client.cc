@@ -109,6 +109,8 @@ pb::MeasureReply LeasedBoard::measure(pb::MeasureRequest req, const std::string&
   req.set_module_id(module_id);
   pb::MeasureReply reply;
   double limit = req.timeout_s() > 0 ? req.timeout_s() : 120;
+  // The lease must outlive the measurement: renew it to cover the whole time limit.
+  renew(static_cast<int64_t>((limit + 60) * 1000));
   auto ctx = context(farm_.token, limit + 30);
   check(board_->Measure(ctx.get(), req, &reply), "measurement on board " + lease_.board_id() + " at " + lease_.address());
   return reply;

@@ -106,9 +106,13 @@ class Daemon {
   int status_ = 0;
 };
 
+// Written once: daemons read it while later ones start.
 std::string token_file() {
-  std::string path = temp_dir() + "/token";
-  std::ofstream(path) << kToken << "\n";
+  static std::string path = [] {
+    std::string p = temp_dir() + "/token";
+    std::ofstream(p) << kToken << "\n";
+    return p;
+  }();
   return path;
 }
 
@@ -441,6 +445,18 @@ TEST_F(Farm, NoTokenWrongTokenBadLeaseAreRefusedAndNothingRuns) {
   EXPECT_EQ(valid->measure(request("mark"), own).error(), pb::OK);
   EXPECT_TRUE(fs::exists(marker)) << "the marker kernel cannot show that it ran";
   fs::remove(marker);
+}
+
+TEST_F(Farm, ALeaseInUseIsRenewed) {
+  FarmClient c(endpoint());
+  auto board = c.lease("solo", "busy", 0, 5000, /*lease_ms=*/600);
+  std::string module = board->upload(read_file(TF_KERNEL_GOOD), "good.so");
+  // Keep using it for three times its duration: every verified call renews it.
+  for (int i = 0; i < 9; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    pb::MeasureReply r = board->measure(request("scale"), module);
+    ASSERT_EQ(r.error(), pb::OK) << "call " << i << ": " << r.error_msg();
+  }
 }
 
 TEST_F(Farm, RealKernelThroughTheCommandLine) {
