@@ -59,29 +59,21 @@ ForKind Stage::kind_of(const Expr& var) const {
   return it == kinds_.end() ? ForKind::Serial : it->second;
 }
 
-std::pair<Expr, Expr> Stage::split(const Expr& var, int64_t factor) {
-  size_t i = leaf_index(var, "split");
-  if (factor < 1) {
-    throw UserError(str("split of ", var_name(var), " in stage ", op_->name, ": factor ", factor,
-                        " must be at least 1"));
-  }
-  bool r = is_reduce_var(var);
-  Expr outer = new_var(var_name(var) + ".o", r), inner = new_var(var_name(var) + ".i", r);
-  relations_.push_back({Relation::Kind::Split, var, outer, inner, Expr(), factor, 0});
-  leaves_[i] = outer;
-  leaves_.insert(leaves_.begin() + static_cast<long>(i) + 1, inner);
-  return {outer, inner};
-}
+std::pair<Expr, Expr> Stage::split(const Expr& var, int64_t factor) { return split_impl(var, factor, 0); }
 
-std::pair<Expr, Expr> Stage::split_nparts(const Expr& var, int64_t nparts) {
+std::pair<Expr, Expr> Stage::split_nparts(const Expr& var, int64_t nparts) { return split_impl(var, 0, nparts); }
+
+std::pair<Expr, Expr> Stage::split_impl(const Expr& var, int64_t factor, int64_t nparts) {
   size_t i = leaf_index(var, "split");
-  if (nparts < 1) {
-    throw UserError(str("split of ", var_name(var), " in stage ", op_->name, ": nparts ", nparts,
+  const char* what = nparts ? "nparts" : "factor";
+  int64_t value = nparts ? nparts : factor;
+  if (value < 1) {
+    throw UserError(str("split of ", var_name(var), " in stage ", op_->name, ": ", what, " ", value,
                         " must be at least 1"));
   }
   bool r = is_reduce_var(var);
   Expr outer = new_var(var_name(var) + ".o", r), inner = new_var(var_name(var) + ".i", r);
-  relations_.push_back({Relation::Kind::Split, var, outer, inner, Expr(), 0, nparts});
+  relations_.push_back({Relation::Kind::Split, var, outer, inner, Expr(), factor, nparts});
   leaves_[i] = outer;
   leaves_.insert(leaves_.begin() + static_cast<long>(i) + 1, inner);
   return {outer, inner};

@@ -79,6 +79,8 @@ class Stage {
   void check_leaf(const Expr& var, const char* primitive) const;
   size_t leaf_index(const Expr& var, const char* primitive) const;
   Expr new_var(const std::string& name, bool reduce);
+  // One of factor (inner extent) or nparts (outer extent) is set, the other is 0.
+  std::pair<Expr, Expr> split_impl(const Expr& var, int64_t factor, int64_t nparts);
 
   Tensor op_;
   Attach attach_ = Attach::Root;
