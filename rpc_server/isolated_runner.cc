@@ -117,6 +117,7 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
     return failure(pb::RUNTIME_ERROR, "runner exited with status " + std::to_string(WEXITSTATUS(status)) +
                                           " without a reply");
   }
+  if (reply.error() != pb::OK && reply.error_msg().empty()) reply.set_error_msg("the runner gave no details");
   return reply;
 }
 

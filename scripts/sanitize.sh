@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds with AddressSanitizer and UndefinedBehaviorSanitizer into build-asan/ and runs every
+# test there. Kernels compiled by tunefarm, the test kernels and tunefarm-board-runner stay
+# uninstrumented: they run under address-space limits that sanitizer runtimes cannot start in.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+BUILD_DIR=build-asan bash scripts/build.sh -DTUNEFARM_SANITIZE=ON
+cd build-asan
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest -j"${JOBS:-2}" --output-on-failure --timeout 900
