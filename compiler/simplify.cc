@@ -201,7 +201,7 @@ class Simplifier : public IRMutator {
 
   Stmt mutate_stmt(const Stmt& s) override {
     switch (s.kind()) {
-      case StmtKind::For: return visit_for(s.as<For>());
+      case StmtKind::For: return visit_for(s);
       case StmtKind::LetStmt: return visit_let_stmt(s.as<LetStmt>());
       case StmtKind::IfThenElse: {
         const IfThenElse* i = s.as<IfThenElse>();
@@ -219,7 +219,8 @@ class Simplifier : public IRMutator {
   }
 
  private:
-  Stmt visit_for(const For* f) {
+  Stmt visit_for(const Stmt& s) {
+    const For* f = s.as<For>();
     Expr mn = mutate_expr(f->min), ext = mutate_expr(f->extent);
     if (is_const(ext, 0)) return Block::make({});
     if (is_const(ext, 1)) return mutate_stmt(substitute(f->body, {{f->var.get(), mn}}));
@@ -229,9 +230,7 @@ class Simplifier : public IRMutator {
     Stmt body = mutate_stmt(f->body);
     ranges_.erase(f->var.get());
     if (is_empty(body)) return body;
-    if (mn.same_as(f->min) && ext.same_as(f->extent) && body.same_as(f->body)) {
-      return Stmt(std::make_shared<For>(*f));
-    }
+    if (mn.same_as(f->min) && ext.same_as(f->extent) && body.same_as(f->body)) return s;
     return For::make(f->var, mn, ext, f->for_kind, body);
   }
 
