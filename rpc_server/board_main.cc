@@ -23,7 +23,7 @@ constexpr const char* kVersion = "0.1.0";
 // Keeps the board registered until `stop`: heartbeats, and registers again with backoff
 // when a heartbeat fails or the tracker does not know the board.
 void registration_loop(pb::Tracker::Stub& tracker, const pb::RegisterRequest& reg, const std::string& token,
-                       tf::farm::BoardService& board, std::atomic<bool>& stop) {
+                       tf::farm::BoardService& board, int lease_check_ms, std::atomic<bool>& stop) {
   bool registered = false;
   int interval_ms = 1000, backoff_ms = 200;
   auto last_collect = std::chrono::steady_clock::now();
@@ -58,7 +58,7 @@ void registration_loop(pb::Tracker::Stub& tracker, const pb::RegisterRequest& re
         continue;
       }
     }
-    if (std::chrono::steady_clock::now() - last_collect > std::chrono::seconds(5)) {
+    if (std::chrono::steady_clock::now() - last_collect > std::chrono::milliseconds(lease_check_ms)) {
       board.collect_lease_dirs();
       last_collect = std::chrono::steady_clock::now();
     }
@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--max-timeout-s", opts.max_timeout_s, "largest time limit a request may set")->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--lease-check-ms", opts.lease_check_ms, "how often to delete uploads of ended leases")
+      ->capture_default_str()->check(CLI::Range(50, 3600000));
   app.add_option("--memory-limit-mb", memory_limit_mb, "memory limit of a measurement that sets none")->capture_default_str()
       ->check(CLI::Range(16.0, 1048576.0));
   try {
@@ -154,7 +156,7 @@ int main(int argc, char** argv) {
     *reg.mutable_device() = opts.device;
     std::atomic<bool> stop{false};
     auto tracker = pb::Tracker::NewStub(channel);
-    std::thread registrar([&] { registration_loop(*tracker, reg, opts.token, service, stop); });
+    std::thread registrar([&] { registration_loop(*tracker, reg, opts.token, service, opts.lease_check_ms, stop); });
     tf::farm::serve_until_signal(*l.server);
     stop = true;
     registrar.join();

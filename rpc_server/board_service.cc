@@ -103,11 +103,12 @@ grpc::ServerUnaryReactor* BoardService::enqueue(grpc::CallbackServerContext* ctx
   return reactor;
 }
 
-grpc::Status BoardService::verify(const std::string& lease_token) {
+grpc::Status BoardService::verify(const std::string& lease_token, bool use) {
   if (lease_token.empty()) return {grpc::StatusCode::PERMISSION_DENIED, "no lease token: lease this board first"};
   pb::VerifyRequest req;
   req.set_lease_token(lease_token);
   req.set_board_id(options_.board_id);
+  req.set_use(use);
   pb::VerifyReply reply;
   grpc::ClientContext ctx;
   add_token(ctx, options_.token);
@@ -140,7 +141,8 @@ void BoardService::collect_lease_dirs() {
     dirs = lease_dirs_;
   }
   for (const auto& [token, dir] : dirs) {
-    if (verify(token).error_code() != grpc::StatusCode::PERMISSION_DENIED) continue;  // valid, or tracker away
+    // A bookkeeping check: it must not renew the lease it looks at.
+    if (verify(token, /*use=*/false).error_code() != grpc::StatusCode::PERMISSION_DENIED) continue;
     std::error_code ec;
     fs::remove_all(dir, ec);
     std::lock_guard<std::mutex> lock(mu_);
@@ -167,7 +169,7 @@ grpc::ServerUnaryReactor* BoardService::GetInfo(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* BoardService::Upload(grpc::CallbackServerContext* ctx, const pb::UploadRequest* req,
                                                pb::UploadReply* reply) {
   return enqueue(ctx, [this, req, reply]() -> grpc::Status {
-    if (grpc::Status s = verify(req->lease_token()); !s.ok()) return s;
+    if (grpc::Status s = verify(req->lease_token(), /*use=*/true); !s.ok()) return s;
     if (static_cast<int64_t>(req->data().size()) > options_.max_upload_bytes) {
       return invalid("upload of " + std::to_string(req->data().size()) + " bytes exceeds this board's limit of " +
                      std::to_string(options_.max_upload_bytes));
@@ -192,7 +194,7 @@ grpc::ServerUnaryReactor* BoardService::Upload(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* BoardService::Free(grpc::CallbackServerContext* ctx, const pb::FreeRequest* req,
                                              pb::FreeReply*) {
   return enqueue(ctx, [this, req]() -> grpc::Status {
-    if (grpc::Status s = verify(req->lease_token()); !s.ok()) return s;
+    if (grpc::Status s = verify(req->lease_token(), /*use=*/true); !s.ok()) return s;
     if (!safe_name(req->module_id(), true)) return invalid("bad module id '" + req->module_id() + "'");
     fs::path path = fs::path(lease_dir(req->lease_token())) / req->module_id();
     if (!fs::remove(path)) return {grpc::StatusCode::NOT_FOUND, "no module " + req->module_id() + " under this lease"};
@@ -203,7 +205,7 @@ grpc::ServerUnaryReactor* BoardService::Free(grpc::CallbackServerContext* ctx, c
 grpc::ServerUnaryReactor* BoardService::Measure(grpc::CallbackServerContext* ctx, const pb::MeasureRequest* req,
                                                 pb::MeasureReply* reply) {
   return enqueue(ctx, [this, req, reply]() -> grpc::Status {
-    if (grpc::Status s = verify(req->lease_token()); !s.ok()) return s;
+    if (grpc::Status s = verify(req->lease_token(), /*use=*/true); !s.ok()) return s;
     return measure(*req, reply);
   });
 }

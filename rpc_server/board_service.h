@@ -28,6 +28,7 @@ struct BoardOptions {
   std::string runner;          // path of tunefarm-board-runner
   int64_t max_upload_bytes = 64 << 20;
   double default_timeout_s = 10, max_timeout_s = 120;
+  int lease_check_ms = 5000;   // how often directories of ended leases are looked for
   int64_t default_memory_limit = int64_t{1} << 30;
   int64_t max_output_value_bytes = 16 << 20;  // cap of OUTPUT_VALUES
 };
@@ -53,8 +54,9 @@ class BoardService final : public tunefarm::v1::Board::CallbackService {
  private:
   // Checks the farm token, then runs `work` on the worker thread and finishes with its status.
   grpc::ServerUnaryReactor* enqueue(grpc::CallbackServerContext* ctx, std::function<grpc::Status()> work);
-  // OK when the tracker confirms `lease_token` for this board.
-  grpc::Status verify(const std::string& lease_token);
+  // OK when the tracker confirms `lease_token` for this board; `use` renews the lease
+  // (a call it authorizes), a bookkeeping check passes false.
+  grpc::Status verify(const std::string& lease_token, bool use);
   std::string lease_dir(const std::string& lease_token);
   grpc::Status measure(const tunefarm::v1::MeasureRequest& req, tunefarm::v1::MeasureReply* reply);
   void worker_loop();

@@ -212,7 +212,9 @@ grpc::ServerUnaryReactor* TrackerService::VerifyLease(grpc::CallbackServerContex
   reply->set_valid(valid);
   if (valid) {
     // A lease in use is renewed: each board call it authorizes extends it by its duration.
-    it->second.expires = std::max(it->second.expires, Clock::now() + std::chrono::milliseconds(it->second.duration_ms));
+    if (req->use()) {
+      it->second.expires = std::max(it->second.expires, Clock::now() + std::chrono::milliseconds(it->second.duration_ms));
+    }
     reply->set_user(it->second.user);
     reply->set_expires_in_ms(ms_until(it->second.expires));
   }

@@ -509,6 +509,37 @@ TEST(FarmFailures, BoardKilledMidMeasurement) {
   EXPECT_EQ(r.error(), pb::OK) << r.error_msg();
 }
 
+TEST(FarmLeases, AnIdleLeaseExpiresAndItsUploadsAreDeleted) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0);
+  std::string work = temp_dir() + "/janitor-work";
+  fs::create_directories(work);
+  // The board looks for ended leases every 100 ms: those checks must not renew a lease.
+  auto board = start_board(port, "idle", {"--lease-check-ms", "100", "--work-dir", work});
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards_size() == 1; }, 10000));
+  auto lease = c.lease("idle", "sleepy", 0, 5000, /*lease_ms=*/800);
+  std::string module = lease->upload(read_file(TF_KERNEL_GOOD), "good.so");
+  auto lease_dirs = [&] {
+    int n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(work)) n += e.path().filename().string().rfind("lease-", 0) == 0;
+    return n;
+  };
+  EXPECT_EQ(lease_dirs(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // idle for 2.5 lease durations
+  try {
+    lease->measure(request("scale"), module);
+    ADD_FAILURE() << "an idle lease outlived its duration";
+  } catch (const FarmError& e) {
+    // The client renews before measuring; the tracker no longer knows the lease.
+    EXPECT_EQ(e.code(), grpc::StatusCode::NOT_FOUND) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expired"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(lease_dirs(), 0) << "the uploads of an ended lease are still on the board";
+  EXPECT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards(0).state() == "free"; }, 2000));
+}
+
 TEST(FarmFailures, TrackerRestartBoardsComeBackByThemselves) {
   auto tracker = start_tracker(0);
   int port = tracker->port();
