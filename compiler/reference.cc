@@ -1,6 +1,7 @@
 #include "compiler/reference.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "compiler/error.h"
 
@@ -115,6 +116,25 @@ void reference_compute(const Workload& w, const std::vector<const float*>& input
   if (w.op == "conv2d_nhwc") return conv_nhwc(w, inputs, output);
   if (w.op == "depthwise_conv2d_nchw") return depthwise(w, inputs, output);
   TF_CHECK(false, "no reference for ", w.op);
+}
+
+OutputCheck check_against_reference(const OpGraph& g, const std::vector<const float*>& inputs, const float* output) {
+  int64_t n = 1, terms = 1;
+  for (int64_t d : g.output->shape) n *= d;
+  for (const ir::IterVar& iv : g.acc->reduce_axes) terms *= iv.extent;
+  std::vector<float> ref(static_cast<size_t>(n));
+  reference_compute(g.workload, inputs, ref.data());
+  OutputCheck c;
+  c.tolerance = 1e-5 + 2e-7 * static_cast<double>(terms);
+  for (int64_t i = 0; i < n; ++i) {
+    double err = std::fabs(double(output[i]) - double(ref[static_cast<size_t>(i)]));
+    if (std::isnan(err)) err = INFINITY;
+    if (err > c.max_abs_error || c.worst_index < 0) {
+      c.max_abs_error = err;
+      c.worst_index = i;
+    }
+  }
+  return c;
 }
 
 }  // namespace tf

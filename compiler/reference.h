@@ -3,13 +3,29 @@
 // double so the reference is more accurate than any float32 kernel it checks.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
+#include "compiler/operators.h"
 #include "compiler/workload.h"
 
 namespace tf {
 
 // `inputs` in call order (as build_op lists them); `output` has the output's size.
 void reference_compute(const Workload& w, const std::vector<const float*>& inputs, float* output);
+
+// How far a kernel's output is from the reference on the same inputs.
+struct OutputCheck {
+  double max_abs_error = 0;  // worst |output - reference|; NaN counts as infinite
+  double tolerance = 0;      // allowed: 1e-5 + 2e-7 per term each output element sums
+  int64_t worst_index = -1;
+  bool ok() const { return max_abs_error <= tolerance; }
+};
+
+// The one correctness rule of tunefarm (tests, `tunefarm run`, `tunefarm farm measure`):
+// computes the reference of `g` on `inputs` (call order) and compares `output` with it. The
+// tolerance grows with the reduction size, as float32 accumulation error does for inputs in
+// [-1, 1] (the range fill_random produces).
+OutputCheck check_against_reference(const OpGraph& g, const std::vector<const float*>& inputs, const float* output);
 
 }  // namespace tf

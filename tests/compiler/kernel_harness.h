@@ -7,16 +7,15 @@
 
 #include "compiler/ir.h"
 #include "compiler/operators.h"
+#include "compiler/reference.h"
 #include "compiler/target.h"
 
 namespace tf::testing {
 
 struct Comparison {
-  double max_abs_error = 0;  // worst |kernel - reference|
-  double tolerance = 0;      // allowed, from the reduction size
-  int64_t worst_index = -1;
-  int status = 0;            // the kernel's return value
-  bool ok() const { return status == 0 && max_abs_error <= tolerance; }
+  OutputCheck check;  // against the reference, by the rule every tunefarm check uses
+  int status = 0;     // the kernel's return value
+  bool ok() const { return status == 0 && check.ok(); }
   std::string str() const;
 };
 
@@ -25,8 +24,5 @@ Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t 
 
 // A fresh directory for one test's files, removed at exit.
 std::string temp_dir();
-
-// Number of terms each output element sums (C*R*S, K, ...), for the tolerance.
-int64_t reduction_size(const OpGraph& g);
 
 }  // namespace tf::testing

@@ -109,20 +109,10 @@ std::string check_outputs(const Workload& w, const json& args, const pb::Measure
   if (reply.outputs_size() != 1 || reply.outputs(0).values().size() != static_cast<size_t>(out_n) * 4) {
     return "unchecked";
   }
-  std::vector<float> ref(static_cast<size_t>(out_n));
-  reference_compute(w, ptrs, ref.data());
   const float* got = reinterpret_cast<const float*>(reply.outputs(0).values().data());
-  OpGraph g = build_op(w);
-  int64_t terms = 1;
-  for (const auto& iv : g.acc->reduce_axes) terms *= iv.extent;
-  double tol = 1e-5 + 2e-7 * static_cast<double>(terms);
-  *max_err = 0;
-  for (int64_t i = 0; i < out_n; ++i) {
-    double e = std::fabs(double(got[i]) - ref[i]);
-    if (std::isnan(e)) e = INFINITY;
-    *max_err = std::max(*max_err, e);
-  }
-  return *max_err <= tol ? "ok" : "wrong";
+  OutputCheck c = check_against_reference(build_op(w), ptrs, got);
+  *max_err = c.max_abs_error;
+  return c.ok() ? "ok" : "wrong";
 }
 
 int farm_measure(const FarmArgs& a) {
