@@ -159,6 +159,14 @@ class Lowerer {
     }
   }
 
+  // The body of an inlined stage at `indices`.
+  static Expr inlined(const Stage& s, const std::vector<Expr>& indices) {
+    const Operation& op = *s.op();
+    VarMap m;
+    for (size_t d = 0; d < op.axes.size(); ++d) m[op.axes[d].var.get()] = indices[d];
+    return substitute(op.body, m);
+  }
+
   // Replaces reads of inlined stages by their bodies, and all other reads by loads.
   Expr lower_reads(const Expr& e) {
     class Reads : public IRMutator {
@@ -170,10 +178,7 @@ class Lowerer {
         if (!r) return x;
         auto st = l_.by_name_.find(r->op->name);
         if (st != l_.by_name_.end() && st->second->attach() == Stage::Attach::Inline) {
-          const Operation& op = *st->second->op();
-          VarMap m;
-          for (size_t d = 0; d < op.axes.size(); ++d) m[op.axes[d].var.get()] = r->indices[d];
-          return mutate_expr(substitute(op.body, m));
+          return mutate_expr(inlined(*st->second, r->indices));
         }
         auto b = l_.buffers_.find(r->op->name);
         TF_CHECK(b != l_.buffers_.end(), "no buffer for ", r->op->name);
@@ -198,10 +203,7 @@ class Lowerer {
       }
       auto st = by_name_.find(r->op->name);
       if (st != by_name_.end() && st->second->attach() == Stage::Attach::Inline) {
-        const Operation& op = *st->second->op();
-        VarMap m;
-        for (size_t d = 0; d < op.axes.size(); ++d) m[op.axes[d].var.get()] = r->indices[d];
-        collect_reads(substitute(op.body, m), name, out);
+        collect_reads(inlined(*st->second, r->indices), name, out);
       }
     });
   }
