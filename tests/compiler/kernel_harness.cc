@@ -37,7 +37,7 @@ std::string temp_dir() {
   return dir;
 }
 
-Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t seed) {
+std::unique_ptr<KernelLibrary> build_for_host(const ir::LoweredFunc& f) {
   static std::atomic<int> counter{0};
   Target host = host_target();
   std::string base = temp_dir() + "/k" + std::to_string(counter++);
@@ -47,7 +47,11 @@ Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t 
     o << obj.data;
   }
   link_shared_library(base + ".o", base + ".so", host, obj.uses_openmp, obj.uses_libm);
+  return std::make_unique<KernelLibrary>(base + ".so", f.name);
+}
 
+Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t seed) {
+  std::unique_ptr<KernelLibrary> lib = build_for_host(f);
   std::vector<std::vector<float>> bufs;
   std::vector<const float*> inputs;
   for (const ir::Tensor& t : g.inputs) {
@@ -64,9 +68,8 @@ Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t 
   for (auto& b : bufs) args.push_back(b.data());
   for (size_t i = 0; i + 1 < bufs.size(); ++i) inputs.push_back(bufs[i].data());
 
-  KernelLibrary lib(base + ".so", f.name);
   Comparison c;
-  c.status = lib.call(args);
+  c.status = lib->call(args);
   c.check = check_against_reference(g, inputs, bufs.back().data());
   return c;
 }

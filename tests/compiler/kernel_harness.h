@@ -2,6 +2,7 @@
 // on seeded inputs and compare with the reference implementation.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "compiler/operators.h"
 #include "compiler/reference.h"
 #include "compiler/target.h"
+#include "rpc_server/kernel_library.h"
 
 namespace tf::testing {
 
@@ -18,6 +20,9 @@ struct Comparison {
   bool ok() const { return status == 0 && check.ok(); }
   std::string str() const;
 };
+
+// Compiles `f` for the host with the real pipeline (LLVM, lld) and loads it.
+std::unique_ptr<KernelLibrary> build_for_host(const ir::LoweredFunc& f);
 
 // Compiles `f` for the host, runs it on inputs seeded from `seed`, compares with the reference.
 Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t seed = 7);

@@ -6,27 +6,13 @@
 #include <cmath>
 #include <fstream>
 
-#include "compiler/codegen_llvm.h"
-#include "compiler/link.h"
 #include "compiler/lower.h"
-#include "rpc_server/kernel_library.h"
 #include "tests/compiler/kernel_harness.h"
 
 namespace tf {
 namespace {
 
 using namespace ir;  // NOLINT
-
-// Builds, compiles and loads `f` for the host.
-std::unique_ptr<KernelLibrary> build(const LoweredFunc& f) {
-  static int n = 0;
-  Target host = host_target();
-  std::string base = testing::temp_dir() + "/math" + std::to_string(n++);
-  CodegenResult obj = codegen_llvm(f, host, CodegenOutput::Object);
-  std::ofstream(base + ".o", std::ios::binary) << obj.data;
-  link_shared_library(base + ".o", base + ".so", host, obj.uses_openmp, obj.uses_libm);
-  return std::make_unique<KernelLibrary>(base + ".so", f.name);
-}
 
 TEST(TensorExpressions, ElementwiseMathVectorized) {
   const int64_t n = 37;
@@ -39,7 +25,7 @@ TEST(TensorExpressions, ElementwiseMathVectorized) {
   auto [o, in] = s[y].split(s[y].axis("i"), 8);
   s[y].vectorize(in);
   LowerResult r = lower(s, {x}, "math");
-  auto lib = build(r.func);
+  auto lib = testing::build_for_host(r.func);
   std::vector<float> xs(n), ys(n, NAN);
   for (int64_t i = 0; i < n; ++i) xs[i] = static_cast<float>(i - 18) / 7.0f;
   ASSERT_EQ(lib->call({xs.data(), ys.data()}), 0);
@@ -60,7 +46,7 @@ TEST(TensorExpressions, MaxReductionWithSplitAxis) {
   Schedule s(m);
   s[m].split(s[m].axis("k"), 4);  // 29 = 7*4 + 1: a guarded tail
   LowerResult r = lower(s, {a}, "rowmax");
-  auto lib = build(r.func);
+  auto lib = testing::build_for_host(r.func);
   std::vector<float> as(rows * cols), out(rows, NAN);
   for (int64_t i = 0; i < rows * cols; ++i) as[i] = static_cast<float>((i * 37) % 101) - 50.0f;
   as[4 * cols + cols - 1] = 1000.0f;  // the maximum of the last row sits in the tail
