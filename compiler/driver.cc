@@ -89,30 +89,45 @@ void write_file(const std::string& path, const std::string& data) {
 
 }  // namespace
 
+std::string kernel_text(const CompiledKernel& k, EmitKind kind) {
+  switch (kind) {
+    case EmitKind::LoopIR: return ir::to_string(k.lowered.func);
+    case EmitKind::LLVM: return codegen_llvm(k.lowered.func, k.target, CodegenOutput::LLVM).data;
+    case EmitKind::Asm: return codegen_llvm(k.lowered.func, k.target, CodegenOutput::Asm).data;
+    case EmitKind::Object:
+    case EmitKind::SharedLibrary: break;
+  }
+  TF_CHECK(false, "kernel_text of a binary output");
+  return "";
+}
+
 void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out_path) {
   switch (kind) {
-    case EmitKind::LoopIR: return write_file(out_path, ir::to_string(k.lowered.func));
-    case EmitKind::LLVM: return write_file(out_path, codegen_llvm(k.lowered.func, k.target, CodegenOutput::LLVM).data);
-    case EmitKind::Asm: return write_file(out_path, codegen_llvm(k.lowered.func, k.target, CodegenOutput::Asm).data);
+    case EmitKind::LoopIR:
+    case EmitKind::LLVM:
+    case EmitKind::Asm: return write_file(out_path, kernel_text(k, kind));
     case EmitKind::Object:
       return write_file(out_path, codegen_llvm(k.lowered.func, k.target, CodegenOutput::Object).data);
     case EmitKind::SharedLibrary: {
       CodegenResult obj = codegen_llvm(k.lowered.func, k.target, CodegenOutput::Object);
-      // Write to a temporary name and rename, so a failed build never leaves a half library.
+      // Build under temporary names and rename, so a failed build never leaves a half
+      // library; the temporaries go whatever happens.
       fs::path out = fs::absolute(out_path);
       std::string tmp_obj = out.string() + ".tmp" + std::to_string(getpid()) + ".o";
       std::string tmp_so = out.string() + ".tmp" + std::to_string(getpid()) + ".so";
+      struct RemoveTemporaries {
+        std::vector<std::string> paths;
+        ~RemoveTemporaries() {
+          std::error_code ec;
+          for (const std::string& p : paths) fs::remove(p, ec);
+        }
+      } cleanup{{tmp_obj, tmp_so}};
       write_file(tmp_obj, obj.data);
-      try {
-        link_shared_library(tmp_obj, tmp_so, k.target, obj.uses_openmp, obj.uses_libm);
-      } catch (...) {
-        fs::remove(tmp_obj);
-        fs::remove(tmp_so);
-        throw;
-      }
-      fs::remove(tmp_obj);
+      link_shared_library(tmp_obj, tmp_so, k.target, obj.uses_openmp, obj.uses_libm);
       write_file(out.string() + ".json", kernel_metadata(k).dump(2) + "\n");
-      fs::rename(tmp_so, out);
+      std::error_code ec;
+      fs::rename(tmp_so, out, ec);
+      if (ec) throw std::runtime_error(str("cannot write ", out.string(), ": ", ec.message()));
       return;
     }
   }

@@ -38,6 +38,9 @@ CompiledKernel compile_kernel(const Workload& w, const Target& t, const nlohmann
 // `out_path + ".json"`, the sidecar describing the kernel's arguments and config.
 void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out_path);
 
+// The text of a text output (loop IR, LLVM IR, assembly), e.g. for stdout.
+std::string kernel_text(const CompiledKernel& k, EmitKind kind);
+
 // Arguments (name, shape, dtype, role) in call order, as in the sidecar's "args".
 nlohmann::json describe_args(const OpGraph& g);
 

@@ -57,9 +57,19 @@ std::string find_lld() {
   return "ld.lld-19";
 }
 
+// The Debian package that holds `base` (libgomp1, libc6) for the target's architecture: the
+// native one on the host's architecture, a cross package otherwise.
+std::string package_for(const Target& t, const std::string& base) {
+  Target host = host_target();
+  if (t.arch_name() == host.arch_name()) return base;
+  std::string arch = t.arch_name();
+  return base + "-" + (arch == "aarch64" ? "arm64" : arch == "arm" ? "armhf" : arch == "x86_64" ? "amd64" : arch) +
+         "-cross";
+}
+
 // A system library of the target's architecture, e.g. libgomp.so.1 for aarch64.
-std::string find_target_library(const Target& t, const std::string& file, const char* package_hint) {
-  std::string multiarch = t.arch_name() + "-linux-gnu";
+std::string find_target_library(const Target& t, const std::string& file, const std::string& package_hint) {
+  std::string multiarch = t.multiarch();
   for (const std::string& dir : {"/usr/lib/" + multiarch, "/lib/" + multiarch, "/usr/" + multiarch + "/lib"}) {
     fs::path p = fs::path(dir) / file;
     if (fs::exists(p)) return p.string();
@@ -75,15 +85,13 @@ void link_shared_library(const std::string& object_path, const std::string& out_
                          const Target& target, bool openmp, bool libm) {
   std::vector<std::string> argv = {find_lld(), "-shared", "--hash-style=gnu", "-z", "noexecstack",
                                    "-O1", "-o", out_path, object_path};
-  std::string arch = target.arch_name();
   if (openmp) {
     // libgomp's pool threads outlive every parallel region; if a host dlclose()d the kernel,
     // libgomp would be unmapped under them. A kernel that uses the pool stays loaded.
     argv.insert(argv.begin() + 1, {"-z", "nodelete"});
-    argv.push_back(find_target_library(target, "libgomp.so.1",
-                                       arch == "aarch64" ? "libgomp1-arm64-cross" : "libgomp1"));
+    argv.push_back(find_target_library(target, "libgomp.so.1", package_for(target, "libgomp1")));
   }
-  if (libm) argv.push_back(find_target_library(target, "libm.so.6", "libc6"));
+  if (libm) argv.push_back(find_target_library(target, "libm.so.6", package_for(target, "libc6")));
   CommandResult r = run_command(argv);
   if (r.exit_code != 0) {
     std::ostringstream cmd;

@@ -9,9 +9,9 @@ namespace {
 
 using namespace ir;  // NOLINT: tensor-expression code reads best unqualified
 
-// Tensors larger than this many elements are refused: the kernel ABI and our buffers index
-// with 64-bit integers, but such a tensor would not fit the memory of any board we serve.
-constexpr int64_t kMaxElements = int64_t{1} << 34;
+// parse_workload already refused larger tensors (compiler/workload.h); this keeps a Workload
+// built by other means from reaching the lowering with sizes that overflow.
+constexpr int64_t kMaxElements = kMaxTensorElements;
 
 void check_size(const std::string& spec, const std::string& name, const std::vector<int64_t>& shape) {
   int64_t n = 1;

@@ -52,6 +52,38 @@ std::string host_feature_delta(const llvm::Target& t, const std::string& triple,
   return delta;
 }
 
+// `llvm` targets are CPUs with a Linux userland our kernels link against. GPU and other
+// back ends exist in LLVM too, but their code needs another lowering and runtime.
+void check_cpu_triple(const std::string& spec, const std::string& triple) {
+  llvm::Triple tt(triple);
+  switch (tt.getArch()) {
+    case llvm::Triple::x86_64:
+    case llvm::Triple::aarch64:
+    case llvm::Triple::arm:
+      break;
+    case llvm::Triple::nvptx:
+    case llvm::Triple::nvptx64:
+      throw UserError(str("target '", spec, "': ", triple, " is a GPU triple; NVIDIA GPUs are the 'cuda' target kind, "
+                          "e.g. 'cuda -arch=sm_80'"));
+    case llvm::Triple::amdgcn:
+    case llvm::Triple::r600:
+      throw UserError(str("target '", spec, "': ", triple, " is a GPU triple; AMD GPUs are the 'rocm' target kind, "
+                          "e.g. 'rocm -mcpu=gfx906'"));
+    default:
+      throw UserError(str("target '", spec, "': architecture '", tt.getArchName().str(), "' of ", triple,
+                          " is not a CPU tunefarm compiles for (x86_64, aarch64, arm); GPUs are the 'cuda' and "
+                          "'rocm' target kinds"));
+  }
+  if (!tt.isOSLinux()) {
+    throw UserError(str("target '", spec, "': ", triple, " is not a Linux triple; kernels are ELF shared "
+                        "libraries for Linux (e.g. aarch64-linux-gnu)"));
+  }
+  if (tt.getArch() == llvm::Triple::arm && tt.getEnvironment() != llvm::Triple::GNUEABIHF) {
+    throw UserError(str("target '", spec, "': 32-bit arm needs the hard-float ABI, e.g. "
+                        "armv7l-linux-gnueabihf (Raspberry Pi OS)"));
+  }
+}
+
 }  // namespace
 
 std::string Target::str() const {
@@ -64,7 +96,16 @@ std::string Target::str() const {
 
 std::string Target::arch_name() const {
   if (kind != "llvm") return kind;
-  return llvm::Triple(triple).getArchName().str();
+  llvm::Triple tt(triple);
+  // armv7l, armv7, armv8l... are one architecture for lookups and library folders.
+  if (tt.getArch() == llvm::Triple::arm) return "arm";
+  return tt.getArchName().str();
+}
+
+std::string Target::multiarch() const {
+  if (kind != "llvm") return "";
+  std::string arch = arch_name();
+  return arch == "arm" ? "arm-linux-gnueabihf" : arch + "-linux-gnu";
 }
 
 int Target::vector_lanes() const {
@@ -117,6 +158,7 @@ Target parse_target(const std::string& spec) {
   std::string err;
   const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
   if (!lt) throw UserError(str("target '", spec, "': no LLVM backend for triple ", t.triple));
+  check_cpu_triple(spec, t.triple);
   if (native) {
     if (llvm::Triple(t.triple).getArch() != llvm::Triple(llvm::sys::getDefaultTargetTriple()).getArch()) {
       throw UserError(str("target '", spec, "': -mcpu=native names this machine's CPU, but the triple is ",

@@ -21,13 +21,16 @@ struct Target {
   // The canonical text of the target.
   std::string str() const;
   bool is_cpu() const { return kind == "llvm"; }
-  // x86_64, aarch64, ... (from the triple); for GPUs the kind.
+  // x86_64, aarch64, arm (all 32-bit arm variants) from the triple; for GPUs the kind.
   std::string arch_name() const;
+  // Debian's multiarch tuple of an llvm target: x86_64-linux-gnu, arm-linux-gnueabihf.
+  std::string multiarch() const;
   // float32 lanes of the widest vector register: 16 with AVX-512, 8 with AVX, 4 with SSE/NEON.
   int vector_lanes() const;
 };
 
-// Throws UserError for an unknown kind or option, or a triple LLVM has no backend for.
+// Throws UserError for an unknown kind or option, a triple LLVM has no backend for, or an
+// `llvm` triple that is not a Linux CPU tunefarm compiles for (x86_64, aarch64, arm hard-float).
 Target parse_target(const std::string& spec);
 
 // The target for this machine: `llvm -mcpu=native` resolved.

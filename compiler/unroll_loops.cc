@@ -1,9 +1,25 @@
 #include "compiler/unroll_loops.h"
 
+#include <algorithm>
+
+#include "compiler/error.h"
 #include "compiler/ir_mutator.h"
 
 namespace tf::ir {
 namespace {
+
+// Saturates instead of overflowing: nested extents can multiply past 64 bits.
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return INT64_MAX;
+  return r;
+}
+
+int64_t saturating_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return INT64_MAX;
+  return r;
+}
 
 class Unroller : public IRMutator {
  public:
@@ -21,7 +37,42 @@ class Unroller : public IRMutator {
 
 }  // namespace
 
+int64_t unrolled_size(const Stmt& s) {
+  if (!s) return 0;
+  switch (s.kind()) {
+    case StmtKind::Store:
+      return 1;
+    case StmtKind::For: {
+      const For* f = s.as<For>();
+      int64_t body = unrolled_size(f->body);
+      const int64_t* n = as_const_int(f->extent);
+      bool copies = f->for_kind == ForKind::Vectorized || (f->for_kind == ForKind::Unrolled && n && *n <= kMaxUnroll);
+      return copies && n ? saturating_mul(body, std::max<int64_t>(*n, 1)) : body;
+    }
+    case StmtKind::LetStmt:
+      return unrolled_size(s.as<LetStmt>()->body);
+    case StmtKind::IfThenElse: {
+      const IfThenElse* i = s.as<IfThenElse>();
+      return saturating_add(unrolled_size(i->then_case), unrolled_size(i->else_case));
+    }
+    case StmtKind::Allocate:
+      return unrolled_size(s.as<Allocate>()->body);
+    case StmtKind::Block: {
+      int64_t total = 0;
+      for (const Stmt& c : s.as<Block>()->stmts) total = saturating_add(total, unrolled_size(c));
+      return total;
+    }
+  }
+  return 0;
+}
+
 Stmt unroll_loops(const Stmt& s) {
+  int64_t size = unrolled_size(s);
+  if (size > kMaxUnrolledSize) {
+    throw UserError(str("the schedule unrolls and vectorizes into ", size == INT64_MAX ? "over 2^63" : std::to_string(size),
+                        " element operations, over the budget of ", kMaxUnrolledSize,
+                        ": use smaller unrolled or vectorized tiles (tile_*, unroll_k) or unroll=false"));
+  }
   Unroller u;
   return u.mutate_stmt(s);
 }

@@ -8,7 +8,19 @@ namespace tf::ir {
 // Loops longer than this stay loops (marked serial) instead of bloating the code.
 constexpr int64_t kMaxUnroll = 256;
 
+// The budget of unrolled_size() for one kernel. Past it, LLVM's compile time and memory grow
+// out of bounds: measured on matmul 512^3 (tile_m x tile_n x unroll_k, unroll on), 32x64x32
+// (65,536) compiles in 1 s, 64x32x64 (131,072) in 6 s, 16x128x32 (65,536, wide vectors) in
+// 20 s, 32x128x32 (131,072) in 115 s and 64x256x64 (1,048,576) in over 300 s at 320 MB.
+constexpr int64_t kMaxUnrolledSize = int64_t{1} << 17;
+
+// The straight-line size of `s` once unrolled and vectorized: each Store counts once for
+// every copy the unrolled loops (of constant extent up to kMaxUnroll) and vectorized loops
+// around it make; serial and parallel loops contribute their body once.
+int64_t unrolled_size(const Stmt& s);
+
 // Unrolls every loop marked Unrolled whose extent is a constant of at most kMaxUnroll.
+// Throws UserError when the result would exceed kMaxUnrolledSize.
 Stmt unroll_loops(const Stmt& s);
 
 }  // namespace tf::ir

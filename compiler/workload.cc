@@ -1,7 +1,9 @@
 #include "compiler/workload.h"
 
 #include <cctype>
+#include <limits>
 #include <map>
+#include <optional>
 
 #include "compiler/error.h"
 
@@ -67,12 +69,13 @@ int64_t parse_int(const std::string& key, const std::string& v, const std::strin
     }
   }
   if (v.size() - i > 12) {
-    throw UserError(str("workload '", spec, "': ", key, "=", v, " is too large"));
+    throw UserError(str("workload '", spec, "': ", key, "=", v, " is larger than ", kMaxWorkloadValue));
   }
   return std::stoll(v);
 }
 
-// Output extent of a convolution along one spatial dimension.
+// Output extent of a convolution along one spatial dimension. Every value is at most
+// kMaxWorkloadValue (2^31 - 1), so no term here can overflow 64 bits.
 int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
   int64_t span = dilation * (k - 1) + 1;
   int64_t padded = in + 2 * pad;
@@ -89,6 +92,66 @@ void check_output_sizes(const Workload& w, const std::string& spec) {
                         " is empty (H=", w.get("H"), " W=", w.get("W"), " R=", w.get("R"),
                         " S=", w.get("S"), " pad=", w.get("pad"),
                         " dilation=", w.get("dilation"), ")"));
+  }
+}
+
+// The product of `dims`, or nullopt when it overflows int64.
+std::optional<int64_t> checked_product(std::initializer_list<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  }
+  return n;
+}
+
+// Every tensor the kernel reads, writes or stages (padded copies included) fits a board,
+// all of them together too, and the FLOP count fits 64 bits.
+void check_footprint(const Workload& w, const std::string& spec) {
+  auto g = [&](const char* k) { return w.get(k); };
+  std::vector<std::pair<const char*, std::optional<int64_t>>> tensors;
+  std::optional<int64_t> flops;
+  auto add = [&](const char* name, std::initializer_list<int64_t> dims) {
+    tensors.emplace_back(name, checked_product(dims));
+  };
+  if (w.op == "matmul") {
+    add("A", {g("M"), g("K")});
+    add("B", {g("K"), g("N")});
+    add("C", {g("M"), g("N")});
+    flops = checked_product({2, g("M"), g("N"), g("K")});
+  } else if (w.op == "batch_matmul") {
+    add("A", {g("B"), g("M"), g("K")});
+    add("B", {g("B"), g("K"), g("N")});
+    add("C", {g("B"), g("M"), g("N")});
+    flops = checked_product({2, g("B"), g("M"), g("N"), g("K")});
+  } else {
+    bool depthwise = w.op == "depthwise_conv2d_nchw";
+    int64_t oh = conv_out(g("H"), g("R"), g("stride"), g("pad"), g("dilation"));
+    int64_t ow = conv_out(g("W"), g("S"), g("stride"), g("pad"), g("dilation"));
+    int64_t k = depthwise ? g("C") : g("K");
+    add("data", {g("N"), g("C"), g("H"), g("W")});
+    add("data_pad", {g("N"), g("C"), g("H") + 2 * g("pad"), g("W") + 2 * g("pad")});
+    add("weight", {k, depthwise ? 1 : g("C"), g("R"), g("S")});
+    add("out", {g("N"), k, oh, ow});
+    flops = depthwise ? checked_product({2, g("N"), g("C"), oh, ow, g("R"), g("S")})
+                      : checked_product({2, g("N"), k, oh, ow, g("C"), g("R"), g("S")});
+  }
+  int64_t total = 0;
+  for (const auto& [name, n] : tensors) {
+    if (!n || *n > kMaxTensorElements) {
+      throw UserError(str("workload '", spec, "': tensor ", name, " would have ",
+                          n ? std::to_string(*n) : std::string("more than 2^63"),
+                          " elements, over the limit of ", kMaxTensorElements,
+                          " (16 GiB of float32) that a board can hold"));
+    }
+    total += *n * 4;
+  }
+  if (total > kMaxWorkloadBytes) {
+    throw UserError(str("workload '", spec, "': its tensors need ", total, " bytes together, over the limit of ",
+                        kMaxWorkloadBytes, " (32 GiB)"));
+  }
+  if (!flops || *flops > kMaxWorkloadFlops) {
+    throw UserError(str("workload '", spec, "': ", flops ? std::to_string(*flops) : std::string("more than 2^63"),
+                        " floating point operations per call, over the limit of ", kMaxWorkloadFlops));
   }
 }
 
@@ -178,6 +241,10 @@ Workload parse_workload(const std::string& raw) {
       throw UserError(str("workload '", spec, "': ", k.name, "=", v, " must be at least ",
                           k.min_value));
     }
+    if (v > kMaxWorkloadValue) {
+      throw UserError(str("workload '", spec, "': ", k.name, "=", v, " is larger than ",
+                          kMaxWorkloadValue));
+    }
     w.params.emplace_back(k.name, v);
   }
   if (auto it = given.find("epilogue"); it != given.end()) {
@@ -191,6 +258,7 @@ Workload parse_workload(const std::string& raw) {
                         w.op, " (keys: ", keys, ", epilogue)"));
   }
   check_output_sizes(w, spec);
+  check_footprint(w, spec);
   return w;
 }
 

@@ -27,6 +27,17 @@ struct Workload {
   std::string canonical() const;
 };
 
+// Limits parse_workload enforces, so no size computation downstream can overflow and no
+// workload asks a board for more memory than it could have:
+//   each key's value                 at most kMaxWorkloadValue
+//   each tensor (padded copies too)  at most kMaxTensorElements elements
+//   all tensors together             at most kMaxWorkloadBytes
+//   FLOPs of one call                at most kMaxWorkloadFlops
+constexpr int64_t kMaxWorkloadValue = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxTensorElements = int64_t{1} << 32;
+constexpr int64_t kMaxWorkloadBytes = int64_t{32} << 30;
+constexpr int64_t kMaxWorkloadFlops = int64_t{1} << 62;
+
 Workload parse_workload(const std::string& spec);
 
 // The operator names parse_workload accepts, in a fixed order.

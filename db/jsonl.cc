@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "db/json_limits.h"
+
 namespace tf::db {
 namespace {
 
@@ -112,7 +114,7 @@ ImportResult import_jsonl(Database& db, std::istream& in) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     ++res.lines;
     try {
-      MeasureRecord r = record_from_json(json::parse(line));
+      MeasureRecord r = record_from_json(parse_json_bounded(line));
       // The database's own checks, per line, so one bad line cannot fail a whole batch.
       check_record(r);
       batch.push_back(std::move(r));

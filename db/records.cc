@@ -59,14 +59,43 @@ std::string MeasureRecord::identity() const {
 
 void check_record(const MeasureRecord& r) {
   auto fail = [](const std::string& what) { throw std::invalid_argument(what); };
-  if (r.workload.empty()) fail("workload is empty");
-  if (r.op.empty()) fail("op is empty");
+  auto text = [&](const std::string& value, const char* name, size_t max_len, bool required) {
+    if (required && value.empty()) fail(std::string(name) + " is empty");
+    if (value.size() > max_len) {
+      fail(std::string(name) + " has " + std::to_string(value.size()) + " characters, over the limit of " +
+           std::to_string(max_len));
+    }
+  };
+  // Shown as 1e+19 rather than std::to_string's 20 digits.
+  auto number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  auto in_range = [&](double v, const char* name, double lo, double hi) {
+    if (!std::isfinite(v) || v < lo || v > hi) {
+      fail(std::string(name) + " " + number(v) + " is not in [" + number(lo) + ", " + number(hi) + "]");
+    }
+  };
+  text(r.workload, "workload", kMaxNameLength, true);
+  text(r.op, "op", kMaxNameLength, true);
+  text(r.target, "target", kMaxNameLength, true);
+  text(r.arch, "arch", kMaxNameLength, true);
+  text(r.device_key, "device_key", kMaxNameLength, false);
+  text(r.device_model, "device_model", kMaxNameLength, false);
+  text(r.toolchain, "toolchain", kMaxNameLength, false);
+  text(r.template_name, "template", kMaxNameLength, true);
+  text(r.run_uuid, "run", kMaxNameLength, false);
+  text(r.error_msg, "error_msg", kMaxErrorMsgLength, false);
   if (!r.params.is_object()) fail("params is not a JSON object");
-  if (r.flops < 0) fail("flops is negative");
-  if (r.target.empty()) fail("target is empty");
-  if (r.arch.empty()) fail("arch is empty");
-  if (r.template_name.empty()) fail("template is empty");
+  for (const auto& [key, value] : r.params.items()) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxParamValue) {
+      fail("params." + key + " = " + value.dump() + " is not an integer in [0, " + std::to_string(kMaxParamValue) + "]");
+    }
+  }
+  if (r.flops < 0 || r.flops > kMaxFlops) fail("flops " + std::to_string(r.flops) + " is not in [0, 2^62]");
   if (!r.config.is_object()) fail("config is not a JSON object");
+  if (r.config.dump().size() > kMaxConfigLength) fail("config is longer than " + std::to_string(kMaxConfigLength) + " characters");
   const auto& codes = error_codes();
   if (std::find(codes.begin(), codes.end(), r.error_code) == codes.end()) {
     fail("unknown error_code '" + r.error_code + "'");
@@ -75,11 +104,19 @@ void check_record(const MeasureRecord& r) {
     fail("correctness '" + r.correctness + "' is not ok, wrong or unchecked");
   }
   if (r.error_code == "ok" && r.samples_s.empty()) fail("error_code ok but no samples");
+  if (r.samples_s.size() > kMaxSamples) {
+    fail(std::to_string(r.samples_s.size()) + " samples, over the limit of " + std::to_string(kMaxSamples));
+  }
   for (double s : r.samples_s) {
-    if (!std::isfinite(s) || s <= 0) fail("sample " + std::to_string(s) + " is not a positive time");
+    if (!std::isfinite(s) || s <= 0 || s > kMaxSeconds) fail("sample " + number(s) + " is not a time in (0, 1e6] seconds");
   }
   if (r.settings.number < 1 || r.settings.repeat < 1) fail("number and repeat must be at least 1");
+  in_range(r.settings.min_repeat_ms, "settings.min_repeat_ms", 0, kMaxSeconds * 1e3);
+  in_range(r.settings.cooldown_ms, "settings.cooldown_ms", 0, kMaxSeconds * 1e3);
+  in_range(r.compile_s, "compile_s", 0, kMaxSeconds);
+  // measured_at must be a date a calendar can show: after 1970, before the year 10000.
   if (!(r.measured_at > 0)) fail("measured_at is not set");
+  in_range(r.measured_at, "measured_at", 0, kMaxTimestamp);
 }
 
 const char* tier_name(MatchTier t) {

@@ -61,8 +61,21 @@ struct MeasureRecord {
 
 std::string config_hash(const nlohmann::json& config);
 
-// Checks what the database schema cannot: required fields set, a known error code and
-// correctness, samples that are positive finite times. Throws std::invalid_argument.
+// Bounds check_record enforces on every field, so a record from an import or a buggy writer
+// cannot make later readers misbehave (a timestamp gmtime cannot convert, a NaN median).
+constexpr size_t kMaxNameLength = 4096;           // workload, target, key, model, template ...
+constexpr size_t kMaxErrorMsgLength = 65536;
+constexpr size_t kMaxConfigLength = 65536;        // characters of the config's JSON
+constexpr size_t kMaxSamples = 100000;
+constexpr int64_t kMaxParamValue = (int64_t{1} << 31) - 1;  // as the workload parser's limit
+constexpr int64_t kMaxFlops = int64_t{1} << 62;
+constexpr double kMaxSeconds = 1e6;               // a sample, a compile, a pause
+constexpr double kMaxTimestamp = 253402300799.0;  // 9999-12-31 23:59:59 UTC
+
+// Checks what the database schema cannot: required fields set and of bounded length, a known
+// error code and correctness, integer shape parameters, samples that are positive finite
+// times, settings and timestamps in range. Throws std::invalid_argument naming the field and
+// the value.
 void check_record(const MeasureRecord& r);
 
 struct TuningRun {

@@ -8,11 +8,13 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "db/database.h"
 
@@ -434,49 +436,87 @@ class SqliteDatabase : public Database {
     }
   }
 
-  // Verifies the file is a tunefarm database of a version we know, creating or migrating it.
-  void check_and_migrate() {
-    int app_id, version;
+  struct SchemaState {
+    int app_id = 0, version = 0;
     std::vector<std::string> tables;
-    try {
-      app_id = db_.execAndGet("PRAGMA application_id").getInt();
-      version = db_.execAndGet("PRAGMA user_version").getInt();
-      SQLite::Statement q(db_, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
-      while (q.executeStep()) tables.push_back(q.getColumn(0).getString());
-    } catch (const SQLite::Exception& e) {
-      if (e.getErrorCode() == SQLITE_NOTADB) throw DbError(path_ + " is not a tunefarm database (not an SQLite file)");
-      throw DbError("cannot read database " + path_ + ": " + e.what());
+  };
+
+  // application_id, user_version and the tables, read in one transaction so they are one
+  // snapshot: read separately, another process creating the file in between looks like a
+  // foreign database (application id 0 but tables present).
+  SchemaState read_schema_state() {
+    SchemaState st;
+    st.app_id = db_.execAndGet("PRAGMA application_id").getInt();
+    st.version = db_.execAndGet("PRAGMA user_version").getInt();
+    SQLite::Statement q(db_, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+    while (q.executeStep()) st.tables.push_back(q.getColumn(0).getString());
+    return st;
+  }
+
+  // Refuses files that are not tunefarm databases or are newer than this build.
+  void check_schema_state(const SchemaState& st) {
+    if (st.app_id != 0 && st.app_id != kApplicationId) {
+      throw DbError(path_ + " is not a tunefarm database (SQLite application id " + std::to_string(st.app_id) + ")");
     }
-    if (app_id != 0 && app_id != kApplicationId) {
-      throw DbError(path_ + " is not a tunefarm database (SQLite application id " + std::to_string(app_id) + ")");
-    }
-    if (app_id == 0 && !tables.empty()) {
+    if (st.app_id == 0 && !st.tables.empty()) {
       std::string names;
-      for (const std::string& t : tables) names += (names.empty() ? "" : ", ") + t;
+      for (const std::string& t : st.tables) names += (names.empty() ? "" : ", ") + t;
       throw DbError(path_ + " is an SQLite database of something else (tables: " + names +
                     "); refusing to modify it");
     }
-    if (version > kSchemaVersion) {
-      throw DbError(path_ + " has schema version " + std::to_string(version) + ", newer than the " +
+    if (st.version > kSchemaVersion) {
+      throw DbError(path_ + " has schema version " + std::to_string(st.version) + ", newer than the " +
                     std::to_string(kSchemaVersion) + " this tunefarm knows: upgrade tunefarm");
     }
-    if (version == kSchemaVersion && app_id == kApplicationId) return;
+  }
+
+  // Verifies the file is a tunefarm database of a version we know, creating or migrating it.
+  // Creating and migrating happen in one write transaction that re-reads the state under the
+  // write lock, so any number of processes may open (and create) one new file at once.
+  //
+  // Some of SQLite's steps on a file being created by another connection (switching it to
+  // WAL, its first read of a fresh WAL index) answer SQLITE_BUSY at once instead of calling
+  // the busy handler; those are retried here, for as long as the busy timeout.
+  void check_and_migrate() {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+    for (int attempt = 0;; ++attempt) {
+      try {
+        check_and_migrate_once();
+        return;
+      } catch (const SQLite::Exception& e) {
+        bool busy = (e.getErrorCode() & 0xff) == SQLITE_BUSY || (e.getErrorCode() & 0xff) == SQLITE_LOCKED;
+        if (!busy || std::chrono::steady_clock::now() > deadline) {
+          if (e.getErrorCode() == SQLITE_NOTADB) throw DbError(path_ + " is not a tunefarm database (not an SQLite file)");
+          throw DbError("cannot initialize database " + path_ + ": " + e.what());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5 + (getpid() + attempt * 7) % 20));
+      }
+    }
+  }
+
+  // One attempt of check_and_migrate; SQLite errors propagate as SQLite::Exception.
+  void check_and_migrate_once() {
+    SchemaState st;
+    {
+      SQLite::Transaction snapshot(db_, SQLite::TransactionBehavior::DEFERRED);
+      st = read_schema_state();
+      snapshot.commit();
+    }
+    check_schema_state(st);
+    if (st.version == kSchemaVersion && st.app_id == kApplicationId) return;
     if (read_only_) {
-      throw DbError(path_ + " needs " + (app_id == 0 ? "creating" : "migrating from version " + std::to_string(version)) +
+      throw DbError(path_ + " needs " + (st.app_id == 0 ? "creating" : "migrating from version " + std::to_string(st.version)) +
                     " but is open read-only");
     }
-    try {
-      db_.exec("PRAGMA journal_mode = WAL");
-      SQLite::Transaction tx(db_, SQLite::TransactionBehavior::IMMEDIATE);
-      // Another process may have migrated while we waited for the lock.
-      int v = db_.execAndGet("PRAGMA user_version").getInt();
-      for (; v < kSchemaVersion; ++v) db_.exec(kMigrations[v]);
-      db_.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
-      db_.exec("PRAGMA application_id = " + std::to_string(kApplicationId));
-      tx.commit();
-    } catch (const SQLite::Exception& e) {
-      throw DbError("cannot initialize database " + path_ + ": " + e.what());
-    }
+    db_.exec("PRAGMA journal_mode = WAL");
+    SQLite::Transaction tx(db_, SQLite::TransactionBehavior::IMMEDIATE);
+    // Another process may have created or migrated the file while we waited for the lock.
+    st = read_schema_state();
+    check_schema_state(st);
+    for (int v = st.version; v < kSchemaVersion; ++v) db_.exec(kMigrations[v]);
+    db_.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
+    db_.exec("PRAGMA application_id = " + std::to_string(kApplicationId));
+    tx.commit();
   }
 
   // Runs `f` in one write transaction; SQLite errors become DbError naming the file.

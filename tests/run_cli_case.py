@@ -5,6 +5,9 @@ A case file holds directives in comment lines ('#' or ';'):
   ARGS: one argument per line, in order; the word OUT stands for a fresh output path
   EXIT: the expected exit status (default 0)
   STDERR: a text that must appear in stderr (repeatable)
+  INPUT: NAME = PYTHON-EXPRESSION   writes the expression's value (str or bytes) to the file
+         NAME in the working directory first, for inputs too big or odd to keep as files
+         (repeatable); arguments name it as NAME or @NAME
   FILECHECK  feed stdout, stderr and then the OUT file to FileCheck-19, with this file as checks
 Every case also fails when tunefarm dies of a signal, and an error case (EXIT != 0) fails
 when it leaves anything at OUT: a rejected request must not write half a file.
@@ -19,7 +22,7 @@ import tempfile
 
 def main():
     tunefarm, filecheck, case = sys.argv[1:4]
-    args, stderr_wants, exit_want, use_filecheck = [], [], 0, False
+    args, stderr_wants, exit_want, use_filecheck, inputs = [], [], 0, False, []
     for line in open(case, encoding="utf-8"):
         line = line.rstrip("\n")
         if not line.startswith(("#", ";")):
@@ -33,8 +36,14 @@ def main():
             stderr_wants.append(body[len("STDERR:"):].strip())
         elif body.startswith("FILECHECK"):
             use_filecheck = True
+        elif body.startswith("INPUT:"):
+            name, expr = body[len("INPUT:"):].split("=", 1)
+            inputs.append((name.strip(), eval(expr, {})))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
+        for name, value in inputs:
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(value if isinstance(value, bytes) else value.encode())
         argv = [tunefarm] + [out if a == "OUT" else a for a in args]
         p = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp)
         print("$", " ".join(argv))

@@ -67,11 +67,29 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"matmul M=1", "not of the form"},
         BadSpec{"matmul(M=1,N=1,K)", "'K' is not key=value"},
         BadSpec{"matmul(M=1,N=1,K=1,)", "'' is not key=value"},
-        BadSpec{"matmul(M=99999999999999,N=1,K=1)", "too large"},
+        BadSpec{"matmul(M=99999999999999,N=1,K=1)", "M=99999999999999 is larger than 2147483647"},
+        BadSpec{"matmul(M=2147483648,N=1,K=1)", "M=2147483648 is larger than 2147483647"},
+        // dilation*(R-1) wrapped around 64 bits and was accepted; the kernel then segfaulted.
+        BadSpec{"conv2d_nchw(N=1,C=1,H=1,W=1,K=1,R=33554433,S=1,dilation=549755813888)",
+                "dilation=549755813888 is larger than"},
+        BadSpec{"conv2d_nhwc(N=1,H=2147483647,W=1,C=1,K=1,R=2147483647,S=1,dilation=2147483647)", "output size"},
+        BadSpec{"depthwise_conv2d_nchw(N=1,C=1,H=1,W=1,R=1,S=1,pad=2147483647)", "tensor data_pad would have"},
+        BadSpec{"batch_matmul(B=65536,M=65536,N=1,K=2)", "tensor A would have 8589934592 elements"},
+        BadSpec{"conv2d_nchw(N=1,C=65537,H=65536,W=1,K=1,R=1,S=1)", "tensor data would have"},
+        BadSpec{"matmul(M=65536,N=65536,K=65536)", "bytes together, over the limit"},
         BadSpec{"conv2d_nchw(N=1,C=1,H=2,W=2,K=1,R=3,S=3)", "output size"},
         BadSpec{"conv2d_nchw(N=1,C=1,H=8,W=8,K=1,R=3,S=3,stride=0)", "stride=0"},
         BadSpec{"depthwise_conv2d_nchw(N=1,C=1,H=5,W=5,R=3,S=3,dilation=3)", "output size"},
-        BadSpec{"matmul(M=300000,N=300000,K=1)", "more than"}));
+        BadSpec{"matmul(M=300000,N=300000,K=1)", "tensor C would have 90000000000 elements"}));
+
+TEST(Workload, LargestAcceptedSizesAreExact) {
+  // Exactly at the limits: accepted, with products computed without overflow.
+  Workload w = parse_workload("matmul(M=65536,N=65536,K=1)");  // C has 2^32 elements
+  EXPECT_EQ(w.get("M"), 65536);
+  // dilation * (R - 1) + 1 spans all of H: one output row.
+  Workload c = parse_workload("conv2d_nchw(N=1,C=1,H=2147483647,W=1,K=1,R=2,S=1,dilation=2147483646)");
+  EXPECT_EQ(build_op(c).output->shape, (std::vector<int64_t>{1, 1, 1, 1}));
+}
 
 }  // namespace
 }  // namespace tf

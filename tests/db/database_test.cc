@@ -1,6 +1,8 @@
 // The tuning database on :memory: and on files: migrations, atomic batches, lookups in every
 // tier, queries, export/import, and every refusal to open a file that is not ours.
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <SQLiteCpp/SQLiteCpp.h>
 #include <unistd.h>
 
@@ -95,7 +97,18 @@ TEST(Commit, RejectsEachKindOfBadRecord) {
   bad([](MeasureRecord& r) { r.target.clear(); }, "target is empty");
   bad([](MeasureRecord& r) { r.config = 3; }, "config is not a JSON object");
   bad([](MeasureRecord& r) { r.samples_s.clear(); }, "no samples");
-  bad([](MeasureRecord& r) { r.samples_s = {-1}; }, "is not a positive time");
+  bad([](MeasureRecord& r) { r.samples_s = {-1}; }, "sample -1 is not a time in (0, 1e6] seconds");
+  bad([](MeasureRecord& r) { r.samples_s = {1e-3, NAN}; }, "sample nan is not a time");
+  bad([](MeasureRecord& r) { r.measured_at = 1e19; }, "measured_at 1e+19 is not in [0, 2.53402e+11]");
+  bad([](MeasureRecord& r) { r.measured_at = NAN; }, "measured_at is not set");
+  bad([](MeasureRecord& r) { r.compile_s = INFINITY; }, "compile_s inf is not in");
+  bad([](MeasureRecord& r) { r.settings.min_repeat_ms = -1; }, "settings.min_repeat_ms -1 is not in");
+  bad([](MeasureRecord& r) { r.settings.cooldown_ms = NAN; }, "settings.cooldown_ms nan is not in");
+  bad([](MeasureRecord& r) { r.params["M"] = -5; }, "params.M = -5 is not an integer");
+  bad([](MeasureRecord& r) { r.params["M"] = "big"; }, "params.M = \"big\" is not an integer");
+  bad([](MeasureRecord& r) { r.flops = -1; }, "flops -1 is not in");
+  bad([](MeasureRecord& r) { r.device_model = std::string(5000, 'x'); }, "device_model has 5000 characters");
+  bad([](MeasureRecord& r) { r.samples_s.assign(100001, 1e-3); }, "100001 samples, over the limit");
   bad([](MeasureRecord& r) { r.correctness = "maybe"; }, "correctness 'maybe'");
   bad([](MeasureRecord& r) { r.settings.repeat = 0; }, "repeat must be at least 1");
   bad([](MeasureRecord& r) { r.measured_at = 0; }, "measured_at is not set");

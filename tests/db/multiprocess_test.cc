@@ -85,6 +85,28 @@ TEST(MultiProcess, FourWritersCreatingTheFileTogether) {
   fs::remove_all(fs::path(path).parent_path());
 }
 
+// Regression: the schema check read application_id, user_version and the table list in
+// separate statements, so an opener that looked while another created the file took it for
+// a foreign database ("an SQLite database of something else") and its records were lost
+// (8 of 480 writers, 8 at a time). Many small rounds make that window likely.
+TEST(MultiProcess, EightOpenersOfANewFileAllSucceed) {
+  const int rounds = 30, writers = 8;
+  int failures = 0;
+  for (int round = 0; round < rounds; ++round) {
+    std::string path = temp_db("race.db");
+    std::vector<pid_t> pids;
+    for (int w = 0; w < writers; ++w) pids.push_back(spawn_writer(path, w, 1, 1));
+    for (pid_t p : pids) {
+      int status = 0;
+      waitpid(p, &status, 0);
+      failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    EXPECT_EQ(open_database(path)->stats().records, writers) << "round " << round;
+    fs::remove_all(fs::path(path).parent_path());
+  }
+  EXPECT_EQ(failures, 0) << "writers failed to open a database being created";
+}
+
 // Whether the writer's log shows batch `k` committed.
 bool committed(const std::string& log, int k) {
   std::ifstream f(log);

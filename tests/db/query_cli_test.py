@@ -111,8 +111,9 @@ class QueryCli(unittest.TestCase):
         self.assertEqual(self.q("stats")["records"], 3)
 
     def test_errors(self):
-        p = self.run_tf("query", "stats", "--db", os.path.join(self.tmp.name, "absent.db"), expect=1)
+        p = self.run_tf("query", "stats", "--db", os.path.join(self.tmp.name, "absent.db"), expect=2)
         self.assertIn("no tuning database at", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "absent.db")))  # queries create nothing
         notdb = os.path.join(self.tmp.name, "notes.txt")
         with open(notdb, "w") as f:
             f.write("my notes\n")
@@ -135,7 +136,7 @@ class QueryCli(unittest.TestCase):
         self.assertIn("missing key N", p.stderr)
         p = self.run_tf("query", "history", "--db", self.db, "-t", "vulkan", expect=2)
         self.assertIn("unknown kind 'vulkan'", p.stderr)
-        p = self.run_tf("query", "stats", "--db", os.path.join(self.tmp.name, "no/such/dir/t.db"), expect=1)
+        p = self.run_tf("query", "stats", "--db", os.path.join(self.tmp.name, "no/such/dir/t.db"), expect=2)
         p = self.run_tf("run", "-w", "matmul(M=2,N=2,K=2)", "--db", os.path.join(self.tmp.name, "no/dir/t.db"), expect=1)
         self.assertIn("does not exist", p.stderr)
 
@@ -146,9 +147,62 @@ class QueryCli(unittest.TestCase):
         meta = json.load(open(so + ".json"))
         self.assertEqual(meta["config_source"], "tuned (exact)")
         self.assertEqual(meta["config"]["tile_m"], 1)
+        # --no-db asks for the default: no warning about tuned configs.
         p = self.run_tf("compile", "-w", "matmul(M=64,N=64,K=64)", "-t", X86, "--no-db", "-o", so)
-        self.assertIn("warning: no tuned config for matmul(M=64,N=64,K=64,epilogue=none)", p.stderr)
+        self.assertNotIn("warning", p.stderr)
         self.assertEqual(json.load(open(so + ".json"))["config_source"], "default")
+        # A database without a record for the workload: the default, with one warning.
+        p = self.run_tf("compile", "-w", "conv2d_nchw(N=1,C=3,H=8,W=8,K=4,R=3,S=3)", "-t", X86, "--db", self.db, "-o", so)
+        self.assertIn("warning: no tuned config for conv2d_nchw(", p.stderr)
+        # A --db that does not exist is a mistake, not a silent default.
+        p = self.run_tf("compile", "-w", "matmul(M=64,N=64,K=64)", "--db", os.path.join(self.tmp.name, "typo.db"),
+                        "-o", so, expect=2)
+        self.assertIn("no tuning database at", p.stderr)
+
+    def test_hostile_import_lines(self):
+        """Each bad line is refused alone, naming the field; the good lines go in."""
+        good = record(48, X86, 1, 1e-4)
+        bad = {
+            "measured_at": dict(record(48, X86, 2, 1e-4), measured_at=1e19),
+            "settings.min_repeat_ms": dict(record(48, X86, 3, 1e-4),
+                                           settings=dict(good["settings"], min_repeat_ms=-5.0)),
+            "params.M": dict(record(48, X86, 4, 1e-4), params={"M": -3, "N": 64, "K": 64}),
+            "compile_s": dict(record(48, X86, 5, 1e-4), compile_s=1e300),
+            "sample": dict(record(48, X86, 6, 1e-4), samples_s=[1e-4, 1e12]),
+            "wrong type": dict(record(48, X86, 7, 1e-4), flops="many"),
+            "workload has": dict(record(48, X86, 8, 1e-4), workload="w" * 5000),
+        }
+        path = os.path.join(self.tmp.name, "hostile.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps(good) + "\n")
+            f.write("[" * 300000 + "]" * 300000 + "\n")
+            f.write('{"v": 1, "config": ' + "{\"a\":" * 100000 + "1" + "}" * 100000 + "}\n")
+            for r in bad.values():
+                f.write(json.dumps(r) + "\n")
+            f.write(json.dumps(record(48, X86, 9, 2e-4)) + "\n")
+        p = self.run_tf("query", "import", "--db", self.db, path, "--json", expect=1)
+        self.assertEqual(json.loads(p.stdout)["added"], 2)
+        self.assertEqual(json.loads(p.stdout)["rejected"], 2 + len(bad))
+        self.assertIn("line 2: JSON nested deeper than 64 levels", p.stderr)
+        self.assertIn("line 3: JSON nested deeper than 64 levels", p.stderr)
+        for field in bad:
+            self.assertIn(field, p.stderr)
+        self.assertIn("measured_at 1e+19 is not in", p.stderr)
+        # What was refused never reaches the readers.
+        self.q("history")
+        self.q("top")
+
+    def test_readers_survive_odd_values_in_the_file(self):
+        """A file edited by hand (or by an older writer) with a time no calendar shows."""
+        con = sqlite3.connect(self.db)
+        con.execute("UPDATE records SET measured_at = 1e19 WHERE id = 1")
+        con.execute("UPDATE records SET measured_at = -5 WHERE id = 2")
+        con.commit()
+        con.close()
+        for sub in ("history", "top"):
+            p = self.run_tf("query", sub, "--db", self.db)
+            self.assertIn("?", p.stdout)
+        self.q("history")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 #include "tuner/cli/query_command.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <filesystem>
 #include <iostream>
 
 #include "compiler/error.h"
@@ -46,10 +49,15 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// UTC date and time of Unix seconds `t`; "?" for times no calendar shows (the database
+// refuses them, but an old or hand-edited file may hold any number).
 std::string when(double t) {
+  if (!std::isfinite(t) || t < 0 || t > 253402300799.0) return "?";
   std::time_t s = static_cast<std::time_t>(t);
+  std::tm tm{};
+  if (!gmtime_r(&s, &tm)) return "?";
   char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::gmtime(&s));
+  if (std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm) == 0) return "?";
   return buf;
 }
 
@@ -185,20 +193,32 @@ int query_export(db::Database& db, const QueryArgs& a) {
     db::export_jsonl(db, f, std::cout);
     return 0;
   }
-  std::string tmp = a.file + ".tmp";
+  // Written under a temporary name and renamed: a failed export leaves neither a half file
+  // nor the temporary.
+  std::string tmp = a.file + ".tmp" + std::to_string(::getpid());
+  struct RemoveTemporary {
+    std::string path;
+    ~RemoveTemporary() { std::remove(path.c_str()); }
+  } cleanup{tmp};
   std::ofstream out(tmp);
   if (!out) throw db::DbError("export: cannot write " + a.file);
   int64_t n = db::export_jsonl(db, f, out);
   out.close();
-  if (std::rename(tmp.c_str(), a.file.c_str()) != 0) throw db::DbError("export: cannot write " + a.file);
+  if (!out || std::rename(tmp.c_str(), a.file.c_str()) != 0) throw db::DbError("export: cannot write " + a.file);
   std::fprintf(stderr, "exported %lld records to %s\n", static_cast<long long>(n), a.file.c_str());
   return 0;
 }
 
 int query_import(db::Database& db, const QueryArgs& a) {
-  std::ifstream in(a.file);
-  if (!in) throw UserError("import: cannot read " + a.file);
-  db::ImportResult r = db::import_jsonl(db, in);
+  db::ImportResult r;
+  if (a.file == "-") {
+    r = db::import_jsonl(db, std::cin);
+  } else {
+    if (std::filesystem::is_directory(a.file)) throw UserError("import: " + a.file + " is a directory");
+    std::ifstream in(a.file);
+    if (!in) throw UserError("import: cannot read " + a.file);
+    r = db::import_jsonl(db, in);
+  }
   for (const std::string& e : r.errors) std::fprintf(stderr, "error: %s: %s\n", a.file.c_str(), e.c_str());
   if (a.json) {
     std::printf("%s\n", json{{"lines", r.lines}, {"added", r.added}, {"duplicates", r.duplicates},
@@ -259,9 +279,9 @@ void add_query_command(CLI::App& app, QueryArgs& a) {
   CLI::App* exp = q->add_subcommand("export", "Write records as JSON lines (FILE, or - for stdout)");
   common(exp, true);
   exp->add_option("file", a.file, "output file")->required();
-  CLI::App* imp = q->add_subcommand("import", "Add records from a JSON lines file (idempotent)");
+  CLI::App* imp = q->add_subcommand("import", "Add records from a JSON lines file, or - for stdin (idempotent)");
   common(imp, false);
-  imp->add_option("file", a.file, "input file")->required();
+  imp->add_option("file", a.file, "input file, or - for stdin")->required();
   CLI::App* dist = q->add_subcommand("distill", "Keep only the best N records per workload and target");
   common(dist, false);
   dist->add_option("--keep", a.keep, "records to keep per workload and target")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
@@ -273,7 +293,7 @@ int run_query(const QueryArgs& a) {
   bool writes = a.sub == "import" || (a.sub == "distill" && !a.dry_run);
   // Queries never create or migrate a database; a missing file is an empty answer.
   if (!writes && path != ":memory:" && !std::filesystem::exists(path)) {
-    throw db::DbError("no tuning database at " + path + " (tune or import first, or pass --db)");
+    throw UserError("no tuning database at " + path + " (tune or import first, or pass --db)");
   }
   std::unique_ptr<db::Database> db = db::open_database(path, writes ? db::OpenMode::ReadWrite : db::OpenMode::ReadOnly);
   QueryArgs args = a;

@@ -20,6 +20,7 @@
 #include "compiler/reference.h"
 #include "compiler/schedule_templates.h"
 #include "db/database.h"
+#include "db/json_limits.h"
 #include "rpc_server/kernel_library.h"
 #include "tuner/cli/farm_command.h"
 #include "tuner/cli/query_command.h"
@@ -44,31 +45,37 @@ json parse_config_arg(const std::string& arg) {
     text = ss.str();
   }
   try {
-    return json::parse(text);
+    return parse_json_bounded(text);
   } catch (const json::parse_error& e) {
     throw UserError(str("--config ", arg, ": not valid JSON (", e.what(), ")"));
+  } catch (const JsonTooDeep& e) {
+    throw UserError(str("--config ", arg, ": ", e.what()));
   }
 }
 
 struct CompileArgs {
   std::string workload, target = kDefaultTarget, config, name, emit = "so", out, db;
   std::vector<std::string> skip, dump;
-  bool time_passes = false, list_passes = false, no_db = false;
+  bool time_passes = false, list_passes = false, no_db = false, as_json = false;
 };
 
-// The tuning database for a compile's lookup: none when the file does not exist yet (a
-// compile never creates one), read-only otherwise.
+// The tuning database for a compile's lookup, read-only. The default one (from
+// $TUNEFARM_DB or the home folder) may not exist yet: a compile never creates it, and then
+// there is nothing tuned. A --db that names no file is a mistake.
 std::unique_ptr<db::Database> lookup_database(const std::string& flag, bool disabled) {
   if (disabled) return nullptr;
   std::string path = db::database_path(flag);
-  if (!std::filesystem::exists(path)) return nullptr;
+  if (!std::filesystem::exists(path)) {
+    if (!flag.empty()) throw UserError(str("--db ", flag, ": no tuning database at ", path));
+    return nullptr;
+  }
   return db::open_database(path, db::OpenMode::ReadOnly);
 }
 
-// The config a compile uses: --config, else the best tuned one, else the default with
-// one warning naming the workload and target.
+// The config a compile uses: --config, else the best tuned one, else the default, with one
+// warning naming the workload and target unless the caller asked for no database at all.
 ConfigChoice resolve_config(const std::string& config_arg, db::Database* db, const Workload& w,
-                            const Target& t) {
+                            const Target& t, bool no_db) {
   ConfigChoice c;
   c.config = parse_config_arg(config_arg);
   if (!c.config.is_null()) {
@@ -76,7 +83,7 @@ ConfigChoice resolve_config(const std::string& config_arg, db::Database* db, con
     return c;
   }
   c = choose_config(db, w, t);
-  if (c.config.is_null()) {
+  if (c.config.is_null() && !no_db) {
     std::fprintf(stderr, "warning: no tuned config for %s on %s; using the default schedule\n",
                  w.canonical().c_str(), t.str().c_str());
   }
@@ -95,18 +102,37 @@ int cmd_compile(const CompileArgs& a) {
   Workload w = parse_workload(a.workload);
   Target t = parse_target(a.target);
   EmitKind kind = parse_emit_kind(a.emit);
+  bool to_stdout = a.out == "-";
+  if (to_stdout && (kind == EmitKind::SharedLibrary || kind == EmitKind::Object)) {
+    throw UserError(str("-o - (stdout) takes the text outputs (--emit loop-ir, llvm, asm), not --emit ", a.emit,
+                        ": name a file"));
+  }
+  if (to_stdout && a.as_json) throw UserError("--json describes the written files; it cannot share stdout with -o -");
   LowerOptions opts;
   opts.skip = {a.skip.begin(), a.skip.end()};
   opts.dump = {a.dump.begin(), a.dump.end()};
   opts.dump_stream = &std::cerr;
   std::unique_ptr<db::Database> db = lookup_database(a.db, a.no_db || !a.config.empty());
-  ConfigChoice choice = resolve_config(a.config, db.get(), w, t);
+  ConfigChoice choice = resolve_config(a.config, db.get(), w, t, a.no_db);
   CompiledKernel k = compile_kernel(w, t, choice.config, choice.source, a.name, opts);
   k.tuned_from = choice.tuned_from;
   for (const std::string& n : k.lowered.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
-  write_kernel(k, kind, a.out);
+  if (to_stdout) {
+    std::fputs(kernel_text(k, kind).c_str(), stdout);
+  } else {
+    write_kernel(k, kind, a.out);
+  }
   if (a.time_passes) {
     for (const PassTiming& p : k.lowered.timings) std::fprintf(stderr, "pass %-18s %8.3f ms\n", p.pass.c_str(), p.ms);
+  }
+  if (to_stdout) return 0;
+  if (a.as_json) {
+    json out = kernel_metadata(k);
+    out["output"] = fs::absolute(a.out).string();
+    out["emit"] = a.emit;
+    if (kind == EmitKind::SharedLibrary) out["sidecar"] = fs::absolute(a.out + ".json").string();
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
   }
   std::printf("wrote %s%s\n", a.out.c_str(), kind == EmitKind::SharedLibrary ? (" and " + a.out + ".json").c_str() : "");
   return 0;
@@ -152,7 +178,7 @@ int cmd_run(const RunArgs& a) {
   Target t = host_target();
   // Open (creating if needed) the database first: a bad --db fails before any work.
   std::unique_ptr<db::Database> db = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
-  ConfigChoice choice = resolve_config(a.config, db.get(), w, t);
+  ConfigChoice choice = resolve_config(a.config, db.get(), w, t, a.no_db);
   auto compile_start = std::chrono::steady_clock::now();
   CompiledKernel k = compile_kernel(w, t, choice.config, choice.source, "");
   k.tuned_from = choice.tuned_from;
@@ -239,6 +265,7 @@ int cmd_run(const RunArgs& a) {
 
 int main(int argc, char** argv) {
   CLI::App app{"tunefarm: autotune tensor kernels for a farm of boards"};
+  app.set_version_flag("--version", tf::toolchain_version());
   app.require_subcommand(1);
 
   tf::CompileArgs ca;
@@ -249,18 +276,19 @@ int main(int argc, char** argv) {
   compile->add_option("--config,-c", ca.config, "schedule config as JSON, or @file");
   compile->add_option("--name", ca.name, "exported function name (default: the operator name)");
   compile->add_option("--emit", ca.emit, "output kind: so, obj, asm, llvm, loop-ir")->capture_default_str();
-  compile->add_option("-o,--output", ca.out, "output file");
+  compile->add_option("-o,--output", ca.out, "output file; - writes text outputs (loop-ir, llvm, asm) to stdout");
   compile->add_option("--skip-pass", ca.skip, "skip a lowering pass (repeatable)");
   compile->add_option("--dump-pass", ca.dump, "print loop IR after a pass to stderr, or 'all' (repeatable)");
   compile->add_flag("--time-passes", ca.time_passes, "print the time of each lowering pass");
   compile->add_flag("--list-passes", ca.list_passes, "list the lowering passes and exit");
   compile->add_option("--db", ca.db, "tuning database to take the best config from (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
-  compile->add_flag("--no-db", ca.no_db, "do not look up a tuned config");
+  compile->add_flag("--no-db", ca.no_db, "do not look up a tuned config (use --config or the default, silently)");
+  compile->add_flag("--json", ca.as_json, "print what was written (files, workload, target, config and its source) as JSON");
 
   std::string dw, dt = tf::kDefaultTarget;
   bool djson = false;
   CLI::App* describe = app.add_subcommand("describe", "Show a workload's arguments, shapes, FLOPs and default config");
-  describe->add_option("workload", dw, "workload spec")->required();
+  describe->add_option("workload,--workload,-w", dw, "workload spec")->required();
   describe->add_option("--target,-t", dt, "target for the default config")->capture_default_str();
   describe->add_flag("--json", djson, "print JSON");
 
