@@ -17,15 +17,18 @@ struct Listening {
   int port = 0;  // the port actually bound
 };
 
-// Throws ConfigError when the address cannot be bound.
+// Throws ConfigError when the address cannot be bound, also when another process listens
+// on the port already (no SO_REUSEPORT sharing).
 Listening listen(const std::string& host, int port, const TlsFiles& tls, const std::vector<grpc::Service*>& services);
 
 // Blocks SIGINT and SIGTERM in this thread and every thread it starts afterwards; call
 // first thing in main.
 void block_termination_signals();
 
-// Waits for SIGINT or SIGTERM (blocked with block_termination_signals), then shuts `server`
-// down, giving in-flight calls `grace_ms`.
+// Waits for SIGINT or SIGTERM (blocked with block_termination_signals).
+void wait_for_termination_signal();
+
+// Waits for SIGINT or SIGTERM, then shuts `server` down, giving in-flight calls `grace_ms`.
 void serve_until_signal(grpc::Server& server, int grace_ms = 2000);
 
 }  // namespace tf::farm

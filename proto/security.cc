@@ -4,6 +4,9 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -35,6 +38,18 @@ std::string hex(const unsigned char* p, size_t n) {
 }  // namespace
 
 std::string read_token_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw ConfigError("token file " + path + " is a directory");
+    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      std::fprintf(stderr,
+                   "warning: token file %s is accessible by others (mode %s): anyone who reads it can use the "
+                   "farm; chmod 600 %s\n",
+                   path.c_str(), mode, path.c_str());
+    }
+  }
   std::ifstream f(path);
   if (!f) throw ConfigError("cannot read token file " + path);
   std::string line;
@@ -114,8 +129,10 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const Tl
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  // Certificates for tests are issued to "localhost"; an IP address still verifies by name.
-  if (!tls.ca.empty()) args.SetSslTargetNameOverride("localhost");
+  // gRPC verifies the server's certificate against the host the address names (a DNS name,
+  // or an IP address against the certificate's IP SANs); only an explicit override replaces
+  // that name.
+  if (!tls.ca.empty() && !tls.server_name.empty()) args.SetSslTargetNameOverride(tls.server_name);
   return grpc::CreateCustomChannel(address, channel_credentials(tls), args);
 }
 

@@ -19,7 +19,8 @@ class ConfigError : public std::runtime_error {
   explicit ConfigError(const std::string& m) : std::runtime_error(m) {}
 };
 
-// The first line of `path`, trimmed. Throws ConfigError when it is unreadable or empty.
+// The first line of `path`, trimmed. Throws ConfigError when it is unreadable or empty;
+// warns on stderr when the file is accessible by its group or others.
 std::string read_token_file(const std::string& path);
 
 // Constant-time comparison, so response times do not leak how much of a token matched.
@@ -35,6 +36,9 @@ void add_token(grpc::ClientContext& ctx, const std::string& token);
 struct TlsFiles {
   std::string cert, key;  // PEM: our certificate and private key
   std::string ca;         // PEM: the CA that signs the peer's certificate
+  // Clients: the name the server's certificate must carry, when it is not the host of the
+  // address connected to (unusual set-ups: a certificate for a name, reached by IP).
+  std::string server_name;
 };
 
 // Server side: plain without cert/key; TLS with them; mutual TLS (client certificates

@@ -1,6 +1,9 @@
 // tunefarm-rpc-server: the program on each board. Registers with the tracker, heartbeats,
 // re-registers whenever the tracker forgot it or went away, and serves the Board service.
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -13,6 +16,7 @@
 #include "proto/daemon.h"
 #include "proto/security.h"
 #include "rpc_server/board_service.h"
+#include "rpc_server/sandbox.h"
 
 namespace {
 
@@ -24,7 +28,7 @@ constexpr const char* kVersion = "0.1.0";
 // when a heartbeat fails or the tracker does not know the board.
 void registration_loop(pb::Tracker::Stub& tracker, const pb::RegisterRequest& reg, const std::string& token,
                        tf::farm::BoardService& board, int lease_check_ms, std::atomic<bool>& stop) {
-  bool registered = false;
+  bool registered = false, refused_logged = false;
   int interval_ms = 1000, backoff_ms = 200;
   auto last_collect = std::chrono::steady_clock::now();
   while (!stop) {
@@ -36,13 +40,20 @@ void registration_loop(pb::Tracker::Stub& tracker, const pb::RegisterRequest& re
       grpc::Status s = tracker.Register(&ctx, reg, &reply);
       if (s.ok()) {
         registered = true;
+        refused_logged = false;
         interval_ms = std::max(reply.heartbeat_interval_ms(), 10);
         backoff_ms = 200;
         std::printf("registered with the tracker as %s (key %s)\n", reg.board_id().c_str(), reg.key().c_str());
         std::fflush(stdout);
       } else {
-        if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
-          std::fprintf(stderr, "error: the tracker refused our token: %s\n", s.error_message().c_str());
+        bool refused = s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                       s.error_code() == grpc::StatusCode::ALREADY_EXISTS ||
+                       s.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+        if (refused && !refused_logged) {
+          // Said once; we keep trying, as a board of the same id that died frees its id when
+          // the tracker times it out.
+          std::fprintf(stderr, "error: the tracker refused to register this board: %s\n", s.error_message().c_str());
+          refused_logged = true;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
         backoff_ms = std::min(backoff_ms * 2, 5000);
@@ -51,6 +62,7 @@ void registration_loop(pb::Tracker::Stub& tracker, const pb::RegisterRequest& re
     } else {
       pb::HeartbeatRequest hb;
       hb.set_board_id(reg.board_id());
+      hb.set_instance(reg.instance());
       pb::HeartbeatReply reply;
       grpc::Status s = tracker.Heartbeat(&ctx, hb, &reply);
       if (!s.ok() || !reply.known()) {
@@ -65,6 +77,27 @@ void registration_loop(pb::Tracker::Stub& tracker, const pb::RegisterRequest& re
     for (int waited = 0; waited < interval_ms && !stop; waited += 10) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+  }
+}
+
+// Removes the work directories of boards that are gone (killed with -9, crashed): each live
+// board holds an exclusive lock on the ".lock" file in its directory for as long as it runs.
+void remove_stale_work_dirs(const fs::path& root) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    if (e.path().filename().string().rfind("tunefarm-board-", 0) != 0 || !e.is_directory(ec)) continue;
+    int fd = open((e.path() / ".lock").c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      // No lock file: a board that is starting right now, or one killed before it made it.
+      auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
+      if (!ec && age > std::chrono::minutes(1)) fs::remove_all(e.path(), ec);
+      continue;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      fs::remove_all(e.path(), ec);
+      std::printf("removed the work directory of a board that is gone: %s\n", e.path().c_str());
+    }
+    close(fd);
   }
 }
 
@@ -93,10 +126,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--advertise", advertise, "HOST:PORT the tracker gives to tuners (default: --host and the bound port)");
   app.add_option("--board-id", board_id, "stable id of this board (default: random per start)");
-  app.add_option("--token-file", token_file, "file whose first line is the farm's shared token");
+  std::string client_token_file;
+  app.add_option("--token-file", token_file, "file whose first line is the token this board presents to the tracker "
+                                             "(the board token, or the farm's one shared token)");
+  app.add_option("--client-token-file", client_token_file, "file whose first line is the token tuners must present "
+                                                           "(default: --token-file's, one shared token)");
   app.add_option("--tls-cert", tls.cert, "PEM certificate: serve TLS (and present it to the tracker)");
   app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", tls.ca, "PEM CA: verify the tracker, and require client certificates (mutual TLS)");
+  std::string tls_server_name;
+  app.add_option("--tls-server-name", tls_server_name,
+                 "name the tracker's certificate must carry (default: the host of --tracker)");
   app.add_option("--work-dir", work_root, "where per-lease upload directories go")->capture_default_str();
   app.add_option("--runner", runner, "path of tunefarm-board-runner (default: next to this program)");
   app.add_option("--max-upload-mb", max_upload_mb, "largest kernel library accepted")->capture_default_str()
@@ -116,15 +156,28 @@ int main(int argc, char** argv) {
   }
 
   fs::path work;
+  int work_lock = -1;
+  // Uploaded kernels run as this user: nothing of this process (its memory, environment,
+  // open files) may be read through /proc by them.
+  prctl(PR_SET_DUMPABLE, 0);
   try {
     if (!token_file.empty()) opts.token = tf::farm::read_token_file(token_file);
+    if (!client_token_file.empty()) {
+      if (token_file.empty()) throw tf::farm::ConfigError("--client-token-file needs --token-file (the board token)");
+      opts.client_token = tf::farm::read_token_file(client_token_file);
+    }
     tf::farm::check_listen_policy(host, opts.token, "tunefarm-rpc-server");
     if (runner.empty()) runner = (fs::read_symlink("/proc/self/exe").parent_path() / "tunefarm-board-runner").string();
     if (access(runner.c_str(), X_OK) != 0) throw tf::farm::ConfigError("runner " + runner + " is not an executable");
     if (!fs::is_directory(work_root)) throw tf::farm::ConfigError("--work-dir " + work_root + " is not a directory");
+    remove_stale_work_dirs(work_root);
     std::string tmpl = (fs::path(work_root) / "tunefarm-board-XXXXXX").string();
     if (!mkdtemp(tmpl.data())) throw tf::farm::ConfigError("cannot create a directory in " + work_root);
     work = tmpl;
+    work_lock = open((work / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (work_lock < 0 || flock(work_lock, LOCK_EX | LOCK_NB) != 0) {
+      throw tf::farm::ConfigError("cannot lock " + (work / ".lock").string());
+    }
 
     if (board_id.empty()) board_id = "board-" + tf::farm::random_token().substr(0, 12);
     opts.board_id = board_id;
@@ -132,6 +185,7 @@ int main(int argc, char** argv) {
     opts.target = target;
     opts.device = tf::farm::local_device_info(kVersion);
     opts.work_dir = work.string();
+    opts.sandbox = tf::farm::describe_sandbox();
     opts.runner = runner;
     opts.max_upload_bytes = static_cast<int64_t>(max_upload_mb * (1 << 20));
     opts.default_memory_limit = static_cast<int64_t>(memory_limit_mb * (1 << 20));
@@ -139,11 +193,18 @@ int main(int argc, char** argv) {
       throw tf::farm::ConfigError("--timeout-s must not exceed --max-timeout-s");
     }
 
-    std::shared_ptr<grpc::Channel> channel = tf::farm::make_channel(tracker_addr, tls);
+    tf::farm::TlsFiles tracker_tls = tls;
+    tracker_tls.server_name = tls_server_name;
+    std::shared_ptr<grpc::Channel> channel = tf::farm::make_channel(tracker_addr, tracker_tls);
     tf::farm::BoardService service(opts, pb::Tracker::NewStub(channel));
     tf::farm::Listening l = tf::farm::listen(host, port, tls, {&service});
     if (advertise.empty()) advertise = host + ":" + std::to_string(l.port);
     if (opts.token.empty()) std::printf("warning: no --token-file: serving loopback only, without authentication\n");
+    if (tf::farm::landlock_abi() == 0) {
+      std::printf("warning: this kernel has no Landlock: uploaded kernels can read every file this board's user can "
+                  "(run the board as a dedicated user)\n");
+    }
+    std::printf("sandbox: %s\n", opts.sandbox.c_str());
     std::printf("tunefarm-rpc-server listening on %s:%d, key %s, board %s\n", host.c_str(), l.port, key.c_str(),
                 board_id.c_str());
     std::fflush(stdout);
@@ -154,10 +215,15 @@ int main(int argc, char** argv) {
     reg.set_target(target);
     reg.set_address(advertise);
     *reg.mutable_device() = opts.device;
+    reg.set_instance(tf::farm::random_token());
     std::atomic<bool> stop{false};
     auto tracker = pb::Tracker::NewStub(channel);
     std::thread registrar([&] { registration_loop(*tracker, reg, opts.token, service, opts.lease_check_ms, stop); });
-    tf::farm::serve_until_signal(*l.server);
+    tf::farm::wait_for_termination_signal();
+    // Stop the measurement in progress first: its client hears UNAVAILABLE at once, instead
+    // of the board waiting for the kernel's time limit.
+    service.shutdown();
+    l.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     stop = true;
     registrar.join();
   } catch (const tf::farm::ConfigError& e) {

@@ -1,5 +1,6 @@
 #include "rpc_server/board_service.h"
 
+#include <signal.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -55,12 +56,17 @@ BoardService::BoardService(BoardOptions options, std::unique_ptr<pb::Tracker::St
     : options_(std::move(options)), tracker_(std::move(tracker)), worker_([this] { worker_loop(); }) {}
 
 BoardService::~BoardService() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
+  shutdown();
   cv_.notify_all();
   worker_.join();
+}
+
+void BoardService::shutdown() {
+  std::unique_lock<std::mutex> lock(mu_);
+  stopping_ = true;
+  if (pid_t pid = running_.load(); pid > 0) kill(-pid, SIGKILL);
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return !busy_ && jobs_.empty(); });
 }
 
 void BoardService::worker_loop() {
@@ -68,10 +74,13 @@ void BoardService::worker_loop() {
     std::function<void()> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      busy_ = false;
+      cv_.notify_all();
       cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
       if (jobs_.empty()) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      busy_ = true;
     }
     job();
   }
@@ -79,7 +88,7 @@ void BoardService::worker_loop() {
 
 grpc::ServerUnaryReactor* BoardService::enqueue(grpc::CallbackServerContext* ctx, std::function<grpc::Status()> work) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) {
+  if (grpc::Status s = check_token(ctx, incoming_token()); !s.ok()) {
     reactor->Finish(s);
     return reactor;
   }
@@ -89,12 +98,18 @@ grpc::ServerUnaryReactor* BoardService::enqueue(grpc::CallbackServerContext* ctx
       reactor->Finish({grpc::StatusCode::UNAVAILABLE, "board shutting down"});
       return reactor;
     }
-    jobs_.push_back([reactor, work = std::move(work)] {
+    jobs_.push_back([this, reactor, work = std::move(work)] {
       grpc::Status s;
-      try {
-        s = work();
-      } catch (const std::exception& e) {
-        s = {grpc::StatusCode::INTERNAL, e.what()};
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) s = {grpc::StatusCode::UNAVAILABLE, "board shutting down"};
+      }
+      if (s.ok()) {
+        try {
+          s = work();
+        } catch (const std::exception& e) {
+          s = {grpc::StatusCode::INTERNAL, e.what()};
+        }
       }
       reactor->Finish(s);
     });
@@ -153,7 +168,7 @@ void BoardService::collect_lease_dirs() {
 grpc::ServerUnaryReactor* BoardService::GetInfo(grpc::CallbackServerContext* ctx, const pb::InfoRequest*,
                                                 pb::InfoReply* reply) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  grpc::Status s = check_token(ctx, options_.token);
+  grpc::Status s = check_token(ctx, incoming_token());
   if (s.ok()) {
     reply->set_board_id(options_.board_id);
     reply->set_key(options_.key);
@@ -161,6 +176,9 @@ grpc::ServerUnaryReactor* BoardService::GetInfo(grpc::CallbackServerContext* ctx
     *reply->mutable_device() = options_.device;
     reply->set_max_upload_bytes(options_.max_upload_bytes);
     reply->set_max_timeout_s(options_.max_timeout_s);
+    reply->set_default_timeout_s(options_.default_timeout_s);
+    reply->set_max_memory_limit_bytes(options_.default_memory_limit);
+    reply->set_sandbox(options_.sandbox);
   }
   reactor->Finish(s);
   return reactor;
@@ -177,6 +195,9 @@ grpc::ServerUnaryReactor* BoardService::Upload(grpc::CallbackServerContext* ctx,
     if (req->data().empty()) return invalid("empty upload");
     if (!safe_name(req->name(), true)) return invalid("module name '" + req->name() + "' must be letters, digits, '.', '_', '-'");
     if (sha256_hex(req->data()) != req->sha256()) return invalid("sha256 of the upload does not match (corrupted in transit?)");
+    if (std::string why = check_kernel_library(req->data()); !why.empty()) {
+      return invalid("upload '" + req->name() + "' is not a kernel library for this board: " + why);
+    }
     std::string id;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -221,10 +242,15 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   pb::MeasureRequest req = in;
   if (req.timeout_s() == 0) req.set_timeout_s(options_.default_timeout_s);
   if (req.memory_limit_bytes() == 0) req.set_memory_limit_bytes(options_.default_memory_limit);
-  if (req.timeout_s() < 0 || req.timeout_s() > options_.max_timeout_s) {
+  // Written as !(in range), so NaN is refused too.
+  if (!(req.timeout_s() > 0 && req.timeout_s() <= options_.max_timeout_s)) {
     return invalid("timeout_s " + std::to_string(req.timeout_s()) + " is not in (0, " + std::to_string(options_.max_timeout_s) + "]");
   }
   if (req.memory_limit_bytes() < (16 << 20)) return invalid("memory_limit_bytes below 16 MiB leaves no room to load a kernel");
+  if (req.memory_limit_bytes() > options_.default_memory_limit) {
+    return invalid("memory_limit_bytes " + std::to_string(req.memory_limit_bytes()) + " exceeds this board's limit of " +
+                   std::to_string(options_.default_memory_limit));
+  }
   int64_t bytes = 0, output_bytes = 0;
   for (const pb::ArgSpec& a : req.args()) {
     int64_t n = 1;
@@ -245,9 +271,19 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   }
   if (req.number() < 1 || req.number() > kMaxNumber) return invalid("number " + std::to_string(req.number()) + " is not in [1, 2^24]");
   if (req.repeat() < 1 || req.repeat() > kMaxRepeat) return invalid("repeat " + std::to_string(req.repeat()) + " is not in [1, 10000]");
-  if (req.min_repeat_ms() < 0 || req.min_repeat_ms() > kMaxMs) return invalid("min_repeat_ms out of [0, 60000]");
-  if (req.cooldown_ms() < 0 || req.cooldown_ms() > kMaxMs) return invalid("cooldown_ms out of [0, 60000]");
-  *reply = run_isolated(options_.runner, module.string(), req, req.timeout_s());
+  if (!(req.min_repeat_ms() >= 0 && req.min_repeat_ms() <= kMaxMs)) {
+    return invalid("min_repeat_ms " + std::to_string(req.min_repeat_ms()) + " is not in [0, 60000]");
+  }
+  if (!(req.cooldown_ms() >= 0 && req.cooldown_ms() <= kMaxMs)) {
+    return invalid("cooldown_ms " + std::to_string(req.cooldown_ms()) + " is not in [0, 60000]");
+  }
+  *reply = run_isolated(options_.runner, module.string(), req, req.timeout_s(), [this](pid_t pid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = pid;
+    if (pid > 0 && stopping_) kill(-pid, SIGKILL);  // shutdown began while it started
+  });
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return {grpc::StatusCode::UNAVAILABLE, "board shutting down: the measurement was stopped"};
   return grpc::Status::OK;
 }
 

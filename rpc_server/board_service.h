@@ -1,12 +1,14 @@
 // The Board service of tunefarm-rpc-server: runs uploaded kernels for the holder of a lease.
 //
-// Every call must carry the farm's token; Upload, Measure and Free must also carry a lease
+// Every call must carry the clients' token; Upload, Measure and Free must also carry a lease
 // token that the tracker confirms is valid for this board (fail closed: no tracker, no
-// work). Uploads land in a private directory per lease (named by a digest of the lease
+// work). Uploads must be complete ELF shared libraries for this machine. Kernels run in
+// tunefarm-board-runner under the sandbox of rpc_server/sandbox.h. Uploads land in a private directory per lease (named by a digest of the lease
 // token, never the token itself), which is deleted once the lease is gone. One worker thread
 // takes the calls in order, so measurements never overlap and disturb each other's timings.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -21,15 +23,17 @@
 namespace tf::farm {
 
 struct BoardOptions {
-  std::string token;           // the farm's shared token; empty = none (loopback only)
+  std::string token;           // what the board presents to the tracker; empty = none (loopback only)
+  std::string client_token;    // what callers must present; empty = `token` (one shared token)
   std::string board_id, key, target;
+  std::string sandbox;         // describe_sandbox(), for GetInfo
   tunefarm::v1::DeviceInfo device;
   std::string work_dir;        // an existing private directory for uploads
   std::string runner;          // path of tunefarm-board-runner
   int64_t max_upload_bytes = 64 << 20;
   double default_timeout_s = 10, max_timeout_s = 120;
   int lease_check_ms = 5000;   // how often directories of ended leases are looked for
-  int64_t default_memory_limit = int64_t{1} << 30;
+  int64_t default_memory_limit = int64_t{1} << 30;  // also the ceiling a request may ask for
   int64_t max_output_value_bytes = 16 << 20;  // cap of OUTPUT_VALUES
 };
 
@@ -51,6 +55,11 @@ class BoardService final : public tunefarm::v1::Board::CallbackService {
   // Deletes the directories of leases the tracker no longer knows; called periodically.
   void collect_lease_dirs();
 
+  // Stops taking work, kills the measurement in progress (its client gets UNAVAILABLE) and
+  // fails the queued calls; returns once the worker is idle. Call before shutting the gRPC
+  // server down, so a SIGTERM does not wait for a kernel's time limit.
+  void shutdown();
+
  private:
   // Checks the farm token, then runs `work` on the worker thread and finishes with its status.
   grpc::ServerUnaryReactor* enqueue(grpc::CallbackServerContext* ctx, std::function<grpc::Status()> work);
@@ -58,6 +67,7 @@ class BoardService final : public tunefarm::v1::Board::CallbackService {
   // (a call it authorizes), a bookkeeping check passes false.
   grpc::Status verify(const std::string& lease_token, bool use);
   std::string lease_dir(const std::string& lease_token);
+  const std::string& incoming_token() const { return options_.client_token.empty() ? options_.token : options_.client_token; }
   grpc::Status measure(const tunefarm::v1::MeasureRequest& req, tunefarm::v1::MeasureReply* reply);
   void worker_loop();
 
@@ -69,6 +79,8 @@ class BoardService final : public tunefarm::v1::Board::CallbackService {
   bool stopping_ = false;
   std::map<std::string, std::string> lease_dirs_;  // lease token -> directory
   int64_t next_module_ = 1;
+  std::atomic<pid_t> running_{0};  // the runner's pid (= its process group) while one runs
+  bool busy_ = false;              // the worker is running a job
   std::thread worker_;
 };
 

@@ -28,7 +28,7 @@ pb::MeasureReply failure(pb::ErrorCode code, const std::string& msg) {
 }  // namespace
 
 pb::MeasureReply run_isolated(const std::string& runner, const std::string& module, const pb::MeasureRequest& req,
-                              double timeout_s) {
+                              double timeout_s, const std::function<void(pid_t)>& on_start) {
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0) return failure(pb::RUNTIME_ERROR, "pipe failed");
   if (pipe2(out, O_CLOEXEC) != 0) {
@@ -46,7 +46,9 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
   sigset_t none;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  // A process group of its own: the board kills the group, whatever the kernel started.
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
   std::string parent = std::to_string(getpid());
   std::vector<char*> argv = {const_cast<char*>(runner.c_str()), const_cast<char*>(module.c_str()),
                              const_cast<char*>(parent.c_str()), nullptr};
@@ -61,6 +63,7 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
     close(out[0]);
     return failure(pb::RUNTIME_ERROR, "cannot start " + runner + ": " + std::strerror(rc));
   }
+  if (on_start) on_start(pid);
 
   // The request is small; a runner that dies before reading it just closes the pipe.
   std::string request;
@@ -93,10 +96,17 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
   }
   close(out[0]);
   if (timed_out) kill(pid, SIGKILL);
+  // Wait for the runner to end without reaping it: while it is a zombie its pid, and so its
+  // process group id, cannot be reused, and the group can be killed safely.
+  siginfo_t info{};
+  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  kill(-pid, SIGKILL);
   int status = 0;
   rusage usage{};
   while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
   }
+  if (on_start) on_start(0);
 
   if (timed_out) {
     return failure(pb::TIMEOUT, "still running after the time limit of " + std::to_string(timeout_s) + " s; killed");
@@ -113,9 +123,18 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
                                           strsignal(sig) + ")");
   }
   pb::MeasureReply reply;
-  if (WEXITSTATUS(status) != 0 || !reply.ParseFromString(reply_bytes)) {
+  if (WEXITSTATUS(status) == 127 && reply_bytes.empty()) {
+    return failure(pb::RUNTIME_ERROR, "runner " + runner + " could not be executed (exit status 127)");
+  }
+  // An empty message parses as a valid reply of OK with no samples: a kernel that calls
+  // exit(0) while loading ends the runner that way, before it could reply.
+  if (WEXITSTATUS(status) != 0 || reply_bytes.empty() || !reply.ParseFromString(reply_bytes)) {
     return failure(pb::RUNTIME_ERROR, "runner exited with status " + std::to_string(WEXITSTATUS(status)) +
-                                          " without a reply");
+                                          " without a reply (did the kernel call exit()?)");
+  }
+  if (reply.error() == pb::OK && reply.samples_s_size() != req.repeat()) {
+    return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.samples_s_size()) +
+                                          " samples instead of " + std::to_string(req.repeat()));
   }
   if (reply.error() != pb::OK && reply.error_msg().empty()) reply.set_error_msg("the runner gave no details");
   return reply;

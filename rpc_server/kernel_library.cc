@@ -1,13 +1,90 @@
 #include "rpc_server/kernel_library.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
 
 namespace tf {
+
+namespace {
+
+#if defined(__x86_64__)
+constexpr int kMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr int kMachine = EM_AARCH64;
+#elif defined(__arm__)
+constexpr int kMachine = EM_ARM;
+#else
+constexpr int kMachine = EM_NONE;  // unchecked
+#endif
+
+const char* machine_name(int m) {
+  switch (m) {
+    case EM_X86_64: return "x86_64";
+    case EM_AARCH64: return "aarch64";
+    case EM_ARM: return "arm";
+    case EM_386: return "i386";
+    case EM_RISCV: return "riscv";
+    default: return "another architecture";
+  }
+}
+
+// The checks on one ELF class (Elf64_* or Elf32_* types).
+template <typename Ehdr, typename Phdr, typename Shdr>
+std::string check_elf(const std::string& data, bool this_machine) {
+  const uint64_t size = data.size();
+  if (size < sizeof(Ehdr)) return "truncated: " + std::to_string(size) + " bytes, shorter than an ELF header";
+  Ehdr eh;
+  std::memcpy(&eh, data.data(), sizeof eh);
+  if (eh.e_type != ET_DYN) return "not a shared library (ELF type " + std::to_string(eh.e_type) + ")";
+  if (this_machine && kMachine != EM_NONE && eh.e_machine != kMachine) {
+    return std::string("built for ") + machine_name(eh.e_machine) + ", but this board is " + machine_name(kMachine);
+  }
+  auto within = [&](uint64_t offset, uint64_t count, uint64_t entry) {
+    return offset <= size && count <= (size - offset) / std::max<uint64_t>(entry, 1);
+  };
+  if (eh.e_phnum == 0 || eh.e_phentsize != sizeof(Phdr) || !within(eh.e_phoff, eh.e_phnum, sizeof(Phdr))) {
+    return "truncated or corrupt: its program headers lie outside the file of " + std::to_string(size) + " bytes";
+  }
+  for (uint64_t i = 0; i < eh.e_phnum; ++i) {
+    Phdr ph;
+    std::memcpy(&ph, data.data() + eh.e_phoff + i * sizeof(Phdr), sizeof ph);
+    if (ph.p_type != PT_LOAD && ph.p_type != PT_DYNAMIC) continue;
+    if (ph.p_offset > size || ph.p_filesz > size - ph.p_offset) {
+      return "truncated: segment " + std::to_string(i) + " ends at byte " +
+             std::to_string(static_cast<uint64_t>(ph.p_offset) + ph.p_filesz) + " of a file of " +
+             std::to_string(size) + " bytes";
+    }
+  }
+  if (eh.e_shoff != 0 && (eh.e_shentsize != sizeof(Shdr) || !within(eh.e_shoff, eh.e_shnum, sizeof(Shdr)))) {
+    return "truncated: its section headers lie outside the file of " + std::to_string(size) + " bytes";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string check_kernel_library(const std::string& data, bool this_machine) {
+  if (data.empty()) return "empty (0 bytes)";
+  if (data.size() < EI_NIDENT || std::memcmp(data.data(), ELFMAG, SELFMAG) != 0) {
+    return "not an ELF file (no ELF magic number)";
+  }
+  if (data[EI_DATA] != ELFDATA2LSB) return "not a little-endian ELF file";
+  if (data[EI_CLASS] == ELFCLASS64) {
+    if (this_machine && sizeof(void*) != 8) return "a 64-bit library, but this board is 32-bit";
+    return check_elf<Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr>(data, this_machine);
+  }
+  if (data[EI_CLASS] == ELFCLASS32) {
+    if (this_machine && sizeof(void*) != 4) return "a 32-bit library, but this board is 64-bit";
+    return check_elf<Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr>(data, this_machine);
+  }
+  return "unknown ELF class " + std::to_string(static_cast<int>(data[EI_CLASS]));
+}
 
 KernelLibrary::KernelLibrary(const std::string& path, const std::string& function) {
   handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -51,6 +51,12 @@ struct TimingResult {
 // (during the first sample only) until a sample lasts at least min_repeat_ms.
 TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o);
 
+// Why `data` cannot be a kernel library, or "" when it can: a little-endian ELF shared
+// object (ET_DYN) whose headers and loadable segments lie within the file; with
+// `this_machine`, also of this machine's class and architecture. A truncated library would
+// otherwise crash the loader (SIGBUS) and read as a kernel crash.
+std::string check_kernel_library(const std::string& data, bool this_machine = true);
+
 // Deterministic inputs in [-1, 1) from a seed (splitmix64), the same on every board.
 void fill_random(float* data, int64_t n, uint64_t seed);
 

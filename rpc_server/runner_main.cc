@@ -2,12 +2,14 @@
 //
 //   tunefarm-board-runner MODULE.so SERVER_PID < MeasureRequest (binary protobuf) > MeasureReply
 //
-// The rpc_server starts one per measurement. The runner first ties its life to the server's
-// (it is killed when the server dies, and its CPU time is capped from timeout_s, so a
-// hanging kernel never outlives a crashed board), limits its own address space
-// (memory_limit_bytes) and core dumps, then loads the library; whatever the kernel does to
-// this process — crash, hang, exhaust memory — the server survives and classifies it (see
-// isolated_runner.h). Exit status 0 whenever a reply was written.
+// The rpc_server starts one per measurement, in a process group of its own. The runner first
+// ties its life to the server's (it is killed when the server dies, and its CPU time is
+// capped from timeout_s, so a hanging kernel never outlives a crashed board), limits its own
+// address space (memory_limit_bytes) and core dumps, checks the library is a complete ELF
+// shared object for this machine, enters the sandbox (rpc_server/sandbox.h), then loads the
+// library; whatever the kernel does to this process — crash, hang, exhaust memory — the
+// server survives and classifies it (see isolated_runner.h). Exit status 0 whenever a reply
+// was written.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -15,6 +17,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <new>
@@ -26,6 +29,7 @@
 #include "proto/security.h"
 #include "proto/tunefarm.pb.h"
 #include "rpc_server/kernel_library.h"
+#include "rpc_server/sandbox.h"
 
 namespace pb = tunefarm::v1;
 
@@ -75,6 +79,17 @@ int main(int argc, char** argv) {
   if (req.memory_limit_bytes() > 0) {
     rlimit as{static_cast<rlim_t>(req.memory_limit_bytes()), static_cast<rlim_t>(req.memory_limit_bytes())};
     setrlimit(RLIMIT_AS, &as);
+  }
+
+  {
+    std::ifstream f(argv[1], std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (std::string why = tf::check_kernel_library(data); !why.empty()) {
+      return fail(pb::LOAD_ERROR, std::string("kernel library ") + argv[1] + " is " + why);
+    }
+  }
+  if (std::string err = tf::farm::enter_sandbox(argv[1]); !err.empty()) {
+    return fail(pb::RUNTIME_ERROR, "runner: cannot enter the sandbox: " + err);
   }
 
   try {

@@ -10,10 +10,12 @@ PACKAGES=(
   # compiler
   llvm-19-dev lld-19 llvm-19-tools libzstd-dev zlib1g-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
   # services, database, cost model, CLI
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev libseccomp-dev
   libsqlite3-dev sqlite3 libsqlitecpp-dev libxgboost-dev libboost-dev nlohmann-json3-dev libcli11-dev
   # tests
   libgtest-dev libgmock-dev python3 python3-numpy openssl
+  # fuzzing: clang with libFuzzer (scripts/fuzz.sh)
+  clang-19 libclang-rt-19-dev
   # aarch64 stand-in for a Raspberry Pi
   qemu-user g++-aarch64-linux-gnu libgomp1-arm64-cross
   # peers for benchmarks

@@ -17,7 +17,11 @@ int main(int argc, char** argv) {
   app.add_option("--host", host, "address to listen on (beyond loopback needs --token-file)")->capture_default_str();
   app.add_option("--port", port, "port (0: any free one; the bound port is printed)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  app.add_option("--token-file", token_file, "file whose first line is the shared token required on every call");
+  std::string board_token_file;
+  app.add_option("--token-file", token_file, "file whose first line is the client token (tuners' calls; also boards' "
+                                             "unless --board-token-file is given)");
+  app.add_option("--board-token-file", board_token_file, "file whose first line is the token boards must present "
+                                                         "(register, heartbeat, verify leases)");
   app.add_option("--tls-cert", tls.cert, "PEM certificate: serve TLS");
   app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", tls.ca, "PEM CA: require and verify client certificates (mutual TLS)");
@@ -34,6 +38,14 @@ int main(int argc, char** argv) {
   }
   try {
     if (!token_file.empty()) opts.token = tf::farm::read_token_file(token_file);
+    if (!board_token_file.empty()) {
+      if (token_file.empty()) throw tf::farm::ConfigError("--board-token-file needs --token-file (the clients' token)");
+      opts.board_token = tf::farm::read_token_file(board_token_file);
+      if (tf::farm::token_equal(opts.board_token, opts.token)) {
+        throw tf::farm::ConfigError("--board-token-file holds the same token as --token-file: boards and clients "
+                                    "need different tokens");
+      }
+    }
     tf::farm::check_listen_policy(host, opts.token, "tunefarm-tracker");
     if (opts.heartbeat_interval_ms >= opts.board_timeout_ms) {
       throw tf::farm::ConfigError("--heartbeat-ms " + std::to_string(opts.heartbeat_interval_ms) +
@@ -43,6 +55,9 @@ int main(int argc, char** argv) {
     tf::farm::Listening l = tf::farm::listen(host, port, tls, {&service});
     if (opts.token.empty()) {
       std::printf("warning: no --token-file: serving loopback only, without authentication\n");
+    } else if (opts.board_token.empty()) {
+      std::printf("warning: no --board-token-file: boards and clients share one token, so any client can register "
+                  "a board\n");
     }
     std::printf("tunefarm-tracker listening on %s:%d%s\n", host.c_str(), l.port, tls.cert.empty() ? "" : " (TLS)");
     std::fflush(stdout);

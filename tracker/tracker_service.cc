@@ -2,6 +2,9 @@
 
 #include "proto/security.h"
 
+#include <algorithm>
+#include <cstdio>
+
 namespace tf::farm {
 namespace {
 
@@ -60,18 +63,32 @@ int64_t TrackerService::lease_ms(int64_t requested) const {
 
 grpc::ServerUnaryReactor* TrackerService::Register(grpc::CallbackServerContext* ctx, const pb::RegisterRequest* req,
                                                    pb::RegisterReply* reply) {
-  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  if (grpc::Status s = check_token(ctx, board_token()); !s.ok()) return finish_now(ctx, s);
   if (req->board_id().empty() || req->key().empty() || req->address().empty()) {
     return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "register needs board_id, key and address"});
+  }
+  if (req->board_id().size() > 256 || req->key().size() > 256 || req->address().size() > 512 ||
+      req->target().size() > 1024 || req->instance().size() > 256) {
+    return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "register: board_id, key, address or target too long"});
   }
   std::vector<Finish> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Board& b = boards_[req->board_id()];
-    if (!b.key.empty() && b.key != req->key()) {
-      // The same board under another key: its lease, if any, ends.
-      if (!b.lease_token.empty()) end_lease_locked(b.lease_token);
+    auto existing = boards_.find(req->board_id());
+    if (existing != boards_.end() && existing->second.instance != req->instance() &&
+        Clock::now() - existing->second.last_heartbeat <= std::chrono::milliseconds(options_.board_timeout_ms)) {
+      // A live board owns this id: only that board process may register it again, so no one
+      // can take over its entry (and the uploads tuners send it).
+      return finish_now(ctx, {grpc::StatusCode::ALREADY_EXISTS,
+                              "board id '" + req->board_id() + "' is registered by a live board at " +
+                                  existing->second.address + "; choose another --board-id or stop that board"});
     }
+    Board& b = boards_[req->board_id()];
+    if (!b.lease_token.empty() && (b.key != req->key() || b.instance != req->instance())) {
+      // Another key, or a new process under the same id: its lease, if any, ends.
+      end_lease_locked(b.lease_token);
+    }
+    b.instance = req->instance();
     b.key = req->key();
     b.target = req->target();
     b.address = req->address();
@@ -86,11 +103,12 @@ grpc::ServerUnaryReactor* TrackerService::Register(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* TrackerService::Heartbeat(grpc::CallbackServerContext* ctx, const pb::HeartbeatRequest* req,
                                                     pb::HeartbeatReply* reply) {
-  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  if (grpc::Status s = check_token(ctx, board_token()); !s.ok()) return finish_now(ctx, s);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = boards_.find(req->board_id());
-  reply->set_known(it != boards_.end());
-  if (it != boards_.end()) it->second.last_heartbeat = Clock::now();
+  bool known = it != boards_.end() && it->second.instance == req->instance();
+  reply->set_known(known);
+  if (known) it->second.last_heartbeat = Clock::now();
   return finish_now(ctx, grpc::Status::OK);
 }
 
@@ -137,10 +155,19 @@ void TrackerService::cancel_waiter(uint64_t id) {
 
 void TrackerService::grant_locked(const std::string& key, std::vector<Finish>& done) {
   auto q = queues_.find(key);
-  if (q == queues_.end()) return;
-  for (auto& [board_id, b] : boards_) {
+  if (q == queues_.end() || q->second.empty()) return;
+  // Free boards of the key, the most recently heard from first: a board that died since its
+  // last heartbeat goes last, not first, until it is reported or times out.
+  std::vector<std::pair<const std::string, Board>*> free;
+  for (auto& entry : boards_) {
+    if (entry.second.key == key && entry.second.lease_token.empty()) free.push_back(&entry);
+  }
+  std::stable_sort(free.begin(), free.end(),
+                   [](const auto* a, const auto* b) { return a->second.last_heartbeat > b->second.last_heartbeat; });
+  for (auto* entry : free) {
     if (q->second.empty()) break;
-    if (b.key != key || !b.lease_token.empty()) continue;
+    const std::string& board_id = entry->first;
+    Board& b = entry->second;
     uint64_t id = *q->second.pop();
     Waiter w = waiters_.at(id);
     waiters_.erase(id);
@@ -203,9 +230,34 @@ grpc::ServerUnaryReactor* TrackerService::ReleaseLease(grpc::CallbackServerConte
   return finish_now(ctx, grpc::Status::OK);
 }
 
+grpc::ServerUnaryReactor* TrackerService::ReportBoard(grpc::CallbackServerContext* ctx, const pb::ReportRequest* req,
+                                                      pb::ReportReply*) {
+  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  std::string board_id, address, user;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = leases_.find(req->lease_token());
+    if (it == leases_.end()) {
+      return finish_now(ctx, {grpc::StatusCode::NOT_FOUND, "no such lease (expired, released or never granted)"});
+    }
+    board_id = it->second.board_id;
+    user = it->second.user;
+    end_lease_locked(req->lease_token());
+    auto b = boards_.find(board_id);
+    if (b != boards_.end()) {
+      address = b->second.address;
+      boards_.erase(b);
+    }
+  }
+  std::printf("board %s at %s reported lost by %s (%s); dropped until it registers again\n", board_id.c_str(),
+              address.c_str(), user.c_str(), req->reason().substr(0, 200).c_str());
+  std::fflush(stdout);
+  return finish_now(ctx, grpc::Status::OK);
+}
+
 grpc::ServerUnaryReactor* TrackerService::VerifyLease(grpc::CallbackServerContext* ctx, const pb::VerifyRequest* req,
                                                       pb::VerifyReply* reply) {
-  if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
+  if (grpc::Status s = check_token(ctx, board_token()); !s.ok()) return finish_now(ctx, s);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = leases_.find(req->lease_token());
   bool valid = it != leases_.end() && it->second.board_id == req->board_id() && it->second.expires > Clock::now();
@@ -295,7 +347,9 @@ void TrackerService::maintenance_loop() {
         }
         std::string why = total == 0 ? "no board with key '" + key + "' is registered"
                                       : std::to_string(total) + " board(s) with key '" + key + "', all leased";
-        done.push_back({it->second.reactor, {grpc::StatusCode::DEADLINE_EXCEEDED,
+        // No board of the key at all is NOT_FOUND (a wrong key, or a farm without such
+        // boards); boards that stayed busy are DEADLINE_EXCEEDED.
+        done.push_back({it->second.reactor, {total == 0 ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::DEADLINE_EXCEEDED,
                                              "no free board within the wait timeout: " + why}});
         it = waiters_.erase(it);
       } else {

@@ -23,7 +23,10 @@
 namespace tf::farm {
 
 struct TrackerOptions {
-  std::string token;                    // required on every rpc; empty = none (loopback only)
+  std::string token;                    // client token: lease rpcs and Summary; empty = none
+                                        // (loopback only)
+  std::string board_token;              // board token: Register, Heartbeat, VerifyLease; empty =
+                                        // the client token (one shared token)
   int heartbeat_interval_ms = 1000;     // told to boards
   int board_timeout_ms = 5000;          // a board silent this long is dropped
   int64_t default_lease_ms = 60000;     // lease duration when the request says 0
@@ -51,6 +54,8 @@ class TrackerService final : public tunefarm::v1::Tracker::CallbackService {
                                         tunefarm::v1::VerifyReply* reply) override;
   grpc::ServerUnaryReactor* Summary(grpc::CallbackServerContext* ctx, const tunefarm::v1::SummaryRequest* req,
                                     tunefarm::v1::SummaryReply* reply) override;
+  grpc::ServerUnaryReactor* ReportBoard(grpc::CallbackServerContext* ctx, const tunefarm::v1::ReportRequest* req,
+                                        tunefarm::v1::ReportReply* reply) override;
 
   // Called by a waiting request's reactor when the client cancels.
   void cancel_waiter(uint64_t id);
@@ -59,7 +64,7 @@ class TrackerService final : public tunefarm::v1::Tracker::CallbackService {
   using Clock = std::chrono::steady_clock;
 
   struct Board {
-    std::string key, target, address;
+    std::string key, target, address, instance;
     tunefarm::v1::DeviceInfo device;
     Clock::time_point last_heartbeat;
     std::string lease_token;  // empty when free
@@ -83,6 +88,8 @@ class TrackerService final : public tunefarm::v1::Tracker::CallbackService {
   };
 
   void maintenance_loop();
+  // The token boards must present.
+  const std::string& board_token() const { return options_.board_token.empty() ? options_.token : options_.board_token; }
   // Gives free boards of `key` to waiting requests.
   void grant_locked(const std::string& key, std::vector<Finish>& done);
   void end_lease_locked(const std::string& token);

@@ -22,9 +22,10 @@ const char* code_name(grpc::StatusCode c) {
   }
 }
 
-void check(const grpc::Status& s, const std::string& call) {
+void check(const grpc::Status& s, const std::string& call, bool board_call = false) {
   if (s.ok()) return;
-  throw FarmError(call + " failed: " + code_name(s.error_code()) + ": " + s.error_message(), s.error_code());
+  throw FarmError(call + " failed: " + code_name(s.error_code()) + ": " + s.error_message(), s.error_code(),
+                  board_call);
 }
 
 std::unique_ptr<grpc::ClientContext> context(const std::string& token, double seconds) {
@@ -65,22 +66,37 @@ LeasedBoard::LeasedBoard(const FarmEndpoint& farm, std::shared_ptr<pb::Tracker::
     : farm_(farm), tracker_(std::move(tracker)),
       board_(pb::Board::NewStub(make_channel(lease.address(), farm.tls))), lease_(std::move(lease)) {}
 
-LeasedBoard::~LeasedBoard() {
-  try {
-    release();
-  } catch (const FarmError&) {
-    // The lease expires by itself.
-  }
-}
+LeasedBoard::~LeasedBoard() { release(); }
 
-void LeasedBoard::release() {
-  if (released_) return;
+bool LeasedBoard::release() {
+  if (released_) return true;
   released_ = true;
   pb::ReleaseRequest req;
   req.set_lease_token(lease_.lease_token());
   pb::ReleaseReply reply;
   auto ctx = context(farm_.token, 5);
-  check(tracker_->ReleaseLease(ctx.get(), req, &reply), "release of the lease on " + lease_.board_id());
+  return tracker_->ReleaseLease(ctx.get(), req, &reply).ok();
+}
+
+void LeasedBoard::report_lost(const std::string& reason) {
+  if (released_) return;
+  released_ = true;
+  pb::ReportRequest req;
+  req.set_lease_token(lease_.lease_token());
+  req.set_reason(reason);
+  pb::ReportReply reply;
+  auto ctx = context(farm_.token, 5);
+  (void)tracker_->ReportBoard(ctx.get(), req, &reply);
+}
+
+const pb::InfoReply& LeasedBoard::info() {
+  if (info_) return *info_;
+  pb::InfoReply reply;
+  auto ctx = context(farm_.token, farm_.transfer_slack_s);
+  check(board_->GetInfo(ctx.get(), pb::InfoRequest(), &reply), "info from board " + lease_.board_id() + " at " + lease_.address(),
+        /*board_call=*/true);
+  info_ = reply;
+  return *info_;
 }
 
 void LeasedBoard::renew(int64_t lease_ms) {
@@ -99,8 +115,10 @@ std::string LeasedBoard::upload(const std::string& data, const std::string& name
   req.set_data(data);
   req.set_sha256(sha256_hex(data));
   pb::UploadReply reply;
-  auto ctx = context(farm_.token, 60);
-  check(board_->Upload(ctx.get(), req, &reply), "upload to board " + lease_.board_id() + " at " + lease_.address());
+  // At least 1 MB/s, and the slack for a board that is busy starting.
+  auto ctx = context(farm_.token, farm_.transfer_slack_s + static_cast<double>(data.size()) / 1e6);
+  check(board_->Upload(ctx.get(), req, &reply), "upload to board " + lease_.board_id() + " at " + lease_.address(),
+        /*board_call=*/true);
   return reply.module_id();
 }
 
@@ -108,11 +126,12 @@ pb::MeasureReply LeasedBoard::measure(pb::MeasureRequest req, const std::string&
   req.set_lease_token(lease_.lease_token());
   req.set_module_id(module_id);
   pb::MeasureReply reply;
-  double limit = req.timeout_s() > 0 ? req.timeout_s() : 120;
+  double limit = req.timeout_s() > 0 ? req.timeout_s() : info().default_timeout_s();
   // The lease must outlive the measurement: renew it to cover the whole time limit.
-  renew(static_cast<int64_t>((limit + 60) * 1000));
-  auto ctx = context(farm_.token, limit + 30);
-  check(board_->Measure(ctx.get(), req, &reply), "measurement on board " + lease_.board_id() + " at " + lease_.address());
+  renew(static_cast<int64_t>((limit + farm_.transfer_slack_s + 60) * 1000));
+  auto ctx = context(farm_.token, limit + farm_.transfer_slack_s);
+  check(board_->Measure(ctx.get(), req, &reply), "measurement on board " + lease_.board_id() + " at " + lease_.address(),
+        /*board_call=*/true);
   return reply;
 }
 
@@ -121,8 +140,8 @@ void LeasedBoard::free(const std::string& module_id) {
   req.set_lease_token(lease_.lease_token());
   req.set_module_id(module_id);
   pb::FreeReply reply;
-  auto ctx = context(farm_.token, 10);
-  check(board_->Free(ctx.get(), req, &reply), "free on board " + lease_.board_id());
+  auto ctx = context(farm_.token, farm_.transfer_slack_s);
+  check(board_->Free(ctx.get(), req, &reply), "free on board " + lease_.board_id(), /*board_call=*/true);
 }
 
 }  // namespace tf::farm

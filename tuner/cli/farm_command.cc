@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -11,6 +13,8 @@
 #include "compiler/operators.h"
 #include "compiler/reference.h"
 #include "db/database.h"
+#include "db/json_limits.h"
+#include "compiler/driver.h"
 #include "rpc_server/kernel_library.h"
 #include "tuner/farm_client.h"
 #include "tuner/tuning_records.h"
@@ -32,16 +36,74 @@ farm::FarmEndpoint endpoint(const FarmArgs& a) {
       throw UserError(err.what());
     }
   }
-  e.tls = {a.tls_cert, a.tls_key, a.tls_ca};
+  e.tls = {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name};
   return e;
 }
 
 std::string read_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw UserError(std::string(what) + " " + path + " is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw UserError(std::string("cannot read ") + what + " " + path);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+// A kernel library's sidecar (compiler/driver.h), checked against its own workload: the
+// arguments must be exactly the workload's, or the reference check would read past the
+// buffers the board filled.
+struct Sidecar {
+  Workload workload;
+  std::string function, target, template_name;
+  json args, config;
+  double flops = 0;
+};
+
+Sidecar read_sidecar(const std::string& module) {
+  std::string path = module + ".json";
+  std::string text = read_file(path, "kernel description");
+  json meta;
+  try {
+    meta = parse_json_bounded(text);
+  } catch (const json::parse_error& e) {
+    throw UserError("kernel description " + path + " is not valid JSON: " + e.what());
+  } catch (const JsonTooDeep& e) {
+    throw UserError("kernel description " + path + ": " + e.what());
+  }
+  auto bad = [&](const std::string& why) {
+    return UserError("kernel description " + path + ": " + why + " (not written by tunefarm compile?)");
+  };
+  if (!meta.is_object()) throw bad("not a JSON object");
+  auto string_field = [&](const char* name, bool required) -> std::string {
+    if (!meta.contains(name)) {
+      if (required) throw bad(std::string("no \"") + name + "\" field");
+      return "";
+    }
+    if (!meta[name].is_string()) throw bad(std::string("\"") + name + "\" is " + meta[name].type_name() + ", not a string");
+    return meta[name].get<std::string>();
+  };
+  Sidecar s;
+  try {
+    s.workload = parse_workload(string_field("workload", true));
+  } catch (const UserError& e) {
+    throw bad(e.what());
+  }
+  s.function = string_field("function", true);
+  s.target = string_field("target", false);
+  s.template_name = string_field("template", false);
+  if (s.template_name.empty()) s.template_name = "unknown";
+  if (!meta.contains("args") || !meta["args"].is_array()) throw bad("\"args\" is missing or not an array");
+  s.args = meta["args"];
+  json expected = describe_args(build_op(s.workload));
+  if (s.args != expected) {
+    throw bad("its args " + s.args.dump() + " are not those of its workload " + s.workload.canonical() + ": " +
+              expected.dump());
+  }
+  if (meta.contains("flops") && !meta["flops"].is_number()) throw bad("\"flops\" is not a number");
+  s.flops = static_cast<double>(build_op(s.workload).flops);
+  s.config = meta.contains("config") && meta["config"].is_object() ? meta["config"] : json::object();
+  return s;
 }
 
 const char* error_name(pb::ErrorCode c) {
@@ -89,6 +151,7 @@ int farm_status(const FarmArgs& a) {
 }
 
 // Compares the board's outputs with the reference computed here on the same seeded inputs.
+// `args` were checked against the workload (read_sidecar), so the buffers match its shapes.
 std::string check_outputs(const Workload& w, const json& args, const pb::MeasureReply& reply, uint64_t seed,
                           double* max_err) {
   std::vector<std::vector<float>> inputs;
@@ -114,27 +177,55 @@ std::string check_outputs(const Workload& w, const json& args, const pb::Measure
   return c.ok() ? "ok" : "wrong";
 }
 
+// One measurement's outcome on one board, as farm_measure records and prints it.
+struct Outcome {
+  std::string board_id, cpu, target, code, error_msg, correctness = "unchecked";
+  pb::MeasureReply reply;
+  double max_err = 0;
+};
+
+db::MeasureRecord make_record(const FarmArgs& a, const Sidecar& s, const Outcome& o) {
+  db::MeasureRecord r;
+  const Workload& w = s.workload;
+  r.workload = w.canonical();
+  r.op = w.op;
+  r.params = workload_params(w);
+  r.flops = static_cast<int64_t>(s.flops);
+  r.target = s.target.empty() ? o.target : s.target;
+  r.arch = parse_target(r.target).arch_name();
+  r.device_key = a.key;
+  r.device_model = o.cpu;
+  r.toolchain = toolchain_version();
+  r.template_name = s.template_name;
+  r.config = s.config;
+  if (o.code == "ok") r.samples_s.assign(o.reply.samples_s().begin(), o.reply.samples_s().end());
+  r.settings = {o.reply.number() > 0 ? o.reply.number() : a.number, a.repeat, a.min_repeat_ms, a.flush, a.cooldown_ms};
+  r.error_code = o.code;
+  r.error_msg = o.error_msg.substr(0, db::kMaxErrorMsgLength);
+  r.measured_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  r.correctness = o.correctness;
+  return r;
+}
+
 int farm_measure(const FarmArgs& a) {
   if (a.module.empty()) throw UserError("--module K.so is required");
   if (a.key.empty()) throw UserError("--key KEY is required");
   if (a.number < 1 || a.repeat < 1) throw UserError("--number and --repeat must be at least 1");
+  for (auto [name, v] : {std::pair<const char*, double>{"--min-repeat-ms", a.min_repeat_ms},
+                         {"--cooldown-ms", a.cooldown_ms}, {"--timeout-s", a.timeout_s}}) {
+    if (!std::isfinite(v) || v < 0) throw UserError(std::string(name) + " " + std::to_string(v) + " must be a finite number >= 0");
+  }
   std::string data = read_file(a.module, "kernel library");
-  json meta;
-  try {
-    meta = json::parse(read_file(a.module + ".json", "kernel description"));
-  } catch (const json::parse_error& e) {
-    throw UserError("kernel description " + a.module + ".json is not valid JSON: " + e.what());
+  if (std::string why = check_kernel_library(data, /*this_machine=*/false); !why.empty()) {
+    throw UserError("kernel library " + a.module + " is " + why);
   }
-  if (!meta.contains("args") || !meta.contains("function") || !meta.contains("workload")) {
-    throw UserError("kernel description " + a.module + ".json lacks args, function or workload (not written by tunefarm compile?)");
-  }
-  Workload w = parse_workload(meta["workload"].get<std::string>());
-  std::string function = a.function.empty() ? meta["function"].get<std::string>() : a.function;
+  Sidecar side = read_sidecar(a.module);
+  std::string function = a.function.empty() ? side.function : a.function;
 
   pb::MeasureRequest req;
   req.set_function(function);
   int64_t out_bytes = 0;
-  for (const json& arg : meta["args"]) {
+  for (const json& arg : side.args) {
     pb::ArgSpec* s = req.add_args();
     int64_t n = 1;
     for (const json& d : arg["shape"]) {
@@ -156,66 +247,69 @@ int farm_measure(const FarmArgs& a) {
   farm::FarmClient client(endpoint(a));
   const char* user_env = std::getenv("USER");
   std::string user = a.user.empty() ? (user_env ? user_env : "tunefarm") : a.user;
-  std::unique_ptr<farm::LeasedBoard> board = client.lease(a.key, user, a.priority, a.wait_ms);
+  std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
   std::string name = std::filesystem::path(a.module).filename().string();
-  std::string module = board->upload(data, name);
-  pb::MeasureReply reply = board->measure(req, module);
-  std::string board_id = board->lease().board_id(), cpu = board->lease().device().cpu_model();
-  std::string target = board->lease().target();
-  board->release();
 
-  double max_err = 0;
-  std::string correctness = reply.error() == pb::OK && a.check ? check_outputs(w, meta["args"], reply, a.seed, &max_err)
-                                                               : "unchecked";
-  std::vector<double> samples(reply.samples_s().begin(), reply.samples_s().end());
+  // A board that does not answer is reported, recorded as board_lost, and another board of
+  // the key is tried, up to --retries times.
+  Outcome o;
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<farm::LeasedBoard> board = client.lease(a.key, user, a.priority, a.wait_ms);
+    o = Outcome{};
+    o.board_id = board->lease().board_id();
+    o.cpu = board->lease().device().cpu_model();
+    o.target = board->lease().target();
+    try {
+      std::string module = board->upload(data, name);
+      o.reply = board->measure(req, module);
+    } catch (const farm::FarmError& e) {
+      if (!e.board_lost()) throw;
+      board->report_lost(e.what());
+      o.code = "board_lost";
+      o.error_msg = e.what();
+      std::fprintf(stderr, "warning: board %s at %s lost (%s)%s\n", o.board_id.c_str(), board->lease().address().c_str(),
+                   e.what(), attempt < a.retries ? "; trying another board" : "");
+      if (database) database->commit({make_record(a, side, o)});
+      if (attempt < a.retries) continue;
+      throw farm::FarmError("no board of key '" + a.key + "' answered after " + std::to_string(attempt + 1) + " attempt(s)",
+                            grpc::StatusCode::UNAVAILABLE);
+    }
+    // The result stands even when the lease cannot be given back (the tracker restarted).
+    if (!board->release()) {
+      std::fprintf(stderr, "warning: could not release the lease on %s; it expires by itself\n", o.board_id.c_str());
+    }
+    break;
+  }
+
+  o.code = error_name(o.reply.error());
+  o.error_msg = o.reply.error_msg();
+  if (o.reply.error() == pb::OK && a.check) o.correctness = check_outputs(side.workload, side.args, o.reply, a.seed, &o.max_err);
+  if (o.correctness == "wrong") o.code = "wrong_answer";
+  std::vector<double> samples(o.reply.samples_s().begin(), o.reply.samples_s().end());
   std::vector<double> sorted = samples;
   std::sort(sorted.begin(), sorted.end());
   double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-  double flops = meta.value("flops", 0.0);
-  std::string code = error_name(reply.error());
-  if (correctness == "wrong") code = "wrong_answer";
+  if (database) database->commit({make_record(a, side, o)});
 
-  if (!a.no_db) {
-    std::unique_ptr<db::Database> database = db::open_database(db::database_path(a.db));
-    db::MeasureRecord r;
-    r.workload = w.canonical();
-    r.op = w.op;
-    r.params = workload_params(w);
-    r.flops = static_cast<int64_t>(flops);
-    r.target = meta.value("target", target);
-    r.arch = parse_target(r.target).arch_name();
-    r.device_key = a.key;
-    r.device_model = cpu;
-    r.toolchain = toolchain_version();
-    r.template_name = meta.value("template", std::string("unknown"));
-    r.config = meta.value("config", json::object());
-    r.samples_s = code == "ok" ? samples : std::vector<double>{};
-    r.settings = {reply.number() > 0 ? reply.number() : a.number, a.repeat, a.min_repeat_ms, a.flush, a.cooldown_ms};
-    r.error_code = code;
-    r.error_msg = reply.error_msg();
-    r.measured_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    r.correctness = correctness;
-    database->commit({r});
-  }
-
+  const Workload& w = side.workload;
   if (a.json) {
-    std::printf("%s\n", json{{"board", board_id}, {"key", a.key}, {"workload", w.canonical()}, {"error_code", code},
-                              {"error_msg", reply.error_msg()}, {"samples_s", samples}, {"number", reply.number()},
-                              {"median_s", median}, {"gflops", median > 0 ? flops / median * 1e-9 : 0},
-                              {"check", correctness}, {"max_abs_error", max_err}}
+    std::printf("%s\n", json{{"board", o.board_id}, {"key", a.key}, {"workload", w.canonical()}, {"error_code", o.code},
+                              {"error_msg", o.error_msg}, {"samples_s", samples}, {"number", o.reply.number()},
+                              {"median_s", median}, {"gflops", median > 0 ? side.flops / median * 1e-9 : 0},
+                              {"check", o.correctness}, {"max_abs_error", o.max_err}}
                             .dump(2)
                             .c_str());
   } else {
-    std::printf("board     %s (%s, key %s)\nworkload  %s\n", board_id.c_str(), cpu.c_str(), a.key.c_str(),
+    std::printf("board     %s (%s, key %s)\nworkload  %s\n", o.board_id.c_str(), o.cpu.c_str(), a.key.c_str(),
                 w.canonical().c_str());
-    if (code == "ok" || code == "wrong_answer") {
+    if (o.code == "ok" || o.code == "wrong_answer") {
       std::printf("time      %.6f ms (median of %zu samples, %d calls each)\nspeed     %.2f GFLOPS\ncheck     %s\n",
-                  median * 1e3, samples.size(), reply.number(), flops / median * 1e-9, correctness.c_str());
+                  median * 1e3, samples.size(), o.reply.number(), side.flops / median * 1e-9, o.correctness.c_str());
     } else {
-      std::printf("error     %s: %s\n", code.c_str(), reply.error_msg().c_str());
+      std::printf("error     %s: %s\n", o.code.c_str(), o.error_msg.c_str());
     }
   }
-  return code == "ok" ? 0 : 1;
+  return o.code == "ok" ? 0 : 1;
 }
 
 }  // namespace
@@ -229,6 +323,8 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
     s->add_option("--tls-ca", a.tls_ca, "PEM CA: use TLS and verify the servers");
     s->add_option("--tls-cert", a.tls_cert, "PEM client certificate (mutual TLS)");
     s->add_option("--tls-key", a.tls_key, "PEM key of --tls-cert");
+    s->add_option("--tls-server-name", a.tls_server_name,
+                  "name the servers' certificates must carry (default: the host of each address)");
     s->add_flag("--json", a.json, "print JSON");
     s->callback([&a, s] { a.sub = s->get_name(); });
   };
@@ -246,6 +342,8 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
   m->add_option("--timeout-s", a.timeout_s, "time limit on the board (0: the board's default)")->capture_default_str();
   m->add_option("--seed", a.seed, "seed of the inputs")->capture_default_str();
   m->add_option("--wait-ms", a.wait_ms, "how long to wait for a free board")->capture_default_str();
+  m->add_option("--retries", a.retries, "other boards to try when a board does not answer (each is recorded as "
+                                        "board_lost)")->capture_default_str()->check(CLI::Range(0, 100));
   m->add_option("--priority", a.priority, "lease priority (higher first)")->capture_default_str();
   m->add_option("--user", a.user, "lease holder name (default: $USER)");
   m->add_flag("!--no-check", a.check, "do not compare the outputs with the reference");
@@ -259,7 +357,16 @@ int run_farm(const FarmArgs& a) {
     return farm_measure(a);
   } catch (const farm::FarmError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    // A wrong token, an unknown key, a request the farm refuses: the user's mistake.
+    switch (e.code()) {
+      case grpc::StatusCode::UNAUTHENTICATED:
+      case grpc::StatusCode::PERMISSION_DENIED:
+      case grpc::StatusCode::INVALID_ARGUMENT:
+      case grpc::StatusCode::NOT_FOUND:
+        return 2;
+      default:
+        return 1;
+    }
   } catch (const farm::ConfigError& e) {
     throw UserError(e.what());
   }

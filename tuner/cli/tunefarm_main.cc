@@ -4,9 +4,12 @@
 // config or option; the message names it), 1 when the world failed (I/O, linking, a kernel
 // that returned an error or computed a wrong answer).
 #include <CLI/CLI.hpp>
+#include <signal.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -169,6 +172,19 @@ struct RunArgs {
   bool check = true, as_json = false, no_db = false;
 };
 
+// Removes the build folders of earlier runs whose process is gone (killed while compiling).
+void remove_stale_run_dirs() {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("tunefarm-run-", 0) != 0) continue;
+    std::string pid = name.substr(13);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    if (::kill(std::stoi(pid), 0) == 0 || errno != ESRCH) continue;
+    fs::remove_all(e.path(), ec);
+  }
+}
+
 // Compiles for this machine, runs and times the kernel, checks it against the reference.
 int cmd_run(const RunArgs& a) {
   if (a.workload.empty()) throw UserError("--workload is required");
@@ -182,6 +198,7 @@ int cmd_run(const RunArgs& a) {
   auto compile_start = std::chrono::steady_clock::now();
   CompiledKernel k = compile_kernel(w, t, choice.config, choice.source, "");
   k.tuned_from = choice.tuned_from;
+  remove_stale_run_dirs();
   fs::path dir = fs::temp_directory_path() / ("tunefarm-run-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::string so = (dir / "kernel.so").string();
@@ -190,6 +207,12 @@ int cmd_run(const RunArgs& a) {
     ~Cleanup() { std::error_code ec; fs::remove_all(d, ec); }
   } cleanup{dir};
   write_kernel(k, EmitKind::SharedLibrary, so);
+  // Once loaded, the library needs no file: remove it before the kernel runs, so a kernel
+  // that crashes this process leaves nothing behind.
+  KernelLibrary lib(so, k.name);
+  std::error_code removed;
+  fs::remove_all(dir, removed);
+  cleanup.d.clear();
   double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
 
   std::vector<std::vector<float>> bufs;
@@ -208,7 +231,6 @@ int cmd_run(const RunArgs& a) {
   for (auto& b : bufs) args.push_back(b.data());
   for (size_t i = 0; i + 1 < bufs.size(); ++i) inputs.push_back(bufs[i].data());
 
-  KernelLibrary lib(so, k.name);
   TimingResult r = time_kernel(lib, args, {a.number, a.repeat, a.min_repeat_ms});
   if (r.status != 0) {
     std::fprintf(stderr, "error: kernel returned %d\n", r.status);
