@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -84,6 +85,7 @@ class Daemon {
     ss << f.rdbuf();
     return ss.str();
   }
+  pid_t pid() const { return pid_; }
   bool exited() {
     if (pid_ <= 0) return true;
     int status;
@@ -123,15 +125,21 @@ std::string token_file() {
 std::unique_ptr<Daemon> start_tracker(int port, const std::vector<std::string>& extra = {}) {
   static int n = 0;
   std::vector<std::string> args = {TF_TRACKER, "--port", std::to_string(port), "--token-file", token_file(),
-                                   "--heartbeat-ms", "100", "--board-timeout-ms", "1000"};
+                                   "--heartbeat-ms", "100"};
+  if (std::find(extra.begin(), extra.end(), "--board-timeout-ms") == extra.end()) {
+    args.insert(args.end(), {"--board-timeout-ms", "1000"});
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   return std::make_unique<Daemon>(args, temp_dir() + "/tracker" + std::to_string(n++) + ".log");
 }
 
 std::unique_ptr<Daemon> start_board(int tracker_port, const std::string& key, const std::vector<std::string>& extra = {}) {
   static int n = 0;
-  std::vector<std::string> args = {TF_RPC_SERVER, "--tracker", "127.0.0.1:" + std::to_string(tracker_port), "--key", key,
-                                   "--port", "0", "--token-file", token_file()};
+  std::vector<std::string> args = {TF_RPC_SERVER, "--tracker", "127.0.0.1:" + std::to_string(tracker_port), "--key", key};
+  // Defaults that `extra` may replace.
+  for (auto [flag, value] : {std::pair<std::string, std::string>{"--port", "0"}, {"--token-file", token_file()}}) {
+    if (std::find(extra.begin(), extra.end(), flag) == extra.end()) args.insert(args.end(), {flag, value});
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   return std::make_unique<Daemon>(args, temp_dir() + "/board" + std::to_string(n++) + ".log");
 }
@@ -525,7 +533,7 @@ TEST_F(Farm, UploadsThatAreNotCompleteLibrariesAreRefused) {
   std::string other_arch = good;
   other_arch[18] = static_cast<char>(0xb7);  // e_machine = EM_AARCH64 (x86_64 boards) ...
   other_arch[19] = 0;
-  if (sizeof(void*) == 8 && good[18] == 0xb7) other_arch[18] = 62;  // ... or EM_X86_64 on aarch64
+  if (sizeof(void*) == 8 && static_cast<unsigned char>(good[18]) == 0xb7) other_arch[18] = 62;  // ... or EM_X86_64 on aarch64
   refused(other_arch, "built for");
 }
 
@@ -674,6 +682,318 @@ TEST(FarmFailures, TrackerRestartBoardsComeBackByThemselves) {
   EXPECT_FALSE(lease->lease().lease_token().empty());
 }
 
+// Runs the tunefarm command line; returns its exit status (-1 when killed by a signal) and
+// its stderr.
+std::pair<int, std::string> run_cli(const std::string& args) {
+  std::string err = temp_dir() + "/cli-stderr";
+  int status = std::system((std::string(TF_TUNEFARM) + " " + args + " > /dev/null 2> " + err).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(err)};
+}
+
+// A matmul kernel library and its sidecar, compiled once.
+std::string compiled_kernel() {
+  static std::string so = [] {
+    std::string path = temp_dir() + "/fault-mm.so";
+    std::string cmd = std::string(TF_TUNEFARM) + " compile -w 'matmul(M=16,N=16,K=16)' --no-db -o " + path + " > /dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    return path;
+  }();
+  return so;
+}
+
+// Regression: a board killed with -9 stayed "free" until its heartbeat timed out and was
+// handed out first, so every measurement in that window failed (0 of 8 seen). Now the first
+// client to find it dead reports it, records board_lost and moves on to another board.
+TEST(FarmFaults, ADeadBoardIsReportedAndTheNextBoardServes) {
+  auto tracker = start_tracker(0, {"--board-timeout-ms", "60000"});  // the dead board stays listed
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  auto dead = start_board(port, "pair", {"--board-id", "a-dead"});
+  auto alive = start_board(port, "pair", {"--board-id", "b-alive"});
+  FarmEndpoint ep{"127.0.0.1:" + std::to_string(port), kToken, {}};
+  FarmClient c(ep);
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards_size() == 2; }, 10000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  dead->stop(SIGKILL);
+  std::string db = temp_dir() + "/dead-board.db";
+  std::string measure = "farm measure --tracker " + ep.tracker + " --token-file " + token_file() + " --key pair --module " +
+                        compiled_kernel() + " --db " + db + " --repeat 2 --min-repeat-ms 1";
+  {
+    // The live board is busy, so the dead one is the only free board: the tracker hands it
+    // out, the client finds it dead, reports it, and waits for the live one.
+    auto busy = c.lease("pair", "other-user", 0, 5000);
+    ASSERT_EQ(busy->lease().board_id(), "b-alive");
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      busy->release();
+    });
+    auto [code, err] = run_cli(measure);
+    releaser.join();
+    EXPECT_EQ(code, 0) << err;
+    EXPECT_NE(err.find("board a-dead at"), std::string::npos) << err;
+    EXPECT_NE(err.find("trying another board"), std::string::npos) << err;
+  }
+  int ok = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto [code, err] = run_cli(measure);
+    ok += code == 0;
+    EXPECT_EQ(code, 0) << err;
+  }
+  EXPECT_EQ(ok, 4);
+  // The dead board was reported and dropped; the live one stays.
+  pb::SummaryReply s = c.summary();
+  ASSERT_EQ(s.boards_size(), 1);
+  EXPECT_EQ(s.boards(0).board_id(), "b-alive");
+  EXPECT_NE(tracker->log().find("board a-dead"), std::string::npos) << tracker->log();
+  // ... and logged as BOARD_LOST in the database.
+  auto [code, out] = run_cli("query stats --json --db " + db);
+  EXPECT_EQ(code, 0) << out;
+  std::string stats_file = temp_dir() + "/stats.json";
+  std::system((std::string(TF_TUNEFARM) + " query stats --json --db " + db + " > " + stats_file).c_str());
+  std::string stats = read_file(stats_file);
+  EXPECT_NE(stats.find("\"board_lost\": 1"), std::string::npos) << stats;
+}
+
+TEST(FarmFaults, AFrozenBoardCostsItsLimitsNotMinutes) {
+  auto tracker = start_tracker(0, {"--board-timeout-ms", "60000"});
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  auto board = start_board(port, "frozen", {"--timeout-s", "1"});
+  FarmEndpoint ep{"127.0.0.1:" + std::to_string(port), kToken, {}};
+  ep.transfer_slack_s = 2;
+  FarmClient c(ep);
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards_size() == 1; }, 10000));
+  auto lease = c.lease("frozen", "tester", 0, 5000);
+  std::string module = lease->upload(read_file(TF_KERNEL_GOOD), "good.so");
+  EXPECT_EQ(lease->info().default_timeout_s(), 1);
+  kill(board->pid(), SIGSTOP);
+  auto start = Clock::now();
+  try {
+    pb::MeasureRequest r = request("scale");
+    r.set_timeout_s(0);  // the board's default: 1 s
+    lease->measure(r, module);
+    ADD_FAILURE() << "a frozen board answered";
+  } catch (const FarmError& e) {
+    EXPECT_TRUE(e.board_lost()) << e.what();
+  }
+  double took = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_LT(took, 10.0) << "the client waited " << took << " s for a board whose limit is 1 s";
+  kill(board->pid(), SIGCONT);
+}
+
+TEST(FarmFaults, AResultStandsWhenTheLeaseCannotBeReleased) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  auto board = start_board(port, "restart");
+  FarmEndpoint ep{"127.0.0.1:" + std::to_string(port), kToken, {}};
+  FarmClient c(ep);
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards_size() == 1; }, 10000));
+  auto lease = c.lease("restart", "tester", 0, 5000);
+  pb::MeasureReply r = lease->measure(request("scale"), lease->upload(read_file(TF_KERNEL_GOOD), "good.so"));
+  EXPECT_EQ(r.error(), pb::OK);
+  tracker->stop(SIGKILL);
+  auto again = start_tracker(port);
+  ASSERT_EQ(again->port(), port) << again->log();
+  EXPECT_FALSE(lease->release());  // the new tracker never heard of it; no exception
+  EXPECT_EQ(r.samples_s_size(), 3);
+}
+
+TEST(FarmFaults, DaemonsOwnTheirPort) {
+  auto first = start_tracker(0);
+  int port = first->port();
+  ASSERT_GT(port, 0) << first->log();
+  auto second = start_tracker(port);
+  for (int i = 0; i < 250 && !second->exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int status = second->stop(SIGKILL);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << second->log();
+  EXPECT_NE(second->log().find("cannot listen"), std::string::npos) << second->log();
+  auto board = start_board(port, "k");
+  int board_port = board->port();
+  ASSERT_GT(board_port, 0) << board->log();
+  auto twin = start_board(port, "k", {"--port", std::to_string(board_port)});
+  for (int i = 0; i < 250 && !twin->exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  status = twin->stop(SIGKILL);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << twin->log();
+  EXPECT_NE(twin->log().find("cannot listen"), std::string::npos) << twin->log();
+}
+
+TEST(FarmFaults, ALiveBoardsIdCannotBeTaken) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  FarmEndpoint ep{"127.0.0.1:" + std::to_string(port), kToken, {}};
+  FarmClient c(ep);
+  auto owner = start_board(port, "dup", {"--board-id", "same-id"});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards_size() == 1; }, 10000));
+  std::string owner_address = c.summary().boards(0).address();
+  auto usurper = start_board(port, "dup", {"--board-id", "same-id"});
+  EXPECT_TRUE(usurper->wait_for_log("is registered by a live board", 5000)) << usurper->log();
+  EXPECT_EQ(c.summary().boards(0).address(), owner_address);
+  // A raw registration with the (shared) token but not the owner's instance is refused too.
+  auto stub = pb::Tracker::NewStub(make_channel(ep.tracker, {}));
+  grpc::ClientContext ctx;
+  add_token(ctx, kToken);
+  pb::RegisterRequest reg;
+  reg.set_board_id("same-id");
+  reg.set_key("dup");
+  reg.set_address("127.0.0.1:1");
+  reg.set_instance("attacker");
+  pb::RegisterReply reply;
+  EXPECT_EQ(stub->Register(&ctx, reg, &reply).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  usurper->stop(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  pb::SummaryReply s = c.summary();
+  ASSERT_EQ(s.boards_size(), 1);
+  EXPECT_EQ(s.boards(0).address(), owner_address);
+  auto lease = c.lease("dup", "tester", 0, 5000);
+  EXPECT_EQ(lease->measure(request("scale"), lease->upload(read_file(TF_KERNEL_GOOD), "good.so")).error(), pb::OK);
+  // Once the owner is gone and timed out, the id is free again.
+  lease.reset();
+  owner->stop(SIGKILL);
+  auto heir = start_board(port, "dup", {"--board-id", "same-id"});
+  EXPECT_TRUE(heir->wait_for_log("registered with the tracker as same-id", 5000)) << heir->log();
+}
+
+TEST(FarmFaults, SigtermStopsAMeasurementPromptly) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  auto board = start_board(port, "term");
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards_size() == 1; }, 10000));
+  auto lease = c.lease("term", "tester", 0, 5000);
+  std::string module = lease->upload(read_file(TF_KERNEL_HANG), "hang.so");
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    kill(board->pid(), SIGTERM);
+  });
+  auto start = Clock::now();
+  try {
+    lease->measure(request("hang", 60), module);
+    ADD_FAILURE() << "a measurement of a hanging kernel succeeded";
+  } catch (const FarmError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::UNAVAILABLE) << e.what();
+    EXPECT_TRUE(e.board_lost());
+  }
+  stopper.join();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0) << "the client waited for the kernel";
+  for (int i = 0; i < 150 && !board->exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(board->exited()) << "the board did not exit within 3 s of SIGTERM";
+  for (int i = 0; i < 100 && orphaned_runners() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(orphaned_runners(), 0);
+}
+
+TEST(FarmFaults, StaleWorkDirectoriesAreRemovedAtStart) {
+  std::string root = temp_dir() + "/work-root";
+  fs::create_directories(root);
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  auto killed = start_board(port, "w", {"--work-dir", root});
+  ASSERT_GT(killed->port(), 0) << killed->log();
+  killed->stop(SIGKILL);
+  auto dirs = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(root)) n += e.path().filename().string().rfind("tunefarm-board-", 0) == 0;
+    return n;
+  };
+  ASSERT_EQ(dirs(), 1);  // what the killed board left
+  auto next = start_board(port, "w", {"--work-dir", root});
+  ASSERT_GT(next->port(), 0) << next->log();
+  EXPECT_EQ(dirs(), 1) << "the dead board's directory is still there";  // only the new board's
+  auto live = start_board(port, "w", {"--work-dir", root});
+  ASSERT_GT(live->port(), 0) << live->log();
+  EXPECT_EQ(dirs(), 2) << "a live board's directory was removed";
+}
+
+// Boards and clients with different tokens: a client cannot register a board.
+TEST(FarmSecurity, BoardsAndClientsHoldDifferentTokens) {
+  std::string board_token = temp_dir() + "/board-token";
+  std::ofstream(board_token) << "board-token-fedcba9876543210\n";
+  fs::permissions(board_token, fs::perms::owner_read | fs::perms::owner_write);
+  auto tracker = start_tracker(0, {"--board-token-file", board_token});
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto stub = pb::Tracker::NewStub(make_channel(addr, {}));
+  grpc::ClientContext ctx;
+  add_token(ctx, kToken);  // the clients' token
+  pb::RegisterRequest reg;
+  reg.set_board_id("fake");
+  reg.set_key("k");
+  reg.set_address("127.0.0.1:1");
+  pb::RegisterReply reply;
+  EXPECT_EQ(stub->Register(&ctx, reg, &reply).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // A board with the clients' token is refused; with the board token it joins, and clients
+  // (client token) use it.
+  auto impostor = start_board(port, "k");
+  EXPECT_TRUE(impostor->wait_for_log("refused to register", 5000)) << impostor->log();
+  auto board = start_board(port, "k", {"--token-file", board_token, "--client-token-file", token_file()});
+  FarmClient c({addr, kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards_size() == 1; }, 10000)) << board->log();
+  auto lease = c.lease("k", "tester", 0, 5000);
+  EXPECT_EQ(lease->measure(request("scale"), lease->upload(read_file(TF_KERNEL_GOOD), "good.so")).error(), pb::OK);
+  // The board token is no client token.
+  FarmClient as_board({addr, "board-token-fedcba9876543210", {}});
+  EXPECT_THROW(as_board.summary(), FarmError);
+}
+
+TEST(FarmSecurity, TokenFilesReadableByOthersAreWarnedAbout) {
+  std::string open_token = temp_dir() + "/open-token";
+  std::ofstream(open_token) << kToken << "\n";
+  fs::permissions(open_token, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  Daemon d({TF_TRACKER, "--port", "0", "--token-file", open_token}, temp_dir() + "/open-token.log");
+  EXPECT_TRUE(d.wait_for_log("is accessible by others (mode 0644)", 5000)) << d.log();
+  EXPECT_GT(d.port(), 0) << d.log();
+}
+
+TEST(FarmCli, MistakesExitTwoAndNameTheProblem) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  std::string tr = " --tracker 127.0.0.1:" + std::to_string(port);
+  std::string wrong = temp_dir() + "/wrong-token";
+  std::ofstream(wrong) << "wrong-token-0123456789\n";
+  fs::permissions(wrong, fs::perms::owner_read | fs::perms::owner_write);
+  auto [code, err] = run_cli("farm status" + tr + " --token-file " + wrong);
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("UNAUTHENTICATED"), std::string::npos) << err;
+  std::tie(code, err) = run_cli("farm measure" + tr + " --token-file " + token_file() + " --key nosuchkey --wait-ms 100 --no-db --module " +
+                                compiled_kernel());
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("no board with key 'nosuchkey'"), std::string::npos) << err;
+  // A directory, a truncated library, sidecars that lie.
+  std::tie(code, err) = run_cli("farm measure" + tr + " --key k --no-db --module " + temp_dir());
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("is a directory"), std::string::npos) << err;
+  std::string dir = temp_dir() + "/sidecars";
+  fs::create_directories(dir);
+  std::string lib = read_file(compiled_kernel());
+  std::string meta = read_file(compiled_kernel() + ".json");
+  auto write_kernel = [&](const std::string& name, const std::string& so, const std::string& json) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << so;
+    std::ofstream(dir + "/" + name + ".json") << json;
+    return dir + "/" + name;
+  };
+  std::string truncated = write_kernel("truncated.so", lib.substr(0, lib.size() / 3), meta);
+  std::tie(code, err) = run_cli("farm measure" + tr + " --key k --no-db --module " + truncated);
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+  std::string bigger = std::regex_replace(meta, std::regex("M=16"), "M=4096");
+  std::tie(code, err) = run_cli("farm measure" + tr + " --key k --no-db --module " + write_kernel("bigger.so", lib, bigger));
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("are not those of its workload"), std::string::npos) << err;
+  std::string typed = std::regex_replace(meta, std::regex("\"function\": \"matmul\""), "\"function\": 7");
+  std::tie(code, err) = run_cli("farm measure" + tr + " --key k --no-db --module " + write_kernel("typed.so", lib, typed));
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("\"function\" is number, not a string"), std::string::npos) << err;
+  std::string deep = "{\"args\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  std::tie(code, err) = run_cli("farm measure" + tr + " --key k --no-db --module " + write_kernel("deep.so", lib, deep));
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("nested deeper than 64"), std::string::npos) << err;
+}
+
 // Certificates for the TLS tests, made with the openssl command.
 struct Pki {
   std::string ca, server_cert, server_key, client_cert, client_key;
@@ -695,6 +1015,53 @@ Pki make_pki() {
   return {d + "/ca.pem", d + "/server.pem", d + "/server.key", d + "/client.pem", d + "/client.key"};
 }
 
+// A server certificate from the test CA for `san` (e.g. "IP:127.0.0.1"); returns {cert, key}.
+std::pair<std::string, std::string> server_cert_for(const Pki& pki, const std::string& name, const std::string& san) {
+  std::string d = fs::path(pki.ca).parent_path().string();
+  std::string script = "cd " + d + " && set -e && printf 'subjectAltName=" + san + "\\n' > " + name + ".ext && " +
+                       "openssl req -newkey rsa:2048 -nodes -keyout " + name + ".key -out " + name +
+                       ".csr -subj /CN=" + name + " 2>/dev/null && openssl x509 -req -in " + name +
+                       ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -out " + name + ".pem -days 2 -extfile " + name +
+                       ".ext 2>/dev/null";
+  EXPECT_EQ(std::system(script.c_str()), 0);
+  return {d + "/" + name + ".pem", d + "/" + name + ".key"};
+}
+
+// Regression: clients verified every server as "localhost", so a correct certificate for
+// 127.0.0.1 or tracker.example was refused and any certificate for localhost was accepted
+// for any server. Now the name is the host connected to, IP SANs included.
+TEST(FarmTls, TheNameConnectedToIsVerified) {
+  Pki pki = make_pki();
+  auto summary_ok = [&](const std::string& addr, const std::string& server_name = "") {
+    try {
+      FarmClient({addr, kToken, {"", "", pki.ca, server_name}}).summary();
+      return true;
+    } catch (const FarmError&) {
+      return false;
+    }
+  };
+  auto [ip_cert, ip_key] = server_cert_for(pki, "ip-only", "IP:127.0.0.1");
+  auto ip = start_tracker(0, {"--tls-cert", ip_cert, "--tls-key", ip_key});
+  int port = ip->port();
+  ASSERT_GT(port, 0) << ip->log();
+  EXPECT_TRUE(summary_ok("127.0.0.1:" + std::to_string(port)));
+  EXPECT_FALSE(summary_ok("localhost:" + std::to_string(port))) << "a certificate for 127.0.0.1 passed as localhost";
+
+  auto [dns_cert, dns_key] = server_cert_for(pki, "tracker-example", "DNS:tracker.example");
+  auto dns = start_tracker(0, {"--tls-cert", dns_cert, "--tls-key", dns_key});
+  port = dns->port();
+  ASSERT_GT(port, 0) << dns->log();
+  EXPECT_FALSE(summary_ok("127.0.0.1:" + std::to_string(port))) << "a certificate for tracker.example passed as 127.0.0.1";
+  EXPECT_TRUE(summary_ok("127.0.0.1:" + std::to_string(port), "tracker.example")) << "the explicit override failed";
+
+  auto [lh_cert, lh_key] = server_cert_for(pki, "localhost-only", "DNS:localhost");
+  auto lh = start_tracker(0, {"--tls-cert", lh_cert, "--tls-key", lh_key});
+  port = lh->port();
+  ASSERT_GT(port, 0) << lh->log();
+  EXPECT_FALSE(summary_ok("127.0.0.1:" + std::to_string(port))) << "a localhost certificate passed for 127.0.0.1";
+  EXPECT_TRUE(summary_ok("localhost:" + std::to_string(port)));
+}
+
 TEST(FarmTls, ServerTlsAndMutualTls) {
   Pki pki = make_pki();
   auto tracker = start_tracker(0, {"--tls-cert", pki.server_cert, "--tls-key", pki.server_key});
@@ -702,17 +1069,17 @@ TEST(FarmTls, ServerTlsAndMutualTls) {
   ASSERT_GT(port, 0) << tracker->log();
   std::string addr = "127.0.0.1:" + std::to_string(port);
   EXPECT_THROW(FarmClient({addr, kToken, {}}).summary(), FarmError);  // plain text to a TLS server
-  EXPECT_NO_THROW(FarmClient({addr, kToken, {"", "", pki.ca}}).summary());
+  EXPECT_NO_THROW(FarmClient({addr, kToken, {"", "", pki.ca, ""}}).summary());
 
   auto mutual = start_tracker(0, {"--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--tls-ca", pki.ca});
   int mport = mutual->port();
   ASSERT_GT(mport, 0) << mutual->log();
   std::string maddr = "127.0.0.1:" + std::to_string(mport);
-  EXPECT_THROW(FarmClient({maddr, kToken, {"", "", pki.ca}}).summary(), FarmError);  // no client certificate
-  EXPECT_NO_THROW(FarmClient({maddr, kToken, {pki.client_cert, pki.client_key, pki.ca}}).summary());
+  EXPECT_THROW(FarmClient({maddr, kToken, {"", "", pki.ca, ""}}).summary(), FarmError);  // no client certificate
+  EXPECT_NO_THROW(FarmClient({maddr, kToken, {pki.client_cert, pki.client_key, pki.ca, ""}}).summary());
   // A board joins the mutual-TLS tracker with its own certificate and serves TLS itself.
   auto board = start_board(mport, "tls", {"--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--tls-ca", pki.ca});
-  FarmClient c({maddr, kToken, {pki.client_cert, pki.client_key, pki.ca}});
+  FarmClient c({maddr, kToken, {pki.client_cert, pki.client_key, pki.ca, ""}});
   ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards_size() == 1; }, 10000)) << board->log();
   auto lease = c.lease("tls", "tester", 0, 5000);
   pb::MeasureReply r = lease->measure(request("scale"), lease->upload(read_file(TF_KERNEL_GOOD), "good.so"));
