@@ -177,14 +177,16 @@ class QueryCli(unittest.TestCase):
             f.write(json.dumps(good) + "\n")
             f.write("[" * 300000 + "]" * 300000 + "\n")
             f.write('{"v": 1, "config": ' + "{\"a\":" * 100000 + "1" + "}" * 100000 + "}\n")
+            f.write('{"v": 1, "flops": 2E2222}\n')  # found by fuzz_jsonl: valid JSON, no double holds it
             for r in bad.values():
                 f.write(json.dumps(r) + "\n")
             f.write(json.dumps(record(48, X86, 9, 2e-4)) + "\n")
         p = self.run_tf("query", "import", "--db", self.db, path, "--json", expect=1)
         self.assertEqual(json.loads(p.stdout)["added"], 2)
-        self.assertEqual(json.loads(p.stdout)["rejected"], 2 + len(bad))
+        self.assertEqual(json.loads(p.stdout)["rejected"], 3 + len(bad))
         self.assertIn("line 2: JSON nested deeper than 64 levels", p.stderr)
         self.assertIn("line 3: JSON nested deeper than 64 levels", p.stderr)
+        self.assertIn("line 4: JSON number out of range", p.stderr)
         for field in bad:
             self.assertIn(field, p.stderr)
         self.assertIn("measured_at 1e+19 is not in", p.stderr)

@@ -68,7 +68,7 @@ Sidecar read_sidecar(const std::string& module) {
     meta = parse_json_bounded(text);
   } catch (const json::parse_error& e) {
     throw UserError("kernel description " + path + " is not valid JSON: " + e.what());
-  } catch (const JsonTooDeep& e) {
+  } catch (const JsonRefused& e) {
     throw UserError("kernel description " + path + ": " + e.what());
   }
   auto bad = [&](const std::string& why) {

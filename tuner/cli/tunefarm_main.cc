@@ -51,7 +51,7 @@ json parse_config_arg(const std::string& arg) {
     return parse_json_bounded(text);
   } catch (const json::parse_error& e) {
     throw UserError(str("--config ", arg, ": not valid JSON (", e.what(), ")"));
-  } catch (const JsonTooDeep& e) {
+  } catch (const JsonRefused& e) {
     throw UserError(str("--config ", arg, ": ", e.what()));
   }
 }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz, clang-19 with ASan and UBSan) into build-fuzz/
+# and runs each for FUZZ_SECONDS (default 30) from the committed corpus in tests/fuzz/corpus.
+# New inputs the fuzzer finds go to build-fuzz/corpus/, not into the repository; a crash
+# stops the run with libFuzzer's report and the input that caused it (build-fuzz/crash-*).
+# To keep an input as a regression case, copy it into tests/fuzz/corpus/<target>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+SECONDS_EACH=${FUZZ_SECONDS:-30}
+CC=clang-19 CXX=clang++-19 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUNEFARM_FUZZ=ON >/dev/null
+ninja -C build-fuzz -j"${JOBS:-2}"
+for t in workload config jsonl; do
+  mkdir -p "build-fuzz/corpus/$t"
+  echo "fuzz_$t: ${SECONDS_EACH} s"
+  # -rss_limit_mb bounds a single input's memory; -timeout flags an input that hangs.
+  status=0
+  (cd build-fuzz && ./tests/fuzz/fuzz_$t -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
+     -max_len=4096 -print_final_stats=1 "corpus/$t" "../tests/fuzz/corpus/$t" > "fuzz_$t.log" 2>&1) || status=$?
+  tail -n 8 "build-fuzz/fuzz_$t.log"
+  if [ "$status" -ne 0 ]; then
+    grep -m1 -A30 "ERROR\|==ERROR\|deadly signal\|runtime error" "build-fuzz/fuzz_$t.log" || true
+    echo "fuzz_$t failed (exit $status); see build-fuzz/fuzz_$t.log"
+    exit 1
+  fi
+done
+echo "fuzz: all targets ran clean"
