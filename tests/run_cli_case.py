@@ -58,7 +58,7 @@ def main():
         if exit_want != 0 and os.path.exists(out):
             sys.exit("FAIL: a rejected request left a file at OUT")
         if use_filecheck:
-            text = p.stdout + p.stderr + (open(out, encoding="utf-8").read() if os.path.exists(out) else "")
+            text = p.stdout + p.stderr + (open(out, encoding="utf-8", errors="replace").read() if os.path.exists(out) else "")
             fc = subprocess.run([filecheck, case], input=text, text=True)
             if fc.returncode != 0:
                 sys.exit("FAIL: FileCheck")

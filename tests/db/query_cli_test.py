@@ -140,6 +140,31 @@ class QueryCli(unittest.TestCase):
         p = self.run_tf("run", "-w", "matmul(M=2,N=2,K=2)", "--db", os.path.join(self.tmp.name, "no/dir/t.db"), expect=1)
         self.assertIn("does not exist", p.stderr)
 
+    def test_failures_leave_no_temporaries(self):
+        """A link that fails leaves no .tmp files next to the output; `run` sweeps the build
+        folders of runs that died."""
+        out = os.path.join(self.tmp.name, "k.so")
+        env = dict(os.environ, TUNEFARM_LLD="/bin/false")
+        p = subprocess.run([TUNEFARM, "compile", "-w", "matmul(M=8,N=8,K=8)", "--no-db", "-o", out],
+                           capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("linking failed", p.stderr)
+        self.assertEqual(sorted(os.listdir(self.tmp.name)), ["records.jsonl", "tuning.db"] +
+                         [f for f in os.listdir(self.tmp.name) if f.startswith("tuning.db-")])
+        stale = os.path.join(tempfile.gettempdir(), "tunefarm-run-999999999")
+        os.makedirs(stale, exist_ok=True)
+        self.run_tf("run", "-w", "matmul(M=4,N=4,K=4)", "--no-db", "--repeat", "1", "--min-repeat-ms", "0")
+        self.assertFalse(os.path.exists(stale), "a dead run's folder was left")
+
+    def test_cross_library_errors_name_the_right_package(self):
+        if os.path.exists("/usr/arm-linux-gnueabihf/lib/libgomp.so.1"):
+            self.skipTest("the armhf cross libgomp is installed here")
+        out = os.path.join(self.tmp.name, "k.so")
+        p = self.run_tf("compile", "-w", "matmul(M=64,N=64,K=64)", "--no-db", "-t",
+                        "llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a72", "-o", out, expect=1)
+        self.assertIn("/usr/lib/arm-linux-gnueabihf", p.stderr)
+        self.assertIn("install libgomp1-armhf-cross", p.stderr)
+
     def test_compile_uses_tuned_config(self):
         so = os.path.join(self.tmp.name, "k.so")
         p = self.run_tf("compile", "-w", "matmul(M=64,N=64,K=64)", "-t", X86, "--db", self.db, "-o", so)
