@@ -1,6 +1,8 @@
 #include "db/jsonl.h"
 
+#include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "db/json_limits.h"
 
@@ -14,10 +16,26 @@ constexpr size_t kImportBatch = 1000;
 template <typename T>
 T field(const json& j, const char* name) {
   if (!j.contains(name)) throw std::invalid_argument(std::string("missing field '") + name + "'");
-  try {
-    return j.at(name).get<T>();
-  } catch (const json::exception&) {
-    throw std::invalid_argument(std::string("field '") + name + "' has the wrong type: " + j.at(name).dump());
+  const json& v = j.at(name);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // nlohmann converts a float (5e116) or a large unsigned to an integer with a plain cast,
+    // which is undefined behaviour out of range (found by fuzz_jsonl): integers only, in range.
+    bool in_range = v.is_number_integer() &&
+                    (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                                            : v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                                  v.get<int64_t>() <= std::numeric_limits<T>::max());
+    if (!in_range) {
+      throw std::invalid_argument(std::string("field '") + name + "' is not an integer in [" +
+                                  std::to_string(std::numeric_limits<T>::min()) + ", " +
+                                  std::to_string(std::numeric_limits<T>::max()) + "]: " + v.dump());
+    }
+    return static_cast<T>(v.get<int64_t>());
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const json::exception&) {
+      throw std::invalid_argument(std::string("field '") + name + "' has the wrong type: " + v.dump());
+    }
   }
 }
 

@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 BUILD_DIR=build-asan bash scripts/build.sh -DTUNEFARM_SANITIZE=ON
 cd build-asan
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest -j"${JOBS:-2}" --output-on-failure --timeout 900
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$PWD/../tests/lsan.supp ctest -j"${JOBS:-2}" --output-on-failure --timeout 900

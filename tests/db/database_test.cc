@@ -260,7 +260,7 @@ TEST(Jsonl, MalformedLinesAreRejectedWithTheirNumber) {
   ASSERT_EQ(r.errors.size(), 5u);
   EXPECT_NE(r.errors[0].find("line 2: not valid JSON"), std::string::npos) << r.errors[0];
   EXPECT_NE(r.errors[1].find("line 3: missing field 'config'"), std::string::npos) << r.errors[1];
-  EXPECT_NE(r.errors[2].find("line 5: field 'flops' has the wrong type"), std::string::npos) << r.errors[2];
+  EXPECT_NE(r.errors[2].find("line 5: field 'flops' is not an integer in"), std::string::npos) << r.errors[2];
   EXPECT_NE(r.errors[3].find("line 6: format version 7"), std::string::npos) << r.errors[3];
   EXPECT_NE(r.errors[4].find("line 7: unknown error_code 'meh'"), std::string::npos) << r.errors[4];
   EXPECT_EQ(db->stats().records, 2);

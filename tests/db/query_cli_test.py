@@ -194,7 +194,10 @@ class QueryCli(unittest.TestCase):
             "params.M": dict(record(48, X86, 4, 1e-4), params={"M": -3, "N": 64, "K": 64}),
             "compile_s": dict(record(48, X86, 5, 1e-4), compile_s=1e300),
             "sample": dict(record(48, X86, 6, 1e-4), samples_s=[1e-4, 1e12]),
-            "wrong type": dict(record(48, X86, 7, 1e-4), flops="many"),
+            "wrong type": dict(record(48, X86, 7, 1e-4), error_msg=5),
+            "'flops' is not an integer": dict(record(48, X86, 10, 1e-4), flops=5.2e116),  # found by fuzz_jsonl
+            "'number' is not an integer": dict(record(48, X86, 11, 1e-4),
+                                               settings=dict(good["settings"], number=2 ** 40)),
             "workload has": dict(record(48, X86, 8, 1e-4), workload="w" * 5000),
         }
         path = os.path.join(self.tmp.name, "hostile.jsonl")
