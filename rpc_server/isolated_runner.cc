@@ -102,11 +102,12 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
   while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
   }
   kill(-pid, SIGKILL);
+  // Still a zombie, so nobody can have been given its pid yet: forget it before reaping.
+  if (on_start) on_start(0);
   int status = 0;
   rusage usage{};
   while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
   }
-  if (on_start) on_start(0);
 
   if (timed_out) {
     return failure(pb::TIMEOUT, "still running after the time limit of " + std::to_string(timeout_s) + " s; killed");
