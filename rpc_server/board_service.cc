@@ -130,7 +130,8 @@ grpc::Status BoardService::verify(const std::string& lease_token, bool use) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::Status s = tracker_->VerifyLease(&ctx, req, &reply);
   if (!s.ok()) {
-    return {grpc::StatusCode::UNAVAILABLE, "cannot verify the lease with the tracker: " + s.error_message()};
+    // Not UNAVAILABLE: this board answers, so its clients must not take it for a lost board.
+    return {grpc::StatusCode::FAILED_PRECONDITION, "cannot verify the lease with the tracker: " + s.error_message()};
   }
   if (!reply.valid()) {
     return {grpc::StatusCode::PERMISSION_DENIED, "the lease is not valid for this board (expired, released, or another board's)"};

@@ -14,6 +14,8 @@ const char* code_name(grpc::StatusCode c) {
     case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
     case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
     case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
     case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
     case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
     case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";

@@ -793,6 +793,14 @@ TEST(FarmFaults, AResultStandsWhenTheLeaseCannotBeReleased) {
   pb::MeasureReply r = lease->measure(request("scale"), lease->upload(read_file(TF_KERNEL_GOOD), "good.so"));
   EXPECT_EQ(r.error(), pb::OK);
   tracker->stop(SIGKILL);
+  // With no tracker the board cannot verify the lease: it refuses, and says it is alive.
+  try {
+    lease->upload(read_file(TF_KERNEL_GOOD), "good.so");
+    ADD_FAILURE() << "an upload without a tracker to verify the lease was accepted";
+  } catch (const FarmError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::FAILED_PRECONDITION) << e.what();
+    EXPECT_FALSE(e.board_lost()) << e.what();
+  }
   auto again = start_tracker(port);
   ASSERT_EQ(again->port(), port) << again->log();
   EXPECT_FALSE(lease->release());  // the new tracker never heard of it; no exception
