@@ -89,6 +89,7 @@ grpc::ServerUnaryReactor* TrackerService::Register(grpc::CallbackServerContext* 
       end_lease_locked(b.lease_token);
     }
     b.instance = req->instance();
+    seen_keys_.insert(req->key());
     b.key = req->key();
     b.target = req->target();
     b.address = req->address();
@@ -128,6 +129,15 @@ grpc::ServerUnaryReactor* TrackerService::RequestLease(grpc::CallbackServerConte
   std::vector<Finish> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!req->wait_for_boards() && !seen_keys_.count(req->key())) {
+      // Most likely a typo: say so now rather than after the whole wait.
+      std::string keys;
+      for (const std::string& k : seen_keys_) keys += (keys.empty() ? "" : ", ") + k;
+      reactor->Finish({grpc::StatusCode::NOT_FOUND,
+                       "no board with key '" + req->key() + "' has registered with this tracker (keys: " +
+                           (keys.empty() ? "none yet" : keys) + "); ask with wait_for_boards to wait for one"});
+      return reactor;
+    }
     uint64_t id = next_waiter_++;
     reactor->set_id(id);
     waiters_[id] = Waiter{reactor, reply, req->key(), req->user(), lease_ms(req->lease_ms()),

@@ -103,6 +103,7 @@ class TrackerService final : public tunefarm::v1::Tracker::CallbackService {
   std::map<std::string, Lease> leases_;     // by token
   std::map<std::string, LeaseQueue> queues_;  // by key
   std::map<uint64_t, Waiter> waiters_;      // by request id
+  std::set<std::string> seen_keys_;         // every key a board registered since start
   uint64_t next_waiter_ = 1;
   bool stopping_ = false;
   std::condition_variable wake_;

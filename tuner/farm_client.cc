@@ -50,13 +50,14 @@ pb::SummaryReply FarmClient::summary() {
 }
 
 std::unique_ptr<LeasedBoard> FarmClient::lease(const std::string& key, const std::string& user, int priority,
-                                               int64_t wait_ms, int64_t lease_ms) {
+                                               int64_t wait_ms, int64_t lease_ms, bool wait_for_boards) {
   pb::LeaseRequest req;
   req.set_key(key);
   req.set_user(user);
   req.set_priority(priority);
   req.set_wait_timeout_ms(wait_ms);
   req.set_lease_ms(lease_ms);
+  req.set_wait_for_boards(wait_for_boards);
   pb::LeaseReply reply;
   // Our own deadline is the tracker's wait plus slack, so a dead tracker cannot hang us.
   auto ctx = context(farm_.token, static_cast<double>(wait_ms) / 1000 + 10);

@@ -89,9 +89,10 @@ class FarmClient {
   explicit FarmClient(FarmEndpoint farm);
   tunefarm::v1::SummaryReply summary();
   // Waits at most `wait_ms` for a board of `key`. Throws FarmError (DEADLINE_EXCEEDED when
-  // none became free in time).
+  // none became free in time; NOT_FOUND at once for a key no board has registered, unless
+  // `wait_for_boards`).
   std::unique_ptr<LeasedBoard> lease(const std::string& key, const std::string& user, int priority, int64_t wait_ms,
-                                     int64_t lease_ms = 0);
+                                     int64_t lease_ms = 0, bool wait_for_boards = false);
 
  private:
   FarmEndpoint farm_;

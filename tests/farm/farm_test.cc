@@ -291,13 +291,36 @@ TEST_F(Farm, NothingFreeTimesOutCleanly) {
   double s = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_GE(s, 0.25);
   EXPECT_LT(s, 3.0);
+  // A key no board has registered (a typo) fails at once, not after the wait ...
+  start = Clock::now();
   try {
-    c.lease("no-such-key", "other", 0, 100);
+    c.lease("no-such-key", "other", 0, 60000);
     FAIL();
   } catch (const FarmError& e) {
     EXPECT_EQ(e.code(), grpc::StatusCode::NOT_FOUND) << e.what();
-    EXPECT_NE(std::string(e.what()).find("no board with key 'no-such-key'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no board with key 'no-such-key' has registered"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("keys: cpu, solo"), std::string::npos) << e.what();
   }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+  // ... unless the caller waits for boards to appear: then the wait runs out.
+  try {
+    c.lease("no-such-key", "other", 0, 100, 0, /*wait_for_boards=*/true);
+    FAIL();
+  } catch (const FarmError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::NOT_FOUND) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no free board within the wait timeout"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Farm, WaitingForBoardsOfANewKey) {
+  FarmClient c(endpoint());
+  std::unique_ptr<LeasedBoard> lease;
+  std::thread waiter([&] { lease = c.lease("late", "patient", 0, 10000, 0, /*wait_for_boards=*/true); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto late = start_board(port_, "late");
+  waiter.join();
+  ASSERT_TRUE(lease);
+  EXPECT_EQ(lease->measure(request("scale"), lease->upload(read_file(TF_KERNEL_GOOD), "good.so")).error(), pb::OK);
 }
 
 TEST_F(Farm, CancelledRequestLeavesTheQueueAtOnce) {

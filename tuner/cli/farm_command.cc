@@ -254,7 +254,7 @@ int farm_measure(const FarmArgs& a) {
   // the key is tried, up to --retries times.
   Outcome o;
   for (int attempt = 0;; ++attempt) {
-    std::unique_ptr<farm::LeasedBoard> board = client.lease(a.key, user, a.priority, a.wait_ms);
+    std::unique_ptr<farm::LeasedBoard> board = client.lease(a.key, user, a.priority, a.wait_ms, 0, a.wait_for_boards);
     o = Outcome{};
     o.board_id = board->lease().board_id();
     o.cpu = board->lease().device().cpu_model();
@@ -342,6 +342,8 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
   m->add_option("--timeout-s", a.timeout_s, "time limit on the board (0: the board's default)")->capture_default_str();
   m->add_option("--seed", a.seed, "seed of the inputs")->capture_default_str();
   m->add_option("--wait-ms", a.wait_ms, "how long to wait for a free board")->capture_default_str();
+  m->add_flag("--wait-for-boards", a.wait_for_boards, "wait even for a key no board has registered yet (default: "
+                                                      "such a key fails at once)");
   m->add_option("--retries", a.retries, "other boards to try when a board does not answer (each is recorded as "
                                         "board_lost)")->capture_default_str()->check(CLI::Range(0, 100));
   m->add_option("--priority", a.priority, "lease priority (higher first)")->capture_default_str();

@@ -16,7 +16,7 @@ struct FarmArgs {
   double min_repeat_ms = 50, cooldown_ms = 0, timeout_s = 0;
   uint64_t seed = 1;
   int64_t wait_ms = 60000;
-  bool flush = false, check = true, json = false, no_db = false;
+  bool flush = false, check = true, json = false, no_db = false, wait_for_boards = false;
 };
 
 void add_farm_command(CLI::App& app, FarmArgs& args);
