@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "proto/measure_limits.h"
 #include "proto/security.h"
 #include "rpc_server/isolated_runner.h"
 #include "rpc_server/kernel_library.h"
@@ -241,7 +242,7 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
     return invalid("kernels take 1 to 5 arguments, not " + std::to_string(in.args_size()));
   }
   pb::MeasureRequest req = in;
-  if (req.timeout_s() == 0) req.set_timeout_s(options_.default_timeout_s);
+  req.set_timeout_s(effective_timeout_s(req, options_.default_timeout_s, options_.max_timeout_s));
   if (req.memory_limit_bytes() == 0) req.set_memory_limit_bytes(options_.default_memory_limit);
   // Written as !(in range), so NaN is refused too.
   if (!(req.timeout_s() > 0 && req.timeout_s() <= options_.max_timeout_s)) {

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "proto/measure_limits.h"
+
 namespace tf::farm {
 namespace {
 
@@ -129,7 +131,7 @@ pb::MeasureReply LeasedBoard::measure(pb::MeasureRequest req, const std::string&
   req.set_lease_token(lease_.lease_token());
   req.set_module_id(module_id);
   pb::MeasureReply reply;
-  double limit = req.timeout_s() > 0 ? req.timeout_s() : info().default_timeout_s();
+  double limit = effective_timeout_s(req, info().default_timeout_s(), info().max_timeout_s());
   // The lease must outlive the measurement: renew it to cover the whole time limit.
   renew(static_cast<int64_t>((limit + farm_.transfer_slack_s + 60) * 1000));
   auto ctx = context(farm_.token, limit + farm_.transfer_slack_s);

@@ -804,6 +804,37 @@ TEST(FarmFaults, AFrozenBoardCostsItsLimitsNotMinutes) {
   kill(board->pid(), SIGCONT);
 }
 
+// A request that sets no time limit gets one that covers what it asks for, not just the
+// board's default (0.2 s here, while a warm-up and 3 samples of 400 ms take 1.2 s or more).
+TEST(FarmFaults, TheDefaultTimeLimitCoversWhatWasAsked) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  auto board = start_board(port, "limits", {"--timeout-s", "0.2"});
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return s.boards_size() == 1; }, 10000));
+  auto lease = c.lease("limits", "tester", 0, 5000);
+  std::string module = lease->upload(read_file(compiled_kernel()), "mm.so");  // matmul 16^3: ~0.1 us a call
+  pb::MeasureRequest r;
+  r.set_function("matmul");
+  for (bool out : {false, false, true}) {
+    pb::ArgSpec* a = r.add_args();
+    a->add_shape(16);
+    a->add_shape(16);
+    a->set_is_output(out);
+  }
+  r.set_number(1);
+  r.set_repeat(3);
+  r.set_min_repeat_ms(400);
+  pb::MeasureReply reply = lease->measure(r, module);
+  EXPECT_EQ(reply.error(), pb::OK) << reply.error_msg();
+  EXPECT_EQ(reply.samples_s_size(), 3);
+  // An explicit limit is kept as given.
+  r.set_timeout_s(0.5);
+  reply = lease->measure(r, module);
+  EXPECT_EQ(reply.error(), pb::TIMEOUT) << reply.error_msg();
+}
+
 TEST(FarmFaults, AResultStandsWhenTheLeaseCannotBeReleased) {
   auto tracker = start_tracker(0);
   int port = tracker->port();
