@@ -67,8 +67,10 @@ std::string package_for(const Target& t, const std::string& base) {
          "-cross";
 }
 
-// A system library of the target's architecture, e.g. libgomp.so.1 for aarch64.
-std::string find_target_library(const Target& t, const std::string& file, const std::string& package_hint) {
+// A system library of the target's architecture, e.g. libgomp.so.1 for aarch64; when it is
+// missing, the error names the Debian package that holds it (`package`, for the host's
+// architecture).
+std::string find_target_library(const Target& t, const std::string& file, const std::string& package) {
   std::string multiarch = t.multiarch();
   for (const std::string& dir : {"/usr/lib/" + multiarch, "/lib/" + multiarch, "/usr/" + multiarch + "/lib"}) {
     fs::path p = fs::path(dir) / file;
@@ -76,7 +78,7 @@ std::string find_target_library(const Target& t, const std::string& file, const 
   }
   throw std::runtime_error(str(file, " for ", t.arch_name(), " was not found in /usr/lib/", multiarch,
                                ", /lib/", multiarch, " or /usr/", multiarch, "/lib (install ",
-                               package_hint, ")"));
+                               package_for(t, package), ")"));
 }
 
 }  // namespace
@@ -89,9 +91,9 @@ void link_shared_library(const std::string& object_path, const std::string& out_
     // libgomp's pool threads outlive every parallel region; if a host dlclose()d the kernel,
     // libgomp would be unmapped under them. A kernel that uses the pool stays loaded.
     argv.insert(argv.begin() + 1, {"-z", "nodelete"});
-    argv.push_back(find_target_library(target, "libgomp.so.1", package_for(target, "libgomp1")));
+    argv.push_back(find_target_library(target, "libgomp.so.1", "libgomp1"));
   }
-  if (libm) argv.push_back(find_target_library(target, "libm.so.6", package_for(target, "libc6")));
+  if (libm) argv.push_back(find_target_library(target, "libm.so.6", "libc6"));
   CommandResult r = run_command(argv);
   if (r.exit_code != 0) {
     std::ostringstream cmd;

@@ -22,19 +22,25 @@ Listening listen(const std::string& host, int port, const TlsFiles& tls, const s
   return l;
 }
 
-void block_termination_signals() {
+namespace {
+
+sigset_t termination_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  return set;
+}
+
+}  // namespace
+
+void block_termination_signals() {
+  sigset_t set = termination_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
 void wait_for_termination_signal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
+  sigset_t set = termination_signals();
   int sig = 0;
   sigwait(&set, &sig);
 }

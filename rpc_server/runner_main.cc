@@ -4,10 +4,10 @@
 //
 // The rpc_server starts one per measurement, in a process group of its own. The runner first
 // ties its life to the server's (it is killed when the server dies, and its CPU time is
-// capped from timeout_s, so a hanging kernel never outlives a crashed board), limits its own
-// address space (memory_limit_bytes) and core dumps, checks the library is a complete ELF
-// shared object for this machine, enters the sandbox (rpc_server/sandbox.h), then loads the
-// library; whatever the kernel does to this process — crash, hang, exhaust memory — the
+// capped from timeout_s, so a hanging kernel never outlives a crashed board), checks the
+// library is a complete ELF shared object for this machine, limits its own address space
+// (memory_limit_bytes) and core dumps, enters the sandbox (rpc_server/sandbox.h), then loads
+// the library; whatever the kernel does to this process — crash, hang, exhaust memory — the
 // server survives and classifies it (see isolated_runner.h). Exit status 0 whenever a reply
 // was written.
 #include <signal.h>
@@ -67,6 +67,15 @@ int main(int argc, char** argv) {
   std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   pb::MeasureRequest req;
   if (!req.ParseFromString(input)) return fail(pb::RUNTIME_ERROR, "runner: unreadable request");
+  // Before the address-space limit: reading the library must not count against the kernel's
+  // memory (a large library under a small limit would read as a crash).
+  {
+    std::ifstream f(argv[1], std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (std::string why = tf::check_kernel_library(data); !why.empty()) {
+      return fail(pb::LOAD_ERROR, std::string("kernel library ") + argv[1] + " is " + why);
+    }
+  }
 
   rlimit core{0, 0};
   setrlimit(RLIMIT_CORE, &core);
@@ -81,13 +90,6 @@ int main(int argc, char** argv) {
     setrlimit(RLIMIT_AS, &as);
   }
 
-  {
-    std::ifstream f(argv[1], std::ios::binary);
-    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (std::string why = tf::check_kernel_library(data); !why.empty()) {
-      return fail(pb::LOAD_ERROR, std::string("kernel library ") + argv[1] + " is " + why);
-    }
-  }
   if (std::string err = tf::farm::enter_sandbox(argv[1]); !err.empty()) {
     return fail(pb::RUNTIME_ERROR, "runner: cannot enter the sandbox: " + err);
   }

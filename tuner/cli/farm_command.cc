@@ -55,6 +55,7 @@ std::string read_file(const std::string& path, const char* what) {
 // buffers the board filled.
 struct Sidecar {
   Workload workload;
+  OpGraph graph;  // of `workload`: shapes, FLOPs, the reference
   std::string function, target, template_name;
   json args, config;
   double flops = 0;
@@ -95,13 +96,14 @@ Sidecar read_sidecar(const std::string& module) {
   if (s.template_name.empty()) s.template_name = "unknown";
   if (!meta.contains("args") || !meta["args"].is_array()) throw bad("\"args\" is missing or not an array");
   s.args = meta["args"];
-  json expected = describe_args(build_op(s.workload));
+  s.graph = build_op(s.workload);
+  json expected = describe_args(s.graph);
   if (s.args != expected) {
     throw bad("its args " + s.args.dump() + " are not those of its workload " + s.workload.canonical() + ": " +
               expected.dump());
   }
   if (meta.contains("flops") && !meta["flops"].is_number()) throw bad("\"flops\" is not a number");
-  s.flops = static_cast<double>(build_op(s.workload).flops);
+  s.flops = static_cast<double>(s.graph.flops);
   s.config = meta.contains("config") && meta["config"].is_object() ? meta["config"] : json::object();
   return s;
 }
@@ -152,7 +154,7 @@ int farm_status(const FarmArgs& a) {
 
 // Compares the board's outputs with the reference computed here on the same seeded inputs.
 // `args` were checked against the workload (read_sidecar), so the buffers match its shapes.
-std::string check_outputs(const Workload& w, const json& args, const pb::MeasureReply& reply, uint64_t seed,
+std::string check_outputs(const OpGraph& g, const json& args, const pb::MeasureReply& reply, uint64_t seed,
                           double* max_err) {
   std::vector<std::vector<float>> inputs;
   std::vector<const float*> ptrs;
@@ -172,7 +174,7 @@ std::string check_outputs(const Workload& w, const json& args, const pb::Measure
     return "unchecked";
   }
   const float* got = reinterpret_cast<const float*>(reply.outputs(0).values().data());
-  OutputCheck c = check_against_reference(build_op(w), ptrs, got);
+  OutputCheck c = check_against_reference(g, ptrs, got);
   *max_err = c.max_abs_error;
   return c.ok() ? "ok" : "wrong";
 }
@@ -283,7 +285,7 @@ int farm_measure(const FarmArgs& a) {
 
   o.code = error_name(o.reply.error());
   o.error_msg = o.reply.error_msg();
-  if (o.reply.error() == pb::OK && a.check) o.correctness = check_outputs(side.workload, side.args, o.reply, a.seed, &o.max_err);
+  if (o.reply.error() == pb::OK && a.check) o.correctness = check_outputs(side.graph, side.args, o.reply, a.seed, &o.max_err);
   if (o.correctness == "wrong") o.code = "wrong_answer";
   std::vector<double> samples(o.reply.samples_s().begin(), o.reply.samples_s().end());
   std::vector<double> sorted = samples;

@@ -52,7 +52,7 @@ std::string fmt(const char* f, double v) {
 // UTC date and time of Unix seconds `t`; "?" for times no calendar shows (the database
 // refuses them, but an old or hand-edited file may hold any number).
 std::string when(double t) {
-  if (!std::isfinite(t) || t < 0 || t > 253402300799.0) return "?";
+  if (!std::isfinite(t) || t < 0 || t > db::kMaxTimestamp) return "?";
   std::time_t s = static_cast<std::time_t>(t);
   std::tm tm{};
   if (!gmtime_r(&s, &tm)) return "?";
