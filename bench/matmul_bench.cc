@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "compiler/driver.h"
-#include "rpc_server/kernel_library.h"
+#include "proto/kernel_library.h"
 
 namespace {
 

@@ -71,7 +71,7 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
       {"function", k.name},
       {"args", describe_args(k.graph)},
       {"flops", k.graph.flops},
-      {"template", template_name(k.graph.workload.op)},
+      {"template", template_name(k.graph.workload.op, k.target)},
       {"config", k.config},
       {"config_source", k.config_source},
       {"tuned_from", k.tuned_from},

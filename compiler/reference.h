@@ -28,4 +28,8 @@ struct OutputCheck {
 // [-1, 1] (the range fill_random produces).
 OutputCheck check_against_reference(const OpGraph& g, const std::vector<const float*>& inputs, const float* output);
 
+// The same comparison with a reference output computed earlier (reference_compute of g's
+// workload on the same inputs), for checking many candidates of one workload.
+OutputCheck compare_with_reference(const OpGraph& g, const float* reference, const float* output);
+
 }  // namespace tf

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 
 #include "compiler/error.h"
 
@@ -22,39 +23,44 @@ struct KnobDef {
   const char* help;
   int64_t max = 0;                   // Int: values from 1 to max
   std::vector<std::string> choices;  // Choice
+  KnobKind kind = KnobKind::Annotate;
 };
+
+constexpr KnobKind kSplit = KnobKind::Split;
+constexpr KnobKind kReorder = KnobKind::Reorder;
 
 bool is_dense(const std::string& op) { return op == "matmul" || op == "batch_matmul"; }
 
 const std::vector<KnobDef>& knob_defs(const std::string& op) {
   static const std::vector<KnobDef> dense = {
-      {"tile_m", KnobType::Int, "rows of C per register tile (unrolled)", 64, {}},
-      {"tile_n", KnobType::Int, "columns of C per register tile (vectorized)", 256, {}},
-      {"unroll_k", KnobType::Int, "unroll factor of the reduction loop", 64, {}},
+      {"tile_m", KnobType::Int, "rows of C per register tile (unrolled)", 64, {}, kSplit},
+      {"tile_n", KnobType::Int, "columns of C per register tile (vectorized)", 256, {}, kSplit},
+      {"unroll_k", KnobType::Int, "unroll factor of the reduction loop", 64, {}, kSplit},
       {"pack_b", KnobType::Bool, "copy B into [N/tile_n][K][tile_n] panels first", 0, {}},
-      {"order", KnobType::Choice, "outer tile loop order: mn (rows outer) or nm (columns outer)", 0, {"mn", "nm"}},
+      {"order", KnobType::Choice, "outer tile loop order: mn (rows outer) or nm (columns outer)", 0, {"mn", "nm"},
+       kReorder},
       {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
       {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
       {"parallel", KnobType::Bool, "run the outermost tile loop on all threads", 0, {}},
   };
   static const std::vector<KnobDef> conv_nchw = {
-      {"tile_k", KnobType::Int, "output channels per register tile (unrolled)", 64, {}},
-      {"tile_w", KnobType::Int, "output columns per register tile (vectorized)", 256, {}},
+      {"tile_k", KnobType::Int, "output channels per register tile (unrolled)", 64, {}, kSplit},
+      {"tile_w", KnobType::Int, "output columns per register tile (vectorized)", 256, {}, kSplit},
       {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
       {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
       {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
       {"parallel", KnobType::Bool, "run the outermost loop on all threads", 0, {}},
   };
   static const std::vector<KnobDef> conv_nhwc = {
-      {"tile_k", KnobType::Int, "output channels per register tile (vectorized)", 256, {}},
-      {"tile_w", KnobType::Int, "output columns per register tile (unrolled)", 64, {}},
+      {"tile_k", KnobType::Int, "output channels per register tile (vectorized)", 256, {}, kSplit},
+      {"tile_w", KnobType::Int, "output columns per register tile (unrolled)", 64, {}, kSplit},
       {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
       {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
       {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
       {"parallel", KnobType::Bool, "run the outermost loop on all threads", 0, {}},
   };
   static const std::vector<KnobDef> depthwise = {
-      {"tile_w", KnobType::Int, "output columns per tile (vectorized)", 256, {}},
+      {"tile_w", KnobType::Int, "output columns per tile (vectorized)", 256, {}, kSplit},
       {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
       {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
       {"unroll", KnobType::Bool, "unroll the filter window", 0, {}},
@@ -68,6 +74,10 @@ const std::vector<KnobDef>& knob_defs(const std::string& op) {
 }
 
 int64_t out_extent(const OpGraph& g, size_t dim) { return g.output->shape[dim]; }
+
+// The most statements (vector or scalar) an unrolled register tile may have before the
+// tuner stops proposing it: larger ones take seconds to compile and are never the fastest.
+constexpr int64_t kMaxTileStatements = 8192;
 
 // The stage that accumulates the reduction (made with cache_write when the reduction is the
 // output) and the stage that writes the output.
@@ -185,6 +195,46 @@ void schedule_depthwise(Schedule& s, const OpGraph& g, const json& c, int lanes)
   if (unroll) acc->unroll(r[1].var);
 }
 
+// The axis a split knob tiles: its extent, and whether the tile is vectorized (then its
+// candidates are multiples of the vector width) or a row count of a register tile.
+struct SplitAxis {
+  int64_t extent = 1;
+  bool vector = false;
+  bool rows = false;
+};
+
+SplitAxis split_axis(const OpGraph& g, const std::string& knob) {
+  const std::string& op = g.workload.op;
+  if (is_dense(op)) {
+    size_t d = op == "batch_matmul" ? 1 : 0;
+    if (knob == "tile_m") return {out_extent(g, d), false, true};
+    if (knob == "tile_n") return {out_extent(g, d + 1), true, false};
+    return {g.acc->reduce_axes[0].extent, false, false};  // unroll_k
+  }
+  if (op == "conv2d_nchw") return knob == "tile_k" ? SplitAxis{out_extent(g, 1), false, true} : SplitAxis{out_extent(g, 3), true, false};
+  if (op == "conv2d_nhwc") return knob == "tile_k" ? SplitAxis{out_extent(g, 3), true, false} : SplitAxis{out_extent(g, 2), false, true};
+  return {out_extent(g, 3), true, false};  // depthwise tile_w
+}
+
+// Factors worth trying for an axis: powers of two, the divisors of the extent (no tail),
+// multiples of the vector width (vector axes) or every count up to 16 (register rows), and
+// the extent itself, all at most the extent and the knob's bound.
+std::vector<int64_t> split_candidates(const SplitAxis& a, int64_t max, int64_t lanes) {
+  int64_t hi = std::min(a.extent, max);
+  std::set<int64_t> c;
+  for (int64_t p = 1; p <= hi; p *= 2) c.insert(p);
+  for (int64_t d = 1; d <= hi; ++d) {
+    if (a.extent % d == 0 && (!a.vector || d >= lanes)) c.insert(d);
+  }
+  if (a.vector) {
+    for (int64_t m = lanes; m <= hi; m += lanes) c.insert(m);
+  } else if (a.rows) {
+    for (int64_t v = 1; v <= std::min<int64_t>(hi, 16); ++v) c.insert(v);
+  }
+  c.insert(hi);
+  return {c.begin(), c.end()};
+}
+
 std::string knob_list(const std::string& op) {
   std::string s;
   for (const KnobDef& k : knob_defs(op)) s += (s.empty() ? "" : ", ") + std::string(k.name);
@@ -218,12 +268,74 @@ void check_value(const std::string& op, const KnobDef& k, const json& v) {
 
 }  // namespace
 
-std::string template_name(const std::string& op) {
-  if (is_dense(op)) return "dense.cpu.v1";
-  return op + ".cpu.v1";
+const char* knob_kind_name(KnobKind k) {
+  switch (k) {
+    case KnobKind::Split: return "split";
+    case KnobKind::Reorder: return "reorder";
+    case KnobKind::Annotate: return "annotate";
+    case KnobKind::Choice: return "choice";
+  }
+  return "choice";
+}
+
+const std::vector<ScheduleTemplate>& registered_templates() {
+  static const std::vector<ScheduleTemplate> all = {
+      {"dense.cpu", 1, {"matmul", "batch_matmul"}, "llvm"},
+      {"conv2d_nchw.cpu", 1, {"conv2d_nchw"}, "llvm"},
+      {"conv2d_nhwc.cpu", 1, {"conv2d_nhwc"}, "llvm"},
+      {"depthwise_conv2d_nchw.cpu", 1, {"depthwise_conv2d_nchw"}, "llvm"},
+  };
+  return all;
+}
+
+const ScheduleTemplate& find_template(const std::string& op, const Target& t) {
+  for (const ScheduleTemplate& s : registered_templates()) {
+    if (s.target_kind == t.kind && std::find(s.ops.begin(), s.ops.end(), op) != s.ops.end()) return s;
+  }
+  throw UserError(str("no schedule template for ", op, " on ", t.kind, " targets yet (templates exist for llvm CPU targets)"));
+}
+
+std::string template_name(const std::string& op, const Target& t) { return find_template(op, t).id(); }
+
+int vector_registers(const Target& t) {
+  if (t.arch_name() == "aarch64") return 32;
+  if (t.arch_name() == "x86_64" && t.vector_lanes() >= 16) return 32;
+  return 16;
+}
+
+std::string check_constraints(const OpGraph& g, const Target& t, const json& c) {
+  const std::string& op = g.workload.op;
+  const int64_t lanes = t.vector_lanes();
+  bool vec = c["vectorize"], unroll = c["unroll"];
+  auto vectors = [&](int64_t width) { return vec ? (width + lanes - 1) / lanes : width; };
+  int64_t rows = 1, width = 1, reduce = 1;
+  if (is_dense(op)) {
+    rows = c["tile_m"];
+    width = c["tile_n"];
+    reduce = c["unroll_k"];
+  } else if (op == "conv2d_nchw") {
+    rows = c["tile_k"];
+    width = c["tile_w"];
+  } else if (op == "conv2d_nhwc") {
+    rows = c["tile_w"];
+    width = c["tile_k"];
+  } else {
+    width = c["tile_w"];
+  }
+  const int64_t regs = vector_registers(t);
+  // Accumulators, one row of loaded vectors, one broadcast.
+  if (vec && unroll && rows * vectors(width) + vectors(width) + 1 > regs) {
+    return str("a register tile of ", rows, " x ", vectors(width), " vectors needs ", rows * vectors(width) + vectors(width) + 1,
+               " vector registers; ", t.arch_name(), " has ", regs);
+  }
+  if (unroll && rows * vectors(width) * reduce > kMaxTileStatements) {
+    return str("an unrolled body of ", rows * vectors(width) * reduce, " statements (over ", kMaxTileStatements, ")");
+  }
+  return "";
 }
 
 json default_config(const OpGraph& g, const Target& t) {
+  find_template(g.workload.op, t);
   const int64_t lanes = t.vector_lanes();
   const std::string& op = g.workload.op;
   // Register tiles of full vectors whatever the extents: shift-inwards tails plus
@@ -263,18 +375,15 @@ json default_config(const OpGraph& g, const Target& t) {
 }
 
 std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t) {
-  json def = default_config(g, t);
   std::vector<KnobSpec> out;
   for (const KnobDef& k : knob_defs(g.workload.op)) {
-    KnobSpec spec{k.name, k.help, {}};
+    KnobSpec spec{k.name, k.help, k.kind, {}};
     if (k.type == KnobType::Bool) {
       spec.candidates = {true, false};
     } else if (k.type == KnobType::Choice) {
       for (const std::string& c : k.choices) spec.candidates.push_back(c);
     } else {
-      for (int64_t v : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
-        if (v <= k.max) spec.candidates.push_back(v);
-      }
+      for (int64_t v : split_candidates(split_axis(g, k.name), k.max, t.vector_lanes())) spec.candidates.push_back(v);
     }
     out.push_back(std::move(spec));
   }
@@ -292,7 +401,7 @@ json complete_config(const OpGraph& g, const Target& t, const json& config) {
     const auto& defs = knob_defs(op);
     auto it = std::find_if(defs.begin(), defs.end(), [&](const KnobDef& k) { return key == k.name; });
     if (it == defs.end()) {
-      throw UserError(str("config knob '", key, "' is not a knob of ", template_name(op), " (knobs: ",
+      throw UserError(str("config knob '", key, "' is not a knob of ", template_name(op, t), " (knobs: ",
                           knob_list(op), ")"));
     }
     check_value(op, *it, value);

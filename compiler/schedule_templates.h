@@ -5,7 +5,8 @@
 //    "vectorize": true, "unroll": true, "order": "nm"}
 // Knobs left out take the template's default for the workload and target; an unknown knob,
 // a wrong type or a value out of range is a UserError naming the knob and the value. The
-// tuner explores knob_space(); default_config() is what compiles use when nothing was tuned.
+// tuner explores knob_space() (tuner/config_space.h indexes it), pruned by
+// check_constraints(); default_config() is what compiles use when nothing was tuned.
 //
 // All templates share one structure (see compiler/operators.h): the output is tiled, the
 // reduction is computed at the tile so its accumulators stay in registers (cache_write), the
@@ -24,15 +25,44 @@
 
 namespace tf {
 
-// One knob: its name, help text and the values the tuner may try.
+// What a knob decides, which says how its candidates are derived:
+//   split     a tile factor of one axis; candidates from the axis's extent (its divisors,
+//             powers of two, multiples of the vector width; a tail handles the rest)
+//   reorder   an order of loops
+//   annotate  on/off for a loop annotation (unroll, vectorize, parallel) or a layout step
+//   choice    any list
+enum class KnobKind { Split, Reorder, Annotate, Choice };
+const char* knob_kind_name(KnobKind k);
+
+// One knob: its name, help text, kind and the values the tuner may try (for this workload and
+// target). Any value complete_config accepts is legal; the candidates are what search tries.
 struct KnobSpec {
   std::string name;
   std::string help;
+  KnobKind kind = KnobKind::Choice;
   std::vector<nlohmann::json> candidates;
 };
 
-// The template's name and version, stored with every tuning record.
-std::string template_name(const std::string& op);
+// A template of the registry, keyed by (operator, target kind). Its id, name + ".v" +
+// version, is stored with every tuning record: a change that alters what a config means
+// bumps the version, and records of another version are never reused.
+struct ScheduleTemplate {
+  std::string name;                  // dense.cpu
+  int version = 1;
+  std::vector<std::string> ops;      // operators it schedules
+  std::string target_kind;           // llvm, cuda, rocm
+  std::string id() const { return name + ".v" + std::to_string(version); }
+};
+
+// Every registered template.
+const std::vector<ScheduleTemplate>& registered_templates();
+
+// The template for the workload's operator on the target's kind; UserError when none is
+// registered (GPU templates are not written yet).
+const ScheduleTemplate& find_template(const std::string& op, const Target& t);
+
+// find_template(op, t).id(), e.g. dense.cpu.v1.
+std::string template_name(const std::string& op, const Target& t);
 
 std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t);
 
@@ -40,6 +70,15 @@ nlohmann::json default_config(const OpGraph& g, const Target& t);
 
 // Fills in defaults and validates; the result names every knob.
 nlohmann::json complete_config(const OpGraph& g, const Target& t, const nlohmann::json& config);
+
+// Why a complete config is not worth building on this target, or "" when it is: its register
+// tile needs more vector registers than the target has (they would spill), or its unrolled
+// body is past the size that compiles in reasonable time. Legal configs that fail this still
+// compile (`tunefarm compile --config` takes them); the tuner prunes them before building.
+std::string check_constraints(const OpGraph& g, const Target& t, const nlohmann::json& complete);
+
+// Vector registers of the target's widest kind: 32 (AVX-512, NEON on aarch64), else 16.
+int vector_registers(const Target& t);
 
 // Builds the schedule for `config` (completed first).
 ir::Schedule apply_config(const OpGraph& g, const Target& t, const nlohmann::json& config);

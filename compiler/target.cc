@@ -94,6 +94,12 @@ std::string Target::str() const {
   return s;
 }
 
+std::string Target::short_str() const {
+  Target t = *this;
+  t.features.clear();
+  return t.str();
+}
+
 std::string Target::arch_name() const {
   if (kind != "llvm") return kind;
   llvm::Triple tt(triple);

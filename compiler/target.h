@@ -18,8 +18,11 @@ struct Target {
   std::string features;  // llvm: -mattr, comma separated, e.g. +neon,+fp-armv8
   std::string arch;      // cuda: sm_80
 
-  // The canonical text of the target.
+  // The canonical text of the target: the database key.
   std::string str() const;
+  // What users read: str() without the -mattr feature list (kind, triple, CPU), e.g.
+  // "llvm -mtriple=x86_64-pc-linux-gnu -mcpu=znver5".
+  std::string short_str() const;
   bool is_cpu() const { return kind == "llvm"; }
   // x86_64, aarch64, arm (all 32-bit arm variants) from the triple; for GPUs the kind.
   std::string arch_name() const;

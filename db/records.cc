@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <stdexcept>
 
 namespace tf::db {
@@ -36,12 +37,16 @@ const std::vector<std::string>& error_codes() {
   return codes;
 }
 
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 std::optional<double> MeasureRecord::median_s() const {
   if (samples_s.empty()) return std::nullopt;
-  std::vector<double> s = samples_s;
-  std::sort(s.begin(), s.end());
-  size_t n = s.size();
-  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  return median_of(samples_s);
 }
 
 std::string config_hash(const nlohmann::json& config) { return digest(config.dump()); }
@@ -143,6 +148,43 @@ double shape_distance(const nlohmann::json& a, const nlohmann::json& b) {
     if (v.is_number_integer() && !a.contains(k)) d += 10;
   }
   return d;
+}
+
+std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records) {
+  struct Group {
+    std::vector<const MeasureRecord*> ok;
+    bool wrong = false;
+    int64_t first_id = INT64_MAX;
+  };
+  std::map<std::string, Group> groups;
+  for (const MeasureRecord& r : records) {
+    Group& g = groups[r.template_name + "/" + r.config_hash()];
+    if (r.correctness == "wrong" || r.error_code == "wrong_answer") g.wrong = true;
+    if (r.error_code != "ok" || r.samples_s.empty()) continue;
+    g.ok.push_back(&r);
+    g.first_id = std::min(g.first_id, r.id);
+  }
+  std::optional<BestResult> best;
+  int64_t best_first = 0;
+  for (const auto& [key, g] : groups) {
+    if (g.wrong || g.ok.empty()) continue;
+    std::vector<double> medians;
+    for (const MeasureRecord* r : g.ok) medians.push_back(*r->median_s());
+    double robust = median_of(medians);
+    if (best && (robust > best->robust_median_s || (robust == best->robust_median_s && g.first_id > best_first))) continue;
+    const MeasureRecord* nearest = g.ok[0];
+    for (const MeasureRecord* r : g.ok) {
+      double d = std::fabs(*r->median_s() - robust), dn = std::fabs(*nearest->median_s() - robust);
+      if (d < dn || (d == dn && r->id < nearest->id)) nearest = r;
+    }
+    BestResult b;
+    b.record = *nearest;
+    b.robust_median_s = robust;
+    b.measurements = static_cast<int64_t>(g.ok.size());
+    best = b;
+    best_first = g.first_id;
+  }
+  return best;
 }
 
 }  // namespace tf::db

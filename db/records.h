@@ -24,6 +24,10 @@ struct MeasureSettings {
   double cooldown_ms = 0;    // pause between samples
 };
 
+// The median of `v`: the middle value, or the mean of the middle two for an even count; 0
+// for none. The one median of tunefarm (records, runners, the CLI, query).
+double median_of(std::vector<double> v);
+
 // Error codes of a measurement; "ok" means it ran and was timed.
 const std::vector<std::string>& error_codes();
 
@@ -107,13 +111,24 @@ struct LookupKey {
   nlohmann::json params;   // shape parameters, for the nearest-shape tier
   std::string target;      // canonical target string
   std::string arch;
+  std::string template_name;  // only records of this template version; empty: any
 };
 
+// Configs are ranked by a robust statistic of their measurements, not by the luckiest one:
+// the median of the medians of a config's correct records (a config with any wrong answer
+// is out). `record` is the config's measurement whose median is nearest that statistic.
 struct BestResult {
   MatchTier tier = MatchTier::None;
-  MeasureRecord record;   // valid unless tier is None
-  double distance = 0;    // NearestShape: shape_distance to the query
+  MeasureRecord record;       // valid unless tier is None
+  double distance = 0;        // NearestShape: shape_distance to the query
+  double robust_median_s = 0; // the config's median of medians
+  int64_t measurements = 0;   // its correct records
 };
+
+// The robust pick among records of one (workload, target): per (template, config), the
+// median of the records' medians; the lowest wins (ties: the earliest record). Records that
+// are not "ok" are ignored, except that a wrong answer rules its config out.
+std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records);
 
 // Distance between two shapes of one operator: the sum over their integer parameters of
 // |ln(a + 1) - ln(b + 1)|, so doubling a dimension costs about ln 2 whatever its size.

@@ -278,39 +278,46 @@ class SqliteDatabase : public Database {
 
   BestResult best(const LookupKey& key) override {
     return read([&] {
+      // Candidates of one tier: correct records, and wrong answers (which rule a config out).
+      std::string tmpl = key.template_name.empty() ? "" : " AND r.template = ?";
+      auto pick = [&](const std::string& where, std::vector<std::string> args) -> std::optional<BestResult> {
+        if (!key.template_name.empty()) args.push_back(key.template_name);
+        return robust_best(all(std::string("SELECT ") + kRecordColumns + where + tmpl +
+                                   " AND (r.error_code = 'ok' OR r.correctness = 'wrong' OR r.error_code = 'wrong_answer')"
+                                   " ORDER BY r.id",
+                               args));
+      };
       BestResult res;
-      const char* good = " AND r.error_code = 'ok' AND r.correctness != 'wrong' ORDER BY r.median_s, r.id LIMIT 1";
-      std::string sel = std::string("SELECT ") + kRecordColumns;
-      if (auto r = first(sel + " WHERE w.canonical = ? AND t.target = ?" + good, {key.workload, key.target})) {
+      if (auto b = pick(" WHERE w.canonical = ? AND t.target = ?", {key.workload, key.target})) {
+        res = *b;
         res.tier = MatchTier::Exact;
-        res.record = *r;
         return res;
       }
-      if (auto r = first(sel + " WHERE w.canonical = ? AND t.arch = ?" + good, {key.workload, key.arch})) {
+      // Same workload, same architecture: the targets are ranked separately, then together.
+      if (auto b = pick(" WHERE w.canonical = ? AND t.arch = ?", {key.workload, key.arch})) {
+        res = *b;
         res.tier = MatchTier::SameArch;
-        res.record = *r;
         return res;
       }
       // Nearest shape of the same operator on the same target: distance in C++.
+      std::vector<std::string> args = {key.op, key.target};
+      if (!key.template_name.empty()) args.push_back(key.template_name);
       SQLite::Statement q(db_, "SELECT DISTINCT w.canonical, w.params FROM records r "
                                "JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id "
-                               "WHERE w.op = ? AND t.target = ? AND r.error_code = 'ok' AND r.correctness != 'wrong'");
-      q.bind(1, key.op);
-      q.bind(2, key.target);
-      std::string nearest;
-      double best_d = INFINITY;
+                               "WHERE w.op = ? AND t.target = ? AND r.error_code = 'ok' AND r.correctness != 'wrong'" + tmpl);
+      for (size_t i = 0; i < args.size(); ++i) q.bind(static_cast<int>(i + 1), args[i]);
+      std::vector<std::pair<double, std::string>> near;
       while (q.executeStep()) {
-        double d = shape_distance(key.params, json::parse(q.getColumn(1).getString()));
-        std::string w = q.getColumn(0).getString();
-        if (d < best_d || (d == best_d && w < nearest)) {
-          best_d = d;
-          nearest = w;
-        }
+        near.push_back({shape_distance(key.params, json::parse(q.getColumn(1).getString())), q.getColumn(0).getString()});
       }
-      if (!nearest.empty()) {
-        res.tier = MatchTier::NearestShape;
-        res.record = *first(sel + " WHERE w.canonical = ? AND t.target = ?" + good, {nearest, key.target});
-        res.distance = best_d;
+      std::sort(near.begin(), near.end());
+      for (const auto& [d, w] : near) {
+        if (auto b = pick(" WHERE w.canonical = ? AND t.target = ?", {w, key.target})) {
+          res = *b;
+          res.tier = MatchTier::NearestShape;
+          res.distance = d;
+          return res;
+        }
       }
       return res;
     });
@@ -318,12 +325,20 @@ class SqliteDatabase : public Database {
 
   std::vector<MeasureRecord> best_per_pair() override {
     return read([&] {
-      return all(std::string("SELECT ") + kRecordColumns +
-                     " WHERE r.id IN (SELECT id FROM (SELECT r2.id, ROW_NUMBER() OVER (PARTITION BY r2.workload_id, "
-                     "t2.target ORDER BY r2.median_s, r2.id) AS rank FROM records r2 JOIN targets t2 ON t2.id = r2.target_id "
-                     "WHERE r2.error_code = 'ok' AND r2.correctness != 'wrong') WHERE rank = 1) "
-                     "ORDER BY w.canonical, t.target",
-                 {});
+      std::vector<MeasureRecord> rs = all(std::string("SELECT ") + kRecordColumns +
+                                              " WHERE (r.error_code = 'ok' OR r.correctness = 'wrong' OR "
+                                              "r.error_code = 'wrong_answer') ORDER BY w.canonical, t.target, r.id",
+                                          {});
+      std::vector<MeasureRecord> out;
+      for (size_t i = 0; i < rs.size();) {
+        size_t j = i;
+        while (j < rs.size() && rs[j].workload == rs[i].workload && rs[j].target == rs[i].target) ++j;
+        if (auto b = robust_best({rs.begin() + static_cast<std::ptrdiff_t>(i), rs.begin() + static_cast<std::ptrdiff_t>(j)})) {
+          out.push_back(b->record);
+        }
+        i = j;
+      }
+      return out;
     });
   }
 

@@ -10,7 +10,7 @@
 #include "proto/measure_limits.h"
 #include "proto/security.h"
 #include "rpc_server/isolated_runner.h"
-#include "rpc_server/kernel_library.h"
+#include "proto/kernel_library.h"
 
 namespace tf::farm {
 namespace {

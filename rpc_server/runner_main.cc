@@ -28,7 +28,7 @@
 
 #include "proto/security.h"
 #include "proto/tunefarm.pb.h"
-#include "rpc_server/kernel_library.h"
+#include "proto/kernel_library.h"
 #include "rpc_server/sandbox.h"
 
 namespace pb = tunefarm::v1;

@@ -14,7 +14,13 @@ nlohmann::json workload_params(const Workload& w) {
 }
 
 db::LookupKey lookup_key(const Workload& w, const Target& t) {
-  return {w.canonical(), w.op, workload_params(w), t.str(), t.arch_name()};
+  std::string tmpl;
+  try {
+    tmpl = template_name(w.op, t);
+  } catch (const UserError&) {
+    // No template for this target kind yet: any record may answer the query.
+  }
+  return {w.canonical(), w.op, workload_params(w), t.str(), t.arch_name(), tmpl};
 }
 
 std::string local_device_model() {
@@ -44,7 +50,7 @@ db::MeasureRecord record_for(const CompiledKernel& k, const std::string& device_
   r.device_key = device_key;
   r.device_model = device_key == "local" ? local_device_model() : "";
   r.toolchain = toolchain_version();
-  r.template_name = template_name(w.op);
+  r.template_name = template_name(w.op, k.target);
   r.config = k.config;
   return r;
 }
@@ -54,7 +60,7 @@ ConfigChoice choose_config(db::Database* db, const Workload& w, const Target& t)
   if (!db) return c;
   db::BestResult b = db->best(lookup_key(w, t));
   if (b.tier == db::MatchTier::None) return c;
-  if (b.record.template_name != template_name(w.op)) return c;
+  if (b.record.template_name != template_name(w.op, t)) return c;
   try {
     complete_config(build_op(w), t, b.record.config);
   } catch (const UserError&) {
@@ -63,7 +69,8 @@ ConfigChoice choose_config(db::Database* db, const Workload& w, const Target& t)
   c.config = b.record.config;
   c.source = std::string("tuned (") + db::tier_name(b.tier) + ")";
   c.tuned_from = {{"tier", db::tier_name(b.tier)}, {"workload", b.record.workload},
-                  {"target", b.record.target}, {"median_s", *b.record.median_s()}};
+                  {"target", b.record.target}, {"median_s", b.robust_median_s},
+                  {"measurements", b.measurements}, {"record", b.record.id}};
   return c;
 }
 

@@ -10,7 +10,7 @@
 #include "compiler/operators.h"
 #include "compiler/reference.h"
 #include "compiler/target.h"
-#include "rpc_server/kernel_library.h"
+#include "proto/kernel_library.h"
 
 namespace tf::testing {
 

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "proto/security.h"
-#include "rpc_server/kernel_library.h"
+#include "proto/kernel_library.h"
 #include "tuner/farm_client.h"
 
 extern char** environ;

@@ -15,8 +15,10 @@
 #include "db/database.h"
 #include "db/json_limits.h"
 #include "compiler/driver.h"
-#include "rpc_server/kernel_library.h"
+#include "proto/kernel_library.h"
 #include "tuner/farm_client.h"
+#include "tuner/farm_runner.h"
+#include "tuner/measure.h"
 #include "tuner/tuning_records.h"
 
 namespace tf::cli {
@@ -108,20 +110,6 @@ Sidecar read_sidecar(const std::string& module) {
   return s;
 }
 
-const char* error_name(pb::ErrorCode c) {
-  switch (c) {
-    case pb::OK: return "ok";
-    case pb::COMPILE_ERROR: return "compile_error";
-    case pb::LOAD_ERROR: return "load_error";
-    case pb::RUNTIME_ERROR: return "runtime_error";
-    case pb::TIMEOUT: return "timeout";
-    case pb::MEMORY_LIMIT: return "memory_limit";
-    case pb::WRONG_ANSWER: return "wrong_answer";
-    case pb::BOARD_LOST: return "board_lost";
-    default: return "runtime_error";
-  }
-}
-
 int farm_status(const FarmArgs& a) {
   farm::FarmClient client(endpoint(a));
   pb::SummaryReply s = client.summary();
@@ -152,63 +140,6 @@ int farm_status(const FarmArgs& a) {
   return 0;
 }
 
-// Compares the board's outputs with the reference computed here on the same seeded inputs.
-// `args` were checked against the workload (read_sidecar), so the buffers match its shapes.
-std::string check_outputs(const OpGraph& g, const json& args, const pb::MeasureReply& reply, uint64_t seed,
-                          double* max_err) {
-  std::vector<std::vector<float>> inputs;
-  std::vector<const float*> ptrs;
-  int64_t out_n = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    int64_t n = 1;
-    for (const json& d : args[i]["shape"]) n *= d.get<int64_t>();
-    if (args[i]["role"] == "output") {
-      out_n = n;
-      continue;
-    }
-    inputs.emplace_back(static_cast<size_t>(n));
-    fill_random(inputs.back().data(), n, seed + i);
-    ptrs.push_back(inputs.back().data());
-  }
-  if (reply.outputs_size() != 1 || reply.outputs(0).values().size() != static_cast<size_t>(out_n) * 4) {
-    return "unchecked";
-  }
-  const float* got = reinterpret_cast<const float*>(reply.outputs(0).values().data());
-  OutputCheck c = check_against_reference(g, ptrs, got);
-  *max_err = c.max_abs_error;
-  return c.ok() ? "ok" : "wrong";
-}
-
-// One measurement's outcome on one board, as farm_measure records and prints it.
-struct Outcome {
-  std::string board_id, cpu, target, code, error_msg, correctness = "unchecked";
-  pb::MeasureReply reply;
-  double max_err = 0;
-};
-
-db::MeasureRecord make_record(const FarmArgs& a, const Sidecar& s, const Outcome& o) {
-  db::MeasureRecord r;
-  const Workload& w = s.workload;
-  r.workload = w.canonical();
-  r.op = w.op;
-  r.params = workload_params(w);
-  r.flops = static_cast<int64_t>(s.flops);
-  r.target = s.target.empty() ? o.target : s.target;
-  r.arch = parse_target(r.target).arch_name();
-  r.device_key = a.key;
-  r.device_model = o.cpu;
-  r.toolchain = toolchain_version();
-  r.template_name = s.template_name;
-  r.config = s.config;
-  if (o.code == "ok") r.samples_s.assign(o.reply.samples_s().begin(), o.reply.samples_s().end());
-  r.settings = {o.reply.number() > 0 ? o.reply.number() : a.number, a.repeat, a.min_repeat_ms, a.flush, a.cooldown_ms};
-  r.error_code = o.code;
-  r.error_msg = o.error_msg.substr(0, db::kMaxErrorMsgLength);
-  r.measured_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  r.correctness = o.correctness;
-  return r;
-}
-
 int farm_measure(const FarmArgs& a) {
   if (a.module.empty()) throw UserError("--module K.so is required");
   if (a.key.empty()) throw UserError("--key KEY is required");
@@ -223,95 +154,89 @@ int farm_measure(const FarmArgs& a) {
   }
   Sidecar side = read_sidecar(a.module);
   std::string function = a.function.empty() ? side.function : a.function;
-
-  pb::MeasureRequest req;
-  req.set_function(function);
-  int64_t out_bytes = 0;
-  for (const json& arg : side.args) {
-    pb::ArgSpec* s = req.add_args();
-    int64_t n = 1;
-    for (const json& d : arg["shape"]) {
-      s->add_shape(d.get<int64_t>());
-      n *= d.get<int64_t>();
-    }
-    s->set_is_output(arg["role"] == "output");
-    if (s->is_output()) out_bytes += n * 4;
-  }
-  req.set_number(a.number);
-  req.set_repeat(a.repeat);
-  req.set_min_repeat_ms(a.min_repeat_ms);
-  req.set_flush_cache(a.flush);
-  req.set_cooldown_ms(a.cooldown_ms);
-  req.set_seed(a.seed);
-  req.set_timeout_s(a.timeout_s);
-  req.set_outputs(!a.check ? pb::OUTPUT_NONE : out_bytes <= (16 << 20) ? pb::OUTPUT_VALUES : pb::OUTPUT_DIGEST);
+  MeasureOptions mo;
+  mo.number = a.number;
+  mo.repeat = a.repeat;
+  mo.min_repeat_ms = a.min_repeat_ms;
+  mo.flush = a.flush;
+  mo.cooldown_ms = a.cooldown_ms;
+  mo.timeout_s = a.timeout_s;
+  mo.seed = a.seed;
+  mo.check = a.check;
+  MeasureContext ctx(side.workload, mo);
 
   farm::FarmClient client(endpoint(a));
   const char* user_env = std::getenv("USER");
   std::string user = a.user.empty() ? (user_env ? user_env : "tunefarm") : a.user;
   std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
   std::string name = std::filesystem::path(a.module).filename().string();
+  // The record's target: the sidecar's (what it was compiled for), else the board's, both
+  // canonical as compile writes them.
+  auto record_target = [&](const std::string& board_target) {
+    std::string t = side.target.empty() ? board_target : side.target;
+    try {
+      return parse_target(t).str();
+    } catch (const UserError&) {
+      return t;
+    }
+  };
+  auto record = [&](const RunResult& r, const std::string& board_target) {
+    CandidateInfo c{record_target(board_target), side.template_name, side.config, 0, a.key, ""};
+    return make_record(side.graph, c, r, mo);
+  };
 
   // A board that does not answer is reported, recorded as board_lost, and another board of
   // the key is tried, up to --retries times.
-  Outcome o;
+  RunResult r;
+  std::string cpu;
   for (int attempt = 0;; ++attempt) {
     std::unique_ptr<farm::LeasedBoard> board = client.lease(a.key, user, a.priority, a.wait_ms, 0, a.wait_for_boards);
-    o = Outcome{};
-    o.board_id = board->lease().board_id();
-    o.cpu = board->lease().device().cpu_model();
-    o.target = board->lease().target();
+    cpu = board->lease().device().cpu_model();
     try {
-      std::string module = board->upload(data, name);
-      o.reply = board->measure(req, module);
+      r = FarmRunner::measure_on(*board, ctx, data, name, function);
     } catch (const farm::FarmError& e) {
       if (!e.board_lost()) throw;
       board->report_lost(e.what());
-      o.code = "board_lost";
-      o.error_msg = e.what();
-      std::fprintf(stderr, "warning: board %s at %s lost (%s)%s\n", o.board_id.c_str(), board->lease().address().c_str(),
-                   e.what(), attempt < a.retries ? "; trying another board" : "");
-      if (database) database->commit({make_record(a, side, o)});
+      RunResult lost;
+      lost.error = tunefarm::v1::BOARD_LOST;
+      lost.error_msg = e.what();
+      lost.device_model = cpu;
+      std::fprintf(stderr, "warning: board %s at %s lost (%s)%s\n", board->lease().board_id().c_str(),
+                   board->lease().address().c_str(), e.what(), attempt < a.retries ? "; trying another board" : "");
+      if (database) database->commit({record(lost, board->lease().target())});
       if (attempt < a.retries) continue;
       throw farm::FarmError("no board of key '" + a.key + "' answered after " + std::to_string(attempt + 1) + " attempt(s)",
                             grpc::StatusCode::UNAVAILABLE);
     }
     // The result stands even when the lease cannot be given back (the tracker restarted).
     if (!board->release()) {
-      std::fprintf(stderr, "warning: could not release the lease on %s; it expires by itself\n", o.board_id.c_str());
+      std::fprintf(stderr, "warning: could not release the lease on %s; it expires by itself\n", r.board_id.c_str());
     }
     break;
   }
-
-  o.code = error_name(o.reply.error());
-  o.error_msg = o.reply.error_msg();
-  if (o.reply.error() == pb::OK && a.check) o.correctness = check_outputs(side.graph, side.args, o.reply, a.seed, &o.max_err);
-  if (o.correctness == "wrong") o.code = "wrong_answer";
-  std::vector<double> samples(o.reply.samples_s().begin(), o.reply.samples_s().end());
-  std::vector<double> sorted = samples;
-  std::sort(sorted.begin(), sorted.end());
-  double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-  if (database) database->commit({make_record(a, side, o)});
+  if (database) database->commit({record(r, r.board_target)});
 
   const Workload& w = side.workload;
+  double median = r.median_s();
+  std::string code = error_code_name(r.error);
   if (a.json) {
-    std::printf("%s\n", json{{"board", o.board_id}, {"key", a.key}, {"workload", w.canonical()}, {"error_code", o.code},
-                              {"error_msg", o.error_msg}, {"samples_s", samples}, {"number", o.reply.number()},
+    std::printf("%s\n", json{{"board", r.board_id}, {"key", a.key}, {"workload", w.canonical()}, {"error_code", code},
+                              {"error_msg", r.error_msg}, {"samples_s", r.samples_s}, {"number", r.number},
                               {"median_s", median}, {"gflops", median > 0 ? side.flops / median * 1e-9 : 0},
-                              {"check", o.correctness}, {"max_abs_error", o.max_err}}
+                              {"check", r.correctness}, {"max_abs_error", r.max_abs_error}}
                             .dump(2)
                             .c_str());
   } else {
-    std::printf("board     %s (%s, key %s)\nworkload  %s\n", o.board_id.c_str(), o.cpu.c_str(), a.key.c_str(),
+    std::printf("board     %s (%s, key %s)\nworkload  %s\n", r.board_id.c_str(), cpu.c_str(), a.key.c_str(),
                 w.canonical().c_str());
-    if (o.code == "ok" || o.code == "wrong_answer") {
+    if (r.ok() || r.error == tunefarm::v1::WRONG_ANSWER) {
       std::printf("time      %.6f ms (median of %zu samples, %d calls each)\nspeed     %.2f GFLOPS\ncheck     %s\n",
-                  median * 1e3, samples.size(), o.reply.number(), side.flops / median * 1e-9, o.correctness.c_str());
+                  median * 1e3, r.samples_s.size(), r.number, side.flops / median * 1e-9, r.correctness.c_str());
     } else {
-      std::printf("error     %s: %s\n", o.code.c_str(), o.error_msg.c_str());
+      std::printf("error     %s: %s\n", code.c_str(), r.error_msg.c_str());
     }
   }
-  return o.code == "ok" ? 0 : 1;
+  return r.ok() ? 0 : 1;
 }
 
 }  // namespace
@@ -355,22 +280,26 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
   m->add_flag("--no-db", a.no_db, "do not record the measurement");
 }
 
+int farm_error_exit(const farm::FarmError& e) {
+  std::fprintf(stderr, "error: %s\n", e.what());
+  // A wrong token, an unknown key, a request the farm refuses: the user's mistake.
+  switch (e.code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
 int run_farm(const FarmArgs& a) {
   try {
     if (a.sub == "status") return farm_status(a);
     return farm_measure(a);
   } catch (const farm::FarmError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    // A wrong token, an unknown key, a request the farm refuses: the user's mistake.
-    switch (e.code()) {
-      case grpc::StatusCode::UNAUTHENTICATED:
-      case grpc::StatusCode::PERMISSION_DENIED:
-      case grpc::StatusCode::INVALID_ARGUMENT:
-      case grpc::StatusCode::NOT_FOUND:
-        return 2;
-      default:
-        return 1;
-    }
+    return farm_error_exit(e);
   } catch (const farm::ConfigError& e) {
     throw UserError(e.what());
   }

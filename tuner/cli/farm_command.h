@@ -23,3 +23,15 @@ void add_farm_command(CLI::App& app, FarmArgs& args);
 int run_farm(const FarmArgs& args);
 
 }  // namespace tf::cli
+
+namespace tf::farm {
+class FarmError;
+}
+
+namespace tf::cli {
+
+// Prints a farm failure and returns its exit status: 2 for the user's mistakes (a refused
+// token, an unknown key, an invalid request such as a kernel of another architecture), else 1.
+int farm_error_exit(const farm::FarmError& e);
+
+}  // namespace tf::cli

@@ -111,7 +111,11 @@ int query_best(db::Database& db, const QueryArgs& a) {
   db::BestResult b = db.best(lookup_key(w, t));
   if (a.json) {
     json j = {{"workload", w.canonical()}, {"target", t.str()}, {"tier", db::tier_name(b.tier)}};
-    if (b.tier != db::MatchTier::None) j["record"] = record_json(b.record);
+    if (b.tier != db::MatchTier::None) {
+      j["record"] = record_json(b.record);
+      j["robust_median_s"] = b.robust_median_s;
+      j["measurements"] = b.measurements;
+    }
     if (b.tier == db::MatchTier::NearestShape) j["distance"] = b.distance;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -127,9 +131,11 @@ int query_best(db::Database& db, const QueryArgs& a) {
     if (b.tier == db::MatchTier::NearestShape) std::printf(" (shape distance %.3f)", b.distance);
     std::printf("\n");
   }
-  std::printf("config    %s\nmedian    %s ms\nspeed     %s GFLOPS\nrecord    %lld, measured %s UTC\n",
-              b.record.config.dump().c_str(), median_ms(b.record).c_str(), gflops(b.record).c_str(),
-              static_cast<long long>(b.record.id), when(b.record.measured_at).c_str());
+  std::printf("config    %s\nmedian    %s ms (median of the medians of %lld measurement%s)\nspeed     %s GFLOPS\n"
+              "record    %lld, measured %s UTC\n",
+              b.record.config.dump().c_str(), median_ms(b.record).c_str(), static_cast<long long>(b.measurements),
+              b.measurements == 1 ? "" : "s", gflops(b.record).c_str(), static_cast<long long>(b.record.id),
+              when(b.record.measured_at).c_str());
   return 0;
 }
 

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -24,9 +26,12 @@
 #include "compiler/schedule_templates.h"
 #include "db/database.h"
 #include "db/json_limits.h"
-#include "rpc_server/kernel_library.h"
 #include "tuner/cli/farm_command.h"
 #include "tuner/cli/query_command.h"
+#include "tuner/cli/tune_command.h"
+#include "tuner/config_space.h"
+#include "tuner/measure.h"
+#include "tuner/runner.h"
 #include "tuner/tuning_records.h"
 
 namespace tf {
@@ -146,7 +151,14 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
   OpGraph g = build_op(w);
   Target t = parse_target(target);
   json d = {{"workload", w.canonical()}, {"op", w.op}, {"args", describe_args(g)}, {"flops", g.flops},
-            {"template", template_name(w.op)}, {"target", t.str()}, {"default_config", default_config(g, t)}};
+            {"target", t.str()}};
+  std::optional<ConfigSpace> space;
+  if (t.is_cpu()) {
+    space.emplace(w, t);
+    d["template"] = space->template_id();
+    d["default_config"] = default_config(g, t);
+    d["space"] = space->to_json();
+  }
   if (as_json) {
     std::printf("%s\n", d.dump(2).c_str());
     return 0;
@@ -160,8 +172,21 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
     std::printf("  %d  %-8s %-6s float32[%s]\n", i++, arg["name"].get<std::string>().c_str(),
                 arg["role"].get<std::string>().c_str(), shape.c_str());
   }
-  std::printf("template  %s\ndefault config on %s:\n  %s\n", template_name(w.op).c_str(), t.str().c_str(),
+  if (!space) {
+    std::printf("target    %s: no schedule template yet (code generation is CPU-only today)\n", t.short_str().c_str());
+    return 0;
+  }
+  std::printf("template  %s on %s\ndefault   %s\n", space->template_id().c_str(), t.short_str().c_str(),
               d["default_config"].dump().c_str());
+  std::printf("space     %llu points, %s%llu worth building (the rest break the register or unroll budget)\nknobs:\n",
+              static_cast<unsigned long long>(space->size()), space->valid_size_exact() ? "" : "about ",
+              static_cast<unsigned long long>(space->valid_size()));
+  for (const KnobSpec& k : space->knobs()) {
+    std::string c;
+    for (const json& v : k.candidates) c += (c.empty() ? "" : " ") + (v.is_string() ? v.get<std::string>() : v.dump());
+    std::printf("  %-10s %-8s %s\n  %-10s %-8s %zu: %s\n", k.name.c_str(), knob_kind_name(k.kind), k.help.c_str(), "", "",
+                k.candidates.size(), c.c_str());
+  }
   return 0;
 }
 
@@ -185,98 +210,71 @@ void remove_stale_run_dirs() {
   }
 }
 
-// Compiles for this machine, runs and times the kernel, checks it against the reference.
+// Compiles for this machine, then times and checks the kernel exactly as `tune --local` and
+// the boards do: in a tunefarm-board-runner process of its own (tuner/runner.h).
 int cmd_run(const RunArgs& a) {
   if (a.workload.empty()) throw UserError("--workload is required");
   if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
   if (a.number < 1) throw UserError(str("--number ", a.number, " must be at least 1"));
+  if (!std::isfinite(a.min_repeat_ms) || a.min_repeat_ms < 0) {
+    throw UserError(str("--min-repeat-ms ", a.min_repeat_ms, " must be a finite number >= 0"));
+  }
   Workload w = parse_workload(a.workload);
   Target t = host_target();
   // Open (creating if needed) the database first: a bad --db fails before any work.
   std::unique_ptr<db::Database> db = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
   ConfigChoice choice = resolve_config(a.config, db.get(), w, t, a.no_db);
+  LocalRunner runner;
   auto compile_start = std::chrono::steady_clock::now();
   CompiledKernel k = compile_kernel(w, t, choice.config, choice.source, "");
   k.tuned_from = choice.tuned_from;
   remove_stale_run_dirs();
   fs::path dir = fs::temp_directory_path() / ("tunefarm-run-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::string so = (dir / "kernel.so").string();
   struct Cleanup {
     fs::path d;
     ~Cleanup() { std::error_code ec; fs::remove_all(d, ec); }
   } cleanup{dir};
+  std::string so = (dir / "kernel.so").string();
   write_kernel(k, EmitKind::SharedLibrary, so);
-  // Once loaded, the library needs no file: remove it before the kernel runs, so a kernel
-  // that crashes this process leaves nothing behind.
-  KernelLibrary lib(so, k.name);
-  std::error_code removed;
-  fs::remove_all(dir, removed);
-  cleanup.d.clear();
   double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
 
-  std::vector<std::vector<float>> bufs;
-  std::vector<float*> args;
-  std::vector<const float*> inputs;
-  uint64_t seed = 1;
-  for (const ir::Tensor& in : k.graph.inputs) {
-    int64_t n = 1;
-    for (int64_t d : in->shape) n *= d;
-    bufs.emplace_back(static_cast<size_t>(n));
-    fill_random(bufs.back().data(), n, seed++);
+  MeasureOptions mo;
+  mo.number = a.number;
+  mo.repeat = a.repeat;
+  mo.min_repeat_ms = a.min_repeat_ms;
+  mo.check = a.check;
+  MeasureContext ctx(w, mo);
+  RunResult r = runner.run_one(ctx, so, k.name);
+  if (db) {
+    CandidateInfo c{t.str(), template_name(w.op, t), k.config, compile_s, "local", ""};
+    db->commit({make_record(k.graph, c, r, mo)});
   }
-  int64_t out_n = 1;
-  for (int64_t d : k.graph.output->shape) out_n *= d;
-  bufs.emplace_back(static_cast<size_t>(out_n));
-  for (auto& b : bufs) args.push_back(b.data());
-  for (size_t i = 0; i + 1 < bufs.size(); ++i) inputs.push_back(bufs[i].data());
-
-  TimingResult r = time_kernel(lib, args, {a.number, a.repeat, a.min_repeat_ms});
-  if (r.status != 0) {
-    std::fprintf(stderr, "error: kernel returned %d\n", r.status);
+  if (!r.ok() && r.error != tunefarm::v1::WRONG_ANSWER) {
+    std::fprintf(stderr, "error: %s: %s\n", error_code_name(r.error), r.error_msg.c_str());
     return 1;
   }
-  bool ok = true;
-  std::vector<double> s = r.samples_s;
-  std::sort(s.begin(), s.end());
-  double median = s[s.size() / 2];
+  double median = r.median_s();
   double gflops = static_cast<double>(k.graph.flops) / median * 1e-9;
-
-  OutputCheck check;
-  if (a.check) {
-    check = check_against_reference(k.graph, inputs, bufs.back().data());
-    ok = check.ok();
-  }
-  if (db) {
-    db::MeasureRecord rec = record_for(k, "local");
-    rec.samples_s = r.samples_s;
-    rec.settings.number = r.number;
-    rec.settings.repeat = a.repeat;
-    rec.settings.min_repeat_ms = a.min_repeat_ms;
-    rec.compile_s = compile_s;
-    rec.measured_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    rec.correctness = a.check ? (ok ? "ok" : "wrong") : "unchecked";
-    db->commit({rec});
-  }
+  std::string check = !a.check ? "skipped" : r.correctness == "ok" ? "ok" : r.correctness == "wrong" ? "wrong answer"
+                                                                                                       : "unchecked (output too large to return)";
   json out = {{"workload", w.canonical()}, {"target", t.str()}, {"config", k.config},
               {"config_source", k.config_source}, {"median_s", median}, {"gflops", gflops},
-              {"samples_s", r.samples_s}, {"number", r.number},
-              {"check", a.check ? (ok ? "ok" : "wrong answer") : "skipped"},
-              {"max_abs_error", check.max_abs_error}, {"tolerance", check.tolerance}};
+              {"samples_s", r.samples_s}, {"number", r.number}, {"check", check},
+              {"max_abs_error", r.max_abs_error}, {"tolerance", r.tolerance}};
   if (a.as_json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("workload  %s\ntarget    %s\nconfig    %s (%s)\ntime      %.6f ms (median of %d, %d calls each)\n"
                 "speed     %.2f GFLOPS\ncheck     %s",
-                w.canonical().c_str(), t.str().c_str(), k.config.dump().c_str(), k.config_source.c_str(),
-                median * 1e3, a.repeat, r.number, gflops, out["check"].get<std::string>().c_str());
-    if (a.check) std::printf(" (max abs error %.2e, tolerance %.2e)", check.max_abs_error, check.tolerance);
+                w.canonical().c_str(), t.short_str().c_str(), k.config.dump().c_str(), k.config_source.c_str(),
+                median * 1e3, a.repeat, r.number, gflops, check.c_str());
+    if (r.correctness != "unchecked") std::printf(" (max abs error %.2e, tolerance %.2e)", r.max_abs_error, r.tolerance);
     std::printf("\n");
     if (db) std::printf("recorded  in %s\n", db::database_path(a.db).c_str());
   }
-  if (!ok) {
-    std::fprintf(stderr, "error: kernel output differs from the reference (element %lld off by %g, tolerance %g)\n",
-                 static_cast<long long>(check.worst_index), check.max_abs_error, check.tolerance);
+  if (r.error == tunefarm::v1::WRONG_ANSWER) {
+    std::fprintf(stderr, "error: kernel output differs from the reference (%s)\n", r.error_msg.c_str());
     return 1;
   }
   return 0;
@@ -309,9 +307,10 @@ int main(int argc, char** argv) {
 
   std::string dw, dt = tf::kDefaultTarget;
   bool djson = false;
-  CLI::App* describe = app.add_subcommand("describe", "Show a workload's arguments, shapes, FLOPs and default config");
+  CLI::App* describe = app.add_subcommand("describe", "Show a workload's arguments, shapes, FLOPs, default config and "
+                                                      "the tuning space (knobs and their candidates)");
   describe->add_option("workload,--workload,-w", dw, "workload spec")->required();
-  describe->add_option("--target,-t", dt, "target for the default config")->capture_default_str();
+  describe->add_option("--target,-t", dt, "target of the default config and the space")->capture_default_str();
   describe->add_flag("--json", djson, "print JSON");
 
   tf::RunArgs ra;
@@ -331,6 +330,8 @@ int main(int argc, char** argv) {
   tf::cli::add_query_command(app, qa);
   tf::cli::FarmArgs fa;
   tf::cli::add_farm_command(app, fa);
+  tf::cli::TuneArgs ta;
+  tf::cli::add_tune_command(app, ta);
 
   try {
     app.parse(argc, argv);
@@ -345,6 +346,7 @@ int main(int argc, char** argv) {
     if (*run) return tf::cmd_run(ra);
     if (!qa.sub.empty()) return tf::cli::run_query(qa);
     if (!fa.sub.empty()) return tf::cli::run_farm(fa);
+    if (*ta.cmd) return tf::cli::run_tune(ta);
   } catch (const tf::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "rpc_server/kernel_library.h"
+#include "proto/kernel_library.h"
 
 int main(int argc, char** argv) {
   if (argc < 7) {

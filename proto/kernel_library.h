@@ -1,8 +1,9 @@
-// Loading and calling compiled kernels: the board side of the kernel ABI.
+// Loading and calling compiled kernels: the host side of the kernel ABI.
 //
 // A kernel library is a `.so` exporting `int F(float* a0, ..., float* an)`: inputs, then the
-// output, all contiguous row-major float32 (compiler/driver.h writes them). This file has no
-// compiler dependency, so the board's rpc_server can use it without LLVM.
+// output, all contiguous row-major float32 (compiler/driver.h writes them). Boards
+// (tunefarm-board-runner) and the tuner's local runner both load and time kernels with it;
+// it has no compiler or gRPC dependency, so a board never links LLVM.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,10 @@ TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args
 // `this_machine`, also of this machine's class and architecture. A truncated library would
 // otherwise crash the loader (SIGBUS) and read as a kernel crash.
 std::string check_kernel_library(const std::string& data, bool this_machine = true);
+
+// The architecture a (little-endian ELF) library was built for, as Target::arch_name() names
+// it (x86_64, aarch64, arm), "another architecture" for others, "" when it is not ELF.
+std::string kernel_library_arch(const std::string& data);
 
 // Deterministic inputs in [-1, 1) from a seed (splitmix64), the same on every board.
 void fill_random(float* data, int64_t n, uint64_t seed);

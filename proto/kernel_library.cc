@@ -1,4 +1,4 @@
-#include "rpc_server/kernel_library.h"
+#include "proto/kernel_library.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -165,6 +165,14 @@ void fill_random(float* data, int64_t n, uint64_t seed) {
     z ^= z >> 31;
     data[i] = static_cast<float>(static_cast<double>(z >> 40) / double(1 << 24) * 2.0 - 1.0);
   }
+}
+
+std::string kernel_library_arch(const std::string& data) {
+  // e_machine sits at byte 18 in both ELF classes.
+  if (data.size() < 20 || data.compare(0, 4, "\x7f" "ELF") != 0 || data[5] != ELFDATA2LSB) return "";
+  uint16_t m;
+  std::memcpy(&m, data.data() + 18, sizeof m);
+  return machine_name(m);
 }
 
 }  // namespace tf

@@ -1,0 +1,427 @@
+// The tuner with real parts: config spaces of the real templates, the search strategies, the
+// builder's worker processes (with faults injected at the process boundary), the local runner
+// (the board's own runner program), the tuning loop on a real SQLite file, resume and
+// interrupt, and the lookup a compile makes afterwards.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "compiler/driver.h"
+#include "compiler/error.h"
+#include "db/database.h"
+#include "tuner/builder.h"
+#include "tuner/config_space.h"
+#include "tuner/runner.h"
+#include "tuner/search_strategy.h"
+#include "tuner/tune.h"
+#include "tuner/tuning_records.h"
+
+namespace tf {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string temp_dir() {
+  static std::string dir = [] {
+    std::string t = (fs::temp_directory_path() / "tunefarm-tuner-XXXXXX").string();
+    return std::string(mkdtemp(t.data()));
+  }();
+  return dir;
+}
+
+Target x86_avx512() { return parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"); }
+
+LocalBuilder builder(const std::string& worker = TF_BUILD_WORKER, double timeout_s = 60) {
+  LocalBuilderOptions o;
+  o.worker_path = worker;
+  o.timeout_s = timeout_s;
+  return LocalBuilder(o);
+}
+
+LocalRunner runner() {
+  LocalRunnerOptions o;
+  o.runner_path = TF_BOARD_RUNNER;
+  return LocalRunner(o);
+}
+
+// ---- Config spaces --------------------------------------------------------------------
+
+TEST(ConfigSpace, IndicesAndConfigsMapBothWays) {
+  ConfigSpace s(parse_workload("matmul(M=97,N=131,K=67)"), x86_avx512());
+  uint64_t product = 1;
+  for (const KnobSpec& k : s.knobs()) product *= k.candidates.size();
+  EXPECT_EQ(s.size(), product);
+  for (uint64_t i = 0; i < s.size(); i += 997) {
+    json c = s.to_config(i);
+    ASSERT_EQ(s.index_of(c), i) << c.dump();
+    EXPECT_EQ(s.index_of(s.digits(i)), i);
+  }
+  EXPECT_EQ(s.to_config(s.size() - 1), s.to_config(s.index_of(s.digits(s.size() - 1))));
+  EXPECT_TRUE(s.default_index().has_value());
+  EXPECT_EQ(s.template_id(), "dense.cpu.v1");
+  // A legal config outside the candidates has no index.
+  EXPECT_FALSE(s.index_of(json{{"tile_m", 63}}).has_value());
+  EXPECT_FALSE(s.index_of(json{{"tile_q", 1}}).has_value());
+}
+
+TEST(ConfigSpace, SplitCandidatesComeFromTheExtent) {
+  Target t = x86_avx512();
+  ConfigSpace odd(parse_workload("matmul(M=97,N=131,K=67)"), t);
+  for (const KnobSpec& k : odd.knobs()) {
+    if (k.name != "tile_n") continue;
+    std::set<int64_t> c;
+    for (const json& v : k.candidates) c.insert(v.get<int64_t>());
+    EXPECT_TRUE(c.count(131)) << "the whole extent";
+    EXPECT_TRUE(c.count(128) && c.count(112)) << "multiples of the 16 lanes";
+    EXPECT_EQ(*c.rbegin(), 131) << "nothing wider than the extent";
+    EXPECT_EQ(k.kind, KnobKind::Split);
+  }
+  ConfigSpace wide(parse_workload("matmul(M=512,N=512,K=512)"), t);
+  for (const KnobSpec& k : wide.knobs()) {
+    if (k.name != "tile_n") continue;
+    std::set<int64_t> c;
+    for (const json& v : k.candidates) c.insert(v.get<int64_t>());
+    EXPECT_TRUE(c.count(80) && c.count(160) && c.count(256)) << "tiles from 65 to 256 are proposed";
+  }
+  ConfigSpace skinny(parse_workload("matmul(M=1,N=1000,K=1024)"), t);
+  EXPECT_EQ(skinny.knobs()[0].candidates, std::vector<json>{1}) << "tile_m of an extent of 1";
+}
+
+TEST(ConfigSpace, ConstraintsPrunePointsThatWouldSpillOrBloat) {
+  Target avx512 = x86_avx512(), avx2 = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell");
+  ConfigSpace s(parse_workload("matmul(M=512,N=512,K=512)"), avx512);
+  auto idx = [&](const ConfigSpace& sp, json c) { return *sp.index_of(c); };
+  // 16 rows x 16 vectors of accumulators: far past 32 registers.
+  std::string why = s.why_pruned(idx(s, {{"tile_m", 16}, {"tile_n", 256}}));
+  EXPECT_NE(why.find("vector registers"), std::string::npos) << why;
+  EXPECT_TRUE(s.valid(*s.default_index()));
+  // 8 x 2 vectors fits 32 registers but not AVX2's 16.
+  ConfigSpace s2(parse_workload("matmul(M=512,N=512,K=512)"), avx2);
+  EXPECT_TRUE(s.valid(idx(s, {{"tile_m", 8}, {"tile_n", 32}})));
+  EXPECT_FALSE(s2.valid(idx(s2, {{"tile_m", 8}, {"tile_n", 16}})));
+  EXPECT_TRUE(s2.valid(*s2.default_index()));
+  // Unrolled scalar code past the statement budget.
+  why = s.why_pruned(idx(s, {{"tile_m", 64}, {"tile_n", 256}, {"unroll_k", 64}, {"vectorize", false}}));
+  EXPECT_NE(why.find("unrolled body"), std::string::npos) << why;
+  EXPECT_LT(s.valid_size(), s.size());
+  EXPECT_GT(s.valid_size(), 0u);
+}
+
+TEST(ConfigSpace, EveryOperatorHasATemplateAndGpuTargetsSayNotYet) {
+  for (const char* w : {"batch_matmul(B=2,M=8,N=8,K=8)", "conv2d_nchw(N=1,C=8,H=8,W=8,K=8,R=3,S=3,pad=1)",
+                        "conv2d_nhwc(N=1,H=8,W=8,C=8,K=8,R=3,S=3)", "depthwise_conv2d_nchw(N=1,C=8,H=8,W=8,R=3,S=3)"}) {
+    ConfigSpace s(parse_workload(w), x86_avx512());
+    EXPECT_GT(s.size(), 1u) << w;
+    EXPECT_TRUE(s.valid(*s.default_index())) << w;
+  }
+  try {
+    ConfigSpace s(parse_workload("matmul(M=8,N=8,K=8)"), parse_target("cuda -arch=sm_80"));
+    ADD_FAILURE() << "a cuda space was made";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("no schedule template for matmul on cuda"), std::string::npos) << e.what();
+  }
+}
+
+// ---- Search strategies ----------------------------------------------------------------
+
+// A synthetic cost over a real space: a smooth bowl around one point of the digits.
+struct Bowl {
+  const ConfigSpace& s;
+  std::vector<size_t> best;
+  double operator()(uint64_t i) const {
+    std::vector<size_t> d = s.digits(i);
+    double c = 1;
+    for (size_t k = 0; k < d.size(); ++k) c += std::pow(double(d[k]) - double(best[k]), 2);
+    return c;
+  }
+};
+
+// Runs a strategy for `budget` points; returns the best cost found and checks no point was
+// proposed twice or pruned.
+double search(SearchStrategy& st, const ConfigSpace& s, const Bowl& f, size_t budget, size_t batch = 8) {
+  std::set<uint64_t> seen;
+  double best = INFINITY;
+  while (seen.size() < budget) {
+    std::vector<uint64_t> p = st.propose(std::min(batch, budget - seen.size()));
+    if (p.empty()) break;
+    std::vector<Observation> obs;
+    for (uint64_t i : p) {
+      EXPECT_TRUE(seen.insert(i).second) << st.name() << " proposed " << i << " twice";
+      EXPECT_TRUE(s.valid(i)) << st.name() << " proposed a pruned point";
+      obs.push_back({i, f(i)});
+      best = std::min(best, f(i));
+    }
+    st.observe(obs);
+  }
+  return best;
+}
+
+TEST(SearchStrategy, EachFindsTheOptimumOfASmallSpace) {
+  // Few points: every strategy must end up measuring the optimum, and then run dry.
+  ConfigSpace s(parse_workload("depthwise_conv2d_nchw(N=1,C=4,H=6,W=6,R=3,S=3)"), x86_avx512());
+  Bowl f{s, s.digits(s.size() / 3)};
+  ASSERT_TRUE(s.valid(s.size() / 3));
+  for (const std::string& name : search_strategy_names()) {
+    auto st = make_search_strategy(name, s, 7);
+    EXPECT_EQ(search(*st, s, f, s.size() + 5), 1.0) << name;
+    EXPECT_TRUE(st->propose(4).empty()) << name << " proposes after the space ran out";
+  }
+}
+
+TEST(SearchStrategy, GeneticSearchBeatsRandomOnALargerSpace) {
+  ConfigSpace s(parse_workload("matmul(M=512,N=512,K=512)"), x86_avx512());
+  Bowl f{s, s.digits(*s.default_index())};
+  double ga = 0, random = 0;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    auto g = make_search_strategy("ga", s, seed);
+    auto r = make_search_strategy("random", s, seed);
+    ga += search(*g, s, f, 300);
+    random += search(*r, s, f, 300);
+  }
+  EXPECT_LT(ga, random) << "ga " << ga / 3 << " random " << random / 3;
+  EXPECT_LE(ga / 3, 2.0) << "ga did not get next to the optimum";
+}
+
+TEST(SearchStrategy, SameSeedSameProposalsAndObservedPointsAreSkipped) {
+  ConfigSpace s(parse_workload("matmul(M=64,N=64,K=64)"), x86_avx512());
+  for (const std::string& name : search_strategy_names()) {
+    auto a = make_search_strategy(name, s, 42), b = make_search_strategy(name, s, 42);
+    EXPECT_EQ(a->propose(16), b->propose(16)) << name;
+    auto c = make_search_strategy(name, s, 42);
+    std::vector<uint64_t> first = make_search_strategy(name, s, 42)->propose(16);
+    std::vector<Observation> known;
+    for (uint64_t i : first) known.push_back({i, 1.0});
+    c->observe(known);
+    for (uint64_t i : c->propose(64)) {
+      EXPECT_EQ(std::count(first.begin(), first.end(), i), 0) << name << " re-proposed a measured point";
+    }
+  }
+  try {
+    make_search_strategy("annealing", s, 1);
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--strategy annealing"), std::string::npos);
+  }
+}
+
+// ---- Builder ---------------------------------------------------------------------------
+
+// A worker that crashes on one config and hangs on another, the real one otherwise: faults
+// injected at the process boundary the builder promises to contain.
+std::string faulty_worker() {
+  std::string path = temp_dir() + "/faulty-worker.sh";
+  std::ofstream f(path);
+  f << "#!/bin/sh\nreq=$(cat)\n"
+    << "case \"$req\" in *'\"tile_m\":3}'*) kill -SEGV $$ ;; *'\"tile_m\":5}'*) sleep 60 ;; esac\n"
+    << "printf '%s' \"$req\" | exec " << TF_BUILD_WORKER << "\n";
+  f.close();
+  fs::permissions(path, fs::perms::owner_all);
+  return path;
+}
+
+TEST(Builder, CrashesHangsAndErrorsAreCompileErrorsOfThatCandidateOnly) {
+  LocalBuilder b = builder(faulty_worker(), 3);
+  Workload w = parse_workload("matmul(M=16,N=16,K=16)");
+  std::vector<json> configs = {{{"tile_m", 2}}, {{"tile_m", 3}}, {{"tile_m", 5}}, {{"tile_m", 0}}, {{"tile_m", 4}}};
+  std::vector<BuildResult> r = b.build(w, host_target(), configs);
+  ASSERT_EQ(r.size(), configs.size());
+  EXPECT_TRUE(r[0].ok()) << r[0].error_msg;
+  EXPECT_TRUE(fs::exists(r[0].so_path) && fs::exists(r[0].so_path + ".json"));
+  EXPECT_EQ(r[1].error_code, "compile_error");
+  EXPECT_NE(r[1].error_msg.find("compiler crashed"), std::string::npos) << r[1].error_msg;
+  EXPECT_NE(r[2].error_msg.find("longer than the limit"), std::string::npos) << r[2].error_msg;
+  EXPECT_NE(r[3].error_msg.find("tile_m=0"), std::string::npos) << r[3].error_msg;
+  EXPECT_TRUE(r[4].ok()) << r[4].error_msg;
+  // The next batch replaces the last one's files.
+  std::vector<BuildResult> again = b.build(w, host_target(), {json::object()});
+  EXPECT_TRUE(again[0].ok());
+  EXPECT_FALSE(fs::exists(r[0].so_path));
+}
+
+TEST(Builder, AMissingWorkerIsAClearError) {
+  LocalBuilderOptions o;
+  o.worker_path = temp_dir() + "/no-such-worker";
+  try {
+    LocalBuilder b(o);
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("tunefarm-build-worker"), std::string::npos) << e.what();
+  }
+}
+
+// ---- Local runner ----------------------------------------------------------------------
+
+TEST(LocalRunner, TimesChecksAndClassifiesFailures) {
+  LocalBuilder b = builder();
+  LocalRunner r = runner();
+  Workload w = parse_workload("matmul(M=24,N=20,K=12)");
+  MeasureOptions mo;
+  mo.repeat = 3;
+  mo.min_repeat_ms = 1;
+  MeasureContext ctx(w, mo);
+  std::vector<BuildResult> builds = b.build(w, host_target(), {json::object(), {{"tile_m", 0}}});
+  std::vector<RunResult> res = r.run(ctx, builds);
+  ASSERT_EQ(res.size(), 2u);
+  EXPECT_TRUE(res[0].ok()) << res[0].error_msg;
+  EXPECT_EQ(res[0].correctness, "ok");
+  EXPECT_EQ(res[0].samples_s.size(), 3u);
+  EXPECT_GT(res[0].median_s(), 0);
+  EXPECT_EQ(res[1].error, tunefarm::v1::COMPILE_ERROR);
+
+  // A kernel that crashes at run time.
+  RunResult crash = r.run_one(ctx, TF_KERNEL_SEGV, "crash");
+  EXPECT_EQ(crash.error, tunefarm::v1::RUNTIME_ERROR) << crash.error_msg;
+  EXPECT_NE(crash.error_msg.find("signal 11"), std::string::npos) << crash.error_msg;
+
+  // A kernel that computes something else: relu'd output checked as a plain matmul.
+  Workload relu = parse_workload("matmul(M=24,N=20,K=12,epilogue=relu)");
+  std::vector<BuildResult> wrong = b.build(relu, host_target(), {json::object()});
+  RunResult bad = r.run_one(ctx, wrong[0].so_path, "matmul");
+  EXPECT_EQ(bad.error, tunefarm::v1::WRONG_ANSWER) << bad.error_msg;
+  EXPECT_EQ(bad.correctness, "wrong");
+}
+
+// ---- The tuning loop -------------------------------------------------------------------
+
+// A builder that hands one candidate a kernel that crashes at run time.
+class CrashingOne : public Builder {
+ public:
+  explicit CrashingOne(Builder& inner) : inner_(inner) {}
+  std::vector<BuildResult> build(const Workload& w, const Target& t, const std::vector<json>& configs) override {
+    std::vector<BuildResult> r = inner_.build(w, t, configs);
+    if (!done_ && r.size() > 2 && r[2].ok()) {
+      r[2].so_path = crash_copy(r[2].so_path);
+      crashed = r[2].config;
+      done_ = true;
+    }
+    return r;
+  }
+  json crashed;
+
+ private:
+  // The segv kernel under the function name the runner calls.
+  std::string crash_copy(const std::string& so) {
+    std::string src = temp_dir() + "/crash_matmul.c", out = temp_dir() + "/crash_matmul.so";
+    std::ofstream(src) << "int matmul(float* a, float* b, float* c) { *(volatile int*)0 = 1; return 0; }\n";
+    EXPECT_EQ(std::system(("cc -shared -fPIC -o " + out + " " + src).c_str()), 0);
+    return out;
+  }
+  Builder& inner_;
+  bool done_ = false;
+};
+
+class Collect : public MeasureCallback {
+ public:
+  void on_results(const TuneState&, const std::vector<Trial>& t) override { trials.insert(trials.end(), t.begin(), t.end()); }
+  std::vector<Trial> trials;
+};
+
+class StopAfter : public MeasureCallback {
+ public:
+  StopAfter(std::atomic<bool>& flag, int batches) : flag_(flag), left_(batches) {}
+  void on_results(const TuneState&, const std::vector<Trial>&) override {
+    if (--left_ <= 0) flag_ = true;
+  }
+
+ private:
+  std::atomic<bool>& flag_;
+  int left_;
+};
+
+TEST(Tune, RecordsEveryTrialResumesWithoutRemeasuringAndCompileUsesTheBest) {
+  std::string path = temp_dir() + "/tune.db";
+  auto db = db::open_database(path);
+  Workload w = parse_workload("matmul(M=48,N=40,K=32)");
+  Target t = host_target();
+  ConfigSpace space(w, t);
+  LocalBuilder lb = builder();
+  CrashingOne b(lb);
+  LocalRunner r = runner();
+  TuneOptions o;
+  o.trials = 12;
+  o.batch = 6;
+  o.measure.repeat = 3;
+  o.measure.min_repeat_ms = 2;
+  o.run_uuid = "run-1";
+  db->begin_run({"run-1", "tester", "host", "random", 12, w.canonical(), t.str(), 1, 0, "running", 0});
+  CommitRecords commit(db.get(), space, "local", "run-1", o.measure);
+
+  // Interrupted after the first batch: what was measured is committed, no re-timing.
+  std::atomic<bool> stop{false};
+  StopAfter stopper(stop, 1);
+  auto st1 = make_search_strategy("random", space, 3);
+  TuneSummary first = tune(space, *st1, b, r, db.get(), o, {&commit, &stopper}, &stop);
+  EXPECT_TRUE(first.interrupted);
+  EXPECT_EQ(first.state.trials_done, 6);
+  EXPECT_TRUE(first.retimed.empty());
+  std::vector<db::MeasureRecord> after1 = db->history({w.canonical(), t.str(), 0});
+  EXPECT_GE(after1.size(), 6u);
+  // The crashing candidate is a runtime error on record, never a best.
+  bool crash_recorded = false;
+  for (const auto& rec : after1) crash_recorded |= rec.config == b.crashed && rec.error_code == "runtime_error";
+  EXPECT_TRUE(crash_recorded) << b.crashed.dump();
+  EXPECT_EQ(first.state.errors, 1);
+
+  // Resume: the six known configs are not measured again.
+  std::set<std::string> before;
+  for (const auto& rec : after1) before.insert(rec.config_hash());
+  auto st2 = make_search_strategy("random", space, 3);
+  Collect seen;
+  TuneSummary second = tune(space, *st2, lb, r, db.get(), o, {&commit, &seen});
+  EXPECT_FALSE(second.interrupted);
+  EXPECT_EQ(second.state.known, 6);
+  EXPECT_EQ(second.state.trials_done, 12);
+  std::set<std::string> searched;
+  for (const Trial& tr : seen.trials) {
+    if (tr.retime) continue;
+    EXPECT_EQ(before.count(db::config_hash(tr.config)), 0u) << "measured again: " << tr.config.dump();
+    searched.insert(db::config_hash(tr.config));
+  }
+  EXPECT_EQ(searched.size(), 12u);
+  EXPECT_GT(db->history({w.canonical(), t.str(), 0}).size(), after1.size() + 12);
+  // The re-timing: the best few and the default, several rounds each, all recorded.
+  ASSERT_GE(second.retimed.size(), 2u);
+  EXPECT_EQ(second.retimed[0].medians_s.size(), 3u);
+  EXPECT_GT(second.best_s, 0);
+  EXPECT_GT(second.default_s, 0);
+  EXPECT_FALSE(second.best_config.is_null());
+
+  // A compile now takes the tuned record: the config with the best median of medians.
+  ConfigChoice c = choose_config(db.get(), w, t);
+  EXPECT_EQ(c.source, "tuned (exact)");
+  db::BestResult best = db->best(lookup_key(w, t));
+  EXPECT_EQ(c.config, best.record.config);
+  EXPECT_GE(best.measurements, 1);
+  EXPECT_NE(c.config, b.crashed);
+}
+
+TEST(Tune, ASpaceSmallerThanTheTrialsRunsDry) {
+  Workload w = parse_workload("depthwise_conv2d_nchw(N=1,C=2,H=4,W=4,R=3,S=3)");
+  ConfigSpace space(w, host_target());
+  LocalBuilder b = builder();
+  LocalRunner r = runner();
+  TuneOptions o;
+  o.trials = static_cast<int>(space.valid_size()) + 10;
+  o.measure.repeat = 2;
+  o.measure.min_repeat_ms = 0;
+  o.retime_rounds = 1;
+  auto st = make_search_strategy("grid", space, 1);
+  TuneSummary s = tune(space, *st, b, r, nullptr, o, {});
+  EXPECT_EQ(s.stop_reason, "exhausted");
+  EXPECT_EQ(s.state.trials_done, static_cast<int>(space.valid_size()));
+}
+
+TEST(Tune, DisturbedMeasurementsAreSpotted) {
+  EXPECT_FALSE(disturbed({1.0, 1.02, 0.99}, 0.1));
+  EXPECT_TRUE(disturbed({1.0, 1.5, 0.99}, 0.1));
+  EXPECT_FALSE(disturbed({1.0}, 0.1));
+}
+
+}  // namespace
+}  // namespace tf

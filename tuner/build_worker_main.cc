@@ -1,0 +1,19 @@
+// tunefarm-build-worker: compiles one tuning candidate in a process of its own.
+//
+//   tunefarm-build-worker < {"workload": ..., "target": ..., "config": {...}, "output": "k.so"}
+//
+// Writes the library and its sidecar, then prints {"ok": true, "compile_s": S} or
+// {"ok": false, "error": "..."}; the tuner's LocalBuilder (tuner/builder.h) starts one per
+// candidate, so a compiler crash or hang costs that candidate only.
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "tuner/builder.h"
+
+int main() {
+  std::string request((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  std::printf("%s\n", tf::build_worker_main(request).dump().c_str());
+  return 0;
+}

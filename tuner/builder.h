@@ -1,0 +1,65 @@
+// Builder: turns a batch of configs of one workload into kernel libraries.
+//
+// Promises: build() returns one BuildResult per config, in order, and never throws for a
+// candidate's failure: a compiler error, a compiler crash or a compile past the time limit is
+// that candidate's COMPILE_ERROR, with the reason. Libraries (and their .json sidecars) stay
+// on disk until the next build() or the builder's end.
+//
+// LocalBuilder compiles each candidate in a tunefarm-build-worker process of its own, as many
+// at once as there are cores by default, each under a time limit; a worker that crashes or
+// hangs takes nothing else down.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "compiler/target.h"
+#include "compiler/workload.h"
+
+namespace tf {
+
+struct BuildResult {
+  nlohmann::json config;         // as asked
+  std::string so_path;           // the library; empty on error
+  std::string error_code = "ok"; // ok or compile_error
+  std::string error_msg;
+  double compile_s = 0;
+  bool ok() const { return error_code == "ok"; }
+};
+
+class Builder {
+ public:
+  virtual ~Builder() = default;
+  virtual std::vector<BuildResult> build(const Workload& w, const Target& t,
+                                         const std::vector<nlohmann::json>& configs) = 0;
+};
+
+struct LocalBuilderOptions {
+  int workers = 0;           // 0: as many as cores
+  double timeout_s = 60;     // per candidate
+  std::string worker_path;   // "": tunefarm-build-worker next to this program
+};
+
+class LocalBuilder : public Builder {
+ public:
+  // Throws std::runtime_error when the worker program cannot be found.
+  explicit LocalBuilder(LocalBuilderOptions o = {});
+  ~LocalBuilder() override;
+  std::vector<BuildResult> build(const Workload& w, const Target& t,
+                                 const std::vector<nlohmann::json>& configs) override;
+  int workers() const { return opts_.workers; }
+
+ private:
+  LocalBuilderOptions opts_;
+  std::string dir_;
+  int batch_ = 0;
+};
+
+// The worker's side, for tunefarm-build-worker: reads {"workload", "target", "config",
+// "output"} and writes the library and sidecar; returns the reply {"ok", "error",
+// "compile_s"}.
+nlohmann::json build_worker_main(const std::string& request);
+
+}  // namespace tf

@@ -1,0 +1,233 @@
+#include "tuner/farm_runner.h"
+
+#include <algorithm>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "compiler/error.h"
+#include "compiler/target.h"
+#include "proto/kernel_library.h"
+
+namespace tf {
+
+namespace pb = tunefarm::v1;
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// How often leases are renewed, and for how long.
+constexpr int64_t kRenewEveryMs = 20000;
+constexpr int64_t kLeaseMs = 90000;
+
+}  // namespace
+
+FarmRunner::FarmRunner(FarmRunnerOptions o) : opts_(std::move(o)), client_(opts_.farm) {
+  if (opts_.boards < 1) throw UserError(str("--boards ", opts_.boards, " must be at least 1"));
+  renewer_ = std::thread([this] { renew_loop(); });
+}
+
+FarmRunner::~FarmRunner() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  renew_cv_.notify_all();
+  renewer_.join();
+  // Slots release their leases as they go.
+}
+
+std::string FarmRunner::connect(const std::string& expected_arch) {
+  lease_more(true, expected_arch);
+  return board_target();
+}
+
+std::string FarmRunner::board_target() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return target_;
+}
+
+void FarmRunner::renew_loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    renew_cv_.wait_for(l, std::chrono::milliseconds(kRenewEveryMs));
+    if (stop_) break;
+    for (auto& s : slots_) {
+      if (s->lost) continue;
+      try {
+        s->board->renew(kLeaseMs);
+      } catch (const farm::FarmError&) {
+        // A lost board shows itself at its next call; the measurement path handles it.
+      }
+    }
+  }
+}
+
+// Leases boards until there are opts_.boards; the first waits (must_get_one), the others
+// are taken only when free now. Each new board's architecture must be the kernels'.
+void FarmRunner::lease_more(bool must_get_one, const std::string& kernel_arch) {
+  while (true) {
+    size_t have;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      have = slots_.size();
+    }
+    if (have >= static_cast<size_t>(opts_.boards)) return;
+    bool waiting = must_get_one && have == 0;
+    std::unique_ptr<farm::LeasedBoard> b;
+    try {
+      b = client_.lease(opts_.key, opts_.user, opts_.priority, waiting ? opts_.wait_ms : 0, kLeaseMs,
+                        opts_.wait_for_boards);
+    } catch (const farm::FarmError& e) {
+      if (waiting || e.code() != grpc::StatusCode::DEADLINE_EXCEEDED) throw;
+      return;  // no more free boards now
+    }
+    auto slot = std::make_unique<Slot>();
+    std::string t = b->lease().target();
+    try {
+      slot->target = parse_target(t).str();
+    } catch (const UserError&) {
+      slot->target = t;  // a target this build cannot parse: kept as the board says
+    }
+    std::string board_arch;
+    try {
+      board_arch = parse_target(t).arch_name();
+    } catch (const UserError&) {
+      board_arch = "unknown";
+    }
+    if (!kernel_arch.empty() && board_arch != kernel_arch) {
+      throw farm::FarmError("board " + b->lease().board_id() + " of key '" + opts_.key + "' is " + board_arch +
+                                " (target " + t + "), but the kernels are built for " + kernel_arch,
+                            grpc::StatusCode::INVALID_ARGUMENT);
+    }
+    slot->board = std::move(b);
+    std::lock_guard<std::mutex> l(mu_);
+    if (target_.empty()) target_ = slot->target;
+    slots_.push_back(std::move(slot));
+  }
+}
+
+RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& data,
+                                 const std::string& name, const std::string& function, std::mutex* ctx_mu) {
+  std::string arch = kernel_library_arch(data), board_arch;
+  try {
+    board_arch = parse_target(board.lease().target()).arch_name();
+  } catch (const UserError&) {
+    board_arch = "";
+  }
+  if (!board_arch.empty() && arch != board_arch) {
+    throw farm::FarmError("kernel library " + name + " is built for " + (arch.empty() ? "no known architecture" : arch) +
+                              ", but board " + board.lease().board_id() + " is " + board_arch + " (target " +
+                              board.lease().target() + ")",
+                          grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  std::string module = board.upload(data, name);
+  pb::MeasureReply reply = board.measure(ctx.request(function), module);
+  try {
+    board.free(module);
+  } catch (const farm::FarmError&) {
+    // The board removes modules with the lease anyway.
+  }
+  RunResult r;
+  if (ctx_mu) {
+    std::lock_guard<std::mutex> l(*ctx_mu);
+    r = ctx.finish(reply);
+  } else {
+    r = ctx.finish(reply);
+  }
+  r.board_id = board.lease().board_id();
+  r.device_model = board.lease().device().cpu_model();
+  r.board_target = board.lease().target();
+  return r;
+}
+
+std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<BuildResult>& builds) {
+  std::vector<RunResult> out(builds.size());
+  std::string kernel_arch;
+  std::deque<size_t> queue;
+  std::vector<int> losses(builds.size(), 0);
+  for (size_t i = 0; i < builds.size(); ++i) {
+    if (!builds[i].ok()) {
+      out[i].error = pb::COMPILE_ERROR;
+      out[i].error_msg = builds[i].error_msg;
+      continue;
+    }
+    if (kernel_arch.empty()) kernel_arch = kernel_library_arch(read_all(builds[i].so_path));
+    queue.push_back(i);
+  }
+  if (queue.empty()) return out;
+  lease_more(true, kernel_arch);
+
+  std::mutex qmu;
+  std::exception_ptr fatal;
+  std::mutex ctx_mu;  // MeasureContext's reference cache is not thread-safe
+  auto worker = [&](Slot* slot) {
+    while (true) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> l(qmu);
+        if (queue.empty() || fatal) return;
+        i = queue.front();
+        queue.pop_front();
+      }
+      std::string data = read_all(builds[i].so_path);
+      try {
+        std::string name = std::filesystem::path(builds[i].so_path).filename().string();
+        RunResult r = measure_on(*slot->board, ctx, data, name, ctx.graph().workload.op, &ctx_mu);
+        r.board_target = slot->target;
+        out[i] = std::move(r);
+      } catch (const farm::FarmError& e) {
+        if (!e.board_lost()) {
+          std::lock_guard<std::mutex> l(qmu);
+          if (!fatal) fatal = std::current_exception();
+          return;
+        }
+        slot->board->report_lost(e.what());
+        if (on_board_lost) {
+          std::lock_guard<std::mutex> l(qmu);
+          on_board_lost(slot->board->lease().board_id(), e.what());
+        }
+        std::lock_guard<std::mutex> l(qmu);
+        if (++losses[i] > opts_.retries) {
+          out[i].error = pb::BOARD_LOST;
+          out[i].error_msg = e.what();
+        } else {
+          queue.push_front(i);
+        }
+        slot->lost = true;  // this board is done for
+        return;
+      }
+    }
+  };
+
+  while (true) {
+    std::vector<Slot*> live;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& s : slots_) live.push_back(s.get());
+    }
+    std::vector<std::thread> threads;
+    for (Slot* s : live) threads.emplace_back(worker, s);
+    for (std::thread& t : threads) t.join();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      slots_.erase(std::remove_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->lost.load(); }), slots_.end());
+    }
+    if (fatal) std::rethrow_exception(fatal);
+    if (queue.empty()) break;
+    // Every board was lost with work left: lease replacements (waiting for the first).
+    lease_more(true, kernel_arch);
+  }
+  // Take boards that became free since, for the next batch.
+  lease_more(false, kernel_arch);
+  return out;
+}
+
+}  // namespace tf

@@ -1,0 +1,52 @@
+#include <unistd.h>
+
+#include <stdexcept>
+
+#include "proto/measure_limits.h"
+#include "rpc_server/isolated_runner.h"
+#include "tuner/runner.h"
+#include "tuner/subprocess.h"
+#include "tuner/tuning_records.h"
+
+namespace tf {
+
+namespace pb = tunefarm::v1;
+
+LocalRunner::LocalRunner(LocalRunnerOptions o) : opts_(std::move(o)) {
+  if (opts_.runner_path.empty()) {
+    opts_.runner_path = find_sibling_program("tunefarm-board-runner", "../rpc_server");
+  }
+  if (opts_.runner_path.empty() || access(opts_.runner_path.c_str(), X_OK) != 0) {
+    throw std::runtime_error("cannot find tunefarm-board-runner next to this program (" +
+                             (opts_.runner_path.empty() ? std::string("not found") : opts_.runner_path) + ")");
+  }
+}
+
+RunResult LocalRunner::run_one(MeasureContext& ctx, const std::string& so_path, const std::string& function) {
+  pb::MeasureRequest req = ctx.request(function);
+  req.set_memory_limit_bytes(opts_.memory_limit_bytes);
+  double limit = farm::effective_timeout_s(req, opts_.default_timeout_s, opts_.max_timeout_s);
+  req.set_timeout_s(limit);
+  pb::MeasureReply reply = farm::run_isolated(opts_.runner_path, so_path, req, limit);
+  RunResult r = ctx.finish(reply);
+  r.board_id = "local";
+  r.device_model = local_device_model();
+  return r;
+}
+
+std::vector<RunResult> LocalRunner::run(MeasureContext& ctx, const std::vector<BuildResult>& builds) {
+  std::vector<RunResult> out;
+  for (const BuildResult& b : builds) {
+    if (!b.ok()) {
+      RunResult r;
+      r.error = pb::COMPILE_ERROR;
+      r.error_msg = b.error_msg;
+      out.push_back(r);
+      continue;
+    }
+    out.push_back(run_one(ctx, b.so_path, ctx.graph().workload.op));
+  }
+  return out;
+}
+
+}  // namespace tf

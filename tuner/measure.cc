@@ -1,0 +1,122 @@
+#include "tuner/measure.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "compiler/target.h"
+#include "proto/kernel_library.h"
+#include "proto/measure_limits.h"
+#include "tuner/tuning_records.h"
+
+namespace tf {
+
+namespace pb = tunefarm::v1;
+
+const char* error_code_name(pb::ErrorCode c) {
+  switch (c) {
+    case pb::OK: return "ok";
+    case pb::COMPILE_ERROR: return "compile_error";
+    case pb::LOAD_ERROR: return "load_error";
+    case pb::RUNTIME_ERROR: return "runtime_error";
+    case pb::TIMEOUT: return "timeout";
+    case pb::MEMORY_LIMIT: return "memory_limit";
+    case pb::WRONG_ANSWER: return "wrong_answer";
+    case pb::BOARD_LOST: return "board_lost";
+    default: return "runtime_error";
+  }
+}
+
+double RunResult::median_s() const { return db::median_of(samples_s); }
+
+MeasureContext::MeasureContext(const Workload& w, MeasureOptions o) : graph_(build_op(w)), opts_(o) {
+  out_elements_ = 1;
+  for (int64_t d : graph_.output->shape) out_elements_ *= d;
+}
+
+pb::MeasureRequest MeasureContext::request(const std::string& function) const {
+  pb::MeasureRequest req;
+  req.set_function(function);
+  auto add = [&](const ir::Tensor& t, bool output) {
+    pb::ArgSpec* a = req.add_args();
+    for (int64_t d : t->shape) a->add_shape(d);
+    a->set_is_output(output);
+  };
+  for (const ir::Tensor& t : graph_.inputs) add(t, false);
+  add(graph_.output, true);
+  req.set_number(opts_.number);
+  req.set_repeat(opts_.repeat);
+  req.set_min_repeat_ms(opts_.min_repeat_ms);
+  req.set_flush_cache(opts_.flush);
+  req.set_cooldown_ms(opts_.cooldown_ms);
+  req.set_seed(opts_.seed);
+  req.set_timeout_s(opts_.timeout_s);
+  // Values travel back when they are small enough; otherwise only a digest (unchecked).
+  req.set_outputs(!opts_.check ? pb::OUTPUT_NONE : out_elements_ * 4 <= (16 << 20) ? pb::OUTPUT_VALUES : pb::OUTPUT_DIGEST);
+  return req;
+}
+
+RunResult MeasureContext::finish(const pb::MeasureReply& reply) {
+  RunResult r;
+  r.error = reply.error();
+  r.error_msg = reply.error_msg();
+  r.number = reply.number();
+  if (!r.ok()) return r;
+  r.samples_s.assign(reply.samples_s().begin(), reply.samples_s().end());
+  if (!opts_.check || reply.outputs_size() != 1 ||
+      reply.outputs(0).values().size() != static_cast<size_t>(out_elements_) * 4) {
+    return r;
+  }
+  if (reference_.empty()) {
+    std::vector<std::vector<float>> inputs;
+    std::vector<const float*> ptrs;
+    uint64_t i = 0;
+    for (const ir::Tensor& t : graph_.inputs) {
+      int64_t n = 1;
+      for (int64_t d : t->shape) n *= d;
+      inputs.emplace_back(static_cast<size_t>(n));
+      fill_random(inputs.back().data(), n, opts_.seed + i++);
+      ptrs.push_back(inputs.back().data());
+    }
+    reference_.resize(static_cast<size_t>(out_elements_));
+    reference_compute(graph_.workload, ptrs, reference_.data());
+  }
+  const float* got = reinterpret_cast<const float*>(reply.outputs(0).values().data());
+  OutputCheck c = compare_with_reference(graph_, reference_.data(), got);
+  r.max_abs_error = c.max_abs_error;
+  r.tolerance = c.tolerance;
+  r.correctness = c.ok() ? "ok" : "wrong";
+  if (!c.ok()) {
+    r.error = pb::WRONG_ANSWER;
+    r.error_msg = "output element " + std::to_string(c.worst_index) + " off by " + std::to_string(c.max_abs_error) +
+                  " (tolerance " + std::to_string(c.tolerance) + ")";
+  }
+  return r;
+}
+
+db::MeasureRecord make_record(const OpGraph& g, const CandidateInfo& c, const RunResult& res, const MeasureOptions& o) {
+  db::MeasureRecord r;
+  const Workload& w = g.workload;
+  r.workload = w.canonical();
+  r.op = w.op;
+  r.params = workload_params(w);
+  r.flops = g.flops;
+  r.target = c.target;
+  r.arch = parse_target(c.target).arch_name();
+  r.device_key = c.device_key;
+  r.device_model = !res.device_model.empty() ? res.device_model : c.device_key == "local" ? local_device_model() : "";
+  r.toolchain = toolchain_version();
+  r.template_name = c.template_id;
+  r.config = c.config;
+  // A wrong answer keeps its samples (they say how fast the wrong kernel was) but never ranks.
+  if (res.ok() || res.error == pb::WRONG_ANSWER) r.samples_s = res.samples_s;
+  r.settings = {res.number > 0 ? res.number : o.number, o.repeat, o.min_repeat_ms, o.flush, o.cooldown_ms};
+  r.error_code = error_code_name(res.error);
+  r.error_msg = res.error_msg.substr(0, db::kMaxErrorMsgLength);
+  r.compile_s = c.compile_s;
+  r.measured_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  r.correctness = res.correctness;
+  r.run_uuid = c.run_uuid;
+  return r;
+}
+
+}  // namespace tf

@@ -1,0 +1,83 @@
+// One measurement path for `tunefarm run`, `tunefarm farm measure` and `tunefarm tune`: the
+// request a board gets, the check of its outputs, and the record the database stores.
+//
+// Promises: every runner fills inputs the same way (fill_random with seed + argument index,
+// on the board), outputs are compared with a reference computed here once per workload
+// (MeasureContext caches it), a wrong answer is WRONG_ANSWER and never "ok", and records are
+// built in one place (make_record) from what was measured. The error codes are the proto's
+// ErrorCode enum; the database stores their lower-case names (db::error_codes()).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/operators.h"
+#include "compiler/reference.h"
+#include "db/records.h"
+#include "proto/tunefarm.pb.h"
+
+namespace tf {
+
+// How kernels are timed (docs/tuning.md, "Measurement protocol").
+struct MeasureOptions {
+  int number = 1;            // calls per sample (grown to reach min_repeat_ms)
+  int repeat = 5;            // samples
+  double min_repeat_ms = 20;
+  bool flush = false;
+  double cooldown_ms = 0;
+  double timeout_s = 0;      // 0: derived from the above (proto/measure_limits.h)
+  uint64_t seed = 1;         // of the inputs
+  bool check = true;         // compare outputs with the reference
+};
+
+// The outcome of one measurement of one candidate.
+struct RunResult {
+  tunefarm::v1::ErrorCode error = tunefarm::v1::OK;
+  std::string error_msg;
+  std::vector<double> samples_s;   // empty unless timed
+  int number = 0;
+  std::string correctness = "unchecked";  // ok, wrong, unchecked
+  double max_abs_error = 0;
+  double tolerance = 0;
+  std::string board_id = "local", device_model, board_target;
+  bool ok() const { return error == tunefarm::v1::OK; }
+  double median_s() const;  // 0 when not timed
+};
+
+// "ok", "compile_error", ... (the database's error_code of each proto code).
+const char* error_code_name(tunefarm::v1::ErrorCode c);
+
+// What one workload's measurements share: its graph, the request skeleton, and the reference
+// output on the seeded inputs (computed on first use).
+class MeasureContext {
+ public:
+  MeasureContext(const Workload& w, MeasureOptions o);
+  const OpGraph& graph() const { return graph_; }
+  const MeasureOptions& options() const { return opts_; }
+  // The request for `function` (module id left empty).
+  tunefarm::v1::MeasureRequest request(const std::string& function) const;
+  // Turns a board's reply into a result, checking its outputs against the reference.
+  RunResult finish(const tunefarm::v1::MeasureReply& reply);
+
+ private:
+  OpGraph graph_;
+  MeasureOptions opts_;
+  int64_t out_elements_ = 0;
+  std::vector<float> reference_;  // empty until first needed
+};
+
+// A record of a measured candidate (not yet committed).
+struct CandidateInfo {
+  std::string target;       // canonical target string
+  std::string template_id;
+  nlohmann::json config;
+  double compile_s = 0;
+  std::string device_key;   // "local" or the farm key
+  std::string run_uuid;
+};
+db::MeasureRecord make_record(const OpGraph& g, const CandidateInfo& c, const RunResult& r, const MeasureOptions& o);
+
+}  // namespace tf

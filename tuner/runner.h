@@ -1,0 +1,53 @@
+// Runner: times a batch of built candidates on a device and says how each went.
+//
+// Promises: run() returns one RunResult per build, in order, as values: a candidate that
+// did not build is COMPILE_ERROR, one that crashed, hung, ran out of memory or computed a
+// wrong answer (checked against the cached reference, tuner/measure.h) gets that code, and
+// none of them throws. A candidate whose board went away is BOARD_LOST only when no other
+// board could measure it; callers log BOARD_LOST and never store it as the candidate's
+// result. run() throws (FarmError, std::runtime_error) only when the device itself is
+// unusable: no board of the key, a refused token, a board of another architecture.
+//
+// LocalRunner: this machine, the embedded default. Each measurement runs in a
+// tunefarm-board-runner process of its own, exactly as on a board (same program, same
+// sandbox and limits, rpc_server/isolated_runner.h), one at a time.
+// FarmRunner (tuner/farm_runner.h): leased boards of a farm key.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tuner/builder.h"
+#include "tuner/measure.h"
+
+namespace tf {
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  // The records' device_key: "local", or the farm key.
+  virtual std::string device_key() const = 0;
+  virtual std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) = 0;
+};
+
+struct LocalRunnerOptions {
+  std::string runner_path;            // "": tunefarm-board-runner next to this program
+  double default_timeout_s = 10;      // raised to cover what the settings ask (measure_limits.h)
+  double max_timeout_s = 300;
+  int64_t memory_limit_bytes = int64_t{4} << 30;
+};
+
+class LocalRunner : public Runner {
+ public:
+  // Throws std::runtime_error when the runner program cannot be found.
+  explicit LocalRunner(LocalRunnerOptions o = {});
+  std::string device_key() const override { return "local"; }
+  std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override;
+  // One measurement of one library (also `tunefarm run`).
+  RunResult run_one(MeasureContext& ctx, const std::string& so_path, const std::string& function);
+
+ private:
+  LocalRunnerOptions opts_;
+};
+
+}  // namespace tf

@@ -1,0 +1,270 @@
+#include "tuner/tune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "tuner/tuning_records.h"
+
+namespace tf {
+
+namespace pb = tunefarm::v1;
+using json = nlohmann::json;
+
+bool disturbed(const std::vector<double>& s, double max_spread) {
+  if (s.size() < 2) return false;
+  auto [lo, hi] = std::minmax_element(s.begin(), s.end());
+  double med = db::median_of(s);
+  return med > 0 && (*hi - *lo) / med > max_spread;
+}
+
+CommitRecords::CommitRecords(db::Database* db, const ConfigSpace& space, std::string device_key, std::string run_uuid,
+                             MeasureOptions o)
+    : db_(db), space_(space), device_key_(std::move(device_key)), run_uuid_(std::move(run_uuid)), opts_(o) {}
+
+void CommitRecords::on_results(const TuneState&, const std::vector<Trial>& trials) {
+  if (!db_) return;
+  std::vector<db::MeasureRecord> recs;
+  for (const Trial& t : trials) {
+    if (t.lost()) continue;
+    CandidateInfo c{space_.target().str(), space_.template_id(), t.config, t.build.compile_s, device_key_, run_uuid_};
+    recs.push_back(make_record(space_.graph(), c, t.result, opts_));
+  }
+  if (!recs.empty()) committed_ += db_->commit(recs);
+}
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double cost_of(const RunResult& r) { return r.ok() ? r.median_s() : std::numeric_limits<double>::infinity(); }
+
+// The records of earlier runs for this space: per index, the medians of its correct
+// measurements, or a failure.
+std::map<uint64_t, std::vector<double>> earlier_results(db::Database* db, const ConfigSpace& space) {
+  std::map<uint64_t, std::vector<double>> out;
+  if (!db) return out;
+  db::HistoryFilter f;
+  f.workload = space.workload().canonical();
+  f.target = space.target().str();
+  for (const db::MeasureRecord& r : db->history(f)) {
+    if (r.template_name != space.template_id()) continue;
+    std::optional<uint64_t> i = space.index_of(r.config);
+    if (!i) continue;
+    std::vector<double>& v = out[*i];
+    if (r.error_code == "ok" && r.correctness != "wrong") {
+      v.push_back(*r.median_s());
+    } else if (r.error_code != "board_lost") {
+      v.push_back(std::numeric_limits<double>::infinity());
+    }
+  }
+  return out;
+}
+
+// A config's cost over several measurements: +inf when any failed, else the median.
+double combined_cost(const std::vector<double>& medians) {
+  if (medians.empty()) return std::numeric_limits<double>::infinity();
+  for (double m : medians) {
+    if (!std::isfinite(m)) return m;
+  }
+  return db::median_of(medians);
+}
+
+}  // namespace
+
+TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner,
+                 db::Database* db, const TuneOptions& opts, const std::vector<MeasureCallback*>& callbacks,
+                 const std::atomic<bool>* stop) {
+  TuneSummary sum;
+  TuneState& st = sum.state;
+  st.space = &space;
+  st.trials_total = opts.trials;
+  const double start = now_s();
+  MeasureContext ctx(space.workload(), opts.measure);
+  auto stopped = [&] { return stop && stop->load(); };
+  std::map<uint64_t, std::vector<double>> medians = earlier_results(db, space);
+
+  // Resume: what the database knows feeds the strategy and the best so far.
+  std::vector<Observation> prior;
+  for (const auto& [i, v] : medians) {
+    double c = combined_cost(v);
+    prior.push_back({i, c});
+    if (c < st.best_s) {
+      st.best_s = c;
+      st.best_config = space.to_config(i);
+    }
+  }
+  st.known = static_cast<int>(prior.size());
+  strategy.observe(prior);
+  std::optional<uint64_t> def = space.default_index();
+
+  auto notify = [&](const std::vector<Trial>& trials) {
+    st.elapsed_s = now_s() - start;
+    for (MeasureCallback* cb : callbacks) cb->on_results(st, trials);
+  };
+
+  // Builds and measures `indices`; disturbed measurements are measured once more.
+  auto measure = [&](const std::vector<uint64_t>& indices, bool retime) {
+    std::vector<json> configs;
+    for (uint64_t i : indices) configs.push_back(space.to_config(i));
+    std::vector<BuildResult> builds = builder.build(space.workload(), space.target(), configs);
+    std::vector<RunResult> results = runner.run(ctx, builds);
+    std::vector<Trial> trials;
+    std::vector<BuildResult> again;
+    std::vector<size_t> again_at;
+    for (size_t k = 0; k < indices.size(); ++k) {
+      trials.push_back({indices[k], configs[k], builds[k], results[k], retime, false});
+      if (results[k].ok() && disturbed(results[k].samples_s, opts.max_spread)) {
+        again.push_back(builds[k]);
+        again_at.push_back(k);
+      }
+    }
+    if (!again.empty() && !stopped()) {
+      std::vector<RunResult> redo = runner.run(ctx, again);
+      for (size_t k = 0; k < redo.size(); ++k) {
+        size_t at = again_at[k];
+        trials.push_back({indices[at], configs[at], builds[at], redo[k], retime, true});
+      }
+    }
+    return trials;
+  };
+
+  // Search.
+  while (true) {
+    if (stopped()) {
+      sum.interrupted = true;
+      sum.stop_reason = "interrupted";
+      break;
+    }
+    if (st.trials_done >= opts.trials) {
+      sum.stop_reason = "trials";
+      break;
+    }
+    if (opts.time_budget_s > 0 && now_s() - start >= opts.time_budget_s) {
+      sum.stop_reason = "time-budget";
+      break;
+    }
+    if (opts.early_stop > 0 && st.since_improvement >= opts.early_stop) {
+      sum.stop_reason = "early-stop";
+      break;
+    }
+    size_t n = static_cast<size_t>(std::min(opts.batch, opts.trials - st.trials_done));
+    std::vector<uint64_t> batch;
+    if (def && !medians.count(*def) && st.trials_done == 0) {
+      // Marks it seen (a failure for now; its real cost follows with the batch's results).
+      strategy.observe({{*def, std::numeric_limits<double>::infinity()}});
+      batch.push_back(*def);
+    }
+    for (uint64_t i : strategy.propose(n - batch.size())) batch.push_back(i);
+    if (batch.empty()) {
+      sum.stop_reason = "exhausted";
+      break;
+    }
+    std::vector<Trial> trials = measure(batch, false);
+    std::vector<Observation> obs;
+    std::set<uint64_t> counted;
+    for (const Trial& t : trials) {
+      if (t.lost()) {
+        ++st.boards_lost;
+        continue;
+      }
+      std::vector<double>& v = medians[t.index];
+      v.push_back(cost_of(t.result));
+      if (t.remeasure) continue;
+      counted.insert(t.index);
+    }
+    for (uint64_t i : counted) {
+      double c = combined_cost(medians[i]);
+      obs.push_back({i, c});
+      ++st.trials_done;
+      if (!std::isfinite(c)) ++st.errors;
+      if (c < st.best_s) {
+        st.best_s = c;
+        st.best_config = space.to_config(i);
+        st.since_improvement = 0;
+      } else {
+        ++st.since_improvement;
+      }
+    }
+    // The strategy learns of every proposed point, lost ones included (as failures), so
+    // they are not proposed again in this run; a later run measures them.
+    for (uint64_t i : batch) {
+      if (!counted.count(i)) obs.push_back({i, std::numeric_limits<double>::infinity()});
+    }
+    strategy.observe(obs);
+    notify(trials);
+  }
+
+  // Re-time the best few and the default, interleaved, in fresh processes.
+  std::vector<std::pair<double, uint64_t>> ranked;
+  for (const auto& [i, v] : medians) {
+    double c = combined_cost(v);
+    if (std::isfinite(c)) ranked.push_back({c, i});
+  }
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<uint64_t> top;
+  for (const auto& [c, i] : ranked) {
+    if (static_cast<int>(top.size()) >= opts.retime_top) break;
+    top.push_back(i);
+  }
+  if (def && medians.count(*def) && std::isfinite(combined_cost(medians[*def])) &&
+      std::find(top.begin(), top.end(), *def) == top.end()) {
+    top.push_back(*def);
+  }
+  if (!sum.interrupted && opts.retime_rounds > 0 && top.size() > 1) {
+    st.phase = "retime";
+    std::map<uint64_t, std::vector<double>> fresh;
+    std::vector<json> configs;
+    for (uint64_t i : top) configs.push_back(space.to_config(i));
+    std::vector<BuildResult> builds = builder.build(space.workload(), space.target(), configs);
+    for (int round = 0; round < opts.retime_rounds && !stopped(); ++round) {
+      std::vector<RunResult> results = runner.run(ctx, builds);
+      std::vector<Trial> trials;
+      for (size_t k = 0; k < top.size(); ++k) {
+        trials.push_back({top[k], configs[k], builds[k], results[k], true, false});
+        if (results[k].error != pb::BOARD_LOST) fresh[top[k]].push_back(cost_of(results[k]));
+      }
+      notify(trials);
+    }
+    sum.interrupted = stopped();
+    for (size_t k = 0; k < top.size(); ++k) {
+      RetimeResult r;
+      r.config = configs[k];
+      r.medians_s = fresh[top[k]];
+      double c = combined_cost(r.medians_s);
+      r.median_of_medians_s = std::isfinite(c) ? c : 0;
+      r.is_default = def && top[k] == *def;
+      sum.retimed.push_back(r);
+    }
+    std::stable_sort(sum.retimed.begin(), sum.retimed.end(), [](const RetimeResult& a, const RetimeResult& b) {
+      double ca = a.median_of_medians_s > 0 ? a.median_of_medians_s : INFINITY;
+      double cb = b.median_of_medians_s > 0 ? b.median_of_medians_s : INFINITY;
+      return ca < cb;
+    });
+    for (const RetimeResult& r : sum.retimed) {
+      if (r.is_default && r.median_of_medians_s > 0) sum.default_s = r.median_of_medians_s;
+    }
+    if (!sum.retimed.empty() && sum.retimed[0].median_of_medians_s > 0) {
+      sum.best_config = sum.retimed[0].config;
+      sum.best_s = sum.retimed[0].median_of_medians_s;
+    }
+  }
+  if (sum.best_config.is_null() && std::isfinite(st.best_s)) {
+    sum.best_config = st.best_config;
+    sum.best_s = st.best_s;
+  }
+  if (sum.default_s == 0 && def && medians.count(*def)) {
+    double c = combined_cost(medians[*def]);
+    if (std::isfinite(c)) sum.default_s = c;
+  }
+  if (sum.interrupted) sum.stop_reason = "interrupted";
+  st.phase = "done";
+  st.elapsed_s = now_s() - start;
+  return sum;
+}
+
+}  // namespace tf

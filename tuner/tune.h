@@ -1,0 +1,118 @@
+// The tuning loop: search strategy -> builder -> runner -> measure callbacks, until the
+// trials, the time budget or the patience run out, then a re-timing of the best few.
+//
+// Promises:
+// - Resume: configs of this workload, target and template version already in the database
+//   are never measured again; their results seed the strategy and the best so far.
+// - The default config is measured first when it has no record yet, so every run can say
+//   how much faster its best is than what an untuned compile gets.
+// - Fidelity (docs/tuning.md): a measurement whose samples spread more than max_spread
+//   around their median is disturbed and measured once more (both are stored); at the end
+//   the retime_top best configs and the default are re-timed in retime_rounds rounds,
+//   interleaved, each measurement in a fresh process, and the best is chosen on the median
+//   of each config's medians. Every measurement is a record.
+// - Results reach the MeasureCallbacks batch by batch (records committed, strategy fed,
+//   progress shown); BOARD_LOST results are passed as lost, never as a candidate's result.
+// - `stop` (set by a signal handler) ends the run after the batch in flight, without the
+//   re-timing; what was measured is already committed.
+#pragma once
+
+#include <atomic>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "db/database.h"
+#include "tuner/builder.h"
+#include "tuner/config_space.h"
+#include "tuner/measure.h"
+#include "tuner/runner.h"
+#include "tuner/search_strategy.h"
+
+namespace tf {
+
+struct TuneOptions {
+  int trials = 200;            // new configs to measure
+  int batch = 8;               // configs built and measured together
+  int early_stop = 0;          // stop after this many trials without a better config; 0: never
+  double time_budget_s = 0;    // 0: none
+  int retime_top = 3;          // configs re-timed at the end (plus the default)
+  int retime_rounds = 3;
+  double max_spread = 0.10;    // (max - min) / median of samples above which a measurement is redone
+  MeasureOptions measure;
+  std::string run_uuid;
+};
+
+// One measured candidate.
+struct Trial {
+  uint64_t index = 0;
+  nlohmann::json config;
+  BuildResult build;
+  RunResult result;
+  bool retime = false;      // a re-timing at the end, not a new config
+  bool remeasure = false;   // the second measurement of a disturbed one
+  bool lost() const { return result.error == tunefarm::v1::BOARD_LOST; }
+};
+
+struct TuneState {
+  const ConfigSpace* space = nullptr;
+  int trials_total = 0;
+  int trials_done = 0;       // new configs measured this run
+  int errors = 0;            // of those, failed (compile, run, wrong answer)
+  int known = 0;             // configs found measured in the database
+  int boards_lost = 0;
+  double best_s = std::numeric_limits<double>::infinity();  // best median so far
+  nlohmann::json best_config;
+  double elapsed_s = 0;
+  int since_improvement = 0;
+  std::string phase = "search";  // search, retime, done
+};
+
+class MeasureCallback {
+ public:
+  virtual ~MeasureCallback() = default;
+  virtual void on_results(const TuneState& state, const std::vector<Trial>& trials) = 0;
+};
+
+// Commits each batch's records (lost boards excepted) to the database in one transaction.
+class CommitRecords : public MeasureCallback {
+ public:
+  CommitRecords(db::Database* db, const ConfigSpace& space, std::string device_key, std::string run_uuid,
+                MeasureOptions o);
+  void on_results(const TuneState& state, const std::vector<Trial>& trials) override;
+  int64_t committed() const { return committed_; }
+
+ private:
+  db::Database* db_;
+  const ConfigSpace& space_;
+  std::string device_key_, run_uuid_;
+  MeasureOptions opts_;
+  int64_t committed_ = 0;
+};
+
+struct RetimeResult {
+  nlohmann::json config;
+  std::vector<double> medians_s;   // one per measurement in the re-timing
+  double median_of_medians_s = 0;  // 0 when it failed
+  bool is_default = false;
+};
+
+struct TuneSummary {
+  TuneState state;
+  std::vector<RetimeResult> retimed;   // best first; empty when not re-timed
+  nlohmann::json best_config;          // null when nothing ran correctly
+  double best_s = 0;                   // median of medians when re-timed, else best median
+  double default_s = 0;                // the default config's, when known
+  bool interrupted = false;
+  std::string stop_reason;             // trials, exhausted, early-stop, time-budget, interrupted
+};
+
+TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner,
+                 db::Database* db, const TuneOptions& opts, const std::vector<MeasureCallback*>& callbacks,
+                 const std::atomic<bool>* stop = nullptr);
+
+// Whether a measurement's samples are too spread to trust: (max - min) / median > max_spread.
+bool disturbed(const std::vector<double>& samples_s, double max_spread);
+
+}  // namespace tf
