@@ -17,8 +17,11 @@
 #include <fstream>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "proto/security.h"
 #include "proto/kernel_library.h"
@@ -1167,6 +1170,85 @@ TEST(FarmConfig, DaemonsRefuseUnsafeOrBrokenSetups) {
   std::tie(code, log) = exit_code({TF_TRACKER, "--port", "0", "--tls-cert", "/nonexistent.pem", "--tls-key", "/x"});
   EXPECT_EQ(code, 2);
   EXPECT_NE(log.find("cannot read"), std::string::npos) << log;
+}
+
+// ---- tunefarm tune through the farm ----------------------------------------------------
+
+int run_shell(const std::string& cmd) {
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(FarmTune, ABoardKilledMidRunLosesNothingAndTheRunCompletesOnTheOther) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  auto b1 = start_board(port, "tune");
+  auto b2 = start_board(port, "tune");
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "tune") == 2; }, 10000));
+  std::string dir = temp_dir(), db = dir + "/tune-farm.db", out = dir + "/tune-farm.jsonl";
+  std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=32,N=32,K=32)' --tracker 127.0.0.1:" +
+                    std::to_string(port) + " --token-file " + token_file() +
+                    " --key tune --boards 2 --trials 40 --batch 8 --repeat 3 --min-repeat-ms 5 --retime-rounds 1 --db " +
+                    db + " --json > " + out + " 2> " + dir + "/tune-farm.err";
+  // Kill one board once the first batch is measured.
+  std::thread killer([&] {
+    for (int i = 0; i < 600 && read_file(out).find("\"event\":\"trial\"") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    b1->stop(SIGKILL);
+  });
+  int rc = run_shell(cmd);
+  killer.join();
+  std::string events = read_file(out);
+  ASSERT_EQ(rc, 0) << events << read_file(dir + "/tune-farm.err");
+  EXPECT_NE(events.find("\"event\":\"board_lost\""), std::string::npos) << events;
+  EXPECT_NE(events.find("\"trials\":40"), std::string::npos) << events;
+  // Every config has its result on record, and no loss is stored as a result.
+  std::string hist = dir + "/tune-farm-history.json";
+  ASSERT_EQ(run_shell(std::string(TF_TUNEFARM) + " query history --db " + db + " --json > " + hist), 0);
+  nlohmann::json recs = nlohmann::json::parse(read_file(hist));
+  std::set<std::string> configs;
+  for (const auto& r : recs) {
+    EXPECT_NE(r["error_code"], "board_lost") << r.dump();
+    configs.insert(r["config"].dump());
+  }
+  EXPECT_GE(configs.size(), 40u);
+}
+
+TEST(FarmTune, KernelsOfAnotherArchitectureAndUnknownKeysAreRefused) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  auto pi = start_board(port, "pi", {"--target", "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"});
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "pi") == 1; }, 10000));
+  std::string dir = temp_dir(), err = dir + "/arch.err";
+  std::string farm = " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file();
+  // tune for this machine's architecture against an aarch64 board.
+  EXPECT_EQ(run_shell(std::string(TF_TUNEFARM) + " tune -w 'matmul(M=8,N=8,K=8)' --target llvm --key pi --no-db" +
+                      farm + " > /dev/null 2> " + err),
+            2);
+  std::string msg = read_file(err);
+  EXPECT_NE(msg.find("is aarch64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("built for x86_64"), std::string::npos) << msg;
+  // farm measure of an x86_64 library on it: refused before the upload, naming both.
+  std::string so = dir + "/x86.so";
+  ASSERT_EQ(run_shell(std::string(TF_TUNEFARM) + " compile -w 'matmul(M=8,N=8,K=8)' --no-db -o " + so + " > /dev/null"), 0);
+  EXPECT_EQ(run_shell(std::string(TF_TUNEFARM) + " farm measure --key pi --module " + so + " --no-db" + farm +
+                      " > /dev/null 2> " + err),
+            2);
+  msg = read_file(err);
+  EXPECT_NE(msg.find("is built for x86_64, but board"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is aarch64"), std::string::npos) << msg;
+  // A key no board has: at once, naming it.
+  auto start = Clock::now();
+  EXPECT_EQ(run_shell(std::string(TF_TUNEFARM) + " tune -w 'matmul(M=8,N=8,K=8)' --key pj --no-db" + farm +
+                      " > /dev/null 2> " + err),
+            2);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
+  EXPECT_NE(read_file(err).find("pj"), std::string::npos) << read_file(err);
 }
 
 }  // namespace
