@@ -57,6 +57,8 @@ class MeasureContext {
   MeasureContext(const Workload& w, MeasureOptions o);
   const OpGraph& graph() const { return graph_; }
   const MeasureOptions& options() const { return opts_; }
+  // The time limit of later requests (0: derived from the settings).
+  void set_timeout_s(double s) { opts_.timeout_s = s; }
   // The request for `function` (module id left empty).
   tunefarm::v1::MeasureRequest request(const std::string& function) const;
   // Turns a board's reply into a result, checking its outputs against the reference.

@@ -109,6 +109,10 @@ TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& bu
 
   // Builds and measures `indices`; disturbed measurements are measured once more.
   auto measure = [&](const std::vector<uint64_t>& indices, bool retime) {
+    if (opts.slow_factor > 0 && std::isfinite(st.best_s) && opts.measure.timeout_s == 0) {
+      const MeasureOptions& m = opts.measure;
+      ctx.set_timeout_s((m.repeat + 2) * std::max(m.min_repeat_ms / 1e3, opts.slow_factor * st.best_s) + 1);
+    }
     std::vector<json> configs;
     for (uint64_t i : indices) configs.push_back(space.to_config(i));
     std::vector<BuildResult> builds = builder.build(space.workload(), space.target(), configs);
@@ -221,6 +225,7 @@ TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& bu
     std::vector<json> configs;
     for (uint64_t i : top) configs.push_back(space.to_config(i));
     std::vector<BuildResult> builds = builder.build(space.workload(), space.target(), configs);
+    ctx.set_timeout_s(opts.measure.timeout_s);  // the re-timed are all fast: the runner's own limit
     for (int round = 0; round < opts.retime_rounds && !stopped(); ++round) {
       std::vector<RunResult> results = runner.run(ctx, builds);
       std::vector<Trial> trials;

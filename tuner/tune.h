@@ -13,6 +13,9 @@
 //   of each config's medians. Every measurement is a record.
 // - Results reach the MeasureCallbacks batch by batch (records committed, strategy fed,
 //   progress shown); BOARD_LOST results are passed as lost, never as a candidate's result.
+// - Hopeless candidates are cut short: with a best median B so far, a measurement's time limit
+//   is (repeat + 2) x max(min_repeat_ms, slow_factor x B) + 1 s, so one call that is
+//   slow_factor times slower than the best ends as TIMEOUT instead of taking seconds.
 // - `stop` (set by a signal handler) ends the run after the batch in flight, without the
 //   re-timing; what was measured is already committed.
 #pragma once
@@ -40,6 +43,10 @@ struct TuneOptions {
   int retime_top = 3;          // configs re-timed at the end (plus the default)
   int retime_rounds = 3;
   double max_spread = 0.10;    // (max - min) / median of samples above which a measurement is redone
+  // Once something ran, a candidate is stopped (TIMEOUT) when one call takes this many times
+  // the best median so far: it cannot win, and measuring it to the end would cost more than
+  // many good ones. 0: only the runner's own limit.
+  double slow_factor = 20;
   MeasureOptions measure;
   std::string run_uuid;
 };

@@ -3,6 +3,8 @@
 // (the board's own runner program), the tuning loop on a real SQLite file, resume and
 // interrupt, and the lookup a compile makes afterwards.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "compiler/driver.h"
 #include "compiler/error.h"
@@ -415,6 +418,64 @@ TEST(Tune, ASpaceSmallerThanTheTrialsRunsDry) {
   TuneSummary s = tune(space, *st, b, r, nullptr, o, {});
   EXPECT_EQ(s.stop_reason, "exhausted");
   EXPECT_EQ(s.state.trials_done, static_cast<int>(space.valid_size()));
+}
+
+TEST(Measure, EveryErrorCodeIsADatabaseErrorCode) {
+  const auto& codes = db::error_codes();
+  for (int c = tunefarm::v1::ErrorCode_MIN; c <= tunefarm::v1::ErrorCode_MAX; ++c) {
+    if (!tunefarm::v1::ErrorCode_IsValid(c)) continue;
+    std::string name = error_code_name(static_cast<tunefarm::v1::ErrorCode>(c));
+    EXPECT_NE(std::find(codes.begin(), codes.end(), name), codes.end()) << name;
+    EXPECT_EQ(name, tunefarm::v1::ErrorCode_Name(static_cast<tunefarm::v1::ErrorCode>(c)) == "OK"
+                        ? "ok"
+                        : [&] {
+                            std::string n = tunefarm::v1::ErrorCode_Name(static_cast<tunefarm::v1::ErrorCode>(c));
+                            for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+                            return n;
+                          }());
+  }
+}
+
+// Ctrl-C on the command line: exit 130, what was measured is on record, and the same
+// command resumes without measuring those configs again.
+TEST(TuneCli, InterruptCommitsAndTheSameCommandResumes) {
+  std::string dir = temp_dir(), db = dir + "/cli.db", out = dir + "/cli.jsonl";
+  std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=40,N=24,K=16)' --local --batch 4 " +
+                    "--repeat 2 --min-repeat-ms 1 --strategy random --seed 5 --json --db " + db;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " --trials 40 > " + out + " 2>/dev/null").c_str(), nullptr);
+    _exit(127);
+  }
+  auto events = [&] {
+    std::ifstream f(out);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  for (int i = 0; i < 600 && events().find("\"event\":\"progress\"") == std::string::npos; ++i) usleep(20000);
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130) << events();
+  auto database = db::open_database(db, db::OpenMode::ReadOnly);
+  std::vector<db::MeasureRecord> first = database->history({});
+  ASSERT_FALSE(first.empty());
+  EXPECT_LT(first.size(), 40u);
+  EXPECT_EQ(database->runs().at(0).status, "cancelled");
+  std::set<std::string> measured;
+  for (const auto& r : first) measured.insert(r.config_hash());
+  database.reset();
+  ASSERT_EQ(std::system((cmd + " --trials 8 --retime-rounds 0 > " + out).c_str()), 0);
+  std::string resumed = events();
+  EXPECT_NE(resumed.find("\"known\":" + std::to_string(measured.size())), std::string::npos) << resumed;
+  std::stringstream lines(resumed);
+  for (std::string line; std::getline(lines, line);) {
+    json e = json::parse(line);
+    if (e["event"] == "trial") EXPECT_EQ(measured.count(db::config_hash(e["config"])), 0u) << line;
+  }
 }
 
 TEST(Tune, DisturbedMeasurementsAreSpotted) {

@@ -81,6 +81,14 @@ json record_json(const db::MeasureRecord& r) {
   return j;
 }
 
+// A target as tables show it: without the -mattr feature list (--json keeps it whole).
+std::string short_target(const std::string& t) {
+  size_t at = t.find(" -mattr=");
+  if (at == std::string::npos) return t;
+  size_t end = t.find(' ', at + 1);
+  return t.substr(0, at) + (end == std::string::npos ? "" : t.substr(end));
+}
+
 void print_records(const std::vector<db::MeasureRecord>& rs, bool as_json) {
   if (as_json) {
     json a = json::array();
@@ -90,7 +98,7 @@ void print_records(const std::vector<db::MeasureRecord>& rs, bool as_json) {
   }
   Table t({"id", "measured (UTC)", "workload", "target", "median ms", "GFLOPS", "status", "config"});
   for (const auto& r : rs) {
-    t.add({std::to_string(r.id), when(r.measured_at), r.workload, r.target, median_ms(r), gflops(r),
+    t.add({std::to_string(r.id), when(r.measured_at), r.workload, short_target(r.target), median_ms(r), gflops(r),
            r.error_code == "ok" ? r.correctness : r.error_code, r.config.dump()});
   }
   t.print();
@@ -157,7 +165,7 @@ int query_stats(db::Database& db, const QueryArgs& a) {
               static_cast<long long>(s.records), static_cast<long long>(s.workloads),
               static_cast<long long>(s.targets), static_cast<long long>(s.runs), s.file_bytes / 1024.0);
   Table pairs({"workload", "target", "records", "ok"});
-  for (const auto& p : s.per_pair) pairs.add({p.workload, p.target, std::to_string(p.records), std::to_string(p.ok)});
+  for (const auto& p : s.per_pair) pairs.add({p.workload, short_target(p.target), std::to_string(p.records), std::to_string(p.ok)});
   pairs.print();
   std::printf("\n");
   Table errors({"error code", "records"});
@@ -250,7 +258,7 @@ int query_distill(db::Database& db, const QueryArgs& a) {
     return 0;
   }
   Table t({"workload", "target", a.dry_run ? "would remove" : "removed"});
-  for (const auto& p : r.removed_per_pair) t.add({p.workload, p.target, std::to_string(p.records)});
+  for (const auto& p : r.removed_per_pair) t.add({p.workload, short_target(p.target), std::to_string(p.records)});
   t.print();
   std::printf("%s %lld records, keeping %lld (the best %lld per workload and target)\n",
               a.dry_run ? "would remove" : "removed", static_cast<long long>(r.removed),

@@ -135,7 +135,8 @@ void check_args(const TuneArgs& a) {
   if (a.repeat < 1 || a.number < 1) throw UserError("--repeat and --number must be at least 1");
   if (a.retime_top < 0 || a.retime_rounds < 0) throw UserError("--retime-top and --retime-rounds must be 0 or more");
   for (auto [name, v] : {std::pair<const char*, double>{"--time-budget", a.time_budget_min},
-                         {"--min-repeat-ms", a.min_repeat_ms}, {"--max-spread", a.max_spread}}) {
+                         {"--min-repeat-ms", a.min_repeat_ms}, {"--max-spread", a.max_spread},
+                         {"--slow-factor", a.slow_factor}}) {
     if (!std::isfinite(v) || v < 0) throw UserError(str(name, " ", v, " must be a finite number >= 0"));
   }
   if (!std::isfinite(a.build_timeout_s) || a.build_timeout_s <= 0) {
@@ -180,6 +181,8 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   t->add_option("--min-repeat-ms", a.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
   t->add_option("--max-spread", a.max_spread, "re-measure when (max - min) / median of the samples exceeds this")
       ->capture_default_str();
+  t->add_option("--slow-factor", a.slow_factor, "stop a candidate whose call takes this many times the best so far "
+                                               "(0: only the runner's time limit)")->capture_default_str();
   t->add_option("--retime-top", a.retime_top, "best configs re-timed at the end, with the default")->capture_default_str();
   t->add_option("--retime-rounds", a.retime_rounds, "interleaved rounds of the re-timing, each in fresh processes")
       ->capture_default_str();
@@ -255,6 +258,7 @@ int run_tune_impl(const TuneArgs& a) {
   opts.retime_top = a.retime_top;
   opts.retime_rounds = a.retime_rounds;
   opts.max_spread = a.max_spread;
+  opts.slow_factor = a.slow_factor;
   opts.measure.number = a.number;
   opts.measure.repeat = a.repeat;
   opts.measure.min_repeat_ms = a.min_repeat_ms;
