@@ -11,6 +11,9 @@
 // misdetects some new x86 CPUs as Prescott), the benchmark re-runs itself with
 // OPENBLAS_CORETYPE set to the right one.
 #include <cblas.h>
+#include <strings.h>
+
+#include <cctype>
 #include <omp.h>
 #include <unistd.h>
 
@@ -22,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,17 +46,28 @@ std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
+// Whether /proc/cpuinfo lists the CPU flag. (__builtin_cpu_supports cannot be trusted here:
+// the LLVM libraries linked in bring a cpu model of another layout.)
+bool cpu_has(const std::string& flag) {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+  }
+  return false;
+}
+
 // Re-executes with a corrected OPENBLAS_CORETYPE when OpenBLAS picked a generic old core.
 void ensure_openblas_core(char** argv) {
   std::string core = openblas_get_corename();
+  while (!core.empty() && std::isspace(static_cast<unsigned char>(core.back()))) core.pop_back();
   std::printf("openblas core: %s\n", core.c_str());
   if (std::getenv("OPENBLAS_CORETYPE")) return;
   static const char* kWeak[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Katmai", "Banias"};
   bool weak = std::any_of(std::begin(kWeak), std::end(kWeak), [&](const char* w) { return core == w; });
   // 0.3.21 also takes new AVX-512 CPUs (Zen 4/5) for Haswell and leaves half the width unused.
-  if (__builtin_cpu_supports("avx512f") && core == "Haswell") weak = true;
+  if (cpu_has("avx512f") && strcasecmp(core.c_str(), "Haswell") == 0) weak = true;
   if (!weak) return;
-  const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+  const char* better = cpu_has("avx512f") ? "SkylakeX" : cpu_has("avx2") ? "Haswell" : nullptr;
   if (!better || core == better) return;
   std::printf("openblas picked %s on a CPU with %s; re-running with OPENBLAS_CORETYPE=%s\n", core.c_str(),
               std::strcmp(better, "SkylakeX") == 0 ? "AVX-512" : "AVX2", better);

@@ -15,7 +15,8 @@ W=${1:-matmul(M=512,N=512,K=512)}
 "$B"/tuner/tunefarm run --workload "$W"
 DB=${TUNEFARM_DB:-$HOME/.local/share/tunefarm/tuning.db}
 if [[ "$W" == matmul\(* ]]; then
-  # bench_matmul sets OPENBLAS_CORETYPE itself when OpenBLAS misdetects the CPU.
+  # OpenBLAS 0.3.21 misdetects new AVX-512 CPUs: give the peer its AVX-512 kernels.
+  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX; fi
   SHAPE=$(echo "$W" | sed -E 's/.*M=([0-9]+),N=([0-9]+),K=([0-9]+).*/\1x\2x\3/')
   "$B"/bench/bench_matmul --shapes "$SHAPE" --threads "$(nproc)" --db "$DB"
 fi
