@@ -135,6 +135,11 @@ std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records)
 // Parameters missing on one side count as distance 10 each.
 double shape_distance(const nlohmann::json& a, const nlohmann::json& b);
 
+// The nearest-shape tier only takes shapes within this distance, ln 4: one dimension 4x
+// off, or two 2x. Farther, a tuned config is a guess that can be far slower than the
+// default (measured: 1x1000x1024's best on 1024^3 ran at 0.15x of the default schedule).
+constexpr double kMaxShapeDistance = 1.3862943611198906;
+
 struct PairCount {
   std::string workload, target;
   int64_t records = 0, ok = 0;

@@ -312,6 +312,7 @@ class SqliteDatabase : public Database {
       }
       std::sort(near.begin(), near.end());
       for (const auto& [d, w] : near) {
+        if (d > kMaxShapeDistance) break;
         if (auto b = pick(" WHERE w.canonical = ? AND t.target = ?", {w, key.target})) {
           res = *b;
           res.tier = MatchTier::NearestShape;

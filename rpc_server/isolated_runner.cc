@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,7 +10,7 @@
 #include <chrono>
 #include <cstring>
 
-extern char** environ;
+#include "proto/spawn.h"
 
 namespace tf::farm {
 namespace {
@@ -36,32 +35,15 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
     close(in[1]);
     return failure(pb::RUNTIME_ERROR, "pipe failed");
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // The server blocks SIGTERM/SIGINT for sigwait; the runner must die of them normally.
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
   // A process group of its own: the board kills the group, whatever the kernel started.
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-  std::string parent = std::to_string(getpid());
-  std::vector<char*> argv = {const_cast<char*>(runner.c_str()), const_cast<char*>(module.c_str()),
-                             const_cast<char*>(parent.c_str()), nullptr};
-  pid_t pid;
-  int rc = posix_spawn(&pid, runner.c_str(), &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  std::string parent = std::to_string(getpid()), err;
+  pid_t pid = spawn_in_group({runner, module, parent}, in[0], out[1], &err);
   close(in[0]);
   close(out[1]);
-  if (rc != 0) {
+  if (pid < 0) {
     close(in[1]);
     close(out[0]);
-    return failure(pb::RUNTIME_ERROR, "cannot start " + runner + ": " + std::strerror(rc));
+    return failure(pb::RUNTIME_ERROR, err);
   }
   if (on_start) on_start(pid);
 
@@ -96,18 +78,14 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
   }
   close(out[0]);
   if (timed_out) kill(pid, SIGKILL);
-  // Wait for the runner to end without reaping it: while it is a zombie its pid, and so its
-  // process group id, cannot be reused, and the group can be killed safely.
+  // Its group dies while it is a zombie; it is forgotten (on_start(0)) before it is reaped,
+  // so nobody can be given its pid in between.
   siginfo_t info{};
   while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
   }
-  kill(-pid, SIGKILL);
-  // Still a zombie, so nobody can have been given its pid yet: forget it before reaping.
   if (on_start) on_start(0);
-  int status = 0;
   rusage usage{};
-  while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
-  }
+  int status = reap_group(pid, &usage);
 
   if (timed_out) {
     return failure(pb::TIMEOUT, "still running after the time limit of " + std::to_string(timeout_s) + " s; killed");

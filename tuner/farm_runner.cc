@@ -222,8 +222,22 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
     }
     if (fatal) std::rethrow_exception(fatal);
     if (queue.empty()) break;
-    // Every board was lost with work left: lease replacements (waiting for the first).
-    lease_more(true, kernel_arch);
+    // Every board was lost with work left: lease replacements (waiting for the first). When
+    // none comes, the rest of the batch is BOARD_LOST, so what was measured still returns.
+    try {
+      lease_more(true, kernel_arch);
+    } catch (const farm::FarmError& e) {
+      if (e.code() != grpc::StatusCode::DEADLINE_EXCEEDED && e.code() != grpc::StatusCode::UNAVAILABLE &&
+          e.code() != grpc::StatusCode::NOT_FOUND) {
+        throw;
+      }
+      for (size_t i : queue) {
+        out[i].error = pb::BOARD_LOST;
+        out[i].error_msg = std::string("no board of key '") + opts_.key + "' left to measure it: " + e.what();
+      }
+      queue.clear();
+      return out;
+    }
   }
   // Take boards that became free since, for the next batch.
   lease_more(false, kernel_arch);

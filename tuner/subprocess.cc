@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
-extern char** environ;
+#include "proto/spawn.h"
 
 namespace tf {
 
@@ -29,30 +28,12 @@ ChildResult run_child(const std::vector<std::string>& args, const std::string& i
     close(in[1]);
     return r;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  pid_t pid = spawn_in_group(args, in[0], out[1], &r.err);
   close(in[0]);
   close(out[1]);
-  if (rc != 0) {
+  if (pid < 0) {
     close(in[1]);
     close(out[0]);
-    r.err = "cannot start " + args[0] + ": " + std::strerror(rc);
     return r;
   }
   r.started = true;
@@ -82,15 +63,7 @@ ChildResult run_child(const std::vector<std::string>& args, const std::string& i
   }
   close(out[0]);
   if (r.timed_out) kill(-pid, SIGKILL);
-  // Kill whatever it started while it is still a zombie: its pid, and so its group id, cannot
-  // have been reused yet.
-  siginfo_t info{};
-  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
-  }
-  kill(-pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  int status = reap_group(pid);  // and whatever it started
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   if (WIFEXITED(status)) r.exit_status = WEXITSTATUS(status);
   return r;

@@ -42,7 +42,7 @@ class TempDir {
 };
 
 LookupKey key(const MeasureRecord& r, const std::string& target, const std::string& arch) {
-  return {r.workload, r.op, r.params, target, arch};
+  return {r.workload, r.op, r.params, target, arch, ""};
 }
 
 TEST(Schema, MigratesAnEmptyFileAndReopens) {
@@ -144,6 +144,12 @@ TEST(Lookup, EveryTier) {
 
   b = db->best(key(query, kX86, "x86_64"));
   EXPECT_EQ(b.tier, MatchTier::None);
+
+  // Too far from any measured shape: the default, not a guess (M=512 is 4x past M=128 and
+  // 2x short of 1024^3 in one dimension, but 16x in the others).
+  MeasureRecord distant = record(512, 16, 16, kA72, 0, 1);
+  b = db->best(key(distant, kA72, "aarch64"));
+  EXPECT_EQ(b.tier, MatchTier::None) << b.record.workload << " at distance " << b.distance;
 }
 
 TEST(Queries, TopHistoryMeasuredStatsRuns) {

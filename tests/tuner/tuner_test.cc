@@ -474,7 +474,9 @@ TEST(TuneCli, InterruptCommitsAndTheSameCommandResumes) {
   std::stringstream lines(resumed);
   for (std::string line; std::getline(lines, line);) {
     json e = json::parse(line);
-    if (e["event"] == "trial") EXPECT_EQ(measured.count(db::config_hash(e["config"])), 0u) << line;
+    if (e["event"] == "trial") {
+      EXPECT_EQ(measured.count(db::config_hash(e["config"])), 0u) << line;
+    }
   }
 }
 
