@@ -91,6 +91,14 @@ void FarmRunner::lease_more(bool must_get_one, const std::string& kernel_arch) {
     }
     auto slot = std::make_unique<Slot>();
     std::string t = b->lease().target();
+    // "native" means the board's CPU, which only the board can name: resolved here it would
+    // be this machine's.
+    if (t.find("native") != std::string::npos) {
+      throw farm::FarmError("board " + b->lease().board_id() + " of key '" + opts_.key + "' registered the target '" + t +
+                                "', which only the board can resolve; start it with a concrete --target (e.g. "
+                                "'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72')",
+                            grpc::StatusCode::INVALID_ARGUMENT);
+    }
     try {
       slot->target = parse_target(t).str();
     } catch (const UserError&) {

@@ -122,7 +122,10 @@ TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& bu
     std::vector<size_t> again_at;
     for (size_t k = 0; k < indices.size(); ++k) {
       trials.push_back({indices[k], configs[k], builds[k], results[k], retime, false});
-      if (results[k].ok() && disturbed(results[k].samples_s, opts.max_spread)) {
+      // Noise only matters for contenders: a disturbed measurement is redone when it is
+      // within 2x of the best so far.
+      bool contender = !std::isfinite(st.best_s) || results[k].median_s() <= 2 * st.best_s;
+      if (results[k].ok() && contender && disturbed(results[k].samples_s, opts.max_spread)) {
         again.push_back(builds[k]);
         again_at.push_back(k);
       }
@@ -159,11 +162,14 @@ TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& bu
     size_t n = static_cast<size_t>(std::min(opts.batch, opts.trials - st.trials_done));
     std::vector<uint64_t> batch;
     if (def && !medians.count(*def) && st.trials_done == 0) {
+      // The default goes alone: once its time is known, hopeless candidates of the next
+      // batches are cut short (slow_factor) instead of running to the runner's limit.
       // Marks it seen (a failure for now; its real cost follows with the batch's results).
       strategy.observe({{*def, std::numeric_limits<double>::infinity()}});
       batch.push_back(*def);
+    } else {
+      batch = strategy.propose(n);
     }
-    for (uint64_t i : strategy.propose(n - batch.size())) batch.push_back(i);
     if (batch.empty()) {
       sum.stop_reason = "exhausted";
       break;

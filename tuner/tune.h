@@ -4,10 +4,12 @@
 // Promises:
 // - Resume: configs of this workload, target and template version already in the database
 //   are never measured again; their results seed the strategy and the best so far.
-// - The default config is measured first when it has no record yet, so every run can say
-//   how much faster its best is than what an untuned compile gets.
-// - Fidelity (docs/tuning.md): a measurement whose samples spread more than max_spread
-//   around their median is disturbed and measured once more (both are stored); at the end
+// - The default config is measured first, alone, when it has no record yet, so every run
+//   can say how much faster its best is than what an untuned compile gets, and the slow
+//   cut below has a time to start from.
+// - Fidelity (docs/tuning.md): a measurement of a contender (within 2x of the best so far)
+//   whose samples spread more than max_spread around their median is disturbed and measured
+//   once more (both are stored); at the end
 //   the retime_top best configs and the default are re-timed in retime_rounds rounds,
 //   interleaved, each measurement in a fresh process, and the best is chosen on the median
 //   of each config's medians. Every measurement is a record.

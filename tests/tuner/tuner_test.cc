@@ -355,30 +355,31 @@ TEST(Tune, RecordsEveryTrialResumesWithoutRemeasuringAndCompileUsesTheBest) {
   db->begin_run({"run-1", "tester", "host", "random", 12, w.canonical(), t.str(), 1, 0, "running", 0});
   CommitRecords commit(db.get(), space, "local", "run-1", o.measure);
 
-  // Interrupted after the first batch: what was measured is committed, no re-timing.
+  // Interrupted after two batches (the default alone, then six): what was measured is
+  // committed, no re-timing.
   std::atomic<bool> stop{false};
-  StopAfter stopper(stop, 1);
+  StopAfter stopper(stop, 2);
   auto st1 = make_search_strategy("random", space, 3);
   TuneSummary first = tune(space, *st1, b, r, db.get(), o, {&commit, &stopper}, &stop);
   EXPECT_TRUE(first.interrupted);
-  EXPECT_EQ(first.state.trials_done, 6);
+  EXPECT_EQ(first.state.trials_done, 7);
   EXPECT_TRUE(first.retimed.empty());
   std::vector<db::MeasureRecord> after1 = db->history({w.canonical(), t.str(), 0});
-  EXPECT_GE(after1.size(), 6u);
+  EXPECT_GE(after1.size(), 7u);
   // The crashing candidate is a runtime error on record, never a best.
   bool crash_recorded = false;
   for (const auto& rec : after1) crash_recorded |= rec.config == b.crashed && rec.error_code == "runtime_error";
   EXPECT_TRUE(crash_recorded) << b.crashed.dump();
   EXPECT_EQ(first.state.errors, 1);
 
-  // Resume: the six known configs are not measured again.
+  // Resume: the seven known configs are not measured again.
   std::set<std::string> before;
   for (const auto& rec : after1) before.insert(rec.config_hash());
   auto st2 = make_search_strategy("random", space, 3);
   Collect seen;
   TuneSummary second = tune(space, *st2, lb, r, db.get(), o, {&commit, &seen});
   EXPECT_FALSE(second.interrupted);
-  EXPECT_EQ(second.state.known, 6);
+  EXPECT_EQ(second.state.known, 7);
   EXPECT_EQ(second.state.trials_done, 12);
   std::set<std::string> searched;
   for (const Trial& tr : seen.trials) {
