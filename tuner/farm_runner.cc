@@ -99,16 +99,13 @@ void FarmRunner::lease_more(bool must_get_one, const std::string& kernel_arch) {
                                 "'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72')",
                             grpc::StatusCode::INVALID_ARGUMENT);
     }
+    std::string board_arch = "unknown";
     try {
-      slot->target = parse_target(t).str();
+      Target parsed = parse_target(t);
+      slot->target = parsed.str();
+      board_arch = parsed.arch_name();
     } catch (const UserError&) {
       slot->target = t;  // a target this build cannot parse: kept as the board says
-    }
-    std::string board_arch;
-    try {
-      board_arch = parse_target(t).arch_name();
-    } catch (const UserError&) {
-      board_arch = "unknown";
     }
     if (!kernel_arch.empty() && board_arch != kernel_arch) {
       throw farm::FarmError("board " + b->lease().board_id() + " of key '" + opts_.key + "' is " + board_arch +

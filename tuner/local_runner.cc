@@ -12,7 +12,7 @@ namespace tf {
 
 namespace pb = tunefarm::v1;
 
-LocalRunner::LocalRunner(LocalRunnerOptions o) : opts_(std::move(o)) {
+LocalRunner::LocalRunner(LocalRunnerOptions o) : opts_(std::move(o)), device_model_(local_device_model()) {
   if (opts_.runner_path.empty()) {
     opts_.runner_path = find_sibling_program("tunefarm-board-runner", "../rpc_server");
   }
@@ -30,7 +30,7 @@ RunResult LocalRunner::run_one(MeasureContext& ctx, const std::string& so_path, 
   pb::MeasureReply reply = farm::run_isolated(opts_.runner_path, so_path, req, limit);
   RunResult r = ctx.finish(reply);
   r.board_id = "local";
-  r.device_model = local_device_model();
+  r.device_model = device_model_;
   return r;
 }
 

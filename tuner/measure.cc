@@ -28,7 +28,7 @@ const char* error_code_name(pb::ErrorCode c) {
 
 double RunResult::median_s() const { return db::median_of(samples_s); }
 
-MeasureContext::MeasureContext(const Workload& w, MeasureOptions o) : graph_(build_op(w)), opts_(o) {
+MeasureContext::MeasureContext(OpGraph g, MeasureOptions o) : graph_(std::move(g)), opts_(o) {
   out_elements_ = 1;
   for (int64_t d : graph_.output->shape) out_elements_ *= d;
 }

@@ -54,7 +54,8 @@ const char* error_code_name(tunefarm::v1::ErrorCode c);
 // output on the seeded inputs (computed on first use).
 class MeasureContext {
  public:
-  MeasureContext(const Workload& w, MeasureOptions o);
+  // `g` is the workload's graph, as the caller already built it (build_op).
+  MeasureContext(OpGraph g, MeasureOptions o);
   const OpGraph& graph() const { return graph_; }
   const MeasureOptions& options() const { return opts_; }
   // The time limit of later requests (0: derived from the settings).

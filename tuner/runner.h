@@ -48,6 +48,7 @@ class LocalRunner : public Runner {
 
  private:
   LocalRunnerOptions opts_;
+  std::string device_model_;  // this machine's CPU, read once
 };
 
 }  // namespace tf

@@ -84,7 +84,7 @@ TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& bu
   st.space = &space;
   st.trials_total = opts.trials;
   const double start = now_s();
-  MeasureContext ctx(space.workload(), opts.measure);
+  MeasureContext ctx(space.graph(), opts.measure);
   auto stopped = [&] { return stop && stop->load(); };
   std::map<uint64_t, std::vector<double>> medians = earlier_results(db, space);
 

@@ -267,7 +267,7 @@ TEST(LocalRunner, TimesChecksAndClassifiesFailures) {
   MeasureOptions mo;
   mo.repeat = 3;
   mo.min_repeat_ms = 1;
-  MeasureContext ctx(w, mo);
+  MeasureContext ctx(build_op(w), mo);
   std::vector<BuildResult> builds = b.build(w, host_target(), {json::object(), {{"tile_m", 0}}});
   std::vector<RunResult> res = r.run(ctx, builds);
   ASSERT_EQ(res.size(), 2u);

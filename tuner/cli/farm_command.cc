@@ -28,18 +28,7 @@ using json = nlohmann::json;
 namespace pb = tunefarm::v1;
 
 farm::FarmEndpoint endpoint(const FarmArgs& a) {
-  if (a.tracker.empty()) throw UserError("--tracker HOST:PORT is required");
-  farm::FarmEndpoint e;
-  e.tracker = a.tracker;
-  if (!a.token_file.empty()) {
-    try {
-      e.token = farm::read_token_file(a.token_file);
-    } catch (const farm::ConfigError& err) {
-      throw UserError(err.what());
-    }
-  }
-  e.tls = {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name};
-  return e;
+  return farm_endpoint(a.tracker, a.token_file, {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name});
 }
 
 std::string read_file(const std::string& path, const char* what) {
@@ -163,7 +152,7 @@ int farm_measure(const FarmArgs& a) {
   mo.timeout_s = a.timeout_s;
   mo.seed = a.seed;
   mo.check = a.check;
-  MeasureContext ctx(side.workload, mo);
+  MeasureContext ctx(side.graph, mo);
 
   farm::FarmClient client(endpoint(a));
   const char* user_env = std::getenv("USER");
@@ -278,6 +267,21 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
   m->add_flag("!--no-check", a.check, "do not compare the outputs with the reference");
   m->add_option("--db", a.db, "tuning database to record the measurement in");
   m->add_flag("--no-db", a.no_db, "do not record the measurement");
+}
+
+farm::FarmEndpoint farm_endpoint(const std::string& tracker, const std::string& token_file, farm::TlsFiles tls) {
+  if (tracker.empty()) throw UserError("--tracker HOST:PORT is required");
+  farm::FarmEndpoint e;
+  e.tracker = tracker;
+  if (!token_file.empty()) {
+    try {
+      e.token = farm::read_token_file(token_file);
+    } catch (const farm::ConfigError& err) {
+      throw UserError(err.what());
+    }
+  }
+  e.tls = std::move(tls);
+  return e;
 }
 
 int farm_error_exit(const farm::FarmError& e) {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tuner/farm_client.h"
+
 namespace tf::cli {
 
 struct FarmArgs {
@@ -22,13 +24,9 @@ struct FarmArgs {
 void add_farm_command(CLI::App& app, FarmArgs& args);
 int run_farm(const FarmArgs& args);
 
-}  // namespace tf::cli
-
-namespace tf::farm {
-class FarmError;
-}
-
-namespace tf::cli {
+// The endpoint of --tracker, --token-file (read here; a bad file is a UserError) and the TLS
+// options, as farm and tune take them.
+farm::FarmEndpoint farm_endpoint(const std::string& tracker, const std::string& token_file, farm::TlsFiles tls);
 
 // Prints a farm failure and returns its exit status: 2 for the user's mistakes (a refused
 // token, an unknown key, an invalid request such as a kernel of another architecture), else 1.

@@ -221,15 +221,7 @@ int run_tune_impl(const TuneArgs& a) {
     runner = std::make_unique<LocalRunner>();
   } else {
     FarmRunnerOptions o;
-    o.farm.tracker = a.tracker;
-    if (!a.token_file.empty()) {
-      try {
-        o.farm.token = farm::read_token_file(a.token_file);
-      } catch (const farm::ConfigError& e) {
-        throw UserError(e.what());
-      }
-    }
-    o.farm.tls = {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name};
+    o.farm = farm_endpoint(a.tracker, a.token_file, {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name});
     o.key = a.key;
     const char* user = std::getenv("USER");
     o.user = !a.user.empty() ? a.user : user ? user : "tunefarm";

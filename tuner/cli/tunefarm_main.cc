@@ -244,7 +244,7 @@ int cmd_run(const RunArgs& a) {
   mo.repeat = a.repeat;
   mo.min_repeat_ms = a.min_repeat_ms;
   mo.check = a.check;
-  MeasureContext ctx(w, mo);
+  MeasureContext ctx(k.graph, mo);
   RunResult r = runner.run_one(ctx, so, k.name);
   if (db) {
     CandidateInfo c{t.str(), template_name(w.op, t), k.config, compile_s, "local", ""};
