@@ -1,5 +1,6 @@
 #include "compiler/lower.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 
@@ -38,6 +39,11 @@ LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, cons
     }
     if (!known) throw UserError(str("unknown pass '", s, "' (see tunefarm compile --list-passes)"));
   }
+  if (!options.stop_after.empty() &&
+      std::none_of(lowering_passes().begin(), lowering_passes().end(),
+                   [&](const PassInfo& p) { return options.stop_after == p.name; })) {
+    throw UserError(str("unknown pass '", options.stop_after, "' to stop after"));
+  }
 
   LowerResult r;
   bool vectors_lowered = false;
@@ -63,14 +69,19 @@ LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, cons
     *options.dump_stream << "// after schedule_ops\n" << ir::to_string(r.func);
   }
   if (options.verify_each) ir::verify(r.func, "schedule_ops", false);
+  auto done = [&](const char* pass) { return options.stop_after == pass; };
+  if (done("schedule_ops")) return r;
 
   // Simplify first: unrolling and vectorizing want constant extents and clean indices.
   run("simplify", [](const ir::Stmt& s) { return ir::simplify(s); });
+  if (done("simplify")) return r;
   // Peel shifted tail tiles, then simplify so the main loops lose their mins.
   run("partition_loops", [](const ir::Stmt& s) { return ir::simplify(ir::partition_loops(s)); });
+  if (done("partition_loops")) return r;
   // Unroll before vectorizing so an unrolled loop around a vector loop yields straight-line
   // vector code with constant offsets, which LLVM keeps in registers.
   run("unroll_loops", [](const ir::Stmt& s) { return ir::unroll_loops(s); });
+  if (done("unroll_loops")) return r;
   if (options.skip.count("vectorize_loops")) r.func.body = ir::devectorize_loops(r.func.body);
   vectors_lowered = true;
   run("vectorize_loops", [&](const ir::Stmt& s) { return ir::vectorize_loops(s, &r.notes); });

@@ -31,6 +31,9 @@ struct LowerOptions {
   std::set<std::string> dump;         // pass names whose output is printed, or "all"
   std::ostream* dump_stream = nullptr;
   bool verify_each = true;            // verify after every pass, not only at the end
+  // Stops after this pass (the IR is then not ready for code generation); empty: run all.
+  // The cost model reads loops before unrolling and vectorizing remove them.
+  std::string stop_after;
 };
 
 struct PassTiming {

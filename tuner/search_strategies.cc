@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "compiler/error.h"
+#include "tuner/model_search.h"
 #include "tuner/search_strategy.h"
 
 namespace tf {
@@ -135,15 +136,17 @@ std::optional<uint64_t> SearchBase::random_unseen() {
 }
 
 const std::vector<std::string>& search_strategy_names() {
-  static const std::vector<std::string> names = {"random", "grid", "ga"};
+  static const std::vector<std::string> names = {"xgb", "random", "grid", "ga"};
   return names;
 }
 
-std::unique_ptr<SearchStrategy> make_search_strategy(const std::string& name, const ConfigSpace& space, uint64_t seed) {
+std::unique_ptr<SearchStrategy> make_search_strategy(const std::string& name, const ConfigSpace& space, uint64_t seed,
+                                                     const ModelSearchOptions* model) {
+  if (name == "xgb") return std::make_unique<ModelSearch>(space, seed, model ? *model : ModelSearchOptions{});
   if (name == "random") return std::make_unique<RandomSearch>(space, seed);
   if (name == "grid") return std::make_unique<GridSearch>(space, seed);
   if (name == "ga") return std::make_unique<GeneticSearch>(space, seed);
-  throw UserError(str("--strategy ", name, ": not a search strategy (random, grid, ga)"));
+  throw UserError(str("--strategy ", name, ": not a search strategy (xgb, random, grid, ga)"));
 }
 
 }  // namespace tf

@@ -8,8 +8,8 @@
 // not. With the same seed and the same observations, a strategy proposes the same points.
 //
 // Strategies here: random (uniform over unmeasured points), grid (index order), ga (a
-// genetic algorithm over the knobs' candidate positions). The cost-model strategy (issue 9)
-// implements the same interface.
+// genetic algorithm over the knobs' candidate positions), xgb (a cost model ranks the space
+// and simulated annealing picks what to measure: tuner/model_search.h).
 #pragma once
 
 #include <cstdint>
@@ -36,12 +36,15 @@ class SearchStrategy {
   virtual void observe(const std::vector<Observation>& results) = 0;
 };
 
-// random, grid, ga.
+// xgb, random, grid, ga.
 const std::vector<std::string>& search_strategy_names();
 
+struct ModelSearchOptions;
+
 // Throws UserError naming the strategy and the known ones when `name` is not one of them.
+// `model` configures xgb (null: defaults, no transfer).
 std::unique_ptr<SearchStrategy> make_search_strategy(const std::string& name, const ConfigSpace& space,
-                                                     uint64_t seed);
+                                                     uint64_t seed, const ModelSearchOptions* model = nullptr);
 
 // What the strategies share: the points already seen, and random unseen valid points.
 class SearchBase : public SearchStrategy {

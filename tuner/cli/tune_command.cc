@@ -9,16 +9,20 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
 #include "compiler/error.h"
+#include "costmodel/transfer.h"
+#include "costmodel/xgboost_model.h"
 #include "db/database.h"
 #include "proto/security.h"
 #include "tuner/builder.h"
 #include "tuner/config_space.h"
 #include "tuner/farm_runner.h"
 #include "tuner/runner.h"
+#include "tuner/model_search.h"
 #include "tuner/search_strategy.h"
 #include "tuner/tune.h"
 #include "tuner/tuning_records.h"
@@ -144,7 +148,24 @@ void check_args(const TuneArgs& a) {
   }
   bool known = false;
   for (const std::string& s : search_strategy_names()) known |= s == a.strategy;
-  if (!known) throw UserError(str("--strategy ", a.strategy, ": not a search strategy (random, grid, ga)"));
+  if (!known) throw UserError(str("--strategy ", a.strategy, ": not a search strategy (xgb, random, grid, ga)"));
+  if (a.strategy != "xgb") {
+    for (auto [flag, given] : {std::pair<const char*, bool>{"--load-model", !a.load_model.empty()},
+                               {"--save-model", !a.save_model.empty()}, {"--no-transfer", a.no_transfer}}) {
+      if (given) throw UserError(str(flag, " needs --strategy xgb (the cost model); --strategy is ", a.strategy));
+    }
+  }
+  const auto& objectives = costmodel::xgboost_objectives();
+  if (std::find(objectives.begin(), objectives.end(), a.objective) == objectives.end()) {
+    throw UserError(str("--objective ", a.objective, ": not one of rank:pairwise, reg:squarederror"));
+  }
+  if (!(a.epsilon >= 0 && a.epsilon <= 1)) throw UserError(str("--epsilon ", a.epsilon, " must be between 0 and 1"));
+  if (!a.save_model.empty()) {
+    std::filesystem::path dir = std::filesystem::absolute(a.save_model).parent_path();
+    if (!std::filesystem::is_directory(dir) || access(dir.c_str(), W_OK) != 0) {
+      throw UserError(str("--save-model ", a.save_model, ": cannot write in ", dir.string()));
+    }
+  }
 }
 
 }  // namespace
@@ -168,7 +189,14 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   t->add_flag("--wait-for-boards", a.wait_for_boards, "wait even for a key no board has registered yet");
   t->add_option("--user", a.user, "lease holder name (default: $USER)");
   t->add_option("--trials", a.trials, "new configs to measure")->capture_default_str();
-  t->add_option("--strategy", a.strategy, "search strategy: random, grid, ga")->capture_default_str();
+  t->add_option("--strategy", a.strategy, "search strategy: xgb (cost model + simulated annealing), random, grid, ga")
+      ->capture_default_str();
+  t->add_option("--objective", a.objective, "xgb: cost model objective, rank:pairwise or reg:squarederror")
+      ->capture_default_str();
+  t->add_option("--epsilon", a.epsilon, "xgb: share of random configs in each batch")->capture_default_str();
+  t->add_flag("--no-transfer", a.no_transfer, "xgb: do not learn from the database's records of other workloads");
+  t->add_option("--load-model", a.load_model, "xgb: rank with this saved model until the first fit");
+  t->add_option("--save-model", a.save_model, "xgb: save the cost model to this file at the end");
   t->add_option("--early-stop", a.early_stop, "stop after this many trials without a better config (0: never)")
       ->capture_default_str();
   t->add_option("--time-budget", a.time_budget_min, "stop after this many minutes (0: no limit)")->capture_default_str();
@@ -236,7 +264,23 @@ int run_tune_impl(const TuneArgs& a) {
     runner = std::move(f);
   }
   ConfigSpace space(w, t);
-  std::unique_ptr<SearchStrategy> strategy = make_search_strategy(a.strategy, space, a.seed);
+  ModelSearchOptions mo;
+  mo.model.objective = a.objective;
+  mo.epsilon = a.epsilon;
+  mo.load_model = a.load_model;
+  std::string transfer_note;
+  if (a.strategy == "xgb" && database && !a.no_transfer) {
+    costmodel::TransferData td =
+        costmodel::transfer_from_database(*database, space.template_id(), t.arch_name(), w.canonical());
+    transfer_note = str("cost model starts from ", td.configs, " configs (", td.records, " records) of ", td.workloads,
+                        " other workloads of ", space.template_id(), " on ", t.arch_name(),
+                        td.skipped ? str(", ", td.skipped, " records skipped") : std::string());
+    mo.transfer = std::move(td.set);
+  } else if (a.strategy == "xgb") {
+    transfer_note = a.no_transfer ? "cost model starts cold (--no-transfer)" : "cost model starts cold (no database)";
+  }
+  if (!a.load_model.empty()) transfer_note += str("; ranking with ", a.load_model, " until the first fit");
+  std::unique_ptr<SearchStrategy> strategy = make_search_strategy(a.strategy, space, a.seed, &mo);
   LocalBuilderOptions bo;
   bo.workers = a.workers;
   bo.timeout_s = a.build_timeout_s;
@@ -285,13 +329,14 @@ int run_tune_impl(const TuneArgs& a) {
     std::printf("%s\n", json{{"event", "start"}, {"workload", w.canonical()}, {"target", t.str()},
                              {"device", runner->device_key()}, {"template", space.template_id()},
                              {"space_size", space.size()}, {"strategy", a.strategy}, {"trials", a.trials},
-                             {"run", opts.run_uuid}}
+                             {"run", opts.run_uuid}, {"model", transfer_note}}
                             .dump()
                             .c_str());
   } else {
     std::fprintf(stderr, "tuning %s on %s (%s): %s, %llu points, strategy %s, %d trials\n", w.canonical().c_str(),
                  t.short_str().c_str(), runner->device_key().c_str(), space.template_id().c_str(),
                  static_cast<unsigned long long>(space.size()), a.strategy.c_str(), a.trials);
+    if (!transfer_note.empty()) std::fprintf(stderr, "%s\n", transfer_note.c_str());
   }
 
   // Ctrl-C (and SIGTERM) end the run after the batch in flight; a second one kills at once.
@@ -312,6 +357,22 @@ int run_tune_impl(const TuneArgs& a) {
   }
   progress.end();
   status = sum.interrupted ? "cancelled" : "done";
+  json model_report;
+  if (const auto* ms = dynamic_cast<const ModelSearch*>(strategy.get())) {
+    const SearchOverhead& o = ms->overhead();
+    double share = sum.state.elapsed_s > 0 ? o.total_s() / sum.state.elapsed_s : 0;
+    model_report = {{"fits", o.fits}, {"features_s", o.features_s}, {"fit_s", o.fit_s}, {"anneal_s", o.anneal_s},
+                    {"points_scored", o.points_scored}, {"share_of_run", share}};
+    if (!a.json) {
+      std::fprintf(stderr, "cost model: %d fits, %zu configs scored; features %.2f s, fitting %.2f s, annealing %.2f s "
+                           "= %.1f%% of the run\n", o.fits, o.points_scored, o.features_s, o.fit_s, o.anneal_s,
+                   100 * share);
+    }
+    if (!a.save_model.empty()) {
+      ms->save_model(a.save_model);
+      if (!a.json) std::fprintf(stderr, "cost model saved to %s\n", a.save_model.c_str());
+    }
+  }
   if (database) database->finish_run(opts.run_uuid, status, now());
 
   const TuneState& st = sum.state;
@@ -327,7 +388,8 @@ int run_tune_impl(const TuneArgs& a) {
                              {"boards_lost", st.boards_lost}, {"best_config", sum.best_config}, {"best_s", sum.best_s},
                              {"best_gflops", gflops(space, sum.best_s)}, {"default_s", sum.default_s},
                              {"speedup_over_default", speedup}, {"retimed", retimed},
-                             {"records", commit.committed()}, {"run", opts.run_uuid}, {"elapsed_s", st.elapsed_s}}
+                             {"records", commit.committed()}, {"run", opts.run_uuid}, {"elapsed_s", st.elapsed_s},
+                             {"model", model_report}}
                             .dump()
                             .c_str());
   } else {

@@ -10,8 +10,10 @@
 namespace tf::cli {
 
 struct TuneArgs {
-  std::string workload, target, strategy = "ga", db;
-  bool local = false, json = false, no_db = false, wait_for_boards = false;
+  std::string workload, target, strategy = "xgb", db;
+  bool local = false, json = false, no_db = false, wait_for_boards = false, no_transfer = false;
+  std::string objective = "rank:pairwise", load_model, save_model;
+  double epsilon = 0.05;
   std::string tracker, key, token_file, tls_ca, tls_cert, tls_key, tls_server_name, user;
   int boards = 1, trials = 200, early_stop = 0, batch = 8, workers = 0, repeat = 5, number = 1;
   int retime_top = 3, retime_rounds = 3;
