@@ -12,6 +12,8 @@ PACKAGES=(
   # services, database, cost model, CLI
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev libseccomp-dev
   libsqlite3-dev sqlite3 libsqlitecpp-dev libxgboost-dev libboost-dev nlohmann-json3-dev libcli11-dev
+  # tunefarm query curve draws with gnuplot
+  gnuplot-nox
   # tests
   libgtest-dev libgmock-dev python3 python3-numpy openssl
   # fuzzing: clang with libFuzzer (scripts/fuzz.sh)

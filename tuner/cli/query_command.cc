@@ -12,6 +12,7 @@
 #include "compiler/error.h"
 #include "db/database.h"
 #include "db/jsonl.h"
+#include "tuner/tuning_curve.h"
 #include "tuner/tuning_records.h"
 
 namespace tf::cli {
@@ -266,6 +267,28 @@ int query_distill(db::Database& db, const QueryArgs& a) {
   return 0;
 }
 
+int query_curve(db::Database& db, const QueryArgs& a) {
+  if (a.workload.empty()) throw UserError("query curve needs --workload W");
+  if (a.output.empty() && !a.csv && !a.json) throw UserError("query curve needs -o FILE.png, --csv or --json");
+  std::vector<TuningCurve> curves = tuning_curves(db.history({a.workload, a.target, 0}), db.runs());
+  if (curves.empty()) throw UserError(str("no records of ", a.workload, a.target.empty() ? "" : " on " + a.target));
+  if (a.csv) std::printf("%s", curves_csv(curves).c_str());
+  if (a.json) {
+    json arr = json::array();
+    for (const TuningCurve& c : curves) {
+      json pts = json::array();
+      for (const CurvePoint& p : c.points) pts.push_back({p.trial, p.config_s, p.best_s, p.best_gflops});
+      arr.push_back({{"run", c.run}, {"strategy", c.strategy}, {"target", c.target}, {"points", pts}});
+    }
+    std::printf("%s\n", arr.dump().c_str());
+  }
+  if (!a.output.empty()) {
+    render_png(curves, a.workload, a.output);
+    std::fprintf(stderr, "wrote %s: %zu runs\n", a.output.c_str(), curves.size());
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_query_command(CLI::App& app, QueryArgs& a) {
@@ -288,6 +311,11 @@ void add_query_command(CLI::App& app, QueryArgs& a) {
   CLI::App* hist = q->add_subcommand("history", "Records in time order (the data of a tuning curve)");
   common(hist, true);
   hist->add_option("--limit", a.limit, "at most this many (0: all)")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  CLI::App* curve = q->add_subcommand("curve", "Best GFLOPS so far against configs measured, per tuning run of a workload "
+                                               "(PNG through gnuplot, or --csv / --json)");
+  common(curve, true);
+  curve->add_option("-o,--output", a.output, "PNG file to draw");
+  curve->add_flag("--csv", a.csv, "print the curves as CSV (run,strategy,target,trial,config_s,best_s,best_gflops)");
   common(q->add_subcommand("stats", "Counts per workload and target, per run, per error code; file size"), false);
   common(q->add_subcommand("runs", "Tuning runs and their status"), false);
   CLI::App* exp = q->add_subcommand("export", "Write records as JSON lines (FILE, or - for stdout)");
@@ -324,6 +352,7 @@ int run_query(const QueryArgs& a) {
     print_records(db->history({args.workload, args.target, a.limit}), a.json);
     return 0;
   }
+  if (a.sub == "curve") return query_curve(*db, args);
   if (a.sub == "stats") return query_stats(*db, args);
   if (a.sub == "runs") return query_runs(*db, args);
   if (a.sub == "export") return query_export(*db, args);

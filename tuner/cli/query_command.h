@@ -8,10 +8,10 @@
 namespace tf::cli {
 
 struct QueryArgs {
-  std::string sub;  // best, top, history, stats, runs, export, import, distill
-  std::string db, workload, target, file;
+  std::string sub;  // best, top, history, curve, stats, runs, export, import, distill
+  std::string db, workload, target, file, output;
   int64_t k = 10, keep = 1, limit = 0;
-  bool json = false, dry_run = false;
+  bool json = false, dry_run = false, csv = false;
 };
 
 // Adds the `query` subcommand and its subcommands to `app`.

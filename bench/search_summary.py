@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+# Summary of bench/search_bench.sh: trials to 95% of the best speed per strategy, and the
+# mean curves the PNG draws. usage: search_summary.py OUT TRIALS
+import csv, statistics, sys, collections
+out, trials = sys.argv[1], int(sys.argv[2])
+runs = collections.defaultdict(list)  # (workload, strategy, seed, run) -> [(trial, best_s)]
+for r in csv.DictReader(open(f"{out}/curves.csv")):
+    runs[(r["workload"], r["strategy"], r["seed"], r["run"])].append((int(r["trial"]), float(r["config_s"])))
+# Every run measures the default config first, alone (trial 1): that is not search. It is
+# left out, trials renumbered from the first proposed config, and best-so-far recomputed.
+for k, pts in runs.items():
+    pts.sort()
+    rest, b = [], 0.0
+    for t, x in pts[1:]:
+        if x > 0 and (b == 0 or x < b): b = x
+        rest.append((t - 1, b))
+    runs[k] = rest
+trials -= 1
+best = {}
+for (w, s, seed, run), pts in runs.items():
+    for _, b in pts:
+        if b > 0: best[w] = min(best.get(w, float("inf")), b)
+def to95(pts, b):
+    for t, x in pts:
+        if 0 < x <= b / 0.95: return t
+    return None  # never within 95% in this run
+def report(strategies, title):
+    print(title)
+    med = {}
+    for s in strategies:
+        ts = []
+        for (w, st, seed, run), pts in sorted(runs.items()):
+            if st != s: continue
+            t = to95(pts, best[w])
+            ts.append(t if t is not None else trials + 1)
+        if not ts: continue
+        med[s] = statistics.median(ts)
+        never = sum(1 for t in ts if t > trials)
+        print(f"  {s:14s} runs {len(ts):2d}  median trials to 95%: {med[s]:6.1f}  (never reached in {never}; counted as {trials + 1})")
+        for w in sorted(best):
+            per = [to95(p, best[w]) for (ww, st, seed, run), p in sorted(runs.items()) if st == s and ww == w]
+            if not per: continue
+            shown = " ".join(str(t) if t is not None else f">{trials}" for t in per)
+            print(f"      {w:55s} {shown}")
+    return med
+m = report(["xgb", "random", "ga"], "Benchmark 1: search efficiency (configs measured to reach 95% of the best speed any run found)")
+if "xgb" in m and "random" in m:
+    print(f"  xgb / random = {m['xgb'] / m['random']:.2f} (goal: at most 0.33)")
+if "xgb" in m and "ga" in m:
+    print(f"  xgb / ga     = {m['xgb'] / m['ga']:.2f}")
+t = report(["xgb-transfer", "xgb-cold"], "Benchmark 3: transfer on a new shape (xgb with the other shapes' records vs an empty database)")
+if "xgb-transfer" in t and "xgb-cold" in t:
+    print(f"  transfer / cold = {t['xgb-transfer'] / t['xgb-cold']:.2f} (goal: at most 0.5)")
+# Mean normalised best-so-far per strategy and trial, for the PNG.
+curve = collections.defaultdict(lambda: collections.defaultdict(list))
+for (w, s, seed, run), pts in runs.items():
+    last = 0.0
+    d = dict(pts)
+    for tr in range(1, trials + 1):
+        if tr in d and d[tr] > 0: last = best[w] / d[tr]
+        curve[s][tr].append(last)
+with open(f"{out}/mean_curves.dat", "w") as f:
+    for s in curve:
+        f.write(f'"{s}"\n')
+        for tr in range(1, trials + 1):
+            f.write(f"{tr} {statistics.mean(curve[s][tr]):.4f}\n")
+        f.write("\n\n")
+print(f"curves: {out}/curves.csv, {out}/curves.png")
