@@ -26,7 +26,7 @@ namespace tf {
 struct AnnealOptions {
   size_t walkers = 32;
   size_t steps = 24;
-  double start_temperature = 1.0;  // in standard deviations of the walkers' starting scores
+  double start_temperature = 0.2;  // in standard deviations of the walkers' starting scores
 };
 
 // Simulated annealing over the knobs' candidate positions: each step moves every walker to a
