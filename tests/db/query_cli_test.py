@@ -85,6 +85,32 @@ class QueryCli(unittest.TestCase):
         runs = self.q("runs")
         self.assertEqual([r["uuid"] for r in runs], ["run-7"])
 
+    def test_curve(self):
+        w = "matmul(M=64,N=64,K=64)"
+        curves = self.q("curve", "-w", w)
+        self.assertEqual(len(curves), 1)  # the records of no run form one curve
+        pts = curves[0]["points"]
+        self.assertEqual([p[0] for p in pts], [1, 2, 3, 4, 5])  # one point per new config
+        self.assertEqual([p[2] for p in pts], [1e-4] * 5)  # the first is the best, the timeout adds a trial
+        self.assertEqual(pts[4][1], 0)  # the timeout's own time
+        csv = self.run_tf("query", "curve", "--db", self.db, "-w", w, "--csv").stdout.splitlines()
+        self.assertEqual(csv[0], "run,strategy,target,trial,config_s,best_s,best_gflops")
+        self.assertEqual(len(csv), 6)
+        png = os.path.join(self.tmp.name, "curve.png")
+        self.run_tf("query", "curve", "--db", self.db, "-w", w, "-o", png)
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        # Errors: no records of the workload, gnuplot missing, an output gnuplot cannot write.
+        p = self.run_tf("query", "curve", "--db", self.db, "-w", "matmul(M=3,N=3,K=3)", "--csv", expect=2)
+        self.assertIn("no records of matmul(M=3,N=3,K=3,epilogue=none)", p.stderr)
+        env = dict(os.environ, PATH="/nonexistent")
+        p = subprocess.run([TUNEFARM, "query", "curve", "--db", self.db, "-w", w, "-o", png + "2"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("gnuplot is not installed (Debian package gnuplot-nox)", p.stderr)
+        p = self.run_tf("query", "curve", "--db", self.db, "-w", w, "-o", "/nonexistent-dir/c.png", expect=2)
+        self.assertIn("gnuplot could not draw /nonexistent-dir/c.png", p.stderr)
+
     def test_export_import_roundtrip_and_sqlite_shell(self):
         out = os.path.join(self.tmp.name, "out.jsonl")
         self.run_tf("query", "export", "--db", self.db, out)

@@ -268,8 +268,6 @@ int query_distill(db::Database& db, const QueryArgs& a) {
 }
 
 int query_curve(db::Database& db, const QueryArgs& a) {
-  if (a.workload.empty()) throw UserError("query curve needs --workload W");
-  if (a.output.empty() && !a.csv && !a.json) throw UserError("query curve needs -o FILE.png, --csv or --json");
   std::vector<TuningCurve> curves = tuning_curves(db.history({a.workload, a.target, 0}), db.runs());
   if (curves.empty()) throw UserError(str("no records of ", a.workload, a.target.empty() ? "" : " on " + a.target));
   if (a.csv) std::printf("%s", curves_csv(curves).c_str());
@@ -331,6 +329,10 @@ void add_query_command(CLI::App& app, QueryArgs& a) {
 }
 
 int run_query(const QueryArgs& a) {
+  if (a.sub == "curve") {
+    if (a.workload.empty()) throw UserError("query curve needs --workload W");
+    if (a.output.empty() && !a.csv && !a.json) throw UserError("query curve needs -o FILE.png, --csv or --json");
+  }
   std::string path = db::database_path(a.db);
   bool writes = a.sub == "import" || (a.sub == "distill" && !a.dry_run);
   // Queries never create or migrate a database; a missing file is an empty answer.

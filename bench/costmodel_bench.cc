@@ -1,0 +1,195 @@
+// Cost model quality and overhead on real tuning records (issue 9, benchmarks 2 and 4).
+//
+//   bench_costmodel quality --db D [--template dense.cpu.v1] [--arch x86_64] [--min-configs 30]
+//     Leave one workload out: train on the records of every other workload of the template,
+//     rank the held-out workload's configs, and report TenSet's top-1 and top-5 scores (best
+//     true time over the true time of the best of the model's k picks; a failed pick scores
+//     0) and the pairwise ranking accuracy, for both objectives. A random pick's expected
+//     top-1 score is printed next to it as the floor.
+//
+//   bench_costmodel overhead --db D --workload W [--rows 200,2000] [--batch-s S]
+//     The time xgb spends per batch (refit, annealing, features of new points) with a
+//     training set of N database records, and its share of a batch of S seconds.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "compiler/error.h"
+#include "compiler/target.h"
+#include "costmodel/features.h"
+#include "costmodel/transfer.h"
+#include "costmodel/xgboost_model.h"
+#include "db/database.h"
+#include "tuner/model_search.h"
+
+namespace {
+
+using namespace tf;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
+  for (int i = 2; i + 1 < argc; ++i) {
+    if (argv[i] == name) return argv[i + 1];
+  }
+  return def;
+}
+
+struct TestSet {
+  std::vector<std::vector<float>> rows;
+  std::vector<double> costs;  // +inf: failed
+};
+
+// The held-out workload's configs on its most measured target, each at the median of its
+// medians (a failure anywhere: failed).
+TestSet test_set(const std::vector<db::MeasureRecord>& recs) {
+  std::map<std::string, int> per_target;
+  for (const auto& r : recs) ++per_target[r.target];
+  std::string target;
+  for (const auto& [t, n] : per_target) {
+    if (target.empty() || n > per_target[target]) target = t;
+  }
+  std::map<std::string, std::pair<nlohmann::json, std::vector<double>>> configs;
+  for (const auto& r : recs) {
+    if (r.target != target || r.error_code == "board_lost") continue;
+    auto& c = configs[r.config_hash()];
+    c.first = r.config;
+    bool ok = r.error_code == "ok" && r.correctness != "wrong" && r.median_s();
+    c.second.push_back(ok ? *r.median_s() : INFINITY);
+  }
+  TestSet s;
+  Target t = parse_target(target);
+  OpGraph g = build_op(parse_workload(recs.front().workload));
+  for (const auto& [h, c] : configs) {
+    s.rows.push_back(costmodel::config_features(g, t, c.first));
+    bool failed = false;
+    for (double m : c.second) failed |= !std::isfinite(m);
+    s.costs.push_back(failed ? INFINITY : db::median_of(c.second));
+  }
+  return s;
+}
+
+int quality(int argc, char** argv) {
+  std::string path = arg(argc, argv, "--db", "");
+  std::string templ = arg(argc, argv, "--template", "dense.cpu.v1");
+  std::string arch = arg(argc, argv, "--arch", host_target().arch_name());
+  size_t min_configs = std::stoul(arg(argc, argv, "--min-configs", "30"));
+  auto db = db::open_database(path, db::OpenMode::ReadOnly);
+  std::map<std::string, std::vector<db::MeasureRecord>> by_workload;
+  for (auto& r : db->history({})) {
+    if (r.template_name == templ && r.arch == arch) by_workload[r.workload].push_back(std::move(r));
+  }
+  std::printf("cost model quality, %s on %s: %zu workloads in %s\n", templ.c_str(), arch.c_str(), by_workload.size(),
+              path.c_str());
+  for (const std::string& objective : costmodel::xgboost_objectives()) {
+    double sum1 = 0, sum5 = 0, sum_pair = 0, sum_random = 0;
+    int n = 0;
+    for (const auto& [w, recs] : by_workload) {
+      TestSet test = test_set(recs);
+      if (test.rows.size() < min_configs) continue;
+      costmodel::TransferData train = costmodel::transfer_from_database(*db, templ, arch, w, 0);
+      if (train.set.rows() == 0) continue;
+      costmodel::XGBoostOptions o;
+      o.objective = objective;
+      costmodel::XGBoostModel m(o);
+      m.fit(train.set);
+      std::vector<float> flat;
+      for (const auto& r : test.rows) flat.insert(flat.end(), r.begin(), r.end());
+      std::vector<float> scores = m.predict(flat, test.rows.size());
+      std::vector<size_t> order(test.rows.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+      double best = *std::min_element(test.costs.begin(), test.costs.end());
+      auto top = [&](size_t k) {
+        double t = INFINITY;
+        for (size_t i = 0; i < k && i < order.size(); ++i) t = std::min(t, test.costs[order[i]]);
+        return std::isfinite(t) ? best / t : 0.0;
+      };
+      size_t right = 0, pairs = 0;
+      double random = 0;
+      for (size_t i = 0; i < test.costs.size(); ++i) {
+        random += std::isfinite(test.costs[i]) ? best / test.costs[i] : 0;
+        for (size_t j = i + 1; j < test.costs.size(); ++j) {
+          if (test.costs[i] == test.costs[j]) continue;
+          ++pairs;
+          right += (scores[i] > scores[j]) == (test.costs[i] < test.costs[j]);
+        }
+      }
+      random /= static_cast<double>(test.costs.size());
+      double pair = pairs ? static_cast<double>(right) / static_cast<double>(pairs) : 0;
+      std::printf("  %-17s held out %-45s train %5zu configs of %zu workloads, test %4zu: top-1 %.3f  top-5 %.3f  "
+                  "pairwise %.3f  (random pick %.3f)\n",
+                  objective.c_str(), w.c_str(), train.configs, train.workloads, test.rows.size(), top(1), top(5), pair,
+                  random);
+      sum1 += top(1);
+      sum5 += top(5);
+      sum_pair += pair;
+      sum_random += random;
+      ++n;
+    }
+    if (n) {
+      std::printf("  %-17s mean over %d held-out workloads: top-1 %.3f (goal >= 0.85)  top-5 %.3f  pairwise %.3f  "
+                  "(random pick %.3f)\n",
+                  objective.c_str(), n, sum1 / n, sum5 / n, sum_pair / n, sum_random / n);
+    }
+  }
+  return 0;
+}
+
+int overhead(int argc, char** argv) {
+  std::string path = arg(argc, argv, "--db", "");
+  Workload w = parse_workload(arg(argc, argv, "--workload", "matmul(M=97,N=131,K=67)"));
+  double batch_s = std::stod(arg(argc, argv, "--batch-s", "0"));
+  auto db = db::open_database(path, db::OpenMode::ReadOnly);
+  ConfigSpace space(w, host_target());
+  std::stringstream rows_arg(arg(argc, argv, "--rows", "200,2000"));
+  std::string item;
+  while (std::getline(rows_arg, item, ',')) {
+    size_t want = std::stoul(item);
+    double t0 = now_s();
+    costmodel::TransferData td =
+        costmodel::transfer_from_database(*db, space.template_id(), space.target().arch_name(), "", want);
+    double load_s = now_s() - t0;
+    // One batch as a run makes it: refit on everything, anneal, pick 8.
+    double per_batch = 0;
+    SearchOverhead last;
+    const int reps = 3;
+    for (int rep = 0; rep < reps; ++rep) {
+      ModelSearchOptions mo;
+      mo.transfer = td.set;
+      ModelSearch ms(space, static_cast<uint64_t>(rep + 1), mo);
+      double b0 = now_s();
+      ms.propose(8);
+      per_batch += (now_s() - b0) / reps;
+      last = ms.overhead();
+    }
+    std::printf("overhead with %zu records (%zu configs of %zu workloads): loading them %.2f s once per run; per batch "
+                "%.3f s (fit %.3f s, annealing %.3f s, features %.3f s, %zu configs scored)",
+                td.records, td.configs, td.workloads, load_s, per_batch, last.fit_s, last.anneal_s, last.features_s,
+                last.points_scored);
+    if (batch_s > 0) std::printf(" = %.1f%% of a %.2f s batch", 100 * per_batch / (batch_s + per_batch), batch_s);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::string cmd = argc > 1 ? argv[1] : "";
+    if (cmd == "quality") return quality(argc, argv);
+    if (cmd == "overhead") return overhead(argc, argv);
+    std::fprintf(stderr, "usage: bench_costmodel quality --db D [--template T] | overhead --db D --workload W\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_costmodel: %s\n", e.what());
+    return 1;
+  }
+}
