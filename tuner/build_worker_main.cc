@@ -5,6 +5,11 @@
 // Writes the library and its sidecar, then prints {"ok": true, "compile_s": S} or
 // {"ok": false, "error": "..."}; the tuner's LocalBuilder (tuner/builder.h) starts one per
 // candidate, so a compiler crash or hang costs that candidate only.
+//
+//   tunefarm-build-worker --serve
+//
+// Answers one request per line, one reply line each, until its input ends: the cost model's
+// feature requests ({"features": [config, ...]}), many small ones per batch.
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -12,7 +17,14 @@
 
 #include "tuner/builder.h"
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--serve") {
+    for (std::string line; std::getline(std::cin, line);) {
+      std::printf("%s\n", tf::build_worker_main(line).dump().c_str());
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   std::string request((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   std::printf("%s\n", tf::build_worker_main(request).dump().c_str());
   return 0;

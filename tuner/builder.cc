@@ -14,6 +14,7 @@
 
 #include "compiler/driver.h"
 #include "compiler/error.h"
+#include "costmodel/features.h"
 #include "db/json_limits.h"
 #include "tuner/subprocess.h"
 
@@ -89,6 +90,18 @@ json build_worker_main(const std::string& request) {
     json req = parse_json_bounded(request);
     Workload w = parse_workload(req.at("workload").get<std::string>());
     Target t = parse_target(req.at("target").get<std::string>());
+    if (req.contains("features")) {
+      OpGraph g = build_op(w);
+      json out = json::array();
+      for (const json& c : req.at("features")) {
+        try {
+          out.push_back(costmodel::config_features(g, t, c));
+        } catch (const UserError&) {
+          out.push_back(nullptr);
+        }
+      }
+      return {{"ok", true}, {"features", out}};
+    }
     auto start = std::chrono::steady_clock::now();
     CompiledKernel k = compile_kernel(w, t, req.at("config"), "tuning", "");
     write_kernel(k, EmitKind::SharedLibrary, req.at("output").get<std::string>());

@@ -59,7 +59,9 @@ class LocalBuilder : public Builder {
 
 // The worker's side, for tunefarm-build-worker: reads {"workload", "target", "config",
 // "output"} and writes the library and sidecar; returns the reply {"ok", "error",
-// "compile_s"}.
+// "compile_s"}. With {"workload", "target", "features": [config, ...]} it lowers each config
+// for the cost model instead and replies {"ok", "features": [[f, ...] or null, ...]} (null:
+// the template refused that config).
 nlohmann::json build_worker_main(const std::string& request);
 
 }  // namespace tf

@@ -7,6 +7,7 @@
 
 #include "compiler/error.h"
 #include "costmodel/features.h"
+#include "tuner/subprocess.h"
 
 namespace tf {
 namespace {
@@ -48,9 +49,10 @@ std::vector<uint64_t> anneal(const ConfigSpace& space, const std::vector<uint64_
   std::vector<double> cur_s = score(cur);
   std::map<uint64_t, double> visited;
   for (size_t w = 0; w < cur.size(); ++w) visited[cur[w]] = cur_s[w];
-  double mean = 0, var = 0;
-  for (double s : cur_s) mean += s / static_cast<double>(cur_s.size());
-  for (double s : cur_s) var += (s - mean) * (s - mean) / static_cast<double>(cur_s.size());
+  double mean = 0, var = 0, n = 0;
+  for (double s : cur_s) n += std::isfinite(s) ? 1 : 0;
+  for (double s : cur_s) mean += std::isfinite(s) ? s / n : 0;
+  for (double s : cur_s) var += std::isfinite(s) ? (s - mean) * (s - mean) / n : 0;
   const double scale = var > 0 ? std::sqrt(var) : 1;
   std::uniform_real_distribution<double> coin(0, 1);
   for (size_t step = 0; step < o.steps; ++step) {
@@ -71,7 +73,8 @@ std::vector<uint64_t> anneal(const ConfigSpace& space, const std::vector<uint64_
     for (size_t w = 0; w < cur.size(); ++w) {
       visited[next[w]] = next_s[w];
       double gain = next_s[w] - cur_s[w];
-      if (gain >= 0 || (temp > 0 && coin(rng) < std::exp(gain / temp))) {
+      if (!std::isfinite(next_s[w])) continue;  // never step onto a point that cannot be scored
+      if (!std::isfinite(cur_s[w]) || gain >= 0 || (temp > 0 && coin(rng) < std::exp(gain / temp))) {
         cur[w] = next[w];
         cur_s[w] = next_s[w];
       }
@@ -79,7 +82,7 @@ std::vector<uint64_t> anneal(const ConfigSpace& space, const std::vector<uint64_
   }
   std::vector<std::pair<double, uint64_t>> ranked;
   for (const auto& [i, s] : visited) {
-    if (keep(i)) ranked.push_back({-s, i});
+    if (std::isfinite(s) && keep(i)) ranked.push_back({-s, i});
   }
   std::sort(ranked.begin(), ranked.end());
   std::vector<uint64_t> out;
@@ -105,20 +108,75 @@ void ModelSearch::observe(const std::vector<Observation>& results) {
 }
 
 const std::vector<float>& ModelSearch::features(uint64_t index) {
-  auto it = features_.find(index);
-  if (it != features_.end()) return it->second;
+  if (!features_.count(index)) compute_features({index});
+  return features_.at(index);
+}
+
+void ModelSearch::compute_features(const std::vector<uint64_t>& points) {
+  std::vector<uint64_t> missing;
+  for (uint64_t i : points) {
+    if (!features_.count(i) && std::find(missing.begin(), missing.end(), i) == missing.end()) missing.push_back(i);
+  }
+  if (missing.empty()) return;
   double start = now_s();
-  std::vector<float> f = costmodel::config_features(space_.graph(), space_.target(), space_.to_config(index));
+  if (!opts_.feature_worker.empty()) {
+    features_in_worker(missing);
+  } else {
+    for (uint64_t i : missing) {
+      try {
+        features_[i] = costmodel::config_features(space_.graph(), space_.target(), space_.to_config(i));
+      } catch (const UserError&) {
+        features_[i] = {};
+        ++overhead_.unlowerable;
+      }
+    }
+  }
   overhead_.features_s += now_s() - start;
-  return features_.emplace(index, std::move(f)).first->second;
+}
+
+void ModelSearch::features_in_worker(const std::vector<uint64_t>& points) {
+  nlohmann::json configs = nlohmann::json::array();
+  for (uint64_t i : points) configs.push_back(space_.to_config(i));
+  nlohmann::json req = {{"workload", space_.workload().canonical()}, {"target", space_.target().str()},
+                        {"features", configs}};
+  if (!worker_) worker_ = std::make_unique<LineWorker>(std::vector<std::string>{opts_.feature_worker, "--serve"});
+  std::string out, err;
+  bool answered = worker_->ask(req.dump(), opts_.feature_timeout_s, &out, &err);
+  if (!answered && worker_->starts() == 0) throw std::runtime_error("cannot start the feature worker: " + err);
+  nlohmann::json reply = answered ? nlohmann::json::parse(out, nullptr, false) : nlohmann::json();
+  const nlohmann::json* f = reply.is_object() && reply.contains("features") ? &reply["features"] : nullptr;
+  if (f && f->is_array() && f->size() == points.size()) {
+    for (size_t k = 0; k < points.size(); ++k) {
+      std::vector<float>& v = features_[points[k]];
+      v.clear();
+      if ((*f)[k].is_array() && (*f)[k].size() == costmodel::kNumFeatures) {
+        for (const auto& x : (*f)[k]) v.push_back(x.is_number() ? x.get<float>() : 0.0f);
+      }
+    }
+    return;
+  }
+  // The worker crashed, hung or answered nonsense: find the configs that cause it.
+  if (points.size() == 1) {
+    features_[points[0]] = {};
+    ++overhead_.unlowerable;
+    return;
+  }
+  size_t half = points.size() / 2;
+  features_in_worker(std::vector<uint64_t>(points.begin(), points.begin() + static_cast<long>(half)));
+  features_in_worker(std::vector<uint64_t>(points.begin() + static_cast<long>(half), points.end()));
 }
 
 std::vector<double> ModelSearch::score(const std::vector<uint64_t>& points) {
+  compute_features(points);
   std::vector<uint64_t> missing;
   std::vector<float> rows;
   for (uint64_t i : points) {
     if (scores_.count(i) || std::find(missing.begin(), missing.end(), i) != missing.end()) continue;
-    const std::vector<float>& f = features(i);
+    const std::vector<float>& f = features_.at(i);
+    if (f.empty()) {
+      scores_[i] = -INFINITY;  // cannot be lowered: never worth proposing
+      continue;
+    }
     rows.insert(rows.end(), f.begin(), f.end());
     missing.push_back(i);
   }
@@ -141,10 +199,12 @@ void ModelSearch::refit() {
   }
   if (opts_.transfer.rows() == 0 && correct < opts_.min_observed) return;  // stays dirty
   std::sort(points.begin(), points.end());  // the same rows in the same order for a seed
+  compute_features(points);
   std::vector<std::vector<float>> rows;
   std::vector<double> costs;
   for (uint64_t i : points) {
-    rows.push_back(features(i));
+    if (features_.at(i).empty()) continue;
+    rows.push_back(features_.at(i));
     costs.push_back(costs_.at(i));
   }
   costmodel::TrainingSet set = opts_.transfer;

@@ -20,6 +20,7 @@
 #include "costmodel/cost_model.h"
 #include "costmodel/xgboost_model.h"
 #include "tuner/search_strategy.h"
+#include "tuner/subprocess.h"
 
 namespace tf {
 
@@ -47,12 +48,18 @@ struct ModelSearchOptions {
   size_t min_observed = 4;            // own correct results before the first fit without transfer
   costmodel::TrainingSet transfer;    // groups from other workloads (costmodel/transfer.h)
   std::string load_model;             // a saved model to rank with until the first fit
+  // tunefarm-build-worker: features are computed in it, so that a compiler crash on a config
+  // the annealer visits costs that config (never proposed then), not the tuner. Empty: in
+  // this process (tests, benchmarks).
+  std::string feature_worker;
+  double feature_timeout_s = 60;
 };
 
 struct SearchOverhead {
   double features_s = 0, fit_s = 0, anneal_s = 0;
   int fits = 0;
   size_t points_scored = 0;
+  size_t unlowerable = 0;  // configs whose features could not be computed (never proposed)
   double total_s() const { return features_s + fit_s + anneal_s; }
 };
 
@@ -71,12 +78,18 @@ class ModelSearch : public SearchBase {
 
  private:
   const std::vector<float>& features(uint64_t index);
+  // Computes the features of the points not cached yet (in the worker when there is one).
+  void compute_features(const std::vector<uint64_t>& points);
+  // In the worker; a crash or hang is narrowed down to the configs that cause it, which get
+  // no features (an empty vector) and are never scored.
+  void features_in_worker(const std::vector<uint64_t>& points);
   std::vector<double> score(const std::vector<uint64_t>& points);
   void refit();
 
   ModelSearchOptions opts_;
   std::unique_ptr<costmodel::XGBoostModel> model_;
-  std::unordered_map<uint64_t, std::vector<float>> features_;
+  std::unordered_map<uint64_t, std::vector<float>> features_;  // empty: cannot be lowered
+  std::unique_ptr<LineWorker> worker_;
   std::unordered_map<uint64_t, double> scores_;  // of the current fit
   std::unordered_map<uint64_t, double> costs_;   // latest observed cost per point
   bool dirty_ = false;

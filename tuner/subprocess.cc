@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,6 +79,81 @@ std::string find_sibling_program(const std::string& name, const std::string& fal
     if (access(p.c_str(), X_OK) == 0) return fs::weakly_canonical(p, ec).string();
   }
   return "";
+}
+
+bool LineWorker::start(std::string* err) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    *err = std::string("socketpair: ") + std::strerror(errno);
+    return false;
+  }
+  pid_t pid = spawn_in_group(argv_, sv[1], sv[1], err);
+  close(sv[1]);
+  if (pid < 0) {
+    close(sv[0]);
+    return false;
+  }
+  pid_ = pid;
+  fd_ = sv[0];
+  pending_.clear();
+  ++starts_;
+  return true;
+}
+
+void LineWorker::stop() {
+  if (pid_ < 0) return;
+  close(fd_);
+  kill(-pid_, SIGKILL);
+  reap_group(pid_);
+  pid_ = -1;
+  fd_ = -1;
+}
+
+bool LineWorker::ask(const std::string& line, double timeout_s, std::string* reply, std::string* err) {
+  if (pid_ < 0 && !start(err)) return false;
+  std::string out = line + "\n";
+  for (size_t sent = 0; sent < out.size();) {
+    ssize_t n = send(fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *err = "the worker stopped reading";
+      stop();
+      return false;
+    }
+    sent += static_cast<size_t>(n);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    size_t nl = pending_.find('\n');
+    if (nl != std::string::npos) {
+      *reply = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      return true;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || pending_.size() > kMaxChildOutput) {
+      *err = left.count() <= 0 ? "the worker did not answer in time" : "the worker's answer is too long";
+      stop();
+      return false;
+    }
+    pollfd p{fd_, POLLIN, 0};
+    int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (ready < 0 && errno != EINTR) {
+      *err = std::string("poll: ") + std::strerror(errno);
+      stop();
+      return false;
+    }
+    if (ready <= 0) continue;
+    char buf[65536];
+    ssize_t n = read(fd_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *err = "the worker died";
+      stop();
+      return false;
+    }
+    pending_.append(buf, static_cast<size_t>(n));
+  }
 }
 
 }  // namespace tf

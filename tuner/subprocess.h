@@ -23,6 +23,32 @@ constexpr size_t kMaxChildOutput = 1 << 20;
 
 ChildResult run_child(const std::vector<std::string>& argv, const std::string& input, double timeout_s);
 
+// A helper that stays up and answers one line per request line (tunefarm-build-worker
+// --serve), so a stream of small requests does not pay a process start each. A crash, a hang
+// past the limit or a reply that is not one line ends the child (its whole group) and
+// fails that request only; the next request starts a fresh child. Writes never raise
+// SIGPIPE.
+class LineWorker {
+ public:
+  explicit LineWorker(std::vector<std::string> argv) : argv_(std::move(argv)) {}
+  ~LineWorker() { stop(); }
+  LineWorker(const LineWorker&) = delete;
+  LineWorker& operator=(const LineWorker&) = delete;
+
+  // The reply line (without its newline), or false with `*err` saying what went wrong.
+  bool ask(const std::string& line, double timeout_s, std::string* reply, std::string* err);
+  void stop();
+  int starts() const { return starts_; }
+
+ private:
+  bool start(std::string* err);
+  std::vector<std::string> argv_;
+  int pid_ = -1;
+  int fd_ = -1;  // our end of a socket pair: the child's stdin and stdout
+  std::string pending_;
+  int starts_ = 0;
+};
+
 // The program next to this one's executable called `name`, else in `fallback_dir` relative to
 // it (the build tree's layout), else "".
 std::string find_sibling_program(const std::string& name, const std::string& fallback_dir);

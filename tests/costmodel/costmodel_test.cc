@@ -206,6 +206,50 @@ TEST(Anneal, FindsTheOptimumOfASyntheticLandscape) {
   }
 }
 
+// ---- Features in the worker process ----------------------------------------------------
+
+TEST(ModelSearch, AConfigThatCrashesTheCompilerIsNeverProposedAndTheTunerLivesOn) {
+  // A worker that crashes on every config with tile_m 3 (a compiler bug stands in), the real
+  // one otherwise: the annealer visits many such configs; the search goes on without them.
+  std::string worker = temp_dir() + "/crashing-feature-worker.sh";
+  {
+    std::ofstream f(worker);
+    // A line server (--serve) made of the one-request mode, crashing on the chosen configs.
+    f << "#!/bin/sh\nwhile IFS= read -r req; do\n"
+      << "  case \"$req\" in *'\"tile_m\":3,'*) kill -SEGV $$ ;; esac\n"
+      << "  printf '%s' \"$req\" | " << TF_BUILD_WORKER << "\ndone\n";
+  }
+  fs::permissions(worker, fs::perms::owner_all);
+  ConfigSpace s(parse_workload("matmul(M=96,N=64,K=32)"), x86_avx512());
+  // A model to rank with: fitted on measured-looking rows of this very space.
+  ModelSearchOptions plain;
+  plain.epsilon = 0;
+  ModelSearch teacher(s, 3, plain);
+  std::vector<Observation> seen;
+  for (uint64_t i : teacher.propose(24)) {
+    json c = s.to_config(i);
+    seen.push_back({i, 1e-3 * (1 + std::abs(c["tile_m"].get<int>() - 3)) * (c["vectorize"].get<bool>() ? 1 : 4)});
+  }
+  ModelSearchOptions o;
+  o.epsilon = 0;
+  o.feature_worker = worker;
+  ModelSearch ms(s, 3, o);
+  ms.observe(seen);
+  std::vector<uint64_t> p = ms.propose(16);
+  EXPECT_EQ(p.size(), 16u);
+  EXPECT_EQ(ms.overhead().fits, 1);
+  EXPECT_GT(ms.overhead().unlowerable, 0u) << "the annealer never met a crashing config";
+  for (uint64_t i : p) EXPECT_NE(s.to_config(i)["tile_m"], 3) << s.to_config(i).dump();
+  // The same with the real worker: features equal to the in-process ones.
+  ModelSearchOptions real = o;
+  real.feature_worker = TF_BUILD_WORKER;
+  ModelSearch a(s, 3, real), b(s, 3, plain);
+  a.observe(seen);
+  b.observe(seen);
+  EXPECT_EQ(a.propose(8), b.propose(8));
+  EXPECT_EQ(a.overhead().unlowerable, 0u);
+}
+
 // ---- Tuning curves ----------------------------------------------------------------------
 
 TEST(TuningCurve, OneCurvePerRunOnePointPerNewConfig) {

@@ -24,6 +24,7 @@
 #include "tuner/runner.h"
 #include "tuner/model_search.h"
 #include "tuner/search_strategy.h"
+#include "tuner/subprocess.h"
 #include "tuner/tune.h"
 #include "tuner/tuning_records.h"
 
@@ -268,6 +269,7 @@ int run_tune_impl(const TuneArgs& a) {
   mo.model.objective = a.objective;
   mo.epsilon = a.epsilon;
   mo.load_model = a.load_model;
+  mo.feature_worker = find_sibling_program("tunefarm-build-worker", ".");
   std::string transfer_note;
   if (a.strategy == "xgb" && database && !a.no_transfer) {
     costmodel::TransferData td =
@@ -362,11 +364,15 @@ int run_tune_impl(const TuneArgs& a) {
     const SearchOverhead& o = ms->overhead();
     double share = sum.state.elapsed_s > 0 ? o.total_s() / sum.state.elapsed_s : 0;
     model_report = {{"fits", o.fits}, {"features_s", o.features_s}, {"fit_s", o.fit_s}, {"anneal_s", o.anneal_s},
-                    {"points_scored", o.points_scored}, {"share_of_run", share}};
+                    {"points_scored", o.points_scored}, {"unlowerable", o.unlowerable}, {"share_of_run", share}};
     if (!a.json) {
       std::fprintf(stderr, "cost model: %d fits, %zu configs scored; features %.2f s, fitting %.2f s, annealing %.2f s "
                            "= %.1f%% of the run\n", o.fits, o.points_scored, o.features_s, o.fit_s, o.anneal_s,
                    100 * share);
+      if (o.unlowerable > 0) {
+        std::fprintf(stderr, "warning: %zu configs could not be lowered for the cost model (never proposed); "
+                             "a compiler bug: please report the workload\n", o.unlowerable);
+      }
     }
     if (!a.save_model.empty()) {
       ms->save_model(a.save_model);
