@@ -209,7 +209,14 @@ void ModelSearch::refit() {
   }
   costmodel::TrainingSet set = opts_.transfer;
   if (set.num_features == 0) set.num_features = costmodel::kNumFeatures;
-  set.add_group(rows, costs);
+  // This workload's own results count for as much as the whole transfer set, and more as
+  // they grow past it: other shapes give the first batches a direction, this one's results
+  // decide.
+  float own_weight = 1;
+  if (!rows.empty() && set.rows() > 0) {
+    own_weight = std::max(1.0f, 2.0f * static_cast<float>(set.rows()) / static_cast<float>(rows.size()));
+  }
+  set.add_group(rows, costs, own_weight);
   dirty_ = false;
   if (set.rows() == 0) return;
   double start = now_s();
