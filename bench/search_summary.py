@@ -86,4 +86,20 @@ with open(f"{out}/mean_curves.dat", "w") as f:
         for tr in range(1, trials + 1):
             f.write(f"{tr} {statistics.mean(curve[s][tr]):.4f}\n")
         f.write("\n\n")
+# Where the mean curves reach what the baseline has at the end of its budget: the budget each
+# strategy needs for the baseline's result (censoring-free, unlike the medians above).
+def reach(strategies, base, title):
+    if base not in curve:
+        return
+    goal = statistics.mean(curve[base][trials])
+    print(title + f": mean best-so-far after {trials} configs: " +
+          ", ".join(f"{s} {statistics.mean(curve[s][trials]):.3f}" for s in strategies if s in curve))
+    for s in strategies:
+        if s not in curve:
+            continue
+        r = next((tr for tr in range(1, trials + 1) if statistics.mean(curve[s][tr]) >= goal), None)
+        print(f"  {s:14s} reaches {base}'s {trials}-config mean ({goal:.3f}) after " +
+              (f"{r} configs ({r / trials:.2f} of the budget)" if r else f"more than {trials} configs"))
+reach(["xgb", "ga", "random"], "random", "Benchmark 1 (curves)")
+reach(["xgb-transfer", "xgb-cold"], "xgb-cold", "Benchmark 3 (curves)")
 print(f"curves: {out}/curves.csv, {out}/curves.png")
