@@ -209,13 +209,10 @@ void ModelSearch::refit() {
   }
   costmodel::TrainingSet set = opts_.transfer;
   if (set.num_features == 0) set.num_features = costmodel::kNumFeatures;
-  // This workload's own results count for as much as the whole transfer set, and more as
-  // they grow past it: other shapes give the first batches a direction, this one's results
-  // decide.
-  float own_weight = 1;
-  if (!rows.empty() && set.rows() > 0) {
-    own_weight = std::max(1.0f, 2.0f * static_cast<float>(set.rows()) / static_cast<float>(rows.size()));
-  }
+  // Every group weighs the same. (Weighing this workload's group up by the transfer set's
+  // size was tried: XGBoost normalises group weights, the transfer groups then fell under
+  // min_child_weight, and the first batches of a new shape were as poor as a cold start.)
+  const float own_weight = 1;
   set.add_group(rows, costs, own_weight);
   dirty_ = false;
   if (set.rows() == 0) return;
