@@ -98,7 +98,7 @@ ModelSearch::ModelSearch(const ConfigSpace& space, uint64_t seed, ModelSearchOpt
   opts_.model.seed = seed;
   model_ = std::make_unique<costmodel::XGBoostModel>(opts_.model);
   if (!opts_.load_model.empty()) model_->load(opts_.load_model);
-  dirty_ = opts_.transfer.rows() > 0;
+  dirty_ = opts_.transfer.rows() > 0 && opts_.transfer_until > 0;
 }
 
 void ModelSearch::observe(const std::vector<Observation>& results) {
@@ -197,7 +197,8 @@ void ModelSearch::refit() {
     points.push_back(i);
     correct += std::isfinite(c) ? 1 : 0;
   }
-  if (opts_.transfer.rows() == 0 && correct < opts_.min_observed) return;  // stays dirty
+  const bool use_transfer = opts_.transfer.rows() > 0 && correct < opts_.transfer_until;
+  if (!use_transfer && correct < opts_.min_observed) return;  // stays dirty
   std::sort(points.begin(), points.end());  // the same rows in the same order for a seed
   compute_features(points);
   std::vector<std::vector<float>> rows;
@@ -207,7 +208,8 @@ void ModelSearch::refit() {
     rows.push_back(features_.at(i));
     costs.push_back(costs_.at(i));
   }
-  costmodel::TrainingSet set = opts_.transfer;
+  costmodel::TrainingSet set;
+  if (use_transfer) set = opts_.transfer;
   if (set.num_features == 0) set.num_features = costmodel::kNumFeatures;
   // Every group weighs the same. (Weighing this workload's group up by the transfer set's
   // size was tried: XGBoost normalises group weights, the transfer groups then fell under
@@ -218,6 +220,7 @@ void ModelSearch::refit() {
   if (set.rows() == 0) return;
   double start = now_s();
   model_->fit(set);
+  overhead_.last_fit_rows = set.rows();
   overhead_.fit_s += now_s() - start;
   ++overhead_.fits;
   scores_.clear();

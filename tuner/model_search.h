@@ -7,6 +7,7 @@
 //   annealing walkers climb its predicted score from the best measured points and random
 //   ones, and the batch takes the highest-scored unmeasured valid points, each slot replaced
 //   by a random point with probability epsilon so the model keeps learning where it is wrong.
+//   The transfer set takes part only until this workload has transfer_until correct results.
 // - Before the model has anything to learn from (no transfer set, no loaded model and fewer
 //   than min_observed results), proposals are random.
 // - Deterministic for a seed: same observations, same proposals.
@@ -47,6 +48,10 @@ struct ModelSearchOptions {
   double epsilon = 0.05;              // share of random points in a batch
   size_t min_observed = 4;            // own correct results before the first fit without transfer
   costmodel::TrainingSet transfer;    // groups from other workloads (costmodel/transfer.h)
+  // The transfer set is left out of the fit once this workload has this many correct
+  // results: other shapes point the first batches the right way, then bias the search away
+  // from this shape's own best (measured: docs/results/issue9).
+  size_t transfer_until = 24;
   std::string load_model;             // a saved model to rank with until the first fit
   // tunefarm-build-worker: features are computed in it, so that a compiler crash on a config
   // the annealer visits costs that config (never proposed then), not the tuner. Empty: in
@@ -60,6 +65,7 @@ struct SearchOverhead {
   int fits = 0;
   size_t points_scored = 0;
   size_t unlowerable = 0;  // configs whose features could not be computed (never proposed)
+  size_t last_fit_rows = 0;  // training rows of the latest fit
   double total_s() const { return features_s + fit_s + anneal_s; }
 };
 

@@ -250,6 +250,34 @@ TEST(ModelSearch, AConfigThatCrashesTheCompilerIsNeverProposedAndTheTunerLivesOn
   EXPECT_EQ(a.overhead().unlowerable, 0u);
 }
 
+TEST(ModelSearch, TheTransferSetHelpsOnlyUntilTheWorkloadHasResultsOfItsOwn) {
+  ConfigSpace s(parse_workload("matmul(M=64,N=48,K=40)"), x86_avx512());
+  // A transfer group: 20 configs of this space with made-up times (only the plumbing counts).
+  std::vector<std::vector<float>> rows;
+  std::vector<double> costs;
+  for (uint64_t i = 0; rows.size() < 20; i += 977) {
+    if (!s.valid(i % s.size())) continue;
+    rows.push_back(costmodel::config_features(s.graph(), s.target(), s.to_config(i % s.size())));
+    costs.push_back(1e-3 * static_cast<double>(1 + rows.size()));
+  }
+  ModelSearchOptions o;
+  o.transfer.add_group(rows, costs);
+  o.transfer_until = 8;
+  ModelSearch ms(s, 1, o);
+  ms.propose(4);
+  EXPECT_EQ(ms.overhead().last_fit_rows, 20u);  // transfer alone before any result
+  std::vector<Observation> own;
+  for (uint64_t i : ms.propose(7)) own.push_back({i, 1e-3});
+  ms.observe(own);
+  ms.propose(4);
+  EXPECT_EQ(ms.overhead().last_fit_rows, 27u);  // transfer and 7 own
+  own.clear();
+  for (uint64_t i : ms.propose(3)) own.push_back({i, 2e-3});
+  ms.observe(own);
+  ms.propose(4);
+  EXPECT_EQ(ms.overhead().last_fit_rows, 10u);  // 10 own results: transfer left out
+}
+
 // ---- Tuning curves ----------------------------------------------------------------------
 
 TEST(TuningCurve, OneCurvePerRunOnePointPerNewConfig) {
