@@ -64,17 +64,14 @@ TestSet test_set(const std::vector<db::MeasureRecord>& recs) {
     if (r.target != target || r.error_code == "board_lost") continue;
     auto& c = configs[r.config_hash()];
     c.first = r.config;
-    bool ok = r.error_code == "ok" && r.correctness != "wrong" && r.median_s();
-    c.second.push_back(ok ? *r.median_s() : INFINITY);
+    c.second.push_back(r.cost_s());
   }
   TestSet s;
   Target t = parse_target(target);
   OpGraph g = build_op(parse_workload(recs.front().workload));
   for (const auto& [h, c] : configs) {
     s.rows.push_back(costmodel::config_features(g, t, c.first));
-    bool failed = false;
-    for (double m : c.second) failed |= !std::isfinite(m);
-    s.costs.push_back(failed ? INFINITY : db::median_of(c.second));
+    s.costs.push_back(db::combined_cost(c.second));
   }
   return s;
 }

@@ -29,8 +29,7 @@ TransferData transfer_from_database(db::Database& db, const std::string& templat
     ++taken;
     Config& c = groups[{r.workload, r.target}][r.config_hash()];
     c.config = r.config;
-    bool ok = r.error_code == "ok" && r.correctness != "wrong" && r.median_s();
-    c.medians.push_back(ok ? *r.median_s() : INFINITY);
+    c.medians.push_back(r.cost_s());
   }
   out.records = taken;
   for (const auto& [key, configs] : groups) {
@@ -46,9 +45,7 @@ TransferData transfer_from_database(db::Database& db, const std::string& templat
           out.skipped += c.medians.size();
           continue;
         }
-        bool failed = false;
-        for (double m : c.medians) failed |= !std::isfinite(m);
-        costs.push_back(failed ? INFINITY : db::median_of(c.medians));
+        costs.push_back(db::combined_cost(c.medians));
       }
     } catch (const UserError&) {
       for (const auto& [hash, c] : configs) out.skipped += c.medians.size();

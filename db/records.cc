@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -44,8 +45,21 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+double combined_cost(const std::vector<double>& medians) {
+  if (medians.empty()) return std::numeric_limits<double>::infinity();
+  for (double m : medians) {
+    if (!std::isfinite(m)) return m;
+  }
+  return median_of(medians);
+}
+
 std::optional<double> MeasureRecord::median_s() const {
   if (samples_s.empty()) return std::nullopt;
+  return median_of(samples_s);
+}
+
+double MeasureRecord::cost_s() const {
+  if (error_code != "ok" || correctness == "wrong" || samples_s.empty()) return std::numeric_limits<double>::infinity();
   return median_of(samples_s);
 }
 

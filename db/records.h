@@ -28,6 +28,10 @@ struct MeasureSettings {
 // for none. The one median of tunefarm (records, runners, the CLI, query).
 double median_of(std::vector<double> v);
 
+// A config's cost over several measurements (medians, +inf for a failed one): +inf when any
+// failed, else the median; +inf for none. How the tuner and the cost model count a config.
+double combined_cost(const std::vector<double>& medians);
+
 // Error codes of a measurement; "ok" means it ran and was timed.
 const std::vector<std::string>& error_codes();
 
@@ -56,6 +60,8 @@ struct MeasureRecord {
 
   // Median of samples_s; nullopt when there are none.
   std::optional<double> median_s() const;
+  // The median of a correct measurement (ok and not a wrong answer), else +inf.
+  double cost_s() const;
   // Stable 16-hex-digit digest of the canonical JSON of `config`.
   std::string config_hash() const;
   // Stable digest of what identifies the measurement (workload, target, device, template,

@@ -11,6 +11,7 @@
 namespace tf {
 
 namespace pb = tunefarm::v1;
+using db::combined_cost;
 using json = nlohmann::json;
 
 bool disturbed(const std::vector<double>& s, double max_spread) {
@@ -55,23 +56,9 @@ std::map<uint64_t, std::vector<double>> earlier_results(db::Database* db, const 
     if (r.template_name != space.template_id()) continue;
     std::optional<uint64_t> i = space.index_of(r.config);
     if (!i) continue;
-    std::vector<double>& v = out[*i];
-    if (r.error_code == "ok" && r.correctness != "wrong") {
-      v.push_back(*r.median_s());
-    } else if (r.error_code != "board_lost") {
-      v.push_back(std::numeric_limits<double>::infinity());
-    }
+    if (r.error_code != "board_lost") out[*i].push_back(r.cost_s());
   }
   return out;
-}
-
-// A config's cost over several measurements: +inf when any failed, else the median.
-double combined_cost(const std::vector<double>& medians) {
-  if (medians.empty()) return std::numeric_limits<double>::infinity();
-  for (double m : medians) {
-    if (!std::isfinite(m)) return m;
-  }
-  return db::median_of(medians);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -32,14 +33,15 @@ std::vector<TuningCurve> tuning_curves(const std::vector<db::MeasureRecord>& rec
     }
     TuningCurve& c = out[it->second];
     CurvePoint p = c.points.empty() ? CurvePoint{} : c.points.back();
-    bool ok = r.error_code == "ok" && r.correctness != "wrong" && r.median_s() && *r.median_s() > 0;
-    if (ok && (p.best_s == 0 || *r.median_s() < p.best_s)) {
-      p.best_s = *r.median_s();
+    const double cost = r.cost_s();
+    const bool ok = std::isfinite(cost) && cost > 0;
+    if (ok && (p.best_s == 0 || cost < p.best_s)) {
+      p.best_s = cost;
       p.best_gflops = static_cast<double>(r.flops) / p.best_s / 1e9;
     }
     if (seen[r.run_uuid].insert(r.config_hash()).second) {
       ++p.trial;
-      p.config_s = ok ? *r.median_s() : 0;
+      p.config_s = ok ? cost : 0;
       c.points.push_back(p);
     } else if (!c.points.empty()) {
       c.points.back() = p;
