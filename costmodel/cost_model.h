@@ -24,13 +24,11 @@ struct TrainingSet {
   std::vector<float> features;    // rows x num_features, row-major
   std::vector<float> labels;      // one per row
   std::vector<unsigned> groups;   // rows per group, in row order
-  std::vector<float> group_weights;  // one per group: how much its pairs count in the fit
 
   size_t rows() const { return labels.size(); }
   // Adds one group: the features of each candidate and its measured cost in seconds (+inf
-  // or 0 for a failure), with a weight. Groups with no correct row are dropped: they say
-  // nothing of speed.
-  void add_group(const std::vector<std::vector<float>>& rows, const std::vector<double>& costs_s, float weight = 1);
+  // or 0 for a failure). Groups with no correct row are dropped: they say nothing of speed.
+  void add_group(const std::vector<std::vector<float>>& rows, const std::vector<double>& costs_s);
 };
 
 class CostModel {

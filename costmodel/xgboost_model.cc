@@ -38,8 +38,7 @@ std::string feature_tag() {
 
 }  // namespace
 
-void TrainingSet::add_group(const std::vector<std::vector<float>>& rows, const std::vector<double>& costs_s,
-                            float weight) {
+void TrainingSet::add_group(const std::vector<std::vector<float>>& rows, const std::vector<double>& costs_s) {
   TF_CHECK(rows.size() == costs_s.size(), "rows and costs differ in number");
   double best = INFINITY;
   for (double c : costs_s) {
@@ -54,7 +53,6 @@ void TrainingSet::add_group(const std::vector<std::vector<float>>& rows, const s
     labels.push_back(std::isfinite(c) && c > 0 ? static_cast<float>(best / c) : 0.0f);
   }
   groups.push_back(static_cast<unsigned>(rows.size()));
-  group_weights.push_back(weight);
 }
 
 const std::vector<std::string>& xgboost_objectives() {
@@ -80,17 +78,7 @@ void XGBoostModel::fit(const TrainingSet& data) {
   TF_CHECK(data.rows() > 0, "fit on an empty training set");
   DMatrix m = make_matrix(data.features, data.rows(), data.num_features);
   xgb_check(XGDMatrixSetFloatInfo(m.get(), "label", data.labels.data(), data.labels.size()), "labels");
-  // Ranking compares rows within a group and weighs groups; regression weighs rows.
-  std::vector<float> weights = data.group_weights;
-  weights.resize(data.groups.size(), 1.0f);
-  if (opts_.objective.rfind("rank:", 0) == 0) {
-    xgb_check(XGDMatrixSetUIntInfo(m.get(), "group", data.groups.data(), data.groups.size()), "groups");
-  } else {
-    std::vector<float> per_row;
-    for (size_t g = 0; g < data.groups.size(); ++g) per_row.insert(per_row.end(), data.groups[g], weights[g]);
-    weights = per_row;
-  }
-  xgb_check(XGDMatrixSetFloatInfo(m.get(), "weight", weights.data(), weights.size()), "weights");
+  xgb_check(XGDMatrixSetUIntInfo(m.get(), "group", data.groups.data(), data.groups.size()), "groups");
   DMatrixHandle mats[] = {m.get()};
   BoosterHandle b = nullptr;
   xgb_check(XGBoosterCreate(mats, 1, &b), "booster");

@@ -107,11 +107,6 @@ void ModelSearch::observe(const std::vector<Observation>& results) {
   if (!results.empty()) dirty_ = true;
 }
 
-const std::vector<float>& ModelSearch::features(uint64_t index) {
-  if (!features_.count(index)) compute_features({index});
-  return features_.at(index);
-}
-
 void ModelSearch::compute_features(const std::vector<uint64_t>& points) {
   std::vector<uint64_t> missing;
   for (uint64_t i : points) {
@@ -214,8 +209,7 @@ void ModelSearch::refit() {
   // Every group weighs the same. (Weighing this workload's group up by the transfer set's
   // size was tried: XGBoost normalises group weights, the transfer groups then fell under
   // min_child_weight, and the first batches of a new shape were as poor as a cold start.)
-  const float own_weight = 1;
-  set.add_group(rows, costs, own_weight);
+  set.add_group(rows, costs);
   dirty_ = false;
   if (set.rows() == 0) return;
   double start = now_s();

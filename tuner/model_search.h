@@ -83,7 +83,6 @@ class ModelSearch : public SearchBase {
   const costmodel::CostModel& model() const { return *model_; }
 
  private:
-  const std::vector<float>& features(uint64_t index);
   // Computes the features of the points not cached yet (in the worker when there is one).
   void compute_features(const std::vector<uint64_t>& points);
   // In the worker; a crash or hang is narrowed down to the configs that cause it, which get
