@@ -25,12 +25,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "compiler/driver.h"
 #include "db/database.h"
 #include "proto/kernel_library.h"
 #include "tuner/tuning_records.h"
 
 namespace {
+
+using tf::bench::median_seconds;
+using tf::bench::parse_list;
 
 namespace fs = std::filesystem;
 using dnnl::memory;
@@ -76,28 +80,6 @@ const std::vector<Layer>& layers() {
   return all;
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
-  return out;
-}
-
-template <typename F>
-double median_seconds(F&& run, double min_ms) {
-  run();  // warm-up
-  std::vector<double> samples;
-  auto start_all = std::chrono::steady_clock::now();
-  while (samples.size() < 5 ||
-         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_all).count() < min_ms) {
-    auto t0 = std::chrono::steady_clock::now();
-    run();
-    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (samples.size() >= 200) break;
-  }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
-}
 
 // One oneDNN convolution: in the plain layout (blocked = false) or the layouts oneDNN picks.
 struct OneDnnConv {

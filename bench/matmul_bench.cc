@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "compiler/driver.h"
 #include "db/database.h"
 #include "proto/kernel_library.h"
@@ -37,14 +38,10 @@
 
 namespace {
 
-namespace fs = std::filesystem;
+using tf::bench::median_seconds;
+using tf::bench::parse_list;
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
-  return out;
-}
+namespace fs = std::filesystem;
 
 // Whether /proc/cpuinfo lists the CPU flag. (__builtin_cpu_supports cannot be trusted here:
 // the LLVM libraries linked in bring a cpu model of another layout.)
@@ -75,22 +72,6 @@ void ensure_openblas_core(char** argv) {
   setenv("OPENBLAS_CORETYPE", better, 1);
   execv("/proc/self/exe", argv);
   std::perror("execv");
-}
-
-template <typename F>
-double median_seconds(F&& run, double min_ms) {
-  run();  // warm-up
-  std::vector<double> samples;
-  auto start_all = std::chrono::steady_clock::now();
-  while (samples.size() < 5 ||
-         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_all).count() < min_ms) {
-    auto t0 = std::chrono::steady_clock::now();
-    run();
-    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (samples.size() >= 200) break;
-  }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
 }
 
 }  // namespace

@@ -1,0 +1,38 @@
+// What the kernel benchmarks share: list flags and the median timing loop.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tf::bench {
+
+// "1,2,4" -> {1, 2, 4}.
+inline std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+// The median of timed calls of `run` after one warm-up: at least 5 and until `min_ms` have
+// passed, at most 200.
+template <typename F>
+double median_seconds(F&& run, double min_ms) {
+  run();  // warm-up
+  std::vector<double> samples;
+  auto start_all = std::chrono::steady_clock::now();
+  while (samples.size() < 5 ||
+         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_all).count() < min_ms) {
+    auto t0 = std::chrono::steady_clock::now();
+    run();
+    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (samples.size() >= 200) break;
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+}  // namespace tf::bench
