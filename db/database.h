@@ -57,6 +57,13 @@ class Database {
   // Whether this config of this workload was already measured on this target (any outcome).
   virtual bool measured(const std::string& workload, const std::string& target, const std::string& config_hash) = 0;
 
+  // The tuning service's jobs (one writer: the service). add_job returns the new id;
+  // update_job writes state, progress, reason and times (DbError for an unknown id); jobs()
+  // lists them all by id (none in a file older than schema version 2, opened read-only).
+  virtual int64_t add_job(const JobRow& job) = 0;
+  virtual void update_job(const JobRow& job) = 0;
+  virtual std::vector<JobRow> jobs() = 0;
+
   virtual Stats stats() = 0;
   // Keeps the `keep` fastest error-free records of each (workload, target) pair and removes
   // the rest (error records included). With dry_run, only reports what would go.

@@ -102,6 +102,18 @@ struct TuningRun {
   int64_t records = 0;     // filled in by Database::runs()
 };
 
+// A job of the tuning service (tuner/job.h): what was asked, by whom, and how far it got.
+struct JobRow {
+  int64_t id = 0;                 // assigned by the database
+  std::string user;
+  std::string state = "queued";   // queued, running, done, failed, cancelled
+  int64_t priority = 0;           // higher runs first
+  nlohmann::json spec;            // the job as submitted
+  nlohmann::json progress;        // kept current by the service while it runs
+  std::string reason;             // why it failed or was cancelled
+  double submitted_at = 0, started_at = 0, finished_at = 0;  // Unix seconds; 0: not yet
+};
+
 // Which lookup rule found a config, from the most to the least specific.
 enum class MatchTier {
   Exact,         // same workload, same target string

@@ -92,6 +92,22 @@ CREATE VIEW record_view AS
          r.error_code, r.correctness, datetime(r.measured_at, 'unixepoch') AS measured
   FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id;
 )sql",
+    // 2: the tuning service's jobs (tuner/job.h, docs/service.md).
+    R"sql(
+CREATE TABLE jobs (
+  id           INTEGER PRIMARY KEY,  -- the job id users see
+  user         TEXT NOT NULL,        -- who submitted it (the service's tokens file)
+  state        TEXT NOT NULL CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled')),
+  priority     INTEGER NOT NULL,     -- higher runs first
+  spec         TEXT NOT NULL,        -- JSON: the job as submitted
+  progress     TEXT NOT NULL,        -- JSON: per workload its runs, trials and best so far
+  reason       TEXT NOT NULL,        -- why it failed or was cancelled; empty otherwise
+  submitted_at REAL NOT NULL,        -- Unix seconds
+  started_at   REAL,                 -- NULL until it first runs
+  finished_at  REAL                  -- NULL until it ends
+);
+CREATE INDEX jobs_state ON jobs (state, priority, submitted_at);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -192,6 +208,67 @@ class SqliteDatabase : public Database {
         r.status = q.getColumn(9).getString();
         r.records = q.getColumn(10).getInt64();
         out.push_back(r);
+      }
+      return out;
+    });
+  }
+
+  int64_t add_job(const JobRow& j) override {
+    int64_t id = 0;
+    write([&] {
+      SQLite::Statement q(db_, "INSERT INTO jobs (user, state, priority, spec, progress, reason, submitted_at, "
+                               "started_at, finished_at) VALUES (?,?,?,?,?,?,?,NULL,NULL)");
+      q.bind(1, j.user);
+      q.bind(2, j.state);
+      q.bind(3, j.priority);
+      q.bind(4, j.spec.dump());
+      q.bind(5, j.progress.is_null() ? "{}" : j.progress.dump());
+      q.bind(6, j.reason);
+      q.bind(7, j.submitted_at);
+      q.exec();
+      id = db_.getLastInsertRowid();
+    });
+    return id;
+  }
+
+  void update_job(const JobRow& j) override {
+    write([&] {
+      SQLite::Statement q(db_, "UPDATE jobs SET state = ?, progress = ?, reason = ?, started_at = ?, finished_at = ? "
+                               "WHERE id = ?");
+      q.bind(1, j.state);
+      q.bind(2, j.progress.is_null() ? "{}" : j.progress.dump());
+      q.bind(3, j.reason);
+      if (j.started_at > 0) q.bind(4, j.started_at);
+      else q.bind(4);
+      if (j.finished_at > 0) q.bind(5, j.finished_at);
+      else q.bind(5);
+      q.bind(6, j.id);
+      if (q.exec() == 0) throw DbError("no job " + std::to_string(j.id) + " in " + path_);
+    });
+  }
+
+  std::vector<JobRow> jobs() override {
+    if (version_ < 2) return {};
+    return read([&] {
+      SQLite::Statement q(db_, "SELECT id, user, state, priority, spec, progress, reason, submitted_at, "
+                               "COALESCE(started_at, 0), COALESCE(finished_at, 0) FROM jobs ORDER BY id");
+      std::vector<JobRow> out;
+      while (q.executeStep()) {
+        JobRow j;
+        j.id = q.getColumn(0).getInt64();
+        j.user = q.getColumn(1).getString();
+        j.state = q.getColumn(2).getString();
+        j.priority = q.getColumn(3).getInt64();
+        j.spec = json::parse(q.getColumn(4).getString(), nullptr, false);
+        j.progress = json::parse(q.getColumn(5).getString(), nullptr, false);
+        j.reason = q.getColumn(6).getString();
+        j.submitted_at = q.getColumn(7).getDouble();
+        j.started_at = q.getColumn(8).getDouble();
+        j.finished_at = q.getColumn(9).getDouble();
+        if (j.spec.is_discarded() || j.progress.is_discarded()) {
+          throw DbError("job " + std::to_string(j.id) + " in " + path_ + " holds malformed JSON");
+        }
+        out.push_back(std::move(j));
       }
       return out;
     });
@@ -519,7 +596,10 @@ class SqliteDatabase : public Database {
       snapshot.commit();
     }
     check_schema_state(st);
+    version_ = st.version;
     if (st.version == kSchemaVersion && st.app_id == kApplicationId) return;
+    // An older file is readable as it is: what it lacks (the jobs of version 2) reads as empty.
+    if (read_only_ && st.app_id == kApplicationId && st.version >= 1) return;
     if (read_only_) {
       throw DbError(path_ + " needs " + (st.app_id == 0 ? "creating" : "migrating from version " + std::to_string(st.version)) +
                     " but is open read-only");
@@ -533,6 +613,7 @@ class SqliteDatabase : public Database {
     db_.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
     db_.exec("PRAGMA application_id = " + std::to_string(kApplicationId));
     tx.commit();
+    version_ = kSchemaVersion;
   }
 
   // Runs `f` in one write transaction; SQLite errors become DbError naming the file.
@@ -601,6 +682,7 @@ class SqliteDatabase : public Database {
 
   std::string path_;
   bool read_only_;
+  int version_ = 0;  // the file's schema version (older than ours only when read-only)
   SQLite::Database db_;
 };
 

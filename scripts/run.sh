@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds, and runs the main job on local defaults (this machine, the
-# local tuning database): tune a workload (matmul 512^3, or $1) for $2 trials (default 60),
-# compile and run the tuned kernel (checked against the reference), and for a matmul compare
-# the default and tuned kernels with OpenBLAS in the same run.
+# local tuning database): starts the tuning service with one local board, submits a job that
+# tunes a workload (matmul 512^3, or $1) for $2 trials (default 60) and watches it, compiles
+# and runs the tuned kernel (checked against the reference), and for a matmul compares the
+# default and tuned kernels with OpenBLAS in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -10,8 +11,21 @@ bash scripts/build.sh
 B=${BUILD_DIR:-build}
 W=${1:-matmul(M=512,N=512,K=512)}
 # The default database ($TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db, created on first use).
-"$B"/tuner/tunefarm tune --workload "$W" --local --trials "${2:-60}"
-"$B"/tuner/tunefarm compile --workload "$W" -o "${TMPDIR:-/tmp}/tunefarm-tuned.so"
+LOG=$(mktemp)
+"$B"/tuner/tunefarm-tuner --local-boards 1 --port 0 >"$LOG" 2>&1 &
+SVC=$!
+trap 'kill $SVC 2>/dev/null; wait $SVC 2>/dev/null || true; rm -f "$LOG"' EXIT
+PORT=
+for _ in $(seq 300); do
+  PORT=$(sed -nE 's/.*listening on [^:]+:([0-9]+).*/\1/p' "$LOG")
+  [[ -n "$PORT" ]] && break
+  kill -0 $SVC 2>/dev/null || { cat "$LOG" >&2; exit 1; }
+  sleep 0.1
+done
+[[ -n "$PORT" ]] || { echo "tunefarm-tuner did not start" >&2; cat "$LOG" >&2; exit 1; }
+export TUNEFARM_SERVER=127.0.0.1:$PORT
+"$B"/tuner/tunefarm submit --workload "$W" --trials "${2:-60}" --watch
+"$B"/tuner/tunefarm compile --server --workload "$W" -o "${TMPDIR:-/tmp}/tunefarm-tuned.so"
 "$B"/tuner/tunefarm run --workload "$W"
 DB=${TUNEFARM_DB:-$HOME/.local/share/tunefarm/tuning.db}
 if [[ "$W" == matmul\(* ]]; then

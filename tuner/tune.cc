@@ -63,21 +63,26 @@ std::map<uint64_t, std::vector<double>> earlier_results(db::Database* db, const 
 
 }  // namespace
 
-TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner,
-                 db::Database* db, const TuneOptions& opts, const std::vector<MeasureCallback*>& callbacks,
-                 const std::atomic<bool>* stop) {
-  TuneSummary sum;
-  TuneState& st = sum.state;
+TuneLoop::TuneLoop(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner,
+                   db::Database* db, const TuneOptions& opts, std::vector<MeasureCallback*> callbacks,
+                   const std::atomic<bool>* stop)
+    : space_(space),
+      strategy_(strategy),
+      builder_(builder),
+      runner_(runner),
+      opts_(opts),
+      db_(db),
+      callbacks_(std::move(callbacks)),
+      stop_(stop),
+      start_(now_s()),
+      ctx_(std::make_unique<MeasureContext>(space.graph(), opts.measure)) {
+  TuneState& st = sum_.state;
   st.space = &space;
   st.trials_total = opts.trials;
-  const double start = now_s();
-  MeasureContext ctx(space.graph(), opts.measure);
-  auto stopped = [&] { return stop && stop->load(); };
-  std::map<uint64_t, std::vector<double>> medians = earlier_results(db, space);
-
+  medians_ = earlier_results(db, space);
   // Resume: what the database knows feeds the strategy and the best so far.
   std::vector<Observation> prior;
-  for (const auto& [i, v] : medians) {
+  for (const auto& [i, v] : medians_) {
     double c = combined_cost(v);
     prior.push_back({i, c});
     if (c < st.best_s) {
@@ -87,140 +92,197 @@ TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& bu
   }
   st.known = static_cast<int>(prior.size());
   strategy.observe(prior);
-  std::optional<uint64_t> def = space.default_index();
+  default_ = space.default_index();
+}
 
-  auto notify = [&](const std::vector<Trial>& trials) {
-    st.elapsed_s = now_s() - start;
-    for (MeasureCallback* cb : callbacks) cb->on_results(st, trials);
-  };
+TuneLoop::~TuneLoop() = default;
 
-  // Builds and measures `indices`; disturbed measurements are measured once more.
-  auto measure = [&](const std::vector<uint64_t>& indices, bool retime) {
-    if (opts.slow_factor > 0 && std::isfinite(st.best_s) && opts.measure.timeout_s == 0) {
-      const MeasureOptions& m = opts.measure;
-      ctx.set_timeout_s((m.repeat + 2) * std::max(m.min_repeat_ms / 1e3, opts.slow_factor * st.best_s) + 1);
-    }
-    std::vector<json> configs;
-    for (uint64_t i : indices) configs.push_back(space.to_config(i));
-    std::vector<BuildResult> builds = builder.build(space.workload(), space.target(), configs);
-    std::vector<RunResult> results = runner.run(ctx, builds);
-    std::vector<Trial> trials;
-    std::vector<BuildResult> again;
-    std::vector<size_t> again_at;
-    for (size_t k = 0; k < indices.size(); ++k) {
-      trials.push_back({indices[k], configs[k], builds[k], results[k], retime, false});
-      // Noise only matters for contenders: a disturbed measurement is redone when it is
-      // within 2x of the best so far.
-      bool contender = !std::isfinite(st.best_s) || results[k].median_s() <= 2 * st.best_s;
-      if (results[k].ok() && contender && disturbed(results[k].samples_s, opts.max_spread)) {
-        again.push_back(builds[k]);
-        again_at.push_back(k);
-      }
-    }
-    if (!again.empty() && !stopped()) {
-      std::vector<RunResult> redo = runner.run(ctx, again);
-      for (size_t k = 0; k < redo.size(); ++k) {
-        size_t at = again_at[k];
-        trials.push_back({indices[at], configs[at], builds[at], redo[k], retime, true});
-      }
-    }
-    return trials;
-  };
+bool TuneLoop::stopped() const { return stop_ && stop_->load(); }
 
-  // Search.
-  while (true) {
-    if (stopped()) {
-      sum.interrupted = true;
-      sum.stop_reason = "interrupted";
-      break;
-    }
-    if (st.trials_done >= opts.trials) {
-      sum.stop_reason = "trials";
-      break;
-    }
-    if (opts.time_budget_s > 0 && now_s() - start >= opts.time_budget_s) {
-      sum.stop_reason = "time-budget";
-      break;
-    }
-    if (opts.early_stop > 0 && st.since_improvement >= opts.early_stop) {
-      sum.stop_reason = "early-stop";
-      break;
-    }
-    size_t n = static_cast<size_t>(std::min(opts.batch, opts.trials - st.trials_done));
-    std::vector<uint64_t> batch;
-    if (def && !medians.count(*def) && st.trials_done == 0) {
-      // The default goes alone: once its time is known, hopeless candidates of the next
-      // batches are cut short (slow_factor) instead of running to the runner's limit.
-      // Marks it seen (a failure for now; its real cost follows with the batch's results).
-      strategy.observe({{*def, std::numeric_limits<double>::infinity()}});
-      batch.push_back(*def);
-    } else {
-      batch = strategy.propose(n);
-    }
-    if (batch.empty()) {
-      sum.stop_reason = "exhausted";
-      break;
-    }
-    std::vector<Trial> trials = measure(batch, false);
-    std::vector<Observation> obs;
-    std::set<uint64_t> counted;
-    for (const Trial& t : trials) {
-      if (t.lost()) {
-        ++st.boards_lost;
-        continue;
-      }
-      std::vector<double>& v = medians[t.index];
-      v.push_back(cost_of(t.result));
-      if (t.remeasure) continue;
-      counted.insert(t.index);
-    }
-    for (uint64_t i : counted) {
-      double c = combined_cost(medians[i]);
-      obs.push_back({i, c});
-      ++st.trials_done;
-      if (!std::isfinite(c)) ++st.errors;
-      if (c < st.best_s) {
-        st.best_s = c;
-        st.best_config = space.to_config(i);
-        st.since_improvement = 0;
-      } else {
-        ++st.since_improvement;
-      }
-    }
-    // The strategy learns of every proposed point, lost ones included (as failures), so
-    // they are not proposed again in this run; a later run measures them.
-    for (uint64_t i : batch) {
-      if (!counted.count(i)) obs.push_back({i, std::numeric_limits<double>::infinity()});
-    }
-    strategy.observe(obs);
-    notify(trials);
+void TuneLoop::notify(const std::vector<Trial>& trials) {
+  sum_.state.elapsed_s = now_s() - start_;
+  for (MeasureCallback* cb : callbacks_) cb->on_results(sum_.state, trials);
+}
+
+// Builds and measures `indices`; disturbed measurements are measured once more.
+std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
+  const TuneState& st = sum_.state;
+  if (opts_.slow_factor > 0 && std::isfinite(st.best_s) && opts_.measure.timeout_s == 0) {
+    const MeasureOptions& m = opts_.measure;
+    ctx_->set_timeout_s((m.repeat + 2) * std::max(m.min_repeat_ms / 1e3, opts_.slow_factor * st.best_s) + 1);
   }
+  std::vector<json> configs;
+  for (uint64_t i : indices) configs.push_back(space_.to_config(i));
+  std::vector<BuildResult> builds = builder_.build(space_.workload(), space_.target(), configs);
+  std::vector<RunResult> results = runner_.run(*ctx_, builds);
+  std::vector<Trial> trials;
+  std::vector<BuildResult> again;
+  std::vector<size_t> again_at;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    trials.push_back({indices[k], configs[k], builds[k], results[k], false, false});
+    // Noise only matters for contenders: a disturbed measurement is redone when it is
+    // within 2x of the best so far.
+    bool contender = !std::isfinite(st.best_s) || results[k].median_s() <= 2 * st.best_s;
+    if (results[k].ok() && contender && disturbed(results[k].samples_s, opts_.max_spread)) {
+      again.push_back(builds[k]);
+      again_at.push_back(k);
+    }
+  }
+  if (!again.empty() && !stopped()) {
+    std::vector<RunResult> redo = runner_.run(*ctx_, again);
+    for (size_t k = 0; k < redo.size(); ++k) {
+      size_t at = again_at[k];
+      trials.push_back({indices[at], configs[at], builds[at], redo[k], false, true});
+    }
+  }
+  return trials;
+}
 
+std::vector<uint64_t> TuneLoop::skip_measured_elsewhere(const std::vector<uint64_t>& batch) {
+  if (!db_) return batch;
+  const std::string workload = space_.workload().canonical(), target = space_.target().str();
+  std::vector<uint64_t> keep;
+  bool any = false;
+  for (uint64_t i : batch) {
+    if (!medians_.count(i) && db_->measured(workload, target, db::config_hash(space_.to_config(i)))) {
+      any = true;
+    } else {
+      keep.push_back(i);
+    }
+  }
+  if (!any) return batch;
+  TuneState& st = sum_.state;
+  std::map<uint64_t, std::vector<double>> now = earlier_results(db_, space_);
+  std::vector<Observation> obs;
+  for (uint64_t i : batch) {
+    if (std::find(keep.begin(), keep.end(), i) != keep.end()) continue;
+    auto it = now.find(i);
+    if (it == now.end()) {  // measured, but lost or of another template: measure it here
+      keep.push_back(i);
+      continue;
+    }
+    medians_[i] = it->second;
+    double c = combined_cost(it->second);
+    obs.push_back({i, c});
+    ++st.known;
+    if (c < st.best_s) {
+      st.best_s = c;
+      st.best_config = space_.to_config(i);
+    }
+  }
+  strategy_.observe(obs);
+  return keep;
+}
+
+bool TuneLoop::search_over() {
+  TuneState& st = sum_.state;
+  if (!sum_.stop_reason.empty()) return true;
+  if (stopped()) {
+    sum_.interrupted = true;
+    sum_.stop_reason = "interrupted";
+  } else if (st.trials_done >= opts_.trials) {
+    sum_.stop_reason = "trials";
+  } else if (opts_.time_budget_s > 0 && now_s() - start_ >= opts_.time_budget_s) {
+    sum_.stop_reason = "time-budget";
+  } else if (opts_.early_stop > 0 && st.since_improvement >= opts_.early_stop) {
+    sum_.stop_reason = "early-stop";
+  }
+  return !sum_.stop_reason.empty();
+}
+
+bool TuneLoop::step(int max_new) {
+  TuneState& st = sum_.state;
+  if (search_over()) return false;
+  size_t n = static_cast<size_t>(std::max(1, std::min({opts_.batch, opts_.trials - st.trials_done, max_new})));
+  std::vector<uint64_t> batch;
+  if (default_ && !medians_.count(*default_) && st.trials_done == 0) {
+    // The default goes alone: once its time is known, hopeless candidates of the next
+    // batches are cut short (slow_factor) instead of running to the runner's limit.
+    // Marks it seen (a failure for now; its real cost follows with the batch's results).
+    strategy_.observe({{*default_, std::numeric_limits<double>::infinity()}});
+    batch.push_back(*default_);
+  } else {
+    batch = strategy_.propose(n);
+  }
+  if (batch.empty()) {
+    sum_.stop_reason = "exhausted";
+    return false;
+  }
+  batch = skip_measured_elsewhere(batch);
+  if (batch.empty()) return true;  // all were known; the strategy has learnt them
+  std::vector<Trial> trials = measure(batch);
+  std::vector<Observation> obs;
+  std::set<uint64_t> counted;
+  for (const Trial& t : trials) {
+    if (t.lost()) {
+      ++st.boards_lost;
+      continue;
+    }
+    std::vector<double>& v = medians_[t.index];
+    v.push_back(cost_of(t.result));
+    if (t.remeasure) continue;
+    counted.insert(t.index);
+  }
+  for (uint64_t i : counted) {
+    double c = combined_cost(medians_[i]);
+    obs.push_back({i, c});
+    ++st.trials_done;
+    if (!std::isfinite(c)) ++st.errors;
+    if (c < st.best_s) {
+      st.best_s = c;
+      st.best_config = space_.to_config(i);
+      st.since_improvement = 0;
+    } else {
+      ++st.since_improvement;
+    }
+  }
+  // The strategy learns of every proposed point, lost ones included (as failures), so
+  // they are not proposed again in this run; a later run measures them.
+  for (uint64_t i : batch) {
+    if (!counted.count(i)) obs.push_back({i, std::numeric_limits<double>::infinity()});
+  }
+  strategy_.observe(obs);
+  notify(trials);
+  return true;
+}
+
+void TuneLoop::end_search(const std::string& reason) {
+  if (sum_.stop_reason.empty() && !search_over()) sum_.stop_reason = reason;
+}
+
+TuneSummary TuneLoop::finish() {
+  TuneState& st = sum_.state;
+  if (sum_.stop_reason.empty()) search_over();
+  if (stopped()) {
+    sum_.interrupted = true;
+    sum_.stop_reason = "interrupted";
+  }
   // Re-time the best few and the default, interleaved, in fresh processes.
   std::vector<std::pair<double, uint64_t>> ranked;
-  for (const auto& [i, v] : medians) {
+  for (const auto& [i, v] : medians_) {
     double c = combined_cost(v);
     if (std::isfinite(c)) ranked.push_back({c, i});
   }
   std::sort(ranked.begin(), ranked.end());
   std::vector<uint64_t> top;
   for (const auto& [c, i] : ranked) {
-    if (static_cast<int>(top.size()) >= opts.retime_top) break;
+    if (static_cast<int>(top.size()) >= opts_.retime_top) break;
     top.push_back(i);
   }
-  if (def && medians.count(*def) && std::isfinite(combined_cost(medians[*def])) &&
+  const std::optional<uint64_t>& def = default_;
+  if (def && medians_.count(*def) && std::isfinite(combined_cost(medians_[*def])) &&
       std::find(top.begin(), top.end(), *def) == top.end()) {
     top.push_back(*def);
   }
-  if (!sum.interrupted && opts.retime_rounds > 0 && top.size() > 1) {
+  if (!sum_.interrupted && opts_.retime_rounds > 0 && top.size() > 1) {
     st.phase = "retime";
     std::map<uint64_t, std::vector<double>> fresh;
     std::vector<json> configs;
-    for (uint64_t i : top) configs.push_back(space.to_config(i));
-    std::vector<BuildResult> builds = builder.build(space.workload(), space.target(), configs);
-    ctx.set_timeout_s(opts.measure.timeout_s);  // the re-timed are all fast: the runner's own limit
-    for (int round = 0; round < opts.retime_rounds && !stopped(); ++round) {
-      std::vector<RunResult> results = runner.run(ctx, builds);
+    for (uint64_t i : top) configs.push_back(space_.to_config(i));
+    std::vector<BuildResult> builds = builder_.build(space_.workload(), space_.target(), configs);
+    ctx_->set_timeout_s(opts_.measure.timeout_s);  // the re-timed are all fast: the runner's own limit
+    for (int round = 0; round < opts_.retime_rounds && !stopped(); ++round) {
+      std::vector<RunResult> results = runner_.run(*ctx_, builds);
       std::vector<Trial> trials;
       for (size_t k = 0; k < top.size(); ++k) {
         trials.push_back({top[k], configs[k], builds[k], results[k], true, false});
@@ -228,7 +290,7 @@ TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& bu
       }
       notify(trials);
     }
-    sum.interrupted = stopped();
+    sum_.interrupted = stopped();
     for (size_t k = 0; k < top.size(); ++k) {
       RetimeResult r;
       r.config = configs[k];
@@ -236,33 +298,42 @@ TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& bu
       double c = combined_cost(r.medians_s);
       r.median_of_medians_s = std::isfinite(c) ? c : 0;
       r.is_default = def && top[k] == *def;
-      sum.retimed.push_back(r);
+      sum_.retimed.push_back(r);
     }
-    std::stable_sort(sum.retimed.begin(), sum.retimed.end(), [](const RetimeResult& a, const RetimeResult& b) {
+    std::stable_sort(sum_.retimed.begin(), sum_.retimed.end(), [](const RetimeResult& a, const RetimeResult& b) {
       double ca = a.median_of_medians_s > 0 ? a.median_of_medians_s : INFINITY;
       double cb = b.median_of_medians_s > 0 ? b.median_of_medians_s : INFINITY;
       return ca < cb;
     });
-    for (const RetimeResult& r : sum.retimed) {
-      if (r.is_default && r.median_of_medians_s > 0) sum.default_s = r.median_of_medians_s;
+    for (const RetimeResult& r : sum_.retimed) {
+      if (r.is_default && r.median_of_medians_s > 0) sum_.default_s = r.median_of_medians_s;
     }
-    if (!sum.retimed.empty() && sum.retimed[0].median_of_medians_s > 0) {
-      sum.best_config = sum.retimed[0].config;
-      sum.best_s = sum.retimed[0].median_of_medians_s;
+    if (!sum_.retimed.empty() && sum_.retimed[0].median_of_medians_s > 0) {
+      sum_.best_config = sum_.retimed[0].config;
+      sum_.best_s = sum_.retimed[0].median_of_medians_s;
     }
   }
-  if (sum.best_config.is_null() && std::isfinite(st.best_s)) {
-    sum.best_config = st.best_config;
-    sum.best_s = st.best_s;
+  if (sum_.best_config.is_null() && std::isfinite(st.best_s)) {
+    sum_.best_config = st.best_config;
+    sum_.best_s = st.best_s;
   }
-  if (sum.default_s == 0 && def && medians.count(*def)) {
-    double c = combined_cost(medians[*def]);
-    if (std::isfinite(c)) sum.default_s = c;
+  if (sum_.default_s == 0 && def && medians_.count(*def)) {
+    double c = combined_cost(medians_[*def]);
+    if (std::isfinite(c)) sum_.default_s = c;
   }
-  if (sum.interrupted) sum.stop_reason = "interrupted";
+  if (sum_.interrupted) sum_.stop_reason = "interrupted";
   st.phase = "done";
-  st.elapsed_s = now_s() - start;
-  return sum;
+  st.elapsed_s = now_s() - start_;
+  return sum_;
+}
+
+TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner,
+                 db::Database* db, const TuneOptions& opts, const std::vector<MeasureCallback*>& callbacks,
+                 const std::atomic<bool>* stop) {
+  TuneLoop loop(space, strategy, builder, runner, db, opts, callbacks, stop);
+  while (loop.step()) {
+  }
+  return loop.finish();
 }
 
 }  // namespace tf

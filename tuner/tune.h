@@ -3,7 +3,9 @@
 //
 // Promises:
 // - Resume: configs of this workload, target and template version already in the database
-//   are never measured again; their results seed the strategy and the best so far.
+//   are never measured again; their results seed the strategy and the best so far. Configs
+//   another run records while this one goes on (two jobs on one workload) are looked up
+//   before each batch and taken from the database too.
 // - The default config is measured first, alone, when it has no record yet, so every run
 //   can say how much faster its best is than what an untuned compile gets, and the slow
 //   cut below has a time to start from.
@@ -24,6 +26,8 @@
 
 #include <atomic>
 #include <limits>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,6 +119,48 @@ struct TuneSummary {
   double default_s = 0;                // the default config's, when known
   bool interrupted = false;
   std::string stop_reason;             // trials, exhausted, early-stop, time-budget, interrupted
+};
+
+// The loop of tune(), a batch at a time, for callers that interleave several workloads (the
+// tuning service's task scheduler, tuner/job.h). Construction reads the database (resume).
+class TuneLoop {
+ public:
+  TuneLoop(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner, db::Database* db,
+           const TuneOptions& opts, std::vector<MeasureCallback*> callbacks, const std::atomic<bool>* stop = nullptr);
+  ~TuneLoop();
+  // Measures one batch of at most min(opts.batch, max_new) new configs (the default config
+  // alone first) and tells the callbacks. Returns false, measuring nothing, once the search
+  // is over (trials, time budget, early stop, exhausted, stop flag): stop_reason() says why.
+  bool step(int max_new = std::numeric_limits<int>::max());
+  // Ends the search for a reason of the caller's (e.g. "budget": the job's budget is spent).
+  void end_search(const std::string& reason);
+  const std::string& stop_reason() const { return sum_.stop_reason; }
+  const TuneState& state() const { return sum_.state; }
+  // Re-times the best few (unless stopped) and summarises. Call once, after the search.
+  TuneSummary finish();
+
+ private:
+  bool stopped() const;
+  bool search_over();
+  void notify(const std::vector<Trial>& trials);
+  std::vector<Trial> measure(const std::vector<uint64_t>& indices);
+  // Drops from `batch` the configs another run measured since this one started (a job on the
+  // same workload at the same time), taking their results from the database instead.
+  std::vector<uint64_t> skip_measured_elsewhere(const std::vector<uint64_t>& batch);
+
+  const ConfigSpace& space_;
+  SearchStrategy& strategy_;
+  Builder& builder_;
+  Runner& runner_;
+  TuneOptions opts_;
+  db::Database* db_;
+  std::vector<MeasureCallback*> callbacks_;
+  const std::atomic<bool>* stop_;
+  double start_;
+  std::unique_ptr<MeasureContext> ctx_;
+  std::map<uint64_t, std::vector<double>> medians_;  // per config: its measurements' costs
+  std::optional<uint64_t> default_;
+  TuneSummary sum_;
 };
 
 TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner,

@@ -304,7 +304,7 @@ TEST(OpenErrors, RefusesWhatIsNotOurs) {
     SQLite::Database raw(newer, SQLite::OPEN_READWRITE);
     raw.exec("PRAGMA user_version = 99");
   }
-  expect_open_error(newer, OpenMode::ReadWrite, "has schema version 99, newer than the 1");
+  expect_open_error(newer, OpenMode::ReadWrite, "has schema version 99, newer than the " + std::to_string(schema_version()));
 
   expect_open_error(dir.file("missing/dir/t.db"), OpenMode::ReadWrite, "directory");
   expect_open_error(dir.file("absent.db"), OpenMode::ReadOnly, "no such file");

@@ -12,6 +12,8 @@
 #include "compiler/error.h"
 #include "db/database.h"
 #include "db/jsonl.h"
+#include "tuner/cli/farm_command.h"
+#include "tuner/service_client.h"
 #include "tuner/tuning_curve.h"
 #include "tuner/tuning_records.h"
 
@@ -287,6 +289,17 @@ int query_curve(db::Database& db, const QueryArgs& a) {
   return 0;
 }
 
+// The local database a query reads (or, for import and distill, writes).
+std::unique_ptr<db::Database> open_query_database(const QueryArgs& a) {
+  std::string path = db::database_path(a.db);
+  bool writes = a.sub == "import" || (a.sub == "distill" && !a.dry_run);
+  // Queries never create or migrate a database; a missing file is an empty answer.
+  if (!writes && path != ":memory:" && !std::filesystem::exists(path)) {
+    throw UserError("no tuning database at " + path + " (tune or import first, or pass --db)");
+  }
+  return db::open_database(path, writes ? db::OpenMode::ReadWrite : db::OpenMode::ReadOnly);
+}
+
 }  // namespace
 
 void add_query_command(CLI::App& app, QueryArgs& a) {
@@ -299,6 +312,7 @@ void add_query_command(CLI::App& app, QueryArgs& a) {
       s->add_option("--target,-t", a.target, "only this target");
     }
     s->add_flag("--json", a.json, "print JSON");
+    if (s->get_name() != "import" && s->get_name() != "distill") add_server_options(s, a.server, true);
     s->callback([&a, s] { a.sub = s->get_name(); });
   };
   CLI::App* best = q->add_subcommand("best", "Best config per workload and target; with --workload, the lookup a compile would do (target default: this machine)");
@@ -328,18 +342,28 @@ void add_query_command(CLI::App& app, QueryArgs& a) {
   dist->add_flag("--dry-run", a.dry_run, "only say what would be removed");
 }
 
+int run_query_impl(const QueryArgs& a);
+
 int run_query(const QueryArgs& a) {
+  try {
+    return run_query_impl(a);
+  } catch (const farm::FarmError& e) {
+    return farm_error_exit(e);
+  }
+}
+
+int run_query_impl(const QueryArgs& a) {
   if (a.sub == "curve") {
     if (a.workload.empty()) throw UserError("query curve needs --workload W");
     if (a.output.empty() && !a.csv && !a.json) throw UserError("query curve needs -o FILE.png, --csv or --json");
   }
-  std::string path = db::database_path(a.db);
-  bool writes = a.sub == "import" || (a.sub == "distill" && !a.dry_run);
-  // Queries never create or migrate a database; a missing file is an empty answer.
-  if (!writes && path != ":memory:" && !std::filesystem::exists(path)) {
-    throw UserError("no tuning database at " + path + " (tune or import first, or pass --db)");
+  std::unique_ptr<db::Database> db;
+  if (a.server.given()) {
+    if (!a.db.empty()) throw UserError("--db and --server exclude each other: a local file, or the tuning service's");
+    db = open_remote_database(service_endpoint(a.server));
+  } else {
+    db = open_query_database(a);
   }
-  std::unique_ptr<db::Database> db = db::open_database(path, writes ? db::OpenMode::ReadWrite : db::OpenMode::ReadOnly);
   QueryArgs args = a;
   if (a.sub != "best") {
     args.workload = canonical_workload(a.workload);

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "tuner/cli/service_command.h"
+
 namespace tf::cli {
 
 struct QueryArgs {
@@ -12,6 +14,7 @@ struct QueryArgs {
   std::string db, workload, target, file, output;
   int64_t k = 10, keep = 1, limit = 0;
   bool json = false, dry_run = false, csv = false;
+  ServerArgs server;  // --server: ask the tuning service instead of opening a file
 };
 
 // Adds the `query` subcommand and its subcommands to `app`.

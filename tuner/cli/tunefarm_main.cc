@@ -28,6 +28,8 @@
 #include "db/json_limits.h"
 #include "tuner/cli/farm_command.h"
 #include "tuner/cli/query_command.h"
+#include "tuner/cli/service_command.h"
+#include "tuner/service_client.h"
 #include "tuner/cli/tune_command.h"
 #include "tuner/config_space.h"
 #include "tuner/measure.h"
@@ -65,6 +67,7 @@ struct CompileArgs {
   std::string workload, target = kDefaultTarget, config, name, emit = "so", out, db;
   std::vector<std::string> skip, dump;
   bool time_passes = false, list_passes = false, no_db = false, as_json = false;
+  cli::ServerArgs server;  // --server: the tuning service's database instead of a file
 };
 
 // The tuning database for a compile's lookup, read-only. The default one (from
@@ -120,7 +123,12 @@ int cmd_compile(const CompileArgs& a) {
   opts.skip = {a.skip.begin(), a.skip.end()};
   opts.dump = {a.dump.begin(), a.dump.end()};
   opts.dump_stream = &std::cerr;
-  std::unique_ptr<db::Database> db = lookup_database(a.db, a.no_db || !a.config.empty());
+  if (a.server.given() && (!a.db.empty() || a.no_db)) {
+    throw UserError("--server names the database to take the config from: it excludes --db and --no-db");
+  }
+  std::unique_ptr<db::Database> db = a.server.given() && a.config.empty()
+                                         ? open_remote_database(cli::service_endpoint(a.server))
+                                         : lookup_database(a.db, a.no_db || !a.config.empty());
   ConfigChoice choice = resolve_config(a.config, db.get(), w, t, a.no_db);
   CompiledKernel k = compile_kernel(w, t, choice.config, choice.source, a.name, opts);
   k.tuned_from = choice.tuned_from;
@@ -302,6 +310,7 @@ int main(int argc, char** argv) {
   compile->add_flag("--time-passes", ca.time_passes, "print the time of each lowering pass");
   compile->add_flag("--list-passes", ca.list_passes, "list the lowering passes and exit");
   compile->add_option("--db", ca.db, "tuning database to take the best config from (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
+  tf::cli::add_server_options(compile, ca.server, true);
   compile->add_flag("--no-db", ca.no_db, "do not look up a tuned config (use --config or the default, silently)");
   compile->add_flag("--json", ca.as_json, "print what was written (files, workload, target, config and its source) as JSON");
 
@@ -332,6 +341,8 @@ int main(int argc, char** argv) {
   tf::cli::add_farm_command(app, fa);
   tf::cli::TuneArgs ta;
   tf::cli::add_tune_command(app, ta);
+  tf::cli::ServiceArgs sa;
+  tf::cli::add_service_commands(app, sa);
 
   try {
     app.parse(argc, argv);
@@ -347,9 +358,12 @@ int main(int argc, char** argv) {
     if (!qa.sub.empty()) return tf::cli::run_query(qa);
     if (!fa.sub.empty()) return tf::cli::run_farm(fa);
     if (*ta.cmd) return tf::cli::run_tune(ta);
+    if (!sa.sub.empty()) return tf::cli::run_service_command(sa);
   } catch (const tf::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const tf::farm::FarmError& e) {
+    return tf::cli::farm_error_exit(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

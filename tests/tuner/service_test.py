@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""The tuning service end to end, with real daemons on loopback: tunefarm-tuner with local
+boards and with a tracker and boards, the CLI (submit, jobs, watch, cancel, query and compile
+--server), and the load and fault scenarios of docs/service.md: kill -9 of the service and of
+a board, cancel, two users sharing the farm, and every refusal.
+
+usage: service_test.py TUNEFARM TUNEFARM_TUNER TUNEFARM_TRACKER TUNEFARM_RPC_SERVER
+
+Figures (times, splits, duplicates) are printed as "figure: ..." lines for the notes.
+"""
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+TUNEFARM = TUNER = TRACKER = RPC_SERVER = None
+SMALL = ["matmul(M=16,N=16,K=16)", "matmul(M=8,N=32,K=16)", "matmul(M=24,N=8,K=8)"]
+# Quick measurements: the tests check the service, not the kernels.
+FAST = {"repeat": 3, "min_repeat_ms": 1, "retime_rounds": 1, "retime_top": 2}
+
+
+class Daemon:
+    """A daemon started with its output in a log; `port` is the one it printed."""
+
+    def __init__(self, args, log, pattern=r"listening on [^:]+:(\d+)"):
+        self.log = log
+        self.args = args
+        with open(log, "w") as f:
+            self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            with open(log) as f:
+                m = re.search(pattern, f.read())
+            if m:
+                self.port = int(m.group(1))
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{args[0]} exited {self.proc.returncode}: {open(log).read()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"{args[0]} did not start: {open(log).read()}")
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class ServiceTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.db = os.path.join(self.dir, "tuning.db")
+        self.daemons = []
+        self.env = dict(os.environ)
+        self.env.pop("TUNEFARM_SERVER", None)
+        self.env.pop("TUNEFARM_TOKEN_FILE", None)
+
+    def tearDown(self):
+        for d in reversed(self.daemons):
+            d.stop(signal.SIGKILL)
+        self.tmp.cleanup()
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def write(self, name, text, mode=0o600):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        return path
+
+    def service(self, *extra, name="tuner"):
+        d = Daemon([TUNER, "--port", "0", "--db", self.db, "--workers", "1", *extra], os.path.join(self.dir, name + ".log"))
+        self.daemons.append(d)
+        self.env["TUNEFARM_SERVER"] = f"127.0.0.1:{d.port}"
+        return d
+
+    def tf(self, *args, expect=0, token=None, timeout=300):
+        env = dict(self.env)
+        if token:
+            env["TUNEFARM_TOKEN_FILE"] = token
+        p = subprocess.run([TUNEFARM, *args], capture_output=True, text=True, timeout=timeout, env=env)
+        self.assertGreaterEqual(p.returncode, 0, f"{args}: killed by a signal\n{p.stderr}")
+        if expect is not None:
+            self.assertEqual(p.returncode, expect, f"{args}:\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def job_file(self, workloads, **fields):
+        job = {"workloads": workloads, **FAST, **fields}
+        return self.write(f"job{time.time_ns()}.json", json.dumps(job))
+
+    def submit(self, workloads, token=None, **fields):
+        p = self.tf("submit", self.job_file(workloads, **fields), "--json", token=token)
+        return int(json.loads(p.stdout)["job_id"])  # proto3 JSON writes int64 as a string
+
+    def jobs(self, token=None):
+        return {int(j["id"]): j for j in json.loads(self.tf("jobs", "--json", token=token).stdout).get("jobs", [])}
+
+    def wait(self, pred, timeout, what, token=None):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            js = self.jobs(token)
+            if pred(js):
+                return js
+            time.sleep(0.3)
+        self.fail(f"timed out waiting for {what}: {json.dumps(self.jobs(token), indent=1)[:3000]}")
+
+    def records(self):
+        con = sqlite3.connect(self.db)
+        try:
+            return con.execute(
+                "SELECT w.canonical, t.target, r.config_hash, COALESCE(u.uuid, ''), r.error_code "
+                "FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id "
+                "LEFT JOIN runs u ON u.id = r.run_id").fetchall()
+        finally:
+            con.close()
+
+    def duplicates(self):
+        """Configs measured in more than one run: with retime_rounds 0, a measurement repeated."""
+        runs = {}
+        for w, t, h, run, _ in self.records():
+            runs.setdefault((w, t, h), set()).add(run)
+        return [k for k, v in runs.items() if len(v) > 1]
+
+    def integrity(self):
+        con = sqlite3.connect(self.db)
+        try:
+            return con.execute("PRAGMA integrity_check").fetchone()[0]
+        finally:
+            con.close()
+
+    def farm(self, boards):
+        token = self.write("farm.token", "farm-token-0123456789abcdef\n")
+        tr = Daemon([TRACKER, "--port", "0", "--token-file", token, "--heartbeat-ms", "200", "--board-timeout-ms", "1500"],
+                    os.path.join(self.dir, "tracker.log"))
+        self.daemons.append(tr)
+        bs = []
+        for i in range(boards):
+            b = Daemon([RPC_SERVER, "--tracker", f"127.0.0.1:{tr.port}", "--key", "cpu", "--port", "0",
+                        "--token-file", token, "--board-id", f"b{i}", "--work-dir", self.dir],
+                       os.path.join(self.dir, f"board{i}.log"), pattern=r"listening on [^:]+:(\d+)")
+            self.daemons.append(b)
+            bs.append(b)
+        time.sleep(0.5)
+        return tr, token, bs
+
+    # --- the done-when ------------------------------------------------------------------
+
+    def test_multi_workload_job_on_local_boards(self):
+        self.service("--local-boards", "1")
+        p = self.tf("submit", "-w", SMALL[0], "-w", SMALL[1], "--weight", "3", "--weight", "1", "--trials", "24",
+                    "--batch", "4")
+        job = int(p.stdout.strip())
+        w = self.tf("watch", str(job), "--json")
+        events = [json.loads(l) for l in w.stdout.splitlines()]
+        self.assertEqual(events[0]["kind"], "snapshot")
+        self.assertEqual(events[-1]["kind"], "end")
+        self.assertTrue(any(e["kind"] == "progress" for e in events))
+        final = events[-1]["job"]
+        self.assertEqual(final["state"], "done", final)
+        self.assertEqual(final["trials_done"], 24)
+        self.assertEqual({t["workload"] for t in final["tasks"]},
+                         {"matmul(M=16,N=16,K=16,epilogue=none)", "matmul(M=8,N=32,K=16,epilogue=none)"})
+        for t in final["tasks"]:
+            self.assertGreater(t["trials"], 0, t)
+            self.assertGreater(t["best_s"], 0, t)
+            self.assertTrue(t["done"])
+        self.assertEqual(sum(t["trials"] for t in final["tasks"]), 24)
+        weighted = sum(t["weight"] * t["best_s"] for t in final["tasks"])
+        self.assertAlmostEqual(final["weighted_best_s"], weighted, delta=weighted * 1e-9)
+        # Progress only grows.
+        done = [e["job"]["trials_done"] for e in events]
+        self.assertEqual(done, sorted(done))
+        # The plain watch of a finished job: its final state, exit 0.
+        plain = self.tf("watch", str(job))
+        self.assertIn("done", plain.stdout)
+        # The database, through the service.
+        best = json.loads(self.tf("query", "best", "--server", "--json").stdout)
+        self.assertEqual(len(best), 2)
+        top = json.loads(self.tf("query", "top", "--server", "-k", "3", "-w", SMALL[0], "--json").stdout)
+        self.assertEqual(len(top), 3)
+        hist = json.loads(self.tf("query", "history", "--server", "--json").stdout)
+        self.assertEqual(len(hist), len(self.records()))
+        stats = json.loads(self.tf("query", "stats", "--server", "--json").stdout)
+        self.assertEqual(stats["records"], len(self.records()))
+        out = os.path.join(self.dir, "export.jsonl")
+        self.tf("query", "export", "--server", out)
+        with open(out) as f:
+            self.assertEqual(len(f.read().splitlines()), len(self.records()))
+        so = os.path.join(self.dir, "k.so")
+        c = json.loads(self.tf("compile", "--server", "-w", SMALL[0], "-o", so, "--json").stdout)
+        self.assertEqual(c["config_source"], "tuned (exact)", c)
+        # Writes need the file.
+        p = self.tf("query", "distill", "--server", expect=None)
+        self.assertEqual(p.returncode, 2)
+
+    def test_job_on_a_farm_survives_a_board_killed_mid_job(self):
+        tr, token, boards = self.farm(2)
+        self.service("--tracker", f"127.0.0.1:{tr.port}", "--farm-token-file", token)
+        job = self.submit(SMALL[:2], key="cpu", trials=32, batch=4, boards=2)
+        self.wait(lambda js: js[job]["trials_done"] >= 8, 120, "the first batches")
+        boards[0].stop(signal.SIGKILL)
+        killed_at = time.time()
+        js = self.wait(lambda js: js[job]["state"] not in ("queued", "running"), 300, "the job's end")
+        self.assertEqual(js[job]["state"], "done", js[job])
+        self.assertEqual(js[job]["trials_done"], 32)
+        print(f"figure: farm job finished {time.time() - killed_at:.1f} s after board b0 was killed; "
+              f"{len(self.records())} records", file=sys.stderr)
+        self.assertEqual(self.integrity(), "ok")
+
+    # --- faults -----------------------------------------------------------------------
+
+    def test_kill9_of_the_service_then_restart_resumes_every_job(self):
+        d = self.service("--local-boards", "1", "--max-running", "2")
+        # Jobs share workloads: they take turns, and none measures what another did.
+        ids = [self.submit([SMALL[i % 3], SMALL[(i + 1) % 3]], trials=20, batch=4, retime_rounds=0, seed=i + 1)
+               for i in range(3)]
+        self.wait(lambda js: sum(js[i]["trials_done"] for i in ids) >= 10, 180, "progress before the kill")
+        d.stop(signal.SIGKILL)
+        before = len(self.records())
+        self.assertEqual(self.integrity(), "ok")
+        restart = time.time()
+        self.service("--local-boards", "1", "--max-running", "2", name="tuner2")
+        js = self.jobs()
+        self.assertTrue(all(js[i]["state"] in ("queued", "running", "done") for i in ids), js)
+        resumed = self.wait(lambda js: sum(js[i]["trials_done"] for i in ids) > 0 and
+                            any(js[i]["state"] == "running" for i in ids), 60, "resumption")
+        first_progress = time.time() - restart
+        js = self.wait(lambda js: all(js[i]["state"] == "done" for i in ids), 400, "every job's end")
+        for i in ids:
+            self.assertEqual(js[i]["trials_done"], 20, js[i])
+        restarts = sum(js[i].get("restarts", 0) for i in ids)
+        self.assertGreaterEqual(restarts, 1)
+        self.assertEqual(self.integrity(), "ok")
+        dup = self.duplicates()
+        print(f"figure: kill -9 with {before} records; jobs {len(ids)}, resumed {restarts} times, running again "
+              f"{first_progress:.1f} s after the restart; {len(self.records())} records at the end; "
+              f"{len(dup)} configs measured twice", file=sys.stderr)
+        self.assertEqual(dup, [])
+        del resumed
+
+    def test_cancel_of_a_running_job_stops_it_and_keeps_its_records(self):
+        self.service("--local-boards", "1")
+        job = self.submit(SMALL[:2], trials=5000, batch=4)
+        self.wait(lambda js: js[job]["trials_done"] >= 4, 120, "the first batch")
+        t0 = time.time()
+        p = self.tf("cancel", str(job))
+        self.assertIn("cancel", p.stdout)
+        js = self.wait(lambda js: js[job]["state"] == "cancelled", 30, "the cancel")
+        took = time.time() - t0
+        print(f"figure: cancel took effect in {took:.1f} s", file=sys.stderr)
+        self.assertLess(took, 30)
+        self.assertIn("cancelled by local", js[job]["reason"])
+        kept = len(self.records())
+        self.assertGreaterEqual(kept, js[job]["trials_done"])
+        time.sleep(1.5)
+        self.assertEqual(len(self.records()), kept, "measurements went on after the cancel")
+        # Over: cancelling again is refused, watching answers the final state.
+        p = self.tf("cancel", str(job), expect=1)
+        self.assertIn("already cancelled", p.stderr)
+        self.assertEqual(self.tf("watch", str(job), expect=1).returncode, 1)
+
+    # --- sharing --------------------------------------------------------------------------
+
+    def test_two_users_twenty_jobs_four_boards(self):
+        tr, token, boards = self.farm(4)
+        users = self.write("users", "alice-token-0123456789 alice\nbob-token-0123456789ab bob\n")
+        alice = self.write("alice.token", "alice-token-0123456789\n")
+        bob = self.write("bob.token", "bob-token-0123456789ab\n")
+        self.service("--tracker", f"127.0.0.1:{tr.port}", "--farm-token-file", token, "--users-file", users,
+                     "--max-running", "4", "--local-boards", "0")
+        owner = {}
+        t0 = time.time()
+        for who, tok in (("alice", alice), ("bob", bob)):  # alice's ten first: a FIFO queue would starve bob
+            for i in range(10):
+                owner[self.submit([SMALL[i % 3]], token=tok, key="cpu", trials=6, batch=3, retime_rounds=0,
+                                  seed=i + 1)] = who
+        js = self.wait(lambda js: all(j["state"] in ("done", "failed", "cancelled") for j in js.values()), 900,
+                       "twenty jobs", token=alice)
+        self.assertTrue(all(j["state"] == "done" for j in js.values()), [j["reason"] for j in js.values()])
+        starts = sorted(js.values(), key=lambda j: j["started_at"])
+        # The first four start before bob submits; from then on, slots alternate between users.
+        first8 = [owner[int(j["id"])] for j in starts[4:12]]
+        # Board time: measured seconds of each user's runs.
+        con = sqlite3.connect(self.db)
+        split = dict(con.execute(
+            "SELECT u.user, SUM(json_array_length(r.samples) * r.number * r.median_s) FROM records r "
+            "JOIN runs u ON u.id = r.run_id GROUP BY u.user").fetchall())
+        con.close()
+        held = {}
+        for j in js.values():  # each job holds one board from its start to its end
+            held[owner[int(j["id"])]] = held.get(owner[int(j["id"])], 0) + j["finished_at"] - j["started_at"]
+        print(f"figure: 20 jobs (10 alice then 10 bob) on 4 boards in {time.time() - t0:.0f} s; starts 5-12: "
+              f"alice {first8.count('alice')}, bob {first8.count('bob')}; timed board seconds "
+              + ", ".join(f"{u} {s:.4f}" for u, s in sorted(split.items())) + "; board-holding seconds "
+              + ", ".join(f"{u} {s:.1f}" for u, s in sorted(held.items())), file=sys.stderr)
+        self.assertGreaterEqual(first8.count("bob"), 4, first8)
+        self.assertEqual(self.duplicates(), [])
+
+    # --- refusals -------------------------------------------------------------------------
+
+    def test_refusals_name_the_problem_and_the_service_serves_on(self):
+        users = self.write("users", "alice-token-0123456789 alice\nbob-token-0123456789ab bob\n"
+                                    "root-token-0123456789a ops admin\n")
+        alice = self.write("alice.token", "alice-token-0123456789\n")
+        bob = self.write("bob.token", "bob-token-0123456789ab\n")
+        ops = self.write("ops.token", "root-token-0123456789a\n")
+        wrong = self.write("wrong.token", "not-a-token-0123456789\n")
+        self.service("--users-file", users, "--local-boards", "1")
+        p = self.tf("jobs", token=wrong, expect=2)
+        self.assertIn("wrong token", p.stderr)
+        p = self.tf("jobs", expect=2)
+        self.assertIn("missing token", p.stderr)
+        job = self.submit(SMALL[:1], token=alice, trials=5000, batch=2)
+        p = self.tf("cancel", str(job), token=bob, expect=2)
+        self.assertIn("belongs to alice", p.stderr)
+        p = self.tf("cancel", "999", token=bob, expect=2)
+        self.assertIn("no job 999", p.stderr)
+        self.tf("cancel", str(job), token=ops)
+        self.wait(lambda js: js[job]["state"] == "cancelled", 60, "the admin's cancel", token=alice)
+        cases = [
+            ("{not json", "not valid JSON"),
+            ('{"workloads": ["matmul(M=8,N=8,K=8)"], "trials": -3}', '"trials" is -3'),
+            ('{"workloads": ["nosuchop(M=8)"]}', "nosuchop"),
+            ('{"workloads": ["matmul(M=8,N=8,K=8)"], "trails": 10}', 'unknown job field "trails"'),
+            ('{"workloads": []}', '"workloads" must be a non-empty list'),
+            ('{"workloads": ["matmul(M=8,N=8,K=8)", "matmul(M=8,K=8,N=8)"]}', "appears twice"),
+            ('{"workloads": [{"workload": "matmul(M=8,N=8,K=8)", "weight": 0}]}', '"weight" is 0'),
+            ('{"workloads": ["matmul(M=8,N=8,K=8)"], "strategy": "magic"}', "magic"),
+            ('{"workloads": ["matmul(M=8,N=8,K=8)"], "key": "rpi4"}', "no tracker"),
+            ('{"workloads": ["matmul(M=8,N=8,K=8)"], "target": "llvm -mtriple=aarch64-linux-gnu"}', "aarch64"),
+        ]
+        for text, needle in cases:
+            p = self.tf("submit", self.write("bad.json", text), token=alice, expect=2)
+            self.assertIn(needle, p.stderr, text)
+        # The client's own checks.
+        p = self.tf("submit", token=alice, expect=2)
+        self.assertIn("-w WORKLOAD", p.stderr)
+        p = self.tf("submit", "-w", SMALL[0], "--weight", "1", "--weight", "2", token=alice, expect=2)
+        self.assertIn("--weight given 2 times for 1 workloads", p.stderr)
+        p = self.tf("submit", "/nonexistent/job.json", token=alice, expect=2)
+        self.assertIn("cannot read job file", p.stderr)
+        # Still serving, and the jobs are as they were.
+        self.assertEqual(len(self.jobs(alice)), 1)
+
+    def test_a_key_no_board_has_is_refused(self):
+        tr, token, boards = self.farm(1)
+        self.service("--tracker", f"127.0.0.1:{tr.port}", "--farm-token-file", token)
+        p = self.tf("submit", "-w", SMALL[0], "--key", "rpi4", expect=2)
+        self.assertIn("no board of key rpi4", p.stderr)
+        self.assertIn("keys: cpu", p.stderr)
+        p = self.tf("submit", "-w", SMALL[0], expect=2)  # no local boards by default with --tracker
+        self.assertIn("no local boards", p.stderr)
+
+    def test_the_daemon_refuses_bad_set_ups(self):
+        def start(*args):
+            db = [] if "--db" in args else ["--db", self.db]
+            return subprocess.run([TUNER, "--port", "0", *db, *args], capture_output=True, text=True,
+                                  timeout=30)
+        p = start("--host", "0.0.0.0")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--token-file", p.stderr + p.stdout)
+        for text, needle in [("short alice\n", "shorter than 16"), ("0123456789abcdefgh\n", "needs a user name"),
+                             ("0123456789abcdefgh alice root\n", 'unknown role "root"'),
+                             ("0123456789abcdefgh alice\n0123456789abcdefgh bob\n", "given twice"),
+                             ("# nobody\n", "names no user")]:
+            p = start("--users-file", self.write("u", text))
+            self.assertEqual(p.returncode, 2, text)
+            self.assertIn(needle, p.stderr, text)
+        p = start("--local-boards", "0")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("nowhere to measure", p.stderr)
+        p = start("--db", "/nonexistent/dir/t.db")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("/nonexistent/dir", p.stderr)
+        # No service there: a clear error, exit 1.
+        self.env["TUNEFARM_SERVER"] = "127.0.0.1:1"
+        p = self.tf("jobs", expect=1)
+        self.assertIn("no tuning service answers there", p.stderr)
+
+
+if __name__ == "__main__":
+    TUNEFARM, TUNER, TRACKER, RPC_SERVER = sys.argv[1:5]
+    unittest.main(argv=sys.argv[:1] + sys.argv[5:], verbosity=2)
