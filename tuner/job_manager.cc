@@ -18,6 +18,7 @@
 #include "tuner/search_strategy.h"
 #include "tuner/subprocess.h"
 #include "tuner/tune.h"
+#include "tuner/tuning_records.h"
 
 namespace tf {
 
@@ -30,20 +31,6 @@ constexpr size_t kMaxEventsKept = 512;
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string new_uuid() {
-  std::random_device rd;
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%08x-%04x-4%03x-%04x-%04x%08x", rd(), rd() & 0xffff, rd() & 0xfff,
-                (rd() & 0x3fff) | 0x8000, rd() & 0xffff, rd());
-  return buf;
-}
-
-std::string hostname() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
 }
 
 bool is_over(const std::string& state) { return state == "done" || state == "failed" || state == "cancelled"; }
@@ -535,11 +522,11 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
           costmodel::transfer_from_database(db, t.space->template_id(), target.arch_name(), w.canonical()).set;
     }
     t.strategy = make_search_strategy(s.strategy, *t.space, s.seed + i, &t.mo);
-    t.run = new_uuid();
+    t.run = new_run_uuid();
     db::TuningRun run;
     run.uuid = t.run;
     run.user = user;
-    run.host = hostname();
+    run.host = host_name();
     run.strategy = s.strategy;
     run.budget = s.trials;
     run.workload = w.canonical();

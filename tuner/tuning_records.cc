@@ -1,6 +1,10 @@
 #include "tuner/tuning_records.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
+#include <random>
 
 #include "compiler/error.h"
 #include "compiler/schedule_templates.h"
@@ -21,6 +25,20 @@ db::LookupKey lookup_key(const Workload& w, const Target& t) {
     // No template for this target kind yet: any record may answer the query.
   }
   return {w.canonical(), w.op, workload_params(w), t.str(), t.arch_name(), tmpl};
+}
+
+std::string new_run_uuid() {
+  std::random_device rd;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%08x-%04x-4%03x-%04x-%04x%08x", rd(), rd() & 0xffff, rd() & 0xfff,
+                (rd() & 0x3fff) | 0x8000, rd() & 0xffff, rd());
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
 }
 
 std::string local_device_model() {

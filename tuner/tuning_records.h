@@ -21,6 +21,12 @@ nlohmann::json workload_params(const Workload& w);
 // This machine's CPU model (from /proc/cpuinfo), for records of local measurements.
 std::string local_device_model();
 
+// A new tuning run's id: a random (version 4) UUID.
+std::string new_run_uuid();
+
+// This machine's host name, for tuning runs.
+std::string host_name();
+
 // "tunefarm 0.1.0, LLVM 19.1.7".
 std::string toolchain_version();
 

@@ -350,6 +350,21 @@ class ServiceTest(unittest.TestCase):
         self.assertIn("--weight given 2 times for 1 workloads", p.stderr)
         p = self.tf("submit", "/nonexistent/job.json", token=alice, expect=2)
         self.assertIn("cannot read job file", p.stderr)
+        p = self.tf("submit", self.job_file(SMALL[:1]), "-w", SMALL[1], token=alice, expect=2)
+        self.assertIn("not both", p.stderr)
+        p = self.tf("query", "best", "--server", "--db", self.db, token=alice, expect=2)
+        self.assertIn("--db and --server exclude each other", p.stderr)
+        p = self.tf("compile", "--server", "--no-db", "-w", SMALL[0], "-o", os.path.join(self.dir, "k.so"),
+                    token=alice, expect=2)
+        self.assertIn("excludes --db and --no-db", p.stderr)
+        p = self.tf("query", "top", "--server", token=wrong, expect=2)
+        self.assertIn("wrong token", p.stderr)
+        p = self.tf("submit", "-w", SMALL[0], token=os.path.join(self.dir, "missing.token"), expect=2)
+        self.assertIn("missing.token", p.stderr)
+        server = self.env.pop("TUNEFARM_SERVER")
+        p = self.tf("query", "stats", "--server", token=alice, expect=2)
+        self.assertIn("$TUNEFARM_SERVER", p.stderr)
+        self.env["TUNEFARM_SERVER"] = server
         # Still serving, and the jobs are as they were.
         self.assertEqual(len(self.jobs(alice)), 1)
 

@@ -37,20 +37,6 @@ std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop = true; }
 
-std::string new_uuid() {
-  std::random_device rd;
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%08x-%04x-4%03x-%04x-%04x%08x", rd(), rd() & 0xffff, rd() & 0xfff,
-                (rd() & 0x3fff) | 0x8000, rd() & 0xffff, rd());
-  return buf;
-}
-
-std::string hostname() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
 double gflops(const ConfigSpace& s, double seconds) {
   return seconds > 0 ? static_cast<double>(s.graph().flops) / seconds * 1e-9 : 0;
 }
@@ -300,7 +286,7 @@ int run_tune_impl(const TuneArgs& a) {
   opts.measure.number = a.number;
   opts.measure.repeat = a.repeat;
   opts.measure.min_repeat_ms = a.min_repeat_ms;
-  opts.run_uuid = database ? new_uuid() : "";
+  opts.run_uuid = database ? new_run_uuid() : "";
 
   Progress progress(space, a.json);
   CommitRecords commit(database.get(), space, runner->device_key(), opts.run_uuid, opts.measure);
@@ -319,7 +305,7 @@ int run_tune_impl(const TuneArgs& a) {
     run.uuid = opts.run_uuid;
     const char* user = std::getenv("USER");
     run.user = user ? user : "";
-    run.host = hostname();
+    run.host = host_name();
     run.strategy = a.strategy;
     run.budget = a.trials;
     run.workload = w.canonical();
