@@ -9,6 +9,7 @@
 #include "compiler/error.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"
+#include "db/json_limits.h"
 #include "db/jsonl.h"
 #include "proto/security.h"
 #include "tuner/job.h"
@@ -121,8 +122,14 @@ std::string canonical_or_empty_target(const std::string& t) { return t.empty() ?
 
 grpc::Status TuningService::Submit(grpc::ServerContext* ctx, const pb::SubmitRequest* req, pb::SubmitReply* reply) {
   return guarded(ctx, [&](const ServiceUser& who) {
-    json j = json::parse(req->job_json(), nullptr, false);
-    if (j.is_discarded()) throw UserError("the job is not valid JSON");
+    json j;
+    try {
+      j = parse_json_bounded(req->job_json());
+    } catch (const json::parse_error& e) {
+      throw UserError(str("the job is not valid JSON: ", e.what()));
+    } catch (const JsonRefused& e) {
+      throw UserError(str("the job is refused: ", e.what()));
+    }
     JobSpec spec = parse_job_spec(j);
     reply->set_job_id(jobs_.submit(who.name, spec));
     reply->set_user(who.name);

@@ -330,6 +330,8 @@ class ServiceTest(unittest.TestCase):
         self.wait(lambda js: js[job]["state"] == "cancelled", 60, "the admin's cancel", token=alice)
         cases = [
             ("{not json", "not valid JSON"),
+            ('{"workloads": ' + "[" * 100000 + "]" * 100000 + "}", "nested deeper than"),
+            ('{"workloads": ["matmul(M=8,N=8,K=8)"], "trials": 1e999}', "refused"),
             ('{"workloads": ["matmul(M=8,N=8,K=8)"], "trials": -3}', '"trials" is -3'),
             ('{"workloads": ["nosuchop(M=8)"]}', "nosuchop"),
             ('{"workloads": ["matmul(M=8,N=8,K=8)"], "trails": 10}', 'unknown job field "trails"'),

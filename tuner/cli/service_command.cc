@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "compiler/error.h"
+#include "db/json_limits.h"
 #include "tuner/cli/farm_command.h"
 #include "tuner/farm_client.h"
 
@@ -85,8 +86,13 @@ json job_from_flags(const ServiceArgs& a) {
     if (!f) throw UserError(str("cannot read job file ", a.job_file));
     std::stringstream ss;
     ss << f.rdbuf();
-    j = json::parse(ss.str(), nullptr, false);
-    if (j.is_discarded()) throw UserError(str("job file ", a.job_file, " is not valid JSON"));
+    try {
+      j = parse_json_bounded(ss.str());
+    } catch (const json::parse_error& e) {
+      throw UserError(str("job file ", a.job_file, " is not valid JSON: ", e.what()));
+    } catch (const JsonRefused& e) {
+      throw UserError(str("job file ", a.job_file, " is refused: ", e.what()));
+    }
     if (!j.is_object()) throw UserError(str("job file ", a.job_file, " must hold a JSON object"));
     if (!a.workloads.empty()) throw UserError("give the workloads in the job file or with -w, not both");
   } else if (a.workloads.empty()) {
