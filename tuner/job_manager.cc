@@ -148,6 +148,17 @@ JobManager::JobManager(JobManagerOptions o) : opts_(std::move(o)) {
       job->row.state = "queued";
       job->row.progress["restarts"] = job->row.progress.value("restarts", 0) + 1;
       db_->update_job(job->row);
+      // Its runs of that start ended with the process; the resumed job begins new ones.
+      if (job->row.progress.contains("tasks") && job->row.progress["tasks"].is_array()) {
+        for (const json& t : job->row.progress["tasks"]) {
+          if (!t.contains("runs") || !t["runs"].is_array() || t["runs"].empty() || t.value("done", false)) continue;
+          try {
+            db_->finish_run(t["runs"].back().get<std::string>(), "cancelled", unix_now());
+          } catch (const std::exception&) {
+            // Not begun after all: nothing to end.
+          }
+        }
+      }
     }
     jobs_[job->row.id] = std::move(job);
   }
@@ -540,6 +551,12 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
     t.loop = std::make_unique<TuneLoop>(*t.space, *t.strategy, builder, *runner, &db, o,
                                         std::vector<MeasureCallback*>{t.commit.get()}, &job->stop);
     hist[i].weight = s.tasks[i].weight;
+    // A search that ended for its own reasons before a restart stays ended.
+    std::string ended = tp.value("stop_reason", std::string());
+    if (ended == "exhausted" || ended == "early-stop") {
+      t.loop->end_search(ended);
+      hist[i].over = true;
+    }
     if (t.before > 0) {
       hist[i].trials.push_back(t.before);
       hist[i].best_s.push_back(t.loop->state().best_s);

@@ -247,6 +247,11 @@ class ServiceTest(unittest.TestCase):
               f"{first_progress:.1f} s after the restart; {len(self.records())} records at the end; "
               f"{len(dup)} configs measured twice", file=sys.stderr)
         self.assertEqual(dup, [])
+        con = sqlite3.connect(self.db)
+        statuses = dict(con.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
+        con.close()
+        self.assertNotIn("running", statuses)  # the killed start's runs were ended at the restart
+        self.assertGreaterEqual(statuses.get("cancelled", 0), 1, statuses)
         del resumed
 
     def test_cancel_of_a_running_job_stops_it_and_keeps_its_records(self):
