@@ -377,6 +377,32 @@ class ServiceTest(unittest.TestCase):
         # Still serving, and the jobs are as they were.
         self.assertEqual(len(self.jobs(alice)), 1)
 
+    def test_mutual_tls_and_tokens_beyond_loopback(self):
+        d = os.path.join(self.dir, "pki")
+        os.makedirs(d)
+        script = (
+            "set -e; openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca; "
+            "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext; "
+            "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=tuner; "
+            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 "
+            "-extfile san.ext; "
+            "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=alice; "
+            "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2")
+        subprocess.run(["bash", "-c", script], cwd=d, check=True, capture_output=True)
+        users = self.write("users", "alice-token-0123456789 alice\n")
+        alice = self.write("alice.token", "alice-token-0123456789\n")
+        pki = {k: os.path.join(d, k) for k in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+        self.service("--host", "0.0.0.0", "--users-file", users, "--tls-cert", pki["server.pem"],
+                     "--tls-key", pki["server.key"], "--tls-ca", pki["ca.pem"])
+        tls = ["--tls-ca", pki["ca.pem"], "--tls-cert", pki["client.pem"], "--tls-key", pki["client.key"]]
+        self.assertIn("(no jobs)", self.tf("jobs", *tls, token=alice).stdout)
+        p = self.tf("jobs", token=alice, expect=None)  # plain text to a TLS port
+        self.assertEqual(p.returncode, 1, p.stderr)
+        p = self.tf("jobs", "--tls-ca", pki["ca.pem"], token=alice, expect=None)  # no client certificate
+        self.assertEqual(p.returncode, 1, p.stderr)
+        p = self.tf("jobs", *tls, expect=2)  # a certificate is not a token
+        self.assertIn("missing token", p.stderr)
+
     def test_a_key_no_board_has_is_refused(self):
         tr, token, boards = self.farm(1)
         self.service("--tracker", f"127.0.0.1:{tr.port}", "--farm-token-file", token)
