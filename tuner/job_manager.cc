@@ -221,6 +221,12 @@ int64_t JobManager::submit(const std::string& user, const JobSpec& spec) {
   job->row.submitted_at = unix_now();
   std::lock_guard<std::mutex> l(mu_);
   if (shutting_down_) throw JobError(grpc::UNAVAILABLE, "the service is shutting down");
+  int open = 0;
+  for (const auto& [id, other] : jobs_) open += other->row.user == user && !is_over(other->row.state);
+  if (open >= opts_.max_jobs_per_user) {
+    throw JobError(grpc::RESOURCE_EXHAUSTED, str(user, " has ", open, " jobs queued or running, the most one user may "
+                                                 "have: wait for some to end, or cancel some"));
+  }
   job->row.id = db_->add_job(job->row);
   int64_t id = job->row.id;
   jobs_[id] = std::move(job);

@@ -49,6 +49,8 @@ struct JobManagerOptions {
   std::optional<farm::FarmEndpoint> farm; // the tracker of jobs with a key
   int64_t wait_ms = 600000;               // longest wait for a farm board
   int build_workers = 0;                  // compile processes per job; 0: one per core
+  int max_jobs_per_user = 1000;           // queued or running; more are refused (a runaway
+                                          // script cannot fill the queue and the database)
 };
 
 // A refusal of a request, with the gRPC code it maps to.
@@ -71,7 +73,8 @@ class JobManager {
 
   // Queues a job; returns its id. Throws JobError (INVALID_ARGUMENT) when the service cannot
   // run it: no local boards for a job without a key, no tracker or no board of its key, a
-  // target this machine cannot measure.
+  // target this machine cannot measure; RESOURCE_EXHAUSTED when the user has
+  // max_jobs_per_user jobs queued or running.
   int64_t submit(const std::string& user, const JobSpec& spec);
   std::vector<tunefarm::v1::JobInfo> list();
   // Throws JobError NOT_FOUND.

@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 64));
   app.add_option("--max-running", opts.max_running, "jobs running at once; the rest queue")->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  app.add_option("--max-jobs-per-user", opts.max_jobs_per_user, "queued or running jobs one user may have")
+      ->capture_default_str()->check(CLI::Range(1, 1000000));
   app.add_option("--workers", opts.build_workers, "compile processes per running job (0: one per core)")
       ->capture_default_str()->check(CLI::Range(0, 256));
   app.add_option("--tracker", tracker, "the farm's tracker, HOST:PORT: jobs with a key lease its boards");

@@ -129,6 +129,7 @@ json job_from_flags(const ServiceArgs& a) {
 int watch_job(ServiceClient& c, int64_t id, bool as_json) {
   bool tty = isatty(2) != 0;
   pb::JobInfo last;
+  std::string shown;
   c.watch(id, [&](const pb::JobEvent& e) {
     last = e.job();
     const pb::JobInfo& j = e.job();
@@ -143,6 +144,8 @@ int watch_job(ServiceClient& c, int64_t id, bool as_json) {
     std::string line = str("job ", j.id(), " ", j.state(), "  ", j.trials_done(), "/", j.trials_total(), " trials  best ",
                            best_of(j), "  errors ", j.errors());
     if (!e.workload().empty()) line += "  last: " + e.workload();
+    if (line == shown) return true;  // nothing new to say (a state event between batches)
+    shown = line;
     if (tty) {
       int width = 24, filled = j.trials_total() > 0 ? width * std::min(j.trials_done(), j.trials_total()) / j.trials_total() : 0;
       std::string bar(static_cast<size_t>(filled), '#');
