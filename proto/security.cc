@@ -37,19 +37,20 @@ std::string hex(const unsigned char* p, size_t n) {
 
 }  // namespace
 
-std::string read_token_file(const std::string& path) {
+void check_secret_file(const std::string& path, const std::string& what, const std::string& risk) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) throw ConfigError("token file " + path + " is a directory");
-    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-      char mode[8];
-      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      std::fprintf(stderr,
-                   "warning: token file %s is accessible by others (mode %s): anyone who reads it can use the "
-                   "farm; chmod 600 %s\n",
-                   path.c_str(), mode, path.c_str());
-    }
+  if (::stat(path.c_str(), &st) != 0) return;
+  if (S_ISDIR(st.st_mode)) throw ConfigError(what + " " + path + " is a directory");
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    std::fprintf(stderr, "warning: %s %s is accessible by others (mode %s): %s; chmod 600 %s\n", what.c_str(),
+                 path.c_str(), mode, risk.c_str(), path.c_str());
   }
+}
+
+std::string read_token_file(const std::string& path) {
+  check_secret_file(path, "token file", "anyone who reads it can use the farm");
   std::ifstream f(path);
   if (!f) throw ConfigError("cannot read token file " + path);
   std::string line;

@@ -19,6 +19,10 @@ class ConfigError : public std::runtime_error {
   explicit ConfigError(const std::string& m) : std::runtime_error(m) {}
 };
 
+// Refuses (ConfigError) a directory at `path`; warns on stderr when its group or others can
+// access it. `what` names the file ("token file"), `risk` says what a reader could do.
+void check_secret_file(const std::string& path, const std::string& what, const std::string& risk);
+
 // The first line of `path`, trimmed. Throws ConfigError when it is unreadable or empty;
 // warns on stderr when the file is accessible by its group or others.
 std::string read_token_file(const std::string& path);

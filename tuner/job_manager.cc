@@ -315,7 +315,8 @@ pb::JobInfo JobManager::info(const Job& job) const {
   i.set_reason(r.reason);
   i.set_priority(static_cast<int32_t>(r.priority));
   i.set_model(job.spec.model);
-  i.set_target(p.value("target", std::string()).empty() ? job.spec.target : p.value("target", std::string()));
+  std::string target = p.value("target", std::string());  // canonical once the job ran
+  i.set_target(target.empty() ? job.spec.target : target);
   i.set_key(job.spec.key.empty() ? "local" : job.spec.key);
   i.set_strategy(job.spec.strategy);
   i.set_trials_total(job.spec.trials);

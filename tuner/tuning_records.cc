@@ -27,6 +27,9 @@ db::LookupKey lookup_key(const Workload& w, const Target& t) {
   return {w.canonical(), w.op, workload_params(w), t.str(), t.arch_name(), tmpl};
 }
 
+std::string canonical_workload(const std::string& w) { return w.empty() ? "" : parse_workload(w).canonical(); }
+std::string canonical_target(const std::string& t) { return t.empty() ? "" : parse_target(t).str(); }
+
 std::string new_run_uuid() {
   std::random_device rd;
   char buf[40];

@@ -15,6 +15,11 @@ constexpr const char* kTunefarmVersion = "0.1.0";
 
 db::LookupKey lookup_key(const Workload& w, const Target& t);
 
+// Canonical forms of a workload spec and a target string in any spelling, so that any
+// spelling finds the same records; "" stays "" (a filter that takes all). Throw UserError.
+std::string canonical_workload(const std::string& w);
+std::string canonical_target(const std::string& t);
+
 // The shape parameters of a workload as JSON ({"M": 64, ...}).
 nlohmann::json workload_params(const Workload& w);
 

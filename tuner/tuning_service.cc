@@ -1,7 +1,5 @@
 #include "tuner/tuning_service.h"
 
-#include <sys/stat.h>
-
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -21,14 +19,7 @@ namespace pb = tunefarm::v1;
 using json = nlohmann::json;
 
 std::vector<ServiceUser> read_users_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) throw farm::ConfigError("users file " + path + " is a directory");
-    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-      std::fprintf(stderr, "warning: users file %s is accessible by others: anyone who reads it can act as any "
-                           "user; chmod 600 %s\n", path.c_str(), path.c_str());
-    }
-  }
+  farm::check_secret_file(path, "users file", "anyone who reads it can act as any user");
   std::ifstream f(path);
   if (!f) throw farm::ConfigError("cannot read users file " + path);
   std::vector<ServiceUser> users;
@@ -115,8 +106,6 @@ void add_records(const std::vector<db::MeasureRecord>& rs, pb::RecordsReply* rep
   for (const db::MeasureRecord& r : rs) reply->add_records_json(record_line(r));
 }
 
-std::string canonical_or_empty_workload(const std::string& w) { return w.empty() ? "" : parse_workload(w).canonical(); }
-std::string canonical_or_empty_target(const std::string& t) { return t.empty() ? "" : parse_target(t).str(); }
 
 }  // namespace
 
@@ -201,8 +190,8 @@ grpc::Status TuningService::BestPerPair(grpc::ServerContext* ctx, const pb::Best
 grpc::Status TuningService::TopK(grpc::ServerContext* ctx, const pb::TopKRequest* req, pb::RecordsReply* reply) {
   return guarded(ctx, [&](const ServiceUser&) {
     if (req->k() < 1) throw UserError(str("k ", req->k(), " must be at least 1"));
-    add_records(reader(jobs_)->top_k(canonical_or_empty_workload(req->workload()),
-                                     canonical_or_empty_target(req->target()), req->k()),
+    add_records(reader(jobs_)->top_k(canonical_workload(req->workload()),
+                                     canonical_target(req->target()), req->k()),
                 reply);
     return grpc::Status::OK;
   });
@@ -213,12 +202,11 @@ grpc::Status TuningService::History(grpc::ServerContext* ctx, const pb::HistoryR
   return guarded(ctx, [&](const ServiceUser&) {
     if (req->limit() < 0) throw UserError(str("limit ", req->limit(), " must be 0 (all) or more"));
     std::vector<db::MeasureRecord> rs = reader(jobs_)->history(
-        {canonical_or_empty_workload(req->workload()), canonical_or_empty_target(req->target()), req->limit()});
-    for (size_t at = 0; at < rs.size() || at == 0; at += 1000) {
+        {canonical_workload(req->workload()), canonical_target(req->target()), req->limit()});
+    for (size_t at = 0; at < rs.size(); at += 1000) {
       pb::RecordsReply chunk;
       for (size_t i = at; i < std::min(rs.size(), at + 1000); ++i) chunk.add_records_json(record_line(rs[i]));
       if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
-      if (rs.empty()) break;
     }
     return grpc::Status::OK;
   });

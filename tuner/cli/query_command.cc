@@ -18,6 +18,17 @@
 #include "tuner/tuning_records.h"
 
 namespace tf::cli {
+
+std::string utc_time(double t) {
+  if (!std::isfinite(t) || t < 0 || t > db::kMaxTimestamp) return "?";
+  std::time_t s = static_cast<std::time_t>(t);
+  std::tm tm{};
+  if (!gmtime_r(&s, &tm)) return "?";
+  char buf[32];
+  if (std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm) == 0) return "?";
+  return buf;
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -49,18 +60,6 @@ class Table {
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-// UTC date and time of Unix seconds `t`; "?" for times no calendar shows (the database
-// refuses them, but an old or hand-edited file may hold any number).
-std::string when(double t) {
-  if (!std::isfinite(t) || t < 0 || t > db::kMaxTimestamp) return "?";
-  std::time_t s = static_cast<std::time_t>(t);
-  std::tm tm{};
-  if (!gmtime_r(&s, &tm)) return "?";
-  char buf[32];
-  if (std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm) == 0) return "?";
   return buf;
 }
 
@@ -101,16 +100,13 @@ void print_records(const std::vector<db::MeasureRecord>& rs, bool as_json) {
   }
   Table t({"id", "measured (UTC)", "workload", "target", "median ms", "GFLOPS", "status", "config"});
   for (const auto& r : rs) {
-    t.add({std::to_string(r.id), when(r.measured_at), r.workload, short_target(r.target), median_ms(r), gflops(r),
+    t.add({std::to_string(r.id), utc_time(r.measured_at), r.workload, short_target(r.target), median_ms(r), gflops(r),
            r.error_code == "ok" ? r.correctness : r.error_code, r.config.dump()});
   }
   t.print();
   if (rs.empty()) std::printf("(no records)\n");
 }
 
-// Canonical forms of --workload and --target, so any spelling finds the same records.
-std::string canonical_workload(const std::string& w) { return w.empty() ? "" : parse_workload(w).canonical(); }
-std::string canonical_target(const std::string& t) { return t.empty() ? "" : parse_target(t).str(); }
 
 int query_best(db::Database& db, const QueryArgs& a) {
   if (a.workload.empty()) {
@@ -146,7 +142,7 @@ int query_best(db::Database& db, const QueryArgs& a) {
               "record    %lld, measured %s UTC\n",
               b.record.config.dump().c_str(), median_ms(b.record).c_str(), static_cast<long long>(b.measurements),
               b.measurements == 1 ? "" : "s", gflops(b.record).c_str(), static_cast<long long>(b.record.id),
-              when(b.record.measured_at).c_str());
+              utc_time(b.record.measured_at).c_str());
   return 0;
 }
 
@@ -196,7 +192,7 @@ int query_runs(db::Database& db, const QueryArgs& a) {
   }
   Table t({"run", "status", "started (UTC)", "user", "host", "strategy", "records/budget", "workload"});
   for (const auto& r : runs) {
-    t.add({r.uuid, r.status, when(r.started_at), r.user, r.host, r.strategy,
+    t.add({r.uuid, r.status, utc_time(r.started_at), r.user, r.host, r.strategy,
            std::to_string(r.records) + "/" + std::to_string(r.budget), r.workload});
   }
   t.print();

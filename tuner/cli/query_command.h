@@ -17,6 +17,10 @@ struct QueryArgs {
   ServerArgs server;  // --server: ask the tuning service instead of opening a file
 };
 
+// UTC date and time of Unix seconds `t` ("2026-11-23 09:46:16"); "?" for times no calendar
+// shows (the database refuses them, but an old or hand-edited file may hold any number).
+std::string utc_time(double t);
+
 // Adds the `query` subcommand and its subcommands to `app`.
 void add_query_command(CLI::App& app, QueryArgs& args);
 

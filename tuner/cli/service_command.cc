@@ -6,13 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <fstream>
 #include <sstream>
 
 #include "compiler/error.h"
 #include "db/json_limits.h"
 #include "tuner/cli/farm_command.h"
+#include "tuner/cli/query_command.h"
 #include "tuner/farm_client.h"
 
 namespace tf::cli {
@@ -34,16 +34,6 @@ std::string to_json_line(const google::protobuf::Message& m) {
 std::string ms(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4f", s * 1e3);
-  return buf;
-}
-
-std::string when(double t) {
-  if (!(t > 0)) return "-";
-  std::time_t s = static_cast<std::time_t>(t);
-  std::tm tm{};
-  gmtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
   return buf;
 }
 
@@ -290,7 +280,7 @@ int run_service_command(const ServiceArgs& a) {
       for (const pb::JobInfo& i : jobs) {
         std::printf("%-5lld %-12s %-10s %-12s %-9d %-30s %s\n", static_cast<long long>(i.id()), i.user().c_str(),
                     i.state().c_str(), str(i.trials_done(), "/", i.trials_total()).c_str(), i.tasks_size(),
-                    best_of(i).c_str(), when(i.submitted_at()).c_str());
+                    best_of(i).c_str(), utc_time(i.submitted_at()).c_str());
       }
       if (jobs.empty()) std::printf("(no jobs)\n");
       return 0;
