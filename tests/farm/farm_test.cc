@@ -746,11 +746,14 @@ TEST(FarmFaults, ADeadBoardIsReportedAndTheNextBoardServes) {
                         compiled_kernel() + " --db " + db + " --repeat 2 --min-repeat-ms 1";
   {
     // The live board is busy, so the dead one is the only free board: the tracker hands it
-    // out, the client finds it dead, reports it, and waits for the live one.
+    // out, the client finds it dead, reports it, and waits for the live one. The live board
+    // is freed only once the dead one is gone from the tracker (a fixed delay lost the race
+    // on a loaded machine: the command line started after it and got the live board).
     auto busy = c.lease("pair", "other-user", 0, 5000);
     ASSERT_EQ(busy->lease().board_id(), "b-alive");
     std::thread releaser([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      FarmClient watcher(ep);
+      wait_summary(watcher, [](const pb::SummaryReply& s) { return s.boards_size() == 1; }, 120000);
       busy->release();
     });
     auto [code, err] = run_cli(measure);
