@@ -7,6 +7,7 @@
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/Triple.h>
 
+#include <cctype>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -87,10 +88,16 @@ void check_cpu_triple(const std::string& spec, const std::string& triple) {
 }  // namespace
 
 std::string Target::str() const {
-  if (kind == "cuda") return "cuda -arch=" + arch;
-  if (kind == "rocm") return "rocm -mcpu=" + cpu;
-  std::string s = "llvm -mtriple=" + triple + " -mcpu=" + cpu;
-  if (!features.empty()) s += " -mattr=" + features;
+  std::string s;
+  if (kind == "cuda") {
+    s = "cuda -arch=" + arch;
+  } else if (kind == "rocm") {
+    s = "rocm -mcpu=" + cpu;
+  } else {
+    s = "llvm -mtriple=" + triple + " -mcpu=" + cpu;
+    if (!features.empty()) s += " -mattr=" + features;
+  }
+  if (!model.empty()) s += " -model=" + model;
   return s;
 }
 
@@ -148,7 +155,13 @@ Target parse_target(const std::string& spec) {
     else if (t.kind != "cuda" && key == "mcpu") t.cpu = value;
     else if (t.kind == "llvm" && key == "mattr") t.features = value;
     else if (t.kind == "cuda" && key == "arch") t.arch = value;
+    else if (key == "model") t.model = value;
     else throw UserError(str("target '", spec, "': unknown option -", key, " for ", t.kind));
+  }
+  for (char c : t.model) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      throw UserError(str("target '", spec, "': -model=", t.model, " may hold only letters, digits, '-', '_' and '.'"));
+    }
   }
   if (t.kind == "cuda") {
     if (t.arch.rfind("sm_", 0) != 0) throw UserError(str("target '", spec, "': cuda needs -arch=sm_XX"));

@@ -3,6 +3,11 @@
 //   llvm -mcpu=native                      the host triple and this machine's CPU and features
 //   llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon
 //   cuda -arch=sm_80, rocm -mcpu=gfx906    parsed and stored; code generation not yet written
+// Any kind takes -model=NAME, as in TVM (`-model=bcm2711` for a Raspberry Pi 4): the board
+// model. It changes no code, only the database key, so boards that compile alike but time
+// differently keep their records apart. A model starting with `qemu` marks an emulated board
+// (e.g. `rpi4-qemu`'s `-model=qemu-cortex-a72`): its timings say nothing about real hardware,
+// so the database never offers them to another target (see MatchTier::SameArch).
 // parse_target resolves `native` to the concrete CPU name, so str() is the same text on
 // every machine that means the same target, which makes it usable as a database key.
 #pragma once
@@ -17,6 +22,7 @@ struct Target {
   std::string cpu;       // llvm: -mcpu (generic when not given); rocm: gfx name
   std::string features;  // llvm: -mattr, comma separated, e.g. +neon,+fp-armv8
   std::string arch;      // cuda: sm_80
+  std::string model;     // -model: the board model, part of the key only; empty when not given
 
   // The canonical text of the target: the database key.
   std::string str() const;
@@ -24,6 +30,8 @@ struct Target {
   // "llvm -mtriple=x86_64-pc-linux-gnu -mcpu=znver5".
   std::string short_str() const;
   bool is_cpu() const { return kind == "llvm"; }
+  // A board under emulation (model qemu...): timings that stand for no real device.
+  bool emulated() const { return model.rfind("qemu", 0) == 0; }
   // x86_64, aarch64, arm (all 32-bit arm variants) from the triple; for GPUs the kind.
   std::string arch_name() const;
   // Debian's multiarch tuple of an llvm target: x86_64-linux-gnu, arm-linux-gnueabihf.

@@ -138,6 +138,8 @@ void check_record(const MeasureRecord& r) {
   in_range(r.measured_at, "measured_at", 0, kMaxTimestamp);
 }
 
+bool emulated_target(const std::string& target) { return target.find(" -model=qemu") != std::string::npos; }
+
 const char* tier_name(MatchTier t) {
   switch (t) {
     case MatchTier::Exact: return "exact";

@@ -117,11 +117,16 @@ struct JobRow {
 // Which lookup rule found a config, from the most to the least specific.
 enum class MatchTier {
   Exact,         // same workload, same target string
-  SameArch,      // same workload, another target of the same architecture
+  SameArch,      // same workload, another target of the same architecture, never one of an
+                 // emulated board for a real one or the other way round (emulated_target)
   NearestShape,  // same operator and target, the nearest shape (see shape_distance)
   None,          // nothing: use the default schedule
 };
 const char* tier_name(MatchTier t);
+
+// Whether a canonical target string names an emulated board (-model=qemu..., see
+// compiler/target.h): its timings stand for no real device.
+bool emulated_target(const std::string& target);
 
 struct LookupKey {
   std::string workload;    // canonical

@@ -371,7 +371,10 @@ class SqliteDatabase : public Database {
         return res;
       }
       // Same workload, same architecture: the targets are ranked separately, then together.
-      if (auto b = pick(" WHERE w.canonical = ? AND t.arch = ?", {key.workload, key.arch})) {
+      // Emulated boards' timings and real ones never stand in for each other.
+      std::string emulated = emulated_target(key.target) ? " AND instr(t.target, ' -model=qemu') > 0"
+                                                         : " AND instr(t.target, ' -model=qemu') = 0";
+      if (auto b = pick(" WHERE w.canonical = ? AND t.arch = ?" + emulated, {key.workload, key.arch})) {
         res = *b;
         res.tier = MatchTier::SameArch;
         return res;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "proto/daemon.h"
@@ -101,6 +102,29 @@ void remove_stale_work_dirs(const fs::path& root) {
   }
 }
 
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> words;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+// `name` as an absolute path: as given when it has a slash, else the first executable of that
+// name in PATH (the runner is started with posix_spawn, which does not search).
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (access(name.c_str(), X_OK) != 0) throw tf::farm::ConfigError("--runner-prefix: " + name + " is not an executable");
+    return name;
+  }
+  const char* path = getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  throw tf::farm::ConfigError("--runner-prefix: " + name + " is not found in PATH");
+}
+
 std::string default_target() {
   utsname u{};
   uname(&u);
@@ -112,7 +136,8 @@ std::string default_target() {
 int main(int argc, char** argv) {
   tf::farm::block_termination_signals();
   CLI::App app{"tunefarm-rpc-server: run kernels for the holder of a lease on this board"};
-  std::string tracker_addr, key, host = "127.0.0.1", token_file, advertise, board_id, work_root = "/tmp", runner;
+  std::string tracker_addr, key, host = "127.0.0.1", token_file, advertise, board_id, work_root = "/tmp", runner,
+              runner_prefix;
   std::string target = default_target();
   int port = 9191;
   double max_upload_mb = 64, memory_limit_mb = 1024;
@@ -139,6 +164,9 @@ int main(int argc, char** argv) {
                  "name the tracker's certificate must carry (default: the host of --tracker)");
   app.add_option("--work-dir", work_root, "where per-lease upload directories go")->capture_default_str();
   app.add_option("--runner", runner, "path of tunefarm-board-runner (default: next to this program)");
+  app.add_option("--runner-prefix", runner_prefix,
+                 "command put before the runner, e.g. qemu-aarch64 when this board itself runs under user-mode "
+                 "emulation (the first word is looked up in PATH)");
   app.add_option("--max-upload-mb", max_upload_mb, "largest kernel library accepted")->capture_default_str()
       ->check(CLI::Range(0.001, 256.0));
   app.add_option("--timeout-s", opts.default_timeout_s, "time limit of a measurement that sets none")->capture_default_str()
@@ -169,6 +197,8 @@ int main(int argc, char** argv) {
     tf::farm::check_listen_policy(host, opts.token, "tunefarm-rpc-server");
     if (runner.empty()) runner = (fs::read_symlink("/proc/self/exe").parent_path() / "tunefarm-board-runner").string();
     if (access(runner.c_str(), X_OK) != 0) throw tf::farm::ConfigError("runner " + runner + " is not an executable");
+    std::vector<std::string> prefix = split_words(runner_prefix);
+    if (!prefix.empty()) prefix[0] = find_program(prefix[0]);
     if (!fs::is_directory(work_root)) throw tf::farm::ConfigError("--work-dir " + work_root + " is not a directory");
     remove_stale_work_dirs(work_root);
     std::string tmpl = (fs::path(work_root) / "tunefarm-board-XXXXXX").string();
@@ -185,8 +215,9 @@ int main(int argc, char** argv) {
     opts.target = target;
     opts.device = tf::farm::local_device_info(kVersion);
     opts.work_dir = work.string();
-    opts.sandbox = tf::farm::describe_sandbox();
+    opts.sandbox = tf::farm::describe_sandbox(runner_prefix.empty());
     opts.runner = runner;
+    opts.runner_prefix = prefix;
     opts.max_upload_bytes = static_cast<int64_t>(max_upload_mb * (1 << 20));
     opts.default_memory_limit = static_cast<int64_t>(memory_limit_mb * (1 << 20));
     if (opts.default_timeout_s > opts.max_timeout_s) {
@@ -205,6 +236,12 @@ int main(int argc, char** argv) {
                   "(run the board as a dedicated user)\n");
     }
     std::printf("sandbox: %s\n", opts.sandbox.c_str());
+    if (!prefix.empty()) {
+      // qemu-user, the one emulator this is for, does not apply RLIMIT_AS to its guest.
+      std::printf("warning: runner prefix %s: a test board. Under user-mode emulation kernels run without seccomp, "
+                  "memory limits are not enforced, and timings are the emulator's, not the hardware's\n",
+                  runner_prefix.c_str());
+    }
     std::printf("tunefarm-rpc-server listening on %s:%d, key %s, board %s\n", host.c_str(), l.port, key.c_str(),
                 board_id.c_str());
     std::fflush(stdout);

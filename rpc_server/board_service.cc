@@ -24,6 +24,12 @@ constexpr double kMaxMs = 60000;
 
 grpc::Status invalid(const std::string& m) { return {grpc::StatusCode::INVALID_ARGUMENT, m}; }
 
+std::vector<std::string> runner_command(const BoardOptions& o) {
+  std::vector<std::string> argv = o.runner_prefix;
+  argv.push_back(o.runner);
+  return argv;
+}
+
 bool safe_name(const std::string& s, bool allow_dot) {
   if (s.empty() || s.size() > 128) return false;
   for (char c : s) {
@@ -279,11 +285,11 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   if (!(req.cooldown_ms() >= 0 && req.cooldown_ms() <= kMaxMs)) {
     return invalid("cooldown_ms " + std::to_string(req.cooldown_ms()) + " is not in [0, 60000]");
   }
-  *reply = run_isolated(options_.runner, module.string(), req, req.timeout_s(), [this](pid_t pid) {
+  *reply = run_isolated(runner_command(options_), module.string(), req, req.timeout_s(), [this](pid_t pid) {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = pid;
     if (pid > 0 && stopping_) kill(-pid, SIGKILL);  // shutdown began while it started
-  });
+  }, options_.runner_prefix.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--emulated"});
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return {grpc::StatusCode::UNAVAILABLE, "board shutting down: the measurement was stopped"};
   return grpc::Status::OK;

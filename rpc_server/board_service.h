@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "proto/tunefarm.grpc.pb.h"
@@ -30,6 +31,9 @@ struct BoardOptions {
   tunefarm::v1::DeviceInfo device;
   std::string work_dir;        // an existing private directory for uploads
   std::string runner;          // path of tunefarm-board-runner
+  // Words put before the runner's path, e.g. {"/usr/bin/qemu-aarch64"} when the board itself
+  // runs under user-mode emulation (no binfmt handler starts a foreign runner directly).
+  std::vector<std::string> runner_prefix;
   int64_t max_upload_bytes = 64 << 20;
   double default_timeout_s = 10, max_timeout_s = 120;
   int lease_check_ms = 5000;   // how often directories of ended leases are looked for

@@ -26,8 +26,9 @@ pb::MeasureReply failure(pb::ErrorCode code, const std::string& msg) {
 
 }  // namespace
 
-pb::MeasureReply run_isolated(const std::string& runner, const std::string& module, const pb::MeasureRequest& req,
-                              double timeout_s, const std::function<void(pid_t)>& on_start) {
+pb::MeasureReply run_isolated(const std::vector<std::string>& runner, const std::string& module, const pb::MeasureRequest& req,
+                              double timeout_s, const std::function<void(pid_t)>& on_start,
+                              const std::vector<std::string>& runner_flags) {
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0) return failure(pb::RUNTIME_ERROR, "pipe failed");
   if (pipe2(out, O_CLOEXEC) != 0) {
@@ -37,7 +38,11 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
   }
   // A process group of its own: the board kills the group, whatever the kernel started.
   std::string parent = std::to_string(getpid()), err;
-  pid_t pid = spawn_in_group({runner, module, parent}, in[0], out[1], &err);
+  std::vector<std::string> argv = runner;
+  argv.push_back(module);
+  argv.push_back(parent);
+  argv.insert(argv.end(), runner_flags.begin(), runner_flags.end());
+  pid_t pid = spawn_in_group(argv, in[0], out[1], &err);
   close(in[0]);
   close(out[1]);
   if (pid < 0) {
@@ -103,7 +108,9 @@ pb::MeasureReply run_isolated(const std::string& runner, const std::string& modu
   }
   pb::MeasureReply reply;
   if (WEXITSTATUS(status) == 127 && reply_bytes.empty()) {
-    return failure(pb::RUNTIME_ERROR, "runner " + runner + " could not be executed (exit status 127)");
+    std::string cmd;
+    for (const std::string& w : runner) cmd += (cmd.empty() ? "" : " ") + w;
+    return failure(pb::RUNTIME_ERROR, "runner '" + cmd + "' could not be executed (exit status 127)");
   }
   // An empty message parses as a valid reply of OK with no samples: a kernel that calls
   // exit(0) while loading ends the runner that way, before it could reply.

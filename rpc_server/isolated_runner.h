@@ -17,15 +17,18 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "proto/tunefarm.pb.h"
 
 namespace tf::farm {
 
-// `on_start(pid)` is called once the runner runs (pid is also its process group) and
-// `on_start(0)` once it is gone, so a board shutting down can kill the measurement.
-tunefarm::v1::MeasureReply run_isolated(const std::string& runner, const std::string& module,
+// `runner` is the command that starts tunefarm-board-runner: its path, after any prefix words
+// (an emulator). `on_start(pid)` is called once the runner runs (pid is also its process
+// group) and `on_start(0)` once it is gone, so a board shutting down can kill the measurement.
+tunefarm::v1::MeasureReply run_isolated(const std::vector<std::string>& runner, const std::string& module,
                                         const tunefarm::v1::MeasureRequest& req, double timeout_s,
-                                        const std::function<void(pid_t)>& on_start = nullptr);
+                                        const std::function<void(pid_t)>& on_start = nullptr,
+                                        const std::vector<std::string>& runner_flags = {});
 
 }  // namespace tf::farm

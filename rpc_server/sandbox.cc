@@ -151,7 +151,7 @@ int landlock_abi() {
   return v < 0 ? 0 : static_cast<int>(v);
 }
 
-std::string describe_sandbox() {
+std::string describe_sandbox(bool seccomp) {
   std::string s = "process group, no_new_privs, ";
   int abi = landlock_abi();
   if (abi == 0) {
@@ -160,15 +160,15 @@ std::string describe_sandbox() {
     s += "landlock ABI " + std::to_string(abi) + " (files" + std::string(abi >= 4 ? ", TCP" : "") +
          std::string(abi >= 6 ? ", signals" : "") + ")";
   }
-  return s + ", seccomp";
+  return s + (seccomp ? ", seccomp" : ", no seccomp (user-mode emulation)");
 }
 
-std::string enter_sandbox(const std::string& module) {
+std::string enter_sandbox(const std::string& module, bool seccomp) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return std::string("no_new_privs: ") + std::strerror(errno);
   if (int abi = landlock_abi(); abi > 0) {
     if (std::string err = apply_landlock(abi, module); !err.empty()) return err;
   }
-  return apply_seccomp();
+  return seccomp ? apply_seccomp() : "";
 }
 
 }  // namespace tf::farm

@@ -20,6 +20,10 @@
 // When the kernel lacks Landlock, the runner goes on with the other layers and the board
 // says so at start-up (see describe_sandbox): files readable by the board's user are then
 // readable by kernels, so run boards as a dedicated user (deploy/ does, with DynamicUser).
+// Under user-mode emulation (a board started with --runner-prefix qemu-aarch64) there is no
+// seccomp layer, and qemu-user offers no Landlock either: qemu refuses to install a filter
+// for its guest (the filter would have to speak the host's system calls). Such a board is a
+// test device: it says so at start, and deploy/BOARDS.md says not to give it to strangers.
 #pragma once
 
 #include <string>
@@ -31,12 +35,13 @@ int landlock_abi();
 
 // One line for logs and GetInfo: which layers this machine gives, e.g.
 // "process group, no_new_privs, landlock ABI 7 (files, TCP, signals), seccomp".
-std::string describe_sandbox();
+// `seccomp` false: the layers of an emulated board's runner (no seccomp).
+std::string describe_sandbox(bool seccomp = true);
 
-// Applies no_new_privs, Landlock (when available) and seccomp to the calling process,
-// allowing `module` (the kernel library) to be read and mapped executable. Call from a
-// single-threaded process before loading the kernel. Returns an empty string on success,
-// else what failed.
-std::string enter_sandbox(const std::string& module);
+// Applies no_new_privs, Landlock (when available) and seccomp (unless `seccomp` is false:
+// runners under user-mode emulation) to the calling process, allowing `module` (the kernel
+// library) to be read and mapped executable. Call from a single-threaded process before
+// loading the kernel. Returns an empty string on success, else what failed.
+std::string enter_sandbox(const std::string& module, bool seccomp = true);
 
 }  // namespace tf::farm

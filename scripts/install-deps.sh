@@ -20,6 +20,9 @@ PACKAGES=(
   clang-19 libclang-rt-19-dev
   # aarch64 stand-in for a Raspberry Pi
   qemu-user g++-aarch64-linux-gnu libgomp1-arm64-cross
+  # the board daemon cross-built for aarch64 (scripts/build-board.sh) and run under qemu:
+  # Debian's arm64 multiarch libraries (dpkg --add-architecture arm64, below)
+  libgrpc++-dev:arm64 libprotobuf-dev:arm64 libssl-dev:arm64 libseccomp-dev:arm64 libgomp1:arm64
   # peers for benchmarks
   libopenblas-dev libdnnl-dev
   # parallel runtime the generated kernels link against
@@ -41,5 +44,8 @@ fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
+# One index for both architectures: Multi-Arch "same" packages (the -dev libraries) must have
+# one version on amd64 and arm64, so they are installed together from a single update.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then $SUDO dpkg --add-architecture arm64; fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -27,7 +27,7 @@ RunResult LocalRunner::run_one(MeasureContext& ctx, const std::string& so_path, 
   req.set_memory_limit_bytes(opts_.memory_limit_bytes);
   double limit = farm::effective_timeout_s(req, opts_.default_timeout_s, opts_.max_timeout_s);
   req.set_timeout_s(limit);
-  pb::MeasureReply reply = farm::run_isolated(opts_.runner_path, so_path, req, limit);
+  pb::MeasureReply reply = farm::run_isolated({opts_.runner_path}, so_path, req, limit);
   RunResult r = ctx.finish(reply);
   r.board_id = "local";
   r.device_model = device_model_;

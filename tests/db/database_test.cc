@@ -115,6 +115,30 @@ TEST(Commit, RejectsEachKindOfBadRecord) {
   EXPECT_EQ(db->stats().records, 0);
 }
 
+// An emulated board's timings (qemu: ~100x slower, nothing like the real chip's profile)
+// must never pick a real Pi's config, nor a real Pi's pick an emulated board's.
+TEST(Lookup, EmulatedAndRealBoardsNeverStandInForEachOther) {
+  const std::string qemu = std::string(kA72) + " -model=qemu-cortex-a72";
+  auto db = open_database(":memory:");
+  MeasureRecord emulated = record(64, 64, 64, qemu, 1, 1e-3, "aarch64");
+  db->commit({emulated});
+  EXPECT_TRUE(emulated_target(qemu));
+  EXPECT_FALSE(emulated_target(kA72));
+  EXPECT_EQ(db->best(key(emulated, qemu, "aarch64")).tier, MatchTier::Exact);
+  EXPECT_EQ(db->best(key(emulated, kA72, "aarch64")).tier, MatchTier::None);
+  EXPECT_EQ(db->best(key(emulated, kA53, "aarch64")).tier, MatchTier::None);
+
+  MeasureRecord real = record(64, 64, 64, kA53, 2, 5e-3, "aarch64");
+  db->commit({real});
+  BestResult b = db->best(key(emulated, kA72, "aarch64"));
+  EXPECT_EQ(b.tier, MatchTier::SameArch);
+  EXPECT_EQ(b.record.target, kA53);
+  // Another emulated model may stand in for an emulated one, as real boards do for each other.
+  b = db->best(key(emulated, std::string(kA53) + " -model=qemu-cortex-a53", "aarch64"));
+  EXPECT_EQ(b.tier, MatchTier::SameArch);
+  EXPECT_EQ(b.record.target, qemu);
+}
+
 TEST(Lookup, EveryTier) {
   auto db = open_database(":memory:");
   MeasureRecord exact_fast = record(64, 64, 64, kA72, 1, 1e-3, "aarch64");
