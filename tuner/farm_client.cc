@@ -1,6 +1,9 @@
 #include "tuner/farm_client.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "proto/measure_limits.h"
 
@@ -52,7 +55,8 @@ pb::SummaryReply FarmClient::summary() {
 }
 
 std::unique_ptr<LeasedBoard> FarmClient::lease(const std::string& key, const std::string& user, int priority,
-                                               int64_t wait_ms, int64_t lease_ms, bool wait_for_boards) {
+                                               int64_t wait_ms, int64_t lease_ms, bool wait_for_boards,
+                                               const std::atomic<bool>* stop) {
   pb::LeaseRequest req;
   req.set_key(key);
   req.set_user(user);
@@ -63,7 +67,31 @@ std::unique_ptr<LeasedBoard> FarmClient::lease(const std::string& key, const std
   pb::LeaseReply reply;
   // Our own deadline is the tracker's wait plus slack, so a dead tracker cannot hang us.
   auto ctx = context(farm_.token, static_cast<double>(wait_ms) / 1000 + 10);
-  check(tracker_->RequestLease(ctx.get(), req, &reply), "lease of a '" + key + "' board from " + farm_.tracker);
+  // A stopped caller cancels the call; the tracker drops a cancelled request from its queue.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watcher;
+  if (stop) {
+    watcher = std::thread([&] {
+      std::unique_lock<std::mutex> l(mu);
+      while (!done && !*stop) cv.wait_for(l, std::chrono::milliseconds(100));
+      if (!done) ctx->TryCancel();
+    });
+  }
+  grpc::Status s = tracker_->RequestLease(ctx.get(), req, &reply);
+  if (watcher.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      done = true;
+    }
+    cv.notify_all();
+    watcher.join();
+  }
+  if (stop && *stop && !s.ok()) {
+    throw FarmError("the wait for a '" + key + "' board was abandoned: the caller stopped", grpc::StatusCode::CANCELLED);
+  }
+  check(s, "lease of a '" + key + "' board from " + farm_.tracker);
   return std::make_unique<LeasedBoard>(farm_, tracker_, reply);
 }
 

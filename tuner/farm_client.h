@@ -11,6 +11,7 @@
 // the tracker stops handing it out, then leases another board of the key.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -91,8 +92,11 @@ class FarmClient {
   // Waits at most `wait_ms` for a board of `key`. Throws FarmError (DEADLINE_EXCEEDED when
   // none became free in time; NOT_FOUND at once for a key no board has registered, unless
   // `wait_for_boards`).
+  // With `stop`, the wait ends (FarmError CANCELLED, the request leaves the tracker's queue)
+  // within about 100 ms of *stop becoming true.
   std::unique_ptr<LeasedBoard> lease(const std::string& key, const std::string& user, int priority, int64_t wait_ms,
-                                     int64_t lease_ms = 0, bool wait_for_boards = false);
+                                     int64_t lease_ms = 0, bool wait_for_boards = false,
+                                     const std::atomic<bool>* stop = nullptr);
 
  private:
   FarmEndpoint farm_;

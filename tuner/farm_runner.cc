@@ -84,7 +84,7 @@ void FarmRunner::lease_more(bool must_get_one, const std::string& kernel_arch) {
     std::unique_ptr<farm::LeasedBoard> b;
     try {
       b = client_.lease(opts_.key, opts_.user, opts_.priority, waiting ? opts_.wait_ms : 0, kLeaseMs,
-                        opts_.wait_for_boards);
+                        opts_.wait_for_boards, opts_.stop);
     } catch (const farm::FarmError& e) {
       if (waiting || e.code() != grpc::StatusCode::DEADLINE_EXCEEDED) throw;
       return;  // no more free boards now

@@ -31,6 +31,8 @@ struct FarmRunnerOptions {
   bool wait_for_boards = false;  // wait even for a key no board has registered
   int retries = 2;               // boards a candidate may be requeued to after a loss
   int priority = 0;
+  // When set, a wait for a board ends as soon as it turns true (a cancelled job).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 class FarmRunner : public Runner {

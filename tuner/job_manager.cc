@@ -481,6 +481,7 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
     fo.user = user;
     fo.boards = s.boards;
     fo.wait_ms = opts_.wait_ms;
+    fo.stop = &job->stop;
     auto farm = std::make_unique<FarmRunner>(fo);
     // From the runner's threads, while this one may be saving progress: the event carries
     // the job as last saved.

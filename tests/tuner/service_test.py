@@ -254,6 +254,22 @@ class ServiceTest(unittest.TestCase):
         self.assertGreaterEqual(statuses.get("cancelled", 0), 1, statuses)
         del resumed
 
+    def test_cancel_of_a_farm_job_still_waiting_for_a_board(self):
+        # Regression: a farm job waiting for its first board ignored a cancel until it got one.
+        tr, token, boards = self.farm(1)
+        self.service("--tracker", f"127.0.0.1:{tr.port}", "--farm-token-file", token, "--max-running", "2")
+        busy = self.submit(SMALL[:1], key="cpu", trials=5000, batch=4)
+        self.wait(lambda js: js[busy]["trials_done"] >= 4, 120, "the first job's first batch")
+        waiting = self.submit(SMALL[1:2], key="cpu", trials=8, batch=4)
+        self.wait(lambda js: js[waiting]["state"] == "running", 60, "the second job's start")
+        time.sleep(1)  # in the tracker's queue by now
+        asked = time.time()
+        self.tf("cancel", str(waiting))
+        js = self.wait(lambda js: js[waiting]["state"] == "cancelled", 20, "the cancel of the waiting job")
+        print(f"figure: a farm job waiting for a board was cancelled in {time.time() - asked:.1f} s", file=sys.stderr)
+        self.assertEqual(js[waiting]["trials_done"], 0)
+        self.assertEqual(js[busy]["state"], "running", js[busy])
+
     def test_cancel_of_a_running_job_stops_it_and_keeps_its_records(self):
         self.service("--local-boards", "1")
         job = self.submit(SMALL[:2], trials=5000, batch=4)
