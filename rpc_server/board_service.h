@@ -16,8 +16,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "proto/tunefarm.grpc.pb.h"
 
