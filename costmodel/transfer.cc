@@ -11,7 +11,7 @@
 namespace tf::costmodel {
 
 TransferData transfer_from_database(db::Database& db, const std::string& template_id, const std::string& arch,
-                                    const std::string& exclude_workload, size_t max_records) {
+                                    const std::string& exclude_workload, size_t max_records, bool emulated) {
   TransferData out;
   // (workload, target) -> config hash -> (config, medians; +inf for a failure)
   struct Config {
@@ -24,7 +24,7 @@ TransferData transfer_from_database(db::Database& db, const std::string& templat
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     const db::MeasureRecord& r = *it;
     if (r.template_name != template_id || r.arch != arch || r.workload == exclude_workload) continue;
-    if (r.error_code == "board_lost") continue;
+    if (r.error_code == "board_lost" || db::emulated_target(r.target) != emulated) continue;
     if (max_records && taken >= max_records) break;
     ++taken;
     Config& c = groups[{r.workload, r.target}][r.config_hash()];

@@ -538,7 +538,9 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
     t.mo.feature_worker = worker;
     if (s.strategy == "xgb") {
       t.mo.transfer =
-          costmodel::transfer_from_database(db, t.space->template_id(), target.arch_name(), w.canonical()).set;
+          costmodel::transfer_from_database(db, t.space->template_id(), target.arch_name(), w.canonical(), 4000,
+                                            target.emulated())
+              .set;
     }
     t.strategy = make_search_strategy(s.strategy, *t.space, s.seed + i, &t.mo);
     t.run = new_run_uuid();

@@ -342,6 +342,17 @@ TEST(ModelSearch, TunesARealKernelLearnsFromOtherShapesAndResumes) {
   EXPECT_EQ(costmodel::transfer_from_database(*db, space.template_id(), t.arch_name(), other.canonical()).configs, 0u);
   EXPECT_EQ(costmodel::transfer_from_database(*db, space.template_id(), "aarch64", w.canonical()).configs, 0u);
   EXPECT_EQ(costmodel::transfer_from_database(*db, "dense.cpu.v0", t.arch_name(), w.canonical()).configs, 0u);
+  // An emulated board's records and a real board's never teach each other's models.
+  EXPECT_EQ(costmodel::transfer_from_database(*db, space.template_id(), t.arch_name(), w.canonical(), 4000, true).configs,
+            0u);
+  std::vector<db::MeasureRecord> emulated = db->history({});
+  for (db::MeasureRecord& e : emulated) e.target += " -model=qemu-test";
+  db->commit(emulated);
+  EXPECT_EQ(costmodel::transfer_from_database(*db, space.template_id(), t.arch_name(), w.canonical()).workloads, 1u);
+  costmodel::TransferData te =
+      costmodel::transfer_from_database(*db, space.template_id(), t.arch_name(), w.canonical(), 4000, true);
+  EXPECT_EQ(te.workloads, 1u);
+  EXPECT_EQ(te.configs, td.configs);
 
   ModelSearchOptions mo;
   mo.transfer = td.set;

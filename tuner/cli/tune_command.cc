@@ -259,7 +259,8 @@ int run_tune_impl(const TuneArgs& a) {
   std::string transfer_note;
   if (a.strategy == "xgb" && database && !a.no_transfer) {
     costmodel::TransferData td =
-        costmodel::transfer_from_database(*database, space.template_id(), t.arch_name(), w.canonical());
+        costmodel::transfer_from_database(*database, space.template_id(), t.arch_name(), w.canonical(), 4000,
+                                          t.emulated());
     transfer_note = str("cost model starts from ", td.configs, " configs (", td.records, " records) of ", td.workloads,
                         " other workloads of ", space.template_id(), " on ", t.arch_name(),
                         td.skipped ? str(", ", td.skipped, " records skipped") : std::string());
