@@ -138,7 +138,7 @@ void check_record(const MeasureRecord& r) {
   in_range(r.measured_at, "measured_at", 0, kMaxTimestamp);
 }
 
-bool emulated_target(const std::string& target) { return target.find(" -model=qemu") != std::string::npos; }
+bool emulated_target(const std::string& target) { return target.find(kEmulatedTargetMarker) != std::string::npos; }
 
 const char* tier_name(MatchTier t) {
   switch (t) {

@@ -124,8 +124,9 @@ enum class MatchTier {
 };
 const char* tier_name(MatchTier t);
 
-// Whether a canonical target string names an emulated board (-model=qemu..., see
+// What marks a canonical target string as an emulated board's (-model=qemu..., see
 // compiler/target.h): its timings stand for no real device.
+constexpr const char* kEmulatedTargetMarker = " -model=qemu";
 bool emulated_target(const std::string& target);
 
 struct LookupKey {

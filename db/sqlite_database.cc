@@ -372,9 +372,9 @@ class SqliteDatabase : public Database {
       }
       // Same workload, same architecture: the targets are ranked separately, then together.
       // Emulated boards' timings and real ones never stand in for each other.
-      std::string emulated = emulated_target(key.target) ? " AND instr(t.target, ' -model=qemu') > 0"
-                                                         : " AND instr(t.target, ' -model=qemu') = 0";
-      if (auto b = pick(" WHERE w.canonical = ? AND t.arch = ?" + emulated, {key.workload, key.arch})) {
+      std::string emulated = emulated_target(key.target) ? " AND instr(t.target, ?) > 0" : " AND instr(t.target, ?) = 0";
+      if (auto b = pick(" WHERE w.canonical = ? AND t.arch = ?" + emulated,
+                        {key.workload, key.arch, kEmulatedTargetMarker})) {
         res = *b;
         res.tier = MatchTier::SameArch;
         return res;

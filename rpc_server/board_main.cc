@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     opts.target = target;
     opts.device = tf::farm::local_device_info(kVersion);
     opts.work_dir = work.string();
-    opts.sandbox = tf::farm::describe_sandbox(runner_prefix.empty());
+    opts.sandbox = tf::farm::describe_sandbox(prefix.empty());
     opts.runner = runner;
     opts.runner_prefix = prefix;
     opts.max_upload_bytes = static_cast<int64_t>(max_upload_mb * (1 << 20));

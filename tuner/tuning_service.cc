@@ -106,7 +106,6 @@ void add_records(const std::vector<db::MeasureRecord>& rs, pb::RecordsReply* rep
   for (const db::MeasureRecord& r : rs) reply->add_records_json(record_line(r));
 }
 
-
 }  // namespace
 
 grpc::Status TuningService::Submit(grpc::ServerContext* ctx, const pb::SubmitRequest* req, pb::SubmitReply* reply) {
