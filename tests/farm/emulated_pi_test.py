@@ -17,7 +17,6 @@ stand in for a real board's).
 import json
 import os
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -25,43 +24,14 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from daemon import Daemon  # noqa: E402 (tests/daemon.py)
+
 TUNEFARM = TRACKER = BOARD_DIR = None
 KEY = "rpi4-qemu"
 TARGET = "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -model=qemu-cortex-a72"
 CANONICAL = "llvm -mtriple=aarch64-unknown-linux-gnu -mcpu=cortex-a72 -model=qemu-cortex-a72"
 WORKLOAD = "matmul(M=24,N=20,K=16)"
-
-
-class Daemon:
-    """A daemon started with its output in a log; `port` is the one it printed."""
-
-    def __init__(self, args, log, pattern=r"listening on [^:]+:(\d+)", timeout=60):
-        self.log = log
-        with open(log, "w") as f:
-            self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            m = re.search(pattern, self.text())
-            if m:
-                self.port = int(m.group(1)) if m.groups() else 0
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{args[0]} exited {self.proc.returncode}: {self.text()}")
-            time.sleep(0.1)
-        raise RuntimeError(f"{args[0]} did not start in {timeout} s: {self.text()}")
-
-    def text(self):
-        with open(self.log) as f:
-            return f.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def board_command(tracker_port, extra=()):
@@ -82,7 +52,7 @@ class EmulatedPiTest(unittest.TestCase):
         self.tmp.cleanup()
 
     def start(self, args, log, **kw):
-        d = Daemon(args, os.path.join(self.dir, log), **kw)
+        d = Daemon(args, os.path.join(self.dir, log), **{"timeout": 60, **kw})  # qemu starts slowly
         self.daemons.append(d)
         return d
 

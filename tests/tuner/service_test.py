@@ -10,7 +10,6 @@ Figures (times, splits, duplicates) are printed as "figure: ..." lines for the n
 """
 import json
 import os
-import re
 import signal
 import sqlite3
 import subprocess
@@ -19,40 +18,13 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from daemon import Daemon  # noqa: E402 (tests/daemon.py)
+
 TUNEFARM = TUNER = TRACKER = RPC_SERVER = None
 SMALL = ["matmul(M=16,N=16,K=16)", "matmul(M=8,N=32,K=16)", "matmul(M=24,N=8,K=8)"]
 # Quick measurements: the tests check the service, not the kernels.
 FAST = {"repeat": 3, "min_repeat_ms": 1, "retime_rounds": 1, "retime_top": 2}
-
-
-class Daemon:
-    """A daemon started with its output in a log; `port` is the one it printed."""
-
-    def __init__(self, args, log, pattern=r"listening on [^:]+:(\d+)"):
-        self.log = log
-        self.args = args
-        with open(log, "w") as f:
-            self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            with open(log) as f:
-                m = re.search(pattern, f.read())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{args[0]} exited {self.proc.returncode}: {open(log).read()}")
-            time.sleep(0.05)
-        raise RuntimeError(f"{args[0]} did not start: {open(log).read()}")
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 class ServiceTest(unittest.TestCase):
@@ -306,7 +278,6 @@ class ServiceTest(unittest.TestCase):
             for i in range(10):
                 owner[self.submit([SMALL[i % 3]], token=tok, key="cpu", trials=6, batch=3, retime_rounds=0,
                                   seed=i + 1)] = who
-        last_submit = time.time()  # bob's jobs all queued
         js = self.wait(lambda js: all(j["state"] in ("done", "failed", "cancelled") for j in js.values()), 900,
                        "twenty jobs", token=alice)
         self.assertTrue(all(j["state"] == "done" for j in js.values()), [j["reason"] for j in js.values()])

@@ -1,0 +1,41 @@
+"""Starting the project's daemons from Python tests (tests/tuner/service_test.py,
+tests/farm/emulated_pi_test.py): a process with its output in a log, ready once the log
+shows a pattern."""
+import re
+import signal
+import subprocess
+import time
+
+
+class Daemon:
+    """A daemon started with its output in a log; `port` is the one it printed (the
+    pattern's first group), 0 for a pattern without one."""
+
+    def __init__(self, args, log, pattern=r"listening on [^:]+:(\d+)", timeout=30):
+        self.log = log
+        self.args = args
+        with open(log, "w") as f:
+            self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(pattern, self.text())
+            if m:
+                self.port = int(m.group(1)) if m.groups() else 0
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{args[0]} exited {self.proc.returncode}: {self.text()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"{args[0]} did not start in {timeout} s: {self.text()}")
+
+    def text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
