@@ -228,7 +228,7 @@ void Schedule::replace_reads(const std::string& name,
   }
 }
 
-Tensor Schedule::cache_write(const Tensor& t) {
+Tensor Schedule::cache_write(const Tensor& t, const std::vector<size_t>& layout_in) {
   Stage& s = (*this)[t];
   const Operation& op = *s.op();
   if (!op.reduce()) {
@@ -237,15 +237,29 @@ Tensor Schedule::cache_write(const Tensor& t) {
   if (s.relations().size() > 0) {
     throw UserError(str("cache_write of stage ", op.name, ": apply it before splitting the stage"));
   }
-  // The local stage takes over the reduction with its own axis variables.
+  std::vector<size_t> layout = layout_in;
+  if (layout.empty()) {
+    for (size_t d = 0; d < op.axes.size(); ++d) layout.push_back(d);
+  }
+  std::vector<size_t> sorted = layout;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t d = 0; d < sorted.size(); ++d) {
+    if (sorted.size() != op.axes.size() || sorted[d] != d) {
+      throw UserError(str("cache_write of stage ", op.name, ": the layout must order each of its ",
+                          op.axes.size(), " axes exactly once"));
+    }
+  }
+  // The local stage takes over the reduction with its own axis variables, its dimensions in
+  // `layout` order.
   VarMap remap;
-  std::vector<std::string> names;
-  for (const IterVar& iv : op.axes) names.push_back(iv.name());
   auto local = std::make_shared<Operation>(op);
   local->name = op.name + ".local";
   local->axes.clear();
-  for (const IterVar& iv : op.axes) {
+  local->shape.clear();
+  for (size_t d : layout) {
+    const IterVar& iv = op.axes[d];
     local->axes.push_back({Var::make(iv.name()), iv.extent});
+    local->shape.push_back(op.shape[d]);
     remap[iv.var.get()] = local->axes.back().var;
   }
   local->reduce_axes.clear();
@@ -261,7 +275,7 @@ Tensor Schedule::cache_write(const Tensor& t) {
   auto copy = std::make_shared<Operation>(op);
   copy->reduce_axes.clear();
   std::vector<Expr> idx;
-  for (const IterVar& iv : op.axes) idx.push_back(iv.var);
+  for (size_t d : layout) idx.push_back(op.axes[d].var);
   copy->body = TensorRead::make(local, idx);
 
   // The local stage goes right before `t` in dependency order.

@@ -109,8 +109,10 @@ class Schedule {
 
   // For a reduction stage `t`: a new stage `<t>.local` accumulates the reduction, and `t`
   // becomes a copy of it. Returns the new tensor; compute_at it into `t` to keep the
-  // accumulators in registers.
-  Tensor cache_write(const Tensor& t);
+  // accumulators in registers. `layout`, when given, orders the local buffer's dimensions:
+  // dimension i of `<t>.local` is axis layout[i] of `t` (so that the axis vectorized in the
+  // local stage can be its innermost, contiguous one whatever `t`'s own layout).
+  Tensor cache_write(const Tensor& t, const std::vector<size_t>& layout = {});
 
   // Copies input `input` into a blocked layout where dimension `dim` is split into
   // ceil(extent/block) blocks and the block offset becomes the innermost dimension; e.g.

@@ -1,6 +1,7 @@
 #include "compiler/schedule_templates.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <set>
 
@@ -44,9 +45,18 @@ const std::vector<KnobDef>& knob_defs(const std::string& op) {
       {"parallel", KnobType::Bool, "run the outermost tile loop on all threads", 0, {}},
   };
   static const std::vector<KnobDef> conv_nchw = {
-      {"tile_k", KnobType::Int, "output channels per register tile (unrolled)", 64, {}, kSplit},
-      {"tile_w", KnobType::Int, "output columns per register tile (vectorized)", 256, {}, kSplit},
+      {"tile_k", KnobType::Int, "output channels per register tile", 256, {}, kSplit},
+      {"tile_w", KnobType::Int, "output columns per register tile", 256, {}, kSplit},
+      {"vector_axis", KnobType::Choice,
+       "the register tile's vectorized axis: w (output columns; weights read as broadcasts) or k "
+       "(output channels; weights packed into [K/tile_k][C][R][S][tile_k] blocks first, inputs "
+       "read as broadcasts, for narrow outputs and strided convolutions)",
+       0, {"w", "k"}, KnobKind::Choice},
       {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
+      {"order", KnobType::Choice,
+       "tile loop order: kw (channel tiles outer: each tile's weights stay in cache) or wk (rows and "
+       "columns outer: each input tile stays in cache while all channel tiles use it)",
+       0, {"kw", "wk"}, kReorder},
       {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
       {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
       {"parallel", KnobType::Bool, "run the outermost loop on all threads", 0, {}},
@@ -80,10 +90,13 @@ int64_t out_extent(const OpGraph& g, size_t dim) { return g.output->shape[dim]; 
 constexpr int64_t kMaxTileStatements = 8192;
 
 // The stage that accumulates the reduction (made with cache_write when the reduction is the
-// output) and the stage that writes the output.
-std::pair<Stage*, Stage*> acc_and_writer(Schedule& s, const OpGraph& g) {
-  if (g.acc == g.output) {
-    ir::Tensor local = s.cache_write(g.output);
+// output) and the stage that writes the output. A `layout` reorders the accumulator's
+// dimensions (see Schedule::cache_write); the reduction then always gets a local stage, and
+// with an epilogue the reduction's own stage is inlined into it.
+std::pair<Stage*, Stage*> acc_and_writer(Schedule& s, const OpGraph& g, const std::vector<size_t>& layout = {}) {
+  if (g.acc == g.output || !layout.empty()) {
+    ir::Tensor local = s.cache_write(g.acc, layout);
+    if (g.acc != g.output) s.stage(g.acc->name).compute_inline();
     return {&s.stage(local->name), &s.stage(g.output->name)};
   }
   return {&s.stage(g.acc->name), &s.stage(g.output->name)};
@@ -138,7 +151,33 @@ void schedule_dense(Schedule& s, const OpGraph& g, const json& c) {
   }
 }
 
+// Output channels vectorized: weights packed so that a tile's channels are contiguous, the
+// accumulators laid out [n][oh][ow][k] so that each column's channels are one vector, the input
+// read once per column and broadcast.
+void schedule_conv_nchw_k(Schedule& s, const OpGraph& g, const json& c, int lanes) {
+  int64_t tk = c["tile_k"], tw = c["tile_w"];
+  bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  schedule_pad(s, g, c, lanes);
+  Stage& wp = s.pack(g.inputs[1]->name, 0, tk);
+  if (par) wp.parallel(wp.op()->axes[0].var);
+  auto [acc, out] = acc_and_writer(s, g, {0, 2, 3, 1});
+  const auto& o = out->op()->axes;  // n, k, oh, ow
+  auto [ko, ki] = out->split(o[1].var, tk);
+  auto [wo, wi] = out->split(o[3].var, tw);
+  bool channels_outer = c["order"].get<std::string>() == "kw";
+  if (channels_outer) out->reorder({o[0].var, ko, o[2].var, wo, ki, wi});
+  else out->reorder({o[0].var, o[2].var, wo, ko, ki, wi});
+  if (par) out->parallel(out->fuse(o[0].var, channels_outer ? ko : o[2].var));
+  acc->compute_at(*out, channels_outer ? wo : ko);
+  const auto& a = acc->op()->axes;  // n, oh, ow, k
+  const auto& r = acc->op()->reduce_axes;  // rc, rr, rs
+  acc->reorder({a[0].var, a[1].var, r[0].var, r[1].var, r[2].var, a[2].var, a[3].var});
+  if (vec) acc->vectorize(a[3].var);
+  if (unroll) acc->unroll(a[2].var);
+}
+
 void schedule_conv_nchw(Schedule& s, const OpGraph& g, const json& c, int lanes) {
+  if (c["vector_axis"].get<std::string>() == "k") return schedule_conv_nchw_k(s, g, c, lanes);
   int64_t tk = c["tile_k"], tw = c["tile_w"];
   bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
   schedule_pad(s, g, c, lanes);
@@ -146,11 +185,13 @@ void schedule_conv_nchw(Schedule& s, const OpGraph& g, const json& c, int lanes)
   const auto& o = out->op()->axes;  // n, k, oh, ow
   auto [ko, ki] = out->split(o[1].var, tk);
   auto [wo, wi] = out->split(o[3].var, tw);
-  out->reorder({o[0].var, ko, o[2].var, wo, ki, wi});
+  bool channels_outer = c["order"].get<std::string>() == "kw";
+  if (channels_outer) out->reorder({o[0].var, ko, o[2].var, wo, ki, wi});
+  else out->reorder({o[0].var, o[2].var, wo, ko, ki, wi});
   if (vec) out->vectorize(wi);
   if (unroll) out->unroll(ki);
-  if (par) out->parallel(out->fuse(o[0].var, ko));
-  acc->compute_at(*out, wo);
+  if (par) out->parallel(out->fuse(o[0].var, channels_outer ? ko : o[2].var));
+  acc->compute_at(*out, channels_outer ? wo : ko);
   const auto& a = acc->op()->axes;
   const auto& r = acc->op()->reduce_axes;  // rc, rr, rs
   acc->reorder({a[0].var, a[2].var, r[0].var, r[1].var, r[2].var, a[1].var, a[3].var});
@@ -211,7 +252,8 @@ SplitAxis split_axis(const OpGraph& g, const std::string& knob) {
     if (knob == "tile_n") return {out_extent(g, d + 1), true, false};
     return {g.acc->reduce_axes[0].extent, false, false};  // unroll_k
   }
-  if (op == "conv2d_nchw") return knob == "tile_k" ? SplitAxis{out_extent(g, 1), false, true} : SplitAxis{out_extent(g, 3), true, false};
+  // Either axis of the NCHW convolution's tile may be the vectorized one (vector_axis).
+  if (op == "conv2d_nchw") return {out_extent(g, knob == "tile_k" ? 1 : 3), true, true};
   if (op == "conv2d_nhwc") return knob == "tile_k" ? SplitAxis{out_extent(g, 3), true, false} : SplitAxis{out_extent(g, 2), false, true};
   return {out_extent(g, 3), true, false};  // depthwise tile_w
 }
@@ -228,7 +270,8 @@ std::vector<int64_t> split_candidates(const SplitAxis& a, int64_t max, int64_t l
   }
   if (a.vector) {
     for (int64_t m = lanes; m <= hi; m += lanes) c.insert(m);
-  } else if (a.rows) {
+  }
+  if (a.rows) {
     for (int64_t v = 1; v <= std::min<int64_t>(hi, 16); ++v) c.insert(v);
   }
   c.insert(hi);
@@ -281,7 +324,7 @@ const char* knob_kind_name(KnobKind k) {
 const std::vector<ScheduleTemplate>& registered_templates() {
   static const std::vector<ScheduleTemplate> all = {
       {"dense.cpu", 1, {"matmul", "batch_matmul"}, "llvm"},
-      {"conv2d_nchw.cpu", 1, {"conv2d_nchw"}, "llvm"},
+      {"conv2d_nchw.cpu", 2, {"conv2d_nchw"}, "llvm"},
       {"conv2d_nhwc.cpu", 1, {"conv2d_nhwc"}, "llvm"},
       {"depthwise_conv2d_nchw.cpu", 1, {"depthwise_conv2d_nchw"}, "llvm"},
   };
@@ -314,8 +357,9 @@ std::string check_constraints(const OpGraph& g, const Target& t, const json& c) 
     width = c["tile_n"];
     reduce = c["unroll_k"];
   } else if (op == "conv2d_nchw") {
-    rows = c["tile_k"];
-    width = c["tile_w"];
+    bool k_vector = c["vector_axis"].get<std::string>() == "k";
+    rows = c[k_vector ? "tile_w" : "tile_k"];
+    width = c[k_vector ? "tile_k" : "tile_w"];
   } else if (op == "conv2d_nhwc") {
     rows = c["tile_w"];
     width = c["tile_k"];
@@ -357,9 +401,27 @@ json default_config(const OpGraph& g, const Target& t) {
     c["pack_b"] = m >= 16;
     c["order"] = "nm";
   } else if (op == "conv2d_nchw") {
-    c["tile_k"] = std::min<int64_t>(out_extent(g, 1), rows);
-    c["tile_w"] = vec_tile(out_extent(g, 3), 1);
+    int64_t k = out_extent(g, 1), ow = out_extent(g, 3);
+    if (k >= lanes) {
+      // Channels vectorized, two vectors wide, by a few output columns: no lanes wasted on
+      // narrow outputs (7x7) and no strided loads for strided convolutions. Measured on the
+      // ResNet-50 layers (AVX-512, 1 thread) against columns vectorized: 1.0-3.0x, geometric
+      // mean 1.5x. Columns: the divisor of the output width nearest `want` (no tail tile).
+      c["vector_axis"] = "k";
+      c["tile_k"] = k >= 2 * lanes ? 2 * lanes : lanes;
+      const int64_t want = vector_registers(t) >= 32 ? 7 : 4;
+      int64_t best = std::min(ow, want);
+      for (int64_t d = std::max<int64_t>(1, want - 3); d <= std::min(ow, want + 1); ++d) {
+        if (ow % d == 0 && (ow % best != 0 || std::abs(d - want) < std::abs(best - want))) best = d;
+      }
+      c["tile_w"] = best;
+    } else {
+      c["vector_axis"] = "w";
+      c["tile_k"] = std::min<int64_t>(k, rows);
+      c["tile_w"] = vec_tile(ow, 1);
+    }
     c["inline_pad"] = false;
+    c["order"] = "kw";
   } else if (op == "conv2d_nhwc") {
     c["tile_k"] = vec_tile(out_extent(g, 3), 2);
     c["tile_w"] = std::min<int64_t>(out_extent(g, 2), rows - 2);

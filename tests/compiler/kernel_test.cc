@@ -62,6 +62,23 @@ TEST_P(KernelMatchesReference, RandomConfigs) {
   }
 }
 
+// The NCHW convolution's two tile shapes (columns or channels vectorized) in both loop orders,
+// with tiles that divide nothing.
+TEST_P(KernelMatchesReference, EveryConvTileShape) {
+  Workload w = parse_workload(GetParam());
+  if (w.op != "conv2d_nchw") GTEST_SKIP() << "only conv2d_nchw has vector_axis";
+  for (const char* axis : {"w", "k"}) {
+    for (const char* order : {"kw", "wk"}) {
+      for (int64_t tk : {3, 24}) {
+        nlohmann::json config = {{"vector_axis", axis}, {"order", order}, {"tile_k", tk}, {"tile_w", 5}};
+        CompiledKernel k = compile_kernel(w, host_target(), config, "given", "");
+        testing::Comparison c = testing::run_and_compare(k.graph, k.lowered.func);
+        EXPECT_TRUE(c.ok()) << w.canonical() << " config " << config.dump() << ": " << c.str();
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Operators, KernelMatchesReference, ::testing::ValuesIn(kWorkloads));
 
 TEST(KernelAbi, SidecarDescribesArguments) {

@@ -83,6 +83,58 @@ TEST(Primitives, CacheWriteComputeAt) {
   });
 }
 
+// The accumulators laid out [n][oh][ow][k] so that the output channels, vectorized, are the
+// local buffer's contiguous dimension while the output stays NCHW; with an epilogue the
+// reduction's own stage is inlined into it.
+TEST(Primitives, CacheWriteWithLayout) {
+  for (const char* spec : {"conv2d_nchw(N=2,C=3,H=7,W=6,K=19,R=3,S=3,pad=1)",
+                           "conv2d_nchw(N=1,C=4,H=9,W=9,K=8,R=3,S=3,stride=2,epilogue=bias_relu)"}) {
+    OpGraph g = graph(spec);
+    std::string ir;
+    expect_correct(g, [&](Schedule& s) {
+      ir::Tensor local = s.cache_write(g.acc, {0, 2, 3, 1});
+      EXPECT_EQ(local->shape, (std::vector<int64_t>{g.acc->shape[0], g.acc->shape[2], g.acc->shape[3], g.acc->shape[1]}));
+      if (g.acc != g.output) s[g.acc].compute_inline();
+      Stage& out = s[g.output];
+      auto [ko, ki] = out.split(out.axis("k"), 8);
+      auto [wo, wi] = out.split(out.axis("ow"), 3);
+      out.reorder({out.axis("n"), ko, out.axis("oh"), wo, ki, wi});
+      Stage& l = s[local];
+      l.compute_at(out, wo);
+      l.reorder({l.axis("n"), l.axis("oh"), l.axis("rc"), l.axis("rr"), l.axis("rs"), l.axis("ow"), l.axis("k")});
+      l.vectorize(l.axis("k"));
+      l.unroll(l.axis("ow"));
+      ir = ir::to_string(lower(s, g.inputs, "kernel").func);
+    });
+    // One contiguous 8-lane vector per output column of the tile.
+    EXPECT_NE(ir.find(".local[ramp(8, 1, 8)]"), std::string::npos) << ir;
+  }
+}
+
+// Vector loops 16 lanes or wider whose extent is not a power of two become one vector per
+// power-of-two chunk (LLVM handles such wide odd vectors element by element); narrower ones
+// stay one vector.
+TEST(Primitives, WideOddVectorsAreSplitIntoPowersOfTwo) {
+  OpGraph g = graph("matmul(M=3,N=63,K=5)");
+  std::string ir;
+  expect_correct(g, [&](Schedule& s) {
+    Stage& out = s[g.output];
+    auto [jo, ji] = out.split(out.axis("j"), 56);
+    out.vectorize(ji);
+    ir = ir::to_string(lower(s, g.inputs, "kernel").func);
+  });
+  for (const char* chunk : {", 1, 32)]", ", 1, 16)]", ", 1, 8)]"}) EXPECT_NE(ir.find(chunk), std::string::npos) << chunk << "\n" << ir;
+  EXPECT_EQ(ir.find(", 1, 56)]"), std::string::npos) << ir;
+
+  OpGraph narrow = graph("matmul(M=3,N=7,K=5)");
+  expect_correct(narrow, [&](Schedule& s) {
+    Stage& out = s[narrow.output];
+    out.vectorize(out.axis("j"));
+    ir = ir::to_string(lower(s, narrow.inputs, "kernel").func);
+  });
+  EXPECT_NE(ir.find(", 1, 7)]"), std::string::npos) << ir;
+}
+
 TEST(Primitives, PackAndInline) {
   OpGraph g = graph("conv2d_nchw(N=1,C=4,H=9,W=9,K=6,R=3,S=3,pad=1)");
   expect_correct(g, [&](Schedule& s) {
@@ -125,6 +177,8 @@ TEST(PrimitiveErrors, EachNamesTheProblem) {
   expect_user_error([&] { s.pack("Z", 0, 4); }, "'Z' is not an input");
   expect_user_error([&] { s.pack("A", 5, 4); }, "dimension 5 out of range");
   expect_user_error([&] { s.cache_write(g.output); }, "only reductions can be cached");
+  expect_user_error([&] { s.cache_write(g.acc, {0, 0}); }, "must order each of its 2 axes exactly once");
+  expect_user_error([&] { s.cache_write(g.acc, {1, 0, 2}); }, "must order each of its 2 axes exactly once");
   expect_user_error([&] { s.stage("nope"); }, "no stage 'nope'");
   auto [io, ii] = out.split(out.axis("i"), 2);
   expect_user_error([&] { out.vectorize(out.axis("i")); }, "is not a loop of this stage");
