@@ -167,6 +167,8 @@ void schedule_conv_nchw_k(Schedule& s, const OpGraph& g, const json& c, int lane
   bool channels_outer = c["order"].get<std::string>() == "kw";
   if (channels_outer) out->reorder({o[0].var, ko, o[2].var, wo, ki, wi});
   else out->reorder({o[0].var, o[2].var, wo, ko, ki, wi});
+  // The copy back into NCHW: unrolled over the channels (C=64 1x1 layers: 1.3x).
+  if (unroll) out->unroll(ki);
   if (par) out->parallel(out->fuse(o[0].var, channels_outer ? ko : o[2].var));
   acc->compute_at(*out, channels_outer ? wo : ko);
   const auto& a = acc->op()->axes;  // n, oh, ow, k
