@@ -125,7 +125,7 @@ struct OneDnnConv {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::string db_path, nets = "resnet50,mobilenet_v2";
   double min_ms = 100;
@@ -145,10 +145,10 @@ int main(int argc, char** argv) {
   tf::Target target = tf::host_target();
   std::printf("target: %s, oneDNN %d.%d.%d\n", target.short_str().c_str(), dnnl_version()->major,
               dnnl_version()->minor, dnnl_version()->patch);
-  fs::path dir = fs::temp_directory_path() / ("tunefarm-conv-bench-" + std::to_string(getpid()));
-  fs::create_directories(dir);
   std::unique_ptr<tf::db::Database> db;
   if (!db_path.empty()) db = tf::db::open_database(db_path, tf::db::OpenMode::ReadOnly);
+  fs::path dir = fs::temp_directory_path() / ("tunefarm-conv-bench-" + std::to_string(getpid()));
+  fs::create_directories(dir);
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);
 
@@ -224,4 +224,13 @@ int main(int argc, char** argv) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   return all_ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_conv: %s\n", e.what());
+    return 2;
+  }
 }

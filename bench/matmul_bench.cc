@@ -76,7 +76,7 @@ void ensure_openblas_core(char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   std::vector<int> sizes = {512, 1024, 2048}, threads = {1, 2};
   std::vector<std::array<int, 3>> shapes;
   std::string db_path;
@@ -105,14 +105,14 @@ int main(int argc, char** argv) {
   ensure_openblas_core(argv);
   tf::Target target = tf::host_target();
   std::printf("target: %s\n", target.str().c_str());
+  std::unique_ptr<tf::db::Database> db;
+  if (!db_path.empty()) db = tf::db::open_database(db_path, tf::db::OpenMode::ReadOnly);
   fs::path dir = fs::temp_directory_path() / ("tunefarm-bench-" + std::to_string(getpid()));
   fs::create_directories(dir);
 
   if (shapes.empty()) {
     for (int n : sizes) shapes.push_back({n, n, n});
   }
-  std::unique_ptr<tf::db::Database> db;
-  if (!db_path.empty()) db = tf::db::open_database(db_path, tf::db::OpenMode::ReadOnly);
   std::printf("%16s %7s %12s %12s %12s %9s %9s %9s\n", "shape", "threads", "default GF/s", "tuned GF/s",
               "openblas GF/s", "def/blas", "tuned/blas", "tuned/def");
   bool all_ok = true;
@@ -175,4 +175,13 @@ int main(int argc, char** argv) {
   std::printf("ratios are GFLOPS over GFLOPS; tuned = the config a compile takes from --db (%s)\n",
               db_path.empty() ? "none given" : db_path.c_str());
   return all_ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_matmul: %s\n", e.what());
+    return 2;
+  }
 }
