@@ -1,13 +1,27 @@
-// What the kernel benchmarks share: list flags and the median timing loop.
+// What the kernel benchmarks share: list flags, the median timing loop and main's error path.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <sstream>
 #include <string>
 #include <vector>
 
 namespace tf::bench {
+
+// Runs a benchmark's main body: an exception (bad input such as a database that cannot be
+// opened) becomes one line on stderr naming the benchmark and exit status 2, not an abort.
+template <typename F>
+int guarded_main(const char* name, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 2;
+  }
+}
 
 // "1,2,4" -> {1, 2, 4}.
 inline std::vector<int> parse_list(const std::string& s) {

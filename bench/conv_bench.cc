@@ -227,10 +227,5 @@ static int run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_conv: %s\n", e.what());
-    return 2;
-  }
+  return tf::bench::guarded_main("bench_conv", [&] { return run(argc, argv); });
 }

@@ -1,6 +1,7 @@
 #include "compiler/schedule.h"
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 
 #include "compiler/error.h"
@@ -237,17 +238,14 @@ Tensor Schedule::cache_write(const Tensor& t, const std::vector<size_t>& layout_
   if (s.relations().size() > 0) {
     throw UserError(str("cache_write of stage ", op.name, ": apply it before splitting the stage"));
   }
-  std::vector<size_t> layout = layout_in;
-  if (layout.empty()) {
-    for (size_t d = 0; d < op.axes.size(); ++d) layout.push_back(d);
-  }
+  std::vector<size_t> identity(op.axes.size());
+  std::iota(identity.begin(), identity.end(), size_t{0});
+  std::vector<size_t> layout = layout_in.empty() ? identity : layout_in;
   std::vector<size_t> sorted = layout;
   std::sort(sorted.begin(), sorted.end());
-  for (size_t d = 0; d < sorted.size(); ++d) {
-    if (sorted.size() != op.axes.size() || sorted[d] != d) {
-      throw UserError(str("cache_write of stage ", op.name, ": the layout must order each of its ",
-                          op.axes.size(), " axes exactly once"));
-    }
+  if (sorted != identity) {
+    throw UserError(str("cache_write of stage ", op.name, ": the layout must order each of its ", op.axes.size(),
+                        " axes exactly once"));
   }
   // The local stage takes over the reduction with its own axis variables, its dimensions in
   // `layout` order.

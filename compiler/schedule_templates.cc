@@ -390,9 +390,10 @@ json default_config(const OpGraph& g, const Target& t) {
     int64_t k = out_extent(g, 1), ow = out_extent(g, 3);
     if (k >= lanes) {
       // Channels vectorized, two vectors wide, by a few output columns: no lanes wasted on
-      // narrow outputs (7x7) and no strided loads for strided convolutions. Measured on the
-      // ResNet-50 layers (AVX-512, 1 thread) against columns vectorized: 1.0-3.0x, geometric
-      // mean 1.5x. Columns: the divisor of the output width nearest `want` (no tail tile).
+      // narrow outputs (7x7) and no strided loads for strided convolutions. bench_conv,
+      // ResNet-50 layers against oneDNN in the same layout (AVX-512): 0.59x -> 0.90-0.99x at 1
+      // thread, 0.60x -> 0.93-1.01x at 2. Columns: the divisor of the output width in
+      // want-3..want+1 nearest `want` (no tail tile), else min(OW, want).
       c["vector_axis"] = "k";
       c["tile_k"] = k >= 2 * lanes ? 2 * lanes : lanes;
       const int64_t want = vector_registers(t) >= 32 ? 7 : 4;

@@ -87,7 +87,6 @@ class Vectorizer : public IRMutator {
     std::string why;
     if (!n) why = "extent is not a constant";
     else if (*n > 64) why = "extent " + std::to_string(*n) + " exceeds 64 lanes";
-    if (why.empty() && *n == 1) return substitute(body, {{f->var.get(), f->min}});
     if (why.empty()) {
       // Wide extents go as one vector per power-of-two chunk, largest first, and the rest
       // below kSplitLanes as one vector (56 lanes: 32 + 16 + 8; 28: 16 + 12). LLVM legalizes

@@ -3,8 +3,8 @@
 // The loop variable becomes Ramp(min, 1, extent) and every expression that depends on it a
 // vector (an extent of 16 or more that is not a power of two becomes one vector per
 // power-of-two chunk, largest first, then the rest: 56 lanes are 32 + 16 + 8, since LLVM
-// handles such wide vectors element by element); the simplifier then folds the ramps, so contiguous accesses become plain vector
-// loads and stores. A loop that cannot be vectorized exactly (a store whose address does not
+// handles such wide vectors element by element; an extent of 1 is a plain substitution); the
+// simplifier then folds the ramps, so contiguous accesses become plain vector loads and stores. A loop that cannot be vectorized exactly (a store whose address does not
 // vary with the lanes, a condition that differs between lanes, an allocation inside, an
 // extent that is not constant) is kept as a serial loop, and the reason is recorded.
 #pragma once
