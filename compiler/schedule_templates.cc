@@ -87,7 +87,9 @@ int64_t out_extent(const OpGraph& g, size_t dim) { return g.output->shape[dim]; 
 
 // The most statements (vector or scalar) an unrolled register tile may have before the
 // tuner stops proposing it: larger ones take seconds to compile and are never the fastest.
-constexpr int64_t kMaxTileStatements = 8192;
+// Measured over 145 random matmul 512^3 configs (AVX-512): the 17 above 1024 statements all
+// ran at 57 GFLOPS or less (the best: 380) and took 82% of the compile time, up to 34 s each.
+constexpr int64_t kMaxTileStatements = 1024;
 
 // The stage that accumulates the reduction (made with cache_write when the reduction is the
 // output) and the stage that writes the output. A `layout` reorders the accumulator's

@@ -3,13 +3,14 @@
 //   tunefarm-build-worker < {"workload": ..., "target": ..., "config": {...}, "output": "k.so"}
 //
 // Writes the library and its sidecar, then prints {"ok": true, "compile_s": S} or
-// {"ok": false, "error": "..."}; the tuner's LocalBuilder (tuner/builder.h) starts one per
-// candidate, so a compiler crash or hang costs that candidate only.
+// {"ok": false, "error": "..."}.
 //
 //   tunefarm-build-worker --serve
 //
-// Answers one request per line, one reply line each, until its input ends: the cost model's
-// feature requests ({"features": [config, ...]}), many small ones per batch.
+// Answers one request per line, one reply line each, until its input ends: how the tuner's
+// LocalBuilder (tuner/builder.h) keeps its workers up across candidates (a compiler crash or
+// hang still costs that candidate only: the builder starts a fresh worker), and the cost
+// model's feature requests ({"features": [config, ...]}).
 #include <cstdio>
 #include <iostream>
 #include <iterator>

@@ -46,28 +46,36 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
   for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) fs::remove_all(e.path(), ec);
   ++batch_;
   std::vector<BuildResult> out(configs.size());
+  int n = std::min<int>(opts_.workers, static_cast<int>(configs.size()));
+  while (static_cast<int>(workers_.size()) < n) {
+    workers_.push_back(std::make_unique<LineWorker>(std::vector<std::string>{opts_.worker_path, "--serve"}));
+  }
   std::atomic<size_t> next{0};
-  auto work = [&] {
+  auto work = [&](LineWorker& worker) {
     for (size_t i; (i = next++) < configs.size();) {
       BuildResult& r = out[i];
       r.config = configs[i];
       std::string so = dir_ + "/b" + std::to_string(batch_) + "_" + std::to_string(i) + ".so";
       json req = {{"workload", w.canonical()}, {"target", t.str()}, {"config", configs[i]}, {"output", so}};
       auto start = std::chrono::steady_clock::now();
-      ChildResult c = run_child({opts_.worker_path}, req.dump(), opts_.timeout_s);
+      std::string line, err;
+      bool answered = worker.ask(req.dump(), opts_.timeout_s, &line, &err);
       r.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       r.error_code = "compile_error";
-      if (!c.started) {
-        r.error_msg = c.err;
-      } else if (c.timed_out) {
+      const LineWorker::Failure& f = worker.failure();
+      if (!answered && f.timed_out) {
         r.error_msg = "the compile took longer than the limit of " + std::to_string(opts_.timeout_s) + " s; killed";
-      } else if (c.signal != 0) {
-        r.error_msg = std::string("the compiler crashed: killed by signal ") + std::to_string(c.signal) + " (" +
-                      strsignal(c.signal) + ")";
+      } else if (!answered && f.signal != 0) {
+        r.error_msg = std::string("the compiler crashed: killed by signal ") + std::to_string(f.signal) + " (" +
+                      strsignal(f.signal) + ")";
+      } else if (!answered) {
+        r.error_msg = "the build worker failed: " + err;
       } else {
-        json reply = json::parse(c.out, nullptr, false);
-        if (!reply.is_object() || !reply.contains("ok")) {
-          r.error_msg = "the build worker exited with status " + std::to_string(c.exit_status) + " without a reply";
+        json reply = json::parse(line, nullptr, false);
+        if (!reply.is_object() || !reply.contains("ok") || !reply["ok"].is_boolean()) {
+          // Out of step with its requests from here on: the next request gets a fresh one.
+          worker.stop();
+          r.error_msg = "the build worker answered something that is not a reply: " + line.substr(0, 200);
         } else if (!reply["ok"].get<bool>()) {
           r.error_msg = reply.value("error", std::string("unknown error"));
         } else {
@@ -76,13 +84,20 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
           r.compile_s = reply.value("compile_s", r.compile_s);
         }
       }
+      // A fresh process now and then bounds what LLVM's and lld's global state may keep.
+      if (worker.answered() >= kBuildsPerWorker) worker.stop();
     }
   };
   std::vector<std::thread> threads;
-  int n = std::min<int>(opts_.workers, static_cast<int>(configs.size()));
-  for (int i = 0; i < n; ++i) threads.emplace_back(work);
+  for (int i = 0; i < n; ++i) threads.emplace_back(work, std::ref(*workers_[i]));
   for (std::thread& th : threads) th.join();
   return out;
+}
+
+int LocalBuilder::worker_starts() const {
+  int n = 0;
+  for (const auto& w : workers_) n += w->starts();
+  return n;
 }
 
 json build_worker_main(const std::string& request) {

@@ -5,13 +5,16 @@
 // that candidate's COMPILE_ERROR, with the reason. Libraries (and their .json sidecars) stay
 // on disk until the next build() or the builder's end.
 //
-// LocalBuilder compiles each candidate in a tunefarm-build-worker process of its own, as many
-// at once as there are cores by default, each under a time limit; a worker that crashes or
-// hangs takes nothing else down.
+// LocalBuilder compiles candidates in tunefarm-build-worker processes (--serve), as many at
+// once as there are cores by default, each candidate under a time limit. A worker stays up
+// across candidates and batches (a process start and LLVM's loading cost more than most
+// compiles) and is replaced after kBuildsPerWorker builds; a worker that crashes or hangs
+// fails that candidate only and is replaced by a fresh one for the next.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,8 @@ struct LocalBuilderOptions {
   std::string worker_path;   // "": tunefarm-build-worker next to this program
 };
 
+class LineWorker;
+
 class LocalBuilder : public Builder {
  public:
   // Throws std::runtime_error when the worker program cannot be found.
@@ -50,9 +55,13 @@ class LocalBuilder : public Builder {
   std::vector<BuildResult> build(const Workload& w, const Target& t,
                                  const std::vector<nlohmann::json>& configs) override;
   int workers() const { return opts_.workers; }
+  // Worker processes started so far (a crash, a hang or kBuildsPerWorker builds start another).
+  int worker_starts() const;
 
  private:
+  static constexpr int kBuildsPerWorker = 200;
   LocalBuilderOptions opts_;
+  std::vector<std::unique_ptr<LineWorker>> workers_;
   std::string dir_;
   int batch_ = 0;
 };

@@ -100,16 +100,32 @@ bool LineWorker::start(std::string* err) {
   return true;
 }
 
-void LineWorker::stop() {
+void LineWorker::stop() { end(true); }
+
+// Ends the child. kill_first: it may still run (a hang, or we are done with it); otherwise it
+// closed its end and is dying on its own, and its own exit status is what failure() reports
+// (it gets 2 s to exit before it is killed).
+void LineWorker::end(bool kill_first) {
   if (pid_ < 0) return;
   close(fd_);
-  kill(-pid_, SIGKILL);
-  reap_group(pid_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  siginfo_t info{};
+  while (!kill_first && std::chrono::steady_clock::now() < deadline) {
+    info.si_pid = 0;
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0) break;
+    usleep(2000);
+  }
+  if (kill_first || info.si_pid == 0) kill(-pid_, SIGKILL);
+  int status = reap_group(pid_);
+  if (WIFSIGNALED(status)) failure_.signal = WTERMSIG(status);
+  if (WIFEXITED(status)) failure_.exit_status = WEXITSTATUS(status);
   pid_ = -1;
   fd_ = -1;
+  answered_ = 0;
 }
 
 bool LineWorker::ask(const std::string& line, double timeout_s, std::string* reply, std::string* err) {
+  failure_ = Failure{};
   if (pid_ < 0 && !start(err)) return false;
   std::string out = line + "\n";
   for (size_t sent = 0; sent < out.size();) {
@@ -128,11 +144,13 @@ bool LineWorker::ask(const std::string& line, double timeout_s, std::string* rep
     if (nl != std::string::npos) {
       *reply = pending_.substr(0, nl);
       pending_.erase(0, nl + 1);
+      ++answered_;
       return true;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || pending_.size() > kMaxChildOutput) {
       *err = left.count() <= 0 ? "the worker did not answer in time" : "the worker's answer is too long";
+      failure_.timed_out = left.count() <= 0;
       stop();
       return false;
     }
@@ -148,8 +166,10 @@ bool LineWorker::ask(const std::string& line, double timeout_s, std::string* rep
     ssize_t n = read(fd_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      *err = "the worker died";
-      stop();
+      end(false);
+      *err = failure_.signal != 0 ? "the worker was killed by signal " + std::to_string(failure_.signal) + " (" +
+                                        strsignal(failure_.signal) + ")"
+                                  : "the worker exited with status " + std::to_string(failure_.exit_status);
       return false;
     }
     pending_.append(buf, static_cast<size_t>(n));

@@ -24,12 +24,19 @@ constexpr size_t kMaxChildOutput = 1 << 20;
 ChildResult run_child(const std::vector<std::string>& argv, const std::string& input, double timeout_s);
 
 // A helper that stays up and answers one line per request line (tunefarm-build-worker
-// --serve), so a stream of small requests does not pay a process start each. A crash, a hang
-// past the limit or a reply that is not one line ends the child (its whole group) and
-// fails that request only; the next request starts a fresh child. Writes never raise
-// SIGPIPE.
+// --serve), so a stream of requests does not pay a process start each. A crash, a hang past
+// the limit or a reply that is not one line ends the child (its whole group) and fails that
+// request only, and failure() says which; the next request starts a fresh child. Writes
+// never raise SIGPIPE.
 class LineWorker {
  public:
+  // How the last failed ask() ended.
+  struct Failure {
+    bool timed_out = false;  // no reply within the limit (the child was killed)
+    int signal = 0;          // the child was killed by this signal
+    int exit_status = -1;    // the child exited with this status
+  };
+
   explicit LineWorker(std::vector<std::string> argv) : argv_(std::move(argv)) {}
   ~LineWorker() { stop(); }
   LineWorker(const LineWorker&) = delete;
@@ -37,16 +44,22 @@ class LineWorker {
 
   // The reply line (without its newline), or false with `*err` saying what went wrong.
   bool ask(const std::string& line, double timeout_s, std::string* reply, std::string* err);
+  const Failure& failure() const { return failure_; }
   void stop();
   int starts() const { return starts_; }
+  // Requests answered by the child now running (0 when none runs).
+  int answered() const { return answered_; }
 
  private:
   bool start(std::string* err);
+  void end(bool kill_first);
   std::vector<std::string> argv_;
   int pid_ = -1;
   int fd_ = -1;  // our end of a socket pair: the child's stdin and stdout
   std::string pending_;
   int starts_ = 0;
+  int answered_ = 0;
+  Failure failure_;
 };
 
 // The program next to this one's executable called `name`, else in `fallback_dir` relative to
