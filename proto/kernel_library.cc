@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <thread>
 
@@ -120,38 +121,65 @@ int KernelLibrary::call(const std::vector<float*>& a) const {
 
 TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o) {
   using clock = std::chrono::steady_clock;
+  auto seconds_since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   TimingResult r;
+  // Warm-up (kernel_library.h): until two calls in a row ran at the fastest speed seen.
+  const double warmup_limit_s = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs) / 1e3;
+  double fastest = 0;
+  int steady = 0;
+  const double min_warmup_s = std::max(o.min_warmup_ms, 0.0) / 1e3;
+  for (auto begin = clock::now();;) {
+    double elapsed = seconds_since(begin);
+    if (elapsed >= min_warmup_s && r.warmup_calls >= 2 && (steady >= 2 || elapsed >= min_warmup_s + warmup_limit_s)) break;
+    auto start = clock::now();
+    r.status = k.call(args);
+    double s = seconds_since(start);
+    ++r.warmup_calls;
+    if (r.status != 0) return r;
+    bool faster = r.warmup_calls == 1 || s < fastest / 1.2;
+    steady = !faster && s <= 1.25 * fastest ? steady + 1 : 0;
+    fastest = r.warmup_calls == 1 ? s : std::min(fastest, s);
+  }
+  int number = std::max(o.number, 1);
+  if (fastest > 0 && fastest * 1e3 * number < o.min_repeat_ms) {
+    number = static_cast<int>(std::min<double>(std::ceil(o.min_repeat_ms / (fastest * 1e3)), 1 << 24));
+  }
+  r.number = number;
+  int repeat = std::max(o.repeat, 1);
+  if (o.cut_slower_than_s > 0 && fastest > o.cut_slower_than_s) {
+    repeat = 1;
+    r.cut = true;
+  }
   std::vector<char> flush;
   if (o.flush_cache) flush.resize(kFlushBytes);
-  r.status = k.call(args);  // warm-up
-  if (r.status != 0) return r;
-  int number = std::max(o.number, 1);
-  for (int rep = 0; rep < std::max(o.repeat, 1); ++rep) {
+  int recalibrations = 0;
+  for (int rep = 0; rep < repeat; ++rep) {
     if (rep > 0 && o.cooldown_ms > 0) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
     }
-    while (true) {
-      if (!flush.empty()) {
-        // Volatile stores: the compiler may not drop them.
-        volatile char* p = flush.data();
-        for (size_t i = 0; i < flush.size(); i += 64) p[i] = static_cast<char>(i + rep);
-      }
-      auto start = clock::now();
-      for (int i = 0; i < number; ++i) {
-        r.status = k.call(args);
-        if (r.status != 0) return r;
-      }
-      double s = std::chrono::duration<double>(clock::now() - start).count();
-      if (rep == 0 && s * 1e3 < o.min_repeat_ms && number < (1 << 24)) {
-        double scale = s > 0 ? o.min_repeat_ms / (s * 1e3) : 10.0;
-        number = static_cast<int>(std::min<double>(number * std::max(1.5, scale * 1.1), 1 << 24));
-        continue;
-      }
-      r.samples_s.push_back(s / number);
-      break;
+    if (!flush.empty()) {
+      // Volatile stores: the compiler may not drop them.
+      volatile char* p = flush.data();
+      for (size_t i = 0; i < flush.size(); i += 64) p[i] = static_cast<char>(i + rep);
     }
+    auto start = clock::now();
+    for (int i = 0; i < number; ++i) {
+      r.status = k.call(args);
+      if (r.status != 0) return r;
+    }
+    double s = seconds_since(start);
+    // Far shorter than asked: the warm-up ended on a plateau of slow calls. The sample is
+    // warm-up too, and `number` is raised to the speed it showed.
+    if (s * 1e3 < o.min_repeat_ms / 2 && recalibrations < kMaxRecalibrations) {
+      ++recalibrations;
+      r.warmup_calls += number;
+      number = static_cast<int>(std::min<double>(std::ceil(o.min_repeat_ms * number / (std::max(s, 1e-9) * 1e3)), 1 << 24));
+      r.number = number;
+      --rep;
+      continue;
+    }
+    r.samples_s.push_back(s / number);
   }
-  r.number = number;
   return r;
 }
 

@@ -32,11 +32,16 @@ class KernelLibrary {
 };
 
 struct TimingOptions {
-  int number = 1;            // calls per sample (grown until a sample lasts min_repeat_ms)
+  int number = 1;            // calls per sample, at least (raised to reach min_repeat_ms)
   int repeat = 3;            // samples
   double min_repeat_ms = 0;  // lower bound on one sample's duration
   bool flush_cache = false;  // overwrite kFlushBytes of memory before each sample
   double cooldown_ms = 0;    // sleep between samples
+  // > 0: a kernel whose fastest warm-up call took longer than this (seconds) gets one sample
+  // instead of `repeat`: it cannot be a contender, and its rank needs no more.
+  double cut_slower_than_s = 0;
+  // The warm-up lasts at least this long (ms) before its steadiness counts.
+  double min_warmup_ms = 0;
 };
 
 // Bytes written before each sample to push the kernel's data out of the caches.
@@ -46,10 +51,25 @@ struct TimingResult {
   std::vector<double> samples_s;  // per-call time in seconds, one per sample
   int number = 0;                 // calls per sample actually used
   int status = 0;                 // the kernel's return value; nonzero stops timing
+  int warmup_calls = 0;           // calls discarded as warm-up
+  bool cut = false;               // one sample only (cut_slower_than_s)
 };
 
-// One discarded warm-up call, then `repeat` samples of `number` calls each; `number` grows
-// (during the first sample only) until a sample lasts at least min_repeat_ms.
+// The warm-up: calls are discarded for at least min_warmup_ms, then until the kernel runs at
+// its steady speed: until two calls in a row came within 25% of the fastest so far without
+// beating it by more than 20%, or the warm-up has run kWarmupFactor x max(min_repeat_ms,
+// kMinWarmupMs) more; at least two calls. (Measured on the 2-core VM: a fresh process's first
+// 3 calls of a 0.7 ms conv at 2 threads took 23, 11 and 5 ms, and one discarded call left
+// them in the samples; and a fresh runner runs a 1-thread 1.4 ms matmul at 1.7-2.4 ms for its
+// first 100-300 ms, which the steady test misses and a 300 ms min_warmup_ms removes.)
+constexpr double kWarmupFactor = 4;
+constexpr double kMinWarmupMs = 50;
+constexpr int kMaxRecalibrations = 3;
+
+// The warm-up, then `repeat` samples of `number` calls each, `number` raised so that a sample
+// of the fastest warm-up call's speed lasts min_repeat_ms. A sample shorter than half of
+// min_repeat_ms means the warm-up stopped too early: it is discarded and `number` raised (at
+// most kMaxRecalibrations times); every other sample is kept.
 TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o);
 
 // Why `data` cannot be a kernel library, or "" when it can: a little-endian ELF shared

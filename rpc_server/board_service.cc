@@ -285,6 +285,12 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   if (!(req.cooldown_ms() >= 0 && req.cooldown_ms() <= kMaxMs)) {
     return invalid("cooldown_ms " + std::to_string(req.cooldown_ms()) + " is not in [0, 60000]");
   }
+  if (!(req.cut_slower_than_s() >= 0 && req.cut_slower_than_s() <= kMaxMs / 1e3)) {
+    return invalid("cut_slower_than_s " + std::to_string(req.cut_slower_than_s()) + " is not in [0, 60]");
+  }
+  if (!(req.min_warmup_ms() >= 0 && req.min_warmup_ms() <= kMaxMs)) {
+    return invalid("min_warmup_ms " + std::to_string(req.min_warmup_ms()) + " is not in [0, 60000]");
+  }
   *reply = run_isolated(runner_command(options_), module.string(), req, req.timeout_s(), [this](pid_t pid) {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = pid;

@@ -118,9 +118,10 @@ pb::MeasureReply run_isolated(const std::vector<std::string>& runner, const std:
     return failure(pb::RUNTIME_ERROR, "runner exited with status " + std::to_string(WEXITSTATUS(status)) +
                                           " without a reply (did the kernel call exit()?)");
   }
-  if (reply.error() == pb::OK && reply.samples_s_size() != req.repeat()) {
+  const bool cut = reply.cut() && req.cut_slower_than_s() > 0;
+  if (reply.error() == pb::OK && reply.samples_s_size() != (cut ? 1 : req.repeat())) {
     return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.samples_s_size()) +
-                                          " samples instead of " + std::to_string(req.repeat()));
+                                          " samples instead of " + std::to_string(cut ? 1 : req.repeat()));
   }
   if (reply.error() != pb::OK && reply.error_msg().empty()) reply.set_error_msg("the runner gave no details");
   return reply;

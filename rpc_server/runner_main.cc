@@ -113,11 +113,14 @@ int main(int argc, char** argv) {
     }
     std::vector<float*> args;
     for (auto& b : bufs) args.push_back(b.data());
-    tf::TimingOptions o{req.number(), req.repeat(), req.min_repeat_ms(), req.flush_cache(), req.cooldown_ms()};
+    tf::TimingOptions o{req.number(), req.repeat(), req.min_repeat_ms(), req.flush_cache(), req.cooldown_ms(),
+                        req.cut_slower_than_s(), req.min_warmup_ms()};
     tf::TimingResult t = tf::time_kernel(lib, args, o);
 
     pb::MeasureReply reply;
     reply.set_kernel_status(t.status);
+    reply.set_cut(t.cut);
+    reply.set_warmup_calls(t.warmup_calls);
     reply.set_number(t.number);
     reply.set_repeat(req.repeat());
     reply.set_min_repeat_ms(req.min_repeat_ms());

@@ -50,6 +50,8 @@ pb::MeasureRequest MeasureContext::request(const std::string& function) const {
   req.set_cooldown_ms(opts_.cooldown_ms);
   req.set_seed(opts_.seed);
   req.set_timeout_s(opts_.timeout_s);
+  req.set_cut_slower_than_s(opts_.cut_slower_than_s);
+  req.set_min_warmup_ms(opts_.min_warmup_ms);
   // Values travel back when they are small enough; otherwise only a digest (unchecked).
   req.set_outputs(!opts_.check ? pb::OUTPUT_NONE : out_elements_ * 4 <= (16 << 20) ? pb::OUTPUT_VALUES : pb::OUTPUT_DIGEST);
   return req;
@@ -62,6 +64,7 @@ RunResult MeasureContext::finish(const pb::MeasureReply& reply) {
   r.number = reply.number();
   if (!r.ok()) return r;
   r.samples_s.assign(reply.samples_s().begin(), reply.samples_s().end());
+  r.cut = reply.cut();
   if (!opts_.check || reply.outputs_size() != 1 ||
       reply.outputs(0).values().size() != static_cast<size_t>(out_elements_) * 4) {
     return r;
@@ -109,7 +112,7 @@ db::MeasureRecord make_record(const OpGraph& g, const CandidateInfo& c, const Ru
   r.config = c.config;
   // A wrong answer keeps its samples (they say how fast the wrong kernel was) but never ranks.
   if (res.ok() || res.error == pb::WRONG_ANSWER) r.samples_s = res.samples_s;
-  r.settings = {res.number > 0 ? res.number : o.number, o.repeat, o.min_repeat_ms, o.flush, o.cooldown_ms};
+  r.settings = {res.number > 0 ? res.number : o.number, res.cut ? 1 : o.repeat, o.min_repeat_ms, o.flush, o.cooldown_ms};
   r.error_code = error_code_name(res.error);
   r.error_msg = res.error_msg.substr(0, db::kMaxErrorMsgLength);
   r.compile_s = c.compile_s;

@@ -29,6 +29,12 @@ struct MeasureOptions {
   bool flush = false;
   double cooldown_ms = 0;
   double timeout_s = 0;      // 0: derived from the above (proto/measure_limits.h)
+  // > 0: one sample instead of `repeat` for a kernel whose fastest warm-up call is slower
+  // (seconds per call); the tuner sets it to 2x the best so far (a non-contender)
+  double cut_slower_than_s = 0;
+  // The warm-up lasts at least this long (ms): a fresh process runs slow for a while
+  // (proto/kernel_library.h). `run` and the tuner's re-timing use 300.
+  double min_warmup_ms = 0;
   uint64_t seed = 1;         // of the inputs
   bool check = true;         // compare outputs with the reference
 };
@@ -40,6 +46,7 @@ struct RunResult {
   std::vector<double> samples_s;   // empty unless timed
   int number = 0;
   std::string correctness = "unchecked";  // ok, wrong, unchecked
+  bool cut = false;                // one sample only (MeasureOptions::cut_slower_than_s)
   double max_abs_error = 0;
   double tolerance = 0;
   std::string board_id = "local", device_model, board_target;
@@ -60,6 +67,9 @@ class MeasureContext {
   const MeasureOptions& options() const { return opts_; }
   // The time limit of later requests (0: derived from the settings).
   void set_timeout_s(double s) { opts_.timeout_s = s; }
+  // The cut of later requests (0: none).
+  void set_cut_slower_than_s(double s) { opts_.cut_slower_than_s = s; }
+  void set_min_warmup_ms(double ms) { opts_.min_warmup_ms = ms; }
   // The request for `function` (module id left empty).
   tunefarm::v1::MeasureRequest request(const std::string& function) const;
   // Turns a board's reply into a result, checking its outputs against the reference.

@@ -109,8 +109,9 @@ std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
   const TuneState& st = sum_.state;
   if (opts_.slow_factor > 0 && std::isfinite(st.best_s) && opts_.measure.timeout_s == 0) {
     const MeasureOptions& m = opts_.measure;
-    ctx_->set_timeout_s((m.repeat + 2) * std::max(m.min_repeat_ms / 1e3, opts_.slow_factor * st.best_s) + 1);
+    ctx_->set_timeout_s((m.repeat + 4) * std::max(m.min_repeat_ms / 1e3, opts_.slow_factor * st.best_s) + 1);
   }
+  if (opts_.cut_factor > 0 && std::isfinite(st.best_s)) ctx_->set_cut_slower_than_s(opts_.cut_factor * st.best_s);
   std::vector<json> configs;
   for (uint64_t i : indices) configs.push_back(space_.to_config(i));
   std::vector<BuildResult> builds = builder_.build(space_.workload(), space_.target(), configs);
@@ -123,12 +124,14 @@ std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
     // Noise only matters for contenders: a disturbed measurement is redone when it is
     // within 2x of the best so far.
     bool contender = !std::isfinite(st.best_s) || results[k].median_s() <= 2 * st.best_s;
-    if (results[k].ok() && contender && disturbed(results[k].samples_s, opts_.max_spread)) {
+    // A cut one whose sample says it is a contender had a disturbed warm-up.
+    if (results[k].ok() && contender && (results[k].cut || disturbed(results[k].samples_s, opts_.max_spread))) {
       again.push_back(builds[k]);
       again_at.push_back(k);
     }
   }
   if (!again.empty() && !stopped()) {
+    ctx_->set_cut_slower_than_s(0);
     std::vector<RunResult> redo = runner_.run(*ctx_, again);
     for (size_t k = 0; k < redo.size(); ++k) {
       size_t at = again_at[k];
@@ -281,6 +284,8 @@ TuneSummary TuneLoop::finish() {
     for (uint64_t i : top) configs.push_back(space_.to_config(i));
     std::vector<BuildResult> builds = builder_.build(space_.workload(), space_.target(), configs);
     ctx_->set_timeout_s(opts_.measure.timeout_s);  // the re-timed are all fast: the runner's own limit
+    ctx_->set_cut_slower_than_s(0);                 // and all are timed in full, the default too
+    ctx_->set_min_warmup_ms(opts_.retime_warmup_ms);
     for (int round = 0; round < opts_.retime_rounds && !stopped(); ++round) {
       std::vector<RunResult> results = runner_.run(*ctx_, builds);
       std::vector<Trial> trials;

@@ -18,8 +18,10 @@
 // - Results reach the MeasureCallbacks batch by batch (records committed, strategy fed,
 //   progress shown); BOARD_LOST results are passed as lost, never as a candidate's result.
 // - Hopeless candidates are cut short: with a best median B so far, a measurement's time limit
-//   is (repeat + 2) x max(min_repeat_ms, slow_factor x B) + 1 s, so one call that is
-//   slow_factor times slower than the best ends as TIMEOUT instead of taking seconds.
+//   is (repeat + 4) x max(min_repeat_ms, slow_factor x B) + 1 s (samples, a warm-up of
+//   about 3 calls, one spare), so one call that is slow_factor times slower than the best
+//   ends as TIMEOUT instead of taking seconds.
+// - Non-contenders are timed with one sample (cut_factor); the re-timing never cuts.
 // - `stop` (set by a signal handler) ends the run after the batch in flight, without the
 //   re-timing; what was measured is already committed.
 #pragma once
@@ -48,11 +50,16 @@ struct TuneOptions {
   double time_budget_s = 0;    // 0: none
   int retime_top = 3;          // configs re-timed at the end (plus the default)
   int retime_rounds = 3;
+  double retime_warmup_ms = 300;  // the re-timing's shortest warm-up (MeasureOptions::min_warmup_ms)
   double max_spread = 0.10;    // (max - min) / median of samples above which a measurement is redone
   // Once something ran, a candidate is stopped (TIMEOUT) when one call takes this many times
   // the best median so far: it cannot win, and measuring it to the end would cost more than
   // many good ones. 0: only the runner's own limit.
   double slow_factor = 20;
+  // A candidate whose fastest warm-up call takes more than this many times the best median
+  // so far is not a contender: it gets one sample instead of `repeat` (and is re-measured in
+  // full if that sample says it is a contender after all). 0: never cut.
+  double cut_factor = 2;
   MeasureOptions measure;
   std::string run_uuid;
 };

@@ -593,7 +593,17 @@ TEST_F(Farm, TheBoardsLimitsAreCeilings) {
     r = request("scale");
     r.set_cooldown_ms(bad);
     EXPECT_EQ(status(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "cooldown_ms " << bad;
+    r = request("scale");
+    r.set_cut_slower_than_s(bad);
+    EXPECT_EQ(status(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "cut_slower_than_s " << bad;
+    r = request("scale");
+    r.set_min_warmup_ms(bad);
+    EXPECT_EQ(status(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "min_warmup_ms " << bad;
   }
+  pb::MeasureRequest negative = request("scale");
+  negative.set_cut_slower_than_s(-1);
+  s = status(negative);
+  EXPECT_NE(s.error_message().find("cut_slower_than_s -1"), std::string::npos) << s.error_message();
   EXPECT_TRUE(status(request("scale")).ok());  // the control
 }
 

@@ -413,6 +413,15 @@ TEST(Tune, RecordsEveryTrialResumesWithoutRemeasuringAndCompileUsesTheBest) {
     searched.insert(db::config_hash(tr.config));
   }
   EXPECT_EQ(searched.size(), 12u);
+  // Non-contenders (a warm-up over 2x the best so far) get one sample; the re-timing never cuts.
+  int cut = 0;
+  for (const Trial& tr : seen.trials) {
+    if (!tr.result.ok()) continue;
+    EXPECT_EQ(tr.result.samples_s.size(), tr.result.cut ? 1u : 3u) << tr.config.dump();
+    EXPECT_FALSE(tr.retime && tr.result.cut) << tr.config.dump();
+    cut += tr.result.cut;
+  }
+  EXPECT_GT(cut, 0) << "random configs of this matmul are mostly over 2x slower than the best (11 of 24 cut here)";
   EXPECT_GT(db->history({w.canonical(), t.str(), 0}).size(), after1.size() + 12);
   // The re-timing: the best few and the default, several rounds each, all recorded.
   ASSERT_GE(second.retimed.size(), 2u);

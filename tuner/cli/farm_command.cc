@@ -134,7 +134,8 @@ int farm_measure(const FarmArgs& a) {
   if (a.key.empty()) throw UserError("--key KEY is required");
   if (a.number < 1 || a.repeat < 1) throw UserError("--number and --repeat must be at least 1");
   for (auto [name, v] : {std::pair<const char*, double>{"--min-repeat-ms", a.min_repeat_ms},
-                         {"--cooldown-ms", a.cooldown_ms}, {"--timeout-s", a.timeout_s}}) {
+                         {"--cooldown-ms", a.cooldown_ms}, {"--timeout-s", a.timeout_s},
+                         {"--warmup-ms", a.warmup_ms}}) {
     if (!std::isfinite(v) || v < 0) throw UserError(std::string(name) + " " + std::to_string(v) + " must be a finite number >= 0");
   }
   std::string data = read_file(a.module, "kernel library");
@@ -147,6 +148,7 @@ int farm_measure(const FarmArgs& a) {
   mo.number = a.number;
   mo.repeat = a.repeat;
   mo.min_repeat_ms = a.min_repeat_ms;
+  mo.min_warmup_ms = a.warmup_ms;
   mo.flush = a.flush;
   mo.cooldown_ms = a.cooldown_ms;
   mo.timeout_s = a.timeout_s;
@@ -255,6 +257,7 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
   m->add_option("--min-repeat-ms", a.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
   m->add_flag("--flush", a.flush, "flush caches before each sample");
   m->add_option("--cooldown-ms", a.cooldown_ms, "pause between samples")->capture_default_str();
+  m->add_option("--warmup-ms", a.warmup_ms, "shortest warm-up before the samples")->capture_default_str();
   m->add_option("--timeout-s", a.timeout_s, "time limit on the board (0: the board's default)")->capture_default_str();
   m->add_option("--seed", a.seed, "seed of the inputs")->capture_default_str();
   m->add_option("--wait-ms", a.wait_ms, "how long to wait for a free board")->capture_default_str();

@@ -61,6 +61,7 @@ class Progress : public MeasureCallback {
                   {"error_code", error_code_name(t.result.error)},
                   {"board", t.result.board_id},
                   {"remeasure", t.remeasure},
+                  {"cut", t.result.cut},
                   {"compile_s", t.build.compile_s}};
         if (t.result.ok()) {
           e["median_s"] = t.result.median_s();
@@ -130,6 +131,12 @@ void check_args(const TuneArgs& a) {
                          {"--slow-factor", a.slow_factor}}) {
     if (!std::isfinite(v) || v < 0) throw UserError(str(name, " ", v, " must be a finite number >= 0"));
   }
+  if (!(a.retime_warmup_ms >= 0 && a.retime_warmup_ms <= 60000)) {
+    throw UserError(str("--retime-warmup-ms ", a.retime_warmup_ms, " is not in [0, 60000]"));
+  }
+  if (!std::isfinite(a.cut_factor) || (a.cut_factor != 0 && a.cut_factor < 1)) {
+    throw UserError(str("--cut-factor ", a.cut_factor, " must be 0 (never cut) or a finite number >= 1"));
+  }
   if (!std::isfinite(a.build_timeout_s) || a.build_timeout_s <= 0) {
     throw UserError(str("--build-timeout-s ", a.build_timeout_s, " must be a positive number"));
   }
@@ -198,8 +205,12 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
       ->capture_default_str();
   t->add_option("--slow-factor", a.slow_factor, "stop a candidate whose call takes this many times the best so far "
                                                "(0: only the runner's time limit)")->capture_default_str();
+  t->add_option("--cut-factor", a.cut_factor, "time a candidate whose warm-up is this many times slower than the best "
+                                             "so far with one sample, not --repeat (0: never)")->capture_default_str();
   t->add_option("--retime-top", a.retime_top, "best configs re-timed at the end, with the default")->capture_default_str();
   t->add_option("--retime-rounds", a.retime_rounds, "interleaved rounds of the re-timing, each in fresh processes")
+      ->capture_default_str();
+  t->add_option("--retime-warmup-ms", a.retime_warmup_ms, "shortest warm-up of each re-timing (docs/tuning.md)")
       ->capture_default_str();
   t->add_option("--db", a.db, "tuning database (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
   t->add_flag("--no-db", a.no_db, "record nothing (and resume nothing)");
@@ -284,6 +295,8 @@ int run_tune_impl(const TuneArgs& a) {
   opts.retime_rounds = a.retime_rounds;
   opts.max_spread = a.max_spread;
   opts.slow_factor = a.slow_factor;
+  opts.cut_factor = a.cut_factor;
+  opts.retime_warmup_ms = a.retime_warmup_ms;
   opts.measure.number = a.number;
   opts.measure.repeat = a.repeat;
   opts.measure.min_repeat_ms = a.min_repeat_ms;

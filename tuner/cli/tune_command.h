@@ -18,6 +18,7 @@ struct TuneArgs {
   int boards = 1, trials = 200, early_stop = 0, batch = 8, workers = 0, repeat = 5, number = 1;
   int retime_top = 3, retime_rounds = 3;
   double time_budget_min = 0, min_repeat_ms = 10, build_timeout_s = 60, max_spread = 0.10, slow_factor = 20;
+  double cut_factor = 2, retime_warmup_ms = 300;
   uint64_t seed = 1;
   int64_t wait_ms = 60000;
   CLI::App* cmd = nullptr;

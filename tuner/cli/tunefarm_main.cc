@@ -201,7 +201,7 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
 struct RunArgs {
   std::string workload, config, db;
   int repeat = 5, number = 1;
-  double min_repeat_ms = 100;
+  double min_repeat_ms = 100, warmup_ms = 300;
   bool check = true, as_json = false, no_db = false;
 };
 
@@ -227,6 +227,7 @@ int cmd_run(const RunArgs& a) {
   if (!std::isfinite(a.min_repeat_ms) || a.min_repeat_ms < 0) {
     throw UserError(str("--min-repeat-ms ", a.min_repeat_ms, " must be a finite number >= 0"));
   }
+  if (!(a.warmup_ms >= 0 && a.warmup_ms <= 60000)) throw UserError(str("--warmup-ms ", a.warmup_ms, " is not in [0, 60000]"));
   Workload w = parse_workload(a.workload);
   Target t = host_target();
   // Open (creating if needed) the database first: a bad --db fails before any work.
@@ -251,6 +252,7 @@ int cmd_run(const RunArgs& a) {
   mo.number = a.number;
   mo.repeat = a.repeat;
   mo.min_repeat_ms = a.min_repeat_ms;
+  mo.min_warmup_ms = a.warmup_ms;
   mo.check = a.check;
   MeasureContext ctx(k.graph, mo);
   RunResult r = runner.run_one(ctx, so, k.name);
@@ -330,6 +332,7 @@ int main(int argc, char** argv) {
   run->add_option("--repeat", ra.repeat, "timed samples")->capture_default_str();
   run->add_option("--number", ra.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
   run->add_option("--min-repeat-ms", ra.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
+  run->add_option("--warmup-ms", ra.warmup_ms, "shortest warm-up before the samples (docs/tuning.md)")->capture_default_str();
   run->add_flag("--no-check", no_check, "skip the comparison with the reference implementation");
   run->add_flag("--json", ra.as_json, "print JSON");
   run->add_option("--db", ra.db, "tuning database: the config comes from it and the measurement goes into it (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");

@@ -1,0 +1,59 @@
+// The timing protocol (proto/kernel_library.h): warm-up, calibration of the calls per sample,
+// and the cut of non-contenders, on kernels whose call times are known (kernels/phases.c).
+// The kernels wait on the clock, so their calls last at least the stated time; the checks
+// leave a wide margin above it for a loaded machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "proto/kernel_library.h"
+
+namespace tf {
+namespace {
+
+// A fresh load per test: the kernels count their calls in static variables.
+TimingResult time_fresh(const std::string& function, const TimingOptions& o) {
+  KernelLibrary k(TF_KERNEL_PHASES, function);
+  std::vector<float> in(1, 1.0f), out(1);
+  return time_kernel(k, {in.data(), out.data()}, o);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+TEST(Timing, SlowFirstCallsAreWarmUpNotSamples) {
+  TimingResult r = time_fresh("settling", {1, 5, 2, false, 0, 0});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_GE(r.warmup_calls, 6) << "the 40, 20, 10 and 5 ms calls and two steady ones";
+  ASSERT_EQ(r.samples_s.size(), 5u);
+  EXPECT_LT(median(r.samples_s), 0.004) << "a slow first call was taken as a sample";
+  EXPECT_GE(r.number, 4) << "calls per sample from the steady speed (0.5 ms) and min_repeat_ms (2)";
+  EXPECT_FALSE(r.cut);
+}
+
+TEST(Timing, APlateauOfSlowCallsIsCaughtByTheFirstShortSample) {
+  TimingResult r = time_fresh("plateau", {1, 3, 10, false, 0, 0});
+  ASSERT_EQ(r.samples_s.size(), 3u);
+  // The warm-up stops on the plateau (20 ms, steady), calibrates one call a sample, and the
+  // first sample (0.5 ms, under half of min_repeat_ms) sends it back to calibrate.
+  EXPECT_GE(r.number, 10);
+  EXPECT_GE(r.warmup_calls, 4);
+  EXPECT_LT(median(r.samples_s), 0.004);
+}
+
+TEST(Timing, ANonContenderGetsOneSample) {
+  TimingResult cut = time_fresh("steady3ms", {1, 5, 0, false, 0, 0.001});
+  EXPECT_TRUE(cut.cut);
+  EXPECT_EQ(cut.samples_s.size(), 1u);
+  EXPECT_GE(cut.samples_s[0], 0.003);
+  TimingResult full = time_fresh("steady3ms", {1, 5, 0, false, 0, 1.0});
+  EXPECT_FALSE(full.cut);
+  EXPECT_EQ(full.samples_s.size(), 5u);
+}
+
+}  // namespace
+}  // namespace tf
