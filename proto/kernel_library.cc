@@ -140,11 +140,12 @@ TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args
     steady = !faster && s <= 1.25 * fastest ? steady + 1 : 0;
     fastest = r.warmup_calls == 1 ? s : std::min(fastest, s);
   }
+  // Calls that fill min_repeat_ms at `per_call_s` a call (at most 2^24).
+  auto calls_to_fill = [&](double per_call_s) {
+    return static_cast<int>(std::min<double>(std::ceil(o.min_repeat_ms / (std::max(per_call_s, 1e-12) * 1e3)), 1 << 24));
+  };
   int number = std::max(o.number, 1);
-  if (fastest > 0 && fastest * 1e3 * number < o.min_repeat_ms) {
-    number = static_cast<int>(std::min<double>(std::ceil(o.min_repeat_ms / (fastest * 1e3)), 1 << 24));
-  }
-  r.number = number;
+  if (fastest > 0) number = std::max(number, calls_to_fill(fastest));
   int repeat = std::max(o.repeat, 1);
   if (o.cut_slower_than_s > 0 && fastest > o.cut_slower_than_s) {
     repeat = 1;
@@ -173,13 +174,13 @@ TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args
     if (s * 1e3 < o.min_repeat_ms / 2 && recalibrations < kMaxRecalibrations) {
       ++recalibrations;
       r.warmup_calls += number;
-      number = static_cast<int>(std::min<double>(std::ceil(o.min_repeat_ms * number / (std::max(s, 1e-9) * 1e3)), 1 << 24));
-      r.number = number;
+      number = std::max(number, calls_to_fill(s / number));
       --rep;
       continue;
     }
     r.samples_s.push_back(s / number);
   }
+  r.number = number;
   return r;
 }
 

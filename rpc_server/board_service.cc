@@ -279,17 +279,18 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   }
   if (req.number() < 1 || req.number() > kMaxNumber) return invalid("number " + std::to_string(req.number()) + " is not in [1, 2^24]");
   if (req.repeat() < 1 || req.repeat() > kMaxRepeat) return invalid("repeat " + std::to_string(req.repeat()) + " is not in [1, 10000]");
-  if (!(req.min_repeat_ms() >= 0 && req.min_repeat_ms() <= kMaxMs)) {
-    return invalid("min_repeat_ms " + std::to_string(req.min_repeat_ms()) + " is not in [0, 60000]");
-  }
-  if (!(req.cooldown_ms() >= 0 && req.cooldown_ms() <= kMaxMs)) {
-    return invalid("cooldown_ms " + std::to_string(req.cooldown_ms()) + " is not in [0, 60000]");
-  }
-  if (!(req.cut_slower_than_s() >= 0 && req.cut_slower_than_s() <= kMaxMs / 1e3)) {
-    return invalid("cut_slower_than_s " + std::to_string(req.cut_slower_than_s()) + " is not in [0, 60]");
-  }
-  if (!(req.min_warmup_ms() >= 0 && req.min_warmup_ms() <= kMaxMs)) {
-    return invalid("min_warmup_ms " + std::to_string(req.min_warmup_ms()) + " is not in [0, 60000]");
+  struct Bounded {
+    const char* name;
+    double value, max;
+  };
+  for (const Bounded& b : {Bounded{"min_repeat_ms", req.min_repeat_ms(), kMaxMs},
+                           Bounded{"cooldown_ms", req.cooldown_ms(), kMaxMs},
+                           Bounded{"cut_slower_than_s", req.cut_slower_than_s(), kMaxMs / 1e3},
+                           Bounded{"min_warmup_ms", req.min_warmup_ms(), kMaxMs}}) {
+    if (!(b.value >= 0 && b.value <= b.max)) {  // NaN fails too
+      return invalid(std::string(b.name) + " " + std::to_string(b.value) + " is not in [0, " +
+                     std::to_string(static_cast<int64_t>(b.max)) + "]");
+    }
   }
   *reply = run_isolated(runner_command(options_), module.string(), req, req.timeout_s(), [this](pid_t pid) {
     std::lock_guard<std::mutex> lock(mu_);

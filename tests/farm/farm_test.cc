@@ -583,22 +583,19 @@ TEST_F(Farm, TheBoardsLimitsAreCeilings) {
   grpc::Status s = status(big);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("exceeds this board's limit"), std::string::npos) << s.error_message();
+  using Setter = void (pb::MeasureRequest::*)(double);
+  const std::pair<const char*, Setter> fields[] = {
+      {"timeout_s", &pb::MeasureRequest::set_timeout_s},
+      {"min_repeat_ms", &pb::MeasureRequest::set_min_repeat_ms},
+      {"cooldown_ms", &pb::MeasureRequest::set_cooldown_ms},
+      {"cut_slower_than_s", &pb::MeasureRequest::set_cut_slower_than_s},
+      {"min_warmup_ms", &pb::MeasureRequest::set_min_warmup_ms}};
   for (double bad : {NAN, INFINITY, -INFINITY}) {
-    pb::MeasureRequest r = request("scale");
-    r.set_timeout_s(bad);
-    EXPECT_EQ(status(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "timeout_s " << bad;
-    r = request("scale");
-    r.set_min_repeat_ms(bad);
-    EXPECT_EQ(status(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "min_repeat_ms " << bad;
-    r = request("scale");
-    r.set_cooldown_ms(bad);
-    EXPECT_EQ(status(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "cooldown_ms " << bad;
-    r = request("scale");
-    r.set_cut_slower_than_s(bad);
-    EXPECT_EQ(status(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "cut_slower_than_s " << bad;
-    r = request("scale");
-    r.set_min_warmup_ms(bad);
-    EXPECT_EQ(status(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "min_warmup_ms " << bad;
+    for (const auto& [name, set] : fields) {
+      pb::MeasureRequest r = request("scale");
+      (r.*set)(bad);
+      EXPECT_EQ(status(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name << " " << bad;
+    }
   }
   pb::MeasureRequest negative = request("scale");
   negative.set_cut_slower_than_s(-1);

@@ -13,7 +13,7 @@
 namespace tf {
 namespace {
 
-// A fresh load per test: the kernels count their calls in static variables.
+// Each kernel counts its calls in a static variable, so each is timed once in this program.
 TimingResult time_fresh(const std::string& function, const TimingOptions& o) {
   KernelLibrary k(TF_KERNEL_PHASES, function);
   std::vector<float> in(1, 1.0f), out(1);
