@@ -3,10 +3,12 @@
 // config and under random configs drawn from the template's knob space.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 
 #include "compiler/driver.h"
+#include "compiler/link.h"
 #include "compiler/schedule_templates.h"
 #include "tests/compiler/kernel_harness.h"
 
@@ -97,6 +99,24 @@ TEST(KernelAbi, SidecarDescribesArguments) {
   EXPECT_EQ(meta["args"][2]["name"], "bias");
   EXPECT_EQ(meta["args"][3]["role"], "output");
   EXPECT_EQ(meta["args"][3]["shape"], nlohmann::json({1, 4, 8, 8}));
+}
+
+// The in-process linker (lld's library): its error text reaches the user, and a failed link
+// leaves it usable for the next one.
+TEST(Link, InProcessErrorsNameTheProblemAndTheLinkerStaysUsable) {
+  std::string dir = testing::temp_dir();
+  try {
+    link_shared_library(dir + "/no-such-object.o", dir + "/never.so", host_target(), false, false);
+    ADD_FAILURE() << "linked a missing object";
+  } catch (const std::runtime_error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("linking failed"), std::string::npos) << what;
+    EXPECT_NE(what.find("no-such-object.o"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/never.so"));
+  CompiledKernel k = compile_kernel(parse_workload("matmul(M=4,N=4,K=4)"), host_target(), nlohmann::json::object(), "default", "");
+  write_kernel(k, EmitKind::SharedLibrary, dir + "/after_error.so");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/after_error.so"));
 }
 
 }  // namespace
