@@ -7,6 +7,9 @@
 //     0) and the pairwise ranking accuracy, for both objectives. A random pick's expected
 //     top-1 score is printed next to it as the floor.
 //
+//   --rounds, --depth, --eta, --min-child-weight override the model's defaults
+//   (costmodel/xgboost_model.h) to compare hyperparameters; --show yes prints the model's pick and the best config of each held-out workload.
+//
 //   With --within yes: train on a random half of each workload's configs and rank the other
 //   half (how well the features describe one shape, the case of a run without transfer).
 //
@@ -48,6 +51,7 @@ std::string arg(int argc, char** argv, const std::string& name, const std::strin
 struct TestSet {
   std::vector<std::vector<float>> rows;
   std::vector<double> costs;  // +inf: failed
+  std::vector<nlohmann::json> configs;
 };
 
 // The held-out workload's configs on its most measured target, each at the median of its
@@ -72,6 +76,7 @@ TestSet test_set(const std::vector<db::MeasureRecord>& recs) {
   for (const auto& [h, c] : configs) {
     s.rows.push_back(costmodel::config_features(g, t, c.first));
     s.costs.push_back(db::combined_cost(c.second));
+    s.configs.push_back(c.first);
   }
   return s;
 }
@@ -82,6 +87,7 @@ int quality(int argc, char** argv) {
   std::string arch = arg(argc, argv, "--arch", host_target().arch_name());
   size_t min_configs = std::stoul(arg(argc, argv, "--min-configs", "30"));
   bool within = arg(argc, argv, "--within", "no") == "yes";
+  bool show = arg(argc, argv, "--show", "no") == "yes";
   auto db = db::open_database(path, db::OpenMode::ReadOnly);
   std::map<std::string, std::vector<db::MeasureRecord>> by_workload;
   for (auto& r : db->history({})) {
@@ -107,6 +113,7 @@ int quality(int argc, char** argv) {
           TestSet& dst = k < idx.size() / 2 ? a : b;
           dst.rows.push_back(test.rows[idx[k]]);
           dst.costs.push_back(test.costs[idx[k]]);
+          dst.configs.push_back(test.configs[idx[k]]);
         }
         train.set.add_group(a.rows, a.costs);
         train.configs = train.set.rows();
@@ -118,6 +125,10 @@ int quality(int argc, char** argv) {
       if (train.set.rows() == 0) continue;
       costmodel::XGBoostOptions o;
       o.objective = objective;
+      o.rounds = std::stoi(arg(argc, argv, "--rounds", std::to_string(o.rounds)));
+      o.max_depth = std::stoi(arg(argc, argv, "--depth", std::to_string(o.max_depth)));
+      o.eta = std::stod(arg(argc, argv, "--eta", std::to_string(o.eta)));
+      o.min_child_weight = std::stod(arg(argc, argv, "--min-child-weight", std::to_string(o.min_child_weight)));
       costmodel::XGBoostModel m(o);
       m.fit(train.set);
       std::vector<float> flat;
@@ -148,6 +159,11 @@ int quality(int argc, char** argv) {
                   "pairwise %.3f  (random pick %.3f)\n",
                   objective.c_str(), within ? "half of " : "held out", w.c_str(), train.configs, train.workloads, test.rows.size(), top(1), top(5), pair,
                   random);
+      if (show) {
+        size_t best_i = static_cast<size_t>(std::min_element(test.costs.begin(), test.costs.end()) - test.costs.begin());
+        std::printf("      model's pick %.4f ms %s\n      best         %.4f ms %s\n", test.costs[order[0]] * 1e3,
+                    test.configs[order[0]].dump().c_str(), best * 1e3, test.configs[best_i].dump().c_str());
+      }
       sum1 += top(1);
       sum5 += top(5);
       sum_pair += pair;

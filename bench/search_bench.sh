@@ -8,12 +8,13 @@
 #    its best-so-far came within 95% of the best speed any run found for that workload.
 #    Prints the median over all runs per strategy and the ratio xgb / random.
 # 3. Transfer: xgb on a new matmul shape, SEEDS seeds, starting from a copy of the databases
-#    of benchmark 1 (records of other matmul shapes) against an empty database.
+#    of benchmark 1 (records of other matmul shapes; env TRANSFER_DB adds a database's
+#    records) against an empty database.
 #
 # Output (under OUT, default bench-out/search): curves.csv (every run's best-so-far),
 # summary.txt, curves.png (mean of best/best-so-far per strategy and trial).
 #
-# usage: bench/search_bench.sh [BUILD_DIR]   env: TRIALS (80), SEEDS (5), OUT
+# usage: bench/search_bench.sh [BUILD_DIR]   env: TRIALS (80), SEEDS (5), OUT, TRANSFER_DB
 set -euo pipefail
 BUILD=${1:-build}
 TF=$BUILD/tuner/tunefarm
@@ -55,9 +56,10 @@ for seed in $(seq 1 "$SEEDS"); do
   done
 done
 
-# Transfer: the records of benchmark 1's matmul runs in one database.
+# Transfer: the records of benchmark 1's matmul runs in one database, plus those of
+# TRANSFER_DB when set (e.g. bench/costmodel_bench.sh's records of twelve other shapes).
 merged="$OUT/db/transfer.db"
-for f in "$OUT"/db/w0-*.db "$OUT"/db/w1-*.db; do
+for f in "$OUT"/db/w0-*.db "$OUT"/db/w1-*.db ${TRANSFER_DB:+"$TRANSFER_DB"}; do
   "$TF" query export --db "$f" - | "$TF" query import --db "$merged" - > /dev/null
 done
 for seed in $(seq 1 "$SEEDS"); do
