@@ -8,7 +8,8 @@
 //     top-1 score is printed next to it as the floor.
 //
 //   --rounds, --depth, --eta, --min-child-weight override the model's defaults
-//   (costmodel/xgboost_model.h) to compare hyperparameters; --show yes prints the model's pick and the best config of each held-out workload.
+//   (costmodel/xgboost_model.h) to compare hyperparameters; --show yes prints the model's
+//   pick and the best config of each held-out workload.
 //
 //   With --within yes: train on a random half of each workload's configs and rank the other
 //   half (how well the features describe one shape, the case of a run without transfer).
@@ -46,6 +47,20 @@ std::string arg(int argc, char** argv, const std::string& name, const std::strin
     if (argv[i] == name) return argv[i + 1];
   }
   return def;
+}
+
+// A numeric flag; a value that is not a number is an error naming the flag and the value.
+double number(int argc, char** argv, const std::string& name, double def) {
+  std::string v = arg(argc, argv, name, "");
+  if (v.empty()) return def;
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != v.size()) throw std::runtime_error(name + " " + v + ": not a number");
+  return x;
 }
 
 struct TestSet {
@@ -88,6 +103,11 @@ int quality(int argc, char** argv) {
   size_t min_configs = std::stoul(arg(argc, argv, "--min-configs", "30"));
   bool within = arg(argc, argv, "--within", "no") == "yes";
   bool show = arg(argc, argv, "--show", "no") == "yes";
+  costmodel::XGBoostOptions base;
+  base.rounds = static_cast<int>(number(argc, argv, "--rounds", base.rounds));
+  base.max_depth = static_cast<int>(number(argc, argv, "--depth", base.max_depth));
+  base.eta = number(argc, argv, "--eta", base.eta);
+  base.min_child_weight = number(argc, argv, "--min-child-weight", base.min_child_weight);
   auto db = db::open_database(path, db::OpenMode::ReadOnly);
   std::map<std::string, std::vector<db::MeasureRecord>> by_workload;
   for (auto& r : db->history({})) {
@@ -123,12 +143,8 @@ int quality(int argc, char** argv) {
         train = costmodel::transfer_from_database(*db, templ, arch, w, 0);
       }
       if (train.set.rows() == 0) continue;
-      costmodel::XGBoostOptions o;
+      costmodel::XGBoostOptions o = base;
       o.objective = objective;
-      o.rounds = std::stoi(arg(argc, argv, "--rounds", std::to_string(o.rounds)));
-      o.max_depth = std::stoi(arg(argc, argv, "--depth", std::to_string(o.max_depth)));
-      o.eta = std::stod(arg(argc, argv, "--eta", std::to_string(o.eta)));
-      o.min_child_weight = std::stod(arg(argc, argv, "--min-child-weight", std::to_string(o.min_child_weight)));
       costmodel::XGBoostModel m(o);
       m.fit(train.set);
       std::vector<float> flat;

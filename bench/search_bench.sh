@@ -23,6 +23,7 @@ SEEDS=${SEEDS:-5}
 OUT=${OUT:-bench-out/search}
 PY=/usr/bin/python3
 [ -x "$TF" ] || { echo "search_bench: $TF not built (scripts/build.sh)" >&2; exit 2; }
+[ -z "${TRANSFER_DB:-}" ] || [ -f "$TRANSFER_DB" ] || { echo "search_bench: TRANSFER_DB $TRANSFER_DB: no such file" >&2; exit 2; }
 command -v gnuplot > /dev/null || { echo "search_bench: gnuplot missing (scripts/install-deps.sh)" >&2; exit 2; }
 if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX; fi
 rm -rf "$OUT" && mkdir -p "$OUT/db"
