@@ -45,7 +45,11 @@ def report(strategies, title):
             shown = " ".join(str(t) if t is not None else f">{trials}" for t in per)
             print(f"      {w:55s} {shown}")
     return med
-m = report(["xgb", "random", "ga"], f"Benchmark 1: search efficiency (configs measured to reach {pct} of the best speed any run found)")
+# Strategies in the order they first appear; benchmark 3's are "<variant>-transfer"/"-cold".
+order = list(dict.fromkeys(s for (_, s, _, _) in sorted(runs, key=lambda k: (int(k[2]), k[0]))))
+search = [s for s in order if not s.endswith(("-transfer", "-cold"))]
+xgbs = [s for s in search if s.startswith("xgb")]
+m = report(search, f"Benchmark 1: search efficiency (configs measured to reach {pct} of the best speed any run found)")
 # Random search's runs are often censored (never within 95% in the budget). Its expected
 # trials follow from the share p of its measured configs that are within 95% (a geometric
 # draw): 1/p, and more than the number of samples when none is.
@@ -60,18 +64,22 @@ for w in sorted(raw):
     e = n / hits if hits else float("inf")
     expected.append(e if hits else n)
     print(f"  random, expected trials to {pct} on {w}: " + (f"{e:.0f} ({hits} of {n} random configs within {pct})" if hits else f"more than {n} (none of {n} random configs within {pct})"))
-if expected and "xgb" in m:
-    em = statistics.median(expected)
-    censored = m["xgb"] > trials
-    print(f"  xgb median / random's expected (median over workloads, at least {em:.0f}) = "
-          + ("unknown: xgb's own median is past the budget" if censored else f"at most {m['xgb'] / em:.2f}"))
-if "xgb" in m and "random" in m:
-    print(f"  xgb / random = {m['xgb'] / m['random']:.2f} (goal: at most 0.33)")
-if "xgb" in m and "ga" in m:
-    print(f"  xgb / ga     = {m['xgb'] / m['ga']:.2f}")
-t = report(["xgb-transfer", "xgb-cold"], f"Benchmark 3: transfer on a new shape, trials to {pct} (xgb with the other shapes' records vs an empty database)")
-if "xgb-transfer" in t and "xgb-cold" in t:
-    print(f"  transfer / cold = {t['xgb-transfer'] / t['xgb-cold']:.2f} (goal: at most 0.5)")
+for x in xgbs:
+    if expected:
+        em = statistics.median(expected)
+        censored = m[x] > trials
+        print(f"  {x} median / random's expected (median over workloads, at least {em:.0f}) = "
+              + ("unknown: its own median is past the budget" if censored else f"at most {m[x] / em:.2f}"))
+    if "random" in m:
+        print(f"  {x} / random = {m[x] / m['random']:.2f} (goal: at most 0.33)")
+    if "ga" in m:
+        print(f"  {x} / ga     = {m[x] / m['ga']:.2f}")
+variants = [s[:-len("-transfer")] for s in order if s.endswith("-transfer")]
+t = report([f"{v}-{mode}" for v in variants for mode in ("transfer", "cold")],
+           f"Benchmark 3: transfer on a new shape, trials to {pct} (xgb with the other shapes' records vs an empty database)")
+for v in variants:
+    if f"{v}-transfer" in t and f"{v}-cold" in t:
+        print(f"  {v}: transfer / cold = {t[v + '-transfer'] / t[v + '-cold']:.2f} (goal: at most 0.5)")
 # Mean normalised best-so-far per strategy and trial, for the PNG.
 curve = collections.defaultdict(lambda: collections.defaultdict(list))
 for (w, s, seed, run), pts in runs.items():
@@ -100,6 +108,7 @@ def reach(strategies, base, title):
         r = next((tr for tr in range(1, trials + 1) if statistics.mean(curve[s][tr]) >= goal), None)
         print(f"  {s:14s} reaches {base}'s {trials}-config mean ({goal:.3f}) after " +
               (f"{r} configs ({r / trials:.2f} of the budget)" if r else f"more than {trials} configs"))
-reach(["xgb", "ga", "random"], "random", "Benchmark 1 (curves)")
-reach(["xgb-transfer", "xgb-cold"], "xgb-cold", "Benchmark 3 (curves)")
+reach(search, "random", "Benchmark 1 (curves)")
+for v in variants:
+    reach([f"{v}-transfer", f"{v}-cold"], f"{v}-cold", f"Benchmark 3 (curves, {v})")
 print(f"curves: {out}/curves.csv, {out}/curves.png")
