@@ -71,6 +71,15 @@ double coef(const Expr& e, const ExprNode* v, const Lets& lets) {
     case ExprKind::Min:
     case ExprKind::Max:
       return coef(e.as<ir::Binary>()->a, v, lets);
+    case ExprKind::EQ:
+    case ExprKind::NE:
+    case ExprKind::LT:
+    case ExprKind::LE:
+    case ExprKind::And:
+    case ExprKind::Or: {  // a condition moves with `v` when either side does
+      const auto* b = e.as<ir::Binary>();
+      return coef(b->a, v, lets) != 0 || coef(b->b, v, lets) != 0 ? 1 : 0;
+    }
     case ExprKind::Select:
       return coef(e.as<ir::Select>()->t, v, lets);
     case ExprKind::Cast:
@@ -105,6 +114,7 @@ struct StoreSite {
   double iterations = 1;
   int float_ops = 0;
   int guards = 0;
+  bool guard_on_inner = false;  // an enclosing if's condition moves with the innermost loop
 };
 
 class Walker {
@@ -136,10 +146,10 @@ class Walker {
       }
       case ir::StmtKind::IfThenElse: {
         const auto* i = s.as<ir::IfThenElse>();
-        ++guards_;
+        conds_.push_back(i->cond);
         stmt(i->then_case);
         if (i->else_case) stmt(i->else_case);
-        --guards_;
+        conds_.pop_back();
         return;
       }
       case ir::StmtKind::Allocate: {
@@ -175,7 +185,10 @@ class Walker {
     ++stores;
     total_iterations += site.iterations;
     if (site.iterations <= hottest.iterations && stores > 1) return;
-    site.guards = guards_;
+    site.guards = static_cast<int>(conds_.size());
+    if (!site.loops.empty()) {
+      for (const Expr& c : conds_) site.guard_on_inner |= coef(c, site.loops[0].var, lets_) != 0;
+    }
     site.accesses.push_back(access(s.buffer, s.index, site.loops));
     std::vector<Access> loads;
     ir::post_order(s.value, [&](const Expr& e) {
@@ -204,7 +217,7 @@ class Walker {
 
   std::vector<Loop> loops_;
   Lets lets_;
-  int guards_ = 0;
+  std::vector<Expr> conds_;  // of the enclosing ifs
   int parallel_depth_ = 0;
 };
 
@@ -228,6 +241,22 @@ double iterations_inside(const std::vector<Loop>& loops, size_t levels) {
   return n;
 }
 
+// The vector width LLVM's loop vectorizer gives the hottest store's innermost loop when the
+// schedule leaves it a plain serial loop (up to 4 vectors interleaved): the store moves
+// contiguously along it, every load is contiguous or invariant along it, and no enclosing
+// guard depends on it (tails of outer loops leave such guards; they do not stop it). A
+// reduction along it is not vectorized: without fast-math LLVM keeps float sums in order.
+// 0 when it does not apply.
+double implicit_vector_width(const StoreSite& hot, double lanes) {
+  if (hot.loops.empty() || hot.loops[0].kind != ForKind::Serial || hot.guard_on_inner) return 0;
+  if (hot.accesses.empty() || hot.accesses[0].coefs[0] != 1) return 0;
+  for (const Access& a : hot.accesses) {
+    if (a.coefs[0] != 0 && a.coefs[0] != 1) return 0;
+  }
+  if (hot.loops[0].extent < 2) return 0;
+  return std::min(static_cast<double>(hot.loops[0].extent), 4 * lanes);
+}
+
 }  // namespace
 
 const std::vector<std::string>& feature_names() {
@@ -236,7 +265,7 @@ const std::vector<std::string>& feature_names() {
         "flops",           "iterations.all",  "iterations.hot", "iterations.other", "stores",
         "nests",           "parallel.extent", "parallel.work",  "bytes.heap",       "bytes.local",
         "vector.width",    "unrolled.body",   "hot.float_ops",  "hot.intensity",    "hot.guards",
-        "target.lanes",
+        "target.lanes",    "implicit.vector",
     };
     for (size_t l = 0; l < kLoopSlots; ++l) {
       for (const char* f : {"extent", "serial", "parallel", "vectorized", "unrolled"}) {
@@ -297,6 +326,7 @@ std::vector<float> extract_features(const ir::LoweredFunc& f, double flops, int 
   out.push_back(lg(hot.iterations * std::max(1, hot.float_ops) / std::max(hot_bytes, 1.0)));
   out.push_back(static_cast<float>(hot.guards));
   out.push_back(static_cast<float>(lanes));
+  out.push_back(lg(implicit_vector_width(hot, lanes) / lanes));
 
   for (size_t l = 0; l < kLoopSlots; ++l) {
     if (l >= loops.size()) {
