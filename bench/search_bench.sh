@@ -18,7 +18,9 @@
 #
 # usage: bench/search_bench.sh [BUILD_DIR]
 #   env: TRIALS (80), SEEDS (5), OUT, TRANSFER_DB, STRATEGIES ("xgb random ga"),
-#        TRANSFER_STRATEGIES (benchmark 3's xgb variants, "xgb"; empty: skip benchmark 3)
+#        TRANSFER_STRATEGIES (benchmark 3's xgb variants, "xgb"; empty: skip benchmark 3),
+#        TUNE_FLAGS (added to every tune, e.g. "--transfer-until 48"). STRATEGIES="" skips
+#        benchmark 1; benchmark 3 then learns from TRANSFER_DB alone.
 set -euo pipefail
 BUILD=${1:-build}
 TF=$BUILD/tuner/tunefarm
@@ -45,7 +47,8 @@ flags() {  # the tune flags of a strategy name
 }
 for s in "${STRATEGIES[@]}" "${TRANSFER_STRATEGIES[@]}"; do flags "$s" > /dev/null || exit 2; done
 NEW_SHAPE="matmul(M=200,N=304,K=150)"
-COMMON=(--local --trials "$TRIALS" --retime-rounds 0 --json)
+read -r -a TUNE_EXTRA <<< "${TUNE_FLAGS:-}"
+COMMON=(--local --trials "$TRIALS" --retime-rounds 0 --json "${TUNE_EXTRA[@]}")
 
 echo "workload,strategy,seed,run,trial,config_s,best_s" > "$OUT/curves.csv"
 curve() {  # curve DB WORKLOAD STRATEGY SEED LABEL
@@ -73,6 +76,7 @@ done
 # Transfer: the records of benchmark 1's matmul runs in one database, plus those of
 # TRANSFER_DB when set (e.g. bench/costmodel_bench.sh's records of twelve other shapes).
 merged="$OUT/db/transfer.db"
+shopt -s nullglob
 [ ${#TRANSFER_STRATEGIES[@]} -eq 0 ] ||
 for f in "$OUT"/db/w0-*.db "$OUT"/db/w1-*.db ${TRANSFER_DB:+"$TRANSFER_DB"}; do
   "$TF" query export --db "$f" - | "$TF" query import --db "$merged" - > /dev/null

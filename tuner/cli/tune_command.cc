@@ -154,6 +154,7 @@ void check_args(const TuneArgs& a) {
     throw UserError(str("--objective ", a.objective, ": not one of rank:pairwise, reg:squarederror"));
   }
   if (!(a.epsilon >= 0 && a.epsilon <= 1)) throw UserError(str("--epsilon ", a.epsilon, " must be between 0 and 1"));
+  if (a.transfer_until < 0) throw UserError(str("--transfer-until ", a.transfer_until, " must be 0 or more"));
   if (!a.save_model.empty()) {
     std::filesystem::path dir = std::filesystem::absolute(a.save_model).parent_path();
     if (!std::filesystem::is_directory(dir) || access(dir.c_str(), W_OK) != 0) {
@@ -189,6 +190,9 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
       ->capture_default_str();
   t->add_option("--epsilon", a.epsilon, "xgb: share of random configs in each batch")->capture_default_str();
   t->add_flag("--no-transfer", a.no_transfer, "xgb: do not learn from the database's records of other workloads");
+  t->add_option("--transfer-until", a.transfer_until,
+                "xgb: correct results of this workload after which the other workloads' records leave the fit")
+      ->capture_default_str();
   t->add_option("--load-model", a.load_model, "xgb: rank with this saved model until the first fit");
   t->add_option("--save-model", a.save_model, "xgb: save the cost model to this file at the end");
   t->add_option("--early-stop", a.early_stop, "stop after this many trials without a better config (0: never)")
@@ -265,6 +269,7 @@ int run_tune_impl(const TuneArgs& a) {
   ModelSearchOptions mo;
   mo.model.objective = a.objective;
   mo.epsilon = a.epsilon;
+  mo.transfer_until = static_cast<size_t>(a.transfer_until);
   mo.load_model = a.load_model;
   mo.feature_worker = find_sibling_program("tunefarm-build-worker", ".");
   std::string transfer_note;

@@ -16,7 +16,7 @@ struct TuneArgs {
   double epsilon = 0.05;
   std::string tracker, key, token_file, tls_ca, tls_cert, tls_key, tls_server_name, user;
   int boards = 1, trials = 200, early_stop = 0, batch = 8, workers = 0, repeat = 5, number = 1;
-  int retime_top = 3, retime_rounds = 3;
+  int retime_top = 3, retime_rounds = 3, transfer_until = 24;
   double time_budget_min = 0, min_repeat_ms = 10, build_timeout_s = 60, max_spread = 0.10, slow_factor = 20;
   double cut_factor = 2, retime_warmup_ms = 300;
   uint64_t seed = 1;
