@@ -273,7 +273,8 @@ int run_tune_impl(const TuneArgs& a) {
   mo.load_model = a.load_model;
   mo.feature_worker = find_sibling_program("tunefarm-build-worker", ".");
   std::string transfer_note;
-  if (a.strategy == "xgb" && database && !a.no_transfer) {
+  // --transfer-until 0 never fits on the transfer set: it is not read either.
+  if (a.strategy == "xgb" && database && !a.no_transfer && a.transfer_until > 0) {
     costmodel::TransferData td =
         costmodel::transfer_from_database(*database, space.template_id(), t.arch_name(), w.canonical(), 4000,
                                           t.emulated());
@@ -282,7 +283,9 @@ int run_tune_impl(const TuneArgs& a) {
                         td.skipped ? str(", ", td.skipped, " records skipped") : std::string());
     mo.transfer = std::move(td.set);
   } else if (a.strategy == "xgb") {
-    transfer_note = a.no_transfer ? "cost model starts cold (--no-transfer)" : "cost model starts cold (no database)";
+    transfer_note = a.no_transfer            ? "cost model starts cold (--no-transfer)"
+                    : a.transfer_until == 0 ? "cost model starts cold (--transfer-until 0)"
+                                            : "cost model starts cold (no database)";
   }
   if (!a.load_model.empty()) transfer_note += str("; ranking with ", a.load_model, " until the first fit");
   std::unique_ptr<SearchStrategy> strategy = make_search_strategy(a.strategy, space, a.seed, &mo);
