@@ -1,4 +1,4 @@
-// codegen_llvm: loop IR -> LLVM IR -> object code or assembly, for CPU targets.
+// codegen_llvm: loop IR -> LLVM IR -> object code or assembly, for CPU and GPU targets.
 //
 // The kernel is `i32 @name(ptr noalias %arg0, ...)`, returning 0, or -1 when a heap buffer
 // could not be allocated. Vector IR nodes become LLVM vector types: a Ramp index with stride
@@ -28,7 +28,16 @@ struct CodegenResult {
   bool uses_libm = false;      // link against libm
 };
 
-// Optimizes at O3 for the target and emits `out`. Throws UserError for a GPU target.
+// GPU targets (after check_gpu_kernel accepts the kernel, see compiler/gpu.h): the kernel is
+// `void @name(ptr %arg0, ...)`, an entry point (NVPTX: nvvm.annotations with its exact block
+// size; AMDGPU: the amdgpu_kernel calling convention, global pointers, a flat work-group size
+// of exactly the block), and each loop bound to the grid becomes the block or thread index
+// (NVPTX %ctaid/%tid, AMDGPU workgroup/workitem ids). Local buffers live in the thread's
+// private memory. For cuda, Asm is the PTX module (the CUDA driver compiles it for the
+// device) and there is no Object; for rocm, Object is an ELF relocatable that
+// link_amdgpu_code_object (compiler/link.h) turns into the .hsaco code object (v5).
+//
+// Optimizes at O3 for the target and emits `out`.
 CodegenResult codegen_llvm(const ir::LoweredFunc& f, const Target& target, CodegenOutput out);
 
 }  // namespace tf

@@ -41,14 +41,11 @@ CompiledKernel compile_kernel(const Workload& w, const Target& t, const nlohmann
   if (std::isdigit(static_cast<unsigned char>(k.name[0]))) {
     throw UserError(str("function name '", k.name, "' must not start with a digit"));
   }
-  if (!t.is_cpu()) {
-    throw UserError(str("code generation for ", t.str(),
-                        " is not implemented yet: only llvm (CPU) targets compile today"));
-  }
   k.config = complete_config(k.graph, t, config);
   k.config_source = config_source;
   ir::Schedule sch = apply_config(k.graph, t, k.config);
   k.lowered = lower(sch, k.graph.inputs, k.name, options);
+  if (t.is_gpu() && options.stop_after.empty()) k.launch = check_gpu_kernel(k.lowered.func, t);
   return k;
 }
 
@@ -63,7 +60,7 @@ nlohmann::json describe_args(const OpGraph& g) {
 }
 
 nlohmann::json kernel_metadata(const CompiledKernel& k) {
-  return {
+  nlohmann::json m = {
       {"format", "tunefarm-kernel/1"},
       {"workload", k.graph.workload.canonical()},
       {"op", k.graph.workload.op},
@@ -76,6 +73,11 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
       {"config_source", k.config_source},
       {"tuned_from", k.tuned_from},
   };
+  if (k.launch) {
+    m["module"] = k.target.kind == "cuda" ? "ptx" : "hsaco";
+    m["launch"] = k.launch->to_json();
+  }
+  return m;
 }
 
 namespace {
@@ -102,6 +104,10 @@ std::string kernel_text(const CompiledKernel& k, EmitKind kind) {
 }
 
 void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out_path) {
+  if (k.target.kind == "cuda" && kind == EmitKind::Object) {
+    throw UserError(str("--emit obj: ", k.target.str(), " kernels are PTX, which has no object form here "
+                        "(--emit so writes the PTX module and its sidecar; --emit asm the PTX alone)"));
+  }
   switch (kind) {
     case EmitKind::LoopIR:
     case EmitKind::LLVM:
@@ -109,7 +115,8 @@ void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out
     case EmitKind::Object:
       return write_file(out_path, codegen_llvm(k.lowered.func, k.target, CodegenOutput::Object).data);
     case EmitKind::SharedLibrary: {
-      CodegenResult obj = codegen_llvm(k.lowered.func, k.target, CodegenOutput::Object);
+      bool cuda = k.target.kind == "cuda";
+      CodegenResult obj = codegen_llvm(k.lowered.func, k.target, cuda ? CodegenOutput::Asm : CodegenOutput::Object);
       // Build under temporary names and rename, so a failed build never leaves a half
       // library; the temporaries go whatever happens.
       fs::path out = fs::absolute(out_path);
@@ -122,8 +129,13 @@ void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out
           for (const std::string& p : paths) fs::remove(p, ec);
         }
       } cleanup{{tmp_obj, tmp_so}};
-      write_file(tmp_obj, obj.data);
-      link_shared_library(tmp_obj, tmp_so, k.target, obj.uses_openmp, obj.uses_libm);
+      if (cuda) {
+        write_file(tmp_so, obj.data);
+      } else {
+        write_file(tmp_obj, obj.data);
+        if (k.target.is_gpu()) link_amdgpu_code_object(tmp_obj, tmp_so);
+        else link_shared_library(tmp_obj, tmp_so, k.target, obj.uses_openmp, obj.uses_libm);
+      }
       write_file(out.string() + ".json", kernel_metadata(k).dump(2) + "\n");
       std::error_code ec;
       fs::rename(tmp_so, out, ec);

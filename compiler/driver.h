@@ -6,8 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
+#include "compiler/gpu.h"
 #include "compiler/lower.h"
 #include "compiler/operators.h"
 #include "compiler/target.h"
@@ -27,6 +29,7 @@ struct CompiledKernel {
   std::string config_source;   // default, given, tuned (exact|same-arch|nearest-shape)
   nlohmann::json tuned_from;   // for tuned configs: tier, workload, target, median_s
   LowerResult lowered;
+  std::optional<GpuLaunch> launch;  // GPU targets: grid and block sizes
 };
 
 // Lowers the workload under `config` (null: the default config for the target).
@@ -35,7 +38,10 @@ CompiledKernel compile_kernel(const Workload& w, const Target& t, const nlohmann
                               const LowerOptions& options = {});
 
 // Writes the requested output to `out_path`. For a shared library it also writes
-// `out_path + ".json"`, the sidecar describing the kernel's arguments and config.
+// `out_path + ".json"`, the sidecar describing the kernel's arguments and config. On GPU
+// targets the "shared library" is the module a board's runtime loads: PTX text for cuda (the
+// driver compiles it), a .hsaco code object for rocm; its sidecar adds the launch
+// configuration. cuda has no object output (UserError).
 void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out_path);
 
 // The text of a text output (loop IR, LLVM IR, assembly), e.g. for stdout.
@@ -44,7 +50,8 @@ std::string kernel_text(const CompiledKernel& k, EmitKind kind);
 // Arguments (name, shape, dtype, role) in call order, as in the sidecar's "args".
 nlohmann::json describe_args(const OpGraph& g);
 
-// The sidecar: workload, target, function, args, flops, config and where it came from.
+// The sidecar: workload, target, function, args, flops, config and where it came from; for
+// GPU kernels also "module" (ptx or hsaco) and "launch" (grid, block, shared memory).
 nlohmann::json kernel_metadata(const CompiledKernel& k);
 
 }  // namespace tf

@@ -225,8 +225,30 @@ const char* for_kind_name(ForKind k) {
     case ForKind::Parallel: return "parallel";
     case ForKind::Vectorized: return "vectorized";
     case ForKind::Unrolled: return "unrolled";
+    case ForKind::BlockIdxX: return "blockIdx.x";
+    case ForKind::BlockIdxY: return "blockIdx.y";
+    case ForKind::BlockIdxZ: return "blockIdx.z";
+    case ForKind::ThreadIdxX: return "threadIdx.x";
+    case ForKind::ThreadIdxY: return "threadIdx.y";
+    case ForKind::ThreadIdxZ: return "threadIdx.z";
   }
   return "?";
+}
+
+bool is_gpu_binding(ForKind k) { return k >= ForKind::BlockIdxX; }
+bool is_thread_binding(ForKind k) { return k >= ForKind::ThreadIdxX; }
+
+int gpu_binding_dim(ForKind k) {
+  TF_CHECK(is_gpu_binding(k), "gpu_binding_dim of ", for_kind_name(k));
+  return (static_cast<int>(k) - static_cast<int>(ForKind::BlockIdxX)) % 3;
+}
+
+std::optional<ForKind> parse_thread_tag(const std::string& tag) {
+  for (ForKind k : {ForKind::BlockIdxX, ForKind::BlockIdxY, ForKind::BlockIdxZ, ForKind::ThreadIdxX,
+                    ForKind::ThreadIdxY, ForKind::ThreadIdxZ}) {
+    if (tag == for_kind_name(k)) return k;
+  }
+  return std::nullopt;
 }
 
 Stmt For::make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body) {

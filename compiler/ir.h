@@ -260,10 +260,23 @@ bool is_const(const Expr& e, int64_t v);
 // ---- statements ----
 
 enum class StmtKind : uint8_t { For, Store, LetStmt, IfThenElse, Allocate, Block };
-enum class ForKind : uint8_t { Serial, Parallel, Vectorized, Unrolled };
+// GPU kernels bind loops to the launch grid: a loop bound to blockIdx.x runs its iterations
+// as the blocks of the grid's x dimension, one bound to threadIdx.x as the threads of a block
+// (its extent is the launch size; the loop itself disappears in code generation).
+enum class ForKind : uint8_t {
+  Serial, Parallel, Vectorized, Unrolled,
+  BlockIdxX, BlockIdxY, BlockIdxZ, ThreadIdxX, ThreadIdxY, ThreadIdxZ,
+};
 enum class MemScope : uint8_t { Local, Heap };  // Local: stack of the running thread
 
+// for, parallel, vectorized, unrolled, blockIdx.x ... threadIdx.z
 const char* for_kind_name(ForKind k);
+bool is_gpu_binding(ForKind k);
+bool is_thread_binding(ForKind k);  // threadIdx.*
+// 0, 1, 2 for the x, y, z dimension of a GPU binding.
+int gpu_binding_dim(ForKind k);
+// The kind for a thread tag (blockIdx.x ... threadIdx.z); nullopt for anything else.
+std::optional<ForKind> parse_thread_tag(const std::string& tag);
 
 struct StmtNode;
 class Stmt {

@@ -107,6 +107,18 @@ std::string find_target_library(const Target& t, const std::string& file, const 
                                package_for(t, package), ")"));
 }
 
+void run_linker(const std::vector<std::string>& argv) {
+  // $TUNEFARM_LLD names a linker program to run instead.
+  std::optional<CommandResult> in_process;
+  if (!std::getenv("TUNEFARM_LLD")) in_process = link_in_process(argv);
+  CommandResult r = in_process ? *in_process : run_command(argv);
+  if (r.exit_code != 0) {
+    std::ostringstream cmd;
+    for (const std::string& a : argv) cmd << a << " ";
+    throw std::runtime_error(str("linking failed (exit ", r.exit_code, "): ", cmd.str(), "\n", r.output));
+  }
+}
+
 }  // namespace
 
 void link_shared_library(const std::string& object_path, const std::string& out_path,
@@ -120,15 +132,11 @@ void link_shared_library(const std::string& object_path, const std::string& out_
     argv.push_back(find_target_library(target, "libgomp.so.1", "libgomp1"));
   }
   if (libm) argv.push_back(find_target_library(target, "libm.so.6", "libc6"));
-  // $TUNEFARM_LLD names a linker program to run instead.
-  std::optional<CommandResult> in_process;
-  if (!std::getenv("TUNEFARM_LLD")) in_process = link_in_process(argv);
-  CommandResult r = in_process ? *in_process : run_command(argv);
-  if (r.exit_code != 0) {
-    std::ostringstream cmd;
-    for (const std::string& a : argv) cmd << a << " ";
-    throw std::runtime_error(str("linking failed (exit ", r.exit_code, "): ", cmd.str(), "\n", r.output));
-  }
+  run_linker(argv);
+}
+
+void link_amdgpu_code_object(const std::string& object_path, const std::string& out_path) {
+  run_linker({find_lld(), "-shared", "-o", out_path, object_path});
 }
 
 }  // namespace tf

@@ -24,4 +24,8 @@ CommandResult run_command(const std::vector<std::string>& argv);
 void link_shared_library(const std::string& object_path, const std::string& out_path,
                          const Target& target, bool openmp, bool libm);
 
+// Links an AMDGPU object into a code object (.hsaco: a shared ELF the HIP runtime loads), as
+// ROCm's own toolchain does with `ld.lld -shared`. Throws like link_shared_library.
+void link_amdgpu_code_object(const std::string& object_path, const std::string& out_path);
+
 }  // namespace tf

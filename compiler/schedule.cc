@@ -136,6 +136,25 @@ void Stage::parallel(const Expr& var) {
   kinds_[var.get()] = ForKind::Parallel;
 }
 
+void Stage::bind(const Expr& var, const std::string& tag) {
+  check_leaf(var, "bind");
+  std::optional<ForKind> k = parse_thread_tag(tag);
+  if (!k) {
+    throw UserError(str("bind on stage ", op_->name, ": '", tag,
+                        "' is not a GPU axis (blockIdx.x/y/z, threadIdx.x/y/z)"));
+  }
+  if (is_reduce_var(var)) {
+    throw UserError(str("bind on stage ", op_->name, ": '", var_name(var),
+                        "' is a reduction loop; spreading it over GPU threads would race"));
+  }
+  for (const auto& [v, kind] : kinds_) {
+    if (kind == *k && v != var.get()) {
+      throw UserError(str("bind on stage ", op_->name, ": ", tag, " is already bound in this stage"));
+    }
+  }
+  kinds_[var.get()] = *k;
+}
+
 void Stage::compute_at(Stage& consumer, const Expr& var) {
   consumer.check_leaf(var, "compute_at");
   if (&consumer == this) throw UserError(str("compute_at of stage ", name(), " at itself"));

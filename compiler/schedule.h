@@ -4,6 +4,7 @@
 // (spatial axes, then reduction axes) and is reshaped by primitives:
 //   split / tile / fuse / reorder          change the loop nest
 //   vectorize / unroll / parallel          annotate one loop
+//   bind                                   run a loop as a GPU grid axis (blockIdx.x, threadIdx.y...)
 //   compute_at / compute_inline / compute_root   place the stage relative to its consumer
 //   cache_write                            accumulate a reduction in a local buffer, then store
 //   pack                                   copy an input into a blocked layout first
@@ -58,6 +59,9 @@ class Stage {
   void vectorize(const Expr& var);
   void unroll(const Expr& var);
   void parallel(const Expr& var);
+  // Runs the loop as the GPU grid axis `tag` (blockIdx.x/y/z, threadIdx.x/y/z): each block or
+  // thread of that axis runs one iteration. Only GPU targets generate code for it.
+  void bind(const Expr& var, const std::string& tag);
 
   // Computes this stage inside the loop `var` of its only consumer `consumer`; its buffer then
   // covers just the region one iteration of that loop needs.

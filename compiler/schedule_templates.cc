@@ -6,6 +6,7 @@
 #include <set>
 
 #include "compiler/error.h"
+#include "compiler/gpu.h"
 
 namespace tf {
 namespace {
@@ -32,7 +33,25 @@ constexpr KnobKind kReorder = KnobKind::Reorder;
 
 bool is_dense(const std::string& op) { return op == "matmul" || op == "batch_matmul"; }
 
-const std::vector<KnobDef>& knob_defs(const std::string& op) {
+// GPU dense (matmul, batch_matmul): a block of threads_m x threads_n threads computes a tile
+// of C; each thread a tile_m x tile_n register tile of it (accumulated in registers).
+const std::vector<KnobDef>& gpu_knob_defs(const std::string& op) {
+  static const std::vector<KnobDef> dense = {
+      {"threads_m", KnobType::Int, "threads per block along the rows of C (threadIdx.y)", 1024, {}, kSplit},
+      {"threads_n", KnobType::Int, "threads per block along the columns of C (threadIdx.x)", 1024, {}, kSplit},
+      {"tile_m", KnobType::Int, "rows of C per thread (register tile, unrolled)", 16, {}, kSplit},
+      {"tile_n", KnobType::Int, "columns of C per thread (register tile, vectorized)", 16, {}, kSplit},
+      {"unroll_k", KnobType::Int, "unroll factor of the reduction loop", 64, {}, kSplit},
+      {"vectorize", KnobType::Bool, "vectorize each thread's columns (vector loads and stores)", 0, {}},
+      {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+  };
+  if (!is_dense(op)) {
+    throw UserError(str("no GPU schedule template for ", op, " yet (GPU templates exist for matmul and batch_matmul)"));
+  }
+  return dense;
+}
+
+const std::vector<KnobDef>& cpu_knob_defs(const std::string& op) {
   static const std::vector<KnobDef> dense = {
       {"tile_m", KnobType::Int, "rows of C per register tile (unrolled)", 64, {}, kSplit},
       {"tile_n", KnobType::Int, "columns of C per register tile (vectorized)", 256, {}, kSplit},
@@ -81,6 +100,10 @@ const std::vector<KnobDef>& knob_defs(const std::string& op) {
   if (op == "conv2d_nhwc") return conv_nhwc;
   TF_CHECK(op == "depthwise_conv2d_nchw", "no template for ", op);
   return depthwise;
+}
+
+const std::vector<KnobDef>& knob_defs(const std::string& op, const Target& t) {
+  return t.is_gpu() ? gpu_knob_defs(op) : cpu_knob_defs(op);
 }
 
 int64_t out_extent(const OpGraph& g, size_t dim) { return g.output->shape[dim]; }
@@ -143,6 +166,47 @@ void schedule_dense(Schedule& s, const OpGraph& g, const json& c) {
   const auto& aax = acc->op()->axes;
   auto [ko, ki] = acc->split(acc->op()->reduce_axes[0].var, uk);
   std::vector<Expr> order;
+  if (batch) order.push_back(aax[0].var);
+  order.insert(order.end(), {ko, ki, aax[d].var, aax[d + 1].var});
+  acc->reorder(order);
+  if (vec) acc->vectorize(aax[d + 1].var);
+  if (unroll) {
+    acc->unroll(aax[d].var);
+    acc->unroll(ki);
+  }
+}
+
+// Thread blocks over tiles of C, threads over register tiles inside them, the reduction
+// accumulated per thread in registers (cache_write computed at the thread loop). Tiles that
+// do not divide C shift inwards (two blocks then write the same values to the overlap) or,
+// for extents smaller than a tile, are guarded.
+void schedule_dense_gpu(Schedule& s, const OpGraph& g, const json& c) {
+  bool batch = g.workload.op == "batch_matmul";
+  int64_t thm = c["threads_m"], thn = c["threads_n"], tm = c["tile_m"], tn = c["tile_n"], uk = c["unroll_k"];
+  bool vec = c["vectorize"], unroll = c["unroll"];
+  auto [acc, out] = acc_and_writer(s, g);
+  const auto& oax = out->op()->axes;
+  size_t d = batch ? 1 : 0;
+  auto [bi, i1] = out->split(oax[d].var, thm * tm);
+  auto [ty, ri] = out->split(i1, tm);
+  auto [bj, j1] = out->split(oax[d + 1].var, thn * tn);
+  auto [tx, rj] = out->split(j1, tn);
+  std::vector<Expr> order;
+  if (batch) order.push_back(oax[0].var);
+  order.insert(order.end(), {bi, bj, ty, tx, ri, rj});
+  out->reorder(order);
+  if (batch) out->bind(oax[0].var, "blockIdx.z");
+  out->bind(bi, "blockIdx.y");
+  out->bind(bj, "blockIdx.x");
+  out->bind(ty, "threadIdx.y");
+  out->bind(tx, "threadIdx.x");
+  if (unroll) out->unroll(ri);
+  if (vec) out->vectorize(rj);
+  acc->compute_at(*out, tx);
+
+  const auto& aax = acc->op()->axes;
+  auto [ko, ki] = acc->split(acc->op()->reduce_axes[0].var, uk);
+  order.clear();
   if (batch) order.push_back(aax[0].var);
   order.insert(order.end(), {ko, ki, aax[d].var, aax[d + 1].var});
   acc->reorder(order);
@@ -266,9 +330,28 @@ std::vector<int64_t> split_candidates(const SplitAxis& a, int64_t max, int64_t l
   return {c.begin(), c.end()};
 }
 
-std::string knob_list(const std::string& op) {
+// GPU knobs: powers of two for thread counts (warps and wavefronts come in them), small
+// register tiles, unroll factors that are powers of two; none past the extent it splits.
+std::vector<json> gpu_split_candidates(const OpGraph& g, const KnobDef& k) {
+  size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
+  std::string name = k.name;
+  int64_t extent = name == "unroll_k" ? g.acc->reduce_axes[0].extent
+                   : out_extent(g, name == "threads_m" || name == "tile_m" ? d : d + 1);
+  std::vector<json> out;
+  if (name == "tile_m" || name == "tile_n") {
+    for (int64_t v : {1, 2, 3, 4, 6, 8}) {
+      if (v <= extent) out.push_back(v);
+    }
+    return out;
+  }
+  for (int64_t v = 1; v <= std::min(k.max, extent); v *= 2) out.push_back(v);
+  if (name != "unroll_k" && out.back().get<int64_t>() < std::min(k.max, extent)) out.push_back(out.back().get<int64_t>() * 2);
+  return out;
+}
+
+std::string knob_list(const std::string& op, const Target& t) {
   std::string s;
-  for (const KnobDef& k : knob_defs(op)) s += (s.empty() ? "" : ", ") + std::string(k.name);
+  for (const KnobDef& k : knob_defs(op, t)) s += (s.empty() ? "" : ", ") + std::string(k.name);
   return s;
 }
 
@@ -315,6 +398,8 @@ const std::vector<ScheduleTemplate>& registered_templates() {
       {"conv2d_nchw.cpu", 2, {"conv2d_nchw"}, "llvm"},
       {"conv2d_nhwc.cpu", 1, {"conv2d_nhwc"}, "llvm"},
       {"depthwise_conv2d_nchw.cpu", 1, {"depthwise_conv2d_nchw"}, "llvm"},
+      {"dense.cuda", 1, {"matmul", "batch_matmul"}, "cuda"},
+      {"dense.rocm", 1, {"matmul", "batch_matmul"}, "rocm"},
   };
   return all;
 }
@@ -323,7 +408,14 @@ const ScheduleTemplate& find_template(const std::string& op, const Target& t) {
   for (const ScheduleTemplate& s : registered_templates()) {
     if (s.target_kind == t.kind && std::find(s.ops.begin(), s.ops.end(), op) != s.ops.end()) return s;
   }
-  throw UserError(str("no schedule template for ", op, " on ", t.kind, " targets yet (templates exist for llvm CPU targets)"));
+  std::string have;
+  for (const ScheduleTemplate& s : registered_templates()) {
+    if (s.target_kind == t.kind) {
+      for (const std::string& o : s.ops) have += (have.empty() ? "" : ", ") + o;
+    }
+  }
+  throw UserError(str("no schedule template for ", op, " on ", t.kind, " targets yet (", t.kind, " templates: ",
+                      have.empty() ? "none" : have, ")"));
 }
 
 std::string template_name(const std::string& op, const Target& t) { return find_template(op, t).id(); }
@@ -334,7 +426,26 @@ int vector_registers(const Target& t) {
   return 16;
 }
 
+// Register tiles per thread at most this many accumulators: past it the thread needs more
+// than the 255 registers NVIDIA allows (AMD: 256 VGPRs) and spills.
+constexpr int64_t kMaxGpuThreadTile = 64;
+
+std::string check_gpu_constraints(const Target& t, const json& c) {
+  int64_t threads = c["threads_m"].get<int64_t>() * c["threads_n"].get<int64_t>();
+  int64_t tile = c["tile_m"].get<int64_t>() * c["tile_n"].get<int64_t>();
+  int64_t limit = gpu_limits(t).max_threads_per_block;
+  if (threads > limit) return str(threads, " threads per block (the limit is ", limit, ")");
+  if (tile > kMaxGpuThreadTile) {
+    return str("a register tile of ", tile, " accumulators per thread (over ", kMaxGpuThreadTile, ")");
+  }
+  if (c["unroll"].get<bool>() && tile * c["unroll_k"].get<int64_t>() > kMaxTileStatements) {
+    return str("an unrolled body of ", tile * c["unroll_k"].get<int64_t>(), " statements (over ", kMaxTileStatements, ")");
+  }
+  return "";
+}
+
 std::string check_constraints(const OpGraph& g, const Target& t, const json& c) {
+  if (t.is_gpu()) return check_gpu_constraints(t, c);
   const std::string& op = g.workload.op;
   const int64_t lanes = t.vector_lanes();
   bool vec = c["vectorize"], unroll = c["unroll"];
@@ -368,6 +479,19 @@ std::string check_constraints(const OpGraph& g, const Target& t, const json& c) 
 
 json default_config(const OpGraph& g, const Target& t) {
   find_template(g.workload.op, t);
+  if (t.is_gpu()) {
+    // 16 x 16 threads of 4 x 4 outputs (a 64 x 64 tile per block), narrower where C is.
+    size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
+    int64_t m = out_extent(g, d), n = out_extent(g, d + 1);
+    auto threads = [](int64_t extent, int64_t tile) {
+      int64_t need = (extent + tile - 1) / tile, p = 1;
+      while (p < need && p < 16) p *= 2;
+      return p;
+    };
+    int64_t tm = std::min<int64_t>(m, 4), tn = std::min<int64_t>(n, 4);
+    return {{"threads_m", threads(m, tm)}, {"threads_n", threads(n, tn)}, {"tile_m", tm}, {"tile_n", tn},
+            {"unroll_k", std::min<int64_t>(4, g.acc->reduce_axes[0].extent)}, {"vectorize", true}, {"unroll", true}};
+  }
   const int64_t lanes = t.vector_lanes();
   const std::string& op = g.workload.op;
   // Register tiles of full vectors whatever the extents: shift-inwards tails plus
@@ -430,9 +554,11 @@ json default_config(const OpGraph& g, const Target& t) {
 
 std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t) {
   std::vector<KnobSpec> out;
-  for (const KnobDef& k : knob_defs(g.workload.op)) {
+  for (const KnobDef& k : knob_defs(g.workload.op, t)) {
     KnobSpec spec{k.name, k.help, k.kind, {}};
-    if (k.type == KnobType::Bool) {
+    if (t.is_gpu() && k.type == KnobType::Int) {
+      spec.candidates = gpu_split_candidates(g, k);
+    } else if (k.type == KnobType::Bool) {
       spec.candidates = {true, false};
     } else if (k.type == KnobType::Choice) {
       for (const std::string& c : k.choices) spec.candidates.push_back(c);
@@ -452,11 +578,11 @@ json complete_config(const OpGraph& g, const Target& t, const json& config) {
   json c = default_config(g, t);
   if (config.is_null()) return c;
   for (const auto& [key, value] : config.items()) {
-    const auto& defs = knob_defs(op);
+    const auto& defs = knob_defs(op, t);
     auto it = std::find_if(defs.begin(), defs.end(), [&](const KnobDef& k) { return key == k.name; });
     if (it == defs.end()) {
       throw UserError(str("config knob '", key, "' is not a knob of ", template_name(op, t), " (knobs: ",
-                          knob_list(op), ")"));
+                          knob_list(op, t), ")"));
     }
     check_value(op, *it, value);
     c[key] = value;
@@ -469,7 +595,8 @@ Schedule apply_config(const OpGraph& g, const Target& t, const json& config) {
   Schedule s(g.output);
   int lanes = t.vector_lanes();
   const std::string& op = g.workload.op;
-  if (is_dense(op)) schedule_dense(s, g, c);
+  if (t.is_gpu()) schedule_dense_gpu(s, g, c);
+  else if (is_dense(op)) schedule_dense(s, g, c);
   else if (op == "conv2d_nchw") schedule_conv_nchw(s, g, c, lanes);
   else if (op == "conv2d_nhwc") schedule_conv_nhwc(s, g, c, lanes);
   else schedule_depthwise(s, g, c, lanes);

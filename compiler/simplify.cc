@@ -223,7 +223,8 @@ class Simplifier : public IRMutator {
     const For* f = s.as<For>();
     Expr mn = mutate_expr(f->min), ext = mutate_expr(f->extent);
     if (is_const(ext, 0)) return Block::make({});
-    if (is_const(ext, 1)) return mutate_stmt(substitute(f->body, {{f->var.get(), mn}}));
+    // A unit loop bound to the GPU grid stays: it says the launch has one block or thread there.
+    if (is_const(ext, 1) && !is_gpu_binding(f->for_kind)) return mutate_stmt(substitute(f->body, {{f->var.get(), mn}}));
     auto lo = const_bounds(mn, ranges_);
     auto n = const_bounds(ext, ranges_);
     if (lo && n) ranges_[f->var.get()] = Interval{lo->lo, lo->hi + n->hi - 1};

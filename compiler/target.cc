@@ -163,15 +163,23 @@ Target parse_target(const std::string& spec) {
       throw UserError(str("target '", spec, "': -model=", t.model, " may hold only letters, digits, '-', '_' and '.'"));
     }
   }
-  if (t.kind == "cuda") {
-    if (t.arch.rfind("sm_", 0) != 0) throw UserError(str("target '", spec, "': cuda needs -arch=sm_XX"));
-    return t;
-  }
-  if (t.kind == "rocm") {
-    if (t.cpu.rfind("gfx", 0) != 0) throw UserError(str("target '", spec, "': rocm needs -mcpu=gfxXXX"));
-    return t;
-  }
   init_llvm();
+  if (t.kind == "cuda" || t.kind == "rocm") {
+    bool cuda = t.kind == "cuda";
+    const std::string& name = cuda ? t.arch : t.cpu;
+    if (cuda && name.rfind("sm_", 0) != 0) throw UserError(str("target '", spec, "': cuda needs -arch=sm_XX"));
+    if (!cuda && name.rfind("gfx", 0) != 0) throw UserError(str("target '", spec, "': rocm needs -mcpu=gfxXXX"));
+    t.triple = cuda ? "nvptx64-nvidia-cuda" : "amdgcn-amd-amdhsa";
+    std::string err;
+    const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
+    if (!lt) throw UserError(str("target '", spec, "': this LLVM has no back end for ", t.triple));
+    std::unique_ptr<llvm::MCSubtargetInfo> sti(lt->createMCSubtargetInfo(t.triple, "", ""));
+    if (!sti->isCPUStringValid(name)) {
+      throw UserError(str("target '", spec, "': LLVM 19 does not know the ", cuda ? "NVIDIA architecture " : "AMD GPU ",
+                          name));
+    }
+    return t;
+  }
   bool native = t.cpu == "native";
   t.triple = llvm::Triple::normalize(t.triple.empty() ? llvm::sys::getDefaultTargetTriple() : t.triple);
   std::string err;

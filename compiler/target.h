@@ -2,7 +2,8 @@
 //   llvm                                   the host triple, generic CPU
 //   llvm -mcpu=native                      the host triple and this machine's CPU and features
 //   llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon
-//   cuda -arch=sm_80, rocm -mcpu=gfx906    parsed and stored; code generation not yet written
+//   cuda -arch=sm_80                       NVIDIA GPUs: PTX through LLVM's NVPTX back end
+//   rocm -mcpu=gfx906                      AMD GPUs: code objects through LLVM's AMDGPU back end
 // Any kind takes -model=NAME, as in TVM (`-model=bcm2711` for a Raspberry Pi 4): the board
 // model. It changes no code, only the database key, so boards that compile alike but time
 // differently keep their records apart. A model starting with `qemu` marks an emulated board
@@ -18,7 +19,8 @@ namespace tf {
 
 struct Target {
   std::string kind;      // llvm, cuda, rocm
-  std::string triple;    // llvm: normalized triple, e.g. x86_64-pc-linux-gnu
+  std::string triple;    // llvm: normalized triple, e.g. x86_64-pc-linux-gnu; cuda: nvptx64-nvidia-cuda;
+                         // rocm: amdgcn-amd-amdhsa
   std::string cpu;       // llvm: -mcpu (generic when not given); rocm: gfx name
   std::string features;  // llvm: -mattr, comma separated, e.g. +neon,+fp-armv8
   std::string arch;      // cuda: sm_80
@@ -30,6 +32,7 @@ struct Target {
   // "llvm -mtriple=x86_64-pc-linux-gnu -mcpu=znver5".
   std::string short_str() const;
   bool is_cpu() const { return kind == "llvm"; }
+  bool is_gpu() const { return kind == "cuda" || kind == "rocm"; }
   // A board under emulation (model qemu...): timings that stand for no real device.
   bool emulated() const { return model.rfind("qemu", 0) == 0; }
   // x86_64, aarch64, arm (all 32-bit arm variants) from the triple; for GPUs the kind.

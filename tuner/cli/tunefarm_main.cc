@@ -161,7 +161,10 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
   json d = {{"workload", w.canonical()}, {"op", w.op}, {"args", describe_args(g)}, {"flops", g.flops},
             {"target", t.str()}};
   std::optional<ConfigSpace> space;
-  if (t.is_cpu()) {
+  bool has_template = std::any_of(registered_templates().begin(), registered_templates().end(), [&](const ScheduleTemplate& s) {
+    return s.target_kind == t.kind && std::find(s.ops.begin(), s.ops.end(), w.op) != s.ops.end();
+  });
+  if (has_template) {
     space.emplace(w, t);
     d["template"] = space->template_id();
     d["default_config"] = default_config(g, t);
@@ -181,7 +184,7 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
                 arg["role"].get<std::string>().c_str(), shape.c_str());
   }
   if (!space) {
-    std::printf("target    %s: no schedule template yet (code generation is CPU-only today)\n", t.short_str().c_str());
+    std::printf("target    %s: no schedule template for %s yet\n", t.short_str().c_str(), w.op.c_str());
     return 0;
   }
   std::printf("template  %s on %s\ndefault   %s\n", space->template_id().c_str(), t.short_str().c_str(),
@@ -305,7 +308,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   compile->add_option("--config,-c", ca.config, "schedule config as JSON, or @file");
   compile->add_option("--name", ca.name, "exported function name (default: the operator name)");
-  compile->add_option("--emit", ca.emit, "output kind: so, obj, asm, llvm, loop-ir")->capture_default_str();
+  compile->add_option("--emit", ca.emit,
+                      "output kind: so, obj, asm, llvm, loop-ir (for cuda, so is the PTX module and its sidecar; "
+                      "for rocm, the .hsaco code object and its sidecar)")
+      ->capture_default_str();
   compile->add_option("-o,--output", ca.out, "output file; - writes text outputs (loop-ir, llvm, asm) to stdout");
   compile->add_option("--skip-pass", ca.skip, "skip a lowering pass (repeatable)");
   compile->add_option("--dump-pass", ca.dump, "print loop IR after a pass to stderr, or 'all' (repeatable)");

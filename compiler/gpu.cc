@@ -1,0 +1,180 @@
+#include "compiler/gpu.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/error.h"
+#include "compiler/ir_mutator.h"
+
+namespace tf {
+namespace {
+
+using namespace ir;  // NOLINT
+
+class GpuChecker {
+ public:
+  GpuChecker(const LoweredFunc& f, const Target& t) : f_(f), t_(t), limits_(gpu_limits(t)) {}
+
+  GpuLaunch run() {
+    bool any = false;
+    post_order(f_.body, [](const Expr&) {}, [&](const Stmt& s) {
+      if (const For* f = s.as<For>()) any |= is_gpu_binding(f->for_kind);
+    });
+    if (!any) {
+      fail("binds no loop to the GPU grid: every thread would compute the whole output (bind loops to "
+           "blockIdx/threadIdx)");
+    }
+    stmt(f_.body, 0);
+    GpuLaunch l;
+    for (int d = 0; d < 3; ++d) {
+      if (extents_[d]) l.grid[d] = *extents_[d];
+      if (extents_[3 + d]) l.block[d] = *extents_[3 + d];
+    }
+    static const char* kAxis = "xyz";
+    for (int d = 0; d < 3; ++d) {
+      if (l.block[d] > limits_.max_block[d]) {
+        fail(str("has ", l.block[d], " threads along threadIdx.", kAxis[d], "; the limit is ", limits_.max_block[d]));
+      }
+      if (l.grid[d] > limits_.max_grid[d]) {
+        fail(str("has ", l.grid[d], " blocks along blockIdx.", kAxis[d], "; the limit is ", limits_.max_grid[d]));
+      }
+    }
+    if (l.threads_per_block() > limits_.max_threads_per_block) {
+      fail(str("has ", l.threads_per_block(), " threads per block (", l.block[0], " x ", l.block[1], " x ", l.block[2],
+               "); the limit is ", limits_.max_threads_per_block));
+    }
+    l.local_bytes_per_thread = max_local_bytes_;
+    return l;
+  }
+
+ private:
+  template <typename... Args>
+  [[noreturn]] void fail(const Args&... args) {
+    throw UserError(str("schedule for ", t_.str(), ": kernel ", f_.name, " ", args...));
+  }
+
+  static std::string name_of(const For* f) { return f->var.as<Var>()->name; }
+
+  // `bound`: how many bound loops enclose `s`.
+  void stmt(const Stmt& s, int bound) {
+    switch (s.kind()) {
+      case StmtKind::For: {
+        const For* f = s.as<For>();
+        if (f->for_kind == ForKind::Parallel) {
+          fail(str("marks loop ", name_of(f), " parallel, which means a CPU thread pool; on a GPU bind it to "
+                   "blockIdx or threadIdx instead"));
+        }
+        if (!is_gpu_binding(f->for_kind)) {
+          const int64_t* n = as_const_int(f->extent);
+          if (bound == 0 && (!n || *n > 1)) {
+            fail(str("has loop ", name_of(f), " (extent ", n ? std::to_string(*n) : std::string("unknown"),
+                     ") outside the GPU bindings: it would run serially in every thread (bind it, or split it and "
+                     "bind the outer part)"));
+          }
+          expr(f->extent);
+          stmt(f->body, bound);
+          return;
+        }
+        const int64_t* n = as_const_int(f->extent);
+        const char* tag = for_kind_name(f->for_kind);
+        if (!n) fail(str("binds loop ", name_of(f), " to ", tag, " with an extent that is not a constant"));
+        if (!is_const(f->min, 0)) fail(str("binds loop ", name_of(f), " to ", tag, " with a nonzero start"));
+        size_t slot = (is_thread_binding(f->for_kind) ? 3 : 0) + static_cast<size_t>(gpu_binding_dim(f->for_kind));
+        if (active_[slot]) fail(str("binds ", tag, " twice on one path (loops ", *active_[slot], " and ", name_of(f), ")"));
+        if (extents_[slot] && *extents_[slot] != *n) {
+          fail(str("binds ", tag, " with two extents (", *extents_[slot], " and ", *n, " for loop ", name_of(f), ")"));
+        }
+        extents_[slot] = *n;
+        active_[slot] = name_of(f);
+        stmt(f->body, bound + 1);
+        active_[slot].reset();
+        return;
+      }
+      case StmtKind::Store: {
+        const Store* st = s.as<Store>();
+        if (bound == 0) {
+          fail(str("stores to ", st->buffer, " outside the GPU bindings: every thread would write the same elements"));
+        }
+        expr(st->value);
+        expr(st->index);
+        return;
+      }
+      case StmtKind::LetStmt:
+        expr(s.as<LetStmt>()->value);
+        return stmt(s.as<LetStmt>()->body, bound);
+      case StmtKind::IfThenElse: {
+        const IfThenElse* i = s.as<IfThenElse>();
+        expr(i->cond);
+        stmt(i->then_case, bound);
+        if (i->else_case) stmt(i->else_case, bound);
+        return;
+      }
+      case StmtKind::Allocate: {
+        const Allocate* a = s.as<Allocate>();
+        int64_t bytes = a->size * 4;
+        if (a->scope != MemScope::Local || local_bytes_ + bytes > limits_.max_local_bytes_per_thread) {
+          fail(str("needs ", local_bytes_ + bytes, " bytes of local buffers per thread (", a->buffer, ": ", bytes,
+                   " bytes); the limit is ", limits_.max_local_bytes_per_thread, " (use smaller tiles per thread)"));
+        }
+        local_bytes_ += bytes;
+        max_local_bytes_ = std::max(max_local_bytes_, local_bytes_);
+        stmt(a->body, bound);
+        local_bytes_ -= bytes;
+        return;
+      }
+      case StmtKind::Block:
+        for (const Stmt& c : s.as<Block>()->stmts) stmt(c, bound);
+        return;
+    }
+  }
+
+  void expr(const Expr& e) {
+    post_order(e, [&](const Expr& x) {
+      if (const Call* c = x.as<Call>()) {
+        fail(str("calls ", c->name, ", which on ", t_.kind, " needs the vendor's device math library (",
+                 t_.kind == "cuda" ? "libdevice" : "ROCm's ocml",
+                 "); linking it is not implemented yet"));
+      }
+    });
+  }
+
+  const LoweredFunc& f_;
+  const Target& t_;
+  GpuLimits limits_;
+  std::array<std::optional<int64_t>, 6> extents_;      // blockIdx x,y,z then threadIdx x,y,z
+  std::array<std::optional<std::string>, 6> active_;   // the enclosing loop bound to each axis
+  int64_t local_bytes_ = 0, max_local_bytes_ = 0;
+};
+
+class Serializer : public IRMutator {
+ public:
+  Stmt mutate_stmt(const Stmt& s) override {
+    const For* f = s.as<For>();
+    if (!f || !is_gpu_binding(f->for_kind)) return IRMutator::mutate_stmt(s);
+    return For::make(f->var, f->min, f->extent, ForKind::Serial, mutate_stmt(f->body));
+  }
+};
+
+}  // namespace
+
+Stmt serialize_gpu_bindings(const Stmt& s) { return Serializer().mutate_stmt(s); }
+
+GpuLimits gpu_limits(const Target& t) {
+  TF_CHECK(t.is_gpu(), "gpu_limits of ", t.str());
+  // CUDA (every architecture since sm_20) and ROCm (HIP's limits on gfx9-gfx11) agree on
+  // 1024 threads per block; the grid's y and z dimensions are 65535 on CUDA, larger on ROCm.
+  return GpuLimits{};
+}
+
+nlohmann::json GpuLaunch::to_json() const {
+  return {{"grid", grid}, {"block", block}, {"dynamic_shared_bytes", dynamic_shared_bytes},
+          {"local_bytes_per_thread", local_bytes_per_thread}};
+}
+
+GpuLaunch check_gpu_kernel(const LoweredFunc& f, const Target& t) {
+  TF_CHECK(t.is_gpu(), "check_gpu_kernel for ", t.str());
+  return GpuChecker(f, t).run();
+}
+
+}  // namespace tf

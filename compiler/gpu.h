@@ -1,0 +1,57 @@
+// gpu: what a GPU kernel needs beyond its loop IR: the checks that reject schedules a GPU
+// cannot run, and the launch configuration a board needs to run it.
+//
+// A GPU kernel's loop nest starts with the loops bound to the grid (Stage::bind): every
+// statement runs inside them, so each (block, thread) pair runs the body once for its own
+// indices. check_gpu_kernel rejects, with a message naming the limit and the value:
+//   - a loop marked parallel (that is a CPU thread pool; bind it instead),
+//   - a loop that is not bound but encloses the bound ones, or a store outside every bound
+//     loop (each thread would repeat that work, or write the same elements as all others),
+//   - threads per block, block or grid dimensions past the target's limits,
+//   - one axis bound with two extents, or bound twice on one path,
+//   - a buffer too large for a thread's registers and local memory (heap allocation),
+//   - math functions (exp, log, tanh): they need the vendors' device libraries, not linked yet.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdint>
+
+#include "compiler/ir.h"
+#include "compiler/target.h"
+
+namespace tf {
+
+struct GpuLimits {
+  int64_t max_threads_per_block = 1024;
+  std::array<int64_t, 3> max_block{1024, 1024, 64};
+  std::array<int64_t, 3> max_grid{2147483647, 65535, 65535};
+  int64_t max_local_bytes_per_thread = 16 * 1024;  // beyond this, registers spill to memory
+};
+
+// The limits every supported architecture of the target's kind meets (CUDA sm_70 and later;
+// ROCm gfx9, gfx10, gfx11).
+GpuLimits gpu_limits(const Target& t);
+
+struct GpuLaunch {
+  std::array<int64_t, 3> grid{1, 1, 1};   // blocks along x, y, z
+  std::array<int64_t, 3> block{1, 1, 1};  // threads per block along x, y, z
+  int64_t dynamic_shared_bytes = 0;
+  int64_t local_bytes_per_thread = 0;
+
+  int64_t threads_per_block() const { return block[0] * block[1] * block[2]; }
+  nlohmann::json to_json() const;
+};
+
+// Checks a lowered kernel for a GPU target and returns its launch configuration; throws
+// UserError for a schedule the GPU cannot run (see above).
+GpuLaunch check_gpu_kernel(const ir::LoweredFunc& f, const Target& t);
+
+// The kernel with every loop bound to the grid turned back into a serial loop: what the whole
+// grid computes, as one CPU thread would run it (blocks and threads in order). Tests use it
+// to check a GPU schedule's lowering (indices, tails, guards) against the reference on a
+// machine without a GPU; it says nothing about the GPU code generator.
+ir::Stmt serialize_gpu_bindings(const ir::Stmt& s);
+
+}  // namespace tf
