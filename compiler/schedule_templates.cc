@@ -480,16 +480,20 @@ std::string check_constraints(const OpGraph& g, const Target& t, const json& c) 
 json default_config(const OpGraph& g, const Target& t) {
   find_template(g.workload.op, t);
   if (t.is_gpu()) {
-    // 16 x 16 threads of 4 x 4 outputs (a 64 x 64 tile per block), narrower where C is.
+    // 16 x 16 threads of 4 x 4 outputs (a 64 x 64 tile per block), narrower where C is: the
+    // block tile never exceeds the extent, so tails shift inwards instead of being guarded
+    // (a guard on the vectorized columns leaves them scalar).
     size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
     int64_t m = out_extent(g, d), n = out_extent(g, d + 1);
-    auto threads = [](int64_t extent, int64_t tile) {
-      int64_t need = (extent + tile - 1) / tile, p = 1;
-      while (p < need && p < 16) p *= 2;
+    // Skinny outputs (M=1) give the column threads what the rows cannot use, up to 256.
+    auto threads = [](int64_t extent, int64_t tile, int64_t most) {
+      int64_t p = 1;
+      while (p < most && 2 * p * tile <= extent) p *= 2;
       return p;
     };
     int64_t tm = std::min<int64_t>(m, 4), tn = std::min<int64_t>(n, 4);
-    return {{"threads_m", threads(m, tm)}, {"threads_n", threads(n, tn)}, {"tile_m", tm}, {"tile_n", tn},
+    int64_t thm = threads(m, tm, 16);
+    return {{"threads_m", thm}, {"threads_n", threads(n, tn, std::max<int64_t>(16, 256 / thm))}, {"tile_m", tm}, {"tile_n", tn},
             {"unroll_k", std::min<int64_t>(4, g.acc->reduce_axes[0].extent)}, {"vectorize", true}, {"unroll", true}};
   }
   const int64_t lanes = t.vector_lanes();

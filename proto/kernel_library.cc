@@ -31,6 +31,7 @@ const char* machine_name(int m) {
     case EM_ARM: return "arm";
     case EM_386: return "i386";
     case EM_RISCV: return "riscv";
+    case 224: return "rocm";  // EM_AMDGPU: a code object for AMD GPUs (Target::arch_name())
     default: return "another architecture";
   }
 }
@@ -197,6 +198,8 @@ void fill_random(float* data, int64_t n, uint64_t seed) {
 }
 
 std::string kernel_library_arch(const std::string& data) {
+  // PTX text, for NVIDIA GPUs.
+  if (data.compare(0, 2, "//") == 0 && data.find(".target sm_") != std::string::npos) return "cuda";
   // e_machine sits at byte 18 in both ELF classes.
   if (data.size() < 20 || data.compare(0, 4, "\x7f" "ELF") != 0 || data[5] != ELFDATA2LSB) return "";
   uint16_t m;

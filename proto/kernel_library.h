@@ -79,7 +79,8 @@ TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args
 std::string check_kernel_library(const std::string& data, bool this_machine = true);
 
 // The architecture a (little-endian ELF) library was built for, as Target::arch_name() names
-// it (x86_64, aarch64, arm), "another architecture" for others, "" when it is not ELF.
+// it (x86_64, aarch64, arm; rocm for an AMDGPU code object, cuda for PTX text), "another
+// architecture" for others, "" when it is neither ELF nor PTX.
 std::string kernel_library_arch(const std::string& data);
 
 // Deterministic inputs in [-1, 1) from a seed (splitmix64), the same on every board.

@@ -14,7 +14,11 @@
 #include <sstream>
 #include <thread>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "proto/daemon.h"
+#include "proto/gpu_runtime.h"
+#include "proto/spawn.h"
 #include "proto/security.h"
 #include "rpc_server/board_service.h"
 #include "rpc_server/sandbox.h"
@@ -125,6 +129,33 @@ std::string find_program(const std::string& name) {
   throw tf::farm::ConfigError("--runner-prefix: " + name + " is not found in PATH");
 }
 
+// Asks the runner which GPU `device` is (tunefarm-board-runner --probe): the runner, not this
+// long-lived server, loads the vendor's driver. Throws ConfigError with the runner's reason.
+pb::GpuProbe probe_gpu(const std::string& runner, const std::string& device) {
+  int out[2];
+  if (pipe(out) != 0) throw tf::farm::ConfigError("--device " + device + ": pipe failed");
+  int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  std::string err;
+  pid_t pid = tf::spawn_in_group({runner, "--probe", device}, null_in, out[1], &err);
+  close(out[1]);
+  if (null_in >= 0) close(null_in);
+  std::string text;
+  if (pid > 0) {
+    char buf[4096];
+    for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  if (pid <= 0) throw tf::farm::ConfigError("--device " + device + ": cannot start " + runner + ": " + err);
+  int status = tf::reap_group(pid);
+  pb::GpuProbe p;
+  if (!google::protobuf::util::JsonStringToMessage(text, &p).ok()) {
+    throw tf::farm::ConfigError("--device " + device + ": the runner's probe failed (status " + std::to_string(status) +
+                                "): " + text);
+  }
+  if (!p.error().empty()) throw tf::farm::ConfigError("--device " + p.error());
+  return p;
+}
+
 std::string default_target() {
   utsname u{};
   uname(&u);
@@ -144,8 +175,13 @@ int main(int argc, char** argv) {
   tf::farm::TlsFiles tls;
   tf::farm::BoardOptions opts;
   app.add_option("--tracker", tracker_addr, "tracker address HOST:PORT")->required();
-  app.add_option("--key", key, "device class, e.g. rpi4, rocm-gfx906, cuda-sm80")->required();
-  app.add_option("--target", target, "target string kernels for this board are compiled with")->capture_default_str();
+  std::string device = "cpu";
+  app.add_option("--key", key, "device class, e.g. rpi4, rocm-gfx906, cuda-sm80 (required for CPU boards; a GPU "
+                               "board defaults to one from its device, e.g. cuda-sm90)");
+  app.add_option("--target", target, "target string kernels for this board are compiled with (a GPU board defaults "
+                                     "to its device's, e.g. 'cuda -arch=sm_90')")->capture_default_str();
+  app.add_option("--device", device, "what measures: cpu, or the GPU cuda:N (NVIDIA driver) or rocm:N (ROCm)")
+      ->capture_default_str();
   app.add_option("--host", host, "address to listen on (beyond loopback needs --token-file)")->capture_default_str();
   app.add_option("--port", port, "port (0: any free one; the bound port is printed)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
@@ -197,6 +233,26 @@ int main(int argc, char** argv) {
     tf::farm::check_listen_policy(host, opts.token, "tunefarm-rpc-server");
     if (runner.empty()) runner = (fs::read_symlink("/proc/self/exe").parent_path() / "tunefarm-board-runner").string();
     if (access(runner.c_str(), X_OK) != 0) throw tf::farm::ConfigError("runner " + runner + " is not an executable");
+    opts.device = tf::farm::local_device_info(kVersion);
+    if (device.empty()) device = "cpu";  // a unit's DEVICE= left empty (a conffile from before GPU boards)
+    if (device != "cpu") {
+      try {
+        tf::parse_gpu_device(device);
+      } catch (const std::runtime_error& e) {
+        throw tf::farm::ConfigError(e.what());
+      }
+      if (!runner_prefix.empty()) throw tf::farm::ConfigError("--runner-prefix (an emulated board) cannot go with --device " + device);
+      pb::GpuProbe gpu = probe_gpu(runner, device);
+      if (app.count("--target") == 0) target = gpu.target();
+      if (key.empty()) key = gpu.key();
+      opts.gpu_device = device;
+      opts.device.set_gpu_name(gpu.name());
+      opts.device.set_gpu_memory_bytes(gpu.memory_bytes());
+      opts.device.set_gpu_arch(gpu.arch());
+      std::printf("device %s: %s, %s, %.1f GiB\n", device.c_str(), gpu.name().c_str(), gpu.arch().c_str(),
+                  static_cast<double>(gpu.memory_bytes()) / (1 << 30));
+    }
+    if (key.empty()) throw tf::farm::ConfigError("--key is required for a CPU board (the kind of board, e.g. rpi4)");
     std::vector<std::string> prefix = split_words(runner_prefix);
     if (!prefix.empty()) prefix[0] = find_program(prefix[0]);
     if (!fs::is_directory(work_root)) throw tf::farm::ConfigError("--work-dir " + work_root + " is not a directory");
@@ -213,9 +269,11 @@ int main(int argc, char** argv) {
     opts.board_id = board_id;
     opts.key = key;
     opts.target = target;
-    opts.device = tf::farm::local_device_info(kVersion);
     opts.work_dir = work.string();
-    opts.sandbox = tf::farm::describe_sandbox(prefix.empty());
+    opts.sandbox = device == "cpu" ? tf::farm::describe_sandbox(prefix.empty())
+                                   : "process group, no_new_privs (GPU board: modules run on the GPU, loaded by the "
+                                     "vendor's driver; no Landlock or seccomp, which the driver's device files and "
+                                     "ioctls need)";
     opts.runner = runner;
     opts.runner_prefix = prefix;
     opts.max_upload_bytes = static_cast<int64_t>(max_upload_mb * (1 << 20));

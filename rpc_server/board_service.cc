@@ -7,10 +7,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "proto/gpu_runtime.h"
+#include "proto/kernel_library.h"
 #include "proto/measure_limits.h"
 #include "proto/security.h"
 #include "rpc_server/isolated_runner.h"
-#include "proto/kernel_library.h"
 
 namespace tf::farm {
 namespace {
@@ -203,9 +204,10 @@ grpc::ServerUnaryReactor* BoardService::Upload(grpc::CallbackServerContext* ctx,
     if (req->data().empty()) return invalid("empty upload");
     if (!safe_name(req->name(), true)) return invalid("module name '" + req->name() + "' must be letters, digits, '.', '_', '-'");
     if (sha256_hex(req->data()) != req->sha256()) return invalid("sha256 of the upload does not match (corrupted in transit?)");
-    if (std::string why = check_kernel_library(req->data()); !why.empty()) {
-      return invalid("upload '" + req->name() + "' is not a kernel library for this board: " + why);
-    }
+    std::string why = options_.gpu_device.empty()
+                          ? check_kernel_library(req->data())
+                          : check_gpu_module(req->data(), parse_gpu_device(options_.gpu_device).kind);
+    if (!why.empty()) return invalid("upload '" + req->name() + "' is not a kernel library for this board: " + why);
     std::string id;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -292,11 +294,30 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
                      std::to_string(static_cast<int64_t>(b.max)) + "]");
     }
   }
+  if (!options_.gpu_device.empty()) {
+    const pb::GpuLaunch& l = req.launch();
+    if (l.grid_size() != 3 || l.block_size() != 3) {
+      return invalid("this is a GPU board (" + options_.gpu_device + "): a measurement needs the kernel's launch "
+                     "(3 grid and 3 block sizes, from its sidecar)");
+    }
+    for (int d = 0; d < 3; ++d) {
+      if (l.grid(d) < 1 || l.grid(d) > (int64_t{1} << 31) - 1 || l.block(d) < 1 || l.block(d) > 1024) {
+        return invalid("launch grid " + std::to_string(l.grid(d)) + " / block " + std::to_string(l.block(d)) +
+                       " out of range in dimension " + std::to_string(d));
+      }
+    }
+    if (l.dynamic_shared_bytes() < 0 || l.dynamic_shared_bytes() > (int64_t{1} << 20)) {
+      return invalid("dynamic_shared_bytes " + std::to_string(l.dynamic_shared_bytes()) + " out of range");
+    }
+  }
+  std::vector<std::string> flags;
+  if (!options_.runner_prefix.empty()) flags.push_back("--emulated");
+  if (!options_.gpu_device.empty()) flags.push_back("--device=" + options_.gpu_device);
   *reply = run_isolated(runner_command(options_), module.string(), req, req.timeout_s(), [this](pid_t pid) {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = pid;
     if (pid > 0 && stopping_) kill(-pid, SIGKILL);  // shutdown began while it started
-  }, options_.runner_prefix.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--emulated"});
+  }, flags);
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return {grpc::StatusCode::UNAVAILABLE, "board shutting down: the measurement was stopped"};
   return grpc::Status::OK;

@@ -34,6 +34,9 @@ struct BoardOptions {
   // Words put before the runner's path, e.g. {"/usr/bin/qemu-aarch64"} when the board itself
   // runs under user-mode emulation (no binfmt handler starts a foreign runner directly).
   std::vector<std::string> runner_prefix;
+  // "" for a CPU board; cuda:N or rocm:N for a GPU board (proto/gpu_runtime.h): uploads are
+  // then PTX or .hsaco modules, and measurements carry the kernel's launch configuration.
+  std::string gpu_device;
   int64_t max_upload_bytes = 64 << 20;
   double default_timeout_s = 10, max_timeout_s = 120;
   int lease_check_ms = 5000;   // how often directories of ended leases are looked for

@@ -1,6 +1,8 @@
 // tunefarm-board-runner: measures one kernel in a process of its own.
 //
-//   tunefarm-board-runner MODULE.so SERVER_PID < MeasureRequest (binary protobuf) > MeasureReply
+//   tunefarm-board-runner MODULE SERVER_PID [--emulated | --device=cuda:N | --device=rocm:N]
+//       < MeasureRequest (binary protobuf) > MeasureReply
+//   tunefarm-board-runner --probe cuda:N|rocm:N     prints the GPU as JSON, or why it cannot
 //
 // The rpc_server starts one per measurement, in a process group of its own. The runner first
 // ties its life to the server's (it is killed when the server dies, and its CPU time is
@@ -10,6 +12,12 @@
 // the library; whatever the kernel does to this process — crash, hang, exhaust memory — the
 // server survives and classifies it (see isolated_runner.h). Exit status 0 whenever a reply
 // was written.
+//
+// On a GPU board (--device) MODULE is PTX or a .hsaco code object, which the vendor's driver
+// loads (proto/gpu_runtime.h); no uploaded code runs on the host CPU. The runner then keeps
+// the process group, no_new_privs, the CPU-time and core limits, but not the address-space
+// limit (drivers reserve terabytes of virtual addresses), Landlock or seccomp (drivers open
+// device files and issue ioctls those layers refuse).
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -26,6 +34,9 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <google/protobuf/util/json_util.h>
+
+#include "proto/gpu_runtime.h"
 #include "proto/security.h"
 #include "proto/tunefarm.pb.h"
 #include "proto/kernel_library.h"
@@ -56,12 +67,36 @@ int fail(pb::ErrorCode code, const std::string& msg) {
 
 }  // namespace
 
+// --probe DEVICE: the board asks what GPU it has before it registers. Prints a GpuProbe as
+// JSON; exit status 1 when the device cannot be used.
+int probe(const std::string& device) {
+  pb::GpuProbe p;
+  try {
+    std::unique_ptr<tf::GpuRuntime> rt = tf::open_gpu_runtime(device);
+    const tf::GpuDeviceInfo& i = rt->info();
+    p.set_name(i.name);
+    p.set_memory_bytes(i.memory_bytes);
+    p.set_arch(i.arch);
+    p.set_target(i.target());
+    p.set_key(i.key());
+  } catch (const std::exception& e) {
+    p.set_error(e.what());
+  }
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(p, &json);
+  std::printf("%s\n", json.c_str());
+  return p.error().empty() ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--probe") return probe(argv[2]);
   // --emulated: started through a user-mode emulator (the board's --runner-prefix), which
   // cannot install a seccomp filter for its guest; see rpc_server/sandbox.h.
   bool emulated = argc == 4 && std::string(argv[3]) == "--emulated";
-  if (argc != 3 && !emulated) {
-    std::fprintf(stderr, "usage: %s MODULE.so SERVER_PID [--emulated] < request\n", argv[0]);
+  std::string device = argc == 4 && std::string(argv[3]).rfind("--device=", 0) == 0 ? std::string(argv[3]).substr(9) : "";
+  if (argc != 3 && !emulated && device.empty()) {
+    std::fprintf(stderr, "usage: %s MODULE SERVER_PID [--emulated | --device=cuda:N|rocm:N] < request\n"
+                         "       %s --probe cuda:N|rocm:N\n", argv[0], argv[0]);
     return 2;
   }
   // Die with the server; if it is already gone, do not start.
@@ -72,10 +107,22 @@ int main(int argc, char** argv) {
   if (!req.ParseFromString(input)) return fail(pb::RUNTIME_ERROR, "runner: unreadable request");
   // Before the address-space limit: reading the library must not count against the kernel's
   // memory (a large library under a small limit would read as a crash).
+  std::string gpu_module;
   {
     std::ifstream f(argv[1], std::ios::binary);
     std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (std::string why = tf::check_kernel_library(data); !why.empty()) {
+    if (!device.empty()) {
+      std::string kind;
+      try {
+        kind = tf::parse_gpu_device(device).kind;
+      } catch (const std::exception& e) {
+        return fail(pb::LOAD_ERROR, e.what());
+      }
+      if (std::string why = tf::check_gpu_module(data, kind); !why.empty()) {
+        return fail(pb::LOAD_ERROR, std::string("module ") + argv[1] + " is " + why);
+      }
+      gpu_module = std::move(data);
+    } else if (std::string why = tf::check_kernel_library(data); !why.empty()) {
       return fail(pb::LOAD_ERROR, std::string("kernel library ") + argv[1] + " is " + why);
     }
   }
@@ -88,17 +135,18 @@ int main(int argc, char** argv) {
     rlimit lim{cpu, cpu};
     setrlimit(RLIMIT_CPU, &lim);
   }
-  if (req.memory_limit_bytes() > 0) {
+  if (req.memory_limit_bytes() > 0 && device.empty()) {
     rlimit as{static_cast<rlim_t>(req.memory_limit_bytes()), static_cast<rlim_t>(req.memory_limit_bytes())};
     setrlimit(RLIMIT_AS, &as);
   }
 
-  if (std::string err = tf::farm::enter_sandbox(argv[1], !emulated); !err.empty()) {
+  if (!device.empty()) {
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  } else if (std::string err = tf::farm::enter_sandbox(argv[1], !emulated); !err.empty()) {
     return fail(pb::RUNTIME_ERROR, "runner: cannot enter the sandbox: " + err);
   }
 
   try {
-    tf::KernelLibrary lib(argv[1], req.function());
     std::vector<std::vector<float>> bufs;
     std::vector<size_t> outputs;
     for (int i = 0; i < req.args_size(); ++i) {
@@ -111,11 +159,42 @@ int main(int argc, char** argv) {
         tf::fill_random(bufs.back().data(), n, req.seed() + static_cast<uint64_t>(i));
       }
     }
-    std::vector<float*> args;
-    for (auto& b : bufs) args.push_back(b.data());
     tf::TimingOptions o{req.number(), req.repeat(), req.min_repeat_ms(), req.flush_cache(), req.cooldown_ms(),
                         req.cut_slower_than_s(), req.min_warmup_ms()};
-    tf::TimingResult t = tf::time_kernel(lib, args, o);
+    tf::TimingResult t;
+    if (!device.empty()) {
+      tf::GpuLaunchDims launch;
+      const pb::GpuLaunch& l = req.launch();
+      if (l.grid_size() != 3 || l.block_size() != 3) {
+        return fail(pb::LOAD_ERROR, "a GPU measurement needs the kernel's launch (3 grid and 3 block sizes; got " +
+                                        std::to_string(l.grid_size()) + " and " + std::to_string(l.block_size()) + ")");
+      }
+      for (int d = 0; d < 3; ++d) {
+        launch.grid[static_cast<size_t>(d)] = l.grid(d);
+        launch.block[static_cast<size_t>(d)] = l.block(d);
+        if (l.grid(d) < 1 || l.block(d) < 1) return fail(pb::LOAD_ERROR, "launch sizes must be at least 1");
+      }
+      launch.dynamic_shared_bytes = l.dynamic_shared_bytes();
+      std::vector<bool> is_output(bufs.size(), false);
+      for (size_t i : outputs) is_output[i] = true;
+      std::unique_ptr<tf::GpuRuntime> rt;
+      try {
+        rt = tf::open_gpu_runtime(device);
+        rt->load(gpu_module, req.function());
+      } catch (const std::exception& e) {
+        return fail(pb::LOAD_ERROR, e.what());
+      }
+      try {
+        t = rt->time(bufs, is_output, launch, o);
+      } catch (const std::runtime_error& e) {
+        return fail(pb::RUNTIME_ERROR, e.what());
+      }
+    } else {
+      tf::KernelLibrary lib(argv[1], req.function());
+      std::vector<float*> args;
+      for (auto& b : bufs) args.push_back(b.data());
+      t = tf::time_kernel(lib, args, o);
+    }
 
     pb::MeasureReply reply;
     reply.set_kernel_status(t.status);

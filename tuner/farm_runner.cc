@@ -119,8 +119,34 @@ void FarmRunner::lease_more(bool must_get_one, const std::string& kernel_arch) {
   }
 }
 
+std::optional<pb::GpuLaunch> launch_from_sidecar(const nlohmann::json& sidecar) {
+  if (!sidecar.is_object() || !sidecar.contains("launch")) return std::nullopt;
+  const nlohmann::json& l = sidecar["launch"];
+  auto dims = [&](const char* name) {
+    if (!l.is_object() || !l.contains(name) || !l[name].is_array() || l[name].size() != 3) {
+      throw UserError(str("kernel description: launch.", name, " is not three sizes"));
+    }
+    std::vector<int64_t> v;
+    for (const nlohmann::json& x : l[name]) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 1) {
+        throw UserError(str("kernel description: launch.", name, " holds ", x.dump(), ", not a size of at least 1"));
+      }
+      v.push_back(x.get<int64_t>());
+    }
+    return v;
+  };
+  pb::GpuLaunch out;
+  for (int64_t g : dims("grid")) out.add_grid(g);
+  for (int64_t b : dims("block")) out.add_block(b);
+  if (l.contains("dynamic_shared_bytes") && l["dynamic_shared_bytes"].is_number_integer()) {
+    out.set_dynamic_shared_bytes(l["dynamic_shared_bytes"].get<int64_t>());
+  }
+  return out;
+}
+
 RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& data,
-                                 const std::string& name, const std::string& function, std::mutex* ctx_mu) {
+                                 const std::string& name, const std::string& function, std::mutex* ctx_mu,
+                                 const pb::GpuLaunch* launch) {
   std::string arch = kernel_library_arch(data), board_arch;
   try {
     board_arch = parse_target(board.lease().target()).arch_name();
@@ -134,7 +160,9 @@ RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, 
                           grpc::StatusCode::INVALID_ARGUMENT);
   }
   std::string module = board.upload(data, name);
-  pb::MeasureReply reply = board.measure(ctx.request(function), module);
+  pb::MeasureRequest req = ctx.request(function);
+  if (launch) *req.mutable_launch() = *launch;
+  pb::MeasureReply reply = board.measure(req, module);
   try {
     board.free(module);
   } catch (const farm::FarmError&) {
@@ -185,7 +213,13 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
       std::string data = read_all(builds[i].so_path);
       try {
         std::string name = std::filesystem::path(builds[i].so_path).filename().string();
-        RunResult r = measure_on(*slot->board, ctx, data, name, ctx.graph().workload.op, &ctx_mu);
+        std::optional<pb::GpuLaunch> launch;
+        if (kernel_arch == "cuda" || kernel_arch == "rocm") {
+          launch = launch_from_sidecar(nlohmann::json::parse(read_all(builds[i].so_path + ".json"), nullptr, false));
+          if (!launch) throw UserError("GPU kernel " + builds[i].so_path + " has no launch in its sidecar");
+        }
+        RunResult r = measure_on(*slot->board, ctx, data, name, ctx.graph().workload.op, &ctx_mu,
+                                 launch ? &*launch : nullptr);
         r.board_target = slot->target;
         out[i] = std::move(r);
       } catch (const farm::FarmError& e) {

@@ -15,12 +15,20 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "tuner/farm_client.h"
 #include "tuner/runner.h"
 
 namespace tf {
+
+// The "launch" of a GPU kernel's sidecar (compile's .json beside the module) as the board
+// protocol carries it; nullopt when the sidecar has none (CPU kernels). Throws UserError for
+// a launch that is not three grid and three block sizes of at least 1.
+std::optional<tunefarm::v1::GpuLaunch> launch_from_sidecar(const nlohmann::json& sidecar);
 
 struct FarmRunnerOptions {
   farm::FarmEndpoint farm;
@@ -51,8 +59,10 @@ class FarmRunner : public Runner {
   // One library on one leased board (also `tunefarm farm measure`): refuses a library of
   // another architecture than the board's (INVALID_ARGUMENT, naming both), uploads, times,
   // checks. Throws FarmError like the board calls do; `ctx_mu` guards ctx when shared.
+  // `launch`: a GPU kernel's launch configuration (from its sidecar, launch_from_sidecar).
   static RunResult measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& library_data,
-                              const std::string& name, const std::string& function, std::mutex* ctx_mu = nullptr);
+                              const std::string& name, const std::string& function, std::mutex* ctx_mu = nullptr,
+                              const tunefarm::v1::GpuLaunch* launch = nullptr);
 
  private:
   struct Slot {

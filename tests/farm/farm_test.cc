@@ -3,6 +3,7 @@
 // a board killed mid-measurement, a tracker restart, and TLS with certificates made here.
 #include <gtest/gtest.h>
 #include <elf.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -1259,6 +1260,97 @@ TEST(FarmTune, KernelsOfAnotherArchitectureAndUnknownKeysAreRefused) {
             2);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
   EXPECT_NE(read_file(err).find("pj"), std::string::npos) << read_file(err);
+}
+
+// ---- GPU boards --------------------------------------------------------------------------
+
+// With no driver, a GPU board refuses to start and says what is missing.
+TEST(FarmGpu, MissingDriversAreClearErrors) {
+  struct Case {
+    const char *device, *library, *message;
+  };
+  for (const Case& c : {Case{"cuda:0", "libcuda.so.1", "error: --device cuda:0: no CUDA driver on this machine: cannot load libcuda.so.1"},
+                        Case{"rocm:0", "libamdhip64.so", "error: --device rocm:0: no ROCm runtime on this machine: cannot load libamdhip64.so"}}) {
+    if (void* h = dlopen(c.library, RTLD_LAZY)) {
+      dlclose(h);
+      std::printf("note: %s is installed here; its missing-driver message is not tested\n", c.library);
+      continue;
+    }
+    Daemon d({TF_RPC_SERVER, "--tracker", "127.0.0.1:1", "--device", c.device, "--port", "0"}, temp_dir() + "/gpu.log");
+    for (int i = 0; i < 250 && !d.exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int status = d.stop(SIGKILL);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << d.log();
+    EXPECT_NE(d.log().find(c.message), std::string::npos) << d.log();
+  }
+  Daemon bad({TF_RPC_SERVER, "--tracker", "127.0.0.1:1", "--device", "cuda:x", "--port", "0"}, temp_dir() + "/gpu.log");
+  for (int i = 0; i < 250 && !bad.exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  bad.stop(SIGKILL);
+  EXPECT_NE(bad.log().find("--device 'cuda:x' is not cpu, cuda:N or rocm:N"), std::string::npos) << bad.log();
+}
+
+// Through the FAKE driver (tests/farm/fake_gpu: it runs nothing, so every result is a wrong
+// answer): the board derives its key and target from the device, takes PTX and refuses
+// other uploads, and the kernel's launch from its sidecar reaches the driver.
+TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  std::string dir = temp_dir(), fake_log = dir + "/fake_cuda.log";
+  Daemon board({"/usr/bin/env", std::string("LD_LIBRARY_PATH=") + TF_FAKE_CUDA_DIR, "TF_FAKE_CUDA_LOG=" + fake_log,
+                TF_RPC_SERVER, "--tracker", "127.0.0.1:" + std::to_string(port), "--device", "cuda:0", "--port", "0",
+                "--token-file", token_file()},
+               dir + "/fake_board.log");
+  ASSERT_GT(board.port(), 0) << board.log();
+  EXPECT_NE(board.log().find("device cuda:0: FAKE CUDA device"), std::string::npos) << board.log();
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "cuda-sm80") == 1; }, 10000))
+      << board.log();
+  {
+    std::unique_ptr<LeasedBoard> b = c.lease("cuda-sm80", "test", 0, 5000);
+    EXPECT_EQ(b->lease().target(), "cuda -arch=sm_80");
+    const pb::InfoReply& info = b->info();
+    EXPECT_EQ(info.device().gpu_arch(), "sm_80");
+    EXPECT_EQ(info.device().gpu_memory_bytes(), int64_t{1} << 30);
+    // A CPU library is not a module for this board.
+    try {
+      b->upload(read_file(TF_KERNEL_GOOD), "good.so");
+      ADD_FAILURE() << "a CPU library was taken by a CUDA board";
+    } catch (const FarmError& e) {
+      EXPECT_NE(std::string(e.what()).find("not a ptx module for a cuda board"), std::string::npos) << e.what();
+    }
+    // PTX without a launch is refused before anything runs.
+    std::string ptx = dir + "/mm.ptx";
+    ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=64,N=48,K=32)' -t 'cuda -arch=sm_80' --no-db -o " +
+                           ptx + " > /dev/null").c_str()),
+              0);
+    std::string module = b->upload(read_file(ptx), "mm.ptx");
+    pb::MeasureRequest r = request("matmul");
+    try {
+      b->measure(r, module);
+      ADD_FAILURE() << "a GPU measurement without a launch ran";
+    } catch (const FarmError& e) {
+      EXPECT_NE(std::string(e.what()).find("needs the kernel's launch"), std::string::npos) << e.what();
+    }
+    b->release();
+  }
+  // farm measure reads the launch from the sidecar; the fake computes nothing: wrong answer.
+  std::string ptx = dir + "/mm2.ptx", out = dir + "/measure.json";
+  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=100,N=70,K=16)' -t 'cuda -arch=sm_80' --no-db -o " +
+                         ptx + " > /dev/null").c_str()),
+            0);
+  int rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + ptx + " --no-db --json" +
+                        " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
+                        " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << read_file(out);
+  EXPECT_NE(read_file(out).find("\"error_code\": \"wrong_answer\""), std::string::npos) << read_file(out);
+  nlohmann::json side = nlohmann::json::parse(read_file(ptx + ".json"));
+  auto dims = [&](const char* k) {
+    const auto& v = side["launch"][k];
+    return std::to_string(v[0].get<int64_t>()) + "," + std::to_string(v[1].get<int64_t>()) + "," + std::to_string(v[2].get<int64_t>());
+  };
+  EXPECT_NE(read_file(fake_log).find("launch matmul grid=" + dims("grid") + " block=" + dims("block") + " shared=0"),
+            std::string::npos)
+      << read_file(fake_log) << "\nsidecar: " << side["launch"].dump();
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "db/database.h"
 #include "db/json_limits.h"
 #include "compiler/driver.h"
+#include "proto/gpu_runtime.h"
 #include "proto/kernel_library.h"
 #include "tuner/farm_client.h"
 #include "tuner/farm_runner.h"
@@ -49,6 +50,7 @@ struct Sidecar {
   OpGraph graph;  // of `workload`: shapes, FLOPs, the reference
   std::string function, target, template_name;
   json args, config;
+  json meta;  // the whole description (a GPU kernel's "launch")
   double flops = 0;
 };
 
@@ -95,6 +97,7 @@ Sidecar read_sidecar(const std::string& module) {
   }
   if (meta.contains("flops") && !meta["flops"].is_number()) throw bad("\"flops\" is not a number");
   s.flops = static_cast<double>(s.graph.flops);
+  s.meta = meta;
   s.config = meta.contains("config") && meta["config"].is_object() ? meta["config"] : json::object();
   return s;
 }
@@ -139,10 +142,13 @@ int farm_measure(const FarmArgs& a) {
     if (!std::isfinite(v) || v < 0) throw UserError(std::string(name) + " " + std::to_string(v) + " must be a finite number >= 0");
   }
   std::string data = read_file(a.module, "kernel library");
-  if (std::string why = check_kernel_library(data, /*this_machine=*/false); !why.empty()) {
+  bool gpu = !gpu_module_kind(data).empty();
+  if (std::string why = gpu ? "" : check_kernel_library(data, /*this_machine=*/false); !why.empty()) {
     throw UserError("kernel library " + a.module + " is " + why);
   }
   Sidecar side = read_sidecar(a.module);
+  std::optional<tunefarm::v1::GpuLaunch> launch = launch_from_sidecar(side.meta);
+  if (gpu && !launch) throw UserError("kernel description " + a.module + ".json has no launch, which a GPU kernel needs");
   std::string function = a.function.empty() ? side.function : a.function;
   MeasureOptions mo;
   mo.number = a.number;
@@ -184,7 +190,7 @@ int farm_measure(const FarmArgs& a) {
     std::unique_ptr<farm::LeasedBoard> board = client.lease(a.key, user, a.priority, a.wait_ms, 0, a.wait_for_boards);
     cpu = board->lease().device().cpu_model();
     try {
-      r = FarmRunner::measure_on(*board, ctx, data, name, function);
+      r = FarmRunner::measure_on(*board, ctx, data, name, function, nullptr, launch ? &*launch : nullptr);
     } catch (const farm::FarmError& e) {
       if (!e.board_lost()) throw;
       board->report_lost(e.what());
