@@ -45,10 +45,16 @@ const std::vector<KnobDef>& gpu_knob_defs(const std::string& op) {
       {"vectorize", KnobType::Bool, "vectorize each thread's columns (vector loads and stores)", 0, {}},
       {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
   };
-  if (!is_dense(op)) {
-    throw UserError(str("no GPU schedule template for ", op, " yet (GPU templates exist for matmul and batch_matmul)"));
-  }
-  return dense;
+  // Convolutions (NCHW, NHWC, depthwise): a block of threads_k x threads_w threads computes
+  // channels x columns of one output row; each thread a tile_k x tile_w register tile.
+  static const std::vector<KnobDef> conv = {
+      {"threads_k", KnobType::Int, "threads per block along the output channels (threadIdx.y)", 1024, {}, kSplit},
+      {"threads_w", KnobType::Int, "threads per block along the output columns (threadIdx.x)", 1024, {}, kSplit},
+      {"tile_k", KnobType::Int, "output channels per thread (register tile)", 16, {}, kSplit},
+      {"tile_w", KnobType::Int, "output columns per thread (register tile)", 16, {}, kSplit},
+      {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+  };
+  return is_dense(op) ? dense : conv;
 }
 
 const std::vector<KnobDef>& cpu_knob_defs(const std::string& op) {
@@ -217,6 +223,50 @@ void schedule_dense_gpu(Schedule& s, const OpGraph& g, const json& c) {
   }
 }
 
+// The output axes a GPU convolution tiles: channels, columns, and the row (fused with the
+// batch into blockIdx.z).
+struct ConvAxes {
+  size_t k, w, h;
+};
+ConvAxes conv_axes(const std::string& op) { return op == "conv2d_nhwc" ? ConvAxes{3, 2, 1} : ConvAxes{1, 3, 2}; }
+
+// Blocks over (batch x row, channel tiles, column tiles), threads over register tiles of
+// channels x columns, the reduction accumulated per thread. Padding is read through a select
+// (a padded copy would be a stage outside the grid).
+void schedule_conv_gpu(Schedule& s, const OpGraph& g, const json& c) {
+  int64_t thk = c["threads_k"], thw = c["threads_w"], tk = c["tile_k"], tw = c["tile_w"];
+  bool unroll = c["unroll"];
+  if (g.pad) s.stage(g.pad->name).compute_inline();
+  auto [acc, out] = acc_and_writer(s, g);
+  ConvAxes ax = conv_axes(g.workload.op);
+  const auto& o = out->op()->axes;
+  auto [bk, k1] = out->split(o[ax.k].var, thk * tk);
+  auto [ty, rk] = out->split(k1, tk);
+  auto [bw, w1] = out->split(o[ax.w].var, thw * tw);
+  auto [tx, rw] = out->split(w1, tw);
+  out->reorder({o[0].var, o[ax.h].var, bk, bw, ty, tx, rk, rw});
+  Expr rows = out->fuse(o[0].var, o[ax.h].var);
+  out->bind(rows, "blockIdx.z");
+  out->bind(bk, "blockIdx.y");
+  out->bind(bw, "blockIdx.x");
+  out->bind(ty, "threadIdx.y");
+  out->bind(tx, "threadIdx.x");
+  if (unroll) {
+    out->unroll(rk);
+    out->unroll(rw);
+  }
+  acc->compute_at(*out, tx);
+  const auto& a = acc->op()->axes;
+  std::vector<Expr> order = {a[0].var, a[ax.h].var};
+  for (const ir::IterVar& r : acc->op()->reduce_axes) order.push_back(r.var);
+  order.insert(order.end(), {a[ax.k].var, a[ax.w].var});
+  acc->reorder(order);
+  if (unroll) {
+    acc->unroll(a[ax.k].var);
+    acc->unroll(a[ax.w].var);
+  }
+}
+
 // Two tile shapes. vector_axis=w: output columns vectorized, each weight broadcast.
 // vector_axis=k: output channels vectorized; the weights packed so that a tile's channels are
 // contiguous, the accumulators laid out [n][oh][ow][k] so that each column's channels are one
@@ -333,12 +383,18 @@ std::vector<int64_t> split_candidates(const SplitAxis& a, int64_t max, int64_t l
 // GPU knobs: powers of two for thread counts (warps and wavefronts come in them), small
 // register tiles, unroll factors that are powers of two; none past the extent it splits.
 std::vector<json> gpu_split_candidates(const OpGraph& g, const KnobDef& k) {
-  size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
   std::string name = k.name;
-  int64_t extent = name == "unroll_k" ? g.acc->reduce_axes[0].extent
-                   : out_extent(g, name == "threads_m" || name == "tile_m" ? d : d + 1);
+  int64_t extent;
+  if (is_dense(g.workload.op)) {
+    size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
+    extent = name == "unroll_k" ? g.acc->reduce_axes[0].extent
+                                : out_extent(g, name == "threads_m" || name == "tile_m" ? d : d + 1);
+  } else {
+    ConvAxes ax = conv_axes(g.workload.op);
+    extent = out_extent(g, name.back() == 'k' ? ax.k : ax.w);
+  }
   std::vector<json> out;
-  if (name == "tile_m" || name == "tile_n") {
+  if (name.rfind("tile_", 0) == 0) {
     for (int64_t v : {1, 2, 3, 4, 6, 8}) {
       if (v <= extent) out.push_back(v);
     }
@@ -400,6 +456,8 @@ const std::vector<ScheduleTemplate>& registered_templates() {
       {"depthwise_conv2d_nchw.cpu", 1, {"depthwise_conv2d_nchw"}, "llvm"},
       {"dense.cuda", 1, {"matmul", "batch_matmul"}, "cuda"},
       {"dense.rocm", 1, {"matmul", "batch_matmul"}, "rocm"},
+      {"conv2d.cuda", 1, {"conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw"}, "cuda"},
+      {"conv2d.rocm", 1, {"conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw"}, "rocm"},
   };
   return all;
 }
@@ -431,15 +489,19 @@ int vector_registers(const Target& t) {
 constexpr int64_t kMaxGpuThreadTile = 64;
 
 std::string check_gpu_constraints(const Target& t, const json& c) {
-  int64_t threads = c["threads_m"].get<int64_t>() * c["threads_n"].get<int64_t>();
-  int64_t tile = c["tile_m"].get<int64_t>() * c["tile_n"].get<int64_t>();
+  int64_t threads = 1, tile = 1;
+  for (const auto& [name, v] : c.items()) {
+    if (name.rfind("threads_", 0) == 0) threads *= v.get<int64_t>();
+    if (name.rfind("tile_", 0) == 0) tile *= v.get<int64_t>();
+  }
   int64_t limit = gpu_limits(t).max_threads_per_block;
   if (threads > limit) return str(threads, " threads per block (the limit is ", limit, ")");
   if (tile > kMaxGpuThreadTile) {
     return str("a register tile of ", tile, " accumulators per thread (over ", kMaxGpuThreadTile, ")");
   }
-  if (c["unroll"].get<bool>() && tile * c["unroll_k"].get<int64_t>() > kMaxTileStatements) {
-    return str("an unrolled body of ", tile * c["unroll_k"].get<int64_t>(), " statements (over ", kMaxTileStatements, ")");
+  int64_t unroll_k = c.contains("unroll_k") ? c["unroll_k"].get<int64_t>() : 1;
+  if (c["unroll"].get<bool>() && tile * unroll_k > kMaxTileStatements) {
+    return str("an unrolled body of ", tile * unroll_k, " statements (over ", kMaxTileStatements, ")");
   }
   return "";
 }
@@ -483,14 +545,24 @@ json default_config(const OpGraph& g, const Target& t) {
     // 16 x 16 threads of 4 x 4 outputs (a 64 x 64 tile per block), narrower where C is: the
     // block tile never exceeds the extent, so tails shift inwards instead of being guarded
     // (a guard on the vectorized columns leaves them scalar).
-    size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
-    int64_t m = out_extent(g, d), n = out_extent(g, d + 1);
     // Skinny outputs (M=1) give the column threads what the rows cannot use, up to 256.
     auto threads = [](int64_t extent, int64_t tile, int64_t most) {
       int64_t p = 1;
       while (p < most && 2 * p * tile <= extent) p *= 2;
       return p;
     };
+    if (!is_dense(g.workload.op)) {
+      // Convolutions: 4 channels x 2 columns per thread, up to 32 threads along the row and
+      // 256 in all.
+      ConvAxes ax = conv_axes(g.workload.op);
+      int64_t k = out_extent(g, ax.k), w = out_extent(g, ax.w);
+      int64_t tk = std::min<int64_t>(k, 4), tw = std::min<int64_t>(w, 2);
+      int64_t thw = threads(w, tw, 32);
+      return {{"threads_k", threads(k, tk, std::max<int64_t>(1, 256 / thw))}, {"threads_w", thw}, {"tile_k", tk},
+              {"tile_w", tw}, {"unroll", true}};
+    }
+    size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
+    int64_t m = out_extent(g, d), n = out_extent(g, d + 1);
     int64_t tm = std::min<int64_t>(m, 4), tn = std::min<int64_t>(n, 4);
     int64_t thm = threads(m, tm, 16);
     return {{"threads_m", thm}, {"threads_n", threads(n, tn, std::max<int64_t>(16, 256 / thm))}, {"tile_m", tm}, {"tile_n", tn},
@@ -599,7 +671,7 @@ Schedule apply_config(const OpGraph& g, const Target& t, const json& config) {
   Schedule s(g.output);
   int lanes = t.vector_lanes();
   const std::string& op = g.workload.op;
-  if (t.is_gpu()) schedule_dense_gpu(s, g, c);
+  if (t.is_gpu()) is_dense(op) ? schedule_dense_gpu(s, g, c) : schedule_conv_gpu(s, g, c);
   else if (is_dense(op)) schedule_dense(s, g, c);
   else if (op == "conv2d_nchw") schedule_conv_nchw(s, g, c, lanes);
   else if (op == "conv2d_nhwc") schedule_conv_nhwc(s, g, c, lanes);
