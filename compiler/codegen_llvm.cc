@@ -17,6 +17,7 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
 
+#include <array>
 #include <map>
 #include <memory>
 
@@ -54,6 +55,7 @@ class CodeGen {
     auto* fty = llvm::FunctionType::get(gpu_ ? b_.getVoidTy() : b_.getInt32Ty(), params, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, f.name, m_);
     set_attributes(fn_);
+    launch_ = launch;
     if (gpu_) mark_kernel(*launch);
     for (size_t i = 0; i < f.args.size(); ++i) {
       llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
@@ -450,8 +452,57 @@ class CodeGen {
                   {outlined, closure, b_.getInt32(0), b_.getInt32(0)});
   }
 
+  // One iteration per block or thread: the launch size is the extent (check_gpu_kernel). A
+  // thread loop inside a loop bound to the same axis is a cooperative one (a shared-memory
+  // copy): each thread runs its own index, those past the loop's extent nothing.
+  void bound_loop(const For* f) {
+    size_t slot = (is_thread_binding(f->for_kind) ? 3 : 0) + static_cast<size_t>(gpu_binding_dim(f->for_kind));
+    bool cooperative = active_[slot];
+    llvm::Value* idx = grid_index(f->for_kind);
+    vars_[f->var.get()] = b_.CreateAdd(expr(f->min), idx, "", false, true);
+    const int64_t* n = as_const_int(f->extent);
+    int64_t size = launch_->block[static_cast<size_t>(gpu_binding_dim(f->for_kind))];
+    active_[slot] = true;
+    if (cooperative && n && *n < size) {
+      auto* then_bb = llvm::BasicBlock::Create(ctx_, "coop", fn_);
+      auto* merge = llvm::BasicBlock::Create(ctx_, "coop.end", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLT(idx, b_.getInt64(static_cast<uint64_t>(*n))), then_bb, merge);
+      b_.SetInsertPoint(then_bb);
+      stmt(f->body);
+      b_.CreateBr(merge);
+      b_.SetInsertPoint(merge);
+    } else {
+      stmt(f->body);
+    }
+    active_[slot] = cooperative;
+    vars_.erase(f->var.get());
+  }
+
+  void barrier() {
+    if (!gpu_) return;  // one CPU thread runs the whole block in order
+    if (amd_) {
+      // __syncthreads: the block's memory operations before it complete before any after it.
+      b_.CreateFence(llvm::AtomicOrdering::Release, ctx_.getOrInsertSyncScopeID("workgroup"));
+      b_.CreateIntrinsic(llvm::Intrinsic::amdgcn_s_barrier, {}, {});
+      b_.CreateFence(llvm::AtomicOrdering::Acquire, ctx_.getOrInsertSyncScopeID("workgroup"));
+      return;
+    }
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+  }
+
   void allocate(const Allocate* a) {
-    if (a->scope == MemScope::Local) {
+    if (a->scope == MemScope::Shared && gpu_) {
+      // One array per block in the shared address space (3 on both NVPTX and AMDGPU).
+      auto* ty = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(a->size));
+      auto* gv = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
+                                          name_ + "." + a->buffer, nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+      gv->setAlignment(llvm::Align(16));
+      buffers_[a->buffer] = gv;
+      stmt(a->body);
+      buffers_.erase(a->buffer);
+      return;
+    }
+    if (a->scope == MemScope::Local || a->scope == MemScope::Shared) {
       // In the data layout's alloca address space: the stack, or a GPU thread's private memory.
       llvm::IRBuilder<> entry(entry_, entry_->begin());
       llvm::AllocaInst* p = entry.CreateAlloca(llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(a->size)));
@@ -486,13 +537,7 @@ class CodeGen {
     switch (s.kind()) {
       case StmtKind::For: {
         const For* f = s.as<For>();
-        if (is_gpu_binding(f->for_kind)) {
-          // One iteration per block or thread: the launch size is the extent (check_gpu_kernel).
-          vars_[f->var.get()] = b_.CreateAdd(expr(f->min), grid_index(f->for_kind), "", false, true);
-          stmt(f->body);
-          vars_.erase(f->var.get());
-          return;
-        }
+        if (is_gpu_binding(f->for_kind)) return bound_loop(f);
         if (f->for_kind == ForKind::Parallel && parallel_depth_ == 0) return parallel_loop(f);
         llvm::Value* mn = expr(f->min);
         return serial_loop(f->var, mn, b_.CreateAdd(mn, expr(f->extent)), f->body);
@@ -521,6 +566,7 @@ class CodeGen {
         return;
       }
       case StmtKind::Allocate: return allocate(s.as<Allocate>());
+      case StmtKind::Barrier: return barrier();
       case StmtKind::Block:
         for (const Stmt& c : s.as<Block>()->stmts) stmt(c);
         return;
@@ -537,6 +583,8 @@ class CodeGen {
   std::map<const ExprNode*, llvm::Value*> vars_;
   std::map<std::string, llvm::Value*> buffers_;
   bool gpu_ = false, amd_ = false;
+  const GpuLaunch* launch_ = nullptr;
+  std::array<bool, 6> active_{};  // GPU axes bound by an enclosing loop (blockIdx x,y,z, threadIdx x,y,z)
   int parallel_depth_ = 0;
   int outlined_ = 0;
   llvm::Value* mask_ = nullptr;  // inside a vector select: the lanes that may touch memory

@@ -45,6 +45,7 @@ class GpuChecker {
                "); the limit is ", limits_.max_threads_per_block));
     }
     l.local_bytes_per_thread = max_local_bytes_;
+    l.static_shared_bytes = max_shared_bytes_;
     return l;
   }
 
@@ -81,6 +82,15 @@ class GpuChecker {
         if (!n) fail(str("binds loop ", name_of(f), " to ", tag, " with an extent that is not a constant"));
         if (!is_const(f->min, 0)) fail(str("binds loop ", name_of(f), " to ", tag, " with a nonzero start"));
         size_t slot = (is_thread_binding(f->for_kind) ? 3 : 0) + static_cast<size_t>(gpu_binding_dim(f->for_kind));
+        if (active_[slot] && is_thread_binding(f->for_kind)) {
+          // Cooperative: each thread of the enclosing binding runs its own iteration.
+          if (*n > *extents_[slot]) {
+            fail(str("binds loop ", name_of(f), " (extent ", *n, ") to ", tag, " inside loop ", *active_[slot],
+                     ", which has only ", *extents_[slot], " threads"));
+          }
+          stmt(f->body, bound + 1);
+          return;
+        }
         if (active_[slot]) fail(str("binds ", tag, " twice on one path (loops ", *active_[slot], " and ", name_of(f), ")"));
         if (extents_[slot] && *extents_[slot] != *n) {
           fail(str("binds ", tag, " with two extents (", *extents_[slot], " and ", *n, " for loop ", name_of(f), ")"));
@@ -106,13 +116,29 @@ class GpuChecker {
       case StmtKind::IfThenElse: {
         const IfThenElse* i = s.as<IfThenElse>();
         expr(i->cond);
+        ++conditions_;
         stmt(i->then_case, bound);
         if (i->else_case) stmt(i->else_case, bound);
+        --conditions_;
         return;
       }
+      case StmtKind::Barrier:
+        if (conditions_ > 0) fail("has a barrier under a condition: threads that skip it would wait forever");
+        return;
       case StmtKind::Allocate: {
         const Allocate* a = s.as<Allocate>();
         int64_t bytes = a->size * 4;
+        if (a->scope == MemScope::Shared) {
+          if (shared_bytes_ + bytes > limits_.max_shared_bytes) {
+            fail(str("needs ", shared_bytes_ + bytes, " bytes of shared memory per block (", a->buffer, ": ", bytes,
+                     " bytes); the limit is ", limits_.max_shared_bytes, " (use smaller block tiles)"));
+          }
+          shared_bytes_ += bytes;
+          max_shared_bytes_ = std::max(max_shared_bytes_, shared_bytes_);
+          stmt(a->body, bound);
+          shared_bytes_ -= bytes;
+          return;
+        }
         if (a->scope != MemScope::Local || local_bytes_ + bytes > limits_.max_local_bytes_per_thread) {
           fail(str("needs ", local_bytes_ + bytes, " bytes of local buffers per thread (", a->buffer, ": ", bytes,
                    " bytes); the limit is ", limits_.max_local_bytes_per_thread, " (use smaller tiles per thread)"));
@@ -145,6 +171,8 @@ class GpuChecker {
   std::array<std::optional<int64_t>, 6> extents_;      // blockIdx x,y,z then threadIdx x,y,z
   std::array<std::optional<std::string>, 6> active_;   // the enclosing loop bound to each axis
   int64_t local_bytes_ = 0, max_local_bytes_ = 0;
+  int64_t shared_bytes_ = 0, max_shared_bytes_ = 0;
+  int conditions_ = 0;
 };
 
 class Serializer : public IRMutator {
@@ -169,7 +197,7 @@ GpuLimits gpu_limits(const Target& t) {
 
 nlohmann::json GpuLaunch::to_json() const {
   return {{"grid", grid}, {"block", block}, {"dynamic_shared_bytes", dynamic_shared_bytes},
-          {"local_bytes_per_thread", local_bytes_per_thread}};
+          {"static_shared_bytes", static_shared_bytes}, {"local_bytes_per_thread", local_bytes_per_thread}};
 }
 
 GpuLaunch check_gpu_kernel(const LoweredFunc& f, const Target& t) {

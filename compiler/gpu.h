@@ -8,7 +8,11 @@
 //   - a loop that is not bound but encloses the bound ones, or a store outside every bound
 //     loop (each thread would repeat that work, or write the same elements as all others),
 //   - threads per block, block or grid dimensions past the target's limits,
-//   - one axis bound with two extents, or bound twice on one path,
+//   - one axis bound with two extents, or a block axis bound twice on one path (a thread
+//     axis bound again inside itself is a cooperative loop: a shared-memory copy, each thread
+//     its share; its extent may not exceed the block's),
+//   - shared memory past 48 KiB per block (CUDA's static limit; AMD has 64 KiB of LDS),
+//   - a barrier under a condition (threads that skip it would hang the block),
 //   - a buffer too large for a thread's registers and local memory (heap allocation),
 //   - math functions (exp, log, tanh): they need the vendors' device libraries, not linked yet.
 #pragma once
@@ -28,6 +32,7 @@ struct GpuLimits {
   std::array<int64_t, 3> max_block{1024, 1024, 64};
   std::array<int64_t, 3> max_grid{2147483647, 65535, 65535};
   int64_t max_local_bytes_per_thread = 16 * 1024;  // beyond this, registers spill to memory
+  int64_t max_shared_bytes = 48 * 1024;            // static shared memory per block
 };
 
 // The limits every supported architecture of the target's kind meets (CUDA sm_70 and later;
@@ -38,6 +43,7 @@ struct GpuLaunch {
   std::array<int64_t, 3> grid{1, 1, 1};   // blocks along x, y, z
   std::array<int64_t, 3> block{1, 1, 1};  // threads per block along x, y, z
   int64_t dynamic_shared_bytes = 0;
+  int64_t static_shared_bytes = 0;   // shared buffers of the kernel itself (cache_read_shared)
   int64_t local_bytes_per_thread = 0;
 
   int64_t threads_per_block() const { return block[0] * block[1] * block[2]; }

@@ -278,6 +278,8 @@ Stmt Allocate::make(const std::string& buffer, Type elem, int64_t size, MemScope
   return Stmt(std::make_shared<Allocate>(buffer, elem, size, scope, std::move(body)));
 }
 
+Stmt Barrier::make() { return Stmt(std::make_shared<const Barrier>()); }
+
 Stmt Block::make(std::vector<Stmt> stmts) {
   std::vector<Stmt> flat;
   for (Stmt& s : stmts) {

@@ -259,7 +259,7 @@ bool is_const(const Expr& e, int64_t v);
 
 // ---- statements ----
 
-enum class StmtKind : uint8_t { For, Store, LetStmt, IfThenElse, Allocate, Block };
+enum class StmtKind : uint8_t { For, Store, LetStmt, IfThenElse, Allocate, Block, Barrier };
 // GPU kernels bind loops to the launch grid: a loop bound to blockIdx.x runs its iterations
 // as the blocks of the grid's x dimension, one bound to threadIdx.x as the threads of a block
 // (its extent is the launch size; the loop itself disappears in code generation).
@@ -267,7 +267,9 @@ enum class ForKind : uint8_t {
   Serial, Parallel, Vectorized, Unrolled,
   BlockIdxX, BlockIdxY, BlockIdxZ, ThreadIdxX, ThreadIdxY, ThreadIdxZ,
 };
-enum class MemScope : uint8_t { Local, Heap };  // Local: stack of the running thread
+// Local: the stack (a GPU thread's private memory); Heap: malloc'd; Shared: a GPU block's
+// shared memory, one copy for all its threads (a CPU, running one thread, keeps it on the stack).
+enum class MemScope : uint8_t { Local, Heap, Shared };
 
 // for, parallel, vectorized, unrolled, blockIdx.x ... threadIdx.z
 const char* for_kind_name(ForKind k);
@@ -351,6 +353,14 @@ struct Allocate : StmtNode {
   Allocate(std::string b, Type t, int64_t n, MemScope s, Stmt bd)
       : StmtNode(kKind), buffer(std::move(b)), elem(t), size(n), scope(s), body(std::move(bd)) {}
   static Stmt make(const std::string& buffer, Type elem, int64_t size, MemScope scope, Stmt body);
+};
+
+// GPU: every thread of the block waits here until all have arrived, and their shared-memory
+// writes before it are visible to all after it. Nothing on a CPU.
+struct Barrier : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Barrier;
+  Barrier() : StmtNode(kKind) {}
+  static Stmt make();
 };
 
 struct Block : StmtNode {

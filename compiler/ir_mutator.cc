@@ -126,6 +126,8 @@ Stmt IRMutator::mutate_stmt(const Stmt& s) {
       }
       return changed ? Block::make(std::move(out)) : s;
     }
+    case StmtKind::Barrier:
+      return s;
   }
   TF_CHECK(false, "unhandled statement kind");
   return s;

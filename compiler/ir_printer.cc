@@ -198,12 +198,16 @@ class Printer {
         const Allocate* a = s.as<Allocate>();
         indent();
         os_ << "allocate " << a->buffer << "[" << a->elem.str() << " * " << a->size << "] "
-            << (a->scope == MemScope::Local ? "local" : "heap") << "\n";
+            << (a->scope == MemScope::Local ? "local" : a->scope == MemScope::Shared ? "shared" : "heap") << "\n";
         print(a->body);
         return;
       }
       case StmtKind::Block:
         for (const Stmt& c : s.as<Block>()->stmts) print(c);
+        return;
+      case StmtKind::Barrier:
+        indent();
+        os_ << "barrier\n";
         return;
     }
   }

@@ -354,4 +354,18 @@ Stage& Schedule::pack(const std::string& input, size_t dim, int64_t block) {
   return *stages_.front();
 }
 
+Stage& Schedule::cache_read_shared(const std::string& input) {
+  auto pit = placeholders_.find(input);
+  if (pit == placeholders_.end()) throw UserError(str("cache_read: '", input, "' is not an input of this workload"));
+  if (has_stage(input + ".shared")) throw UserError(str("cache_read of ", input, ": already cached"));
+  const Tensor& in = pit->second;
+  std::vector<std::string> names;
+  for (size_t d = 0; d < in->shape.size(); ++d) names.push_back("d" + std::to_string(d));
+  Tensor copy = compute(input + ".shared", in->shape, names, [&](const std::vector<Expr>& ax) { return read(in, ax); });
+  replace_reads(input, [&](const TensorRead* r) { return TensorRead::make(copy, r->indices); });
+  stages_.insert(stages_.begin(), std::make_unique<Stage>(copy));
+  stages_.front()->scope_ = MemScope::Shared;
+  return *stages_.front();
+}
+
 }  // namespace tf::ir

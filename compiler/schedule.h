@@ -8,6 +8,7 @@
 //   compute_at / compute_inline / compute_root   place the stage relative to its consumer
 //   cache_write                            accumulate a reduction in a local buffer, then store
 //   pack                                   copy an input into a blocked layout first
+//   cache_read                             copy an input tile into GPU shared memory first
 // Lowering (compiler/schedule_ops.h) turns the result into loop IR. Extents that a split
 // factor does not divide are handled with guards, so every schedule computes the same values.
 //
@@ -69,6 +70,10 @@ class Stage {
   void compute_inline();
   void compute_root();
 
+  // Where the stage's buffer lives when computed at a loop: Local (the default: registers or
+  // stack) or Shared (GPU shared memory: see Schedule::cache_read).
+  MemScope scope() const { return scope_; }
+
   Attach attach() const { return attach_; }
   const Stage* attach_stage() const { return attach_stage_; }
   const Expr& attach_var() const { return attach_var_; }
@@ -88,6 +93,7 @@ class Stage {
 
   Tensor op_;
   Attach attach_ = Attach::Root;
+  MemScope scope_ = MemScope::Local;
   const Stage* attach_stage_ = nullptr;
   Expr attach_var_;
   std::vector<Expr> leaves_;
@@ -123,6 +129,14 @@ class Schedule {
   // B[K][N] with dim=1, block=16 becomes B.pack[N/16][K][16] (zero-filled past N). Every
   // reader of `input` reads the packed copy instead. Returns the packed tensor's stage.
   Stage& pack(const std::string& input, size_t dim, int64_t block);
+
+  // A stage `<input>.shared` that copies input `input`; every reader reads the copy instead.
+  // Computed at a loop of a GPU kernel (compute_at), its buffer lives in the block's shared
+  // memory and covers what one iteration of that loop needs for the whole block (thread
+  // indices relaxed), loaded cooperatively: bind its loops to the block's threadIdx axes and
+  // each thread copies its part. Lowering puts a barrier before the copy (the previous tile
+  // is no longer read) and after it (the tile is complete).
+  Stage& cache_read_shared(const std::string& input);
 
  private:
   void replace_reads(const std::string& name,

@@ -216,6 +216,10 @@ class Lowerer {
     for (size_t i = pos + 1; i < leaves.size(); ++i) {
       varying[leaves[i].get()] = Interval{0, extents.at(leaves[i].get()) - 1};
     }
+    // A shared buffer serves every thread of the block: its region spans all their indices.
+    if (p.scope() == MemScope::Shared) {
+      for (const ExprNode* v : thread_vars_) varying[v] = ranges_.at(v);
+    }
     std::vector<std::vector<Expr>> reads;
     collect_reads(body, p.name(), reads);
     TF_CHECK(!reads.empty(), "stage ", p.name(), " is attached where it is not read");
@@ -293,7 +297,10 @@ class Lowerer {
         value[it->inner.get()] = f % inner;
       }
     }
-    for (const Expr& v : leaves) ranges_[v.get()] = Interval{0, ext.at(v.get()) - 1};
+    for (const Expr& v : leaves) {
+      ranges_[v.get()] = Interval{0, ext.at(v.get()) - 1};
+      if (is_thread_binding(s.kind_of(v))) thread_vars_.insert(v.get());
+    }
 
     // Root axes: relative (in the buffer) and actual (in the tensor) values, and guards.
     VarMap actual;
@@ -380,6 +387,12 @@ class Lowerer {
       const BufferInfo& b = buffers_.at((*p)->name());
       Stmt nest = make_stage(**p, b);
       int64_t n = size_of(b);
+      if ((*p)->scope() == MemScope::Shared) {
+        // Wait until no thread reads the previous tile, copy, wait until the copy is whole.
+        Stmt body = Block::make({Barrier::make(), nest, Barrier::make(), result});
+        result = Allocate::make((*p)->name(), Type::float32(), n, MemScope::Shared, body);
+        continue;
+      }
       MemScope scope = n * 4 <= kMaxStackBytes ? MemScope::Local : MemScope::Heap;
       result = Allocate::make((*p)->name(), Type::float32(), n, scope, Block::make({nest, result}));
     }
@@ -416,6 +429,7 @@ class Lowerer {
   std::map<const Stage*, std::vector<Stage*>> attached_;
   std::map<std::string, BufferInfo> buffers_;
   RangeMap ranges_;
+  std::set<const ExprNode*> thread_vars_;  // loop variables bound to threadIdx.*
 };
 
 }  // namespace

@@ -41,9 +41,12 @@ const std::vector<KnobDef>& gpu_knob_defs(const std::string& op) {
       {"threads_n", KnobType::Int, "threads per block along the columns of C (threadIdx.x)", 1024, {}, kSplit},
       {"tile_m", KnobType::Int, "rows of C per thread (register tile, unrolled)", 16, {}, kSplit},
       {"tile_n", KnobType::Int, "columns of C per thread (register tile, vectorized)", 16, {}, kSplit},
-      {"unroll_k", KnobType::Int, "unroll factor of the reduction loop", 64, {}, kSplit},
+      {"unroll_k", KnobType::Int, "unroll factor of the reduction loop (with shared: the K tile staged)", 64, {},
+       kSplit},
       {"vectorize", KnobType::Bool, "vectorize each thread's columns (vector loads and stores)", 0, {}},
       {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+      {"shared", KnobType::Bool,
+       "stage the block's tiles of A and B (unroll_k deep) in shared memory, copied by all its threads", 0, {}},
   };
   // Convolutions (NCHW, NHWC, depthwise): a block of threads_k x threads_w threads computes
   // channels x columns of one output row; each thread a tile_k x tile_w register tile.
@@ -220,6 +223,22 @@ void schedule_dense_gpu(Schedule& s, const OpGraph& g, const json& c) {
   if (unroll) {
     acc->unroll(aax[d].var);
     acc->unroll(ki);
+  }
+  if (c["shared"].get<bool>()) {
+    // Per step of K: the block's rows of A and columns of B, unroll_k deep, copied by all
+    // threads, consecutive threads taking consecutive elements (coalesced reads).
+    for (const ir::Tensor& in : {g.inputs[0], g.inputs[1]}) {
+      Stage& sh = s.cache_read_shared(in->name);
+      sh.compute_at(*acc, ko);
+      const auto& ax = sh.op()->axes;
+      Expr all = ax[0].var;
+      for (size_t i = 1; i < ax.size(); ++i) all = sh.fuse(all, ax[i].var);
+      auto [rounds, lane] = sh.split(all, thm * thn);
+      auto [y, x] = sh.split(lane, thn);
+      sh.bind(y, "threadIdx.y");
+      sh.bind(x, "threadIdx.x");
+      (void)rounds;
+    }
   }
 }
 
@@ -488,7 +507,7 @@ int vector_registers(const Target& t) {
 // than the 255 registers NVIDIA allows (AMD: 256 VGPRs) and spills.
 constexpr int64_t kMaxGpuThreadTile = 64;
 
-std::string check_gpu_constraints(const Target& t, const json& c) {
+std::string check_gpu_constraints(const OpGraph& g, const Target& t, const json& c) {
   int64_t threads = 1, tile = 1;
   for (const auto& [name, v] : c.items()) {
     if (name.rfind("threads_", 0) == 0) threads *= v.get<int64_t>();
@@ -500,6 +519,16 @@ std::string check_gpu_constraints(const Target& t, const json& c) {
     return str("a register tile of ", tile, " accumulators per thread (over ", kMaxGpuThreadTile, ")");
   }
   int64_t unroll_k = c.contains("unroll_k") ? c["unroll_k"].get<int64_t>() : 1;
+  if (c.contains("shared") && c["shared"].get<bool>()) {
+    // The block's tiles of A (rows x unroll_k) and B (unroll_k x columns), each at most the
+    // whole matrix.
+    size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
+    int64_t rows = std::min(c["threads_m"].get<int64_t>() * c["tile_m"].get<int64_t>(), out_extent(g, d));
+    int64_t cols = std::min(c["threads_n"].get<int64_t>() * c["tile_n"].get<int64_t>(), out_extent(g, d + 1));
+    int64_t depth = std::min(unroll_k, g.acc->reduce_axes[0].extent);
+    int64_t bytes = (rows + cols) * depth * 4, most = gpu_limits(t).max_shared_bytes;
+    if (bytes > most) return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
+  }
   if (c["unroll"].get<bool>() && tile * unroll_k > kMaxTileStatements) {
     return str("an unrolled body of ", tile * unroll_k, " statements (over ", kMaxTileStatements, ")");
   }
@@ -507,7 +536,7 @@ std::string check_gpu_constraints(const Target& t, const json& c) {
 }
 
 std::string check_constraints(const OpGraph& g, const Target& t, const json& c) {
-  if (t.is_gpu()) return check_gpu_constraints(t, c);
+  if (t.is_gpu()) return check_gpu_constraints(g, t, c);
   const std::string& op = g.workload.op;
   const int64_t lanes = t.vector_lanes();
   bool vec = c["vectorize"], unroll = c["unroll"];
@@ -566,7 +595,8 @@ json default_config(const OpGraph& g, const Target& t) {
     int64_t tm = std::min<int64_t>(m, 4), tn = std::min<int64_t>(n, 4);
     int64_t thm = threads(m, tm, 16);
     return {{"threads_m", thm}, {"threads_n", threads(n, tn, std::max<int64_t>(16, 256 / thm))}, {"tile_m", tm}, {"tile_n", tn},
-            {"unroll_k", std::min<int64_t>(4, g.acc->reduce_axes[0].extent)}, {"vectorize", true}, {"unroll", true}};
+            {"unroll_k", std::min<int64_t>(4, g.acc->reduce_axes[0].extent)}, {"vectorize", true}, {"unroll", true},
+            {"shared", false}};
   }
   const int64_t lanes = t.vector_lanes();
   const std::string& op = g.workload.op;

@@ -41,6 +41,7 @@ int64_t unrolled_size(const Stmt& s) {
   if (!s) return 0;
   switch (s.kind()) {
     case StmtKind::Store:
+    case StmtKind::Barrier:
       return 1;
     case StmtKind::For: {
       const For* f = s.as<For>();

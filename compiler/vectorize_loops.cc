@@ -65,6 +65,9 @@ class LaneRewriter : public IRMutator {
       case StmtKind::Allocate:
         failure = "allocation inside the loop";
         return s;
+      case StmtKind::Barrier:
+        failure = "barrier inside the loop";
+        return s;
       case StmtKind::Block:
         return IRMutator::mutate_stmt(s);
     }

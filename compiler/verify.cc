@@ -61,6 +61,8 @@ class Verifier {
       case StmtKind::Block:
         for (const Stmt& c : s.as<Block>()->stmts) stmt(c);
         return;
+      case StmtKind::Barrier:
+        return;
     }
   }
 

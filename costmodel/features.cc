@@ -162,6 +162,8 @@ class Walker {
       case ir::StmtKind::Block:
         for (const Stmt& c : s.as<ir::Block>()->stmts) stmt(c);
         return;
+      case ir::StmtKind::Barrier:
+        return;
     }
   }
 

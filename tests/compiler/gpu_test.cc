@@ -18,6 +18,7 @@
 #include "compiler/driver.h"
 #include "compiler/error.h"
 #include "compiler/gpu.h"
+#include "compiler/ir_printer.h"
 #include "compiler/link.h"
 #include "compiler/schedule_templates.h"
 #include "tests/compiler/kernel_harness.h"
@@ -165,9 +166,68 @@ TEST_P(GpuWorkload, AmdgpuCodeObjectsLinkAndFit) {
 
 INSTANTIATE_TEST_SUITE_P(Workloads, GpuWorkload, ::testing::ValuesIn(kWorkloads));
 
+std::string compile_error(const std::string& workload, const std::string& target, const nlohmann::json& config,
+                          EmitKind emit = EmitKind::LoopIR);
+
+// Tiles of A and B staged in shared memory: the block's region (thread indices relaxed),
+// copied cooperatively between two barriers; the same values as the reference, bar.sync in
+// the PTX, LDS in the code object.
+TEST(GpuShared, StagedTilesMatchTheReferenceAndUseBarriers) {
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  for (const char* w : {"matmul(M=97,N=131,K=67)", "matmul(M=64,N=64,K=64,epilogue=bias_relu)",
+                        "batch_matmul(B=3,M=17,N=33,K=9,epilogue=bias_relu)", "matmul(M=1,N=300,K=40)"}) {
+    Workload wl = parse_workload(w);
+    for (const nlohmann::json& config :
+         {nlohmann::json{{"shared", true}}, nlohmann::json{{"shared", true}, {"unroll_k", 8}, {"vectorize", false}},
+          nlohmann::json{{"shared", true}, {"threads_m", 4}, {"threads_n", 8}, {"tile_m", 3}, {"tile_n", 2}, {"unroll_k", 5}}}) {
+      Target cuda = parse_target("cuda -arch=sm_80");
+      CompiledKernel k = compile_kernel(wl, cuda, config, "given", "");
+      std::string what = std::string(w) + " config " + config.dump();
+      EXPECT_GT(k.launch->static_shared_bytes, 0) << what;
+      std::string loops = ir::to_string(k.lowered.func);
+      EXPECT_NE(loops.find("shared"), std::string::npos) << loops;
+      EXPECT_NE(loops.find("barrier"), std::string::npos) << loops;
+      ir::LoweredFunc f = k.lowered.func;
+      f.body = serialize_gpu_bindings(f.body);
+      testing::Comparison c = testing::run_and_compare(k.graph, f, 3);
+      EXPECT_TRUE(c.ok()) << what << ": " << c.str();
+      std::string base = testing::temp_dir() + "/shared";
+      write_kernel(k, EmitKind::SharedLibrary, base + ".ptx");
+      std::string ptx = file_text(base + ".ptx");
+      EXPECT_NE(ptx.find("bar.sync"), std::string::npos) << what;
+      EXPECT_NE(ptx.find(".shared .align 16 .b8"), std::string::npos) << what;
+      if (fs::exists(ptxas)) {
+        CommandResult r = run_command({ptxas, "-arch=sm_80", base + ".ptx", "-o", base + ".cubin"});
+        EXPECT_EQ(r.exit_code, 0) << what << ":\n" << r.output;
+      }
+      Target amd = parse_target("rocm -mcpu=gfx90a");
+      CompiledKernel ka = compile_kernel(wl, amd, config, "given", "");
+      write_kernel(ka, EmitKind::SharedLibrary, base + ".hsaco");
+      CommandResult notes = run_command({"llvm-readelf-19", "--notes", base + ".hsaco"});
+      EXPECT_EQ(note_value(notes.output, "group_segment_fixed_size"), ka.launch->static_shared_bytes) << what;
+      CommandResult dis = run_command({"llvm-objdump-19", "-d", "--mcpu=gfx90a", base + ".hsaco"});
+      // A block of one wavefront (64 threads on gfx90a) needs no s_barrier: LLVM drops it.
+      if (ka.launch->threads_per_block() > 64) EXPECT_NE(dis.output.find("s_barrier"), std::string::npos) << what;
+      EXPECT_NE(dis.output.find("ds_read"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(GpuShared, TilesPastTheSharedMemoryAreRejected) {
+  OpGraph g = build_op(parse_workload("matmul(M=1024,N=1024,K=1024)"));
+  Target t = parse_target("cuda -arch=sm_90");
+  nlohmann::json c = complete_config(g, t, {{"shared", true}, {"threads_m", 32}, {"threads_n", 32}, {"tile_m", 4},
+                                            {"tile_n", 4}, {"unroll_k", 64}});
+  std::string why = check_constraints(g, t, c);
+  EXPECT_NE(why.find("65536 bytes of shared memory per block (the limit is 49152)"), std::string::npos) << why;
+  std::string e = compile_error("matmul(M=1024,N=1024,K=1024)", "cuda -arch=sm_90", c);
+  EXPECT_NE(e.find("bytes of shared memory per block"), std::string::npos) << e;
+  EXPECT_NE(e.find("the limit is 49152"), std::string::npos) << e;
+}
+
 // The message of the UserError that compiling (or building) throws; "" when none.
 std::string compile_error(const std::string& workload, const std::string& target, const nlohmann::json& config,
-                          EmitKind emit = EmitKind::LoopIR) {
+                          EmitKind emit) {
   try {
     CompiledKernel k = compile_kernel(parse_workload(workload), parse_target(target), config, "given", "");
     write_kernel(k, emit, testing::temp_dir() + "/err.out");
