@@ -11,6 +11,9 @@
 #include <llvm/IR/Module.h>
 #include <llvm/IR/PassManager.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/IRReader/IRReader.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/Support/SourceMgr.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/raw_ostream.h>
@@ -18,6 +21,8 @@
 #include <llvm/Target/TargetOptions.h>
 
 #include <array>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -45,6 +50,7 @@ class CodeGen {
 
   bool uses_openmp = false;
   bool uses_libm = false;
+  bool uses_libdevice = false;
 
   // `launch`: for GPU targets, the kernel's launch configuration.
   void emit(const LoweredFunc& f, const GpuLaunch* launch = nullptr) {
@@ -281,8 +287,25 @@ class CodeGen {
     };
     auto it = kIntrinsics.find(c->name);
     TF_CHECK(it != kIntrinsics.end() && c->args.size() == 1, "codegen: unknown call ", c->name);
-    if (c->name != "sqrt" && c->name != "fabs") uses_libm = true;
+    bool transcendental = c->name != "sqrt" && c->name != "fabs";
+    if (target_.kind == "cuda" && transcendental) return libdevice_call(c);
+    if (transcendental && !gpu_) uses_libm = true;
     return b_.CreateUnaryIntrinsic(it->second, expr(c->args[0]));
+  }
+
+  // NVPTX selects no exp, log or tanh: they come from libdevice (__nv_expf ...), linked in
+  // after emission. Vector arguments are done lane by lane (GPU threads are scalar anyway).
+  llvm::Value* libdevice_call(const Call* c) {
+    uses_libdevice = true;
+    llvm::FunctionCallee fn = runtime(("__nv_" + c->name + "f").c_str(), b_.getFloatTy(), {b_.getFloatTy()});
+    llvm::Value* x = expr(c->args[0]);
+    if (!x->getType()->isVectorTy()) return b_.CreateCall(fn, {x});
+    llvm::Value* out = llvm::PoisonValue::get(x->getType());
+    for (int i = 0; i < c->type.lanes; ++i) {
+      llvm::Value* lane = b_.CreateCall(fn, {b_.CreateExtractElement(x, static_cast<uint64_t>(i))});
+      out = b_.CreateInsertElement(out, lane, static_cast<uint64_t>(i));
+    }
+    return out;
   }
 
   llvm::Value* expr(const Expr& e) {
@@ -590,6 +613,24 @@ class CodeGen {
   llvm::Value* mask_ = nullptr;  // inside a vector select: the lanes that may touch memory
 };
 
+std::string libdevice_path() {
+  if (const char* p = std::getenv("TUNEFARM_LIBDEVICE"); p && *p) {
+    if (!std::filesystem::exists(p)) throw UserError(str("TUNEFARM_LIBDEVICE (--libdevice) names ", p, ", which does not exist"));
+    return p;
+  }
+  std::vector<std::string> roots;
+  if (const char* home = std::getenv("CUDA_HOME"); home && *home) roots.push_back(home);
+  roots.push_back("/usr/local/cuda");
+  roots.push_back("/usr/lib/cuda");  // Debian's nvidia-cuda-toolkit
+  for (const std::string& r : roots) {
+    std::string p = r + "/nvvm/libdevice/libdevice.10.bc";
+    if (std::filesystem::exists(p)) return p;
+  }
+  throw UserError("this kernel calls exp, log or tanh, which on cuda come from NVIDIA's libdevice (libdevice.10.bc), "
+                  "found in none of $CUDA_HOME, /usr/local/cuda, /usr/lib/cuda (under nvvm/libdevice/); point "
+                  "--libdevice (or $TUNEFARM_LIBDEVICE) at it");
+}
+
 // The lowest PTX ISA version that has the architecture, so the PTX loads on the oldest
 // driver that can run it.
 std::string ptx_feature(const std::string& arch) {
@@ -608,6 +649,25 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t) {
   std::string features = t.kind == "cuda" ? ptx_feature(t.arch) : t.features;
   return std::unique_ptr<llvm::TargetMachine>(lt->createTargetMachine(
       t.triple, cpu, features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+}
+
+// Links the libdevice functions the kernel calls (only those) and makes them internal, so
+// the optimizer inlines them and drops the rest. libdevice reads __nvvm_reflect, which the
+// NVPTX back end's own pass pipeline resolves (flush-to-zero off).
+void link_libdevice(llvm::Module& m, const std::string& kernel) {
+  std::string path = libdevice_path();
+  llvm::SMDiagnostic err;
+  std::unique_ptr<llvm::Module> lib = llvm::parseIRFile(path, err, m.getContext());
+  if (!lib) throw UserError(str("cannot read libdevice ", path, ": ", err.getMessage().str()));
+  lib->setTargetTriple(m.getTargetTriple());
+  lib->setDataLayout(m.getDataLayout());
+  if (llvm::Linker::linkModules(m, std::move(lib), llvm::Linker::Flags::LinkOnlyNeeded)) {
+    throw UserError(str("cannot link libdevice ", path, " into the kernel"));
+  }
+  for (llvm::Function& fn : m) {
+    if (!fn.isDeclaration() && fn.getName() != kernel) fn.setLinkage(llvm::GlobalValue::InternalLinkage);
+  }
+  if (!m.getModuleFlag("nvvm-reflect-ftz")) m.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", uint32_t{0});
 }
 
 void optimize(llvm::Module& m, llvm::TargetMachine* tm) {
@@ -643,6 +703,7 @@ CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOu
   std::string verify_errors;
   llvm::raw_string_ostream vos(verify_errors);
   TF_CHECK(!llvm::verifyModule(*m, &vos), "codegen produced invalid LLVM IR: ", verify_errors);
+  if (cg.uses_libdevice) link_libdevice(*m, f.name);
   optimize(*m, tm.get());
 
   CodegenResult result;

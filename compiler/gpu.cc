@@ -155,12 +155,13 @@ class GpuChecker {
     }
   }
 
+  // cuda takes exp, log and tanh from libdevice (codegen_llvm links it); the AMDGPU back end
+  // expands exp and log itself, but tanh needs ROCm's ocml, which is not linked yet.
   void expr(const Expr& e) {
     post_order(e, [&](const Expr& x) {
-      if (const Call* c = x.as<Call>()) {
-        fail(str("calls ", c->name, ", which on ", t_.kind, " needs the vendor's device math library (",
-                 t_.kind == "cuda" ? "libdevice" : "ROCm's ocml",
-                 "); linking it is not implemented yet"));
+      if (const Call* c = x.as<Call>(); c && t_.kind == "rocm" && c->name == "tanh") {
+        fail(str("calls tanh, which on rocm needs ROCm's device math library (ocml); linking it is not "
+                 "implemented yet"));
       }
     });
   }

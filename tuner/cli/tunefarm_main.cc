@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cmath>
 #include <optional>
@@ -64,7 +65,7 @@ json parse_config_arg(const std::string& arg) {
 }
 
 struct CompileArgs {
-  std::string workload, target = kDefaultTarget, config, name, emit = "so", out, db;
+  std::string workload, target = kDefaultTarget, config, name, emit = "so", out, db, libdevice;
   std::vector<std::string> skip, dump;
   bool time_passes = false, list_passes = false, no_db = false, as_json = false;
   cli::ServerArgs server;  // --server: the tuning service's database instead of a file
@@ -110,6 +111,7 @@ int cmd_compile(const CompileArgs& a) {
   }
   if (a.workload.empty()) throw UserError("--workload is required");
   if (a.out.empty()) throw UserError("-o OUT is required");
+  if (!a.libdevice.empty()) setenv("TUNEFARM_LIBDEVICE", a.libdevice.c_str(), 1);  // read by code generation
   Workload w = parse_workload(a.workload);
   Target t = parse_target(a.target);
   EmitKind kind = parse_emit_kind(a.emit);
@@ -308,6 +310,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   compile->add_option("--config,-c", ca.config, "schedule config as JSON, or @file");
   compile->add_option("--name", ca.name, "exported function name (default: the operator name)");
+  compile->add_option("--libdevice", ca.libdevice,
+                      "cuda: NVIDIA's libdevice.10.bc for exp, log, tanh (default: $TUNEFARM_LIBDEVICE, else "
+                      "$CUDA_HOME, /usr/local/cuda or /usr/lib/cuda under nvvm/libdevice)");
   compile->add_option("--emit", ca.emit,
                       "output kind: so, obj, asm, llvm, loop-ir (for cuda, so is the PTX module and its sidecar; "
                       "for rocm, the .hsaco code object and its sidecar)")
