@@ -44,8 +44,8 @@ class GpuChecker {
       fail(str("has ", l.threads_per_block(), " threads per block (", l.block[0], " x ", l.block[1], " x ", l.block[2],
                "); the limit is ", limits_.max_threads_per_block));
     }
-    l.local_bytes_per_thread = max_local_bytes_;
-    l.static_shared_bytes = max_shared_bytes_;
+    l.local_bytes_per_thread = local_.most;
+    l.static_shared_bytes = shared_.most;
     return l;
   }
 
@@ -127,26 +127,19 @@ class GpuChecker {
         return;
       case StmtKind::Allocate: {
         const Allocate* a = s.as<Allocate>();
+        bool shared = a->scope == MemScope::Shared;
+        // Heap buffers cannot exist on a GPU: reported as past the local limit.
+        Budget& b = shared ? shared_ : local_;
         int64_t bytes = a->size * 4;
-        if (a->scope == MemScope::Shared) {
-          if (shared_bytes_ + bytes > limits_.max_shared_bytes) {
-            fail(str("needs ", shared_bytes_ + bytes, " bytes of shared memory per block (", a->buffer, ": ", bytes,
-                     " bytes); the limit is ", limits_.max_shared_bytes, " (use smaller block tiles)"));
-          }
-          shared_bytes_ += bytes;
-          max_shared_bytes_ = std::max(max_shared_bytes_, shared_bytes_);
-          stmt(a->body, bound);
-          shared_bytes_ -= bytes;
-          return;
+        if (a->scope == MemScope::Heap || b.now + bytes > b.limit) {
+          fail(str("needs ", b.now + bytes, " bytes of ", shared ? "shared memory per block (" : "local buffers per thread (",
+                   a->buffer, ": ", bytes, " bytes); the limit is ", b.limit,
+                   shared ? " (use smaller block tiles)" : " (use smaller tiles per thread)"));
         }
-        if (a->scope != MemScope::Local || local_bytes_ + bytes > limits_.max_local_bytes_per_thread) {
-          fail(str("needs ", local_bytes_ + bytes, " bytes of local buffers per thread (", a->buffer, ": ", bytes,
-                   " bytes); the limit is ", limits_.max_local_bytes_per_thread, " (use smaller tiles per thread)"));
-        }
-        local_bytes_ += bytes;
-        max_local_bytes_ = std::max(max_local_bytes_, local_bytes_);
+        b.now += bytes;
+        b.most = std::max(b.most, b.now);
         stmt(a->body, bound);
-        local_bytes_ -= bytes;
+        b.now -= bytes;
         return;
       }
       case StmtKind::Block:
@@ -171,8 +164,11 @@ class GpuChecker {
   GpuLimits limits_;
   std::array<std::optional<int64_t>, 6> extents_;      // blockIdx x,y,z then threadIdx x,y,z
   std::array<std::optional<std::string>, 6> active_;   // the enclosing loop bound to each axis
-  int64_t local_bytes_ = 0, max_local_bytes_ = 0;
-  int64_t shared_bytes_ = 0, max_shared_bytes_ = 0;
+  // Bytes of the buffers enclosing the statement being checked, the most on any path, the limit.
+  struct Budget {
+    int64_t now = 0, most = 0, limit = 0;
+  };
+  Budget local_{0, 0, limits_.max_local_bytes_per_thread}, shared_{0, 0, limits_.max_shared_bytes};
   int conditions_ = 0;
 };
 

@@ -149,6 +149,24 @@ void schedule_pad(Schedule& s, const OpGraph& g, const json& c, int lanes) {
   if (c["vectorize"].get<bool>()) p.vectorize(p.split(ax[3].var, lanes).second);
 }
 
+// The accumulating stage of a dense template: K split by `uk` (the outer loop returned), then
+// the register tile's rows (unrolled) and columns (vectorized) innermost.
+Expr schedule_dense_acc(Stage& acc, bool batch, int64_t uk, bool vec, bool unroll) {
+  size_t d = batch ? 1 : 0;
+  const auto& aax = acc.op()->axes;
+  auto [ko, ki] = acc.split(acc.op()->reduce_axes[0].var, uk);
+  std::vector<Expr> order;
+  if (batch) order.push_back(aax[0].var);
+  order.insert(order.end(), {ko, ki, aax[d].var, aax[d + 1].var});
+  acc.reorder(order);
+  if (vec) acc.vectorize(aax[d + 1].var);
+  if (unroll) {
+    acc.unroll(aax[d].var);
+    acc.unroll(ki);
+  }
+  return ko;
+}
+
 void schedule_dense(Schedule& s, const OpGraph& g, const json& c) {
   bool batch = g.workload.op == "batch_matmul";
   int64_t tm = c["tile_m"], tn = c["tile_n"], uk = c["unroll_k"];
@@ -172,17 +190,7 @@ void schedule_dense(Schedule& s, const OpGraph& g, const json& c) {
   if (par) out->parallel(batch ? out->fuse(oax[0].var, first) : first);
   acc->compute_at(*out, second);
 
-  const auto& aax = acc->op()->axes;
-  auto [ko, ki] = acc->split(acc->op()->reduce_axes[0].var, uk);
-  std::vector<Expr> order;
-  if (batch) order.push_back(aax[0].var);
-  order.insert(order.end(), {ko, ki, aax[d].var, aax[d + 1].var});
-  acc->reorder(order);
-  if (vec) acc->vectorize(aax[d + 1].var);
-  if (unroll) {
-    acc->unroll(aax[d].var);
-    acc->unroll(ki);
-  }
+  schedule_dense_acc(*acc, batch, uk, vec, unroll);
 }
 
 // Thread blocks over tiles of C, threads over register tiles inside them, the reduction
@@ -213,17 +221,7 @@ void schedule_dense_gpu(Schedule& s, const OpGraph& g, const json& c) {
   if (vec) out->vectorize(rj);
   acc->compute_at(*out, tx);
 
-  const auto& aax = acc->op()->axes;
-  auto [ko, ki] = acc->split(acc->op()->reduce_axes[0].var, uk);
-  order.clear();
-  if (batch) order.push_back(aax[0].var);
-  order.insert(order.end(), {ko, ki, aax[d].var, aax[d + 1].var});
-  acc->reorder(order);
-  if (vec) acc->vectorize(aax[d + 1].var);
-  if (unroll) {
-    acc->unroll(aax[d].var);
-    acc->unroll(ki);
-  }
+  Expr ko = schedule_dense_acc(*acc, batch, uk, vec, unroll);
   if (c["shared"].get<bool>()) {
     // Per step of K: the block's rows of A and columns of B, unroll_k deep, copied by all
     // threads, consecutive threads taking consecutive elements (coalesced reads).
