@@ -211,13 +211,23 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
         queue.pop_front();
       }
       std::string data = read_all(builds[i].so_path);
+      // A GPU kernel needs its launch, from the sidecar; without one it cannot run (a result,
+      // not an exception: this is a worker thread).
+      std::optional<pb::GpuLaunch> launch;
+      if (kernel_arch == "cuda" || kernel_arch == "rocm") {
+        try {
+          launch = launch_from_sidecar(nlohmann::json::parse(read_all(builds[i].so_path + ".json"), nullptr, false));
+        } catch (const UserError& e) {
+          out[i].error_msg = e.what();
+        }
+        if (!launch) {
+          out[i].error = pb::LOAD_ERROR;
+          if (out[i].error_msg.empty()) out[i].error_msg = "GPU kernel " + builds[i].so_path + " has no launch in its sidecar";
+          continue;
+        }
+      }
       try {
         std::string name = std::filesystem::path(builds[i].so_path).filename().string();
-        std::optional<pb::GpuLaunch> launch;
-        if (kernel_arch == "cuda" || kernel_arch == "rocm") {
-          launch = launch_from_sidecar(nlohmann::json::parse(read_all(builds[i].so_path + ".json"), nullptr, false));
-          if (!launch) throw UserError("GPU kernel " + builds[i].so_path + " has no launch in its sidecar");
-        }
         RunResult r = measure_on(*slot->board, ctx, data, name, ctx.graph().workload.op, &ctx_mu,
                                  launch ? &*launch : nullptr);
         r.board_target = slot->target;

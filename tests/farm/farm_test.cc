@@ -27,6 +27,7 @@
 #include "proto/security.h"
 #include "proto/kernel_library.h"
 #include "tuner/farm_client.h"
+#include "tuner/farm_runner.h"
 
 extern char** environ;
 
@@ -1351,6 +1352,28 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
   EXPECT_NE(read_file(fake_log).find("launch matmul grid=" + dims("grid") + " block=" + dims("block") + " shared=0"),
             std::string::npos)
       << read_file(fake_log) << "\nsidecar: " << side["launch"].dump();
+
+  // A GPU kernel whose sidecar lost its launch: farm measure says so; the tuner's runner
+  // makes it that candidate's LOAD_ERROR and goes on.
+  side.erase("launch");
+  std::ofstream(ptx + ".json") << side.dump();
+  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + ptx + " --no-db" +
+                    " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
+                    " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << read_file(out);
+  EXPECT_NE(read_file(out).find("has no launch, which a GPU kernel needs"), std::string::npos) << read_file(out);
+  FarmRunnerOptions fo;
+  fo.farm = {"127.0.0.1:" + std::to_string(port), kToken, {}};
+  fo.key = "cuda-sm80";
+  fo.wait_ms = 5000;
+  FarmRunner runner(fo);
+  MeasureContext ctx(build_op(parse_workload("matmul(M=100,N=70,K=16)")), MeasureOptions{});
+  BuildResult b;
+  b.so_path = ptx;
+  std::vector<RunResult> results = runner.run(ctx, {b});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].error, pb::LOAD_ERROR);
+  EXPECT_NE(results[0].error_msg.find("has no launch in its sidecar"), std::string::npos) << results[0].error_msg;
 }
 
 }  // namespace
