@@ -39,6 +39,9 @@ using namespace ir;  // NOLINT
 // gather lane by lane.
 constexpr int64_t kMaxShuffleStride = 4;
 
+// What LLVM calls the target's processor: the CPU or gfx name, or for cuda the sm_XY arch.
+std::string llvm_cpu(const Target& t) { return t.kind == "cuda" ? t.arch : t.cpu; }
+
 class CodeGen {
  public:
   CodeGen(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t)
@@ -80,7 +83,7 @@ class CodeGen {
  private:
   void set_attributes(llvm::Function* fn) {
     fn->addFnAttr(llvm::Attribute::NoUnwind);
-    fn->addFnAttr("target-cpu", target_.kind == "cuda" ? target_.arch : target_.cpu);
+    fn->addFnAttr("target-cpu", llvm_cpu(target_));
     if (!target_.features.empty()) fn->addFnAttr("target-features", target_.features);
   }
 
@@ -113,7 +116,7 @@ class CodeGen {
                               nvvm_read_ptx_sreg_tid_x,   nvvm_read_ptx_sreg_tid_y,   nvvm_read_ptx_sreg_tid_z};
     static const ID kAmd[6] = {amdgcn_workgroup_id_x, amdgcn_workgroup_id_y, amdgcn_workgroup_id_z,
                                amdgcn_workitem_id_x,  amdgcn_workitem_id_y,  amdgcn_workitem_id_z};
-    size_t slot = (is_thread_binding(k) ? 3 : 0) + static_cast<size_t>(gpu_binding_dim(k));
+    auto slot = static_cast<size_t>(gpu_binding_index(k));
     llvm::Value* id = b_.CreateIntrinsic(b_.getInt32Ty(), amd_ ? kAmd[slot] : kNv[slot], {});
     return b_.CreateZExt(id, b_.getInt64Ty());
   }
@@ -479,7 +482,7 @@ class CodeGen {
   // thread loop inside a loop bound to the same axis is a cooperative one (a shared-memory
   // copy): each thread runs its own index, those past the loop's extent nothing.
   void bound_loop(const For* f) {
-    size_t slot = (is_thread_binding(f->for_kind) ? 3 : 0) + static_cast<size_t>(gpu_binding_dim(f->for_kind));
+    auto slot = static_cast<size_t>(gpu_binding_index(f->for_kind));
     bool cooperative = active_[slot];
     llvm::Value* idx = grid_index(f->for_kind);
     vars_[f->var.get()] = b_.CreateAdd(expr(f->min), idx, "", false, true);
@@ -645,10 +648,9 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t) {
   const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
   TF_CHECK(lt, "no LLVM target for ", t.triple, ": ", err);
   llvm::TargetOptions opts;
-  std::string cpu = t.kind == "cuda" ? t.arch : t.cpu;
   std::string features = t.kind == "cuda" ? ptx_feature(t.arch) : t.features;
   return std::unique_ptr<llvm::TargetMachine>(lt->createTargetMachine(
-      t.triple, cpu, features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+      t.triple, llvm_cpu(t), features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
 }
 
 // Links the libdevice functions the kernel calls (only those) and makes them internal, so

@@ -81,7 +81,7 @@ class GpuChecker {
         const char* tag = for_kind_name(f->for_kind);
         if (!n) fail(str("binds loop ", name_of(f), " to ", tag, " with an extent that is not a constant"));
         if (!is_const(f->min, 0)) fail(str("binds loop ", name_of(f), " to ", tag, " with a nonzero start"));
-        size_t slot = (is_thread_binding(f->for_kind) ? 3 : 0) + static_cast<size_t>(gpu_binding_dim(f->for_kind));
+        auto slot = static_cast<size_t>(gpu_binding_index(f->for_kind));
         if (active_[slot] && is_thread_binding(f->for_kind)) {
           // Cooperative: each thread of the enclosing binding runs its own iteration.
           if (*n > *extents_[slot]) {

@@ -238,10 +238,12 @@ const char* for_kind_name(ForKind k) {
 bool is_gpu_binding(ForKind k) { return k >= ForKind::BlockIdxX; }
 bool is_thread_binding(ForKind k) { return k >= ForKind::ThreadIdxX; }
 
-int gpu_binding_dim(ForKind k) {
-  TF_CHECK(is_gpu_binding(k), "gpu_binding_dim of ", for_kind_name(k));
-  return (static_cast<int>(k) - static_cast<int>(ForKind::BlockIdxX)) % 3;
+int gpu_binding_index(ForKind k) {
+  TF_CHECK(is_gpu_binding(k), "gpu_binding_index of ", for_kind_name(k));
+  return static_cast<int>(k) - static_cast<int>(ForKind::BlockIdxX);
 }
+
+int gpu_binding_dim(ForKind k) { return gpu_binding_index(k) % 3; }
 
 std::optional<ForKind> parse_thread_tag(const std::string& tag) {
   for (ForKind k : {ForKind::BlockIdxX, ForKind::BlockIdxY, ForKind::BlockIdxZ, ForKind::ThreadIdxX,

@@ -275,6 +275,8 @@ enum class MemScope : uint8_t { Local, Heap, Shared };
 const char* for_kind_name(ForKind k);
 bool is_gpu_binding(ForKind k);
 bool is_thread_binding(ForKind k);  // threadIdx.*
+// 0..5 for blockIdx.x, .y, .z, threadIdx.x, .y, .z: an index into per-axis tables.
+int gpu_binding_index(ForKind k);
 // 0, 1, 2 for the x, y, z dimension of a GPU binding.
 int gpu_binding_dim(ForKind k);
 // The kind for a thread tag (blockIdx.x ... threadIdx.z); nullopt for anything else.

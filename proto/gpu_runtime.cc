@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <thread>
 
 namespace tf {
@@ -36,42 +35,6 @@ class Library {
   void* handle_ = nullptr;
   std::string error_;
 };
-
-// Warm-up and samples for one launch function, on a device timer. `elapsed_ms(n)` launches
-// the kernel n times between two events and returns the milliseconds between them.
-TimingResult time_on_device(const std::function<double(int)>& elapsed_ms, const std::function<void()>& flush,
-                            const TimingOptions& o) {
-  TimingResult r;
-  using clock = std::chrono::steady_clock;
-  auto start = clock::now();
-  double best = 1e300, last = 1e300;
-  // Warm-up: at least two launches, at least min_warmup_ms, until two in a row are within
-  // 25% of the fastest (the CPU rule), or four times the sample length has passed.
-  double budget_ms = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs);
-  for (;;) {
-    double ms = elapsed_ms(1);
-    ++r.warmup_calls;
-    bool steady = r.warmup_calls >= 2 && ms <= best * 1.25 && last <= best * 1.25;
-    last = ms;
-    best = std::min(best, ms);
-    double spent = std::chrono::duration<double, std::milli>(clock::now() - start).count();
-    if (spent >= o.min_warmup_ms && (steady || spent > budget_ms + o.min_warmup_ms)) break;
-  }
-  int repeat = o.repeat;
-  if (o.cut_slower_than_s > 0 && best / 1e3 > o.cut_slower_than_s) {
-    repeat = 1;
-    r.cut = true;
-  }
-  int number = std::max(o.number, 1);
-  if (o.min_repeat_ms > 0 && best > 0) number = std::max(number, static_cast<int>(std::ceil(o.min_repeat_ms / best)));
-  r.number = number;
-  for (int i = 0; i < repeat; ++i) {
-    if (o.flush_cache) flush();
-    if (o.cooldown_ms > 0 && i > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
-    r.samples_s.push_back(elapsed_ms(number) / 1e3 / number);
-  }
-  return r;
-}
 
 constexpr size_t kGpuFlushBytes = size_t{256} << 20;
 
@@ -139,42 +102,37 @@ class CudaRuntime : public GpuRuntime {
     check(cuModuleGetFunction(&fn_, module_, function.c_str()), "cuModuleGetFunction(" + function + ")");
   }
 
-  TimingResult time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
-                    const GpuLaunchDims& l, const TimingOptions& o) override {
-    std::vector<CUdeviceptr> ptrs(bufs.size());
-    for (size_t i = 0; i < bufs.size(); ++i) {
-      size_t bytes = std::max<size_t>(bufs[i].size() * sizeof(float), 4);
-      check(cuMemAlloc(&ptrs[i], bytes), "cuMemAlloc");
-      if (!is_output[i]) check(cuMemcpyHtoD(ptrs[i], bufs[i].data(), bufs[i].size() * sizeof(float)), "cuMemcpyHtoD");
-    }
-    std::vector<void*> params;
-    for (CUdeviceptr& p : ptrs) params.push_back(&p);
-    CUevent start = nullptr, stop = nullptr;
-    check(cuEventCreate(&start, 0), "cuEventCreate");
-    check(cuEventCreate(&stop, 0), "cuEventCreate");
-    CUdeviceptr flush = 0;
-    if (o.flush_cache) check(cuMemAlloc(&flush, kGpuFlushBytes), "cuMemAlloc (cache flush buffer)");
-    auto elapsed = [&](int n) {
-      check(cuEventRecord(start, nullptr), "cuEventRecord");
-      for (int i = 0; i < n; ++i) {
-        check(cuLaunchKernel(fn_, u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]), u(l.block[2]),
-                             u(l.dynamic_shared_bytes), nullptr, params.data(), nullptr),
-              "cuLaunchKernel");
-      }
-      check(cuEventRecord(stop, nullptr), "cuEventRecord");
-      check(cuEventSynchronize(stop), "the kernel (cuEventSynchronize)");
-      float ms = 0;
-      check(cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-      return static_cast<double>(ms);
-    };
-    TimingResult r = time_on_device(elapsed, [&] { check(cuMemsetD8(flush, 1, kGpuFlushBytes), "cuMemsetD8"); }, o);
-    check(cuCtxSynchronize(), "the kernel (cuCtxSynchronize)");
-    for (size_t i = 0; i < bufs.size(); ++i) {
-      if (is_output[i]) check(cuMemcpyDtoH(bufs[i].data(), ptrs[i], bufs[i].size() * sizeof(float)), "cuMemcpyDtoH");
-    }
-    // Device memory goes with the process (the runner ends after one measurement).
-    return r;
+  // Device memory goes with the process (the runner ends after one measurement).
+  void* alloc(size_t bytes) override {
+    CUdeviceptr p = 0;
+    check(cuMemAlloc(&p, bytes), "cuMemAlloc");
+    return reinterpret_cast<void*>(p);
   }
+  void to_device(void* dst, const void* src, size_t bytes) override {
+    check(cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+  }
+  void to_host(void* dst, void* src, size_t bytes) override {
+    check(cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
+  }
+  void overwrite(void* p, size_t bytes) override { check(cuMemsetD8(reinterpret_cast<CUdeviceptr>(p), 1, bytes), "cuMemsetD8"); }
+  double launch_ms(int n, const GpuLaunchDims& l, void** params) override {
+    if (!start_) {
+      check(cuEventCreate(&start_, 0), "cuEventCreate");
+      check(cuEventCreate(&stop_, 0), "cuEventCreate");
+    }
+    check(cuEventRecord(start_, nullptr), "cuEventRecord");
+    for (int i = 0; i < n; ++i) {
+      check(cuLaunchKernel(fn_, u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]), u(l.block[2]),
+                           u(l.dynamic_shared_bytes), nullptr, params, nullptr),
+            "cuLaunchKernel");
+    }
+    check(cuEventRecord(stop_, nullptr), "cuEventRecord");
+    check(cuEventSynchronize(stop_), "the kernel (cuEventSynchronize)");
+    float ms = 0;
+    check(cuEventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime");
+    return ms;
+  }
+  void synchronize() override { check(cuCtxSynchronize(), "the kernel (cuCtxSynchronize)"); }
 
  private:
   static unsigned u(int64_t v) { return static_cast<unsigned>(v); }
@@ -192,6 +150,7 @@ class CudaRuntime : public GpuRuntime {
   CUcontext ctx_ = nullptr;
   CUmodule module_ = nullptr;
   CUfunction fn_ = nullptr;
+  CUevent start_ = nullptr, stop_ = nullptr;
   CUresult (*cuInit)(unsigned) = nullptr;
   CUresult (*cuDeviceGetCount)(int*) = nullptr;
   CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
@@ -301,39 +260,34 @@ class HipRuntime : public GpuRuntime {
     check(hipModuleGetFunction(&fn_, module_, function.c_str()), "hipModuleGetFunction(" + function + ")");
   }
 
-  TimingResult time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
-                    const GpuLaunchDims& l, const TimingOptions& o) override {
-    std::vector<void*> ptrs(bufs.size());
-    for (size_t i = 0; i < bufs.size(); ++i) {
-      check(hipMalloc(&ptrs[i], std::max<size_t>(bufs[i].size() * sizeof(float), 4)), "hipMalloc");
-      if (!is_output[i]) check(hipMemcpyHtoD(ptrs[i], bufs[i].data(), bufs[i].size() * sizeof(float)), "hipMemcpyHtoD");
-    }
-    std::vector<void*> params;
-    for (void*& p : ptrs) params.push_back(&p);
-    void *start = nullptr, *stop = nullptr, *flush = nullptr;
-    check(hipEventCreate(&start), "hipEventCreate");
-    check(hipEventCreate(&stop), "hipEventCreate");
-    if (o.flush_cache) check(hipMalloc(&flush, kGpuFlushBytes), "hipMalloc (cache flush buffer)");
-    auto elapsed = [&](int n) {
-      check(hipEventRecord(start, nullptr), "hipEventRecord");
-      for (int i = 0; i < n; ++i) {
-        check(hipModuleLaunchKernel(fn_, u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]),
-                                    u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, params.data(), nullptr),
-              "hipModuleLaunchKernel");
-      }
-      check(hipEventRecord(stop, nullptr), "hipEventRecord");
-      check(hipEventSynchronize(stop), "the kernel (hipEventSynchronize)");
-      float ms = 0;
-      check(hipEventElapsedTime(&ms, start, stop), "hipEventElapsedTime");
-      return static_cast<double>(ms);
-    };
-    TimingResult r = time_on_device(elapsed, [&] { check(hipMemset(flush, 1, kGpuFlushBytes), "hipMemset"); }, o);
-    check(hipDeviceSynchronize(), "the kernel (hipDeviceSynchronize)");
-    for (size_t i = 0; i < bufs.size(); ++i) {
-      if (is_output[i]) check(hipMemcpyDtoH(bufs[i].data(), ptrs[i], bufs[i].size() * sizeof(float)), "hipMemcpyDtoH");
-    }
-    return r;
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    check(hipMalloc(&p, bytes), "hipMalloc");
+    return p;
   }
+  void to_device(void* dst, const void* src, size_t bytes) override {
+    check(hipMemcpyHtoD(dst, const_cast<void*>(src), bytes), "hipMemcpyHtoD");
+  }
+  void to_host(void* dst, void* src, size_t bytes) override { check(hipMemcpyDtoH(dst, src, bytes), "hipMemcpyDtoH"); }
+  void overwrite(void* p, size_t bytes) override { check(hipMemset(p, 1, bytes), "hipMemset"); }
+  double launch_ms(int n, const GpuLaunchDims& l, void** params) override {
+    if (!start_) {
+      check(hipEventCreate(&start_), "hipEventCreate");
+      check(hipEventCreate(&stop_), "hipEventCreate");
+    }
+    check(hipEventRecord(start_, nullptr), "hipEventRecord");
+    for (int i = 0; i < n; ++i) {
+      check(hipModuleLaunchKernel(fn_, u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]),
+                                  u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, params, nullptr),
+            "hipModuleLaunchKernel");
+    }
+    check(hipEventRecord(stop_, nullptr), "hipEventRecord");
+    check(hipEventSynchronize(stop_), "the kernel (hipEventSynchronize)");
+    float ms = 0;
+    check(hipEventElapsedTime(&ms, start_, stop_), "hipEventElapsedTime");
+    return ms;
+  }
+  void synchronize() override { check(hipDeviceSynchronize(), "the kernel (hipDeviceSynchronize)"); }
 
  private:
   static unsigned u(int64_t v) { return static_cast<unsigned>(v); }
@@ -348,6 +302,7 @@ class HipRuntime : public GpuRuntime {
   GpuDeviceInfo info_;
   void* module_ = nullptr;
   void* fn_ = nullptr;
+  void *start_ = nullptr, *stop_ = nullptr;
   hipError_t (*hipInit)(unsigned) = nullptr;
   hipError_t (*hipGetDeviceCount)(int*) = nullptr;
   hipError_t (*hipSetDevice)(int) = nullptr;
@@ -370,6 +325,53 @@ class HipRuntime : public GpuRuntime {
 };
 
 }  // namespace
+
+TimingResult GpuRuntime::time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
+                              const GpuLaunchDims& launch, const TimingOptions& o) {
+  std::vector<void*> ptrs(bufs.size());
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    ptrs[i] = alloc(std::max<size_t>(bufs[i].size() * sizeof(float), 4));
+    if (!is_output[i]) to_device(ptrs[i], bufs[i].data(), bufs[i].size() * sizeof(float));
+  }
+  // Each kernel parameter points at an 8-byte device address.
+  std::vector<void*> params;
+  for (void*& p : ptrs) params.push_back(&p);
+  void* flush = o.flush_cache ? alloc(kGpuFlushBytes) : nullptr;
+  TimingResult r;
+  using clock = std::chrono::steady_clock;
+  auto start = clock::now();
+  double best = 1e300, last = 1e300;
+  // Warm-up: at least two launches, at least min_warmup_ms, until two in a row are within
+  // 25% of the fastest (the CPU rule), or four times the sample length has passed.
+  double budget_ms = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs);
+  for (;;) {
+    double ms = launch_ms(1, launch, params.data());
+    ++r.warmup_calls;
+    bool steady = r.warmup_calls >= 2 && ms <= best * 1.25 && last <= best * 1.25;
+    last = ms;
+    best = std::min(best, ms);
+    double spent = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+    if (spent >= o.min_warmup_ms && (steady || spent > budget_ms + o.min_warmup_ms)) break;
+  }
+  int repeat = o.repeat;
+  if (o.cut_slower_than_s > 0 && best / 1e3 > o.cut_slower_than_s) {
+    repeat = 1;
+    r.cut = true;
+  }
+  int number = std::max(o.number, 1);
+  if (o.min_repeat_ms > 0 && best > 0) number = std::max(number, static_cast<int>(std::ceil(o.min_repeat_ms / best)));
+  r.number = number;
+  for (int i = 0; i < repeat; ++i) {
+    if (flush) overwrite(flush, kGpuFlushBytes);
+    if (o.cooldown_ms > 0 && i > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
+    r.samples_s.push_back(launch_ms(number, launch, params.data()) / 1e3 / number);
+  }
+  synchronize();
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (is_output[i]) to_host(bufs[i].data(), ptrs[i], bufs[i].size() * sizeof(float));
+  }
+  return r;
+}
 
 GpuDeviceSpec parse_gpu_device(const std::string& text) {
   GpuDeviceSpec d;

@@ -62,9 +62,21 @@ class GpuRuntime {
   virtual void load(const std::string& module, const std::string& function) = 0;
   // Copies the inputs (buffers not marked output) to the device, times the kernel, and copies
   // the outputs back into `bufs`. A driver error (a faulting kernel) throws
-  // std::runtime_error naming the call and the driver's error.
-  virtual TimingResult time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
-                            const GpuLaunchDims& launch, const TimingOptions& o) = 0;
+  // std::runtime_error naming the call and the driver's error. One protocol for every vendor,
+  // on the primitives below.
+  TimingResult time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
+                    const GpuLaunchDims& launch, const TimingOptions& o);
+
+ protected:
+  // The vendor's calls; each throws std::runtime_error naming the call on a driver error.
+  virtual void* alloc(size_t bytes) = 0;                                // device memory
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void to_host(void* dst, void* src, size_t bytes) = 0;
+  virtual void overwrite(void* p, size_t bytes) = 0;                    // every byte set to 1
+  // Launches the loaded function n times between two device events, waits for the second,
+  // and returns the milliseconds between them. `params` points at the kernel's arguments.
+  virtual double launch_ms(int n, const GpuLaunchDims& launch, void** params) = 0;
+  virtual void synchronize() = 0;
 };
 
 // Opens device `spec` through its vendor's driver. Throws std::runtime_error when the driver

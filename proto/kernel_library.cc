@@ -1,5 +1,7 @@
 #include "proto/kernel_library.h"
 
+#include "proto/gpu_runtime.h"
+
 #include <dlfcn.h>
 #include <elf.h>
 
@@ -198,8 +200,7 @@ void fill_random(float* data, int64_t n, uint64_t seed) {
 }
 
 std::string kernel_library_arch(const std::string& data) {
-  // PTX text, for NVIDIA GPUs.
-  if (data.compare(0, 2, "//") == 0 && data.find(".target sm_") != std::string::npos) return "cuda";
+  if (gpu_module_kind(data) == "ptx") return "cuda";  // PTX text, for NVIDIA GPUs
   // e_machine sits at byte 18 in both ELF classes.
   if (data.size() < 20 || data.compare(0, 4, "\x7f" "ELF") != 0 || data[5] != ELFDATA2LSB) return "";
   uint16_t m;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <string>
 
 #include "proto/kernel_library.h"
 #include "proto/tunefarm.pb.h"
@@ -21,6 +22,26 @@ inline double effective_timeout_s(const tunefarm::v1::MeasureRequest& req, doubl
   double asked =
       2 * (warmup_ms + (req.repeat() + 2.0) * req.min_repeat_ms() + req.repeat() * req.cooldown_ms()) / 1e3 + 1;
   return std::min(board_max, std::max(board_default, asked));
+}
+
+// Why `l` cannot launch a GPU kernel, or "" when it can: three grid and three block sizes of
+// at least 1, blocks of at most 1024 threads per axis, grids within 2^31-1, dynamic shared
+// memory within 1 MiB. Boards check it before spawning a runner; runners before launching.
+inline std::string check_gpu_launch(const tunefarm::v1::GpuLaunch& l) {
+  if (l.grid_size() != 3 || l.block_size() != 3) {
+    return "a GPU measurement needs the kernel's launch (3 grid and 3 block sizes, from its sidecar; got " +
+           std::to_string(l.grid_size()) + " and " + std::to_string(l.block_size()) + ")";
+  }
+  for (int d = 0; d < 3; ++d) {
+    if (l.grid(d) < 1 || l.grid(d) > (int64_t{1} << 31) - 1 || l.block(d) < 1 || l.block(d) > 1024) {
+      return "launch grid " + std::to_string(l.grid(d)) + " / block " + std::to_string(l.block(d)) +
+             " out of range in dimension " + std::to_string(d);
+    }
+  }
+  if (l.dynamic_shared_bytes() < 0 || l.dynamic_shared_bytes() > (int64_t{1} << 20)) {
+    return "dynamic_shared_bytes " + std::to_string(l.dynamic_shared_bytes()) + " out of range";
+  }
+  return "";
 }
 
 }  // namespace tf::farm

@@ -295,19 +295,8 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
     }
   }
   if (!options_.gpu_device.empty()) {
-    const pb::GpuLaunch& l = req.launch();
-    if (l.grid_size() != 3 || l.block_size() != 3) {
-      return invalid("this is a GPU board (" + options_.gpu_device + "): a measurement needs the kernel's launch "
-                     "(3 grid and 3 block sizes, from its sidecar)");
-    }
-    for (int d = 0; d < 3; ++d) {
-      if (l.grid(d) < 1 || l.grid(d) > (int64_t{1} << 31) - 1 || l.block(d) < 1 || l.block(d) > 1024) {
-        return invalid("launch grid " + std::to_string(l.grid(d)) + " / block " + std::to_string(l.block(d)) +
-                       " out of range in dimension " + std::to_string(d));
-      }
-    }
-    if (l.dynamic_shared_bytes() < 0 || l.dynamic_shared_bytes() > (int64_t{1} << 20)) {
-      return invalid("dynamic_shared_bytes " + std::to_string(l.dynamic_shared_bytes()) + " out of range");
+    if (std::string why = check_gpu_launch(req.launch()); !why.empty()) {
+      return invalid("this is a GPU board (" + options_.gpu_device + "): " + why);
     }
   }
   std::vector<std::string> flags;

@@ -40,6 +40,7 @@
 #include "proto/security.h"
 #include "proto/tunefarm.pb.h"
 #include "proto/kernel_library.h"
+#include "proto/measure_limits.h"
 #include "rpc_server/sandbox.h"
 
 namespace pb = tunefarm::v1;
@@ -163,16 +164,12 @@ int main(int argc, char** argv) {
                         req.cut_slower_than_s(), req.min_warmup_ms()};
     tf::TimingResult t;
     if (!device.empty()) {
-      tf::GpuLaunchDims launch;
       const pb::GpuLaunch& l = req.launch();
-      if (l.grid_size() != 3 || l.block_size() != 3) {
-        return fail(pb::LOAD_ERROR, "a GPU measurement needs the kernel's launch (3 grid and 3 block sizes; got " +
-                                        std::to_string(l.grid_size()) + " and " + std::to_string(l.block_size()) + ")");
-      }
+      if (std::string why = tf::farm::check_gpu_launch(l); !why.empty()) return fail(pb::LOAD_ERROR, why);
+      tf::GpuLaunchDims launch;
       for (int d = 0; d < 3; ++d) {
         launch.grid[static_cast<size_t>(d)] = l.grid(d);
         launch.block[static_cast<size_t>(d)] = l.block(d);
-        if (l.grid(d) < 1 || l.block(d) < 1) return fail(pb::LOAD_ERROR, "launch sizes must be at least 1");
       }
       launch.dynamic_shared_bytes = l.dynamic_shared_bytes();
       std::vector<bool> is_output(bufs.size(), false);

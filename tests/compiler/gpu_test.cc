@@ -210,7 +210,9 @@ TEST(GpuShared, StagedTilesMatchTheReferenceAndUseBarriers) {
       EXPECT_EQ(note_value(notes.output, "group_segment_fixed_size"), ka.launch->static_shared_bytes) << what;
       CommandResult dis = run_command({"llvm-objdump-19", "-d", "--mcpu=gfx90a", base + ".hsaco"});
       // A block of one wavefront (64 threads on gfx90a) needs no s_barrier: LLVM drops it.
-      if (ka.launch->threads_per_block() > 64) EXPECT_NE(dis.output.find("s_barrier"), std::string::npos) << what;
+      if (ka.launch->threads_per_block() > 64) {
+        EXPECT_NE(dis.output.find("s_barrier"), std::string::npos) << what;
+      }
       EXPECT_NE(dis.output.find("ds_read"), std::string::npos) << what;
     }
   }
