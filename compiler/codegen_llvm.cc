@@ -54,6 +54,7 @@ class CodeGen {
   bool uses_openmp = false;
   bool uses_libm = false;
   bool uses_libdevice = false;
+  bool uses_ocml = false;
 
   // `launch`: for GPU targets, the kernel's launch configuration.
   void emit(const LoweredFunc& f, const GpuLaunch* launch = nullptr) {
@@ -291,16 +292,23 @@ class CodeGen {
     auto it = kIntrinsics.find(c->name);
     TF_CHECK(it != kIntrinsics.end() && c->args.size() == 1, "codegen: unknown call ", c->name);
     bool transcendental = c->name != "sqrt" && c->name != "fabs";
-    if (target_.kind == "cuda" && transcendental) return libdevice_call(c);
+    if (target_.kind == "cuda" && transcendental) {
+      uses_libdevice = true;
+      return vendor_math_call("__nv_" + c->name + "f", c);
+    }
+    if (amd_ && c->name == "tanh") {
+      uses_ocml = true;
+      return vendor_math_call("__ocml_tanh_f32", c);
+    }
     if (transcendental && !gpu_) uses_libm = true;
     return b_.CreateUnaryIntrinsic(it->second, expr(c->args[0]));
   }
 
-  // NVPTX selects no exp, log or tanh: they come from libdevice (__nv_expf ...), linked in
-  // after emission. Vector arguments are done lane by lane (GPU threads are scalar anyway).
-  llvm::Value* libdevice_call(const Call* c) {
-    uses_libdevice = true;
-    llvm::FunctionCallee fn = runtime(("__nv_" + c->name + "f").c_str(), b_.getFloatTy(), {b_.getFloatTy()});
+  // A float function from the vendor's bitcode library (NVIDIA libdevice's __nv_expf ..., ROCm
+  // ocml's __ocml_tanh_f32), linked in after emission; the back ends select no instruction for
+  // it. Vector arguments are done lane by lane (GPU threads are scalar anyway).
+  llvm::Value* vendor_math_call(const std::string& name, const Call* c) {
+    llvm::FunctionCallee fn = runtime(name.c_str(), b_.getFloatTy(), {b_.getFloatTy()});
     llvm::Value* x = expr(c->args[0]);
     if (!x->getType()->isVectorTy()) return b_.CreateCall(fn, {x});
     llvm::Value* out = llvm::PoisonValue::get(x->getType());
@@ -653,23 +661,83 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t) {
       t.triple, llvm_cpu(t), features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
 }
 
-// Links the libdevice functions the kernel calls (only those) and makes them internal, so
-// the optimizer inlines them and drops the rest. libdevice reads __nvvm_reflect, which the
-// NVPTX back end's own pass pipeline resolves (flush-to-zero off).
-void link_libdevice(llvm::Module& m, const std::string& kernel) {
-  std::string path = libdevice_path();
+// Links the functions of a vendor bitcode library that the kernel calls (only those) and
+// makes them internal, so the optimizer inlines them and drops the rest.
+void link_bitcode(llvm::Module& m, const std::string& kernel, const std::string& path, const char* what) {
   llvm::SMDiagnostic err;
   std::unique_ptr<llvm::Module> lib = llvm::parseIRFile(path, err, m.getContext());
-  if (!lib) throw UserError(str("cannot read libdevice ", path, ": ", err.getMessage().str()));
+  if (!lib) throw UserError(str("cannot read ", what, " ", path, ": ", err.getMessage().str()));
   lib->setTargetTriple(m.getTargetTriple());
   lib->setDataLayout(m.getDataLayout());
   if (llvm::Linker::linkModules(m, std::move(lib), llvm::Linker::Flags::LinkOnlyNeeded)) {
-    throw UserError(str("cannot link libdevice ", path, " into the kernel"));
+    throw UserError(str("cannot link ", what, " ", path, " into the kernel"));
   }
   for (llvm::Function& fn : m) {
     if (!fn.isDeclaration() && fn.getName() != kernel) fn.setLinkage(llvm::GlobalValue::InternalLinkage);
   }
+}
+
+// libdevice reads __nvvm_reflect, which the NVPTX back end's own pass pipeline resolves
+// (flush-to-zero off).
+void link_libdevice(llvm::Module& m, const std::string& kernel) {
+  link_bitcode(m, kernel, libdevice_path(), "libdevice");
   if (!m.getModuleFlag("nvvm-reflect-ftz")) m.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", uint32_t{0});
+}
+
+// The directory of the ROCm device libraries' bitcode (ocml.bc, ockl.bc, oclc_*.bc).
+std::string rocm_device_libs_dir() {
+  auto has_ocml = [](const std::string& d) { return std::filesystem::exists(d + "/ocml.bc"); };
+  if (const char* p = std::getenv("TUNEFARM_ROCM_DEVICE_LIBS"); p && *p) {
+    if (!has_ocml(p)) {
+      throw UserError(str("TUNEFARM_ROCM_DEVICE_LIBS (--rocm-device-libs) names ", p, ", which has no ocml.bc"));
+    }
+    return p;
+  }
+  std::vector<std::string> dirs;
+  if (const char* r = std::getenv("ROCM_PATH"); r && *r) dirs.push_back(std::string(r) + "/amdgcn/bitcode");
+  dirs.push_back("/opt/rocm/amdgcn/bitcode");
+  dirs.push_back("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode");  // Debian's rocm-device-libs
+  dirs.push_back("/usr/lib/aarch64-linux-gnu/amdgcn/bitcode");
+  for (const std::string& d : dirs) {
+    if (has_ocml(d)) return d;
+  }
+  throw UserError("this kernel calls tanh, which on rocm comes from the ROCm device libraries (ocml.bc), found in "
+                  "none of $ROCM_PATH/amdgcn/bitcode, /opt/rocm/amdgcn/bitcode, /usr/lib/<arch>-linux-gnu/amdgcn/"
+                  "bitcode (Debian's rocm-device-libs); point --rocm-device-libs (or $TUNEFARM_ROCM_DEVICE_LIBS) at "
+                  "the directory");
+}
+
+// ocml's control variables, which clang takes from the oclc_*.bc files. They are defined
+// here for the target instead: the same values as clang's defaults without fast-math (IEEE
+// denormals, correctly rounded sqrt), and the ISA version for any gfx name, including those
+// newer than the installed library's oclc_isa_version files.
+void define_ocml_controls(llvm::Module& m, const std::string& gfx) {
+  // gfx<major><minor><stepping>: the last two characters are hex digits.
+  std::string digits = gfx.substr(3);
+  int major = std::atoi(digits.substr(0, digits.size() - 2).c_str());
+  int minor = std::stoi(digits.substr(digits.size() - 2, 1), nullptr, 16);
+  int stepping = std::stoi(digits.substr(digits.size() - 1), nullptr, 16);
+  const std::pair<const char*, int> controls[] = {
+      {"__oclc_finite_only_opt", 0},          {"__oclc_unsafe_math_opt", 0},
+      {"__oclc_daz_opt", 0},                  {"__oclc_correctly_rounded_sqrt32", 1},
+      {"__oclc_wavefrontsize64", major < 10}, {"__oclc_ISA_version", major * 1000 + minor * 100 + stepping},
+      {"__oclc_ABI_version", 500},
+  };
+  llvm::Type* i8 = llvm::Type::getInt8Ty(m.getContext());
+  llvm::Type* i32 = llvm::Type::getInt32Ty(m.getContext());
+  for (const auto& [name, value] : controls) {
+    llvm::GlobalVariable* g = m.getGlobalVariable(name, true);
+    if (!g || !g->isDeclaration()) continue;  // not read by what was linked
+    llvm::Type* t = g->getValueType()->isIntegerTy(8) ? i8 : i32;
+    g->setInitializer(llvm::ConstantInt::get(t, static_cast<uint64_t>(value)));
+    g->setConstant(true);
+    g->setLinkage(llvm::GlobalValue::InternalLinkage);
+  }
+}
+
+void link_ocml(llvm::Module& m, const std::string& kernel, const std::string& gfx) {
+  link_bitcode(m, kernel, rocm_device_libs_dir() + "/ocml.bc", "ROCm ocml");
+  define_ocml_controls(m, gfx);
 }
 
 void optimize(llvm::Module& m, llvm::TargetMachine* tm) {
@@ -706,6 +774,7 @@ CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOu
   llvm::raw_string_ostream vos(verify_errors);
   TF_CHECK(!llvm::verifyModule(*m, &vos), "codegen produced invalid LLVM IR: ", verify_errors);
   if (cg.uses_libdevice) link_libdevice(*m, f.name);
+  if (cg.uses_ocml) link_ocml(*m, f.name, target.cpu);
   optimize(*m, tm.get());
 
   CodegenResult result;

@@ -13,9 +13,9 @@
 //     its share; its extent may not exceed the block's),
 //   - shared memory past 48 KiB per block (CUDA's static limit; AMD has 64 KiB of LDS),
 //   - a barrier under a condition (threads that skip it would hang the block),
-//   - a buffer too large for a thread's registers and local memory (heap allocation),
-//   - tanh on rocm: it needs ROCm's ocml, not linked yet (cuda takes exp, log and tanh from
-//     NVIDIA's libdevice, which code generation links; AMDGPU expands exp and log itself).
+//   - a buffer too large for a thread's registers and local memory (heap allocation).
+// (Math: code generation links cuda's exp, log and tanh from NVIDIA's libdevice and rocm's
+// tanh from ROCm's ocml; AMDGPU expands exp and log itself.)
 #pragma once
 
 #include <nlohmann/json.hpp>

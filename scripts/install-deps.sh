@@ -9,6 +9,8 @@ PACKAGES=(
   cmake ninja-build g++ pkg-config
   # compiler
   llvm-19 llvm-19-dev lld-19 liblld-19-dev llvm-19-tools libzstd-dev zlib1g-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
+  # rocm kernels' math (tanh) from ROCm's ocml bitcode
+  rocm-device-libs
   # services, database, cost model, CLI
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev libseccomp-dev
   libsqlite3-dev sqlite3 libsqlitecpp-dev libxgboost-dev libboost-dev nlohmann-json3-dev libcli11-dev

@@ -325,9 +325,9 @@ TEST(GpuErrors, BindRejectsBadTagsAndReductions) {
 }
 
 // exp, log and tanh on cuda come from libdevice, linked and inlined (no calls left in the
-// PTX); on rocm exp and log are expanded by the back end and tanh is refused (ocml is not
-// linked yet). A missing libdevice is a clear error.
-TEST(GpuMath, LibdeviceOnCudaNativeExpLogOnRocm) {
+// PTX); on rocm exp and log are expanded by the back end and tanh comes from ocml. A missing
+// library is a clear error.
+TEST(GpuMath, LibdeviceOnCudaOcmlOnRocm) {
   ir::Tensor a = ir::placeholder("A", {100});
   auto kernel = [&](bool with_tanh) {
     ir::Tensor c = ir::compute("C", {100}, {"i"}, [&](const std::vector<ir::Expr>& i) {
@@ -380,17 +380,39 @@ TEST(GpuMath, LibdeviceOnCudaNativeExpLogOnRocm) {
         << e.what();
   }
   unsetenv("TUNEFARM_LIBDEVICE");
-  // rocm: exp and log compile; tanh is refused.
+  // rocm: exp and log are expanded by the back end; tanh comes from ocml, linked and inlined
+  // for every gfx target (gfx1100 is newer than Debian's oclc_isa_version files).
   std::string amd = codegen_llvm(kernel(false), parse_target("rocm -mcpu=gfx90a"), CodegenOutput::Asm).data;
   EXPECT_NE(amd.find("v_exp_f32"), std::string::npos) << amd;
+  const std::string ocml = "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ocml.bc";
+  if (fs::exists(ocml)) {
+    for (const char* gfx : {"gfx906", "gfx90a", "gfx1030", "gfx1100"}) {
+      Target t = parse_target(std::string("rocm -mcpu=") + gfx);
+      std::string ir = codegen_llvm(f, t, CodegenOutput::LLVM).data;
+      EXPECT_EQ(ir.find("@__ocml_"), std::string::npos) << gfx << ": ocml not inlined:\n" << ir;
+      EXPECT_EQ(ir.find("@__oclc_"), std::string::npos) << gfx << ": ocml's controls left unresolved:\n" << ir;
+      std::string path = testing::temp_dir() + "/math_" + gfx + ".o";
+      std::ofstream(path, std::ios::binary) << codegen_llvm(f, t, CodegenOutput::Object).data;
+      CommandResult dis = run_command({"llvm-objdump-19", "-d", std::string("--mcpu=") + gfx, path});
+      ASSERT_EQ(dis.exit_code, 0) << gfx << ": " << dis.output;
+      EXPECT_NE(dis.output.find("s_endpgm"), std::string::npos) << gfx;
+      EXPECT_EQ(dis.output.find("s_swappc"), std::string::npos) << gfx << ": a call is left:\n" << dis.output;
+    }
+  } else {
+    std::printf("note: no %s here (Debian's rocm-device-libs); ocml linking not exercised\n", ocml.c_str());
+  }
+  // Device libraries that are not there.
+  setenv("TUNEFARM_ROCM_DEVICE_LIBS", "/nonexistent/bitcode", 1);
   try {
-    check_gpu_kernel(f, parse_target("rocm -mcpu=gfx90a"));
-    ADD_FAILURE() << "tanh accepted on rocm";
+    codegen_llvm(f, parse_target("rocm -mcpu=gfx906"), CodegenOutput::Asm);
+    ADD_FAILURE() << "compiled tanh without ocml";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("calls tanh, which on rocm needs ROCm's device math library (ocml)"),
+    EXPECT_NE(std::string(e.what()).find("TUNEFARM_ROCM_DEVICE_LIBS (--rocm-device-libs) names /nonexistent/bitcode, "
+                                         "which has no ocml.bc"),
               std::string::npos)
         << e.what();
   }
+  unsetenv("TUNEFARM_ROCM_DEVICE_LIBS");
 }
 
 TEST(GpuErrors, NoObjectForCudaAndKnobsOfTheTemplate) {

@@ -65,7 +65,7 @@ json parse_config_arg(const std::string& arg) {
 }
 
 struct CompileArgs {
-  std::string workload, target = kDefaultTarget, config, name, emit = "so", out, db, libdevice;
+  std::string workload, target = kDefaultTarget, config, name, emit = "so", out, db, libdevice, rocm_device_libs;
   std::vector<std::string> skip, dump;
   bool time_passes = false, list_passes = false, no_db = false, as_json = false;
   cli::ServerArgs server;  // --server: the tuning service's database instead of a file
@@ -111,7 +111,9 @@ int cmd_compile(const CompileArgs& a) {
   }
   if (a.workload.empty()) throw UserError("--workload is required");
   if (a.out.empty()) throw UserError("-o OUT is required");
-  if (!a.libdevice.empty()) setenv("TUNEFARM_LIBDEVICE", a.libdevice.c_str(), 1);  // read by code generation
+  // Both are read by code generation.
+  if (!a.libdevice.empty()) setenv("TUNEFARM_LIBDEVICE", a.libdevice.c_str(), 1);
+  if (!a.rocm_device_libs.empty()) setenv("TUNEFARM_ROCM_DEVICE_LIBS", a.rocm_device_libs.c_str(), 1);
   Workload w = parse_workload(a.workload);
   Target t = parse_target(a.target);
   EmitKind kind = parse_emit_kind(a.emit);
@@ -313,6 +315,10 @@ int main(int argc, char** argv) {
   compile->add_option("--libdevice", ca.libdevice,
                       "cuda: NVIDIA's libdevice.10.bc for exp, log, tanh (default: $TUNEFARM_LIBDEVICE, else "
                       "$CUDA_HOME, /usr/local/cuda or /usr/lib/cuda under nvvm/libdevice)");
+  compile->add_option("--rocm-device-libs", ca.rocm_device_libs,
+                      "rocm: the directory of the ROCm device libraries' ocml.bc, for tanh (default: "
+                      "$TUNEFARM_ROCM_DEVICE_LIBS, else $ROCM_PATH/amdgcn/bitcode, /opt/rocm/amdgcn/bitcode, "
+                      "/usr/lib/<arch>-linux-gnu/amdgcn/bitcode)");
   compile->add_option("--emit", ca.emit,
                       "output kind: so, obj, asm, llvm, loop-ir (for cuda, so is the PTX module and its sidecar; "
                       "for rocm, the .hsaco code object and its sidecar)")
