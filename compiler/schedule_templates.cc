@@ -56,6 +56,10 @@ const std::vector<KnobDef>& gpu_knob_defs(const std::string& op) {
       {"tile_k", KnobType::Int, "output channels per thread (register tile)", 16, {}, kSplit},
       {"tile_w", KnobType::Int, "output columns per thread (register tile)", 16, {}, kSplit},
       {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+      {"shared", KnobType::Bool,
+       "stage the block's weights in shared memory (per input channel; depthwise: the whole window), copied by "
+       "all its threads",
+       0, {}},
   };
   return is_dense(op) ? dense : conv;
 }
@@ -281,6 +285,22 @@ void schedule_conv_gpu(Schedule& s, const OpGraph& g, const json& c) {
   if (unroll) {
     acc->unroll(a[ax.k].var);
     acc->unroll(a[ax.w].var);
+  }
+  if (c["shared"].get<bool>()) {
+    // The weights of the block's channels, shared by its threads_w columns of threads: per
+    // input channel (R x S each), or for depthwise (one channel per output channel) the whole
+    // window at once. The input is not staged: its region reaches into the padding.
+    const auto& r = acc->op()->reduce_axes;
+    Stage& sh = s.cache_read_shared(g.inputs[1]->name);
+    sh.compute_at(*acc, r.size() == 3 ? r[0].var : a[ax.h].var);
+    const auto& wax = sh.op()->axes;
+    Expr all = wax[0].var;
+    for (size_t i = 1; i < wax.size(); ++i) all = sh.fuse(all, wax[i].var);
+    auto [rounds, lane] = sh.split(all, thk * thw);
+    auto [y, x] = sh.split(lane, thw);
+    sh.bind(y, "threadIdx.y");
+    sh.bind(x, "threadIdx.x");
+    (void)rounds;
   }
 }
 
@@ -517,7 +537,7 @@ std::string check_gpu_constraints(const OpGraph& g, const Target& t, const json&
     return str("a register tile of ", tile, " accumulators per thread (over ", kMaxGpuThreadTile, ")");
   }
   int64_t unroll_k = c.contains("unroll_k") ? c["unroll_k"].get<int64_t>() : 1;
-  if (c.contains("shared") && c["shared"].get<bool>()) {
+  if (is_dense(g.workload.op) && c["shared"].get<bool>()) {
     // The block's tiles of A (rows x unroll_k) and B (unroll_k x columns), each at most the
     // whole matrix.
     size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
@@ -525,6 +545,16 @@ std::string check_gpu_constraints(const OpGraph& g, const Target& t, const json&
     int64_t cols = std::min(c["threads_n"].get<int64_t>() * c["tile_n"].get<int64_t>(), out_extent(g, d + 1));
     int64_t depth = std::min(unroll_k, g.acc->reduce_axes[0].extent);
     int64_t bytes = (rows + cols) * depth * 4, most = gpu_limits(t).max_shared_bytes;
+    if (bytes > most) return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
+  }
+  if (!is_dense(g.workload.op) && c["shared"].get<bool>()) {
+    // The block's channels' weights: R x S per channel (depthwise) or per input channel step.
+    // Weights are [K][C][R][S], [C][1][R][S] (depthwise) or [R][S][C][K] (NHWC).
+    const std::vector<int64_t>& w = g.inputs[1]->shape;
+    bool nhwc = g.workload.op == "conv2d_nhwc";
+    int64_t channels = std::min(c["threads_k"].get<int64_t>() * c["tile_k"].get<int64_t>(), nhwc ? w[3] : w[0]);
+    int64_t window = nhwc ? w[0] * w[1] : w[2] * w[3];
+    int64_t bytes = channels * window * 4, most = gpu_limits(t).max_shared_bytes;
     if (bytes > most) return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
   }
   if (c["unroll"].get<bool>() && tile * unroll_k > kMaxTileStatements) {
@@ -586,7 +616,7 @@ json default_config(const OpGraph& g, const Target& t) {
       int64_t tk = std::min<int64_t>(k, 4), tw = std::min<int64_t>(w, 2);
       int64_t thw = threads(w, tw, 32);
       return {{"threads_k", threads(k, tk, std::max<int64_t>(1, 256 / thw))}, {"threads_w", thw}, {"tile_k", tk},
-              {"tile_w", tw}, {"unroll", true}};
+              {"tile_w", tw}, {"unroll", true}, {"shared", false}};
     }
     size_t d = g.workload.op == "batch_matmul" ? 1 : 0;
     int64_t m = out_extent(g, d), n = out_extent(g, d + 1);

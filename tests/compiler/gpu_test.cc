@@ -172,48 +172,70 @@ INSTANTIATE_TEST_SUITE_P(Workloads, GpuWorkload, ::testing::ValuesIn(kWorkloads)
 std::string compile_error(const std::string& workload, const std::string& target, const nlohmann::json& config,
                           EmitKind emit = EmitKind::LoopIR);
 
-// Tiles of A and B staged in shared memory: the block's region (thread indices relaxed),
-// copied cooperatively between two barriers; the same values as the reference, bar.sync in
-// the PTX, LDS in the code object.
-TEST(GpuShared, StagedTilesMatchTheReferenceAndUseBarriers) {
+// A kernel with a shared-memory stage: the block's region (thread indices relaxed), copied
+// cooperatively between two barriers; the same values as the reference, bar.sync in the
+// PTX, LDS in the code object.
+void check_shared_kernel(const std::string& w, const nlohmann::json& config) {
   const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  Workload wl = parse_workload(w);
+  Target cuda = parse_target("cuda -arch=sm_80");
+  CompiledKernel k = compile_kernel(wl, cuda, config, "given", "");
+  std::string what = w + " config " + config.dump();
+  EXPECT_GT(k.launch->static_shared_bytes, 0) << what;
+  std::string loops = ir::to_string(k.lowered.func);
+  EXPECT_NE(loops.find("shared"), std::string::npos) << loops;
+  EXPECT_NE(loops.find("barrier"), std::string::npos) << loops;
+  ir::LoweredFunc f = k.lowered.func;
+  f.body = serialize_gpu_bindings(f.body);
+  testing::Comparison c = testing::run_and_compare(k.graph, f, 3);
+  EXPECT_TRUE(c.ok()) << what << ": " << c.str();
+  std::string base = testing::temp_dir() + "/shared";
+  write_kernel(k, EmitKind::SharedLibrary, base + ".ptx");
+  std::string ptx = file_text(base + ".ptx");
+  EXPECT_NE(ptx.find("bar.sync"), std::string::npos) << what;
+  EXPECT_NE(ptx.find(".shared .align 16 .b8"), std::string::npos) << what;
+  if (fs::exists(ptxas)) {
+    CommandResult r = run_command({ptxas, "-arch=sm_80", base + ".ptx", "-o", base + ".cubin"});
+    EXPECT_EQ(r.exit_code, 0) << what << ":\n" << r.output;
+  }
+  Target amd = parse_target("rocm -mcpu=gfx90a");
+  CompiledKernel ka = compile_kernel(wl, amd, config, "given", "");
+  write_kernel(ka, EmitKind::SharedLibrary, base + ".hsaco");
+  CommandResult notes = run_command({"llvm-readelf-19", "--notes", base + ".hsaco"});
+  EXPECT_EQ(note_value(notes.output, "group_segment_fixed_size"), ka.launch->static_shared_bytes) << what;
+  EXPECT_EQ(note_value(notes.output, "vgpr_spill_count"), 0) << what;
+  CommandResult dis = run_command({"llvm-objdump-19", "-d", "--mcpu=gfx90a", base + ".hsaco"});
+  // A block of one wavefront (64 threads on gfx90a) needs no s_barrier: LLVM drops it.
+  if (ka.launch->threads_per_block() > 64) {
+    EXPECT_NE(dis.output.find("s_barrier"), std::string::npos) << what;
+  }
+  EXPECT_NE(dis.output.find("ds_read"), std::string::npos) << what;
+}
+
+// Dense: tiles of A and B, unroll_k deep, per step of K.
+TEST(GpuShared, StagedTilesMatchTheReferenceAndUseBarriers) {
   for (const char* w : {"matmul(M=97,N=131,K=67)", "matmul(M=64,N=64,K=64,epilogue=bias_relu)",
                         "batch_matmul(B=3,M=17,N=33,K=9,epilogue=bias_relu)", "matmul(M=1,N=300,K=40)"}) {
-    Workload wl = parse_workload(w);
     for (const nlohmann::json& config :
          {nlohmann::json{{"shared", true}}, nlohmann::json{{"shared", true}, {"unroll_k", 8}, {"vectorize", false}},
           nlohmann::json{{"shared", true}, {"threads_m", 4}, {"threads_n", 8}, {"tile_m", 3}, {"tile_n", 2}, {"unroll_k", 5}}}) {
-      Target cuda = parse_target("cuda -arch=sm_80");
-      CompiledKernel k = compile_kernel(wl, cuda, config, "given", "");
-      std::string what = std::string(w) + " config " + config.dump();
-      EXPECT_GT(k.launch->static_shared_bytes, 0) << what;
-      std::string loops = ir::to_string(k.lowered.func);
-      EXPECT_NE(loops.find("shared"), std::string::npos) << loops;
-      EXPECT_NE(loops.find("barrier"), std::string::npos) << loops;
-      ir::LoweredFunc f = k.lowered.func;
-      f.body = serialize_gpu_bindings(f.body);
-      testing::Comparison c = testing::run_and_compare(k.graph, f, 3);
-      EXPECT_TRUE(c.ok()) << what << ": " << c.str();
-      std::string base = testing::temp_dir() + "/shared";
-      write_kernel(k, EmitKind::SharedLibrary, base + ".ptx");
-      std::string ptx = file_text(base + ".ptx");
-      EXPECT_NE(ptx.find("bar.sync"), std::string::npos) << what;
-      EXPECT_NE(ptx.find(".shared .align 16 .b8"), std::string::npos) << what;
-      if (fs::exists(ptxas)) {
-        CommandResult r = run_command({ptxas, "-arch=sm_80", base + ".ptx", "-o", base + ".cubin"});
-        EXPECT_EQ(r.exit_code, 0) << what << ":\n" << r.output;
-      }
-      Target amd = parse_target("rocm -mcpu=gfx90a");
-      CompiledKernel ka = compile_kernel(wl, amd, config, "given", "");
-      write_kernel(ka, EmitKind::SharedLibrary, base + ".hsaco");
-      CommandResult notes = run_command({"llvm-readelf-19", "--notes", base + ".hsaco"});
-      EXPECT_EQ(note_value(notes.output, "group_segment_fixed_size"), ka.launch->static_shared_bytes) << what;
-      CommandResult dis = run_command({"llvm-objdump-19", "-d", "--mcpu=gfx90a", base + ".hsaco"});
-      // A block of one wavefront (64 threads on gfx90a) needs no s_barrier: LLVM drops it.
-      if (ka.launch->threads_per_block() > 64) {
-        EXPECT_NE(dis.output.find("s_barrier"), std::string::npos) << what;
-      }
-      EXPECT_NE(dis.output.find("ds_read"), std::string::npos) << what;
+      check_shared_kernel(w, config);
+    }
+  }
+}
+
+// Convolutions: the block's channels' weights, per input channel (the whole window for
+// depthwise); padding, strides, dilation, odd channel counts, tails.
+TEST(GpuShared, StagedConvWeightsMatchTheReference) {
+  for (const char* w : {"conv2d_nchw(N=1,C=5,H=11,W=13,K=19,R=3,S=3,pad=1)",
+                        "conv2d_nchw(N=2,C=3,H=12,W=9,K=7,R=5,S=3,stride=2,pad=2,dilation=1,epilogue=bias_relu)",
+                        "conv2d_nhwc(N=1,C=6,H=9,W=10,K=11,R=3,S=3,stride=2,pad=1)",
+                        "depthwise_conv2d_nchw(N=1,C=19,H=13,W=13,R=3,S=3,pad=1)",
+                        "depthwise_conv2d_nchw(N=2,C=8,H=10,W=7,R=5,S=5,stride=2,pad=2)"}) {
+    for (const nlohmann::json& config :
+         {nlohmann::json{{"shared", true}}, nlohmann::json{{"shared", true}, {"unroll", false}},
+          nlohmann::json{{"shared", true}, {"threads_k", 3}, {"threads_w", 5}, {"tile_k", 2}, {"tile_w", 3}}}) {
+      check_shared_kernel(w, config);
     }
   }
 }
@@ -228,6 +250,15 @@ TEST(GpuShared, TilesPastTheSharedMemoryAreRejected) {
   std::string e = compile_error("matmul(M=1024,N=1024,K=1024)", "cuda -arch=sm_90", c);
   EXPECT_NE(e.find("bytes of shared memory per block"), std::string::npos) << e;
   EXPECT_NE(e.find("the limit is 49152"), std::string::npos) << e;
+  // Convolution weights: 128 x 4 channels of a 7 x 7 window (NHWC weights are [R][S][C][K]).
+  for (const char* w : {"conv2d_nchw(N=1,C=8,H=14,W=14,K=512,R=7,S=7,pad=3)",
+                        "conv2d_nhwc(N=1,C=8,H=14,W=14,K=512,R=7,S=7,pad=3)"}) {
+    OpGraph cg = build_op(parse_workload(w));
+    nlohmann::json cc = complete_config(cg, t, {{"shared", true}, {"threads_k", 128}, {"threads_w", 2}, {"tile_k", 4},
+                                                {"tile_w", 1}});
+    std::string cwhy = check_constraints(cg, t, cc);
+    EXPECT_NE(cwhy.find("100352 bytes of shared memory per block (the limit is 49152)"), std::string::npos) << w << ": " << cwhy;
+  }
 }
 
 // The message of the UserError that compiling (or building) throws; "" when none.
