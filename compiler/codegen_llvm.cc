@@ -39,6 +39,9 @@ using namespace ir;  // NOLINT
 // gather lane by lane.
 constexpr int64_t kMaxShuffleStride = 4;
 
+// The alignment GPU kernels assume of their buffers (the drivers give 256).
+constexpr uint64_t kGpuBufferAlign = 16;
+
 // What LLVM calls the target's processor: the CPU or gfx name, or for cuda the sm_XY arch.
 std::string llvm_cpu(const Target& t) { return t.kind == "cuda" ? t.arch : t.cpu; }
 
@@ -72,6 +75,10 @@ class CodeGen {
       a->setName(f.args[i].name);
       a->addAttr(llvm::Attribute::NoAlias);
       a->addAttr(llvm::Attribute::NoCapture);
+      // GPU buffers come from the driver's allocator (cuMemAlloc, hipMalloc: 256-byte
+      // aligned), so LLVM can prove vector accesses at multiples of 4 elements aligned and
+      // emit 128-bit loads and stores (ld.global.v4.f32, global_load_dwordx4).
+      if (gpu_) a->addAttr(llvm::Attribute::getWithAlignment(ctx_, llvm::Align(kGpuBufferAlign)));
       buffers_[f.args[i].name] = a;
     }
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
