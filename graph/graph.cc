@@ -1,0 +1,161 @@
+#include "graph/graph.h"
+
+#include <set>
+
+#include "compiler/error.h"
+
+namespace tf::graph {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "float32";
+    case DType::I64: return "int64";
+    case DType::Bool: return "bool";
+  }
+  return "?";
+}
+
+int64_t num_elements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t k = 0; k < s.size(); ++k) out += (k ? ", " : "") + std::to_string(s[k]);
+  return out + "]";
+}
+
+HostTensor HostTensor::floats(Shape shape, std::vector<float> data) {
+  HostTensor t;
+  t.dtype = DType::F32;
+  t.shape = std::move(shape);
+  t.f = std::move(data);
+  return t;
+}
+
+HostTensor HostTensor::ints(Shape shape, std::vector<int64_t> data, DType type) {
+  HostTensor t;
+  t.dtype = type;
+  t.shape = std::move(shape);
+  t.i = std::move(data);
+  return t;
+}
+
+int64_t Node::get_int(const std::string& a, int64_t fallback) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return fallback;
+  if (const auto* v = std::get_if<int64_t>(&it->second)) return *v;
+  throw UserError(str(where(), ": attribute '", a, "' must be an integer"));
+}
+
+float Node::get_float(const std::string& a, float fallback) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return fallback;
+  if (const auto* v = std::get_if<float>(&it->second)) return *v;
+  if (const auto* v = std::get_if<int64_t>(&it->second)) return static_cast<float>(*v);
+  throw UserError(str(where(), ": attribute '", a, "' must be a float"));
+}
+
+std::string Node::get_string(const std::string& a, const std::string& fallback) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return fallback;
+  if (const auto* v = std::get_if<std::string>(&it->second)) return *v;
+  throw UserError(str(where(), ": attribute '", a, "' must be a string"));
+}
+
+std::vector<int64_t> Node::get_ints(const std::string& a, const std::vector<int64_t>& fallback) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return fallback;
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
+  throw UserError(str(where(), ": attribute '", a, "' must be a list of integers"));
+}
+
+std::string Node::where() const { return str("node '", name, "' (", op, ")"); }
+
+const Value& Graph::value(const std::string& n) const {
+  auto it = values.find(n);
+  TF_CHECK(it != values.end(), "graph: no value named ", n);
+  return it->second;
+}
+
+Value& Graph::value(const std::string& n) {
+  auto it = values.find(n);
+  TF_CHECK(it != values.end(), "graph: no value named ", n);
+  return it->second;
+}
+
+bool Graph::is_constant(const std::string& n) const {
+  auto it = values.find(n);
+  return it != values.end() && it->second.constant.has_value();
+}
+
+std::string Graph::fresh_name(const std::string& base) const {
+  if (!values.count(base)) return base;
+  for (int k = 1;; ++k) {
+    std::string n = base + "_" + std::to_string(k);
+    if (!values.count(n)) return n;
+  }
+}
+
+void verify(const Graph& g) {
+  std::set<std::string> defined;
+  for (const std::string& in : g.inputs) {
+    if (!g.values.count(in)) throw UserError(str("graph input '", in, "' has no value"));
+    if (g.value(in).constant) throw UserError(str("graph input '", in, "' is a constant"));
+    defined.insert(in);
+  }
+  for (const auto& [name, v] : g.values) {
+    if (v.name != name) throw UserError(str("value '", name, "' is named '", v.name, "' inside"));
+    for (int64_t d : v.shape) {
+      if (d < 0) throw UserError(str("value '", name, "' has a negative dimension: ", shape_str(v.shape)));
+    }
+    if (v.constant) {
+      const HostTensor& c = *v.constant;
+      int64_t n = num_elements(v.shape);
+      size_t have = c.dtype == DType::F32 ? c.f.size() : c.i.size();
+      if (c.shape != v.shape || c.dtype != v.dtype || static_cast<int64_t>(have) != n) {
+        throw UserError(str("constant '", name, "' holds ", have, " ", dtype_name(c.dtype), " elements of shape ",
+                            shape_str(c.shape), " for a ", dtype_name(v.dtype), " value of shape ", shape_str(v.shape)));
+      }
+      defined.insert(name);
+    }
+  }
+  std::set<std::string> node_names;
+  for (const Node& n : g.nodes) {
+    if (!node_names.insert(n.name).second) throw UserError(str("two nodes are named '", n.name, "'"));
+    for (const std::string& in : n.inputs) {
+      if (in.empty()) continue;
+      if (!defined.count(in)) {
+        throw UserError(str(n.where(), " reads '", in, "', which no earlier node, input or constant defines"));
+      }
+    }
+    for (const std::string& out : n.outputs) {
+      if (out.empty()) continue;
+      if (!g.values.count(out)) throw UserError(str(n.where(), " writes '", out, "', which has no value"));
+      if (g.value(out).constant) throw UserError(str(n.where(), " writes the constant '", out, "'"));
+      if (!defined.insert(out).second) throw UserError(str(n.where(), " writes '", out, "', which is already defined"));
+    }
+  }
+  for (const std::string& out : g.outputs) {
+    if (!defined.count(out)) throw UserError(str("graph output '", out, "' is never defined"));
+  }
+}
+
+GraphStats graph_stats(const Graph& g) {
+  GraphStats s;
+  for (const Node& n : g.nodes) ++s.ops[n.op];
+  std::set<std::string> used;
+  for (const Node& n : g.nodes) used.insert(n.inputs.begin(), n.inputs.end());
+  used.insert(g.outputs.begin(), g.outputs.end());
+  for (const auto& [name, v] : g.values) {
+    if (!v.constant || !used.count(name)) continue;
+    int64_t n = num_elements(v.shape);
+    if (v.dtype == DType::F32) s.parameters += n;
+    s.constant_bytes += n * (v.dtype == DType::F32 ? 4 : 8);
+  }
+  return s;
+}
+
+}  // namespace tf::graph

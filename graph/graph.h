@@ -1,0 +1,99 @@
+// graph: a whole model as a dataflow graph of operators over statically shaped tensors.
+//
+// What it promises:
+//   - Every value (graph input, constant, node output) has a name unique in the graph, an
+//     element type and a static shape; constants carry their data.
+//   - Nodes are kept in a topological order: a node reads only graph inputs, constants and
+//     outputs of nodes before it. verify() checks this and every other invariant, and passes
+//     keep it.
+//   - Element types are float32 (what models compute in) and int64 (shape arithmetic, indices);
+//     bool appears only as the result of comparisons feeding Where. Values of other types are
+//     refused at import.
+// The operator semantics (shapes, attributes, reference evaluation) live in graph/ops.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tf::graph {
+
+enum class DType { F32, I64, Bool };
+const char* dtype_name(DType t);
+
+using Shape = std::vector<int64_t>;
+int64_t num_elements(const Shape& s);
+std::string shape_str(const Shape& s);
+
+// A dense row-major tensor on the host. Floats live in `f`, int64 and bool (0/1) in `i`.
+struct HostTensor {
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<float> f;
+  std::vector<int64_t> i;
+
+  static HostTensor floats(Shape shape, std::vector<float> data);
+  static HostTensor ints(Shape shape, std::vector<int64_t> data, DType t = DType::I64);
+  int64_t size() const { return num_elements(shape); }
+  // Element k as a double / an int64 whatever the type.
+  double as_double(int64_t k) const { return dtype == DType::F32 ? f[k] : static_cast<double>(i[k]); }
+  int64_t as_int(int64_t k) const { return dtype == DType::F32 ? static_cast<int64_t>(f[k]) : i[k]; }
+};
+
+// An attribute of a node, as ONNX has them (graphs and sparse tensors are not supported).
+using Attr = std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>, HostTensor>;
+
+struct Value {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::optional<HostTensor> constant;  // initializers, Constant nodes, folded results
+};
+
+struct Node {
+  std::string name;  // from the model, or made unique at import when it had none
+  std::string op;    // ONNX op type (Conv, MatMul, ...); passes add fused ones
+  std::vector<std::string> inputs;   // value names; "" for an omitted optional input
+  std::vector<std::string> outputs;  // value names
+  std::map<std::string, Attr> attrs;
+
+  bool has(const std::string& a) const { return attrs.count(a) != 0; }
+  int64_t get_int(const std::string& a, int64_t fallback) const;
+  float get_float(const std::string& a, float fallback) const;
+  std::string get_string(const std::string& a, const std::string& fallback) const;
+  std::vector<int64_t> get_ints(const std::string& a, const std::vector<int64_t>& fallback) const;
+  // "node 'name' (Op)": how error messages name a node.
+  std::string where() const;
+};
+
+struct Graph {
+  std::string name;
+  int64_t opset = 17;                // of the default ONNX domain
+  std::vector<std::string> inputs;   // runtime inputs (not constants), in the model's order
+  std::vector<std::string> outputs;  // in the model's order
+  std::vector<Node> nodes;           // topological order
+  std::map<std::string, Value> values;
+
+  const Value& value(const std::string& name) const;
+  Value& value(const std::string& name);
+  bool is_constant(const std::string& name) const;
+  // A value name not yet used in the graph, from `base`.
+  std::string fresh_name(const std::string& base) const;
+};
+
+// Checks the invariants above; throws UserError naming the first broken one ("after pass X"
+// is added by the pass manager).
+void verify(const Graph& g);
+
+// Operator counts, parameters and size: one line per op type, for `tunefarm import`.
+struct GraphStats {
+  std::map<std::string, int> ops;
+  int64_t parameters = 0;      // float elements held in constants
+  int64_t constant_bytes = 0;  // all constants
+};
+GraphStats graph_stats(const Graph& g);
+
+}  // namespace tf::graph

@@ -1,0 +1,35 @@
+// onnx_import: an ONNX model file into a graph (graph/graph.h).
+//
+// What it promises:
+//   - Models of opsets 11 to 17 (default domain), float32 computation, static shapes, as
+//     PyTorch's exporter writes them, import; shape arithmetic (Shape, Gather, Slice, Concat,
+//     Unsqueeze, Cast, ... on int64) is evaluated at import, so every value gets a static
+//     shape and int64 tensors end up as constants.
+//   - Anything else is refused with UserError naming the file, and the node (name and op
+//     type), input, attribute or tensor at fault: a malformed file, another opset, an
+//     unsupported operator or attribute, a dynamic dimension, an element type other than
+//     float32 in the model's inputs (int64 and bool only for shape arithmetic and
+//     comparisons), external tensor data, a declared
+//     output shape that differs from the computed one.
+#pragma once
+
+#include <string>
+
+#include "graph/graph.h"
+
+namespace onnx {
+class TensorProto;
+}
+
+namespace tf::graph {
+
+Graph import_onnx(const std::string& path);
+// The same from the file's bytes; `what` names it in errors.
+Graph import_onnx_bytes(const std::string& bytes, const std::string& what);
+
+// A TensorProto (test data, initializers) as a host tensor; `what` names it in errors.
+HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what);
+// Reads a serialized TensorProto file (the ONNX test data sets' input_0.pb, ...).
+HostTensor read_tensor_file(const std::string& path);
+
+}  // namespace tf::graph

@@ -1,0 +1,127 @@
+#include "graph/ops.h"
+
+#include <algorithm>
+#include <map>
+
+#include "compiler/error.h"
+
+namespace tf::graph {
+
+const Value& OpContext::in(size_t k) const {
+  TF_CHECK(present(k), "op ", node.op, ": input ", k, " is absent");
+  return *inputs[k];
+}
+
+const HostTensor& OpContext::constant(size_t k, const char* what) const {
+  const Value& v = in(k);
+  if (!v.constant) {
+    throw UserError(str(node.where(), ": input ", k, " (", what, ", '", v.name,
+                        "') is computed at run time; tunefarm needs static shapes, so it must fold to a constant"));
+  }
+  return *v.constant;
+}
+
+namespace {
+
+const std::map<std::string, OpDef>& registry() {
+  static const std::map<std::string, OpDef> ops = [] {
+    std::vector<OpDef> all;
+    register_elementwise_ops(all);
+    register_nn_ops(all);
+    register_shape_ops(all);
+    std::map<std::string, OpDef> m;
+    for (OpDef& d : all) m.emplace(d.type, std::move(d));
+    return m;
+  }();
+  return ops;
+}
+
+OpContext context(const Node& n, const Graph& g, int64_t opset) {
+  OpContext c{n, opset, {}};
+  for (const std::string& in : n.inputs) c.inputs.push_back(in.empty() ? nullptr : &g.value(in));
+  return c;
+}
+
+}  // namespace
+
+const OpDef* find_op(const std::string& type) {
+  auto it = registry().find(type);
+  return it == registry().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> supported_ops() {
+  std::vector<std::string> out;
+  for (const auto& [name, d] : registry()) out.push_back(name);
+  return out;
+}
+
+std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) {
+  const OpDef* d = find_op(n.op);
+  if (!d) {
+    std::string have;
+    for (const std::string& s : supported_ops()) have += (have.empty() ? "" : ", ") + s;
+    throw UserError(str(n.where(), ": operator ", n.op, " is not supported (supported: ", have, ")"));
+  }
+  int count = static_cast<int>(n.inputs.size());
+  while (count > 0 && n.inputs[count - 1].empty()) --count;
+  if (count < d->min_inputs || count > d->max_inputs) {
+    throw UserError(str(n.where(), ": takes ", d->min_inputs == d->max_inputs ? "" : "from ", d->min_inputs,
+                        d->min_inputs == d->max_inputs ? "" : str(" to ", d->max_inputs), " inputs, not ", count));
+  }
+  for (int k = 0; k < d->min_inputs; ++k) {
+    if (n.inputs[k].empty()) throw UserError(str(n.where(), ": input ", k, " is required"));
+  }
+  return d->infer(context(n, g, opset));
+}
+
+std::vector<HostTensor> eval_node(const Node& n, const Graph& g, int64_t opset,
+                                  const std::function<const HostTensor&(const std::string&)>& values) {
+  const OpDef* d = find_op(n.op);
+  TF_CHECK(d, "eval of unsupported op ", n.op);
+  std::vector<const HostTensor*> ins;
+  for (const std::string& in : n.inputs) ins.push_back(in.empty() ? nullptr : &values(in));
+  return d->eval(context(n, g, opset), ins);
+}
+
+Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t k = 0; k < r; ++k) {
+    int64_t x = k < r - a.size() ? 1 : a[k - (r - a.size())];
+    int64_t y = k < r - b.size() ? 1 : b[k - (r - b.size())];
+    if (x != y && x != 1 && y != 1) {
+      throw UserError(str(n.where(), ": shapes ", shape_str(a), " and ", shape_str(b), " do not broadcast"));
+    }
+    out[k] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out) {
+  std::vector<int64_t> st(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < s.size(); ++k) {
+    size_t d = s.size() - 1 - k, o = out.size() - 1 - k;
+    st[o] = s[d] == 1 ? 0 : stride;
+    stride *= s[d];
+  }
+  return st;
+}
+
+int64_t normalize_axis(const Node& n, int64_t axis, int64_t rank, const char* what) {
+  if (axis < -rank || axis >= rank) {
+    throw UserError(str(n.where(), ": ", what, " ", axis, " is out of range for rank ", rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+HostTensor make_like(DType t, const Shape& s) {
+  HostTensor h;
+  h.dtype = t;
+  h.shape = s;
+  if (t == DType::F32) h.f.assign(num_elements(s), 0.0f);
+  else h.i.assign(num_elements(s), 0);
+  return h;
+}
+
+}  // namespace tf::graph

@@ -1,0 +1,74 @@
+// ops: what each supported operator means, in one table: its inputs and attributes, how its
+// output types and shapes follow from its inputs (shape inference), and a reference
+// evaluation on host tensors.
+//
+// What it promises:
+//   - find_op(type) knows every operator the importer accepts; anything else is unsupported,
+//     and the error names the node and lists what is supported (docs/models.md has the list).
+//   - infer() checks the node (input count, attributes, ranks, compatible shapes) and throws
+//     UserError naming the node and the value at fault; it never guesses a dynamic shape:
+//     inputs that decide a shape (Reshape's shape, Slice's starts, ...) must be constants.
+//   - eval() is the reference: plain loops, float32 elements with wide accumulators. Constant
+//     folding runs it, and tests compare compiled models against it. It is not fast.
+// Semantics follow the ONNX operator documents for opsets 11 to 17 (`opset` selects between
+// versions where they differ: Softmax before 13, axes as attribute or input).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace tf::graph {
+
+struct TypeShape {
+  DType dtype = DType::F32;
+  Shape shape;
+};
+
+struct OpContext {
+  const Node& node;
+  int64_t opset;
+  // Per input: its value (type, shape, and data where constant); nullptr for an omitted
+  // optional input.
+  std::vector<const Value*> inputs;
+
+  size_t count() const { return inputs.size(); }
+  bool present(size_t k) const { return k < inputs.size() && inputs[k] != nullptr; }
+  const Value& in(size_t k) const;
+  // Input k's data, which must be constant (else: a dynamic shape, named in the error).
+  const HostTensor& constant(size_t k, const char* what) const;
+};
+
+struct OpDef {
+  std::string type;
+  int min_inputs = 1, max_inputs = 1;
+  std::function<std::vector<TypeShape>(const OpContext&)> infer;
+  // Reference evaluation; inputs as in infer, all with data.
+  std::function<std::vector<HostTensor>(const OpContext&, const std::vector<const HostTensor*>&)> eval;
+};
+
+const OpDef* find_op(const std::string& type);
+std::vector<std::string> supported_ops();
+
+// Checks the input count and runs the op's inference.
+std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset);
+// Evaluates a node whose inputs are all available in `values` (by name).
+std::vector<HostTensor> eval_node(const Node& n, const Graph& g, int64_t opset,
+                                  const std::function<const HostTensor&(const std::string&)>& values);
+
+// Registration from the op families' files.
+void register_elementwise_ops(std::vector<OpDef>& ops);
+void register_nn_ops(std::vector<OpDef>& ops);
+void register_shape_ops(std::vector<OpDef>& ops);
+
+// Helpers shared by the op files.
+Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b);
+// Row-major strides of `s`, with 0 for dimensions broadcast to `out` (aligned on the right).
+std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out);
+// A negative axis counts from the end; out of [-rank, rank) is the node's error.
+int64_t normalize_axis(const Node& n, int64_t axis, int64_t rank, const char* what = "axis");
+HostTensor make_like(DType t, const Shape& s);
+
+}  // namespace tf::graph

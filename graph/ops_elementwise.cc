@@ -1,0 +1,246 @@
+// Elementwise operators: unary math, broadcasting binary arithmetic and comparisons, Where,
+// Clip, Cast.
+#include <array>
+#include <cmath>
+
+#include "compiler/error.h"
+#include "graph/ops.h"
+
+namespace tf::graph {
+namespace {
+
+using Eval = std::function<std::vector<HostTensor>(const OpContext&, const std::vector<const HostTensor*>&)>;
+
+// Calls f(out_index, offsets...) for each element of `out`, with each input's offset under
+// numpy broadcasting.
+template <size_t N, typename F>
+void for_each_broadcast(const Shape& out, const std::array<const Shape*, N>& ins, F f) {
+  std::array<std::vector<int64_t>, N> strides;
+  for (size_t k = 0; k < N; ++k) strides[k] = broadcast_strides(*ins[k], out);
+  int64_t total = num_elements(out);
+  std::vector<int64_t> idx(out.size(), 0);
+  std::array<int64_t, N> off{};
+  for (int64_t e = 0; e < total; ++e) {
+    f(e, off);
+    for (size_t d = out.size(); d-- > 0;) {
+      ++idx[d];
+      for (size_t k = 0; k < N; ++k) off[k] += strides[k][d];
+      if (idx[d] < out[d]) break;
+      for (size_t k = 0; k < N; ++k) off[k] -= strides[k][d] * out[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+void require_float(const OpContext& c, size_t k) {
+  if (c.in(k).dtype != DType::F32) {
+    throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ", dtype_name(c.in(k).dtype),
+                        "; this operator takes float32"));
+  }
+}
+
+OpDef unary(const std::string& type, std::function<float(float, const Node&)> f) {
+  OpDef d{type, 1, 1, nullptr, nullptr};
+  d.infer = [](const OpContext& c) {
+    require_float(c, 0);
+    return std::vector<TypeShape>{{DType::F32, c.in(0).shape}};
+  };
+  d.eval = [f](const OpContext& c, const std::vector<const HostTensor*>& in) {
+    HostTensor out = make_like(DType::F32, in[0]->shape);
+    for (size_t k = 0; k < out.f.size(); ++k) out.f[k] = f(in[0]->f[k], c.node);
+    return std::vector<HostTensor>{out};
+  };
+  return d;
+}
+
+enum class BinKind { Arith, Compare };
+
+// f sees the node for attributes (Mod's fmod).
+OpDef binary_n(const std::string& type, BinKind kind, std::function<double(double, double, const Node&)> f) {
+  OpDef d{type, 2, 2, nullptr, nullptr};
+  d.infer = [kind](const OpContext& c) {
+    DType a = c.in(0).dtype, b = c.in(1).dtype;
+    // Pow takes an exponent of another type; everything else one type for both.
+    if (a != b && c.node.op != "Pow") {
+      throw UserError(str(c.node.where(), ": inputs are ", dtype_name(a), " and ", dtype_name(b)));
+    }
+    if (a == DType::Bool && c.node.op != "Equal") throw UserError(str(c.node.where(), ": bool inputs are not supported"));
+    Shape s = broadcast_shapes(c.node, c.in(0).shape, c.in(1).shape);
+    return std::vector<TypeShape>{{kind == BinKind::Compare ? DType::Bool : a, s}};
+  };
+  d.eval = [kind, f](const OpContext& c, const std::vector<const HostTensor*>& in) {
+    Shape s = broadcast_shapes(c.node, in[0]->shape, in[1]->shape);
+    DType t = kind == BinKind::Compare ? DType::Bool : in[0]->dtype;
+    HostTensor out = make_like(t, s);
+    bool ints = in[0]->dtype != DType::F32;
+    for_each_broadcast<2>(s, {&in[0]->shape, &in[1]->shape}, [&](int64_t e, const std::array<int64_t, 2>& o) {
+      if (t == DType::F32) {
+        out.f[e] = static_cast<float>(f(in[0]->f[o[0]], in[1]->as_double(o[1]), c.node));
+      } else if (ints && kind == BinKind::Arith && c.node.op == "Div") {
+        int64_t y = in[1]->i[o[1]];
+        if (y == 0) throw UserError(str(c.node.where(), ": integer division by zero"));
+        out.i[e] = in[0]->i[o[0]] / y;
+      } else {
+        out.i[e] = static_cast<int64_t>(f(in[0]->as_double(o[0]), in[1]->as_double(o[1]), c.node));
+      }
+    });
+    return std::vector<HostTensor>{out};
+  };
+  return d;
+}
+
+// Max, Min, Sum, Mean: one or more inputs, broadcast together, folded left to right (Mean
+// divides the sum by the count).
+OpDef variadic(const std::string& type, std::function<double(double, double)> f) {
+  OpDef d{type, 1, 1 << 20, nullptr, nullptr};
+  d.infer = [](const OpContext& c) {
+    Shape s = c.in(0).shape;
+    for (size_t k = 0; k < c.count(); ++k) {
+      require_float(c, k);
+      s = broadcast_shapes(c.node, s, c.in(k).shape);
+    }
+    return std::vector<TypeShape>{{DType::F32, s}};
+  };
+  d.eval = [f](const OpContext& c, const std::vector<const HostTensor*>& in) {
+    HostTensor acc = *in[0];
+    for (size_t k = 1; k < in.size(); ++k) {
+      Shape s = broadcast_shapes(c.node, acc.shape, in[k]->shape);
+      HostTensor next = make_like(DType::F32, s);
+      for_each_broadcast<2>(s, {&acc.shape, &in[k]->shape}, [&](int64_t e, const std::array<int64_t, 2>& o) {
+        next.f[e] = static_cast<float>(f(acc.f[o[0]], in[k]->f[o[1]]));
+      });
+      acc = std::move(next);
+    }
+    if (c.node.op == "Mean") {
+      for (float& v : acc.f) v /= static_cast<float>(in.size());
+    }
+    return std::vector<HostTensor>{acc};
+  };
+  return d;
+}
+
+OpDef binary(const std::string& type, BinKind kind, std::function<double(double, double)> f) {
+  return binary_n(type, kind, [f](double a, double b, const Node&) { return f(a, b); });
+}
+
+OpDef where_op() {
+  OpDef d{"Where", 3, 3, nullptr, nullptr};
+  d.infer = [](const OpContext& c) {
+    if (c.in(0).dtype != DType::Bool) throw UserError(str(c.node.where(), ": the condition must be bool"));
+    if (c.in(1).dtype != c.in(2).dtype) throw UserError(str(c.node.where(), ": the two branches differ in type"));
+    Shape s = broadcast_shapes(c.node, broadcast_shapes(c.node, c.in(0).shape, c.in(1).shape), c.in(2).shape);
+    return std::vector<TypeShape>{{c.in(1).dtype, s}};
+  };
+  d.eval = [](const OpContext& c, const std::vector<const HostTensor*>& in) {
+    Shape s = broadcast_shapes(c.node, broadcast_shapes(c.node, in[0]->shape, in[1]->shape), in[2]->shape);
+    HostTensor out = make_like(in[1]->dtype, s);
+    for_each_broadcast<3>(s, {&in[0]->shape, &in[1]->shape, &in[2]->shape},
+                          [&](int64_t e, const std::array<int64_t, 3>& o) {
+                            const HostTensor* src = in[0]->i[o[0]] ? in[1] : in[2];
+                            int64_t at = in[0]->i[o[0]] ? o[1] : o[2];
+                            if (out.dtype == DType::F32) out.f[e] = src->f[at];
+                            else out.i[e] = src->i[at];
+                          });
+    return std::vector<HostTensor>{out};
+  };
+  return d;
+}
+
+// Clip: min and max as optional inputs (opset 11+).
+OpDef clip_op() {
+  OpDef d{"Clip", 1, 3, nullptr, nullptr};
+  d.infer = [](const OpContext& c) {
+    require_float(c, 0);
+    for (size_t k = 1; k < 3; ++k) {
+      if (c.present(k) && num_elements(c.in(k).shape) != 1) {
+        throw UserError(str(c.node.where(), ": ", k == 1 ? "min" : "max", " must be a scalar, not ",
+                            shape_str(c.in(k).shape)));
+      }
+    }
+    return std::vector<TypeShape>{{DType::F32, c.in(0).shape}};
+  };
+  d.eval = [](const OpContext& c, const std::vector<const HostTensor*>& in) {
+    float lo = -INFINITY, hi = INFINITY;
+    if (in.size() > 1 && in[1]) lo = in[1]->f[0];
+    if (in.size() > 2 && in[2]) hi = in[2]->f[0];
+    HostTensor out = make_like(DType::F32, in[0]->shape);
+    for (size_t k = 0; k < out.f.size(); ++k) out.f[k] = std::min(std::max(in[0]->f[k], lo), hi);
+    return std::vector<HostTensor>{out};
+  };
+  return d;
+}
+
+// ONNX TensorProto element types this graph can hold.
+DType cast_target(const Node& n) {
+  int64_t to = n.get_int("to", -1);
+  if (to == 1) return DType::F32;
+  if (to == 7 || to == 6) return DType::I64;  // int32 is widened: only shape arithmetic casts to it
+  if (to == 9) return DType::Bool;
+  throw UserError(str(n.where(), ": cast to element type ", to, " is not supported (float32, int32, int64, bool are)"));
+}
+
+OpDef cast_op() {
+  OpDef d{"Cast", 1, 1, nullptr, nullptr};
+  d.infer = [](const OpContext& c) { return std::vector<TypeShape>{{cast_target(c.node), c.in(0).shape}}; };
+  d.eval = [](const OpContext& c, const std::vector<const HostTensor*>& in) {
+    DType to = cast_target(c.node);
+    HostTensor out = make_like(to, in[0]->shape);
+    for (int64_t k = 0; k < out.size(); ++k) {
+      if (to == DType::F32) out.f[k] = static_cast<float>(in[0]->as_double(k));
+      else if (to == DType::Bool) out.i[k] = in[0]->as_double(k) != 0;
+      else out.i[k] = in[0]->as_int(k);
+    }
+    return std::vector<HostTensor>{out};
+  };
+  return d;
+}
+
+}  // namespace
+
+void register_elementwise_ops(std::vector<OpDef>& ops) {
+  ops.push_back(unary("Relu", [](float x, const Node&) { return x > 0 ? x : 0.0f; }));
+  ops.push_back(unary("Sigmoid", [](float x, const Node&) { return static_cast<float>(1 / (1 + std::exp(-double(x)))); }));
+  ops.push_back(unary("Tanh", [](float x, const Node&) { return std::tanh(x); }));
+  ops.push_back(unary("Exp", [](float x, const Node&) { return std::exp(x); }));
+  ops.push_back(unary("Log", [](float x, const Node&) { return std::log(x); }));
+  ops.push_back(unary("Sqrt", [](float x, const Node&) { return std::sqrt(x); }));
+  ops.push_back(unary("Erf", [](float x, const Node&) { return std::erf(x); }));
+  ops.push_back(unary("Neg", [](float x, const Node&) { return -x; }));
+  ops.push_back(unary("Abs", [](float x, const Node&) { return std::fabs(x); }));
+  ops.push_back(unary("Reciprocal", [](float x, const Node&) { return 1.0f / x; }));
+  ops.push_back(unary("Sign", [](float x, const Node&) { return float((x > 0) - (x < 0)); }));
+  ops.push_back(unary("Round", [](float x, const Node&) { return std::nearbyint(x); }));  // half to even
+  ops.push_back(unary("Softplus", [](float x, const Node&) { return static_cast<float>(std::log1p(std::exp(double(x)))); }));
+  ops.push_back(unary("Floor", [](float x, const Node&) { return std::floor(x); }));
+  ops.push_back(unary("Ceil", [](float x, const Node&) { return std::ceil(x); }));
+  ops.push_back(unary("LeakyRelu", [](float x, const Node& n) { return x >= 0 ? x : x * n.get_float("alpha", 0.01f); }));
+  ops.push_back(unary("HardSigmoid", [](float x, const Node& n) {
+    return std::max(0.0f, std::min(1.0f, n.get_float("alpha", 0.2f) * x + n.get_float("beta", 0.5f)));
+  }));
+  ops.push_back(unary("HardSwish", [](float x, const Node&) { return x * std::max(0.0f, std::min(1.0f, x / 6 + 0.5f)); }));
+  ops.push_back(binary("Add", BinKind::Arith, [](double a, double b) { return a + b; }));
+  ops.push_back(binary("Sub", BinKind::Arith, [](double a, double b) { return a - b; }));
+  ops.push_back(binary("Mul", BinKind::Arith, [](double a, double b) { return a * b; }));
+  ops.push_back(binary("Div", BinKind::Arith, [](double a, double b) { return a / b; }));
+  ops.push_back(binary("Pow", BinKind::Arith, [](double a, double b) { return std::pow(a, b); }));
+  ops.push_back(variadic("Max", [](double a, double b) { return std::max(a, b); }));
+  ops.push_back(variadic("Min", [](double a, double b) { return std::min(a, b); }));
+  ops.push_back(variadic("Sum", [](double a, double b) { return a + b; }));
+  ops.push_back(variadic("Mean", [](double a, double b) { return a + b; }));
+  ops.push_back(binary("PRelu", BinKind::Arith, [](double x, double slope) { return x < 0 ? x * slope : x; }));
+  ops.push_back(binary_n("Mod", BinKind::Arith, [](double a, double b, const Node& n) {
+    double r = std::fmod(a, b);  // fmod=1: the sign of the dividend (C's fmod)
+    if (n.get_int("fmod", 0)) return r;
+    return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;  // fmod=0: the sign of the divisor
+  }));
+  ops.push_back(binary("Equal", BinKind::Compare, [](double a, double b) { return a == b; }));
+  ops.push_back(binary("Less", BinKind::Compare, [](double a, double b) { return a < b; }));
+  ops.push_back(binary("Greater", BinKind::Compare, [](double a, double b) { return a > b; }));
+  ops.push_back(binary("LessOrEqual", BinKind::Compare, [](double a, double b) { return a <= b; }));
+  ops.push_back(binary("GreaterOrEqual", BinKind::Compare, [](double a, double b) { return a >= b; }));
+  ops.push_back(where_op());
+  ops.push_back(clip_op());
+  ops.push_back(cast_op());
+}
+
+}  // namespace tf::graph

@@ -1,0 +1,486 @@
+// Data movement and shape operators: Shape, Reshape, Flatten, Transpose, Concat, Slice,
+// Gather, Split, Squeeze, Unsqueeze, Expand, Constant, ConstantOfShape, Range, Identity, Dropout.
+// Most of them take any element type; shape arithmetic runs through them on int64 tensors.
+#include <algorithm>
+#include <cmath>
+
+#include "compiler/error.h"
+#include "graph/ops.h"
+
+namespace tf::graph {
+namespace {
+
+void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k) {
+  if (out.dtype == DType::F32) out.f[o] = in.f[k];
+  else out.i[o] = in.i[k];
+}
+
+std::vector<int64_t> ints_of(const HostTensor& t) {
+  std::vector<int64_t> v;
+  for (int64_t k = 0; k < t.size(); ++k) v.push_back(t.as_int(k));
+  return v;
+}
+
+// Row-major strides.
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+// Copies a tensor's data to a new shape of the same size (Reshape, Flatten, Squeeze, ...).
+std::vector<HostTensor> same_data(const std::vector<const HostTensor*>& in, const Shape& s) {
+  HostTensor out = *in[0];
+  out.shape = s;
+  return {out};
+}
+
+// ---- Reshape: 0 copies the input's dimension (unless allowzero), -1 is inferred.
+Shape reshape_shape(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  std::vector<int64_t> want = ints_of(c.constant(1, "shape"));
+  bool allowzero = c.node.get_int("allowzero", 0);
+  Shape out;
+  int64_t infer_at = -1, known = 1;
+  for (size_t d = 0; d < want.size(); ++d) {
+    int64_t v = want[d];
+    if (v == 0 && !allowzero) {
+      if (d >= x.size()) throw UserError(str(c.node.where(), ": shape ", shape_str(want), " copies dimension ", d, " of ", shape_str(x)));
+      v = x[d];
+    }
+    if (v == -1) {
+      if (infer_at >= 0) throw UserError(str(c.node.where(), ": shape ", shape_str(want), " has two -1"));
+      infer_at = static_cast<int64_t>(d);
+      out.push_back(1);
+      continue;
+    }
+    if (v < 0) throw UserError(str(c.node.where(), ": shape ", shape_str(want), " has dimension ", v));
+    out.push_back(v);
+    known *= v;
+  }
+  int64_t n = num_elements(x);
+  if (infer_at >= 0) {
+    if (known == 0 || n % known != 0) {
+      throw UserError(str(c.node.where(), ": cannot reshape ", shape_str(x), " to ", shape_str(want)));
+    }
+    out[infer_at] = n / known;
+  }
+  if (num_elements(out) != n) throw UserError(str(c.node.where(), ": cannot reshape ", shape_str(x), " (", n, " elements) to ", shape_str(want)));
+  return out;
+}
+
+Shape flatten_shape(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  auto rank = static_cast<int64_t>(x.size());
+  int64_t axis = c.node.get_int("axis", 1);
+  if (axis < -rank || axis > rank) throw UserError(str(c.node.where(), ": axis ", axis, " is out of range for rank ", rank));
+  if (axis < 0) axis += rank;
+  int64_t a = 1, b = 1;
+  for (int64_t d = 0; d < rank; ++d) (d < axis ? a : b) *= x[d];
+  return {a, b};
+}
+
+std::vector<int64_t> perm_of(const OpContext& c) {
+  auto rank = static_cast<int64_t>(c.in(0).shape.size());
+  std::vector<int64_t> perm = c.node.get_ints("perm", {});
+  if (perm.empty()) {
+    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+  }
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t d = 0; d < static_cast<int64_t>(sorted.size()); ++d) {
+    if (static_cast<int64_t>(sorted.size()) != rank || sorted[d] != d) {
+      throw UserError(str(c.node.where(), ": perm ", shape_str(perm), " is not a permutation of rank ", rank));
+    }
+  }
+  return perm;
+}
+
+std::vector<HostTensor> transpose_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const Shape& x = in[0]->shape;
+  std::vector<int64_t> perm = perm_of(c), st = strides_of(x);
+  Shape os;
+  for (int64_t p : perm) os.push_back(x[p]);
+  HostTensor out = make_like(in[0]->dtype, os);
+  std::vector<int64_t> idx(os.size(), 0);
+  for (int64_t e = 0; e < out.size(); ++e) {
+    int64_t k = 0;
+    for (size_t d = 0; d < os.size(); ++d) k += idx[d] * st[perm[d]];
+    copy_elem(out, e, *in[0], k);
+    for (size_t d = os.size(); d-- > 0;) {
+      if (++idx[d] < os[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return {out};
+}
+
+// ---- Concat along `axis`.
+std::vector<TypeShape> concat_infer(const OpContext& c) {
+  const Shape& first = c.in(0).shape;
+  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(first.size()));
+  Shape out = first;
+  out[axis] = 0;
+  for (size_t k = 0; k < c.count(); ++k) {
+    const Shape& s = c.in(k).shape;
+    bool ok = s.size() == first.size() && c.in(k).dtype == c.in(0).dtype;
+    for (size_t d = 0; ok && d < s.size(); ++d) ok = static_cast<int64_t>(d) == axis || s[d] == first[d];
+    if (!ok) throw UserError(str(c.node.where(), ": input ", k, " ", shape_str(s), " does not concatenate with ", shape_str(first)));
+    out[axis] += s[axis];
+  }
+  return {{c.in(0).dtype, out}};
+}
+
+std::vector<HostTensor> concat_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  TypeShape ts = concat_infer(c)[0];
+  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(ts.shape.size()));
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= ts.shape[d];
+  for (size_t d = axis + 1; d < ts.shape.size(); ++d) inner *= ts.shape[d];
+  HostTensor out = make_like(ts.dtype, ts.shape);
+  int64_t at = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (const HostTensor* t : in) {
+      int64_t chunk = t->shape[axis] * inner;
+      for (int64_t e = 0; e < chunk; ++e) copy_elem(out, at++, *t, o * chunk + e);
+    }
+  return {out};
+}
+
+// ---- Slice (opset 10+): starts, ends, axes, steps as constant inputs.
+struct SliceSpec {
+  std::vector<int64_t> start, step;
+  Shape out;
+};
+
+SliceSpec slice_spec(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  auto rank = static_cast<int64_t>(x.size());
+  std::vector<int64_t> starts = ints_of(c.constant(1, "starts")), ends = ints_of(c.constant(2, "ends"));
+  std::vector<int64_t> axes, steps;
+  if (c.present(3)) axes = ints_of(c.constant(3, "axes"));
+  else for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
+  if (c.present(4)) steps = ints_of(c.constant(4, "steps"));
+  else steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+    throw UserError(str(c.node.where(), ": starts, ends, axes and steps differ in length"));
+  }
+  SliceSpec s{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), x};
+  for (size_t k = 0; k < starts.size(); ++k) {
+    int64_t a = normalize_axis(c.node, axes[k], rank), n = x[a], st = steps[k];
+    if (st == 0) throw UserError(str(c.node.where(), ": step 0 on axis ", a));
+    int64_t b = starts[k], e = ends[k];
+    if (b < 0) b += n;
+    if (e < 0) e += n;
+    if (st > 0) {
+      b = std::clamp<int64_t>(b, 0, n);
+      e = std::clamp<int64_t>(e, 0, n);
+      s.out[a] = e > b ? (e - b + st - 1) / st : 0;
+    } else {
+      b = std::clamp<int64_t>(b, 0, n - 1);
+      e = std::clamp<int64_t>(e, -1, n - 1);
+      s.out[a] = b > e ? (b - e + (-st) - 1) / (-st) : 0;
+    }
+    s.start[a] = b;
+    s.step[a] = st;
+  }
+  return s;
+}
+
+std::vector<HostTensor> slice_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  SliceSpec s = slice_spec(c);
+  std::vector<int64_t> st = strides_of(in[0]->shape);
+  HostTensor out = make_like(in[0]->dtype, s.out);
+  std::vector<int64_t> idx(s.out.size(), 0);
+  for (int64_t e = 0; e < out.size(); ++e) {
+    int64_t k = 0;
+    for (size_t d = 0; d < idx.size(); ++d) k += (s.start[d] + idx[d] * s.step[d]) * st[d];
+    copy_elem(out, e, *in[0], k);
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < s.out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return {out};
+}
+
+// ---- Gather along `axis` with int64 indices (negative ones count from the end).
+std::vector<TypeShape> gather_infer(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  if (c.in(1).dtype != DType::I64) throw UserError(str(c.node.where(), ": indices must be integers"));
+  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
+  Shape out(x.begin(), x.begin() + axis);
+  out.insert(out.end(), c.in(1).shape.begin(), c.in(1).shape.end());
+  out.insert(out.end(), x.begin() + axis + 1, x.end());
+  return {{c.in(0).dtype, out}};
+}
+
+std::vector<HostTensor> gather_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const Shape& x = in[0]->shape;
+  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
+  int64_t outer = 1, inner = 1, n = x[axis];
+  for (int64_t d = 0; d < axis; ++d) outer *= x[d];
+  for (size_t d = axis + 1; d < x.size(); ++d) inner *= x[d];
+  HostTensor out = make_like(in[0]->dtype, gather_infer(c)[0].shape);
+  int64_t m = in[1]->size(), at = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < m; ++j) {
+      int64_t i = in[1]->i[j];
+      if (i < -n || i >= n) throw UserError(str(c.node.where(), ": index ", i, " is out of range for axis of size ", n));
+      if (i < 0) i += n;
+      for (int64_t e = 0; e < inner; ++e) copy_elem(out, at++, *in[0], (o * n + i) * inner + e);
+    }
+  return {out};
+}
+
+// ---- Squeeze / Unsqueeze: axes as attribute (before 13) or constant input.
+std::vector<int64_t> axes_of(const OpContext& c) {
+  if (c.opset >= 13) {
+    if (c.present(1)) return ints_of(c.constant(1, "axes"));
+    if (c.node.has("axes")) throw UserError(str(c.node.where(), ": from opset 13 axes is an input, not an attribute"));
+    return {};
+  }
+  return c.node.get_ints("axes", {});
+}
+
+Shape squeeze_shape(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  std::vector<int64_t> axes = axes_of(c);
+  std::vector<bool> drop(x.size(), false);
+  if (axes.empty()) {
+    for (size_t d = 0; d < x.size(); ++d) drop[d] = x[d] == 1;
+  }
+  for (int64_t a : axes) {
+    int64_t d = normalize_axis(c.node, a, static_cast<int64_t>(x.size()));
+    if (x[d] != 1) throw UserError(str(c.node.where(), ": cannot squeeze axis ", a, " of ", shape_str(x), " (not 1)"));
+    drop[d] = true;
+  }
+  Shape out;
+  for (size_t d = 0; d < x.size(); ++d) if (!drop[d]) out.push_back(x[d]);
+  return out;
+}
+
+Shape unsqueeze_shape(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  std::vector<int64_t> axes = axes_of(c);
+  auto rank = static_cast<int64_t>(x.size() + axes.size());
+  std::vector<bool> added(rank, false);
+  for (int64_t a : axes) {
+    int64_t d = normalize_axis(c.node, a, rank);
+    if (added[d]) throw UserError(str(c.node.where(), ": axis ", a, " is repeated"));
+    added[d] = true;
+  }
+  Shape out;
+  size_t k = 0;
+  for (int64_t d = 0; d < rank; ++d) out.push_back(added[d] ? 1 : x[k++]);
+  return out;
+}
+
+// ---- Expand: numpy broadcast of the input against a constant shape.
+Shape expand_shape(const OpContext& c) {
+  std::vector<int64_t> want = ints_of(c.constant(1, "shape"));
+  return broadcast_shapes(c.node, c.in(0).shape, want);
+}
+
+std::vector<HostTensor> expand_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  Shape s = expand_shape(c);
+  std::vector<int64_t> st = broadcast_strides(in[0]->shape, s);
+  HostTensor out = make_like(in[0]->dtype, s);
+  std::vector<int64_t> idx(s.size(), 0);
+  for (int64_t e = 0; e < out.size(); ++e) {
+    int64_t k = 0;
+    for (size_t d = 0; d < s.size(); ++d) k += idx[d] * st[d];
+    copy_elem(out, e, *in[0], k);
+    for (size_t d = s.size(); d-- > 0;) {
+      if (++idx[d] < s[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return {out};
+}
+
+// ---- Constant: value (a tensor), or value_float(s) / value_int(s).
+HostTensor constant_value(const Node& n) {
+  for (const auto& [name, a] : n.attrs) {
+    if (name == "value") {
+      if (const auto* t = std::get_if<HostTensor>(&a)) return *t;
+    } else if (name == "value_float") {
+      if (const auto* v = std::get_if<float>(&a)) return HostTensor::floats({}, {*v});
+    } else if (name == "value_floats") {
+      if (const auto* v = std::get_if<std::vector<float>>(&a)) return HostTensor::floats({static_cast<int64_t>(v->size())}, *v);
+    } else if (name == "value_int") {
+      if (const auto* v = std::get_if<int64_t>(&a)) return HostTensor::ints({}, {*v});
+    } else if (name == "value_ints") {
+      if (const auto* v = std::get_if<std::vector<int64_t>>(&a)) return HostTensor::ints({static_cast<int64_t>(v->size())}, *v);
+    }
+    throw UserError(str(n.where(), ": attribute '", name, "' is not supported (value, value_float(s), value_int(s) are)"));
+  }
+  throw UserError(str(n.where(), ": has no value"));
+}
+
+HostTensor constant_of_shape(const OpContext& c) {
+  std::vector<int64_t> s = ints_of(c.constant(0, "shape"));
+  for (int64_t d : s) if (d < 0) throw UserError(str(c.node.where(), ": negative dimension ", d));
+  HostTensor fill = HostTensor::floats({1}, {0.0f});
+  if (c.node.has("value")) fill = std::get<HostTensor>(c.node.attrs.at("value"));
+  if (fill.size() != 1) throw UserError(str(c.node.where(), ": value must hold one element"));
+  HostTensor out = make_like(fill.dtype, s);
+  for (int64_t e = 0; e < out.size(); ++e) copy_elem(out, e, fill, 0);
+  return out;
+}
+
+HostTensor range_of(const OpContext& c) {
+  double start = c.constant(0, "start").as_double(0), limit = c.constant(1, "limit").as_double(0);
+  double delta = c.constant(2, "delta").as_double(0);
+  if (delta == 0) throw UserError(str(c.node.where(), ": delta is 0"));
+  auto n = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
+  HostTensor out = make_like(c.in(0).dtype, Shape{n});
+  for (int64_t k = 0; k < n; ++k) {
+    if (out.dtype == DType::F32) out.f[k] = static_cast<float>(start + k * delta);
+    else out.i[k] = static_cast<int64_t>(start) + k * static_cast<int64_t>(delta);
+  }
+  return out;
+}
+
+// ---- Split along `axis`: sizes from the `split` input (opset 13+) or attribute, else equal
+// parts (one per output).
+std::vector<int64_t> split_sizes(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
+  std::vector<int64_t> sizes;
+  if (c.present(1)) sizes = ints_of(c.constant(1, "split"));
+  else sizes = c.node.get_ints("split", {});
+  auto parts = static_cast<int64_t>(c.node.outputs.size());
+  if (sizes.empty()) {
+    if (parts == 0 || x[axis] % parts != 0) {
+      throw UserError(str(c.node.where(), ": axis of size ", x[axis], " does not split into ", parts, " equal parts"));
+    }
+    sizes.assign(parts, x[axis] / parts);
+  }
+  int64_t total = 0;
+  for (int64_t v : sizes) {
+    if (v < 0) throw UserError(str(c.node.where(), ": negative split size ", v));
+    total += v;
+  }
+  if (total != x[axis] || static_cast<int64_t>(sizes.size()) != parts) {
+    throw UserError(str(c.node.where(), ": split ", shape_str(sizes), " does not cover the axis of size ", x[axis],
+                        " in ", parts, " outputs"));
+  }
+  return sizes;
+}
+
+std::vector<TypeShape> split_infer(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
+  std::vector<TypeShape> out;
+  for (int64_t v : split_sizes(c)) {
+    Shape s = x;
+    s[axis] = v;
+    out.push_back({c.in(0).dtype, s});
+  }
+  return out;
+}
+
+std::vector<HostTensor> split_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const Shape& x = in[0]->shape;
+  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x[d];
+  for (size_t d = axis + 1; d < x.size(); ++d) inner *= x[d];
+  std::vector<HostTensor> outs;
+  int64_t begin = 0;
+  for (const TypeShape& t : split_infer(c)) {
+    HostTensor out = make_like(t.dtype, t.shape);
+    int64_t len = t.shape[axis], at = 0;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t e = 0; e < len * inner; ++e) copy_elem(out, at++, *in[0], (o * x[axis] + begin) * inner + e);
+    begin += len;
+    outs.push_back(std::move(out));
+  }
+  return outs;
+}
+
+// Shape's output: the input's dimensions from `start` to `end` (opset 15), clamped.
+std::vector<int64_t> shape_dims(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  auto rank = static_cast<int64_t>(x.size());
+  auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+  int64_t b = clamp(c.node.get_int("start", 0)), e = clamp(c.node.get_int("end", rank));
+  return std::vector<int64_t>(x.begin() + b, x.begin() + std::max(b, e));
+}
+
+// An op whose output is its first input's data in another shape.
+OpDef reshaping(const std::string& type, int min_in, int max_in, std::function<Shape(const OpContext&)> shape) {
+  return {type, min_in, max_in,
+          [shape](const OpContext& c) { return std::vector<TypeShape>{{c.in(0).dtype, shape(c)}}; },
+          [shape](const OpContext& c, const std::vector<const HostTensor*>& in) { return same_data(in, shape(c)); }};
+}
+
+}  // namespace
+
+void register_shape_ops(std::vector<OpDef>& ops) {
+  ops.push_back({"Shape", 1, 1,
+                 [](const OpContext& c) {
+                   return std::vector<TypeShape>{{DType::I64, {static_cast<int64_t>(shape_dims(c).size())}}};
+                 },
+                 [](const OpContext& c, const std::vector<const HostTensor*>&) {
+                   std::vector<int64_t> dims = shape_dims(c);
+                   return std::vector<HostTensor>{HostTensor::ints({static_cast<int64_t>(dims.size())}, dims)};
+                 }});
+  ops.push_back(reshaping("Reshape", 2, 2, reshape_shape));
+  ops.push_back(reshaping("Flatten", 1, 1, flatten_shape));
+  ops.push_back(reshaping("Squeeze", 1, 2, squeeze_shape));
+  ops.push_back(reshaping("Unsqueeze", 1, 2, unsqueeze_shape));
+  ops.push_back(reshaping("Identity", 1, 1, [](const OpContext& c) { return c.in(0).shape; }));
+  // Dropout in inference is the identity; its ratio and training_mode inputs are ignored
+  // unless training_mode is a constant true.
+  ops.push_back(reshaping("Dropout", 1, 3, [](const OpContext& c) {
+    if (c.present(2) && c.in(2).constant && c.in(2).constant->as_int(0)) {
+      throw UserError(str(c.node.where(), ": training_mode=true is not supported"));
+    }
+    if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) {
+      throw UserError(str(c.node.where(), ": the mask output is not supported"));
+    }
+    return c.in(0).shape;
+  }));
+  ops.push_back({"Transpose", 1, 1,
+                 [](const OpContext& c) {
+                   Shape s;
+                   for (int64_t p : perm_of(c)) s.push_back(c.in(0).shape[p]);
+                   return std::vector<TypeShape>{{c.in(0).dtype, s}};
+                 },
+                 transpose_eval});
+  ops.push_back({"Concat", 1, 1 << 20, concat_infer, concat_eval});
+  ops.push_back({"Slice", 3, 5,
+                 [](const OpContext& c) { return std::vector<TypeShape>{{c.in(0).dtype, slice_spec(c).out}}; },
+                 slice_eval});
+  ops.push_back({"Gather", 2, 2, gather_infer, gather_eval});
+  ops.push_back({"Split", 1, 2, split_infer, split_eval});
+  ops.push_back({"Expand", 2, 2,
+                 [](const OpContext& c) { return std::vector<TypeShape>{{c.in(0).dtype, expand_shape(c)}}; },
+                 expand_eval});
+  ops.push_back({"Constant", 0, 0,
+                 [](const OpContext& c) {
+                   HostTensor t = constant_value(c.node);
+                   return std::vector<TypeShape>{{t.dtype, t.shape}};
+                 },
+                 [](const OpContext& c, const std::vector<const HostTensor*>&) {
+                   return std::vector<HostTensor>{constant_value(c.node)};
+                 }});
+  ops.push_back({"ConstantOfShape", 1, 1,
+                 [](const OpContext& c) {
+                   HostTensor t = constant_of_shape(c);
+                   return std::vector<TypeShape>{{t.dtype, t.shape}};
+                 },
+                 [](const OpContext& c, const std::vector<const HostTensor*>&) {
+                   return std::vector<HostTensor>{constant_of_shape(c)};
+                 }});
+  ops.push_back({"Range", 3, 3,
+                 [](const OpContext& c) {
+                   HostTensor t = range_of(c);
+                   return std::vector<TypeShape>{{t.dtype, t.shape}};
+                 },
+                 [](const OpContext& c, const std::vector<const HostTensor*>&) { return std::vector<HostTensor>{range_of(c)}; }});
+}
+
+}  // namespace tf::graph

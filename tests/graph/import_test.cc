@@ -1,0 +1,261 @@
+// ONNX import: models built here with the protobuf API. Shape arithmetic folds to constants;
+// operators the node tests do not cover at opsets 11+ are checked by hand; every refusal
+// names what is at fault.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "compiler/error.h"
+#include "graph/onnx_import.h"
+#include "graph/ops.h"
+#include "graph/reference_run.h"
+
+using namespace tf::graph;  // NOLINT
+
+namespace {
+
+struct ModelBuilder {
+  onnx::ModelProto m;
+  onnx::GraphProto* g;
+
+  explicit ModelBuilder(int64_t opset = 17) {
+    m.set_ir_version(8);
+    auto* os = m.add_opset_import();
+    os->set_domain("");
+    os->set_version(opset);
+    g = m.mutable_graph();
+    g->set_name("test");
+  }
+  void input(const std::string& name, std::vector<int64_t> dims, int type = onnx::TensorProto::FLOAT) {
+    auto* vi = g->add_input();
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(type);
+    for (int64_t d : dims) {
+      auto* dim = tt->mutable_shape()->add_dim();
+      if (d < 0) dim->set_dim_param("batch");
+      else dim->set_dim_value(d);
+    }
+  }
+  void output(const std::string& name, std::vector<int64_t> dims = {}) {
+    auto* vi = g->add_output();
+    vi->set_name(name);
+    if (dims.empty()) return;
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  void ints(const std::string& name, std::vector<int64_t> v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) t->add_int64_data(x);
+  }
+  onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                        const std::string& name = "") {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(name.empty() ? op + "_" + out[0] : name);
+    for (auto& s : in) n->add_input(s);
+    for (auto& s : out) n->add_output(s);
+    return n;
+  }
+  Graph import() const { return import_onnx_bytes(m.SerializeAsString(), "test.onnx"); }
+  std::string error() const {
+    try {
+      import();
+    } catch (const tf::UserError& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+void set_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+}  // namespace
+
+// What PyTorch writes for x.view(x.size(0), -1): Shape, Gather, Unsqueeze, Concat, Reshape.
+TEST(OnnxImport, ShapeArithmeticFoldsToConstants) {
+  ModelBuilder b;
+  b.input("x", {2, 3, 4});
+  b.ints("zero", {0});
+  b.ints("minus_one", {-1});
+  b.node("Shape", {"x"}, {"s"});
+  auto* gather = b.node("Gather", {"s", "zero"}, {"n"});
+  set_int(gather, "axis", 0);
+  b.node("Concat", {"n", "minus_one"}, {"shape"});
+  set_int(b.g->mutable_node(2), "axis", 0);
+  b.node("Reshape", {"x", "shape"}, {"y"});
+  b.node("Relu", {"y"}, {"z"});
+  b.output("z", {2, 12});
+  Graph g = b.import();
+  ASSERT_EQ(g.nodes.size(), 2u);  // Reshape and Relu; the shape computation is constants
+  EXPECT_EQ(g.nodes[0].op, "Reshape");
+  EXPECT_TRUE(g.is_constant("shape"));
+  EXPECT_EQ(g.value("shape").constant->i, (std::vector<int64_t>{2, -1}));
+  EXPECT_EQ(g.value("z").shape, (Shape{2, 12}));
+  HostTensor x = HostTensor::floats({2, 3, 4}, std::vector<float>(24));
+  for (int k = 0; k < 24; ++k) x.f[k] = static_cast<float>(k - 12);
+  HostTensor z = run_reference(g, {{"x", x}}).at("z");
+  for (int k = 0; k < 24; ++k) EXPECT_EQ(z.f[k], std::max(0, k - 12));
+}
+
+// Operators whose node tests are all older than opset 11 or use other element types.
+TEST(OnnxImport, OperatorsWithoutOpset11NodeTests) {
+  ModelBuilder b;
+  b.input("x", {1, 2, 2, 2});
+  b.node("GlobalAveragePool", {"x"}, {"avg"});
+  b.node("GlobalMaxPool", {"x"}, {"max"});
+  b.node("Softplus", {"x"}, {"sp"});
+  auto* lse = b.node("ReduceLogSumExp", {"x"}, {"lse"});
+  set_int(lse, "keepdims", 0);
+  auto* to_int = b.node("Cast", {"x"}, {"xi"});
+  set_int(to_int, "to", onnx::TensorProto::INT64);
+  auto* back = b.node("Cast", {"xi"}, {"xf"});
+  set_int(back, "to", onnx::TensorProto::FLOAT);
+  b.ints("dims", {2, 3});
+  b.node("ConstantOfShape", {"dims"}, {"zeros"});
+  b.node("Shape", {"zeros"}, {"zshape"});
+  b.node("Cast", {"zshape"}, {"zshape_f"});
+  set_int(b.g->mutable_node(b.g->node_size() - 1), "to", onnx::TensorProto::FLOAT);
+  for (const char* o : {"avg", "max", "sp", "lse", "xf", "zeros", "zshape_f"}) b.output(o);
+  Graph g = b.import();
+  std::vector<float> xs = {1.5f, -2.5f, 3, 4, -1, 0.25f, 7, -8};
+  auto out = run_reference(g, {{"x", HostTensor::floats({1, 2, 2, 2}, xs)}});
+  EXPECT_EQ(out.at("avg").shape, (Shape{1, 2, 1, 1}));
+  EXPECT_FLOAT_EQ(out.at("avg").f[0], (1.5f - 2.5f + 3 + 4) / 4);
+  EXPECT_FLOAT_EQ(out.at("avg").f[1], (-1 + 0.25f + 7 - 8) / 4);
+  EXPECT_FLOAT_EQ(out.at("max").f[0], 4);
+  EXPECT_FLOAT_EQ(out.at("max").f[1], 7);
+  EXPECT_EQ(out.at("zeros").shape, (Shape{2, 3}));
+  EXPECT_EQ(out.at("zeros").f, std::vector<float>(6, 0.0f));
+  EXPECT_EQ(out.at("zshape_f").f, (std::vector<float>{2, 3}));
+  double lse_want = 0;
+  for (float v : xs) lse_want += std::exp(double(v));
+  EXPECT_EQ(out.at("lse").shape, Shape{});
+  EXPECT_NEAR(out.at("lse").f[0], std::log(lse_want), 1e-5);
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_NEAR(out.at("sp").f[k], std::log1p(std::exp(double(xs[k]))), 1e-6);
+    EXPECT_EQ(out.at("xf").f[k], static_cast<float>(static_cast<int64_t>(xs[k])));  // truncation
+  }
+}
+
+TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
+  auto expect = [](const ModelBuilder& b, const std::string& want) {
+    std::string e = b.error();
+    EXPECT_NE(e.find(want), std::string::npos) << "got: " << e;
+  };
+  {
+    ModelBuilder b(9);
+    b.input("x", {2});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    expect(b, "test.onnx: opset 9 is not supported (11 to 17");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2});
+    b.node("NonZero", {"x"}, {"y"}, "nz");
+    b.output("y");
+    expect(b, "test.onnx: node 'nz' (NonZero): operator NonZero is not supported (supported: Abs, Add");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {-1, 3});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    expect(b, "graph input 'x' has a dynamic dimension 0 ('batch'); tunefarm needs static shapes");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2}, onnx::TensorProto::INT64);
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    expect(b, "graph input 'x' is int64; model inputs must be float32");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.input("shape", {2}, onnx::TensorProto::FLOAT);
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Shape", {"r"}, {"s"});
+    b.node("Reshape", {"x", "shape"}, {"y"}, "reshape");
+    b.output("y");
+    expect(b, "node 'reshape' (Reshape): input 1 (shape, 'shape') is computed at run time; tunefarm needs static shapes");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y", {3, 2});
+    expect(b, "graph output 'y' is declared with dimension 0 = 3 but computes [2, 3]");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.node("Relu", {"missing"}, {"y"}, "r");
+    b.output("y");
+    expect(b, "node 'r' (Relu) reads 'missing', which is not defined before it");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.input("w", {4, 3});
+    b.node("MatMul", {"x", "w"}, {"y"}, "mm");
+    b.output("y");
+    expect(b, "node 'mm' (MatMul): inner dimensions differ: [2, 3] x [4, 3]");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {1, 3, 8, 8});
+    b.input("w", {4, 2, 3, 3});
+    b.node("Conv", {"x", "w"}, {"y"}, "conv");
+    b.output("y");
+    expect(b, "node 'conv' (Conv): weight [4, 2, 3, 3] expects 2 input channels, the input [1, 3, 8, 8] has 3");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2});
+    auto* t = b.g->add_initializer();
+    t->set_name("ext");
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(2);
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    b.node("Add", {"x", "ext"}, {"y"});
+    b.output("y");
+    expect(b, "initializer 'ext': data stored outside the model file (external data) is not supported");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2});
+    auto* t = b.g->add_initializer();
+    t->set_name("short");
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(3);
+    t->add_float_data(1);
+    b.node("Add", {"x", "short"}, {"y"});
+    b.output("y");
+    expect(b, "initializer 'short': holds 1 elements for shape [3]");
+  }
+  try {
+    import_onnx_bytes(std::string("\x0a\xff\xff\xff\xff garbage", 12), "junk.onnx");
+    ADD_FAILURE() << "imported garbage";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("junk.onnx: not an ONNX model"), std::string::npos) << e.what();
+  }
+  try {
+    import_onnx("/nonexistent/model.onnx");
+    ADD_FAILURE();
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open /nonexistent/model.onnx"), std::string::npos) << e.what();
+  }
+}

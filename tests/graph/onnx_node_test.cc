@@ -1,0 +1,140 @@
+// The ONNX backend node tests shipped in Debian's libonnx-testdata: every test whose model
+// imports (its operators, attributes and types are supported) must reproduce the expected
+// outputs with the reference evaluation. Tests that do not import must fail with a clear
+// "not supported" kind of error, and enough of them must run for the check to mean something.
+#include <gtest/gtest.h>
+
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <fstream>
+#include <filesystem>
+#include <map>
+
+#include "compiler/error.h"
+#include "graph/onnx_import.h"
+#include "graph/ops.h"
+#include "graph/reference_run.h"
+
+namespace fs = std::filesystem;
+using namespace tf::graph;  // NOLINT
+
+namespace {
+
+const char* kNodeTests = "/usr/share/libonnx-testdata/data/node";
+
+// Compares like onnx.backend.test (rtol 1e-3, atol 1e-7), with atol raised to 1e-5 for
+// float32 results of transcendental functions computed in another order.
+std::string compare(const HostTensor& want, const HostTensor& got) {
+  if (want.shape != got.shape) return "shape " + shape_str(got.shape) + ", expected " + shape_str(want.shape);
+  if ((want.dtype == DType::F32) != (got.dtype == DType::F32)) return "element type differs";
+  for (int64_t k = 0; k < want.size(); ++k) {
+    double w = want.as_double(k), g = got.as_double(k);
+    if (std::isnan(w) && std::isnan(g)) continue;
+    if (std::isinf(w) && w == g) continue;
+    if (!(std::fabs(w - g) <= 1e-5 + 1e-3 * std::fabs(w))) {
+      return "element " + std::to_string(k) + " is " + std::to_string(g) + ", expected " + std::to_string(w);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+// The node tests pass shapes, axes and indices (int64, bool) as graph inputs; tunefarm needs
+// them static, so they become initializers holding the data set's values.
+std::string with_constant_int_inputs(const fs::path& model, const fs::path& set, std::vector<std::string>& float_inputs) {
+  onnx::ModelProto m;
+  std::ifstream f(model, std::ios::binary);
+  if (!m.ParseFromIstream(&f)) return "";
+  int k = 0;
+  for (const auto& vi : m.graph().input()) {
+    fs::path data = set / ("input_" + std::to_string(k++) + ".pb");
+    bool is_float = !vi.type().has_tensor_type() || vi.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT;
+    if (is_float) {
+      float_inputs.push_back(data.string());
+      continue;
+    }
+    onnx::TensorProto t;
+    std::ifstream tf(data, std::ios::binary);
+    if (!t.ParseFromIstream(&tf)) return "";
+    t.set_name(vi.name());
+    *m.mutable_graph()->add_initializer() = t;
+  }
+  return m.SerializeAsString();
+}
+
+TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
+  if (!fs::exists(kNodeTests)) GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
+  int ran = 0, skipped = 0;
+  std::map<std::string, int> ops_run;
+  std::map<std::string, int> skip_reasons;
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(kNodeTests)) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (const fs::path& dir : dirs) {
+    std::string name = dir.filename().string();
+    std::vector<fs::path> sets;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().filename().string().rfind("test_data_set", 0) == 0) sets.push_back(e.path());
+    }
+    bool imported = false;
+    for (const fs::path& set : sets) {
+      std::vector<std::string> float_inputs;
+      std::string bytes = with_constant_int_inputs(dir / "model.onnx", set, float_inputs);
+      ASSERT_FALSE(bytes.empty()) << name;
+      Graph g;
+      try {
+        g = import_onnx_bytes(bytes, name);
+      } catch (const tf::UserError& e) {
+        std::string why = e.what();
+        // Only refusals of unsupported features are skips; anything else is a bug.
+        bool refusal = why.find("not supported") != std::string::npos || why.find("dynamic dimension") != std::string::npos ||
+                       why.find("must be float32") != std::string::npos || why.find("takes float32") != std::string::npos ||
+                       why.find("(2-D only)") != std::string::npos || why.find("must have rank 4") != std::string::npos ||
+                       why.find("tunefarm supports") != std::string::npos ||
+                       why.find("computed at run time") != std::string::npos;
+        EXPECT_TRUE(refusal) << name << ": " << why;
+        ++skipped;
+        std::string reason = why.substr(why.find(": ") + 2);
+        ++skip_reasons[reason.substr(0, 60)];
+        break;
+      }
+      imported = true;
+      std::map<std::string, HostTensor> inputs, expected;
+      ASSERT_EQ(float_inputs.size(), g.inputs.size()) << name;
+      for (size_t k = 0; k < g.inputs.size(); ++k) inputs[g.inputs[k]] = read_tensor_file(float_inputs[k]);
+      for (size_t k = 0; k < g.outputs.size(); ++k) {
+        expected[g.outputs[k]] = read_tensor_file((set / ("output_" + std::to_string(k) + ".pb")).string());
+      }
+      std::map<std::string, HostTensor> got;
+      try {
+        got = run_reference(g, inputs);
+      } catch (const tf::UserError& e) {
+        ADD_FAILURE() << name << ": " << e.what();
+        continue;
+      }
+      for (const auto& [out, want] : expected) {
+        std::string diff = compare(want, got.at(out));
+        EXPECT_EQ(diff, "") << name << " output " << out;
+      }
+      // The model's operators, including those folded at import.
+      onnx::ModelProto m;
+      m.ParseFromString(bytes);
+      for (const auto& n : m.graph().node()) ++ops_run[n.op_type()];
+    }
+    if (imported) ++ran;
+  }
+  std::printf("ONNX node tests: %d ran, %d refused as unsupported\n", ran, skipped);
+  for (const auto& [reason, count] : skip_reasons) std::printf("  %4d x %s\n", count, reason.c_str());
+  EXPECT_GE(ran, 250) << "too few node tests import for this to mean much";
+  // Every supported operator is exercised, but those whose node tests are all older than
+  // opset 11 or of other element types (tests/graph/import_test.cc checks those).
+  for (const std::string& op : supported_ops()) {
+    if (op == "Cast" || op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Softplus" ||
+        op == "ReduceLogSumExp" || op == "ConstantOfShape") {
+      continue;
+    }
+    EXPECT_GT(ops_run[op], 0) << "no node test exercises " << op;
+  }
+}
