@@ -1,6 +1,8 @@
 #include "graph/graph.h"
 
 #include <set>
+#include <sstream>
+#include <type_traits>
 
 #include "compiler/error.h"
 
@@ -141,6 +143,65 @@ void verify(const Graph& g) {
   for (const std::string& out : g.outputs) {
     if (!defined.count(out)) throw UserError(str("graph output '", out, "' is never defined"));
   }
+}
+
+namespace {
+
+std::string attr_text(const Attr& a) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, HostTensor>) {
+          return str("tensor<", dtype_name(v.dtype), shape_str(v.shape), ">");
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<float>>) {
+          std::string s = "[";
+          for (size_t k = 0; k < v.size(); ++k) s += str(k ? ", " : "", v[k]);
+          return s + "]";
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return "\"" + v + "\"";
+        } else {
+          return str(v);
+        }
+      },
+      a);
+}
+
+}  // namespace
+
+std::string graph_to_text(const Graph& g) {
+  std::ostringstream os;
+  auto ref = [&](const std::string& v) {
+    if (v.empty()) return std::string("_");
+    return g.is_constant(v) ? str("@", v, shape_str(g.value(v).shape)) : "%" + v;
+  };
+  os << "graph " << (g.name.empty() ? "main" : g.name) << "(";
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const Value& v = g.value(g.inputs[k]);
+    os << (k ? ", " : "") << "%" << v.name << ": " << dtype_name(v.dtype) << shape_str(v.shape);
+  }
+  os << ") {\n";
+  for (const Node& n : g.nodes) {
+    os << "  ";
+    for (size_t k = 0; k < n.outputs.size(); ++k) os << (k ? ", " : "") << "%" << n.outputs[k];
+    os << " = " << n.op << "(";
+    for (size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", " : "") << ref(n.inputs[k]);
+    os << ")";
+    if (!n.attrs.empty()) {
+      os << " {";
+      bool first = true;
+      for (const auto& [name, a] : n.attrs) {
+        os << (first ? "" : ", ") << name << "=" << attr_text(a);
+        first = false;
+      }
+      os << "}";
+    }
+    const Value& out = g.value(n.outputs[0]);
+    os << " : " << dtype_name(out.dtype) << shape_str(out.shape) << "  # " << n.name << "\n";
+  }
+  os << "  return ";
+  for (size_t k = 0; k < g.outputs.size(); ++k) os << (k ? ", " : "") << ref(g.outputs[k]);
+  os << "\n}\n";
+  return os.str();
 }
 
 GraphStats graph_stats(const Graph& g) {

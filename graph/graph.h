@@ -88,6 +88,10 @@ struct Graph {
 // is added by the pass manager).
 void verify(const Graph& g);
 
+// The graph as text, one node a line: `%y = Conv(%x, @w) {group=1, pads=[1, 1, 1, 1]} :
+// float32[1, 64, 56, 56]`, constants as @name[shape]. For --dump-pass.
+std::string graph_to_text(const Graph& g);
+
 // Operator counts, parameters and size: one line per op type, for `tunefarm import`.
 struct GraphStats {
   std::map<std::string, int> ops;

@@ -28,6 +28,7 @@
 #include "db/database.h"
 #include "db/json_limits.h"
 #include "tuner/cli/farm_command.h"
+#include "tuner/cli/model_command.h"
 #include "tuner/cli/query_command.h"
 #include "tuner/cli/service_command.h"
 #include "tuner/service_client.h"
@@ -363,6 +364,8 @@ int main(int argc, char** argv) {
   tf::cli::add_tune_command(app, ta);
   tf::cli::ServiceArgs sa;
   tf::cli::add_service_commands(app, sa);
+  tf::cli::ImportArgs ia;
+  tf::cli::add_import_command(app, ia);
 
   try {
     app.parse(argc, argv);
@@ -379,6 +382,7 @@ int main(int argc, char** argv) {
     if (!fa.sub.empty()) return tf::cli::run_farm(fa);
     if (*ta.cmd) return tf::cli::run_tune(ta);
     if (!sa.sub.empty()) return tf::cli::run_service_command(sa);
+    if (*ia.cmd) return tf::cli::run_import(ia);
   } catch (const tf::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

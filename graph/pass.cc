@@ -1,0 +1,125 @@
+#include "graph/pass.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "compiler/error.h"
+
+namespace tf::graph {
+
+const std::vector<PassInfo>& graph_passes() {
+  static const std::vector<PassInfo> passes = {
+      {"simplify-inference", 0, "drop Identity and inference-mode Dropout; BatchNormalization to a per-channel Mul and Add",
+       simplify_inference},
+      {"eliminate-common-subexpressions", 1, "merge nodes with the same operator, inputs and attributes",
+       eliminate_common_subexpressions},
+      {"fold-constants", 1, "evaluate nodes whose inputs are all constants (weights transposed, scales combined)",
+       fold_constants},
+      {"fold-scale-into-conv", 2, "fold a per-channel Mul and Add after a Conv into its weights and bias",
+       fold_scale_into_conv},
+      {"dead-code-elimination", 0, "drop nodes and constants no output depends on", dead_code_elimination},
+  };
+  return passes;
+}
+
+std::vector<PassReport> run_passes(Graph& g, const PassOptions& o) {
+  if (o.opt_level < 0 || o.opt_level > 3) throw UserError(str("--opt-level ", o.opt_level, " is not one of 0, 1, 2, 3"));
+  auto known = [](const std::string& n) {
+    for (const PassInfo& p : graph_passes()) {
+      if (n == p.name) return true;
+    }
+    return false;
+  };
+  auto list = [] {
+    std::string s;
+    for (const PassInfo& p : graph_passes()) s += (s.empty() ? "" : ", ") + std::string(p.name);
+    return s;
+  };
+  for (const std::string& n : o.disabled) {
+    if (!known(n)) throw UserError(str("--disable-pass ", n, ": no such pass (passes: ", list(), ")"));
+  }
+  for (const std::string& n : o.dump) {
+    if (n != "all" && !known(n)) throw UserError(str("--dump-pass ", n, ": no such pass (passes: ", list(), ", or all)"));
+  }
+  std::vector<PassReport> reports;
+  for (const PassInfo& p : graph_passes()) {
+    PassReport r;
+    r.name = p.name;
+    if (p.opt_level <= o.opt_level && !o.disabled.count(p.name)) {
+      auto start = std::chrono::steady_clock::now();
+      r.ran = true;
+      r.changed = p.run(g);
+      r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      try {
+        verify(g);
+      } catch (const UserError& e) {
+        TF_CHECK(false, "graph pass ", p.name, " broke the graph: ", e.what());
+      }
+      if (o.dump_sink && (o.dump.count("all") || o.dump.count(p.name))) o.dump_sink(p.name, g);
+    }
+    r.nodes_after = g.nodes.size();
+    reports.push_back(r);
+  }
+  return reports;
+}
+
+std::map<std::string, int> use_counts(const Graph& g) {
+  std::map<std::string, int> uses;
+  for (const Node& n : g.nodes) {
+    for (const std::string& in : n.inputs) {
+      if (!in.empty()) ++uses[in];
+    }
+  }
+  for (const std::string& out : g.outputs) ++uses[out];
+  return uses;
+}
+
+void replace_uses(Graph& g, const std::string& from, const std::string& to) {
+  for (Node& n : g.nodes) {
+    for (std::string& in : n.inputs) {
+      if (in == from) in = to;
+    }
+  }
+  for (std::string& out : g.outputs) {
+    if (out == from) out = to;
+  }
+}
+
+bool bypass(Graph& g, const std::string& out, const std::string& replacement) {
+  bool is_output = std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end();
+  if (!is_output) {
+    replace_uses(g, out, replacement);
+    return true;
+  }
+  bool pinned = g.is_constant(replacement) ||
+                std::find(g.inputs.begin(), g.inputs.end(), replacement) != g.inputs.end() ||
+                std::find(g.outputs.begin(), g.outputs.end(), replacement) != g.outputs.end();
+  if (pinned) return false;
+  for (Node& n : g.nodes) {
+    for (std::string& in : n.inputs) {
+      if (in == replacement) in = out;
+    }
+    for (std::string& o : n.outputs) {
+      if (o == replacement) o = out;
+    }
+  }
+  Value v = g.value(replacement);
+  v.name = out;
+  g.values.erase(replacement);
+  g.values[out] = std::move(v);
+  return true;
+}
+
+void drop_unused_values(Graph& g) {
+  std::set<std::string> live(g.inputs.begin(), g.inputs.end());
+  live.insert(g.outputs.begin(), g.outputs.end());
+  for (const Node& n : g.nodes) {
+    live.insert(n.inputs.begin(), n.inputs.end());
+    live.insert(n.outputs.begin(), n.outputs.end());
+  }
+  for (auto it = g.values.begin(); it != g.values.end();) {
+    it = live.count(it->first) ? std::next(it) : g.values.erase(it);
+  }
+}
+
+}  // namespace tf::graph

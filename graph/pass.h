@@ -1,0 +1,74 @@
+// pass: graph passes and the pass manager that runs them (in the spirit of TVM's
+// PassContext).
+//
+// What it promises:
+//   - graph_passes() lists every pass in the order it runs, each with a name, the lowest
+//     optimisation level that runs it, and one line of help. Each pass lives in its own file
+//     (graph/pass_<name>.cc) and keeps the graph's invariants (graph/graph.h).
+//   - run_passes() runs those enabled at the options' level, minus the disabled ones, times
+//     each, verifies the graph after each (a broken invariant is a bug in that pass and names
+//     it), and hands the graph to the dump sink after each pass named in `dump` ("all": every
+//     one).
+//   - A pass changes values only as the model computes them: outputs keep their names, values
+//     and shapes; only float rounding may differ where a pass reassociates (folding a scale
+//     into convolution weights).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace tf::graph {
+
+struct PassInfo {
+  const char* name;
+  int opt_level;  // runs at this --opt-level and above
+  const char* help;
+  std::function<bool(Graph&)> run;  // true when it changed the graph
+};
+
+const std::vector<PassInfo>& graph_passes();
+
+struct PassOptions {
+  int opt_level = 2;
+  std::set<std::string> disabled;
+  std::set<std::string> dump;  // pass names, or "all"
+  std::function<void(const std::string& pass, const Graph& g)> dump_sink;
+};
+
+struct PassReport {
+  std::string name;
+  bool ran = false;      // false: below the level or disabled
+  bool changed = false;  // it rewrote something ("fired")
+  double ms = 0;
+  size_t nodes_after = 0;
+};
+
+// Throws UserError for an unknown pass name in `disabled` or `dump`, or a level outside 0..3.
+std::vector<PassReport> run_passes(Graph& g, const PassOptions& options);
+
+// Helpers for passes.
+// How many nodes read each value (graph outputs count as one reader each).
+std::map<std::string, int> use_counts(const Graph& g);
+// Makes every reader of `from` (nodes and graph outputs) read `to` instead.
+void replace_uses(Graph& g, const std::string& from, const std::string& to);
+// For a node about to be removed whose output `out` equals `replacement`: makes readers of
+// `out` read `replacement`, or where `out` is a graph output renames `replacement` to `out`
+// (outputs keep their names). False, changing nothing, when neither is possible (the
+// replacement is itself a graph input, output or constant).
+bool bypass(Graph& g, const std::string& out, const std::string& replacement);
+// Drops values that no node defines or reads and that are not graph inputs or outputs.
+void drop_unused_values(Graph& g);
+
+// The passes (one file each).
+bool dead_code_elimination(Graph& g);
+bool fold_constants(Graph& g);
+bool simplify_inference(Graph& g);
+bool fold_scale_into_conv(Graph& g);
+bool eliminate_common_subexpressions(Graph& g);
+
+}  // namespace tf::graph

@@ -1,0 +1,29 @@
+// fold-constants: evaluates (with the reference, graph/ops.h) every node whose inputs are all
+// constants; its outputs become constants. Import already folded the int64 shape arithmetic;
+// this folds float work on weights (a Transpose of a weight, a scale times a scale).
+#include "graph/ops.h"
+#include "graph/pass.h"
+
+namespace tf::graph {
+
+bool fold_constants(Graph& g) {
+  std::vector<Node> kept;
+  bool changed = false;
+  for (Node& n : g.nodes) {
+    bool all_constant = true;
+    for (const std::string& in : n.inputs) all_constant = all_constant && (in.empty() || g.is_constant(in));
+    if (!all_constant) {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    std::vector<HostTensor> outs = eval_node(n, g, g.opset, [&](const std::string& name) -> const HostTensor& {
+      return *g.value(name).constant;
+    });
+    for (size_t o = 0; o < n.outputs.size(); ++o) g.value(n.outputs[o]).constant = std::move(outs[o]);
+    changed = true;
+  }
+  g.nodes = std::move(kept);
+  return changed;
+}
+
+}  // namespace tf::graph

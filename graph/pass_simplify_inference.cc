@@ -1,0 +1,69 @@
+// simplify-inference: what only matters for training goes. Identity and Dropout (inference:
+// the identity) are bypassed; a BatchNormalization with constant statistics becomes
+// x * scale + shift with per-channel constants, scale = gamma / sqrt(var + eps) and
+// shift = beta - mean * scale (fold-scale-into-conv then moves them into a convolution).
+#include <cmath>
+
+#include "graph/pass.h"
+
+namespace tf::graph {
+namespace {
+
+// BatchNormalization -> Mul and Add, or nothing when its statistics are not constants.
+bool split_batchnorm(Graph& g, const Node& bn, std::vector<Node>& out) {
+  for (size_t k = 1; k < 5; ++k) {
+    if (!g.is_constant(bn.inputs[k])) return false;
+  }
+  const Value& x = g.value(bn.inputs[0]);
+  int64_t C = x.shape[1];
+  float eps = bn.get_float("epsilon", 1e-5f);
+  const auto& gamma = g.value(bn.inputs[1]).constant->f;
+  const auto& beta = g.value(bn.inputs[2]).constant->f;
+  const auto& mean = g.value(bn.inputs[3]).constant->f;
+  const auto& var = g.value(bn.inputs[4]).constant->f;
+  std::vector<float> scale(C), shift(C);
+  for (int64_t c = 0; c < C; ++c) {
+    double s = gamma[c] / std::sqrt(double(var[c]) + eps);
+    scale[c] = static_cast<float>(s);
+    shift[c] = static_cast<float>(beta[c] - mean[c] * s);
+  }
+  // [C, 1, ...]: broadcasts along the channel axis (1) of x.
+  Shape per_channel(x.shape.size() - 1, 1);
+  per_channel[0] = C;
+  std::string s_name = g.fresh_name(bn.name + ".scale"), t_name = g.fresh_name(bn.name + ".shift");
+  g.values[s_name] = Value{s_name, DType::F32, per_channel, HostTensor::floats(per_channel, scale)};
+  g.values[t_name] = Value{t_name, DType::F32, per_channel, HostTensor::floats(per_channel, shift)};
+  std::string scaled = g.fresh_name(bn.outputs[0] + ".scaled");
+  g.values[scaled] = Value{scaled, DType::F32, x.shape, std::nullopt};
+  out.push_back(Node{bn.name + ".mul", "Mul", {bn.inputs[0], s_name}, {scaled}, {}});
+  out.push_back(Node{bn.name + ".add", "Add", {scaled, t_name}, {bn.outputs[0]}, {}});
+  return true;
+}
+
+}  // namespace
+
+bool simplify_inference(Graph& g) {
+  bool changed = false;
+  // In place: bypass() renames values in every node, so each rewrite lands in g.nodes at once.
+  for (size_t k = 0; k < g.nodes.size();) {
+    Node& n = g.nodes[k];
+    if ((n.op == "Identity" || n.op == "Dropout") && bypass(g, n.outputs[0], n.inputs[0])) {
+      g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(k));
+      changed = true;
+      continue;
+    }
+    std::vector<Node> parts;
+    if (n.op == "BatchNormalization" && split_batchnorm(g, n, parts)) {
+      g.nodes[k] = parts[0];
+      g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(k) + 1, parts[1]);
+      k += 2;
+      changed = true;
+      continue;
+    }
+    ++k;
+  }
+  if (changed) drop_unused_values(g);
+  return changed;
+}
+
+}  // namespace tf::graph

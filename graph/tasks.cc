@@ -1,0 +1,125 @@
+#include "graph/tasks.h"
+
+#include <map>
+
+#include "compiler/error.h"
+#include "compiler/operators.h"
+#include "compiler/workload.h"
+#include "graph/pass.h"
+
+namespace tf::graph {
+namespace {
+
+struct Mapping {
+  std::string spec;    // workload without epilogue; empty when none expresses the node
+  std::string reason;  // why not
+  bool bias = false;
+};
+
+bool all_equal(const std::vector<int64_t>& v) {
+  for (int64_t x : v) {
+    if (x != v[0]) return false;
+  }
+  return true;
+}
+
+Mapping conv_task(const Graph& g, const Node& n) {
+  const Shape& x = g.value(n.inputs[0]).shape;
+  const Shape& w = g.value(n.inputs[1]).shape;
+  std::string auto_pad = n.get_string("auto_pad", "NOTSET");
+  std::vector<int64_t> pads = n.get_ints("pads", {0, 0, 0, 0}), strides = n.get_ints("strides", {1, 1});
+  std::vector<int64_t> dil = n.get_ints("dilations", {1, 1});
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") return {"", "auto_pad " + auto_pad + " (pad explicitly)"};
+  if (auto_pad == "VALID") pads = {0, 0, 0, 0};
+  if (!all_equal(pads)) return {"", "asymmetric padding " + shape_str(pads)};
+  if (!all_equal(strides) || !all_equal(dil)) return {"", "different strides or dilations along H and W"};
+  int64_t group = n.get_int("group", 1);
+  bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+  std::string tail = str(",R=", w[2], ",S=", w[3], ",stride=", strides[0], ",pad=", pads[0], ",dilation=", dil[0]);
+  if (group == 1) return {str("conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], ",K=", w[0], tail), "", bias};
+  if (group == x[1] && w[0] == x[1] && w[1] == 1) {
+    return {str("depthwise_conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], tail), "", bias};
+  }
+  return {"", str("grouped convolution (group=", group, ") other than depthwise")};
+}
+
+Mapping matmul_task(const Graph& g, const Node& n) {
+  const Shape& a = g.value(n.inputs[0]).shape;
+  const Shape& b = g.value(n.inputs[1]).shape;
+  if (a.size() < 2 || b.size() < 2) return {"", "a 1-D operand (a matrix-vector product)"};
+  int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
+  if (b.size() == 2) {
+    // [..., M, K] x [K, N]: the leading dimensions are more rows.
+    for (size_t d = 0; d + 2 < a.size(); ++d) M *= a[d];
+    return {str("matmul(M=", M, ",N=", N, ",K=", K), ""};
+  }
+  Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  if (ab != bb) return {"", "batch dimensions " + shape_str(ab) + " and " + shape_str(bb) + " broadcast"};
+  return {str("batch_matmul(B=", num_elements(ab), ",M=", M, ",N=", N, ",K=", K), ""};
+}
+
+Mapping gemm_task(const Graph& g, const Node& n) {
+  if (n.get_int("transA", 0)) return {"", "transA=1"};
+  if (n.get_float("alpha", 1) != 1.0f) return {"", "alpha != 1"};
+  const Shape& a = g.value(n.inputs[0]).shape;
+  const Shape& b = g.value(n.inputs[1]).shape;
+  int64_t N = n.get_int("transB", 0) ? b[0] : b[1];
+  bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+  if (bias && (n.get_float("beta", 1) != 1.0f || num_elements(g.value(n.inputs[2]).shape) != N)) {
+    return {"", "a C that is not a bias of N values"};
+  }
+  // transB: the constant weights are transposed at compile time.
+  return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1]), "", bias};
+}
+
+}  // namespace
+
+TaskList extract_tasks(const Graph& g) {
+  TaskList out;
+  std::map<std::string, int> uses = use_counts(g);
+  std::map<std::string, const Node*> reader;  // the reader of a value read once
+  for (const Node& n : g.nodes) {
+    for (const std::string& in : n.inputs) reader[in] = &n;
+  }
+  auto sole_reader = [&](const std::string& v, const char* op) -> const Node* {
+    auto it = reader.find(v);
+    bool is_output = std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+    if (uses[v] != 1 || is_output || it == reader.end() || it->second->op != op) return nullptr;
+    return it->second;
+  };
+  std::map<std::string, size_t> index;
+  for (const Node& n : g.nodes) {
+    Mapping m;
+    if (n.op == "Conv") m = conv_task(g, n);
+    else if (n.op == "MatMul") m = matmul_task(g, n);
+    else if (n.op == "Gemm") m = gemm_task(g, n);
+    else continue;
+    if (m.spec.empty()) {
+      out.untunable.push_back({n.name, n.op, m.reason});
+      continue;
+    }
+    // MatMul + Add of a constant [N] bias, then Relu: the epilogue fusion gives it.
+    std::string y = n.outputs[0];
+    if (n.op == "MatMul") {
+      if (const Node* add = sole_reader(y, "Add")) {
+        const std::string& other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+        const Shape& out_shape = g.value(y).shape;
+        if (g.is_constant(other) && num_elements(g.value(other).shape) == out_shape.back() &&
+            g.value(other).shape.back() == out_shape.back()) {
+          m.bias = true;
+          y = add->outputs[0];
+        }
+      }
+    }
+    bool relu = sole_reader(y, "Relu") != nullptr;
+    std::string epilogue = m.bias ? (relu ? "bias_relu" : "bias") : (relu ? "relu" : "none");
+    Workload w = parse_workload(m.spec + ",epilogue=" + epilogue + ")");
+    std::string spec = w.canonical();
+    auto [it, fresh] = index.emplace(spec, out.tasks.size());
+    if (fresh) out.tasks.push_back({spec, {}, build_op(w).flops});
+    out.tasks[it->second].nodes.push_back(n.name);
+  }
+  return out;
+}
+
+}  // namespace tf::graph

@@ -1,0 +1,167 @@
+// Graph passes: each fires on the pattern it is for, the graph computes the same outputs
+// (reference evaluation) before and after every pass, outputs keep their names, and the pass
+// manager's options are checked.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "compiler/error.h"
+#include "graph/pass.h"
+#include "graph/reference_run.h"
+#include "graph/tasks.h"
+
+using namespace tf::graph;  // NOLINT
+
+namespace {
+
+HostTensor random_floats(const Shape& s, uint32_t seed, float lo = -1, float hi = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  HostTensor t = HostTensor::floats(s, std::vector<float>(num_elements(s)));
+  for (float& v : t.f) v = d(rng);
+  return t;
+}
+
+struct GraphBuilder {
+  Graph g;
+  uint32_t seed = 1;
+  std::string input(const std::string& n, const Shape& s) {
+    g.values[n] = Value{n, DType::F32, s, std::nullopt};
+    g.inputs.push_back(n);
+    return n;
+  }
+  std::string constant(const std::string& n, HostTensor t) {
+    g.values[n] = Value{n, t.dtype, t.shape, t};
+    return n;
+  }
+  std::string weights(const std::string& n, const Shape& s, float lo = -1, float hi = 1) {
+    return constant(n, random_floats(s, seed++, lo, hi));
+  }
+  std::string node(const std::string& op, std::vector<std::string> in, const std::string& out, const Shape& s,
+                   std::map<std::string, Attr> attrs = {}) {
+    g.values[out] = Value{out, DType::F32, s, std::nullopt};
+    g.nodes.push_back(Node{op + "_" + out, op, std::move(in), {out}, std::move(attrs)});
+    return out;
+  }
+};
+
+// conv -> BatchNormalization -> Relu -> conv(+bias) -> Mul by a per-channel constant ->
+// residual Add -> Relu, an Identity, a Dropout, a duplicated Transpose of a weight, a dead
+// branch, and a MatMul + bias + Relu head.
+Graph sample_model() {
+  GraphBuilder b;
+  std::string x = b.input("x", {1, 4, 6, 6});
+  std::map<std::string, Attr> pad1 = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  std::string c1 = b.node("Conv", {x, b.weights("w1", {4, 4, 3, 3})}, "c1", {1, 4, 6, 6}, pad1);
+  std::string bn = b.node("BatchNormalization",
+                          {c1, b.weights("gamma", {4}, 0.5, 1.5), b.weights("beta", {4}), b.weights("mean", {4}),
+                           b.weights("var", {4}, 0.5, 2)},
+                          "bn", {1, 4, 6, 6}, {{"epsilon", 1e-3f}});
+  std::string r1 = b.node("Relu", {bn}, "r1", {1, 4, 6, 6});
+  std::string id = b.node("Identity", {r1}, "id", {1, 4, 6, 6});
+  std::string c2 = b.node("Conv", {id, b.weights("w2", {4, 4, 3, 3}), b.weights("b2", {4})}, "c2", {1, 4, 6, 6}, pad1);
+  std::string sc = b.node("Mul", {c2, b.weights("scale", {4, 1, 1})}, "sc", {1, 4, 6, 6});
+  std::string sum = b.node("Add", {sc, x}, "sum", {1, 4, 6, 6});
+  std::string r2 = b.node("Relu", {sum}, "r2", {1, 4, 6, 6});
+  std::string dr = b.node("Dropout", {r2}, "dr", {1, 4, 6, 6});
+  b.node("Sigmoid", {dr}, "dead", {1, 4, 6, 6});
+  std::string flat = b.node("Reshape", {dr, b.constant("shape", HostTensor::ints({2}, {6, 24}))}, "flat", {6, 24});
+  // The same transpose twice (CSE), of a constant (folding).
+  std::string wt1 = b.node("Transpose", {b.weights("fc", {5, 24})}, "wt1", {24, 5});
+  std::string wt2 = b.node("Transpose", {"fc"}, "wt2", {24, 5});
+  std::string m1 = b.node("MatMul", {flat, wt1}, "m1", {6, 5});
+  std::string m2 = b.node("MatMul", {flat, wt2}, "m2", {6, 5});
+  std::string a1 = b.node("Add", {m1, b.weights("fcb", {5})}, "a1", {6, 5});
+  std::string y = b.node("Relu", {a1}, "y", {6, 5});
+  std::string z = b.node("Identity", {m2}, "z", {6, 5});  // an Identity that is a graph output
+  b.g.outputs = {y, z};
+  verify(b.g);
+  return b.g;
+}
+
+void expect_same_outputs(const Graph& before, const Graph& after) {
+  std::map<std::string, HostTensor> in = {{"x", random_floats({1, 4, 6, 6}, 99)}};
+  auto want = run_reference(before, in), got = run_reference(after, in);
+  ASSERT_EQ(after.outputs, before.outputs);
+  for (const auto& [name, w] : want) {
+    const HostTensor& g = got.at(name);
+    ASSERT_EQ(g.shape, w.shape) << name;
+    for (int64_t k = 0; k < w.size(); ++k) EXPECT_NEAR(g.f[k], w.f[k], 1e-4 * (1 + std::fabs(w.f[k]))) << name << "[" << k << "]";
+  }
+}
+
+}  // namespace
+
+TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
+  Graph original = sample_model();
+  Graph g = original;
+  std::vector<std::string> dumped;
+  PassOptions o;
+  o.dump = {"all"};
+  o.dump_sink = [&](const std::string& pass, const Graph&) { dumped.push_back(pass); };
+  std::vector<PassReport> r = run_passes(g, o);
+  for (const PassReport& p : r) {
+    EXPECT_TRUE(p.ran) << p.name;
+    EXPECT_TRUE(p.changed) << p.name << " did not fire";
+  }
+  EXPECT_EQ(dumped.size(), r.size());
+  expect_same_outputs(original, g);
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes) ++ops[n.op];
+  EXPECT_EQ(ops.count("BatchNormalization"), 0u);
+  EXPECT_EQ(ops.count("Identity"), 0u);
+  EXPECT_EQ(ops.count("Dropout"), 0u);
+  EXPECT_EQ(ops.count("Sigmoid"), 0u);    // dead
+  EXPECT_EQ(ops.count("Transpose"), 0u);  // folded
+  EXPECT_EQ(ops.count("Mul"), 0u);        // into the convolutions
+  EXPECT_EQ(ops["Conv"], 2);
+  EXPECT_EQ(ops["MatMul"], 1);            // the two merged
+  EXPECT_EQ(ops["Add"], 2);               // residual and bias; BatchNorm's shift went into conv1's bias
+  // Tasks: both convolutions with a bias (conv1's from the BatchNorm), conv1 followed by Relu,
+  // and the MatMul with its bias and Relu... but the merged MatMul also feeds z, so no
+  // epilogue is fused there.
+  TaskList t = extract_tasks(g);
+  ASSERT_EQ(t.tasks.size(), 3u);
+  EXPECT_EQ(t.tasks[0].workload,
+            "conv2d_nchw(N=1,C=4,H=6,W=6,K=4,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias_relu)");
+  EXPECT_EQ(t.tasks[1].workload, "conv2d_nchw(N=1,C=4,H=6,W=6,K=4,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias)");
+  EXPECT_EQ(t.tasks[2].workload, "matmul(M=6,N=5,K=24,epilogue=none)");
+}
+
+TEST(GraphPasses, LevelsAndDisabledPasses) {
+  Graph g = sample_model();
+  PassOptions o;
+  o.opt_level = 0;
+  o.disabled = {"dead-code-elimination"};
+  std::vector<PassReport> r = run_passes(g, o);
+  for (const PassReport& p : r) {
+    EXPECT_EQ(p.ran, p.name == std::string("simplify-inference")) << p.name;
+  }
+  bool has_sigmoid = false;
+  for (const Node& n : g.nodes) has_sigmoid |= n.op == "Sigmoid";
+  EXPECT_TRUE(has_sigmoid);
+  expect_same_outputs(sample_model(), g);
+}
+
+TEST(GraphPasses, BadOptionsAreErrors) {
+  Graph g = sample_model();
+  auto error = [&](const PassOptions& o) {
+    try {
+      run_passes(g, o);
+    } catch (const tf::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  PassOptions a;
+  a.disabled = {"fusion-of-everything"};
+  EXPECT_NE(error(a).find("--disable-pass fusion-of-everything: no such pass (passes: simplify-inference"), std::string::npos)
+      << error(a);
+  PassOptions b;
+  b.dump = {"nope"};
+  EXPECT_NE(error(b).find("--dump-pass nope: no such pass"), std::string::npos) << error(b);
+  PassOptions c;
+  c.opt_level = 7;
+  EXPECT_NE(error(c).find("--opt-level 7 is not one of 0, 1, 2, 3"), std::string::npos) << error(c);
+}
