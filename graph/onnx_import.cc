@@ -60,7 +60,7 @@ HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what)
     throw UserError(str(what, ": data stored outside the model file (external data) is not supported"));
   }
   Shape shape(t.dims().begin(), t.dims().end());
-  for (int64_t d : shape) if (d < 0) throw UserError(str(what, ": negative dimension in ", shape_str(shape)));
+  check_tensor_size(what, shape);
   int64_t n = num_elements(shape);
   auto check = [&](int64_t have) {
     if (have != n) throw UserError(str(what, ": holds ", have, " elements for shape ", shape_str(shape)));
@@ -141,11 +141,13 @@ Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
     }
     v.shape.push_back(dim.dim_value());
   }
+  check_tensor_size(what, v.shape);
   return v;
 }
 
 // Ops whose outputs are decided by static shapes and constants alone: evaluated at import.
 bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>& out) {
+  if (!foldable(n, out)) return false;
   if (n.op == "Shape" || n.op == "Constant" || n.op == "ConstantOfShape" || n.op == "Range") return true;
   for (const std::string& in : n.inputs) {
     if (!in.empty() && !g.is_constant(in)) return false;

@@ -71,7 +71,9 @@ std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) 
   for (int k = 0; k < d->min_inputs; ++k) {
     if (n.inputs[k].empty()) throw UserError(str(n.where(), ": input ", k, " is required"));
   }
-  return d->infer(context(n, g, opset));
+  std::vector<TypeShape> out = d->infer(context(n, g, opset));
+  for (const TypeShape& t : out) check_tensor_size(n.where(), t.shape);
+  return out;
 }
 
 std::vector<HostTensor> eval_node(const Node& n, const Graph& g, int64_t opset,
@@ -81,6 +83,24 @@ std::vector<HostTensor> eval_node(const Node& n, const Graph& g, int64_t opset,
   std::vector<const HostTensor*> ins;
   for (const std::string& in : n.inputs) ins.push_back(in.empty() ? nullptr : &values(in));
   return d->eval(context(n, g, opset), ins);
+}
+
+void check_tensor_size(const std::string& what, const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) throw UserError(str(what, ": negative dimension in ", shape_str(s)));
+    if (__builtin_mul_overflow(n, d, &n) || n > kMaxGraphTensorElements) {
+      throw UserError(str(what, ": shape ", shape_str(s), " has more than ", kMaxGraphTensorElements, " elements"));
+    }
+  }
+}
+
+bool foldable(const Node& n, const std::vector<TypeShape>& outputs) {
+  if (n.op == "MatMul" || n.op == "Gemm" || n.op == "Conv") return false;
+  for (const TypeShape& t : outputs) {
+    if (num_elements(t.shape) > kMaxFoldedElements) return false;
+  }
+  return true;
 }
 
 Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b) {

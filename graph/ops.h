@@ -63,6 +63,17 @@ void register_elementwise_ops(std::vector<OpDef>& ops);
 void register_nn_ops(std::vector<OpDef>& ops);
 void register_shape_ops(std::vector<OpDef>& ops);
 
+// The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
+// product overflows, are the node's error before anything is allocated.
+constexpr int64_t kMaxGraphTensorElements = int64_t{1} << 32;
+void check_tensor_size(const std::string& what, const Shape& s);
+// What import and fold-constants evaluate ahead of time: results of at most this many
+// elements, from operators whose cost is linear in their sizes (not MatMul, Gemm or Conv).
+// Anything bigger stays a node, so a hostile model cannot make folding allocate or compute
+// without bound.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
+bool foldable(const Node& n, const std::vector<TypeShape>& outputs);
+
 // Helpers shared by the op files.
 Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b);
 // Row-major strides of `s`, with 0 for dimensions broadcast to `out` (aligned on the right).

@@ -56,8 +56,9 @@ Shape reshape_shape(const OpContext& c) {
     }
     if (v < 0) throw UserError(str(c.node.where(), ": shape ", shape_str(want), " has dimension ", v));
     out.push_back(v);
-    known *= v;
   }
+  check_tensor_size(c.node.where(), out);
+  known = num_elements(out);
   int64_t n = num_elements(x);
   if (infer_at >= 0) {
     if (known == 0 || n % known != 0) {
@@ -318,22 +319,46 @@ HostTensor constant_value(const Node& n) {
   throw UserError(str(n.where(), ": has no value"));
 }
 
-HostTensor constant_of_shape(const OpContext& c) {
-  std::vector<int64_t> s = ints_of(c.constant(0, "shape"));
-  for (int64_t d : s) if (d < 0) throw UserError(str(c.node.where(), ": negative dimension ", d));
+// ConstantOfShape's fill value (default float 0) and output type, checked without allocating.
+HostTensor fill_value(const OpContext& c) {
   HostTensor fill = HostTensor::floats({1}, {0.0f});
-  if (c.node.has("value")) fill = std::get<HostTensor>(c.node.attrs.at("value"));
+  if (c.node.has("value")) {
+    const auto* t = std::get_if<HostTensor>(&c.node.attrs.at("value"));
+    if (!t) throw UserError(str(c.node.where(), ": attribute 'value' must be a tensor"));
+    fill = *t;
+  }
   if (fill.size() != 1) throw UserError(str(c.node.where(), ": value must hold one element"));
-  HostTensor out = make_like(fill.dtype, s);
+  return fill;
+}
+
+TypeShape constant_of_shape_type(const OpContext& c) {
+  std::vector<int64_t> s = ints_of(c.constant(0, "shape"));
+  check_tensor_size(c.node.where(), s);
+  return {fill_value(c).dtype, s};
+}
+
+HostTensor constant_of_shape(const OpContext& c) {
+  TypeShape t = constant_of_shape_type(c);
+  HostTensor fill = fill_value(c);
+  HostTensor out = make_like(t.dtype, t.shape);
   for (int64_t e = 0; e < out.size(); ++e) copy_elem(out, e, fill, 0);
   return out;
 }
 
-HostTensor range_of(const OpContext& c) {
+int64_t range_count(const OpContext& c) {
   double start = c.constant(0, "start").as_double(0), limit = c.constant(1, "limit").as_double(0);
   double delta = c.constant(2, "delta").as_double(0);
   if (delta == 0) throw UserError(str(c.node.where(), ": delta is 0"));
-  auto n = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
+  double count = std::max(0.0, std::ceil((limit - start) / delta));
+  if (!(count <= static_cast<double>(kMaxGraphTensorElements))) {
+    throw UserError(str(c.node.where(), ": a range of ", count, " elements is too large"));
+  }
+  return static_cast<int64_t>(count);
+}
+
+HostTensor range_of(const OpContext& c) {
+  double start = c.constant(0, "start").as_double(0), delta = c.constant(2, "delta").as_double(0);
+  int64_t n = range_count(c);
   HostTensor out = make_like(c.in(0).dtype, Shape{n});
   for (int64_t k = 0; k < n; ++k) {
     if (out.dtype == DType::F32) out.f[k] = static_cast<float>(start + k * delta);
@@ -468,18 +493,12 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                    return std::vector<HostTensor>{constant_value(c.node)};
                  }});
   ops.push_back({"ConstantOfShape", 1, 1,
-                 [](const OpContext& c) {
-                   HostTensor t = constant_of_shape(c);
-                   return std::vector<TypeShape>{{t.dtype, t.shape}};
-                 },
+                 [](const OpContext& c) { return std::vector<TypeShape>{constant_of_shape_type(c)}; },
                  [](const OpContext& c, const std::vector<const HostTensor*>&) {
                    return std::vector<HostTensor>{constant_of_shape(c)};
                  }});
   ops.push_back({"Range", 3, 3,
-                 [](const OpContext& c) {
-                   HostTensor t = range_of(c);
-                   return std::vector<TypeShape>{{t.dtype, t.shape}};
-                 },
+                 [](const OpContext& c) { return std::vector<TypeShape>{{c.in(0).dtype, {range_count(c)}}}; },
                  [](const OpContext& c, const std::vector<const HostTensor*>&) { return std::vector<HostTensor>{range_of(c)}; }});
 }
 

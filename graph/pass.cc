@@ -22,7 +22,7 @@ const std::vector<PassInfo>& graph_passes() {
   return passes;
 }
 
-std::vector<PassReport> run_passes(Graph& g, const PassOptions& o) {
+void check_pass_options(const PassOptions& o) {
   if (o.opt_level < 0 || o.opt_level > 3) throw UserError(str("--opt-level ", o.opt_level, " is not one of 0, 1, 2, 3"));
   auto known = [](const std::string& n) {
     for (const PassInfo& p : graph_passes()) {
@@ -41,6 +41,10 @@ std::vector<PassReport> run_passes(Graph& g, const PassOptions& o) {
   for (const std::string& n : o.dump) {
     if (n != "all" && !known(n)) throw UserError(str("--dump-pass ", n, ": no such pass (passes: ", list(), ", or all)"));
   }
+}
+
+std::vector<PassReport> run_passes(Graph& g, const PassOptions& o) {
+  check_pass_options(o);
   std::vector<PassReport> reports;
   for (const PassInfo& p : graph_passes()) {
     PassReport r;

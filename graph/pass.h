@@ -49,6 +49,8 @@ struct PassReport {
 };
 
 // Throws UserError for an unknown pass name in `disabled` or `dump`, or a level outside 0..3.
+void check_pass_options(const PassOptions& options);
+// Checks the options as above, then runs the passes.
 std::vector<PassReport> run_passes(Graph& g, const PassOptions& options);
 
 // Helpers for passes.

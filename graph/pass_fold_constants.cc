@@ -1,5 +1,6 @@
 // fold-constants: evaluates (with the reference, graph/ops.h) every node whose inputs are all
-// constants; its outputs become constants. Import already folded the int64 shape arithmetic;
+// constants and that is cheap to evaluate (graph/ops.h, foldable); its outputs become
+// constants. Import already folded the int64 shape arithmetic;
 // this folds float work on weights (a Transpose of a weight, a scale times a scale).
 #include "graph/ops.h"
 #include "graph/pass.h"
@@ -12,7 +13,9 @@ bool fold_constants(Graph& g) {
   for (Node& n : g.nodes) {
     bool all_constant = true;
     for (const std::string& in : n.inputs) all_constant = all_constant && (in.empty() || g.is_constant(in));
-    if (!all_constant) {
+    std::vector<TypeShape> types;
+    for (const std::string& o : n.outputs) types.push_back({g.value(o).dtype, g.value(o).shape});
+    if (!all_constant || !foldable(n, types)) {
       kept.push_back(std::move(n));
       continue;
     }

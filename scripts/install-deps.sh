@@ -14,6 +14,9 @@ PACKAGES=(
   # services, database, cost model, CLI
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev libseccomp-dev
   libsqlite3-dev sqlite3 libsqlitecpp-dev libxgboost-dev libboost-dev nlohmann-json3-dev libcli11-dev
+  # whole models: ONNX's protobufs (graph/), the ONNX backend node tests, PyTorch to export
+  # real models at test time and as the peer of the model benchmarks
+  libonnx-dev libonnx-testdata python3-torch python3-torchvision
   # tunefarm query curve draws with gnuplot
   gnuplot-nox
   # tests

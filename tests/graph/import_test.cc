@@ -246,6 +246,24 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.output("y");
     expect(b, "initializer 'short': holds 1 elements for shape [3]");
   }
+  {
+    // Sizes past the limit are refused before anything is allocated.
+    ModelBuilder b;
+    b.input("x", {2});
+    b.ints("huge", {int64_t{1} << 20, int64_t{1} << 20});
+    b.node("ConstantOfShape", {"huge"}, {"big"}, "cos");
+    b.node("Add", {"x", "big"}, {"y"});
+    b.output("y");
+    expect(b, "node 'cos' (ConstantOfShape): shape [1048576, 1048576] has more than 4294967296 elements");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2});
+    b.ints("shape", {int64_t{1} << 40, int64_t{1} << 40, -1});
+    b.node("Reshape", {"x", "shape"}, {"y"}, "rs");
+    b.output("y");
+    expect(b, "node 'rs' (Reshape): shape [1099511627776, 1099511627776, 1] has more than 4294967296 elements");
+  }
   try {
     import_onnx_bytes(std::string("\x0a\xff\xff\xff\xff garbage", 12), "junk.onnx");
     ADD_FAILURE() << "imported garbage";

@@ -2,10 +2,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <random>
 
 #include "compiler/error.h"
+#include "graph/npy.h"
 #include "graph/onnx_import.h"
+#include "graph/reference_run.h"
 #include "graph/pass.h"
 #include "graph/tasks.h"
 
@@ -30,13 +36,14 @@ int run_import(const ImportArgs& a) {
     return 0;
   }
   if (a.model.empty()) throw UserError("import: name the .onnx model file");
-  Graph g = import_onnx(a.model);
-  GraphStats imported = graph_stats(g);
-  size_t nodes_imported = g.nodes.size();
   PassOptions opts;
   opts.opt_level = a.opt_level;
   opts.disabled = {a.disable.begin(), a.disable.end()};
   opts.dump = {a.dump.begin(), a.dump.end()};
+  check_pass_options(opts);
+  Graph g = import_onnx(a.model);
+  GraphStats imported = graph_stats(g);
+  size_t nodes_imported = g.nodes.size();
   opts.dump_sink = [](const std::string& pass, const Graph& gr) {
     std::fprintf(stderr, "// after %s\n%s", pass.c_str(), graph_to_text(gr).c_str());
   };
@@ -97,6 +104,113 @@ int run_import(const ImportArgs& a) {
     std::printf("  not tunable: node '%s' (%s): %s\n", u.node.c_str(), u.op.c_str(), u.reason.c_str());
   }
   return 0;
+}
+
+void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
+  run->add_option("--model", a.model, "an ONNX model to run instead of a workload");
+  run->add_option("--input", a.inputs, "model input as name=file.npy (or file.npy for a model with one input); "
+                                       "inputs not given are uniform random in [-1, 1) (repeatable)");
+  run->add_option("--output", a.outputs, "write a model output: name=file.npy, or file.npy for the first (repeatable)");
+  run->add_option("--expect", a.expect, "a .npy the first output should match: prints the largest error, and exits 1 "
+                                        "past 1e-4 of its magnitude");
+  run->add_flag("--reference", a.reference, "run with the reference evaluation of every operator (slow; for checking)");
+  run->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")->capture_default_str();
+  run->add_option("--seed", a.seed, "seed of the random inputs")->capture_default_str();
+}
+
+namespace {
+
+// "name=file" -> {name, file}; a bare file names `only` (the single input, the first output).
+std::pair<std::string, std::string> named_file(const std::string& arg, const std::vector<std::string>& names,
+                                               const char* what) {
+  size_t eq = arg.find('=');
+  if (eq == std::string::npos) {
+    if (names.size() != 1 && std::string(what) == "--input") {
+      throw UserError(str("--input ", arg, ": the model has ", names.size(), " inputs; name it as name=file.npy"));
+    }
+    return {names.at(0), arg};
+  }
+  std::string name = arg.substr(0, eq);
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string have;
+    for (const std::string& n : names) have += (have.empty() ? "" : ", ") + n;
+    throw UserError(str(what, " ", arg, ": the model has no ", std::string(what) == "--input" ? "input" : "output", " '", name,
+                        "' (it has: ", have, ")"));
+  }
+  return {name, arg.substr(eq + 1)};
+}
+
+}  // namespace
+
+int run_model(const ModelRunArgs& a) {
+  using namespace graph;  // NOLINT
+  if (!a.reference) {
+    throw UserError("run --model: compiling whole models is not implemented yet (docs/models.md, 'Status'); "
+                    "--reference runs the model with the reference evaluation of each operator");
+  }
+  if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
+  PassOptions opts;
+  opts.opt_level = a.opt_level;
+  check_pass_options(opts);
+  Graph g = import_onnx(a.model);
+  run_passes(g, opts);
+  std::map<std::string, HostTensor> inputs;
+  for (const std::string& arg : a.inputs) {
+    auto [name, file] = named_file(arg, g.inputs, "--input");
+    inputs[name] = read_npy(file);
+  }
+  std::mt19937 rng(static_cast<uint32_t>(a.seed));
+  std::uniform_real_distribution<float> uni(-1, 1);
+  for (const std::string& name : g.inputs) {
+    if (inputs.count(name)) continue;
+    const Value& v = g.value(name);
+    HostTensor t = HostTensor::floats(v.shape, std::vector<float>(num_elements(v.shape)));
+    for (float& x : t.f) x = uni(rng);
+    inputs[name] = std::move(t);
+  }
+  std::map<std::string, HostTensor> outs;
+  std::vector<double> ms;
+  for (int r = 0; r < a.repeat; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    outs = run_reference(g, inputs);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  double median = ms[ms.size() / 2];
+  for (const std::string& arg : a.outputs) {
+    auto [name, file] = named_file(arg, g.outputs, "--output");
+    if (outs.at(name).dtype != DType::F32) throw UserError(str("--output ", arg, ": output '", name, "' is not float32"));
+    write_npy(file, outs.at(name));
+  }
+  json j = {{"model", a.model}, {"mode", "reference"}, {"median_ms", median}, {"repeat", a.repeat}};
+  int status = 0;
+  if (!a.expect.empty()) {
+    HostTensor want = read_npy(a.expect);
+    const HostTensor& got = outs.at(g.outputs[0]);
+    if (want.shape != got.shape) {
+      throw UserError(str("--expect ", a.expect, " has shape ", shape_str(want.shape), "; output '", g.outputs[0], "' is ",
+                          shape_str(got.shape)));
+    }
+    double err = 0, mag = 0;
+    for (int64_t k = 0; k < want.size(); ++k) {
+      err = std::max(err, std::fabs(double(want.f[k]) - got.as_double(k)));
+      mag = std::max(mag, std::fabs(double(want.f[k])));
+    }
+    j["max_abs_error"] = err;
+    j["max_abs_expected"] = mag;
+    status = err <= 1e-4 * std::max(mag, 1.0) ? 0 : 1;
+  }
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("model     %s (reference evaluation, not compiled)\n", a.model.c_str());
+    std::printf("latency   %.3f ms (median of %d)\n", median, a.repeat);
+    if (j.contains("max_abs_error")) {
+      std::printf("max error %.3g (largest expected magnitude %.3g)%s\n", j["max_abs_error"].get<double>(),
+                  j["max_abs_expected"].get<double>(), status ? ": past 1e-4 of it" : "");
+    }
+  }
+  return status;
 }
 
 }  // namespace tf::cli

@@ -229,7 +229,7 @@ void remove_stale_run_dirs() {
 // Compiles for this machine, then times and checks the kernel exactly as `tune --local` and
 // the boards do: in a tunefarm-board-runner process of its own (tuner/runner.h).
 int cmd_run(const RunArgs& a) {
-  if (a.workload.empty()) throw UserError("--workload is required");
+  if (a.workload.empty()) throw UserError("--workload (or --model) is required");
   if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
   if (a.number < 1) throw UserError(str("--number ", a.number, " must be at least 1"));
   if (!std::isfinite(a.min_repeat_ms) || a.min_repeat_ms < 0) {
@@ -344,8 +344,11 @@ int main(int argc, char** argv) {
 
   tf::RunArgs ra;
   bool no_check = false;
-  CLI::App* run = app.add_subcommand("run", "Compile for this machine, run, time and check a kernel");
-  run->add_option("--workload,-w", ra.workload, "workload spec")->required();
+  CLI::App* run = app.add_subcommand("run", "Compile for this machine, run, time and check a kernel (or, with "
+                                            "--model --reference, run an ONNX model)");
+  run->add_option("--workload,-w", ra.workload, "workload spec");
+  tf::cli::ModelRunArgs mra;
+  tf::cli::add_model_run_options(run, mra);
   run->add_option("--config,-c", ra.config, "schedule config as JSON, or @file");
   run->add_option("--repeat", ra.repeat, "timed samples")->capture_default_str();
   run->add_option("--number", ra.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
@@ -377,6 +380,12 @@ int main(int argc, char** argv) {
   try {
     if (*compile) return tf::cmd_compile(ca);
     if (*describe) return tf::cmd_describe(dw, dt, djson);
+    if (*run && !mra.model.empty()) {
+      if (!ra.workload.empty()) throw tf::UserError("run: give --workload or --model, not both");
+      mra.json = ra.as_json;
+      mra.repeat = ra.repeat;
+      return tf::cli::run_model(mra);
+    }
     if (*run) return tf::cmd_run(ra);
     if (!qa.sub.empty()) return tf::cli::run_query(qa);
     if (!fa.sub.empty()) return tf::cli::run_farm(fa);

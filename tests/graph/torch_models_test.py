@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Real models exported by PyTorch (Debian's python3-torch, python3-torchvision): random
+weights with fixed seeds, exported at test time (nothing stored), imported by `tunefarm
+import`, run with `tunefarm run --model --reference`, and compared with PyTorch's own outputs:
+within 1e-4 of the output's magnitude, and classifiers pick the same class.
+
+Usage: torch_models_test.py TUNEFARM_BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torchvision
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(32, 64)
+        self.b = torch.nn.Linear(64, 48)
+        self.c = torch.nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.nn.functional.gelu(self.a(x)))))
+
+
+class Encoder(torch.nn.Module):
+    """Two transformer encoder layers (attention, LayerNorm, GELU), BERT-like."""
+
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True, activation="gelu")
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.enc(x)
+
+
+def randomize_batchnorm(model):
+    """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
+    g = torch.Generator().manual_seed(7)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            c = m.num_features
+            m.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+            m.weight.data.copy_(torch.rand(c, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(c, generator=g) * 0.1)
+
+
+def models():
+    torch.manual_seed(0)
+    # name, module, input shape, classifier, opset, constant folding at export
+    yield "mlp", MLP(), (3, 32), True, 13, True
+    yield "resnet18", torchvision.models.resnet18(num_classes=10), (1, 3, 64, 64), True, 13, True
+    # Exported without constant folding: BatchNormalization stays in the graph, and
+    # tunefarm's passes fold it.
+    yield "resnet18_bn", torchvision.models.resnet18(num_classes=10), (1, 3, 32, 32), True, 11, False
+    yield "mobilenet_v2", torchvision.models.mobilenet_v2(num_classes=10), (1, 3, 64, 64), True, 13, True
+    yield "encoder", Encoder(), (1, 16, 64), False, 17, True
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"FAIL: {' '.join(cmd)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def main():
+    tunefarm = sys.argv[1]
+    failures = 0
+    with tempfile.TemporaryDirectory() as d:
+        for name, model, shape, classifier, opset, folding in models():
+            model.eval()
+            randomize_batchnorm(model)
+            x = torch.randn(*shape)
+            with torch.no_grad():
+                want = model(x).numpy()
+            path = os.path.join(d, name + ".onnx")
+            # Without folding, TrainingMode.PRESERVE (of a model in eval mode) keeps the
+            # exporter from fusing BatchNormalization into the convolutions itself.
+            torch.onnx.export(model, (x,), path, opset_version=opset, input_names=["x"], output_names=["y"],
+                              do_constant_folding=folding,
+                              training=torch.onnx.TrainingMode.EVAL if folding else torch.onnx.TrainingMode.PRESERVE)
+            np.save(os.path.join(d, "x.npy"), x.numpy())
+            info = json.loads(run([tunefarm, "import", path, "--json"]))
+            fired = [p["name"] for p in info["passes"] if p["fired"]]
+            out = os.path.join(d, "y.npy")
+            run([tunefarm, "run", "--model", path, "--reference", "--input", os.path.join(d, "x.npy"),
+                 "--output", out, "--repeat", "1"])
+            got = np.load(out)
+            mag = float(np.abs(want).max())
+            err = float(np.abs(got - want).max())
+            ok = got.shape == want.shape and err <= 1e-4 * mag
+            if classifier:
+                ok = ok and (np.argmax(got, axis=-1) == np.argmax(want, axis=-1)).all()
+            if not folding:
+                # BatchNormalization split and folded into the convolutions.
+                ok = ok and "simplify-inference" in fired and "fold-scale-into-conv" in fired
+                ok = ok and "BatchNormalization" in info["ops_imported"] and "BatchNormalization" not in info["ops"]
+            ok = ok and len(info["tasks"]) > 0
+            print(f"{'ok  ' if ok else 'FAIL'} {name:13s} opset {opset}: {info['nodes_imported']} nodes imported, "
+                  f"{info['nodes']} after passes, {len(info['tasks'])} tasks, passes fired: {', '.join(fired) or 'none'}; "
+                  f"max error {err:.3g} of magnitude {mag:.3g}")
+            failures += not ok
+    if failures:
+        raise SystemExit(f"{failures} model(s) failed")
+
+
+if __name__ == "__main__":
+    main()
