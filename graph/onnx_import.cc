@@ -146,8 +146,11 @@ Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
 }
 
 // Ops whose outputs are decided by static shapes and constants alone: evaluated at import.
-bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>& out) {
+bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>& out, int64_t& budget) {
   if (!foldable(n, out)) return false;
+  int64_t elements = 0;
+  for (const TypeShape& t : out) elements += num_elements(t.shape);
+  if (elements > budget) return false;
   if (n.op == "Shape" || n.op == "Constant" || n.op == "ConstantOfShape" || n.op == "Range") return true;
   for (const std::string& in : n.inputs) {
     if (!in.empty() && !g.is_constant(in)) return false;
@@ -157,6 +160,7 @@ bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>
   for (const TypeShape& t : out) {
     if (t.dtype == DType::F32) return false;
   }
+  budget -= elements;
   return true;
 }
 
@@ -189,6 +193,7 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     g.inputs.push_back(vi.name());
   }
   std::set<std::string> node_names;
+  int64_t fold_budget = kMaxFoldedTotal;
   for (int k = 0; k < gp.node_size(); ++k) {
     const onnx::NodeProto& np = gp.node(k);
     Node n;
@@ -222,7 +227,7 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
         throw UserError(str(file, ": ", n.where(), " output ", o, " ('", n.outputs[o], "') is unnamed or already defined"));
       }
     }
-    if (folds_at_import(n, g, types)) {
+    if (folds_at_import(n, g, types, fold_budget)) {
       std::vector<HostTensor> vals = eval_node(n, g, g.opset, [&](const std::string& name) -> const HostTensor& {
         return *g.value(name).constant;
       });

@@ -72,6 +72,9 @@ void check_tensor_size(const std::string& what, const Shape& s);
 // Anything bigger stays a node, so a hostile model cannot make folding allocate or compute
 // without bound.
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
+// ... and all of one import's (or one fold-constants run's) folded results together at most
+// this many elements; past it, nodes stay nodes.
+constexpr int64_t kMaxFoldedTotal = int64_t{1} << 26;
 bool foldable(const Node& n, const std::vector<TypeShape>& outputs);
 
 // Helpers shared by the op files.

@@ -208,6 +208,11 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(unary("Neg", [](float x, const Node&) { return -x; }));
   ops.push_back(unary("Abs", [](float x, const Node&) { return std::fabs(x); }));
   ops.push_back(unary("Reciprocal", [](float x, const Node&) { return 1.0f / x; }));
+  // GELU (ONNX opset 20's Gelu, approximate="none"): what recognize-composites makes of the
+  // Erf form exporters write.
+  ops.push_back(unary("Gelu", [](float x, const Node&) {
+    return static_cast<float>(0.5 * x * (1 + std::erf(double(x) / std::sqrt(2.0))));
+  }));
   ops.push_back(unary("Sign", [](float x, const Node&) { return float((x > 0) - (x < 0)); }));
   ops.push_back(unary("Round", [](float x, const Node&) { return std::nearbyint(x); }));  // half to even
   ops.push_back(unary("Softplus", [](float x, const Node&) { return static_cast<float>(std::log1p(std::exp(double(x)))); }));

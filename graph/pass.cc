@@ -15,6 +15,8 @@ const std::vector<PassInfo>& graph_passes() {
        eliminate_common_subexpressions},
       {"fold-constants", 1, "evaluate nodes whose inputs are all constants (weights transposed, scales combined)",
        fold_constants},
+      {"recognize-composites", 2, "replace the decompositions exporters write for LayerNorm and GELU by one operator",
+       recognize_composites},
       {"fold-scale-into-conv", 2, "fold a per-channel Mul and Add after a Conv into its weights and bias",
        fold_scale_into_conv},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on", dead_code_elimination},

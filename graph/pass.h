@@ -71,6 +71,7 @@ bool dead_code_elimination(Graph& g);
 bool fold_constants(Graph& g);
 bool simplify_inference(Graph& g);
 bool fold_scale_into_conv(Graph& g);
+bool recognize_composites(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);
 
 }  // namespace tf::graph

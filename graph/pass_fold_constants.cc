@@ -10,15 +10,19 @@ namespace tf::graph {
 bool fold_constants(Graph& g) {
   std::vector<Node> kept;
   bool changed = false;
+  int64_t budget = kMaxFoldedTotal;
   for (Node& n : g.nodes) {
     bool all_constant = true;
     for (const std::string& in : n.inputs) all_constant = all_constant && (in.empty() || g.is_constant(in));
     std::vector<TypeShape> types;
     for (const std::string& o : n.outputs) types.push_back({g.value(o).dtype, g.value(o).shape});
-    if (!all_constant || !foldable(n, types)) {
+    int64_t elements = 0;
+    for (const TypeShape& t : types) elements += num_elements(t.shape);
+    if (!all_constant || !foldable(n, types) || elements > budget) {
       kept.push_back(std::move(n));
       continue;
     }
+    budget -= elements;
     std::vector<HostTensor> outs = eval_node(n, g, g.opset, [&](const std::string& name) -> const HostTensor& {
       return *g.value(name).constant;
     });

@@ -103,7 +103,8 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
   std::vector<PassReport> r = run_passes(g, o);
   for (const PassReport& p : r) {
     EXPECT_TRUE(p.ran) << p.name;
-    EXPECT_TRUE(p.changed) << p.name << " did not fire";
+    // recognize-composites has its own test (no LayerNorm or GELU here).
+    EXPECT_EQ(p.changed, p.name != "recognize-composites") << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());
   expect_same_outputs(original, g);
@@ -164,4 +165,62 @@ TEST(GraphPasses, BadOptionsAreErrors) {
   PassOptions c;
   c.opt_level = 7;
   EXPECT_NE(error(c).find("--opt-level 7 is not one of 0, 1, 2, 3"), std::string::npos) << error(c);
+}
+
+// LayerNorm and GELU as exporters decompose them become one operator each; where an
+// intermediate value is also read elsewhere, the decomposition stays.
+Graph composites(bool extra_use) {
+  GraphBuilder b;
+  std::string x = b.input("x", {1, 3, 8});
+  Shape s = {1, 3, 8}, r = {1, 3, 1};
+  std::map<std::string, Attr> last = {{"axes", std::vector<int64_t>{-1}}};
+  std::string mean = b.node("ReduceMean", {x}, "mean", r, last);
+  std::string d = b.node("Sub", {x, mean}, "d", s);
+  std::string p = b.node("Pow", {d, b.constant("two", HostTensor::floats({}, {2.0f}))}, "p", s);
+  std::string var = b.node("ReduceMean", {p}, "var", r, last);
+  std::string ve = b.node("Add", {var, b.constant("eps", HostTensor::floats({}, {1e-5f}))}, "ve", r);
+  std::string sd = b.node("Sqrt", {ve}, "sd", r);
+  std::string n = b.node("Div", {d, sd}, "n", s);
+  std::string m = b.node("Mul", {n, b.weights("gamma", {8})}, "m", s);
+  std::string ln = b.node("Add", {m, b.weights("beta", {8})}, "ln", s);
+  // GELU in PyTorch's order: (x * (1 + erf(x / sqrt 2))) * 0.5
+  std::string a = b.node("Div", {ln, b.constant("sqrt2", HostTensor::floats({}, {1.41421354f}))}, "a", s);
+  std::string e = b.node("Erf", {a}, "e", s);
+  std::string one = b.node("Add", {e, b.constant("one", HostTensor::floats({}, {1.0f}))}, "one_plus", s);
+  std::string xm = b.node("Mul", {ln, one}, "xm", s);
+  std::string y = b.node("Mul", {xm, b.constant("half", HostTensor::floats({}, {0.5f}))}, "y", s);
+  b.g.outputs = {y};
+  if (extra_use) {
+    b.node("Relu", {var}, "extra", r);  // the variance read outside the pattern
+    b.g.outputs.push_back("extra");
+  }
+  verify(b.g);
+  return b.g;
+}
+
+TEST(GraphPasses, RecognizesLayerNormAndGelu) {
+  Graph original = composites(false);
+  Graph g = original;
+  EXPECT_TRUE(recognize_composites(g));
+  verify(g);
+  ASSERT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.nodes[0].op, "LayerNormalization");
+  EXPECT_EQ(g.nodes[0].get_int("axis", 0), 2);
+  EXPECT_FLOAT_EQ(g.nodes[0].get_float("epsilon", 0), 1e-5f);
+  EXPECT_EQ(g.nodes[1].op, "Gelu");
+  EXPECT_EQ(g.outputs, original.outputs);
+  std::map<std::string, HostTensor> in = {{"x", random_floats({1, 3, 8}, 5, -3, 3)}};
+  HostTensor want = run_reference(original, in).at("y"), got = run_reference(g, in).at("y");
+  for (int64_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got.f[k], want.f[k], 1e-5 * (1 + std::fabs(want.f[k])));
+
+  Graph shared = composites(true);
+  recognize_composites(shared);
+  verify(shared);
+  int layernorms = 0, gelus = 0;
+  for (const Node& n : shared.nodes) {
+    layernorms += n.op == "LayerNormalization";
+    gelus += n.op == "Gelu";
+  }
+  EXPECT_EQ(layernorms, 0);  // the variance is read by another node
+  EXPECT_EQ(gelus, 1);
 }
