@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <queue>
 
 #include "compiler/error.h"
 
@@ -17,6 +19,9 @@ const std::vector<PassInfo>& graph_passes() {
        fold_constants},
       {"recognize-composites", 2, "replace the decompositions exporters write for LayerNorm and GELU by one operator",
        recognize_composites},
+      {"combine-parallel-matmuls", 2,
+       "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and bias Add) and a Split",
+       combine_parallel_matmuls},
       {"fold-scale-into-conv", 2, "fold a per-channel Mul and Add after a Conv into its weights and bias",
        fold_scale_into_conv},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on", dead_code_elimination},
@@ -114,6 +119,39 @@ bool bypass(Graph& g, const std::string& out, const std::string& replacement) {
   g.values.erase(replacement);
   g.values[out] = std::move(v);
   return true;
+}
+
+void topological_sort(Graph& g) {
+  // Kahn's algorithm, always taking the ready node that came first (stable, no recursion).
+  std::map<std::string, size_t> producer;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    for (const std::string& o : g.nodes[k].outputs) producer[o] = k;
+  }
+  std::vector<int> waiting(g.nodes.size(), 0);
+  std::vector<std::vector<size_t>> readers(g.nodes.size());
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    for (const std::string& in : g.nodes[k].inputs) {
+      if (auto it = producer.find(in); it != producer.end()) {
+        ++waiting[k];
+        readers[it->second].push_back(k);
+      }
+    }
+  }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    if (waiting[k] == 0) ready.push(k);
+  }
+  std::vector<Node> order;
+  while (!ready.empty()) {
+    size_t k = ready.top();
+    ready.pop();
+    order.push_back(std::move(g.nodes[k]));
+    for (size_t r : readers[k]) {
+      if (--waiting[r] == 0) ready.push(r);
+    }
+  }
+  TF_CHECK(order.size() == g.nodes.size(), "graph: the nodes form a cycle");
+  g.nodes = std::move(order);
 }
 
 void drop_unused_values(Graph& g) {

@@ -63,6 +63,9 @@ void replace_uses(Graph& g, const std::string& from, const std::string& to);
 // (outputs keep their names). False, changing nothing, when neither is possible (the
 // replacement is itself a graph input, output or constant).
 bool bypass(Graph& g, const std::string& out, const std::string& replacement);
+// Orders the nodes so each comes after the producers of its inputs, keeping the present
+// order where it already is one (stable).
+void topological_sort(Graph& g);
 // Drops values that no node defines or reads and that are not graph inputs or outputs.
 void drop_unused_values(Graph& g);
 
@@ -72,6 +75,7 @@ bool fold_constants(Graph& g);
 bool simplify_inference(Graph& g);
 bool fold_scale_into_conv(Graph& g);
 bool recognize_composites(Graph& g);
+bool combine_parallel_matmuls(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);
 
 }  // namespace tf::graph

@@ -103,8 +103,10 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
   std::vector<PassReport> r = run_passes(g, o);
   for (const PassReport& p : r) {
     EXPECT_TRUE(p.ran) << p.name;
-    // recognize-composites has its own test (no LayerNorm or GELU here).
-    EXPECT_EQ(p.changed, p.name != "recognize-composites") << p.name;
+    // recognize-composites and combine-parallel-matmuls have their own tests (no LayerNorm,
+    // GELU or parallel projections here).
+    bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls";
+    EXPECT_EQ(p.changed, !own_test) << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());
   expect_same_outputs(original, g);
@@ -223,4 +225,44 @@ TEST(GraphPasses, RecognizesLayerNormAndGelu) {
   }
   EXPECT_EQ(layernorms, 0);  // the variance is read by another node
   EXPECT_EQ(gelus, 1);
+}
+
+// Q, K, V projections of one input: one wide MatMul (+ one bias Add when each has one) and a
+// Split; readers of the projections keep working, outputs keep their names.
+TEST(GraphPasses, CombinesParallelMatmuls) {
+  for (bool biases : {true, false}) {
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 4, 6, 8});
+    Shape s = {1, 4, 6, 5};
+    std::vector<std::string> outs;
+    for (const char* name : {"q", "k", "v"}) {
+      std::string y = b.node("MatMul", {x, b.weights(std::string("w") + name, {8, 5})}, name, s);
+      if (biases) y = b.node("Add", {y, b.weights(std::string("b") + name, {5})}, std::string(name) + "b", s);
+      outs.push_back(b.node("Relu", {y}, std::string(name) + "r", s));
+    }
+    // A MatMul of another input stays apart.
+    std::string x2 = b.input("x2", {1, 4, 6, 8});
+    b.node("MatMul", {x2, b.weights("other", {8, 3})}, "o", {1, 4, 6, 3});
+    b.g.outputs = outs;
+    b.g.outputs.push_back("o");
+    verify(b.g);
+    Graph g = b.g;
+    EXPECT_TRUE(combine_parallel_matmuls(g));
+    verify(g);
+    int matmuls = 0, adds = 0, splits = 0;
+    for (const Node& n : g.nodes) {
+      matmuls += n.op == "MatMul";
+      adds += n.op == "Add";
+      splits += n.op == "Split";
+    }
+    EXPECT_EQ(matmuls, 2) << "biases " << biases;  // q, k and v as one; o
+    EXPECT_EQ(adds, biases ? 1 : 0) << "biases " << biases;
+    EXPECT_EQ(splits, 1);
+    std::map<std::string, HostTensor> in = {{"x", random_floats({1, 4, 6, 8}, 3)}, {"x2", random_floats({1, 4, 6, 8}, 4)}};
+    auto want = run_reference(b.g, in), got = run_reference(g, in);
+    for (const auto& [name, w] : want) {
+      ASSERT_EQ(got.at(name).shape, w.shape) << name;
+      for (int64_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got.at(name).f[k], w.f[k], 1e-5) << name;
+    }
+  }
 }

@@ -40,6 +40,27 @@ class Encoder(torch.nn.Module):
         return self.enc(x)
 
 
+class Attention(torch.nn.Module):
+    """Self-attention with separate Q, K, V projections (as BERT implementations write it)."""
+
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(d, d) for _ in range(3))
+        self.o = torch.nn.Linear(d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.heads
+
+        def split(t):
+            return t.view(b, s, h, d // h).transpose(1, 2)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        a = torch.softmax(q @ k.transpose(-1, -2) / (d // h) ** 0.5, dim=-1)
+        return self.o((a @ v).transpose(1, 2).reshape(b, s, d))
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
@@ -65,6 +86,8 @@ def models():
     # Before opset 17 LayerNorm is exported decomposed, and GELU always is (through Erf):
     # recognize-composites makes one operator of each.
     yield "encoder_o13", Encoder(), (2, 8, 64), False, 13, True
+    # Separate Q, K, V projections: combine-parallel-matmuls makes one of them.
+    yield "attention", Attention(), (1, 12, 64), False, 14, True
 
 
 def run(cmd):
@@ -110,6 +133,9 @@ def main():
                 ok = ok and "recognize-composites" in fired and "LayerNormalization" not in info["ops_imported"]
                 ok = ok and info["ops"].get("LayerNormalization") == 4 and info["ops"].get("Gelu") == 2
                 ok = ok and "Erf" not in info["ops"] and "ReduceMean" not in info["ops"]
+            if name == "attention":
+                ok = ok and "combine-parallel-matmuls" in fired
+                ok = ok and info["ops"].get("Split") == 1 and info["ops_imported"]["MatMul"] - info["ops"]["MatMul"] == 2
             ok = ok and len(info["tasks"]) > 0
             print(f"{'ok  ' if ok else 'FAIL'} {name:13s} opset {opset}: {info['nodes_imported']} nodes imported, "
                   f"{info['nodes']} after passes, {len(info['tasks'])} tasks, passes fired: {', '.join(fired) or 'none'}; "
