@@ -197,6 +197,23 @@ void schedule_dense(Schedule& s, const OpGraph& g, const json& c) {
   schedule_dense_acc(*acc, batch, uk, vec, unroll);
 }
 
+// Stages `input` in shared memory at loop `at` of `reader`: the region one iteration needs
+// for the whole block, copied cooperatively by the block's threads_y x threads_x threads,
+// consecutive threads taking consecutive elements (coalesced reads).
+void stage_shared(Schedule& s, const std::string& input, Stage& reader, const Expr& at, int64_t threads_y,
+                  int64_t threads_x) {
+  Stage& sh = s.cache_read_shared(input);
+  sh.compute_at(reader, at);
+  const auto& ax = sh.op()->axes;
+  Expr all = ax[0].var;
+  for (size_t i = 1; i < ax.size(); ++i) all = sh.fuse(all, ax[i].var);
+  auto [rounds, lane] = sh.split(all, threads_y * threads_x);
+  auto [y, x] = sh.split(lane, threads_x);
+  sh.bind(y, "threadIdx.y");
+  sh.bind(x, "threadIdx.x");
+  (void)rounds;
+}
+
 // Thread blocks over tiles of C, threads over register tiles inside them, the reduction
 // accumulated per thread in registers (cache_write computed at the thread loop). Tiles that
 // do not divide C shift inwards (two blocks then write the same values to the overlap) or,
@@ -227,20 +244,8 @@ void schedule_dense_gpu(Schedule& s, const OpGraph& g, const json& c) {
 
   Expr ko = schedule_dense_acc(*acc, batch, uk, vec, unroll);
   if (c["shared"].get<bool>()) {
-    // Per step of K: the block's rows of A and columns of B, unroll_k deep, copied by all
-    // threads, consecutive threads taking consecutive elements (coalesced reads).
-    for (const ir::Tensor& in : {g.inputs[0], g.inputs[1]}) {
-      Stage& sh = s.cache_read_shared(in->name);
-      sh.compute_at(*acc, ko);
-      const auto& ax = sh.op()->axes;
-      Expr all = ax[0].var;
-      for (size_t i = 1; i < ax.size(); ++i) all = sh.fuse(all, ax[i].var);
-      auto [rounds, lane] = sh.split(all, thm * thn);
-      auto [y, x] = sh.split(lane, thn);
-      sh.bind(y, "threadIdx.y");
-      sh.bind(x, "threadIdx.x");
-      (void)rounds;
-    }
+    // Per step of K: the block's rows of A and columns of B, unroll_k deep.
+    for (const ir::Tensor& in : {g.inputs[0], g.inputs[1]}) stage_shared(s, in->name, *acc, ko, thm, thn);
   }
 }
 
@@ -291,16 +296,7 @@ void schedule_conv_gpu(Schedule& s, const OpGraph& g, const json& c) {
     // input channel (R x S each), or for depthwise (one channel per output channel) the whole
     // window at once. The input is not staged: its region reaches into the padding.
     const auto& r = acc->op()->reduce_axes;
-    Stage& sh = s.cache_read_shared(g.inputs[1]->name);
-    sh.compute_at(*acc, r.size() == 3 ? r[0].var : a[ax.h].var);
-    const auto& wax = sh.op()->axes;
-    Expr all = wax[0].var;
-    for (size_t i = 1; i < wax.size(); ++i) all = sh.fuse(all, wax[i].var);
-    auto [rounds, lane] = sh.split(all, thk * thw);
-    auto [y, x] = sh.split(lane, thw);
-    sh.bind(y, "threadIdx.y");
-    sh.bind(x, "threadIdx.x");
-    (void)rounds;
+    stage_shared(s, g.inputs[1]->name, *acc, r.size() == 3 ? r[0].var : a[ax.h].var, thk, thw);
   }
 }
 
