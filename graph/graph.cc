@@ -1,5 +1,7 @@
 #include "graph/graph.h"
 
+#include <cmath>
+#include <cstdint>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -43,6 +45,13 @@ HostTensor HostTensor::ints(Shape shape, std::vector<int64_t> data, DType type) 
   t.shape = std::move(shape);
   t.i = std::move(data);
   return t;
+}
+
+int64_t HostTensor::float_to_int(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(v);
 }
 
 int64_t Node::get_int(const std::string& a, int64_t fallback) const {

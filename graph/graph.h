@@ -40,7 +40,9 @@ struct HostTensor {
   int64_t size() const { return num_elements(shape); }
   // Element k as a double / an int64 whatever the type.
   double as_double(int64_t k) const { return dtype == DType::F32 ? f[k] : static_cast<double>(i[k]); }
-  int64_t as_int(int64_t k) const { return dtype == DType::F32 ? static_cast<int64_t>(f[k]) : i[k]; }
+  // Floats convert by truncation, saturating at the int64 range (NaN is 0), never UB.
+  int64_t as_int(int64_t k) const { return dtype == DType::F32 ? float_to_int(f[k]) : i[k]; }
+  static int64_t float_to_int(double v);
 };
 
 // An attribute of a node, as ONNX has them (graphs and sparse tensors are not supported).

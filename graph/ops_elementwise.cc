@@ -55,6 +55,27 @@ OpDef unary(const std::string& type, std::function<float(float, const Node&)> f)
 
 enum class BinKind { Arith, Compare };
 
+// Integer arithmetic (shape computations): exact, and an overflow or a division by zero is
+// the node's error; the other operators go through `wide` (double) and saturate.
+template <typename Wide>
+int64_t int_arith(const Node& n, int64_t a, int64_t b, Wide wide) {
+  int64_t r = 0;
+  bool overflow = false;
+  if (n.op == "Add") overflow = __builtin_add_overflow(a, b, &r);
+  else if (n.op == "Sub") overflow = __builtin_sub_overflow(a, b, &r);
+  else if (n.op == "Mul") overflow = __builtin_mul_overflow(a, b, &r);
+  else if (n.op == "Div" || n.op == "Mod") {
+    if (b == 0) throw UserError(str(n.where(), ": integer division by zero"));
+    if (a == INT64_MIN && b == -1) overflow = true;
+    else if (n.op == "Div") r = a / b;  // truncates, as ONNX's integer Div
+    else r = HostTensor::float_to_int(wide());
+  } else {
+    r = HostTensor::float_to_int(wide());
+  }
+  if (overflow) throw UserError(str(n.where(), ": int64 overflow in ", a, " ", n.op, " ", b));
+  return r;
+}
+
 // f sees the node for attributes (Mod's fmod).
 OpDef binary_n(const std::string& type, BinKind kind, std::function<double(double, double, const Node&)> f) {
   OpDef d{type, 2, 2, nullptr, nullptr};
@@ -76,12 +97,12 @@ OpDef binary_n(const std::string& type, BinKind kind, std::function<double(doubl
     for_each_broadcast<2>(s, {&in[0]->shape, &in[1]->shape}, [&](int64_t e, const std::array<int64_t, 2>& o) {
       if (t == DType::F32) {
         out.f[e] = static_cast<float>(f(in[0]->f[o[0]], in[1]->as_double(o[1]), c.node));
-      } else if (ints && kind == BinKind::Arith && c.node.op == "Div") {
-        int64_t y = in[1]->i[o[1]];
-        if (y == 0) throw UserError(str(c.node.where(), ": integer division by zero"));
-        out.i[e] = in[0]->i[o[0]] / y;
+      } else if (ints && kind == BinKind::Arith && in[1]->dtype != DType::F32) {
+        out.i[e] = int_arith(c.node, in[0]->i[o[0]], in[1]->i[o[1]], [&] {
+          return f(in[0]->as_double(o[0]), in[1]->as_double(o[1]), c.node);
+        });
       } else {
-        out.i[e] = static_cast<int64_t>(f(in[0]->as_double(o[0]), in[1]->as_double(o[1]), c.node));
+        out.i[e] = HostTensor::float_to_int(f(in[0]->as_double(o[0]), in[1]->as_double(o[1]), c.node));
       }
     });
     return std::vector<HostTensor>{out};

@@ -120,9 +120,11 @@ Window window_of(const OpContext& c, const Shape& x, int64_t kh, int64_t kw) {
   if (s.size() != 2 || d.size() != 2 || p.size() != 4) {
     throw UserError(str(n.where(), ": strides, dilations and pads must have 2, 2 and 4 values (2-D only)"));
   }
-  for (int64_t v : s) if (v < 1) throw UserError(str(n.where(), ": stride ", v, " must be at least 1"));
-  for (int64_t v : d) if (v < 1) throw UserError(str(n.where(), ": dilation ", v, " must be at least 1"));
-  for (int64_t v : p) if (v < 0) throw UserError(str(n.where(), ": pad ", v, " is negative"));
+  // Bounded so the window arithmetic below cannot overflow (images have at most 2^32 pixels).
+  constexpr int64_t kMax = int64_t{1} << 30;
+  for (int64_t v : s) if (v < 1 || v > kMax) throw UserError(str(n.where(), ": stride ", v, " is not in [1, 2^30]"));
+  for (int64_t v : d) if (v < 1 || v > kMax) throw UserError(str(n.where(), ": dilation ", v, " is not in [1, 2^30]"));
+  for (int64_t v : p) if (v < 0 || v > kMax) throw UserError(str(n.where(), ": pad ", v, " is not in [0, 2^30]"));
   Window w{kh, kw, s[0], s[1], d[0], d[1], p[0], p[1], p[2], p[3], 0, 0};
   int64_t H = x[2], W = x[3];
   int64_t eh = (kh - 1) * w.dh + 1, ew = (kw - 1) * w.dw + 1;
@@ -156,7 +158,9 @@ Window window_of(const OpContext& c, const Shape& x, int64_t kh, int64_t kw) {
 std::vector<int64_t> kernel_shape(const OpContext& c, const Shape& fallback) {
   std::vector<int64_t> k = c.node.get_ints("kernel_shape", fallback);
   if (k.size() != 2) throw UserError(str(c.node.where(), ": kernel_shape must have 2 values (2-D only)"));
-  for (int64_t v : k) if (v < 1) throw UserError(str(c.node.where(), ": kernel size ", v, " must be at least 1"));
+  for (int64_t v : k) {
+    if (v < 1 || v > (int64_t{1} << 30)) throw UserError(str(c.node.where(), ": kernel size ", v, " is not in [1, 2^30]"));
+  }
   return k;
 }
 

@@ -170,17 +170,19 @@ SliceSpec slice_spec(const OpContext& c) {
   for (size_t k = 0; k < starts.size(); ++k) {
     int64_t a = normalize_axis(c.node, axes[k], rank), n = x[a], st = steps[k];
     if (st == 0) throw UserError(str(c.node.where(), ": step 0 on axis ", a));
+    if (st == INT64_MIN) st = -INT64_MAX;  // the same slice, and -st exists
+    // Negative positions count from the end; both are clamped (no overflow: |n| <= 2^32).
     int64_t b = starts[k], e = ends[k];
-    if (b < 0) b += n;
-    if (e < 0) e += n;
+    if (b < 0) b = b < -n ? -1 : b + n;
+    if (e < 0) e = e < -n ? -1 : e + n;
     if (st > 0) {
       b = std::clamp<int64_t>(b, 0, n);
       e = std::clamp<int64_t>(e, 0, n);
-      s.out[a] = e > b ? (e - b + st - 1) / st : 0;
+      s.out[a] = e > b ? (e - b - 1) / st + 1 : 0;
     } else {
-      b = std::clamp<int64_t>(b, 0, n - 1);
+      b = std::clamp<int64_t>(b, -1, n - 1);
       e = std::clamp<int64_t>(e, -1, n - 1);
-      s.out[a] = b > e ? (b - e + (-st) - 1) / (-st) : 0;
+      s.out[a] = b > e ? (b - e - 1) / (-st) + 1 : 0;
     }
     s.start[a] = b;
     s.step[a] = st;
@@ -350,6 +352,13 @@ int64_t range_count(const OpContext& c) {
   double delta = c.constant(2, "delta").as_double(0);
   if (delta == 0) throw UserError(str(c.node.where(), ": delta is 0"));
   double count = std::max(0.0, std::ceil((limit - start) / delta));
+  if (c.in(0).dtype != DType::F32) {
+    // Exactly, in 128 bits: doubles lose the low bits of large int64 bounds.
+    __int128 s0 = c.constant(0, "start").as_int(0), l0 = c.constant(1, "limit").as_int(0);
+    __int128 d0 = c.constant(2, "delta").as_int(0);
+    __int128 span = d0 > 0 ? l0 - s0 : s0 - l0, step = d0 > 0 ? d0 : -d0;
+    count = span <= 0 ? 0.0 : static_cast<double>((span + step - 1) / step);
+  }
   if (!(count <= static_cast<double>(kMaxGraphTensorElements))) {
     throw UserError(str(c.node.where(), ": a range of ", count, " elements is too large"));
   }
@@ -360,9 +369,13 @@ HostTensor range_of(const OpContext& c) {
   double start = c.constant(0, "start").as_double(0), delta = c.constant(2, "delta").as_double(0);
   int64_t n = range_count(c);
   HostTensor out = make_like(c.in(0).dtype, Shape{n});
+  int64_t istart = c.constant(0, "start").as_int(0), idelta = c.constant(2, "delta").as_int(0);
   for (int64_t k = 0; k < n; ++k) {
-    if (out.dtype == DType::F32) out.f[k] = static_cast<float>(start + k * delta);
-    else out.i[k] = static_cast<int64_t>(start) + k * static_cast<int64_t>(delta);
+    if (out.dtype == DType::F32) {
+      out.f[k] = static_cast<float>(start + static_cast<double>(k) * delta);
+    } else if (int64_t step; __builtin_mul_overflow(k, idelta, &step) || __builtin_add_overflow(istart, step, &out.i[k])) {
+      throw UserError(str(c.node.where(), ": the range overflows int64"));
+    }
   }
   return out;
 }
@@ -385,7 +398,7 @@ std::vector<int64_t> split_sizes(const OpContext& c) {
   int64_t total = 0;
   for (int64_t v : sizes) {
     if (v < 0) throw UserError(str(c.node.where(), ": negative split size ", v));
-    total += v;
+    if (__builtin_add_overflow(total, v, &total)) total = -1;  // cannot cover the axis either
   }
   if (total != x[axis] || static_cast<int64_t>(sizes.size()) != parts) {
     throw UserError(str(c.node.where(), ": split ", shape_str(sizes), " does not cover the axis of size ", x[axis],

@@ -277,3 +277,80 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     EXPECT_NE(std::string(e.what()).find("cannot open /nonexistent/model.onnx"), std::string::npos) << e.what();
   }
 }
+
+// Shape arithmetic on hostile int64 values: overflows are errors, extreme slice bounds clamp,
+// window sizes are bounded; nothing is undefined behaviour (the fuzz target checks this too,
+// under UBSan).
+TEST(OnnxImport, HostileIntegers) {
+  auto error_of = [](const ModelBuilder& b) { return b.error(); };
+  {
+    ModelBuilder b;
+    b.input("x", {2});
+    b.ints("big", {INT64_MAX});
+    b.ints("one", {1});
+    b.node("Add", {"big", "one"}, {"s"}, "add");
+    b.node("Reshape", {"x", "s"}, {"y"});
+    b.output("y");
+    EXPECT_NE(error_of(b).find("node 'add' (Add): int64 overflow in 9223372036854775807 Add 1"), std::string::npos)
+        << error_of(b);
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2});
+    b.ints("zero", {0});
+    b.ints("n", {7});
+    b.node("Div", {"n", "zero"}, {"q"}, "div");
+    b.node("Reshape", {"x", "q"}, {"y"});
+    b.output("y");
+    EXPECT_NE(error_of(b).find("node 'div' (Div): integer division by zero"), std::string::npos) << error_of(b);
+  }
+  {
+    // Slice bounds at the int64 extremes clamp to the axis; a step of INT64_MIN is a step back.
+    ModelBuilder b;
+    b.input("x", {5});
+    b.ints("starts", {INT64_MIN});
+    b.ints("ends", {INT64_MAX});
+    b.ints("axes", {0});
+    b.ints("steps", {INT64_MAX});
+    b.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"});
+    b.ints("starts2", {INT64_MAX});
+    b.ints("ends2", {INT64_MIN});
+    b.ints("steps2", {INT64_MIN});
+    b.node("Slice", {"x", "starts2", "ends2", "axes", "steps2"}, {"z"});
+    b.output("y");
+    b.output("z");
+    Graph g = b.import();
+    EXPECT_EQ(g.value("y").shape, Shape{1});
+    EXPECT_EQ(g.value("z").shape, Shape{1});
+    auto out = run_reference(g, {{"x", HostTensor::floats({5}, {1, 2, 3, 4, 5})}});
+    EXPECT_EQ(out.at("y").f, std::vector<float>{1});
+    EXPECT_EQ(out.at("z").f, std::vector<float>{5});
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {1, 1, 4, 4});
+    b.input("w", {1, 1, 1, 1});
+    auto* conv = b.node("Conv", {"x", "w"}, {"y"}, "conv");
+    auto* a = conv->add_attribute();
+    a->set_name("strides");
+    a->set_type(onnx::AttributeProto::INTS);
+    a->add_ints(INT64_MAX);
+    a->add_ints(1);
+    b.output("y");
+    EXPECT_NE(error_of(b).find("node 'conv' (Conv): stride 9223372036854775807 is not in [1, 2^30]"), std::string::npos)
+        << error_of(b);
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2});
+    b.ints("start", {INT64_MAX - 1});
+    b.ints("limit", {INT64_MAX});
+    b.ints("delta", {1});
+    b.node("Range", {"start", "limit", "delta"}, {"r"});
+    b.node("Cast", {"r"}, {"rf"});
+    set_int(b.g->mutable_node(1), "to", onnx::TensorProto::FLOAT);
+    b.node("Add", {"x", "rf"}, {"y"});
+    b.output("y");
+    EXPECT_EQ(error_of(b), "");  // one element, INT64_MAX - 1: no overflow
+  }
+}
