@@ -1,11 +1,12 @@
-// libFuzzer target: ONNX import (hostile model files), then the graph passes and task
-// extraction on whatever imports. Bad input must be a UserError, never a crash, a hang or
-// an allocation without bound.
+// libFuzzer target: ONNX import (hostile model files), then the graph passes, task
+// extraction and the fusion plan on whatever imports. Bad input must be a UserError, never
+// a crash, a hang or an allocation without bound.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "compiler/error.h"
+#include "graph/fusion.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
 #include "graph/tasks.h"
@@ -15,6 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     tf::graph::Graph g = tf::graph::import_onnx_bytes(std::string(reinterpret_cast<const char*>(data), size), "fuzz.onnx");
     tf::graph::run_passes(g, tf::graph::PassOptions{});
     tf::graph::extract_tasks(g);
+    tf::graph::plan_fusion(g);
   } catch (const tf::UserError&) {
   }
   return 0;

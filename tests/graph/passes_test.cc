@@ -7,6 +7,7 @@
 #include <random>
 
 #include "compiler/error.h"
+#include "graph/fusion.h"
 #include "graph/pass.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
@@ -265,4 +266,65 @@ TEST(GraphPasses, CombinesParallelMatmuls) {
       for (int64_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got.at(name).f[k], w.f[k], 1e-5) << name;
     }
   }
+}
+
+namespace {
+
+// Every group's inputs come from graph inputs or earlier groups; every node is in one group.
+void expect_runnable(const Graph& g, const std::vector<FusedGroup>& plan) {
+  std::set<std::string> ready(g.inputs.begin(), g.inputs.end()), placed;
+  std::map<std::string, const Node*> by_name;
+  for (const Node& n : g.nodes) by_name[n.name] = &n;
+  for (const FusedGroup& f : plan) {
+    for (const std::string& in : f.inputs) EXPECT_TRUE(ready.count(in)) << in << " read before it is computed";
+    for (const std::string& name : f.nodes) {
+      EXPECT_TRUE(placed.insert(name).second) << name << " in two groups";
+      for (const std::string& o : by_name.at(name)->outputs) ready.insert(o);
+    }
+  }
+  EXPECT_EQ(placed.size(), g.nodes.size());
+}
+
+const FusedGroup* group_with(const std::vector<FusedGroup>& plan, const std::string& node) {
+  for (const FusedGroup& f : plan) {
+    if (std::find(f.nodes.begin(), f.nodes.end(), node) != f.nodes.end()) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// conv + bias + residual add + relu is one kernel; a reduction takes in the elementwise
+// group computing its input; joining never makes two groups wait for each other.
+TEST(GraphFusion, GroupsFollowTheRules) {
+  Graph g = sample_model();
+  run_passes(g, PassOptions{});
+  std::vector<FusedGroup> plan = plan_fusion(g);
+  expect_runnable(g, plan);
+  // conv2 (bias folded in), the residual Add and the Relu.
+  const FusedGroup* block = group_with(plan, "Conv_c2");
+  ASSERT_NE(block, nullptr);
+  EXPECT_EQ(block->kind, OpKind::Anchor);
+  EXPECT_EQ(block->nodes, (std::vector<std::string>{"Conv_c2", "Add_sum", "Relu_r2"}));
+
+  GraphBuilder b;
+  std::string x = b.input("x", {1, 4, 2, 2});
+  std::string e = b.node("Relu", {x}, "e", {1, 4, 2, 2});
+  b.g.values["s1"] = Value{"s1", DType::F32, {1, 2, 2, 2}, std::nullopt};
+  b.g.values["s2"] = Value{"s2", DType::F32, {1, 2, 2, 2}, std::nullopt};
+  b.g.nodes.push_back(Node{"split", "Split", {e}, {"s1", "s2"}, {{"axis", int64_t{1}}}});
+  std::string c = b.node("Conv", {"s2", b.weights("w", {2, 2, 1, 1})}, "c", {1, 2, 2, 2});
+  std::string sum = b.node("Add", {"s1", c}, "sum", {1, 2, 2, 2});  // s1 from the Relu's group, c waits for it
+  std::string sq = b.node("Mul", {sum, sum}, "sq", {1, 2, 2, 2});
+  b.node("ReduceSum", {sq}, "r", {1, 1, 1, 1}, {{"axes", std::vector<int64_t>{1, 2, 3}}});
+  b.g.outputs = {"r"};
+  verify(b.g);
+  std::vector<FusedGroup> p2 = plan_fusion(b.g);
+  expect_runnable(b.g, p2);
+  EXPECT_EQ(group_with(p2, "split"), group_with(p2, "Relu_e"));  // injective after elementwise
+  EXPECT_NE(group_with(p2, "Add_sum"), group_with(p2, "Relu_e"));  // would wait for the conv that waits for it
+  EXPECT_NE(group_with(p2, "Add_sum"), group_with(p2, "Conv_c"));  // its first input is s1, not the conv's
+  // The reduction takes in the Mul computing its input (read by nothing else).
+  ASSERT_EQ(group_with(p2, "ReduceSum_r"), group_with(p2, "Mul_sq"));
+  EXPECT_EQ(group_with(p2, "ReduceSum_r")->kind, OpKind::Reduction);
 }

@@ -136,9 +136,9 @@ def main():
             if name == "attention":
                 ok = ok and "combine-parallel-matmuls" in fired
                 ok = ok and info["ops"].get("Split") == 1 and info["ops_imported"]["MatMul"] - info["ops"]["MatMul"] == 2
-            ok = ok and len(info["tasks"]) > 0
+            ok = ok and len(info["tasks"]) > 0 and len(info["fused_kernels"]) < info["nodes"]
             print(f"{'ok  ' if ok else 'FAIL'} {name:13s} opset {opset}: {info['nodes_imported']} nodes imported, "
-                  f"{info['nodes']} after passes, {len(info['tasks'])} tasks, passes fired: {', '.join(fired) or 'none'}; "
+                  f"{info['nodes']} after passes, {len(info['fused_kernels'])} kernels, {len(info['tasks'])} tasks, passes fired: {', '.join(fired) or 'none'}; "
                   f"max error {err:.3g} of magnitude {mag:.3g}")
             failures += not ok
     if failures:

@@ -3,12 +3,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
 
 #include "compiler/error.h"
+#include "graph/fusion.h"
 #include "graph/npy.h"
 #include "graph/onnx_import.h"
 #include "graph/reference_run.h"
@@ -50,6 +52,7 @@ int run_import(const ImportArgs& a) {
   std::vector<PassReport> reports = run_passes(g, opts);
   GraphStats after = graph_stats(g);
   TaskList tasks = extract_tasks(g);
+  std::vector<FusedGroup> groups = plan_fusion(g);
 
   auto tensors = [&](const std::vector<std::string>& names) {
     json out = json::array();
@@ -70,6 +73,10 @@ int run_import(const ImportArgs& a) {
   j["tasks"] = json::array();
   for (const Task& t : tasks.tasks) {
     j["tasks"].push_back({{"workload", t.workload}, {"count", t.nodes.size()}, {"flops", t.flops}, {"nodes", t.nodes}});
+  }
+  j["fused_kernels"] = json::array();
+  for (const FusedGroup& f : groups) {
+    j["fused_kernels"].push_back({{"kind", op_kind_name(f.kind)}, {"nodes", f.nodes}, {"inputs", f.inputs}, {"outputs", f.outputs}});
   }
   j["untunable"] = json::array();
   for (const Untunable& u : tasks.untunable) j["untunable"].push_back({{"node", u.node}, {"op", u.op}, {"reason", u.reason}});
@@ -96,6 +103,16 @@ int run_import(const ImportArgs& a) {
                 !r.ran ? "skipped" : str(r.changed ? "fired " : "nothing", "  ", r.nodes_after, " nodes  ",
                                          static_cast<int>(r.ms * 1000) / 1000.0, " ms").c_str());
   }
+  std::map<std::string, int> by_kind;
+  size_t fused_nodes = 0;
+  for (const FusedGroup& f : groups) {
+    ++by_kind[op_kind_name(f.kind)];
+    if (f.nodes.size() > 1) fused_nodes += f.nodes.size();
+  }
+  std::string kinds;
+  for (const auto& [k, n] : by_kind) kinds += str(kinds.empty() ? "" : ", ", n, " ", k);
+  std::printf("kernels   %zu after fusion (%s; %zu nodes fused into others' kernels)\n", groups.size(), kinds.c_str(),
+              fused_nodes - std::count_if(groups.begin(), groups.end(), [](const FusedGroup& f) { return f.nodes.size() > 1; }));
   std::printf("\ntasks (%zu distinct)\n", tasks.tasks.size());
   for (const Task& t : tasks.tasks) {
     std::printf("  %3zu x %-90s %.3g GFLOP\n", t.nodes.size(), t.workload.c_str(), static_cast<double>(t.flops) / 1e9);

@@ -1,0 +1,143 @@
+#include "graph/fusion.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "compiler/error.h"
+
+#include "graph/pass.h"
+
+namespace tf::graph {
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::Anchor: return "anchor";
+    case OpKind::Elementwise: return "elementwise";
+    case OpKind::Injective: return "injective";
+    case OpKind::Reduction: return "reduction";
+    case OpKind::Opaque: return "opaque";
+  }
+  return "?";
+}
+
+OpKind op_kind(const std::string& op) {
+  static const std::set<std::string> anchors = {"Conv", "MatMul", "Gemm"};
+  static const std::set<std::string> injective = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice",
+                                                  "Concat",  "Gather",  "Split",   "Expand",    "Identity", "Dropout"};
+  static const std::set<std::string> reductions = {
+      "ReduceMean", "ReduceSum",       "ReduceMax",    "ReduceMin",       "ReduceProd",         "ReduceL1",
+      "ReduceL2",   "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Softmax",            "LogSoftmax",
+      "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool"};
+  static const std::set<std::string> opaque = {"MaxPool", "AveragePool", "Shape", "Constant", "ConstantOfShape", "Range"};
+  if (anchors.count(op)) return OpKind::Anchor;
+  if (injective.count(op)) return OpKind::Injective;
+  if (reductions.count(op)) return OpKind::Reduction;
+  if (opaque.count(op)) return OpKind::Opaque;
+  return OpKind::Elementwise;
+}
+
+std::vector<FusedGroup> plan_fusion(const Graph& g) {
+  std::map<std::string, int> uses = use_counts(g);
+  std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
+  std::map<std::string, size_t> group_of_value;  // computed value -> group index
+  std::vector<FusedGroup> groups;
+  std::vector<std::set<size_t>> deps;  // groups each group reads from
+  // Whether group `from` depends, directly or not, on group `on`.
+  auto depends = [&](size_t from, size_t on) {
+    std::vector<size_t> stack = {from};
+    std::set<size_t> seen;
+    while (!stack.empty()) {
+      size_t k = stack.back();
+      stack.pop_back();
+      if (k == on) return true;
+      if (!seen.insert(k).second) continue;
+      stack.insert(stack.end(), deps[k].begin(), deps[k].end());
+    }
+    return false;
+  };
+  for (const Node& n : g.nodes) {
+    OpKind kind = op_kind(n.op);
+    // The group of the first computed input, and the groups of all of them.
+    std::optional<size_t> producer;
+    std::string first;
+    std::set<size_t> reads;
+    for (const std::string& in : n.inputs) {
+      auto it = group_of_value.find(in);
+      if (it == group_of_value.end()) continue;
+      if (!producer) {
+        producer = it->second;
+        first = in;
+      }
+      reads.insert(it->second);
+    }
+    size_t target = groups.size();
+    if (producer && uses[first] == 1 && !outputs.count(first)) {
+      OpKind pk = groups[*producer].kind;
+      bool joins = (kind == OpKind::Elementwise && pk != OpKind::Opaque) ||
+                   (kind == OpKind::Injective && (pk == OpKind::Elementwise || pk == OpKind::Injective)) ||
+                   (kind == OpKind::Reduction && (pk == OpKind::Elementwise || pk == OpKind::Injective));
+      // Joining must not make the group wait for a group that waits for it.
+      for (size_t r : reads) joins = joins && (r == *producer || !depends(r, *producer));
+      if (joins) {
+        target = *producer;
+        if (kind == OpKind::Reduction) groups[target].kind = OpKind::Reduction;
+      }
+    }
+    if (target == groups.size()) {
+      groups.push_back(FusedGroup{kind, {}, {}, {}});
+      deps.emplace_back();
+    }
+    for (size_t r : reads) {
+      if (r != target) deps[target].insert(r);
+    }
+    groups[target].nodes.push_back(n.name);
+    for (const std::string& o : n.outputs) group_of_value[o] = target;
+  }
+  // Inputs and outputs of each group.
+  std::map<std::string, size_t> node_group;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    for (const std::string& name : groups[k].nodes) node_group[name] = k;
+  }
+  auto add_once = [](std::vector<std::string>& v, const std::string& x) {
+    if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+  };
+  for (const Node& n : g.nodes) {
+    size_t k = node_group.at(n.name);
+    for (const std::string& in : n.inputs) {
+      if (in.empty() || g.is_constant(in)) continue;
+      auto it = group_of_value.find(in);
+      if (it != group_of_value.end() && it->second == k) continue;
+      add_once(groups[k].inputs, in);
+      if (it != group_of_value.end()) add_once(groups[it->second].outputs, in);
+    }
+  }
+  for (const std::string& o : g.outputs) {
+    if (auto it = group_of_value.find(o); it != group_of_value.end()) add_once(groups[it->second].outputs, o);
+  }
+  // An order that runs: each group after those it reads (stable, Kahn's algorithm).
+  std::vector<size_t> waiting(groups.size());
+  std::vector<std::vector<size_t>> readers(groups.size());
+  for (size_t k = 0; k < groups.size(); ++k) {
+    waiting[k] = deps[k].size();
+    for (size_t d : deps[k]) readers[d].push_back(k);
+  }
+  std::set<size_t> ready;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    if (waiting[k] == 0) ready.insert(k);
+  }
+  std::vector<FusedGroup> ordered;
+  while (!ready.empty()) {
+    size_t k = *ready.begin();
+    ready.erase(ready.begin());
+    ordered.push_back(std::move(groups[k]));
+    for (size_t r : readers[k]) {
+      if (--waiting[r] == 0) ready.insert(r);
+    }
+  }
+  TF_CHECK(ordered.size() == groups.size(), "fusion: the groups form a cycle");
+  return ordered;
+}
+
+}  // namespace tf::graph

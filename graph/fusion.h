@@ -1,0 +1,45 @@
+// fusion: which nodes become one kernel (TVM's FuseOps). A plan over the graph after the
+// passes, not a rewrite: the graph keeps its operators for the reference evaluation, and
+// compilation (not built yet) generates one kernel per group.
+//
+// What it promises: every node is in exactly one group, groups are listed in an order that
+// runs them (each group's inputs are graph inputs, constants or outputs of earlier groups),
+// and a value read by several groups or returned by the model is a group output (written to
+// memory). The rules, by operator kind:
+//   anchor      (Conv, MatMul, Gemm): starts a group; elementwise ops after it join it
+//               (bias, residual Add, Relu, Clip: conv + bias + residual add + relu is one
+//               kernel)
+//   elementwise (unary math, broadcasting binary ops, Where, Clip, Cast, Gelu, ...): joins the
+//               group of its first computed input when that value has no other reader and
+//               is not a model output, and that group is an anchor, elementwise, injective or
+//               reduction group
+//   injective   (Reshape, Transpose, Slice, Concat, Gather, Split, ...): joins an elementwise
+//               or injective group the same way (not an anchor's: it would change the
+//               anchor's output layout)
+//   reduction   (Reduce*, Softmax, LogSoftmax, LayerNormalization, global pooling): starts a
+//               group, which first takes in the elementwise/injective group computing its
+//               input when nothing else reads it; elementwise ops after it join it
+//   opaque      (MaxPool, AveragePool, anything else): a group of its own
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace tf::graph {
+
+enum class OpKind { Anchor, Elementwise, Injective, Reduction, Opaque };
+const char* op_kind_name(OpKind k);
+OpKind op_kind(const std::string& op);
+
+struct FusedGroup {
+  OpKind kind;                       // of the group: its anchor's, else its first node's
+  std::vector<std::string> nodes;    // node names, in graph order
+  std::vector<std::string> inputs;   // computed values read from outside (not constants)
+  std::vector<std::string> outputs;  // values read outside the group or returned
+};
+
+std::vector<FusedGroup> plan_fusion(const Graph& g);
+
+}  // namespace tf::graph
