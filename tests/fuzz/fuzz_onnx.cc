@@ -1,5 +1,5 @@
 // libFuzzer target: ONNX import (hostile model files), then the graph passes, task
-// extraction and the fusion plan on whatever imports. Bad input must be a UserError, never
+// extraction, the fusion and memory plans on whatever imports. Bad input must be a UserError, never
 // a crash, a hang or an allocation without bound.
 #include <cstddef>
 #include <cstdint>
@@ -7,6 +7,7 @@
 
 #include "compiler/error.h"
 #include "graph/fusion.h"
+#include "graph/memory_plan.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
 #include "graph/tasks.h"
@@ -16,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     tf::graph::Graph g = tf::graph::import_onnx_bytes(std::string(reinterpret_cast<const char*>(data), size), "fuzz.onnx");
     tf::graph::run_passes(g, tf::graph::PassOptions{});
     tf::graph::extract_tasks(g);
-    tf::graph::plan_fusion(g);
+    tf::graph::plan_memory(g, tf::graph::plan_fusion(g));
   } catch (const tf::UserError&) {
   }
   return 0;

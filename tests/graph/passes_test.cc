@@ -8,6 +8,7 @@
 
 #include "compiler/error.h"
 #include "graph/fusion.h"
+#include "graph/memory_plan.h"
 #include "graph/pass.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
@@ -327,4 +328,36 @@ TEST(GraphFusion, GroupsFollowTheRules) {
   // The reduction takes in the Mul computing its input (read by nothing else).
   ASSERT_EQ(group_with(p2, "ReduceSum_r"), group_with(p2, "Mul_sq"));
   EXPECT_EQ(group_with(p2, "ReduceSum_r")->kind, OpKind::Reduction);
+}
+
+// Intermediates share the arena where their lifetimes do not overlap, never where they do.
+TEST(GraphMemory, ReuseByLivenessWithoutOverlap) {
+  // A chain of opaque ops (each its own kernel): a -> b -> c -> d -> out; each buffer is
+  // dead once the next is written, so two slots suffice.
+  GraphBuilder b;
+  std::string v = b.input("x", {1, 1, 16, 16});
+  std::map<std::string, Attr> pool = {{"kernel_shape", std::vector<int64_t>{1, 1}}};
+  for (const char* name : {"a", "b", "c", "d", "out"}) v = b.node("MaxPool", {v}, name, {1, 1, 16, 16}, pool);
+  b.g.outputs = {"out"};
+  verify(b.g);
+  MemoryPlan chain = plan_memory(b.g, plan_fusion(b.g));
+  EXPECT_EQ(chain.buffers.size(), 4u);  // out is the caller's
+  EXPECT_EQ(chain.naive_bytes, 4 * 1024);
+  EXPECT_EQ(chain.arena_bytes, 2 * 1024);
+
+  for (Graph g : {sample_model(), composites(false)}) {
+    run_passes(g, PassOptions{});
+    std::vector<FusedGroup> groups = plan_fusion(g);
+    MemoryPlan m = plan_memory(g, groups);
+    EXPECT_LE(m.arena_bytes, m.naive_bytes);
+    for (const auto& [n1, p1] : m.buffers) {
+      EXPECT_EQ(p1.offset % kArenaAlignment, 0) << n1;
+      for (const auto& [n2, p2] : m.buffers) {
+        if (n1 >= n2) continue;
+        bool live_together = p1.first <= p2.last && p2.first <= p1.last;
+        bool share_memory = p1.offset < p2.offset + p2.bytes && p2.offset < p1.offset + p1.bytes;
+        EXPECT_FALSE(live_together && share_memory) << n1 << " and " << n2;
+      }
+    }
+  }
 }

@@ -11,6 +11,7 @@
 
 #include "compiler/error.h"
 #include "graph/fusion.h"
+#include "graph/memory_plan.h"
 #include "graph/npy.h"
 #include "graph/onnx_import.h"
 #include "graph/reference_run.h"
@@ -53,6 +54,7 @@ int run_import(const ImportArgs& a) {
   GraphStats after = graph_stats(g);
   TaskList tasks = extract_tasks(g);
   std::vector<FusedGroup> groups = plan_fusion(g);
+  MemoryPlan memory = plan_memory(g, groups);
 
   auto tensors = [&](const std::vector<std::string>& names) {
     json out = json::array();
@@ -78,6 +80,8 @@ int run_import(const ImportArgs& a) {
   for (const FusedGroup& f : groups) {
     j["fused_kernels"].push_back({{"kind", op_kind_name(f.kind)}, {"nodes", f.nodes}, {"inputs", f.inputs}, {"outputs", f.outputs}});
   }
+  j["memory"] = {{"arena_bytes", memory.arena_bytes}, {"naive_bytes", memory.naive_bytes},
+                 {"intermediates", memory.buffers.size()}};
   j["untunable"] = json::array();
   for (const Untunable& u : tasks.untunable) j["untunable"].push_back({{"node", u.node}, {"op", u.op}, {"reason", u.reason}});
   if (a.json) {
@@ -113,6 +117,9 @@ int run_import(const ImportArgs& a) {
   for (const auto& [k, n] : by_kind) kinds += str(kinds.empty() ? "" : ", ", n, " ", k);
   std::printf("kernels   %zu after fusion (%s; %zu nodes fused into others' kernels)\n", groups.size(), kinds.c_str(),
               fused_nodes - std::count_if(groups.begin(), groups.end(), [](const FusedGroup& f) { return f.nodes.size() > 1; }));
+  std::printf("memory    %.2f MB arena for %zu intermediates (%.2f MB without reuse)\n",
+              static_cast<double>(memory.arena_bytes) / 1e6, memory.buffers.size(),
+              static_cast<double>(memory.naive_bytes) / 1e6);
   std::printf("\ntasks (%zu distinct)\n", tasks.tasks.size());
   for (const Task& t : tasks.tasks) {
     std::printf("  %3zu x %-90s %.3g GFLOP\n", t.nodes.size(), t.workload.c_str(), static_cast<double>(t.flops) / 1e9);

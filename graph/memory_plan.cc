@@ -1,0 +1,54 @@
+#include "graph/memory_plan.h"
+
+#include <algorithm>
+#include <set>
+
+namespace tf::graph {
+
+MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
+  MemoryPlan plan;
+  std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
+  auto align = [](int64_t b) { return (b + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; };
+  for (size_t k = 0; k < groups.size(); ++k) {
+    for (const std::string& v : groups[k].outputs) {
+      if (outputs.count(v)) continue;
+      const Value& val = g.value(v);
+      int64_t width = val.dtype == DType::F32 ? 4 : 8;
+      plan.buffers[v] = BufferPlacement{0, align(num_elements(val.shape) * width), k, k};
+    }
+  }
+  for (size_t k = 0; k < groups.size(); ++k) {
+    for (const std::string& v : groups[k].inputs) {
+      if (auto it = plan.buffers.find(v); it != plan.buffers.end()) it->second.last = std::max(it->second.last, k);
+    }
+  }
+  // Greedy by size: the largest first, each at the lowest offset where it overlaps no placed
+  // buffer that is live at the same time.
+  std::vector<std::string> order;
+  for (const auto& [name, b] : plan.buffers) order.push_back(name);
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    return plan.buffers[a].bytes > plan.buffers[b].bytes;
+  });
+  std::vector<std::string> placed;
+  for (const std::string& name : order) {
+    BufferPlacement& b = plan.buffers[name];
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of live-overlapping buffers
+    for (const std::string& other : placed) {
+      const BufferPlacement& o = plan.buffers[other];
+      if (o.first <= b.last && b.first <= o.last) busy.emplace_back(o.offset, o.offset + o.bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t at = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (at + b.bytes <= lo) break;
+      at = std::max(at, hi);
+    }
+    b.offset = at;
+    plan.arena_bytes = std::max(plan.arena_bytes, at + b.bytes);
+    plan.naive_bytes += b.bytes;
+    placed.push_back(name);
+  }
+  return plan;
+}
+
+}  // namespace tf::graph
