@@ -134,7 +134,10 @@ Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
   Value v{vi.name(), DType::F32, {}, std::nullopt};
   for (int d = 0; d < tt.shape().dim_size(); ++d) {
     const auto& dim = tt.shape().dim(d);
-    if (!dim.has_dim_value() || dim.dim_value() <= 0) {
+    if (dim.has_dim_value() && dim.dim_value() == 0) {
+      throw UserError(str(what, " has an empty dimension ", d, "; empty tensors are not supported"));
+    }
+    if (!dim.has_dim_value() || dim.dim_value() < 0) {
       throw UserError(str(what, " has a dynamic dimension ", d,
                           dim.has_dim_param() ? str(" ('", dim.dim_param(), "')") : std::string(),
                           "; tunefarm needs static shapes (export with fixed sizes)"));

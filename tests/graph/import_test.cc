@@ -177,6 +177,13 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
   }
   {
     ModelBuilder b;
+    b.input("x", {0, 3});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    expect(b, "graph input 'x' has an empty dimension 0; empty tensors are not supported");
+  }
+  {
+    ModelBuilder b;
     b.input("x", {2}, onnx::TensorProto::INT64);
     b.node("Relu", {"x"}, {"y"});
     b.output("y");

@@ -14,6 +14,7 @@
 #include "compiler/error.h"
 #include "graph/onnx_import.h"
 #include "graph/ops.h"
+#include "graph/pass.h"
 #include "graph/reference_run.h"
 
 namespace fs = std::filesystem;
@@ -107,16 +108,21 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
       for (size_t k = 0; k < g.outputs.size(); ++k) {
         expected[g.outputs[k]] = read_tensor_file((set / ("output_" + std::to_string(k) + ".pb")).string());
       }
-      std::map<std::string, HostTensor> got;
-      try {
-        got = run_reference(g, inputs);
-      } catch (const tf::UserError& e) {
-        ADD_FAILURE() << name << ": " << e.what();
-        continue;
-      }
-      for (const auto& [out, want] : expected) {
-        std::string diff = compare(want, got.at(out));
-        EXPECT_EQ(diff, "") << name << " output " << out;
+      // As imported, and after the graph passes at -O3 (which must not change the values).
+      Graph optimized = g;
+      run_passes(optimized, PassOptions{3, {}, {}, nullptr});
+      for (const Graph* version : {&g, &optimized}) {
+        std::map<std::string, HostTensor> got;
+        try {
+          got = run_reference(*version, inputs);
+        } catch (const tf::UserError& e) {
+          ADD_FAILURE() << name << ": " << e.what();
+          continue;
+        }
+        for (const auto& [out, want] : expected) {
+          std::string diff = compare(want, got.at(out));
+          EXPECT_EQ(diff, "") << name << " output " << out << (version == &g ? "" : " after the passes");
+        }
       }
       // The model's operators, including those folded at import.
       onnx::ModelProto m;
