@@ -55,6 +55,48 @@ std::vector<std::string> supported_ops() {
   return out;
 }
 
+namespace {
+
+// The attributes each operator understands (the ONNX spec's, opsets 11 to 17); any other
+// attribute is refused rather than ignored, so a model never computes something else
+// silently. Those that only matter in training or for outputs tunefarm refuses are accepted
+// (BatchNormalization's momentum, MaxPool's storage_order).
+const std::vector<std::string>& known_attributes(const std::string& op) {
+  static const std::vector<std::string> none;
+  static const std::map<std::string, std::vector<std::string>> known = {
+      {"LeakyRelu", {"alpha"}},
+      {"HardSigmoid", {"alpha", "beta"}},
+      {"Mod", {"fmod"}},
+      {"Cast", {"to"}},
+      {"Gemm", {"alpha", "beta", "transA", "transB"}},
+      {"Conv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
+      {"MaxPool", {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
+      {"AveragePool", {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}},
+      {"BatchNormalization", {"epsilon", "momentum", "training_mode"}},
+      {"Softmax", {"axis"}},
+      {"LogSoftmax", {"axis"}},
+      {"LayerNormalization", {"axis", "epsilon", "stash_type"}},
+      {"Reshape", {"allowzero"}},
+      {"Flatten", {"axis"}},
+      {"Squeeze", {"axes"}},
+      {"Unsqueeze", {"axes"}},
+      {"Transpose", {"perm"}},
+      {"Concat", {"axis"}},
+      {"Split", {"axis", "split"}},
+      {"Gather", {"axis"}},
+      {"Dropout", {"seed", "ratio"}},
+      {"Shape", {"end", "start"}},
+      {"Constant", {"value", "value_float", "value_floats", "value_int", "value_ints"}},
+      {"ConstantOfShape", {"value"}},
+  };
+  static const std::vector<std::string> reduce = {"axes", "keepdims", "noop_with_empty_axes"};
+  if (op.rfind("Reduce", 0) == 0) return reduce;
+  auto it = known.find(op);
+  return it == known.end() ? none : it->second;
+}
+
+}  // namespace
+
 std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) {
   const OpDef* d = find_op(n.op);
   if (!d) {
@@ -70,6 +112,15 @@ std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) 
   }
   for (int k = 0; k < d->min_inputs; ++k) {
     if (n.inputs[k].empty()) throw UserError(str(n.where(), ": input ", k, " is required"));
+  }
+  const std::vector<std::string>& known = known_attributes(n.op);
+  for (const auto& [name, a] : n.attrs) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw UserError(str(n.where(), ": attribute '", name, "' is not supported (", n.op, " takes ",
+                          list.empty() ? "none" : list, ")"));
+    }
   }
   std::vector<TypeShape> out = d->infer(context(n, g, opset));
   for (const TypeShape& t : out) check_tensor_size(n.where(), t.shape);

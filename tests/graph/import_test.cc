@@ -177,6 +177,13 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
   }
   {
     ModelBuilder b;
+    b.input("x", {2, 3});
+    set_int(b.node("Softmax", {"x"}, {"y"}, "sm"), "temperature", 2);
+    b.output("y");
+    expect(b, "node 'sm' (Softmax): attribute 'temperature' is not supported (Softmax takes axis)");
+  }
+  {
+    ModelBuilder b;
     b.input("x", {0, 3});
     b.node("Relu", {"x"}, {"y"});
     b.output("y");
