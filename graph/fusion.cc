@@ -6,31 +6,37 @@
 #include <set>
 
 #include "compiler/error.h"
-
 #include "graph/pass.h"
 
 namespace tf::graph {
 
 const char* op_kind_name(OpKind k) {
   switch (k) {
-    case OpKind::Anchor: return "anchor";
-    case OpKind::Elementwise: return "elementwise";
-    case OpKind::Injective: return "injective";
-    case OpKind::Reduction: return "reduction";
-    case OpKind::Opaque: return "opaque";
+    case OpKind::Anchor:
+      return "anchor";
+    case OpKind::Elementwise:
+      return "elementwise";
+    case OpKind::Injective:
+      return "injective";
+    case OpKind::Reduction:
+      return "reduction";
+    case OpKind::Opaque:
+      return "opaque";
   }
   return "?";
 }
 
 OpKind op_kind(const std::string& op) {
   static const std::set<std::string> anchors = {"Conv", "MatMul", "Gemm"};
-  static const std::set<std::string> injective = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice",
-                                                  "Concat",  "Gather",  "Split",   "Expand",    "Identity", "Dropout"};
+  static const std::set<std::string> injective = {"Reshape",   "Flatten", "Squeeze",  "Unsqueeze",
+                                                  "Transpose", "Slice",   "Concat",   "Gather",
+                                                  "Split",     "Expand",  "Identity", "Dropout"};
   static const std::set<std::string> reductions = {
-      "ReduceMean", "ReduceSum",       "ReduceMax",    "ReduceMin",       "ReduceProd",         "ReduceL1",
-      "ReduceL2",   "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Softmax",            "LogSoftmax",
-      "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool"};
-  static const std::set<std::string> opaque = {"MaxPool", "AveragePool", "Shape", "Constant", "ConstantOfShape", "Range"};
+      "ReduceMean", "ReduceSum",  "ReduceMax",          "ReduceMin",         "ReduceProd",
+      "ReduceL1",   "ReduceL2",   "ReduceSumSquare",    "ReduceLogSum",      "ReduceLogSumExp",
+      "Softmax",    "LogSoftmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool"};
+  static const std::set<std::string> opaque = {"MaxPool",  "AveragePool",     "Shape",
+                                               "Constant", "ConstantOfShape", "Range"};
   if (anchors.count(op)) return OpKind::Anchor;
   if (injective.count(op)) return OpKind::Injective;
   if (reductions.count(op)) return OpKind::Reduction;
@@ -75,9 +81,10 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     size_t target = groups.size();
     if (producer && uses[first] == 1 && !outputs.count(first)) {
       OpKind pk = groups[*producer].kind;
-      bool joins = (kind == OpKind::Elementwise && pk != OpKind::Opaque) ||
-                   (kind == OpKind::Injective && (pk == OpKind::Elementwise || pk == OpKind::Injective)) ||
-                   (kind == OpKind::Reduction && (pk == OpKind::Elementwise || pk == OpKind::Injective));
+      bool joins =
+          (kind == OpKind::Elementwise && pk != OpKind::Opaque) ||
+          (kind == OpKind::Injective && (pk == OpKind::Elementwise || pk == OpKind::Injective)) ||
+          (kind == OpKind::Reduction && (pk == OpKind::Elementwise || pk == OpKind::Injective));
       // Joining must not make the group wait for a group that waits for it.
       for (size_t r : reads) joins = joins && (r == *producer || !depends(r, *producer));
       if (joins) {
@@ -114,7 +121,8 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     }
   }
   for (const std::string& o : g.outputs) {
-    if (auto it = group_of_value.find(o); it != group_of_value.end()) add_once(groups[it->second].outputs, o);
+    if (auto it = group_of_value.find(o); it != group_of_value.end())
+      add_once(groups[it->second].outputs, o);
   }
   // An order that runs: each group after those it reads (stable, Kahn's algorithm).
   std::vector<size_t> waiting(groups.size());

@@ -12,9 +12,12 @@ namespace tf::graph {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "float32";
-    case DType::I64: return "int64";
-    case DType::Bool: return "bool";
+    case DType::F32:
+      return "float32";
+    case DType::I64:
+      return "int64";
+    case DType::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -76,7 +79,8 @@ std::string Node::get_string(const std::string& a, const std::string& fallback) 
   throw UserError(str(where(), ": attribute '", a, "' must be a string"));
 }
 
-std::vector<int64_t> Node::get_ints(const std::string& a, const std::vector<int64_t>& fallback) const {
+std::vector<int64_t> Node::get_ints(const std::string& a,
+                                    const std::vector<int64_t>& fallback) const {
   auto it = attrs.find(a);
   if (it == attrs.end()) return fallback;
   if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
@@ -120,33 +124,40 @@ void verify(const Graph& g) {
   for (const auto& [name, v] : g.values) {
     if (v.name != name) throw UserError(str("value '", name, "' is named '", v.name, "' inside"));
     for (int64_t d : v.shape) {
-      if (d < 0) throw UserError(str("value '", name, "' has a negative dimension: ", shape_str(v.shape)));
+      if (d < 0)
+        throw UserError(str("value '", name, "' has a negative dimension: ", shape_str(v.shape)));
     }
     if (v.constant) {
       const HostTensor& c = *v.constant;
       int64_t n = num_elements(v.shape);
       size_t have = c.dtype == DType::F32 ? c.f.size() : c.i.size();
       if (c.shape != v.shape || c.dtype != v.dtype || static_cast<int64_t>(have) != n) {
-        throw UserError(str("constant '", name, "' holds ", have, " ", dtype_name(c.dtype), " elements of shape ",
-                            shape_str(c.shape), " for a ", dtype_name(v.dtype), " value of shape ", shape_str(v.shape)));
+        throw UserError(str("constant '", name, "' holds ", have, " ", dtype_name(c.dtype),
+                            " elements of shape ", shape_str(c.shape), " for a ",
+                            dtype_name(v.dtype), " value of shape ", shape_str(v.shape)));
       }
       defined.insert(name);
     }
   }
   std::set<std::string> node_names;
   for (const Node& n : g.nodes) {
-    if (!node_names.insert(n.name).second) throw UserError(str("two nodes are named '", n.name, "'"));
+    if (!node_names.insert(n.name).second)
+      throw UserError(str("two nodes are named '", n.name, "'"));
     for (const std::string& in : n.inputs) {
       if (in.empty()) continue;
       if (!defined.count(in)) {
-        throw UserError(str(n.where(), " reads '", in, "', which no earlier node, input or constant defines"));
+        throw UserError(
+            str(n.where(), " reads '", in, "', which no earlier node, input or constant defines"));
       }
     }
     for (const std::string& out : n.outputs) {
       if (out.empty()) continue;
-      if (!g.values.count(out)) throw UserError(str(n.where(), " writes '", out, "', which has no value"));
-      if (g.value(out).constant) throw UserError(str(n.where(), " writes the constant '", out, "'"));
-      if (!defined.insert(out).second) throw UserError(str(n.where(), " writes '", out, "', which is already defined"));
+      if (!g.values.count(out))
+        throw UserError(str(n.where(), " writes '", out, "', which has no value"));
+      if (g.value(out).constant)
+        throw UserError(str(n.where(), " writes the constant '", out, "'"));
+      if (!defined.insert(out).second)
+        throw UserError(str(n.where(), " writes '", out, "', which is already defined"));
     }
   }
   for (const std::string& out : g.outputs) {
@@ -162,7 +173,8 @@ std::string attr_text(const Attr& a) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, HostTensor>) {
           return str("tensor<", dtype_name(v.dtype), shape_str(v.shape), ">");
-        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<float>>) {
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                             std::is_same_v<T, std::vector<float>>) {
           std::string s = "[";
           for (size_t k = 0; k < v.size(); ++k) s += str(k ? ", " : "", v[k]);
           return s + "]";

@@ -39,14 +39,17 @@ struct HostTensor {
   static HostTensor ints(Shape shape, std::vector<int64_t> data, DType t = DType::I64);
   int64_t size() const { return num_elements(shape); }
   // Element k as a double / an int64 whatever the type.
-  double as_double(int64_t k) const { return dtype == DType::F32 ? f[k] : static_cast<double>(i[k]); }
+  double as_double(int64_t k) const {
+    return dtype == DType::F32 ? f[k] : static_cast<double>(i[k]);
+  }
   // Floats convert by truncation, saturating at the int64 range (NaN is 0), never UB.
   int64_t as_int(int64_t k) const { return dtype == DType::F32 ? float_to_int(f[k]) : i[k]; }
   static int64_t float_to_int(double v);
 };
 
 // An attribute of a node, as ONNX has them (graphs and sparse tensors are not supported).
-using Attr = std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>, HostTensor>;
+using Attr =
+    std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>, HostTensor>;
 
 struct Value {
   std::string name;
@@ -56,8 +59,8 @@ struct Value {
 };
 
 struct Node {
-  std::string name;  // from the model, or made unique at import when it had none
-  std::string op;    // ONNX op type (Conv, MatMul, ...); passes add fused ones
+  std::string name;                  // from the model, or made unique at import when it had none
+  std::string op;                    // ONNX op type (Conv, MatMul, ...); passes add fused ones
   std::vector<std::string> inputs;   // value names; "" for an omitted optional input
   std::vector<std::string> outputs;  // value names
   std::map<std::string, Attr> attrs;

@@ -8,7 +8,9 @@ namespace tf::graph {
 MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
   MemoryPlan plan;
   std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
-  auto align = [](int64_t b) { return (b + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; };
+  auto align = [](int64_t b) {
+    return (b + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  };
   for (size_t k = 0; k < groups.size(); ++k) {
     for (const std::string& v : groups[k].outputs) {
       if (outputs.count(v)) continue;
@@ -19,7 +21,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
   }
   for (size_t k = 0; k < groups.size(); ++k) {
     for (const std::string& v : groups[k].inputs) {
-      if (auto it = plan.buffers.find(v); it != plan.buffers.end()) it->second.last = std::max(it->second.last, k);
+      if (auto it = plan.buffers.find(v); it != plan.buffers.end())
+        it->second.last = std::max(it->second.last, k);
     }
   }
   // Greedy by size: the largest first, each at the lowest offset where it overlaps no placed

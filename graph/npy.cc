@@ -13,7 +13,8 @@ HostTensor read_npy(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw UserError(str("cannot open ", path));
   std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0) throw UserError(str(path, ": not a .npy file"));
+  if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
+    throw UserError(str(path, ": not a .npy file"));
   int major = static_cast<unsigned char>(data[6]);
   size_t header_len = 0, start = 0;
   if (major == 1) {
@@ -31,12 +32,15 @@ HostTensor read_npy(const std::string& path) {
   if (data.size() < start + header_len) throw UserError(str(path, ": truncated header"));
   std::string header = data.substr(start, header_len);
   std::smatch m;
-  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']*)'"))) throw UserError(str(path, ": header has no descr"));
+  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']*)'")))
+    throw UserError(str(path, ": header has no descr"));
   std::string descr = m[1];
   if (std::regex_search(header, std::regex("'fortran_order':\\s*True"))) {
-    throw UserError(str(path, ": Fortran-ordered arrays are not supported (save with np.ascontiguousarray)"));
+    throw UserError(
+        str(path, ": Fortran-ordered arrays are not supported (save with np.ascontiguousarray)"));
   }
-  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)"))) throw UserError(str(path, ": header has no shape"));
+  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")))
+    throw UserError(str(path, ": header has no shape"));
   Shape shape;
   std::string dims = m[1];
   const std::regex number("[0-9]+");
@@ -63,7 +67,8 @@ HostTensor read_npy(const std::string& path) {
     }
     return HostTensor::floats(shape, std::move(v));
   }
-  throw UserError(str(path, ": element type '", descr, "' is not supported (float32 '<f4', or float64 '<f8')"));
+  throw UserError(
+      str(path, ": element type '", descr, "' is not supported (float32 '<f4', or float64 '<f8')"));
 }
 
 void write_npy(const std::string& path, const HostTensor& t) {

@@ -25,28 +25,44 @@ std::string read_file(const std::string& path) {
 
 const char* onnx_type_name(int t) {
   switch (t) {
-    case onnx::TensorProto::FLOAT: return "float32";
-    case onnx::TensorProto::UINT8: return "uint8";
-    case onnx::TensorProto::INT8: return "int8";
-    case onnx::TensorProto::UINT16: return "uint16";
-    case onnx::TensorProto::INT16: return "int16";
-    case onnx::TensorProto::INT32: return "int32";
-    case onnx::TensorProto::INT64: return "int64";
-    case onnx::TensorProto::STRING: return "string";
-    case onnx::TensorProto::BOOL: return "bool";
-    case onnx::TensorProto::FLOAT16: return "float16";
-    case onnx::TensorProto::DOUBLE: return "float64";
-    case onnx::TensorProto::UINT32: return "uint32";
-    case onnx::TensorProto::UINT64: return "uint64";
-    case onnx::TensorProto::BFLOAT16: return "bfloat16";
-    default: return "an unknown type";
+    case onnx::TensorProto::FLOAT:
+      return "float32";
+    case onnx::TensorProto::UINT8:
+      return "uint8";
+    case onnx::TensorProto::INT8:
+      return "int8";
+    case onnx::TensorProto::UINT16:
+      return "uint16";
+    case onnx::TensorProto::INT16:
+      return "int16";
+    case onnx::TensorProto::INT32:
+      return "int32";
+    case onnx::TensorProto::INT64:
+      return "int64";
+    case onnx::TensorProto::STRING:
+      return "string";
+    case onnx::TensorProto::BOOL:
+      return "bool";
+    case onnx::TensorProto::FLOAT16:
+      return "float16";
+    case onnx::TensorProto::DOUBLE:
+      return "float64";
+    case onnx::TensorProto::UINT32:
+      return "uint32";
+    case onnx::TensorProto::UINT64:
+      return "uint64";
+    case onnx::TensorProto::BFLOAT16:
+      return "bfloat16";
+    default:
+      return "an unknown type";
   }
 }
 
 template <typename T>
 std::vector<T> raw_values(const std::string& raw, int64_t n, const std::string& what) {
   if (static_cast<int64_t>(raw.size()) != n * static_cast<int64_t>(sizeof(T))) {
-    throw UserError(str(what, ": raw data has ", raw.size(), " bytes for ", n, " elements of ", sizeof(T), " bytes"));
+    throw UserError(str(what, ": raw data has ", raw.size(), " bytes for ", n, " elements of ",
+                        sizeof(T), " bytes"));
   }
   std::vector<T> v(n);
   if (n) std::memcpy(v.data(), raw.data(), raw.size());
@@ -57,24 +73,28 @@ std::vector<T> raw_values(const std::string& raw, int64_t n, const std::string& 
 
 HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what) {
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    throw UserError(str(what, ": data stored outside the model file (external data) is not supported"));
+    throw UserError(
+        str(what, ": data stored outside the model file (external data) is not supported"));
   }
   Shape shape(t.dims().begin(), t.dims().end());
   check_tensor_size(what, shape);
   int64_t n = num_elements(shape);
   auto check = [&](int64_t have) {
-    if (have != n) throw UserError(str(what, ": holds ", have, " elements for shape ", shape_str(shape)));
+    if (have != n)
+      throw UserError(str(what, ": holds ", have, " elements for shape ", shape_str(shape)));
   };
   switch (t.data_type()) {
     case onnx::TensorProto::FLOAT: {
-      std::vector<float> v = t.has_raw_data() ? raw_values<float>(t.raw_data(), n, what)
-                                              : std::vector<float>(t.float_data().begin(), t.float_data().end());
+      std::vector<float> v = t.has_raw_data()
+                                 ? raw_values<float>(t.raw_data(), n, what)
+                                 : std::vector<float>(t.float_data().begin(), t.float_data().end());
       check(static_cast<int64_t>(v.size()));
       return HostTensor::floats(shape, std::move(v));
     }
     case onnx::TensorProto::INT64: {
-      std::vector<int64_t> v = t.has_raw_data() ? raw_values<int64_t>(t.raw_data(), n, what)
-                                                : std::vector<int64_t>(t.int64_data().begin(), t.int64_data().end());
+      std::vector<int64_t> v =
+          t.has_raw_data() ? raw_values<int64_t>(t.raw_data(), n, what)
+                           : std::vector<int64_t>(t.int64_data().begin(), t.int64_data().end());
       check(static_cast<int64_t>(v.size()));
       return HostTensor::ints(shape, std::move(v));
     }
@@ -91,17 +111,20 @@ HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what)
         v.assign(t.int32_data().begin(), t.int32_data().end());
       }
       check(static_cast<int64_t>(v.size()));
-      return HostTensor::ints(shape, std::move(v), t.data_type() == onnx::TensorProto::BOOL ? DType::Bool : DType::I64);
+      return HostTensor::ints(shape, std::move(v),
+                              t.data_type() == onnx::TensorProto::BOOL ? DType::Bool : DType::I64);
     }
     default:
-      throw UserError(str(what, ": element type ", onnx_type_name(t.data_type()),
-                          " is not supported (float32; int32, int64 and bool for shape arithmetic)"));
+      throw UserError(
+          str(what, ": element type ", onnx_type_name(t.data_type()),
+              " is not supported (float32; int32, int64 and bool for shape arithmetic)"));
   }
 }
 
 HostTensor read_tensor_file(const std::string& path) {
   onnx::TensorProto t;
-  if (!t.ParseFromString(read_file(path))) throw UserError(str(path, ": not a serialized ONNX TensorProto"));
+  if (!t.ParseFromString(read_file(path)))
+    throw UserError(str(path, ": not a serialized ONNX TensorProto"));
   return tensor_from_onnx(t, path);
 }
 
@@ -110,32 +133,44 @@ namespace {
 Attr attribute(const onnx::AttributeProto& a, const std::string& where) {
   std::string what = str(where, ": attribute '", a.name(), "'");
   switch (a.type()) {
-    case onnx::AttributeProto::INT: return a.i();
-    case onnx::AttributeProto::FLOAT: return a.f();
-    case onnx::AttributeProto::STRING: return a.s();
-    case onnx::AttributeProto::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
-    case onnx::AttributeProto::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
-    case onnx::AttributeProto::TENSOR: return tensor_from_onnx(a.t(), what);
+    case onnx::AttributeProto::INT:
+      return a.i();
+    case onnx::AttributeProto::FLOAT:
+      return a.f();
+    case onnx::AttributeProto::STRING:
+      return a.s();
+    case onnx::AttributeProto::INTS:
+      return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    case onnx::AttributeProto::FLOATS:
+      return std::vector<float>(a.floats().begin(), a.floats().end());
+    case onnx::AttributeProto::TENSOR:
+      return tensor_from_onnx(a.t(), what);
     default:
-      throw UserError(str(what, ": subgraphs (If, Loop, Scan bodies), sparse tensors, string lists and type protos "
-                          "are not supported"));
+      throw UserError(
+          str(what,
+              ": subgraphs (If, Loop, Scan bodies), sparse tensors, string lists and type protos "
+              "are not supported"));
   }
 }
 
 // A graph input's static type and shape.
 Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
   std::string what = str(file, ": graph input '", vi.name(), "'");
-  if (!vi.type().has_tensor_type()) throw UserError(str(what, " is not a tensor (sequences, maps and optionals are not supported)"));
+  if (!vi.type().has_tensor_type())
+    throw UserError(
+        str(what, " is not a tensor (sequences, maps and optionals are not supported)"));
   const auto& tt = vi.type().tensor_type();
   if (tt.elem_type() != onnx::TensorProto::FLOAT) {
-    throw UserError(str(what, " is ", onnx_type_name(tt.elem_type()), "; model inputs must be float32"));
+    throw UserError(
+        str(what, " is ", onnx_type_name(tt.elem_type()), "; model inputs must be float32"));
   }
   if (!tt.has_shape()) throw UserError(str(what, " has no shape; tunefarm needs static shapes"));
   Value v{vi.name(), DType::F32, {}, std::nullopt};
   for (int d = 0; d < tt.shape().dim_size(); ++d) {
     const auto& dim = tt.shape().dim(d);
     if (dim.has_dim_value() && dim.dim_value() == 0) {
-      throw UserError(str(what, " has an empty dimension ", d, "; empty tensors are not supported"));
+      throw UserError(
+          str(what, " has an empty dimension ", d, "; empty tensors are not supported"));
     }
     if (!dim.has_dim_value() || dim.dim_value() < 0) {
       throw UserError(str(what, " has a dynamic dimension ", d,
@@ -149,12 +184,14 @@ Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
 }
 
 // Ops whose outputs are decided by static shapes and constants alone: evaluated at import.
-bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>& out, int64_t& budget) {
+bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>& out,
+                     int64_t& budget) {
   if (!foldable(n, out)) return false;
   int64_t elements = 0;
   for (const TypeShape& t : out) elements += num_elements(t.shape);
   if (elements > budget) return false;
-  if (n.op == "Shape" || n.op == "Constant" || n.op == "ConstantOfShape" || n.op == "Range") return true;
+  if (n.op == "Shape" || n.op == "Constant" || n.op == "ConstantOfShape" || n.op == "Range")
+    return true;
   for (const std::string& in : n.inputs) {
     if (!in.empty() && !g.is_constant(in)) return false;
   }
@@ -171,17 +208,21 @@ bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>
 
 Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
   onnx::ModelProto model;
-  if (!model.ParseFromString(bytes)) throw UserError(str(file, ": not an ONNX model (the protobuf does not parse)"));
+  if (!model.ParseFromString(bytes))
+    throw UserError(str(file, ": not an ONNX model (the protobuf does not parse)"));
   if (!model.has_graph()) throw UserError(str(file, ": the model has no graph"));
   Graph g;
   g.opset = -1;
   for (const auto& os : model.opset_import()) {
     if (os.domain().empty() || os.domain() == "ai.onnx") g.opset = os.version();
   }
-  if (g.opset < 0) throw UserError(str(file, ": the model imports no opset of the default ONNX domain (training and ML domains are not supported)"));
+  if (g.opset < 0)
+    throw UserError(str(file,
+                        ": the model imports no opset of the default ONNX domain (training and ML "
+                        "domains are not supported)"));
   if (g.opset < kMinOpset || g.opset > kMaxOpset) {
-    throw UserError(str(file, ": opset ", g.opset, " is not supported (", kMinOpset, " to ", kMaxOpset,
-                        "; re-export with opset_version in that range)"));
+    throw UserError(str(file, ": opset ", g.opset, " is not supported (", kMinOpset, " to ",
+                        kMaxOpset, "; re-export with opset_version in that range)"));
   }
   const onnx::GraphProto& gp = model.graph();
   g.name = gp.name();
@@ -204,16 +245,19 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     n.name = np.name().empty() ? str(n.op, "_", k) : np.name();
     if (!node_names.insert(n.name).second) n.name = str(n.name, "_", k);
     if (!np.domain().empty() && np.domain() != "ai.onnx") {
-      throw UserError(str(file, ": ", n.where(), " is in domain '", np.domain(), "'; only the default ONNX domain is supported"));
+      throw UserError(str(file, ": ", n.where(), " is in domain '", np.domain(),
+                          "'; only the default ONNX domain is supported"));
     }
     n.inputs.assign(np.input().begin(), np.input().end());
     n.outputs.assign(np.output().begin(), np.output().end());
     for (const std::string& in : n.inputs) {
       if (!in.empty() && !g.values.count(in)) {
-        throw UserError(str(file, ": ", n.where(), " reads '", in, "', which is not defined before it"));
+        throw UserError(
+            str(file, ": ", n.where(), " reads '", in, "', which is not defined before it"));
       }
     }
-    for (const auto& a : np.attribute()) n.attrs[a.name()] = attribute(a, str(file, ": ", n.where()));
+    for (const auto& a : np.attribute())
+      n.attrs[a.name()] = attribute(a, str(file, ": ", n.where()));
     std::vector<TypeShape> types;
     try {
       types = infer_node(n, g, g.opset);
@@ -223,19 +267,22 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     // Optional trailing outputs the op does not produce must be unused ("" or dropped).
     while (n.outputs.size() > types.size() && n.outputs.back().empty()) n.outputs.pop_back();
     if (n.outputs.size() != types.size()) {
-      throw UserError(str(file, ": ", n.where(), " has ", n.outputs.size(), " outputs; tunefarm supports ", types.size()));
+      throw UserError(str(file, ": ", n.where(), " has ", n.outputs.size(),
+                          " outputs; tunefarm supports ", types.size()));
     }
     for (size_t o = 0; o < types.size(); ++o) {
       if (n.outputs[o].empty() || g.values.count(n.outputs[o])) {
-        throw UserError(str(file, ": ", n.where(), " output ", o, " ('", n.outputs[o], "') is unnamed or already defined"));
+        throw UserError(str(file, ": ", n.where(), " output ", o, " ('", n.outputs[o],
+                            "') is unnamed or already defined"));
       }
     }
     if (folds_at_import(n, g, types, fold_budget)) {
-      std::vector<HostTensor> vals = eval_node(n, g, g.opset, [&](const std::string& name) -> const HostTensor& {
-        return *g.value(name).constant;
-      });
+      std::vector<HostTensor> vals = eval_node(
+          n, g, g.opset,
+          [&](const std::string& name) -> const HostTensor& { return *g.value(name).constant; });
       for (size_t o = 0; o < types.size(); ++o) {
-        g.values[n.outputs[o]] = Value{n.outputs[o], vals[o].dtype, vals[o].shape, std::move(vals[o])};
+        g.values[n.outputs[o]] =
+            Value{n.outputs[o], vals[o].dtype, vals[o].shape, std::move(vals[o])};
       }
       continue;
     }
@@ -245,20 +292,22 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     g.nodes.push_back(std::move(n));
   }
   for (const auto& vi : gp.output()) {
-    if (!g.values.count(vi.name())) throw UserError(str(file, ": graph output '", vi.name(), "' is never computed"));
+    if (!g.values.count(vi.name()))
+      throw UserError(str(file, ": graph output '", vi.name(), "' is never computed"));
     const Value& v = g.value(vi.name());
     if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape()) {
       const auto& shape = vi.type().tensor_type().shape();
       bool static_dims = shape.dim_size() == static_cast<int>(v.shape.size());
       for (int d = 0; static_dims && d < shape.dim_size(); ++d) {
         if (shape.dim(d).has_dim_value() && shape.dim(d).dim_value() != v.shape[d]) {
-          throw UserError(str(file, ": graph output '", vi.name(), "' is declared with dimension ", d, " = ",
-                              shape.dim(d).dim_value(), " but computes ", shape_str(v.shape)));
+          throw UserError(str(file, ": graph output '", vi.name(), "' is declared with dimension ",
+                              d, " = ", shape.dim(d).dim_value(), " but computes ",
+                              shape_str(v.shape)));
         }
       }
       if (shape.dim_size() != static_cast<int>(v.shape.size())) {
-        throw UserError(str(file, ": graph output '", vi.name(), "' is declared with rank ", shape.dim_size(),
-                            " but computes ", shape_str(v.shape)));
+        throw UserError(str(file, ": graph output '", vi.name(), "' is declared with rank ",
+                            shape.dim_size(), " but computes ", shape_str(v.shape)));
       }
     }
     g.outputs.push_back(vi.name());

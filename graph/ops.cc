@@ -15,8 +15,9 @@ const Value& OpContext::in(size_t k) const {
 const HostTensor& OpContext::constant(size_t k, const char* what) const {
   const Value& v = in(k);
   if (!v.constant) {
-    throw UserError(str(node.where(), ": input ", k, " (", what, ", '", v.name,
-                        "') is computed at run time; tunefarm needs static shapes, so it must fold to a constant"));
+    throw UserError(str(
+        node.where(), ": input ", k, " (", what, ", '", v.name,
+        "') is computed at run time; tunefarm needs static shapes, so it must fold to a constant"));
   }
   return *v.constant;
 }
@@ -70,8 +71,10 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"Cast", {"to"}},
       {"Gemm", {"alpha", "beta", "transA", "transB"}},
       {"Conv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
-      {"MaxPool", {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
-      {"AveragePool", {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}},
+      {"MaxPool",
+       {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
+      {"AveragePool",
+       {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}},
       {"BatchNormalization", {"epsilon", "momentum", "training_mode"}},
       {"Softmax", {"axis"}},
       {"LogSoftmax", {"axis"}},
@@ -102,13 +105,15 @@ std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) 
   if (!d) {
     std::string have;
     for (const std::string& s : supported_ops()) have += (have.empty() ? "" : ", ") + s;
-    throw UserError(str(n.where(), ": operator ", n.op, " is not supported (supported: ", have, ")"));
+    throw UserError(
+        str(n.where(), ": operator ", n.op, " is not supported (supported: ", have, ")"));
   }
   int count = static_cast<int>(n.inputs.size());
   while (count > 0 && n.inputs[count - 1].empty()) --count;
   if (count < d->min_inputs || count > d->max_inputs) {
-    throw UserError(str(n.where(), ": takes ", d->min_inputs == d->max_inputs ? "" : "from ", d->min_inputs,
-                        d->min_inputs == d->max_inputs ? "" : str(" to ", d->max_inputs), " inputs, not ", count));
+    throw UserError(str(
+        n.where(), ": takes ", d->min_inputs == d->max_inputs ? "" : "from ", d->min_inputs,
+        d->min_inputs == d->max_inputs ? "" : str(" to ", d->max_inputs), " inputs, not ", count));
   }
   for (int k = 0; k < d->min_inputs; ++k) {
     if (n.inputs[k].empty()) throw UserError(str(n.where(), ": input ", k, " is required"));
@@ -127,8 +132,9 @@ std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) 
   return out;
 }
 
-std::vector<HostTensor> eval_node(const Node& n, const Graph& g, int64_t opset,
-                                  const std::function<const HostTensor&(const std::string&)>& values) {
+std::vector<HostTensor> eval_node(
+    const Node& n, const Graph& g, int64_t opset,
+    const std::function<const HostTensor&(const std::string&)>& values) {
   const OpDef* d = find_op(n.op);
   TF_CHECK(d, "eval of unsupported op ", n.op);
   std::vector<const HostTensor*> ins;
@@ -141,7 +147,8 @@ void check_tensor_size(const std::string& what, const Shape& s) {
   for (int64_t d : s) {
     if (d < 0) throw UserError(str(what, ": negative dimension in ", shape_str(s)));
     if (__builtin_mul_overflow(n, d, &n) || n > kMaxGraphTensorElements) {
-      throw UserError(str(what, ": shape ", shape_str(s), " has more than ", kMaxGraphTensorElements, " elements"));
+      throw UserError(str(what, ": shape ", shape_str(s), " has more than ",
+                          kMaxGraphTensorElements, " elements"));
     }
   }
 }
@@ -161,7 +168,8 @@ Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b) {
     int64_t x = k < r - a.size() ? 1 : a[k - (r - a.size())];
     int64_t y = k < r - b.size() ? 1 : b[k - (r - b.size())];
     if (x != y && x != 1 && y != 1) {
-      throw UserError(str(n.where(), ": shapes ", shape_str(a), " and ", shape_str(b), " do not broadcast"));
+      throw UserError(
+          str(n.where(), ": shapes ", shape_str(a), " and ", shape_str(b), " do not broadcast"));
     }
     out[k] = x == 1 ? y : x;
   }
@@ -190,8 +198,10 @@ HostTensor make_like(DType t, const Shape& s) {
   HostTensor h;
   h.dtype = t;
   h.shape = s;
-  if (t == DType::F32) h.f.assign(num_elements(s), 0.0f);
-  else h.i.assign(num_elements(s), 0);
+  if (t == DType::F32)
+    h.f.assign(num_elements(s), 0.0f);
+  else
+    h.i.assign(num_elements(s), 0);
   return h;
 }
 

@@ -46,7 +46,8 @@ struct OpDef {
   int min_inputs = 1, max_inputs = 1;
   std::function<std::vector<TypeShape>(const OpContext&)> infer;
   // Reference evaluation; inputs as in infer, all with data.
-  std::function<std::vector<HostTensor>(const OpContext&, const std::vector<const HostTensor*>&)> eval;
+  std::function<std::vector<HostTensor>(const OpContext&, const std::vector<const HostTensor*>&)>
+      eval;
 };
 
 const OpDef* find_op(const std::string& type);
@@ -55,8 +56,9 @@ std::vector<std::string> supported_ops();
 // Checks the input count and runs the op's inference.
 std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset);
 // Evaluates a node whose inputs are all available in `values` (by name).
-std::vector<HostTensor> eval_node(const Node& n, const Graph& g, int64_t opset,
-                                  const std::function<const HostTensor&(const std::string&)>& values);
+std::vector<HostTensor> eval_node(
+    const Node& n, const Graph& g, int64_t opset,
+    const std::function<const HostTensor&(const std::string&)>& values);
 
 // Registration from the op families' files.
 void register_elementwise_ops(std::vector<OpDef>& ops);

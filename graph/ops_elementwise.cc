@@ -9,7 +9,8 @@
 namespace tf::graph {
 namespace {
 
-using Eval = std::function<std::vector<HostTensor>(const OpContext&, const std::vector<const HostTensor*>&)>;
+using Eval =
+    std::function<std::vector<HostTensor>(const OpContext&, const std::vector<const HostTensor*>&)>;
 
 // Calls f(out_index, offsets...) for each element of `out`, with each input's offset under
 // numpy broadcasting.
@@ -34,8 +35,8 @@ void for_each_broadcast(const Shape& out, const std::array<const Shape*, N>& ins
 
 void require_float(const OpContext& c, size_t k) {
   if (c.in(k).dtype != DType::F32) {
-    throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ", dtype_name(c.in(k).dtype),
-                        "; this operator takes float32"));
+    throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ",
+                        dtype_name(c.in(k).dtype), "; this operator takes float32"));
   }
 }
 
@@ -61,14 +62,20 @@ template <typename Wide>
 int64_t int_arith(const Node& n, int64_t a, int64_t b, Wide wide) {
   int64_t r = 0;
   bool overflow = false;
-  if (n.op == "Add") overflow = __builtin_add_overflow(a, b, &r);
-  else if (n.op == "Sub") overflow = __builtin_sub_overflow(a, b, &r);
-  else if (n.op == "Mul") overflow = __builtin_mul_overflow(a, b, &r);
+  if (n.op == "Add")
+    overflow = __builtin_add_overflow(a, b, &r);
+  else if (n.op == "Sub")
+    overflow = __builtin_sub_overflow(a, b, &r);
+  else if (n.op == "Mul")
+    overflow = __builtin_mul_overflow(a, b, &r);
   else if (n.op == "Div" || n.op == "Mod") {
     if (b == 0) throw UserError(str(n.where(), ": integer division by zero"));
-    if (a == INT64_MIN && b == -1) overflow = true;
-    else if (n.op == "Div") r = a / b;  // truncates, as ONNX's integer Div
-    else r = HostTensor::float_to_int(wide());
+    if (a == INT64_MIN && b == -1)
+      overflow = true;
+    else if (n.op == "Div")
+      r = a / b;  // truncates, as ONNX's integer Div
+    else
+      r = HostTensor::float_to_int(wide());
   } else {
     r = HostTensor::float_to_int(wide());
   }
@@ -77,7 +84,8 @@ int64_t int_arith(const Node& n, int64_t a, int64_t b, Wide wide) {
 }
 
 // f sees the node for attributes (Mod's fmod).
-OpDef binary_n(const std::string& type, BinKind kind, std::function<double(double, double, const Node&)> f) {
+OpDef binary_n(const std::string& type, BinKind kind,
+               std::function<double(double, double, const Node&)> f) {
   OpDef d{type, 2, 2, nullptr, nullptr};
   d.infer = [kind](const OpContext& c) {
     DType a = c.in(0).dtype, b = c.in(1).dtype;
@@ -85,7 +93,8 @@ OpDef binary_n(const std::string& type, BinKind kind, std::function<double(doubl
     if (a != b && c.node.op != "Pow") {
       throw UserError(str(c.node.where(), ": inputs are ", dtype_name(a), " and ", dtype_name(b)));
     }
-    if (a == DType::Bool && c.node.op != "Equal") throw UserError(str(c.node.where(), ": bool inputs are not supported"));
+    if (a == DType::Bool && c.node.op != "Equal")
+      throw UserError(str(c.node.where(), ": bool inputs are not supported"));
     Shape s = broadcast_shapes(c.node, c.in(0).shape, c.in(1).shape);
     return std::vector<TypeShape>{{kind == BinKind::Compare ? DType::Bool : a, s}};
   };
@@ -94,17 +103,19 @@ OpDef binary_n(const std::string& type, BinKind kind, std::function<double(doubl
     DType t = kind == BinKind::Compare ? DType::Bool : in[0]->dtype;
     HostTensor out = make_like(t, s);
     bool ints = in[0]->dtype != DType::F32;
-    for_each_broadcast<2>(s, {&in[0]->shape, &in[1]->shape}, [&](int64_t e, const std::array<int64_t, 2>& o) {
-      if (t == DType::F32) {
-        out.f[e] = static_cast<float>(f(in[0]->f[o[0]], in[1]->as_double(o[1]), c.node));
-      } else if (ints && kind == BinKind::Arith && in[1]->dtype != DType::F32) {
-        out.i[e] = int_arith(c.node, in[0]->i[o[0]], in[1]->i[o[1]], [&] {
-          return f(in[0]->as_double(o[0]), in[1]->as_double(o[1]), c.node);
+    for_each_broadcast<2>(
+        s, {&in[0]->shape, &in[1]->shape}, [&](int64_t e, const std::array<int64_t, 2>& o) {
+          if (t == DType::F32) {
+            out.f[e] = static_cast<float>(f(in[0]->f[o[0]], in[1]->as_double(o[1]), c.node));
+          } else if (ints && kind == BinKind::Arith && in[1]->dtype != DType::F32) {
+            out.i[e] = int_arith(c.node, in[0]->i[o[0]], in[1]->i[o[1]], [&] {
+              return f(in[0]->as_double(o[0]), in[1]->as_double(o[1]), c.node);
+            });
+          } else {
+            out.i[e] =
+                HostTensor::float_to_int(f(in[0]->as_double(o[0]), in[1]->as_double(o[1]), c.node));
+          }
         });
-      } else {
-        out.i[e] = HostTensor::float_to_int(f(in[0]->as_double(o[0]), in[1]->as_double(o[1]), c.node));
-      }
-    });
     return std::vector<HostTensor>{out};
   };
   return d;
@@ -127,9 +138,10 @@ OpDef variadic(const std::string& type, std::function<double(double, double)> f)
     for (size_t k = 1; k < in.size(); ++k) {
       Shape s = broadcast_shapes(c.node, acc.shape, in[k]->shape);
       HostTensor next = make_like(DType::F32, s);
-      for_each_broadcast<2>(s, {&acc.shape, &in[k]->shape}, [&](int64_t e, const std::array<int64_t, 2>& o) {
-        next.f[e] = static_cast<float>(f(acc.f[o[0]], in[k]->f[o[1]]));
-      });
+      for_each_broadcast<2>(s, {&acc.shape, &in[k]->shape},
+                            [&](int64_t e, const std::array<int64_t, 2>& o) {
+                              next.f[e] = static_cast<float>(f(acc.f[o[0]], in[k]->f[o[1]]));
+                            });
       acc = std::move(next);
     }
     if (c.node.op == "Mean") {
@@ -147,20 +159,26 @@ OpDef binary(const std::string& type, BinKind kind, std::function<double(double,
 OpDef where_op() {
   OpDef d{"Where", 3, 3, nullptr, nullptr};
   d.infer = [](const OpContext& c) {
-    if (c.in(0).dtype != DType::Bool) throw UserError(str(c.node.where(), ": the condition must be bool"));
-    if (c.in(1).dtype != c.in(2).dtype) throw UserError(str(c.node.where(), ": the two branches differ in type"));
-    Shape s = broadcast_shapes(c.node, broadcast_shapes(c.node, c.in(0).shape, c.in(1).shape), c.in(2).shape);
+    if (c.in(0).dtype != DType::Bool)
+      throw UserError(str(c.node.where(), ": the condition must be bool"));
+    if (c.in(1).dtype != c.in(2).dtype)
+      throw UserError(str(c.node.where(), ": the two branches differ in type"));
+    Shape s = broadcast_shapes(c.node, broadcast_shapes(c.node, c.in(0).shape, c.in(1).shape),
+                               c.in(2).shape);
     return std::vector<TypeShape>{{c.in(1).dtype, s}};
   };
   d.eval = [](const OpContext& c, const std::vector<const HostTensor*>& in) {
-    Shape s = broadcast_shapes(c.node, broadcast_shapes(c.node, in[0]->shape, in[1]->shape), in[2]->shape);
+    Shape s = broadcast_shapes(c.node, broadcast_shapes(c.node, in[0]->shape, in[1]->shape),
+                               in[2]->shape);
     HostTensor out = make_like(in[1]->dtype, s);
     for_each_broadcast<3>(s, {&in[0]->shape, &in[1]->shape, &in[2]->shape},
                           [&](int64_t e, const std::array<int64_t, 3>& o) {
                             const HostTensor* src = in[0]->i[o[0]] ? in[1] : in[2];
                             int64_t at = in[0]->i[o[0]] ? o[1] : o[2];
-                            if (out.dtype == DType::F32) out.f[e] = src->f[at];
-                            else out.i[e] = src->i[at];
+                            if (out.dtype == DType::F32)
+                              out.f[e] = src->f[at];
+                            else
+                              out.i[e] = src->i[at];
                           });
     return std::vector<HostTensor>{out};
   };
@@ -197,19 +215,25 @@ DType cast_target(const Node& n) {
   if (to == 1) return DType::F32;
   if (to == 7 || to == 6) return DType::I64;  // int32 is widened: only shape arithmetic casts to it
   if (to == 9) return DType::Bool;
-  throw UserError(str(n.where(), ": cast to element type ", to, " is not supported (float32, int32, int64, bool are)"));
+  throw UserError(str(n.where(), ": cast to element type ", to,
+                      " is not supported (float32, int32, int64, bool are)"));
 }
 
 OpDef cast_op() {
   OpDef d{"Cast", 1, 1, nullptr, nullptr};
-  d.infer = [](const OpContext& c) { return std::vector<TypeShape>{{cast_target(c.node), c.in(0).shape}}; };
+  d.infer = [](const OpContext& c) {
+    return std::vector<TypeShape>{{cast_target(c.node), c.in(0).shape}};
+  };
   d.eval = [](const OpContext& c, const std::vector<const HostTensor*>& in) {
     DType to = cast_target(c.node);
     HostTensor out = make_like(to, in[0]->shape);
     for (int64_t k = 0; k < out.size(); ++k) {
-      if (to == DType::F32) out.f[k] = static_cast<float>(in[0]->as_double(k));
-      else if (to == DType::Bool) out.i[k] = in[0]->as_double(k) != 0;
-      else out.i[k] = in[0]->as_int(k);
+      if (to == DType::F32)
+        out.f[k] = static_cast<float>(in[0]->as_double(k));
+      else if (to == DType::Bool)
+        out.i[k] = in[0]->as_double(k) != 0;
+      else
+        out.i[k] = in[0]->as_int(k);
     }
     return std::vector<HostTensor>{out};
   };
@@ -220,7 +244,9 @@ OpDef cast_op() {
 
 void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(unary("Relu", [](float x, const Node&) { return x > 0 ? x : 0.0f; }));
-  ops.push_back(unary("Sigmoid", [](float x, const Node&) { return static_cast<float>(1 / (1 + std::exp(-double(x)))); }));
+  ops.push_back(unary("Sigmoid", [](float x, const Node&) {
+    return static_cast<float>(1 / (1 + std::exp(-double(x))));
+  }));
   ops.push_back(unary("Tanh", [](float x, const Node&) { return std::tanh(x); }));
   ops.push_back(unary("Exp", [](float x, const Node&) { return std::exp(x); }));
   ops.push_back(unary("Log", [](float x, const Node&) { return std::log(x); }));
@@ -235,15 +261,23 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
     return static_cast<float>(0.5 * x * (1 + std::erf(double(x) / std::sqrt(2.0))));
   }));
   ops.push_back(unary("Sign", [](float x, const Node&) { return float((x > 0) - (x < 0)); }));
-  ops.push_back(unary("Round", [](float x, const Node&) { return std::nearbyint(x); }));  // half to even
-  ops.push_back(unary("Softplus", [](float x, const Node&) { return static_cast<float>(std::log1p(std::exp(double(x)))); }));
+  ops.push_back(
+      unary("Round", [](float x, const Node&) { return std::nearbyint(x); }));  // half to even
+  ops.push_back(unary("Softplus", [](float x, const Node&) {
+    return static_cast<float>(std::log1p(std::exp(double(x))));
+  }));
   ops.push_back(unary("Floor", [](float x, const Node&) { return std::floor(x); }));
   ops.push_back(unary("Ceil", [](float x, const Node&) { return std::ceil(x); }));
-  ops.push_back(unary("LeakyRelu", [](float x, const Node& n) { return x >= 0 ? x : x * n.get_float("alpha", 0.01f); }));
-  ops.push_back(unary("HardSigmoid", [](float x, const Node& n) {
-    return std::max(0.0f, std::min(1.0f, n.get_float("alpha", 0.2f) * x + n.get_float("beta", 0.5f)));
+  ops.push_back(unary("LeakyRelu", [](float x, const Node& n) {
+    return x >= 0 ? x : x * n.get_float("alpha", 0.01f);
   }));
-  ops.push_back(unary("HardSwish", [](float x, const Node&) { return x * std::max(0.0f, std::min(1.0f, x / 6 + 0.5f)); }));
+  ops.push_back(unary("HardSigmoid", [](float x, const Node& n) {
+    return std::max(0.0f,
+                    std::min(1.0f, n.get_float("alpha", 0.2f) * x + n.get_float("beta", 0.5f)));
+  }));
+  ops.push_back(unary("HardSwish", [](float x, const Node&) {
+    return x * std::max(0.0f, std::min(1.0f, x / 6 + 0.5f));
+  }));
   ops.push_back(binary("Add", BinKind::Arith, [](double a, double b) { return a + b; }));
   ops.push_back(binary("Sub", BinKind::Arith, [](double a, double b) { return a - b; }));
   ops.push_back(binary("Mul", BinKind::Arith, [](double a, double b) { return a * b; }));
@@ -253,7 +287,8 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(variadic("Min", [](double a, double b) { return std::min(a, b); }));
   ops.push_back(variadic("Sum", [](double a, double b) { return a + b; }));
   ops.push_back(variadic("Mean", [](double a, double b) { return a + b; }));
-  ops.push_back(binary("PRelu", BinKind::Arith, [](double x, double slope) { return x < 0 ? x * slope : x; }));
+  ops.push_back(binary("PRelu", BinKind::Arith,
+                       [](double x, double slope) { return x < 0 ? x * slope : x; }));
   ops.push_back(binary_n("Mod", BinKind::Arith, [](double a, double b, const Node& n) {
     double r = std::fmod(a, b);  // fmod=1: the sign of the dividend (C's fmod)
     if (n.get_int("fmod", 0)) return r;
@@ -263,7 +298,8 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(binary("Less", BinKind::Compare, [](double a, double b) { return a < b; }));
   ops.push_back(binary("Greater", BinKind::Compare, [](double a, double b) { return a > b; }));
   ops.push_back(binary("LessOrEqual", BinKind::Compare, [](double a, double b) { return a <= b; }));
-  ops.push_back(binary("GreaterOrEqual", BinKind::Compare, [](double a, double b) { return a >= b; }));
+  ops.push_back(
+      binary("GreaterOrEqual", BinKind::Compare, [](double a, double b) { return a >= b; }));
   ops.push_back(where_op());
   ops.push_back(clip_op());
   ops.push_back(cast_op());

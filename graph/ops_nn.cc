@@ -11,15 +11,15 @@ namespace {
 
 void require_float(const OpContext& c, size_t k) {
   if (c.in(k).dtype != DType::F32) {
-    throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ", dtype_name(c.in(k).dtype),
-                        "; this operator takes float32"));
+    throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ",
+                        dtype_name(c.in(k).dtype), "; this operator takes float32"));
   }
 }
 
 void require_rank(const OpContext& c, size_t k, size_t rank, const char* what) {
   if (c.in(k).shape.size() != rank) {
-    throw UserError(str(c.node.where(), ": ", what, " '", c.in(k).name, "' must have rank ", rank, ", not ",
-                        shape_str(c.in(k).shape)));
+    throw UserError(str(c.node.where(), ": ", what, " '", c.in(k).name, "' must have rank ", rank,
+                        ", not ", shape_str(c.in(k).shape)));
   }
 }
 
@@ -28,9 +28,11 @@ Shape matmul_shape(const OpContext& c, const Shape& a0, const Shape& b0) {
   if (a0.empty() || b0.empty()) throw UserError(str(c.node.where(), ": MatMul of a scalar"));
   Shape a = a0.size() == 1 ? Shape{1, a0[0]} : a0, b = b0.size() == 1 ? Shape{b0[0], 1} : b0;
   if (a.back() != b[b.size() - 2]) {
-    throw UserError(str(c.node.where(), ": inner dimensions differ: ", shape_str(a0), " x ", shape_str(b0)));
+    throw UserError(
+        str(c.node.where(), ": inner dimensions differ: ", shape_str(a0), " x ", shape_str(b0)));
   }
-  Shape batch = broadcast_shapes(c.node, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  Shape batch =
+      broadcast_shapes(c.node, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
   Shape out = batch;
   if (a0.size() > 1) out.push_back(a[a.size() - 2]);
   if (b0.size() > 1) out.push_back(b.back());
@@ -80,7 +82,8 @@ std::vector<TypeShape> gemm_infer(const OpContext& c) {
   int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1], K2 = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
   if (K != K2) throw UserError(str(c.node.where(), ": inner dimensions differ: ", K, " and ", K2));
   if (c.present(2) && broadcast_shapes(c.node, c.in(2).shape, {M, N}) != Shape{M, N}) {
-    throw UserError(str(c.node.where(), ": C ", shape_str(c.in(2).shape), " does not broadcast to ", shape_str({M, N})));
+    throw UserError(str(c.node.where(), ": C ", shape_str(c.in(2).shape), " does not broadcast to ",
+                        shape_str({M, N})));
   }
   return {{DType::F32, {M, N}}};
 }
@@ -118,19 +121,25 @@ Window window_of(const OpContext& c, const Shape& x, int64_t kh, int64_t kw) {
   std::vector<int64_t> s = n.get_ints("strides", {1, 1}), d = n.get_ints("dilations", {1, 1});
   std::vector<int64_t> p = n.get_ints("pads", {0, 0, 0, 0});
   if (s.size() != 2 || d.size() != 2 || p.size() != 4) {
-    throw UserError(str(n.where(), ": strides, dilations and pads must have 2, 2 and 4 values (2-D only)"));
+    throw UserError(
+        str(n.where(), ": strides, dilations and pads must have 2, 2 and 4 values (2-D only)"));
   }
   // Bounded so the window arithmetic below cannot overflow (images have at most 2^32 pixels).
   constexpr int64_t kMax = int64_t{1} << 30;
-  for (int64_t v : s) if (v < 1 || v > kMax) throw UserError(str(n.where(), ": stride ", v, " is not in [1, 2^30]"));
-  for (int64_t v : d) if (v < 1 || v > kMax) throw UserError(str(n.where(), ": dilation ", v, " is not in [1, 2^30]"));
-  for (int64_t v : p) if (v < 0 || v > kMax) throw UserError(str(n.where(), ": pad ", v, " is not in [0, 2^30]"));
+  for (int64_t v : s)
+    if (v < 1 || v > kMax) throw UserError(str(n.where(), ": stride ", v, " is not in [1, 2^30]"));
+  for (int64_t v : d)
+    if (v < 1 || v > kMax)
+      throw UserError(str(n.where(), ": dilation ", v, " is not in [1, 2^30]"));
+  for (int64_t v : p)
+    if (v < 0 || v > kMax) throw UserError(str(n.where(), ": pad ", v, " is not in [0, 2^30]"));
   Window w{kh, kw, s[0], s[1], d[0], d[1], p[0], p[1], p[2], p[3], 0, 0};
   int64_t H = x[2], W = x[3];
   int64_t eh = (kh - 1) * w.dh + 1, ew = (kw - 1) * w.dw + 1;
   if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
     int64_t oh = (H + w.sh - 1) / w.sh, ow = (W + w.sw - 1) / w.sw;
-    int64_t th = std::max<int64_t>(0, (oh - 1) * w.sh + eh - H), tw = std::max<int64_t>(0, (ow - 1) * w.sw + ew - W);
+    int64_t th = std::max<int64_t>(0, (oh - 1) * w.sh + eh - H),
+            tw = std::max<int64_t>(0, (ow - 1) * w.sw + ew - W);
     bool upper = auto_pad == "SAME_UPPER";
     w.pt = upper ? th / 2 : th - th / 2;
     w.pb = th - w.pt;
@@ -139,13 +148,15 @@ Window window_of(const OpContext& c, const Shape& x, int64_t kh, int64_t kw) {
   } else if (auto_pad == "VALID") {
     w.pt = w.pl = w.pb = w.pr = 0;
   } else if (auto_pad != "NOTSET") {
-    throw UserError(str(n.where(), ": auto_pad '", auto_pad, "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"));
+    throw UserError(str(n.where(), ": auto_pad '", auto_pad,
+                        "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"));
   }
   bool ceil_mode = n.get_int("ceil_mode", 0);
   int64_t spanh = H + w.pt + w.pb - eh, spanw = W + w.pl + w.pr - ew;
   if (spanh < 0 || spanw < 0) {
-    throw UserError(str(n.where(), ": the window ", eh, "x", ew, " is larger than the padded input ", H + w.pt + w.pb,
-                        "x", W + w.pl + w.pr));
+    throw UserError(str(n.where(), ": the window ", eh, "x", ew,
+                        " is larger than the padded input ", H + w.pt + w.pb, "x",
+                        W + w.pl + w.pr));
   }
   w.oh = (ceil_mode ? (spanh + w.sh - 1) / w.sh : spanh / w.sh) + 1;
   w.ow = (ceil_mode ? (spanw + w.sw - 1) / w.sw : spanw / w.sw) + 1;
@@ -157,9 +168,11 @@ Window window_of(const OpContext& c, const Shape& x, int64_t kh, int64_t kw) {
 
 std::vector<int64_t> kernel_shape(const OpContext& c, const Shape& fallback) {
   std::vector<int64_t> k = c.node.get_ints("kernel_shape", fallback);
-  if (k.size() != 2) throw UserError(str(c.node.where(), ": kernel_shape must have 2 values (2-D only)"));
+  if (k.size() != 2)
+    throw UserError(str(c.node.where(), ": kernel_shape must have 2 values (2-D only)"));
   for (int64_t v : k) {
-    if (v < 1 || v > (int64_t{1} << 30)) throw UserError(str(c.node.where(), ": kernel size ", v, " is not in [1, 2^30]"));
+    if (v < 1 || v > (int64_t{1} << 30))
+      throw UserError(str(c.node.where(), ": kernel size ", v, " is not in [1, 2^30]"));
   }
   return k;
 }
@@ -172,16 +185,19 @@ std::vector<TypeShape> conv_infer(const OpContext& c) {
   const Shape &x = c.in(0).shape, &w = c.in(1).shape;
   int64_t group = c.node.get_int("group", 1);
   if (group < 1 || x[1] % group != 0 || w[0] % group != 0) {
-    throw UserError(str(c.node.where(), ": group ", group, " does not divide channels ", x[1], " and filters ", w[0]));
+    throw UserError(str(c.node.where(), ": group ", group, " does not divide channels ", x[1],
+                        " and filters ", w[0]));
   }
   if (w[1] * group != x[1]) {
-    throw UserError(str(c.node.where(), ": weight ", shape_str(w), " expects ", w[1] * group, " input channels, the input ",
-                        shape_str(x), " has ", x[1]));
+    throw UserError(str(c.node.where(), ": weight ", shape_str(w), " expects ", w[1] * group,
+                        " input channels, the input ", shape_str(x), " has ", x[1]));
   }
   std::vector<int64_t> k = kernel_shape(c, {w[2], w[3]});
-  if (k[0] != w[2] || k[1] != w[3]) throw UserError(str(c.node.where(), ": kernel_shape differs from the weight's"));
+  if (k[0] != w[2] || k[1] != w[3])
+    throw UserError(str(c.node.where(), ": kernel_shape differs from the weight's"));
   if (c.present(2) && c.in(2).shape != Shape{w[0]}) {
-    throw UserError(str(c.node.where(), ": bias ", shape_str(c.in(2).shape), " must be [", w[0], "]"));
+    throw UserError(
+        str(c.node.where(), ": bias ", shape_str(c.in(2).shape), " must be [", w[0], "]"));
   }
   Window win = window_of(c, x, w[2], w[3]);
   return {{DType::F32, {x[0], w[0], win.oh, win.ow}}};
@@ -219,7 +235,8 @@ std::vector<HostTensor> conv_eval(const OpContext& c, const std::vector<const Ho
 std::vector<TypeShape> pool_infer(const OpContext& c) {
   require_float(c, 0);
   require_rank(c, 0, 4, "input");
-  if (c.node.outputs.size() > 1) throw UserError(str(c.node.where(), ": the Indices output is not supported"));
+  if (c.node.outputs.size() > 1)
+    throw UserError(str(c.node.where(), ": the Indices output is not supported"));
   std::vector<int64_t> k = kernel_shape(c, {});
   Window win = window_of(c, c.in(0).shape, k[0], k[1]);
   const Shape& x = c.in(0).shape;
@@ -259,13 +276,15 @@ std::vector<HostTensor> pool_eval(const OpContext& c, const std::vector<const Ho
 std::vector<TypeShape> global_pool_infer(const OpContext& c) {
   require_float(c, 0);
   const Shape& x = c.in(0).shape;
-  if (x.size() < 3) throw UserError(str(c.node.where(), ": input must have rank 3 or more, not ", shape_str(x)));
+  if (x.size() < 3)
+    throw UserError(str(c.node.where(), ": input must have rank 3 or more, not ", shape_str(x)));
   Shape out = x;
   for (size_t d = 2; d < out.size(); ++d) out[d] = 1;
   return {{DType::F32, out}};
 }
 
-std::vector<HostTensor> global_pool_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+std::vector<HostTensor> global_pool_eval(const OpContext& c,
+                                         const std::vector<const HostTensor*>& in) {
   const Shape& x = in[0]->shape;
   Shape os = global_pool_infer(c)[0].shape;
   int64_t planes = x[0] * x[1], area = num_elements(x) / planes;
@@ -286,19 +305,23 @@ std::vector<HostTensor> global_pool_eval(const OpContext& c, const std::vector<c
 std::vector<TypeShape> batchnorm_infer(const OpContext& c) {
   for (size_t k = 0; k < 5; ++k) require_float(c, k);
   const Shape& x = c.in(0).shape;
-  if (x.size() < 2) throw UserError(str(c.node.where(), ": input must have rank 2 or more, not ", shape_str(x)));
-  if (c.node.get_int("training_mode", 0)) throw UserError(str(c.node.where(), ": training_mode=1 is not supported"));
-  if (c.node.outputs.size() > 1) throw UserError(str(c.node.where(), ": running mean/var outputs are not supported"));
+  if (x.size() < 2)
+    throw UserError(str(c.node.where(), ": input must have rank 2 or more, not ", shape_str(x)));
+  if (c.node.get_int("training_mode", 0))
+    throw UserError(str(c.node.where(), ": training_mode=1 is not supported"));
+  if (c.node.outputs.size() > 1)
+    throw UserError(str(c.node.where(), ": running mean/var outputs are not supported"));
   for (size_t k = 1; k < 5; ++k) {
     if (c.in(k).shape != Shape{x[1]}) {
-      throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ", shape_str(c.in(k).shape),
-                          "; it must be [", x[1], "] (one per channel)"));
+      throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ",
+                          shape_str(c.in(k).shape), "; it must be [", x[1], "] (one per channel)"));
     }
   }
   return {{DType::F32, x}};
 }
 
-std::vector<HostTensor> batchnorm_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+std::vector<HostTensor> batchnorm_eval(const OpContext& c,
+                                       const std::vector<const HostTensor*>& in) {
   const Shape& x = in[0]->shape;
   float eps = c.node.get_float("epsilon", 1e-5f);
   int64_t C = x[1], inner = num_elements(x) / (x[0] * C);
@@ -326,12 +349,16 @@ std::vector<HostTensor> softmax_eval(const OpContext& c, const std::vector<const
   const Shape& x = in[0]->shape;
   auto rank = static_cast<int64_t>(x.size());
   bool legacy = c.opset < 13;
-  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
+  int64_t axis =
+      normalize_axis(c.node, c.node.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
   int64_t outer = 1, len = 1, inner = 1;
   for (int64_t d = 0; d < rank; ++d) {
-    if (d < axis) outer *= x[d];
-    else if (d == axis || legacy) len *= x[d];
-    else inner *= x[d];
+    if (d < axis)
+      outer *= x[d];
+    else if (d == axis || legacy)
+      len *= x[d];
+    else
+      inner *= x[d];
   }
   bool log = c.node.op == "LogSoftmax";
   HostTensor out = make_like(DType::F32, x);
@@ -357,19 +384,21 @@ std::vector<TypeShape> layernorm_infer(const OpContext& c) {
   Shape norm(x.begin() + axis, x.end());
   for (size_t k = 1; k < c.count(); ++k) {
     if (c.present(k) && broadcast_shapes(c.node, c.in(k).shape, norm) != norm) {
-      throw UserError(str(c.node.where(), ": input ", k, " ", shape_str(c.in(k).shape), " does not broadcast to ",
-                          shape_str(norm)));
+      throw UserError(str(c.node.where(), ": input ", k, " ", shape_str(c.in(k).shape),
+                          " does not broadcast to ", shape_str(norm)));
     }
   }
   // Mean and InvStdDev (optional outputs): one per normalized row.
   Shape stat(x.begin(), x.begin() + axis);
   stat.resize(x.size(), 1);
   std::vector<TypeShape> out{{DType::F32, x}};
-  for (size_t o = 1; o < std::min<size_t>(c.node.outputs.size(), 3); ++o) out.push_back({DType::F32, stat});
+  for (size_t o = 1; o < std::min<size_t>(c.node.outputs.size(), 3); ++o)
+    out.push_back({DType::F32, stat});
   return out;
 }
 
-std::vector<HostTensor> layernorm_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+std::vector<HostTensor> layernorm_eval(const OpContext& c,
+                                       const std::vector<const HostTensor*>& in) {
   const Shape& x = in[0]->shape;
   int64_t axis = normalize_axis(c.node, c.node.get_int("axis", -1), static_cast<int64_t>(x.size()));
   Shape norm(x.begin() + axis, x.end());
@@ -436,8 +465,10 @@ Shape reduced_shape(const OpContext& c, const Shape& x, const std::vector<int64_
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d) {
     bool r = std::binary_search(axes.begin(), axes.end(), d);
-    if (!r) out.push_back(x[d]);
-    else if (keep) out.push_back(1);
+    if (!r)
+      out.push_back(x[d]);
+    else if (keep)
+      out.push_back(1);
   }
   return out;
 }
@@ -457,19 +488,29 @@ std::vector<HostTensor> reduce_eval(const OpContext& c, const std::vector<const 
   std::vector<int64_t> st = broadcast_strides(kept, x);
   const std::string& op = c.node.op;
   int64_t n_out = num_elements(kept), n = num_elements(x);
-  std::vector<double> acc(n_out, op == "ReduceMax" ? -INFINITY : op == "ReduceMin" ? INFINITY : op == "ReduceProd" ? 1.0 : 0.0);
+  std::vector<double> acc(n_out, op == "ReduceMax"    ? -INFINITY
+                                 : op == "ReduceMin"  ? INFINITY
+                                 : op == "ReduceProd" ? 1.0
+                                                      : 0.0);
   std::vector<int64_t> idx(x.size(), 0);
   for (int64_t e = 0; e < n; ++e) {
     int64_t o = 0;
     for (size_t d = 0; d < x.size(); ++d) o += idx[d] * st[d];
     double v = in[0]->f[e];
-    if (op == "ReduceMax") acc[o] = std::max(acc[o], v);
-    else if (op == "ReduceMin") acc[o] = std::min(acc[o], v);
-    else if (op == "ReduceProd") acc[o] *= v;
-    else if (op == "ReduceL1") acc[o] += std::fabs(v);
-    else if (op == "ReduceL2" || op == "ReduceSumSquare") acc[o] += v * v;
-    else if (op == "ReduceLogSumExp") acc[o] += std::exp(v);
-    else acc[o] += v;
+    if (op == "ReduceMax")
+      acc[o] = std::max(acc[o], v);
+    else if (op == "ReduceMin")
+      acc[o] = std::min(acc[o], v);
+    else if (op == "ReduceProd")
+      acc[o] *= v;
+    else if (op == "ReduceL1")
+      acc[o] += std::fabs(v);
+    else if (op == "ReduceL2" || op == "ReduceSumSquare")
+      acc[o] += v * v;
+    else if (op == "ReduceLogSumExp")
+      acc[o] += std::exp(v);
+    else
+      acc[o] += v;
     for (size_t d = x.size(); d-- > 0;) {
       if (++idx[d] < x[d]) break;
       idx[d] = 0;
@@ -479,9 +520,12 @@ std::vector<HostTensor> reduce_eval(const OpContext& c, const std::vector<const 
   double count = static_cast<double>(n / std::max<int64_t>(n_out, 1));
   for (int64_t o = 0; o < n_out; ++o) {
     double v = acc[o];
-    if (op == "ReduceMean") v /= count;
-    else if (op == "ReduceL2") v = std::sqrt(v);
-    else if (op == "ReduceLogSum" || op == "ReduceLogSumExp") v = std::log(v);
+    if (op == "ReduceMean")
+      v /= count;
+    else if (op == "ReduceL2")
+      v = std::sqrt(v);
+    else if (op == "ReduceLogSum" || op == "ReduceLogSumExp")
+      v = std::log(v);
     out.f[o] = static_cast<float>(v);
   }
   return {out};
@@ -490,13 +534,14 @@ std::vector<HostTensor> reduce_eval(const OpContext& c, const std::vector<const 
 }  // namespace
 
 void register_nn_ops(std::vector<OpDef>& ops) {
-  ops.push_back({"MatMul", 2, 2,
-                 [](const OpContext& c) {
-                   require_float(c, 0);
-                   require_float(c, 1);
-                   return std::vector<TypeShape>{{DType::F32, matmul_shape(c, c.in(0).shape, c.in(1).shape)}};
-                 },
-                 matmul_eval});
+  ops.push_back(
+      {"MatMul", 2, 2,
+       [](const OpContext& c) {
+         require_float(c, 0);
+         require_float(c, 1);
+         return std::vector<TypeShape>{{DType::F32, matmul_shape(c, c.in(0).shape, c.in(1).shape)}};
+       },
+       matmul_eval});
   ops.push_back({"Gemm", 2, 3, gemm_infer, gemm_eval});
   ops.push_back({"Conv", 2, 3, conv_infer, conv_eval});
   ops.push_back({"MaxPool", 1, 1, pool_infer, pool_eval});
@@ -507,8 +552,9 @@ void register_nn_ops(std::vector<OpDef>& ops) {
   ops.push_back({"Softmax", 1, 1, same_float, softmax_eval});
   ops.push_back({"LogSoftmax", 1, 1, same_float, softmax_eval});
   ops.push_back({"LayerNormalization", 2, 3, layernorm_infer, layernorm_eval});
-  for (const char* r : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                        "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
+  for (const char* r :
+       {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
     ops.push_back({r, 1, 2, reduce_infer, reduce_eval});
   }
 }

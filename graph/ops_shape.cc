@@ -11,8 +11,10 @@ namespace tf::graph {
 namespace {
 
 void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k) {
-  if (out.dtype == DType::F32) out.f[o] = in.f[k];
-  else out.i[o] = in.i[k];
+  if (out.dtype == DType::F32)
+    out.f[o] = in.f[k];
+  else
+    out.i[o] = in.i[k];
 }
 
 std::vector<int64_t> ints_of(const HostTensor& t) {
@@ -45,16 +47,20 @@ Shape reshape_shape(const OpContext& c) {
   for (size_t d = 0; d < want.size(); ++d) {
     int64_t v = want[d];
     if (v == 0 && !allowzero) {
-      if (d >= x.size()) throw UserError(str(c.node.where(), ": shape ", shape_str(want), " copies dimension ", d, " of ", shape_str(x)));
+      if (d >= x.size())
+        throw UserError(str(c.node.where(), ": shape ", shape_str(want), " copies dimension ", d,
+                            " of ", shape_str(x)));
       v = x[d];
     }
     if (v == -1) {
-      if (infer_at >= 0) throw UserError(str(c.node.where(), ": shape ", shape_str(want), " has two -1"));
+      if (infer_at >= 0)
+        throw UserError(str(c.node.where(), ": shape ", shape_str(want), " has two -1"));
       infer_at = static_cast<int64_t>(d);
       out.push_back(1);
       continue;
     }
-    if (v < 0) throw UserError(str(c.node.where(), ": shape ", shape_str(want), " has dimension ", v));
+    if (v < 0)
+      throw UserError(str(c.node.where(), ": shape ", shape_str(want), " has dimension ", v));
     out.push_back(v);
   }
   check_tensor_size(c.node.where(), out);
@@ -62,11 +68,14 @@ Shape reshape_shape(const OpContext& c) {
   int64_t n = num_elements(x);
   if (infer_at >= 0) {
     if (known == 0 || n % known != 0) {
-      throw UserError(str(c.node.where(), ": cannot reshape ", shape_str(x), " to ", shape_str(want)));
+      throw UserError(
+          str(c.node.where(), ": cannot reshape ", shape_str(x), " to ", shape_str(want)));
     }
     out[infer_at] = n / known;
   }
-  if (num_elements(out) != n) throw UserError(str(c.node.where(), ": cannot reshape ", shape_str(x), " (", n, " elements) to ", shape_str(want)));
+  if (num_elements(out) != n)
+    throw UserError(str(c.node.where(), ": cannot reshape ", shape_str(x), " (", n,
+                        " elements) to ", shape_str(want)));
   return out;
 }
 
@@ -74,7 +83,8 @@ Shape flatten_shape(const OpContext& c) {
   const Shape& x = c.in(0).shape;
   auto rank = static_cast<int64_t>(x.size());
   int64_t axis = c.node.get_int("axis", 1);
-  if (axis < -rank || axis > rank) throw UserError(str(c.node.where(), ": axis ", axis, " is out of range for rank ", rank));
+  if (axis < -rank || axis > rank)
+    throw UserError(str(c.node.where(), ": axis ", axis, " is out of range for rank ", rank));
   if (axis < 0) axis += rank;
   int64_t a = 1, b = 1;
   for (int64_t d = 0; d < rank; ++d) (d < axis ? a : b) *= x[d];
@@ -91,13 +101,15 @@ std::vector<int64_t> perm_of(const OpContext& c) {
   std::sort(sorted.begin(), sorted.end());
   for (int64_t d = 0; d < static_cast<int64_t>(sorted.size()); ++d) {
     if (static_cast<int64_t>(sorted.size()) != rank || sorted[d] != d) {
-      throw UserError(str(c.node.where(), ": perm ", shape_str(perm), " is not a permutation of rank ", rank));
+      throw UserError(
+          str(c.node.where(), ": perm ", shape_str(perm), " is not a permutation of rank ", rank));
     }
   }
   return perm;
 }
 
-std::vector<HostTensor> transpose_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+std::vector<HostTensor> transpose_eval(const OpContext& c,
+                                       const std::vector<const HostTensor*>& in) {
   const Shape& x = in[0]->shape;
   std::vector<int64_t> perm = perm_of(c), st = strides_of(x);
   Shape os;
@@ -119,14 +131,18 @@ std::vector<HostTensor> transpose_eval(const OpContext& c, const std::vector<con
 // ---- Concat along `axis`.
 std::vector<TypeShape> concat_infer(const OpContext& c) {
   const Shape& first = c.in(0).shape;
-  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(first.size()));
+  int64_t axis =
+      normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(first.size()));
   Shape out = first;
   out[axis] = 0;
   for (size_t k = 0; k < c.count(); ++k) {
     const Shape& s = c.in(k).shape;
     bool ok = s.size() == first.size() && c.in(k).dtype == c.in(0).dtype;
-    for (size_t d = 0; ok && d < s.size(); ++d) ok = static_cast<int64_t>(d) == axis || s[d] == first[d];
-    if (!ok) throw UserError(str(c.node.where(), ": input ", k, " ", shape_str(s), " does not concatenate with ", shape_str(first)));
+    for (size_t d = 0; ok && d < s.size(); ++d)
+      ok = static_cast<int64_t>(d) == axis || s[d] == first[d];
+    if (!ok)
+      throw UserError(str(c.node.where(), ": input ", k, " ", shape_str(s),
+                          " does not concatenate with ", shape_str(first)));
     out[axis] += s[axis];
   }
   return {{c.in(0).dtype, out}};
@@ -134,7 +150,8 @@ std::vector<TypeShape> concat_infer(const OpContext& c) {
 
 std::vector<HostTensor> concat_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
   TypeShape ts = concat_infer(c)[0];
-  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(ts.shape.size()));
+  int64_t axis =
+      normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(ts.shape.size()));
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= ts.shape[d];
   for (size_t d = axis + 1; d < ts.shape.size(); ++d) inner *= ts.shape[d];
@@ -157,13 +174,19 @@ struct SliceSpec {
 SliceSpec slice_spec(const OpContext& c) {
   const Shape& x = c.in(0).shape;
   auto rank = static_cast<int64_t>(x.size());
-  std::vector<int64_t> starts = ints_of(c.constant(1, "starts")), ends = ints_of(c.constant(2, "ends"));
+  std::vector<int64_t> starts = ints_of(c.constant(1, "starts")),
+                       ends = ints_of(c.constant(2, "ends"));
   std::vector<int64_t> axes, steps;
-  if (c.present(3)) axes = ints_of(c.constant(3, "axes"));
-  else for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
-  if (c.present(4)) steps = ints_of(c.constant(4, "steps"));
-  else steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+  if (c.present(3))
+    axes = ints_of(c.constant(3, "axes"));
+  else
+    for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
+  if (c.present(4))
+    steps = ints_of(c.constant(4, "steps"));
+  else
+    steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size()) {
     throw UserError(str(c.node.where(), ": starts, ends, axes and steps differ in length"));
   }
   SliceSpec s{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), x};
@@ -210,7 +233,8 @@ std::vector<HostTensor> slice_eval(const OpContext& c, const std::vector<const H
 // ---- Gather along `axis` with int64 indices (negative ones count from the end).
 std::vector<TypeShape> gather_infer(const OpContext& c) {
   const Shape& x = c.in(0).shape;
-  if (c.in(1).dtype != DType::I64) throw UserError(str(c.node.where(), ": indices must be integers"));
+  if (c.in(1).dtype != DType::I64)
+    throw UserError(str(c.node.where(), ": indices must be integers"));
   int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
   Shape out(x.begin(), x.begin() + axis);
   out.insert(out.end(), c.in(1).shape.begin(), c.in(1).shape.end());
@@ -229,7 +253,9 @@ std::vector<HostTensor> gather_eval(const OpContext& c, const std::vector<const 
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < m; ++j) {
       int64_t i = in[1]->i[j];
-      if (i < -n || i >= n) throw UserError(str(c.node.where(), ": index ", i, " is out of range for axis of size ", n));
+      if (i < -n || i >= n)
+        throw UserError(
+            str(c.node.where(), ": index ", i, " is out of range for axis of size ", n));
       if (i < 0) i += n;
       for (int64_t e = 0; e < inner; ++e) copy_elem(out, at++, *in[0], (o * n + i) * inner + e);
     }
@@ -240,7 +266,8 @@ std::vector<HostTensor> gather_eval(const OpContext& c, const std::vector<const 
 std::vector<int64_t> axes_of(const OpContext& c) {
   if (c.opset >= 13) {
     if (c.present(1)) return ints_of(c.constant(1, "axes"));
-    if (c.node.has("axes")) throw UserError(str(c.node.where(), ": from opset 13 axes is an input, not an attribute"));
+    if (c.node.has("axes"))
+      throw UserError(str(c.node.where(), ": from opset 13 axes is an input, not an attribute"));
     return {};
   }
   return c.node.get_ints("axes", {});
@@ -255,11 +282,14 @@ Shape squeeze_shape(const OpContext& c) {
   }
   for (int64_t a : axes) {
     int64_t d = normalize_axis(c.node, a, static_cast<int64_t>(x.size()));
-    if (x[d] != 1) throw UserError(str(c.node.where(), ": cannot squeeze axis ", a, " of ", shape_str(x), " (not 1)"));
+    if (x[d] != 1)
+      throw UserError(
+          str(c.node.where(), ": cannot squeeze axis ", a, " of ", shape_str(x), " (not 1)"));
     drop[d] = true;
   }
   Shape out;
-  for (size_t d = 0; d < x.size(); ++d) if (!drop[d]) out.push_back(x[d]);
+  for (size_t d = 0; d < x.size(); ++d)
+    if (!drop[d]) out.push_back(x[d]);
   return out;
 }
 
@@ -310,13 +340,16 @@ HostTensor constant_value(const Node& n) {
     } else if (name == "value_float") {
       if (const auto* v = std::get_if<float>(&a)) return HostTensor::floats({}, {*v});
     } else if (name == "value_floats") {
-      if (const auto* v = std::get_if<std::vector<float>>(&a)) return HostTensor::floats({static_cast<int64_t>(v->size())}, *v);
+      if (const auto* v = std::get_if<std::vector<float>>(&a))
+        return HostTensor::floats({static_cast<int64_t>(v->size())}, *v);
     } else if (name == "value_int") {
       if (const auto* v = std::get_if<int64_t>(&a)) return HostTensor::ints({}, {*v});
     } else if (name == "value_ints") {
-      if (const auto* v = std::get_if<std::vector<int64_t>>(&a)) return HostTensor::ints({static_cast<int64_t>(v->size())}, *v);
+      if (const auto* v = std::get_if<std::vector<int64_t>>(&a))
+        return HostTensor::ints({static_cast<int64_t>(v->size())}, *v);
     }
-    throw UserError(str(n.where(), ": attribute '", name, "' is not supported (value, value_float(s), value_int(s) are)"));
+    throw UserError(str(n.where(), ": attribute '", name,
+                        "' is not supported (value, value_float(s), value_int(s) are)"));
   }
   throw UserError(str(n.where(), ": has no value"));
 }
@@ -373,7 +406,8 @@ HostTensor range_of(const OpContext& c) {
   for (int64_t k = 0; k < n; ++k) {
     if (out.dtype == DType::F32) {
       out.f[k] = static_cast<float>(start + static_cast<double>(k) * delta);
-    } else if (int64_t step; __builtin_mul_overflow(k, idelta, &step) || __builtin_add_overflow(istart, step, &out.i[k])) {
+    } else if (int64_t step; __builtin_mul_overflow(k, idelta, &step) ||
+                             __builtin_add_overflow(istart, step, &out.i[k])) {
       throw UserError(str(c.node.where(), ": the range overflows int64"));
     }
   }
@@ -386,12 +420,15 @@ std::vector<int64_t> split_sizes(const OpContext& c) {
   const Shape& x = c.in(0).shape;
   int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
   std::vector<int64_t> sizes;
-  if (c.present(1)) sizes = ints_of(c.constant(1, "split"));
-  else sizes = c.node.get_ints("split", {});
+  if (c.present(1))
+    sizes = ints_of(c.constant(1, "split"));
+  else
+    sizes = c.node.get_ints("split", {});
   auto parts = static_cast<int64_t>(c.node.outputs.size());
   if (sizes.empty()) {
     if (parts == 0 || x[axis] % parts != 0) {
-      throw UserError(str(c.node.where(), ": axis of size ", x[axis], " does not split into ", parts, " equal parts"));
+      throw UserError(str(c.node.where(), ": axis of size ", x[axis], " does not split into ",
+                          parts, " equal parts"));
     }
     sizes.assign(parts, x[axis] / parts);
   }
@@ -401,8 +438,8 @@ std::vector<int64_t> split_sizes(const OpContext& c) {
     if (__builtin_add_overflow(total, v, &total)) total = -1;  // cannot cover the axis either
   }
   if (total != x[axis] || static_cast<int64_t>(sizes.size()) != parts) {
-    throw UserError(str(c.node.where(), ": split ", shape_str(sizes), " does not cover the axis of size ", x[axis],
-                        " in ", parts, " outputs"));
+    throw UserError(str(c.node.where(), ": split ", shape_str(sizes),
+                        " does not cover the axis of size ", x[axis], " in ", parts, " outputs"));
   }
   return sizes;
 }
@@ -431,7 +468,8 @@ std::vector<HostTensor> split_eval(const OpContext& c, const std::vector<const H
     HostTensor out = make_like(t.dtype, t.shape);
     int64_t len = t.shape[axis], at = 0;
     for (int64_t o = 0; o < outer; ++o)
-      for (int64_t e = 0; e < len * inner; ++e) copy_elem(out, at++, *in[0], (o * x[axis] + begin) * inner + e);
+      for (int64_t e = 0; e < len * inner; ++e)
+        copy_elem(out, at++, *in[0], (o * x[axis] + begin) * inner + e);
     begin += len;
     outs.push_back(std::move(out));
   }
@@ -448,23 +486,30 @@ std::vector<int64_t> shape_dims(const OpContext& c) {
 }
 
 // An op whose output is its first input's data in another shape.
-OpDef reshaping(const std::string& type, int min_in, int max_in, std::function<Shape(const OpContext&)> shape) {
+OpDef reshaping(const std::string& type, int min_in, int max_in,
+                std::function<Shape(const OpContext&)> shape) {
   return {type, min_in, max_in,
-          [shape](const OpContext& c) { return std::vector<TypeShape>{{c.in(0).dtype, shape(c)}}; },
-          [shape](const OpContext& c, const std::vector<const HostTensor*>& in) { return same_data(in, shape(c)); }};
+          [shape](const OpContext& c) {
+            return std::vector<TypeShape>{{c.in(0).dtype, shape(c)}};
+          },
+          [shape](const OpContext& c, const std::vector<const HostTensor*>& in) {
+            return same_data(in, shape(c));
+          }};
 }
 
 }  // namespace
 
 void register_shape_ops(std::vector<OpDef>& ops) {
-  ops.push_back({"Shape", 1, 1,
-                 [](const OpContext& c) {
-                   return std::vector<TypeShape>{{DType::I64, {static_cast<int64_t>(shape_dims(c).size())}}};
-                 },
-                 [](const OpContext& c, const std::vector<const HostTensor*>&) {
-                   std::vector<int64_t> dims = shape_dims(c);
-                   return std::vector<HostTensor>{HostTensor::ints({static_cast<int64_t>(dims.size())}, dims)};
-                 }});
+  ops.push_back(
+      {"Shape", 1, 1,
+       [](const OpContext& c) {
+         return std::vector<TypeShape>{{DType::I64, {static_cast<int64_t>(shape_dims(c).size())}}};
+       },
+       [](const OpContext& c, const std::vector<const HostTensor*>&) {
+         std::vector<int64_t> dims = shape_dims(c);
+         return std::vector<HostTensor>{
+             HostTensor::ints({static_cast<int64_t>(dims.size())}, dims)};
+       }});
   ops.push_back(reshaping("Reshape", 2, 2, reshape_shape));
   ops.push_back(reshaping("Flatten", 1, 1, flatten_shape));
   ops.push_back(reshaping("Squeeze", 1, 2, squeeze_shape));
@@ -490,12 +535,16 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                  transpose_eval});
   ops.push_back({"Concat", 1, 1 << 20, concat_infer, concat_eval});
   ops.push_back({"Slice", 3, 5,
-                 [](const OpContext& c) { return std::vector<TypeShape>{{c.in(0).dtype, slice_spec(c).out}}; },
+                 [](const OpContext& c) {
+                   return std::vector<TypeShape>{{c.in(0).dtype, slice_spec(c).out}};
+                 },
                  slice_eval});
   ops.push_back({"Gather", 2, 2, gather_infer, gather_eval});
   ops.push_back({"Split", 1, 2, split_infer, split_eval});
   ops.push_back({"Expand", 2, 2,
-                 [](const OpContext& c) { return std::vector<TypeShape>{{c.in(0).dtype, expand_shape(c)}}; },
+                 [](const OpContext& c) {
+                   return std::vector<TypeShape>{{c.in(0).dtype, expand_shape(c)}};
+                 },
                  expand_eval});
   ops.push_back({"Constant", 0, 0,
                  [](const OpContext& c) {
@@ -505,14 +554,19 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                  [](const OpContext& c, const std::vector<const HostTensor*>&) {
                    return std::vector<HostTensor>{constant_value(c.node)};
                  }});
-  ops.push_back({"ConstantOfShape", 1, 1,
-                 [](const OpContext& c) { return std::vector<TypeShape>{constant_of_shape_type(c)}; },
-                 [](const OpContext& c, const std::vector<const HostTensor*>&) {
-                   return std::vector<HostTensor>{constant_of_shape(c)};
-                 }});
+  ops.push_back(
+      {"ConstantOfShape", 1, 1,
+       [](const OpContext& c) { return std::vector<TypeShape>{constant_of_shape_type(c)}; },
+       [](const OpContext& c, const std::vector<const HostTensor*>&) {
+         return std::vector<HostTensor>{constant_of_shape(c)};
+       }});
   ops.push_back({"Range", 3, 3,
-                 [](const OpContext& c) { return std::vector<TypeShape>{{c.in(0).dtype, {range_count(c)}}}; },
-                 [](const OpContext& c, const std::vector<const HostTensor*>&) { return std::vector<HostTensor>{range_of(c)}; }});
+                 [](const OpContext& c) {
+                   return std::vector<TypeShape>{{c.in(0).dtype, {range_count(c)}}};
+                 },
+                 [](const OpContext& c, const std::vector<const HostTensor*>&) {
+                   return std::vector<HostTensor>{range_of(c)};
+                 }});
 }
 
 }  // namespace tf::graph

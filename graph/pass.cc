@@ -11,26 +11,34 @@ namespace tf::graph {
 
 const std::vector<PassInfo>& graph_passes() {
   static const std::vector<PassInfo> passes = {
-      {"simplify-inference", 0, "drop Identity and inference-mode Dropout; BatchNormalization to a per-channel Mul and Add",
+      {"simplify-inference", 0,
+       "drop Identity and inference-mode Dropout; BatchNormalization to a per-channel Mul and Add",
        simplify_inference},
-      {"eliminate-common-subexpressions", 1, "merge nodes with the same operator, inputs and attributes",
+      {"eliminate-common-subexpressions", 1,
+       "merge nodes with the same operator, inputs and attributes",
        eliminate_common_subexpressions},
-      {"fold-constants", 1, "evaluate nodes whose inputs are all constants (weights transposed, scales combined)",
+      {"fold-constants", 1,
+       "evaluate nodes whose inputs are all constants (weights transposed, scales combined)",
        fold_constants},
-      {"recognize-composites", 2, "replace the decompositions exporters write for LayerNorm and GELU by one operator",
+      {"recognize-composites", 2,
+       "replace the decompositions exporters write for LayerNorm and GELU by one operator",
        recognize_composites},
       {"combine-parallel-matmuls", 2,
-       "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and bias Add) and a Split",
+       "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and "
+       "bias Add) and a Split",
        combine_parallel_matmuls},
-      {"fold-scale-into-conv", 2, "fold a per-channel Mul and Add after a Conv into its weights and bias",
+      {"fold-scale-into-conv", 2,
+       "fold a per-channel Mul and Add after a Conv into its weights and bias",
        fold_scale_into_conv},
-      {"dead-code-elimination", 0, "drop nodes and constants no output depends on", dead_code_elimination},
+      {"dead-code-elimination", 0, "drop nodes and constants no output depends on",
+       dead_code_elimination},
   };
   return passes;
 }
 
 void check_pass_options(const PassOptions& o) {
-  if (o.opt_level < 0 || o.opt_level > 3) throw UserError(str("--opt-level ", o.opt_level, " is not one of 0, 1, 2, 3"));
+  if (o.opt_level < 0 || o.opt_level > 3)
+    throw UserError(str("--opt-level ", o.opt_level, " is not one of 0, 1, 2, 3"));
   auto known = [](const std::string& n) {
     for (const PassInfo& p : graph_passes()) {
       if (n == p.name) return true;
@@ -43,10 +51,12 @@ void check_pass_options(const PassOptions& o) {
     return s;
   };
   for (const std::string& n : o.disabled) {
-    if (!known(n)) throw UserError(str("--disable-pass ", n, ": no such pass (passes: ", list(), ")"));
+    if (!known(n))
+      throw UserError(str("--disable-pass ", n, ": no such pass (passes: ", list(), ")"));
   }
   for (const std::string& n : o.dump) {
-    if (n != "all" && !known(n)) throw UserError(str("--dump-pass ", n, ": no such pass (passes: ", list(), ", or all)"));
+    if (n != "all" && !known(n))
+      throw UserError(str("--dump-pass ", n, ": no such pass (passes: ", list(), ", or all)"));
   }
 }
 
@@ -60,7 +70,8 @@ std::vector<PassReport> run_passes(Graph& g, const PassOptions& o) {
       auto start = std::chrono::steady_clock::now();
       r.ran = true;
       r.changed = p.run(g);
-      r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                 .count();
       try {
         verify(g);
       } catch (const UserError& e) {

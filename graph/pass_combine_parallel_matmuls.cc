@@ -42,12 +42,15 @@ HostTensor concat_last(const std::vector<const HostTensor*>& parts) {
 
 bool combine_parallel_matmuls(Graph& g) {
   std::map<std::string, int> uses = use_counts(g);
-  auto is_output = [&](const std::string& v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
+  auto is_output = [&](const std::string& v) {
+    return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+  };
   // Candidate MatMuls by shared input: 2-D constant weights [K, N].
   std::map<std::string, std::vector<size_t>> by_input;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& n = g.nodes[k];
-    if (n.op != "MatMul" || !g.is_constant(n.inputs[1]) || g.value(n.inputs[1]).shape.size() != 2) continue;
+    if (n.op != "MatMul" || !g.is_constant(n.inputs[1]) || g.value(n.inputs[1]).shape.size() != 2)
+      continue;
     if (g.value(n.inputs[0]).shape.size() < 2) continue;
     by_input[n.inputs[0]].push_back(k);
   }
@@ -67,7 +70,8 @@ bool combine_parallel_matmuls(Graph& g) {
           if (a.op != "Add" || (a.inputs[0] != y && a.inputs[1] != y)) continue;
           const std::string& c = a.inputs[0] == y ? a.inputs[1] : a.inputs[0];
           int64_t N = g.value(g.nodes[k].inputs[1]).shape[1];
-          if (g.is_constant(c) && g.value(c).shape == Shape{N} && g.value(a.outputs[0]).shape == g.value(y).shape) {
+          if (g.is_constant(c) && g.value(c).shape == Shape{N} &&
+              g.value(a.outputs[0]).shape == g.value(y).shape) {
             b.bias_add = j;
             b.bias = c;
             b.out = a.outputs[0];
@@ -108,7 +112,9 @@ bool combine_parallel_matmuls(Graph& g) {
       wide = biased;
     }
     std::string sizes = g.fresh_name(base + ".split");
-    g.values[sizes] = Value{sizes, DType::I64, {static_cast<int64_t>(widths.size())},
+    g.values[sizes] = Value{sizes,
+                            DType::I64,
+                            {static_cast<int64_t>(widths.size())},
                             HostTensor::ints({static_cast<int64_t>(widths.size())}, widths)};
     Node split{base + ".split", "Split", {wide, sizes}, {}, {{"axis", int64_t{-1}}}};
     for (Branch& b : branches) {

@@ -24,7 +24,8 @@ std::string node_key(const Node& n) {
             os << int(v.dtype) << shape_str(v.shape);
             for (float f : v.f) os << f << ' ';
             for (int64_t i : v.i) os << i << ' ';
-          } else if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<float>>) {
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                               std::is_same_v<T, std::vector<float>>) {
             for (const auto& x : v) os << x << ' ';
           } else {
             os << v;

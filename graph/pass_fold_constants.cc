@@ -13,7 +13,8 @@ bool fold_constants(Graph& g) {
   int64_t budget = kMaxFoldedTotal;
   for (Node& n : g.nodes) {
     bool all_constant = true;
-    for (const std::string& in : n.inputs) all_constant = all_constant && (in.empty() || g.is_constant(in));
+    for (const std::string& in : n.inputs)
+      all_constant = all_constant && (in.empty() || g.is_constant(in));
     std::vector<TypeShape> types;
     for (const std::string& o : n.outputs) types.push_back({g.value(o).dtype, g.value(o).shape});
     int64_t elements = 0;
@@ -23,10 +24,11 @@ bool fold_constants(Graph& g) {
       continue;
     }
     budget -= elements;
-    std::vector<HostTensor> outs = eval_node(n, g, g.opset, [&](const std::string& name) -> const HostTensor& {
-      return *g.value(name).constant;
-    });
-    for (size_t o = 0; o < n.outputs.size(); ++o) g.value(n.outputs[o]).constant = std::move(outs[o]);
+    std::vector<HostTensor> outs = eval_node(
+        n, g, g.opset,
+        [&](const std::string& name) -> const HostTensor& { return *g.value(name).constant; });
+    for (size_t o = 0; o < n.outputs.size(); ++o)
+      g.value(n.outputs[o]).constant = std::move(outs[o]);
     changed = true;
   }
   g.nodes = std::move(kept);

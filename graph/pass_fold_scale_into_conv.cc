@@ -45,13 +45,15 @@ bool fold_scale_into_conv(Graph& g) {
         if (p == producer.end() || uses[y] != 1) continue;
         Node& conv = g.nodes[p->second];
         if (conv.op != "Conv" || !g.is_constant(conv.inputs[1])) continue;
-        if (conv.inputs.size() > 2 && !conv.inputs[2].empty() && !g.is_constant(conv.inputs[2])) continue;
+        if (conv.inputs.size() > 2 && !conv.inputs[2].empty() && !g.is_constant(conv.inputs[2]))
+          continue;
         const Value& w = g.value(conv.inputs[1]);
         int64_t K = w.shape[0];
         std::optional<std::vector<float>> s = per_channel(g.value(m.inputs[1 - side]), K);
         if (!s || g.value(m.outputs[0]).shape != g.value(y).shape) continue;
         std::vector<float> bias(K, 0.0f);
-        if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) bias = g.value(conv.inputs[2]).constant->f;
+        if (conv.inputs.size() > 2 && !conv.inputs[2].empty())
+          bias = g.value(conv.inputs[2]).constant->f;
         HostTensor nw = *w.constant;
         int64_t per_k = num_elements(w.shape) / K;
         for (int64_t c = 0; c < K; ++c) {
@@ -62,9 +64,12 @@ bool fold_scale_into_conv(Graph& g) {
             bias[c] += (*s)[c];
           }
         }
-        std::string wn = g.fresh_name(conv.name + ".weight"), bn = g.fresh_name(conv.name + ".bias");
-        if (m.op == "Mul") g.values[wn] = Value{wn, DType::F32, w.shape, nw};
-        else wn = conv.inputs[1];
+        std::string wn = g.fresh_name(conv.name + ".weight"),
+                    bn = g.fresh_name(conv.name + ".bias");
+        if (m.op == "Mul")
+          g.values[wn] = Value{wn, DType::F32, w.shape, nw};
+        else
+          wn = conv.inputs[1];
         g.values[bn] = Value{bn, DType::F32, {K}, HostTensor::floats({K}, bias)};
         conv.inputs.resize(3);
         conv.inputs[1] = wn;

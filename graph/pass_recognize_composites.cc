@@ -60,7 +60,9 @@ class Matcher {
   std::map<std::string, size_t> producer_;
 };
 
-bool near(std::optional<double> v, double want) { return v && std::fabs(*v - want) <= 1e-5 * std::fabs(want); }
+bool near(std::optional<double> v, double want) {
+  return v && std::fabs(*v - want) <= 1e-5 * std::fabs(want);
+}
 
 // Reduction axes of a ReduceMean with keepdims over the trailing `count` axes of rank `rank`;
 // returns the first axis, or nullopt.
@@ -77,7 +79,8 @@ std::optional<int64_t> trailing_mean_axis(const Graph& g, const Node& n, size_t 
 }
 
 // Matches LayerNorm ending at the Div `div`; fills the replacement and the nodes it covers.
-bool match_layernorm(Graph& g, const Matcher& m, const Node& div, Node& out, std::vector<size_t>& covered) {
+bool match_layernorm(Graph& g, const Matcher& m, const Node& div, Node& out,
+                     std::vector<size_t>& covered) {
   if (div.op != "Div") return false;
   const std::string& d = div.inputs[0];
   const Node* sqrt = m.def(div.inputs[1], "Sqrt");
@@ -99,7 +102,8 @@ bool match_layernorm(Graph& g, const Matcher& m, const Node& div, Node& out, std
   if (!var || !eps || trailing_mean_axis(g, *var, rank) != axis) return false;
   const Node* pow = m.def(var->inputs[0], "Pow");
   if (!pow || pow->inputs[0] != d || !near(m.scalar(pow->inputs[1]), 2.0)) return false;
-  covered = {m.index(mean), m.index(sub), m.index(pow), m.index(var), m.index(add_eps), m.index(sqrt), m.index(&div)};
+  covered = {m.index(mean),    m.index(sub),  m.index(pow), m.index(var),
+             m.index(add_eps), m.index(sqrt), m.index(&div)};
   // Optional scale and shift: constants of the normalized shape.
   Shape norm(g.value(x).shape.begin() + *axis, g.value(x).shape.end());
   auto fits = [&](const std::string& c) {
@@ -110,7 +114,8 @@ bool match_layernorm(Graph& g, const Matcher& m, const Node& div, Node& out, std
   std::string y = div.outputs[0], gamma, beta;
   auto next = [&](const std::string& v, const char* op) -> const Node* {
     for (const Node& n : g.nodes) {
-      if (n.op == op && m.use(v) == 1 && !m.is_output(v) && (n.inputs[0] == v || n.inputs[1] == v)) return &n;
+      if (n.op == op && m.use(v) == 1 && !m.is_output(v) && (n.inputs[0] == v || n.inputs[1] == v))
+        return &n;
     }
     return nullptr;
   };
@@ -126,11 +131,16 @@ bool match_layernorm(Graph& g, const Matcher& m, const Node& div, Node& out, std
   }
   if (gamma.empty()) {
     gamma = g.fresh_name(div.name + ".gamma");
-    g.values[gamma] = Value{gamma, DType::F32, norm, HostTensor::floats(norm, std::vector<float>(num_elements(norm), 1.0f))};
+    g.values[gamma] = Value{gamma, DType::F32, norm,
+                            HostTensor::floats(norm, std::vector<float>(num_elements(norm), 1.0f))};
   } else if (g.value(gamma).shape != norm) {
-    return false;  // a broadcast scale: keep the decomposition (LayerNormalization takes it, but keep it simple)
+    return false;  // a broadcast scale: keep the decomposition (LayerNormalization takes it, but
+                   // keep it simple)
   }
-  out = Node{div.name + ".layernorm", "LayerNormalization", {x, gamma}, {y},
+  out = Node{div.name + ".layernorm",
+             "LayerNormalization",
+             {x, gamma},
+             {y},
              {{"axis", *axis}, {"epsilon", static_cast<float>(*eps)}}};
   if (!beta.empty()) out.inputs.push_back(beta);
   return true;
@@ -152,7 +162,8 @@ bool match_gelu(const Matcher& m, const Node& half, Node& out, std::vector<size_
         const Node* erf = m.def(add->inputs[s3], "Erf");
         if (!erf) continue;
         const Node* div = m.def(erf->inputs[0], "Div");
-        if (!div || div->inputs[0] != x || !near(m.scalar(div->inputs[1]), std::sqrt(2.0))) continue;
+        if (!div || div->inputs[0] != x || !near(m.scalar(div->inputs[1]), std::sqrt(2.0)))
+          continue;
         covered = {m.index(div), m.index(erf), m.index(add), m.index(mul), m.index(&half)};
         out = Node{half.name + ".gelu", "Gelu", {x}, {half.outputs[0]}, {}};
         return true;
@@ -172,7 +183,9 @@ bool recognize_composites(Graph& g) {
     for (size_t k = 0; k < g.nodes.size() && !again; ++k) {
       Node fused;
       std::vector<size_t> covered;
-      if (!match_layernorm(g, m, g.nodes[k], fused, covered) && !match_gelu(m, g.nodes[k], fused, covered)) continue;
+      if (!match_layernorm(g, m, g.nodes[k], fused, covered) &&
+          !match_gelu(m, g.nodes[k], fused, covered))
+        continue;
       // The fused node takes the place of the last node it covers (its inputs are defined
       // before the first).
       size_t last = *std::max_element(covered.begin(), covered.end());

@@ -5,15 +5,17 @@
 
 namespace tf::graph {
 
-std::map<std::string, HostTensor> run_reference(const Graph& g, const std::map<std::string, HostTensor>& inputs) {
+std::map<std::string, HostTensor> run_reference(const Graph& g,
+                                                const std::map<std::string, HostTensor>& inputs) {
   std::map<std::string, HostTensor> live;
   for (const std::string& name : g.inputs) {
     auto it = inputs.find(name);
     if (it == inputs.end()) throw UserError(str("input '", name, "' is not given"));
     const Value& v = g.value(name);
     if (it->second.dtype != v.dtype || it->second.shape != v.shape) {
-      throw UserError(str("input '", name, "' is ", dtype_name(it->second.dtype), " ", shape_str(it->second.shape),
-                          "; the model takes ", dtype_name(v.dtype), " ", shape_str(v.shape)));
+      throw UserError(str("input '", name, "' is ", dtype_name(it->second.dtype), " ",
+                          shape_str(it->second.shape), "; the model takes ", dtype_name(v.dtype),
+                          " ", shape_str(v.shape)));
     }
     live[name] = it->second;
   }

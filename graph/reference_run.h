@@ -12,6 +12,7 @@
 
 namespace tf::graph {
 
-std::map<std::string, HostTensor> run_reference(const Graph& g, const std::map<std::string, HostTensor>& inputs);
+std::map<std::string, HostTensor> run_reference(const Graph& g,
+                                                const std::map<std::string, HostTensor>& inputs);
 
 }  // namespace tf::graph

@@ -27,18 +27,25 @@ Mapping conv_task(const Graph& g, const Node& n) {
   const Shape& x = g.value(n.inputs[0]).shape;
   const Shape& w = g.value(n.inputs[1]).shape;
   std::string auto_pad = n.get_string("auto_pad", "NOTSET");
-  std::vector<int64_t> pads = n.get_ints("pads", {0, 0, 0, 0}), strides = n.get_ints("strides", {1, 1});
+  std::vector<int64_t> pads = n.get_ints("pads", {0, 0, 0, 0}),
+                       strides = n.get_ints("strides", {1, 1});
   std::vector<int64_t> dil = n.get_ints("dilations", {1, 1});
-  if (auto_pad != "NOTSET" && auto_pad != "VALID") return {"", "auto_pad " + auto_pad + " (pad explicitly)"};
+  if (auto_pad != "NOTSET" && auto_pad != "VALID")
+    return {"", "auto_pad " + auto_pad + " (pad explicitly)"};
   if (auto_pad == "VALID") pads = {0, 0, 0, 0};
   if (!all_equal(pads)) return {"", "asymmetric padding " + shape_str(pads)};
-  if (!all_equal(strides) || !all_equal(dil)) return {"", "different strides or dilations along H and W"};
+  if (!all_equal(strides) || !all_equal(dil))
+    return {"", "different strides or dilations along H and W"};
   int64_t group = n.get_int("group", 1);
   bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
-  std::string tail = str(",R=", w[2], ",S=", w[3], ",stride=", strides[0], ",pad=", pads[0], ",dilation=", dil[0]);
-  if (group == 1) return {str("conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], ",K=", w[0], tail), "", bias};
+  std::string tail =
+      str(",R=", w[2], ",S=", w[3], ",stride=", strides[0], ",pad=", pads[0], ",dilation=", dil[0]);
+  if (group == 1)
+    return {str("conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], ",K=", w[0], tail),
+            "", bias};
   if (group == x[1] && w[0] == x[1] && w[1] == 1) {
-    return {str("depthwise_conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], tail), "", bias};
+    return {str("depthwise_conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], tail), "",
+            bias};
   }
   return {"", str("grouped convolution (group=", group, ") other than depthwise")};
 }
@@ -54,7 +61,8 @@ Mapping matmul_task(const Graph& g, const Node& n) {
     return {str("matmul(M=", M, ",N=", N, ",K=", K), ""};
   }
   Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
-  if (ab != bb) return {"", "batch dimensions " + shape_str(ab) + " and " + shape_str(bb) + " broadcast"};
+  if (ab != bb)
+    return {"", "batch dimensions " + shape_str(ab) + " and " + shape_str(bb) + " broadcast"};
   return {str("batch_matmul(B=", num_elements(ab), ",M=", M, ",N=", N, ",K=", K), ""};
 }
 
@@ -90,10 +98,14 @@ TaskList extract_tasks(const Graph& g) {
   std::map<std::string, size_t> index;
   for (const Node& n : g.nodes) {
     Mapping m;
-    if (n.op == "Conv") m = conv_task(g, n);
-    else if (n.op == "MatMul") m = matmul_task(g, n);
-    else if (n.op == "Gemm") m = gemm_task(g, n);
-    else continue;
+    if (n.op == "Conv")
+      m = conv_task(g, n);
+    else if (n.op == "MatMul")
+      m = matmul_task(g, n);
+    else if (n.op == "Gemm")
+      m = gemm_task(g, n);
+    else
+      continue;
     if (m.spec.empty()) {
       out.untunable.push_back({n.name, n.op, m.reason});
       continue;

@@ -20,7 +20,7 @@ namespace tf::graph {
 struct Task {
   std::string workload;  // canonical spec
   std::vector<std::string> nodes;
-  int64_t flops = 0;     // of one call
+  int64_t flops = 0;  // of one call
 };
 
 struct Untunable {

@@ -14,7 +14,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    tf::graph::Graph g = tf::graph::import_onnx_bytes(std::string(reinterpret_cast<const char*>(data), size), "fuzz.onnx");
+    tf::graph::Graph g = tf::graph::import_onnx_bytes(
+        std::string(reinterpret_cast<const char*>(data), size), "fuzz.onnx");
     tf::graph::run_passes(g, tf::graph::PassOptions{});
     tf::graph::extract_tasks(g);
     tf::graph::plan_memory(g, tf::graph::plan_fusion(g));

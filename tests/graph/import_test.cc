@@ -28,15 +28,18 @@ struct ModelBuilder {
     g = m.mutable_graph();
     g->set_name("test");
   }
-  void input(const std::string& name, std::vector<int64_t> dims, int type = onnx::TensorProto::FLOAT) {
+  void input(const std::string& name, std::vector<int64_t> dims,
+             int type = onnx::TensorProto::FLOAT) {
     auto* vi = g->add_input();
     vi->set_name(name);
     auto* tt = vi->mutable_type()->mutable_tensor_type();
     tt->set_elem_type(type);
     for (int64_t d : dims) {
       auto* dim = tt->mutable_shape()->add_dim();
-      if (d < 0) dim->set_dim_param("batch");
-      else dim->set_dim_value(d);
+      if (d < 0)
+        dim->set_dim_param("batch");
+      else
+        dim->set_dim_value(d);
     }
   }
   void output(const std::string& name, std::vector<int64_t> dims = {}) {
@@ -54,8 +57,8 @@ struct ModelBuilder {
     t->add_dims(static_cast<int64_t>(v.size()));
     for (int64_t x : v) t->add_int64_data(x);
   }
-  onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-                        const std::string& name = "") {
+  onnx::NodeProto* node(const std::string& op, std::vector<std::string> in,
+                        std::vector<std::string> out, const std::string& name = "") {
     auto* n = g->add_node();
     n->set_op_type(op);
     n->set_name(name.empty() ? op + "_" + out[0] : name);
@@ -166,7 +169,9 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.input("x", {2});
     b.node("NonZero", {"x"}, {"y"}, "nz");
     b.output("y");
-    expect(b, "test.onnx: node 'nz' (NonZero): operator NonZero is not supported (supported: Abs, Add");
+    expect(
+        b,
+        "test.onnx: node 'nz' (NonZero): operator NonZero is not supported (supported: Abs, Add");
   }
   {
     ModelBuilder b;
@@ -204,7 +209,9 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.node("Shape", {"r"}, {"s"});
     b.node("Reshape", {"x", "shape"}, {"y"}, "reshape");
     b.output("y");
-    expect(b, "node 'reshape' (Reshape): input 1 (shape, 'shape') is computed at run time; tunefarm needs static shapes");
+    expect(b,
+           "node 'reshape' (Reshape): input 1 (shape, 'shape') is computed at run time; tunefarm "
+           "needs static shapes");
   }
   {
     ModelBuilder b;
@@ -234,7 +241,9 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.input("w", {4, 2, 3, 3});
     b.node("Conv", {"x", "w"}, {"y"}, "conv");
     b.output("y");
-    expect(b, "node 'conv' (Conv): weight [4, 2, 3, 3] expects 2 input channels, the input [1, 3, 8, 8] has 3");
+    expect(b,
+           "node 'conv' (Conv): weight [4, 2, 3, 3] expects 2 input channels, the input [1, 3, 8, "
+           "8] has 3");
   }
   {
     ModelBuilder b;
@@ -246,7 +255,9 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     t->set_data_location(onnx::TensorProto::EXTERNAL);
     b.node("Add", {"x", "ext"}, {"y"});
     b.output("y");
-    expect(b, "initializer 'ext': data stored outside the model file (external data) is not supported");
+    expect(
+        b,
+        "initializer 'ext': data stored outside the model file (external data) is not supported");
   }
   {
     ModelBuilder b;
@@ -268,7 +279,9 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.node("ConstantOfShape", {"huge"}, {"big"}, "cos");
     b.node("Add", {"x", "big"}, {"y"});
     b.output("y");
-    expect(b, "node 'cos' (ConstantOfShape): shape [1048576, 1048576] has more than 4294967296 elements");
+    expect(
+        b,
+        "node 'cos' (ConstantOfShape): shape [1048576, 1048576] has more than 4294967296 elements");
   }
   {
     ModelBuilder b;
@@ -276,19 +289,23 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.ints("shape", {int64_t{1} << 40, int64_t{1} << 40, -1});
     b.node("Reshape", {"x", "shape"}, {"y"}, "rs");
     b.output("y");
-    expect(b, "node 'rs' (Reshape): shape [1099511627776, 1099511627776, 1] has more than 4294967296 elements");
+    expect(b,
+           "node 'rs' (Reshape): shape [1099511627776, 1099511627776, 1] has more than 4294967296 "
+           "elements");
   }
   try {
     import_onnx_bytes(std::string("\x0a\xff\xff\xff\xff garbage", 12), "junk.onnx");
     ADD_FAILURE() << "imported garbage";
   } catch (const tf::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("junk.onnx: not an ONNX model"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("junk.onnx: not an ONNX model"), std::string::npos)
+        << e.what();
   }
   try {
     import_onnx("/nonexistent/model.onnx");
     ADD_FAILURE();
   } catch (const tf::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot open /nonexistent/model.onnx"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot open /nonexistent/model.onnx"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -305,7 +322,8 @@ TEST(OnnxImport, HostileIntegers) {
     b.node("Add", {"big", "one"}, {"s"}, "add");
     b.node("Reshape", {"x", "s"}, {"y"});
     b.output("y");
-    EXPECT_NE(error_of(b).find("node 'add' (Add): int64 overflow in 9223372036854775807 Add 1"), std::string::npos)
+    EXPECT_NE(error_of(b).find("node 'add' (Add): int64 overflow in 9223372036854775807 Add 1"),
+              std::string::npos)
         << error_of(b);
   }
   {
@@ -316,7 +334,8 @@ TEST(OnnxImport, HostileIntegers) {
     b.node("Div", {"n", "zero"}, {"q"}, "div");
     b.node("Reshape", {"x", "q"}, {"y"});
     b.output("y");
-    EXPECT_NE(error_of(b).find("node 'div' (Div): integer division by zero"), std::string::npos) << error_of(b);
+    EXPECT_NE(error_of(b).find("node 'div' (Div): integer division by zero"), std::string::npos)
+        << error_of(b);
   }
   {
     // Slice bounds at the int64 extremes clamp to the axis; a step of INT64_MIN is a step back.
@@ -351,7 +370,9 @@ TEST(OnnxImport, HostileIntegers) {
     a->add_ints(INT64_MAX);
     a->add_ints(1);
     b.output("y");
-    EXPECT_NE(error_of(b).find("node 'conv' (Conv): stride 9223372036854775807 is not in [1, 2^30]"), std::string::npos)
+    EXPECT_NE(
+        error_of(b).find("node 'conv' (Conv): stride 9223372036854775807 is not in [1, 2^30]"),
+        std::string::npos)
         << error_of(b);
   }
   {

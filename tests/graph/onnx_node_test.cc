@@ -3,12 +3,11 @@
 // outputs with the reference evaluation. Tests that do not import must fail with a clear
 // "not supported" kind of error, and enough of them must run for the check to mean something.
 #include <gtest/gtest.h>
-
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "compiler/error.h"
@@ -27,14 +26,16 @@ const char* kNodeTests = "/usr/share/libonnx-testdata/data/node";
 // Compares like onnx.backend.test (rtol 1e-3, atol 1e-7), with atol raised to 1e-5 for
 // float32 results of transcendental functions computed in another order.
 std::string compare(const HostTensor& want, const HostTensor& got) {
-  if (want.shape != got.shape) return "shape " + shape_str(got.shape) + ", expected " + shape_str(want.shape);
+  if (want.shape != got.shape)
+    return "shape " + shape_str(got.shape) + ", expected " + shape_str(want.shape);
   if ((want.dtype == DType::F32) != (got.dtype == DType::F32)) return "element type differs";
   for (int64_t k = 0; k < want.size(); ++k) {
     double w = want.as_double(k), g = got.as_double(k);
     if (std::isnan(w) && std::isnan(g)) continue;
     if (std::isinf(w) && w == g) continue;
     if (!(std::fabs(w - g) <= 1e-5 + 1e-3 * std::fabs(w))) {
-      return "element " + std::to_string(k) + " is " + std::to_string(g) + ", expected " + std::to_string(w);
+      return "element " + std::to_string(k) + " is " + std::to_string(g) + ", expected " +
+             std::to_string(w);
     }
   }
   return "";
@@ -44,14 +45,16 @@ std::string compare(const HostTensor& want, const HostTensor& got) {
 
 // The node tests pass shapes, axes and indices (int64, bool) as graph inputs; tunefarm needs
 // them static, so they become initializers holding the data set's values.
-std::string with_constant_int_inputs(const fs::path& model, const fs::path& set, std::vector<std::string>& float_inputs) {
+std::string with_constant_int_inputs(const fs::path& model, const fs::path& set,
+                                     std::vector<std::string>& float_inputs) {
   onnx::ModelProto m;
   std::ifstream f(model, std::ios::binary);
   if (!m.ParseFromIstream(&f)) return "";
   int k = 0;
   for (const auto& vi : m.graph().input()) {
     fs::path data = set / ("input_" + std::to_string(k++) + ".pb");
-    bool is_float = !vi.type().has_tensor_type() || vi.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT;
+    bool is_float = !vi.type().has_tensor_type() ||
+                    vi.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT;
     if (is_float) {
       float_inputs.push_back(data.string());
       continue;
@@ -66,7 +69,8 @@ std::string with_constant_int_inputs(const fs::path& model, const fs::path& set,
 }
 
 TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
-  if (!fs::exists(kNodeTests)) GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
+  if (!fs::exists(kNodeTests))
+    GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
   int ran = 0, skipped = 0;
   std::map<std::string, int> ops_run;
   std::map<std::string, int> skip_reasons;
@@ -90,9 +94,12 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
       } catch (const tf::UserError& e) {
         std::string why = e.what();
         // Only refusals of unsupported features are skips; anything else is a bug.
-        bool refusal = why.find("not supported") != std::string::npos || why.find("dynamic dimension") != std::string::npos ||
-                       why.find("must be float32") != std::string::npos || why.find("takes float32") != std::string::npos ||
-                       why.find("(2-D only)") != std::string::npos || why.find("must have rank 4") != std::string::npos ||
+        bool refusal = why.find("not supported") != std::string::npos ||
+                       why.find("dynamic dimension") != std::string::npos ||
+                       why.find("must be float32") != std::string::npos ||
+                       why.find("takes float32") != std::string::npos ||
+                       why.find("(2-D only)") != std::string::npos ||
+                       why.find("must have rank 4") != std::string::npos ||
                        why.find("tunefarm supports") != std::string::npos ||
                        why.find("computed at run time") != std::string::npos;
         EXPECT_TRUE(refusal) << name << ": " << why;
@@ -104,9 +111,11 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
       imported = true;
       std::map<std::string, HostTensor> inputs, expected;
       ASSERT_EQ(float_inputs.size(), g.inputs.size()) << name;
-      for (size_t k = 0; k < g.inputs.size(); ++k) inputs[g.inputs[k]] = read_tensor_file(float_inputs[k]);
+      for (size_t k = 0; k < g.inputs.size(); ++k)
+        inputs[g.inputs[k]] = read_tensor_file(float_inputs[k]);
       for (size_t k = 0; k < g.outputs.size(); ++k) {
-        expected[g.outputs[k]] = read_tensor_file((set / ("output_" + std::to_string(k) + ".pb")).string());
+        expected[g.outputs[k]] =
+            read_tensor_file((set / ("output_" + std::to_string(k) + ".pb")).string());
       }
       // As imported, and after the graph passes at -O3 (which must not change the values).
       Graph optimized = g;
@@ -121,7 +130,8 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
         }
         for (const auto& [out, want] : expected) {
           std::string diff = compare(want, got.at(out));
-          EXPECT_EQ(diff, "") << name << " output " << out << (version == &g ? "" : " after the passes");
+          EXPECT_EQ(diff, "") << name << " output " << out
+                              << (version == &g ? "" : " after the passes");
         }
       }
       // The model's operators, including those folded at import.
@@ -132,7 +142,8 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
     if (imported) ++ran;
   }
   std::printf("ONNX node tests: %d ran, %d refused as unsupported\n", ran, skipped);
-  for (const auto& [reason, count] : skip_reasons) std::printf("  %4d x %s\n", count, reason.c_str());
+  for (const auto& [reason, count] : skip_reasons)
+    std::printf("  %4d x %s\n", count, reason.c_str());
   EXPECT_GE(ran, 250) << "too few node tests import for this to mean much";
   // Every supported operator is exercised, but those whose node tests are all older than
   // opset 11 or of other element types (tests/graph/import_test.cc checks those), and Gelu

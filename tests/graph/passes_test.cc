@@ -40,8 +40,8 @@ struct GraphBuilder {
   std::string weights(const std::string& n, const Shape& s, float lo = -1, float hi = 1) {
     return constant(n, random_floats(s, seed++, lo, hi));
   }
-  std::string node(const std::string& op, std::vector<std::string> in, const std::string& out, const Shape& s,
-                   std::map<std::string, Attr> attrs = {}) {
+  std::string node(const std::string& op, std::vector<std::string> in, const std::string& out,
+                   const Shape& s, std::map<std::string, Attr> attrs = {}) {
     g.values[out] = Value{out, DType::F32, s, std::nullopt};
     g.nodes.push_back(Node{op + "_" + out, op, std::move(in), {out}, std::move(attrs)});
     return out;
@@ -57,18 +57,20 @@ Graph sample_model() {
   std::map<std::string, Attr> pad1 = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
   std::string c1 = b.node("Conv", {x, b.weights("w1", {4, 4, 3, 3})}, "c1", {1, 4, 6, 6}, pad1);
   std::string bn = b.node("BatchNormalization",
-                          {c1, b.weights("gamma", {4}, 0.5, 1.5), b.weights("beta", {4}), b.weights("mean", {4}),
-                           b.weights("var", {4}, 0.5, 2)},
+                          {c1, b.weights("gamma", {4}, 0.5, 1.5), b.weights("beta", {4}),
+                           b.weights("mean", {4}), b.weights("var", {4}, 0.5, 2)},
                           "bn", {1, 4, 6, 6}, {{"epsilon", 1e-3f}});
   std::string r1 = b.node("Relu", {bn}, "r1", {1, 4, 6, 6});
   std::string id = b.node("Identity", {r1}, "id", {1, 4, 6, 6});
-  std::string c2 = b.node("Conv", {id, b.weights("w2", {4, 4, 3, 3}), b.weights("b2", {4})}, "c2", {1, 4, 6, 6}, pad1);
+  std::string c2 = b.node("Conv", {id, b.weights("w2", {4, 4, 3, 3}), b.weights("b2", {4})}, "c2",
+                          {1, 4, 6, 6}, pad1);
   std::string sc = b.node("Mul", {c2, b.weights("scale", {4, 1, 1})}, "sc", {1, 4, 6, 6});
   std::string sum = b.node("Add", {sc, x}, "sum", {1, 4, 6, 6});
   std::string r2 = b.node("Relu", {sum}, "r2", {1, 4, 6, 6});
   std::string dr = b.node("Dropout", {r2}, "dr", {1, 4, 6, 6});
   b.node("Sigmoid", {dr}, "dead", {1, 4, 6, 6});
-  std::string flat = b.node("Reshape", {dr, b.constant("shape", HostTensor::ints({2}, {6, 24}))}, "flat", {6, 24});
+  std::string flat =
+      b.node("Reshape", {dr, b.constant("shape", HostTensor::ints({2}, {6, 24}))}, "flat", {6, 24});
   // The same transpose twice (CSE), of a constant (folding).
   std::string wt1 = b.node("Transpose", {b.weights("fc", {5, 24})}, "wt1", {24, 5});
   std::string wt2 = b.node("Transpose", {"fc"}, "wt2", {24, 5});
@@ -89,7 +91,8 @@ void expect_same_outputs(const Graph& before, const Graph& after) {
   for (const auto& [name, w] : want) {
     const HostTensor& g = got.at(name);
     ASSERT_EQ(g.shape, w.shape) << name;
-    for (int64_t k = 0; k < w.size(); ++k) EXPECT_NEAR(g.f[k], w.f[k], 1e-4 * (1 + std::fabs(w.f[k]))) << name << "[" << k << "]";
+    for (int64_t k = 0; k < w.size(); ++k)
+      EXPECT_NEAR(g.f[k], w.f[k], 1e-4 * (1 + std::fabs(w.f[k]))) << name << "[" << k << "]";
   }
 }
 
@@ -121,16 +124,18 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
   EXPECT_EQ(ops.count("Transpose"), 0u);  // folded
   EXPECT_EQ(ops.count("Mul"), 0u);        // into the convolutions
   EXPECT_EQ(ops["Conv"], 2);
-  EXPECT_EQ(ops["MatMul"], 1);            // the two merged
-  EXPECT_EQ(ops["Add"], 2);               // residual and bias; BatchNorm's shift went into conv1's bias
+  EXPECT_EQ(ops["MatMul"], 1);  // the two merged
+  EXPECT_EQ(ops["Add"], 2);     // residual and bias; BatchNorm's shift went into conv1's bias
   // Tasks: both convolutions with a bias (conv1's from the BatchNorm), conv1 followed by Relu,
   // and the MatMul with its bias and Relu... but the merged MatMul also feeds z, so no
   // epilogue is fused there.
   TaskList t = extract_tasks(g);
   ASSERT_EQ(t.tasks.size(), 3u);
-  EXPECT_EQ(t.tasks[0].workload,
-            "conv2d_nchw(N=1,C=4,H=6,W=6,K=4,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias_relu)");
-  EXPECT_EQ(t.tasks[1].workload, "conv2d_nchw(N=1,C=4,H=6,W=6,K=4,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias)");
+  EXPECT_EQ(
+      t.tasks[0].workload,
+      "conv2d_nchw(N=1,C=4,H=6,W=6,K=4,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias_relu)");
+  EXPECT_EQ(t.tasks[1].workload,
+            "conv2d_nchw(N=1,C=4,H=6,W=6,K=4,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias)");
   EXPECT_EQ(t.tasks[2].workload, "matmul(M=6,N=5,K=24,epilogue=none)");
 }
 
@@ -161,7 +166,9 @@ TEST(GraphPasses, BadOptionsAreErrors) {
   };
   PassOptions a;
   a.disabled = {"fusion-of-everything"};
-  EXPECT_NE(error(a).find("--disable-pass fusion-of-everything: no such pass (passes: simplify-inference"), std::string::npos)
+  EXPECT_NE(error(a).find(
+                "--disable-pass fusion-of-everything: no such pass (passes: simplify-inference"),
+            std::string::npos)
       << error(a);
   PassOptions b;
   b.dump = {"nope"};
@@ -182,15 +189,18 @@ Graph composites(bool extra_use) {
   std::string d = b.node("Sub", {x, mean}, "d", s);
   std::string p = b.node("Pow", {d, b.constant("two", HostTensor::floats({}, {2.0f}))}, "p", s);
   std::string var = b.node("ReduceMean", {p}, "var", r, last);
-  std::string ve = b.node("Add", {var, b.constant("eps", HostTensor::floats({}, {1e-5f}))}, "ve", r);
+  std::string ve =
+      b.node("Add", {var, b.constant("eps", HostTensor::floats({}, {1e-5f}))}, "ve", r);
   std::string sd = b.node("Sqrt", {ve}, "sd", r);
   std::string n = b.node("Div", {d, sd}, "n", s);
   std::string m = b.node("Mul", {n, b.weights("gamma", {8})}, "m", s);
   std::string ln = b.node("Add", {m, b.weights("beta", {8})}, "ln", s);
   // GELU in PyTorch's order: (x * (1 + erf(x / sqrt 2))) * 0.5
-  std::string a = b.node("Div", {ln, b.constant("sqrt2", HostTensor::floats({}, {1.41421354f}))}, "a", s);
+  std::string a =
+      b.node("Div", {ln, b.constant("sqrt2", HostTensor::floats({}, {1.41421354f}))}, "a", s);
   std::string e = b.node("Erf", {a}, "e", s);
-  std::string one = b.node("Add", {e, b.constant("one", HostTensor::floats({}, {1.0f}))}, "one_plus", s);
+  std::string one =
+      b.node("Add", {e, b.constant("one", HostTensor::floats({}, {1.0f}))}, "one_plus", s);
   std::string xm = b.node("Mul", {ln, one}, "xm", s);
   std::string y = b.node("Mul", {xm, b.constant("half", HostTensor::floats({}, {0.5f}))}, "y", s);
   b.g.outputs = {y};
@@ -215,7 +225,8 @@ TEST(GraphPasses, RecognizesLayerNormAndGelu) {
   EXPECT_EQ(g.outputs, original.outputs);
   std::map<std::string, HostTensor> in = {{"x", random_floats({1, 3, 8}, 5, -3, 3)}};
   HostTensor want = run_reference(original, in).at("y"), got = run_reference(g, in).at("y");
-  for (int64_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got.f[k], want.f[k], 1e-5 * (1 + std::fabs(want.f[k])));
+  for (int64_t k = 0; k < want.size(); ++k)
+    EXPECT_NEAR(got.f[k], want.f[k], 1e-5 * (1 + std::fabs(want.f[k])));
 
   Graph shared = composites(true);
   recognize_composites(shared);
@@ -239,7 +250,8 @@ TEST(GraphPasses, CombinesParallelMatmuls) {
     std::vector<std::string> outs;
     for (const char* name : {"q", "k", "v"}) {
       std::string y = b.node("MatMul", {x, b.weights(std::string("w") + name, {8, 5})}, name, s);
-      if (biases) y = b.node("Add", {y, b.weights(std::string("b") + name, {5})}, std::string(name) + "b", s);
+      if (biases)
+        y = b.node("Add", {y, b.weights(std::string("b") + name, {5})}, std::string(name) + "b", s);
       outs.push_back(b.node("Relu", {y}, std::string(name) + "r", s));
     }
     // A MatMul of another input stays apart.
@@ -260,7 +272,8 @@ TEST(GraphPasses, CombinesParallelMatmuls) {
     EXPECT_EQ(matmuls, 2) << "biases " << biases;  // q, k and v as one; o
     EXPECT_EQ(adds, biases ? 1 : 0) << "biases " << biases;
     EXPECT_EQ(splits, 1);
-    std::map<std::string, HostTensor> in = {{"x", random_floats({1, 4, 6, 8}, 3)}, {"x2", random_floats({1, 4, 6, 8}, 4)}};
+    std::map<std::string, HostTensor> in = {{"x", random_floats({1, 4, 6, 8}, 3)},
+                                            {"x2", random_floats({1, 4, 6, 8}, 4)}};
     auto want = run_reference(b.g, in), got = run_reference(g, in);
     for (const auto& [name, w] : want) {
       ASSERT_EQ(got.at(name).shape, w.shape) << name;
@@ -277,7 +290,8 @@ void expect_runnable(const Graph& g, const std::vector<FusedGroup>& plan) {
   std::map<std::string, const Node*> by_name;
   for (const Node& n : g.nodes) by_name[n.name] = &n;
   for (const FusedGroup& f : plan) {
-    for (const std::string& in : f.inputs) EXPECT_TRUE(ready.count(in)) << in << " read before it is computed";
+    for (const std::string& in : f.inputs)
+      EXPECT_TRUE(ready.count(in)) << in << " read before it is computed";
     for (const std::string& name : f.nodes) {
       EXPECT_TRUE(placed.insert(name).second) << name << " in two groups";
       for (const std::string& o : by_name.at(name)->outputs) ready.insert(o);
@@ -315,7 +329,8 @@ TEST(GraphFusion, GroupsFollowTheRules) {
   b.g.values["s2"] = Value{"s2", DType::F32, {1, 2, 2, 2}, std::nullopt};
   b.g.nodes.push_back(Node{"split", "Split", {e}, {"s1", "s2"}, {{"axis", int64_t{1}}}});
   std::string c = b.node("Conv", {"s2", b.weights("w", {2, 2, 1, 1})}, "c", {1, 2, 2, 2});
-  std::string sum = b.node("Add", {"s1", c}, "sum", {1, 2, 2, 2});  // s1 from the Relu's group, c waits for it
+  std::string sum =
+      b.node("Add", {"s1", c}, "sum", {1, 2, 2, 2});  // s1 from the Relu's group, c waits for it
   std::string sq = b.node("Mul", {sum, sum}, "sq", {1, 2, 2, 2});
   b.node("ReduceSum", {sq}, "r", {1, 1, 1, 1}, {{"axes", std::vector<int64_t>{1, 2, 3}}});
   b.g.outputs = {"r"};
@@ -323,8 +338,10 @@ TEST(GraphFusion, GroupsFollowTheRules) {
   std::vector<FusedGroup> p2 = plan_fusion(b.g);
   expect_runnable(b.g, p2);
   EXPECT_EQ(group_with(p2, "split"), group_with(p2, "Relu_e"));  // injective after elementwise
-  EXPECT_NE(group_with(p2, "Add_sum"), group_with(p2, "Relu_e"));  // would wait for the conv that waits for it
-  EXPECT_NE(group_with(p2, "Add_sum"), group_with(p2, "Conv_c"));  // its first input is s1, not the conv's
+  EXPECT_NE(group_with(p2, "Add_sum"),
+            group_with(p2, "Relu_e"));  // would wait for the conv that waits for it
+  EXPECT_NE(group_with(p2, "Add_sum"),
+            group_with(p2, "Conv_c"));  // its first input is s1, not the conv's
   // The reduction takes in the Mul computing its input (read by nothing else).
   ASSERT_EQ(group_with(p2, "ReduceSum_r"), group_with(p2, "Mul_sq"));
   EXPECT_EQ(group_with(p2, "ReduceSum_r")->kind, OpKind::Reduction);
@@ -337,7 +354,8 @@ TEST(GraphMemory, ReuseByLivenessWithoutOverlap) {
   GraphBuilder b;
   std::string v = b.input("x", {1, 1, 16, 16});
   std::map<std::string, Attr> pool = {{"kernel_shape", std::vector<int64_t>{1, 1}}};
-  for (const char* name : {"a", "b", "c", "d", "out"}) v = b.node("MaxPool", {v}, name, {1, 1, 16, 16}, pool);
+  for (const char* name : {"a", "b", "c", "d", "out"})
+    v = b.node("MaxPool", {v}, name, {1, 1, 16, 16}, pool);
   b.g.outputs = {"out"};
   verify(b.g);
   MemoryPlan chain = plan_memory(b.g, plan_fusion(b.g));

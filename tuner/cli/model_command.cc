@@ -1,12 +1,11 @@
 #include "tuner/cli/model_command.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "compiler/error.h"
@@ -14,8 +13,8 @@
 #include "graph/memory_plan.h"
 #include "graph/npy.h"
 #include "graph/onnx_import.h"
-#include "graph/reference_run.h"
 #include "graph/pass.h"
+#include "graph/reference_run.h"
 #include "graph/tasks.h"
 
 namespace tf::cli {
@@ -23,11 +22,14 @@ namespace tf::cli {
 using nlohmann::json;
 
 void add_import_command(CLI::App& app, ImportArgs& a) {
-  a.cmd = app.add_subcommand("import", "Import an ONNX model: its graph after the graph passes and the tunable tasks");
+  a.cmd = app.add_subcommand(
+      "import", "Import an ONNX model: its graph after the graph passes and the tunable tasks");
   a.cmd->add_option("model", a.model, "the .onnx file");
-  a.cmd->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")->capture_default_str();
+  a.cmd->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")
+      ->capture_default_str();
   a.cmd->add_option("--disable-pass", a.disable, "do not run this graph pass (repeatable)");
-  a.cmd->add_option("--dump-pass", a.dump, "print the graph after this pass to stderr, or 'all' (repeatable)");
+  a.cmd->add_option("--dump-pass", a.dump,
+                    "print the graph after this pass to stderr, or 'all' (repeatable)");
   a.cmd->add_flag("--list-passes", a.list_passes, "list the graph passes and exit");
   a.cmd->add_flag("--json", a.json, "print JSON");
 }
@@ -35,7 +37,8 @@ void add_import_command(CLI::App& app, ImportArgs& a) {
 int run_import(const ImportArgs& a) {
   using namespace graph;  // NOLINT
   if (a.list_passes) {
-    for (const PassInfo& p : graph_passes()) std::printf("%-32s O%d  %s\n", p.name, p.opt_level, p.help);
+    for (const PassInfo& p : graph_passes())
+      std::printf("%-32s O%d  %s\n", p.name, p.opt_level, p.help);
     return 0;
   }
   if (a.model.empty()) throw UserError("import: name the .onnx model file");
@@ -64,38 +67,60 @@ int run_import(const ImportArgs& a) {
     }
     return out;
   };
-  json j = {{"model", a.model}, {"graph", g.name}, {"opset", g.opset}, {"inputs", tensors(g.inputs)},
-            {"outputs", tensors(g.outputs)}, {"parameters", after.parameters},
-            {"constant_bytes", after.constant_bytes}, {"nodes_imported", nodes_imported},
-            {"nodes", g.nodes.size()}, {"ops_imported", imported.ops}, {"ops", after.ops}};
+  json j = {{"model", a.model},
+            {"graph", g.name},
+            {"opset", g.opset},
+            {"inputs", tensors(g.inputs)},
+            {"outputs", tensors(g.outputs)},
+            {"parameters", after.parameters},
+            {"constant_bytes", after.constant_bytes},
+            {"nodes_imported", nodes_imported},
+            {"nodes", g.nodes.size()},
+            {"ops_imported", imported.ops},
+            {"ops", after.ops}};
   j["passes"] = json::array();
   for (const PassReport& r : reports) {
-    j["passes"].push_back({{"name", r.name}, {"ran", r.ran}, {"fired", r.changed}, {"ms", r.ms}, {"nodes_after", r.nodes_after}});
+    j["passes"].push_back({{"name", r.name},
+                           {"ran", r.ran},
+                           {"fired", r.changed},
+                           {"ms", r.ms},
+                           {"nodes_after", r.nodes_after}});
   }
   j["tasks"] = json::array();
   for (const Task& t : tasks.tasks) {
-    j["tasks"].push_back({{"workload", t.workload}, {"count", t.nodes.size()}, {"flops", t.flops}, {"nodes", t.nodes}});
+    j["tasks"].push_back({{"workload", t.workload},
+                          {"count", t.nodes.size()},
+                          {"flops", t.flops},
+                          {"nodes", t.nodes}});
   }
   j["fused_kernels"] = json::array();
   for (const FusedGroup& f : groups) {
-    j["fused_kernels"].push_back({{"kind", op_kind_name(f.kind)}, {"nodes", f.nodes}, {"inputs", f.inputs}, {"outputs", f.outputs}});
+    j["fused_kernels"].push_back({{"kind", op_kind_name(f.kind)},
+                                  {"nodes", f.nodes},
+                                  {"inputs", f.inputs},
+                                  {"outputs", f.outputs}});
   }
-  j["memory"] = {{"arena_bytes", memory.arena_bytes}, {"naive_bytes", memory.naive_bytes},
+  j["memory"] = {{"arena_bytes", memory.arena_bytes},
+                 {"naive_bytes", memory.naive_bytes},
                  {"intermediates", memory.buffers.size()}};
   j["untunable"] = json::array();
-  for (const Untunable& u : tasks.untunable) j["untunable"].push_back({{"node", u.node}, {"op", u.op}, {"reason", u.reason}});
+  for (const Untunable& u : tasks.untunable)
+    j["untunable"].push_back({{"node", u.node}, {"op", u.op}, {"reason", u.reason}});
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model     %s (graph '%s', opset %lld)\n", a.model.c_str(), g.name.c_str(), static_cast<long long>(g.opset));
+  std::printf("model     %s (graph '%s', opset %lld)\n", a.model.c_str(), g.name.c_str(),
+              static_cast<long long>(g.opset));
   for (const char* side : {"inputs", "outputs"}) {
     for (const json& t : j[side]) {
-      std::printf("%-9s %s %s %s\n", side == std::string("inputs") ? "input" : "output", t["name"].get<std::string>().c_str(),
-                  t["dtype"].get<std::string>().c_str(), shape_str(t["shape"].get<Shape>()).c_str());
+      std::printf("%-9s %s %s %s\n", side == std::string("inputs") ? "input" : "output",
+                  t["name"].get<std::string>().c_str(), t["dtype"].get<std::string>().c_str(),
+                  shape_str(t["shape"].get<Shape>()).c_str());
     }
   }
-  std::printf("params    %lld floats (%.1f MB of constants)\n", static_cast<long long>(after.parameters),
+  std::printf("params    %lld floats (%.1f MB of constants)\n",
+              static_cast<long long>(after.parameters),
               static_cast<double>(after.constant_bytes) / 1e6);
   std::printf("nodes     %zu imported, %zu after passes\n", nodes_imported, g.nodes.size());
   std::string ops;
@@ -104,8 +129,10 @@ int run_import(const ImportArgs& a) {
   std::printf("\npasses (-O%d)\n", a.opt_level);
   for (const PassReport& r : reports) {
     std::printf("  %-32s %s\n", r.name.c_str(),
-                !r.ran ? "skipped" : str(r.changed ? "fired " : "nothing", "  ", r.nodes_after, " nodes  ",
-                                         static_cast<int>(r.ms * 1000) / 1000.0, " ms").c_str());
+                !r.ran ? "skipped"
+                       : str(r.changed ? "fired " : "nothing", "  ", r.nodes_after, " nodes  ",
+                             static_cast<int>(r.ms * 1000) / 1000.0, " ms")
+                             .c_str());
   }
   std::map<std::string, int> by_kind;
   size_t fused_nodes = 0;
@@ -115,42 +142,53 @@ int run_import(const ImportArgs& a) {
   }
   std::string kinds;
   for (const auto& [k, n] : by_kind) kinds += str(kinds.empty() ? "" : ", ", n, " ", k);
-  std::printf("kernels   %zu after fusion (%s; %zu nodes fused into others' kernels)\n", groups.size(), kinds.c_str(),
-              fused_nodes - std::count_if(groups.begin(), groups.end(), [](const FusedGroup& f) { return f.nodes.size() > 1; }));
+  std::printf("kernels   %zu after fusion (%s; %zu nodes fused into others' kernels)\n",
+              groups.size(), kinds.c_str(),
+              fused_nodes - std::count_if(groups.begin(), groups.end(),
+                                          [](const FusedGroup& f) { return f.nodes.size() > 1; }));
   std::printf("memory    %.2f MB arena for %zu intermediates (%.2f MB without reuse)\n",
               static_cast<double>(memory.arena_bytes) / 1e6, memory.buffers.size(),
               static_cast<double>(memory.naive_bytes) / 1e6);
   std::printf("\ntasks (%zu distinct)\n", tasks.tasks.size());
   for (const Task& t : tasks.tasks) {
-    std::printf("  %3zu x %-90s %.3g GFLOP\n", t.nodes.size(), t.workload.c_str(), static_cast<double>(t.flops) / 1e9);
+    std::printf("  %3zu x %-90s %.3g GFLOP\n", t.nodes.size(), t.workload.c_str(),
+                static_cast<double>(t.flops) / 1e9);
   }
   for (const Untunable& u : tasks.untunable) {
-    std::printf("  not tunable: node '%s' (%s): %s\n", u.node.c_str(), u.op.c_str(), u.reason.c_str());
+    std::printf("  not tunable: node '%s' (%s): %s\n", u.node.c_str(), u.op.c_str(),
+                u.reason.c_str());
   }
   return 0;
 }
 
 void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
   run->add_option("--model", a.model, "an ONNX model to run instead of a workload");
-  run->add_option("--input", a.inputs, "model input as name=file.npy (or file.npy for a model with one input); "
-                                       "inputs not given are uniform random in [-1, 1) (repeatable)");
-  run->add_option("--output", a.outputs, "write a model output: name=file.npy, or file.npy for the first (repeatable)");
-  run->add_option("--expect", a.expect, "a .npy the first output should match: prints the largest error, and exits 1 "
-                                        "past 1e-4 of its magnitude");
-  run->add_flag("--reference", a.reference, "run with the reference evaluation of every operator (slow; for checking)");
-  run->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")->capture_default_str();
+  run->add_option("--input", a.inputs,
+                  "model input as name=file.npy (or file.npy for a model with one input); "
+                  "inputs not given are uniform random in [-1, 1) (repeatable)");
+  run->add_option("--output", a.outputs,
+                  "write a model output: name=file.npy, or file.npy for the first (repeatable)");
+  run->add_option("--expect", a.expect,
+                  "a .npy the first output should match: prints the largest error, and exits 1 "
+                  "past 1e-4 of its magnitude");
+  run->add_flag("--reference", a.reference,
+                "run with the reference evaluation of every operator (slow; for checking)");
+  run->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")
+      ->capture_default_str();
   run->add_option("--seed", a.seed, "seed of the random inputs")->capture_default_str();
 }
 
 namespace {
 
 // "name=file" -> {name, file}; a bare file names `only` (the single input, the first output).
-std::pair<std::string, std::string> named_file(const std::string& arg, const std::vector<std::string>& names,
+std::pair<std::string, std::string> named_file(const std::string& arg,
+                                               const std::vector<std::string>& names,
                                                const char* what) {
   size_t eq = arg.find('=');
   if (eq == std::string::npos) {
     if (names.size() != 1 && std::string(what) == "--input") {
-      throw UserError(str("--input ", arg, ": the model has ", names.size(), " inputs; name it as name=file.npy"));
+      throw UserError(str("--input ", arg, ": the model has ", names.size(),
+                          " inputs; name it as name=file.npy"));
     }
     return {names.at(0), arg};
   }
@@ -158,7 +196,8 @@ std::pair<std::string, std::string> named_file(const std::string& arg, const std
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     std::string have;
     for (const std::string& n : names) have += (have.empty() ? "" : ", ") + n;
-    throw UserError(str(what, " ", arg, ": the model has no ", std::string(what) == "--input" ? "input" : "output", " '", name,
+    throw UserError(str(what, " ", arg, ": the model has no ",
+                        std::string(what) == "--input" ? "input" : "output", " '", name,
                         "' (it has: ", have, ")"));
   }
   return {name, arg.substr(eq + 1)};
@@ -169,8 +208,9 @@ std::pair<std::string, std::string> named_file(const std::string& arg, const std
 int run_model(const ModelRunArgs& a) {
   using namespace graph;  // NOLINT
   if (!a.reference) {
-    throw UserError("run --model: compiling whole models is not implemented yet (docs/models.md, 'Status'); "
-                    "--reference runs the model with the reference evaluation of each operator");
+    throw UserError(
+        "run --model: compiling whole models is not implemented yet (docs/models.md, 'Status'); "
+        "--reference runs the model with the reference evaluation of each operator");
   }
   if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
   PassOptions opts;
@@ -197,13 +237,15 @@ int run_model(const ModelRunArgs& a) {
   for (int r = 0; r < a.repeat; ++r) {
     auto start = std::chrono::steady_clock::now();
     outs = run_reference(g, inputs);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
   }
   std::sort(ms.begin(), ms.end());
   double median = ms[ms.size() / 2];
   for (const std::string& arg : a.outputs) {
     auto [name, file] = named_file(arg, g.outputs, "--output");
-    if (outs.at(name).dtype != DType::F32) throw UserError(str("--output ", arg, ": output '", name, "' is not float32"));
+    if (outs.at(name).dtype != DType::F32)
+      throw UserError(str("--output ", arg, ": output '", name, "' is not float32"));
     write_npy(file, outs.at(name));
   }
   json j = {{"model", a.model}, {"mode", "reference"}, {"median_ms", median}, {"repeat", a.repeat}};
@@ -212,8 +254,8 @@ int run_model(const ModelRunArgs& a) {
     HostTensor want = read_npy(a.expect);
     const HostTensor& got = outs.at(g.outputs[0]);
     if (want.shape != got.shape) {
-      throw UserError(str("--expect ", a.expect, " has shape ", shape_str(want.shape), "; output '", g.outputs[0], "' is ",
-                          shape_str(got.shape)));
+      throw UserError(str("--expect ", a.expect, " has shape ", shape_str(want.shape), "; output '",
+                          g.outputs[0], "' is ", shape_str(got.shape)));
     }
     double err = 0, mag = 0;
     for (int64_t k = 0; k < want.size(); ++k) {
@@ -230,8 +272,9 @@ int run_model(const ModelRunArgs& a) {
     std::printf("model     %s (reference evaluation, not compiled)\n", a.model.c_str());
     std::printf("latency   %.3f ms (median of %d)\n", median, a.repeat);
     if (j.contains("max_abs_error")) {
-      std::printf("max error %.3g (largest expected magnitude %.3g)%s\n", j["max_abs_error"].get<double>(),
-                  j["max_abs_expected"].get<double>(), status ? ": past 1e-4 of it" : "");
+      std::printf("max error %.3g (largest expected magnitude %.3g)%s\n",
+                  j["max_abs_error"].get<double>(), j["max_abs_expected"].get<double>(),
+                  status ? ": past 1e-4 of it" : "");
     }
   }
   return status;
