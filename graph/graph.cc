@@ -1,5 +1,6 @@
 #include "graph/graph.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -104,6 +105,14 @@ Value& Graph::value(const std::string& n) {
 bool Graph::is_constant(const std::string& n) const {
   auto it = values.find(n);
   return it != values.end() && it->second.constant.has_value();
+}
+
+bool Graph::is_input(const std::string& n) const {
+  return std::find(inputs.begin(), inputs.end(), n) != inputs.end();
+}
+
+bool Graph::is_output(const std::string& n) const {
+  return std::find(outputs.begin(), outputs.end(), n) != outputs.end();
 }
 
 std::string Graph::fresh_name(const std::string& base) const {

@@ -85,6 +85,8 @@ struct Graph {
   const Value& value(const std::string& name) const;
   Value& value(const std::string& name);
   bool is_constant(const std::string& name) const;
+  bool is_input(const std::string& name) const;   // a runtime input of the model
+  bool is_output(const std::string& name) const;  // returned by the model
   // A value name not yet used in the graph, from `base`.
   std::string fresh_name(const std::string& base) const;
 };

@@ -194,6 +194,13 @@ int64_t normalize_axis(const Node& n, int64_t axis, int64_t rank, const char* wh
   return axis < 0 ? axis + rank : axis;
 }
 
+void require_float(const OpContext& c, size_t k) {
+  if (c.in(k).dtype != DType::F32) {
+    throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ",
+                        dtype_name(c.in(k).dtype), "; this operator takes float32"));
+  }
+}
+
 HostTensor make_like(DType t, const Shape& s) {
   HostTensor h;
   h.dtype = t;

@@ -33,13 +33,6 @@ void for_each_broadcast(const Shape& out, const std::array<const Shape*, N>& ins
   }
 }
 
-void require_float(const OpContext& c, size_t k) {
-  if (c.in(k).dtype != DType::F32) {
-    throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ",
-                        dtype_name(c.in(k).dtype), "; this operator takes float32"));
-  }
-}
-
 OpDef unary(const std::string& type, std::function<float(float, const Node&)> f) {
   OpDef d{type, 1, 1, nullptr, nullptr};
   d.infer = [](const OpContext& c) {

@@ -9,13 +9,6 @@
 namespace tf::graph {
 namespace {
 
-void require_float(const OpContext& c, size_t k) {
-  if (c.in(k).dtype != DType::F32) {
-    throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ",
-                        dtype_name(c.in(k).dtype), "; this operator takes float32"));
-  }
-}
-
 void require_rank(const OpContext& c, size_t k, size_t rank, const char* what) {
   if (c.in(k).shape.size() != rank) {
     throw UserError(str(c.node.where(), ": ", what, " '", c.in(k).name, "' must have rank ", rank,

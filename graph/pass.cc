@@ -108,15 +108,12 @@ void replace_uses(Graph& g, const std::string& from, const std::string& to) {
 }
 
 bool bypass(Graph& g, const std::string& out, const std::string& replacement) {
-  bool is_output = std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end();
-  if (!is_output) {
+  if (!g.is_output(out)) {
     replace_uses(g, out, replacement);
     return true;
   }
-  bool pinned = g.is_constant(replacement) ||
-                std::find(g.inputs.begin(), g.inputs.end(), replacement) != g.inputs.end() ||
-                std::find(g.outputs.begin(), g.outputs.end(), replacement) != g.outputs.end();
-  if (pinned) return false;
+  if (g.is_constant(replacement) || g.is_input(replacement) || g.is_output(replacement))
+    return false;
   for (Node& n : g.nodes) {
     for (std::string& in : n.inputs) {
       if (in == replacement) in = out;

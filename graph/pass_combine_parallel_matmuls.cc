@@ -42,9 +42,6 @@ HostTensor concat_last(const std::vector<const HostTensor*>& parts) {
 
 bool combine_parallel_matmuls(Graph& g) {
   std::map<std::string, int> uses = use_counts(g);
-  auto is_output = [&](const std::string& v) {
-    return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
-  };
   // Candidate MatMuls by shared input: 2-D constant weights [K, N].
   std::map<std::string, std::vector<size_t>> by_input;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
@@ -64,7 +61,7 @@ bool combine_parallel_matmuls(Graph& g) {
     for (size_t k : group) {
       Branch b{k, std::nullopt, "", g.nodes[k].outputs[0]};
       const std::string& y = b.out;
-      if (uses[y] == 1 && !is_output(y)) {
+      if (uses[y] == 1 && !g.is_output(y)) {
         for (size_t j = 0; j < g.nodes.size(); ++j) {
           const Node& a = g.nodes[j];
           if (a.op != "Add" || (a.inputs[0] != y && a.inputs[1] != y)) continue;

@@ -48,9 +48,8 @@ bool eliminate_common_subexpressions(Graph& g) {
     if (first_time) continue;
     // Several outputs: only where none is a graph output (a partial bypass cannot be undone).
     const std::vector<std::string> outs = g.nodes[k].outputs, firsts = g.nodes[it->second].outputs;
-    if (outs.size() > 1 && std::any_of(outs.begin(), outs.end(), [&](const std::string& o) {
-          return std::find(g.outputs.begin(), g.outputs.end(), o) != g.outputs.end();
-        })) {
+    if (outs.size() > 1 && std::any_of(outs.begin(), outs.end(),
+                                       [&](const std::string& o) { return g.is_output(o); })) {
       continue;
     }
     bool ok = true;

@@ -35,9 +35,7 @@ class Matcher {
     auto it = uses_.find(v);
     return it == uses_.end() ? 0 : it->second;
   }
-  bool is_output(const std::string& v) const {
-    return std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end();
-  }
+  bool is_output(const std::string& v) const { return g_.is_output(v); }
   // A scalar constant's value.
   std::optional<double> scalar(const std::string& v) const {
     if (!g_.is_constant(v)) return std::nullopt;

@@ -91,8 +91,8 @@ TaskList extract_tasks(const Graph& g) {
   }
   auto sole_reader = [&](const std::string& v, const char* op) -> const Node* {
     auto it = reader.find(v);
-    bool is_output = std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
-    if (uses[v] != 1 || is_output || it == reader.end() || it->second->op != op) return nullptr;
+    if (uses[v] != 1 || g.is_output(v) || it == reader.end() || it->second->op != op)
+      return nullptr;
     return it->second;
   };
   std::map<std::string, size_t> index;
