@@ -658,15 +658,6 @@ std::string ptx_feature(const std::string& arch) {
   return "+ptx" + std::to_string(ptx);
 }
 
-std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t) {
-  std::string err;
-  const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
-  TF_CHECK(lt, "no LLVM target for ", t.triple, ": ", err);
-  llvm::TargetOptions opts;
-  std::string features = t.kind == "cuda" ? ptx_feature(t.arch) : t.features;
-  return std::unique_ptr<llvm::TargetMachine>(lt->createTargetMachine(
-      t.triple, llvm_cpu(t), features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
-}
 
 // Links the functions of a vendor bitcode library that the kernel calls (only those) and
 // makes them internal, so the optimizer inlines them and drops the rest.
@@ -764,6 +755,27 @@ void optimize(llvm::Module& m, llvm::TargetMachine* tm) {
 
 }  // namespace
 
+std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t) {
+  std::string err;
+  const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
+  TF_CHECK(lt, "no LLVM target for ", t.triple, ": ", err);
+  llvm::TargetOptions opts;
+  std::string features = t.kind == "cuda" ? ptx_feature(t.arch) : t.features;
+  return std::unique_ptr<llvm::TargetMachine>(lt->createTargetMachine(
+      t.triple, llvm_cpu(t), features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+}
+
+std::string emit_object(llvm::Module& m, llvm::TargetMachine& tm, bool assembly) {
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  auto kind = assembly ? llvm::CodeGenFileType::AssemblyFile : llvm::CodeGenFileType::ObjectFile;
+  TF_CHECK(!tm.addPassesToEmitFile(pm, os, nullptr, kind), "target ", m.getTargetTriple(),
+           " cannot emit this file type");
+  pm.run(m);
+  return std::string(buffer.begin(), buffer.end());
+}
+
 CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOutput out) {
   // parse_target initialized LLVM's targets.
   std::optional<GpuLaunch> launch;
@@ -792,13 +804,7 @@ CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOu
     m->print(os, nullptr);
     return result;
   }
-  llvm::SmallVector<char, 0> buffer;
-  llvm::raw_svector_ostream os(buffer);
-  llvm::legacy::PassManager pm;
-  auto kind = out == CodegenOutput::Asm ? llvm::CodeGenFileType::AssemblyFile : llvm::CodeGenFileType::ObjectFile;
-  TF_CHECK(!tm->addPassesToEmitFile(pm, os, nullptr, kind), "target ", target.str(), " cannot emit this file type");
-  pm.run(*m);
-  result.data.assign(buffer.begin(), buffer.end());
+  result.data = emit_object(*m, *tm, out == CodegenOutput::Asm);
   return result;
 }
 

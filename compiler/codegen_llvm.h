@@ -13,10 +13,16 @@
 // threads. Parallel loops nested in another parallel loop run serially.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "compiler/ir.h"
 #include "compiler/target.h"
+
+namespace llvm {
+class Module;
+class TargetMachine;
+}  // namespace llvm
 
 namespace tf {
 
@@ -39,5 +45,10 @@ struct CodegenResult {
 //
 // Optimizes at O3 for the target and emits `out`.
 CodegenResult codegen_llvm(const ir::LoweredFunc& f, const Target& target, CodegenOutput out);
+
+// For other code generators over LLVM (compiler/codegen_runner.h): the target machine of a
+// target (PIC, -O3 code generation), and a module emitted as object code or assembly.
+std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t);
+std::string emit_object(llvm::Module& m, llvm::TargetMachine& tm, bool assembly = false);
 
 }  // namespace tf

@@ -123,8 +123,15 @@ void run_linker(const std::vector<std::string>& argv) {
 
 void link_shared_library(const std::string& object_path, const std::string& out_path,
                          const Target& target, bool openmp, bool libm) {
+  link_shared_library(std::vector<std::string>{object_path}, out_path, target, openmp, libm);
+}
+
+void link_shared_library(const std::vector<std::string>& objects, const std::string& out_path,
+                         const Target& target, bool openmp, bool libm) {
+  // -Bsymbolic: calls between the objects bind inside the library, whatever else is loaded.
   std::vector<std::string> argv = {find_lld(), "-shared", "--hash-style=gnu", "-z", "noexecstack",
-                                   "-O1", "-o", out_path, object_path};
+                                   "-Bsymbolic", "-O1", "-o", out_path};
+  argv.insert(argv.end(), objects.begin(), objects.end());
   if (openmp) {
     // libgomp's pool threads outlive every parallel region; if a host dlclose()d the kernel,
     // libgomp would be unmapped under them. A kernel that uses the pool stays loaded.

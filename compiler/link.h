@@ -23,6 +23,9 @@ CommandResult run_command(const std::vector<std::string>& argv);
 // Throws std::runtime_error naming the command and its output when linking fails.
 void link_shared_library(const std::string& object_path, const std::string& out_path,
                          const Target& target, bool openmp, bool libm);
+// The same for several objects (a compiled model's kernels and runner) in one library.
+void link_shared_library(const std::vector<std::string>& objects, const std::string& out_path,
+                         const Target& target, bool openmp, bool libm);
 
 // Links an AMDGPU object into a code object (.hsaco: a shared ELF the HIP runtime loads), as
 // ROCm's own toolchain does with `ld.lld -shared`. Throws like link_shared_library.

@@ -37,13 +37,13 @@ const std::map<std::string, OpDef>& registry() {
   return ops;
 }
 
+}  // namespace
+
 OpContext context(const Node& n, const Graph& g, int64_t opset) {
   OpContext c{n, opset, {}};
   for (const std::string& in : n.inputs) c.inputs.push_back(in.empty() ? nullptr : &g.value(in));
   return c;
 }
-
-}  // namespace
 
 const OpDef* find_op(const std::string& type) {
   auto it = registry().find(type);

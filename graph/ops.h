@@ -89,4 +89,29 @@ HostTensor make_like(DType t, const Shape& s);
 // Input k must be float32, else the node's error naming the input and its type.
 void require_float(const OpContext& c, size_t k);
 
+// The context of node `n` of `g` (its inputs' values).
+OpContext context(const Node& n, const Graph& g, int64_t opset);
+
+// The attribute decoding the reference evaluation and the compiled kernels (graph/node_te.h)
+// share, so both read a node the same way. Each throws UserError naming the node.
+//
+// A 2-D window over NCHW images (Conv, MaxPool, AveragePool): kernel kh x kw, strides,
+// dilations, pads top/left/bottom/right (auto_pad resolved), output size (ceil_mode applied).
+struct Window {
+  int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, oh, ow;
+};
+Window window_of(const OpContext& c, const Shape& x, int64_t kh, int64_t kw);
+// kernel_shape (2 values), or `fallback` when absent.
+std::vector<int64_t> kernel_shape(const OpContext& c, const Shape& fallback);
+// Slice: per dimension the first position and step, and the output shape.
+struct SliceSpec {
+  std::vector<int64_t> start, step;
+  Shape out;
+};
+SliceSpec slice_spec(const OpContext& c);
+// Split: the sizes of the pieces along the axis.
+std::vector<int64_t> split_sizes(const OpContext& c);
+// Reductions: the reduced axes, sorted, non-negative.
+std::vector<int64_t> reduce_axes(const OpContext& c, int64_t rank);
+
 }  // namespace tf::graph

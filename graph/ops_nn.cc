@@ -104,9 +104,7 @@ std::vector<HostTensor> gemm_eval(const OpContext& c, const std::vector<const Ho
 }
 
 // ---- Windows (Conv, MaxPool, AveragePool) over 2-D NCHW images.
-struct Window {
-  int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, oh, ow;
-};
+}  // namespace
 
 Window window_of(const OpContext& c, const Shape& x, int64_t kh, int64_t kw) {
   const Node& n = c.node;
@@ -169,6 +167,8 @@ std::vector<int64_t> kernel_shape(const OpContext& c, const Shape& fallback) {
   }
   return k;
 }
+
+namespace {
 
 std::vector<TypeShape> conv_infer(const OpContext& c) {
   require_float(c, 0);
@@ -430,6 +430,8 @@ std::vector<HostTensor> layernorm_eval(const OpContext& c,
   return outs;
 }
 
+}  // namespace
+
 // ---- ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
 // ReduceSumSquare, ReduceLogSum, ReduceLogSumExp. Axes: attribute, or (ReduceSum from
 // opset 13, the others from 18) an optional constant input. No axes: all of them, unless
@@ -452,6 +454,8 @@ std::vector<int64_t> reduce_axes(const OpContext& c, int64_t rank) {
   }
   return axes;
 }
+
+namespace {
 
 Shape reduced_shape(const OpContext& c, const Shape& x, const std::vector<int64_t>& axes) {
   bool keep = c.node.get_int("keepdims", 1);

@@ -166,10 +166,7 @@ std::vector<HostTensor> concat_eval(const OpContext& c, const std::vector<const 
 }
 
 // ---- Slice (opset 10+): starts, ends, axes, steps as constant inputs.
-struct SliceSpec {
-  std::vector<int64_t> start, step;
-  Shape out;
-};
+}  // namespace
 
 SliceSpec slice_spec(const OpContext& c) {
   const Shape& x = c.in(0).shape;
@@ -212,6 +209,8 @@ SliceSpec slice_spec(const OpContext& c) {
   }
   return s;
 }
+
+namespace {
 
 std::vector<HostTensor> slice_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
   SliceSpec s = slice_spec(c);
@@ -414,6 +413,8 @@ HostTensor range_of(const OpContext& c) {
   return out;
 }
 
+}  // namespace
+
 // ---- Split along `axis`: sizes from the `split` input (opset 13+) or attribute, else equal
 // parts (one per output).
 std::vector<int64_t> split_sizes(const OpContext& c) {
@@ -443,6 +444,8 @@ std::vector<int64_t> split_sizes(const OpContext& c) {
   }
   return sizes;
 }
+
+namespace {
 
 std::vector<TypeShape> split_infer(const OpContext& c) {
   const Shape& x = c.in(0).shape;

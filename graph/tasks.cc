@@ -10,12 +10,6 @@
 namespace tf::graph {
 namespace {
 
-struct Mapping {
-  std::string spec;    // workload without epilogue; empty when none expresses the node
-  std::string reason;  // why not
-  bool bias = false;
-};
-
 bool all_equal(const std::vector<int64_t>& v) {
   for (int64_t x : v) {
     if (x != v[0]) return false;
@@ -23,7 +17,7 @@ bool all_equal(const std::vector<int64_t>& v) {
   return true;
 }
 
-Mapping conv_task(const Graph& g, const Node& n) {
+AnchorWorkload conv_task(const Graph& g, const Node& n) {
   const Shape& x = g.value(n.inputs[0]).shape;
   const Shape& w = g.value(n.inputs[1]).shape;
   std::string auto_pad = n.get_string("auto_pad", "NOTSET");
@@ -50,7 +44,7 @@ Mapping conv_task(const Graph& g, const Node& n) {
   return {"", str("grouped convolution (group=", group, ") other than depthwise")};
 }
 
-Mapping matmul_task(const Graph& g, const Node& n) {
+AnchorWorkload matmul_task(const Graph& g, const Node& n) {
   const Shape& a = g.value(n.inputs[0]).shape;
   const Shape& b = g.value(n.inputs[1]).shape;
   if (a.size() < 2 || b.size() < 2) return {"", "a 1-D operand (a matrix-vector product)"};
@@ -66,12 +60,13 @@ Mapping matmul_task(const Graph& g, const Node& n) {
   return {str("batch_matmul(B=", num_elements(ab), ",M=", M, ",N=", N, ",K=", K), ""};
 }
 
-Mapping gemm_task(const Graph& g, const Node& n) {
+AnchorWorkload gemm_task(const Graph& g, const Node& n) {
   if (n.get_int("transA", 0)) return {"", "transA=1"};
   if (n.get_float("alpha", 1) != 1.0f) return {"", "alpha != 1"};
   const Shape& a = g.value(n.inputs[0]).shape;
   const Shape& b = g.value(n.inputs[1]).shape;
   int64_t N = n.get_int("transB", 0) ? b[0] : b[1];
+  if (n.get_int("transB", 0) && !g.is_constant(n.inputs[1])) return {"", "transB=1 of computed weights"};
   bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
   if (bias && (n.get_float("beta", 1) != 1.0f || num_elements(g.value(n.inputs[2]).shape) != N)) {
     return {"", "a C that is not a bias of N values"};
@@ -81,6 +76,13 @@ Mapping gemm_task(const Graph& g, const Node& n) {
 }
 
 }  // namespace
+
+AnchorWorkload anchor_workload(const Graph& g, const Node& n) {
+  if (n.op == "Conv") return conv_task(g, n);
+  if (n.op == "MatMul") return matmul_task(g, n);
+  if (n.op == "Gemm") return gemm_task(g, n);
+  return {"", n.op + " is not an anchor operator"};
+}
 
 TaskList extract_tasks(const Graph& g) {
   TaskList out;
@@ -97,15 +99,8 @@ TaskList extract_tasks(const Graph& g) {
   };
   std::map<std::string, size_t> index;
   for (const Node& n : g.nodes) {
-    Mapping m;
-    if (n.op == "Conv")
-      m = conv_task(g, n);
-    else if (n.op == "MatMul")
-      m = matmul_task(g, n);
-    else if (n.op == "Gemm")
-      m = gemm_task(g, n);
-    else
-      continue;
+    if (n.op != "Conv" && n.op != "MatMul" && n.op != "Gemm") continue;
+    AnchorWorkload m = anchor_workload(g, n);
     if (m.spec.empty()) {
       out.untunable.push_back({n.name, n.op, m.reason});
       continue;

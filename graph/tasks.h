@@ -34,4 +34,14 @@ struct TaskList {
 
 TaskList extract_tasks(const Graph& g);
 
+// The workload (without its epilogue) computing Conv, MatMul or Gemm node `n`, and whether
+// the node's own third input is its bias; or, with no spec, the reason no workload does.
+// Gemm's transB is taken as the weights transposed at compile time (they must be constant).
+struct AnchorWorkload {
+  std::string spec;    // e.g. "conv2d_nchw(N=1,...,dilation=1"; empty when none expresses the node
+  std::string reason;  // why not
+  bool bias = false;
+};
+AnchorWorkload anchor_workload(const Graph& g, const Node& n);
+
 }  // namespace tf::graph

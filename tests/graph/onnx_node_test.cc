@@ -1,7 +1,9 @@
 // The ONNX backend node tests shipped in Debian's libonnx-testdata: every test whose model
 // imports (its operators, attributes and types are supported) must reproduce the expected
-// outputs with the reference evaluation. Tests that do not import must fail with a clear
-// "not supported" kind of error, and enough of them must run for the check to mean something.
+// outputs with the reference evaluation, and, compiled into a model library, with the compiled
+// kernels. Tests that do not import must fail with a clear "not supported" kind of error,
+// those that do not compile with a "not implemented yet" one, and enough of them must run for
+// the checks to mean something.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -9,8 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <unistd.h>
 
 #include "compiler/error.h"
+#include "compiler/target.h"
+#include "graph/model_compiler.h"
+#include "graph/model_library.h"
 #include "graph/onnx_import.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
@@ -155,4 +161,62 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
     }
     EXPECT_GT(ops_run[op], 0) << "no node test exercises " << op;
   }
+}
+
+// Every node test that imports, compiled for this machine after the passes at -O2 and run
+// through the library's C ABI. Those that do not compile must say compiling the node is not
+// implemented yet; anything else (a crash, a wrong value, another error) fails.
+TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
+  if (!fs::exists(kNodeTests))
+    GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
+  fs::path tmp = fs::temp_directory_path() / ("tf-node-compile-" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  tf::Target host = tf::host_target();
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  int compiled = 0, refused = 0;
+  std::map<std::string, int> refusals;
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(kNodeTests)) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (const fs::path& dir : dirs) {
+    std::string name = dir.filename().string();
+    fs::path set = dir / "test_data_set_0";
+    if (!fs::exists(set)) continue;
+    std::vector<std::string> float_inputs;
+    std::string bytes = with_constant_int_inputs(dir / "model.onnx", set, float_inputs);
+    Graph g;
+    try {
+      g = import_onnx_bytes(bytes, name);
+    } catch (const tf::UserError&) {
+      continue;  // the test above checks the refusal
+    }
+    run_passes(g, PassOptions{2, {}, {}, nullptr});
+    std::string so = (tmp / (name + ".so")).string();
+    try {
+      compile_model(g, host, defaults, so, name);
+    } catch (const tf::UserError& e) {
+      std::string why = e.what();
+      EXPECT_NE(why.find("is not implemented yet"), std::string::npos) << name << ": " << why;
+      ++refused;
+      size_t at = why.find("compiling ");
+      ++refusals[at == std::string::npos ? why.substr(0, 60) : why.substr(at, 40)];
+      continue;
+    }
+    ModelLibrary lib(so);
+    std::vector<HostTensor> inputs;
+    for (const std::string& f : float_inputs) inputs.push_back(read_tensor_file(f));
+    std::vector<const HostTensor*> in;
+    for (const HostTensor& t : inputs) in.push_back(&t);
+    std::vector<HostTensor> got;
+    lib.run(in, got);
+    for (size_t k = 0; k < got.size(); ++k) {
+      HostTensor want = read_tensor_file((set / ("output_" + std::to_string(k) + ".pb")).string());
+      EXPECT_EQ(compare(want, got[k]), "") << name << " output " << k << " (compiled)";
+    }
+    ++compiled;
+  }
+  fs::remove_all(tmp);
+  std::printf("ONNX node tests compiled: %d ran, %d refused as not implemented\n", compiled, refused);
+  for (const auto& [reason, count] : refusals) std::printf("  %4d x %s\n", count, reason.c_str());
+  EXPECT_GE(compiled, 200) << "too few node tests compile for this to mean much";
 }

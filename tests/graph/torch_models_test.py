@@ -125,6 +125,19 @@ def main():
             ok = got.shape == want.shape and err <= 1e-4 * mag
             if classifier:
                 ok = ok and (np.argmax(got, axis=-1) == np.argmax(want, axis=-1)).all()
+            # Compiled: one library (compile --model, then run the library), checked the same way.
+            lib = os.path.join(d, name + ".so")
+            run([tunefarm, "compile", "--model", path, "--no-db", "-o", lib])
+            sidecar = json.load(open(lib + ".json"))
+            compiled = os.path.join(d, "yc.npy")
+            run([tunefarm, "run", "--model", lib, "--input", os.path.join(d, "x.npy"), "--output", compiled, "--repeat", "1"])
+            gotc = np.load(compiled)
+            errc = float(np.abs(gotc - want).max())
+            ok_compiled = gotc.shape == want.shape and errc <= 1e-4 * mag
+            if classifier:
+                ok_compiled = ok_compiled and (np.argmax(gotc, axis=-1) == np.argmax(want, axis=-1)).all()
+            # Every node after the passes is computed by a kernel.
+            ok = ok and ok_compiled and len({n for k in sidecar["kernels"] for n in k["nodes"]}) == info["nodes"]
             if not folding:
                 # BatchNormalization split and folded into the convolutions.
                 ok = ok and "simplify-inference" in fired and "fold-scale-into-conv" in fired
@@ -139,7 +152,8 @@ def main():
             ok = ok and len(info["tasks"]) > 0 and len(info["fused_kernels"]) < info["nodes"]
             print(f"{'ok  ' if ok else 'FAIL'} {name:13s} opset {opset}: {info['nodes_imported']} nodes imported, "
                   f"{info['nodes']} after passes, {len(info['fused_kernels'])} kernels, {len(info['tasks'])} tasks, passes fired: {', '.join(fired) or 'none'}; "
-                  f"max error {err:.3g} of magnitude {mag:.3g}")
+                  f"max error {err:.3g} of magnitude {mag:.3g}; compiled: {len(sidecar['kernels'])} kernels, "
+                  f"workspace {sidecar['workspace_bytes']} bytes, max error {errc:.3g}")
             failures += not ok
     if failures:
         raise SystemExit(f"{failures} model(s) failed")

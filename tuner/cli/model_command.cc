@@ -6,16 +6,24 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <filesystem>
+#include <memory>
+#include <optional>
 #include <random>
+
+#include <unistd.h>
 
 #include "compiler/error.h"
 #include "graph/fusion.h"
 #include "graph/memory_plan.h"
+#include "graph/model_compiler.h"
+#include "graph/model_library.h"
 #include "graph/npy.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
+#include "tuner/tuning_records.h"
 
 namespace tf::cli {
 
@@ -37,7 +45,7 @@ void add_import_command(CLI::App& app, ImportArgs& a) {
 int run_import(const ImportArgs& a) {
   using namespace graph;  // NOLINT
   if (a.list_passes) {
-    for (const PassInfo& p : graph_passes())
+    for (const graph::PassInfo& p : graph_passes())
       std::printf("%-32s O%d  %s\n", p.name, p.opt_level, p.help);
     return 0;
   }
@@ -176,6 +184,7 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
   run->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")
       ->capture_default_str();
   run->add_option("--seed", a.seed, "seed of the random inputs")->capture_default_str();
+  run->add_option("--disable-pass", a.disable, "do not run this graph pass (repeatable)");
 }
 
 namespace {
@@ -205,62 +214,172 @@ std::pair<std::string, std::string> named_file(const std::string& arg,
 
 }  // namespace
 
+namespace {
+
+// The graph of an .onnx file after the passes at `opt_level`, without `disable`.
+graph::Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable) {
+  graph::PassOptions opts;
+  opts.opt_level = opt_level;
+  opts.disabled = {disable.begin(), disable.end()};
+  graph::check_pass_options(opts);
+  graph::Graph g = graph::import_onnx(path);
+  graph::run_passes(g, opts);
+  return g;
+}
+
+bool is_library(const std::string& path) {
+  return path.size() > 3 && path.compare(path.size() - 3, 3, ".so") == 0;
+}
+
+graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Database* db, const std::string& out,
+                                const std::string& model, bool warn) {
+  graph::ConfigLookup lookup = [db](const Workload& w, const Target& target) {
+    ConfigChoice c = choose_config(db, w, target);
+    return graph::KernelConfig{c.config, c.source, c.tuned_from};
+  };
+  graph::CompiledModel cm = graph::compile_model(g, t, lookup, out, model);
+  int tunable = 0;
+  for (const graph::ModelKernel& k : cm.kernels) tunable += !k.workload.empty();
+  if (warn && cm.untuned() > 0) {
+    std::fprintf(stderr,
+                 "warning: %d of %d tunable kernels have no tuned config for %s and use default schedules "
+                 "(`tunefarm import %s` lists the tasks to tune)\n",
+                 cm.untuned(), tunable, t.short_str().c_str(), model.c_str());
+  }
+  return cm;
+}
+
+}  // namespace
+
+int compile_model_file(const ModelCompileArgs& a) {
+  if (a.out.empty()) throw UserError("-o OUT is required");
+  if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");
+  Target t = parse_target(a.target);
+  graph::Graph g = load_model(a.model, a.opt_level, a.disable);
+  auto start = std::chrono::steady_clock::now();
+  graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (a.json) {
+    json j = cm.sidecar(a.model);
+    j["output"] = std::filesystem::absolute(a.out).string();
+    j["sidecar"] = std::filesystem::absolute(a.out + ".json").string();
+    j["compile_s"] = seconds;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  int tunable = 0;
+  for (const graph::ModelKernel& k : cm.kernels) tunable += !k.workload.empty();
+  std::printf("wrote %s and %s: %zu kernels (%d tunable, %d tuned), workspace %.2f MiB (%.2f MiB unplanned), "
+              "weights %.2f MiB, in %.1f s\n",
+              a.out.c_str(), (a.out + ".json").c_str(), cm.kernels.size(), tunable, tunable - cm.untuned(),
+              cm.memory.arena_bytes / 1048576.0, cm.memory.naive_bytes / 1048576.0, cm.constant_bytes / 1048576.0,
+              seconds);
+  return 0;
+}
+
 int run_model(const ModelRunArgs& a) {
   using namespace graph;  // NOLINT
-  if (!a.reference) {
-    throw UserError(
-        "run --model: compiling whole models is not implemented yet (docs/models.md, 'Status'); "
-        "--reference runs the model with the reference evaluation of each operator");
-  }
   if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
-  PassOptions opts;
-  opts.opt_level = a.opt_level;
-  check_pass_options(opts);
-  Graph g = import_onnx(a.model);
-  run_passes(g, opts);
+  bool library = is_library(a.model);
+  if (library && a.reference) throw UserError(str("--reference runs an .onnx model, not the library ", a.model));
+  std::optional<Graph> g;
+  std::unique_ptr<ModelLibrary> lib;
+  std::filesystem::path tmp_dir;
+  struct Cleanup {
+    std::filesystem::path* d;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!d->empty()) std::filesystem::remove_all(*d, ec);
+    }
+  } cleanup{&tmp_dir};
+  std::vector<TensorInfo> in_info, out_info;
+  std::string mode = "reference evaluation, not compiled";
+  if (library) {
+    lib = std::make_unique<ModelLibrary>(a.model);
+    mode = "compiled library";
+  } else {
+    g = load_model(a.model, a.opt_level, a.disable);
+    if (!a.reference) {
+      tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
+      std::filesystem::create_directories(tmp_dir);
+      std::string so = (tmp_dir / "model.so").string();
+      compile_to(*g, host_target(), a.db, so, a.model, true);
+      lib = std::make_unique<ModelLibrary>(so);
+      mode = "compiled for this machine";
+    }
+  }
+  if (lib) {
+    in_info = lib->inputs();
+    out_info = lib->outputs();
+  } else {
+    for (const std::string& n : g->inputs) in_info.push_back({n, g->value(n).shape});
+    for (const std::string& n : g->outputs) out_info.push_back({n, g->value(n).shape});
+  }
+  std::vector<std::string> in_names, out_names;
+  for (const TensorInfo& t : in_info) in_names.push_back(t.name);
+  for (const TensorInfo& t : out_info) out_names.push_back(t.name);
   std::map<std::string, HostTensor> inputs;
   for (const std::string& arg : a.inputs) {
-    auto [name, file] = named_file(arg, g.inputs, "--input");
+    auto [name, file] = named_file(arg, in_names, "--input");
     inputs[name] = read_npy(file);
   }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   std::uniform_real_distribution<float> uni(-1, 1);
-  for (const std::string& name : g.inputs) {
-    if (inputs.count(name)) continue;
-    const Value& v = g.value(name);
-    HostTensor t = HostTensor::floats(v.shape, std::vector<float>(num_elements(v.shape)));
-    for (float& x : t.f) x = uni(rng);
-    inputs[name] = std::move(t);
+  for (const TensorInfo& t : in_info) {
+    if (inputs.count(t.name)) {
+      const HostTensor& given = inputs[t.name];
+      if (given.dtype != DType::F32 || given.shape != t.shape) {
+        throw UserError(str("--input: input '", t.name, "' is ", dtype_name(given.dtype), " ", shape_str(given.shape),
+                            "; the model takes float32 ", shape_str(t.shape)));
+      }
+      continue;
+    }
+    HostTensor x = HostTensor::floats(t.shape, std::vector<float>(num_elements(t.shape)));
+    for (float& v : x.f) v = uni(rng);
+    inputs[t.name] = std::move(x);
   }
   std::map<std::string, HostTensor> outs;
+  std::vector<const HostTensor*> in_ptrs;
+  for (const TensorInfo& t : in_info) in_ptrs.push_back(&inputs.at(t.name));
+  std::vector<HostTensor> out_list;
+  auto once = [&] {
+    if (lib) {
+      lib->run(in_ptrs, out_list);
+    } else {
+      outs = run_reference(*g, inputs);
+    }
+  };
+  if (lib) once();  // warm-up: first touches of the weights and the thread pool
   std::vector<double> ms;
   for (int r = 0; r < a.repeat; ++r) {
     auto start = std::chrono::steady_clock::now();
-    outs = run_reference(g, inputs);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                     .count());
+    once();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  if (lib) {
+    for (size_t k = 0; k < out_info.size(); ++k) outs[out_info[k].name] = out_list[k];
   }
   std::sort(ms.begin(), ms.end());
   double median = ms[ms.size() / 2];
   for (const std::string& arg : a.outputs) {
-    auto [name, file] = named_file(arg, g.outputs, "--output");
+    auto [name, file] = named_file(arg, out_names, "--output");
     if (outs.at(name).dtype != DType::F32)
       throw UserError(str("--output ", arg, ": output '", name, "' is not float32"));
     write_npy(file, outs.at(name));
   }
-  json j = {{"model", a.model}, {"mode", "reference"}, {"median_ms", median}, {"repeat", a.repeat}};
+  json j = {{"model", a.model}, {"mode", lib ? "compiled" : "reference"}, {"median_ms", median}, {"repeat", a.repeat}};
   int status = 0;
   if (!a.expect.empty()) {
     HostTensor want = read_npy(a.expect);
-    const HostTensor& got = outs.at(g.outputs[0]);
+    const HostTensor& got = outs.at(out_names[0]);
     if (want.shape != got.shape) {
       throw UserError(str("--expect ", a.expect, " has shape ", shape_str(want.shape), "; output '",
-                          g.outputs[0], "' is ", shape_str(got.shape)));
+                          out_names[0], "' is ", shape_str(got.shape)));
     }
     double err = 0, mag = 0;
     for (int64_t k = 0; k < want.size(); ++k) {
-      err = std::max(err, std::fabs(double(want.f[k]) - got.as_double(k)));
-      mag = std::max(mag, std::fabs(double(want.f[k])));
+      err = std::max(err, std::fabs(want.as_double(k) - got.as_double(k)));
+      mag = std::max(mag, std::fabs(want.as_double(k)));
     }
     j["max_abs_error"] = err;
     j["max_abs_expected"] = mag;
@@ -269,7 +388,7 @@ int run_model(const ModelRunArgs& a) {
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("model     %s (reference evaluation, not compiled)\n", a.model.c_str());
+    std::printf("model     %s (%s)\n", a.model.c_str(), mode.c_str());
     std::printf("latency   %.3f ms (median of %d)\n", median, a.repeat);
     if (j.contains("max_abs_error")) {
       std::printf("max error %.3g (largest expected magnitude %.3g)%s\n",

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace tf::db {
+class Database;
+}
+
 namespace tf::cli {
 
 struct ImportArgs {
@@ -20,16 +24,29 @@ struct ImportArgs {
 void add_import_command(CLI::App& app, ImportArgs& args);
 int run_import(const ImportArgs& args);
 
-// `tunefarm run --model`: runs a model here. Only the reference evaluation exists so far
-// (--reference); compiling whole models is not implemented yet and says so.
+// `tunefarm run --model`: runs a model here: an .onnx file compiled for this machine (or with
+// --reference, evaluated by the reference operators), or a library `compile --model` wrote.
 struct ModelRunArgs {
   std::string model, expect;
   std::vector<std::string> inputs, outputs;  // name=file.npy, or file.npy for the only one
+  std::vector<std::string> disable;          // graph passes
   bool reference = false, json = false;
   int repeat = 1, opt_level = 2;
   uint64_t seed = 1;
+  db::Database* db = nullptr;  // tuned configs, when compiling
 };
 void add_model_run_options(CLI::App* run, ModelRunArgs& args);
 int run_model(const ModelRunArgs& args);
+
+// `tunefarm compile --model M.onnx -o model.so`: the whole model as one library (C ABI in
+// docs/models.md) and its sidecar model.so.json; one warning line for kernels left untuned.
+struct ModelCompileArgs {
+  std::string model, target, out;
+  std::vector<std::string> disable;
+  int opt_level = 2;
+  bool json = false, quiet_untuned = false;
+  db::Database* db = nullptr;
+};
+int compile_model_file(const ModelCompileArgs& args);
 
 }  // namespace tf::cli

@@ -66,6 +66,9 @@ json parse_config_arg(const std::string& arg) {
 }
 
 struct CompileArgs {
+  std::string model;
+  int opt_level = 2;
+  std::vector<std::string> disable;
   std::string workload, target = kDefaultTarget, config, name, emit = "so", out, db, libdevice, rocm_device_libs;
   std::vector<std::string> skip, dump;
   bool time_passes = false, list_passes = false, no_db = false, as_json = false;
@@ -110,7 +113,18 @@ int cmd_compile(const CompileArgs& a) {
     }
     return 0;
   }
-  if (a.workload.empty()) throw UserError("--workload is required");
+  if (!a.model.empty()) {
+    if (!a.workload.empty()) throw UserError("compile: give --workload or --model, not both");
+    if (!a.config.empty() || a.server.given() || a.emit != "so" || !a.name.empty() || !a.skip.empty() ||
+        !a.dump.empty() || a.time_passes) {
+      throw UserError("compile --model takes --target, --db/--no-db, -O, --disable-pass, --json and -o "
+                      "(--config, --server, --emit, --name and the lowering-pass options are for single workloads)");
+    }
+    std::unique_ptr<db::Database> db = lookup_database(a.db, a.no_db);
+    cli::ModelCompileArgs m{a.model, a.target, a.out, a.disable, a.opt_level, a.as_json, a.no_db, db.get()};
+    return cli::compile_model_file(m);
+  }
+  if (a.workload.empty()) throw UserError("--workload (or --model) is required");
   if (a.out.empty()) throw UserError("-o OUT is required");
   // Both are read by code generation.
   if (!a.libdevice.empty()) setenv("TUNEFARM_LIBDEVICE", a.libdevice.c_str(), 1);
@@ -309,6 +323,9 @@ int main(int argc, char** argv) {
   tf::CompileArgs ca;
   CLI::App* compile = app.add_subcommand("compile", "Compile a workload into a kernel library (or IR, asm, object)");
   compile->add_option("--workload,-w", ca.workload, "workload spec, e.g. 'matmul(M=97,N=131,K=67)'");
+  compile->add_option("--model", ca.model, "an ONNX model to compile whole into one library (docs/models.md)");
+  compile->add_option("--opt-level,-O", ca.opt_level, "--model: graph optimisation level, 0 to 3")->capture_default_str();
+  compile->add_option("--disable-pass", ca.disable, "--model: do not run this graph pass (repeatable)");
   compile->add_option("--target,-t", ca.target, "target string, e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72'")
       ->capture_default_str();
   compile->add_option("--config,-c", ca.config, "schedule config as JSON, or @file");
@@ -384,6 +401,8 @@ int main(int argc, char** argv) {
       if (!ra.workload.empty()) throw tf::UserError("run: give --workload or --model, not both");
       mra.json = ra.as_json;
       mra.repeat = ra.repeat;
+      std::unique_ptr<tf::db::Database> db = tf::lookup_database(ra.db, ra.no_db || mra.reference);
+      mra.db = db.get();
       return tf::cli::run_model(mra);
     }
     if (*run) return tf::cmd_run(ra);

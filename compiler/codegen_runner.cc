@@ -1,0 +1,187 @@
+#include "compiler/codegen_runner.h"
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include "compiler/codegen_llvm.h"
+#include "compiler/error.h"
+
+namespace tf {
+namespace {
+
+constexpr uint64_t kAlign = 64;
+
+class RunnerGen {
+ public:
+  RunnerGen(llvm::LLVMContext& ctx, llvm::Module& m) : ctx_(ctx), m_(m), b_(ctx) {}
+
+  void emit(const RunnerSpec& s) {
+    tensor_table("input", s.inputs);
+    tensor_table("output", s.outputs);
+    constant_fn("tf_model_workspace_bytes", b_.getInt64(static_cast<uint64_t>(s.workspace_bytes)));
+    for (size_t k = 0; k < s.constants.size(); ++k) {
+      const std::vector<float>& data = *s.constants[k];
+      llvm::Constant* init =
+          llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<float>(data.data(), data.size()));
+      auto* gv =
+          new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage,
+                                   init, "tf_const" + std::to_string(k));
+      gv->setAlignment(llvm::Align(kAlign));
+      constants_.push_back(gv);
+    }
+    run(s);
+  }
+
+ private:
+  llvm::Function* define(const std::string& name, llvm::Type* ret,
+                         std::vector<llvm::Type*> params) {
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(ret, params, false),
+                                      llvm::GlobalValue::ExternalLinkage, name, m_);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    return fn;
+  }
+
+  void constant_fn(const std::string& name, llvm::Constant* value) {
+    define(name, value->getType(), {});
+    b_.CreateRet(value);
+  }
+
+  // `name(i32 i)`: values[i], or `fallback` when i is out of range.
+  void table_fn(const std::string& name, llvm::Type* elem,
+                const std::vector<llvm::Constant*>& values, llvm::Constant* fallback) {
+    auto* ty = llvm::ArrayType::get(elem, values.size());
+    auto* gv = new llvm::GlobalVariable(m_, ty, true, llvm::GlobalValue::PrivateLinkage,
+                                        llvm::ConstantArray::get(ty, values), name + ".table");
+    llvm::Function* fn = define(name, elem, {b_.getInt32Ty()});
+    llvm::Value* i = fn->getArg(0);
+    llvm::Value* in_range = b_.CreateICmpULT(i, b_.getInt32(static_cast<uint32_t>(values.size())));
+    auto* yes = llvm::BasicBlock::Create(ctx_, "in_range", fn);
+    auto* no = llvm::BasicBlock::Create(ctx_, "out_of_range", fn);
+    b_.CreateCondBr(in_range, yes, no);
+    b_.SetInsertPoint(no);
+    b_.CreateRet(fallback);
+    b_.SetInsertPoint(yes);
+    llvm::Value* p =
+        b_.CreateInBoundsGEP(ty, gv, {b_.getInt64(0), b_.CreateZExt(i, b_.getInt64Ty())});
+    b_.CreateRet(b_.CreateLoad(elem, p));
+  }
+
+  void tensor_table(const std::string& role, const std::vector<RunnerTensor>& ts) {
+    std::vector<llvm::Constant*> names, ndims, shapes;
+    for (const RunnerTensor& t : ts) {
+      names.push_back(b_.CreateGlobalString(t.name, "tf_" + role + "_name", 0, &m_));
+      ndims.push_back(b_.getInt32(static_cast<uint32_t>(t.shape.size())));
+      std::vector<uint64_t> dims(t.shape.begin(), t.shape.end());
+      if (dims.empty()) dims.push_back(1);  // a valid pointer even for rank 0
+      llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, dims);
+      shapes.push_back(new llvm::GlobalVariable(m_, init->getType(), true,
+                                                llvm::GlobalValue::PrivateLinkage, init,
+                                                "tf_" + role + "_shape"));
+    }
+    constant_fn("tf_model_num_" + role + "s", b_.getInt32(static_cast<uint32_t>(ts.size())));
+    llvm::PointerType* ptr = b_.getPtrTy();
+    if (ts.empty()) return;
+    table_fn("tf_model_" + role + "_name", ptr, names, llvm::ConstantPointerNull::get(ptr));
+    table_fn("tf_model_" + role + "_ndim", b_.getInt32Ty(), ndims,
+             b_.getInt32(static_cast<uint32_t>(-1)));
+    table_fn("tf_model_" + role + "_shape", ptr, shapes, llvm::ConstantPointerNull::get(ptr));
+  }
+
+  void run(const RunnerSpec& s) {
+    llvm::PointerType* ptr = b_.getPtrTy();
+    llvm::Function* fn = define("tf_model_run", b_.getInt32Ty(), {ptr, ptr, ptr});
+    llvm::Value *inputs = fn->getArg(0), *outputs = fn->getArg(1), *given = fn->getArg(2);
+    llvm::FunctionCallee alloc = m_.getOrInsertFunction(
+        "aligned_alloc", llvm::FunctionType::get(ptr, {b_.getInt64Ty(), b_.getInt64Ty()}, false));
+    llvm::FunctionCallee release =
+        m_.getOrInsertFunction("free", llvm::FunctionType::get(b_.getVoidTy(), {ptr}, false));
+    llvm::BasicBlock* entry = b_.GetInsertBlock();
+    auto* allocate = llvm::BasicBlock::Create(ctx_, "allocate", fn);
+    auto* oom = llvm::BasicBlock::Create(ctx_, "out_of_memory", fn);
+    auto* body = llvm::BasicBlock::Create(ctx_, "body", fn);
+    auto* failed = llvm::BasicBlock::Create(ctx_, "failed", fn);
+    bool need = s.workspace_bytes > 0;
+    b_.CreateCondBr(need ? b_.CreateIsNull(given) : b_.getFalse(), allocate, body);
+    b_.SetInsertPoint(allocate);
+    uint64_t bytes = (static_cast<uint64_t>(s.workspace_bytes) + kAlign - 1) / kAlign * kAlign;
+    llvm::Value* fresh =
+        b_.CreateCall(alloc, {b_.getInt64(kAlign), b_.getInt64(std::max<uint64_t>(bytes, kAlign))});
+    b_.CreateCondBr(b_.CreateIsNull(fresh), oom, body);
+    b_.SetInsertPoint(oom);
+    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
+    b_.SetInsertPoint(body);
+    llvm::PHINode* ws = b_.CreatePHI(ptr, 2, "workspace");
+    ws->addIncoming(given, entry);
+    ws->addIncoming(fresh, allocate);
+    llvm::PHINode* owned = b_.CreatePHI(ptr, 2, "owned");
+    owned->addIncoming(llvm::ConstantPointerNull::get(ptr), entry);
+    owned->addIncoming(fresh, allocate);
+    auto buffer = [&](const RunnerBuffer& r) -> llvm::Value* {
+      switch (r.kind) {
+        case RunnerBuffer::Kind::Input:
+          return b_.CreateLoad(
+              ptr, b_.CreateConstInBoundsGEP1_64(ptr, inputs, static_cast<uint64_t>(r.index)));
+        case RunnerBuffer::Kind::Output:
+          return b_.CreateLoad(
+              ptr, b_.CreateConstInBoundsGEP1_64(ptr, outputs, static_cast<uint64_t>(r.index)));
+        case RunnerBuffer::Kind::Constant:
+          return constants_.at(static_cast<size_t>(r.index));
+        case RunnerBuffer::Kind::Workspace:
+          return b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), ws, static_cast<uint64_t>(r.index));
+      }
+      return nullptr;
+    };
+    for (const RunnerCall& c : s.calls) {
+      std::vector<llvm::Type*> params(c.args.size(), ptr);
+      llvm::FunctionCallee kernel = m_.getOrInsertFunction(
+          c.function, llvm::FunctionType::get(b_.getInt32Ty(), params, false));
+      std::vector<llvm::Value*> args;
+      for (const RunnerBuffer& a : c.args) args.push_back(buffer(a));
+      llvm::Value* status = b_.CreateCall(kernel, args);
+      auto* next = llvm::BasicBlock::Create(ctx_, "after_" + c.function, fn);
+      b_.CreateCondBr(b_.CreateICmpNE(status, b_.getInt32(0)), failed, next);
+      b_.SetInsertPoint(next);
+    }
+    for (const RunnerCopy& c : s.copies) {
+      const RunnerTensor& t = s.outputs.at(static_cast<size_t>(c.output));
+      uint64_t n = 4;
+      for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+      b_.CreateMemCpy(buffer({RunnerBuffer::Kind::Output, c.output}), llvm::MaybeAlign(4),
+                      buffer(c.from), llvm::MaybeAlign(4), n);
+    }
+    b_.CreateCall(release, {owned});
+    b_.CreateRet(b_.getInt32(0));
+    b_.SetInsertPoint(failed);
+    b_.CreateCall(release, {owned});
+    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
+  }
+
+  llvm::LLVMContext& ctx_;
+  llvm::Module& m_;
+  llvm::IRBuilder<> b_;
+  std::vector<llvm::GlobalVariable*> constants_;
+};
+
+}  // namespace
+
+std::string codegen_runner(const RunnerSpec& spec, const Target& target) {
+  TF_CHECK(target.is_cpu(), "codegen_runner: CPU targets only, not ", target.str());
+  llvm::LLVMContext ctx;
+  llvm::Module m("tf_model", ctx);
+  std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target);
+  m.setTargetTriple(target.triple);
+  m.setDataLayout(tm->createDataLayout());
+  RunnerGen gen(ctx, m);
+  gen.emit(spec);
+  std::string errors;
+  llvm::raw_string_ostream os(errors);
+  TF_CHECK(!llvm::verifyModule(m, &os), "codegen_runner produced invalid LLVM IR: ", errors);
+  return emit_object(m, *tm);
+}
+
+}  // namespace tf

@@ -1,0 +1,66 @@
+// codegen_runner: the entry points of a compiled model, as object code for one CPU target.
+//
+// The kernels of a model are compiled one by one (compiler/codegen_llvm.h); this emits what
+// ties them together into one library with a C ABI (docs/models.md has it for users):
+//
+//   int32_t        tf_model_num_inputs(void);      and tf_model_num_outputs
+//   const char*    tf_model_input_name(int32_t i);  NULL when i is out of range
+//   int32_t        tf_model_input_ndim(int32_t i);  -1 when i is out of range
+//   const int64_t* tf_model_input_shape(int32_t i); NULL when i is out of range
+//   (and the same four for outputs)
+//   uint64_t       tf_model_workspace_bytes(void);
+//   int32_t        tf_model_run(const float* const* inputs, float* const* outputs, void*
+//   workspace);
+//
+// tf_model_run calls the kernels in order on the caller's input and output buffers (dense
+// row-major float32, in the model's order), the constants embedded in the library, and
+// intermediates at fixed offsets of the workspace (tf_model_workspace_bytes, 64-byte
+// aligned); a NULL workspace is allocated and freed within the call. It returns 0, or -1
+// when memory ran out (the outputs are then unspecified). Concurrent calls need their own
+// workspaces.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/target.h"
+
+namespace tf {
+
+struct RunnerTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// A buffer a kernel reads or writes.
+struct RunnerBuffer {
+  enum class Kind { Input, Output, Constant, Workspace };
+  Kind kind;
+  int64_t index;  // input, output or constant number; the workspace's byte offset
+};
+
+struct RunnerCall {
+  std::string function;  // `i32 function(ptr...)` returning 0, or -1 when out of memory
+  std::vector<RunnerBuffer> args;
+};
+
+// After the calls: output `output` gets a copy of `from` (outputs that are inputs, constants
+// or other outputs of the model).
+struct RunnerCopy {
+  RunnerBuffer from;
+  int64_t output;
+};
+
+struct RunnerSpec {
+  std::vector<RunnerTensor> inputs, outputs;
+  std::vector<const std::vector<float>*> constants;  // embedded, read-only, 64-byte aligned
+  std::vector<RunnerCall> calls;
+  std::vector<RunnerCopy> copies;
+  int64_t workspace_bytes = 0;
+};
+
+// Object code defining the tf_model_* functions; the kernels are external symbols.
+std::string codegen_runner(const RunnerSpec& spec, const Target& target);
+
+}  // namespace tf

@@ -1,0 +1,391 @@
+#include "graph/model_compiler.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "compiler/codegen_llvm.h"
+#include "compiler/codegen_runner.h"
+#include "compiler/driver.h"
+#include "compiler/error.h"
+#include "compiler/link.h"
+#include "compiler/lower.h"
+#include "compiler/schedule_templates.h"
+#include "graph/fusion.h"
+#include "graph/node_te.h"
+#include "graph/pass.h"
+#include "graph/tasks.h"
+
+namespace tf::graph {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct KernelBuild {
+  ModelKernel info;
+  ir::LoweredFunc func;
+};
+
+std::string identifier(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out;
+}
+
+// The default schedule of a generic kernel's stage: the innermost axis vectorized when the
+// vector width divides it, the other spatial loops fused into one, parallel when the stage
+// has enough work to pay for waking the thread pool.
+void schedule_loops(ir::Stage& s, int lanes) {
+  const ir::Operation& op = *s.op();
+  size_t rank = op.shape.size();
+  if (rank == 0) return;
+  std::vector<ir::Expr> spatial(s.leaves().begin(),
+                                s.leaves().begin() + static_cast<int64_t>(rank));
+  int64_t work = num_elements(op.shape);
+  for (const ir::IterVar& r : op.reduce_axes) work *= r.extent;
+  if (!op.reduce() && op.shape.back() % lanes == 0) {
+    auto [outer, inner] = s.split(spatial.back(), lanes);
+    s.vectorize(inner);
+    spatial.back() = outer;
+  }
+  ir::Expr fused = spatial[0];
+  for (size_t d = 1; d < spatial.size(); ++d) fused = s.fuse(fused, spatial[d]);
+  if (work >= (int64_t{1} << 15)) s.parallel(fused);
+}
+
+class ModelBuilder {
+ public:
+  ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup)
+      : g_(g), target_(t), lookup_(lookup), uses_(use_counts(g)) {
+    for (size_t k = 0; k < g_.nodes.size(); ++k) node_index_[g_.nodes[k].name] = k;
+  }
+
+  void add_group(const FusedGroup& grp) {
+    std::vector<const Node*> nodes;
+    for (const std::string& name : grp.nodes) nodes.push_back(&g_.nodes[node_index_.at(name)]);
+    if (grp.outputs.size() == 1) {
+      if (grp.kind == OpKind::Anchor && try_anchor(nodes, grp.outputs[0])) return;
+      add_generic(nodes, grp.outputs[0]);
+      return;
+    }
+    // Several outputs: one kernel per needed output of each node.
+    for (const Node* n : nodes) {
+      for (const std::string& o : n->outputs) {
+        if (!o.empty() && (uses_[o] > 0 || g_.is_output(o))) add_generic({n}, o);
+      }
+    }
+  }
+
+  Graph& graph() { return g_; }
+  std::vector<KernelBuild>& builds() { return builds_; }
+  const std::vector<FusedGroup>& kernel_groups() const { return groups_; }
+
+ private:
+  std::string function_name(const std::string& what) {
+    return str("tf_k", builds_.size(), "_", identifier(what));
+  }
+
+  void record(KernelBuild b, OpKind kind, const std::vector<const Node*>& nodes) {
+    FusedGroup fg{kind, {}, {}, {b.info.args.back()}};
+    for (const Node* n : nodes) fg.nodes.push_back(n->name);
+    for (size_t k = 0; k + 1 < b.info.args.size(); ++k) {
+      if (!g_.is_constant(b.info.args[k])) fg.inputs.push_back(b.info.args[k]);
+    }
+    b.info.nodes = fg.nodes;
+    groups_.push_back(std::move(fg));
+    builds_.push_back(std::move(b));
+  }
+
+  // The sole reader of `v` if it is `op`, `v` has no other use and is not returned.
+  const Node* next_is(const std::vector<const Node*>& nodes, size_t at, const std::string& v,
+                      const char* op) {
+    if (at >= nodes.size() || nodes[at]->op != op || uses_[v] != 1 || g_.is_output(v))
+      return nullptr;
+    const Node* n = nodes[at];
+    return std::find(n->inputs.begin(), n->inputs.end(), v) != n->inputs.end() ? n : nullptr;
+  }
+
+  bool try_anchor(const std::vector<const Node*>& nodes, const std::string& group_out) {
+    const Node& a = *nodes[0];
+    AnchorWorkload aw = anchor_workload(g_, a);
+    if (aw.spec.empty()) return false;
+    std::vector<std::string> args{a.inputs[0], a.inputs[1]};
+    if (a.op == "Gemm" && a.get_int("transB", 0)) args[1] = transposed(a.inputs[1]);
+    if (aw.bias) args.push_back(a.inputs[2]);
+    std::string y = a.outputs[0];
+    size_t used = 1;
+    bool bias = aw.bias, relu = false;
+    if (a.op == "MatMul") {
+      if (const Node* add = next_is(nodes, used, y, "Add")) {
+        const std::string& other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+        const Shape& ys = g_.value(y).shape;
+        const Shape& os = g_.value(other).shape;
+        if (g_.is_constant(other) && g_.value(other).dtype == DType::F32 && !os.empty() &&
+            num_elements(os) == ys.back() && os.back() == ys.back() &&
+            g_.value(add->outputs[0]).shape == ys) {
+          bias = true;
+          args.push_back(other);
+          y = add->outputs[0];
+          ++used;
+        }
+      }
+    }
+    if (const Node* r = next_is(nodes, used, y, "Relu")) {
+      relu = true;
+      y = r->outputs[0];
+      ++used;
+    }
+    if (used == nodes.size() ? y != group_out : g_.is_output(y)) return false;
+    Workload w = parse_workload(
+        aw.spec + ",epilogue=" + (bias ? (relu ? "bias_relu" : "bias") : (relu ? "relu" : "none")) +
+        ")");
+    KernelConfig kc = lookup_(w, target_);
+    CompiledKernel k = compile_kernel(w, target_, kc.config, kc.source, function_name(w.op));
+    KernelBuild b;
+    b.info = {k.name, {}, w.canonical(), template_name(w.op, target_), args, kc};
+    b.info.config.config = k.config;
+    b.info.args.push_back(y);
+    b.func = k.lowered.func;
+    record(std::move(b), OpKind::Anchor,
+           {nodes.begin(), nodes.begin() + static_cast<int64_t>(used)});
+    if (used < nodes.size())
+      add_generic({nodes.begin() + static_cast<int64_t>(used), nodes.end()}, group_out);
+    return true;
+  }
+
+  // A constant [K, N] made of a constant [N, K] (Gemm's transB), added to the graph.
+  std::string transposed(const std::string& name) {
+    const Value& v = g_.value(name);
+    const HostTensor& t = *v.constant;
+    int64_t N = v.shape[0], K = v.shape[1];
+    HostTensor out = HostTensor::floats({K, N}, std::vector<float>(t.f.size()));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) out.f[k * N + n] = t.f[n * K + k];
+    std::string fresh = g_.fresh_name(name + "_T");
+    g_.values[fresh] = Value{fresh, DType::F32, {K, N}, std::move(out)};
+    return fresh;
+  }
+
+  void add_generic(const std::vector<const Node*>& nodes, const std::string& out) {
+    std::map<std::string, TeOperand> env;
+    std::vector<std::string> args;
+    std::vector<ir::Tensor> placeholders;
+    auto operand = [&](const Node& n, const std::string& name) -> TeOperand {
+      if (name.empty()) return {};
+      if (auto it = env.find(name); it != env.end()) return it->second;
+      const Value& v = g_.value(name);
+      TeOperand o{v.shape, nullptr, std::nullopt};
+      if (v.dtype != DType::F32) {
+        if (!v.constant) {
+          throw UserError(str(n.where(), ": compiling a node that reads the computed ",
+                              dtype_name(v.dtype), " value '", name, "' is not implemented yet"));
+        }
+      } else if (v.constant && v.constant->size() == 1) {
+        o.scalar = v.constant->f[0];
+      } else {
+        o.tensor = ir::placeholder(str("arg", args.size()), v.shape);
+        args.push_back(name);
+        placeholders.push_back(o.tensor);
+      }
+      env[name] = o;
+      return o;
+    };
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      const Node& n = *nodes[k];
+      std::vector<TeOperand> in;
+      for (const std::string& name : n.inputs) in.push_back(operand(n, name));
+      std::vector<ir::Tensor> ts = node_te(g_, n, in, str("n", k, "_"));
+      for (size_t j = 0; j < ts.size() && j < n.outputs.size(); ++j) {
+        if (!n.outputs[j].empty())
+          env[n.outputs[j]] = TeOperand{g_.value(n.outputs[j]).shape, ts[j], std::nullopt};
+      }
+    }
+    ir::Tensor result = env.at(out).tensor;
+    TF_CHECK(result && result->kind == ir::Operation::Kind::Compute, "generic kernel of ", out,
+             " computes nothing");
+    ir::Schedule sch(result);
+    for (ir::Stage* s : sch.stages()) {
+      if (s->op() == result) continue;
+      if (s->op()->reduce())
+        schedule_loops(*s, target_.vector_lanes());
+      else
+        s->compute_inline();
+    }
+    schedule_loops(sch[result], target_.vector_lanes());
+    KernelBuild b;
+    b.info.function = function_name(nodes.back()->op);
+    b.info.template_name = "generic";
+    b.info.args = args;
+    b.info.args.push_back(out);
+    b.func = lower(sch, placeholders, b.info.function).func;
+    record(std::move(b), op_kind(nodes[0]->op), nodes);
+  }
+
+  Graph g_;
+  Target target_;
+  const ConfigLookup& lookup_;
+  std::map<std::string, int> uses_;
+  std::map<std::string, size_t> node_index_;
+  std::vector<KernelBuild> builds_;
+  std::vector<FusedGroup> groups_;
+};
+
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  f << data;
+  if (!f.flush()) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
+}
+
+json tensors_json(const Graph& g, const std::vector<std::string>& names) {
+  json out = json::array();
+  for (const std::string& n : names)
+    out.push_back({{"name", n}, {"shape", g.value(n).shape}, {"dtype", "float32"}});
+  return out;
+}
+
+}  // namespace
+
+int CompiledModel::untuned() const {
+  int n = 0;
+  for (const ModelKernel& k : kernels) n += !k.workload.empty() && k.config.source == "default";
+  return n;
+}
+
+json CompiledModel::sidecar(const std::string& model) const {
+  json ks = json::array();
+  for (const ModelKernel& k : kernels) {
+    json j = {{"function", k.function},
+              {"nodes", k.nodes},
+              {"template", k.template_name},
+              {"args", k.args}};
+    if (!k.workload.empty()) {
+      j["workload"] = k.workload;
+      j["config"] = k.config.config;
+      j["config_source"] = k.config.source;
+      if (!k.config.tuned_from.is_null()) j["tuned_from"] = k.config.tuned_from;
+    }
+    ks.push_back(j);
+  }
+  return {{"format", "tunefarm-model/1"},
+          {"model", model},
+          {"target", target.str()},
+          {"inputs", inputs},
+          {"outputs", outputs},
+          {"workspace_bytes", memory.arena_bytes},
+          {"intermediate_bytes_unplanned", memory.naive_bytes},
+          {"constant_bytes", constant_bytes},
+          {"kernels", ks},
+          {"untuned_kernels", untuned()}};
+}
+
+CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
+                            const std::string& out, const std::string& model_name) {
+  if (!target.is_cpu()) {
+    throw UserError(str("compiling whole models for ", target.str(),
+                        " is not implemented yet: CPU targets (llvm ...) only"));
+  }
+  for (const std::string& o : g.outputs) {
+    if (g.value(o).dtype != DType::F32) {
+      throw UserError(
+          str("model output '", o, "' is ", dtype_name(g.value(o).dtype),
+              ": compiling models with outputs other than float32 is not implemented yet"));
+    }
+  }
+  ModelBuilder mb(g, target, lookup);
+  for (const FusedGroup& grp : plan_fusion(g)) mb.add_group(grp);
+  const Graph& graph = mb.graph();
+  CompiledModel cm;
+  cm.target = target;
+  cm.memory = plan_memory(graph, mb.kernel_groups());
+  cm.inputs = tensors_json(graph, graph.inputs);
+  cm.outputs = tensors_json(graph, graph.outputs);
+
+  RunnerSpec spec;
+  for (const std::string& n : graph.inputs) spec.inputs.push_back({n, graph.value(n).shape});
+  for (const std::string& n : graph.outputs) spec.outputs.push_back({n, graph.value(n).shape});
+  spec.workspace_bytes = cm.memory.arena_bytes;
+  std::map<std::string, int64_t> constant_index;
+  auto buffer = [&](const std::string& v) -> RunnerBuffer {
+    auto in = std::find(graph.inputs.begin(), graph.inputs.end(), v);
+    if (in != graph.inputs.end()) return {RunnerBuffer::Kind::Input, in - graph.inputs.begin()};
+    if (graph.is_constant(v)) {
+      auto [it, fresh] = constant_index.emplace(v, static_cast<int64_t>(spec.constants.size()));
+      if (fresh) {
+        spec.constants.push_back(&graph.value(v).constant->f);
+        cm.constant_bytes += static_cast<int64_t>(graph.value(v).constant->f.size() * 4);
+      }
+      return {RunnerBuffer::Kind::Constant, it->second};
+    }
+    auto o = std::find(graph.outputs.begin(), graph.outputs.end(), v);
+    if (o != graph.outputs.end()) return {RunnerBuffer::Kind::Output, o - graph.outputs.begin()};
+    return {RunnerBuffer::Kind::Workspace, cm.memory.buffers.at(v).offset};
+  };
+  for (KernelBuild& b : mb.builds()) {
+    RunnerCall call{b.info.function, {}};
+    for (const std::string& a : b.info.args) call.args.push_back(buffer(a));
+    spec.calls.push_back(std::move(call));
+    cm.kernels.push_back(b.info);
+  }
+  for (size_t k = 0; k < graph.outputs.size(); ++k) {
+    RunnerBuffer from = buffer(graph.outputs[k]);
+    if (from.kind != RunnerBuffer::Kind::Output || from.index != static_cast<int64_t>(k))
+      spec.copies.push_back({from, static_cast<int64_t>(k)});
+  }
+
+  // Code generation, the kernels on all cores; then one link.
+  fs::path target_path = fs::absolute(out);
+  std::string tmp = target_path.string() + ".tmp" + std::to_string(getpid());
+  std::vector<std::string> objects;
+  struct Cleanup {
+    std::vector<std::string>* paths;
+    std::string so;
+    ~Cleanup() {
+      std::error_code ec;
+      for (const std::string& p : *paths) fs::remove(p, ec);
+      fs::remove(so, ec);
+    }
+  } cleanup{&objects, tmp + ".so"};
+  std::vector<KernelBuild>& builds = mb.builds();
+  std::vector<CodegenResult> results(builds.size());
+  std::vector<std::string> errors(builds.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t k; (k = next++) < builds.size();) {
+      try {
+        results[k] = codegen_llvm(builds[k].func, target, CodegenOutput::Object);
+      } catch (const std::exception& e) {
+        errors[k] = e.what();
+      }
+    }
+  };
+  unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < threads; ++k) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  bool openmp = false, libm = false;
+  for (size_t k = 0; k < builds.size(); ++k) {
+    if (!errors[k].empty())
+      throw std::runtime_error(str("kernel ", builds[k].info.function, ": ", errors[k]));
+    objects.push_back(str(tmp, ".k", k, ".o"));
+    write_file(objects.back(), results[k].data);
+    openmp |= results[k].uses_openmp;
+    libm |= results[k].uses_libm;
+  }
+  objects.push_back(tmp + ".runner.o");
+  write_file(objects.back(), codegen_runner(spec, target));
+  link_shared_library(objects, tmp + ".so", target, openmp, libm);
+  write_file(target_path.string() + ".json", cm.sidecar(model_name).dump(2) + "\n");
+  std::error_code ec;
+  fs::rename(tmp + ".so", target_path, ec);
+  if (ec) throw std::runtime_error(str("cannot write ", target_path.string(), ": ", ec.message()));
+  return cm;
+}
+
+}  // namespace tf::graph

@@ -1,0 +1,66 @@
+// model_compiler: a whole model (after the graph passes) -> one shared library and its sidecar.
+//
+// What it promises:
+//   - One kernel per fused group (graph/fusion.h). A group anchored by a Conv, MatMul or Gemm
+//     that a workload expresses (graph/tasks.h) is compiled by that workload's schedule
+//     template, with the config the lookup gives (tuned, or the default), its bias and Relu
+//     as the template's epilogue; the group's other elementwise nodes follow in a second
+//     kernel. Every other group, and anchors no workload expresses, become one generic
+//     kernel of tensor expressions (graph/node_te.h) under a default schedule: producers
+//     inlined into their consumer, reductions computed first, the outer loops parallel and
+//     the innermost vectorized where it divides. A group with several outputs is compiled
+//     node by node.
+//   - Intermediates live at offsets of one workspace planned by liveness (graph/memory_plan.h);
+//     model inputs and outputs are the caller's buffers; float constants are embedded.
+//   - The library exports the C ABI of compiler/codegen_runner.h; `out + ".json"` names every
+//     kernel, its nodes, its workload and config and where the config came from.
+//   - Nothing is written unless everything compiled: a node no kernel can compute is a
+//     UserError naming it, before any file exists.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "compiler/target.h"
+#include "compiler/workload.h"
+#include "graph/graph.h"
+#include "graph/memory_plan.h"
+
+namespace tf::graph {
+
+// The config a tuned kernel uses: null config means the template's default.
+struct KernelConfig {
+  nlohmann::json config;
+  std::string source = "default";  // default, tuned (exact|same-arch|nearest-shape)
+  nlohmann::json tuned_from;
+};
+using ConfigLookup = std::function<KernelConfig(const Workload&, const Target&)>;
+
+struct ModelKernel {
+  std::string function;            // the exported symbol
+  std::vector<std::string> nodes;  // graph nodes it computes
+  std::string workload;            // canonical spec; empty for a generic kernel
+  std::string template_name;       // the schedule template, or "generic"
+  std::vector<std::string> args;   // value names in call order, the output last
+  KernelConfig config;
+};
+
+struct CompiledModel {
+  Target target;
+  std::vector<ModelKernel> kernels;
+  MemoryPlan memory;
+  int64_t constant_bytes = 0;  // embedded
+  nlohmann::json inputs, outputs;
+  // Kernels with a tuned template whose config is the default (not tuned).
+  int untuned() const;
+  nlohmann::json sidecar(const std::string& model) const;
+};
+
+// Compiles `g` for `target` (a CPU target) into `out` (and `out + ".json"`). `lookup` gives
+// each tunable kernel its config.
+CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
+                            const std::string& out, const std::string& model_name);
+
+}  // namespace tf::graph

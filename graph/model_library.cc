@@ -1,0 +1,87 @@
+#include "graph/model_library.h"
+
+#include <dlfcn.h>
+
+#include <filesystem>
+
+#include "compiler/error.h"
+
+namespace tf::graph {
+namespace {
+
+template <typename F>
+F entry(void* handle, const std::string& path, const char* name) {
+  void* p = dlsym(handle, name);
+  if (!p) throw UserError(str(path, ": not a tunefarm model library (no ", name, ")"));
+  return reinterpret_cast<F>(p);
+}
+
+std::vector<TensorInfo> describe(void* h, const std::string& path, const std::string& role) {
+  auto count = entry<int32_t (*)()>(h, path, ("tf_model_num_" + role + "s").c_str());
+  auto name = entry<const char* (*)(int32_t)>(h, path, ("tf_model_" + role + "_name").c_str());
+  auto ndim = entry<int32_t (*)(int32_t)>(h, path, ("tf_model_" + role + "_ndim").c_str());
+  auto shape = entry<const int64_t* (*)(int32_t)>(h, path, ("tf_model_" + role + "_shape").c_str());
+  std::vector<TensorInfo> out;
+  for (int32_t i = 0; i < count(); ++i) {
+    const int64_t* s = shape(i);
+    out.push_back({name(i), Shape(s, s + ndim(i))});
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelLibrary::ModelLibrary(const std::string& path) : path_(path) {
+  if (!std::filesystem::is_regular_file(path))
+    throw UserError(str(path, ": no such model library"));
+  // dlopen needs a slash to take the path as a file, not a name to search for.
+  std::string p = path.find('/') == std::string::npos ? "./" + path : path;
+  handle_ = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) throw UserError(str(path, ": cannot load: ", dlerror()));
+  try {
+    run_ = entry<int (*)(const float* const*, float* const*, void*)>(handle_, path, "tf_model_run");
+    workspace_bytes_ = entry<uint64_t (*)()>(handle_, path, "tf_model_workspace_bytes")();
+    bool has_inputs = dlsym(handle_, "tf_model_input_name") != nullptr;
+    if (has_inputs) inputs_ = describe(handle_, path, "input");
+    outputs_ = describe(handle_, path, "output");
+  } catch (...) {
+    dlclose(handle_);
+    throw;
+  }
+}
+
+ModelLibrary::~ModelLibrary() {
+  if (handle_) dlclose(handle_);
+}
+
+void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
+                       std::vector<HostTensor>& outputs, void* workspace) const {
+  if (inputs.size() != inputs_.size()) {
+    throw UserError(
+        str(path_, ": the model takes ", inputs_.size(), " inputs, not ", inputs.size()));
+  }
+  std::vector<const float*> in;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k]->dtype != DType::F32 || inputs[k]->shape != inputs_[k].shape) {
+      throw UserError(str("input '", inputs_[k].name, "' must be float32",
+                          shape_str(inputs_[k].shape), ", not ", dtype_name(inputs[k]->dtype),
+                          shape_str(inputs[k]->shape)));
+    }
+    in.push_back(inputs[k]->f.data());
+  }
+  outputs.resize(outputs_.size());
+  std::vector<float*> out;
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    if (outputs[k].shape != outputs_[k].shape || outputs[k].dtype != DType::F32) {
+      outputs[k] = HostTensor::floats(outputs_[k].shape,
+                                      std::vector<float>(num_elements(outputs_[k].shape)));
+    }
+    out.push_back(outputs[k].f.data());
+  }
+  if (run_(in.data(), out.data(), workspace) != 0) {
+    throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ",
+                                 workspace_bytes_, " bytes, or a kernel's own buffers)"));
+  }
+}
+
+}  // namespace tf::graph

@@ -1,0 +1,44 @@
+// model_library: a compiled model loaded into this process through its C ABI
+// (compiler/codegen_runner.h), for `tunefarm run --model` and the tests.
+//
+// What it promises: open() refuses, naming the file, a library that does not load or lacks a
+// tf_model_* entry point; run() checks the count and sizes of what it is given against the
+// model's own description before calling it, and turns a failed call into an error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace tf::graph {
+
+struct TensorInfo {
+  std::string name;
+  Shape shape;
+};
+
+class ModelLibrary {
+ public:
+  explicit ModelLibrary(const std::string& path);  // throws UserError
+  ~ModelLibrary();
+  ModelLibrary(const ModelLibrary&) = delete;
+  ModelLibrary& operator=(const ModelLibrary&) = delete;
+
+  const std::vector<TensorInfo>& inputs() const { return inputs_; }
+  const std::vector<TensorInfo>& outputs() const { return outputs_; }
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
+
+  // Runs the model on inputs in the model's order; `outputs` are resized to fit.
+  void run(const std::vector<const HostTensor*>& inputs, std::vector<HostTensor>& outputs,
+           void* workspace = nullptr) const;
+
+ private:
+  std::string path_;
+  void* handle_ = nullptr;
+  int (*run_)(const float* const*, float* const*, void*) = nullptr;
+  std::vector<TensorInfo> inputs_, outputs_;
+  uint64_t workspace_bytes_ = 0;
+};
+
+}  // namespace tf::graph

@@ -1,0 +1,663 @@
+#include "graph/node_te.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "compiler/error.h"
+#include "graph/ops.h"
+
+namespace tf::graph {
+namespace {
+
+using ir::Expr;
+using ir::IterVar;
+using ir::Tensor;
+using Index = std::vector<Expr>;
+
+[[noreturn]] void not_implemented(const Node& n, const std::string& what) {
+  throw UserError(
+      str(n.where(), ": compiling ", what,
+          " is not implemented yet (`tunefarm run --model M --reference` evaluates it)"));
+}
+
+std::vector<std::string> axis_names(size_t rank, const char* base = "i") {
+  std::vector<std::string> out;
+  for (size_t d = 0; d < rank; ++d) out.push_back(base + std::to_string(d));
+  return out;
+}
+
+Tensor elementwise(const std::string& name, const Shape& shape,
+                   const std::function<Expr(const Index&)>& f) {
+  return ir::compute(name, shape, axis_names(shape.size()), f);
+}
+
+std::vector<IterVar> reduce_vars(const std::vector<int64_t>& extents, const std::string& base) {
+  std::vector<IterVar> out;
+  for (size_t k = 0; k < extents.size(); ++k)
+    out.push_back(ir::reduce_axis(extents[k], base + std::to_string(k)));
+  return out;
+}
+
+Expr to_float(Expr i) { return ir::Cast::make(ir::Type::float32(), std::move(i)); }
+Expr clamp(Expr i, int64_t lo, int64_t hi) { return ir::min(ir::max(std::move(i), lo), hi); }
+Expr neg(Expr x) { return x * ir::f32(-1.0); }
+Expr gt(Expr a, Expr b) { return std::move(b) < std::move(a); }
+
+// erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7), odd-symmetric.
+Expr erf(Expr x) {
+  Expr a = ir::Call::make("fabs", {x});
+  Expr t = ir::f32(1.0) / (ir::f32(1.0) + ir::f32(0.3275911) * a);
+  Expr poly =
+      ((((ir::f32(1.061405429) * t + ir::f32(-1.453152027)) * t + ir::f32(1.421413741)) * t +
+        ir::f32(-0.284496736)) *
+           t +
+       ir::f32(0.254829592)) *
+      t;
+  Expr y = ir::f32(1.0) - poly * ir::exp(neg(a * a));
+  return ir::select(x < ir::f32(0.0), neg(y), y);
+}
+
+Expr operand(const TeOperand& x, const Index& idx) {
+  if (x.scalar) return ir::f32(*x.scalar);
+  return ir::read(x.tensor, idx);
+}
+
+// The flat position of `idx` in `shape`, and the index of a flat position.
+Expr flat_of(const Index& idx, const Shape& shape) {
+  Expr f = int64_t{0};
+  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + idx[d];
+  return f;
+}
+Index unflatten(Expr flat, const Shape& shape) {
+  Index out(shape.size());
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    out[d] = shape[d] == 1 ? Expr(int64_t{0}) : (flat / stride) % shape[d];
+    stride *= shape[d];
+  }
+  return out;
+}
+
+// x read at the same row-major position as `idx` of `shape` (Reshape and its kin).
+Expr read_reshaped(const TeOperand& x, const Index& idx, const Shape& shape) {
+  if (x.scalar) return ir::f32(*x.scalar);
+  if (x.shape == shape) return ir::read(x.tensor, idx);
+  return ir::read(x.tensor, unflatten(flat_of(idx, shape), x.shape));
+}
+
+const TeOperand& need(const Node& n, const std::vector<TeOperand>& in, size_t k) {
+  if (k >= in.size() || !in[k].present())
+    not_implemented(n, str("input ", k, " as a non-float or absent value"));
+  return in[k];
+}
+
+using Unary = std::function<Expr(Expr, const Node&)>;
+
+const std::map<std::string, Unary>& unary_ops() {
+  static const std::map<std::string, Unary> ops = {
+      {"Relu", [](Expr x, const Node&) { return ir::max(x, ir::f32(0.0)); }},
+      {"Sigmoid",
+       [](Expr x, const Node&) { return ir::f32(1.0) / (ir::f32(1.0) + ir::exp(neg(x))); }},
+      {"Tanh", [](Expr x, const Node&) { return ir::tanh(x); }},
+      {"Exp", [](Expr x, const Node&) { return ir::exp(x); }},
+      {"Log", [](Expr x, const Node&) { return ir::log(x); }},
+      {"Sqrt", [](Expr x, const Node&) { return ir::sqrt(x); }},
+      {"Abs", [](Expr x, const Node&) { return ir::fabs(x); }},
+      {"Neg", [](Expr x, const Node&) { return neg(x); }},
+      {"Reciprocal", [](Expr x, const Node&) { return ir::f32(1.0) / x; }},
+      {"Erf", [](Expr x, const Node&) { return erf(x); }},
+      {"Gelu",
+       [](Expr x, const Node&) {
+         return ir::f32(0.5) * x * (ir::f32(1.0) + erf(x * ir::f32(1.0 / std::sqrt(2.0))));
+       }},
+      {"Sign",
+       [](Expr x, const Node&) {
+         return ir::select(gt(x, ir::f32(0.0)), ir::f32(1.0),
+                           ir::select(x < ir::f32(0.0), ir::f32(-1.0), ir::f32(0.0)));
+       }},
+      // log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): no overflow for large x.
+      {"Softplus",
+       [](Expr x, const Node&) {
+         return ir::max(x, ir::f32(0.0)) + ir::log(ir::f32(1.0) + ir::exp(neg(ir::fabs(x))));
+       }},
+      {"LeakyRelu",
+       [](Expr x, const Node& n) {
+         return ir::select(x >= ir::f32(0.0), x, x * ir::f32(n.get_float("alpha", 0.01f)));
+       }},
+      {"HardSigmoid",
+       [](Expr x, const Node& n) {
+         Expr y = ir::f32(n.get_float("alpha", 0.2f)) * x + ir::f32(n.get_float("beta", 0.5f));
+         return ir::max(ir::f32(0.0), ir::min(ir::f32(1.0), y));
+       }},
+      {"HardSwish",
+       [](Expr x, const Node&) {
+         return x *
+                ir::max(ir::f32(0.0), ir::min(ir::f32(1.0), x * ir::f32(1.0 / 6) + ir::f32(0.5)));
+       }},
+      {"Identity", [](Expr x, const Node&) { return x; }},
+      {"Dropout", [](Expr x, const Node&) { return x; }},
+  };
+  return ops;
+}
+
+using Binary = std::function<Expr(Expr, Expr)>;
+
+const std::map<std::string, Binary>& binary_ops() {
+  static const std::map<std::string, Binary> ops = {
+      {"Add", [](Expr a, Expr b) { return a + b; }},
+      {"Sub", [](Expr a, Expr b) { return a - b; }},
+      {"Mul", [](Expr a, Expr b) { return a * b; }},
+      {"Div", [](Expr a, Expr b) { return a / b; }},
+      {"PRelu", [](Expr x, Expr s) { return ir::select(x < ir::f32(0.0), x * s, x); }},
+      {"Max", [](Expr a, Expr b) { return ir::max(a, b); }},
+      {"Min", [](Expr a, Expr b) { return ir::min(a, b); }},
+      {"Sum", [](Expr a, Expr b) { return a + b; }},
+      {"Mean", [](Expr a, Expr b) { return a + b; }},
+  };
+  return ops;
+}
+
+// x^p for a constant exponent: products for small integers, sqrt for halves, else exp/log
+// (which, like powf, is NaN for negative bases).
+Expr pow_const(Expr x, double p) {
+  if (p == std::round(p) && std::fabs(p) <= 8) {
+    Expr r = ir::f32(1.0);
+    for (int k = 0; k < static_cast<int>(std::fabs(p)); ++k) r = k == 0 ? x : r * x;
+    return p < 0 ? ir::f32(1.0) / r : r;
+  }
+  if (p == 0.5) return ir::sqrt(x);
+  if (p == -0.5) return ir::f32(1.0) / ir::sqrt(x);
+  return ir::exp(ir::f32(p) * ir::log(x));
+}
+
+// Maps an output index of a reduction to the input index, the reduced axes taking `rv`.
+Index reduce_input_index(const Index& out, const Shape& x, const std::vector<int64_t>& axes,
+                         const std::vector<IterVar>& rv, bool keep) {
+  Index in;
+  size_t o = 0, r = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d) {
+    if (std::binary_search(axes.begin(), axes.end(), d)) {
+      in.push_back(rv[r++].var);
+      if (keep) ++o;
+    } else {
+      in.push_back(out[o++]);
+    }
+  }
+  return in;
+}
+
+std::vector<Tensor> reduce_te(const Node& n, const OpContext& c, const TeOperand& x,
+                              const Shape& out_shape, const std::string& name) {
+  std::vector<int64_t> axes = reduce_axes(c, static_cast<int64_t>(x.shape.size()));
+  bool keep = n.get_int("keepdims", 1);
+  if (axes.empty()) {
+    return {elementwise(name, out_shape, [&](const Index& i) { return operand(x, i); })};
+  }
+  std::vector<int64_t> extents;
+  int64_t count = 1;
+  for (int64_t a : axes) {
+    extents.push_back(x.shape[a]);
+    count *= x.shape[a];
+  }
+  std::vector<IterVar> rv = reduce_vars(extents, "r");
+  auto src = [&](const Index& i) {
+    return operand(x, reduce_input_index(i, x.shape, axes, rv, keep));
+  };
+  auto reduce = [&](const std::string& suffix, bool max, const std::function<Expr(Expr)>& f) {
+    return ir::compute(
+        name + suffix, out_shape, axis_names(out_shape.size()),
+        [&](const Index& i) {
+          return max ? ir::max_reduce(f(src(i)), rv) : ir::sum(f(src(i)), rv);
+        },
+        rv);
+  };
+  auto then = [&](const Tensor& t, const std::function<Expr(Expr, const Index&)>& f) {
+    return elementwise(name, out_shape, [&](const Index& i) { return f(ir::read(t, i), i); });
+  };
+  auto id = [](Expr e) { return e; };
+  const std::string& op = n.op;
+  if (op == "ReduceSum") return {reduce("", false, id)};
+  if (op == "ReduceMax") return {reduce("", true, id)};
+  if (op == "ReduceMean") {
+    Tensor s = reduce("_sum", false, id);
+    return {then(
+        s, [&](Expr v, const Index&) { return v * ir::f32(1.0 / static_cast<double>(count)); })};
+  }
+  if (op == "ReduceMin") {
+    Tensor m = reduce("_negmax", true, neg);
+    return {then(m, [](Expr v, const Index&) { return neg(v); })};
+  }
+  if (op == "ReduceSumSquare") return {reduce("", false, [](Expr e) { return e * e; })};
+  if (op == "ReduceL1") return {reduce("", false, [](Expr e) { return ir::fabs(e); })};
+  if (op == "ReduceL2") {
+    Tensor s = reduce("_sumsq", false, [](Expr e) { return e * e; });
+    return {then(s, [](Expr v, const Index&) { return ir::sqrt(v); })};
+  }
+  if (op == "ReduceLogSum") {
+    Tensor s = reduce("_sum", false, id);
+    return {then(s, [](Expr v, const Index&) { return ir::log(v); })};
+  }
+  if (op == "ReduceLogSumExp") {
+    Tensor m = reduce("_max", true, id);
+    Tensor s = ir::compute(
+        name + "_sum", out_shape, axis_names(out_shape.size()),
+        [&](const Index& i) { return ir::sum(ir::exp(src(i) - ir::read(m, i)), rv); }, rv);
+    return {then(s, [&](Expr v, const Index& i) { return ir::log(v) + ir::read(m, i); })};
+  }
+  not_implemented(n, op);
+}
+
+// Softmax and LogSoftmax over `dims` (one axis from opset 13, all from the axis before).
+Tensor softmax_te(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name) {
+  auto rank = static_cast<int64_t>(x.shape.size());
+  bool legacy = c.opset < 13;
+  int64_t axis = normalize_axis(n, n.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < (legacy ? rank : axis + 1) && d < rank; ++d) axes.push_back(d);
+  Shape stat = x.shape;
+  std::vector<int64_t> extents;
+  for (int64_t a : axes) {
+    extents.push_back(stat[a]);
+    stat[a] = 1;
+  }
+  std::vector<IterVar> rv = reduce_vars(extents, "r");
+  auto src = [&](const Index& i) {
+    return operand(x, reduce_input_index(i, x.shape, axes, rv, true));
+  };
+  auto stat_of = [&](const Index& i) {
+    Index s = i;
+    for (int64_t a : axes) s[a] = int64_t{0};
+    return s;
+  };
+  Tensor m = ir::compute(
+      name + "_max", stat, axis_names(stat.size()),
+      [&](const Index& i) { return ir::max_reduce(src(i), rv); }, rv);
+  Tensor s = ir::compute(
+      name + "_sum", stat, axis_names(stat.size()),
+      [&](const Index& i) { return ir::sum(ir::exp(src(i) - ir::read(m, i)), rv); }, rv);
+  bool log = n.op == "LogSoftmax";
+  return elementwise(name, x.shape, [&](const Index& i) {
+    Expr v = operand(x, i) - ir::read(m, stat_of(i));
+    return log ? v - ir::log(ir::read(s, stat_of(i))) : ir::exp(v) / ir::read(s, stat_of(i));
+  });
+}
+
+std::vector<Tensor> layernorm_te(const Node& n, const std::vector<TeOperand>& in,
+                                 const std::string& name) {
+  const TeOperand& x = in[0];
+  auto rank = static_cast<int64_t>(x.shape.size());
+  int64_t axis = normalize_axis(n, n.get_int("axis", -1), rank);
+  Shape stat = x.shape;
+  std::vector<int64_t> axes, extents;
+  int64_t len = 1;
+  for (int64_t d = axis; d < rank; ++d) {
+    axes.push_back(d);
+    extents.push_back(stat[d]);
+    len *= stat[d];
+    stat[d] = 1;
+  }
+  std::vector<IterVar> rv = reduce_vars(extents, "r");
+  auto src = [&](const Index& i) {
+    return operand(x, reduce_input_index(i, x.shape, axes, rv, true));
+  };
+  auto stat_of = [&](const Index& i) {
+    Index s = i;
+    for (int64_t a : axes) s[a] = int64_t{0};
+    return s;
+  };
+  Expr inv_len = ir::f32(1.0 / static_cast<double>(len));
+  Tensor sum = ir::compute(
+      name + "_sum", stat, axis_names(stat.size()),
+      [&](const Index& i) { return ir::sum(src(i), rv); }, rv);
+  Tensor mean =
+      elementwise(name + "_mean", stat, [&](const Index& i) { return ir::read(sum, i) * inv_len; });
+  Tensor sq = ir::compute(
+      name + "_sqsum", stat, axis_names(stat.size()),
+      [&](const Index& i) {
+        Expr d = src(i) - ir::read(mean, i);
+        return ir::sum(d * d, rv);
+      },
+      rv);
+  float eps = n.get_float("epsilon", 1e-5f);
+  Tensor inv = elementwise(name + "_invstd", stat, [&](const Index& i) {
+    return ir::f32(1.0) / ir::sqrt(ir::read(sq, i) * inv_len + ir::f32(eps));
+  });
+  Tensor out = elementwise(name, x.shape, [&](const Index& i) {
+    Index s = stat_of(i);
+    Expr y =
+        (operand(x, i) - ir::read(mean, s)) * ir::read(inv, s) * read_broadcast(need(n, in, 1), i);
+    if (in.size() > 2 && in[2].present()) y = y + read_broadcast(in[2], i);
+    return y;
+  });
+  std::vector<Tensor> outs{out, mean, inv};
+  outs.resize(std::min<size_t>(n.outputs.size(), 3));
+  return outs;
+}
+
+// MaxPool, AveragePool, and the windows of Conv: positions inside the image, clamped reads.
+struct WindowRead {
+  Expr inside;
+  Expr iy, ix;
+};
+WindowRead window_read(const Window& w, const Expr& oy, const Expr& ox, const Expr& r,
+                       const Expr& q, int64_t H, int64_t W) {
+  Expr iy = oy * w.sh - w.pt + r * w.dh, ix = ox * w.sw - w.pl + q * w.dw;
+  Expr inside = ir::logical_and(ir::logical_and(iy >= int64_t{0}, iy < Expr(H)),
+                                ir::logical_and(ix >= int64_t{0}, ix < Expr(W)));
+  return {inside, clamp(iy, 0, H - 1), clamp(ix, 0, W - 1)};
+}
+
+Tensor pool_te(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name) {
+  if (!x.tensor) not_implemented(n, "pooling of a constant");
+  std::vector<int64_t> k = kernel_shape(c, {});
+  Window w = window_of(c, x.shape, k[0], k[1]);
+  int64_t H = x.shape[2], W = x.shape[3];
+  Shape out{x.shape[0], x.shape[1], w.oh, w.ow};
+  std::vector<IterVar> rv = reduce_vars({w.kh, w.kw}, "r");
+  Expr r = rv[0].var, q = rv[1].var;
+  bool is_max = n.op == "MaxPool";
+  Tensor acc = ir::compute(
+      name + (is_max ? "" : "_sum"), out, axis_names(4),
+      [&](const Index& i) {
+        WindowRead wr = window_read(w, i[2], i[3], r, q, H, W);
+        Expr v = ir::read(x.tensor, {i[0], i[1], wr.iy, wr.ix});
+        return is_max ? ir::max_reduce(ir::select(wr.inside, v, ir::f32(-INFINITY)), rv)
+                      : ir::sum(ir::select(wr.inside, v, ir::f32(0.0)), rv);
+      },
+      rv);
+  if (is_max) return acc;
+  // The divisor per output position: the window's positions inside the image, or with
+  // count_include_pad those inside the explicit padding too.
+  bool count_pad = n.get_int("count_include_pad", 0);
+  Tensor count = ir::compute(
+      name + "_count", {w.oh, w.ow}, axis_names(2),
+      [&](const Index& i) {
+        WindowRead wr = window_read(w, i[0], i[1], r, q, H, W);
+        Expr iy = i[0] * w.sh - w.pt + r * w.dh, ix = i[1] * w.sw - w.pl + q * w.dw;
+        Expr in = count_pad ? ir::logical_and(iy < Expr(H + w.pb), ix < Expr(W + w.pr)) : wr.inside;
+        return ir::sum(ir::select(in, ir::f32(1.0), ir::f32(0.0)), rv);
+      },
+      rv);
+  return elementwise(name, out, [&](const Index& i) {
+    return ir::read(acc, i) / ir::max(ir::read(count, {i[2], i[3]}), ir::f32(1.0));
+  });
+}
+
+Tensor global_pool_te(const Node& n, const TeOperand& x, const Shape& out,
+                      const std::string& name) {
+  std::vector<int64_t> extents(x.shape.begin() + 2, x.shape.end());
+  int64_t area = num_elements(extents);
+  std::vector<IterVar> rv = reduce_vars(extents, "r");
+  bool is_max = n.op == "GlobalMaxPool";
+  Tensor acc = ir::compute(
+      name + (is_max ? "" : "_sum"), out, axis_names(out.size()),
+      [&](const Index& i) {
+        Index in{i[0], i[1]};
+        for (const IterVar& v : rv) in.push_back(v.var);
+        Expr e = operand(x, in);
+        return is_max ? ir::max_reduce(e, rv) : ir::sum(e, rv);
+      },
+      rv);
+  if (is_max) return acc;
+  return elementwise(name, out, [&](const Index& i) {
+    return ir::read(acc, i) * ir::f32(1.0 / static_cast<double>(area));
+  });
+}
+
+// Conv as one sum over (input channel of the group, r, s), any group, padding or stride.
+Tensor conv_te(const Node& n, const OpContext& c, const std::vector<TeOperand>& in,
+               const std::string& name) {
+  const TeOperand &x = need(n, in, 0), &wt = need(n, in, 1);
+  if (!x.tensor || !wt.tensor) not_implemented(n, "a convolution of one-element tensors");
+  int64_t K = wt.shape[0], CG = wt.shape[1], group = n.get_int("group", 1), KG = K / group;
+  Window w = window_of(c, x.shape, wt.shape[2], wt.shape[3]);
+  int64_t H = x.shape[2], W = x.shape[3];
+  Shape out{x.shape[0], K, w.oh, w.ow};
+  std::vector<IterVar> rv = reduce_vars({CG, w.kh, w.kw}, "r");
+  Tensor acc = ir::compute(
+      name + (in.size() > 2 && in[2].present() ? "_acc" : ""), out, axis_names(4),
+      [&](const Index& i) {
+        WindowRead wr = window_read(w, i[2], i[3], rv[1].var, rv[2].var, H, W);
+        Expr ch = (i[1] / KG) * CG + rv[0].var;
+        Expr v = ir::select(wr.inside, ir::read(x.tensor, {i[0], ch, wr.iy, wr.ix}), ir::f32(0.0));
+        return ir::sum(v * ir::read(wt.tensor, {i[1], rv[0].var, rv[1].var, rv[2].var}), rv);
+      },
+      rv);
+  if (in.size() < 3 || !in[2].present()) return acc;
+  return elementwise(name, out,
+                     [&](const Index& i) { return ir::read(acc, i) + operand(in[2], {i[1]}); });
+}
+
+// MatMul with numpy semantics: 1-D operands promoted, batch dimensions broadcast.
+Tensor matmul_te(const Node& n, const std::vector<TeOperand>& in, const Shape& out,
+                 const std::string& name) {
+  const TeOperand &a = need(n, in, 0), &b = need(n, in, 1);
+  if (!a.tensor || !b.tensor) not_implemented(n, "a product with a one-element operand");
+  bool a1 = a.shape.size() == 1, b1 = b.shape.size() == 1;
+  int64_t K = a.shape.back();
+  size_t batch = out.size() - (a1 ? 0 : 1) - (b1 ? 0 : 1);
+  std::vector<IterVar> rv = reduce_vars({K}, "k");
+  Expr k = rv[0].var;
+  return ir::compute(
+      name, out, axis_names(out.size()),
+      [&](const Index& i) {
+        Expr m = a1 ? Expr() : i[batch], col = b1 ? Expr() : i[out.size() - 1];
+        auto batch_index = [&](const Shape& s, size_t own) {
+          Index idx;
+          for (size_t d = 0; d < own; ++d)
+            idx.push_back(s[d] == 1 ? Expr(int64_t{0}) : i[batch - own + d]);
+          return idx;
+        };
+        Index ai = a1 ? Index{} : batch_index(a.shape, a.shape.size() - 2),
+              bi = b1 ? Index{} : batch_index(b.shape, b.shape.size() - 2);
+        if (!a1) ai.push_back(m);
+        ai.push_back(k);
+        bi.push_back(k);
+        if (!b1) bi.push_back(col);
+        return ir::sum(ir::read(a.tensor, ai) * ir::read(b.tensor, bi), rv);
+      },
+      rv);
+}
+
+Tensor gemm_te(const Node& n, const std::vector<TeOperand>& in, const Shape& out,
+               const std::string& name) {
+  const TeOperand &a = need(n, in, 0), &b = need(n, in, 1);
+  if (!a.tensor || !b.tensor) not_implemented(n, "a product with a one-element operand");
+  bool ta = n.get_int("transA", 0), tb = n.get_int("transB", 0);
+  int64_t K = ta ? a.shape[0] : a.shape[1];
+  float alpha = n.get_float("alpha", 1), beta = n.get_float("beta", 1);
+  std::vector<IterVar> rv = reduce_vars({K}, "k");
+  Expr k = rv[0].var;
+  bool has_c = in.size() > 2 && in[2].present();
+  Tensor acc = ir::compute(
+      name + (has_c || alpha != 1 ? "_acc" : ""), out, axis_names(2),
+      [&](const Index& i) {
+        Expr av = ir::read(a.tensor, ta ? Index{k, i[0]} : Index{i[0], k});
+        Expr bv = ir::read(b.tensor, tb ? Index{i[1], k} : Index{k, i[1]});
+        return ir::sum(av * bv, rv);
+      },
+      rv);
+  if (!has_c && alpha == 1) return acc;
+  return elementwise(name, out, [&](const Index& i) {
+    Expr y = ir::read(acc, i) * ir::f32(alpha);
+    if (has_c) y = y + ir::f32(beta) * read_broadcast(in[2], i);
+    return y;
+  });
+}
+
+}  // namespace
+
+Expr read_broadcast(const TeOperand& x, const Index& out) {
+  if (x.scalar) return ir::f32(*x.scalar);
+  TF_CHECK(x.tensor && x.shape.size() <= out.size(), "read_broadcast of rank ", x.shape.size(),
+           " at rank ", out.size());
+  Index idx;
+  size_t lead = out.size() - x.shape.size();
+  for (size_t d = 0; d < x.shape.size(); ++d)
+    idx.push_back(x.shape[d] == 1 ? Expr(int64_t{0}) : out[lead + d]);
+  return ir::read(x.tensor, idx);
+}
+
+std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
+                            const std::string& prefix) {
+  for (const std::string& o : n.outputs) {
+    if (!o.empty() && g.value(o).dtype != DType::F32)
+      not_implemented(n, str(n.op, " with a ", dtype_name(g.value(o).dtype), " result"));
+  }
+  OpContext c = context(n, g, g.opset);
+  const Shape& out = g.value(n.outputs[0]).shape;
+  std::string name = prefix + n.op;
+  const std::string& op = n.op;
+  if (auto u = unary_ops().find(op); u != unary_ops().end()) {
+    const TeOperand& x = need(n, in, 0);
+    return {
+        elementwise(name, out, [&](const Index& i) { return u->second(read_broadcast(x, i), n); })};
+  }
+  if (auto b = binary_ops().find(op); b != binary_ops().end()) {
+    for (size_t k = 0; k < in.size(); ++k) need(n, in, k);
+    return {elementwise(name, out, [&](const Index& i) {
+      Expr v = read_broadcast(in[0], i);
+      for (size_t k = 1; k < in.size(); ++k) v = b->second(v, read_broadcast(in[k], i));
+      if (op == "Mean") v = v * ir::f32(1.0 / static_cast<double>(in.size()));
+      return v;
+    })};
+  }
+  if (op == "Pow") {
+    const TeOperand &x = need(n, in, 0), &p = need(n, in, 1);
+    if (!p.scalar) not_implemented(n, "Pow with an exponent that is not one constant");
+    return {elementwise(
+        name, out, [&](const Index& i) { return pow_const(read_broadcast(x, i), *p.scalar); })};
+  }
+  if (op == "Clip") {
+    const TeOperand& x = need(n, in, 0);
+    return {elementwise(name, out, [&](const Index& i) {
+      Expr v = read_broadcast(x, i);
+      if (in.size() > 1 && in[1].present()) v = ir::max(v, read_broadcast(in[1], {}));
+      if (in.size() > 2 && in[2].present()) v = ir::min(v, read_broadcast(in[2], {}));
+      return v;
+    })};
+  }
+  if (op == "Cast") {  // float32 to float32 (other results were refused above)
+    const TeOperand& x = need(n, in, 0);
+    return {elementwise(name, out, [&](const Index& i) { return read_broadcast(x, i); })};
+  }
+  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
+    const TeOperand& x = need(n, in, 0);
+    return {elementwise(name, out, [&](const Index& i) { return read_reshaped(x, i, out); })};
+  }
+  if (op == "Expand") {
+    const TeOperand& x = need(n, in, 0);
+    return {elementwise(name, out, [&](const Index& i) { return read_broadcast(x, i); })};
+  }
+  if (op == "Transpose") {
+    const TeOperand& x = need(n, in, 0);
+    std::vector<int64_t> perm;
+    for (size_t d = x.shape.size(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+    perm = n.get_ints("perm", perm);
+    return {elementwise(name, out, [&](const Index& i) {
+      Index src(perm.size());
+      for (size_t d = 0; d < perm.size(); ++d) src[perm[d]] = i[d];
+      return operand(x, src);
+    })};
+  }
+  if (op == "Slice") {
+    const TeOperand& x = need(n, in, 0);
+    SliceSpec s = slice_spec(c);
+    return {elementwise(name, out, [&](const Index& i) {
+      Index src;
+      for (size_t d = 0; d < i.size(); ++d) src.push_back(i[d] * s.step[d] + s.start[d]);
+      return operand(x, src);
+    })};
+  }
+  if (op == "Concat") {
+    int64_t axis = normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(out.size()));
+    std::vector<int64_t> start;
+    int64_t at = 0;
+    for (size_t k = 0; k < in.size(); ++k) {
+      need(n, in, k);
+      start.push_back(at);
+      at += in[k].shape[axis];
+    }
+    return {elementwise(name, out, [&](const Index& i) {
+      Expr v;
+      for (size_t k = in.size(); k-- > 0;) {
+        if (in[k].shape[axis] == 0) continue;
+        Index src = i;
+        src[axis] = clamp(i[axis] - start[k], 0, in[k].shape[axis] - 1);
+        Expr here = operand(in[k], src);
+        v = v ? ir::select(i[axis] < Expr(start[k] + in[k].shape[axis]), here, v) : here;
+      }
+      return v;
+    })};
+  }
+  if (op == "Split") {
+    const TeOperand& x = need(n, in, 0);
+    int64_t axis = normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(x.shape.size()));
+    std::vector<int64_t> sizes = split_sizes(c);
+    std::vector<Tensor> outs;
+    int64_t at = 0;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      int64_t from = at;
+      outs.push_back(elementwise(str(name, k), g.value(n.outputs[k]).shape, [&](const Index& i) {
+        Index src = i;
+        src[axis] = i[axis] + from;
+        return operand(x, src);
+      }));
+      at += sizes[k];
+    }
+    return outs;
+  }
+  if (op == "Gather") {
+    const TeOperand& x = need(n, in, 0);
+    const Value& idx = g.value(n.inputs[1]);
+    if (!idx.constant) not_implemented(n, "Gather with computed indices");
+    int64_t axis = normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(x.shape.size()));
+    int64_t count = idx.constant->size(), len = x.shape[axis];
+    if (count > 64) not_implemented(n, "Gather of more than 64 indices");
+    std::vector<int64_t> pos;
+    for (int64_t k = 0; k < count; ++k) {
+      int64_t p = idx.constant->as_int(k);
+      if (p < -len || p >= len)
+        throw UserError(str(n.where(), ": index ", p, " is out of range for axis of size ", len));
+      pos.push_back(p < 0 ? p + len : p);
+    }
+    size_t irank = idx.shape.size();
+    return {elementwise(name, out, [&](const Index& i) {
+      Index inner(i.begin() + axis, i.begin() + axis + static_cast<int64_t>(irank));
+      Expr j = flat_of(inner, idx.shape), at = pos.back();
+      for (size_t k = pos.size() - 1; k-- > 0;)
+        at = ir::select(eq(j, Expr(static_cast<int64_t>(k))), pos[k], at);
+      Index src(i.begin(), i.begin() + axis);
+      src.push_back(at);
+      src.insert(src.end(), i.begin() + axis + static_cast<int64_t>(irank), i.end());
+      return operand(x, src);
+    })};
+  }
+  if (op.rfind("Reduce", 0) == 0) return reduce_te(n, c, need(n, in, 0), out, name);
+  if (op == "Softmax" || op == "LogSoftmax") return {softmax_te(n, c, need(n, in, 0), name)};
+  if (op == "LayerNormalization") {
+    need(n, in, 0);
+    return layernorm_te(n, in, name);
+  }
+  if (op == "BatchNormalization") {
+    for (size_t k = 0; k < 5; ++k) need(n, in, k);
+    float eps = n.get_float("epsilon", 1e-5f);
+    return {elementwise(name, out, [&](const Index& i) {
+      Index ch{i[1]};
+      Expr inv = ir::f32(1.0) / ir::sqrt(operand(in[4], ch) + ir::f32(eps));
+      return (read_broadcast(in[0], i) - operand(in[3], ch)) * inv * operand(in[1], ch) +
+             operand(in[2], ch);
+    })};
+  }
+  if (op == "MaxPool" || op == "AveragePool") return {pool_te(n, c, need(n, in, 0), name)};
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
+    return {global_pool_te(n, need(n, in, 0), out, name)};
+  if (op == "Conv") return {conv_te(n, c, in, name)};
+  if (op == "MatMul") return {matmul_te(n, in, out, name)};
+  if (op == "Gemm") return {gemm_te(n, in, out, name)};
+  not_implemented(n, op);
+}
+
+}  // namespace tf::graph

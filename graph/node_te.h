@@ -1,0 +1,41 @@
+// node_te: the tensor expression of one graph node, for the kernels of a compiled model that
+// no tuned template covers: elementwise and broadcast arithmetic, data movement, reductions,
+// softmax, normalization, pooling, and plain convolutions and matrix products for the nodes
+// no workload expresses (grouped convolutions, asymmetric padding, broadcast batches).
+//
+// What it promises: for a node of a supported operator, node_te returns one tensor per output
+// of the node, of the node's float32 shape, computing what the reference evaluation (ops.h)
+// computes up to float rounding (sums accumulate in float32, erf is a polynomial within 2e-7).
+// It reads the node's inputs only through the operands it is given. Inputs that decide shapes
+// or positions (Reshape's shape, Slice's starts, Split's sizes, reduction axes) are read as
+// the constants import made them. A node it cannot compile is a UserError naming the node and
+// saying that compiling it is not implemented (the reference evaluation still runs it).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/te.h"
+#include "graph/graph.h"
+
+namespace tf::graph {
+
+// How a kernel sees one input of a node.
+struct TeOperand {
+  Shape shape;
+  ir::Tensor tensor;             // a float32 tensor: a kernel argument or an earlier node's
+  std::optional<double> scalar;  // a one-element float constant, folded into the expression
+  // Neither: an absent optional input, or an int64 constant read as a parameter.
+  bool present() const { return tensor != nullptr || scalar.has_value(); }
+};
+
+// Element `out` (an index into a tensor of rank out.size()) of `x` broadcast numpy-style.
+ir::Expr read_broadcast(const TeOperand& x, const std::vector<ir::Expr>& out);
+
+// The tensors of `n`'s outputs; `prefix` starts the names of the operations it makes (unique
+// per kernel).
+std::vector<ir::Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
+                                const std::string& prefix);
+
+}  // namespace tf::graph
