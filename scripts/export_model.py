@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""Export a model with PyTorch to ONNX, with random weights from a fixed seed, for trying
+`tunefarm compile --model` and for bench/model_bench.py. Needs Debian's python3-torch and
+python3-torchvision (scripts/install-deps.sh installs them); run it with /usr/bin/python3.
+
+Usage: export_model.py NAME -o FILE.onnx [--input FILE.npy] [--expect FILE.npy]
+  NAME: resnet18, mobilenet_v2 (batch 1, 3x224x224), bert2 (2 BERT-base encoder layers,
+        sequence 128, hidden 768), mlp (784-512-256-10)
+  --input/--expect: also save a random input and PyTorch's output for it.
+"""
+import argparse
+import sys
+
+import numpy as np
+import torch
+import torchvision
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
+                                       torch.nn.ReLU(), torch.nn.Linear(256, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Bert2(torch.nn.Module):
+    """Two BERT-base encoder layers: hidden 768, 12 heads, feed-forward 3072, GELU."""
+
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.1, batch_first=True, activation="gelu")
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.enc(x)
+
+
+MODELS = {
+    "resnet18": (lambda: torchvision.models.resnet18(), (1, 3, 224, 224), 13),
+    "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(), (1, 3, 224, 224), 13),
+    "bert2": (Bert2, (1, 128, 768), 17),
+    "mlp": (MLP, (1, 784), 13),
+}
+
+
+def build(name):
+    """The module in eval mode with its seeded weights, an input, and the export opset."""
+    make, shape, opset = MODELS[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    return model, x, opset
+
+
+def export(name, path):
+    model, x, opset = build(name)
+    torch.onnx.export(model, (x,), path, opset_version=opset, input_names=["x"], output_names=["y"],
+                      do_constant_folding=True)
+    return model, x
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", choices=sorted(MODELS))
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--input")
+    p.add_argument("--expect")
+    a = p.parse_args()
+    model, x = export(a.name, a.output)
+    if a.input:
+        np.save(a.input, x.numpy())
+    if a.expect:
+        with torch.no_grad():
+            np.save(a.expect, model(x).numpy())
+    print(f"wrote {a.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
