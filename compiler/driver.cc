@@ -29,10 +29,16 @@ EmitKind parse_emit_kind(const std::string& s) {
 CompiledKernel compile_kernel(const Workload& w, const Target& t, const nlohmann::json& config,
                               const std::string& config_source, const std::string& name,
                               const LowerOptions& options) {
+  return compile_op_graph(build_op(w), t, config, config_source, name, options);
+}
+
+CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json& config,
+                                const std::string& config_source, const std::string& name,
+                                const LowerOptions& options) {
   CompiledKernel k;
-  k.graph = build_op(w);
+  k.graph = std::move(g);
   k.target = t;
-  k.name = name.empty() ? w.op : name;
+  k.name = name.empty() ? k.graph.workload.op : name;
   for (char c : k.name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') {
       throw UserError(str("function name '", k.name, "' must be letters, digits and underscores"));

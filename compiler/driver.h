@@ -37,6 +37,12 @@ CompiledKernel compile_kernel(const Workload& w, const Target& t, const nlohmann
                               const std::string& config_source, const std::string& name,
                               const LowerOptions& options = {});
 
+// The same for an operator graph built by the caller: build_op's, with a richer epilogue
+// (OpGraph::tail) and its extra inputs after the usual ones.
+CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json& config,
+                                const std::string& config_source, const std::string& name,
+                                const LowerOptions& options = {});
+
 // Writes the requested output to `out_path`. For a shared library it also writes
 // `out_path + ".json"`, the sidecar describing the kernel's arguments and config. On GPU
 // targets the "shared library" is the module a board's runtime loads: PTX text for cuda (the

@@ -22,6 +22,9 @@ struct OpGraph {
   ir::Tensor output;               // the only output
   ir::Tensor acc;                  // the reduction
   ir::Tensor pad;                  // zero-padded data, or null when pad == 0
+  // Elementwise stages between acc and output that a whole-model compile fuses in (a residual
+  // add, a clip: graph/model_compiler.h); every template inlines them into the output.
+  std::vector<ir::Tensor> tail;
   int64_t flops = 0;               // multiply-adds count 2
 };
 

@@ -723,6 +723,7 @@ json complete_config(const OpGraph& g, const Target& t, const json& config) {
 Schedule apply_config(const OpGraph& g, const Target& t, const json& config) {
   json c = complete_config(g, t, config);
   Schedule s(g.output);
+  for (const ir::Tensor& t : g.tail) s.stage(t->name).compute_inline();
   int lanes = t.vector_lanes();
   const std::string& op = g.workload.op;
   if (t.is_gpu()) is_dense(op) ? schedule_dense_gpu(s, g, c) : schedule_conv_gpu(s, g, c);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "compiler/codegen_llvm.h"
@@ -15,6 +16,7 @@
 #include "compiler/error.h"
 #include "compiler/link.h"
 #include "compiler/lower.h"
+#include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
 #include "graph/fusion.h"
 #include "graph/node_te.h"
@@ -142,21 +144,104 @@ class ModelBuilder {
       ++used;
     }
     if (used == nodes.size() ? y != group_out : g_.is_output(y)) return false;
-    Workload w = parse_workload(
-        aw.spec + ",epilogue=" + (bias ? (relu ? "bias_relu" : "bias") : (relu ? "relu" : "none")) +
-        ")");
+    std::string epilogue = bias ? (relu ? "bias_relu" : "bias") : (relu ? "relu" : "none");
+    Workload w = parse_workload(aw.spec + ",epilogue=" + epilogue + ")");
     KernelConfig kc = lookup_(w, target_);
-    CompiledKernel k = compile_kernel(w, target_, kc.config, kc.source, function_name(w.op));
+    std::vector<const Node*> rest(nodes.begin() + static_cast<int64_t>(used), nodes.end());
+    std::string name = function_name(w.op);
+    std::optional<OpGraph> fused;
+    if (!rest.empty()) fused = fuse_tail(a, aw.spec, w, bias, relu, y, rest, group_out, args);
+    CompiledKernel k = fused ? compile_op_graph(std::move(*fused), target_, kc.config, kc.source, name)
+                             : compile_kernel(w, target_, kc.config, kc.source, name);
     KernelBuild b;
     b.info = {k.name, {}, w.canonical(), template_name(w.op, target_), args, kc};
     b.info.config.config = k.config;
-    b.info.args.push_back(y);
+    b.info.args.push_back(fused ? group_out : y);
     b.func = k.lowered.func;
-    record(std::move(b), OpKind::Anchor,
-           {nodes.begin(), nodes.begin() + static_cast<int64_t>(used)});
-    if (used < nodes.size())
-      add_generic({nodes.begin() + static_cast<int64_t>(used), nodes.end()}, group_out);
+    record(std::move(b), OpKind::Anchor, fused ? nodes : std::vector<const Node*>(nodes.begin(), nodes.begin() + static_cast<int64_t>(used)));
+    if (!fused && !rest.empty()) add_generic(rest, group_out);
     return true;
+  }
+
+  // The anchor's operator graph with the group's elementwise tail after its bias and Relu
+  // (a residual Add, a Clip, a GELU): one kernel, the tail applied while the template's
+  // output tile is in registers. The tail is computed in the shape of the template's output
+  // (a matmul flattens leading dimensions into rows), so its operands must be that shape,
+  // per-column vectors or scalars. Nothing when the tail does not fit; `args` gains the
+  // tail's inputs.
+  std::optional<OpGraph> fuse_tail(const Node& a, const std::string& spec, const Workload& w, bool bias, bool relu,
+                                   const std::string& y, const std::vector<const Node*>& rest,
+                                   const std::string& group_out, std::vector<std::string>& args) {
+    OpGraph og = build_op(parse_workload(spec + ",epilogue=none)"));
+    og.workload = w;
+    ir::Tensor acc = og.acc;
+    const Shape s = acc->shape;
+    const Shape& onnx = g_.value(a.outputs[0]).shape;
+    size_t ch = a.op == "Conv" ? 1 : s.size() - 1;
+    std::vector<std::string> names;
+    for (size_t d = 0; d < s.size(); ++d) names.push_back(str("e", d));
+    ir::Tensor pre = acc;
+    if (bias || relu) {
+      ir::Tensor b = bias ? ir::placeholder("bias", {s[ch]}) : nullptr;
+      if (b) og.inputs.push_back(b);
+      pre = ir::compute("epilogue", s, names, [&](const std::vector<ir::Expr>& i) {
+        ir::Expr v = ir::read(acc, i);
+        if (b) v = v + ir::read(b, {i[ch]});
+        return relu ? ir::max(v, ir::f32(0.0)) : v;
+      });
+      og.tail.push_back(pre);
+    }
+    std::map<std::string, TeOperand> env{{y, TeOperand{s, pre, std::nullopt}}};
+    std::vector<std::string> extra;
+    for (size_t k = 0; k < rest.size(); ++k) {
+      const Node& n = *rest[k];
+      if (op_kind(n.op) != OpKind::Elementwise || n.outputs.size() != 1 || g_.value(n.outputs[0]).shape != onnx ||
+          g_.value(n.outputs[0]).dtype != DType::F32) {
+        return std::nullopt;
+      }
+      std::vector<TeOperand> in;
+      for (const std::string& v : n.inputs) {
+        if (v.empty()) {
+          in.emplace_back();
+          continue;
+        }
+        if (auto it = env.find(v); it != env.end()) {
+          in.push_back(it->second);
+          continue;
+        }
+        const Value& val = g_.value(v);
+        if (val.dtype != DType::F32) return std::nullopt;
+        if (val.constant && val.constant->size() == 1) {
+          in.push_back(TeOperand{val.shape, nullptr, val.constant->f[0]});
+          continue;
+        }
+        Shape shape = val.shape;
+        if (shape == onnx) {
+          shape = s;
+        } else if (s != onnx) {
+          while (!shape.empty() && shape[0] == 1) shape.erase(shape.begin());
+          if (shape.size() > 1) return std::nullopt;
+        }
+        ir::Tensor t = ir::placeholder(str("tail", extra.size()), shape);
+        og.inputs.push_back(t);
+        extra.push_back(v);
+        in.push_back(TeOperand{shape, t, std::nullopt});
+        env[v] = in.back();
+      }
+      std::vector<ir::Tensor> ts;
+      try {
+        ts = node_te(g_, n, in, str("t", k, "_"), &s);
+      } catch (const UserError&) {
+        return std::nullopt;  // compiled on its own, where the error is reported
+      }
+      env[n.outputs[0]] = TeOperand{s, ts[0], std::nullopt};
+      og.tail.push_back(ts[0]);
+    }
+    if (!env.count(group_out) || og.tail.empty() || og.tail.back() != env.at(group_out).tensor) return std::nullopt;
+    og.output = og.tail.back();
+    og.tail.pop_back();
+    args.insert(args.end(), extra.begin(), extra.end());
+    return og;
   }
 
   // A constant [K, N] made of a constant [N, K] (Gemm's transB), added to the graph.

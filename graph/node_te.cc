@@ -501,13 +501,13 @@ Expr read_broadcast(const TeOperand& x, const Index& out) {
 }
 
 std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
-                            const std::string& prefix) {
+                            const std::string& prefix, const Shape* elementwise_shape) {
   for (const std::string& o : n.outputs) {
     if (!o.empty() && g.value(o).dtype != DType::F32)
       not_implemented(n, str(n.op, " with a ", dtype_name(g.value(o).dtype), " result"));
   }
   OpContext c = context(n, g, g.opset);
-  const Shape& out = g.value(n.outputs[0]).shape;
+  const Shape& out = elementwise_shape ? *elementwise_shape : g.value(n.outputs[0]).shape;
   std::string name = prefix + n.op;
   const std::string& op = n.op;
   if (auto u = unary_ops().find(op); u != unary_ops().end()) {

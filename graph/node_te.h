@@ -34,8 +34,10 @@ struct TeOperand {
 ir::Expr read_broadcast(const TeOperand& x, const std::vector<ir::Expr>& out);
 
 // The tensors of `n`'s outputs; `prefix` starts the names of the operations it makes (unique
-// per kernel).
+// per kernel). `elementwise_shape`, for an elementwise node only, computes the output in
+// another shape of the same row-major elements (its operands given in matching shapes): how a
+// fused tail follows a matmul whose leading dimensions were flattened.
 std::vector<ir::Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
-                                const std::string& prefix);
+                                const std::string& prefix, const Shape* elementwise_shape = nullptr);
 
 }  // namespace tf::graph
