@@ -151,14 +151,18 @@ class ModelBuilder {
     std::string name = function_name(w.op);
     std::optional<OpGraph> fused;
     if (!rest.empty()) fused = fuse_tail(a, aw.spec, w, bias, relu, y, rest, group_out, args);
-    CompiledKernel k = fused ? compile_op_graph(std::move(*fused), target_, kc.config, kc.source, name)
-                             : compile_kernel(w, target_, kc.config, kc.source, name);
+    CompiledKernel k =
+        fused ? compile_op_graph(std::move(*fused), target_, kc.config, kc.source, name)
+              : compile_kernel(w, target_, kc.config, kc.source, name);
     KernelBuild b;
     b.info = {k.name, {}, w.canonical(), template_name(w.op, target_), args, kc};
     b.info.config.config = k.config;
     b.info.args.push_back(fused ? group_out : y);
     b.func = k.lowered.func;
-    record(std::move(b), OpKind::Anchor, fused ? nodes : std::vector<const Node*>(nodes.begin(), nodes.begin() + static_cast<int64_t>(used)));
+    record(std::move(b), OpKind::Anchor,
+           fused ? nodes
+                 : std::vector<const Node*>(nodes.begin(),
+                                            nodes.begin() + static_cast<int64_t>(used)));
     if (!fused && !rest.empty()) add_generic(rest, group_out);
     return true;
   }
@@ -169,8 +173,9 @@ class ModelBuilder {
   // (a matmul flattens leading dimensions into rows), so its operands must be that shape,
   // per-column vectors or scalars. Nothing when the tail does not fit; `args` gains the
   // tail's inputs.
-  std::optional<OpGraph> fuse_tail(const Node& a, const std::string& spec, const Workload& w, bool bias, bool relu,
-                                   const std::string& y, const std::vector<const Node*>& rest,
+  std::optional<OpGraph> fuse_tail(const Node& a, const std::string& spec, const Workload& w,
+                                   bool bias, bool relu, const std::string& y,
+                                   const std::vector<const Node*>& rest,
                                    const std::string& group_out, std::vector<std::string>& args) {
     OpGraph og = build_op(parse_workload(spec + ",epilogue=none)"));
     og.workload = w;
@@ -195,8 +200,8 @@ class ModelBuilder {
     std::vector<std::string> extra;
     for (size_t k = 0; k < rest.size(); ++k) {
       const Node& n = *rest[k];
-      if (op_kind(n.op) != OpKind::Elementwise || n.outputs.size() != 1 || g_.value(n.outputs[0]).shape != onnx ||
-          g_.value(n.outputs[0]).dtype != DType::F32) {
+      if (op_kind(n.op) != OpKind::Elementwise || n.outputs.size() != 1 ||
+          g_.value(n.outputs[0]).shape != onnx || g_.value(n.outputs[0]).dtype != DType::F32) {
         return std::nullopt;
       }
       std::vector<TeOperand> in;
@@ -237,7 +242,8 @@ class ModelBuilder {
       env[n.outputs[0]] = TeOperand{s, ts[0], std::nullopt};
       og.tail.push_back(ts[0]);
     }
-    if (!env.count(group_out) || og.tail.empty() || og.tail.back() != env.at(group_out).tensor) return std::nullopt;
+    if (!env.count(group_out) || og.tail.empty() || og.tail.back() != env.at(group_out).tensor)
+      return std::nullopt;
     og.output = og.tail.back();
     og.tail.pop_back();
     args.insert(args.end(), extra.begin(), extra.end());

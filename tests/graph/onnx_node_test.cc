@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "compiler/error.h"
+#include "compiler/link.h"
 #include "compiler/target.h"
 #include "graph/model_compiler.h"
 #include "graph/model_library.h"
@@ -219,4 +220,66 @@ TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
   std::printf("ONNX node tests compiled: %d ran, %d refused as not implemented\n", compiled, refused);
   for (const auto& [reason, count] : refusals) std::printf("  %4d x %s\n", count, reason.c_str());
   EXPECT_GE(compiled, 200) << "too few node tests compile for this to mean much";
+}
+
+// Models cross-compiled for aarch64 (a Raspberry Pi 4's cortex-a72) run under qemu-aarch64
+// through a cross-built harness that calls the library's C ABI, and match the expected
+// outputs: convolutions (tuned templates), pooling, normalization, softmax, reductions, data
+// movement and transcendental math.
+TEST(OnnxNodeTests, CompiledForAarch64UnderQemu) {
+  if (!fs::exists(kNodeTests))
+    GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
+  if (tf::run_command({"qemu-aarch64", "-version"}).exit_code != 0)
+    GTEST_SKIP() << "qemu-aarch64 is not installed (Debian package qemu-user)";
+  const char* tests[] = {
+      "test_conv_with_strides_padding", "test_conv_with_strides_and_asymmetric_padding",
+      "test_gemm_all_attributes",       "test_matmul_4d",
+      "test_maxpool_2d_pads",           "test_averagepool_2d_pads_count_include_pad",
+      "test_batchnorm_epsilon",
+      "test_layer_normalization_4d_axis1", "test_softmax_axis_1",
+      "test_logsoftmax_axis_0",         "test_reduce_mean_keepdims_example",
+      "test_concat_3d_axis_1",          "test_split_variable_parts_2d",
+      "test_slice_neg_steps",           "test_transpose_all_permutations_3",
+      "test_erf",                       "test_tanh",
+      "test_sigmoid",                   "test_clip_example",
+      "test_exp",
+  };
+  fs::path tmp = fs::temp_directory_path() / ("tf-node-a64-" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  tf::Target a64 = tf::parse_target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72");
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  int ran = 0;
+  for (const char* name : tests) {
+    fs::path dir = fs::path(kNodeTests) / name, set = dir / "test_data_set_0";
+    ASSERT_TRUE(fs::exists(set)) << name;
+    std::vector<std::string> float_inputs;
+    std::string bytes = with_constant_int_inputs(dir / "model.onnx", set, float_inputs);
+    Graph g = import_onnx_bytes(bytes, name);
+    run_passes(g, PassOptions{2, {}, {}, nullptr});
+    std::string base = (tmp / name).string();
+    compile_model(g, a64, defaults, base + ".so", name);
+    // No -L: the arm64 multiarch loader and libraries under / (see tests/compiler/aarch64_test.cc).
+    std::vector<std::string> argv = {"qemu-aarch64", TF_AARCH64_MODEL_HARNESS, base + ".so"};
+    for (size_t k = 0; k < float_inputs.size(); ++k) {
+      HostTensor t = read_tensor_file(float_inputs[k]);
+      std::string path = base + ".in" + std::to_string(k);
+      std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(t.f.data()),
+                                                  static_cast<std::streamsize>(t.f.size() * 4));
+      argv.push_back(path);
+    }
+    for (size_t k = 0; k < g.outputs.size(); ++k) argv.push_back(base + ".out" + std::to_string(k));
+    tf::CommandResult r = tf::run_command(argv);
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    for (size_t k = 0; k < g.outputs.size(); ++k) {
+      HostTensor want = read_tensor_file((set / ("output_" + std::to_string(k) + ".pb")).string());
+      HostTensor got = HostTensor::floats(want.shape, std::vector<float>(want.size()));
+      std::ifstream f(base + ".out" + std::to_string(k), std::ios::binary);
+      f.read(reinterpret_cast<char*>(got.f.data()), static_cast<std::streamsize>(got.f.size() * 4));
+      ASSERT_TRUE(f) << name << ": short output " << k;
+      EXPECT_EQ(compare(want, got), "") << name << " output " << k << " (aarch64 under qemu)";
+    }
+    ++ran;
+  }
+  fs::remove_all(tmp);
+  EXPECT_EQ(ran, static_cast<int>(std::size(tests)));
 }
