@@ -50,7 +50,15 @@ CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json
   k.config = complete_config(k.graph, t, config);
   k.config_source = config_source;
   ir::Schedule sch = apply_config(k.graph, t, k.config);
-  k.lowered = lower(sch, k.graph.inputs, k.name, options);
+  std::vector<ir::Tensor> args = k.graph.inputs;
+  for (const ir::Schedule::Packing& p : sch.packings()) {
+    if (!p.given) continue;
+    for (ir::Tensor& a : args) {
+      if (a->name == p.input) a = sch.placeholders().at(p.input + ".pack");
+    }
+    k.packed.push_back(p);
+  }
+  k.lowered = lower(sch, args, k.name, options);
   if (t.is_gpu() && options.stop_after.empty()) k.launch = check_gpu_kernel(k.lowered.func, t);
   return k;
 }

@@ -30,6 +30,8 @@ struct CompiledKernel {
   nlohmann::json tuned_from;   // for tuned configs: tier, workload, target, median_s
   LowerResult lowered;
   std::optional<GpuLaunch> launch;  // GPU targets: grid and block sizes
+  // Inputs passed packed (OpGraph::prepacked): the kernel's argument is their pack_layout.
+  std::vector<ir::Schedule::Packing> packed;
 };
 
 // Lowers the workload under `config` (null: the default config for the target).

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,17 @@ struct OpGraph {
   // Elementwise stages between acc and output that a whole-model compile fuses in (a residual
   // add, a clip: graph/model_compiler.h); every template inlines them into the output.
   std::vector<ir::Tensor> tail;
+  // Inputs the caller passes already packed (a compiled model's constant weights): the
+  // templates then read `<input>.pack` instead of packing on every call.
+  std::set<std::string> prepacked;
   int64_t flops = 0;               // multiply-adds count 2
 };
 
 OpGraph build_op(const Workload& w);
+
+// `data` of `shape` in the blocked layout of Schedule::pack (dimension `dim` split into blocks
+// of `block`, zero-filled past its end): what a template reads from a prepacked input.
+std::vector<float> pack_layout(const std::vector<float>& data, const std::vector<int64_t>& shape, size_t dim,
+                               int64_t block);
 
 }  // namespace tf

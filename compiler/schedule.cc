@@ -310,18 +310,20 @@ Tensor Schedule::cache_write(const Tensor& t, const std::vector<size_t>& layout_
   return local;
 }
 
-Stage& Schedule::pack(const std::string& input, size_t dim, int64_t block) {
+Tensor Schedule::packed_layout(const std::string& input, size_t dim, int64_t block, bool given) {
   auto pit = placeholders_.find(input);
   if (pit == placeholders_.end()) {
     throw UserError(str("pack: '", input, "' is not an input of this workload"));
   }
-  const Tensor& in = pit->second;
+  const Tensor in = pit->second;
   if (dim >= in->shape.size()) {
     throw UserError(str("pack of ", input, ": dimension ", dim, " out of range (tensor has ",
                         in->shape.size(), ")"));
   }
   if (block < 1) throw UserError(str("pack of ", input, ": block ", block, " must be at least 1"));
-  if (has_stage(input + ".pack")) throw UserError(str("pack of ", input, ": already packed"));
+  if (has_stage(input + ".pack") || placeholders_.count(input + ".pack")) {
+    throw UserError(str("pack of ", input, ": already packed"));
+  }
   int64_t extent = in->shape[dim];
   int64_t blocks = (extent + block - 1) / block;
   // Packed shape: [blocks, other dims..., block].
@@ -334,14 +336,15 @@ Stage& Schedule::pack(const std::string& input, size_t dim, int64_t block) {
   }
   shape.push_back(block);
   names.push_back("x");
-  Tensor packed = compute(input + ".pack", shape, names, [&](const std::vector<Expr>& ax) {
-    std::vector<Expr> idx;
-    size_t k = 1;
-    Expr orig = ax[0] * block + ax.back();
-    for (size_t d = 0; d < in->shape.size(); ++d) idx.push_back(d == dim ? orig : ax[k++]);
-    if (extent % block == 0) return read(in, idx);
-    return select(orig < Expr(extent), read(in, idx), f32(0.0));
-  });
+  Tensor packed = given ? placeholder(input + ".pack", shape)
+                        : compute(input + ".pack", shape, names, [&](const std::vector<Expr>& ax) {
+                            std::vector<Expr> idx;
+                            size_t k = 1;
+                            Expr orig = ax[0] * block + ax.back();
+                            for (size_t d = 0; d < in->shape.size(); ++d) idx.push_back(d == dim ? orig : ax[k++]);
+                            if (extent % block == 0) return read(in, idx);
+                            return select(orig < Expr(extent), read(in, idx), f32(0.0));
+                          });
   replace_reads(input, [&](const TensorRead* r) {
     std::vector<Expr> idx = {r->indices[dim] / block};
     for (size_t d = 0; d < r->indices.size(); ++d) {
@@ -350,8 +353,19 @@ Stage& Schedule::pack(const std::string& input, size_t dim, int64_t block) {
     idx.push_back(r->indices[dim] % block);
     return TensorRead::make(packed, idx);
   });
+  packs_.push_back({input, dim, block, given});
+  return packed;
+}
+
+Stage& Schedule::pack(const std::string& input, size_t dim, int64_t block) {
+  Tensor packed = packed_layout(input, dim, block, false);
   stages_.insert(stages_.begin(), std::make_unique<Stage>(packed));
   return *stages_.front();
+}
+
+void Schedule::pack_given(const std::string& input, size_t dim, int64_t block) {
+  Tensor packed = packed_layout(input, dim, block, true);
+  placeholders_[packed->name] = packed;
 }
 
 Stage& Schedule::cache_read_shared(const std::string& input) {

@@ -129,6 +129,17 @@ class Schedule {
   // B[K][N] with dim=1, block=16 becomes B.pack[N/16][K][16] (zero-filled past N). Every
   // reader of `input` reads the packed copy instead. Returns the packed tensor's stage.
   Stage& pack(const std::string& input, size_t dim, int64_t block);
+  // The same layout, but the caller passes the packed copy (input `<input>.pack`, found in
+  // placeholders()) instead of `input`: a compiled model packs constant weights once, at
+  // compile time (pack_layout in compiler/operators.h computes it).
+  void pack_given(const std::string& input, size_t dim, int64_t block);
+  struct Packing {
+    std::string input;
+    size_t dim;
+    int64_t block;
+    bool given;
+  };
+  const std::vector<Packing>& packings() const { return packs_; }
 
   // A stage `<input>.shared` that copies input `input`; every reader reads the copy instead.
   // Computed at a loop of a GPU kernel (compute_at), its buffer lives in the block's shared
@@ -142,10 +153,12 @@ class Schedule {
   void replace_reads(const std::string& name,
                      const std::function<Expr(const TensorRead*)>& rewrite);
   void set_op(Stage& s, Tensor op);
+  Tensor packed_layout(const std::string& input, size_t dim, int64_t block, bool given);
 
   Tensor output_;
   std::vector<std::unique_ptr<Stage>> stages_;  // in dependency order
   std::map<std::string, Tensor> placeholders_;
+  std::vector<Packing> packs_;
 };
 
 }  // namespace tf::ir

@@ -140,6 +140,16 @@ std::pair<Stage*, Stage*> acc_and_writer(Schedule& s, const OpGraph& g, const st
   return {&s.stage(g.acc->name), &s.stage(g.output->name)};
 }
 
+// Packs `input` for the template (the stage to schedule), or, when the caller passes it
+// packed already (OpGraph::prepacked), only reads that layout (no stage: nullptr).
+Stage* pack_input(Schedule& s, const OpGraph& g, const std::string& input, size_t dim, int64_t block) {
+  if (g.prepacked.count(input)) {
+    s.pack_given(input, dim, block);
+    return nullptr;
+  }
+  return &s.pack(input, dim, block);
+}
+
 // The padded copy, computed at root in parallel, or inlined.
 void schedule_pad(Schedule& s, const OpGraph& g, const json& c, int lanes) {
   if (!g.pad) return;
@@ -177,10 +187,11 @@ void schedule_dense(Schedule& s, const OpGraph& g, const json& c) {
   bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
   auto [acc, out] = acc_and_writer(s, g);
   if (c["pack_b"].get<bool>()) {
-    Stage& p = s.pack("B", batch ? 2 : 1, tn);
-    const auto& ax = p.op()->axes;
-    if (par) p.parallel(ax[0].var);
-    if (vec) p.vectorize(ax.back().var);
+    if (Stage* p = pack_input(s, g, "B", batch ? 2 : 1, tn)) {
+      const auto& ax = p->op()->axes;
+      if (par) p->parallel(ax[0].var);
+      if (vec) p->vectorize(ax.back().var);
+    }
   }
   const auto& oax = out->op()->axes;
   size_t d = batch ? 1 : 0;
@@ -310,8 +321,8 @@ void schedule_conv_nchw(Schedule& s, const OpGraph& g, const json& c, int lanes)
   bool k_vector = c["vector_axis"].get<std::string>() == "k";
   schedule_pad(s, g, c, lanes);
   if (k_vector) {
-    Stage& wp = s.pack(g.inputs[1]->name, 0, tk);
-    if (par) wp.parallel(wp.op()->axes[0].var);
+    Stage* wp = pack_input(s, g, g.inputs[1]->name, 0, tk);
+    if (wp && par) wp->parallel(wp->op()->axes[0].var);
   }
   auto [acc, out] = k_vector ? acc_and_writer(s, g, {0, 2, 3, 1}) : acc_and_writer(s, g);
   const auto& o = out->op()->axes;  // n, k, oh, ow

@@ -151,19 +151,27 @@ class ModelBuilder {
     std::string name = function_name(w.op);
     std::optional<OpGraph> fused;
     if (!rest.empty()) fused = fuse_tail(a, aw.spec, w, bias, relu, y, rest, group_out, args);
-    CompiledKernel k =
-        fused ? compile_op_graph(std::move(*fused), target_, kc.config, kc.source, name)
-              : compile_kernel(w, target_, kc.config, kc.source, name);
+    bool tail = fused.has_value();
+    OpGraph og = tail ? std::move(*fused) : build_op(w);
+    // Constant weights are packed here, once, if the template packs them.
+    if (g_.is_constant(args[1])) og.prepacked.insert(og.inputs[1]->name);
+    CompiledKernel k = compile_op_graph(og, target_, kc.config, kc.source, name);
+    for (const ir::Schedule::Packing& p : k.packed) {
+      for (size_t i = 0; i < og.inputs.size(); ++i) {
+        if (og.inputs[i]->name == p.input)
+          args[i] = packed_constant(args[i], og.inputs[i]->shape, p.dim, p.block);
+      }
+    }
     KernelBuild b;
     b.info = {k.name, {}, w.canonical(), template_name(w.op, target_), args, kc};
     b.info.config.config = k.config;
-    b.info.args.push_back(fused ? group_out : y);
+    b.info.args.push_back(tail ? group_out : y);
     b.func = k.lowered.func;
-    record(std::move(b), OpKind::Anchor,
-           fused ? nodes
-                 : std::vector<const Node*>(nodes.begin(),
-                                            nodes.begin() + static_cast<int64_t>(used)));
-    if (!fused && !rest.empty()) add_generic(rest, group_out);
+    record(
+        std::move(b), OpKind::Anchor,
+        tail ? nodes
+             : std::vector<const Node*>(nodes.begin(), nodes.begin() + static_cast<int64_t>(used)));
+    if (!tail && !rest.empty()) add_generic(rest, group_out);
     return true;
   }
 
@@ -250,6 +258,19 @@ class ModelBuilder {
     return og;
   }
 
+  // Constant `name` (seen as `shape`) in a template's packed layout, added to the graph once.
+  std::string packed_constant(const std::string& name, const Shape& shape, size_t dim,
+                              int64_t block) {
+    std::string key = str(name, "/", dim, "/", block);
+    if (auto it = packed_.find(key); it != packed_.end()) return it->second;
+    std::vector<float> data = pack_layout(g_.value(name).constant->f, shape, dim, block);
+    std::string fresh = g_.fresh_name(name + "_packed");
+    Shape ps{static_cast<int64_t>(data.size())};
+    g_.values[fresh] = Value{fresh, DType::F32, ps, HostTensor::floats(ps, std::move(data))};
+    packed_[key] = fresh;
+    return fresh;
+  }
+
   // A constant [K, N] made of a constant [N, K] (Gemm's transB), added to the graph.
   std::string transposed(const std::string& name) {
     const Value& v = g_.value(name);
@@ -325,6 +346,7 @@ class ModelBuilder {
   std::map<std::string, size_t> node_index_;
   std::vector<KernelBuild> builds_;
   std::vector<FusedGroup> groups_;
+  std::map<std::string, std::string> packed_;  // name/dim/block -> packed constant
 };
 
 void write_file(const std::string& path, const std::string& data) {
