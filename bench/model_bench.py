@@ -6,7 +6,7 @@ process with the runs interleaved (round robin, so drift hits all alike).
 Our library is called through its C ABI with ctypes; every call is timed, and each entry is
 the median of the calls of all rounds. PyTorch's matmuls run in OpenBLAS, whose pool
 torch.set_num_threads does not size: both pools get the same count, and OpenBLAS its right
-core type (OPENBLAS_CORETYPE=SkylakeX on this VM, overridable). Our kernels run on libgomp's
+core type (OPENBLAS_CORETYPE: SkylakeX with AVX-512, Haswell with AVX2, overridable). Our kernels run on libgomp's
 pool, which torch.set_num_threads sizes too (the same libgomp).
 
 Usage: model_bench.py TUNEFARM [--models resnet18,mobilenet_v2,bert2,mlp] [--threads 1,2]
@@ -24,7 +24,16 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+
+
+def openblas_core():
+    """OpenBLAS 0.3.21 misdetects newer CPUs as old ones: name the core its kernels fit."""
+    flags = open("/proc/cpuinfo").read()
+    return "SkylakeX" if " avx512f" in flags else "Haswell" if " avx2" in flags else None
+
+
+if "OPENBLAS_CORETYPE" not in os.environ and openblas_core():
+    os.environ["OPENBLAS_CORETYPE"] = openblas_core()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
