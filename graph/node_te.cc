@@ -249,6 +249,36 @@ std::vector<Tensor> reduce_te(const Node& n, const OpContext& c, const TeOperand
   not_implemented(n, op);
 }
 
+// A reduction over `axes` of x that keeps x's rank (Softmax, LayerNormalization): the
+// statistics' shape (those axes at 1), the reduction variables, x read at a statistic's index
+// with the axes running over the reduction, and the statistic index of a full index.
+struct KeptReduction {
+  const TeOperand& x;
+  std::vector<int64_t> axes;
+  Shape stat;
+  std::vector<IterVar> rv;
+  int64_t count = 1;
+
+  KeptReduction(const TeOperand& x_, std::vector<int64_t> axes_)
+      : x(x_), axes(std::move(axes_)), stat(x_.shape) {
+    std::vector<int64_t> extents;
+    for (int64_t a : axes) {
+      extents.push_back(stat[a]);
+      count *= stat[a];
+      stat[a] = 1;
+    }
+    rv = reduce_vars(extents, "r");
+  }
+  Expr src(const Index& i) const {
+    return operand(x, reduce_input_index(i, x.shape, axes, rv, true));
+  }
+  Index stat_of(const Index& i) const {
+    Index s = i;
+    for (int64_t a : axes) s[a] = int64_t{0};
+    return s;
+  }
+};
+
 // Softmax and LogSoftmax over `dims` (one axis from opset 13, all from the axis before).
 Tensor softmax_te(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name) {
   auto rank = static_cast<int64_t>(x.shape.size());
@@ -256,21 +286,11 @@ Tensor softmax_te(const Node& n, const OpContext& c, const TeOperand& x, const s
   int64_t axis = normalize_axis(n, n.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < (legacy ? rank : axis + 1) && d < rank; ++d) axes.push_back(d);
-  Shape stat = x.shape;
-  std::vector<int64_t> extents;
-  for (int64_t a : axes) {
-    extents.push_back(stat[a]);
-    stat[a] = 1;
-  }
-  std::vector<IterVar> rv = reduce_vars(extents, "r");
-  auto src = [&](const Index& i) {
-    return operand(x, reduce_input_index(i, x.shape, axes, rv, true));
-  };
-  auto stat_of = [&](const Index& i) {
-    Index s = i;
-    for (int64_t a : axes) s[a] = int64_t{0};
-    return s;
-  };
+  KeptReduction red(x, axes);
+  const Shape& stat = red.stat;
+  const std::vector<IterVar>& rv = red.rv;
+  auto src = [&](const Index& i) { return red.src(i); };
+  auto stat_of = [&](const Index& i) { return red.stat_of(i); };
   Tensor m = ir::compute(
       name + "_max", stat, axis_names(stat.size()),
       [&](const Index& i) { return ir::max_reduce(src(i), rv); }, rv);
@@ -289,24 +309,14 @@ std::vector<Tensor> layernorm_te(const Node& n, const std::vector<TeOperand>& in
   const TeOperand& x = in[0];
   auto rank = static_cast<int64_t>(x.shape.size());
   int64_t axis = normalize_axis(n, n.get_int("axis", -1), rank);
-  Shape stat = x.shape;
-  std::vector<int64_t> axes, extents;
-  int64_t len = 1;
-  for (int64_t d = axis; d < rank; ++d) {
-    axes.push_back(d);
-    extents.push_back(stat[d]);
-    len *= stat[d];
-    stat[d] = 1;
-  }
-  std::vector<IterVar> rv = reduce_vars(extents, "r");
-  auto src = [&](const Index& i) {
-    return operand(x, reduce_input_index(i, x.shape, axes, rv, true));
-  };
-  auto stat_of = [&](const Index& i) {
-    Index s = i;
-    for (int64_t a : axes) s[a] = int64_t{0};
-    return s;
-  };
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
+  KeptReduction red(x, axes);
+  const Shape& stat = red.stat;
+  const std::vector<IterVar>& rv = red.rv;
+  int64_t len = red.count;
+  auto src = [&](const Index& i) { return red.src(i); };
+  auto stat_of = [&](const Index& i) { return red.stat_of(i); };
   Expr inv_len = ir::f32(1.0 / static_cast<double>(len));
   Tensor sum = ir::compute(
       name + "_sum", stat, axis_names(stat.size()),
