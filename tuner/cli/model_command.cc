@@ -170,7 +170,9 @@ int run_import(const ImportArgs& a) {
 }
 
 void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
-  run->add_option("--model", a.model, "an ONNX model to run instead of a workload");
+  run->add_option("--model", a.model,
+                  "an ONNX model (compiled for this machine first, or with --reference evaluated) or a "
+                  "library from `compile --model`, to run instead of a workload");
   run->add_option("--input", a.inputs,
                   "model input as name=file.npy (or file.npy for a model with one input); "
                   "inputs not given are uniform random in [-1, 1) (repeatable)");

@@ -362,7 +362,7 @@ int main(int argc, char** argv) {
   tf::RunArgs ra;
   bool no_check = false;
   CLI::App* run = app.add_subcommand("run", "Compile for this machine, run, time and check a kernel (or, with "
-                                            "--model --reference, run an ONNX model)");
+                                            "--model, run a whole model)");
   run->add_option("--workload,-w", ra.workload, "workload spec");
   tf::cli::ModelRunArgs mra;
   tf::cli::add_model_run_options(run, mra);
