@@ -94,16 +94,12 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
   return m;
 }
 
-namespace {
-
 void write_file(const std::string& path, const std::string& data) {
   std::ofstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
   f << data;
   if (!f.flush()) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
 }
-
-}  // namespace
 
 std::string kernel_text(const CompiledKernel& k, EmitKind kind) {
   switch (kind) {

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <thread>
@@ -64,7 +63,7 @@ void schedule_loops(ir::Stage& s, int lanes) {
 class ModelBuilder {
  public:
   ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup)
-      : g_(g), target_(t), lookup_(lookup), uses_(use_counts(g)) {
+      : g_(g), target_(t), lookup_(lookup), readers_(g) {
     for (size_t k = 0; k < g_.nodes.size(); ++k) node_index_[g_.nodes[k].name] = k;
   }
 
@@ -79,7 +78,7 @@ class ModelBuilder {
     // Several outputs: one kernel per needed output of each node.
     for (const Node* n : nodes) {
       for (const std::string& o : n->outputs) {
-        if (!o.empty() && (uses_[o] > 0 || g_.is_output(o))) add_generic({n}, o);
+        if (!o.empty() && (readers_.uses.count(o) || g_.is_output(o))) add_generic({n}, o);
       }
     }
   }
@@ -104,48 +103,22 @@ class ModelBuilder {
     builds_.push_back(std::move(b));
   }
 
-  // The sole reader of `v` if it is `op`, `v` has no other use and is not returned.
-  const Node* next_is(const std::vector<const Node*>& nodes, size_t at, const std::string& v,
-                      const char* op) {
-    if (at >= nodes.size() || nodes[at]->op != op || uses_[v] != 1 || g_.is_output(v))
-      return nullptr;
-    const Node* n = nodes[at];
-    return std::find(n->inputs.begin(), n->inputs.end(), v) != n->inputs.end() ? n : nullptr;
-  }
-
   bool try_anchor(const std::vector<const Node*>& nodes, const std::string& group_out) {
     const Node& a = *nodes[0];
     AnchorWorkload aw = anchor_workload(g_, a);
     if (aw.spec.empty()) return false;
+    AnchorEpilogue e = anchor_epilogue(g_, a, aw, readers_);
+    // What the epilogue takes over must open the group, and leave the group's output to write.
+    size_t used = e.nodes.size();
+    if (used > nodes.size() || !std::equal(e.nodes.begin(), e.nodes.end(), nodes.begin()))
+      return false;
+    const std::string& y = e.output;
+    if (used == nodes.size() ? y != group_out : g_.is_output(y)) return false;
     std::vector<std::string> args{a.inputs[0], a.inputs[1]};
     if (a.op == "Gemm" && a.get_int("transB", 0)) args[1] = transposed(a.inputs[1]);
-    if (aw.bias) args.push_back(a.inputs[2]);
-    std::string y = a.outputs[0];
-    size_t used = 1;
-    bool bias = aw.bias, relu = false;
-    if (a.op == "MatMul") {
-      if (const Node* add = next_is(nodes, used, y, "Add")) {
-        const std::string& other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
-        const Shape& ys = g_.value(y).shape;
-        const Shape& os = g_.value(other).shape;
-        if (g_.is_constant(other) && g_.value(other).dtype == DType::F32 && !os.empty() &&
-            num_elements(os) == ys.back() && os.back() == ys.back() &&
-            g_.value(add->outputs[0]).shape == ys) {
-          bias = true;
-          args.push_back(other);
-          y = add->outputs[0];
-          ++used;
-        }
-      }
-    }
-    if (const Node* r = next_is(nodes, used, y, "Relu")) {
-      relu = true;
-      y = r->outputs[0];
-      ++used;
-    }
-    if (used == nodes.size() ? y != group_out : g_.is_output(y)) return false;
-    std::string epilogue = bias ? (relu ? "bias_relu" : "bias") : (relu ? "relu" : "none");
-    Workload w = parse_workload(aw.spec + ",epilogue=" + epilogue + ")");
+    if (!e.bias.empty()) args.push_back(e.bias);
+    bool bias = !e.bias.empty(), relu = e.relu;
+    Workload w = parse_workload(aw.spec + ",epilogue=" + e.name() + ")");
     KernelConfig kc = lookup_(w, target_);
     std::vector<const Node*> rest(nodes.begin() + static_cast<int64_t>(used), nodes.end());
     std::string name = function_name(w.op);
@@ -264,10 +237,14 @@ class ModelBuilder {
     std::string key = str(name, "/", dim, "/", block);
     if (auto it = packed_.find(key); it != packed_.end()) return it->second;
     std::vector<float> data = pack_layout(g_.value(name).constant->f, shape, dim, block);
-    std::string fresh = g_.fresh_name(name + "_packed");
     Shape ps{static_cast<int64_t>(data.size())};
-    g_.values[fresh] = Value{fresh, DType::F32, ps, HostTensor::floats(ps, std::move(data))};
-    packed_[key] = fresh;
+    return packed_[key] = add_constant(name + "_packed", HostTensor::floats(ps, std::move(data)));
+  }
+
+  // A new float constant named after `base`.
+  std::string add_constant(const std::string& base, HostTensor t) {
+    std::string fresh = g_.fresh_name(base);
+    g_.values[fresh] = Value{fresh, DType::F32, t.shape, std::move(t)};
     return fresh;
   }
 
@@ -279,9 +256,7 @@ class ModelBuilder {
     HostTensor out = HostTensor::floats({K, N}, std::vector<float>(t.f.size()));
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k) out.f[k * N + n] = t.f[n * K + k];
-    std::string fresh = g_.fresh_name(name + "_T");
-    g_.values[fresh] = Value{fresh, DType::F32, {K, N}, std::move(out)};
-    return fresh;
+    return add_constant(name + "_T", std::move(out));
   }
 
   void add_generic(const std::vector<const Node*>& nodes, const std::string& out) {
@@ -342,18 +317,12 @@ class ModelBuilder {
   Graph g_;
   Target target_;
   const ConfigLookup& lookup_;
-  std::map<std::string, int> uses_;
+  Readers readers_;
   std::map<std::string, size_t> node_index_;
   std::vector<KernelBuild> builds_;
   std::vector<FusedGroup> groups_;
   std::map<std::string, std::string> packed_;  // name/dim/block -> packed constant
 };
-
-void write_file(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f << data;
-  if (!f.flush()) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
-}
 
 json tensors_json(const Graph& g, const std::vector<std::string>& names) {
   json out = json::array();

@@ -66,7 +66,8 @@ AnchorWorkload gemm_task(const Graph& g, const Node& n) {
   const Shape& a = g.value(n.inputs[0]).shape;
   const Shape& b = g.value(n.inputs[1]).shape;
   int64_t N = n.get_int("transB", 0) ? b[0] : b[1];
-  if (n.get_int("transB", 0) && !g.is_constant(n.inputs[1])) return {"", "transB=1 of computed weights"};
+  if (n.get_int("transB", 0) && !g.is_constant(n.inputs[1]))
+    return {"", "transB=1 of computed weights"};
   bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
   if (bias && (n.get_float("beta", 1) != 1.0f || num_elements(g.value(n.inputs[2]).shape) != N)) {
     return {"", "a C that is not a bias of N values"};
@@ -84,19 +85,57 @@ AnchorWorkload anchor_workload(const Graph& g, const Node& n) {
   return {"", n.op + " is not an anchor operator"};
 }
 
-TaskList extract_tasks(const Graph& g) {
-  TaskList out;
-  std::map<std::string, int> uses = use_counts(g);
-  std::map<std::string, const Node*> reader;  // the reader of a value read once
+std::string AnchorEpilogue::name() const {
+  return !bias.empty() ? (relu ? "bias_relu" : "bias") : (relu ? "relu" : "none");
+}
+
+Readers::Readers(const Graph& g) : uses(use_counts(g)) {
   for (const Node& n : g.nodes) {
     for (const std::string& in : n.inputs) reader[in] = &n;
   }
+}
+
+AnchorEpilogue anchor_epilogue(const Graph& g, const Node& n, const AnchorWorkload& aw,
+                               const Readers& readers) {
+  // The reader of `v` when it is the only use, `v` is not returned and the reader is `op`.
   auto sole_reader = [&](const std::string& v, const char* op) -> const Node* {
-    auto it = reader.find(v);
-    if (uses[v] != 1 || g.is_output(v) || it == reader.end() || it->second->op != op)
+    auto u = readers.uses.find(v);
+    auto r = readers.reader.find(v);
+    if (u == readers.uses.end() || u->second != 1 || g.is_output(v) || r == readers.reader.end() ||
+        r->second->op != op) {
       return nullptr;
-    return it->second;
+    }
+    return r->second;
   };
+  AnchorEpilogue e;
+  e.nodes.push_back(&n);
+  e.output = n.outputs[0];
+  if (aw.bias) e.bias = n.inputs[2];
+  if (n.op == "MatMul") {
+    if (const Node* add = sole_reader(e.output, "Add")) {
+      const std::string& other = add->inputs[0] == e.output ? add->inputs[1] : add->inputs[0];
+      const Shape& ys = g.value(e.output).shape;
+      const Shape& os = g.value(other).shape;
+      if (g.is_constant(other) && g.value(other).dtype == DType::F32 && !os.empty() &&
+          num_elements(os) == ys.back() && os.back() == ys.back() &&
+          g.value(add->outputs[0]).shape == ys) {
+        e.bias = other;
+        e.nodes.push_back(add);
+        e.output = add->outputs[0];
+      }
+    }
+  }
+  if (const Node* r = sole_reader(e.output, "Relu")) {
+    e.relu = true;
+    e.nodes.push_back(r);
+    e.output = r->outputs[0];
+  }
+  return e;
+}
+
+TaskList extract_tasks(const Graph& g) {
+  TaskList out;
+  Readers readers(g);
   std::map<std::string, size_t> index;
   for (const Node& n : g.nodes) {
     if (n.op != "Conv" && n.op != "MatMul" && n.op != "Gemm") continue;
@@ -105,21 +144,7 @@ TaskList extract_tasks(const Graph& g) {
       out.untunable.push_back({n.name, n.op, m.reason});
       continue;
     }
-    // MatMul + Add of a constant [N] bias, then Relu: the epilogue fusion gives it.
-    std::string y = n.outputs[0];
-    if (n.op == "MatMul") {
-      if (const Node* add = sole_reader(y, "Add")) {
-        const std::string& other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
-        const Shape& out_shape = g.value(y).shape;
-        if (g.is_constant(other) && num_elements(g.value(other).shape) == out_shape.back() &&
-            g.value(other).shape.back() == out_shape.back()) {
-          m.bias = true;
-          y = add->outputs[0];
-        }
-      }
-    }
-    bool relu = sole_reader(y, "Relu") != nullptr;
-    std::string epilogue = m.bias ? (relu ? "bias_relu" : "bias") : (relu ? "relu" : "none");
+    std::string epilogue = anchor_epilogue(g, n, m, readers).name();
     Workload w = parse_workload(m.spec + ",epilogue=" + epilogue + ")");
     std::string spec = w.canonical();
     auto [it, fresh] = index.emplace(spec, out.tasks.size());

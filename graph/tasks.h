@@ -10,6 +10,7 @@
 // templates, not tuned.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,5 +44,24 @@ struct AnchorWorkload {
   bool bias = false;
 };
 AnchorWorkload anchor_workload(const Graph& g, const Node& n);
+
+// The epilogue the anchor node `n`'s kernel takes over, after its own bias: for a MatMul the
+// Add of a constant float vector of N values that follows it (the bias), then a Relu; each
+// only when it is the sole reader of the value before it and that value is not returned.
+// Task extraction and the model compiler both ask here.
+struct Readers {
+  explicit Readers(const Graph& g);
+  std::map<std::string, int> uses;            // use_counts (graph/pass.h)
+  std::map<std::string, const Node*> reader;  // a reader of each value read
+};
+struct AnchorEpilogue {
+  std::string bias;  // the bias value, or "" for none
+  bool relu = false;
+  std::vector<const Node*> nodes;  // the anchor, then the nodes taken over, in order
+  std::string output;              // the value the kernel writes
+  std::string name() const;        // none, bias, relu, bias_relu
+};
+AnchorEpilogue anchor_epilogue(const Graph& g, const Node& n, const AnchorWorkload& aw,
+                               const Readers& readers);
 
 }  // namespace tf::graph

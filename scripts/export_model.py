@@ -26,12 +26,13 @@ class MLP(torch.nn.Module):
         return self.net(x)
 
 
-class Bert2(torch.nn.Module):
-    """Two BERT-base encoder layers: hidden 768, 12 heads, feed-forward 3072, GELU."""
+class Encoder(torch.nn.Module):
+    """Two transformer encoder layers (attention, LayerNorm, GELU); by default BERT-base's:
+    hidden 768, 12 heads, feed-forward 3072. tests/graph/torch_models_test.py uses a small one."""
 
-    def __init__(self):
+    def __init__(self, d=768, heads=12, ff=3072):
         super().__init__()
-        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.1, batch_first=True, activation="gelu")
+        layer = torch.nn.TransformerEncoderLayer(d, heads, ff, dropout=0.1, batch_first=True, activation="gelu")
         self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
 
     def forward(self, x):
@@ -41,7 +42,7 @@ class Bert2(torch.nn.Module):
 MODELS = {
     "resnet18": (lambda: torchvision.models.resnet18(), (1, 3, 224, 224), 13),
     "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(), (1, 3, 224, 224), 13),
-    "bert2": (Bert2, (1, 128, 768), 17),
+    "bert2": (Encoder, (1, 128, 768), 17),
     "mlp": (MLP, (1, 784), 13),
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Real models exported by PyTorch (Debian's python3-torch, python3-torchvision): random
 weights with fixed seeds, exported at test time (nothing stored), imported by `tunefarm
-import`, run with `tunefarm run --model --reference`, and compared with PyTorch's own outputs:
-within 1e-4 of the output's magnitude, and classifiers pick the same class.
+import`, run with `tunefarm run --model --reference` and compiled (`tunefarm compile --model`,
+then `tunefarm run --model lib.so`), and both compared with PyTorch's own outputs: within
+1e-4 of the output's magnitude, and classifiers pick the same class.
 
 Usage: torch_models_test.py TUNEFARM_BINARY
 """
@@ -16,6 +17,9 @@ import numpy as np
 import torch
 import torchvision
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from export_model import Encoder  # noqa: E402
+
 
 class MLP(torch.nn.Module):
     def __init__(self):
@@ -26,18 +30,6 @@ class MLP(torch.nn.Module):
 
     def forward(self, x):
         return self.c(torch.relu(self.b(torch.nn.functional.gelu(self.a(x)))))
-
-
-class Encoder(torch.nn.Module):
-    """Two transformer encoder layers (attention, LayerNorm, GELU), BERT-like."""
-
-    def __init__(self):
-        super().__init__()
-        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True, activation="gelu")
-        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-
-    def forward(self, x):
-        return self.enc(x)
 
 
 class Attention(torch.nn.Module):
@@ -82,10 +74,10 @@ def models():
     # tunefarm's passes fold it.
     yield "resnet18_bn", torchvision.models.resnet18(num_classes=10), (1, 3, 32, 32), True, 11, False
     yield "mobilenet_v2", torchvision.models.mobilenet_v2(num_classes=10), (1, 3, 64, 64), True, 13, True
-    yield "encoder", Encoder(), (1, 16, 64), False, 17, True
+    yield "encoder", Encoder(64, 4, 128), (1, 16, 64), False, 17, True
     # Before opset 17 LayerNorm is exported decomposed, and GELU always is (through Erf):
     # recognize-composites makes one operator of each.
-    yield "encoder_o13", Encoder(), (2, 8, 64), False, 13, True
+    yield "encoder_o13", Encoder(64, 4, 128), (2, 8, 64), False, 13, True
     # Separate Q, K, V projections: combine-parallel-matmuls makes one of them.
     yield "attention", Attention(), (1, 12, 64), False, 14, True
 
@@ -138,6 +130,11 @@ def main():
                 ok_compiled = ok_compiled and (np.argmax(gotc, axis=-1) == np.argmax(want, axis=-1)).all()
             # Every node after the passes is computed by a kernel.
             ok = ok and ok_compiled and len({n for k in sidecar["kernels"] for n in k["nodes"]}) == info["nodes"]
+            if name.startswith(("resnet", "mobilenet")):
+                # Each fused group is one kernel (the residual Add, the Clip run in the conv's
+                # kernel), and the convolutions read weights packed at compile time.
+                ok = ok and len(sidecar["kernels"]) == len(info["fused_kernels"])
+                ok = ok and any(a.endswith("_packed") for k in sidecar["kernels"] for a in k["args"])
             if not folding:
                 # BatchNormalization split and folded into the convolutions.
                 ok = ok and "simplify-inference" in fired and "fold-scale-into-conv" in fired
