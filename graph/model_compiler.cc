@@ -63,7 +63,7 @@ void schedule_loops(ir::Stage& s, int lanes) {
 class ModelBuilder {
  public:
   ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup)
-      : g_(g), target_(t), lookup_(lookup), readers_(g) {
+      : g_(g), target_(t), lookup_(lookup), readers_(g_) {
     for (size_t k = 0; k < g_.nodes.size(); ++k) node_index_[g_.nodes[k].name] = k;
   }
 
@@ -332,6 +332,12 @@ json tensors_json(const Graph& g, const std::vector<std::string>& names) {
 }
 
 }  // namespace
+
+int CompiledModel::tunable() const {
+  int n = 0;
+  for (const ModelKernel& k : kernels) n += !k.workload.empty();
+  return n;
+}
 
 int CompiledModel::untuned() const {
   int n = 0;

@@ -53,7 +53,9 @@ struct CompiledModel {
   MemoryPlan memory;
   int64_t constant_bytes = 0;  // embedded
   nlohmann::json inputs, outputs;
-  // Kernels with a tuned template whose config is the default (not tuned).
+  // Kernels with a tuned template (a workload), and those of them whose config is the
+  // default (not tuned).
+  int tunable() const;
   int untuned() const;
   nlohmann::json sidecar(const std::string& model) const;
 };

@@ -135,6 +135,8 @@ def main():
                 # kernel), and the convolutions read weights packed at compile time.
                 ok = ok and len(sidecar["kernels"]) == len(info["fused_kernels"])
                 ok = ok and any(a.endswith("_packed") for k in sidecar["kernels"] for a in k["args"])
+                # Every convolution (all have workloads here) goes through its template.
+                ok = ok and all(k["template"] != "generic" for k in sidecar["kernels"] if any("Conv" in n for n in k["nodes"]))
             if not folding:
                 # BatchNormalization split and folded into the convolutions.
                 ok = ok and "simplify-inference" in fired and "fold-scale-into-conv" in fired

@@ -240,13 +240,11 @@ graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Data
     return graph::KernelConfig{c.config, c.source, c.tuned_from};
   };
   graph::CompiledModel cm = graph::compile_model(g, t, lookup, out, model);
-  int tunable = 0;
-  for (const graph::ModelKernel& k : cm.kernels) tunable += !k.workload.empty();
   if (warn && cm.untuned() > 0) {
     std::fprintf(stderr,
                  "warning: %d of %d tunable kernels have no tuned config for %s and use default schedules "
                  "(`tunefarm import %s` lists the tasks to tune)\n",
-                 cm.untuned(), tunable, t.short_str().c_str(), model.c_str());
+                 cm.untuned(), cm.tunable(), t.short_str().c_str(), model.c_str());
   }
   return cm;
 }
@@ -269,8 +267,7 @@ int compile_model_file(const ModelCompileArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  int tunable = 0;
-  for (const graph::ModelKernel& k : cm.kernels) tunable += !k.workload.empty();
+  int tunable = cm.tunable();
   std::printf("wrote %s and %s: %zu kernels (%d tunable, %d tuned), workspace %.2f MiB (%.2f MiB unplanned), "
               "weights %.2f MiB, in %.1f s\n",
               a.out.c_str(), (a.out + ".json").c_str(), cm.kernels.size(), tunable, tunable - cm.untuned(),
