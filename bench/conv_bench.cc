@@ -4,6 +4,9 @@
 //   bench_conv [--layers resnet50,mobilenet_v2] [--threads 1,2] [--min-ms 100] [--db tuning.db]
 //              [--only N]
 //
+// Our kernels run twice too: the NCHW workload, and the same layer as conv2d_nchwc /
+// depthwise_conv2d_nchwc with channel blocks of one vector (data, weights and output in the
+// blocked layout, converted before timing) -- the fair peer of oneDNN's blocked run.
 // Layers: the 23 distinct conv2d layers of ResNet-50 (torchvision, batch 1, NCHW) and 4
 // depthwise layers of MobileNet-v2. oneDNN runs twice: in the kernel's own layout (NCHW data,
 // OIHW weights, NCHW output) and with the blocked layouts it prefers (format_tag::any; the
@@ -48,6 +51,23 @@ struct Layer {
   int oh() const { return (h + 2 * pad - r) / stride + 1; }
   int ow() const { return (w + 2 * pad - r) / stride + 1; }
   double flops() const { return 2.0 * oh() * ow() * k * r * r * (depthwise ? 1 : c); }
+  // Our blocked-layout kernel for the layer: channel blocks of `lanes` where they divide the
+  // channels, else one block of all of them.
+  std::string blocked_spec(int lanes) const {
+    std::ostringstream s;
+    int ib = c % lanes == 0 ? lanes : c, ob = k % lanes == 0 ? lanes : k;
+    if (depthwise) {
+      s << "depthwise_conv2d_nchwc(N=1,C=" << c << ",H=" << h << ",W=" << w << ",R=" << r
+        << ",S=" << r;
+      s << ",stride=" << stride << ",pad=" << pad << ",block=" << ib << ")";
+    } else {
+      s << "conv2d_nchwc(N=1,C=" << c << ",H=" << h << ",W=" << w << ",K=" << k << ",R=" << r
+        << ",S=" << r;
+      s << ",stride=" << stride << ",pad=" << pad << ",ic_block=" << ib << ",oc_block=" << ob
+        << ")";
+    }
+    return s.str();
+  }
   std::string spec() const {
     std::ostringstream s;
     if (depthwise) {
@@ -80,6 +100,30 @@ const std::vector<Layer>& layers() {
   return all;
 }
 
+std::vector<float> yp_copy(const float* p, size_t n) { return std::vector<float>(p, p + n); }
+
+// [C][H][W] (one image) as [C/b][H][W][b].
+std::vector<float> to_blocked(const std::vector<float>& x, int c, int hw, int b) {
+  std::vector<float> y(x.size());
+  for (int i = 0; i < c; ++i)
+    for (int p = 0; p < hw; ++p) y[(size_t(i / b) * hw + p) * b + i % b] = x[size_t(i) * hw + p];
+  return y;
+}
+
+// Weights [K][C][R][S] as [K/ob][C/ib][R][S][ib][ob]; depthwise [C][1][R][S] as [C/b][R][S][b].
+std::vector<float> weights_blocked(const std::vector<float>& w, const Layer& l, int ib, int ob) {
+  std::vector<float> y(w.size());
+  int rs = l.r * l.r;
+  if (l.depthwise) return to_blocked(w, l.c, rs, ib);
+  for (int k = 0; k < l.k; ++k)
+    for (int c = 0; c < l.c; ++c)
+      for (int p = 0; p < rs; ++p) {
+        size_t at = ((size_t(k / ob) * (l.c / ib) + c / ib) * rs + p) * ib * ob +
+                    size_t(c % ib) * ob + k % ob;
+        y[at] = w[(size_t(k) * l.c + c) * rs + p];
+      }
+  return y;
+}
 
 // One oneDNN convolution: in the plain layout (blocked = false) or the layouts oneDNN picks.
 struct OneDnnConv {
@@ -152,12 +196,14 @@ static int run(int argc, char** argv) {
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);
 
-  std::printf("%-3s %-62s %3s %8s %8s %8s %7s %7s %s\n", "#", "layer", "thr", "ours", "dnnl", "dnnl-blk",
-              "/dnnl", "/blk", "(GFLOPS; ours = best of default and tuned)");
+  std::printf("%-3s %-62s %3s %8s %8s %8s %8s %7s %7s %7s %s\n", "#", "layer", "thr", "ours",
+              "dnnl", "ours-blk", "dnnl-blk", "/dnnl", "/blk", "blk/blk",
+              "(GFLOPS; ours = best of default and tuned; -blk: blocked layouts)");
   bool all_ok = true;
   // Per (net, threads): sums of log ratios, counts and the worst ratio.
   struct Agg {
     double log_plain = 0, log_blocked = 0, worst_plain = INFINITY, worst_blocked = INFINITY;
+    double log_bb = 0, worst_bb = INFINITY;
     int n = 0;
   };
   std::map<std::pair<std::string, int>, Agg> agg;
@@ -174,19 +220,39 @@ static int run(int argc, char** argv) {
     };
     auto def = build(nlohmann::json(), "def");
     auto tun = tuned.config.is_null() ? nullptr : build(tuned.config, "tuned");
+    // Our blocked-layout kernel, with its own tuned config when the database has one.
+    tf::Workload wb = tf::parse_workload(l.blocked_spec(target.vector_lanes()));
+    int ib = int(wb.get(l.depthwise ? "block" : "ic_block")),
+        ob = l.depthwise ? ib : int(wb.get("oc_block"));
+    tf::ConfigChoice tuned_b = tf::choose_config(db.get(), wb, target);
+    tf::CompiledKernel kb = tf::compile_kernel(wb, target, tuned_b.config, "bench", "");
+    std::string so_b = (dir / ("blk" + std::to_string(li) + ".so")).string();
+    tf::write_kernel(kb, tf::EmitKind::SharedLibrary, so_b);
+    tf::KernelLibrary blk(so_b, kb.name);
     size_t wsize = l.depthwise ? size_t(l.c) * l.r * l.r : size_t(l.k) * l.c * l.r * l.r;
     std::vector<float> x(size_t(l.c) * l.h * l.w), wt(wsize), y(size_t(l.k) * l.oh() * l.ow()), y2(y.size());
     tf::fill_random(x.data(), static_cast<int64_t>(x.size()), 1);
     tf::fill_random(wt.data(), static_cast<int64_t>(wt.size()), 2);
+    std::vector<float> xb = to_blocked(x, l.c, l.h * l.w, ib),
+                       wb_data = weights_blocked(wt, l, ib, ob), yb_out(y.size());
     for (int t : threads) {
       omp_set_num_threads(t);
       // Made after the thread count is set: oneDNN's kernels divide the work by the threads
       // they see when they are created.
       OneDnnConv plain(l, eng, strm, false, x.data(), wt.data());
       OneDnnConv blocked(l, eng, strm, true, x.data(), wt.data());
-      double ours = INFINITY, best = INFINITY, p = INFINITY, b = INFINITY;
+      double ours = INFINITY, best = INFINITY, p = INFINITY, b = INFINITY, ob_t = INFINITY;
       for (int round = 0; round < 3; ++round) {
-        ours = std::min(ours, median_seconds([&] { def->call({x.data(), wt.data(), y.data()}); }, min_ms / 3));
+        ours = std::min(ours, median_seconds(
+                                  [&] {
+                                    def->call({x.data(), wt.data(), y.data()});
+                                  },
+                                  min_ms / 3));
+        ob_t = std::min(ob_t, median_seconds(
+                                  [&] {
+                                    blk.call({xb.data(), wb_data.data(), yb_out.data()});
+                                  },
+                                  min_ms / 3));
         p = std::min(p, median_seconds([&] { plain.run(strm); }, min_ms / 3));
         b = std::min(b, median_seconds([&] { blocked.run(strm); }, min_ms / 3));
         if (tun) best = std::min(best, median_seconds([&] { tun->call({x.data(), wt.data(), y2.data()}); }, min_ms / 3));
@@ -199,6 +265,9 @@ static int run(int argc, char** argv) {
         max_err = std::max({max_err, double(std::fabs(y[i] - yp[i])), double(std::fabs(yb[i] - yp[i]))});
         if (tun) max_err = std::max(max_err, double(std::fabs(y2[i] - yp[i])));
       }
+      std::vector<float> yb_plain = to_blocked(yp_copy(yp, y.size()), l.k, l.oh() * l.ow(), ob);
+      for (size_t i = 0; i < y.size(); ++i)
+        max_err = std::max(max_err, double(std::fabs(yb_out[i] - yb_plain[i])));
       bool ok = max_err <= 1e-4 * std::max(1.0, scale) * std::sqrt(double(l.c) * l.r * l.r);
       all_ok &= ok;
       double top = tun ? std::min(best, ours) : ours;
@@ -208,18 +277,24 @@ static int run(int argc, char** argv) {
       a.log_blocked += std::log(b / top);
       a.worst_plain = std::min(a.worst_plain, p / top);
       a.worst_blocked = std::min(a.worst_blocked, b / top);
+      a.log_bb += std::log(b / ob_t);
+      a.worst_bb = std::min(a.worst_bb, b / ob_t);
       ++a.n;
-      std::printf("%-3zu %-62s %3d %8.1f %8.1f %8.1f %7.2f %7.2f%s%s\n", li, l.spec().c_str(), t, f / top, f / p, f / b,
-                  p / top, b / top, tun ? (best < ours ? "  tuned" : "  tuned (default faster)") : "",
+      std::printf("%-3zu %-62s %3d %8.1f %8.1f %8.1f %8.1f %7.2f %7.2f %7.2f%s%s\n", li,
+                  l.spec().c_str(), t, f / top, f / p, f / ob_t, f / b, p / top, b / top, b / ob_t,
+                  tun ? (best < ours ? "  tuned" : "  tuned (default faster)") : "",
                   ok ? "" : "  RESULTS DIFFER");
       std::fflush(stdout);
     }
   }
   for (const auto& [key, a] : agg) {
-    std::printf("%s, %d thread%s: ours / oneDNN same layout %.2f (worst %.2f), ours / oneDNN blocked %.2f (worst "
-                "%.2f), geometric means over %d layers\n",
-                key.first.c_str(), key.second, key.second == 1 ? "" : "s", std::exp(a.log_plain / a.n), a.worst_plain,
-                std::exp(a.log_blocked / a.n), a.worst_blocked, a.n);
+    std::printf(
+        "%s, %d thread%s: ours / oneDNN same layout %.2f (worst %.2f), ours / oneDNN blocked %.2f "
+        "(worst "
+        "%.2f), ours blocked / oneDNN blocked %.2f (worst %.2f), geometric means over %d layers\n",
+        key.first.c_str(), key.second, key.second == 1 ? "" : "s", std::exp(a.log_plain / a.n),
+        a.worst_plain, std::exp(a.log_blocked / a.n), a.worst_blocked, std::exp(a.log_bb / a.n),
+        a.worst_bb, a.n);
   }
   std::error_code ec;
   fs::remove_all(dir, ec);

@@ -208,12 +208,13 @@ class CodeGen {
     return found;
   }
 
-  // select(c, t, f) reads memory only on the side its condition picks: a scalar select over
-  // loads becomes a branch, a vector one evaluates each side under a mask.
+  // select(c, t, f) reads memory only on the side its condition picks: a select over loads
+  // whose condition is one value for all lanes becomes a branch (then each side loads whole
+  // vectors), one with a condition per lane evaluates each side under a mask.
   llvm::Value* select(const Select* s) {
     llvm::Value* c = expr(s->cond);
     if (!contains_load(s->t) && !contains_load(s->f)) return b_.CreateSelect(c, expr(s->t), expr(s->f));
-    if (!s->type.is_vector()) {
+    if (!c->getType()->isVectorTy() && !mask_) {
       auto* then_bb = llvm::BasicBlock::Create(ctx_, "sel.then", fn_);
       auto* else_bb = llvm::BasicBlock::Create(ctx_, "sel.else", fn_);
       auto* merge = llvm::BasicBlock::Create(ctx_, "sel.end", fn_);

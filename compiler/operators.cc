@@ -1,5 +1,6 @@
 #include "compiler/operators.h"
 
+#include <functional>
 #include <limits>
 
 #include "compiler/error.h"
@@ -34,9 +35,10 @@ Tensor make_input(OpGraph& g, const std::string& name, std::vector<int64_t> shap
 bool has_bias(Epilogue e) { return e == Epilogue::Bias || e == Epilogue::BiasRelu; }
 bool has_relu(Epilogue e) { return e == Epilogue::Relu || e == Epilogue::BiasRelu; }
 
-// Adds the epilogue stage over `acc`; `channel_axis` is the output axis the bias runs along.
+// Adds the epilogue stage over `acc`; `channel(axes)` is the index of the bias an output element
+// adds, out of `channels`.
 void add_epilogue(OpGraph& g, const std::string& out_name, const std::vector<std::string>& names,
-                  size_t channel_axis) {
+                  const std::function<Expr(const std::vector<Expr>&)>& channel, int64_t channels) {
   Epilogue e = g.workload.epilogue;
   const std::vector<int64_t>& shape = g.acc->shape;
   check_size(g.workload.canonical(), out_name, shape);
@@ -45,23 +47,33 @@ void add_epilogue(OpGraph& g, const std::string& out_name, const std::vector<std
     return;
   }
   Tensor bias;
-  if (has_bias(e)) bias = make_input(g, "bias", {shape[channel_axis]});
+  if (has_bias(e)) bias = make_input(g, "bias", {channels});
   Tensor acc = g.acc;
   g.output = compute(out_name, shape, names, [&](const std::vector<Expr>& ax) {
     Expr v = read(acc, ax);
-    if (bias) v = v + read(bias, {ax[channel_axis]});
+    if (bias) v = v + read(bias, {channel(ax)});
     if (has_relu(e)) v = max(v, f32(0.0));
     return v;
   });
 }
 
-// data_pad[n, c, h, w] (or [n, h, w, c]) = data inside, 0 in the border of width `pad`.
+// The same with the bias along output axis `channel_axis`.
+void add_epilogue(OpGraph& g, const std::string& out_name, const std::vector<std::string>& names,
+                  size_t channel_axis) {
+  add_epilogue(
+      g, out_name, names, [channel_axis](const std::vector<Expr>& ax) { return ax[channel_axis]; },
+      g.acc->shape[channel_axis]);
+}
+
+// data_pad[n, c, h, w] (or [n, h, w, c], or [n, c, h, w, cb]) = data inside, 0 in the border
+// of width `pad`.
 Tensor pad_spatial(const Tensor& data, int64_t pad, size_t hdim, size_t wdim) {
   std::vector<int64_t> shape = data->shape;
   shape[hdim] += 2 * pad;
   shape[wdim] += 2 * pad;
   std::vector<std::string> names = {"n", "c", "h", "w"};
   if (hdim == 1) names = {"n", "h", "w", "c"};
+  if (shape.size() == 5) names = {"n", "c", "h", "w", "cb"};
   int64_t h = data->shape[hdim], w = data->shape[wdim];
   return compute("data_pad", shape, names, [&](const std::vector<Expr>& ax) {
     std::vector<Expr> idx = ax;
@@ -164,6 +176,61 @@ void build_depthwise(OpGraph& g) {
   g.flops = 2 * N * C * OH * OW * R * S;
 }
 
+// data [N][C/ib][H][W][ib], weight [K/ob][C/ib][R][S][ib][ob], out [N][K/ob][OH][OW][ob]; the
+// bias is per output channel k = ko * ob + kb. The reduction runs over input channel blocks,
+// the window, then the channels of a block.
+void build_conv2d_nchwc(OpGraph& g) {
+  const Workload& w = g.workload;
+  int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
+  int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
+  int64_t dil = w.get("dilation"), ib = w.get("ic_block"), ob = w.get("oc_block");
+  int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
+  Tensor weight = make_input(g, "weight", {K / ob, C / ib, R, S, ib, ob});
+  Tensor src = data;
+  if (pad > 0) src = g.pad = pad_spatial(data, pad, 2, 3);
+  IterVar rco = reduce_axis(C / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
+          rci = reduce_axis(ib, "rci");
+  std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
+  g.acc = compute(w.epilogue != Epilogue::None ? "acc" : "out", {N, K / ob, OH, OW, ob}, names,
+                  [&](const std::vector<Expr>& ax) {
+                    Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
+                    return sum(read(src, {ax[0], rco.var, h, x, rci.var}) *
+                                   read(weight, {ax[1], rco.var, rr.var, rs.var, rci.var, ax[4]}),
+                               {rco, rr, rs, rci});
+                  },
+                  {rco, rr, rs, rci});
+  add_epilogue(
+      g, "out", names, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; }, K);
+  g.flops = 2 * N * K * OH * OW * C * R * S;
+}
+
+// data [N][C/b][H][W][b], weight [C/b][R][S][b], out [N][C/b][OH][OW][b].
+void build_depthwise_nchwc(OpGraph& g) {
+  const Workload& w = g.workload;
+  int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W");
+  int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
+  int64_t dil = w.get("dilation"), b = w.get("block");
+  int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  Tensor data = make_input(g, "data", {N, C / b, H, W, b});
+  Tensor weight = make_input(g, "weight", {C / b, R, S, b});
+  Tensor src = data;
+  if (pad > 0) src = g.pad = pad_spatial(data, pad, 2, 3);
+  IterVar rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs");
+  std::vector<std::string> names = {"n", "co", "oh", "ow", "cb"};
+  g.acc = compute(w.epilogue != Epilogue::None ? "acc" : "out", {N, C / b, OH, OW, b}, names,
+                  [&](const std::vector<Expr>& ax) {
+                    Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
+                    return sum(read(src, {ax[0], ax[1], h, x, ax[4]}) *
+                                   read(weight, {ax[1], rr.var, rs.var, ax[4]}),
+                               {rr, rs});
+                  },
+                  {rr, rs});
+  add_epilogue(
+      g, "out", names, [b](const std::vector<Expr>& ax) { return ax[1] * b + ax[4]; }, C);
+  g.flops = 2 * N * C * OH * OW * R * S;
+}
+
 }  // namespace
 
 OpGraph build_op(const Workload& w) {
@@ -174,6 +241,8 @@ OpGraph build_op(const Workload& w) {
   else if (w.op == "conv2d_nchw") build_conv2d(g, /*nhwc=*/false);
   else if (w.op == "conv2d_nhwc") build_conv2d(g, /*nhwc=*/true);
   else if (w.op == "depthwise_conv2d_nchw") build_depthwise(g);
+  else if (w.op == "conv2d_nchwc") build_conv2d_nchwc(g);
+  else if (w.op == "depthwise_conv2d_nchwc") build_depthwise_nchwc(g);
   else TF_CHECK(false, "no builder for operator ", w.op);
   return g;
 }

@@ -107,6 +107,45 @@ void depthwise(const Workload& w, const std::vector<const float*>& in, float* ou
         }
 }
 
+// NCHWc: data [N][C/ib][H][W][ib], weight [K/ob][C/ib][R][S][ib][ob], out [N][K/ob][OH][OW][ob].
+void conv_nchwc(const Workload& w, const std::vector<const float*>& in, float* out) {
+  ConvDims d = conv_dims(w, false);
+  int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
+  const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t k = 0; k < d.K; ++k)
+      for (int64_t oh = 0; oh < d.OH; ++oh)
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          double acc = conv_point(
+              d, oh, ow, 0, d.C, [&](int64_t c, int64_t r, int64_t s, int64_t h, int64_t x) {
+                double v = data[(((n * (d.C / ib) + c / ib) * d.H + h) * d.W + x) * ib + c % ib];
+                return v * wt[((((k / ob) * (d.C / ib) + c / ib) * d.R + r) * d.S + s) * ib * ob +
+                              (c % ib) * ob + k % ob];
+              });
+          out[(((n * (d.K / ob) + k / ob) * d.OH + oh) * d.OW + ow) * ob + k % ob] =
+              epilogue(w.epilogue, acc, bias, k);
+        }
+}
+
+// data [N][C/b][H][W][b], weight [C/b][R][S][b], out [N][C/b][OH][OW][b].
+void depthwise_nchwc(const Workload& w, const std::vector<const float*>& in, float* out) {
+  ConvDims d = conv_dims(w, true);
+  int64_t b = w.get("block");
+  const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t c = 0; c < d.C; ++c)
+      for (int64_t oh = 0; oh < d.OH; ++oh)
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          double acc = conv_point(
+              d, oh, ow, c, c + 1, [&](int64_t cc, int64_t r, int64_t s, int64_t h, int64_t x) {
+                double v = data[(((n * (d.C / b) + cc / b) * d.H + h) * d.W + x) * b + cc % b];
+                return v * wt[(((cc / b) * d.R + r) * d.S + s) * b + cc % b];
+              });
+          out[(((n * (d.C / b) + c / b) * d.OH + oh) * d.OW + ow) * b + c % b] =
+              epilogue(w.epilogue, acc, bias, c);
+        }
+}
+
 }  // namespace
 
 void reference_compute(const Workload& w, const std::vector<const float*>& inputs, float* output) {
@@ -115,6 +154,8 @@ void reference_compute(const Workload& w, const std::vector<const float*>& input
   if (w.op == "conv2d_nchw") return conv_nchw(w, inputs, output);
   if (w.op == "conv2d_nhwc") return conv_nhwc(w, inputs, output);
   if (w.op == "depthwise_conv2d_nchw") return depthwise(w, inputs, output);
+  if (w.op == "conv2d_nchwc") return conv_nchwc(w, inputs, output);
+  if (w.op == "depthwise_conv2d_nchwc") return depthwise_nchwc(w, inputs, output);
   TF_CHECK(false, "no reference for ", w.op);
 }
 

@@ -102,13 +102,66 @@ const std::vector<KnobDef>& cpu_knob_defs(const std::string& op) {
       {"parallel", KnobType::Bool, "run the outermost loop on all threads", 0, {}},
   };
   static const std::vector<KnobDef> depthwise = {
-      {"tile_w", KnobType::Int, "output columns per tile (vectorized)", 256, {}, kSplit},
-      {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
+      {"tile_w", KnobType::Int, "output columns per tile (vectorized with vector_axis=w, unrolled with c)", 256, {},
+       kSplit},
+      {"vector_axis", KnobType::Choice,
+       "the tile's vectorized axis: w (output columns; strided convolutions load with gathers) or c (channels: data "
+       "and weights packed into blocks of one vector of channels first, NCHWc-style, the border read through "
+       "selects, each load one contiguous vector at any stride)",
+       0, {"w", "c"}, KnobKind::Choice},
+      {"inline_pad", KnobType::Bool,
+       "read padding through a select instead of a padded copy (vector_axis=c always does)", 0, {}},
       {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
       {"unroll", KnobType::Bool, "unroll the filter window", 0, {}},
       {"parallel", KnobType::Bool, "run the outermost loop on all threads", 0, {}},
   };
+  static const std::vector<KnobDef> conv_nchwc = {
+      {"tile_w", KnobType::Int, "output columns per register tile (unrolled)", 64, {}, kSplit},
+      {"tile_kb",
+       KnobType::Int,
+       "output channel blocks per register tile (unrolled; each block vectorized)",
+       16,
+       {},
+       kSplit},
+      {"reduce_order",
+       KnobType::Choice,
+       "reduction loop order: crs (input channel blocks, then the window, then a block's channels) "
+       "or rsc "
+       "(the window outermost)",
+       0,
+       {"crs", "rsc"},
+       kReorder},
+      {"inline_pad",
+       KnobType::Bool,
+       "read padding through a select instead of a padded copy",
+       0,
+       {}},
+      {"vectorize", KnobType::Bool, "vectorize the output channel block", 0, {}},
+      {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+      {"parallel",
+       KnobType::Bool,
+       "run the outermost loops (batch, channel tiles, rows) on all threads",
+       0,
+       {}},
+  };
+  static const std::vector<KnobDef> depthwise_nchwc = {
+      {"tile_w", KnobType::Int, "output columns per register tile (unrolled)", 64, {}, kSplit},
+      {"inline_pad",
+       KnobType::Bool,
+       "read padding through a select instead of a padded copy",
+       0,
+       {}},
+      {"vectorize", KnobType::Bool, "vectorize the channel block", 0, {}},
+      {"unroll", KnobType::Bool, "unroll the register tile and the filter window", 0, {}},
+      {"parallel",
+       KnobType::Bool,
+       "run the outermost loops (batch, channel blocks, rows) on all threads",
+       0,
+       {}},
+  };
   if (is_dense(op)) return dense;
+  if (op == "conv2d_nchwc") return conv_nchwc;
+  if (op == "depthwise_conv2d_nchwc") return depthwise_nchwc;
   if (op == "conv2d_nchw") return conv_nchw;
   if (op == "conv2d_nhwc") return conv_nhwc;
   TF_CHECK(op == "depthwise_conv2d_nchw", "no template for ", op);
@@ -365,7 +418,42 @@ void schedule_conv_nhwc(Schedule& s, const OpGraph& g, const json& c, int lanes)
   if (unroll) acc->unroll(a[2].var);
 }
 
+// vector_axis=c: data [N][C][H][W] packed into [C/lanes][N][H][W][lanes] and the weights into
+// [C/lanes][1][R][S][lanes] (zero past C), the accumulators laid out [n][oh][ow][c]: a tile is
+// tile_w columns of one vector of channels, each input load one contiguous vector whatever
+// the stride, each weight vector loaded once per tile. The border is read through selects on
+// the packed data (their condition is the same for all lanes: a branch, not a masked load);
+// the tile is copied back into NCHW at the end.
+void schedule_depthwise_c(Schedule& s, const OpGraph& g, const json& c, int lanes) {
+  int64_t tw = c["tile_w"];
+  bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  if (g.pad) s.stage(g.pad->name).compute_inline();
+  Stage& dp = s.pack(g.inputs[0]->name, 1, lanes);
+  if (par) dp.parallel(dp.fuse(dp.op()->axes[0].var, dp.op()->axes[1].var));
+  if (vec) dp.vectorize(dp.op()->axes.back().var);
+  if (Stage* wp = pack_input(s, g, g.inputs[1]->name, 0, lanes)) {
+    if (vec) wp->vectorize(wp->op()->axes.back().var);
+  }
+  auto [acc, out] = acc_and_writer(s, g, {0, 2, 3, 1});
+  const auto& o = out->op()->axes;  // n, c, oh, ow
+  auto [co, ci] = out->split(o[1].var, lanes);
+  auto [wo, wi] = out->split(o[3].var, tw);
+  out->reorder({o[0].var, co, o[2].var, wo, ci, wi});
+  if (unroll) out->unroll(ci);
+  if (par) out->parallel(out->fuse(out->fuse(o[0].var, co), o[2].var));
+  acc->compute_at(*out, wo);
+  const auto& a = acc->op()->axes;         // n, oh, ow, c
+  const auto& r = acc->op()->reduce_axes;  // rr, rs
+  acc->reorder({a[0].var, a[1].var, r[0].var, r[1].var, a[2].var, a[3].var});
+  if (vec) acc->vectorize(a[3].var);
+  if (unroll) {
+    acc->unroll(a[2].var);
+    acc->unroll(r[1].var);
+  }
+}
+
 void schedule_depthwise(Schedule& s, const OpGraph& g, const json& c, int lanes) {
+  if (c["vector_axis"].get<std::string>() == "c") return schedule_depthwise_c(s, g, c, lanes);
   int64_t tw = c["tile_w"];
   bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
   schedule_pad(s, g, c, lanes);
@@ -380,6 +468,78 @@ void schedule_depthwise(Schedule& s, const OpGraph& g, const json& c, int lanes)
   acc->reorder({a[0].var, a[1].var, a[2].var, r[0].var, r[1].var, a[3].var});
   if (vec) acc->vectorize(a[3].var);
   if (unroll) acc->unroll(r[1].var);
+}
+
+// The padded copy of a blocked (NCHWc) input, computed at root, or inlined.
+void schedule_pad_blocked(Schedule& s, const OpGraph& g, const json& c) {
+  if (!g.pad) return;
+  Stage& p = s.stage(g.pad->name);
+  if (c["inline_pad"].get<bool>()) {
+    p.compute_inline();
+    return;
+  }
+  const auto& ax = g.pad->axes;  // n, c, h, w, cb
+  if (c["parallel"].get<bool>()) p.parallel(p.fuse(ax[0].var, ax[1].var));
+  if (c["vectorize"].get<bool>()) p.vectorize(ax[4].var);
+}
+
+// NCHWc convolution: a register tile is tile_w output columns by tile_kb blocks of output
+// channels, each block one or more vectors; each input element broadcast, each weight row of
+// a block one contiguous vector. No packing or copy back: the layouts are the blocked ones.
+void schedule_conv_nchwc(Schedule& s, const OpGraph& g, const json& c) {
+  int64_t tw = c["tile_w"], tkb = c["tile_kb"];
+  bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  schedule_pad_blocked(s, g, c);
+  auto [acc, out] = acc_and_writer(s, g);
+  const auto& o = out->op()->axes;  // n, ko, oh, ow, kb
+  auto [koo, koi] = out->split(o[1].var, tkb);
+  auto [wo, wi] = out->split(o[3].var, tw);
+  out->reorder({o[0].var, koo, o[2].var, wo, koi, wi, o[4].var});
+  if (vec) out->vectorize(o[4].var);
+  if (unroll) {
+    out->unroll(koi);
+    out->unroll(wi);
+  }
+  if (par) out->parallel(out->fuse(out->fuse(o[0].var, koo), o[2].var));
+  acc->compute_at(*out, wo);
+  const auto& a = acc->op()->axes;         // n, ko, oh, ow, kb
+  const auto& r = acc->op()->reduce_axes;  // rco, rr, rs, rci
+  std::vector<Expr> order = {a[0].var, a[2].var};
+  if (c["reduce_order"].get<std::string>() == "crs")
+    order.insert(order.end(), {r[0].var, r[1].var, r[2].var});
+  else
+    order.insert(order.end(), {r[1].var, r[2].var, r[0].var});
+  order.insert(order.end(), {r[3].var, a[1].var, a[3].var, a[4].var});
+  acc->reorder(order);
+  if (vec) acc->vectorize(a[4].var);
+  if (unroll) {
+    acc->unroll(a[1].var);
+    acc->unroll(a[3].var);
+  }
+}
+
+// NCHWc depthwise: tile_w output columns of one channel block; every load (input, weight) one
+// contiguous vector at any stride.
+void schedule_depthwise_nchwc(Schedule& s, const OpGraph& g, const json& c) {
+  int64_t tw = c["tile_w"];
+  bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  schedule_pad_blocked(s, g, c);
+  auto [acc, out] = acc_and_writer(s, g);
+  const auto& o = out->op()->axes;  // n, co, oh, ow, cb
+  auto [wo, wi] = out->split(o[3].var, tw);
+  out->reorder({o[0].var, o[1].var, o[2].var, wo, wi, o[4].var});
+  if (vec) out->vectorize(o[4].var);
+  if (unroll) out->unroll(wi);
+  if (par) out->parallel(out->fuse(out->fuse(o[0].var, o[1].var), o[2].var));
+  acc->compute_at(*out, wo);
+  const auto& a = acc->op()->axes;         // n, co, oh, ow, cb
+  const auto& r = acc->op()->reduce_axes;  // rr, rs
+  acc->reorder({a[0].var, a[1].var, a[2].var, r[0].var, r[1].var, a[3].var, a[4].var});
+  if (vec) acc->vectorize(a[4].var);
+  if (unroll) {
+    acc->unroll(a[3].var);
+    acc->unroll(r[1].var);
+  }
 }
 
 // The axis a split knob tiles: its extent, and whether the tile is vectorized (then its
@@ -398,10 +558,13 @@ SplitAxis split_axis(const OpGraph& g, const std::string& knob) {
     if (knob == "tile_n") return {out_extent(g, d + 1), true, false};
     return {g.acc->reduce_axes[0].extent, false, false};  // unroll_k
   }
+  if (op == "conv2d_nchwc" || op == "depthwise_conv2d_nchwc") {
+    return {out_extent(g, knob == "tile_kb" ? 1 : 3), false, true};  // unrolled rows of the tile
+  }
   // Either axis of the NCHW convolution's tile may be the vectorized one (vector_axis).
   if (op == "conv2d_nchw") return {out_extent(g, knob == "tile_k" ? 1 : 3), true, true};
   if (op == "conv2d_nhwc") return knob == "tile_k" ? SplitAxis{out_extent(g, 3), true, false} : SplitAxis{out_extent(g, 2), false, true};
-  return {out_extent(g, 3), true, false};  // depthwise tile_w
+  return {out_extent(g, 3), true, true};  // depthwise tile_w: vectorized (vector_axis=w) or rows (c)
 }
 
 // Factors worth trying for an axis: powers of two, the divisors of the extent (no tail),
@@ -497,7 +660,9 @@ const std::vector<ScheduleTemplate>& registered_templates() {
       {"dense.cpu", 1, {"matmul", "batch_matmul"}, "llvm"},
       {"conv2d_nchw.cpu", 2, {"conv2d_nchw"}, "llvm"},
       {"conv2d_nhwc.cpu", 1, {"conv2d_nhwc"}, "llvm"},
-      {"depthwise_conv2d_nchw.cpu", 1, {"depthwise_conv2d_nchw"}, "llvm"},
+      {"depthwise_conv2d_nchw.cpu", 2, {"depthwise_conv2d_nchw"}, "llvm"},
+      {"conv2d_nchwc.cpu", 1, {"conv2d_nchwc"}, "llvm"},
+      {"depthwise_conv2d_nchwc.cpu", 1, {"depthwise_conv2d_nchwc"}, "llvm"},
       {"dense.cuda", 1, {"matmul", "batch_matmul"}, "cuda"},
       {"dense.rocm", 1, {"matmul", "batch_matmul"}, "rocm"},
       {"conv2d.cuda", 1, {"conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw"}, "cuda"},
@@ -588,6 +753,20 @@ std::string check_constraints(const OpGraph& g, const Target& t, const json& c) 
   } else if (op == "conv2d_nhwc") {
     rows = c["tile_w"];
     width = c["tile_k"];
+  } else if (op == "conv2d_nchwc") {
+    // Each channel block is its own vectors: blocks narrower than a vector waste lanes.
+    rows = c["tile_w"];
+    width = c["tile_kb"].get<int64_t>() *
+            (vec ? ((out_extent(g, 4) + lanes - 1) / lanes) * lanes : out_extent(g, 4));
+  } else if (op == "depthwise_conv2d_nchwc") {
+    rows = c["tile_w"];
+    width = vec ? ((out_extent(g, 4) + lanes - 1) / lanes) * lanes : out_extent(g, 4);
+  } else if (c["vector_axis"].get<std::string>() == "c") {
+    if (!c["inline_pad"].get<bool>() && g.pad)
+      return "vector_axis=c reads the border through selects (inline_pad=false is the same "
+             "schedule)";
+    rows = c["tile_w"];
+    width = lanes;
   } else {
     width = c["tile_w"];
   }
@@ -681,16 +860,51 @@ json default_config(const OpGraph& g, const Target& t) {
     }
     c["inline_pad"] = false;
     c["order"] = "kw";
+  } else if (op == "conv2d_nchwc" || op == "depthwise_conv2d_nchwc") {
+    // At most 10 accumulator vectors with 16 vector registers (AVX2: 2 x 6 and 3 x 4 spill and
+    // run at half speed), 24 with 32, over one or two channel blocks (depthwise: one). Among
+    // those tiles, the one that wastes the least work on the shifted tail tile (squared: a
+    // tail recomputes whole columns) and loads the least per multiply-add. AVX2, C=64..1024
+    // layers of 7, 14 and 56 columns (1 thread): 2 x 4 and 2 x 5 run at 110-150 GFLOPS.
+    bool depthwise = op == "depthwise_conv2d_nchwc";
+    int64_t v = (out_extent(g, 4) + lanes - 1) / lanes, ow = out_extent(g, 3);
+    int64_t budget = vector_registers(t) >= 32 ? 24 : 10;
+    int64_t kb = 1, tw = 1;
+    double best = -1;
+    for (int64_t b = 1; b <= (depthwise ? 1 : std::min<int64_t>(2, out_extent(g, 1))); ++b) {
+      for (int64_t w = 1; w <= ow && b * v * w <= std::max(budget, v); ++w) {
+        double eff = double(ow) / double((ow + w - 1) / w * w);
+        double score = eff * eff * double(b * w) / double(b + w);
+        if (score > best + 1e-9) {
+          best = score;
+          kb = b;
+          tw = w;
+        }
+      }
+    }
+    c["tile_w"] = tw;
+    if (!depthwise) {
+      c["tile_kb"] = kb;
+      c["reduce_order"] = "crs";
+    }
+    // Depthwise: the padded copy costs more than the selects (MobileNet-v2 layers, AVX2:
+    // 1.0-2.3x with selects).
+    c["inline_pad"] = depthwise;
   } else if (op == "conv2d_nhwc") {
     c["tile_k"] = vec_tile(out_extent(g, 3), 2);
     c["tile_w"] = std::min<int64_t>(out_extent(g, 2), rows - 2);
     c["inline_pad"] = false;
   } else {
-    c["tile_w"] = vec_tile(out_extent(g, 3), 1);
     // Depthwise work is light, so the padded copy costs as much as the convolution: read the
     // border through a select instead when the loads stay contiguous (stride 1; MobileNet-v2
-    // layers 1.3-1.7x). Strided selects become gathers and lose (0.6x), so those keep the copy.
-    c["inline_pad"] = g.workload.get("stride") == 1;
+    // layers 1.3-1.7x). Strided selects on columns become gathers and lose (0.6x); strided
+    // layers with a vector of channels vectorize channels instead, packed with the border read
+    // through selects: MobileNet-v2's 144x56x56 stride-2 layer 12.6 -> 16.4 GFLOPS (AVX2, 2
+    // threads; the in-kernel copy into blocks costs about what the convolution does).
+    bool channels = g.workload.get("stride") > 1 && out_extent(g, 1) >= lanes;
+    c["vector_axis"] = channels ? "c" : "w";
+    c["tile_w"] = channels ? std::min<int64_t>(out_extent(g, 3), 4) : vec_tile(out_extent(g, 3), 1);
+    c["inline_pad"] = channels || g.workload.get("stride") == 1;
   }
   c["vectorize"] = true;
   c["unroll"] = true;
@@ -746,6 +960,8 @@ Schedule apply_config(const OpGraph& g, const Target& t, const json& config) {
   else if (is_dense(op)) schedule_dense(s, g, c);
   else if (op == "conv2d_nchw") schedule_conv_nchw(s, g, c, lanes);
   else if (op == "conv2d_nhwc") schedule_conv_nhwc(s, g, c, lanes);
+  else if (op == "conv2d_nchwc") schedule_conv_nchwc(s, g, c);
+  else if (op == "depthwise_conv2d_nchwc") schedule_depthwise_nchwc(s, g, c);
   else schedule_depthwise(s, g, c, lanes);
   return s;
 }

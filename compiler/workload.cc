@@ -39,6 +39,31 @@ const std::vector<OpKeys>& op_table() {
        {{"N", kRequired, 1}, {"C", kRequired, 1}, {"H", kRequired, 1}, {"W", kRequired, 1},
         {"R", kRequired, 1}, {"S", kRequired, 1}, {"stride", 1, 1}, {"pad", 0, 0},
         {"dilation", 1, 1}}},
+      // Blocked (NCHWc) layouts: channels split into blocks that are the innermost dimension.
+      {"conv2d_nchwc",
+       {{"N", kRequired, 1},
+        {"C", kRequired, 1},
+        {"H", kRequired, 1},
+        {"W", kRequired, 1},
+        {"K", kRequired, 1},
+        {"R", kRequired, 1},
+        {"S", kRequired, 1},
+        {"stride", 1, 1},
+        {"pad", 0, 0},
+        {"dilation", 1, 1},
+        {"ic_block", 8, 1},
+        {"oc_block", 8, 1}}},
+      {"depthwise_conv2d_nchwc",
+       {{"N", kRequired, 1},
+        {"C", kRequired, 1},
+        {"H", kRequired, 1},
+        {"W", kRequired, 1},
+        {"R", kRequired, 1},
+        {"S", kRequired, 1},
+        {"stride", 1, 1},
+        {"pad", 0, 0},
+        {"dilation", 1, 1},
+        {"block", 8, 1}}},
   };
   return table;
 }
@@ -95,6 +120,23 @@ void check_output_sizes(const Workload& w, const std::string& spec) {
   }
 }
 
+// A blocked layout splits channels into whole blocks.
+void check_blocks(const Workload& w, const std::string& spec) {
+  auto check = [&](const char* channels, const char* block) {
+    if (w.get(channels) % w.get(block) != 0) {
+      throw UserError(str("workload '", spec, "': ", block, "=", w.get(block), " does not divide ",
+                          channels, "=", w.get(channels),
+                          " (the blocked layout holds whole blocks of channels)"));
+    }
+  };
+  if (w.op == "conv2d_nchwc") {
+    check("C", "ic_block");
+    check("K", "oc_block");
+  } else if (w.op == "depthwise_conv2d_nchwc") {
+    check("C", "block");
+  }
+}
+
 // The product of `dims`, or nullopt when it overflows int64.
 std::optional<int64_t> checked_product(std::initializer_list<int64_t> dims) {
   int64_t n = 1;
@@ -124,7 +166,8 @@ void check_footprint(const Workload& w, const std::string& spec) {
     add("C", {g("B"), g("M"), g("N")});
     flops = checked_product({2, g("B"), g("M"), g("N"), g("K")});
   } else {
-    bool depthwise = w.op == "depthwise_conv2d_nchw";
+    // Blocked layouts hold the same number of elements as NCHW.
+    bool depthwise = w.op.rfind("depthwise", 0) == 0;
     int64_t oh = conv_out(g("H"), g("R"), g("stride"), g("pad"), g("dilation"));
     int64_t ow = conv_out(g("W"), g("S"), g("stride"), g("pad"), g("dilation"));
     int64_t k = depthwise ? g("C") : g("K");
@@ -258,6 +301,7 @@ Workload parse_workload(const std::string& raw) {
                         w.op, " (keys: ", keys, ", epilogue)"));
   }
   check_output_sizes(w, spec);
+  check_blocks(w, spec);
   check_footprint(w, spec);
   return w;
 }

@@ -26,6 +26,9 @@ const char* kWorkloads[] = {
     "conv2d_nchw(N=1,C=3,H=11,W=13,K=5,R=3,S=3,stride=2,pad=1,epilogue=bias_relu)",
     "conv2d_nhwc(N=1,H=9,W=7,C=4,K=9,R=3,S=3,pad=1,dilation=1,epilogue=bias)",
     "depthwise_conv2d_nchw(N=1,C=6,H=10,W=9,R=3,S=3,pad=2,dilation=2,epilogue=relu)",
+    "depthwise_conv2d_nchw(N=1,C=9,H=10,W=9,R=3,S=3,stride=2,pad=1)",
+    "conv2d_nchwc(N=1,C=8,H=9,W=7,K=12,R=3,S=3,pad=1,ic_block=4,oc_block=4,epilogue=bias_relu)",
+    "depthwise_conv2d_nchwc(N=1,C=8,H=9,W=11,R=3,S=3,stride=2,pad=1,block=4,epilogue=bias)",
 };
 
 int64_t elements(const ir::Tensor& t) {

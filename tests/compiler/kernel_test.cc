@@ -31,6 +31,15 @@ const char* kWorkloads[] = {
     "depthwise_conv2d_nchw(N=1,C=7,H=11,W=13,R=3,S=3,pad=1,epilogue=bias_relu)",
     "depthwise_conv2d_nchw(N=2,C=3,H=17,W=9,R=5,S=3,stride=2,pad=2,dilation=2)",
     "depthwise_conv2d_nchw(N=1,C=1,H=1,W=1,R=1,S=1)",
+    "depthwise_conv2d_nchw(N=1,C=19,H=12,W=12,R=3,S=3,stride=2,pad=1,epilogue=relu)",
+    "conv2d_nchwc(N=1,C=16,H=9,W=11,K=24,R=3,S=3,pad=1,ic_block=8,oc_block=8,epilogue=bias_relu)",
+    "conv2d_nchwc(N=2,C=3,H=13,W=7,K=10,R=3,S=2,stride=2,pad=2,dilation=2,ic_block=3,oc_block=5,"
+    "epilogue=bias)",
+    "conv2d_nchwc(N=1,C=32,H=7,W=7,K=64,R=1,S=1,ic_block=16,oc_block=16)",
+    "conv2d_nchwc(N=1,C=8,H=14,W=14,K=8,R=1,S=1,stride=2,ic_block=4,oc_block=4,epilogue=relu)",
+    "depthwise_conv2d_nchwc(N=1,C=24,H=11,W=13,R=3,S=3,pad=1,block=8,epilogue=bias_relu)",
+    "depthwise_conv2d_nchwc(N=2,C=6,H=17,W=9,R=5,S=3,stride=2,pad=2,dilation=2,block=3)",
+    "depthwise_conv2d_nchwc(N=1,C=32,H=7,W=7,R=3,S=3,stride=2,pad=1,block=16,epilogue=relu)",
 };
 
 class KernelMatchesReference : public ::testing::TestWithParam<const char*> {};
@@ -73,6 +82,25 @@ TEST_P(KernelMatchesReference, EveryConvTileShape) {
     for (const char* order : {"kw", "wk"}) {
       for (int64_t tk : {3, 24}) {
         nlohmann::json config = {{"vector_axis", axis}, {"order", order}, {"tile_k", tk}, {"tile_w", 5}};
+        CompiledKernel k = compile_kernel(w, host_target(), config, "given", "");
+        testing::Comparison c = testing::run_and_compare(k.graph, k.lowered.func);
+        EXPECT_TRUE(c.ok()) << w.canonical() << " config " << config.dump() << ": " << c.str();
+      }
+    }
+  }
+}
+
+// The depthwise convolution's two tile shapes (columns, or a vector of channels packed into
+// blocks with the border read through selects), with channel counts that fill no block.
+TEST_P(KernelMatchesReference, EveryDepthwiseTileShape) {
+  Workload w = parse_workload(GetParam());
+  if (w.op != "depthwise_conv2d_nchw")
+    GTEST_SKIP() << "only depthwise_conv2d_nchw has vector_axis w|c";
+  for (const char* axis : {"w", "c"}) {
+    for (int64_t tw : {1, 3, 5}) {
+      for (bool parallel : {false, true}) {
+        nlohmann::json config = {
+            {"vector_axis", axis}, {"tile_w", tw}, {"inline_pad", true}, {"parallel", parallel}};
         CompiledKernel k = compile_kernel(w, host_target(), config, "given", "");
         testing::Comparison c = testing::run_and_compare(k.graph, k.lowered.func);
         EXPECT_TRUE(c.ok()) << w.canonical() << " config " << config.dump() << ": " << c.str();
