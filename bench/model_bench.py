@@ -10,9 +10,11 @@ core type (OPENBLAS_CORETYPE: SkylakeX with AVX-512, Haswell with AVX2, overrida
 pool, which torch.set_num_threads sizes too (the same libgomp).
 
 Usage: model_bench.py TUNEFARM [--models resnet18,mobilenet_v2,bert2,mlp] [--threads 1,2]
-                      [--calls 10] [--rounds 3] [--db PATH] [--json FILE]
+                      [--calls 10] [--rounds 3] [--db PATH] [--without PASS] [--json FILE]
 Prints one row per model and thread count: ms per inference and the ratios
 eager/ours (above 1: tunefarm is faster) and ours/optimized (the issue's goal: at most 1.5).
+--without PASS also compiles each model with that graph pass disabled and times it in the same
+rounds ("without"), to measure what the pass is worth.
 """
 import argparse
 import ctypes
@@ -80,6 +82,7 @@ def main():
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--db", help="tuning database for the compile (default: none, default schedules)")
+    p.add_argument("--without", help="also time each model compiled with this graph pass disabled")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
@@ -94,6 +97,12 @@ def main():
                            (["--db", a.db] if a.db else ["--no-db"]), check=True, stdout=subprocess.DEVNULL)
             compile_s = time.time() - t0
             lib = Library(lib_path, x.numpy())
+            without = None
+            if a.without:
+                other = os.path.join(d, name + "-without.so")
+                subprocess.run([a.tunefarm, "compile", "--model", path, "-o", other, "--disable-pass", a.without] +
+                               (["--db", a.db] if a.db else ["--no-db"]), check=True, stdout=subprocess.DEVNULL)
+                without = Library(other, x.numpy())
             with torch.no_grad():
                 want = model(x).numpy()
                 scripted = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))
@@ -102,6 +111,9 @@ def main():
             err = float(np.abs(lib() - want).max())
             mag = float(np.abs(want).max())
             runners = {"ours": lib, "eager": lambda: model(x), "optimized": lambda: scripted(x)}
+            if without:
+                err = max(err, float(np.abs(without() - want).max()))
+                runners["without"] = without
             for t in threads:
                 set_threads(t)
                 samples = {k: [] for k in runners}
@@ -120,11 +132,15 @@ def main():
                        "optimized_ms": ms["optimized"], "eager_over_ours": ms["eager"] / ms["ours"],
                        "ours_over_optimized": ms["ours"] / ms["optimized"], "max_error": err, "magnitude": mag,
                        "compile_s": compile_s, "spread": spread}
+                if without:
+                    row["without_ms"] = ms["without"]
                 rows.append(row)
                 print(f"{name:13s} {t} thr  ours {ms['ours']:8.2f} ms  eager {ms['eager']:8.2f} ms  "
                       f"optimized {ms['optimized']:8.2f} ms  eager/ours {row['eager_over_ours']:5.2f}  "
                       f"ours/optimized {row['ours_over_optimized']:5.2f}  (max error {err:.2g} of {mag:.2g}; "
-                      f"spread ours {spread['ours']:.0%}, eager {spread['eager']:.0%}; compile {compile_s:.1f} s)",
+                      f"spread ours {spread['ours']:.0%}, eager {spread['eager']:.0%}; compile {compile_s:.1f} s)"
+                      + (f"  without {a.without} {ms['without']:8.2f} ms ({ms['without'] / ms['ours']:.2f}x ours)"
+                         if without else ""),
                       flush=True)
     if a.json:
         with open(a.json, "w") as f:

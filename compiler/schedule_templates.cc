@@ -863,18 +863,21 @@ json default_config(const OpGraph& g, const Target& t) {
   } else if (op == "conv2d_nchwc" || op == "depthwise_conv2d_nchwc") {
     // At most 10 accumulator vectors with 16 vector registers (AVX2: 2 x 6 and 3 x 4 spill and
     // run at half speed), 24 with 32, over one or two channel blocks (depthwise: one). Among
-    // those tiles, the one that wastes the least work on the shifted tail tile (squared: a
-    // tail recomputes whole columns) and loads the least per multiply-add. AVX2, C=64..1024
-    // layers of 7, 14 and 56 columns (1 thread): 2 x 4 and 2 x 5 run at 110-150 GFLOPS.
+    // those tiles, the one with the most independent accumulators, up to 8 (16 with 32
+    // registers) -- enough to hide the multiply-add latency -- after the work wasted on the
+    // shifted tail tile (squared: a tail recomputes whole columns); two blocks on ties. AVX2,
+    // 256x14x14 3x3 layer, 2 threads: 1 x 7 at 145 GFLOPS, 2 x 5 (a tail) at 83-116; 2 x 4
+    // and 1 x 7 alike on 7x7 layers (120-154).
     bool depthwise = op == "depthwise_conv2d_nchwc";
     int64_t v = (out_extent(g, 4) + lanes - 1) / lanes, ow = out_extent(g, 3);
-    int64_t budget = vector_registers(t) >= 32 ? 24 : 10;
+    const bool wide = vector_registers(t) >= 32;
+    const int64_t budget = wide ? 24 : 10, enough = wide ? 16 : 8;
     int64_t kb = 1, tw = 1;
     double best = -1;
-    for (int64_t b = 1; b <= (depthwise ? 1 : std::min<int64_t>(2, out_extent(g, 1))); ++b) {
+    for (int64_t b = depthwise ? 1 : std::min<int64_t>(2, out_extent(g, 1)); b >= 1; --b) {
       for (int64_t w = 1; w <= ow && b * v * w <= std::max(budget, v); ++w) {
         double eff = double(ow) / double((ow + w - 1) / w * w);
-        double score = eff * eff * double(b * w) / double(b + w);
+        double score = eff * eff * double(std::min(b * v * w, enough));
         if (score > best + 1e-9) {
           best = score;
           kb = b;

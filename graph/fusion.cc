@@ -27,10 +27,10 @@ const char* op_kind_name(OpKind k) {
 }
 
 OpKind op_kind(const std::string& op) {
-  static const std::set<std::string> anchors = {"Conv", "MatMul", "Gemm"};
-  static const std::set<std::string> injective = {"Reshape",   "Flatten", "Squeeze",  "Unsqueeze",
-                                                  "Transpose", "Slice",   "Concat",   "Gather",
-                                                  "Split",     "Expand",  "Identity", "Dropout"};
+  static const std::set<std::string> anchors = {"Conv", "ConvNCHWc", "MatMul", "Gemm"};
+  static const std::set<std::string> injective = {
+      "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice",          "Concat",
+      "Gather",  "Split",   "Expand",  "Identity",  "Dropout",   "LayoutTransform"};
   static const std::set<std::string> reductions = {
       "ReduceMean", "ReduceSum",  "ReduceMax",          "ReduceMin",         "ReduceProd",
       "ReduceL1",   "ReduceL2",   "ReduceSumSquare",    "ReduceLogSum",      "ReduceLogSumExp",

@@ -6,16 +6,16 @@
 // runs them (each group's inputs are graph inputs, constants or outputs of earlier groups),
 // and a value read by several groups or returned by the model is a group output (written to
 // memory). The rules, by operator kind:
-//   anchor      (Conv, MatMul, Gemm): starts a group; elementwise ops after it join it
+//   anchor      (Conv, ConvNCHWc, MatMul, Gemm): starts a group; elementwise ops after it join it
 //               (bias, residual Add, Relu, Clip: conv + bias + residual add + relu is one
 //               kernel)
 //   elementwise (unary math, broadcasting binary ops, Where, Clip, Cast, Gelu, ...): joins the
 //               group of its first computed input when that value has no other reader and
 //               is not a model output, and that group is an anchor, elementwise, injective or
 //               reduction group
-//   injective   (Reshape, Transpose, Slice, Concat, Gather, Split, ...): joins an elementwise
-//               or injective group the same way (not an anchor's: it would change the
-//               anchor's output layout)
+//   injective   (Reshape, Transpose, Slice, Concat, Gather, Split, LayoutTransform, ...):
+//               joins an elementwise or injective group the same way (not an anchor's: it
+//               would change the anchor's output layout)
 //   reduction   (Reduce*, Softmax, LogSoftmax, LayerNormalization, global pooling): starts a
 //               group, which first takes in the elementwise/injective group computing its
 //               input when nothing else reads it; elementwise ops after it join it

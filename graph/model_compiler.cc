@@ -163,16 +163,21 @@ class ModelBuilder {
     ir::Tensor acc = og.acc;
     const Shape s = acc->shape;
     const Shape& onnx = g_.value(a.outputs[0]).shape;
-    size_t ch = a.op == "Conv" ? 1 : s.size() - 1;
+    // The bias index of an output element: its channel (a blocked output's block and lane).
+    auto channel = [&](const std::vector<ir::Expr>& i) {
+      if (a.op == "ConvNCHWc") return i[1] * s[4] + i[4];
+      return a.op == "Conv" ? i[1] : i[s.size() - 1];
+    };
+    int64_t channels = a.op == "ConvNCHWc" ? s[1] * s[4] : s[a.op == "Conv" ? 1 : s.size() - 1];
     std::vector<std::string> names;
     for (size_t d = 0; d < s.size(); ++d) names.push_back(str("e", d));
     ir::Tensor pre = acc;
     if (bias || relu) {
-      ir::Tensor b = bias ? ir::placeholder("bias", {s[ch]}) : nullptr;
+      ir::Tensor b = bias ? ir::placeholder("bias", {channels}) : nullptr;
       if (b) og.inputs.push_back(b);
       pre = ir::compute("epilogue", s, names, [&](const std::vector<ir::Expr>& i) {
         ir::Expr v = ir::read(acc, i);
-        if (b) v = v + ir::read(b, {i[ch]});
+        if (b) v = v + ir::read(b, {channel(i)});
         return relu ? ir::max(v, ir::f32(0.0)) : v;
       });
       og.tail.push_back(pre);

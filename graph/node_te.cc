@@ -6,6 +6,7 @@
 #include <map>
 
 #include "compiler/error.h"
+#include "graph/layout.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -440,6 +441,50 @@ Tensor conv_te(const Node& n, const OpContext& c, const std::vector<TeOperand>& 
                      [&](const Index& i) { return ir::read(acc, i) + operand(in[2], {i[1]}); });
 }
 
+// ConvNCHWc (graph/layout.h): the sum over (input channel, r, s) on blocked layouts.
+Tensor conv_nchwc_te(const Node& n, const OpContext& c, const std::vector<TeOperand>& in,
+                     const Shape& out, const std::string& name) {
+  const TeOperand &x = need(n, in, 0), &wt = need(n, in, 1);
+  if (!x.tensor || !wt.tensor) not_implemented(n, "a convolution of one-element tensors");
+  const Shape& ws = wt.shape;
+  int64_t ib = x.shape[4], C = x.shape[1] * ib, ob = out[4];
+  bool depthwise = n.get_int("group", 1) != 1;
+  int64_t R = depthwise ? ws[1] : ws[2], S = depthwise ? ws[2] : ws[3];
+  Window w = window_of(c, {x.shape[0], C, x.shape[2], x.shape[3]}, R, S);
+  int64_t H = x.shape[2], W = x.shape[3];
+  std::vector<IterVar> rv = reduce_vars({depthwise ? 1 : C, w.kh, w.kw}, "r");
+  Tensor acc = ir::compute(
+      name + (in.size() > 2 && in[2].present() ? "_acc" : ""), out, axis_names(5),
+      [&](const Index& i) {
+        WindowRead wr = window_read(w, i[2], i[3], rv[1].var, rv[2].var, H, W);
+        Expr k = i[1] * ob + i[4];
+        Expr ch = depthwise ? k : rv[0].var;
+        Expr v = ir::select(wr.inside, ir::read(x.tensor, {i[0], ch / ib, wr.iy, wr.ix, ch % ib}),
+                            ir::f32(0.0));
+        Expr wv = depthwise
+                      ? ir::read(wt.tensor, {i[1], rv[1].var, rv[2].var, i[4]})
+                      : ir::read(wt.tensor, {i[1], ch / ib, rv[1].var, rv[2].var, ch % ib, i[4]});
+        return ir::sum(v * wv, rv);
+      },
+      rv);
+  if (in.size() < 3 || !in[2].present()) return acc;
+  return elementwise(name, out, [&](const Index& i) {
+    return ir::read(acc, i) + operand(in[2], {i[1] * ob + i[4]});
+  });
+}
+
+// LayoutTransform (graph/layout.h): each element read from its place in the source layout.
+Tensor layout_transform_te(const Node& n, const TeOperand& x, const Shape& out,
+                           const std::string& name) {
+  if (!x.tensor) not_implemented(n, "a layout transform of a one-element tensor");
+  int64_t src = parse_layout(n, "src_layout"), dst = parse_layout(n, "dst_layout");
+  return elementwise(name, out, [&](const Index& i) {
+    Expr ch = dst ? i[1] * dst + i[4] : i[1];
+    if (src) return ir::read(x.tensor, {i[0], ch / src, i[2], i[3], ch % src});
+    return ir::read(x.tensor, {i[0], ch, i[2], i[3]});
+  });
+}
+
 // MatMul with numpy semantics: 1-D operands promoted, batch dimensions broadcast.
 Tensor matmul_te(const Node& n, const std::vector<TeOperand>& in, const Shape& out,
                  const std::string& name) {
@@ -665,6 +710,8 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
     return {global_pool_te(n, need(n, in, 0), out, name)};
   if (op == "Conv") return {conv_te(n, c, in, name)};
+  if (op == "ConvNCHWc") return {conv_nchwc_te(n, c, in, out, name)};
+  if (op == "LayoutTransform") return {layout_transform_te(n, need(n, in, 0), out, name)};
   if (op == "MatMul") return {matmul_te(n, in, out, name)};
   if (op == "Gemm") return {gemm_te(n, in, out, name)};
   not_implemented(n, op);

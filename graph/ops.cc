@@ -30,6 +30,7 @@ const std::map<std::string, OpDef>& registry() {
     register_elementwise_ops(all);
     register_nn_ops(all);
     register_shape_ops(all);
+    register_layout_ops(all);
     std::map<std::string, OpDef> m;
     for (OpDef& d : all) m.emplace(d.type, std::move(d));
     return m;
@@ -71,6 +72,8 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"Cast", {"to"}},
       {"Gemm", {"alpha", "beta", "transA", "transB"}},
       {"Conv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
+      {"ConvNCHWc", {"dilations", "group", "pads", "strides"}},
+      {"LayoutTransform", {"dst_layout", "src_layout"}},
       {"MaxPool",
        {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
       {"AveragePool",
@@ -154,7 +157,7 @@ void check_tensor_size(const std::string& what, const Shape& s) {
 }
 
 bool foldable(const Node& n, const std::vector<TypeShape>& outputs) {
-  if (n.op == "MatMul" || n.op == "Gemm" || n.op == "Conv") return false;
+  if (n.op == "MatMul" || n.op == "Gemm" || n.op == "Conv" || n.op == "ConvNCHWc") return false;
   for (const TypeShape& t : outputs) {
     if (num_elements(t.shape) > kMaxFoldedElements) return false;
   }

@@ -64,6 +64,7 @@ std::vector<HostTensor> eval_node(
 void register_elementwise_ops(std::vector<OpDef>& ops);
 void register_nn_ops(std::vector<OpDef>& ops);
 void register_shape_ops(std::vector<OpDef>& ops);
+void register_layout_ops(std::vector<OpDef>& ops);  // graph/layout.h
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.

@@ -9,29 +9,41 @@
 
 namespace tf::graph {
 
+namespace {
+
+std::function<bool(Graph&, const PassOptions&)> plain(bool (*pass)(Graph&)) {
+  return [pass](Graph& g, const PassOptions&) { return pass(g); };
+}
+
+}  // namespace
+
 const std::vector<PassInfo>& graph_passes() {
   static const std::vector<PassInfo> passes = {
       {"simplify-inference", 0,
        "drop Identity and inference-mode Dropout; BatchNormalization to a per-channel Mul and Add",
-       simplify_inference},
+       plain(simplify_inference)},
       {"eliminate-common-subexpressions", 1,
        "merge nodes with the same operator, inputs and attributes",
-       eliminate_common_subexpressions},
+       plain(eliminate_common_subexpressions)},
       {"fold-constants", 1,
        "evaluate nodes whose inputs are all constants (weights transposed, scales combined)",
-       fold_constants},
+       plain(fold_constants)},
       {"recognize-composites", 2,
        "replace the decompositions exporters write for LayerNorm and GELU by one operator",
-       recognize_composites},
+       plain(recognize_composites)},
       {"combine-parallel-matmuls", 2,
        "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and "
        "bias Add) and a Split",
-       combine_parallel_matmuls},
+       plain(combine_parallel_matmuls)},
       {"fold-scale-into-conv", 2,
        "fold a per-channel Mul and Add after a Conv into its weights and bias",
-       fold_scale_into_conv},
+       plain(fold_scale_into_conv)},
+      {"transform-conv-layout", 2,
+       "convolutions in blocked layouts (NCHW<b>c, b = the target's vector width): weights "
+       "converted now, activations only where an operator needs NCHW; elementwise ops follow",
+       [](Graph& g, const PassOptions& o) { return transform_conv_layout(g, o.channel_block); }},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on",
-       dead_code_elimination},
+       plain(dead_code_elimination)},
   };
   return passes;
 }
@@ -69,7 +81,7 @@ std::vector<PassReport> run_passes(Graph& g, const PassOptions& o) {
     if (p.opt_level <= o.opt_level && !o.disabled.count(p.name)) {
       auto start = std::chrono::steady_clock::now();
       r.ran = true;
-      r.changed = p.run(g);
+      r.changed = p.run(g, o);
       r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                  .count();
       try {

@@ -24,21 +24,24 @@
 
 namespace tf::graph {
 
-struct PassInfo {
-  const char* name;
-  int opt_level;  // runs at this --opt-level and above
-  const char* help;
-  std::function<bool(Graph&)> run;  // true when it changed the graph
-};
-
-const std::vector<PassInfo>& graph_passes();
-
 struct PassOptions {
   int opt_level = 2;
   std::set<std::string> disabled;
   std::set<std::string> dump;  // pass names, or "all"
   std::function<void(const std::string& pass, const Graph& g)> dump_sink;
+  // The target's vector width in floats (Target::vector_lanes of a CPU target): the channel
+  // block of transform-conv-layout. 0 (no target, or not a CPU): that pass changes nothing.
+  int64_t channel_block = 0;
 };
+
+struct PassInfo {
+  const char* name;
+  int opt_level;  // runs at this --opt-level and above
+  const char* help;
+  std::function<bool(Graph&, const PassOptions&)> run;  // true when it changed the graph
+};
+
+const std::vector<PassInfo>& graph_passes();
 
 struct PassReport {
   std::string name;
@@ -77,5 +80,6 @@ bool fold_scale_into_conv(Graph& g);
 bool recognize_composites(Graph& g);
 bool combine_parallel_matmuls(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);
+bool transform_conv_layout(Graph& g, int64_t channel_block);
 
 }  // namespace tf::graph

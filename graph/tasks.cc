@@ -5,6 +5,7 @@
 #include "compiler/error.h"
 #include "compiler/operators.h"
 #include "compiler/workload.h"
+#include "graph/layout.h"
 #include "graph/pass.h"
 
 namespace tf::graph {
@@ -80,6 +81,11 @@ AnchorWorkload gemm_task(const Graph& g, const Node& n) {
 
 AnchorWorkload anchor_workload(const Graph& g, const Node& n) {
   if (n.op == "Conv") return conv_task(g, n);
+  if (n.op == "ConvNCHWc") {
+    // Its operator checked everything a workload needs (graph/layout.h).
+    return {conv_nchwc_spec(n, g.value(n.inputs[0]).shape, g.value(n.inputs[1]).shape), "",
+            n.inputs.size() > 2 && !n.inputs[2].empty()};
+  }
   if (n.op == "MatMul") return matmul_task(g, n);
   if (n.op == "Gemm") return gemm_task(g, n);
   return {"", n.op + " is not an anchor operator"};
@@ -138,7 +144,7 @@ TaskList extract_tasks(const Graph& g) {
   Readers readers(g);
   std::map<std::string, size_t> index;
   for (const Node& n : g.nodes) {
-    if (n.op != "Conv" && n.op != "MatMul" && n.op != "Gemm") continue;
+    if (n.op != "Conv" && n.op != "ConvNCHWc" && n.op != "MatMul" && n.op != "Gemm") continue;
     AnchorWorkload m = anchor_workload(g, n);
     if (m.spec.empty()) {
       out.untunable.push_back({n.name, n.op, m.reason});

@@ -1,8 +1,9 @@
 // tasks: the tunable workloads of a model (task extraction, as TVM's extract_tasks).
 //
-// What it promises: each Conv, MatMul and Gemm node is mapped to a workload spec the tuner and
-// the tuning database already know (compiler/workload.h: conv2d_nchw, depthwise_conv2d_nchw,
-// matmul, batch_matmul), with the epilogue fusion will give it (a constant per-channel bias,
+// What it promises: each Conv, ConvNCHWc, MatMul and Gemm node is mapped to a workload spec the
+// tuner and the tuning database already know (compiler/workload.h: conv2d_nchw,
+// depthwise_conv2d_nchw, their blocked conv2d_nchwc and depthwise_conv2d_nchwc, matmul,
+// batch_matmul), with the epilogue fusion will give it (a constant per-channel bias,
 // a following Relu); identical workloads are one task with a count and the nodes using it.
 // Nodes of those operators that no workload expresses (asymmetric padding, grouped
 // convolutions other than depthwise, broadcast batch dimensions) are listed with the reason;

@@ -154,10 +154,12 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   EXPECT_GE(ran, 250) << "too few node tests import for this to mean much";
   // Every supported operator is exercised, but those whose node tests are all older than
   // opset 11 or of other element types (tests/graph/import_test.cc checks those), and Gelu
-  // (opset 20; recognize-composites makes it, tests/graph/torch_models_test.py checks it).
+  // (opset 20; recognize-composites makes it, tests/graph/torch_models_test.py checks it), and
+  // tunefarm's own blocked-layout operators (graph/layout.h; tests/graph/passes_test.cc).
   for (const std::string& op : supported_ops()) {
     if (op == "Cast" || op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Softplus" ||
-        op == "ReduceLogSumExp" || op == "ConstantOfShape" || op == "Gelu") {
+        op == "ReduceLogSumExp" || op == "ConstantOfShape" || op == "Gelu" || op == "ConvNCHWc" ||
+        op == "LayoutTransform") {
       continue;
     }
     EXPECT_GT(ops_run[op], 0) << "no node test exercises " << op;
@@ -191,7 +193,8 @@ TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
     } catch (const tf::UserError&) {
       continue;  // the test above checks the refusal
     }
-    run_passes(g, PassOptions{2, {}, {}, nullptr});
+    // As `compile --model` runs them: the layout pass with the target's vector width.
+    run_passes(g, PassOptions{2, {}, {}, nullptr, host.vector_lanes()});
     std::string so = (tmp / (name + ".so")).string();
     try {
       compile_model(g, host, defaults, so, name);
@@ -255,7 +258,7 @@ TEST(OnnxNodeTests, CompiledForAarch64UnderQemu) {
     std::vector<std::string> float_inputs;
     std::string bytes = with_constant_int_inputs(dir / "model.onnx", set, float_inputs);
     Graph g = import_onnx_bytes(bytes, name);
-    run_passes(g, PassOptions{2, {}, {}, nullptr});
+    run_passes(g, PassOptions{2, {}, {}, nullptr, a64.vector_lanes()});
     std::string base = (tmp / name).string();
     compile_model(g, a64, defaults, base + ".so", name);
     // No -L: the arm64 multiarch loader and libraries under / (see tests/compiler/aarch64_test.cc).
@@ -282,4 +285,75 @@ TEST(OnnxNodeTests, CompiledForAarch64UnderQemu) {
   }
   fs::remove_all(tmp);
   EXPECT_EQ(ran, static_cast<int>(std::size(tests)));
+}
+
+// A small CNN with constant weights, so transform-conv-layout puts its convolutions in blocks
+// of NEON's 4 floats (conv + Relu, depthwise stride 2 + Clip, 1x1 conv + residual Add,
+// MaxPool), cross-compiled for aarch64 and run under qemu, against the reference evaluation
+// of the graph as built.
+TEST(OnnxNodeTests, BlockedConvolutionsForAarch64UnderQemu) {
+  if (tf::run_command({"qemu-aarch64", "-version"}).exit_code != 0)
+    GTEST_SKIP() << "qemu-aarch64 is not installed (Debian package qemu-user)";
+  Graph g;
+  uint32_t seed = 3;
+  auto value = [&](const std::string& n, const Shape& s) {
+    g.values[n] = Value{n, DType::F32, s, std::nullopt};
+  };
+  auto weights = [&](const std::string& n, const Shape& s) {
+    HostTensor t = HostTensor::floats(s, std::vector<float>(num_elements(s)));
+    for (float& v : t.f)
+      v = static_cast<float>((seed = seed * 1103515245u + 12345u) >> 16 & 1023) / 512.0f - 1.0f;
+    g.values[n] = Value{n, DType::F32, s, t};
+  };
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out,
+                  const Shape& s, std::map<std::string, Attr> attrs = {}) {
+    value(out, s);
+    g.nodes.push_back(Node{op + "_" + out, op, std::move(in), {out}, std::move(attrs)});
+  };
+  value("x", {1, 3, 10, 10});
+  g.inputs = {"x"};
+  weights("w1", {8, 3, 3, 3});
+  weights("b1", {8});
+  weights("wd", {8, 1, 3, 3});
+  weights("wp", {8, 8, 1, 1});
+  g.values["lo"] = Value{"lo", DType::F32, {}, HostTensor::floats({}, {0.0f})};
+  g.values["hi"] = Value{"hi", DType::F32, {}, HostTensor::floats({}, {0.5f})};
+  std::vector<int64_t> one = {1, 1, 1, 1};
+  node("Conv", {"x", "w1", "b1"}, "c1", {1, 8, 10, 10}, {{"pads", one}});
+  node("Relu", {"c1"}, "r1", {1, 8, 10, 10});
+  node("Conv", {"r1", "wd"}, "d", {1, 8, 5, 5},
+       {{"pads", one}, {"strides", std::vector<int64_t>{2, 2}}, {"group", int64_t{8}}});
+  node("Clip", {"d", "lo", "hi"}, "c", {1, 8, 5, 5});
+  node("Conv", {"c", "wp"}, "p", {1, 8, 5, 5});
+  node("Add", {"p", "c"}, "s", {1, 8, 5, 5});
+  node("MaxPool", {"s"}, "y", {1, 8, 2, 2},
+       {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
+  g.outputs = {"y"};
+  verify(g);
+  HostTensor x = HostTensor::floats({1, 3, 10, 10}, std::vector<float>(300));
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(static_cast<float>(k));
+  HostTensor want = run_reference(g, {{"x", x}}).at("y");
+
+  tf::Target a64 = tf::parse_target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72");
+  run_passes(g, PassOptions{2, {}, {}, nullptr, a64.vector_lanes()});
+  int convs = 0;
+  for (const Node& n : g.nodes) convs += n.op == "ConvNCHWc";
+  ASSERT_EQ(convs, 3);
+  fs::path tmp = fs::temp_directory_path() / ("tf-blocked-a64-" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  std::string base = (tmp / "cnn").string();
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  compile_model(g, a64, defaults, base + ".so", "cnn");
+  std::ofstream(base + ".in0", std::ios::binary)
+      .write(reinterpret_cast<const char*>(x.f.data()),
+             static_cast<std::streamsize>(x.f.size() * 4));
+  tf::CommandResult r = tf::run_command(
+      {"qemu-aarch64", TF_AARCH64_MODEL_HARNESS, base + ".so", base + ".in0", base + ".out0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  HostTensor got = HostTensor::floats(want.shape, std::vector<float>(want.size()));
+  std::ifstream f(base + ".out0", std::ios::binary);
+  f.read(reinterpret_cast<char*>(got.f.data()), static_cast<std::streamsize>(got.f.size() * 4));
+  ASSERT_TRUE(f) << "short output";
+  EXPECT_EQ(compare(want, got), "") << "(aarch64 under qemu, blocked layouts)";
+  fs::remove_all(tmp);
 }

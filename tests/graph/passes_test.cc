@@ -9,6 +9,7 @@
 #include "compiler/error.h"
 #include "graph/fusion.h"
 #include "graph/memory_plan.h"
+#include "graph/ops.h"
 #include "graph/pass.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
@@ -84,8 +85,9 @@ Graph sample_model() {
   return b.g;
 }
 
-void expect_same_outputs(const Graph& before, const Graph& after) {
-  std::map<std::string, HostTensor> in = {{"x", random_floats({1, 4, 6, 6}, 99)}};
+// Both graphs compute the same outputs from input x of `shape` (sample_model's by default).
+void expect_same_outputs(const Graph& before, const Graph& after, const Shape& shape = {1, 4, 6, 6}) {
+  std::map<std::string, HostTensor> in = {{"x", random_floats(shape, 99)}};
   auto want = run_reference(before, in), got = run_reference(after, in);
   ASSERT_EQ(after.outputs, before.outputs);
   for (const auto& [name, w] : want) {
@@ -108,9 +110,10 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
   std::vector<PassReport> r = run_passes(g, o);
   for (const PassReport& p : r) {
     EXPECT_TRUE(p.ran) << p.name;
-    // recognize-composites and combine-parallel-matmuls have their own tests (no LayerNorm,
-    // GELU or parallel projections here).
-    bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls";
+    // recognize-composites, combine-parallel-matmuls and transform-conv-layout have their own
+    // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block).
+    bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
+                    p.name == "transform-conv-layout";
     EXPECT_EQ(p.changed, !own_test) << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());
@@ -308,6 +311,134 @@ const FusedGroup* group_with(const std::vector<FusedGroup>& plan, const std::str
 }
 
 }  // namespace
+
+// A small CNN: conv(3 -> 16) + Relu, a depthwise stride-2 conv, Clip (ReLU6), a 1x1 conv and a
+// residual Add, a per-channel Mul, MaxPool; a conv of 10 filters off the first Relu, and the
+// Mul's output also returned.
+Graph small_cnn() {
+  GraphBuilder b;
+  std::string x = b.input("x", {1, 3, 9, 9});
+  std::map<std::string, Attr> pad1 = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  std::string c1 = b.node("Conv", {x, b.weights("w1", {16, 3, 3, 3}), b.weights("b1", {16})}, "c1",
+                          {1, 16, 9, 9}, pad1);
+  std::string r1 = b.node("Relu", {c1}, "r1", {1, 16, 9, 9});
+  std::map<std::string, Attr> dw = {{"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                                    {"strides", std::vector<int64_t>{2, 2}},
+                                    {"group", int64_t{16}}};
+  std::string d = b.node("Conv", {r1, b.weights("wd", {16, 1, 3, 3})}, "d", {1, 16, 5, 5}, dw);
+  std::string c = b.node("Clip",
+                         {d, b.constant("lo", HostTensor::floats({}, {0.0f})),
+                          b.constant("hi", HostTensor::floats({}, {6.0f}))},
+                         "c", {1, 16, 5, 5});
+  std::string p = b.node("Conv", {c, b.weights("wp", {16, 16, 1, 1})}, "p", {1, 16, 5, 5});
+  std::string s = b.node("Add", {p, c}, "s", {1, 16, 5, 5});
+  std::string m = b.node("Mul", {s, b.weights("scale", {16, 1, 1})}, "m", {1, 16, 5, 5});
+  std::string pool = b.node(
+      "MaxPool", {m}, "pool", {1, 16, 2, 2},
+      {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
+  std::string side = b.node("Conv", {r1, b.weights("w10", {10, 16, 1, 1})}, "side", {1, 10, 9, 9});
+  b.g.outputs = {pool, m, side};
+  verify(b.g);
+  return b.g;
+}
+
+// Convolutions go to blocked layouts where the block divides their filters; elementwise ops
+// follow; activations are converted only at the input, before the pooling, for the outputs
+// and for the convolution left in NCHW; the outputs stay the same, in NCHW, under their names.
+TEST(GraphPasses, TransformsConvolutionsToBlockedLayouts) {
+  for (int64_t block : {4, 8, 16}) {
+    Graph original = small_cnn();
+    Graph g = original;
+    PassOptions o;
+    o.channel_block = block;
+    std::vector<PassReport> r = run_passes(g, o);
+    for (const PassReport& p : r) {
+      if (p.name == "transform-conv-layout") EXPECT_TRUE(p.changed) << block;
+    }
+    SCOPED_TRACE(tf::str("block ", block));
+    expect_same_outputs(original, g, {1, 3, 9, 9});
+    std::map<std::string, int> ops;
+    for (const Node& n : g.nodes) ++ops[n.op];
+    EXPECT_EQ(ops["ConvNCHWc"], 3) << block;
+    EXPECT_EQ(ops["Conv"], 1) << block;  // 10 filters: no block divides them
+    // x in; r1 back for the NCHW conv; m back for MaxPool and the output.
+    EXPECT_EQ(ops["LayoutTransform"], 3) << block;
+    for (const Node& n : g.nodes) {
+      if (n.op == "Clip" || n.op == "Add" || n.op == "Mul") {
+        EXPECT_EQ(g.value(n.outputs[0]).shape.size(), 5u) << n.name << " block " << block;
+      }
+    }
+    TaskList t = extract_tasks(g);
+    ASSERT_GE(t.tasks.size(), 3u);
+    EXPECT_EQ(t.tasks[0].workload,
+              tf::str("conv2d_nchwc(N=1,C=3,H=9,W=9,K=16,R=3,S=3,stride=1,pad=1,dilation=1,"
+                      "ic_block=3,oc_block=",
+                      block, ",epilogue=bias_relu)"));
+    EXPECT_EQ(
+        t.tasks[1].workload,
+        tf::str("depthwise_conv2d_nchwc(N=1,C=16,H=9,W=9,R=3,S=3,stride=2,pad=1,dilation=1,block=",
+                block, ",epilogue=none)"));
+  }
+}
+
+// Without a channel block (no target) or with one that divides nothing, nothing changes.
+TEST(GraphPasses, ConvLayoutNeedsABlockThatDivides) {
+  for (int64_t block : {0, 1, 3}) {
+    Graph g = small_cnn();
+    PassOptions o;
+    o.channel_block = block;
+    for (const PassReport& p : run_passes(g, o)) {
+      if (p.name == "transform-conv-layout") EXPECT_FALSE(p.changed) << block;
+    }
+    for (const Node& n : g.nodes) EXPECT_NE(n.op, "LayoutTransform") << block;
+  }
+}
+
+// The blocked-layout operators check what they are given like any imported operator.
+TEST(GraphLayoutOps, BadAttributesAndShapesAreErrors) {
+  auto error = [](Graph g) {
+    try {
+      verify(g);
+      for (const Node& n : g.nodes) infer_node(n, g, g.opset);
+    } catch (const tf::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto transform = [](const std::string& src, const std::string& dst, const Shape& s) {
+    GraphBuilder b;
+    std::string x = b.input("x", s);
+    b.node("LayoutTransform", {x}, "y", {1}, {{"src_layout", src}, {"dst_layout", dst}});
+    b.g.outputs = {"y"};
+    return b.g;
+  };
+  EXPECT_NE(error(transform("NCHW", "NHWC", {1, 8, 2, 2}))
+                .find("dst_layout 'NHWC' is not NCHW or NCHW<b>c"),
+            std::string::npos);
+  EXPECT_NE(error(transform("NCHW", "NCHW0c", {1, 8, 2, 2})).find("dst_layout 'NCHW0c'"),
+            std::string::npos);
+  EXPECT_NE(error(transform("NCHW", "NCHW3c", {1, 8, 2, 2}))
+                .find("block 3 does not divide the 8 channels"),
+            std::string::npos);
+  EXPECT_NE(error(transform("NCHW8c", "NCHW", {1, 8, 2, 2})).find("is not in layout NCHW8c"),
+            std::string::npos);
+  auto conv = [](const Shape& w, int64_t group, std::vector<int64_t> pads) {
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 2, 5, 5, 4});
+    b.node("ConvNCHWc", {x, b.weights("w", w)}, "y", {1}, {{"group", group}, {"pads", pads}});
+    b.g.outputs = {"y"};
+    return b.g;
+  };
+  EXPECT_EQ(error(conv({3, 2, 3, 3, 4, 4}, 1, {1, 1, 1, 1})), "");
+  EXPECT_NE(
+      error(conv({3, 1, 3, 3, 4, 4}, 1, {1, 1, 1, 1})).find("does not fit input [1, 2, 5, 5, 4]"),
+      std::string::npos);
+  EXPECT_NE(
+      error(conv({2, 3, 3, 4}, 5, {0, 0, 0, 0})).find("group 5 is neither 1 nor the 8 channels"),
+      std::string::npos);
+  EXPECT_NE(error(conv({3, 2, 3, 3, 4, 4}, 1, {1, 0, 1, 0})).find("pads [1, 0, 1, 0] differ"),
+            std::string::npos);
+}
 
 // conv + bias + residual add + relu is one kernel; a reduction takes in the elementwise
 // group computing its input; joining never makes two groups wait for each other.

@@ -132,15 +132,22 @@ def main():
             ok = ok and ok_compiled and len({n for k in sidecar["kernels"] for n in k["nodes"]}) == info["nodes"]
             if name.startswith(("resnet", "mobilenet")):
                 # Each fused group is one kernel (the residual Add, the Clip run in the conv's
-                # kernel), and the convolutions read weights packed at compile time.
+                # kernel).
                 ok = ok and len(sidecar["kernels"]) == len(info["fused_kernels"])
-                ok = ok and any(a.endswith("_packed") for k in sidecar["kernels"] for a in k["args"])
-                # Every convolution (all have workloads here) goes through its template.
+                # Every convolution (all have workloads here) goes through its template, in
+                # the blocked layout (transform-conv-layout: weights blocked at compile time),
+                # with activations converted only around the pooling layers and the input.
                 ok = ok and all(k["template"] != "generic" for k in sidecar["kernels"] if any("Conv" in n for n in k["nodes"]))
+                ok = ok and "transform-conv-layout" in fired and "Conv" not in info["ops"]
+                ok = ok and all("nchwc" in t["workload"] for t in info["tasks"] if "conv" in t["workload"])
+                ok = ok and 0 < info["ops"].get("LayoutTransform", 0) <= 4
             if not folding:
                 # BatchNormalization split and folded into the convolutions.
                 ok = ok and "simplify-inference" in fired and "fold-scale-into-conv" in fired
                 ok = ok and "BatchNormalization" in info["ops_imported"] and "BatchNormalization" not in info["ops"]
+            if name.startswith("encoder"):
+                # The matmuls read weights packed once, at compile time (OpGraph::prepacked).
+                ok = ok and any(a.endswith("_packed") for k in sidecar["kernels"] for a in k["args"])
             if name == "encoder_o13":
                 ok = ok and "recognize-composites" in fired and "LayerNormalization" not in info["ops_imported"]
                 ok = ok and info["ops"].get("LayerNormalization") == 4 and info["ops"].get("Gelu") == 2

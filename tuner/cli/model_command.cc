@@ -29,10 +29,22 @@ namespace tf::cli {
 
 using nlohmann::json;
 
+namespace {
+
+// The channel block of the layout pass for target `t`: its vector width on CPUs.
+int64_t channel_block(const Target& t) { return t.is_cpu() ? t.vector_lanes() : 0; }
+
+}  // namespace
+
 void add_import_command(CLI::App& app, ImportArgs& a) {
   a.cmd = app.add_subcommand(
       "import", "Import an ONNX model: its graph after the graph passes and the tunable tasks");
   a.cmd->add_option("model", a.model, "the .onnx file");
+  a.cmd
+      ->add_option(
+          "--target,-t", a.target,
+          "target the tasks are for (its vector width sets the convolutions' channel blocks)")
+      ->capture_default_str();
   a.cmd->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")
       ->capture_default_str();
   a.cmd->add_option("--disable-pass", a.disable, "do not run this graph pass (repeatable)");
@@ -50,7 +62,9 @@ int run_import(const ImportArgs& a) {
     return 0;
   }
   if (a.model.empty()) throw UserError("import: name the .onnx model file");
+  Target target = parse_target(a.target);
   PassOptions opts;
+  opts.channel_block = channel_block(target);
   opts.opt_level = a.opt_level;
   opts.disabled = {a.disable.begin(), a.disable.end()};
   opts.dump = {a.dump.begin(), a.dump.end()};
@@ -218,9 +232,12 @@ std::pair<std::string, std::string> named_file(const std::string& arg,
 
 namespace {
 
-// The graph of an .onnx file after the passes at `opt_level`, without `disable`.
-graph::Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable) {
+// The graph of an .onnx file after the passes at `opt_level`, without `disable`, for a target
+// whose vector width is `block` (0: none, see graph::PassOptions::channel_block).
+graph::Graph load_model(const std::string& path, int opt_level,
+                        const std::vector<std::string>& disable, int64_t block) {
   graph::PassOptions opts;
+  opts.channel_block = block;
   opts.opt_level = opt_level;
   opts.disabled = {disable.begin(), disable.end()};
   graph::check_pass_options(opts);
@@ -255,7 +272,7 @@ int compile_model_file(const ModelCompileArgs& a) {
   if (a.out.empty()) throw UserError("-o OUT is required");
   if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");
   Target t = parse_target(a.target);
-  graph::Graph g = load_model(a.model, a.opt_level, a.disable);
+  graph::Graph g = load_model(a.model, a.opt_level, a.disable, channel_block(t));
   auto start = std::chrono::steady_clock::now();
   graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -297,7 +314,8 @@ int run_model(const ModelRunArgs& a) {
     lib = std::make_unique<ModelLibrary>(a.model);
     mode = "compiled library";
   } else {
-    g = load_model(a.model, a.opt_level, a.disable);
+    // The reference evaluation runs the model as exported (no layout change).
+    g = load_model(a.model, a.opt_level, a.disable, a.reference ? 0 : channel_block(host_target()));
     if (!a.reference) {
       tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
       std::filesystem::create_directories(tmp_dir);

@@ -15,6 +15,7 @@ namespace tf::cli {
 
 struct ImportArgs {
   std::string model;
+  std::string target = "llvm -mcpu=native";
   int opt_level = 2;
   std::vector<std::string> disable, dump;
   bool json = false, list_passes = false;

@@ -1,0 +1,31 @@
+// layout: blocked (NCHWc) activation layouts for convolutions, as oneDNN's nChw8c and TVM's
+// NCHWc: the channels of an NCHW tensor split into blocks of `b` that become the innermost
+// dimension, [N][C/b][H][W][b]. Two operators carry them, both added by the
+// transform-conv-layout pass (graph/pass.h), never written by exporters (import accepts them
+// and checks them like any other):
+//   LayoutTransform(x) {src_layout, dst_layout}: the same tensor in another layout, "NCHW" or
+//     "NCHW<b>c" (b >= 1 dividing the channels).
+//   ConvNCHWc(x, w[, bias]) {strides, pads, dilations, group}: Conv on a blocked input x
+//     [N][C/ib][H][W][ib] with weights [K/ob][C/ib][R][S][ib][ob] (group 1) or [C/b][R][S][b]
+//     (depthwise: group = C, ob = ib), bias [K]; the output is [N][K/ob][OH][OW][ob]. Padding,
+//     strides and dilations are the same along H and W (what the workloads express).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "graph/graph.h"
+
+namespace tf::graph {
+
+// The block of a layout string: 0 for "NCHW", b for "NCHW<b>c"; anything else is a UserError
+// naming the node and the attribute.
+int64_t parse_layout(const Node& n, const std::string& attr);
+std::string layout_name(int64_t block);
+
+// The workload (compiler/workload.h) of a ConvNCHWc node with input shape x and weight shape
+// w, without its epilogue and closing parenthesis (as tasks.h's AnchorWorkload::spec):
+// conv2d_nchwc(...) or depthwise_conv2d_nchwc(...).
+std::string conv_nchwc_spec(const Node& n, const Shape& x, const Shape& w);
+
+}  // namespace tf::graph

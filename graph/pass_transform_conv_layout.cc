@@ -1,0 +1,258 @@
+// transform-conv-layout (TVM's AlterOpLayout for x86 convolutions): every Conv a workload
+// expresses, with constant weights, becomes a ConvNCHWc (graph/layout.h) on channel blocks of
+// the target's vector width b:
+//   x -> LayoutTransform(NCHW -> NCHW<ib>c) -> ConvNCHWc(w blocked now) -> LayoutTransform(back)
+// with ib = b when it divides the input channels, else all of them in one block (a 3-channel
+// image becomes NHWC-like), and the output in blocks of b (convolutions whose filters b does
+// not divide, and depthwise ones whose channels it does not divide, stay NCHW). Then
+// elementwise operators whose computed inputs all come back from the same blocked layout
+// (Relu, Clip, a residual Add, ...) run in that layout too, with scalar and per-channel
+// constants converted; and a conversion to a layout straight after the conversion from it
+// cancels. What is left converts activations only where an operator needs NCHW (pooling,
+// reshapes, the model's outputs). Output values keep their names and NCHW shapes.
+#include <map>
+#include <optional>
+#include <set>
+
+#include "graph/layout.h"
+#include "graph/pass.h"
+#include "graph/tasks.h"
+
+namespace tf::graph {
+namespace {
+
+// Elementwise operators that compute each output element from the same position of their
+// inputs (scalars and broadcast constants aside): indifferent to the layout.
+const std::set<std::string>& layout_free_ops() {
+  static const std::set<std::string> ops = {
+      "Relu",      "Clip",       "Sigmoid",   "Tanh", "Exp",  "Neg",      "Abs",
+      "Sqrt",      "Erf",        "LeakyRelu", "Elu",  "Selu", "Softplus", "HardSigmoid",
+      "HardSwish", "Reciprocal", "Add",       "Sub",  "Mul",  "Div",      "Max",
+      "Min",       "Sum",        "Mean",      "PRelu"};
+  return ops;
+}
+
+class LayoutRewriter {
+ public:
+  LayoutRewriter(Graph& g, int64_t block) : g_(g), block_(block) {
+    for (const Node& n : g_.nodes) node_names_.insert(n.name);
+  }
+
+  bool run() {
+    std::vector<Node> nodes = std::move(g_.nodes);
+    g_.nodes.clear();
+    bool changed = false;
+    for (Node& n : nodes) {
+      if (n.op == "Conv" && convert_conv(n)) {
+        changed = true;
+      } else if (layout_free_ops().count(n.op) && follow(n)) {
+        changed = true;
+      } else {
+        g_.nodes.push_back(std::move(n));
+      }
+    }
+    changed |= cancel_round_trips();
+    if (changed) {
+      dead_code_elimination(g_);
+      drop_unused_values(g_);
+    }
+    return changed;
+  }
+
+ private:
+  std::string node_name(const std::string& base) {
+    std::string n = base;
+    for (int k = 1; !node_names_.insert(n).second; ++k) n = base + "_" + std::to_string(k);
+    return n;
+  }
+
+  std::string add_value(const std::string& base, const Shape& shape) {
+    std::string v = g_.fresh_name(base);
+    g_.values[v] = Value{v, DType::F32, shape, std::nullopt};
+    return v;
+  }
+
+  std::string add_constant(const std::string& base, HostTensor t) {
+    std::string v = g_.fresh_name(base);
+    g_.values[v] = Value{v, DType::F32, t.shape, std::move(t)};
+    return v;
+  }
+
+  // `x` (NCHW) in blocks of `b`: the blocked value it came from, one converted earlier, or a
+  // new conversion.
+  std::string to_blocked(const std::string& x, int64_t b) {
+    if (auto it = back_.find(x); it != back_.end() && it->second.second == b)
+      return it->second.first;
+    std::string key = x + "/" + std::to_string(b);
+    if (auto it = converted_.find(key); it != converted_.end()) return it->second;
+    const Shape& s = g_.value(x).shape;
+    std::string y = add_value(x + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
+    emit_transform(x, y, 0, b);
+    return converted_[key] = y;
+  }
+
+  void emit_transform(const std::string& x, const std::string& y, int64_t src, int64_t dst) {
+    Node t;
+    t.name = node_name(y + "_layout");
+    t.op = "LayoutTransform";
+    t.inputs = {x};
+    t.outputs = {y};
+    t.attrs["src_layout"] = layout_name(src);
+    t.attrs["dst_layout"] = layout_name(dst);
+    g_.nodes.push_back(std::move(t));
+  }
+
+  // The node `n` rewritten to write `blocked` (of block b) instead of its NCHW output, which a
+  // conversion back now computes under its old name.
+  void emit_with_back(Node n, const std::string& blocked, int64_t b) {
+    std::string y = n.outputs[0];
+    n.outputs[0] = blocked;
+    g_.nodes.push_back(std::move(n));
+    emit_transform(blocked, y, b, 0);
+    back_[y] = {blocked, b};
+  }
+
+  bool convert_conv(Node& n) {
+    if (block_ <= 1 || n.outputs.size() != 1) return false;
+    AnchorWorkload aw = anchor_workload(g_, n);
+    if (aw.spec.empty() || !g_.is_constant(n.inputs[1]) ||
+        g_.value(n.inputs[0]).dtype != DType::F32)
+      return false;
+    const Shape& x = g_.value(n.inputs[0]).shape;
+    const Value& wv = g_.value(n.inputs[1]);
+    const Shape& w = wv.shape;
+    int64_t C = x[1], K = w[0], R = w[2], S = w[3];
+    bool depthwise = n.get_int("group", 1) != 1;
+    if (K % block_ != 0) return false;
+    int64_t ob = block_, ib = depthwise || C % block_ == 0 ? block_ : C;
+    if (depthwise && C % block_ != 0) return false;
+    const std::vector<float>& wf = wv.constant->f;
+    HostTensor wb;
+    if (depthwise) {
+      // [C][1][R][S] -> [C/b][R][S][b]
+      wb = HostTensor::floats({C / ib, R, S, ib}, std::vector<float>(wf.size()));
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t p = 0; p < R * S; ++p)
+          wb.f[((c / ib) * R * S + p) * ib + c % ib] = wf[c * R * S + p];
+    } else {
+      // [K][C][R][S] -> [K/ob][C/ib][R][S][ib][ob]
+      wb = HostTensor::floats({K / ob, C / ib, R, S, ib, ob}, std::vector<float>(wf.size()));
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t p = 0; p < R * S; ++p) {
+            wb.f[((((k / ob) * (C / ib) + c / ib) * R * S + p) * ib + c % ib) * ob + k % ob] =
+                wf[(k * C + c) * R * S + p];
+          }
+    }
+    std::string xb = to_blocked(n.inputs[0], ib);
+    std::string wname = add_constant(n.inputs[1] + "_" + layout_name(ob), std::move(wb));
+    const Shape& y = g_.value(n.outputs[0]).shape;
+    std::string yb =
+        add_value(n.outputs[0] + "_" + layout_name(ob), {y[0], y[1] / ob, y[2], y[3], ob});
+    Node c = n;
+    c.op = "ConvNCHWc";
+    c.inputs[0] = xb;
+    c.inputs[1] = wname;
+    c.attrs.erase("kernel_shape");
+    c.attrs.erase("auto_pad");
+    // anchor_workload resolved padding to one value (auto_pad VALID: 0).
+    std::vector<int64_t> pads = n.get_string("auto_pad", "NOTSET") == "VALID"
+                                    ? std::vector<int64_t>{0, 0, 0, 0}
+                                    : n.get_ints("pads", {0, 0, 0, 0});
+    c.attrs["pads"] = pads;
+    emit_with_back(std::move(c), yb, ob);
+    return true;
+  }
+
+  // A constant operand of an elementwise node over a blocked [N, C, H, W] value: kept when it
+  // has one element, converted when it varies along channels only; else nothing.
+  std::optional<std::string> blocked_constant(const std::string& v, int64_t C, int64_t b) {
+    const Value& c = g_.value(v);
+    if (!c.constant || c.dtype != DType::F32) return std::nullopt;
+    if (c.constant->size() == 1) return v;
+    const Shape& s = c.shape;
+    if (s.size() > 4) return std::nullopt;
+    for (size_t d = 0; d < s.size(); ++d) {
+      size_t out_dim = 4 - s.size() + d;
+      if (s[d] != 1 && !(out_dim == 1 && s[d] == C)) return std::nullopt;
+    }
+    std::string key = v + "/" + std::to_string(b);
+    if (auto it = constants_.find(key); it != constants_.end()) return it->second;
+    HostTensor t =
+        HostTensor::floats({1, C / b, 1, 1, b}, c.constant->f);  // channel c at [c/b][c%b]
+    return constants_[key] = add_constant(v + "_" + layout_name(b), std::move(t));
+  }
+
+  bool follow(Node& n) {
+    if (n.outputs.size() != 1 || n.inputs.empty()) return false;
+    const Value& out = g_.value(n.outputs[0]);
+    if (out.dtype != DType::F32 || out.shape.size() != 4) return false;
+    int64_t b = 0;
+    for (const std::string& in : n.inputs) {
+      auto it = back_.find(in);
+      if (it == back_.end()) continue;
+      if ((b && it->second.second != b) || g_.value(in).shape != out.shape) return false;
+      b = it->second.second;
+    }
+    if (!b) return false;
+    std::vector<std::string> inputs;
+    for (const std::string& in : n.inputs) {
+      if (in.empty()) {
+        inputs.push_back(in);
+      } else if (auto it = back_.find(in); it != back_.end()) {
+        inputs.push_back(it->second.first);
+      } else if (auto c = blocked_constant(in, out.shape[1], b)) {
+        inputs.push_back(*c);
+      } else if (!g_.is_constant(in) && g_.value(in).dtype == DType::F32 &&
+                 g_.value(in).shape == out.shape) {
+        inputs.push_back(to_blocked(in, b));  // e.g. a residual from a pooling layer
+      } else {
+        return false;
+      }
+    }
+    n.inputs = inputs;
+    const Shape& s = out.shape;
+    std::string blocked =
+        add_value(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
+    emit_with_back(std::move(n), blocked, b);
+    return true;
+  }
+
+  // LayoutTransform(LayoutTransform(v, A -> NCHW), NCHW -> A) reads v.
+  bool cancel_round_trips() {
+    std::map<std::string, const Node*> producer;
+    for (const Node& n : g_.nodes) {
+      for (const std::string& o : n.outputs) producer[o] = &n;
+    }
+    bool changed = false;
+    for (const Node& t : g_.nodes) {
+      if (t.op != "LayoutTransform" || t.get_string("src_layout", "") != "NCHW") continue;
+      auto p = producer.find(t.inputs[0]);
+      if (p == producer.end() || p->second->op != "LayoutTransform") continue;
+      const Node& u = *p->second;
+      if (u.get_string("src_layout", "") != t.get_string("dst_layout", "") ||
+          g_.is_output(t.outputs[0]))
+        continue;
+      replace_uses(g_, t.outputs[0], u.inputs[0]);
+      changed = true;
+    }
+    return changed;
+  }
+
+  Graph& g_;
+  int64_t block_;
+  std::set<std::string> node_names_;
+  // NCHW value -> the blocked value it converts back from, and the block.
+  std::map<std::string, std::pair<std::string, int64_t>> back_;
+  std::map<std::string, std::string> constants_;  // constant/block -> converted constant
+  std::map<std::string, std::string> converted_;  // NCHW value/block -> its conversion
+};
+
+}  // namespace
+
+bool transform_conv_layout(Graph& g, int64_t channel_block) {
+  if (channel_block <= 1) return false;
+  return LayoutRewriter(g, channel_block).run();
+}
+
+}  // namespace tf::graph
