@@ -7,12 +7,16 @@
 #include <random>
 
 #include "compiler/error.h"
+#include "compiler/lower.h"
+#include "compiler/operators.h"
 #include "graph/fusion.h"
 #include "graph/memory_plan.h"
+#include "graph/node_te.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
+#include "tests/compiler/kernel_harness.h"
 
 using namespace tf::graph;  // NOLINT
 
@@ -508,5 +512,52 @@ TEST(GraphMemory, ReuseByLivenessWithoutOverlap) {
         EXPECT_FALSE(live_together && share_memory) << n1 << " and " << n2;
       }
     }
+  }
+}
+
+// The generic kernels of the blocked-layout operators (node_te: what a ConvNCHWc becomes when
+// no template takes its group) compute what the workloads' references compute, on odd blocks,
+// strides, padding and dilation.
+TEST(GraphLayoutOps, GenericConvKernelsMatchTheWorkloadReference) {
+  for (const char* spec :
+       {"conv2d_nchwc(N=1,C=6,H=7,W=9,K=8,R=3,S=3,stride=2,pad=1,ic_block=3,oc_block=4,epilogue="
+        "bias)",
+        "conv2d_nchwc(N=2,C=8,H=5,W=6,K=8,R=1,S=1,ic_block=8,oc_block=8)",
+        "depthwise_conv2d_nchwc(N=2,C=8,H=6,W=5,R=3,S=3,pad=2,dilation=2,block=4)"}) {
+    SCOPED_TRACE(spec);
+    tf::Workload w = tf::parse_workload(spec);
+    tf::OpGraph og = tf::build_op(w);
+    bool depthwise = w.op.rfind("depthwise", 0) == 0;
+    Graph g;
+    std::vector<std::string> names;
+    std::vector<TeOperand> in;
+    for (const tf::ir::Tensor& t : og.inputs) {
+      g.values[t->name] = Value{t->name, DType::F32, t->shape, std::nullopt};
+      g.inputs.push_back(t->name);
+      names.push_back(t->name);
+      in.push_back(TeOperand{t->shape, t, std::nullopt});
+    }
+    int64_t s = w.get("stride"), p = w.get("pad"), d = w.get("dilation");
+    Node n{"conv",
+           "ConvNCHWc",
+           names,
+           {"y"},
+           {{"strides", std::vector<int64_t>{s, s}},
+            {"pads", std::vector<int64_t>{p, p, p, p}},
+            {"dilations", std::vector<int64_t>{d, d}},
+            {"group", depthwise ? w.get("C") : int64_t{1}}}};
+    g.values["y"] = Value{"y", DType::F32, og.output->shape, std::nullopt};
+    g.nodes.push_back(n);
+    g.outputs = {"y"};
+    verify(g);
+    ASSERT_EQ(infer_node(n, g, g.opset)[0].shape, og.output->shape);
+    og.output = node_te(g, n, in, "t_")[0];
+    tf::ir::Schedule sch(og.output);
+    for (tf::ir::Stage* st : sch.stages()) {
+      if (st->op() != og.output && !st->op()->reduce()) st->compute_inline();
+    }
+    tf::testing::Comparison c =
+        tf::testing::run_and_compare(og, tf::lower(sch, og.inputs, "k").func);
+    EXPECT_TRUE(c.ok()) << c.str();
   }
 }
