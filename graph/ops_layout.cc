@@ -103,6 +103,11 @@ std::vector<TypeShape> conv_nchwc_infer(const OpContext& c) {
   if (x.size() != 5)
     throw UserError(
         str(n.where(), ": input ", shape_str(x), " must have rank 5 ([N][C/b][H][W][b])"));
+  for (const Shape* s : {&x, &w}) {
+    for (int64_t d : *s) {
+      if (d < 1) throw UserError(str(n.where(), ": an empty dimension in ", shape_str(*s)));
+    }
+  }
   int64_t ib = x[4], C = x[1] * ib, group = n.get_int("group", 1);
   bool depthwise = group != 1;
   if (depthwise && group != C) {
@@ -121,7 +126,9 @@ std::vector<TypeShape> conv_nchwc_infer(const OpContext& c) {
   require_same(n, "pads", n.get_ints("pads", {0, 0, 0, 0}));
   require_same(n, "strides", n.get_ints("strides", {1, 1}));
   require_same(n, "dilations", n.get_ints("dilations", {1, 1}));
-  int64_t R = depthwise ? w[1] : w[2], S = depthwise ? w[2] : w[3], ob = depthwise ? ib : w[5];
+  // Bounded like Conv's kernel_shape (no such attribute here: the weights' dimensions).
+  std::vector<int64_t> k = kernel_shape(c, {depthwise ? w[1] : w[2], depthwise ? w[2] : w[3]});
+  int64_t R = k[0], S = k[1], ob = depthwise ? ib : w[5];
   int64_t K = depthwise ? C : w[0] * ob;
   if (c.present(2) && c.in(2).shape != Shape{K}) {
     throw UserError(str(n.where(), ": bias ", shape_str(c.in(2).shape), " must be [", K, "]"));

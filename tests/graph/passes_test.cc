@@ -440,6 +440,11 @@ TEST(GraphLayoutOps, BadAttributesAndShapesAreErrors) {
   EXPECT_NE(
       error(conv({2, 3, 3, 4}, 5, {0, 0, 0, 0})).find("group 5 is neither 1 nor the 8 channels"),
       std::string::npos);
+  EXPECT_NE(error(conv({3, 2, 0, 3, 4, 4}, 1, {1, 1, 1, 1}))
+                .find("an empty dimension in [3, 2, 0, 3, 4, 4]"),
+            std::string::npos);
+  EXPECT_NE(error(conv({3, 2, 3, 3, 4, 0}, 1, {1, 1, 1, 1})).find("an empty dimension"),
+            std::string::npos);
   EXPECT_NE(error(conv({3, 2, 3, 3, 4, 4}, 1, {1, 0, 1, 0})).find("pads [1, 0, 1, 0] differ"),
             std::string::npos);
 }

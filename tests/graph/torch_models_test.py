@@ -92,6 +92,9 @@ def run(cmd):
 def main():
     tunefarm = sys.argv[1]
     failures = 0
+    # `run --model` sweeps the build folders of model runs that died (killed while compiling).
+    stale = os.path.join(tempfile.gettempdir(), "tunefarm-model-999999999")
+    os.makedirs(stale, exist_ok=True)
     with tempfile.TemporaryDirectory() as d:
         for name, model, shape, classifier, opset, folding in models():
             model.eval()
@@ -161,6 +164,9 @@ def main():
                   f"max error {err:.3g} of magnitude {mag:.3g}; compiled: {len(sidecar['kernels'])} kernels, "
                   f"workspace {sidecar['workspace_bytes']} bytes, max error {errc:.3g}")
             failures += not ok
+    if os.path.exists(stale):
+        failures += 1
+        print(f"FAIL `run --model` left the dead run's folder {stale}")
     if failures:
         raise SystemExit(f"{failures} model(s) failed")
 

@@ -227,13 +227,18 @@ struct RunArgs {
   bool check = true, as_json = false, no_db = false;
 };
 
-// Removes the build folders of earlier runs whose process is gone (killed while compiling).
+// Removes the build folders of earlier runs whose process is gone (killed while compiling):
+// `run -w`'s tunefarm-run-<pid> and `run --model M.onnx`'s tunefarm-model-<pid>.
 void remove_stale_run_dirs() {
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
     std::string name = e.path().filename().string();
-    if (name.rfind("tunefarm-run-", 0) != 0) continue;
-    std::string pid = name.substr(13);
+    size_t dash = name.rfind('-');
+    if (dash == std::string::npos ||
+        (name.rfind("tunefarm-run-", 0) != 0 && name.rfind("tunefarm-model-", 0) != 0)) {
+      continue;
+    }
+    std::string pid = name.substr(dash + 1);
     if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
     if (::kill(std::stoi(pid), 0) == 0 || errno != ESRCH) continue;
     fs::remove_all(e.path(), ec);
@@ -403,6 +408,7 @@ int main(int argc, char** argv) {
       mra.repeat = ra.repeat;
       std::unique_ptr<tf::db::Database> db = tf::lookup_database(ra.db, ra.no_db || mra.reference);
       mra.db = db.get();
+      tf::remove_stale_run_dirs();
       return tf::cli::run_model(mra);
     }
     if (*run) return tf::cmd_run(ra);
