@@ -266,7 +266,10 @@ class CodeGen {
       case ExprKind::Sub: return fl ? b_.CreateFSub(a, bv) : b_.CreateSub(a, bv, "", false, true);
       case ExprKind::Mul: return fl ? b_.CreateFMul(a, bv) : b_.CreateMul(a, bv, "", false, true);
       case ExprKind::Div: return fl ? b_.CreateFDiv(a, bv) : floor_div_mod(a, bv, true);
-      case ExprKind::Mod: return fl ? b_.CreateFRem(a, bv) : floor_div_mod(a, bv, false);
+      case ExprKind::Mod:
+        if (!fl) return floor_div_mod(a, bv, false);
+        if (!gpu_) uses_libm = true;  // frem is a call of fmodf on CPUs
+        return b_.CreateFRem(a, bv);
       case ExprKind::Min:
         return fl ? b_.CreateMinNum(a, bv) : b_.CreateSelect(b_.CreateICmpSLT(a, bv), a, bv);
       case ExprKind::Max:
@@ -295,11 +298,12 @@ class CodeGen {
     static const std::map<std::string, llvm::Intrinsic::ID> kIntrinsics = {
         {"exp", llvm::Intrinsic::exp},   {"log", llvm::Intrinsic::log},
         {"sqrt", llvm::Intrinsic::sqrt}, {"fabs", llvm::Intrinsic::fabs},
-        {"tanh", llvm::Intrinsic::tanh},
+        {"tanh", llvm::Intrinsic::tanh}, {"floor", llvm::Intrinsic::floor},
+        {"ceil", llvm::Intrinsic::ceil}, {"roundeven", llvm::Intrinsic::roundeven},
     };
     auto it = kIntrinsics.find(c->name);
     TF_CHECK(it != kIntrinsics.end() && c->args.size() == 1, "codegen: unknown call ", c->name);
-    bool transcendental = c->name != "sqrt" && c->name != "fabs";
+    bool transcendental = c->name == "exp" || c->name == "log" || c->name == "tanh";
     if (target_.kind == "cuda" && transcendental) {
       uses_libdevice = true;
       return vendor_math_call("__nv_" + c->name + "f", c);
@@ -308,7 +312,8 @@ class CodeGen {
       uses_ocml = true;
       return vendor_math_call("__ocml_tanh_f32", c);
     }
-    if (transcendental && !gpu_) uses_libm = true;
+    // floor, ceil, roundeven: libm calls where the CPU lacks the instruction (x86 before SSE4.1).
+    if (!gpu_ && c->name != "sqrt" && c->name != "fabs") uses_libm = true;
     return b_.CreateUnaryIntrinsic(it->second, expr(c->args[0]));
   }
 

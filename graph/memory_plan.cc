@@ -15,7 +15,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
     for (const std::string& v : groups[k].outputs) {
       if (outputs.count(v)) continue;
       const Value& val = g.value(v);
-      int64_t width = val.dtype == DType::F32 ? 4 : 8;
+      // int64 8 bytes; bools are 0 / 1 floats in compiled kernels (graph/node_te.h).
+      int64_t width = val.dtype == DType::I64 ? 8 : 4;
       plan.buffers[v] = BufferPlacement{0, align(num_elements(val.shape) * width), k, k};
     }
   }

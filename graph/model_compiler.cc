@@ -273,16 +273,24 @@ class ModelBuilder {
       if (auto it = env.find(name); it != env.end()) return it->second;
       const Value& v = g_.value(name);
       TeOperand o{v.shape, nullptr, std::nullopt};
-      if (v.dtype != DType::F32) {
+      std::string arg = name;
+      if (v.dtype == DType::I64) {
+        // An int64 constant is a parameter node_te reads from the graph (shapes, indices).
         if (!v.constant) {
           throw UserError(str(n.where(), ": compiling a node that reads the computed ",
                               dtype_name(v.dtype), " value '", name, "' is not implemented yet"));
         }
       } else if (v.constant && v.constant->size() == 1) {
-        o.scalar = v.constant->f[0];
+        o.scalar = v.dtype == DType::Bool ? (v.constant->as_int(0) ? 1.0 : 0.0) : v.constant->f[0];
       } else {
+        if (v.constant && v.dtype == DType::Bool) {  // bools are 0 / 1 floats in kernels
+          std::vector<float> f(static_cast<size_t>(v.constant->size()));
+          for (size_t k = 0; k < f.size(); ++k)
+            f[k] = v.constant->as_int(static_cast<int64_t>(k)) ? 1.0f : 0.0f;
+          arg = add_constant(name + "_f32", HostTensor::floats(v.shape, std::move(f)));
+        }
         o.tensor = ir::placeholder(str("arg", args.size()), v.shape);
-        args.push_back(name);
+        args.push_back(arg);
         placeholders.push_back(o.tensor);
       }
       env[name] = o;

@@ -137,6 +137,9 @@ const std::map<std::string, Unary>& unary_ops() {
          return x *
                 ir::max(ir::f32(0.0), ir::min(ir::f32(1.0), x * ir::f32(1.0 / 6) + ir::f32(0.5)));
        }},
+      {"Floor", [](Expr x, const Node&) { return ir::floor(x); }},
+      {"Ceil", [](Expr x, const Node&) { return ir::ceil(x); }},
+      {"Round", [](Expr x, const Node&) { return ir::round_even(x); }},
       {"Identity", [](Expr x, const Node&) { return x; }},
       {"Dropout", [](Expr x, const Node&) { return x; }},
   };
@@ -158,6 +161,29 @@ const std::map<std::string, Binary>& binary_ops() {
       {"Mean", [](Expr a, Expr b) { return a + b; }},
   };
   return ops;
+}
+
+// Comparisons: bool results, which compiled kernels hold as 0.0 / 1.0 floats (see node_te.h).
+const std::map<std::string, Binary>& compare_ops() {
+  static const std::map<std::string, Binary> ops = {
+      {"Equal", [](Expr a, Expr b) { return ir::eq(a, b); }},
+      {"Less", [](Expr a, Expr b) { return a < b; }},
+      {"LessOrEqual", [](Expr a, Expr b) { return a <= b; }},
+      {"Greater", [](Expr a, Expr b) { return gt(a, b); }},
+      {"GreaterOrEqual", [](Expr a, Expr b) { return a >= b; }},
+  };
+  return ops;
+}
+// A bool held as a float: false is 0 and anything else true (NaN too, as Cast to bool has it).
+Expr is_false(Expr b) { return ir::eq(b, ir::f32(0.0)); }
+
+// Mod on floats: fmod=1 has the sign of the dividend (C's fmod), fmod=0 that of the divisor.
+Expr float_mod(Expr a, Expr b, bool fmod) {
+  Expr r = a % b;
+  if (fmod) return r;
+  Expr shifted = r + b;
+  return ir::select(r < ir::f32(0.0), ir::select(gt(b, ir::f32(0.0)), shifted, r),
+                    ir::select(gt(r, ir::f32(0.0)), ir::select(b < ir::f32(0.0), shifted, r), r));
 }
 
 // x^p for a constant exponent: products for small integers, sqrt for halves, else exp/log
@@ -558,7 +584,7 @@ Expr read_broadcast(const TeOperand& x, const Index& out) {
 std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
                             const std::string& prefix, const Shape* elementwise_shape) {
   for (const std::string& o : n.outputs) {
-    if (!o.empty() && g.value(o).dtype != DType::F32)
+    if (!o.empty() && g.value(o).dtype == DType::I64)
       not_implemented(n, str(n.op, " with a ", dtype_name(g.value(o).dtype), " result"));
   }
   OpContext c = context(n, g, g.opset);
@@ -579,6 +605,26 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       return v;
     })};
   }
+  if (auto cmp = compare_ops().find(op); cmp != compare_ops().end()) {
+    const TeOperand &a = need(n, in, 0), &b = need(n, in, 1);
+    return {elementwise(name, out, [&](const Index& i) {
+      return to_float(cmp->second(read_broadcast(a, i), read_broadcast(b, i)));
+    })};
+  }
+  if (op == "Where") {
+    const TeOperand &cond = need(n, in, 0), &a = need(n, in, 1), &b = need(n, in, 2);
+    return {elementwise(name, out, [&](const Index& i) {
+      return ir::select(is_false(read_broadcast(cond, i)), read_broadcast(b, i),
+                        read_broadcast(a, i));
+    })};
+  }
+  if (op == "Mod") {
+    const TeOperand &a = need(n, in, 0), &b = need(n, in, 1);
+    bool fmod = n.get_int("fmod", 0) != 0;
+    return {elementwise(name, out, [&](const Index& i) {
+      return float_mod(read_broadcast(a, i), read_broadcast(b, i), fmod);
+    })};
+  }
   if (op == "Pow") {
     const TeOperand &x = need(n, in, 0), &p = need(n, in, 1);
     if (!p.scalar) not_implemented(n, "Pow with an exponent that is not one constant");
@@ -594,9 +640,13 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       return v;
     })};
   }
-  if (op == "Cast") {  // float32 to float32 (other results were refused above)
+  if (op == "Cast") {  // float32 or bool (as 0 / 1 floats) to either; int64 was refused above
     const TeOperand& x = need(n, in, 0);
-    return {elementwise(name, out, [&](const Index& i) { return read_broadcast(x, i); })};
+    bool to_bool = g.value(n.outputs[0]).dtype == DType::Bool;
+    return {elementwise(name, out, [&](const Index& i) {
+      Expr v = read_broadcast(x, i);
+      return to_bool ? ir::select(is_false(v), ir::f32(0.0), ir::f32(1.0)) : v;
+    })};
   }
   if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
     const TeOperand& x = need(n, in, 0);

@@ -4,8 +4,10 @@
 // no workload expresses (grouped convolutions, asymmetric padding, broadcast batches).
 //
 // What it promises: for a node of a supported operator, node_te returns one tensor per output
-// of the node, of the node's float32 shape, computing what the reference evaluation (ops.h)
-// computes up to float rounding (sums accumulate in float32, erf is a polynomial within 2e-7).
+// of the node, of the node's shape, computing what the reference evaluation (ops.h) computes
+// up to float rounding (sums accumulate in float32, erf is a polynomial within 2e-7). Bool
+// values (comparisons, Where's condition, Cast to bool) are float32 tensors holding 0 and 1
+// inside compiled models; int64 results are refused.
 // It reads the node's inputs only through the operands it is given. Inputs that decide shapes
 // or positions (Reshape's shape, Slice's starts, Split's sizes, reduction axes) are read as
 // the constants import made them. A node it cannot compile is a UserError naming the node and
@@ -24,8 +26,9 @@ namespace tf::graph {
 // How a kernel sees one input of a node.
 struct TeOperand {
   Shape shape;
-  ir::Tensor tensor;             // a float32 tensor: a kernel argument or an earlier node's
-  std::optional<double> scalar;  // a one-element float constant, folded into the expression
+  ir::Tensor tensor;             // a float32 tensor (bools as 0 / 1): a kernel argument or an
+                                 // earlier node's
+  std::optional<double> scalar;  // a one-element float or bool constant, folded in
   // Neither: an absent optional input, or an int64 constant read as a parameter.
   bool present() const { return tensor != nullptr || scalar.has_value(); }
 };

@@ -228,24 +228,37 @@ TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
 // Models cross-compiled for aarch64 (a Raspberry Pi 4's cortex-a72) run under qemu-aarch64
 // through a cross-built harness that calls the library's C ABI, and match the expected
 // outputs: convolutions (tuned templates), pooling, normalization, softmax, reductions, data
-// movement and transcendental math.
+// movement, transcendental math, rounding, Mod and Where (a bool condition).
 TEST(OnnxNodeTests, CompiledForAarch64UnderQemu) {
   if (!fs::exists(kNodeTests))
     GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
   if (tf::run_command({"qemu-aarch64", "-version"}).exit_code != 0)
     GTEST_SKIP() << "qemu-aarch64 is not installed (Debian package qemu-user)";
   const char* tests[] = {
-      "test_conv_with_strides_padding", "test_conv_with_strides_and_asymmetric_padding",
-      "test_gemm_all_attributes",       "test_matmul_4d",
-      "test_maxpool_2d_pads",           "test_averagepool_2d_pads_count_include_pad",
+      "test_conv_with_strides_padding",
+      "test_conv_with_strides_and_asymmetric_padding",
+      "test_gemm_all_attributes",
+      "test_matmul_4d",
+      "test_maxpool_2d_pads",
+      "test_averagepool_2d_pads_count_include_pad",
       "test_batchnorm_epsilon",
-      "test_layer_normalization_4d_axis1", "test_softmax_axis_1",
-      "test_logsoftmax_axis_0",         "test_reduce_mean_keepdims_example",
-      "test_concat_3d_axis_1",          "test_split_variable_parts_2d",
-      "test_slice_neg_steps",           "test_transpose_all_permutations_3",
-      "test_erf",                       "test_tanh",
-      "test_sigmoid",                   "test_clip_example",
+      "test_layer_normalization_4d_axis1",
+      "test_softmax_axis_1",
+      "test_logsoftmax_axis_0",
+      "test_reduce_mean_keepdims_example",
+      "test_concat_3d_axis_1",
+      "test_split_variable_parts_2d",
+      "test_slice_neg_steps",
+      "test_transpose_all_permutations_3",
+      "test_erf",
+      "test_tanh",
+      "test_sigmoid",
+      "test_clip_example",
       "test_exp",
+      "test_floor",
+      "test_round",
+      "test_mod_mixed_sign_float32",
+      "test_where_example",
   };
   fs::path tmp = fs::temp_directory_path() / ("tf-node-a64-" + std::to_string(getpid()));
   fs::create_directories(tmp);
