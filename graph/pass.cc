@@ -29,7 +29,7 @@ const std::vector<PassInfo>& graph_passes() {
        "evaluate nodes whose inputs are all constants (weights transposed, scales combined)",
        plain(fold_constants)},
       {"recognize-composites", 2,
-       "replace the decompositions exporters write for LayerNorm and GELU by one operator",
+       "replace the decompositions exporters write for LayerNorm, GELU and softmax by one operator",
        plain(recognize_composites)},
       {"combine-parallel-matmuls", 2,
        "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and "

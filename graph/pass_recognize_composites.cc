@@ -1,10 +1,17 @@
-// recognize-composites: finds the decompositions exporters write for LayerNorm and GELU and
-// replaces each by one operator, which later stages compile as one kernel:
+// recognize-composites: finds the decompositions exporters write for LayerNorm, GELU, softmax
+// and log-softmax and replaces each by one operator, which later stages compile as one kernel:
 //   LayerNorm (PyTorch before opset 17):  d = x - ReduceMean(x); v = ReduceMean(Pow(d, 2));
 //     y = d / Sqrt(v + eps) [* gamma] [+ beta], the means over the trailing axes, keepdims
 //     -> LayerNormalization(x, gamma, beta) {axis, epsilon}
 //   GELU (exact):  0.5 * (x * (1 + Erf(x / sqrt(2))))  in the association orders PyTorch
 //     writes -> Gelu(x) (ONNX's Gelu of opset 20, approximate="none")
+//   softmax:  e = Exp(x - ReduceMax(x)); y = e / ReduceSum(e), one axis, keepdims
+//     -> Softmax(x) {axis}; also without the max subtraction (Exp(x) / ReduceSum(Exp(x)),
+//     equal in exact arithmetic; the fused kernel subtracts the max, so it does not overflow)
+//   log-softmax:  d = x - ReduceMax(x); y = d - Log(ReduceSum(Exp(d))) (or x - Log(ReduceSum(
+//     Exp(x)))) -> LogSoftmax(x) {axis}
+//   Softmax's axis means one axis from opset 13; before it, the trailing axes from `axis`, so
+//   there only a reduction over the last axis is recognised.
 // Every value inside a pattern must be read only inside it; constants must have the values
 // the pattern needs (within float rounding).
 #include <cmath>
@@ -74,6 +81,81 @@ std::optional<int64_t> trailing_mean_axis(const Graph& g, const Node& n, size_t 
     if (axes[k] != static_cast<int64_t>(rank - axes.size() + k)) return std::nullopt;
   }
   return axes[0];
+}
+
+// The one axis a keepdims reduction reduces, normalised: axes from the attribute or (ReduceSum
+// from opset 13) a constant second input; nullopt for anything else.
+std::optional<int64_t> single_axis(const Graph& g, const Node& n, size_t rank) {
+  if (n.get_int("keepdims", 1) != 1 || n.inputs.empty() || n.inputs.size() > 2) return std::nullopt;
+  std::vector<int64_t> axes = n.get_ints("axes", {});
+  if (n.inputs.size() == 2 && !n.inputs[1].empty()) {
+    if (!g.is_constant(n.inputs[1])) return std::nullopt;
+    const HostTensor& a = *g.value(n.inputs[1]).constant;
+    axes.clear();
+    for (int64_t k = 0; k < a.size(); ++k) axes.push_back(a.as_int(k));
+  }
+  if (axes.empty() && !n.get_int("noop_with_empty_axes", 0) && rank == 1) axes = {0};
+  auto r = static_cast<int64_t>(rank);
+  if (axes.size() != 1 || axes[0] < -r || axes[0] >= r) return std::nullopt;
+  return axes[0] < 0 ? axes[0] + r : axes[0];
+}
+
+// Softmax(x) {axis} (or LogSoftmax) for a reduction over `axis` of x, where the graph's opset
+// gives Softmax that meaning.
+bool softmax_node(const Graph& g, const std::string& x, std::optional<int64_t> axis,
+                  const Node& last, const char* op, Node& out) {
+  size_t rank = g.value(x).shape.size();
+  if (!axis || (g.opset < 13 && *axis != static_cast<int64_t>(rank) - 1)) return false;
+  if (g.value(last.outputs[0]).shape != g.value(x).shape) return false;
+  out = Node{last.name + "." + op, op, {x}, {last.outputs[0]}, {{"axis", *axis}}};
+  return true;
+}
+
+// x - ReduceMax(x) at `v` (read `uses` times): fills x and the reduction's axis and adds the
+// two nodes to `covered`.
+bool match_max_shift(const Graph& g, const Matcher& m, std::string v, int uses, std::string& x,
+                     std::optional<int64_t>& axis, std::vector<size_t>& covered) {
+  const Node* sub = m.def(v, "Sub", uses);
+  if (!sub) return false;
+  const Node* max = m.def(sub->inputs[1], "ReduceMax");
+  if (!max || max->inputs[0] != sub->inputs[0]) return false;
+  x = sub->inputs[0];
+  axis = single_axis(g, *max, g.value(x).shape.size());
+  covered.push_back(m.index(max));
+  covered.push_back(m.index(sub));
+  return true;
+}
+
+// Matches softmax ending at the Div `div`.
+bool match_softmax(const Graph& g, const Matcher& m, const Node& div, Node& out,
+                   std::vector<size_t>& covered) {
+  if (div.op != "Div") return false;
+  const std::string& e = div.inputs[0];
+  const Node* exp = m.def(e, "Exp", 2);
+  const Node* sum = m.def(div.inputs[1], "ReduceSum");
+  if (!exp || !sum || sum->inputs[0] != e) return false;
+  std::string x = exp->inputs[0];
+  std::optional<int64_t> axis = single_axis(g, *sum, g.value(x).shape.size()), shift;
+  covered.clear();
+  if (match_max_shift(g, m, x, 1, x, shift, covered) && shift != axis) return false;
+  covered.insert(covered.end(), {m.index(exp), m.index(sum), m.index(&div)});
+  return softmax_node(g, x, axis, div, "Softmax", out);
+}
+
+// Matches log-softmax ending at the Sub `sub`.
+bool match_log_softmax(const Graph& g, const Matcher& m, const Node& sub, Node& out,
+                       std::vector<size_t>& covered) {
+  if (sub.op != "Sub") return false;
+  std::string x = sub.inputs[0];
+  const Node* log = m.def(sub.inputs[1], "Log");
+  const Node* sum = log ? m.def(log->inputs[0], "ReduceSum") : nullptr;
+  const Node* exp = sum ? m.def(sum->inputs[0], "Exp") : nullptr;
+  if (!exp || exp->inputs[0] != x) return false;
+  std::optional<int64_t> axis = single_axis(g, *sum, g.value(x).shape.size()), shift;
+  covered.clear();
+  if (match_max_shift(g, m, x, 2, x, shift, covered) && shift != axis) return false;
+  covered.insert(covered.end(), {m.index(exp), m.index(sum), m.index(log), m.index(&sub)});
+  return softmax_node(g, x, axis, sub, "LogSoftmax", out);
 }
 
 // Matches LayerNorm ending at the Div `div`; fills the replacement and the nodes it covers.
@@ -182,7 +264,9 @@ bool recognize_composites(Graph& g) {
       Node fused;
       std::vector<size_t> covered;
       if (!match_layernorm(g, m, g.nodes[k], fused, covered) &&
-          !match_gelu(m, g.nodes[k], fused, covered))
+          !match_gelu(m, g.nodes[k], fused, covered) &&
+          !match_softmax(g, m, g.nodes[k], fused, covered) &&
+          !match_log_softmax(g, m, g.nodes[k], fused, covered))
         continue;
       // The fused node takes the place of the last node it covers (its inputs are defined
       // before the first).

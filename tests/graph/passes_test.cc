@@ -247,6 +247,85 @@ TEST(GraphPasses, RecognizesLayerNormAndGelu) {
   EXPECT_EQ(gelus, 1);
 }
 
+// Softmax and log-softmax written out (with or without the max subtraction; ReduceSum's axes
+// as an attribute or, from opset 13, an input) become one Softmax / LogSoftmax over that axis;
+// the computed values stay (within float rounding). Where the pattern's axes disagree, a value
+// inside it is read elsewhere, or the opset gives Softmax's axis another meaning, it stays.
+enum class SoftmaxForm { kStable, kPlain, kLogStable, kLogPlain };
+Graph softmax_graph(SoftmaxForm form, int64_t axis, int64_t max_axis, int64_t opset,
+                    bool extra_use = false) {
+  GraphBuilder b;
+  b.g.opset = opset;
+  Shape s = {2, 5, 3}, r = s;
+  r[static_cast<size_t>(axis < 0 ? axis + 3 : axis)] = 1;
+  Shape rm = s;
+  rm[static_cast<size_t>(max_axis < 0 ? max_axis + 3 : max_axis)] = 1;
+  std::string x = b.input("x", s), d = x;
+  bool log = form == SoftmaxForm::kLogStable || form == SoftmaxForm::kLogPlain;
+  if (form == SoftmaxForm::kStable || form == SoftmaxForm::kLogStable) {
+    std::string mx = b.node("ReduceMax", {x}, "mx", rm, {{"axes", std::vector<int64_t>{max_axis}}});
+    d = b.node("Sub", {x, mx}, "d", s);
+  }
+  std::string e = b.node("Exp", {d}, "e", s);
+  std::string sum =
+      opset >= 13
+          ? b.node("ReduceSum", {e, b.constant("axes", HostTensor::ints({1}, {axis}))}, "sum", r)
+          : b.node("ReduceSum", {e}, "sum", r, {{"axes", std::vector<int64_t>{axis}}});
+  if (log) {
+    b.node("Sub", {d, b.node("Log", {sum}, "lg", r)}, "y", s);
+  } else {
+    b.node("Div", {e, sum}, "y", s);
+  }
+  b.g.outputs = {"y"};
+  if (extra_use) {
+    b.node("Relu", {e}, "extra", s);
+    b.g.outputs.push_back("extra");
+  }
+  verify(b.g);
+  return b.g;
+}
+
+TEST(GraphPasses, RecognizesSoftmaxAndLogSoftmax) {
+  struct Case {
+    SoftmaxForm form;
+    int64_t axis, max_axis, opset;
+    const char* op;  // nullptr: stays decomposed
+    bool extra_use = false;
+  };
+  using F = SoftmaxForm;
+  for (const Case& c : std::vector<Case>{{F::kStable, -1, -1, 17, "Softmax"},
+                                         {F::kStable, 1, 1, 13, "Softmax"},
+                                         {F::kPlain, 0, 0, 17, "Softmax"},
+                                         {F::kLogStable, 1, -2, 17, "LogSoftmax"},
+                                         {F::kLogPlain, 2, 2, 11, "LogSoftmax"},
+                                         {F::kStable, 2, 2, 11, "Softmax"},
+                                         {F::kStable, 1, 1, 11, nullptr},  // legacy axis
+                                         {F::kStable, 1, 2, 17, nullptr},  // axes differ
+                                         {F::kLogStable, -1, 0, 17, nullptr},
+                                         {F::kStable, 1, 1, 17, nullptr, true},
+                                         {F::kPlain, 1, 1, 17, nullptr, true}}) {
+    Graph original = softmax_graph(c.form, c.axis, c.max_axis, c.opset, c.extra_use);
+    std::string label = tf::str("form ", static_cast<int>(c.form), " axis ", c.axis, " max axis ",
+                                c.max_axis, " opset ", c.opset, c.extra_use ? " extra use" : "");
+    Graph g = original;
+    EXPECT_EQ(recognize_composites(g), c.op != nullptr) << label;
+    verify(g);
+    EXPECT_EQ(g.outputs, original.outputs) << label;
+    if (c.op) {
+      ASSERT_EQ(g.nodes.size(), 1u) << label;
+      EXPECT_EQ(g.nodes[0].op, c.op) << label;
+      EXPECT_EQ(g.nodes[0].inputs, std::vector<std::string>{"x"}) << label;
+      EXPECT_EQ(g.nodes[0].get_int("axis", -9), c.axis < 0 ? c.axis + 3 : c.axis) << label;
+    } else {
+      EXPECT_EQ(g.nodes.size(), original.nodes.size()) << label;
+    }
+    std::map<std::string, HostTensor> in = {{"x", random_floats({2, 5, 3}, 9, -4, 4)}};
+    HostTensor want = run_reference(original, in).at("y"), got = run_reference(g, in).at("y");
+    for (int64_t k = 0; k < want.size(); ++k)
+      EXPECT_NEAR(got.f[k], want.f[k], 1e-5 * (1 + std::fabs(want.f[k]))) << label;
+  }
+}
+
 // Q, K, V projections of one input: one wide MatMul (+ one bias Add when each has one) and a
 // Split; readers of the projections keep working, outputs keep their names.
 TEST(GraphPasses, CombinesParallelMatmuls) {
@@ -357,7 +436,9 @@ TEST(GraphPasses, TransformsConvolutionsToBlockedLayouts) {
     o.channel_block = block;
     std::vector<PassReport> r = run_passes(g, o);
     for (const PassReport& p : r) {
-      if (p.name == "transform-conv-layout") EXPECT_TRUE(p.changed) << block;
+      if (p.name == "transform-conv-layout") {
+        EXPECT_TRUE(p.changed) << block;
+      }
     }
     SCOPED_TRACE(tf::str("block ", block));
     expect_same_outputs(original, g, {1, 3, 9, 9});
@@ -385,6 +466,38 @@ TEST(GraphPasses, TransformsConvolutionsToBlockedLayouts) {
   }
 }
 
+// Filters the target's block does not divide but half of it does (24 under 16) take blocks of
+// 8; the next convolution reads that layout as it is (ic_block 8, no conversion between), and
+// a depthwise layer on 24 channels runs in blocks of 8 too.
+TEST(GraphPasses, HalvesTheBlockWhereTheTargetsDoesNotDivide) {
+  GraphBuilder b;
+  std::string x = b.input("x", {1, 16, 6, 6});
+  std::string a = b.node("Conv", {x, b.weights("wa", {24, 16, 1, 1})}, "a", {1, 24, 6, 6});
+  std::string d = b.node("Conv", {a, b.weights("wd", {24, 1, 3, 3})}, "d", {1, 24, 6, 6},
+                         {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{24}}});
+  std::string r = b.node("Relu", {d}, "r", {1, 24, 6, 6});
+  b.node("Conv", {r, b.weights("wc", {32, 24, 1, 1})}, "y", {1, 32, 6, 6});
+  b.g.outputs = {"y"};
+  verify(b.g);
+  Graph g = b.g;
+  PassOptions o;
+  o.channel_block = 16;
+  run_passes(g, o);
+  expect_same_outputs(b.g, g, {1, 16, 6, 6});
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes) ++ops[n.op];
+  EXPECT_EQ(ops["ConvNCHWc"], 3);
+  EXPECT_EQ(ops["LayoutTransform"], 2);  // x in, y out
+  TaskList t = extract_tasks(g);
+  std::vector<std::string> w;
+  for (const auto& task : t.tasks) w.push_back(task.workload);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_NE(w[0].find("ic_block=16,oc_block=8"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("depthwise_conv2d_nchwc"), std::string::npos) << w[1];
+  EXPECT_NE(w[1].find("block=8"), std::string::npos) << w[1];
+  EXPECT_NE(w[2].find("ic_block=8,oc_block=16"), std::string::npos) << w[2];
+}
+
 // Without a channel block (no target) or with one that divides nothing, nothing changes.
 TEST(GraphPasses, ConvLayoutNeedsABlockThatDivides) {
   for (int64_t block : {0, 1, 3}) {
@@ -392,7 +505,9 @@ TEST(GraphPasses, ConvLayoutNeedsABlockThatDivides) {
     PassOptions o;
     o.channel_block = block;
     for (const PassReport& p : run_passes(g, o)) {
-      if (p.name == "transform-conv-layout") EXPECT_FALSE(p.changed) << block;
+      if (p.name == "transform-conv-layout") {
+        EXPECT_FALSE(p.changed) << block;
+      }
     }
     for (const Node& n : g.nodes) EXPECT_NE(n.op, "LayoutTransform") << block;
   }

@@ -35,11 +35,12 @@ class MLP(torch.nn.Module):
 class Attention(torch.nn.Module):
     """Self-attention with separate Q, K, V projections (as BERT implementations write it)."""
 
-    def __init__(self, d=64, heads=4):
+    def __init__(self, d=64, heads=4, written_out_softmax=False):
         super().__init__()
         self.q, self.k, self.v = (torch.nn.Linear(d, d) for _ in range(3))
         self.o = torch.nn.Linear(d, d)
         self.heads = heads
+        self.written_out_softmax = written_out_softmax
 
     def forward(self, x):
         b, s, d = x.shape
@@ -49,8 +50,31 @@ class Attention(torch.nn.Module):
             return t.view(b, s, h, d // h).transpose(1, 2)
 
         q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
-        a = torch.softmax(q @ k.transpose(-1, -2) / (d // h) ** 0.5, dim=-1)
+        scores = q @ k.transpose(-1, -2) / (d // h) ** 0.5
+        if self.written_out_softmax:  # as some exporters and hand-written models have it
+            e = torch.exp(scores - scores.max(dim=-1, keepdim=True).values)
+            a = e / e.sum(dim=-1, keepdim=True)
+        else:
+            a = torch.softmax(scores, dim=-1)
         return self.o((a @ v).transpose(1, 2).reshape(b, s, d))
+
+
+class Logic(torch.nn.Module):
+    """Comparisons, Where (on a computed and on a constant mask), Cast of bools, rounding and
+    Mod: bool values inside compiled kernels."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 24)
+        self.register_buffer("mask", torch.arange(24) % 3 == 0)
+
+    def forward(self, x):
+        y = self.fc(x)
+        m = y > 0.1
+        a = torch.where(m, torch.floor(y * 3), torch.ceil(y * 2))
+        b = torch.where(self.mask, torch.round(y * 4), torch.fmod(y, 0.3))
+        c = m.float() * 0.5 + (y <= a).float() - (b == a).float()
+        return a + b + c + torch.where(y >= 0, y, y * 0.25)
 
 
 def randomize_batchnorm(model):
@@ -80,6 +104,10 @@ def models():
     yield "encoder_o13", Encoder(64, 4, 128), (2, 8, 64), False, 13, True
     # Separate Q, K, V projections: combine-parallel-matmuls makes one of them.
     yield "attention", Attention(), (1, 12, 64), False, 14, True
+    yield "logic", Logic(), (5, 16), False, 13, True
+    # Softmax written out (ReduceMax, Sub, Exp, ReduceSum with axes as an input, Div):
+    # recognize-composites makes it one Softmax.
+    yield "attention_sm", Attention(written_out_softmax=True), (2, 10, 64), False, 13, True
 
 
 def run(cmd):
@@ -140,7 +168,8 @@ def main():
                 # Every convolution (all have workloads here) goes through its template, in
                 # the blocked layout (transform-conv-layout: weights blocked at compile time),
                 # with activations converted only around the pooling layers and the input.
-                ok = ok and all(k["template"] != "generic" for k in sidecar["kernels"] if any("Conv" in n for n in k["nodes"]))
+                anchors = sum(k["kind"] == "anchor" for k in info["fused_kernels"])
+                ok = ok and anchors == sum(k["template"] != "generic" for k in sidecar["kernels"])
                 ok = ok and "transform-conv-layout" in fired and "Conv" not in info["ops"]
                 ok = ok and all("nchwc" in t["workload"] for t in info["tasks"] if "conv" in t["workload"])
                 ok = ok and 0 < info["ops"].get("LayoutTransform", 0) <= 4
@@ -155,7 +184,12 @@ def main():
                 ok = ok and "recognize-composites" in fired and "LayerNormalization" not in info["ops_imported"]
                 ok = ok and info["ops"].get("LayerNormalization") == 4 and info["ops"].get("Gelu") == 2
                 ok = ok and "Erf" not in info["ops"] and "ReduceMean" not in info["ops"]
-            if name == "attention":
+            if name == "logic":
+                ok = ok and all(info["ops"].get(op) for op in ("Where", "Greater", "Floor", "Mod", "Cast"))
+            if name == "attention_sm":
+                ok = ok and "recognize-composites" in fired and info["ops"].get("Softmax") == 1
+                ok = ok and "Softmax" not in info["ops_imported"] and "ReduceMax" not in info["ops"]
+            if name.startswith("attention"):
                 ok = ok and "combine-parallel-matmuls" in fired
                 ok = ok and info["ops"].get("Split") == 1 and info["ops_imported"]["MatMul"] - info["ops"]["MatMul"] == 2
             ok = ok and len(info["tasks"]) > 0 and len(info["fused_kernels"]) < info["nodes"]
