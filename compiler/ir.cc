@@ -98,6 +98,7 @@ Expr Reduce::make(ReduceKind r, Expr source, std::vector<Expr> axes) {
 
 Expr Reduce::identity() const {
   if (reduce == ReduceKind::Sum) return FloatImm::make(0.0);
+  if (reduce == ReduceKind::Prod) return FloatImm::make(1.0);
   return FloatImm::make(-std::numeric_limits<double>::infinity());
 }
 

@@ -198,7 +198,7 @@ struct TensorRead : ExprNode {
   static Expr make(std::shared_ptr<const Operation> op, std::vector<Expr> indices);
 };
 
-enum class ReduceKind : uint8_t { Sum, Max };
+enum class ReduceKind : uint8_t { Sum, Max, Prod };
 
 // TE only: the reduction of `source` over the reduction axes `axes` (their Vars).
 struct Reduce : ExprNode {

@@ -122,7 +122,9 @@ class Printer {
       }
       case ExprKind::Reduce: {
         const Reduce* r = e.as<Reduce>();
-        os_ << (r->reduce == ReduceKind::Sum ? "sum(" : "max(");
+        os_ << (r->reduce == ReduceKind::Sum    ? "sum("
+                : r->reduce == ReduceKind::Prod ? "prod("
+                                                : "max(");
         print(r->source);
         os_ << ", axis=[";
         for (size_t i = 0; i < r->axes.size(); ++i) {

@@ -344,7 +344,9 @@ class Lowerer {
     if (red) {
       Expr src = lower_reads(red->source);
       Expr old = Load::make(Type::float32(), s.name(), index);
-      Expr combined = red->reduce == ReduceKind::Sum ? old + src : max(old, src);
+      Expr combined = red->reduce == ReduceKind::Sum    ? old + src
+                      : red->reduce == ReduceKind::Prod ? old * src
+                                                        : max(old, src);
       update = Store::make(s.name(), combined, index);
       init = Store::make(s.name(), red->identity(), index);
       if (spatial_guard) init = IfThenElse::make(spatial_guard, init);

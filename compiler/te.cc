@@ -51,6 +51,9 @@ Expr sum(Expr source, const std::vector<IterVar>& axes) {
 Expr max_reduce(Expr source, const std::vector<IterVar>& axes) {
   return reduce(ReduceKind::Max, std::move(source), axes);
 }
+Expr prod_reduce(Expr source, const std::vector<IterVar>& axes) {
+  return reduce(ReduceKind::Prod, std::move(source), axes);
+}
 
 Expr read(const Tensor& t, std::vector<Expr> indices) {
   TF_CHECK(indices.size() == t->shape.size(), "read of ", t->name, " with ", indices.size(),

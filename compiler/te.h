@@ -47,9 +47,10 @@ Tensor compute(const std::string& name, std::vector<int64_t> shape,
 // A reduction axis for use in compute bodies.
 IterVar reduce_axis(int64_t extent, const std::string& name);
 
-// sum / max of `source` over `axes`; only at the top of a compute body.
+// sum / max / product of `source` over `axes`; only at the top of a compute body.
 Expr sum(Expr source, const std::vector<IterVar>& axes);
 Expr max_reduce(Expr source, const std::vector<IterVar>& axes);
+Expr prod_reduce(Expr source, const std::vector<IterVar>& axes);
 
 Expr read(const Tensor& t, std::vector<Expr> indices);
 

@@ -247,6 +247,11 @@ std::vector<Tensor> reduce_te(const Node& n, const OpContext& c, const TeOperand
   const std::string& op = n.op;
   if (op == "ReduceSum") return {reduce("", false, id)};
   if (op == "ReduceMax") return {reduce("", true, id)};
+  if (op == "ReduceProd") {
+    return {ir::compute(
+        name, out_shape, axis_names(out_shape.size()),
+        [&](const Index& i) { return ir::prod_reduce(src(i), rv); }, rv)};
+  }
   if (op == "ReduceMean") {
     Tensor s = reduce("_sum", false, id);
     return {then(
