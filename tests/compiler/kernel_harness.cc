@@ -51,7 +51,10 @@ std::unique_ptr<KernelLibrary> build_for_host(const ir::LoweredFunc& f) {
 }
 
 Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t seed) {
-  std::unique_ptr<KernelLibrary> lib = build_for_host(f);
+  return run_and_compare(g, *build_for_host(f), seed);
+}
+
+Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) {
   std::vector<std::vector<float>> bufs;
   std::vector<const float*> inputs;
   for (const ir::Tensor& t : g.inputs) {
@@ -69,7 +72,7 @@ Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t 
   for (size_t i = 0; i + 1 < bufs.size(); ++i) inputs.push_back(bufs[i].data());
 
   Comparison c;
-  c.status = lib->call(args);
+  c.status = lib.call(args);
   c.check = check_against_reference(g, inputs, bufs.back().data());
   return c;
 }

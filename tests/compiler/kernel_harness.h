@@ -26,6 +26,8 @@ std::unique_ptr<KernelLibrary> build_for_host(const ir::LoweredFunc& f);
 
 // Compiles `f` for the host, runs it on inputs seeded from `seed`, compares with the reference.
 Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t seed = 7);
+// The same with a kernel built already (from `g`); callable from several threads at once.
+Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed = 7);
 
 // A fresh directory for one test's files, removed at exit.
 std::string temp_dir();

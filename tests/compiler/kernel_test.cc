@@ -2,6 +2,7 @@
 // shapes (1, primes, tiles that do not divide), stride, padding, dilation; under the default
 // config and under random configs drawn from the template's knob space.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <filesystem>
 #include <fstream>
@@ -110,6 +111,37 @@ TEST_P(KernelMatchesReference, EveryDepthwiseTileShape) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Operators, KernelMatchesReference, ::testing::ValuesIn(kWorkloads));
+
+// A parallel loop runs all its iterations whatever the threads: on a team (2 threads), on
+// one thread (then the kernel calls its loop body directly, without a team), and on one
+// thread that belongs to an outer team (each of the team's threads runs the whole kernel on
+// its own buffers; the body must not take its share of the outer team's iterations).
+TEST(KernelThreads, ParallelLoopsRunEveryIterationOnTeamsAndAlone) {
+  const char* specs[] = {"matmul(M=97,N=131,K=67)", "conv2d_nchw(N=1,C=5,H=13,W=11,K=17,R=3,S=3,pad=1)"};
+  int saved = omp_get_max_threads();
+  for (const char* spec : specs) {
+    Workload w = parse_workload(spec);
+    nlohmann::json config = {{"parallel", true}};
+    CompiledKernel k = compile_kernel(w, host_target(), config, "given", "");
+    ASSERT_TRUE(k.config["parallel"].get<bool>()) << spec;
+    std::unique_ptr<KernelLibrary> lib = testing::build_for_host(k.lowered.func);
+    for (int threads : {2, 1}) {
+      omp_set_num_threads(threads);
+      testing::Comparison c = testing::run_and_compare(k.graph, *lib);
+      EXPECT_TRUE(c.ok()) << spec << " on " << threads << " thread(s): " << c.str();
+    }
+    std::string failures[2];
+#pragma omp parallel num_threads(2)
+    {
+      omp_set_num_threads(1);
+      testing::Comparison c = testing::run_and_compare(k.graph, *lib, 11 + omp_get_thread_num());
+      if (!c.ok()) failures[omp_get_thread_num()] = c.str();
+    }
+    EXPECT_EQ(failures[0], "") << spec << " on thread 0 of an outer team";
+    EXPECT_EQ(failures[1], "") << spec << " on thread 1 of an outer team";
+  }
+  omp_set_num_threads(saved);
+}
 
 TEST(KernelAbi, SidecarDescribesArguments) {
   Workload w = parse_workload("conv2d_nchw(N=1,C=3,H=8,W=8,K=4,R=3,S=3,pad=1,epilogue=bias)");
