@@ -2,7 +2,10 @@
 // measured in the same run, interleaved (issue 8, benchmark 1).
 //
 //   bench_conv [--layers resnet50,mobilenet_v2] [--threads 1,2] [--min-ms 100] [--db tuning.db]
-//              [--only N]
+//              [--only N] [--list]
+//
+// --list prints the workloads instead (each layer in NCHW and blocked), for tuning them:
+// bench/conv_tune.sh.
 //
 // Our kernels run twice too: the NCHW workload, and the same layer as conv2d_nchwc /
 // depthwise_conv2d_nchwc with channel blocks of one vector (data, weights and output in the
@@ -174,8 +177,23 @@ static int run(int argc, char** argv) {
   std::string db_path, nets = "resnet50,mobilenet_v2";
   double min_ms = 100;
   int only = -1;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool list = false;
+  for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::printf("usage: bench_conv [--layers resnet50,mobilenet_v2] [--threads 1,2] [--min-ms 100] "
+                  "[--db tuning.db] [--only N] [--list]\n");
+      return 0;
+    }
+    if (a == "--list") {
+      list = true;
+      --i;
+      continue;
+    }
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "option %s needs a value\n", a.c_str());
+      return 2;
+    }
     if (a == "--threads") threads = parse_list(argv[i + 1]);
     else if (a == "--db") db_path = argv[i + 1];
     else if (a == "--min-ms") min_ms = std::atof(argv[i + 1]);
@@ -187,6 +205,15 @@ static int run(int argc, char** argv) {
     }
   }
   tf::Target target = tf::host_target();
+  if (list) {
+    // The workloads this run would time, ours in both layouts, one per line (to tune them).
+    for (size_t li = 0; li < layers().size(); ++li) {
+      const Layer& l = layers()[li];
+      if (nets.find(l.net) == std::string::npos || (only >= 0 && static_cast<int>(li) != only)) continue;
+      std::printf("%s\n%s\n", l.spec().c_str(), l.blocked_spec(target.vector_lanes()).c_str());
+    }
+    return 0;
+  }
   std::printf("target: %s, oneDNN %d.%d.%d\n", target.short_str().c_str(), dnnl_version()->major,
               dnnl_version()->minor, dnnl_version()->patch);
   std::unique_ptr<tf::db::Database> db;

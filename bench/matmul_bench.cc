@@ -1,17 +1,23 @@
 // matmul with tunefarm's default schedule (and, with --db, the tuned one) against OpenBLAS
 // sgemm, measured in the same run, interleaved.
 //
-//   bench_matmul [--sizes 512,1024,2048 | --shapes 1x1000x1024,97x131x67] [--threads 1,2]
-//                [--min-ms 300] [--db tuning.db]
+//   bench_matmul [--sizes 512,1024,2048 | --shapes 1x1000x1024,97x131x67,12x128x128x64]
+//                [--threads 1,2] [--min-ms 300] [--db tuning.db]
 //
+// A shape of four extents BxMxNxK is batch_matmul, against one OpenBLAS sgemm per batch
+// (0.3.21 has no batched sgemm).
 // Prints GFLOPS of each and the ratio tunefarm / OpenBLAS for each shape and thread count
 // (with --db also tuned / OpenBLAS and tuned / default), and checks that all computed the
-// same C. OpenBLAS runs at its best: the core it picked is
+// same C. It also measures one thread's fp32 FMA peak and prints OpenBLAS's share of it, the
+// ceiling of any ratio against OpenBLAS. OpenBLAS runs at its best: the core it picked is
 // printed, and if it fell back to an old generic core on a CPU with AVX2 or AVX-512 (it
 // misdetects some new x86 CPUs as Prescott), the benchmark re-runs itself with
 // OPENBLAS_CORETYPE set to the right one.
 #include <cblas.h>
 #include <strings.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <cctype>
 #include <omp.h>
@@ -74,25 +80,84 @@ void ensure_openblas_core(char** argv) {
   std::perror("execv");
 }
 
+#if defined(__x86_64__)
+// One thread's fp32 multiply-add peak, measured: 12 independent chains of vector FMAs (enough
+// to cover the latency of two FMA pipes), 20M steps each: 40 ms at 200 GFLOPS.
+constexpr long kPeakSteps = 20'000'000;
+// Twelve named accumulators, not an array: GCC kept an array in memory (58 GFLOPS where the
+// registers give 211).
+#define TF_FMA_PEAK(V, SET1, FMA, LANES)                                                     \
+  V a0 = SET1(1.0f), a1 = SET1(2.0f), a2 = SET1(3.0f), a3 = SET1(4.0f), a4 = SET1(5.0f),     \
+    a5 = SET1(6.0f), a6 = SET1(7.0f), a7 = SET1(8.0f), a8 = SET1(9.0f), a9 = SET1(10.0f),    \
+    a10 = SET1(11.0f), a11 = SET1(12.0f);                                                    \
+  V b = SET1(1.0000001f), c = SET1(1e-7f);                                                   \
+  auto t0 = std::chrono::steady_clock::now();                                                \
+  for (long i = 0; i < kPeakSteps; ++i) {                                                    \
+    a0 = FMA(a0, b, c), a1 = FMA(a1, b, c), a2 = FMA(a2, b, c), a3 = FMA(a3, b, c);          \
+    a4 = FMA(a4, b, c), a5 = FMA(a5, b, c), a6 = FMA(a6, b, c), a7 = FMA(a7, b, c);          \
+    a8 = FMA(a8, b, c), a9 = FMA(a9, b, c), a10 = FMA(a10, b, c), a11 = FMA(a11, b, c);      \
+  }                                                                                          \
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();   \
+  V sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;                       \
+  float keep[LANES];                                                                         \
+  std::memcpy(keep, &sum, sizeof keep);                                                      \
+  volatile float sink = keep[0];                                                             \
+  (void)sink;                                                                                \
+  return 12.0 * kPeakSteps * LANES * 2 / s * 1e-9;
+
+__attribute__((target("avx512f"))) double fma_peak_avx512() { TF_FMA_PEAK(__m512, _mm512_set1_ps, _mm512_fmadd_ps, 16) }
+__attribute__((target("avx2,fma"))) double fma_peak_avx2() { TF_FMA_PEAK(__m256, _mm256_set1_ps, _mm256_fmadd_ps, 8) }
+#undef TF_FMA_PEAK
+#endif
+
+// A single thread's fp32 FMA peak in GFLOPS (the best of three), or 0 where this build cannot
+// measure it: the ceiling that puts a ratio against OpenBLAS in proportion (when OpenBLAS
+// runs at 85% of it, no kernel can be 1.2x faster).
+double fma_peak_gflops() {
+  double best = 0;
+#if defined(__x86_64__)
+  for (int i = 0; i < 3; ++i) {
+    if (cpu_has("avx512f")) best = std::max(best, fma_peak_avx512());
+    else if (cpu_has("avx2") && cpu_has("fma")) best = std::max(best, fma_peak_avx2());
+  }
+#endif
+  return best;
+}
+
 }  // namespace
 
 static int run(int argc, char** argv) {
   std::vector<int> sizes = {512, 1024, 2048}, threads = {1, 2};
-  std::vector<std::array<int, 3>> shapes;
+  std::vector<std::array<int, 4>> shapes;  // batch (0: plain matmul), M, N, K
   std::string db_path;
   double min_ms = 300;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::printf("usage: bench_matmul [--sizes 512,1024,2048 | --shapes MxNxK|BxMxNxK,...] [--threads 1,2] "
+                  "[--min-ms 300] [--db tuning.db]\n");
+      return 0;
+    }
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "option %s needs a value\n", a.c_str());
+      return 2;
+    }
     if (a == "--sizes") sizes = parse_list(argv[i + 1]);
     else if (a == "--shapes") {
       std::stringstream ss(argv[i + 1]);
       for (std::string item; std::getline(ss, item, ',');) {
-        int m, n, k;
-        if (std::sscanf(item.c_str(), "%dx%dx%d", &m, &n, &k) != 3) {
-          std::fprintf(stderr, "--shapes: %s is not MxNxK\n", item.c_str());
+        int bt, m, n, k;
+        char end;
+        if (std::sscanf(item.c_str(), "%dx%dx%dx%d%c", &bt, &m, &n, &k, &end) == 4 && bt > 0 && m > 0 && n > 0 &&
+            k > 0) {
+          shapes.push_back({bt, m, n, k});
+        } else if (std::sscanf(item.c_str(), "%dx%dx%d%c", &m, &n, &k, &end) == 3 && m > 0 && n > 0 && k > 0) {
+          shapes.push_back({0, m, n, k});
+        } else {
+          std::fprintf(stderr, "--shapes: %s is not MxNxK (matmul) or BxMxNxK (batch_matmul) of positive extents\n",
+                       item.c_str());
           return 2;
         }
-        shapes.push_back({m, n, k});
       }
     } else if (a == "--db") db_path = argv[i + 1];
     else if (a == "--threads") threads = parse_list(argv[i + 1]);
@@ -105,35 +170,43 @@ static int run(int argc, char** argv) {
   ensure_openblas_core(argv);
   tf::Target target = tf::host_target();
   std::printf("target: %s\n", target.str().c_str());
+  double peak = fma_peak_gflops();
+  if (peak > 0) std::printf("fp32 FMA peak of one thread, measured: %.1f GFLOPS\n", peak);
   std::unique_ptr<tf::db::Database> db;
   if (!db_path.empty()) db = tf::db::open_database(db_path, tf::db::OpenMode::ReadOnly);
   fs::path dir = fs::temp_directory_path() / ("tunefarm-bench-" + std::to_string(getpid()));
   fs::create_directories(dir);
 
   if (shapes.empty()) {
-    for (int n : sizes) shapes.push_back({n, n, n});
+    for (int n : sizes) shapes.push_back({0, n, n, n});
   }
-  std::printf("%16s %7s %12s %12s %12s %9s %9s %9s\n", "shape", "threads", "default GF/s", "tuned GF/s",
-              "openblas GF/s", "def/blas", "tuned/blas", "tuned/def");
+  std::printf("%16s %7s %12s %12s %12s %9s %9s %9s %9s\n", "shape", "threads", "default GF/s", "tuned GF/s",
+              "openblas GF/s", "def/blas", "tuned/blas", "tuned/def", "blas/peak");
   bool all_ok = true;
   double log_ratio = 0;
   int ratios = 0;
-  for (auto [m, n, kk] : shapes) {
-    std::string spec = "matmul(M=" + std::to_string(m) + ",N=" + std::to_string(n) + ",K=" + std::to_string(kk) + ")";
+  for (auto [bt, m, n, kk] : shapes) {
+    // batch_matmul: OpenBLAS has no batched sgemm in 0.3.21; it runs one sgemm per batch.
+    int batches = std::max(bt, 1);
+    std::string mnk = "M=" + std::to_string(m) + ",N=" + std::to_string(n) + ",K=" + std::to_string(kk) + ")";
+    std::string spec = bt ? "batch_matmul(B=" + std::to_string(bt) + "," + mnk : "matmul(" + mnk;
     tf::Workload w = tf::parse_workload(spec);
     tf::ConfigChoice tuned = tf::choose_config(db.get(), w, target);
     auto build = [&](const nlohmann::json& config, const std::string& tag) {
       tf::CompiledKernel k = tf::compile_kernel(w, target, config, "bench", "");
-      std::string so = (dir / (tag + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(kk) + ".so")).string();
+      std::string so = (dir / (tag + std::to_string(bt) + "x" + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                               std::to_string(kk) + ".so"))
+                           .string();
       tf::write_kernel(k, tf::EmitKind::SharedLibrary, so);
       return std::make_unique<tf::KernelLibrary>(so, k.name);
     };
     auto def = build(nlohmann::json(), "def");
     auto tun = tuned.config.is_null() ? nullptr : build(tuned.config, "tuned");
-    std::vector<float> a(size_t(m) * kk), b(size_t(kk) * n), c(size_t(m) * n), c2(size_t(m) * n), c_ref(size_t(m) * n);
+    size_t sa = size_t(m) * kk, sb = size_t(kk) * n, sc = size_t(m) * n;
+    std::vector<float> a(sa * batches), b(sb * batches), c(sc * batches), c2(sc * batches), c_ref(sc * batches);
     tf::fill_random(a.data(), static_cast<int64_t>(a.size()), 1);
     tf::fill_random(b.data(), static_cast<int64_t>(b.size()), 2);
-    double flops = 2.0 * m * n * kk;
+    double flops = 2.0 * batches * m * n * kk;
     for (int t : threads) {
       omp_set_num_threads(t);
       openblas_set_num_threads(t);
@@ -142,8 +215,10 @@ static int run(int argc, char** argv) {
       for (int round = 0; round < 3; ++round) {
         ours = std::min(ours, median_seconds([&] { def->call({a.data(), b.data(), c.data()}); }, min_ms / 3));
         blas = std::min(blas, median_seconds([&] {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, kk, 1.0f, a.data(), kk, b.data(), n, 0.0f,
-                      c_ref.data(), n);
+          for (int i = 0; i < batches; ++i) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, kk, 1.0f, a.data() + i * sa, kk,
+                        b.data() + i * sb, n, 0.0f, c_ref.data() + i * sc, n);
+          }
         }, min_ms / 3));
         if (tun) best = std::min(best, median_seconds([&] { tun->call({a.data(), b.data(), c2.data()}); }, min_ms / 3));
       }
@@ -154,25 +229,29 @@ static int run(int argc, char** argv) {
       }
       bool ok = max_err <= 1e-3 * std::sqrt(double(kk));
       all_ok &= ok;
-      char shape[32];
-      std::snprintf(shape, sizeof shape, "%dx%dx%d", m, n, kk);
+      char shape[48];
+      if (bt) std::snprintf(shape, sizeof shape, "%dx%dx%dx%d", bt, m, n, kk);
+      else std::snprintf(shape, sizeof shape, "%dx%dx%d", m, n, kk);
       double top = tun ? std::min(best, ours) : ours;
       log_ratio += std::log(blas / top);
       ++ratios;
+      char of_peak[16] = "-";
+      if (peak > 0) std::snprintf(of_peak, sizeof of_peak, "%.2f", flops / blas * 1e-9 / (peak * t));
       if (tun) {
-        std::printf("%16s %7d %12.1f %12.1f %12.1f %9.2f %9.2f %9.2f%s\n", shape, t, flops / ours * 1e-9,
-                    flops / best * 1e-9, flops / blas * 1e-9, blas / ours, blas / best, ours / best,
+        std::printf("%16s %7d %12.1f %12.1f %12.1f %9.2f %9.2f %9.2f %9s%s\n", shape, t, flops / ours * 1e-9,
+                    flops / best * 1e-9, flops / blas * 1e-9, blas / ours, blas / best, ours / best, of_peak,
                     ok ? "" : "  RESULTS DIFFER");
       } else {
-        std::printf("%16s %7d %12.1f %12s %12.1f %9.2f %9s %9s%s\n", shape, t, flops / ours * 1e-9, "-",
-                    flops / blas * 1e-9, blas / ours, "-", "-", ok ? "" : "  RESULTS DIFFER");
+        std::printf("%16s %7d %12.1f %12s %12.1f %9.2f %9s %9s %9s%s\n", shape, t, flops / ours * 1e-9, "-",
+                    flops / blas * 1e-9, blas / ours, "-", "-", of_peak, ok ? "" : "  RESULTS DIFFER");
       }
     }
   }
   std::printf("geometric mean of (best of default and tuned) / OpenBLAS: %.2f\n", std::exp(log_ratio / ratios));
   std::error_code ec;
   fs::remove_all(dir, ec);
-  std::printf("ratios are GFLOPS over GFLOPS; tuned = the config a compile takes from --db (%s)\n",
+  std::printf("ratios are GFLOPS over GFLOPS; tuned = the config a compile takes from --db (%s); blas/peak = "
+              "OpenBLAS's GFLOPS over threads x the one-thread FMA peak\n",
               db_path.empty() ? "none given" : db_path.c_str());
   return all_ok ? 0 : 1;
 }
