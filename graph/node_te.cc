@@ -232,47 +232,42 @@ std::vector<Tensor> reduce_te(const Node& n, const OpContext& c, const TeOperand
   auto src = [&](const Index& i) {
     return operand(x, reduce_input_index(i, x.shape, axes, rv, keep));
   };
-  auto reduce = [&](const std::string& suffix, bool max, const std::function<Expr(Expr)>& f) {
+  // `by` is ir::sum, ir::max_reduce or ir::prod_reduce, of f(element).
+  using Reducer = Expr (*)(Expr, const std::vector<IterVar>&);
+  auto reduce = [&](const std::string& suffix, Reducer by, const std::function<Expr(Expr)>& f) {
     return ir::compute(
         name + suffix, out_shape, axis_names(out_shape.size()),
-        [&](const Index& i) {
-          return max ? ir::max_reduce(f(src(i)), rv) : ir::sum(f(src(i)), rv);
-        },
-        rv);
+        [&](const Index& i) { return by(f(src(i)), rv); }, rv);
   };
   auto then = [&](const Tensor& t, const std::function<Expr(Expr, const Index&)>& f) {
     return elementwise(name, out_shape, [&](const Index& i) { return f(ir::read(t, i), i); });
   };
   auto id = [](Expr e) { return e; };
   const std::string& op = n.op;
-  if (op == "ReduceSum") return {reduce("", false, id)};
-  if (op == "ReduceMax") return {reduce("", true, id)};
-  if (op == "ReduceProd") {
-    return {ir::compute(
-        name, out_shape, axis_names(out_shape.size()),
-        [&](const Index& i) { return ir::prod_reduce(src(i), rv); }, rv)};
-  }
+  if (op == "ReduceSum") return {reduce("", ir::sum, id)};
+  if (op == "ReduceMax") return {reduce("", ir::max_reduce, id)};
+  if (op == "ReduceProd") return {reduce("", ir::prod_reduce, id)};
   if (op == "ReduceMean") {
-    Tensor s = reduce("_sum", false, id);
+    Tensor s = reduce("_sum", ir::sum, id);
     return {then(
         s, [&](Expr v, const Index&) { return v * ir::f32(1.0 / static_cast<double>(count)); })};
   }
   if (op == "ReduceMin") {
-    Tensor m = reduce("_negmax", true, neg);
+    Tensor m = reduce("_negmax", ir::max_reduce, neg);
     return {then(m, [](Expr v, const Index&) { return neg(v); })};
   }
-  if (op == "ReduceSumSquare") return {reduce("", false, [](Expr e) { return e * e; })};
-  if (op == "ReduceL1") return {reduce("", false, [](Expr e) { return ir::fabs(e); })};
+  if (op == "ReduceSumSquare") return {reduce("", ir::sum, [](Expr e) { return e * e; })};
+  if (op == "ReduceL1") return {reduce("", ir::sum, [](Expr e) { return ir::fabs(e); })};
   if (op == "ReduceL2") {
-    Tensor s = reduce("_sumsq", false, [](Expr e) { return e * e; });
+    Tensor s = reduce("_sumsq", ir::sum, [](Expr e) { return e * e; });
     return {then(s, [](Expr v, const Index&) { return ir::sqrt(v); })};
   }
   if (op == "ReduceLogSum") {
-    Tensor s = reduce("_sum", false, id);
+    Tensor s = reduce("_sum", ir::sum, id);
     return {then(s, [](Expr v, const Index&) { return ir::log(v); })};
   }
   if (op == "ReduceLogSumExp") {
-    Tensor m = reduce("_max", true, id);
+    Tensor m = reduce("_max", ir::max_reduce, id);
     Tensor s = ir::compute(
         name + "_sum", out_shape, axis_names(out_shape.size()),
         [&](const Index& i) { return ir::sum(ir::exp(src(i) - ir::read(m, i)), rv); }, rv);
