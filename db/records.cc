@@ -180,27 +180,30 @@ std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records)
     g.ok.push_back(&r);
     g.first_id = std::min(g.first_id, r.id);
   }
-  std::optional<BestResult> best;
-  int64_t best_first = 0;
+  // The best of the configs measured once and the best of those measured more often.
+  std::optional<BestResult> best[2];
+  int64_t best_first[2] = {0, 0};
   for (const auto& [key, g] : groups) {
     if (g.wrong || g.ok.empty()) continue;
     std::vector<double> medians;
     for (const MeasureRecord* r : g.ok) medians.push_back(*r->median_s());
     double robust = median_of(medians);
-    if (best && (robust > best->robust_median_s || (robust == best->robust_median_s && g.first_id > best_first))) continue;
+    int tier = g.ok.size() > 1 ? 1 : 0;
+    std::optional<BestResult>& b = best[tier];
+    if (b && (robust > b->robust_median_s || (robust == b->robust_median_s && g.first_id > best_first[tier]))) continue;
     const MeasureRecord* nearest = g.ok[0];
     for (const MeasureRecord* r : g.ok) {
       double d = std::fabs(*r->median_s() - robust), dn = std::fabs(*nearest->median_s() - robust);
       if (d < dn || (d == dn && r->id < nearest->id)) nearest = r;
     }
-    BestResult b;
-    b.record = *nearest;
-    b.robust_median_s = robust;
-    b.measurements = static_cast<int64_t>(g.ok.size());
-    best = b;
-    best_first = g.first_id;
+    b = BestResult{};
+    b->record = *nearest;
+    b->robust_median_s = robust;
+    b->measurements = static_cast<int64_t>(g.ok.size());
+    best_first[tier] = g.first_id;
   }
-  return best;
+  if (best[0] && best[1] && best[0]->robust_median_s >= (1 - kOnceMargin) * best[1]->robust_median_s) return best[1];
+  return best[0] ? best[0] : best[1];
 }
 
 }  // namespace tf::db

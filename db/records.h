@@ -152,6 +152,13 @@ struct BestResult {
 // The robust pick among records of one (workload, target): per (template, config), the
 // median of the records' medians; the lowest wins (ties: the earliest record). Records that
 // are not "ok" are ignored, except that a wrong answer rules its config out.
+//
+// A config measured once ranks behind the configs measured at least twice unless its median
+// is below theirs by more than kOnceMargin: the fastest of many configs timed once is biased
+// low (it won partly by luck), and the medians of fresh processes differ by 5-15% on the VMs
+// we measured, while the tuner re-times its best few, so the configs it picks always have
+// several measurements (docs/tuning.md, "Ranking").
+constexpr double kOnceMargin = 0.10;
 std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records);
 
 // Distance between two shapes of one operator: the sum over their integer parameters of

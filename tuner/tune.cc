@@ -318,6 +318,16 @@ TuneSummary TuneLoop::finish() {
       sum_.best_s = sum_.retimed[0].median_of_medians_s;
     }
   }
+  // The run's pick is the database's answer to `query best` and compile lookups: the same
+  // ranking over every record of this space, the re-timings included, so the three agree.
+  if (db_) {
+    db::BestResult b = db_->best(lookup_key(space_.workload(), space_.target()));
+    if (b.tier == db::MatchTier::Exact && b.record.template_name == space_.template_id()) {
+      sum_.best_config = b.record.config;
+      sum_.best_s = b.robust_median_s;
+      sum_.best_measurements = b.measurements;
+    }
+  }
   if (sum_.best_config.is_null() && std::isfinite(st.best_s)) {
     sum_.best_config = st.best_config;
     sum_.best_s = st.best_s;

@@ -13,8 +13,11 @@
 //   whose samples spread more than max_spread around their median is disturbed and measured
 //   once more (both are stored); at the end
 //   the retime_top best configs and the default are re-timed in retime_rounds rounds,
-//   interleaved, each measurement in a fresh process, and the best is chosen on the median
-//   of each config's medians. Every measurement is a record.
+//   interleaved, each measurement in a fresh process. Every measurement is a record. With a
+//   database, the run's pick is the database's own answer (db::robust_best over every
+//   record of this workload, target and template, the re-timings included), so `tune`,
+//   `query best` and compile lookups name the same config; without one, the re-timed
+//   config with the best median of its re-timed medians.
 // - Results reach the MeasureCallbacks batch by batch (records committed, strategy fed,
 //   progress shown); BOARD_LOST results are passed as lost, never as a candidate's result.
 // - Hopeless candidates are cut short: with a best median B so far, a measurement's time limit
@@ -122,7 +125,8 @@ struct TuneSummary {
   TuneState state;
   std::vector<RetimeResult> retimed;   // best first; empty when not re-timed
   nlohmann::json best_config;          // null when nothing ran correctly
-  double best_s = 0;                   // median of medians when re-timed, else best median
+  double best_s = 0;                   // its median of medians (db::robust_best); else best median
+  int64_t best_measurements = 0;       // its correct records, when the pick came from the database
   double default_s = 0;                // the default config's, when known
   bool interrupted = false;
   std::string stop_reason;             // trials, exhausted, early-stop, time-budget, interrupted

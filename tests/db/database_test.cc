@@ -176,6 +176,41 @@ TEST(Lookup, EveryTier) {
   EXPECT_EQ(b.tier, MatchTier::None) << b.record.workload << " at distance " << b.distance;
 }
 
+// The ranking of docs/tuning.md: a config's median of medians, not its luckiest record; and
+// a config timed once ranks behind re-timed ones unless faster by more than kOnceMargin.
+TEST(Lookup, OneLuckyMeasurementDoesNotWin) {
+  auto db = open_database(":memory:");
+  auto rec = [](int tile, double seconds, int n) {
+    MeasureRecord r = record(64, 64, 64, kX86, tile, seconds);
+    r.measured_at += n * 1000;  // another measurement of the same config
+    return r;
+  };
+  // Config 1: re-timed four times, one of them lucky (0.9 ms); its statistic is 1.40 ms.
+  db->commit({rec(1, 1.40e-3, 0), rec(1, 0.90e-3, 1), rec(1, 1.41e-3, 2), rec(1, 1.39e-3, 3)});
+  // Config 2: measured once at 1.36 ms, 3% faster: within the margin, so behind config 1.
+  db->commit({rec(2, 1.36e-3, 0)});
+  MeasureRecord any = record(64, 64, 64, kX86, 0, 1);
+  BestResult b = db->best(key(any, kX86, "x86_64"));
+  ASSERT_EQ(b.tier, MatchTier::Exact);
+  EXPECT_EQ(b.record.config, rec(1, 1, 0).config);
+  EXPECT_EQ(b.measurements, 4);
+  EXPECT_NEAR(b.robust_median_s, 1.395e-3, 1e-12);
+  // Measured once more (1.37 ms), config 2 is re-timed too and wins on its statistic.
+  db->commit({rec(2, 1.37e-3, 1)});
+  b = db->best(key(any, kX86, "x86_64"));
+  EXPECT_EQ(b.record.config, rec(2, 1, 0).config);
+  EXPECT_EQ(b.measurements, 2);
+  // A config measured once but faster by more than the margin (1.2 ms against 1.365) wins.
+  db->commit({rec(3, 1.20e-3, 0)});
+  b = db->best(key(any, kX86, "x86_64"));
+  EXPECT_EQ(b.record.config, rec(3, 1, 0).config);
+  EXPECT_EQ(b.measurements, 1);
+  // Nothing re-timed at all: the fastest single measurement.
+  auto only = open_database(":memory:");
+  only->commit({rec(4, 2e-3, 0), rec(5, 1.9e-3, 0)});
+  EXPECT_EQ(only->best(key(any, kX86, "x86_64")).record.config, rec(5, 1, 0).config);
+}
+
 TEST(Queries, TopHistoryMeasuredStatsRuns) {
   auto db = open_database(":memory:");
   TuningRun run;

@@ -440,6 +440,10 @@ TEST(Tune, RecordsEveryTrialResumesWithoutRemeasuringAndCompileUsesTheBest) {
   EXPECT_EQ(c.config, best.record.config);
   EXPECT_GE(best.measurements, 1);
   EXPECT_NE(c.config, b.crashed);
+  // The run's reported best is the config compile takes, with the lookup's statistic.
+  EXPECT_EQ(second.best_config, best.record.config);
+  EXPECT_DOUBLE_EQ(second.best_s, best.robust_median_s);
+  EXPECT_EQ(second.best_measurements, best.measurements);
 }
 
 TEST(Tune, ASpaceSmallerThanTheTrialsRunsDry) {

@@ -400,7 +400,8 @@ int run_tune_impl(const TuneArgs& a) {
     std::printf("%s\n", json{{"event", "done"}, {"status", status}, {"stop_reason", sum.stop_reason},
                              {"trials", st.trials_done}, {"errors", st.errors}, {"known", st.known},
                              {"boards_lost", st.boards_lost}, {"best_config", sum.best_config}, {"best_s", sum.best_s},
-                             {"best_gflops", gflops(space, sum.best_s)}, {"default_s", sum.default_s},
+                             {"best_gflops", gflops(space, sum.best_s)}, {"best_measurements", sum.best_measurements},
+                             {"default_s", sum.default_s},
                              {"speedup_over_default", speedup}, {"retimed", retimed},
                              {"records", commit.committed()}, {"run", opts.run_uuid}, {"elapsed_s", st.elapsed_s},
                              {"model", model_report}}
@@ -411,8 +412,11 @@ int run_tune_impl(const TuneArgs& a) {
                 w.canonical().c_str(), t.short_str().c_str(), runner->device_key().c_str(), st.trials_done, st.errors,
                 st.known, sum.stop_reason.c_str());
     if (!sum.best_config.is_null()) {
+      std::string how = sum.best_measurements > 0
+                            ? str(" (median of its ", sum.best_measurements, " measurements, as compile will pick it)")
+                            : "";
       std::printf("best      %.4f ms, %.1f GFLOPS%s\n          %s\n", sum.best_s * 1e3, gflops(space, sum.best_s),
-                  sum.retimed.empty() ? "" : " (median of re-timings in fresh processes)", sum.best_config.dump().c_str());
+                  how.c_str(), sum.best_config.dump().c_str());
     }
     if (sum.default_s > 0) {
       std::printf("default   %.4f ms, %.1f GFLOPS; speedup %.2fx\n", sum.default_s * 1e3, gflops(space, sum.default_s),
