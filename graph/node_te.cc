@@ -196,6 +196,13 @@ Expr pow_const(Expr x, double p) {
   }
   if (p == 0.5) return ir::sqrt(x);
   if (p == -0.5) return ir::f32(1.0) / ir::sqrt(x);
+  if (p == std::round(p)) {
+    // exp(p log x) is NaN for x < 0, std::pow of an integral p is not: |x|^p, negative for
+    // an odd p.
+    Expr m = ir::exp(ir::f32(p) * ir::log(ir::fabs(x)));
+    bool odd = std::fmod(std::fabs(p), 2.0) == 1.0;
+    return odd ? ir::select(x < ir::f32(0.0), ir::f32(0.0) - m, m) : m;
+  }
   return ir::exp(ir::f32(p) * ir::log(x));
 }
 

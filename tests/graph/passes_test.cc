@@ -681,3 +681,37 @@ TEST(GraphLayoutOps, GenericConvKernelsMatchTheWorkloadReference) {
     EXPECT_TRUE(c.ok()) << c.str();
   }
 }
+
+// Pow by a constant as compiled: an integral exponent of any size keeps a negative base's
+// sign, as std::pow and the reference evaluation do (exp(p log x) would be NaN there).
+TEST(GraphNodeTe, PowByAConstantMatchesStdPow) {
+  const Shape shape = {3, 7};
+  for (double p : {2.0, 3.0, -3.0, 9.0, 10.0, 11.0, -11.0, 0.5, -0.5, 2.5}) {
+    SCOPED_TRACE(p);
+    bool positive_only = p != std::round(p);
+    Graph g;
+    g.values["x"] = Value{"x", DType::F32, shape, std::nullopt};
+    g.inputs = {"x"};
+    g.values["e"] = Value{"e", DType::F32, {}, HostTensor::floats({}, {static_cast<float>(p)})};
+    Node n{"pow", "Pow", {"x", "e"}, {"y"}, {}};
+    g.values["y"] = Value{"y", DType::F32, shape, std::nullopt};
+    g.nodes.push_back(n);
+    g.outputs = {"y"};
+    verify(g);
+    tf::ir::Tensor x = tf::ir::placeholder("x", shape);
+    tf::ir::Tensor y = node_te(g, n, {TeOperand{shape, x, std::nullopt}, TeOperand{{}, nullptr, p}}, "t_")[0];
+    tf::ir::Schedule sch(y);
+    auto lib = tf::testing::build_for_host(tf::lower(sch, {x}, "k").func);
+    // |x| in [0.3, 1.5] (x^-11 stays finite), every other one negative unless p is not integral.
+    HostTensor in = random_floats(shape, 5, 0.3f, 1.5f);
+    for (size_t k = 0; k < in.f.size(); k += 2) in.f[k] = positive_only ? in.f[k] : -in.f[k];
+    std::vector<float> xs = in.f, out(xs.size(), -7.0f);
+    ASSERT_EQ(lib->call({xs.data(), out.data()}), 0);
+    auto want = run_reference(g, {{"x", in}}).at("y");
+    for (size_t k = 0; k < xs.size(); ++k) {
+      double ref = std::pow(static_cast<double>(xs[k]), p);
+      EXPECT_NEAR(out[k], ref, 1e-5 * (1 + std::fabs(ref))) << "x = " << xs[k];
+      EXPECT_NEAR(want.f[k], ref, 1e-5 * (1 + std::fabs(ref))) << "reference, x = " << xs[k];
+    }
+  }
+}
