@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <functional>
 #include <map>
 
@@ -204,6 +205,19 @@ Expr pow_const(Expr x, double p) {
     return odd ? ir::select(x < ir::f32(0.0), ir::f32(0.0) - m, m) : m;
   }
   return ir::exp(ir::f32(p) * ir::log(x));
+}
+
+// std::pow for a computed exponent: exp(y log|x|), negated for a negative base and an odd
+// integral y, NaN for a negative base and a non-integral y, and 1 for y = 0 or x = 1 (NaN
+// included, as std::pow has it).
+Expr pow_computed(Expr x, Expr y) {
+  Expr m = ir::exp(y * ir::log(ir::fabs(x)));
+  Expr half = y * ir::f32(0.5);
+  Expr negative = ir::select(ir::eq(ir::floor(y), y),
+                             ir::select(ir::eq(ir::floor(half), half), m, ir::f32(0.0) - m),
+                             ir::f32(std::numeric_limits<double>::quiet_NaN()));
+  Expr v = ir::select(x < ir::f32(0.0), negative, m);
+  return ir::select(ir::eq(y, ir::f32(0.0)), ir::f32(1.0), ir::select(ir::eq(x, ir::f32(1.0)), ir::f32(1.0), v));
 }
 
 // Maps an output index of a reduction to the input index, the reduced axes taking `rv`.
@@ -634,9 +648,10 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   }
   if (op == "Pow") {
     const TeOperand &x = need(n, in, 0), &p = need(n, in, 1);
-    if (!p.scalar) not_implemented(n, "Pow with an exponent that is not one constant");
-    return {elementwise(
-        name, out, [&](const Index& i) { return pow_const(read_broadcast(x, i), *p.scalar); })};
+    return {elementwise(name, out, [&](const Index& i) {
+      return p.scalar ? pow_const(read_broadcast(x, i), *p.scalar)
+                      : pow_computed(read_broadcast(x, i), read_broadcast(p, i));
+    })};
   }
   if (op == "Clip") {
     const TeOperand& x = need(n, in, 0);

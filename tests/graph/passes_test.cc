@@ -715,3 +715,49 @@ TEST(GraphNodeTe, PowByAConstantMatchesStdPow) {
     }
   }
 }
+
+// Pow of a computed exponent as compiled, against std::pow: negative bases with integral
+// exponents (odd and even), NaN for a negative base and a fractional exponent, zero bases
+// (0 and inf results), x^0 = 1 and 1^y = 1.
+TEST(GraphNodeTe, PowOfAComputedExponentMatchesStdPow) {
+  std::vector<float> xs, ys;
+  for (float a : {-2.0f, -1.5f, -1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 2.0f, 3.0f}) {
+    for (float b : {-3.0f, -2.0f, -1.0f, 0.0f, 0.5f, 1.0f, 2.0f, 2.5f, 3.0f, 7.0f}) {
+      xs.push_back(a);
+      ys.push_back(b);
+    }
+  }
+  xs.push_back(std::nanf(""));
+  ys.push_back(0.0f);  // NaN^0 = 1
+  xs.push_back(1.0f);
+  ys.push_back(std::nanf(""));  // 1^NaN = 1
+  const Shape shape = {static_cast<int64_t>(xs.size())};
+  Graph g;
+  for (const char* v : {"x", "e"}) {
+    g.values[v] = Value{v, DType::F32, shape, std::nullopt};
+    g.inputs.push_back(v);
+  }
+  Node n{"pow", "Pow", {"x", "e"}, {"y"}, {}};
+  g.values["y"] = Value{"y", DType::F32, shape, std::nullopt};
+  g.nodes.push_back(n);
+  g.outputs = {"y"};
+  verify(g);
+  tf::ir::Tensor x = tf::ir::placeholder("x", shape), e = tf::ir::placeholder("e", shape);
+  tf::ir::Tensor y =
+      node_te(g, n, {TeOperand{shape, x, std::nullopt}, TeOperand{shape, e, std::nullopt}}, "t_")[0];
+  tf::ir::Schedule sch(y);
+  auto lib = tf::testing::build_for_host(tf::lower(sch, {x, e}, "k").func);
+  std::vector<float> out(xs.size(), -7.0f);
+  ASSERT_EQ(lib->call({xs.data(), ys.data(), out.data()}), 0);
+  for (size_t k = 0; k < xs.size(); ++k) {
+    double ref = std::pow(static_cast<double>(xs[k]), static_cast<double>(ys[k]));
+    std::string at = "pow(" + std::to_string(xs[k]) + ", " + std::to_string(ys[k]) + ") = " + std::to_string(out[k]);
+    if (std::isnan(ref)) {
+      EXPECT_TRUE(std::isnan(out[k])) << at;
+    } else if (std::isinf(ref)) {
+      EXPECT_EQ(out[k], ref) << at;
+    } else {
+      EXPECT_NEAR(out[k], ref, 1e-5 * (1 + std::fabs(ref))) << at;
+    }
+  }
+}
