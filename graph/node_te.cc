@@ -202,7 +202,7 @@ Expr pow_const(Expr x, double p) {
     // an odd p.
     Expr m = ir::exp(ir::f32(p) * ir::log(ir::fabs(x)));
     bool odd = std::fmod(std::fabs(p), 2.0) == 1.0;
-    return odd ? ir::select(x < ir::f32(0.0), ir::f32(0.0) - m, m) : m;
+    return odd ? ir::select(x < ir::f32(0.0), neg(m), m) : m;
   }
   return ir::exp(ir::f32(p) * ir::log(x));
 }
@@ -214,7 +214,7 @@ Expr pow_computed(Expr x, Expr y) {
   Expr m = ir::exp(y * ir::log(ir::fabs(x)));
   Expr half = y * ir::f32(0.5);
   Expr negative = ir::select(ir::eq(ir::floor(y), y),
-                             ir::select(ir::eq(ir::floor(half), half), m, ir::f32(0.0) - m),
+                             ir::select(ir::eq(ir::floor(half), half), m, neg(m)),
                              ir::f32(std::numeric_limits<double>::quiet_NaN()));
   Expr v = ir::select(x < ir::f32(0.0), negative, m);
   return ir::select(ir::eq(y, ir::f32(0.0)), ir::f32(1.0), ir::select(ir::eq(x, ir::f32(1.0)), ir::f32(1.0), v));
