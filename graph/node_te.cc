@@ -133,6 +133,29 @@ const std::map<std::string, Unary>& unary_ops() {
          Expr y = ir::f32(n.get_float("alpha", 0.2f)) * x + ir::f32(n.get_float("beta", 0.5f));
          return ir::max(ir::f32(0.0), ir::min(ir::f32(1.0), y));
        }},
+      // The exponential branches read min(x, 0): no overflow in the branch not taken.
+      {"Elu",
+       [](Expr x, const Node& n) {
+         Expr e = ir::exp(ir::min(x, ir::f32(0.0))) - ir::f32(1.0);
+         return ir::select(x < ir::f32(0.0), ir::f32(n.get_float("alpha", 1.0f)) * e, x);
+       }},
+      {"Selu",
+       [](Expr x, const Node& n) {
+         float alpha = n.get_float("alpha", kSeluAlpha), gamma = n.get_float("gamma", kSeluGamma);
+         Expr e = ir::f32(alpha) * ir::exp(ir::min(x, ir::f32(0.0))) - ir::f32(alpha);
+         return ir::f32(gamma) * ir::select(gt(x, ir::f32(0.0)), x, e);
+       }},
+      {"Celu",
+       [](Expr x, const Node& n) {
+         float alpha = n.get_float("alpha", 1.0f);
+         Expr e = ir::f32(alpha) * (ir::exp(ir::min(x, ir::f32(0.0)) / ir::f32(alpha)) - ir::f32(1.0));
+         return ir::max(x, ir::f32(0.0)) + ir::min(ir::f32(0.0), e);
+       }},
+      {"ThresholdedRelu",
+       [](Expr x, const Node& n) {
+         return ir::select(gt(x, ir::f32(n.get_float("alpha", 1.0f))), x, ir::f32(0.0));
+       }},
+      {"Softsign", [](Expr x, const Node&) { return x / (ir::f32(1.0) + ir::fabs(x)); }},
       {"HardSwish",
        [](Expr x, const Node&) {
          return x *
@@ -696,6 +719,40 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       Index src;
       for (size_t d = 0; d < i.size(); ++d) src.push_back(i[d] * s.step[d] + s.start[d]);
       return operand(x, src);
+    })};
+  }
+  if (op == "Pad") {
+    const TeOperand& x = need(n, in, 0);
+    PadSpec s = pad_spec(c);
+    Expr fill = ir::f32(0.0);
+    if (c.present(2)) {
+      const TeOperand& v = need(n, in, 2);
+      fill = operand(v, Index(v.shape.size(), Expr(int64_t{0})));
+    }
+    return {elementwise(name, out, [&](const Index& i) {
+      Index src;
+      Expr inside;
+      for (size_t d = 0; d < i.size(); ++d) {
+        int64_t extent = x.shape[d];
+        Expr at = i[d] - Expr(s.begin[d]);
+        if (s.begin[d] == 0 && out[d] == extent) {
+          src.push_back(i[d]);
+          continue;
+        }
+        if (s.mode == PadSpec::Edge || (s.mode == PadSpec::Reflect && extent == 1)) {
+          src.push_back(clamp(at, 0, extent - 1));
+        } else if (s.mode == PadSpec::Reflect) {  // PadSpec::source, in index arithmetic
+          int64_t period = 2 * (extent - 1);
+          Expr m = ((at % period) + period) % period;
+          src.push_back(ir::select(m < Expr(extent), m, Expr(period) - m));
+        } else {
+          Expr ok = ir::logical_and(at >= int64_t{0}, at < Expr(extent));
+          inside = inside ? ir::logical_and(inside, ok) : ok;
+          src.push_back(clamp(at, 0, extent - 1));
+        }
+      }
+      Expr v = operand(x, src);
+      return inside ? ir::select(inside, v, fill) : v;
     })};
   }
   if (op == "Concat") {

@@ -68,6 +68,11 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
   static const std::map<std::string, std::vector<std::string>> known = {
       {"LeakyRelu", {"alpha"}},
       {"HardSigmoid", {"alpha", "beta"}},
+      {"Elu", {"alpha"}},
+      {"Selu", {"alpha", "gamma"}},
+      {"Celu", {"alpha"}},
+      {"ThresholdedRelu", {"alpha"}},
+      {"Pad", {"mode"}},
       {"Mod", {"fmod"}},
       {"Cast", {"to"}},
       {"Gemm", {"alpha", "beta", "transA", "transB"}},

@@ -80,6 +80,10 @@ constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
 constexpr int64_t kMaxFoldedTotal = int64_t{1} << 26;
 bool foldable(const Node& n, const std::vector<TypeShape>& outputs);
 
+// Selu's default alpha and gamma (the ONNX spec's, as float32).
+constexpr float kSeluAlpha = 1.67326319217681884765625f;
+constexpr float kSeluGamma = 1.05070102214813232421875f;
+
 // Helpers shared by the op files.
 Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b);
 // Row-major strides of `s`, with 0 for dimensions broadcast to `out` (aligned on the right).
@@ -110,6 +114,16 @@ struct SliceSpec {
   Shape out;
 };
 SliceSpec slice_spec(const OpContext& c);
+// Pad (opset 11+; the axes input of opset 18 too): per dimension the padding before it (negative:
+// cropped) and the output shape; `source` maps an output position on a dimension of size n to
+// the input position it copies, or -1 where constant mode writes the constant value.
+struct PadSpec {
+  enum Mode { Constant, Reflect, Edge } mode = Constant;
+  std::vector<int64_t> begin;
+  Shape out;
+  int64_t source(int64_t at, size_t dim, int64_t n) const;
+};
+PadSpec pad_spec(const OpContext& c);
 // Split: the sizes of the pieces along the axis.
 std::vector<int64_t> split_sizes(const OpContext& c);
 // Reductions: the reduced axes, sorted, non-negative.

@@ -268,6 +268,21 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
     return std::max(0.0f,
                     std::min(1.0f, n.get_float("alpha", 0.2f) * x + n.get_float("beta", 0.5f)));
   }));
+  ops.push_back(unary("Elu", [](float x, const Node& n) {
+    return x < 0 ? n.get_float("alpha", 1.0f) * std::expm1(x) : x;
+  }));
+  ops.push_back(unary("Selu", [](float x, const Node& n) {
+    float alpha = n.get_float("alpha", kSeluAlpha), gamma = n.get_float("gamma", kSeluGamma);
+    return gamma * (x > 0 ? x : alpha * std::exp(x) - alpha);
+  }));
+  ops.push_back(unary("Celu", [](float x, const Node& n) {
+    float alpha = n.get_float("alpha", 1.0f);
+    return std::max(0.0f, x) + std::min(0.0f, alpha * std::expm1(x / alpha));
+  }));
+  ops.push_back(unary("ThresholdedRelu", [](float x, const Node& n) {
+    return x > n.get_float("alpha", 1.0f) ? x : 0.0f;
+  }));
+  ops.push_back(unary("Softsign", [](float x, const Node&) { return x / (1 + std::fabs(x)); }));
   ops.push_back(unary("HardSwish", [](float x, const Node&) {
     return x * std::max(0.0f, std::min(1.0f, x / 6 + 0.5f));
   }));

@@ -1,4 +1,4 @@
-// Data movement and shape operators: Shape, Reshape, Flatten, Transpose, Concat, Slice,
+// Data movement and shape operators: Shape, Reshape, Flatten, Transpose, Concat, Slice, Pad,
 // Gather, Split, Squeeze, Unsqueeze, Expand, Constant, ConstantOfShape, Range, Identity, Dropout.
 // Most of them take any element type; shape arithmetic runs through them on int64 tensors.
 #include <algorithm>
@@ -221,6 +221,91 @@ std::vector<HostTensor> slice_eval(const OpContext& c, const std::vector<const H
     int64_t k = 0;
     for (size_t d = 0; d < idx.size(); ++d) k += (s.start[d] + idx[d] * s.step[d]) * st[d];
     copy_elem(out, e, *in[0], k);
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < s.out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return {out};
+}
+
+}  // namespace
+
+PadSpec pad_spec(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  auto rank = static_cast<int64_t>(x.size());
+  PadSpec s;
+  std::string mode = c.node.get_string("mode", "constant");
+  if (mode == "reflect")
+    s.mode = PadSpec::Reflect;
+  else if (mode == "edge")
+    s.mode = PadSpec::Edge;
+  else if (mode != "constant")
+    throw UserError(str(c.node.where(), ": mode '", mode,
+                        "' is not supported (constant, reflect and edge are)"));
+  std::vector<int64_t> pads = ints_of(c.constant(1, "pads")), axes;
+  if (c.present(3)) {
+    for (int64_t a : ints_of(c.constant(3, "axes"))) axes.push_back(normalize_axis(c.node, a, rank));
+  } else {
+    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
+  }
+  if (pads.size() != 2 * axes.size())
+    throw UserError(str(c.node.where(), ": pads has ", pads.size(), " values; ", axes.size(),
+                        " axes need ", 2 * axes.size()));
+  if (c.present(2)) {
+    if (c.in(2).dtype != c.in(0).dtype || num_elements(c.in(2).shape) != 1)
+      throw UserError(str(c.node.where(), ": constant_value must be one value of the data's type, not ",
+                          shape_str(c.in(2).shape)));
+  }
+  s.begin.assign(x.size(), 0);
+  s.out = x;
+  std::vector<bool> seen(x.size(), false);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    auto a = static_cast<size_t>(axes[k]);
+    if (seen[a]) throw UserError(str(c.node.where(), ": axis ", a, " appears twice in axes"));
+    seen[a] = true;
+    int64_t b = pads[k], e = pads[k + axes.size()];
+    const int64_t limit = kMaxGraphTensorElements;
+    if (b < -limit || b > limit || e < -limit || e > limit || x[a] + b + e < 0)
+      throw UserError(str(c.node.where(), ": pads ", b, " and ", e, " on axis ", a, " of size ", x[a],
+                          " leave no valid size"));
+    if (s.mode != PadSpec::Constant && x[a] == 0 && b + e > 0)
+      throw UserError(str(c.node.where(), ": ", mode, " padding of the empty axis ", a));
+    s.begin[a] = b;
+    s.out[a] = x[a] + b + e;
+  }
+  check_tensor_size(c.node.where(), s.out);
+  return s;
+}
+
+int64_t PadSpec::source(int64_t at, size_t dim, int64_t n) const {
+  int64_t i = at - begin[dim];
+  if (i >= 0 && i < n) return i;
+  if (mode == Constant) return -1;
+  if (mode == Edge || n == 1) return i < 0 ? 0 : n - 1;
+  int64_t period = 2 * (n - 1);  // reflect: ..., 2, 1, [0, 1, ..., n-1], n-2, ...
+  i = ((i % period) + period) % period;
+  return i < n ? i : period - i;
+}
+
+namespace {
+
+std::vector<HostTensor> pad_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  PadSpec s = pad_spec(c);
+  const Shape& x = in[0]->shape;
+  std::vector<int64_t> st = strides_of(x);
+  HostTensor out = make_like(in[0]->dtype, s.out);
+  std::vector<int64_t> idx(s.out.size(), 0);
+  for (int64_t e = 0; e < out.size(); ++e) {
+    int64_t k = 0;
+    for (size_t d = 0; d < idx.size() && k >= 0; ++d) {
+      int64_t src = s.source(idx[d], d, x[d]);
+      k = src < 0 ? -1 : k + src * st[d];
+    }
+    if (k >= 0)
+      copy_elem(out, e, *in[0], k);
+    else if (c.present(2))
+      copy_elem(out, e, *in[2], 0);
     for (size_t d = idx.size(); d-- > 0;) {
       if (++idx[d] < s.out[d]) break;
       idx[d] = 0;
@@ -542,6 +627,11 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                    return std::vector<TypeShape>{{c.in(0).dtype, slice_spec(c).out}};
                  },
                  slice_eval});
+  ops.push_back({"Pad", 2, 4,
+                 [](const OpContext& c) {
+                   return std::vector<TypeShape>{{c.in(0).dtype, pad_spec(c).out}};
+                 },
+                 pad_eval});
   ops.push_back({"Gather", 2, 2, gather_infer, gather_eval});
   ops.push_back({"Split", 1, 2, split_infer, split_eval});
   ops.push_back({"Expand", 2, 2,

@@ -293,6 +293,23 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
            "node 'rs' (Reshape): shape [1099511627776, 1099511627776, 1] has more than 4294967296 "
            "elements");
   }
+  // Pad: an unsupported mode, pads of the wrong length, padding that leaves a negative size.
+  for (auto [mode, pad_values, want] :
+       std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>>{
+           {"wrap", {1, 1, 1, 1}, "node 'pad' (Pad): mode 'wrap' is not supported (constant, reflect and edge are)"},
+           {"constant", {1, 1, 1}, "node 'pad' (Pad): pads has 3 values; 2 axes need 4"},
+           {"reflect", {0, -3, 0, -1}, "node 'pad' (Pad): pads -3 and -1 on axis 1 of size 3 leave no valid size"}}) {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.ints("pads", pad_values);
+    auto* pad = b.node("Pad", {"x", "pads"}, {"y"}, "pad");
+    auto* a = pad->add_attribute();
+    a->set_name("mode");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(mode);
+    b.output("y");
+    expect(b, want);
+  }
   try {
     import_onnx_bytes(std::string("\x0a\xff\xff\xff\xff garbage", 12), "junk.onnx");
     ADD_FAILURE() << "imported garbage";

@@ -761,3 +761,121 @@ TEST(GraphNodeTe, PowOfAComputedExponentMatchesStdPow) {
     }
   }
 }
+
+namespace {
+
+// One node of `op` over float inputs `xs` (a kernel argument each, in the input positions
+// `consts` leaves free; positions past them are omitted) and constants `consts`, compiled alone; returns the compiled output and the reference evaluation's.
+std::pair<std::vector<float>, std::vector<float>> compile_one(
+    const std::string& op, const std::map<std::string, Attr>& attrs,
+    const std::vector<HostTensor>& xs, const std::vector<std::pair<size_t, HostTensor>>& consts) {
+  Graph g;
+  g.opset = 13;
+  Node n{"n", op, {}, {"y"}, attrs};
+  std::vector<TeOperand> operands;
+  std::vector<tf::ir::Tensor> args;
+  std::map<std::string, HostTensor> feeds;
+  size_t next_x = 0, count = xs.size();
+  for (const auto& c : consts) count = std::max(count + 1, c.first + 1);
+  for (size_t k = 0; k < count; ++k) {
+    std::string name = "in" + std::to_string(k);
+    auto c = std::find_if(consts.begin(), consts.end(), [&](const auto& p) { return p.first == k; });
+    if (c == consts.end() && next_x == xs.size()) {  // an omitted optional input
+      n.inputs.push_back("");
+      operands.push_back(TeOperand{});
+      continue;
+    }
+    n.inputs.push_back(name);
+    if (c != consts.end()) {
+      g.values[name] = Value{name, c->second.dtype, c->second.shape, c->second};
+      bool scalar = c->second.dtype == DType::F32 && c->second.size() == 1;
+      operands.push_back(TeOperand{c->second.shape, nullptr,
+                                   scalar ? std::optional<double>(c->second.f[0]) : std::nullopt});
+      continue;
+    }
+    const HostTensor& x = xs.at(next_x++);
+    g.values[name] = Value{name, DType::F32, x.shape, std::nullopt};
+    g.inputs.push_back(name);
+    feeds[name] = x;
+    args.push_back(tf::ir::placeholder(name, x.shape));
+    operands.push_back(TeOperand{x.shape, args.back(), std::nullopt});
+  }
+  Shape out = infer_node(n, g, g.opset).at(0).shape;
+  g.values["y"] = Value{"y", DType::F32, out, std::nullopt};
+  g.nodes.push_back(n);
+  g.outputs = {"y"};
+  verify(g);
+  tf::ir::Tensor y = node_te(g, n, operands, "t_")[0];
+  tf::ir::Schedule sch(y);
+  auto lib = tf::testing::build_for_host(tf::lower(sch, args, "k").func);
+  std::vector<std::vector<float>> bufs;
+  std::vector<float*> ptrs;
+  for (const HostTensor& x : xs) bufs.push_back(x.f);
+  bufs.emplace_back(num_elements(out), -7.0f);
+  for (auto& b : bufs) ptrs.push_back(b.data());
+  EXPECT_EQ(lib->call(ptrs), 0);
+  return {bufs.back(), run_reference(g, feeds).at("y").f};
+}
+
+}  // namespace
+
+// Activations whose ONNX node tests are all older than opset 11, compiled and in the
+// reference, against their formulas in double; large inputs stay finite (no exp overflow in
+// the branch not taken).
+TEST(GraphNodeTe, ActivationsWithoutOpset11NodeTestsMatchTheirFormulas) {
+  std::vector<float> xs = {-100, -20, -3, -1.5f, -1, -0.25f, 0, 0.25f, 0.9f, 1, 1.1f, 2, 30, 100};
+  HostTensor x = HostTensor::floats({static_cast<int64_t>(xs.size())}, xs);
+  const double sa = 1.67326319217681884765625, sg = 1.05070102214813232421875;
+  struct Case {
+    std::string op;
+    std::map<std::string, Attr> attrs;
+    std::function<double(double)> f;
+  };
+  std::vector<Case> cases = {
+      {"Elu", {}, [](double v) { return v < 0 ? std::expm1(v) : v; }},
+      {"Elu", {{"alpha", 0.5f}}, [](double v) { return v < 0 ? 0.5 * std::expm1(v) : v; }},
+      {"Selu", {}, [&](double v) { return sg * (v > 0 ? v : sa * std::expm1(v)); }},
+      {"Selu", {{"alpha", 2.0f}, {"gamma", 3.0f}}, [](double v) { return 3 * (v > 0 ? v : 2 * std::expm1(v)); }},
+      {"Celu", {}, [](double v) { return std::max(0.0, v) + std::min(0.0, std::expm1(v)); }},
+      {"Celu", {{"alpha", 2.0f}}, [](double v) { return std::max(0.0, v) + std::min(0.0, 2 * std::expm1(v / 2)); }},
+      {"ThresholdedRelu", {}, [](double v) { return v > 1 ? v : 0; }},
+      {"ThresholdedRelu", {{"alpha", 0.2f}}, [](double v) { return v > 0.2f ? v : 0; }},
+      {"Softsign", {}, [](double v) { return v / (1 + std::fabs(v)); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op + (c.attrs.empty() ? "" : " with attributes"));
+    auto [compiled, reference] = compile_one(c.op, c.attrs, {x}, {});
+    for (size_t k = 0; k < xs.size(); ++k) {
+      double want = c.f(xs[k]);
+      EXPECT_NEAR(compiled[k], want, 2e-6 * (1 + std::fabs(want))) << "x = " << xs[k];
+      EXPECT_NEAR(reference[k], want, 2e-6 * (1 + std::fabs(want))) << "reference, x = " << xs[k];
+    }
+  }
+}
+
+// Pad as compiled and in the reference, against numpy.pad's results: constant (with the
+// default 0, a constant value and a computed one), reflect past one period, edge, negative
+// pads (cropping), and the axes input.
+TEST(GraphNodeTe, PadMatchesNumpy) {
+  HostTensor row = HostTensor::floats({3}, {1, 2, 3});
+  auto pads = [](std::vector<int64_t> p) { return HostTensor::ints({static_cast<int64_t>(p.size())}, p); };
+  auto mode = [](const char* m) { return std::map<std::string, Attr>{{"mode", std::string(m)}}; };
+  auto expect = [](const std::pair<std::vector<float>, std::vector<float>>& got, const std::vector<float>& want) {
+    EXPECT_EQ(got.first, want) << "compiled";
+    EXPECT_EQ(got.second, want) << "reference";
+  };
+  expect(compile_one("Pad", mode("reflect"), {row}, {{1, pads({4, 5})}}), {1, 2, 3, 2, 1, 2, 3, 2, 1, 2, 3, 2});
+  expect(compile_one("Pad", mode("edge"), {row}, {{1, pads({2, 1})}}), {1, 1, 1, 2, 3, 3});
+  expect(compile_one("Pad", {}, {row}, {{1, pads({1, 2})}}), {0, 1, 2, 3, 0, 0});
+  expect(compile_one("Pad", {}, {row}, {{1, pads({-1, 1})}, {2, HostTensor::floats({}, {9})}}), {2, 3, 9});
+  expect(compile_one("Pad", {}, {row, HostTensor::floats({}, {-4})}, {{1, pads({2, -2})}}), {-4, -4, 1});
+  std::vector<float> grid(12);
+  for (int k = 0; k < 12; ++k) grid[k] = static_cast<float>(k);
+  HostTensor y = HostTensor::floats({3, 4}, grid);
+  expect(compile_one("Pad", mode("reflect"), {y}, {{1, pads({1, 2, 0, 3})}}),
+         {6, 5, 4, 5, 6, 7, 6, 5, 4, 2, 1, 0, 1, 2, 3, 2, 1, 0, 6, 5, 4, 5, 6, 7, 6, 5, 4,
+          10, 9, 8, 9, 10, 11, 10, 9, 8});
+  // axes (opset 18's input 3): only the last axis is padded.
+  expect(compile_one("Pad", mode("edge"), {y}, {{1, pads({0, 1})}, {3, HostTensor::ints({1}, {-1})}}),
+         {0, 1, 2, 3, 3, 4, 5, 6, 7, 7, 8, 9, 10, 11, 11});
+}
