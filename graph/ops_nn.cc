@@ -470,10 +470,48 @@ Shape reduced_shape(const OpContext& c, const Shape& x, const std::vector<int64_
   return out;
 }
 
+// Reductions that also take int64 (shape arithmetic: x.std() exports ReduceProd of a Shape).
+bool integer_reduction(const std::string& op) {
+  return op == "ReduceSum" || op == "ReduceProd" || op == "ReduceMax" || op == "ReduceMin";
+}
+
 std::vector<TypeShape> reduce_infer(const OpContext& c) {
-  require_float(c, 0);
+  if (!(integer_reduction(c.node.op) && c.in(0).dtype == DType::I64)) require_float(c, 0);
   const Shape& x = c.in(0).shape;
-  return {{DType::F32, reduced_shape(c, x, reduce_axes(c, static_cast<int64_t>(x.size())))}};
+  return {{c.in(0).dtype, reduced_shape(c, x, reduce_axes(c, static_cast<int64_t>(x.size())))}};
+}
+
+// The int64 reductions, exact; overflow is the node's error.
+HostTensor reduce_ints(const OpContext& c, const HostTensor& x, const Shape& kept,
+                       const std::vector<int64_t>& axes) {
+  const std::string& op = c.node.op;
+  std::vector<int64_t> st = broadcast_strides(kept, x.shape);
+  HostTensor out = make_like(DType::I64, reduced_shape(c, x.shape, axes));
+  out.i.assign(out.i.size(), op == "ReduceMax"    ? INT64_MIN
+                             : op == "ReduceMin"  ? INT64_MAX
+                             : op == "ReduceProd" ? 1
+                                                  : 0);
+  std::vector<int64_t> idx(x.shape.size(), 0);
+  for (int64_t e = 0; e < x.size(); ++e) {
+    int64_t o = 0;
+    for (size_t d = 0; d < idx.size(); ++d) o += idx[d] * st[d];
+    int64_t v = x.i[e], &a = out.i[o];
+    bool overflow = false;
+    if (op == "ReduceMax")
+      a = std::max(a, v);
+    else if (op == "ReduceMin")
+      a = std::min(a, v);
+    else if (op == "ReduceProd")
+      overflow = __builtin_mul_overflow(a, v, &a);
+    else
+      overflow = __builtin_add_overflow(a, v, &a);
+    if (overflow) throw UserError(str(c.node.where(), ": the int64 result overflows"));
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < x.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
 }
 
 std::vector<HostTensor> reduce_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
@@ -482,6 +520,7 @@ std::vector<HostTensor> reduce_eval(const OpContext& c, const std::vector<const 
   // The output as a tensor of x's rank with reduced dimensions 1; strides of x into it.
   Shape kept = x;
   for (int64_t a : axes) kept[a] = 1;
+  if (in[0]->dtype == DType::I64) return {reduce_ints(c, *in[0], kept, axes)};
   std::vector<int64_t> st = broadcast_strides(kept, x);
   const std::string& op = c.node.op;
   int64_t n_out = num_elements(kept), n = num_elements(x);

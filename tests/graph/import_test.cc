@@ -112,6 +112,42 @@ TEST(OnnxImport, ShapeArithmeticFoldsToConstants) {
   for (int k = 0; k < 24; ++k) EXPECT_EQ(z.f[k], std::max(0, k - 12));
 }
 
+// What PyTorch writes for x.std(): the element count as ReduceProd of a Gather of Shape
+// (int64 reductions fold like the other shape arithmetic).
+TEST(OnnxImport, IntegerReductionsFoldToConstants) {
+  ModelBuilder b;
+  b.input("x", {2, 3, 4});
+  b.ints("first", {0});
+  b.ints("rest", {1, 2});
+  b.node("Shape", {"x"}, {"s"});
+  b.node("Gather", {"s", "first"}, {"n"});
+  b.node("Gather", {"s", "rest"}, {"dims"});
+  b.node("ReduceProd", {"dims"}, {"count"});  // keepdims 1: [12]
+  auto* largest = b.node("ReduceMax", {"dims"}, {"largest"});
+  set_int(largest, "keepdims", 1);
+  b.node("Concat", {"n", "count"}, {"shape"});
+  set_int(b.g->mutable_node(b.g->node_size() - 1), "axis", 0);
+  b.node("Reshape", {"x", "shape"}, {"y"});
+  b.ints("minus_one", {-1});
+  b.node("Concat", {"largest", "minus_one"}, {"shape2"});
+  set_int(b.g->mutable_node(b.g->node_size() - 1), "axis", 0);
+  b.node("Reshape", {"y", "shape2"}, {"z"});
+  b.output("z");
+  Graph g = b.import();
+  EXPECT_EQ(g.value("shape").constant->i, (std::vector<int64_t>{2, 12}));
+  EXPECT_EQ(g.value("z").shape, (Shape{4, 6})) << "ReduceMax of [3, 4]";
+  ASSERT_EQ(g.nodes.size(), 2u);  // the two Reshapes
+
+  ModelBuilder big;
+  big.input("x", {2});
+  big.ints("dims", {int64_t{1} << 40, int64_t{1} << 40});
+  big.node("ReduceProd", {"dims"}, {"p"}, "prod");
+  big.node("Reshape", {"x", "p"}, {"y"});
+  big.output("y");
+  EXPECT_NE(big.error().find("node 'prod' (ReduceProd): the int64 result overflows"), std::string::npos)
+      << big.error();
+}
+
 // Operators whose node tests are all older than opset 11 or use other element types.
 TEST(OnnxImport, OperatorsWithoutOpset11NodeTests) {
   ModelBuilder b;
@@ -292,6 +328,27 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     expect(b,
            "node 'rs' (Reshape): shape [1099511627776, 1099511627776, 1] has more than 4294967296 "
            "elements");
+  }
+  // 1-D windows (run as 2-D ones of height 1): attributes of the wrong length, a 2-D weight.
+  {
+    ModelBuilder b;
+    b.input("x", {1, 2, 9});
+    auto* pool = b.node("MaxPool", {"x"}, {"y"}, "pool");
+    auto* k = pool->add_attribute();
+    k->set_name("kernel_shape");
+    k->set_type(onnx::AttributeProto::INTS);
+    k->add_ints(2);
+    k->add_ints(2);
+    b.output("y");
+    expect(b, "node 'pool' (MaxPool): kernel_shape [2, 2] has 2 values; the 1-D input [1, 2, 9] needs 1");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {1, 2, 9});
+    b.input("w", {3, 2});
+    b.node("Conv", {"x", "w"}, {"y"}, "conv");
+    b.output("y");
+    expect(b, "node 'conv' (Conv): weight 'w' [3, 2] must have rank 3 for the 1-D input [1, 2, 9]");
   }
   // Pad: an unsupported mode, pads of the wrong length, padding that leaves a negative size.
   for (auto [mode, pad_values, want] :

@@ -77,11 +77,29 @@ class Logic(torch.nn.Module):
         return a + b + c + torch.where(y >= 0, y, y * 0.25)
 
 
+class Audio1d(torch.nn.Module):
+    """A 1-D CNN as audio and sensor models have them: Conv1d (grouped, dilated), BatchNorm1d,
+    pooling, reflection padding (Pad), ELU and SELU; tunefarm runs the 1-D windows as 2-D
+    ones of height 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv1d(4, 16, 5, padding=2), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+            torch.nn.MaxPool1d(2), torch.nn.ReflectionPad1d(2),
+            torch.nn.Conv1d(16, 16, 3, dilation=2, groups=4), torch.nn.ELU(),
+            torch.nn.AvgPool1d(3, stride=2), torch.nn.Conv1d(16, 8, 1), torch.nn.SELU())
+        self.fc = torch.nn.Linear(8 * 7, 10)
+
+    def forward(self, x):
+        return self.fc(self.features(x).flatten(1))
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
     for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
+        if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
             c = m.num_features
             m.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
             m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
@@ -105,6 +123,7 @@ def models():
     # Separate Q, K, V projections: combine-parallel-matmuls makes one of them.
     yield "attention", Attention(), (1, 12, 64), False, 14, True
     yield "logic", Logic(), (5, 16), False, 13, True
+    yield "audio1d", Audio1d(), (2, 4, 33), True, 13, True
     # Softmax written out (ReduceMax, Sub, Exp, ReduceSum with axes as an input, Div):
     # recognize-composites makes it one Softmax.
     yield "attention_sm", Attention(written_out_softmax=True), (2, 10, 64), False, 13, True
@@ -184,6 +203,8 @@ def main():
                 ok = ok and "recognize-composites" in fired and "LayerNormalization" not in info["ops_imported"]
                 ok = ok and info["ops"].get("LayerNormalization") == 4 and info["ops"].get("Gelu") == 2
                 ok = ok and "Erf" not in info["ops"] and "ReduceMean" not in info["ops"]
+            if name == "audio1d":
+                ok = ok and all(info["ops"].get(op) for op in ("Pad", "Elu", "Selu", "MaxPool", "AveragePool"))
             if name == "logic":
                 ok = ok and all(info["ops"].get(op) for op in ("Where", "Greater", "Floor", "Mod", "Cast"))
             if name == "attention_sm":
