@@ -755,6 +755,72 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       return inside ? ir::select(inside, v, fill) : v;
     })};
   }
+  if (op == "Resize") {
+    const TeOperand& x = need(n, in, 0);
+    ResizeSpec s = resize_spec(c);
+    return {elementwise(name, out, [&](const Index& i) {
+      // Per axis the lower and upper input position and the upper one's weight (ResizeSpec::source
+      // in float32 arithmetic); identity and nearest axes read one position.
+      Index lo, hi;
+      std::vector<Expr> w;
+      auto to_int = [](Expr f) { return ir::Cast::make(ir::Type::int64(), std::move(f)); };
+      for (size_t d = 0; d < i.size(); ++d) {
+        int64_t extent = s.in[d];
+        if (s.identity(d)) {
+          lo.push_back(i[d]), hi.push_back(i[d]), w.push_back(Expr());
+          continue;
+        }
+        Expr at = to_float(i[d]), scale = ir::f32(s.scale[d]), src;
+        double length = s.length[d];
+        switch (s.coord) {
+          case ResizeSpec::HalfPixel: src = (at + ir::f32(0.5)) / scale - ir::f32(0.5); break;
+          case ResizeSpec::PytorchHalfPixel:
+            src = length > 1 ? (at + ir::f32(0.5)) / scale - ir::f32(0.5) : ir::f32(0.0);
+            break;
+          case ResizeSpec::AlignCorners:
+            src = length != 1 ? at * ir::f32(double(extent - 1) / (length - 1)) : ir::f32(0.0);
+            break;
+          case ResizeSpec::Asymmetric: src = at / scale; break;
+          case ResizeSpec::TfHalfPixelForNn: src = (at + ir::f32(0.5)) / scale; break;
+        }
+        if (!s.linear) {
+          Expr r;
+          switch (s.nearest) {
+            case ResizeSpec::RoundPreferFloor: r = ir::ceil(src - ir::f32(0.5)); break;
+            case ResizeSpec::RoundPreferCeil: r = ir::floor(src + ir::f32(0.5)); break;
+            case ResizeSpec::Floor: r = ir::floor(src); break;
+            case ResizeSpec::Ceil: r = ir::ceil(src); break;
+          }
+          Expr k = clamp(to_int(r), 0, extent - 1);
+          lo.push_back(k), hi.push_back(k), w.push_back(Expr());
+          continue;
+        }
+        Expr f = ir::floor(src), k = to_int(f);
+        lo.push_back(clamp(k, 0, extent - 1));
+        hi.push_back(clamp(k + int64_t{1}, 0, extent - 1));
+        w.push_back(src - f);
+      }
+      // The sum over the corners of the interpolated axes.
+      std::vector<size_t> axes;
+      for (size_t d = 0; d < w.size(); ++d)
+        if (w[d]) axes.push_back(d);
+      Expr v;
+      for (uint64_t corner = 0; corner < (uint64_t{1} << axes.size()); ++corner) {
+        Index at = lo;
+        Expr weight;
+        for (size_t k = 0; k < axes.size(); ++k) {
+          bool upper = (corner >> k) & 1;
+          size_t d = axes[k];
+          if (upper) at[d] = hi[d];
+          Expr wd = upper ? w[d] : ir::f32(1.0) - w[d];
+          weight = weight ? weight * wd : wd;
+        }
+        Expr term = weight ? weight * operand(x, at) : operand(x, at);
+        v = v ? v + term : term;
+      }
+      return v;
+    })};
+  }
   if (op == "Concat") {
     int64_t axis = normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(out.size()));
     std::vector<int64_t> start;

@@ -31,6 +31,7 @@ const std::map<std::string, OpDef>& registry() {
     register_nn_ops(all);
     register_shape_ops(all);
     register_layout_ops(all);
+    register_resize_ops(all);
     std::map<std::string, OpDef> m;
     for (OpDef& d : all) m.emplace(d.type, std::move(d));
     return m;
@@ -73,6 +74,9 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"Celu", {"alpha"}},
       {"ThresholdedRelu", {"alpha"}},
       {"Pad", {"mode"}},
+      {"Resize",
+       {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value",
+        "mode", "nearest_mode"}},
       {"Mod", {"fmod"}},
       {"Cast", {"to"}},
       {"Gemm", {"alpha", "beta", "transA", "transB"}},

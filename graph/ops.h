@@ -65,6 +65,7 @@ void register_elementwise_ops(std::vector<OpDef>& ops);
 void register_nn_ops(std::vector<OpDef>& ops);
 void register_shape_ops(std::vector<OpDef>& ops);
 void register_layout_ops(std::vector<OpDef>& ops);  // graph/layout.h
+void register_resize_ops(std::vector<OpDef>& ops);
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.
@@ -124,6 +125,23 @@ struct PadSpec {
   int64_t source(int64_t at, size_t dim, int64_t n) const;
 };
 PadSpec pad_spec(const OpContext& c);
+// Resize (graph/ops_resize.cc): the output shape, and per axis the fractional input position
+// an output position maps to (`source`; the scale is the given one, or out / in from sizes)
+// and nearest mode's rounding of it. Reads outside the input clamp to its edge.
+struct ResizeSpec {
+  enum Coord { HalfPixel, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalfPixelForNn } coord = HalfPixel;
+  enum Nearest { RoundPreferFloor, RoundPreferCeil, Floor, Ceil } nearest = RoundPreferFloor;
+  bool linear = false;
+  Shape in, out;
+  // The scale, and the resized length the coordinate transformation uses: in * scale when
+  // scales are given (not rounded, as in the ONNX reference), else the size.
+  std::vector<double> scale, length;
+  double source(int64_t at, size_t dim) const;
+  int64_t round(double x) const;
+  // Axis d is not resized: output position i reads input position i.
+  bool identity(size_t dim) const;
+};
+ResizeSpec resize_spec(const OpContext& c);
 // Split: the sizes of the pieces along the axis.
 std::vector<int64_t> split_sizes(const OpContext& c);
 // Reductions: the reduced axes, sorted, non-negative.

@@ -50,6 +50,13 @@ struct ModelBuilder {
     tt->set_elem_type(onnx::TensorProto::FLOAT);
     for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
   }
+  void floats(const std::string& name, std::vector<float> v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(static_cast<int64_t>(v.size()));
+    for (float x : v) t->add_float_data(x);
+  }
   void ints(const std::string& name, std::vector<int64_t> v) {
     auto* t = g->add_initializer();
     t->set_name(name);
@@ -349,6 +356,29 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.node("Conv", {"x", "w"}, {"y"}, "conv");
     b.output("y");
     expect(b, "node 'conv' (Conv): weight 'w' [3, 2] must have rank 3 for the 1-D input [1, 2, 9]");
+  }
+  // Resize: cubic mode, tf_crop_and_resize, both or neither of scales and sizes, a bad scale.
+  for (auto [mode, coord, inputs, want] :
+       std::vector<std::tuple<std::string, std::string, std::vector<std::string>, std::string>>{
+           {"cubic", "half_pixel", {"x", "", "scales"}, "node 'rs' (Resize): mode 'cubic' is not supported (nearest and linear are)"},
+           {"linear", "tf_crop_and_resize", {"x", "", "scales"}, "coordinate_transformation_mode 'tf_crop_and_resize' is not supported"},
+           {"nearest", "half_pixel", {"x", "", "scales", "sizes"}, "node 'rs' (Resize): exactly one of scales and sizes must be given"},
+           {"nearest", "half_pixel", {"x"}, "node 'rs' (Resize): exactly one of scales and sizes must be given"},
+           {"nearest", "half_pixel", {"x", "", "negative"}, "node 'rs' (Resize): scale -2 on axis 3 is not a positive size factor"}}) {
+    ModelBuilder b;
+    b.input("x", {1, 2, 3, 4});
+    b.floats("scales", {1, 1, 2, 2});
+    b.floats("negative", {1, 1, 2, -2});
+    b.ints("sizes", {1, 2, 6, 8});
+    auto* rs = b.node("Resize", inputs, {"y"}, "rs");
+    for (auto [name, value] : {std::pair{"mode", mode}, std::pair{"coordinate_transformation_mode", coord}}) {
+      auto* a = rs->add_attribute();
+      a->set_name(name);
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(value);
+    }
+    b.output("y");
+    expect(b, want);
   }
   // Pad: an unsupported mode, pads of the wrong length, padding that leaves a negative size.
   for (auto [mode, pad_values, want] :

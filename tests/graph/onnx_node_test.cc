@@ -50,8 +50,8 @@ std::string compare(const HostTensor& want, const HostTensor& got) {
 
 }  // namespace
 
-// The node tests pass shapes, axes and indices (int64, bool) as graph inputs; tunefarm needs
-// them static, so they become initializers holding the data set's values.
+// The node tests pass shapes, axes and indices (int64, bool) and Resize's scales as graph
+// inputs; tunefarm needs them static, so they become initializers holding the data set's values.
 std::string with_constant_int_inputs(const fs::path& model, const fs::path& set,
                                      std::vector<std::string>& float_inputs) {
   onnx::ModelProto m;
@@ -62,7 +62,11 @@ std::string with_constant_int_inputs(const fs::path& model, const fs::path& set,
     fs::path data = set / ("input_" + std::to_string(k++) + ".pb");
     bool is_float = !vi.type().has_tensor_type() ||
                     vi.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT;
-    if (is_float) {
+    // Resize's scales decide the output shape: constants too, as models have them.
+    bool decides_shape = false;
+    for (const auto& node : m.graph().node())
+      decides_shape |= node.op_type() == "Resize" && node.input_size() > 2 && node.input(2) == vi.name();
+    if (is_float && !decides_shape) {
       float_inputs.push_back(data.string());
       continue;
     }

@@ -95,6 +95,23 @@ class Audio1d(torch.nn.Module):
         return self.fc(self.features(x).flatten(1))
 
 
+class Upsampler(torch.nn.Module):
+    """A decoder as segmentation models have it: Resize by bilinear (scale factor), nearest (to
+    a size) and bilinear with align_corners, joined with Concat."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(24, 4, 1)
+
+    def forward(self, x):
+        f = torch.relu(self.a(x))
+        up = torch.nn.functional.interpolate(f, scale_factor=2, mode="bilinear", align_corners=False)
+        near = torch.nn.functional.interpolate(f, size=up.shape[-2:], mode="nearest")
+        ac = torch.nn.functional.interpolate(f, size=(14, 18), mode="bilinear", align_corners=True)
+        return self.b(torch.cat([up, near, ac], 1))
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
@@ -124,6 +141,7 @@ def models():
     yield "attention", Attention(), (1, 12, 64), False, 14, True
     yield "logic", Logic(), (5, 16), False, 13, True
     yield "audio1d", Audio1d(), (2, 4, 33), True, 13, True
+    yield "upsampler", Upsampler(), (1, 3, 7, 9), False, 13, True
     # Softmax written out (ReduceMax, Sub, Exp, ReduceSum with axes as an input, Div):
     # recognize-composites makes it one Softmax.
     yield "attention_sm", Attention(written_out_softmax=True), (2, 10, 64), False, 13, True
@@ -205,6 +223,8 @@ def main():
                 ok = ok and "Erf" not in info["ops"] and "ReduceMean" not in info["ops"]
             if name == "audio1d":
                 ok = ok and all(info["ops"].get(op) for op in ("Pad", "Elu", "Selu", "MaxPool", "AveragePool"))
+            if name == "upsampler":
+                ok = ok and info["ops"].get("Resize") == 3
             if name == "logic":
                 ok = ok and all(info["ops"].get(op) for op in ("Where", "Greater", "Floor", "Mod", "Cast"))
             if name == "attention_sm":

@@ -1,0 +1,176 @@
+// Resize (opsets 11 to 17) in the nearest and linear modes: the output shape from constant
+// scales or sizes, where each output position reads in the input (ResizeSpec, shared with
+// the compiled kernels in node_te.cc), and the reference evaluation. Semantics follow the ONNX
+// spec and its reference implementation: the coordinate transformation maps an output
+// position to a fractional input one; nearest rounds it (nearest_mode), linear interpolates
+// between its two neighbours on each resized axis; positions outside the input read its edge.
+// cubic and tf_crop_and_resize are refused.
+#include <algorithm>
+#include <cmath>
+
+#include "compiler/error.h"
+#include "graph/ops.h"
+
+namespace tf::graph {
+
+ResizeSpec resize_spec(const OpContext& c) {
+  require_float(c, 0);
+  const Shape& x = c.in(0).shape;
+  const Node& n = c.node;
+  ResizeSpec s;
+  std::string mode = n.get_string("mode", "nearest");
+  if (mode == "linear")
+    s.linear = true;
+  else if (mode != "nearest")
+    throw UserError(str(n.where(), ": mode '", mode, "' is not supported (nearest and linear are)"));
+  std::string coord = n.get_string("coordinate_transformation_mode", "half_pixel");
+  const std::vector<std::string> coords = {"half_pixel", "pytorch_half_pixel", "align_corners",
+                                           "asymmetric", "tf_half_pixel_for_nn"};
+  auto it = std::find(coords.begin(), coords.end(), coord);
+  if (it == coords.end())
+    throw UserError(str(n.where(), ": coordinate_transformation_mode '", coord,
+                        "' is not supported (half_pixel, pytorch_half_pixel, align_corners, "
+                        "asymmetric, tf_half_pixel_for_nn are)"));
+  s.coord = static_cast<ResizeSpec::Coord>(it - coords.begin());
+  std::string nearest = n.get_string("nearest_mode", "round_prefer_floor");
+  const std::vector<std::string> nearests = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  auto nt = std::find(nearests.begin(), nearests.end(), nearest);
+  if (nt == nearests.end())
+    throw UserError(str(n.where(), ": nearest_mode '", nearest, "' is not supported"));
+  s.nearest = static_cast<ResizeSpec::Nearest>(nt - nearests.begin());
+  // scales (input 2) or sizes (input 3); an empty scales tensor counts as absent (opset 11).
+  bool has_scales = c.present(2) && num_elements(c.in(2).shape) > 0;
+  bool has_sizes = c.present(3) && num_elements(c.in(3).shape) > 0;
+  if (has_scales == has_sizes)
+    throw UserError(str(n.where(), ": exactly one of scales and sizes must be given"));
+  s.in = x;
+  s.out = x;
+  s.scale.assign(x.size(), 1.0);
+  s.length.assign(x.size(), 0.0);
+  if (has_scales) {
+    const HostTensor& t = c.constant(2, "scales");
+    if (t.dtype != DType::F32 || t.size() != static_cast<int64_t>(x.size()))
+      throw UserError(str(n.where(), ": scales ", shape_str(t.shape), " must hold one float per axis of ",
+                          shape_str(x)));
+    for (size_t d = 0; d < x.size(); ++d) {
+      double v = t.f[d];
+      if (!(v > 0) || !std::isfinite(v) || x[d] * v >= double(kMaxGraphTensorElements))
+        throw UserError(str(n.where(), ": scale ", v, " on axis ", d, " is not a positive size factor"));
+      s.scale[d] = v;
+      s.length[d] = x[d] * v;
+      s.out[d] = static_cast<int64_t>(std::floor(s.length[d]));
+    }
+  } else {
+    const HostTensor& t = c.constant(3, "sizes");
+    if (t.dtype != DType::I64 || t.size() != static_cast<int64_t>(x.size()))
+      throw UserError(str(n.where(), ": sizes ", shape_str(t.shape), " must hold one integer per axis of ",
+                          shape_str(x)));
+    for (size_t d = 0; d < x.size(); ++d) {
+      int64_t v = t.i[d];
+      if (v < 0 || v > kMaxGraphTensorElements)
+        throw UserError(str(n.where(), ": size ", v, " on axis ", d, " is out of range"));
+      s.out[d] = v;
+      s.length[d] = static_cast<double>(v);
+      s.scale[d] = x[d] > 0 ? double(v) / double(x[d]) : 1.0;
+    }
+  }
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (x[d] == 0 && s.out[d] > 0)
+      throw UserError(str(n.where(), ": cannot resize the empty axis ", d, " to ", s.out[d]));
+  }
+  check_tensor_size(n.where(), s.out);
+  return s;
+}
+
+bool ResizeSpec::identity(size_t d) const {
+  return out[d] == in[d] && scale[d] == 1.0 && coord != TfHalfPixelForNn;
+}
+
+double ResizeSpec::source(int64_t at, size_t d) const {
+  double x = static_cast<double>(at), s = scale[d];
+  switch (coord) {
+    case HalfPixel: return (x + 0.5) / s - 0.5;
+    case PytorchHalfPixel: return length[d] > 1 ? (x + 0.5) / s - 0.5 : 0.0;
+    case AlignCorners: return length[d] != 1 ? x * double(in[d] - 1) / (length[d] - 1) : 0.0;
+    case Asymmetric: return x / s;
+    case TfHalfPixelForNn: return (x + 0.5) / s;
+  }
+  return x;
+}
+
+int64_t ResizeSpec::round(double x) const {
+  switch (nearest) {
+    case RoundPreferFloor: return static_cast<int64_t>(std::ceil(x - 0.5));
+    case RoundPreferCeil: return static_cast<int64_t>(std::floor(x + 0.5));
+    case Floor: return static_cast<int64_t>(std::floor(x));
+    case Ceil: return static_cast<int64_t>(std::ceil(x));
+  }
+  return 0;
+}
+
+namespace {
+
+std::vector<HostTensor> resize_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  ResizeSpec s = resize_spec(c);
+  const Shape& x = s.in;
+  size_t rank = x.size();
+  std::vector<int64_t> st(rank, 1);
+  for (size_t d = rank; d-- > 1;) st[d - 1] = st[d] * x[d];
+  HostTensor out = make_like(DType::F32, s.out);
+  // Per axis and output position: two input positions and the second one's weight.
+  std::vector<std::vector<int64_t>> lo(rank), hi(rank);
+  std::vector<std::vector<double>> w(rank);
+  auto edge = [](int64_t i, int64_t n) { return std::clamp<int64_t>(i, 0, n - 1); };
+  for (size_t d = 0; d < rank; ++d) {
+    for (int64_t o = 0; o < s.out[d]; ++o) {
+      if (s.identity(d)) {
+        lo[d].push_back(o), hi[d].push_back(o), w[d].push_back(0);
+        continue;
+      }
+      double src = s.source(o, d);
+      if (!s.linear) {
+        int64_t i = edge(s.round(src), x[d]);
+        lo[d].push_back(i), hi[d].push_back(i), w[d].push_back(0);
+        continue;
+      }
+      double f = std::floor(src);
+      lo[d].push_back(edge(static_cast<int64_t>(f), x[d]));
+      hi[d].push_back(edge(static_cast<int64_t>(f) + 1, x[d]));
+      w[d].push_back(src - f);
+    }
+  }
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t e = 0; e < out.size(); ++e) {
+    // The sum over the 2^rank corners (most of weight 0).
+    double v = 0;
+    for (uint64_t corner = 0; corner < (uint64_t{1} << rank); ++corner) {
+      double weight = 1;
+      int64_t k = 0;
+      for (size_t d = 0; d < rank && weight != 0; ++d) {
+        bool upper = (corner >> d) & 1;
+        double wd = w[d][idx[d]];
+        weight *= upper ? wd : 1 - wd;
+        k += (upper ? hi[d][idx[d]] : lo[d][idx[d]]) * st[d];
+      }
+      if (weight != 0) v += weight * in[0]->f[k];
+    }
+    out.f[e] = static_cast<float>(v);
+    for (size_t d = rank; d-- > 0;) {
+      if (++idx[d] < s.out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return {out};
+}
+
+}  // namespace
+
+void register_resize_ops(std::vector<OpDef>& ops) {
+  ops.push_back({"Resize", 1, 4,
+                 [](const OpContext& c) {
+                   return std::vector<TypeShape>{{DType::F32, resize_spec(c).out}};
+                 },
+                 resize_eval});
+}
+
+}  // namespace tf::graph
