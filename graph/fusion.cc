@@ -35,7 +35,7 @@ OpKind op_kind(const std::string& op) {
       "ReduceMean", "ReduceSum",  "ReduceMax",          "ReduceMin",         "ReduceProd",
       "ReduceL1",   "ReduceL2",   "ReduceSumSquare",    "ReduceLogSum",      "ReduceLogSumExp",
       "Softmax",    "LogSoftmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool"};
-  static const std::set<std::string> opaque = {"MaxPool",  "AveragePool",     "Shape",
+  static const std::set<std::string> opaque = {"MaxPool",  "AveragePool",     "Shape", "ConvTranspose",
                                                "Constant", "ConstantOfShape", "Range"};
   if (anchors.count(op)) return OpKind::Anchor;
   if (injective.count(op)) return OpKind::Injective;

@@ -511,6 +511,41 @@ Tensor conv_te(const Node& n, const OpContext& c, const std::vector<TeOperand>& 
                      [&](const Index& i) { return ir::read(acc, i) + operand(in[2], {i[1]}); });
 }
 
+// ConvTranspose: each output pixel gathers the input pixels whose scatter reaches it,
+// y[n, m, oy, ox] = sum over (c, r, q) of x[n, c, iy, ix] * w[c, m % MG, r, q] where
+// oy = iy * sh - pt + r * dh (and likewise ox), c in m's group.
+Tensor conv_transpose_te(const Node& n, const OpContext& c, const std::vector<TeOperand>& in,
+                         const std::string& name) {
+  const TeOperand &x = need(n, in, 0), &wt = need(n, in, 1);
+  if (!x.tensor || !wt.tensor) not_implemented(n, "a transposed convolution of one-element tensors");
+  ConvTransposeSpec s = conv_transpose_spec(c);
+  int64_t H = x.shape[2], W = x.shape[3], CG = x.shape[1] / s.group, MG = s.out_channels / s.group;
+  Shape out{x.shape[0], s.out_channels, s.oh, s.ow};
+  std::vector<IterVar> rv = reduce_vars({CG, s.kh, s.kw}, "r");
+  // The input position along one axis that reaches output position o through tap t, and
+  // whether there is one (floor division: exact for negative numerators too).
+  auto source = [](Expr o, Expr t, int64_t pad, int64_t dil, int64_t stride, int64_t extent) {
+    Expr num = o + pad - t * dil;
+    Expr at = num / stride;
+    Expr ok = ir::logical_and(ir::eq(num % stride, Expr(int64_t{0})),
+                              ir::logical_and(at >= int64_t{0}, at < Expr(extent)));
+    return std::pair{ok, clamp(at, 0, extent - 1)};
+  };
+  Tensor acc = ir::compute(
+      name + (in.size() > 2 && in[2].present() ? "_acc" : ""), out, axis_names(4),
+      [&](const Index& i) {
+        auto [ok_y, iy] = source(i[2], rv[1].var, s.pt, s.dh, s.sh, H);
+        auto [ok_x, ix] = source(i[3], rv[2].var, s.pl, s.dw, s.sw, W);
+        Expr ch = (i[1] / MG) * CG + rv[0].var;
+        Expr v = ir::select(ir::logical_and(ok_y, ok_x), ir::read(x.tensor, {i[0], ch, iy, ix}), ir::f32(0.0));
+        return ir::sum(v * ir::read(wt.tensor, {ch, i[1] % MG, rv[1].var, rv[2].var}), rv);
+      },
+      rv);
+  if (in.size() < 3 || !in[2].present()) return acc;
+  return elementwise(name, out,
+                     [&](const Index& i) { return ir::read(acc, i) + operand(in[2], {i[1]}); });
+}
+
 // ConvNCHWc (graph/layout.h): the sum over (input channel, r, s) on blocked layouts.
 Tensor conv_nchwc_te(const Node& n, const OpContext& c, const std::vector<TeOperand>& in,
                      const Shape& out, const std::string& name) {
@@ -905,6 +940,7 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
     return {global_pool_te(n, need(n, in, 0), out, name)};
   if (op == "Conv") return {conv_te(n, c, in, name)};
+  if (op == "ConvTranspose") return {conv_transpose_te(n, c, in, name)};
   if (op == "ConvNCHWc") return {conv_nchwc_te(n, c, in, out, name)};
   if (op == "LayoutTransform") return {layout_transform_te(n, need(n, in, 0), out, name)};
   if (op == "MatMul") return {matmul_te(n, in, out, name)};

@@ -241,15 +241,16 @@ void add_node(Node n, Graph& g, const std::string& file, int64_t& budget) {
   g.nodes.push_back(std::move(n));
 }
 
-// Conv, MaxPool and AveragePool over 1-D inputs [N, C, W] run as 2-D ones of height 1: x (and a
-// Conv's weight) reshaped to [N, C, 1, W], the window's attributes given a leading 1 (pads 0),
+// Conv, ConvTranspose, MaxPool and AveragePool over 1-D inputs [N, C, W] run as 2-D ones of
+// height 1: x (and a convolution's weight) reshaped to [N, C, 1, W], the window's attributes given a leading 1 (pads 0),
 // and the result reshaped back to the node's output. Returns false, adding nothing, for other
 // nodes.
 bool add_window_1d_as_2d(const Node& n, Graph& g, const std::string& file, int64_t& budget) {
-  if (n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool") return false;
+  bool conv = n.op == "Conv" || n.op == "ConvTranspose";
+  if (!conv && n.op != "MaxPool" && n.op != "AveragePool") return false;
   if (n.inputs.empty() || n.inputs[0].empty() || g.value(n.inputs[0]).shape.size() != 3) return false;
   const Shape x = g.value(n.inputs[0]).shape;
-  for (const char* a : {"kernel_shape", "strides", "dilations", "pads"}) {
+  for (const char* a : {"kernel_shape", "strides", "dilations", "pads", "output_padding", "output_shape"}) {
     size_t want = std::string(a) == "pads" ? 2 : 1;
     if (n.has(a) && n.get_ints(a, {}).size() != want)
       throw UserError(str(file, ": ", n.where(), ": ", a, " ", shape_str(n.get_ints(a, {})),
@@ -270,7 +271,7 @@ bool add_window_1d_as_2d(const Node& n, Graph& g, const std::string& file, int64
   Node two_d = n;
   two_d.inputs[0] = g.fresh_name(n.inputs[0] + "/2d");
   reshape(n.inputs[0], two_d.inputs[0], {x[0], x[1], 1, x[2]}, "input_2d");
-  if (n.op == "Conv" && n.inputs.size() > 1 && !n.inputs[1].empty()) {
+  if (conv && n.inputs.size() > 1 && !n.inputs[1].empty()) {
     const Value& w = g.value(n.inputs[1]);
     if (w.shape.size() != 3)
       throw UserError(str(file, ": ", n.where(), ": weight '", w.name, "' ", shape_str(w.shape),
@@ -291,6 +292,8 @@ bool add_window_1d_as_2d(const Node& n, Graph& g, const std::string& file, int64
   lead("kernel_shape", 1);
   lead("strides", 1);
   lead("dilations", 1);
+  lead("output_padding", 0);
+  lead("output_shape", 1);
   if (n.has("pads")) {
     std::vector<int64_t> p = n.get_ints("pads", {});
     two_d.attrs["pads"] = std::vector<int64_t>{0, p[0], 0, p[1]};

@@ -32,6 +32,7 @@ const std::map<std::string, OpDef>& registry() {
     register_shape_ops(all);
     register_layout_ops(all);
     register_resize_ops(all);
+    register_conv_transpose_ops(all);
     std::map<std::string, OpDef> m;
     for (OpDef& d : all) m.emplace(d.type, std::move(d));
     return m;
@@ -74,6 +75,9 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"Celu", {"alpha"}},
       {"ThresholdedRelu", {"alpha"}},
       {"Pad", {"mode"}},
+      {"ConvTranspose",
+       {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads",
+        "strides"}},
       {"Resize",
        {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value",
         "mode", "nearest_mode"}},

@@ -66,6 +66,7 @@ void register_nn_ops(std::vector<OpDef>& ops);
 void register_shape_ops(std::vector<OpDef>& ops);
 void register_layout_ops(std::vector<OpDef>& ops);  // graph/layout.h
 void register_resize_ops(std::vector<OpDef>& ops);
+void register_conv_transpose_ops(std::vector<OpDef>& ops);
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.
@@ -142,6 +143,13 @@ struct ResizeSpec {
   bool identity(size_t dim) const;
 };
 ResizeSpec resize_spec(const OpContext& c);
+// ConvTranspose (graph/ops_conv_transpose.cc): kernel, strides, dilations, the pads actually
+// applied (from pads, auto_pad or output_shape; negative where output_shape asks for more
+// than the full output), the output size and channels.
+struct ConvTransposeSpec {
+  int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, oh, ow, group, out_channels;
+};
+ConvTransposeSpec conv_transpose_spec(const OpContext& c);
 // Split: the sizes of the pieces along the axis.
 std::vector<int64_t> split_sizes(const OpContext& c);
 // Reductions: the reduced axes, sorted, non-negative.

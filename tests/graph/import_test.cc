@@ -380,6 +380,36 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.output("y");
     expect(b, want);
   }
+  // ConvTranspose: output_padding not below the stride, a weight for other channels, pads
+  // that leave no output.
+  for (auto [weight, attr, values, want] :
+       std::vector<std::tuple<std::vector<int64_t>, std::string, std::vector<int64_t>, std::string>>{
+           {{2, 3, 3, 3}, "output_padding", {2, 0}, "node 'ct' (ConvTranspose): output_padding 2 must be less than the stride 2 or the dilation 1"},
+           {{4, 3, 3, 3}, "group", {1}, "node 'ct' (ConvTranspose): weight [4, 3, 3, 3] and group 1 do not fit the input's 2 channels"},
+           {{2, 3, 3, 3}, "pads", {5, 0, 5, 0}, "node 'ct' (ConvTranspose): the pads leave an output of -1x9"}}) {
+    ModelBuilder b;
+    b.input("x", {1, 2, 4, 4});
+    b.floats("w", std::vector<float>(static_cast<size_t>(num_elements(weight)), 0.5f));
+    b.g->mutable_initializer(b.g->initializer_size() - 1)->clear_dims();
+    for (int64_t d : weight) b.g->mutable_initializer(b.g->initializer_size() - 1)->add_dims(d);
+    auto* ct = b.node("ConvTranspose", {"x", "w"}, {"y"}, "ct");
+    auto* a = ct->add_attribute();
+    a->set_name(attr);
+    if (values.size() == 1) {
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(values[0]);
+    } else {
+      a->set_type(onnx::AttributeProto::INTS);
+      for (int64_t v : values) a->add_ints(v);
+    }
+    auto* strides = ct->add_attribute();
+    strides->set_name("strides");
+    strides->set_type(onnx::AttributeProto::INTS);
+    strides->add_ints(2);
+    strides->add_ints(2);
+    b.output("y");
+    expect(b, want);
+  }
   // Pad: an unsupported mode, pads of the wrong length, padding that leaves a negative size.
   for (auto [mode, pad_values, want] :
        std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>>{

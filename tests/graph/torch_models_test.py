@@ -96,20 +96,22 @@ class Audio1d(torch.nn.Module):
 
 
 class Upsampler(torch.nn.Module):
-    """A decoder as segmentation models have it: Resize by bilinear (scale factor), nearest (to
-    a size) and bilinear with align_corners, joined with Concat."""
+    """A decoder as segmentation and generative models have it: Resize by bilinear (scale
+    factor), nearest (to a size) and bilinear with align_corners, a grouped ConvTranspose with
+    output_padding, joined with Concat."""
 
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.b = torch.nn.Conv2d(24, 4, 1)
+        self.t = torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.b = torch.nn.Conv2d(28, 4, 1)
 
     def forward(self, x):
         f = torch.relu(self.a(x))
         up = torch.nn.functional.interpolate(f, scale_factor=2, mode="bilinear", align_corners=False)
         near = torch.nn.functional.interpolate(f, size=up.shape[-2:], mode="nearest")
         ac = torch.nn.functional.interpolate(f, size=(14, 18), mode="bilinear", align_corners=True)
-        return self.b(torch.cat([up, near, ac], 1))
+        return self.b(torch.cat([up, near, ac, torch.relu(self.t(f))], 1))
 
 
 def randomize_batchnorm(model):
@@ -224,7 +226,7 @@ def main():
             if name == "audio1d":
                 ok = ok and all(info["ops"].get(op) for op in ("Pad", "Elu", "Selu", "MaxPool", "AveragePool"))
             if name == "upsampler":
-                ok = ok and info["ops"].get("Resize") == 3
+                ok = ok and info["ops"].get("Resize") == 3 and info["ops"].get("ConvTranspose") == 1
             if name == "logic":
                 ok = ok and all(info["ops"].get(op) for op in ("Where", "Greater", "Floor", "Mod", "Cast"))
             if name == "attention_sm":
