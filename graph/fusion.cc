@@ -34,7 +34,8 @@ OpKind op_kind(const std::string& op) {
   static const std::set<std::string> reductions = {
       "ReduceMean", "ReduceSum",  "ReduceMax",          "ReduceMin",         "ReduceProd",
       "ReduceL1",   "ReduceL2",   "ReduceSumSquare",    "ReduceLogSum",      "ReduceLogSumExp",
-      "Softmax",    "LogSoftmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool"};
+      "Softmax",    "LogSoftmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool",
+      "InstanceNormalization"};
   static const std::set<std::string> opaque = {"MaxPool",  "AveragePool",     "Shape", "ConvTranspose",
                                                "Constant", "ConstantOfShape", "Range"};
   if (anchors.count(op)) return OpKind::Anchor;

@@ -375,11 +375,13 @@ Tensor softmax_te(const Node& n, const OpContext& c, const TeOperand& x, const s
   });
 }
 
-std::vector<Tensor> layernorm_te(const Node& n, const std::vector<TeOperand>& in,
+// Normalization over the dimensions from `axis` on (LayerNormalization; InstanceNormalization
+// with axis 2): mean and inverse standard deviation per row, then `affine` of the normalized
+// value. Returns the output, the mean and the inverse standard deviation.
+std::vector<Tensor> normalize_te(const TeOperand& x, int64_t axis, float eps,
+                                 const std::function<Expr(Expr, const Index&)>& affine,
                                  const std::string& name) {
-  const TeOperand& x = in[0];
   auto rank = static_cast<int64_t>(x.shape.size());
-  int64_t axis = normalize_axis(n, n.get_int("axis", -1), rank);
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
   KeptReduction red(x, axes);
@@ -401,18 +403,28 @@ std::vector<Tensor> layernorm_te(const Node& n, const std::vector<TeOperand>& in
         return ir::sum(d * d, rv);
       },
       rv);
-  float eps = n.get_float("epsilon", 1e-5f);
   Tensor inv = elementwise(name + "_invstd", stat, [&](const Index& i) {
     return ir::f32(1.0) / ir::sqrt(ir::read(sq, i) * inv_len + ir::f32(eps));
   });
   Tensor out = elementwise(name, x.shape, [&](const Index& i) {
     Index s = stat_of(i);
-    Expr y =
-        (operand(x, i) - ir::read(mean, s)) * ir::read(inv, s) * read_broadcast(need(n, in, 1), i);
-    if (in.size() > 2 && in[2].present()) y = y + read_broadcast(in[2], i);
-    return y;
+    return affine((operand(x, i) - ir::read(mean, s)) * ir::read(inv, s), i);
   });
-  std::vector<Tensor> outs{out, mean, inv};
+  return {out, mean, inv};
+}
+
+std::vector<Tensor> layernorm_te(const Node& n, const std::vector<TeOperand>& in,
+                                 const std::string& name) {
+  const TeOperand& x = in[0];
+  int64_t axis = normalize_axis(n, n.get_int("axis", -1), static_cast<int64_t>(x.shape.size()));
+  const TeOperand& scale = need(n, in, 1);
+  std::vector<Tensor> outs = normalize_te(
+      x, axis, n.get_float("epsilon", 1e-5f),
+      [&](Expr y, const Index& i) {
+        y = y * read_broadcast(scale, i);
+        return in.size() > 2 && in[2].present() ? y + read_broadcast(in[2], i) : y;
+      },
+      name);
   outs.resize(std::min<size_t>(n.outputs.size(), 3));
   return outs;
 }
@@ -925,6 +937,13 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   if (op == "LayerNormalization") {
     need(n, in, 0);
     return layernorm_te(n, in, name);
+  }
+  if (op == "InstanceNormalization") {
+    const TeOperand &x = need(n, in, 0), &scale = need(n, in, 1), &bias = need(n, in, 2);
+    return {normalize_te(
+        x, 2, n.get_float("epsilon", 1e-5f),
+        [&](Expr y, const Index& i) { return y * operand(scale, {i[1]}) + operand(bias, {i[1]}); },
+        name)[0]};
   }
   if (op == "BatchNormalization") {
     for (size_t k = 0; k < 5; ++k) need(n, in, k);

@@ -95,6 +95,7 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"Softmax", {"axis"}},
       {"LogSoftmax", {"axis"}},
       {"LayerNormalization", {"axis", "epsilon", "stash_type"}},
+      {"InstanceNormalization", {"epsilon"}},
       {"Reshape", {"allowzero"}},
       {"Flatten", {"axis"}},
       {"Squeeze", {"axes"}},

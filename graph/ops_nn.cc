@@ -369,6 +369,40 @@ std::vector<HostTensor> softmax_eval(const OpContext& c, const std::vector<const
   return {out};
 }
 
+// ---- InstanceNormalization: per (n, c), normalize over the spatial dims, then the
+// channel's scale and bias. GroupNorm exports as one, on [N, groups, -1].
+std::vector<TypeShape> instancenorm_infer(const OpContext& c) {
+  for (size_t k = 0; k < 3; ++k) require_float(c, k);
+  const Shape& x = c.in(0).shape;
+  if (x.size() < 3)
+    throw UserError(str(c.node.where(), ": input ", shape_str(x), " must have rank 3 or more"));
+  for (size_t k = 1; k < 3; ++k) {
+    if (c.in(k).shape != Shape{x[1]})
+      throw UserError(str(c.node.where(), ": ", k == 1 ? "scale " : "bias ", shape_str(c.in(k).shape),
+                          " must be [", x[1], "]"));
+  }
+  return {{DType::F32, x}};
+}
+
+std::vector<HostTensor> instancenorm_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const Shape& x = in[0]->shape;
+  int64_t C = x[1], len = 1;
+  for (size_t d = 2; d < x.size(); ++d) len *= x[d];
+  double eps = c.node.get_float("epsilon", 1e-5f);
+  HostTensor out = make_like(DType::F32, x);
+  for (int64_t r = 0; r < x[0] * C; ++r) {
+    const float* v = in[0]->f.data() + r * len;
+    double mean = 0, var = 0;
+    for (int64_t l = 0; l < len; ++l) mean += v[l];
+    mean /= static_cast<double>(std::max<int64_t>(len, 1));
+    for (int64_t l = 0; l < len; ++l) var += (v[l] - mean) * (v[l] - mean);
+    var /= static_cast<double>(std::max<int64_t>(len, 1));
+    double inv = 1 / std::sqrt(var + eps), scale = in[1]->f[r % C], bias = in[2]->f[r % C];
+    for (int64_t l = 0; l < len; ++l) out.f[r * len + l] = static_cast<float>((v[l] - mean) * inv * scale + bias);
+  }
+  return {out};
+}
+
 // ---- LayerNormalization (opset 17): normalize over dims >= axis, then scale and bias.
 std::vector<TypeShape> layernorm_infer(const OpContext& c) {
   require_float(c, 0);
@@ -588,6 +622,7 @@ void register_nn_ops(std::vector<OpDef>& ops) {
   ops.push_back({"Softmax", 1, 1, same_float, softmax_eval});
   ops.push_back({"LogSoftmax", 1, 1, same_float, softmax_eval});
   ops.push_back({"LayerNormalization", 2, 3, layernorm_infer, layernorm_eval});
+  ops.push_back({"InstanceNormalization", 3, 3, instancenorm_infer, instancenorm_eval});
   for (const char* r :
        {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {

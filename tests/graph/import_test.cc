@@ -410,6 +410,15 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.output("y");
     expect(b, want);
   }
+  {
+    ModelBuilder b;
+    b.input("x", {1, 3, 4});
+    b.floats("scale", {1, 1});
+    b.floats("bias", {0, 0, 0});
+    b.node("InstanceNormalization", {"x", "scale", "bias"}, {"y"}, "in");
+    b.output("y");
+    expect(b, "node 'in' (InstanceNormalization): scale [2] must be [3]");
+  }
   // Pad: an unsupported mode, pads of the wrong length, padding that leaves a negative size.
   for (auto [mode, pad_values, want] :
        std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>>{

@@ -879,3 +879,23 @@ TEST(GraphNodeTe, PadMatchesNumpy) {
   expect(compile_one("Pad", mode("edge"), {y}, {{1, pads({0, 1})}, {3, HostTensor::ints({1}, {-1})}}),
          {0, 1, 2, 3, 3, 4, 5, 6, 7, 7, 8, 9, 10, 11, 11});
 }
+
+// InstanceNormalization (its node tests are of opset 6), compiled and in the reference, against
+// its formula: per (n, c) the spatial mean and variance, then the channel's scale and bias.
+TEST(GraphNodeTe, InstanceNormalizationMatchesItsFormula) {
+  const Shape shape = {2, 3, 4, 5};
+  HostTensor x = random_floats(shape, 11, -2, 3);
+  HostTensor scale = HostTensor::floats({3}, {0.5f, -1.5f, 2});
+  HostTensor bias = HostTensor::floats({3}, {0.25f, 0, -1});
+  auto [compiled, reference] = compile_one("InstanceNormalization", {{"epsilon", 0.01f}}, {x, scale, bias}, {});
+  for (int64_t r = 0; r < 6; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t l = 0; l < 20; ++l) mean += x.f[r * 20 + l] / 20.0;
+    for (int64_t l = 0; l < 20; ++l) var += (x.f[r * 20 + l] - mean) * (x.f[r * 20 + l] - mean) / 20.0;
+    for (int64_t l = 0; l < 20; ++l) {
+      double want = (x.f[r * 20 + l] - mean) / std::sqrt(var + 0.01) * scale.f[r % 3] + bias.f[r % 3];
+      EXPECT_NEAR(compiled[r * 20 + l], want, 1e-5) << "row " << r << ", element " << l;
+      EXPECT_NEAR(reference[r * 20 + l], want, 1e-5) << "reference, row " << r << ", element " << l;
+    }
+  }
+}

@@ -79,7 +79,7 @@ class Logic(torch.nn.Module):
 
 class Audio1d(torch.nn.Module):
     """A 1-D CNN as audio and sensor models have them: Conv1d (grouped, dilated), BatchNorm1d,
-    pooling, reflection padding (Pad), ELU and SELU; tunefarm runs the 1-D windows as 2-D
+    pooling, reflection padding (Pad), GroupNorm (InstanceNormalization), ELU and SELU; tunefarm runs the 1-D windows as 2-D
     ones of height 1."""
 
     def __init__(self):
@@ -87,7 +87,7 @@ class Audio1d(torch.nn.Module):
         self.features = torch.nn.Sequential(
             torch.nn.Conv1d(4, 16, 5, padding=2), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
             torch.nn.MaxPool1d(2), torch.nn.ReflectionPad1d(2),
-            torch.nn.Conv1d(16, 16, 3, dilation=2, groups=4), torch.nn.ELU(),
+            torch.nn.Conv1d(16, 16, 3, dilation=2, groups=4), torch.nn.GroupNorm(4, 16), torch.nn.ELU(),
             torch.nn.AvgPool1d(3, stride=2), torch.nn.Conv1d(16, 8, 1), torch.nn.SELU())
         self.fc = torch.nn.Linear(8 * 7, 10)
 
@@ -224,7 +224,7 @@ def main():
                 ok = ok and info["ops"].get("LayerNormalization") == 4 and info["ops"].get("Gelu") == 2
                 ok = ok and "Erf" not in info["ops"] and "ReduceMean" not in info["ops"]
             if name == "audio1d":
-                ok = ok and all(info["ops"].get(op) for op in ("Pad", "Elu", "Selu", "MaxPool", "AveragePool"))
+                ok = ok and all(info["ops"].get(op) for op in ("Pad", "Elu", "Selu", "MaxPool", "AveragePool", "InstanceNormalization"))
             if name == "upsampler":
                 ok = ok and info["ops"].get("Resize") == 3 and info["ops"].get("ConvTranspose") == 1
             if name == "logic":
