@@ -300,10 +300,12 @@ class CodeGen {
         {"sqrt", llvm::Intrinsic::sqrt}, {"fabs", llvm::Intrinsic::fabs},
         {"tanh", llvm::Intrinsic::tanh}, {"floor", llvm::Intrinsic::floor},
         {"ceil", llvm::Intrinsic::ceil}, {"roundeven", llvm::Intrinsic::roundeven},
+        {"sin", llvm::Intrinsic::sin},   {"cos", llvm::Intrinsic::cos},
     };
     auto it = kIntrinsics.find(c->name);
     TF_CHECK(it != kIntrinsics.end() && c->args.size() == 1, "codegen: unknown call ", c->name);
-    bool transcendental = c->name == "exp" || c->name == "log" || c->name == "tanh";
+    bool transcendental = c->name == "exp" || c->name == "log" || c->name == "tanh" ||
+                          c->name == "sin" || c->name == "cos";
     if (target_.kind == "cuda" && transcendental) {
       uses_libdevice = true;
       return vendor_math_call("__nv_" + c->name + "f", c);

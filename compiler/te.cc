@@ -70,6 +70,8 @@ Expr log(Expr x) { return math("log", std::move(x)); }
 Expr sqrt(Expr x) { return math("sqrt", std::move(x)); }
 Expr fabs(Expr x) { return math("fabs", std::move(x)); }
 Expr tanh(Expr x) { return math("tanh", std::move(x)); }
+Expr sin(Expr x) { return math("sin", std::move(x)); }
+Expr cos(Expr x) { return math("cos", std::move(x)); }
 Expr floor(Expr x) { return math("floor", std::move(x)); }
 Expr ceil(Expr x) { return math("ceil", std::move(x)); }
 Expr round_even(Expr x) { return math("roundeven", std::move(x)); }

@@ -54,7 +54,7 @@ Expr prod_reduce(Expr source, const std::vector<IterVar>& axes);
 
 Expr read(const Tensor& t, std::vector<Expr> indices);
 
-// Elementwise float math, for compute bodies. exp, log and tanh call libm (the kernel
+// Elementwise float math, for compute bodies. exp, log, tanh, sin and cos call libm (the kernel
 // library then depends on libm.so.6); sqrt and fabs are single instructions; floor, ceil and
 // round_even (halves to even) are single instructions where the target has them (SSE4.1,
 // NEON), else libm calls.
@@ -63,6 +63,8 @@ Expr log(Expr x);
 Expr sqrt(Expr x);
 Expr fabs(Expr x);
 Expr tanh(Expr x);
+Expr sin(Expr x);
+Expr cos(Expr x);
 Expr floor(Expr x);
 Expr ceil(Expr x);
 Expr round_even(Expr x);

@@ -103,6 +103,8 @@ const std::map<std::string, Unary>& unary_ops() {
       {"Sigmoid",
        [](Expr x, const Node&) { return ir::f32(1.0) / (ir::f32(1.0) + ir::exp(neg(x))); }},
       {"Tanh", [](Expr x, const Node&) { return ir::tanh(x); }},
+      {"Sin", [](Expr x, const Node&) { return ir::sin(x); }},
+      {"Cos", [](Expr x, const Node&) { return ir::cos(x); }},
       {"Exp", [](Expr x, const Node&) { return ir::exp(x); }},
       {"Log", [](Expr x, const Node&) { return ir::log(x); }},
       {"Sqrt", [](Expr x, const Node&) { return ir::sqrt(x); }},
@@ -768,6 +770,15 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       return operand(x, src);
     })};
   }
+  if (op == "Tile") {
+    const TeOperand& x = need(n, in, 0);
+    return {elementwise(name, out, [&](const Index& i) {
+      Index src;
+      for (size_t d = 0; d < i.size(); ++d)
+        src.push_back(x.shape[d] == out[d] ? i[d] : i[d] % x.shape[d]);
+      return operand(x, src);
+    })};
+  }
   if (op == "Pad") {
     const TeOperand& x = need(n, in, 0);
     PadSpec s = pad_spec(c);
@@ -960,6 +971,28 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
     return {global_pool_te(n, need(n, in, 0), out, name)};
   if (op == "Conv") return {conv_te(n, c, in, name)};
   if (op == "ConvTranspose") return {conv_transpose_te(n, c, in, name)};
+  if (op == "Einsum") {
+    EinsumSpec s = einsum_spec(c);
+    for (size_t k = 0; k < in.size(); ++k) need(n, in, k);
+    std::vector<int64_t> sums;
+    for (char l : s.summed) sums.push_back(s.extent.at(l));
+    std::vector<IterVar> rv = reduce_vars(sums, "r");
+    auto body = [&](const Index& i) {
+      // Each label's variable: the output's axes, then the reduction's.
+      std::map<char, Expr> var;
+      for (size_t d = 0; d < s.output.size(); ++d) var[s.output[d]] = i[d];
+      for (size_t d = 0; d < s.summed.size(); ++d) var[s.summed[d]] = rv[d].var;
+      Expr prod;
+      for (size_t k = 0; k < in.size(); ++k) {
+        Index at;
+        for (char l : s.inputs[k]) at.push_back(var.at(l));
+        Expr v = operand(in[k], at);
+        prod = prod ? prod * v : v;
+      }
+      return rv.empty() ? prod : ir::sum(prod, rv);
+    };
+    return {rv.empty() ? elementwise(name, out, body) : ir::compute(name, out, axis_names(out.size()), body, rv)};
+  }
   if (op == "ConvNCHWc") return {conv_nchwc_te(n, c, in, out, name)};
   if (op == "LayoutTransform") return {layout_transform_te(n, need(n, in, 0), out, name)};
   if (op == "MatMul") return {matmul_te(n, in, out, name)};

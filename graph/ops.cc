@@ -33,6 +33,7 @@ const std::map<std::string, OpDef>& registry() {
     register_layout_ops(all);
     register_resize_ops(all);
     register_conv_transpose_ops(all);
+    register_einsum_ops(all);
     std::map<std::string, OpDef> m;
     for (OpDef& d : all) m.emplace(d.type, std::move(d));
     return m;
@@ -96,6 +97,7 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"LogSoftmax", {"axis"}},
       {"LayerNormalization", {"axis", "epsilon", "stash_type"}},
       {"InstanceNormalization", {"epsilon"}},
+      {"Einsum", {"equation"}},
       {"Reshape", {"allowzero"}},
       {"Flatten", {"axis"}},
       {"Squeeze", {"axes"}},
@@ -171,7 +173,9 @@ void check_tensor_size(const std::string& what, const Shape& s) {
 }
 
 bool foldable(const Node& n, const std::vector<TypeShape>& outputs) {
-  if (n.op == "MatMul" || n.op == "Gemm" || n.op == "Conv" || n.op == "ConvNCHWc") return false;
+  if (n.op == "MatMul" || n.op == "Gemm" || n.op == "Conv" || n.op == "ConvNCHWc" ||
+      n.op == "ConvTranspose" || n.op == "Einsum")
+    return false;
   for (const TypeShape& t : outputs) {
     if (num_elements(t.shape) > kMaxFoldedElements) return false;
   }

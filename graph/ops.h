@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -67,13 +68,15 @@ void register_shape_ops(std::vector<OpDef>& ops);
 void register_layout_ops(std::vector<OpDef>& ops);  // graph/layout.h
 void register_resize_ops(std::vector<OpDef>& ops);
 void register_conv_transpose_ops(std::vector<OpDef>& ops);
+void register_einsum_ops(std::vector<OpDef>& ops);
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.
 constexpr int64_t kMaxGraphTensorElements = int64_t{1} << 32;
 void check_tensor_size(const std::string& what, const Shape& s);
 // What import and fold-constants evaluate ahead of time: results of at most this many
-// elements, from operators whose cost is linear in their sizes (not MatMul, Gemm or Conv).
+// elements, from operators whose cost is linear in their sizes (not MatMul, Gemm, Conv,
+// ConvTranspose or Einsum).
 // Anything bigger stays a node, so a hostile model cannot make folding allocate or compute
 // without bound.
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
@@ -150,6 +153,15 @@ struct ConvTransposeSpec {
   int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, oh, ow, group, out_channels;
 };
 ConvTransposeSpec conv_transpose_spec(const OpContext& c);
+// Einsum (graph/ops_einsum.cc): each operand's labels, the output's, the summed ones, each
+// label's extent, and the output shape.
+struct EinsumSpec {
+  std::vector<std::string> inputs;
+  std::string output, summed;
+  std::map<char, int64_t> extent;
+  Shape out;
+};
+EinsumSpec einsum_spec(const OpContext& c);
 // Split: the sizes of the pieces along the axis.
 std::vector<int64_t> split_sizes(const OpContext& c);
 // Reductions: the reduced axes, sorted, non-negative.

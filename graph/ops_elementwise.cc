@@ -241,6 +241,8 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
     return static_cast<float>(1 / (1 + std::exp(-double(x))));
   }));
   ops.push_back(unary("Tanh", [](float x, const Node&) { return std::tanh(x); }));
+  ops.push_back(unary("Sin", [](float x, const Node&) { return std::sin(x); }));
+  ops.push_back(unary("Cos", [](float x, const Node&) { return std::cos(x); }));
   ops.push_back(unary("Exp", [](float x, const Node&) { return std::exp(x); }));
   ops.push_back(unary("Log", [](float x, const Node&) { return std::log(x); }));
   ops.push_back(unary("Sqrt", [](float x, const Node&) { return std::sqrt(x); }));

@@ -1,4 +1,4 @@
-// Data movement and shape operators: Shape, Reshape, Flatten, Transpose, Concat, Slice, Pad,
+// Data movement and shape operators: Shape, Reshape, Flatten, Transpose, Concat, Slice, Pad, Tile,
 // Gather, Split, Squeeze, Unsqueeze, Expand, Constant, ConstantOfShape, Range, Identity, Dropout.
 // Most of them take any element type; shape arithmetic runs through them on int64 tensors.
 #include <algorithm>
@@ -308,6 +308,42 @@ std::vector<HostTensor> pad_eval(const OpContext& c, const std::vector<const Hos
       copy_elem(out, e, *in[2], 0);
     for (size_t d = idx.size(); d-- > 0;) {
       if (++idx[d] < s.out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return {out};
+}
+
+// ---- Tile: repeats (a constant input) copies along each axis.
+Shape tile_shape(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  std::vector<int64_t> r = ints_of(c.constant(1, "repeats"));
+  if (r.size() != x.size())
+    throw UserError(str(c.node.where(), ": repeats ", shape_str(r), " must have one value per axis of ",
+                        shape_str(x)));
+  Shape out = x;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (r[d] < 0 || r[d] > kMaxGraphTensorElements)
+      throw UserError(str(c.node.where(), ": repeat ", r[d], " on axis ", d, " is out of range"));
+    out[d] = x[d] * r[d];
+    if (x[d] != 0 && out[d] / x[d] != r[d]) out[d] = kMaxGraphTensorElements + 1;  // refused below
+  }
+  check_tensor_size(c.node.where(), out);
+  return out;
+}
+
+std::vector<HostTensor> tile_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const Shape& x = in[0]->shape;
+  Shape out_shape = tile_shape(c);
+  std::vector<int64_t> st = strides_of(x);
+  HostTensor out = make_like(in[0]->dtype, out_shape);
+  std::vector<int64_t> idx(x.size(), 0);
+  for (int64_t e = 0; e < out.size(); ++e) {
+    int64_t k = 0;
+    for (size_t d = 0; d < x.size(); ++d) k += (idx[d] % x[d]) * st[d];
+    copy_elem(out, e, *in[0], k);
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < out_shape[d]) break;
       idx[d] = 0;
     }
   }
@@ -633,6 +669,11 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                  },
                  pad_eval});
   ops.push_back({"Gather", 2, 2, gather_infer, gather_eval});
+  ops.push_back({"Tile", 2, 2,
+                 [](const OpContext& c) {
+                   return std::vector<TypeShape>{{c.in(0).dtype, tile_shape(c)}};
+                 },
+                 tile_eval});
   ops.push_back({"Split", 1, 2, split_infer, split_eval});
   ops.push_back({"Expand", 2, 2,
                  [](const OpContext& c) {

@@ -30,7 +30,7 @@ const std::set<std::string>& layout_free_ops() {
       "Relu",      "Clip",       "Sigmoid",   "Tanh", "Exp",  "Neg",      "Abs",
       "Sqrt",      "Erf",        "LeakyRelu", "Elu",  "Selu", "Softplus", "HardSigmoid",
       "HardSwish", "Reciprocal", "Add",       "Sub",  "Mul",  "Div",      "Max",
-      "Min",       "Sum",        "Mean",      "PRelu", "Celu", "ThresholdedRelu", "Softsign"};
+      "Min",       "Sum",        "Mean",      "PRelu", "Celu", "ThresholdedRelu", "Softsign", "Sin", "Cos"};
   return ops;
 }
 

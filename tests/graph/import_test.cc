@@ -419,6 +419,32 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.output("y");
     expect(b, "node 'in' (InstanceNormalization): scale [2] must be [3]");
   }
+  // Einsum: an ellipsis, a label with two extents, an output label in no operand; Tile: a
+  // repeat per axis.
+  for (auto [equation, want] : std::vector<std::pair<std::string, std::string>>{
+           {"...ij,...jk->...ik", "node 'es' (Einsum): equation '...ij,...jk->...ik': ellipsis ('...') is not supported"},
+           {"ij,ij->i", "node 'es' (Einsum): label 'i' is 2 in one operand and 3 in another"},
+           {"ij,jk->iz", "node 'es' (Einsum): equation 'ij,jk->iz': output label 'z' is in no operand"},
+           {"ij->i", "node 'es' (Einsum): equation 'ij->i' has 1 operands; the node has 2 inputs"}}) {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.input("y", {3, 2});
+    auto* es = b.node("Einsum", {"x", "y"}, {"z"}, "es");
+    auto* a = es->add_attribute();
+    a->set_name("equation");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(equation);
+    b.output("z");
+    expect(b, want);
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.ints("repeats", {2});
+    b.node("Tile", {"x", "repeats"}, {"y"}, "tile");
+    b.output("y");
+    expect(b, "node 'tile' (Tile): repeats [2] must have one value per axis of [2, 3]");
+  }
   // Pad: an unsupported mode, pads of the wrong length, padding that leaves a negative size.
   for (auto [mode, pad_values, want] :
        std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>>{

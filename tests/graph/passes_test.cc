@@ -841,6 +841,8 @@ TEST(GraphNodeTe, ActivationsWithoutOpset11NodeTestsMatchTheirFormulas) {
       {"ThresholdedRelu", {}, [](double v) { return v > 1 ? v : 0; }},
       {"ThresholdedRelu", {{"alpha", 0.2f}}, [](double v) { return v > 0.2f ? v : 0; }},
       {"Softsign", {}, [](double v) { return v / (1 + std::fabs(v)); }},
+      {"Sin", {}, [](double v) { return std::sin(v); }},
+      {"Cos", {}, [](double v) { return std::cos(v); }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.op + (c.attrs.empty() ? "" : " with attributes"));
@@ -898,4 +900,48 @@ TEST(GraphNodeTe, InstanceNormalizationMatchesItsFormula) {
       EXPECT_NEAR(reference[r * 20 + l], want, 1e-5) << "reference, row " << r << ", element " << l;
     }
   }
+}
+
+// Einsum (its node tests are of float64), compiled and in the reference, against loops
+// written out: a batched matmul with a transposed operand, a transpose (nothing summed), a
+// diagonal, the implicit output of "ij,j" (the labels used once: "i") and an outer product.
+TEST(GraphNodeTe, EinsumMatchesLoopsWrittenOut) {
+  HostTensor a = random_floats({2, 3, 4}, 21), b = random_floats({2, 5, 4}, 22);
+  HostTensor sq = random_floats({4, 4}, 23), m = random_floats({3, 4}, 24), v = random_floats({4}, 25);
+  auto check = [](const std::pair<std::vector<float>, std::vector<float>>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.first.size(), want.size());
+    ASSERT_EQ(got.second.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_NEAR(got.first[k], want[k], 1e-5) << "compiled, element " << k;
+      EXPECT_NEAR(got.second[k], want[k], 1e-5) << "reference, element " << k;
+    }
+  };
+  auto eq = [](const char* e) { return std::map<std::string, Attr>{{"equation", std::string(e)}}; };
+  std::vector<double> want;
+  for (int bb = 0; bb < 2; ++bb)
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 5; ++k) {
+        double s = 0;
+        for (int j = 0; j < 4; ++j) s += double(a.f[(bb * 3 + i) * 4 + j]) * b.f[(bb * 5 + k) * 4 + j];
+        want.push_back(s);
+      }
+  check(compile_one("Einsum", eq("bij, bkj -> bik"), {a, b}, {}), want);
+  want.clear();
+  for (int j = 0; j < 4; ++j)
+    for (int i = 0; i < 3; ++i) want.push_back(m.f[i * 4 + j]);
+  check(compile_one("Einsum", eq("ij->ji"), {m}, {}), want);
+  want.clear();
+  for (int i = 0; i < 4; ++i) want.push_back(sq.f[i * 4 + i]);
+  check(compile_one("Einsum", eq("ii->i"), {sq}, {}), want);
+  want.clear();
+  for (int i = 0; i < 3; ++i) {
+    double s = 0;
+    for (int j = 0; j < 4; ++j) s += double(m.f[i * 4 + j]) * v.f[j];
+    want.push_back(s);
+  }
+  check(compile_one("Einsum", eq("ij,j"), {m, v}, {}), want);
+  want.clear();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) want.push_back(double(v.f[i]) * v.f[j]);
+  check(compile_one("Einsum", eq("i,j->ij"), {v, v}, {}), want);
 }
