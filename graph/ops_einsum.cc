@@ -70,6 +70,13 @@ EinsumSpec einsum_spec(const OpContext& c) {
   }
   for (char l : s.output) s.out.push_back(s.extent.at(l));
   check_tensor_size(n.where(), s.out);
+  // The loop nest (output and summed labels) must be countable: at most 2^62 iterations.
+  int64_t nest = 1;
+  for (const auto& [l, e] : s.extent) {
+    if (e != 0 && nest > (int64_t{1} << 62) / e)
+      throw UserError(str(n.where(), ": equation '", eq, "' has a loop nest of more than 2^62 iterations"));
+    nest *= e;
+  }
   return s;
 }
 

@@ -439,6 +439,17 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
   }
   {
     ModelBuilder b;
+    for (const char* in : {"p", "q", "r"}) b.input(in, {int64_t{1} << 21});
+    auto* es = b.node("Einsum", {"p", "q", "r"}, {"z"}, "es");
+    auto* a = es->add_attribute();
+    a->set_name("equation");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s("a,b,c->");
+    b.output("z");
+    expect(b, "node 'es' (Einsum): equation 'a,b,c->' has a loop nest of more than 2^62 iterations");
+  }
+  {
+    ModelBuilder b;
     b.input("x", {2, 3});
     b.ints("repeats", {2});
     b.node("Tile", {"x", "repeats"}, {"y"}, "tile");
