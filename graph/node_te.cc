@@ -686,6 +686,7 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   const std::string& op = n.op;
   if (auto u = unary_ops().find(op); u != unary_ops().end()) {
     const TeOperand& x = need(n, in, 0);
+    if (op == "Dropout" && n.outputs.size() > 1) not_implemented(n, "Dropout's mask output");
     return {
         elementwise(name, out, [&](const Index& i) { return u->second(read_broadcast(x, i), n); })};
   }

@@ -639,17 +639,28 @@ void register_shape_ops(std::vector<OpDef>& ops) {
   ops.push_back(reshaping("Squeeze", 1, 2, squeeze_shape));
   ops.push_back(reshaping("Unsqueeze", 1, 2, unsqueeze_shape));
   ops.push_back(reshaping("Identity", 1, 1, [](const OpContext& c) { return c.in(0).shape; }));
-  // Dropout in inference is the identity; its ratio and training_mode inputs are ignored
-  // unless training_mode is a constant true.
-  ops.push_back(reshaping("Dropout", 1, 3, [](const OpContext& c) {
-    if (c.present(2) && c.in(2).constant && c.in(2).constant->as_int(0)) {
-      throw UserError(str(c.node.where(), ": training_mode=true is not supported"));
-    }
-    if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) {
-      throw UserError(str(c.node.where(), ": the mask output is not supported"));
-    }
-    return c.in(0).shape;
-  }));
+  // Dropout in inference is the identity, and so in training with a ratio of 0 (what
+  // torchvision's Swin exports); its mask output (optional) is then all true.
+  ops.push_back(
+      {"Dropout", 1, 3,
+       [](const OpContext& c) {
+         if (c.present(2) && c.in(2).constant && c.in(2).constant->as_int(0)) {
+           bool zero_ratio = c.present(1) && c.in(1).constant && c.in(1).constant->size() == 1 &&
+                             c.in(1).constant->as_double(0) == 0;
+           if (!zero_ratio)
+             throw UserError(str(c.node.where(), ": training_mode=true with a ratio other than a constant 0 is not supported"));
+         }
+         std::vector<TypeShape> out{{c.in(0).dtype, c.in(0).shape}};
+         if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) out.push_back({DType::Bool, c.in(0).shape});
+         return out;
+       },
+       [](const OpContext& c, const std::vector<const HostTensor*>& in) {
+         std::vector<HostTensor> out{*in[0]};
+         if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) {
+           out.push_back(HostTensor::ints(in[0]->shape, std::vector<int64_t>(in[0]->size(), 1), DType::Bool));
+         }
+         return out;
+       }});
   ops.push_back({"Transpose", 1, 1,
                  [](const OpContext& c) {
                    Shape s;

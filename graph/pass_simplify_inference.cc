@@ -2,6 +2,7 @@
 // the identity) are bypassed; a BatchNormalization with constant statistics becomes
 // x * scale + shift with per-channel constants, scale = gamma / sqrt(var + eps) and
 // shift = beta - mean * scale (fold-scale-into-conv then moves them into a convolution).
+#include <algorithm>
 #include <cmath>
 
 #include "graph/pass.h"
@@ -47,7 +48,13 @@ bool simplify_inference(Graph& g) {
   // In place: bypass() renames values in every node, so each rewrite lands in g.nodes at once.
   for (size_t k = 0; k < g.nodes.size();) {
     Node& n = g.nodes[k];
-    if ((n.op == "Identity" || n.op == "Dropout") && bypass(g, n.outputs[0], n.inputs[0])) {
+    // (A Dropout whose mask output is read stays.)
+    bool mask_read = n.op == "Dropout" && n.outputs.size() > 1 && !n.outputs[1].empty() &&
+                     (g.is_output(n.outputs[1]) ||
+                      std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& m) {
+                        return std::find(m.inputs.begin(), m.inputs.end(), n.outputs[1]) != m.inputs.end();
+                      }));
+    if ((n.op == "Identity" || (n.op == "Dropout" && !mask_read)) && bypass(g, n.outputs[0], n.inputs[0])) {
       g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(k));
       changed = true;
       continue;

@@ -9,6 +9,7 @@
 
 #include "compiler/error.h"
 #include "graph/onnx_import.h"
+#include "graph/pass.h"
 #include "graph/ops.h"
 #include "graph/reference_run.h"
 
@@ -455,6 +456,28 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.node("Tile", {"x", "repeats"}, {"y"}, "tile");
     b.output("y");
     expect(b, "node 'tile' (Tile): repeats [2] must have one value per axis of [2, 3]");
+  }
+  // Dropout in training mode: only with a ratio of 0 (the identity).
+  for (float ratio : {0.0f, 0.5f}) {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.floats("ratio", {ratio});
+    b.g->mutable_initializer(b.g->initializer_size() - 1)->clear_dims();
+    auto* train = b.g->add_initializer();  // a scalar bool true
+    train->set_name("train");
+    train->set_data_type(onnx::TensorProto::BOOL);
+    train->add_int32_data(1);
+    b.node("Dropout", {"x", "ratio", "train"}, {"y", "mask"}, "drop");
+    b.node("Relu", {"y"}, {"z"});
+    b.output("z");
+    if (ratio == 0) {
+      Graph g = b.import();
+      EXPECT_EQ(g.value("mask").dtype, DType::Bool);
+      run_passes(g, PassOptions{});
+      EXPECT_EQ(g.nodes.size(), 1u) << "the unread mask lets simplify-inference drop the Dropout";
+    } else {
+      expect(b, "node 'drop' (Dropout): training_mode=true with a ratio other than a constant 0 is not supported");
+    }
   }
   // Pad: an unsupported mode, pads of the wrong length, padding that leaves a negative size.
   for (auto [mode, pad_values, want] :
