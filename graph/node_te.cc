@@ -705,6 +705,18 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       return to_float(cmp->second(read_broadcast(a, i), read_broadcast(b, i)));
     })};
   }
+  if (op == "Not" || op == "And" || op == "Or" || op == "Xor") {
+    for (size_t k = 0; k < in.size(); ++k) need(n, in, k);
+    return {elementwise(name, out, [&](const Index& i) {
+      Expr one = ir::f32(1.0), zero = ir::f32(0.0);
+      Expr a_false = is_false(read_broadcast(in[0], i));
+      if (op == "Not") return ir::select(a_false, one, zero);
+      Expr b_false = is_false(read_broadcast(in[1], i));
+      if (op == "And") return ir::select(a_false, zero, ir::select(b_false, zero, one));
+      if (op == "Or") return ir::select(a_false, ir::select(b_false, zero, one), one);
+      return ir::select(a_false, ir::select(b_false, zero, one), ir::select(b_false, one, zero));
+    })};
+  }
   if (op == "Where") {
     const TeOperand &cond = need(n, in, 0), &a = need(n, in, 1), &b = need(n, in, 2);
     return {elementwise(name, out, [&](const Index& i) {

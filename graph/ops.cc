@@ -98,6 +98,7 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"LayerNormalization", {"axis", "epsilon", "stash_type"}},
       {"InstanceNormalization", {"epsilon"}},
       {"Einsum", {"equation"}},
+      {"ScatterND", {"reduction"}},
       {"Reshape", {"allowzero"}},
       {"Flatten", {"axis"}},
       {"Squeeze", {"axes"}},

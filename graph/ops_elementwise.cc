@@ -47,6 +47,32 @@ OpDef unary(const std::string& type, std::function<float(float, const Node&)> f)
   return d;
 }
 
+// Not, And, Or, Xor: bool inputs (broadcast), a bool result.
+OpDef logical(const std::string& type, int inputs, std::function<bool(bool, bool)> f) {
+  OpDef d{type, inputs, inputs, nullptr, nullptr};
+  d.infer = [](const OpContext& c) {
+    Shape s = c.in(0).shape;
+    for (size_t k = 0; k < c.count(); ++k) {
+      if (c.in(k).dtype != DType::Bool)
+        throw UserError(str(c.node.where(), ": input ", k, " ('", c.in(k).name, "') is ",
+                            dtype_name(c.in(k).dtype), "; this operator takes bool"));
+      s = broadcast_shapes(c.node, s, c.in(k).shape);
+    }
+    return std::vector<TypeShape>{{DType::Bool, s}};
+  };
+  d.eval = [f](const OpContext& c, const std::vector<const HostTensor*>& in) {
+    const HostTensor& a = *in[0];
+    const HostTensor& b = in.size() > 1 ? *in[1] : *in[0];
+    Shape s = broadcast_shapes(c.node, a.shape, b.shape);
+    HostTensor out = make_like(DType::Bool, s);
+    for_each_broadcast<2>(s, {&a.shape, &b.shape}, [&](int64_t e, const std::array<int64_t, 2>& o) {
+      out.i[e] = f(a.i[o[0]] != 0, b.i[o[1]] != 0);
+    });
+    return std::vector<HostTensor>{out};
+  };
+  return d;
+}
+
 enum class BinKind { Arith, Compare };
 
 // Integer arithmetic (shape computations): exact, and an overflow or a division by zero is
@@ -310,6 +336,10 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(binary("LessOrEqual", BinKind::Compare, [](double a, double b) { return a <= b; }));
   ops.push_back(
       binary("GreaterOrEqual", BinKind::Compare, [](double a, double b) { return a >= b; }));
+  ops.push_back(logical("Not", 1, [](bool a, bool) { return !a; }));
+  ops.push_back(logical("And", 2, [](bool a, bool b) { return a && b; }));
+  ops.push_back(logical("Or", 2, [](bool a, bool b) { return a || b; }));
+  ops.push_back(logical("Xor", 2, [](bool a, bool b) { return a != b; }));
   ops.push_back(where_op());
   ops.push_back(clip_op());
   ops.push_back(cast_op());

@@ -314,6 +314,61 @@ std::vector<HostTensor> pad_eval(const OpContext& c, const std::vector<const Hos
   return {out};
 }
 
+// ---- ScatterND (opset 11+; reduction none, add or mul from opset 16): a copy of data with
+// the slices that indices [..., k] address replaced by (or combined with) updates. Reference
+// only: compiled models get it folded when its inputs are constants (masks built by slice
+// assignment, as Swin's), else compiling it is not implemented.
+std::vector<TypeShape> scatter_nd_infer(const OpContext& c) {
+  const Shape &x = c.in(0).shape, &idx = c.in(1).shape, &up = c.in(2).shape;
+  if (c.in(1).dtype != DType::I64) throw UserError(str(c.node.where(), ": indices must be integers"));
+  if (c.in(2).dtype != c.in(0).dtype)
+    throw UserError(str(c.node.where(), ": updates are ", dtype_name(c.in(2).dtype), ", data ", dtype_name(c.in(0).dtype)));
+  std::string red = c.node.get_string("reduction", "none");
+  if (red != "none" && red != "add" && red != "mul")
+    throw UserError(str(c.node.where(), ": reduction '", red, "' is not supported (none, add and mul are)"));
+  if (idx.empty() || idx.back() < 1 || idx.back() > static_cast<int64_t>(x.size()))
+    throw UserError(str(c.node.where(), ": indices ", shape_str(idx), " must end in 1 to ", x.size(),
+                        " (the rank of data ", shape_str(x), ")"));
+  // updates: indices' shape but the last, then data's dims after the first k.
+  Shape want(idx.begin(), idx.end() - 1);
+  want.insert(want.end(), x.begin() + idx.back(), x.end());
+  if (up != want)
+    throw UserError(str(c.node.where(), ": updates ", shape_str(up), " must be ", shape_str(want)));
+  return {{c.in(0).dtype, x}};
+}
+
+std::vector<HostTensor> scatter_nd_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const HostTensor &data = *in[0], &idx = *in[1], &up = *in[2];
+  HostTensor out = data;
+  auto k = static_cast<size_t>(idx.shape.back());
+  std::vector<int64_t> st = strides_of(data.shape);
+  int64_t slice = 1;
+  for (size_t d = k; d < data.shape.size(); ++d) slice *= data.shape[d];
+  int64_t count = idx.size() / static_cast<int64_t>(k);
+  std::string red = c.node.get_string("reduction", "none");
+  for (int64_t u = 0; u < count; ++u) {
+    int64_t at = 0;
+    for (size_t d = 0; d < k; ++d) {
+      int64_t i = idx.i[static_cast<size_t>(u) * k + d], n = data.shape[d];
+      if (i < -n || i >= n)
+        throw UserError(str(c.node.where(), ": index ", i, " is out of range for axis ", d, " of size ", n));
+      at += (i < 0 ? i + n : i) * st[d];
+    }
+    for (int64_t e = 0; e < slice; ++e) {
+      int64_t o = at + e, s = u * slice + e;
+      if (out.dtype == DType::F32) {
+        float v = up.f[s];
+        out.f[o] = red == "add" ? out.f[o] + v : red == "mul" ? out.f[o] * v : v;
+      } else {
+        int64_t v = up.i[s];
+        auto a = static_cast<uint64_t>(out.i[o]), b = static_cast<uint64_t>(v);  // wrapping, as int64 does
+        out.i[o] = static_cast<int64_t>(red == "add" ? a + b : red == "mul" ? a * b : b);
+      }
+    }
+  }
+  return {out};
+}
+
 // ---- Tile: repeats (a constant input) copies along each axis.
 Shape tile_shape(const OpContext& c) {
   const Shape& x = c.in(0).shape;
@@ -680,6 +735,7 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                  },
                  pad_eval});
   ops.push_back({"Gather", 2, 2, gather_infer, gather_eval});
+  ops.push_back({"ScatterND", 3, 3, scatter_nd_infer, scatter_nd_eval});
   ops.push_back({"Tile", 2, 2,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, tile_shape(c)}};

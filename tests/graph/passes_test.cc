@@ -794,14 +794,15 @@ std::pair<std::vector<float>, std::vector<float>> compile_one(
       continue;
     }
     const HostTensor& x = xs.at(next_x++);
-    g.values[name] = Value{name, DType::F32, x.shape, std::nullopt};
+    g.values[name] = Value{name, x.dtype, x.shape, std::nullopt};
     g.inputs.push_back(name);
     feeds[name] = x;
     args.push_back(tf::ir::placeholder(name, x.shape));
     operands.push_back(TeOperand{x.shape, args.back(), std::nullopt});
   }
-  Shape out = infer_node(n, g, g.opset).at(0).shape;
-  g.values["y"] = Value{"y", DType::F32, out, std::nullopt};
+  TypeShape y_type = infer_node(n, g, g.opset).at(0);
+  Shape out = y_type.shape;
+  g.values["y"] = Value{"y", y_type.dtype, out, std::nullopt};
   g.nodes.push_back(n);
   g.outputs = {"y"};
   verify(g);
@@ -810,11 +811,16 @@ std::pair<std::vector<float>, std::vector<float>> compile_one(
   auto lib = tf::testing::build_for_host(tf::lower(sch, args, "k").func);
   std::vector<std::vector<float>> bufs;
   std::vector<float*> ptrs;
-  for (const HostTensor& x : xs) bufs.push_back(x.f);
+  // Compiled kernels hold bools as 0.0 / 1.0 floats (graph/node_te.h).
+  auto as_floats = [](const HostTensor& t) {
+    if (t.dtype == DType::F32) return t.f;
+    return std::vector<float>(t.i.begin(), t.i.end());
+  };
+  for (const HostTensor& x : xs) bufs.push_back(as_floats(x));
   bufs.emplace_back(num_elements(out), -7.0f);
   for (auto& b : bufs) ptrs.push_back(b.data());
   EXPECT_EQ(lib->call(ptrs), 0);
-  return {bufs.back(), run_reference(g, feeds).at("y").f};
+  return {bufs.back(), as_floats(run_reference(g, feeds).at("y"))};
 }
 
 }  // namespace
@@ -944,4 +950,19 @@ TEST(GraphNodeTe, EinsumMatchesLoopsWrittenOut) {
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 4; ++j) want.push_back(double(v.f[i]) * v.f[j]);
   check(compile_one("Einsum", eq("i,j->ij"), {v, v}, {}), want);
+}
+
+// Not, And, Or, Xor compiled (bools held as 0 / 1 floats) and in the reference, broadcast, against
+// their truth tables (ONNX's node tests of them have bool outputs, which compiled models refuse).
+TEST(GraphNodeTe, LogicalOpsMatchTheirTruthTables) {
+  HostTensor a = HostTensor::ints({2, 2}, {0, 0, 1, 1}, DType::Bool);
+  HostTensor b = HostTensor::ints({2}, {0, 1}, DType::Bool);
+  auto expect = [](const std::pair<std::vector<float>, std::vector<float>>& got, const std::vector<float>& want) {
+    EXPECT_EQ(got.first, want) << "compiled";
+    EXPECT_EQ(got.second, want) << "reference";
+  };
+  expect(compile_one("Not", {}, {a}, {}), {1, 1, 0, 0});
+  expect(compile_one("And", {}, {a, b}, {}), {0, 0, 0, 1});
+  expect(compile_one("Or", {}, {a, b}, {}), {0, 1, 1, 1});
+  expect(compile_one("Xor", {}, {a, b}, {}), {0, 1, 1, 0});
 }
