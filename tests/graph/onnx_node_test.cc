@@ -159,14 +159,15 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   // Every supported operator is exercised, but those whose node tests are all older than
   // opset 11 or of other element types (tests/graph/import_test.cc and, for the activations,
   // passes_test.cc's GraphNodeTe tests check those, InstanceNormalization, Sin, Cos and
-  // Einsum, whose node tests are of float64), and Gelu
+  // Einsum, whose node tests are of float64, and Not, And and Xor, of opset 7 or 1), and Gelu
   // (opset 20; recognize-composites makes it, tests/graph/torch_models_test.py checks it), and
   // tunefarm's own blocked-layout operators (graph/layout.h; tests/graph/passes_test.cc).
   for (const std::string& op : supported_ops()) {
     if (op == "Cast" || op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Softplus" ||
         op == "ReduceLogSumExp" || op == "ConstantOfShape" || op == "Gelu" || op == "ConvNCHWc" ||
         op == "LayoutTransform" || op == "Selu" || op == "Softsign" || op == "ThresholdedRelu" ||
-        op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum") {
+        op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum" || op == "Not" ||
+        op == "And" || op == "Xor") {
       continue;
     }
     EXPECT_GT(ops_run[op], 0) << "no node test exercises " << op;
