@@ -35,6 +35,10 @@ const std::vector<PassInfo>& graph_passes() {
        "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and "
        "bias Add) and a Split",
        plain(combine_parallel_matmuls)},
+      {"lower-conv-transpose", 2,
+       "ConvTranspose with constant weights as a Conv over the input with zeros inserted (Pad, "
+       "Reshape), so the conv templates run it",
+       plain(lower_conv_transpose)},
       {"fold-scale-into-conv", 2,
        "fold a per-channel Mul and Add after a Conv into its weights and bias",
        plain(fold_scale_into_conv)},

@@ -117,7 +117,7 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // recognize-composites, combine-parallel-matmuls and transform-conv-layout have their own
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
-                    p.name == "transform-conv-layout";
+                    p.name == "transform-conv-layout" || p.name == "lower-conv-transpose";
     EXPECT_EQ(p.changed, !own_test) << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());
@@ -965,4 +965,50 @@ TEST(GraphNodeTe, LogicalOpsMatchTheirTruthTables) {
   expect(compile_one("And", {}, {a, b}, {}), {0, 0, 0, 1});
   expect(compile_one("Or", {}, {a, b}, {}), {0, 1, 1, 1});
   expect(compile_one("Xor", {}, {a, b}, {}), {0, 1, 1, 0});
+}
+
+// lower-conv-transpose: ConvTransposes with constant weights become Pad/Reshape and a Conv
+// that computes the same (reference evaluation before and after, then the whole pipeline
+// compiled), over strides, dilations, pads larger than the window (cropping), output_padding,
+// output_shape, groups and a bias; one with computed weights stays.
+TEST(GraphPasses, LowersConvTransposeToConv) {
+  struct Case {
+    Shape x, w;
+    std::map<std::string, Attr> attrs;
+    bool bias;
+  };
+  using V = std::vector<int64_t>;
+  std::vector<Case> cases = {
+      {{1, 3, 4, 5}, {3, 2, 3, 3}, {}, false},
+      {{1, 3, 4, 5}, {3, 2, 3, 3}, {{"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}, {"output_padding", V{1, 1}}}, true},
+      {{2, 4, 3, 3}, {4, 3, 4, 2}, {{"strides", V{3, 2}}, {"dilations", V{2, 1}}, {"group", int64_t{2}}}, true},
+      {{1, 2, 5, 5}, {2, 2, 3, 3}, {{"strides", V{2, 2}}, {"pads", V{4, 0, 3, 1}}}, false},
+      {{1, 2, 3, 4}, {2, 3, 3, 3}, {{"strides", V{2, 2}}, {"output_shape", V{8, 9}}, {"auto_pad", std::string("SAME_UPPER")}}, true},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(k);
+    const Case& c = cases[k];
+    GraphBuilder b;
+    b.seed = static_cast<uint32_t>(10 + k);
+    std::string x = b.input("x", c.x);
+    std::vector<std::string> in = {x, b.weights("w", c.w)};
+    int64_t group = c.attrs.count("group") ? std::get<int64_t>(c.attrs.at("group")) : 1;
+    if (c.bias) in.push_back(b.weights("b", {c.w[1] * group}));
+    Node probe{"ct", "ConvTranspose", in, {"y"}, c.attrs};
+    Shape out = infer_node(probe, b.g, b.g.opset).at(0).shape;
+    std::string y = b.node("ConvTranspose", in, "y", out, c.attrs);
+    b.g.outputs = {y};
+    verify(b.g);
+    Graph g = b.g;
+    EXPECT_TRUE(lower_conv_transpose(g));
+    verify(g);
+    for (const Node& n : g.nodes) EXPECT_NE(n.op, "ConvTranspose");
+    expect_same_outputs(b.g, g, c.x);
+  }
+  // Computed weights: nothing to do.
+  GraphBuilder b;
+  std::string x = b.input("x", {1, 2, 3, 3});
+  std::string w = b.input("w", {2, 2, 3, 3});
+  b.g.outputs = {b.node("ConvTranspose", {x, w}, "y", {1, 2, 5, 5})};
+  EXPECT_FALSE(lower_conv_transpose(b.g));
 }
