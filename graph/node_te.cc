@@ -814,7 +814,7 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
           src.push_back(clamp(at, 0, extent - 1));
         } else if (s.mode == PadSpec::Reflect) {  // PadSpec::source, in index arithmetic
           int64_t period = 2 * (extent - 1);
-          Expr m = ((at % period) + period) % period;
+          Expr m = at % period;  // the IR's Mod floors: in [0, period) for negative `at` too
           src.push_back(ir::select(m < Expr(extent), m, Expr(period) - m));
         } else {
           Expr ok = ir::logical_and(at >= int64_t{0}, at < Expr(extent));

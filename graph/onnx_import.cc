@@ -242,9 +242,9 @@ void add_node(Node n, Graph& g, const std::string& file, int64_t& budget) {
 }
 
 // Conv, ConvTranspose, MaxPool and AveragePool over 1-D inputs [N, C, W] run as 2-D ones of
-// height 1: x (and a convolution's weight) reshaped to [N, C, 1, W], the window's attributes given a leading 1 (pads 0),
-// and the result reshaped back to the node's output. Returns false, adding nothing, for other
-// nodes.
+// height 1: x (and a convolution's weight) reshaped to [N, C, 1, W], the window's attributes
+// given a leading 1 (pads 0), and the result reshaped back to the node's output. Returns
+// false, adding nothing, for other nodes.
 bool add_window_1d_as_2d(const Node& n, Graph& g, const std::string& file, int64_t& budget) {
   bool conv = n.op == "Conv" || n.op == "ConvTranspose";
   if (!conv && n.op != "MaxPool" && n.op != "AveragePool") return false;

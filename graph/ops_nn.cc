@@ -369,6 +369,17 @@ std::vector<HostTensor> softmax_eval(const OpContext& c, const std::vector<const
   return {out};
 }
 
+// The mean of v[0, len) and 1 / sqrt(variance + eps), in double (LayerNormalization,
+// InstanceNormalization).
+std::pair<double, double> mean_and_inv_std(const float* v, int64_t len, double eps) {
+  double mean = 0, var = 0;
+  for (int64_t l = 0; l < len; ++l) mean += v[l];
+  mean /= static_cast<double>(len);
+  for (int64_t l = 0; l < len; ++l) var += (v[l] - mean) * (v[l] - mean);
+  var /= static_cast<double>(len);
+  return {mean, 1 / std::sqrt(var + eps)};
+}
+
 // ---- InstanceNormalization: per (n, c), normalize over the spatial dims, then the
 // channel's scale and bias. GroupNorm exports as one, on [N, groups, -1].
 std::vector<TypeShape> instancenorm_infer(const OpContext& c) {
@@ -392,12 +403,8 @@ std::vector<HostTensor> instancenorm_eval(const OpContext& c, const std::vector<
   HostTensor out = make_like(DType::F32, x);
   for (int64_t r = 0; r < x[0] * C; ++r) {
     const float* v = in[0]->f.data() + r * len;
-    double mean = 0, var = 0;
-    for (int64_t l = 0; l < len; ++l) mean += v[l];
-    mean /= static_cast<double>(std::max<int64_t>(len, 1));
-    for (int64_t l = 0; l < len; ++l) var += (v[l] - mean) * (v[l] - mean);
-    var /= static_cast<double>(std::max<int64_t>(len, 1));
-    double inv = 1 / std::sqrt(var + eps), scale = in[1]->f[r % C], bias = in[2]->f[r % C];
+    auto [mean, inv] = mean_and_inv_std(v, len, eps);
+    double scale = in[1]->f[r % C], bias = in[2]->f[r % C];
     for (int64_t l = 0; l < len; ++l) out.f[r * len + l] = static_cast<float>((v[l] - mean) * inv * scale + bias);
   }
   return {out};
@@ -447,12 +454,7 @@ std::vector<HostTensor> layernorm_eval(const OpContext& c,
   HostTensor& out = outs[0];
   for (int64_t r = 0; r < rows; ++r) {
     const float* v = in[0]->f.data() + r * len;
-    double mean = 0, var = 0;
-    for (int64_t l = 0; l < len; ++l) mean += v[l];
-    mean /= static_cast<double>(len);
-    for (int64_t l = 0; l < len; ++l) var += (v[l] - mean) * (v[l] - mean);
-    var /= static_cast<double>(len);
-    double inv = 1 / std::sqrt(var + eps);
+    auto [mean, inv] = mean_and_inv_std(v, len, eps);
     for (int64_t l = 0; l < len; ++l) {
       double y = (v[l] - mean) * inv * in[1]->f[offset(ss, l)];
       if (!sb.empty()) y += in[2]->f[offset(sb, l)];
