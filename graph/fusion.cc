@@ -50,17 +50,21 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
   std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
   std::map<std::string, size_t> group_of_value;  // computed value -> group index
   std::vector<FusedGroup> groups;
-  std::vector<std::set<size_t>> deps;  // groups each group reads from
-  // Whether group `from` depends, directly or not, on group `on`.
+  std::vector<std::set<size_t>> deps;     // groups each group reads from
+  std::vector<std::set<size_t>> readers;  // the reverse: groups that read each group
+  // Whether group `from` depends, directly or not, on group `on`: searched from `on` through
+  // its readers, which for the producer of a node's input are few (searching from `from`
+  // through its dependencies walks the whole history of a long chain, such as an unrolled
+  // LSTM's, for every node: quadratic).
   auto depends = [&](size_t from, size_t on) {
-    std::vector<size_t> stack = {from};
+    std::vector<size_t> stack = {on};
     std::set<size_t> seen;
     while (!stack.empty()) {
       size_t k = stack.back();
       stack.pop_back();
-      if (k == on) return true;
+      if (k == from) return true;
       if (!seen.insert(k).second) continue;
-      stack.insert(stack.end(), deps[k].begin(), deps[k].end());
+      stack.insert(stack.end(), readers[k].begin(), readers[k].end());
     }
     return false;
   };
@@ -96,9 +100,12 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     if (target == groups.size()) {
       groups.push_back(FusedGroup{kind, {}, {}, {}});
       deps.emplace_back();
+      readers.emplace_back();
     }
     for (size_t r : reads) {
-      if (r != target) deps[target].insert(r);
+      if (r == target) continue;
+      deps[target].insert(r);
+      readers[r].insert(target);
     }
     groups[target].nodes.push_back(n.name);
     for (const std::string& o : n.outputs) group_of_value[o] = target;
@@ -127,11 +134,7 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
   }
   // An order that runs: each group after those it reads (stable, Kahn's algorithm).
   std::vector<size_t> waiting(groups.size());
-  std::vector<std::vector<size_t>> readers(groups.size());
-  for (size_t k = 0; k < groups.size(); ++k) {
-    waiting[k] = deps[k].size();
-    for (size_t d : deps[k]) readers[d].push_back(k);
-  }
+  for (size_t k = 0; k < groups.size(); ++k) waiting[k] = deps[k].size();
   std::set<size_t> ready;
   for (size_t k = 0; k < groups.size(); ++k) {
     if (waiting[k] == 0) ready.insert(k);

@@ -88,6 +88,14 @@ std::vector<int64_t> Node::get_ints(const std::string& a,
   throw UserError(str(where(), ": attribute '", a, "' must be a list of integers"));
 }
 
+std::vector<std::string> Node::get_strings(const std::string& a,
+                                           const std::vector<std::string>& fallback) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return fallback;
+  if (const auto* v = std::get_if<std::vector<std::string>>(&it->second)) return *v;
+  throw UserError(str(where(), ": attribute '", a, "' must be a list of strings"));
+}
+
 std::string Node::where() const { return str("node '", name, "' (", op, ")"); }
 
 const Value& Graph::value(const std::string& n) const {
@@ -186,6 +194,10 @@ std::string attr_text(const Attr& a) {
                              std::is_same_v<T, std::vector<float>>) {
           std::string s = "[";
           for (size_t k = 0; k < v.size(); ++k) s += str(k ? ", " : "", v[k]);
+          return s + "]";
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          std::string s = "[";
+          for (size_t k = 0; k < v.size(); ++k) s += str(k ? ", " : "", "\"", v[k], "\"");
           return s + "]";
         } else if constexpr (std::is_same_v<T, std::string>) {
           return "\"" + v + "\"";

@@ -49,7 +49,8 @@ struct HostTensor {
 
 // An attribute of a node, as ONNX has them (graphs and sparse tensors are not supported).
 using Attr =
-    std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>, HostTensor>;
+    std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>, HostTensor,
+                 std::vector<std::string>>;
 
 struct Value {
   std::string name;
@@ -70,6 +71,8 @@ struct Node {
   float get_float(const std::string& a, float fallback) const;
   std::string get_string(const std::string& a, const std::string& fallback) const;
   std::vector<int64_t> get_ints(const std::string& a, const std::vector<int64_t>& fallback) const;
+  std::vector<std::string> get_strings(const std::string& a,
+                                       const std::vector<std::string>& fallback) const;
   // "node 'name' (Op)": how error messages name a node.
   std::string where() const;
 };

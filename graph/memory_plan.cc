@@ -31,15 +31,22 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
   std::vector<std::string> order;
   for (const auto& [name, b] : plan.buffers) order.push_back(name);
   std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
-    return plan.buffers[a].bytes > plan.buffers[b].bytes;
+    return plan.buffers.at(a).bytes > plan.buffers.at(b).bytes;
   });
-  std::vector<std::string> placed;
+  // Placed buffers as plain values (no map lookups in the quadratic scan: an unrolled LSTM has
+  // tens of thousands of buffers).
+  struct Placed {
+    size_t first, last;
+    int64_t offset, end;
+  };
+  std::vector<Placed> placed;
+  placed.reserve(order.size());
+  std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of live-overlapping buffers
   for (const std::string& name : order) {
     BufferPlacement& b = plan.buffers[name];
-    std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of live-overlapping buffers
-    for (const std::string& other : placed) {
-      const BufferPlacement& o = plan.buffers[other];
-      if (o.first <= b.last && b.first <= o.last) busy.emplace_back(o.offset, o.offset + o.bytes);
+    busy.clear();
+    for (const Placed& o : placed) {
+      if (o.first <= b.last && b.first <= o.last) busy.emplace_back(o.offset, o.end);
     }
     std::sort(busy.begin(), busy.end());
     int64_t at = 0;
@@ -50,7 +57,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
     b.offset = at;
     plan.arena_bytes = std::max(plan.arena_bytes, at + b.bytes);
     plan.naive_bytes += b.bytes;
-    placed.push_back(name);
+    placed.push_back({b.first, b.last, at, at + b.bytes});
   }
   return plan;
 }

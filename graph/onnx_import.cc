@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "compiler/error.h"
+#include "graph/import_recurrent.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -145,11 +146,12 @@ Attr attribute(const onnx::AttributeProto& a, const std::string& where) {
       return std::vector<float>(a.floats().begin(), a.floats().end());
     case onnx::AttributeProto::TENSOR:
       return tensor_from_onnx(a.t(), what);
+    case onnx::AttributeProto::STRINGS:
+      return std::vector<std::string>(a.strings().begin(), a.strings().end());
     default:
       throw UserError(
-          str(what,
-              ": subgraphs (If, Loop, Scan bodies), sparse tensors, string lists and type protos "
-              "are not supported"));
+          str(what, ": subgraphs (If, Loop, Scan bodies), sparse tensors and type protos are not "
+                    "supported"));
   }
 }
 
@@ -360,6 +362,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     }
     for (const auto& a : np.attribute())
       n.attrs[a.name()] = attribute(a, str(file, ": ", n.where()));
+    auto add = [&](Node m) { add_node(std::move(m), g, file, fold_budget); };
+    if (add_recurrent_as_steps(n, g, file, add)) continue;
     if (!add_window_1d_as_2d(n, g, file, fold_budget)) add_node(std::move(n), g, file, fold_budget);
   }
   for (const auto& vi : gp.output()) {

@@ -27,6 +27,8 @@ std::string node_key(const Node& n) {
           } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
                                std::is_same_v<T, std::vector<float>>) {
             for (const auto& x : v) os << x << ' ';
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            for (const std::string& x : v) os << x.size() << ':' << x;
           } else {
             os << v;
           }

@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 
 #include "compiler/error.h"
+#include "graph/import_recurrent.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
 #include "graph/ops.h"
@@ -590,5 +592,262 @@ TEST(OnnxImport, HostileIntegers) {
     b.node("Add", {"x", "rf"}, {"y"});
     b.output("y");
     EXPECT_EQ(error_of(b), "");  // one element, INT64_MAX - 1: no overflow
+  }
+}
+
+namespace {
+
+// A float tensor of the given dims as an initializer, filled from a fixed generator.
+std::vector<float> add_random(ModelBuilder& b, const std::string& name, std::vector<int64_t> dims,
+                              uint32_t& state, bool as_input) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) {
+    state = state * 1664525u + 1013904223u;
+    x = static_cast<float>(state >> 8) / float(1 << 24) * 2.0f - 1.0f;
+  }
+  if (as_input) {
+    b.input(name, dims);
+    return v;
+  }
+  auto* t = b.g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t->add_dims(d);
+  for (float x : v) t->add_float_data(x);
+  return v;
+}
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+}  // namespace
+
+// RNN, GRU (linear_before_reset 0 and 1) and LSTM, reverse and bidirectional, both layouts,
+// with biases and initial states, against the ONNX specification's equations written out
+// here in double. The node tests cover the forward defaults; PyTorch's exports are checked
+// by tests/graph/torch_models_test.py.
+TEST(OnnxImport, RecurrentOpsMatchTheirEquationsWrittenOut) {
+  const int64_t seq = 4, batch = 2, in = 3, H = 5;
+  struct Case {
+    const char* op;
+    const char* direction;
+    int64_t layout, lbr;
+    bool weights_as_inputs;
+  };
+  for (Case c : {Case{"RNN", "reverse", 0, 0, false}, Case{"GRU", "bidirectional", 0, 0, false},
+                 Case{"GRU", "reverse", 1, 1, true}, Case{"LSTM", "bidirectional", 1, 0, false},
+                 Case{"LSTM", "reverse", 0, 0, true}}) {
+    SCOPED_TRACE(std::string(c.op) + " " + c.direction + " layout " + std::to_string(c.layout));
+    const std::string op = c.op;
+    const int64_t gates = op == "RNN" ? 1 : op == "GRU" ? 3 : 4;
+    const int64_t dirs = std::string(c.direction) == "bidirectional" ? 2 : 1;
+    const bool lstm = op == "LSTM";
+    ModelBuilder b(14);
+    uint32_t state = 12345;
+    std::vector<int64_t> xdims = c.layout ? std::vector<int64_t>{batch, seq, in} : std::vector<int64_t>{seq, batch, in};
+    std::vector<int64_t> hdims = c.layout ? std::vector<int64_t>{batch, dirs, H} : std::vector<int64_t>{dirs, batch, H};
+    std::vector<float> X = add_random(b, "X", xdims, state, true);
+    std::vector<float> W = add_random(b, "W", {dirs, gates * H, in}, state, c.weights_as_inputs);
+    std::vector<float> R = add_random(b, "R", {dirs, gates * H, H}, state, c.weights_as_inputs);
+    std::vector<float> B = add_random(b, "B", {dirs, 2 * gates * H}, state, false);
+    std::vector<float> H0 = add_random(b, "h0", hdims, state, true);
+    std::vector<float> C0 = lstm ? add_random(b, "c0", hdims, state, false) : std::vector<float>{};
+    std::vector<std::string> ins = {"X", "W", "R", "B", "", "h0"};
+    std::vector<std::string> outs = {"Y", "Y_h"};
+    if (lstm) {
+      ins.push_back("c0");
+      outs.push_back("Y_c");
+    }
+    auto* n = b.node(op, ins, outs, "rec");
+    set_int(n, "hidden_size", H);
+    if (c.layout) set_int(n, "layout", 1);
+    if (op == "GRU") set_int(n, "linear_before_reset", c.lbr);
+    auto* a = n->add_attribute();
+    a->set_name("direction");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(c.direction);
+    for (const std::string& o : outs) b.output(o);
+    Graph g = b.import();
+    std::map<std::string, HostTensor> feeds;
+    feeds["X"] = HostTensor::floats(xdims, X);
+    feeds["h0"] = HostTensor::floats(hdims, H0);
+    if (c.weights_as_inputs) {
+      feeds["W"] = HostTensor::floats({dirs, gates * H, in}, W);
+      feeds["R"] = HostTensor::floats({dirs, gates * H, H}, R);
+    }
+    // After the passes too (fold-constants slices and transposes the constant weights).
+    Graph optimized = g;
+    run_passes(optimized, PassOptions{2, {}, {}, nullptr});
+    for (const Graph* version : {&g, &optimized}) {
+      std::map<std::string, HostTensor> got = run_reference(*version, feeds);
+      // Index helpers in the node's layout.
+      auto xi = [&](int64_t t, int64_t bb, int64_t k) { return c.layout ? (bb * seq + t) * in + k : (t * batch + bb) * in + k; };
+      auto hi = [&](int64_t d, int64_t bb, int64_t j) { return c.layout ? (bb * dirs + d) * H + j : (d * batch + bb) * H + j; };
+      auto yi = [&](int64_t t, int64_t d, int64_t bb, int64_t j) {
+        return c.layout ? ((bb * seq + t) * dirs + d) * H + j : ((t * dirs + d) * batch + bb) * H + j;
+      };
+      double worst = 0;
+      for (int64_t d = 0; d < dirs; ++d) {
+        std::vector<double> h(batch * H), cs(batch * H);
+        for (int64_t bb = 0; bb < batch; ++bb) {
+          for (int64_t j = 0; j < H; ++j) {
+            h[bb * H + j] = H0[hi(d, bb, j)];
+            if (lstm) cs[bb * H + j] = C0[hi(d, bb, j)];
+          }
+        }
+        // Gate g's pre-activation parts: x W_g^T + Wb_g and h R_g^T + Rb_g (of row j).
+        auto xw = [&](int64_t t, int64_t bb, int64_t gt, int64_t j) {
+          double s = B[(d * 2 * gates * H) + gt * H + j];
+          for (int64_t k = 0; k < in; ++k) s += X[xi(t, bb, k)] * W[((d * gates + gt) * H + j) * in + k];
+          return s;
+        };
+        auto hr = [&](const std::vector<double>& hv, int64_t bb, int64_t gt, int64_t j) {
+          double s = B[(d * 2 * gates * H) + gates * H + gt * H + j];
+          for (int64_t k = 0; k < H; ++k) s += hv[bb * H + k] * R[((d * gates + gt) * H + j) * H + k];
+          return s;
+        };
+        bool reverse = std::string(c.direction) == "reverse" || d == 1;
+        for (int64_t step = 0; step < seq; ++step) {
+          int64_t t = reverse ? seq - 1 - step : step;
+          std::vector<double> nh(batch * H), nc(batch * H);
+          for (int64_t bb = 0; bb < batch; ++bb) {
+            for (int64_t j = 0; j < H; ++j) {
+              if (op == "RNN") {
+                nh[bb * H + j] = std::tanh(xw(t, bb, 0, j) + hr(h, bb, 0, j));
+              } else if (lstm) {
+                double i = sigmoid(xw(t, bb, 0, j) + hr(h, bb, 0, j));
+                double o = sigmoid(xw(t, bb, 1, j) + hr(h, bb, 1, j));
+                double f = sigmoid(xw(t, bb, 2, j) + hr(h, bb, 2, j));
+                double g2 = std::tanh(xw(t, bb, 3, j) + hr(h, bb, 3, j));
+                nc[bb * H + j] = f * cs[bb * H + j] + i * g2;
+                nh[bb * H + j] = o * std::tanh(nc[bb * H + j]);
+              } else {
+                double z = sigmoid(xw(t, bb, 0, j) + hr(h, bb, 0, j));
+                double r = sigmoid(xw(t, bb, 1, j) + hr(h, bb, 1, j));
+                double hh;
+                if (c.lbr) {
+                  hh = std::tanh(xw(t, bb, 2, j) + r * hr(h, bb, 2, j));
+                } else {
+                  std::vector<double> rh(batch * H);
+                  for (int64_t k = 0; k < H; ++k) {
+                    double rk = sigmoid(xw(t, bb, 1, k) + hr(h, bb, 1, k));
+                    rh[bb * H + k] = rk * h[bb * H + k];
+                  }
+                  hh = std::tanh(xw(t, bb, 2, j) + hr(rh, bb, 2, j));
+                }
+                nh[bb * H + j] = (1 - z) * hh + z * h[bb * H + j];
+              }
+            }
+          }
+          h = nh;
+          if (lstm) cs = nc;
+          for (int64_t bb = 0; bb < batch; ++bb) {
+            for (int64_t j = 0; j < H; ++j)
+              worst = std::max(worst, std::fabs(got.at("Y").f[yi(t, d, bb, j)] - h[bb * H + j]));
+          }
+        }
+        for (int64_t bb = 0; bb < batch; ++bb) {
+          for (int64_t j = 0; j < H; ++j) {
+            worst = std::max(worst, std::fabs(got.at("Y_h").f[hi(d, bb, j)] - h[bb * H + j]));
+            if (lstm) worst = std::max(worst, std::fabs(got.at("Y_c").f[hi(d, bb, j)] - cs[bb * H + j]));
+          }
+        }
+      }
+      EXPECT_EQ(got.at("Y").shape, c.layout ? Shape({batch, seq, dirs, H}) : Shape({seq, dirs, batch, H}));
+      EXPECT_EQ(got.at("Y_h").shape, Shape(hdims));
+      EXPECT_LT(worst, 1e-5) << (version == &g ? "as imported" : "after the passes");
+    }
+  }
+}
+
+TEST(OnnxImport, RecurrentRefusalsNameWhatIsAtFault) {
+  // An LSTM over X [seq, 2, 3] with hidden size 4, changed by `edit`.
+  auto lstm = [](int64_t seq, const std::function<void(ModelBuilder&, onnx::NodeProto*)>& edit) {
+    ModelBuilder b(14);
+    uint32_t state = 1;
+    b.input("X", {seq, 2, 3});
+    add_random(b, "W", {1, 16, 3}, state, false);
+    add_random(b, "R", {1, 16, 4}, state, false);
+    auto* n = b.node("LSTM", {"X", "W", "R"}, {"", "Y_h"}, "lstm");
+    set_int(n, "hidden_size", 4);
+    b.output("Y_h");
+    edit(b, n);
+    return b.error();
+  };
+  auto str_attr = [](onnx::NodeProto* n, const std::string& name, const std::string& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  };
+  auto expect = [](const std::string& got, const std::string& want) {
+    EXPECT_NE(got.find(want), std::string::npos) << "got: " << got;
+  };
+  // The valid model imports.
+  EXPECT_EQ(lstm(5, [](ModelBuilder&, onnx::NodeProto*) {}), "");
+  expect(lstm(5, [](ModelBuilder& b, onnx::NodeProto* n) {
+           uint32_t s = 2;
+           add_random(b, "P", {1, 12}, s, false);
+           for (const char* in : {"", "", "", "", "P"}) n->add_input(in);
+         }),
+         "node 'lstm' (LSTM): peepholes (input P) are not supported");
+  expect(lstm(5, [](ModelBuilder& b, onnx::NodeProto* n) {
+           b.ints("lens", {5, 3});
+           n->add_input("");
+           n->add_input("lens");
+         }),
+         "sequence_lens 'lens' must be a constant of 2 values all equal to the sequence length 5");
+  // The full length is accepted.
+  EXPECT_EQ(lstm(5, [](ModelBuilder& b, onnx::NodeProto* n) {
+              b.ints("lens", {5, 5});
+              n->add_input("");
+              n->add_input("lens");
+            }),
+            "");
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "hidden_size", 5); }),
+         "W 'W' has shape [1, 16, 3]; X [5, 2, 3], hidden_size 5 and direction forward need [1, 20, 3]");
+  expect(lstm(5, [&](ModelBuilder&, onnx::NodeProto* n) { str_attr(n, "direction", "sideways"); }),
+         "direction 'sideways' is not supported");
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "layout", 2); }),
+         "layout 2 is not supported");
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "input_forget", 1); }),
+         "input_forget 1 is not supported");
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) {
+           auto* a = n->add_attribute();
+           a->set_name("clip");
+           a->set_type(onnx::AttributeProto::FLOAT);
+           a->set_f(3);
+         }),
+         "attribute 'clip' is not supported");
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) {
+           auto* a = n->add_attribute();
+           a->set_name("activations");
+           a->set_type(onnx::AttributeProto::STRINGS);
+           for (const char* s : {"Sigmoid", "ScaledTanh", "Tanh"}) a->add_strings(s);
+         }),
+         "activation 'ScaledTanh' is not supported (Sigmoid, Tanh, Relu)");
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) {
+           auto* a = n->add_attribute();
+           a->set_name("activations");
+           a->set_type(onnx::AttributeProto::STRINGS);
+           a->add_strings("Tanh");
+         }),
+         "has 1 activations; forward LSTM takes 3");
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "speed", 1); }),
+         "attribute 'speed' is not supported (LSTM takes");
+  expect(lstm(kMaxRecurrentSteps + 1, [](ModelBuilder&, onnx::NodeProto*) {}),
+         "sequence length 4097 x 1 directions is more than the 4096 time steps tunefarm unrolls");
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { n->set_input(1, ""); }),
+         "node 'lstm' (LSTM): input 1 is required");
+  {
+    // A string list where a string is expected is named, not misread.
+    std::string e = lstm(5, [](ModelBuilder&, onnx::NodeProto* n) {
+      auto* a = n->add_attribute();
+      a->set_name("direction");
+      a->set_type(onnx::AttributeProto::STRINGS);
+      a->add_strings("forward");
+    });
+    expect(e, "attribute 'direction' must be a string");
   }
 }

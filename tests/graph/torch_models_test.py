@@ -114,6 +114,25 @@ class Upsampler(torch.nn.Module):
         return self.b(torch.cat([up, near, ac, torch.relu(self.t(f))], 1))
 
 
+class Recurrent(torch.nn.Module):
+    """Sequence models: a 2-layer bidirectional batch-first LSTM, a GRU (PyTorch exports
+    linear_before_reset=1) and a bidirectional ReLU RNN; tunefarm imports each as its time
+    steps written out."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 12, num_layers=2, bidirectional=True, batch_first=True)
+        self.gru = torch.nn.GRU(24, 10)
+        self.rnn = torch.nn.RNN(10, 6, nonlinearity="relu", bidirectional=True)
+        self.fc = torch.nn.Linear(12, 5)
+
+    def forward(self, x):
+        y, (h, _) = self.lstm(x)
+        g, gh = self.gru(y.transpose(0, 1))
+        r, _ = self.rnn(g)
+        return torch.cat([self.fc(r[-1]), gh[0], h[-1]], 1)
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
@@ -144,6 +163,7 @@ def models():
     yield "logic", Logic(), (5, 16), False, 13, True
     yield "audio1d", Audio1d(), (2, 4, 33), True, 13, True
     yield "upsampler", Upsampler(), (1, 3, 7, 9), False, 13, True
+    yield "recurrent", Recurrent(), (3, 7, 8), False, 14, True
     # Softmax written out (ReduceMax, Sub, Exp, ReduceSum with axes as an input, Div):
     # recognize-composites makes it one Softmax.
     yield "attention_sm", Attention(written_out_softmax=True), (2, 10, 64), False, 13, True
@@ -229,6 +249,9 @@ def main():
                 # The ConvTranspose (constant weights) runs as a Conv over zero-inserted input.
                 ok = ok and info["ops"].get("Resize") == 3 and "lower-conv-transpose" in fired
                 ok = ok and info["ops_imported"].get("ConvTranspose") == 1 and "ConvTranspose" not in info["ops"]
+            if name == "recurrent":
+                # 3 directions x 7 steps of LSTM and RNN, 7 of GRU: one recurrence MatMul each.
+                ok = ok and info["ops"].get("MatMul", 0) >= 35 and info["ops"].get("Sigmoid", 0) > 0
             if name == "logic":
                 ok = ok and all(info["ops"].get(op) for op in ("Where", "Greater", "Floor", "Mod", "Cast"))
             if name == "attention_sm":
