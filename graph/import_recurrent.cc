@@ -3,63 +3,11 @@
 #include <algorithm>
 
 #include "compiler/error.h"
+#include "graph/import_builder.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
 namespace {
-
-// Builds one recurrent node's expansion: names, constants and nodes, each added through the
-// importer's add_node.
-class Unroller {
- public:
-  Unroller(const Node& n, Graph& g, const std::function<void(Node)>& add)
-      : n_(n), g_(g), add_(add) {}
-
-  // Names are numbered here: Graph::fresh_name counts up from its base, which would make
-  // thousands of steps quadratic.
-  // A new node `op` over `inputs`; returns its output's name, or writes `out` when given.
-  std::string node(const std::string& op, std::vector<std::string> inputs,
-                   std::map<std::string, Attr> attrs = {}, const std::string& out = "") {
-    std::string tag = str(n_.name, "/", op, "_", count_++);
-    std::string y = out.empty() ? g_.fresh_name(tag) : out;
-    add_(Node{tag, op, std::move(inputs), {y}, std::move(attrs)});
-    return y;
-  }
-  std::string ints(const std::vector<int64_t>& v) {
-    std::string name = g_.fresh_name(str(n_.name, "/const_", count_++));
-    g_.values[name] = Value{name, DType::I64, {static_cast<int64_t>(v.size())},
-                            HostTensor::ints({static_cast<int64_t>(v.size())}, v)};
-    return name;
-  }
-  std::string zeros(const Shape& s) {
-    std::string name = g_.fresh_name(str(n_.name, "/zeros_", count_++));
-    g_.values[name] = Value{name, DType::F32, s,
-                            HostTensor::floats(s, std::vector<float>(num_elements(s), 0.0f))};
-    return name;
-  }
-  std::string slice(const std::string& x, int64_t axis, int64_t begin, int64_t end) {
-    return node("Slice", {x, ints({begin}), ints({end}), ints({axis})});
-  }
-  std::string reshape(const std::string& x, const Shape& s, const std::string& out = "") {
-    return node("Reshape", {x, ints(s)}, {}, out);
-  }
-  std::string transpose(const std::string& x, const std::vector<int64_t>& perm,
-                        const std::string& out = "") {
-    return node("Transpose", {x}, {{"perm", perm}}, out);
-  }
-  std::string concat(const std::vector<std::string>& xs, int64_t axis,
-                     const std::string& out = "") {
-    if (xs.size() == 1 && out.empty()) return xs[0];
-    if (xs.size() == 1) return node("Identity", {xs[0]}, {}, out);
-    return node("Concat", xs, {{"axis", axis}}, out);
-  }
-
- private:
-  const Node& n_;
-  Graph& g_;
-  const std::function<void(Node)>& add_;
-  int count_ = 0;
-};
 
 struct Kind {
   int gates;                                // 1 (RNN), 3 (GRU: z, r, h), 4 (LSTM: i, o, f, c)
@@ -79,7 +27,7 @@ Kind kind_of(const std::string& op) {
 }  // namespace
 
 bool add_recurrent_as_steps(const Node& n, Graph& g, const std::string& file,
-                            const std::function<void(Node)>& add) {
+                            const std::function<void(Node)>& add, int64_t& steps_left) {
   if (n.op != "RNN" && n.op != "GRU" && n.op != "LSTM") return false;
   auto fail = [&](const std::string& why) { throw UserError(str(file, ": ", n.where(), ": ", why)); };
   const Kind kind = kind_of(n.op);
@@ -162,9 +110,12 @@ bool add_recurrent_as_steps(const Node& n, Graph& g, const std::string& file,
       fail(str("sequence_lens '", input(4), "' must be a constant of ", batch, " values all equal to the "
                "sequence length ", seq, " (shorter sequences are not supported)"));
   }
-  if (seq * dirs > kMaxRecurrentSteps)
+  if (seq * dirs > steps_left) {
     fail(str("sequence length ", seq, " x ", dirs, " directions is more than the ", kMaxRecurrentSteps,
-             " time steps tunefarm unrolls"));
+             " time steps tunefarm unrolls in a model",
+             steps_left < kMaxRecurrentSteps ? str(" (earlier recurrent nodes took ", kMaxRecurrentSteps - steps_left, ")") : ""));
+  }
+  steps_left -= seq * dirs;
   size_t outputs = std::min<size_t>(n.outputs.size(), n.op == "LSTM" ? 3 : 2);
   for (size_t k = outputs; k < n.outputs.size(); ++k) {
     if (!n.outputs[k].empty()) fail(str("has ", n.outputs.size(), " outputs; ", n.op, " has ", outputs));
@@ -175,7 +126,7 @@ bool add_recurrent_as_steps(const Node& n, Graph& g, const std::string& file,
       fail(str("output ", k, " ('", out(k), "') is already defined"));
   }
 
-  Unroller u(n, g, add);
+  NodeBuilder u(n, g, add);
   // Sequence first: [seq, batch, in].
   std::string x = layout == 0 ? input(0) : u.transpose(input(0), {1, 0, 2});
   std::vector<std::string> ys, hs, cs;  // per direction: Y [seq, 1, batch, H], Y_h, Y_c [1, batch, H]

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "compiler/error.h"
+#include "graph/import_conv3d.h"
 #include "graph/import_recurrent.h"
 #include "graph/ops.h"
 
@@ -341,7 +342,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     g.inputs.push_back(vi.name());
   }
   std::set<std::string> node_names;
-  int64_t fold_budget = kMaxFoldedTotal;
+  int64_t fold_budget = kMaxImportFoldedTotal;
+  int64_t recurrent_steps_left = kMaxRecurrentSteps;
   for (int k = 0; k < gp.node_size(); ++k) {
     const onnx::NodeProto& np = gp.node(k);
     Node n;
@@ -363,7 +365,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     for (const auto& a : np.attribute())
       n.attrs[a.name()] = attribute(a, str(file, ": ", n.where()));
     auto add = [&](Node m) { add_node(std::move(m), g, file, fold_budget); };
-    if (add_recurrent_as_steps(n, g, file, add)) continue;
+    if (add_recurrent_as_steps(n, g, file, add, recurrent_steps_left)) continue;
+    if (add_conv_3d_as_2d(n, g, file, add)) continue;
     if (!add_window_1d_as_2d(n, g, file, fold_budget)) add_node(std::move(n), g, file, fold_budget);
   }
   for (const auto& vi : gp.output()) {

@@ -837,7 +837,15 @@ TEST(OnnxImport, RecurrentRefusalsNameWhatIsAtFault) {
   expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "speed", 1); }),
          "attribute 'speed' is not supported (LSTM takes");
   expect(lstm(kMaxRecurrentSteps + 1, [](ModelBuilder&, onnx::NodeProto*) {}),
-         "sequence length 4097 x 1 directions is more than the 4096 time steps tunefarm unrolls");
+         "sequence length 1025 x 1 directions is more than the 1024 time steps tunefarm unrolls in a model");
+  // The budget is the model's: two LSTMs of 600 steps are refused at the second.
+  expect(lstm(600, [](ModelBuilder& b, onnx::NodeProto*) {
+           auto* m = b.node("LSTM", {"X", "W", "R"}, {"", "Y_h2"}, "lstm2");
+           set_int(m, "hidden_size", 4);
+           b.output("Y_h2");
+         }),
+         "node 'lstm2' (LSTM): sequence length 600 x 1 directions is more than the 1024 time steps "
+         "tunefarm unrolls in a model (earlier recurrent nodes took 600)");
   expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { n->set_input(1, ""); }),
          "node 'lstm' (LSTM): input 1 is required");
   {
@@ -850,4 +858,122 @@ TEST(OnnxImport, RecurrentRefusalsNameWhatIsAtFault) {
     });
     expect(e, "attribute 'direction' must be a string");
   }
+}
+
+// 3-D convolutions (imported as 2-D ones over depth folded into the batch) against the
+// definition written out here: pads, strides, dilations, groups, bias, auto_pad.
+TEST(OnnxImport, Conv3dMatchesItsDefinitionWrittenOut) {
+  struct Case {
+    std::vector<int64_t> x, w;  // [N, C, D, H, W], [M, C/group, kd, kh, kw]
+    std::vector<int64_t> strides, dilations, pads;
+    int64_t group;
+    std::string auto_pad;
+    bool bias, weights_as_input;
+  };
+  for (const Case& c : {Case{{1, 2, 5, 6, 7}, {3, 2, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 1, "", true, false},
+                        Case{{2, 4, 7, 5, 6}, {4, 2, 2, 1, 3}, {2, 1, 2}, {2, 1, 1}, {0, 0, 1, 1, 0, 2}, 2, "", false, true},
+                        Case{{1, 3, 6, 5, 5}, {2, 3, 3, 1, 1}, {2, 2, 1}, {1, 1, 1}, {}, 1, "SAME_UPPER", true, false},
+                        Case{{1, 1, 4, 4, 4}, {1, 1, 1, 2, 2}, {1, 1, 1}, {1, 1, 1}, {}, 1, "VALID", false, false}}) {
+    SCOPED_TRACE("x " + shape_str(c.x) + " w " + shape_str(c.w));
+    ModelBuilder b(13);
+    uint32_t state = 99;
+    std::vector<float> X = add_random(b, "x", c.x, state, true);
+    std::vector<float> W = add_random(b, "w", c.w, state, c.weights_as_input);
+    std::vector<float> B = c.bias ? add_random(b, "b", {c.w[0]}, state, false) : std::vector<float>{};
+    std::vector<std::string> ins = {"x", "w"};
+    if (c.bias) ins.push_back("b");
+    auto* n = b.node("Conv", ins, {"y"}, "conv3d");
+    auto ints_attr = [&](const char* name, const std::vector<int64_t>& v) {
+      if (v.empty()) return;
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(onnx::AttributeProto::INTS);
+      for (int64_t e : v) a->add_ints(e);
+    };
+    ints_attr("strides", c.strides);
+    ints_attr("dilations", c.dilations);
+    ints_attr("pads", c.pads);
+    if (c.group != 1) set_int(n, "group", c.group);
+    if (!c.auto_pad.empty()) {
+      auto* a = n->add_attribute();
+      a->set_name("auto_pad");
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(c.auto_pad);
+    }
+    b.output("y");
+    Graph g = b.import();
+    // Pads of each axis (begin, end), as the spec computes them for auto_pad.
+    std::vector<int64_t> pb(3), pe(3), out(3);
+    for (int a = 0; a < 3; ++a) {
+      int64_t in = c.x[2 + a], span = (c.w[2 + a] - 1) * c.dilations[a] + 1;
+      if (c.auto_pad == "SAME_UPPER") {
+        int64_t o = (in + c.strides[a] - 1) / c.strides[a];
+        int64_t total = std::max<int64_t>(0, (o - 1) * c.strides[a] + span - in);
+        pb[a] = total / 2;
+        pe[a] = total - pb[a];
+      } else if (!c.pads.empty()) {
+        pb[a] = c.pads[a];
+        pe[a] = c.pads[3 + a];
+      }
+      out[a] = (in + pb[a] + pe[a] - span) / c.strides[a] + 1;
+    }
+    const int64_t N = c.x[0], C = c.x[1], M = c.w[0], Cg = c.w[1], Mg = M / c.group;
+    std::map<std::string, HostTensor> feeds = {{"x", HostTensor::floats(c.x, X)}};
+    if (c.weights_as_input) feeds["w"] = HostTensor::floats(c.w, W);
+    Graph optimized = g;
+    run_passes(optimized, PassOptions{2, {}, {}, nullptr, 8});
+    for (const Graph* version : {&g, &optimized}) {
+      HostTensor y = run_reference(*version, feeds).at("y");
+      ASSERT_EQ(y.shape, Shape({N, M, out[0], out[1], out[2]}));
+      double worst = 0;
+      for (int64_t nn = 0; nn < N; ++nn)
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t od = 0; od < out[0]; ++od)
+            for (int64_t oh = 0; oh < out[1]; ++oh)
+              for (int64_t ow = 0; ow < out[2]; ++ow) {
+                double s = c.bias ? B[m] : 0;
+                for (int64_t ci = 0; ci < Cg; ++ci)
+                  for (int64_t kd = 0; kd < c.w[2]; ++kd)
+                    for (int64_t kh = 0; kh < c.w[3]; ++kh)
+                      for (int64_t kw = 0; kw < c.w[4]; ++kw) {
+                        int64_t id = od * c.strides[0] + kd * c.dilations[0] - pb[0];
+                        int64_t ih = oh * c.strides[1] + kh * c.dilations[1] - pb[1];
+                        int64_t iw = ow * c.strides[2] + kw * c.dilations[2] - pb[2];
+                        if (id < 0 || ih < 0 || iw < 0 || id >= c.x[2] || ih >= c.x[3] || iw >= c.x[4]) continue;
+                        int64_t cin = (m / Mg) * Cg + ci;
+                        s += double(X[(((nn * C + cin) * c.x[2] + id) * c.x[3] + ih) * c.x[4] + iw]) *
+                             W[(((m * Cg + ci) * c.w[2] + kd) * c.w[3] + kh) * c.w[4] + kw];
+                      }
+                int64_t at = (((nn * M + m) * out[0] + od) * out[1] + oh) * out[2] + ow;
+                worst = std::max(worst, std::fabs(y.f[at] - s));
+              }
+      EXPECT_LT(worst, 1e-5) << (version == &g ? "as imported" : "after the passes");
+    }
+  }
+  // Refusals name the node and the attribute.
+  auto conv3d = [](const std::function<void(onnx::NodeProto*)>& edit) {
+    ModelBuilder b(13);
+    uint32_t state = 1;
+    b.input("x", {1, 2, 4, 5, 5});
+    add_random(b, "w", {3, 2, 3, 3, 3}, state, false);
+    auto* n = b.node("Conv", {"x", "w"}, {"y"}, "c3");
+    edit(n);
+    b.output("y");
+    return b.error();
+  };
+  auto ints = [](onnx::NodeProto* n, const char* name, std::vector<int64_t> v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t e : v) a->add_ints(e);
+  };
+  EXPECT_EQ(conv3d([](onnx::NodeProto*) {}), "");
+  std::string e = conv3d([&](onnx::NodeProto* n) { ints(n, "strides", {1, 1}); });
+  EXPECT_NE(e.find("node 'c3' (Conv): strides [1, 1] has 2 values; the 3-D input [1, 2, 4, 5, 5] needs 3"), std::string::npos) << e;
+  e = conv3d([&](onnx::NodeProto* n) { ints(n, "dilations", {3, 1, 1}); });
+  EXPECT_NE(e.find("node 'c3' (Conv): the window's depth 7 is larger than the padded input's 4"), std::string::npos) << e;
+  e = conv3d([&](onnx::NodeProto* n) { ints(n, "pads", {0, 0, -1, 0, 0, 0}); });
+  EXPECT_NE(e.find("pads value -1 is not in [0, 2^30]"), std::string::npos) << e;
+  e = conv3d([&](onnx::NodeProto* n) { ints(n, "kernel_shape", {3, 3, 2}); });
+  EXPECT_NE(e.find("kernel_shape [3, 3, 2] differs from the weight's [3, 2, 3, 3, 3]"), std::string::npos) << e;
 }

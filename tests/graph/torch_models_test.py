@@ -133,11 +133,34 @@ class Recurrent(torch.nn.Module):
         return torch.cat([self.fc(r[-1]), gh[0], h[-1]], 1)
 
 
+class Video3d(torch.nn.Module):
+    """A video CNN as torchvision's r3d_18 and r2plus1d_18 have it: a strided Conv3d stem with
+    BatchNorm3d, a (2+1)-D residual block (temporal (3,1,1) and spatial (1,3,3) convolutions),
+    a grouped dilated Conv3d, global pooling; tunefarm runs each Conv3d as 2-D ones over the
+    depth folded into the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv3d(3, 8, (3, 5, 5), stride=(1, 2, 2), padding=(1, 2, 2), bias=False),
+            torch.nn.BatchNorm3d(8), torch.nn.ReLU())
+        self.t = torch.nn.Conv3d(8, 8, (3, 1, 1), padding=(1, 0, 0))
+        self.s = torch.nn.Conv3d(8, 8, (1, 3, 3), padding=(0, 1, 1))
+        self.g = torch.nn.Conv3d(8, 16, 3, stride=2, dilation=(2, 1, 1), padding=2, groups=4)
+        self.fc = torch.nn.Linear(16, 6)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(x + self.s(torch.relu(self.t(x))))
+        x = torch.nn.functional.adaptive_avg_pool3d(torch.relu(self.g(x)), 1)
+        return self.fc(x.flatten(1))
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
     for m in model.modules():
-        if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
+        if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)):
             c = m.num_features
             m.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
             m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
@@ -164,6 +187,7 @@ def models():
     yield "audio1d", Audio1d(), (2, 4, 33), True, 13, True
     yield "upsampler", Upsampler(), (1, 3, 7, 9), False, 13, True
     yield "recurrent", Recurrent(), (3, 7, 8), False, 14, True
+    yield "video3d", Video3d(), (2, 3, 6, 12, 14), True, 13, True
     # Softmax written out (ReduceMax, Sub, Exp, ReduceSum with axes as an input, Div):
     # recognize-composites makes it one Softmax.
     yield "attention_sm", Attention(written_out_softmax=True), (2, 10, 64), False, 13, True
@@ -252,6 +276,9 @@ def main():
             if name == "recurrent":
                 # 3 directions x 7 steps of LSTM and RNN, 7 of GRU: one recurrence MatMul each.
                 ok = ok and info["ops"].get("MatMul", 0) >= 35 and info["ops"].get("Sigmoid", 0) > 0
+            if name == "video3d":
+                # 4 Conv3d: 3 + 3 + 1 + 3 depth taps, each a 2-D Conv through its template.
+                ok = ok and info["ops_imported"].get("Conv", 0) + info["ops_imported"].get("ConvNCHWc", 0) == 10
             if name == "logic":
                 ok = ok and all(info["ops"].get(op) for op in ("Where", "Greater", "Floor", "Mod", "Cast"))
             if name == "attention_sm":

@@ -1,0 +1,27 @@
+// import_conv3d: 3-D convolutions (video models: torchvision's r3d_18, mc3_18, r2plus1d_18)
+// imported as 2-D ones, with the depth folded into the batch.
+//
+// What it promises: a Conv over [N, C, D, H, W] becomes, per tap k of the depth window, a
+// Slice of the (depth-padded) input at the depths that tap reads for each output depth, a
+// Transpose and Reshape to [N * D_out, C, H, W], and a 2-D Conv by the weight's depth slice
+// k; the taps' results are summed (the bias added once) and reshaped back to
+// [N, M, D_out, H_out, W_out]. So the conv2d templates, tuning and blocked layouts serve 3-D
+// convolutions too. Pads, strides, dilations, groups and auto_pad (NOTSET, VALID, SAME_UPPER,
+// SAME_LOWER) on all three axes; bias optional; weights constant or computed. The result
+// equals the ONNX Conv's on 5-D inputs. Attributes with the wrong number of values, and a
+// window larger than the padded input, are refused with UserError naming the node.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "graph/graph.h"
+
+namespace tf::graph {
+
+// Adds n's expansion to g through `add` (the importer's add_node) when n is a Conv over a
+// rank-5 input and returns true; returns false, adding nothing, for any other node.
+bool add_conv_3d_as_2d(const Node& n, Graph& g, const std::string& file,
+                       const std::function<void(Node)>& add);
+
+}  // namespace tf::graph
