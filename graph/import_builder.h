@@ -38,6 +38,11 @@ class NodeBuilder {
                             HostTensor::ints({static_cast<int64_t>(v.size())}, v)};
     return name;
   }
+  std::string scalar(float v) {
+    std::string name = g_.fresh_name(str(n_.name, "/scalar_", count_++));
+    g_.values[name] = Value{name, DType::F32, {}, HostTensor::floats({}, {v})};
+    return name;
+  }
   std::string zeros(const Shape& s) {
     std::string name = g_.fresh_name(str(n_.name, "/zeros_", count_++));
     g_.values[name] = Value{name, DType::F32, s,

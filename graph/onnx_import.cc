@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "compiler/error.h"
-#include "graph/import_conv3d.h"
+#include "graph/import_window3d.h"
 #include "graph/import_recurrent.h"
 #include "graph/ops.h"
 
@@ -366,7 +366,7 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
       n.attrs[a.name()] = attribute(a, str(file, ": ", n.where()));
     auto add = [&](Node m) { add_node(std::move(m), g, file, fold_budget); };
     if (add_recurrent_as_steps(n, g, file, add, recurrent_steps_left)) continue;
-    if (add_conv_3d_as_2d(n, g, file, add)) continue;
+    if (add_conv_3d_as_2d(n, g, file, add) || add_pool_3d_as_2d(n, g, file, add)) continue;
     if (!add_window_1d_as_2d(n, g, file, fold_budget)) add_node(std::move(n), g, file, fold_budget);
   }
   for (const auto& vi : gp.output()) {

@@ -977,3 +977,108 @@ TEST(OnnxImport, Conv3dMatchesItsDefinitionWrittenOut) {
   e = conv3d([&](onnx::NodeProto* n) { ints(n, "kernel_shape", {3, 3, 2}); });
   EXPECT_NE(e.find("kernel_shape [3, 3, 2] differs from the weight's [3, 2, 3, 3, 3]"), std::string::npos) << e;
 }
+
+// 3-D MaxPool and AveragePool (2-D pooling per depth, then the depth window's taps combined)
+// against the definition written out here, with the 2-D pooling's conventions: pads,
+// strides, dilations (MaxPool), ceil_mode (whose overhang counts for nothing),
+// count_include_pad, auto_pad.
+TEST(OnnxImport, Pool3dMatchesItsDefinitionWrittenOut) {
+  struct Case {
+    std::string op;
+    std::vector<int64_t> x, k, strides, dilations, pads;
+    int64_t ceil_mode, count_include_pad;
+    std::string auto_pad;
+  };
+  for (const Case& c : {Case{"MaxPool", {1, 2, 6, 7, 5}, {3, 3, 2}, {2, 2, 1}, {1, 1, 1}, {1, 1, 0, 1, 1, 1}, 0, 0, ""},
+                        Case{"MaxPool", {2, 1, 7, 5, 6}, {2, 2, 2}, {2, 1, 2}, {2, 1, 1}, {0, 0, 0, 0, 0, 0}, 1, 0, ""},
+                        Case{"AveragePool", {1, 2, 7, 6, 5}, {3, 2, 3}, {2, 2, 1}, {1, 1, 1}, {1, 0, 1, 1, 1, 1}, 1, 0, ""},
+                        Case{"AveragePool", {1, 3, 5, 5, 5}, {2, 3, 3}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 1, 1, ""},
+                        Case{"AveragePool", {1, 1, 6, 4, 4}, {3, 2, 2}, {2, 1, 1}, {1, 1, 1}, {}, 0, 0, "SAME_UPPER"}}) {
+    SCOPED_TRACE(c.op + " x " + shape_str(c.x) + " k " + shape_str(c.k));
+    const bool is_max = c.op == "MaxPool";
+    ModelBuilder b(13);
+    uint32_t state = 5;
+    std::vector<float> X = add_random(b, "x", c.x, state, true);
+    // All negative for MaxPool: padding that took part as 0 instead of -inf would show.
+    if (is_max) for (float& v : X) v -= 1.5f;
+    auto* n = b.node(c.op, {"x"}, {"y"}, "pool3d");
+    auto ints_attr = [&](const char* name, const std::vector<int64_t>& v) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(onnx::AttributeProto::INTS);
+      for (int64_t e : v) a->add_ints(e);
+    };
+    ints_attr("kernel_shape", c.k);
+    ints_attr("strides", c.strides);
+    if (is_max) ints_attr("dilations", c.dilations);
+    if (!c.pads.empty()) ints_attr("pads", c.pads);
+    if (c.ceil_mode) set_int(n, "ceil_mode", 1);
+    if (c.count_include_pad) set_int(n, "count_include_pad", 1);
+    if (!c.auto_pad.empty()) {
+      auto* a = n->add_attribute();
+      a->set_name("auto_pad");
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(c.auto_pad);
+    }
+    b.output("y");
+    Graph g = b.import();
+    std::vector<int64_t> pb(3), pe(3), out(3), span(3);
+    for (int a = 0; a < 3; ++a) {
+      int64_t in = c.x[2 + a];
+      span[a] = (c.k[a] - 1) * c.dilations[a] + 1;
+      if (c.auto_pad == "SAME_UPPER") {
+        int64_t o = (in + c.strides[a] - 1) / c.strides[a];
+        int64_t total = std::max<int64_t>(0, (o - 1) * c.strides[a] + span[a] - in);
+        pb[a] = total / 2;
+        pe[a] = total - pb[a];
+      } else if (!c.pads.empty()) {
+        pb[a] = c.pads[a];
+        pe[a] = c.pads[3 + a];
+      }
+      int64_t room = in + pb[a] + pe[a] - span[a];
+      out[a] = (c.ceil_mode ? (room + c.strides[a] - 1) / c.strides[a] : room / c.strides[a]) + 1;
+      if (c.ceil_mode && (out[a] - 1) * c.strides[a] >= in + pb[a]) --out[a];
+    }
+    HostTensor y = run_reference(g, {{"x", HostTensor::floats(c.x, X)}}).at("y");
+    ASSERT_EQ(y.shape, Shape({c.x[0], c.x[1], out[0], out[1], out[2]}));
+    double worst = 0;
+    for (int64_t p = 0; p < c.x[0] * c.x[1]; ++p)
+      for (int64_t od = 0; od < out[0]; ++od)
+        for (int64_t oh = 0; oh < out[1]; ++oh)
+          for (int64_t ow = 0; ow < out[2]; ++ow) {
+            double acc = is_max ? -INFINITY : 0;
+            int64_t count = 0, padded = 0;
+            for (int64_t kd = 0; kd < c.k[0]; ++kd)
+              for (int64_t kh = 0; kh < c.k[1]; ++kh)
+                for (int64_t kw = 0; kw < c.k[2]; ++kw) {
+                  int64_t at[3] = {od * c.strides[0] - pb[0] + kd * c.dilations[0],
+                                   oh * c.strides[1] - pb[1] + kh * c.dilations[1],
+                                   ow * c.strides[2] - pb[2] + kw * c.dilations[2]};
+                  bool in_pad = true, inside = true;
+                  for (int a = 0; a < 3; ++a) {
+                    in_pad = in_pad && at[a] < c.x[2 + a] + pe[a];
+                    inside = inside && at[a] >= 0 && at[a] < c.x[2 + a];
+                  }
+                  padded += in_pad;
+                  if (!inside) continue;
+                  double v = X[((p * c.x[2] + at[0]) * c.x[3] + at[1]) * c.x[4] + at[2]];
+                  acc = is_max ? std::max(acc, v) : acc + v;
+                  ++count;
+                }
+            if (!is_max) acc /= double(c.count_include_pad ? padded : std::max<int64_t>(count, 1));
+            int64_t i = ((p * out[0] + od) * out[1] + oh) * out[2] + ow;
+            worst = std::max(worst, std::fabs(y.f[i] - acc));
+          }
+    EXPECT_LT(worst, 1e-5);
+  }
+  ModelBuilder b(13);
+  b.input("x", {1, 1, 4, 4, 4});
+  auto* n = b.node("MaxPool", {"x"}, {"y", "idx"}, "mp");
+  auto* a = n->add_attribute();
+  a->set_name("kernel_shape");
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int k = 0; k < 3; ++k) a->add_ints(2);
+  b.output("y");
+  b.output("idx");
+  EXPECT_NE(b.error().find("node 'mp' (MaxPool): has 2 outputs; tunefarm supports 1 (no Indices)"), std::string::npos) << b.error();
+}

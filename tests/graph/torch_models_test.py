@@ -136,8 +136,9 @@ class Recurrent(torch.nn.Module):
 class Video3d(torch.nn.Module):
     """A video CNN as torchvision's r3d_18 and r2plus1d_18 have it: a strided Conv3d stem with
     BatchNorm3d, a (2+1)-D residual block (temporal (3,1,1) and spatial (1,3,3) convolutions),
-    a grouped dilated Conv3d, global pooling; tunefarm runs each Conv3d as 2-D ones over the
-    depth folded into the batch."""
+    a grouped dilated Conv3d, MaxPool3d and AvgPool3d (padded, ceil_mode, pads not counted),
+    global pooling; tunefarm runs each 3-D window as 2-D ones over the depth folded into the
+    batch."""
 
     def __init__(self):
         super().__init__()
@@ -148,11 +149,13 @@ class Video3d(torch.nn.Module):
         self.s = torch.nn.Conv3d(8, 8, (1, 3, 3), padding=(0, 1, 1))
         self.g = torch.nn.Conv3d(8, 16, 3, stride=2, dilation=(2, 1, 1), padding=2, groups=4)
         self.fc = torch.nn.Linear(16, 6)
+        self.mp = torch.nn.MaxPool3d(3, stride=(1, 2, 2), padding=1)
+        self.ap = torch.nn.AvgPool3d(2, stride=(1, 2, 2), padding=1, ceil_mode=True, count_include_pad=False)
 
     def forward(self, x):
-        x = self.stem(x)
+        x = self.mp(self.stem(x))
         x = torch.relu(x + self.s(torch.relu(self.t(x))))
-        x = torch.nn.functional.adaptive_avg_pool3d(torch.relu(self.g(x)), 1)
+        x = torch.nn.functional.adaptive_avg_pool3d(self.ap(torch.relu(self.g(x))), 1)
         return self.fc(x.flatten(1))
 
 
@@ -279,6 +282,7 @@ def main():
             if name == "video3d":
                 # 4 Conv3d: 3 + 3 + 1 + 3 depth taps, each a 2-D Conv through its template.
                 ok = ok and info["ops_imported"].get("Conv", 0) + info["ops_imported"].get("ConvNCHWc", 0) == 10
+                ok = ok and info["ops_imported"].get("MaxPool") == 1 and info["ops_imported"].get("AveragePool") == 1
             if name == "logic":
                 ok = ok and all(info["ops"].get(op) for op in ("Where", "Greater", "Floor", "Mod", "Cast"))
             if name == "attention_sm":

@@ -1,4 +1,4 @@
-// import_conv3d: 3-D convolutions (video models: torchvision's r3d_18, mc3_18, r2plus1d_18)
+// import_window3d: 3-D convolutions (video models: torchvision's r3d_18, mc3_18, r2plus1d_18)
 // imported as 2-D ones, with the depth folded into the batch.
 //
 // What it promises: a Conv over [N, C, D, H, W] becomes, per tap k of the depth window, a
@@ -8,8 +8,16 @@
 // [N, M, D_out, H_out, W_out]. So the conv2d templates, tuning and blocked layouts serve 3-D
 // convolutions too. Pads, strides, dilations, groups and auto_pad (NOTSET, VALID, SAME_UPPER,
 // SAME_LOWER) on all three axes; bias optional; weights constant or computed. The result
-// equals the ONNX Conv's on 5-D inputs. Attributes with the wrong number of values, and a
-// window larger than the padded input, are refused with UserError naming the node.
+// equals the ONNX Conv's on 5-D inputs.
+// A MaxPool or AveragePool over [N, C, D, H, W] pools each depth in 2-D (the depth folded into
+// the batch; the height's and width's attributes, ceil_mode and count_include_pad as given),
+// then combines the depth window's taps, sliced like a convolution's, with Max, or summed and
+// divided by each output depth's count of taps (those in the input, or in its padding too
+// with count_include_pad: the window's count is the product of its axes' counts, so this
+// equals the 3-D average). MaxPool's depth padding is -inf; ceil_mode's last window may reach
+// past the padding. Its Indices output is refused.
+// Attributes with the wrong number of values, and a window larger than the padded input, are
+// refused with UserError naming the node.
 #pragma once
 
 #include <functional>
@@ -22,6 +30,9 @@ namespace tf::graph {
 // Adds n's expansion to g through `add` (the importer's add_node) when n is a Conv over a
 // rank-5 input and returns true; returns false, adding nothing, for any other node.
 bool add_conv_3d_as_2d(const Node& n, Graph& g, const std::string& file,
+                       const std::function<void(Node)>& add);
+// The same for a MaxPool or AveragePool over a rank-5 input.
+bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
                        const std::function<void(Node)>& add);
 
 }  // namespace tf::graph
