@@ -36,7 +36,7 @@ OpKind op_kind(const std::string& op) {
       "ReduceL1",   "ReduceL2",   "ReduceSumSquare",    "ReduceLogSum",      "ReduceLogSumExp",
       "Softmax",    "LogSoftmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool",
       "InstanceNormalization"};
-  static const std::set<std::string> opaque = {"MaxPool",  "AveragePool",     "Shape", "ConvTranspose", "Einsum", "ScatterND",
+  static const std::set<std::string> opaque = {"MaxPool",  "AveragePool",     "Shape", "ConvTranspose", "Einsum", "ScatterND", "ArgMax", "ArgMin",
                                                "Constant", "ConstantOfShape", "Range"};
   if (anchors.count(op)) return OpKind::Anchor;
   if (injective.count(op)) return OpKind::Injective;

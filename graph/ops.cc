@@ -83,6 +83,8 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
        {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value",
         "mode", "nearest_mode"}},
       {"Mod", {"fmod"}},
+      {"ArgMax", {"axis", "keepdims", "select_last_index"}},
+      {"ArgMin", {"axis", "keepdims", "select_last_index"}},
       {"Cast", {"to"}},
       {"Gemm", {"alpha", "beta", "transA", "transB"}},
       {"Conv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},

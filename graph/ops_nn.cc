@@ -603,6 +603,43 @@ std::vector<HostTensor> reduce_eval(const OpContext& c, const std::vector<const 
   return {out};
 }
 
+// ---- ArgMax, ArgMin: the index (int64) of the first (or, select_last_index, the last)
+// largest or smallest element along one axis; NaN counts as larger than everything (numpy's
+// and the ONNX reference's argmax pick the first NaN; argmin too).
+std::vector<TypeShape> arg_infer(const OpContext& c) {
+  if (c.in(0).dtype != DType::I64) require_float(c, 0);
+  const Shape& x = c.in(0).shape;
+  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()), "axis");
+  return {{DType::I64, reduced_shape(c, x, {axis})}};
+}
+
+std::vector<HostTensor> arg_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const HostTensor& x = *in[0];
+  const int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.shape.size()), "axis");
+  const bool is_max = c.node.op == "ArgMax", last = c.node.get_int("select_last_index", 0) != 0;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
+  const int64_t len = x.shape[axis];
+  HostTensor out = make_like(DType::I64, reduced_shape(c, x.shape, {axis}));
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t best = 0;
+      double bv = x.as_double(o * len * inner + i);
+      for (int64_t k = 1; k < len && !std::isnan(bv); ++k) {
+        double v = x.as_double((o * len + k) * inner + i);
+        bool better = std::isnan(v) || (is_max ? (last ? v >= bv : v > bv) : (last ? v <= bv : v < bv));
+        if (better) {
+          best = k;
+          bv = v;
+        }
+      }
+      out.i[o * inner + i] = best;
+    }
+  }
+  return {out};
+}
+
 }  // namespace
 
 void register_nn_ops(std::vector<OpDef>& ops) {
@@ -630,6 +667,8 @@ void register_nn_ops(std::vector<OpDef>& ops) {
         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
     ops.push_back({r, 1, 2, reduce_infer, reduce_eval});
   }
+  ops.push_back({"ArgMax", 1, 1, arg_infer, arg_eval});
+  ops.push_back({"ArgMin", 1, 1, arg_infer, arg_eval});
 }
 
 }  // namespace tf::graph

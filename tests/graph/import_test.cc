@@ -1082,3 +1082,40 @@ TEST(OnnxImport, Pool3dMatchesItsDefinitionWrittenOut) {
   b.output("idx");
   EXPECT_NE(b.error().find("node 'mp' (MaxPool): has 2 outputs; tunefarm supports 1 (no Indices)"), std::string::npos) << b.error();
 }
+
+// ArgMax and ArgMin (the node tests check ties and select_last_index): NaN is picked first, as
+// numpy's argmax and argmin do; a constant input folds at import; an axis out of range is the
+// node's error.
+TEST(OnnxImport, ArgMaxAndArgMinPickTheFirstNaNAndFold) {
+  ModelBuilder b(13);
+  b.input("x", {2, 4});
+  auto* mx = b.node("ArgMax", {"x"}, {"imax"}, "amax");
+  set_int(mx, "axis", 1);
+  auto* mn = b.node("ArgMin", {"x"}, {"imin"}, "amin");
+  set_int(mn, "axis", 1);
+  set_int(mn, "keepdims", 0);
+  set_int(mn, "select_last_index", 1);
+  b.output("imax");
+  b.output("imin");
+  Graph g = b.import();
+  const float nan = std::nanf("");
+  auto got = run_reference(g, {{"x", HostTensor::floats({2, 4}, {1, 5, 5, 0, 2, nan, 7, nan})}});
+  EXPECT_EQ(got.at("imax").shape, Shape({2, 1}));
+  EXPECT_EQ(got.at("imax").i, std::vector<int64_t>({1, 1}));
+  EXPECT_EQ(got.at("imin").shape, Shape({2}));
+  EXPECT_EQ(got.at("imin").i, std::vector<int64_t>({3, 1}));
+  ModelBuilder c(13);
+  c.floats("k", {3, 9, 9, 1});
+  auto* n = c.node("ArgMax", {"k"}, {"i"}, "amax");
+  set_int(n, "select_last_index", 1);
+  c.output("i");
+  Graph folded = c.import();
+  ASSERT_TRUE(folded.nodes.empty());
+  EXPECT_EQ(folded.value("i").constant->i, std::vector<int64_t>({2}));
+  ModelBuilder e(13);
+  e.input("x", {2, 4});
+  set_int(e.node("ArgMax", {"x"}, {"i"}, "amax"), "axis", 2);
+  e.output("i");
+  EXPECT_NE(e.error().find("node 'amax' (ArgMax)"), std::string::npos) << e.error();
+  EXPECT_NE(e.error().find("2"), std::string::npos) << e.error();
+}
