@@ -39,6 +39,10 @@ const std::vector<PassInfo>& graph_passes() {
        "ConvTranspose with constant weights as a Conv over the input with zeros inserted (Pad, "
        "Reshape), so the conv templates run it",
        plain(lower_conv_transpose)},
+      {"pad-convs", 2,
+       "a Conv whose pads differ (1x7, 7x1, 1-D, SAME) pads its input explicitly by the part "
+       "that differs, so its schedule template runs it",
+       plain(pad_convs)},
       {"fold-scale-into-conv", 2,
        "fold a per-channel Mul and Add after a Conv into its weights and bias",
        plain(fold_scale_into_conv)},

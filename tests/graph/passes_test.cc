@@ -117,7 +117,8 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // recognize-composites, combine-parallel-matmuls and transform-conv-layout have their own
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
-                    p.name == "transform-conv-layout" || p.name == "lower-conv-transpose";
+                    p.name == "transform-conv-layout" || p.name == "lower-conv-transpose" ||
+                    p.name == "pad-convs";
     EXPECT_EQ(p.changed, !own_test) << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());
@@ -1011,4 +1012,43 @@ TEST(GraphPasses, LowersConvTransposeToConv) {
   std::string w = b.input("w", {2, 2, 3, 3});
   b.g.outputs = {b.node("ConvTranspose", {x, w}, "y", {1, 2, 5, 5})};
   EXPECT_FALSE(lower_conv_transpose(b.g));
+}
+
+// pad-convs: convolutions whose pads differ get a Pad node and one shared pad, so they have a
+// workload (are tunable); the outputs are unchanged. Different strides stay untouched.
+TEST(GraphPasses, PadsConvolutionsWhosePadsDiffer) {
+  using V = std::vector<int64_t>;
+  struct Case {
+    Shape x, w;
+    std::map<std::string, Attr> attrs;
+    bool fires;
+  };
+  std::vector<Case> cases = {
+      {{1, 4, 9, 8}, {5, 4, 1, 7}, {{"pads", V{0, 3, 0, 3}}}, true},                       // Inception's 1x7
+      {{1, 4, 9, 8}, {5, 4, 7, 1}, {{"pads", V{3, 0, 3, 0}}, {"strides", V{2, 2}}}, true},  // 7x1, strided
+      {{2, 3, 7, 6}, {3, 1, 4, 4}, {{"auto_pad", std::string("SAME_UPPER")}, {"group", int64_t{3}}}, true},
+      {{1, 2, 6, 6}, {3, 2, 3, 3}, {{"pads", V{2, 1, 1, 2}}, {"dilations", V{2, 2}}}, true},
+      {{1, 2, 6, 6}, {3, 2, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, false},                         // already one pad
+      {{1, 2, 6, 6}, {3, 2, 3, 3}, {{"pads", V{0, 1, 0, 1}}, {"strides", V{1, 2}}}, false},  // strides differ
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(k);
+    const Case& c = cases[k];
+    GraphBuilder b;
+    b.seed = static_cast<uint32_t>(40 + k);
+    std::string x = b.input("x", c.x);
+    std::vector<std::string> in = {x, b.weights("w", c.w), b.weights("b", {c.w[0]})};
+    Node probe{"conv", "Conv", in, {"y"}, c.attrs};
+    Shape out = infer_node(probe, b.g, b.g.opset).at(0).shape;
+    b.g.outputs = {b.node("Conv", in, "y", out, c.attrs)};
+    verify(b.g);
+    Graph g = b.g;
+    EXPECT_EQ(pad_convs(g), c.fires);
+    verify(g);
+    // Before: untunable unless the pads were already one (case 4).
+    EXPECT_EQ(extract_tasks(b.g).untunable.size(), k == 4 ? 0u : 1u);
+    TaskList after = extract_tasks(g);
+    EXPECT_EQ(after.untunable.size(), k == 5 ? 1u : 0u) << (after.untunable.empty() ? "" : after.untunable[0].reason);
+    expect_same_outputs(b.g, g, c.x);
+  }
 }
