@@ -31,6 +31,10 @@ const std::vector<PassInfo>& graph_passes() {
       {"recognize-composites", 2,
        "replace the decompositions exporters write for LayerNorm, GELU and softmax by one operator",
        plain(recognize_composites)},
+      {"einsum-to-matmul", 2,
+       "a two-operand Einsum that is a (batched) matrix product as Transpose, Reshape and MatMul, "
+       "so the matmul templates run it",
+       plain(einsum_to_matmul)},
       {"combine-parallel-matmuls", 2,
        "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and "
        "bias Add) and a Split",

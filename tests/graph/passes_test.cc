@@ -118,7 +118,7 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
                     p.name == "transform-conv-layout" || p.name == "lower-conv-transpose" ||
-                    p.name == "pad-convs";
+                    p.name == "pad-convs" || p.name == "einsum-to-matmul";
     EXPECT_EQ(p.changed, !own_test) << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());
@@ -1050,5 +1050,52 @@ TEST(GraphPasses, PadsConvolutionsWhosePadsDiffer) {
     TaskList after = extract_tasks(g);
     EXPECT_EQ(after.untunable.size(), k == 5 ? 1u : 0u) << (after.untunable.empty() ? "" : after.untunable[0].reason);
     expect_same_outputs(b.g, g, c.x);
+  }
+}
+
+// einsum-to-matmul: two-operand Einsums that are matrix products become MatMul nodes (with
+// Transposes and Reshapes) computing the same; the others stay.
+TEST(GraphPasses, EinsumsThatAreMatrixProductsBecomeMatMuls) {
+  struct Case {
+    std::string equation;
+    Shape a, b;
+    bool rewritten;
+  };
+  std::vector<Case> cases = {
+      {"B G H I D, B G H J D -> B G H I J", {2, 3, 2, 4, 5}, {2, 3, 2, 6, 5}, true},  // MaxViT
+      {"BGHIJ,BGHJD->BGHID", {2, 3, 2, 4, 6}, {2, 3, 2, 6, 5}, true},
+      {"ik,kj->ij", {3, 4}, {4, 5}, true},
+      {"ij,kj->ik", {3, 4}, {5, 4}, true},
+      {"bij,bjk->bki", {2, 3, 4}, {2, 4, 5}, true},
+      {"xaby,ybc->acx", {2, 3, 4, 5}, {5, 4, 6}, true},  // two batch-free contractions
+      {"cab,cd->dab", {4, 2, 3}, {4, 5}, true},           // 3-cycles on both sides
+      {"i,i->", {7}, {7}, true},                          // a dot product
+      {"i,j->ij", {3}, {4}, true},                        // an outer product
+      {"ii,i->i", {3, 3}, {3}, false},                    // a diagonal
+      {"ij,k->i", {3, 4}, {5}, false},                    // k summed out of one operand
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Case& c = cases[k];
+    SCOPED_TRACE(c.equation);
+    GraphBuilder b;
+    b.seed = static_cast<uint32_t>(60 + k);
+    std::string x = b.input("x", c.a);
+    std::vector<std::string> in = {x, b.weights("w", c.b)};
+    std::map<std::string, Attr> attrs = {{"equation", c.equation}};
+    Node probe{"e", "Einsum", in, {"y"}, attrs};
+    Shape out = infer_node(probe, b.g, b.g.opset).at(0).shape;
+    b.g.outputs = {b.node("Einsum", in, "y", out, attrs)};
+    verify(b.g);
+    Graph g = b.g;
+    EXPECT_EQ(einsum_to_matmul(g), c.rewritten);
+    verify(g);
+    int einsums = 0, matmuls = 0;
+    for (const Node& n : g.nodes) {
+      einsums += n.op == "Einsum";
+      matmuls += n.op == "MatMul";
+    }
+    EXPECT_EQ(einsums, c.rewritten ? 0 : 1);
+    EXPECT_EQ(matmuls, c.rewritten ? 1 : 0);
+    expect_same_outputs(b.g, g, c.a);
   }
 }
