@@ -50,6 +50,10 @@ const std::vector<PassInfo>& graph_passes() {
       {"fold-scale-into-conv", 2,
        "fold a per-channel Mul and Add after a Conv into its weights and bias",
        plain(fold_scale_into_conv)},
+      {"split-grouped-convs", 2,
+       "a grouped Conv no workload expresses (not depthwise; constant weights) as one Conv per "
+       "group and a Concat, so the conv2d template runs each",
+       plain(split_grouped_convs)},
       {"transform-conv-layout", 2,
        "convolutions in blocked layouts (NCHW<b>c, b = the target's vector width): weights "
        "converted now, activations only where an operator needs NCHW; elementwise ops follow",

@@ -80,6 +80,7 @@ bool fold_scale_into_conv(Graph& g);
 bool lower_conv_transpose(Graph& g);
 bool pad_convs(Graph& g);
 bool einsum_to_matmul(Graph& g);
+bool split_grouped_convs(Graph& g);
 bool recognize_composites(Graph& g);
 bool combine_parallel_matmuls(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);

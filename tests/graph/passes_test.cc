@@ -118,7 +118,8 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
                     p.name == "transform-conv-layout" || p.name == "lower-conv-transpose" ||
-                    p.name == "pad-convs" || p.name == "einsum-to-matmul";
+                    p.name == "pad-convs" || p.name == "einsum-to-matmul" ||
+                    p.name == "split-grouped-convs";
     EXPECT_EQ(p.changed, !own_test) << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());
@@ -1098,4 +1099,47 @@ TEST(GraphPasses, EinsumsThatAreMatrixProductsBecomeMatMuls) {
     EXPECT_EQ(matmuls, c.rewritten ? 1 : 0);
     expect_same_outputs(b.g, g, c.a);
   }
+}
+
+// split-grouped-convs: grouped convolutions no workload expresses become one Conv per group
+// (all tunable) and a Concat, computing the same; depthwise ones and computed weights stay.
+TEST(GraphPasses, SplitsGroupedConvolutionsIntoTunableOnes) {
+  using V = std::vector<int64_t>;
+  struct Case {
+    Shape x, w;
+    std::map<std::string, Attr> attrs;
+    bool bias, fires;
+  };
+  std::vector<Case> cases = {
+      {{1, 8, 6, 7}, {12, 2, 3, 3}, {{"group", int64_t{4}}, {"pads", V{1, 1, 1, 1}}}, true, true},
+      {{2, 6, 9, 9}, {6, 3, 3, 3}, {{"group", int64_t{2}}, {"strides", V{2, 2}}}, false, true},
+      {{1, 4, 5, 5}, {4, 1, 3, 3}, {{"group", int64_t{4}}}, true, false},  // depthwise: a workload
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(k);
+    const Case& c = cases[k];
+    GraphBuilder b;
+    b.seed = static_cast<uint32_t>(80 + k);
+    std::string x = b.input("x", c.x);
+    std::vector<std::string> in = {x, b.weights("w", c.w)};
+    if (c.bias) in.push_back(b.weights("b", {c.w[0]}));
+    Node probe{"conv", "Conv", in, {"y"}, c.attrs};
+    Shape out = infer_node(probe, b.g, b.g.opset).at(0).shape;
+    b.g.outputs = {b.node("Conv", in, "y", out, c.attrs)};
+    verify(b.g);
+    Graph g = b.g;
+    EXPECT_EQ(split_grouped_convs(g), c.fires);
+    verify(g);
+    EXPECT_EQ(extract_tasks(g).untunable.size(), 0u);
+    int convs = 0;
+    for (const Node& n : g.nodes) convs += n.op == "Conv";
+    EXPECT_EQ(convs, c.fires ? std::get<int64_t>(c.attrs.at("group")) : 1);
+    expect_same_outputs(b.g, g, c.x);
+  }
+  // Computed weights: nothing to do.
+  GraphBuilder b;
+  std::string x = b.input("x", {1, 4, 5, 5});
+  std::string w = b.input("w", {4, 2, 3, 3});
+  b.g.outputs = {b.node("Conv", {x, w}, "y", {1, 4, 3, 3}, {{"group", int64_t{2}}})};
+  EXPECT_FALSE(split_grouped_convs(b.g));
 }
