@@ -3,6 +3,9 @@
 // per group over its channels (Slice of the input, the group's weights and bias, sliced now)
 // and a Concat of their outputs, so the conv2d template runs each instead of the generic
 // kernel. The sum is the same: group k's outputs read only group k's input channels.
+// At most kMaxSplitGroups groups (ResNeXt has 32 or 64, RegNets up to about 100): past that a
+// model would compile into more kernels than it gains from them (and a hostile one into
+// millions).
 #include "compiler/error.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
@@ -11,12 +14,14 @@
 namespace tf::graph {
 namespace {
 
+constexpr int64_t kMaxSplitGroups = 256;
+
 bool split(Graph& g, const Node& n, std::vector<Node>& out) {
   if (n.inputs.size() < 2 || !g.is_constant(n.inputs[1]) || g.value(n.inputs[0]).shape.size() != 4) return false;
   const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
   if (bias && !g.is_constant(n.inputs[2])) return false;
   const int64_t group = n.get_int("group", 1);
-  if (group <= 1 || !anchor_workload(g, n).spec.empty()) return false;
+  if (group <= 1 || group > kMaxSplitGroups || !anchor_workload(g, n).spec.empty()) return false;
   const Shape x = g.value(n.inputs[0]).shape;
   const HostTensor& w = *g.value(n.inputs[1]).constant;
   const int64_t C = x[1] / group, M = w.shape[0] / group, per = num_elements(w.shape) / group;

@@ -1114,6 +1114,7 @@ TEST(GraphPasses, SplitsGroupedConvolutionsIntoTunableOnes) {
       {{1, 8, 6, 7}, {12, 2, 3, 3}, {{"group", int64_t{4}}, {"pads", V{1, 1, 1, 1}}}, true, true},
       {{2, 6, 9, 9}, {6, 3, 3, 3}, {{"group", int64_t{2}}, {"strides", V{2, 2}}}, false, true},
       {{1, 4, 5, 5}, {4, 1, 3, 3}, {{"group", int64_t{4}}}, true, false},  // depthwise: a workload
+      {{1, 257, 2, 2}, {514, 1, 1, 1}, {{"group", int64_t{257}}}, false, false},  // too many groups
   };
   for (size_t k = 0; k < cases.size(); ++k) {
     SCOPED_TRACE(k);
@@ -1130,7 +1131,7 @@ TEST(GraphPasses, SplitsGroupedConvolutionsIntoTunableOnes) {
     Graph g = b.g;
     EXPECT_EQ(split_grouped_convs(g), c.fires);
     verify(g);
-    EXPECT_EQ(extract_tasks(g).untunable.size(), 0u);
+    EXPECT_EQ(extract_tasks(g).untunable.size(), k == 3 ? 1u : 0u);
     int convs = 0;
     for (const Node& n : g.nodes) convs += n.op == "Conv";
     EXPECT_EQ(convs, c.fires ? std::get<int64_t>(c.attrs.at("group")) : 1);
