@@ -830,15 +830,14 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
     const TeOperand& x = need(n, in, 0);
     ResizeSpec s = resize_spec(c);
     return {elementwise(name, out, [&](const Index& i) {
-      // Per axis the lower and upper input position and the upper one's weight (ResizeSpec::source
-      // in float32 arithmetic); identity and nearest axes read one position.
-      Index lo, hi;
-      std::vector<Expr> w;
+      // Per axis the input positions read and their weights (ResizeSpec::source in float32
+      // arithmetic); identity and nearest axes read one position, weight none.
+      std::vector<std::vector<std::pair<Expr, Expr>>> taps(i.size());
       auto to_int = [](Expr f) { return ir::Cast::make(ir::Type::int64(), std::move(f)); };
       for (size_t d = 0; d < i.size(); ++d) {
         int64_t extent = s.in[d];
         if (s.identity(d)) {
-          lo.push_back(i[d]), hi.push_back(i[d]), w.push_back(Expr());
+          taps[d].push_back({i[d], Expr()});
           continue;
         }
         Expr at = to_float(i[d]), scale = ir::f32(s.scale[d]), src;
@@ -854,7 +853,7 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
           case ResizeSpec::Asymmetric: src = at / scale; break;
           case ResizeSpec::TfHalfPixelForNn: src = (at + ir::f32(0.5)) / scale; break;
         }
-        if (!s.linear) {
+        if (!s.linear && !s.cubic) {
           Expr r;
           switch (s.nearest) {
             case ResizeSpec::RoundPreferFloor: r = ir::ceil(src - ir::f32(0.5)); break;
@@ -862,32 +861,54 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
             case ResizeSpec::Floor: r = ir::floor(src); break;
             case ResizeSpec::Ceil: r = ir::ceil(src); break;
           }
-          Expr k = clamp(to_int(r), 0, extent - 1);
-          lo.push_back(k), hi.push_back(k), w.push_back(Expr());
+          taps[d].push_back({clamp(to_int(r), 0, extent - 1), Expr()});
           continue;
         }
-        Expr f = ir::floor(src), k = to_int(f);
-        lo.push_back(clamp(k, 0, extent - 1));
-        hi.push_back(clamp(k + int64_t{1}, 0, extent - 1));
-        w.push_back(src - f);
+        Expr f = ir::floor(src), k = to_int(f), t = src - f;
+        if (s.linear) {
+          taps[d].push_back({clamp(k, 0, extent - 1), ir::f32(1.0) - t});
+          taps[d].push_back({clamp(k + int64_t{1}, 0, extent - 1), t});
+          continue;
+        }
+        // Cubic: ResizeSpec::cubic_weights written out; with exclude_outside, taps outside the
+        // input weigh 0 and the rest are divided by their sum.
+        Expr A = ir::f32(s.cubic_a), u = ir::f32(1.0) - t, one = ir::f32(1.0);
+        Expr t1 = t + one, u1 = u + one;
+        std::array<Expr, 4> cw = {((A * t1 - ir::f32(5.0) * A) * t1 + ir::f32(8.0) * A) * t1 - ir::f32(4.0) * A,
+                                  ((A + ir::f32(2.0)) * t - (A + ir::f32(3.0))) * t * t + one,
+                                  ((A + ir::f32(2.0)) * u - (A + ir::f32(3.0))) * u * u + one,
+                                  ((A * u1 - ir::f32(5.0) * A) * u1 + ir::f32(8.0) * A) * u1 - ir::f32(4.0) * A};
+        Expr total;
+        for (int64_t j = 0; j < 4; ++j) {
+          Expr pos = k + (j - 1);
+          Expr wj = cw[static_cast<size_t>(j)];
+          if (s.exclude_outside)
+            wj = ir::select(ir::logical_and(pos >= int64_t{0}, pos < extent), wj, ir::f32(0.0));
+          total = total ? total + wj : wj;
+          taps[d].push_back({clamp(pos, 0, extent - 1), wj});
+        }
+        if (s.exclude_outside)
+          for (auto& tap : taps[d]) tap.second = tap.second / total;
       }
-      // The sum over the corners of the interpolated axes.
-      std::vector<size_t> axes;
-      for (size_t d = 0; d < w.size(); ++d)
-        if (w[d]) axes.push_back(d);
+      // The sum over the product of the axes' taps.
       Expr v;
-      for (uint64_t corner = 0; corner < (uint64_t{1} << axes.size()); ++corner) {
-        Index at = lo;
+      std::vector<size_t> pick(taps.size(), 0);
+      for (;;) {
+        Index at;
         Expr weight;
-        for (size_t k = 0; k < axes.size(); ++k) {
-          bool upper = (corner >> k) & 1;
-          size_t d = axes[k];
-          if (upper) at[d] = hi[d];
-          Expr wd = upper ? w[d] : ir::f32(1.0) - w[d];
-          weight = weight ? weight * wd : wd;
+        for (size_t d = 0; d < taps.size(); ++d) {
+          const auto& [pos, wd] = taps[d][pick[d]];
+          at.push_back(pos);
+          if (wd) weight = weight ? weight * wd : wd;
         }
         Expr term = weight ? weight * operand(x, at) : operand(x, at);
         v = v ? v + term : term;
+        size_t d = taps.size();
+        while (d-- > 0) {
+          if (++pick[d] < taps[d].size()) break;
+          pick[d] = 0;
+        }
+        if (d == static_cast<size_t>(-1)) break;
       }
       return v;
     })};

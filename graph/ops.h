@@ -14,6 +14,7 @@
 // versions where they differ: Softmax before 13, axes as attribute or input).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <string>
@@ -141,12 +142,17 @@ struct ResizeSpec {
   enum Coord { HalfPixel, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalfPixelForNn } coord = HalfPixel;
   enum Nearest { RoundPreferFloor, RoundPreferCeil, Floor, Ceil } nearest = RoundPreferFloor;
   bool linear = false;
+  bool cubic = false;            // mode cubic: 4 taps per axis, Keys' kernel with cubic_a
+  double cubic_a = -0.75;
+  bool exclude_outside = false;  // cubic: taps outside the input weigh 0, the rest renormalised
   Shape in, out;
   // The scale, and the resized length the coordinate transformation uses: in * scale when
   // scales are given (not rounded, as in the ONNX reference), else the size.
   std::vector<double> scale, length;
   double source(int64_t at, size_t dim) const;
   int64_t round(double x) const;
+  // The cubic weights of the taps at floor(x) - 1 .. floor(x) + 2 for x - floor(x) = t.
+  std::array<double, 4> cubic_weights(double t) const;
   // Axis d is not resized: output position i reads input position i.
   bool identity(size_t dim) const;
 };

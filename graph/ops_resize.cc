@@ -1,10 +1,11 @@
-// Resize (opsets 11 to 17) in the nearest and linear modes: the output shape from constant
+// Resize (opsets 11 to 17) in the nearest, linear and cubic modes: the output shape from constant
 // scales or sizes, where each output position reads in the input (ResizeSpec, shared with
 // the compiled kernels in node_te.cc), and the reference evaluation. Semantics follow the ONNX
 // spec and its reference implementation: the coordinate transformation maps an output
 // position to a fractional input one; nearest rounds it (nearest_mode), linear interpolates
-// between its two neighbours on each resized axis; positions outside the input read its edge.
-// cubic and tf_crop_and_resize are refused.
+// between its two neighbours on each resized axis, cubic between its four (Keys' kernel with
+// cubic_coeff_a; exclude_outside gives taps outside the input weight 0 and renormalises);
+// positions outside the input read its edge. tf_crop_and_resize is refused.
 #include <algorithm>
 #include <cmath>
 
@@ -21,8 +22,12 @@ ResizeSpec resize_spec(const OpContext& c) {
   std::string mode = n.get_string("mode", "nearest");
   if (mode == "linear")
     s.linear = true;
+  else if (mode == "cubic")
+    s.cubic = true;
   else if (mode != "nearest")
-    throw UserError(str(n.where(), ": mode '", mode, "' is not supported (nearest and linear are)"));
+    throw UserError(str(n.where(), ": mode '", mode, "' is not supported (nearest, linear and cubic are)"));
+  s.cubic_a = n.get_float("cubic_coeff_a", -0.75f);
+  s.exclude_outside = n.get_int("exclude_outside", 0) != 0;
   std::string coord = n.get_string("coordinate_transformation_mode", "half_pixel");
   const std::vector<std::string> coords = {"half_pixel", "pytorch_half_pixel", "align_corners",
                                            "asymmetric", "tf_half_pixel_for_nn"};
@@ -108,6 +113,14 @@ int64_t ResizeSpec::round(double x) const {
   return 0;
 }
 
+std::array<double, 4> ResizeSpec::cubic_weights(double t) const {
+  const double A = cubic_a, u = 1 - t;
+  return {((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A,
+          ((A + 2) * t - (A + 3)) * t * t + 1,
+          ((A + 2) * u - (A + 3)) * u * u + 1,
+          ((A * (u + 1) - 5 * A) * (u + 1) + 8 * A) * (u + 1) - 4 * A};
+}
+
 namespace {
 
 std::vector<HostTensor> resize_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
@@ -117,42 +130,61 @@ std::vector<HostTensor> resize_eval(const OpContext& c, const std::vector<const 
   std::vector<int64_t> st(rank, 1);
   for (size_t d = rank; d-- > 1;) st[d - 1] = st[d] * x[d];
   HostTensor out = make_like(DType::F32, s.out);
-  // Per axis and output position: two input positions and the second one's weight.
-  std::vector<std::vector<int64_t>> lo(rank), hi(rank);
-  std::vector<std::vector<double>> w(rank);
+  // Per axis and output position: the input positions read and their weights.
+  using Taps = std::vector<std::pair<int64_t, double>>;
+  std::vector<std::vector<Taps>> taps(rank);
   auto edge = [](int64_t i, int64_t n) { return std::clamp<int64_t>(i, 0, n - 1); };
   for (size_t d = 0; d < rank; ++d) {
     for (int64_t o = 0; o < s.out[d]; ++o) {
       if (s.identity(d)) {
-        lo[d].push_back(o), hi[d].push_back(o), w[d].push_back(0);
+        taps[d].push_back({{o, 1.0}});
         continue;
       }
       double src = s.source(o, d);
-      if (!s.linear) {
-        int64_t i = edge(s.round(src), x[d]);
-        lo[d].push_back(i), hi[d].push_back(i), w[d].push_back(0);
+      if (!s.linear && !s.cubic) {
+        taps[d].push_back({{edge(s.round(src), x[d]), 1.0}});
         continue;
       }
       double f = std::floor(src);
-      lo[d].push_back(edge(static_cast<int64_t>(f), x[d]));
-      hi[d].push_back(edge(static_cast<int64_t>(f) + 1, x[d]));
-      w[d].push_back(src - f);
+      auto k = static_cast<int64_t>(f);
+      if (s.linear) {
+        taps[d].push_back({{edge(k, x[d]), 1 - (src - f)}, {edge(k + 1, x[d]), src - f}});
+        continue;
+      }
+      std::array<double, 4> cw = s.cubic_weights(src - f);
+      Taps t;
+      double total = 0;
+      for (int64_t j = 0; j < 4; ++j) {
+        int64_t at = k - 1 + j;
+        double wj = s.exclude_outside && (at < 0 || at >= x[d]) ? 0.0 : cw[j];
+        t.push_back({edge(at, x[d]), wj});
+        total += wj;
+      }
+      if (s.exclude_outside && total != 0)
+        for (auto& [at, wj] : t) wj /= total;
+      taps[d].push_back(t);
     }
   }
   std::vector<int64_t> idx(rank, 0);
   for (int64_t e = 0; e < out.size(); ++e) {
-    // The sum over the 2^rank corners (most of weight 0).
+    // The sum over the product of the axes' taps.
     double v = 0;
-    for (uint64_t corner = 0; corner < (uint64_t{1} << rank); ++corner) {
+    std::vector<size_t> pick(rank, 0);
+    for (;;) {
       double weight = 1;
       int64_t k = 0;
-      for (size_t d = 0; d < rank && weight != 0; ++d) {
-        bool upper = (corner >> d) & 1;
-        double wd = w[d][idx[d]];
-        weight *= upper ? wd : 1 - wd;
-        k += (upper ? hi[d][idx[d]] : lo[d][idx[d]]) * st[d];
+      for (size_t d = 0; d < rank; ++d) {
+        const auto& [at, wd] = taps[d][idx[d]][pick[d]];
+        weight *= wd;
+        k += at * st[d];
       }
       if (weight != 0) v += weight * in[0]->f[k];
+      size_t d = rank;
+      while (d-- > 0) {
+        if (++pick[d] < taps[d][idx[d]].size()) break;
+        pick[d] = 0;
+      }
+      if (d == static_cast<size_t>(-1)) break;
     }
     out.f[e] = static_cast<float>(v);
     for (size_t d = rank; d-- > 0;) {

@@ -360,10 +360,10 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.output("y");
     expect(b, "node 'conv' (Conv): weight 'w' [3, 2] must have rank 3 for the 1-D input [1, 2, 9]");
   }
-  // Resize: cubic mode, tf_crop_and_resize, both or neither of scales and sizes, a bad scale.
+  // Resize: an unknown mode, tf_crop_and_resize, both or neither of scales and sizes, a bad scale.
   for (auto [mode, coord, inputs, want] :
        std::vector<std::tuple<std::string, std::string, std::vector<std::string>, std::string>>{
-           {"cubic", "half_pixel", {"x", "", "scales"}, "node 'rs' (Resize): mode 'cubic' is not supported (nearest and linear are)"},
+           {"quintic", "half_pixel", {"x", "", "scales"}, "node 'rs' (Resize): mode 'quintic' is not supported (nearest, linear and cubic are)"},
            {"linear", "tf_crop_and_resize", {"x", "", "scales"}, "coordinate_transformation_mode 'tf_crop_and_resize' is not supported"},
            {"nearest", "half_pixel", {"x", "", "scales", "sizes"}, "node 'rs' (Resize): exactly one of scales and sizes must be given"},
            {"nearest", "half_pixel", {"x"}, "node 'rs' (Resize): exactly one of scales and sizes must be given"},

@@ -97,21 +97,22 @@ class Audio1d(torch.nn.Module):
 
 class Upsampler(torch.nn.Module):
     """A decoder as segmentation and generative models have it: Resize by bilinear (scale
-    factor), nearest (to a size) and bilinear with align_corners, a grouped ConvTranspose with
-    output_padding, joined with Concat."""
+    factor), nearest (to a size), bilinear with align_corners and bicubic, a grouped
+    ConvTranspose with output_padding, joined with Concat."""
 
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
         self.t = torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1, groups=2)
-        self.b = torch.nn.Conv2d(28, 4, 1)
+        self.b = torch.nn.Conv2d(36, 4, 1)
 
     def forward(self, x):
         f = torch.relu(self.a(x))
         up = torch.nn.functional.interpolate(f, scale_factor=2, mode="bilinear", align_corners=False)
         near = torch.nn.functional.interpolate(f, size=up.shape[-2:], mode="nearest")
         ac = torch.nn.functional.interpolate(f, size=(14, 18), mode="bilinear", align_corners=True)
-        return self.b(torch.cat([up, near, ac, torch.relu(self.t(f))], 1))
+        cub = torch.nn.functional.interpolate(f, scale_factor=2, mode="bicubic", align_corners=False)
+        return self.b(torch.cat([up, near, ac, cub, torch.relu(self.t(f))], 1))
 
 
 class Recurrent(torch.nn.Module):
@@ -274,7 +275,7 @@ def main():
                 ok = ok and all(info["ops"].get(op) for op in ("Pad", "Elu", "Selu", "MaxPool", "AveragePool", "InstanceNormalization"))
             if name == "upsampler":
                 # The ConvTranspose (constant weights) runs as a Conv over zero-inserted input.
-                ok = ok and info["ops"].get("Resize") == 3 and "lower-conv-transpose" in fired
+                ok = ok and info["ops"].get("Resize") == 4 and "lower-conv-transpose" in fired
                 ok = ok and info["ops_imported"].get("ConvTranspose") == 1 and "ConvTranspose" not in info["ops"]
             if name == "recurrent":
                 # 3 directions x 7 steps of LSTM and RNN, 7 of GRU: one recurrence MatMul each.
