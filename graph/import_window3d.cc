@@ -44,6 +44,8 @@ Window3d window_3d(const Node& n, const Shape& x, const std::vector<int64_t>& ke
   Window3d w;
   if (kernel_fallback.empty() && !n.has("kernel_shape")) fail("attribute 'kernel_shape' is required");
   w.k = three("kernel_shape", kernel_fallback);
+  if (w.k[0] > kMaxDepthTaps)
+    fail(str("a depth window of ", w.k[0], " taps is more than the ", kMaxDepthTaps, " tunefarm unrolls"));
   w.s = three("strides", {1, 1, 1});
   w.d = three("dilations", {1, 1, 1});
   w.p = three("pads", {0, 0, 0, 0, 0, 0});

@@ -16,8 +16,8 @@
 // with count_include_pad: the window's count is the product of its axes' counts, so this
 // equals the 3-D average). MaxPool's depth padding is -inf; ceil_mode's last window may reach
 // past the padding. Its Indices output is refused.
-// Attributes with the wrong number of values, and a window larger than the padded input, are
-// refused with UserError naming the node.
+// Attributes with the wrong number of values, a window larger than the padded input, and more
+// than kMaxDepthTaps depth taps are refused with UserError naming the node.
 #pragma once
 
 #include <functional>
@@ -26,6 +26,10 @@
 #include "graph/graph.h"
 
 namespace tf::graph {
+
+// The most depth taps a 3-D window may have (each becomes a few nodes; video models use 1 to
+// 7), so a hostile model cannot make the graph explode.
+constexpr int64_t kMaxDepthTaps = 64;
 
 // Adds n's expansion to g through `add` (the importer's add_node) when n is a Conv over a
 // rank-5 input and returns true; returns false, adding nothing, for any other node.

@@ -974,6 +974,8 @@ TEST(OnnxImport, Conv3dMatchesItsDefinitionWrittenOut) {
   EXPECT_NE(e.find("node 'c3' (Conv): the window's depth 7 is larger than the padded input's 4"), std::string::npos) << e;
   e = conv3d([&](onnx::NodeProto* n) { ints(n, "pads", {0, 0, -1, 0, 0, 0}); });
   EXPECT_NE(e.find("pads value -1 is not in [0, 2^30]"), std::string::npos) << e;
+  e = conv3d([&](onnx::NodeProto* n) { ints(n, "kernel_shape", {65, 3, 3}); });
+  EXPECT_NE(e.find("node 'c3' (Conv): a depth window of 65 taps is more than the 64 tunefarm unrolls"), std::string::npos) << e;
   e = conv3d([&](onnx::NodeProto* n) { ints(n, "kernel_shape", {3, 3, 2}); });
   EXPECT_NE(e.find("kernel_shape [3, 3, 2] differs from the weight's [3, 2, 3, 3, 3]"), std::string::npos) << e;
 }
