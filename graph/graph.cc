@@ -131,6 +131,19 @@ std::string Graph::fresh_name(const std::string& base) const {
   }
 }
 
+std::string Graph::add_ints(const std::string& base, std::vector<int64_t> v) {
+  std::string name = fresh_name(base);
+  auto len = static_cast<int64_t>(v.size());
+  values[name] = Value{name, DType::I64, {len}, HostTensor::ints({len}, std::move(v))};
+  return name;
+}
+
+std::string Graph::add_float(const std::string& base, const Shape& shape) {
+  std::string name = fresh_name(base);
+  values[name] = Value{name, DType::F32, shape, std::nullopt};
+  return name;
+}
+
 void verify(const Graph& g) {
   std::set<std::string> defined;
   for (const std::string& in : g.inputs) {

@@ -92,6 +92,11 @@ struct Graph {
   bool is_output(const std::string& name) const;  // returned by the model
   // A value name not yet used in the graph, from `base`.
   std::string fresh_name(const std::string& base) const;
+  // A new int64 vector constant (shapes, axes, pads for the nodes a pass or the importer
+  // builds), named from `base`; returns its name.
+  std::string add_ints(const std::string& base, std::vector<int64_t> v);
+  // A new computed float32 value of `shape`, named from `base`; returns its name.
+  std::string add_float(const std::string& base, const Shape& shape);
 };
 
 // Checks the invariants above; throws UserError naming the first broken one ("after pass X"

@@ -33,10 +33,7 @@ class NodeBuilder {
     return y;
   }
   std::string ints(const std::vector<int64_t>& v) {
-    std::string name = g_.fresh_name(str(n_.name, "/const_", count_++));
-    g_.values[name] = Value{name, DType::I64, {static_cast<int64_t>(v.size())},
-                            HostTensor::ints({static_cast<int64_t>(v.size())}, v)};
-    return name;
+    return g_.add_ints(str(n_.name, "/const_", count_++), v);
   }
   std::string scalar(float v) {
     std::string name = g_.fresh_name(str(n_.name, "/scalar_", count_++));

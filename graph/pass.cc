@@ -190,6 +190,22 @@ void topological_sort(Graph& g) {
   g.nodes = std::move(order);
 }
 
+bool expand_nodes(Graph& g, const std::function<bool(Graph&, const Node&, std::vector<Node>&)>& expand) {
+  bool changed = false;
+  for (size_t k = 0; k < g.nodes.size();) {
+    std::vector<Node> parts;
+    if (!expand(g, g.nodes[k], parts)) {
+      ++k;
+      continue;
+    }
+    g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(k));
+    g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(k), parts.begin(), parts.end());
+    k += parts.size();
+    changed = true;
+  }
+  return changed;
+}
+
 void drop_unused_values(Graph& g) {
   std::set<std::string> live(g.inputs.begin(), g.inputs.end());
   live.insert(g.outputs.begin(), g.outputs.end());

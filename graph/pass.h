@@ -71,6 +71,10 @@ bool bypass(Graph& g, const std::string& out, const std::string& replacement);
 void topological_sort(Graph& g);
 // Drops values that no node defines or reads and that are not graph inputs or outputs.
 void drop_unused_values(Graph& g);
+// Replaces each node for which `expand` returns true by the nodes it appended to `out`, in
+// the node's place (`expand` adds the values they need to g); returns whether any was. The
+// shared loop of the passes that lower one node into several.
+bool expand_nodes(Graph& g, const std::function<bool(Graph&, const Node&, std::vector<Node>&)>& expand);
 
 // The passes (one file each).
 bool dead_code_elimination(Graph& g);

@@ -27,7 +27,7 @@ bool has_repeats(const std::string& s) {
 }
 
 bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
-  if (n.inputs.size() != 2 || n.inputs[0].empty() || n.inputs[1].empty()) return false;
+  if (n.op != "Einsum" || n.inputs.size() != 2 || n.inputs[0].empty() || n.inputs[1].empty()) return false;
   EinsumSpec s = einsum_spec(context(n, g, g.opset));
   const std::string &a = s.inputs[0], &b = s.inputs[1], &o = s.output;
   if (has_repeats(a) || has_repeats(b) || has_repeats(o)) return false;
@@ -56,17 +56,8 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
     return sh;
   };
   const int64_t B = product(batch), M = product(rows), N = product(cols), K = product(sum);
-  auto ints = [&](const std::string& base, const std::vector<int64_t>& v) {
-    std::string name = g.fresh_name(n.name + "." + base);
-    auto len = static_cast<int64_t>(v.size());
-    g.values[name] = Value{name, DType::I64, {len}, HostTensor::ints({len}, v)};
-    return name;
-  };
-  auto value = [&](const std::string& base, const Shape& shape) {
-    std::string name = g.fresh_name(n.outputs[0] + "." + base);
-    g.values[name] = Value{name, DType::F32, shape, std::nullopt};
-    return name;
-  };
+  auto ints = [&](const std::string& base, const std::vector<int64_t>& v) { return g.add_ints(n.name + "." + base, v); };
+  auto value = [&](const std::string& base, const Shape& shape) { return g.add_float(n.outputs[0] + "." + base, shape); };
   // `from` (labels `have`) transposed to the order `want`, then reshaped to `shape`.
   auto arrange = [&](const std::string& from, const std::string& have, const std::string& want,
                      const Shape& shape, const std::string& tag) {
@@ -102,20 +93,6 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
 
 }  // namespace
 
-bool einsum_to_matmul(Graph& g) {
-  bool changed = false;
-  for (size_t k = 0; k < g.nodes.size();) {
-    std::vector<Node> parts;
-    if (g.nodes[k].op == "Einsum" && rewrite(g, g.nodes[k], parts)) {
-      g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(k));
-      g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(k), parts.begin(), parts.end());
-      k += parts.size();
-      changed = true;
-      continue;
-    }
-    ++k;
-  }
-  return changed;
-}
+bool einsum_to_matmul(Graph& g) { return expand_nodes(g, rewrite); }
 
 }  // namespace tf::graph

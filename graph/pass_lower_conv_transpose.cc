@@ -16,22 +16,13 @@ namespace tf::graph {
 namespace {
 
 bool lower(Graph& g, const Node& n, std::vector<Node>& out) {
-  if (n.inputs.size() < 2 || !g.is_constant(n.inputs[1])) return false;
+  if (n.op != "ConvTranspose" || n.inputs.size() < 2 || !g.is_constant(n.inputs[1])) return false;
   ConvTransposeSpec s = conv_transpose_spec(context(n, g, g.opset));
   const Shape x = g.value(n.inputs[0]).shape;
   const HostTensor& w = *g.value(n.inputs[1]).constant;
   int64_t N = x[0], C = x[1], H = x[2], W = x[3], CG = C / s.group, MG = s.out_channels / s.group;
-  auto ints = [&](const std::string& base, std::vector<int64_t> v) {
-    std::string name = g.fresh_name(n.name + "." + base);
-    auto len = static_cast<int64_t>(v.size());
-    g.values[name] = Value{name, DType::I64, {len}, HostTensor::ints({len}, std::move(v))};
-    return name;
-  };
-  auto value = [&](const std::string& base, const Shape& shape) {
-    std::string name = g.fresh_name(n.outputs[0] + "." + base);
-    g.values[name] = Value{name, DType::F32, shape, std::nullopt};
-    return name;
-  };
+  auto ints = [&](const std::string& base, std::vector<int64_t> v) { return g.add_ints(n.name + "." + base, std::move(v)); };
+  auto value = [&](const std::string& base, const Shape& shape) { return g.add_float(n.outputs[0] + "." + base, shape); };
   std::string at = n.inputs[0];
   if (s.sh > 1 || s.sw > 1) {
     std::string r6 = value("pixels", {N, C, H, 1, W, 1});
@@ -78,18 +69,7 @@ bool lower(Graph& g, const Node& n, std::vector<Node>& out) {
 }  // namespace
 
 bool lower_conv_transpose(Graph& g) {
-  bool changed = false;
-  for (size_t k = 0; k < g.nodes.size();) {
-    std::vector<Node> parts;
-    if (g.nodes[k].op == "ConvTranspose" && lower(g, g.nodes[k], parts)) {
-      g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(k));
-      g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(k), parts.begin(), parts.end());
-      k += parts.size();
-      changed = true;
-      continue;
-    }
-    ++k;
-  }
+  bool changed = expand_nodes(g, lower);
   if (changed) drop_unused_values(g);
   return changed;
 }

@@ -14,7 +14,8 @@
 namespace tf::graph {
 namespace {
 
-bool pad_explicitly(Graph& g, Node& n, std::vector<Node>& before) {
+// The Pad and the Conv that replace Conv n, or false when its pads are already one.
+bool pad_explicitly(Graph& g, const Node& n, std::vector<Node>& out) {
   if (n.op != "Conv" || n.inputs.size() < 2 || g.value(n.inputs[0]).shape.size() != 4 ||
       g.value(n.inputs[1]).shape.size() != 4) {
     return false;
@@ -29,33 +30,21 @@ bool pad_explicitly(Graph& g, Node& n, std::vector<Node>& before) {
   if (pads == std::vector<int64_t>(4, p)) {
     return false;
   }
-  std::string padded = g.fresh_name(n.inputs[0] + ".padded");
-  g.values[padded] = Value{padded, DType::F32,
-                           {x[0], x[1], x[2] + win.pt + win.pb - 2 * p, x[3] + win.pl + win.pr - 2 * p},
-                           std::nullopt};
-  std::string widths = g.fresh_name(n.name + ".pads");
-  std::vector<int64_t> v = {0, 0, win.pt - p, win.pl - p, 0, 0, win.pb - p, win.pr - p};
-  g.values[widths] = Value{widths, DType::I64, {8}, HostTensor::ints({8}, v)};
-  before.push_back(Node{n.name + ".pad", "Pad", {n.inputs[0], widths}, {padded}, {}});
-  n.inputs[0] = padded;
-  n.attrs.erase("auto_pad");
-  n.attrs["pads"] = std::vector<int64_t>(4, p);
-  n.attrs["kernel_shape"] = k;
+  std::string padded = g.add_float(
+      n.inputs[0] + ".padded", {x[0], x[1], x[2] + win.pt + win.pb - 2 * p, x[3] + win.pl + win.pr - 2 * p});
+  std::string widths = g.add_ints(n.name + ".pads", {0, 0, win.pt - p, win.pl - p, 0, 0, win.pb - p, win.pr - p});
+  out.push_back(Node{n.name + ".pad", "Pad", {n.inputs[0], widths}, {padded}, {}});
+  Node conv = n;
+  conv.inputs[0] = padded;
+  conv.attrs.erase("auto_pad");
+  conv.attrs["pads"] = std::vector<int64_t>(4, p);
+  conv.attrs["kernel_shape"] = k;
+  out.push_back(std::move(conv));
   return true;
 }
 
 }  // namespace
 
-bool pad_convs(Graph& g) {
-  bool changed = false;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    std::vector<Node> before;
-    if (!pad_explicitly(g, g.nodes[k], before)) continue;
-    g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(k), before.begin(), before.end());
-    k += before.size();
-    changed = true;
-  }
-  return changed;
-}
+bool pad_convs(Graph& g) { return expand_nodes(g, pad_explicitly); }
 
 }  // namespace tf::graph

@@ -44,31 +44,17 @@ bool split_batchnorm(Graph& g, const Node& bn, std::vector<Node>& out) {
 }  // namespace
 
 bool simplify_inference(Graph& g) {
-  bool changed = false;
-  // In place: bypass() renames values in every node, so each rewrite lands in g.nodes at once.
-  for (size_t k = 0; k < g.nodes.size();) {
-    Node& n = g.nodes[k];
+  // Node by node: bypass() renames values in every node, so each rewrite lands in g at once.
+  bool changed = expand_nodes(g, [](Graph& g, const Node& n, std::vector<Node>& out) {
     // (A Dropout whose mask output is read stays.)
     bool mask_read = n.op == "Dropout" && n.outputs.size() > 1 && !n.outputs[1].empty() &&
                      (g.is_output(n.outputs[1]) ||
                       std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& m) {
                         return std::find(m.inputs.begin(), m.inputs.end(), n.outputs[1]) != m.inputs.end();
                       }));
-    if ((n.op == "Identity" || (n.op == "Dropout" && !mask_read)) && bypass(g, n.outputs[0], n.inputs[0])) {
-      g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(k));
-      changed = true;
-      continue;
-    }
-    std::vector<Node> parts;
-    if (n.op == "BatchNormalization" && split_batchnorm(g, n, parts)) {
-      g.nodes[k] = parts[0];
-      g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(k) + 1, parts[1]);
-      k += 2;
-      changed = true;
-      continue;
-    }
-    ++k;
-  }
+    if (n.op == "Identity" || (n.op == "Dropout" && !mask_read)) return bypass(g, n.outputs[0], n.inputs[0]);
+    return n.op == "BatchNormalization" && split_batchnorm(g, n, out);
+  });
   if (changed) drop_unused_values(g);
   return changed;
 }

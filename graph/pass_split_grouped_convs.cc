@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kMaxSplitGroups = 256;
 
 bool split(Graph& g, const Node& n, std::vector<Node>& out) {
-  if (n.inputs.size() < 2 || !g.is_constant(n.inputs[1]) || g.value(n.inputs[0]).shape.size() != 4) return false;
+  if (n.op != "Conv" || n.inputs.size() < 2 || !g.is_constant(n.inputs[1]) || g.value(n.inputs[0]).shape.size() != 4) return false;
   const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
   if (bias && !g.is_constant(n.inputs[2])) return false;
   const int64_t group = n.get_int("group", 1);
@@ -25,20 +25,14 @@ bool split(Graph& g, const Node& n, std::vector<Node>& out) {
   const Shape x = g.value(n.inputs[0]).shape;
   const HostTensor& w = *g.value(n.inputs[1]).constant;
   const int64_t C = x[1] / group, M = w.shape[0] / group, per = num_elements(w.shape) / group;
-  auto ints = [&](const std::string& base, std::vector<int64_t> v) {
-    std::string name = g.fresh_name(n.name + "." + base);
-    auto len = static_cast<int64_t>(v.size());
-    g.values[name] = Value{name, DType::I64, {len}, HostTensor::ints({len}, std::move(v))};
-    return name;
-  };
+  auto ints = [&](const std::string& base, std::vector<int64_t> v) { return g.add_ints(n.name + "." + base, std::move(v)); };
   std::map<std::string, Attr> attrs = n.attrs;
   attrs.erase("group");
   const Shape y = g.value(n.outputs[0]).shape;
   std::vector<std::string> parts;
   for (int64_t k = 0; k < group; ++k) {
     std::string tag = str("group", k);
-    std::string xk = g.fresh_name(n.inputs[0] + "." + tag);
-    g.values[xk] = Value{xk, DType::F32, {x[0], C, x[2], x[3]}, std::nullopt};
+    std::string xk = g.add_float(n.inputs[0] + "." + tag, {x[0], C, x[2], x[3]});
     out.push_back(Node{n.name + "." + tag + ".slice", "Slice",
                        {n.inputs[0], ints(tag + ".start", {k * C}), ints(tag + ".end", {(k + 1) * C}), ints(tag + ".axis", {1})},
                        {xk}, {}});
@@ -53,8 +47,7 @@ bool split(Graph& g, const Node& n, std::vector<Node>& out) {
       g.values[bk] = Value{bk, DType::F32, {M}, HostTensor::floats({M}, std::vector<float>(b.f.begin() + k * M, b.f.begin() + (k + 1) * M))};
       in.push_back(bk);
     }
-    std::string yk = g.fresh_name(n.outputs[0] + "." + tag);
-    g.values[yk] = Value{yk, DType::F32, {y[0], M, y[2], y[3]}, std::nullopt};
+    std::string yk = g.add_float(n.outputs[0] + "." + tag, {y[0], M, y[2], y[3]});
     out.push_back(Node{n.name + "." + tag, "Conv", in, {yk}, attrs});
     parts.push_back(yk);
   }
@@ -65,18 +58,7 @@ bool split(Graph& g, const Node& n, std::vector<Node>& out) {
 }  // namespace
 
 bool split_grouped_convs(Graph& g) {
-  bool changed = false;
-  for (size_t k = 0; k < g.nodes.size();) {
-    std::vector<Node> parts;
-    if (g.nodes[k].op == "Conv" && split(g, g.nodes[k], parts)) {
-      g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(k));
-      g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(k), parts.begin(), parts.end());
-      k += parts.size();
-      changed = true;
-      continue;
-    }
-    ++k;
-  }
+  bool changed = expand_nodes(g, split);
   if (changed) drop_unused_values(g);
   return changed;
 }

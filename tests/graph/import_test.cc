@@ -94,6 +94,27 @@ void set_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
   a->set_i(v);
 }
 
+void set_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t e : v) a->add_ints(e);
+}
+
+void set_string(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+
+void set_strings(onnx::NodeProto* n, const std::string& name, const std::vector<std::string>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRINGS);
+  for (const std::string& e : v) a->add_strings(e);
+}
+
 }  // namespace
 
 // What PyTorch writes for x.view(x.size(0), -1): Shape, Gather, Unsqueeze, Concat, Reshape.
@@ -663,10 +684,7 @@ TEST(OnnxImport, RecurrentOpsMatchTheirEquationsWrittenOut) {
     set_int(n, "hidden_size", H);
     if (c.layout) set_int(n, "layout", 1);
     if (op == "GRU") set_int(n, "linear_before_reset", c.lbr);
-    auto* a = n->add_attribute();
-    a->set_name("direction");
-    a->set_type(onnx::AttributeProto::STRING);
-    a->set_s(c.direction);
+    set_string(n, "direction", c.direction);
     for (const std::string& o : outs) b.output(o);
     Graph g = b.import();
     std::map<std::string, HostTensor> feeds;
@@ -775,12 +793,6 @@ TEST(OnnxImport, RecurrentRefusalsNameWhatIsAtFault) {
     edit(b, n);
     return b.error();
   };
-  auto str_attr = [](onnx::NodeProto* n, const std::string& name, const std::string& v) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::STRING);
-    a->set_s(v);
-  };
   auto expect = [](const std::string& got, const std::string& want) {
     EXPECT_NE(got.find(want), std::string::npos) << "got: " << got;
   };
@@ -807,7 +819,7 @@ TEST(OnnxImport, RecurrentRefusalsNameWhatIsAtFault) {
             "");
   expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "hidden_size", 5); }),
          "W 'W' has shape [1, 16, 3]; X [5, 2, 3], hidden_size 5 and direction forward need [1, 20, 3]");
-  expect(lstm(5, [&](ModelBuilder&, onnx::NodeProto* n) { str_attr(n, "direction", "sideways"); }),
+  expect(lstm(5, [&](ModelBuilder&, onnx::NodeProto* n) { set_string(n, "direction", "sideways"); }),
          "direction 'sideways' is not supported");
   expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "layout", 2); }),
          "layout 2 is not supported");
@@ -820,19 +832,9 @@ TEST(OnnxImport, RecurrentRefusalsNameWhatIsAtFault) {
            a->set_f(3);
          }),
          "attribute 'clip' is not supported");
-  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) {
-           auto* a = n->add_attribute();
-           a->set_name("activations");
-           a->set_type(onnx::AttributeProto::STRINGS);
-           for (const char* s : {"Sigmoid", "ScaledTanh", "Tanh"}) a->add_strings(s);
-         }),
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_strings(n, "activations", {"Sigmoid", "ScaledTanh", "Tanh"}); }),
          "activation 'ScaledTanh' is not supported (Sigmoid, Tanh, Relu)");
-  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) {
-           auto* a = n->add_attribute();
-           a->set_name("activations");
-           a->set_type(onnx::AttributeProto::STRINGS);
-           a->add_strings("Tanh");
-         }),
+  expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_strings(n, "activations", {"Tanh"}); }),
          "has 1 activations; forward LSTM takes 3");
   expect(lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "speed", 1); }),
          "attribute 'speed' is not supported (LSTM takes");
@@ -850,12 +852,7 @@ TEST(OnnxImport, RecurrentRefusalsNameWhatIsAtFault) {
          "node 'lstm' (LSTM): input 1 is required");
   {
     // A string list where a string is expected is named, not misread.
-    std::string e = lstm(5, [](ModelBuilder&, onnx::NodeProto* n) {
-      auto* a = n->add_attribute();
-      a->set_name("direction");
-      a->set_type(onnx::AttributeProto::STRINGS);
-      a->add_strings("forward");
-    });
+    std::string e = lstm(5, [](ModelBuilder&, onnx::NodeProto* n) { set_strings(n, "direction", {"forward"}); });
     expect(e, "attribute 'direction' must be a string");
   }
 }
@@ -883,23 +880,11 @@ TEST(OnnxImport, Conv3dMatchesItsDefinitionWrittenOut) {
     std::vector<std::string> ins = {"x", "w"};
     if (c.bias) ins.push_back("b");
     auto* n = b.node("Conv", ins, {"y"}, "conv3d");
-    auto ints_attr = [&](const char* name, const std::vector<int64_t>& v) {
-      if (v.empty()) return;
-      auto* a = n->add_attribute();
-      a->set_name(name);
-      a->set_type(onnx::AttributeProto::INTS);
-      for (int64_t e : v) a->add_ints(e);
-    };
-    ints_attr("strides", c.strides);
-    ints_attr("dilations", c.dilations);
-    ints_attr("pads", c.pads);
+    set_ints(n, "strides", c.strides);
+    set_ints(n, "dilations", c.dilations);
+    if (!c.pads.empty()) set_ints(n, "pads", c.pads);
     if (c.group != 1) set_int(n, "group", c.group);
-    if (!c.auto_pad.empty()) {
-      auto* a = n->add_attribute();
-      a->set_name("auto_pad");
-      a->set_type(onnx::AttributeProto::STRING);
-      a->set_s(c.auto_pad);
-    }
+    if (!c.auto_pad.empty()) set_string(n, "auto_pad", c.auto_pad);
     b.output("y");
     Graph g = b.import();
     // Pads of each axis (begin, end), as the spec computes them for auto_pad.
@@ -961,22 +946,16 @@ TEST(OnnxImport, Conv3dMatchesItsDefinitionWrittenOut) {
     b.output("y");
     return b.error();
   };
-  auto ints = [](onnx::NodeProto* n, const char* name, std::vector<int64_t> v) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INTS);
-    for (int64_t e : v) a->add_ints(e);
-  };
   EXPECT_EQ(conv3d([](onnx::NodeProto*) {}), "");
-  std::string e = conv3d([&](onnx::NodeProto* n) { ints(n, "strides", {1, 1}); });
+  std::string e = conv3d([&](onnx::NodeProto* n) { set_ints(n, "strides", {1, 1}); });
   EXPECT_NE(e.find("node 'c3' (Conv): strides [1, 1] has 2 values; the 3-D input [1, 2, 4, 5, 5] needs 3"), std::string::npos) << e;
-  e = conv3d([&](onnx::NodeProto* n) { ints(n, "dilations", {3, 1, 1}); });
+  e = conv3d([&](onnx::NodeProto* n) { set_ints(n, "dilations", {3, 1, 1}); });
   EXPECT_NE(e.find("node 'c3' (Conv): the window's depth 7 is larger than the padded input's 4"), std::string::npos) << e;
-  e = conv3d([&](onnx::NodeProto* n) { ints(n, "pads", {0, 0, -1, 0, 0, 0}); });
+  e = conv3d([&](onnx::NodeProto* n) { set_ints(n, "pads", {0, 0, -1, 0, 0, 0}); });
   EXPECT_NE(e.find("pads value -1 is not in [0, 2^30]"), std::string::npos) << e;
-  e = conv3d([&](onnx::NodeProto* n) { ints(n, "kernel_shape", {65, 3, 3}); });
+  e = conv3d([&](onnx::NodeProto* n) { set_ints(n, "kernel_shape", {65, 3, 3}); });
   EXPECT_NE(e.find("node 'c3' (Conv): a depth window of 65 taps is more than the 64 tunefarm unrolls"), std::string::npos) << e;
-  e = conv3d([&](onnx::NodeProto* n) { ints(n, "kernel_shape", {3, 3, 2}); });
+  e = conv3d([&](onnx::NodeProto* n) { set_ints(n, "kernel_shape", {3, 3, 2}); });
   EXPECT_NE(e.find("kernel_shape [3, 3, 2] differs from the weight's [3, 2, 3, 3, 3]"), std::string::npos) << e;
 }
 
@@ -1004,24 +983,13 @@ TEST(OnnxImport, Pool3dMatchesItsDefinitionWrittenOut) {
     // All negative for MaxPool: padding that took part as 0 instead of -inf would show.
     if (is_max) for (float& v : X) v -= 1.5f;
     auto* n = b.node(c.op, {"x"}, {"y"}, "pool3d");
-    auto ints_attr = [&](const char* name, const std::vector<int64_t>& v) {
-      auto* a = n->add_attribute();
-      a->set_name(name);
-      a->set_type(onnx::AttributeProto::INTS);
-      for (int64_t e : v) a->add_ints(e);
-    };
-    ints_attr("kernel_shape", c.k);
-    ints_attr("strides", c.strides);
-    if (is_max) ints_attr("dilations", c.dilations);
-    if (!c.pads.empty()) ints_attr("pads", c.pads);
+    set_ints(n, "kernel_shape", c.k);
+    set_ints(n, "strides", c.strides);
+    if (is_max) set_ints(n, "dilations", c.dilations);
+    if (!c.pads.empty()) set_ints(n, "pads", c.pads);
     if (c.ceil_mode) set_int(n, "ceil_mode", 1);
     if (c.count_include_pad) set_int(n, "count_include_pad", 1);
-    if (!c.auto_pad.empty()) {
-      auto* a = n->add_attribute();
-      a->set_name("auto_pad");
-      a->set_type(onnx::AttributeProto::STRING);
-      a->set_s(c.auto_pad);
-    }
+    if (!c.auto_pad.empty()) set_string(n, "auto_pad", c.auto_pad);
     b.output("y");
     Graph g = b.import();
     std::vector<int64_t> pb(3), pe(3), out(3), span(3);
@@ -1075,11 +1043,7 @@ TEST(OnnxImport, Pool3dMatchesItsDefinitionWrittenOut) {
   }
   ModelBuilder b(13);
   b.input("x", {1, 1, 4, 4, 4});
-  auto* n = b.node("MaxPool", {"x"}, {"y", "idx"}, "mp");
-  auto* a = n->add_attribute();
-  a->set_name("kernel_shape");
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int k = 0; k < 3; ++k) a->add_ints(2);
+  set_ints(b.node("MaxPool", {"x"}, {"y", "idx"}, "mp"), "kernel_shape", {2, 2, 2});
   b.output("y");
   b.output("idx");
   EXPECT_NE(b.error().find("node 'mp' (MaxPool): has 2 outputs; tunefarm supports 1 (no Indices)"), std::string::npos) << b.error();

@@ -51,6 +51,12 @@ struct GraphBuilder {
     g.nodes.push_back(Node{op + "_" + out, op, std::move(in), {out}, std::move(attrs)});
     return out;
   }
+  // The same with the output's shape inferred (infer_node).
+  std::string inferred(const std::string& op, std::vector<std::string> in, const std::string& out,
+                       std::map<std::string, Attr> attrs) {
+    Shape s = infer_node(Node{op + "_" + out, op, in, {out}, attrs}, g, g.opset).at(0).shape;
+    return node(op, std::move(in), out, s, std::move(attrs));
+  }
 };
 
 // conv -> BatchNormalization -> Relu -> conv(+bias) -> Mul by a per-channel constant ->
@@ -996,9 +1002,7 @@ TEST(GraphPasses, LowersConvTransposeToConv) {
     std::vector<std::string> in = {x, b.weights("w", c.w)};
     int64_t group = c.attrs.count("group") ? std::get<int64_t>(c.attrs.at("group")) : 1;
     if (c.bias) in.push_back(b.weights("b", {c.w[1] * group}));
-    Node probe{"ct", "ConvTranspose", in, {"y"}, c.attrs};
-    Shape out = infer_node(probe, b.g, b.g.opset).at(0).shape;
-    std::string y = b.node("ConvTranspose", in, "y", out, c.attrs);
+    std::string y = b.inferred("ConvTranspose", in, "y", c.attrs);
     b.g.outputs = {y};
     verify(b.g);
     Graph g = b.g;
@@ -1039,9 +1043,7 @@ TEST(GraphPasses, PadsConvolutionsWhosePadsDiffer) {
     b.seed = static_cast<uint32_t>(40 + k);
     std::string x = b.input("x", c.x);
     std::vector<std::string> in = {x, b.weights("w", c.w), b.weights("b", {c.w[0]})};
-    Node probe{"conv", "Conv", in, {"y"}, c.attrs};
-    Shape out = infer_node(probe, b.g, b.g.opset).at(0).shape;
-    b.g.outputs = {b.node("Conv", in, "y", out, c.attrs)};
+    b.g.outputs = {b.inferred("Conv", in, "y", c.attrs)};
     verify(b.g);
     Graph g = b.g;
     EXPECT_EQ(pad_convs(g), c.fires);
@@ -1083,9 +1085,7 @@ TEST(GraphPasses, EinsumsThatAreMatrixProductsBecomeMatMuls) {
     std::string x = b.input("x", c.a);
     std::vector<std::string> in = {x, b.weights("w", c.b)};
     std::map<std::string, Attr> attrs = {{"equation", c.equation}};
-    Node probe{"e", "Einsum", in, {"y"}, attrs};
-    Shape out = infer_node(probe, b.g, b.g.opset).at(0).shape;
-    b.g.outputs = {b.node("Einsum", in, "y", out, attrs)};
+    b.g.outputs = {b.inferred("Einsum", in, "y", attrs)};
     verify(b.g);
     Graph g = b.g;
     EXPECT_EQ(einsum_to_matmul(g), c.rewritten);
@@ -1124,9 +1124,7 @@ TEST(GraphPasses, SplitsGroupedConvolutionsIntoTunableOnes) {
     std::string x = b.input("x", c.x);
     std::vector<std::string> in = {x, b.weights("w", c.w)};
     if (c.bias) in.push_back(b.weights("b", {c.w[0]}));
-    Node probe{"conv", "Conv", in, {"y"}, c.attrs};
-    Shape out = infer_node(probe, b.g, b.g.opset).at(0).shape;
-    b.g.outputs = {b.node("Conv", in, "y", out, c.attrs)};
+    b.g.outputs = {b.inferred("Conv", in, "y", c.attrs)};
     verify(b.g);
     Graph g = b.g;
     EXPECT_EQ(split_grouped_convs(g), c.fires);
