@@ -4,7 +4,9 @@
 #      a 2-core machine), for the random and ga strategies;
 #   2. search: best GFLOPS found by ga against random search after the same trials;
 #   3. fidelity: the tuned best (tuned at 1 thread) re-timed in 10 fresh processes; the
-#      spread of their medians, max / min - 1 (goal <= 5%);
+#      spread of their medians, max / min - 1 (goal <= 5%), and the spread of its speedup
+#      over the default schedule timed interleaved in the same processes (`run --baseline
+#      default`), which cancels the machine's drift (docs/tuning.md, "Fidelity");
 #   4. the tuned kernels against OpenBLAS sgemm (bench_matmul --db), 1 and 2 threads.
 #
 #   bench/tune_bench.sh [WORKLOAD] [TRIALS]     (defaults: matmul 512^3, 100 trials)
@@ -45,15 +47,24 @@ echo "== fidelity: tune at 1 thread, then the best re-timed in 10 fresh processe
 OMP_NUM_THREADS=1 "$T" tune -w "$W" --local --trials "$TRIALS" --db "$DIR/fid.db" --json > "$DIR/fid.jsonl"
 BEST=$($PY -c "import json,sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1]) if '\"done\"' in l][-1]['best_config']))" "$DIR/fid.jsonl")
 for i in $(seq 10); do
-  OMP_NUM_THREADS=1 "$T" run -w "$W" --config "$BEST" --no-db --json --repeat 5 --min-repeat-ms 50 > "$DIR/run$i.json"
+  OMP_NUM_THREADS=1 "$T" run -w "$W" --config "$BEST" --baseline default --no-db --json --repeat 5 \
+    --min-repeat-ms 50 > "$DIR/run$i.json"
 done
 $PY - "$DIR" <<'PY'
 import json, sys
 d = sys.argv[1]
-m = [json.load(open(f"{d}/run{i}.json"))["median_s"] for i in range(1, 11)]
-spread = max(m) / min(m) - 1
-print(f"medians of 10 fresh processes: {min(m)*1e3:.4f} .. {max(m)*1e3:.4f} ms, spread {spread*100:.1f}% "
-      f"(goal 5%: {'met' if spread <= 0.05 else 'missed'})")
+runs = [json.load(open(f"{d}/run{i}.json")) for i in range(1, 11)]
+def spread(v):
+    return max(v) / min(v) - 1
+m = [r["median_s"] for r in runs]
+b = [r["baseline"]["median_s"] for r in runs]
+x = [r["speedup"] for r in runs]
+print(f"best's medians in 10 fresh processes: {min(m)*1e3:.4f} .. {max(m)*1e3:.4f} ms, spread {spread(m)*100:.1f}% "
+      f"(goal 5%: {'met' if spread(m) <= 0.05 else 'missed'})")
+print(f"  the default schedule's, timed alongside: {min(b)*1e3:.4f} .. {max(b)*1e3:.4f} ms, spread {spread(b)*100:.1f}% "
+      f"(the machine's drift)")
+print(f"  the best's speedup over it, sample pairs: {min(x):.3f} .. {max(x):.3f}x, spread {spread(x)*100:.1f}% "
+      f"(goal 5%: {'met' if spread(x) <= 0.05 else 'missed'})")
 PY
 
 if [[ "$W" == matmul* ]]; then

@@ -122,69 +122,99 @@ int KernelLibrary::call(const std::vector<float*>& a) const {
   }
 }
 
-TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o) {
-  using clock = std::chrono::steady_clock;
-  auto seconds_since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
-  TimingResult r;
-  // Warm-up (kernel_library.h): until two calls in a row ran at the fastest speed seen.
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Calls that fill min_repeat_ms at `per_call_s` a call (at most 2^24).
+int calls_to_fill(const TimingOptions& o, double per_call_s) {
+  return static_cast<int>(std::min<double>(std::ceil(o.min_repeat_ms / (std::max(per_call_s, 1e-12) * 1e3)), 1 << 24));
+}
+
+// The warm-up (kernel_library.h): until two calls in a row ran at the fastest speed seen.
+// Returns the fastest call's time; r.status is set when a call failed.
+double warm_up(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o, TimingResult& r) {
   const double warmup_limit_s = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs) / 1e3;
+  const double min_warmup_s = std::max(o.min_warmup_ms, 0.0) / 1e3;
   double fastest = 0;
   int steady = 0;
-  const double min_warmup_s = std::max(o.min_warmup_ms, 0.0) / 1e3;
-  for (auto begin = clock::now();;) {
+  for (auto begin = Clock::now();;) {
     double elapsed = seconds_since(begin);
     if (elapsed >= min_warmup_s && r.warmup_calls >= 2 && (steady >= 2 || elapsed >= min_warmup_s + warmup_limit_s)) break;
-    auto start = clock::now();
+    auto start = Clock::now();
     r.status = k.call(args);
     double s = seconds_since(start);
     ++r.warmup_calls;
-    if (r.status != 0) return r;
+    if (r.status != 0) return fastest;
     bool faster = r.warmup_calls == 1 || s < fastest / 1.2;
     steady = !faster && s <= 1.25 * fastest ? steady + 1 : 0;
     fastest = r.warmup_calls == 1 ? s : std::min(fastest, s);
   }
-  // Calls that fill min_repeat_ms at `per_call_s` a call (at most 2^24).
-  auto calls_to_fill = [&](double per_call_s) {
-    return static_cast<int>(std::min<double>(std::ceil(o.min_repeat_ms / (std::max(per_call_s, 1e-12) * 1e3)), 1 << 24));
-  };
-  int number = std::max(o.number, 1);
-  if (fastest > 0) number = std::max(number, calls_to_fill(fastest));
-  int repeat = std::max(o.repeat, 1);
-  if (o.cut_slower_than_s > 0 && fastest > o.cut_slower_than_s) {
-    repeat = 1;
-    r.cut = true;
+  return fastest;
+}
+
+}  // namespace
+
+TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o) {
+  return time_kernels({&k}, {args}, o)[0];
+}
+
+std::vector<TimingResult> time_kernels(const std::vector<const KernelLibrary*>& ks,
+                                       const std::vector<std::vector<float*>>& args, const TimingOptions& o) {
+  if (args.size() != ks.size()) throw std::invalid_argument("time_kernels: one argument list per kernel");
+  std::vector<TimingResult> rs(ks.size());
+  std::vector<int> repeat(ks.size(), std::max(o.repeat, 1)), recalibrations(ks.size(), 0);
+  for (size_t i = 0; i < ks.size(); ++i) {
+    TimingResult& r = rs[i];
+    double fastest = warm_up(*ks[i], args[i], o, r);
+    if (r.status != 0) return rs;
+    r.number = std::max(o.number, 1);
+    if (fastest > 0) r.number = std::max(r.number, calls_to_fill(o, fastest));
+    if (o.cut_slower_than_s > 0 && fastest > o.cut_slower_than_s) {
+      repeat[i] = 1;
+      r.cut = true;
+    }
   }
   std::vector<char> flush;
   if (o.flush_cache) flush.resize(kFlushBytes);
-  int recalibrations = 0;
-  for (int rep = 0; rep < repeat; ++rep) {
-    if (rep > 0 && o.cooldown_ms > 0) {
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
+  int max_repeat = *std::max_element(repeat.begin(), repeat.end());
+  bool first = true;
+  for (int rep = 0; rep < max_repeat; ++rep) {
+    for (size_t i = 0; i < ks.size(); ++i) {
+      TimingResult& r = rs[i];
+      if (rep >= repeat[i]) continue;
+      for (;;) {
+        if (!first && o.cooldown_ms > 0) {
+          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
+        }
+        first = false;
+        if (!flush.empty()) {
+          // Volatile stores: the compiler may not drop them.
+          volatile char* p = flush.data();
+          for (size_t b = 0; b < flush.size(); b += 64) p[b] = static_cast<char>(b + static_cast<size_t>(rep));
+        }
+        auto start = Clock::now();
+        for (int c = 0; c < r.number; ++c) {
+          r.status = ks[i]->call(args[i]);
+          if (r.status != 0) return rs;
+        }
+        double s = seconds_since(start);
+        // Far shorter than asked: the warm-up ended on a plateau of slow calls. The sample is
+        // warm-up too, and `number` is raised to the speed it showed.
+        if (s * 1e3 < o.min_repeat_ms / 2 && recalibrations[i] < kMaxRecalibrations) {
+          ++recalibrations[i];
+          r.warmup_calls += r.number;
+          r.number = std::max(r.number, calls_to_fill(o, s / r.number));
+          continue;
+        }
+        r.samples_s.push_back(s / r.number);
+        break;
+      }
     }
-    if (!flush.empty()) {
-      // Volatile stores: the compiler may not drop them.
-      volatile char* p = flush.data();
-      for (size_t i = 0; i < flush.size(); i += 64) p[i] = static_cast<char>(i + rep);
-    }
-    auto start = clock::now();
-    for (int i = 0; i < number; ++i) {
-      r.status = k.call(args);
-      if (r.status != 0) return r;
-    }
-    double s = seconds_since(start);
-    // Far shorter than asked: the warm-up ended on a plateau of slow calls. The sample is
-    // warm-up too, and `number` is raised to the speed it showed.
-    if (s * 1e3 < o.min_repeat_ms / 2 && recalibrations < kMaxRecalibrations) {
-      ++recalibrations;
-      r.warmup_calls += number;
-      number = std::max(number, calls_to_fill(s / number));
-      --rep;
-      continue;
-    }
-    r.samples_s.push_back(s / number);
   }
-  r.number = number;
-  return r;
+  return rs;
 }
 
 void fill_random(float* data, int64_t n, uint64_t seed) {

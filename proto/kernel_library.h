@@ -72,6 +72,16 @@ constexpr int kMaxRecalibrations = 3;
 // most kMaxRecalibrations times); every other sample is kept.
 TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o);
 
+// Several kernels, interleaved: kernel i is called on args[i] (the same inputs, outputs of its
+// own, so each leaves its own result), each is warmed up in turn, then sample j of every
+// kernel is taken before sample j+1 of any, so that a slow drift of the machine's
+// speed (a neighbour's load, the clock) touches all of them alike and their ratio, sample by
+// sample, stays steady where their absolute times do not (docs/tuning.md, "Fidelity"). A
+// kernel that fails stops the timing; its result carries the status, the others' what they
+// had. One result per kernel, in order.
+std::vector<TimingResult> time_kernels(const std::vector<const KernelLibrary*>& ks,
+                                       const std::vector<std::vector<float*>>& args, const TimingOptions& o);
+
 // Why `data` cannot be a kernel library, or "" when it can: a little-endian ELF shared
 // object (ET_DYN) whose headers and loadable segments lie within the file; with
 // `this_machine`, also of this machine's class and architecture. A truncated library would

@@ -246,6 +246,18 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   fs::path module = fs::path(lease_dir(in.lease_token())) / in.module_id();
   if (!fs::exists(module)) return {grpc::StatusCode::NOT_FOUND, "no module " + in.module_id() + " under this lease"};
   if (!safe_name(in.function(), false)) return invalid("function name '" + in.function() + "' is not a C identifier");
+  fs::path baseline;
+  if (!in.baseline_module_id().empty() || !in.baseline_function().empty()) {
+    if (!options_.gpu_device.empty()) {
+      return invalid("a baseline module is not implemented on GPU boards yet (this one is " + options_.gpu_device + ")");
+    }
+    if (!safe_name(in.baseline_module_id(), true)) return invalid("bad baseline module id '" + in.baseline_module_id() + "'");
+    baseline = fs::path(lease_dir(in.lease_token())) / in.baseline_module_id();
+    if (!fs::exists(baseline)) return {grpc::StatusCode::NOT_FOUND, "no module " + in.baseline_module_id() + " under this lease"};
+    if (!safe_name(in.baseline_function(), false)) {
+      return invalid("baseline function name '" + in.baseline_function() + "' is not a C identifier");
+    }
+  }
   if (in.args_size() < 1 || in.args_size() > 5) {
     return invalid("kernels take 1 to 5 arguments, not " + std::to_string(in.args_size()));
   }
@@ -302,6 +314,7 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   std::vector<std::string> flags;
   if (!options_.runner_prefix.empty()) flags.push_back("--emulated");
   if (!options_.gpu_device.empty()) flags.push_back("--device=" + options_.gpu_device);
+  if (!baseline.empty()) flags.push_back("--baseline=" + baseline.string());
   *reply = run_isolated(runner_command(options_), module.string(), req, req.timeout_s(), [this](pid_t pid) {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = pid;

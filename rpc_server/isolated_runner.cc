@@ -123,6 +123,11 @@ pb::MeasureReply run_isolated(const std::vector<std::string>& runner, const std:
     return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.samples_s_size()) +
                                           " samples instead of " + std::to_string(cut ? 1 : req.repeat()));
   }
+  if (reply.error() == pb::OK && !req.baseline_function().empty() &&
+      (reply.baseline_samples_s_size() < 1 || reply.baseline_samples_s_size() > req.repeat())) {
+    return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.baseline_samples_s_size()) +
+                                          " baseline samples for " + std::to_string(req.repeat()) + " asked");
+  }
   if (reply.error() != pb::OK && reply.error_msg().empty()) reply.set_error_msg("the runner gave no details");
   return reply;
 }

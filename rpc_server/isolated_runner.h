@@ -10,7 +10,9 @@
 //                                    its peak resident memory reached 80% of the limit
 //   exited without a reply           RUNTIME_ERROR with its exit status (an empty reply too: a
 //                                    kernel that calls exit() while loading looks like that)
-//   a reply of OK but too few samples RUNTIME_ERROR
+//   a reply of OK but too few samples RUNTIME_ERROR (the baseline's too, when the request
+//                                    names a baseline_function and runner_flags its
+//                                    --baseline=MODULE2)
 #pragma once
 
 #include <sys/types.h>

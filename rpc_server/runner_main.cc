@@ -1,7 +1,7 @@
 // tunefarm-board-runner: measures one kernel in a process of its own.
 //
 //   tunefarm-board-runner MODULE SERVER_PID [--emulated | --device=cuda:N | --device=rocm:N]
-//       < MeasureRequest (binary protobuf) > MeasureReply
+//       [--baseline=MODULE2] < MeasureRequest (binary protobuf) > MeasureReply
 //   tunefarm-board-runner --probe cuda:N|rocm:N     prints the GPU as JSON, or why it cannot
 //
 // The rpc_server starts one per measurement, in a process group of its own. The runner first
@@ -14,7 +14,11 @@
 // was written.
 //
 // On a GPU board (--device) MODULE is PTX or a .hsaco code object, which the vendor's driver
-// loads (proto/gpu_runtime.h); no uploaded code runs on the host CPU. The runner then keeps
+// loads (proto/gpu_runtime.h); no uploaded code runs on the host CPU.
+//
+// --baseline=MODULE2 (CPU only): a second library, checked, allowed by the sandbox and loaded
+// like the first; its function (the request's baseline_function) is timed on the same
+// arguments, interleaved with the kernel's samples (proto/kernel_library.h time_kernels). The runner then keeps
 // the process group, no_new_privs, the CPU-time and core limits, but not the address-space
 // limit (drivers reserve terabytes of virtual addresses), Landlock or seccomp (drivers open
 // device files and issue ioctls those layers refuse).
@@ -28,6 +32,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <new>
 #include <string>
 #include <thread>
@@ -93,10 +98,22 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--probe") return probe(argv[2]);
   // --emulated: started through a user-mode emulator (the board's --runner-prefix), which
   // cannot install a seccomp filter for its guest; see rpc_server/sandbox.h.
-  bool emulated = argc == 4 && std::string(argv[3]) == "--emulated";
-  std::string device = argc == 4 && std::string(argv[3]).rfind("--device=", 0) == 0 ? std::string(argv[3]).substr(9) : "";
-  if (argc != 3 && !emulated && device.empty()) {
-    std::fprintf(stderr, "usage: %s MODULE SERVER_PID [--emulated | --device=cuda:N|rocm:N] < request\n"
+  bool emulated = false, usage = argc < 3;
+  std::string device, baseline;
+  for (int i = 3; i < argc; ++i) {
+    std::string f = argv[i];
+    if (f == "--emulated") {
+      emulated = true;
+    } else if (f.rfind("--device=", 0) == 0) {
+      device = f.substr(9);
+    } else if (f.rfind("--baseline=", 0) == 0 && f.size() > 11) {
+      baseline = f.substr(11);
+    } else {
+      usage = true;
+    }
+  }
+  if (usage || (emulated && !device.empty()) || (!baseline.empty() && !device.empty())) {
+    std::fprintf(stderr, "usage: %s MODULE SERVER_PID [--emulated | --device=cuda:N|rocm:N] [--baseline=MODULE2] < request\n"
                          "       %s --probe cuda:N|rocm:N\n", argv[0], argv[0]);
     return 2;
   }
@@ -127,6 +144,13 @@ int main(int argc, char** argv) {
       return fail(pb::LOAD_ERROR, std::string("kernel library ") + argv[1] + " is " + why);
     }
   }
+  if (!baseline.empty()) {
+    std::ifstream f(baseline, std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (std::string why = tf::check_kernel_library(data); !why.empty()) {
+      return fail(pb::LOAD_ERROR, "baseline library " + baseline + " is " + why);
+    }
+  }
 
   rlimit core{0, 0};
   setrlimit(RLIMIT_CORE, &core);
@@ -143,7 +167,10 @@ int main(int argc, char** argv) {
 
   if (!device.empty()) {
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-  } else if (std::string err = tf::farm::enter_sandbox(argv[1], !emulated); !err.empty()) {
+  } else if (std::string err = tf::farm::enter_sandbox(baseline.empty() ? std::vector<std::string>{argv[1]}
+                                                                           : std::vector<std::string>{argv[1], baseline},
+                                                         !emulated);
+             !err.empty()) {
     return fail(pb::RUNTIME_ERROR, "runner: cannot enter the sandbox: " + err);
   }
 
@@ -163,6 +190,8 @@ int main(int argc, char** argv) {
     tf::TimingOptions o{req.number(), req.repeat(), req.min_repeat_ms(), req.flush_cache(), req.cooldown_ms(),
                         req.cut_slower_than_s(), req.min_warmup_ms()};
     tf::TimingResult t;
+    std::vector<double> base_samples;
+    int base_number = 0;
     if (!device.empty()) {
       const pb::GpuLaunch& l = req.launch();
       if (std::string why = tf::farm::check_gpu_launch(l); !why.empty()) return fail(pb::LOAD_ERROR, why);
@@ -190,7 +219,31 @@ int main(int argc, char** argv) {
       tf::KernelLibrary lib(argv[1], req.function());
       std::vector<float*> args;
       for (auto& b : bufs) args.push_back(b.data());
-      t = tf::time_kernel(lib, args, o);
+      if (baseline.empty()) {
+        t = tf::time_kernel(lib, args, o);
+      } else {
+        std::unique_ptr<tf::KernelLibrary> base;
+        try {
+          base = std::make_unique<tf::KernelLibrary>(baseline, req.baseline_function());
+        } catch (const std::exception& e) {
+          return fail(pb::LOAD_ERROR, std::string("baseline: ") + e.what());
+        }
+        // The baseline writes outputs of its own: the kernel's are what the reply returns.
+        std::vector<std::vector<float>> base_outputs;
+        base_outputs.reserve(outputs.size());
+        std::vector<float*> base_args = args;
+        for (size_t i : outputs) {
+          base_outputs.emplace_back(bufs[i].size());
+          base_args[i] = base_outputs.back().data();
+        }
+        std::vector<tf::TimingResult> both = tf::time_kernels({&lib, base.get()}, {args, base_args}, o);
+        if (both[1].status != 0) {
+          return fail(pb::RUNTIME_ERROR, "the baseline kernel returned " + std::to_string(both[1].status));
+        }
+        t = both[0];
+        base_samples = both[1].samples_s;
+        base_number = both[1].number;
+      }
     }
 
     pb::MeasureReply reply;
@@ -209,6 +262,8 @@ int main(int argc, char** argv) {
       return reply_and_exit(reply);
     }
     for (double s : t.samples_s) reply.add_samples_s(s);
+    for (double s : base_samples) reply.add_baseline_samples_s(s);
+    reply.set_baseline_number(base_number);
     if (req.outputs() != pb::OUTPUT_NONE) {
       for (size_t i : outputs) {
         const std::vector<float>& v = bufs[i];

@@ -65,7 +65,7 @@ bool allow_path(int ruleset, const char* path, uint64_t rights) {
   return rc == 0;
 }
 
-std::string apply_landlock(int abi, const std::string& module) {
+std::string apply_landlock(int abi, const std::vector<std::string>& modules) {
   RulesetAttr attr{};
   attr.handled_access_fs = fs_rights(abi);
   size_t size = sizeof(uint64_t);
@@ -87,7 +87,7 @@ std::string apply_landlock(int abi, const std::string& module) {
   }
   ok &= allow_path(ruleset, "/etc/ld.so.cache", read_only);
   ok &= allow_path(ruleset, "/sys/devices/system/cpu", read_only);
-  ok &= allow_path(ruleset, module.c_str(), LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE);
+  for (const std::string& m : modules) ok &= allow_path(ruleset, m.c_str(), LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE);
   if (!ok) {
     close(ruleset);
     return std::string("landlock_add_rule: ") + std::strerror(errno);
@@ -163,10 +163,10 @@ std::string describe_sandbox(bool seccomp) {
   return s + (seccomp ? ", seccomp" : ", no seccomp (user-mode emulation)");
 }
 
-std::string enter_sandbox(const std::string& module, bool seccomp) {
+std::string enter_sandbox(const std::vector<std::string>& modules, bool seccomp) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return std::string("no_new_privs: ") + std::strerror(errno);
   if (int abi = landlock_abi(); abi > 0) {
-    if (std::string err = apply_landlock(abi, module); !err.empty()) return err;
+    if (std::string err = apply_landlock(abi, modules); !err.empty()) return err;
   }
   return seccomp ? apply_seccomp() : "";
 }

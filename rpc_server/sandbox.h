@@ -27,6 +27,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace tf::farm {
 
@@ -39,9 +40,9 @@ int landlock_abi();
 std::string describe_sandbox(bool seccomp = true);
 
 // Applies no_new_privs, Landlock (when available) and seccomp (unless `seccomp` is false:
-// runners under user-mode emulation) to the calling process, allowing `module` (the kernel
-// library) to be read and mapped executable. Call from a single-threaded process before
+// runners under user-mode emulation) to the calling process, allowing `modules` (the kernel
+// library, and a baseline's) to be read and mapped executable. Call from a single-threaded process before
 // loading the kernel. Returns an empty string on success, else what failed.
-std::string enter_sandbox(const std::string& module, bool seccomp = true);
+std::string enter_sandbox(const std::vector<std::string>& modules, bool seccomp = true);
 
 }  // namespace tf::farm

@@ -22,12 +22,18 @@ LocalRunner::LocalRunner(LocalRunnerOptions o) : opts_(std::move(o)), device_mod
   }
 }
 
-RunResult LocalRunner::run_one(MeasureContext& ctx, const std::string& so_path, const std::string& function) {
+RunResult LocalRunner::run_one(MeasureContext& ctx, const std::string& so_path, const std::string& function,
+                               const std::string& baseline_so, const std::string& baseline_function) {
   pb::MeasureRequest req = ctx.request(function);
   req.set_memory_limit_bytes(opts_.memory_limit_bytes);
+  std::vector<std::string> flags;
+  if (!baseline_so.empty()) {
+    req.set_baseline_function(baseline_function);
+    flags.push_back("--baseline=" + baseline_so);
+  }
   double limit = farm::effective_timeout_s(req, opts_.default_timeout_s, opts_.max_timeout_s);
   req.set_timeout_s(limit);
-  pb::MeasureReply reply = farm::run_isolated({opts_.runner_path}, so_path, req, limit);
+  pb::MeasureReply reply = farm::run_isolated({opts_.runner_path}, so_path, req, limit, nullptr, flags);
   RunResult r = ctx.finish(reply);
   r.board_id = "local";
   r.device_model = device_model_;

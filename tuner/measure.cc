@@ -28,6 +28,14 @@ const char* error_code_name(pb::ErrorCode c) {
 
 double RunResult::median_s() const { return db::median_of(samples_s); }
 
+double RunResult::speedup() const {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < std::min(samples_s.size(), baseline_samples_s.size()); ++i) {
+    if (samples_s[i] > 0) ratios.push_back(baseline_samples_s[i] / samples_s[i]);
+  }
+  return db::median_of(ratios);
+}
+
 MeasureContext::MeasureContext(OpGraph g, MeasureOptions o) : graph_(std::move(g)), opts_(o) {
   out_elements_ = 1;
   for (int64_t d : graph_.output->shape) out_elements_ *= d;
@@ -64,6 +72,7 @@ RunResult MeasureContext::finish(const pb::MeasureReply& reply) {
   r.number = reply.number();
   if (!r.ok()) return r;
   r.samples_s.assign(reply.samples_s().begin(), reply.samples_s().end());
+  r.baseline_samples_s.assign(reply.baseline_samples_s().begin(), reply.baseline_samples_s().end());
   r.cut = reply.cut();
   if (!opts_.check || reply.outputs_size() != 1 ||
       reply.outputs(0).values().size() != static_cast<size_t>(out_elements_) * 4) {

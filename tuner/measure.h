@@ -50,8 +50,14 @@ struct RunResult {
   double max_abs_error = 0;
   double tolerance = 0;
   std::string board_id = "local", device_model, board_target;
+  // With a baseline (LocalRunner::run_one's): its samples, each taken right after the
+  // kernel's of the same index.
+  std::vector<double> baseline_samples_s;
   bool ok() const { return error == tunefarm::v1::OK; }
   double median_s() const;  // 0 when not timed
+  // The median over sample pairs of baseline time / kernel time: how many times faster than
+  // the baseline the kernel ran, steady where absolute times drift; 0 without a baseline.
+  double speedup() const;
 };
 
 // "ok", "compile_error", ... (the database's error_code of each proto code).

@@ -43,8 +43,10 @@ class LocalRunner : public Runner {
   explicit LocalRunner(LocalRunnerOptions o = {});
   std::string device_key() const override { return "local"; }
   std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override;
-  // One measurement of one library (also `tunefarm run`).
-  RunResult run_one(MeasureContext& ctx, const std::string& so_path, const std::string& function);
+  // One measurement of one library (also `tunefarm run`). With `baseline_so`, that library's
+  // `baseline_function` is timed too, interleaved on the same inputs (RunResult::speedup).
+  RunResult run_one(MeasureContext& ctx, const std::string& so_path, const std::string& function,
+                    const std::string& baseline_so = "", const std::string& baseline_function = "");
 
  private:
   LocalRunnerOptions opts_;

@@ -182,6 +182,25 @@ class QueryCli(unittest.TestCase):
         self.run_tf("run", "-w", "matmul(M=4,N=4,K=4)", "--no-db", "--repeat", "1", "--min-repeat-ms", "0")
         self.assertFalse(os.path.exists(stale), "a dead run's folder was left")
 
+    def test_run_times_a_baseline_alongside(self):
+        """`run --baseline default` times the default schedule interleaved with the given
+        config and reports the median of the sample pairs' ratios."""
+        w = "matmul(M=24,N=20,K=12)"
+        default = json.loads(self.run_tf("describe", w, "--json").stdout)["default_config"]
+        p = self.run_tf("run", "-w", w, "--no-db", "--config", '{"tile_m":2,"tile_n":4}', "--baseline", "default",
+                        "--repeat", "3", "--min-repeat-ms", "1", "--warmup-ms", "0", "--json")
+        out = json.loads(p.stdout)
+        self.assertEqual(out["check"], "ok")
+        self.assertEqual(out["baseline"]["config"], default)
+        self.assertEqual(out["baseline"]["config_source"], "default")
+        self.assertEqual(len(out["baseline"]["samples_s"]), 3)
+        ratios = sorted(b / k for b, k in zip(out["baseline"]["samples_s"], out["samples_s"]))
+        self.assertAlmostEqual(out["speedup"], ratios[1], places=9)
+        p = self.run_tf("run", "-w", w, "--no-db", "--baseline", '{"tile_m":1,"tile_n":1}', "--repeat", "1",
+                        "--min-repeat-ms", "0", "--warmup-ms", "0")
+        self.assertRegex(p.stdout, r"baseline  \{.*\} \(given\): [0-9.]+ ms")
+        self.assertRegex(p.stdout, r"speedup   [0-9.]+x over the baseline")
+
     def test_cross_library_errors_name_the_right_package(self):
         if os.path.exists("/usr/arm-linux-gnueabihf/lib/libgomp.so.1"):
             self.skipTest("the armhf cross libgomp is installed here")

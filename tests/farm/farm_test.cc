@@ -364,6 +364,59 @@ TEST_F(Farm, MeasuresAKernelAndChecksItsOutput) {
   EXPECT_THROW(board->measure(request("scale"), module), FarmError);  // freed
 }
 
+// A second module under the lease, timed with the kernel's samples interleaved (run
+// --baseline); the reply's outputs stay the kernel's.
+TEST_F(Farm, ABaselineModuleIsTimedAlongside) {
+  FarmClient c(endpoint());
+  auto board = c.lease("cpu", "tester", 0, 5000);
+  std::string module = board->upload(read_file(TF_KERNEL_GOOD), "good.so");
+  std::string segv = board->upload(read_file(TF_KERNEL_SEGV), "segv.so");
+  pb::MeasureRequest req = request("scale");
+  req.set_baseline_module_id(segv);
+  req.set_baseline_function("crash");
+  pb::MeasureReply r = board->measure(req, module);
+  EXPECT_EQ(r.error(), pb::RUNTIME_ERROR) << "a crashing baseline fails the measurement";
+
+  std::string twice = board->upload(read_file(TF_KERNEL_GOOD), "good2.so");
+  req.set_baseline_module_id(twice);
+  req.set_baseline_function("scale");
+  r = board->measure(req, module);
+  ASSERT_EQ(r.error(), pb::OK) << r.error_msg();
+  EXPECT_EQ(r.samples_s_size(), 3);
+  EXPECT_EQ(r.baseline_samples_s_size(), 3);
+  EXPECT_GE(r.baseline_number(), 1);
+  ASSERT_EQ(r.outputs_size(), 1);
+  std::vector<float> in(16);
+  tf::fill_random(in.data(), 16, 5);
+  const float* out = reinterpret_cast<const float*>(r.outputs(0).values().data());
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], 2 * in[i]);
+
+  req.set_baseline_function("no_such_function");
+  r = board->measure(req, module);
+  EXPECT_EQ(r.error(), pb::LOAD_ERROR);
+  EXPECT_NE(r.error_msg().find("baseline: "), std::string::npos) << r.error_msg();
+
+  auto expect_refused = [&](pb::MeasureRequest bad, grpc::StatusCode code, const std::string& message) {
+    try {
+      board->measure(bad, module);
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const FarmError& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  pb::MeasureRequest bad = req;
+  bad.set_baseline_module_id("../../etc/passwd");
+  expect_refused(bad, grpc::StatusCode::INVALID_ARGUMENT, "bad baseline module id '../../etc/passwd'");
+  bad.set_baseline_module_id("");
+  expect_refused(bad, grpc::StatusCode::INVALID_ARGUMENT, "bad baseline module id ''");
+  bad.set_baseline_module_id("never-uploaded.so");
+  expect_refused(bad, grpc::StatusCode::NOT_FOUND, "no module never-uploaded.so");
+  bad = req;
+  bad.set_baseline_function("rm -rf");
+  expect_refused(bad, grpc::StatusCode::INVALID_ARGUMENT, "baseline function name 'rm -rf'");
+}
+
 TEST_F(Farm, MisbehavingKernelsGetErrorCodesAndTheBoardServesOn) {
   FarmClient c(endpoint());
   auto board = c.lease("cpu", "tester", 0, 5000);
@@ -1339,6 +1392,15 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
       ADD_FAILURE() << "a GPU measurement without a launch ran";
     } catch (const FarmError& e) {
       EXPECT_NE(std::string(e.what()).find("needs the kernel's launch"), std::string::npos) << e.what();
+    }
+    // Baselines are timed on CPU boards only, so far.
+    r.set_baseline_module_id(module);
+    r.set_baseline_function("matmul");
+    try {
+      b->measure(r, module);
+      ADD_FAILURE() << "a GPU board took a baseline";
+    } catch (const FarmError& e) {
+      EXPECT_NE(std::string(e.what()).find("baseline module is not implemented on GPU boards"), std::string::npos) << e.what();
     }
     b->release();
   }

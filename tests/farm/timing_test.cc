@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "proto/kernel_library.h"
@@ -53,6 +54,36 @@ TEST(Timing, ANonContenderGetsOneSample) {
   TimingResult full = time_fresh("steady3ms", {1, 5, 0, false, 0, 1.0});
   EXPECT_FALSE(full.cut);
   EXPECT_EQ(full.samples_s.size(), 5u);
+}
+
+// Two kernels timed together take turns: after both warm-ups, sample j of each comes before
+// sample j+1 of either (the log alternates in runs: warm-up a, warm-up b, then a, b per sample).
+TEST(Timing, KernelsTimedTogetherTakeTurnsSampleBySample) {
+  KernelLibrary a(TF_KERNEL_PHASES, "log_a"), b(TF_KERNEL_PHASES, "log_b");
+  const int capacity = 1 << 16;
+  std::vector<float> in(1, static_cast<float>(capacity)), log(capacity, 0.0f);
+  std::vector<float*> args{in.data(), log.data()};
+  std::vector<TimingResult> r = time_kernels({&a, &b}, {args, args}, {1, 5, 2, false, 0, 0});
+  ASSERT_EQ(r.size(), 2u);
+  ASSERT_EQ(r[0].status, 0) << "the log overflowed";
+  ASSERT_EQ(r[1].status, 0);
+  EXPECT_EQ(r[0].samples_s.size(), 5u);
+  EXPECT_EQ(r[1].samples_s.size(), 5u);
+  int n = static_cast<int>(log[0]), runs = n > 0 ? 1 : 0;
+  for (int i = 2; i <= n; ++i) runs += log[static_cast<size_t>(i)] != log[static_cast<size_t>(i - 1)];
+  EXPECT_EQ(log[1], 1.0f) << "a is warmed up first";
+  EXPECT_EQ(runs, 2 + 2 * 5) << "two warm-ups, then a and b in turn for each of the 5 samples";
+}
+
+TEST(Timing, AFailingKernelStopsTheTimingWithItsStatus) {
+  KernelLibrary good(TF_KERNEL_PHASES, "steady3ms"), bad(TF_KERNEL_PHASES, "fails");
+  std::vector<float> in(1, 1.0f), out(1);
+  std::vector<float*> args{in.data(), out.data()};
+  std::vector<TimingResult> r = time_kernels({&good, &bad}, {args, args}, {1, 3, 0, false, 0, 0});
+  EXPECT_EQ(r[0].status, 0);
+  EXPECT_EQ(r[1].status, 3);
+  EXPECT_TRUE(r[1].samples_s.empty());
+  EXPECT_THROW(time_kernels({&good, &bad}, {args}, {}), std::invalid_argument);
 }
 
 }  // namespace

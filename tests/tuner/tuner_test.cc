@@ -318,6 +318,55 @@ TEST(LocalRunner, TimesChecksAndClassifiesFailures) {
   EXPECT_EQ(bad.correctness, "wrong");
 }
 
+// A baseline timed with the kernel (`run --baseline`): samples of its own, interleaved, on
+// the same inputs but outputs of its own, so the kernel's output is the one checked.
+TEST(LocalRunner, TimesABaselineAlongsideAndChecksOnlyTheKernel) {
+  LocalBuilder b = builder();
+  LocalRunner r = runner();
+  Workload w = parse_workload("matmul(M=24,N=20,K=12)");
+  MeasureOptions mo;
+  mo.repeat = 3;
+  mo.min_repeat_ms = 1;
+  MeasureContext ctx(build_op(w), mo);
+  std::vector<BuildResult> plain = b.build(w, host_target(), {json::object()});
+  ASSERT_TRUE(plain[0].ok()) << plain[0].error_msg;
+  // The next batch replaces this one's files.
+  std::string kept = temp_dir() + "/plain_matmul.so";
+  std::filesystem::copy_file(plain[0].so_path, kept, std::filesystem::copy_options::overwrite_existing);
+  plain[0].so_path = kept;
+  std::vector<BuildResult> relu = b.build(parse_workload("matmul(M=24,N=20,K=12,epilogue=relu)"), host_target(), {json::object()});
+  ASSERT_TRUE(relu[0].ok()) << relu[0].error_msg;
+
+  RunResult ok = r.run_one(ctx, plain[0].so_path, "matmul", relu[0].so_path, "matmul");
+  ASSERT_TRUE(ok.ok()) << ok.error_msg;
+  EXPECT_EQ(ok.correctness, "ok") << "the baseline's (relu'd) output was checked instead of the kernel's";
+  EXPECT_EQ(ok.samples_s.size(), 3u);
+  EXPECT_EQ(ok.baseline_samples_s.size(), 3u);
+  EXPECT_GT(ok.speedup(), 0);
+  RunResult wrong = r.run_one(ctx, relu[0].so_path, "matmul", plain[0].so_path, "matmul");
+  EXPECT_EQ(wrong.error, tunefarm::v1::WRONG_ANSWER) << wrong.error_msg;
+
+  // Without a baseline there is no speedup.
+  RunResult alone = r.run_one(ctx, plain[0].so_path, "matmul");
+  EXPECT_TRUE(alone.baseline_samples_s.empty());
+  EXPECT_EQ(alone.speedup(), 0);
+
+  // A baseline that crashes, is not a library, or lacks the function fails the measurement,
+  // saying it was the baseline.
+  RunResult crash = r.run_one(ctx, plain[0].so_path, "matmul", TF_KERNEL_SEGV, "crash");
+  EXPECT_EQ(crash.error, tunefarm::v1::RUNTIME_ERROR) << crash.error_msg;
+  EXPECT_NE(crash.error_msg.find("signal 11"), std::string::npos) << crash.error_msg;
+  std::string text = temp_dir() + "/not-a-library.so";
+  std::ofstream(text) << "not an ELF file";
+  RunResult junk = r.run_one(ctx, plain[0].so_path, "matmul", text, "matmul");
+  EXPECT_EQ(junk.error, tunefarm::v1::LOAD_ERROR) << junk.error_msg;
+  EXPECT_NE(junk.error_msg.find("baseline library " + text), std::string::npos) << junk.error_msg;
+  RunResult nofn = r.run_one(ctx, plain[0].so_path, "matmul", plain[0].so_path, "no_such_kernel");
+  EXPECT_EQ(nofn.error, tunefarm::v1::LOAD_ERROR) << nofn.error_msg;
+  EXPECT_NE(nofn.error_msg.find("baseline: "), std::string::npos) << nofn.error_msg;
+  EXPECT_NE(nofn.error_msg.find("no_such_kernel"), std::string::npos) << nofn.error_msg;
+}
+
 // ---- The tuning loop -------------------------------------------------------------------
 
 // A builder that hands one candidate a kernel that crashes at run time.

@@ -46,12 +46,12 @@ using json = nlohmann::json;
 
 constexpr const char* kDefaultTarget = "llvm -mcpu=native";
 
-json parse_config_arg(const std::string& arg) {
+json parse_config_arg(const std::string& arg, const char* option = "--config") {
   if (arg.empty()) return json();
   std::string text = arg;
   if (arg[0] == '@') {
     std::ifstream f(arg.substr(1));
-    if (!f) throw UserError(str("--config ", arg, ": cannot read file ", arg.substr(1)));
+    if (!f) throw UserError(str(option, " ", arg, ": cannot read file ", arg.substr(1)));
     std::stringstream ss;
     ss << f.rdbuf();
     text = ss.str();
@@ -59,9 +59,9 @@ json parse_config_arg(const std::string& arg) {
   try {
     return parse_json_bounded(text);
   } catch (const json::parse_error& e) {
-    throw UserError(str("--config ", arg, ": not valid JSON (", e.what(), ")"));
+    throw UserError(str(option, " ", arg, ": not valid JSON (", e.what(), ")"));
   } catch (const JsonRefused& e) {
-    throw UserError(str("--config ", arg, ": ", e.what()));
+    throw UserError(str(option, " ", arg, ": ", e.what()));
   }
 }
 
@@ -221,7 +221,7 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
 }
 
 struct RunArgs {
-  std::string workload, config, db;
+  std::string workload, config, db, baseline;
   int repeat = 5, number = 1;
   double min_repeat_ms = 100, warmup_ms = 300;
   bool check = true, as_json = false, no_db = false;
@@ -274,6 +274,19 @@ int cmd_run(const RunArgs& a) {
   std::string so = (dir / "kernel.so").string();
   write_kernel(k, EmitKind::SharedLibrary, so);
   double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
+  // --baseline: a second kernel of the workload, timed interleaved with this one.
+  std::optional<CompiledKernel> base;
+  std::string base_so;
+  if (!a.baseline.empty()) {
+    json bc = a.baseline == "default" ? json() : parse_config_arg(a.baseline, "--baseline");
+    try {
+      base = compile_kernel(w, t, bc, bc.is_null() ? "default" : "given", "");
+    } catch (const UserError& e) {
+      throw UserError(str("--baseline ", a.baseline, ": ", e.what()));
+    }
+    base_so = (dir / "baseline.so").string();
+    write_kernel(*base, EmitKind::SharedLibrary, base_so);
+  }
 
   MeasureOptions mo;
   mo.number = a.number;
@@ -282,7 +295,7 @@ int cmd_run(const RunArgs& a) {
   mo.min_warmup_ms = a.warmup_ms;
   mo.check = a.check;
   MeasureContext ctx(k.graph, mo);
-  RunResult r = runner.run_one(ctx, so, k.name);
+  RunResult r = runner.run_one(ctx, so, k.name, base_so, base ? base->name : "");
   if (db) {
     CandidateInfo c{t.str(), template_name(w.op, t), k.config, compile_s, "local", ""};
     db->commit({make_record(k.graph, c, r, mo)});
@@ -299,6 +312,11 @@ int cmd_run(const RunArgs& a) {
               {"config_source", k.config_source}, {"median_s", median}, {"gflops", gflops},
               {"samples_s", r.samples_s}, {"number", r.number}, {"check", check},
               {"max_abs_error", r.max_abs_error}, {"tolerance", r.tolerance}};
+  if (base) {
+    out["baseline"] = {{"config", base->config}, {"config_source", base->config_source},
+                       {"median_s", db::median_of(r.baseline_samples_s)}, {"samples_s", r.baseline_samples_s}};
+    out["speedup"] = r.speedup();
+  }
   if (a.as_json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
@@ -308,6 +326,12 @@ int cmd_run(const RunArgs& a) {
                 median * 1e3, a.repeat, r.number, gflops, check.c_str());
     if (r.correctness != "unchecked") std::printf(" (max abs error %.2e, tolerance %.2e)", r.max_abs_error, r.tolerance);
     std::printf("\n");
+    if (base) {
+      std::printf("baseline  %s (%s): %.6f ms, interleaved with the kernel's samples\nspeedup   %.3fx over the "
+                  "baseline (median of the %zu sample pairs' ratios)\n",
+                  base->config.dump().c_str(), base->config_source.c_str(), db::median_of(r.baseline_samples_s) * 1e3,
+                  r.speedup(), std::min(r.samples_s.size(), r.baseline_samples_s.size()));
+    }
     if (db) std::printf("recorded  in %s\n", db::database_path(a.db).c_str());
   }
   if (r.error == tunefarm::v1::WRONG_ANSWER) {
@@ -376,6 +400,9 @@ int main(int argc, char** argv) {
   run->add_option("--number", ra.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
   run->add_option("--min-repeat-ms", ra.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
   run->add_option("--warmup-ms", ra.warmup_ms, "shortest warm-up before the samples (docs/tuning.md)")->capture_default_str();
+  run->add_option("--baseline", ra.baseline,
+                  "also time this config of the workload ('default': its default schedule; JSON or @file) on the "
+                  "same inputs, interleaved sample by sample, and print the speedup over it (docs/tuning.md)");
   run->add_flag("--no-check", no_check, "skip the comparison with the reference implementation");
   run->add_flag("--json", ra.as_json, "print JSON");
   run->add_option("--db", ra.db, "tuning database: the config comes from it and the measurement goes into it (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
@@ -404,6 +431,7 @@ int main(int argc, char** argv) {
     if (*describe) return tf::cmd_describe(dw, dt, djson);
     if (*run && !mra.model.empty()) {
       if (!ra.workload.empty()) throw tf::UserError("run: give --workload or --model, not both");
+      if (!ra.baseline.empty()) throw tf::UserError("run --baseline is for single workloads, not --model");
       mra.json = ra.as_json;
       mra.repeat = ra.repeat;
       std::unique_ptr<tf::db::Database> db = tf::lookup_database(ra.db, ra.no_db || mra.reference);

@@ -40,3 +40,23 @@ int steady3ms(float* in, float* out) {
   out[0] = in[0];
   return 0;
 }
+
+/* Two kernels that log their calls into out[1..]: out[0] counts the entries, in[0] is the
+ * log's capacity. 1 for a call of log_a, 2 for log_b; 0.2 ms a call. Returns 7 when full. */
+static int log_call(float* in, float* out, float tag) {
+  int n = (int)out[0];
+  if (n + 1 >= (int)in[0]) return 7;
+  wait_ms(0.2);
+  out[1 + n] = tag;
+  out[0] = (float)(n + 1);
+  return 0;
+}
+int log_a(float* in, float* out) { return log_call(in, out, 1); }
+int log_b(float* in, float* out) { return log_call(in, out, 2); }
+
+/* Returns 3 on every call. */
+int fails(float* in, float* out) {
+  (void)in;
+  (void)out;
+  return 3;
+}
