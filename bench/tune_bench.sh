@@ -47,7 +47,7 @@ echo "== fidelity: tune at 1 thread, then the best re-timed in 10 fresh processe
 OMP_NUM_THREADS=1 "$T" tune -w "$W" --local --trials "$TRIALS" --db "$DIR/fid.db" --json > "$DIR/fid.jsonl"
 BEST=$($PY -c "import json,sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1]) if '\"done\"' in l][-1]['best_config']))" "$DIR/fid.jsonl")
 for i in $(seq 10); do
-  OMP_NUM_THREADS=1 "$T" run -w "$W" --config "$BEST" --baseline default --no-db --json --repeat 5 \
+  OMP_NUM_THREADS=1 "$T" run -w "$W" --config "$BEST" --baseline default --no-db --json --repeat 10 \
     --min-repeat-ms 50 > "$DIR/run$i.json"
 done
 $PY - "$DIR" <<'PY'
