@@ -132,9 +132,15 @@ std::string Graph::fresh_name(const std::string& base) const {
 }
 
 std::string Graph::add_ints(const std::string& base, std::vector<int64_t> v) {
-  std::string name = fresh_name(base);
   auto len = static_cast<int64_t>(v.size());
-  values[name] = Value{name, DType::I64, {len}, HostTensor::ints({len}, std::move(v))};
+  return add_constant(base, HostTensor::ints({len}, std::move(v)));
+}
+
+std::string Graph::add_constant(const std::string& base, HostTensor t) {
+  std::string name = fresh_name(base);
+  DType dtype = t.dtype;
+  Shape shape = t.shape;
+  values[name] = Value{name, dtype, std::move(shape), std::move(t)};
   return name;
 }
 

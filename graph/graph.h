@@ -97,6 +97,8 @@ struct Graph {
   std::string add_ints(const std::string& base, std::vector<int64_t> v);
   // A new computed float32 value of `shape`, named from `base`; returns its name.
   std::string add_float(const std::string& base, const Shape& shape);
+  // A new constant holding `t` (of t's type and shape), named from `base`; returns its name.
+  std::string add_constant(const std::string& base, HostTensor t);
 };
 
 // Checks the invariants above; throws UserError naming the first broken one ("after pass X"

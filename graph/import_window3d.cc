@@ -191,9 +191,7 @@ bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
     }
     inv[static_cast<size_t>(od)] = 1.0f / static_cast<float>(std::max<int64_t>(count, 1));
   }
-  std::string scale = g.fresh_name(str(n.name, "/depth_counts"));
-  g.values[scale] = Value{scale, DType::F32, {1, 1, win.dout, 1, 1},
-                          HostTensor::floats({1, 1, win.dout, 1, 1}, std::move(inv))};
+  std::string scale = g.add_constant(str(n.name, "/depth_counts"), HostTensor::floats({1, 1, win.dout, 1, 1}, std::move(inv)));
   std::string sum = taps.size() == 1 ? taps[0] : b.node("Sum", taps);
   b.node("Mul", {sum, scale}, {}, n.outputs[0]);
   return true;

@@ -266,9 +266,7 @@ bool add_window_1d_as_2d(const Node& n, Graph& g, const std::string& file, int64
     throw UserError(str(file, ": ", n.where(), " has ", outputs, " outputs; tunefarm supports 1"));
   // Adds a reshape of `from` to `shape` (a new int64 constant), producing `to`.
   auto reshape = [&](const std::string& from, const std::string& to, const Shape& shape, const char* what) {
-    std::string dims = g.fresh_name(n.name + "/" + what + "_shape");
-    g.values[dims] = Value{dims, DType::I64, {static_cast<int64_t>(shape.size())},
-                           HostTensor::ints({static_cast<int64_t>(shape.size())}, shape)};
+    std::string dims = g.add_ints(n.name + "/" + what + "_shape", shape);
     add_node(Node{n.name + "/" + what, "Reshape", {from, dims}, {to}, {}}, g, file, budget);
   };
   Node two_d = n;

@@ -91,28 +91,20 @@ bool combine_parallel_matmuls(Graph& g) {
       if (all_bias) biases.push_back(&*g.value(b.bias).constant);
     }
     std::string base = g.nodes[group[0]].name + ".combined";
-    std::string wname = g.fresh_name(base + ".weight");
     HostTensor w = concat_last(weights);
-    g.values[wname] = Value{wname, DType::F32, w.shape, w};
     Shape out_shape = g.value(g.nodes[group[0]].outputs[0]).shape;
     out_shape.back() = w.shape[1];
+    std::string wname = g.add_constant(base + ".weight", std::move(w));
     std::vector<Node> nodes;
-    std::string wide = g.fresh_name(base);
-    g.values[wide] = Value{wide, DType::F32, out_shape, std::nullopt};
+    std::string wide = g.add_float(base, out_shape);
     nodes.push_back(Node{base, "MatMul", {input, wname}, {wide}, {}});
     if (all_bias) {
-      std::string bname = g.fresh_name(base + ".bias"), biased = g.fresh_name(base + ".biased");
-      HostTensor bias = concat_last(biases);
-      g.values[bname] = Value{bname, DType::F32, bias.shape, bias};
-      g.values[biased] = Value{biased, DType::F32, out_shape, std::nullopt};
+      std::string bname = g.add_constant(base + ".bias", concat_last(biases));
+      std::string biased = g.add_float(base + ".biased", out_shape);
       nodes.push_back(Node{base + ".add", "Add", {wide, bname}, {biased}, {}});
       wide = biased;
     }
-    std::string sizes = g.fresh_name(base + ".split");
-    g.values[sizes] = Value{sizes,
-                            DType::I64,
-                            {static_cast<int64_t>(widths.size())},
-                            HostTensor::ints({static_cast<int64_t>(widths.size())}, widths)};
+    std::string sizes = g.add_ints(base + ".split", widths);
     Node split{base + ".split", "Split", {wide, sizes}, {}, {{"axis", int64_t{-1}}}};
     for (Branch& b : branches) {
       if (!all_bias) b.out = g.nodes[b.matmul].outputs[0];

@@ -64,13 +64,8 @@ bool fold_scale_into_conv(Graph& g) {
             bias[c] += (*s)[c];
           }
         }
-        std::string wn = g.fresh_name(conv.name + ".weight"),
-                    bn = g.fresh_name(conv.name + ".bias");
-        if (m.op == "Mul")
-          g.values[wn] = Value{wn, DType::F32, w.shape, nw};
-        else
-          wn = conv.inputs[1];
-        g.values[bn] = Value{bn, DType::F32, {K}, HostTensor::floats({K}, bias)};
+        std::string wn = m.op == "Mul" ? g.add_constant(conv.name + ".weight", std::move(nw)) : conv.inputs[1];
+        std::string bn = g.add_constant(conv.name + ".bias", HostTensor::floats({K}, bias));
         conv.inputs.resize(3);
         conv.inputs[1] = wn;
         conv.inputs[2] = bn;

@@ -31,11 +31,9 @@ bool split_batchnorm(Graph& g, const Node& bn, std::vector<Node>& out) {
   // [C, 1, ...]: broadcasts along the channel axis (1) of x.
   Shape per_channel(x.shape.size() - 1, 1);
   per_channel[0] = C;
-  std::string s_name = g.fresh_name(bn.name + ".scale"), t_name = g.fresh_name(bn.name + ".shift");
-  g.values[s_name] = Value{s_name, DType::F32, per_channel, HostTensor::floats(per_channel, scale)};
-  g.values[t_name] = Value{t_name, DType::F32, per_channel, HostTensor::floats(per_channel, shift)};
-  std::string scaled = g.fresh_name(bn.outputs[0] + ".scaled");
-  g.values[scaled] = Value{scaled, DType::F32, x.shape, std::nullopt};
+  std::string s_name = g.add_constant(bn.name + ".scale", HostTensor::floats(per_channel, scale));
+  std::string t_name = g.add_constant(bn.name + ".shift", HostTensor::floats(per_channel, shift));
+  std::string scaled = g.add_float(bn.outputs[0] + ".scaled", x.shape);
   out.push_back(Node{bn.name + ".mul", "Mul", {bn.inputs[0], s_name}, {scaled}, {}});
   out.push_back(Node{bn.name + ".add", "Add", {scaled, t_name}, {bn.outputs[0]}, {}});
   return true;

@@ -76,17 +76,6 @@ class LayoutRewriter {
     return n;
   }
 
-  std::string add_value(const std::string& base, const Shape& shape) {
-    std::string v = g_.fresh_name(base);
-    g_.values[v] = Value{v, DType::F32, shape, std::nullopt};
-    return v;
-  }
-
-  std::string add_constant(const std::string& base, HostTensor t) {
-    std::string v = g_.fresh_name(base);
-    g_.values[v] = Value{v, DType::F32, t.shape, std::move(t)};
-    return v;
-  }
 
   // `x` (NCHW) in blocks of `b`: the blocked value it came from, one converted earlier, or a
   // new conversion.
@@ -96,7 +85,7 @@ class LayoutRewriter {
     std::string key = x + "/" + std::to_string(b);
     if (auto it = converted_.find(key); it != converted_.end()) return it->second;
     const Shape& s = g_.value(x).shape;
-    std::string y = add_value(x + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
+    std::string y = g_.add_float(x + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
     emit_transform(x, y, 0, b);
     return converted_[key] = y;
   }
@@ -161,10 +150,10 @@ class LayoutRewriter {
           }
     }
     std::string xb = to_blocked(n.inputs[0], ib);
-    std::string wname = add_constant(n.inputs[1] + "_" + layout_name(ob), std::move(wb));
+    std::string wname = g_.add_constant(n.inputs[1] + "_" + layout_name(ob), std::move(wb));
     const Shape& y = g_.value(n.outputs[0]).shape;
     std::string yb =
-        add_value(n.outputs[0] + "_" + layout_name(ob), {y[0], y[1] / ob, y[2], y[3], ob});
+        g_.add_float(n.outputs[0] + "_" + layout_name(ob), {y[0], y[1] / ob, y[2], y[3], ob});
     Node c = n;
     c.op = "ConvNCHWc";
     c.inputs[0] = xb;
@@ -196,7 +185,7 @@ class LayoutRewriter {
     if (auto it = constants_.find(key); it != constants_.end()) return it->second;
     HostTensor t =
         HostTensor::floats({1, C / b, 1, 1, b}, c.constant->f);  // channel c at [c/b][c%b]
-    return constants_[key] = add_constant(v + "_" + layout_name(b), std::move(t));
+    return constants_[key] = g_.add_constant(v + "_" + layout_name(b), std::move(t));
   }
 
   bool follow(Node& n) {
@@ -229,7 +218,7 @@ class LayoutRewriter {
     n.inputs = inputs;
     const Shape& s = out.shape;
     std::string blocked =
-        add_value(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
+        g_.add_float(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
     emit_with_back(std::move(n), blocked, b);
     return true;
   }
