@@ -146,27 +146,39 @@ std::optional<pb::GpuLaunch> launch_from_sidecar(const nlohmann::json& sidecar) 
 
 RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& data,
                                  const std::string& name, const std::string& function, std::mutex* ctx_mu,
-                                 const pb::GpuLaunch* launch) {
-  std::string arch = kernel_library_arch(data), board_arch;
+                                 const pb::GpuLaunch* launch, const Baseline* baseline) {
+  std::string board_arch;
   try {
     board_arch = parse_target(board.lease().target()).arch_name();
   } catch (const UserError&) {
     board_arch = "";
   }
-  if (!board_arch.empty() && arch != board_arch) {
-    throw farm::FarmError("kernel library " + name + " is built for " + (arch.empty() ? "no known architecture" : arch) +
-                              ", but board " + board.lease().board_id() + " is " + board_arch + " (target " +
-                              board.lease().target() + ")",
-                          grpc::StatusCode::INVALID_ARGUMENT);
-  }
-  std::string module = board.upload(data, name);
+  auto check_arch = [&](const std::string& lib, const std::string& lib_name) {
+    std::string arch = kernel_library_arch(lib);
+    if (!board_arch.empty() && arch != board_arch) {
+      throw farm::FarmError("kernel library " + lib_name + " is built for " + (arch.empty() ? "no known architecture" : arch) +
+                                ", but board " + board.lease().board_id() + " is " + board_arch + " (target " +
+                                board.lease().target() + ")",
+                            grpc::StatusCode::INVALID_ARGUMENT);
+    }
+  };
+  check_arch(data, name);
+  if (baseline) check_arch(baseline->data, baseline->name);
+  std::vector<std::string> modules{board.upload(data, name)};
   pb::MeasureRequest req = ctx.request(function);
   if (launch) *req.mutable_launch() = *launch;
-  pb::MeasureReply reply = board.measure(req, module);
-  try {
-    board.free(module);
-  } catch (const farm::FarmError&) {
-    // The board removes modules with the lease anyway.
+  if (baseline) {
+    modules.push_back(board.upload(baseline->data, baseline->name));
+    req.set_baseline_module_id(modules.back());
+    req.set_baseline_function(baseline->function);
+  }
+  pb::MeasureReply reply = board.measure(req, modules[0]);
+  for (const std::string& m : modules) {
+    try {
+      board.free(m);
+    } catch (const farm::FarmError&) {
+      // The board removes modules with the lease anyway.
+    }
   }
   RunResult r;
   if (ctx_mu) {

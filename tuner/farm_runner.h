@@ -60,9 +60,15 @@ class FarmRunner : public Runner {
   // another architecture than the board's (INVALID_ARGUMENT, naming both), uploads, times,
   // checks. Throws FarmError like the board calls do; `ctx_mu` guards ctx when shared.
   // `launch`: a GPU kernel's launch configuration (from its sidecar, launch_from_sidecar).
+  // `baseline`: a second CPU library uploaded too and timed alongside, interleaved
+  // (MeasureRequest.baseline_module_id; RunResult::speedup); refused like the first when its
+  // architecture is not the board's.
+  struct Baseline {
+    std::string data, name, function;
+  };
   static RunResult measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& library_data,
                               const std::string& name, const std::string& function, std::mutex* ctx_mu = nullptr,
-                              const tunefarm::v1::GpuLaunch* launch = nullptr);
+                              const tunefarm::v1::GpuLaunch* launch = nullptr, const Baseline* baseline = nullptr);
 
  private:
   struct Slot {

@@ -684,6 +684,30 @@ TEST_F(Farm, RealKernelThroughTheCommandLine) {
   std::string out = read_file(dir + "/measure.json");
   EXPECT_NE(out.find("\"check\": \"ok\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"error_code\": \"ok\""), std::string::npos) << out;
+
+  // --baseline: another config of the workload timed alongside on the same board.
+  std::string base = dir + "/mm_base.so", other = dir + "/other.so";
+  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=33,N=17,K=9,epilogue=bias_relu)' -o " + base +
+                         " --no-db --config '{\"tile_m\":1,\"tile_n\":1}' 2>/dev/null").c_str()),
+            0);
+  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=8,N=8,K=8)' -o " + other + " --no-db 2>/dev/null").c_str()), 0);
+  std::string with_base = std::string(TF_TUNEFARM) + " farm measure --tracker " + endpoint().tracker + " --token-file " +
+                          token_file() + " --key cpu --module " + so +
+                          " --no-db --json --repeat 4 --min-repeat-ms 5 --warmup-ms 0 --timeout-s 60 --baseline ";
+  ASSERT_EQ(std::system((with_base + base + " > " + dir + "/base.json").c_str()), 0) << read_file(dir + "/base.json");
+  nlohmann::json j = nlohmann::json::parse(read_file(dir + "/base.json"));
+  EXPECT_EQ(j["check"], "ok");
+  EXPECT_EQ(j["samples_s"].size(), 4u);
+  EXPECT_EQ(j["baseline"]["samples_s"].size(), 4u);
+  EXPECT_GT(j["speedup"].get<double>(), 0);
+  int rc = std::system((with_base + other + " > " + dir + "/other.out 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  EXPECT_NE(read_file(dir + "/other.out").find("computes matmul(M=8,N=8,K=8,epilogue=none), not matmul(M=33"),
+            std::string::npos)
+      << read_file(dir + "/other.out");
+  rc = std::system((with_base + dir + "/missing.so > " + dir + "/missing.out 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  EXPECT_NE(read_file(dir + "/missing.out").find("baseline library"), std::string::npos) << read_file(dir + "/missing.out");
 }
 
 TEST(FarmFailures, BoardKilledMidMeasurement) {
@@ -1414,6 +1438,11 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
                         " 2>&1").c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 1) << read_file(out);
   EXPECT_NE(read_file(out).find("\"error_code\": \"wrong_answer\""), std::string::npos) << read_file(out);
+  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + ptx + " --baseline " + ptx +
+                    " --no-db --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " +
+                    out + " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << read_file(out);
+  EXPECT_NE(read_file(out).find("--baseline is for CPU kernels"), std::string::npos) << read_file(out);
   nlohmann::json side = nlohmann::json::parse(read_file(ptx + ".json"));
   auto dims = [&](const char* k) {
     const auto& v = side["launch"][k];

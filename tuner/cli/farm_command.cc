@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "compiler/error.h"
@@ -14,6 +15,7 @@
 #include "compiler/reference.h"
 #include "db/database.h"
 #include "db/json_limits.h"
+#include "db/records.h"
 #include "compiler/driver.h"
 #include "proto/gpu_runtime.h"
 #include "proto/kernel_library.h"
@@ -150,6 +152,23 @@ int farm_measure(const FarmArgs& a) {
   std::optional<tunefarm::v1::GpuLaunch> launch = launch_from_sidecar(side.meta);
   if (gpu && !launch) throw UserError("kernel description " + a.module + ".json has no launch, which a GPU kernel needs");
   std::string function = a.function.empty() ? side.function : a.function;
+  // --baseline: a second library of the same workload, timed alongside on the same board.
+  std::optional<FarmRunner::Baseline> baseline;
+  if (!a.baseline.empty()) {
+    if (gpu) throw UserError("--baseline is for CPU kernels; GPU boards do not time a baseline yet");
+    std::string base = read_file(a.baseline, "baseline library");
+    if (std::string why = check_kernel_library(base, /*this_machine=*/false); !why.empty()) {
+      throw UserError("baseline library " + a.baseline + " is " + why);
+    }
+    Sidecar bs = read_sidecar(a.baseline);
+    if (bs.workload.canonical() != side.workload.canonical()) {
+      throw UserError("baseline " + a.baseline + " computes " + bs.workload.canonical() + ", not " +
+                      side.workload.canonical() + " as " + a.module + " does");
+    }
+    std::string base_name = std::filesystem::path(a.baseline).filename().string();
+    if (base_name == std::filesystem::path(a.module).filename().string()) base_name = "baseline-" + base_name;
+    baseline = FarmRunner::Baseline{std::move(base), base_name, bs.function};
+  }
   MeasureOptions mo;
   mo.number = a.number;
   mo.repeat = a.repeat;
@@ -190,7 +209,8 @@ int farm_measure(const FarmArgs& a) {
     std::unique_ptr<farm::LeasedBoard> board = client.lease(a.key, user, a.priority, a.wait_ms, 0, a.wait_for_boards);
     cpu = board->lease().device().cpu_model();
     try {
-      r = FarmRunner::measure_on(*board, ctx, data, name, function, nullptr, launch ? &*launch : nullptr);
+      r = FarmRunner::measure_on(*board, ctx, data, name, function, nullptr, launch ? &*launch : nullptr,
+                                 baseline ? &*baseline : nullptr);
     } catch (const farm::FarmError& e) {
       if (!e.board_lost()) throw;
       board->report_lost(e.what());
@@ -216,19 +236,29 @@ int farm_measure(const FarmArgs& a) {
   const Workload& w = side.workload;
   double median = r.median_s();
   std::string code = error_code_name(r.error);
+  const bool timed_baseline = baseline && !r.baseline_samples_s.empty();
   if (a.json) {
-    std::printf("%s\n", json{{"board", r.board_id}, {"key", a.key}, {"workload", w.canonical()}, {"error_code", code},
-                              {"error_msg", r.error_msg}, {"samples_s", r.samples_s}, {"number", r.number},
-                              {"median_s", median}, {"gflops", median > 0 ? side.flops / median * 1e-9 : 0},
-                              {"check", r.correctness}, {"max_abs_error", r.max_abs_error}}
-                            .dump(2)
-                            .c_str());
+    json out{{"board", r.board_id}, {"key", a.key}, {"workload", w.canonical()}, {"error_code", code},
+             {"error_msg", r.error_msg}, {"samples_s", r.samples_s}, {"number", r.number},
+             {"median_s", median}, {"gflops", median > 0 ? side.flops / median * 1e-9 : 0},
+             {"check", r.correctness}, {"max_abs_error", r.max_abs_error}};
+    if (timed_baseline) {
+      out["baseline"] = {{"module", a.baseline}, {"samples_s", r.baseline_samples_s},
+                         {"median_s", db::median_of(r.baseline_samples_s)}};
+      out["speedup"] = r.speedup();
+    }
+    std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("board     %s (%s, key %s)\nworkload  %s\n", r.board_id.c_str(), cpu.c_str(), a.key.c_str(),
                 w.canonical().c_str());
     if (r.ok() || r.error == tunefarm::v1::WRONG_ANSWER) {
       std::printf("time      %.6f ms (median of %zu samples, %d calls each)\nspeed     %.2f GFLOPS\ncheck     %s\n",
                   median * 1e3, r.samples_s.size(), r.number, side.flops / median * 1e-9, r.correctness.c_str());
+      if (timed_baseline) {
+        std::printf("baseline  %s: %.6f ms, interleaved with the kernel's samples\nspeedup   %.3fx over the baseline "
+                    "(median of the sample pairs' ratios)\n",
+                    a.baseline.c_str(), db::median_of(r.baseline_samples_s) * 1e3, r.speedup());
+      }
     } else {
       std::printf("error     %s: %s\n", code.c_str(), r.error_msg.c_str());
     }
@@ -258,6 +288,9 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
   m->add_option("--key", a.key, "kind of board, e.g. rpi4")->required();
   m->add_option("--module", a.module, "kernel library written by tunefarm compile (its .json sidecar too)")->required();
   m->add_option("--function", a.function, "function to time (default: the sidecar's)");
+  m->add_option("--baseline", a.baseline, "a second library of the same workload (e.g. compiled with the default "
+                                          "config) timed alongside on the same board, interleaved sample by sample; "
+                                          "prints the speedup over it (CPU boards; docs/tuning.md)");
   m->add_option("--number", a.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
   m->add_option("--repeat", a.repeat, "samples")->capture_default_str();
   m->add_option("--min-repeat-ms", a.min_repeat_ms, "minimum duration of one sample")->capture_default_str();

@@ -13,7 +13,7 @@ namespace tf::cli {
 struct FarmArgs {
   std::string sub;  // status, measure
   std::string tracker, token_file, tls_ca, tls_cert, tls_key, tls_server_name;
-  std::string key, module, function, user, db;
+  std::string key, module, function, user, db, baseline;
   int number = 1, repeat = 5, priority = 0, retries = 2;
   double min_repeat_ms = 50, cooldown_ms = 0, timeout_s = 0, warmup_ms = 300;
   uint64_t seed = 1;
