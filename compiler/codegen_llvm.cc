@@ -804,6 +804,22 @@ std::string emit_object(llvm::Module& m, llvm::TargetMachine& tm, bool assembly)
   return std::string(buffer.begin(), buffer.end());
 }
 
+std::string llvm_ir_key(const LoweredFunc& f, const Target& target) {
+  TF_CHECK(target.is_cpu(), "llvm_ir_key is for CPU targets");
+  LoweredFunc named = f;
+  named.name = "kernel";
+  llvm::LLVMContext ctx;
+  llvm::Module m(named.name, ctx);
+  m.setTargetTriple(target.triple);
+  CodeGen cg(ctx, m, target);
+  cg.emit(named, nullptr);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  m.print(os, nullptr);
+  os.flush();
+  return text;
+}
+
 CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOutput out) {
   // parse_target initialized LLVM's targets.
   std::optional<GpuLaunch> launch;

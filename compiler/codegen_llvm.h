@@ -46,6 +46,12 @@ struct CodegenResult {
 // Optimizes at O3 for the target and emits `out`.
 CodegenResult codegen_llvm(const ir::LoweredFunc& f, const Target& target, CodegenOutput out);
 
+// The kernel's LLVM IR as code generation first builds it (before optimization), printed
+// under a fixed function name: two kernels of the same key compile to the same code but for
+// their names, so a model's repeated layers are generated once (graph/model_compiler.cc).
+// CPU targets.
+std::string llvm_ir_key(const ir::LoweredFunc& f, const Target& target);
+
 // For other code generators over LLVM (compiler/codegen_runner.h): the target machine of a
 // target (PIC, -O3 code generation), and a module emitted as object code or assembly.
 std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <thread>
@@ -365,6 +366,7 @@ json CompiledModel::sidecar(const std::string& model) const {
               {"nodes", k.nodes},
               {"template", k.template_name},
               {"args", k.args}};
+    if (!k.same_code_as.empty()) j["same_code_as"] = k.same_code_as;
     if (!k.workload.empty()) {
       j["workload"] = k.workload;
       j["config"] = k.config.config;
@@ -427,8 +429,39 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     if (o != graph.outputs.end()) return {RunnerBuffer::Kind::Output, o - graph.outputs.begin()};
     return {RunnerBuffer::Kind::Workspace, cm.memory.buffers.at(v).offset};
   };
-  for (KernelBuild& b : mb.builds()) {
-    RunnerCall call{b.info.function, {}};
+  std::vector<KernelBuild>& builds = mb.builds();
+  // Kernels whose code is the same but for their names (a repeated layer, the per-group
+  // convolutions of split-grouped-convs) are generated once, keyed by their LLVM IR before
+  // optimization, and the model calls the first of them: most of a compile is LLVM's.
+  const unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
+  auto on_all_cores = [&](const std::function<void(size_t)>& work) {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t k; (k = next++) < builds.size();) work(k);
+    };
+    std::vector<std::thread> pool;
+    for (unsigned k = 1; k < threads; ++k) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
+  };
+  std::vector<std::string> keys(builds.size()), errors(builds.size());
+  on_all_cores([&](size_t k) {
+    try {
+      keys[k] = llvm_ir_key(builds[k].func, target);
+    } catch (const std::exception& e) {
+      errors[k] = e.what();
+    }
+  });
+  std::vector<size_t> code_of(builds.size());
+  std::map<std::string, size_t> first;
+  for (size_t k = 0; k < builds.size(); ++k) {
+    code_of[k] = errors[k].empty() ? first.emplace(std::move(keys[k]), k).first->second : k;
+    keys[k].clear();
+  }
+  for (size_t k = 0; k < builds.size(); ++k) {
+    KernelBuild& b = builds[k];
+    if (code_of[k] != k) b.info.same_code_as = builds[code_of[k]].info.function;
+    RunnerCall call{builds[code_of[k]].info.function, {}};
     for (const std::string& a : b.info.args) call.args.push_back(buffer(a));
     spec.calls.push_back(std::move(call));
     cm.kernels.push_back(b.info);
@@ -452,28 +485,20 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
       fs::remove(so, ec);
     }
   } cleanup{&objects, tmp + ".so"};
-  std::vector<KernelBuild>& builds = mb.builds();
   std::vector<CodegenResult> results(builds.size());
-  std::vector<std::string> errors(builds.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t k; (k = next++) < builds.size();) {
-      try {
-        results[k] = codegen_llvm(builds[k].func, target, CodegenOutput::Object);
-      } catch (const std::exception& e) {
-        errors[k] = e.what();
-      }
+  on_all_cores([&](size_t k) {
+    if (code_of[k] != k || !errors[k].empty()) return;
+    try {
+      results[k] = codegen_llvm(builds[k].func, target, CodegenOutput::Object);
+    } catch (const std::exception& e) {
+      errors[k] = e.what();
     }
-  };
-  unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
-  std::vector<std::thread> pool;
-  for (unsigned k = 1; k < threads; ++k) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
+  });
   bool openmp = false, libm = false;
   for (size_t k = 0; k < builds.size(); ++k) {
     if (!errors[k].empty())
       throw std::runtime_error(str("kernel ", builds[k].info.function, ": ", errors[k]));
+    if (code_of[k] != k) continue;
     objects.push_back(str(tmp, ".k", k, ".o"));
     write_file(objects.back(), results[k].data);
     openmp |= results[k].uses_openmp;

@@ -45,6 +45,9 @@ struct ModelKernel {
   std::string template_name;       // the schedule template, or "generic"
   std::vector<std::string> args;   // value names in call order, the output last
   KernelConfig config;
+  // The function of an earlier kernel whose code is this one's but for the name (a repeated
+  // layer): the model calls that one, and this one is not generated. Empty otherwise.
+  std::string same_code_as;
 };
 
 struct CompiledModel {

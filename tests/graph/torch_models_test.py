@@ -248,6 +248,13 @@ def main():
                 ok_compiled = ok_compiled and (np.argmax(gotc, axis=-1) == np.argmax(want, axis=-1)).all()
             # Every node after the passes is computed by a kernel.
             ok = ok and ok_compiled and len({n for k in sidecar["kernels"] for n in k["nodes"]}) == info["nodes"]
+            # Kernels of the same code (a repeated layer) are generated once: each names one
+            # that was generated; the outputs above are the check that sharing was right.
+            generated = {k["function"] for k in sidecar["kernels"] if "same_code_as" not in k}
+            shared = [k["same_code_as"] for k in sidecar["kernels"] if "same_code_as" in k]
+            ok = ok and all(f in generated for f in shared)
+            if name in ("recurrent", "resnet18"):
+                ok = ok and len(shared) > 0
             if name.startswith(("resnet", "mobilenet")):
                 # Each fused group is one kernel (the residual Add, the Clip run in the conv's
                 # kernel).
@@ -296,7 +303,7 @@ def main():
             print(f"{'ok  ' if ok else 'FAIL'} {name:13s} opset {opset}: {info['nodes_imported']} nodes imported, "
                   f"{info['nodes']} after passes, {len(info['fused_kernels'])} kernels, {len(info['tasks'])} tasks, passes fired: {', '.join(fired) or 'none'}; "
                   f"max error {err:.3g} of magnitude {mag:.3g}; compiled: {len(sidecar['kernels'])} kernels, "
-                  f"workspace {sidecar['workspace_bytes']} bytes, max error {errc:.3g}")
+                  f"{len(shared)} of them sharing another's code, workspace {sidecar['workspace_bytes']} bytes, max error {errc:.3g}")
             failures += not ok
     if os.path.exists(stale):
         failures += 1
