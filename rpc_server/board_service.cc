@@ -283,6 +283,7 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
     bytes += n * 4;
     if (a.is_output()) output_bytes += n * 4;
   }
+  if (!baseline.empty()) bytes += output_bytes;  // the baseline writes outputs of its own
   if (bytes > req.memory_limit_bytes()) {
     return invalid("arguments need " + std::to_string(bytes) + " bytes, over the memory limit of " +
                    std::to_string(req.memory_limit_bytes()));

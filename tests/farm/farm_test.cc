@@ -415,6 +415,11 @@ TEST_F(Farm, ABaselineModuleIsTimedAlongside) {
   bad = req;
   bad.set_baseline_function("rm -rf");
   expect_refused(bad, grpc::StatusCode::INVALID_ARGUMENT, "baseline function name 'rm -rf'");
+  // The baseline's outputs count against the memory limit too: 8 + 8 MiB fit 16 MiB, 8 + 2 x 8 do not.
+  bad = req;
+  bad.set_memory_limit_bytes(16 << 20);
+  for (int i = 0; i < 2; ++i) bad.mutable_args(i)->set_shape(0, 2 << 20);
+  expect_refused(bad, grpc::StatusCode::INVALID_ARGUMENT, "arguments need 25165824 bytes, over the memory limit of 16777216");
 }
 
 TEST_F(Farm, MisbehavingKernelsGetErrorCodesAndTheBoardServesOn) {
