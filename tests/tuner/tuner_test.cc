@@ -288,14 +288,19 @@ TEST(Builder, AMissingWorkerIsAClearError) {
 
 // ---- Local runner ----------------------------------------------------------------------
 
+// Three samples of at least 1 ms each.
+MeasureContext quick_context(const Workload& w) {
+  MeasureOptions mo;
+  mo.repeat = 3;
+  mo.min_repeat_ms = 1;
+  return MeasureContext(build_op(w), mo);
+}
+
 TEST(LocalRunner, TimesChecksAndClassifiesFailures) {
   LocalBuilder b = builder();
   LocalRunner r = runner();
   Workload w = parse_workload("matmul(M=24,N=20,K=12)");
-  MeasureOptions mo;
-  mo.repeat = 3;
-  mo.min_repeat_ms = 1;
-  MeasureContext ctx(build_op(w), mo);
+  MeasureContext ctx = quick_context(w);
   std::vector<BuildResult> builds = b.build(w, host_target(), {json::object(), {{"tile_m", 0}}});
   std::vector<RunResult> res = r.run(ctx, builds);
   ASSERT_EQ(res.size(), 2u);
@@ -324,10 +329,7 @@ TEST(LocalRunner, TimesABaselineAlongsideAndChecksOnlyTheKernel) {
   LocalBuilder b = builder();
   LocalRunner r = runner();
   Workload w = parse_workload("matmul(M=24,N=20,K=12)");
-  MeasureOptions mo;
-  mo.repeat = 3;
-  mo.min_repeat_ms = 1;
-  MeasureContext ctx(build_op(w), mo);
+  MeasureContext ctx = quick_context(w);
   std::vector<BuildResult> plain = b.build(w, host_target(), {json::object()});
   ASSERT_TRUE(plain[0].ok()) << plain[0].error_msg;
   // The next batch replaces this one's files.
