@@ -2,6 +2,7 @@
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
@@ -72,10 +73,11 @@ class RunnerGen {
   }
 
   void tensor_table(const std::string& role, const std::vector<RunnerTensor>& ts) {
-    std::vector<llvm::Constant*> names, ndims, shapes;
+    std::vector<llvm::Constant*> names, ndims, shapes, dtypes;
     for (const RunnerTensor& t : ts) {
       names.push_back(b_.CreateGlobalString(t.name, "tf_" + role + "_name", 0, &m_));
       ndims.push_back(b_.getInt32(static_cast<uint32_t>(t.shape.size())));
+      dtypes.push_back(b_.getInt32(static_cast<uint32_t>(t.dtype)));
       std::vector<uint64_t> dims(t.shape.begin(), t.shape.end());
       if (dims.empty()) dims.push_back(1);  // a valid pointer even for rank 0
       llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, dims);
@@ -90,6 +92,34 @@ class RunnerGen {
     table_fn("tf_model_" + role + "_ndim", b_.getInt32Ty(), ndims,
              b_.getInt32(static_cast<uint32_t>(-1)));
     table_fn("tf_model_" + role + "_shape", ptr, shapes, llvm::ConstantPointerNull::get(ptr));
+    table_fn("tf_model_" + role + "_dtype", b_.getInt32Ty(), dtypes, b_.getInt32(static_cast<uint32_t>(-1)));
+  }
+
+  // out[i] = convert(from[i]) for i < n: float32 to the output's type.
+  void convert_loop(llvm::Value* out, llvm::Value* from, uint64_t n, RunnerType type) {
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, "convert", fn);
+    auto* done = llvm::BasicBlock::Create(ctx_, "converted", fn);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i");
+    i->addIncoming(b_.getInt64(0), pre);
+    llvm::Value* x = b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), from, i));
+    llvm::Value* v;
+    llvm::Type* elem;
+    if (type == RunnerType::Int64) {
+      elem = b_.getInt64Ty();
+      v = b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {elem, b_.getFloatTy()}, {x});
+    } else {
+      elem = b_.getInt8Ty();
+      v = b_.CreateZExt(b_.CreateFCmpUNE(x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0)), elem);
+    }
+    b_.CreateStore(v, b_.CreateInBoundsGEP(elem, out, i));
+    llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1));
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(n)), loop, done);
+    b_.SetInsertPoint(done);
   }
 
   void run(const RunnerSpec& s) {
@@ -149,10 +179,20 @@ class RunnerGen {
     }
     for (const RunnerCopy& c : s.copies) {
       const RunnerTensor& t = s.outputs.at(static_cast<size_t>(c.output));
-      uint64_t n = 4;
+      uint64_t n = 1;
       for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-      b_.CreateMemCpy(buffer({RunnerBuffer::Kind::Output, c.output}), llvm::MaybeAlign(4),
-                      buffer(c.from), llvm::MaybeAlign(4), n);
+      llvm::Value* out = buffer({RunnerBuffer::Kind::Output, c.output});
+      if (!c.literal.empty()) {
+        llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(c.literal));
+        auto* gv = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init,
+                                            "tf_output_literal");
+        gv->setAlignment(llvm::Align(8));
+        b_.CreateMemCpy(out, llvm::MaybeAlign(1), gv, llvm::MaybeAlign(8), c.literal.size());
+      } else if (t.dtype == RunnerType::Float32) {
+        b_.CreateMemCpy(out, llvm::MaybeAlign(4), buffer(c.from), llvm::MaybeAlign(4), 4 * n);
+      } else if (n > 0) {
+        convert_loop(out, buffer(c.from), n, t.dtype);
+      }
     }
     b_.CreateCall(release, {owned});
     b_.CreateRet(b_.getInt32(0));

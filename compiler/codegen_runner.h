@@ -7,13 +7,15 @@
 //   const char*    tf_model_input_name(int32_t i);  NULL when i is out of range
 //   int32_t        tf_model_input_ndim(int32_t i);  -1 when i is out of range
 //   const int64_t* tf_model_input_shape(int32_t i); NULL when i is out of range
-//   (and the same four for outputs)
+//   int32_t        tf_model_input_dtype(int32_t i); ONNX element type: 1 float32, 7 int64,
+//                                                   9 bool (one byte); -1 out of range
+//   (and the same five for outputs)
 //   uint64_t       tf_model_workspace_bytes(void);
-//   int32_t        tf_model_run(const float* const* inputs, float* const* outputs, void*
+//   int32_t        tf_model_run(const float* const* inputs, void* const* outputs, void*
 //   workspace);
 //
 // tf_model_run calls the kernels in order on the caller's input and output buffers (dense
-// row-major float32, in the model's order), the constants embedded in the library, and
+// row-major, in the model's order; inputs float32, outputs of their dtype), the constants embedded in the library, and
 // intermediates at fixed offsets of the workspace (tf_model_workspace_bytes, 64-byte
 // aligned); a NULL workspace is allocated and freed within the call. It returns 0, or -1
 // when memory ran out (the outputs are then unspecified). Concurrent calls need their own
@@ -28,9 +30,13 @@
 
 namespace tf {
 
+// Element types as ONNX's TensorProto numbers them.
+enum class RunnerType : int32_t { Float32 = 1, Int64 = 7, Bool = 9 };
+
 struct RunnerTensor {
   std::string name;
   std::vector<int64_t> shape;
+  RunnerType dtype = RunnerType::Float32;
 };
 
 // A buffer a kernel reads or writes.
@@ -46,10 +52,13 @@ struct RunnerCall {
 };
 
 // After the calls: output `output` gets a copy of `from` (outputs that are inputs, constants
-// or other outputs of the model).
+// or other outputs of the model), float32 data converted to the output's dtype (an int64 by
+// rounding toward zero, saturating, NaN as 0; a bool as x != 0); or, with `literal`, those
+// bytes as they are (a constant output of another dtype than float32).
 struct RunnerCopy {
   RunnerBuffer from;
   int64_t output;
+  std::vector<uint8_t> literal;
 };
 
 struct RunnerSpec {

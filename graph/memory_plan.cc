@@ -13,11 +13,14 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
   };
   for (size_t k = 0; k < groups.size(); ++k) {
     for (const std::string& v : groups[k].outputs) {
-      if (outputs.count(v)) continue;
       const Value& val = g.value(v);
+      // Float outputs are written in the caller's buffers; others are computed here and
+      // converted into them after the last kernel (compiler/codegen_runner.h).
+      bool output = outputs.count(v) > 0;
+      if (output && val.dtype == DType::F32) continue;
       // int64 8 bytes; bools are 0 / 1 floats in compiled kernels (graph/node_te.h).
       int64_t width = val.dtype == DType::I64 ? 8 : 4;
-      plan.buffers[v] = BufferPlacement{0, align(num_elements(val.shape) * width), k, k};
+      plan.buffers[v] = BufferPlacement{0, align(num_elements(val.shape) * width), k, output ? groups.size() : k};
     }
   }
   for (size_t k = 0; k < groups.size(); ++k) {

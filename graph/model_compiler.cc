@@ -393,13 +393,9 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     throw UserError(str("compiling whole models for ", target.str(),
                         " is not implemented yet: CPU targets (llvm ...) only"));
   }
-  for (const std::string& o : g.outputs) {
-    if (g.value(o).dtype != DType::F32) {
-      throw UserError(
-          str("model output '", o, "' is ", dtype_name(g.value(o).dtype),
-              ": compiling models with outputs other than float32 is not implemented yet"));
-    }
-  }
+  // Outputs of every type: float32 written in place; bool (0 / 1 floats inside) and int64
+  // (ArgMax's indices, floats inside: the kernels refuse other int64 results) converted after
+  // the last kernel; constants of other types copied as they are.
   ModelBuilder mb(g, target, lookup);
   for (const FusedGroup& grp : plan_fusion(g)) mb.add_group(grp);
   const Graph& graph = mb.graph();
@@ -410,8 +406,13 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   cm.outputs = tensors_json(graph, graph.outputs);
 
   RunnerSpec spec;
+  auto runner_type = [](DType t) {
+    return t == DType::I64 ? RunnerType::Int64 : t == DType::Bool ? RunnerType::Bool : RunnerType::Float32;
+  };
   for (const std::string& n : graph.inputs) spec.inputs.push_back({n, graph.value(n).shape});
-  for (const std::string& n : graph.outputs) spec.outputs.push_back({n, graph.value(n).shape});
+  for (const std::string& n : graph.outputs) {
+    spec.outputs.push_back({n, graph.value(n).shape, runner_type(graph.value(n).dtype)});
+  }
   spec.workspace_bytes = cm.memory.arena_bytes;
   std::map<std::string, int64_t> constant_index;
   auto buffer = [&](const std::string& v) -> RunnerBuffer {
@@ -426,7 +427,9 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
       return {RunnerBuffer::Kind::Constant, it->second};
     }
     auto o = std::find(graph.outputs.begin(), graph.outputs.end(), v);
-    if (o != graph.outputs.end()) return {RunnerBuffer::Kind::Output, o - graph.outputs.begin()};
+    if (o != graph.outputs.end() && graph.value(v).dtype == DType::F32) {
+      return {RunnerBuffer::Kind::Output, o - graph.outputs.begin()};
+    }
     return {RunnerBuffer::Kind::Workspace, cm.memory.buffers.at(v).offset};
   };
   std::vector<KernelBuild>& builds = mb.builds();
@@ -467,6 +470,21 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     cm.kernels.push_back(b.info);
   }
   for (size_t k = 0; k < graph.outputs.size(); ++k) {
+    const Value& v = graph.value(graph.outputs[k]);
+    if (v.dtype != DType::F32 && v.constant) {
+      // A constant of another type (a folded shape, a comparison of constants): its bytes.
+      RunnerCopy c{{RunnerBuffer::Kind::Constant, 0}, static_cast<int64_t>(k), {}};
+      for (int64_t x : v.constant->i) {
+        if (v.dtype == DType::Bool) {
+          c.literal.push_back(x != 0);
+        } else {
+          const auto* b = reinterpret_cast<const uint8_t*>(&x);
+          c.literal.insert(c.literal.end(), b, b + sizeof x);
+        }
+      }
+      if (!c.literal.empty()) spec.copies.push_back(std::move(c));
+      continue;
+    }
     RunnerBuffer from = buffer(graph.outputs[k]);
     if (from.kind != RunnerBuffer::Kind::Output || from.index != static_cast<int64_t>(k))
       spec.copies.push_back({from, static_cast<int64_t>(k)});

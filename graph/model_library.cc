@@ -21,10 +21,14 @@ std::vector<TensorInfo> describe(void* h, const std::string& path, const std::st
   auto name = entry<const char* (*)(int32_t)>(h, path, ("tf_model_" + role + "_name").c_str());
   auto ndim = entry<int32_t (*)(int32_t)>(h, path, ("tf_model_" + role + "_ndim").c_str());
   auto shape = entry<const int64_t* (*)(int32_t)>(h, path, ("tf_model_" + role + "_shape").c_str());
+  // Libraries from before outputs had types have no dtype table: all float32.
+  auto dtype = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(h, ("tf_model_" + role + "_dtype").c_str()));
   std::vector<TensorInfo> out;
   for (int32_t i = 0; i < count(); ++i) {
     const int64_t* s = shape(i);
-    out.push_back({name(i), Shape(s, s + ndim(i))});
+    int32_t t = dtype ? dtype(i) : 1;
+    if (t != 1 && t != 7 && t != 9) throw UserError(str(path, ": ", role, " ", i, " has element type ", t));
+    out.push_back({name(i), Shape(s, s + ndim(i)), t == 7 ? DType::I64 : t == 9 ? DType::Bool : DType::F32});
   }
   return out;
 }
@@ -39,7 +43,7 @@ ModelLibrary::ModelLibrary(const std::string& path) : path_(path) {
   handle_ = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_) throw UserError(str(path, ": cannot load: ", dlerror()));
   try {
-    run_ = entry<int (*)(const float* const*, float* const*, void*)>(handle_, path, "tf_model_run");
+    run_ = entry<int (*)(const float* const*, void* const*, void*)>(handle_, path, "tf_model_run");
     workspace_bytes_ = entry<uint64_t (*)()>(handle_, path, "tf_model_workspace_bytes")();
     bool has_inputs = dlsym(handle_, "tf_model_input_name") != nullptr;
     if (has_inputs) inputs_ = describe(handle_, path, "input");
@@ -70,17 +74,28 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
     in.push_back(inputs[k]->f.data());
   }
   outputs.resize(outputs_.size());
-  std::vector<float*> out;
+  std::vector<void*> out;
+  std::vector<std::vector<uint8_t>> bools(outputs_.size());  // one byte each, as the library writes them
   for (size_t k = 0; k < outputs_.size(); ++k) {
-    if (outputs[k].shape != outputs_[k].shape || outputs[k].dtype != DType::F32) {
-      outputs[k] = HostTensor::floats(outputs_[k].shape,
-                                      std::vector<float>(num_elements(outputs_[k].shape)));
+    const TensorInfo& o = outputs_[k];
+    int64_t n = num_elements(o.shape);
+    if (outputs[k].shape != o.shape || outputs[k].dtype != o.dtype) {
+      outputs[k] = o.dtype == DType::F32 ? HostTensor::floats(o.shape, std::vector<float>(n))
+                                         : HostTensor::ints(o.shape, std::vector<int64_t>(n), o.dtype);
     }
-    out.push_back(outputs[k].f.data());
+    if (o.dtype == DType::Bool) {
+      bools[k].resize(static_cast<size_t>(n));
+      out.push_back(bools[k].data());
+    } else {
+      out.push_back(o.dtype == DType::F32 ? static_cast<void*>(outputs[k].f.data()) : outputs[k].i.data());
+    }
   }
   if (run_(in.data(), out.data(), workspace) != 0) {
     throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ",
                                  workspace_bytes_, " bytes, or a kernel's own buffers)"));
+  }
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    for (size_t e = 0; e < bools[k].size(); ++e) outputs[k].i[e] = bools[k][e];
   }
 }
 

@@ -16,6 +16,7 @@ namespace tf::graph {
 struct TensorInfo {
   std::string name;
   Shape shape;
+  DType dtype = DType::F32;
 };
 
 class ModelLibrary {
@@ -36,7 +37,7 @@ class ModelLibrary {
  private:
   std::string path_;
   void* handle_ = nullptr;
-  int (*run_)(const float* const*, float* const*, void*) = nullptr;
+  int (*run_)(const float* const*, void* const*, void*) = nullptr;
   std::vector<TensorInfo> inputs_, outputs_;
   uint64_t workspace_bytes_ = 0;
 };

@@ -377,6 +377,39 @@ Tensor softmax_te(const Node& n, const OpContext& c, const TeOperand& x, const s
   });
 }
 
+// ArgMax / ArgMin along `axis`: the first (select_last_index: the last) index of the largest
+// (smallest) element, as a float32 (int64 results are floats inside compiled kernels, exact
+// below 2^24, converted to int64 at the model's output: compiler/codegen_runner.h). Three
+// stages: the extreme value, the largest key of the positions holding it (the index, or its
+// mirror K-1-index for the first), and the index. Unlike numpy, a NaN is not picked: max
+// skips it.
+Tensor arg_te(const Node& n, const TeOperand& x, const Shape& out, const std::string& name) {
+  if (!x.tensor) not_implemented(n, str(n.op, " of a one-element constant"));
+  auto rank = static_cast<int64_t>(x.shape.size());
+  int64_t axis = normalize_axis(n, n.get_int("axis", 0), rank);
+  bool keep = n.get_int("keepdims", 1) != 0, last = n.get_int("select_last_index", 0) != 0;
+  const int64_t extent = x.shape[static_cast<size_t>(axis)];
+  KeptReduction red(x, {axis});
+  auto value = [&](const Index& i) { return n.op == "ArgMax" ? red.src(i) : ir::f32(-1.0) * red.src(i); };
+  Tensor m = ir::compute(
+      name + "_extreme", red.stat, axis_names(red.stat.size()),
+      [&](const Index& i) { return ir::max_reduce(value(i), red.rv); }, red.rv);
+  Expr r = red.rv[0].var;
+  Expr key = to_float(last ? r : Expr(extent - 1) - r);
+  Tensor k = ir::compute(
+      name + "_key", red.stat, axis_names(red.stat.size()),
+      [&](const Index& i) {
+        return ir::max_reduce(ir::select(ir::eq(value(i), ir::read(m, i)), key, ir::f32(-1.0)), red.rv);
+      },
+      red.rv);
+  return elementwise(name, out, [&](const Index& o) {
+    Index i = o;
+    if (!keep) i.insert(i.begin() + axis, Expr(int64_t{0}));
+    Expr v = ir::read(k, i);
+    return last ? v : ir::f32(static_cast<double>(extent - 1)) - v;
+  });
+}
+
 // Normalization over the dimensions from `axis` on (LayerNormalization; InstanceNormalization
 // with axis 2): mean and inverse standard deviation per row, then `affine` of the normalized
 // value. Returns the output, the mean and the inverse standard deviation.
@@ -676,8 +709,9 @@ Expr read_broadcast(const TeOperand& x, const Index& out) {
 
 std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
                             const std::string& prefix, const Shape* elementwise_shape) {
+  const bool arg = n.op == "ArgMax" || n.op == "ArgMin";  // int64 indices, computed as floats
   for (const std::string& o : n.outputs) {
-    if (!o.empty() && g.value(o).dtype == DType::I64)
+    if (!o.empty() && g.value(o).dtype == DType::I64 && !arg)
       not_implemented(n, str(n.op, " with a ", dtype_name(g.value(o).dtype), " result"));
   }
   OpContext c = context(n, g, g.opset);
@@ -979,6 +1013,7 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   }
   if (op.rfind("Reduce", 0) == 0) return reduce_te(n, c, need(n, in, 0), out, name);
   if (op == "Softmax" || op == "LogSoftmax") return {softmax_te(n, c, need(n, in, 0), name)};
+  if (arg) return {arg_te(n, need(n, in, 0), out, name)};
   if (op == "LayerNormalization") {
     need(n, in, 0);
     return layernorm_te(n, in, name);

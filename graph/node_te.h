@@ -7,7 +7,8 @@
 // of the node, of the node's shape, computing what the reference evaluation (ops.h) computes
 // up to float rounding (sums accumulate in float32, erf is a polynomial within 2e-7). Bool
 // values (comparisons, Where's condition, Cast to bool) are float32 tensors holding 0 and 1
-// inside compiled models; int64 results are refused.
+// inside compiled models; int64 results are refused but for ArgMax/ArgMin's indices, floats
+// too (exact below 2^24), converted to int64 at the model's output.
 // It reads the node's inputs only through the operands it is given. Inputs that decide shapes
 // or positions (Reshape's shape, Slice's starts, Split's sizes, reduction axes) are read as
 // the constants import made them. A node it cannot compile is a UserError naming the node and

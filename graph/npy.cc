@@ -67,17 +67,32 @@ HostTensor read_npy(const std::string& path) {
     }
     return HostTensor::floats(shape, std::move(v));
   }
-  throw UserError(
-      str(path, ": element type '", descr, "' is not supported (float32 '<f4', or float64 '<f8')"));
+  if (descr == "<i8" || descr == "|b1") {
+    size_t width = descr == "<i8" ? 8 : 1;
+    if (avail < static_cast<size_t>(n) * width) {
+      throw UserError(str(path, ": holds ", avail, " bytes of data for shape ", shape_str(shape)));
+    }
+    std::vector<int64_t> v(n);
+    for (int64_t k = 0; k < n; ++k) {
+      if (width == 8) {
+        std::memcpy(&v[k], body + k * 8, 8);
+      } else {
+        v[k] = body[k] != 0;
+      }
+    }
+    return HostTensor::ints(shape, std::move(v), width == 8 ? DType::I64 : DType::Bool);
+  }
+  throw UserError(str(path, ": element type '", descr,
+                      "' is not supported (float32 '<f4', float64 '<f8', int64 '<i8', bool '|b1')"));
 }
 
 void write_npy(const std::string& path, const HostTensor& t) {
-  TF_CHECK(t.dtype == DType::F32, "write_npy of a non-float tensor");
   std::string shape = "(";
   for (int64_t d : t.shape) shape += std::to_string(d) + ",";
   if (t.shape.size() > 1) shape.pop_back();
   shape += ")";
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  const char* descr = t.dtype == DType::F32 ? "<f4" : t.dtype == DType::I64 ? "<i8" : "|b1";
+  std::string header = str("{'descr': '", descr, "', 'fortran_order': False, 'shape': ", shape, ", }");
   // Magic (6) + version (2) + length (2) + header + '\n', padded to 64 bytes.
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -89,7 +104,13 @@ void write_npy(const std::string& path, const HostTensor& t) {
   char lb[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
   f.write(lb, 2);
   f << header;
-  f.write(reinterpret_cast<const char*>(t.f.data()), static_cast<std::streamsize>(t.f.size() * 4));
+  if (t.dtype == DType::F32) {
+    f.write(reinterpret_cast<const char*>(t.f.data()), static_cast<std::streamsize>(t.f.size() * 4));
+  } else if (t.dtype == DType::I64) {
+    f.write(reinterpret_cast<const char*>(t.i.data()), static_cast<std::streamsize>(t.i.size() * 8));
+  } else {
+    for (int64_t x : t.i) f.put(x != 0 ? 1 : 0);
+  }
   if (!f) throw UserError(str("cannot write ", path));
 }
 

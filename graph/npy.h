@@ -1,5 +1,6 @@
 // npy: numpy's .npy files for model inputs and outputs (format version 1.0 to 3.0, C order,
-// little-endian float32 '<f4'; float64 '<f8' is read and narrowed).
+// little-endian float32 '<f4', int64 '<i8' and bool '|b1'; float64 '<f8' is read and
+// narrowed).
 //
 // Promises: a file that is not a .npy, is Fortran-ordered, of another element type, or
 // shorter than its header says is a UserError naming the file and the problem.
@@ -12,6 +13,6 @@
 namespace tf::graph {
 
 HostTensor read_npy(const std::string& path);
-void write_npy(const std::string& path, const HostTensor& t);  // float32 only
+void write_npy(const std::string& path, const HostTensor& t);  // float32, int64 or bool
 
 }  // namespace tf::graph

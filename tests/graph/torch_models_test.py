@@ -32,6 +32,17 @@ class MLP(torch.nn.Module):
         return self.c(torch.relu(self.b(torch.nn.functional.gelu(self.a(x)))))
 
 
+class Head(torch.nn.Module):
+    """An MLP whose output is the predicted class (int64) or a mask of its positive logits (bool)."""
+    def __init__(self, kind):
+        super().__init__()
+        self.mlp, self.kind = MLP(), kind
+
+    def forward(self, x):
+        y = self.mlp(x) + 3 * x[:, :10]  # the input spreads the classes: a random MLP alone favours one
+        return y.argmax(-1) if self.kind == "argmax" else y > 0
+
+
 class Attention(torch.nn.Module):
     """Self-attention with separate Q, K, V projections (as BERT implementations write it)."""
 
@@ -176,6 +187,9 @@ def models():
     torch.manual_seed(0)
     # name, module, input shape, classifier, opset, constant folding at export
     yield "mlp", MLP(), (3, 32), True, 13, True
+    # Outputs of other types than float32: int64 indices and a bool mask.
+    yield "mlp_argmax", Head("argmax"), (5, 32), False, 13, True
+    yield "mlp_mask", Head("mask"), (5, 32), False, 13, True
     yield "resnet18", torchvision.models.resnet18(num_classes=10), (1, 3, 64, 64), True, 13, True
     # Exported without constant folding: BatchNormalization stays in the graph, and
     # tunefarm's passes fold it.
@@ -230,9 +244,12 @@ def main():
             run([tunefarm, "run", "--model", path, "--reference", "--input", os.path.join(d, "x.npy"),
                  "--output", out, "--repeat", "1"])
             got = np.load(out)
-            mag = float(np.abs(want).max())
-            err = float(np.abs(got - want).max())
-            ok = got.shape == want.shape and err <= 1e-4 * mag
+            # Differences as float64: bool outputs do not subtract.
+            def diff(a):
+                return float(np.abs(a.astype(np.float64) - want.astype(np.float64)).max())
+            mag = float(np.abs(want.astype(np.float64)).max())
+            err = diff(got)
+            ok = got.shape == want.shape and got.dtype == want.dtype and err <= 1e-4 * mag
             if classifier:
                 ok = ok and (np.argmax(got, axis=-1) == np.argmax(want, axis=-1)).all()
             # Compiled: one library (compile --model, then run the library), checked the same way.
@@ -242,8 +259,8 @@ def main():
             compiled = os.path.join(d, "yc.npy")
             run([tunefarm, "run", "--model", lib, "--input", os.path.join(d, "x.npy"), "--output", compiled, "--repeat", "1"])
             gotc = np.load(compiled)
-            errc = float(np.abs(gotc - want).max())
-            ok_compiled = gotc.shape == want.shape and errc <= 1e-4 * mag
+            errc = diff(gotc)
+            ok_compiled = gotc.shape == want.shape and gotc.dtype == want.dtype and errc <= 1e-4 * mag
             if classifier:
                 ok_compiled = ok_compiled and (np.argmax(gotc, axis=-1) == np.argmax(want, axis=-1)).all()
             # Every node after the passes is computed by a kernel.
@@ -299,6 +316,8 @@ def main():
             if name.startswith("attention"):
                 ok = ok and "combine-parallel-matmuls" in fired
                 ok = ok and info["ops"].get("Split") == 1 and info["ops_imported"]["MatMul"] - info["ops"]["MatMul"] == 2
+            if name == "mlp_argmax":
+                ok = ok and len(set(want.tolist())) > 1  # not one class everywhere
             ok = ok and len(info["tasks"]) > 0 and len(info["fused_kernels"]) < info["nodes"]
             print(f"{'ok  ' if ok else 'FAIL'} {name:13s} opset {opset}: {info['nodes_imported']} nodes imported, "
                   f"{info['nodes']} after passes, {len(info['fused_kernels'])} kernels, {len(info['tasks'])} tasks, passes fired: {', '.join(fired) or 'none'}; "
