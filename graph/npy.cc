@@ -50,11 +50,15 @@ HostTensor read_npy(const std::string& path) {
   int64_t n = num_elements(shape);
   const char* body = data.data() + start + header_len;
   size_t avail = data.size() - start - header_len;
+  const size_t width = descr == "<f4" ? 4 : descr == "<f8" || descr == "<i8" ? 8 : descr == "|b1" ? 1 : 0;
+  if (width == 0) {
+    throw UserError(str(path, ": element type '", descr,
+                        "' is not supported (float32 '<f4', float64 '<f8', int64 '<i8', bool '|b1')"));
+  }
+  if (avail < static_cast<size_t>(n) * width) {
+    throw UserError(str(path, ": holds ", avail, " bytes of data for shape ", shape_str(shape)));
+  }
   if (descr == "<f4" || descr == "<f8") {
-    size_t width = descr == "<f4" ? 4 : 8;
-    if (avail < static_cast<size_t>(n) * width) {
-      throw UserError(str(path, ": holds ", avail, " bytes of data for shape ", shape_str(shape)));
-    }
     std::vector<float> v(n);
     for (int64_t k = 0; k < n; ++k) {
       if (width == 4) {
@@ -67,23 +71,15 @@ HostTensor read_npy(const std::string& path) {
     }
     return HostTensor::floats(shape, std::move(v));
   }
-  if (descr == "<i8" || descr == "|b1") {
-    size_t width = descr == "<i8" ? 8 : 1;
-    if (avail < static_cast<size_t>(n) * width) {
-      throw UserError(str(path, ": holds ", avail, " bytes of data for shape ", shape_str(shape)));
+  std::vector<int64_t> v(n);
+  for (int64_t k = 0; k < n; ++k) {
+    if (width == 8) {
+      std::memcpy(&v[k], body + k * 8, 8);
+    } else {
+      v[k] = body[k] != 0;
     }
-    std::vector<int64_t> v(n);
-    for (int64_t k = 0; k < n; ++k) {
-      if (width == 8) {
-        std::memcpy(&v[k], body + k * 8, 8);
-      } else {
-        v[k] = body[k] != 0;
-      }
-    }
-    return HostTensor::ints(shape, std::move(v), width == 8 ? DType::I64 : DType::Bool);
   }
-  throw UserError(str(path, ": element type '", descr,
-                      "' is not supported (float32 '<f4', float64 '<f8', int64 '<i8', bool '|b1')"));
+  return HostTensor::ints(shape, std::move(v), width == 8 ? DType::I64 : DType::Bool);
 }
 
 void write_npy(const std::string& path, const HostTensor& t) {

@@ -14,14 +14,15 @@
 // was written.
 //
 // On a GPU board (--device) MODULE is PTX or a .hsaco code object, which the vendor's driver
-// loads (proto/gpu_runtime.h); no uploaded code runs on the host CPU.
-//
-// --baseline=MODULE2 (CPU only): a second library, checked, allowed by the sandbox and loaded
-// like the first; its function (the request's baseline_function) is timed on the same
-// arguments, interleaved with the kernel's samples (proto/kernel_library.h time_kernels). The runner then keeps
+// loads (proto/gpu_runtime.h); no uploaded code runs on the host CPU. The runner then keeps
 // the process group, no_new_privs, the CPU-time and core limits, but not the address-space
 // limit (drivers reserve terabytes of virtual addresses), Landlock or seccomp (drivers open
 // device files and issue ioctls those layers refuse).
+//
+// --baseline=MODULE2 (CPU only): a second library, checked, allowed by the sandbox and loaded
+// like the first; its function (the request's baseline_function) is timed on the same inputs
+// (outputs of its own), interleaved with the kernel's samples (proto/kernel_library.h
+// time_kernels).
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -62,6 +63,11 @@ int reply_and_exit(const pb::MeasureReply& reply) {
     done += static_cast<size_t>(n);
   }
   return 0;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
 int fail(pb::ErrorCode code, const std::string& msg) {
@@ -127,8 +133,7 @@ int main(int argc, char** argv) {
   // memory (a large library under a small limit would read as a crash).
   std::string gpu_module;
   {
-    std::ifstream f(argv[1], std::ios::binary);
-    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string data = read_file(argv[1]);
     if (!device.empty()) {
       std::string kind;
       try {
@@ -144,12 +149,12 @@ int main(int argc, char** argv) {
       return fail(pb::LOAD_ERROR, std::string("kernel library ") + argv[1] + " is " + why);
     }
   }
+  std::vector<std::string> modules{argv[1]};  // what the sandbox lets the runner map
   if (!baseline.empty()) {
-    std::ifstream f(baseline, std::ios::binary);
-    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (std::string why = tf::check_kernel_library(data); !why.empty()) {
+    if (std::string why = tf::check_kernel_library(read_file(baseline)); !why.empty()) {
       return fail(pb::LOAD_ERROR, "baseline library " + baseline + " is " + why);
     }
+    modules.push_back(baseline);
   }
 
   rlimit core{0, 0};
@@ -167,10 +172,7 @@ int main(int argc, char** argv) {
 
   if (!device.empty()) {
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-  } else if (std::string err = tf::farm::enter_sandbox(baseline.empty() ? std::vector<std::string>{argv[1]}
-                                                                           : std::vector<std::string>{argv[1], baseline},
-                                                         !emulated);
-             !err.empty()) {
+  } else if (std::string err = tf::farm::enter_sandbox(modules, !emulated); !err.empty()) {
     return fail(pb::RUNTIME_ERROR, "runner: cannot enter the sandbox: " + err);
   }
 

@@ -27,6 +27,7 @@ const char* error_code_name(pb::ErrorCode c) {
 }
 
 double RunResult::median_s() const { return db::median_of(samples_s); }
+double RunResult::baseline_median_s() const { return db::median_of(baseline_samples_s); }
 
 double RunResult::speedup() const {
   std::vector<double> ratios;

@@ -55,6 +55,7 @@ struct RunResult {
   std::vector<double> baseline_samples_s;
   bool ok() const { return error == tunefarm::v1::OK; }
   double median_s() const;  // 0 when not timed
+  double baseline_median_s() const;  // 0 without a baseline
   // The median over sample pairs of baseline time / kernel time: how many times faster than
   // the baseline the kernel ran, steady where absolute times drift; 0 without a baseline.
   double speedup() const;

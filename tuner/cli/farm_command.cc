@@ -15,7 +15,6 @@
 #include "compiler/reference.h"
 #include "db/database.h"
 #include "db/json_limits.h"
-#include "db/records.h"
 #include "compiler/driver.h"
 #include "proto/gpu_runtime.h"
 #include "proto/kernel_library.h"
@@ -244,7 +243,7 @@ int farm_measure(const FarmArgs& a) {
              {"check", r.correctness}, {"max_abs_error", r.max_abs_error}};
     if (timed_baseline) {
       out["baseline"] = {{"module", a.baseline}, {"samples_s", r.baseline_samples_s},
-                         {"median_s", db::median_of(r.baseline_samples_s)}};
+                         {"median_s", r.baseline_median_s()}};
       out["speedup"] = r.speedup();
     }
     std::printf("%s\n", out.dump(2).c_str());
@@ -257,7 +256,7 @@ int farm_measure(const FarmArgs& a) {
       if (timed_baseline) {
         std::printf("baseline  %s: %.6f ms, interleaved with the kernel's samples\nspeedup   %.3fx over the baseline "
                     "(median of the sample pairs' ratios)\n",
-                    a.baseline.c_str(), db::median_of(r.baseline_samples_s) * 1e3, r.speedup());
+                    a.baseline.c_str(), r.baseline_median_s() * 1e3, r.speedup());
       }
     } else {
       std::printf("error     %s: %s\n", code.c_str(), r.error_msg.c_str());

@@ -314,7 +314,7 @@ int cmd_run(const RunArgs& a) {
               {"max_abs_error", r.max_abs_error}, {"tolerance", r.tolerance}};
   if (base) {
     out["baseline"] = {{"config", base->config}, {"config_source", base->config_source},
-                       {"median_s", db::median_of(r.baseline_samples_s)}, {"samples_s", r.baseline_samples_s}};
+                       {"median_s", r.baseline_median_s()}, {"samples_s", r.baseline_samples_s}};
     out["speedup"] = r.speedup();
   }
   if (a.as_json) {
@@ -329,7 +329,7 @@ int cmd_run(const RunArgs& a) {
     if (base) {
       std::printf("baseline  %s (%s): %.6f ms, interleaved with the kernel's samples\nspeedup   %.3fx over the "
                   "baseline (median of the %zu sample pairs' ratios)\n",
-                  base->config.dump().c_str(), base->config_source.c_str(), db::median_of(r.baseline_samples_s) * 1e3,
+                  base->config.dump().c_str(), base->config_source.c_str(), r.baseline_median_s() * 1e3,
                   r.speedup(), std::min(r.samples_s.size(), r.baseline_samples_s.size()));
     }
     if (db) std::printf("recorded  in %s\n", db::database_path(a.db).c_str());
