@@ -9,6 +9,8 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <map>
+
 #include "compiler/codegen_llvm.h"
 #include "compiler/error.h"
 
@@ -122,6 +124,42 @@ class RunnerGen {
     b_.SetInsertPoint(done);
   }
 
+  // to[i] = float(from[i]) for i < n: an int64 input (branching to `bad` when one is beyond
+  // +-kRunnerMaxExactInt) or a bool's byte as 0 / 1.
+  void convert_input_loop(llvm::Value* to, llvm::Value* from, uint64_t n, RunnerType type,
+                          llvm::BasicBlock* bad) {
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, "convert_input", fn);
+    auto* done = llvm::BasicBlock::Create(ctx_, "input_converted", fn);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i");
+    i->addIncoming(b_.getInt64(0), pre);
+    llvm::Value* v;
+    if (type == RunnerType::Int64) {
+      llvm::Value* x =
+          b_.CreateLoad(b_.getInt64Ty(), b_.CreateInBoundsGEP(b_.getInt64Ty(), from, i));
+      // x + 2^24 in [0, 2^25] as unsigned: one compare for both bounds.
+      llvm::Value* shifted =
+          b_.CreateAdd(x, b_.getInt64(static_cast<uint64_t>(kRunnerMaxExactInt)));
+      llvm::Value* ok =
+          b_.CreateICmpULE(shifted, b_.getInt64(2 * static_cast<uint64_t>(kRunnerMaxExactInt)));
+      auto* good = llvm::BasicBlock::Create(ctx_, "input_in_range", fn);
+      b_.CreateCondBr(ok, good, bad);
+      b_.SetInsertPoint(good);
+      v = b_.CreateSIToFP(x, b_.getFloatTy());
+    } else {
+      llvm::Value* x = b_.CreateLoad(b_.getInt8Ty(), b_.CreateInBoundsGEP(b_.getInt8Ty(), from, i));
+      v = b_.CreateUIToFP(b_.CreateICmpNE(x, b_.getInt8(0)), b_.getFloatTy());
+    }
+    b_.CreateStore(v, b_.CreateInBoundsGEP(b_.getFloatTy(), to, i));
+    llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1));
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(n)), loop, done);
+    b_.SetInsertPoint(done);
+  }
+
   void run(const RunnerSpec& s) {
     llvm::PointerType* ptr = b_.getPtrTy();
     llvm::Function* fn = define("tf_model_run", b_.getInt32Ty(), {ptr, ptr, ptr});
@@ -151,9 +189,14 @@ class RunnerGen {
     llvm::PHINode* owned = b_.CreatePHI(ptr, 2, "owned");
     owned->addIncoming(llvm::ConstantPointerNull::get(ptr), entry);
     owned->addIncoming(fresh, allocate);
+    std::map<int64_t, uint64_t> converted;  // input -> workspace offset of its float32 copy
+    for (const RunnerInputConversion& c : s.conversions)
+      converted[c.input] = static_cast<uint64_t>(c.workspace_offset);
     auto buffer = [&](const RunnerBuffer& r) -> llvm::Value* {
       switch (r.kind) {
         case RunnerBuffer::Kind::Input:
+          if (auto it = converted.find(r.index); it != converted.end())
+            return b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), ws, it->second);
           return b_.CreateLoad(
               ptr, b_.CreateConstInBoundsGEP1_64(ptr, inputs, static_cast<uint64_t>(r.index)));
         case RunnerBuffer::Kind::Output:
@@ -166,6 +209,24 @@ class RunnerGen {
       }
       return nullptr;
     };
+    if (!s.conversions.empty()) {
+      auto* bad = llvm::BasicBlock::Create(ctx_, "input_out_of_range", fn);
+      for (const RunnerInputConversion& c : s.conversions) {
+        const RunnerTensor& t = s.inputs.at(static_cast<size_t>(c.input));
+        uint64_t n = 1;
+        for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+        llvm::Value* from = b_.CreateLoad(
+            ptr, b_.CreateConstInBoundsGEP1_64(ptr, inputs, static_cast<uint64_t>(c.input)));
+        llvm::Value* to = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), ws,
+                                                        static_cast<uint64_t>(c.workspace_offset));
+        if (n > 0) convert_input_loop(to, from, n, t.dtype, bad);
+      }
+      llvm::BasicBlock* resume = b_.GetInsertBlock();
+      b_.SetInsertPoint(bad);
+      b_.CreateCall(release, {owned});
+      b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-2)));
+      b_.SetInsertPoint(resume);
+    }
     for (const RunnerCall& c : s.calls) {
       std::vector<llvm::Type*> params(c.args.size(), ptr);
       llvm::FunctionCallee kernel = m_.getOrInsertFunction(

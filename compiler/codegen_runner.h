@@ -11,15 +11,17 @@
 //                                                   9 bool (one byte); -1 out of range
 //   (and the same five for outputs)
 //   uint64_t       tf_model_workspace_bytes(void);
-//   int32_t        tf_model_run(const float* const* inputs, void* const* outputs, void*
+//   int32_t        tf_model_run(const void* const* inputs, void* const* outputs, void*
 //   workspace);
 //
 // tf_model_run calls the kernels in order on the caller's input and output buffers (dense
-// row-major, in the model's order; inputs float32, outputs of their dtype), the constants embedded in the library, and
-// intermediates at fixed offsets of the workspace (tf_model_workspace_bytes, 64-byte
-// aligned); a NULL workspace is allocated and freed within the call. It returns 0, or -1
-// when memory ran out (the outputs are then unspecified). Concurrent calls need their own
-// workspaces.
+// row-major, in the model's order, each of its dtype), the constants embedded in the
+// library, and intermediates at fixed offsets of the workspace (tf_model_workspace_bytes,
+// 64-byte aligned); a NULL workspace is allocated and freed within the call. Kernels compute
+// in float32: int64 and bool inputs are converted into the workspace first, and an int64
+// input must lie within +-2^24 (16777216), where float32 holds every integer. It returns 0;
+// -1 when memory ran out; -2 when an int64 input is out of that range (nothing computed).
+// The outputs are unspecified after an error. Concurrent calls need their own workspaces.
 #pragma once
 
 #include <cstdint>
@@ -61,8 +63,19 @@ struct RunnerCopy {
   std::vector<uint8_t> literal;
 };
 
+// Before the calls: a non-float32 input converted to float32 at this workspace offset, where
+// the kernels read it.
+struct RunnerInputConversion {
+  int64_t input;
+  int64_t workspace_offset;
+};
+
+// The largest int64 an input may hold (in magnitude): every integer up to it is a float32.
+constexpr int64_t kRunnerMaxExactInt = int64_t{1} << 24;
+
 struct RunnerSpec {
   std::vector<RunnerTensor> inputs, outputs;
+  std::vector<RunnerInputConversion> conversions;
   std::vector<const std::vector<float>*> constants;  // embedded, read-only, 64-byte aligned
   std::vector<RunnerCall> calls;
   std::vector<RunnerCopy> copies;

@@ -269,25 +269,27 @@ class ModelBuilder {
     std::map<std::string, TeOperand> env;
     std::vector<std::string> args;
     std::vector<ir::Tensor> placeholders;
-    auto operand = [&](const Node& n, const std::string& name) -> TeOperand {
+    auto operand = [&](const Node& n, size_t input) -> TeOperand {
+      const std::string& name = n.inputs[input];
       if (name.empty()) return {};
       if (auto it = env.find(name); it != env.end()) return it->second;
       const Value& v = g_.value(name);
       TeOperand o{v.shape, nullptr, std::nullopt};
       std::string arg = name;
-      if (v.dtype == DType::I64) {
-        // An int64 constant is a parameter node_te reads from the graph (shapes, indices).
-        if (!v.constant) {
-          throw UserError(str(n.where(), ": compiling a node that reads the computed ",
-                              dtype_name(v.dtype), " value '", name, "' is not implemented yet"));
-        }
-      } else if (v.constant && v.constant->size() == 1) {
-        o.scalar = v.dtype == DType::Bool ? (v.constant->as_int(0) ? 1.0 : 0.0) : v.constant->f[0];
+      // An int64 constant that the node takes as a parameter (a shape, indices) is read from
+      // the graph by node_te; one it computes with is a float operand like a bool's 0 / 1.
+      if (v.dtype == DType::I64 && v.constant && !reads_as_data(n, input)) return o;
+      if (v.constant && v.constant->size() == 1) {
+        double x =
+            v.dtype == DType::F32 ? v.constant->f[0] : static_cast<double>(v.constant->as_int(0));
+        o.scalar = v.dtype == DType::Bool ? (x != 0 ? 1.0 : 0.0) : x;
       } else {
-        if (v.constant && v.dtype == DType::Bool) {  // bools are 0 / 1 floats in kernels
+        if (v.constant && v.dtype != DType::F32) {  // int64 and bool values are floats in kernels
           std::vector<float> f(static_cast<size_t>(v.constant->size()));
-          for (size_t k = 0; k < f.size(); ++k)
-            f[k] = v.constant->as_int(static_cast<int64_t>(k)) ? 1.0f : 0.0f;
+          for (size_t k = 0; k < f.size(); ++k) {
+            int64_t x = v.constant->as_int(static_cast<int64_t>(k));
+            f[k] = v.dtype == DType::Bool ? (x != 0 ? 1.0f : 0.0f) : static_cast<float>(x);
+          }
           arg = add_constant(name + "_f32", HostTensor::floats(v.shape, std::move(f)));
         }
         o.tensor = ir::placeholder(str("arg", args.size()), v.shape);
@@ -300,7 +302,7 @@ class ModelBuilder {
     for (size_t k = 0; k < nodes.size(); ++k) {
       const Node& n = *nodes[k];
       std::vector<TeOperand> in;
-      for (const std::string& name : n.inputs) in.push_back(operand(n, name));
+      for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back(operand(n, i));
       std::vector<ir::Tensor> ts = node_te(g_, n, in, str("n", k, "_"));
       for (size_t j = 0; j < ts.size() && j < n.outputs.size(); ++j) {
         if (!n.outputs[j].empty())
@@ -341,7 +343,8 @@ class ModelBuilder {
 json tensors_json(const Graph& g, const std::vector<std::string>& names) {
   json out = json::array();
   for (const std::string& n : names)
-    out.push_back({{"name", n}, {"shape", g.value(n).shape}, {"dtype", "float32"}});
+    out.push_back(
+        {{"name", n}, {"shape", g.value(n).shape}, {"dtype", dtype_name(g.value(n).dtype)}});
   return out;
 }
 
@@ -393,9 +396,10 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     throw UserError(str("compiling whole models for ", target.str(),
                         " is not implemented yet: CPU targets (llvm ...) only"));
   }
-  // Outputs of every type: float32 written in place; bool (0 / 1 floats inside) and int64
-  // (ArgMax's indices, floats inside: the kernels refuse other int64 results) converted after
-  // the last kernel; constants of other types copied as they are.
+  // Inputs and outputs of every type: kernels compute in float32, bools as 0 / 1 and int64
+  // values as integral floats (exact within +-2^24; node_te refuses int64 arithmetic that
+  // floats would round). int64 and bool inputs are converted on entry, such outputs after the
+  // last kernel; constants of other types are copied as they are.
   ModelBuilder mb(g, target, lookup);
   for (const FusedGroup& grp : plan_fusion(g)) mb.add_group(grp);
   const Graph& graph = mb.graph();
@@ -409,7 +413,17 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   auto runner_type = [](DType t) {
     return t == DType::I64 ? RunnerType::Int64 : t == DType::Bool ? RunnerType::Bool : RunnerType::Float32;
   };
-  for (const std::string& n : graph.inputs) spec.inputs.push_back({n, graph.value(n).shape});
+  for (const std::string& n : graph.inputs) {
+    const Value& v = graph.value(n);
+    spec.inputs.push_back({n, v.shape, runner_type(v.dtype)});
+    if (v.dtype != DType::F32) {
+      // Kernels read int64 and bool inputs as floats: a copy converted on entry, after the
+      // planned intermediates and live all through the run.
+      auto at = static_cast<int64_t>(spec.inputs.size() - 1);
+      spec.conversions.push_back({at, cm.memory.arena_bytes});
+      cm.memory.arena_bytes += (num_elements(v.shape) * 4 + 63) / 64 * 64;
+    }
+  }
   for (const std::string& n : graph.outputs) {
     spec.outputs.push_back({n, graph.value(n).shape, runner_type(graph.value(n).dtype)});
   }

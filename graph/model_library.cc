@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "compiler/codegen_runner.h"
 #include "compiler/error.h"
 
 namespace tf::graph {
@@ -43,7 +44,7 @@ ModelLibrary::ModelLibrary(const std::string& path) : path_(path) {
   handle_ = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_) throw UserError(str(path, ": cannot load: ", dlerror()));
   try {
-    run_ = entry<int (*)(const float* const*, void* const*, void*)>(handle_, path, "tf_model_run");
+    run_ = entry<int (*)(const void* const*, void* const*, void*)>(handle_, path, "tf_model_run");
     workspace_bytes_ = entry<uint64_t (*)()>(handle_, path, "tf_model_workspace_bytes")();
     bool has_inputs = dlsym(handle_, "tf_model_input_name") != nullptr;
     if (has_inputs) inputs_ = describe(handle_, path, "input");
@@ -64,14 +65,34 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
     throw UserError(
         str(path_, ": the model takes ", inputs_.size(), " inputs, not ", inputs.size()));
   }
-  std::vector<const float*> in;
+  std::vector<const void*> in;
+  std::vector<std::vector<uint8_t>> bool_inputs(
+      inputs.size());  // one byte each, as the ABI takes them
   for (size_t k = 0; k < inputs.size(); ++k) {
-    if (inputs[k]->dtype != DType::F32 || inputs[k]->shape != inputs_[k].shape) {
-      throw UserError(str("input '", inputs_[k].name, "' must be float32",
-                          shape_str(inputs_[k].shape), ", not ", dtype_name(inputs[k]->dtype),
-                          shape_str(inputs[k]->shape)));
+    const TensorInfo& want = inputs_[k];
+    const HostTensor& t = *inputs[k];
+    if (t.dtype != want.dtype || t.shape != want.shape) {
+      throw UserError(str("input '", want.name, "' must be ", dtype_name(want.dtype),
+                          shape_str(want.shape), ", not ", dtype_name(t.dtype),
+                          shape_str(t.shape)));
     }
-    in.push_back(inputs[k]->f.data());
+    if (t.dtype == DType::F32) {
+      in.push_back(t.f.data());
+      continue;
+    }
+    if (t.dtype == DType::I64) {
+      for (size_t e = 0; e < t.i.size(); ++e) {
+        if (t.i[e] < -kRunnerMaxExactInt || t.i[e] > kRunnerMaxExactInt) {
+          throw UserError(str("input '", want.name, "': element ", e, " is ", t.i[e],
+                              "; compiled models take int64 values within +-", kRunnerMaxExactInt,
+                              " (2^24, exact in the float32 their kernels compute in)"));
+        }
+      }
+      in.push_back(t.i.data());
+      continue;
+    }
+    for (int64_t x : t.i) bool_inputs[k].push_back(x != 0);
+    in.push_back(bool_inputs[k].data());
   }
   outputs.resize(outputs_.size());
   std::vector<void*> out;
@@ -90,7 +111,11 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
       out.push_back(o.dtype == DType::F32 ? static_cast<void*>(outputs[k].f.data()) : outputs[k].i.data());
     }
   }
-  if (run_(in.data(), out.data(), workspace) != 0) {
+  int status = run_(in.data(), out.data(), workspace);
+  if (status == -2) {
+    throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt));
+  }
+  if (status != 0) {
     throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ",
                                  workspace_bytes_, " bytes, or a kernel's own buffers)"));
   }

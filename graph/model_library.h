@@ -37,7 +37,7 @@ class ModelLibrary {
  private:
   std::string path_;
   void* handle_ = nullptr;
-  int (*run_)(const float* const*, void* const*, void*) = nullptr;
+  int (*run_)(const void* const*, void* const*, void*) = nullptr;
   std::vector<TensorInfo> inputs_, outputs_;
   uint64_t workspace_bytes_ = 0;
 };

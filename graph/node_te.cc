@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <map>
+#include <set>
 
 #include "compiler/error.h"
 #include "graph/layout.h"
@@ -200,6 +201,21 @@ const std::map<std::string, Binary>& compare_ops() {
   };
   return ops;
 }
+
+// Operators whose int64 results compiled kernels compute as floats: moving values, and
+// arithmetic that float32 does exactly on integers up to 2^24 (int64 inputs are checked
+// against that bound on entry, compiler/codegen_runner.h): float remainders are exact, and
+// Div has an integer division of its own. Pow is not among them.
+const std::set<std::string>& int64_exact_ops() {
+  static const std::set<std::string> ops = {
+      "Identity",  "Reshape",   "Flatten",   "Squeeze", "Unsqueeze", "Expand", "Transpose",
+      "Slice",     "Concat",    "Split",     "Gather",  "Tile",      "Pad",    "Add",
+      "Sub",       "Mul",       "Div",       "Mod",     "Neg",       "Abs",    "Sign",
+      "Relu",      "Max",       "Min",       "Sum",     "Clip",      "Where",  "Cast",
+      "ReduceMax", "ReduceMin", "ReduceSum", "ArgMax",  "ArgMin",    "OneHot", "CumSum"};
+  return ops;
+}
+
 // A bool held as a float: false is 0 and anything else true (NaN too, as Cast to bool has it).
 Expr is_false(Expr b) { return ir::eq(b, ir::f32(0.0)); }
 
@@ -707,12 +723,18 @@ Expr read_broadcast(const TeOperand& x, const Index& out) {
   return ir::read(x.tensor, idx);
 }
 
+bool reads_as_data(const Node& n, size_t k) {
+  return k == 0 || binary_ops().count(n.op) || compare_ops().count(n.op) || n.op == "Where" ||
+         n.op == "Concat" || n.op == "Clip" || n.op == "Mod" || n.op == "Pow" || n.op == "And" ||
+         n.op == "Or" || n.op == "Xor" || ((n.op == "Pad" || n.op == "OneHot") && k == 2);
+}
+
 std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
                             const std::string& prefix, const Shape* elementwise_shape) {
   const bool arg = n.op == "ArgMax" || n.op == "ArgMin";  // int64 indices, computed as floats
   for (const std::string& o : n.outputs) {
-    if (!o.empty() && g.value(o).dtype == DType::I64 && !arg)
-      not_implemented(n, str(n.op, " with a ", dtype_name(g.value(o).dtype), " result"));
+    if (!o.empty() && g.value(o).dtype == DType::I64 && !int64_exact_ops().count(n.op))
+      not_implemented(n, str(n.op, " with an int64 result"));
   }
   OpContext c = context(n, g, g.opset);
   const Shape& out = elementwise_shape ? *elementwise_shape : g.value(n.outputs[0]).shape;
@@ -720,9 +742,29 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   const std::string& op = n.op;
   if (auto u = unary_ops().find(op); u != unary_ops().end()) {
     const TeOperand& x = need(n, in, 0);
-    if (op == "Dropout" && n.outputs.size() > 1) not_implemented(n, "Dropout's mask output");
-    return {
-        elementwise(name, out, [&](const Index& i) { return u->second(read_broadcast(x, i), n); })};
+    Tensor y =
+        elementwise(name, out, [&](const Index& i) { return u->second(read_broadcast(x, i), n); });
+    // Dropout in inference keeps everything: its mask is all true.
+    if (op == "Dropout" && n.outputs.size() > 1 && !n.outputs[1].empty())
+      return {y, elementwise(name + "_mask", out, [](const Index&) { return ir::f32(1.0); })};
+    return {y};
+  }
+  if (op == "Div" && g.value(n.outputs[0]).dtype == DType::I64) {
+    // Integer division truncates (ONNX, C): done on integers, not floats, whose quotient may
+    // round up to the next integer. A zero divisor gives 0 (ONNX leaves it undefined; a
+    // hardware division by zero would trap).
+    const TeOperand &a = need(n, in, 0), &b = need(n, in, 1);
+    return {elementwise(name, out, [&](const Index& i) {
+      Expr x = ir::Cast::make(ir::Type::int64(), read_broadcast(a, i));
+      Expr y = ir::Cast::make(ir::Type::int64(), read_broadcast(b, i));
+      Expr zero = int64_t{0}, one = int64_t{1};
+      Expr x_neg = x < zero, y_neg = y < zero, y_zero = eq(y, zero);
+      Expr ax = ir::select(x_neg, zero - x, x);
+      Expr ay = ir::select(y_neg, zero - y, ir::select(y_zero, one, y));
+      Expr q = ax / ay;  // both non-negative: the IR's floor division truncates
+      Expr negative = eq(ir::select(x_neg, one, zero) + ir::select(y_neg, one, zero), one);
+      return to_float(ir::select(y_zero, zero, ir::select(negative, zero - q, q)));
+    })};
   }
   if (auto b = binary_ops().find(op); b != binary_ops().end()) {
     for (size_t k = 0; k < in.size(); ++k) need(n, in, k);
@@ -781,12 +823,17 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       return v;
     })};
   }
-  if (op == "Cast") {  // float32 or bool (as 0 / 1 floats) to either; int64 was refused above
+  if (op == "Cast") {  // between float32, int64 and bool, all floats inside
     const TeOperand& x = need(n, in, 0);
-    bool to_bool = g.value(n.outputs[0]).dtype == DType::Bool;
+    DType to = g.value(n.outputs[0]).dtype;
+    bool from_float = g.value(n.inputs[0]).dtype == DType::F32;
     return {elementwise(name, out, [&](const Index& i) {
       Expr v = read_broadcast(x, i);
-      return to_bool ? ir::select(is_false(v), ir::f32(0.0), ir::f32(1.0)) : v;
+      if (to == DType::Bool) return ir::select(is_false(v), ir::f32(0.0), ir::f32(1.0));
+      // To int64: toward zero, as C and numpy's astype.
+      if (to == DType::I64 && from_float)
+        return ir::select(v < ir::f32(0.0), ir::ceil(v), ir::floor(v));
+      return v;
     })};
   }
   if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
@@ -988,8 +1035,24 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   if (op == "Gather") {
     const TeOperand& x = need(n, in, 0);
     const Value& idx = g.value(n.inputs[1]);
-    if (!idx.constant) not_implemented(n, "Gather with computed indices");
     int64_t axis = normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(x.shape.size()));
+    size_t irank = idx.shape.size();
+    if (!idx.constant) {
+      // Indices computed at run time (token ids, ArgMax's result): floats holding integers;
+      // a negative one counts from the end, and one out of range is clamped to the axis (a
+      // kernel cannot raise ONNX's error; TVM's take clips alike).
+      const TeOperand& ix = need(n, in, 1);
+      int64_t len = x.shape[axis];
+      return {elementwise(name, out, [&](const Index& i) {
+        Index inner(i.begin() + axis, i.begin() + axis + static_cast<int64_t>(irank));
+        Expr j = ir::Cast::make(ir::Type::int64(), operand(ix, inner));
+        j = clamp(ir::select(j < Expr(int64_t{0}), j + len, j), 0, len - 1);
+        Index src(i.begin(), i.begin() + axis);
+        src.push_back(j);
+        src.insert(src.end(), i.begin() + axis + static_cast<int64_t>(irank), i.end());
+        return operand(x, src);
+      })};
+    }
     int64_t count = idx.constant->size(), len = x.shape[axis];
     if (count > 64) not_implemented(n, "Gather of more than 64 indices");
     std::vector<int64_t> pos;
@@ -999,7 +1062,6 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
         throw UserError(str(n.where(), ": index ", p, " is out of range for axis of size ", len));
       pos.push_back(p < 0 ? p + len : p);
     }
-    size_t irank = idx.shape.size();
     return {elementwise(name, out, [&](const Index& i) {
       Index inner(i.begin() + axis, i.begin() + axis + static_cast<int64_t>(irank));
       Expr j = flat_of(inner, idx.shape), at = pos.back();
@@ -1010,6 +1072,40 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       src.insert(src.end(), i.begin() + axis + static_cast<int64_t>(irank), i.end());
       return operand(x, src);
     })};
+  }
+  if (op == "OneHot") {
+    const TeOperand &idx = need(n, in, 0), &values = need(n, in, 2);
+    OneHotSpec s = onehot_spec(c);
+    return {elementwise(name, out, [&](const Index& i) {
+      Index at(i.begin(), i.end());
+      Expr j = at[s.axis];
+      at.erase(at.begin() + s.axis);
+      Expr k = ir::Cast::make(ir::Type::int64(), operand(idx, at));
+      k = ir::select(k < Expr(int64_t{0}), k + s.depth, k);  // out of range: no class is on
+      Index off{Expr(int64_t{0})}, on{Expr(int64_t{1})};
+      Shape flat{2};
+      return ir::select(eq(k, j), read_reshaped(values, on, flat),
+                        read_reshaped(values, off, flat));
+    })};
+  }
+  if (op == "CumSum") {
+    // out[.., j, ..] sums x along the axis over the positions that come before j (or after,
+    // reversed; j itself unless exclusive): one reduction over the whole axis with the others
+    // masked out, quadratic in the axis's length.
+    const TeOperand& x = need(n, in, 0);
+    if (!x.tensor) not_implemented(n, "CumSum of a one-element constant");
+    CumSumSpec s = cumsum_spec(c);
+    IterVar r = ir::reduce_axis(x.shape[s.axis], "r");
+    return {ir::compute(name, out, axis_names(out.size()),
+                        [&](const Index& i) {
+                          Index src = i;
+                          src[s.axis] = r.var;
+                          Expr j = i[s.axis];
+                          Expr take = s.reverse ? (s.exclusive ? gt(r.var, j) : r.var >= j)
+                                                : (s.exclusive ? r.var < j : r.var <= j);
+                          return ir::sum(ir::select(take, operand(x, src), ir::f32(0.0)), {r});
+                        },
+                        {r})};
   }
   if (op.rfind("Reduce", 0) == 0) return reduce_te(n, c, need(n, in, 0), out, name);
   if (op == "Softmax" || op == "LogSoftmax") return {softmax_te(n, c, need(n, in, 0), name)};

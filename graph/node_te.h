@@ -37,6 +37,11 @@ struct TeOperand {
 // Element `out` (an index into a tensor of rank out.size()) of `x` broadcast numpy-style.
 ir::Expr read_broadcast(const TeOperand& x, const std::vector<ir::Expr>& out);
 
+// Whether `n` reads its input k as values (an operand of arithmetic, data to move), not as a
+// parameter read from the graph (a shape, axes, Slice's bounds): an int64 constant read as
+// values is a float operand like any other.
+bool reads_as_data(const Node& n, size_t k);
+
 // The tensors of `n`'s outputs; `prefix` starts the names of the operations it makes (unique
 // per kernel). `elementwise_shape`, for an elementwise node only, computes the output in
 // another shape of the same row-major elements (its operands given in matching shapes): how a

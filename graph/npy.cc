@@ -50,10 +50,14 @@ HostTensor read_npy(const std::string& path) {
   int64_t n = num_elements(shape);
   const char* body = data.data() + start + header_len;
   size_t avail = data.size() - start - header_len;
-  const size_t width = descr == "<f4" ? 4 : descr == "<f8" || descr == "<i8" ? 8 : descr == "|b1" ? 1 : 0;
+  const size_t width = descr == "<f4" || descr == "<i4"   ? 4
+                       : descr == "<f8" || descr == "<i8" ? 8
+                       : descr == "|b1"                   ? 1
+                                                          : 0;
   if (width == 0) {
     throw UserError(str(path, ": element type '", descr,
-                        "' is not supported (float32 '<f4', float64 '<f8', int64 '<i8', bool '|b1')"));
+                        "' is not supported (float32 '<f4', float64 '<f8', int64 '<i8', int32 "
+                        "'<i4', bool '|b1')"));
   }
   if (avail < static_cast<size_t>(n) * width) {
     throw UserError(str(path, ": holds ", avail, " bytes of data for shape ", shape_str(shape)));
@@ -75,11 +79,15 @@ HostTensor read_npy(const std::string& path) {
   for (int64_t k = 0; k < n; ++k) {
     if (width == 8) {
       std::memcpy(&v[k], body + k * 8, 8);
+    } else if (width == 4) {  // int32, widened: int64 is the graph's integer type
+      int32_t x;
+      std::memcpy(&x, body + k * 4, 4);
+      v[k] = x;
     } else {
       v[k] = body[k] != 0;
     }
   }
-  return HostTensor::ints(shape, std::move(v), width == 8 ? DType::I64 : DType::Bool);
+  return HostTensor::ints(shape, std::move(v), width == 1 ? DType::Bool : DType::I64);
 }
 
 void write_npy(const std::string& path, const HostTensor& t) {

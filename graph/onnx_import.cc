@@ -163,12 +163,23 @@ Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
     throw UserError(
         str(what, " is not a tensor (sequences, maps and optionals are not supported)"));
   const auto& tt = vi.type().tensor_type();
-  if (tt.elem_type() != onnx::TensorProto::FLOAT) {
-    throw UserError(
-        str(what, " is ", onnx_type_name(tt.elem_type()), "; model inputs must be float32"));
+  DType type;
+  switch (tt.elem_type()) {
+    case onnx::TensorProto::FLOAT:
+      type = DType::F32;
+      break;
+    case onnx::TensorProto::INT64:
+      type = DType::I64;
+      break;  // token ids, positions
+    case onnx::TensorProto::BOOL:
+      type = DType::Bool;
+      break;  // masks
+    default:
+      throw UserError(str(what, " is ", onnx_type_name(tt.elem_type()),
+                          "; model inputs must be float32, int64 or bool"));
   }
   if (!tt.has_shape()) throw UserError(str(what, " has no shape; tunefarm needs static shapes"));
-  Value v{vi.name(), DType::F32, {}, std::nullopt};
+  Value v{vi.name(), type, {}, std::nullopt};
   for (int d = 0; d < tt.shape().dim_size(); ++d) {
     const auto& dim = tt.shape().dim(d);
     if (dim.has_dim_value() && dim.dim_value() == 0) {

@@ -34,6 +34,7 @@ const std::map<std::string, OpDef>& registry() {
     register_resize_ops(all);
     register_conv_transpose_ops(all);
     register_einsum_ops(all);
+    register_scan_ops(all);
     std::map<std::string, OpDef> m;
     for (OpDef& d : all) m.emplace(d.type, std::move(d));
     return m;
@@ -113,6 +114,8 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"Shape", {"end", "start"}},
       {"Constant", {"value", "value_float", "value_floats", "value_int", "value_ints"}},
       {"ConstantOfShape", {"value"}},
+      {"OneHot", {"axis"}},
+      {"CumSum", {"exclusive", "reverse"}},
   };
   static const std::vector<std::string> reduce = {"axes", "keepdims", "noop_with_empty_axes"};
   if (op.rfind("Reduce", 0) == 0) return reduce;

@@ -70,6 +70,7 @@ void register_layout_ops(std::vector<OpDef>& ops);  // graph/layout.h
 void register_resize_ops(std::vector<OpDef>& ops);
 void register_conv_transpose_ops(std::vector<OpDef>& ops);
 void register_einsum_ops(std::vector<OpDef>& ops);
+void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.
@@ -135,6 +136,18 @@ struct PadSpec {
   int64_t source(int64_t at, size_t dim, int64_t n) const;
 };
 PadSpec pad_spec(const OpContext& c);
+// OneHot: depth (a constant), the axis the classes run along, and the output shape.
+struct OneHotSpec {
+  int64_t depth = 0, axis = 0;
+  Shape out;
+};
+OneHotSpec onehot_spec(const OpContext& c);
+// CumSum: the axis (a constant), exclusive and reverse.
+struct CumSumSpec {
+  int64_t axis = 0;
+  bool exclusive = false, reverse = false;
+};
+CumSumSpec cumsum_spec(const OpContext& c);
 // Resize (graph/ops_resize.cc): the output shape, and per axis the fractional input position
 // an output position maps to (`source`; the scale is the given one, or out / in from sizes)
 // and nearest mode's rounding of it. Reads outside the input clamp to its edge.

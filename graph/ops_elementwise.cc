@@ -146,21 +146,33 @@ OpDef variadic(const std::string& type, std::function<double(double, double)> f)
   OpDef d{type, 1, 1 << 20, nullptr, nullptr};
   d.infer = [](const OpContext& c) {
     Shape s = c.in(0).shape;
+    // int64 too, for Max, Min and Sum (all inputs of one type).
+    bool ints = c.in(0).dtype == DType::I64 && c.node.op != "Mean";
     for (size_t k = 0; k < c.count(); ++k) {
-      require_float(c, k);
+      if (!ints || c.in(k).dtype != DType::I64) require_float(c, k);
       s = broadcast_shapes(c.node, s, c.in(k).shape);
     }
-    return std::vector<TypeShape>{{DType::F32, s}};
+    return std::vector<TypeShape>{{ints ? DType::I64 : DType::F32, s}};
   };
   d.eval = [f](const OpContext& c, const std::vector<const HostTensor*>& in) {
     HostTensor acc = *in[0];
     for (size_t k = 1; k < in.size(); ++k) {
       Shape s = broadcast_shapes(c.node, acc.shape, in[k]->shape);
-      HostTensor next = make_like(DType::F32, s);
-      for_each_broadcast<2>(s, {&acc.shape, &in[k]->shape},
-                            [&](int64_t e, const std::array<int64_t, 2>& o) {
-                              next.f[e] = static_cast<float>(f(acc.f[o[0]], in[k]->f[o[1]]));
-                            });
+      HostTensor next = make_like(acc.dtype, s);
+      for_each_broadcast<2>(
+          s, {&acc.shape, &in[k]->shape}, [&](int64_t e, const std::array<int64_t, 2>& o) {
+            if (acc.dtype == DType::F32) {
+              next.f[e] = static_cast<float>(f(acc.f[o[0]], in[k]->f[o[1]]));
+              return;
+            }
+            int64_t a = acc.i[o[0]], b = in[k]->i[o[1]];
+            if (c.node.op == "Sum") {
+              if (__builtin_add_overflow(a, b, &next.i[e]))
+                throw UserError(str(c.node.where(), ": int64 overflow in ", a, " + ", b));
+            } else {
+              next.i[e] = c.node.op == "Max" ? std::max(a, b) : std::min(a, b);
+            }
+          });
       acc = std::move(next);
     }
     if (c.node.op == "Mean") {
@@ -208,21 +220,35 @@ OpDef where_op() {
 OpDef clip_op() {
   OpDef d{"Clip", 1, 3, nullptr, nullptr};
   d.infer = [](const OpContext& c) {
-    require_float(c, 0);
+    DType t = c.in(0).dtype;
+    if (t == DType::Bool) require_float(c, 0);
     for (size_t k = 1; k < 3; ++k) {
-      if (c.present(k) && num_elements(c.in(k).shape) != 1) {
+      if (!c.present(k)) continue;
+      if (num_elements(c.in(k).shape) != 1) {
         throw UserError(str(c.node.where(), ": ", k == 1 ? "min" : "max", " must be a scalar, not ",
                             shape_str(c.in(k).shape)));
       }
+      if (c.in(k).dtype != t) {
+        throw UserError(str(c.node.where(), ": ", k == 1 ? "min" : "max", " is ",
+                            dtype_name(c.in(k).dtype), ", input 0 ", dtype_name(t)));
+      }
     }
-    return std::vector<TypeShape>{{DType::F32, c.in(0).shape}};
+    return std::vector<TypeShape>{{t, c.in(0).shape}};
   };
   d.eval = [](const OpContext& c, const std::vector<const HostTensor*>& in) {
-    float lo = -INFINITY, hi = INFINITY;
-    if (in.size() > 1 && in[1]) lo = in[1]->f[0];
-    if (in.size() > 2 && in[2]) hi = in[2]->f[0];
-    HostTensor out = make_like(DType::F32, in[0]->shape);
-    for (size_t k = 0; k < out.f.size(); ++k) out.f[k] = std::min(std::max(in[0]->f[k], lo), hi);
+    HostTensor out = make_like(in[0]->dtype, in[0]->shape);
+    bool lo = in.size() > 1 && in[1], hi = in.size() > 2 && in[2];
+    if (in[0]->dtype == DType::I64) {  // int64 (opset 12)
+      for (size_t k = 0; k < out.i.size(); ++k) {
+        int64_t x = in[0]->i[k];
+        if (lo) x = std::max(x, in[1]->i[0]);
+        if (hi) x = std::min(x, in[2]->i[0]);
+        out.i[k] = x;
+      }
+      return std::vector<HostTensor>{out};
+    }
+    float l = lo ? in[1]->f[0] : -INFINITY, h = hi ? in[2]->f[0] : INFINITY;
+    for (size_t k = 0; k < out.f.size(); ++k) out.f[k] = std::min(std::max(in[0]->f[k], l), h);
     return std::vector<HostTensor>{out};
   };
   return d;

@@ -263,10 +263,59 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
   }
   {
     ModelBuilder b;
+    b.input("x", {2}, onnx::TensorProto::INT32);
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    expect(b, "graph input 'x' is int32; model inputs must be float32, int64 or bool");
+  }
+  // OneHot and CumSum: what decides the output must be constant and well formed.
+  auto onehot = [&](std::vector<int64_t> depth, std::vector<float> values, std::string want) {
+    ModelBuilder b;
+    b.input("ids", {3}, onnx::TensorProto::INT64);
+    b.ints("depth", std::move(depth));
+    b.floats("values", std::move(values));
+    b.node("OneHot", {"ids", "depth", "values"}, {"y"}, "oh");
+    b.output("y");
+    expect(b, want);
+  };
+  onehot({0}, {0, 1}, "node 'oh' (OneHot): depth 0 is not a positive size");
+  onehot({2, 3}, {0, 1}, "node 'oh' (OneHot): depth must hold one value, not 2");
+  onehot({4}, {0, 1, 2},
+         "node 'oh' (OneHot): values must hold two elements (off, on), not shape [3]");
+  onehot({int64_t{1} << 40}, {0, 1}, "(OneHot)");  // too big an output
+  {
+    ModelBuilder b;
+    b.input("ids", {3}, onnx::TensorProto::INT64);
+    b.input("depth", {1}, onnx::TensorProto::INT64);
+    b.floats("values", {0, 1});
+    b.node("OneHot", {"ids", "depth", "values"}, {"y"}, "oh");
+    b.output("y");
+    expect(b, "node 'oh' (OneHot): input 1 (depth, 'depth') is computed at run time");
+  }
+  auto cumsum = [&](std::vector<int64_t> axis, std::string want) {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.ints("axis", std::move(axis));
+    b.node("CumSum", {"x", "axis"}, {"y"}, "cs");
+    b.output("y");
+    expect(b, want);
+  };
+  cumsum({0, 1}, "node 'cs' (CumSum): axis must be one integer, not 2 int64 values");
+  cumsum({2}, "node 'cs' (CumSum): axis 2 is out of range for rank 2");
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3}, onnx::TensorProto::BOOL);
+    b.ints("axis", {0});
+    b.node("CumSum", {"x", "axis"}, {"y"}, "cs");
+    b.output("y");
+    expect(b, "node 'cs' (CumSum): input 0 ('x') is bool; this operator takes float32");
+  }
+  {
+    ModelBuilder b;  // int64 inputs import; an operator of floats refuses them
     b.input("x", {2}, onnx::TensorProto::INT64);
     b.node("Relu", {"x"}, {"y"});
     b.output("y");
-    expect(b, "graph input 'x' is int64; model inputs must be float32");
+    expect(b, "node 'Relu_y' (Relu): input 0 ('x') is int64; this operator takes float32");
   }
   {
     ModelBuilder b;

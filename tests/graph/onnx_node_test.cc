@@ -62,10 +62,14 @@ std::string with_constant_int_inputs(const fs::path& model, const fs::path& set,
     fs::path data = set / ("input_" + std::to_string(k++) + ".pb");
     bool is_float = !vi.type().has_tensor_type() ||
                     vi.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT;
-    // Resize's scales decide the output shape: constants too, as models have them.
+    // Resize's scales and OneHot's depth decide the output shape: constants too, as models
+    // have them.
     bool decides_shape = false;
-    for (const auto& node : m.graph().node())
+    for (const auto& node : m.graph().node()) {
       decides_shape |= node.op_type() == "Resize" && node.input_size() > 2 && node.input(2) == vi.name();
+      decides_shape |=
+          node.op_type() == "OneHot" && node.input_size() > 1 && node.input(1) == vi.name();
+    }
     if (is_float && !decides_shape) {
       float_inputs.push_back(data.string());
       continue;
@@ -159,15 +163,15 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   // Every supported operator is exercised, but those whose node tests are all older than
   // opset 11 or of other element types (tests/graph/import_test.cc and, for the activations,
   // passes_test.cc's GraphNodeTe tests check those, InstanceNormalization, Sin, Cos and
-  // Einsum, whose node tests are of float64, and Not, And and Xor, of opset 7 or 1), and Gelu
-  // (opset 20; recognize-composites makes it, tests/graph/torch_models_test.py checks it), and
+  // Einsum and CumSum, whose node tests are of float64, and Not, And and Xor, of opset 7 or 1), and
+  // Gelu (opset 20; recognize-composites makes it, tests/graph/torch_models_test.py checks it), and
   // tunefarm's own blocked-layout operators (graph/layout.h; tests/graph/passes_test.cc).
   for (const std::string& op : supported_ops()) {
     if (op == "Cast" || op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Softplus" ||
         op == "ReduceLogSumExp" || op == "ConstantOfShape" || op == "Gelu" || op == "ConvNCHWc" ||
         op == "LayoutTransform" || op == "Selu" || op == "Softsign" || op == "ThresholdedRelu" ||
-        op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum" || op == "Not" ||
-        op == "And" || op == "Xor") {
+        op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum" ||
+        op == "Not" || op == "And" || op == "Xor" || op == "CumSum") {
       continue;
     }
     EXPECT_GT(ops_run[op], 0) << "no node test exercises " << op;

@@ -795,10 +795,13 @@ std::pair<std::vector<float>, std::vector<float>> compile_one(
     }
     n.inputs.push_back(name);
     if (c != consts.end()) {
-      g.values[name] = Value{name, c->second.dtype, c->second.shape, c->second};
-      bool scalar = c->second.dtype == DType::F32 && c->second.size() == 1;
-      operands.push_back(TeOperand{c->second.shape, nullptr,
-                                   scalar ? std::optional<double>(c->second.f[0]) : std::nullopt});
+      const HostTensor& t = c->second;
+      g.values[name] = Value{name, t.dtype, t.shape, t};
+      // As the model compiler has them: one-element constants folded in, an int64 one only
+      // where the node computes with it (not a parameter such as an axis).
+      bool scalar = t.size() == 1 && (t.dtype == DType::F32 || reads_as_data(n, k));
+      operands.push_back(TeOperand{t.shape, nullptr,
+                                   scalar ? std::optional<double>(t.as_double(0)) : std::nullopt});
       continue;
     }
     const HostTensor& x = xs.at(next_x++);
@@ -867,6 +870,56 @@ TEST(GraphNodeTe, ActivationsWithoutOpset11NodeTestsMatchTheirFormulas) {
       EXPECT_NEAR(reference[k], want, 2e-6 * (1 + std::fabs(want))) << "reference, x = " << xs[k];
     }
   }
+}
+
+// Integer arithmetic on int64 values (floats inside compiled kernels), compiled and in the
+// reference, against results written out: Div truncates toward zero (not the floor; exact where
+// a float quotient would round up), Mod with either sign convention, Cast from float
+// truncates, Clip and Max of integers; Gather by computed indices (negative ones count from
+// the end; compiled, out-of-range ones clamp), OneHot (negative indices, one out of range: no
+// class on), CumSum each way.
+TEST(GraphNodeTe, IntegerValuesAndIndicesMatchTheReference) {
+  auto ints = [](Shape s, std::vector<int64_t> v) {
+    return HostTensor::ints(std::move(s), std::move(v));
+  };
+  auto expect = [](const std::pair<std::vector<float>, std::vector<float>>& got,
+                   const std::vector<float>& want, const std::string& what) {
+    EXPECT_EQ(got.first, want) << what << ", compiled";
+    EXPECT_EQ(got.second, want) << what << ", reference";
+  };
+  HostTensor a = ints({9}, {7, -7, 7, -7, 16777216, -16777215, 0, 16777213, 16777215});
+  HostTensor b = ints({9}, {2, 2, -2, -2, 3, 7, 5, 2, 16777216});
+  expect(compile_one("Div", {}, {a, b}, {}), {3, -3, -3, 3, 5592405, -2396745, 0, 8388606, 0},
+         "Div");
+  HostTensor m = ints({4}, {7, -7, 7, -7}), d = ints({4}, {3, 3, -3, -3});
+  expect(compile_one("Mod", {}, {m, d}, {}), {1, 2, -2, -1}, "Mod");
+  expect(compile_one("Mod", {{"fmod", int64_t{1}}}, {m, d}, {}), {1, -1, 1, -1}, "Mod fmod=1");
+  HostTensor f = HostTensor::floats({5}, {-2.7f, -0.5f, 0.5f, 2.7f, 3.0f});
+  expect(compile_one("Cast", {{"to", int64_t{7}}}, {f}, {}), {-2, 0, 0, 2, 3}, "Cast to int64");
+  expect(compile_one("Clip", {}, {m}, {{1, ints({}, {-5})}, {2, ints({}, {5})}}), {5, -5, 5, -5},
+         "Clip");
+  expect(compile_one("Max", {}, {m, d}, {}), {7, 3, 7, -3}, "Max");
+  HostTensor table = HostTensor::floats({5, 2}, {0, 1, 10, 11, 20, 21, 30, 31, 40, 41});
+  expect(compile_one("Gather", {}, {table, ints({2, 2}, {-1, 0, 4, -5})}, {}),
+         {40, 41, 0, 1, 40, 41, 0, 1}, "Gather");
+  HostTensor onoff = HostTensor::floats({2}, {0.5f, 2.0f});
+  expect(compile_one("OneHot", {}, {ints({4}, {0, -1, 2, 9}), onoff}, {{1, ints({}, {3})}}),
+         {2, .5, .5, .5, .5, 2, .5, .5, 2, .5, .5, .5}, "OneHot");
+  expect(compile_one("OneHot", {{"axis", int64_t{0}}}, {ints({2}, {1, 0}), onoff},
+                     {{1, ints({1}, {2})}}),
+         {.5, 2, 2, .5}, "OneHot on axis 0");
+  HostTensor x = HostTensor::floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  HostTensor axis = ints({}, {1});
+  expect(compile_one("CumSum", {}, {x}, {{1, axis}}), {1, 3, 6, 4, 9, 15}, "CumSum");
+  expect(compile_one("CumSum", {{"exclusive", int64_t{1}}}, {x}, {{1, axis}}), {0, 1, 3, 0, 4, 9},
+         "CumSum exclusive");
+  expect(compile_one("CumSum", {{"reverse", int64_t{1}}}, {x}, {{1, axis}}), {6, 5, 3, 15, 11, 6},
+         "CumSum reverse");
+  expect(
+      compile_one("CumSum", {{"reverse", int64_t{1}}, {"exclusive", int64_t{1}}}, {x}, {{1, axis}}),
+      {5, 3, 0, 11, 6, 0}, "CumSum reverse exclusive");
+  expect(compile_one("CumSum", {}, {ints({2, 2}, {1, -2, 3, 4})}, {{1, ints({1}, {-2})}}),
+         {1, -2, 4, 2}, "CumSum of int64 along axis -2");
 }
 
 // Pad as compiled and in the reference, against numpy.pad's results: constant (with the

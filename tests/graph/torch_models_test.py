@@ -171,6 +171,63 @@ class Video3d(torch.nn.Module):
         return self.fc(x.flatten(1))
 
 
+class Text(torch.nn.Module):
+    """A text classifier over token ids (int64 inputs): token, position and token-type
+    embeddings (Gather by computed indices), a 2-layer transformer encoder with a key padding
+    mask from a bool input, a masked mean and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = torch.nn.Embedding(1000, 64, padding_idx=0)
+        self.pos = torch.nn.Embedding(32, 64)
+        self.typ = torch.nn.Embedding(2, 64)
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
+        self.enc = torch.nn.TransformerEncoder(layer, 2)
+        self.head = torch.nn.Linear(64, 5)
+
+    def forward(self, ids, types, mask):
+        pos = torch.arange(ids.shape[1]).unsqueeze(0)
+        x = self.tok(ids) + self.pos(pos) + self.typ(types)
+        x = self.enc(x, src_key_padding_mask=~mask)
+        m = mask.unsqueeze(-1).float()
+        return self.head((x * m).sum(1) / m.sum(1))
+
+    @staticmethod
+    def inputs():
+        ids = torch.randint(1, 1000, (2, 12))
+        ids[1, 9:] = 0
+        types = torch.zeros(2, 12, dtype=torch.long)
+        types[:, 6:] = 1
+        return {"ids": ids, "types": types, "mask": ids != 0}
+
+
+class Tokens(torch.nn.Module):
+    """Integer arithmetic on token ids inside the model: a greedy step (ArgMax, then the
+    embedding of the pick), positions by CumSum of a mask, OneHot, floor division and
+    remainder, Clip and Where of int64 values."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.proj = torch.nn.Linear(16, 50)
+        self.pos = torch.nn.Embedding(8, 16)
+
+    def forward(self, ids):
+        nxt = self.proj(self.emb(ids)).argmax(-1)
+        nxt = torch.where(ids == 0, torch.zeros_like(nxt), nxt)
+        nxt = (nxt + 1).clamp(max=49)
+        mask = (ids != 0).long()
+        pos = torch.cumsum(mask, 1) * mask
+        onehot = torch.nn.functional.one_hot(ids // 7 + ids % 3, 10).float()
+        return torch.cat([self.emb(nxt) + self.pos(pos), onehot], -1)
+
+    @staticmethod
+    def inputs():
+        ids = torch.randint(0, 50, (3, 6))
+        ids[0, 4:] = 0
+        return {"ids": ids}
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
@@ -209,6 +266,9 @@ def models():
     # Softmax written out (ReduceMax, Sub, Exp, ReduceSum with axes as an input, Div):
     # recognize-composites makes it one Softmax.
     yield "attention_sm", Attention(written_out_softmax=True), (2, 10, 64), False, 13, True
+    # int64 and bool inputs (given as name -> tensor instead of a float input's shape).
+    yield "text", Text(), Text.inputs(), True, 14, True
+    yield "tokens", Tokens(), Tokens.inputs(), False, 13, True
 
 
 def run(cmd):
@@ -228,21 +288,23 @@ def main():
         for name, model, shape, classifier, opset, folding in models():
             model.eval()
             randomize_batchnorm(model)
-            x = torch.randn(*shape)
+            feeds = shape if isinstance(shape, dict) else {"x": torch.randn(*shape)}
             with torch.no_grad():
-                want = model(x).numpy()
+                want = model(*feeds.values()).numpy()
             path = os.path.join(d, name + ".onnx")
             # Without folding, TrainingMode.PRESERVE (of a model in eval mode) keeps the
             # exporter from fusing BatchNormalization into the convolutions itself.
-            torch.onnx.export(model, (x,), path, opset_version=opset, input_names=["x"], output_names=["y"],
-                              do_constant_folding=folding,
+            torch.onnx.export(model, tuple(feeds.values()), path, opset_version=opset, input_names=list(feeds),
+                              output_names=["y"], do_constant_folding=folding,
                               training=torch.onnx.TrainingMode.EVAL if folding else torch.onnx.TrainingMode.PRESERVE)
-            np.save(os.path.join(d, "x.npy"), x.numpy())
+            inputs = []
+            for n, t in feeds.items():
+                np.save(os.path.join(d, n + ".npy"), t.numpy())
+                inputs += ["--input", f"{n}={os.path.join(d, n + '.npy')}"]
             info = json.loads(run([tunefarm, "import", path, "--json"]))
             fired = [p["name"] for p in info["passes"] if p["fired"]]
             out = os.path.join(d, "y.npy")
-            run([tunefarm, "run", "--model", path, "--reference", "--input", os.path.join(d, "x.npy"),
-                 "--output", out, "--repeat", "1"])
+            run([tunefarm, "run", "--model", path, "--reference", *inputs, "--output", out, "--repeat", "1"])
             got = np.load(out)
             # Differences as float64: bool outputs do not subtract.
             def diff(a):
@@ -257,7 +319,7 @@ def main():
             run([tunefarm, "compile", "--model", path, "--no-db", "-o", lib])
             sidecar = json.load(open(lib + ".json"))
             compiled = os.path.join(d, "yc.npy")
-            run([tunefarm, "run", "--model", lib, "--input", os.path.join(d, "x.npy"), "--output", compiled, "--repeat", "1"])
+            run([tunefarm, "run", "--model", lib, *inputs, "--output", compiled, "--repeat", "1"])
             gotc = np.load(compiled)
             errc = diff(gotc)
             ok_compiled = gotc.shape == want.shape and gotc.dtype == want.dtype and errc <= 1e-4 * mag
@@ -316,6 +378,10 @@ def main():
             if name.startswith("attention"):
                 ok = ok and "combine-parallel-matmuls" in fired
                 ok = ok and info["ops"].get("Split") == 1 and info["ops_imported"]["MatMul"] - info["ops"]["MatMul"] == 2
+            if name == "text":
+                ok = ok and [i["dtype"] for i in sidecar["inputs"]] == ["int64", "int64", "bool"]
+            if name == "tokens":
+                ok = ok and all(info["ops"].get(op) for op in ("ArgMax", "CumSum", "OneHot", "Div", "Mod", "Gather"))
             if name == "mlp_argmax":
                 ok = ok and len(set(want.tolist())) > 1  # not one class everywhere
             ok = ok and len(info["tasks"]) > 0 and len(info["fused_kernels"]) < info["nodes"]

@@ -189,7 +189,8 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
                   "library from `compile --model`, to run instead of a workload");
   run->add_option("--input", a.inputs,
                   "model input as name=file.npy (or file.npy for a model with one input); "
-                  "inputs not given are uniform random in [-1, 1) (repeatable)");
+                  "inputs not given are uniform random in [-1, 1) (float32), random (bool) or "
+                  "zeros (int64) (repeatable)");
   run->add_option("--output", a.outputs,
                   "write a model output: name=file.npy, or file.npy for the first (repeatable)");
   run->add_option("--expect", a.expect,
@@ -329,7 +330,8 @@ int run_model(const ModelRunArgs& a) {
     in_info = lib->inputs();
     out_info = lib->outputs();
   } else {
-    for (const std::string& n : g->inputs) in_info.push_back({n, g->value(n).shape});
+    for (const std::string& n : g->inputs)
+      in_info.push_back({n, g->value(n).shape, g->value(n).dtype});
     for (const std::string& n : g->outputs) out_info.push_back({n, g->value(n).shape});
   }
   std::vector<std::string> in_names, out_names;
@@ -345,15 +347,25 @@ int run_model(const ModelRunArgs& a) {
   for (const TensorInfo& t : in_info) {
     if (inputs.count(t.name)) {
       const HostTensor& given = inputs[t.name];
-      if (given.dtype != DType::F32 || given.shape != t.shape) {
-        throw UserError(str("--input: input '", t.name, "' is ", dtype_name(given.dtype), " ", shape_str(given.shape),
-                            "; the model takes float32 ", shape_str(t.shape)));
+      if (given.dtype != t.dtype || given.shape != t.shape) {
+        throw UserError(str("--input: input '", t.name, "' is ", dtype_name(given.dtype), " ",
+                            shape_str(given.shape), "; the model takes ", dtype_name(t.dtype), " ",
+                            shape_str(t.shape)));
       }
       continue;
     }
-    HostTensor x = HostTensor::floats(t.shape, std::vector<float>(num_elements(t.shape)));
-    for (float& v : x.f) v = uni(rng);
-    inputs[t.name] = std::move(x);
+    // Not given: floats uniform in [-1, 1), bools at random, int64 zeros (valid indices).
+    int64_t n = num_elements(t.shape);
+    if (t.dtype == DType::F32) {
+      HostTensor x = HostTensor::floats(t.shape, std::vector<float>(n));
+      for (float& v : x.f) v = uni(rng);
+      inputs[t.name] = std::move(x);
+    } else {
+      HostTensor x = HostTensor::ints(t.shape, std::vector<int64_t>(n), t.dtype);
+      if (t.dtype == DType::Bool)
+        for (int64_t& v : x.i) v = uni(rng) < 0;
+      inputs[t.name] = std::move(x);
+    }
   }
   std::map<std::string, HostTensor> outs;
   std::vector<const HostTensor*> in_ptrs;

@@ -1,0 +1,125 @@
+// Operators that read indices or run along an axis: OneHot (opset 11) and CumSum (opset 11,
+// 14). Their spec helpers (onehot_spec, cumsum_spec in ops.h) are shared with the compiled
+// kernels (graph/node_te.cc), so both read a node the same way.
+#include "compiler/error.h"
+#include "graph/ops.h"
+
+namespace tf::graph {
+namespace {
+
+// Strides for walking `s` around dimension `axis`: the product of the dimensions before it,
+// its extent, and the product of those after it.
+struct AxisWalk {
+  int64_t outer = 1, len = 1, inner = 1;
+  AxisWalk(const Shape& s, int64_t axis) {
+    for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+      if (d < axis) outer *= s[d];
+      if (d == axis) len = s[d];
+      if (d > axis) inner *= s[d];
+    }
+  }
+};
+
+std::vector<TypeShape> onehot_infer(const OpContext& c) {
+  OneHotSpec s = onehot_spec(c);
+  if (c.in(2).dtype == DType::Bool)
+    throw UserError(str(c.node.where(), ": bool values are not supported (float32 or int64)"));
+  return {{c.in(2).dtype, s.out}};
+}
+
+std::vector<HostTensor> onehot_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  OneHotSpec s = onehot_spec(c);
+  const HostTensor &idx = *in[0], &values = *in[2];
+  HostTensor out = make_like(values.dtype, s.out);
+  AxisWalk w(s.out, s.axis);
+  for (int64_t o = 0; o < w.outer; ++o)
+    for (int64_t j = 0; j < w.len; ++j)
+      for (int64_t i = 0; i < w.inner; ++i) {
+        int64_t at = idx.as_int(o * w.inner + i);
+        if (at < 0) at += s.depth;
+        int64_t e = (o * w.len + j) * w.inner + i, v = at == j ? 1 : 0;
+        if (out.dtype == DType::F32)
+          out.f[e] = values.f[v];
+        else
+          out.i[e] = values.i[v];
+      }
+  return {out};
+}
+
+std::vector<TypeShape> cumsum_infer(const OpContext& c) {
+  cumsum_spec(c);
+  DType t = c.in(0).dtype;
+  if (t == DType::Bool) require_float(c, 0);
+  return {{t, c.in(0).shape}};
+}
+
+std::vector<HostTensor> cumsum_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  CumSumSpec s = cumsum_spec(c);
+  const HostTensor& x = *in[0];
+  HostTensor out = make_like(x.dtype, x.shape);
+  AxisWalk w(x.shape, s.axis);
+  for (int64_t o = 0; o < w.outer; ++o)
+    for (int64_t i = 0; i < w.inner; ++i) {
+      double acc = 0;  // float32 sums accumulate in double, as the other reductions
+      int64_t iacc = 0;
+      for (int64_t step = 0; step < w.len; ++step) {
+        int64_t j = s.reverse ? w.len - 1 - step : step;
+        int64_t e = (o * w.len + j) * w.inner + i;
+        if (x.dtype == DType::F32) {
+          if (s.exclusive) out.f[e] = static_cast<float>(acc);
+          acc += x.f[e];
+          if (!s.exclusive) out.f[e] = static_cast<float>(acc);
+        } else {
+          if (s.exclusive) out.i[e] = iacc;
+          if (__builtin_add_overflow(iacc, x.i[e], &iacc))
+            throw UserError(str(c.node.where(), ": int64 overflow in the running sum"));
+          if (!s.exclusive) out.i[e] = iacc;
+        }
+      }
+    }
+  return {out};
+}
+
+}  // namespace
+
+OneHotSpec onehot_spec(const OpContext& c) {
+  const HostTensor& depth = c.constant(1, "depth");
+  if (depth.size() != 1)
+    throw UserError(str(c.node.where(), ": depth must hold one value, not ", depth.size()));
+  OneHotSpec s;
+  s.depth = depth.as_int(0);
+  if (s.depth < 1 || s.depth > kMaxGraphTensorElements)
+    throw UserError(str(c.node.where(), ": depth ", s.depth, " is not a positive size"));
+  if (num_elements(c.in(2).shape) != 2) {
+    throw UserError(str(c.node.where(), ": values must hold two elements (off, on), not shape ",
+                        shape_str(c.in(2).shape)));
+  }
+  auto rank = static_cast<int64_t>(c.in(0).shape.size()) + 1;
+  s.axis = normalize_axis(c.node, c.node.get_int("axis", -1), rank);
+  s.out = c.in(0).shape;
+  s.out.insert(s.out.begin() + s.axis, s.depth);
+  check_tensor_size(c.node.where(), s.out);
+  return s;
+}
+
+CumSumSpec cumsum_spec(const OpContext& c) {
+  const HostTensor& axis = c.constant(1, "axis");
+  if (axis.size() != 1 || axis.dtype != DType::I64)
+    throw UserError(str(c.node.where(), ": axis must be one integer, not ", axis.size(), " ",
+                        dtype_name(axis.dtype), " values"));
+  CumSumSpec s;
+  auto rank = static_cast<int64_t>(c.in(0).shape.size());
+  if (rank == 0)
+    throw UserError(str(c.node.where(), ": input 0 is a scalar; CumSum needs an axis"));
+  s.axis = normalize_axis(c.node, axis.i[0], rank);
+  s.exclusive = c.node.get_int("exclusive", 0) != 0;
+  s.reverse = c.node.get_int("reverse", 0) != 0;
+  return s;
+}
+
+void register_scan_ops(std::vector<OpDef>& ops) {
+  ops.push_back({"OneHot", 3, 3, onehot_infer, onehot_eval});
+  ops.push_back({"CumSum", 2, 2, cumsum_infer, cumsum_eval});
+}
+
+}  // namespace tf::graph
