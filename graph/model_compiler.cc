@@ -278,7 +278,7 @@ class ModelBuilder {
       std::string arg = name;
       // An int64 constant that the node takes as a parameter (a shape, indices) is read from
       // the graph by node_te; one it computes with is a float operand like a bool's 0 / 1.
-      if (v.dtype == DType::I64 && v.constant && !reads_as_data(n, input)) return o;
+      if (v.dtype == DType::I64 && v.constant && !reads_as_data(g_, n, input)) return o;
       if (v.constant && v.constant->size() == 1) {
         double x =
             v.dtype == DType::F32 ? v.constant->f[0] : static_cast<double>(v.constant->as_int(0));

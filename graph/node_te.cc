@@ -723,7 +723,13 @@ Expr read_broadcast(const TeOperand& x, const Index& out) {
   return ir::read(x.tensor, idx);
 }
 
-bool reads_as_data(const Node& n, size_t k) {
+bool reads_as_data(const Graph& g, const Node& n, size_t k) {
+  // Gather's constant indices are unrolled into the code up to kMaxUnrolledIndices; more are
+  // read from a table like computed ones.
+  if (n.op == "Gather" && k == 1) {
+    const Value& idx = g.value(n.inputs[1]);
+    return idx.constant && idx.constant->size() > kMaxUnrolledIndices;
+  }
   return k == 0 || binary_ops().count(n.op) || compare_ops().count(n.op) || n.op == "Where" ||
          n.op == "Concat" || n.op == "Clip" || n.op == "Mod" || n.op == "Pow" || n.op == "And" ||
          n.op == "Or" || n.op == "Xor" || ((n.op == "Pad" || n.op == "OneHot") && k == 2);
@@ -1037,10 +1043,11 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
     const Value& idx = g.value(n.inputs[1]);
     int64_t axis = normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(x.shape.size()));
     size_t irank = idx.shape.size();
-    if (!idx.constant) {
-      // Indices computed at run time (token ids, ArgMax's result): floats holding integers;
-      // a negative one counts from the end, and one out of range is clamped to the axis (a
-      // kernel cannot raise ONNX's error; TVM's take clips alike).
+    if (!idx.constant || (in.size() > 1 && in[1].present())) {
+      // Indices computed at run time (token ids, ArgMax's result), or a table of constant
+      // ones: floats holding integers; a negative one counts from the end, and one out of
+      // range is clamped to the axis (a kernel cannot raise ONNX's error; TVM's take clips
+      // alike).
       const TeOperand& ix = need(n, in, 1);
       int64_t len = x.shape[axis];
       return {elementwise(name, out, [&](const Index& i) {
@@ -1054,7 +1061,8 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       })};
     }
     int64_t count = idx.constant->size(), len = x.shape[axis];
-    if (count > 64) not_implemented(n, "Gather of more than 64 indices");
+    TF_CHECK(count <= kMaxUnrolledIndices, n.where(), ": ", count,
+             " constant indices not given as a table");
     std::vector<int64_t> pos;
     for (int64_t k = 0; k < count; ++k) {
       int64_t p = idx.constant->as_int(k);

@@ -40,7 +40,11 @@ ir::Expr read_broadcast(const TeOperand& x, const std::vector<ir::Expr>& out);
 // Whether `n` reads its input k as values (an operand of arithmetic, data to move), not as a
 // parameter read from the graph (a shape, axes, Slice's bounds): an int64 constant read as
 // values is a float operand like any other.
-bool reads_as_data(const Node& n, size_t k);
+bool reads_as_data(const Graph& g, const Node& n, size_t k);
+
+// Gather's constant indices up to this many are written into the kernel's code; more are
+// read from a table, as computed ones.
+constexpr int64_t kMaxUnrolledIndices = 64;
 
 // The tensors of `n`'s outputs; `prefix` starts the names of the operations it makes (unique
 // per kernel). `elementwise_shape`, for an elementwise node only, computes the output in

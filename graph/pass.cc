@@ -39,6 +39,10 @@ const std::vector<PassInfo>& graph_passes() {
        "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and "
        "bias Add) and a Split",
        plain(combine_parallel_matmuls)},
+      {"lower-scatter-nd", 0,
+       "ScatterND with constant indices (in-place slice assignment) as a Gather of its updates "
+       "and a Where over its data, which compiled kernels run",
+       plain(lower_scatter_nd)},
       {"lower-conv-transpose", 2,
        "ConvTranspose with constant weights as a Conv over the input with zeros inserted (Pad, "
        "Reshape), so the conv templates run it",

@@ -82,6 +82,7 @@ bool fold_constants(Graph& g);
 bool simplify_inference(Graph& g);
 bool fold_scale_into_conv(Graph& g);
 bool lower_conv_transpose(Graph& g);
+bool lower_scatter_nd(Graph& g);
 bool pad_convs(Graph& g);
 bool einsum_to_matmul(Graph& g);
 bool split_grouped_convs(Graph& g);

@@ -125,7 +125,7 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
                     p.name == "transform-conv-layout" || p.name == "lower-conv-transpose" ||
                     p.name == "pad-convs" || p.name == "einsum-to-matmul" ||
-                    p.name == "split-grouped-convs";
+                    p.name == "split-grouped-convs" || p.name == "lower-scatter-nd";
     EXPECT_EQ(p.changed, !own_test) << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());
@@ -161,7 +161,9 @@ TEST(GraphPasses, LevelsAndDisabledPasses) {
   o.disabled = {"dead-code-elimination"};
   std::vector<PassReport> r = run_passes(g, o);
   for (const PassReport& p : r) {
-    EXPECT_EQ(p.ran, p.name == std::string("simplify-inference")) << p.name;
+    EXPECT_EQ(p.ran, p.name == std::string("simplify-inference") ||
+                         p.name == std::string("lower-scatter-nd"))
+        << p.name;
   }
   bool has_sigmoid = false;
   for (const Node& n : g.nodes) has_sigmoid |= n.op == "Sigmoid";
@@ -782,6 +784,7 @@ std::pair<std::vector<float>, std::vector<float>> compile_one(
   Node n{"n", op, {}, {"y"}, attrs};
   std::vector<TeOperand> operands;
   std::vector<tf::ir::Tensor> args;
+  std::vector<HostTensor> arg_data;  // what each argument holds
   std::map<std::string, HostTensor> feeds;
   size_t next_x = 0, count = xs.size();
   for (const auto& c : consts) count = std::max(count + 1, c.first + 1);
@@ -799,9 +802,16 @@ std::pair<std::vector<float>, std::vector<float>> compile_one(
       g.values[name] = Value{name, t.dtype, t.shape, t};
       // As the model compiler has them: one-element constants folded in, an int64 one only
       // where the node computes with it (not a parameter such as an axis).
-      bool scalar = t.size() == 1 && (t.dtype == DType::F32 || reads_as_data(n, k));
-      operands.push_back(TeOperand{t.shape, nullptr,
-                                   scalar ? std::optional<double>(t.as_double(0)) : std::nullopt});
+      // Others it reads as data (Gather's table of indices) are kernel arguments.
+      bool data = t.dtype == DType::F32 || reads_as_data(g, n, k);
+      if (data && t.size() > 1) {
+        args.push_back(tf::ir::placeholder(name, t.shape));
+        arg_data.push_back(t);
+        operands.push_back(TeOperand{t.shape, args.back(), std::nullopt});
+        continue;
+      }
+      operands.push_back(
+          TeOperand{t.shape, nullptr, data ? std::optional<double>(t.as_double(0)) : std::nullopt});
       continue;
     }
     const HostTensor& x = xs.at(next_x++);
@@ -809,6 +819,7 @@ std::pair<std::vector<float>, std::vector<float>> compile_one(
     g.inputs.push_back(name);
     feeds[name] = x;
     args.push_back(tf::ir::placeholder(name, x.shape));
+    arg_data.push_back(x);
     operands.push_back(TeOperand{x.shape, args.back(), std::nullopt});
   }
   TypeShape y_type = infer_node(n, g, g.opset).at(0);
@@ -827,7 +838,7 @@ std::pair<std::vector<float>, std::vector<float>> compile_one(
     if (t.dtype == DType::F32) return t.f;
     return std::vector<float>(t.i.begin(), t.i.end());
   };
-  for (const HostTensor& x : xs) bufs.push_back(as_floats(x));
+  for (const HostTensor& x : arg_data) bufs.push_back(as_floats(x));
   bufs.emplace_back(num_elements(out), -7.0f);
   for (auto& b : bufs) ptrs.push_back(b.data());
   EXPECT_EQ(lib->call(ptrs), 0);
@@ -902,6 +913,16 @@ TEST(GraphNodeTe, IntegerValuesAndIndicesMatchTheReference) {
   HostTensor table = HostTensor::floats({5, 2}, {0, 1, 10, 11, 20, 21, 30, 31, 40, 41});
   expect(compile_one("Gather", {}, {table, ints({2, 2}, {-1, 0, 4, -5})}, {}),
          {40, 41, 0, 1, 40, 41, 0, 1}, "Gather");
+  // More constant indices than are unrolled into the code: read from a table.
+  std::vector<int64_t> many;
+  std::vector<float> picked;
+  for (int64_t k = 0; k < kMaxUnrolledIndices + 6; ++k) {
+    many.push_back(k % 7 - 2);  // -2 .. 4
+    int64_t row = (k % 7 - 2 + 5) % 5;
+    picked.insert(picked.end(), {static_cast<float>(10 * row), static_cast<float>(10 * row + 1)});
+  }
+  expect(compile_one("Gather", {}, {table}, {{1, ints({kMaxUnrolledIndices + 6}, many)}}), picked,
+         "Gather of a table of constant indices");
   HostTensor onoff = HostTensor::floats({2}, {0.5f, 2.0f});
   expect(compile_one("OneHot", {}, {ints({4}, {0, -1, 2, 9}), onoff}, {{1, ints({}, {3})}}),
          {2, .5, .5, .5, .5, 2, .5, .5, 2, .5, .5, .5}, "OneHot");
@@ -1070,6 +1091,62 @@ TEST(GraphPasses, LowersConvTransposeToConv) {
   std::string w = b.input("w", {2, 2, 3, 3});
   b.g.outputs = {b.node("ConvTranspose", {x, w}, "y", {1, 2, 5, 5})};
   EXPECT_FALSE(lower_conv_transpose(b.g));
+}
+
+// lower-scatter-nd: ScatterNDs with constant indices become a Gather of the updates and a
+// Where (per layer of rows writing one position, for add and mul) that compute the same
+// (reference evaluation before and after): whole rows and single elements, negative indices,
+// a position written twice (none: the last row wins; add and mul: both count). Computed
+// indices, or more rows on one position than the pass spreads over layers, stay.
+TEST(GraphPasses, LowersScatterNDToGatherAndWhere) {
+  struct Case {
+    Shape idx_shape;
+    std::vector<int64_t> idx;
+    std::string reduction;
+  };
+  const Shape x_shape = {4, 3, 2};
+  std::vector<Case> cases = {
+      {{2, 1}, {1, -1}, "none"},                              // rows 1 and 3
+      {{3, 1}, {2, 0, 2}, "none"},                            // row 2 twice: the second wins
+      {{2, 2, 2}, {0, 1, 3, 2, 1, 0, -4, -3}, "none"},        // [4, 3] positions, negative ones
+      {{4, 3}, {0, 0, 0, 3, 2, 1, 0, 0, 0, 1, 1, 1}, "add"},  // single elements, one twice
+      {{3, 1}, {1, 1, 1}, "mul"},                             // one row three times
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(k);
+    const Case& c = cases[k];
+    GraphBuilder b;
+    b.seed = static_cast<uint32_t>(20 + k);
+    std::string x = b.input("x", x_shape);
+    std::string idx = b.constant("idx", HostTensor::ints(c.idx_shape, c.idx));
+    Shape up(c.idx_shape.begin(), c.idx_shape.end() - 1);
+    up.insert(up.end(), x_shape.begin() + c.idx_shape.back(), x_shape.end());
+    std::string sig = b.node("Sigmoid", {x}, "sig", x_shape);  // data computed
+    std::string y =
+        b.inferred("ScatterND", {sig, idx, b.weights("up", up)}, "y", {{"reduction", c.reduction}});
+    b.g.outputs = {y};
+    verify(b.g);
+    Graph g = b.g;
+    EXPECT_TRUE(lower_scatter_nd(g));
+    verify(g);
+    for (const Node& n : g.nodes) EXPECT_NE(n.op, "ScatterND");
+    expect_same_outputs(b.g, g, x_shape);
+  }
+  // Computed indices, and 17 rows adding to one position: left as they are.
+  GraphBuilder b;
+  std::string x = b.input("x", {4});
+  std::string idx = b.input("idx", {1, 1});
+  b.g.values[idx].dtype = DType::I64;
+  b.g.outputs = {b.inferred("ScatterND", {x, idx, b.weights("u", {1})}, "y", {})};
+  EXPECT_FALSE(lower_scatter_nd(b.g));
+  GraphBuilder many;
+  std::string xm = many.input("x", {4});
+  many.g.outputs = {many.inferred(
+      "ScatterND",
+      {xm, many.constant("idx", HostTensor::ints({17, 1}, std::vector<int64_t>(17, 2))),
+       many.weights("u", {17})},
+      "y", {{"reduction", std::string("add")}})};
+  EXPECT_FALSE(lower_scatter_nd(many.g));
 }
 
 // pad-convs: convolutions whose pads differ get a Pad node and one shared pad, so they have a

@@ -228,6 +228,24 @@ class Tokens(torch.nn.Module):
         return {"ids": ids}
 
 
+class DetectHead(torch.nn.Module):
+    """A YOLOv5-style detection head: box coordinates decoded by in-place slice assignment,
+    which PyTorch exports as ScatterND with constant indices (lower-scatter-nd makes a Gather
+    and a Where of each)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 3 * 7, 1)
+        self.register_buffer("grid", torch.randn(1, 1, 4, 4, 2))
+
+    def forward(self, x):
+        b, _, h, w = x.shape
+        y = self.conv(x).view(b, 3, 7, h, w).permute(0, 1, 3, 4, 2).sigmoid()
+        y[..., 0:2] = (y[..., 0:2] * 2 - 0.5 + self.grid) * 8
+        y[..., 2:4] = (y[..., 2:4] * 2) ** 2
+        return y.reshape(b, -1, 7)
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
@@ -266,6 +284,7 @@ def models():
     # Softmax written out (ReduceMax, Sub, Exp, ReduceSum with axes as an input, Div):
     # recognize-composites makes it one Softmax.
     yield "attention_sm", Attention(written_out_softmax=True), (2, 10, 64), False, 13, True
+    yield "detect_head", DetectHead(), (1, 8, 4, 4), False, 13, True
     # int64 and bool inputs (given as name -> tensor instead of a float input's shape).
     yield "text", Text(), Text.inputs(), True, 14, True
     yield "tokens", Tokens(), Tokens.inputs(), False, 13, True
@@ -378,6 +397,9 @@ def main():
             if name.startswith("attention"):
                 ok = ok and "combine-parallel-matmuls" in fired
                 ok = ok and info["ops"].get("Split") == 1 and info["ops_imported"]["MatMul"] - info["ops"]["MatMul"] == 2
+            if name == "detect_head":
+                ok = ok and info["ops_imported"].get("ScatterND") == 2 and "ScatterND" not in info["ops"]
+                ok = ok and "lower-scatter-nd" in fired
             if name == "text":
                 ok = ok and [i["dtype"] for i in sidecar["inputs"]] == ["int64", "int64", "bool"]
             if name == "tokens":
