@@ -205,14 +205,15 @@ const std::map<std::string, Binary>& compare_ops() {
 // Operators whose int64 results compiled kernels compute as floats: moving values, and
 // arithmetic that float32 does exactly on integers up to 2^24 (int64 inputs are checked
 // against that bound on entry, compiler/codegen_runner.h): float remainders are exact, and
-// Div has an integer division of its own. Pow is not among them.
+// Div and Pow have integer versions of their own.
 const std::set<std::string>& int64_exact_ops() {
   static const std::set<std::string> ops = {
-      "Identity",  "Reshape",   "Flatten",   "Squeeze", "Unsqueeze", "Expand", "Transpose",
-      "Slice",     "Concat",    "Split",     "Gather",  "Tile",      "Pad",    "Add",
-      "Sub",       "Mul",       "Div",       "Mod",     "Neg",       "Abs",    "Sign",
-      "Relu",      "Max",       "Min",       "Sum",     "Clip",      "Where",  "Cast",
-      "ReduceMax", "ReduceMin", "ReduceSum", "ArgMax",  "ArgMin",    "OneHot", "CumSum"};
+      "Identity",  "Reshape",   "Flatten", "Squeeze", "Unsqueeze", "Expand",
+      "Transpose", "Slice",     "Concat",  "Split",   "Gather",    "Tile",
+      "Pad",       "Add",       "Sub",     "Mul",     "Div",       "Mod",
+      "Pow",       "Neg",       "Abs",     "Sign",    "Relu",      "Max",
+      "Min",       "Sum",       "Clip",    "Where",   "Cast",      "ReduceMax",
+      "ReduceMin", "ReduceSum", "ArgMax",  "ArgMin",  "OneHot",    "CumSum"};
   return ops;
 }
 
@@ -259,6 +260,26 @@ Expr pow_computed(Expr x, Expr y) {
                              ir::f32(std::numeric_limits<double>::quiet_NaN()));
   Expr v = ir::select(x < ir::f32(0.0), negative, m);
   return ir::select(ir::eq(y, ir::f32(0.0)), ir::f32(1.0), ir::select(ir::eq(x, ir::f32(1.0)), ir::f32(1.0), v));
+}
+
+// Pow with an int64 result (an integer base), truncated as the reference's integer Pow: for
+// an integral exponent 0 <= y <= 24 the product of y factors, exact (every result within the
+// +-2^24 that int64 values hold in kernels needs y <= 24 unless |x| <= 1; -1 keeps the sign of
+// y's parity beyond); a negative integral y gives 1 / x^|y|; a fractional one the float power.
+// The factors chain linearly (r = r * select(k <= y, x, 1)): code generation walks expression
+// trees, so squaring by halves would double the tree at every step.
+Expr int_pow(Expr x, Expr y) {
+  constexpr int kMaxFactors = 24;
+  Expr e = ir::fabs(y), one = ir::f32(1.0);
+  Expr r = one;
+  for (int k = 1; k <= kMaxFactors; ++k) r = r * ir::select(ir::f32(k) <= e, x, one);
+  Expr odd = ir::eq(e - ir::f32(2.0) * ir::floor(e * ir::f32(0.5)), one);
+  Expr minus_one = ir::select(odd, ir::f32(-1.0), one);
+  r = ir::select(ir::logical_and(ir::eq(x, ir::f32(-1.0)), gt(e, ir::f32(kMaxFactors))), minus_one,
+                 r);
+  Expr exact = ir::select(y < ir::f32(0.0), one / r, r);
+  Expr v = ir::select(ir::eq(ir::floor(y), y), exact, pow_computed(x, y));
+  return ir::select(v < ir::f32(0.0), ir::ceil(v), ir::floor(v));
 }
 
 // Maps an output index of a reduction to the input index, the reduced axes taking `rv`.
@@ -815,6 +836,11 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   }
   if (op == "Pow") {
     const TeOperand &x = need(n, in, 0), &p = need(n, in, 1);
+    if (g.value(n.outputs[0]).dtype == DType::I64) {
+      return {elementwise(name, out, [&](const Index& i) {
+        return int_pow(read_broadcast(x, i), read_broadcast(p, i));
+      })};
+    }
     return {elementwise(name, out, [&](const Index& i) {
       return p.scalar ? pow_const(read_broadcast(x, i), *p.scalar)
                       : pow_computed(read_broadcast(x, i), read_broadcast(p, i));

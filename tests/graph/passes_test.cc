@@ -886,7 +886,7 @@ TEST(GraphNodeTe, ActivationsWithoutOpset11NodeTestsMatchTheirFormulas) {
 // Integer arithmetic on int64 values (floats inside compiled kernels), compiled and in the
 // reference, against results written out: Div truncates toward zero (not the floor; exact where
 // a float quotient would round up), Mod with either sign convention, Cast from float
-// truncates, Clip and Max of integers; Gather by computed indices (negative ones count from
+// truncates, Clip, Max and Pow of integers; Gather by computed indices (negative ones count from
 // the end; compiled, out-of-range ones clamp), OneHot (negative indices, one out of range: no
 // class on), CumSum each way.
 TEST(GraphNodeTe, IntegerValuesAndIndicesMatchTheReference) {
@@ -910,6 +910,15 @@ TEST(GraphNodeTe, IntegerValuesAndIndicesMatchTheReference) {
   expect(compile_one("Clip", {}, {m}, {{1, ints({}, {-5})}, {2, ints({}, {5})}}), {5, -5, 5, -5},
          "Clip");
   expect(compile_one("Max", {}, {m, d}, {}), {7, 3, 7, -3}, "Max");
+  // Pow of integers: products, the parity of -1's exponent beyond 24 factors, truncated
+  // reciprocals; an integral float exponent the same.
+  expect(compile_one(
+             "Pow", {},
+             {ints({8}, {2, -3, 5, -1, -1, 2, 1, 0}), ints({8}, {3, 3, 0, 25, 26, -1, -5, 2})}, {}),
+         {8, -27, 1, -1, 1, 0, 1, 0}, "Pow of int64");
+  expect(compile_one("Pow", {},
+                     {ints({3}, {4, -9, 2}), HostTensor::floats({3}, {2.0f, 3.0f, 24.0f})}, {}),
+         {16, -729, 16777216}, "Pow of int64 by float32");
   HostTensor table = HostTensor::floats({5, 2}, {0, 1, 10, 11, 20, 21, 30, 31, 40, 41});
   expect(compile_one("Gather", {}, {table, ints({2, 2}, {-1, 0, 4, -5})}, {}),
          {40, 41, 0, 1, 40, 41, 0, 1}, "Gather");
