@@ -31,7 +31,7 @@ OpKind op_kind(const std::string& op) {
   static const std::set<std::string> injective = {
       "Reshape",         "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice",
       "Concat",          "Gather",  "Split",   "Expand",    "Identity",  "Dropout",
-      "LayoutTransform", "Pad",     "Resize",  "Tile",      "OneHot"};
+      "LayoutTransform", "Pad",     "Resize",  "Tile",      "OneHot",    "Trilu"};
   static const std::set<std::string> reductions = {
       "ReduceMean", "ReduceSum",  "ReduceMax",          "ReduceMin",         "ReduceProd",
       "ReduceL1",   "ReduceL2",   "ReduceSumSquare",    "ReduceLogSum",      "ReduceLogSumExp",

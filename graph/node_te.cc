@@ -208,12 +208,12 @@ const std::map<std::string, Binary>& compare_ops() {
 // Div and Pow have integer versions of their own.
 const std::set<std::string>& int64_exact_ops() {
   static const std::set<std::string> ops = {
-      "Identity",  "Reshape",   "Flatten", "Squeeze", "Unsqueeze", "Expand",
-      "Transpose", "Slice",     "Concat",  "Split",   "Gather",    "Tile",
-      "Pad",       "Add",       "Sub",     "Mul",     "Div",       "Mod",
-      "Pow",       "Neg",       "Abs",     "Sign",    "Relu",      "Max",
-      "Min",       "Sum",       "Clip",    "Where",   "Cast",      "ReduceMax",
-      "ReduceMin", "ReduceSum", "ArgMax",  "ArgMin",  "OneHot",    "CumSum"};
+      "Identity", "Reshape",   "Flatten",   "Squeeze",   "Unsqueeze", "Expand", "Transpose",
+      "Slice",    "Concat",    "Split",     "Gather",    "Tile",      "Pad",    "Add",
+      "Sub",      "Mul",       "Div",       "Mod",       "Pow",       "Neg",    "Abs",
+      "Sign",     "Relu",      "Max",       "Min",       "Sum",       "Clip",   "Where",
+      "Cast",     "ReduceMax", "ReduceMin", "ReduceSum", "ArgMax",    "ArgMin", "OneHot",
+      "CumSum",   "Trilu"};
   return ops;
 }
 
@@ -1120,6 +1120,15 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       Shape flat{2};
       return ir::select(eq(k, j), read_reshaped(values, on, flat),
                         read_reshaped(values, off, flat));
+    })};
+  }
+  if (op == "Trilu") {
+    const TeOperand& x = need(n, in, 0);
+    TriluSpec s = trilu_spec(c);
+    return {elementwise(name, out, [&](const Index& i) {
+      Expr d = i[i.size() - 1] - i[i.size() - 2];  // column - row
+      Expr keep = s.upper ? d >= Expr(s.k) : d <= Expr(s.k);
+      return ir::select(keep, read_broadcast(x, i), ir::f32(0.0));
     })};
   }
   if (op == "CumSum") {

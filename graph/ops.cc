@@ -116,6 +116,7 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"ConstantOfShape", {"value"}},
       {"OneHot", {"axis"}},
       {"CumSum", {"exclusive", "reverse"}},
+      {"Trilu", {"upper"}},
   };
   static const std::vector<std::string> reduce = {"axes", "keepdims", "noop_with_empty_axes"};
   if (op.rfind("Reduce", 0) == 0) return reduce;

@@ -70,7 +70,7 @@ void register_layout_ops(std::vector<OpDef>& ops);  // graph/layout.h
 void register_resize_ops(std::vector<OpDef>& ops);
 void register_conv_transpose_ops(std::vector<OpDef>& ops);
 void register_einsum_ops(std::vector<OpDef>& ops);
-void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum
+void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum, Trilu
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.
@@ -148,6 +148,14 @@ struct CumSumSpec {
   bool exclusive = false, reverse = false;
 };
 CumSumSpec cumsum_spec(const OpContext& c);
+// Trilu: which triangle of the last two axes stays (upper: column - row >= k; lower:
+// column - row <= k), the rest is zero. k is a constant.
+struct TriluSpec {
+  bool upper = true;
+  int64_t k = 0;
+  bool keeps(int64_t row, int64_t col) const { return upper ? col - row >= k : col - row <= k; }
+};
+TriluSpec trilu_spec(const OpContext& c);
 // Resize (graph/ops_resize.cc): the output shape, and per axis the fractional input position
 // an output position maps to (`source`; the scale is the given one, or out / in from sizes)
 // and nearest mode's rounding of it. Reads outside the input clamp to its edge.

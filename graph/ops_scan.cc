@@ -1,6 +1,6 @@
-// Operators that read indices or run along an axis: OneHot (opset 11) and CumSum (opset 11,
-// 14). Their spec helpers (onehot_spec, cumsum_spec in ops.h) are shared with the compiled
-// kernels (graph/node_te.cc), so both read a node the same way.
+// Operators that read indices or positions: OneHot (opset 11), CumSum (opset 11, 14) and
+// Trilu (opset 14). Their spec helpers (onehot_spec, cumsum_spec, trilu_spec in ops.h) are
+// shared with the compiled kernels (graph/node_te.cc), so both read a node the same way.
 #include "compiler/error.h"
 #include "graph/ops.h"
 
@@ -80,7 +80,46 @@ std::vector<HostTensor> cumsum_eval(const OpContext& c, const std::vector<const 
   return {out};
 }
 
+std::vector<TypeShape> trilu_infer(const OpContext& c) {
+  trilu_spec(c);
+  return {{c.in(0).dtype, c.in(0).shape}};
+}
+
+std::vector<HostTensor> trilu_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  TriluSpec s = trilu_spec(c);
+  const HostTensor& x = *in[0];
+  HostTensor out = x;
+  const Shape& sh = x.shape;
+  int64_t rows = sh[sh.size() - 2], cols = sh.back();
+  for (int64_t e = 0; e < x.size(); ++e) {
+    int64_t i = e / cols % rows, j = e % cols;
+    if (s.keeps(i, j)) continue;
+    if (out.dtype == DType::F32)
+      out.f[e] = 0;
+    else
+      out.i[e] = 0;
+  }
+  return {out};
+}
+
 }  // namespace
+
+TriluSpec trilu_spec(const OpContext& c) {
+  if (c.in(0).shape.size() < 2) {
+    throw UserError(str(c.node.where(), ": input 0 ", shape_str(c.in(0).shape),
+                        " has rank below 2; Trilu needs a matrix"));
+  }
+  TriluSpec s;
+  s.upper = c.node.get_int("upper", 1) != 0;
+  if (c.present(1)) {
+    const HostTensor& k = c.constant(1, "k");
+    if (k.size() != 1 || k.dtype != DType::I64)
+      throw UserError(str(c.node.where(), ": k must be one integer, not ", k.size(), " ",
+                          dtype_name(k.dtype), " values"));
+    s.k = k.i[0];
+  }
+  return s;
+}
 
 OneHotSpec onehot_spec(const OpContext& c) {
   const HostTensor& depth = c.constant(1, "depth");
@@ -120,6 +159,7 @@ CumSumSpec cumsum_spec(const OpContext& c) {
 void register_scan_ops(std::vector<OpDef>& ops) {
   ops.push_back({"OneHot", 3, 3, onehot_infer, onehot_eval});
   ops.push_back({"CumSum", 2, 2, cumsum_infer, cumsum_eval});
+  ops.push_back({"Trilu", 1, 2, trilu_infer, trilu_eval});
 }
 
 }  // namespace tf::graph

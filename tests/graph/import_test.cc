@@ -311,6 +311,21 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     expect(b, "node 'cs' (CumSum): input 0 ('x') is bool; this operator takes float32");
   }
   {
+    ModelBuilder b;
+    b.input("x", {3});
+    b.node("Trilu", {"x"}, {"y"}, "tri");
+    b.output("y");
+    expect(b, "node 'tri' (Trilu): input 0 [3] has rank below 2; Trilu needs a matrix");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {3, 3});
+    b.ints("k", {1, 2});
+    b.node("Trilu", {"x", "k"}, {"y"}, "tri");
+    b.output("y");
+    expect(b, "node 'tri' (Trilu): k must be one integer, not 2 int64 values");
+  }
+  {
     ModelBuilder b;  // int64 inputs import; an operator of floats refuses them
     b.input("x", {2}, onnx::TensorProto::INT64);
     b.node("Relu", {"x"}, {"y"});

@@ -246,6 +246,26 @@ class DetectHead(torch.nn.Module):
         return y.reshape(b, -1, 7)
 
 
+class Decoder(torch.nn.Module):
+    """A transformer decoder over token ids with a causal mask (generate_square_subsequent_mask:
+    Trilu of a constant, which fold-constants evaluates) and cross-attention to a float memory
+    input."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 32)
+        layer = torch.nn.TransformerDecoderLayer(32, 4, 64, batch_first=True, dropout=0.0)
+        self.dec = torch.nn.TransformerDecoder(layer, 1)
+
+    def forward(self, ids, memory):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(ids.shape[1])
+        return self.dec(self.emb(ids), memory, tgt_mask=mask)
+
+    @staticmethod
+    def inputs():
+        return {"ids": torch.randint(0, 100, (2, 9)), "memory": torch.randn(2, 5, 32)}
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
@@ -288,6 +308,7 @@ def models():
     # int64 and bool inputs (given as name -> tensor instead of a float input's shape).
     yield "text", Text(), Text.inputs(), True, 14, True
     yield "tokens", Tokens(), Tokens.inputs(), False, 13, True
+    yield "decoder", Decoder(), Decoder.inputs(), False, 14, True
 
 
 def run(cmd):
@@ -400,6 +421,8 @@ def main():
             if name == "detect_head":
                 ok = ok and info["ops_imported"].get("ScatterND") == 2 and "ScatterND" not in info["ops"]
                 ok = ok and "lower-scatter-nd" in fired
+            if name == "decoder":
+                ok = ok and info["ops_imported"].get("Trilu") == 1 and "Trilu" not in info["ops"]  # folded
             if name == "text":
                 ok = ok and [i["dtype"] for i in sidecar["inputs"]] == ["int64", "int64", "bool"]
             if name == "tokens":
