@@ -29,17 +29,18 @@ const char* op_kind_name(OpKind k) {
 OpKind op_kind(const std::string& op) {
   static const std::set<std::string> anchors = {"Conv", "ConvNCHWc", "MatMul", "Gemm"};
   static const std::set<std::string> injective = {
-      "Reshape",         "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice",
-      "Concat",          "Gather",  "Split",   "Expand",    "Identity",  "Dropout",
-      "LayoutTransform", "Pad",     "Resize",  "Tile",      "OneHot",    "Trilu"};
+      "Reshape",         "Flatten",      "Squeeze",     "Unsqueeze", "Transpose", "Slice",
+      "Concat",          "Gather",       "Split",       "Expand",    "Identity",  "Dropout",
+      "LayoutTransform", "Pad",          "Resize",      "Tile",      "OneHot",    "Trilu",
+      "GatherElements",  "DepthToSpace", "SpaceToDepth"};
   static const std::set<std::string> reductions = {
       "ReduceMean", "ReduceSum",  "ReduceMax",          "ReduceMin",         "ReduceProd",
       "ReduceL1",   "ReduceL2",   "ReduceSumSquare",    "ReduceLogSum",      "ReduceLogSumExp",
       "Softmax",    "LogSoftmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool",
       "InstanceNormalization"};
   static const std::set<std::string> opaque = {
-      "MaxPool", "AveragePool", "Shape",  "ConvTranspose", "Einsum",          "ScatterND",
-      "ArgMax",  "ArgMin",      "CumSum", "Constant",      "ConstantOfShape", "Range"};
+      "MaxPool", "AveragePool", "Shape",  "Size",     "ConvTranspose",   "Einsum", "ScatterND",
+      "ArgMax",  "ArgMin",      "CumSum", "Constant", "ConstantOfShape", "Range"};
   if (anchors.count(op)) return OpKind::Anchor;
   if (injective.count(op)) return OpKind::Injective;
   if (reductions.count(op)) return OpKind::Reduction;

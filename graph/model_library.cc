@@ -100,7 +100,10 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   for (size_t k = 0; k < outputs_.size(); ++k) {
     const TensorInfo& o = outputs_[k];
     int64_t n = num_elements(o.shape);
-    if (outputs[k].shape != o.shape || outputs[k].dtype != o.dtype) {
+    // The data's size too: a default HostTensor has the shape of a rank-0 output, no data.
+    size_t have = o.dtype == DType::F32 ? outputs[k].f.size() : outputs[k].i.size();
+    if (outputs[k].shape != o.shape || outputs[k].dtype != o.dtype ||
+        have != static_cast<size_t>(n)) {
       outputs[k] = o.dtype == DType::F32 ? HostTensor::floats(o.shape, std::vector<float>(n))
                                          : HostTensor::ints(o.shape, std::vector<int64_t>(n), o.dtype);
     }

@@ -1,6 +1,7 @@
 #include "graph/node_te.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -207,13 +208,26 @@ const std::map<std::string, Binary>& compare_ops() {
 // against that bound on entry, compiler/codegen_runner.h): float remainders are exact, and
 // Div and Pow have integer versions of their own.
 const std::set<std::string>& int64_exact_ops() {
-  static const std::set<std::string> ops = {
-      "Identity", "Reshape",   "Flatten",   "Squeeze",   "Unsqueeze", "Expand", "Transpose",
-      "Slice",    "Concat",    "Split",     "Gather",    "Tile",      "Pad",    "Add",
-      "Sub",      "Mul",       "Div",       "Mod",       "Pow",       "Neg",    "Abs",
-      "Sign",     "Relu",      "Max",       "Min",       "Sum",       "Clip",   "Where",
-      "Cast",     "ReduceMax", "ReduceMin", "ReduceSum", "ArgMax",    "ArgMin", "OneHot",
-      "CumSum",   "Trilu"};
+  static const std::set<std::string> ops = {"Identity",     "Reshape",
+                                            "Flatten",      "Squeeze",
+                                            "Unsqueeze",    "Expand",
+                                            "Transpose",    "Slice",
+                                            "Concat",       "Split",
+                                            "Gather",       "Tile",
+                                            "Pad",          "Add",
+                                            "Sub",          "Mul",
+                                            "Div",          "Mod",
+                                            "Pow",          "Neg",
+                                            "Abs",          "Sign",
+                                            "Relu",         "Max",
+                                            "Min",          "Sum",
+                                            "Clip",         "Where",
+                                            "Cast",         "ReduceMax",
+                                            "ReduceMin",    "ReduceSum",
+                                            "ArgMax",       "ArgMin",
+                                            "OneHot",       "CumSum",
+                                            "Trilu",        "GatherElements",
+                                            "DepthToSpace", "SpaceToDepth"};
   return ops;
 }
 
@@ -753,7 +767,8 @@ bool reads_as_data(const Graph& g, const Node& n, size_t k) {
   }
   return k == 0 || binary_ops().count(n.op) || compare_ops().count(n.op) || n.op == "Where" ||
          n.op == "Concat" || n.op == "Clip" || n.op == "Mod" || n.op == "Pow" || n.op == "And" ||
-         n.op == "Or" || n.op == "Xor" || ((n.op == "Pad" || n.op == "OneHot") && k == 2);
+         n.op == "Or" || n.op == "Xor" || n.op == "GatherElements" ||
+         ((n.op == "Pad" || n.op == "OneHot") && k == 2);
 }
 
 std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
@@ -1120,6 +1135,27 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       Shape flat{2};
       return ir::select(eq(k, j), read_reshaped(values, on, flat),
                         read_reshaped(values, off, flat));
+    })};
+  }
+  if (op == "GatherElements") {
+    const TeOperand &x = need(n, in, 0), &idx = need(n, in, 1);
+    auto axis = static_cast<size_t>(
+        normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(x.shape.size())));
+    int64_t len = x.shape[axis];
+    return {elementwise(name, out, [&](const Index& i) {
+      // As Gather's computed indices: negative from the end, out of range clamped.
+      Expr j = ir::Cast::make(ir::Type::int64(), operand(idx, i));
+      Index src = i;
+      src[axis] = clamp(ir::select(j < Expr(int64_t{0}), j + len, j), 0, len - 1);
+      return operand(x, src);
+    })};
+  }
+  if (op == "DepthToSpace" || op == "SpaceToDepth") {
+    const TeOperand& x = need(n, in, 0);
+    DepthSpaceSpec s = depth_space_spec(c);
+    return {elementwise(name, out, [&](const Index& i) {
+      std::array<Expr, 4> src = s.source<Expr>({i[0], i[1], i[2], i[3]});
+      return operand(x, Index(src.begin(), src.end()));
     })};
   }
   if (op == "Trilu") {

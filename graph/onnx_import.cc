@@ -204,7 +204,8 @@ bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>
   int64_t elements = 0;
   for (const TypeShape& t : out) elements += num_elements(t.shape);
   if (elements > budget) return false;
-  if (n.op == "Shape" || n.op == "Constant" || n.op == "ConstantOfShape" || n.op == "Range")
+  if (n.op == "Shape" || n.op == "Size" || n.op == "Constant" || n.op == "ConstantOfShape" ||
+      n.op == "Range")
     return true;
   for (const std::string& in : n.inputs) {
     if (!in.empty() && !g.is_constant(in)) return false;

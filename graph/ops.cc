@@ -117,6 +117,9 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"OneHot", {"axis"}},
       {"CumSum", {"exclusive", "reverse"}},
       {"Trilu", {"upper"}},
+      {"GatherElements", {"axis"}},
+      {"DepthToSpace", {"blocksize", "mode"}},
+      {"SpaceToDepth", {"blocksize"}},
   };
   static const std::vector<std::string> reduce = {"axes", "keepdims", "noop_with_empty_axes"};
   if (op.rfind("Reduce", 0) == 0) return reduce;

@@ -70,7 +70,7 @@ void register_layout_ops(std::vector<OpDef>& ops);  // graph/layout.h
 void register_resize_ops(std::vector<OpDef>& ops);
 void register_conv_transpose_ops(std::vector<OpDef>& ops);
 void register_einsum_ops(std::vector<OpDef>& ops);
-void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum, Trilu
+void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum, Trilu, GatherElements, ...
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.
@@ -156,6 +156,26 @@ struct TriluSpec {
   bool keeps(int64_t row, int64_t col) const { return upper ? col - row >= k : col - row <= k; }
 };
 TriluSpec trilu_spec(const OpContext& c);
+// DepthToSpace (mode DCR or CRD) and SpaceToDepth over NCHW: the output shape, and the input
+// position each output position copies.
+struct DepthSpaceSpec {
+  bool to_space = true, crd = false;
+  int64_t block = 1, channels = 0;  // channels: of the side with fewer (DepthToSpace's output)
+  Shape out;
+  template <typename I>
+  std::array<I, 4> source(const std::array<I, 4>& o) const {
+    const I b(block), c(channels);
+    if (to_space) {  // o = (n, c, h * b + i, w * b + j)
+      I i = o[2] % b, j = o[3] % b;
+      I ch = crd ? o[1] * (b * b) + i * b + j : (i * b + j) * c + o[1];
+      return {o[0], ch, o[2] / b, o[3] / b};
+    }
+    // SpaceToDepth: o = (n, (i * b + j) * C + c, h, w)
+    I blk = o[1] / c, ch = o[1] % c;
+    return {o[0], ch, o[2] * b + blk / b, o[3] * b + blk % b};
+  }
+};
+DepthSpaceSpec depth_space_spec(const OpContext& c);
 // Resize (graph/ops_resize.cc): the output shape, and per axis the fractional input position
 // an output position maps to (`source`; the scale is the given one, or out / in from sizes)
 // and nearest mode's rounding of it. Reads outside the input clamp to its edge.

@@ -1,6 +1,9 @@
-// Operators that read indices or positions: OneHot (opset 11), CumSum (opset 11, 14) and
-// Trilu (opset 14). Their spec helpers (onehot_spec, cumsum_spec, trilu_spec in ops.h) are
-// shared with the compiled kernels (graph/node_te.cc), so both read a node the same way.
+// Operators that read indices or positions: OneHot (opset 11), CumSum (opset 11, 14), Trilu
+// (opset 14), GatherElements, DepthToSpace and SpaceToDepth (opset 11, 13). Their spec
+// helpers (in ops.h) are shared with the compiled kernels (graph/node_te.cc), so both read a
+// node the same way.
+#include <array>
+
 #include "compiler/error.h"
 #include "graph/ops.h"
 
@@ -102,7 +105,114 @@ std::vector<HostTensor> trilu_eval(const OpContext& c, const std::vector<const H
   return {out};
 }
 
+std::vector<TypeShape> gather_elements_infer(const OpContext& c) {
+  const Shape &x = c.in(0).shape, &idx = c.in(1).shape;
+  if (c.in(1).dtype != DType::I64)
+    throw UserError(str(c.node.where(), ": indices must be integers"));
+  if (x.empty())
+    throw UserError(str(c.node.where(), ": input 0 is a scalar; GatherElements needs an axis"));
+  int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
+  bool fits = idx.size() == x.size();
+  for (size_t d = 0; fits && d < x.size(); ++d)
+    fits = static_cast<int64_t>(d) == axis || idx[d] <= x[d];
+  if (!fits) {
+    throw UserError(str(c.node.where(), ": indices ", shape_str(idx),
+                        " must have the rank of data ", shape_str(x),
+                        " and no larger dimension but on the axis"));
+  }
+  return {{c.in(0).dtype, idx}};
+}
+
+std::vector<HostTensor> gather_elements_eval(const OpContext& c,
+                                             const std::vector<const HostTensor*>& in) {
+  const HostTensor &x = *in[0], &idx = *in[1];
+  auto axis = static_cast<size_t>(
+      normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.shape.size())));
+  HostTensor out = make_like(x.dtype, idx.shape);
+  std::vector<int64_t> at(idx.shape.size(), 0);
+  for (int64_t e = 0; e < idx.size(); ++e) {
+    int64_t src = 0;
+    for (size_t d = 0; d < at.size(); ++d) {
+      int64_t i = at[d];
+      if (d == axis) {
+        int64_t n = x.shape[d];
+        i = idx.i[e];
+        if (i < -n || i >= n)
+          throw UserError(
+              str(c.node.where(), ": index ", i, " is out of range for axis of size ", n));
+        if (i < 0) i += n;
+      }
+      src = src * x.shape[d] + i;
+    }
+    if (x.dtype == DType::F32)
+      out.f[e] = x.f[src];
+    else
+      out.i[e] = x.i[src];
+    for (size_t d = at.size(); d-- > 0;) {
+      if (++at[d] < idx.shape[d]) break;
+      at[d] = 0;
+    }
+  }
+  return {out};
+}
+
+std::vector<TypeShape> depth_space_infer(const OpContext& c) {
+  return {{c.in(0).dtype, depth_space_spec(c).out}};
+}
+
+std::vector<HostTensor> depth_space_eval(const OpContext& c,
+                                         const std::vector<const HostTensor*>& in) {
+  DepthSpaceSpec s = depth_space_spec(c);
+  const HostTensor& x = *in[0];
+  HostTensor out = make_like(x.dtype, s.out);
+  const Shape& o = s.out;
+  int64_t e = 0;
+  for (int64_t n = 0; n < o[0]; ++n)
+    for (int64_t ch = 0; ch < o[1]; ++ch)
+      for (int64_t h = 0; h < o[2]; ++h)
+        for (int64_t w = 0; w < o[3]; ++w, ++e) {
+          std::array<int64_t, 4> src = s.source<int64_t>({n, ch, h, w});
+          int64_t at = ((src[0] * x.shape[1] + src[1]) * x.shape[2] + src[2]) * x.shape[3] + src[3];
+          if (x.dtype == DType::F32)
+            out.f[e] = x.f[at];
+          else
+            out.i[e] = x.i[at];
+        }
+  return {out};
+}
+
 }  // namespace
+
+DepthSpaceSpec depth_space_spec(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  if (x.size() != 4)
+    throw UserError(str(c.node.where(), ": input 0 ", shape_str(x), " must have rank 4 (NCHW)"));
+  DepthSpaceSpec s;
+  s.to_space = c.node.op == "DepthToSpace";
+  s.block = c.node.get_int("blocksize", 0);
+  if (s.block < 1 || s.block > 4096)
+    throw UserError(str(c.node.where(), ": blocksize ", s.block, " is not a positive size"));
+  std::string mode = c.node.get_string("mode", "DCR");
+  if (mode != "DCR" && mode != "CRD")
+    throw UserError(str(c.node.where(), ": mode '", mode, "' is not DCR or CRD"));
+  s.crd = mode == "CRD";
+  const int64_t b = s.block, bb = b * b;
+  if (s.to_space) {
+    if (x[1] % bb != 0)
+      throw UserError(
+          str(c.node.where(), ": ", x[1], " channels are not a multiple of blocksize^2 = ", bb));
+    s.out = {x[0], x[1] / bb, x[2] * b, x[3] * b};
+  } else {
+    if (x[2] % b != 0 || x[3] % b != 0) {
+      throw UserError(str(c.node.where(), ": height ", x[2], " and width ", x[3],
+                          " must be multiples of blocksize ", b));
+    }
+    s.out = {x[0], x[1] * bb, x[2] / b, x[3] / b};
+  }
+  check_tensor_size(c.node.where(), s.out);
+  s.channels = s.to_space ? s.out[1] : x[1];
+  return s;
+}
 
 TriluSpec trilu_spec(const OpContext& c) {
   if (c.in(0).shape.size() < 2) {
@@ -160,6 +270,9 @@ void register_scan_ops(std::vector<OpDef>& ops) {
   ops.push_back({"OneHot", 3, 3, onehot_infer, onehot_eval});
   ops.push_back({"CumSum", 2, 2, cumsum_infer, cumsum_eval});
   ops.push_back({"Trilu", 1, 2, trilu_infer, trilu_eval});
+  ops.push_back({"GatherElements", 2, 2, gather_elements_infer, gather_elements_eval});
+  ops.push_back({"DepthToSpace", 1, 1, depth_space_infer, depth_space_eval});
+  ops.push_back({"SpaceToDepth", 1, 1, depth_space_infer, depth_space_eval});
 }
 
 }  // namespace tf::graph

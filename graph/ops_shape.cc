@@ -689,6 +689,15 @@ void register_shape_ops(std::vector<OpDef>& ops) {
          return std::vector<HostTensor>{
              HostTensor::ints({static_cast<int64_t>(dims.size())}, dims)};
        }});
+  // Size: the element count, an int64 scalar (static shapes: folded at import like Shape).
+  ops.push_back({"Size", 1, 1,
+                 [](const OpContext&) {
+                   return std::vector<TypeShape>{{DType::I64, {}}};
+                 },
+                 [](const OpContext& c, const std::vector<const HostTensor*>&) {
+                   return std::vector<HostTensor>{
+                       HostTensor::ints({}, {num_elements(c.in(0).shape)})};
+                 }});
   ops.push_back(reshaping("Reshape", 2, 2, reshape_shape));
   ops.push_back(reshaping("Flatten", 1, 1, flatten_shape));
   ops.push_back(reshaping("Squeeze", 1, 2, squeeze_shape));

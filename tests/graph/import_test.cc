@@ -326,6 +326,40 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     expect(b, "node 'tri' (Trilu): k must be one integer, not 2 int64 values");
   }
   {
+    ModelBuilder b;
+    b.input("x", {3, 4});
+    b.ints("idx", {0, 1});  // rank 1, data rank 2
+    b.node("GatherElements", {"x", "idx"}, {"y"}, "ge");
+    b.output("y");
+    expect(b, "node 'ge' (GatherElements): indices [2] must have the rank of data [3, 4]");
+  }
+  auto depth_space = [&](const std::string& op, std::vector<int64_t> x, int64_t block,
+                         const std::string& mode, const std::string& want) {
+    ModelBuilder b;
+    b.input("x", std::move(x));
+    auto* n = b.node(op, {"x"}, {"y"}, "ds");
+    set_int(n, "blocksize", block);
+    if (!mode.empty()) {
+      auto* a = n->add_attribute();
+      a->set_name("mode");
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(mode);
+    }
+    b.output("y");
+    if (want.empty())
+      EXPECT_EQ(b.error(), "");
+    else
+      expect(b, want);
+  };
+  depth_space("DepthToSpace", {1, 8, 2, 2}, 2, "CRD", "");  // imports
+  depth_space("DepthToSpace", {1, 6, 2, 2}, 2, "",
+              "node 'ds' (DepthToSpace): 6 channels are not a multiple of blocksize^2 = 4");
+  depth_space("DepthToSpace", {1, 8, 2, 2}, 0, "", "node 'ds' (DepthToSpace): blocksize 0 is not a positive size");
+  depth_space("DepthToSpace", {1, 8, 2, 2}, 2, "XYZ", "node 'ds' (DepthToSpace): mode 'XYZ' is not DCR or CRD");
+  depth_space("DepthToSpace", {8, 2, 2}, 2, "", "node 'ds' (DepthToSpace): input 0 [8, 2, 2] must have rank 4 (NCHW)");
+  depth_space("SpaceToDepth", {1, 2, 3, 4}, 2, "",
+              "node 'ds' (SpaceToDepth): height 3 and width 4 must be multiples of blocksize 2");
+  {
     ModelBuilder b;  // int64 inputs import; an operator of floats refuses them
     b.input("x", {2}, onnx::TensorProto::INT64);
     b.node("Relu", {"x"}, {"y"});
