@@ -214,7 +214,12 @@ class CodeGen {
   llvm::Value* select(const Select* s) {
     llvm::Value* c = expr(s->cond);
     if (!contains_load(s->t) && !contains_load(s->f)) return b_.CreateSelect(c, expr(s->t), expr(s->f));
-    if (!c->getType()->isVectorTy() && !mask_) {
+    // A scalar select inside a vector one (in the index of a broadcast load: a gather by a
+    // computed index under a Concat's select) is lane-invariant: it branches like one outside,
+    // its scalar loads under no lane mask.
+    if (!c->getType()->isVectorTy() && (!mask_ || s->type.lanes == 1)) {
+      llvm::Value* outer = mask_;
+      mask_ = nullptr;
       auto* then_bb = llvm::BasicBlock::Create(ctx_, "sel.then", fn_);
       auto* else_bb = llvm::BasicBlock::Create(ctx_, "sel.else", fn_);
       auto* merge = llvm::BasicBlock::Create(ctx_, "sel.end", fn_);
@@ -231,6 +236,7 @@ class CodeGen {
       llvm::PHINode* phi = b_.CreatePHI(tv->getType(), 2);
       phi->addIncoming(tv, then_end);
       phi->addIncoming(fv, else_end);
+      mask_ = outer;
       return phi;
     }
     if (!c->getType()->isVectorTy()) c = b_.CreateVectorSplat(static_cast<unsigned>(s->type.lanes), c);
@@ -290,7 +296,10 @@ class CodeGen {
       return from.is_float() ? b_.CreateFCmpUNE(v, llvm::Constant::getNullValue(v->getType()))
                              : b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
     }
-    if (from.is_float()) return b_.CreateFPToSI(v, t);
+    // Saturating: a NaN or out-of-range float (a hostile index read from data) gives 0 or the
+    // type's bound, not LLVM's poison, so the clamps after it keep addresses in bounds.
+    if (from.is_float())
+      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {t, v->getType()}, {v});
     return b_.CreateZExt(v, t);
   }
 

@@ -208,26 +208,14 @@ const std::map<std::string, Binary>& compare_ops() {
 // against that bound on entry, compiler/codegen_runner.h): float remainders are exact, and
 // Div and Pow have integer versions of their own.
 const std::set<std::string>& int64_exact_ops() {
-  static const std::set<std::string> ops = {"Identity",     "Reshape",
-                                            "Flatten",      "Squeeze",
-                                            "Unsqueeze",    "Expand",
-                                            "Transpose",    "Slice",
-                                            "Concat",       "Split",
-                                            "Gather",       "Tile",
-                                            "Pad",          "Add",
-                                            "Sub",          "Mul",
-                                            "Div",          "Mod",
-                                            "Pow",          "Neg",
-                                            "Abs",          "Sign",
-                                            "Relu",         "Max",
-                                            "Min",          "Sum",
-                                            "Clip",         "Where",
-                                            "Cast",         "ReduceMax",
-                                            "ReduceMin",    "ReduceSum",
-                                            "ArgMax",       "ArgMin",
-                                            "OneHot",       "CumSum",
-                                            "Trilu",        "GatherElements",
-                                            "DepthToSpace", "SpaceToDepth"};
+  // clang-format off
+  static const std::set<std::string> ops = {
+      "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Transpose", "Slice",
+      "Concat", "Split", "Gather", "GatherElements", "Tile", "Pad", "DepthToSpace",
+      "SpaceToDepth", "Trilu", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "Neg", "Abs", "Sign",
+      "Relu", "Max", "Min", "Sum", "Clip", "Where", "Cast", "ReduceMax", "ReduceMin",
+      "ReduceSum", "CumSum", "ArgMax", "ArgMin", "OneHot", "TopK"};
+  // clang-format on
   return ops;
 }
 
@@ -1136,6 +1124,46 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
       return ir::select(eq(k, j), read_reshaped(values, on, flat),
                         read_reshaped(values, off, flat));
     })};
+  }
+  if (op == "TopK") {
+    // By places: each element's place in the order is the number of elements before it
+    // (greater, or equal at a lower index: every place is taken once), quadratic in the axis's
+    // length; output r is the element whose place is r. A NaN sorts as an infinity (the
+    // reference puts it beyond one).
+    const TeOperand& x = need(n, in, 0);
+    if (!x.tensor) not_implemented(n, "TopK of a one-element constant");
+    TopKSpec s = topk_spec(c);
+    auto axis = static_cast<size_t>(s.axis);
+    const Shape& xs = x.shape;
+    Expr inf = ir::f32(std::numeric_limits<double>::infinity());
+    auto key = [&](Expr v) { return ir::select(ir::eq(v, v), v, inf); };
+    IterVar m = ir::reduce_axis(xs[axis], "m");
+    Tensor place =
+        ir::compute(name + "_place", xs, axis_names(xs.size()),
+                    [&](const Index& i) {
+                      Index other = i;
+                      other[axis] = m.var;
+                      Expr a = key(operand(x, other)), b = key(operand(x, i));
+                      Expr ahead = s.largest ? gt(a, b) : a < b;
+                      Expr tie = ir::logical_and(ir::eq(a, b), m.var < i[axis]);
+                      Expr one = ir::f32(1.0), zero = ir::f32(0.0);
+                      return ir::sum(ir::select(ahead, one, ir::select(tie, one, zero)), {m});
+                    },
+                    {m});
+    auto pick = [&](const std::string& suffix, const std::function<Expr(const Index&)>& what) {
+      IterVar j = ir::reduce_axis(xs[axis], "j");
+      const Shape& os = g.value(n.outputs[0]).shape;
+      return ir::compute(name + suffix, os, axis_names(os.size()),
+                         [&](const Index& o) {
+                           Index src = o;
+                           src[axis] = j.var;
+                           Expr here = ir::eq(ir::read(place, src), to_float(o[axis]));
+                           return ir::sum(ir::select(here, what(src), ir::f32(0.0)), {j});
+                         },
+                         {j});
+    };
+    return {pick("_values", [&](const Index& src) { return operand(x, src); }),
+            pick("_indices", [&](const Index& src) { return to_float(src[axis]); })};
   }
   if (op == "GatherElements") {
     const TeOperand &x = need(n, in, 0), &idx = need(n, in, 1);

@@ -118,6 +118,7 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"CumSum", {"exclusive", "reverse"}},
       {"Trilu", {"upper"}},
       {"GatherElements", {"axis"}},
+      {"TopK", {"axis", "largest", "sorted"}},
       {"DepthToSpace", {"blocksize", "mode"}},
       {"SpaceToDepth", {"blocksize"}},
   };

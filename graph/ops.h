@@ -176,6 +176,13 @@ struct DepthSpaceSpec {
   }
 };
 DepthSpaceSpec depth_space_spec(const OpContext& c);
+// TopK: the axis, K (a constant, 0 to the axis's length) and largest; the output is always
+// sorted (sorted=0 leaves the order to the implementation).
+struct TopKSpec {
+  int64_t axis = 0, k = 0;
+  bool largest = true;
+};
+TopKSpec topk_spec(const OpContext& c);
 // Resize (graph/ops_resize.cc): the output shape, and per axis the fractional input position
 // an output position maps to (`source`; the scale is the given one, or out / in from sizes)
 // and nearest mode's rounding of it. Reads outside the input clamp to its edge.

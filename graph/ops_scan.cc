@@ -1,8 +1,10 @@
 // Operators that read indices or positions: OneHot (opset 11), CumSum (opset 11, 14), Trilu
-// (opset 14), GatherElements, DepthToSpace and SpaceToDepth (opset 11, 13). Their spec
+// (opset 14), GatherElements, DepthToSpace, SpaceToDepth and TopK (opset 11, 13). Their spec
 // helpers (in ops.h) are shared with the compiled kernels (graph/node_te.cc), so both read a
 // node the same way.
+#include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "compiler/error.h"
 #include "graph/ops.h"
@@ -181,7 +183,67 @@ std::vector<HostTensor> depth_space_eval(const OpContext& c,
   return {out};
 }
 
+std::vector<TypeShape> topk_infer(const OpContext& c) {
+  TopKSpec s = topk_spec(c);
+  if (c.in(0).dtype == DType::Bool) require_float(c, 0);
+  Shape out = c.in(0).shape;
+  out[static_cast<size_t>(s.axis)] = s.k;
+  return {{c.in(0).dtype, out}, {DType::I64, out}};
+}
+
+// The k largest (smallest) along the axis, in order; equal values by their index, lower first;
+// NaN above everything when largest, below when not (std::sort's order needs a strict one).
+std::vector<HostTensor> topk_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  TopKSpec s = topk_spec(c);
+  const HostTensor& x = *in[0];
+  Shape out_shape = x.shape;
+  out_shape[static_cast<size_t>(s.axis)] = s.k;
+  HostTensor values = make_like(x.dtype, out_shape), indices = make_like(DType::I64, out_shape);
+  AxisWalk w(x.shape, s.axis);
+  std::vector<int64_t> order(static_cast<size_t>(w.len));
+  for (int64_t o = 0; o < w.outer; ++o)
+    for (int64_t i = 0; i < w.inner; ++i) {
+      auto at = [&](int64_t j) { return x.as_double((o * w.len + j) * w.inner + i); };
+      for (int64_t j = 0; j < w.len; ++j) order[static_cast<size_t>(j)] = j;
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        double va = at(a), vb = at(b);
+        bool na = std::isnan(va), nb = std::isnan(vb);
+        if (na != nb) return na == s.largest;  // NaN first when largest, last when not
+        if (na) return false;
+        return s.largest ? va > vb : va < vb;
+      });
+      for (int64_t r = 0; r < s.k; ++r) {
+        int64_t src = (o * w.len + order[static_cast<size_t>(r)]) * w.inner + i;
+        int64_t dst = (o * s.k + r) * w.inner + i;
+        if (x.dtype == DType::F32)
+          values.f[dst] = x.f[src];
+        else
+          values.i[dst] = x.i[src];
+        indices.i[dst] = order[static_cast<size_t>(r)];
+      }
+    }
+  return {values, indices};
+}
+
 }  // namespace
+
+TopKSpec topk_spec(const OpContext& c) {
+  const Shape& x = c.in(0).shape;
+  if (x.empty()) throw UserError(str(c.node.where(), ": input 0 is a scalar; TopK needs an axis"));
+  TopKSpec s;
+  s.axis = normalize_axis(c.node, c.node.get_int("axis", -1), static_cast<int64_t>(x.size()));
+  const HostTensor& k = c.constant(1, "K");
+  if (k.size() != 1 || k.dtype != DType::I64)
+    throw UserError(str(c.node.where(), ": K must be one integer, not ", k.size(), " ",
+                        dtype_name(k.dtype), " values"));
+  s.k = k.i[0];
+  int64_t len = x[static_cast<size_t>(s.axis)];
+  if (s.k < 0 || s.k > len)
+    throw UserError(
+        str(c.node.where(), ": K = ", s.k, " is not within 0 to the axis's ", len, " elements"));
+  s.largest = c.node.get_int("largest", 1) != 0;
+  return s;
+}
 
 DepthSpaceSpec depth_space_spec(const OpContext& c) {
   const Shape& x = c.in(0).shape;
@@ -271,6 +333,7 @@ void register_scan_ops(std::vector<OpDef>& ops) {
   ops.push_back({"CumSum", 2, 2, cumsum_infer, cumsum_eval});
   ops.push_back({"Trilu", 1, 2, trilu_infer, trilu_eval});
   ops.push_back({"GatherElements", 2, 2, gather_elements_infer, gather_elements_eval});
+  ops.push_back({"TopK", 2, 2, topk_infer, topk_eval});
   ops.push_back({"DepthToSpace", 1, 1, depth_space_infer, depth_space_eval});
   ops.push_back({"SpaceToDepth", 1, 1, depth_space_infer, depth_space_eval});
 }

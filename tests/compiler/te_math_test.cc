@@ -36,6 +36,44 @@ TEST(TensorExpressions, ElementwiseMathVectorized) {
   }
 }
 
+// A gather by a computed index (a float read, cast to an integer, a select and a clamp) in one
+// branch of a vectorized select, as a Concat of an embedding lookup compiles: the index is
+// lane-invariant, so its select is scalar inside the vector one (codegen once built a
+// <1 x i1> mask for it and LLVM refused the IR). Indices that are NaN, huge or negative
+// saturate and clamp into the table rather than read out of bounds.
+TEST(TensorExpressions, GatherByComputedIndexUnderAVectorSelect) {
+  const int64_t rows = 6, width = 16, table_rows = 5;
+  Tensor idx = placeholder("idx", {rows});
+  Tensor table = placeholder("table", {table_rows, width});
+  Tensor other = placeholder("other", {rows, width});
+  Tensor y = compute("y", {rows, 2 * width}, {"r", "c"}, [&](const std::vector<Expr>& i) {
+    Expr j = Cast::make(Type::int64(), read(idx, {i[0]}));
+    j = min(max(select(j < Expr(int64_t{0}), j + table_rows, j), int64_t{0}), table_rows - 1);
+    Expr col = min(i[1], Expr(width - 1));
+    Expr from_table = read(table, {j, col});
+    Expr from_other = read(other, {i[0], max(i[1] - width, Expr(int64_t{0}))});
+    return select(i[1] < Expr(width), from_table, from_other);
+  });
+  Schedule s(y);
+  auto [o, in] = s[y].split(s[y].axis("c"), width);
+  s[y].vectorize(in);
+  auto lib = testing::build_for_host(lower(s, {idx, table, other}, "gather").func);
+  std::vector<float> ix = {0, -1, 3, NAN, 1e30f, -1e30f};
+  std::vector<float> tb(table_rows * width), ot(rows * width), out(rows * 2 * width, -7);
+  for (size_t k = 0; k < tb.size(); ++k) tb[k] = static_cast<float>(k);
+  for (size_t k = 0; k < ot.size(); ++k) ot[k] = -static_cast<float>(k);
+  ASSERT_EQ(lib->call({ix.data(), tb.data(), ot.data(), out.data()}), 0);
+  // NaN saturates to 0, 1e30 to the largest int64 (clamped to the last row), -1e30 to the
+  // smallest (plus 5, still negative: clamped to 0).
+  const int64_t want_row[] = {0, 4, 3, 0, 4, 0};
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < 2 * width; ++c) {
+      float want = c < width ? tb[want_row[r] * width + c] : ot[r * width + c - width];
+      EXPECT_EQ(out[r * 2 * width + c], want) << "row " << r << " column " << c;
+    }
+  }
+}
+
 TEST(TensorExpressions, MaxReductionWithSplitAxis) {
   const int64_t rows = 5, cols = 29;
   Tensor a = placeholder("a", {rows, cols});

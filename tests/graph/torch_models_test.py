@@ -203,8 +203,8 @@ class Text(torch.nn.Module):
 
 class Tokens(torch.nn.Module):
     """Integer arithmetic on token ids inside the model: a greedy step (ArgMax, then the
-    embedding of the pick), positions by CumSum of a mask, OneHot, floor division and
-    remainder, Clip and Where of int64 values."""
+    embedding of the pick), TopK's values and indices, positions by CumSum of a mask, OneHot,
+    floor division and remainder, Clip and Where of int64 values."""
 
     def __init__(self):
         super().__init__()
@@ -213,13 +213,15 @@ class Tokens(torch.nn.Module):
         self.pos = torch.nn.Embedding(8, 16)
 
     def forward(self, ids):
-        nxt = self.proj(self.emb(ids)).argmax(-1)
+        logits = self.proj(self.emb(ids))
+        top = logits.topk(3, dim=-1)
+        nxt = logits.argmax(-1)
         nxt = torch.where(ids == 0, torch.zeros_like(nxt), nxt)
         nxt = (nxt + 1).clamp(max=49)
         mask = (ids != 0).long()
         pos = torch.cumsum(mask, 1) * mask
         onehot = torch.nn.functional.one_hot(ids // 7 + ids % 3, 10).float()
-        return torch.cat([self.emb(nxt) + self.pos(pos), onehot], -1)
+        return torch.cat([self.emb(nxt) + self.pos(pos), onehot, top.values, top.indices.float()], -1)
 
     @staticmethod
     def inputs():
@@ -426,7 +428,7 @@ def main():
             if name == "text":
                 ok = ok and [i["dtype"] for i in sidecar["inputs"]] == ["int64", "int64", "bool"]
             if name == "tokens":
-                ok = ok and all(info["ops"].get(op) for op in ("ArgMax", "CumSum", "OneHot", "Div", "Mod", "Gather"))
+                ok = ok and all(info["ops"].get(op) for op in ("ArgMax", "TopK", "CumSum", "OneHot", "Div", "Mod", "Gather"))
             if name == "mlp_argmax":
                 ok = ok and len(set(want.tolist())) > 1  # not one class everywhere
             ok = ok and len(info["tasks"]) > 0 and len(info["fused_kernels"]) < info["nodes"]
