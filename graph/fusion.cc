@@ -29,10 +29,10 @@ const char* op_kind_name(OpKind k) {
 OpKind op_kind(const std::string& op) {
   static const std::set<std::string> anchors = {"Conv", "ConvNCHWc", "MatMul", "Gemm"};
   static const std::set<std::string> injective = {
-      "Reshape",         "Flatten",      "Squeeze",     "Unsqueeze", "Transpose", "Slice",
-      "Concat",          "Gather",       "Split",       "Expand",    "Identity",  "Dropout",
-      "LayoutTransform", "Pad",          "Resize",      "Tile",      "OneHot",    "Trilu",
-      "GatherElements",  "DepthToSpace", "SpaceToDepth"};
+      "Reshape",         "Flatten",      "Squeeze",      "Unsqueeze", "Transpose", "Slice",
+      "Concat",          "Gather",       "Split",        "Expand",    "Identity",  "Dropout",
+      "LayoutTransform", "Pad",          "Resize",       "Tile",      "OneHot",    "Trilu",
+      "GatherElements",  "DepthToSpace", "SpaceToDepth", "GatherND"};
   static const std::set<std::string> reductions = {
       "ReduceMean", "ReduceSum",  "ReduceMax",          "ReduceMin",         "ReduceProd",
       "ReduceL1",   "ReduceL2",   "ReduceSumSquare",    "ReduceLogSum",      "ReduceLogSumExp",

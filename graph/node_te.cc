@@ -214,7 +214,7 @@ const std::set<std::string>& int64_exact_ops() {
       "Concat", "Split", "Gather", "GatherElements", "Tile", "Pad", "DepthToSpace",
       "SpaceToDepth", "Trilu", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "Neg", "Abs", "Sign",
       "Relu", "Max", "Min", "Sum", "Clip", "Where", "Cast", "ReduceMax", "ReduceMin",
-      "ReduceSum", "CumSum", "ArgMax", "ArgMin", "OneHot", "TopK"};
+      "ReduceSum", "CumSum", "ArgMax", "ArgMin", "OneHot", "TopK", "GatherND"};
   // clang-format on
   return ops;
 }
@@ -755,7 +755,7 @@ bool reads_as_data(const Graph& g, const Node& n, size_t k) {
   }
   return k == 0 || binary_ops().count(n.op) || compare_ops().count(n.op) || n.op == "Where" ||
          n.op == "Concat" || n.op == "Clip" || n.op == "Mod" || n.op == "Pow" || n.op == "And" ||
-         n.op == "Or" || n.op == "Xor" || n.op == "GatherElements" ||
+         n.op == "Or" || n.op == "Xor" || n.op == "GatherElements" || n.op == "GatherND" ||
          ((n.op == "Pad" || n.op == "OneHot") && k == 2);
 }
 
@@ -1164,6 +1164,26 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
     };
     return {pick("_values", [&](const Index& src) { return operand(x, src); }),
             pick("_indices", [&](const Index& src) { return to_float(src[axis]); })};
+  }
+  if (op == "GatherND") {
+    const TeOperand &x = need(n, in, 0), &idx = need(n, in, 1);
+    GatherNDSpec s = gather_nd_spec(c);
+    const Shape& is = idx.shape;
+    const auto lead = static_cast<int64_t>(is.size()) - 1;  // batch and tuple dimensions
+    return {elementwise(name, out, [&](const Index& o) {
+      Index src(o.begin(), o.begin() + s.batch);
+      Index at(o.begin(), o.begin() + lead);
+      at.push_back(Expr(int64_t{0}));
+      for (int64_t d = 0; d < s.k; ++d) {
+        // As Gather's computed indices: negative from the end, out of range clamped.
+        int64_t len = x.shape[static_cast<size_t>(s.batch + d)];
+        at.back() = Expr(d);
+        Expr j = ir::Cast::make(ir::Type::int64(), operand(idx, at));
+        src.push_back(clamp(ir::select(j < Expr(int64_t{0}), j + len, j), 0, len - 1));
+      }
+      src.insert(src.end(), o.begin() + lead, o.end());
+      return operand(x, src);
+    })};
   }
   if (op == "GatherElements") {
     const TeOperand &x = need(n, in, 0), &idx = need(n, in, 1);

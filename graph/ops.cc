@@ -119,6 +119,7 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"Trilu", {"upper"}},
       {"GatherElements", {"axis"}},
       {"TopK", {"axis", "largest", "sorted"}},
+      {"GatherND", {"batch_dims"}},
       {"DepthToSpace", {"blocksize", "mode"}},
       {"SpaceToDepth", {"blocksize"}},
   };

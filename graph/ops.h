@@ -183,6 +183,13 @@ struct TopKSpec {
   bool largest = true;
 };
 TopKSpec topk_spec(const OpContext& c);
+// GatherND: batch_dims, the length k of each index tuple, and the output shape (indices' but
+// the last, then data's after the batch and indexed dimensions).
+struct GatherNDSpec {
+  int64_t batch = 0, k = 1;
+  Shape out;
+};
+GatherNDSpec gather_nd_spec(const OpContext& c);
 // Resize (graph/ops_resize.cc): the output shape, and per axis the fractional input position
 // an output position maps to (`source`; the scale is the given one, or out / in from sizes)
 // and nearest mode's rounding of it. Reads outside the input clamp to its edge.

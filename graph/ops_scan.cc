@@ -1,6 +1,6 @@
 // Operators that read indices or positions: OneHot (opset 11), CumSum (opset 11, 14), Trilu
-// (opset 14), GatherElements, DepthToSpace, SpaceToDepth and TopK (opset 11, 13). Their spec
-// helpers (in ops.h) are shared with the compiled kernels (graph/node_te.cc), so both read a
+// (opset 14), GatherElements, DepthToSpace, SpaceToDepth, TopK and GatherND (opset 11 to 13). Their
+// spec helpers (in ops.h) are shared with the compiled kernels (graph/node_te.cc), so both read a
 // node the same way.
 #include <algorithm>
 #include <array>
@@ -225,7 +225,69 @@ std::vector<HostTensor> topk_eval(const OpContext& c, const std::vector<const Ho
   return {values, indices};
 }
 
+std::vector<TypeShape> gather_nd_infer(const OpContext& c) {
+  if (c.in(1).dtype != DType::I64)
+    throw UserError(str(c.node.where(), ": indices must be integers"));
+  return {{c.in(0).dtype, gather_nd_spec(c).out}};
+}
+
+std::vector<HostTensor> gather_nd_eval(const OpContext& c,
+                                       const std::vector<const HostTensor*>& in) {
+  GatherNDSpec s = gather_nd_spec(c);
+  const HostTensor &x = *in[0], &idx = *in[1];
+  HostTensor out = make_like(x.dtype, s.out);
+  const Shape& xs = x.shape;
+  int64_t slice = 1;  // elements copied per index tuple
+  for (size_t d = static_cast<size_t>(s.batch + s.k); d < xs.size(); ++d) slice *= xs[d];
+  int64_t batch_size = 1;
+  for (int64_t d = 0; d < s.batch; ++d) batch_size *= xs[static_cast<size_t>(d)];
+  int64_t tuples = idx.size() / s.k, per_batch = tuples / batch_size, at = 0;
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t src = t / per_batch;  // the batch's position, then each index
+    for (int64_t d = 0; d < s.k; ++d) {
+      int64_t n = xs[static_cast<size_t>(s.batch + d)], i = idx.i[static_cast<size_t>(t * s.k + d)];
+      if (i < -n || i >= n)
+        throw UserError(
+            str(c.node.where(), ": index ", i, " is out of range for axis of size ", n));
+      src = src * n + (i < 0 ? i + n : i);
+    }
+    for (int64_t e = 0; e < slice; ++e, ++at) {
+      if (x.dtype == DType::F32)
+        out.f[at] = x.f[src * slice + e];
+      else
+        out.i[at] = x.i[src * slice + e];
+    }
+  }
+  return {out};
+}
+
 }  // namespace
+
+GatherNDSpec gather_nd_spec(const OpContext& c) {
+  const Shape &x = c.in(0).shape, &idx = c.in(1).shape;
+  GatherNDSpec s;
+  s.batch = c.node.get_int("batch_dims", 0);
+  auto xr = static_cast<int64_t>(x.size()), ir = static_cast<int64_t>(idx.size());
+  if (ir < 1 || s.batch < 0 || s.batch >= std::min(xr, ir)) {
+    throw UserError(str(c.node.where(), ": batch_dims ", s.batch,
+                        " must be below the ranks of data ", shape_str(x), " and indices ",
+                        shape_str(idx)));
+  }
+  s.k = idx.back();
+  if (s.k < 1 || s.batch + s.k > xr) {
+    throw UserError(str(c.node.where(), ": indices end in ", s.k, "; with batch_dims ", s.batch,
+                        " that must be 1 to ", xr - s.batch, " (data ", shape_str(x), ")"));
+  }
+  for (int64_t d = 0; d < s.batch; ++d) {
+    if (x[static_cast<size_t>(d)] != idx[static_cast<size_t>(d)]) {
+      throw UserError(str(c.node.where(), ": batch dimension ", d, " of indices ", shape_str(idx),
+                          " differs from data's ", shape_str(x)));
+    }
+  }
+  s.out.assign(idx.begin(), idx.end() - 1);
+  s.out.insert(s.out.end(), x.begin() + s.batch + s.k, x.end());
+  return s;
+}
 
 TopKSpec topk_spec(const OpContext& c) {
   const Shape& x = c.in(0).shape;
@@ -334,6 +396,7 @@ void register_scan_ops(std::vector<OpDef>& ops) {
   ops.push_back({"Trilu", 1, 2, trilu_infer, trilu_eval});
   ops.push_back({"GatherElements", 2, 2, gather_elements_infer, gather_elements_eval});
   ops.push_back({"TopK", 2, 2, topk_infer, topk_eval});
+  ops.push_back({"GatherND", 2, 2, gather_nd_infer, gather_nd_eval});
   ops.push_back({"DepthToSpace", 1, 1, depth_space_infer, depth_space_eval});
   ops.push_back({"SpaceToDepth", 1, 1, depth_space_infer, depth_space_eval});
 }

@@ -333,6 +333,17 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.output("y");
     expect(b, "node 'ge' (GatherElements): indices [2] must have the rank of data [3, 4]");
   }
+  auto gather_nd = [&](std::vector<int64_t> idx_dims, int64_t batch, const std::string& want) {
+    ModelBuilder b;
+    b.input("x", {2, 3, 4});
+    b.input("idx", std::move(idx_dims), onnx::TensorProto::INT64);
+    set_int(b.node("GatherND", {"x", "idx"}, {"y"}, "gnd"), "batch_dims", batch);
+    b.output("y");
+    expect(b, want);
+  };
+  gather_nd({5, 4}, 0, "node 'gnd' (GatherND): indices end in 4; with batch_dims 0 that must be 1 to 3");
+  gather_nd({5, 2}, 3, "node 'gnd' (GatherND): batch_dims 3 must be below the ranks of data [2, 3, 4]");
+  gather_nd({3, 1}, 1, "node 'gnd' (GatherND): batch dimension 0 of indices [3, 1] differs from data's [2, 3, 4]");
   auto depth_space = [&](const std::string& op, std::vector<int64_t> x, int64_t block,
                          const std::string& mode, const std::string& want) {
     ModelBuilder b;
