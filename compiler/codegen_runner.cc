@@ -9,6 +9,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <functional>
 #include <map>
 
 #include "compiler/codegen_llvm.h"
@@ -97,67 +98,68 @@ class RunnerGen {
     table_fn("tf_model_" + role + "_dtype", b_.getInt32Ty(), dtypes, b_.getInt32(static_cast<uint32_t>(-1)));
   }
 
-  // out[i] = convert(from[i]) for i < n: float32 to the output's type.
-  void convert_loop(llvm::Value* out, llvm::Value* from, uint64_t n, RunnerType type) {
+  // A loop over i in [0, n) (n > 0) whose body `body(i)` emits; the body may branch out
+  // (convert_input_loop's range check) as long as it ends in the block it continues in.
+  void loop(const std::string& name, uint64_t n, const std::function<void(llvm::Value*)>& body) {
     llvm::Function* fn = b_.GetInsertBlock()->getParent();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* loop = llvm::BasicBlock::Create(ctx_, "convert", fn);
-    auto* done = llvm::BasicBlock::Create(ctx_, "converted", fn);
-    b_.CreateBr(loop);
-    b_.SetInsertPoint(loop);
+    auto* head = llvm::BasicBlock::Create(ctx_, name, fn);
+    auto* done = llvm::BasicBlock::Create(ctx_, name + ".done", fn);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
     llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i");
     i->addIncoming(b_.getInt64(0), pre);
-    llvm::Value* x = b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), from, i));
-    llvm::Value* v;
-    llvm::Type* elem;
-    if (type == RunnerType::Int64) {
-      elem = b_.getInt64Ty();
-      v = b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {elem, b_.getFloatTy()}, {x});
-    } else {
-      elem = b_.getInt8Ty();
-      v = b_.CreateZExt(b_.CreateFCmpUNE(x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0)), elem);
-    }
-    b_.CreateStore(v, b_.CreateInBoundsGEP(elem, out, i));
+    body(i);
     llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1));
     i->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(n)), loop, done);
+    b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(n)), head, done);
     b_.SetInsertPoint(done);
+  }
+
+  // out[i] = convert(from[i]) for i < n: float32 to the output's type.
+  void convert_loop(llvm::Value* out, llvm::Value* from, uint64_t n, RunnerType type) {
+    loop("convert", n, [&](llvm::Value* i) {
+      llvm::Value* x =
+          b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), from, i));
+      if (type == RunnerType::Int64) {
+        llvm::Type* elem = b_.getInt64Ty();
+        llvm::Value* v =
+            b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {elem, b_.getFloatTy()}, {x});
+        b_.CreateStore(v, b_.CreateInBoundsGEP(elem, out, i));
+      } else {
+        llvm::Value* v = b_.CreateZExt(
+            b_.CreateFCmpUNE(x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0)), b_.getInt8Ty());
+        b_.CreateStore(v, b_.CreateInBoundsGEP(b_.getInt8Ty(), out, i));
+      }
+    });
   }
 
   // to[i] = float(from[i]) for i < n: an int64 input (branching to `bad` when one is beyond
   // +-kRunnerMaxExactInt) or a bool's byte as 0 / 1.
   void convert_input_loop(llvm::Value* to, llvm::Value* from, uint64_t n, RunnerType type,
                           llvm::BasicBlock* bad) {
-    llvm::Function* fn = b_.GetInsertBlock()->getParent();
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* loop = llvm::BasicBlock::Create(ctx_, "convert_input", fn);
-    auto* done = llvm::BasicBlock::Create(ctx_, "input_converted", fn);
-    b_.CreateBr(loop);
-    b_.SetInsertPoint(loop);
-    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i");
-    i->addIncoming(b_.getInt64(0), pre);
-    llvm::Value* v;
-    if (type == RunnerType::Int64) {
-      llvm::Value* x =
-          b_.CreateLoad(b_.getInt64Ty(), b_.CreateInBoundsGEP(b_.getInt64Ty(), from, i));
-      // x + 2^24 in [0, 2^25] as unsigned: one compare for both bounds.
-      llvm::Value* shifted =
-          b_.CreateAdd(x, b_.getInt64(static_cast<uint64_t>(kRunnerMaxExactInt)));
-      llvm::Value* ok =
-          b_.CreateICmpULE(shifted, b_.getInt64(2 * static_cast<uint64_t>(kRunnerMaxExactInt)));
-      auto* good = llvm::BasicBlock::Create(ctx_, "input_in_range", fn);
-      b_.CreateCondBr(ok, good, bad);
-      b_.SetInsertPoint(good);
-      v = b_.CreateSIToFP(x, b_.getFloatTy());
-    } else {
-      llvm::Value* x = b_.CreateLoad(b_.getInt8Ty(), b_.CreateInBoundsGEP(b_.getInt8Ty(), from, i));
-      v = b_.CreateUIToFP(b_.CreateICmpNE(x, b_.getInt8(0)), b_.getFloatTy());
-    }
-    b_.CreateStore(v, b_.CreateInBoundsGEP(b_.getFloatTy(), to, i));
-    llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1));
-    i->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(n)), loop, done);
-    b_.SetInsertPoint(done);
+    loop("convert_input", n, [&](llvm::Value* i) {
+      llvm::Value* v;
+      if (type == RunnerType::Int64) {
+        llvm::Value* x =
+            b_.CreateLoad(b_.getInt64Ty(), b_.CreateInBoundsGEP(b_.getInt64Ty(), from, i));
+        // x + 2^24 in [0, 2^25] as unsigned: one compare for both bounds.
+        llvm::Value* shifted =
+            b_.CreateAdd(x, b_.getInt64(static_cast<uint64_t>(kRunnerMaxExactInt)));
+        llvm::Value* ok =
+            b_.CreateICmpULE(shifted, b_.getInt64(2 * static_cast<uint64_t>(kRunnerMaxExactInt)));
+        auto* good =
+            llvm::BasicBlock::Create(ctx_, "input_in_range", b_.GetInsertBlock()->getParent());
+        b_.CreateCondBr(ok, good, bad);
+        b_.SetInsertPoint(good);
+        v = b_.CreateSIToFP(x, b_.getFloatTy());
+      } else {
+        llvm::Value* x =
+            b_.CreateLoad(b_.getInt8Ty(), b_.CreateInBoundsGEP(b_.getInt8Ty(), from, i));
+        v = b_.CreateUIToFP(b_.CreateICmpNE(x, b_.getInt8(0)), b_.getFloatTy());
+      }
+      b_.CreateStore(v, b_.CreateInBoundsGEP(b_.getFloatTy(), to, i));
+    });
   }
 
   void run(const RunnerSpec& s) {

@@ -103,6 +103,8 @@ std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out);
 // A negative axis counts from the end; out of [-rank, rank) is the node's error.
 int64_t normalize_axis(const Node& n, int64_t axis, int64_t rank, const char* what = "axis");
 HostTensor make_like(DType t, const Shape& s);
+// out[o] = in[k], both of one element type.
+void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k);
 // Input k must be float32, else the node's error naming the input and its type.
 void require_float(const OpContext& c, size_t k);
 

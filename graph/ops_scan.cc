@@ -43,10 +43,7 @@ std::vector<HostTensor> onehot_eval(const OpContext& c, const std::vector<const 
         int64_t at = idx.as_int(o * w.inner + i);
         if (at < 0) at += s.depth;
         int64_t e = (o * w.len + j) * w.inner + i, v = at == j ? 1 : 0;
-        if (out.dtype == DType::F32)
-          out.f[e] = values.f[v];
-        else
-          out.i[e] = values.i[v];
+        copy_elem(out, e, values, v);
       }
   return {out};
 }
@@ -146,10 +143,7 @@ std::vector<HostTensor> gather_elements_eval(const OpContext& c,
       }
       src = src * x.shape[d] + i;
     }
-    if (x.dtype == DType::F32)
-      out.f[e] = x.f[src];
-    else
-      out.i[e] = x.i[src];
+    copy_elem(out, e, x, src);
     for (size_t d = at.size(); d-- > 0;) {
       if (++at[d] < idx.shape[d]) break;
       at[d] = 0;
@@ -175,10 +169,7 @@ std::vector<HostTensor> depth_space_eval(const OpContext& c,
         for (int64_t w = 0; w < o[3]; ++w, ++e) {
           std::array<int64_t, 4> src = s.source<int64_t>({n, ch, h, w});
           int64_t at = ((src[0] * x.shape[1] + src[1]) * x.shape[2] + src[2]) * x.shape[3] + src[3];
-          if (x.dtype == DType::F32)
-            out.f[e] = x.f[at];
-          else
-            out.i[e] = x.i[at];
+          copy_elem(out, e, x, at);
         }
   return {out};
 }
@@ -215,10 +206,7 @@ std::vector<HostTensor> topk_eval(const OpContext& c, const std::vector<const Ho
       for (int64_t r = 0; r < s.k; ++r) {
         int64_t src = (o * w.len + order[static_cast<size_t>(r)]) * w.inner + i;
         int64_t dst = (o * s.k + r) * w.inner + i;
-        if (x.dtype == DType::F32)
-          values.f[dst] = x.f[src];
-        else
-          values.i[dst] = x.i[src];
+        copy_elem(values, dst, x, src);
         indices.i[dst] = order[static_cast<size_t>(r)];
       }
     }
@@ -252,10 +240,7 @@ std::vector<HostTensor> gather_nd_eval(const OpContext& c,
       src = src * n + (i < 0 ? i + n : i);
     }
     for (int64_t e = 0; e < slice; ++e, ++at) {
-      if (x.dtype == DType::F32)
-        out.f[at] = x.f[src * slice + e];
-      else
-        out.i[at] = x.i[src * slice + e];
+      copy_elem(out, at, x, src * slice + e);
     }
   }
   return {out};

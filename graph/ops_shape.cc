@@ -10,13 +10,6 @@
 namespace tf::graph {
 namespace {
 
-void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k) {
-  if (out.dtype == DType::F32)
-    out.f[o] = in.f[k];
-  else
-    out.i[o] = in.i[k];
-}
-
 std::vector<int64_t> ints_of(const HostTensor& t) {
   std::vector<int64_t> v;
   for (int64_t k = 0; k < t.size(); ++k) v.push_back(t.as_int(k));
@@ -677,6 +670,13 @@ OpDef reshaping(const std::string& type, int min_in, int max_in,
 }
 
 }  // namespace
+
+void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k) {
+  if (out.dtype == DType::F32)
+    out.f[o] = in.f[k];
+  else
+    out.i[o] = in.i[k];
+}
 
 void register_shape_ops(std::vector<OpDef>& ops) {
   ops.push_back(
