@@ -39,8 +39,9 @@ OpKind op_kind(const std::string& op) {
       "Softmax",    "LogSoftmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool",
       "InstanceNormalization"};
   static const std::set<std::string> opaque = {
-      "MaxPool", "AveragePool", "Shape",  "Size", "ConvTranspose", "Einsum",          "ScatterND",
-      "ArgMax",  "ArgMin",      "CumSum", "TopK", "Constant",      "ConstantOfShape", "Range"};
+      "MaxPool",   "AveragePool",     "Shape",  "Size",   "ConvTranspose", "Einsum",
+      "ScatterND", "ScatterElements", "ArgMax", "ArgMin", "CumSum",        "TopK",
+      "Constant",  "ConstantOfShape", "Range"};
   if (anchors.count(op)) return OpKind::Anchor;
   if (injective.count(op)) return OpKind::Injective;
   if (reductions.count(op)) return OpKind::Reduction;

@@ -120,6 +120,7 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"GatherElements", {"axis"}},
       {"TopK", {"axis", "largest", "sorted"}},
       {"GatherND", {"batch_dims"}},
+      {"ScatterElements", {"axis", "reduction"}},
       {"DepthToSpace", {"blocksize", "mode"}},
       {"SpaceToDepth", {"blocksize"}},
   };

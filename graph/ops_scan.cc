@@ -1,7 +1,7 @@
 // Operators that read indices or positions: OneHot (opset 11), CumSum (opset 11, 14), Trilu
-// (opset 14), GatherElements, DepthToSpace, SpaceToDepth, TopK and GatherND (opset 11 to 13). Their
-// spec helpers (in ops.h) are shared with the compiled kernels (graph/node_te.cc), so both read a
-// node the same way.
+// (opset 14), GatherElements, DepthToSpace, SpaceToDepth, TopK, GatherND and ScatterElements (opset
+// 11 to 16). Their spec helpers (in ops.h) are shared with the compiled kernels (graph/node_te.cc),
+// so both read a node the same way.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -246,6 +246,71 @@ std::vector<HostTensor> gather_nd_eval(const OpContext& c,
   return {out};
 }
 
+std::vector<TypeShape> scatter_elements_infer(const OpContext& c) {
+  const Shape &x = c.in(0).shape, &idx = c.in(1).shape;
+  if (c.in(1).dtype != DType::I64)
+    throw UserError(str(c.node.where(), ": indices must be integers"));
+  if (c.in(2).dtype != c.in(0).dtype)
+    throw UserError(str(c.node.where(), ": updates are ", dtype_name(c.in(2).dtype), ", data ",
+                        dtype_name(c.in(0).dtype)));
+  if (x.empty())
+    throw UserError(str(c.node.where(), ": input 0 is a scalar; ScatterElements needs an axis"));
+  normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
+  if (idx.size() != x.size() || c.in(2).shape != idx) {
+    throw UserError(str(c.node.where(), ": indices ", shape_str(idx), " and updates ",
+                        shape_str(c.in(2).shape), " must have one shape, of data's rank ",
+                        shape_str(x)));
+  }
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (idx[d] > x[d])
+      throw UserError(str(c.node.where(), ": indices ", shape_str(idx), " are larger than data ",
+                          shape_str(x)));
+  }
+  std::string red = c.node.get_string("reduction", "none");
+  if (red != "none" && red != "add" && red != "mul")
+    throw UserError(
+        str(c.node.where(), ": reduction '", red, "' is not supported (none, add and mul are)"));
+  return {{c.in(0).dtype, x}};
+}
+
+std::vector<HostTensor> scatter_elements_eval(const OpContext& c,
+                                              const std::vector<const HostTensor*>& in) {
+  const HostTensor &data = *in[0], &idx = *in[1], &up = *in[2];
+  const Shape& x = data.shape;
+  auto axis = static_cast<size_t>(
+      normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size())));
+  std::string red = c.node.get_string("reduction", "none");
+  HostTensor out = data;
+  std::vector<int64_t> at(idx.shape.size(), 0);
+  for (int64_t u = 0; u < idx.size(); ++u) {
+    int64_t p = 0;
+    for (size_t d = 0; d < x.size(); ++d) {
+      int64_t i = at[d];
+      if (d == axis) {
+        i = idx.i[static_cast<size_t>(u)];
+        if (i < -x[d] || i >= x[d])
+          throw UserError(str(c.node.where(), ": index ", i, " is out of range for axis ", d,
+                              " of size ", x[d]));
+        if (i < 0) i += x[d];
+      }
+      p = p * x[d] + i;
+    }
+    if (out.dtype == DType::F32) {
+      float v = up.f[static_cast<size_t>(u)];
+      out.f[p] = red == "add" ? out.f[p] + v : red == "mul" ? out.f[p] * v : v;
+    } else {
+      auto a = static_cast<uint64_t>(out.i[p]),
+           b = static_cast<uint64_t>(up.i[static_cast<size_t>(u)]);
+      out.i[p] = static_cast<int64_t>(red == "add" ? a + b : red == "mul" ? a * b : b);  // wrapping
+    }
+    for (size_t d = at.size(); d-- > 0;) {
+      if (++at[d] < idx.shape[d]) break;
+      at[d] = 0;
+    }
+  }
+  return {out};
+}
+
 }  // namespace
 
 GatherNDSpec gather_nd_spec(const OpContext& c) {
@@ -382,6 +447,7 @@ void register_scan_ops(std::vector<OpDef>& ops) {
   ops.push_back({"GatherElements", 2, 2, gather_elements_infer, gather_elements_eval});
   ops.push_back({"TopK", 2, 2, topk_infer, topk_eval});
   ops.push_back({"GatherND", 2, 2, gather_nd_infer, gather_nd_eval});
+  ops.push_back({"ScatterElements", 3, 3, scatter_elements_infer, scatter_elements_eval});
   ops.push_back({"DepthToSpace", 1, 1, depth_space_infer, depth_space_eval});
   ops.push_back({"SpaceToDepth", 1, 1, depth_space_infer, depth_space_eval});
 }

@@ -40,8 +40,8 @@ const std::vector<PassInfo>& graph_passes() {
        "bias Add) and a Split",
        plain(combine_parallel_matmuls)},
       {"lower-scatter-nd", 0,
-       "ScatterND with constant indices (in-place slice assignment) as a Gather of its updates "
-       "and a Where over its data, which compiled kernels run",
+       "ScatterND (in-place slice assignment) and ScatterElements with constant indices as a "
+       "Gather of their updates and a Where over their data, which compiled kernels run",
        plain(lower_scatter_nd)},
       {"lower-conv-transpose", 2,
        "ConvTranspose with constant weights as a Conv over the input with zeros inserted (Pad, "

@@ -1,6 +1,8 @@
 // lower-scatter-nd: a ScatterND with constant indices (what PyTorch exports for in-place slice
-// assignment, `y[..., 0:2] = f(y)`) becomes a Gather of its updates and a Where over its data,
-// which compiled kernels run (a ScatterND node has none).
+// assignment, `y[..., 0:2] = f(y)`), or a ScatterElements with constant indices (torch.scatter),
+// becomes a Gather of its updates and a Where over its data, which compiled kernels run
+// (neither node has a kernel of its own). For ScatterElements each element is a row of one
+// value and positions range over all of data's dimensions.
 //
 // With data of shape X and indices [..., k], each position p of X's first k dimensions is
 // written by some rows of the indices, in order. The pass computes, at compile time, which
@@ -21,30 +23,74 @@ namespace {
 
 constexpr size_t kMaxLayers = 16;
 
+// Which rows write each position, in order. ScatterND: a row is an index tuple of length k,
+// writing a slice of data's dimensions after k, and positions are those of the first k
+// dimensions. ScatterElements: a row is one element of the indices (and updates), writing one
+// element of data: its own position with the axis's coordinate replaced by the index.
+struct Writers {
+  Shape prefix;  // the dimensions positions range over
+  int64_t rows = 0;
+  std::vector<std::vector<int64_t>> of;  // per position
+};
+
+int64_t checked(const Node& n, int64_t i, int64_t len, size_t axis) {
+  if (i < -len || i >= len)
+    throw UserError(
+        str(n.where(), ": index ", i, " is out of range for axis ", axis, " of size ", len));
+  return i < 0 ? i + len : i;
+}
+
+Writers writers_of(const Node& n, const Shape& x, const HostTensor& idx, bool last_wins) {
+  Writers w;
+  std::vector<int64_t> target;  // per row, its position
+  if (n.op == "ScatterND") {
+    const auto k = static_cast<size_t>(idx.shape.back());
+    w.rows = idx.size() / static_cast<int64_t>(k);
+    w.prefix.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(k));
+    for (int64_t u = 0; u < w.rows; ++u) {
+      int64_t at = 0;
+      for (size_t d = 0; d < k; ++d)
+        at = at * x[d] + checked(n, idx.i[static_cast<size_t>(u) * k + d], x[d], d);
+      target.push_back(at);
+    }
+  } else {  // ScatterElements
+    auto axis = static_cast<size_t>(
+        normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(x.size())));
+    w.rows = idx.size();
+    w.prefix = x;
+    std::vector<int64_t> at(idx.shape.size(), 0);
+    for (int64_t u = 0; u < w.rows; ++u) {
+      int64_t p = 0;
+      for (size_t d = 0; d < x.size(); ++d)
+        p = p * x[d] + (d == axis ? checked(n, idx.i[static_cast<size_t>(u)], x[d], d) : at[d]);
+      target.push_back(p);
+      for (size_t d = at.size(); d-- > 0;) {
+        if (++at[d] < idx.shape[d]) break;
+        at[d] = 0;
+      }
+    }
+  }
+  w.of.resize(static_cast<size_t>(num_elements(w.prefix)));
+  for (int64_t u = 0; u < w.rows; ++u) {
+    std::vector<int64_t>& list = w.of[static_cast<size_t>(target[static_cast<size_t>(u)])];
+    if (last_wins) list.clear();
+    list.push_back(u);
+  }
+  return w;
+}
+
 bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
-  if (n.op != "ScatterND" || !g.is_constant(n.inputs[1])) return false;
+  if ((n.op != "ScatterND" && n.op != "ScatterElements") || !g.is_constant(n.inputs[1]))
+    return false;
   const Value& data = g.value(n.inputs[0]);
   const HostTensor& idx = *g.value(n.inputs[1]).constant;
   const Shape& x = data.shape;
-  const auto k = static_cast<size_t>(idx.shape.back());
-  const int64_t rows = idx.size() / static_cast<int64_t>(k);
-  Shape prefix(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(k));
-  const int64_t positions = num_elements(prefix);
   const std::string reduction = n.get_string("reduction", "none");
-  // writers[p]: the rows writing position p, in order.
-  std::vector<std::vector<int64_t>> writers(static_cast<size_t>(positions));
-  for (int64_t u = 0; u < rows; ++u) {
-    int64_t at = 0;
-    for (size_t d = 0; d < k; ++d) {
-      int64_t i = idx.i[static_cast<size_t>(u) * k + d], len = x[d];
-      if (i < -len || i >= len)
-        throw UserError(str(n.where(), ": index ", i, " is out of range for axis ", d, " of size ", len));
-      at = at * len + (i < 0 ? i + len : i);
-    }
-    std::vector<int64_t>& w = writers[static_cast<size_t>(at)];
-    if (reduction == "none") w.clear();  // the last row wins
-    w.push_back(u);
-  }
+  Writers wr = writers_of(n, x, idx, reduction == "none");  // none: the last row wins
+  const Shape& prefix = wr.prefix;
+  const size_t k = prefix.size();
+  const int64_t rows = wr.rows, positions = num_elements(prefix);
+  const std::vector<std::vector<int64_t>>& writers = wr.of;
   size_t layers = 0;
   for (const auto& w : writers) layers = std::max(layers, w.size());
   if (layers > kMaxLayers) return false;

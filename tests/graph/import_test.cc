@@ -344,6 +344,16 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
   gather_nd({5, 4}, 0, "node 'gnd' (GatherND): indices end in 4; with batch_dims 0 that must be 1 to 3");
   gather_nd({5, 2}, 3, "node 'gnd' (GatherND): batch_dims 3 must be below the ranks of data [2, 3, 4]");
   gather_nd({3, 1}, 1, "node 'gnd' (GatherND): batch dimension 0 of indices [3, 1] differs from data's [2, 3, 4]");
+  {
+    ModelBuilder b;
+    b.input("x", {3, 4});
+    b.ints("idx", {0, 1});
+    b.node("ScatterElements", {"x", "idx", "x"}, {"y"}, "se");
+    b.output("y");
+    expect(b,
+           "node 'se' (ScatterElements): indices [2] and updates [3, 4] must have one shape, of "
+           "data's rank [3, 4]");
+  }
   auto depth_space = [&](const std::string& op, std::vector<int64_t> x, int64_t block,
                          const std::string& mode, const std::string& want) {
     ModelBuilder b;

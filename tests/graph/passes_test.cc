@@ -1107,7 +1107,7 @@ TEST(GraphPasses, LowersConvTransposeToConv) {
 // (reference evaluation before and after): whole rows and single elements, negative indices,
 // a position written twice (none: the last row wins; add and mul: both count). Computed
 // indices, or more rows on one position than the pass spreads over layers, stay.
-TEST(GraphPasses, LowersScatterNDToGatherAndWhere) {
+TEST(GraphPasses, LowersScattersToGatherAndWhere) {
   struct Case {
     Shape idx_shape;
     std::vector<int64_t> idx;
@@ -1139,6 +1139,37 @@ TEST(GraphPasses, LowersScatterNDToGatherAndWhere) {
     EXPECT_TRUE(lower_scatter_nd(g));
     verify(g);
     for (const Node& n : g.nodes) EXPECT_NE(n.op, "ScatterND");
+    expect_same_outputs(b.g, g, x_shape);
+  }
+  // ScatterElements (torch.scatter): each index element writes one element of data.
+  struct ElementsCase {
+    Shape idx_shape;
+    std::vector<int64_t> idx;
+    int64_t axis;
+    std::string reduction;
+  };
+  std::vector<ElementsCase> elements = {
+      {{2, 3, 2}, {0, 3, -1, 2, 1, 1, 2, 2, 0, 0, -4, 3}, 0, "none"},
+      {{4, 2, 1}, {1, 1, 0, 2, -1, 0, 2, 2}, 1, "add"},  // duplicates along the axis
+      {{1, 3, 2}, {1, 0, 1, 1, 0, 0}, 2, "mul"},
+  };
+  for (size_t k = 0; k < elements.size(); ++k) {
+    SCOPED_TRACE("ScatterElements " + std::to_string(k));
+    const ElementsCase& c = elements[k];
+    GraphBuilder b;
+    b.seed = static_cast<uint32_t>(40 + k);
+    std::string x = b.input("x", x_shape);
+    std::string sig = b.node("Sigmoid", {x}, "sig", x_shape);
+    std::string y = b.inferred("ScatterElements",
+                               {sig, b.constant("idx", HostTensor::ints(c.idx_shape, c.idx)),
+                                b.weights("up", c.idx_shape)},
+                               "y", {{"axis", c.axis}, {"reduction", c.reduction}});
+    b.g.outputs = {y};
+    verify(b.g);
+    Graph g = b.g;
+    EXPECT_TRUE(lower_scatter_nd(g));
+    verify(g);
+    for (const Node& n : g.nodes) EXPECT_NE(n.op, "ScatterElements");
     expect_same_outputs(b.g, g, x_shape);
   }
   // Computed indices, and 17 rows adding to one position: left as they are.
