@@ -105,6 +105,17 @@ int64_t normalize_axis(const Node& n, int64_t axis, int64_t rank, const char* wh
 HostTensor make_like(DType t, const Shape& s);
 // out[o] = in[k], both of one element type.
 void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k);
+// Where the rows of a scatter's indices write in `data` (negative indices from the end; one out
+// of range is the node's error), per row in order. ScatterND: a row is an index tuple of
+// length k, and its target the flat position in data's first k dimensions. ScatterElements:
+// a row is one index element, and its target the flat position in data of its own position
+// with the axis's coordinate replaced by the index. The reference evaluations and
+// lower-scatter-nd both ask here.
+std::vector<int64_t> scatter_targets(const Node& n, const Shape& data, const HostTensor& indices);
+// out[o] = update[k] under ScatterND's and ScatterElements' reduction (none, add, mul; int64
+// wrapping as int64 does).
+void scatter_combine(HostTensor& out, int64_t o, const HostTensor& update, int64_t k,
+                     const std::string& reduction);
 // Input k must be float32, else the node's error naming the input and its type.
 void require_float(const OpContext& c, size_t k);
 

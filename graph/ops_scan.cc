@@ -276,42 +276,60 @@ std::vector<TypeShape> scatter_elements_infer(const OpContext& c) {
 std::vector<HostTensor> scatter_elements_eval(const OpContext& c,
                                               const std::vector<const HostTensor*>& in) {
   const HostTensor &data = *in[0], &idx = *in[1], &up = *in[2];
-  const Shape& x = data.shape;
-  auto axis = static_cast<size_t>(
-      normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size())));
   std::string red = c.node.get_string("reduction", "none");
   HostTensor out = data;
-  std::vector<int64_t> at(idx.shape.size(), 0);
-  for (int64_t u = 0; u < idx.size(); ++u) {
+  std::vector<int64_t> targets = scatter_targets(c.node, data.shape, idx);
+  for (size_t u = 0; u < targets.size(); ++u)
+    scatter_combine(out, targets[u], up, static_cast<int64_t>(u), red);
+  return {out};
+}
+
+}  // namespace
+
+std::vector<int64_t> scatter_targets(const Node& n, const Shape& x, const HostTensor& idx) {
+  auto checked = [&](int64_t i, size_t axis) {
+    int64_t len = x[axis];
+    if (i < -len || i >= len) {
+      throw UserError(
+          str(n.where(), ": index ", i, " is out of range for axis ", axis, " of size ", len));
+    }
+    return i < 0 ? i + len : i;
+  };
+  std::vector<int64_t> targets;
+  if (n.op == "ScatterND") {
+    const auto k = static_cast<size_t>(idx.shape.back());
+    for (size_t u = 0; u < idx.i.size() / k; ++u) {
+      int64_t at = 0;
+      for (size_t d = 0; d < k; ++d) at = at * x[d] + checked(idx.i[u * k + d], d);
+      targets.push_back(at);
+    }
+    return targets;
+  }
+  auto axis =
+      static_cast<size_t>(normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(x.size())));
+  std::vector<int64_t> at(idx.shape.size(), 0);  // the row's own position in the indices
+  for (size_t u = 0; u < idx.i.size(); ++u) {
     int64_t p = 0;
-    for (size_t d = 0; d < x.size(); ++d) {
-      int64_t i = at[d];
-      if (d == axis) {
-        i = idx.i[static_cast<size_t>(u)];
-        if (i < -x[d] || i >= x[d])
-          throw UserError(str(c.node.where(), ": index ", i, " is out of range for axis ", d,
-                              " of size ", x[d]));
-        if (i < 0) i += x[d];
-      }
-      p = p * x[d] + i;
-    }
-    if (out.dtype == DType::F32) {
-      float v = up.f[static_cast<size_t>(u)];
-      out.f[p] = red == "add" ? out.f[p] + v : red == "mul" ? out.f[p] * v : v;
-    } else {
-      auto a = static_cast<uint64_t>(out.i[p]),
-           b = static_cast<uint64_t>(up.i[static_cast<size_t>(u)]);
-      out.i[p] = static_cast<int64_t>(red == "add" ? a + b : red == "mul" ? a * b : b);  // wrapping
-    }
+    for (size_t d = 0; d < x.size(); ++d) p = p * x[d] + (d == axis ? checked(idx.i[u], d) : at[d]);
+    targets.push_back(p);
     for (size_t d = at.size(); d-- > 0;) {
       if (++at[d] < idx.shape[d]) break;
       at[d] = 0;
     }
   }
-  return {out};
+  return targets;
 }
 
-}  // namespace
+void scatter_combine(HostTensor& out, int64_t o, const HostTensor& update, int64_t k,
+                     const std::string& red) {
+  if (out.dtype == DType::F32) {
+    float v = update.f[k];
+    out.f[o] = red == "add" ? out.f[o] + v : red == "mul" ? out.f[o] * v : v;
+  } else {
+    auto a = static_cast<uint64_t>(out.i[o]), b = static_cast<uint64_t>(update.i[k]);  // wrapping
+    out.i[o] = static_cast<int64_t>(red == "add" ? a + b : red == "mul" ? a * b : b);
+  }
+}
 
 GatherNDSpec gather_nd_spec(const OpContext& c) {
   const Shape &x = c.in(0).shape, &idx = c.in(1).shape;

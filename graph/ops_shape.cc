@@ -334,30 +334,13 @@ std::vector<HostTensor> scatter_nd_eval(const OpContext& c, const std::vector<co
   const HostTensor &data = *in[0], &idx = *in[1], &up = *in[2];
   HostTensor out = data;
   auto k = static_cast<size_t>(idx.shape.back());
-  std::vector<int64_t> st = strides_of(data.shape);
   int64_t slice = 1;
   for (size_t d = k; d < data.shape.size(); ++d) slice *= data.shape[d];
-  int64_t count = idx.size() / static_cast<int64_t>(k);
   std::string red = c.node.get_string("reduction", "none");
-  for (int64_t u = 0; u < count; ++u) {
-    int64_t at = 0;
-    for (size_t d = 0; d < k; ++d) {
-      int64_t i = idx.i[static_cast<size_t>(u) * k + d], n = data.shape[d];
-      if (i < -n || i >= n)
-        throw UserError(str(c.node.where(), ": index ", i, " is out of range for axis ", d, " of size ", n));
-      at += (i < 0 ? i + n : i) * st[d];
-    }
-    for (int64_t e = 0; e < slice; ++e) {
-      int64_t o = at + e, s = u * slice + e;
-      if (out.dtype == DType::F32) {
-        float v = up.f[s];
-        out.f[o] = red == "add" ? out.f[o] + v : red == "mul" ? out.f[o] * v : v;
-      } else {
-        int64_t v = up.i[s];
-        auto a = static_cast<uint64_t>(out.i[o]), b = static_cast<uint64_t>(v);  // wrapping, as int64 does
-        out.i[o] = static_cast<int64_t>(red == "add" ? a + b : red == "mul" ? a * b : b);
-      }
-    }
+  std::vector<int64_t> targets = scatter_targets(c.node, data.shape, idx);
+  for (size_t u = 0; u < targets.size(); ++u) {
+    for (int64_t e = 0; e < slice; ++e)
+      scatter_combine(out, targets[u] * slice + e, up, static_cast<int64_t>(u) * slice + e, red);
   }
   return {out};
 }

@@ -23,53 +23,23 @@ namespace {
 
 constexpr size_t kMaxLayers = 16;
 
-// Which rows write each position, in order. ScatterND: a row is an index tuple of length k,
-// writing a slice of data's dimensions after k, and positions are those of the first k
-// dimensions. ScatterElements: a row is one element of the indices (and updates), writing one
-// element of data: its own position with the axis's coordinate replaced by the index.
+// Which rows write each position, in order (rows and their positions: scatter_targets in
+// graph/ops.h). ScatterND's positions range over data's first k dimensions, each row writing
+// a slice of the rest; ScatterElements' over all of data's.
 struct Writers {
   Shape prefix;  // the dimensions positions range over
   int64_t rows = 0;
   std::vector<std::vector<int64_t>> of;  // per position
 };
 
-int64_t checked(const Node& n, int64_t i, int64_t len, size_t axis) {
-  if (i < -len || i >= len)
-    throw UserError(
-        str(n.where(), ": index ", i, " is out of range for axis ", axis, " of size ", len));
-  return i < 0 ? i + len : i;
-}
-
 Writers writers_of(const Node& n, const Shape& x, const HostTensor& idx, bool last_wins) {
   Writers w;
-  std::vector<int64_t> target;  // per row, its position
-  if (n.op == "ScatterND") {
-    const auto k = static_cast<size_t>(idx.shape.back());
-    w.rows = idx.size() / static_cast<int64_t>(k);
-    w.prefix.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(k));
-    for (int64_t u = 0; u < w.rows; ++u) {
-      int64_t at = 0;
-      for (size_t d = 0; d < k; ++d)
-        at = at * x[d] + checked(n, idx.i[static_cast<size_t>(u) * k + d], x[d], d);
-      target.push_back(at);
-    }
-  } else {  // ScatterElements
-    auto axis = static_cast<size_t>(
-        normalize_axis(n, n.get_int("axis", 0), static_cast<int64_t>(x.size())));
-    w.rows = idx.size();
+  std::vector<int64_t> target = scatter_targets(n, x, idx);  // per row, its position
+  w.rows = static_cast<int64_t>(target.size());
+  if (n.op == "ScatterND")
+    w.prefix.assign(x.begin(), x.begin() + idx.shape.back());
+  else
     w.prefix = x;
-    std::vector<int64_t> at(idx.shape.size(), 0);
-    for (int64_t u = 0; u < w.rows; ++u) {
-      int64_t p = 0;
-      for (size_t d = 0; d < x.size(); ++d)
-        p = p * x[d] + (d == axis ? checked(n, idx.i[static_cast<size_t>(u)], x[d], d) : at[d]);
-      target.push_back(p);
-      for (size_t d = at.size(); d-- > 0;) {
-        if (++at[d] < idx.shape[d]) break;
-        at[d] = 0;
-      }
-    }
-  }
   w.of.resize(static_cast<size_t>(num_elements(w.prefix)));
   for (int64_t u = 0; u < w.rows; ++u) {
     std::vector<int64_t>& list = w.of[static_cast<size_t>(target[static_cast<size_t>(u)])];
