@@ -80,14 +80,7 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
       in.push_back(t.f.data());
       continue;
     }
-    if (t.dtype == DType::I64) {
-      for (size_t e = 0; e < t.i.size(); ++e) {
-        if (t.i[e] < -kRunnerMaxExactInt || t.i[e] > kRunnerMaxExactInt) {
-          throw UserError(str("input '", want.name, "': element ", e, " is ", t.i[e],
-                              "; compiled models take int64 values within +-", kRunnerMaxExactInt,
-                              " (2^24, exact in the float32 their kernels compute in)"));
-        }
-      }
+    if (t.dtype == DType::I64) {  // the library checks the range (returning -2; see below)
       in.push_back(t.i.data());
       continue;
     }
@@ -116,6 +109,17 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   }
   int status = run_(in.data(), out.data(), workspace);
   if (status == -2) {
+    // An int64 input beyond what float32 kernels hold exactly: name the first such element.
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const HostTensor& t = *inputs[k];
+      for (size_t e = 0; t.dtype == DType::I64 && e < t.i.size(); ++e) {
+        if (t.i[e] < -kRunnerMaxExactInt || t.i[e] > kRunnerMaxExactInt) {
+          throw UserError(str("input '", inputs_[k].name, "': element ", e, " is ", t.i[e],
+                              "; compiled models take int64 values within +-", kRunnerMaxExactInt,
+                              " (2^24, exact in the float32 their kernels compute in)"));
+        }
+      }
+    }
     throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt));
   }
   if (status != 0) {
