@@ -41,8 +41,9 @@ std::string identifier(const std::string& s) {
 }
 
 // The default schedule of a generic kernel's stage: the innermost axis vectorized when the
-// vector width divides it, the other spatial loops fused into one, parallel when the stage
-// has enough work to pay for waking the thread pool.
+// vector width divides it (a reduction's loops moved inside the other spatial loops, around
+// the lanes), the other spatial loops fused into one, parallel when the stage has enough work
+// to pay for waking the thread pool.
 void schedule_loops(ir::Stage& s, int lanes) {
   const ir::Operation& op = *s.op();
   size_t rank = op.shape.size();
@@ -51,10 +52,19 @@ void schedule_loops(ir::Stage& s, int lanes) {
                                 s.leaves().begin() + static_cast<int64_t>(rank));
   int64_t work = num_elements(op.shape);
   for (const ir::IterVar& r : op.reduce_axes) work *= r.extent;
-  if (!op.reduce() && op.shape.back() % lanes == 0) {
+  if (op.shape.back() % lanes == 0) {
     auto [outer, inner] = s.split(spatial.back(), lanes);
     s.vectorize(inner);
     spatial.back() = outer;
+    if (op.reduce()) {
+      // The reduction's loops go outside the lanes, so each lane accumulates its own output
+      // (pooling of channel blocks, a sum over rows).
+      std::vector<ir::Expr> order;
+      for (const ir::Expr& v : s.leaves())
+        if (s.is_reduce_var(v)) order.push_back(v);
+      order.push_back(inner);
+      s.reorder(order);
+    }
   }
   ir::Expr fused = spatial[0];
   for (size_t d = 1; d < spatial.size(); ++d) fused = s.fuse(fused, spatial[d]);

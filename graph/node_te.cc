@@ -518,18 +518,20 @@ WindowRead window_read(const Window& w, const Expr& oy, const Expr& ox, const Ex
 
 Tensor pool_te(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name) {
   if (!x.tensor) not_implemented(n, "pooling of a constant");
-  std::vector<int64_t> k = kernel_shape(c, {});
-  Window w = window_of(c, x.shape, k[0], k[1]);
+  const PoolWindow pw = pool_window(c, x.shape);
+  const Window& w = pw.win;
+  const bool blocked = pw.out.size() == 5;
   int64_t H = x.shape[2], W = x.shape[3];
-  Shape out{x.shape[0], x.shape[1], w.oh, w.ow};
   std::vector<IterVar> rv = reduce_vars({w.kh, w.kw}, "r");
   Expr r = rv[0].var, q = rv[1].var;
   bool is_max = n.op == "MaxPool";
   Tensor acc = ir::compute(
-      name + (is_max ? "" : "_sum"), out, axis_names(4),
+      name + (is_max ? "" : "_sum"), pw.out, axis_names(pw.out.size()),
       [&](const Index& i) {
         WindowRead wr = window_read(w, i[2], i[3], r, q, H, W);
-        Expr v = ir::read(x.tensor, {i[0], i[1], wr.iy, wr.ix});
+        Index at{i[0], i[1], wr.iy, wr.ix};
+        if (blocked) at.push_back(i[4]);
+        Expr v = ir::read(x.tensor, at);
         return is_max ? ir::max_reduce(ir::select(wr.inside, v, ir::f32(-INFINITY)), rv)
                       : ir::sum(ir::select(wr.inside, v, ir::f32(0.0)), rv);
       },
@@ -547,7 +549,7 @@ Tensor pool_te(const Node& n, const OpContext& c, const TeOperand& x, const std:
         return ir::sum(ir::select(in, ir::f32(1.0), ir::f32(0.0)), rv);
       },
       rv);
-  return elementwise(name, out, [&](const Index& i) {
+  return elementwise(name, pw.out, [&](const Index& i) {
     return ir::read(acc, i) / ir::max(ir::read(count, {i[2], i[3]}), ir::f32(1.0));
   });
 }

@@ -133,6 +133,16 @@ struct Window {
 Window window_of(const OpContext& c, const Shape& x, int64_t kh, int64_t kw);
 // kernel_shape (2 values), or `fallback` when absent.
 std::vector<int64_t> kernel_shape(const OpContext& c, const Shape& fallback);
+// MaxPool and AveragePool over NCHW [N][C][H][W], or over a channel-blocked [N][C/b][H][W][b]
+// (transform-conv-layout writes those): ONNX's 3-D pooling whose last window axis is trivial
+// (kernel 1, stride 1, dilation 1, no pads), so each of the b lanes pools on its own. Import
+// turns 3-D pooling of any other window into 2-D pooling (graph/import_window3d.h).
+struct PoolWindow {
+  Window win;
+  int64_t lanes = 1;  // b, or 1 for NCHW
+  Shape out;          // [N][C][OH][OW], or [N][C/b][OH][OW][b]
+};
+PoolWindow pool_window(const OpContext& c, const Shape& x);
 // Slice: per dimension the first position and step, and the output shape.
 struct SliceSpec {
   std::vector<int64_t> start, step;

@@ -168,6 +168,46 @@ std::vector<int64_t> kernel_shape(const OpContext& c, const Shape& fallback) {
   return k;
 }
 
+PoolWindow pool_window(const OpContext& c, const Shape& x) {
+  const Node& n = c.node;
+  if (x.size() == 4) {
+    std::vector<int64_t> k = kernel_shape(c, {});
+    Window win = window_of(c, x, k[0], k[1]);
+    return {win, 1, {x[0], x[1], win.oh, win.ow}};
+  }
+  if (x.size() != 5) {
+    throw UserError(str(n.where(), ": input '", c.in(0).name, "' must have rank 4 (NCHW) or 5 (",
+                        "channel-blocked), not ", shape_str(x)));
+  }
+  // The blocked form: the same node with the trivial last axis taken off its attributes.
+  Node view = n;
+  auto trim = [&](const char* a, size_t per_axis, int64_t trivial) {
+    if (!n.has(a)) return;
+    std::vector<int64_t> v = n.get_ints(a, {});
+    bool ok = v.size() == 3 * per_axis;
+    for (size_t k = 1; ok && k <= per_axis; ++k) ok = v[k * 3 - 1] == trivial;
+    if (!ok) {
+      throw UserError(str(n.where(), ": ", a, " ", shape_str(v), " of the rank-5 input ",
+                          shape_str(x), " must have ", 3 * per_axis, " values with ", trivial,
+                          " for the last axis (pooling of channel blocks)"));
+    }
+    std::vector<int64_t> two;
+    for (size_t k = 0; k < v.size(); ++k)
+      if ((k + 1) % 3 != 0) two.push_back(v[k]);
+    view.attrs[a] = two;
+  };
+  if (!n.has("kernel_shape"))
+    throw UserError(str(n.where(), ": attribute 'kernel_shape' is required"));
+  trim("kernel_shape", 1, 1);
+  trim("strides", 1, 1);
+  trim("dilations", 1, 1);
+  trim("pads", 2, 0);
+  OpContext c2{view, c.opset, c.inputs};
+  std::vector<int64_t> k = kernel_shape(c2, {});
+  Window win = window_of(c2, x, k[0], k[1]);
+  return {win, x[4], {x[0], x[1], win.oh, win.ow, x[4]}};
+}
+
 namespace {
 
 std::vector<TypeShape> conv_infer(const OpContext& c) {
@@ -227,42 +267,41 @@ std::vector<HostTensor> conv_eval(const OpContext& c, const std::vector<const Ho
 
 std::vector<TypeShape> pool_infer(const OpContext& c) {
   require_float(c, 0);
-  require_rank(c, 0, 4, "input");
   if (c.node.outputs.size() > 1)
     throw UserError(str(c.node.where(), ": the Indices output is not supported"));
-  std::vector<int64_t> k = kernel_shape(c, {});
-  Window win = window_of(c, c.in(0).shape, k[0], k[1]);
-  const Shape& x = c.in(0).shape;
-  return {{DType::F32, {x[0], x[1], win.oh, win.ow}}};
+  return {{DType::F32, pool_window(c, c.in(0).shape).out}};
 }
 
 std::vector<HostTensor> pool_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
   const Shape& x = in[0]->shape;
-  std::vector<int64_t> k = kernel_shape(c, {});
-  Window win = window_of(c, x, k[0], k[1]);
+  const PoolWindow pw = pool_window(c, x);
+  const Window& win = pw.win;
+  const int64_t L = pw.lanes;
   bool is_max = c.node.op == "MaxPool";
   bool count_pad = c.node.get_int("count_include_pad", 0);
   int64_t H = x[2], W = x[3];
-  HostTensor out = make_like(DType::F32, {x[0], x[1], win.oh, win.ow});
+  HostTensor out = make_like(DType::F32, pw.out);
   for (int64_t p = 0; p < x[0] * x[1]; ++p)
     for (int64_t oy = 0; oy < win.oh; ++oy)
-      for (int64_t ox = 0; ox < win.ow; ++ox) {
-        double acc = is_max ? -INFINITY : 0.0;
-        int64_t count = 0, padded = 0;
-        for (int64_t r = 0; r < win.kh; ++r)
-          for (int64_t q = 0; q < win.kw; ++q) {
-            int64_t iy = oy * win.sh - win.pt + r * win.dh, ix = ox * win.sw - win.pl + q * win.dw;
-            // Positions in the explicit padding count for count_include_pad, not those past it
-            // (ceil_mode's extra window).
-            if (iy < H + win.pb && ix < W + win.pr) ++padded;
-            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
-            float v = in[0]->f[(p * H + iy) * W + ix];
-            acc = is_max ? std::max(acc, double(v)) : acc + v;
-            ++count;
-          }
-        if (!is_max) acc /= static_cast<double>(count_pad ? padded : std::max<int64_t>(count, 1));
-        out.f[(p * win.oh + oy) * win.ow + ox] = static_cast<float>(acc);
-      }
+      for (int64_t ox = 0; ox < win.ow; ++ox)
+        for (int64_t l = 0; l < L; ++l) {
+          double acc = is_max ? -INFINITY : 0.0;
+          int64_t count = 0, padded = 0;
+          for (int64_t r = 0; r < win.kh; ++r)
+            for (int64_t q = 0; q < win.kw; ++q) {
+              int64_t iy = oy * win.sh - win.pt + r * win.dh,
+                      ix = ox * win.sw - win.pl + q * win.dw;
+              // Positions in the explicit padding count for count_include_pad, not those past
+              // it (ceil_mode's extra window).
+              if (iy < H + win.pb && ix < W + win.pr) ++padded;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              float v = in[0]->f[((p * H + iy) * W + ix) * L + l];
+              acc = is_max ? std::max(acc, double(v)) : acc + v;
+              ++count;
+            }
+          if (!is_max) acc /= static_cast<double>(count_pad ? padded : std::max<int64_t>(count, 1));
+          out.f[((p * win.oh + oy) * win.ow + ox) * L + l] = static_cast<float>(acc);
+        }
   return {out};
 }
 

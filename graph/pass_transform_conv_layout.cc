@@ -10,8 +10,9 @@
 // elementwise operators whose computed inputs all come back from the same blocked layout
 // (Relu, Clip, a residual Add, ...) run in that layout too, with scalar and per-channel
 // constants converted; and a conversion to a layout straight after the conversion from it
-// cancels. What is left converts activations only where an operator needs NCHW (pooling,
-// reshapes, the model's outputs). Output values keep their names and NCHW shapes.
+// cancels. MaxPool and AveragePool of a blocked value pool its blocks. What is left converts
+// activations only where an operator needs NCHW (reshapes, global pooling, the model's
+// outputs). Output values keep their names and NCHW shapes.
 #include <map>
 #include <optional>
 #include <set>
@@ -48,6 +49,8 @@ class LayoutRewriter {
       if (n.op == "Conv" && convert_conv(n)) {
         changed = true;
       } else if (layout_free_ops().count(n.op) && follow(n)) {
+        changed = true;
+      } else if ((n.op == "MaxPool" || n.op == "AveragePool") && follow_pool(n)) {
         changed = true;
       } else {
         g_.nodes.push_back(std::move(n));
@@ -217,6 +220,33 @@ class LayoutRewriter {
     }
     n.inputs = inputs;
     const Shape& s = out.shape;
+    std::string blocked =
+        g_.add_float(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
+    emit_with_back(std::move(n), blocked, b);
+    return true;
+  }
+
+  // MaxPool or AveragePool of a value that comes back from a blocked layout pools the blocks
+  // (graph/ops.h, pool_window: a 3-D window whose last axis is 1).
+  bool follow_pool(Node& n) {
+    if (n.outputs.size() != 1 || n.inputs.size() != 1) return false;
+    auto it = back_.find(n.inputs[0]);
+    if (it == back_.end()) return false;
+    const auto [blocked_in, b] = it->second;
+    // Each 2-D attribute gains the trivial last axis: [a, b] -> [a, b, 1], pads
+    // [t, l, b, r] -> [t, l, 0, b, r, 0].
+    std::map<std::string, std::vector<int64_t>> widened;
+    for (const char* a : {"kernel_shape", "strides", "dilations", "pads"}) {
+      if (!n.has(a)) continue;
+      const bool pads = std::string(a) == "pads";
+      std::vector<int64_t> v = n.get_ints(a, {});
+      if (v.size() != (pads ? 4u : 2u)) return false;  // not 2-D: the verifier names it
+      widened[a] = pads ? std::vector<int64_t>{v[0], v[1], 0, v[2], v[3], 0}
+                        : std::vector<int64_t>{v[0], v[1], 1};
+    }
+    for (auto& [a, v] : widened) n.attrs[a] = v;
+    n.inputs[0] = blocked_in;
+    const Shape& s = g_.value(n.outputs[0]).shape;
     std::string blocked =
         g_.add_float(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
     emit_with_back(std::move(n), blocked, b);

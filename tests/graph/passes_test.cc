@@ -436,8 +436,8 @@ Graph small_cnn() {
 }
 
 // Convolutions go to blocked layouts where the block divides their filters; elementwise ops
-// follow; activations are converted only at the input, before the pooling, for the outputs
-// and for the convolution left in NCHW; the outputs stay the same, in NCHW, under their names.
+// and pooling follow; activations are converted only at the input, for the outputs and for
+// the convolution left in NCHW; the outputs stay the same, in NCHW, under their names.
 TEST(GraphPasses, TransformsConvolutionsToBlockedLayouts) {
   for (int64_t block : {4, 8, 16}) {
     Graph original = small_cnn();
@@ -456,10 +456,11 @@ TEST(GraphPasses, TransformsConvolutionsToBlockedLayouts) {
     for (const Node& n : g.nodes) ++ops[n.op];
     EXPECT_EQ(ops["ConvNCHWc"], 3) << block;
     EXPECT_EQ(ops["Conv"], 1) << block;  // 10 filters: no block divides them
-    // x in; r1 back for the NCHW conv; m back for MaxPool and the output.
-    EXPECT_EQ(ops["LayoutTransform"], 3) << block;
+    // x in; r1 back for the NCHW conv; m and pool back for the outputs (MaxPool pools the
+    // blocks).
+    EXPECT_EQ(ops["LayoutTransform"], 4) << block;
     for (const Node& n : g.nodes) {
-      if (n.op == "Clip" || n.op == "Add" || n.op == "Mul") {
+      if (n.op == "Clip" || n.op == "Add" || n.op == "Mul" || n.op == "MaxPool") {
         EXPECT_EQ(g.value(n.outputs[0]).shape.size(), 5u) << n.name << " block " << block;
       }
     }
@@ -571,6 +572,38 @@ TEST(GraphLayoutOps, BadAttributesAndShapesAreErrors) {
   EXPECT_NE(error(conv({3, 2, 3, 3, 4, 0}, 1, {1, 1, 1, 1})).find("an empty dimension"),
             std::string::npos);
   EXPECT_NE(error(conv({3, 2, 3, 3, 4, 4}, 1, {1, 0, 1, 0})).find("pads [1, 0, 1, 0] differ"),
+            std::string::npos);
+  // Pooling of channel blocks: a 3-D window whose last axis is trivial, nothing else.
+  auto pool = [](const Shape& x, std::map<std::string, Attr> attrs) {
+    GraphBuilder b;
+    b.node("MaxPool", {b.input("x", x)}, "y", {1}, std::move(attrs));
+    b.g.outputs = {"y"};
+    return b.g;
+  };
+  using Ints = std::vector<int64_t>;
+  EXPECT_EQ(error(pool({1, 2, 5, 5, 4},
+                       {{"kernel_shape", Ints{2, 2, 1}}, {"pads", Ints{1, 1, 0, 1, 1, 0}}})),
+            "");
+  EXPECT_NE(
+      error(pool({1, 2, 5, 5, 4}, {{"kernel_shape", Ints{2, 2, 2}}}))
+          .find("kernel_shape [2, 2, 2] of the rank-5 input [1, 2, 5, 5, 4] must have 3 values "
+                "with 1 for the last axis"),
+      std::string::npos);
+  EXPECT_NE(
+      error(pool({1, 2, 5, 5, 4}, {{"kernel_shape", Ints{2, 2}}})).find("kernel_shape [2, 2]"),
+      std::string::npos);
+  EXPECT_NE(
+      error(pool({1, 2, 5, 5, 4}, {{"kernel_shape", Ints{2, 2, 1}}, {"strides", Ints{1, 1, 2}}}))
+          .find("strides [1, 1, 2]"),
+      std::string::npos);
+  EXPECT_NE(error(pool({1, 2, 5, 5, 4},
+                       {{"kernel_shape", Ints{2, 2, 1}}, {"pads", Ints{1, 1, 1, 1, 1, 1}}}))
+                .find("pads [1, 1, 1, 1, 1, 1]"),
+            std::string::npos);
+  EXPECT_NE(error(pool({1, 2, 5, 5, 4}, {})).find("attribute 'kernel_shape' is required"),
+            std::string::npos);
+  EXPECT_NE(error(pool({1, 2, 5, 5, 4, 1}, {{"kernel_shape", Ints{2, 2, 1}}}))
+                .find("must have rank 4 (NCHW) or 5 (channel-blocked), not [1, 2, 5, 5, 4, 1]"),
             std::string::npos);
 }
 
@@ -950,6 +983,69 @@ TEST(GraphNodeTe, IntegerValuesAndIndicesMatchTheReference) {
       {5, 3, 0, 11, 6, 0}, "CumSum reverse exclusive");
   expect(compile_one("CumSum", {}, {ints({2, 2}, {1, -2, 3, 4})}, {{1, ints({1}, {-2})}}),
          {1, -2, 4, 2}, "CumSum of int64 along axis -2");
+}
+
+// Pooling of channel blocks (what transform-conv-layout makes of MaxPool and AveragePool after
+// a blocked convolution), compiled and in the reference, is the NCHW pooling's result in
+// blocks: padding (-inf for MaxPool: every input is negative), strides, dilations, ceil_mode's
+// overhang, count_include_pad, auto_pad.
+TEST(GraphNodeTe, PoolingOfChannelBlocksIsPoolingInBlocks) {
+  using Ints = std::vector<int64_t>;
+  const int64_t C = 8, H = 7, W = 9, b = 4;
+  HostTensor x = random_floats({1, C, H, W}, 5, -2.0f, -0.5f);
+  HostTensor xb = HostTensor::floats({1, C / b, H, W, b}, std::vector<float>(x.f.size()));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t p = 0; p < H * W; ++p)
+      xb.f[((c / b) * H * W + p) * b + c % b] = x.f[c * H * W + p];
+  struct Case {
+    std::string op;
+    std::map<std::string, Attr> attrs;  // 2-D
+  };
+  std::vector<Case> cases = {
+      {"MaxPool",
+       {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}},
+      {"MaxPool",
+       {{"kernel_shape", Ints{2, 3}},
+        {"dilations", Ints{2, 1}},
+        {"pads", Ints{0, 1, 1, 0}},
+        {"ceil_mode", int64_t{1}},
+        {"strides", Ints{2, 2}}}},
+      {"AveragePool",
+       {{"kernel_shape", Ints{3, 3}},
+        {"strides", Ints{2, 2}},
+        {"pads", Ints{1, 1, 1, 1}},
+        {"ceil_mode", int64_t{1}}}},
+      {"AveragePool",
+       {{"kernel_shape", Ints{3, 2}},
+        {"pads", Ints{1, 0, 1, 1}},
+        {"count_include_pad", int64_t{1}}}},
+      {"AveragePool", {{"kernel_shape", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op + " case " + std::to_string(&c - cases.data()));
+    std::map<std::string, Attr> attrs5 = c.attrs;
+    for (auto& [name, v] : attrs5) {
+      if (name == "kernel_shape" || name == "strides" || name == "dilations") {
+        Ints a = std::get<Ints>(v);
+        v = Ints{a[0], a[1], 1};
+      } else if (name == "pads") {
+        Ints a = std::get<Ints>(v);
+        v = Ints{a[0], a[1], 0, a[2], a[3], 0};
+      }
+    }
+    auto plain = compile_one(c.op, c.attrs, {x}, {});
+    auto blocked = compile_one(c.op, attrs5, {xb}, {});
+    ASSERT_EQ(blocked.first.size(), plain.second.size());
+    const int64_t area = static_cast<int64_t>(plain.second.size()) / C;
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t p = 0; p < area; ++p) {
+        float want = plain.second[static_cast<size_t>(ch * area + p)];
+        size_t at = static_cast<size_t>(((ch / b) * area + p) * b + ch % b);
+        EXPECT_NEAR(blocked.first[at], want, 1e-6) << "compiled, channel " << ch << " at " << p;
+        EXPECT_NEAR(blocked.second[at], want, 1e-6) << "reference, channel " << ch << " at " << p;
+        EXPECT_NEAR(plain.first[static_cast<size_t>(ch * area + p)], want, 1e-6) << "NCHW compiled";
+      }
+  }
 }
 
 // Pad as compiled and in the reference, against numpy.pad's results: constant (with the

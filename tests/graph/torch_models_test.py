@@ -126,6 +126,24 @@ class Upsampler(torch.nn.Module):
         return self.b(torch.cat([up, near, ac, cub, torch.relu(self.t(f))], 1))
 
 
+class Pools(torch.nn.Module):
+    """Pooling after convolutions, so it pools channel blocks: AvgPool padded with ceil_mode
+    (pads not counted, then counted), a dilated MaxPool, on odd image sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.b = torch.nn.Conv2d(16, 16, 1)
+        self.fc = torch.nn.Linear(16 * 2 * 3, 10)
+
+    def forward(self, x):
+        x = torch.nn.functional.avg_pool2d(torch.relu(self.a(x)), 3, stride=2, padding=1, ceil_mode=True,
+                                           count_include_pad=False)
+        x = torch.nn.functional.max_pool2d(self.b(x) - 0.5, 3, stride=2, padding=1, dilation=2, ceil_mode=True)
+        x = torch.nn.functional.avg_pool2d(x, 2, padding=1, count_include_pad=True)
+        return self.fc(x.flatten(1))
+
+
 class Recurrent(torch.nn.Module):
     """Sequence models: a 2-layer bidirectional batch-first LSTM, a GRU (PyTorch exports
     linear_before_reset=1) and a bidirectional ReLU RNN; tunefarm imports each as its time
@@ -301,6 +319,7 @@ def models():
     yield "logic", Logic(), (5, 16), False, 13, True
     yield "audio1d", Audio1d(), (2, 4, 33), True, 13, True
     yield "upsampler", Upsampler(), (1, 3, 7, 9), False, 13, True
+    yield "pools", Pools(), (1, 3, 13, 15), True, 13, True
     yield "recurrent", Recurrent(), (3, 7, 8), False, 14, True
     yield "video3d", Video3d(), (2, 3, 6, 12, 14), True, 13, True
     # Softmax written out (ReduceMax, Sub, Exp, ReduceSum with axes as an input, Div):
@@ -382,7 +401,8 @@ def main():
                 ok = ok and len(sidecar["kernels"]) == len(info["fused_kernels"])
                 # Every convolution (all have workloads here) goes through its template, in
                 # the blocked layout (transform-conv-layout: weights blocked at compile time),
-                # with activations converted only around the pooling layers and the input.
+                # with activations converted only at the input and before global pooling (MaxPool
+                # pools the blocks).
                 anchors = sum(k["kind"] == "anchor" for k in info["fused_kernels"])
                 ok = ok and anchors == sum(k["template"] != "generic" for k in sidecar["kernels"])
                 ok = ok and "transform-conv-layout" in fired and "Conv" not in info["ops"]
@@ -401,6 +421,11 @@ def main():
                 ok = ok and "Erf" not in info["ops"] and "ReduceMean" not in info["ops"]
             if name == "audio1d":
                 ok = ok and all(info["ops"].get(op) for op in ("Pad", "Elu", "Selu", "MaxPool", "AveragePool", "InstanceNormalization"))
+            if name == "pools":
+                # Every pooling pools channel blocks: conversions only at the input and before
+                # the Flatten.
+                ok = ok and "transform-conv-layout" in fired and info["ops"].get("LayoutTransform") == 2
+                ok = ok and info["ops"].get("MaxPool") == 1 and info["ops"].get("AveragePool") == 2
             if name == "upsampler":
                 # The ConvTranspose (constant weights) runs as a Conv over zero-inserted input.
                 ok = ok and info["ops"].get("Resize") == 4 and "lower-conv-transpose" in fired
