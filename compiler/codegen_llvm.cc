@@ -323,9 +323,45 @@ class CodeGen {
       uses_ocml = true;
       return vendor_math_call("__ocml_tanh_f32", c);
     }
+    if (!gpu_ && c->name == "exp") return exp_inline(expr(c->args[0]));
     // floor, ceil, roundeven: libm calls where the CPU lacks the instruction (x86 before SSE4.1).
     if (!gpu_ && c->name != "sqrt" && c->name != "fabs") uses_libm = true;
     return b_.CreateUnaryIntrinsic(it->second, expr(c->args[0]));
+  }
+
+  // exp on CPUs, inline, so a vector of lanes stays a vector: LLVM's llvm.exp becomes one
+  // libm expf call per lane there (softmax, GELU's erf and sigmoid spent most of their time in
+  // those calls). Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, Cephes' degree-5
+  // polynomial for e^r (within 2 ulp of expf), then 2^n applied in two halves so that
+  // results below the smallest normal float come out as denormals and those past the largest
+  // as infinity. x is clamped to [-104, 89] first (beyond, the result is 0 or infinity
+  // anyway) with compares that let a NaN through; fptosi.sat keeps its n from being poison.
+  llvm::Value* exp_inline(llvm::Value* x) {
+    llvm::Type* ft = x->getType();
+    llvm::Type* it = ft->getWithNewType(b_.getInt32Ty());
+    auto f = [&](double v) { return llvm::ConstantFP::get(ft, v); };
+    auto i = [&](int64_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v), true); };
+    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {a, b, c});
+    };
+    x = b_.CreateSelect(b_.CreateFCmpOLT(x, f(-104.0)), f(-104.0), x);
+    x = b_.CreateSelect(b_.CreateFCmpOGT(x, f(89.0)), f(89.0), x);
+    llvm::Value* n = b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor,
+                                             fma(x, f(1.44269504088896341), f(0.5)));
+    llvm::Value* r = fma(n, f(-0.693359375), x);
+    r = fma(n, f(2.12194440e-4), r);
+    llvm::Value* p = f(1.9875691500e-4);
+    for (double c : {1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                     5.0000001201e-1})
+      p = fma(p, r, f(c));
+    llvm::Value* y = fma(b_.CreateFMul(p, r), r, b_.CreateFAdd(r, f(1.0)));
+    llvm::Value* k = b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {it, ft}, {n});
+    llvm::Value* k1 = b_.CreateAShr(k, i(1));
+    llvm::Value* k2 = b_.CreateSub(k, k1);
+    auto pow2 = [&](llvm::Value* e) {
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, i(127)), i(23)), ft);
+    };
+    return b_.CreateFMul(b_.CreateFMul(y, pow2(k1)), pow2(k2));
   }
 
   // A float function from the vendor's bitcode library (NVIDIA libdevice's __nv_expf ..., ROCm
