@@ -346,8 +346,10 @@ class CodeGen {
     };
     x = b_.CreateSelect(b_.CreateFCmpOLT(x, f(-104.0)), f(-104.0), x);
     x = b_.CreateSelect(b_.CreateFCmpOGT(x, f(89.0)), f(89.0), x);
-    llvm::Value* n = b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor,
-                                             fma(x, f(1.44269504088896341), f(0.5)));
+    // n = x / ln2 rounded to nearest by adding and subtracting 1.5 * 2^23 (no floor: that is a
+    // libm call on x86 without SSE4.1).
+    llvm::Value* n =
+        b_.CreateFSub(fma(x, f(1.44269504088896341), f(12582912.0)), f(12582912.0));
     llvm::Value* r = fma(n, f(-0.693359375), x);
     r = fma(n, f(2.12194440e-4), r);
     llvm::Value* p = f(1.9875691500e-4);
