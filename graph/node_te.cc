@@ -389,6 +389,47 @@ struct KeptReduction {
     for (int64_t a : axes) s[a] = int64_t{0};
     return s;
   }
+
+  // `by` (ir::sum or ir::max_reduce) of f(element, its statistic's index) per statistic. Over
+  // one last axis whose extent is a multiple of kLanes (at least twice), in two stages, as
+  // TVM's rfactor: kLanes partial results (lane l reduces elements l, l + kLanes, ...), then
+  // those reduced. The generic schedule vectorizes the first stage along its lanes
+  // (graph/model_compiler.cc); LLVM would not vectorize the one-stage float reduction, as
+  // that reassociates it.
+  static constexpr int64_t kLanes = 16;
+  using Reducer = Expr (*)(Expr, const std::vector<IterVar>&);
+  Tensor reduce(const std::string& name, Reducer by,
+                const std::function<Expr(Expr, const Index&)>& f) const {
+    const size_t last = x.shape.size() - 1;
+    const int64_t len = x.shape.empty() ? 0 : x.shape[last];
+    if (!x.tensor || axes.size() != 1 || static_cast<size_t>(axes[0]) != last ||
+        len % kLanes != 0 || len < 2 * kLanes) {
+      return ir::compute(
+          name, stat, axis_names(stat.size()), [&](const Index& i) { return by(f(src(i), i), rv); },
+          rv);
+    }
+    Shape lanes = stat;
+    lanes[last] = kLanes;
+    std::vector<IterVar> j = reduce_vars({len / kLanes}, "rj");
+    Tensor part = ir::compute(
+        name + "_lanes", lanes, axis_names(lanes.size()),
+        [&](const Index& i) {
+          Index at = i, s = i;
+          at[last] = j[0].var * kLanes + i[last];
+          s[last] = int64_t{0};
+          return by(f(ir::read(x.tensor, at), s), j);
+        },
+        j);
+    std::vector<IterVar> l = reduce_vars({kLanes}, "rl");
+    return ir::compute(
+        name, stat, axis_names(stat.size()),
+        [&](const Index& i) {
+          Index at = i;
+          at[last] = l[0].var;
+          return by(ir::read(part, at), l);
+        },
+        l);
+  }
 };
 
 // Softmax and LogSoftmax over `dims` (one axis from opset 13, all from the axis before).
@@ -399,16 +440,10 @@ Tensor softmax_te(const Node& n, const OpContext& c, const TeOperand& x, const s
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < (legacy ? rank : axis + 1) && d < rank; ++d) axes.push_back(d);
   KeptReduction red(x, axes);
-  const Shape& stat = red.stat;
-  const std::vector<IterVar>& rv = red.rv;
-  auto src = [&](const Index& i) { return red.src(i); };
   auto stat_of = [&](const Index& i) { return red.stat_of(i); };
-  Tensor m = ir::compute(
-      name + "_max", stat, axis_names(stat.size()),
-      [&](const Index& i) { return ir::max_reduce(src(i), rv); }, rv);
-  Tensor s = ir::compute(
-      name + "_sum", stat, axis_names(stat.size()),
-      [&](const Index& i) { return ir::sum(ir::exp(src(i) - ir::read(m, i)), rv); }, rv);
+  Tensor m = red.reduce(name + "_max", ir::max_reduce, [](Expr v, const Index&) { return v; });
+  Tensor s = red.reduce(name + "_sum", ir::sum,
+                        [&](Expr v, const Index& i) { return ir::exp(v - ir::read(m, i)); });
   bool log = n.op == "LogSoftmax";
   return elementwise(name, x.shape, [&](const Index& i) {
     Expr v = operand(x, i) - ir::read(m, stat_of(i));
@@ -460,23 +495,16 @@ std::vector<Tensor> normalize_te(const TeOperand& x, int64_t axis, float eps,
   for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
   KeptReduction red(x, axes);
   const Shape& stat = red.stat;
-  const std::vector<IterVar>& rv = red.rv;
   int64_t len = red.count;
-  auto src = [&](const Index& i) { return red.src(i); };
   auto stat_of = [&](const Index& i) { return red.stat_of(i); };
   Expr inv_len = ir::f32(1.0 / static_cast<double>(len));
-  Tensor sum = ir::compute(
-      name + "_sum", stat, axis_names(stat.size()),
-      [&](const Index& i) { return ir::sum(src(i), rv); }, rv);
+  Tensor sum = red.reduce(name + "_sum", ir::sum, [](Expr v, const Index&) { return v; });
   Tensor mean =
       elementwise(name + "_mean", stat, [&](const Index& i) { return ir::read(sum, i) * inv_len; });
-  Tensor sq = ir::compute(
-      name + "_sqsum", stat, axis_names(stat.size()),
-      [&](const Index& i) {
-        Expr d = src(i) - ir::read(mean, i);
-        return ir::sum(d * d, rv);
-      },
-      rv);
+  Tensor sq = red.reduce(name + "_sqsum", ir::sum, [&](Expr v, const Index& i) {
+    Expr d = v - ir::read(mean, i);
+    return d * d;
+  });
   Tensor inv = elementwise(name + "_invstd", stat, [&](const Index& i) {
     return ir::f32(1.0) / ir::sqrt(ir::read(sq, i) * inv_len + ir::f32(eps));
   });

@@ -1048,6 +1048,36 @@ TEST(GraphNodeTe, PoolingOfChannelBlocksIsPoolingInBlocks) {
   }
 }
 
+// Softmax, LogSoftmax and LayerNormalization over a last axis that is a multiple of 16 reduce
+// in two stages (16 partial results per row first); compiled, they match the reference (one
+// stage, in double) as the one-stage forms do. A row of large values and one with a -1e30
+// check the softmaxes take the max before the exponentials.
+TEST(GraphNodeTe, TwoStageRowReductionsMatchTheReference) {
+  for (int64_t len : {32, 48, 17, 16}) {  // two-stage, two-stage, one stage, one stage
+    SCOPED_TRACE(tf::str("row of ", len));
+    HostTensor x = random_floats({3, 2, len}, 11, -4.0f, 4.0f);
+    HostTensor spread = x;
+    for (int64_t k = 0; k < len; ++k) spread.f[k] += 80.0f;  // exp overflows without the max
+    spread.f[static_cast<size_t>(len + 3)] = -1e30f;
+    auto close = [](const std::pair<std::vector<float>, std::vector<float>>& r, double tol) {
+      ASSERT_EQ(r.first.size(), r.second.size());
+      for (size_t k = 0; k < r.first.size(); ++k)
+        EXPECT_NEAR(r.first[k], r.second[k], tol * (1 + std::fabs(r.second[k]))) << k;
+    };
+    {
+      SCOPED_TRACE("Softmax");
+      close(compile_one("Softmax", {}, {spread}, {}), 1e-6);
+    }
+    {
+      SCOPED_TRACE("LogSoftmax");
+      close(compile_one("LogSoftmax", {}, {spread}, {}), 1e-6);
+    }
+    SCOPED_TRACE("LayerNormalization");
+    HostTensor scale = random_floats({len}, 12), bias = random_floats({len}, 13);
+    close(compile_one("LayerNormalization", {}, {x}, {{1, scale}, {2, bias}}), 2e-5);
+  }
+}
+
 // Pad as compiled and in the reference, against numpy.pad's results: constant (with the
 // default 0, a constant value and a computed one), reflect past one period, edge, negative
 // pads (cropping), and the axes input.
