@@ -74,31 +74,30 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
   };
   for (const Node& n : g.nodes) {
     OpKind kind = op_kind(n.op);
-    // The group of the first computed input, and the groups of all of them.
-    std::optional<size_t> producer;
-    std::string first;
+    // The groups of the computed inputs; the node joins the group of the first input that is
+    // read by it alone (not a returned value) where the kinds allow it: Add(x, conv(x)), a
+    // residual written with the skip first (MobileNet-v2), joins the conv's group.
     std::set<size_t> reads;
     for (const std::string& in : n.inputs) {
       auto it = group_of_value.find(in);
-      if (it == group_of_value.end()) continue;
-      if (!producer) {
-        producer = it->second;
-        first = in;
-      }
-      reads.insert(it->second);
+      if (it != group_of_value.end()) reads.insert(it->second);
     }
     size_t target = groups.size();
-    if (producer && uses[first] == 1 && !outputs.count(first)) {
-      OpKind pk = groups[*producer].kind;
+    for (const std::string& in : n.inputs) {
+      auto it = group_of_value.find(in);
+      if (it == group_of_value.end() || uses[in] != 1 || outputs.count(in)) continue;
+      const size_t producer = it->second;
+      OpKind pk = groups[producer].kind;
       bool joins =
           (kind == OpKind::Elementwise && pk != OpKind::Opaque) ||
           (kind == OpKind::Injective && (pk == OpKind::Elementwise || pk == OpKind::Injective)) ||
           (kind == OpKind::Reduction && (pk == OpKind::Elementwise || pk == OpKind::Injective));
       // Joining must not make the group wait for a group that waits for it.
-      for (size_t r : reads) joins = joins && (r == *producer || !depends(r, *producer));
+      for (size_t r : reads) joins = joins && (r == producer || !depends(r, producer));
       if (joins) {
-        target = *producer;
+        target = producer;
         if (kind == OpKind::Reduction) groups[target].kind = OpKind::Reduction;
+        break;
       }
     }
     if (target == groups.size()) {

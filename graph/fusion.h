@@ -10,9 +10,10 @@
 //               (bias, residual Add, Relu, Clip: conv + bias + residual add + relu is one
 //               kernel)
 //   elementwise (unary math, broadcasting binary ops, Where, Clip, Cast, Gelu, ...): joins the
-//               group of its first computed input when that value has no other reader and
-//               is not a model output, and that group is an anchor, elementwise, injective or
-//               reduction group
+//               group of its first computed input that has no other reader and is not a
+//               model output, when that group is an anchor, elementwise, injective or
+//               reduction group (Add(skip, conv(...)) joins the conv's group though the skip
+//               comes first)
 //   injective   (Reshape, Transpose, Slice, Concat, Gather, Split, LayoutTransform, ...):
 //               joins an elementwise or injective group the same way (not an anchor's: it
 //               would change the anchor's output layout)
