@@ -33,11 +33,23 @@ OpKind op_kind(const std::string& op) {
       "Concat",          "Gather",       "Split",        "Expand",    "Identity",  "Dropout",
       "LayoutTransform", "Pad",          "Resize",       "Tile",      "OneHot",    "Trilu",
       "GatherElements",  "DepthToSpace", "SpaceToDepth", "GatherND"};
-  static const std::set<std::string> reductions = {
-      "ReduceMean", "ReduceSum",  "ReduceMax",          "ReduceMin",         "ReduceProd",
-      "ReduceL1",   "ReduceL2",   "ReduceSumSquare",    "ReduceLogSum",      "ReduceLogSumExp",
-      "Softmax",    "LogSoftmax", "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool",
-      "InstanceNormalization"};
+  static const std::set<std::string> reductions = {"ReduceMean",
+                                                   "ReduceSum",
+                                                   "ReduceMax",
+                                                   "ReduceMin",
+                                                   "ReduceProd",
+                                                   "ReduceL1",
+                                                   "ReduceL2",
+                                                   "ReduceSumSquare",
+                                                   "ReduceLogSum",
+                                                   "ReduceLogSumExp",
+                                                   "Softmax",
+                                                   "LogSoftmax",
+                                                   "LayerNormalization",
+                                                   "GlobalAveragePool",
+                                                   "GlobalMaxPool",
+                                                   "InstanceNormalization",
+                                                   "Hardmax"};
   static const std::set<std::string> opaque = {
       "MaxPool",   "AveragePool",     "Shape",  "Size",   "ConvTranspose", "Einsum",
       "ScatterND", "ScatterElements", "ArgMax", "ArgMin", "CumSum",        "TopK",

@@ -451,6 +451,38 @@ Tensor softmax_te(const Node& n, const OpContext& c, const TeOperand& x, const s
   });
 }
 
+// Hardmax: 1 at the first largest element of each row (rows as softmax_te's), 0 elsewhere:
+// the row's largest value, then the largest key (count - 1 - flat position in the row) of the
+// positions holding it, then each element compared with that key. A NaN is never picked.
+Tensor hardmax_te(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name) {
+  if (!x.tensor) not_implemented(n, "Hardmax of a one-element constant");
+  auto rank = static_cast<int64_t>(x.shape.size());
+  bool legacy = c.opset < 13;
+  int64_t axis = normalize_axis(n, n.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < (legacy ? rank : axis + 1) && d < rank; ++d) axes.push_back(d);
+  KeptReduction red(x, axes);
+  // The key of a position in the row, its reduction variables (or an output index) given.
+  auto key = [&](const std::function<Expr(size_t)>& coord) {
+    Expr p = int64_t{0};
+    for (size_t k = 0; k < axes.size(); ++k) p = p * x.shape[axes[k]] + coord(k);
+    return to_float(Expr(red.count - 1) - p);
+  };
+  Tensor m = red.reduce(name + "_max", ir::max_reduce, [](Expr v, const Index&) { return v; });
+  Expr row_key = key([&](size_t k) { return red.rv[k].var; });
+  Tensor first = ir::compute(
+      name + "_first", red.stat, axis_names(red.stat.size()),
+      [&](const Index& i) {
+        return ir::max_reduce(
+            ir::select(ir::eq(red.src(i), ir::read(m, i)), row_key, ir::f32(-1.0)), red.rv);
+      },
+      red.rv);
+  return elementwise(name, x.shape, [&](const Index& i) {
+    Expr at = key([&](size_t k) { return i[axes[k]]; });
+    return ir::select(ir::eq(at, ir::read(first, red.stat_of(i))), ir::f32(1.0), ir::f32(0.0));
+  });
+}
+
 // ArgMax / ArgMin along `axis`: the first (select_last_index: the last) index of the largest
 // (smallest) element, as a float32 (int64 results are floats inside compiled kernels, exact
 // below 2^24, converted to int64 at the model's output: compiler/codegen_runner.h). Three
@@ -1266,6 +1298,7 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   }
   if (op.rfind("Reduce", 0) == 0) return reduce_te(n, c, need(n, in, 0), out, name);
   if (op == "Softmax" || op == "LogSoftmax") return {softmax_te(n, c, need(n, in, 0), name)};
+  if (op == "Hardmax") return {hardmax_te(n, c, need(n, in, 0), name)};
   if (arg) return {arg_te(n, need(n, in, 0), out, name)};
   if (op == "LayerNormalization") {
     need(n, in, 0);

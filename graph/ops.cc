@@ -98,6 +98,7 @@ const std::vector<std::string>& known_attributes(const std::string& op) {
       {"BatchNormalization", {"epsilon", "momentum", "training_mode"}},
       {"Softmax", {"axis"}},
       {"LogSoftmax", {"axis"}},
+      {"Hardmax", {"axis"}},
       {"LayerNormalization", {"axis", "epsilon", "stash_type"}},
       {"InstanceNormalization", {"epsilon"}},
       {"Einsum", {"equation"}},

@@ -408,6 +408,45 @@ std::vector<HostTensor> softmax_eval(const OpContext& c, const std::vector<const
   return {out};
 }
 
+// ---- Hardmax: 1 at the first largest element of each row, 0 elsewhere; rows as Softmax's
+// (along `axis` from opset 13, else over all dimensions from it). A NaN is never the largest.
+std::vector<TypeShape> hardmax_infer(const OpContext& c) {
+  require_float(c, 0);
+  const bool legacy = c.opset < 13;
+  const auto rank = static_cast<int64_t>(c.in(0).shape.size());
+  normalize_axis(c.node, c.node.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
+  return {{DType::F32, c.in(0).shape}};
+}
+
+std::vector<HostTensor> hardmax_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const Shape& x = in[0]->shape;
+  auto rank = static_cast<int64_t>(x.size());
+  bool legacy = c.opset < 13;
+  int64_t axis =
+      normalize_axis(c.node, c.node.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d < axis)
+      outer *= x[d];
+    else if (d == axis || legacy)
+      len *= x[d];
+    else
+      inner *= x[d];
+  }
+  HostTensor out = make_like(DType::F32, x);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t l) { return (o * len + l) * inner + i; };
+      int64_t best = -1;
+      for (int64_t l = 0; l < len; ++l) {
+        float v = in[0]->f[at(l)];
+        if (!std::isnan(v) && (best < 0 || v > in[0]->f[at(best)])) best = l;
+      }
+      if (best >= 0) out.f[at(best)] = 1.0f;
+    }
+  return {out};
+}
+
 // The mean of v[0, len) and 1 / sqrt(variance + eps), in double (LayerNormalization,
 // InstanceNormalization).
 std::pair<double, double> mean_and_inv_std(const float* v, int64_t len, double eps) {
@@ -699,6 +738,7 @@ void register_nn_ops(std::vector<OpDef>& ops) {
   ops.push_back({"BatchNormalization", 5, 5, batchnorm_infer, batchnorm_eval});
   ops.push_back({"Softmax", 1, 1, same_float, softmax_eval});
   ops.push_back({"LogSoftmax", 1, 1, same_float, softmax_eval});
+  ops.push_back({"Hardmax", 1, 1, hardmax_infer, hardmax_eval});
   ops.push_back({"LayerNormalization", 2, 3, layernorm_infer, layernorm_eval});
   ops.push_back({"InstanceNormalization", 3, 3, instancenorm_infer, instancenorm_eval});
   for (const char* r :

@@ -312,6 +312,20 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
   }
   {
     ModelBuilder b;
+    b.input("x", {2, 3});
+    set_int(b.node("Hardmax", {"x"}, {"y"}, "hm"), "axis", 2);
+    b.output("y");
+    expect(b, "node 'hm' (Hardmax): axis 2 is out of range for rank 2");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3}, onnx::TensorProto::INT64);
+    b.node("Hardmax", {"x"}, {"y"}, "hm");
+    b.output("y");
+    expect(b, "node 'hm' (Hardmax): input 0 ('x') is int64; this operator takes float32");
+  }
+  {
+    ModelBuilder b;
     b.input("x", {3});
     b.node("Trilu", {"x"}, {"y"}, "tri");
     b.output("y");

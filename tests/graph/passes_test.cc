@@ -1080,6 +1080,26 @@ TEST(GraphNodeTe, TwoStageRowReductionsMatchTheReference) {
   }
 }
 
+// Hardmax, compiled and in the reference: 1 at the first largest element of each row (ties go
+// to the first, a NaN is never picked, a row of NaN has none), along the last axis (rows of 32:
+// the two-stage max) and along axis 0.
+TEST(GraphNodeTe, HardmaxPicksTheFirstLargest) {
+  HostTensor x = random_floats({3, 32}, 21);
+  x.f[5] = x.f[9] = 7.0f;  // row 0: a tie, the first wins
+  x.f[32 + 4] = NAN;       // row 1: a NaN beside the largest
+  x.f[32 + 30] = 5.0f;
+  for (int64_t k = 64; k < 96; ++k) x.f[k] = NAN;  // row 2: nothing to pick
+  std::vector<float> want(96, 0.0f);
+  want[5] = want[32 + 30] = 1.0f;
+  auto got = compile_one("Hardmax", {}, {x}, {});
+  EXPECT_EQ(got.first, want) << "compiled";
+  EXPECT_EQ(got.second, want) << "reference";
+  HostTensor y = HostTensor::floats({3, 2}, {1, 4, 3, 4, 3, 0});
+  auto cols = compile_one("Hardmax", {{"axis", int64_t{0}}}, {y}, {});
+  EXPECT_EQ(cols.first, (std::vector<float>{0, 1, 1, 0, 0, 0})) << "compiled, axis 0";
+  EXPECT_EQ(cols.second, (std::vector<float>{0, 1, 1, 0, 0, 0})) << "reference, axis 0";
+}
+
 // Pad as compiled and in the reference, against numpy.pad's results: constant (with the
 // default 0, a constant value and a computed one), reflect past one period, edge, negative
 // pads (cropping), and the axes input.
