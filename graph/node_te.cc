@@ -434,11 +434,7 @@ struct KeptReduction {
 
 // Softmax and LogSoftmax over `dims` (one axis from opset 13, all from the axis before).
 Tensor softmax_te(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name) {
-  auto rank = static_cast<int64_t>(x.shape.size());
-  bool legacy = c.opset < 13;
-  int64_t axis = normalize_axis(n, n.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
-  std::vector<int64_t> axes;
-  for (int64_t d = axis; d < (legacy ? rank : axis + 1) && d < rank; ++d) axes.push_back(d);
+  const std::vector<int64_t> axes = softmax_axes(c, static_cast<int64_t>(x.shape.size()));
   KeptReduction red(x, axes);
   auto stat_of = [&](const Index& i) { return red.stat_of(i); };
   Tensor m = red.reduce(name + "_max", ir::max_reduce, [](Expr v, const Index&) { return v; });
@@ -456,11 +452,7 @@ Tensor softmax_te(const Node& n, const OpContext& c, const TeOperand& x, const s
 // positions holding it, then each element compared with that key. A NaN is never picked.
 Tensor hardmax_te(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name) {
   if (!x.tensor) not_implemented(n, "Hardmax of a one-element constant");
-  auto rank = static_cast<int64_t>(x.shape.size());
-  bool legacy = c.opset < 13;
-  int64_t axis = normalize_axis(n, n.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
-  std::vector<int64_t> axes;
-  for (int64_t d = axis; d < (legacy ? rank : axis + 1) && d < rank; ++d) axes.push_back(d);
+  const std::vector<int64_t> axes = softmax_axes(c, static_cast<int64_t>(x.shape.size()));
   KeptReduction red(x, axes);
   // The key of a position in the row, its reduction variables (or an output index) given.
   auto key = [&](const std::function<Expr(size_t)>& coord) {

@@ -133,6 +133,9 @@ struct Window {
 Window window_of(const OpContext& c, const Shape& x, int64_t kh, int64_t kw);
 // kernel_shape (2 values), or `fallback` when absent.
 std::vector<int64_t> kernel_shape(const OpContext& c, const Shape& fallback);
+// The dimensions one row of Softmax, LogSoftmax or Hardmax spans: `axis` (default -1) from
+// opset 13; before it every dimension from `axis` (default 1), the input seen as 2-D.
+std::vector<int64_t> softmax_axes(const OpContext& c, int64_t rank);
 // MaxPool and AveragePool over NCHW [N][C][H][W], or over a channel-blocked [N][C/b][H][W][b]
 // (transform-conv-layout writes those): ONNX's 3-D pooling whose last window axis is trivial
 // (kernel 1, stride 1, dilation 1, no pads), so each of the b lanes pools on its own. Import

@@ -168,6 +168,15 @@ std::vector<int64_t> kernel_shape(const OpContext& c, const Shape& fallback) {
   return k;
 }
 
+std::vector<int64_t> softmax_axes(const OpContext& c, int64_t rank) {
+  const bool legacy = c.opset < 13;
+  const int64_t axis =
+      normalize_axis(c.node, c.node.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < (legacy ? rank : axis + 1) && d < rank; ++d) axes.push_back(d);
+  return axes;
+}
+
 PoolWindow pool_window(const OpContext& c, const Shape& x) {
   const Node& n = c.node;
   if (x.size() == 4) {
@@ -377,21 +386,26 @@ std::vector<TypeShape> same_float(const OpContext& c) {
   return {{DType::F32, c.in(0).shape}};
 }
 
+// A row of `axes` (consecutive) in x: the elements before, in and after it, as
+// [outer][len][inner].
+struct Rows {
+  int64_t outer = 1, len = 1, inner = 1;
+  Rows(const Shape& x, const std::vector<int64_t>& axes) {
+    for (size_t d = 0; d < x.size(); ++d) {
+      auto dd = static_cast<int64_t>(d);
+      if (!axes.empty() && dd < axes.front())
+        outer *= x[d];
+      else if (!axes.empty() && dd <= axes.back())
+        len *= x[d];
+      else
+        inner *= x[d];
+    }
+  }
+};
+
 std::vector<HostTensor> softmax_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
   const Shape& x = in[0]->shape;
-  auto rank = static_cast<int64_t>(x.size());
-  bool legacy = c.opset < 13;
-  int64_t axis =
-      normalize_axis(c.node, c.node.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
-  int64_t outer = 1, len = 1, inner = 1;
-  for (int64_t d = 0; d < rank; ++d) {
-    if (d < axis)
-      outer *= x[d];
-    else if (d == axis || legacy)
-      len *= x[d];
-    else
-      inner *= x[d];
-  }
+  const auto [outer, len, inner] = Rows(x, softmax_axes(c, static_cast<int64_t>(x.size())));
   bool log = c.node.op == "LogSoftmax";
   HostTensor out = make_like(DType::F32, x);
   for (int64_t o = 0; o < outer; ++o)
@@ -412,27 +426,13 @@ std::vector<HostTensor> softmax_eval(const OpContext& c, const std::vector<const
 // (along `axis` from opset 13, else over all dimensions from it). A NaN is never the largest.
 std::vector<TypeShape> hardmax_infer(const OpContext& c) {
   require_float(c, 0);
-  const bool legacy = c.opset < 13;
-  const auto rank = static_cast<int64_t>(c.in(0).shape.size());
-  normalize_axis(c.node, c.node.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
+  softmax_axes(c, static_cast<int64_t>(c.in(0).shape.size()));  // checks the axis
   return {{DType::F32, c.in(0).shape}};
 }
 
 std::vector<HostTensor> hardmax_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
   const Shape& x = in[0]->shape;
-  auto rank = static_cast<int64_t>(x.size());
-  bool legacy = c.opset < 13;
-  int64_t axis =
-      normalize_axis(c.node, c.node.get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
-  int64_t outer = 1, len = 1, inner = 1;
-  for (int64_t d = 0; d < rank; ++d) {
-    if (d < axis)
-      outer *= x[d];
-    else if (d == axis || legacy)
-      len *= x[d];
-    else
-      inner *= x[d];
-  }
+  const auto [outer, len, inner] = Rows(x, softmax_axes(c, static_cast<int64_t>(x.size())));
   HostTensor out = make_like(DType::F32, x);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
