@@ -144,6 +144,24 @@ class Pools(torch.nn.Module):
         return self.fc(x.flatten(1))
 
 
+class Reductions(torch.nn.Module):
+    """Reductions over a middle axis of rows of 32 (the generic schedule vectorizes the rows'
+    positions with the reduction loops around them): sum, max, min, mean, ArgMax, CumSum, TopK,
+    a MaxPool whose image width is a multiple of 16, and a row-wise Softmax of 32; after a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        x = self.fc(x)
+        parts = [x.sum(1), x.amax(1), x.amin(1), x.mean(1), x.argmax(1).float(), torch.cumsum(x, 1).flatten(1),
+                 torch.topk(x, 3, dim=1).values.flatten(1),
+                 torch.nn.functional.max_pool2d(x.unsqueeze(1), (3, 1), stride=1, padding=(1, 0)).flatten(1),
+                 torch.softmax(x, -1).flatten(1)]
+        return torch.cat(parts, 1)
+
+
 class Recurrent(torch.nn.Module):
     """Sequence models: a 2-layer bidirectional batch-first LSTM, a GRU (PyTorch exports
     linear_before_reset=1) and a bidirectional ReLU RNN; tunefarm imports each as its time
@@ -320,6 +338,7 @@ def models():
     yield "audio1d", Audio1d(), (2, 4, 33), True, 13, True
     yield "upsampler", Upsampler(), (1, 3, 7, 9), False, 13, True
     yield "pools", Pools(), (1, 3, 13, 15), True, 13, True
+    yield "reductions", Reductions(), (2, 5, 32), False, 13, True
     yield "recurrent", Recurrent(), (3, 7, 8), False, 14, True
     yield "video3d", Video3d(), (2, 3, 6, 12, 14), True, 13, True
     # Softmax written out (ReduceMax, Sub, Exp, ReduceSum with axes as an input, Div):
