@@ -10,9 +10,10 @@
 // elementwise operators whose computed inputs all come back from the same blocked layout
 // (Relu, Clip, a residual Add, ...) run in that layout too, with scalar and per-channel
 // constants converted; and a conversion to a layout straight after the conversion from it
-// cancels. MaxPool and AveragePool of a blocked value pool its blocks. What is left converts
-// activations only where an operator needs NCHW (reshapes, global pooling, the model's
-// outputs). Output values keep their names and NCHW shapes.
+// cancels. MaxPool and AveragePool of a blocked value pool its blocks; a Concat along the
+// channels concatenates blocks when the block divides every input's channels; a Pad of height
+// and width pads blocks. What is left converts activations only where an operator needs NCHW
+// (reshapes, global pooling, the model's outputs). Output values keep their names and NCHW shapes.
 #include <map>
 #include <optional>
 #include <set>
@@ -51,6 +52,10 @@ class LayoutRewriter {
       } else if (layout_free_ops().count(n.op) && follow(n)) {
         changed = true;
       } else if ((n.op == "MaxPool" || n.op == "AveragePool") && follow_pool(n)) {
+        changed = true;
+      } else if (n.op == "Concat" && follow_concat(n)) {
+        changed = true;
+      } else if (n.op == "Pad" && follow_pad(n)) {
         changed = true;
       } else {
         g_.nodes.push_back(std::move(n));
@@ -249,6 +254,64 @@ class LayoutRewriter {
     const Shape& s = g_.value(n.outputs[0]).shape;
     std::string blocked =
         g_.add_float(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
+    emit_with_back(std::move(n), blocked, b);
+    return true;
+  }
+
+  // The blocked shape of NCHW value `v` in blocks of b.
+  Shape blocked_shape(const std::string& v, int64_t b) const {
+    const Shape& s = g_.value(v).shape;
+    return {s[0], s[1] / b, s[2], s[3], b};
+  }
+
+  // A Concat along the channels of values one of which comes back from a blocked layout, all
+  // of channel counts the block divides, concatenates the blocks (DenseNet's feature maps,
+  // Inception's branches); the others are converted.
+  bool follow_concat(Node& n) {
+    if (n.outputs.size() != 1 || g_.value(n.outputs[0]).shape.size() != 4) return false;
+    int64_t axis = n.get_int("axis", 0);
+    if (axis != 1 && axis != -3) return false;
+    int64_t b = 0;
+    for (const std::string& in : n.inputs) {
+      if (auto it = back_.find(in); it != back_.end()) {
+        if (b && it->second.second != b) return false;
+        b = it->second.second;
+      }
+    }
+    if (!b) return false;
+    for (const std::string& in : n.inputs) {
+      if (in.empty() || g_.is_constant(in)) return false;
+      const Value& v = g_.value(in);
+      if (v.dtype != DType::F32 || v.shape.size() != 4 || v.shape[1] % b != 0) return false;
+    }
+    for (std::string& in : n.inputs) {
+      auto it = back_.find(in);
+      in = it != back_.end() ? it->second.first : to_blocked(in, b);
+    }
+    n.attrs["axis"] = int64_t{1};
+    std::string blocked =
+        g_.add_float(n.outputs[0] + "_" + layout_name(b), blocked_shape(n.outputs[0], b));
+    emit_with_back(std::move(n), blocked, b);
+    return true;
+  }
+
+  // A Pad of a blocked value's height and width only (constant pads, no axes input) pads the
+  // blocks, each lane alike (any mode).
+  bool follow_pad(Node& n) {
+    if (n.outputs.size() != 1 || n.inputs.size() < 2 || n.inputs.size() > 3 || n.has("pads"))
+      return false;
+    auto it = back_.find(n.inputs[0]);
+    const Value& pads = g_.value(n.inputs[1]);
+    if (it == back_.end() || !pads.constant || pads.constant->size() != 8) return false;
+    std::vector<int64_t> p(8);
+    for (size_t k = 0; k < 8; ++k) p[k] = pads.constant->as_int(static_cast<int64_t>(k));
+    if (p[0] || p[1] || p[4] || p[5]) return false;
+    const auto [blocked_in, b] = it->second;
+    n.inputs[0] = blocked_in;
+    n.inputs[1] =
+        g_.add_ints(n.inputs[1] + "_" + layout_name(b), {0, 0, p[2], p[3], 0, 0, 0, p[6], p[7], 0});
+    std::string blocked =
+        g_.add_float(n.outputs[0] + "_" + layout_name(b), blocked_shape(n.outputs[0], b));
     emit_with_back(std::move(n), blocked, b);
     return true;
   }

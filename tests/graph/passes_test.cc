@@ -509,6 +509,44 @@ TEST(GraphPasses, HalvesTheBlockWhereTheTargetsDoesNotDivide) {
   EXPECT_NE(w[2].find("ic_block=8,oc_block=16"), std::string::npos) << w[2];
 }
 
+// A Concat along the channels of a blocked value concatenates blocks when the block divides
+// every input's channels (an NCHW input among them is converted), else stays NCHW; a Pad of
+// height and width pads blocks, one of the channels does not; the outputs stay the same.
+TEST(GraphPasses, ConcatAndPadFollowBlockedLayouts) {
+  for (int64_t block : {8, 16}) {
+    SCOPED_TRACE(tf::str("block ", block));
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 16, 6, 6});
+    std::map<std::string, Attr> pad1 = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+    std::string a = b.node("Conv", {x, b.weights("wa", {16, 16, 3, 3})}, "a", {1, 16, 6, 6}, pad1);
+    std::string r = b.node("Relu", {a}, "r", {1, 16, 6, 6});
+    std::string neg = b.node("Neg", {x}, "neg", {1, 16, 6, 6});  // NCHW: converted
+    std::string c1 = b.node("Concat", {r, neg}, "c1", {1, 32, 6, 6}, {{"axis", int64_t{-3}}});
+    std::string z = b.node("Conv", {x, b.weights("wz", {8, 16, 1, 1})}, "z", {1, 8, 6, 6});
+    // 40 channels: blocks of 8 divide all three inputs, blocks of 16 do not divide z's 8.
+    std::string c2 = b.node("Concat", {c1, z}, "c2", {1, 40, 6, 6}, {{"axis", int64_t{1}}});
+    std::string p =
+        b.node("Pad", {c1, b.constant("hw", HostTensor::ints({8}, {0, 0, 1, 2, 0, 0, 2, 1}))}, "p",
+               {1, 32, 9, 9}, {{"mode", std::string("edge")}});
+    std::string q =
+        b.node("Pad", {c1, b.constant("ch", HostTensor::ints({8}, {0, 1, 0, 0, 0, 0, 0, 0}))}, "q",
+               {1, 33, 6, 6});
+    b.g.outputs = {c2, p, q};
+    verify(b.g);
+    Graph g = b.g;
+    PassOptions o;
+    o.channel_block = block;
+    run_passes(g, o);
+    expect_same_outputs(b.g, g, {1, 16, 6, 6});
+    std::map<std::string, size_t> rank;
+    for (const Node& n : g.nodes) rank[n.name] = g.value(n.outputs[0]).shape.size();
+    EXPECT_EQ(rank["Concat_c1"], 5u);
+    EXPECT_EQ(rank["Concat_c2"], block == 8 ? 5u : 4u);
+    EXPECT_EQ(rank["Pad_p"], 5u);
+    EXPECT_EQ(rank["Pad_q"], 4u);  // pads channels
+  }
+}
+
 // Without a channel block (no target) or with one that divides nothing, nothing changes.
 TEST(GraphPasses, ConvLayoutNeedsABlockThatDivides) {
   for (int64_t block : {0, 1, 3}) {
