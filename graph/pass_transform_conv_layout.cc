@@ -12,8 +12,10 @@
 // constants converted; and a conversion to a layout straight after the conversion from it
 // cancels. MaxPool and AveragePool of a blocked value pool its blocks; a Concat along the
 // channels concatenates blocks when the block divides every input's channels; a Pad of height
-// and width pads blocks. What is left converts activations only where an operator needs NCHW
-// (reshapes, global pooling, the model's outputs). Output values keep their names and NCHW shapes.
+// and width pads blocks; global pooling becomes a ReduceMean or ReduceMax of the blocks'
+// height and width; elementwise operators take per-channel computed operands ([N, C, 1, 1])
+// too. What is left converts activations only where an operator needs NCHW (reshapes, the
+// model's outputs). Output values keep their names and NCHW shapes.
 #include <map>
 #include <optional>
 #include <set>
@@ -52,6 +54,9 @@ class LayoutRewriter {
       } else if (layout_free_ops().count(n.op) && follow(n)) {
         changed = true;
       } else if ((n.op == "MaxPool" || n.op == "AveragePool") && follow_pool(n)) {
+        changed = true;
+      } else if ((n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool") &&
+                 follow_global_pool(n)) {
         changed = true;
       } else if (n.op == "Concat" && follow_concat(n)) {
         changed = true;
@@ -200,11 +205,17 @@ class LayoutRewriter {
     if (n.outputs.size() != 1 || n.inputs.empty()) return false;
     const Value& out = g_.value(n.outputs[0]);
     if (out.dtype != DType::F32 || out.shape.size() != 4) return false;
+    // Computed operands of the output's shape, or per-channel ones ([N, C, 1, 1]: a
+    // squeeze-and-excitation scale), which broadcast alike in the blocked layout.
+    auto fits = [&](const Shape& s) {
+      return s == out.shape || (s.size() == 4 && s[0] == out.shape[0] && s[1] == out.shape[1] &&
+                                s[2] == 1 && s[3] == 1);
+    };
     int64_t b = 0;
     for (const std::string& in : n.inputs) {
       auto it = back_.find(in);
       if (it == back_.end()) continue;
-      if ((b && it->second.second != b) || g_.value(in).shape != out.shape) return false;
+      if ((b && it->second.second != b) || !fits(g_.value(in).shape)) return false;
       b = it->second.second;
     }
     if (!b) return false;
@@ -217,7 +228,7 @@ class LayoutRewriter {
       } else if (auto c = blocked_constant(in, out.shape[1], b)) {
         inputs.push_back(*c);
       } else if (!g_.is_constant(in) && g_.value(in).dtype == DType::F32 &&
-                 g_.value(in).shape == out.shape) {
+                 fits(g_.value(in).shape)) {
         inputs.push_back(to_blocked(in, b));  // e.g. a residual from a pooling layer
       } else {
         return false;
@@ -254,6 +265,22 @@ class LayoutRewriter {
     const Shape& s = g_.value(n.outputs[0]).shape;
     std::string blocked =
         g_.add_float(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
+    emit_with_back(std::move(n), blocked, b);
+    return true;
+  }
+
+  // GlobalAveragePool or GlobalMaxPool of a blocked value: ReduceMean or ReduceMax over its
+  // height and width, each lane alone (squeeze-and-excitation blocks, classifier heads).
+  bool follow_global_pool(Node& n) {
+    if (n.outputs.size() != 1 || n.inputs.size() != 1) return false;
+    auto it = back_.find(n.inputs[0]);
+    if (it == back_.end() || g_.value(n.inputs[0]).shape.size() != 4) return false;
+    const auto [blocked_in, b] = it->second;
+    n.op = n.op == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax";
+    n.inputs = {blocked_in};
+    n.attrs = {{"axes", std::vector<int64_t>{2, 3}}, {"keepdims", int64_t{1}}};
+    std::string blocked =
+        g_.add_float(n.outputs[0] + "_" + layout_name(b), blocked_shape(n.outputs[0], b));
     emit_with_back(std::move(n), blocked, b);
     return true;
   }

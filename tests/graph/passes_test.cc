@@ -511,8 +511,10 @@ TEST(GraphPasses, HalvesTheBlockWhereTheTargetsDoesNotDivide) {
 
 // A Concat along the channels of a blocked value concatenates blocks when the block divides
 // every input's channels (an NCHW input among them is converted), else stays NCHW; a Pad of
-// height and width pads blocks, one of the channels does not; the outputs stay the same.
-TEST(GraphPasses, ConcatAndPadFollowBlockedLayouts) {
+// height and width pads blocks, one of the channels does not; global pooling reduces the
+// blocks' height and width, and a per-channel computed scale multiplies blocks; the outputs
+// stay the same.
+TEST(GraphPasses, ConcatPadAndGlobalPoolingFollowBlockedLayouts) {
   for (int64_t block : {8, 16}) {
     SCOPED_TRACE(tf::str("block ", block));
     GraphBuilder b;
@@ -531,7 +533,13 @@ TEST(GraphPasses, ConcatAndPadFollowBlockedLayouts) {
     std::string q =
         b.node("Pad", {c1, b.constant("ch", HostTensor::ints({8}, {0, 1, 0, 0, 0, 0, 0, 0}))}, "q",
                {1, 33, 6, 6});
-    b.g.outputs = {c2, p, q};
+    // Squeeze and excitation: a global average, a per-channel scale of the feature map, then
+    // a global max.
+    std::string avg = b.node("GlobalAveragePool", {r}, "avg", {1, 16, 1, 1});
+    std::string sig = b.node("Sigmoid", {avg}, "sig", {1, 16, 1, 1});
+    std::string se = b.node("Mul", {r, sig}, "se", {1, 16, 6, 6});
+    std::string top = b.node("GlobalMaxPool", {se}, "top", {1, 16, 1, 1});
+    b.g.outputs = {c2, p, q, top};
     verify(b.g);
     Graph g = b.g;
     PassOptions o;
@@ -539,11 +547,19 @@ TEST(GraphPasses, ConcatAndPadFollowBlockedLayouts) {
     run_passes(g, o);
     expect_same_outputs(b.g, g, {1, 16, 6, 6});
     std::map<std::string, size_t> rank;
-    for (const Node& n : g.nodes) rank[n.name] = g.value(n.outputs[0]).shape.size();
+    std::map<std::string, std::string> op;
+    for (const Node& n : g.nodes) {
+      rank[n.name] = g.value(n.outputs[0]).shape.size();
+      op[n.name] = n.op;
+    }
     EXPECT_EQ(rank["Concat_c1"], 5u);
     EXPECT_EQ(rank["Concat_c2"], block == 8 ? 5u : 4u);
     EXPECT_EQ(rank["Pad_p"], 5u);
     EXPECT_EQ(rank["Pad_q"], 4u);  // pads channels
+    EXPECT_EQ(rank["GlobalAveragePool_avg"], 5u);
+    EXPECT_EQ(op["GlobalAveragePool_avg"], "ReduceMean");
+    EXPECT_EQ(rank["Mul_se"], 5u);  // the per-channel scale broadcasts over the blocks
+    EXPECT_EQ(op["GlobalMaxPool_top"], "ReduceMax");
   }
 }
 

@@ -129,7 +129,8 @@ class Upsampler(torch.nn.Module):
 class Pools(torch.nn.Module):
     """Pooling, Concat and Pad after convolutions, so they work on channel blocks: AvgPool
     padded with ceil_mode (pads not counted, then counted), a dilated MaxPool, a Concat of two
-    branches along the channels, a reflecting Pad, on odd image sizes."""
+    branches along the channels, a squeeze-and-excitation scale, a reflecting Pad, on odd
+    image sizes."""
 
     def __init__(self):
         super().__init__()
@@ -141,6 +142,7 @@ class Pools(torch.nn.Module):
         x = torch.nn.functional.avg_pool2d(torch.relu(self.a(x)), 3, stride=2, padding=1, ceil_mode=True,
                                            count_include_pad=False)
         x = torch.cat([x, self.b(x) - 0.5], 1)
+        x = x * torch.sigmoid(torch.nn.functional.adaptive_avg_pool2d(x, 1))  # squeeze and excitation
         x = torch.nn.functional.pad(x, (1, 2, 2, 1), mode="reflect")
         x = torch.nn.functional.max_pool2d(x, 3, stride=2, padding=1, dilation=2, ceil_mode=True)
         x = torch.nn.functional.avg_pool2d(x, 2, padding=1, count_include_pad=True)
@@ -446,11 +448,13 @@ def main():
             if name == "audio1d":
                 ok = ok and all(info["ops"].get(op) for op in ("Pad", "Elu", "Selu", "MaxPool", "AveragePool", "InstanceNormalization"))
             if name == "pools":
-                # Every pooling, the Concat and the Pad work on channel blocks: conversions only
-                # at the input and before the Flatten.
+                # Every pooling (the global one as a ReduceMean), the Concat, the Pad and the
+                # per-channel Mul work on channel blocks: conversions only at the input and
+                # before the Flatten.
                 ok = ok and "transform-conv-layout" in fired and info["ops"].get("LayoutTransform") == 2
                 ok = ok and info["ops"].get("MaxPool") == 1 and info["ops"].get("AveragePool") == 2
                 ok = ok and info["ops"].get("Concat") == 1 and info["ops"].get("Pad") == 2  # count_include_pad: a Pad
+                ok = ok and info["ops"].get("ReduceMean") == 1 and "GlobalAveragePool" not in info["ops"]
             if name == "upsampler":
                 # The ConvTranspose (constant weights) runs as a Conv over zero-inserted input.
                 ok = ok and info["ops"].get("Resize") == 4 and "lower-conv-transpose" in fired
