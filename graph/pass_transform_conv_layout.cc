@@ -124,6 +124,15 @@ class LayoutRewriter {
     back_[y] = {blocked, b};
   }
 
+  // The node `n`, whose output is NCHW, rewritten to write it in blocks of b (a new value),
+  // which a conversion back computes under its old name.
+  void emit_blocked(Node n, int64_t b) {
+    const Shape& s = g_.value(n.outputs[0]).shape;
+    std::string blocked =
+        g_.add_float(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
+    emit_with_back(std::move(n), blocked, b);
+  }
+
   bool convert_conv(Node& n) {
     if (block_ <= 1 || n.outputs.size() != 1) return false;
     AnchorWorkload aw = anchor_workload(g_, n);
@@ -235,10 +244,7 @@ class LayoutRewriter {
       }
     }
     n.inputs = inputs;
-    const Shape& s = out.shape;
-    std::string blocked =
-        g_.add_float(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
-    emit_with_back(std::move(n), blocked, b);
+    emit_blocked(std::move(n), b);
     return true;
   }
 
@@ -262,10 +268,7 @@ class LayoutRewriter {
     }
     for (auto& [a, v] : widened) n.attrs[a] = v;
     n.inputs[0] = blocked_in;
-    const Shape& s = g_.value(n.outputs[0]).shape;
-    std::string blocked =
-        g_.add_float(n.outputs[0] + "_" + layout_name(b), {s[0], s[1] / b, s[2], s[3], b});
-    emit_with_back(std::move(n), blocked, b);
+    emit_blocked(std::move(n), b);
     return true;
   }
 
@@ -279,16 +282,8 @@ class LayoutRewriter {
     n.op = n.op == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax";
     n.inputs = {blocked_in};
     n.attrs = {{"axes", std::vector<int64_t>{2, 3}}, {"keepdims", int64_t{1}}};
-    std::string blocked =
-        g_.add_float(n.outputs[0] + "_" + layout_name(b), blocked_shape(n.outputs[0], b));
-    emit_with_back(std::move(n), blocked, b);
+    emit_blocked(std::move(n), b);
     return true;
-  }
-
-  // The blocked shape of NCHW value `v` in blocks of b.
-  Shape blocked_shape(const std::string& v, int64_t b) const {
-    const Shape& s = g_.value(v).shape;
-    return {s[0], s[1] / b, s[2], s[3], b};
   }
 
   // A Concat along the channels of values one of which comes back from a blocked layout, all
@@ -316,16 +311,15 @@ class LayoutRewriter {
       in = it != back_.end() ? it->second.first : to_blocked(in, b);
     }
     n.attrs["axis"] = int64_t{1};
-    std::string blocked =
-        g_.add_float(n.outputs[0] + "_" + layout_name(b), blocked_shape(n.outputs[0], b));
-    emit_with_back(std::move(n), blocked, b);
+    emit_blocked(std::move(n), b);
     return true;
   }
 
   // A Pad of a blocked value's height and width only (constant pads, no axes input) pads the
   // blocks, each lane alike (any mode).
   bool follow_pad(Node& n) {
-    if (n.outputs.size() != 1 || n.inputs.size() < 2 || n.inputs.size() > 3 || n.has("pads"))
+    if (n.outputs.size() != 1 || n.inputs.size() < 2 || n.inputs.size() > 3 ||
+        n.inputs[1].empty() || n.has("pads"))
       return false;
     auto it = back_.find(n.inputs[0]);
     const Value& pads = g_.value(n.inputs[1]);
@@ -337,9 +331,7 @@ class LayoutRewriter {
     n.inputs[0] = blocked_in;
     n.inputs[1] =
         g_.add_ints(n.inputs[1] + "_" + layout_name(b), {0, 0, p[2], p[3], 0, 0, 0, p[6], p[7], 0});
-    std::string blocked =
-        g_.add_float(n.outputs[0] + "_" + layout_name(b), blocked_shape(n.outputs[0], b));
-    emit_with_back(std::move(n), blocked, b);
+    emit_blocked(std::move(n), b);
     return true;
   }
 
