@@ -40,8 +40,10 @@ TEST(Timing, APlateauOfSlowCallsIsCaughtByTheFirstShortSample) {
   TimingResult r = time_fresh("plateau", {1, 3, 10, false, 0, 0});
   ASSERT_EQ(r.samples_s.size(), 3u);
   // The warm-up stops on the plateau (20 ms, steady), calibrates one call a sample, and the
-  // first sample (0.5 ms, under half of min_repeat_ms) sends it back to calibrate.
-  EXPECT_GE(r.number, 10);
+  // first sample (0.5 ms, under half of min_repeat_ms) sends it back to calibrate: more than
+  // one call a sample (about 20 on an idle machine; a loaded one stretches the 0.5 ms calls,
+  // so no tighter bound: CI once saw 9).
+  EXPECT_GE(r.number, 2);
   EXPECT_GE(r.warmup_calls, 4);
   EXPECT_LT(median(r.samples_s), 0.004);
 }
