@@ -32,7 +32,9 @@ TEST(Timing, SlowFirstCallsAreWarmUpNotSamples) {
   EXPECT_GE(r.warmup_calls, 6) << "the 40, 20, 10 and 5 ms calls and two steady ones";
   ASSERT_EQ(r.samples_s.size(), 5u);
   EXPECT_LT(median(r.samples_s), 0.004) << "a slow first call was taken as a sample";
-  EXPECT_GE(r.number, 4) << "calls per sample from the steady speed (0.5 ms) and min_repeat_ms (2)";
+  // From the steady speed (0.5 ms: 4 calls for min_repeat_ms 2 on an idle machine), not from
+  // the slow first calls (which give 1); no tighter bound, a loaded machine stretches calls.
+  EXPECT_GE(r.number, 2) << "calls per sample from the steady speed and min_repeat_ms (2)";
   EXPECT_FALSE(r.cut);
 }
 
