@@ -6,8 +6,9 @@ process with the runs interleaved (round robin, so drift hits all alike).
 Our library is called through its C ABI with ctypes; every call is timed, and each entry is
 the median of the calls of all rounds. PyTorch's matmuls run in OpenBLAS, whose pool
 torch.set_num_threads does not size: both pools get the same count, and OpenBLAS its right
-core type (OPENBLAS_CORETYPE: SkylakeX with AVX-512, Haswell with AVX2, overridable). Our kernels run on libgomp's
-pool, which torch.set_num_threads sizes too (the same libgomp).
+core type (OPENBLAS_CORETYPE: SkylakeX with AVX-512, Haswell with AVX2, overridable). Our kernels run on the
+library's own pool, whose teams libgomp's omp_get_max_threads() sizes, so torch.set_num_threads
+sizes them too (the same libgomp).
 
 Usage: model_bench.py TUNEFARM [--models resnet18,mobilenet_v2,bert2,mlp] [--threads 1,2]
                       [--calls 10] [--rounds 3] [--db PATH] [--without PASS] [--json FILE]

@@ -13,9 +13,9 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/IRReader/IRReader.h>
 #include <llvm/Linker/Linker.h>
-#include <llvm/Support/SourceMgr.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/SourceMgr.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
@@ -29,6 +29,7 @@
 #include "compiler/error.h"
 #include "compiler/gpu.h"
 #include "compiler/ir_mutator.h"
+#include "compiler/thread_pool_ir.h"
 
 namespace tf {
 namespace {
@@ -482,29 +483,27 @@ class CodeGen {
     return m_.getOrInsertFunction(name, llvm::FunctionType::get(ret, args, false));
   }
 
-  // Runs the iterations of `f` on libgomp's threads: the body is outlined into a function
-  // that receives every value in scope through a closure array of 8-byte slots. Where only
-  // one thread may run (omp_get_max_threads() is 1), the outlined function is called
-  // directly with all the iterations: libgomp's fork and join of a team of one costs 1.2 us
-  // (measured on a 2-core znver5 VM), an eighth of a 97x131x67 matmul.
+  // Runs the iterations of `f` on the library's thread pool (compiler/thread_pool_ir.h): the
+  // body is outlined into a function of (closure, tid, n) that receives every value in scope
+  // through a closure array of 8-byte slots and runs the tid-th of n static chunks.
   void parallel_loop(const For* f) {
     uses_openmp = true;
     llvm::Value* mn = expr(f->min);
     llvm::Value* ext = expr(f->extent);
-    llvm::Value* serial = b_.CreateICmpEQ(runtime_call_i32("omp_get_max_threads"), b_.getInt32(1));
     std::vector<std::pair<const ExprNode*, llvm::Value*>> vars(vars_.begin(), vars_.end());
     std::vector<std::pair<std::string, llvm::Value*>> bufs(buffers_.begin(), buffers_.end());
-    size_t slots = vars.size() + bufs.size() + 3;
+    size_t slots = vars.size() + bufs.size() + 2;
     llvm::IRBuilder<> entry(entry_, entry_->begin());
     llvm::AllocaInst* closure = entry.CreateAlloca(llvm::ArrayType::get(b_.getInt64Ty(), slots));
-    std::vector<llvm::Value*> values = {mn, ext, b_.CreateZExt(serial, b_.getInt64Ty())};
+    std::vector<llvm::Value*> values = {mn, ext};
     for (auto& v : vars) values.push_back(v.second);
     for (auto& v : bufs) values.push_back(v.second);
     for (size_t i = 0; i < values.size(); ++i) {
       b_.CreateStore(values[i], b_.CreateConstInBoundsGEP2_64(closure->getAllocatedType(), closure, 0, i));
     }
 
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getPtrTy()}, false);
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(),
+                                        {b_.getPtrTy(), b_.getInt32Ty(), b_.getInt32Ty()}, false);
     auto* outlined = llvm::Function::Create(fty, llvm::Function::InternalLinkage,
                                             name_ + ".parallel." + std::to_string(outlined_++), m_);
     set_attributes(outlined);
@@ -524,18 +523,15 @@ class CodeGen {
     };
     llvm::Value* omn = slot(0, mn->getType());
     llvm::Value* oext = slot(1, ext->getType());
-    // Called directly (not by a team), the thread is alone whatever team it may be part of.
-    llvm::Value* alone = b_.CreateICmpNE(slot(2, b_.getInt64Ty()), b_.getInt64(0));
     vars_.clear();
     buffers_.clear();
-    for (size_t i = 0; i < vars.size(); ++i) vars_[vars[i].first] = slot(3 + i, vars[i].second->getType());
+    for (size_t i = 0; i < vars.size(); ++i)
+      vars_[vars[i].first] = slot(2 + i, vars[i].second->getType());
     for (size_t i = 0; i < bufs.size(); ++i) {
-      buffers_[bufs[i].first] = slot(3 + vars.size() + i, b_.getPtrTy());
+      buffers_[bufs[i].first] = slot(2 + vars.size() + i, b_.getPtrTy());
     }
-    llvm::Value* tid = b_.CreateSelect(alone, b_.getInt64(0),
-                                       b_.CreateSExt(runtime_call_i32("omp_get_thread_num"), b_.getInt64Ty()));
-    llvm::Value* nth = b_.CreateSelect(alone, b_.getInt64(1),
-                                       b_.CreateSExt(runtime_call_i32("omp_get_num_threads"), b_.getInt64Ty()));
+    llvm::Value* tid = b_.CreateSExt(outlined->getArg(1), b_.getInt64Ty());
+    llvm::Value* nth = b_.CreateSExt(outlined->getArg(2), b_.getInt64Ty());
     llvm::Value* chunk = b_.CreateSDiv(b_.CreateAdd(oext, b_.CreateSub(nth, b_.getInt64(1))), nth);
     llvm::Value* begin = b_.CreateMul(tid, chunk);
     llvm::Value* end = b_.CreateAdd(begin, chunk);
@@ -552,21 +548,8 @@ class CodeGen {
     vars_ = std::move(saved_vars);
     buffers_ = std::move(saved_bufs);
     b_.restoreIP(saved_ip);
-    auto* team = llvm::BasicBlock::Create(ctx_, "team", fn_);
-    auto* direct = llvm::BasicBlock::Create(ctx_, "direct", fn_);
-    auto* joined = llvm::BasicBlock::Create(ctx_, "joined", fn_);
-    b_.CreateCondBr(serial, direct, team);
-    b_.SetInsertPoint(team);
-    b_.CreateCall(runtime("GOMP_parallel", b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy(), b_.getInt32Ty(), b_.getInt32Ty()}),
-                  {outlined, closure, b_.getInt32(0), b_.getInt32(0)});
-    b_.CreateBr(joined);
-    b_.SetInsertPoint(direct);
-    b_.CreateCall(outlined, {closure});
-    b_.CreateBr(joined);
-    b_.SetInsertPoint(joined);
+    b_.CreateCall(parallel_launch_function(m_, target_), {outlined, closure});
   }
-
-  llvm::Value* runtime_call_i32(const char* name) { return b_.CreateCall(runtime(name, b_.getInt32Ty(), {})); }
 
   // One iteration per block or thread: the launch size is the extent (check_gpu_kernel). A
   // thread loop inside a loop bound to the same axis is a cooperative one (a shared-memory

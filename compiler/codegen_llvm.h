@@ -7,10 +7,11 @@
 // where the target has it.
 //
 // A parallel loop is outlined into a function that runs a static chunk of the iterations on
-// each thread of libgomp's pool (GOMP_parallel), the OpenMP runtime that ships with GCC on
-// every Debian system; the shared library records libgomp.so.1 as a dependency and is
-// linked with -z nodelete, so a host's dlclose() cannot unmap the pool's code under its
-// threads. Parallel loops nested in another parallel loop run serially.
+// each thread of a team from the library's own thread pool (compiler/thread_pool_ir.h,
+// emitted into the module), sized by libgomp's omp_get_max_threads(): the shared library
+// records libgomp.so.1 as a dependency for that one call and is linked with -z nodelete, so
+// a host's dlclose() cannot unmap the pool's code under its threads. Parallel loops nested in
+// another parallel loop run serially.
 #pragma once
 
 #include <memory>
@@ -30,7 +31,7 @@ enum class CodegenOutput { LLVM, Asm, Object };
 
 struct CodegenResult {
   std::string data;            // .ll text, assembly text, or object bytes
-  bool uses_openmp = false;    // link against libgomp
+  bool uses_openmp = false;    // has parallel loops: link against libgomp, -z nodelete
   bool uses_libm = false;      // link against libm
 };
 

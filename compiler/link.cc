@@ -133,8 +133,9 @@ void link_shared_library(const std::vector<std::string>& objects, const std::str
                                    "-Bsymbolic", "-O1", "-o", out_path};
   argv.insert(argv.end(), objects.begin(), objects.end());
   if (openmp) {
-    // libgomp's pool threads outlive every parallel region; if a host dlclose()d the kernel,
-    // libgomp would be unmapped under them. A kernel that uses the pool stays loaded.
+    // The thread pool's workers (compiler/thread_pool_ir.h) outlive every parallel loop and
+    // run the library's code; if a host dlclose()d it, that code would be unmapped under
+    // them. A kernel that uses the pool stays loaded. libgomp sizes the teams.
     argv.insert(argv.begin() + 1, {"-z", "nodelete"});
     argv.push_back(find_target_library(target, "libgomp.so.1", "libgomp1"));
   }

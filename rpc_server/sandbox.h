@@ -16,7 +16,7 @@
 //                   sockets, ptrace and cross-process memory access, signals to other
 //                   processes, leaving the process group, namespaces, mounts, BPF, io_uring,
 //                   keyrings, kernel modules, chmod/chown and extended attributes are refused
-//                   with EPERM. Threads (libgomp's pool) keep working.
+//                   with EPERM. Threads (the kernels' thread pool) keep working.
 // When the kernel lacks Landlock, the runner goes on with the other layers and the board
 // says so at start-up (see describe_sandbox): files readable by the board's user are then
 // readable by kernels, so run boards as a dedicated user (deploy/ does, with DynamicUser).

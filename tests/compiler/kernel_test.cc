@@ -3,10 +3,13 @@
 // config and under random configs drawn from the template's knob space.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "compiler/driver.h"
 #include "compiler/link.h"
@@ -112,10 +115,20 @@ TEST_P(KernelMatchesReference, EveryDepthwiseTileShape) {
 
 INSTANTIATE_TEST_SUITE_P(Operators, KernelMatchesReference, ::testing::ValuesIn(kWorkloads));
 
-// A parallel loop runs all its iterations whatever the threads: on a team (2 threads), on
-// one thread (then the kernel calls its loop body directly, without a team), and on one
-// thread that belongs to an outer team (each of the team's threads runs the whole kernel on
-// its own buffers; the body must not take its share of the outer team's iterations).
+// The threads of this process (/proc/self/task).
+size_t process_threads() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// A parallel loop runs all its iterations whatever the threads: on a team (2 threads; 3, more
+// than this machine may have, is capped at its CPUs), on one thread (then the kernel calls its
+// loop body directly), and on one thread that belongs to an outer team (each of the team's
+// threads runs the whole kernel on its own buffers; the body must not take its share of the
+// outer team's iterations). The first call on 2 threads starts the library's pool (a thread
+// more in this process: the work is shared, not run alone); between calls the pool's workers
+// go to sleep (after 200 us idle) and the next call wakes them.
 TEST(KernelThreads, ParallelLoopsRunEveryIterationOnTeamsAndAlone) {
   const char* specs[] = {"matmul(M=97,N=131,K=67)", "conv2d_nchw(N=1,C=5,H=13,W=11,K=17,R=3,S=3,pad=1)"};
   int saved = omp_get_max_threads();
@@ -125,10 +138,14 @@ TEST(KernelThreads, ParallelLoopsRunEveryIterationOnTeamsAndAlone) {
     CompiledKernel k = compile_kernel(w, host_target(), config, "given", "");
     ASSERT_TRUE(k.config["parallel"].get<bool>()) << spec;
     std::unique_ptr<KernelLibrary> lib = testing::build_for_host(k.lowered.func);
-    for (int threads : {2, 1}) {
+    size_t before = process_threads();
+    for (int threads : {2, 1, 3, 2}) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
       omp_set_num_threads(threads);
       testing::Comparison c = testing::run_and_compare(k.graph, *lib);
       EXPECT_TRUE(c.ok()) << spec << " on " << threads << " thread(s): " << c.str();
+      if (threads == 2)
+        EXPECT_GT(process_threads(), before) << spec << ": no pool thread was started";
     }
     std::string failures[2];
 #pragma omp parallel num_threads(2)
@@ -141,6 +158,53 @@ TEST(KernelThreads, ParallelLoopsRunEveryIterationOnTeamsAndAlone) {
     EXPECT_EQ(failures[1], "") << spec << " on thread 1 of an outer team";
   }
   omp_set_num_threads(saved);
+}
+
+// Host threads that call one library at once, each asking for a team: one gets the pool, the
+// others run their calls alone; every call computes all of its output.
+TEST(KernelThreads, CallsFromSeveralHostThreadsAtOnceAllComplete) {
+  Workload w = parse_workload("matmul(M=97,N=131,K=67)");
+  CompiledKernel k = compile_kernel(w, host_target(), {{"parallel", true}}, "given", "");
+  std::unique_ptr<KernelLibrary> lib = testing::build_for_host(k.lowered.func);
+  std::string failures[3];
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) {
+    callers.emplace_back([&, t] {
+      omp_set_num_threads(2);
+      for (int round = 0; round < 20 && failures[t].empty(); ++round) {
+        testing::Comparison c = testing::run_and_compare(k.graph, *lib, 100 + t * 20 + round);
+        if (!c.ok()) failures[t] = c.str();
+      }
+    });
+  }
+  for (std::thread& c : callers) c.join();
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(failures[t], "") << "host thread " << t;
+}
+
+// fork() after the pool started: the child has none of the parent's workers and must start its
+// own rather than wait for them. The child is killed by an alarm if it hangs.
+TEST(KernelThreads, AChildForkedAfterParallelCallsRunsKernels) {
+  Workload w = parse_workload("matmul(M=97,N=131,K=67)");
+  CompiledKernel k = compile_kernel(w, host_target(), {{"parallel", true}}, "given", "");
+  std::unique_ptr<KernelLibrary> lib = testing::build_for_host(k.lowered.func);
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  ASSERT_TRUE(testing::run_and_compare(k.graph, *lib).ok());
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);
+    bool ok = testing::run_and_compare(k.graph, *lib, 5).ok() &&
+              testing::run_and_compare(k.graph, *lib, 6).ok();
+    _exit(ok ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  omp_set_num_threads(saved);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child was killed by signal " << WTERMSIG(status)
+                                 << " (14: it hung)";
+  if (WIFEXITED(status))
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's kernel computed a wrong result";
 }
 
 TEST(KernelAbi, SidecarDescribesArguments) {

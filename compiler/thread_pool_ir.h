@@ -1,0 +1,48 @@
+// thread_pool_ir: the thread pool that CPU kernels run their parallel loops on, emitted as
+// LLVM IR into the kernel's own module.
+//
+// `tf_parallel_launch(fn, data)` calls `fn(data, c, n)` once for each chunk c in [0, n) and
+// returns when every call has returned. The team size n is libgomp's omp_get_max_threads()
+// of the calling thread (so OMP_NUM_THREADS, omp_set_num_threads and torch.set_num_threads
+// size it, as they sized libgomp's own teams before), capped at the CPUs the process may run
+// on (sched_getaffinity) and at 64. It is 1, and `fn` runs whole on the caller, when the pool
+// is busy with another call (two host threads calling kernels of one library at once, or a
+// kernel called from a pool thread), or when no thread could be started (the failure is not
+// an error: the work gets done).
+//
+// Chunks are not bound to threads: the caller and the workers claim them one at a time
+// (a compare-and-swap of one word that holds the job's generation and next chunk), so a
+// worker that is asleep, or not scheduled because other processes hold the CPUs, delays
+// nothing: the caller runs what nobody claimed and waits only for chunks being run. (A pool
+// that hands chunk i to worker i waits a scheduler time slice for a preempted worker: with
+// two busy processes on the 2-core VM, a 33x17x9 matmul took 75 us a call that way, 1.0-1.5
+// us this way, and a loaded `ctest -j2` hit a measurement's 10 s time limit.)
+//
+// Why not libgomp's GOMP_parallel: its fork and join of a team cost 2.5-3 us on a 2-core
+// znver5 VM even with OMP_WAIT_POLICY=active (measured: two 7.3 us halves took 10 us), a
+// third of a 97x131x67 matmul, where this pool's cost 0.15 us. Idle workers spin on the job
+// word for 200 us after their last job (pause/yield between reads) and then sleep on a
+// condition variable; the caller, once its chunks are done, spins until the claimed ones
+// are, yielding its CPU after about 1,000 reads.
+//
+// The pool lives in the shared library (globals of hidden, weak ODR linkage: every object of
+// a model's library emits the same definitions and the linker keeps one), so each library has
+// its own; its threads start at the first parallel call and are never joined (the library is
+// linked -z nodelete). After fork() the child's pool is empty (an atfork handler forgets the
+// parent's threads) and starts threads of its own at its next parallel call.
+#pragma once
+
+namespace llvm {
+class Function;
+class Module;
+}  // namespace llvm
+
+namespace tf {
+
+struct Target;
+
+// The module's `void @tf_parallel_launch(ptr fn, ptr data)`, defined (with the pool) on first
+// use. `fn` has the type `void (ptr data, i32 tid, i32 n)`. CPU targets on Linux (glibc).
+llvm::Function* parallel_launch_function(llvm::Module& m, const Target& target);
+
+}  // namespace tf
