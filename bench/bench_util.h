@@ -7,7 +7,6 @@
 #include <exception>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace tf::bench {
@@ -30,16 +29,6 @@ inline std::vector<int> parse_list(const std::string& s) {
   std::stringstream ss(s);
   for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
   return out;
-}
-
-// Called after a peer library's sample: waits until its idle threads have gone to sleep, so
-// they do not share the CPUs with the next sample (ours). OpenBLAS's threads busy-wait about
-// 2^28 cycles (0.1 s) after a call, libgomp's (oneDNN's) 300,000 spins; ours spin 200 us
-// (compiler/thread_pool_ir.h). Measured on the 2-core znver5 VM (2026-11-26), a tuned
-// 2-thread 1x4096x4096 kernel timed after OpenBLAS: 10-20 GFLOPS over passes without a pause
-// (bimodal), 16-18 after 0.2 s, 18-21 after 1 s or with OPENBLAS_THREAD_TIMEOUT=4.
-inline void let_peer_threads_sleep() {
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
 }
 
 // The median of timed calls of `run` after one warm-up: at least 5 and until `min_ms` have

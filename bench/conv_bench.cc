@@ -282,7 +282,6 @@ static int run(int argc, char** argv) {
                                   min_ms / 3));
         p = std::min(p, median_seconds([&] { plain.run(strm); }, min_ms / 3));
         b = std::min(b, median_seconds([&] { blocked.run(strm); }, min_ms / 3));
-        tf::bench::let_peer_threads_sleep();
         if (tun) best = std::min(best, median_seconds([&] { tun->call({x.data(), wt.data(), y2.data()}); }, min_ms / 3));
       }
       const float* yp = plain.output(strm);

@@ -220,7 +220,6 @@ static int run(int argc, char** argv) {
                         b.data() + i * sb, n, 0.0f, c_ref.data() + i * sc, n);
           }
         }, min_ms / 3));
-        tf::bench::let_peer_threads_sleep();
         if (tun) best = std::min(best, median_seconds([&] { tun->call({a.data(), b.data(), c2.data()}); }, min_ms / 3));
       }
       double max_err = 0;
