@@ -31,11 +31,17 @@ inline std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
-// The median of timed calls of `run` after one warm-up: at least 5 and until `min_ms` have
-// passed, at most 200.
+// The median of timed calls of `run` after a warm-up of 20 ms (at least one call): at least 5
+// and until `min_ms` have passed, at most 200. The warm-up is for thread pools woken after
+// an idle spell: on the 2-core znver5 VM (2026-11-26), a 2-thread 97x131x67 kernel timed
+// right after its pool's worker slept ran at its 1-thread speed in about half the runs (the
+// worker shared the caller's CPU for the 200 calls), and at 1.45-1.6x OpenBLAS in 9 of 9
+// after 20 ms of calls (5 ms: 4 of 9).
 template <typename F>
 double median_seconds(F&& run, double min_ms) {
-  run();  // warm-up
+  auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  do run();
+  while (std::chrono::steady_clock::now() < warm_until);
   std::vector<double> samples;
   auto start_all = std::chrono::steady_clock::now();
   while (samples.size() < 5 ||
