@@ -28,7 +28,11 @@
 // The pool lives in the shared library (globals of hidden, weak ODR linkage: every object of
 // a model's library emits the same definitions and the linker keeps one), so each library has
 // its own; its threads start at the first parallel call and are never joined (the library is
-// linked -z nodelete). After fork() the child's pool is empty (an atfork handler forgets the
+// linked -z nodelete). A process that calls several libraries in turn has a pool for each: a
+// pool whose workers slept can take up to about 20 ms of calls before its worker runs beside
+// the caller rather than sharing the caller's CPU (measured with two libraries on the 2-core
+// VM, docs/results/matmul-pool-2026-11-26.txt); one library (a model, a tuner measurement)
+// does not see it. After fork() the child's pool is empty (an atfork handler forgets the
 // parent's threads) and starts threads of its own at its next parallel call.
 #pragma once
 
