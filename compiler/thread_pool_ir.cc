@@ -6,6 +6,7 @@
 #include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
 
+#include <array>
 #include <string>
 
 #include "compiler/target.h"
@@ -85,6 +86,12 @@ class PoolEmitter {
     return llvm::BasicBlock::Create(ctx_, name, f);
   }
 
+  // Blocks of `f` in the order named (a braced list is evaluated left to right).
+  template <typename... Names>
+  std::array<llvm::BasicBlock*, sizeof...(Names)> blocks(llvm::Function* f, Names... names) {
+    return {block(names, f)...};
+  }
+
   llvm::LoadInst* load_atomic(llvm::GlobalVariable* g, llvm::AtomicOrdering order) {
     llvm::Type* t = g->getValueType();
     llvm::LoadInst* l = b_.CreateAlignedLoad(
@@ -147,11 +154,7 @@ class PoolEmitter {
     llvm::Function* f = function("tf_pool_work", b_.getVoidTy(), {i32_, ptr_, ptr_, i32_});
     llvm::Value* g = f->getArg(0);
     llvm::Value* n = f->getArg(3);
-    llvm::BasicBlock* entry = block("entry", f);
-    llvm::BasicBlock* claim = block("claim", f);
-    llvm::BasicBlock* attempt = block("attempt", f);
-    llvm::BasicBlock* run = block("run", f);
-    llvm::BasicBlock* out = block("out", f);
+    auto [entry, claim, attempt, run, out] = blocks(f, "entry", "claim", "attempt", "run", "out");
     b_.SetInsertPoint(entry);
     b_.CreateBr(claim);
     b_.SetInsertPoint(claim);
@@ -178,16 +181,9 @@ class PoolEmitter {
   // claimed) finds nothing to claim and touches nothing of the job.
   llvm::Function* emit_worker() {
     llvm::Function* f = function("tf_pool_worker", ptr_, {ptr_});
-    llvm::BasicBlock* entry = block("entry", f);
-    llvm::BasicBlock* wait = block("wait", f);
-    llvm::BasicBlock* spin = block("spin", f);
-    llvm::BasicBlock* spun = block("spun", f);
-    llvm::BasicBlock* clock = block("clock", f);
-    llvm::BasicBlock* sleep = block("sleep", f);
-    llvm::BasicBlock* sleep_check = block("sleep.check", f);
-    llvm::BasicBlock* sleep_wait = block("sleep.wait", f);
-    llvm::BasicBlock* woken = block("woken", f);
-    llvm::BasicBlock* job = block("job", f);
+    auto [entry, wait, spin, spun, clock, sleep, sleep_check, sleep_wait, woken, job] =
+        blocks(f, "entry", "wait", "spin", "spun", "clock", "sleep", "sleep.check", "sleep.wait",
+               "woken", "job");
 
     b_.SetInsertPoint(entry);
     b_.CreateBr(wait);
@@ -287,25 +283,11 @@ class PoolEmitter {
         function(kLaunch, b_.getVoidTy(), {ptr_, ptr_}, llvm::GlobalValue::WeakODRLinkage);
     llvm::Value* fn = f->getArg(0);
     llvm::Value* data = f->getArg(1);
-    llvm::BasicBlock* entry = block("entry", f);
-    llvm::BasicBlock* serial = block("serial", f);
-    llvm::BasicBlock* try_lock = block("try.lock", f);
-    llvm::BasicBlock* locked = block("locked", f);
-    llvm::BasicBlock* count = block("count", f);
-    llvm::BasicBlock* sized = block("sized", f);
-    llvm::BasicBlock* create_check = block("create.check", f);
-    llvm::BasicBlock* create = block("create", f);
-    llvm::BasicBlock* started = block("started", f);
-    llvm::BasicBlock* team = block("team", f);
-    llvm::BasicBlock* launch = block("launch", f);
-    llvm::BasicBlock* wake = block("wake", f);
-    llvm::BasicBlock* own = block("own", f);
-    llvm::BasicBlock* join = block("join", f);
-    llvm::BasicBlock* join_wait = block("join.wait", f);
-    llvm::BasicBlock* join_yield = block("join.yield", f);
-    llvm::BasicBlock* join_pause = block("join.pause", f);
-    llvm::BasicBlock* done = block("done", f);
-    llvm::BasicBlock* unlock_serial = block("unlock.serial", f);
+    auto [entry, serial, try_lock, locked, count, sized, create_check, create, started, team,
+          launch, wake, own, join, join_wait, join_yield, join_pause, done, unlock_serial] =
+        blocks(f, "entry", "serial", "try.lock", "locked", "count", "sized", "create.check",
+               "create", "started", "team", "launch", "wake", "own", "join", "join.wait",
+               "join.yield", "join.pause", "done", "unlock.serial");
     auto seq_cst = llvm::AtomicOrdering::SequentiallyConsistent;
 
     b_.SetInsertPoint(entry);
