@@ -92,19 +92,15 @@ class PoolEmitter {
     return {block(names, f)...};
   }
 
+  // Atomic accesses to the pool's globals, at the globals' own (cache-line) alignment.
   llvm::LoadInst* load_atomic(llvm::GlobalVariable* g, llvm::AtomicOrdering order) {
-    llvm::Type* t = g->getValueType();
-    llvm::LoadInst* l = b_.CreateAlignedLoad(
-        t, g,
-        m_.getDataLayout().getTypeStoreSize(t).getFixedValue() == 8 ? llvm::Align(8)
-                                                                    : llvm::Align(4));
+    llvm::LoadInst* l = b_.CreateAlignedLoad(g->getValueType(), g, g->getAlign());
     l->setAtomic(order);
     return l;
   }
 
   void store_atomic(llvm::Value* v, llvm::GlobalVariable* g, llvm::AtomicOrdering order) {
-    uint64_t bytes = m_.getDataLayout().getTypeStoreSize(v->getType()).getFixedValue();
-    b_.CreateAlignedStore(v, g, llvm::Align(bytes == 8 ? 8 : 4))->setAtomic(order);
+    b_.CreateAlignedStore(v, g, g->getAlign())->setAtomic(order);
   }
 
   // The generation in the job word's upper half.
@@ -115,7 +111,7 @@ class PoolEmitter {
   void add_atomic(llvm::GlobalVariable* g, int delta, llvm::AtomicOrdering order) {
     b_.CreateAtomicRMW(delta > 0 ? llvm::AtomicRMWInst::Add : llvm::AtomicRMWInst::Sub, g,
                        b_.getInt32(static_cast<uint32_t>(delta > 0 ? delta : -delta)),
-                       llvm::Align(4), order);
+                       g->getAlign(), order);
   }
 
   // A spin-wait hint: x86 `pause`, AArch64 `yield`; nothing elsewhere.
@@ -164,7 +160,7 @@ class PoolEmitter {
                     attempt, out);
     b_.SetInsertPoint(attempt);
     llvm::Value* pair =
-        b_.CreateAtomicCmpXchg(word_, w, b_.CreateAdd(w, b_.getInt64(1)), llvm::Align(8),
+        b_.CreateAtomicCmpXchg(word_, w, b_.CreateAdd(w, b_.getInt64(1)), word_->getAlign(),
                                llvm::AtomicOrdering::AcquireRelease, llvm::AtomicOrdering::Acquire);
     b_.CreateCondBr(b_.CreateExtractValue(pair, 1), run, claim);
     b_.SetInsertPoint(run);
@@ -258,7 +254,7 @@ class PoolEmitter {
     return llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i32_, i32_}, false);
   }
 
-  // The CPUs this process may run on; the first call also registers the atfork handler.
+  // The CPUs this process may run on (sched_getaffinity; 64 if it fails).
   llvm::Value* count_cpus(llvm::Value* mask) {
     b_.CreateMemSet(mask, b_.getInt8(0), 128, llvm::Align(8));
     llvm::Value* rc = b_.CreateCall(libc("sched_getaffinity", i32_, {i32_, intptr_, ptr_}),
@@ -272,9 +268,6 @@ class PoolEmitter {
     sum = b_.CreateTrunc(sum, i32_);
     llvm::Value* known =
         b_.CreateAnd(b_.CreateICmpEQ(rc, b_.getInt32(0)), b_.CreateICmpSGT(sum, b_.getInt32(0)));
-    b_.CreateCall(libc("__register_atfork", i32_, {ptr_, ptr_, ptr_, ptr_}),
-                  {llvm::ConstantPointerNull::get(ptr_), llvm::ConstantPointerNull::get(ptr_),
-                   forget_, llvm::ConstantPointerNull::get(ptr_)});
     return b_.CreateSelect(known, sum, b_.getInt32(kMaxThreads));
   }
 
@@ -303,16 +296,21 @@ class PoolEmitter {
     // Busy (another caller, or a call from a pool thread): run alone.
     b_.SetInsertPoint(try_lock);
     llvm::Value* pair =
-        b_.CreateAtomicCmpXchg(lock_, b_.getInt32(0), b_.getInt32(1), llvm::Align(4),
+        b_.CreateAtomicCmpXchg(lock_, b_.getInt32(0), b_.getInt32(1), lock_->getAlign(),
                                llvm::AtomicOrdering::Acquire, llvm::AtomicOrdering::Monotonic);
     b_.CreateCondBr(b_.CreateExtractValue(pair, 1), locked, serial);
 
     b_.SetInsertPoint(locked);
     llvm::Value* cpus = b_.CreateLoad(i32_, cpus_);
     b_.CreateCondBr(b_.CreateICmpEQ(cpus, b_.getInt32(0)), count, sized);
+    // First parallel call of the process: count the CPUs, and register the atfork handler
+    // (once: a child inherits both the count and the handler).
     b_.SetInsertPoint(count);
     llvm::Value* counted = count_cpus(mask);
     b_.CreateStore(counted, cpus_);
+    b_.CreateCall(libc("__register_atfork", i32_, {ptr_, ptr_, ptr_, ptr_}),
+                  {llvm::ConstantPointerNull::get(ptr_), llvm::ConstantPointerNull::get(ptr_),
+                   forget_, llvm::ConstantPointerNull::get(ptr_)});
     b_.CreateBr(sized);
 
     b_.SetInsertPoint(sized);
@@ -324,10 +322,9 @@ class PoolEmitter {
 
     // Start workers 1..n-1 that do not exist yet; a failure leaves the team smaller.
     b_.SetInsertPoint(create_check);
-    llvm::Value* have = b_.CreateLoad(i32_, created_);
-    b_.CreateCondBr(b_.CreateICmpSLT(b_.CreateAdd(have, b_.getInt32(1)), n), create, team);
+    llvm::Value* k = b_.CreateAdd(b_.CreateLoad(i32_, created_), b_.getInt32(1));
+    b_.CreateCondBr(b_.CreateICmpSLT(k, n), create, team);
     b_.SetInsertPoint(create);
-    llvm::Value* k = b_.CreateAdd(have, b_.getInt32(1));
     llvm::Value* rc = b_.CreateCall(libc("pthread_create", i32_, {ptr_, ptr_, ptr_, ptr_}),
                                     {thread, llvm::ConstantPointerNull::get(ptr_), worker_,
                                      llvm::ConstantPointerNull::get(ptr_)});
@@ -389,8 +386,7 @@ class PoolEmitter {
 
     b_.SetInsertPoint(unlock_serial);
     store_atomic(b_.getInt32(0), lock_, llvm::AtomicOrdering::Release);
-    b_.CreateCall(job_type(), fn, {data, b_.getInt32(0), b_.getInt32(1)});
-    b_.CreateRetVoid();
+    b_.CreateBr(serial);
     return f;
   }
 

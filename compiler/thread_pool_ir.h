@@ -25,10 +25,10 @@
 // condition variable; the caller, once its chunks are done, spins until the claimed ones
 // are, yielding its CPU after about 1,000 reads.
 //
-// The pool lives in the shared library (globals of hidden, weak ODR linkage: every object of
-// a model's library emits the same definitions and the linker keeps one), so each library has
-// its own; its threads start at the first parallel call and are never joined (the library is
-// linked -z nodelete). A process that calls several libraries in turn has a pool for each: a
+// The pool lives in the shared library (hidden globals of weak linkage and a weak ODR launch
+// function: every object of a model's library emits the same definitions and the linker keeps
+// one), so each library has its own; its threads start at the first parallel call and are
+// never joined (the library is linked -z nodelete). A process that calls several libraries in turn has a pool for each: a
 // pool whose workers slept can take up to about 20 ms of calls before its worker runs beside
 // the caller rather than sharing the caller's CPU (measured with two libraries on the 2-core
 // VM, docs/results/matmul-pool-2026-11-26.txt); one library (a model, a tuner measurement)
