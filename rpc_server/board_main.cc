@@ -17,6 +17,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "proto/daemon.h"
+#include "proto/farm_limits.h"
 #include "proto/gpu_runtime.h"
 #include "proto/spawn.h"
 #include "proto/security.h"
@@ -246,13 +247,14 @@ int main(int argc, char** argv) {
       if (app.count("--target") == 0) target = gpu.target();
       if (key.empty()) key = gpu.key();
       opts.gpu_device = device;
-      opts.device.set_gpu_name(gpu.name());
+      opts.device.set_gpu_name(tf::farm::truncate_utf8(gpu.name(), tf::farm::kMaxDeviceNameBytes));
       opts.device.set_gpu_memory_bytes(gpu.memory_bytes());
-      opts.device.set_gpu_arch(gpu.arch());
+      opts.device.set_gpu_arch(tf::farm::truncate_utf8(gpu.arch(), tf::farm::kMaxDeviceShortBytes));
       std::printf("device %s: %s, %s, %.1f GiB\n", device.c_str(), gpu.name().c_str(), gpu.arch().c_str(),
                   static_cast<double>(gpu.memory_bytes()) / (1 << 30));
     }
     if (key.empty()) throw tf::farm::ConfigError("--key is required for a CPU board (the kind of board, e.g. rpi4)");
+    if (std::string why = tf::farm::check_key(key); !why.empty()) throw tf::farm::ConfigError("--key: " + why);
     std::vector<std::string> prefix = split_words(runner_prefix);
     if (!prefix.empty()) prefix[0] = find_program(prefix[0]);
     if (!fs::is_directory(work_root)) throw tf::farm::ConfigError("--work-dir " + work_root + " is not a directory");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "proto/farm_limits.h"
 #include "proto/gpu_runtime.h"
 #include "proto/kernel_library.h"
 #include "proto/measure_limits.h"
@@ -48,15 +49,16 @@ pb::DeviceInfo local_device_info(const std::string& server_version) {
     bool model = line.rfind("model name", 0) == 0 || line.rfind("Model", 0) == 0;
     size_t colon = line.find(':');
     if (model && colon != std::string::npos && d.cpu_model().empty()) {
-      d.set_cpu_model(line.substr(line.find_first_not_of(' ', colon + 1)));
+      size_t start = line.find_first_not_of(' ', colon + 1);
+      d.set_cpu_model(truncate_utf8(start == std::string::npos ? "" : line.substr(start), kMaxDeviceNameBytes));
     }
   }
   d.set_cores(static_cast<int32_t>(std::thread::hardware_concurrency()));
   d.set_memory_bytes(int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE));
   utsname u{};
   uname(&u);
-  d.set_arch(u.machine);
-  d.set_server_version(server_version);
+  d.set_arch(truncate_utf8(u.machine, kMaxDeviceShortBytes));
+  d.set_server_version(truncate_utf8(server_version, kMaxDeviceShortBytes));
   return d;
 }
 

@@ -31,6 +31,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(10, 600000));
   app.add_option("--lease-ms", opts.default_lease_ms, "lease duration when a request asks for 0")->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{86400000}));
+  app.add_option("--max-keys", opts.max_keys,
+                 "keys remembered at most (boards present one board token, so also the limit per token); a new key "
+                 "past it evicts the longest-unused key without boards, else is refused")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--key-retention-ms", opts.key_retention_ms,
+                 "how long a key is remembered after its last board left (lease requests for it wait rather than "
+                 "fail as unknown)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{7} * 86400000));
+  app.add_option("--max-boards", opts.max_boards, "boards registered at once, at most")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

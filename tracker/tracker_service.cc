@@ -1,5 +1,6 @@
 #include "tracker/tracker_service.h"
 
+#include "proto/farm_limits.h"
 #include "proto/security.h"
 
 #include <algorithm>
@@ -64,12 +65,8 @@ int64_t TrackerService::lease_ms(int64_t requested) const {
 grpc::ServerUnaryReactor* TrackerService::Register(grpc::CallbackServerContext* ctx, const pb::RegisterRequest* req,
                                                    pb::RegisterReply* reply) {
   if (grpc::Status s = check_token(ctx, board_token()); !s.ok()) return finish_now(ctx, s);
-  if (req->board_id().empty() || req->key().empty() || req->address().empty()) {
-    return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "register needs board_id, key and address"});
-  }
-  if (req->board_id().size() > 256 || req->key().size() > 256 || req->address().size() > 512 ||
-      req->target().size() > 1024 || req->instance().size() > 256) {
-    return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "register: board_id, key, address or target too long"});
+  if (std::string why = check_register(*req); !why.empty()) {
+    return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, why});
   }
   std::vector<Finish> done;
   {
@@ -83,13 +80,28 @@ grpc::ServerUnaryReactor* TrackerService::Register(grpc::CallbackServerContext* 
                               "board id '" + req->board_id() + "' is registered by a live board at " +
                                   existing->second.address + "; choose another --board-id or stop that board"});
     }
+    bool is_new = existing == boards_.end();
+    if (is_new && boards_.size() >= static_cast<size_t>(options_.max_boards)) {
+      return finish_now(ctx, {grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "the tracker holds its maximum of " + std::to_string(options_.max_boards) +
+                                  " boards (--max-boards); board '" + req->board_id() + "' is refused"});
+    }
+    bool key_changes = is_new || existing->second.key != req->key();
+    if (key_changes) {
+      // A board moving to another key leaves its old one first: that key may make way.
+      if (!is_new) key_leave_locked(existing->second.key);
+      if (std::string why = make_room_for_key_locked(req->key()); !why.empty()) {
+        if (!is_new) key_join_locked(existing->second.key);
+        return finish_now(ctx, {grpc::StatusCode::RESOURCE_EXHAUSTED, why});
+      }
+    }
     Board& b = boards_[req->board_id()];
     if (!b.lease_token.empty() && (b.key != req->key() || b.instance != req->instance())) {
       // Another key, or a new process under the same id: its lease, if any, ends.
       end_lease_locked(b.lease_token);
     }
     b.instance = req->instance();
-    seen_keys_.insert(req->key());
+    if (key_changes) key_join_locked(req->key());
     b.key = req->key();
     b.target = req->target();
     b.address = req->address();
@@ -117,6 +129,12 @@ grpc::ServerUnaryReactor* TrackerService::RequestLease(grpc::CallbackServerConte
                                                        pb::LeaseReply* reply) {
   if (grpc::Status s = check_token(ctx, options_.token); !s.ok()) return finish_now(ctx, s);
   if (req->key().empty()) return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "lease request without a key"});
+  if (std::string why = check_key(req->key()); !why.empty()) {
+    return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "lease request: " + why});
+  }
+  if (std::string why = check_length("user", req->user(), kMaxUserBytes); !why.empty()) {
+    return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT, "lease request: " + why});
+  }
   if (req->wait_timeout_ms() < 0 || req->wait_timeout_ms() > options_.max_wait_ms) {
     return finish_now(ctx, {grpc::StatusCode::INVALID_ARGUMENT,
                             "wait_timeout_ms " + std::to_string(req->wait_timeout_ms()) + " is not in [0, " +
@@ -129,13 +147,28 @@ grpc::ServerUnaryReactor* TrackerService::RequestLease(grpc::CallbackServerConte
   std::vector<Finish> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!req->wait_for_boards() && !seen_keys_.count(req->key())) {
-      // Most likely a typo: say so now rather than after the whole wait.
+    if (!req->wait_for_boards() && !keys_.count(req->key())) {
+      // Most likely a typo: say so now rather than after the whole wait. The keys listed are
+      // those with boards first, at most kListedKeys of them.
+      constexpr size_t kListedKeys = 16;
+      std::vector<std::string> listed;
+      for (int pass = 0; pass < 2; ++pass) {
+        for (const auto& [k, st] : keys_) {
+          if ((st.boards > 0) == (pass == 0) && listed.size() < kListedKeys) listed.push_back(k);
+        }
+      }
       std::string keys;
-      for (const std::string& k : seen_keys_) keys += (keys.empty() ? "" : ", ") + k;
+      for (const std::string& k : listed) keys += (keys.empty() ? "" : ", ") + k;
+      if (keys_.size() > listed.size()) keys += ", and " + std::to_string(keys_.size() - listed.size()) + " more";
       reactor->Finish({grpc::StatusCode::NOT_FOUND,
                        "no board with key '" + req->key() + "' has registered with this tracker (keys: " +
                            (keys.empty() ? "none yet" : keys) + "); ask with wait_for_boards to wait for one"});
+      return reactor;
+    }
+    if (waiters_.size() >= static_cast<size_t>(options_.max_waiting)) {
+      reactor->Finish({grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       std::to_string(waiters_.size()) + " lease requests are already waiting, the tracker's maximum; "
+                                                         "try again later"});
       return reactor;
     }
     uint64_t id = next_waiter_++;
@@ -156,7 +189,9 @@ void TrackerService::cancel_waiter(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = waiters_.find(id);
     if (it == waiters_.end()) return;  // already granted or timed out
-    queues_[it->second.key].remove(id);
+    std::string key = it->second.key;
+    queues_[key].remove(id);
+    drop_queue_if_empty_locked(key);
     done.push_back({it->second.reactor, {grpc::StatusCode::CANCELLED, "lease request cancelled"}});
     waiters_.erase(it);
   }
@@ -187,6 +222,47 @@ void TrackerService::grant_locked(const std::string& key, std::vector<Finish>& d
     fill_lease_reply(token, w.reply);
     done.push_back({w.reactor, grpc::Status::OK});
   }
+  if (q->second.empty()) queues_.erase(q);
+}
+
+void TrackerService::drop_queue_if_empty_locked(const std::string& key) {
+  auto q = queues_.find(key);
+  if (q != queues_.end() && q->second.empty()) queues_.erase(q);
+}
+
+void TrackerService::key_join_locked(const std::string& key) {
+  KeyState& k = keys_[key];
+  ++k.boards;
+  k.last_used = Clock::now();
+}
+
+void TrackerService::key_leave_locked(const std::string& key) {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) return;
+  if (it->second.boards > 0) --it->second.boards;
+  it->second.last_used = Clock::now();
+}
+
+std::string TrackerService::make_room_for_key_locked(const std::string& key) {
+  if (keys_.count(key) || keys_.size() < static_cast<size_t>(options_.max_keys)) return "";
+  // Full: the key unused longest (no boards) makes way, retention or not.
+  auto victim = keys_.end();
+  for (auto it = keys_.begin(); it != keys_.end(); ++it) {
+    if (it->second.boards == 0 && (victim == keys_.end() || it->second.last_used < victim->second.last_used)) victim = it;
+  }
+  if (victim == keys_.end()) {
+    return "the tracker holds its maximum of " + std::to_string(options_.max_keys) +
+           " keys (--max-keys), each with registered boards; key '" + key + "' is refused";
+  }
+  keys_.erase(victim);
+  return "";
+}
+
+std::map<std::string, TrackerService::Board>::iterator TrackerService::drop_board_locked(
+    std::map<std::string, Board>::iterator it) {
+  if (!it->second.lease_token.empty()) leases_.erase(it->second.lease_token);
+  key_leave_locked(it->second.key);
+  return boards_.erase(it);
 }
 
 void TrackerService::fill_lease_reply(const std::string& token, pb::LeaseReply* reply) {
@@ -256,7 +332,7 @@ grpc::ServerUnaryReactor* TrackerService::ReportBoard(grpc::CallbackServerContex
     auto b = boards_.find(board_id);
     if (b != boards_.end()) {
       address = b->second.address;
-      boards_.erase(b);
+      drop_board_locked(b);
     }
   }
   std::printf("board %s at %s reported lost by %s (%s); dropped until it registers again\n", board_id.c_str(),
@@ -323,8 +399,15 @@ void TrackerService::maintenance_loop() {
     // Boards that stopped heartbeating are gone, and so are their leases.
     for (auto it = boards_.begin(); it != boards_.end();) {
       if (now - it->second.last_heartbeat > std::chrono::milliseconds(options_.board_timeout_ms)) {
-        if (!it->second.lease_token.empty()) leases_.erase(it->second.lease_token);
-        it = boards_.erase(it);
+        it = drop_board_locked(it);
+      } else {
+        ++it;
+      }
+    }
+    // Keys whose last board left longer ago than the retention are forgotten.
+    for (auto it = keys_.begin(); it != keys_.end();) {
+      if (it->second.boards == 0 && now - it->second.last_used > std::chrono::milliseconds(options_.key_retention_ms)) {
+        it = keys_.erase(it);
       } else {
         ++it;
       }
@@ -347,8 +430,9 @@ void TrackerService::maintenance_loop() {
     Clock::time_point next = now + std::chrono::milliseconds(50);
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (it->second.deadline <= now) {
-        const std::string& key = it->second.key;
+        const std::string key = it->second.key;
         queues_[key].remove(it->first);
+        drop_queue_if_empty_locked(key);
         int total = 0, free = 0;
         for (const auto& [id, b] : boards_) {
           if (b.key != key) continue;

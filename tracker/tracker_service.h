@@ -32,6 +32,13 @@ struct TrackerOptions {
   int64_t default_lease_ms = 60000;     // lease duration when the request says 0
   int64_t max_lease_ms = 24 * 3600 * 1000LL;
   int64_t max_wait_ms = 3600 * 1000LL;  // longest wait_timeout_ms accepted
+  // Bounds on what boards and clients can make the tracker hold (every board presents the one
+  // board token, so these are also the limits per token).
+  int max_keys = 1024;                  // distinct keys remembered; a new key past it evicts the
+                                        // longest-unused key without boards, else is refused
+  int64_t key_retention_ms = 600000;    // a key whose last board left is forgotten after this
+  int max_boards = 65536;               // boards registered at once
+  int max_waiting = 65536;              // lease requests waiting at once
 };
 
 class TrackerService final : public tunefarm::v1::Tracker::CallbackService {
@@ -69,6 +76,10 @@ class TrackerService final : public tunefarm::v1::Tracker::CallbackService {
     Clock::time_point last_heartbeat;
     std::string lease_token;  // empty when free
   };
+  struct KeyState {
+    int boards = 0;                   // registered boards with this key
+    Clock::time_point last_used;      // when a board of it last registered or left
+  };
   struct Lease {
     std::string board_id, user;
     Clock::time_point expires;
@@ -93,6 +104,15 @@ class TrackerService final : public tunefarm::v1::Tracker::CallbackService {
   // Gives free boards of `key` to waiting requests.
   void grant_locked(const std::string& key, std::vector<Finish>& done);
   void end_lease_locked(const std::string& token);
+  // Board bookkeeping of keys_: a board takes / leaves its key.
+  void key_join_locked(const std::string& key);
+  void key_leave_locked(const std::string& key);
+  // Room for `key` in keys_ ("" when there is, else why not); may evict an unused key.
+  std::string make_room_for_key_locked(const std::string& key);
+  // Removes a board (its lease too) and releases its key.
+  std::map<std::string, Board>::iterator drop_board_locked(std::map<std::string, Board>::iterator it);
+  // Forgets a key's queue once nobody waits in it.
+  void drop_queue_if_empty_locked(const std::string& key);
   void fill_lease_reply(const std::string& token, tunefarm::v1::LeaseReply* reply);
   int64_t lease_ms(int64_t requested) const;
   static void finish_all(std::vector<Finish>& done);
@@ -103,7 +123,8 @@ class TrackerService final : public tunefarm::v1::Tracker::CallbackService {
   std::map<std::string, Lease> leases_;     // by token
   std::map<std::string, LeaseQueue> queues_;  // by key
   std::map<uint64_t, Waiter> waiters_;      // by request id
-  std::set<std::string> seen_keys_;         // every key a board registered since start
+  std::map<std::string, KeyState> keys_;    // keys boards registered, until key_retention_ms
+                                            // after the last such board left
   uint64_t next_waiter_ = 1;
   bool stopping_ = false;
   std::condition_variable wake_;
