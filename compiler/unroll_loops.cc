@@ -67,7 +67,41 @@ int64_t unrolled_size(const Stmt& s) {
   return 0;
 }
 
+int64_t unrolled_loops(const Stmt& s) {
+  if (!s) return 0;
+  switch (s.kind()) {
+    case StmtKind::For: {
+      const For* f = s.as<For>();
+      int64_t body = unrolled_loops(f->body);
+      const int64_t* n = as_const_int(f->extent);
+      bool copies = f->for_kind == ForKind::Vectorized || (f->for_kind == ForKind::Unrolled && n && *n <= kMaxUnroll);
+      return copies && n ? saturating_mul(body, std::max<int64_t>(*n, 1)) : saturating_add(body, 1);
+    }
+    case StmtKind::LetStmt:
+      return unrolled_loops(s.as<LetStmt>()->body);
+    case StmtKind::IfThenElse: {
+      const IfThenElse* i = s.as<IfThenElse>();
+      return saturating_add(unrolled_loops(i->then_case), unrolled_loops(i->else_case));
+    }
+    case StmtKind::Allocate:
+      return unrolled_loops(s.as<Allocate>()->body);
+    case StmtKind::Block: {
+      int64_t total = 0;
+      for (const Stmt& c : s.as<Block>()->stmts) total = saturating_add(total, unrolled_loops(c));
+      return total;
+    }
+    default:
+      return 0;
+  }
+}
+
 Stmt unroll_loops(const Stmt& s) {
+  int64_t loops = unrolled_loops(s);
+  if (loops > kMaxUnrolledLoops) {
+    throw UserError(str("the schedule unrolls into ", loops == INT64_MAX ? "over 2^63" : std::to_string(loops),
+                        " loops (serial loops copied by the unrolled loops around them), over the budget of ",
+                        kMaxUnrolledLoops, ": vectorize the inner loop, or use smaller unrolled tiles or unroll=false"));
+  }
   int64_t size = unrolled_size(s);
   if (size > kMaxUnrolledSize) {
     throw UserError(str("the schedule unrolls and vectorizes into ", size == INT64_MAX ? "over 2^63" : std::to_string(size),
