@@ -98,7 +98,8 @@ struct TuningRun {
   std::string target;
   double started_at = 0;
   double finished_at = 0;  // 0 while running
-  std::string status = "running";  // running, done, failed, cancelled
+  std::string status = "running";  // running, done, failed, cancelled (by a user), interrupted
+                                   // (its process stopped or died first)
   int64_t records = 0;     // filled in by Database::runs()
 };
 

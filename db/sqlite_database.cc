@@ -108,6 +108,29 @@ CREATE TABLE jobs (
 );
 CREATE INDEX jobs_state ON jobs (state, priority, submitted_at);
 )sql",
+    // 3: a run whose process stopped or died before it ended is 'interrupted', not
+    // 'cancelled' (which says a user cancelled it). SQLite cannot change a CHECK constraint in
+    // place: the table is copied (migrations run with foreign keys off; ids are kept, so the
+    // records' run_id stay valid).
+    R"sql(
+CREATE TABLE runs_v3 (
+  id          INTEGER PRIMARY KEY,
+  uuid        TEXT NOT NULL UNIQUE,
+  user        TEXT NOT NULL,
+  host        TEXT NOT NULL,
+  strategy    TEXT NOT NULL,
+  budget      INTEGER NOT NULL,
+  workload    TEXT NOT NULL,
+  target      TEXT NOT NULL,
+  started_at  REAL NOT NULL,        -- Unix seconds
+  finished_at REAL,                 -- NULL while running
+  status      TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'cancelled', 'interrupted'))
+);
+INSERT INTO runs_v3 SELECT id, uuid, user, host, strategy, budget, workload, target, started_at, finished_at, status
+  FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_v3 RENAME TO runs;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -178,12 +201,14 @@ class SqliteDatabase : public Database {
   }
 
   void finish_run(const std::string& uuid, const std::string& status, double finished_at) override {
+    write([&] { finish_run_locked(uuid, status, finished_at); });
+  }
+
+  void finish_run_and_update_job(const std::string& uuid, const std::string& status, double finished_at,
+                                 const JobRow& job) override {
     write([&] {
-      SQLite::Statement q(db_, "UPDATE runs SET status = ?, finished_at = ? WHERE uuid = ?");
-      q.bind(1, status);
-      q.bind(2, finished_at);
-      q.bind(3, uuid);
-      if (q.exec() == 0) throw DbError("no tuning run " + uuid + " in " + path_);
+      finish_run_locked(uuid, status, finished_at);
+      update_job_locked(job);
     });
   }
 
@@ -232,19 +257,7 @@ class SqliteDatabase : public Database {
   }
 
   void update_job(const JobRow& j) override {
-    write([&] {
-      SQLite::Statement q(db_, "UPDATE jobs SET state = ?, progress = ?, reason = ?, started_at = ?, finished_at = ? "
-                               "WHERE id = ?");
-      q.bind(1, j.state);
-      q.bind(2, j.progress.is_null() ? "{}" : j.progress.dump());
-      q.bind(3, j.reason);
-      if (j.started_at > 0) q.bind(4, j.started_at);
-      else q.bind(4);
-      if (j.finished_at > 0) q.bind(5, j.finished_at);
-      else q.bind(5);
-      q.bind(6, j.id);
-      if (q.exec() == 0) throw DbError("no job " + std::to_string(j.id) + " in " + path_);
-    });
+    write([&] { update_job_locked(j); });
   }
 
   std::vector<JobRow> jobs() override {
@@ -617,6 +630,29 @@ class SqliteDatabase : public Database {
     db_.exec("PRAGMA application_id = " + std::to_string(kApplicationId));
     tx.commit();
     version_ = kSchemaVersion;
+  }
+
+  // Inside a write transaction.
+  void finish_run_locked(const std::string& uuid, const std::string& status, double finished_at) {
+    SQLite::Statement q(db_, "UPDATE runs SET status = ?, finished_at = ? WHERE uuid = ?");
+    q.bind(1, status);
+    q.bind(2, finished_at);
+    q.bind(3, uuid);
+    if (q.exec() == 0) throw DbError("no tuning run " + uuid + " in " + path_);
+  }
+
+  void update_job_locked(const JobRow& j) {
+    SQLite::Statement q(db_, "UPDATE jobs SET state = ?, progress = ?, reason = ?, started_at = ?, finished_at = ? "
+                             "WHERE id = ?");
+    q.bind(1, j.state);
+    q.bind(2, j.progress.is_null() ? "{}" : j.progress.dump());
+    q.bind(3, j.reason);
+    if (j.started_at > 0) q.bind(4, j.started_at);
+    else q.bind(4);
+    if (j.finished_at > 0) q.bind(5, j.finished_at);
+    else q.bind(5);
+    q.bind(6, j.id);
+    if (q.exec() == 0) throw DbError("no job " + std::to_string(j.id) + " in " + path_);
   }
 
   // Runs `f` in one write transaction; SQLite errors become DbError naming the file.

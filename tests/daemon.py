@@ -11,11 +11,11 @@ class Daemon:
     """A daemon started with its output in a log; `port` is the one it printed (the
     pattern's first group), 0 for a pattern without one."""
 
-    def __init__(self, args, log, pattern=r"listening on [^:]+:(\d+)", timeout=30):
+    def __init__(self, args, log, pattern=r"listening on [^:]+:(\d+)", timeout=30, env=None):
         self.log = log
         self.args = args
         with open(log, "w") as f:
-            self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + timeout
         while time.time() < deadline:
             m = re.search(pattern, self.text())

@@ -108,6 +108,9 @@ class RemoteDatabase : public db::Database {
   db::DistillResult distill(int64_t, bool) override { read_only(); }
   int64_t add_job(const db::JobRow&) override { read_only(); }
   void update_job(const db::JobRow&) override { read_only(); }
+  void finish_run_and_update_job(const std::string&, const std::string&, double, const db::JobRow&) override {
+    read_only();
+  }
   bool measured(const std::string&, const std::string&, const std::string&) override {
     throw db::DbError("measured() is not one of the tuning service's queries");
   }

@@ -62,6 +62,54 @@ TEST(Schema, MigratesAnEmptyFileAndReopens) {
   EXPECT_EQ(ro->history({}).size(), 1u);
 }
 
+// Version 3 lets a run be 'interrupted' (its process died), which version 2's CHECK refused: a
+// version 2 file (made here by putting the old table back) migrates with its runs and the
+// records that name them.
+TEST(Schema, Version2RunsMigrateAndMayBeInterrupted) {
+  TempDir dir;
+  std::string path = dir.file("v2.db");
+  {
+    auto db = open_database(path);
+    TuningRun run;
+    run.uuid = "old-run";
+    run.user = "ana";
+    run.host = "box";
+    run.strategy = "random";
+    run.workload = "matmul(M=8,N=8,K=8,epilogue=none)";
+    run.target = kX86;
+    run.started_at = 1.7e9;
+    db->begin_run(run);
+    MeasureRecord r = record(8, 8, 8, kX86, 1, 1e-3);
+    r.run_uuid = "old-run";
+    db->commit({r});
+  }
+  {
+    SQLite::Database raw(path, SQLite::OPEN_READWRITE);
+    raw.exec(R"sql(
+      CREATE TABLE runs_v2 (id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, user TEXT NOT NULL,
+        host TEXT NOT NULL, strategy TEXT NOT NULL, budget INTEGER NOT NULL, workload TEXT NOT NULL,
+        target TEXT NOT NULL, started_at REAL NOT NULL, finished_at REAL,
+        status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'cancelled')));
+      INSERT INTO runs_v2 SELECT * FROM runs;
+      DROP TABLE runs;
+      ALTER TABLE runs_v2 RENAME TO runs;
+      PRAGMA user_version = 2;)sql");
+    EXPECT_THROW(raw.exec("UPDATE runs SET status = 'interrupted'"), SQLite::Exception);
+  }
+  auto db = open_database(path);
+  db->finish_run("old-run", "interrupted", 1.7e9 + 5);
+  std::vector<TuningRun> runs = db->runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, "interrupted");
+  EXPECT_EQ(runs[0].records, 1);
+  ASSERT_EQ(db->history({}).size(), 1u);
+  EXPECT_EQ(db->history({})[0].run_uuid, "old-run");
+  SQLite::Database raw(path);
+  EXPECT_EQ(raw.execAndGet("PRAGMA user_version").getInt(), schema_version());
+  SQLite::Statement fk(raw, "PRAGMA foreign_key_check");
+  EXPECT_FALSE(fk.executeStep());  // no record points at a run that is gone
+}
+
 TEST(Commit, BatchIsAtomic) {
   auto db = open_database(":memory:");
   std::vector<MeasureRecord> batch = {record(8, 8, 8, kX86, 1, 1e-3), record(8, 8, 8, kX86, 2, 2e-3)};

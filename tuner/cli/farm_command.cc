@@ -327,10 +327,11 @@ farm::FarmEndpoint farm_endpoint(const std::string& tracker, const std::string& 
 
 int farm_error_exit(const farm::FarmError& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
-  // A wrong token, an unknown key, a request the farm refuses: the user's mistake.
+  // A wrong token, an unknown key, a malformed request: the user's mistake (2). A well-formed
+  // request the farm or the service refuses by its state or its rules (another user's job, a
+  // lease that ended, a job already over) is 1, as README's exit statuses say.
   switch (e.code()) {
     case grpc::StatusCode::UNAUTHENTICATED:
-    case grpc::StatusCode::PERMISSION_DENIED:
     case grpc::StatusCode::INVALID_ARGUMENT:
     case grpc::StatusCode::NOT_FOUND:
       return 2;
