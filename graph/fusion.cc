@@ -99,6 +99,7 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
       auto it = group_of_value.find(in);
       if (it == group_of_value.end() || uses[in] != 1 || outputs.count(in)) continue;
       const size_t producer = it->second;
+      if (groups[producer].nodes.size() >= kMaxGroupNodes) continue;
       OpKind pk = groups[producer].kind;
       bool joins =
           (kind == OpKind::Elementwise && pk != OpKind::Opaque) ||

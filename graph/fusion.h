@@ -21,6 +21,7 @@
 //               group, which first takes in the elementwise/injective group computing its
 //               input when nothing else reads it; elementwise ops after it join it
 //   opaque      (MaxPool, AveragePool, anything else): a group of its own
+// and no group has more than kMaxGroupNodes nodes.
 #pragma once
 
 #include <string>
@@ -31,6 +32,11 @@
 namespace tf::graph {
 
 enum class OpKind { Anchor, Elementwise, Injective, Reduction, Opaque };
+
+// The most nodes one group takes: a longer chain (a hostile model's 12,000 Relus) becomes
+// several kernels, so no kernel's expression, schedule or lowering walks thousands of levels.
+// Real models' largest groups have tens of nodes.
+constexpr size_t kMaxGroupNodes = 128;
 const char* op_kind_name(OpKind k);
 OpKind op_kind(const std::string& op);
 

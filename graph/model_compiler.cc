@@ -14,6 +14,7 @@
 #include "compiler/codegen_runner.h"
 #include "compiler/driver.h"
 #include "compiler/error.h"
+#include "compiler/inline_budget.h"
 #include "compiler/link.h"
 #include "compiler/lower.h"
 #include "compiler/operators.h"
@@ -241,6 +242,14 @@ class ModelBuilder {
     }
     if (!env.count(group_out) || og.tail.empty() || og.tail.back() != env.at(group_out).tensor)
       return std::nullopt;
+    // The template inlines the tail into its output tile: past the compiler's bounds, the
+    // tail is compiled as generic kernels instead (bounded there by computing stages apart).
+    std::map<const ir::Operation*, ir::ExprCost> costs;
+    for (const ir::Tensor& t : og.tail) {
+      ir::ExprCost c = ir::inlined_cost(t->body, costs);
+      if (!ir::within_inline_budget(c)) return std::nullopt;
+      costs[t.get()] = c;
+    }
     og.output = og.tail.back();
     og.tail.pop_back();
     args.insert(args.end(), extra.begin(), extra.end());
@@ -330,6 +339,15 @@ class ModelBuilder {
       else
         s->compute_inline();
     }
+    // Stages whose inlining would make an expression too deep or too large for the compiler
+    // (a long chain of elementwise nodes) are computed into buffers of their own instead.
+    std::vector<ir::Stage*> rooted;
+    try {
+      rooted = ir::bound_inlining(sch);
+    } catch (const UserError& e) {
+      throw UserError(str("node '", nodes.back()->name, "' (", nodes.back()->op, "): ", e.what()));
+    }
+    for (ir::Stage* s : rooted) schedule_loops(*s, target_.vector_lanes());
     schedule_loops(sch[result], target_.vector_lanes());
     KernelBuild b;
     b.info.function = function_name(nodes.back()->op);
@@ -401,10 +419,22 @@ json CompiledModel::sidecar(const std::string& model) const {
 }
 
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
-                            const std::string& out, const std::string& model_name) {
+                            const std::string& out, const std::string& model_name,
+                            int64_t memory_budget) {
   if (!target.is_cpu()) {
     throw UserError(str("compiling whole models for ", target.str(),
                         " is not implemented yet: CPU targets (llvm ...) only"));
+  }
+  // Every value must fit the budget on its own before anything is generated.
+  for (const std::string& n : g.inputs) {
+    check_tensor_budget(str("input '", n, "'"), g.value(n).dtype, g.value(n).shape, memory_budget);
+  }
+  for (const Node& n : g.nodes) {
+    for (const std::string& o : n.outputs) {
+      if (o.empty()) continue;
+      check_tensor_budget(str("node '", n.name, "' (", n.op, "): output '", o, "'"), g.value(o).dtype,
+                          g.value(o).shape, memory_budget);
+    }
   }
   // Inputs and outputs of every type: kernels compute in float32, bools as 0 / 1 and int64
   // values as integral floats (exact within +-2^24; node_te refuses int64 arithmetic that
@@ -438,6 +468,19 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     spec.outputs.push_back({n, graph.value(n).shape, runner_type(graph.value(n).dtype)});
   }
   spec.workspace_bytes = cm.memory.arena_bytes;
+  // And a run's inputs, outputs and workspace together.
+  int64_t run_bytes = cm.memory.arena_bytes;
+  for (const std::vector<std::string>* names : {&graph.inputs, &graph.outputs}) {
+    for (const std::string& n : *names) {
+      int64_t b = tensor_bytes(graph.value(n).dtype, graph.value(n).shape);
+      run_bytes = b > INT64_MAX - run_bytes ? INT64_MAX : run_bytes + b;
+    }
+  }
+  if (run_bytes > memory_budget) {
+    throw UserError(str("a run of the model would hold ", format_bytes(run_bytes),
+                        " (inputs, outputs and a workspace of ", format_bytes(cm.memory.arena_bytes),
+                        "), over the memory budget of ", format_bytes(memory_budget), " (--max-memory)"));
+  }
   std::map<std::string, int64_t> constant_index;
   auto buffer = [&](const std::string& v) -> RunnerBuffer {
     auto in = std::find(graph.inputs.begin(), graph.inputs.end(), v);

@@ -26,6 +26,7 @@
 #include "compiler/target.h"
 #include "compiler/workload.h"
 #include "graph/graph.h"
+#include "graph/memory_budget.h"
 #include "graph/memory_plan.h"
 
 namespace tf::graph {
@@ -65,7 +66,11 @@ struct CompiledModel {
 
 // Compiles `g` for `target` (a CPU target) into `out` (and `out + ".json"`). `lookup` gives
 // each tunable kernel its config.
+// Refuses (UserError naming the node, or the total) a value past `memory_budget` bytes, or a
+// model whose run would hold more than that in inputs, outputs and workspace
+// (graph/memory_budget.h), before generating anything.
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
-                            const std::string& out, const std::string& model_name);
+                            const std::string& out, const std::string& model_name,
+                            int64_t memory_budget = default_memory_budget());
 
 }  // namespace tf::graph

@@ -53,4 +53,11 @@ constexpr int64_t kMaxUnrolledIndices = 64;
 std::vector<ir::Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
                                 const std::string& prefix, const Shape* elementwise_shape = nullptr);
 
+// What compile --model checks of each node's operator and attributes when it builds the node's
+// kernel expression (a Softmax axis, constant Gather indices in range, ...), checked without
+// generating code, so that `import` refuses what `compile` would (UserError naming the node).
+// Anchors (Conv, MatMul, Gemm) are left to their workloads; a node the compiler cannot compile
+// yet ("not implemented") passes, as the reference evaluation runs it.
+void check_node_expressions(const Graph& g);
+
 }  // namespace tf::graph

@@ -2,17 +2,150 @@
 
 #include <cstring>
 #include <fstream>
-#include <regex>
+#include <filesystem>
 #include <sstream>
 
 #include "compiler/error.h"
+#include "graph/ops.h"
 
 namespace tf::graph {
 
-HostTensor read_npy(const std::string& path) {
+namespace {
+
+// numpy's header: a Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+// padded with spaces and a newline. Parsed strictly: the three keys once each, nothing else.
+struct NpyHeader {
+  std::string descr;
+  bool fortran = false;
+  Shape shape;
+};
+
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& path, const std::string& text) : path_(path), s_(text) {}
+
+  NpyHeader parse() {
+    NpyHeader h;
+    bool seen_descr = false, seen_fortran = false, seen_shape = false;
+    skip_space();
+    expect('{');
+    for (;;) {
+      skip_space();
+      if (peek() == '}') break;
+      std::string key = quoted();
+      skip_space();
+      expect(':');
+      skip_space();
+      if (key == "descr") {
+        if (seen_descr) fail("'descr' appears twice");
+        seen_descr = true;
+        h.descr = quoted();
+      } else if (key == "fortran_order") {
+        if (seen_fortran) fail("'fortran_order' appears twice");
+        seen_fortran = true;
+        h.fortran = boolean();
+      } else if (key == "shape") {
+        if (seen_shape) fail("'shape' appears twice");
+        seen_shape = true;
+        h.shape = tuple();
+      } else {
+        fail(str("unknown key '", key, "'"));
+      }
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() != '}') fail(str("expected ',' or '}' at offset ", pos_));
+    }
+    expect('}');
+    // Padding: spaces, then the newline numpy ends the header with.
+    for (; pos_ < s_.size(); ++pos_) {
+      if (s_[pos_] != ' ' && s_[pos_] != '\n' && s_[pos_] != '\0') fail(str("junk after the header at offset ", pos_));
+    }
+    if (!seen_descr) fail("header has no descr");
+    if (!seen_shape) fail("header has no shape");
+    if (!seen_fortran) fail("header has no fortran_order");
+    return h;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const { throw UserError(str(path_, ": bad .npy header: ", why)); }
+  char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
+  void skip_space() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t')) ++pos_;
+  }
+  void expect(char c) {
+    if (peek() != c) fail(str("expected '", c, "' at offset ", pos_));
+    ++pos_;
+  }
+  std::string quoted() {
+    char q = peek();
+    if (q != '\'' && q != '"') fail(str("expected a quoted string at offset ", pos_));
+    size_t close = s_.find(q, pos_ + 1);
+    if (close == std::string::npos || close - pos_ > 64) fail("unterminated or overlong string");
+    std::string v = s_.substr(pos_ + 1, close - pos_ - 1);
+    pos_ = close + 1;
+    return v;
+  }
+  bool boolean() {
+    if (s_.compare(pos_, 4, "True") == 0) {
+      pos_ += 4;
+      return true;
+    }
+    if (s_.compare(pos_, 5, "False") == 0) {
+      pos_ += 5;
+      return false;
+    }
+    fail(str("fortran_order is neither True nor False at offset ", pos_));
+  }
+  Shape tuple() {
+    expect('(');
+    Shape shape;
+    for (;;) {
+      skip_space();
+      if (peek() == ')') break;
+      size_t start = pos_;
+      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+      std::string digits = s_.substr(start, pos_ - start);
+      if (digits.empty()) fail(str("shape: expected a dimension (a non-negative integer) at offset ", start, ", found '",
+                                   s_.substr(start, 8), "'"));
+      if (digits.size() > 12) fail(str("shape: dimension ", digits, " is too large"));
+      shape.push_back(std::stoll(digits));
+      if (shape.size() > 32) fail("shape: more than 32 dimensions");
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() != ')') fail(str("shape: expected ',' or ')' at offset ", pos_));
+    }
+    expect(')');
+    return shape;
+  }
+
+  const std::string& path_;
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+HostTensor read_npy(const std::string& path, int64_t max_bytes) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw UserError(str(path, " is a directory, not a .npy file"));
+  uintmax_t file_bytes = std::filesystem::file_size(path, ec);
+  if (!ec && file_bytes > static_cast<uintmax_t>(max_bytes)) {
+    throw UserError(str(path, ": ", file_bytes, " bytes, over the memory budget of ", max_bytes,
+                        " bytes (--max-memory)"));
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) throw UserError(str("cannot open ", path));
   std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return parse_npy(data, path);
+}
+
+HostTensor parse_npy(const std::string& data, const std::string& path) {
   if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
     throw UserError(str(path, ": not a .npy file"));
   int major = static_cast<unsigned char>(data[6]);
@@ -30,22 +163,17 @@ HostTensor read_npy(const std::string& path) {
     throw UserError(str(path, ": .npy format version ", major, " is not supported"));
   }
   if (data.size() < start + header_len) throw UserError(str(path, ": truncated header"));
-  std::string header = data.substr(start, header_len);
-  std::smatch m;
-  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']*)'")))
-    throw UserError(str(path, ": header has no descr"));
-  std::string descr = m[1];
-  if (std::regex_search(header, std::regex("'fortran_order':\\s*True"))) {
+  NpyHeader h = HeaderParser(path, data.substr(start, header_len)).parse();
+  const std::string& descr = h.descr;
+  if (h.fortran) {
     throw UserError(
         str(path, ": Fortran-ordered arrays are not supported (save with np.ascontiguousarray)"));
   }
-  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")))
-    throw UserError(str(path, ": header has no shape"));
-  Shape shape;
-  std::string dims = m[1];
-  const std::regex number("[0-9]+");
-  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it) {
-    shape.push_back(std::stoll(it->str()));
+  Shape shape = h.shape;
+  try {
+    check_tensor_size("the array", shape);
+  } catch (const UserError& e) {
+    throw UserError(str(path, ": ", e.what()));
   }
   int64_t n = num_elements(shape);
   const char* body = data.data() + start + header_len;
@@ -59,8 +187,9 @@ HostTensor read_npy(const std::string& path) {
                         "' is not supported (float32 '<f4', float64 '<f8', int64 '<i8', int32 "
                         "'<i4', bool '|b1')"));
   }
-  if (avail < static_cast<size_t>(n) * width) {
-    throw UserError(str(path, ": holds ", avail, " bytes of data for shape ", shape_str(shape)));
+  if (avail != static_cast<size_t>(n) * width) {
+    throw UserError(str(path, ": holds ", avail, " bytes of data for shape ", shape_str(shape), " (",
+                        static_cast<size_t>(n) * width, " expected)"));
   }
   if (descr == "<f4" || descr == "<f8") {
     std::vector<float> v(n);

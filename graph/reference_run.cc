@@ -1,12 +1,22 @@
 #include "graph/reference_run.h"
 
 #include "compiler/error.h"
+#include "graph/memory_budget.h"
 #include "graph/ops.h"
+
+#include <set>
 
 namespace tf::graph {
 
 std::map<std::string, HostTensor> run_reference(const Graph& g,
                                                 const std::map<std::string, HostTensor>& inputs) {
+  return run_reference(g, inputs, default_memory_budget());
+}
+
+std::map<std::string, HostTensor> run_reference(const Graph& g,
+                                                const std::map<std::string, HostTensor>& inputs,
+                                                int64_t memory_budget) {
+  check_reference_memory(g, memory_budget);
   std::map<std::string, HostTensor> live;
   for (const std::string& name : g.inputs) {
     auto it = inputs.find(name);
@@ -28,9 +38,20 @@ std::map<std::string, HostTensor> run_reference(const Graph& g,
     TF_CHECK(v.constant, "reference run: ", name, " is neither computed nor constant");
     return *v.constant;
   };
-  for (const Node& n : g.nodes) {
+  // Each computed value is freed after its last reader (outputs are kept).
+  std::map<std::string, size_t> last_use;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    for (const std::string& in : g.nodes[k].inputs) last_use[in] = k;
+  }
+  std::set<std::string> keep(g.outputs.begin(), g.outputs.end());
+  keep.insert(g.inputs.begin(), g.inputs.end());
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
     std::vector<HostTensor> outs = eval_node(n, g, g.opset, value);
     for (size_t o = 0; o < n.outputs.size(); ++o) live[n.outputs[o]] = std::move(outs[o]);
+    for (const std::string& in : n.inputs) {
+      if (!keep.count(in) && last_use[in] == k) live.erase(in);
+    }
   }
   std::map<std::string, HostTensor> result;
   for (const std::string& name : g.outputs) result[name] = value(name);

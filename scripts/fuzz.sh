@@ -10,7 +10,7 @@ bash scripts/install-deps.sh
 SECONDS_EACH=${FUZZ_SECONDS:-30}
 CC=clang-19 CXX=clang++-19 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUNEFARM_FUZZ=ON >/dev/null
 ninja -C build-fuzz -j"${JOBS:-2}"
-for t in workload config jsonl onnx; do
+for t in workload config jsonl onnx npy; do
   mkdir -p "build-fuzz/corpus/$t"
   echo "fuzz_$t: ${SECONDS_EACH} s"
   # -rss_limit_mb bounds a single input's memory; -timeout flags an input that hangs.
@@ -27,4 +27,4 @@ for t in workload config jsonl onnx; do
   fi
 done
 echo "fuzz: all targets ran clean"
-echo "fuzz: 4 passed, 0 failed"
+echo "fuzz: 5 passed, 0 failed"

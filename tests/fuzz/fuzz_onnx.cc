@@ -1,5 +1,5 @@
 // libFuzzer target: ONNX import (hostile model files), then the graph passes, task
-// extraction, the fusion and memory plans on whatever imports. Bad input must be a UserError, never
+// extraction, the fusion and memory plans and the nodes' kernel expressions on whatever imports. Bad input must be a UserError, never
 // a crash, a hang or an allocation without bound.
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include "compiler/error.h"
 #include "graph/fusion.h"
 #include "graph/memory_plan.h"
+#include "graph/node_te.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
 #include "graph/tasks.h"
@@ -21,6 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     tf::graph::run_passes(g, o);
     tf::graph::extract_tasks(g);
     tf::graph::plan_memory(g, tf::graph::plan_fusion(g));
+    tf::graph::check_node_expressions(g);  // what import runs: each node's kernel expression
   } catch (const tf::UserError&) {
   }
   return 0;

@@ -16,8 +16,10 @@
 #include "compiler/error.h"
 #include "graph/fusion.h"
 #include "graph/memory_plan.h"
+#include "graph/memory_budget.h"
 #include "graph/model_compiler.h"
 #include "graph/model_library.h"
+#include "graph/node_te.h"
 #include "graph/npy.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
@@ -76,6 +78,8 @@ int run_import(const ImportArgs& a) {
     std::fprintf(stderr, "// after %s\n%s", pass.c_str(), graph_to_text(gr).c_str());
   };
   std::vector<PassReport> reports = run_passes(g, opts);
+  // What compile --model would refuse of a node, import refuses too.
+  check_node_expressions(g);
   GraphStats after = graph_stats(g);
   TaskList tasks = extract_tasks(g);
   std::vector<FusedGroup> groups = plan_fusion(g);
@@ -183,6 +187,12 @@ int run_import(const ImportArgs& a) {
   return 0;
 }
 
+void add_max_memory_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--max-memory", value,
+                  "--model: refuse a model whose tensors need more memory than this (512M, 8G; default a "
+                  "quarter of this machine's memory), naming the node, shape and bytes");
+}
+
 void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
   run->add_option("--model", a.model,
                   "an ONNX model (compiled for this machine first, or with --reference evaluated) or a "
@@ -202,6 +212,7 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
       ->capture_default_str();
   run->add_option("--seed", a.seed, "seed of the random inputs")->capture_default_str();
   run->add_option("--disable-pass", a.disable, "do not run this graph pass (repeatable)");
+  add_max_memory_option(run, a.max_memory);
 }
 
 namespace {
@@ -251,13 +262,17 @@ bool is_library(const std::string& path) {
   return path.size() > 3 && path.compare(path.size() - 3, 3, ".so") == 0;
 }
 
+int64_t memory_budget(const std::string& flag) {
+  return flag.empty() ? graph::default_memory_budget() : graph::parse_memory_size("--max-memory", flag);
+}
+
 graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Database* db, const std::string& out,
-                                const std::string& model, bool warn) {
+                                const std::string& model, bool warn, int64_t budget) {
   graph::ConfigLookup lookup = [db](const Workload& w, const Target& target) {
     ConfigChoice c = choose_config(db, w, target);
     return graph::KernelConfig{c.config, c.source, c.tuned_from};
   };
-  graph::CompiledModel cm = graph::compile_model(g, t, lookup, out, model);
+  graph::CompiledModel cm = graph::compile_model(g, t, lookup, out, model, budget);
   if (warn && cm.untuned() > 0) {
     std::fprintf(stderr,
                  "warning: %d of %d tunable kernels have no tuned config for %s and use default schedules "
@@ -273,9 +288,10 @@ int compile_model_file(const ModelCompileArgs& a) {
   if (a.out.empty()) throw UserError("-o OUT is required");
   if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");
   Target t = parse_target(a.target);
+  int64_t budget = memory_budget(a.max_memory);
   graph::Graph g = load_model(a.model, a.opt_level, a.disable, channel_block(t));
   auto start = std::chrono::steady_clock::now();
-  graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned);
+  graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (a.json) {
     json j = cm.sidecar(a.model);
@@ -299,6 +315,7 @@ int run_model(const ModelRunArgs& a) {
   if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
   bool library = is_library(a.model);
   if (library && a.reference) throw UserError(str("--reference runs an .onnx model, not the library ", a.model));
+  const int64_t budget = memory_budget(a.max_memory);
   std::optional<Graph> g;
   std::unique_ptr<ModelLibrary> lib;
   std::filesystem::path tmp_dir;
@@ -321,7 +338,7 @@ int run_model(const ModelRunArgs& a) {
       tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
       std::filesystem::create_directories(tmp_dir);
       std::string so = (tmp_dir / "model.so").string();
-      compile_to(*g, host_target(), a.db, so, a.model, true);
+      compile_to(*g, host_target(), a.db, so, a.model, true, budget);
       lib = std::make_unique<ModelLibrary>(so);
       mode = "compiled for this machine";
     }
@@ -329,7 +346,22 @@ int run_model(const ModelRunArgs& a) {
   if (lib) {
     in_info = lib->inputs();
     out_info = lib->outputs();
+    // A library compiled elsewhere (or with a larger --max-memory) is checked here too.
+    int64_t total = static_cast<int64_t>(std::min<uint64_t>(lib->workspace_bytes(), INT64_MAX));
+    for (const std::vector<TensorInfo>* side : {&in_info, &out_info}) {
+      for (const TensorInfo& t : *side) {
+        check_tensor_budget(str(side == &in_info ? "input '" : "output '", t.name, "'"), t.dtype, t.shape, budget);
+        int64_t b = tensor_bytes(t.dtype, t.shape);
+        total = b > INT64_MAX - total ? INT64_MAX : total + b;
+      }
+    }
+    if (total > budget) {
+      throw UserError(str(a.model, ": a run holds ", format_bytes(total), " (inputs, outputs and a workspace of ",
+                          format_bytes(static_cast<int64_t>(lib->workspace_bytes())), "), over the memory budget of ",
+                          format_bytes(budget), " (--max-memory)"));
+    }
   } else {
+    check_reference_memory(*g, budget);
     for (const std::string& n : g->inputs)
       in_info.push_back({n, g->value(n).shape, g->value(n).dtype});
     for (const std::string& n : g->outputs) out_info.push_back({n, g->value(n).shape});
@@ -340,7 +372,7 @@ int run_model(const ModelRunArgs& a) {
   std::map<std::string, HostTensor> inputs;
   for (const std::string& arg : a.inputs) {
     auto [name, file] = named_file(arg, in_names, "--input");
-    inputs[name] = read_npy(file);
+    inputs[name] = read_npy(file, budget);
   }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   std::uniform_real_distribution<float> uni(-1, 1);
@@ -375,7 +407,7 @@ int run_model(const ModelRunArgs& a) {
     if (lib) {
       lib->run(in_ptrs, out_list);
     } else {
-      outs = run_reference(*g, inputs);
+      outs = run_reference(*g, inputs, budget);
     }
   };
   if (lib) once();  // warm-up: first touches of the weights and the thread pool
@@ -397,7 +429,7 @@ int run_model(const ModelRunArgs& a) {
   json j = {{"model", a.model}, {"mode", lib ? "compiled" : "reference"}, {"median_ms", median}, {"repeat", a.repeat}};
   int status = 0;
   if (!a.expect.empty()) {
-    HostTensor want = read_npy(a.expect);
+    HostTensor want = read_npy(a.expect, budget);
     const HostTensor& got = outs.at(out_names[0]);
     if (want.shape != got.shape) {
       throw UserError(str("--expect ", a.expect, " has shape ", shape_str(want.shape), "; output '",

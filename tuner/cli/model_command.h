@@ -34,6 +34,7 @@ struct ModelRunArgs {
   bool reference = false, json = false;
   int repeat = 1, opt_level = 2;
   uint64_t seed = 1;
+  std::string max_memory;      // --max-memory; empty: graph::default_memory_budget()
   db::Database* db = nullptr;  // tuned configs, when compiling
 };
 void add_model_run_options(CLI::App* run, ModelRunArgs& args);
@@ -47,7 +48,10 @@ struct ModelCompileArgs {
   int opt_level = 2;
   bool json = false, quiet_untuned = false;
   db::Database* db = nullptr;
+  std::string max_memory;  // --max-memory; empty: graph::default_memory_budget()
 };
+// The --max-memory option, on `run` and `compile`.
+void add_max_memory_option(CLI::App* cmd, std::string& value);
 int compile_model_file(const ModelCompileArgs& args);
 
 }  // namespace tf::cli

@@ -73,6 +73,7 @@ struct CompileArgs {
   std::vector<std::string> skip, dump;
   bool time_passes = false, list_passes = false, no_db = false, as_json = false;
   cli::ServerArgs server;  // --server: the tuning service's database instead of a file
+  std::string max_memory;  // --model: the memory budget
 };
 
 // The tuning database for a compile's lookup, read-only. The default one (from
@@ -121,10 +122,11 @@ int cmd_compile(const CompileArgs& a) {
                       "(--config, --server, --emit, --name and the lowering-pass options are for single workloads)");
     }
     std::unique_ptr<db::Database> db = lookup_database(a.db, a.no_db);
-    cli::ModelCompileArgs m{a.model, a.target, a.out, a.disable, a.opt_level, a.as_json, a.no_db, db.get()};
+    cli::ModelCompileArgs m{a.model, a.target, a.out, a.disable, a.opt_level, a.as_json, a.no_db, db.get(), a.max_memory};
     return cli::compile_model_file(m);
   }
   if (a.workload.empty()) throw UserError("--workload (or --model) is required");
+  if (!a.max_memory.empty()) throw UserError("--max-memory is for --model (a whole model)");
   if (a.out.empty()) throw UserError("-o OUT is required");
   // Both are read by code generation.
   if (!a.libdevice.empty()) setenv("TUNEFARM_LIBDEVICE", a.libdevice.c_str(), 1);
@@ -355,6 +357,7 @@ int main(int argc, char** argv) {
   compile->add_option("--model", ca.model, "an ONNX model to compile whole into one library (docs/models.md)");
   compile->add_option("--opt-level,-O", ca.opt_level, "--model: graph optimisation level, 0 to 3")->capture_default_str();
   compile->add_option("--disable-pass", ca.disable, "--model: do not run this graph pass (repeatable)");
+  tf::cli::add_max_memory_option(compile, ca.max_memory);
   compile->add_option("--target,-t", ca.target, "target string, e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72'")
       ->capture_default_str();
   compile->add_option("--config,-c", ca.config, "schedule config as JSON, or @file");
@@ -439,7 +442,10 @@ int main(int argc, char** argv) {
       tf::remove_stale_run_dirs();
       return tf::cli::run_model(mra);
     }
-    if (*run) return tf::cmd_run(ra);
+    if (*run) {
+      if (!mra.max_memory.empty()) throw tf::UserError("--max-memory is for --model (a whole model)");
+      return tf::cmd_run(ra);
+    }
     if (!qa.sub.empty()) return tf::cli::run_query(qa);
     if (!fa.sub.empty()) return tf::cli::run_farm(fa);
     if (*ta.cmd) return tf::cli::run_tune(ta);
