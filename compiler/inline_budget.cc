@@ -82,22 +82,96 @@ ExprCost inlined_cost(const Expr& body, const std::map<const Operation*, ExprCos
   return c;
 }
 
+namespace {
+
+// How many times `body` reads each operation (as a walk sees it: a read under a shared
+// subexpression counts at each use). Stops counting past kMaxInlinedNodes nodes.
+std::map<const Operation*, int64_t> reads_of(const Expr& body) {
+  std::map<const Operation*, int64_t> reads;
+  std::vector<const ExprNode*> stack;
+  if (body) stack.push_back(body.get());
+  int64_t visited = 0;
+  auto push = [&](const Expr& e) {
+    if (e) stack.push_back(e.get());
+  };
+  while (!stack.empty() && ++visited <= kMaxInlinedNodes) {
+    const ExprNode* e = stack.back();
+    stack.pop_back();
+    switch (e->kind) {
+      case ExprKind::IntImm:
+      case ExprKind::FloatImm:
+      case ExprKind::Var:
+        break;
+      case ExprKind::Not:
+        push(static_cast<const Not*>(e)->a);
+        break;
+      case ExprKind::Select:
+        push(static_cast<const Select*>(e)->cond);
+        push(static_cast<const Select*>(e)->t);
+        push(static_cast<const Select*>(e)->f);
+        break;
+      case ExprKind::Cast:
+        push(static_cast<const Cast*>(e)->value);
+        break;
+      case ExprKind::Load:
+        push(static_cast<const Load*>(e)->index);
+        break;
+      case ExprKind::Ramp:
+        push(static_cast<const Ramp*>(e)->base);
+        push(static_cast<const Ramp*>(e)->stride);
+        break;
+      case ExprKind::Broadcast:
+        push(static_cast<const Broadcast*>(e)->value);
+        break;
+      case ExprKind::Call:
+        for (const Expr& a : static_cast<const Call*>(e)->args) push(a);
+        break;
+      case ExprKind::Let:
+        push(static_cast<const Let*>(e)->value);
+        push(static_cast<const Let*>(e)->body);
+        break;
+      case ExprKind::TensorRead:
+        ++reads[static_cast<const TensorRead*>(e)->op.get()];
+        for (const Expr& i : static_cast<const TensorRead*>(e)->indices) push(i);
+        break;
+      case ExprKind::Reduce:
+        push(static_cast<const Reduce*>(e)->source);
+        break;
+      default:
+        push(static_cast<const Binary*>(e)->a);
+        push(static_cast<const Binary*>(e)->b);
+    }
+  }
+  return reads;
+}
+
+}  // namespace
+
 std::vector<Stage*> bound_inlining(Schedule& sch) {
   std::map<const Operation*, ExprCost> inlined;
   std::map<const Operation*, Stage*> stage_of;
   std::vector<Stage*> rooted;
+  auto materialize = [&](const Operation* op) {
+    inlined.erase(op);
+    Stage* p = stage_of.at(op);
+    p->compute_root();
+    rooted.push_back(p);
+  };
   for (Stage* s : sch.stages()) {
     stage_of[s->op().get()] = s;
+    // A producer read more than once would be computed once per read: past a small
+    // allowance, it is computed once into a buffer instead.
+    for (const auto& [op, n] : reads_of(s->op()->body)) {
+      auto it = inlined.find(op);
+      if (it != inlined.end() && n > 1 && (n - 1) * it->second.nodes > kMaxDuplicatedNodes) {
+        materialize(op);
+      }
+    }
     ExprCost c = inlined_cost(s->op()->body, inlined);
     if (!within_inline_budget(c)) {
       // Its inlined producers are computed first instead, then read from their buffers.
       for (const Tensor& in : inputs_of(s->op())) {
-        auto it = inlined.find(in.get());
-        if (it == inlined.end()) continue;
-        inlined.erase(it);
-        Stage* p = stage_of.at(in.get());
-        p->compute_root();
-        rooted.push_back(p);
+        if (inlined.count(in.get())) materialize(in.get());
       }
       c = inlined_cost(s->op()->body, inlined);
       if (!within_inline_budget(c)) {

@@ -31,6 +31,10 @@ struct ExprCost {
 constexpr int64_t kMaxInlinedNodes = int64_t{1} << 15;
 constexpr int64_t kMaxInlinedDepth = 256;
 
+// A stage read more than once by one reader is inlined only while the copies add at most this
+// many nodes: (reads - 1) x its nodes. Past it, it is computed once into a buffer.
+constexpr int64_t kMaxDuplicatedNodes = 256;
+
 inline bool within_inline_budget(const ExprCost& c) {
   return c.nodes <= kMaxInlinedNodes && c.depth <= kMaxInlinedDepth;
 }
@@ -43,8 +47,10 @@ ExprCost inlined_cost(const Expr& body, const std::map<const Operation*, ExprCos
 // For a schedule whose stages are marked inline or root as the caller wants them: turns inline
 // stages into root ones (computed into a buffer of their own, each before its readers) where
 // inlining them would take a stage's expression past the bounds. Returns the stages it made
-// root, in dependency order; the caller schedules their loops. Throws UserError naming the
-// stage when its own expression, with nothing inlined, is past the bounds.
+// root, in dependency order; the caller schedules their loops. A stage that a reader reads
+// more than once is made root as soon as its copies would add more than kMaxDuplicatedNodes.
+// Throws UserError naming the stage when its own expression, with nothing inlined, is past
+// the bounds.
 std::vector<Stage*> bound_inlining(Schedule& sch);
 
 }  // namespace tf::ir
