@@ -133,7 +133,9 @@ class HeaderParser {
 
 HostTensor read_npy(const std::string& path, int64_t max_bytes) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw UserError(str(path, " is a directory, not a .npy file"));
+  if (!std::filesystem::exists(path, ec)) throw UserError(str("cannot open ", path));
+  // Not a device or a pipe: /dev/zero would be read without end.
+  if (!std::filesystem::is_regular_file(path, ec)) throw UserError(str(path, " is not a regular file"));
   uintmax_t file_bytes = std::filesystem::file_size(path, ec);
   if (!ec && file_bytes > static_cast<uintmax_t>(max_bytes)) {
     throw UserError(str(path, ": ", file_bytes, " bytes, over the memory budget of ", max_bytes,
