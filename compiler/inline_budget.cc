@@ -8,81 +8,50 @@
 
 namespace tf::ir {
 
-ExprCost inlined_cost(const Expr& body, const std::map<const Operation*, ExprCost>& inlined) {
-  ExprCost c;
-  std::vector<std::pair<const ExprNode*, int64_t>> stack;
-  if (body) stack.push_back({body.get(), 1});
-  auto push = [&](const Expr& e, int64_t depth) {
-    if (e) stack.push_back({e.get(), depth});
-  };
-  while (!stack.empty()) {
-    auto [e, d] = stack.back();
-    stack.pop_back();
-    c.nodes += 1;
-    c.depth = std::max(c.depth, d);
-    if (!within_inline_budget(c)) return c;
-    switch (e->kind) {
-      case ExprKind::IntImm:
-      case ExprKind::FloatImm:
-      case ExprKind::Var:
-        break;
-      case ExprKind::Not:
-        push(static_cast<const Not*>(e)->a, d + 1);
-        break;
-      case ExprKind::Select: {
-        const auto* n = static_cast<const Select*>(e);
-        push(n->cond, d + 1);
-        push(n->t, d + 1);
-        push(n->f, d + 1);
-        break;
-      }
-      case ExprKind::Cast:
-        push(static_cast<const Cast*>(e)->value, d + 1);
-        break;
-      case ExprKind::Load:
-        push(static_cast<const Load*>(e)->index, d + 1);
-        break;
-      case ExprKind::Ramp:
-        push(static_cast<const Ramp*>(e)->base, d + 1);
-        push(static_cast<const Ramp*>(e)->stride, d + 1);
-        break;
-      case ExprKind::Broadcast:
-        push(static_cast<const Broadcast*>(e)->value, d + 1);
-        break;
-      case ExprKind::Call:
-        for (const Expr& a : static_cast<const Call*>(e)->args) push(a, d + 1);
-        break;
-      case ExprKind::Let: {
-        const auto* n = static_cast<const Let*>(e);
-        push(n->value, d + 1);
-        push(n->body, d + 1);
-        break;
-      }
-      case ExprKind::TensorRead: {
-        const auto* n = static_cast<const TensorRead*>(e);
-        if (auto it = inlined.find(n->op.get()); it != inlined.end()) {
-          // The read becomes the producer's expression (its indices substituted in).
-          c.nodes += it->second.nodes;
-          c.depth = std::max(c.depth, d + it->second.depth);
-          if (!within_inline_budget(c)) return c;
-        }
-        for (const Expr& i : n->indices) push(i, d + 1);
-        break;
-      }
-      case ExprKind::Reduce:
-        push(static_cast<const Reduce*>(e)->source, d + 1);
-        break;
-      default: {
-        const auto* n = static_cast<const Binary*>(e);
-        push(n->a, d + 1);
-        push(n->b, d + 1);
-      }
-    }
-  }
-  return c;
-}
-
 namespace {
+
+// Calls `f` on each child expression of `e`.
+template <typename F>
+void for_each_child(const ExprNode* e, F&& f) {
+  auto visit = [&](const Expr& c) {
+    if (c) f(c.get());
+  };
+  switch (e->kind) {
+    case ExprKind::IntImm:
+    case ExprKind::FloatImm:
+    case ExprKind::Var:
+      return;
+    case ExprKind::Not:
+      return visit(static_cast<const Not*>(e)->a);
+    case ExprKind::Select:
+      visit(static_cast<const Select*>(e)->cond);
+      visit(static_cast<const Select*>(e)->t);
+      return visit(static_cast<const Select*>(e)->f);
+    case ExprKind::Cast:
+      return visit(static_cast<const Cast*>(e)->value);
+    case ExprKind::Load:
+      return visit(static_cast<const Load*>(e)->index);
+    case ExprKind::Ramp:
+      visit(static_cast<const Ramp*>(e)->base);
+      return visit(static_cast<const Ramp*>(e)->stride);
+    case ExprKind::Broadcast:
+      return visit(static_cast<const Broadcast*>(e)->value);
+    case ExprKind::Call:
+      for (const Expr& a : static_cast<const Call*>(e)->args) visit(a);
+      return;
+    case ExprKind::Let:
+      visit(static_cast<const Let*>(e)->value);
+      return visit(static_cast<const Let*>(e)->body);
+    case ExprKind::TensorRead:
+      for (const Expr& i : static_cast<const TensorRead*>(e)->indices) visit(i);
+      return;
+    case ExprKind::Reduce:
+      return visit(static_cast<const Reduce*>(e)->source);
+    default:
+      visit(static_cast<const Binary*>(e)->a);
+      return visit(static_cast<const Binary*>(e)->b);
+  }
+}
 
 // How many times `body` reads each operation (as a walk sees it: a read under a shared
 // subexpression counts at each use). Stops counting past kMaxInlinedNodes nodes.
@@ -90,62 +59,38 @@ std::map<const Operation*, int64_t> reads_of(const Expr& body) {
   std::map<const Operation*, int64_t> reads;
   std::vector<const ExprNode*> stack;
   if (body) stack.push_back(body.get());
-  int64_t visited = 0;
-  auto push = [&](const Expr& e) {
-    if (e) stack.push_back(e.get());
-  };
-  while (!stack.empty() && ++visited <= kMaxInlinedNodes) {
+  for (int64_t visited = 0; !stack.empty() && ++visited <= kMaxInlinedNodes;) {
     const ExprNode* e = stack.back();
     stack.pop_back();
-    switch (e->kind) {
-      case ExprKind::IntImm:
-      case ExprKind::FloatImm:
-      case ExprKind::Var:
-        break;
-      case ExprKind::Not:
-        push(static_cast<const Not*>(e)->a);
-        break;
-      case ExprKind::Select:
-        push(static_cast<const Select*>(e)->cond);
-        push(static_cast<const Select*>(e)->t);
-        push(static_cast<const Select*>(e)->f);
-        break;
-      case ExprKind::Cast:
-        push(static_cast<const Cast*>(e)->value);
-        break;
-      case ExprKind::Load:
-        push(static_cast<const Load*>(e)->index);
-        break;
-      case ExprKind::Ramp:
-        push(static_cast<const Ramp*>(e)->base);
-        push(static_cast<const Ramp*>(e)->stride);
-        break;
-      case ExprKind::Broadcast:
-        push(static_cast<const Broadcast*>(e)->value);
-        break;
-      case ExprKind::Call:
-        for (const Expr& a : static_cast<const Call*>(e)->args) push(a);
-        break;
-      case ExprKind::Let:
-        push(static_cast<const Let*>(e)->value);
-        push(static_cast<const Let*>(e)->body);
-        break;
-      case ExprKind::TensorRead:
-        ++reads[static_cast<const TensorRead*>(e)->op.get()];
-        for (const Expr& i : static_cast<const TensorRead*>(e)->indices) push(i);
-        break;
-      case ExprKind::Reduce:
-        push(static_cast<const Reduce*>(e)->source);
-        break;
-      default:
-        push(static_cast<const Binary*>(e)->a);
-        push(static_cast<const Binary*>(e)->b);
-    }
+    if (e->kind == ExprKind::TensorRead) ++reads[static_cast<const TensorRead*>(e)->op.get()];
+    for_each_child(e, [&](const ExprNode* c) { stack.push_back(c); });
   }
   return reads;
 }
 
 }  // namespace
+
+ExprCost inlined_cost(const Expr& body, const std::map<const Operation*, ExprCost>& inlined) {
+  ExprCost c;
+  std::vector<std::pair<const ExprNode*, int64_t>> stack;
+  if (body) stack.push_back({body.get(), 1});
+  while (!stack.empty()) {
+    auto [e, d] = stack.back();
+    stack.pop_back();
+    c.nodes += 1;
+    c.depth = std::max(c.depth, d);
+    if (e->kind == ExprKind::TensorRead) {
+      if (auto it = inlined.find(static_cast<const TensorRead*>(e)->op.get()); it != inlined.end()) {
+        // The read becomes the producer's expression (its indices substituted in).
+        c.nodes += it->second.nodes;
+        c.depth = std::max(c.depth, d + it->second.depth);
+      }
+    }
+    if (!within_inline_budget(c)) return c;
+    for_each_child(e, [&, d = d](const ExprNode* child) { stack.push_back({child, d + 1}); });
+  }
+  return c;
+}
 
 std::vector<Stage*> bound_inlining(Schedule& sch) {
   std::map<const Operation*, ExprCost> inlined;

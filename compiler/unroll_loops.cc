@@ -35,65 +35,44 @@ class Unroller : public IRMutator {
   }
 };
 
-}  // namespace
-
-int64_t unrolled_size(const Stmt& s) {
+// What unrolling makes of `s`: with `loops`, the loops that stay loops (each serial or
+// parallel loop once per copy made around it); without, the Stores and Barriers.
+int64_t unrolled_count(const Stmt& s, bool loops) {
   if (!s) return 0;
   switch (s.kind()) {
     case StmtKind::Store:
     case StmtKind::Barrier:
-      return 1;
+      return loops ? 0 : 1;
     case StmtKind::For: {
       const For* f = s.as<For>();
-      int64_t body = unrolled_size(f->body);
+      int64_t body = unrolled_count(f->body, loops);
       const int64_t* n = as_const_int(f->extent);
       bool copies = f->for_kind == ForKind::Vectorized || (f->for_kind == ForKind::Unrolled && n && *n <= kMaxUnroll);
-      return copies && n ? saturating_mul(body, std::max<int64_t>(*n, 1)) : body;
+      if (copies && n) return saturating_mul(body, std::max<int64_t>(*n, 1));
+      return loops ? saturating_add(body, 1) : body;
     }
     case StmtKind::LetStmt:
-      return unrolled_size(s.as<LetStmt>()->body);
+      return unrolled_count(s.as<LetStmt>()->body, loops);
     case StmtKind::IfThenElse: {
       const IfThenElse* i = s.as<IfThenElse>();
-      return saturating_add(unrolled_size(i->then_case), unrolled_size(i->else_case));
+      return saturating_add(unrolled_count(i->then_case, loops), unrolled_count(i->else_case, loops));
     }
     case StmtKind::Allocate:
-      return unrolled_size(s.as<Allocate>()->body);
+      return unrolled_count(s.as<Allocate>()->body, loops);
     case StmtKind::Block: {
       int64_t total = 0;
-      for (const Stmt& c : s.as<Block>()->stmts) total = saturating_add(total, unrolled_size(c));
+      for (const Stmt& c : s.as<Block>()->stmts) total = saturating_add(total, unrolled_count(c, loops));
       return total;
     }
   }
   return 0;
 }
 
-int64_t unrolled_loops(const Stmt& s) {
-  if (!s) return 0;
-  switch (s.kind()) {
-    case StmtKind::For: {
-      const For* f = s.as<For>();
-      int64_t body = unrolled_loops(f->body);
-      const int64_t* n = as_const_int(f->extent);
-      bool copies = f->for_kind == ForKind::Vectorized || (f->for_kind == ForKind::Unrolled && n && *n <= kMaxUnroll);
-      return copies && n ? saturating_mul(body, std::max<int64_t>(*n, 1)) : saturating_add(body, 1);
-    }
-    case StmtKind::LetStmt:
-      return unrolled_loops(s.as<LetStmt>()->body);
-    case StmtKind::IfThenElse: {
-      const IfThenElse* i = s.as<IfThenElse>();
-      return saturating_add(unrolled_loops(i->then_case), unrolled_loops(i->else_case));
-    }
-    case StmtKind::Allocate:
-      return unrolled_loops(s.as<Allocate>()->body);
-    case StmtKind::Block: {
-      int64_t total = 0;
-      for (const Stmt& c : s.as<Block>()->stmts) total = saturating_add(total, unrolled_loops(c));
-      return total;
-    }
-    default:
-      return 0;
-  }
-}
+}  // namespace
+
+int64_t unrolled_size(const Stmt& s) { return unrolled_count(s, false); }
+
+int64_t unrolled_loops(const Stmt& s) { return unrolled_count(s, true); }
 
 Stmt unroll_loops(const Stmt& s) {
   int64_t loops = unrolled_loops(s);
