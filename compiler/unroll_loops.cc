@@ -21,6 +21,56 @@ int64_t saturating_add(int64_t a, int64_t b) {
   return r;
 }
 
+struct Unrolled {
+  int64_t size = 0;   // Stores and Barriers, each once per copy
+  int64_t loops = 0;  // loops left (serial, parallel, unrolled ones kept as loops), per copy
+};
+
+// Whether an unrolled loop of constant extent `n` (or none) around `body` is unrolled: within
+// kMaxUnroll, and copying at most kMaxCopiedLoops loops.
+bool unrolls(const int64_t* n, const Unrolled& body) {
+  return n && *n <= kMaxUnroll && (body.loops == 0 || saturating_mul(body.loops, *n) <= kMaxCopiedLoops);
+}
+
+// What unroll_loops makes of `s`.
+Unrolled count(const Stmt& s) {
+  if (!s) return {};
+  switch (s.kind()) {
+    case StmtKind::Store:
+    case StmtKind::Barrier:
+      return {1, 0};
+    case StmtKind::For: {
+      const For* f = s.as<For>();
+      Unrolled body = count(f->body);
+      const int64_t* n = as_const_int(f->extent);
+      bool copies = f->for_kind == ForKind::Vectorized ? n != nullptr
+                                                        : f->for_kind == ForKind::Unrolled && unrolls(n, body);
+      if (copies) {
+        int64_t k = std::max<int64_t>(*n, 1);
+        return {saturating_mul(body.size, k), saturating_mul(body.loops, k)};
+      }
+      return {body.size, saturating_add(body.loops, 1)};
+    }
+    case StmtKind::LetStmt:
+      return count(s.as<LetStmt>()->body);
+    case StmtKind::IfThenElse: {
+      Unrolled a = count(s.as<IfThenElse>()->then_case), b = count(s.as<IfThenElse>()->else_case);
+      return {saturating_add(a.size, b.size), saturating_add(a.loops, b.loops)};
+    }
+    case StmtKind::Allocate:
+      return count(s.as<Allocate>()->body);
+    case StmtKind::Block: {
+      Unrolled total;
+      for (const Stmt& c : s.as<Block>()->stmts) {
+        Unrolled u = count(c);
+        total = {saturating_add(total.size, u.size), saturating_add(total.loops, u.loops)};
+      }
+      return total;
+    }
+  }
+  return {};
+}
+
 class Unroller : public IRMutator {
  public:
   Stmt mutate_stmt(const Stmt& s) override {
@@ -28,59 +78,18 @@ class Unroller : public IRMutator {
     if (!f || f->for_kind != ForKind::Unrolled) return IRMutator::mutate_stmt(s);
     Stmt body = mutate_stmt(f->body);
     const int64_t* n = as_const_int(f->extent);
-    if (!n || *n > kMaxUnroll) return For::make(f->var, f->min, f->extent, ForKind::Serial, body);
+    if (!unrolls(n, count(body))) return For::make(f->var, f->min, f->extent, ForKind::Serial, body);
     std::vector<Stmt> copies;
     for (int64_t i = 0; i < *n; ++i) copies.push_back(substitute(body, {{f->var.get(), f->min + Expr(i)}}));
     return Block::make(std::move(copies));
   }
 };
 
-// What unrolling makes of `s`: with `loops`, the loops that stay loops (each serial or
-// parallel loop once per copy made around it); without, the Stores and Barriers.
-int64_t unrolled_count(const Stmt& s, bool loops) {
-  if (!s) return 0;
-  switch (s.kind()) {
-    case StmtKind::Store:
-    case StmtKind::Barrier:
-      return loops ? 0 : 1;
-    case StmtKind::For: {
-      const For* f = s.as<For>();
-      int64_t body = unrolled_count(f->body, loops);
-      const int64_t* n = as_const_int(f->extent);
-      bool copies = f->for_kind == ForKind::Vectorized || (f->for_kind == ForKind::Unrolled && n && *n <= kMaxUnroll);
-      if (copies && n) return saturating_mul(body, std::max<int64_t>(*n, 1));
-      return loops ? saturating_add(body, 1) : body;
-    }
-    case StmtKind::LetStmt:
-      return unrolled_count(s.as<LetStmt>()->body, loops);
-    case StmtKind::IfThenElse: {
-      const IfThenElse* i = s.as<IfThenElse>();
-      return saturating_add(unrolled_count(i->then_case, loops), unrolled_count(i->else_case, loops));
-    }
-    case StmtKind::Allocate:
-      return unrolled_count(s.as<Allocate>()->body, loops);
-    case StmtKind::Block: {
-      int64_t total = 0;
-      for (const Stmt& c : s.as<Block>()->stmts) total = saturating_add(total, unrolled_count(c, loops));
-      return total;
-    }
-  }
-  return 0;
-}
-
 }  // namespace
 
-int64_t unrolled_size(const Stmt& s) { return unrolled_count(s, false); }
-
-int64_t unrolled_loops(const Stmt& s) { return unrolled_count(s, true); }
+int64_t unrolled_size(const Stmt& s) { return count(s).size; }
 
 Stmt unroll_loops(const Stmt& s) {
-  int64_t loops = unrolled_loops(s);
-  if (loops > kMaxUnrolledLoops) {
-    throw UserError(str("the schedule unrolls into ", loops == INT64_MAX ? "over 2^63" : std::to_string(loops),
-                        " loops (serial loops copied by the unrolled loops around them), over the budget of ",
-                        kMaxUnrolledLoops, ": vectorize the inner loop, or use smaller unrolled tiles or unroll=false"));
-  }
   int64_t size = unrolled_size(s);
   if (size > kMaxUnrolledSize) {
     throw UserError(str("the schedule unrolls and vectorizes into ", size == INT64_MAX ? "over 2^63" : std::to_string(size),

@@ -14,24 +14,22 @@ constexpr int64_t kMaxUnroll = 256;
 // 20 s, 32x128x32 (131,072) in 115 s and 64x256x64 (1,048,576) in over 300 s at 320 MB.
 constexpr int64_t kMaxUnrolledSize = int64_t{1} << 17;
 
-// The budget of unrolled_loops() for one kernel: loops that unrolling copies (a serial loop
-// inside an unrolled one) cost LLVM far more than straight-line code (its loop analyses grow
-// faster than linearly with the loops of a function). Measured on matmul 256^3 with
-// vectorize off (tile_n's loop serial inside tile_m x unroll_k copies): 64 loops compile in
-// 0.4 s, 256 in 2.4 s, 512 in 6 s, 1024 in 21 s, 4096 in over 150 s.
-constexpr int64_t kMaxUnrolledLoops = 512;
-
-// The loops of `s` once unrolled: each serial or parallel loop counts once for every copy the
-// unrolled loops around it make.
-int64_t unrolled_loops(const Stmt& s);
+// An unrolled loop whose copies would copy more loops than this (a serial loop inside an
+// unrolled tile) stays a loop. LLVM's time grows faster than linearly with the loops of a
+// function: matmul 256^3 with vectorize off (tile_n's loop serial inside tile_m x unroll_k
+// copies) took 0.4 s with 64 loops, 2.4 s with 256 and over 150 s with 4,096; depthwise
+// 3x3 stride 2 with vectorize off (the channel loop inside tile_w copies, three times) 4.2 s
+// with tile_w 14, 15 s with 28 and 83 s with 56. The schedule computes the same either way.
+constexpr int64_t kMaxCopiedLoops = 8;
 
 // The straight-line size of `s` once unrolled and vectorized: each Store counts once for
-// every copy the unrolled loops (of constant extent up to kMaxUnroll) and vectorized loops
-// around it make; serial and parallel loops contribute their body once.
+// every copy the unrolled loops (those unroll_loops unrolls) and vectorized loops around it
+// make; serial and parallel loops contribute their body once.
 int64_t unrolled_size(const Stmt& s);
 
-// Unrolls every loop marked Unrolled whose extent is a constant of at most kMaxUnroll.
-// Throws UserError when the result would exceed kMaxUnrolledSize or kMaxUnrolledLoops.
+// Unrolls every loop marked Unrolled whose extent is a constant of at most kMaxUnroll and
+// whose copies would hold at most kMaxCopiedLoops loops; the others become serial loops.
+// Throws UserError when the result would exceed kMaxUnrolledSize.
 Stmt unroll_loops(const Stmt& s);
 
 }  // namespace tf::ir

@@ -12,8 +12,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <functional>
-#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -47,14 +47,16 @@ class Tracker {
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&fa);
-    std::regex re("listening on [^ ]*:([0-9]+)");
+    // "listening on HOST:PORT"
     for (auto end = Clock::now() + std::chrono::seconds(10); Clock::now() < end && port_ == 0;) {
       std::ifstream f(log_);
       std::stringstream ss;
       ss << f.rdbuf();
       std::string text = ss.str();
-      std::smatch m;
-      if (std::regex_search(text, m, re)) port_ = std::stoi(m[1]);
+      size_t at = text.find("listening on ");
+      size_t nl = at == std::string::npos ? at : text.find_first_of(" \n", at + 13);
+      size_t colon = nl == std::string::npos ? nl : text.rfind(':', nl);
+      if (colon != std::string::npos && colon > at) port_ = std::atoi(text.c_str() + colon + 1);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     stub_ = pb::Tracker::NewStub(make_channel("127.0.0.1:" + std::to_string(port_), {}));
