@@ -22,14 +22,16 @@ int64_t saturating_add(int64_t a, int64_t b) {
 }
 
 struct Unrolled {
-  int64_t size = 0;   // Stores and Barriers, each once per copy
-  int64_t loops = 0;  // loops left (serial, parallel, unrolled ones kept as loops), per copy
+  int64_t size = 0;      // Stores and Barriers, each once per copy
+  int64_t loops = 0;     // loops left (serial, parallel, unrolled ones kept as loops), per copy
+  int64_t branches = 0;  // IfThenElse outside those loops, per copy
 };
 
 // Whether an unrolled loop of constant extent `n` (or none) around `body` is unrolled: within
-// kMaxUnroll, and copying at most kMaxCopiedLoops loops.
+// kMaxUnroll, copying at most kMaxCopiedLoops loops and kMaxCopiedBranches branches.
 bool unrolls(const int64_t* n, const Unrolled& body) {
-  return n && *n <= kMaxUnroll && (body.loops == 0 || saturating_mul(body.loops, *n) <= kMaxCopiedLoops);
+  return n && *n <= kMaxUnroll && (body.loops == 0 || saturating_mul(body.loops, *n) <= kMaxCopiedLoops) &&
+         (body.branches == 0 || saturating_mul(body.branches, *n) <= kMaxCopiedBranches);
 }
 
 // What unroll_loops makes of `s`.
@@ -38,7 +40,7 @@ Unrolled count(const Stmt& s) {
   switch (s.kind()) {
     case StmtKind::Store:
     case StmtKind::Barrier:
-      return {1, 0};
+      return {1, 0, 0};
     case StmtKind::For: {
       const For* f = s.as<For>();
       Unrolled body = count(f->body);
@@ -47,15 +49,16 @@ Unrolled count(const Stmt& s) {
                                                         : f->for_kind == ForKind::Unrolled && unrolls(n, body);
       if (copies) {
         int64_t k = std::max<int64_t>(*n, 1);
-        return {saturating_mul(body.size, k), saturating_mul(body.loops, k)};
+        return {saturating_mul(body.size, k), saturating_mul(body.loops, k), saturating_mul(body.branches, k)};
       }
-      return {body.size, saturating_add(body.loops, 1)};
+      return {body.size, saturating_add(body.loops, 1), 0};
     }
     case StmtKind::LetStmt:
       return count(s.as<LetStmt>()->body);
     case StmtKind::IfThenElse: {
       Unrolled a = count(s.as<IfThenElse>()->then_case), b = count(s.as<IfThenElse>()->else_case);
-      return {saturating_add(a.size, b.size), saturating_add(a.loops, b.loops)};
+      return {saturating_add(a.size, b.size), saturating_add(a.loops, b.loops),
+              saturating_add(saturating_add(a.branches, b.branches), 1)};
     }
     case StmtKind::Allocate:
       return count(s.as<Allocate>()->body);
@@ -63,7 +66,8 @@ Unrolled count(const Stmt& s) {
       Unrolled total;
       for (const Stmt& c : s.as<Block>()->stmts) {
         Unrolled u = count(c);
-        total = {saturating_add(total.size, u.size), saturating_add(total.loops, u.loops)};
+        total = {saturating_add(total.size, u.size), saturating_add(total.loops, u.loops),
+                 saturating_add(total.branches, u.branches)};
       }
       return total;
     }
