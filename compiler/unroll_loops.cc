@@ -4,6 +4,7 @@
 
 #include "compiler/error.h"
 #include "compiler/ir_mutator.h"
+#include "compiler/vectorize_loops.h"
 
 namespace tf::ir {
 namespace {
@@ -25,49 +26,58 @@ struct Unrolled {
   int64_t size = 0;      // Stores and Barriers, each once per copy
   int64_t loops = 0;     // loops left (serial, parallel, unrolled ones kept as loops), per copy
   int64_t branches = 0;  // IfThenElse outside those loops, per copy
+  int64_t all_branches = 0;  // IfThenElse, those inside loops too
 };
 
 // Whether an unrolled loop of constant extent `n` (or none) around `body` is unrolled: within
-// kMaxUnroll, copying at most kMaxCopiedLoops loops and kMaxCopiedBranches branches.
-bool unrolls(const int64_t* n, const Unrolled& body) {
-  return n && *n <= kMaxUnroll && (body.loops == 0 || saturating_mul(body.loops, *n) <= kMaxCopiedLoops) &&
+// kMaxUnroll and, when `limit`ed, copying at most kMaxCopiedLoops loops and kMaxCopiedBranches
+// branches.
+bool unrolls(const int64_t* n, const Unrolled& body, bool limit) {
+  if (!n || *n > kMaxUnroll) return false;
+  if (!limit) return true;
+  return (body.loops == 0 || saturating_mul(body.loops, *n) <= kMaxCopiedLoops) &&
          (body.branches == 0 || saturating_mul(body.branches, *n) <= kMaxCopiedBranches);
 }
 
-// What unroll_loops makes of `s`.
-Unrolled count(const Stmt& s) {
+// What unroll_loops makes of `s` (with `limit`: see unrolls()).
+Unrolled count(const Stmt& s, bool limit) {
   if (!s) return {};
   switch (s.kind()) {
     case StmtKind::Store:
     case StmtKind::Barrier:
-      return {1, 0, 0};
+      return {1, 0, 0, 0};
     case StmtKind::For: {
       const For* f = s.as<For>();
-      Unrolled body = count(f->body);
+      Unrolled body = count(f->body, limit);
       const int64_t* n = as_const_int(f->extent);
-      bool copies = f->for_kind == ForKind::Vectorized ? n != nullptr
-                                                        : f->for_kind == ForKind::Unrolled && unrolls(n, body);
+      // A vectorized loop wider than a vector stays a loop (vectorize_loops.h).
+      bool copies = f->for_kind == ForKind::Vectorized ? n && *n <= kMaxVectorLanes
+                                                        : f->for_kind == ForKind::Unrolled && unrolls(n, body, limit);
       if (copies) {
         int64_t k = std::max<int64_t>(*n, 1);
-        return {saturating_mul(body.size, k), saturating_mul(body.loops, k), saturating_mul(body.branches, k)};
+        // A vectorized loop's lanes share its branches (vectorize_loops makes them selects).
+        int64_t b = f->for_kind == ForKind::Vectorized ? 1 : k;
+        return {saturating_mul(body.size, k), saturating_mul(body.loops, k), saturating_mul(body.branches, b),
+                saturating_mul(body.all_branches, b)};
       }
-      return {body.size, saturating_add(body.loops, 1), 0};
+      return {body.size, saturating_add(body.loops, 1), 0, body.all_branches};
     }
     case StmtKind::LetStmt:
-      return count(s.as<LetStmt>()->body);
+      return count(s.as<LetStmt>()->body, limit);
     case StmtKind::IfThenElse: {
-      Unrolled a = count(s.as<IfThenElse>()->then_case), b = count(s.as<IfThenElse>()->else_case);
+      Unrolled a = count(s.as<IfThenElse>()->then_case, limit), b = count(s.as<IfThenElse>()->else_case, limit);
       return {saturating_add(a.size, b.size), saturating_add(a.loops, b.loops),
-              saturating_add(saturating_add(a.branches, b.branches), 1)};
+              saturating_add(saturating_add(a.branches, b.branches), 1),
+              saturating_add(saturating_add(a.all_branches, b.all_branches), 1)};
     }
     case StmtKind::Allocate:
-      return count(s.as<Allocate>()->body);
+      return count(s.as<Allocate>()->body, limit);
     case StmtKind::Block: {
       Unrolled total;
       for (const Stmt& c : s.as<Block>()->stmts) {
-        Unrolled u = count(c);
+        Unrolled u = count(c, limit);
         total = {saturating_add(total.size, u.size), saturating_add(total.loops, u.loops),
-                 saturating_add(total.branches, u.branches)};
+                 saturating_add(total.branches, u.branches), saturating_add(total.all_branches, u.all_branches)};
       }
       return total;
     }
@@ -77,21 +87,31 @@ Unrolled count(const Stmt& s) {
 
 class Unroller : public IRMutator {
  public:
+  explicit Unroller(bool limit) : limit_(limit) {}
   Stmt mutate_stmt(const Stmt& s) override {
     const For* f = s.as<For>();
     if (!f || f->for_kind != ForKind::Unrolled) return IRMutator::mutate_stmt(s);
     Stmt body = mutate_stmt(f->body);
     const int64_t* n = as_const_int(f->extent);
-    if (!unrolls(n, count(body))) return For::make(f->var, f->min, f->extent, ForKind::Serial, body);
+    if (!unrolls(n, count(body, limit_), limit_)) return For::make(f->var, f->min, f->extent, ForKind::Serial, body);
     std::vector<Stmt> copies;
     for (int64_t i = 0; i < *n; ++i) copies.push_back(substitute(body, {{f->var.get(), f->min + Expr(i)}}));
     return Block::make(std::move(copies));
   }
+
+ private:
+  bool limit_;
 };
+
+// Whether unrolling all of `s` would leave more loops or branches than a function should have.
+bool needs_limit(const Stmt& s) {
+  Unrolled all = count(s, false);
+  return all.loops > kMaxUnrolledLoops || all.all_branches > kMaxUnrolledBranches;
+}
 
 }  // namespace
 
-int64_t unrolled_size(const Stmt& s) { return count(s).size; }
+int64_t unrolled_size(const Stmt& s) { return count(s, needs_limit(s)).size; }
 
 Stmt unroll_loops(const Stmt& s) {
   int64_t size = unrolled_size(s);
@@ -100,7 +120,7 @@ Stmt unroll_loops(const Stmt& s) {
                         " element operations, over the budget of ", kMaxUnrolledSize,
                         ": use smaller unrolled or vectorized tiles (tile_*, unroll_k) or unroll=false"));
   }
-  Unroller u;
+  Unroller u(needs_limit(s));
   return u.mutate_stmt(s);
 }
 

@@ -14,16 +14,21 @@ constexpr int64_t kMaxUnroll = 256;
 // 20 s, 32x128x32 (131,072) in 115 s and 64x256x64 (1,048,576) in over 300 s at 320 MB.
 constexpr int64_t kMaxUnrolledSize = int64_t{1} << 17;
 
-// An unrolled loop whose copies would copy more loops than this (a serial loop inside an
-// unrolled tile) stays a loop. LLVM's time grows faster than linearly with the loops of a
-// function: matmul 256^3 with vectorize off (tile_n's loop serial inside tile_m x unroll_k
-// copies) took 0.4 s with 64 loops, 2.4 s with 256 and over 150 s with 4,096; depthwise
-// 3x3 stride 2 with vectorize off (the channel loop inside tile_w copies, three times) 4.2 s
-// with tile_w 14, 15 s with 28 and 83 s with 56. The schedule computes the same either way.
+// Unrolling a loop whose body holds loops (a serial loop inside an unrolled tile) or branches
+// (the guards of tiles that do not divide a shape) copies them, and LLVM's time grows faster
+// than linearly with a function's loops and blocks: matmul 256^3 with vectorize off (tile_n's
+// loop serial inside tile_m x unroll_k copies) took 0.4 s with 64 loops, 2.4 s with 256 and
+// over 150 s with 4,096; depthwise 3x3 stride 2 with vectorize off (the channel loop inside
+// tile_w copies) 4.2 s with tile_w 14, 15 s with 28, 83 s with 56; matmul 97x131x67 with
+// tile_m 64 x unroll_k 64, vectorize off, 9.4 s for 7,808 guarded statements. So when
+// unrolling everything would leave a function more than kMaxUnrolledLoops loops or
+// kMaxUnrolledBranches branches, an unrolled loop whose copies would hold more than
+// kMaxCopiedLoops loops or kMaxCopiedBranches branches stays a loop (inner loops first). The
+// schedule computes the same either way; kernels within the first bounds (every template's
+// default config) are unrolled as before.
+constexpr int64_t kMaxUnrolledLoops = 64;
+constexpr int64_t kMaxUnrolledBranches = 2048;
 constexpr int64_t kMaxCopiedLoops = 8;
-// ... or more than this many branches (the guards of tiles that do not divide a shape):
-// matmul 97x131x67 with tile_m 64 x unroll_k 64 and vectorize off unrolled into 7,808 guarded
-// statements and took 9.4 s (3,904: 2.3 s).
 constexpr int64_t kMaxCopiedBranches = 2048;
 
 // The straight-line size of `s` once unrolled and vectorized: each Store counts once for
@@ -31,9 +36,9 @@ constexpr int64_t kMaxCopiedBranches = 2048;
 // make; serial and parallel loops contribute their body once.
 int64_t unrolled_size(const Stmt& s);
 
-// Unrolls every loop marked Unrolled whose extent is a constant of at most kMaxUnroll and
-// whose copies would hold at most kMaxCopiedLoops loops and kMaxCopiedBranches branches; the
-// others become serial loops.
+// Unrolls every loop marked Unrolled whose extent is a constant of at most kMaxUnroll (and,
+// past the function's bounds above, whose copies hold at most kMaxCopiedLoops loops and
+// kMaxCopiedBranches branches); the others become serial loops.
 // Throws UserError when the result would exceed kMaxUnrolledSize.
 Stmt unroll_loops(const Stmt& s);
 

@@ -89,7 +89,7 @@ class Vectorizer : public IRMutator {
     const int64_t* n = as_const_int(f->extent);
     std::string why;
     if (!n) why = "extent is not a constant";
-    else if (*n > 64) why = "extent " + std::to_string(*n) + " exceeds 64 lanes";
+    else if (*n > kMaxVectorLanes) why = str("extent ", *n, " exceeds ", kMaxVectorLanes, " lanes");
     if (why.empty()) {
       // Wide extents go as one vector per power-of-two chunk, largest first, and the rest
       // below kSplitLanes as one vector (56 lanes: 32 + 16 + 8; 28: 16 + 12). LLVM legalizes

@@ -16,6 +16,9 @@
 
 namespace tf::ir {
 
+// The widest vector a loop becomes; a longer vectorized loop stays a serial loop.
+constexpr int64_t kMaxVectorLanes = 64;
+
 // `notes`, when given, receives one line per loop left serial, with the reason.
 Stmt vectorize_loops(const Stmt& s, std::vector<std::string>* notes = nullptr);
 
