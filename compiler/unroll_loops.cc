@@ -55,8 +55,9 @@ Unrolled count(const Stmt& s, bool limit) {
                                                         : f->for_kind == ForKind::Unrolled && unrolls(n, body, limit);
       if (copies) {
         int64_t k = std::max<int64_t>(*n, 1);
-        // A vectorized loop's lanes share its branches (vectorize_loops makes them selects).
-        int64_t b = f->for_kind == ForKind::Vectorized ? 1 : k;
+        // A vectorized loop's lanes share its branches, each of which then guards vector
+        // operations: a branch counts once per 16 lanes (a 512-bit register of floats).
+        int64_t b = f->for_kind == ForKind::Vectorized ? std::max<int64_t>(k / 16, 1) : k;
         return {saturating_mul(body.size, k), saturating_mul(body.loops, k), saturating_mul(body.branches, b),
                 saturating_mul(body.all_branches, b)};
       }

@@ -20,16 +20,18 @@ constexpr int64_t kMaxUnrolledSize = int64_t{1} << 17;
 // loop serial inside tile_m x unroll_k copies) took 0.4 s with 64 loops, 2.4 s with 256 and
 // over 150 s with 4,096; depthwise 3x3 stride 2 with vectorize off (the channel loop inside
 // tile_w copies) 4.2 s with tile_w 14, 15 s with 28, 83 s with 56; matmul 97x131x67 with
-// tile_m 64 x unroll_k 64, vectorize off, 9.4 s for 7,808 guarded statements. So when
+// tile_m 64 x unroll_k 64, vectorize off, 9.4 s for 7,808 guarded statements, and with
+// tile_m 15 x unroll_k 16 x 64 lanes 7.6 s for 960 guarded vector statements (a branch counts
+// once per 16 lanes it guards). So when
 // unrolling everything would leave a function more than kMaxUnrolledLoops loops or
 // kMaxUnrolledBranches branches, an unrolled loop whose copies would hold more than
 // kMaxCopiedLoops loops or kMaxCopiedBranches branches stays a loop (inner loops first). The
 // schedule computes the same either way; kernels within the first bounds (every template's
 // default config) are unrolled as before.
 constexpr int64_t kMaxUnrolledLoops = 64;
-constexpr int64_t kMaxUnrolledBranches = 2048;
+constexpr int64_t kMaxUnrolledBranches = 1024;
 constexpr int64_t kMaxCopiedLoops = 8;
-constexpr int64_t kMaxCopiedBranches = 2048;
+constexpr int64_t kMaxCopiedBranches = 256;
 
 // The straight-line size of `s` once unrolled and vectorized: each Store counts once for
 // every copy the unrolled loops (those unroll_loops unrolls) and vectorized loops around it
