@@ -1,7 +1,8 @@
 // The compiler's front door: workload + target + config -> lowered kernel -> files.
 //
-// This is what `tunefarm compile` and `tunefarm describe` call, and what the tuner's builder
-// will call for each candidate config.
+// This is what `tunefarm compile`, `run` and `describe` call, what the tuner's build worker
+// calls for each candidate config (tuner/builder.cc), and, through compile_op_graph, what a
+// whole model's compile calls for each tunable kernel (graph/model_compiler.cc).
 #pragma once
 
 #include <nlohmann/json.hpp>

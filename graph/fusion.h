@@ -1,6 +1,6 @@
 // fusion: which nodes become one kernel (TVM's FuseOps). A plan over the graph after the
 // passes, not a rewrite: the graph keeps its operators for the reference evaluation, and
-// compilation (not built yet) generates one kernel per group.
+// compile_model (graph/model_compiler.h) generates the kernels of each group.
 //
 // What it promises: every node is in exactly one group, groups are listed in an order that
 // runs them (each group's inputs are graph inputs, constants or outputs of earlier groups),
