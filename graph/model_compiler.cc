@@ -292,29 +292,24 @@ class ModelBuilder {
       const std::string& name = n.inputs[input];
       if (name.empty()) return {};
       if (auto it = env.find(name); it != env.end()) return it->second;
-      const Value& v = g_.value(name);
-      TeOperand o{v.shape, nullptr, std::nullopt};
-      std::string arg = name;
-      // An int64 constant that the node takes as a parameter (a shape, indices) is read from
-      // the graph by node_te; one it computes with is a float operand like a bool's 0 / 1.
-      if (v.dtype == DType::I64 && v.constant && !reads_as_data(g_, n, input)) return o;
-      if (v.constant && v.constant->size() == 1) {
-        double x =
-            v.dtype == DType::F32 ? v.constant->f[0] : static_cast<double>(v.constant->as_int(0));
-        o.scalar = v.dtype == DType::Bool ? (x != 0 ? 1.0 : 0.0) : x;
-      } else {
-        if (v.constant && v.dtype != DType::F32) {  // int64 and bool values are floats in kernels
-          std::vector<float> f(static_cast<size_t>(v.constant->size()));
-          for (size_t k = 0; k < f.size(); ++k) {
-            int64_t x = v.constant->as_int(static_cast<int64_t>(k));
-            f[k] = v.dtype == DType::Bool ? (x != 0 ? 1.0f : 0.0f) : static_cast<float>(x);
-          }
-          arg = add_constant(name + "_f32", HostTensor::floats(v.shape, std::move(f)));
-        }
-        o.tensor = ir::placeholder(str("arg", args.size()), v.shape);
-        args.push_back(arg);
-        placeholders.push_back(o.tensor);
+      if (std::optional<TeOperand> c = constant_operand(g_, n, input)) {
+        // A parameter depends on the reading node (reads_as_data): only scalars are kept.
+        if (c->scalar) env[name] = *c;
+        return *c;
       }
+      const Value& v = g_.value(name);
+      std::string arg = name;
+      if (v.constant && v.dtype != DType::F32) {  // int64 and bool values are floats in kernels
+        std::vector<float> f(static_cast<size_t>(v.constant->size()));
+        for (size_t k = 0; k < f.size(); ++k) {
+          int64_t x = v.constant->as_int(static_cast<int64_t>(k));
+          f[k] = v.dtype == DType::Bool ? (x != 0 ? 1.0f : 0.0f) : static_cast<float>(x);
+        }
+        arg = add_constant(name + "_f32", HostTensor::floats(v.shape, std::move(f)));
+      }
+      TeOperand o{v.shape, ir::placeholder(str("arg", args.size()), v.shape), std::nullopt};
+      args.push_back(arg);
+      placeholders.push_back(o.tensor);
       env[name] = o;
       return o;
     };

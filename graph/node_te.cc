@@ -1358,28 +1358,31 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   not_implemented(n, op);
 }
 
+std::optional<TeOperand> constant_operand(const Graph& g, const Node& n, size_t k) {
+  const Value& v = g.value(n.inputs[k]);
+  TeOperand o{v.shape, nullptr, std::nullopt};
+  // An int64 constant that the node takes as a parameter (a shape, indices) is read from the
+  // graph by node_te; one it computes with is a float operand like a bool's 0 / 1.
+  if (v.dtype == DType::I64 && v.constant && !reads_as_data(g, n, k)) return o;
+  if (!v.constant || v.constant->size() != 1) return std::nullopt;
+  double x = v.dtype == DType::F32 ? v.constant->f[0] : static_cast<double>(v.constant->as_int(0));
+  o.scalar = v.dtype == DType::Bool ? (x != 0 ? 1.0 : 0.0) : x;
+  return o;
+}
+
 void check_node_expressions(const Graph& g) {
   for (const Node& n : g.nodes) {
     if (op_kind(n.op) == OpKind::Anchor) continue;  // its workload is checked by task extraction
     std::vector<TeOperand> in;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
-      const std::string& name = n.inputs[i];
-      if (name.empty()) {
+      if (n.inputs[i].empty()) {
         in.emplace_back();
-        continue;
-      }
-      const Value& v = g.value(name);
-      TeOperand o{v.shape, nullptr, std::nullopt};
-      if (v.dtype == DType::I64 && v.constant && !reads_as_data(g, n, i)) {
-        in.push_back(o);
-        continue;
-      }
-      if (v.constant && v.constant->size() == 1) {
-        o.scalar = v.constant->as_double(0);
+      } else if (std::optional<TeOperand> c = constant_operand(g, n, i)) {
+        in.push_back(*c);
       } else {
-        o.tensor = ir::placeholder(str("arg", i), v.shape);
+        const Shape& shape = g.value(n.inputs[i]).shape;
+        in.push_back(TeOperand{shape, ir::placeholder(str("arg", i), shape), std::nullopt});
       }
-      in.push_back(o);
     }
     try {
       node_te(g, n, in, "check_");
