@@ -11,6 +11,7 @@
 #include <set>
 
 #include "compiler/error.h"
+#include "graph/pass.h"
 
 namespace tf::graph {
 
@@ -33,6 +34,9 @@ int64_t cgroup_limit() {
     return INT64_MAX;
   }
 }
+
+// a + b, saturating at INT64_MAX.
+int64_t add_bytes(int64_t a, int64_t b) { return b > INT64_MAX - a ? INT64_MAX : a + b; }
 
 int64_t resource_limit(int which) {
   struct rlimit r{};
@@ -106,43 +110,54 @@ void check_tensor_budget(const std::string& what, DType dtype, const Shape& shap
                       " (--max-memory; by default a quarter of this machine's memory)"));
 }
 
+void check_input_budgets(const Graph& g, int64_t budget) {
+  for (const std::string& name : g.inputs) {
+    check_tensor_budget(str("input '", name, "'"), g.value(name).dtype, g.value(name).shape, budget);
+  }
+}
+
+void check_output_budgets(const Graph& g, const Node& n, int64_t budget) {
+  for (const std::string& o : n.outputs) {
+    if (o.empty()) continue;
+    check_tensor_budget(str("node '", n.name, "' (", n.op, "): output '", o, "'"), g.value(o).dtype,
+                        g.value(o).shape, budget);
+  }
+}
+
+void check_run_budget(const std::string& holds, int64_t workspace, const std::vector<int64_t>& tensor_bytes,
+                      int64_t budget) {
+  int64_t total = workspace;
+  for (int64_t b : tensor_bytes) total = add_bytes(total, b);
+  if (total <= budget) return;
+  throw UserError(str(holds, " ", format_bytes(total), " (inputs, outputs and a workspace of ", format_bytes(workspace),
+                      "), over the memory budget of ", format_bytes(budget), " (--max-memory)"));
+}
+
 void check_reference_memory(const Graph& g, int64_t budget) {
   // The index of each computed value's last reader (graph outputs live to the end).
-  std::map<std::string, size_t> last_use;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    for (const std::string& in : g.nodes[k].inputs) {
-      if (!in.empty()) last_use[in] = k;
-    }
-  }
+  const std::map<std::string, size_t> last_use = last_readers(g);
   std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
   auto bytes_of = [&](const std::string& name) {
     const Value& v = g.value(name);
     return tensor_bytes(v.dtype, v.shape);
   };
+  check_input_budgets(g, budget);
   int64_t live = 0;
-  std::multimap<size_t, int64_t> frees;  // after node k, these bytes go
-  auto hold = [&](const std::string& name, int64_t bytes, size_t from) {
-    live = bytes > INT64_MAX - live ? INT64_MAX : live + bytes;
-    auto it = last_use.find(name);
-    if (!outputs.count(name)) frees.insert({it == last_use.end() ? from : it->second, bytes});
-  };
-  for (const std::string& name : g.inputs) {
-    const Value& v = g.value(name);
-    check_tensor_budget(str("input '", name, "'"), v.dtype, v.shape, budget);
-    int64_t b = bytes_of(name);  // held by the caller throughout
-    live = b > INT64_MAX - live ? INT64_MAX : live + b;
-  }
+  for (const std::string& name : g.inputs) live = add_bytes(live, bytes_of(name));  // held by the caller throughout
   if (live > budget) {
     throw UserError(str("the model's inputs take ", format_bytes(live), ", over the memory budget of ",
                         format_bytes(budget), " (--max-memory)"));
   }
+  std::multimap<size_t, int64_t> frees;  // after node k, these bytes go
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& n = g.nodes[k];
+    check_output_budgets(g, n, budget);
     for (const std::string& o : n.outputs) {
       if (o.empty()) continue;
-      const Value& v = g.value(o);
-      check_tensor_budget(str("node '", n.name, "' (", n.op, "): output '", o, "'"), v.dtype, v.shape, budget);
-      hold(o, bytes_of(o), k);
+      int64_t bytes = bytes_of(o);
+      live = add_bytes(live, bytes);
+      auto it = last_use.find(o);
+      if (!outputs.count(o)) frees.insert({it == last_use.end() ? k : it->second, bytes});
     }
     if (live > budget) {
       throw UserError(str("node '", n.name, "' (", n.op, "): the reference evaluation would hold ", format_bytes(live),

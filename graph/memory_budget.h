@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -33,6 +34,17 @@ int64_t tensor_bytes(DType dtype, const Shape& shape);
 // UserError "<what> <dtype> <shape> is <bytes>, over the memory budget of <budget> (--max-memory)"
 // when one tensor does not fit.
 void check_tensor_budget(const std::string& what, DType dtype, const Shape& shape, int64_t budget);
+
+// check_tensor_budget of each input of `g`, and of each output of node `n`, named as the
+// errors of the reference evaluation and the compiler name them.
+void check_input_budgets(const Graph& g, int64_t budget);
+void check_output_budgets(const Graph& g, const Node& n, int64_t budget);
+
+// UserError "<holds> <total> (inputs, outputs and a workspace of <workspace>), over the memory
+// budget of ..." when `workspace` and the tensors' bytes together pass the budget (`holds`
+// says whose run: "a run of the model would hold", "lib.so: a run holds").
+void check_run_budget(const std::string& holds, int64_t workspace, const std::vector<int64_t>& tensor_bytes,
+                      int64_t budget);
 
 // What the reference evaluation of `g` holds at its peak, the inputs included, each value
 // freed after its last reader: refuses (naming the node) a single value past the budget or a

@@ -421,16 +421,8 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
                         " is not implemented yet: CPU targets (llvm ...) only"));
   }
   // Every value must fit the budget on its own before anything is generated.
-  for (const std::string& n : g.inputs) {
-    check_tensor_budget(str("input '", n, "'"), g.value(n).dtype, g.value(n).shape, memory_budget);
-  }
-  for (const Node& n : g.nodes) {
-    for (const std::string& o : n.outputs) {
-      if (o.empty()) continue;
-      check_tensor_budget(str("node '", n.name, "' (", n.op, "): output '", o, "'"), g.value(o).dtype,
-                          g.value(o).shape, memory_budget);
-    }
-  }
+  check_input_budgets(g, memory_budget);
+  for (const Node& n : g.nodes) check_output_budgets(g, n, memory_budget);
   // Inputs and outputs of every type: kernels compute in float32, bools as 0 / 1 and int64
   // values as integral floats (exact within +-2^24; node_te refuses int64 arithmetic that
   // floats would round). int64 and bool inputs are converted on entry, such outputs after the
@@ -464,18 +456,11 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   }
   spec.workspace_bytes = cm.memory.arena_bytes;
   // And a run's inputs, outputs and workspace together.
-  int64_t run_bytes = cm.memory.arena_bytes;
+  std::vector<int64_t> run_tensors;
   for (const std::vector<std::string>* names : {&graph.inputs, &graph.outputs}) {
-    for (const std::string& n : *names) {
-      int64_t b = tensor_bytes(graph.value(n).dtype, graph.value(n).shape);
-      run_bytes = b > INT64_MAX - run_bytes ? INT64_MAX : run_bytes + b;
-    }
+    for (const std::string& n : *names) run_tensors.push_back(tensor_bytes(graph.value(n).dtype, graph.value(n).shape));
   }
-  if (run_bytes > memory_budget) {
-    throw UserError(str("a run of the model would hold ", format_bytes(run_bytes),
-                        " (inputs, outputs and a workspace of ", format_bytes(cm.memory.arena_bytes),
-                        "), over the memory budget of ", format_bytes(memory_budget), " (--max-memory)"));
-  }
+  check_run_budget("a run of the model would hold", cm.memory.arena_bytes, run_tensors, memory_budget);
   std::map<std::string, int64_t> constant_index;
   auto buffer = [&](const std::string& v) -> RunnerBuffer {
     auto in = std::find(graph.inputs.begin(), graph.inputs.end(), v);

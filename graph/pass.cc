@@ -128,6 +128,16 @@ std::map<std::string, int> use_counts(const Graph& g) {
   return uses;
 }
 
+std::map<std::string, size_t> last_readers(const Graph& g) {
+  std::map<std::string, size_t> last;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    for (const std::string& in : g.nodes[k].inputs) {
+      if (!in.empty()) last[in] = k;
+    }
+  }
+  return last;
+}
+
 void replace_uses(Graph& g, const std::string& from, const std::string& to) {
   for (Node& n : g.nodes) {
     for (std::string& in : n.inputs) {

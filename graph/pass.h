@@ -59,6 +59,8 @@ std::vector<PassReport> run_passes(Graph& g, const PassOptions& options);
 // Helpers for passes.
 // How many nodes read each value (graph outputs count as one reader each).
 std::map<std::string, int> use_counts(const Graph& g);
+// The index in g.nodes of each value's last reader (values no node reads are absent).
+std::map<std::string, size_t> last_readers(const Graph& g);
 // Makes every reader of `from` (nodes and graph outputs) read `to` instead.
 void replace_uses(Graph& g, const std::string& from, const std::string& to);
 // For a node about to be removed whose output `out` equals `replacement`: makes readers of

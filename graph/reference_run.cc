@@ -3,6 +3,7 @@
 #include "compiler/error.h"
 #include "graph/memory_budget.h"
 #include "graph/ops.h"
+#include "graph/pass.h"
 
 #include <set>
 
@@ -39,10 +40,7 @@ std::map<std::string, HostTensor> run_reference(const Graph& g,
     return *v.constant;
   };
   // Each computed value is freed after its last reader (outputs are kept).
-  std::map<std::string, size_t> last_use;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    for (const std::string& in : g.nodes[k].inputs) last_use[in] = k;
-  }
+  const std::map<std::string, size_t> last_use = last_readers(g);
   std::set<std::string> keep(g.outputs.begin(), g.outputs.end());
   keep.insert(g.inputs.begin(), g.inputs.end());
   for (size_t k = 0; k < g.nodes.size(); ++k) {
@@ -50,7 +48,7 @@ std::map<std::string, HostTensor> run_reference(const Graph& g,
     std::vector<HostTensor> outs = eval_node(n, g, g.opset, value);
     for (size_t o = 0; o < n.outputs.size(); ++o) live[n.outputs[o]] = std::move(outs[o]);
     for (const std::string& in : n.inputs) {
-      if (!keep.count(in) && last_use[in] == k) live.erase(in);
+      if (!in.empty() && !keep.count(in) && last_use.at(in) == k) live.erase(in);
     }
   }
   std::map<std::string, HostTensor> result;

@@ -347,19 +347,15 @@ int run_model(const ModelRunArgs& a) {
     in_info = lib->inputs();
     out_info = lib->outputs();
     // A library compiled elsewhere (or with a larger --max-memory) is checked here too.
-    int64_t total = static_cast<int64_t>(std::min<uint64_t>(lib->workspace_bytes(), INT64_MAX));
+    std::vector<int64_t> run_tensors;
     for (const std::vector<TensorInfo>* side : {&in_info, &out_info}) {
       for (const TensorInfo& t : *side) {
         check_tensor_budget(str(side == &in_info ? "input '" : "output '", t.name, "'"), t.dtype, t.shape, budget);
-        int64_t b = tensor_bytes(t.dtype, t.shape);
-        total = b > INT64_MAX - total ? INT64_MAX : total + b;
+        run_tensors.push_back(tensor_bytes(t.dtype, t.shape));
       }
     }
-    if (total > budget) {
-      throw UserError(str(a.model, ": a run holds ", format_bytes(total), " (inputs, outputs and a workspace of ",
-                          format_bytes(static_cast<int64_t>(lib->workspace_bytes())), "), over the memory budget of ",
-                          format_bytes(budget), " (--max-memory)"));
-    }
+    check_run_budget(a.model + ": a run holds", static_cast<int64_t>(std::min<uint64_t>(lib->workspace_bytes(), INT64_MAX)),
+                     run_tensors, budget);
   } else {
     check_reference_memory(*g, budget);
     for (const std::string& n : g->inputs)
