@@ -1,11 +1,13 @@
 #include "graph/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <filesystem>
 #include <sstream>
 
 #include "compiler/error.h"
+#include "graph/memory_budget.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -138,8 +140,8 @@ HostTensor read_npy(const std::string& path, int64_t max_bytes) {
   if (!std::filesystem::is_regular_file(path, ec)) throw UserError(str(path, " is not a regular file"));
   uintmax_t file_bytes = std::filesystem::file_size(path, ec);
   if (!ec && file_bytes > static_cast<uintmax_t>(max_bytes)) {
-    throw UserError(str(path, ": ", file_bytes, " bytes, over the memory budget of ", max_bytes,
-                        " bytes (--max-memory)"));
+    throw UserError(str(path, ": ", format_bytes(static_cast<int64_t>(std::min<uintmax_t>(file_bytes, INT64_MAX))),
+                        ", over the memory budget of ", format_bytes(max_bytes), " (--max-memory)"));
   }
   std::ifstream f(path, std::ios::binary);
   if (!f) throw UserError(str("cannot open ", path));
