@@ -3,69 +3,35 @@
 // boards than it takes. The registrations are made with the tracker's own protocol, as a
 // board (or anyone holding the board token) would.
 #include <gtest/gtest.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <cstdlib>
 #include <functional>
-#include <sstream>
 #include <thread>
 
 #include "proto/farm_limits.h"
 #include "proto/security.h"
 #include "proto/tunefarm.grpc.pb.h"
-
-extern char** environ;
+#include "tests/farm/daemon.h"
 
 namespace tf::farm {
 namespace {
 
 namespace fs = std::filesystem;
 namespace pb = tunefarm::v1;
-using Clock = std::chrono::steady_clock;
+
+std::string log_path() {
+  std::string dir = (fs::temp_directory_path() / "tunefarm-limits-XXXXXX").string();
+  return std::string(mkdtemp(dir.data())) + "/tracker.log";
+}
 
 // The tracker as a child process, loopback, no token (what a loopback tracker allows).
 class Tracker {
  public:
-  explicit Tracker(const std::vector<std::string>& extra) {
-    std::string dir = (fs::temp_directory_path() / "tunefarm-limits-XXXXXX").string();
-    log_ = std::string(mkdtemp(dir.data())) + "/tracker.log";
-    std::vector<std::string> args = {TF_TRACKER, "--port", "0", "--heartbeat-ms", "100"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    // "listening on HOST:PORT"
-    for (auto end = Clock::now() + std::chrono::seconds(10); Clock::now() < end && port_ == 0;) {
-      std::ifstream f(log_);
-      std::stringstream ss;
-      ss << f.rdbuf();
-      std::string text = ss.str();
-      size_t at = text.find("listening on ");
-      size_t nl = at == std::string::npos ? at : text.find_first_of(" \n", at + 13);
-      size_t colon = nl == std::string::npos ? nl : text.rfind(':', nl);
-      if (colon != std::string::npos && colon > at) port_ = std::atoi(text.c_str() + colon + 1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+  explicit Tracker(std::vector<std::string> extra) : daemon_(args(std::move(extra)), log_path()) {
+    port_ = daemon_.port();
     stub_ = pb::Tracker::NewStub(make_channel("127.0.0.1:" + std::to_string(port_), {}));
-  }
-  ~Tracker() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
   }
   int port() const { return port_; }
 
@@ -108,8 +74,13 @@ class Tracker {
   }
 
  private:
-  std::string log_;
-  pid_t pid_ = -1;
+  static std::vector<std::string> args(std::vector<std::string> extra) {
+    std::vector<std::string> a = {TF_TRACKER, "--port", "0", "--heartbeat-ms", "100"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  Daemon daemon_;
   int port_ = 0;
   std::unique_ptr<pb::Tracker::Stub> stub_;
 };
