@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "compiler/error.h"
@@ -138,6 +139,10 @@ struct JobManager::Job {
   bool thread_done = false;
   std::deque<std::pair<uint64_t, pb::JobEvent>> events;
   uint64_t last_seq = 0;
+  // The row run_job_body wrote with the job's last run, ended; run_job takes it in when it
+  // publishes the end (watchers stop at the first sight of an ended job, so the row in memory
+  // must not end before the "end" event is published).
+  std::optional<db::JobRow> ended;
 };
 
 JobManager::JobManager(JobManagerOptions o) : opts_(std::move(o)) {
@@ -417,11 +422,10 @@ void JobManager::dispatch_loop() {
   }
 }
 
-void JobManager::end_locked(Job* job, const std::string& failure) {
-  db::JobRow& r = job->row;
-  if (!job->cancelled_by.empty()) {
+void JobManager::end_row(db::JobRow& r, const Job& job, const std::string& failure) {
+  if (!job.cancelled_by.empty()) {
     r.state = "cancelled";
-    r.reason = str("cancelled by ", job->cancelled_by);
+    r.reason = str("cancelled by ", job.cancelled_by);
   } else if (!failure.empty()) {
     r.state = "failed";
     r.reason = failure;
@@ -450,13 +454,15 @@ void JobManager::run_job(Job* job) {
   std::lock_guard<std::mutex> l(mu_);
   db::JobRow& r = job->row;
   bool shutdown = job->stop && job->cancelled_by.empty();
-  if (is_over(r.state)) {
-    publish(job, "end");  // ended, with its last run, by run_job_body's last transaction
+  if (job->ended) {
+    r = *job->ended;  // ended, with its last run, by run_job_body's last transaction
+    job->ended.reset();
+    publish(job, "end");
   } else if (shutdown) {
     r.state = "queued";  // resumes at the next start
     publish(job, "state", "", "the service is stopping; the job resumes when it starts again");
   } else {
-    end_locked(job, failure);
+    end_row(r, *job, failure);
     publish(job, "end");
   }
   --running_;
@@ -683,8 +689,10 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
     {
       std::lock_guard<std::mutex> l(mu_);
       job->row.progress = progress;
-      if (all_done && !job->stop) end_locked(job, "");
-      db.finish_run_and_update_job(t.run, status, unix_now(), job->row);
+      db::JobRow row = job->row;
+      if (all_done && !job->stop) end_row(row, *job, "");
+      db.finish_run_and_update_job(t.run, status, unix_now(), row);
+      if (is_over(row.state)) job->ended = row;
     }
     fault_point("run-finished");
     // An ended job's last event is run_job's "end" (watchers stop at the first event of an

@@ -94,9 +94,9 @@ class JobManager {
   void dispatch_loop();
   void run_job(Job* job);
   void run_job_body(Job* job, db::Database& db);
-  // Ends `job` (its row: cancelled, failed with `failure`, failed with no working candidate, or
-  // done) without writing it. Under mu_.
-  void end_locked(Job* job, const std::string& failure);
+  // Ends row `r` of `job` (cancelled, failed with `failure`, failed with no working candidate,
+  // or done) without writing it. Under mu_.
+  static void end_row(db::JobRow& r, const Job& job, const std::string& failure);
   // The next queued job to start, or null. Caller holds mu_.
   Job* next_to_start();
   // Writes the job's row and publishes an event. Caller holds mu_.
