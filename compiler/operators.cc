@@ -4,11 +4,13 @@
 #include <limits>
 
 #include "compiler/error.h"
+#include "compiler/operator_table.h"
 
 namespace tf {
-namespace {
 
 using namespace ir;  // NOLINT: tensor-expression code reads best unqualified
+
+namespace {
 
 // parse_workload already refused larger tensors (compiler/workload.h); this keeps a Workload
 // built by other means from reaching the lowering with sizes that overflow.
@@ -85,9 +87,9 @@ Tensor pad_spatial(const Tensor& data, int64_t pad, size_t hdim, size_t wdim) {
   });
 }
 
-int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
-  return (in + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
-}
+}  // namespace
+
+namespace ops {
 
 void build_matmul(OpGraph& g) {
   const Workload& w = g.workload;
@@ -116,6 +118,8 @@ void build_batch_matmul(OpGraph& g) {
   add_epilogue(g, "C", {"b", "i", "j"}, 2);
   g.flops = 2 * Bt * M * N * K;
 }
+
+namespace {
 
 void build_conv2d(OpGraph& g, bool nhwc) {
   const Workload& w = g.workload;
@@ -151,7 +155,12 @@ void build_conv2d(OpGraph& g, bool nhwc) {
   g.flops = 2 * N * K * OH * OW * C * R * S;
 }
 
-void build_depthwise(OpGraph& g) {
+}  // namespace
+
+void build_conv2d_nchw(OpGraph& g) { build_conv2d(g, /*nhwc=*/false); }
+void build_conv2d_nhwc(OpGraph& g) { build_conv2d(g, /*nhwc=*/true); }
+
+void build_depthwise_conv2d_nchw(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W");
   int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
@@ -206,7 +215,7 @@ void build_conv2d_nchwc(OpGraph& g) {
 }
 
 // data [N][C/b][H][W][b], weight [C/b][R][S][b], out [N][C/b][OH][OW][b].
-void build_depthwise_nchwc(OpGraph& g) {
+void build_depthwise_conv2d_nchwc(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W");
   int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
@@ -231,19 +240,14 @@ void build_depthwise_nchwc(OpGraph& g) {
   g.flops = 2 * N * C * OH * OW * R * S;
 }
 
-}  // namespace
+}  // namespace ops
 
 OpGraph build_op(const Workload& w) {
   OpGraph g;
   g.workload = w;
-  if (w.op == "matmul") build_matmul(g);
-  else if (w.op == "batch_matmul") build_batch_matmul(g);
-  else if (w.op == "conv2d_nchw") build_conv2d(g, /*nhwc=*/false);
-  else if (w.op == "conv2d_nhwc") build_conv2d(g, /*nhwc=*/true);
-  else if (w.op == "depthwise_conv2d_nchw") build_depthwise(g);
-  else if (w.op == "conv2d_nchwc") build_conv2d_nchwc(g);
-  else if (w.op == "depthwise_conv2d_nchwc") build_depthwise_nchwc(g);
-  else TF_CHECK(false, "no builder for operator ", w.op);
+  const OperatorDef* def = find_operator(w.op);
+  TF_CHECK(def, "no builder for operator ", w.op);
+  def->build(g);
   return g;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "compiler/error.h"
+#include "compiler/operator_table.h"
 
 namespace tf {
 namespace {
@@ -65,7 +66,14 @@ double conv_point(const ConvDims& d, int64_t oh, int64_t ow, int64_t c0, int64_t
   return acc;
 }
 
-void conv_nchw(const Workload& w, const std::vector<const float*>& in, float* out) {
+}  // namespace
+
+namespace ops {
+
+void reference_matmul(const Workload& w, const Inputs& in, float* out) { matmul(w, in, out, 1); }
+void reference_batch_matmul(const Workload& w, const Inputs& in, float* out) { matmul(w, in, out, w.get("B")); }
+
+void reference_conv2d_nchw(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, false);
   const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
   for (int64_t n = 0; n < d.N; ++n)
@@ -79,7 +87,7 @@ void conv_nchw(const Workload& w, const std::vector<const float*>& in, float* ou
         }
 }
 
-void conv_nhwc(const Workload& w, const std::vector<const float*>& in, float* out) {
+void reference_conv2d_nhwc(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, false);
   const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
   for (int64_t n = 0; n < d.N; ++n)
@@ -93,7 +101,7 @@ void conv_nhwc(const Workload& w, const std::vector<const float*>& in, float* ou
         }
 }
 
-void depthwise(const Workload& w, const std::vector<const float*>& in, float* out) {
+void reference_depthwise_conv2d_nchw(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, true);
   const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
   for (int64_t n = 0; n < d.N; ++n)
@@ -108,7 +116,7 @@ void depthwise(const Workload& w, const std::vector<const float*>& in, float* ou
 }
 
 // NCHWc: data [N][C/ib][H][W][ib], weight [K/ob][C/ib][R][S][ib][ob], out [N][K/ob][OH][OW][ob].
-void conv_nchwc(const Workload& w, const std::vector<const float*>& in, float* out) {
+void reference_conv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, false);
   int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
   const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
@@ -128,7 +136,7 @@ void conv_nchwc(const Workload& w, const std::vector<const float*>& in, float* o
 }
 
 // data [N][C/b][H][W][b], weight [C/b][R][S][b], out [N][C/b][OH][OW][b].
-void depthwise_nchwc(const Workload& w, const std::vector<const float*>& in, float* out) {
+void reference_depthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, true);
   int64_t b = w.get("block");
   const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
@@ -146,17 +154,12 @@ void depthwise_nchwc(const Workload& w, const std::vector<const float*>& in, flo
         }
 }
 
-}  // namespace
+}  // namespace ops
 
 void reference_compute(const Workload& w, const std::vector<const float*>& inputs, float* output) {
-  if (w.op == "matmul") return matmul(w, inputs, output, 1);
-  if (w.op == "batch_matmul") return matmul(w, inputs, output, w.get("B"));
-  if (w.op == "conv2d_nchw") return conv_nchw(w, inputs, output);
-  if (w.op == "conv2d_nhwc") return conv_nhwc(w, inputs, output);
-  if (w.op == "depthwise_conv2d_nchw") return depthwise(w, inputs, output);
-  if (w.op == "conv2d_nchwc") return conv_nchwc(w, inputs, output);
-  if (w.op == "depthwise_conv2d_nchwc") return depthwise_nchwc(w, inputs, output);
-  TF_CHECK(false, "no reference for ", w.op);
+  const OperatorDef* def = find_operator(w.op);
+  TF_CHECK(def, "no reference for ", w.op);
+  def->reference(w, inputs, output);
 }
 
 OutputCheck check_against_reference(const OpGraph& g, const std::vector<const float*>& inputs, const float* output) {

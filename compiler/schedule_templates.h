@@ -16,7 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/operators.h"
@@ -43,22 +45,58 @@ struct KnobSpec {
   std::vector<nlohmann::json> candidates;
 };
 
-// A template of the registry, keyed by (operator, target kind). Its id, name + ".v" +
-// version, is stored with every tuning record: a change that alters what a config means
-// bumps the version, and records of another version are never reused.
-struct ScheduleTemplate {
-  std::string name;                  // dense.cpu
-  int version = 1;
-  std::vector<std::string> ops;      // operators it schedules
-  std::string target_kind;           // llvm, cuda, rocm
-  std::string id() const { return name + ".v" + std::to_string(version); }
+enum class KnobType { Int, Bool, Choice };
+
+// A knob as a template declares it: how a value is checked, and its kind (which says how the
+// tuner derives its candidates).
+struct KnobDef {
+  const char* name;
+  KnobType type;
+  const char* help;
+  int64_t max = 0;                   // Int: values from 1 to max
+  std::vector<std::string> choices;  // Choice
+  KnobKind kind = KnobKind::Annotate;
 };
 
-// Every registered template.
-const std::vector<ScheduleTemplate>& registered_templates();
+// A schedule template: the knobs of an operator family on one kind of target, their defaults,
+// the constraints that prune them, and how a config becomes a schedule. Each lives in a file
+// of its own under compiler/templates/ and is listed once in compiler/templates/all.def, the
+// only place that maps an operator and a target kind to a template (docs/architecture.md).
+//
+// Its id, name + ".v" + version, is stored with every tuning record: a change that alters
+// what a config means bumps the version, and records of another version are never reused.
+class ScheduleTemplate {
+ public:
+  ScheduleTemplate(std::string name, int version, std::vector<std::string> ops, std::string target_kind)
+      : name(std::move(name)), version(version), ops(std::move(ops)), target_kind(std::move(target_kind)) {}
+  virtual ~ScheduleTemplate() = default;
 
-// The template for the workload's operator on the target's kind; UserError when none is
-// registered (GPU templates are not written yet).
+  const std::string name;                // dense.cpu
+  const int version;
+  const std::vector<std::string> ops;    // operators it schedules
+  const std::string target_kind;         // llvm, cuda, rocm
+  std::string id() const { return name + ".v" + std::to_string(version); }
+
+  virtual const std::vector<KnobDef>& knobs() const = 0;
+  // What the tuner tries for an Int knob on this workload and target (Bool and Choice knobs
+  // try every value).
+  virtual std::vector<nlohmann::json> int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const = 0;
+  // Every knob's value when nothing was tuned.
+  virtual nlohmann::json default_config(const OpGraph& g, const Target& t) const = 0;
+  // Why a complete config is not worth building, or "" (see check_constraints below).
+  virtual std::string check_constraints(const OpGraph& g, const Target& t, const nlohmann::json& c) const = 0;
+  // Schedules `s` (the workload's stages, its fused tail already inlined) for a complete config.
+  virtual void apply(ir::Schedule& s, const OpGraph& g, const Target& t, const nlohmann::json& c) const = 0;
+};
+
+// Every registered template, in the order of compiler/templates/all.def.
+const std::vector<const ScheduleTemplate*>& registered_templates();
+
+// The template for the operator on the target's kind, or nullptr.
+const ScheduleTemplate* lookup_template(const std::string& op, const Target& t);
+
+// The template for the operator on the target's kind; UserError when none is registered,
+// naming the operators that kind has templates for.
 const ScheduleTemplate& find_template(const std::string& op, const Target& t);
 
 // find_template(op, t).id(), e.g. dense.cpu.v1.

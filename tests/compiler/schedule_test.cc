@@ -2,7 +2,9 @@
 // and the user errors each primitive and the config parser can raise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <set>
 
 #include "compiler/error.h"
 #include "compiler/ir_printer.h"
@@ -199,6 +201,51 @@ TEST(PrimitiveErrors, ComputeAtNeedsSingleConsumer) {
   Stage& a = s.pack("A", 0, 4);
   a.compute_at(s[g.output], s[g.output].axis("i"));  // A.pack is read by acc, not out
   expect_user_error([&] { lower(s, g.inputs, "k"); }, "is also read by");
+}
+
+// The registry is the one map from (operator, target kind) to a template: every template
+// schedules known operators only, no two templates claim the same pair, ids are unique, and
+// each template's default config passes its own constraints and knob checks.
+TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
+  std::set<std::string> ids, pairs;
+  std::vector<std::string> ops = known_ops();
+  for (const ScheduleTemplate* tpl : registered_templates()) {
+    EXPECT_TRUE(ids.insert(tpl->id()).second) << tpl->id();
+    EXPECT_FALSE(tpl->knobs().empty()) << tpl->id();
+    for (const std::string& op : tpl->ops) {
+      EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << tpl->id() << " schedules unknown " << op;
+      EXPECT_TRUE(pairs.insert(op + " on " + tpl->target_kind).second) << op << " on " << tpl->target_kind;
+    }
+  }
+  // Every operator has a CPU template.
+  for (const std::string& op : ops) EXPECT_TRUE(pairs.count(op + " on llvm")) << op;
+  EXPECT_EQ(lookup_template("matmul", parse_target("llvm")), &find_template("matmul", parse_target("llvm")));
+  EXPECT_EQ(lookup_template("conv2d_nchwc", parse_target("cuda -arch=sm_90")), nullptr);
+  expect_user_error([] { find_template("conv2d_nchwc", parse_target("cuda -arch=sm_90")); },
+                    "no schedule template for conv2d_nchwc on cuda targets yet (cuda templates: matmul, batch_matmul, "
+                    "conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw)");
+}
+
+TEST(TemplateRegistry, DefaultsAreCompleteAndWithinConstraints) {
+  const char* workloads[] = {"matmul(M=64,N=64,K=64)", "batch_matmul(B=2,M=16,N=32,K=8)",
+                             "conv2d_nchw(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1)",
+                             "conv2d_nhwc(N=1,H=14,W=14,C=16,K=32,R=3,S=3,pad=1)",
+                             "depthwise_conv2d_nchw(N=1,C=32,H=14,W=14,R=3,S=3,stride=2,pad=1)",
+                             "conv2d_nchwc(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)",
+                             "depthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)"};
+  for (const char* target : {"llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512",
+                             "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72", "cuda -arch=sm_90", "rocm -mcpu=gfx90a"}) {
+    Target t = parse_target(target);
+    for (const char* w : workloads) {
+      OpGraph g = graph(w);
+      const ScheduleTemplate* tpl = lookup_template(g.workload.op, t);
+      if (!tpl) continue;
+      nlohmann::json d = default_config(g, t);
+      EXPECT_EQ(complete_config(g, t, d), d) << w << " on " << target;
+      EXPECT_EQ(d.size(), tpl->knobs().size()) << w << " on " << target;
+      EXPECT_EQ(check_constraints(g, t, d), "") << w << " on " << target;
+    }
+  }
 }
 
 TEST(ConfigErrors, EachNamesTheKnobAndValue) {

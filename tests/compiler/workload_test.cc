@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/error.h"
+#include "compiler/operator_table.h"
 #include "compiler/operators.h"
 #include "compiler/workload.h"
 
@@ -15,6 +16,26 @@ TEST(Workload, ParsesAndFillsDefaults) {
   EXPECT_EQ(w.get("dilation"), 1);
   EXPECT_EQ(w.get("pad"), 1);
   EXPECT_EQ(w.epilogue, Epilogue::BiasRelu);
+}
+
+// The operator table is the one place an operator is defined: each row has everything
+// parse_workload, build_op and the reference need, and the footprint parse_workload bounds is
+// the tensors build_op makes.
+TEST(OperatorTable, EveryRowIsComplete) {
+  std::vector<std::string> names;
+  for (const OperatorDef& d : operator_table()) {
+    names.push_back(d.name);
+    EXPECT_EQ(find_operator(d.name), &d);
+    EXPECT_FALSE(d.keys.empty()) << d.name;
+    EXPECT_TRUE(d.footprint && d.build && d.reference) << d.name;
+  }
+  EXPECT_EQ(names, known_ops());
+  EXPECT_EQ(find_operator("conv3d"), nullptr);
+  OpGraph g = build_op(parse_workload("matmul(M=3,N=5,K=7)"));
+  Footprint f = find_operator("matmul")->footprint(g.workload);
+  ASSERT_EQ(f.tensors.size(), 3u);
+  EXPECT_EQ(*f.tensors[0].second, 21);
+  EXPECT_EQ(*f.flops, g.flops);
 }
 
 TEST(Workload, CanonicalFormIsUniqueAndReparses) {

@@ -182,10 +182,7 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
   json d = {{"workload", w.canonical()}, {"op", w.op}, {"args", describe_args(g)}, {"flops", g.flops},
             {"target", t.str()}};
   std::optional<ConfigSpace> space;
-  bool has_template = std::any_of(registered_templates().begin(), registered_templates().end(), [&](const ScheduleTemplate& s) {
-    return s.target_kind == t.kind && std::find(s.ops.begin(), s.ops.end(), w.op) != s.ops.end();
-  });
-  if (has_template) {
+  if (lookup_template(w.op, t)) {
     space.emplace(w, t);
     d["template"] = space->template_id();
     d["default_config"] = default_config(g, t);

@@ -1,0 +1,127 @@
+#include "compiler/operator_table.h"
+
+#include <initializer_list>
+
+#include "compiler/error.h"
+
+namespace tf {
+namespace {
+
+constexpr int64_t kReq = kRequiredKey;
+
+// The product of `dims`, or nullopt when it overflows int64.
+std::optional<int64_t> checked_product(std::initializer_list<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  }
+  return n;
+}
+
+Footprint matmul_footprint(const Workload& w) {
+  auto g = [&](const char* k) { return w.get(k); };
+  return {{{"A", checked_product({g("M"), g("K")})},
+           {"B", checked_product({g("K"), g("N")})},
+           {"C", checked_product({g("M"), g("N")})}},
+          checked_product({2, g("M"), g("N"), g("K")})};
+}
+
+Footprint batch_matmul_footprint(const Workload& w) {
+  auto g = [&](const char* k) { return w.get(k); };
+  return {{{"A", checked_product({g("B"), g("M"), g("K")})},
+           {"B", checked_product({g("B"), g("K"), g("N")})},
+           {"C", checked_product({g("B"), g("M"), g("N")})}},
+          checked_product({2, g("B"), g("M"), g("N"), g("K")})};
+}
+
+// Convolutions of every layout: blocked layouts hold the same number of elements as NCHW.
+Footprint conv_footprint(const Workload& w, bool depthwise) {
+  auto g = [&](const char* k) { return w.get(k); };
+  int64_t oh = conv_out(g("H"), g("R"), g("stride"), g("pad"), g("dilation"));
+  int64_t ow = conv_out(g("W"), g("S"), g("stride"), g("pad"), g("dilation"));
+  int64_t k = depthwise ? g("C") : g("K");
+  Footprint f;
+  f.tensors = {{"data", checked_product({g("N"), g("C"), g("H"), g("W")})},
+               {"data_pad", checked_product({g("N"), g("C"), g("H") + 2 * g("pad"), g("W") + 2 * g("pad")})},
+               {"weight", checked_product({k, depthwise ? 1 : g("C"), g("R"), g("S")})},
+               {"out", checked_product({g("N"), k, oh, ow})}};
+  f.flops = depthwise ? checked_product({2, g("N"), g("C"), oh, ow, g("R"), g("S")})
+                      : checked_product({2, g("N"), k, oh, ow, g("C"), g("R"), g("S")});
+  return f;
+}
+Footprint conv2d_footprint(const Workload& w) { return conv_footprint(w, false); }
+Footprint depthwise_footprint(const Workload& w) { return conv_footprint(w, true); }
+
+// A convolution's output is not empty.
+void check_conv(const Workload& w, const std::string& spec) {
+  int64_t oh = conv_out(w.get("H"), w.get("R"), w.get("stride"), w.get("pad"), w.get("dilation"));
+  int64_t ow = conv_out(w.get("W"), w.get("S"), w.get("stride"), w.get("pad"), w.get("dilation"));
+  if (oh < 1 || ow < 1) {
+    throw UserError(str("workload '", spec, "': output size ", oh, "x", ow, " is empty (H=", w.get("H"), " W=", w.get("W"),
+                        " R=", w.get("R"), " S=", w.get("S"), " pad=", w.get("pad"), " dilation=", w.get("dilation"),
+                        ")"));
+  }
+}
+
+// A blocked layout splits channels into whole blocks.
+void check_block(const Workload& w, const std::string& spec, const char* channels, const char* block) {
+  if (w.get(channels) % w.get(block) != 0) {
+    throw UserError(str("workload '", spec, "': ", block, "=", w.get(block), " does not divide ", channels, "=",
+                        w.get(channels), " (the blocked layout holds whole blocks of channels)"));
+  }
+}
+void check_conv_nchwc(const Workload& w, const std::string& spec) {
+  check_conv(w, spec);
+  check_block(w, spec, "C", "ic_block");
+  check_block(w, spec, "K", "oc_block");
+}
+void check_depthwise_nchwc(const Workload& w, const std::string& spec) {
+  check_conv(w, spec);
+  check_block(w, spec, "C", "block");
+}
+
+}  // namespace
+
+const std::vector<OperatorDef>& operator_table() {
+  using namespace ops;  // NOLINT: the builders and references the rows name
+  static const std::vector<OperatorDef> table = {
+      {"matmul",
+       {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
+       nullptr, matmul_footprint, build_matmul, reference_matmul},
+      {"batch_matmul",
+       {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
+       nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul},
+      {"conv2d_nchw",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
+        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
+       check_conv, conv2d_footprint, build_conv2d_nchw, reference_conv2d_nchw},
+      {"conv2d_nhwc",
+       {{"N", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"C", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
+        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
+       check_conv, conv2d_footprint, build_conv2d_nhwc, reference_conv2d_nhwc},
+      {"depthwise_conv2d_nchw",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
+        {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
+       check_conv, depthwise_footprint, build_depthwise_conv2d_nchw, reference_depthwise_conv2d_nchw},
+      // Blocked (NCHWc) layouts: channels split into blocks that are the innermost dimension.
+      {"conv2d_nchwc",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
+        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
+        {"oc_block", 8, 1}},
+       check_conv_nchwc, conv2d_footprint, build_conv2d_nchwc, reference_conv2d_nchwc},
+      {"depthwise_conv2d_nchwc",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
+        {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},
+       check_depthwise_nchwc, depthwise_footprint, build_depthwise_conv2d_nchwc, reference_depthwise_conv2d_nchwc},
+  };
+  return table;
+}
+
+const OperatorDef* find_operator(const std::string& op) {
+  for (const OperatorDef& d : operator_table()) {
+    if (op == d.name) return &d;
+  }
+  return nullptr;
+}
+
+}  // namespace tf

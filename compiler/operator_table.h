@@ -1,0 +1,80 @@
+// The compiler's operators, one row each: the only place an operator's name is mapped to what
+// it is. A row gives the keys of its workload spec (compiler/workload.h), the rules its sizes
+// obey, the tensors and FLOPs parse_workload bounds, its tensor expressions (build_op,
+// compiler/operators.h) and its reference implementation (compiler/reference.h). Adding an
+// operator is a builder, a reference and one row; its schedule templates are registered apart
+// (compiler/templates/all.def).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/operators.h"
+#include "compiler/workload.h"
+
+namespace tf {
+
+struct WorkloadKey {
+  const char* name;
+  int64_t default_value;  // kRequiredKey when the user must give it
+  int64_t min_value;
+};
+constexpr int64_t kRequiredKey = -1;
+
+// The tensors a workload reads, writes or stages (padded copies included), in elements, and
+// its FLOPs per call; nullopt where the product overflows 64 bits.
+struct Footprint {
+  std::vector<std::pair<const char*, std::optional<int64_t>>> tensors;
+  std::optional<int64_t> flops;
+};
+
+struct OperatorDef {
+  const char* name;
+  std::vector<WorkloadKey> keys;  // in their declared order (Workload::canonical prints it)
+  // Rules across keys beyond each key's bounds (a convolution's output is not empty, blocks
+  // divide the channels); throws UserError naming `spec`. Null when there are none.
+  void (*check)(const Workload& w, const std::string& spec);
+  Footprint (*footprint)(const Workload& w);
+  void (*build)(OpGraph& g);  // fills inputs, pad, acc, output and flops of g.workload
+  void (*reference)(const Workload& w, const std::vector<const float*>& inputs, float* output);
+};
+
+// Every operator, in a fixed order (known_ops()).
+const std::vector<OperatorDef>& operator_table();
+
+// The row of `op`, or nullptr.
+const OperatorDef* find_operator(const std::string& op);
+
+// Output extent of a convolution along one spatial dimension (0 when the window does not fit).
+// Every value is at most kMaxWorkloadValue (2^31 - 1), so no term can overflow 64 bits.
+inline int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  int64_t span = dilation * (k - 1) + 1;
+  int64_t padded = in + 2 * pad;
+  if (padded < span) return 0;
+  return (padded - span) / stride + 1;
+}
+
+// The builders and references the table points to (compiler/operators.cc, reference.cc).
+namespace ops {
+void build_matmul(OpGraph& g);
+void build_batch_matmul(OpGraph& g);
+void build_conv2d_nchw(OpGraph& g);
+void build_conv2d_nhwc(OpGraph& g);
+void build_depthwise_conv2d_nchw(OpGraph& g);
+void build_conv2d_nchwc(OpGraph& g);
+void build_depthwise_conv2d_nchwc(OpGraph& g);
+
+using Inputs = std::vector<const float*>;
+void reference_matmul(const Workload& w, const Inputs& in, float* out);
+void reference_batch_matmul(const Workload& w, const Inputs& in, float* out);
+void reference_conv2d_nchw(const Workload& w, const Inputs& in, float* out);
+void reference_conv2d_nhwc(const Workload& w, const Inputs& in, float* out);
+void reference_depthwise_conv2d_nchw(const Workload& w, const Inputs& in, float* out);
+void reference_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
+void reference_depthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
+}  // namespace ops
+
+}  // namespace tf

@@ -1,0 +1,204 @@
+#include "compiler/templates/common.h"
+
+#include <algorithm>
+#include <set>
+
+#include "compiler/error.h"
+#include "compiler/gpu.h"
+
+namespace tf::templates {
+
+std::pair<Stage*, Stage*> acc_and_writer(Schedule& s, const OpGraph& g, const std::vector<size_t>& layout) {
+  if (g.acc == g.output || !layout.empty()) {
+    ir::Tensor local = s.cache_write(g.acc, layout);
+    if (g.acc != g.output) s.stage(g.acc->name).compute_inline();
+    return {&s.stage(local->name), &s.stage(g.output->name)};
+  }
+  return {&s.stage(g.acc->name), &s.stage(g.output->name)};
+}
+
+Stage* pack_input(Schedule& s, const OpGraph& g, const std::string& input, size_t dim, int64_t block) {
+  if (g.prepacked.count(input)) {
+    s.pack_given(input, dim, block);
+    return nullptr;
+  }
+  return &s.pack(input, dim, block);
+}
+
+Expr schedule_dense_acc(Stage& acc, bool batch, int64_t uk, bool vec, bool unroll) {
+  size_t d = batch ? 1 : 0;
+  const auto& aax = acc.op()->axes;
+  auto [ko, ki] = acc.split(acc.op()->reduce_axes[0].var, uk);
+  std::vector<Expr> order;
+  if (batch) order.push_back(aax[0].var);
+  order.insert(order.end(), {ko, ki, aax[d].var, aax[d + 1].var});
+  acc.reorder(order);
+  if (vec) acc.vectorize(aax[d + 1].var);
+  if (unroll) {
+    acc.unroll(aax[d].var);
+    acc.unroll(ki);
+  }
+  return ko;
+}
+
+void schedule_pad(Schedule& s, const OpGraph& g, const json& c, int lanes, bool blocked) {
+  if (!g.pad) return;
+  Stage& p = s.stage(g.pad->name);
+  if (c["inline_pad"].get<bool>()) {
+    p.compute_inline();
+    return;
+  }
+  const auto& ax = g.pad->axes;  // n, c, h, w (blocked: and cb)
+  if (c["parallel"].get<bool>()) p.parallel(p.fuse(ax[0].var, ax[1].var));
+  if (c["vectorize"].get<bool>()) {
+    if (blocked) p.vectorize(ax[4].var);
+    else p.vectorize(p.split(ax[3].var, lanes).second);
+  }
+}
+
+std::vector<int64_t> split_candidates(const SplitAxis& a, int64_t max, int64_t lanes) {
+  int64_t hi = std::min(a.extent, max);
+  std::set<int64_t> c;
+  for (int64_t p = 1; p <= hi; p *= 2) c.insert(p);
+  for (int64_t d = 1; d <= hi; ++d) {
+    if (a.extent % d == 0 && (!a.vector || d >= lanes)) c.insert(d);
+  }
+  if (a.vector) {
+    for (int64_t m = lanes; m <= hi; m += lanes) c.insert(m);
+  }
+  if (a.rows) {
+    for (int64_t v = 1; v <= std::min<int64_t>(hi, 16); ++v) c.insert(v);
+  }
+  c.insert(hi);
+  return {c.begin(), c.end()};
+}
+
+int64_t vector_tile(int64_t extent, int64_t vectors, int64_t lanes) {
+  if (extent >= vectors * lanes) return vectors * lanes;
+  return extent >= lanes ? lanes : extent;
+}
+
+std::vector<json> CpuTemplate::int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const {
+  std::vector<json> out;
+  for (int64_t v : split_candidates(split_axis(g, k.name), k.max, t.vector_lanes())) out.push_back(v);
+  return out;
+}
+
+std::string CpuTemplate::check_constraints(const OpGraph& g, const Target& t, const json& c) const {
+  Tile tile = register_tile(g, t, c);
+  if (!tile.why.empty()) return tile.why;
+  const int64_t lanes = t.vector_lanes();
+  bool vec = c["vectorize"], unroll = c["unroll"];
+  auto vectors = [&](int64_t width) { return vec ? (width + lanes - 1) / lanes : width; };
+  const int64_t rows = tile.rows, width = tile.width, reduce = tile.reduce;
+  const int64_t regs = vector_registers(t);
+  // Accumulators, one row of loaded vectors, one broadcast.
+  if (vec && unroll && rows * vectors(width) + vectors(width) + 1 > regs) {
+    return str("a register tile of ", rows, " x ", vectors(width), " vectors needs ", rows * vectors(width) + vectors(width) + 1,
+               " vector registers; ", t.arch_name(), " has ", regs);
+  }
+  if (unroll && rows * vectors(width) * reduce > kMaxTileStatements) {
+    return str("an unrolled body of ", rows * vectors(width) * reduce, " statements (over ", kMaxTileStatements, ")");
+  }
+  return "";
+}
+
+void CpuTemplate::default_annotations(json& c) {
+  c["vectorize"] = true;
+  c["unroll"] = true;
+  c["parallel"] = true;
+}
+
+// Register tiles per thread at most this many accumulators: past it the thread needs more
+// than the 255 registers NVIDIA allows (AMD: 256 VGPRs) and spills.
+constexpr int64_t kMaxGpuThreadTile = 64;
+
+std::string GpuTemplate::check_constraints(const OpGraph& g, const Target& t, const json& c) const {
+  int64_t threads = 1, tile = 1;
+  for (const auto& [name, v] : c.items()) {
+    if (name.rfind("threads_", 0) == 0) threads *= v.get<int64_t>();
+    if (name.rfind("tile_", 0) == 0) tile *= v.get<int64_t>();
+  }
+  int64_t limit = gpu_limits(t).max_threads_per_block;
+  if (threads > limit) return str(threads, " threads per block (the limit is ", limit, ")");
+  if (tile > kMaxGpuThreadTile) {
+    return str("a register tile of ", tile, " accumulators per thread (over ", kMaxGpuThreadTile, ")");
+  }
+  if (c["shared"].get<bool>()) {
+    int64_t bytes = shared_bytes(g, c), most = gpu_limits(t).max_shared_bytes;
+    if (bytes > most) return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
+  }
+  int64_t unroll_k = c.contains("unroll_k") ? c["unroll_k"].get<int64_t>() : 1;
+  if (c["unroll"].get<bool>() && tile * unroll_k > kMaxTileStatements) {
+    return str("an unrolled body of ", tile * unroll_k, " statements (over ", kMaxTileStatements, ")");
+  }
+  return "";
+}
+
+std::vector<json> GpuTemplate::gpu_candidates(const KnobDef& k, int64_t extent) {
+  std::string name = k.name;
+  std::vector<json> out;
+  if (name.rfind("tile_", 0) == 0) {
+    for (int64_t v : {1, 2, 3, 4, 6, 8}) {
+      if (v <= extent) out.push_back(v);
+    }
+    return out;
+  }
+  for (int64_t v = 1; v <= std::min(k.max, extent); v *= 2) out.push_back(v);
+  if (name != "unroll_k" && out.back().get<int64_t>() < std::min(k.max, extent)) out.push_back(out.back().get<int64_t>() * 2);
+  return out;
+}
+
+int64_t GpuTemplate::threads_for(int64_t extent, int64_t tile, int64_t most) {
+  int64_t p = 1;
+  while (p < most && 2 * p * tile <= extent) p *= 2;
+  return p;
+}
+
+void stage_shared(Schedule& s, const std::string& input, Stage& reader, const Expr& at, int64_t threads_y,
+                  int64_t threads_x) {
+  Stage& sh = s.cache_read_shared(input);
+  sh.compute_at(reader, at);
+  const auto& ax = sh.op()->axes;
+  Expr all = ax[0].var;
+  for (size_t i = 1; i < ax.size(); ++i) all = sh.fuse(all, ax[i].var);
+  auto [rounds, lane] = sh.split(all, threads_y * threads_x);
+  auto [y, x] = sh.split(lane, threads_x);
+  sh.bind(y, "threadIdx.y");
+  sh.bind(x, "threadIdx.x");
+  (void)rounds;
+}
+
+}  // namespace tf::templates
+
+namespace tf::templates {
+
+std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise) {
+  // At most 10 accumulator vectors with 16 vector registers (AVX2: 2 x 6 and 3 x 4 spill and
+  // run at half speed), 24 with 32, over one or two channel blocks (depthwise: one). Among
+  // those tiles, the one with the most independent accumulators, up to 8 (16 with 32
+  // registers) -- enough to hide the multiply-add latency -- after the work wasted on the
+  // shifted tail tile (squared: a tail recomputes whole columns); two blocks on ties. AVX2,
+  // 256x14x14 3x3 layer, 2 threads: 1 x 7 at 145 GFLOPS, 2 x 5 (a tail) at 83-116; 2 x 4
+  // and 1 x 7 alike on 7x7 layers (120-154).
+  const int64_t lanes = t.vector_lanes();
+  int64_t v = (out_extent(g, 4) + lanes - 1) / lanes, ow = out_extent(g, 3);
+  const bool wide = vector_registers(t) >= 32;
+  const int64_t budget = wide ? 24 : 10, enough = wide ? 16 : 8;
+  int64_t kb = 1, tw = 1;
+  double best = -1;
+  for (int64_t b = depthwise ? 1 : std::min<int64_t>(2, out_extent(g, 1)); b >= 1; --b) {
+    for (int64_t w = 1; w <= ow && b * v * w <= std::max(budget, v); ++w) {
+      double eff = double(ow) / double((ow + w - 1) / w * w);
+      double score = eff * eff * double(std::min(b * v * w, enough));
+      if (score > best + 1e-9) {
+        best = score;
+        kb = b;
+        tw = w;
+      }
+    }
+  }
+  return {kb, tw};
+}
+
+}  // namespace tf::templates

@@ -1,0 +1,134 @@
+// What the schedule templates share: the stages every operator graph has (compiler/operators.h)
+// and how they are tiled, split candidates, and the CPU and GPU constraint rules. Only the
+// templates include this; everything else goes through compiler/schedule_templates.h.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/operators.h"
+#include "compiler/schedule.h"
+#include "compiler/schedule_templates.h"
+#include "compiler/target.h"
+
+namespace tf::templates {
+
+using json = nlohmann::json;
+using ir::Expr;
+using ir::Schedule;
+using ir::Stage;
+
+constexpr KnobKind kSplit = KnobKind::Split;
+constexpr KnobKind kReorder = KnobKind::Reorder;
+
+inline int64_t out_extent(const OpGraph& g, size_t dim) { return g.output->shape[dim]; }
+
+// The most statements (vector or scalar) an unrolled register tile may have before the
+// tuner stops proposing it: larger ones take seconds to compile and are never the fastest.
+// Measured over 145 random matmul 512^3 configs (AVX-512): the 17 above 1024 statements all
+// ran at 57 GFLOPS or less (the best: 380) and took 82% of the compile time, up to 34 s each.
+constexpr int64_t kMaxTileStatements = 1024;
+
+// The stage that accumulates the reduction (made with cache_write when the reduction is the
+// output) and the stage that writes the output. A `layout` reorders the accumulator's
+// dimensions (see Schedule::cache_write); the reduction then always gets a local stage, and
+// with an epilogue the reduction's own stage is inlined into it.
+std::pair<Stage*, Stage*> acc_and_writer(Schedule& s, const OpGraph& g, const std::vector<size_t>& layout = {});
+
+// Packs `input` for the template (the stage to schedule), or, when the caller passes it
+// packed already (OpGraph::prepacked), only reads that layout (no stage: nullptr).
+Stage* pack_input(Schedule& s, const OpGraph& g, const std::string& input, size_t dim, int64_t block);
+
+// The accumulating stage of a dense template: K split by `uk` (the outer loop returned), then
+// the register tile's rows (unrolled) and columns (vectorized) innermost.
+Expr schedule_dense_acc(Stage& acc, bool batch, int64_t uk, bool vec, bool unroll);
+
+// The axis a split knob tiles: its extent, and whether the tile is vectorized (then its
+// candidates are multiples of the vector width) or a row count of a register tile.
+struct SplitAxis {
+  int64_t extent = 1;
+  bool vector = false;
+  bool rows = false;
+};
+
+// Factors worth trying for an axis: powers of two, the divisors of the extent (no tail),
+// multiples of the vector width (vector axes) or every count up to 16 (register rows), and
+// the extent itself, all at most the extent and the knob's bound.
+std::vector<int64_t> split_candidates(const SplitAxis& a, int64_t max, int64_t lanes);
+
+// A CPU template: its split knobs' candidates come from the axis each tiles, and its configs
+// are pruned by the size of their register tile.
+class CpuTemplate : public ScheduleTemplate {
+ public:
+  using ScheduleTemplate::ScheduleTemplate;
+  std::vector<json> int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const final;
+  // A register tile that needs more vector registers than the target has (it would spill),
+  // or an unrolled body past kMaxTileStatements.
+  std::string check_constraints(const OpGraph& g, const Target& t, const json& c) const final;
+
+ protected:
+  // The axis the split knob `knob` tiles.
+  virtual SplitAxis split_axis(const OpGraph& g, const std::string& knob) const = 0;
+  // The register tile of config `c`: `rows` (unrolled) x `width` (vectorized, in elements)
+  // accumulators, unrolled `reduce` deep; or a refusal of its own in `why`.
+  struct Tile {
+    int64_t rows = 1, width = 1, reduce = 1;
+    std::string why;
+  };
+  virtual Tile register_tile(const OpGraph& g, const Target& t, const json& c) const = 0;
+  // The knobs every CPU template ends with (vectorize, unroll, parallel: all on).
+  static void default_annotations(json& c);
+};
+
+// Register tiles of full vectors of `lanes` (`vectors` of them when the extent allows), or a
+// tile of exactly the extent when it is narrower than one vector.
+int64_t vector_tile(int64_t extent, int64_t vectors, int64_t lanes);
+
+// The padded copy of an NCHW input (or NCHWc: `blocked`), computed at root in parallel and
+// vectorized, or inlined (inline_pad).
+void schedule_pad(Schedule& s, const OpGraph& g, const json& c, int lanes, bool blocked = false);
+
+// A GPU template: thread counts and register tiles as knobs (threads_*, tile_*), pruned by
+// the block's thread limit, registers per thread, shared memory and unrolled size.
+class GpuTemplate : public ScheduleTemplate {
+ public:
+  using ScheduleTemplate::ScheduleTemplate;
+  std::string check_constraints(const OpGraph& g, const Target& t, const json& c) const final;
+
+ protected:
+  // Bytes of shared memory a block of config `c` stages (0 without shared=true).
+  virtual int64_t shared_bytes(const OpGraph& g, const json& c) const = 0;
+  // Powers of two for thread counts (warps and wavefronts come in them), small register
+  // tiles, unroll factors that are powers of two; none past `extent`, the extent it splits.
+  static std::vector<json> gpu_candidates(const KnobDef& k, int64_t extent);
+  // Per block: threads with `tile` outputs each along `extent`, doubled while twice the
+  // block still fits the extent, up to `most`.
+  static int64_t threads_for(int64_t extent, int64_t tile, int64_t most);
+};
+
+// Stages `input` in shared memory at loop `at` of `reader`: the region one iteration needs
+// for the whole block, copied cooperatively by the block's threads_y x threads_x threads,
+// consecutive threads taking consecutive elements (coalesced reads).
+void stage_shared(Schedule& s, const std::string& input, Stage& reader, const Expr& at, int64_t threads_y,
+                  int64_t threads_x);
+
+}  // namespace tf::templates
+
+namespace tf::templates {
+
+// The output's row dimension of a dense workload: 1 for batch_matmul ([B][M][N]), else 0.
+inline size_t batch_dim(const OpGraph& g) { return g.workload.op == "batch_matmul" ? 1 : 0; }
+
+}  // namespace tf::templates
+
+namespace tf::templates {
+
+// The default register tile of an NCHWc (blocked) convolution: {channel blocks, output
+// columns}. Depthwise tiles take one block.
+std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise);
+
+}  // namespace tf::templates

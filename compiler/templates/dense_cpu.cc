@@ -1,0 +1,91 @@
+// dense.cpu: matmul and batch_matmul on CPUs. The output is tiled into register tiles of
+// tile_m rows (unrolled) x tile_n columns (vectorized), the reduction accumulated in them,
+// unroll_k deep; B may be packed into panels of tile_n columns first.
+#include "compiler/templates/common.h"
+
+namespace tf::templates {
+namespace {
+
+class DenseCpu final : public CpuTemplate {
+ public:
+  DenseCpu() : CpuTemplate("dense.cpu", 1, {"matmul", "batch_matmul"}, "llvm") {}
+
+  const std::vector<KnobDef>& knobs() const override {
+    static const std::vector<KnobDef> k = {
+        {"tile_m", KnobType::Int, "rows of C per register tile (unrolled)", 64, {}, kSplit},
+        {"tile_n", KnobType::Int, "columns of C per register tile (vectorized)", 256, {}, kSplit},
+        {"unroll_k", KnobType::Int, "unroll factor of the reduction loop", 64, {}, kSplit},
+        {"pack_b", KnobType::Bool, "copy B into [N/tile_n][K][tile_n] panels first", 0, {}},
+        {"order", KnobType::Choice, "outer tile loop order: mn (rows outer) or nm (columns outer)", 0, {"mn", "nm"},
+         kReorder},
+        {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
+        {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+        {"parallel", KnobType::Bool, "run the outermost tile loop on all threads", 0, {}},
+    };
+    return k;
+  }
+
+  json default_config(const OpGraph& g, const Target& t) const override {
+    // Register tiles of full vectors whatever the extents: shift-inwards tails plus
+    // partition_loops keep every tile but the last aligned. Extents smaller than a tile get a
+    // tile of exactly the extent. Rows per tile fit the vector register file: 8x2 vectors
+    // with 32 registers (AVX-512, NEON), 6x2 with 16 (AVX2).
+    const int64_t lanes = t.vector_lanes();
+    const int64_t rows = t.arch_name() == "x86_64" && lanes < 16 ? 6 : 8;
+    size_t d = batch_dim(g);
+    int64_t m = out_extent(g, d), n = out_extent(g, d + 1);
+    json c;
+    c["tile_n"] = vector_tile(n, 2, lanes);
+    c["tile_m"] = std::min(m, rows);
+    c["unroll_k"] = 4;
+    c["pack_b"] = m >= 16;
+    c["order"] = "nm";
+    default_annotations(c);
+    return c;
+  }
+
+  void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
+    bool batch = batch_dim(g) == 1;
+    int64_t tm = c["tile_m"], tn = c["tile_n"], uk = c["unroll_k"];
+    bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+    auto [acc, out] = acc_and_writer(s, g);
+    if (c["pack_b"].get<bool>()) {
+      if (Stage* p = pack_input(s, g, "B", batch ? 2 : 1, tn)) {
+        const auto& ax = p->op()->axes;
+        if (par) p->parallel(ax[0].var);
+        if (vec) p->vectorize(ax.back().var);
+      }
+    }
+    const auto& oax = out->op()->axes;
+    size_t d = batch ? 1 : 0;
+    auto [io, ii] = out->split(oax[d].var, tm);
+    auto [jo, ji] = out->split(oax[d + 1].var, tn);
+    bool rows_outer = c["order"].get<std::string>() == "mn";
+    Expr first = rows_outer ? io : jo, second = rows_outer ? jo : io;
+    out->reorder({first, second, ii, ji});
+    if (vec) out->vectorize(ji);
+    if (unroll) out->unroll(ii);
+    if (par) out->parallel(batch ? out->fuse(oax[0].var, first) : first);
+    acc->compute_at(*out, second);
+
+    schedule_dense_acc(*acc, batch, uk, vec, unroll);
+  }
+
+ protected:
+  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+    size_t d = batch_dim(g);
+    if (knob == "tile_m") return {out_extent(g, d), false, true};
+    if (knob == "tile_n") return {out_extent(g, d + 1), true, false};
+    return {g.acc->reduce_axes[0].extent, false, false};  // unroll_k
+  }
+
+  Tile register_tile(const OpGraph&, const Target&, const json& c) const override {
+    return {c["tile_m"], c["tile_n"], c["unroll_k"], ""};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ScheduleTemplate> make_dense_cpu() { return std::make_unique<DenseCpu>(); }
+
+}  // namespace tf::templates
