@@ -34,7 +34,7 @@
 #include "bench/bench_util.h"
 #include "compiler/driver.h"
 #include "db/database.h"
-#include "proto/kernel_library.h"
+#include "runtime/kernel_library.h"
 #include "tuner/tuning_records.h"
 
 namespace {

@@ -20,7 +20,7 @@ start=$SECONDS
 n=0
 while read -r w; do
   n=$((n + 1))
-  if out=$("$B/tuner/tunefarm" tune -w "$w" --local --trials "$TRIALS" --db "$DB" 2>&1); then
+  if out=$("$B/bin/tunefarm" tune -w "$w" --local --trials "$TRIALS" --db "$DB" 2>&1); then
     echo "$n $w: $(grep -m1 '^best' <<< "$out" || echo 'no best')"
   else
     echo "$n $w: FAILED: $(tail -1 <<< "$out")"

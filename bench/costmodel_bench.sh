@@ -10,7 +10,7 @@
 # usage: bench/costmodel_bench.sh [BUILD_DIR]   env: TRIALS (60), OUT (bench-out/costmodel)
 set -euo pipefail
 BUILD=${1:-build}
-TF=$BUILD/tuner/tunefarm
+TF=$BUILD/bin/tunefarm
 BENCH=$BUILD/bench/bench_costmodel
 TRIALS=${TRIALS:-60}
 OUT=${OUT:-bench-out/costmodel}

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "proto/daemon.h"
-#include "proto/security.h"
+#include "proto/credentials.h"
 #include "tracker/tracker_service.h"
 
 namespace {

@@ -23,7 +23,7 @@
 #        benchmark 1; benchmark 3 then learns from TRANSFER_DB alone.
 set -euo pipefail
 BUILD=${1:-build}
-TF=$BUILD/tuner/tunefarm
+TF=$BUILD/bin/tunefarm
 TRIALS=${TRIALS:-80}
 SEEDS=${SEEDS:-5}
 OUT=${OUT:-bench-out/search}

@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD_DIR:-build}
-T=$B/tuner/tunefarm
+T=$B/bin/tunefarm
 W=${1:-matmul(M=512,N=512,K=512)}
 TRIALS=${2:-100}
 DIR=$(mktemp -d /tmp/tunefarm-tune-bench-XXXXXX)

@@ -39,7 +39,7 @@ class Database {
   virtual void finish_run(const std::string& uuid, const std::string& status, double finished_at) = 0;
   // finish_run of `uuid` and update_job of `job` in one transaction: a crash leaves both as
   // they were or both written (the tuning service ends a job's run and records it in the
-  // job's progress so; see tuner/job_manager.cc).
+  // job's progress so; see service/job_manager.cc).
   virtual void finish_run_and_update_job(const std::string& uuid, const std::string& status, double finished_at,
                                          const JobRow& job) = 0;
   // All runs, newest first, with their record counts.

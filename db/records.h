@@ -103,7 +103,7 @@ struct TuningRun {
   int64_t records = 0;     // filled in by Database::runs()
 };
 
-// A job of the tuning service (tuner/job.h): what was asked, by whom, and how far it got.
+// A job of the tuning service (service/job.h): what was asked, by whom, and how far it got.
 struct JobRow {
   int64_t id = 0;                 // assigned by the database
   std::string user;

@@ -92,7 +92,7 @@ CREATE VIEW record_view AS
          r.error_code, r.correctness, datetime(r.measured_at, 'unixepoch') AS measured
   FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id;
 )sql",
-    // 2: the tuning service's jobs (tuner/job.h, docs/service.md).
+    // 2: the tuning service's jobs (service/job.h, docs/service.md).
     R"sql(
 CREATE TABLE jobs (
   id           INTEGER PRIMARY KEY,  -- the job id users see

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/security.h"
+#include "proto/credentials.h"
 
 namespace tf::farm {
 

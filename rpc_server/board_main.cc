@@ -18,11 +18,11 @@
 
 #include "proto/daemon.h"
 #include "proto/farm_limits.h"
-#include "proto/gpu_runtime.h"
-#include "proto/spawn.h"
-#include "proto/security.h"
+#include "runtime/gpu_runtime.h"
+#include "runtime/child_process.h"
+#include "proto/credentials.h"
 #include "rpc_server/board_service.h"
-#include "rpc_server/sandbox.h"
+#include "runtime/sandbox.h"
 
 namespace {
 
@@ -133,25 +133,18 @@ std::string find_program(const std::string& name) {
 // Asks the runner which GPU `device` is (tunefarm-board-runner --probe): the runner, not this
 // long-lived server, loads the vendor's driver. Throws ConfigError with the runner's reason.
 pb::GpuProbe probe_gpu(const std::string& runner, const std::string& device) {
-  int out[2];
-  if (pipe(out) != 0) throw tf::farm::ConfigError("--device " + device + ": pipe failed");
-  int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  std::string err;
-  pid_t pid = tf::spawn_in_group({runner, "--probe", device}, null_in, out[1], &err);
-  close(out[1]);
-  if (null_in >= 0) close(null_in);
-  std::string text;
-  if (pid > 0) {
-    char buf[4096];
-    for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  // Loading a driver takes seconds at most; a probe still running after a minute is stuck.
+  constexpr double kProbeTimeoutS = 60;
+  tf::ChildResult r = tf::run_child({runner, "--probe", device}, "", kProbeTimeoutS);
+  if (!r.started) throw tf::farm::ConfigError("--device " + device + ": cannot start " + runner + ": " + r.err);
+  if (r.timed_out) {
+    throw tf::farm::ConfigError("--device " + device + ": the runner's probe did not answer within " +
+                                std::to_string(int(kProbeTimeoutS)) + " s");
   }
-  close(out[0]);
-  if (pid <= 0) throw tf::farm::ConfigError("--device " + device + ": cannot start " + runner + ": " + err);
-  int status = tf::reap_group(pid);
   pb::GpuProbe p;
-  if (!google::protobuf::util::JsonStringToMessage(text, &p).ok()) {
-    throw tf::farm::ConfigError("--device " + device + ": the runner's probe failed (status " + std::to_string(status) +
-                                "): " + text);
+  if (!google::protobuf::util::JsonStringToMessage(r.out, &p).ok()) {
+    std::string how = r.signal ? "killed by signal " + std::to_string(r.signal) : "status " + std::to_string(r.exit_status);
+    throw tf::farm::ConfigError("--device " + device + ": the runner's probe failed (" + how + "): " + r.out);
   }
   if (!p.error().empty()) throw tf::farm::ConfigError("--device " + p.error());
   return p;

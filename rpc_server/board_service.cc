@@ -8,11 +8,11 @@
 #include <fstream>
 
 #include "proto/farm_limits.h"
-#include "proto/gpu_runtime.h"
-#include "proto/kernel_library.h"
-#include "proto/measure_limits.h"
-#include "proto/security.h"
-#include "rpc_server/isolated_runner.h"
+#include "runtime/gpu_runtime.h"
+#include "runtime/kernel_library.h"
+#include "runtime/measure_limits.h"
+#include "proto/credentials.h"
+#include "runtime/isolated_runner.h"
 
 namespace tf::farm {
 namespace {

@@ -3,7 +3,7 @@
 // Every call must carry the clients' token; Upload, Measure and Free must also carry a lease
 // token that the tracker confirms is valid for this board (fail closed: no tracker, no
 // work). Uploads must be complete ELF shared libraries for this machine. Kernels run in
-// tunefarm-board-runner under the sandbox of rpc_server/sandbox.h. Uploads land in a private directory per lease (named by a digest of the lease
+// tunefarm-board-runner under the sandbox of runtime/sandbox.h. Uploads land in a private directory per lease (named by a digest of the lease
 // token, never the token itself), which is deleted once the lease is gone. One worker thread
 // takes the calls in order, so measurements never overlap and disturb each other's timings.
 #pragma once
@@ -34,7 +34,7 @@ struct BoardOptions {
   // Words put before the runner's path, e.g. {"/usr/bin/qemu-aarch64"} when the board itself
   // runs under user-mode emulation (no binfmt handler starts a foreign runner directly).
   std::vector<std::string> runner_prefix;
-  // "" for a CPU board; cuda:N or rocm:N for a GPU board (proto/gpu_runtime.h): uploads are
+  // "" for a CPU board; cuda:N or rocm:N for a GPU board (runtime/gpu_runtime.h): uploads are
   // then PTX or .hsaco modules, and measurements carry the kernel's launch configuration.
   std::string gpu_device;
   int64_t max_upload_bytes = 64 << 20;

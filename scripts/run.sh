@@ -12,7 +12,7 @@ B=${BUILD_DIR:-build}
 W=${1:-matmul(M=512,N=512,K=512)}
 # The default database ($TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db, created on first use).
 LOG=$(mktemp)
-"$B"/tuner/tunefarm-tuner --local-boards 1 --port 0 >"$LOG" 2>&1 &
+"$B"/bin/tunefarm-tuner --local-boards 1 --port 0 >"$LOG" 2>&1 &
 SVC=$!
 trap 'kill $SVC 2>/dev/null; wait $SVC 2>/dev/null || true; rm -f "$LOG"' EXIT
 PORT=
@@ -24,9 +24,9 @@ for _ in $(seq 300); do
 done
 [[ -n "$PORT" ]] || { echo "tunefarm-tuner did not start" >&2; cat "$LOG" >&2; exit 1; }
 export TUNEFARM_SERVER=127.0.0.1:$PORT
-"$B"/tuner/tunefarm submit --workload "$W" --trials "${2:-60}" --watch
-"$B"/tuner/tunefarm compile --server --workload "$W" -o "${TMPDIR:-/tmp}/tunefarm-tuned.so"
-"$B"/tuner/tunefarm run --workload "$W"
+"$B"/bin/tunefarm submit --workload "$W" --trials "${2:-60}" --watch
+"$B"/bin/tunefarm compile --server --workload "$W" -o "${TMPDIR:-/tmp}/tunefarm-tuned.so"
+"$B"/bin/tunefarm run --workload "$W"
 DB=${TUNEFARM_DB:-$HOME/.local/share/tunefarm/tuning.db}
 if [[ "$W" == matmul\(* ]]; then
   # OpenBLAS 0.3.21 misdetects new AVX-512 CPUs: give the peer its AVX-512 kernels.

@@ -1,4 +1,4 @@
-"""Starting the project's daemons from Python tests (tests/tuner/service_test.py,
+"""Starting the project's daemons from Python tests (tests/service/service_test.py,
 tests/farm/emulated_pi_test.py): a process with its output in a log, ready once the log
 shows a pattern."""
 import re

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "proto/daemon.h"
-#include "proto/security.h"
+#include "proto/credentials.h"
 #include "tracker/tracker_service.h"
 
 int main(int argc, char** argv) {

@@ -1,7 +1,7 @@
 #include "tracker/tracker_service.h"
 
 #include "proto/farm_limits.h"
-#include "proto/security.h"
+#include "proto/credentials.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -16,7 +16,7 @@
 #include "compiler/error.h"
 #include "costmodel/features.h"
 #include "db/json_limits.h"
-#include "tuner/subprocess.h"
+#include "runtime/child_process.h"
 
 namespace tf {
 
@@ -25,7 +25,7 @@ using json = nlohmann::json;
 
 LocalBuilder::LocalBuilder(LocalBuilderOptions o) : opts_(std::move(o)) {
   if (opts_.workers <= 0) opts_.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (opts_.worker_path.empty()) opts_.worker_path = find_sibling_program("tunefarm-build-worker", ".");
+  if (opts_.worker_path.empty()) opts_.worker_path = find_sibling_program("tunefarm-build-worker");
   if (opts_.worker_path.empty() || access(opts_.worker_path.c_str(), X_OK) != 0) {
     throw std::runtime_error("cannot find tunefarm-build-worker next to this program (" +
                              (opts_.worker_path.empty() ? std::string("not found") : opts_.worker_path) + ")");

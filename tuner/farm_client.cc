@@ -5,7 +5,7 @@
 #include <mutex>
 #include <thread>
 
-#include "proto/measure_limits.h"
+#include "runtime/measure_limits.h"
 
 namespace tf::farm {
 namespace {

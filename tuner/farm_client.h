@@ -17,7 +17,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "proto/security.h"
+#include "proto/credentials.h"
 #include "proto/tunefarm.grpc.pb.h"
 
 namespace tf::farm {

@@ -8,7 +8,7 @@
 
 #include "compiler/error.h"
 #include "compiler/target.h"
-#include "proto/kernel_library.h"
+#include "runtime/kernel_library.h"
 
 namespace tf {
 

@@ -2,10 +2,10 @@
 
 #include <stdexcept>
 
-#include "proto/measure_limits.h"
-#include "rpc_server/isolated_runner.h"
+#include "runtime/measure_limits.h"
+#include "runtime/isolated_runner.h"
 #include "tuner/runner.h"
-#include "tuner/subprocess.h"
+#include "runtime/child_process.h"
 #include "tuner/tuning_records.h"
 
 namespace tf {
@@ -14,7 +14,7 @@ namespace pb = tunefarm::v1;
 
 LocalRunner::LocalRunner(LocalRunnerOptions o) : opts_(std::move(o)), device_model_(local_device_model()) {
   if (opts_.runner_path.empty()) {
-    opts_.runner_path = find_sibling_program("tunefarm-board-runner", "../rpc_server");
+    opts_.runner_path = find_sibling_program("tunefarm-board-runner");
   }
   if (opts_.runner_path.empty() || access(opts_.runner_path.c_str(), X_OK) != 0) {
     throw std::runtime_error("cannot find tunefarm-board-runner next to this program (" +

@@ -4,8 +4,8 @@
 #include <chrono>
 
 #include "compiler/target.h"
-#include "proto/kernel_library.h"
-#include "proto/measure_limits.h"
+#include "runtime/kernel_library.h"
+#include "runtime/measure_limits.h"
 #include "tuner/tuning_records.h"
 
 namespace tf {

@@ -28,12 +28,12 @@ struct MeasureOptions {
   double min_repeat_ms = 20;
   bool flush = false;
   double cooldown_ms = 0;
-  double timeout_s = 0;      // 0: derived from the above (proto/measure_limits.h)
+  double timeout_s = 0;      // 0: derived from the above (runtime/measure_limits.h)
   // > 0: one sample instead of `repeat` for a kernel whose fastest warm-up call is slower
   // (seconds per call); the tuner sets it to 2x the best so far (a non-contender)
   double cut_slower_than_s = 0;
   // The warm-up lasts at least this long (ms): a fresh process runs slow for a while
-  // (proto/kernel_library.h). `run` and the tuner's re-timing use 300.
+  // (runtime/kernel_library.h). `run` and the tuner's re-timing use 300.
   double min_warmup_ms = 0;
   uint64_t seed = 1;         // of the inputs
   bool check = true;         // compare outputs with the reference

@@ -7,7 +7,7 @@
 
 #include "compiler/error.h"
 #include "costmodel/features.h"
-#include "tuner/subprocess.h"
+#include "runtime/child_process.h"
 
 namespace tf {
 namespace {

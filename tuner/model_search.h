@@ -21,7 +21,7 @@
 #include "costmodel/cost_model.h"
 #include "costmodel/xgboost_model.h"
 #include "tuner/search_strategy.h"
-#include "tuner/subprocess.h"
+#include "runtime/child_process.h"
 
 namespace tf {
 

@@ -10,7 +10,7 @@
 //
 // LocalRunner: this machine, the embedded default. Each measurement runs in a
 // tunefarm-board-runner process of its own, exactly as on a board (same program, same
-// sandbox and limits, rpc_server/isolated_runner.h), one at a time.
+// sandbox and limits, runtime/isolated_runner.h), one at a time.
 // FarmRunner (tuner/farm_runner.h): leased boards of a farm key.
 #pragma once
 

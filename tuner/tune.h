@@ -133,7 +133,7 @@ struct TuneSummary {
 };
 
 // The loop of tune(), a batch at a time, for callers that interleave several workloads (the
-// tuning service's task scheduler, tuner/job.h). Construction reads the database (resume).
+// tuning service's task scheduler, service/job.h). Construction reads the database (resume).
 class TuneLoop {
  public:
   TuneLoop(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner, db::Database* db,

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "compiler/error.h"
-#include "tuner/subprocess.h"
+#include "runtime/child_process.h"
 
 namespace tf {
 

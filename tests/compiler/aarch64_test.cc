@@ -11,7 +11,7 @@
 #include "compiler/link.h"
 #include "compiler/reference.h"
 #include "compiler/schedule_templates.h"
-#include "proto/kernel_library.h"
+#include "runtime/kernel_library.h"
 #include "tests/compiler/kernel_harness.h"
 
 namespace tf {

@@ -12,7 +12,7 @@
 #include "compiler/codegen_llvm.h"
 #include "compiler/link.h"
 #include "compiler/reference.h"
-#include "proto/kernel_library.h"
+#include "runtime/kernel_library.h"
 
 namespace tf::testing {
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 #include "compiler/operators.h"
 #include "compiler/reference.h"
 #include "compiler/target.h"
-#include "proto/kernel_library.h"
+#include "runtime/kernel_library.h"
 
 namespace tf::testing {
 

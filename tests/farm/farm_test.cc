@@ -24,9 +24,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "proto/security.h"
+#include "proto/credentials.h"
 #include "tests/farm/daemon.h"
-#include "proto/kernel_library.h"
+#include "runtime/kernel_library.h"
 #include "tuner/farm_client.h"
 #include "tuner/farm_runner.h"
 

@@ -1,4 +1,4 @@
-// The timing protocol (proto/kernel_library.h): warm-up, calibration of the calls per sample,
+// The timing protocol (runtime/kernel_library.h): warm-up, calibration of the calls per sample,
 // and the cut of non-contenders, on kernels whose call times are known (kernels/phases.c).
 // The kernels wait on the clock, so their calls last at least the stated time; the checks
 // leave a wide margin above it for a loaded machine.
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "proto/kernel_library.h"
+#include "runtime/kernel_library.h"
 
 namespace tf {
 namespace {

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "proto/farm_limits.h"
-#include "proto/security.h"
+#include "proto/credentials.h"
 #include "proto/tunefarm.grpc.pb.h"
 #include "tests/farm/daemon.h"
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "proto/kernel_library.h"
+#include "runtime/kernel_library.h"
 
 int main(int argc, char** argv) {
   if (argc < 7) {

@@ -1,0 +1,457 @@
+#include "cli/model_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include <unistd.h>
+
+#include "compiler/error.h"
+#include "graph/fusion.h"
+#include "graph/memory_plan.h"
+#include "graph/memory_budget.h"
+#include "graph/model_compiler.h"
+#include "graph/model_library.h"
+#include "graph/node_te.h"
+#include "graph/npy.h"
+#include "graph/onnx_import.h"
+#include "graph/pass.h"
+#include "graph/reference_run.h"
+#include "graph/tasks.h"
+#include "tuner/tuning_records.h"
+
+namespace tf::cli {
+
+using nlohmann::json;
+
+namespace {
+
+// The channel block of the layout pass for target `t`: its vector width on CPUs.
+int64_t channel_block(const Target& t) { return t.is_cpu() ? t.vector_lanes() : 0; }
+
+}  // namespace
+
+void add_import_command(CLI::App& app, ImportArgs& a) {
+  a.cmd = app.add_subcommand(
+      "import", "Import an ONNX model: its graph after the graph passes and the tunable tasks");
+  a.cmd->add_option("model", a.model, "the .onnx file");
+  a.cmd
+      ->add_option(
+          "--target,-t", a.target,
+          "target the tasks are for (its vector width sets the convolutions' channel blocks)")
+      ->capture_default_str();
+  a.cmd->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")
+      ->capture_default_str();
+  a.cmd->add_option("--disable-pass", a.disable, "do not run this graph pass (repeatable)");
+  a.cmd->add_option("--dump-pass", a.dump,
+                    "print the graph after this pass to stderr, or 'all' (repeatable)");
+  a.cmd->add_flag("--list-passes", a.list_passes, "list the graph passes and exit");
+  a.cmd->add_flag("--json", a.json, "print JSON");
+}
+
+int run_import(const ImportArgs& a) {
+  using namespace graph;  // NOLINT
+  if (a.list_passes) {
+    for (const graph::PassInfo& p : graph_passes())
+      std::printf("%-32s O%d  %s\n", p.name, p.opt_level, p.help);
+    return 0;
+  }
+  if (a.model.empty()) throw UserError("import: name the .onnx model file");
+  Target target = parse_target(a.target);
+  PassOptions opts;
+  opts.channel_block = channel_block(target);
+  opts.opt_level = a.opt_level;
+  opts.disabled = {a.disable.begin(), a.disable.end()};
+  opts.dump = {a.dump.begin(), a.dump.end()};
+  check_pass_options(opts);
+  Graph g = import_onnx(a.model);
+  GraphStats imported = graph_stats(g);
+  size_t nodes_imported = g.nodes.size();
+  opts.dump_sink = [](const std::string& pass, const Graph& gr) {
+    std::fprintf(stderr, "// after %s\n%s", pass.c_str(), graph_to_text(gr).c_str());
+  };
+  std::vector<PassReport> reports = run_passes(g, opts);
+  // What compile --model would refuse of a node, import refuses too.
+  check_node_expressions(g);
+  GraphStats after = graph_stats(g);
+  TaskList tasks = extract_tasks(g);
+  std::vector<FusedGroup> groups = plan_fusion(g);
+  MemoryPlan memory = plan_memory(g, groups);
+
+  auto tensors = [&](const std::vector<std::string>& names) {
+    json out = json::array();
+    for (const std::string& n : names) {
+      const Value& v = g.value(n);
+      out.push_back({{"name", n}, {"dtype", dtype_name(v.dtype)}, {"shape", v.shape}});
+    }
+    return out;
+  };
+  json j = {{"model", a.model},
+            {"graph", g.name},
+            {"opset", g.opset},
+            {"inputs", tensors(g.inputs)},
+            {"outputs", tensors(g.outputs)},
+            {"parameters", after.parameters},
+            {"constant_bytes", after.constant_bytes},
+            {"nodes_imported", nodes_imported},
+            {"nodes", g.nodes.size()},
+            {"ops_imported", imported.ops},
+            {"ops", after.ops}};
+  j["passes"] = json::array();
+  for (const PassReport& r : reports) {
+    j["passes"].push_back({{"name", r.name},
+                           {"ran", r.ran},
+                           {"fired", r.changed},
+                           {"ms", r.ms},
+                           {"nodes_after", r.nodes_after}});
+  }
+  j["tasks"] = json::array();
+  for (const Task& t : tasks.tasks) {
+    j["tasks"].push_back({{"workload", t.workload},
+                          {"count", t.nodes.size()},
+                          {"flops", t.flops},
+                          {"nodes", t.nodes}});
+  }
+  j["fused_kernels"] = json::array();
+  for (const FusedGroup& f : groups) {
+    j["fused_kernels"].push_back({{"kind", op_kind_name(f.kind)},
+                                  {"nodes", f.nodes},
+                                  {"inputs", f.inputs},
+                                  {"outputs", f.outputs}});
+  }
+  j["memory"] = {{"arena_bytes", memory.arena_bytes},
+                 {"naive_bytes", memory.naive_bytes},
+                 {"intermediates", memory.buffers.size()}};
+  j["untunable"] = json::array();
+  for (const Untunable& u : tasks.untunable)
+    j["untunable"].push_back({{"node", u.node}, {"op", u.op}, {"reason", u.reason}});
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model     %s (graph '%s', opset %lld)\n", a.model.c_str(), g.name.c_str(),
+              static_cast<long long>(g.opset));
+  for (const char* side : {"inputs", "outputs"}) {
+    for (const json& t : j[side]) {
+      std::printf("%-9s %s %s %s\n", side == std::string("inputs") ? "input" : "output",
+                  t["name"].get<std::string>().c_str(), t["dtype"].get<std::string>().c_str(),
+                  shape_str(t["shape"].get<Shape>()).c_str());
+    }
+  }
+  std::printf("params    %lld floats (%.1f MB of constants)\n",
+              static_cast<long long>(after.parameters),
+              static_cast<double>(after.constant_bytes) / 1e6);
+  std::printf("nodes     %zu imported, %zu after passes\n", nodes_imported, g.nodes.size());
+  std::string ops;
+  for (const auto& [op, n] : after.ops) ops += str(ops.empty() ? "" : ", ", op, " x", n);
+  std::printf("ops       %s\n", ops.empty() ? "(none)" : ops.c_str());
+  std::printf("\npasses (-O%d)\n", a.opt_level);
+  for (const PassReport& r : reports) {
+    std::printf("  %-32s %s\n", r.name.c_str(),
+                !r.ran ? "skipped"
+                       : str(r.changed ? "fired " : "nothing", "  ", r.nodes_after, " nodes  ",
+                             static_cast<int>(r.ms * 1000) / 1000.0, " ms")
+                             .c_str());
+  }
+  std::map<std::string, int> by_kind;
+  size_t fused_nodes = 0;
+  for (const FusedGroup& f : groups) {
+    ++by_kind[op_kind_name(f.kind)];
+    if (f.nodes.size() > 1) fused_nodes += f.nodes.size();
+  }
+  std::string kinds;
+  for (const auto& [k, n] : by_kind) kinds += str(kinds.empty() ? "" : ", ", n, " ", k);
+  std::printf("kernels   %zu after fusion (%s; %zu nodes fused into others' kernels)\n",
+              groups.size(), kinds.c_str(),
+              fused_nodes - std::count_if(groups.begin(), groups.end(),
+                                          [](const FusedGroup& f) { return f.nodes.size() > 1; }));
+  std::printf("memory    %.2f MB arena for %zu intermediates (%.2f MB without reuse)\n",
+              static_cast<double>(memory.arena_bytes) / 1e6, memory.buffers.size(),
+              static_cast<double>(memory.naive_bytes) / 1e6);
+  std::printf("\ntasks (%zu distinct)\n", tasks.tasks.size());
+  for (const Task& t : tasks.tasks) {
+    std::printf("  %3zu x %-90s %.3g GFLOP\n", t.nodes.size(), t.workload.c_str(),
+                static_cast<double>(t.flops) / 1e9);
+  }
+  for (const Untunable& u : tasks.untunable) {
+    std::printf("  not tunable: node '%s' (%s): %s\n", u.node.c_str(), u.op.c_str(),
+                u.reason.c_str());
+  }
+  return 0;
+}
+
+void add_max_memory_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--max-memory", value,
+                  "--model: refuse a model whose tensors need more memory than this (512M, 8G; default a "
+                  "quarter of this machine's memory), naming the node, shape and bytes");
+}
+
+void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
+  run->add_option("--model", a.model,
+                  "an ONNX model (compiled for this machine first, or with --reference evaluated) or a "
+                  "library from `compile --model`, to run instead of a workload");
+  run->add_option("--input", a.inputs,
+                  "model input as name=file.npy (or file.npy for a model with one input); "
+                  "inputs not given are uniform random in [-1, 1) (float32), random (bool) or "
+                  "zeros (int64) (repeatable)");
+  run->add_option("--output", a.outputs,
+                  "write a model output: name=file.npy, or file.npy for the first (repeatable)");
+  run->add_option("--expect", a.expect,
+                  "a .npy the first output should match: prints the largest error, and exits 1 "
+                  "past 1e-4 of its magnitude");
+  run->add_flag("--reference", a.reference,
+                "run with the reference evaluation of every operator (slow; for checking)");
+  run->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")
+      ->capture_default_str();
+  run->add_option("--seed", a.seed, "seed of the random inputs")->capture_default_str();
+  run->add_option("--disable-pass", a.disable, "do not run this graph pass (repeatable)");
+  add_max_memory_option(run, a.max_memory);
+}
+
+namespace {
+
+// "name=file" -> {name, file}; a bare file names `only` (the single input, the first output).
+std::pair<std::string, std::string> named_file(const std::string& arg,
+                                               const std::vector<std::string>& names,
+                                               const char* what) {
+  size_t eq = arg.find('=');
+  if (eq == std::string::npos) {
+    if (names.size() != 1 && std::string(what) == "--input") {
+      throw UserError(str("--input ", arg, ": the model has ", names.size(),
+                          " inputs; name it as name=file.npy"));
+    }
+    return {names.at(0), arg};
+  }
+  std::string name = arg.substr(0, eq);
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string have;
+    for (const std::string& n : names) have += (have.empty() ? "" : ", ") + n;
+    throw UserError(str(what, " ", arg, ": the model has no ",
+                        std::string(what) == "--input" ? "input" : "output", " '", name,
+                        "' (it has: ", have, ")"));
+  }
+  return {name, arg.substr(eq + 1)};
+}
+
+}  // namespace
+
+namespace {
+
+// The graph of an .onnx file after the passes at `opt_level`, without `disable`, for a target
+// whose vector width is `block` (0: none, see graph::PassOptions::channel_block).
+graph::Graph load_model(const std::string& path, int opt_level,
+                        const std::vector<std::string>& disable, int64_t block) {
+  graph::PassOptions opts;
+  opts.channel_block = block;
+  opts.opt_level = opt_level;
+  opts.disabled = {disable.begin(), disable.end()};
+  graph::check_pass_options(opts);
+  graph::Graph g = graph::import_onnx(path);
+  graph::run_passes(g, opts);
+  return g;
+}
+
+bool is_library(const std::string& path) {
+  return path.size() > 3 && path.compare(path.size() - 3, 3, ".so") == 0;
+}
+
+int64_t memory_budget(const std::string& flag) {
+  return flag.empty() ? graph::default_memory_budget() : graph::parse_memory_size("--max-memory", flag);
+}
+
+graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Database* db, const std::string& out,
+                                const std::string& model, bool warn, int64_t budget) {
+  graph::ConfigLookup lookup = [db](const Workload& w, const Target& target) {
+    ConfigChoice c = choose_config(db, w, target);
+    return graph::KernelConfig{c.config, c.source, c.tuned_from};
+  };
+  graph::CompiledModel cm = graph::compile_model(g, t, lookup, out, model, budget);
+  if (warn && cm.untuned() > 0) {
+    std::fprintf(stderr,
+                 "warning: %d of %d tunable kernels have no tuned config for %s and use default schedules "
+                 "(`tunefarm import %s` lists the tasks to tune)\n",
+                 cm.untuned(), cm.tunable(), t.short_str().c_str(), model.c_str());
+  }
+  return cm;
+}
+
+}  // namespace
+
+int compile_model_file(const ModelCompileArgs& a) {
+  if (a.out.empty()) throw UserError("-o OUT is required");
+  if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");
+  Target t = parse_target(a.target);
+  int64_t budget = memory_budget(a.max_memory);
+  graph::Graph g = load_model(a.model, a.opt_level, a.disable, channel_block(t));
+  auto start = std::chrono::steady_clock::now();
+  graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (a.json) {
+    json j = cm.sidecar(a.model);
+    j["output"] = std::filesystem::absolute(a.out).string();
+    j["sidecar"] = std::filesystem::absolute(a.out + ".json").string();
+    j["compile_s"] = seconds;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  int tunable = cm.tunable();
+  std::printf("wrote %s and %s: %zu kernels (%d tunable, %d tuned), workspace %.2f MiB (%.2f MiB unplanned), "
+              "weights %.2f MiB, in %.1f s\n",
+              a.out.c_str(), (a.out + ".json").c_str(), cm.kernels.size(), tunable, tunable - cm.untuned(),
+              cm.memory.arena_bytes / 1048576.0, cm.memory.naive_bytes / 1048576.0, cm.constant_bytes / 1048576.0,
+              seconds);
+  return 0;
+}
+
+int run_model(const ModelRunArgs& a) {
+  using namespace graph;  // NOLINT
+  if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
+  bool library = is_library(a.model);
+  if (library && a.reference) throw UserError(str("--reference runs an .onnx model, not the library ", a.model));
+  const int64_t budget = memory_budget(a.max_memory);
+  std::optional<Graph> g;
+  std::unique_ptr<ModelLibrary> lib;
+  std::filesystem::path tmp_dir;
+  struct Cleanup {
+    std::filesystem::path* d;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!d->empty()) std::filesystem::remove_all(*d, ec);
+    }
+  } cleanup{&tmp_dir};
+  std::vector<TensorInfo> in_info, out_info;
+  std::string mode = "reference evaluation, not compiled";
+  if (library) {
+    lib = std::make_unique<ModelLibrary>(a.model);
+    mode = "compiled library";
+  } else {
+    // The reference evaluation runs the model as exported (no layout change).
+    g = load_model(a.model, a.opt_level, a.disable, a.reference ? 0 : channel_block(host_target()));
+    if (!a.reference) {
+      tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
+      std::filesystem::create_directories(tmp_dir);
+      std::string so = (tmp_dir / "model.so").string();
+      compile_to(*g, host_target(), a.db, so, a.model, true, budget);
+      lib = std::make_unique<ModelLibrary>(so);
+      mode = "compiled for this machine";
+    }
+  }
+  if (lib) {
+    in_info = lib->inputs();
+    out_info = lib->outputs();
+    // A library compiled elsewhere (or with a larger --max-memory) is checked here too.
+    std::vector<int64_t> run_tensors;
+    for (const std::vector<TensorInfo>* side : {&in_info, &out_info}) {
+      for (const TensorInfo& t : *side) {
+        check_tensor_budget(str(side == &in_info ? "input '" : "output '", t.name, "'"), t.dtype, t.shape, budget);
+        run_tensors.push_back(tensor_bytes(t.dtype, t.shape));
+      }
+    }
+    check_run_budget(a.model + ": a run holds", static_cast<int64_t>(std::min<uint64_t>(lib->workspace_bytes(), INT64_MAX)),
+                     run_tensors, budget);
+  } else {
+    check_reference_memory(*g, budget);
+    for (const std::string& n : g->inputs)
+      in_info.push_back({n, g->value(n).shape, g->value(n).dtype});
+    for (const std::string& n : g->outputs) out_info.push_back({n, g->value(n).shape});
+  }
+  std::vector<std::string> in_names, out_names;
+  for (const TensorInfo& t : in_info) in_names.push_back(t.name);
+  for (const TensorInfo& t : out_info) out_names.push_back(t.name);
+  std::map<std::string, HostTensor> inputs;
+  for (const std::string& arg : a.inputs) {
+    auto [name, file] = named_file(arg, in_names, "--input");
+    inputs[name] = read_npy(file, budget);
+  }
+  std::mt19937 rng(static_cast<uint32_t>(a.seed));
+  std::uniform_real_distribution<float> uni(-1, 1);
+  for (const TensorInfo& t : in_info) {
+    if (inputs.count(t.name)) {
+      const HostTensor& given = inputs[t.name];
+      if (given.dtype != t.dtype || given.shape != t.shape) {
+        throw UserError(str("--input: input '", t.name, "' is ", dtype_name(given.dtype), " ",
+                            shape_str(given.shape), "; the model takes ", dtype_name(t.dtype), " ",
+                            shape_str(t.shape)));
+      }
+      continue;
+    }
+    // Not given: floats uniform in [-1, 1), bools at random, int64 zeros (valid indices).
+    int64_t n = num_elements(t.shape);
+    if (t.dtype == DType::F32) {
+      HostTensor x = HostTensor::floats(t.shape, std::vector<float>(n));
+      for (float& v : x.f) v = uni(rng);
+      inputs[t.name] = std::move(x);
+    } else {
+      HostTensor x = HostTensor::ints(t.shape, std::vector<int64_t>(n), t.dtype);
+      if (t.dtype == DType::Bool)
+        for (int64_t& v : x.i) v = uni(rng) < 0;
+      inputs[t.name] = std::move(x);
+    }
+  }
+  std::map<std::string, HostTensor> outs;
+  std::vector<const HostTensor*> in_ptrs;
+  for (const TensorInfo& t : in_info) in_ptrs.push_back(&inputs.at(t.name));
+  std::vector<HostTensor> out_list;
+  auto once = [&] {
+    if (lib) {
+      lib->run(in_ptrs, out_list);
+    } else {
+      outs = run_reference(*g, inputs, budget);
+    }
+  };
+  if (lib) once();  // warm-up: first touches of the weights and the thread pool
+  std::vector<double> ms;
+  for (int r = 0; r < a.repeat; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    once();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  if (lib) {
+    for (size_t k = 0; k < out_info.size(); ++k) outs[out_info[k].name] = out_list[k];
+  }
+  std::sort(ms.begin(), ms.end());
+  double median = ms[ms.size() / 2];
+  for (const std::string& arg : a.outputs) {
+    auto [name, file] = named_file(arg, out_names, "--output");
+    write_npy(file, outs.at(name));
+  }
+  json j = {{"model", a.model}, {"mode", lib ? "compiled" : "reference"}, {"median_ms", median}, {"repeat", a.repeat}};
+  int status = 0;
+  if (!a.expect.empty()) {
+    HostTensor want = read_npy(a.expect, budget);
+    const HostTensor& got = outs.at(out_names[0]);
+    if (want.shape != got.shape) {
+      throw UserError(str("--expect ", a.expect, " has shape ", shape_str(want.shape), "; output '",
+                          out_names[0], "' is ", shape_str(got.shape)));
+    }
+    double err = 0, mag = 0;
+    for (int64_t k = 0; k < want.size(); ++k) {
+      err = std::max(err, std::fabs(want.as_double(k) - got.as_double(k)));
+      mag = std::max(mag, std::fabs(want.as_double(k)));
+    }
+    j["max_abs_error"] = err;
+    j["max_abs_expected"] = mag;
+    status = err <= 1e-4 * std::max(mag, 1.0) ? 0 : 1;
+  }
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("model     %s (%s)\n", a.model.c_str(), mode.c_str());
+    std::printf("latency   %.3f ms (median of %d)\n", median, a.repeat);
+    if (j.contains("max_abs_error")) {
+      std::printf("max error %.3g (largest expected magnitude %.3g)%s\n",
+                  j["max_abs_error"].get<double>(), j["max_abs_expected"].get<double>(),
+                  status ? ": past 1e-4 of it" : "");
+    }
+  }
+  return status;
+}
+
+}  // namespace tf::cli

@@ -1,0 +1,252 @@
+#include "cli/service_command.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "compiler/error.h"
+#include "db/json_limits.h"
+#include "cli/common.h"
+#include "tuner/farm_client.h"
+
+namespace tf::cli {
+
+namespace pb = tunefarm::v1;
+using json = nlohmann::json;
+
+namespace {
+
+std::string to_json_line(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", s * 1e3);
+  return buf;
+}
+
+std::string best_of(const pb::JobInfo& j) {
+  if (j.tasks_size() == 1) {
+    const pb::TaskInfo& t = j.tasks(0);
+    if (t.best_s() <= 0) return "-";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s ms (%.1f GFLOPS)", ms(t.best_s()).c_str(), t.best_gflops());
+    return buf;
+  }
+  return j.weighted_best_s() > 0 ? ms(j.weighted_best_s()) + " ms weighted" : "-";
+}
+
+bool over(const pb::JobInfo& j) { return j.state() == "done" || j.state() == "failed" || j.state() == "cancelled"; }
+
+void print_tasks(const pb::JobInfo& j) {
+  std::printf("job %lld (%s): %s%s%s\n", static_cast<long long>(j.id()), j.user().c_str(), j.state().c_str(),
+              j.reason().empty() ? "" : ": ", j.reason().c_str());
+  std::printf("target %s, %s, %d/%d trials, %d failed%s\n", j.target().empty() ? "-" : j.target().c_str(),
+              j.key() == "local" ? "the service's local boards" : ("boards of key " + j.key()).c_str(),
+              j.trials_done(), j.trials_total(), j.errors(),
+              j.restarts() > 0 ? (", resumed " + std::to_string(j.restarts()) + " times").c_str() : "");
+  for (const pb::TaskInfo& t : j.tasks()) {
+    char best[96] = "no result", speedup[48] = "";
+    if (t.best_s() > 0) std::snprintf(best, sizeof best, "%s ms, %.1f GFLOPS", ms(t.best_s()).c_str(), t.best_gflops());
+    if (t.default_s() > 0 && t.best_s() > 0) std::snprintf(speedup, sizeof speedup, ", %.2fx the default", t.default_s() / t.best_s());
+    std::printf("  %-44s x%-4g %4d trials  %s%s%s\n", t.workload().c_str(), t.weight(), t.trials(), best, speedup,
+                t.stop_reason().empty() ? "" : (" (" + t.stop_reason() + ")").c_str());
+  }
+  if (j.weighted_best_s() > 0 && j.tasks_size() > 1) {
+    std::printf("weighted total %s ms (sum of weight x best)\n", ms(j.weighted_best_s()).c_str());
+  }
+}
+
+json job_from_flags(const ServiceArgs& a) {
+  json j = json::object();
+  if (!a.job_file.empty()) {
+    std::ifstream f(a.job_file);
+    if (!f) throw UserError(str("cannot read job file ", a.job_file));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    try {
+      j = parse_json_bounded(ss.str());
+    } catch (const json::parse_error& e) {
+      throw UserError(str("job file ", a.job_file, " is not valid JSON: ", e.what()));
+    } catch (const JsonRefused& e) {
+      throw UserError(str("job file ", a.job_file, " is refused: ", e.what()));
+    }
+    if (!j.is_object()) throw UserError(str("job file ", a.job_file, " must hold a JSON object"));
+    if (!a.workloads.empty()) throw UserError("give the workloads in the job file or with -w, not both");
+  } else if (a.workloads.empty()) {
+    throw UserError("say what to tune: -w WORKLOAD (repeatable) or a JOB.json file");
+  }
+  if (!a.weights.empty() && a.weights.size() != a.workloads.size()) {
+    throw UserError(str("--weight given ", a.weights.size(), " times for ", a.workloads.size(),
+                        " workloads: give one per -w, in order"));
+  }
+  if (!a.workloads.empty()) {
+    json ws = json::array();
+    for (size_t i = 0; i < a.workloads.size(); ++i) {
+      json w = {{"workload", a.workloads[i]}};
+      if (!a.weights.empty()) w["weight"] = a.weights[i];
+      ws.push_back(w);
+    }
+    j["workloads"] = ws;
+  }
+  // Flags given on the command line override the file's fields.
+  auto given = [&](const char* name) { return a.submit->get_option(name)->count() > 0; };
+  if (given("--key")) j["key"] = a.key;
+  if (given("--target")) j["target"] = a.target;
+  if (given("--trials")) j["trials"] = a.trials;
+  if (given("--strategy")) j["strategy"] = a.strategy;
+  if (given("--priority")) j["priority"] = a.priority;
+  if (given("--early-stop")) j["early_stop"] = a.early_stop;
+  if (given("--model")) j["model"] = a.model;
+  if (given("--batch")) j["batch"] = a.batch;
+  if (given("--boards")) j["boards"] = a.boards;
+  return j;
+}
+
+// Follows a job to its end; returns the exit status.
+int watch_job(ServiceClient& c, int64_t id, bool as_json) {
+  bool tty = isatty(2) != 0;
+  pb::JobInfo last;
+  std::string shown;
+  c.watch(id, [&](const pb::JobEvent& e) {
+    last = e.job();
+    const pb::JobInfo& j = e.job();
+    if (as_json) {
+      std::printf("%s\n", to_json_line(e).c_str());
+      std::fflush(stdout);
+      return true;
+    }
+    if (e.kind() == "board_lost" || (!e.message().empty() && e.kind() != "progress")) {
+      std::fprintf(stderr, "%s%s\n", tty ? "\r\033[K" : "", e.message().c_str());
+    }
+    std::string line = str("job ", j.id(), " ", j.state(), "  ", j.trials_done(), "/", j.trials_total(), " trials  best ",
+                           best_of(j), "  errors ", j.errors());
+    if (!e.workload().empty()) line += "  last: " + e.workload();
+    if (line == shown) return true;  // nothing new to say (a state event between batches)
+    shown = line;
+    if (tty) {
+      int width = 24, filled = j.trials_total() > 0 ? width * std::min(j.trials_done(), j.trials_total()) / j.trials_total() : 0;
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.resize(static_cast<size_t>(width), '.');
+      std::fprintf(stderr, "\r\033[K[%s] %s", bar.c_str(), line.c_str());
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+    return true;
+  });
+  if (!as_json) {
+    if (tty) std::fprintf(stderr, "\n");
+    print_tasks(last);
+  }
+  if (last.state() == "done") return 0;
+  if (!over(last)) {
+    std::fprintf(stderr, "error: the service stopped before job %lld ended (it resumes when the service starts again)\n",
+                 static_cast<long long>(id));
+    return 1;
+  }
+  std::fprintf(stderr, "job %lld %s%s%s\n", static_cast<long long>(id), last.state().c_str(),
+               last.reason().empty() ? "" : ": ", last.reason().c_str());
+  return 1;
+}
+
+}  // namespace
+
+void add_service_commands(CLI::App& app, ServiceArgs& a) {
+  CLI::App* s = app.add_subcommand("submit", "Submit a tuning job to the tuning service (tunefarm-tuner); prints its id");
+  a.submit = s;
+  add_server_options(s, a.server, false);
+  s->add_option("job", a.job_file, "job file (JSON, docs/service.md); or give -w");
+  s->add_option("--workload,-w", a.workloads, "workload spec (repeatable: one job tunes them all)");
+  s->add_option("--weight", a.weights, "how often each -w occurs in the model, in -w order (default 1)");
+  s->add_option("--key", a.key, "measure on farm boards of this key (default: the service's local boards)");
+  s->add_option("--target,-t", a.target, "target to compile for (default: the boards' own)");
+  s->add_option("--trials", a.trials, "new configs to measure, over all workloads")->capture_default_str();
+  s->add_option("--strategy", a.strategy, "search strategy: xgb, random, grid, ga")->capture_default_str();
+  s->add_option("--priority", a.priority, "higher runs first (-1000..1000)")->capture_default_str();
+  s->add_option("--early-stop", a.early_stop, "stop a workload after this many trials without a better config (0: never)")
+      ->capture_default_str();
+  s->add_option("--model", a.model, "the model the workloads come from (shown in `tunefarm jobs`)");
+  s->add_option("--batch", a.batch, "configs built and measured together")->capture_default_str();
+  s->add_option("--boards", a.boards, "farm boards to lease at once (with --key)")->capture_default_str();
+  s->add_flag("--watch", a.watch, "follow the job after submitting it (as `tunefarm watch`)");
+  s->add_flag("--json", a.json, "print JSON");
+  s->callback([&a] { a.sub = "submit"; });
+
+  CLI::App* j = app.add_subcommand("jobs", "List the tuning service's jobs: user, state, progress, best so far");
+  add_server_options(j, a.server, false);
+  j->add_flag("--json", a.json, "print JSON");
+  j->callback([&a] { a.sub = "jobs"; });
+
+  CLI::App* w = app.add_subcommand("watch", "Follow a job until it ends: a progress bar, lines when not a terminal, "
+                                            "or --json events");
+  add_server_options(w, a.server, false);
+  w->add_option("id", a.id, "job id")->required();
+  w->add_flag("--json", a.json, "print one JSON event per line");
+  w->callback([&a] { a.sub = "watch"; });
+
+  CLI::App* c = app.add_subcommand("cancel", "Cancel a job (yours, or any with an admin token); what it measured stays");
+  add_server_options(c, a.server, false);
+  c->add_option("id", a.id, "job id")->required();
+  c->add_flag("--json", a.json, "print JSON");
+  c->callback([&a] { a.sub = "cancel"; });
+}
+
+int run_service_command(const ServiceArgs& a) {
+  try {
+    json job;
+    if (a.sub == "submit") job = job_from_flags(a);  // bad input fails before any connection
+    ServiceClient c(service_endpoint(a.server));
+    if (a.sub == "submit") {
+      pb::SubmitReply r = c.submit(job.dump());
+      if (a.json && !a.watch) {
+        std::printf("%s\n", to_json_line(r).c_str());
+      } else if (!a.json) {
+        std::printf("%lld\n", static_cast<long long>(r.job_id()));
+        std::fflush(stdout);
+        std::fprintf(stderr, "job %lld queued for %s; follow it with: tunefarm watch %lld\n",
+                     static_cast<long long>(r.job_id()), r.user().c_str(), static_cast<long long>(r.job_id()));
+      }
+      return a.watch ? watch_job(c, r.job_id(), a.json) : 0;
+    }
+    if (a.sub == "jobs") {
+      std::vector<pb::JobInfo> jobs = c.list();
+      if (a.json) {
+        pb::ListJobsReply all;
+        for (const pb::JobInfo& i : jobs) *all.add_jobs() = i;
+        std::printf("%s\n", to_json_line(all).c_str());
+        return 0;
+      }
+      std::printf("%-5s %-12s %-10s %-12s %-9s %-30s %s\n", "id", "user", "state", "trials", "workloads", "best so far",
+                  "submitted (UTC)");
+      for (const pb::JobInfo& i : jobs) {
+        std::printf("%-5lld %-12s %-10s %-12s %-9d %-30s %s\n", static_cast<long long>(i.id()), i.user().c_str(),
+                    i.state().c_str(), str(i.trials_done(), "/", i.trials_total()).c_str(), i.tasks_size(),
+                    best_of(i).c_str(), utc_time(i.submitted_at()).c_str());
+      }
+      if (jobs.empty()) std::printf("(no jobs)\n");
+      return 0;
+    }
+    if (a.sub == "watch") return watch_job(c, a.id, a.json);
+    pb::JobInfo i = c.cancel(a.id);
+    if (a.json) std::printf("%s\n", to_json_line(i).c_str());
+    else std::printf("job %lld: %s\n", static_cast<long long>(i.id()),
+                     i.state() == "cancelled" ? "cancelled" : "cancelling (after the measurements in flight)");
+    return 0;
+  } catch (const farm::FarmError& e) {
+    return farm_error_exit(e);
+  }
+}
+
+}  // namespace tf::cli

@@ -1,0 +1,441 @@
+#include "cli/tune_command.h"
+
+#include "cli/common.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "compiler/error.h"
+#include "costmodel/transfer.h"
+#include "costmodel/xgboost_model.h"
+#include "db/database.h"
+#include "proto/credentials.h"
+#include "tuner/builder.h"
+#include "tuner/config_space.h"
+#include "tuner/farm_runner.h"
+#include "tuner/runner.h"
+#include "tuner/model_search.h"
+#include "tuner/search_strategy.h"
+#include "runtime/child_process.h"
+#include "tuner/tune.h"
+#include "tuner/tuning_records.h"
+
+namespace tf::cli {
+namespace {
+
+using json = nlohmann::json;
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { g_stop = true; }
+
+double gflops(const ConfigSpace& s, double seconds) {
+  return seconds > 0 ? static_cast<double>(s.graph().flops) / seconds * 1e-9 : 0;
+}
+
+std::string duration(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return buf;
+}
+
+// Progress: a bar on a terminal, a line per batch otherwise (stderr), or JSON events (stdout).
+class Progress : public MeasureCallback {
+ public:
+  Progress(const ConfigSpace& s, bool as_json) : space_(s), json_(as_json), tty_(isatty(2) != 0) {}
+
+  void on_results(const TuneState& st, const std::vector<Trial>& trials) override {
+    if (json_) {
+      for (const Trial& t : trials) {
+        json e = {{"event", t.lost() ? "board_lost" : t.retime ? "retime" : "trial"},
+                  {"config", t.config},
+                  {"error_code", error_code_name(t.result.error)},
+                  {"board", t.result.board_id},
+                  {"remeasure", t.remeasure},
+                  {"cut", t.result.cut},
+                  {"compile_s", t.build.compile_s}};
+        if (t.result.ok()) {
+          e["median_s"] = t.result.median_s();
+          e["gflops"] = gflops(space_, t.result.median_s());
+        } else {
+          e["error_msg"] = t.result.error_msg;
+        }
+        std::printf("%s\n", e.dump().c_str());
+      }
+      std::printf("%s\n", json{{"event", "progress"}, {"phase", st.phase}, {"done", st.trials_done},
+                               {"total", st.trials_total}, {"errors", st.errors},
+                               {"best_s", std::isfinite(st.best_s) ? st.best_s : 0.0},
+                               {"best_gflops", std::isfinite(st.best_s) ? gflops(space_, st.best_s) : 0.0},
+                               {"elapsed_s", st.elapsed_s}}
+                              .dump()
+                              .c_str());
+      std::fflush(stdout);
+      return;
+    }
+    for (const Trial& t : trials) {
+      if (t.lost()) std::fprintf(stderr, "%swarning: board %s lost (%s); its candidate goes to another board\n",
+                                 tty_ ? "\r\033[K" : "", t.result.board_id.c_str(), t.result.error_msg.c_str());
+    }
+    char line[256];
+    if (st.phase == "retime") {
+      std::snprintf(line, sizeof line, "re-timing the best configs in fresh processes...");
+    } else {
+      double eta = st.trials_done > 0 ? st.elapsed_s / st.trials_done * (st.trials_total - st.trials_done) : 0;
+      std::snprintf(line, sizeof line, "%d/%d trials  best %.1f GFLOPS  errors %d  elapsed %s  ETA %s",
+                    st.trials_done, st.trials_total, std::isfinite(st.best_s) ? gflops(space_, st.best_s) : 0.0,
+                    st.errors, duration(st.elapsed_s).c_str(), duration(eta).c_str());
+    }
+    if (tty_) {
+      int width = 24, filled = st.trials_total > 0 ? width * st.trials_done / st.trials_total : 0;
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.resize(static_cast<size_t>(width), '.');
+      std::fprintf(stderr, "\r\033[K[%s] %s", bar.c_str(), line);
+    } else {
+      std::fprintf(stderr, "%s\n", line);
+    }
+    std::fflush(stderr);
+  }
+
+  void end() {
+    if (!json_ && tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  const ConfigSpace& space_;
+  bool json_, tty_;
+};
+
+void check_args(const TuneArgs& a) {
+  if (a.local == !a.tracker.empty()) {
+    throw UserError(a.local ? "--local and --tracker exclude each other: measure here or on the farm"
+                            : "say where to measure: --local, or --tracker HOST:PORT --key KEY");
+  }
+  if (!a.tracker.empty() && a.key.empty()) throw UserError("--tracker needs --key KEY (the kind of board)");
+  if (a.trials < 1) throw UserError(str("--trials ", a.trials, " must be at least 1"));
+  if (a.batch < 1) throw UserError(str("--batch ", a.batch, " must be at least 1"));
+  if (a.boards < 1) throw UserError(str("--boards ", a.boards, " must be at least 1"));
+  if (a.early_stop < 0) throw UserError(str("--early-stop ", a.early_stop, " must be 0 (never) or more"));
+  if (a.repeat < 1 || a.number < 1) throw UserError("--repeat and --number must be at least 1");
+  if (a.retime_top < 0 || a.retime_rounds < 0) throw UserError("--retime-top and --retime-rounds must be 0 or more");
+  for (auto [name, v] : {std::pair<const char*, double>{"--time-budget", a.time_budget_min},
+                         {"--min-repeat-ms", a.min_repeat_ms}, {"--max-spread", a.max_spread},
+                         {"--slow-factor", a.slow_factor}}) {
+    if (!std::isfinite(v) || v < 0) throw UserError(str(name, " ", v, " must be a finite number >= 0"));
+  }
+  if (!(a.retime_warmup_ms >= 0 && a.retime_warmup_ms <= 60000)) {
+    throw UserError(str("--retime-warmup-ms ", a.retime_warmup_ms, " is not in [0, 60000]"));
+  }
+  if (!std::isfinite(a.cut_factor) || (a.cut_factor != 0 && a.cut_factor < 1)) {
+    throw UserError(str("--cut-factor ", a.cut_factor, " must be 0 (never cut) or a finite number >= 1"));
+  }
+  if (!std::isfinite(a.build_timeout_s) || a.build_timeout_s <= 0) {
+    throw UserError(str("--build-timeout-s ", a.build_timeout_s, " must be a positive number"));
+  }
+  bool known = false;
+  for (const std::string& s : search_strategy_names()) known |= s == a.strategy;
+  if (!known) throw UserError(str("--strategy ", a.strategy, ": not a search strategy (xgb, random, grid, ga)"));
+  if (a.strategy != "xgb") {
+    for (auto [flag, given] : {std::pair<const char*, bool>{"--load-model", !a.load_model.empty()},
+                               {"--save-model", !a.save_model.empty()}, {"--no-transfer", a.no_transfer}}) {
+      if (given) throw UserError(str(flag, " needs --strategy xgb (the cost model); --strategy is ", a.strategy));
+    }
+  }
+  const auto& objectives = costmodel::xgboost_objectives();
+  if (std::find(objectives.begin(), objectives.end(), a.objective) == objectives.end()) {
+    throw UserError(str("--objective ", a.objective, ": not one of rank:pairwise, reg:squarederror"));
+  }
+  if (!(a.epsilon >= 0 && a.epsilon <= 1)) throw UserError(str("--epsilon ", a.epsilon, " must be between 0 and 1"));
+  if (a.transfer_until < 0) throw UserError(str("--transfer-until ", a.transfer_until, " must be 0 or more"));
+  if (!a.save_model.empty()) {
+    std::filesystem::path dir = std::filesystem::absolute(a.save_model).parent_path();
+    if (!std::filesystem::is_directory(dir) || access(dir.c_str(), W_OK) != 0) {
+      throw UserError(str("--save-model ", a.save_model, ": cannot write in ", dir.string()));
+    }
+  }
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app, TuneArgs& a) {
+  CLI::App* t = app.add_subcommand("tune", "Search a workload's schedules on this machine (--local) or on farm boards, "
+                                           "recording every measurement");
+  a.cmd = t;
+  t->add_option("--workload,-w", a.workload, "workload spec, e.g. 'matmul(M=512,N=512,K=512)'")->required();
+  t->add_option("--target,-t", a.target, "target (default: this machine with --local, the boards' own with --tracker)");
+  t->add_flag("--local", a.local, "measure on this machine, each kernel in an isolated process (no daemons)");
+  t->add_option("--tracker", a.tracker, "measure on farm boards leased from this tracker, HOST:PORT");
+  t->add_option("--key", a.key, "kind of board to lease (with --tracker)");
+  t->add_option("--token-file", a.token_file, "file whose first line is the farm's client token");
+  t->add_option("--tls-ca", a.tls_ca, "PEM CA: use TLS and verify the servers");
+  t->add_option("--tls-cert", a.tls_cert, "PEM client certificate (mutual TLS)");
+  t->add_option("--tls-key", a.tls_key, "PEM key of --tls-cert");
+  t->add_option("--tls-server-name", a.tls_server_name, "name the servers' certificates must carry");
+  t->add_option("--boards", a.boards, "boards to measure on at once (with --tracker)")->capture_default_str();
+  t->add_option("--wait-ms", a.wait_ms, "how long to wait for a free board")->capture_default_str();
+  t->add_flag("--wait-for-boards", a.wait_for_boards, "wait even for a key no board has registered yet");
+  t->add_option("--user", a.user, "lease holder name (default: $USER)");
+  t->add_option("--trials", a.trials, "new configs to measure")->capture_default_str();
+  t->add_option("--strategy", a.strategy, "search strategy: xgb (cost model + simulated annealing), random, grid, ga")
+      ->capture_default_str();
+  t->add_option("--objective", a.objective, "xgb: cost model objective, rank:pairwise or reg:squarederror")
+      ->capture_default_str();
+  t->add_option("--epsilon", a.epsilon, "xgb: share of random configs in each batch")->capture_default_str();
+  t->add_flag("--no-transfer", a.no_transfer, "xgb: do not learn from the database's records of other workloads");
+  t->add_option("--transfer-until", a.transfer_until,
+                "xgb: correct results of this workload after which the other workloads' records leave the fit")
+      ->capture_default_str();
+  t->add_option("--load-model", a.load_model, "xgb: rank with this saved model until the first fit");
+  t->add_option("--save-model", a.save_model, "xgb: save the cost model to this file at the end");
+  t->add_option("--early-stop", a.early_stop, "stop after this many trials without a better config (0: never)")
+      ->capture_default_str();
+  t->add_option("--time-budget", a.time_budget_min, "stop after this many minutes (0: no limit)")->capture_default_str();
+  t->add_option("--seed", a.seed, "seed of the search (the inputs' seed is fixed)")->capture_default_str();
+  t->add_option("--batch", a.batch, "configs built and measured together")->capture_default_str();
+  t->add_option("--workers", a.workers, "parallel compile processes (0: one per core)")->capture_default_str();
+  t->add_option("--build-timeout-s", a.build_timeout_s, "time limit of one compile")->capture_default_str();
+  t->add_option("--repeat", a.repeat, "timed samples per measurement")->capture_default_str();
+  t->add_option("--number", a.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
+  t->add_option("--min-repeat-ms", a.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
+  t->add_option("--max-spread", a.max_spread, "re-measure when (max - min) / median of the samples exceeds this")
+      ->capture_default_str();
+  t->add_option("--slow-factor", a.slow_factor, "stop a candidate whose call takes this many times the best so far "
+                                               "(0: only the runner's time limit)")->capture_default_str();
+  t->add_option("--cut-factor", a.cut_factor, "time a candidate whose warm-up is this many times slower than the best "
+                                             "so far with one sample, not --repeat (0: never)")->capture_default_str();
+  t->add_option("--retime-top", a.retime_top, "best configs re-timed at the end, with the default")->capture_default_str();
+  t->add_option("--retime-rounds", a.retime_rounds, "interleaved rounds of the re-timing, each in fresh processes")
+      ->capture_default_str();
+  t->add_option("--retime-warmup-ms", a.retime_warmup_ms, "shortest warm-up of each re-timing (docs/tuning.md)")
+      ->capture_default_str();
+  t->add_option("--db", a.db, "tuning database (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
+  t->add_flag("--no-db", a.no_db, "record nothing (and resume nothing)");
+  t->add_flag("--json", a.json, "print one JSON event per line on stdout");
+}
+
+int run_tune_impl(const TuneArgs& a);
+
+int run_tune(const TuneArgs& a) {
+  try {
+    return run_tune_impl(a);
+  } catch (const farm::FarmError& e) {
+    return farm_error_exit(e);
+  } catch (const farm::ConfigError& e) {
+    throw UserError(e.what());
+  }
+}
+
+int run_tune_impl(const TuneArgs& a) {
+  check_args(a);
+  Workload w = parse_workload(a.workload);
+  // The database first: a bad --db fails before any work.
+  std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
+
+  std::unique_ptr<Runner> runner;
+  FarmRunner* farm = nullptr;
+  Target t;
+  if (a.local) {
+    t = a.target.empty() ? host_target() : parse_target(a.target);
+    if (t.arch_name() != host_target().arch_name()) {
+      throw UserError(str("--local measures on this ", host_target().arch_name(), " machine; --target ", a.target,
+                          " is ", t.arch_name()));
+    }
+    runner = std::make_unique<LocalRunner>();
+  } else {
+    FarmRunnerOptions o;
+    o.farm = farm_endpoint(a.tracker, a.token_file, {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name});
+    o.key = a.key;
+    const char* user = std::getenv("USER");
+    o.user = !a.user.empty() ? a.user : user ? user : "tunefarm";
+    o.boards = a.boards;
+    o.wait_ms = a.wait_ms;
+    o.wait_for_boards = a.wait_for_boards;
+    auto f = std::make_unique<FarmRunner>(o);
+    farm = f.get();
+    std::string expected = a.target.empty() ? "" : parse_target(a.target).arch_name();
+    std::string board_target = farm->connect(expected);
+    t = a.target.empty() ? parse_target(board_target) : parse_target(a.target);
+    runner = std::move(f);
+  }
+  ConfigSpace space(w, t);
+  ModelSearchOptions mo;
+  mo.model.objective = a.objective;
+  mo.epsilon = a.epsilon;
+  mo.transfer_until = static_cast<size_t>(a.transfer_until);
+  mo.load_model = a.load_model;
+  mo.feature_worker = find_sibling_program("tunefarm-build-worker");
+  std::string transfer_note;
+  // --transfer-until 0 never fits on the transfer set: it is not read either.
+  if (a.strategy == "xgb" && database && !a.no_transfer && a.transfer_until > 0) {
+    costmodel::TransferData td =
+        costmodel::transfer_from_database(*database, space.template_id(), t.arch_name(), w.canonical(), 4000,
+                                          t.emulated());
+    transfer_note = str("cost model starts from ", td.configs, " configs (", td.records, " records) of ", td.workloads,
+                        " other workloads of ", space.template_id(), " on ", t.arch_name(),
+                        td.skipped ? str(", ", td.skipped, " records skipped") : std::string());
+    mo.transfer = std::move(td.set);
+  } else if (a.strategy == "xgb") {
+    transfer_note = a.no_transfer            ? "cost model starts cold (--no-transfer)"
+                    : a.transfer_until == 0 ? "cost model starts cold (--transfer-until 0)"
+                                            : "cost model starts cold (no database)";
+  }
+  if (!a.load_model.empty()) transfer_note += str("; ranking with ", a.load_model, " until the first fit");
+  std::unique_ptr<SearchStrategy> strategy = make_search_strategy(a.strategy, space, a.seed, &mo);
+  LocalBuilderOptions bo;
+  bo.workers = a.workers;
+  bo.timeout_s = a.build_timeout_s;
+  LocalBuilder builder(bo);
+
+  TuneOptions opts;
+  opts.trials = a.trials;
+  opts.batch = a.batch;
+  opts.early_stop = a.early_stop;
+  opts.time_budget_s = a.time_budget_min * 60;
+  opts.retime_top = a.retime_top;
+  opts.retime_rounds = a.retime_rounds;
+  opts.max_spread = a.max_spread;
+  opts.slow_factor = a.slow_factor;
+  opts.cut_factor = a.cut_factor;
+  opts.retime_warmup_ms = a.retime_warmup_ms;
+  opts.measure.number = a.number;
+  opts.measure.repeat = a.repeat;
+  opts.measure.min_repeat_ms = a.min_repeat_ms;
+  opts.run_uuid = database ? new_run_uuid() : "";
+
+  Progress progress(space, a.json);
+  CommitRecords commit(database.get(), space, runner->device_key(), opts.run_uuid, opts.measure);
+  if (farm) {
+    farm->on_board_lost = [&](const std::string& id, const std::string& why) {
+      if (a.json) {
+        std::printf("%s\n", json{{"event", "board_lost"}, {"board", id}, {"reason", why}}.dump().c_str());
+      } else {
+        std::fprintf(stderr, "\nwarning: board %s lost (%s); its candidate goes to another board\n", id.c_str(), why.c_str());
+      }
+    };
+  }
+  auto now = [] { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); };
+  if (database) {
+    db::TuningRun run;
+    run.uuid = opts.run_uuid;
+    const char* user = std::getenv("USER");
+    run.user = user ? user : "";
+    run.host = host_name();
+    run.strategy = a.strategy;
+    run.budget = a.trials;
+    run.workload = w.canonical();
+    run.target = t.str();
+    run.started_at = now();
+    database->begin_run(run);
+  }
+  if (a.json) {
+    std::printf("%s\n", json{{"event", "start"}, {"workload", w.canonical()}, {"target", t.str()},
+                             {"device", runner->device_key()}, {"template", space.template_id()},
+                             {"space_size", space.size()}, {"strategy", a.strategy}, {"trials", a.trials},
+                             {"run", opts.run_uuid}, {"model", transfer_note}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::fprintf(stderr, "tuning %s on %s (%s): %s, %llu points, strategy %s, %d trials\n", w.canonical().c_str(),
+                 t.short_str().c_str(), runner->device_key().c_str(), space.template_id().c_str(),
+                 static_cast<unsigned long long>(space.size()), a.strategy.c_str(), a.trials);
+    if (!transfer_note.empty()) std::fprintf(stderr, "%s\n", transfer_note.c_str());
+  }
+
+  // Ctrl-C (and SIGTERM) end the run after the batch in flight; a second one kills at once.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  TuneSummary sum;
+  std::string status = "done";
+  try {
+    sum = tune(space, *strategy, builder, *runner, database.get(), opts, {&commit, &progress}, &g_stop);
+  } catch (...) {
+    progress.end();
+    if (database) database->finish_run(opts.run_uuid, "failed", now());
+    throw;
+  }
+  progress.end();
+  status = sum.interrupted ? "cancelled" : "done";
+  json model_report;
+  if (const auto* ms = dynamic_cast<const ModelSearch*>(strategy.get())) {
+    const SearchOverhead& o = ms->overhead();
+    double share = sum.state.elapsed_s > 0 ? o.total_s() / sum.state.elapsed_s : 0;
+    model_report = {{"fits", o.fits}, {"features_s", o.features_s}, {"fit_s", o.fit_s}, {"anneal_s", o.anneal_s},
+                    {"points_scored", o.points_scored}, {"unlowerable", o.unlowerable}, {"share_of_run", share}};
+    if (!a.json) {
+      std::fprintf(stderr, "cost model: %d fits, %zu configs scored; features %.2f s, fitting %.2f s, annealing %.2f s "
+                           "= %.1f%% of the run\n", o.fits, o.points_scored, o.features_s, o.fit_s, o.anneal_s,
+                   100 * share);
+      if (o.unlowerable > 0) {
+        std::fprintf(stderr, "warning: %zu configs could not be lowered for the cost model (never proposed); "
+                             "a compiler bug: please report the workload\n", o.unlowerable);
+      }
+    }
+    if (!a.save_model.empty()) {
+      ms->save_model(a.save_model);
+      if (!a.json) std::fprintf(stderr, "cost model saved to %s\n", a.save_model.c_str());
+    }
+  }
+  if (database) database->finish_run(opts.run_uuid, status, now());
+
+  const TuneState& st = sum.state;
+  double speedup = sum.default_s > 0 && sum.best_s > 0 ? sum.default_s / sum.best_s : 0;
+  if (a.json) {
+    json retimed = json::array();
+    for (const RetimeResult& r : sum.retimed) {
+      retimed.push_back({{"config", r.config}, {"medians_s", r.medians_s}, {"median_of_medians_s", r.median_of_medians_s},
+                         {"default", r.is_default}});
+    }
+    std::printf("%s\n", json{{"event", "done"}, {"status", status}, {"stop_reason", sum.stop_reason},
+                             {"trials", st.trials_done}, {"errors", st.errors}, {"known", st.known},
+                             {"boards_lost", st.boards_lost}, {"best_config", sum.best_config}, {"best_s", sum.best_s},
+                             {"best_gflops", gflops(space, sum.best_s)}, {"best_measurements", sum.best_measurements},
+                             {"default_s", sum.default_s},
+                             {"speedup_over_default", speedup}, {"retimed", retimed},
+                             {"records", commit.committed()}, {"run", opts.run_uuid}, {"elapsed_s", st.elapsed_s},
+                             {"model", model_report}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("workload  %s\ntarget    %s (%s)\ntrials    %d new (%d failed), %d known from earlier runs; stopped: %s\n",
+                w.canonical().c_str(), t.short_str().c_str(), runner->device_key().c_str(), st.trials_done, st.errors,
+                st.known, sum.stop_reason.c_str());
+    if (!sum.best_config.is_null()) {
+      std::string how = sum.best_measurements > 0
+                            ? str(" (median of its ", sum.best_measurements, " measurements, as compile will pick it)")
+                            : "";
+      std::printf("best      %.4f ms, %.1f GFLOPS%s\n          %s\n", sum.best_s * 1e3, gflops(space, sum.best_s),
+                  how.c_str(), sum.best_config.dump().c_str());
+    }
+    if (sum.default_s > 0) {
+      std::printf("default   %.4f ms, %.1f GFLOPS; speedup %.2fx\n", sum.default_s * 1e3, gflops(space, sum.default_s),
+                  speedup);
+    }
+    if (database) {
+      std::printf("recorded  %lld records in %s (run %s)\n", static_cast<long long>(commit.committed()),
+                  db::database_path(a.db).c_str(), opts.run_uuid.c_str());
+    }
+  }
+  if (sum.interrupted) {
+    std::fprintf(stderr, "interrupted: what was measured is recorded; run the same command again to resume\n");
+    return 130;
+  }
+  if (sum.best_config.is_null()) {
+    std::fprintf(stderr, "error: no candidate of %s ran correctly (%d failed)\n", w.canonical().c_str(), st.errors);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tf::cli

@@ -1,0 +1,93 @@
+// GPU runtimes for boards: the vendor's driver is loaded at run time (dlopen), so one
+// tunefarm-board-runner serves CPU, CUDA and ROCm boards and builds where neither SDK is.
+//
+//   cuda:N   the CUDA driver API, libcuda.so.1 (comes with the NVIDIA driver); modules are
+//            PTX text, compiled for the device by the driver when loaded.
+//   rocm:N   HIP, libamdhip64.so (ROCm); modules are .hsaco code objects. The gfx name comes
+//            from the HSA runtime (libhsa-runtime64.so.1), whose GPU agents HIP numbers in
+//            the same order.
+//
+// Measurement follows the CPU protocol (runtime/kernel_library.h) with device events: inputs
+// are filled on the host with fill_random and copied once; warm-up launches until the time
+// per launch is steady; then `repeat` samples of `number` launches timed between two events
+// (number raised so that a sample lasts min_repeat_ms); outputs are copied back for the
+// correctness check. flush_cache writes a 256 MiB device buffer before each sample (larger
+// than any GPU's L2). A kernel that faults surfaces as an error of the launch or the
+// synchronisation, and the runner process ends: the next measurement gets a fresh context.
+//
+// Nothing here was run on a GPU on the machine it was written on (it has none): only the
+// paths up to a missing driver are tested there (tests/farm). See docs/farm.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/kernel_library.h"
+
+namespace tf {
+
+struct GpuDeviceSpec {
+  std::string kind;  // cuda, rocm
+  int index = 0;
+};
+
+// Parses "cuda:0", "rocm:1" (a missing index is 0); throws std::runtime_error naming the
+// text for anything else.
+GpuDeviceSpec parse_gpu_device(const std::string& text);
+
+struct GpuDeviceInfo {
+  std::string name;          // e.g. "NVIDIA H100 80GB HBM3", "AMD Instinct MI210"
+  int64_t memory_bytes = 0;
+  std::string arch;          // sm_90, gfx90a
+  std::string target() const;  // the compile target: cuda -arch=sm_90, rocm -mcpu=gfx90a
+  std::string key() const;     // the default board key: cuda-sm90, rocm-gfx90a
+};
+
+struct GpuLaunchDims {
+  std::array<int64_t, 3> grid{1, 1, 1};
+  std::array<int64_t, 3> block{1, 1, 1};
+  int64_t dynamic_shared_bytes = 0;
+};
+
+class GpuRuntime {
+ public:
+  virtual ~GpuRuntime() = default;
+  virtual const GpuDeviceInfo& info() const = 0;
+  // Loads a module (PTX text or .hsaco bytes) and finds `function`; throws
+  // std::runtime_error with the driver's message.
+  virtual void load(const std::string& module, const std::string& function) = 0;
+  // Copies the inputs (buffers not marked output) to the device, times the kernel, and copies
+  // the outputs back into `bufs`. A driver error (a faulting kernel) throws
+  // std::runtime_error naming the call and the driver's error. One protocol for every vendor,
+  // on the primitives below.
+  TimingResult time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
+                    const GpuLaunchDims& launch, const TimingOptions& o);
+
+ protected:
+  // The vendor's calls; each throws std::runtime_error naming the call on a driver error.
+  virtual void* alloc(size_t bytes) = 0;                                // device memory
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void to_host(void* dst, void* src, size_t bytes) = 0;
+  virtual void overwrite(void* p, size_t bytes) = 0;                    // every byte set to 1
+  // Launches the loaded function n times between two device events, waits for the second,
+  // and returns the milliseconds between them. `params` points at the kernel's arguments.
+  virtual double launch_ms(int n, const GpuLaunchDims& launch, void** params) = 0;
+  virtual void synchronize() = 0;
+};
+
+// Opens device `spec` through its vendor's driver. Throws std::runtime_error when the driver
+// library is missing ("cuda:0: no CUDA driver on this machine: cannot load libcuda.so.1
+// (...)"), when it fails to start, or when there is no such device.
+std::unique_ptr<GpuRuntime> open_gpu_runtime(const std::string& spec);
+
+// "ptx" for PTX text, "hsaco" for an AMDGPU code object, "" for anything else.
+std::string gpu_module_kind(const std::string& data);
+
+// Why `data` is not a module for a `kind` (cuda, rocm) board, or "" when it is.
+std::string check_gpu_module(const std::string& data, const std::string& kind);
+
+}  // namespace tf

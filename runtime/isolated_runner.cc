@@ -1,0 +1,83 @@
+#include "runtime/isolated_runner.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "proto/credentials.h"
+#include "runtime/child_process.h"
+
+namespace tf::farm {
+namespace {
+
+namespace pb = tunefarm::v1;
+
+pb::MeasureReply failure(pb::ErrorCode code, const std::string& msg) {
+  pb::MeasureReply r;
+  r.set_error(code);
+  r.set_error_msg(msg);
+  return r;
+}
+
+}  // namespace
+
+pb::MeasureReply run_isolated(const std::vector<std::string>& runner, const std::string& module, const pb::MeasureRequest& req,
+                              double timeout_s, const std::function<void(pid_t)>& on_start,
+                              const std::vector<std::string>& runner_flags) {
+  std::vector<std::string> argv = runner;
+  argv.push_back(module);
+  argv.push_back(std::to_string(getpid()));
+  argv.insert(argv.end(), runner_flags.begin(), runner_flags.end());
+  std::string request;
+  req.SerializeToString(&request);
+  // A process group of its own: the board kills the group, whatever the kernel started. The
+  // reply is read up to the largest message the farm carries; a longer one is no reply.
+  ChildOptions options;
+  options.max_output = kMaxMessageBytes;
+  options.on_start = on_start;
+  ChildResult child = run_child(argv, request, timeout_s, options);
+  if (!child.started) return failure(pb::RUNTIME_ERROR, child.err);
+  if (child.timed_out) {
+    return failure(pb::TIMEOUT, "still running after the time limit of " + std::to_string(timeout_s) + " s; killed");
+  }
+  if (child.signal != 0) {
+    int sig = child.signal;
+    int64_t peak = int64_t{child.usage.ru_maxrss} * 1024;
+    if (req.memory_limit_bytes() > 0 && peak >= req.memory_limit_bytes() / 10 * 8) {
+      return failure(pb::MEMORY_LIMIT, std::string("killed by ") + strsignal(sig) + " at " + std::to_string(peak >> 20) +
+                                           " MiB resident, near the memory limit of " +
+                                           std::to_string(req.memory_limit_bytes() >> 20) + " MiB");
+    }
+    return failure(pb::RUNTIME_ERROR, std::string("kernel crashed: killed by signal ") + std::to_string(sig) + " (" +
+                                          strsignal(sig) + ")");
+  }
+  pb::MeasureReply reply;
+  if (child.exit_status == 127 && child.out.empty()) {
+    std::string cmd;
+    for (const std::string& w : runner) cmd += (cmd.empty() ? "" : " ") + w;
+    return failure(pb::RUNTIME_ERROR, "runner '" + cmd + "' could not be executed (exit status 127)");
+  }
+  if (child.out_cut) {
+    return failure(pb::RUNTIME_ERROR, "the runner's reply is over " + std::to_string(kMaxMessageBytes >> 20) + " MiB");
+  }
+  // An empty message parses as a valid reply of OK with no samples: a kernel that calls
+  // exit(0) while loading ends the runner that way, before it could reply.
+  if (child.exit_status != 0 || child.out.empty() || !reply.ParseFromString(child.out)) {
+    return failure(pb::RUNTIME_ERROR, "runner exited with status " + std::to_string(child.exit_status) +
+                                          " without a reply (did the kernel call exit()?)");
+  }
+  const bool cut = reply.cut() && req.cut_slower_than_s() > 0;
+  if (reply.error() == pb::OK && reply.samples_s_size() != (cut ? 1 : req.repeat())) {
+    return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.samples_s_size()) +
+                                          " samples instead of " + std::to_string(cut ? 1 : req.repeat()));
+  }
+  if (reply.error() == pb::OK && !req.baseline_function().empty() &&
+      (reply.baseline_samples_s_size() < 1 || reply.baseline_samples_s_size() > req.repeat())) {
+    return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.baseline_samples_s_size()) +
+                                          " baseline samples for " + std::to_string(req.repeat()) + " asked");
+  }
+  if (reply.error() != pb::OK && reply.error_msg().empty()) reply.set_error_msg("the runner gave no details");
+  return reply;
+}
+
+}  // namespace tf::farm

@@ -1,0 +1,241 @@
+#include "runtime/kernel_library.h"
+
+#include "runtime/gpu_runtime.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+
+#include <algorithm>
+#include <cstring>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+
+namespace tf {
+
+namespace {
+
+#if defined(__x86_64__)
+constexpr int kMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr int kMachine = EM_AARCH64;
+#elif defined(__arm__)
+constexpr int kMachine = EM_ARM;
+#else
+constexpr int kMachine = EM_NONE;  // unchecked
+#endif
+
+const char* machine_name(int m) {
+  switch (m) {
+    case EM_X86_64: return "x86_64";
+    case EM_AARCH64: return "aarch64";
+    case EM_ARM: return "arm";
+    case EM_386: return "i386";
+    case EM_RISCV: return "riscv";
+    case 224: return "rocm";  // EM_AMDGPU: a code object for AMD GPUs (Target::arch_name())
+    default: return "another architecture";
+  }
+}
+
+// The checks on one ELF class (Elf64_* or Elf32_* types).
+template <typename Ehdr, typename Phdr, typename Shdr>
+std::string check_elf(const std::string& data, bool this_machine) {
+  const uint64_t size = data.size();
+  if (size < sizeof(Ehdr)) return "truncated: " + std::to_string(size) + " bytes, shorter than an ELF header";
+  Ehdr eh;
+  std::memcpy(&eh, data.data(), sizeof eh);
+  if (eh.e_type != ET_DYN) return "not a shared library (ELF type " + std::to_string(eh.e_type) + ")";
+  if (this_machine && kMachine != EM_NONE && eh.e_machine != kMachine) {
+    return std::string("built for ") + machine_name(eh.e_machine) + ", but this board is " + machine_name(kMachine);
+  }
+  auto within = [&](uint64_t offset, uint64_t count, uint64_t entry) {
+    return offset <= size && count <= (size - offset) / std::max<uint64_t>(entry, 1);
+  };
+  if (eh.e_phnum == 0 || eh.e_phentsize != sizeof(Phdr) || !within(eh.e_phoff, eh.e_phnum, sizeof(Phdr))) {
+    return "truncated or corrupt: its program headers lie outside the file of " + std::to_string(size) + " bytes";
+  }
+  for (uint64_t i = 0; i < eh.e_phnum; ++i) {
+    Phdr ph;
+    std::memcpy(&ph, data.data() + eh.e_phoff + i * sizeof(Phdr), sizeof ph);
+    if (ph.p_type != PT_LOAD && ph.p_type != PT_DYNAMIC) continue;
+    if (ph.p_offset > size || ph.p_filesz > size - ph.p_offset) {
+      return "truncated: segment " + std::to_string(i) + " ends at byte " +
+             std::to_string(static_cast<uint64_t>(ph.p_offset) + ph.p_filesz) + " of a file of " +
+             std::to_string(size) + " bytes";
+    }
+  }
+  if (eh.e_shoff != 0 && (eh.e_shentsize != sizeof(Shdr) || !within(eh.e_shoff, eh.e_shnum, sizeof(Shdr)))) {
+    return "truncated: its section headers lie outside the file of " + std::to_string(size) + " bytes";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string check_kernel_library(const std::string& data, bool this_machine) {
+  if (data.empty()) return "empty (0 bytes)";
+  if (data.size() < EI_NIDENT || std::memcmp(data.data(), ELFMAG, SELFMAG) != 0) {
+    return "not an ELF file (no ELF magic number)";
+  }
+  if (data[EI_DATA] != ELFDATA2LSB) return "not a little-endian ELF file";
+  if (data[EI_CLASS] == ELFCLASS64) {
+    if (this_machine && sizeof(void*) != 8) return "a 64-bit library, but this board is 32-bit";
+    return check_elf<Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr>(data, this_machine);
+  }
+  if (data[EI_CLASS] == ELFCLASS32) {
+    if (this_machine && sizeof(void*) != 4) return "a 32-bit library, but this board is 64-bit";
+    return check_elf<Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr>(data, this_machine);
+  }
+  return "unknown ELF class " + std::to_string(static_cast<int>(data[EI_CLASS]));
+}
+
+KernelLibrary::KernelLibrary(const std::string& path, const std::string& function) {
+  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) throw std::runtime_error("cannot load kernel library " + path + ": " + dlerror());
+  fn_ = dlsym(handle_, function.c_str());
+  if (!fn_) {
+    std::string err = dlerror();
+    dlclose(handle_);
+    throw std::runtime_error("kernel library " + path + " has no function " + function + ": " + err);
+  }
+}
+
+KernelLibrary::~KernelLibrary() {
+  if (handle_) dlclose(handle_);
+}
+
+int KernelLibrary::call(const std::vector<float*>& a) const {
+  using F1 = int (*)(float*);
+  using F2 = int (*)(float*, float*);
+  using F3 = int (*)(float*, float*, float*);
+  using F4 = int (*)(float*, float*, float*, float*);
+  using F5 = int (*)(float*, float*, float*, float*, float*);
+  switch (a.size()) {
+    case 1: return reinterpret_cast<F1>(fn_)(a[0]);
+    case 2: return reinterpret_cast<F2>(fn_)(a[0], a[1]);
+    case 3: return reinterpret_cast<F3>(fn_)(a[0], a[1], a[2]);
+    case 4: return reinterpret_cast<F4>(fn_)(a[0], a[1], a[2], a[3]);
+    case 5: return reinterpret_cast<F5>(fn_)(a[0], a[1], a[2], a[3], a[4]);
+    default:
+      throw std::invalid_argument("kernels take 1 to 5 arguments, not " + std::to_string(a.size()));
+  }
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Calls that fill min_repeat_ms at `per_call_s` a call (at most 2^24).
+int calls_to_fill(const TimingOptions& o, double per_call_s) {
+  return static_cast<int>(std::min<double>(std::ceil(o.min_repeat_ms / (std::max(per_call_s, 1e-12) * 1e3)), 1 << 24));
+}
+
+// The warm-up (kernel_library.h): until two calls in a row ran at the fastest speed seen.
+// Returns the fastest call's time; r.status is set when a call failed.
+double warm_up(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o, TimingResult& r) {
+  const double warmup_limit_s = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs) / 1e3;
+  const double min_warmup_s = std::max(o.min_warmup_ms, 0.0) / 1e3;
+  double fastest = 0;
+  int steady = 0;
+  for (auto begin = Clock::now();;) {
+    double elapsed = seconds_since(begin);
+    if (elapsed >= min_warmup_s && r.warmup_calls >= 2 && (steady >= 2 || elapsed >= min_warmup_s + warmup_limit_s)) break;
+    auto start = Clock::now();
+    r.status = k.call(args);
+    double s = seconds_since(start);
+    ++r.warmup_calls;
+    if (r.status != 0) return fastest;
+    bool faster = r.warmup_calls == 1 || s < fastest / 1.2;
+    steady = !faster && s <= 1.25 * fastest ? steady + 1 : 0;
+    fastest = r.warmup_calls == 1 ? s : std::min(fastest, s);
+  }
+  return fastest;
+}
+
+}  // namespace
+
+TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o) {
+  return time_kernels({&k}, {args}, o)[0];
+}
+
+std::vector<TimingResult> time_kernels(const std::vector<const KernelLibrary*>& ks,
+                                       const std::vector<std::vector<float*>>& args, const TimingOptions& o) {
+  if (args.size() != ks.size()) throw std::invalid_argument("time_kernels: one argument list per kernel");
+  std::vector<TimingResult> rs(ks.size());
+  std::vector<int> repeat(ks.size(), std::max(o.repeat, 1)), recalibrations(ks.size(), 0);
+  for (size_t i = 0; i < ks.size(); ++i) {
+    TimingResult& r = rs[i];
+    double fastest = warm_up(*ks[i], args[i], o, r);
+    if (r.status != 0) return rs;
+    r.number = std::max(o.number, 1);
+    if (fastest > 0) r.number = std::max(r.number, calls_to_fill(o, fastest));
+    if (o.cut_slower_than_s > 0 && fastest > o.cut_slower_than_s) {
+      repeat[i] = 1;
+      r.cut = true;
+    }
+  }
+  std::vector<char> flush;
+  if (o.flush_cache) flush.resize(kFlushBytes);
+  int max_repeat = *std::max_element(repeat.begin(), repeat.end());
+  bool first = true;
+  for (int rep = 0; rep < max_repeat; ++rep) {
+    for (size_t i = 0; i < ks.size(); ++i) {
+      TimingResult& r = rs[i];
+      if (rep >= repeat[i]) continue;
+      for (;;) {
+        if (!first && o.cooldown_ms > 0) {
+          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
+        }
+        first = false;
+        if (!flush.empty()) {
+          // Volatile stores: the compiler may not drop them.
+          volatile char* p = flush.data();
+          for (size_t b = 0; b < flush.size(); b += 64) p[b] = static_cast<char>(b + static_cast<size_t>(rep));
+        }
+        auto start = Clock::now();
+        for (int c = 0; c < r.number; ++c) {
+          r.status = ks[i]->call(args[i]);
+          if (r.status != 0) return rs;
+        }
+        double s = seconds_since(start);
+        // Far shorter than asked: the warm-up ended on a plateau of slow calls. The sample is
+        // warm-up too, and `number` is raised to the speed it showed.
+        if (s * 1e3 < o.min_repeat_ms / 2 && recalibrations[i] < kMaxRecalibrations) {
+          ++recalibrations[i];
+          r.warmup_calls += r.number;
+          r.number = std::max(r.number, calls_to_fill(o, s / r.number));
+          continue;
+        }
+        r.samples_s.push_back(s / r.number);
+        break;
+      }
+    }
+  }
+  return rs;
+}
+
+void fill_random(float* data, int64_t n, uint64_t seed) {
+  uint64_t x = seed;
+  for (int64_t i = 0; i < n; ++i) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    data[i] = static_cast<float>(static_cast<double>(z >> 40) / double(1 << 24) * 2.0 - 1.0);
+  }
+}
+
+std::string kernel_library_arch(const std::string& data) {
+  if (gpu_module_kind(data) == "ptx") return "cuda";  // PTX text, for NVIDIA GPUs
+  // e_machine sits at byte 18 in both ELF classes.
+  if (data.size() < 20 || data.compare(0, 4, "\x7f" "ELF") != 0 || data[5] != ELFDATA2LSB) return "";
+  uint16_t m;
+  std::memcpy(&m, data.data() + 18, sizeof m);
+  return machine_name(m);
+}
+
+}  // namespace tf

@@ -1,0 +1,291 @@
+// tunefarm-board-runner: measures one kernel in a process of its own.
+//
+//   tunefarm-board-runner MODULE SERVER_PID [--emulated | --device=cuda:N | --device=rocm:N]
+//       [--baseline=MODULE2] < MeasureRequest (binary protobuf) > MeasureReply
+//   tunefarm-board-runner --probe cuda:N|rocm:N     prints the GPU as JSON, or why it cannot
+//
+// The rpc_server starts one per measurement, in a process group of its own. The runner first
+// ties its life to the server's (it is killed when the server dies, and its CPU time is
+// capped from timeout_s, so a hanging kernel never outlives a crashed board), checks the
+// library is a complete ELF shared object for this machine, limits its own address space
+// (memory_limit_bytes) and core dumps, enters the sandbox (runtime/sandbox.h), then loads
+// the library; whatever the kernel does to this process — crash, hang, exhaust memory — the
+// server survives and classifies it (see isolated_runner.h). Exit status 0 whenever a reply
+// was written.
+//
+// On a GPU board (--device) MODULE is PTX or a .hsaco code object, which the vendor's driver
+// loads (runtime/gpu_runtime.h); no uploaded code runs on the host CPU. The runner then keeps
+// the process group, no_new_privs, the CPU-time and core limits, but not the address-space
+// limit (drivers reserve terabytes of virtual addresses), Landlock or seccomp (drivers open
+// device files and issue ioctls those layers refuse).
+//
+// --baseline=MODULE2 (CPU only): a second library, checked, allowed by the sandbox and loaded
+// like the first; its function (the request's baseline_function) is timed on the same inputs
+// (outputs of its own), interleaved with the kernel's samples (runtime/kernel_library.h
+// time_kernels).
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+#include <algorithm>
+#include <cstdlib>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "runtime/gpu_runtime.h"
+#include "proto/credentials.h"
+#include "proto/tunefarm.pb.h"
+#include "runtime/kernel_library.h"
+#include "runtime/measure_limits.h"
+#include "runtime/sandbox.h"
+
+namespace pb = tunefarm::v1;
+
+namespace {
+
+int reply_and_exit(const pb::MeasureReply& reply) {
+  std::string out;
+  reply.SerializeToString(&out);
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = write(1, out.data() + done, out.size() - done);
+    if (n <= 0) return 3;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+int fail(pb::ErrorCode code, const std::string& msg) {
+  pb::MeasureReply r;
+  r.set_error(code);
+  r.set_error_msg(msg);
+  return reply_and_exit(r);
+}
+
+}  // namespace
+
+// --probe DEVICE: the board asks what GPU it has before it registers. Prints a GpuProbe as
+// JSON; exit status 1 when the device cannot be used.
+int probe(const std::string& device) {
+  pb::GpuProbe p;
+  try {
+    std::unique_ptr<tf::GpuRuntime> rt = tf::open_gpu_runtime(device);
+    const tf::GpuDeviceInfo& i = rt->info();
+    p.set_name(i.name);
+    p.set_memory_bytes(i.memory_bytes);
+    p.set_arch(i.arch);
+    p.set_target(i.target());
+    p.set_key(i.key());
+  } catch (const std::exception& e) {
+    p.set_error(e.what());
+  }
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(p, &json);
+  std::printf("%s\n", json.c_str());
+  return p.error().empty() ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--probe") return probe(argv[2]);
+  // --emulated: started through a user-mode emulator (the board's --runner-prefix), which
+  // cannot install a seccomp filter for its guest; see runtime/sandbox.h.
+  bool emulated = false, usage = argc < 3;
+  std::string device, baseline;
+  for (int i = 3; i < argc; ++i) {
+    std::string f = argv[i];
+    if (f == "--emulated") {
+      emulated = true;
+    } else if (f.rfind("--device=", 0) == 0) {
+      device = f.substr(9);
+    } else if (f.rfind("--baseline=", 0) == 0 && f.size() > 11) {
+      baseline = f.substr(11);
+    } else {
+      usage = true;
+    }
+  }
+  if (usage || (emulated && !device.empty()) || (!baseline.empty() && !device.empty())) {
+    std::fprintf(stderr, "usage: %s MODULE SERVER_PID [--emulated | --device=cuda:N|rocm:N] [--baseline=MODULE2] < request\n"
+                         "       %s --probe cuda:N|rocm:N\n", argv[0], argv[0]);
+    return 2;
+  }
+  // Die with the server; if it is already gone, do not start.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != static_cast<pid_t>(std::atol(argv[2]))) return 4;
+  std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  pb::MeasureRequest req;
+  if (!req.ParseFromString(input)) return fail(pb::RUNTIME_ERROR, "runner: unreadable request");
+  // Before the address-space limit: reading the library must not count against the kernel's
+  // memory (a large library under a small limit would read as a crash).
+  std::string gpu_module;
+  {
+    std::string data = read_file(argv[1]);
+    if (!device.empty()) {
+      std::string kind;
+      try {
+        kind = tf::parse_gpu_device(device).kind;
+      } catch (const std::exception& e) {
+        return fail(pb::LOAD_ERROR, e.what());
+      }
+      if (std::string why = tf::check_gpu_module(data, kind); !why.empty()) {
+        return fail(pb::LOAD_ERROR, std::string("module ") + argv[1] + " is " + why);
+      }
+      gpu_module = std::move(data);
+    } else if (std::string why = tf::check_kernel_library(data); !why.empty()) {
+      return fail(pb::LOAD_ERROR, std::string("kernel library ") + argv[1] + " is " + why);
+    }
+  }
+  std::vector<std::string> modules{argv[1]};  // what the sandbox lets the runner map
+  if (!baseline.empty()) {
+    if (std::string why = tf::check_kernel_library(read_file(baseline)); !why.empty()) {
+      return fail(pb::LOAD_ERROR, "baseline library " + baseline + " is " + why);
+    }
+    modules.push_back(baseline);
+  }
+
+  rlimit core{0, 0};
+  setrlimit(RLIMIT_CORE, &core);
+  // A backstop to the server's wall-clock kill: CPU seconds for every core for the whole limit.
+  if (req.timeout_s() > 0) {
+    auto cpu = static_cast<rlim_t>(req.timeout_s() * std::max(1u, std::thread::hardware_concurrency()) + 10);
+    rlimit lim{cpu, cpu};
+    setrlimit(RLIMIT_CPU, &lim);
+  }
+  if (req.memory_limit_bytes() > 0 && device.empty()) {
+    rlimit as{static_cast<rlim_t>(req.memory_limit_bytes()), static_cast<rlim_t>(req.memory_limit_bytes())};
+    setrlimit(RLIMIT_AS, &as);
+  }
+
+  if (!device.empty()) {
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  } else if (std::string err = tf::farm::enter_sandbox(modules, !emulated); !err.empty()) {
+    return fail(pb::RUNTIME_ERROR, "runner: cannot enter the sandbox: " + err);
+  }
+
+  try {
+    std::vector<std::vector<float>> bufs;
+    std::vector<size_t> outputs;
+    for (int i = 0; i < req.args_size(); ++i) {
+      int64_t n = 1;
+      for (int64_t d : req.args(i).shape()) n *= d;
+      bufs.emplace_back(static_cast<size_t>(n));
+      if (req.args(i).is_output()) {
+        outputs.push_back(static_cast<size_t>(i));
+      } else {
+        tf::fill_random(bufs.back().data(), n, req.seed() + static_cast<uint64_t>(i));
+      }
+    }
+    tf::TimingOptions o{req.number(), req.repeat(), req.min_repeat_ms(), req.flush_cache(), req.cooldown_ms(),
+                        req.cut_slower_than_s(), req.min_warmup_ms()};
+    tf::TimingResult t;
+    std::vector<double> base_samples;
+    int base_number = 0;
+    if (!device.empty()) {
+      const pb::GpuLaunch& l = req.launch();
+      if (std::string why = tf::farm::check_gpu_launch(l); !why.empty()) return fail(pb::LOAD_ERROR, why);
+      tf::GpuLaunchDims launch;
+      for (int d = 0; d < 3; ++d) {
+        launch.grid[static_cast<size_t>(d)] = l.grid(d);
+        launch.block[static_cast<size_t>(d)] = l.block(d);
+      }
+      launch.dynamic_shared_bytes = l.dynamic_shared_bytes();
+      std::vector<bool> is_output(bufs.size(), false);
+      for (size_t i : outputs) is_output[i] = true;
+      std::unique_ptr<tf::GpuRuntime> rt;
+      try {
+        rt = tf::open_gpu_runtime(device);
+        rt->load(gpu_module, req.function());
+      } catch (const std::exception& e) {
+        return fail(pb::LOAD_ERROR, e.what());
+      }
+      try {
+        t = rt->time(bufs, is_output, launch, o);
+      } catch (const std::runtime_error& e) {
+        return fail(pb::RUNTIME_ERROR, e.what());
+      }
+    } else {
+      tf::KernelLibrary lib(argv[1], req.function());
+      std::vector<float*> args;
+      for (auto& b : bufs) args.push_back(b.data());
+      if (baseline.empty()) {
+        t = tf::time_kernel(lib, args, o);
+      } else {
+        std::unique_ptr<tf::KernelLibrary> base;
+        try {
+          base = std::make_unique<tf::KernelLibrary>(baseline, req.baseline_function());
+        } catch (const std::exception& e) {
+          return fail(pb::LOAD_ERROR, std::string("baseline: ") + e.what());
+        }
+        // The baseline writes outputs of its own: the kernel's are what the reply returns.
+        std::vector<std::vector<float>> base_outputs;
+        base_outputs.reserve(outputs.size());
+        std::vector<float*> base_args = args;
+        for (size_t i : outputs) {
+          base_outputs.emplace_back(bufs[i].size());
+          base_args[i] = base_outputs.back().data();
+        }
+        std::vector<tf::TimingResult> both = tf::time_kernels({&lib, base.get()}, {args, base_args}, o);
+        if (both[1].status != 0) {
+          return fail(pb::RUNTIME_ERROR, "the baseline kernel returned " + std::to_string(both[1].status));
+        }
+        t = both[0];
+        base_samples = both[1].samples_s;
+        base_number = both[1].number;
+      }
+    }
+
+    pb::MeasureReply reply;
+    reply.set_kernel_status(t.status);
+    reply.set_cut(t.cut);
+    reply.set_warmup_calls(t.warmup_calls);
+    reply.set_number(t.number);
+    reply.set_repeat(req.repeat());
+    reply.set_min_repeat_ms(req.min_repeat_ms());
+    reply.set_flush_cache(req.flush_cache());
+    reply.set_cooldown_ms(req.cooldown_ms());
+    if (t.status != 0) {
+      reply.set_error(t.status == -1 ? pb::MEMORY_LIMIT : pb::RUNTIME_ERROR);
+      reply.set_error_msg("kernel returned " + std::to_string(t.status) +
+                          (t.status == -1 ? " (could not allocate its buffers)" : ""));
+      return reply_and_exit(reply);
+    }
+    for (double s : t.samples_s) reply.add_samples_s(s);
+    for (double s : base_samples) reply.add_baseline_samples_s(s);
+    reply.set_baseline_number(base_number);
+    if (req.outputs() != pb::OUTPUT_NONE) {
+      for (size_t i : outputs) {
+        const std::vector<float>& v = bufs[i];
+        std::string raw(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+        pb::OutputData* o = reply.add_outputs();
+        double sum = 0, sq = 0;
+        for (float x : v) {
+          sum += x;
+          sq += double(x) * x;
+        }
+        o->set_sha256(tf::farm::sha256_hex(raw));
+        o->set_sum(sum);
+        o->set_l2(std::sqrt(sq));
+        if (req.outputs() == pb::OUTPUT_VALUES) o->set_values(raw);
+      }
+    }
+    return reply_and_exit(reply);
+  } catch (const std::bad_alloc&) {
+    return fail(pb::MEMORY_LIMIT, "out of memory under the limit of " + std::to_string(req.memory_limit_bytes()) + " bytes");
+  } catch (const std::exception& e) {
+    return fail(pb::LOAD_ERROR, e.what());
+  }
+}

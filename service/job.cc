@@ -1,0 +1,189 @@
+#include "service/job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "compiler/error.h"
+#include "compiler/target.h"
+#include "compiler/workload.h"
+#include "tuner/search_strategy.h"
+
+namespace tf {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int kMaxTasks = 1000;
+constexpr int kMaxTrials = 1000000;
+
+std::string shown(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+int get_int(const json& j, const char* field, int lo, int hi) {
+  const json& v = j.at(field);
+  if (!v.is_number_integer()) throw UserError(str("job field \"", field, "\" must be an integer, not ", shown(v)));
+  int64_t x = v.get<int64_t>();
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) x = int64_t{hi} + 1;
+  if (x < lo || x > hi) throw UserError(str("job field \"", field, "\" is ", shown(v), ": must be ", lo, "..", hi));
+  return static_cast<int>(x);
+}
+
+double get_number(const json& j, const char* field, double lo, double hi) {
+  const json& v = j.at(field);
+  if (!v.is_number()) throw UserError(str("job field \"", field, "\" must be a number, not ", shown(v)));
+  double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi) {
+    throw UserError(str("job field \"", field, "\" is ", shown(v), ": must be ", lo, "..", hi));
+  }
+  return x;
+}
+
+std::string get_string(const json& j, const char* field) {
+  const json& v = j.at(field);
+  if (!v.is_string()) throw UserError(str("job field \"", field, "\" must be a string, not ", shown(v)));
+  std::string s = v.get<std::string>();
+  if (s.size() > 4096) throw UserError(str("job field \"", field, "\" is longer than 4096 characters"));
+  return s;
+}
+
+}  // namespace
+
+JobSpec parse_job_spec(const json& j) {
+  if (!j.is_object()) throw UserError(str("a job must be a JSON object, not ", shown(j)));
+  static const std::set<std::string> known = {
+      "workloads", "model", "target", "key", "trials", "strategy", "early_stop", "priority", "time_budget_min",
+      "batch", "boards", "seed", "repeat", "number", "min_repeat_ms", "retime_top", "retime_rounds"};
+  for (const auto& [k, v] : j.items()) {
+    if (!known.count(k)) throw UserError(str("unknown job field \"", k, "\" (docs/service.md lists them)"));
+  }
+  JobSpec s;
+  if (!j.contains("workloads")) throw UserError("a job needs \"workloads\": a list of workload specs");
+  const json& ws = j.at("workloads");
+  if (!ws.is_array() || ws.empty()) {
+    throw UserError(str("job field \"workloads\" must be a non-empty list, not ", shown(ws)));
+  }
+  if (ws.size() > kMaxTasks) throw UserError(str("a job holds at most ", kMaxTasks, " workloads, not ", ws.size()));
+  std::set<std::string> seen;
+  for (const json& w : ws) {
+    JobTask t;
+    std::string spec;
+    if (w.is_string()) {
+      spec = w.get<std::string>();
+    } else if (w.is_object()) {
+      for (const auto& [k, v] : w.items()) {
+        if (k != "workload" && k != "weight") {
+          throw UserError(str("unknown field \"", k, "\" in a job's workload (workload, weight)"));
+        }
+      }
+      if (!w.contains("workload")) throw UserError(str("a job's workload entry needs \"workload\": ", shown(w)));
+      spec = get_string(w, "workload");
+      if (w.contains("weight")) t.weight = get_number(w, "weight", 1e-6, 1e6);
+      if (t.weight <= 0) throw UserError(str("workload weight ", t.weight, " must be positive"));
+    } else {
+      throw UserError(str("a job's workload must be a spec string or {\"workload\", \"weight\"}, not ", shown(w)));
+    }
+    try {
+      t.workload = parse_workload(spec).canonical();
+    } catch (const UserError& e) {
+      throw UserError(str("workload ", shown(json(spec)), ": ", e.what()));
+    }
+    if (!seen.insert(t.workload).second) {
+      throw UserError(str("workload ", t.workload, " appears twice in the job: give it one entry with a weight"));
+    }
+    s.tasks.push_back(t);
+  }
+  if (j.contains("model")) s.model = get_string(j, "model");
+  if (j.contains("key")) s.key = get_string(j, "key");
+  if (j.contains("target")) {
+    s.target = get_string(j, "target");
+    if (!s.target.empty()) {
+      try {
+        s.target = parse_target(s.target).str();
+      } catch (const UserError& e) {
+        throw UserError(str("job target ", shown(json(s.target)), ": ", e.what()));
+      }
+    }
+  }
+  if (j.contains("trials")) s.trials = get_int(j, "trials", 1, kMaxTrials);
+  if (j.contains("strategy")) {
+    s.strategy = get_string(j, "strategy");
+    const auto& names = search_strategy_names();
+    if (std::find(names.begin(), names.end(), s.strategy) == names.end()) {
+      throw UserError(str("job strategy ", shown(json(s.strategy)), ": not a search strategy (xgb, random, grid, ga)"));
+    }
+  }
+  if (j.contains("early_stop")) s.early_stop = get_int(j, "early_stop", 0, kMaxTrials);
+  if (j.contains("priority")) s.priority = get_int(j, "priority", -1000, 1000);
+  if (j.contains("time_budget_min")) s.time_budget_min = get_number(j, "time_budget_min", 0, 1e6);
+  if (j.contains("batch")) s.batch = get_int(j, "batch", 1, 256);
+  if (j.contains("boards")) s.boards = get_int(j, "boards", 1, 256);
+  if (j.contains("seed")) s.seed = static_cast<uint64_t>(get_int(j, "seed", 0, 2147483647));
+  if (j.contains("repeat")) s.repeat = get_int(j, "repeat", 1, 1000);
+  if (j.contains("number")) s.number = get_int(j, "number", 1, 1000000);
+  if (j.contains("min_repeat_ms")) s.min_repeat_ms = get_number(j, "min_repeat_ms", 0, 60000);
+  if (j.contains("retime_top")) s.retime_top = get_int(j, "retime_top", 0, 100);
+  if (j.contains("retime_rounds")) s.retime_rounds = get_int(j, "retime_rounds", 0, 100);
+  return s;
+}
+
+json to_json(const JobSpec& s) {
+  json ws = json::array();
+  for (const JobTask& t : s.tasks) ws.push_back({{"workload", t.workload}, {"weight", t.weight}});
+  return {{"workloads", ws},           {"model", s.model},
+          {"target", s.target},        {"key", s.key},
+          {"trials", s.trials},        {"strategy", s.strategy},
+          {"early_stop", s.early_stop}, {"priority", s.priority},
+          {"time_budget_min", s.time_budget_min}, {"batch", s.batch},
+          {"boards", s.boards},        {"seed", s.seed},
+          {"repeat", s.repeat},        {"number", s.number},
+          {"min_repeat_ms", s.min_repeat_ms}, {"retime_top", s.retime_top},
+          {"retime_rounds", s.retime_rounds}};
+}
+
+double task_priority(const TaskHistory& t, const SchedulerOptions& o) {
+  size_t n = t.trials.size();
+  if (n == 0) return std::numeric_limits<double>::infinity();
+  double g = t.best_s.back();
+  if (!std::isfinite(g)) {
+    // Nothing correct yet: worth a few rounds, then it waits behind every working workload.
+    return n < 3 ? std::numeric_limits<double>::infinity() : -1;
+  }
+  double spent = std::max(1, t.trials.back());
+  double forward = -g / spent;  // as if the next trials improved as much as the average one did
+  double backward = forward;
+  size_t k = n - 1 > static_cast<size_t>(o.window) ? n - 1 - static_cast<size_t>(o.window) : 0;
+  if (t.trials[n - 1] > t.trials[k] && std::isfinite(t.best_s[k])) {
+    backward = (g - t.best_s[k]) / (t.trials[n - 1] - t.trials[k]);
+  }
+  return -t.weight * (o.alpha * backward + (1 - o.alpha) * forward);
+}
+
+int pick_task(const std::vector<TaskHistory>& tasks, std::mt19937_64& rng, const SchedulerOptions& o) {
+  std::vector<int> live;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (!tasks[i].over) live.push_back(static_cast<int>(i));
+  }
+  if (live.empty()) return -1;
+  for (int i : live) {
+    if (tasks[i].trials.empty()) return i;  // warm-up: a round each first
+  }
+  if (std::uniform_real_distribution<double>(0, 1)(rng) < o.epsilon) {
+    return live[std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng)];
+  }
+  int best = live[0];
+  double best_p = task_priority(tasks[best], o);
+  for (int i : live) {
+    double p = task_priority(tasks[i], o);
+    if (p > best_p || (p == best_p && tasks[i].trials.back() < tasks[best].trials.back())) {
+      best = i;
+      best_p = p;
+    }
+  }
+  return best;
+}
+
+}  // namespace tf

@@ -1,0 +1,704 @@
+#include "service/job_manager.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include "compiler/error.h"
+#include "compiler/target.h"
+#include "compiler/workload.h"
+#include "costmodel/transfer.h"
+#include "tuner/builder.h"
+#include "tuner/config_space.h"
+#include "tuner/farm_runner.h"
+#include "tuner/model_search.h"
+#include "tuner/runner.h"
+#include "tuner/search_strategy.h"
+#include "runtime/child_process.h"
+#include "tuner/tune.h"
+#include "tuner/tuning_records.h"
+
+namespace tf {
+
+namespace pb = tunefarm::v1;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxEventsKept = 512;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// TEST ONLY: TUNEFARM_FAULT=NAME makes the service die (as kill -9 would) when it passes the
+// point NAME, so tests can crash it between two steps that no signal hits reliably. Unset in
+// normal use; the points are listed where they are called.
+void fault_point(const char* name) {
+  static const char* fault = std::getenv("TUNEFARM_FAULT");
+  if (fault && std::strcmp(fault, name) == 0) {
+    std::fprintf(stderr, "TUNEFARM_FAULT: dying at %s\n", name);
+    std::fflush(stderr);
+    std::_Exit(137);
+  }
+}
+
+bool is_over(const std::string& state) { return state == "done" || state == "failed" || state == "cancelled"; }
+
+json initial_progress(const JobSpec& s) {
+  json tasks = json::array();
+  for (const JobTask& t : s.tasks) {
+    tasks.push_back({{"workload", t.workload}, {"weight", t.weight}, {"runs", json::array()}, {"trials", 0},
+                     {"errors", 0}, {"best_s", 0.0}, {"best_config", nullptr}, {"default_s", 0.0},
+                     {"gflops_per_s", 0.0}, {"done", false}, {"stop_reason", ""}});
+  }
+  return {{"target", s.target}, {"restarts", 0}, {"trials", 0}, {"errors", 0}, {"tasks", tasks}};
+}
+
+}  // namespace
+
+// Measurement slots of this machine, handed out first come, first served.
+class LocalBoardPool {
+ public:
+  explicit LocalBoardPool(int n) : free_(n) {}
+  void acquire() {
+    std::unique_lock<std::mutex> l(mu_);
+    uint64_t ticket = next_ticket_++;
+    cv_.wait(l, [&] { return ticket == serving_ && free_ > 0; });
+    ++serving_;
+    --free_;
+    cv_.notify_all();
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(mu_);
+    ++free_;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int free_;
+  uint64_t next_ticket_ = 0, serving_ = 0;
+};
+
+namespace {
+
+// A LocalRunner whose measurements each take a slot of the pool; once `stop` is set, the
+// batch's remaining candidates are not measured (BOARD_LOST: never recorded, measured again
+// when the job resumes).
+class PooledLocalRunner : public Runner {
+ public:
+  PooledLocalRunner(LocalBoardPool& pool, const std::atomic<bool>& stop) : pool_(pool), stop_(stop) {}
+  std::string device_key() const override { return "local"; }
+  std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override {
+    std::vector<RunResult> out;
+    for (const BuildResult& b : builds) {
+      RunResult r;
+      if (!b.ok()) {
+        r.error = pb::COMPILE_ERROR;
+        r.error_msg = b.error_msg;
+      } else if (stop_) {
+        r.error = pb::BOARD_LOST;
+        r.error_msg = "the job was stopped before this candidate ran";
+      } else {
+        pool_.acquire();
+        try {
+          r = runner_.run_one(ctx, b.so_path, ctx.graph().workload.op);
+        } catch (...) {
+          pool_.release();
+          throw;
+        }
+        pool_.release();
+      }
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+ private:
+  LocalBoardPool& pool_;
+  const std::atomic<bool>& stop_;
+  LocalRunner runner_;
+};
+
+}  // namespace
+
+struct JobManager::Job {
+  db::JobRow row;
+  JobSpec spec;
+  std::atomic<bool> stop{false};
+  std::string cancelled_by;  // set by cancel(); a stop without it is a shutdown
+  std::thread thread;
+  bool thread_done = false;
+  std::deque<std::pair<uint64_t, pb::JobEvent>> events;
+  uint64_t last_seq = 0;
+  // The row run_job_body wrote with the job's last run, ended; run_job takes it in when it
+  // publishes the end (watchers stop at the first sight of an ended job, so the row in memory
+  // must not end before the "end" event is published).
+  std::optional<db::JobRow> ended;
+};
+
+JobManager::JobManager(JobManagerOptions o) : opts_(std::move(o)) {
+  if (opts_.max_running < 1) throw UserError(str("--max-running ", opts_.max_running, " must be at least 1"));
+  if (opts_.local_boards < 0) throw UserError(str("--local-boards ", opts_.local_boards, " must be 0 or more"));
+  db_ = db::open_database(opts_.db_path);
+  if (opts_.local_boards > 0) pool_ = std::make_unique<LocalBoardPool>(opts_.local_boards);
+  for (db::JobRow& row : db_->jobs()) {
+    auto job = std::make_unique<Job>();
+    job->row = std::move(row);
+    try {
+      job->spec = parse_job_spec(job->row.spec);
+    } catch (const UserError& e) {
+      if (!is_over(job->row.state)) {
+        job->row.state = "failed";
+        job->row.reason = str("its stored job no longer parses: ", e.what());
+        job->row.finished_at = unix_now();
+        db_->update_job(job->row);
+      }
+    }
+    if (job->row.state == "running") {
+      // The service stopped (or was killed) while it ran: it resumes from the database.
+      job->row.state = "queued";
+      job->row.progress["restarts"] = job->row.progress.value("restarts", 0) + 1;
+      db_->update_job(job->row);
+      // Its runs of that start ended with the process (nobody cancelled them); the resumed job
+      // begins new ones for the tasks not done.
+      if (job->row.progress.contains("tasks") && job->row.progress["tasks"].is_array()) {
+        for (const json& t : job->row.progress["tasks"]) {
+          if (!t.contains("runs") || !t["runs"].is_array() || t["runs"].empty() || t.value("done", false)) continue;
+          try {
+            db_->finish_run(t["runs"].back().get<std::string>(), "interrupted", unix_now());
+          } catch (const std::exception&) {
+            // Not begun after all: nothing to end.
+          }
+        }
+      }
+    }
+    jobs_[job->row.id] = std::move(job);
+  }
+  dispatcher_ = std::thread(&JobManager::dispatch_loop, this);
+}
+
+JobManager::~JobManager() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    shutting_down_ = true;
+    for (auto& [id, job] : jobs_) job->stop = true;
+  }
+  cv_.notify_all();
+  dispatcher_.join();
+  for (auto& [id, job] : jobs_) {
+    if (job->thread.joinable()) job->thread.join();
+  }
+}
+
+int64_t JobManager::submit(const std::string& user, const JobSpec& spec) {
+  if (spec.key.empty()) {
+    if (!pool_) {
+      throw JobError(grpc::INVALID_ARGUMENT, "the job names no board key and this service has no local boards "
+                                             "(it was started without --local-boards): submit with --key KEY");
+    }
+    if (!spec.target.empty() && parse_target(spec.target).arch_name() != host_target().arch_name()) {
+      throw JobError(grpc::INVALID_ARGUMENT,
+                     str("target ", spec.target, " is ", parse_target(spec.target).arch_name(),
+                         "; the service's local boards are ", host_target().arch_name(), ": submit with --key KEY"));
+    }
+  } else {
+    if (!opts_.farm) {
+      throw JobError(grpc::INVALID_ARGUMENT, str("the job asks for boards of key ", spec.key,
+                                                 " but this service has no tracker (start it with --tracker)"));
+    }
+    pb::SummaryReply sum;
+    try {
+      sum = farm::FarmClient(*opts_.farm).summary();
+    } catch (const farm::FarmError& e) {
+      throw JobError(grpc::UNAVAILABLE, str("cannot ask the tracker for boards of key ", spec.key, ": ", e.what()));
+    }
+    std::string keys;
+    bool found = false;
+    for (const pb::KeySummary& k : sum.keys()) {
+      found |= k.key() == spec.key && k.total() > 0;
+      if (k.total() > 0) keys += (keys.empty() ? "" : ", ") + k.key();
+    }
+    if (!found) {
+      throw JobError(grpc::INVALID_ARGUMENT, str("no board of key ", spec.key, " is registered with the tracker (keys: ",
+                                                 keys.empty() ? "none" : keys, ")"));
+    }
+  }
+  auto job = std::make_unique<Job>();
+  job->spec = spec;
+  job->row.user = user;
+  job->row.state = "queued";
+  job->row.priority = spec.priority;
+  job->row.spec = to_json(spec);
+  job->row.progress = initial_progress(spec);
+  job->row.submitted_at = unix_now();
+  std::lock_guard<std::mutex> l(mu_);
+  if (shutting_down_) throw JobError(grpc::UNAVAILABLE, "the service is shutting down");
+  int open = 0;
+  for (const auto& [id, other] : jobs_) open += other->row.user == user && !is_over(other->row.state);
+  if (open >= opts_.max_jobs_per_user) {
+    throw JobError(grpc::RESOURCE_EXHAUSTED, str(user, " has ", open, " jobs queued or running, the most one user may "
+                                                 "have: wait for some to end, or cancel some"));
+  }
+  job->row.id = db_->add_job(job->row);
+  int64_t id = job->row.id;
+  jobs_[id] = std::move(job);
+  cv_.notify_all();
+  return id;
+}
+
+std::vector<pb::JobInfo> JobManager::list() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<pb::JobInfo> out;
+  for (const auto& [id, job] : jobs_) out.push_back(info(*job));
+  return out;
+}
+
+pb::JobInfo JobManager::get(int64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) throw JobError(grpc::NOT_FOUND, str("no job ", id));
+  return info(*it->second);
+}
+
+pb::JobInfo JobManager::cancel(int64_t id, const std::string& user, bool admin) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) throw JobError(grpc::NOT_FOUND, str("no job ", id));
+  Job& job = *it->second;
+  if (job.row.user != user && !admin) {
+    throw JobError(grpc::PERMISSION_DENIED, str("job ", id, " belongs to ", job.row.user, "; ", user,
+                                                " may cancel only their own jobs (or use an admin token)"));
+  }
+  if (is_over(job.row.state)) throw JobError(grpc::FAILED_PRECONDITION, str("job ", id, " is already ", job.row.state));
+  job.cancelled_by = user;
+  job.stop = true;
+  if (job.row.state == "queued") {
+    job.row.state = "cancelled";
+    job.row.reason = str("cancelled by ", user, " before it ran");
+    job.row.finished_at = unix_now();
+    publish(&job, "end");
+  } else {
+    publish(&job, "state", "", str("cancel requested by ", user, "; stopping after the measurements in flight"));
+  }
+  return info(job);
+}
+
+bool JobManager::next_events(int64_t id, uint64_t* seq, std::vector<pb::JobEvent>* out,
+                             std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) throw JobError(grpc::NOT_FOUND, str("no job ", id));
+  Job* job = it->second.get();
+  if (*seq == 0) {
+    pb::JobEvent e;
+    e.set_kind(is_over(job->row.state) ? "end" : "snapshot");
+    *e.mutable_job() = info(*job);
+    out->push_back(e);
+    *seq = job->last_seq;
+    return !is_over(job->row.state);
+  }
+  cv_.wait_for(l, timeout, [&] { return job->last_seq > *seq || shutting_down_; });
+  for (const auto& [s, e] : job->events) {
+    if (s > *seq) out->push_back(e);
+  }
+  *seq = job->last_seq;
+  return !is_over(job->row.state) && !shutting_down_;
+}
+
+void JobManager::publish(Job* job, const std::string& kind, const std::string& workload, const std::string& message) {
+  db_->update_job(job->row);
+  pb::JobEvent e;
+  e.set_kind(kind);
+  *e.mutable_job() = info(*job);
+  e.set_workload(workload);
+  e.set_message(message);
+  job->events.push_back({++job->last_seq, std::move(e)});
+  while (job->events.size() > kMaxEventsKept) job->events.pop_front();
+  cv_.notify_all();
+}
+
+pb::JobInfo JobManager::info(const Job& job) const {
+  const db::JobRow& r = job.row;
+  const json& p = r.progress;
+  pb::JobInfo i;
+  i.set_id(r.id);
+  i.set_user(r.user);
+  i.set_state(r.state);
+  i.set_reason(r.reason);
+  i.set_priority(static_cast<int32_t>(r.priority));
+  i.set_model(job.spec.model);
+  std::string target = p.value("target", std::string());  // canonical once the job ran
+  i.set_target(target.empty() ? job.spec.target : target);
+  i.set_key(job.spec.key.empty() ? "local" : job.spec.key);
+  i.set_strategy(job.spec.strategy);
+  i.set_trials_total(job.spec.trials);
+  i.set_trials_done(p.value("trials", 0));
+  i.set_errors(p.value("errors", 0));
+  i.set_submitted_at(r.submitted_at);
+  i.set_started_at(r.started_at);
+  i.set_finished_at(r.finished_at);
+  i.set_restarts(p.value("restarts", 0));
+  double weighted = 0;
+  bool all = true;
+  if (p.contains("tasks") && p["tasks"].is_array()) {
+    for (const json& t : p["tasks"]) {
+      pb::TaskInfo* ti = i.add_tasks();
+      ti->set_workload(t.value("workload", std::string()));
+      ti->set_weight(t.value("weight", 1.0));
+      ti->set_trials(t.value("trials", 0));
+      ti->set_errors(t.value("errors", 0));
+      ti->set_best_s(t.value("best_s", 0.0));
+      ti->set_best_gflops(t.value("best_gflops", 0.0));
+      if (t.contains("best_config") && !t["best_config"].is_null()) ti->set_best_config(t["best_config"].dump());
+      ti->set_default_s(t.value("default_s", 0.0));
+      ti->set_done(t.value("done", false));
+      ti->set_stop_reason(t.value("stop_reason", std::string()));
+      if (ti->best_s() > 0) weighted += ti->weight() * ti->best_s();
+      else all = false;
+    }
+  }
+  i.set_weighted_best_s(all ? weighted : 0);
+  return i;
+}
+
+JobManager::Job* JobManager::next_to_start() {
+  std::map<std::string, int> running_of;
+  for (const auto& [id, job] : jobs_) {
+    if (job->row.state == "running") ++running_of[job->row.user];
+  }
+  Job* best = nullptr;
+  for (const auto& [id, job] : jobs_) {
+    if (job->row.state != "queued" || job->thread.joinable()) continue;
+    if (!best) {
+      best = job.get();
+      continue;
+    }
+    const db::JobRow& a = job->row;
+    const db::JobRow& b = best->row;
+    if (a.priority != b.priority) {
+      if (a.priority > b.priority) best = job.get();
+      continue;
+    }
+    int ra = running_of[a.user], rb = running_of[b.user];
+    if (ra != rb) {
+      if (ra < rb) best = job.get();
+      continue;
+    }
+    // Equal: the older (lower id, as jobs_ is ordered) stays.
+  }
+  return best;
+}
+
+void JobManager::dispatch_loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    for (auto& [id, job] : jobs_) {
+      if (job->thread_done && job->thread.joinable()) {
+        job->thread.join();
+        job->thread_done = false;
+      }
+    }
+    if (shutting_down_) return;
+    while (running_ < opts_.max_running) {
+      Job* job = next_to_start();
+      if (!job) break;
+      job->row.state = "running";
+      if (job->row.started_at == 0) job->row.started_at = unix_now();
+      job->stop = false;
+      ++running_;
+      publish(job, "state");
+      job->thread = std::thread(&JobManager::run_job, this, job);
+    }
+    cv_.wait_for(l, std::chrono::seconds(1));
+  }
+}
+
+void JobManager::end_row(db::JobRow& r, const Job& job, const std::string& failure) {
+  if (!job.cancelled_by.empty()) {
+    r.state = "cancelled";
+    r.reason = str("cancelled by ", job.cancelled_by);
+  } else if (!failure.empty()) {
+    r.state = "failed";
+    r.reason = failure;
+  } else {
+    r.state = "done";
+    std::string none;
+    for (const json& t : r.progress["tasks"]) {
+      if (t.value("best_s", 0.0) <= 0) none += (none.empty() ? "" : ", ") + t.value("workload", std::string());
+    }
+    if (!none.empty()) {
+      r.state = "failed";
+      r.reason = str("no candidate ran correctly for ", none);
+    }
+  }
+  r.finished_at = unix_now();
+}
+
+void JobManager::run_job(Job* job) {
+  std::string failure;
+  try {
+    std::unique_ptr<db::Database> db = db::open_database(opts_.db_path);
+    run_job_body(job, *db);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  db::JobRow& r = job->row;
+  bool shutdown = job->stop && job->cancelled_by.empty();
+  if (job->ended) {
+    r = *job->ended;  // ended, with its last run, by run_job_body's last transaction
+    job->ended.reset();
+    publish(job, "end");
+  } else if (shutdown) {
+    r.state = "queued";  // resumes at the next start
+    publish(job, "state", "", "the service is stopping; the job resumes when it starts again");
+  } else {
+    end_row(r, *job, failure);
+    publish(job, "end");
+  }
+  --running_;
+  job->thread_done = true;
+  cv_.notify_all();
+}
+
+std::mutex& JobManager::workload_lock(const std::string& key) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::unique_ptr<std::mutex>& m = workload_locks_[key];
+  if (!m) m = std::make_unique<std::mutex>();
+  return *m;
+}
+
+void JobManager::run_job_body(Job* job, db::Database& db) {
+  const JobSpec& s = job->spec;
+  std::string user;
+  json progress;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    user = job->row.user;
+    progress = job->row.progress;
+  }
+  auto save = [&](const std::string& kind, const std::string& workload, const std::string& message = "") {
+    std::lock_guard<std::mutex> l(mu_);
+    job->row.progress = progress;
+    publish(job, kind, workload, message);
+  };
+
+  // Where it measures.
+  std::unique_ptr<Runner> runner;
+  Target target;
+  if (s.key.empty()) {
+    if (!pool_) throw UserError("the service has no local boards any more (restarted without --local-boards)");
+    target = s.target.empty() ? host_target() : parse_target(s.target);
+    if (target.arch_name() != host_target().arch_name()) {
+      throw UserError(str("target ", target.str(), " cannot run on this ", host_target().arch_name(), " machine"));
+    }
+    runner = std::make_unique<PooledLocalRunner>(*pool_, job->stop);
+  } else {
+    if (!opts_.farm) throw UserError(str("the service has no tracker any more: key ", s.key, " cannot be leased"));
+    FarmRunnerOptions fo;
+    fo.farm = *opts_.farm;
+    fo.key = s.key;
+    fo.user = user;
+    fo.boards = s.boards;
+    fo.wait_ms = opts_.wait_ms;
+    fo.stop = &job->stop;
+    auto farm = std::make_unique<FarmRunner>(fo);
+    // From the runner's threads, while this one may be saving progress: the event carries
+    // the job as last saved.
+    farm->on_board_lost = [this, job](const std::string& id, const std::string& why) {
+      std::lock_guard<std::mutex> l(mu_);
+      publish(job, "board_lost", "", str("board ", id, " lost (", why, "); its candidate goes to another board"));
+    };
+    std::string board_target = farm->connect(s.target.empty() ? "" : parse_target(s.target).arch_name());
+    target = s.target.empty() ? parse_target(board_target) : parse_target(s.target);
+    runner = std::move(farm);
+  }
+  progress["target"] = target.str();
+
+  LocalBuilderOptions bo;
+  bo.workers = opts_.build_workers;
+  LocalBuilder builder(bo);
+  TuneOptions opts;
+  opts.trials = s.trials;
+  opts.batch = s.batch;
+  opts.early_stop = s.early_stop;
+  opts.retime_top = s.retime_top;
+  opts.retime_rounds = s.retime_rounds;
+  opts.measure.repeat = s.repeat;
+  opts.measure.number = s.number;
+  opts.measure.min_repeat_ms = s.min_repeat_ms;
+
+  struct Task {
+    std::unique_ptr<ConfigSpace> space;
+    ModelSearchOptions mo;
+    std::unique_ptr<SearchStrategy> strategy;
+    std::unique_ptr<CommitRecords> commit;
+    std::unique_ptr<TuneLoop> loop;
+    int before = 0;  // trials this job spent on it before this start
+    std::string run;
+    bool done_before = false;  // finished (re-timed, its run ended) by an earlier start
+  };
+  std::vector<Task> tasks(s.tasks.size());
+  std::vector<TaskHistory> hist(s.tasks.size());
+  std::string worker = find_sibling_program("tunefarm-build-worker");
+  for (size_t i = 0; i < s.tasks.size(); ++i) {
+    Task& t = tasks[i];
+    json& tp = progress["tasks"][i];
+    Workload w = parse_workload(s.tasks[i].workload);
+    t.space = std::make_unique<ConfigSpace>(w, target);
+    // Trials spent by earlier starts of this job: the configs its runs measured.
+    std::set<std::string> runs;
+    for (const json& u : tp["runs"]) runs.insert(u.get<std::string>());
+    if (!runs.empty()) {
+      std::set<std::string> configs;
+      for (const db::MeasureRecord& r : db.history({w.canonical(), target.str(), 0})) {
+        if (runs.count(r.run_uuid)) configs.insert(r.config_hash());
+      }
+      t.before = static_cast<int>(configs.size());
+    }
+    hist[i].weight = s.tasks[i].weight;
+    if (tp.value("done", false)) {
+      // Its search, re-timing and run ended in an earlier start: nothing of it runs again.
+      t.done_before = true;
+      hist[i].over = true;
+      continue;
+    }
+    t.mo.feature_worker = worker;
+    if (s.strategy == "xgb") {
+      t.mo.transfer =
+          costmodel::transfer_from_database(db, t.space->template_id(), target.arch_name(), w.canonical(), 4000,
+                                            target.emulated())
+              .set;
+    }
+    t.strategy = make_search_strategy(s.strategy, *t.space, s.seed + i, &t.mo);
+    t.run = new_run_uuid();
+    db::TuningRun run;
+    run.uuid = t.run;
+    run.user = user;
+    run.host = host_name();
+    run.strategy = s.strategy;
+    run.budget = s.trials;
+    run.workload = w.canonical();
+    run.target = target.str();
+    run.started_at = unix_now();
+    db.begin_run(run);
+    tp["runs"].push_back(t.run);
+    TuneOptions o = opts;
+    o.run_uuid = t.run;
+    t.commit = std::make_unique<CommitRecords>(&db, *t.space, runner->device_key(), t.run, o.measure);
+    t.loop = std::make_unique<TuneLoop>(*t.space, *t.strategy, builder, *runner, &db, o,
+                                        std::vector<MeasureCallback*>{t.commit.get()}, &job->stop);
+    // A search that ended for its own reasons before a restart stays ended.
+    std::string ended = tp.value("stop_reason", std::string());
+    if (ended == "exhausted" || ended == "early-stop") {
+      t.loop->end_search(ended);
+      hist[i].over = true;
+    }
+    if (t.before > 0) {
+      hist[i].trials.push_back(t.before);
+      hist[i].best_s.push_back(t.loop->state().best_s);
+    }
+  }
+  save("state", "");  // the runs are known before their first record
+
+  auto update = [&](size_t i) {
+    if (!tasks[i].loop) return;
+    const TuneState& st = tasks[i].loop->state();
+    json& tp = progress["tasks"][i];
+    tp["trials"] = tasks[i].before + st.trials_done;
+    tp["errors"] = st.errors;
+    if (std::isfinite(st.best_s)) {
+      tp["best_s"] = st.best_s;
+      tp["best_config"] = st.best_config;
+      tp["best_gflops"] = static_cast<double>(tasks[i].space->graph().flops) / st.best_s * 1e-9;
+    }
+    int trials = 0, errors = 0;
+    for (const json& t : progress["tasks"]) {
+      trials += t.value("trials", 0);
+      errors += t.value("errors", 0);
+    }
+    progress["trials"] = trials;
+    progress["errors"] = errors;
+  };
+
+  // The task scheduler shares the budget (service/job.h).
+  std::mt19937_64 rng(s.seed);
+  const auto start = std::chrono::steady_clock::now();
+  std::string end_reason = "budget";
+  while (!job->stop) {
+    int spent = 0;
+    for (const Task& t : tasks) spent += t.before + (t.loop ? t.loop->state().trials_done : 0);
+    if (spent >= s.trials) break;
+    if (s.time_budget_min > 0 &&
+        std::chrono::steady_clock::now() - start >= std::chrono::duration<double>(s.time_budget_min * 60)) {
+      end_reason = "time-budget";
+      break;
+    }
+    int i = pick_task(hist, rng);
+    if (i < 0) break;
+    Task& t = tasks[static_cast<size_t>(i)];
+    bool stepped;
+    {
+      // One batch at a time per workload and target across jobs: the batch then sees what the
+      // other job's last batch recorded, and no config is measured by both.
+      std::lock_guard<std::mutex> one(workload_lock(s.tasks[static_cast<size_t>(i)].workload + "\n" + target.str()));
+      stepped = t.loop->step(s.trials - spent);
+    }
+    if (!stepped) {
+      hist[static_cast<size_t>(i)].over = true;
+      progress["tasks"][static_cast<size_t>(i)]["stop_reason"] = t.loop->stop_reason();
+      continue;
+    }
+    hist[static_cast<size_t>(i)].trials.push_back(t.before + t.loop->state().trials_done);
+    hist[static_cast<size_t>(i)].best_s.push_back(t.loop->state().best_s);
+    update(static_cast<size_t>(i));
+    save("progress", s.tasks[static_cast<size_t>(i)].workload);
+  }
+
+  // Each workload's best is re-timed in fresh processes (unless the job was stopped). Its run's
+  // end and the task's "done" (with the job's end, after the last task) are one transaction:
+  // a crash leaves the task to re-time again or done, never a done run in a job that re-times
+  // it at its next start.
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Task& t = tasks[i];
+    if (t.done_before) continue;
+    t.loop->end_search(end_reason);
+    TuneSummary sum = t.loop->finish();
+    update(i);
+    json& tp = progress["tasks"][i];
+    tp["stop_reason"] = sum.stop_reason;
+    if (!sum.best_config.is_null() && sum.best_s > 0) {
+      tp["best_s"] = sum.best_s;
+      tp["best_config"] = sum.best_config;
+      tp["best_gflops"] = static_cast<double>(t.space->graph().flops) / sum.best_s * 1e-9;
+    }
+    tp["default_s"] = sum.default_s;
+    tp["done"] = !sum.interrupted;
+    std::string status = !sum.interrupted ? "done" : job->cancelled_by.empty() ? "interrupted" : "cancelled";
+    bool all_done = true;
+    for (const json& task : progress["tasks"]) all_done = all_done && task.value("done", false);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      job->row.progress = progress;
+      db::JobRow row = job->row;
+      if (all_done && !job->stop) end_row(row, *job, "");
+      db.finish_run_and_update_job(t.run, status, unix_now(), row);
+      if (is_over(row.state)) job->ended = row;
+    }
+    fault_point("run-finished");
+    // An ended job's last event is run_job's "end" (watchers stop at the first event of an
+    // ended job).
+    if (!all_done || job->stop) save("progress", s.tasks[i].workload);
+  }
+}
+
+}  // namespace tf
