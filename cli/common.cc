@@ -96,4 +96,33 @@ std::string utc_time(double t) {
   return buf;
 }
 
+void add_measure_options(CLI::App* cmd, MeasureOptions& m, unsigned flags) {
+  cmd->add_option("--repeat", m.repeat, "timed samples per measurement")->capture_default_str();
+  cmd->add_option("--number", m.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
+  cmd->add_option("--min-repeat-ms", m.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
+  if (flags & kWarmup) {
+    cmd->add_option("--warmup-ms", m.min_warmup_ms, "shortest warm-up before the samples (docs/tuning.md)")
+        ->capture_default_str();
+  }
+  if (flags & kBoardSettings) {
+    cmd->add_flag("--flush", m.flush, "flush caches before each sample");
+    cmd->add_option("--cooldown-ms", m.cooldown_ms, "pause between samples")->capture_default_str();
+    cmd->add_option("--timeout-s", m.timeout_s, "time limit on the board (0: the board's default)")->capture_default_str();
+    cmd->add_option("--seed", m.seed, "seed of the inputs")->capture_default_str();
+  }
+  if (flags & kCheck) cmd->add_flag("!--no-check", m.check, "do not compare the outputs with the reference");
+}
+
+void check_measure_options(const MeasureOptions& m, const char* warmup_flag) {
+  if (m.repeat < 1) throw UserError(str("--repeat ", m.repeat, " must be at least 1"));
+  if (m.number < 1) throw UserError(str("--number ", m.number, " must be at least 1"));
+  for (auto [name, v] : {std::pair<const char*, double>{"--min-repeat-ms", m.min_repeat_ms},
+                         {"--cooldown-ms", m.cooldown_ms}, {"--timeout-s", m.timeout_s}}) {
+    if (!std::isfinite(v) || v < 0) throw UserError(str(name, " ", v, " must be a finite number >= 0"));
+  }
+  if (!(m.min_warmup_ms >= 0 && m.min_warmup_ms <= 60000)) {
+    throw UserError(str(warmup_flag, " ", m.min_warmup_ms, " is not in [0, 60000]"));
+  }
+}
+
 }  // namespace tf::cli

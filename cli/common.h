@@ -9,6 +9,7 @@
 
 #include "service/service_client.h"
 #include "tuner/farm_client.h"
+#include "tuner/measure.h"
 
 namespace tf::cli {
 
@@ -44,5 +45,19 @@ int farm_error_exit(const farm::FarmError& e);
 // UTC date and time of Unix seconds `t` ("2026-11-23 09:46:16"); "?" for times no calendar
 // shows (the database refuses them, but an old or hand-edited file may hold any number).
 std::string utc_time(double t);
+
+// The measurement flags, bound to `m` (their defaults are MeasureOptions'): --repeat, --number
+// and --min-repeat-ms on every subcommand that times kernels, and what else it takes:
+enum MeasureFlags : unsigned {
+  kSampling = 0,        // --repeat, --number, --min-repeat-ms
+  kWarmup = 1,          // --warmup-ms
+  kBoardSettings = 2,   // --flush, --cooldown-ms, --timeout-s, --seed (of the inputs)
+  kCheck = 4,           // --no-check
+};
+void add_measure_options(CLI::App* cmd, MeasureOptions& m, unsigned flags);
+// Throws UserError naming the flag and the value: --repeat and --number below 1, a negative
+// or infinite --min-repeat-ms, --cooldown-ms or --timeout-s, a warm-up outside [0, 60000]
+// ms (`warmup_flag` names its flag: --warmup-ms, or tune's --retime-warmup-ms).
+void check_measure_options(const MeasureOptions& m, const char* warmup_flag = "--warmup-ms");
 
 }  // namespace tf::cli

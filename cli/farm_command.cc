@@ -136,12 +136,7 @@ int farm_status(const FarmArgs& a) {
 int farm_measure(const FarmArgs& a) {
   if (a.module.empty()) throw UserError("--module K.so is required");
   if (a.key.empty()) throw UserError("--key KEY is required");
-  if (a.number < 1 || a.repeat < 1) throw UserError("--number and --repeat must be at least 1");
-  for (auto [name, v] : {std::pair<const char*, double>{"--min-repeat-ms", a.min_repeat_ms},
-                         {"--cooldown-ms", a.cooldown_ms}, {"--timeout-s", a.timeout_s},
-                         {"--warmup-ms", a.warmup_ms}}) {
-    if (!std::isfinite(v) || v < 0) throw UserError(std::string(name) + " " + std::to_string(v) + " must be a finite number >= 0");
-  }
+  check_measure_options(a.measure);
   std::string data = read_file(a.module, "kernel library");
   bool gpu = !gpu_module_kind(data).empty();
   if (std::string why = gpu ? "" : check_kernel_library(data, /*this_machine=*/false); !why.empty()) {
@@ -168,16 +163,7 @@ int farm_measure(const FarmArgs& a) {
     if (base_name == std::filesystem::path(a.module).filename().string()) base_name = "baseline-" + base_name;
     baseline = FarmRunner::Baseline{std::move(base), base_name, bs.function};
   }
-  MeasureOptions mo;
-  mo.number = a.number;
-  mo.repeat = a.repeat;
-  mo.min_repeat_ms = a.min_repeat_ms;
-  mo.min_warmup_ms = a.warmup_ms;
-  mo.flush = a.flush;
-  mo.cooldown_ms = a.cooldown_ms;
-  mo.timeout_s = a.timeout_s;
-  mo.seed = a.seed;
-  mo.check = a.check;
+  const MeasureOptions& mo = a.measure;
   MeasureContext ctx(side.graph, mo);
 
   farm::FarmClient client(endpoint(a));
@@ -290,14 +276,7 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
   m->add_option("--baseline", a.baseline, "a second library of the same workload (e.g. compiled with the default "
                                           "config) timed alongside on the same board, interleaved sample by sample; "
                                           "prints the speedup over it (CPU boards; docs/tuning.md)");
-  m->add_option("--number", a.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
-  m->add_option("--repeat", a.repeat, "samples")->capture_default_str();
-  m->add_option("--min-repeat-ms", a.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
-  m->add_flag("--flush", a.flush, "flush caches before each sample");
-  m->add_option("--cooldown-ms", a.cooldown_ms, "pause between samples")->capture_default_str();
-  m->add_option("--warmup-ms", a.warmup_ms, "shortest warm-up before the samples")->capture_default_str();
-  m->add_option("--timeout-s", a.timeout_s, "time limit on the board (0: the board's default)")->capture_default_str();
-  m->add_option("--seed", a.seed, "seed of the inputs")->capture_default_str();
+  add_measure_options(m, a.measure, kWarmup | kBoardSettings | kCheck);
   m->add_option("--wait-ms", a.wait_ms, "how long to wait for a free board")->capture_default_str();
   m->add_flag("--wait-for-boards", a.wait_for_boards, "wait even for a key no board has registered yet (default: "
                                                       "such a key fails at once)");
@@ -305,7 +284,6 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
                                         "board_lost)")->capture_default_str()->check(CLI::Range(0, 100));
   m->add_option("--priority", a.priority, "lease priority (higher first)")->capture_default_str();
   m->add_option("--user", a.user, "lease holder name (default: $USER)");
-  m->add_flag("!--no-check", a.check, "do not compare the outputs with the reference");
   m->add_option("--db", a.db, "tuning database to record the measurement in");
   m->add_flag("--no-db", a.no_db, "do not record the measurement");
 }

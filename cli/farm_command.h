@@ -14,11 +14,10 @@ struct FarmArgs {
   std::string sub;  // status, measure
   std::string tracker, token_file, tls_ca, tls_cert, tls_key, tls_server_name;
   std::string key, module, function, user, db, baseline;
-  int number = 1, repeat = 5, priority = 0, retries = 2;
-  double min_repeat_ms = 50, cooldown_ms = 0, timeout_s = 0, warmup_ms = 300;
-  uint64_t seed = 1;
+  int priority = 0, retries = 2;
+  MeasureOptions measure;
   int64_t wait_ms = 60000;
-  bool flush = false, check = true, json = false, no_db = false, wait_for_boards = false;
+  bool json = false, no_db = false, wait_for_boards = false;
 };
 
 void add_farm_command(CLI::App& app, FarmArgs& args);

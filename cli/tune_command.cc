@@ -115,45 +115,45 @@ class Progress : public MeasureCallback {
 };
 
 void check_args(const TuneArgs& a) {
+  const TuneOptions& o = a.tune;
+  const SearchSettings& se = a.search;
   if (a.local == !a.tracker.empty()) {
     throw UserError(a.local ? "--local and --tracker exclude each other: measure here or on the farm"
                             : "say where to measure: --local, or --tracker HOST:PORT --key KEY");
   }
-  if (!a.tracker.empty() && a.key.empty()) throw UserError("--tracker needs --key KEY (the kind of board)");
-  if (a.trials < 1) throw UserError(str("--trials ", a.trials, " must be at least 1"));
-  if (a.batch < 1) throw UserError(str("--batch ", a.batch, " must be at least 1"));
-  if (a.boards < 1) throw UserError(str("--boards ", a.boards, " must be at least 1"));
-  if (a.early_stop < 0) throw UserError(str("--early-stop ", a.early_stop, " must be 0 (never) or more"));
-  if (a.repeat < 1 || a.number < 1) throw UserError("--repeat and --number must be at least 1");
-  if (a.retime_top < 0 || a.retime_rounds < 0) throw UserError("--retime-top and --retime-rounds must be 0 or more");
+  if (!a.tracker.empty() && a.farm.key.empty()) throw UserError("--tracker needs --key KEY (the kind of board)");
+  if (o.trials < 1) throw UserError(str("--trials ", o.trials, " must be at least 1"));
+  if (o.batch < 1) throw UserError(str("--batch ", o.batch, " must be at least 1"));
+  if (a.farm.boards < 1) throw UserError(str("--boards ", a.farm.boards, " must be at least 1"));
+  if (o.early_stop < 0) throw UserError(str("--early-stop ", o.early_stop, " must be 0 (never) or more"));
+  check_measure_options(o.measure, "--retime-warmup-ms");
+  if (o.retime_top < 0 || o.retime_rounds < 0) throw UserError("--retime-top and --retime-rounds must be 0 or more");
   for (auto [name, v] : {std::pair<const char*, double>{"--time-budget", a.time_budget_min},
-                         {"--min-repeat-ms", a.min_repeat_ms}, {"--max-spread", a.max_spread},
-                         {"--slow-factor", a.slow_factor}}) {
+                         {"--max-spread", o.max_spread}, {"--slow-factor", o.slow_factor}}) {
     if (!std::isfinite(v) || v < 0) throw UserError(str(name, " ", v, " must be a finite number >= 0"));
   }
-  if (!(a.retime_warmup_ms >= 0 && a.retime_warmup_ms <= 60000)) {
-    throw UserError(str("--retime-warmup-ms ", a.retime_warmup_ms, " is not in [0, 60000]"));
+  if (!std::isfinite(o.cut_factor) || (o.cut_factor != 0 && o.cut_factor < 1)) {
+    throw UserError(str("--cut-factor ", o.cut_factor, " must be 0 (never cut) or a finite number >= 1"));
   }
-  if (!std::isfinite(a.cut_factor) || (a.cut_factor != 0 && a.cut_factor < 1)) {
-    throw UserError(str("--cut-factor ", a.cut_factor, " must be 0 (never cut) or a finite number >= 1"));
-  }
-  if (!std::isfinite(a.build_timeout_s) || a.build_timeout_s <= 0) {
-    throw UserError(str("--build-timeout-s ", a.build_timeout_s, " must be a positive number"));
+  if (!std::isfinite(a.build.timeout_s) || a.build.timeout_s <= 0) {
+    throw UserError(str("--build-timeout-s ", a.build.timeout_s, " must be a positive number"));
   }
   bool known = false;
-  for (const std::string& s : search_strategy_names()) known |= s == a.strategy;
-  if (!known) throw UserError(str("--strategy ", a.strategy, ": not a search strategy (xgb, random, grid, ga)"));
-  if (a.strategy != "xgb") {
-    for (auto [flag, given] : {std::pair<const char*, bool>{"--load-model", !a.load_model.empty()},
-                               {"--save-model", !a.save_model.empty()}, {"--no-transfer", a.no_transfer}}) {
-      if (given) throw UserError(str(flag, " needs --strategy xgb (the cost model); --strategy is ", a.strategy));
+  for (const std::string& s : search_strategy_names()) known |= s == se.strategy;
+  if (!known) throw UserError(str("--strategy ", se.strategy, ": not a search strategy (xgb, random, grid, ga)"));
+  if (se.strategy != "xgb") {
+    for (auto [flag, given] : {std::pair<const char*, bool>{"--load-model", !se.model.load_model.empty()},
+                               {"--save-model", !a.save_model.empty()}, {"--no-transfer", !se.transfer}}) {
+      if (given) throw UserError(str(flag, " needs --strategy xgb (the cost model); --strategy is ", se.strategy));
     }
   }
   const auto& objectives = costmodel::xgboost_objectives();
-  if (std::find(objectives.begin(), objectives.end(), a.objective) == objectives.end()) {
-    throw UserError(str("--objective ", a.objective, ": not one of rank:pairwise, reg:squarederror"));
+  if (std::find(objectives.begin(), objectives.end(), se.model.model.objective) == objectives.end()) {
+    throw UserError(str("--objective ", se.model.model.objective, ": not one of rank:pairwise, reg:squarederror"));
   }
-  if (!(a.epsilon >= 0 && a.epsilon <= 1)) throw UserError(str("--epsilon ", a.epsilon, " must be between 0 and 1"));
+  if (!(se.model.epsilon >= 0 && se.model.epsilon <= 1)) {
+    throw UserError(str("--epsilon ", se.model.epsilon, " must be between 0 and 1"));
+  }
   if (a.transfer_until < 0) throw UserError(str("--transfer-until ", a.transfer_until, " must be 0 or more"));
   if (!a.save_model.empty()) {
     std::filesystem::path dir = std::filesystem::absolute(a.save_model).parent_path();
@@ -169,52 +169,52 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   CLI::App* t = app.add_subcommand("tune", "Search a workload's schedules on this machine (--local) or on farm boards, "
                                            "recording every measurement");
   a.cmd = t;
+  TuneOptions& o = a.tune;
+  SearchSettings& se = a.search;
   t->add_option("--workload,-w", a.workload, "workload spec, e.g. 'matmul(M=512,N=512,K=512)'")->required();
   t->add_option("--target,-t", a.target, "target (default: this machine with --local, the boards' own with --tracker)");
   t->add_flag("--local", a.local, "measure on this machine, each kernel in an isolated process (no daemons)");
   t->add_option("--tracker", a.tracker, "measure on farm boards leased from this tracker, HOST:PORT");
-  t->add_option("--key", a.key, "kind of board to lease (with --tracker)");
+  t->add_option("--key", a.farm.key, "kind of board to lease (with --tracker)");
   t->add_option("--token-file", a.token_file, "file whose first line is the farm's client token");
   t->add_option("--tls-ca", a.tls_ca, "PEM CA: use TLS and verify the servers");
   t->add_option("--tls-cert", a.tls_cert, "PEM client certificate (mutual TLS)");
   t->add_option("--tls-key", a.tls_key, "PEM key of --tls-cert");
   t->add_option("--tls-server-name", a.tls_server_name, "name the servers' certificates must carry");
-  t->add_option("--boards", a.boards, "boards to measure on at once (with --tracker)")->capture_default_str();
-  t->add_option("--wait-ms", a.wait_ms, "how long to wait for a free board")->capture_default_str();
-  t->add_flag("--wait-for-boards", a.wait_for_boards, "wait even for a key no board has registered yet");
+  t->add_option("--boards", a.farm.boards, "boards to measure on at once (with --tracker)")->capture_default_str();
+  t->add_option("--wait-ms", a.farm.wait_ms, "how long to wait for a free board")->capture_default_str();
+  t->add_flag("--wait-for-boards", a.farm.wait_for_boards, "wait even for a key no board has registered yet");
   t->add_option("--user", a.user, "lease holder name (default: $USER)");
-  t->add_option("--trials", a.trials, "new configs to measure")->capture_default_str();
-  t->add_option("--strategy", a.strategy, "search strategy: xgb (cost model + simulated annealing), random, grid, ga")
+  t->add_option("--trials", o.trials, "new configs to measure")->capture_default_str();
+  t->add_option("--strategy", se.strategy, "search strategy: xgb (cost model + simulated annealing), random, grid, ga")
       ->capture_default_str();
-  t->add_option("--objective", a.objective, "xgb: cost model objective, rank:pairwise or reg:squarederror")
+  t->add_option("--objective", se.model.model.objective, "xgb: cost model objective, rank:pairwise or reg:squarederror")
       ->capture_default_str();
-  t->add_option("--epsilon", a.epsilon, "xgb: share of random configs in each batch")->capture_default_str();
-  t->add_flag("--no-transfer", a.no_transfer, "xgb: do not learn from the database's records of other workloads");
+  t->add_option("--epsilon", se.model.epsilon, "xgb: share of random configs in each batch")->capture_default_str();
+  t->add_flag("!--no-transfer", se.transfer, "xgb: do not learn from the database's records of other workloads");
   t->add_option("--transfer-until", a.transfer_until,
                 "xgb: correct results of this workload after which the other workloads' records leave the fit")
       ->capture_default_str();
-  t->add_option("--load-model", a.load_model, "xgb: rank with this saved model until the first fit");
+  t->add_option("--load-model", se.model.load_model, "xgb: rank with this saved model until the first fit");
   t->add_option("--save-model", a.save_model, "xgb: save the cost model to this file at the end");
-  t->add_option("--early-stop", a.early_stop, "stop after this many trials without a better config (0: never)")
+  t->add_option("--early-stop", o.early_stop, "stop after this many trials without a better config (0: never)")
       ->capture_default_str();
   t->add_option("--time-budget", a.time_budget_min, "stop after this many minutes (0: no limit)")->capture_default_str();
-  t->add_option("--seed", a.seed, "seed of the search (the inputs' seed is fixed)")->capture_default_str();
-  t->add_option("--batch", a.batch, "configs built and measured together")->capture_default_str();
-  t->add_option("--workers", a.workers, "parallel compile processes (0: one per core)")->capture_default_str();
-  t->add_option("--build-timeout-s", a.build_timeout_s, "time limit of one compile")->capture_default_str();
-  t->add_option("--repeat", a.repeat, "timed samples per measurement")->capture_default_str();
-  t->add_option("--number", a.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
-  t->add_option("--min-repeat-ms", a.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
-  t->add_option("--max-spread", a.max_spread, "re-measure when (max - min) / median of the samples exceeds this")
+  t->add_option("--seed", se.seed, "seed of the search (the inputs' seed is fixed)")->capture_default_str();
+  t->add_option("--batch", o.batch, "configs built and measured together")->capture_default_str();
+  t->add_option("--workers", a.build.workers, "parallel compile processes (0: one per core)")->capture_default_str();
+  t->add_option("--build-timeout-s", a.build.timeout_s, "time limit of one compile")->capture_default_str();
+  add_measure_options(t, o.measure, kSampling);
+  t->add_option("--max-spread", o.max_spread, "re-measure when (max - min) / median of the samples exceeds this")
       ->capture_default_str();
-  t->add_option("--slow-factor", a.slow_factor, "stop a candidate whose call takes this many times the best so far "
+  t->add_option("--slow-factor", o.slow_factor, "stop a candidate whose call takes this many times the best so far "
                                                "(0: only the runner's time limit)")->capture_default_str();
-  t->add_option("--cut-factor", a.cut_factor, "time a candidate whose warm-up is this many times slower than the best "
+  t->add_option("--cut-factor", o.cut_factor, "time a candidate whose warm-up is this many times slower than the best "
                                              "so far with one sample, not --repeat (0: never)")->capture_default_str();
-  t->add_option("--retime-top", a.retime_top, "best configs re-timed at the end, with the default")->capture_default_str();
-  t->add_option("--retime-rounds", a.retime_rounds, "interleaved rounds of the re-timing, each in fresh processes")
+  t->add_option("--retime-top", o.retime_top, "best configs re-timed at the end, with the default")->capture_default_str();
+  t->add_option("--retime-rounds", o.retime_rounds, "interleaved rounds of the re-timing, each in fresh processes")
       ->capture_default_str();
-  t->add_option("--retime-warmup-ms", a.retime_warmup_ms, "shortest warm-up of each re-timing (docs/tuning.md)")
+  t->add_option("--retime-warmup-ms", o.measure.min_warmup_ms, "shortest warm-up of each re-timing (docs/tuning.md)")
       ->capture_default_str();
   t->add_option("--db", a.db, "tuning database (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
   t->add_flag("--no-db", a.no_db, "record nothing (and resume nothing)");
@@ -239,88 +239,41 @@ int run_tune_impl(const TuneArgs& a) {
   // The database first: a bad --db fails before any work.
   std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
 
-  std::unique_ptr<Runner> runner;
-  FarmRunner* farm = nullptr;
-  Target t;
-  if (a.local) {
-    t = a.target.empty() ? host_target() : parse_target(a.target);
-    if (t.arch_name() != host_target().arch_name()) {
-      throw UserError(str("--local measures on this ", host_target().arch_name(), " machine; --target ", a.target,
-                          " is ", t.arch_name()));
-    }
-    runner = std::make_unique<LocalRunner>();
-  } else {
-    FarmRunnerOptions o;
+  MeasurePlace place{a.target, std::nullopt, "--target"};
+  if (!a.local) {
+    FarmRunnerOptions o = a.farm;
     o.farm = farm_endpoint(a.tracker, a.token_file, {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name});
-    o.key = a.key;
     const char* user = std::getenv("USER");
     o.user = !a.user.empty() ? a.user : user ? user : "tunefarm";
-    o.boards = a.boards;
-    o.wait_ms = a.wait_ms;
-    o.wait_for_boards = a.wait_for_boards;
-    auto f = std::make_unique<FarmRunner>(o);
-    farm = f.get();
-    std::string expected = a.target.empty() ? "" : parse_target(a.target).arch_name();
-    std::string board_target = farm->connect(expected);
-    t = a.target.empty() ? parse_target(board_target) : parse_target(a.target);
-    runner = std::move(f);
+    place.farm = std::move(o);
   }
+  Session session = open_session(place, [] { return std::make_unique<LocalRunner>(); },
+                                 [&a](const std::string& id, const std::string& why) {
+                                   if (a.json) {
+                                     std::printf("%s\n", json{{"event", "board_lost"}, {"board", id}, {"reason", why}}
+                                                             .dump()
+                                                             .c_str());
+                                   } else {
+                                     std::fprintf(stderr, "\nwarning: board %s lost (%s); its candidate goes to "
+                                                          "another board\n", id.c_str(), why.c_str());
+                                   }
+                                 });
+  Runner* runner = session.runner.get();
+  const Target& t = session.target;
   ConfigSpace space(w, t);
-  ModelSearchOptions mo;
-  mo.model.objective = a.objective;
-  mo.epsilon = a.epsilon;
-  mo.transfer_until = static_cast<size_t>(a.transfer_until);
-  mo.load_model = a.load_model;
-  mo.feature_worker = find_sibling_program("tunefarm-build-worker");
-  std::string transfer_note;
-  // --transfer-until 0 never fits on the transfer set: it is not read either.
-  if (a.strategy == "xgb" && database && !a.no_transfer && a.transfer_until > 0) {
-    costmodel::TransferData td =
-        costmodel::transfer_from_database(*database, space.template_id(), t.arch_name(), w.canonical(), 4000,
-                                          t.emulated());
-    transfer_note = str("cost model starts from ", td.configs, " configs (", td.records, " records) of ", td.workloads,
-                        " other workloads of ", space.template_id(), " on ", t.arch_name(),
-                        td.skipped ? str(", ", td.skipped, " records skipped") : std::string());
-    mo.transfer = std::move(td.set);
-  } else if (a.strategy == "xgb") {
-    transfer_note = a.no_transfer            ? "cost model starts cold (--no-transfer)"
-                    : a.transfer_until == 0 ? "cost model starts cold (--transfer-until 0)"
-                                            : "cost model starts cold (no database)";
-  }
-  if (!a.load_model.empty()) transfer_note += str("; ranking with ", a.load_model, " until the first fit");
-  std::unique_ptr<SearchStrategy> strategy = make_search_strategy(a.strategy, space, a.seed, &mo);
-  LocalBuilderOptions bo;
-  bo.workers = a.workers;
-  bo.timeout_s = a.build_timeout_s;
-  LocalBuilder builder(bo);
+  SearchSettings search = a.search;
+  search.model.transfer_until = static_cast<size_t>(a.transfer_until);
+  Search found = make_search(space, database.get(), search);
+  std::unique_ptr<SearchStrategy>& strategy = found.strategy;
+  const std::string& transfer_note = found.transfer_note;
+  LocalBuilder builder(a.build);
 
-  TuneOptions opts;
-  opts.trials = a.trials;
-  opts.batch = a.batch;
-  opts.early_stop = a.early_stop;
+  TuneOptions opts = a.tune;
   opts.time_budget_s = a.time_budget_min * 60;
-  opts.retime_top = a.retime_top;
-  opts.retime_rounds = a.retime_rounds;
-  opts.max_spread = a.max_spread;
-  opts.slow_factor = a.slow_factor;
-  opts.cut_factor = a.cut_factor;
-  opts.retime_warmup_ms = a.retime_warmup_ms;
-  opts.measure.number = a.number;
-  opts.measure.repeat = a.repeat;
-  opts.measure.min_repeat_ms = a.min_repeat_ms;
   opts.run_uuid = database ? new_run_uuid() : "";
 
   Progress progress(space, a.json);
   CommitRecords commit(database.get(), space, runner->device_key(), opts.run_uuid, opts.measure);
-  if (farm) {
-    farm->on_board_lost = [&](const std::string& id, const std::string& why) {
-      if (a.json) {
-        std::printf("%s\n", json{{"event", "board_lost"}, {"board", id}, {"reason", why}}.dump().c_str());
-      } else {
-        std::fprintf(stderr, "\nwarning: board %s lost (%s); its candidate goes to another board\n", id.c_str(), why.c_str());
-      }
-    };
-  }
   auto now = [] { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); };
   if (database) {
     db::TuningRun run;
@@ -328,8 +281,8 @@ int run_tune_impl(const TuneArgs& a) {
     const char* user = std::getenv("USER");
     run.user = user ? user : "";
     run.host = host_name();
-    run.strategy = a.strategy;
-    run.budget = a.trials;
+    run.strategy = a.search.strategy;
+    run.budget = a.tune.trials;
     run.workload = w.canonical();
     run.target = t.str();
     run.started_at = now();
@@ -338,14 +291,14 @@ int run_tune_impl(const TuneArgs& a) {
   if (a.json) {
     std::printf("%s\n", json{{"event", "start"}, {"workload", w.canonical()}, {"target", t.str()},
                              {"device", runner->device_key()}, {"template", space.template_id()},
-                             {"space_size", space.size()}, {"strategy", a.strategy}, {"trials", a.trials},
+                             {"space_size", space.size()}, {"strategy", a.search.strategy}, {"trials", a.tune.trials},
                              {"run", opts.run_uuid}, {"model", transfer_note}}
                             .dump()
                             .c_str());
   } else {
     std::fprintf(stderr, "tuning %s on %s (%s): %s, %llu points, strategy %s, %d trials\n", w.canonical().c_str(),
                  t.short_str().c_str(), runner->device_key().c_str(), space.template_id().c_str(),
-                 static_cast<unsigned long long>(space.size()), a.strategy.c_str(), a.trials);
+                 static_cast<unsigned long long>(space.size()), a.search.strategy.c_str(), a.tune.trials);
     if (!transfer_note.empty()) std::fprintf(stderr, "%s\n", transfer_note.c_str());
   }
 

@@ -7,20 +7,26 @@
 #include <cstdint>
 #include <string>
 
+#include "tuner/builder.h"
+#include "tuner/session.h"
+#include "tuner/tune.h"
+
 namespace tf::cli {
 
 struct TuneArgs {
-  std::string workload, target, strategy = "xgb", db;
-  bool local = false, json = false, no_db = false, wait_for_boards = false, no_transfer = false;
-  std::string objective = "rank:pairwise", load_model, save_model;
-  double epsilon = 0.05;
-  std::string tracker, key, token_file, tls_ca, tls_cert, tls_key, tls_server_name, user;
-  int boards = 1, trials = 200, early_stop = 0, batch = 8, workers = 0, repeat = 5, number = 1;
-  int retime_top = 3, retime_rounds = 3, transfer_until = 24;
-  double time_budget_min = 0, min_repeat_ms = 10, build_timeout_s = 60, max_spread = 0.10, slow_factor = 20;
-  double cut_factor = 2, retime_warmup_ms = 300;
-  uint64_t seed = 1;
-  int64_t wait_ms = 60000;
+  std::string workload, target, db;
+  bool local = false, json = false, no_db = false;
+  std::string save_model;
+  std::string tracker, token_file, tls_ca, tls_cert, tls_key, tls_server_name, user;
+  double time_budget_min = 0;
+  // --transfer-until as given (a negative value is refused naming it), else the default.
+  int transfer_until = static_cast<int>(ModelSearchOptions{}.transfer_until);
+  // The settings of each part, with their defaults: the tuning loop and its measurements, the
+  // search, the builder, the farm's leases (key, boards, waits).
+  TuneOptions tune;
+  SearchSettings search;
+  LocalBuilderOptions build;
+  FarmRunnerOptions farm;
   CLI::App* cmd = nullptr;
 };
 

@@ -222,9 +222,8 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
 
 struct RunArgs {
   std::string workload, config, db, baseline;
-  int repeat = 5, number = 1;
-  double min_repeat_ms = 100, warmup_ms = 300;
-  bool check = true, as_json = false, no_db = false;
+  MeasureOptions measure;
+  bool as_json = false, no_db = false;
 };
 
 // Removes the build folders of earlier runs whose process is gone (killed while compiling):
@@ -249,12 +248,7 @@ void remove_stale_run_dirs() {
 // the boards do: in a tunefarm-board-runner process of its own (tuner/runner.h).
 int cmd_run(const RunArgs& a) {
   if (a.workload.empty()) throw UserError("--workload (or --model) is required");
-  if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
-  if (a.number < 1) throw UserError(str("--number ", a.number, " must be at least 1"));
-  if (!std::isfinite(a.min_repeat_ms) || a.min_repeat_ms < 0) {
-    throw UserError(str("--min-repeat-ms ", a.min_repeat_ms, " must be a finite number >= 0"));
-  }
-  if (!(a.warmup_ms >= 0 && a.warmup_ms <= 60000)) throw UserError(str("--warmup-ms ", a.warmup_ms, " is not in [0, 60000]"));
+  cli::check_measure_options(a.measure);
   Workload w = parse_workload(a.workload);
   Target t = host_target();
   // Open (creating if needed) the database first: a bad --db fails before any work.
@@ -288,12 +282,7 @@ int cmd_run(const RunArgs& a) {
     write_kernel(*base, EmitKind::SharedLibrary, base_so);
   }
 
-  MeasureOptions mo;
-  mo.number = a.number;
-  mo.repeat = a.repeat;
-  mo.min_repeat_ms = a.min_repeat_ms;
-  mo.min_warmup_ms = a.warmup_ms;
-  mo.check = a.check;
+  const MeasureOptions& mo = a.measure;
   MeasureContext ctx(k.graph, mo);
   RunResult r = runner.run_one(ctx, so, k.name, base_so, base ? base->name : "");
   if (db) {
@@ -306,7 +295,7 @@ int cmd_run(const RunArgs& a) {
   }
   double median = r.median_s();
   double gflops = static_cast<double>(k.graph.flops) / median * 1e-9;
-  std::string check = !a.check ? "skipped" : r.correctness == "ok" ? "ok" : r.correctness == "wrong" ? "wrong answer"
+  std::string check = !mo.check ? "skipped" : r.correctness == "ok" ? "ok" : r.correctness == "wrong" ? "wrong answer"
                                                                                                        : "unchecked (output too large to return)";
   json out = {{"workload", w.canonical()}, {"target", t.str()}, {"config", k.config},
               {"config_source", k.config_source}, {"median_s", median}, {"gflops", gflops},
@@ -323,7 +312,7 @@ int cmd_run(const RunArgs& a) {
     std::printf("workload  %s\ntarget    %s\nconfig    %s (%s)\ntime      %.6f ms (median of %d, %d calls each)\n"
                 "speed     %.2f GFLOPS\ncheck     %s",
                 w.canonical().c_str(), t.short_str().c_str(), k.config.dump().c_str(), k.config_source.c_str(),
-                median * 1e3, a.repeat, r.number, gflops, check.c_str());
+                median * 1e3, mo.repeat, r.number, gflops, check.c_str());
     if (r.correctness != "unchecked") std::printf(" (max abs error %.2e, tolerance %.2e)", r.max_abs_error, r.tolerance);
     std::printf("\n");
     if (base) {
@@ -390,21 +379,16 @@ int main(int argc, char** argv) {
   describe->add_flag("--json", djson, "print JSON");
 
   tf::RunArgs ra;
-  bool no_check = false;
   CLI::App* run = app.add_subcommand("run", "Compile for this machine, run, time and check a kernel (or, with "
                                             "--model, run a whole model)");
   run->add_option("--workload,-w", ra.workload, "workload spec");
   tf::cli::ModelRunArgs mra;
   tf::cli::add_model_run_options(run, mra);
   run->add_option("--config,-c", ra.config, "schedule config as JSON, or @file");
-  run->add_option("--repeat", ra.repeat, "timed samples")->capture_default_str();
-  run->add_option("--number", ra.number, "calls per sample (grown to reach --min-repeat-ms)")->capture_default_str();
-  run->add_option("--min-repeat-ms", ra.min_repeat_ms, "minimum duration of one sample")->capture_default_str();
-  run->add_option("--warmup-ms", ra.warmup_ms, "shortest warm-up before the samples (docs/tuning.md)")->capture_default_str();
+  tf::cli::add_measure_options(run, ra.measure, tf::cli::kWarmup | tf::cli::kCheck);
   run->add_option("--baseline", ra.baseline,
                   "also time this config of the workload ('default': its default schedule; JSON or @file) on the "
                   "same inputs, interleaved sample by sample, and print the speedup over it (docs/tuning.md)");
-  run->add_flag("--no-check", no_check, "skip the comparison with the reference implementation");
   run->add_flag("--json", ra.as_json, "print JSON");
   run->add_option("--db", ra.db, "tuning database: the config comes from it and the measurement goes into it (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
   run->add_flag("--no-db", ra.no_db, "neither look up nor record");
@@ -426,7 +410,6 @@ int main(int argc, char** argv) {
     // --help is a "parse error" with status 0; every real one is a usage error: status 2.
     return app.exit(e) == 0 ? 0 : 2;
   }
-  ra.check = !no_check;
   try {
     if (*compile) return tf::cmd_compile(ca);
     if (*describe) return tf::cmd_describe(dw, dt, djson);
@@ -434,7 +417,7 @@ int main(int argc, char** argv) {
       if (!ra.workload.empty()) throw tf::UserError("run: give --workload or --model, not both");
       if (!ra.baseline.empty()) throw tf::UserError("run --baseline is for single workloads, not --model");
       mra.json = ra.as_json;
-      mra.repeat = ra.repeat;
+      mra.repeat = ra.measure.repeat;
       std::unique_ptr<tf::db::Database> db = tf::lookup_database(ra.db, ra.no_db || mra.reference);
       mra.db = db.get();
       tf::remove_stale_run_dirs();

@@ -108,7 +108,7 @@ JobSpec parse_job_spec(const json& j) {
       }
     }
   }
-  if (j.contains("trials")) s.trials = get_int(j, "trials", 1, kMaxTrials);
+  if (j.contains("trials")) s.tune.trials = get_int(j, "trials", 1, kMaxTrials);
   if (j.contains("strategy")) {
     s.strategy = get_string(j, "strategy");
     const auto& names = search_strategy_names();
@@ -116,17 +116,17 @@ JobSpec parse_job_spec(const json& j) {
       throw UserError(str("job strategy ", shown(json(s.strategy)), ": not a search strategy (xgb, random, grid, ga)"));
     }
   }
-  if (j.contains("early_stop")) s.early_stop = get_int(j, "early_stop", 0, kMaxTrials);
+  if (j.contains("early_stop")) s.tune.early_stop = get_int(j, "early_stop", 0, kMaxTrials);
   if (j.contains("priority")) s.priority = get_int(j, "priority", -1000, 1000);
   if (j.contains("time_budget_min")) s.time_budget_min = get_number(j, "time_budget_min", 0, 1e6);
-  if (j.contains("batch")) s.batch = get_int(j, "batch", 1, 256);
+  if (j.contains("batch")) s.tune.batch = get_int(j, "batch", 1, 256);
   if (j.contains("boards")) s.boards = get_int(j, "boards", 1, 256);
   if (j.contains("seed")) s.seed = static_cast<uint64_t>(get_int(j, "seed", 0, 2147483647));
-  if (j.contains("repeat")) s.repeat = get_int(j, "repeat", 1, 1000);
-  if (j.contains("number")) s.number = get_int(j, "number", 1, 1000000);
-  if (j.contains("min_repeat_ms")) s.min_repeat_ms = get_number(j, "min_repeat_ms", 0, 60000);
-  if (j.contains("retime_top")) s.retime_top = get_int(j, "retime_top", 0, 100);
-  if (j.contains("retime_rounds")) s.retime_rounds = get_int(j, "retime_rounds", 0, 100);
+  if (j.contains("repeat")) s.tune.measure.repeat = get_int(j, "repeat", 1, 1000);
+  if (j.contains("number")) s.tune.measure.number = get_int(j, "number", 1, 1000000);
+  if (j.contains("min_repeat_ms")) s.tune.measure.min_repeat_ms = get_number(j, "min_repeat_ms", 0, 60000);
+  if (j.contains("retime_top")) s.tune.retime_top = get_int(j, "retime_top", 0, 100);
+  if (j.contains("retime_rounds")) s.tune.retime_rounds = get_int(j, "retime_rounds", 0, 100);
   return s;
 }
 
@@ -135,13 +135,13 @@ json to_json(const JobSpec& s) {
   for (const JobTask& t : s.tasks) ws.push_back({{"workload", t.workload}, {"weight", t.weight}});
   return {{"workloads", ws},           {"model", s.model},
           {"target", s.target},        {"key", s.key},
-          {"trials", s.trials},        {"strategy", s.strategy},
-          {"early_stop", s.early_stop}, {"priority", s.priority},
-          {"time_budget_min", s.time_budget_min}, {"batch", s.batch},
+          {"trials", s.tune.trials},        {"strategy", s.strategy},
+          {"early_stop", s.tune.early_stop}, {"priority", s.priority},
+          {"time_budget_min", s.time_budget_min}, {"batch", s.tune.batch},
           {"boards", s.boards},        {"seed", s.seed},
-          {"repeat", s.repeat},        {"number", s.number},
-          {"min_repeat_ms", s.min_repeat_ms}, {"retime_top", s.retime_top},
-          {"retime_rounds", s.retime_rounds}};
+          {"repeat", s.tune.measure.repeat},        {"number", s.tune.measure.number},
+          {"min_repeat_ms", s.tune.measure.min_repeat_ms}, {"retime_top", s.tune.retime_top},
+          {"retime_rounds", s.tune.retime_rounds}};
 }
 
 double task_priority(const TaskHistory& t, const SchedulerOptions& o) {

@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "tuner/session.h"
+#include "tuner/tune.h"
+
 namespace tf {
 
 struct JobTask {
@@ -32,20 +35,15 @@ struct JobSpec {
   std::string model;          // the model the workloads come from (informative)
   std::string target;         // compile target; "": the boards' own (or the service machine's)
   std::string key;            // farm key to measure on; "": the service's local boards
-  int trials = 200;           // new configs over all workloads
-  std::string strategy = "xgb";
-  int early_stop = 0;         // per workload: stop it after this many trials without a better config
+  std::string strategy = SearchSettings{}.strategy;
   int priority = 0;           // higher runs first; -1000..1000
   double time_budget_min = 0; // the whole job; 0: none
-  int batch = 8;
   int boards = 1;             // farm boards leased at once (with key)
   uint64_t seed = 1;
-  // Measurement settings, as `tunefarm tune`'s flags of the same names.
-  int repeat = 5;
-  int number = 1;
-  double min_repeat_ms = 10;
-  int retime_top = 3;
-  int retime_rounds = 3;
+  // As `tunefarm tune`'s flags of the same names, with their defaults: trials (new configs
+  // over all workloads), early_stop (per workload), batch, retime_top, retime_rounds, and the
+  // measurement's repeat, number and min_repeat_ms.
+  TuneOptions tune;
 };
 
 // Throws UserError naming the field and the value.

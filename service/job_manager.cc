@@ -340,7 +340,7 @@ pb::JobInfo JobManager::info(const Job& job) const {
   i.set_target(target.empty() ? job.spec.target : target);
   i.set_key(job.spec.key.empty() ? "local" : job.spec.key);
   i.set_strategy(job.spec.strategy);
-  i.set_trials_total(job.spec.trials);
+  i.set_trials_total(job.spec.tune.trials);
   i.set_trials_done(p.value("trials", 0));
   i.set_errors(p.value("errors", 0));
   i.set_submitted_at(r.submitted_at);
@@ -493,15 +493,9 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
   };
 
   // Where it measures.
-  std::unique_ptr<Runner> runner;
-  Target target;
+  MeasurePlace place{s.target, std::nullopt};
   if (s.key.empty()) {
     if (!pool_) throw UserError("the service has no local boards any more (restarted without --local-boards)");
-    target = s.target.empty() ? host_target() : parse_target(s.target);
-    if (target.arch_name() != host_target().arch_name()) {
-      throw UserError(str("target ", target.str(), " cannot run on this ", host_target().arch_name(), " machine"));
-    }
-    runner = std::make_unique<PooledLocalRunner>(*pool_, job->stop);
   } else {
     if (!opts_.farm) throw UserError(str("the service has no tracker any more: key ", s.key, " cannot be leased"));
     FarmRunnerOptions fo;
@@ -511,35 +505,27 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
     fo.boards = s.boards;
     fo.wait_ms = opts_.wait_ms;
     fo.stop = &job->stop;
-    auto farm = std::make_unique<FarmRunner>(fo);
-    // From the runner's threads, while this one may be saving progress: the event carries
-    // the job as last saved.
-    farm->on_board_lost = [this, job](const std::string& id, const std::string& why) {
-      std::lock_guard<std::mutex> l(mu_);
-      publish(job, "board_lost", "", str("board ", id, " lost (", why, "); its candidate goes to another board"));
-    };
-    std::string board_target = farm->connect(s.target.empty() ? "" : parse_target(s.target).arch_name());
-    target = s.target.empty() ? parse_target(board_target) : parse_target(s.target);
-    runner = std::move(farm);
+    place.farm = std::move(fo);
   }
+  // From the runner's threads, while this one may be saving progress: the event carries the
+  // job as last saved.
+  Session session = open_session(
+      place, [&] { return std::make_unique<PooledLocalRunner>(*pool_, job->stop); },
+      [this, job](const std::string& id, const std::string& why) {
+        std::lock_guard<std::mutex> l(mu_);
+        publish(job, "board_lost", "", str("board ", id, " lost (", why, "); its candidate goes to another board"));
+      });
+  std::unique_ptr<Runner>& runner = session.runner;
+  const Target& target = session.target;
   progress["target"] = target.str();
 
   LocalBuilderOptions bo;
   bo.workers = opts_.build_workers;
   LocalBuilder builder(bo);
-  TuneOptions opts;
-  opts.trials = s.trials;
-  opts.batch = s.batch;
-  opts.early_stop = s.early_stop;
-  opts.retime_top = s.retime_top;
-  opts.retime_rounds = s.retime_rounds;
-  opts.measure.repeat = s.repeat;
-  opts.measure.number = s.number;
-  opts.measure.min_repeat_ms = s.min_repeat_ms;
+  TuneOptions opts = s.tune;
 
   struct Task {
     std::unique_ptr<ConfigSpace> space;
-    ModelSearchOptions mo;
     std::unique_ptr<SearchStrategy> strategy;
     std::unique_ptr<CommitRecords> commit;
     std::unique_ptr<TuneLoop> loop;
@@ -549,7 +535,6 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
   };
   std::vector<Task> tasks(s.tasks.size());
   std::vector<TaskHistory> hist(s.tasks.size());
-  std::string worker = find_sibling_program("tunefarm-build-worker");
   for (size_t i = 0; i < s.tasks.size(); ++i) {
     Task& t = tasks[i];
     json& tp = progress["tasks"][i];
@@ -572,21 +557,17 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
       hist[i].over = true;
       continue;
     }
-    t.mo.feature_worker = worker;
-    if (s.strategy == "xgb") {
-      t.mo.transfer =
-          costmodel::transfer_from_database(db, t.space->template_id(), target.arch_name(), w.canonical(), 4000,
-                                            target.emulated())
-              .set;
-    }
-    t.strategy = make_search_strategy(s.strategy, *t.space, s.seed + i, &t.mo);
+    SearchSettings search;
+    search.strategy = s.strategy;
+    search.seed = s.seed + i;
+    t.strategy = make_search(*t.space, &db, search).strategy;
     t.run = new_run_uuid();
     db::TuningRun run;
     run.uuid = t.run;
     run.user = user;
     run.host = host_name();
     run.strategy = s.strategy;
-    run.budget = s.trials;
+    run.budget = s.tune.trials;
     run.workload = w.canonical();
     run.target = target.str();
     run.started_at = unix_now();
@@ -637,7 +618,7 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
   while (!job->stop) {
     int spent = 0;
     for (const Task& t : tasks) spent += t.before + (t.loop ? t.loop->state().trials_done : 0);
-    if (spent >= s.trials) break;
+    if (spent >= s.tune.trials) break;
     if (s.time_budget_min > 0 &&
         std::chrono::steady_clock::now() - start >= std::chrono::duration<double>(s.time_budget_min * 60)) {
       end_reason = "time-budget";
@@ -651,7 +632,7 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
       // One batch at a time per workload and target across jobs: the batch then sees what the
       // other job's last batch recorded, and no config is measured by both.
       std::lock_guard<std::mutex> one(workload_lock(s.tasks[static_cast<size_t>(i)].workload + "\n" + target.str()));
-      stepped = t.loop->step(s.trials - spent);
+      stepped = t.loop->step(s.tune.trials - spent);
     }
     if (!stepped) {
       hist[static_cast<size_t>(i)].over = true;

@@ -21,11 +21,13 @@
 
 namespace tf {
 
-// How kernels are timed (docs/tuning.md, "Measurement protocol").
+// How kernels are timed (docs/tuning.md, "Measurement protocol"). The one set of defaults of
+// every command and job that measures (`run`, `farm measure`, `tune`, the service's jobs):
+// cli/common.h registers them as flags, service/job.h reads them from job files.
 struct MeasureOptions {
   int number = 1;            // calls per sample (grown to reach min_repeat_ms)
   int repeat = 5;            // samples
-  double min_repeat_ms = 20;
+  double min_repeat_ms = 10;
   bool flush = false;
   double cooldown_ms = 0;
   double timeout_s = 0;      // 0: derived from the above (runtime/measure_limits.h)
@@ -33,8 +35,9 @@ struct MeasureOptions {
   // (seconds per call); the tuner sets it to 2x the best so far (a non-contender)
   double cut_slower_than_s = 0;
   // The warm-up lasts at least this long (ms): a fresh process runs slow for a while
-  // (runtime/kernel_library.h). `run` and the tuner's re-timing use 300.
-  double min_warmup_ms = 0;
+  // (runtime/kernel_library.h). The tuner's search skips it (each candidate is compared with
+  // others timed alike) and its re-timing of the best uses it.
+  double min_warmup_ms = 300;
   uint64_t seed = 1;         // of the inputs
   bool check = true;         // compare outputs with the reference
 };

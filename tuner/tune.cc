@@ -76,6 +76,9 @@ TuneLoop::TuneLoop(const ConfigSpace& space, SearchStrategy& strategy, Builder& 
       stop_(stop),
       start_(now_s()),
       ctx_(std::make_unique<MeasureContext>(space.graph(), opts.measure)) {
+  // The search compares hundreds of candidates timed alike: it skips the warm-up, which only
+  // the re-timing of the best pays (TuneOptions::measure.min_warmup_ms).
+  ctx_->set_min_warmup_ms(0);
   TuneState& st = sum_.state;
   st.space = &space;
   st.trials_total = opts.trials;
@@ -285,7 +288,7 @@ TuneSummary TuneLoop::finish() {
     std::vector<BuildResult> builds = builder_.build(space_.workload(), space_.target(), configs);
     ctx_->set_timeout_s(opts_.measure.timeout_s);  // the re-timed are all fast: the runner's own limit
     ctx_->set_cut_slower_than_s(0);                 // and all are timed in full, the default too
-    ctx_->set_min_warmup_ms(opts_.retime_warmup_ms);
+    ctx_->set_min_warmup_ms(opts_.measure.min_warmup_ms);
     for (int round = 0; round < opts_.retime_rounds && !stopped(); ++round) {
       std::vector<RunResult> results = runner_.run(*ctx_, builds);
       std::vector<Trial> trials;

@@ -53,7 +53,6 @@ struct TuneOptions {
   double time_budget_s = 0;    // 0: none
   int retime_top = 3;          // configs re-timed at the end (plus the default)
   int retime_rounds = 3;
-  double retime_warmup_ms = 300;  // the re-timing's shortest warm-up (MeasureOptions::min_warmup_ms)
   double max_spread = 0.10;    // (max - min) / median of samples above which a measurement is redone
   // Once something ran, a candidate is stopped (TIMEOUT) when one call takes this many times
   // the best median so far: it cannot win, and measuring it to the end would cost more than
@@ -63,6 +62,7 @@ struct TuneOptions {
   // so far is not a contender: it gets one sample instead of `repeat` (and is re-measured in
   // full if that sample says it is a contender after all). 0: never cut.
   double cut_factor = 2;
+  // How candidates are timed; the search takes no warm-up, the re-timing min_warmup_ms.
   MeasureOptions measure;
   std::string run_uuid;
 };

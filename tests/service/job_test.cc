@@ -40,11 +40,11 @@ TEST(JobSpec, ParsesEveryFieldAndRoundTrips) {
   EXPECT_EQ(s.tasks[0].weight, 1);
   EXPECT_EQ(s.tasks[1].workload, "matmul(M=2,N=3,K=4,epilogue=none)");
   EXPECT_EQ(s.tasks[1].weight, 6);
-  EXPECT_EQ(s.trials, 64);
+  EXPECT_EQ(s.tune.trials, 64);
   EXPECT_EQ(s.strategy, "random");
   EXPECT_EQ(s.priority, -5);
   EXPECT_EQ(s.boards, 2);
-  EXPECT_EQ(s.retime_rounds, 0);
+  EXPECT_EQ(s.tune.retime_rounds, 0);
   EXPECT_NE(s.target.find("x86_64"), std::string::npos);
   JobSpec again = parse_job_spec(to_json(s));
   EXPECT_EQ(to_json(again), to_json(s));
@@ -52,9 +52,13 @@ TEST(JobSpec, ParsesEveryFieldAndRoundTrips) {
 
 TEST(JobSpec, DefaultsAreTuneDefaults) {
   JobSpec s = parse_job_spec({{"workloads", {"matmul(M=8,N=8,K=8)"}}});
-  EXPECT_EQ(s.trials, 200);
+  EXPECT_EQ(s.tune.trials, 200);
   EXPECT_EQ(s.strategy, "xgb");
-  EXPECT_EQ(s.batch, 8);
+  EXPECT_EQ(s.tune.batch, 8);
+  // The measurement's defaults are tune's, from the one struct that declares them.
+  EXPECT_EQ(s.tune.measure.min_repeat_ms, MeasureOptions{}.min_repeat_ms);
+  EXPECT_EQ(s.tune.measure.repeat, 5);
+  EXPECT_EQ(s.tune.measure.min_repeat_ms, 10);
   EXPECT_TRUE(s.key.empty());
   EXPECT_TRUE(s.target.empty());
 }

@@ -288,11 +288,12 @@ TEST(Builder, AMissingWorkerIsAClearError) {
 
 // ---- Local runner ----------------------------------------------------------------------
 
-// Three samples of at least 1 ms each.
+// Three samples of at least 1 ms each, no warm-up.
 MeasureContext quick_context(const Workload& w) {
   MeasureOptions mo;
   mo.repeat = 3;
   mo.min_repeat_ms = 1;
+  mo.min_warmup_ms = 0;
   return MeasureContext(build_op(w), mo);
 }
 

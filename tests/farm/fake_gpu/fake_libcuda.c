@@ -3,7 +3,7 @@
 // device timing calls, output copy-back) can be exercised on a machine without a GPU.
 // It runs nothing: a launch checks its arguments, logs its grid and block to
 // $TF_FAKE_CUDA_LOG and leaves the outputs as they were (NaN-filled), so every measurement
-// through it is a WRONG_ANSWER. The real path is proto/gpu_runtime.cc against the real
+// through it is a WRONG_ANSWER. The real path is runtime/gpu_runtime.cc against the real
 // driver. It reports one device of compute capability 8.0, named as a fake.
 #include <stdio.h>
 #include <stdlib.h>
