@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/te.h"
 #include "graph/graph.h"
 
 namespace tf::graph {
@@ -43,6 +44,15 @@ struct OpContext {
   const HostTensor& constant(size_t k, const char* what) const;
 };
 
+struct TeOperand;  // graph/node_te.h
+
+// The tensor expressions compile --model makes of a node (graph/node_te.h, TVM's FTVMCompute):
+// one tensor per output, of the shape `out` (the node's, or an elementwise node's other shape
+// of the same elements), operation names starting with `name`.
+using TeFn = std::function<std::vector<ir::Tensor>(const Graph& g, const Node& n, const OpContext& c,
+                                                   const std::vector<TeOperand>& in, const Shape& out,
+                                                   const std::string& name)>;
+
 struct OpDef {
   std::string type;
   int min_inputs = 1, max_inputs = 1;
@@ -50,6 +60,8 @@ struct OpDef {
   // Reference evaluation; inputs as in infer, all with data.
   std::function<std::vector<HostTensor>(const OpContext&, const std::vector<const HostTensor*>&)>
       eval;
+  // Null: compiling the operator is not implemented (the reference evaluation still runs it).
+  TeFn te = nullptr;
 };
 
 const OpDef* find_op(const std::string& type);

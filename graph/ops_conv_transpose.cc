@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "compiler/error.h"
+#include "graph/op_te.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -136,7 +137,7 @@ void register_conv_transpose_ops(std::vector<OpDef>& ops) {
                    return std::vector<TypeShape>{
                        {DType::F32, {c.in(0).shape[0], s.out_channels, s.oh, s.ow}}};
                  },
-                 conv_transpose_eval});
+                 conv_transpose_eval, te::conv_transpose_te});
 }
 
 }  // namespace tf::graph

@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "compiler/error.h"
+#include "graph/op_te.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -130,7 +131,7 @@ std::vector<HostTensor> einsum_eval(const OpContext& c, const std::vector<const 
 void register_einsum_ops(std::vector<OpDef>& ops) {
   ops.push_back({"Einsum", 1, 1 << 10,
                  [](const OpContext& c) { return std::vector<TypeShape>{{DType::F32, einsum_spec(c).out}}; },
-                 einsum_eval});
+                 einsum_eval, te::einsum_te});
 }
 
 }  // namespace tf::graph

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "compiler/error.h"
+#include "graph/op_te.h"
+#include "graph/te_kit.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -33,8 +35,9 @@ void for_each_broadcast(const Shape& out, const std::array<const Shape*, N>& ins
   }
 }
 
-OpDef unary(const std::string& type, std::function<float(float, const Node&)> f) {
+OpDef unary(const std::string& type, std::function<float(float, const Node&)> f, te::UnaryExpr expr) {
   OpDef d{type, 1, 1, nullptr, nullptr};
+  d.te = te::unary_te(std::move(expr));
   d.infer = [](const OpContext& c) {
     require_float(c, 0);
     return std::vector<TypeShape>{{DType::F32, c.in(0).shape}};
@@ -48,8 +51,9 @@ OpDef unary(const std::string& type, std::function<float(float, const Node&)> f)
 }
 
 // Not, And, Or, Xor: bool inputs (broadcast), a bool result.
-OpDef logical(const std::string& type, int inputs, std::function<bool(bool, bool)> f) {
+OpDef logical(const std::string& type, int inputs, std::function<bool(bool, bool)> f, TeFn te) {
   OpDef d{type, inputs, inputs, nullptr, nullptr};
+  d.te = std::move(te);
   d.infer = [](const OpContext& c) {
     Shape s = c.in(0).shape;
     for (size_t k = 0; k < c.count(); ++k) {
@@ -104,8 +108,9 @@ int64_t int_arith(const Node& n, int64_t a, int64_t b, Wide wide) {
 
 // f sees the node for attributes (Mod's fmod).
 OpDef binary_n(const std::string& type, BinKind kind,
-               std::function<double(double, double, const Node&)> f) {
+               std::function<double(double, double, const Node&)> f, TeFn te) {
   OpDef d{type, 2, 2, nullptr, nullptr};
+  d.te = std::move(te);
   d.infer = [kind](const OpContext& c) {
     DType a = c.in(0).dtype, b = c.in(1).dtype;
     // Pow takes an exponent of another type; everything else one type for both.
@@ -142,8 +147,9 @@ OpDef binary_n(const std::string& type, BinKind kind,
 
 // Max, Min, Sum, Mean: one or more inputs, broadcast together, folded left to right (Mean
 // divides the sum by the count).
-OpDef variadic(const std::string& type, std::function<double(double, double)> f) {
+OpDef variadic(const std::string& type, std::function<double(double, double)> f, TeFn te) {
   OpDef d{type, 1, 1 << 20, nullptr, nullptr};
+  d.te = std::move(te);
   d.infer = [](const OpContext& c) {
     Shape s = c.in(0).shape;
     // int64 too, for Max, Min and Sum (all inputs of one type).
@@ -183,12 +189,13 @@ OpDef variadic(const std::string& type, std::function<double(double, double)> f)
   return d;
 }
 
-OpDef binary(const std::string& type, BinKind kind, std::function<double(double, double)> f) {
-  return binary_n(type, kind, [f](double a, double b, const Node&) { return f(a, b); });
+OpDef binary(const std::string& type, BinKind kind, std::function<double(double, double)> f, TeFn te) {
+  return binary_n(type, kind, [f](double a, double b, const Node&) { return f(a, b); }, std::move(te));
 }
 
 OpDef where_op() {
   OpDef d{"Where", 3, 3, nullptr, nullptr};
+  d.te = te::where_te;
   d.infer = [](const OpContext& c) {
     if (c.in(0).dtype != DType::Bool)
       throw UserError(str(c.node.where(), ": the condition must be bool"));
@@ -219,6 +226,7 @@ OpDef where_op() {
 // Clip: min and max as optional inputs (opset 11+).
 OpDef clip_op() {
   OpDef d{"Clip", 1, 3, nullptr, nullptr};
+  d.te = te::clip_te;
   d.infer = [](const OpContext& c) {
     DType t = c.in(0).dtype;
     if (t == DType::Bool) require_float(c, 0);
@@ -266,6 +274,7 @@ DType cast_target(const Node& n) {
 
 OpDef cast_op() {
   OpDef d{"Cast", 1, 1, nullptr, nullptr};
+  d.te = te::cast_te;
   d.infer = [](const OpContext& c) {
     return std::vector<TypeShape>{{cast_target(c.node), c.in(0).shape}};
   };
@@ -288,84 +297,160 @@ OpDef cast_op() {
 }  // namespace
 
 void register_elementwise_ops(std::vector<OpDef>& ops) {
-  ops.push_back(unary("Relu", [](float x, const Node&) { return x > 0 ? x : 0.0f; }));
+  ops.push_back(unary("Relu", [](float x, const Node&) { return x > 0 ? x : 0.0f; },
+      [](ir::Expr x, const Node&) { return ir::max(x, ir::f32(0.0)); }));
   ops.push_back(unary("Sigmoid", [](float x, const Node&) {
     return static_cast<float>(1 / (1 + std::exp(-double(x))));
-  }));
-  ops.push_back(unary("Tanh", [](float x, const Node&) { return std::tanh(x); }));
-  ops.push_back(unary("Sin", [](float x, const Node&) { return std::sin(x); }));
-  ops.push_back(unary("Cos", [](float x, const Node&) { return std::cos(x); }));
-  ops.push_back(unary("Exp", [](float x, const Node&) { return std::exp(x); }));
-  ops.push_back(unary("Log", [](float x, const Node&) { return std::log(x); }));
-  ops.push_back(unary("Sqrt", [](float x, const Node&) { return std::sqrt(x); }));
-  ops.push_back(unary("Erf", [](float x, const Node&) { return std::erf(x); }));
-  ops.push_back(unary("Neg", [](float x, const Node&) { return -x; }));
-  ops.push_back(unary("Abs", [](float x, const Node&) { return std::fabs(x); }));
-  ops.push_back(unary("Reciprocal", [](float x, const Node&) { return 1.0f / x; }));
+  },
+      [](ir::Expr x, const Node&) { return ir::f32(1.0) / (ir::f32(1.0) + ir::exp(te::neg(x))); }));
+  ops.push_back(unary("Tanh", [](float x, const Node&) { return std::tanh(x); },
+      [](ir::Expr x, const Node&) { return ir::tanh(x); }));
+  ops.push_back(unary("Sin", [](float x, const Node&) { return std::sin(x); },
+      [](ir::Expr x, const Node&) { return ir::sin(x); }));
+  ops.push_back(unary("Cos", [](float x, const Node&) { return std::cos(x); },
+      [](ir::Expr x, const Node&) { return ir::cos(x); }));
+  ops.push_back(unary("Exp", [](float x, const Node&) { return std::exp(x); },
+      [](ir::Expr x, const Node&) { return ir::exp(x); }));
+  ops.push_back(unary("Log", [](float x, const Node&) { return std::log(x); },
+      [](ir::Expr x, const Node&) { return ir::log(x); }));
+  ops.push_back(unary("Sqrt", [](float x, const Node&) { return std::sqrt(x); },
+      [](ir::Expr x, const Node&) { return ir::sqrt(x); }));
+  ops.push_back(unary("Erf", [](float x, const Node&) { return std::erf(x); },
+      [](ir::Expr x, const Node&) { return te::erf(x); }));
+  ops.push_back(unary("Neg", [](float x, const Node&) { return -x; },
+      [](ir::Expr x, const Node&) { return te::neg(x); }));
+  ops.push_back(unary("Abs", [](float x, const Node&) { return std::fabs(x); },
+      [](ir::Expr x, const Node&) { return ir::fabs(x); }));
+  ops.push_back(unary("Reciprocal", [](float x, const Node&) { return 1.0f / x; },
+      [](ir::Expr x, const Node&) { return ir::f32(1.0) / x; }));
   // GELU (ONNX opset 20's Gelu, approximate="none"): what recognize-composites makes of the
   // Erf form exporters write.
   ops.push_back(unary("Gelu", [](float x, const Node&) {
     return static_cast<float>(0.5 * x * (1 + std::erf(double(x) / std::sqrt(2.0))));
-  }));
-  ops.push_back(unary("Sign", [](float x, const Node&) { return float((x > 0) - (x < 0)); }));
+  },
+      [](ir::Expr x, const Node&) {
+         return ir::f32(0.5) * x * (ir::f32(1.0) + te::erf(x * ir::f32(1.0 / std::sqrt(2.0))));
+       }));
+  ops.push_back(unary("Sign", [](float x, const Node&) { return float((x > 0) - (x < 0)); },
+      [](ir::Expr x, const Node&) {
+         return ir::select(te::gt(x, ir::f32(0.0)), ir::f32(1.0),
+                           ir::select(x < ir::f32(0.0), ir::f32(-1.0), ir::f32(0.0)));
+       }));
   ops.push_back(
-      unary("Round", [](float x, const Node&) { return std::nearbyint(x); }));  // half to even
+      unary("Round", [](float x, const Node&) { return std::nearbyint(x); },
+      [](ir::Expr x, const Node&) { return ir::round_even(x); }));  // half to even
   ops.push_back(unary("Softplus", [](float x, const Node&) {
     return static_cast<float>(std::log1p(std::exp(double(x))));
-  }));
-  ops.push_back(unary("Floor", [](float x, const Node&) { return std::floor(x); }));
-  ops.push_back(unary("Ceil", [](float x, const Node&) { return std::ceil(x); }));
+  },
+      [](ir::Expr x, const Node&) {
+         return ir::max(x, ir::f32(0.0)) + ir::log(ir::f32(1.0) + ir::exp(te::neg(ir::fabs(x))));
+       }));
+  ops.push_back(unary("Floor", [](float x, const Node&) { return std::floor(x); },
+      [](ir::Expr x, const Node&) { return ir::floor(x); }));
+  ops.push_back(unary("Ceil", [](float x, const Node&) { return std::ceil(x); },
+      [](ir::Expr x, const Node&) { return ir::ceil(x); }));
   ops.push_back(unary("LeakyRelu", [](float x, const Node& n) {
     return x >= 0 ? x : x * n.get_float("alpha", 0.01f);
-  }));
+  },
+      [](ir::Expr x, const Node& n) {
+         return ir::select(x >= ir::f32(0.0), x, x * ir::f32(n.get_float("alpha", 0.01f)));
+       }));
   ops.push_back(unary("HardSigmoid", [](float x, const Node& n) {
     return std::max(0.0f,
                     std::min(1.0f, n.get_float("alpha", 0.2f) * x + n.get_float("beta", 0.5f)));
-  }));
+  },
+      [](ir::Expr x, const Node& n) {
+         ir::Expr y = ir::f32(n.get_float("alpha", 0.2f)) * x + ir::f32(n.get_float("beta", 0.5f));
+         return ir::max(ir::f32(0.0), ir::min(ir::f32(1.0), y));
+       }));
   ops.push_back(unary("Elu", [](float x, const Node& n) {
     return x < 0 ? n.get_float("alpha", 1.0f) * std::expm1(x) : x;
-  }));
+  },
+      [](ir::Expr x, const Node& n) {
+         ir::Expr e = ir::exp(ir::min(x, ir::f32(0.0))) - ir::f32(1.0);
+         return ir::select(x < ir::f32(0.0), ir::f32(n.get_float("alpha", 1.0f)) * e, x);
+       }));
   ops.push_back(unary("Selu", [](float x, const Node& n) {
     float alpha = n.get_float("alpha", kSeluAlpha), gamma = n.get_float("gamma", kSeluGamma);
     return gamma * (x > 0 ? x : alpha * std::exp(x) - alpha);
-  }));
+  },
+      [](ir::Expr x, const Node& n) {
+         float alpha = n.get_float("alpha", kSeluAlpha), gamma = n.get_float("gamma", kSeluGamma);
+         ir::Expr e = ir::f32(alpha) * ir::exp(ir::min(x, ir::f32(0.0))) - ir::f32(alpha);
+         return ir::f32(gamma) * ir::select(te::gt(x, ir::f32(0.0)), x, e);
+       }));
   ops.push_back(unary("Celu", [](float x, const Node& n) {
     float alpha = n.get_float("alpha", 1.0f);
     return std::max(0.0f, x) + std::min(0.0f, alpha * std::expm1(x / alpha));
-  }));
+  },
+      [](ir::Expr x, const Node& n) {
+         float alpha = n.get_float("alpha", 1.0f);
+         ir::Expr e = ir::f32(alpha) * (ir::exp(ir::min(x, ir::f32(0.0)) / ir::f32(alpha)) - ir::f32(1.0));
+         return ir::max(x, ir::f32(0.0)) + ir::min(ir::f32(0.0), e);
+       }));
   ops.push_back(unary("ThresholdedRelu", [](float x, const Node& n) {
     return x > n.get_float("alpha", 1.0f) ? x : 0.0f;
-  }));
-  ops.push_back(unary("Softsign", [](float x, const Node&) { return x / (1 + std::fabs(x)); }));
+  },
+      [](ir::Expr x, const Node& n) {
+         return ir::select(te::gt(x, ir::f32(n.get_float("alpha", 1.0f))), x, ir::f32(0.0));
+       }));
+  ops.push_back(unary("Softsign", [](float x, const Node&) { return x / (1 + std::fabs(x)); },
+      [](ir::Expr x, const Node&) { return x / (ir::f32(1.0) + ir::fabs(x)); }));
   ops.push_back(unary("HardSwish", [](float x, const Node&) {
     return x * std::max(0.0f, std::min(1.0f, x / 6 + 0.5f));
-  }));
-  ops.push_back(binary("Add", BinKind::Arith, [](double a, double b) { return a + b; }));
-  ops.push_back(binary("Sub", BinKind::Arith, [](double a, double b) { return a - b; }));
-  ops.push_back(binary("Mul", BinKind::Arith, [](double a, double b) { return a * b; }));
-  ops.push_back(binary("Div", BinKind::Arith, [](double a, double b) { return a / b; }));
-  ops.push_back(binary("Pow", BinKind::Arith, [](double a, double b) { return std::pow(a, b); }));
-  ops.push_back(variadic("Max", [](double a, double b) { return std::max(a, b); }));
-  ops.push_back(variadic("Min", [](double a, double b) { return std::min(a, b); }));
-  ops.push_back(variadic("Sum", [](double a, double b) { return a + b; }));
-  ops.push_back(variadic("Mean", [](double a, double b) { return a + b; }));
+  },
+      [](ir::Expr x, const Node&) {
+         return x *
+                ir::max(ir::f32(0.0), ir::min(ir::f32(1.0), x * ir::f32(1.0 / 6) + ir::f32(0.5)));
+       }));
+  ops.push_back(binary("Add", BinKind::Arith, [](double a, double b) { return a + b; },
+      te::binary_te([](ir::Expr a, ir::Expr b) { return a + b; })));
+  ops.push_back(binary("Sub", BinKind::Arith, [](double a, double b) { return a - b; },
+      te::binary_te([](ir::Expr a, ir::Expr b) { return a - b; })));
+  ops.push_back(binary("Mul", BinKind::Arith, [](double a, double b) { return a * b; },
+      te::binary_te([](ir::Expr a, ir::Expr b) { return a * b; })));
+  ops.push_back(binary("Div", BinKind::Arith, [](double a, double b) { return a / b; },
+      te::div_te()));
+  ops.push_back(binary("Pow", BinKind::Arith, [](double a, double b) { return std::pow(a, b); },
+      te::pow_te));
+  ops.push_back(variadic("Max", [](double a, double b) { return std::max(a, b); },
+      te::binary_te([](ir::Expr a, ir::Expr b) { return ir::max(a, b); })));
+  ops.push_back(variadic("Min", [](double a, double b) { return std::min(a, b); },
+      te::binary_te([](ir::Expr a, ir::Expr b) { return ir::min(a, b); })));
+  ops.push_back(variadic("Sum", [](double a, double b) { return a + b; },
+      te::binary_te([](ir::Expr a, ir::Expr b) { return a + b; })));
+  ops.push_back(variadic("Mean", [](double a, double b) { return a + b; },
+      te::binary_te([](ir::Expr a, ir::Expr b) { return a + b; }, /*mean=*/true)));
   ops.push_back(binary("PRelu", BinKind::Arith,
-                       [](double x, double slope) { return x < 0 ? x * slope : x; }));
+                       [](double x, double slope) { return x < 0 ? x * slope : x; },
+      te::binary_te([](ir::Expr x, ir::Expr s) { return ir::select(x < ir::f32(0.0), x * s, x); })));
   ops.push_back(binary_n("Mod", BinKind::Arith, [](double a, double b, const Node& n) {
     double r = std::fmod(a, b);  // fmod=1: the sign of the dividend (C's fmod)
     if (n.get_int("fmod", 0)) return r;
     return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;  // fmod=0: the sign of the divisor
-  }));
-  ops.push_back(binary("Equal", BinKind::Compare, [](double a, double b) { return a == b; }));
-  ops.push_back(binary("Less", BinKind::Compare, [](double a, double b) { return a < b; }));
-  ops.push_back(binary("Greater", BinKind::Compare, [](double a, double b) { return a > b; }));
-  ops.push_back(binary("LessOrEqual", BinKind::Compare, [](double a, double b) { return a <= b; }));
+  },
+      te::mod_te));
+  ops.push_back(binary("Equal", BinKind::Compare, [](double a, double b) { return a == b; },
+      te::compare_te([](ir::Expr a, ir::Expr b) { return ir::eq(a, b); })));
+  ops.push_back(binary("Less", BinKind::Compare, [](double a, double b) { return a < b; },
+      te::compare_te([](ir::Expr a, ir::Expr b) { return a < b; })));
+  ops.push_back(binary("Greater", BinKind::Compare, [](double a, double b) { return a > b; },
+      te::compare_te([](ir::Expr a, ir::Expr b) { return te::gt(a, b); })));
+  ops.push_back(binary("LessOrEqual", BinKind::Compare, [](double a, double b) { return a <= b; },
+      te::compare_te([](ir::Expr a, ir::Expr b) { return a <= b; })));
   ops.push_back(
-      binary("GreaterOrEqual", BinKind::Compare, [](double a, double b) { return a >= b; }));
-  ops.push_back(logical("Not", 1, [](bool a, bool) { return !a; }));
-  ops.push_back(logical("And", 2, [](bool a, bool b) { return a && b; }));
-  ops.push_back(logical("Or", 2, [](bool a, bool b) { return a || b; }));
-  ops.push_back(logical("Xor", 2, [](bool a, bool b) { return a != b; }));
+      binary("GreaterOrEqual", BinKind::Compare, [](double a, double b) { return a >= b; },
+      te::compare_te([](ir::Expr a, ir::Expr b) { return a >= b; })));
+  ops.push_back(logical("Not", 1, [](bool a, bool) { return !a; },
+      te::logic_te([](ir::Expr a_false, ir::Expr) { return ir::select(a_false, ir::f32(1.0), ir::f32(0.0)); })));
+  ops.push_back(logical("And", 2, [](bool a, bool b) { return a && b; },
+      te::logic_te([](ir::Expr a_false, ir::Expr b_false) { return ir::select(a_false, ir::f32(0.0), ir::select(b_false, ir::f32(0.0), ir::f32(1.0))); })));
+  ops.push_back(logical("Or", 2, [](bool a, bool b) { return a || b; },
+      te::logic_te([](ir::Expr a_false, ir::Expr b_false) { return ir::select(a_false, ir::select(b_false, ir::f32(0.0), ir::f32(1.0)), ir::f32(1.0)); })));
+  ops.push_back(logical("Xor", 2, [](bool a, bool b) { return a != b; },
+      te::logic_te([](ir::Expr a_false, ir::Expr b_false) {
+        return ir::select(a_false, ir::select(b_false, ir::f32(0.0), ir::f32(1.0)), ir::select(b_false, ir::f32(1.0), ir::f32(0.0)));
+      })));
   ops.push_back(where_op());
   ops.push_back(clip_op());
   ops.push_back(cast_op());

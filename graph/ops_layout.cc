@@ -4,6 +4,7 @@
 #include "compiler/error.h"
 #include "compiler/reference.h"
 #include "compiler/workload.h"
+#include "graph/op_te.h"
 #include "graph/layout.h"
 #include "graph/ops.h"
 
@@ -153,8 +154,8 @@ std::vector<HostTensor> conv_nchwc_eval(const OpContext& c,
 }  // namespace
 
 void register_layout_ops(std::vector<OpDef>& ops) {
-  ops.push_back({"LayoutTransform", 1, 1, transform_infer, transform_eval});
-  ops.push_back({"ConvNCHWc", 2, 3, conv_nchwc_infer, conv_nchwc_eval});
+  ops.push_back({"LayoutTransform", 1, 1, transform_infer, transform_eval, te::layout_transform_te});
+  ops.push_back({"ConvNCHWc", 2, 3, conv_nchwc_infer, conv_nchwc_eval, te::conv_nchwc_te});
 }
 
 }  // namespace tf::graph

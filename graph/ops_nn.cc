@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "compiler/error.h"
+#include "graph/op_te.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -728,26 +729,28 @@ void register_nn_ops(std::vector<OpDef>& ops) {
          require_float(c, 1);
          return std::vector<TypeShape>{{DType::F32, matmul_shape(c, c.in(0).shape, c.in(1).shape)}};
        },
-       matmul_eval});
-  ops.push_back({"Gemm", 2, 3, gemm_infer, gemm_eval});
-  ops.push_back({"Conv", 2, 3, conv_infer, conv_eval});
-  ops.push_back({"MaxPool", 1, 1, pool_infer, pool_eval});
-  ops.push_back({"AveragePool", 1, 1, pool_infer, pool_eval});
-  ops.push_back({"GlobalAveragePool", 1, 1, global_pool_infer, global_pool_eval});
-  ops.push_back({"GlobalMaxPool", 1, 1, global_pool_infer, global_pool_eval});
-  ops.push_back({"BatchNormalization", 5, 5, batchnorm_infer, batchnorm_eval});
-  ops.push_back({"Softmax", 1, 1, same_float, softmax_eval});
-  ops.push_back({"LogSoftmax", 1, 1, same_float, softmax_eval});
-  ops.push_back({"Hardmax", 1, 1, hardmax_infer, hardmax_eval});
-  ops.push_back({"LayerNormalization", 2, 3, layernorm_infer, layernorm_eval});
-  ops.push_back({"InstanceNormalization", 3, 3, instancenorm_infer, instancenorm_eval});
-  for (const char* r :
-       {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-        "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
-    ops.push_back({r, 1, 2, reduce_infer, reduce_eval});
+       matmul_eval, te::matmul_te});
+  ops.push_back({"Gemm", 2, 3, gemm_infer, gemm_eval, te::gemm_te});
+  ops.push_back({"Conv", 2, 3, conv_infer, conv_eval, te::conv_te});
+  ops.push_back({"MaxPool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/true)});
+  ops.push_back({"AveragePool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/false)});
+  ops.push_back({"GlobalAveragePool", 1, 1, global_pool_infer, global_pool_eval, te::global_pool_te(/*max=*/false)});
+  ops.push_back({"GlobalMaxPool", 1, 1, global_pool_infer, global_pool_eval, te::global_pool_te(/*max=*/true)});
+  ops.push_back({"BatchNormalization", 5, 5, batchnorm_infer, batchnorm_eval, te::batchnorm_te});
+  ops.push_back({"Softmax", 1, 1, same_float, softmax_eval, te::softmax_te(/*log=*/false)});
+  ops.push_back({"LogSoftmax", 1, 1, same_float, softmax_eval, te::softmax_te(/*log=*/true)});
+  ops.push_back({"Hardmax", 1, 1, hardmax_infer, hardmax_eval, te::hardmax_te});
+  ops.push_back({"LayerNormalization", 2, 3, layernorm_infer, layernorm_eval, te::layernorm_te});
+  ops.push_back({"InstanceNormalization", 3, 3, instancenorm_infer, instancenorm_eval, te::instancenorm_te});
+  using te::ReduceOp;
+  for (auto [r, op] : {std::pair<const char*, ReduceOp>{"ReduceMean", ReduceOp::Mean}, {"ReduceSum", ReduceOp::Sum},
+                       {"ReduceMax", ReduceOp::Max}, {"ReduceMin", ReduceOp::Min}, {"ReduceProd", ReduceOp::Prod},
+                       {"ReduceL1", ReduceOp::L1}, {"ReduceL2", ReduceOp::L2}, {"ReduceSumSquare", ReduceOp::SumSquare},
+                       {"ReduceLogSum", ReduceOp::LogSum}, {"ReduceLogSumExp", ReduceOp::LogSumExp}}) {
+    ops.push_back({r, 1, 2, reduce_infer, reduce_eval, te::reduce_te(op)});
   }
-  ops.push_back({"ArgMax", 1, 1, arg_infer, arg_eval});
-  ops.push_back({"ArgMin", 1, 1, arg_infer, arg_eval});
+  ops.push_back({"ArgMax", 1, 1, arg_infer, arg_eval, te::arg_te(/*max=*/true)});
+  ops.push_back({"ArgMin", 1, 1, arg_infer, arg_eval, te::arg_te(/*max=*/false)});
 }
 
 }  // namespace tf::graph

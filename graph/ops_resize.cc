@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "compiler/error.h"
+#include "graph/op_te.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -202,7 +203,7 @@ void register_resize_ops(std::vector<OpDef>& ops) {
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{DType::F32, resize_spec(c).out}};
                  },
-                 resize_eval});
+                 resize_eval, te::resize_te});
 }
 
 }  // namespace tf::graph

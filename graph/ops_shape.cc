@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "compiler/error.h"
+#include "graph/op_te.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -682,10 +683,15 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                        HostTensor::ints({}, {num_elements(c.in(0).shape)})};
                  }});
   ops.push_back(reshaping("Reshape", 2, 2, reshape_shape));
+  ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Flatten", 1, 1, flatten_shape));
+  ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Squeeze", 1, 2, squeeze_shape));
+  ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Unsqueeze", 1, 2, unsqueeze_shape));
+  ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Identity", 1, 1, [](const OpContext& c) { return c.in(0).shape; }));
+  ops.back().te = te::unary_te([](ir::Expr x, const Node&) { return x; });
   // Dropout in inference is the identity, and so in training with a ratio of 0 (what
   // torchvision's Swin exports); its mask output (optional) is then all true.
   ops.push_back(
@@ -707,38 +713,38 @@ void register_shape_ops(std::vector<OpDef>& ops) {
            out.push_back(HostTensor::ints(in[0]->shape, std::vector<int64_t>(in[0]->size(), 1), DType::Bool));
          }
          return out;
-       }});
+       }, te::dropout_te()});
   ops.push_back({"Transpose", 1, 1,
                  [](const OpContext& c) {
                    Shape s;
                    for (int64_t p : perm_of(c)) s.push_back(c.in(0).shape[p]);
                    return std::vector<TypeShape>{{c.in(0).dtype, s}};
                  },
-                 transpose_eval});
-  ops.push_back({"Concat", 1, 1 << 20, concat_infer, concat_eval});
+                 transpose_eval, te::transpose_te});
+  ops.push_back({"Concat", 1, 1 << 20, concat_infer, concat_eval, te::concat_te});
   ops.push_back({"Slice", 3, 5,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, slice_spec(c).out}};
                  },
-                 slice_eval});
+                 slice_eval, te::slice_te});
   ops.push_back({"Pad", 2, 4,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, pad_spec(c).out}};
                  },
-                 pad_eval});
-  ops.push_back({"Gather", 2, 2, gather_infer, gather_eval});
+                 pad_eval, te::pad_te});
+  ops.push_back({"Gather", 2, 2, gather_infer, gather_eval, te::gather_te});
   ops.push_back({"ScatterND", 3, 3, scatter_nd_infer, scatter_nd_eval});
   ops.push_back({"Tile", 2, 2,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, tile_shape(c)}};
                  },
-                 tile_eval});
-  ops.push_back({"Split", 1, 2, split_infer, split_eval});
+                 tile_eval, te::tile_te});
+  ops.push_back({"Split", 1, 2, split_infer, split_eval, te::split_te});
   ops.push_back({"Expand", 2, 2,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, expand_shape(c)}};
                  },
-                 expand_eval});
+                 expand_eval, te::expand_te});
   ops.push_back({"Constant", 0, 0,
                  [](const OpContext& c) {
                    HostTensor t = constant_value(c.node);
