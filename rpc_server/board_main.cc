@@ -132,14 +132,14 @@ std::string find_program(const std::string& name) {
 
 // Asks the runner which GPU `device` is (tunefarm-board-runner --probe): the runner, not this
 // long-lived server, loads the vendor's driver. Throws ConfigError with the runner's reason.
-pb::GpuProbe probe_gpu(const std::string& runner, const std::string& device) {
-  // Loading a driver takes seconds at most; a probe still running after a minute is stuck.
-  constexpr double kProbeTimeoutS = 60;
-  tf::ChildResult r = tf::run_child({runner, "--probe", device}, "", kProbeTimeoutS);
+pb::GpuProbe probe_gpu(const std::string& runner, const std::string& device, double timeout_s) {
+  tf::ChildResult r = tf::run_child({runner, "--probe", device}, "", timeout_s);
   if (!r.started) throw tf::farm::ConfigError("--device " + device + ": cannot start " + runner + ": " + r.err);
   if (r.timed_out) {
-    throw tf::farm::ConfigError("--device " + device + ": the runner's probe did not answer within " +
-                                std::to_string(int(kProbeTimeoutS)) + " s");
+    std::ostringstream t;
+    t << timeout_s;
+    throw tf::farm::ConfigError("--device " + device + ": the runner's probe did not answer within " + t.str() +
+                                " s (a stuck driver; --probe-timeout-s)");
   }
   pb::GpuProbe p;
   if (!google::protobuf::util::JsonStringToMessage(r.out, &p).ok()) {
@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
               runner_prefix;
   std::string target = default_target();
   int port = 9191;
-  double max_upload_mb = 64, memory_limit_mb = 1024;
+  double max_upload_mb = 64, memory_limit_mb = 1024, probe_timeout_s = 60;
   tf::farm::TlsFiles tls;
   tf::farm::BoardOptions opts;
   app.add_option("--tracker", tracker_addr, "tracker address HOST:PORT")->required();
@@ -194,6 +194,10 @@ int main(int argc, char** argv) {
                  "name the tracker's certificate must carry (default: the host of --tracker)");
   app.add_option("--work-dir", work_root, "where per-lease upload directories go")->capture_default_str();
   app.add_option("--runner", runner, "path of tunefarm-board-runner (default: next to this program)");
+  // Loading a driver takes seconds; a probe still running after this is stuck.
+  app.add_option("--probe-timeout-s", probe_timeout_s, "--device: how long the runner may take to load the driver")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--runner-prefix", runner_prefix,
                  "command put before the runner, e.g. qemu-aarch64 when this board itself runs under user-mode "
                  "emulation (the first word is looked up in PATH)");
@@ -236,7 +240,7 @@ int main(int argc, char** argv) {
         throw tf::farm::ConfigError(e.what());
       }
       if (!runner_prefix.empty()) throw tf::farm::ConfigError("--runner-prefix (an emulated board) cannot go with --device " + device);
-      pb::GpuProbe gpu = probe_gpu(runner, device);
+      pb::GpuProbe gpu = probe_gpu(runner, device, probe_timeout_s);
       if (app.count("--target") == 0) target = gpu.target();
       if (key.empty()) key = gpu.key();
       opts.gpu_device = device;

@@ -1312,6 +1312,20 @@ TEST(FarmGpu, MissingDriversAreClearErrors) {
   EXPECT_NE(bad.log().find("--device 'cuda:x' is not cpu, cuda:N or rocm:N"), std::string::npos) << bad.log();
 }
 
+// A driver that never answers the runner's probe: the board gives up after --probe-timeout-s
+// and says so, instead of hanging at start-up.
+TEST(FarmGpu, StuckDriverProbeIsAClearError) {
+  std::string dir = temp_dir();
+  Daemon board({"/usr/bin/env", std::string("LD_LIBRARY_PATH=") + TF_FAKE_CUDA_DIR, "TF_FAKE_CUDA_HANG=1", TF_RPC_SERVER,
+                "--tracker", "127.0.0.1:1", "--device", "cuda:0", "--port", "0", "--probe-timeout-s", "1"},
+               dir + "/stuck_board.log");
+  for (int i = 0; i < 500 && !board.exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int status = board.stop(SIGKILL);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << board.log();
+  EXPECT_NE(board.log().find("error: --device cuda:0: the runner's probe did not answer within 1 s"), std::string::npos)
+      << board.log();
+}
+
 // Through the FAKE driver (tests/farm/fake_gpu: it runs nothing, so every result is a wrong
 // answer): the board derives its key and target from the device, takes PTX and refuses
 // other uploads, and the kernel's launch from its sidecar reaches the driver.

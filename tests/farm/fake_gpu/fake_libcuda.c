@@ -6,6 +6,7 @@
 // through it is a WRONG_ANSWER. The real path is runtime/gpu_runtime.cc against the real
 // driver. It reports one device of compute capability 8.0, named as a fake.
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,7 +22,13 @@ static double now_ms(void) {
   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-CUresult cuInit(unsigned flags) { return flags == 0 ? 0 : 1; }
+// TF_FAKE_CUDA_HANG set: the driver never answers (a stuck driver at the board's start).
+CUresult cuInit(unsigned flags) {
+  if (getenv("TF_FAKE_CUDA_HANG")) {
+    for (;;) pause();
+  }
+  return flags == 0 ? 0 : 1;
+}
 CUresult cuDeviceGetCount(int* n) { *n = 1; return 0; }
 CUresult cuDeviceGet(int* d, int i) { *d = i; return i == 0 ? 0 : 101; /* CUDA_ERROR_INVALID_DEVICE */ }
 CUresult cuDeviceGetName(char* name, int len, int d) {
