@@ -6,6 +6,7 @@
 #include <set>
 
 #include "compiler/error.h"
+#include "graph/ops.h"
 #include "graph/pass.h"
 
 namespace tf::graph {
@@ -27,7 +28,6 @@ const char* op_kind_name(OpKind k) {
 }
 
 OpKind op_kind(const std::string& op) {
-  static const std::set<std::string> anchors = {"Conv", "ConvNCHWc", "MatMul", "Gemm"};
   static const std::set<std::string> injective = {
       "Reshape",         "Flatten",      "Squeeze",      "Unsqueeze", "Transpose", "Slice",
       "Concat",          "Gather",       "Split",        "Expand",    "Identity",  "Dropout",
@@ -54,7 +54,7 @@ OpKind op_kind(const std::string& op) {
       "MaxPool",   "AveragePool",     "Shape",  "Size",   "ConvTranspose", "Einsum",
       "ScatterND", "ScatterElements", "ArgMax", "ArgMin", "CumSum",        "TopK",
       "Constant",  "ConstantOfShape", "Range"};
-  if (anchors.count(op)) return OpKind::Anchor;
+  if (const OpDef* def = find_op(op); def && def->workload) return OpKind::Anchor;
   if (injective.count(op)) return OpKind::Injective;
   if (reductions.count(op)) return OpKind::Reduction;
   if (opaque.count(op)) return OpKind::Opaque;

@@ -1,43 +1,15 @@
 #include "graph/node_te.h"
 
-#include <set>
-
 #include "compiler/error.h"
 #include "graph/fusion.h"
 #include "graph/ops.h"
 #include "graph/te_kit.h"
 
 namespace tf::graph {
-namespace {
 
 using te::Expr;
 using te::Index;
 using te::Tensor;
-
-// Binary and comparison operators: every input is an operand (reads_as_data).
-const std::set<std::string>& elementwise_binary_ops() {
-  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "PRelu", "Max", "Min", "Sum", "Mean",
-                                            "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
-  return ops;
-}
-
-// Operators whose int64 results compiled kernels compute as floats: moving values, and
-// arithmetic that float32 does exactly on integers up to 2^24 (int64 inputs are checked
-// against that bound on entry, compiler/codegen_runner.h): float remainders are exact, and
-// Div and Pow have integer versions of their own.
-const std::set<std::string>& int64_exact_ops() {
-  // clang-format off
-  static const std::set<std::string> ops = {
-      "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Transpose", "Slice",
-      "Concat", "Split", "Gather", "GatherElements", "Tile", "Pad", "DepthToSpace",
-      "SpaceToDepth", "Trilu", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "Neg", "Abs", "Sign",
-      "Relu", "Max", "Min", "Sum", "Clip", "Where", "Cast", "ReduceMax", "ReduceMin",
-      "ReduceSum", "CumSum", "ArgMax", "ArgMin", "OneHot", "TopK", "GatherND"};
-  // clang-format on
-  return ops;
-}
-
-}  // namespace
 
 Expr read_broadcast(const TeOperand& x, const Index& out) {
   if (x.scalar) return ir::f32(*x.scalar);
@@ -51,26 +23,26 @@ Expr read_broadcast(const TeOperand& x, const Index& out) {
 }
 
 bool reads_as_data(const Graph& g, const Node& n, size_t k) {
-  // Gather's constant indices are unrolled into the code up to kMaxUnrolledIndices; more are
-  // read from a table like computed ones.
-  if (n.op == "Gather" && k == 1) {
-    const Value& idx = g.value(n.inputs[1]);
-    return idx.constant && idx.constant->size() > kMaxUnrolledIndices;
-  }
-  return k == 0 || elementwise_binary_ops().count(n.op) || n.op == "Where" ||
-         n.op == "Concat" || n.op == "Clip" || n.op == "Mod" || n.op == "Pow" || n.op == "And" ||
-         n.op == "Or" || n.op == "Xor" || n.op == "GatherElements" || n.op == "GatherND" ||
-         ((n.op == "Pad" || n.op == "OneHot") && k == 2);
+  const OpDef* def = find_op(n.op);
+  return k == 0 || (def && def->data_input && def->data_input(g, n, k));
+}
+
+// Gather's constant indices are unrolled into the code up to kMaxUnrolledIndices; more are
+// read from a table like computed ones.
+bool gather_data_input(const Graph& g, const Node& n, size_t k) {
+  if (k != 1) return false;
+  const Value& idx = g.value(n.inputs[1]);
+  return idx.constant && idx.constant->size() > kMaxUnrolledIndices;
 }
 
 std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
                             const std::string& prefix, const Shape* elementwise_shape) {
-  for (const std::string& o : n.outputs) {
-    if (!o.empty() && g.value(o).dtype == DType::I64 && !int64_exact_ops().count(n.op))
-      te::not_implemented(n, str(n.op, " with an int64 result"));
-  }
   // The operator's registry entry makes its expressions (graph/ops.h, OpDef::te).
   const OpDef* def = find_op(n.op);
+  for (const std::string& o : n.outputs) {
+    if (!o.empty() && g.value(o).dtype == DType::I64 && !(def && def->int64_exact))
+      te::not_implemented(n, str(n.op, " with an int64 result"));
+  }
   if (!def || !def->te) te::not_implemented(n, n.op);
   OpContext c = context(n, g, g.opset);
   const Shape& out = elementwise_shape ? *elementwise_shape : g.value(n.outputs[0]).shape;

@@ -42,6 +42,9 @@ ir::Expr read_broadcast(const TeOperand& x, const std::vector<ir::Expr>& out);
 // values is a float operand like any other.
 bool reads_as_data(const Graph& g, const Node& n, size_t k);
 
+// Gather's OpDef::data_input: its indices are values when a table holds them.
+bool gather_data_input(const Graph& g, const Node& n, size_t k);
+
 // Input k of `n` (not an empty name) as a kernel sees it when it needs no tensor: an int64
 // constant the node takes as a parameter (a shape, indices: neither tensor nor scalar, node_te
 // reads it from the graph) or a one-element constant (its value, a bool's as 0 / 1). nullopt

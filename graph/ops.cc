@@ -37,6 +37,18 @@ const std::map<std::string, OpDef>& registry() {
     register_scan_ops(all);
     std::map<std::string, OpDef> m;
     for (OpDef& d : all) m.emplace(d.type, std::move(d));
+    // Int64 results compiled kernels compute as floats: moving values, and arithmetic that
+    // float32 does exactly on integers up to 2^24 (int64 inputs are checked against that
+    // bound on entry, compiler/codegen_runner.h): float remainders are exact, and Div and Pow
+    // have integer versions of their own.
+    for (const char* op :
+         {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Transpose", "Slice", "Concat",
+          "Split", "Gather", "GatherElements", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Trilu", "Add", "Sub",
+          "Mul", "Div", "Mod", "Pow", "Neg", "Abs", "Sign", "Relu", "Max", "Min", "Sum", "Clip", "Where", "Cast",
+          "ReduceMax", "ReduceMin", "ReduceSum", "CumSum", "ArgMax", "ArgMin", "OneHot", "TopK", "GatherND"}) {
+      TF_CHECK(m.count(op), "int64-exact operator ", op, " is not registered");
+      m.at(op).int64_exact = true;
+    }
     return m;
   }();
   return ops;
@@ -186,10 +198,12 @@ void check_tensor_size(const std::string& what, const Shape& s) {
   }
 }
 
+bool every_input_is_data(const Graph&, const Node&, size_t) { return true; }
+bool first_and_third_are_data(const Graph&, const Node&, size_t k) { return k == 0 || k == 2; }
+
 bool foldable(const Node& n, const std::vector<TypeShape>& outputs) {
-  if (n.op == "MatMul" || n.op == "Gemm" || n.op == "Conv" || n.op == "ConvNCHWc" ||
-      n.op == "ConvTranspose" || n.op == "Einsum")
-    return false;
+  const OpDef* def = find_op(n.op);
+  if (def && !def->linear_cost) return false;
   for (const TypeShape& t : outputs) {
     if (num_elements(t.shape) > kMaxFoldedElements) return false;
   }

@@ -44,7 +44,8 @@ struct OpContext {
   const HostTensor& constant(size_t k, const char* what) const;
 };
 
-struct TeOperand;  // graph/node_te.h
+struct TeOperand;       // graph/node_te.h
+struct AnchorWorkload;  // graph/tasks.h
 
 // The tensor expressions compile --model makes of a node (graph/node_te.h, TVM's FTVMCompute):
 // one tensor per output, of the shape `out` (the node's, or an elementwise node's other shape
@@ -62,7 +63,25 @@ struct OpDef {
       eval;
   // Null: compiling the operator is not implemented (the reference evaluation still runs it).
   TeFn te = nullptr;
+  // An anchor (a tunable kernel's operator): the workload that computes a node of it
+  // (graph/tasks.h). Null for every other operator.
+  AnchorWorkload (*workload)(const Graph& g, const Node& n) = nullptr;
+  // Whether a compiled kernel reads input k as values (an operand, data to move) rather than
+  // as a parameter read from the graph (a shape, axes, bounds): graph/node_te.h's
+  // reads_as_data. Null: input 0 only.
+  bool (*data_input)(const Graph& g, const Node& n, size_t k) = nullptr;
+  // Work linear in the tensors' sizes, which import and fold-constants may evaluate ahead of
+  // time within kMaxFoldedElements; false for the products and convolutions.
+  bool linear_cost = true;
+  // Int64 results compiled kernels compute exactly as floats (graph/node_te.h).
+  bool int64_exact = false;
 };
+
+// data_input for operators whose every input is an operand (binary arithmetic, comparisons,
+// Where, Concat, Clip, ...), and for those that read input 2 as a value too (Pad's constant,
+// OneHot's values).
+bool every_input_is_data(const Graph& g, const Node& n, size_t k);
+bool first_and_third_are_data(const Graph& g, const Node& n, size_t k);
 
 const OpDef* find_op(const std::string& type);
 std::vector<std::string> supported_ops();

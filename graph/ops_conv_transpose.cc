@@ -137,7 +137,7 @@ void register_conv_transpose_ops(std::vector<OpDef>& ops) {
                    return std::vector<TypeShape>{
                        {DType::F32, {c.in(0).shape[0], s.out_channels, s.oh, s.ow}}};
                  },
-                 conv_transpose_eval, te::conv_transpose_te});
+                 conv_transpose_eval, te::conv_transpose_te, nullptr, nullptr, /*linear_cost=*/false});
 }
 
 }  // namespace tf::graph

@@ -131,7 +131,7 @@ std::vector<HostTensor> einsum_eval(const OpContext& c, const std::vector<const 
 void register_einsum_ops(std::vector<OpDef>& ops) {
   ops.push_back({"Einsum", 1, 1 << 10,
                  [](const OpContext& c) { return std::vector<TypeShape>{{DType::F32, einsum_spec(c).out}}; },
-                 einsum_eval, te::einsum_te});
+                 einsum_eval, te::einsum_te, nullptr, nullptr, /*linear_cost=*/false});
 }
 
 }  // namespace tf::graph

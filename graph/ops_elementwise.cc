@@ -54,6 +54,7 @@ OpDef unary(const std::string& type, std::function<float(float, const Node&)> f,
 OpDef logical(const std::string& type, int inputs, std::function<bool(bool, bool)> f, TeFn te) {
   OpDef d{type, inputs, inputs, nullptr, nullptr};
   d.te = std::move(te);
+  d.data_input = every_input_is_data;
   d.infer = [](const OpContext& c) {
     Shape s = c.in(0).shape;
     for (size_t k = 0; k < c.count(); ++k) {
@@ -111,6 +112,7 @@ OpDef binary_n(const std::string& type, BinKind kind,
                std::function<double(double, double, const Node&)> f, TeFn te) {
   OpDef d{type, 2, 2, nullptr, nullptr};
   d.te = std::move(te);
+  d.data_input = every_input_is_data;
   d.infer = [kind](const OpContext& c) {
     DType a = c.in(0).dtype, b = c.in(1).dtype;
     // Pow takes an exponent of another type; everything else one type for both.
@@ -150,6 +152,7 @@ OpDef binary_n(const std::string& type, BinKind kind,
 OpDef variadic(const std::string& type, std::function<double(double, double)> f, TeFn te) {
   OpDef d{type, 1, 1 << 20, nullptr, nullptr};
   d.te = std::move(te);
+  d.data_input = every_input_is_data;
   d.infer = [](const OpContext& c) {
     Shape s = c.in(0).shape;
     // int64 too, for Max, Min and Sum (all inputs of one type).
@@ -196,6 +199,7 @@ OpDef binary(const std::string& type, BinKind kind, std::function<double(double,
 OpDef where_op() {
   OpDef d{"Where", 3, 3, nullptr, nullptr};
   d.te = te::where_te;
+  d.data_input = every_input_is_data;
   d.infer = [](const OpContext& c) {
     if (c.in(0).dtype != DType::Bool)
       throw UserError(str(c.node.where(), ": the condition must be bool"));
@@ -227,6 +231,7 @@ OpDef where_op() {
 OpDef clip_op() {
   OpDef d{"Clip", 1, 3, nullptr, nullptr};
   d.te = te::clip_te;
+  d.data_input = every_input_is_data;
   d.infer = [](const OpContext& c) {
     DType t = c.in(0).dtype;
     if (t == DType::Bool) require_float(c, 0);

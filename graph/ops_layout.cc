@@ -5,6 +5,7 @@
 #include "compiler/reference.h"
 #include "compiler/workload.h"
 #include "graph/op_te.h"
+#include "graph/tasks.h"
 #include "graph/layout.h"
 #include "graph/ops.h"
 
@@ -155,7 +156,7 @@ std::vector<HostTensor> conv_nchwc_eval(const OpContext& c,
 
 void register_layout_ops(std::vector<OpDef>& ops) {
   ops.push_back({"LayoutTransform", 1, 1, transform_infer, transform_eval, te::layout_transform_te});
-  ops.push_back({"ConvNCHWc", 2, 3, conv_nchwc_infer, conv_nchwc_eval, te::conv_nchwc_te});
+  ops.push_back({"ConvNCHWc", 2, 3, conv_nchwc_infer, conv_nchwc_eval, te::conv_nchwc_te, conv_nchwc_workload, nullptr, /*linear_cost=*/false});
 }
 
 }  // namespace tf::graph

@@ -5,6 +5,7 @@
 
 #include "compiler/error.h"
 #include "graph/op_te.h"
+#include "graph/tasks.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -729,9 +730,9 @@ void register_nn_ops(std::vector<OpDef>& ops) {
          require_float(c, 1);
          return std::vector<TypeShape>{{DType::F32, matmul_shape(c, c.in(0).shape, c.in(1).shape)}};
        },
-       matmul_eval, te::matmul_te});
-  ops.push_back({"Gemm", 2, 3, gemm_infer, gemm_eval, te::gemm_te});
-  ops.push_back({"Conv", 2, 3, conv_infer, conv_eval, te::conv_te});
+       matmul_eval, te::matmul_te, matmul_workload, nullptr, /*linear_cost=*/false});
+  ops.push_back({"Gemm", 2, 3, gemm_infer, gemm_eval, te::gemm_te, gemm_workload, nullptr, /*linear_cost=*/false});
+  ops.push_back({"Conv", 2, 3, conv_infer, conv_eval, te::conv_te, conv_workload, nullptr, /*linear_cost=*/false});
   ops.push_back({"MaxPool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/true)});
   ops.push_back({"AveragePool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/false)});
   ops.push_back({"GlobalAveragePool", 1, 1, global_pool_infer, global_pool_eval, te::global_pool_te(/*max=*/false)});

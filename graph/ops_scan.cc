@@ -460,12 +460,12 @@ CumSumSpec cumsum_spec(const OpContext& c) {
 }
 
 void register_scan_ops(std::vector<OpDef>& ops) {
-  ops.push_back({"OneHot", 3, 3, onehot_infer, onehot_eval, te::onehot_te});
+  ops.push_back({"OneHot", 3, 3, onehot_infer, onehot_eval, te::onehot_te, nullptr, first_and_third_are_data});
   ops.push_back({"CumSum", 2, 2, cumsum_infer, cumsum_eval, te::cumsum_te});
   ops.push_back({"Trilu", 1, 2, trilu_infer, trilu_eval, te::trilu_te});
-  ops.push_back({"GatherElements", 2, 2, gather_elements_infer, gather_elements_eval, te::gather_elements_te});
+  ops.push_back({"GatherElements", 2, 2, gather_elements_infer, gather_elements_eval, te::gather_elements_te, nullptr, every_input_is_data});
   ops.push_back({"TopK", 2, 2, topk_infer, topk_eval, te::topk_te});
-  ops.push_back({"GatherND", 2, 2, gather_nd_infer, gather_nd_eval, te::gather_nd_te});
+  ops.push_back({"GatherND", 2, 2, gather_nd_infer, gather_nd_eval, te::gather_nd_te, nullptr, every_input_is_data});
   ops.push_back({"ScatterElements", 3, 3, scatter_elements_infer, scatter_elements_eval});
   ops.push_back({"DepthToSpace", 1, 1, depth_space_infer, depth_space_eval, te::depth_space_te});
   ops.push_back({"SpaceToDepth", 1, 1, depth_space_infer, depth_space_eval, te::depth_space_te});

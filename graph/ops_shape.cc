@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "compiler/error.h"
+#include "graph/node_te.h"
 #include "graph/op_te.h"
 #include "graph/ops.h"
 
@@ -721,7 +722,7 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                    return std::vector<TypeShape>{{c.in(0).dtype, s}};
                  },
                  transpose_eval, te::transpose_te});
-  ops.push_back({"Concat", 1, 1 << 20, concat_infer, concat_eval, te::concat_te});
+  ops.push_back({"Concat", 1, 1 << 20, concat_infer, concat_eval, te::concat_te, nullptr, every_input_is_data});
   ops.push_back({"Slice", 3, 5,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, slice_spec(c).out}};
@@ -731,8 +732,8 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, pad_spec(c).out}};
                  },
-                 pad_eval, te::pad_te});
-  ops.push_back({"Gather", 2, 2, gather_infer, gather_eval, te::gather_te});
+                 pad_eval, te::pad_te, nullptr, first_and_third_are_data});
+  ops.push_back({"Gather", 2, 2, gather_infer, gather_eval, te::gather_te, nullptr, gather_data_input});
   ops.push_back({"ScatterND", 3, 3, scatter_nd_infer, scatter_nd_eval});
   ops.push_back({"Tile", 2, 2,
                  [](const OpContext& c) {

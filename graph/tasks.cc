@@ -5,7 +5,9 @@
 #include "compiler/error.h"
 #include "compiler/operators.h"
 #include "compiler/workload.h"
+#include "graph/fusion.h"
 #include "graph/layout.h"
+#include "graph/ops.h"
 #include "graph/pass.h"
 
 namespace tf::graph {
@@ -18,7 +20,9 @@ bool all_equal(const std::vector<int64_t>& v) {
   return true;
 }
 
-AnchorWorkload conv_task(const Graph& g, const Node& n) {
+}  // namespace
+
+AnchorWorkload conv_workload(const Graph& g, const Node& n) {
   const Shape& x = g.value(n.inputs[0]).shape;
   const Shape& w = g.value(n.inputs[1]).shape;
   std::string auto_pad = n.get_string("auto_pad", "NOTSET");
@@ -45,7 +49,7 @@ AnchorWorkload conv_task(const Graph& g, const Node& n) {
   return {"", str("grouped convolution (group=", group, ") other than depthwise")};
 }
 
-AnchorWorkload matmul_task(const Graph& g, const Node& n) {
+AnchorWorkload matmul_workload(const Graph& g, const Node& n) {
   const Shape& a = g.value(n.inputs[0]).shape;
   const Shape& b = g.value(n.inputs[1]).shape;
   if (a.size() < 2 || b.size() < 2) return {"", "a 1-D operand (a matrix-vector product)"};
@@ -61,7 +65,7 @@ AnchorWorkload matmul_task(const Graph& g, const Node& n) {
   return {str("batch_matmul(B=", num_elements(ab), ",M=", M, ",N=", N, ",K=", K), ""};
 }
 
-AnchorWorkload gemm_task(const Graph& g, const Node& n) {
+AnchorWorkload gemm_workload(const Graph& g, const Node& n) {
   if (n.get_int("transA", 0)) return {"", "transA=1"};
   if (n.get_float("alpha", 1) != 1.0f) return {"", "alpha != 1"};
   const Shape& a = g.value(n.inputs[0]).shape;
@@ -77,18 +81,16 @@ AnchorWorkload gemm_task(const Graph& g, const Node& n) {
   return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1]), "", bias};
 }
 
-}  // namespace
+// Its operator checked everything a workload needs (graph/layout.h).
+AnchorWorkload conv_nchwc_workload(const Graph& g, const Node& n) {
+  return {conv_nchwc_spec(n, g.value(n.inputs[0]).shape, g.value(n.inputs[1]).shape), "",
+          n.inputs.size() > 2 && !n.inputs[2].empty()};
+}
 
 AnchorWorkload anchor_workload(const Graph& g, const Node& n) {
-  if (n.op == "Conv") return conv_task(g, n);
-  if (n.op == "ConvNCHWc") {
-    // Its operator checked everything a workload needs (graph/layout.h).
-    return {conv_nchwc_spec(n, g.value(n.inputs[0]).shape, g.value(n.inputs[1]).shape), "",
-            n.inputs.size() > 2 && !n.inputs[2].empty()};
-  }
-  if (n.op == "MatMul") return matmul_task(g, n);
-  if (n.op == "Gemm") return gemm_task(g, n);
-  return {"", n.op + " is not an anchor operator"};
+  const OpDef* def = find_op(n.op);
+  if (!def || !def->workload) return {"", n.op + " is not an anchor operator"};
+  return def->workload(g, n);
 }
 
 std::string AnchorEpilogue::name() const {
@@ -144,7 +146,7 @@ TaskList extract_tasks(const Graph& g) {
   Readers readers(g);
   std::map<std::string, size_t> index;
   for (const Node& n : g.nodes) {
-    if (n.op != "Conv" && n.op != "ConvNCHWc" && n.op != "MatMul" && n.op != "Gemm") continue;
+    if (op_kind(n.op) != OpKind::Anchor) continue;
     AnchorWorkload m = anchor_workload(g, n);
     if (m.spec.empty()) {
       out.untunable.push_back({n.name, n.op, m.reason});

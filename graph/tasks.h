@@ -46,6 +46,12 @@ struct AnchorWorkload {
 };
 AnchorWorkload anchor_workload(const Graph& g, const Node& n);
 
+// The anchors' own mappings, as their registry entries name them (graph/ops.h, OpDef::workload).
+AnchorWorkload conv_workload(const Graph& g, const Node& n);
+AnchorWorkload conv_nchwc_workload(const Graph& g, const Node& n);
+AnchorWorkload matmul_workload(const Graph& g, const Node& n);
+AnchorWorkload gemm_workload(const Graph& g, const Node& n);
+
 // The epilogue the anchor node `n`'s kernel takes over, after its own bias: for a MatMul the
 // Add of a constant float vector of N values that follows it (the bias), then a Relu; each
 // only when it is the sole reader of the value before it and that value is not returned.
