@@ -258,6 +258,15 @@ graph::Graph load_model(const std::string& path, int opt_level,
   return g;
 }
 
+}  // namespace
+
+graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
+                                   const std::vector<std::string>& disable) {
+  return load_model(path, opt_level, disable, channel_block(t));
+}
+
+namespace {
+
 bool is_library(const std::string& path) {
   return path.size() > 3 && path.compare(path.size() - 3, 3, ".so") == 0;
 }

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "compiler/target.h"
+#include "graph/graph.h"
+
 namespace tf::db {
 class Database;
 }
@@ -50,6 +53,11 @@ struct ModelCompileArgs {
   db::Database* db = nullptr;
   std::string max_memory;  // --max-memory; empty: graph::default_memory_budget()
 };
+// The graph of an .onnx model after the graph passes for target `t` (at `opt_level`, without
+// the passes `disable` names): what compile --model compiles and tune --model tunes.
+graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
+                                   const std::vector<std::string>& disable);
+
 // The --max-memory option, on `run` and `compile`.
 void add_max_memory_option(CLI::App* cmd, std::string& value);
 int compile_model_file(const ModelCompileArgs& args);

@@ -26,7 +26,10 @@
 #include "tuner/search_strategy.h"
 #include "runtime/child_process.h"
 #include "tuner/tune.h"
+#include "tuner/task_scheduler.h"
 #include "tuner/tuning_records.h"
+#include "cli/model_command.h"
+#include "graph/tasks.h"
 
 namespace tf::cli {
 namespace {
@@ -117,6 +120,10 @@ class Progress : public MeasureCallback {
 void check_args(const TuneArgs& a) {
   const TuneOptions& o = a.tune;
   const SearchSettings& se = a.search;
+  if (a.workload.empty() == a.model.empty()) {
+    throw UserError(a.model.empty() ? "tune: give --workload SPEC or --model M.onnx"
+                                    : "tune: give --workload or --model, not both");
+  }
   if (a.local == !a.tracker.empty()) {
     throw UserError(a.local ? "--local and --tracker exclude each other: measure here or on the farm"
                             : "say where to measure: --local, or --tracker HOST:PORT --key KEY");
@@ -171,7 +178,11 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   a.cmd = t;
   TuneOptions& o = a.tune;
   SearchSettings& se = a.search;
-  t->add_option("--workload,-w", a.workload, "workload spec, e.g. 'matmul(M=512,N=512,K=512)'")->required();
+  t->add_option("--workload,-w", a.workload, "workload spec, e.g. 'matmul(M=512,N=512,K=512)'");
+  t->add_option("--model", a.model,
+                "an ONNX model: tune every tunable task of it, as compile --model will compile it for the target, "
+                "under one --trials budget that the task scheduler shares out by each task's share of the "
+                "model's time (instead of --workload)");
   t->add_option("--target,-t", a.target, "target (default: this machine with --local, the boards' own with --tracker)");
   t->add_flag("--local", a.local, "measure on this machine, each kernel in an isolated process (no daemons)");
   t->add_option("--tracker", a.tracker, "measure on farm boards leased from this tracker, HOST:PORT");
@@ -233,21 +244,19 @@ int run_tune(const TuneArgs& a) {
   }
 }
 
+namespace {
+MeasurePlace measure_place(const TuneArgs& a);
+int run_tune_model(const TuneArgs& a);
+}  // namespace
+
 int run_tune_impl(const TuneArgs& a) {
   check_args(a);
+  if (!a.model.empty()) return run_tune_model(a);
   Workload w = parse_workload(a.workload);
   // The database first: a bad --db fails before any work.
   std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
 
-  MeasurePlace place{a.target, std::nullopt, "--target"};
-  if (!a.local) {
-    FarmRunnerOptions o = a.farm;
-    o.farm = farm_endpoint(a.tracker, a.token_file, {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name});
-    const char* user = std::getenv("USER");
-    o.user = !a.user.empty() ? a.user : user ? user : "tunefarm";
-    place.farm = std::move(o);
-  }
-  Session session = open_session(place, [] { return std::make_unique<LocalRunner>(); },
+  Session session = open_session(measure_place(a), [] { return std::make_unique<LocalRunner>(); },
                                  [&a](const std::string& id, const std::string& why) {
                                    if (a.json) {
                                      std::printf("%s\n", json{{"event", "board_lost"}, {"board", id}, {"reason", why}}
@@ -390,5 +399,225 @@ int run_tune_impl(const TuneArgs& a) {
   }
   return 0;
 }
+
+namespace {
+
+std::string fmt_ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g ms", seconds * 1e3);
+  return buf;
+}
+
+// Where `tune` measures, from its flags (shared by the workload and the model flows).
+MeasurePlace measure_place(const TuneArgs& a) {
+  MeasurePlace place{a.target, std::nullopt, "--target"};
+  if (!a.local) {
+    FarmRunnerOptions o = a.farm;
+    o.farm = farm_endpoint(a.tracker, a.token_file, {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name});
+    const char* user = std::getenv("USER");
+    o.user = !a.user.empty() ? a.user : user ? user : "tunefarm";
+    place.farm = std::move(o);
+  }
+  return place;
+}
+
+// tune --model: the model's tasks, each with its own search and tuning loop (as a workload's
+// tune), under one trial budget the task scheduler shares out by weight (the number of nodes
+// a task computes). At the end each task's best is re-timed, and the tasks' part of the
+// model's time is estimated as sum(weight x best time), against the same with the defaults.
+int run_tune_model(const TuneArgs& a) {
+  std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
+  auto lost = [&a](const std::string& id, const std::string& why) {
+    if (a.json) {
+      std::printf("%s\n", json{{"event", "board_lost"}, {"board", id}, {"reason", why}}.dump().c_str());
+    } else {
+      std::fprintf(stderr, "warning: board %s lost (%s); its candidate goes to another board\n", id.c_str(),
+                   why.c_str());
+    }
+  };
+  Session session = open_session(measure_place(a), [] { return std::make_unique<LocalRunner>(); }, lost);
+  const Target& t = session.target;
+  graph::Graph g = load_model_for_target(a.model, t, 2, {});
+  graph::TaskList list = graph::extract_tasks(g);
+  if (list.tasks.empty()) {
+    throw UserError(str("model ", a.model, " has no tunable task for ", t.short_str(), " (", list.untunable.size(),
+                        " anchors no workload expresses; `tunefarm import ", a.model, "` lists them)"));
+  }
+  LocalBuilder builder(a.build);
+  TuneOptions opts = a.tune;
+  const int budget = opts.trials;
+  const auto now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  struct Task {
+    std::string workload;
+    double weight = 1;
+    std::unique_ptr<ConfigSpace> space;
+    Search search;
+    std::unique_ptr<CommitRecords> commit;
+    std::unique_ptr<TuneLoop> loop;
+    std::string run;
+    TuneSummary sum;
+  };
+  std::vector<Task> tasks(list.tasks.size());
+  std::vector<TaskHistory> hist(list.tasks.size());
+  const char* user_env = std::getenv("USER");
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Task& k = tasks[i];
+    k.workload = list.tasks[i].workload;
+    k.weight = static_cast<double>(list.tasks[i].nodes.size());
+    hist[i].weight = k.weight;
+    k.space = std::make_unique<ConfigSpace>(parse_workload(k.workload), t);
+    SearchSettings se = a.search;
+    se.seed = a.search.seed + i;
+    se.model.transfer_until = static_cast<size_t>(a.transfer_until);
+    k.search = make_search(*k.space, database.get(), se);
+    if (database) {
+      k.run = new_run_uuid();
+      db::TuningRun run;
+      run.uuid = k.run;
+      run.user = user_env ? user_env : "";
+      run.host = host_name();
+      run.strategy = se.strategy;
+      run.budget = budget;
+      run.workload = k.workload;
+      run.target = t.str();
+      run.started_at = now();
+      database->begin_run(run);
+    }
+    TuneOptions o = opts;
+    o.run_uuid = k.run;
+    k.commit = std::make_unique<CommitRecords>(database.get(), *k.space, session.runner->device_key(), k.run,
+                                               o.measure);
+    k.loop = std::make_unique<TuneLoop>(*k.space, *k.search.strategy, builder, *session.runner, database.get(), o,
+                                        std::vector<MeasureCallback*>{k.commit.get()}, &g_stop);
+  }
+  auto estimate = [&](bool best) {
+    double total = 0;
+    for (const Task& k : tasks) {
+      double s = best ? k.loop->state().best_s : k.sum.default_s;
+      if (!std::isfinite(s) || s <= 0) return std::numeric_limits<double>::infinity();
+      total += k.weight * s;
+    }
+    return total;
+  };
+  if (a.json) {
+    json ts = json::array();
+    for (const Task& k : tasks) ts.push_back({{"workload", k.workload}, {"weight", k.weight}, {"template", k.space->template_id()}});
+    std::printf("%s\n", json{{"event", "start"}, {"model", a.model}, {"target", t.str()},
+                             {"device", session.runner->device_key()}, {"tasks", ts},
+                             {"untunable", list.untunable.size()}, {"trials", budget}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::fprintf(stderr, "tuning %s on %s (%s): %zu tasks (%zu anchors untunable), %d trials in all\n", a.model.c_str(),
+                 t.short_str().c_str(), session.runner->device_key().c_str(), tasks.size(), list.untunable.size(),
+                 budget);
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::mt19937_64 rng(a.search.seed);
+  const auto start = std::chrono::steady_clock::now();
+  std::string reason = "trials";
+  try {
+    while (!g_stop) {
+      int spent = 0;
+      for (const Task& k : tasks) spent += k.loop->state().trials_done;
+      if (spent >= budget) break;
+      if (a.time_budget_min > 0 &&
+          std::chrono::steady_clock::now() - start >= std::chrono::duration<double>(a.time_budget_min * 60)) {
+        reason = "time-budget";
+        break;
+      }
+      int i = pick_task(hist, rng);
+      if (i < 0) {
+        reason = "exhausted";
+        break;
+      }
+      Task& k = tasks[static_cast<size_t>(i)];
+      if (!k.loop->step(budget - spent)) {
+        hist[static_cast<size_t>(i)].over = true;
+        continue;
+      }
+      const TuneState& st = k.loop->state();
+      hist[static_cast<size_t>(i)].trials.push_back(st.trials_done);
+      hist[static_cast<size_t>(i)].best_s.push_back(st.best_s);
+      double est = estimate(true);
+      spent = 0;
+      for (const Task& x : tasks) spent += x.loop->state().trials_done;
+      if (a.json) {
+        std::printf("%s\n", json{{"event", "progress"}, {"task", i}, {"workload", k.workload}, {"trials", spent},
+                                 {"total", budget}, {"task_trials", st.trials_done},
+                                 {"task_best_s", std::isfinite(st.best_s) ? st.best_s : 0.0},
+                                 {"estimate_s", std::isfinite(est) ? est : 0.0}}
+                                .dump()
+                                .c_str());
+        std::fflush(stdout);
+      } else {
+        std::fprintf(stderr, "%d/%d trials  task %d (%s)  best %.4g ms  tasks' estimate %s\n", spent, budget, i,
+                     k.workload.c_str(), std::isfinite(st.best_s) ? st.best_s * 1e3 : 0.0,
+                     std::isfinite(est) ? fmt_ms(est).c_str() : "(a task has no correct result yet)");
+      }
+    }
+    if (g_stop) reason = "interrupted";
+    for (Task& k : tasks) {
+      k.loop->end_search(reason);
+      k.sum = k.loop->finish();
+      if (database) database->finish_run(k.run, k.sum.interrupted ? "cancelled" : "done", now());
+    }
+  } catch (...) {
+    if (database) {
+      for (Task& k : tasks) database->finish_run(k.run, "failed", now());
+    }
+    throw;
+  }
+  // The tasks' best and default times (re-timed medians), weighted by their counts.
+  double tuned = 0, deflt = 0;
+  bool all_tuned = true, all_default = true;
+  json rows = json::array();
+  for (const Task& k : tasks) {
+    all_tuned = all_tuned && k.sum.best_s > 0;
+    all_default = all_default && k.sum.default_s > 0;
+    tuned += k.weight * k.sum.best_s;
+    deflt += k.weight * k.sum.default_s;
+    rows.push_back({{"workload", k.workload}, {"weight", k.weight}, {"trials", k.sum.state.trials_done},
+                    {"errors", k.sum.state.errors}, {"best_s", k.sum.best_s}, {"default_s", k.sum.default_s},
+                    {"best_config", k.sum.best_config}, {"stop_reason", k.sum.stop_reason}});
+  }
+  const bool interrupted = reason == "interrupted";
+  if (a.json) {
+    std::printf("%s\n", json{{"event", "done"}, {"status", interrupted ? "cancelled" : "done"},
+                             {"stop_reason", reason}, {"tasks", rows},
+                             {"estimate_s", all_tuned ? tuned : 0.0}, {"default_estimate_s", all_default ? deflt : 0.0},
+                             {"speedup_over_default", all_tuned && all_default && tuned > 0 ? deflt / tuned : 0.0}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("model     %s\ntarget    %s (%s)\nstopped   %s\n", a.model.c_str(), t.short_str().c_str(),
+                session.runner->device_key().c_str(), reason.c_str());
+    std::printf("%-70s %6s %7s %11s %11s %8s\n", "task", "count", "trials", "best ms", "default ms", "speedup");
+    for (const Task& k : tasks) {
+      char speedup[32] = "-";
+      if (k.sum.best_s > 0 && k.sum.default_s > 0) std::snprintf(speedup, sizeof speedup, "%.2f", k.sum.default_s / k.sum.best_s);
+      std::printf("%-70s %6.0f %7d %11.4g %11.4g %8s\n", k.workload.c_str(), k.weight, k.sum.state.trials_done,
+                  k.sum.best_s * 1e3, k.sum.default_s * 1e3, speedup);
+    }
+    if (all_tuned && all_default) {
+      std::printf("tasks     %s tuned, %s with default schedules (%.2fx), summed by count; the rest of the model "
+                  "(untunable kernels, joins) is not in it\n", fmt_ms(tuned).c_str(), fmt_ms(deflt).c_str(), deflt / tuned);
+    } else {
+      std::printf("tasks     no estimate: %s\n", all_tuned ? "a default config did not run" : "a task has no correct result");
+    }
+  }
+  if (interrupted) return 130;
+  return all_tuned ? 0 : 1;
+}
+
+}  // namespace
 
 }  // namespace tf::cli

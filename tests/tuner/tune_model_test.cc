@@ -1,0 +1,175 @@
+// `tunefarm tune --model`: a small ONNX model (generated here) tuned as a user would, through
+// the command, on this machine: every task gets trials from one budget, every measurement is
+// in the database, a second run resumes, and bad requests are refused with exit 2 naming the
+// problem.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tests/graph/onnx_builder.h"
+
+namespace tf::graph {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::ModelBuilder;
+
+std::string temp_dir() {
+  static std::string dir = [] {
+    std::string t = (fs::temp_directory_path() / "tunefarm-tune-model-XXXXXX").string();
+    return std::string(mkdtemp(t.data()));
+  }();
+  return dir;
+}
+
+struct Result {
+  int exit = -1;
+  std::string out, err;
+};
+
+Result tunefarm(const std::string& args) {
+  std::string err = temp_dir() + "/stderr.txt";
+  std::string cmd = "cd " + temp_dir() + " && exec " + TF_TUNEFARM + " " + args + " 2> " + err;
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  if (WIFEXITED(status)) r.exit = WEXITSTATUS(status);
+  std::ifstream f(err);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+// A weight of `rows` x `cols` (a flat constant reshaped; import folds it).
+void weight(ModelBuilder& b, const std::string& name, int64_t rows, int64_t cols) {
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7) % 11) / 11.0f - 0.5f;
+  b.floats(name + "_flat", v);
+  b.ints(name + "_shape", {rows, cols});
+  b.node("Reshape", {name + "_flat", name + "_shape"}, {name});
+}
+
+// x[4,16] -> MatMul W1[16,8] -> Relu -> MatMul W2[8,8] -> Relu -> MatMul W3[8,8] -> Relu -> y:
+// two tasks, the second computing two nodes.
+std::string mlp_model() {
+  ModelBuilder b(13);
+  b.input("x", {4, 16});
+  weight(b, "w1", 16, 8);
+  weight(b, "w2", 8, 8);
+  weight(b, "w3", 8, 8);
+  b.node("MatMul", {"x", "w1"}, {"h1"});
+  b.node("Relu", {"h1"}, {"r1"});
+  b.node("MatMul", {"r1", "w2"}, {"h2"});
+  b.node("Relu", {"h2"}, {"r2"});
+  b.node("MatMul", {"r2", "w3"}, {"h3"});
+  b.node("Relu", {"h3"}, {"y"});
+  b.output("y", {4, 8});
+  b.save(temp_dir() + "/mlp.onnx");
+  return "mlp.onnx";
+}
+
+int64_t count(const std::string& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(h);
+  int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return n;
+}
+
+// The last JSON line of `out` whose event is `event` (null when none).
+json last_event(const std::string& out, const std::string& event) {
+  json found;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    json e = json::parse(line);
+    if (e["event"] == event) found = e;
+  }
+  return found;
+}
+
+TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
+  std::string model = mlp_model(), db = temp_dir() + "/model.db";
+  std::string args = "tune --model " + model + " --local --trials 10 --batch 2 --repeat 2 --min-repeat-ms 1 "
+                     "--retime-rounds 1 --retime-top 1 --strategy random --json --db " + db;
+  Result r = tunefarm(args);
+  ASSERT_EQ(r.exit, 0) << r.out << r.err;
+  json start, done;
+  int progress = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    json e = json::parse(line);
+    if (e["event"] == "start") start = e;
+    if (e["event"] == "progress") ++progress;
+    if (e["event"] == "done") done = e;
+  }
+  ASSERT_EQ(start["tasks"].size(), 2u) << r.out;
+  EXPECT_EQ(start["tasks"][0]["workload"], "matmul(M=4,N=8,K=16,epilogue=relu)");
+  EXPECT_EQ(start["tasks"][1]["workload"], "matmul(M=4,N=8,K=8,epilogue=relu)");
+  EXPECT_EQ(start["tasks"][1]["weight"], 2);
+  EXPECT_GT(progress, 0);
+  ASSERT_EQ(done["tasks"].size(), 2u) << r.out;
+  int trials = 0;
+  for (const json& t : done["tasks"]) {
+    EXPECT_GT(t["trials"].get<int>(), 0) << t;  // the scheduler gives every task a round
+    EXPECT_GT(t["best_s"].get<double>(), 0) << t;
+    trials += t["trials"].get<int>();
+  }
+  EXPECT_LE(trials, 10 + 2);  // one budget (a batch may finish past it)
+  EXPECT_GT(done["estimate_s"].get<double>(), 0);
+  EXPECT_GT(done["speedup_over_default"].get<double>(), 0);
+  int64_t records = count(db, "SELECT COUNT(*) FROM records");
+  EXPECT_GE(records, trials);
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM runs WHERE status = 'done'"), 2);
+  // A second run resumes: each of its trials is a config no run measured before.
+  const std::string distinct = "SELECT COUNT(*) FROM (SELECT DISTINCT workload_id, config_hash FROM records)";
+  int64_t before = count(db, distinct);
+  Result again = tunefarm(args);
+  ASSERT_EQ(again.exit, 0) << again.out << again.err;
+  json done2 = last_event(again.out, "done");
+  int64_t trials2 = 0;
+  for (const json& t : done2["tasks"]) trials2 += t["trials"].get<int64_t>();
+  EXPECT_GT(trials2, 0);
+  EXPECT_EQ(count(db, distinct), before + trials2);
+}
+
+TEST(TuneModel, BadRequestsAreClearErrors) {
+  std::string model = mlp_model();
+  ModelBuilder b(13);
+  b.input("x", {4, 8});
+  b.node("Relu", {"x"}, {"y"});
+  b.output("y", {4, 8});
+  b.save(temp_dir() + "/relu.onnx");
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : {Case{"tune --model relu.onnx --local --no-db", "model relu.onnx has no tunable task"},
+                        Case{"tune --model " + model + " -w 'matmul(M=1,N=1,K=1)' --local --no-db",
+                             "give --workload or --model, not both"},
+                        Case{"tune --local --no-db", "give --workload SPEC or --model M.onnx"},
+                        Case{"tune --model missing.onnx --local --no-db", "missing.onnx"},
+                        Case{"tune --model " + model + " --local --trials 0 --no-db", "--trials 0 must be at least 1"}}) {
+    Result r = tunefarm(c.args);
+    EXPECT_EQ(r.exit, 2) << c.args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tf::graph
