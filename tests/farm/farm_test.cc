@@ -20,6 +20,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +28,7 @@
 #include "proto/credentials.h"
 #include "tests/farm/daemon.h"
 #include "runtime/kernel_library.h"
+#include "tests/graph/onnx_builder.h"
 #include "tuner/farm_client.h"
 #include "tuner/farm_runner.h"
 
@@ -1250,6 +1252,48 @@ TEST(FarmTune, ABoardKilledMidRunLosesNothingAndTheRunCompletesOnTheOther) {
     configs.insert(r["config"].dump());
   }
   EXPECT_GE(configs.size(), 40u);
+}
+
+// tune --model on a farm board: the model's tasks compile for the board's target and share
+// one budget; every task ends with a correct best.
+TEST(FarmTune, AModelTunesOnABoard) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  auto board = start_board(port, "tunem");
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "tunem") == 1; }, 10000));
+  std::string dir = temp_dir(), model = dir + "/farm-model.onnx", out = dir + "/tune-model.jsonl";
+  // x[2,8] -> MatMul[8,8] -> Relu -> MatMul[8,4] -> y: two tasks.
+  tf::graph::testing::ModelBuilder b(13);
+  b.input("x", {2, 8});
+  for (auto [name, rows, cols] : {std::tuple<const char*, int64_t, int64_t>{"w1", 8, 8}, {"w2", 8, 4}}) {
+    b.floats(std::string(name) + "_flat", std::vector<float>(static_cast<size_t>(rows * cols), 0.25f));
+    b.ints(std::string(name) + "_shape", {rows, cols});
+    b.node("Reshape", {std::string(name) + "_flat", std::string(name) + "_shape"}, {name});
+  }
+  b.node("MatMul", {"x", "w1"}, {"h"});
+  b.node("Relu", {"h"}, {"r"});
+  b.node("MatMul", {"r", "w2"}, {"y"});
+  b.output("y", {2, 4});
+  b.save(model);
+  std::string cmd = std::string(TF_TUNEFARM) + " tune --model " + model + " --tracker 127.0.0.1:" + std::to_string(port) +
+                    " --token-file " + token_file() +
+                    " --key tunem --trials 6 --batch 2 --repeat 2 --min-repeat-ms 1 --retime-rounds 1 --retime-top 1"
+                    " --strategy random --no-db --json > " + out + " 2> " + dir + "/tune-model.err";
+  ASSERT_EQ(run_shell(cmd), 0) << read_file(out) << read_file(dir + "/tune-model.err");
+  nlohmann::json done;
+  std::istringstream lines(read_file(out));
+  for (std::string line; std::getline(lines, line);) {
+    nlohmann::json e = nlohmann::json::parse(line);
+    if (e["event"] == "done") done = e;
+  }
+  ASSERT_EQ(done["tasks"].size(), 2u) << read_file(out);
+  for (const auto& t : done["tasks"]) {
+    EXPECT_GT(t["trials"].get<int>(), 0) << t.dump();
+    EXPECT_GT(t["best_s"].get<double>(), 0) << t.dump();
+  }
+  EXPECT_EQ(done["status"], "done");
 }
 
 TEST(FarmTune, KernelsOfAnotherArchitectureAndUnknownKeysAreRefused) {
