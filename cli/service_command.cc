@@ -12,6 +12,8 @@
 #include "compiler/error.h"
 #include "db/json_limits.h"
 #include "cli/common.h"
+#include "cli/model_command.h"
+#include "graph/tasks.h"
 #include "tuner/farm_client.h"
 
 namespace tf::cli {
@@ -68,6 +70,10 @@ void print_tasks(const pb::JobInfo& j) {
   }
 }
 
+// submit --model M.onnx without -w: the job is the model's tasks. With -w, --model only names
+// the model the workloads come from.
+bool tunes_model(const ServiceArgs& a) { return !a.model.empty() && a.workloads.empty(); }
+
 json job_from_flags(const ServiceArgs& a) {
   json j = json::object();
   if (!a.job_file.empty()) {
@@ -84,12 +90,29 @@ json job_from_flags(const ServiceArgs& a) {
     }
     if (!j.is_object()) throw UserError(str("job file ", a.job_file, " must hold a JSON object"));
     if (!a.workloads.empty()) throw UserError("give the workloads in the job file or with -w, not both");
-  } else if (a.workloads.empty()) {
-    throw UserError("say what to tune: -w WORKLOAD (repeatable) or a JOB.json file");
+  } else if (a.workloads.empty() && !tunes_model(a)) {
+    throw UserError("say what to tune: -w WORKLOAD (repeatable), --model M.onnx or a JOB.json file");
   }
   if (!a.weights.empty() && a.weights.size() != a.workloads.size()) {
     throw UserError(str("--weight given ", a.weights.size(), " times for ", a.workloads.size(),
                         " workloads: give one per -w, in order"));
+  }
+  if (tunes_model(a)) {
+    // The model's tasks, extracted here for the target they will compile for (the job's), as
+    // compile --model will compile it: workloads weighted by how many nodes each computes.
+    if (!a.job_file.empty()) throw UserError("give the workloads in the job file or with --model, not both");
+    Target t = a.target.empty() ? host_target() : parse_target(a.target);
+    graph::TaskList list = graph::extract_tasks(load_model_for_target(a.model, t, 2, {}));
+    if (list.tasks.empty()) {
+      throw UserError(str("model ", a.model, " has no tunable task for ", t.short_str(), " (`tunefarm import ", a.model,
+                          "` lists its nodes)"));
+    }
+    json ws = json::array();
+    for (const graph::Task& task : list.tasks) {
+      ws.push_back({{"workload", task.workload}, {"weight", static_cast<double>(task.nodes.size())}});
+    }
+    j["workloads"] = ws;
+    j["target"] = t.str();
   }
   if (!a.workloads.empty()) {
     json ws = json::array();
@@ -177,7 +200,10 @@ void add_service_commands(CLI::App& app, ServiceArgs& a) {
   s->add_option("--priority", a.priority, "higher runs first (-1000..1000)")->capture_default_str();
   s->add_option("--early-stop", a.early_stop, "stop a workload after this many trials without a better config (0: never)")
       ->capture_default_str();
-  s->add_option("--model", a.model, "the model the workloads come from (shown in `tunefarm jobs`)");
+  s->add_option("--model", a.model,
+                "an ONNX model: without -w, tune its tasks (extracted here for --target, default this machine's, "
+                "as compile --model will compile it; weights: how many nodes each computes); with -w, only the "
+                "name of the model the workloads come from (shown in `tunefarm jobs`)");
   s->add_option("--batch", a.batch, "configs built and measured together")->capture_default_str();
   s->add_option("--boards", a.boards, "farm boards to lease at once (with --key)")->capture_default_str();
   s->add_flag("--watch", a.watch, "follow the job after submitting it (as `tunefarm watch`)");

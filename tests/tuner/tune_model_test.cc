@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "tests/farm/daemon.h"
 #include "tests/graph/onnx_builder.h"
 
 namespace tf::graph {
@@ -80,6 +81,16 @@ std::string mlp_model() {
   b.output("y", {4, 8});
   b.save(temp_dir() + "/mlp.onnx");
   return "mlp.onnx";
+}
+
+// A model without a tunable task.
+std::string relu_model() {
+  ModelBuilder b(13);
+  b.input("x", {4, 8});
+  b.node("Relu", {"x"}, {"y"});
+  b.output("y", {4, 8});
+  b.save(temp_dir() + "/relu.onnx");
+  return "relu.onnx";
 }
 
 int64_t count(const std::string& db, const std::string& sql) {
@@ -149,13 +160,34 @@ TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
   EXPECT_EQ(count(db, distinct), before + trials2);
 }
 
+// submit --model to a real tuning service with a local board: the job is the model's tasks,
+// weighted by count, compiled for the target they were extracted for; it runs to the end.
+TEST(TuneModel, SubmitsAModelToTheService) {
+  std::string model = mlp_model(), dir = temp_dir();
+  tf::farm::Daemon svc({TF_TUNER, "--local-boards", "1", "--port", "0", "--db", dir + "/svc.db"}, dir + "/svc.log");
+  int port = svc.port();
+  ASSERT_GT(port, 0) << svc.log();
+  std::string server = " --server 127.0.0.1:" + std::to_string(port);
+  Result r = tunefarm("submit --model " + model + " --trials 4 --batch 2 --strategy random --watch" + server);
+  ASSERT_EQ(r.exit, 0) << r.out << r.err;
+  Result jobs = tunefarm("jobs --json" + server);
+  ASSERT_EQ(jobs.exit, 0) << jobs.err;
+  json listed = json::parse(jobs.out);
+  ASSERT_EQ(listed["jobs"].size(), 1u) << jobs.out;
+  json job = listed["jobs"][0];
+  EXPECT_EQ(job["state"], "done") << job.dump();
+  EXPECT_EQ(job["model"], model) << job.dump();
+  ASSERT_EQ(job["tasks"].size(), 2u) << job.dump();
+  EXPECT_EQ(job["tasks"][0]["workload"], "matmul(M=4,N=8,K=16,epilogue=relu)");
+  EXPECT_EQ(job["tasks"][1]["weight"], 2) << job.dump();
+  Result none = tunefarm("submit --model " + relu_model() + server);
+  EXPECT_EQ(none.exit, 2) << none.out << none.err;
+  EXPECT_NE(none.err.find("model relu.onnx has no tunable task"), std::string::npos) << none.err;
+}
+
 TEST(TuneModel, BadRequestsAreClearErrors) {
   std::string model = mlp_model();
-  ModelBuilder b(13);
-  b.input("x", {4, 8});
-  b.node("Relu", {"x"}, {"y"});
-  b.output("y", {4, 8});
-  b.save(temp_dir() + "/relu.onnx");
+  relu_model();
   struct Case {
     std::string args, message;
   };
