@@ -293,6 +293,72 @@ graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Data
 
 }  // namespace
 
+ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,
+                                          const std::string& model, int rounds) {
+  using namespace graph;  // NOLINT: HostTensor, TensorInfo, DType
+  TF_CHECK(rounds >= 1, "compare_tuned_and_default: rounds ", rounds);
+  int64_t budget = graph::default_memory_budget();
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tunefarm-compare-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::filesystem::path d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  ModelComparison c;
+  graph::CompiledModel tuned = compile_to(g, t, db, (dir / "tuned.so").string(), model, false, budget);
+  compile_to(g, t, nullptr, (dir / "default.so").string(), model, false, budget);
+  c.tunable = tuned.tunable();
+  c.tuned = tuned.tunable() - tuned.untuned();
+  graph::ModelLibrary a((dir / "tuned.so").string()), b((dir / "default.so").string());
+  // The same inputs for both: floats uniform in [-1, 1), bools at random, int64 zeros.
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uni(-1, 1);
+  std::vector<HostTensor> inputs;
+  for (const TensorInfo& ti : a.inputs()) {
+    int64_t n = num_elements(ti.shape);
+    if (ti.dtype == DType::F32) {
+      HostTensor x = HostTensor::floats(ti.shape, std::vector<float>(n));
+      for (float& v : x.f) v = uni(rng);
+      inputs.push_back(std::move(x));
+    } else {
+      HostTensor x = HostTensor::ints(ti.shape, std::vector<int64_t>(n), ti.dtype);
+      if (ti.dtype == DType::Bool)
+        for (int64_t& v : x.i) v = uni(rng) < 0;
+      inputs.push_back(std::move(x));
+    }
+  }
+  std::vector<const HostTensor*> in;
+  for (const HostTensor& x : inputs) in.push_back(&x);
+  std::vector<HostTensor> out_a, out_b;
+  auto time_one = [&](const graph::ModelLibrary& lib, std::vector<HostTensor>& out) {
+    auto start = std::chrono::steady_clock::now();
+    lib.run(in, out);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  time_one(a, out_a);  // warm-up: first touches of the weights and the thread pool
+  time_one(b, out_b);
+  std::vector<double> ta, tb;
+  for (int r = 0; r < rounds; ++r) {
+    // Alternating, in both orders, so a drift of the machine's speed falls on both alike.
+    if (r % 2 == 0) {
+      ta.push_back(time_one(a, out_a));
+      tb.push_back(time_one(b, out_b));
+    } else {
+      tb.push_back(time_one(b, out_b));
+      ta.push_back(time_one(a, out_a));
+    }
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  c.tuned_s = ta[ta.size() / 2];
+  c.default_s = tb[tb.size() / 2];
+  c.rounds = rounds;
+  return c;
+}
+
 int compile_model_file(const ModelCompileArgs& a) {
   if (a.out.empty()) throw UserError("-o OUT is required");
   if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "compiler/error.h"
@@ -402,6 +403,9 @@ int run_tune_impl(const TuneArgs& a) {
 
 namespace {
 
+// Calls of each build when tune --model times the model, tuned against default.
+constexpr int kModelRounds = 20;
+
 std::string fmt_ms(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g ms", seconds * 1e3);
@@ -590,11 +594,22 @@ int run_tune_model(const TuneArgs& a) {
                     {"best_config", k.sum.best_config}, {"stop_reason", k.sum.stop_reason}});
   }
   const bool interrupted = reason == "interrupted";
+  // What it bought the model: both builds timed here, alternating (local runs only: the tuned
+  // configs are in the database and this machine is the board).
+  std::optional<ModelComparison> mc;
+  if (a.local && database && !interrupted && all_tuned) {
+    mc = compare_tuned_and_default(g, t, database.get(), a.model, kModelRounds);
+  }
   if (a.json) {
     std::printf("%s\n", json{{"event", "done"}, {"status", interrupted ? "cancelled" : "done"},
                              {"stop_reason", reason}, {"tasks", rows},
                              {"estimate_s", all_tuned ? tuned : 0.0}, {"default_estimate_s", all_default ? deflt : 0.0},
-                             {"speedup_over_default", all_tuned && all_default && tuned > 0 ? deflt / tuned : 0.0}}
+                             {"speedup_over_default", all_tuned && all_default && tuned > 0 ? deflt / tuned : 0.0},
+                             {"model", mc ? json{{"tuned_s", mc->tuned_s}, {"default_s", mc->default_s},
+                                                 {"speedup", mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0},
+                                                 {"tuned_kernels", mc->tuned}, {"tunable_kernels", mc->tunable},
+                                                 {"rounds", mc->rounds}}
+                                          : json()}}
                             .dump()
                             .c_str());
   } else {
@@ -612,6 +627,13 @@ int run_tune_model(const TuneArgs& a) {
                   "(untunable kernels, joins) is not in it\n", fmt_ms(tuned).c_str(), fmt_ms(deflt).c_str(), deflt / tuned);
     } else {
       std::printf("tasks     no estimate: %s\n", all_tuned ? "a default config did not run" : "a task has no correct result");
+    }
+    if (mc) {
+      std::printf("model     %s tuned (%d of %d kernels), %s with default schedules: %.2fx (medians of %d calls each "
+                  "here, alternating)\n", fmt_ms(mc->tuned_s).c_str(), mc->tuned, mc->tunable, fmt_ms(mc->default_s).c_str(),
+                  mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0, mc->rounds);
+    } else if (!a.local) {
+      std::printf("model     not timed: the compiled model runs on this machine only (tune --model --local)\n");
     }
   }
   if (interrupted) return 130;

@@ -145,6 +145,11 @@ TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
   EXPECT_LE(trials, 10 + 2);  // one budget (a batch may finish past it)
   EXPECT_GT(done["estimate_s"].get<double>(), 0);
   EXPECT_GT(done["speedup_over_default"].get<double>(), 0);
+  // The model itself, both builds timed here.
+  EXPECT_GT(done["model"]["tuned_s"].get<double>(), 0) << done.dump();
+  EXPECT_GT(done["model"]["default_s"].get<double>(), 0) << done.dump();
+  EXPECT_EQ(done["model"]["tunable_kernels"], 3) << done.dump();  // three MatMul kernels
+  EXPECT_EQ(done["model"]["tuned_kernels"], 3) << done.dump();
   int64_t records = count(db, "SELECT COUNT(*) FROM records");
   EXPECT_GE(records, trials);
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM runs WHERE status = 'done'"), 2);
