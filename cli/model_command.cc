@@ -338,17 +338,28 @@ ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t
     lib.run(in, out);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  time_one(a, out_a);  // warm-up: first touches of the weights and the thread pool
-  time_one(b, out_b);
+  // Each library has its own thread pool (compiler/thread_pool_ir.h): after the other's calls
+  // its workers sleep, and a woken pool can take up to about 20 ms of calls before its worker
+  // runs beside the caller. So the builds alternate in blocks: each block first calls its build
+  // for at least kWarmS (untimed), then times kTimed calls. Blocks alternate in both orders, so
+  // a drift of the machine's speed falls on both alike.
+  constexpr double kWarmS = 0.05;
+  constexpr int kTimed = 3;
+  auto block = [&](const graph::ModelLibrary& lib, std::vector<HostTensor>& out, std::vector<double>& times) {
+    auto start = std::chrono::steady_clock::now();
+    do {
+      time_one(lib, out);
+    } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < kWarmS);
+    for (int k = 0; k < kTimed; ++k) times.push_back(time_one(lib, out));
+  };
   std::vector<double> ta, tb;
   for (int r = 0; r < rounds; ++r) {
-    // Alternating, in both orders, so a drift of the machine's speed falls on both alike.
     if (r % 2 == 0) {
-      ta.push_back(time_one(a, out_a));
-      tb.push_back(time_one(b, out_b));
+      block(a, out_a, ta);
+      block(b, out_b, tb);
     } else {
-      tb.push_back(time_one(b, out_b));
-      ta.push_back(time_one(a, out_a));
+      block(b, out_b, tb);
+      block(a, out_a, ta);
     }
   }
   std::sort(ta.begin(), ta.end());
@@ -356,6 +367,7 @@ ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t
   c.tuned_s = ta[ta.size() / 2];
   c.default_s = tb[tb.size() / 2];
   c.rounds = rounds;
+  c.calls = static_cast<int>(ta.size());
   return c;
 }
 

@@ -60,11 +60,11 @@ graph::Graph load_model_for_target(const std::string& path, const Target& t, int
 
 // The model compiled twice for `t` (this machine's architecture) — with the database's tuned
 // configs and with default schedules — and both timed in this process on the same random
-// inputs, alternating, `rounds` calls each after a warm-up: medians in seconds, and how many of
-// the tunable kernels found a tuned config.
+// inputs, in `rounds` alternating blocks of warm-up and timed calls: medians in seconds, and
+// how many of the tunable kernels found a tuned config.
 struct ModelComparison {
   double tuned_s = 0, default_s = 0;
-  int rounds = 0, tuned = 0, tunable = 0;
+  int rounds = 0, calls = 0, tuned = 0, tunable = 0;  // calls: timed, of each build
 };
 ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,
                                           const std::string& model, int rounds);

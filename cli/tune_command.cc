@@ -403,8 +403,9 @@ int run_tune_impl(const TuneArgs& a) {
 
 namespace {
 
-// Calls of each build when tune --model times the model, tuned against default.
-constexpr int kModelRounds = 20;
+// Alternating blocks of calls of each build when tune --model times the model, tuned against
+// default (compare_tuned_and_default).
+constexpr int kModelRounds = 10;
 
 std::string fmt_ms(double seconds) {
   char buf[32];
@@ -608,7 +609,7 @@ int run_tune_model(const TuneArgs& a) {
                              {"model", mc ? json{{"tuned_s", mc->tuned_s}, {"default_s", mc->default_s},
                                                  {"speedup", mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0},
                                                  {"tuned_kernels", mc->tuned}, {"tunable_kernels", mc->tunable},
-                                                 {"rounds", mc->rounds}}
+                                                 {"rounds", mc->rounds}, {"calls", mc->calls}}
                                           : json()}}
                             .dump()
                             .c_str());
@@ -630,8 +631,8 @@ int run_tune_model(const TuneArgs& a) {
     }
     if (mc) {
       std::printf("model     %s tuned (%d of %d kernels), %s with default schedules: %.2fx (medians of %d calls each "
-                  "here, alternating)\n", fmt_ms(mc->tuned_s).c_str(), mc->tuned, mc->tunable, fmt_ms(mc->default_s).c_str(),
-                  mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0, mc->rounds);
+                  "here, in %d alternating blocks)\n", fmt_ms(mc->tuned_s).c_str(), mc->tuned, mc->tunable,
+                  fmt_ms(mc->default_s).c_str(), mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0, mc->calls, mc->rounds);
     } else if (!a.local) {
       std::printf("model     not timed: the compiled model runs on this machine only (tune --model --local)\n");
     }
