@@ -244,6 +244,23 @@ std::pair<std::string, std::string> named_file(const std::string& arg,
 
 namespace {
 
+// A model input not given: floats uniform in [-1, 1), bools at random, int64 zeros (valid
+// indices).
+graph::HostTensor random_input(const graph::TensorInfo& t, std::mt19937& rng) {
+  using namespace graph;  // NOLINT
+  std::uniform_real_distribution<float> uni(-1, 1);
+  int64_t n = num_elements(t.shape);
+  if (t.dtype == DType::F32) {
+    HostTensor x = HostTensor::floats(t.shape, std::vector<float>(n));
+    for (float& v : x.f) v = uni(rng);
+    return x;
+  }
+  HostTensor x = HostTensor::ints(t.shape, std::vector<int64_t>(n), t.dtype);
+  if (t.dtype == DType::Bool)
+    for (int64_t& v : x.i) v = uni(rng) < 0;
+  return x;
+}
+
 // The graph of an .onnx file after the passes at `opt_level`, without `disable`, for a target
 // whose vector width is `block` (0: none, see graph::PassOptions::channel_block).
 graph::Graph load_model(const std::string& path, int opt_level,
@@ -313,23 +330,10 @@ ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t
   c.tunable = tuned.tunable();
   c.tuned = tuned.tunable() - tuned.untuned();
   graph::ModelLibrary a((dir / "tuned.so").string()), b((dir / "default.so").string());
-  // The same inputs for both: floats uniform in [-1, 1), bools at random, int64 zeros.
+  // The same inputs for both.
   std::mt19937 rng(1);
-  std::uniform_real_distribution<float> uni(-1, 1);
   std::vector<HostTensor> inputs;
-  for (const TensorInfo& ti : a.inputs()) {
-    int64_t n = num_elements(ti.shape);
-    if (ti.dtype == DType::F32) {
-      HostTensor x = HostTensor::floats(ti.shape, std::vector<float>(n));
-      for (float& v : x.f) v = uni(rng);
-      inputs.push_back(std::move(x));
-    } else {
-      HostTensor x = HostTensor::ints(ti.shape, std::vector<int64_t>(n), ti.dtype);
-      if (ti.dtype == DType::Bool)
-        for (int64_t& v : x.i) v = uni(rng) < 0;
-      inputs.push_back(std::move(x));
-    }
-  }
+  for (const TensorInfo& ti : a.inputs()) inputs.push_back(random_input(ti, rng));
   std::vector<const HostTensor*> in;
   for (const HostTensor& x : inputs) in.push_back(&x);
   std::vector<HostTensor> out_a, out_b;
@@ -458,7 +462,6 @@ int run_model(const ModelRunArgs& a) {
     inputs[name] = read_npy(file, budget);
   }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
-  std::uniform_real_distribution<float> uni(-1, 1);
   for (const TensorInfo& t : in_info) {
     if (inputs.count(t.name)) {
       const HostTensor& given = inputs[t.name];
@@ -469,18 +472,7 @@ int run_model(const ModelRunArgs& a) {
       }
       continue;
     }
-    // Not given: floats uniform in [-1, 1), bools at random, int64 zeros (valid indices).
-    int64_t n = num_elements(t.shape);
-    if (t.dtype == DType::F32) {
-      HostTensor x = HostTensor::floats(t.shape, std::vector<float>(n));
-      for (float& v : x.f) v = uni(rng);
-      inputs[t.name] = std::move(x);
-    } else {
-      HostTensor x = HostTensor::ints(t.shape, std::vector<int64_t>(n), t.dtype);
-      if (t.dtype == DType::Bool)
-        for (int64_t& v : x.i) v = uni(rng) < 0;
-      inputs[t.name] = std::move(x);
-    }
+    inputs[t.name] = random_input(t, rng);
   }
   std::map<std::string, HostTensor> outs;
   std::vector<const HostTensor*> in_ptrs;

@@ -246,7 +246,8 @@ int run_tune(const TuneArgs& a) {
 }
 
 namespace {
-MeasurePlace measure_place(const TuneArgs& a);
+Session open_tune_session(const TuneArgs& a, const char* lost_lead);
+void stop_on_signals();
 int run_tune_model(const TuneArgs& a);
 }  // namespace
 
@@ -257,17 +258,8 @@ int run_tune_impl(const TuneArgs& a) {
   // The database first: a bad --db fails before any work.
   std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
 
-  Session session = open_session(measure_place(a), [] { return std::make_unique<LocalRunner>(); },
-                                 [&a](const std::string& id, const std::string& why) {
-                                   if (a.json) {
-                                     std::printf("%s\n", json{{"event", "board_lost"}, {"board", id}, {"reason", why}}
-                                                             .dump()
-                                                             .c_str());
-                                   } else {
-                                     std::fprintf(stderr, "\nwarning: board %s lost (%s); its candidate goes to "
-                                                          "another board\n", id.c_str(), why.c_str());
-                                   }
-                                 });
+  // Board losses print a line of their own after the progress bar's.
+  Session session = open_tune_session(a, "\n");
   Runner* runner = session.runner.get();
   const Target& t = session.target;
   ConfigSpace space(w, t);
@@ -284,19 +276,10 @@ int run_tune_impl(const TuneArgs& a) {
 
   Progress progress(space, a.json);
   CommitRecords commit(database.get(), space, runner->device_key(), opts.run_uuid, opts.measure);
-  auto now = [] { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); };
   if (database) {
-    db::TuningRun run;
-    run.uuid = opts.run_uuid;
     const char* user = std::getenv("USER");
-    run.user = user ? user : "";
-    run.host = host_name();
-    run.strategy = a.search.strategy;
-    run.budget = a.tune.trials;
-    run.workload = w.canonical();
-    run.target = t.str();
-    run.started_at = now();
-    database->begin_run(run);
+    database->begin_run(
+        new_tuning_run(opts.run_uuid, user ? user : "", a.search.strategy, a.tune.trials, w.canonical(), t.str()));
   }
   if (a.json) {
     std::printf("%s\n", json{{"event", "start"}, {"workload", w.canonical()}, {"target", t.str()},
@@ -312,12 +295,7 @@ int run_tune_impl(const TuneArgs& a) {
     if (!transfer_note.empty()) std::fprintf(stderr, "%s\n", transfer_note.c_str());
   }
 
-  // Ctrl-C (and SIGTERM) end the run after the batch in flight; a second one kills at once.
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESETHAND;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  stop_on_signals();
 
   TuneSummary sum;
   std::string status = "done";
@@ -325,7 +303,7 @@ int run_tune_impl(const TuneArgs& a) {
     sum = tune(space, *strategy, builder, *runner, database.get(), opts, {&commit, &progress}, &g_stop);
   } catch (...) {
     progress.end();
-    if (database) database->finish_run(opts.run_uuid, "failed", now());
+    if (database) database->finish_run(opts.run_uuid, "failed", unix_now());
     throw;
   }
   progress.end();
@@ -350,7 +328,7 @@ int run_tune_impl(const TuneArgs& a) {
       if (!a.json) std::fprintf(stderr, "cost model saved to %s\n", a.save_model.c_str());
     }
   }
-  if (database) database->finish_run(opts.run_uuid, status, now());
+  if (database) database->finish_run(opts.run_uuid, status, unix_now());
 
   const TuneState& st = sum.state;
   double speedup = sum.default_s > 0 && sum.best_s > 0 ? sum.default_s / sum.best_s : 0;
@@ -413,8 +391,10 @@ std::string fmt_ms(double seconds) {
   return buf;
 }
 
-// Where `tune` measures, from its flags (shared by the workload and the model flows).
-MeasurePlace measure_place(const TuneArgs& a) {
+// Where `tune` measures, from its flags (the workload and the model flows alike): this machine
+// or leased farm boards. A lost board is a `board_lost` event, or a warning line starting
+// with `lost_lead`.
+Session open_tune_session(const TuneArgs& a, const char* lost_lead) {
   MeasurePlace place{a.target, std::nullopt, "--target"};
   if (!a.local) {
     FarmRunnerOptions o = a.farm;
@@ -423,7 +403,25 @@ MeasurePlace measure_place(const TuneArgs& a) {
     o.user = !a.user.empty() ? a.user : user ? user : "tunefarm";
     place.farm = std::move(o);
   }
-  return place;
+  std::string lead = lost_lead;
+  return open_session(place, [] { return std::make_unique<LocalRunner>(); },
+                      [json_events = a.json, lead](const std::string& id, const std::string& why) {
+                        if (json_events) {
+                          std::printf("%s\n", json{{"event", "board_lost"}, {"board", id}, {"reason", why}}.dump().c_str());
+                        } else {
+                          std::fprintf(stderr, "%swarning: board %s lost (%s); its candidate goes to another board\n",
+                                       lead.c_str(), id.c_str(), why.c_str());
+                        }
+                      });
+}
+
+// Ctrl-C (and SIGTERM) end the run after the batch in flight; a second one kills at once.
+void stop_on_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
 }
 
 // tune --model: the model's tasks, each with its own search and tuning loop (as a workload's
@@ -432,15 +430,7 @@ MeasurePlace measure_place(const TuneArgs& a) {
 // model's time is estimated as sum(weight x best time), against the same with the defaults.
 int run_tune_model(const TuneArgs& a) {
   std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
-  auto lost = [&a](const std::string& id, const std::string& why) {
-    if (a.json) {
-      std::printf("%s\n", json{{"event", "board_lost"}, {"board", id}, {"reason", why}}.dump().c_str());
-    } else {
-      std::fprintf(stderr, "warning: board %s lost (%s); its candidate goes to another board\n", id.c_str(),
-                   why.c_str());
-    }
-  };
-  Session session = open_session(measure_place(a), [] { return std::make_unique<LocalRunner>(); }, lost);
+  Session session = open_tune_session(a, "");
   const Target& t = session.target;
   graph::Graph g = load_model_for_target(a.model, t, 2, {});
   graph::TaskList list = graph::extract_tasks(g);
@@ -451,9 +441,6 @@ int run_tune_model(const TuneArgs& a) {
   LocalBuilder builder(a.build);
   TuneOptions opts = a.tune;
   const int budget = opts.trials;
-  const auto now = [] {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  };
   struct Task {
     std::string workload;
     double weight = 1;
@@ -479,16 +466,7 @@ int run_tune_model(const TuneArgs& a) {
     k.search = make_search(*k.space, database.get(), se);
     if (database) {
       k.run = new_run_uuid();
-      db::TuningRun run;
-      run.uuid = k.run;
-      run.user = user_env ? user_env : "";
-      run.host = host_name();
-      run.strategy = se.strategy;
-      run.budget = budget;
-      run.workload = k.workload;
-      run.target = t.str();
-      run.started_at = now();
-      database->begin_run(run);
+      database->begin_run(new_tuning_run(k.run, user_env ? user_env : "", se.strategy, budget, k.workload, t.str()));
     }
     TuneOptions o = opts;
     o.run_uuid = k.run;
@@ -520,11 +498,7 @@ int run_tune_model(const TuneArgs& a) {
                  budget);
   }
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESETHAND;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  stop_on_signals();
 
   std::mt19937_64 rng(a.search.seed);
   const auto start = std::chrono::steady_clock::now();
@@ -573,11 +547,11 @@ int run_tune_model(const TuneArgs& a) {
     for (Task& k : tasks) {
       k.loop->end_search(reason);
       k.sum = k.loop->finish();
-      if (database) database->finish_run(k.run, k.sum.interrupted ? "cancelled" : "done", now());
+      if (database) database->finish_run(k.run, k.sum.interrupted ? "cancelled" : "done", unix_now());
     }
   } catch (...) {
     if (database) {
-      for (Task& k : tasks) database->finish_run(k.run, "failed", now());
+      for (Task& k : tasks) database->finish_run(k.run, "failed", unix_now());
     }
     throw;
   }

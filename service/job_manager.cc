@@ -33,10 +33,6 @@ namespace {
 
 constexpr size_t kMaxEventsKept = 512;
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // TEST ONLY: TUNEFARM_FAULT=NAME makes the service die (as kill -9 would) when it passes the
 // point NAME, so tests can crash it between two steps that no signal hits reliably. Unset in
 // normal use; the points are listed where they are called.
@@ -562,16 +558,7 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
     search.seed = s.seed + i;
     t.strategy = make_search(*t.space, &db, search).strategy;
     t.run = new_run_uuid();
-    db::TuningRun run;
-    run.uuid = t.run;
-    run.user = user;
-    run.host = host_name();
-    run.strategy = s.strategy;
-    run.budget = s.tune.trials;
-    run.workload = w.canonical();
-    run.target = target.str();
-    run.started_at = unix_now();
-    db.begin_run(run);
+    db.begin_run(new_tuning_run(t.run, user, s.strategy, s.tune.trials, w.canonical(), target.str()));
     tp["runs"].push_back(t.run);
     TuneOptions o = opts;
     o.run_uuid = t.run;

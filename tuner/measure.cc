@@ -126,7 +126,7 @@ db::MeasureRecord make_record(const OpGraph& g, const CandidateInfo& c, const Ru
   r.error_code = error_code_name(res.error);
   r.error_msg = res.error_msg.substr(0, db::kMaxErrorMsgLength);
   r.compile_s = c.compile_s;
-  r.measured_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  r.measured_at = unix_now();
   r.correctness = res.correctness;
   r.run_uuid = c.run_uuid;
   return r;

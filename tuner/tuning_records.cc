@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -36,6 +37,24 @@ std::string new_run_uuid() {
   std::snprintf(buf, sizeof buf, "%08x-%04x-4%03x-%04x-%04x%08x", rd(), rd() & 0xffff, rd() & 0xfff,
                 (rd() & 0x3fff) | 0x8000, rd() & 0xffff, rd());
   return buf;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+db::TuningRun new_tuning_run(const std::string& uuid, const std::string& user, const std::string& strategy,
+                             int budget, const std::string& workload, const std::string& target) {
+  db::TuningRun run;
+  run.uuid = uuid;
+  run.user = user;
+  run.host = host_name();
+  run.strategy = strategy;
+  run.budget = budget;
+  run.workload = workload;
+  run.target = target;
+  run.started_at = unix_now();
+  return run;
 }
 
 std::string host_name() {

@@ -32,6 +32,13 @@ std::string new_run_uuid();
 // This machine's host name, for tuning runs.
 std::string host_name();
 
+// Now, in Unix seconds (the database's timestamps).
+double unix_now();
+
+// The row of a tuning run starting now on this host (db::Database::begin_run).
+db::TuningRun new_tuning_run(const std::string& uuid, const std::string& user, const std::string& strategy,
+                             int budget, const std::string& workload, const std::string& target);
+
 // "tunefarm 0.1.0, LLVM 19.1.7".
 std::string toolchain_version();
 
