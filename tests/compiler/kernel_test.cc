@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "compiler/codegen_llvm.h"
 #include "compiler/driver.h"
 #include "compiler/link.h"
 #include "compiler/schedule_templates.h"
@@ -223,6 +224,30 @@ TEST(KernelAbi, SidecarDescribesArguments) {
   EXPECT_EQ(meta["args"][2]["name"], "bias");
   EXPECT_EQ(meta["args"][3]["role"], "output");
   EXPECT_EQ(meta["args"][3]["shape"], nlohmann::json({1, 4, 8, 8}));
+}
+
+// A register tile the schedule leaves rolled (unroll off) is still promoted to registers only
+// if LLVM unrolls every loop indexing it: codegen asks for that on the innermost loops over a
+// small local buffer, and only there (a larger tile, or an unrolled one, gets no request).
+TEST(Codegen, LoopsOverARegisterTileAreMarkedForFullUnrolling) {
+  Workload w = parse_workload(
+      "conv2d_nchwc(N=1,C=32,H=14,W=14,K=160,R=3,S=3,pad=1,ic_block=16,oc_block=16,epilogue=bias_relu)");
+  Target t = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512");
+  auto unroll_requests = [&](int tile_w, int tile_kb, bool unroll) {
+    nlohmann::json c = {{"tile_w", tile_w}, {"tile_kb", tile_kb}, {"unroll", unroll}, {"vectorize", true},
+                        {"reduce_order", "crs"}, {"inline_pad", false}, {"parallel", true}};
+    CompiledKernel k = compile_kernel(w, t, c, "given", "");
+    std::string ir = llvm_ir_key(k.lowered.func, t);
+    size_t n = 0;
+    for (size_t at = ir.find("llvm.loop.unroll.full"); at != std::string::npos;
+         at = ir.find("llvm.loop.unroll.full", at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_GT(unroll_requests(14, 1, false), 0u);  // 14 x 16 floats: a register tile
+  EXPECT_GT(unroll_requests(7, 2, false), 0u);
+  EXPECT_EQ(unroll_requests(14, 1, true), 0u);   // unrolled by the schedule already
+  EXPECT_EQ(unroll_requests(14, 5, false), 0u);  // 14 x 5 x 16 = 1120 floats: no register tile
 }
 
 // The in-process linker (lld's library): its error text reaches the user, and a failed link
