@@ -336,7 +336,7 @@ int run_tune_impl(const TuneArgs& a) {
     json retimed = json::array();
     for (const RetimeResult& r : sum.retimed) {
       retimed.push_back({{"config", r.config}, {"medians_s", r.medians_s}, {"median_of_medians_s", r.median_of_medians_s},
-                         {"default", r.is_default}});
+                         {"default", r.is_default}, {"ratio_to_default", r.ratio_to_default}});
     }
     std::printf("%s\n", json{{"event", "done"}, {"status", status}, {"stop_reason", sum.stop_reason},
                              {"trials", st.trials_done}, {"errors", st.errors}, {"known", st.known},

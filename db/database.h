@@ -50,6 +50,11 @@ class Database {
   // an invalid record (naming it) or a failure of the file.
   virtual int64_t commit(const std::vector<MeasureRecord>& records) = 0;
 
+  // Stores a tuning run's verdict (db/records.h): from then on the exact-tier lookups of its
+  // (workload, target) answer its config while that config has a correct record. Throws
+  // DbError naming the field of an out-of-bounds verdict.
+  virtual void add_verdict(const Verdict& v) = 0;
+
   // The best correct, error-free record for `key`, trying the tiers of MatchTier in order.
   // Returns tier None (and no record) when no tier matches.
   virtual BestResult best(const LookupKey& key) = 0;

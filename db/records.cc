@@ -166,7 +166,28 @@ double shape_distance(const nlohmann::json& a, const nlohmann::json& b) {
   return d;
 }
 
-std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records) {
+void check_verdict(const Verdict& v) {
+  auto name = [](const char* field, const std::string& value, bool required) {
+    if ((required && value.empty()) || value.size() > kMaxNameLength) {
+      throw std::invalid_argument(std::string("verdict: ") + field + " is " +
+                                  (value.empty() ? "empty" : std::to_string(value.size()) + " characters") +
+                                  " (1 to " + std::to_string(kMaxNameLength) + ")");
+    }
+  };
+  name("workload", v.workload, true);
+  name("target", v.target, true);
+  name("template", v.template_name, true);
+  name("config_hash", v.config_hash, true);
+  name("run_uuid", v.run_uuid, false);
+  if (!std::isfinite(v.speedup) || v.speedup < 0 || v.speedup > kMaxSeconds) {
+    throw std::invalid_argument("verdict: speedup " + std::to_string(v.speedup) + " is not a finite number >= 0");
+  }
+  if (!std::isfinite(v.decided_at) || v.decided_at < 0 || v.decided_at > kMaxTimestamp) {
+    throw std::invalid_argument("verdict: decided_at " + std::to_string(v.decided_at) + " is not a Unix time");
+  }
+}
+
+std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records, const Verdict* verdict) {
   struct Group {
     std::vector<const MeasureRecord*> ok;
     bool wrong = false;
@@ -180,26 +201,35 @@ std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records)
     g.ok.push_back(&r);
     g.first_id = std::min(g.first_id, r.id);
   }
-  // The best of the configs measured once and the best of those measured more often.
-  std::optional<BestResult> best[2];
-  int64_t best_first[2] = {0, 0};
-  for (const auto& [key, g] : groups) {
-    if (g.wrong || g.ok.empty()) continue;
+  // A config's statistic, and its measurement nearest to it.
+  auto summarize = [](const Group& g) {
     std::vector<double> medians;
     for (const MeasureRecord* r : g.ok) medians.push_back(*r->median_s());
     double robust = median_of(medians);
-    int tier = g.ok.size() > 1 ? 1 : 0;
-    std::optional<BestResult>& b = best[tier];
-    if (b && (robust > b->robust_median_s || (robust == b->robust_median_s && g.first_id > best_first[tier]))) continue;
     const MeasureRecord* nearest = g.ok[0];
     for (const MeasureRecord* r : g.ok) {
       double d = std::fabs(*r->median_s() - robust), dn = std::fabs(*nearest->median_s() - robust);
       if (d < dn || (d == dn && r->id < nearest->id)) nearest = r;
     }
-    b = BestResult{};
-    b->record = *nearest;
-    b->robust_median_s = robust;
-    b->measurements = static_cast<int64_t>(g.ok.size());
+    return BestResult{MatchTier::None, *nearest, 0, robust, static_cast<int64_t>(g.ok.size())};
+  };
+  if (verdict) {
+    auto d = groups.find(verdict->template_name + "/" + verdict->config_hash);
+    if (d != groups.end() && !d->second.wrong && !d->second.ok.empty()) return summarize(d->second);
+  }
+  // The best of the configs measured once and the best of those measured more often.
+  std::optional<BestResult> best[2];
+  int64_t best_first[2] = {0, 0};
+  for (const auto& [key, g] : groups) {
+    if (g.wrong || g.ok.empty()) continue;
+    BestResult r = summarize(g);
+    int tier = g.ok.size() > 1 ? 1 : 0;
+    std::optional<BestResult>& b = best[tier];
+    if (b && (r.robust_median_s > b->robust_median_s ||
+              (r.robust_median_s == b->robust_median_s && g.first_id > best_first[tier]))) {
+      continue;
+    }
+    b = r;
     best_first[tier] = g.first_id;
   }
   if (best[0] && best[1] && best[0]->robust_median_s >= (1 - kOnceMargin) * best[1]->robust_median_s) return best[1];

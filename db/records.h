@@ -159,8 +159,28 @@ struct BestResult {
 // low (it won partly by luck), and the medians of fresh processes differ by 5-15% on the VMs
 // we measured, while the tuner re-times its best few, so the configs it picks always have
 // several measurements (docs/tuning.md, "Ranking").
+//
+// A verdict overrides the ranking: the config a tuning run's final re-timing found fastest,
+// timed against the default schedule in the same interleaved rounds (tuner/tune.h). Medians
+// measured at different times on a busy machine are not comparable: on a shared 2-core VM a
+// kernel's median moved 1.6x between minutes, so ranking them picked configs that were
+// measured in quiet minutes, not configs that were faster (ResNet-18's tuned build ran at
+// 0.9x of its default). The verdict's config is the answer while it has a correct record.
 constexpr double kOnceMargin = 0.10;
-std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records);
+
+struct Verdict {
+  std::string workload;       // canonical
+  std::string target;         // canonical target string
+  std::string template_name;
+  std::string config_hash;    // of the winning config (the default's when it won)
+  std::string run_uuid;       // the tuning run that decided, or empty
+  double speedup = 0;         // over the default: the median of the rounds' ratios
+  double decided_at = 0;      // Unix seconds
+};
+// Throws std::invalid_argument naming the field when a verdict is out of bounds.
+void check_verdict(const Verdict& v);
+
+std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records, const Verdict* verdict = nullptr);
 
 // Distance between two shapes of one operator: the sum over their integer parameters of
 // |ln(a + 1) - ln(b + 1)|, so doubling a dimension costs about ln 2 whatever its size.

@@ -131,6 +131,21 @@ INSERT INTO runs_v3 SELECT id, uuid, user, host, strategy, budget, workload, tar
 DROP TABLE runs;
 ALTER TABLE runs_v3 RENAME TO runs;
 )sql",
+    // 4: tuning runs' verdicts (db/records.h, Verdict): the config a run's final re-timing
+    // found fastest against the default in the same rounds; lookups take the newest.
+    R"sql(
+CREATE TABLE verdicts (
+  id          INTEGER PRIMARY KEY,
+  workload    TEXT NOT NULL,        -- canonical workload spec
+  target      TEXT NOT NULL,        -- canonical target string
+  template    TEXT NOT NULL,
+  config_hash TEXT NOT NULL,        -- the winner's (records.config_hash)
+  run_uuid    TEXT NOT NULL,        -- the run that decided; empty if none
+  speedup     REAL NOT NULL,        -- over the default schedule, median of paired ratios
+  decided_at  REAL NOT NULL         -- Unix seconds
+);
+CREATE INDEX verdicts_pair ON verdicts (workload, target, decided_at);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -366,19 +381,42 @@ class SqliteDatabase : public Database {
     return added;
   }
 
+  void add_verdict(const Verdict& v) override {
+    try {
+      check_verdict(v);
+    } catch (const std::invalid_argument& e) {
+      throw DbError(std::string(e.what()) + " (not stored in " + path_ + ")");
+    }
+    write([&] {
+      SQLite::Statement q(db_, "INSERT INTO verdicts (workload, target, template, config_hash, run_uuid, speedup, "
+                               "decided_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
+      q.bind(1, v.workload);
+      q.bind(2, v.target);
+      q.bind(3, v.template_name);
+      q.bind(4, v.config_hash);
+      q.bind(5, v.run_uuid);
+      q.bind(6, v.speedup);
+      q.bind(7, v.decided_at);
+      q.exec();
+    });
+  }
+
   BestResult best(const LookupKey& key) override {
     return read([&] {
       // Candidates of one tier: correct records, and wrong answers (which rule a config out).
       std::string tmpl = key.template_name.empty() ? "" : " AND r.template = ?";
-      auto pick = [&](const std::string& where, std::vector<std::string> args) -> std::optional<BestResult> {
+      auto pick = [&](const std::string& where, std::vector<std::string> args,
+                      const std::optional<Verdict>& verdict = std::nullopt) -> std::optional<BestResult> {
         if (!key.template_name.empty()) args.push_back(key.template_name);
         return robust_best(all(std::string("SELECT ") + kRecordColumns + where + tmpl +
                                    " AND (r.error_code = 'ok' OR r.correctness = 'wrong' OR r.error_code = 'wrong_answer')"
                                    " ORDER BY r.id",
-                               args));
+                               args),
+                           verdict ? &*verdict : nullptr);
       };
       BestResult res;
-      if (auto b = pick(" WHERE w.canonical = ? AND t.target = ?", {key.workload, key.target})) {
+      if (auto b = pick(" WHERE w.canonical = ? AND t.target = ?", {key.workload, key.target},
+                        newest_verdict(key.workload, key.target, key.template_name))) {
         res = *b;
         res.tier = MatchTier::Exact;
         return res;
@@ -427,7 +465,9 @@ class SqliteDatabase : public Database {
       for (size_t i = 0; i < rs.size();) {
         size_t j = i;
         while (j < rs.size() && rs[j].workload == rs[i].workload && rs[j].target == rs[i].target) ++j;
-        if (auto b = robust_best({rs.begin() + static_cast<std::ptrdiff_t>(i), rs.begin() + static_cast<std::ptrdiff_t>(j)})) {
+        std::optional<Verdict> v = newest_verdict(rs[i].workload, rs[i].target, "");
+        if (auto b = robust_best({rs.begin() + static_cast<std::ptrdiff_t>(i), rs.begin() + static_cast<std::ptrdiff_t>(j)},
+                                 v ? &*v : nullptr)) {
           out.push_back(b->record);
         }
         i = j;
@@ -653,6 +693,23 @@ class SqliteDatabase : public Database {
     else q.bind(5);
     q.bind(6, j.id);
     if (q.exec() == 0) throw DbError("no job " + std::to_string(j.id) + " in " + path_);
+  }
+
+  // The newest verdict on (workload, target), of `template_name` when one is given; none in
+  // a file older than schema version 4 (opened read-only).
+  std::optional<Verdict> newest_verdict(const std::string& workload, const std::string& target,
+                                        const std::string& template_name) {
+    if (version_ < 4) return std::nullopt;
+    SQLite::Statement q(db_, std::string("SELECT template, config_hash, run_uuid, speedup, decided_at FROM verdicts "
+                                         "WHERE workload = ? AND target = ?") +
+                                 (template_name.empty() ? "" : " AND template = ?") +
+                                 " ORDER BY decided_at DESC, id DESC LIMIT 1");
+    q.bind(1, workload);
+    q.bind(2, target);
+    if (!template_name.empty()) q.bind(3, template_name);
+    if (!q.executeStep()) return std::nullopt;
+    return Verdict{workload, target, q.getColumn(0).getString(), q.getColumn(1).getString(),
+                   q.getColumn(2).getString(), q.getColumn(3).getDouble(), q.getColumn(4).getDouble()};
   }
 
   // Runs `f` in one write transaction; SQLite errors become DbError naming the file.

@@ -105,6 +105,7 @@ class RemoteDatabase : public db::Database {
   void begin_run(const db::TuningRun&) override { read_only(); }
   void finish_run(const std::string&, const std::string&, double) override { read_only(); }
   int64_t commit(const std::vector<db::MeasureRecord>&) override { read_only(); }
+  void add_verdict(const db::Verdict&) override { read_only(); }
   db::DistillResult distill(int64_t, bool) override { read_only(); }
   int64_t add_job(const db::JobRow&) override { read_only(); }
   void update_job(const db::JobRow&) override { read_only(); }

@@ -44,6 +44,15 @@ double now_s() {
 
 double cost_of(const RunResult& r) { return r.ok() ? r.median_s() : std::numeric_limits<double>::infinity(); }
 
+// The median over the rounds of config k's time over config d's (0 when no round timed both).
+double paired_ratio(const std::vector<std::vector<double>>& rounds, size_t k, size_t d) {
+  std::vector<double> ratios;
+  for (const std::vector<double>& row : rounds) {
+    if (std::isfinite(row[k]) && std::isfinite(row[d]) && row[d] > 0) ratios.push_back(row[k] / row[d]);
+  }
+  return ratios.empty() ? 0 : db::median_of(ratios);
+}
+
 // The records of earlier runs for this space: per index, the medians of its correct
 // measurements, or a failure.
 std::map<uint64_t, std::vector<double>> earlier_results(db::Database* db, const ConfigSpace& space) {
@@ -280,6 +289,7 @@ TuneSummary TuneLoop::finish() {
       std::find(top.begin(), top.end(), *def) == top.end()) {
     top.push_back(*def);
   }
+  bool paired = false;  // best_s and default_s were timed in the same rounds
   if (!sum_.interrupted && opts_.retime_rounds > 0 && top.size() > 1) {
     st.phase = "retime";
     std::map<uint64_t, std::vector<double>> fresh;
@@ -289,16 +299,20 @@ TuneSummary TuneLoop::finish() {
     ctx_->set_timeout_s(opts_.measure.timeout_s);  // the re-timed are all fast: the runner's own limit
     ctx_->set_cut_slower_than_s(0);                 // and all are timed in full, the default too
     ctx_->set_min_warmup_ms(opts_.measure.min_warmup_ms);
+    std::vector<std::vector<double>> rounds;  // [round][k]: the cost, NaN where the board was lost
     for (int round = 0; round < opts_.retime_rounds && !stopped(); ++round) {
       std::vector<RunResult> results = runner_.run(*ctx_, builds);
       std::vector<Trial> trials;
+      std::vector<double> row(top.size(), std::numeric_limits<double>::quiet_NaN());
       for (size_t k = 0; k < top.size(); ++k) {
         trials.push_back({top[k], configs[k], builds[k], results[k], true, false});
-        if (results[k].error != pb::BOARD_LOST) fresh[top[k]].push_back(cost_of(results[k]));
+        if (results[k].error != pb::BOARD_LOST) fresh[top[k]].push_back(row[k] = cost_of(results[k]));
       }
+      rounds.push_back(std::move(row));
       notify(trials);
     }
     sum_.interrupted = stopped();
+    const auto d = def ? std::find(top.begin(), top.end(), *def) : top.end();
     for (size_t k = 0; k < top.size(); ++k) {
       RetimeResult r;
       r.config = configs[k];
@@ -306,19 +320,34 @@ TuneSummary TuneLoop::finish() {
       double c = combined_cost(r.medians_s);
       r.median_of_medians_s = std::isfinite(c) ? c : 0;
       r.is_default = def && top[k] == *def;
+      if (d != top.end()) r.ratio_to_default = paired_ratio(rounds, k, static_cast<size_t>(d - top.begin()));
       sum_.retimed.push_back(r);
     }
-    std::stable_sort(sum_.retimed.begin(), sum_.retimed.end(), [](const RetimeResult& a, const RetimeResult& b) {
-      double ca = a.median_of_medians_s > 0 ? a.median_of_medians_s : INFINITY;
-      double cb = b.median_of_medians_s > 0 ? b.median_of_medians_s : INFINITY;
-      return ca < cb;
-    });
+    // With the default among them, configs are ranked by their paired ratios to it (timed in
+    // the same rounds, so a busy minute slows both), and the default stays unless one beats
+    // it by kVerdictMargin; else by their medians.
+    auto key = [&](const RetimeResult& r) {
+      if (d != top.end()) {
+        if (r.is_default) return 1 - kVerdictMargin;
+        return r.ratio_to_default > 0 ? r.ratio_to_default : INFINITY;
+      }
+      return r.median_of_medians_s > 0 ? r.median_of_medians_s : INFINITY;
+    };
+    std::stable_sort(sum_.retimed.begin(), sum_.retimed.end(),
+                     [&](const RetimeResult& a, const RetimeResult& b) { return key(a) < key(b); });
+    if (db_ && d != top.end() && !sum_.interrupted && std::isfinite(key(sum_.retimed[0]))) {
+      const RetimeResult& w = sum_.retimed[0];
+      db_->add_verdict({space_.workload().canonical(), space_.target().str(), space_.template_id(),
+                        db::config_hash(w.config), opts_.run_uuid,
+                        w.is_default ? 1.0 : 1.0 / w.ratio_to_default, unix_now()});
+    }
     for (const RetimeResult& r : sum_.retimed) {
       if (r.is_default && r.median_of_medians_s > 0) sum_.default_s = r.median_of_medians_s;
     }
     if (!sum_.retimed.empty() && sum_.retimed[0].median_of_medians_s > 0) {
       sum_.best_config = sum_.retimed[0].config;
       sum_.best_s = sum_.retimed[0].median_of_medians_s;
+      paired = d != top.end();
     }
   }
   // The run's pick is the database's answer to `query best` and compile lookups: the same
@@ -326,8 +355,10 @@ TuneSummary TuneLoop::finish() {
   if (db_) {
     db::BestResult b = db_->best(lookup_key(space_.workload(), space_.target()));
     if (b.tier == db::MatchTier::Exact && b.record.template_name == space_.template_id()) {
+      // The same config as the verdict's winner when there is one: its re-timed median, which
+      // the default's was timed beside, stays the time reported.
+      if (!paired || b.record.config != sum_.best_config) sum_.best_s = b.robust_median_s;
       sum_.best_config = b.record.config;
-      sum_.best_s = b.robust_median_s;
       sum_.best_measurements = b.measurements;
     }
   }

@@ -13,11 +13,13 @@
 //   whose samples spread more than max_spread around their median is disturbed and measured
 //   once more (both are stored); at the end
 //   the retime_top best configs and the default are re-timed in retime_rounds rounds,
-//   interleaved, each measurement in a fresh process. Every measurement is a record. With a
-//   database, the run's pick is the database's own answer (db::robust_best over every
-//   record of this workload, target and template, the re-timings included), so `tune`,
-//   `query best` and compile lookups name the same config; without one, the re-timed
-//   config with the best median of its re-timed medians.
+//   interleaved, each measurement in a fresh process. Every measurement is a record. The
+//   winner is the config with the lowest median of its round-by-round ratios to the default
+//   (the default itself unless one is kVerdictMargin faster); with a database it is stored
+//   as the run's verdict (db::Verdict), and the run's pick is the database's own answer
+//   (db::robust_best, which takes the newest verdict), so `tune`, `query best` and compile
+//   lookups name the same config. Without the default in the re-timing (it failed), the
+//   ranking is by the re-timed medians and the database's robust ranking.
 // - Results reach the MeasureCallbacks batch by batch (records committed, strategy fed,
 //   progress shown); BOARD_LOST results are passed as lost, never as a candidate's result.
 // - Hopeless candidates are cut short: with a best median B so far, a measurement's time limit
@@ -119,7 +121,12 @@ struct RetimeResult {
   std::vector<double> medians_s;   // one per measurement in the re-timing
   double median_of_medians_s = 0;  // 0 when it failed
   bool is_default = false;
+  double ratio_to_default = 0;     // median over the rounds of its time / the default's; 0: none
 };
+
+// A config replaces the default only if the re-timing's paired ratio says it is this much
+// faster: on a busy machine a ratio of 0.99 is as likely noise as a win.
+constexpr double kVerdictMargin = 0.02;
 
 struct TuneSummary {
   TuneState state;

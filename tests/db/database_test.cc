@@ -93,6 +93,7 @@ TEST(Schema, Version2RunsMigrateAndMayBeInterrupted) {
       INSERT INTO runs_v2 SELECT * FROM runs;
       DROP TABLE runs;
       ALTER TABLE runs_v2 RENAME TO runs;
+      DROP TABLE verdicts;
       PRAGMA user_version = 2;)sql");
     EXPECT_THROW(raw.exec("UPDATE runs SET status = 'interrupted'"), SQLite::Exception);
   }
@@ -257,6 +258,87 @@ TEST(Lookup, OneLuckyMeasurementDoesNotWin) {
   auto only = open_database(":memory:");
   only->commit({rec(4, 2e-3, 0), rec(5, 1.9e-3, 0)});
   EXPECT_EQ(only->best(key(any, kX86, "x86_64")).record.config, rec(5, 1, 0).config);
+}
+
+// A run's verdict (the config its re-timing found faster than the default, round by round)
+// is the answer over medians measured at other times; the newest verdict wins; a verdict
+// whose config turned out wrong, or has no record, is passed over; query best agrees.
+TEST(Lookup, TheNewestVerdictWinsWhileItsConfigIsCorrect) {
+  TempDir dir;
+  std::string path = dir.file("v.db");
+  auto db = open_database(path);
+  auto rec = [](int tile, double seconds, int n) {
+    MeasureRecord r = record(64, 64, 64, kX86, tile, seconds);
+    r.measured_at += n * 1000;
+    return r;
+  };
+  // Config 1 was measured twice in a quiet minute, config 2 twice in a busy one.
+  db->commit({rec(1, 1.0e-3, 0), rec(1, 1.0e-3, 1), rec(2, 1.3e-3, 0), rec(2, 1.3e-3, 1)});
+  MeasureRecord any = record(64, 64, 64, kX86, 0, 1);
+  EXPECT_EQ(db->best(key(any, kX86, "x86_64")).record.config, rec(1, 1, 0).config);
+  Verdict v{any.workload, kX86, "dense.cpu.v1", config_hash(rec(2, 1, 0).config), "run-a", 1.1, 1.8e9};
+  db->add_verdict(v);
+  BestResult b = db->best(key(any, kX86, "x86_64"));
+  ASSERT_EQ(b.tier, MatchTier::Exact);
+  EXPECT_EQ(b.record.config, rec(2, 1, 0).config);
+  EXPECT_EQ(b.measurements, 2);
+  EXPECT_NEAR(b.robust_median_s, 1.3e-3, 1e-12);
+  ASSERT_EQ(db->best_per_pair().size(), 1u);
+  EXPECT_EQ(db->best_per_pair()[0].config, rec(2, 1, 0).config);
+  // Another template's lookup does not take it.
+  LookupKey other = key(any, kX86, "x86_64");
+  other.template_name = "dense.cpu.v2";
+  EXPECT_EQ(db->best(other).tier, MatchTier::None);
+  // A newer verdict for config 1; then config 1 gives a wrong answer: the ranking decides.
+  v.config_hash = config_hash(rec(1, 1, 0).config);
+  v.decided_at = 1.9e9;
+  db->add_verdict(v);
+  EXPECT_EQ(db->best(key(any, kX86, "x86_64")).record.config, rec(1, 1, 0).config);
+  MeasureRecord wrong = rec(1, 1.0e-3, 2);
+  wrong.correctness = "wrong";
+  db->commit({wrong});
+  EXPECT_EQ(db->best(key(any, kX86, "x86_64")).record.config, rec(2, 1, 0).config);
+  // A verdict on a config with no record at all changes nothing.
+  v.config_hash = "0123456789abcdef";
+  v.decided_at = 2.0e9;
+  db->add_verdict(v);
+  EXPECT_EQ(db->best(key(any, kX86, "x86_64")).record.config, rec(2, 1, 0).config);
+  // Bad verdicts are refused, naming the field.
+  Verdict bad = v;
+  bad.workload = "";
+  try {
+    db->add_verdict(bad);
+    ADD_FAILURE() << "an empty workload was stored";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("verdict: workload is empty"), std::string::npos) << e.what();
+  }
+  bad = v;
+  bad.speedup = std::nan("");
+  EXPECT_THROW(db->add_verdict(bad), DbError);
+  bad = v;
+  bad.template_name = std::string(kMaxNameLength + 1, 't');
+  EXPECT_THROW(db->add_verdict(bad), DbError);
+}
+
+// A version 3 file has no verdicts: read-only it answers by the ranking; opened for writing
+// it gains the table.
+TEST(Schema, Version3FilesReadWithoutVerdictsAndMigrate) {
+  TempDir dir;
+  std::string path = dir.file("v3.db");
+  open_database(path)->commit({record(8, 8, 8, kX86, 1, 1e-3)});
+  {
+    SQLite::Database raw(path, SQLite::OPEN_READWRITE);
+    raw.exec("DROP TABLE verdicts; PRAGMA user_version = 3;");
+  }
+  MeasureRecord any = record(8, 8, 8, kX86, 0, 1);
+  auto ro = open_database(path, OpenMode::ReadOnly);
+  EXPECT_EQ(ro->best(key(any, kX86, "x86_64")).record.config, record(8, 8, 8, kX86, 1, 1).config);
+  EXPECT_EQ(ro->best_per_pair().size(), 1u);
+  auto rw = open_database(path);
+  rw->add_verdict({any.workload, kX86, "dense.cpu.v1", config_hash(record(8, 8, 8, kX86, 1, 1).config), "", 1, 1.8e9});
+  EXPECT_EQ(rw->best(key(any, kX86, "x86_64")).tier, MatchTier::Exact);
+  SQLite::Database raw(path);
+  EXPECT_EQ(raw.execAndGet("PRAGMA user_version").getInt(), schema_version());
 }
 
 TEST(Queries, TopHistoryMeasuredStatsRuns) {

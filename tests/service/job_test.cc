@@ -212,6 +212,7 @@ TEST(JobsTable, AVersionOneFileIsReadableAsItIsAndMigratedOnWrite) {
     // Turn it back into a version 1 file, as an older tunefarm left it.
     SQLite::Database raw(path, SQLite::OPEN_READWRITE);
     raw.exec("DROP TABLE jobs");
+    raw.exec("DROP TABLE verdicts");
     raw.exec("PRAGMA user_version = 1");
   }
   {
