@@ -1,19 +1,30 @@
 #!/usr/bin/python3
-"""Whole-model latency: tunefarm's compiled library against PyTorch 1.13 eager and TorchScript
-(frozen + optimize_for_inference, its fastest CPU mode), batch 1, at 1 and 2 threads, in one
-process with the runs interleaved (round robin, so drift hits all alike).
+"""Whole-model latency: tunefarm's compiled library against ONNX Runtime 1.30 (CPU, every graph
+optimisation), PyTorch eager and TorchScript (frozen + optimize_for_inference), batch 1, at 1
+and 2 threads, in one run with the calls interleaved (round robin, so drift hits all alike).
 
 Our library is called through its C ABI with ctypes; every call is timed, and each entry is
-the median of the calls of all rounds. PyTorch's matmuls run in OpenBLAS, whose pool
-torch.set_num_threads does not size: both pools get the same count, and OpenBLAS its right
-core type (OPENBLAS_CORETYPE: SkylakeX with AVX-512, Haswell with AVX2, overridable). Our kernels run on the
-library's own pool, whose teams libgomp's omp_get_max_threads() sizes, so torch.set_num_threads
-sizes them too (the same libgomp).
+the median of the calls of all rounds. With --db, the model is compiled twice, with default
+schedules ("ours") and with the database's tuned configs ("tuned"), and both are timed.
+ONNX Runtime runs in a Node process (bench/ort_peer.js, onnxruntime-node, whose package
+ships the CPU library) that times its own calls when asked, between ours; its sessions use
+T intra-op threads and one inter-op thread. Install it once into bench/ort (the default
+--ort folder; --ignore-scripts skips a download of GPU binaries that fails offline):
+    npm install --prefix bench/ort --ignore-scripts onnxruntime-node@1.30.0
+Without it the benchmark says so and goes on without the column.
+
+PyTorch's matmuls run in OpenBLAS, whose pool torch.set_num_threads does not size: both
+pools get the same count, and OpenBLAS its right core type (OPENBLAS_CORETYPE: SkylakeX with
+AVX-512, Haswell with AVX2, overridable). Our kernels run on the library's own pool, whose
+teams libgomp's omp_get_max_threads() sizes, so torch.set_num_threads sizes them too (the
+same libgomp).
 
 Usage: model_bench.py TUNEFARM [--models resnet18,mobilenet_v2,bert2,mlp] [--threads 1,2]
-                      [--calls 10] [--rounds 3] [--db PATH] [--without PASS] [--json FILE]
-Prints one row per model and thread count: ms per inference and the ratios
-eager/ours (above 1: tunefarm is faster) and ours/optimized (the issue's goal: at most 1.5).
+                      [--calls 10] [--rounds 3] [--db PATH] [--ort DIR | --no-ort]
+                      [--without PASS] [--json FILE]
+Prints one row per model and thread count: ms per inference and the ratios ort/ours (above
+1: tunefarm is faster than ONNX Runtime), ort/tuned and ours/tuned with --db, eager/ours and
+ours/optimized; then the geometric mean of ort/ours (and ort/tuned) over the rows.
 --without PASS also compiles each model with that graph pass disabled and times it in the same
 rounds ("without"), to measure what the pass is worth.
 """
@@ -67,6 +78,68 @@ class Library:
         return self.y
 
 
+class OrtPeer:
+    """ONNX Runtime sessions in a Node process (bench/ort_peer.js)."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.proc = subprocess.Popen(
+            ["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort_peer.js")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=dict(os.environ, NODE_PATH=os.path.join(folder, "node_modules")))
+
+    def ask(self, req):
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the ONNX Runtime peer (node bench/ort_peer.js) exited")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise RuntimeError("ONNX Runtime: " + reply.get("error", "unknown error"))
+        return reply
+
+    def load(self, key, model_path, threads, x, d):
+        raw_in, raw_out = os.path.join(d, key.replace("/", "_") + ".in"), os.path.join(d, key.replace("/", "_") + ".out")
+        np.ascontiguousarray(x, dtype=np.float32).tofile(raw_in)
+        r = self.ask({"op": "load", "id": key, "model": model_path, "threads": threads, "input": raw_in,
+                      "dims": list(x.shape), "output": raw_out})
+        return np.fromfile(raw_out, dtype=np.float32).reshape(r["dims"])
+
+    def time(self, key, calls):
+        return self.ask({"op": "time", "id": key, "calls": calls})["times_s"]
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def ort_folder(folder):
+    """The folder with node_modules/onnxruntime-node, or None after saying what is missing."""
+    if not os.path.isdir(os.path.join(folder, "node_modules", "onnxruntime-node")):
+        print(f"ONNX Runtime peer missing: no {folder}/node_modules/onnxruntime-node; install it with\n"
+              f"  npm install --prefix {folder} --ignore-scripts onnxruntime-node@1.30.0\n"
+              "going on without the ort column", flush=True)
+        return None
+    if subprocess.run(["node", "--version"], capture_output=True).returncode != 0:
+        print("ONNX Runtime peer missing: no `node` on PATH; going on without the ort column", flush=True)
+        return None
+    return folder
+
+
+def timed(f, calls):
+    out = []
+    for _ in range(calls):
+        s = time.perf_counter()
+        f()
+        out.append(time.perf_counter() - s)
+    return out
+
+
+def geomean(v):
+    return float(np.exp(np.mean(np.log(v)))) if v else float("nan")
+
+
 def set_threads(n):
     torch.set_num_threads(n)
     try:
@@ -82,67 +155,89 @@ def main():
     p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--db", help="tuning database for the compile (default: none, default schedules)")
+    p.add_argument("--db", help="tuning database: also compile each model with its tuned configs (\"tuned\")")
+    p.add_argument("--ort", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort"),
+                   help="folder holding node_modules/onnxruntime-node (default: bench/ort)")
+    p.add_argument("--no-ort", action="store_true", help="do not time ONNX Runtime")
     p.add_argument("--without", help="also time each model compiled with this graph pass disabled")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
+    folder = None if a.no_ort else ort_folder(a.ort)
+    peer = OrtPeer(folder) if folder else None
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for name in a.models.split(","):
             path = os.path.join(d, name + ".onnx")
             model, x = export_model.export(name, path)
-            lib_path = os.path.join(d, name + ".so")
             t0 = time.time()
-            subprocess.run([a.tunefarm, "compile", "--model", path, "-o", lib_path] +
-                           (["--db", a.db] if a.db else ["--no-db"]), check=True, stdout=subprocess.DEVNULL)
+
+            def build(tag, flags):
+                lib_path = os.path.join(d, f"{name}-{tag}.so")
+                subprocess.run([a.tunefarm, "compile", "--model", path, "-o", lib_path] + flags, check=True,
+                               stdout=subprocess.DEVNULL)
+                return Library(lib_path, x.numpy())
+
+            libs = {"ours": build("default", ["--no-db"])}
             compile_s = time.time() - t0
-            lib = Library(lib_path, x.numpy())
-            without = None
+            if a.db:
+                libs["tuned"] = build("tuned", ["--db", a.db])
             if a.without:
-                other = os.path.join(d, name + "-without.so")
-                subprocess.run([a.tunefarm, "compile", "--model", path, "-o", other, "--disable-pass", a.without] +
-                               (["--db", a.db] if a.db else ["--no-db"]), check=True, stdout=subprocess.DEVNULL)
-                without = Library(other, x.numpy())
+                libs["without"] = build("without", ["--disable-pass", a.without] +
+                                        (["--db", a.db] if a.db else ["--no-db"]))
             with torch.no_grad():
                 want = model(x).numpy()
                 scripted = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))
                 scripted(x)
                 scripted(x)
-            err = float(np.abs(lib() - want).max())
             mag = float(np.abs(want).max())
-            runners = {"ours": lib, "eager": lambda: model(x), "optimized": lambda: scripted(x)}
-            if without:
-                err = max(err, float(np.abs(without() - want).max()))
-                runners["without"] = without
+            errors = {k: float(np.abs(lib() - want).max()) for k, lib in libs.items()}
+            runners = dict(libs)
+            runners["eager"] = lambda: model(x)
+            runners["optimized"] = lambda: scripted(x)
             for t in threads:
                 set_threads(t)
-                samples = {k: [] for k in runners}
+                key = f"{name}/{t}"
+                if peer:
+                    errors["ort"] = float(np.abs(peer.load(key, path, t, x.numpy(), d) - want).max())
+                samples = {k: [] for k in list(runners) + (["ort"] if peer else [])}
                 with torch.no_grad():
                     for f in runners.values():  # warm-up at this thread count
                         f()
+                    if peer:
+                        peer.time(key, 2)
                     for _ in range(a.rounds):
                         for k, f in runners.items():
-                            for _ in range(a.calls):
-                                s = time.perf_counter()
-                                f()
-                                samples[k].append(time.perf_counter() - s)
+                            samples[k] += timed(f, a.calls)
+                        if peer:
+                            samples["ort"] += peer.time(key, a.calls)
                 ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
                 spread = {k: (max(v) - min(v)) / statistics.median(v) for k, v in samples.items()}
-                row = {"model": name, "threads": t, "ours_ms": ms["ours"], "eager_ms": ms["eager"],
-                       "optimized_ms": ms["optimized"], "eager_over_ours": ms["eager"] / ms["ours"],
-                       "ours_over_optimized": ms["ours"] / ms["optimized"], "max_error": err, "magnitude": mag,
-                       "compile_s": compile_s, "spread": spread}
-                if without:
-                    row["without_ms"] = ms["without"]
+                row = {"model": name, "threads": t, "ms": ms, "max_error": errors, "magnitude": mag,
+                       "compile_s": compile_s, "spread": spread,
+                       "eager_over_ours": ms["eager"] / ms["ours"], "ours_over_optimized": ms["ours"] / ms["optimized"]}
+                if peer:
+                    row["ort_over_ours"] = ms["ort"] / ms["ours"]
+                    if a.db:
+                        row["ort_over_tuned"] = ms["ort"] / ms["tuned"]
+                if a.db:
+                    row["ours_over_tuned"] = ms["ours"] / ms["tuned"]
                 rows.append(row)
-                print(f"{name:13s} {t} thr  ours {ms['ours']:8.2f} ms  eager {ms['eager']:8.2f} ms  "
-                      f"optimized {ms['optimized']:8.2f} ms  eager/ours {row['eager_over_ours']:5.2f}  "
-                      f"ours/optimized {row['ours_over_optimized']:5.2f}  (max error {err:.2g} of {mag:.2g}; "
-                      f"spread ours {spread['ours']:.0%}, eager {spread['eager']:.0%}; compile {compile_s:.1f} s)"
-                      + (f"  without {a.without} {ms['without']:8.2f} ms ({ms['without'] / ms['ours']:.2f}x ours)"
-                         if without else ""),
-                      flush=True)
+                line = f"{name:13s} {t} thr  " + "  ".join(f"{k} {v:7.2f} ms" for k, v in ms.items())
+                for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "eager_over_ours",
+                          "ours_over_optimized"):
+                    if r in row:
+                        line += f"  {r.replace('_over_', '/')} {row[r]:5.2f}"
+                line += (f"  (max error {max(errors.values()):.2g} of {mag:.2g}; spread "
+                         + ", ".join(f"{k} {v:.0%}" for k, v in spread.items()) + f"; compile {compile_s:.1f} s)")
+                print(line, flush=True)
+    if peer:
+        peer.close()
+    for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned"):
+        v = [row[r] for row in rows if r in row]
+        if v:
+            print(f"geometric mean {r.replace('_over_', '/')} {geomean(v):.3f} over {len(v)} rows "
+                  f"(lowest {min(v):.2f})", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=2)
