@@ -575,9 +575,13 @@ int run_tune_model(const TuneArgs& a) {
   if (a.local && database && !interrupted && all_tuned) {
     mc = compare_tuned_and_default(g, t, database.get(), a.model, kModelRounds);
   }
+  // The model's estimate: the tasks' tuned times plus the rest of the model (untunable
+  // kernels, the pool's joins), which is the default build's measured time less its tasks'.
+  double model_estimate = 0;
+  if (mc && all_tuned && all_default && mc->default_s > deflt) model_estimate = tuned + (mc->default_s - deflt);
   if (a.json) {
     std::printf("%s\n", json{{"event", "done"}, {"status", interrupted ? "cancelled" : "done"},
-                             {"stop_reason", reason}, {"tasks", rows},
+                             {"stop_reason", reason}, {"tasks", rows}, {"model_estimate_s", model_estimate},
                              {"estimate_s", all_tuned ? tuned : 0.0}, {"default_estimate_s", all_default ? deflt : 0.0},
                              {"speedup_over_default", all_tuned && all_default && tuned > 0 ? deflt / tuned : 0.0},
                              {"model", mc ? json{{"tuned_s", mc->tuned_s}, {"default_s", mc->default_s},
@@ -607,6 +611,11 @@ int run_tune_model(const TuneArgs& a) {
       std::printf("model     %s tuned (%d of %d kernels), %s with default schedules: %.2fx (medians of %d calls each "
                   "here, in %d alternating blocks)\n", fmt_ms(mc->tuned_s).c_str(), mc->tuned, mc->tunable,
                   fmt_ms(mc->default_s).c_str(), mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0, mc->calls, mc->rounds);
+      if (model_estimate > 0) {
+        std::printf("estimate  %s: the tasks' tuned times and the rest of the model as the default build ran it (%s); "
+                    "measured %.2fx of it\n", fmt_ms(model_estimate).c_str(), fmt_ms(mc->default_s - deflt).c_str(),
+                    mc->tuned_s / model_estimate);
+      }
     } else if (!a.local) {
       std::printf("model     not timed: the compiled model runs on this machine only (tune --model --local)\n");
     }

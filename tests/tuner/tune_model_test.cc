@@ -150,6 +150,10 @@ TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
   EXPECT_GT(done["model"]["default_s"].get<double>(), 0) << done.dump();
   EXPECT_EQ(done["model"]["tunable_kernels"], 3) << done.dump();  // three MatMul kernels
   EXPECT_EQ(done["model"]["tuned_kernels"], 3) << done.dump();
+  // The model's estimate: the tasks' tuned times plus what the default build spent outside
+  // its tasks (none when the default build ran faster than its tasks timed alone).
+  double model_estimate = done["model_estimate_s"].get<double>();
+  if (model_estimate > 0) EXPECT_GT(model_estimate, done["estimate_s"].get<double>()) << done.dump();
   int64_t records = count(db, "SELECT COUNT(*) FROM records");
   EXPECT_GE(records, trials);
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM runs WHERE status = 'done'"), 2);
