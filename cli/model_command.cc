@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 
 #include <unistd.h>
 
@@ -329,6 +330,11 @@ ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t
   compile_to(g, t, nullptr, (dir / "default.so").string(), model, false, budget);
   c.tunable = tuned.tunable();
   c.tuned = tuned.tunable() - tuned.untuned();
+  std::set<std::string> seen;
+  for (const graph::ModelKernel& k : tuned.kernels) {
+    if (k.workload.empty() || k.config.source.rfind("tuned", 0) != 0 || !seen.insert(k.workload).second) continue;
+    c.configs.push_back({{"workload", k.workload}, {"template", k.template_name}, {"config", k.config.config}});
+  }
   graph::ModelLibrary a((dir / "tuned.so").string()), b((dir / "default.so").string());
   // The same inputs for both.
   std::mt19937 rng(1);

@@ -2,6 +2,8 @@
 // extracted from it; `tunefarm run --model` (docs/models.md).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
@@ -65,6 +67,7 @@ graph::Graph load_model_for_target(const std::string& path, const Target& t, int
 struct ModelComparison {
   double tuned_s = 0, default_s = 0;
   int rounds = 0, calls = 0, tuned = 0, tunable = 0;  // calls: timed, of each build
+  nlohmann::json configs = nlohmann::json::array();    // per tuned workload {workload, template, config}
 };
 ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,
                                           const std::string& model, int rounds);

@@ -190,6 +190,42 @@ int query_runs(db::Database& db, const QueryArgs& a) {
   return 0;
 }
 
+// What tuning bought whole models (tune --model --local), newest first; --target filters.
+int query_models(db::Database& db, const QueryArgs& a) {
+  std::vector<db::ModelResult> models;
+  for (db::ModelResult& m : db.model_results()) {
+    if (a.target.empty() || m.target == a.target) models.push_back(std::move(m));
+  }
+  auto ratio = [](double num, double den) { return den > 0 ? num / den : 0.0; };
+  if (a.json) {
+    json arr = json::array();
+    for (const db::ModelResult& m : models) {
+      arr.push_back({{"model", m.model}, {"model_hash", m.model_hash}, {"target", m.target},
+                     {"device_key", m.device_key}, {"tuned_s", m.tuned_s}, {"default_s", m.default_s},
+                     {"speedup", ratio(m.default_s, m.tuned_s)}, {"estimate_s", m.estimate_s},
+                     {"tuned_kernels", m.tuned_kernels}, {"tunable_kernels", m.tunable_kernels},
+                     {"configs", m.configs}, {"measured_at", m.measured_at}});
+    }
+    std::printf("%s\n", arr.dump(2).c_str());
+    return 0;
+  }
+  Table t({"model", "sha256", "target", "board", "tuned ms", "default ms", "speedup", "estimate ms", "kernels tuned",
+           "measured (UTC)"});
+  char buf[4][32];
+  for (const db::ModelResult& m : models) {
+    std::snprintf(buf[0], sizeof buf[0], "%.3f", m.tuned_s * 1e3);
+    std::snprintf(buf[1], sizeof buf[1], "%.3f", m.default_s * 1e3);
+    std::snprintf(buf[2], sizeof buf[2], "%.2fx", ratio(m.default_s, m.tuned_s));
+    std::snprintf(buf[3], sizeof buf[3], "%.3f", m.estimate_s * 1e3);
+    t.add({m.model, m.model_hash.substr(0, 12), m.target, m.device_key, buf[0], buf[1], buf[2],
+           m.estimate_s > 0 ? buf[3] : "-", std::to_string(m.tuned_kernels) + "/" + std::to_string(m.tunable_kernels),
+           utc_time(m.measured_at)});
+  }
+  t.print();
+  if (models.empty()) std::printf("(no models: tune --model M.onnx --local records one)\n");
+  return 0;
+}
+
 int query_export(db::Database& db, const QueryArgs& a) {
   db::HistoryFilter f{canonical_workload(a.workload), canonical_target(a.target), 0};
   if (a.file == "-") {
@@ -316,6 +352,10 @@ void add_query_command(CLI::App& app, QueryArgs& a) {
   curve->add_flag("--csv", a.csv, "print the curves as CSV (run,strategy,target,trial,config_s,best_s,best_gflops)");
   common(q->add_subcommand("stats", "Counts per workload and target, per run, per error code; file size"), false);
   common(q->add_subcommand("runs", "Tuning runs and their status"), false);
+  CLI::App* models = q->add_subcommand("models", "What tuning bought whole models (tune --model --local): the tuned "
+                                                 "and default builds' latencies, timed side by side");
+  common(models, false);
+  models->add_option("--target,-t", a.target, "only this target");
   CLI::App* exp = q->add_subcommand("export", "Write records as JSON lines (FILE, or - for stdout)");
   common(exp, true);
   exp->add_option("file", a.file, "output file")->required();
@@ -367,6 +407,7 @@ int run_query_impl(const QueryArgs& a) {
   if (a.sub == "curve") return query_curve(*db, args);
   if (a.sub == "stats") return query_stats(*db, args);
   if (a.sub == "runs") return query_runs(*db, args);
+  if (a.sub == "models") return query_models(*db, args);
   if (a.sub == "export") return query_export(*db, args);
   if (a.sub == "import") return query_import(*db, args);
   return query_distill(*db, args);

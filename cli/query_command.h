@@ -10,7 +10,7 @@
 namespace tf::cli {
 
 struct QueryArgs {
-  std::string sub;  // best, top, history, curve, stats, runs, export, import, distill
+  std::string sub;  // best, top, history, curve, stats, runs, models, export, import, distill
   std::string db, workload, target, file, output;
   int64_t k = 10, keep = 1, limit = 0;
   bool json = false, dry_run = false, csv = false;

@@ -579,6 +579,13 @@ int run_tune_model(const TuneArgs& a) {
   // kernels, the pool's joins), which is the default build's measured time less its tasks'.
   double model_estimate = 0;
   if (mc && all_tuned && all_default && mc->default_s > deflt) model_estimate = tuned + (mc->default_s - deflt);
+  if (mc && database) {
+    std::ifstream f(a.model, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    database->add_model_result({0, a.model, farm::sha256_hex(bytes), t.str(), session.runner->device_key(),
+                                mc->tuned_s, mc->default_s, model_estimate, mc->tuned, mc->tunable, mc->configs,
+                                unix_now()});
+  }
   if (a.json) {
     std::printf("%s\n", json{{"event", "done"}, {"status", interrupted ? "cancelled" : "done"},
                              {"stop_reason", reason}, {"tasks", rows}, {"model_estimate_s", model_estimate},

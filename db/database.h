@@ -55,6 +55,12 @@ class Database {
   // DbError naming the field of an out-of-bounds verdict.
   virtual void add_verdict(const Verdict& v) = 0;
 
+  // Stores what tuning bought a model (tune --model --local); DbError naming the field of an
+  // out-of-bounds one. model_results lists them, newest first (none in a file older than
+  // schema version 4, opened read-only).
+  virtual void add_model_result(const ModelResult& m) = 0;
+  virtual std::vector<ModelResult> model_results() = 0;
+
   // The best correct, error-free record for `key`, trying the tiers of MatchTier in order.
   // Returns tier None (and no record) when no tier matches.
   virtual BestResult best(const LookupKey& key) = 0;

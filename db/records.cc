@@ -187,6 +187,36 @@ void check_verdict(const Verdict& v) {
   }
 }
 
+void check_model_result(const ModelResult& m) {
+  auto name = [](const char* field, const std::string& value) {
+    if (value.empty() || value.size() > kMaxNameLength) {
+      throw std::invalid_argument(std::string("model result: ") + field + " is " +
+                                  (value.empty() ? "empty" : std::to_string(value.size()) + " characters") +
+                                  " (1 to " + std::to_string(kMaxNameLength) + ")");
+    }
+  };
+  name("model", m.model);
+  name("model_hash", m.model_hash);
+  name("target", m.target);
+  name("device_key", m.device_key);
+  for (auto [field, v] : {std::pair{"tuned_s", m.tuned_s}, {"default_s", m.default_s}, {"estimate_s", m.estimate_s}}) {
+    if (!std::isfinite(v) || v < 0 || v > kMaxSeconds) {
+      throw std::invalid_argument(std::string("model result: ") + field + " " + std::to_string(v) +
+                                  " is not a time in seconds");
+    }
+  }
+  if (m.tuned_kernels < 0 || m.tunable_kernels < m.tuned_kernels || m.tunable_kernels > kMaxParamValue) {
+    throw std::invalid_argument("model result: " + std::to_string(m.tuned_kernels) + " tuned of " +
+                                std::to_string(m.tunable_kernels) + " tunable kernels");
+  }
+  if (!m.configs.is_array() || m.configs.dump().size() > kMaxErrorMsgLength * 16) {
+    throw std::invalid_argument("model result: configs is not an array of at most 1 MiB");
+  }
+  if (!std::isfinite(m.measured_at) || m.measured_at < 0 || m.measured_at > kMaxTimestamp) {
+    throw std::invalid_argument("model result: measured_at " + std::to_string(m.measured_at) + " is not a Unix time");
+  }
+}
+
 std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records, const Verdict* verdict) {
   struct Group {
     std::vector<const MeasureRecord*> ok;

@@ -182,6 +182,24 @@ void check_verdict(const Verdict& v);
 
 std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records, const Verdict* verdict = nullptr);
 
+// What tuning bought a whole model (tune --model --local): the model compiled with the tuned
+// configs and with default schedules, both timed in one process on the same inputs.
+struct ModelResult {
+  int64_t id = 0;              // assigned by the database
+  std::string model;           // the file as the user named it
+  std::string model_hash;      // SHA-256 of the file's bytes, hex
+  std::string target;          // canonical target string
+  std::string device_key;      // "local"
+  double tuned_s = 0;          // median latency of the tuned build
+  double default_s = 0;        // and of the default build, timed beside it
+  double estimate_s = 0;       // what the tuner estimated for the tuned build; 0: none
+  int64_t tuned_kernels = 0, tunable_kernels = 0;
+  nlohmann::json configs;      // array: per tuned workload {workload, template, config}
+  double measured_at = 0;      // Unix seconds
+};
+// Throws std::invalid_argument naming the field when a model result is out of bounds.
+void check_model_result(const ModelResult& m);
+
 // Distance between two shapes of one operator: the sum over their integer parameters of
 // |ln(a + 1) - ln(b + 1)|, so doubling a dimension costs about ln 2 whatever its size.
 // Parameters missing on one side count as distance 10 each.

@@ -145,6 +145,20 @@ CREATE TABLE verdicts (
   decided_at  REAL NOT NULL         -- Unix seconds
 );
 CREATE INDEX verdicts_pair ON verdicts (workload, target, decided_at);
+CREATE TABLE models (
+  id              INTEGER PRIMARY KEY,
+  model           TEXT NOT NULL,    -- the file as the user named it
+  model_hash      TEXT NOT NULL,    -- SHA-256 of its bytes
+  target          TEXT NOT NULL,
+  device_key      TEXT NOT NULL,
+  tuned_s         REAL NOT NULL,    -- median latency with the tuned configs
+  default_s       REAL NOT NULL,    -- and with default schedules, timed beside it
+  estimate_s      REAL NOT NULL,    -- the tuner's estimate for the tuned build; 0: none
+  tuned_kernels   INTEGER NOT NULL,
+  tunable_kernels INTEGER NOT NULL,
+  configs         TEXT NOT NULL,    -- JSON array: per tuned workload {workload, template, config}
+  measured_at     REAL NOT NULL
+);
 )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -398,6 +412,54 @@ class SqliteDatabase : public Database {
       q.bind(6, v.speedup);
       q.bind(7, v.decided_at);
       q.exec();
+    });
+  }
+
+  void add_model_result(const ModelResult& m) override {
+    try {
+      check_model_result(m);
+    } catch (const std::invalid_argument& e) {
+      throw DbError(std::string(e.what()) + " (not stored in " + path_ + ")");
+    }
+    write([&] {
+      SQLite::Statement q(db_, "INSERT INTO models (model, model_hash, target, device_key, tuned_s, default_s, "
+                               "estimate_s, tuned_kernels, tunable_kernels, configs, measured_at) "
+                               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      int c = 1;
+      for (const std::string* v : {&m.model, &m.model_hash, &m.target, &m.device_key}) q.bind(c++, *v);
+      for (double v : {m.tuned_s, m.default_s, m.estimate_s}) q.bind(c++, v);
+      q.bind(c++, m.tuned_kernels);
+      q.bind(c++, m.tunable_kernels);
+      q.bind(c++, m.configs.dump());
+      q.bind(c++, m.measured_at);
+      q.exec();
+    });
+  }
+
+  std::vector<ModelResult> model_results() override {
+    return read([&] {
+      std::vector<ModelResult> out;
+      if (version_ < 4) return out;
+      SQLite::Statement q(db_, "SELECT id, model, model_hash, target, device_key, tuned_s, default_s, estimate_s, "
+                               "tuned_kernels, tunable_kernels, configs, measured_at FROM models "
+                               "ORDER BY measured_at DESC, id DESC");
+      while (q.executeStep()) {
+        ModelResult m;
+        m.id = q.getColumn(0).getInt64();
+        m.model = q.getColumn(1).getString();
+        m.model_hash = q.getColumn(2).getString();
+        m.target = q.getColumn(3).getString();
+        m.device_key = q.getColumn(4).getString();
+        m.tuned_s = q.getColumn(5).getDouble();
+        m.default_s = q.getColumn(6).getDouble();
+        m.estimate_s = q.getColumn(7).getDouble();
+        m.tuned_kernels = q.getColumn(8).getInt64();
+        m.tunable_kernels = q.getColumn(9).getInt64();
+        m.configs = json::parse(q.getColumn(10).getString(), nullptr, false);
+        m.measured_at = q.getColumn(11).getDouble();
+        out.push_back(std::move(m));
+      }
+      return out;
     });
   }
 

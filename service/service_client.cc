@@ -106,6 +106,11 @@ class RemoteDatabase : public db::Database {
   void finish_run(const std::string&, const std::string&, double) override { read_only(); }
   int64_t commit(const std::vector<db::MeasureRecord>&) override { read_only(); }
   void add_verdict(const db::Verdict&) override { read_only(); }
+  void add_model_result(const db::ModelResult&) override { read_only(); }
+  std::vector<db::ModelResult> model_results() override {
+    throw db::DbError("models are not one of the tuning service's queries: tune --model --local records them in a "
+                      "local database (query models --db FILE)");
+  }
   db::DistillResult distill(int64_t, bool) override { read_only(); }
   int64_t add_job(const db::JobRow&) override { read_only(); }
   void update_job(const db::JobRow&) override { read_only(); }

@@ -94,6 +94,7 @@ TEST(Schema, Version2RunsMigrateAndMayBeInterrupted) {
       DROP TABLE runs;
       ALTER TABLE runs_v2 RENAME TO runs;
       DROP TABLE verdicts;
+      DROP TABLE models;
       PRAGMA user_version = 2;)sql");
     EXPECT_THROW(raw.exec("UPDATE runs SET status = 'interrupted'"), SQLite::Exception);
   }
@@ -320,6 +321,50 @@ TEST(Lookup, TheNewestVerdictWinsWhileItsConfigIsCorrect) {
   EXPECT_THROW(db->add_verdict(bad), DbError);
 }
 
+// What tuning bought a model: stored whole, listed newest first; bad ones are refused naming
+// the field.
+TEST(Models, ResultsAreListedNewestFirstAndCheckedOnTheWay) {
+  auto db = open_database(":memory:");
+  EXPECT_TRUE(db->model_results().empty());
+  ModelResult m{0, "resnet18.onnx", std::string(64, 'a'), kX86, "local", 0.020, 0.022, 0.021, 14, 21,
+                nlohmann::json::array({{{"workload", "matmul(M=1,N=1000,K=512,epilogue=bias)"},
+                                        {"template", "dense.cpu.v1"}, {"config", {{"tile_n", 32}}}}}),
+                1.8e9};
+  db->add_model_result(m);
+  m.model = "mobilenet_v2.onnx";
+  m.measured_at = 1.9e9;
+  db->add_model_result(m);
+  std::vector<ModelResult> all = db->model_results();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].model, "mobilenet_v2.onnx");
+  EXPECT_EQ(all[1].model, "resnet18.onnx");
+  EXPECT_DOUBLE_EQ(all[1].tuned_s, 0.020);
+  EXPECT_DOUBLE_EQ(all[1].default_s, 0.022);
+  EXPECT_EQ(all[1].tuned_kernels, 14);
+  EXPECT_EQ(all[1].configs[0]["config"]["tile_n"], 32);
+  auto refused = [&](ModelResult bad, const std::string& why) {
+    try {
+      db->add_model_result(bad);
+      ADD_FAILURE() << "stored: " << why;
+    } catch (const DbError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  ModelResult bad = m;
+  bad.model_hash = "";
+  refused(bad, "model_hash is empty");
+  bad = m;
+  bad.tuned_s = -1;
+  refused(bad, "tuned_s -1");
+  bad = m;
+  bad.tuned_kernels = 30;
+  refused(bad, "30 tuned of 21 tunable kernels");
+  bad = m;
+  bad.configs = nlohmann::json::object();
+  refused(bad, "configs is not an array");
+  EXPECT_EQ(db->model_results().size(), 2u);
+}
+
 // A version 3 file has no verdicts: read-only it answers by the ranking; opened for writing
 // it gains the table.
 TEST(Schema, Version3FilesReadWithoutVerdictsAndMigrate) {
@@ -328,11 +373,12 @@ TEST(Schema, Version3FilesReadWithoutVerdictsAndMigrate) {
   open_database(path)->commit({record(8, 8, 8, kX86, 1, 1e-3)});
   {
     SQLite::Database raw(path, SQLite::OPEN_READWRITE);
-    raw.exec("DROP TABLE verdicts; PRAGMA user_version = 3;");
+    raw.exec("DROP TABLE verdicts; DROP TABLE models; PRAGMA user_version = 3;");
   }
   MeasureRecord any = record(8, 8, 8, kX86, 0, 1);
   auto ro = open_database(path, OpenMode::ReadOnly);
   EXPECT_EQ(ro->best(key(any, kX86, "x86_64")).record.config, record(8, 8, 8, kX86, 1, 1).config);
+  EXPECT_TRUE(ro->model_results().empty());
   EXPECT_EQ(ro->best_per_pair().size(), 1u);
   auto rw = open_database(path);
   rw->add_verdict({any.workload, kX86, "dense.cpu.v1", config_hash(record(8, 8, 8, kX86, 1, 1).config), "", 1, 1.8e9});

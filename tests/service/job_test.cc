@@ -213,6 +213,7 @@ TEST(JobsTable, AVersionOneFileIsReadableAsItIsAndMigratedOnWrite) {
     SQLite::Database raw(path, SQLite::OPEN_READWRITE);
     raw.exec("DROP TABLE jobs");
     raw.exec("DROP TABLE verdicts");
+    raw.exec("DROP TABLE models");
     raw.exec("PRAGMA user_version = 1");
   }
   {

@@ -154,6 +154,20 @@ TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
   // its tasks (none when the default build ran faster than its tasks timed alone).
   double model_estimate = done["model_estimate_s"].get<double>();
   if (model_estimate > 0) EXPECT_GT(model_estimate, done["estimate_s"].get<double>()) << done.dump();
+  // The model's result is in the database: query models lists it.
+  Result models = tunefarm("query models --json --db " + db);
+  ASSERT_EQ(models.exit, 0) << models.err;
+  json listed = json::parse(models.out);
+  ASSERT_EQ(listed.size(), 1u) << models.out;
+  EXPECT_EQ(listed[0]["model"], model);
+  EXPECT_EQ(listed[0]["model_hash"].get<std::string>().size(), 64u);
+  EXPECT_EQ(listed[0]["device_key"], "local");
+  EXPECT_DOUBLE_EQ(listed[0]["tuned_s"].get<double>(), done["model"]["tuned_s"].get<double>());
+  EXPECT_DOUBLE_EQ(listed[0]["default_s"].get<double>(), done["model"]["default_s"].get<double>());
+  EXPECT_EQ(listed[0]["tuned_kernels"], 3);
+  EXPECT_EQ(listed[0]["configs"].size(), 2u) << models.out;  // two workloads, three kernels
+  Result table = tunefarm("query models --db " + db);
+  EXPECT_NE(table.out.find(model), std::string::npos) << table.out;
   int64_t records = count(db, "SELECT COUNT(*) FROM records");
   EXPECT_GE(records, trials);
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM runs WHERE status = 'done'"), 2);
