@@ -108,6 +108,10 @@ json default_config(const OpGraph& g, const Target& t) { return find_template(g.
 
 std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t) {
   const ScheduleTemplate& tpl = find_template(g.workload.op, t);
+  // The default config is always a point of the space: the tuner measures it first, and
+  // re-times its best beside it (a depthwise layer's default tile_w of 19 was no candidate
+  // of its 56 columns, so its run had no baseline and no verdict).
+  const json defaults = tpl.default_config(g, t);
   std::vector<KnobSpec> out;
   for (const KnobDef& k : tpl.knobs()) {
     KnobSpec spec{k.name, k.help, k.kind, {}};
@@ -117,6 +121,12 @@ std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t) {
       for (const std::string& c : k.choices) spec.candidates.push_back(c);
     } else {
       spec.candidates = tpl.int_candidates(g, t, k);
+      if (defaults.contains(k.name) && defaults[k.name].is_number_integer()) {
+        const json& d = defaults[k.name];
+        auto at = std::find_if(spec.candidates.begin(), spec.candidates.end(),
+                               [&](const json& c) { return c.get<int64_t>() >= d.get<int64_t>(); });
+        if (at == spec.candidates.end() || *at != d) spec.candidates.insert(at, d);
+      }
     }
     out.push_back(std::move(spec));
   }
