@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Whole-model latency: tunefarm's compiled library against ONNX Runtime 1.30 (CPU, every graph
 optimisation), PyTorch eager and TorchScript (frozen + optimize_for_inference), batch 1, at 1
-and 2 threads, in one run with the calls interleaved (round robin, so drift hits all alike).
+and 2 threads, in one run with the calls interleaved (round robin, so drift hits all alike): each
+runtime in blocks of --calls timed calls, each block after --warmup-ms of untimed calls.
 
 Our library is called through its C ABI with ctypes; every call is timed, and each entry is
 the median of the calls of all rounds. With --db, the model is compiled twice, with default
@@ -20,7 +21,7 @@ teams libgomp's omp_get_max_threads() sizes, so torch.set_num_threads sizes them
 same libgomp).
 
 Usage: model_bench.py TUNEFARM [--models resnet18,mobilenet_v2,bert2,mlp] [--threads 1,2]
-                      [--calls 10] [--rounds 3] [--db PATH] [--ort DIR | --no-ort]
+                      [--calls 10] [--rounds 3] [--warmup-ms 50] [--db PATH] [--ort DIR | --no-ort]
                       [--without PASS] [--json FILE]
 Prints one row per model and thread count: ms per inference and the ratios ort/ours (above
 1: tunefarm is faster than ONNX Runtime), ort/tuned and ours/tuned with --db, eager/ours and
@@ -106,8 +107,8 @@ class OrtPeer:
                       "dims": list(x.shape), "output": raw_out})
         return np.fromfile(raw_out, dtype=np.float32).reshape(r["dims"])
 
-    def time(self, key, calls):
-        return self.ask({"op": "time", "id": key, "calls": calls})["times_s"]
+    def time(self, key, calls, warmup_s=0):
+        return self.ask({"op": "time", "id": key, "calls": calls, "warmup_ms": warmup_s * 1e3})["times_s"]
 
     def close(self):
         self.proc.stdin.close()
@@ -127,7 +128,11 @@ def ort_folder(folder):
     return folder
 
 
-def timed(f, calls):
+def timed(f, calls, warmup_s):
+    """`calls` timed calls of f, after calling it for warmup_s untimed."""
+    end = time.perf_counter() + warmup_s
+    while time.perf_counter() < end:
+        f()
     out = []
     for _ in range(calls):
         s = time.perf_counter()
@@ -155,6 +160,9 @@ def main():
     p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup-ms", type=float, default=50,
+                   help="untimed calls before each block of timed calls: each runtime has its own thread pool, "
+                        "whose workers sleep or spin after the others' calls and take a few ms of calls to wake")
     p.add_argument("--db", help="tuning database: also compile each model with its tuned configs (\"tuned\")")
     p.add_argument("--ort", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort"),
                    help="folder holding node_modules/onnxruntime-node (default: bench/ort)")
@@ -208,9 +216,9 @@ def main():
                         peer.time(key, 2)
                     for _ in range(a.rounds):
                         for k, f in runners.items():
-                            samples[k] += timed(f, a.calls)
+                            samples[k] += timed(f, a.calls, a.warmup_ms / 1e3)
                         if peer:
-                            samples["ort"] += peer.time(key, a.calls)
+                            samples["ort"] += peer.time(key, a.calls, a.warmup_ms / 1e3)
                 ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
                 spread = {k: (max(v) - min(v)) / statistics.median(v) for k, v in samples.items()}
                 row = {"model": name, "threads": t, "ms": ms, "max_error": errors, "magnitude": mag,

@@ -7,7 +7,8 @@
 //       a session with T intra-op threads, one inter-op thread, sequential execution and
 //       every graph optimisation; RAW files hold float32 data: the input is read from one,
 //       and the first output of one call is written to the other (for the error check).
-//   {"op": "time", "id": K, "calls": N}   N calls, each timed: {"ok": true, "times_s": [...]}
+//   {"op": "time", "id": K, "calls": N, "warmup_ms": W}
+//       calls for W ms untimed, then N calls, each timed: {"ok": true, "times_s": [...]}
 // Errors answer {"ok": false, "error": "..."}; the process stays up for the next request.
 //
 // Run with NODE_PATH naming the node_modules that holds onnxruntime-node (1.30 ships its CPU
@@ -39,6 +40,8 @@ async function load(req) {
 async function time(req) {
   const s = sessions.get(req.id);
   if (!s) throw new Error(`no session ${req.id}`);
+  const warm = process.hrtime.bigint() + BigInt(Math.round((req.warmup_ms || 0) * 1e6));
+  while (process.hrtime.bigint() < warm) await s.session.run(s.feeds);
   const times = [];
   for (let i = 0; i < req.calls; ++i) {
     const start = process.hrtime.bigint();
