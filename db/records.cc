@@ -76,36 +76,54 @@ std::string MeasureRecord::identity() const {
   return digest(id.dump());
 }
 
+namespace {
+
+void fail(const std::string& what) { throw std::invalid_argument(what); }
+
+void check_text(const std::string& value, const char* name, size_t max_len, bool required) {
+  if (required && value.empty()) fail(std::string(name) + " is empty");
+  if (value.size() > max_len) {
+    fail(std::string(name) + " has " + std::to_string(value.size()) + " characters, over the limit of " +
+         std::to_string(max_len));
+  }
+}
+
+// Shown as 1e+19 rather than std::to_string's 20 digits.
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return std::string(buf);
+}
+
+void check_range(double v, const char* name, double lo, double hi) {
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    fail(std::string(name) + " " + number(v) + " is not in [" + number(lo) + ", " + number(hi) + "]");
+  }
+}
+
+// Runs `check`, prefixing what it throws with `what`.
+template <typename F>
+void checked(const char* what, F&& check) {
+  try {
+    check();
+  } catch (const std::invalid_argument& e) {
+    fail(std::string(what) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 void check_record(const MeasureRecord& r) {
-  auto fail = [](const std::string& what) { throw std::invalid_argument(what); };
-  auto text = [&](const std::string& value, const char* name, size_t max_len, bool required) {
-    if (required && value.empty()) fail(std::string(name) + " is empty");
-    if (value.size() > max_len) {
-      fail(std::string(name) + " has " + std::to_string(value.size()) + " characters, over the limit of " +
-           std::to_string(max_len));
-    }
-  };
-  // Shown as 1e+19 rather than std::to_string's 20 digits.
-  auto number = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return std::string(buf);
-  };
-  auto in_range = [&](double v, const char* name, double lo, double hi) {
-    if (!std::isfinite(v) || v < lo || v > hi) {
-      fail(std::string(name) + " " + number(v) + " is not in [" + number(lo) + ", " + number(hi) + "]");
-    }
-  };
-  text(r.workload, "workload", kMaxNameLength, true);
-  text(r.op, "op", kMaxNameLength, true);
-  text(r.target, "target", kMaxNameLength, true);
-  text(r.arch, "arch", kMaxNameLength, true);
-  text(r.device_key, "device_key", kMaxNameLength, false);
-  text(r.device_model, "device_model", kMaxNameLength, false);
-  text(r.toolchain, "toolchain", kMaxNameLength, false);
-  text(r.template_name, "template", kMaxNameLength, true);
-  text(r.run_uuid, "run", kMaxNameLength, false);
-  text(r.error_msg, "error_msg", kMaxErrorMsgLength, false);
+  check_text(r.workload, "workload", kMaxNameLength, true);
+  check_text(r.op, "op", kMaxNameLength, true);
+  check_text(r.target, "target", kMaxNameLength, true);
+  check_text(r.arch, "arch", kMaxNameLength, true);
+  check_text(r.device_key, "device_key", kMaxNameLength, false);
+  check_text(r.device_model, "device_model", kMaxNameLength, false);
+  check_text(r.toolchain, "toolchain", kMaxNameLength, false);
+  check_text(r.template_name, "template", kMaxNameLength, true);
+  check_text(r.run_uuid, "run", kMaxNameLength, false);
+  check_text(r.error_msg, "error_msg", kMaxErrorMsgLength, false);
   if (!r.params.is_object()) fail("params is not a JSON object");
   for (const auto& [key, value] : r.params.items()) {
     if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxParamValue) {
@@ -130,12 +148,12 @@ void check_record(const MeasureRecord& r) {
     if (!std::isfinite(s) || s <= 0 || s > kMaxSeconds) fail("sample " + number(s) + " is not a time in (0, 1e6] seconds");
   }
   if (r.settings.number < 1 || r.settings.repeat < 1) fail("number and repeat must be at least 1");
-  in_range(r.settings.min_repeat_ms, "settings.min_repeat_ms", 0, kMaxSeconds * 1e3);
-  in_range(r.settings.cooldown_ms, "settings.cooldown_ms", 0, kMaxSeconds * 1e3);
-  in_range(r.compile_s, "compile_s", 0, kMaxSeconds);
+  check_range(r.settings.min_repeat_ms, "settings.min_repeat_ms", 0, kMaxSeconds * 1e3);
+  check_range(r.settings.cooldown_ms, "settings.cooldown_ms", 0, kMaxSeconds * 1e3);
+  check_range(r.compile_s, "compile_s", 0, kMaxSeconds);
   // measured_at must be a date a calendar can show: after 1970, before the year 10000.
   if (!(r.measured_at > 0)) fail("measured_at is not set");
-  in_range(r.measured_at, "measured_at", 0, kMaxTimestamp);
+  check_range(r.measured_at, "measured_at", 0, kMaxTimestamp);
 }
 
 bool emulated_target(const std::string& target) { return target.find(kEmulatedTargetMarker) != std::string::npos; }
@@ -167,54 +185,33 @@ double shape_distance(const nlohmann::json& a, const nlohmann::json& b) {
 }
 
 void check_verdict(const Verdict& v) {
-  auto name = [](const char* field, const std::string& value, bool required) {
-    if ((required && value.empty()) || value.size() > kMaxNameLength) {
-      throw std::invalid_argument(std::string("verdict: ") + field + " is " +
-                                  (value.empty() ? "empty" : std::to_string(value.size()) + " characters") +
-                                  " (1 to " + std::to_string(kMaxNameLength) + ")");
-    }
-  };
-  name("workload", v.workload, true);
-  name("target", v.target, true);
-  name("template", v.template_name, true);
-  name("config_hash", v.config_hash, true);
-  name("run_uuid", v.run_uuid, false);
-  if (!std::isfinite(v.speedup) || v.speedup < 0 || v.speedup > kMaxSeconds) {
-    throw std::invalid_argument("verdict: speedup " + std::to_string(v.speedup) + " is not a finite number >= 0");
-  }
-  if (!std::isfinite(v.decided_at) || v.decided_at < 0 || v.decided_at > kMaxTimestamp) {
-    throw std::invalid_argument("verdict: decided_at " + std::to_string(v.decided_at) + " is not a Unix time");
-  }
+  checked("verdict", [&] {
+    check_text(v.workload, "workload", kMaxNameLength, true);
+    check_text(v.target, "target", kMaxNameLength, true);
+    check_text(v.template_name, "template", kMaxNameLength, true);
+    check_text(v.config_hash, "config_hash", kMaxNameLength, true);
+    check_text(v.run_uuid, "run_uuid", kMaxNameLength, false);
+    check_range(v.speedup, "speedup", 0, kMaxSeconds);
+    check_range(v.decided_at, "decided_at", 0, kMaxTimestamp);
+  });
 }
 
 void check_model_result(const ModelResult& m) {
-  auto name = [](const char* field, const std::string& value) {
-    if (value.empty() || value.size() > kMaxNameLength) {
-      throw std::invalid_argument(std::string("model result: ") + field + " is " +
-                                  (value.empty() ? "empty" : std::to_string(value.size()) + " characters") +
-                                  " (1 to " + std::to_string(kMaxNameLength) + ")");
+  checked("model result", [&] {
+    check_text(m.model, "model", kMaxNameLength, true);
+    check_text(m.model_hash, "model_hash", kMaxNameLength, true);
+    check_text(m.target, "target", kMaxNameLength, true);
+    check_text(m.device_key, "device_key", kMaxNameLength, true);
+    check_range(m.tuned_s, "tuned_s", 0, kMaxSeconds);
+    check_range(m.default_s, "default_s", 0, kMaxSeconds);
+    check_range(m.estimate_s, "estimate_s", 0, kMaxSeconds);
+    check_range(m.measured_at, "measured_at", 0, kMaxTimestamp);
+    if (m.tuned_kernels < 0 || m.tunable_kernels < m.tuned_kernels || m.tunable_kernels > kMaxParamValue) {
+      fail(std::to_string(m.tuned_kernels) + " tuned of " + std::to_string(m.tunable_kernels) + " tunable kernels");
     }
-  };
-  name("model", m.model);
-  name("model_hash", m.model_hash);
-  name("target", m.target);
-  name("device_key", m.device_key);
-  for (auto [field, v] : {std::pair{"tuned_s", m.tuned_s}, {"default_s", m.default_s}, {"estimate_s", m.estimate_s}}) {
-    if (!std::isfinite(v) || v < 0 || v > kMaxSeconds) {
-      throw std::invalid_argument(std::string("model result: ") + field + " " + std::to_string(v) +
-                                  " is not a time in seconds");
-    }
-  }
-  if (m.tuned_kernels < 0 || m.tunable_kernels < m.tuned_kernels || m.tunable_kernels > kMaxParamValue) {
-    throw std::invalid_argument("model result: " + std::to_string(m.tuned_kernels) + " tuned of " +
-                                std::to_string(m.tunable_kernels) + " tunable kernels");
-  }
-  if (!m.configs.is_array() || m.configs.dump().size() > kMaxErrorMsgLength * 16) {
-    throw std::invalid_argument("model result: configs is not an array of at most 1 MiB");
-  }
-  if (!std::isfinite(m.measured_at) || m.measured_at < 0 || m.measured_at > kMaxTimestamp) {
-    throw std::invalid_argument("model result: measured_at " + std::to_string(m.measured_at) + " is not a Unix time");
-  }
+    if (!m.configs.is_array()) fail("configs is not a JSON array");
+    check_text(m.configs.dump(), "configs", kMaxConfigLength * 16, false);
+  });
 }
 
 std::optional<BestResult> robust_best(const std::vector<MeasureRecord>& records, const Verdict* verdict) {

@@ -396,11 +396,7 @@ class SqliteDatabase : public Database {
   }
 
   void add_verdict(const Verdict& v) override {
-    try {
-      check_verdict(v);
-    } catch (const std::invalid_argument& e) {
-      throw DbError(std::string(e.what()) + " (not stored in " + path_ + ")");
-    }
+    refuse_invalid([&] { check_verdict(v); });
     write([&] {
       SQLite::Statement q(db_, "INSERT INTO verdicts (workload, target, template, config_hash, run_uuid, speedup, "
                                "decided_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
@@ -416,11 +412,7 @@ class SqliteDatabase : public Database {
   }
 
   void add_model_result(const ModelResult& m) override {
-    try {
-      check_model_result(m);
-    } catch (const std::invalid_argument& e) {
-      throw DbError(std::string(e.what()) + " (not stored in " + path_ + ")");
-    }
+    refuse_invalid([&] { check_model_result(m); });
     write([&] {
       SQLite::Statement q(db_, "INSERT INTO models (model, model_hash, target, device_key, tuned_s, default_s, "
                                "estimate_s, tuned_kernels, tunable_kernels, configs, measured_at) "
@@ -772,6 +764,16 @@ class SqliteDatabase : public Database {
     if (!q.executeStep()) return std::nullopt;
     return Verdict{workload, target, q.getColumn(0).getString(), q.getColumn(1).getString(),
                    q.getColumn(2).getString(), q.getColumn(3).getDouble(), q.getColumn(4).getDouble()};
+  }
+
+  // Runs a check of something to store; what it refuses becomes a DbError naming the file.
+  template <typename F>
+  void refuse_invalid(F&& check) {
+    try {
+      check();
+    } catch (const std::invalid_argument& e) {
+      throw DbError(std::string(e.what()) + " (not stored in " + path_ + ")");
+    }
   }
 
   // Runs `f` in one write transaction; SQLite errors become DbError naming the file.

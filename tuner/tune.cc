@@ -335,11 +335,12 @@ TuneSummary TuneLoop::finish() {
     };
     std::stable_sort(sum_.retimed.begin(), sum_.retimed.end(),
                      [&](const RetimeResult& a, const RetimeResult& b) { return key(a) < key(b); });
-    if (db_ && d != top.end() && !sum_.interrupted && std::isfinite(key(sum_.retimed[0]))) {
-      const RetimeResult& w = sum_.retimed[0];
+    const RetimeResult& w = sum_.retimed[0];
+    const double speedup = w.is_default ? 1.0 : 1.0 / w.ratio_to_default;
+    // (A speedup past db::kMaxSeconds would be a broken timer, not a verdict.)
+    if (db_ && d != top.end() && !sum_.interrupted && std::isfinite(key(w)) && speedup <= db::kMaxSeconds) {
       db_->add_verdict({space_.workload().canonical(), space_.target().str(), space_.template_id(),
-                        db::config_hash(w.config), opts_.run_uuid,
-                        w.is_default ? 1.0 : 1.0 / w.ratio_to_default, unix_now()});
+                        db::config_hash(w.config), opts_.run_uuid, speedup, unix_now()});
     }
     for (const RetimeResult& r : sum_.retimed) {
       if (r.is_default && r.median_of_medians_s > 0) sum_.default_s = r.median_of_medians_s;

@@ -361,7 +361,7 @@ TEST(Models, ResultsAreListedNewestFirstAndCheckedOnTheWay) {
   refused(bad, "30 tuned of 21 tunable kernels");
   bad = m;
   bad.configs = nlohmann::json::object();
-  refused(bad, "configs is not an array");
+  refused(bad, "configs is not a JSON array");
   EXPECT_EQ(db->model_results().size(), 2u);
 }
 
