@@ -475,6 +475,23 @@ int run_tune_model(const TuneArgs& a) {
     k.loop = std::make_unique<TuneLoop>(*k.space, *k.search.strategy, builder, *session.runner, database.get(), o,
                                         std::vector<MeasureCallback*>{k.commit.get()}, &g_stop);
   }
+  // Tasks that differ only in the epilogue (a conv with and without its Relu): a new best of
+  // one is measured on the others next (TuneLoop::seed), as a strong start.
+  std::vector<std::vector<size_t>> siblings(tasks.size());
+  {
+    std::vector<std::string> key(tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      Workload w = parse_workload(tasks[i].workload);
+      w.epilogue = Epilogue::None;
+      key[i] = tasks[i].space->template_id() + "/" + w.canonical();
+    }
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      for (size_t j = 0; j < tasks.size(); ++j) {
+        if (i != j && key[i] == key[j]) siblings[i].push_back(j);
+      }
+    }
+  }
+  std::vector<json> shared(tasks.size());  // the best each task last passed to its siblings
   auto estimate = [&](bool best) {
     double total = 0;
     for (const Task& k : tasks) {
@@ -524,6 +541,21 @@ int run_tune_model(const TuneArgs& a) {
         continue;
       }
       const TuneState& st = k.loop->state();
+      if (!st.best_config.is_null() && st.best_config != shared[static_cast<size_t>(i)]) {
+        shared[static_cast<size_t>(i)] = st.best_config;
+        for (size_t j : siblings[static_cast<size_t>(i)]) {
+          if (tasks[j].loop->seed({st.best_config}) == 0) continue;
+          if (a.json) {
+            std::printf("%s\n", json{{"event", "seed"}, {"task", j}, {"workload", tasks[j].workload}, {"from", i},
+                                     {"config", st.best_config}}
+                                    .dump()
+                                    .c_str());
+          } else {
+            std::fprintf(stderr, "task %zu (%s) tries the new best of task %d, its sibling\n", j,
+                         tasks[j].workload.c_str(), i);
+          }
+        }
+      }
       hist[static_cast<size_t>(i)].trials.push_back(st.trials_done);
       hist[static_cast<size_t>(i)].best_s.push_back(st.best_s);
       double est = estimate(true);

@@ -217,7 +217,17 @@ bool TuneLoop::step(int max_new) {
     strategy_.observe({{*default_, std::numeric_limits<double>::infinity()}});
     batch.push_back(*default_);
   } else {
-    batch = strategy_.propose(n);
+    // Seeds first, marked seen like the default; the strategy fills the rest of the batch.
+    while (!seeds_.empty() && batch.size() < n) {
+      uint64_t i = seeds_.front();
+      seeds_.erase(seeds_.begin());
+      if (medians_.count(i)) continue;
+      strategy_.observe({{i, std::numeric_limits<double>::infinity()}});
+      batch.push_back(i);
+    }
+    if (batch.size() < n) {
+      for (uint64_t i : strategy_.propose(n - batch.size())) batch.push_back(i);
+    }
   }
   if (batch.empty()) {
     sum_.stop_reason = "exhausted";
@@ -259,6 +269,19 @@ bool TuneLoop::step(int max_new) {
   strategy_.observe(obs);
   notify(trials);
   return true;
+}
+
+int TuneLoop::seed(const std::vector<nlohmann::json>& configs) {
+  int queued = 0;
+  for (const nlohmann::json& c : configs) {
+    std::optional<uint64_t> i = space_.index_of(c);  // none: not a point of this space
+    if (!i || !space_.valid(*i) || medians_.count(*i) || i == default_ ||
+        std::find(seeds_.begin(), seeds_.end(), *i) != seeds_.end())
+      continue;
+    seeds_.push_back(*i);
+    ++queued;
+  }
+  return queued;
 }
 
 void TuneLoop::end_search(const std::string& reason) {

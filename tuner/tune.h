@@ -150,6 +150,11 @@ class TuneLoop {
   // alone first) and tells the callbacks. Returns false, measuring nothing, once the search
   // is over (trials, time budget, early stop, exhausted, stop flag): stop_reason() says why.
   bool step(int max_new = std::numeric_limits<int>::max());
+  // Configs to measure before the strategy's next proposals, after the default (tune --model
+  // passes a task's sibling's new best: the same operator and shape with another epilogue).
+  // Configs of another space, pruned ones, the default and ones already measured or queued
+  // are skipped; returns how many were queued.
+  int seed(const std::vector<nlohmann::json>& configs);
   // Ends the search for a reason of the caller's (e.g. "budget": the job's budget is spent).
   void end_search(const std::string& reason);
   const std::string& stop_reason() const { return sum_.stop_reason; }
@@ -178,6 +183,7 @@ class TuneLoop {
   std::unique_ptr<MeasureContext> ctx_;
   std::map<uint64_t, std::vector<double>> medians_;  // per config: its measurements' costs
   std::optional<uint64_t> default_;
+  std::vector<uint64_t> seeds_;  // queued by seed(), measured first in order
   TuneSummary sum_;
 };
 

@@ -83,6 +83,21 @@ std::string mlp_model() {
   return "mlp.onnx";
 }
 
+// x[16,32] -> MatMul W1[32,32] -> Relu -> MatMul W2[32,32] -> y: two tasks that differ only
+// in the epilogue (relu, none).
+std::string siblings_model() {
+  ModelBuilder b(13);
+  b.input("x", {16, 32});
+  weight(b, "w1", 32, 32);
+  weight(b, "w2", 32, 32);
+  b.node("MatMul", {"x", "w1"}, {"h1"});
+  b.node("Relu", {"h1"}, {"r1"});
+  b.node("MatMul", {"r1", "w2"}, {"y"});
+  b.output("y", {16, 32});
+  b.save(temp_dir() + "/siblings.onnx");
+  return "siblings.onnx";
+}
+
 // A model without a tunable task.
 std::string relu_model() {
   ModelBuilder b(13);
@@ -102,6 +117,24 @@ int64_t count(const std::string& db, const std::string& sql) {
   sqlite3_finalize(st);
   sqlite3_close(h);
   return n;
+}
+
+// The configs of every record of `workload` in `db`.
+std::vector<json> configs_of(const std::string& db, const std::string& workload) {
+  sqlite3* h = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(h,
+                               "SELECT r.config FROM records r JOIN workloads w ON w.id = r.workload_id "
+                               "WHERE w.canonical = ?",
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  sqlite3_bind_text(st, 1, workload.c_str(), -1, SQLITE_TRANSIENT);
+  std::vector<json> out;
+  while (sqlite3_step(st) == SQLITE_ROW) out.push_back(json::parse(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))));
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return out;
 }
 
 // The last JSON line of `out` whose event is `event` (null when none).
@@ -188,6 +221,50 @@ TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
   for (const json& t : done2["tasks"]) trials2 += t["trials"].get<int64_t>();
   EXPECT_GT(trials2, 0);
   EXPECT_EQ(count(db, distinct), before + trials2);
+}
+
+// Tasks that differ only in the epilogue pass each new best to each other: a config that is
+// the relu task's best (made so in the database: 1 ns) and that the other task never measured
+// is passed to it (a `seed` event) and measured there; every seed event's config is measured
+// by its receiver. (The mechanism, with fixed configs: Tune.SeedsAreMeasuredFirstAfterTheDefault.)
+TEST(TuneModel, SiblingTasksTryEachOthersBest) {
+  std::string model = siblings_model(), db = temp_dir() + "/siblings.db";
+  const std::string args = "tune --model " + model + " --local --trials 16 --batch 2 --repeat 2 --min-repeat-ms 1 "
+                           "--retime-rounds 1 --strategy random --json --db " + db;
+  Result first = tunefarm(args);
+  ASSERT_EQ(first.exit, 0) << first.out << first.err;
+  json start = last_event(first.out, "start");
+  ASSERT_EQ(start["tasks"].size(), 2u) << first.out;
+  const std::string relu = start["tasks"][0]["workload"], none = start["tasks"][1]["workload"];
+  EXPECT_EQ(relu, "matmul(M=16,N=32,K=32,epilogue=relu)");
+  EXPECT_EQ(none, "matmul(M=16,N=32,K=32,epilogue=none)");
+  std::vector<json> of_none = configs_of(db, none);
+  json x;
+  for (const json& c : configs_of(db, relu)) {
+    if (std::find(of_none.begin(), of_none.end(), c) == of_none.end()) x = c;
+  }
+  ASSERT_FALSE(x.is_null()) << "every config of the relu task was measured by the other too";
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  std::string sql = "UPDATE records SET samples = '[1e-9]', median_s = 1e-9 WHERE config = '" + x.dump() + "'";
+  ASSERT_EQ(sqlite3_exec(h, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(h);
+  EXPECT_GE(sqlite3_changes(h), 1);
+  sqlite3_close(h);
+
+  Result r = tunefarm(args);
+  ASSERT_EQ(r.exit, 0) << r.out << r.err;
+  std::istringstream lines(r.out);
+  bool passed_x = false;
+  for (std::string line; std::getline(lines, line);) {
+    json e = json::parse(line);
+    if (e["event"] != "seed") continue;
+    EXPECT_NE(e["task"], e["from"]) << line;
+    passed_x = passed_x || (e["workload"] == none && e["config"] == x);
+    std::vector<json> measured = configs_of(db, e["workload"]);
+    EXPECT_NE(std::find(measured.begin(), measured.end(), e["config"]), measured.end())
+        << "task " << e["task"] << " never measured the config its sibling passed it: " << line;
+  }
+  EXPECT_TRUE(passed_x) << "the relu task's best " << x.dump() << " was not passed on:\n" << r.out;
 }
 
 // submit --model to a real tuning service with a local board: the job is the model's tasks,

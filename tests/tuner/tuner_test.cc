@@ -530,6 +530,39 @@ TEST(Tune, RecordsEveryTrialResumesWithoutRemeasuringAndCompileUsesTheBest) {
   }
 }
 
+// Seeds (a sibling task's best) are measured right after the default, in the order given,
+// before anything the strategy proposes; the default, configs already measured, repeated,
+// pruned or of another space are skipped.
+TEST(Tune, SeedsAreMeasuredFirstAfterTheDefault) {
+  Workload w = parse_workload("matmul(M=16,N=32,K=16,epilogue=relu)");
+  ConfigSpace space(w, host_target());
+  LocalBuilder b = builder();
+  LocalRunner r = runner();
+  TuneOptions o;
+  o.trials = 6;
+  o.batch = 3;
+  o.measure.repeat = 1;
+  o.measure.min_repeat_ms = 0;
+  o.retime_rounds = 0;
+  auto st = make_search_strategy("random", space, 7);
+  Collect seen;
+  TuneLoop loop(space, *st, b, r, nullptr, o, {&seen});
+  nlohmann::json x = {{"tile_m", 2}, {"tile_n", 16}, {"unroll_k", 2}, {"parallel", false}};
+  nlohmann::json y = {{"tile_m", 4}, {"tile_n", 8}, {"unroll_k", 1}, {"parallel", true}};
+  nlohmann::json def = space.to_config(*space.default_index());
+  EXPECT_EQ(loop.seed({x, y, x, def, {{"tile_w", 3}}, {{"tile_m", 1000000}}}), 2);  // x and y
+  ASSERT_TRUE(loop.step());  // the default, alone
+  ASSERT_EQ(seen.trials.size(), 1u);
+  EXPECT_EQ(seen.trials[0].config, def);
+  ASSERT_TRUE(loop.step());  // x and y, then one proposal
+  ASSERT_EQ(seen.trials.size(), 4u);
+  EXPECT_EQ(seen.trials[1].config, complete_config(build_op(w), host_target(), x));
+  EXPECT_EQ(seen.trials[2].config, complete_config(build_op(w), host_target(), y));
+  EXPECT_NE(seen.trials[3].config, seen.trials[1].config);
+  EXPECT_EQ(loop.seed({x}), 0);  // measured already
+  EXPECT_EQ(loop.state().trials_done, 4);
+}
+
 TEST(Tune, ASpaceSmallerThanTheTrialsRunsDry) {
   Workload w = parse_workload("depthwise_conv2d_nchw(N=1,C=2,H=4,W=4,R=3,S=3)");
   ConfigSpace space(w, host_target());
