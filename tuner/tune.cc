@@ -347,11 +347,11 @@ TuneSummary TuneLoop::finish() {
       sum_.retimed.push_back(r);
     }
     // With the default among them, configs are ranked by their paired ratios to it (timed in
-    // the same rounds, so a busy minute slows both), and the default stays unless one beats
-    // it by kVerdictMargin; else by their medians.
+    // the same rounds, so a busy minute slows both), and the default (unless it failed here)
+    // stays unless one beats it by kVerdictMargin; else by their medians.
     auto key = [&](const RetimeResult& r) {
       if (d != top.end()) {
-        if (r.is_default) return 1 - kVerdictMargin;
+        if (r.is_default) return r.median_of_medians_s > 0 ? 1 - kVerdictMargin : INFINITY;
         return r.ratio_to_default > 0 ? r.ratio_to_default : INFINITY;
       }
       return r.median_of_medians_s > 0 ? r.median_of_medians_s : INFINITY;
@@ -368,8 +368,7 @@ TuneSummary TuneLoop::finish() {
     for (const RetimeResult& r : sum_.retimed) {
       if (r.is_default && r.median_of_medians_s > 0) sum_.default_s = r.median_of_medians_s;
     }
-    if (!sum_.retimed.empty() && sum_.retimed[0].median_of_medians_s > 0) {
-      const RetimeResult& w = sum_.retimed[0];
+    if (w.median_of_medians_s > 0) {
       sum_.best_config = w.config;
       sum_.best_s = w.median_of_medians_s;
       paired = d != top.end();
