@@ -619,9 +619,14 @@ int run_tune_model(const TuneArgs& a) {
   if (mc && database) {
     std::ifstream f(a.model, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    database->add_model_result({0, a.model, farm::sha256_hex(bytes), t.str(), session.runner->device_key(),
-                                mc->tuned_s, mc->default_s, model_estimate, mc->tuned, mc->tunable, mc->configs,
-                                unix_now()});
+    if (!f.good() && !f.eof()) {
+      std::fprintf(stderr, "warning: cannot read %s again to hash it; the model's result is not stored\n",
+                   a.model.c_str());
+    } else {
+      database->add_model_result({0, a.model, farm::sha256_hex(bytes), t.str(), session.runner->device_key(),
+                                  mc->tuned_s, mc->default_s, model_estimate, mc->tuned, mc->tunable, mc->configs,
+                                  unix_now()});
+    }
   }
   if (a.json) {
     std::printf("%s\n", json{{"event", "done"}, {"status", interrupted ? "cancelled" : "done"},
