@@ -228,8 +228,11 @@ int query_models(db::Database& db, const QueryArgs& a) {
 
 int query_export(db::Database& db, const QueryArgs& a) {
   db::HistoryFilter f{canonical_workload(a.workload), canonical_target(a.target), 0};
+  // The service's verdicts stay with it (its own lookups use them): export its records.
+  const bool verdicts = !a.server.given();
+  if (!verdicts) std::fprintf(stderr, "note: verdicts are not exported over --server; records are\n");
   if (a.file == "-") {
-    db::export_jsonl(db, f, std::cout);
+    db::export_jsonl(db, f, std::cout, verdicts);
     return 0;
   }
   // Written under a temporary name and renamed: a failed export leaves neither a half file
@@ -241,10 +244,11 @@ int query_export(db::Database& db, const QueryArgs& a) {
   } cleanup{tmp};
   std::ofstream out(tmp);
   if (!out) throw db::DbError("export: cannot write " + a.file);
-  int64_t n = db::export_jsonl(db, f, out);
+  db::ExportResult n = db::export_jsonl(db, f, out, verdicts);
   out.close();
   if (!out || std::rename(tmp.c_str(), a.file.c_str()) != 0) throw db::DbError("export: cannot write " + a.file);
-  std::fprintf(stderr, "exported %lld records to %s\n", static_cast<long long>(n), a.file.c_str());
+  std::fprintf(stderr, "exported %lld records and %lld verdicts to %s\n", static_cast<long long>(n.records),
+               static_cast<long long>(n.verdicts), a.file.c_str());
   return 0;
 }
 
@@ -260,13 +264,13 @@ int query_import(db::Database& db, const QueryArgs& a) {
   }
   for (const std::string& e : r.errors) std::fprintf(stderr, "error: %s: %s\n", a.file.c_str(), e.c_str());
   if (a.json) {
-    std::printf("%s\n", json{{"lines", r.lines}, {"added", r.added}, {"duplicates", r.duplicates},
-                              {"rejected", r.errors.size()}}
+    std::printf("%s\n", json{{"lines", r.lines}, {"added", r.added}, {"verdicts", r.verdicts},
+                              {"duplicates", r.duplicates}, {"rejected", r.errors.size()}}
                             .dump(2)
                             .c_str());
   } else {
-    std::printf("read %lld lines: %lld added, %lld already present, %zu rejected\n",
-                static_cast<long long>(r.lines), static_cast<long long>(r.added),
+    std::printf("read %lld lines: %lld added, %lld verdicts added, %lld already present, %zu rejected\n",
+                static_cast<long long>(r.lines), static_cast<long long>(r.added), static_cast<long long>(r.verdicts),
                 static_cast<long long>(r.duplicates), r.errors.size());
   }
   return r.errors.empty() ? 0 : 1;

@@ -51,9 +51,12 @@ class Database {
   virtual int64_t commit(const std::vector<MeasureRecord>& records) = 0;
 
   // Stores a tuning run's verdict (db/records.h): from then on the exact-tier lookups of its
-  // (workload, target) answer its config while that config has a correct record. Throws
-  // DbError naming the field of an out-of-bounds verdict.
-  virtual void add_verdict(const Verdict& v) = 0;
+  // (workload, target) answer its config while that config has a correct record. Returns
+  // false when the same verdict is stored already (an import). Throws DbError naming the
+  // field of an out-of-bounds verdict.
+  virtual bool add_verdict(const Verdict& v) = 0;
+  // Verdicts in the order they were decided; the filter's workload and target select.
+  virtual std::vector<Verdict> verdicts(const HistoryFilter& f) = 0;
 
   // Stores what tuning bought a model (tune --model --local); DbError naming the field of an
   // out-of-bounds one. model_results lists them, newest first (none in a file older than

@@ -106,11 +106,32 @@ MeasureRecord record_from_json(const json& j) {
   return r;
 }
 
-int64_t export_jsonl(Database& db, const HistoryFilter& f, std::ostream& out) {
-  int64_t n = 0;
+json verdict_to_json(const Verdict& v) {
+  return {{"v", kJsonlVersion},     {"kind", "verdict"},         {"workload", v.workload},
+          {"target", v.target},     {"template", v.template_name}, {"config_hash", v.config_hash},
+          {"run", v.run_uuid},      {"speedup", v.speedup},        {"decided_at", v.decided_at}};
+}
+
+Verdict verdict_from_json(const json& j) {
+  if (!j.is_object()) throw std::invalid_argument("not a JSON object");
+  int v = field<int>(j, "v");
+  if (v != kJsonlVersion) throw std::invalid_argument("format version " + std::to_string(v) + " is not 1");
+  return {field<std::string>(j, "workload"),    field<std::string>(j, "target"), field<std::string>(j, "template"),
+          field<std::string>(j, "config_hash"), field<std::string>(j, "run"),    field<double>(j, "speedup"),
+          field<double>(j, "decided_at")};
+}
+
+ExportResult export_jsonl(Database& db, const HistoryFilter& f, std::ostream& out, bool verdicts) {
+  ExportResult n;
   for (const MeasureRecord& r : db.history(f)) {
     out << record_to_json(r).dump() << "\n";
-    ++n;
+    ++n.records;
+  }
+  if (verdicts) {
+    for (const Verdict& v : db.verdicts({f.workload, f.target, 0})) {
+      out << verdict_to_json(v).dump() << "\n";
+      ++n.verdicts;
+    }
   }
   out.flush();
   if (!out) throw DbError("export: writing failed");
@@ -132,7 +153,20 @@ ImportResult import_jsonl(Database& db, std::istream& in) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     ++res.lines;
     try {
-      MeasureRecord r = record_from_json(parse_json_bounded(line));
+      json j = parse_json_bounded(line);
+      if (j.is_object() && j.contains("kind")) {
+        if (j["kind"] != "verdict") throw std::invalid_argument("unknown kind " + j["kind"].dump().substr(0, 100));
+        Verdict v = verdict_from_json(j);
+        check_verdict(v);
+        flush();  // in file order
+        if (db.add_verdict(v)) {
+          ++res.verdicts;
+        } else {
+          ++res.duplicates;
+        }
+        continue;
+      }
+      MeasureRecord r = record_from_json(j);
       // The database's own checks, per line, so one bad line cannot fail a whole batch.
       check_record(r);
       batch.push_back(std::move(r));

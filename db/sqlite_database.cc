@@ -145,6 +145,7 @@ CREATE TABLE verdicts (
   decided_at  REAL NOT NULL         -- Unix seconds
 );
 CREATE INDEX verdicts_pair ON verdicts (workload, target, decided_at);
+CREATE UNIQUE INDEX verdicts_identity ON verdicts (workload, target, template, config_hash, run_uuid, decided_at);
 CREATE TABLE models (
   id              INTEGER PRIMARY KEY,
   model           TEXT NOT NULL,    -- the file as the user named it
@@ -395,11 +396,12 @@ class SqliteDatabase : public Database {
     return added;
   }
 
-  void add_verdict(const Verdict& v) override {
+  bool add_verdict(const Verdict& v) override {
     refuse_invalid([&] { check_verdict(v); });
+    bool added = false;
     write([&] {
-      SQLite::Statement q(db_, "INSERT INTO verdicts (workload, target, template, config_hash, run_uuid, speedup, "
-                               "decided_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
+      SQLite::Statement q(db_, "INSERT OR IGNORE INTO verdicts (workload, target, template, config_hash, run_uuid, "
+                               "speedup, decided_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
       q.bind(1, v.workload);
       q.bind(2, v.target);
       q.bind(3, v.template_name);
@@ -407,7 +409,34 @@ class SqliteDatabase : public Database {
       q.bind(5, v.run_uuid);
       q.bind(6, v.speedup);
       q.bind(7, v.decided_at);
-      q.exec();
+      added = q.exec() > 0;
+    });
+    return added;
+  }
+
+  std::vector<Verdict> verdicts(const HistoryFilter& f) override {
+    return read([&] {
+      std::vector<Verdict> out;
+      if (version_ < 4) return out;
+      std::string where = " WHERE 1";
+      std::vector<std::string> args;
+      if (!f.workload.empty()) {
+        where += " AND workload = ?";
+        args.push_back(f.workload);
+      }
+      if (!f.target.empty()) {
+        where += " AND target = ?";
+        args.push_back(f.target);
+      }
+      SQLite::Statement q(db_, "SELECT workload, target, template, config_hash, run_uuid, speedup, decided_at "
+                               "FROM verdicts" + where + " ORDER BY decided_at, id");
+      for (size_t i = 0; i < args.size(); ++i) q.bind(static_cast<int>(i + 1), args[i]);
+      while (q.executeStep()) {
+        out.push_back({q.getColumn(0).getString(), q.getColumn(1).getString(), q.getColumn(2).getString(),
+                       q.getColumn(3).getString(), q.getColumn(4).getString(), q.getColumn(5).getDouble(),
+                       q.getColumn(6).getDouble()});
+      }
+      return out;
     });
   }
 

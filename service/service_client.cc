@@ -105,7 +105,10 @@ class RemoteDatabase : public db::Database {
   void begin_run(const db::TuningRun&) override { read_only(); }
   void finish_run(const std::string&, const std::string&, double) override { read_only(); }
   int64_t commit(const std::vector<db::MeasureRecord>&) override { read_only(); }
-  void add_verdict(const db::Verdict&) override { read_only(); }
+  bool add_verdict(const db::Verdict&) override { read_only(); }
+  std::vector<db::Verdict> verdicts(const db::HistoryFilter&) override {
+    throw db::DbError("verdicts are not one of the tuning service's queries (the service's own lookups use them)");
+  }
   void add_model_result(const db::ModelResult&) override { read_only(); }
   std::vector<db::ModelResult> model_results() override {
     throw db::DbError("models are not one of the tuning service's queries: tune --model --local records them in a "

@@ -463,22 +463,46 @@ TEST(Jsonl, RoundTripAndIdempotentImport) {
   rs[3].samples_s.clear();
   rs[5].run_uuid = "r5";
   a->commit(rs);
+  // A verdict for config 7 of the first workload, which ranking alone would not pick.
+  Verdict v{rs[7].workload, rs[7].target, rs[7].template_name, rs[7].config_hash(), "r7", 1.2, 1.8e9};
+  a->add_verdict(v);
+  EXPECT_FALSE(a->add_verdict(v));  // the same verdict again: stored once
   std::stringstream file;
-  EXPECT_EQ(export_jsonl(*a, {}, file), 20);
+  ExportResult e = export_jsonl(*a, {}, file);
+  EXPECT_EQ(e.records, 20);
+  EXPECT_EQ(e.verdicts, 1);
 
   auto b = open_database(":memory:");
   std::string text = file.str();
   std::istringstream in1(text);
   ImportResult r1 = import_jsonl(*b, in1);
   EXPECT_EQ(r1.added, 20);
+  EXPECT_EQ(r1.verdicts, 1);
   EXPECT_TRUE(r1.errors.empty());
   std::istringstream in2(text);
   ImportResult r2 = import_jsonl(*b, in2);
   EXPECT_EQ(r2.added, 0);
-  EXPECT_EQ(r2.duplicates, 20);
+  EXPECT_EQ(r2.verdicts, 0);
+  EXPECT_EQ(r2.duplicates, 21);
   auto ha = a->history({}), hb = b->history({});
   ASSERT_EQ(ha.size(), hb.size());
   for (size_t i = 0; i < ha.size(); ++i) EXPECT_EQ(record_to_json(ha[i]), record_to_json(hb[i])) << i;
+  ASSERT_EQ(b->verdicts({}).size(), 1u);
+  EXPECT_EQ(verdict_to_json(b->verdicts({})[0]), verdict_to_json(v));
+  // The imported verdict decides the imported database's lookups as it did the exporter's.
+  LookupKey k = key(rs[7], rs[7].target, rs[7].arch);
+  EXPECT_EQ(b->best(k).record.config, rs[7].config);
+  EXPECT_EQ(b->best(k).record.config, a->best(k).record.config);
+  // Filters select verdicts too; a bad verdict line is refused naming its line.
+  std::stringstream other;
+  EXPECT_EQ(export_jsonl(*a, {"matmul(M=99,N=8,K=8,epilogue=none)", "", 0}, other).verdicts, 0);
+  std::istringstream bad("{\"v\":1,\"kind\":\"verdict\",\"workload\":\"\",\"target\":\"t\",\"template\":\"x\","
+                         "\"config_hash\":\"h\",\"run\":\"\",\"speedup\":1,\"decided_at\":1}\n"
+                         "{\"v\":1,\"kind\":\"model\"}\n");
+  ImportResult r3 = import_jsonl(*b, bad);
+  ASSERT_EQ(r3.errors.size(), 2u);
+  EXPECT_NE(r3.errors[0].find("line 1: verdict: workload is empty"), std::string::npos) << r3.errors[0];
+  EXPECT_NE(r3.errors[1].find("line 2: unknown kind \"model\""), std::string::npos) << r3.errors[1];
 }
 
 TEST(Jsonl, MalformedLinesAreRejectedWithTheirNumber) {

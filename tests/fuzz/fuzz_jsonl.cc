@@ -1,6 +1,6 @@
-// Fuzzes one line of a JSON lines import: bounded parsing, the record's fields, and the
-// database's own checks. A line is either a valid record or refused with
-// std::invalid_argument or a JSON parse error.
+// Fuzzes one line of a JSON lines import: bounded parsing, the record's (or verdict's)
+// fields, and the database's own checks. A line is either a valid record or verdict or
+// refused with std::invalid_argument or a JSON parse error.
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -13,7 +13,14 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string line(reinterpret_cast<const char*>(data), size);
   try {
-    tf::db::MeasureRecord r = tf::db::record_from_json(tf::parse_json_bounded(line));
+    nlohmann::json j = tf::parse_json_bounded(line);
+    if (j.is_object() && j.contains("kind")) {  // a verdict line
+      tf::db::Verdict v = tf::db::verdict_from_json(j);
+      tf::db::check_verdict(v);
+      (void)tf::db::verdict_to_json(v).dump();
+      return 0;
+    }
+    tf::db::MeasureRecord r = tf::db::record_from_json(j);
     tf::db::check_record(r);
     // What the database and the query tool do with an accepted record.
     (void)r.identity();
