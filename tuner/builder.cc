@@ -23,6 +23,30 @@ namespace tf {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+namespace {
+
+// Removes the build folders of tuners that died without cleaning up (kill -9, a crash):
+// /tmp/tunefarm-build-<pid>-* whose process is gone. A folder whose pid is alive is kept,
+// even when the pid was reused by another program.
+void remove_abandoned_build_folders() {
+  const std::string prefix = "tunefarm-build-";
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator("/tmp", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    size_t end = name.find('-', prefix.size());
+    if (end == std::string::npos || end == prefix.size() || end - prefix.size() > 9) continue;
+    std::string digits = name.substr(prefix.size(), end - prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+  }
+}
+
+}  // namespace
+
 LocalBuilder::LocalBuilder(LocalBuilderOptions o) : opts_(std::move(o)) {
   if (opts_.workers <= 0) opts_.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (opts_.worker_path.empty()) opts_.worker_path = find_sibling_program("tunefarm-build-worker");
@@ -30,8 +54,11 @@ LocalBuilder::LocalBuilder(LocalBuilderOptions o) : opts_(std::move(o)) {
     throw std::runtime_error("cannot find tunefarm-build-worker next to this program (" +
                              (opts_.worker_path.empty() ? std::string("not found") : opts_.worker_path) + ")");
   }
-  char tmpl[] = "/tmp/tunefarm-build-XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error(std::string("cannot create a build folder in /tmp: ") + std::strerror(errno));
+  remove_abandoned_build_folders();
+  std::string tmpl = "/tmp/tunefarm-build-" + std::to_string(getpid()) + "-XXXXXX";
+  if (!mkdtemp(tmpl.data())) {
+    throw std::runtime_error(std::string("cannot create a build folder in /tmp: ") + std::strerror(errno));
+  }
   dir_ = tmpl;
 }
 

@@ -563,6 +563,30 @@ TEST(Tune, SeedsAreMeasuredFirstAfterTheDefault) {
   EXPECT_EQ(loop.state().trials_done, 4);
 }
 
+// A tuner killed with -9 leaves its build folder: the next builder removes the folders of
+// processes that are gone, and keeps those of live ones (its own, another tuner's).
+TEST(Builder, RemovesTheBuildFoldersOfDeadTuners) {
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  waitpid(child, nullptr, 0);
+  namespace fs = std::filesystem;
+  fs::path dead = "/tmp/tunefarm-build-" + std::to_string(child) + "-test", live =
+      "/tmp/tunefarm-build-" + std::to_string(getpid()) + "-test", other = "/tmp/tunefarm-build-x1-test";
+  for (const fs::path& p : {dead, live, other}) {
+    fs::create_directories(p);
+    std::ofstream(p / "b1_0.so") << "x";
+  }
+  {
+    LocalBuilder b = builder();
+    EXPECT_FALSE(fs::exists(dead));
+    EXPECT_TRUE(fs::exists(live));
+    EXPECT_TRUE(fs::exists(other));  // not a name the builder makes
+  }
+  fs::remove_all(live);
+  fs::remove_all(other);
+}
+
 TEST(Tune, ASpaceSmallerThanTheTrialsRunsDry) {
   Workload w = parse_workload("depthwise_conv2d_nchw(N=1,C=2,H=4,W=4,R=3,S=3)");
   ConfigSpace space(w, host_target());
