@@ -612,6 +612,7 @@ int run_tune_model(const TuneArgs& a) {
   // When the default build ran faster than its tasks timed alone (BERT: 23.3 against 24.2
   // ms; the kernels share warm caches in the model), the default build's time scaled by the
   // tasks' speedup instead.
+  const double model_speedup = mc && mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0;
   double model_estimate = 0;
   if (mc && all_tuned && all_default && deflt > 0) {
     model_estimate = mc->default_s >= deflt ? tuned + (mc->default_s - deflt) : mc->default_s * tuned / deflt;
@@ -634,7 +635,7 @@ int run_tune_model(const TuneArgs& a) {
                              {"estimate_s", all_tuned ? tuned : 0.0}, {"default_estimate_s", all_default ? deflt : 0.0},
                              {"speedup_over_default", all_tuned && all_default && tuned > 0 ? deflt / tuned : 0.0},
                              {"model", mc ? json{{"tuned_s", mc->tuned_s}, {"default_s", mc->default_s},
-                                                 {"speedup", mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0},
+                                                 {"speedup", model_speedup},
                                                  {"tuned_kernels", mc->tuned}, {"tunable_kernels", mc->tunable},
                                                  {"rounds", mc->rounds}, {"calls", mc->calls}}
                                           : json()}}
@@ -659,7 +660,7 @@ int run_tune_model(const TuneArgs& a) {
     if (mc) {
       std::printf("model     %s tuned (%d of %d kernels), %s with default schedules: %.2fx (medians of %d calls each "
                   "here, in %d alternating blocks)\n", fmt_ms(mc->tuned_s).c_str(), mc->tuned, mc->tunable,
-                  fmt_ms(mc->default_s).c_str(), mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0, mc->calls, mc->rounds);
+                  fmt_ms(mc->default_s).c_str(), model_speedup, mc->calls, mc->rounds);
       if (model_estimate > 0 && mc->default_s >= deflt) {
         std::printf("estimate  %s: the tasks' tuned times and the rest of the model as the default build ran it (%s); "
                     "measured %.2fx of it\n", fmt_ms(model_estimate).c_str(), fmt_ms(mc->default_s - deflt).c_str(),

@@ -544,13 +544,16 @@ class SqliteDatabase : public Database {
                                               " WHERE (r.error_code = 'ok' OR r.correctness = 'wrong' OR "
                                               "r.error_code = 'wrong_answer') ORDER BY w.canonical, t.target, r.id",
                                           {});
+      // Every pair's newest verdict, read at once (the later of a pair's overwrites the earlier).
+      std::map<std::pair<std::string, std::string>, Verdict> newest;
+      for (Verdict& v : verdicts({})) newest[{v.workload, v.target}] = std::move(v);
       std::vector<MeasureRecord> out;
       for (size_t i = 0; i < rs.size();) {
         size_t j = i;
         while (j < rs.size() && rs[j].workload == rs[i].workload && rs[j].target == rs[i].target) ++j;
-        std::optional<Verdict> v = newest_verdict(rs[i].workload, rs[i].target, "");
+        auto v = newest.find({rs[i].workload, rs[i].target});
         if (auto b = robust_best({rs.begin() + static_cast<std::ptrdiff_t>(i), rs.begin() + static_cast<std::ptrdiff_t>(j)},
-                                 v ? &*v : nullptr)) {
+                                 v != newest.end() ? &v->second : nullptr)) {
           out.push_back(b->record);
         }
         i = j;
@@ -782,17 +785,11 @@ class SqliteDatabase : public Database {
   // a file older than schema version 4 (opened read-only).
   std::optional<Verdict> newest_verdict(const std::string& workload, const std::string& target,
                                         const std::string& template_name) {
-    if (version_ < 4) return std::nullopt;
-    SQLite::Statement q(db_, std::string("SELECT template, config_hash, run_uuid, speedup, decided_at FROM verdicts "
-                                         "WHERE workload = ? AND target = ?") +
-                                 (template_name.empty() ? "" : " AND template = ?") +
-                                 " ORDER BY decided_at DESC, id DESC LIMIT 1");
-    q.bind(1, workload);
-    q.bind(2, target);
-    if (!template_name.empty()) q.bind(3, template_name);
-    if (!q.executeStep()) return std::nullopt;
-    return Verdict{workload, target, q.getColumn(0).getString(), q.getColumn(1).getString(),
-                   q.getColumn(2).getString(), q.getColumn(3).getDouble(), q.getColumn(4).getDouble()};
+    std::optional<Verdict> newest;
+    for (Verdict& v : verdicts({workload, target, 0})) {  // in the order they were decided
+      if (template_name.empty() || v.template_name == template_name) newest = std::move(v);
+    }
+    return newest;
   }
 
   // Runs a check of something to store; what it refuses becomes a DbError naming the file.
