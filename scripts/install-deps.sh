@@ -19,6 +19,8 @@ PACKAGES=(
   libonnx-dev libonnx-testdata python3-torch python3-torchvision
   # tunefarm query curve draws with gnuplot
   gnuplot-nox
+  # scripts/bundle.sh -o compresses with xz (priority standard: absent from minimal images)
+  xz-utils
   # tests
   libgtest-dev libgmock-dev python3 python3-numpy openssl
   # fuzzing: clang with libFuzzer (scripts/fuzz.sh)
