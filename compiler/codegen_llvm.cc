@@ -7,6 +7,7 @@
 #include <llvm/IR/IntrinsicsAMDGPU.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/PassManager.h>
@@ -19,6 +20,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
+#include <llvm/Transforms/Utils/ModuleUtils.h>
 
 #include <array>
 #include <cstdlib>
@@ -88,6 +90,8 @@ class CodeGen {
     stmt(f.body);
     if (gpu_) b_.CreateRetVoid();
     else b_.CreateRet(b_.getInt32(0));
+    attach_alias_scopes();
+    release_workspaces();
   }
 
  private:
@@ -156,16 +160,54 @@ class CodeGen {
     return b_.CreateInBoundsGEP(b_.getFloatTy(), it->second, index);
   }
 
+  // Remembers that `access` (a load or store) reads or writes `buffer`; attach_alias_scopes
+  // then tells LLVM that accesses to different buffers never overlap.
+  llvm::Value* tag(llvm::Value* access, const std::string& buffer) {
+    if (auto* i = llvm::dyn_cast<llvm::Instruction>(access)) accesses_.emplace_back(i, buffer);
+    return access;
+  }
+
+  // Distinct buffers of a kernel never overlap: its arguments are distinct tensors (declared
+  // noalias) and every other buffer is its own allocation. Inside the functions outlined for
+  // parallel loops the pointers come out of a closure, where LLVM cannot see that; without
+  // it, a store to one buffer ends the reuse of every value loaded from another. One alias
+  // scope per buffer, each access in its buffer's scope and noalias with all the others.
+  void attach_alias_scopes() {
+    if (accesses_.empty()) return;
+    llvm::MDBuilder md(ctx_);
+    llvm::MDNode* domain = md.createAnonymousAliasScopeDomain(name_);
+    std::map<std::string, llvm::MDNode*> scopes;
+    for (const auto& [inst, buffer] : accesses_) {
+      if (!scopes.count(buffer)) scopes[buffer] = md.createAnonymousAliasScope(domain, buffer);
+    }
+    std::map<std::string, std::pair<llvm::MDNode*, llvm::MDNode*>> tags;
+    for (const auto& [buffer, scope] : scopes) {
+      std::vector<llvm::Metadata*> others;
+      for (const auto& [b, o] : scopes) {
+        if (b != buffer) others.push_back(o);
+      }
+      tags[buffer] = {llvm::MDNode::get(ctx_, {scope}), llvm::MDNode::get(ctx_, others)};
+    }
+    for (const auto& [inst, buffer] : accesses_) {
+      const auto& [scope, noalias] = tags.at(buffer);
+      inst->setMetadata(llvm::LLVMContext::MD_alias_scope, scope);
+      inst->setMetadata(llvm::LLVMContext::MD_noalias, noalias);
+    }
+    accesses_.clear();
+  }
+
   llvm::Value* load(const Load* l) {
     int lanes = l->type.lanes;
-    if (lanes == 1) return b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(l->index)), llvm::Align(4));
-    if (mask_) return masked_load(l);
+    if (lanes == 1)
+      return tag(b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(l->index)), llvm::Align(4)), l->buffer);
+    if (mask_) return tag(masked_load(l), l->buffer);
     if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
       llvm::Value* p = element_ptr(l->buffer, expr(r->base));
-      return b_.CreateAlignedLoad(type_of(l->type), p, llvm::Align(4));
+      return tag(b_.CreateAlignedLoad(type_of(l->type), p, llvm::Align(4)), l->buffer);
     }
     if (const Broadcast* bc = l->index.as<Broadcast>()) {
-      llvm::Value* v = b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(bc->value)), llvm::Align(4));
+      llvm::Value* v =
+          tag(b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(bc->value)), llvm::Align(4)), l->buffer);
       return b_.CreateVectorSplat(static_cast<unsigned>(lanes), v);
     }
     if (const Ramp* r = l->index.as<Ramp>()) {
@@ -175,7 +217,8 @@ class CodeGen {
       if (s && *s > 1 && *s <= kMaxShuffleStride) {
         auto span = static_cast<unsigned>((lanes - 1) * *s + 1);
         llvm::Value* p = element_ptr(l->buffer, expr(r->base));
-        llvm::Value* wide = b_.CreateAlignedLoad(llvm::FixedVectorType::get(b_.getFloatTy(), span), p, llvm::Align(4));
+        llvm::Value* wide =
+            tag(b_.CreateAlignedLoad(llvm::FixedVectorType::get(b_.getFloatTy(), span), p, llvm::Align(4)), l->buffer);
         std::vector<int> pick;
         for (int i = 0; i < lanes; ++i) pick.push_back(static_cast<int>(i * *s));
         return b_.CreateShuffleVector(wide, pick);
@@ -185,7 +228,7 @@ class CodeGen {
     llvm::Value* out = llvm::PoisonValue::get(type_of(l->type));
     for (int i = 0; i < lanes; ++i) {
       llvm::Value* li = b_.CreateExtractElement(idx, static_cast<uint64_t>(i));
-      llvm::Value* v = b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, li), llvm::Align(4));
+      llvm::Value* v = tag(b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, li), llvm::Align(4)), l->buffer);
       out = b_.CreateInsertElement(out, v, static_cast<uint64_t>(i));
     }
     return out;
@@ -436,18 +479,18 @@ class CodeGen {
     llvm::Value* v = expr(s->value);
     int lanes = s->value.type().lanes;
     if (lanes == 1) {
-      b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(s->index)), llvm::Align(4));
+      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(s->index)), llvm::Align(4)), s->buffer);
       return;
     }
     if (const Ramp* r = s->index.as<Ramp>(); r && is_const(r->stride, 1)) {
-      b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(r->base)), llvm::Align(4));
+      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(r->base)), llvm::Align(4)), s->buffer);
       return;
     }
     llvm::Value* idx = expr(s->index);
     for (int i = 0; i < lanes; ++i) {
       llvm::Value* li = b_.CreateExtractElement(idx, static_cast<uint64_t>(i));
       llvm::Value* vi = b_.CreateExtractElement(v, static_cast<uint64_t>(i));
-      b_.CreateAlignedStore(vi, element_ptr(s->buffer, li), llvm::Align(4));
+      tag(b_.CreateAlignedStore(vi, element_ptr(s->buffer, li), llvm::Align(4)), s->buffer);
     }
   }
 
@@ -649,11 +692,27 @@ class CodeGen {
       return;
     }
     uint64_t bytes = (static_cast<uint64_t>(a->size) * 4 + 63) / 64 * 64;
-    llvm::Value* p = b_.CreateCall(runtime("aligned_alloc", b_.getPtrTy(), {b_.getInt64Ty(), b_.getInt64Ty()}),
-                                   {b_.getInt64(64), b_.getInt64(bytes)});
-    auto* fail = llvm::BasicBlock::Create(ctx_, a->buffer + ".oom", fn_);
+    // The buffer of the last call is kept for the next one (one per allocation, taken and
+    // given back with atomic exchanges, so concurrent calls each get their own): allocating
+    // megabytes on every call costs page faults on every call (glibc returns large blocks
+    // to the system on free), a third of a Winograd kernel's time. Freed when the library
+    // is unloaded (release_workspaces).
+    auto* null = llvm::ConstantPointerNull::get(b_.getPtrTy());
+    auto* cache = new llvm::GlobalVariable(m_, b_.getPtrTy(), false, llvm::GlobalValue::InternalLinkage, null,
+                                           name_ + "." + a->buffer + ".cache");
+    workspaces_.push_back(cache);
+    llvm::Value* cached = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, cache, null, llvm::Align(8),
+                                             llvm::AtomicOrdering::AcquireRelease);
+    llvm::BasicBlock* from = b_.GetInsertBlock();
+    auto* fresh_bb = llvm::BasicBlock::Create(ctx_, a->buffer + ".alloc", fn_);
     auto* ok = llvm::BasicBlock::Create(ctx_, a->buffer + ".ok", fn_);
-    b_.CreateCondBr(b_.CreateIsNull(p), fail, ok);
+    b_.CreateCondBr(b_.CreateIsNull(cached), fresh_bb, ok);
+    b_.SetInsertPoint(fresh_bb);
+    llvm::Value* fresh = b_.CreateCall(runtime("aligned_alloc", b_.getPtrTy(), {b_.getInt64Ty(), b_.getInt64Ty()}),
+                                       {b_.getInt64(64), b_.getInt64(bytes)});
+    auto* fail = llvm::BasicBlock::Create(ctx_, a->buffer + ".oom", fn_);
+    llvm::BasicBlock* fresh_end = b_.GetInsertBlock();
+    b_.CreateCondBr(b_.CreateIsNull(fresh), fail, ok);
     b_.SetInsertPoint(fail);
     if (parallel_depth_ == 0) {
       b_.CreateRet(b_.getInt32(-1));  // the kernel's documented out-of-memory result
@@ -663,10 +722,33 @@ class CodeGen {
       b_.CreateUnreachable();
     }
     b_.SetInsertPoint(ok);
+    llvm::PHINode* p = b_.CreatePHI(b_.getPtrTy(), 2);
+    p->addIncoming(cached, from);
+    p->addIncoming(fresh, fresh_end);
     buffers_[a->buffer] = p;
     stmt(a->body);
     buffers_.erase(a->buffer);
-    b_.CreateCall(runtime("free", b_.getVoidTy(), {b_.getPtrTy()}), {p});
+    llvm::Value* old = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, cache, p, llvm::Align(8),
+                                          llvm::AtomicOrdering::AcquireRelease);
+    b_.CreateCall(runtime("free", b_.getVoidTy(), {b_.getPtrTy()}), {old});  // free(NULL) does nothing
+  }
+
+  // A destructor of the library that frees the buffers the kernel kept (allocate).
+  void release_workspaces() {
+    if (workspaces_.empty()) return;
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), false),
+                                      llvm::Function::InternalLinkage, name_ + ".release_workspaces", m_);
+    set_attributes(fn);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    auto* null = llvm::ConstantPointerNull::get(b.getPtrTy());
+    for (llvm::GlobalVariable* cache : workspaces_) {
+      llvm::Value* p = b.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, cache, null, llvm::Align(8),
+                                         llvm::AtomicOrdering::AcquireRelease);
+      b.CreateCall(runtime("free", b.getVoidTy(), {b.getPtrTy()}), {p});
+    }
+    b.CreateRetVoid();
+    llvm::appendToGlobalDtors(m_, fn, 65535);
+    workspaces_.clear();
   }
 
   void stmt(const Stmt& s) {
@@ -722,6 +804,8 @@ class CodeGen {
   // (a larger one is not promoted to registers, unrolled or not).
   static constexpr int64_t kMaxRegisterTile = 1024;
   std::set<std::string> register_tiles_;
+  std::vector<std::pair<llvm::Instruction*, std::string>> accesses_;  // see tag()
+  std::vector<llvm::GlobalVariable*> workspaces_;                     // see allocate()
   bool gpu_ = false, amd_ = false;
   const GpuLaunch* launch_ = nullptr;
   std::array<bool, 6> active_{};  // GPU axes bound by an enclosing loop (blockIdx x,y,z, threadIdx x,y,z)
