@@ -3,6 +3,7 @@
 #include <initializer_list>
 
 #include "compiler/error.h"
+#include "compiler/winograd.h"
 
 namespace tf {
 namespace {
@@ -75,6 +76,38 @@ void check_conv_nchwc(const Workload& w, const std::string& spec) {
   check_block(w, spec, "C", "ic_block");
   check_block(w, spec, "K", "oc_block");
 }
+// Winograd: tiles of F(2x2,3x3) or F(4x4,3x3) (compiler/winograd.h).
+void check_winograd(const Workload& w, const std::string& spec) {
+  int64_t m = w.get("tile");
+  if (!winograd_matrices(static_cast<int>(m))) {
+    throw UserError(str("workload '", spec, "': tile=", m, " is not a Winograd output tile this compiler has (2 or 4)"));
+  }
+  int64_t oh = conv_out(w.get("H"), 3, 1, w.get("pad"), 1), ow = conv_out(w.get("W"), 3, 1, w.get("pad"), 1);
+  if (oh < 1 || ow < 1) {
+    throw UserError(str("workload '", spec, "': output size ", oh, "x", ow, " is empty (H=", w.get("H"), " W=", w.get("W"),
+                        " pad=", w.get("pad"), ", a 3x3 window)"));
+  }
+  check_block(w, spec, "C", "ic_block");
+  check_block(w, spec, "K", "oc_block");
+}
+
+Footprint winograd_footprint(const Workload& w) {
+  auto g = [&](const char* k) { return w.get(k); };
+  int64_t m = g("tile"), a = m + 2;
+  int64_t oh = conv_out(g("H"), 3, 1, g("pad"), 1), ow = conv_out(g("W"), 3, 1, g("pad"), 1);
+  int64_t th = (oh + m - 1) / m, tw = (ow + m - 1) / m;
+  std::optional<int64_t> tiles = checked_product({g("N"), th, tw});
+  Footprint f;
+  f.tensors = {{"data", checked_product({g("N"), g("C"), g("H"), g("W")})},
+               {"data_pad", checked_product({g("N"), g("C"), th * m + 2, tw * m + 2})},
+               {"weight", checked_product({a, a, g("K"), g("C")})},
+               {"winograd_V", tiles ? checked_product({a, a, *tiles, g("C")}) : std::nullopt},
+               {"winograd_M", tiles ? checked_product({a, a, *tiles, g("K")}) : std::nullopt},
+               {"out", checked_product({g("N"), g("K"), oh, ow})}};
+  f.flops = checked_product({2, g("N"), g("K"), oh, ow, g("C"), 9});
+  return f;
+}
+
 void check_depthwise_nchwc(const Workload& w, const std::string& spec) {
   check_conv(w, spec);
   check_block(w, spec, "C", "block");
@@ -113,6 +146,12 @@ const std::vector<OperatorDef>& operator_table() {
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
         {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},
        check_depthwise_nchwc, depthwise_footprint, build_depthwise_conv2d_nchwc, reference_depthwise_conv2d_nchwc},
+      // 3x3 stride-1 NCHWc convolutions by Winograd's minimal filtering, the weights given
+      // transformed (compiler/winograd.h): [a][a][K/oc_block][C][oc_block], a = tile + 2.
+      {"conv2d_winograd_nchwc",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"pad", 1, 0},
+        {"ic_block", 8, 1}, {"oc_block", 8, 1}, {"tile", 4, 2}},
+       check_winograd, winograd_footprint, build_conv2d_winograd_nchwc, reference_conv2d_winograd_nchwc},
   };
   return table;
 }

@@ -1,10 +1,13 @@
 #include "compiler/operators.h"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 
 #include "compiler/error.h"
 #include "compiler/operator_table.h"
+#include "compiler/winograd.h"
 
 namespace tf {
 
@@ -85,6 +88,49 @@ Tensor pad_spatial(const Tensor& data, int64_t pad, size_t hdim, size_t wdim) {
                               logical_and(ax[wdim] >= pad, ax[wdim] < Expr(w + pad)));
     return select(inside, read(data, idx), f32(0.0));
   });
+}
+
+// sum of coef[t] * term(t) over the non-zero coefficients (integers: exact in float).
+Expr linear(const double* coef, int64_t n, const std::function<Expr(int64_t)>& term) {
+  Expr acc;
+  for (int64_t t = 0; t < n; ++t) {
+    if (coef[t] == 0) continue;
+    Expr x = term(t);
+    if (coef[t] == -1) {
+      acc = acc ? acc - x : f32(0.0) - x;
+      continue;
+    }
+    if (coef[t] != 1) x = f32(coef[t]) * x;
+    acc = acc ? acc + x : x;
+  }
+  return acc ? acc : f32(0.0);
+}
+
+// cases[index] for an index in [0, cases.size()): a chain of selects that the simplifier
+// folds to one case once the index is a constant (the templates unroll these axes).
+Expr by_index(const Expr& index, const std::vector<Expr>& cases) {
+  Expr e = cases.back();
+  for (size_t k = cases.size() - 1; k-- > 0;) e = select(eq(index, Expr(static_cast<int64_t>(k))), cases[k], e);
+  return e;
+}
+
+// The transform of tile `t` (alpha x alpha values, or m x alpha for the output) by a matrix
+// `l` (rows x n) on both sides: out[x][y] = sum_i sum_j l[x][i] l[y][j] t(i, j), written as
+// sum_j l[y][j] (sum_i l[x][i] t(i, j)) so that the inner sums of one x are common to every
+// y (LLVM shares them when the tile is unrolled).
+Expr two_sided(const std::vector<double>& l, int64_t rows, int64_t n, const Expr& x, const Expr& y,
+               const std::function<Expr(int64_t, int64_t)>& t) {
+  std::vector<Expr> xs;
+  for (int64_t xr = 0; xr < rows; ++xr) {
+    std::vector<Expr> ys;
+    for (int64_t yr = 0; yr < rows; ++yr) {
+      ys.push_back(linear(&l[static_cast<size_t>(yr * n)], n, [&](int64_t j) {
+        return linear(&l[static_cast<size_t>(xr * n)], n, [&](int64_t i) { return t(i, j); });
+      }));
+    }
+    xs.push_back(by_index(y, ys));
+  }
+  return by_index(x, xs);
 }
 
 }  // namespace
@@ -238,6 +284,66 @@ void build_depthwise_conv2d_nchwc(OpGraph& g) {
   add_epilogue(
       g, "out", names, [b](const std::vector<Expr>& ax) { return ax[1] * b + ax[4]; }, C);
   g.flops = 2 * N * C * OH * OW * R * S;
+}
+
+// data [N][C/ib][H][W][ib], weight U [a][a][K/ob][C][ob] (a = m + 2), out [N][K/ob][OH][OW][ob].
+// Stages: data_pad (zero border and tail rows to whole tiles), winograd_V [a][a][P][C] (the
+// input tiles transformed; P = N x tiles), winograd_M [a][a][K/ob][P][ob] (a batched GEMM over
+// C: the reduction), then acc = the output transform, which reads M.
+void build_conv2d_winograd_nchwc(OpGraph& g) {
+  const Workload& w = g.workload;
+  int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
+  int64_t pad = w.get("pad"), ib = w.get("ic_block"), ob = w.get("oc_block"), m = w.get("tile");
+  const WinogradMatrices& wm = *winograd_matrices(static_cast<int>(m));
+  const int64_t a = wm.alpha;
+  int64_t OH = conv_out(H, 3, 1, pad, 1), OW = conv_out(W, 3, 1, pad, 1);
+  int64_t nH = (OH + m - 1) / m, nW = (OW + m - 1) / m, P = N * nH * nW;
+  Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
+  Tensor weight = make_input(g, "weight", {a, a, K / ob, C, ob});
+  int64_t PH = nH * m + 2, PW = nW * m + 2;
+  g.pad = compute("data_pad", {N, C / ib, PH, PW, ib}, {"n", "c", "h", "w", "cb"}, [&](const std::vector<Expr>& ax) {
+    Expr h = ax[2] - pad, x = ax[3] - pad;
+    Expr inside = logical_and(logical_and(h >= 0, h < Expr(H)), logical_and(x >= 0, x < Expr(W)));
+    return select(inside, read(data, {ax[0], ax[1], h, x, ax[4]}), f32(0.0));
+  });
+  Tensor dp = g.pad;
+  Tensor v = compute("winograd_V", {a, a, P, C}, {"xi", "nu", "p", "c"}, [&](const std::vector<Expr>& ax) {
+    Expr p = ax[2], c = ax[3];
+    Expr n = p / (nH * nW), th = p / nW % nH, tw = p % nW;
+    return two_sided(wm.bt, a, a, ax[0], ax[1], [&](int64_t i, int64_t j) {
+      return read(dp, {n, c / ib, th * m + i, tw * m + j, c % ib});
+    });
+  });
+  IterVar rc = reduce_axis(C, "rc");
+  Tensor mm = compute("winograd_M", {a, a, K / ob, P, ob}, {"xi", "nu", "ko", "p", "kb"},
+                      [&](const std::vector<Expr>& ax) {
+                        return sum(read(v, {ax[0], ax[1], ax[3], rc.var}) *
+                                       read(weight, {ax[0], ax[1], ax[2], rc.var, ax[4]}),
+                                   {rc});
+                      },
+                      {rc});
+  std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
+  bool fused = w.epilogue != Epilogue::None;
+  g.acc = compute(fused ? "acc" : "out", {N, K / ob, OH, OW, ob}, names, [&](const std::vector<Expr>& ax) {
+    Expr p = (ax[0] * nH + ax[2] / m) * nW + ax[3] / m;
+    return two_sided(wm.at, m, a, ax[2] % m, ax[3] % m,
+                     [&](int64_t xi, int64_t nu) { return read(mm, {Expr(xi), Expr(nu), ax[1], p, ax[4]}); });
+  });
+  add_epilogue(g, "out", names, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; }, K);
+  g.flops = 2 * N * K * OH * OW * C * 9;  // the direct convolution's, so GFLOPS compare
+  // Inputs of unit size: an output sums C products of U and V, V up to (max row sum of |B^T|)^2
+  // in size, each weighted by up to (max row sum of |A^T|)^2: the bound of its rounding error.
+  auto row_sum = [](const std::vector<double>& l, int64_t rows, int64_t n) {
+    double most = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (int64_t k = 0; k < n; ++k) s += std::fabs(l[static_cast<size_t>(r * n + k)]);
+      most = std::max(most, s);
+    }
+    return static_cast<int64_t>(most);
+  };
+  int64_t b = row_sum(wm.bt, a, a), at = row_sum(wm.at, m, a);
+  g.check_terms = C * b * b * at * at;
 }
 
 }  // namespace ops

@@ -30,6 +30,9 @@ struct OpGraph {
   // templates then read `<input>.pack` instead of packing on every call.
   std::set<std::string> prepacked;
   int64_t flops = 0;               // multiply-adds count 2
+  // How many products of unit size an output element sums, for the accuracy check
+  // (compiler/reference.h); 0: the extent of acc's reduction.
+  int64_t check_terms = 0;
 };
 
 OpGraph build_op(const Workload& w);

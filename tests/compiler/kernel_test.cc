@@ -6,15 +6,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
 
 #include "compiler/codegen_llvm.h"
+#include "compiler/error.h"
 #include "compiler/driver.h"
 #include "compiler/link.h"
 #include "compiler/schedule_templates.h"
+#include "compiler/winograd.h"
 #include "tests/compiler/kernel_harness.h"
 
 namespace tf {
@@ -45,6 +48,11 @@ const char* kWorkloads[] = {
     "depthwise_conv2d_nchwc(N=1,C=24,H=11,W=13,R=3,S=3,pad=1,block=8,epilogue=bias_relu)",
     "depthwise_conv2d_nchwc(N=2,C=6,H=17,W=9,R=5,S=3,stride=2,pad=2,dilation=2,block=3)",
     "depthwise_conv2d_nchwc(N=1,C=32,H=7,W=7,R=3,S=3,stride=2,pad=1,block=16,epilogue=relu)",
+    // Winograd: output sizes that are not whole tiles, both tiles, no padding and wide padding.
+    "conv2d_winograd_nchwc(N=1,C=16,H=9,W=11,K=24,ic_block=8,oc_block=8,epilogue=bias_relu)",
+    "conv2d_winograd_nchwc(N=2,C=6,H=8,W=7,K=10,pad=0,ic_block=3,oc_block=5,tile=2,epilogue=bias)",
+    "conv2d_winograd_nchwc(N=1,C=32,H=7,W=7,K=32,pad=2,ic_block=16,oc_block=16,epilogue=relu)",
+    "conv2d_winograd_nchwc(N=1,C=4,H=1,W=1,K=4,ic_block=4,oc_block=4)",
 };
 
 class KernelMatchesReference : public ::testing::TestWithParam<const char*> {};
@@ -163,23 +171,27 @@ TEST(KernelThreads, ParallelLoopsRunEveryIterationOnTeamsAndAlone) {
 
 // Host threads that call one library at once, each asking for a team: one gets the pool, the
 // others run their calls alone; every call computes all of its output.
+// Both kernels have heap buffers (B packed; Winograd's stages), which a kernel keeps for its
+// next call: concurrent calls must each get their own.
 TEST(KernelThreads, CallsFromSeveralHostThreadsAtOnceAllComplete) {
-  Workload w = parse_workload("matmul(M=97,N=131,K=67)");
-  CompiledKernel k = compile_kernel(w, host_target(), {{"parallel", true}}, "given", "");
-  std::unique_ptr<KernelLibrary> lib = testing::build_for_host(k.lowered.func);
-  std::string failures[3];
-  std::vector<std::thread> callers;
-  for (int t = 0; t < 3; ++t) {
-    callers.emplace_back([&, t] {
-      omp_set_num_threads(2);
-      for (int round = 0; round < 20 && failures[t].empty(); ++round) {
-        testing::Comparison c = testing::run_and_compare(k.graph, *lib, 100 + t * 20 + round);
-        if (!c.ok()) failures[t] = c.str();
-      }
-    });
+  for (const char* spec : {"matmul(M=97,N=131,K=67)", "conv2d_winograd_nchwc(N=1,C=16,H=9,W=11,K=24,ic_block=8,oc_block=8)"}) {
+    Workload w = parse_workload(spec);
+    CompiledKernel k = compile_kernel(w, host_target(), nlohmann::json::object(), "default", "");
+    std::unique_ptr<KernelLibrary> lib = testing::build_for_host(k.lowered.func);
+    std::string failures[3];
+    std::vector<std::thread> callers;
+    for (int t = 0; t < 3; ++t) {
+      callers.emplace_back([&, t] {
+        omp_set_num_threads(2);
+        for (int round = 0; round < 20 && failures[t].empty(); ++round) {
+          testing::Comparison c = testing::run_and_compare(k.graph, *lib, 100 + t * 20 + round);
+          if (!c.ok()) failures[t] = c.str();
+        }
+      });
+    }
+    for (std::thread& c : callers) c.join();
+    for (int t = 0; t < 3; ++t) EXPECT_EQ(failures[t], "") << spec << ": host thread " << t;
   }
-  for (std::thread& c : callers) c.join();
-  for (int t = 0; t < 3; ++t) EXPECT_EQ(failures[t], "") << "host thread " << t;
 }
 
 // fork() after the pool started: the child has none of the parent's workers and must start its
@@ -248,6 +260,55 @@ TEST(Codegen, LoopsOverARegisterTileAreMarkedForFullUnrolling) {
   EXPECT_GT(unroll_requests(7, 2, false), 0u);
   EXPECT_EQ(unroll_requests(14, 1, true), 0u);   // unrolled by the schedule already
   EXPECT_EQ(unroll_requests(14, 5, false), 0u);  // 14 x 5 x 16 = 1120 floats: no register tile
+}
+
+// Accesses carry one alias scope per buffer (values loaded from one buffer survive stores to
+// another inside parallel loops), and heap buffers kept between calls are freed by a
+// destructor of the library.
+TEST(Codegen, BuffersHaveAliasScopesAndKeptWorkspacesAreFreedAtUnload) {
+  Workload w = parse_workload("conv2d_winograd_nchwc(N=1,C=16,H=9,W=11,K=24,ic_block=8,oc_block=8)");
+  Target t = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512");
+  CompiledKernel k = compile_kernel(w, t, nlohmann::json::object(), "default", "");
+  std::string ir = llvm_ir_key(k.lowered.func, t);
+  EXPECT_NE(ir.find("!alias.scope"), std::string::npos);
+  EXPECT_NE(ir.find("!noalias"), std::string::npos);
+  EXPECT_NE(ir.find("@llvm.global_dtors"), std::string::npos);
+  EXPECT_NE(ir.find("winograd_V.cache"), std::string::npos);
+  EXPECT_NE(ir.find("atomicrmw xchg"), std::string::npos);
+}
+
+// The Winograd operator with weights transformed by winograd_weight_transform computes the
+// direct convolution (both references, in double): the matrices, the transform and the
+// operator's definition agree.
+TEST(Winograd, TransformedWeightsGiveTheDirectConvolution) {
+  const char* shapes[] = {"N=1,C=8,H=9,W=11,K=12,pad=1,ic_block=4,oc_block=4",
+                          "N=2,C=3,H=6,W=5,K=5,pad=0,ic_block=3,oc_block=5",
+                          "N=1,C=16,H=7,W=7,K=16,pad=2,ic_block=8,oc_block=16"};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(-1, 1);
+  for (const char* shape : shapes) {
+    for (int m : {2, 4}) {
+      Workload direct = parse_workload(str("conv2d_nchwc(", shape, ",R=3,S=3,epilogue=bias_relu)"));
+      Workload wino = parse_workload(str("conv2d_winograd_nchwc(", shape, ",tile=", m, ",epilogue=bias_relu)"));
+      int64_t N = direct.get("N"), C = direct.get("C"), H = direct.get("H"), W = direct.get("W"), K = direct.get("K");
+      std::vector<float> data(static_cast<size_t>(N * C * H * W)), weight(static_cast<size_t>(K * C * 9)),
+          bias(static_cast<size_t>(K));
+      for (auto* v : {&data, &weight, &bias})
+        for (float& x : *v) x = unit(rng);
+      std::vector<float> u = winograd_weight_transform(weight.data(), K, C, direct.get("ic_block"),
+                                                       direct.get("oc_block"), m);
+      EXPECT_EQ(u.size(), static_cast<size_t>((m + 2) * (m + 2) * K * C));
+      OpGraph g = build_op(direct);
+      int64_t outs = 1;
+      for (int64_t d : g.output->shape) outs *= d;
+      std::vector<float> want(static_cast<size_t>(outs)), got(static_cast<size_t>(outs));
+      reference_compute(direct, {data.data(), weight.data(), bias.data()}, want.data());
+      reference_compute(wino, {data.data(), u.data(), bias.data()}, got.data());
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(want[i] - got[i])));
+      EXPECT_LT(worst, 1e-4) << wino.canonical();
+    }
+  }
 }
 
 // The in-process linker (lld's library): its error text reaches the user, and a failed link

@@ -1,0 +1,146 @@
+// conv2d_winograd_nchwc.cpu: Winograd F(m x m, 3 x 3) convolutions of NCHWc layouts on CPUs
+// (compiler/winograd.h). Four stages, each over all threads:
+//   data_pad     the zero border, and rows and columns up to whole tiles;
+//   winograd_V   each input tile transformed, V = B^T d B: a tile's alpha x alpha values are
+//                unrolled so the transform's constants fold and its partial sums are shared,
+//                a block of input channels per vector;
+//   winograd_M   alpha^2 independent GEMMs over the input channels, U (the weights, transformed
+//                at compile time) times V: register tiles of tile_p input tiles (rows,
+//                unrolled; each V value broadcast) by tile_kb blocks of output channels (each
+//                block one or more vectors), as the direct template's tiles;
+//   output       Y = A^T M A per m x m output tile, unrolled, with the epilogue and the fused
+//                tail applied while the tile is in registers.
+#include "compiler/templates/common.h"
+
+#include <algorithm>
+
+#include "compiler/error.h"
+
+namespace tf::templates {
+namespace {
+
+// The GEMM stage of a Winograd graph: [alpha][alpha][K/ob][P][ob].
+ir::Tensor gemm_stage(const OpGraph& g) {
+  for (const ir::Tensor& t : ir::inputs_of(g.acc)) {
+    if (t->name == "winograd_M") return t;
+  }
+  TF_CHECK(false, "a Winograd graph without its winograd_M stage");
+  return nullptr;
+}
+
+class Conv2dWinogradNchwcCpu final : public CpuTemplate {
+ public:
+  Conv2dWinogradNchwcCpu() : CpuTemplate("conv2d_winograd_nchwc.cpu", 1, {"conv2d_winograd_nchwc"}, "llvm") {}
+
+  const std::vector<KnobDef>& knobs() const override {
+    static const std::vector<KnobDef> k = {
+        {"tile_p", KnobType::Int, "input tiles per register tile of the GEMM stage (unrolled)", 32, {}, kSplit},
+        {"tile_kb", KnobType::Int, "output channel blocks per register tile of the GEMM stage (unrolled; each block vectorized)",
+         16, {}, kSplit},
+        {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
+        {"vectorize", KnobType::Bool, "vectorize the channel blocks", 0, {}},
+        {"unroll", KnobType::Bool, "unroll the GEMM's register tile (the transforms are always unrolled)", 0, {}},
+        {"parallel", KnobType::Bool, "run each stage's outer loops on all threads", 0, {}},
+    };
+    return k;
+  }
+
+  json default_config(const OpGraph& g, const Target& t) const override {
+    // As the direct template's tiles: at most 24 accumulator vectors with 32 vector
+    // registers, 10 with 16, over two channel blocks where there are two.
+    const ir::Tensor m = gemm_stage(g);
+    const int64_t lanes = t.vector_lanes(), blocks = m->shape[2], tiles = m->shape[3];
+    const int64_t v = (m->shape[4] + lanes - 1) / lanes;
+    const int64_t budget = vector_registers(t) >= 32 ? 24 : 10;
+    int64_t kb = std::min<int64_t>(2, blocks);
+    if (kb * v > budget) kb = 1;
+    json c;
+    c["tile_p"] = std::clamp<int64_t>(budget / (kb * v), 1, tiles);
+    c["tile_kb"] = kb;
+    c["inline_pad"] = false;
+    default_annotations(c);
+    return c;
+  }
+
+  void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
+    int64_t tp = c["tile_p"], tkb = c["tile_kb"];
+    bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+    const int64_t m = g.workload.get("tile"), ib = g.workload.get("ic_block");
+
+    Stage& pad = s.stage(g.pad->name);
+    if (c["inline_pad"].get<bool>()) {
+      pad.compute_inline();
+    } else {
+      const auto& ax = g.pad->axes;  // n, c, h, w, cb
+      if (par) pad.parallel(pad.fuse(pad.fuse(ax[0].var, ax[1].var), ax[2].var));
+      if (vec) pad.vectorize(ax[4].var);
+    }
+
+    Stage& v = s.stage("winograd_V");
+    {
+      const auto& ax = v.op()->axes;  // xi, nu, p, c
+      auto [co, ci] = v.split(ax[3].var, ib);
+      v.reorder({ax[2].var, co, ax[0].var, ax[1].var, ci});
+      v.unroll(ax[0].var);
+      v.unroll(ax[1].var);
+      if (vec) v.vectorize(ci);
+      if (par) v.parallel(v.fuse(ax[2].var, co));
+    }
+
+    ir::Tensor mt = gemm_stage(g);
+    ir::Tensor local = s.cache_write(mt);
+    Stage& mo = s.stage(mt->name);
+    {
+      const auto& ax = mo.op()->axes;  // xi, nu, ko, p, kb
+      auto [koo, koi] = mo.split(ax[2].var, tkb);
+      auto [po, pi] = mo.split(ax[3].var, tp);
+      mo.reorder({ax[0].var, ax[1].var, koo, po, koi, pi, ax[4].var});
+      if (vec) mo.vectorize(ax[4].var);
+      if (unroll) {
+        mo.unroll(koi);
+        mo.unroll(pi);
+      }
+      if (par) mo.parallel(mo.fuse(mo.fuse(ax[0].var, ax[1].var), koo));
+      Stage& acc = s.stage(local->name);
+      acc.compute_at(mo, po);
+      const auto& a = acc.op()->axes;
+      const auto& r = acc.op()->reduce_axes;  // rc
+      acc.reorder({a[0].var, a[1].var, r[0].var, a[2].var, a[3].var, a[4].var});
+      if (vec) acc.vectorize(a[4].var);
+      if (unroll) {
+        acc.unroll(a[2].var);
+        acc.unroll(a[3].var);
+      }
+    }
+
+    if (g.acc != g.output) s.stage(g.acc->name).compute_inline();
+    Stage& out = s.stage(g.output->name);
+    const auto& o = out.op()->axes;  // n, ko, oh, ow, kb
+    auto [ho, hi] = out.split(o[2].var, m);
+    auto [wo, wi] = out.split(o[3].var, m);
+    out.reorder({o[0].var, o[1].var, ho, wo, hi, wi, o[4].var});
+    out.unroll(hi);
+    out.unroll(wi);
+    if (vec) out.vectorize(o[4].var);
+    if (par) out.parallel(out.fuse(out.fuse(o[0].var, o[1].var), ho));
+  }
+
+ protected:
+  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+    return {gemm_stage(g)->shape[knob == "tile_kb" ? 2 : 3], false, true};
+  }
+
+  Tile register_tile(const OpGraph& g, const Target& t, const json& c) const override {
+    const int64_t lanes = t.vector_lanes(), block = out_extent(g, 4);
+    bool vec = c["vectorize"];
+    return {c["tile_p"], c["tile_kb"].get<int64_t>() * (vec ? ((block + lanes - 1) / lanes) * lanes : block), 1, ""};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ScheduleTemplate> make_conv2d_winograd_nchwc_cpu() {
+  return std::make_unique<Conv2dWinogradNchwcCpu>();
+}
+
+}  // namespace tf::templates
