@@ -118,7 +118,8 @@ int run_import(const ImportArgs& a) {
     j["tasks"].push_back({{"workload", t.workload},
                           {"count", t.nodes.size()},
                           {"flops", t.flops},
-                          {"nodes", t.nodes}});
+                          {"nodes", t.nodes},
+                          {"alternative_to", t.alternative_to}});
   }
   j["fused_kernels"] = json::array();
   for (const FusedGroup& f : groups) {
@@ -176,9 +177,10 @@ int run_import(const ImportArgs& a) {
   std::printf("memory    %.2f MB arena for %zu intermediates (%.2f MB without reuse)\n",
               static_cast<double>(memory.arena_bytes) / 1e6, memory.buffers.size(),
               static_cast<double>(memory.naive_bytes) / 1e6);
-  std::printf("\ntasks (%zu distinct)\n", tasks.tasks.size());
+  std::printf("\ntasks (%zu distinct; an indented one computes the task above it another way, and compile "
+              "--model takes it where it was tuned faster)\n", tasks.tasks.size());
   for (const Task& t : tasks.tasks) {
-    std::printf("  %3zu x %-90s %.3g GFLOP\n", t.nodes.size(), t.workload.c_str(),
+    std::printf("  %3zu x %s%-90s %.3g GFLOP\n", t.nodes.size(), t.alternative_to >= 0 ? "  " : "", t.workload.c_str(),
                 static_cast<double>(t.flops) / 1e9);
   }
   for (const Untunable& u : tasks.untunable) {

@@ -492,14 +492,14 @@ int run_tune_model(const TuneArgs& a) {
     }
   }
   std::vector<json> shared(tasks.size());  // the best each task last passed to its siblings
-  auto estimate = [&](bool best) {
-    double total = 0;
-    for (const Task& k : tasks) {
-      double s = best ? k.loop->state().best_s : k.sum.default_s;
-      if (!std::isfinite(s) || s <= 0) return std::numeric_limits<double>::infinity();
-      total += k.weight * s;
-    }
-    return total;
+  // The tasks' part of the model's time, a task and its alternatives (graph::Task) counted at
+  // the fastest.
+  std::vector<double> weights;
+  for (const Task& k : tasks) weights.push_back(k.weight);
+  auto estimate = [&]() {
+    std::vector<double> best;
+    for (const Task& k : tasks) best.push_back(k.loop->state().best_s);
+    return graph::tasks_time(list, weights, best, true);
   };
   if (a.json) {
     json ts = json::array();
@@ -558,7 +558,7 @@ int run_tune_model(const TuneArgs& a) {
       }
       hist[static_cast<size_t>(i)].trials.push_back(st.trials_done);
       hist[static_cast<size_t>(i)].best_s.push_back(st.best_s);
-      double est = estimate(true);
+      double est = estimate();
       spent = 0;
       for (const Task& x : tasks) spent += x.loop->state().trials_done;
       if (a.json) {
@@ -587,16 +587,21 @@ int run_tune_model(const TuneArgs& a) {
     }
     throw;
   }
-  // The tasks' best and default times (re-timed medians), weighted by their counts.
-  double tuned = 0, deflt = 0;
-  bool all_tuned = true, all_default = true;
-  json rows = json::array();
+  // The tasks' best and default times (re-timed medians), weighted by their counts; the
+  // default build compiles no alternative task.
+  std::vector<double> bests, defaults;
   for (const Task& k : tasks) {
-    all_tuned = all_tuned && k.sum.best_s > 0;
-    all_default = all_default && k.sum.default_s > 0;
-    tuned += k.weight * k.sum.best_s;
-    deflt += k.weight * k.sum.default_s;
-    rows.push_back({{"workload", k.workload}, {"weight", k.weight}, {"trials", k.sum.state.trials_done},
+    bests.push_back(k.sum.best_s);
+    defaults.push_back(k.sum.default_s);
+  }
+  const double tuned = graph::tasks_time(list, weights, bests, true);
+  const double deflt = graph::tasks_time(list, weights, defaults, false);
+  const bool all_tuned = std::isfinite(tuned), all_default = std::isfinite(deflt);
+  json rows = json::array();
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& k = tasks[i];
+    rows.push_back({{"workload", k.workload}, {"weight", k.weight}, {"alternative_to", list.tasks[i].alternative_to},
+                    {"trials", k.sum.state.trials_done},
                     {"errors", k.sum.state.errors}, {"best_s", k.sum.best_s}, {"default_s", k.sum.default_s},
                     {"best_config", k.sum.best_config}, {"stop_reason", k.sum.stop_reason}});
   }

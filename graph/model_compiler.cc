@@ -19,6 +19,7 @@
 #include "compiler/lower.h"
 #include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
+#include "compiler/winograd.h"
 #include "graph/fusion.h"
 #include "graph/node_te.h"
 #include "graph/pass.h"
@@ -132,10 +133,22 @@ class ModelBuilder {
     bool bias = !e.bias.empty(), relu = e.relu;
     Workload w = parse_workload(aw.spec + ",epilogue=" + e.name() + ")");
     KernelConfig kc = lookup_(w, target_);
+    std::string spec = aw.spec;
+    // A Winograd convolution where it was tuned and ran faster than the direct one.
+    if (std::string alt = winograd_alternative(g_, a, aw); !alt.empty()) {
+      Workload wa = parse_workload(alt + ",epilogue=" + e.name() + ")");
+      KernelConfig ka = lookup_(wa, target_);
+      if (tuned_faster(ka, kc)) {
+        w = wa;
+        kc = ka;
+        spec = alt;
+        args[1] = winograd_constant(args[1], w);
+      }
+    }
     std::vector<const Node*> rest(nodes.begin() + static_cast<int64_t>(used), nodes.end());
     std::string name = function_name(w.op);
     std::optional<OpGraph> fused;
-    if (!rest.empty()) fused = fuse_tail(a, aw.spec, w, bias, relu, y, rest, group_out, args);
+    if (!rest.empty()) fused = fuse_tail(a, spec, w, bias, relu, y, rest, group_out, args);
     bool tail = fused.has_value();
     OpGraph og = tail ? std::move(*fused) : build_op(w);
     // Constant weights are packed here, once, if the template packs them.
@@ -254,6 +267,31 @@ class ModelBuilder {
     og.tail.pop_back();
     args.insert(args.end(), extra.begin(), extra.end());
     return og;
+  }
+
+  // Whether config `a` was tuned for this very workload and target (the exact tier) and ran
+  // faster than `b`, also tuned so, by more than the tuner's verdict margin (2%).
+  static bool tuned_faster(const KernelConfig& a, const KernelConfig& b) {
+    auto exact_median = [](const KernelConfig& k) {
+      if (!k.tuned_from.is_object() || k.tuned_from.value("tier", "") != "exact") return 0.0;
+      const nlohmann::json& m = k.tuned_from.value("median_s", nlohmann::json());
+      return m.is_number() ? m.get<double>() : 0.0;
+    };
+    double ta = exact_median(a), tb = exact_median(b);
+    return ta > 0 && tb > 0 && ta < tb * 0.98;
+  }
+
+  // The constant NCHWc weights `name` transformed for Winograd workload `w`
+  // (winograd_weight_transform), added to the graph once.
+  std::string winograd_constant(const std::string& name, const Workload& w) {
+    int m = static_cast<int>(w.get("tile"));
+    std::string key = str(name, "/winograd/", m);
+    if (auto it = packed_.find(key); it != packed_.end()) return it->second;
+    int64_t K = w.get("K"), C = w.get("C");
+    std::vector<float> u = winograd_weight_transform(g_.value(name).constant->f.data(), K, C, w.get("ic_block"),
+                                                     w.get("oc_block"), m);
+    Shape us{m + 2, m + 2, K / w.get("oc_block"), C, w.get("oc_block")};
+    return packed_[key] = add_constant(name + "_winograd", HostTensor::floats(us, std::move(u)));
   }
 
   // Constant `name` (seen as `shape`) in a template's packed layout, added to the graph once.

@@ -23,6 +23,9 @@ struct Task {
   std::string workload;  // canonical spec
   std::vector<std::string> nodes;
   int64_t flops = 0;  // of one call
+  // The index of the task whose nodes this one computes another way (a Winograd convolution
+  // for the direct one: the model compiler takes whichever was tuned faster), or -1.
+  int alternative_to = -1;
 };
 
 struct Untunable {
@@ -34,7 +37,16 @@ struct TaskList {
   std::vector<Untunable> untunable;
 };
 
+// Each Conv, ConvNCHWc, MatMul and Gemm task; a 3x3 stride-1 blocked convolution with
+// constant weights also as a Winograd task (its alternative).
 TaskList extract_tasks(const Graph& g);
+
+// The tasks' part of a model's time: sum of weight x time over the tasks, where a task and its
+// alternatives count once, at the fastest known time among them (`alternatives`; else at
+// the task's own: a default build compiles no alternative). Infinity when a task has no
+// positive finite time to count.
+double tasks_time(const TaskList& list, const std::vector<double>& weights, const std::vector<double>& times,
+                  bool alternatives);
 
 // The workload (without its epilogue) computing Conv, MatMul or Gemm node `n`, and whether
 // the node's own third input is its bias; or, with no spec, the reason no workload does.
@@ -45,6 +57,12 @@ struct AnchorWorkload {
   bool bias = false;
 };
 AnchorWorkload anchor_workload(const Graph& g, const Node& n);
+
+// The Winograd workload (conv2d_winograd_nchwc, without its epilogue, open as `aw.spec`) that
+// computes ConvNCHWc node `n` with workload `aw`, or "" when none does: the window is not 3x3,
+// the stride or dilation not 1, or the weights are not constants (they are transformed at
+// compile time).
+std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWorkload& aw);
 
 // The anchors' own mappings, as their registry entries name them (graph/ops.h, OpDef::workload).
 AnchorWorkload conv_workload(const Graph& g, const Node& n);

@@ -7,7 +7,8 @@
 //   winograd_M   alpha^2 independent GEMMs over the input channels, U (the weights, transformed
 //                at compile time) times V: register tiles of tile_p input tiles (rows,
 //                unrolled; each V value broadcast) by tile_kb blocks of output channels (each
-//                block one or more vectors), as the direct template's tiles;
+//                block one or more vectors), as the direct template's tiles, the reduction
+//                unrolled unroll_k deep;
 //   output       Y = A^T M A per m x m output tile, unrolled, with the epilogue and the fused
 //                tail applied while the tile is in registers.
 #include "compiler/templates/common.h"
@@ -37,6 +38,7 @@ class Conv2dWinogradNchwcCpu final : public CpuTemplate {
         {"tile_p", KnobType::Int, "input tiles per register tile of the GEMM stage (unrolled)", 32, {}, kSplit},
         {"tile_kb", KnobType::Int, "output channel blocks per register tile of the GEMM stage (unrolled; each block vectorized)",
          16, {}, kSplit},
+        {"unroll_k", KnobType::Int, "unroll factor of the GEMM's reduction over input channels", 64, {}, kSplit},
         {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
         {"vectorize", KnobType::Bool, "vectorize the channel blocks", 0, {}},
         {"unroll", KnobType::Bool, "unroll the GEMM's register tile (the transforms are always unrolled)", 0, {}},
@@ -57,13 +59,14 @@ class Conv2dWinogradNchwcCpu final : public CpuTemplate {
     json c;
     c["tile_p"] = std::clamp<int64_t>(budget / (kb * v), 1, tiles);
     c["tile_kb"] = kb;
+    c["unroll_k"] = std::min<int64_t>(4, g.workload.get("C"));
     c["inline_pad"] = false;
     default_annotations(c);
     return c;
   }
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
-    int64_t tp = c["tile_p"], tkb = c["tile_kb"];
+    int64_t tp = c["tile_p"], tkb = c["tile_kb"], uk = c["unroll_k"];
     bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
     const int64_t m = g.workload.get("tile"), ib = g.workload.get("ic_block");
 
@@ -104,12 +107,13 @@ class Conv2dWinogradNchwcCpu final : public CpuTemplate {
       Stage& acc = s.stage(local->name);
       acc.compute_at(mo, po);
       const auto& a = acc.op()->axes;
-      const auto& r = acc.op()->reduce_axes;  // rc
-      acc.reorder({a[0].var, a[1].var, r[0].var, a[2].var, a[3].var, a[4].var});
+      auto [rco, rci] = acc.split(acc.op()->reduce_axes[0].var, uk);
+      acc.reorder({a[0].var, a[1].var, rco, rci, a[2].var, a[3].var, a[4].var});
       if (vec) acc.vectorize(a[4].var);
       if (unroll) {
         acc.unroll(a[2].var);
         acc.unroll(a[3].var);
+        acc.unroll(rci);
       }
     }
 
@@ -127,13 +131,15 @@ class Conv2dWinogradNchwcCpu final : public CpuTemplate {
 
  protected:
   SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+    if (knob == "unroll_k") return {g.workload.get("C"), false, false};
     return {gemm_stage(g)->shape[knob == "tile_kb" ? 2 : 3], false, true};
   }
 
   Tile register_tile(const OpGraph& g, const Target& t, const json& c) const override {
     const int64_t lanes = t.vector_lanes(), block = out_extent(g, 4);
     bool vec = c["vectorize"];
-    return {c["tile_p"], c["tile_kb"].get<int64_t>() * (vec ? ((block + lanes - 1) / lanes) * lanes : block), 1, ""};
+    return {c["tile_p"], c["tile_kb"].get<int64_t>() * (vec ? ((block + lanes - 1) / lanes) * lanes : block),
+            c["unroll_k"], ""};
   }
 };
 

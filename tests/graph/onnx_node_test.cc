@@ -382,3 +382,69 @@ TEST(OnnxNodeTests, BlockedConvolutionsForAarch64UnderQemu) {
   EXPECT_EQ(compare(want, got), "") << "(aarch64 under qemu, blocked layouts)";
   fs::remove_all(tmp);
 }
+
+// compile --model takes a 3x3 stride-1 convolution's Winograd kernel (its weights transformed
+// at compile time) where the lookup says it was tuned faster for this very workload than the
+// direct one, and the direct one otherwise; either way the model matches the reference
+// evaluation of the graph as built (conv + bias + Relu, then conv + residual Add + Relu).
+TEST(ModelCompiler, TakesTheWinogradConvolutionWhereItWasTunedFaster) {
+  Graph g;
+  uint32_t seed = 11;
+  auto value = [&](const std::string& n, const Shape& s) { g.values[n] = Value{n, DType::F32, s, std::nullopt}; };
+  auto weights = [&](const std::string& n, const Shape& s) {
+    HostTensor t = HostTensor::floats(s, std::vector<float>(num_elements(s)));
+    for (float& v : t.f) v = static_cast<float>((seed = seed * 1103515245u + 12345u) >> 16 & 1023) / 2048.0f - 0.25f;
+    g.values[n] = Value{n, DType::F32, s, t};
+  };
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out, const Shape& s,
+                  std::map<std::string, Attr> attrs = {}) {
+    value(out, s);
+    g.nodes.push_back(Node{op + "_" + out, op, std::move(in), {out}, std::move(attrs)});
+  };
+  const Shape act = {1, 32, 13, 11};
+  value("x", {1, 16, 13, 11});
+  g.inputs = {"x"};
+  weights("w1", {32, 16, 3, 3});
+  weights("b1", {32});
+  weights("w2", {32, 32, 3, 3});
+  weights("b2", {32});
+  std::vector<int64_t> one = {1, 1, 1, 1};
+  node("Conv", {"x", "w1", "b1"}, "c1", act, {{"pads", one}});
+  node("Relu", {"c1"}, "r1", act);
+  node("Conv", {"r1", "w2", "b2"}, "c2", act, {{"pads", one}});
+  node("Add", {"c2", "r1"}, "s", act);
+  node("Relu", {"s"}, "y", act);
+  g.outputs = {"y"};
+  verify(g);
+  HostTensor x = HostTensor::floats({1, 16, 13, 11}, std::vector<float>(16 * 13 * 11));
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(static_cast<float>(k));
+  HostTensor want = run_reference(g, {{"x", x}}).at("y");
+
+  tf::Target host = tf::host_target();
+  run_passes(g, PassOptions{2, {}, {}, nullptr, host.vector_lanes()});
+  fs::path tmp = fs::temp_directory_path() / ("tf-winograd-" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  for (bool winograd_faster : {true, false}) {
+    // Default configs, as if tuned: Winograd at 1 ms or 3 ms, the direct kernel at 2 ms.
+    ConfigLookup lookup = [&](const tf::Workload& w, const tf::Target&) {
+      bool wino = w.op == "conv2d_winograd_nchwc";
+      double s = wino ? (winograd_faster ? 1e-3 : 3e-3) : 2e-3;
+      return KernelConfig{nlohmann::json(), "tuned (exact)", {{"tier", "exact"}, {"median_s", s}}};
+    };
+    std::string so = (tmp / (winograd_faster ? "w.so" : "d.so")).string();
+    CompiledModel cm = compile_model(g, host, lookup, so, "cnn");
+    int wino = 0;
+    for (const ModelKernel& k : cm.kernels) wino += k.template_name == "conv2d_winograd_nchwc.cpu.v1";
+    EXPECT_EQ(wino, winograd_faster ? 2 : 0);
+    ModelLibrary lib(so);
+    std::vector<HostTensor> got;
+    lib.run({&x}, got);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].shape, want.shape);
+    double worst = 0;
+    for (int64_t k = 0; k < want.size(); ++k)
+      worst = std::max(worst, std::fabs(want.as_double(k) - got[0].as_double(k)) / (1 + std::fabs(want.as_double(k))));
+    EXPECT_LT(worst, 1e-4) << (winograd_faster ? "Winograd" : "direct");
+  }
+  fs::remove_all(tmp);
+}
