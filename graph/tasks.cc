@@ -6,6 +6,7 @@
 #include <map>
 
 #include "compiler/error.h"
+#include "compiler/operator_table.h"
 #include "compiler/operators.h"
 #include "compiler/workload.h"
 #include "graph/fusion.h"
@@ -95,11 +96,22 @@ std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWork
   Workload w = parse_workload(aw.spec + ")");
   if (w.op != "conv2d_nchwc" || w.get("R") != 3 || w.get("S") != 3 || w.get("stride") != 1 || w.get("dilation") != 1)
     return "";
-  // F(4x4, 3x3): a quarter of the direct multiplications on whole tiles; its tiles of 7x7
-  // and 14x14 outputs waste a quarter and an eighth, still under half of the direct ones.
+  // F(4x4, 3x3): a quarter of the direct multiplications on whole tiles. Its transformed
+  // weights are 4x the direct ones (36 values per filter against 9) and are read once per
+  // call: where few tiles share them, streaming them costs more than the multiplications
+  // saved. ResNet-18 on the 2-core AVX-512 VM, in the model (all 152 MB of weights streamed
+  // from memory): the 512-channel 7x7 layers (4 tiles, 37.7 MB each) took 2.2 ms against
+  // 0.73 timed alone with warm caches and 0.77 direct; 256-channel 14x14 (16 tiles, 9.4 MB)
+  // 1.0 against 0.94 direct; 28x28 and 56x56 (49 and 196 tiles) gained 1.6-2.7x.
+  // So: at least 32 tiles (16 multiply-adds per weight byte), or weights of 2 MB or less.
+  const int64_t m = 4, a = m + 2;
+  int64_t oh = conv_out(w.get("H"), 3, 1, w.get("pad"), 1), ow = conv_out(w.get("W"), 3, 1, w.get("pad"), 1);
+  int64_t tiles = w.get("N") * ((oh + m - 1) / m) * ((ow + m - 1) / m);
+  int64_t weight_bytes = a * a * w.get("K") * w.get("C") * 4;
+  if (tiles < 32 && weight_bytes > (int64_t{2} << 20)) return "";
   return str("conv2d_winograd_nchwc(N=", w.get("N"), ",C=", w.get("C"), ",H=", w.get("H"), ",W=", w.get("W"),
              ",K=", w.get("K"), ",pad=", w.get("pad"), ",ic_block=", w.get("ic_block"), ",oc_block=", w.get("oc_block"),
-             ",tile=4");
+             ",tile=", m);
 }
 
 AnchorWorkload anchor_workload(const Graph& g, const Node& n) {

@@ -60,8 +60,9 @@ AnchorWorkload anchor_workload(const Graph& g, const Node& n);
 
 // The Winograd workload (conv2d_winograd_nchwc, without its epilogue, open as `aw.spec`) that
 // computes ConvNCHWc node `n` with workload `aw`, or "" when none does: the window is not 3x3,
-// the stride or dilation not 1, or the weights are not constants (they are transformed at
-// compile time).
+// the stride or dilation not 1, the weights are not constants (they are transformed at
+// compile time), or too few tiles share too many transformed weights (fewer than 32 output
+// tiles and more than 2 MB: streaming them would cost more than the multiplications saved).
 std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWorkload& aw);
 
 // The anchors' own mappings, as their registry entries name them (graph/ops.h, OpDef::workload).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "compiler/error.h"
@@ -465,16 +466,68 @@ TEST(GraphPasses, TransformsConvolutionsToBlockedLayouts) {
       }
     }
     TaskList t = extract_tasks(g);
-    ASSERT_GE(t.tasks.size(), 3u);
+    ASSERT_GE(t.tasks.size(), 4u);
     EXPECT_EQ(t.tasks[0].workload,
               tf::str("conv2d_nchwc(N=1,C=3,H=9,W=9,K=16,R=3,S=3,stride=1,pad=1,dilation=1,"
                       "ic_block=3,oc_block=",
                       block, ",epilogue=bias_relu)"));
+    // A 3x3 stride-1 convolution with constant weights: its Winograd alternative next.
+    EXPECT_EQ(t.tasks[1].workload, tf::str("conv2d_winograd_nchwc(N=1,C=3,H=9,W=9,K=16,pad=1,ic_block=3,oc_block=",
+                                           block, ",tile=4,epilogue=bias_relu)"));
+    EXPECT_EQ(t.tasks[1].alternative_to, 0);
+    EXPECT_EQ(t.tasks[1].nodes, t.tasks[0].nodes);
+    EXPECT_EQ(t.tasks[0].alternative_to, -1);
+    EXPECT_EQ(t.tasks[2].alternative_to, -1);  // stride 2: none
     EXPECT_EQ(
-        t.tasks[1].workload,
+        t.tasks[2].workload,
         tf::str("depthwise_conv2d_nchwc(N=1,C=16,H=9,W=9,R=3,S=3,stride=2,pad=1,dilation=1,block=",
                 block, ",epilogue=none)"));
   }
+}
+
+// A task and its alternative count once in a model's estimate, at the faster of their known
+// times (or at the task's own for a default build); a task without a time makes it infinite.
+TEST(GraphTasks, AnAlternativeCountsOnceAtTheFaster) {
+  TaskList l;
+  l.tasks = {{"a", {"n1", "n2"}, 0, -1}, {"a_winograd", {"n1", "n2"}, 0, 0}, {"b", {"n3"}, 0, -1}};
+  std::vector<double> w = {2, 2, 1};
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_DOUBLE_EQ(tasks_time(l, w, {3, 1, 5}, true), 2 * 1 + 5);
+  EXPECT_DOUBLE_EQ(tasks_time(l, w, {3, 1, 5}, false), 2 * 3 + 5);
+  EXPECT_DOUBLE_EQ(tasks_time(l, w, {1, 3, 5}, true), 2 * 1 + 5);
+  EXPECT_DOUBLE_EQ(tasks_time(l, w, {inf, 1, 5}, true), 2 * 1 + 5);  // the direct task failed
+  EXPECT_EQ(tasks_time(l, w, {inf, 1, 5}, false), inf);
+  EXPECT_DOUBLE_EQ(tasks_time(l, w, {3, 0, 5}, true), 2 * 3 + 5);  // no Winograd time
+  EXPECT_EQ(tasks_time(l, w, {3, 1, inf}, true), inf);
+}
+
+// A 3x3 stride-1 blocked convolution gets a Winograd alternative where enough tiles share its
+// transformed weights or they are small: not at 7x7 with 256 channels (4 tiles, 9.4 MB), yes
+// at 7x7 with 16 channels and at 28x28 with 256; never for a 1x1, strided, or computed-weight
+// convolution.
+TEST(GraphTasks, WinogradAlternativesWhereTheTransformedWeightsPayOff) {
+  auto alternatives = [](int64_t c, int64_t hw, int64_t r, int64_t stride, bool constant_weights) {
+    GraphBuilder b;
+    std::string x = b.input("x", {1, c, hw, hw});
+    std::string w = constant_weights ? b.weights("w", {c, c, r, r}, -0.1f, 0.1f) : b.input("w", {c, c, r, r});
+    int64_t pad = r / 2, out = (hw + 2 * pad - r) / stride + 1;
+    b.node("Conv", {x, w}, "y", {1, c, out, out},
+           {{"pads", std::vector<int64_t>(4, pad)}, {"strides", std::vector<int64_t>{stride, stride}}});
+    b.g.outputs = {"y"};
+    verify(b.g);
+    PassOptions o;
+    o.channel_block = 16;
+    run_passes(b.g, o);
+    int n = 0;
+    for (const Task& t : extract_tasks(b.g).tasks) n += t.alternative_to >= 0;
+    return n;
+  };
+  EXPECT_EQ(alternatives(256, 7, 3, 1, true), 0);
+  EXPECT_EQ(alternatives(16, 7, 3, 1, true), 1);
+  EXPECT_EQ(alternatives(256, 28, 3, 1, true), 1);
+  EXPECT_EQ(alternatives(16, 28, 1, 1, true), 0);
+  EXPECT_EQ(alternatives(16, 28, 3, 2, true), 0);
+  EXPECT_EQ(alternatives(16, 28, 3, 1, false), 0);
 }
 
 // Filters the target's block does not divide but half of it does (24 under 16) take blocks of
