@@ -943,6 +943,9 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t) {
   const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
   TF_CHECK(lt, "no LLVM target for ", t.triple, ": ", err);
   llvm::TargetOptions opts;
+  // Destructors (release_workspaces) in .fini_array, which the loader runs at dlclose and
+  // exit (the default .dtors section is not run by glibc).
+  opts.UseInitArray = true;
   std::string features = t.kind == "cuda" ? ptx_feature(t.arch) : t.features;
   return std::unique_ptr<llvm::TargetMachine>(lt->createTargetMachine(
       t.triple, llvm_cpu(t), features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
