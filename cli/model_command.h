@@ -38,6 +38,7 @@ struct ModelRunArgs {
   std::vector<std::string> disable;          // graph passes
   bool reference = false, json = false;
   int repeat = 1, opt_level = 2;
+  double warmup_ms = 300;  // untimed calls of a compiled model first (--warmup-ms), after one call
   uint64_t seed = 1;
   std::string max_memory;      // --max-memory; empty: graph::default_memory_budget()
   db::Database* db = nullptr;  // tuned configs, when compiling

@@ -12,6 +12,7 @@
 #include "compiler/error.h"
 #include "db/database.h"
 #include "db/jsonl.h"
+#include "db/query_json.h"
 #include "cli/common.h"
 #include "service/service_client.h"
 #include "tuner/tuning_curve.h"
@@ -63,15 +64,7 @@ std::string gflops(const db::MeasureRecord& r) {
   return m && r.error_code == "ok" ? fmt("%.2f", double(r.flops) / *m * 1e-9) : "-";
 }
 
-json record_json(const db::MeasureRecord& r) {
-  json j = db::record_to_json(r);
-  j["id"] = r.id;
-  if (auto m = r.median_s(); m && r.error_code == "ok") {
-    j["median_s"] = *m;
-    j["gflops"] = double(r.flops) / *m * 1e-9;
-  }
-  return j;
-}
+json record_json(const db::MeasureRecord& r) { return db::record_query_json(r); }
 
 // A target as tables show it: without the -mattr feature list (--json keeps it whole).
 std::string short_target(const std::string& t) {
@@ -107,14 +100,7 @@ int query_best(db::Database& db, const QueryArgs& a) {
   Target t = parse_target(a.target.empty() ? "llvm -mcpu=native" : a.target);
   db::BestResult b = db.best(lookup_key(w, t));
   if (a.json) {
-    json j = {{"workload", w.canonical()}, {"target", t.str()}, {"tier", db::tier_name(b.tier)}};
-    if (b.tier != db::MatchTier::None) {
-      j["record"] = record_json(b.record);
-      j["robust_median_s"] = b.robust_median_s;
-      j["measurements"] = b.measurements;
-    }
-    if (b.tier == db::MatchTier::NearestShape) j["distance"] = b.distance;
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", db::best_json(w.canonical(), t.str(), b).dump(2).c_str());
     return 0;
   }
   std::printf("workload  %s\ntarget    %s\ntier      %s\n", w.canonical().c_str(), t.str().c_str(),
@@ -171,12 +157,7 @@ int query_runs(db::Database& db, const QueryArgs& a) {
   std::vector<db::TuningRun> runs = db.runs();
   if (a.json) {
     json arr = json::array();
-    for (const auto& r : runs) {
-      arr.push_back({{"uuid", r.uuid}, {"user", r.user}, {"host", r.host}, {"strategy", r.strategy},
-                     {"budget", r.budget}, {"workload", r.workload}, {"target", r.target},
-                     {"started_at", r.started_at}, {"finished_at", r.finished_at}, {"status", r.status},
-                     {"records", r.records}});
-    }
+    for (const auto& r : runs) arr.push_back(db::run_json(r));
     std::printf("%s\n", arr.dump(2).c_str());
     return 0;
   }
@@ -199,13 +180,7 @@ int query_models(db::Database& db, const QueryArgs& a) {
   auto ratio = [](double num, double den) { return den > 0 ? num / den : 0.0; };
   if (a.json) {
     json arr = json::array();
-    for (const db::ModelResult& m : models) {
-      arr.push_back({{"model", m.model}, {"model_hash", m.model_hash}, {"target", m.target},
-                     {"device_key", m.device_key}, {"tuned_s", m.tuned_s}, {"default_s", m.default_s},
-                     {"speedup", ratio(m.default_s, m.tuned_s)}, {"estimate_s", m.estimate_s},
-                     {"tuned_kernels", m.tuned_kernels}, {"tunable_kernels", m.tunable_kernels},
-                     {"configs", m.configs}, {"measured_at", m.measured_at}});
-    }
+    for (const db::ModelResult& m : models) arr.push_back(db::model_result_json(m));
     std::printf("%s\n", arr.dump(2).c_str());
     return 0;
   }

@@ -418,6 +418,7 @@ int main(int argc, char** argv) {
       if (!ra.baseline.empty()) throw tf::UserError("run --baseline is for single workloads, not --model");
       mra.json = ra.as_json;
       mra.repeat = ra.measure.repeat;
+      mra.warmup_ms = ra.measure.min_warmup_ms;
       std::unique_ptr<tf::db::Database> db = tf::lookup_database(ra.db, ra.no_db || mra.reference);
       mra.db = db.get();
       tf::remove_stale_run_dirs();

@@ -22,6 +22,7 @@
 #include "compiler/winograd.h"
 #include "graph/fusion.h"
 #include "graph/node_te.h"
+#include "graph/onnx_import.h"
 #include "graph/pass.h"
 #include "graph/tasks.h"
 
@@ -449,6 +450,19 @@ json CompiledModel::sidecar(const std::string& model) const {
           {"constant_bytes", constant_bytes},
           {"kernels", ks},
           {"untuned_kernels", untuned()}};
+}
+
+int64_t channel_block(const Target& t) { return t.is_cpu() ? t.vector_lanes() : 0; }
+
+Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block) {
+  PassOptions opts;
+  opts.channel_block = block;
+  opts.opt_level = opt_level;
+  opts.disabled = {disable.begin(), disable.end()};
+  check_pass_options(opts);
+  Graph g = import_onnx(path);
+  run_passes(g, opts);
+  return g;
 }
 
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,

@@ -69,6 +69,15 @@ struct CompiledModel {
 // Refuses (UserError naming the node, or the total) a value past `memory_budget` bytes, or a
 // model whose run would hold more than that in inputs, outputs and workspace
 // (graph/memory_budget.h), before generating anything.
+// The channel block of the layout pass for target `t`: its vector width on CPUs, 0 elsewhere
+// (graph::PassOptions::channel_block).
+int64_t channel_block(const Target& t);
+
+// The graph of an .onnx file after the passes at `opt_level`, without the passes `disable`
+// names, for a target whose vector width is `block` (channel_block): what compile --model
+// compiles. UserError for a file that does not import or a pass name that does not exist.
+Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block);
+
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
                             const std::string& out, const std::string& model_name,
                             int64_t memory_budget = default_memory_budget());

@@ -131,4 +131,19 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   }
 }
 
+void ModelLibrary::run_raw(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                           void* workspace) const {
+  TF_CHECK(inputs.size() == inputs_.size() && outputs.size() == outputs_.size(), "run_raw: ", inputs.size(),
+           " inputs and ", outputs.size(), " outputs for a model of ", inputs_.size(), " and ", outputs_.size());
+  int status = run_(inputs.data(), outputs.data(), workspace);
+  if (status == -2) {
+    throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt,
+                        " (2^24, exact in the float32 the kernels compute in)"));
+  }
+  if (status != 0) {
+    throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ", workspace_bytes_,
+                                 " bytes, or a kernel's own buffers)"));
+  }
+}
+
 }  // namespace tf::graph

@@ -1,0 +1,243 @@
+"""tunefarm from Python: compile, tune and run ONNX and PyTorch models and single kernels.
+
+    import torch, torchvision, tunefarm
+    m = torchvision.models.resnet18().eval()
+    x = torch.randn(1, 3, 224, 224)
+    fm = tunefarm.optimize(m, x)
+    torch.testing.assert_close(fm(x), m(x), rtol=1e-4, atol=1e-4)
+
+Compiled models are the libraries `tunefarm compile --model` writes; they are called here
+through the compiled core (_tunefarm, pybind11) with the caller's NumPy arrays or PyTorch
+tensors, without copies when they are contiguous and of the model's element type. Tuned
+configs come from the tuning database (docs/database.md) or, with server=, the tuning
+service. docs/python.md has the whole story.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from . import _tunefarm
+
+__all__ = ["optimize", "load", "compile_model", "compile_kernel", "Database", "CompiledModel", "TunefarmError"]
+
+
+class TunefarmError(RuntimeError):
+    """A tunefarm command (tuning, the service) failed; its message is the command's."""
+
+
+def _binary():
+    """The `tunefarm` program: next to this package in a build tree (build/bin), else on PATH."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "..", "..", "bin", "tunefarm"), shutil.which("tunefarm")):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return os.path.abspath(candidate)
+    raise TunefarmError("the tunefarm program is neither next to this package (build/bin) nor on PATH: "
+                        "tuning and the tuning service need it")
+
+
+def _run_cli(args):
+    r = subprocess.run([_binary()] + args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise TunefarmError("tunefarm %s failed (exit %d): %s" % (" ".join(args[:2]), r.returncode,
+                                                                  (r.stderr or r.stdout).strip()))
+    return r.stdout
+
+
+def _cache_dir(cache_dir):
+    d = cache_dir or os.environ.get("TUNEFARM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")), "tunefarm")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+class CompiledModel:
+    """A compiled model library: call it with NumPy arrays (in the model's input order), get
+    NumPy arrays back. `inputs` and `outputs` give names, shapes and dtypes."""
+
+    def __init__(self, path):
+        self._model = _tunefarm.Model(os.fspath(path))
+
+    @property
+    def path(self):
+        return self._model.path
+
+    @property
+    def inputs(self):
+        return self._model.inputs
+
+    @property
+    def outputs(self):
+        return self._model.outputs
+
+    def run(self, inputs, outputs=None, threads=0):
+        """Runs the model: `outputs` (optional) are arrays to write into; `threads` > 0 sets the
+        calling thread's OpenMP thread count first (else it stays what it is)."""
+        return self._model.run(list(inputs), outputs, int(threads))
+
+    def __call__(self, *inputs):
+        out = self._model.run(inputs, None, 0)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def time_calls(self, inputs, calls, warmup=10, threads=0):
+        """The seconds of each of `calls` calls timed in C++ (the C ABI's own time, in this
+        process), after `warmup` untimed calls."""
+        return self._model.time_calls(list(inputs), int(calls), int(warmup), int(threads))
+
+
+def load(path):
+    """A compiled model library (`tunefarm compile --model` or `compile_model`)."""
+    return CompiledModel(path)
+
+
+def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_level=2):
+    """Compiles an .onnx model with the tuned configs of `db` (a database file; None: the
+    default database, $TUNEFARM_DB or ~/.local/share/tunefarm/tuning.db, when it exists) or of
+    the tuning service at `server` (HOST:PORT). Returns the library's path."""
+    onnx_path = os.fspath(onnx_path)
+    if out is None:
+        with open(onnx_path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        out = os.path.join(_cache_dir(None), "%s-%s.so" % (os.path.basename(onnx_path).rsplit(".", 1)[0], digest))
+    out = os.fspath(out)
+    if server is not None:
+        args = ["compile", "--model", onnx_path, "-o", out, "-O", str(opt_level), "--server", server]
+        if target:
+            args += ["-t", target]
+        _run_cli(args)
+        return out
+    if db is None:
+        default = _tunefarm.default_database()
+        db = default if os.path.exists(default) else ""
+    _tunefarm.compile_model(onnx_path, out, target or "", os.fspath(db), opt_level)
+    return out
+
+
+def compile_kernel(workload, target=None, config=None, db=None, out=None):
+    """Compiles one kernel (a workload spec, e.g. 'matmul(M=64,N=64,K=64)') with `config` (a
+    dict), else the database's tuned config, else the default. The result is callable with
+    float32 arrays, its inputs then its output (written in place), when it was compiled for
+    this machine; `.metadata` is its sidecar (arguments, config, FLOPs)."""
+    if out is None:
+        out = os.path.join(tempfile.mkdtemp(prefix="tunefarm-kernel-"), "kernel.so")
+    cfg = json.dumps(config) if config is not None else ""
+    return _tunefarm.Kernel(workload, target or "", cfg, os.fspath(db) if db else "", os.fspath(out))
+
+
+class Database:
+    """The tuning database, read-only: a file path, or "HOST:PORT" of the tuning service (read
+    through the tunefarm program). Methods return what `tunefarm query ... --json` prints."""
+
+    def __init__(self, path_or_server=None):
+        self._server = None
+        self._db = None
+        if path_or_server is not None and not os.path.exists(path_or_server) and ":" in path_or_server \
+                and "/" not in path_or_server:
+            self._server = path_or_server
+            return
+        path = path_or_server or _tunefarm.default_database()
+        if not os.path.exists(path):
+            raise ValueError("no tuning database at %s" % path)
+        self._db = _tunefarm.Database(os.fspath(path))
+
+    def _query(self, *args):
+        return json.loads(_run_cli(["query"] + list(args) + ["--json", "--server", self._server]))
+
+    def best(self, workload=None, target=None):
+        """The best config of `workload` on `target` (this machine when None): its tier, record,
+        robust median; without a workload, the best record of every (workload, target)."""
+        if self._server:
+            return self._query("best", *(["-w", workload] if workload else []), *(["-t", target] if target else []))
+        if workload is None:
+            return self._db.best_all()
+        return self._db.best(workload, target or "")
+
+    def runs(self):
+        if self._server:
+            return self._query("runs")
+        return self._db.runs()
+
+    def models(self):
+        if self._server:
+            return self._query("models")
+        return self._db.models()
+
+
+def _tune(onnx_path, tune, target, db, server):
+    """Whole-model tuning before compiling: `tune` is a trial count, or a dict of
+    trials, local (default True), tracker, key, strategy."""
+    opts = {"trials": tune} if isinstance(tune, int) else dict(tune)
+    if server is not None:
+        args = ["submit", "--model", onnx_path, "--trials", str(opts.get("trials", 200)), "--server", server,
+                "--watch"]
+        if target:
+            args += ["-t", target]
+        _run_cli(args)
+        return
+    args = ["tune", "--model", onnx_path, "--trials", str(opts.get("trials", 200))]
+    if opts.get("tracker"):
+        args += ["--tracker", opts["tracker"], "--key", opts.get("key", "")]
+    else:
+        args += ["--local"]
+    if opts.get("strategy"):
+        args += ["--strategy", opts["strategy"]]
+    if target:
+        args += ["-t", target]
+    if db:
+        args += ["--db", os.fspath(db)]
+    _run_cli(args)
+
+
+def optimize(model, example_inputs=None, target=None, db=None, tune=None, server=None, cache_dir=None,
+             opset=13):
+    """A compiled version of `model`: an .onnx path, or a torch.nn.Module (exported to ONNX with
+    `example_inputs`, a tensor or a tuple of them). For a Module the result is an nn.Module
+    taking and returning torch tensors; for a path, a CompiledModel taking NumPy arrays.
+    `tune` (a trial count, or a dict: trials, tracker, key, strategy) tunes the whole model
+    first (tunefarm tune --model, or submit --model with `server`); the tuned configs of `db`
+    (or the service) are then used."""
+    cache = _cache_dir(cache_dir)
+    torch_module = None
+    if isinstance(model, (str, os.PathLike)):
+        onnx_path = os.fspath(model)
+        if not os.path.isfile(onnx_path):
+            raise ValueError("no such model file: %s" % onnx_path)
+    else:
+        import torch  # only for Modules
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError("optimize takes a torch.nn.Module or an .onnx path, not %s" % type(model).__name__)
+        if example_inputs is None:
+            raise ValueError("optimize needs example_inputs to export a torch.nn.Module")
+        args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+        for a in args:
+            if not isinstance(a, torch.Tensor):
+                raise TypeError("example_inputs must be tensors, not %s" % type(a).__name__)
+            if a.device.type != "cpu":
+                raise ValueError("example inputs are on %s: models compile for CPUs (GPU models are not "
+                                 "implemented yet)" % a.device)
+        fd, onnx_path = tempfile.mkstemp(suffix=".onnx", dir=cache)
+        os.close(fd)
+        was_training = model.training
+        model.eval()
+        try:
+            torch.onnx.export(model, args, onnx_path, opset_version=opset,
+                              input_names=["input%d" % i for i in range(len(args))], do_constant_folding=True)
+        finally:
+            model.train(was_training)
+        with open(onnx_path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        named = os.path.join(cache, "model-%s.onnx" % digest)
+        os.replace(onnx_path, named)
+        onnx_path = named
+        torch_module = True
+    if tune is not None:
+        _tune(onnx_path, tune, target, db, server)
+    lib = compile_model(onnx_path, target=target, db=db, server=server)
+    compiled = CompiledModel(lib)
+    if torch_module:
+        from ._torch import TorchModule
+        return TorchModule(compiled)
+    return compiled

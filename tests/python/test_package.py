@@ -1,0 +1,237 @@
+"""The Python package against Debian's PyTorch 1.13 and torchvision: models through optimize
+match PyTorch, a compiled module inside a larger nn.Module, NumPy and kernel paths, the
+database, and every error path. Run by ctest (python_package) with PYTHONPATH=<build>/python
+and the tunefarm program in <build>/bin."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+import torchvision
+
+import tunefarm
+
+TMP = tempfile.mkdtemp(prefix="tunefarm-python-test-")
+# Hermetic: no tuned configs from this machine's default database, compiled models cached here.
+os.environ["TUNEFARM_DB"] = os.path.join(TMP, "none.db")
+os.environ["TUNEFARM_CACHE"] = os.path.join(TMP, "cache")
+BIN = os.path.join(os.path.dirname(tunefarm.__file__), "..", "..", "bin", "tunefarm")
+
+
+def seeded(module):
+    torch.manual_seed(0)
+    return module().eval()
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True, activation="gelu")
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.enc(x)
+
+
+class Models(unittest.TestCase):
+    def check(self, model, x, **kw):
+        fm = tunefarm.optimize(model, x, **kw)
+        self.assertIsInstance(fm, torch.nn.Module)
+        with torch.no_grad():
+            torch.testing.assert_close(fm(x), model(x), rtol=1e-4, atol=1e-4)
+        return fm
+
+    def test_the_readme_example(self):
+        m = torchvision.models.resnet18().eval()
+        x = torch.randn(1, 3, 224, 224)
+        fm = tunefarm.optimize(m, x)
+        torch.testing.assert_close(fm(x), m(x), rtol=1e-4, atol=1e-4)
+
+    def test_mobilenet_v2(self):
+        self.check(seeded(torchvision.models.mobilenet_v2), torch.randn(1, 3, 96, 96))
+
+    def test_transformer_encoder(self):
+        self.check(seeded(Encoder), torch.randn(1, 16, 64), opset=17)
+
+    def test_mlp_and_a_second_call_on_other_values(self):
+        m = seeded(MLP)
+        fm = self.check(m, torch.randn(1, 64))
+        y = torch.randn(1, 64)
+        with torch.no_grad():
+            torch.testing.assert_close(fm(y), m(y), rtol=1e-4, atol=1e-4)
+
+    def test_inside_a_larger_module(self):
+        core = tunefarm.optimize(seeded(MLP), torch.randn(1, 64))
+
+        class Outer(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                torch.manual_seed(1)
+                self.pre = torch.nn.Linear(8, 64)
+                self.inner = inner
+
+            def forward(self, x):
+                return torch.softmax(self.inner(torch.relu(self.pre(x))), dim=-1)
+
+        reference = Outer(seeded(MLP)).eval()
+        wrapped = Outer(core).eval()
+        x = torch.randn(1, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(wrapped(x), reference(x), rtol=1e-4, atol=1e-5)
+        self.assertIn("inner", dict(wrapped.named_children()))
+
+    def test_threads_follow_torch(self):
+        m = seeded(MLP)
+        fm = tunefarm.optimize(m, torch.randn(1, 64))
+        old = torch.get_num_threads()
+        try:
+            for n in (1, 2):
+                torch.set_num_threads(n)
+                with torch.no_grad():
+                    torch.testing.assert_close(fm(torch.ones(1, 64)), m(torch.ones(1, 64)), rtol=1e-4, atol=1e-4)
+        finally:
+            torch.set_num_threads(old)
+
+
+class NumpyAndLibraries(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = seeded(MLP)
+        cls.onnx = os.path.join(TMP, "mlp.onnx")
+        torch.onnx.export(cls.model, (torch.randn(1, 64),), cls.onnx, opset_version=13, input_names=["x"],
+                          output_names=["y"])
+
+    def test_an_onnx_path_gives_a_numpy_model_described_by_its_sidecar(self):
+        cm = tunefarm.optimize(self.onnx)
+        self.assertIsInstance(cm, tunefarm.CompiledModel)
+        self.assertEqual(cm.inputs, [{"name": "x", "shape": (1, 64), "dtype": "float32"}])
+        self.assertEqual(cm.outputs, [{"name": "y", "shape": (1, 10), "dtype": "float32"}])
+        x = np.random.default_rng(3).standard_normal((1, 64)).astype(np.float32)
+        with torch.no_grad():
+            want = self.model(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5)
+        # Into a given array, and with a non-contiguous input (copied).
+        out = np.zeros((1, 10), np.float32)
+        got = cm.run([x], [out])
+        self.assertIs(got[0], out)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+        wide = np.zeros((1, 128), np.float32)
+        wide[:, ::2] = x
+        np.testing.assert_allclose(cm(wide[:, ::2]), want, rtol=1e-4, atol=1e-5)
+
+    def test_load_a_library_written_by_the_command_line(self):
+        lib = os.path.join(TMP, "mlp_cli.so")
+        subprocess.run([BIN, "compile", "--model", self.onnx, "-o", lib, "--no-db"], check=True, capture_output=True)
+        cm = tunefarm.load(lib)
+        x = np.ones((1, 64), np.float32)
+        with torch.no_grad():
+            want = self.model(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5)
+
+    def test_a_kernel_compiled_with_a_config(self):
+        k = tunefarm.compile_kernel("matmul(M=33,N=17,K=9)", config={"tile_m": 4, "tile_n": 16})
+        self.assertEqual(k.metadata["config"]["tile_m"], 4)
+        rng = np.random.default_rng(5)
+        a = rng.standard_normal((33, 9)).astype(np.float32)
+        b = rng.standard_normal((9, 17)).astype(np.float32)
+        c = np.zeros((33, 17), np.float32)
+        k(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+class DatabaseFacts(unittest.TestCase):
+    def test_the_same_facts_as_query_json(self):
+        db = os.path.join(TMP, "tuned.db")
+        w = "matmul(M=32,N=32,K=32)"
+        subprocess.run([BIN, "tune", "-w", w, "--local", "--trials", "4", "--db", db], check=True,
+                       capture_output=True)
+        d = tunefarm.Database(db)
+
+        def query(*args):
+            r = subprocess.run([BIN, "query", *args, "--json", "--db", db], check=True, capture_output=True, text=True)
+            return json.loads(r.stdout)
+
+        self.assertEqual(d.best(w), query("best", "-w", w))
+        self.assertEqual(d.best(w)["tier"], "exact")
+        self.assertEqual(d.best(), query("best"))
+        self.assertEqual(d.runs(), query("runs"))
+        self.assertEqual(d.models(), query("models"))
+        # compile_kernel takes the tuned config.
+        k = tunefarm.compile_kernel(w, db=db)
+        self.assertEqual(k.metadata["config"], d.best(w)["record"]["config"])
+
+
+class Errors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.fm = tunefarm.optimize(seeded(MLP), torch.randn(1, 64))
+        cls.cm = cls.fm.compiled
+
+    def assertRaisesWith(self, kind, text, fn, *args, **kw):
+        with self.assertRaises(kind) as c:
+            fn(*args, **kw)
+        self.assertIn(text, str(c.exception))
+
+    def test_wrong_inputs_to_a_torch_module(self):
+        self.assertRaisesWith(ValueError, "must have shape [1, 64], not [2, 64]", self.fm, torch.randn(2, 64))
+        self.assertRaisesWith(TypeError, "must be torch.float32, not torch.float64", self.fm,
+                              torch.randn(1, 64, dtype=torch.float64))
+        self.assertRaisesWith(ValueError, "takes 1 input, not 2", self.fm, torch.randn(1, 64), torch.randn(1, 64))
+        self.assertRaisesWith(TypeError, "must be a torch.Tensor, not list", self.fm, [0.0] * 64)
+        self.assertRaisesWith(ValueError, "is on meta", self.fm, torch.randn(1, 64, device="meta"))
+
+    def test_wrong_inputs_to_a_numpy_model(self):
+        self.assertRaisesWith(TypeError, "must be float32, not float64", self.cm, np.zeros((1, 64)))
+        self.assertRaisesWith(ValueError, "must have shape [1, 64], not [64]", self.cm, np.zeros(64, np.float32))
+        self.assertRaisesWith(TypeError, "must be a NumPy array", self.cm, "x")
+        self.assertRaisesWith(ValueError, "takes 1 input, not 0", self.cm)
+        x = np.zeros((1, 64), np.float32)
+        self.assertRaisesWith(ValueError, "must have shape [1, 10], not [10]", self.cm.run, [x], [np.zeros(10, np.float32)])
+        self.assertRaisesWith(ValueError, "has 1 output, not 2", self.cm.run, [x], [x, x])
+        ro = np.zeros((1, 10), np.float32)
+        ro.setflags(write=False)
+        self.assertRaisesWith(ValueError, "read-only", self.cm.run, [x], [ro])
+        strided = np.zeros((1, 20), np.float32)[:, ::2]
+        self.assertRaisesWith(ValueError, "C-contiguous", self.cm.run, [x], [strided])
+
+    def test_bad_files_and_arguments(self):
+        self.assertRaisesWith(ValueError, "no such model library", tunefarm.load, os.path.join(TMP, "missing.so"))
+        not_a_model = os.path.join(TMP, "kernel.so")
+        tunefarm.compile_kernel("matmul(M=2,N=2,K=2)", out=not_a_model)
+        self.assertRaisesWith(ValueError, "not a tunefarm model library", tunefarm.load, not_a_model)
+        self.assertRaisesWith(ValueError, "no such model file", tunefarm.optimize, os.path.join(TMP, "missing.onnx"))
+        self.assertRaisesWith(TypeError, "torch.nn.Module or an .onnx path, not int", tunefarm.optimize, 3)
+        self.assertRaisesWith(ValueError, "needs example_inputs", tunefarm.optimize, seeded(MLP))
+        self.assertRaisesWith(ValueError, "example inputs are on meta", tunefarm.optimize, seeded(MLP),
+                              torch.randn(1, 64, device="meta"))
+        self.assertRaisesWith(ValueError, "no tuning database at", tunefarm.Database, os.path.join(TMP, "no.db"))
+        self.assertRaisesWith(ValueError, "unknown operator", tunefarm.compile_kernel, "nosuchop(M=1)")
+        self.assertRaisesWith(ValueError, "bad JSON", tunefarm._tunefarm.Kernel, "matmul(M=2,N=2,K=2)", "", "{", "",
+                              os.path.join(TMP, "k.so"))
+        k = tunefarm.compile_kernel("matmul(M=2,N=2,K=2)")
+        self.assertRaisesWith(ValueError, "takes 3 arrays", k, np.zeros((2, 2), np.float32))
+        garbage = os.path.join(TMP, "garbage.onnx")
+        with open(garbage, "wb") as f:
+            f.write(b"not a model")
+        self.assertRaisesWith(ValueError, "garbage.onnx", tunefarm.optimize, garbage)
+        onnx = os.path.join(TMP, "errors_mlp.onnx")
+        torch.onnx.export(seeded(MLP), (torch.randn(1, 64),), onnx, opset_version=13)
+        self.assertRaisesWith(ValueError, "not implemented yet", tunefarm.compile_model, onnx, target="cuda -arch=sm_90")
+
+
+if __name__ == "__main__":
+    unittest.main()
