@@ -175,6 +175,24 @@ class DatabaseFacts(unittest.TestCase):
         self.assertEqual(k.metadata["config"], d.best(w)["record"]["config"])
 
 
+class TuneFirst(unittest.TestCase):
+    def test_optimize_with_tune_tunes_the_whole_model_then_compiles_with_it(self):
+        db = os.path.join(TMP, "tune_first.db")
+        m = seeded(MLP)
+        x = torch.randn(1, 64)
+        fm = tunefarm.optimize(m, x, tune=6, db=db)
+        with torch.no_grad():
+            torch.testing.assert_close(fm(x), m(x), rtol=1e-4, atol=1e-4)
+        models = tunefarm.Database(db).models()
+        self.assertEqual(len(models), 1)
+        self.assertEqual(models[0]["tunable_kernels"], 2)
+        self.assertEqual(models[0]["tuned_kernels"], 2)
+        # A failed tuning run is an error with the command's message.
+        with self.assertRaises(tunefarm.TunefarmError) as c:
+            tunefarm.optimize(m, x, tune={"trials": 4, "strategy": "nosuch"}, db=db)
+        self.assertIn("nosuch", str(c.exception))
+
+
 class Errors(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
