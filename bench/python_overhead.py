@@ -5,8 +5,8 @@ through its C ABI, interleaved round by round: the overhead of a Python call on 
 
 Each round: N calls of the C ABI timed in C++ in this process (CompiledModel.time_calls: the
 library's own time, same arrays), N calls from Python on a NumPy array (CompiledModel.run)
-and N through the nn.Module (TorchModule, torch tensors), each block after 10 untimed calls
-and every call timed alone (time.perf_counter); then `tunefarm run --model LIB --repeat N
+and N through the nn.Module (TorchModule, torch tensors), alternating in blocks of N/10, each
+block after 2 untimed calls and every call timed alone (time.perf_counter); then `tunefarm run --model LIB --repeat N
 --json` (the median of N single calls after its --warmup-ms, a fresh process). Entries are
 medians over all rounds' calls (the command line's: of its round medians). Same thread count
 for all: --threads sets OMP_NUM_THREADS for the command line and torch.set_num_threads here.
@@ -69,11 +69,14 @@ def main():
         xn = x.numpy()
         calls = a.calls if name == "mlp" else max(10, a.calls // 10)
         abi, cli, py, pt = [], [], [], []
+        block = max(2, calls // 10)
         for _ in range(a.rounds):
-            abi += [t * 1e3 for t in cm.time_calls([xn], calls, 10, a.threads)]
-            py += python_calls_ms(lambda v: cm.run([v], None, a.threads), xn, calls, 10)
-            with torch.no_grad():
-                pt += python_calls_ms(module, x, calls, 10)
+            # Small blocks of each, alternating, so drift of the machine hits all alike.
+            for _ in range(calls // block):
+                abi += [t * 1e3 for t in cm.time_calls([xn], block, 2, a.threads)]
+                py += python_calls_ms(lambda v: cm.run([v], None, a.threads), xn, block, 2)
+                with torch.no_grad():
+                    pt += python_calls_ms(module, x, block, 2)
             cli.append(cli_median_ms(a.tunefarm, lib, calls, a.threads))
         c, n, t, k = statistics.median(abi), statistics.median(py), statistics.median(pt), statistics.median(cli)
         print(f"{name:9s} {a.threads} thr  C ABI {c * 1e3:9.1f} us  python/numpy {n * 1e3:9.1f} us  "

@@ -136,6 +136,29 @@ class Model {
     return result;
   }
 
+  // Runs the model on inputs given as addresses (PyTorch tensors' data_ptr()) that the caller
+  // checked against `inputs` (contiguous, CPU, the element type and shape): the tensors stay
+  // alive in the caller for the call. New output arrays.
+  py::list run_addresses(const std::vector<uintptr_t>& inputs, int threads) const {
+    const auto& outs = lib_->outputs();
+    if (inputs.size() != lib_->inputs().size()) {
+      throw py::value_error(str("the model takes ", lib_->inputs().size(), " inputs, not ", inputs.size()));
+    }
+    std::vector<const void*> in;
+    for (uintptr_t a : inputs) in.push_back(reinterpret_cast<const void*>(a));
+    py::list result;
+    std::vector<void*> out;
+    for (const graph::TensorInfo& t : outs) {
+      py::array a(numpy_dtype(t.dtype), std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
+      out.push_back(a.mutable_data());
+      result.append(a);
+    }
+    py::gil_scoped_release unlocked;
+    if (threads > 0) omp_set_num_threads(threads);
+    lib_->run_raw(in, out);
+    return result;
+  }
+
   // The seconds of each of `calls` calls on `inputs` timed in C++, one at a time, after
   // `warmup` untimed ones: the C ABI's own time, in this process, for comparing a call from
   // Python with (bench/python_overhead.py).
@@ -305,6 +328,7 @@ PYBIND11_MODULE(_tunefarm, m) {
       .def_property_readonly("outputs", &Model::outputs)
       .def_property_readonly("path", &Model::path)
       .def("run", &Model::run, py::arg("inputs"), py::arg("outputs") = py::none(), py::arg("threads") = 0)
+      .def("run_addresses", &Model::run_addresses, py::arg("inputs"), py::arg("threads") = 0)
       .def("time_calls", &Model::time_calls, py::arg("inputs"), py::arg("calls"), py::arg("warmup") = 10,
            py::arg("threads") = 0);
   py::class_<Kernel>(m, "Kernel")
