@@ -99,9 +99,13 @@ def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_le
     the tuning service at `server` (HOST:PORT). Returns the library's path."""
     onnx_path = os.fspath(onnx_path)
     if out is None:
+        # Named by the model's contents and what it is compiled for (target, configs' source).
+        h = hashlib.sha256()
         with open(onnx_path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:16]
-        out = os.path.join(_cache_dir(None), "%s-%s.so" % (os.path.basename(onnx_path).rsplit(".", 1)[0], digest))
+            h.update(f.read())
+        h.update(repr((target, os.fspath(db) if db else db, server, opt_level)).encode())
+        out = os.path.join(_cache_dir(None), "%s-%s.so" % (os.path.basename(onnx_path).rsplit(".", 1)[0],
+                                                            h.hexdigest()[:16]))
     out = os.fspath(out)
     if server is not None:
         args = ["compile", "--model", onnx_path, "-o", out, "-O", str(opt_level), "--server", server]
