@@ -64,8 +64,6 @@ std::string gflops(const db::MeasureRecord& r) {
   return m && r.error_code == "ok" ? fmt("%.2f", double(r.flops) / *m * 1e-9) : "-";
 }
 
-json record_json(const db::MeasureRecord& r) { return db::record_query_json(r); }
-
 // A target as tables show it: without the -mattr feature list (--json keeps it whole).
 std::string short_target(const std::string& t) {
   size_t at = t.find(" -mattr=");
@@ -77,7 +75,7 @@ std::string short_target(const std::string& t) {
 void print_records(const std::vector<db::MeasureRecord>& rs, bool as_json) {
   if (as_json) {
     json a = json::array();
-    for (const auto& r : rs) a.push_back(record_json(r));
+    for (const auto& r : rs) a.push_back(db::record_query_json(r));
     std::printf("%s\n", a.dump(2).c_str());
     return;
   }

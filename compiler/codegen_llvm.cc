@@ -91,7 +91,8 @@ class CodeGen {
     if (gpu_) b_.CreateRetVoid();
     else b_.CreateRet(b_.getInt32(0));
     attach_alias_scopes();
-    release_workspaces();
+    free_kept_buffers_at_unload(m_, workspaces_, name_ + ".release_workspaces");
+    workspaces_.clear();
   }
 
  private:
@@ -696,13 +697,10 @@ class CodeGen {
     // given back with atomic exchanges, so concurrent calls each get their own): allocating
     // megabytes on every call costs page faults on every call (glibc returns large blocks
     // to the system on free), a third of a Winograd kernel's time. Freed when the library
-    // is unloaded (release_workspaces).
-    auto* null = llvm::ConstantPointerNull::get(b_.getPtrTy());
-    auto* cache = new llvm::GlobalVariable(m_, b_.getPtrTy(), false, llvm::GlobalValue::InternalLinkage, null,
-                                           name_ + "." + a->buffer + ".cache");
+    // is unloaded (free_kept_buffers_at_unload).
+    llvm::GlobalVariable* cache = kept_buffer_slot(m_, name_ + "." + a->buffer + ".cache");
     workspaces_.push_back(cache);
-    llvm::Value* cached = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, cache, null, llvm::Align(8),
-                                             llvm::AtomicOrdering::AcquireRelease);
+    llvm::Value* cached = exchange_kept_buffer(b_, cache, nullptr);
     llvm::BasicBlock* from = b_.GetInsertBlock();
     auto* fresh_bb = llvm::BasicBlock::Create(ctx_, a->buffer + ".alloc", fn_);
     auto* ok = llvm::BasicBlock::Create(ctx_, a->buffer + ".ok", fn_);
@@ -728,27 +726,8 @@ class CodeGen {
     buffers_[a->buffer] = p;
     stmt(a->body);
     buffers_.erase(a->buffer);
-    llvm::Value* old = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, cache, p, llvm::Align(8),
-                                          llvm::AtomicOrdering::AcquireRelease);
+    llvm::Value* old = exchange_kept_buffer(b_, cache, p);
     b_.CreateCall(runtime("free", b_.getVoidTy(), {b_.getPtrTy()}), {old});  // free(NULL) does nothing
-  }
-
-  // A destructor of the library that frees the buffers the kernel kept (allocate).
-  void release_workspaces() {
-    if (workspaces_.empty()) return;
-    auto* fn = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), false),
-                                      llvm::Function::InternalLinkage, name_ + ".release_workspaces", m_);
-    set_attributes(fn);
-    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx_, "entry", fn));
-    auto* null = llvm::ConstantPointerNull::get(b.getPtrTy());
-    for (llvm::GlobalVariable* cache : workspaces_) {
-      llvm::Value* p = b.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, cache, null, llvm::Align(8),
-                                         llvm::AtomicOrdering::AcquireRelease);
-      b.CreateCall(runtime("free", b.getVoidTy(), {b.getPtrTy()}), {p});
-    }
-    b.CreateRetVoid();
-    llvm::appendToGlobalDtors(m_, fn, 65535);
-    workspaces_.clear();
   }
 
   void stmt(const Stmt& s) {
@@ -943,7 +922,7 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t) {
   const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
   TF_CHECK(lt, "no LLVM target for ", t.triple, ": ", err);
   llvm::TargetOptions opts;
-  // Destructors (release_workspaces) in .fini_array, which the loader runs at dlclose and
+  // Destructors (free_kept_buffers_at_unload) in .fini_array, which the loader runs at dlclose and
   // exit (the default .dtors section is not run by glibc).
   opts.UseInitArray = true;
   std::string features = t.kind == "cuda" ? ptx_feature(t.arch) : t.features;
@@ -960,6 +939,32 @@ std::string emit_object(llvm::Module& m, llvm::TargetMachine& tm, bool assembly)
            " cannot emit this file type");
   pm.run(m);
   return std::string(buffer.begin(), buffer.end());
+}
+
+llvm::GlobalVariable* kept_buffer_slot(llvm::Module& m, const std::string& name) {
+  auto* ptr = llvm::PointerType::get(m.getContext(), 0);
+  return new llvm::GlobalVariable(m, ptr, false, llvm::GlobalValue::InternalLinkage,
+                                  llvm::ConstantPointerNull::get(ptr), name);
+}
+
+llvm::Value* exchange_kept_buffer(llvm::IRBuilderBase& b, llvm::GlobalVariable* slot, llvm::Value* p) {
+  if (!p) p = llvm::ConstantPointerNull::get(b.getPtrTy());
+  return b.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, slot, p, llvm::Align(8), llvm::AtomicOrdering::AcquireRelease);
+}
+
+void free_kept_buffers_at_unload(llvm::Module& m, const std::vector<llvm::GlobalVariable*>& slots,
+                                 const std::string& name) {
+  if (slots.empty()) return;
+  llvm::LLVMContext& ctx = m.getContext();
+  auto* fn = llvm::Function::Create(llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), false),
+                                    llvm::Function::InternalLinkage, name, m);
+  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
+  llvm::FunctionCallee release =
+      m.getOrInsertFunction("free", llvm::FunctionType::get(b.getVoidTy(), {b.getPtrTy()}, false));
+  for (llvm::GlobalVariable* slot : slots) b.CreateCall(release, {exchange_kept_buffer(b, slot, nullptr)});
+  b.CreateRetVoid();
+  llvm::appendToGlobalDtors(m, fn, 65535);
 }
 
 std::string llvm_ir_key(const LoweredFunc& f, const Target& target) {

@@ -16,13 +16,17 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "compiler/ir.h"
 #include "compiler/target.h"
 
 namespace llvm {
+class GlobalVariable;
+class IRBuilderBase;
 class Module;
 class TargetMachine;
+class Value;
 }  // namespace llvm
 
 namespace tf {
@@ -57,5 +61,17 @@ std::string llvm_ir_key(const ir::LoweredFunc& f, const Target& target);
 // target (PIC, -O3 code generation), and a module emitted as object code or assembly.
 std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t);
 std::string emit_object(llvm::Module& m, llvm::TargetMachine& tm, bool assembly = false);
+
+// Buffers a library keeps between calls (a kernel's heap buffers, a model's workspace), as
+// allocating megabytes on every call costs a page fault per page per call: a slot is a global
+// pointer holding the buffer of the last call, which a call takes and gives back with atomic
+// exchanges, so concurrent calls each get their own.
+llvm::GlobalVariable* kept_buffer_slot(llvm::Module& m, const std::string& name);
+// Stores `p` (null: takes the buffer) in `slot`, returning what it held.
+llvm::Value* exchange_kept_buffer(llvm::IRBuilderBase& b, llvm::GlobalVariable* slot, llvm::Value* p);
+// A destructor of the library named `name` (in .fini_array: run at dlclose and exit) that
+// frees the buffers of `slots`; nothing when there are none.
+void free_kept_buffers_at_unload(llvm::Module& m, const std::vector<llvm::GlobalVariable*>& slots,
+                                 const std::string& name);
 
 }  // namespace tf

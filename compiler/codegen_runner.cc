@@ -8,7 +8,6 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
-#include <llvm/Transforms/Utils/ModuleUtils.h>
 
 #include <functional>
 #include <map>
@@ -181,13 +180,11 @@ class RunnerGen {
     // Without a caller's workspace, the one of the last call is taken (an atomic exchange, so
     // concurrent calls each get their own) or a new one allocated, and given back at the end:
     // allocating megabytes on every call costs a page fault per page per call (ResNet-18's
-    // 3.8 MB: 28 ms a call became 42 in a Python process). Freed at unload (workspace_dtor).
+    // 3.8 MB: 28 ms a call became 42 in a Python process). Freed at unload.
     auto* null = llvm::ConstantPointerNull::get(ptr);
-    auto* cache = new llvm::GlobalVariable(m_, ptr, false, llvm::GlobalValue::InternalLinkage, null,
-                                           "tf_model_workspace_cache");
+    llvm::GlobalVariable* cache = kept_buffer_slot(m_, "tf_model_workspace_cache");
     b_.SetInsertPoint(allocate);
-    llvm::Value* cached =
-        b_.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, cache, null, llvm::Align(8), llvm::AtomicOrdering::AcquireRelease);
+    llvm::Value* cached = exchange_kept_buffer(b_, cache, nullptr);
     auto* fresh_bb = llvm::BasicBlock::Create(ctx_, "allocate_fresh", fn);
     auto* got = llvm::BasicBlock::Create(ctx_, "got_workspace", fn);
     b_.CreateCondBr(b_.CreateIsNull(cached), fresh_bb, got);
@@ -217,13 +214,11 @@ class RunnerGen {
       auto* done = llvm::BasicBlock::Create(ctx_, "given_back", fn);
       b_.CreateCondBr(b_.CreateIsNull(owned), done, back);
       b_.SetInsertPoint(back);
-      llvm::Value* old = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, cache, owned, llvm::Align(8),
-                                            llvm::AtomicOrdering::AcquireRelease);
-      b_.CreateCall(release, {old});
+      b_.CreateCall(release, {exchange_kept_buffer(b_, cache, owned)});
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
     };
-    workspace_dtor(cache, release);
+    free_kept_buffers_at_unload(m_, {cache}, "tf_model_release_workspace");
     std::map<int64_t, uint64_t> converted;  // input -> workspace offset of its float32 copy
     for (const RunnerInputConversion& c : s.conversions)
       converted[c.input] = static_cast<uint64_t>(c.workspace_offset);
@@ -295,18 +290,6 @@ class RunnerGen {
     b_.SetInsertPoint(failed);
     give_back();
     b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
-  }
-
-  // A destructor of the library that frees the kept workspace.
-  void workspace_dtor(llvm::GlobalVariable* cache, llvm::FunctionCallee release) {
-    auto* fn = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), false),
-                                      llvm::Function::InternalLinkage, "tf_model_release_workspace", m_);
-    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx_, "entry", fn));
-    llvm::Value* p = b.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, cache, llvm::ConstantPointerNull::get(b.getPtrTy()),
-                                       llvm::Align(8), llvm::AtomicOrdering::AcquireRelease);
-    b.CreateCall(release, {p});
-    b.CreateRetVoid();
-    llvm::appendToGlobalDtors(m_, fn, 65535);
   }
 
   llvm::LLVMContext& ctx_;

@@ -95,26 +95,13 @@ class Model {
   // else new ones. `threads` > 0 sets this thread's OpenMP thread count first (the library's
   // pool follows omp_get_max_threads(), as PyTorch's does).
   py::list run(const py::sequence& inputs, const py::object& outputs, int threads) const {
-    const auto& ins = lib_->inputs();
     const auto& outs = lib_->outputs();
-    if (static_cast<size_t>(py::len(inputs)) != ins.size()) {
-      throw py::value_error(str("the model takes ", ins.size(), " input", ins.size() == 1 ? "" : "s", ", not ",
-                                py::len(inputs)));
-    }
     std::vector<py::array> keep;
-    std::vector<const void*> in;
-    for (size_t k = 0; k < ins.size(); ++k) {
-      keep.push_back(checked(inputs[k], ins[k], "input"));
-      in.push_back(keep.back().data());
-    }
+    std::vector<const void*> in = input_pointers(inputs, keep);
     py::list result;
     std::vector<void*> out;
     if (outputs.is_none()) {
-      for (const graph::TensorInfo& t : outs) {
-        py::array a(numpy_dtype(t.dtype), std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
-        out.push_back(a.mutable_data());
-        result.append(a);
-      }
+      out = new_outputs(result);
     } else {
       py::sequence given = outputs;
       if (static_cast<size_t>(py::len(given)) != outs.size()) {
@@ -140,19 +127,11 @@ class Model {
   // checked against `inputs` (contiguous, CPU, the element type and shape): the tensors stay
   // alive in the caller for the call. New output arrays.
   py::list run_addresses(const std::vector<uintptr_t>& inputs, int threads) const {
-    const auto& outs = lib_->outputs();
-    if (inputs.size() != lib_->inputs().size()) {
-      throw py::value_error(str("the model takes ", lib_->inputs().size(), " inputs, not ", inputs.size()));
-    }
+    check_input_count(inputs.size());
     std::vector<const void*> in;
     for (uintptr_t a : inputs) in.push_back(reinterpret_cast<const void*>(a));
     py::list result;
-    std::vector<void*> out;
-    for (const graph::TensorInfo& t : outs) {
-      py::array a(numpy_dtype(t.dtype), std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
-      out.push_back(a.mutable_data());
-      result.append(a);
-    }
+    std::vector<void*> out = new_outputs(result);
     py::gil_scoped_release unlocked;
     if (threads > 0) omp_set_num_threads(threads);
     lib_->run_raw(in, out);
@@ -164,15 +143,11 @@ class Model {
   // Python with (bench/python_overhead.py).
   std::vector<double> time_calls(const py::sequence& inputs, int calls, int warmup, int threads) const {
     if (calls < 1 || warmup < 0) throw py::value_error(str("calls must be at least 1 (", calls, ") and warmup 0 or more (", warmup, ")"));
-    py::list outs = run(inputs, py::none(), threads);
     std::vector<py::array> keep;
-    std::vector<const void*> in;
-    for (size_t k = 0; k < lib_->inputs().size(); ++k) {
-      keep.push_back(checked(inputs[k], lib_->inputs()[k], "input"));
-      in.push_back(keep.back().data());
-    }
-    std::vector<void*> out;
-    for (py::handle o : outs) out.push_back(py::reinterpret_borrow<py::array>(o).mutable_data());
+    std::vector<const void*> in = input_pointers(inputs, keep);
+    py::list outs;
+    std::vector<void*> out = new_outputs(outs);
+    if (threads > 0) omp_set_num_threads(threads);
     std::vector<double> s;
     py::gil_scoped_release unlocked;
     for (int k = 0; k < warmup; ++k) lib_->run_raw(in, out);
@@ -185,6 +160,35 @@ class Model {
   }
 
  private:
+  void check_input_count(size_t n) const {
+    size_t want = lib_->inputs().size();
+    if (n != want) throw py::value_error(str("the model takes ", want, " input", want == 1 ? "" : "s", ", not ", n));
+  }
+
+  // `inputs` checked against the model's (checked(): a non-contiguous one is copied into
+  // `keep`), as the pointers the C ABI takes; `keep` holds them for the call.
+  std::vector<const void*> input_pointers(const py::sequence& inputs, std::vector<py::array>& keep) const {
+    const auto& ins = lib_->inputs();
+    check_input_count(static_cast<size_t>(py::len(inputs)));
+    std::vector<const void*> in;
+    for (size_t k = 0; k < ins.size(); ++k) {
+      keep.push_back(checked(inputs[k], ins[k], "input"));
+      in.push_back(keep.back().data());
+    }
+    return in;
+  }
+
+  // New arrays for the model's outputs, appended to `result`; the pointers the C ABI takes.
+  std::vector<void*> new_outputs(py::list& result) const {
+    std::vector<void*> out;
+    for (const graph::TensorInfo& t : lib_->outputs()) {
+      py::array a(numpy_dtype(t.dtype), std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
+      out.push_back(a.mutable_data());
+      result.append(a);
+    }
+    return out;
+  }
+
   std::unique_ptr<graph::ModelLibrary> lib_;
   std::string path_;
 };
