@@ -1,6 +1,5 @@
 #include "cli/service_command.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +13,7 @@
 #include "cli/common.h"
 #include "cli/model_command.h"
 #include "graph/tasks.h"
+#include "service/queries.h"
 #include "tuner/farm_client.h"
 
 namespace tf::cli {
@@ -22,15 +22,6 @@ namespace pb = tunefarm::v1;
 using json = nlohmann::json;
 
 namespace {
-
-std::string to_json_line(const google::protobuf::Message& m) {
-  google::protobuf::util::JsonPrintOptions o;
-  o.preserve_proto_field_names = true;
-  o.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
-}
 
 std::string ms(double s) {
   char buf[32];
@@ -146,7 +137,7 @@ int watch_job(ServiceClient& c, int64_t id, bool as_json) {
     last = e.job();
     const pb::JobInfo& j = e.job();
     if (as_json) {
-      std::printf("%s\n", to_json_line(e).c_str());
+      std::printf("%s\n", queries::proto_json(e).c_str());
       std::fflush(stdout);
       return true;
     }
@@ -237,7 +228,7 @@ int run_service_command(const ServiceArgs& a) {
     if (a.sub == "submit") {
       pb::SubmitReply r = c.submit(job.dump());
       if (a.json && !a.watch) {
-        std::printf("%s\n", to_json_line(r).c_str());
+        std::printf("%s\n", queries::proto_json(r).c_str());
       } else if (!a.json) {
         std::printf("%lld\n", static_cast<long long>(r.job_id()));
         std::fflush(stdout);
@@ -251,7 +242,7 @@ int run_service_command(const ServiceArgs& a) {
       if (a.json) {
         pb::ListJobsReply all;
         for (const pb::JobInfo& i : jobs) *all.add_jobs() = i;
-        std::printf("%s\n", to_json_line(all).c_str());
+        std::printf("%s\n", queries::proto_json(all).c_str());
         return 0;
       }
       std::printf("%-5s %-12s %-10s %-12s %-9s %-30s %s\n", "id", "user", "state", "trials", "workloads", "best so far",
@@ -266,7 +257,7 @@ int run_service_command(const ServiceArgs& a) {
     }
     if (a.sub == "watch") return watch_job(c, a.id, a.json);
     pb::JobInfo i = c.cancel(a.id);
-    if (a.json) std::printf("%s\n", to_json_line(i).c_str());
+    if (a.json) std::printf("%s\n", queries::proto_json(i).c_str());
     else std::printf("job %lld: %s\n", static_cast<long long>(i.id()),
                      i.state() == "cancelled" ? "cancelled" : "cancelling (after the measurements in flight)");
     return 0;

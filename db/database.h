@@ -8,6 +8,7 @@
 // directory, disk errors) throw DbError with a message naming the file.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -27,6 +28,8 @@ struct HistoryFilter {
   std::string workload;  // canonical; empty = all
   std::string target;    // empty = all
   int64_t limit = 0;     // 0 = no limit
+  std::string run_uuid = {};  // records of this tuning run only; empty = any
+  int64_t after_id = 0;  // records with a larger id only (a reader catching up); 0 = all
 };
 
 class Database {
@@ -84,6 +87,9 @@ class Database {
   virtual std::vector<JobRow> jobs() = 0;
 
   virtual Stats stats() = 0;
+  // How many records each device key got since Unix time `since` (any outcome): the farm's
+  // measurement rates (the dashboard's farm page).
+  virtual std::map<std::string, int64_t> records_per_key_since(double since) = 0;
   // Keeps the `keep` fastest error-free records of each (workload, target) pair and removes
   // the rest (error records included). With dry_run, only reports what would go.
   virtual DistillResult distill(int64_t keep, bool dry_run) = 0;

@@ -574,6 +574,11 @@ class SqliteDatabase : public Database {
   std::vector<MeasureRecord> history(const HistoryFilter& f) override {
     return read([&] {
       auto [where, args] = filter(f.workload, f.target);
+      if (!f.run_uuid.empty()) {
+        where += where.empty() ? " WHERE u.uuid = ?" : " AND u.uuid = ?";
+        args.push_back(f.run_uuid);
+      }
+      if (f.after_id > 0) where += (where.empty() ? " WHERE r.id > " : " AND r.id > ") + std::to_string(f.after_id);
       std::string limit = f.limit > 0 ? " LIMIT " + std::to_string(f.limit) : "";
       return all(std::string("SELECT ") + kRecordColumns + where + " ORDER BY r.measured_at, r.id" + limit, args);
     });
@@ -614,6 +619,17 @@ class SqliteDatabase : public Database {
       while (per_run.executeStep()) s.per_run[per_run.getColumn(0).getString()] = per_run.getColumn(1).getInt64();
       s.file_bytes = db_.execAndGet("PRAGMA page_count").getInt64() * db_.execAndGet("PRAGMA page_size").getInt64();
       return s;
+    });
+  }
+
+  std::map<std::string, int64_t> records_per_key_since(double since) override {
+    return read([&] {
+      std::map<std::string, int64_t> out;
+      SQLite::Statement q(db_, "SELECT t.device_key, COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id "
+                               "WHERE r.measured_at >= ? GROUP BY t.device_key");
+      q.bind(1, since);
+      while (q.executeStep()) out[q.getColumn(0).getString()] = q.getColumn(1).getInt64();
+      return out;
     });
   }
 

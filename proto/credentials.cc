@@ -117,12 +117,12 @@ bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
 }
 
-void check_listen_policy(const std::string& host, const std::string& token, const char* daemon) {
+void check_listen_policy(const std::string& host, const std::string& token, const char* daemon, const char* flag,
+                         const char* risk) {
   if (!token.empty()) return;
   if (!is_loopback_host(host)) {
-    throw ConfigError(std::string(daemon) + ": listening on " + host +
-                      " (beyond loopback) requires --token-file: anyone who reaches an unauthenticated "
-                      "farm can run code on its boards");
+    throw ConfigError(std::string(daemon) + ": listening on " + host + " (beyond loopback) requires " + flag + ": " +
+                      risk);
   }
 }
 

@@ -55,8 +55,11 @@ std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const TlsFiles& tl
 
 bool is_loopback_host(const std::string& host);
 
-// Refuses (ConfigError) to listen beyond loopback without a token.
-void check_listen_policy(const std::string& host, const std::string& token, const char* daemon);
+// Refuses (ConfigError) to listen beyond loopback without a token; the message names the
+// daemon's `flag` that gives one and the `risk` of going without.
+void check_listen_policy(const std::string& host, const std::string& token, const char* daemon,
+                         const char* flag = "--token-file",
+                         const char* risk = "anyone who reaches an unauthenticated farm can run code on its boards");
 
 // A channel to `address` (host:port) with the message size limits of the farm.
 std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const TlsFiles& tls);

@@ -25,6 +25,8 @@ PACKAGES=(
   xz-utils
   # tests
   libgtest-dev libgmock-dev python3 python3-numpy openssl
+  # the dashboard's tests and benchmark in a real browser (tests/dashboard/)
+  chromium chromium-driver python3-selenium
   # fuzzing: clang with libFuzzer (scripts/fuzz.sh)
   clang-19 libclang-rt-19-dev
   # aarch64 stand-in for a Raspberry Pi

@@ -358,6 +358,11 @@ pb::JobInfo JobManager::info(const Job& job) const {
       ti->set_default_s(t.value("default_s", 0.0));
       ti->set_done(t.value("done", false));
       ti->set_stop_reason(t.value("stop_reason", std::string()));
+      if (t.contains("runs") && t["runs"].is_array()) {
+        for (const json& u : t["runs"]) {
+          if (u.is_string()) ti->add_runs(u.get<std::string>());
+        }
+      }
       if (ti->best_s() > 0) weighted += ti->weight() * ti->best_s();
       else all = false;
     }

@@ -123,6 +123,9 @@ class RemoteDatabase : public db::Database {
   bool measured(const std::string&, const std::string&, const std::string&) override {
     throw db::DbError("measured() is not one of the tuning service's queries");
   }
+  std::map<std::string, int64_t> records_per_key_since(double) override {
+    throw db::DbError("measurement rates are not one of the tuning service's queries (its dashboard shows them)");
+  }
   std::vector<db::JobRow> jobs() override {
     throw db::DbError("jobs of the tuning service: use `tunefarm jobs`");
   }
@@ -193,6 +196,8 @@ class RemoteDatabase : public db::Database {
     req.set_workload(f.workload);
     req.set_target(f.target);
     req.set_limit(f.limit);
+    req.set_run(f.run_uuid);
+    req.set_after_id(f.after_id);
     auto ctx = c_.context(600);
     auto reader = c_.stub().History(ctx.get(), req);
     std::vector<db::MeasureRecord> out;

@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "compiler/error.h"
+#include "dashboard/dashboard.h"
+#include "dashboard/http_server.h"
 #include "db/database.h"
 #include "proto/daemon.h"
 #include "proto/credentials.h"
@@ -19,6 +21,7 @@ int main(int argc, char** argv) {
   tf::farm::TlsFiles tls, farm_tls;
   tf::JobManagerOptions opts;
   int local_boards = -1;
+  int http_port = -1;
   app.add_option("--host", host, "address to listen on (beyond loopback needs --users-file)")->capture_default_str();
   app.add_option("--port", port, "port (0: any free one; the bound port is printed)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
@@ -41,6 +44,9 @@ int main(int argc, char** argv) {
   app.add_option("--farm-tls-key", farm_tls.key, "PEM key of --farm-tls-cert");
   app.add_option("--wait-ms", opts.wait_ms, "how long a farm job waits for a board")->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{86400000}));
+  app.add_option("--http-port", http_port, "serve the web dashboard on this port of --host (0: any free one; "
+                                          "HTTPS with --tls-cert, client certificates with --tls-ca; docs/dashboard.md)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--tls-cert", tls.cert, "PEM certificate: serve TLS");
   app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", tls.ca, "PEM CA: require and verify client certificates (mutual TLS)");
@@ -52,7 +58,9 @@ int main(int argc, char** argv) {
   try {
     std::vector<tf::ServiceUser> users;
     if (!users_file.empty()) users = tf::read_users_file(users_file);
-    tf::farm::check_listen_policy(host, users.empty() ? "" : users[0].token, "tunefarm-tuner");
+    tf::farm::check_listen_policy(host, users.empty() ? "" : users[0].token, "tunefarm-tuner", "--users-file",
+                                  "anyone who reaches it could submit jobs, read the tuning database and its "
+                                  "dashboard as any user");
     if (!tracker.empty()) {
       tf::farm::FarmEndpoint farm;
       farm.tracker = tracker;
@@ -69,11 +77,27 @@ int main(int argc, char** argv) {
     opts.db_path = tf::db::database_path(db_flag);
     tf::JobManager jobs(opts);
     tf::TuningService service(jobs, users);
+    // The dashboard first: it checks the TLS files with a message naming them.
+    std::unique_ptr<tf::web::Dashboard> dashboard;
+    std::unique_ptr<tf::web::HttpServer> http;
+    if (http_port >= 0) {
+      tf::web::DashboardOptions d;
+      d.farm = opts.farm;
+      d.local_boards = opts.local_boards;
+      d.tls = !tls.cert.empty();
+      dashboard = std::make_unique<tf::web::Dashboard>(jobs, users, d);
+      http = std::make_unique<tf::web::HttpServer>(
+          host, http_port, tls, [&dashboard](const tf::web::HttpRequest& r) { return dashboard->handle(r); });
+    }
     tf::farm::Listening l = tf::farm::listen(host, port, tls, {&service});
     if (users.empty()) std::printf("warning: no --users-file: serving loopback only, every caller is the user local\n");
     std::printf("tunefarm-tuner listening on %s:%d%s; database %s; %d local boards%s%s\n", host.c_str(), l.port,
                 tls.cert.empty() ? "" : " (TLS)", opts.db_path.c_str(), opts.local_boards,
                 tracker.empty() ? "" : "; farm at ", tracker.c_str());
+    if (http) {
+      std::printf("dashboard at %s://%s:%d/\n", tls.cert.empty() ? "http" : "https",
+                  host.find(':') != std::string::npos ? ("[" + host + "]").c_str() : host.c_str(), http->port());
+    }
     std::fflush(stdout);
     tf::farm::serve_until_signal(*l.server);
   } catch (const tf::farm::ConfigError& e) {

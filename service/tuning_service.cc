@@ -11,6 +11,7 @@
 #include "db/jsonl.h"
 #include "proto/credentials.h"
 #include "service/job.h"
+#include "service/queries.h"
 #include "tuner/tuning_records.h"
 
 namespace tf {
@@ -46,6 +47,14 @@ std::vector<ServiceUser> read_users_file(const std::string& path) {
   return users;
 }
 
+const ServiceUser* find_user(const std::vector<ServiceUser>& users, const std::string& token) {
+  const ServiceUser* found = nullptr;
+  for (const ServiceUser& u : users) {
+    if (farm::token_equal(token, u.token)) found = &u;  // no early exit: constant time over the users
+  }
+  return found;
+}
+
 TuningService::TuningService(JobManager& jobs, std::vector<ServiceUser> users) : jobs_(jobs), users_(std::move(users)) {}
 
 grpc::Status TuningService::identify(const grpc::ServerContext* ctx, ServiceUser* who) const {
@@ -59,12 +68,7 @@ grpc::Status TuningService::identify(const grpc::ServerContext* ctx, ServiceUser
   std::string given(it->second.data(), it->second.size());
   const std::string prefix = "Bearer ";
   if (given.rfind(prefix, 0) == 0) {
-    given = given.substr(prefix.size());
-    const ServiceUser* found = nullptr;
-    for (const ServiceUser& u : users_) {
-      if (farm::token_equal(given, u.token)) found = &u;  // no early exit: constant time over the users
-    }
-    if (found) {
+    if (const ServiceUser* found = find_user(users_, given.substr(prefix.size()))) {
       *who = *found;
       return grpc::Status::OK;
     }
@@ -89,24 +93,6 @@ grpc::Status TuningService::guarded(grpc::ServerContext* ctx, F&& f) {
     return {grpc::StatusCode::INTERNAL, e.what()};
   }
 }
-
-namespace {
-
-std::unique_ptr<db::Database> reader(const JobManager& jobs) {
-  return db::open_database(jobs.db_path(), db::OpenMode::ReadOnly);
-}
-
-std::string record_line(const db::MeasureRecord& r) {
-  json j = db::record_to_json(r);
-  j["id"] = r.id;
-  return j.dump();
-}
-
-void add_records(const std::vector<db::MeasureRecord>& rs, pb::RecordsReply* reply) {
-  for (const db::MeasureRecord& r : rs) reply->add_records_json(record_line(r));
-}
-
-}  // namespace
 
 grpc::Status TuningService::Submit(grpc::ServerContext* ctx, const pb::SubmitRequest* req, pb::SubmitReply* reply) {
   return guarded(ctx, [&](const ServiceUser& who) {
@@ -164,16 +150,7 @@ grpc::Status TuningService::Cancel(grpc::ServerContext* ctx, const pb::CancelReq
 
 grpc::Status TuningService::Best(grpc::ServerContext* ctx, const pb::BestRequest* req, pb::BestReply* reply) {
   return guarded(ctx, [&](const ServiceUser&) {
-    Workload w = parse_workload(req->workload());
-    Target t = parse_target(req->target().empty() ? "llvm -mcpu=native" : req->target());
-    db::BestResult b = reader(jobs_)->best(lookup_key(w, t));
-    reply->set_tier(db::tier_name(b.tier));
-    if (b.tier != db::MatchTier::None) {
-      reply->set_record_json(record_line(b.record));
-      reply->set_distance(b.distance);
-      reply->set_robust_median_s(b.robust_median_s);
-      reply->set_measurements(b.measurements);
-    }
+    *reply = queries::best(jobs_.db_path(), *req);
     return grpc::Status::OK;
   });
 }
@@ -181,17 +158,14 @@ grpc::Status TuningService::Best(grpc::ServerContext* ctx, const pb::BestRequest
 grpc::Status TuningService::BestPerPair(grpc::ServerContext* ctx, const pb::BestPerPairRequest*,
                                         pb::RecordsReply* reply) {
   return guarded(ctx, [&](const ServiceUser&) {
-    add_records(reader(jobs_)->best_per_pair(), reply);
+    *reply = queries::best_per_pair(jobs_.db_path());
     return grpc::Status::OK;
   });
 }
 
 grpc::Status TuningService::TopK(grpc::ServerContext* ctx, const pb::TopKRequest* req, pb::RecordsReply* reply) {
   return guarded(ctx, [&](const ServiceUser&) {
-    if (req->k() < 1) throw UserError(str("k ", req->k(), " must be at least 1"));
-    add_records(reader(jobs_)->top_k(canonical_workload(req->workload()),
-                                     canonical_target(req->target()), req->k()),
-                reply);
+    *reply = queries::top_k(jobs_.db_path(), *req);
     return grpc::Status::OK;
   });
 }
@@ -199,12 +173,10 @@ grpc::Status TuningService::TopK(grpc::ServerContext* ctx, const pb::TopKRequest
 grpc::Status TuningService::History(grpc::ServerContext* ctx, const pb::HistoryRequest* req,
                                     grpc::ServerWriter<pb::RecordsReply>* writer) {
   return guarded(ctx, [&](const ServiceUser&) {
-    if (req->limit() < 0) throw UserError(str("limit ", req->limit(), " must be 0 (all) or more"));
-    std::vector<db::MeasureRecord> rs = reader(jobs_)->history(
-        {canonical_workload(req->workload()), canonical_target(req->target()), req->limit()});
-    for (size_t at = 0; at < rs.size(); at += 1000) {
+    std::vector<std::string> lines = queries::history(jobs_.db_path(), *req);
+    for (size_t at = 0; at < lines.size(); at += 1000) {
       pb::RecordsReply chunk;
-      for (size_t i = at; i < std::min(rs.size(), at + 1000); ++i) chunk.add_records_json(record_line(rs[i]));
+      for (size_t i = at; i < std::min(lines.size(), at + 1000); ++i) chunk.add_records_json(std::move(lines[i]));
       if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
     }
     return grpc::Status::OK;
@@ -213,41 +185,14 @@ grpc::Status TuningService::History(grpc::ServerContext* ctx, const pb::HistoryR
 
 grpc::Status TuningService::Stats(grpc::ServerContext* ctx, const pb::StatsRequest*, pb::StatsReply* reply) {
   return guarded(ctx, [&](const ServiceUser&) {
-    db::Stats s = reader(jobs_)->stats();
-    reply->set_records(s.records);
-    reply->set_workloads(s.workloads);
-    reply->set_targets(s.targets);
-    reply->set_runs(s.runs);
-    reply->set_file_bytes(s.file_bytes);
-    for (const db::PairCount& p : s.per_pair) {
-      pb::PairCount* c = reply->add_per_pair();
-      c->set_workload(p.workload);
-      c->set_target(p.target);
-      c->set_records(p.records);
-      c->set_ok(p.ok);
-    }
-    for (const auto& [k, v] : s.errors) (*reply->mutable_errors())[k] = v;
-    for (const auto& [k, v] : s.per_run) (*reply->mutable_per_run())[k] = v;
+    *reply = queries::stats(jobs_.db_path());
     return grpc::Status::OK;
   });
 }
 
 grpc::Status TuningService::Runs(grpc::ServerContext* ctx, const pb::RunsRequest*, pb::RunsReply* reply) {
   return guarded(ctx, [&](const ServiceUser&) {
-    for (const db::TuningRun& r : reader(jobs_)->runs()) {
-      pb::RunInfo* i = reply->add_runs();
-      i->set_uuid(r.uuid);
-      i->set_user(r.user);
-      i->set_host(r.host);
-      i->set_strategy(r.strategy);
-      i->set_budget(r.budget);
-      i->set_workload(r.workload);
-      i->set_target(r.target);
-      i->set_started_at(r.started_at);
-      i->set_finished_at(r.finished_at);
-      i->set_status(r.status);
-      i->set_records(r.records);
-    }
+    *reply = queries::runs(jobs_.db_path());
     return grpc::Status::OK;
   });
 }

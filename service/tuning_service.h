@@ -29,6 +29,9 @@ struct ServiceUser {
 // name, a token or name given twice, an unknown third word); warns when others can read it.
 std::vector<ServiceUser> read_users_file(const std::string& path);
 
+// The user whose token is `token`, or null; compares with every user's token in constant time.
+const ServiceUser* find_user(const std::vector<ServiceUser>& users, const std::string& token);
+
 class TuningService final : public tunefarm::v1::Tuning::Service {
  public:
   TuningService(JobManager& jobs, std::vector<ServiceUser> users);

@@ -493,7 +493,7 @@ class ServiceTest(unittest.TestCase):
                                   timeout=30)
         p = start("--host", "0.0.0.0")
         self.assertEqual(p.returncode, 2)
-        self.assertIn("--token-file", p.stderr + p.stdout)
+        self.assertIn("requires --users-file", p.stderr + p.stdout)
         for text, needle in [("short alice\n", "shorter than 16"), ("0123456789abcdefgh\n", "needs a user name"),
                              ("0123456789abcdefgh alice root\n", 'unknown role "root"'),
                              ("0123456789abcdefgh alice\n0123456789abcdefgh bob\n", "given twice"),

@@ -1,0 +1,441 @@
+#include "dashboard/dashboard.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <ctime>
+
+#include "compiler/error.h"
+#include "dashboard/assets.h"
+#include "db/query_json.h"
+#include "service/queries.h"
+
+namespace tf::web {
+
+namespace pb = tunefarm::v1;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kCookie = "tf_session";
+constexpr int64_t kDefaultRecords = 5000, kMaxRecords = 20000;
+
+// A request the dashboard refuses, with its HTTP status.
+struct HttpError : std::runtime_error {
+  HttpError(int status, const std::string& m) : std::runtime_error(m), status(status) {}
+  int status;
+};
+
+void secure(HttpResponse& r, bool no_store) {
+  r.headers.push_back({"X-Content-Type-Options", "nosniff"});
+  r.headers.push_back({"X-Frame-Options", "DENY"});
+  r.headers.push_back({"Referrer-Policy", "no-referrer"});
+  r.headers.push_back({"Content-Security-Policy",
+                       "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                       "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"});
+  if (no_store) r.headers.push_back({"Cache-Control", "no-store"});
+}
+
+HttpResponse json_response(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse json_error(int status, const std::string& message) {
+  return json_response(status, json{{"error", message}}.dump() + "\n");
+}
+
+HttpResponse redirect(const std::string& to) {
+  HttpResponse r;
+  r.status = 303;
+  r.headers.push_back({"Location", to});
+  return r;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// `text` with each {{name}} replaced by the HTML-escaped value.
+std::string fill(std::string text, const std::map<std::string, std::string>& values) {
+  for (const auto& [name, value] : values) {
+    std::string key = "{{" + name + "}}";
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at)) {
+      std::string v = html_escape(value);
+      text.replace(at, key.size(), v);
+      at += v.size();
+    }
+  }
+  return text;
+}
+
+// An integer query parameter in [lo, hi], `dflt` when absent; 400 naming it otherwise.
+int64_t int_param(const HttpRequest& r, const std::string& name, int64_t dflt, int64_t lo, int64_t hi) {
+  auto it = r.query.find(name);
+  if (it == r.query.end() || it->second.empty()) return dflt;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) {
+    throw HttpError(400, str(name, " \"", it->second.substr(0, 64), "\" is not an integer in ", lo, "..", hi));
+  }
+  return v;
+}
+
+std::string str_param(const HttpRequest& r, const std::string& name) {
+  auto it = r.query.find(name);
+  if (it == r.query.end()) return "";
+  if (it->second.size() > db::kMaxNameLength) {
+    throw HttpError(400, str(name, " is ", it->second.size(), " characters long, more than ", db::kMaxNameLength));
+  }
+  return it->second;
+}
+
+int64_t job_id(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || errno != 0 || *end != '\0' || v < 1) {
+    throw HttpError(404, str("no job \"", text.substr(0, 64), "\": job ids are positive integers"));
+  }
+  return v;
+}
+
+std::string cookie(const HttpRequest& r, const std::string& name) {
+  std::string all = r.header("cookie");
+  size_t at = 0;
+  while (at < all.size()) {
+    size_t semi = all.find(';', at);
+    std::string part = all.substr(at, semi == std::string::npos ? std::string::npos : semi - at);
+    size_t b = part.find_first_not_of(' ');
+    if (b != std::string::npos) part = part.substr(b);
+    if (part.rfind(name + "=", 0) == 0) return part.substr(name.size() + 1);
+    if (semi == std::string::npos) break;
+    at = semi + 1;
+  }
+  return "";
+}
+
+std::string url_encode(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+// Where a login goes on to: a path of this dashboard (never another site, not even through
+// //host or a backslash), else the jobs page.
+std::string local_path(const std::string& next) {
+  if (next.empty() || next[0] != '/' || next.size() > 512 || next.find("//") != std::string::npos ||
+      next.find('\\') != std::string::npos) {
+    return "/jobs";
+  }
+  for (unsigned char c : next) {
+    if (c < 0x20 || c == 0x7f) return "/jobs";
+  }
+  return next;
+}
+
+// A POST from a page of another site carries its Origin: refused (the cookie is SameSite
+// already; this covers browsers that send it anyway).
+void check_origin(const HttpRequest& r) {
+  std::string origin = r.header("origin");
+  if (origin.empty() || origin == "null") return;
+  size_t scheme = origin.find("://");
+  std::string host = scheme == std::string::npos ? origin : origin.substr(scheme + 3);
+  if (host != r.header("host")) throw HttpError(403, str("a form of ", origin, " may not post here"));
+}
+
+}  // namespace
+
+Dashboard::Dashboard(JobManager& jobs, std::vector<ServiceUser> users, DashboardOptions o)
+    : jobs_(jobs), users_(std::move(users)), opts_(std::move(o)) {
+  if (opts_.farm) farm_ = std::make_unique<farm::FarmClient>(*opts_.farm);
+}
+
+Dashboard::~Dashboard() = default;
+
+std::optional<ServiceUser> Dashboard::identify(const HttpRequest& r) {
+  if (users_.empty()) return ServiceUser{"", "local", false};
+  std::string auth = r.header("authorization");
+  if (auth.rfind("Bearer ", 0) == 0) {
+    if (const ServiceUser* u = find_user(users_, auth.substr(7))) return *u;
+    return std::nullopt;
+  }
+  std::string id = cookie(r, kCookie);
+  if (id.empty()) return std::nullopt;
+  std::lock_guard<std::mutex> l(sessions_mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return std::nullopt;
+  if (it->second.expires < Clock::now()) {
+    sessions_.erase(it);
+    return std::nullopt;
+  }
+  return it->second.user;
+}
+
+HttpResponse Dashboard::login(const HttpRequest& r) {
+  std::map<std::string, std::string> fields = r.method == "POST" ? parse_form(r.body) : r.query;
+  std::string next = local_path(fields["next"]);
+  auto form = [&](const std::string& message, int status) {
+    HttpResponse p;
+    p.status = status;
+    p.content_type = "text/html; charset=utf-8";
+    p.body = fill(std::string(asset("login.html")), {{"message", message}, {"next", next}});
+    return p;
+  };
+  if (users_.empty()) return redirect(next);
+  if (r.method == "GET") return form("", 200);
+  check_origin(r);
+  const ServiceUser* u = find_user(users_, fields["token"]);
+  if (!u) return form("wrong token: no user of this service has it", 401);
+  std::string id = farm::random_token() + farm::random_token();
+  {
+    std::lock_guard<std::mutex> l(sessions_mu_);
+    Clock::time_point now = Clock::now();
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      it = it->second.expires < now ? sessions_.erase(it) : std::next(it);
+    }
+    while (sessions_.size() >= opts_.max_sessions) {
+      auto oldest = std::min_element(sessions_.begin(), sessions_.end(), [](const auto& a, const auto& b) {
+        return a.second.expires < b.second.expires;
+      });
+      sessions_.erase(oldest);
+    }
+    sessions_[id] = {*u, now + opts_.session_lifetime};
+  }
+  HttpResponse out = redirect(next);
+  out.headers.push_back({"Set-Cookie", str(kCookie, "=", id, "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
+                                           opts_.session_lifetime.count(), opts_.tls ? "; Secure" : "")});
+  return out;
+}
+
+HttpResponse Dashboard::logout(const HttpRequest& r) {
+  check_origin(r);
+  std::string id = cookie(r, kCookie);
+  if (!id.empty()) {
+    std::lock_guard<std::mutex> l(sessions_mu_);
+    sessions_.erase(id);
+  }
+  HttpResponse out = redirect(users_.empty() ? "/jobs" : "/login");
+  out.headers.push_back({"Set-Cookie", str(kCookie, "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")});
+  return out;
+}
+
+HttpResponse Dashboard::page(const std::string& name, const std::string& title, const ServiceUser& who,
+                             const std::string& job) {
+  HttpResponse p;
+  p.content_type = "text/html; charset=utf-8";
+  p.body = fill(std::string(asset("page.html")), {{"page", name},
+                                                  {"title", title},
+                                                  {"job", job},
+                                                  {"user", who.name},
+                                                  {"logout", users_.empty() ? "" : "yes"}});
+  return p;
+}
+
+HttpResponse Dashboard::handle(const HttpRequest& r) {
+  HttpResponse out;
+  bool no_store = true;
+  try {
+    const std::string& path = r.path;
+    bool is_api = path.rfind("/api/", 0) == 0;
+    if (path.rfind("/static/", 0) == 0) {
+      if (r.method != "GET") throw HttpError(405, str("method ", r.method, " is not allowed on ", path));
+      std::string name = path.substr(8);
+      std::string_view data = asset(name);
+      if (data.empty()) throw HttpError(404, str("no asset ", name));
+      out.body = std::string(data);
+      out.content_type = name.ends_with(".js")    ? "text/javascript; charset=utf-8"
+                         : name.ends_with(".css") ? "text/css; charset=utf-8"
+                                                  : "text/plain; charset=utf-8";
+      out.headers.push_back({"Cache-Control", "max-age=300"});
+      no_store = false;
+    } else if (path == "/login") {
+      if (r.method != "GET" && r.method != "POST") throw HttpError(405, str("method ", r.method, " is not allowed on /login"));
+      out = login(r);
+    } else if (path == "/logout") {
+      if (r.method != "POST") throw HttpError(405, str("method ", r.method, " is not allowed on /logout (POST)"));
+      out = logout(r);
+    } else {
+      if (r.method != "GET") throw HttpError(405, str("method ", r.method, " is not allowed on ", path, ": the dashboard is read-only"));
+      std::optional<ServiceUser> who = identify(r);
+      if (!who) {
+        if (is_api) {
+          out = json_error(401, r.header("authorization").empty() && cookie(r, kCookie).empty()
+                                    ? "this service needs a token: log in, or send Authorization: Bearer TOKEN"
+                                    : "wrong token, or the session ended: log in again");
+          out.headers.push_back({"WWW-Authenticate", "Bearer"});
+        } else {
+          out = redirect("/login?next=" + url_encode(path));
+        }
+      } else if (is_api) {
+        out = api(r, path.substr(4), *who);
+      } else if (path == "/" || path.empty()) {
+        out = redirect("/jobs");
+      } else if (path == "/jobs") {
+        out = page("jobs", "Jobs", *who);
+      } else if (path == "/farm") {
+        out = page("farm", "Farm", *who);
+      } else if (path == "/results") {
+        out = page("results", "Results", *who);
+      } else if (path.rfind("/jobs/", 0) == 0) {
+        int64_t id = job_id(path.substr(6));
+        jobs_.get(id);  // 404 for an unknown job
+        out = page("job", str("Job ", id), *who, std::to_string(id));
+      } else {
+        throw HttpError(404, str("no page ", path.substr(0, 200)));
+      }
+    }
+  } catch (const HttpError& e) {
+    out = json_error(e.status, e.what());
+    if (e.status == 405) out.headers.push_back({"Allow", r.path == "/logout" ? "POST" : "GET"});
+  } catch (const JobError& e) {
+    out = json_error(e.code == grpc::NOT_FOUND ? 404 : e.code == grpc::UNAVAILABLE ? 503 : 400, e.what());
+  } catch (const UserError& e) {
+    out = json_error(400, e.what());
+  } catch (const db::DbError& e) {
+    out = json_error(503, e.what());
+  } catch (const farm::FarmError& e) {
+    out = json_error(502, e.what());
+  } catch (const std::exception& e) {
+    out = json_error(500, e.what());
+  }
+  secure(out, no_store);
+  return out;
+}
+
+HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const ServiceUser& who) {
+  const std::string& db = jobs_.db_path();
+  if (path == "/v1/whoami") {
+    return json_response(200, json{{"user", who.name},
+                                   {"admin", who.admin},
+                                   {"login", !users_.empty()}}.dump());
+  }
+  if (path == "/v1/jobs") return json_response(200, jobs_json());
+  if (path.rfind("/v1/jobs/", 0) == 0) {
+    std::string rest = path.substr(9);
+    size_t slash = rest.find('/');
+    int64_t id = job_id(rest.substr(0, slash));
+    if (slash == std::string::npos) return json_response(200, queries::proto_json(jobs_.get(id)));
+    if (rest.substr(slash) == "/records") {
+      return json_response(200, job_records_json(id, int_param(r, "after_id", 0, 0, INT64_MAX),
+                                                 int_param(r, "limit", kDefaultRecords, 1, kMaxRecords)));
+    }
+    throw HttpError(404, str("no endpoint /api", path.substr(0, 200)));
+  }
+  if (path == "/v1/farm") return json_response(200, farm_json());
+  if (path == "/v1/best") {
+    pb::BestRequest q;
+    q.set_workload(str_param(r, "workload"));
+    q.set_target(str_param(r, "target"));
+    if (q.workload().empty()) throw HttpError(400, "best needs ?workload=W (and &target=T)");
+    return json_response(200, queries::proto_json(queries::best(db, q)));
+  }
+  if (path == "/v1/best-per-pair") return json_response(200, queries::proto_json(queries::best_per_pair(db)));
+  if (path == "/v1/top-k") {
+    pb::TopKRequest q;
+    q.set_workload(str_param(r, "workload"));
+    q.set_target(str_param(r, "target"));
+    q.set_k(int_param(r, "k", 10, 1, 100000));
+    return json_response(200, queries::proto_json(queries::top_k(db, q)));
+  }
+  if (path == "/v1/history") {
+    pb::HistoryRequest q;
+    q.set_workload(str_param(r, "workload"));
+    q.set_target(str_param(r, "target"));
+    q.set_run(str_param(r, "run"));
+    q.set_limit(int_param(r, "limit", 0, 0, INT64_MAX));
+    q.set_after_id(int_param(r, "after_id", 0, 0, INT64_MAX));
+    HttpResponse out;
+    out.content_type = "application/x-ndjson";
+    for (const std::string& line : queries::history(db, q)) out.body += line + "\n";
+    out.headers.push_back({"Content-Disposition", "attachment; filename=\"tunefarm-records.jsonl\""});
+    return out;
+  }
+  if (path == "/v1/stats") return json_response(200, queries::proto_json(queries::stats(db)));
+  if (path == "/v1/runs") return json_response(200, queries::proto_json(queries::runs(db)));
+  if (path == "/v1/models") {
+    json models = json::array();
+    for (const db::ModelResult& m : db::open_database(db, db::OpenMode::ReadOnly)->model_results()) {
+      models.push_back(db::model_result_json(m));
+    }
+    return json_response(200, json{{"models", models}}.dump());
+  }
+  throw HttpError(404, str("no endpoint /api", path.substr(0, 200)));
+}
+
+std::string Dashboard::jobs_json() {
+  std::lock_guard<std::mutex> l(cache_mu_);
+  if (!jobs_cached_.empty() && Clock::now() - jobs_at_ < std::chrono::milliseconds(500)) return jobs_cached_;
+  pb::ListJobsReply all;
+  for (pb::JobInfo& i : jobs_.list()) *all.add_jobs() = std::move(i);
+  jobs_cached_ = queries::proto_json(all);
+  jobs_at_ = Clock::now();
+  return jobs_cached_;
+}
+
+std::string Dashboard::farm_json() {
+  std::lock_guard<std::mutex> l(cache_mu_);
+  if (!farm_cached_.empty() && Clock::now() - farm_at_ < std::chrono::seconds(1)) return farm_cached_;
+  json j = {{"tracker", opts_.farm ? opts_.farm->tracker : ""}, {"local_boards", opts_.local_boards}, {"error", ""}};
+  if (farm_) {
+    try {
+      j["summary"] = json::parse(queries::proto_json(farm_->summary()));
+    } catch (const farm::FarmError& e) {
+      j["error"] = e.what();
+    }
+  }
+  double now = static_cast<double>(std::time(nullptr));
+  j["measurements_per_minute"] = db::open_database(jobs_.db_path(), db::OpenMode::ReadOnly)->records_per_key_since(now - 60);
+  j["at"] = now;
+  farm_cached_ = j.dump();
+  farm_at_ = Clock::now();
+  return farm_cached_;
+}
+
+std::string Dashboard::job_records_json(int64_t id, int64_t after_id, int64_t limit) {
+  pb::JobInfo job = jobs_.get(id);
+  std::unique_ptr<db::Database> db = db::open_database(jobs_.db_path(), db::OpenMode::ReadOnly);
+  std::vector<db::MeasureRecord> rs;
+  for (const pb::TaskInfo& t : job.tasks()) {
+    for (const std::string& run : t.runs()) {
+      for (db::MeasureRecord& rec : db->history({t.workload(), "", 0, run, after_id})) rs.push_back(std::move(rec));
+    }
+  }
+  std::sort(rs.begin(), rs.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  bool more = static_cast<int64_t>(rs.size()) > limit;
+  if (more) rs.resize(static_cast<size_t>(limit));
+  std::string out = "{\"job_id\":" + std::to_string(id) + ",\"more\":" + (more ? "true" : "false") +
+                    ",\"last_id\":" + std::to_string(rs.empty() ? after_id : rs.back().id) + ",\"records\":[";
+  for (size_t i = 0; i < rs.size(); ++i) out += (i ? "," : "") + queries::record_line(rs[i]);
+  return out + "]}";
+}
+
+}  // namespace tf::web

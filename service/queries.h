@@ -1,0 +1,33 @@
+// The tuning service's database queries, one function per query rpc of the Tuning service
+// (proto/tunefarm.proto). The gRPC service (tuning_service.cc) and the dashboard's JSON
+// endpoints (dashboard/) both answer with them, so the two say the same. Each opens its own
+// read-only connection of the service's database; requests are checked as the rpcs check
+// them (UserError naming the field and the value).
+#pragma once
+
+#include <google/protobuf/message.h>
+
+#include <string>
+#include <vector>
+
+#include "db/records.h"
+#include "proto/tunefarm.pb.h"
+
+namespace tf::queries {
+
+tunefarm::v1::BestReply best(const std::string& db_path, const tunefarm::v1::BestRequest& req);
+tunefarm::v1::RecordsReply best_per_pair(const std::string& db_path);
+tunefarm::v1::RecordsReply top_k(const std::string& db_path, const tunefarm::v1::TopKRequest& req);
+// The records in measurement order, one JSON line each (the rpc streams them in chunks).
+std::vector<std::string> history(const std::string& db_path, const tunefarm::v1::HistoryRequest& req);
+tunefarm::v1::StatsReply stats(const std::string& db_path);
+tunefarm::v1::RunsReply runs(const std::string& db_path);
+
+// A record as the service sends it: the JSON lines format of `query export` with its id.
+std::string record_line(const db::MeasureRecord& r);
+
+// A message in proto3's JSON mapping, as `tunefarm jobs --json` and the dashboard print it:
+// field names as in the .proto, every field present (int64 values are JSON strings).
+std::string proto_json(const google::protobuf::Message& m);
+
+}  // namespace tf::queries

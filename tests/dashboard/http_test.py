@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""The dashboard's HTTP side with a real tunefarm-tuner on loopback: who may see what (no
+users file, bearer tokens, the login cookie), the JSON endpoints against the CLI's answers,
+TLS and mutual TLS, and hostile requests (oversized, malformed, slow, too many, wrong paths and
+values), each answered with a clear status and a message while the service serves on.
+
+usage: http_test.py TUNEFARM TUNEFARM_TUNER
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.parse
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from daemon import Daemon  # noqa: E402 (tests/daemon.py)
+
+TUNEFARM = TUNER = None
+ALICE = "alice-token-0123456789"
+BOB = "bob-token-0123456789ab"
+FAST = {"repeat": 3, "min_repeat_ms": 1, "retime_rounds": 1, "retime_top": 2}
+
+
+class Service:
+    """tunefarm-tuner with its dashboard; `port` is the gRPC port, `http` the dashboard's."""
+
+    def __init__(self, test, *extra, name="tuner"):
+        self.d = Daemon([TUNER, "--port", "0", "--http-port", "0", "--db", test.db, "--workers", "1", *extra],
+                        os.path.join(test.dir, name + ".log"))
+        test.daemons.append(self.d)
+        m = re.search(r"dashboard at (https?)://[^ ]*:(\d+)/", self.d.text())
+        test.assertIsNotNone(m, self.d.text())
+        self.scheme, self.http = m.group(1), int(m.group(2))
+        self.port = self.d.port
+
+
+class DashboardHttpTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.db = os.path.join(self.dir, "tuning.db")
+        self.daemons = []
+
+    def tearDown(self):
+        for d in reversed(self.daemons):
+            d.stop(signal.SIGKILL)
+        self.tmp.cleanup()
+
+    def write(self, name, text, mode=0o600):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        return path
+
+    def users(self):
+        return self.write("users", f"{ALICE} alice\n{BOB} bob admin\n")
+
+    def tf(self, s, *args, token=None, expect=0):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFARM_")}
+        env["TUNEFARM_SERVER"] = f"127.0.0.1:{s.port}"
+        if token:
+            env["TUNEFARM_TOKEN_FILE"] = self.write("cli.token", token + "\n")
+        p = subprocess.run([TUNEFARM, *args], capture_output=True, text=True, timeout=300, env=env)
+        if expect is not None:
+            self.assertEqual(p.returncode, expect, f"{args}:\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def request(self, s, method, path, headers=None, body=None, context=None):
+        """(status, headers as a dict of lists, body as text)."""
+        if s.scheme == "https":
+            c = http.client.HTTPSConnection("127.0.0.1", s.http, timeout=30, context=context)
+        else:
+            c = http.client.HTTPConnection("127.0.0.1", s.http, timeout=30)
+        try:
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            hs = {}
+            for k, v in r.getheaders():
+                hs.setdefault(k.lower(), []).append(v)
+            return r.status, hs, r.read().decode()
+        finally:
+            c.close()
+
+    def get_json(self, s, path, token=None, expect=200, **kw):
+        status, hs, body = self.request(s, "GET", path, {"Authorization": f"Bearer {token}"} if token else {}, **kw)
+        self.assertEqual(status, expect, f"GET {path}: {body[:500]}")
+        self.assertTrue(hs["content-type"][0].startswith("application/json"), hs)
+        return json.loads(body)
+
+    def submit_and_finish(self, s, workloads, token=None, trials=6):
+        job = self.write("job.json", json.dumps({"workloads": workloads, "trials": trials, **FAST}))
+        jid = int(json.loads(self.tf(s, "submit", job, "--json", token=token).stdout)["job_id"])
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            jobs = json.loads(self.tf(s, "jobs", "--json", token=token).stdout)["jobs"]
+            state = [j for j in jobs if int(j["id"]) == jid][0]["state"]
+            if state in ("done", "failed", "cancelled"):
+                self.assertEqual(state, "done", jobs)
+                return jid
+            time.sleep(0.3)
+        self.fail("the job did not finish")
+
+    # --- who may see what ---------------------------------------------------------------
+
+    def test_without_a_users_file_everyone_is_local_and_the_endpoints_match_the_cli(self):
+        s = Service(self, "--local-boards", "1")
+        self.assertEqual(self.get_json(s, "/api/v1/whoami"), {"user": "local", "admin": False, "login": False})
+        jid = self.submit_and_finish(s, ["matmul(M=16,N=16,K=16)", "matmul(M=8,N=32,K=16)"])
+        # The job list is `tunefarm jobs --json`, field for field (it is the same message).
+        self.assertEqual(self.get_json(s, "/api/v1/jobs"), json.loads(self.tf(s, "jobs", "--json").stdout))
+        job = self.get_json(s, f"/api/v1/jobs/{jid}")
+        self.assertEqual(int(job["id"]), jid)
+        self.assertEqual(len(job["tasks"]), 2)
+        for t in job["tasks"]:
+            self.assertEqual(len(t["runs"]), 1, t)  # one run per task of a job that ran once
+        # The job's records: those of its runs, in id order, equal to `query history`'s.
+        recs = self.get_json(s, f"/api/v1/jobs/{jid}/records")
+        self.assertFalse(recs["more"])
+        ids = [r["id"] for r in recs["records"]]
+        self.assertEqual(ids, sorted(ids))
+        runs = {u for t in job["tasks"] for u in t["runs"]}
+        cli = json.loads(self.tf(s, "query", "history", "--server", f"127.0.0.1:{s.port}", "--json").stdout)
+        self.assertEqual(sorted(r["id"] for r in cli if r["run"] in runs), ids)
+        self.assertGreater(len(ids), 6)
+        # Catching up: after_id returns only newer records; limit pages them.
+        half = ids[len(ids) // 2]
+        later = self.get_json(s, f"/api/v1/jobs/{jid}/records?after_id={half}")
+        self.assertEqual([r["id"] for r in later["records"]], [i for i in ids if i > half])
+        page = self.get_json(s, f"/api/v1/jobs/{jid}/records?limit=3")
+        self.assertTrue(page["more"])
+        self.assertEqual([r["id"] for r in page["records"]], ids[:3])
+        self.assertEqual(int(page["last_id"]), ids[2])
+        # Results: best per pair and one lookup equal the CLI's.
+        pairs = [json.loads(l) for l in self.get_json(s, "/api/v1/best-per-pair")["records_json"]]
+        self.assertEqual(len(pairs), 2)
+        for p in pairs:
+            best = json.loads(self.tf(s, "query", "best", "-w", p["workload"], "-t", p["target"], "--server",
+                                      f"127.0.0.1:{s.port}", "--json").stdout)
+            self.assertEqual(best["record"]["id"], p["id"])
+            q = urllib.parse.urlencode({"workload": p["workload"], "target": p["target"]})
+            b = self.get_json(s, f"/api/v1/best?{q}")
+            self.assertEqual(json.loads(b["record_json"])["id"], p["id"])
+            self.assertEqual(b["tier"], "exact")
+        stats = self.get_json(s, "/api/v1/stats")
+        self.assertEqual(int(stats["records"]), len(cli))
+        runs_reply = self.get_json(s, "/api/v1/runs")
+        self.assertEqual({r["uuid"] for r in runs_reply["runs"]}, runs)
+        top = self.get_json(s, "/api/v1/top-k?k=2&" + urllib.parse.urlencode({"workload": pairs[0]["workload"]}))
+        self.assertEqual(len(top["records_json"]), 2)
+        self.assertEqual(self.get_json(s, "/api/v1/models"), {"models": []})
+        farm = self.get_json(s, "/api/v1/farm")
+        self.assertEqual((farm["tracker"], farm["local_boards"]), ("", 1))
+        # The download: JSON lines, one record each, as `query history --json` lists them.
+        status, hs, body = self.request(s, "GET", "/api/v1/history")
+        self.assertEqual(status, 200)
+        self.assertEqual(hs["content-type"], ["application/x-ndjson"])
+        self.assertIn("attachment", hs["content-disposition"][0])
+        lines = [json.loads(l) for l in body.splitlines()]
+        self.assertEqual(sorted(r["id"] for r in lines), sorted(r["id"] for r in cli))
+        status, _, body = self.request(s, "GET", "/api/v1/history?run=" + sorted(runs)[0])
+        self.assertEqual(status, 200)
+        self.assertTrue(all(json.loads(l)["run"] == sorted(runs)[0] for l in body.splitlines()))
+        # Pages render for everyone here, with the security headers.
+        for path in ("/jobs", "/farm", "/results", f"/jobs/{jid}"):
+            status, hs, body = self.request(s, "GET", path)
+            self.assertEqual(status, 200, path)
+            self.assertIn('<script src="/static/app.js">', body)
+            self.assertIn("default-src 'self'", hs["content-security-policy"][0])
+            self.assertEqual(hs["x-frame-options"], ["DENY"])
+        status, hs, _ = self.request(s, "GET", "/")
+        self.assertEqual((status, hs["location"]), (303, ["/jobs"]))
+
+    def test_tokens_cookies_and_the_login_page(self):
+        s = Service(self, "--users-file", self.users(), "--local-boards", "1")
+        # Nothing without a token: the API says 401, a page is the login form with no data.
+        status, hs, body = self.request(s, "GET", "/api/v1/jobs")
+        self.assertEqual(status, 401)
+        self.assertIn("needs a token", json.loads(body)["error"])
+        self.assertEqual(hs["www-authenticate"], ["Bearer"])
+        for path in ("/api/v1/farm", "/api/v1/history", "/api/v1/jobs/1/records"):
+            status, _, body = self.request(s, "GET", path)
+            self.assertEqual(status, 401, path)
+            self.assertNotIn("matmul", body)
+        for path in ("/jobs", "/farm", "/results", "/jobs/1"):
+            status, hs, body = self.request(s, "GET", path)
+            self.assertEqual((status, hs["location"]), (303, ["/login?next=" + path]), path)
+            self.assertNotIn("app.js", body)
+        status, _, body = self.request(s, "GET", "/login?next=/farm")
+        self.assertEqual(status, 200)
+        self.assertIn('action="/login"', body)
+        self.assertIn('name="next" value="/farm"', body)
+        # A wrong bearer token, or one of the right length but wrong: 401 saying so.
+        for bad in ("nope", ALICE[:-1] + "x", ""):
+            status, _, body = self.request(s, "GET", "/api/v1/jobs", {"Authorization": f"Bearer {bad}"})
+            self.assertEqual(status, 401, bad)
+        self.assertEqual(self.get_json(s, "/api/v1/whoami", token=ALICE), {"user": "alice", "admin": False, "login": True})
+        self.assertTrue(self.get_json(s, "/api/v1/whoami", token=BOB)["admin"])
+        # The login form: a wrong token is 401 with the form again and no cookie.
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        status, hs, body = self.request(s, "POST", "/login", form, "token=wrong-token-0000000000")
+        self.assertEqual(status, 401)
+        self.assertIn("wrong token", body)
+        self.assertNotIn("set-cookie", hs)
+        # The right one sets an HttpOnly, SameSite=Strict cookie (not Secure over plain HTTP).
+        status, hs, _ = self.request(s, "POST", "/login", form, "token=" + urllib.parse.quote(ALICE))
+        self.assertEqual((status, hs["location"]), (303, ["/jobs"]))
+        cookie = hs["set-cookie"][0]
+        # Where a login goes on to: a path of the dashboard, never another site.
+        for nxt, to in (("/farm", "/farm"), ("//evil.example/x", "/jobs"), ("http://evil.example", "/jobs"),
+                        ("/\\evil.example", "/jobs"), ("/a\r\nSet-Cookie: x=1", "/jobs")):
+            status, hs2, _ = self.request(s, "POST", "/login", form,
+                                          urllib.parse.urlencode({"token": ALICE, "next": nxt}))
+            self.assertEqual((status, hs2["location"]), (303, [to]), nxt)
+        for flag in ("HttpOnly", "SameSite=Strict", "Path=/"):
+            self.assertIn(flag, cookie)
+        self.assertNotIn("Secure", cookie)
+        session = cookie.split(";")[0]
+        status, _, body = self.request(s, "GET", "/api/v1/whoami", {"Cookie": "other=1; " + session})
+        self.assertEqual((status, json.loads(body)["user"]), (200, "alice"))
+        status, _, body = self.request(s, "GET", "/jobs", {"Cookie": session})
+        self.assertEqual(status, 200)
+        self.assertIn("alice", body)
+        # A forged session id is not a session.
+        status, _, _ = self.request(s, "GET", "/api/v1/jobs", {"Cookie": "tf_session=" + "0" * 64})
+        self.assertEqual(status, 401)
+        # A form posted from another site is refused.
+        status, _, body = self.request(s, "POST", "/login", {**form, "Origin": "http://evil.example"},
+                                       "token=" + ALICE)
+        self.assertEqual(status, 403)
+        self.assertIn("evil.example", body)
+        # Log out: the session ends for good.
+        status, hs, _ = self.request(s, "POST", "/logout", {"Cookie": session})
+        self.assertEqual((status, hs["location"]), (303, ["/login"]))
+        self.assertIn("Max-Age=0", hs["set-cookie"][0])
+        status, _, _ = self.request(s, "GET", "/api/v1/whoami", {"Cookie": session})
+        self.assertEqual(status, 401)
+        # Nothing on the dashboard changes the service: no method but GET on its data.
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            status, hs, body = self.request(s, method, "/api/v1/jobs/1", {"Authorization": f"Bearer {BOB}"})
+            self.assertEqual(status, 405, method)
+            self.assertEqual(hs["allow"], ["GET"])
+        status, _, _ = self.request(s, "GET", "/logout", {"Authorization": f"Bearer {ALICE}"})
+        self.assertEqual(status, 405)
+
+    def test_bad_requests_get_a_status_and_a_message_naming_the_value(self):
+        s = Service(self, "--local-boards", "1")
+        for path, status, needle in [
+            ("/api/v1/jobs/0", 404, '"0"'),
+            ("/api/v1/jobs/abc", 404, '"abc"'),
+            ("/api/v1/jobs/99999999999999999999999", 404, "99999999999999999999999"),
+            ("/api/v1/jobs/7", 404, "no job 7"),
+            ("/jobs/7", 404, "no job 7"),
+            ("/api/v1/jobs/7/nothing", 404, "no endpoint /api/v1/jobs/7/nothing"),
+            ("/api/v1/nothing", 404, "/api/v1/nothing"),
+            ("/nothing/../etc/passwd", 404, "no page"),
+            ("/static/../../etc/passwd", 404, "no asset"),
+            ("/api/v1/top-k?k=abc", 400, '"abc"'),
+            ("/api/v1/top-k?k=0", 400, '"0"'),
+            ("/api/v1/history?limit=-1", 400, '"-1"'),
+            ("/api/v1/history?after_id=1e9", 400, '"1e9"'),
+            ("/api/v1/best", 400, "workload"),
+            ("/api/v1/best?workload=conv9d(Q=1)", 400, "conv9d"),
+            ("/api/v1/best?workload=matmul(M=1,N=1,K=1)&target=sparc", 400, "sparc"),
+            ("/api/v1/history?workload=" + "x" * 5000, 400, "5000 characters"),
+        ]:
+            got, _, body = self.request(s, "GET", path)
+            self.assertEqual(got, status, f"{path}: {body[:300]}")
+            self.assertIn(needle, json.loads(body)["error"], path)
+        # Oversized and malformed requests: 431, 413, 400, and the service serves on.
+        got, _, body = self.request(s, "GET", "/jobs", {"X-Big": "y" * 20000})
+        self.assertEqual(got, 431, body)
+        got, _, body = self.request(s, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded"},
+                                    "token=" + "z" * 40000)
+        self.assertEqual(got, 413, body)
+        with socket.create_connection(("127.0.0.1", s.http), timeout=10) as c:
+            c.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+            self.assertIn(b" 400 ", c.recv(4096))
+        with socket.create_connection(("127.0.0.1", s.http), timeout=10) as c:
+            c.sendall(b"GET /jobs HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
+            self.assertIn(b" 400 ", c.recv(4096))
+        # A connection that sends half a request is closed after the request timeout (10 s)
+        # without a reply; the others are served meanwhile.
+        slow = socket.create_connection(("127.0.0.1", s.http), timeout=30)
+        slow.sendall(b"GET /jobs HTTP/1.1\r\nHost: x\r\n")
+        t0 = time.time()
+        self.assertEqual(self.request(s, "GET", "/api/v1/whoami")[0], 200)
+        self.assertEqual(slow.recv(4096), b"")
+        waited = time.time() - t0
+        self.assertGreater(waited, 8)
+        self.assertLess(waited, 20)
+        slow.close()
+        # Too many connections at once: the ones beyond 256 are told 503 and closed.
+        held = [socket.create_connection(("127.0.0.1", s.http), timeout=10) for _ in range(256)]
+        try:
+            time.sleep(0.5)
+            with socket.create_connection(("127.0.0.1", s.http), timeout=10) as c:
+                c.sendall(b"GET /jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+                self.assertIn(b" 503 ", c.recv(4096))
+        finally:
+            for c in held:
+                c.close()
+        time.sleep(0.5)
+        self.assertEqual(self.request(s, "GET", "/api/v1/whoami")[0], 200)
+        # A kept-alive connection serves request after request.
+        c = http.client.HTTPConnection("127.0.0.1", s.http, timeout=10)
+        for _ in range(3):
+            c.request("GET", "/api/v1/whoami")
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            r.read()
+        c.close()
+        self.assertIsNone(s.d.proc.poll(), "the service died")
+
+    def test_tls_mutual_tls_and_the_host_rules(self):
+        d = os.path.join(self.dir, "pki")
+        os.makedirs(d)
+        script = (
+            "set -e; openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca; "
+            "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext; "
+            "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=tuner; "
+            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 "
+            "-extfile san.ext; "
+            "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=alice; "
+            "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2")
+        subprocess.run(["bash", "-c", script], cwd=d, check=True, capture_output=True)
+        pki = {k: os.path.join(d, k) for k in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+        users = self.users()
+        # TLS: HTTPS verified against the CA; the cookie is Secure; plain HTTP gets nothing.
+        s = Service(self, "--users-file", users, "--tls-cert", pki["server.pem"], "--tls-key", pki["server.key"])
+        self.assertEqual(s.scheme, "https")
+        ctx = ssl.create_default_context(cafile=pki["ca.pem"])
+        self.assertEqual(self.get_json(s, "/api/v1/whoami", token=ALICE, context=ctx)["user"], "alice")
+        status, hs, _ = self.request(s, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded"},
+                                     "token=" + ALICE, context=ctx)
+        self.assertEqual(status, 303)
+        self.assertIn("Secure", hs["set-cookie"][0])
+        with socket.create_connection(("127.0.0.1", s.http), timeout=15) as c:
+            c.sendall(b"GET /api/v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ALICE.encode() + b"\r\n\r\n")
+            self.assertNotIn(b"jobs", c.recv(4096))
+        s.d.stop()
+        # Mutual TLS: without a client certificate the handshake fails; with one it serves.
+        s = Service(self, "--host", "0.0.0.0", "--users-file", users, "--tls-cert", pki["server.pem"],
+                    "--tls-key", pki["server.key"], "--tls-ca", pki["ca.pem"], name="mtls")
+        with self.assertRaises((ssl.SSLError, ConnectionResetError, http.client.RemoteDisconnected, BrokenPipeError)):
+            self.request(s, "GET", "/api/v1/whoami", {"Authorization": f"Bearer {ALICE}"}, context=ctx)
+        ctx2 = ssl.create_default_context(cafile=pki["ca.pem"])
+        ctx2.load_cert_chain(pki["client.pem"], pki["client.key"])
+        self.assertEqual(self.get_json(s, "/api/v1/whoami", token=ALICE, context=ctx2)["user"], "alice")
+        # A certificate is not a token: without one, still 401.
+        self.assertEqual(self.request(s, "GET", "/api/v1/jobs", context=ctx2)[0], 401)
+        s.d.stop()
+        # Beyond loopback without a users file: refused, as the gRPC port is.
+        p = subprocess.run([TUNER, "--host", "0.0.0.0", "--port", "0", "--http-port", "0", "--db", self.db],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--users-file", p.stderr)
+        # Bad ports and a port already taken: exit 2 with the value named.
+        p = subprocess.run([TUNER, "--port", "0", "--http-port", "70000", "--db", self.db],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("70000", p.stderr)
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            p = subprocess.run([TUNER, "--port", "0", "--http-port", str(port), "--db", self.db],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(f"cannot listen on 127.0.0.1:{port}", p.stderr)
+        # Unusable TLS files: exit 2 naming them.
+        p = subprocess.run([TUNER, "--port", "0", "--http-port", "0", "--db", self.db, "--tls-cert", os.path.join(d, "ca.key"),
+                            "--tls-key", pki["server.key"]], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("ca.key", p.stderr)
+
+
+if __name__ == "__main__":
+    TUNEFARM, TUNER = sys.argv[1:3]
+    del sys.argv[1:3]
+    unittest.main(verbosity=2)
