@@ -176,7 +176,7 @@ void check_origin(const HttpRequest& r) {
 
 Dashboard::Dashboard(JobManager& jobs, std::vector<ServiceUser> users, DashboardOptions o)
     : jobs_(jobs), users_(std::move(users)), opts_(std::move(o)) {
-  if (opts_.farm) farm_ = std::make_unique<farm::FarmClient>(*opts_.farm);
+  if (opts_.farm) tracker_ = std::make_unique<farm::FarmClient>(*opts_.farm);
 }
 
 Dashboard::~Dashboard() = default;
@@ -252,7 +252,11 @@ HttpResponse Dashboard::page(const std::string& name, const std::string& title, 
                              const std::string& job) {
   HttpResponse p;
   p.content_type = "text/html; charset=utf-8";
+  // The page's first request, started while app.js loads.
+  std::string preload = name == "jobs" ? "/api/v1/jobs?view=summary" : name == "farm" ? "/api/v1/farm" : "/api/v1/best-per-pair";
+  if (!job.empty()) preload = "/api/v1/jobs/" + job;
   p.body = fill(std::string(asset("page.html")), {{"page", name},
+                                                  {"preload", preload},
                                                   {"title", title},
                                                   {"job", job},
                                                   {"user", who.name},
@@ -338,7 +342,13 @@ HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const
                                    {"admin", who.admin},
                                    {"login", !users_.empty()}}.dump());
   }
-  if (path == "/v1/jobs") return json_response(200, jobs_json());
+  if (path == "/v1/jobs") {
+    std::string view = str_param(r, "view");
+    if (view != "" && view != "full" && view != "summary") {
+      throw HttpError(400, str("view \"", view.substr(0, 64), "\" is not one of full, summary"));
+    }
+    return json_response(200, jobs_json(view == "summary"));
+  }
   if (path.rfind("/v1/jobs/", 0) == 0) {
     std::string rest = path.substr(9);
     size_t slash = rest.find('/');
@@ -391,23 +401,63 @@ HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const
   throw HttpError(404, str("no endpoint /api", path.substr(0, 200)));
 }
 
-std::string Dashboard::jobs_json() {
+std::string Dashboard::jobs_json(bool summary) {
   std::lock_guard<std::mutex> l(cache_mu_);
-  if (!jobs_cached_.empty() && Clock::now() - jobs_at_ < std::chrono::milliseconds(500)) return jobs_cached_;
-  pb::ListJobsReply all;
-  for (pb::JobInfo& i : jobs_.list()) *all.add_jobs() = std::move(i);
-  jobs_cached_ = queries::proto_json(all);
-  jobs_at_ = Clock::now();
-  return jobs_cached_;
+  JsonCache& c = summary ? jobs_summary_ : jobs_full_;
+  if (!c.text.empty() && Clock::now() - c.at < std::chrono::milliseconds(500)) return c.text;
+  // protobuf's JSON printer is slow (about 60 ms for 1,000 jobs here): each job's JSON is kept
+  // while its message is unchanged, and the list is the jobs' JSON joined, which is the
+  // printer's output for the whole ListJobsReply.
+  std::map<int64_t, std::pair<std::string, std::string>>& per_job = summary ? summary_jobs_ : full_jobs_;
+  std::map<int64_t, std::pair<std::string, std::string>> kept;
+  std::string out = "{\"jobs\":[";
+  bool first = true;
+  for (pb::JobInfo& i : jobs_.list()) {
+    if (summary) {
+      // What the jobs page shows: the per-workload configs and runs stay on the job's page.
+      for (pb::TaskInfo& t : *i.mutable_tasks()) {
+        t.clear_best_config();
+        t.clear_runs();
+        t.clear_stop_reason();
+      }
+    }
+    std::string binary = i.SerializeAsString();
+    auto it = per_job.find(i.id());
+    std::pair<std::string, std::string>& k = kept[i.id()];
+    if (it != per_job.end() && it->second.first == binary) {
+      k = std::move(it->second);
+    } else {
+      k = {std::move(binary), queries::proto_json(i)};
+    }
+    out += (first ? "" : ",") + k.second;
+    first = false;
+  }
+  per_job = std::move(kept);  // jobs no longer listed are forgotten
+  c.text = out + "]}";
+  c.at = Clock::now();
+  return c.text;
 }
 
 std::string Dashboard::farm_json() {
-  std::lock_guard<std::mutex> l(cache_mu_);
-  if (!farm_cached_.empty() && Clock::now() - farm_at_ < std::chrono::seconds(1)) return farm_cached_;
+  {
+    std::lock_guard<std::mutex> l(cache_mu_);
+    if (!farm_.text.empty() && Clock::now() - farm_.at < std::chrono::seconds(1)) return farm_.text;
+  }
+  // One request refreshes (it may wait up to 3 s for a tracker that does not answer); the
+  // others meanwhile get the last answer rather than holding the server's threads.
+  std::unique_lock<std::mutex> refreshing(farm_refresh_mu_, std::try_to_lock);
+  if (!refreshing.owns_lock()) {
+    {
+      std::lock_guard<std::mutex> l(cache_mu_);
+      if (!farm_.text.empty()) return farm_.text;
+    }
+    refreshing.lock();
+  }
   json j = {{"tracker", opts_.farm ? opts_.farm->tracker : ""}, {"local_boards", opts_.local_boards}, {"error", ""}};
-  if (farm_) {
+  std::string summary = "{}";
+  if (tracker_) {
     try {
-      j["summary"] = json::parse(queries::proto_json(farm_->summary()));
+      summary = queries::proto_json(tracker_->summary(3));  // spliced in: no parse and re-print
     } catch (const farm::FarmError& e) {
       j["error"] = e.what();
     }
@@ -415,9 +465,12 @@ std::string Dashboard::farm_json() {
   double now = static_cast<double>(std::time(nullptr));
   j["measurements_per_minute"] = db::open_database(jobs_.db_path(), db::OpenMode::ReadOnly)->records_per_key_since(now - 60);
   j["at"] = now;
-  farm_cached_ = j.dump();
-  farm_at_ = Clock::now();
-  return farm_cached_;
+  std::string text = j.dump();
+  text.pop_back();  // the closing brace
+  text += ",\"summary\":" + summary + "}";
+  std::lock_guard<std::mutex> l(cache_mu_);
+  farm_ = {Clock::now(), text};
+  return text;
 }
 
 std::string Dashboard::job_records_json(int64_t id, int64_t after_id, int64_t limit) {

@@ -57,22 +57,28 @@ class Dashboard {
                     const std::string& job_id = "");
   HttpResponse api(const HttpRequest& r, const std::string& path, const ServiceUser& who);
   std::string farm_json();
-  std::string jobs_json();
+  std::string jobs_json(bool summary);
   std::string job_records_json(int64_t id, int64_t after_id, int64_t limit);
 
   JobManager& jobs_;
   std::vector<ServiceUser> users_;
   DashboardOptions opts_;
-  std::unique_ptr<farm::FarmClient> farm_;
+  std::unique_ptr<farm::FarmClient> tracker_;
 
   std::mutex sessions_mu_;
   std::map<std::string, Session> sessions_;
 
   // The farm's summary and the job list are cached briefly: many open browsers poll them,
   // and neither the tracker nor the job manager should feel it.
-  std::mutex cache_mu_;
-  std::chrono::steady_clock::time_point farm_at_, jobs_at_;
-  std::string farm_cached_, jobs_cached_;
+  struct JsonCache {
+    std::chrono::steady_clock::time_point at;
+    std::string text;
+  };
+  std::mutex cache_mu_;          // the cached texts (held briefly)
+  std::mutex farm_refresh_mu_;   // the one request asking the tracker
+  JsonCache farm_, jobs_full_, jobs_summary_;
+  // Per job id: its JobInfo serialized (binary) and its JSON, reused while the two agree.
+  std::map<int64_t, std::pair<std::string, std::string>> full_jobs_, summary_jobs_;
 };
 
 }  // namespace tf::web

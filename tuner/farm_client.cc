@@ -47,9 +47,9 @@ std::unique_ptr<grpc::ClientContext> context(const std::string& token, double se
 FarmClient::FarmClient(FarmEndpoint farm)
     : farm_(std::move(farm)), tracker_(pb::Tracker::NewStub(make_channel(farm_.tracker, farm_.tls))) {}
 
-pb::SummaryReply FarmClient::summary() {
+pb::SummaryReply FarmClient::summary(double timeout_s) {
   pb::SummaryReply reply;
-  auto ctx = context(farm_.token, 10);
+  auto ctx = context(farm_.token, timeout_s);
   check(tracker_->Summary(ctx.get(), pb::SummaryRequest(), &reply), "summary from tracker " + farm_.tracker);
   return reply;
 }

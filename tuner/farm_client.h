@@ -88,7 +88,7 @@ class LeasedBoard {
 class FarmClient {
  public:
   explicit FarmClient(FarmEndpoint farm);
-  tunefarm::v1::SummaryReply summary();
+  tunefarm::v1::SummaryReply summary(double timeout_s = 10);
   // Waits at most `wait_ms` for a board of `key`. Throws FarmError (DEADLINE_EXCEEDED when
   // none became free in time; NOT_FOUND at once for a key no board has registered, unless
   // `wait_for_boards`).

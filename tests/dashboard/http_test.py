@@ -320,6 +320,19 @@ class DashboardHttpTest(unittest.TestCase):
         c.close()
         self.assertIsNone(s.d.proc.poll(), "the service died")
 
+    def test_a_tracker_that_does_not_answer_is_said_on_the_farm_page(self):
+        with socket.socket() as s0:
+            s0.bind(("127.0.0.1", 0))
+            dead = s0.getsockname()[1]  # closed once the with ends: nothing listens there
+        s = Service(self, "--tracker", f"127.0.0.1:{dead}", "--local-boards", "1")
+        t0 = time.time()
+        farm = self.get_json(s, "/api/v1/farm")
+        self.assertLess(time.time() - t0, 10)
+        self.assertEqual(farm["tracker"], f"127.0.0.1:{dead}")
+        self.assertIn(f"127.0.0.1:{dead}", farm["error"])
+        self.assertEqual(farm["summary"], {})
+        self.assertEqual(self.get_json(s, "/api/v1/jobs"), {"jobs": []})
+
     def test_tls_mutual_tls_and_the_host_rules(self):
         d = os.path.join(self.dir, "pki")
         os.makedirs(d)
