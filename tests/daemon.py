@@ -1,10 +1,28 @@
 """Starting the project's daemons from Python tests (tests/service/service_test.py,
 tests/farm/emulated_pi_test.py): a process with its output in a log, ready once the log
 shows a pattern."""
+import os
 import re
 import signal
 import subprocess
 import time
+
+
+def make_pki(d):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (CN alice) in folder
+    `d` (created), made with openssl; returns {file name: path} of ca.pem, server.pem,
+    server.key, client.pem, client.key."""
+    os.makedirs(d)
+    script = (
+        "set -e; openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca; "
+        "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext; "
+        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=tuner; "
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 "
+        "-extfile san.ext; "
+        "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=alice; "
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2")
+    subprocess.run(["bash", "-c", script], cwd=d, check=True, capture_output=True)
+    return {k: os.path.join(d, k) for k in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
 
 
 class Daemon:

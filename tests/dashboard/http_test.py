@@ -21,7 +21,7 @@ import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from daemon import Daemon  # noqa: E402 (tests/daemon.py)
+from daemon import Daemon, make_pki  # noqa: E402 (tests/daemon.py)
 
 TUNEFARM = TUNER = None
 ALICE = "alice-token-0123456789"
@@ -335,17 +335,7 @@ class DashboardHttpTest(unittest.TestCase):
 
     def test_tls_mutual_tls_and_the_host_rules(self):
         d = os.path.join(self.dir, "pki")
-        os.makedirs(d)
-        script = (
-            "set -e; openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca; "
-            "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext; "
-            "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=tuner; "
-            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 "
-            "-extfile san.ext; "
-            "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=alice; "
-            "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2")
-        subprocess.run(["bash", "-c", script], cwd=d, check=True, capture_output=True)
-        pki = {k: os.path.join(d, k) for k in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+        pki = make_pki(d)
         users = self.users()
         # TLS: HTTPS verified against the CA; the cookie is Secure; plain HTTP gets nothing.
         s = Service(self, "--users-file", users, "--tls-cert", pki["server.pem"], "--tls-key", pki["server.key"])

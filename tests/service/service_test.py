@@ -19,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from daemon import Daemon  # noqa: E402 (tests/daemon.py)
+from daemon import Daemon, make_pki  # noqa: E402 (tests/daemon.py)
 
 TUNEFARM = TUNER = TRACKER = RPC_SERVER = None
 SMALL = ["matmul(M=16,N=16,K=16)", "matmul(M=8,N=32,K=16)", "matmul(M=24,N=8,K=8)"]
@@ -443,19 +443,9 @@ class ServiceTest(unittest.TestCase):
 
     def test_mutual_tls_and_tokens_beyond_loopback(self):
         d = os.path.join(self.dir, "pki")
-        os.makedirs(d)
-        script = (
-            "set -e; openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca; "
-            "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext; "
-            "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=tuner; "
-            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 "
-            "-extfile san.ext; "
-            "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=alice; "
-            "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2")
-        subprocess.run(["bash", "-c", script], cwd=d, check=True, capture_output=True)
+        pki = make_pki(d)
         users = self.write("users", "alice-token-0123456789 alice\n")
         alice = self.write("alice.token", "alice-token-0123456789\n")
-        pki = {k: os.path.join(d, k) for k in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
         self.service("--host", "0.0.0.0", "--users-file", users, "--tls-cert", pki["server.pem"],
                      "--tls-key", pki["server.key"], "--tls-ca", pki["ca.pem"])
         tls = ["--tls-ca", pki["ca.pem"], "--tls-cert", pki["client.pem"], "--tls-key", pki["client.key"]]
