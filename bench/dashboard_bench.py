@@ -17,7 +17,7 @@ Debian Chromium on this machine:
    mode's ratio to the runs without.
 
 usage: dashboard_bench.py [--build build] [--jobs 1000] [--boards 2000] [--rounds 10]
-                          [--throughput-rounds 3] [--trials 64]
+                          [--throughput-rounds 3] [--trials 64] [--skip-paint] [--skip-throughput]
 """
 import argparse
 import http.client
@@ -254,6 +254,7 @@ def main():
     p.add_argument("--throughput-rounds", type=int, default=3)
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--skip-throughput", action="store_true")
+    p.add_argument("--skip-paint", action="store_true")
     a = p.parse_args()
     for n, v in (("--jobs", a.jobs), ("--boards", a.boards), ("--rounds", a.rounds), ("--trials", a.trials)):
         if v < 1:
@@ -263,7 +264,8 @@ def main():
             sys.exit(f"error: {os.path.join(a.build, tool)} is missing: build first (scripts/build.sh)")
     b = Bench(a)
     try:
-        b.first_paint()
+        if not a.skip_paint:
+            b.first_paint()
         if not a.skip_throughput:
             b.throughput()
     finally:

@@ -23,14 +23,18 @@ function el(ns, tag, attrs, kids) {
 const h = (tag, attrs, ...kids) => el(null, tag, attrs, kids);
 const s = (tag, attrs, ...kids) => el(SVG_NS, tag, attrs, kids);
 
+// The endpoint's answer, parsed; `.text` of the result (non-enumerable) is its raw text, so a
+// page can skip redrawing when nothing changed.
 async function get(url) {
   const r = await fetch(url, {credentials: 'same-origin'});  // the answers say no-store
   if (r.status === 401) {
-    location.href = '/login';
+    location.href = '/login?next=' + encodeURIComponent(location.pathname);
     throw new Error('the session ended: log in again');
   }
-  const body = await r.json();
+  const text = await r.text();
+  const body = JSON.parse(text);
   if (!r.ok) throw new Error(body.error || r.statusText);
+  Object.defineProperty(body, 'text', {value: text});
   return body;
 }
 
@@ -134,9 +138,18 @@ function splitBar(tasks) {
 }
 
 function jobsPage() {
+  let last = '', lastMinute = 0;
   poll(async () => {
     const data = await get('/api/v1/jobs?view=summary');
     performance.mark('tf-fetched');
+    // Unchanged: keep the table (ETAs are redrawn once a minute).
+    const minute = Math.floor(Date.now() / 60000);
+    if (data.text === last && minute === lastMinute) {
+      updated((data.jobs || []).length + ' jobs');
+      return false;
+    }
+    last = data.text;
+    lastMinute = minute;
     const jobs = (data.jobs || []).slice().reverse();  // newest first
     const counts = {};
     for (const j of jobs) counts[j.state] = (counts[j.state] || 0) + 1;
@@ -221,7 +234,7 @@ function curve(task, recs, color) {
 function jobPage() {
   const id = document.body.dataset.job;
   const recs = [];
-  let lastId = 0;
+  let lastId = 0, last = '';
   poll(async () => {
     const job = await get('/api/v1/jobs/' + id);
     for (;;) {
@@ -230,6 +243,11 @@ function jobPage() {
       lastId = Number(page.last_id);
       if (!page.more) break;
     }
+    if (job.text + recs.length === last) {  // nothing new: keep what is drawn
+      updated(recs.length + ' measurements');
+      return OVER.has(job.state);
+    }
+    last = job.text + recs.length;
     const byWorkload = new Map();
     for (const r of recs) {
       if (!byWorkload.has(r.workload)) byWorkload.set(r.workload, []);
