@@ -158,6 +158,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       r = HttpResponse{};
       r.status = 500;
       r.body = std::string("error: ") + e.what() + "\n";
+    } catch (...) {
+      r = HttpResponse{};
+      r.status = 500;
+      r.body = "error: the request failed\n";
     }
     send(r, req.version(), req.keep_alive());
   }
@@ -206,12 +210,18 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 void HttpServer::Impl::accept() {
   acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
-    if (!ec) {
+    if (ec) {
+      // Out of file descriptors, say: try again shortly rather than spin.
+      auto timer = std::make_shared<asio::steady_timer>(ioc, std::chrono::milliseconds(100));
+      timer->async_wait([this, timer](beast::error_code) { accept(); });
+      return;
+    }
+    {
       if (open.load() >= limits.max_connections) {
         if (!tls_ctx) {
           // A plain refusal a client can read; the write is one small segment.
           static const char k503[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                                     "Content-Length: 38\r\nConnection: close\r\n\r\n"
+                                     "Content-Length: 40\r\nConnection: close\r\n\r\n"
                                      "error: too many open connections, retry\n";
           beast::error_code ignored;
           socket.non_blocking(true, ignored);

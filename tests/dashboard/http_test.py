@@ -304,7 +304,13 @@ class DashboardHttpTest(unittest.TestCase):
             time.sleep(0.5)
             with socket.create_connection(("127.0.0.1", s.http), timeout=10) as c:
                 c.sendall(b"GET /jobs HTTP/1.1\r\nHost: x\r\n\r\n")
-                self.assertIn(b" 503 ", c.recv(4096))
+                reply = b""
+                while chunk := c.recv(4096):
+                    reply += chunk
+                head, body = reply.split(b"\r\n\r\n", 1)
+                self.assertIn(b" 503 ", head)
+                self.assertIn(b"Content-Length: %d\r\n" % len(body), head + b"\r\n")
+                self.assertIn(b"too many open connections", body)
         finally:
             for c in held:
                 c.close()
