@@ -40,6 +40,10 @@ void secure(HttpResponse& r, bool no_store) {
   if (no_store) r.headers.push_back({"Cache-Control", "no-store"});
 }
 
+// JSON text of `j`; bytes that are not UTF-8 (a request's path, a file name) become U+FFFD
+// instead of failing the request.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 HttpResponse json_response(int status, std::string body) {
   HttpResponse r;
   r.status = status;
@@ -49,7 +53,7 @@ HttpResponse json_response(int status, std::string body) {
 }
 
 HttpResponse json_error(int status, const std::string& message) {
-  return json_response(status, json{{"error", message}}.dump() + "\n");
+  return json_response(status, dump(json{{"error", message}}) + "\n");
 }
 
 HttpResponse redirect(const std::string& to) {
@@ -338,9 +342,9 @@ HttpResponse Dashboard::handle(const HttpRequest& r) {
 HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const ServiceUser& who) {
   const std::string& db = jobs_.db_path();
   if (path == "/v1/whoami") {
-    return json_response(200, json{{"user", who.name},
+    return json_response(200, dump(json{{"user", who.name},
                                    {"admin", who.admin},
-                                   {"login", !users_.empty()}}.dump());
+                                   {"login", !users_.empty()}}));
   }
   if (path == "/v1/jobs") {
     std::string view = str_param(r, "view");
@@ -396,7 +400,7 @@ HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const
     for (const db::ModelResult& m : db::open_database(db, db::OpenMode::ReadOnly)->model_results()) {
       models.push_back(db::model_result_json(m));
     }
-    return json_response(200, json{{"models", models}}.dump());
+    return json_response(200, dump(json{{"models", models}}));
   }
   throw HttpError(404, str("no endpoint /api", path.substr(0, 200)));
 }
@@ -465,7 +469,7 @@ std::string Dashboard::farm_json() {
   double now = static_cast<double>(std::time(nullptr));
   j["measurements_per_minute"] = db::open_database(jobs_.db_path(), db::OpenMode::ReadOnly)->records_per_key_since(now - 60);
   j["at"] = now;
-  std::string text = j.dump();
+  std::string text = dump(j);
   text.pop_back();  // the closing brace
   text += ",\"summary\":" + summary + "}";
   std::lock_guard<std::mutex> l(cache_mu_);

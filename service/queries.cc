@@ -30,7 +30,7 @@ void add_records(const std::vector<db::MeasureRecord>& rs, pb::RecordsReply* rep
 std::string record_line(const db::MeasureRecord& r) {
   nlohmann::json j = db::record_to_json(r);
   j["id"] = r.id;
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // an error message may not be UTF-8
 }
 
 std::string proto_json(const google::protobuf::Message& m) {

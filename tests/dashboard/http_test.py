@@ -326,6 +326,51 @@ class DashboardHttpTest(unittest.TestCase):
         c.close()
         self.assertIsNone(s.d.proc.poll(), "the service died")
 
+    def test_random_requests_never_stop_the_service(self):
+        """Requests made of random pieces (methods, paths with stray escapes and bytes, query
+        strings, headers, cookies, bodies): each gets a status of the documented set or a
+        closed connection, and the service serves on."""
+        import random
+        rnd = random.Random(1234)
+        s = Service(self, "--users-file", self.users(), "--local-boards", "1")
+        pieces = ["/", "/api/v1/", "jobs", "farm", "results", "login", "logout", "static", "app.js", "history",
+                  "records", "best", "top-k", "%", "%2", "%00", "%2e%2e", "..", "//", "?", "&", "=", "+", "#",
+                  "\xff", "\x01", "after_id=", "limit=", "k=", "-1", "99999999999999999999", "1", "abc", ";"]
+        methods = [b"GET", b"POST", b"HEAD", b"PUT", b"OPTIONS", b"G\x00T", b"", b"GET GET"]
+        seen = set()
+        for i in range(2000):
+            path = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 8)))
+            head = [rnd.choice(methods) + b" " + path.encode("latin-1", "replace") + b" HTTP/1." +
+                    rnd.choice([b"1", b"0", b"9"])]
+            head.append(b"Host: 127.0.0.1")
+            if rnd.random() < 0.5:
+                head.append(b"Cookie: tf_session=" + bytes(rnd.randrange(32, 127) for _ in range(rnd.randint(0, 80))))
+            if rnd.random() < 0.3:
+                head.append(b"Authorization: Bearer " + (ALICE.encode() if rnd.random() < 0.5 else b"x" * 30))
+            body = bytes(rnd.randrange(256) for _ in range(rnd.randint(0, 200)))
+            if rnd.random() < 0.5:
+                head.append(b"Content-Length: %d" % len(body))
+            if rnd.random() < 0.2:
+                head.append(b"Transfer-Encoding: chunked")
+            if rnd.random() < 0.1:
+                head.append(bytes(rnd.randrange(256) for _ in range(40)))
+            with socket.create_connection(("127.0.0.1", s.http), timeout=15) as c:
+                try:
+                    c.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
+                    c.shutdown(socket.SHUT_WR)
+                    reply = c.recv(64)
+                except (ConnectionResetError, BrokenPipeError):
+                    reply = b""
+            if reply:
+                m = re.match(rb"HTTP/1\.[01] (\d{3}) ", reply)
+                self.assertIsNotNone(m, (head, reply))
+                status = int(m.group(1))
+                self.assertIn(status, {200, 303, 400, 401, 403, 404, 405, 413, 431}, head)
+                seen.add(status)
+        self.assertIsNone(s.d.proc.poll(), "the service died")
+        self.assertEqual(self.get_json(s, "/api/v1/whoami", token=ALICE)["user"], "alice")
+        self.assertGreaterEqual(len(seen), 4, seen)
+
     def test_a_tracker_that_does_not_answer_is_said_on_the_farm_page(self):
         with socket.socket() as s0:
             s0.bind(("127.0.0.1", 0))
