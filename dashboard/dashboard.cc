@@ -277,8 +277,8 @@ HttpResponse Dashboard::handle(const HttpRequest& r) {
     if (path.rfind("/static/", 0) == 0) {
       if (r.method != "GET") throw HttpError(405, str("method ", r.method, " is not allowed on ", path));
       std::string name = path.substr(8);
-      std::string_view data = asset(name);
-      if (data.empty()) throw HttpError(404, str("no asset ", name));
+      std::string_view data = name.ends_with(".js") || name.ends_with(".css") ? asset(name) : std::string_view();
+      if (data.empty()) throw HttpError(404, str("no asset ", name.substr(0, 200)));
       out.body = std::string(data);
       out.content_type = name.ends_with(".js")    ? "text/javascript; charset=utf-8"
                          : name.ends_with(".css") ? "text/css; charset=utf-8"
@@ -323,7 +323,9 @@ HttpResponse Dashboard::handle(const HttpRequest& r) {
     }
   } catch (const HttpError& e) {
     out = json_error(e.status, e.what());
-    if (e.status == 405) out.headers.push_back({"Allow", r.path == "/logout" ? "POST" : "GET"});
+    if (e.status == 405) {
+      out.headers.push_back({"Allow", r.path == "/logout" ? "POST" : r.path == "/login" ? "GET, POST" : "GET"});
+    }
   } catch (const JobError& e) {
     out = json_error(e.code == grpc::NOT_FOUND ? 404 : e.code == grpc::UNAVAILABLE ? 503 : 400, e.what());
   } catch (const UserError& e) {

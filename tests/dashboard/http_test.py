@@ -248,8 +248,10 @@ class DashboardHttpTest(unittest.TestCase):
             status, hs, body = self.request(s, method, "/api/v1/jobs/1", {"Authorization": f"Bearer {BOB}"})
             self.assertEqual(status, 405, method)
             self.assertEqual(hs["allow"], ["GET"])
-        status, _, _ = self.request(s, "GET", "/logout", {"Authorization": f"Bearer {ALICE}"})
-        self.assertEqual(status, 405)
+        status, hs, _ = self.request(s, "GET", "/logout", {"Authorization": f"Bearer {ALICE}"})
+        self.assertEqual((status, hs["allow"]), (405, ["POST"]))
+        status, hs, _ = self.request(s, "PUT", "/login")
+        self.assertEqual((status, hs["allow"]), (405, ["GET, POST"]))
 
     def test_bad_requests_get_a_status_and_a_message_naming_the_value(self):
         s = Service(self, "--local-boards", "1")
@@ -263,6 +265,7 @@ class DashboardHttpTest(unittest.TestCase):
             ("/api/v1/nothing", 404, "/api/v1/nothing"),
             ("/nothing/../etc/passwd", 404, "no page"),
             ("/static/../../etc/passwd", 404, "no asset"),
+            ("/static/page.html", 404, "no asset page.html"),
             ("/api/v1/top-k?k=abc", 400, '"abc"'),
             ("/api/v1/top-k?k=0", 400, '"0"'),
             ("/api/v1/history?limit=-1", 400, '"-1"'),
