@@ -21,6 +21,7 @@ import unittest
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service as DriverService
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -88,7 +89,7 @@ class DashboardBrowserTest(unittest.TestCase):
         cls.env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFARM_")}
         cls.env.update(TUNEFARM_SERVER=f"127.0.0.1:{cls.svc.port}", TUNEFARM_TOKEN_FILE=cls.alice)
         time.sleep(0.5)  # the board registers
-        cls.local_job = cls.submit(LOCAL_JOB, trials=48)
+        cls.local_job = cls.submit(LOCAL_JOB, trials=120)  # runs long enough to watch it grow
         cls.farm_job = cls.submit(FARM_JOB, trials=24, key="cpu")
         os.makedirs(SHOTS, exist_ok=True)
 
@@ -149,7 +150,11 @@ class DashboardBrowserTest(unittest.TestCase):
         self.assertEqual(errors, [], f"console errors on {self.b.current_url}")
 
     def until(self, what, pred, timeout=60):
-        return WebDriverWait(self.b, timeout, poll_frequency=0.2).until(lambda d: pred(), what)
+        # A page that is being replaced (after a form is sent) has stale or missing elements:
+        # asked again until the new one answers.
+        return WebDriverWait(self.b, timeout, poll_frequency=0.2,
+                             ignored_exceptions=(StaleElementReferenceException, NoSuchElementException)).until(
+                                 lambda d: pred(), what)
 
     def log_in(self):
         self.b.get(self.url + "/jobs")
