@@ -138,24 +138,6 @@ class Model {
     return result;
   }
 
-  // As run_addresses, with the outputs too given as addresses of arrays the caller made
-  // (contiguous, of the outputs' element types and shapes; PyTorch tensors from torch.empty):
-  // no array is made here.
-  void run_into(const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs, int threads) const {
-    check_input_count(inputs.size());
-    size_t want = lib_->outputs().size();
-    if (outputs.size() != want) {
-      throw py::value_error(str("the model has ", want, " output", want == 1 ? "" : "s", ", not ", outputs.size()));
-    }
-    std::vector<const void*> in;
-    for (uintptr_t a : inputs) in.push_back(reinterpret_cast<const void*>(a));
-    std::vector<void*> out;
-    for (uintptr_t a : outputs) out.push_back(reinterpret_cast<void*>(a));
-    py::gil_scoped_release unlocked;
-    if (threads > 0) omp_set_num_threads(threads);
-    lib_->run_raw(in, out);
-  }
-
   // The seconds of each of `calls` calls on `inputs` timed in C++, one at a time, after
   // `warmup` untimed ones: the C ABI's own time, in this process, for comparing a call from
   // Python with (bench/python_overhead.py).
@@ -351,7 +333,6 @@ PYBIND11_MODULE(_tunefarm, m) {
       .def_property_readonly("path", &Model::path)
       .def("run", &Model::run, py::arg("inputs"), py::arg("outputs") = py::none(), py::arg("threads") = 0)
       .def("run_addresses", &Model::run_addresses, py::arg("inputs"), py::arg("threads") = 0)
-      .def("run_into", &Model::run_into, py::arg("inputs"), py::arg("outputs"), py::arg("threads") = 0)
       .def("time_calls", &Model::time_calls, py::arg("inputs"), py::arg("calls"), py::arg("warmup") = 10,
            py::arg("threads") = 0);
   py::class_<Kernel>(m, "Kernel")

@@ -8,16 +8,15 @@ _DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool}
 class TorchModule(torch.nn.Module):
     """Takes and returns CPU tensors; inputs that are contiguous and of the model's element
     type are passed to the library without copies (their data_ptr(), after the checks here),
-    and the library writes its outputs into new tensors (torch.empty). The compiled model runs with
+    and outputs are tensors over the arrays the library wrote. The compiled model runs with
     torch.get_num_threads() threads. It has no parameters of its own: the weights are compiled
     into the library."""
 
     def __init__(self, compiled):
         super().__init__()
         self.compiled = compiled
-        self._run = compiled._model.run_into
+        self._run = compiled._model.run_addresses
         self._specs = [(spec["name"], _DTYPES[spec["dtype"]], torch.Size(spec["shape"])) for spec in compiled.inputs]
-        self._outs = [(tuple(spec["shape"]), _DTYPES[spec["dtype"]]) for spec in compiled.outputs]
 
     def forward(self, *inputs):
         if len(inputs) != len(self._specs):
@@ -34,11 +33,11 @@ class TorchModule(torch.nn.Module):
             if x.shape != shape:
                 raise ValueError("input '%s' must have shape %s, not %s" % (name, list(shape), list(x.shape)))
             keep.append(x if x.is_contiguous() else x.contiguous())
-        # The library reads the tensors' memory in place (kept alive by `keep` for the call) and
-        # writes into new tensors made here.
-        out = [torch.empty(shape, dtype=dtype) for shape, dtype in self._outs]
-        self._run([x.data_ptr() for x in keep], [o.data_ptr() for o in out], torch.get_num_threads())
-        return out[0] if len(out) == 1 else tuple(out)
+        # The library reads the tensors' memory in place (kept alive by `keep` for the call).
+        out = self._run([x.data_ptr() for x in keep], torch.get_num_threads())
+        if len(out) == 1:
+            return torch.from_numpy(out[0])
+        return tuple(torch.from_numpy(a) for a in out)
 
     def extra_repr(self):
         return "library=%s" % self.compiled.path
