@@ -117,12 +117,16 @@ int cmd_compile(const CompileArgs& a) {
   }
   if (!a.model.empty()) {
     if (!a.workload.empty()) throw UserError("compile: give --workload or --model, not both");
-    if (!a.config.empty() || a.server.given() || a.emit != "so" || !a.name.empty() || !a.skip.empty() ||
-        !a.dump.empty() || a.time_passes) {
-      throw UserError("compile --model takes --target, --db/--no-db, -O, --disable-pass, --json and -o "
-                      "(--config, --server, --emit, --name and the lowering-pass options are for single workloads)");
+    if (!a.config.empty() || a.emit != "so" || !a.name.empty() || !a.skip.empty() || !a.dump.empty() ||
+        a.time_passes) {
+      throw UserError("compile --model takes --target, --db/--no-db or --server, -O, --disable-pass, --json and -o "
+                      "(--config, --emit, --name and the lowering-pass options are for single workloads)");
     }
-    std::unique_ptr<db::Database> db = lookup_database(a.db, a.no_db);
+    if (a.server.given() && (!a.db.empty() || a.no_db)) {
+      throw UserError("--server names the database to take the configs from: it excludes --db and --no-db");
+    }
+    std::unique_ptr<db::Database> db = a.server.given() ? open_remote_database(cli::service_endpoint(a.server))
+                                                        : lookup_database(a.db, a.no_db);
     cli::ModelCompileArgs m{a.model, a.target, a.out, a.disable, a.opt_level, a.as_json, a.no_db, db.get(), a.max_memory};
     return cli::compile_model_file(m);
   }

@@ -193,6 +193,57 @@ class TuneFirst(unittest.TestCase):
         self.assertIn("nosuch", str(c.exception))
 
 
+class ThroughTheService(unittest.TestCase):
+    """optimize(tune=, server=) and Database(server) against a real tunefarm-tuner."""
+
+    def test_optimize_tunes_and_compiles_through_the_service(self):
+        import re
+        import time
+        db = os.path.join(TMP, "service.db")
+        log_path = os.path.join(TMP, "tuner.log")
+        with open(log_path, "w") as log:
+            p = subprocess.Popen([os.path.join(os.path.dirname(BIN), "tunefarm-tuner"), "--port", "0", "--db", db,
+                                  "--local-boards", "1", "--workers", "1"], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            port = None
+            for _ in range(300):
+                with open(log_path) as f:
+                    m = re.search(r"listening on [^:]+:(\d+)", f.read())
+                if m:
+                    port = int(m.group(1))
+                    break
+                self.assertIsNone(p.poll(), "tunefarm-tuner exited")
+                time.sleep(0.1)
+            self.assertIsNotNone(port, "tunefarm-tuner did not start")
+            server = f"127.0.0.1:{port}"
+            m = seeded(MLP)
+            x = torch.randn(1, 64)
+            fm = tunefarm.optimize(m, x, tune=6, server=server)  # submit --model --watch, then compile --server
+            with torch.no_grad():
+                torch.testing.assert_close(fm(x), m(x), rtol=1e-4, atol=1e-4)
+            with open(fm.compiled.path + ".json") as f:
+                sidecar = json.load(f)
+            self.assertEqual([k["config_source"] for k in sidecar["kernels"] if "config_source" in k],
+                             ["tuned (exact)"] * 2)  # compiled with the service's configs
+            d = tunefarm.Database(server)
+            r = subprocess.run([BIN, "query", "best", "--json", "--server", server], check=True, capture_output=True,
+                               text=True)
+            self.assertEqual(d.best(), json.loads(r.stdout))
+            self.assertEqual(len(d.best()), 2)  # the MLP's two matmuls, tuned by the service's job
+            self.assertEqual({run["status"] for run in d.runs()}, {"done"})
+            # What the service does not answer, and a service that is not there: TunefarmError
+            # with the command's message.
+            with self.assertRaises(tunefarm.TunefarmError) as c:
+                d.models()
+            self.assertIn("not one of the tuning service's queries", str(c.exception))
+            with self.assertRaises(tunefarm.TunefarmError) as c:
+                tunefarm.optimize(m, x, server="127.0.0.1:1", cache_dir=os.path.join(TMP, "nocache"))
+            self.assertIn("127.0.0.1:1", str(c.exception))
+        finally:
+            p.terminate()
+            p.wait()
+
+
 class Errors(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
