@@ -171,9 +171,13 @@ class Database:
 
 
 def _tune(onnx_path, tune, target, db, server):
-    """Whole-model tuning before compiling: `tune` is a trial count, or a dict of
-    trials, local (default True), tracker, key, strategy."""
+    """Whole-model tuning before compiling: `tune` is a trial count, or a dict of trials,
+    tracker, key and token_file (the farm's client token), strategy; without a tracker, on this
+    machine."""
     opts = {"trials": tune} if isinstance(tune, int) else dict(tune)
+    unknown = sorted(set(opts) - {"trials", "tracker", "key", "token_file", "strategy"})
+    if unknown:
+        raise ValueError("tune= takes trials, tracker, key, token_file and strategy, not %s" % ", ".join(unknown))
     if server is not None:
         args = ["submit", "--model", onnx_path, "--trials", str(opts.get("trials", 200)), "--server", server,
                 "--watch"]
@@ -184,6 +188,8 @@ def _tune(onnx_path, tune, target, db, server):
     args = ["tune", "--model", onnx_path, "--trials", str(opts.get("trials", 200))]
     if opts.get("tracker"):
         args += ["--tracker", opts["tracker"], "--key", opts.get("key", "")]
+        if opts.get("token_file"):
+            args += ["--token-file", os.fspath(opts["token_file"])]
     else:
         args += ["--local"]
     if opts.get("strategy"):

@@ -193,29 +193,61 @@ class TuneFirst(unittest.TestCase):
         self.assertIn("nosuch", str(c.exception))
 
 
-class ThroughTheService(unittest.TestCase):
-    """optimize(tune=, server=) and Database(server) against a real tunefarm-tuner."""
+def start_daemon(test, program, *args):
+    """A daemon of the build (tunefarm-tuner, -tracker, -rpc-server) and the port it printed;
+    stopped when the test ends."""
+    import re
+    import time
+    log_path = os.path.join(TMP, "%s-%d.log" % (program, time.time_ns()))
+    with open(log_path, "w") as log:
+        p = subprocess.Popen([os.path.join(os.path.dirname(BIN), program), *args], stdout=log,
+                             stderr=subprocess.STDOUT)
+    test.addCleanup(lambda: (p.terminate(), p.wait()))
+    for _ in range(300):
+        with open(log_path) as f:
+            m = re.search(r"listening on [^:]+:(\d+)", f.read())
+        if m:
+            return int(m.group(1))
+        test.assertIsNone(p.poll(), "%s exited" % program)
+        time.sleep(0.1)
+    test.fail("%s did not start" % program)
+
+
+class ThroughTheServiceAndTheFarm(unittest.TestCase):
+    """optimize(tune=, server=) and Database(server) against a real tunefarm-tuner, and
+    optimize(tune={tracker, key}) on a board of a real tracker."""
+
+    def test_optimize_tunes_on_farm_boards(self):
+        token = os.path.join(TMP, "farm.token")
+        with open(token, "w") as f:
+            f.write("farm-token-0123456789abcdef\n")
+        os.chmod(token, 0o600)
+        tracker = "127.0.0.1:%d" % start_daemon(self, "tunefarm-tracker", "--port", "0", "--token-file", token)
+        start_daemon(self, "tunefarm-rpc-server", "--tracker", tracker, "--key", "cpu", "--port", "0",
+                     "--token-file", token, "--work-dir", TMP)
+        db = os.path.join(TMP, "farm.db")
+        m = seeded(MLP)
+        x = torch.randn(1, 64)
+        fm = tunefarm.optimize(m, x, tune={"trials": 6, "tracker": tracker, "key": "cpu", "token_file": token}, db=db)
+        with torch.no_grad():
+            torch.testing.assert_close(fm(x), m(x), rtol=1e-4, atol=1e-4)
+        runs = tunefarm.Database(db).runs()
+        self.assertEqual(len(runs), 2)  # one per task, measured on the board
+        with self.assertRaises(tunefarm.TunefarmError) as c:
+            tunefarm.optimize(m, x, tune={"trials": 4, "tracker": tracker, "key": "nosuchkey", "token_file": token},
+                              db=db)
+        self.assertIn("nosuchkey", str(c.exception))
+        with self.assertRaises(tunefarm.TunefarmError):  # no token: the tracker refuses
+            tunefarm.optimize(m, x, tune={"trials": 4, "tracker": tracker, "key": "cpu"}, db=db)
+        with self.assertRaises(ValueError) as c:
+            tunefarm.optimize(m, x, tune={"trials": 4, "trackr": tracker}, db=db)
+        self.assertIn("trackr", str(c.exception))
 
     def test_optimize_tunes_and_compiles_through_the_service(self):
-        import re
-        import time
         db = os.path.join(TMP, "service.db")
-        log_path = os.path.join(TMP, "tuner.log")
-        with open(log_path, "w") as log:
-            p = subprocess.Popen([os.path.join(os.path.dirname(BIN), "tunefarm-tuner"), "--port", "0", "--db", db,
-                                  "--local-boards", "1", "--workers", "1"], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            port = None
-            for _ in range(300):
-                with open(log_path) as f:
-                    m = re.search(r"listening on [^:]+:(\d+)", f.read())
-                if m:
-                    port = int(m.group(1))
-                    break
-                self.assertIsNone(p.poll(), "tunefarm-tuner exited")
-                time.sleep(0.1)
-            self.assertIsNotNone(port, "tunefarm-tuner did not start")
-            server = f"127.0.0.1:{port}"
+        server = "127.0.0.1:%d" % start_daemon(self, "tunefarm-tuner", "--port", "0", "--db", db, "--local-boards", "1",
+                                               "--workers", "1")
+        if True:
             m = seeded(MLP)
             x = torch.randn(1, 64)
             fm = tunefarm.optimize(m, x, tune=6, server=server)  # submit --model --watch, then compile --server
@@ -239,9 +271,6 @@ class ThroughTheService(unittest.TestCase):
             with self.assertRaises(tunefarm.TunefarmError) as c:
                 tunefarm.optimize(m, x, server="127.0.0.1:1", cache_dir=os.path.join(TMP, "nocache"))
             self.assertIn("127.0.0.1:1", str(c.exception))
-        finally:
-            p.terminate()
-            p.wait()
 
 
 class Errors(unittest.TestCase):
