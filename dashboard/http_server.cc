@@ -6,6 +6,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <cstdio>
@@ -76,6 +77,7 @@ struct HttpServer::Impl {
   int port = 0;
 
   void accept();
+  void refuse(tcp::socket socket);
 };
 
 namespace {
@@ -207,6 +209,42 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
 }  // namespace
 
+// A plain 503 for a connection beyond the limit, then a lingering close: what the client sent
+// is read and dropped for up to a second, since closing a socket with unread data resets the
+// connection, and a reset can discard the reply before the client reads it.
+namespace {
+
+class Refusal : public std::enable_shared_from_this<Refusal> {
+ public:
+  explicit Refusal(tcp::socket socket) : stream_(std::move(socket)) {}
+  void start() {
+    static const char k503[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                               "Content-Length: 40\r\nConnection: close\r\n\r\n"
+                               "error: too many open connections, retry\n";
+    stream_.expires_after(std::chrono::seconds(1));
+    asio::async_write(stream_, asio::buffer(k503, sizeof k503 - 1),
+                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                        if (ec) return;
+                        beast::error_code ignored;
+                        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                        self->drain();
+                      });
+  }
+
+ private:
+  void drain() {
+    stream_.async_read_some(asio::buffer(sink_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (!ec) self->drain();  // else the timer ran out or the client closed: the socket closes with us
+    });
+  }
+  beast::tcp_stream stream_;
+  std::array<char, 4096> sink_;
+};
+
+}  // namespace
+
+void HttpServer::Impl::refuse(tcp::socket socket) { std::make_shared<Refusal>(std::move(socket))->start(); }
+
 void HttpServer::Impl::accept() {
   acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
@@ -218,17 +256,12 @@ void HttpServer::Impl::accept() {
     }
     {
       if (open.load() >= limits.max_connections) {
-        if (!tls_ctx) {
-          // A plain refusal a client can read; the write is one small segment.
-          static const char k503[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                                     "Content-Length: 40\r\nConnection: close\r\n\r\n"
-                                     "error: too many open connections, retry\n";
+        if (tls_ctx) {
           beast::error_code ignored;
-          socket.non_blocking(true, ignored);
-          socket.write_some(asio::buffer(k503, sizeof k503 - 1), ignored);
+          socket.close(ignored);
+        } else {
+          refuse(std::move(socket));
         }
-        beast::error_code ignored;
-        socket.close(ignored);
       } else if (tls_ctx) {
         std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
             *this, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *tls_ctx))
