@@ -398,11 +398,10 @@ HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const
   if (path == "/v1/stats") return json_response(200, queries::proto_json(queries::stats(db)));
   if (path == "/v1/runs") return json_response(200, queries::proto_json(queries::runs(db)));
   if (path == "/v1/models") {
-    json models = json::array();
-    for (const db::ModelResult& m : db::open_database(db, db::OpenMode::ReadOnly)->model_results()) {
-      models.push_back(db::model_result_json(m));
-    }
-    return json_response(200, dump(json{{"models", models}}));
+    std::string out = "{\"models\":[";
+    const auto& lines = queries::models(db).models_json();
+    for (int i = 0; i < lines.size(); ++i) out += (i ? "," : "") + lines[i];
+    return json_response(200, out + "]}");
   }
   throw HttpError(404, str("no endpoint /api", path.substr(0, 200)));
 }

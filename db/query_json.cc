@@ -36,6 +36,33 @@ nlohmann::json model_result_json(const ModelResult& m) {
           {"measured_at", m.measured_at}};
 }
 
+ModelResult model_result_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::invalid_argument("a model result is not a JSON object");
+  auto get = [&](const char* name, auto& out) {
+    if (!j.contains(name)) throw std::invalid_argument(std::string("a model result has no field ") + name);
+    try {
+      j.at(name).get_to(out);
+    } catch (const nlohmann::json::exception&) {
+      throw std::invalid_argument(std::string("a model result's field ") + name + " has the wrong type");
+    }
+  };
+  ModelResult m;
+  get("model", m.model);
+  get("model_hash", m.model_hash);
+  get("target", m.target);
+  get("device_key", m.device_key);
+  get("tuned_s", m.tuned_s);
+  get("default_s", m.default_s);
+  get("estimate_s", m.estimate_s);
+  get("tuned_kernels", m.tuned_kernels);
+  get("tunable_kernels", m.tunable_kernels);
+  get("measured_at", m.measured_at);
+  if (!j.contains("configs")) throw std::invalid_argument("a model result has no field configs");
+  m.configs = j["configs"];
+  check_model_result(m);
+  return m;
+}
+
 nlohmann::json best_json(const std::string& workload, const std::string& target, const BestResult& b) {
   nlohmann::json j = {{"workload", workload}, {"target", target}, {"tier", tier_name(b.tier)}};
   if (b.tier != MatchTier::None) {

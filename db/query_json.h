@@ -19,6 +19,9 @@ nlohmann::json run_json(const TuningRun& r);
 
 // A whole model's tuning result (query models), with its speedup.
 nlohmann::json model_result_json(const ModelResult& m);
+// The model result of such JSON (a service's answer); std::invalid_argument naming the field
+// when one is missing, of the wrong type or out of bounds (check_model_result).
+ModelResult model_result_from_json(const nlohmann::json& j);
 
 // The answer of a lookup (query best -w W -t T): the tier, and the record, its robust median
 // and measurement count when there is one.

@@ -9,6 +9,7 @@
 #include "compiler/workload.h"
 #include "db/database.h"
 #include "db/jsonl.h"
+#include "db/query_json.h"
 #include "tuner/tuning_records.h"
 
 namespace tf::queries {
@@ -99,6 +100,14 @@ pb::StatsReply stats(const std::string& db_path) {
   }
   for (const auto& [k, v] : s.errors) (*reply.mutable_errors())[k] = v;
   for (const auto& [k, v] : s.per_run) (*reply.mutable_per_run())[k] = v;
+  return reply;
+}
+
+pb::ModelsReply models(const std::string& db_path) {
+  pb::ModelsReply reply;
+  for (const db::ModelResult& m : reader(db_path)->model_results()) {
+    reply.add_models_json(db::model_result_json(m).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
   return reply;
 }
 

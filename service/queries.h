@@ -22,6 +22,7 @@ tunefarm::v1::RecordsReply top_k(const std::string& db_path, const tunefarm::v1:
 std::vector<std::string> history(const std::string& db_path, const tunefarm::v1::HistoryRequest& req);
 tunefarm::v1::StatsReply stats(const std::string& db_path);
 tunefarm::v1::RunsReply runs(const std::string& db_path);
+tunefarm::v1::ModelsReply models(const std::string& db_path);
 
 // A record as the service sends it: the JSON lines format of `query export` with its id.
 std::string record_line(const db::MeasureRecord& r);

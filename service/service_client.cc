@@ -2,7 +2,9 @@
 
 #include <chrono>
 
+#include "db/json_limits.h"
 #include "db/jsonl.h"
+#include "db/query_json.h"
 #include "tuner/farm_client.h"
 
 namespace tf {
@@ -111,8 +113,19 @@ class RemoteDatabase : public db::Database {
   }
   void add_model_result(const db::ModelResult&) override { read_only(); }
   std::vector<db::ModelResult> model_results() override {
-    throw db::DbError("models are not one of the tuning service's queries: tune --model --local records them in a "
-                      "local database (query models --db FILE)");
+    pb::ModelsReply reply;
+    auto ctx = c_.context(60);
+    c_.check(c_.stub().Models(ctx.get(), pb::ModelsRequest(), &reply), "models");
+    std::vector<db::ModelResult> out;
+    for (const std::string& line : reply.models_json()) {
+      try {
+        out.push_back(db::model_result_from_json(parse_json_bounded(line)));
+      } catch (const std::exception& e) {
+        throw db::DbError("the tuning service at " + c_.endpoint().address + " sent a model result that does not "
+                          "parse: " + e.what());
+      }
+    }
+    return out;
   }
   db::DistillResult distill(int64_t, bool) override { read_only(); }
   int64_t add_job(const db::JobRow&) override { read_only(); }

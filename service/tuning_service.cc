@@ -190,6 +190,13 @@ grpc::Status TuningService::Stats(grpc::ServerContext* ctx, const pb::StatsReque
   });
 }
 
+grpc::Status TuningService::Models(grpc::ServerContext* ctx, const pb::ModelsRequest*, pb::ModelsReply* reply) {
+  return guarded(ctx, [&](const ServiceUser&) {
+    *reply = queries::models(jobs_.db_path());
+    return grpc::Status::OK;
+  });
+}
+
 grpc::Status TuningService::Runs(grpc::ServerContext* ctx, const pb::RunsRequest*, pb::RunsReply* reply) {
   return guarded(ctx, [&](const ServiceUser&) {
     *reply = queries::runs(jobs_.db_path());

@@ -58,6 +58,8 @@ class TuningService final : public tunefarm::v1::Tuning::Service {
                      tunefarm::v1::StatsReply* reply) override;
   grpc::Status Runs(grpc::ServerContext* ctx, const tunefarm::v1::RunsRequest* req,
                     tunefarm::v1::RunsReply* reply) override;
+  grpc::Status Models(grpc::ServerContext* ctx, const tunefarm::v1::ModelsRequest* req,
+                      tunefarm::v1::ModelsReply* reply) override;
 
  private:
   // The caller, or UNAUTHENTICATED.

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "db/database.h"
+#include "db/query_json.h"
 #include "db/jsonl.h"
 #include "tests/db/db_test_util.h"
 
@@ -363,6 +364,33 @@ TEST(Models, ResultsAreListedNewestFirstAndCheckedOnTheWay) {
   bad.configs = nlohmann::json::object();
   refused(bad, "configs is not a JSON array");
   EXPECT_EQ(db->model_results().size(), 2u);
+}
+
+// A model result travels from the service as query models' JSON: it reads back to the same
+// result, and a malformed one is refused naming the field.
+TEST(Models, JsonReadsBackAndMalformedOnesAreRefused) {
+  ModelResult m{0, "resnet18.onnx", std::string(64, 'a'), kX86, "local", 0.020, 0.022, 0.021, 14, 21,
+                nlohmann::json::array({{{"workload", "matmul(M=1,N=1000,K=512,epilogue=bias)"}}}), 1.8e9};
+  ModelResult back = model_result_from_json(model_result_json(m));
+  EXPECT_EQ(model_result_json(back), model_result_json(m));
+  auto refused = [](nlohmann::json j, const std::string& why) {
+    try {
+      model_result_from_json(j);
+      ADD_FAILURE() << "read: " << j.dump();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json j = model_result_json(m);
+  j.erase("target");
+  refused(j, "no field target");
+  j = model_result_json(m);
+  j["tuned_s"] = "fast";
+  refused(j, "tuned_s has the wrong type");
+  j = model_result_json(m);
+  j["tuned_kernels"] = 99;
+  refused(j, "99 tuned of 21 tunable kernels");
+  refused(nlohmann::json::array(), "not a JSON object");
 }
 
 // A version 3 file has no verdicts: read-only it answers by the ranking; opened for writing

@@ -263,11 +263,19 @@ class ThroughTheServiceAndTheFarm(unittest.TestCase):
             self.assertEqual(d.best(), json.loads(r.stdout))
             self.assertEqual(len(d.best()), 2)  # the MLP's two matmuls, tuned by the service's job
             self.assertEqual({run["status"] for run in d.runs()}, {"done"})
-            # What the service does not answer, and a service that is not there: TunefarmError
-            # with the command's message.
-            with self.assertRaises(tunefarm.TunefarmError) as c:
-                d.models()
-            self.assertIn("not one of the tuning service's queries", str(c.exception))
+            # Model results in the service's database (tune --model --local writes them there)
+            # come back through the service as `query models --server --json` says them.
+            self.assertEqual(d.models(), [])
+            onnx = os.path.join(TMP, "mlp-service.onnx")
+            torch.onnx.export(m, (x,), onnx, opset_version=13)
+            subprocess.run([BIN, "tune", "--model", onnx, "--local", "--trials", "4", "--db", db], check=True,
+                           capture_output=True)
+            models = d.models()
+            self.assertEqual(len(models), 1)
+            self.assertEqual(models[0]["tunable_kernels"], 2)
+            r = subprocess.run([BIN, "query", "models", "--json", "--server", server], check=True, capture_output=True,
+                               text=True)
+            self.assertEqual(models, json.loads(r.stdout))
             with self.assertRaises(tunefarm.TunefarmError) as c:
                 tunefarm.optimize(m, x, server="127.0.0.1:1", cache_dir=os.path.join(TMP, "nocache"))
             self.assertIn("127.0.0.1:1", str(c.exception))
