@@ -5,7 +5,33 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
+import unittest
+
+
+class DaemonTest(unittest.TestCase):
+    """A test with a temporary folder (`dir`, and `db` in it) and daemons (`daemons`) that are
+    killed when it ends."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.db = os.path.join(self.dir, "tuning.db")
+        self.daemons = []
+
+    def tearDown(self):
+        for d in reversed(self.daemons):
+            d.stop(signal.SIGKILL)
+        self.tmp.cleanup()
+
+    def write(self, name, text, mode=0o600):
+        """A file of the test's folder with `text`, readable by its owner only by default."""
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        return path
 
 
 def make_pki(d):

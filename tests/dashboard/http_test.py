@@ -10,18 +10,16 @@ import http.client
 import json
 import os
 import re
-import signal
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from daemon import Daemon, make_pki  # noqa: E402 (tests/daemon.py)
+from daemon import Daemon, DaemonTest, make_pki  # noqa: E402 (tests/daemon.py)
 
 TUNEFARM = TUNER = None
 ALICE = "alice-token-0123456789"
@@ -42,25 +40,7 @@ class Service:
         self.port = self.d.port
 
 
-class DashboardHttpTest(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.dir = self.tmp.name
-        self.db = os.path.join(self.dir, "tuning.db")
-        self.daemons = []
-
-    def tearDown(self):
-        for d in reversed(self.daemons):
-            d.stop(signal.SIGKILL)
-        self.tmp.cleanup()
-
-    def write(self, name, text, mode=0o600):
-        path = os.path.join(self.dir, name)
-        with open(path, "w") as f:
-            f.write(text)
-        os.chmod(path, mode)
-        return path
-
+class DashboardHttpTest(DaemonTest):
     def users(self):
         return self.write("users", f"{ALICE} alice\n{BOB} bob admin\n")
 

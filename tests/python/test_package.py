@@ -16,6 +16,9 @@ import torchvision
 
 import tunefarm
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from daemon import Daemon  # noqa: E402 (tests/daemon.py)
+
 TMP = tempfile.mkdtemp(prefix="tunefarm-python-test-")
 # Hermetic: no tuned configs from this machine's default database, compiled models cached here.
 os.environ["TUNEFARM_DB"] = os.path.join(TMP, "none.db")
@@ -194,23 +197,13 @@ class TuneFirst(unittest.TestCase):
 
 
 def start_daemon(test, program, *args):
-    """A daemon of the build (tunefarm-tuner, -tracker, -rpc-server) and the port it printed;
-    stopped when the test ends."""
-    import re
+    """A daemon of the build (tunefarm-tuner, -tracker, -rpc-server) started with tests/daemon.py,
+    and the port it printed; stopped when the test ends."""
     import time
-    log_path = os.path.join(TMP, "%s-%d.log" % (program, time.time_ns()))
-    with open(log_path, "w") as log:
-        p = subprocess.Popen([os.path.join(os.path.dirname(BIN), program), *args], stdout=log,
-                             stderr=subprocess.STDOUT)
-    test.addCleanup(lambda: (p.terminate(), p.wait()))
-    for _ in range(300):
-        with open(log_path) as f:
-            m = re.search(r"listening on [^:]+:(\d+)", f.read())
-        if m:
-            return int(m.group(1))
-        test.assertIsNone(p.poll(), "%s exited" % program)
-        time.sleep(0.1)
-    test.fail("%s did not start" % program)
+    d = Daemon([os.path.join(os.path.dirname(BIN), program), *args],
+               os.path.join(TMP, "%s-%d.log" % (program, time.time_ns())))
+    test.addCleanup(d.stop)
+    return d.port
 
 
 class ThroughTheServiceAndTheFarm(unittest.TestCase):
@@ -247,38 +240,37 @@ class ThroughTheServiceAndTheFarm(unittest.TestCase):
         db = os.path.join(TMP, "service.db")
         server = "127.0.0.1:%d" % start_daemon(self, "tunefarm-tuner", "--port", "0", "--db", db, "--local-boards", "1",
                                                "--workers", "1")
-        if True:
-            m = seeded(MLP)
-            x = torch.randn(1, 64)
-            fm = tunefarm.optimize(m, x, tune=6, server=server)  # submit --model --watch, then compile --server
-            with torch.no_grad():
-                torch.testing.assert_close(fm(x), m(x), rtol=1e-4, atol=1e-4)
-            with open(fm.compiled.path + ".json") as f:
-                sidecar = json.load(f)
-            self.assertEqual([k["config_source"] for k in sidecar["kernels"] if "config_source" in k],
-                             ["tuned (exact)"] * 2)  # compiled with the service's configs
-            d = tunefarm.Database(server)
-            r = subprocess.run([BIN, "query", "best", "--json", "--server", server], check=True, capture_output=True,
-                               text=True)
-            self.assertEqual(d.best(), json.loads(r.stdout))
-            self.assertEqual(len(d.best()), 2)  # the MLP's two matmuls, tuned by the service's job
-            self.assertEqual({run["status"] for run in d.runs()}, {"done"})
-            # Model results in the service's database (tune --model --local writes them there)
-            # come back through the service as `query models --server --json` says them.
-            self.assertEqual(d.models(), [])
-            onnx = os.path.join(TMP, "mlp-service.onnx")
-            torch.onnx.export(m, (x,), onnx, opset_version=13)
-            subprocess.run([BIN, "tune", "--model", onnx, "--local", "--trials", "4", "--db", db], check=True,
-                           capture_output=True)
-            models = d.models()
-            self.assertEqual(len(models), 1)
-            self.assertEqual(models[0]["tunable_kernels"], 2)
-            r = subprocess.run([BIN, "query", "models", "--json", "--server", server], check=True, capture_output=True,
-                               text=True)
-            self.assertEqual(models, json.loads(r.stdout))
-            with self.assertRaises(tunefarm.TunefarmError) as c:
-                tunefarm.optimize(m, x, server="127.0.0.1:1", cache_dir=os.path.join(TMP, "nocache"))
-            self.assertIn("127.0.0.1:1", str(c.exception))
+        m = seeded(MLP)
+        x = torch.randn(1, 64)
+        fm = tunefarm.optimize(m, x, tune=6, server=server)  # submit --model --watch, then compile --server
+        with torch.no_grad():
+            torch.testing.assert_close(fm(x), m(x), rtol=1e-4, atol=1e-4)
+        with open(fm.compiled.path + ".json") as f:
+            sidecar = json.load(f)
+        self.assertEqual([k["config_source"] for k in sidecar["kernels"] if "config_source" in k],
+                         ["tuned (exact)"] * 2)  # compiled with the service's configs
+        d = tunefarm.Database(server)
+        r = subprocess.run([BIN, "query", "best", "--json", "--server", server], check=True, capture_output=True,
+                           text=True)
+        self.assertEqual(d.best(), json.loads(r.stdout))
+        self.assertEqual(len(d.best()), 2)  # the MLP's two matmuls, tuned by the service's job
+        self.assertEqual({run["status"] for run in d.runs()}, {"done"})
+        # Model results in the service's database (tune --model --local writes them there)
+        # come back through the service as `query models --server --json` says them.
+        self.assertEqual(d.models(), [])
+        onnx = os.path.join(TMP, "mlp-service.onnx")
+        torch.onnx.export(m, (x,), onnx, opset_version=13)
+        subprocess.run([BIN, "tune", "--model", onnx, "--local", "--trials", "4", "--db", db], check=True,
+                       capture_output=True)
+        models = d.models()
+        self.assertEqual(len(models), 1)
+        self.assertEqual(models[0]["tunable_kernels"], 2)
+        r = subprocess.run([BIN, "query", "models", "--json", "--server", server], check=True, capture_output=True,
+                           text=True)
+        self.assertEqual(models, json.loads(r.stdout))
+        with self.assertRaises(tunefarm.TunefarmError) as c:
+            tunefarm.optimize(m, x, server="127.0.0.1:1", cache_dir=os.path.join(TMP, "nocache"))
+        self.assertIn("127.0.0.1:1", str(c.exception))
 
 
 class Errors(unittest.TestCase):

@@ -14,12 +14,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from daemon import Daemon, make_pki  # noqa: E402 (tests/daemon.py)
+from daemon import Daemon, DaemonTest, make_pki  # noqa: E402 (tests/daemon.py)
 
 TUNEFARM = TUNER = TRACKER = RPC_SERVER = None
 SMALL = ["matmul(M=16,N=16,K=16)", "matmul(M=8,N=32,K=16)", "matmul(M=24,N=8,K=8)"]
@@ -27,29 +26,14 @@ SMALL = ["matmul(M=16,N=16,K=16)", "matmul(M=8,N=32,K=16)", "matmul(M=24,N=8,K=8
 FAST = {"repeat": 3, "min_repeat_ms": 1, "retime_rounds": 1, "retime_top": 2}
 
 
-class ServiceTest(unittest.TestCase):
+class ServiceTest(DaemonTest):
     def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.dir = self.tmp.name
-        self.db = os.path.join(self.dir, "tuning.db")
-        self.daemons = []
+        super().setUp()
         self.env = dict(os.environ)
         self.env.pop("TUNEFARM_SERVER", None)
         self.env.pop("TUNEFARM_TOKEN_FILE", None)
 
-    def tearDown(self):
-        for d in reversed(self.daemons):
-            d.stop(signal.SIGKILL)
-        self.tmp.cleanup()
-
     # --- helpers -------------------------------------------------------------------------
-
-    def write(self, name, text, mode=0o600):
-        path = os.path.join(self.dir, name)
-        with open(path, "w") as f:
-            f.write(text)
-        os.chmod(path, mode)
-        return path
 
     def service(self, *extra, name="tuner", env=None):
         d = Daemon([TUNER, "--port", "0", "--db", self.db, "--workers", "1", *extra], os.path.join(self.dir, name + ".log"),
