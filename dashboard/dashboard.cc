@@ -40,10 +40,6 @@ void secure(HttpResponse& r, bool no_store) {
   if (no_store) r.headers.push_back({"Cache-Control", "no-store"});
 }
 
-// JSON text of `j`; bytes that are not UTF-8 (a request's path, a file name) become U+FFFD
-// instead of failing the request.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 HttpResponse json_response(int status, std::string body) {
   HttpResponse r;
   r.status = status;
@@ -53,7 +49,7 @@ HttpResponse json_response(int status, std::string body) {
 }
 
 HttpResponse json_error(int status, const std::string& message) {
-  return json_response(status, dump(json{{"error", message}}) + "\n");
+  return json_response(status, queries::json_text(json{{"error", message}}) + "\n");
 }
 
 HttpResponse redirect(const std::string& to) {
@@ -344,7 +340,7 @@ HttpResponse Dashboard::handle(const HttpRequest& r) {
 HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const ServiceUser& who) {
   const std::string& db = jobs_.db_path();
   if (path == "/v1/whoami") {
-    return json_response(200, dump(json{{"user", who.name},
+    return json_response(200, queries::json_text(json{{"user", who.name},
                                    {"admin", who.admin},
                                    {"login", !users_.empty()}}));
   }
@@ -470,7 +466,7 @@ std::string Dashboard::farm_json() {
   double now = static_cast<double>(std::time(nullptr));
   j["measurements_per_minute"] = db::open_database(jobs_.db_path(), db::OpenMode::ReadOnly)->records_per_key_since(now - 60);
   j["at"] = now;
-  std::string text = dump(j);
+  std::string text = queries::json_text(j);
   text.pop_back();  // the closing brace
   text += ",\"summary\":" + summary + "}";
   std::lock_guard<std::mutex> l(cache_mu_);

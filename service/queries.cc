@@ -31,7 +31,11 @@ void add_records(const std::vector<db::MeasureRecord>& rs, pb::RecordsReply* rep
 std::string record_line(const db::MeasureRecord& r) {
   nlohmann::json j = db::record_to_json(r);
   j["id"] = r.id;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // an error message may not be UTF-8
+  return json_text(j);
+}
+
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string proto_json(const google::protobuf::Message& m) {
@@ -106,7 +110,7 @@ pb::StatsReply stats(const std::string& db_path) {
 pb::ModelsReply models(const std::string& db_path) {
   pb::ModelsReply reply;
   for (const db::ModelResult& m : reader(db_path)->model_results()) {
-    reply.add_models_json(db::model_result_json(m).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    reply.add_models_json(json_text(db::model_result_json(m)));
   }
   return reply;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <google/protobuf/message.h>
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ tunefarm::v1::ModelsReply models(const std::string& db_path);
 
 // A record as the service sends it: the JSON lines format of `query export` with its id.
 std::string record_line(const db::MeasureRecord& r);
+
+// JSON text of `j` for a reply; bytes that are not UTF-8 (a record's error message, a request's
+// path quoted in an error) become U+FFFD instead of failing the reply.
+std::string json_text(const nlohmann::json& j);
 
 // A message in proto3's JSON mapping, as `tunefarm jobs --json` and the dashboard print it:
 // field names as in the .proto, every field present (int64 values are JSON strings).
