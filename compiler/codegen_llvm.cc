@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <set>
 
 #include "compiler/error.h"
@@ -84,6 +85,7 @@ class CodeGen {
       // emit 128-bit loads and stores (ld.global.v4.f32, global_load_dwordx4).
       if (gpu_) a->addAttr(llvm::Attribute::getWithAlignment(ctx_, llvm::Align(kGpuBufferAlign)));
       buffers_[f.args[i].name] = a;
+      kernel_args_.insert(f.args[i].name);
     }
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry_);
@@ -204,7 +206,7 @@ class CodeGen {
     if (mask_) return tag(masked_load(l), l->buffer);
     if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
       llvm::Value* p = element_ptr(l->buffer, expr(r->base));
-      return tag(b_.CreateAlignedLoad(type_of(l->type), p, llvm::Align(4)), l->buffer);
+      return tag(b_.CreateAlignedLoad(type_of(l->type), p, vector_align(r->base)), l->buffer);
     }
     if (const Broadcast* bc = l->index.as<Broadcast>()) {
       llvm::Value* v =
@@ -477,6 +479,7 @@ class CodeGen {
   // ---- statements ----
 
   void store(const Store* s) {
+    if (async_buffers_.count(s->buffer) && async_copy(s)) return;
     llvm::Value* v = expr(s->value);
     int lanes = s->value.type().lanes;
     if (lanes == 1) {
@@ -484,7 +487,7 @@ class CodeGen {
       return;
     }
     if (const Ramp* r = s->index.as<Ramp>(); r && is_const(r->stride, 1)) {
-      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(r->base)), llvm::Align(4)), s->buffer);
+      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(r->base)), vector_align(r->base)), s->buffer);
       return;
     }
     llvm::Value* idx = expr(s->index);
@@ -655,7 +658,77 @@ class CodeGen {
     vars_.erase(f->var.get());
   }
 
-  void barrier() {
+  // The multiple that every value of the integer expression `e` is of (0: only the value 0).
+  static int64_t known_multiple(const Expr& e) {
+    constexpr int64_t kMost = int64_t{1} << 20;
+    if (const auto* i = e.as<IntImm>()) return std::min(std::abs(i->value), kMost);
+    const Binary* b = e.as<Binary>();
+    if (!b) return 1;
+    switch (e.kind()) {
+      case ExprKind::Add: case ExprKind::Sub: case ExprKind::Min: case ExprKind::Max:
+        return std::gcd(known_multiple(b->a), known_multiple(b->b));
+      case ExprKind::Mul:
+        return std::min(known_multiple(b->a) * known_multiple(b->b), kMost);
+      case ExprKind::Mod:
+        if (const int64_t* c = as_const_int(b->b)) return std::gcd(known_multiple(b->a), *c);
+        return 1;
+      default:
+        return 1;
+    }
+  }
+
+  // The alignment of a vector access from element `base` on: on GPUs every buffer starts
+  // 16-byte aligned (kGpuBufferAlign; shared arrays are declared so), so an index that is a
+  // multiple of 4 is; LLVM does not always prove it through the index arithmetic (floor
+  // divisions of thread indices), and NVPTX splits a vector access it cannot prove aligned
+  // into scalar ones.
+  llvm::Align vector_align(const Expr& base) const {
+    if (!gpu_) return llvm::Align(4);
+    int64_t m = known_multiple(base);
+    int64_t elements = m == 0 ? 4 : std::min<int64_t>(m & -m, 4);
+    return llvm::Align(static_cast<uint64_t>(4 * elements));
+  }
+
+  // A store into a shared buffer of asynchronous copies (Allocate::async_copies) whose value
+  // is a load of a kernel argument: cp.async (sm_80 and later) of 16 bytes where four lanes
+  // are contiguous and aligned on both sides, else of 4 bytes per lane. The copy bypasses
+  // the registers; Barrier::Kind::AsyncWait waits for it. False when the store is of another
+  // form (it is then an ordinary store).
+  bool async_copy(const Store* s) {
+    const Load* l = s->value.as<Load>();
+    if (!l || mask_ || !kernel_args_.count(l->buffer)) return false;
+    int lanes = s->value.type().lanes;
+    auto global = [&](llvm::Value* p) { return b_.CreateAddrSpaceCast(p, b_.getPtrTy(1)); };
+    const Ramp* dr = s->index.as<Ramp>();
+    const Ramp* sr = l->index.as<Ramp>();
+    if (lanes == 4 && dr && sr && is_const(dr->stride, 1) && is_const(sr->stride, 1) &&
+        known_multiple(dr->base) % 4 == 0 && known_multiple(sr->base) % 4 == 0) {
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16, {},
+                         {element_ptr(s->buffer, expr(dr->base)), global(element_ptr(l->buffer, expr(sr->base)))});
+      return true;
+    }
+    llvm::Value* di = expr(s->index);
+    llvm::Value* si = expr(l->index);
+    for (int i = 0; i < lanes; ++i) {
+      llvm::Value* d = lanes == 1 ? di : b_.CreateExtractElement(di, static_cast<uint64_t>(i));
+      llvm::Value* src = si->getType()->isVectorTy() ? b_.CreateExtractElement(si, static_cast<uint64_t>(i)) : si;
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4, {},
+                         {element_ptr(s->buffer, d), global(element_ptr(l->buffer, src))});
+    }
+    return true;
+  }
+
+  // Whether this target copies global to shared memory asynchronously (cp.async: sm_80+).
+  bool has_cp_async() const {
+    if (target_.kind != "cuda" || target_.arch.rfind("sm_", 0) != 0) return false;
+    return std::atoi(target_.arch.c_str() + 3) >= 80;
+  }
+
+  void barrier(const Barrier* s) {
+    if (s->sync == Barrier::Kind::AsyncWait) {
+      if (has_cp_async()) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_all, {}, {});
+      return;
+    }
     if (!gpu_) return;  // one CPU thread runs the whole block in order
     if (amd_) {
       // __syncthreads: the block's memory operations before it complete before any after it.
@@ -675,7 +748,9 @@ class CodeGen {
                                           name_ + "." + a->buffer, nullptr, llvm::GlobalValue::NotThreadLocal, 3);
       gv->setAlignment(llvm::Align(16));
       buffers_[a->buffer] = gv;
+      if (a->async_copies && has_cp_async()) async_buffers_.insert(a->buffer);
       stmt(a->body);
+      async_buffers_.erase(a->buffer);
       buffers_.erase(a->buffer);
       return;
     }
@@ -763,7 +838,7 @@ class CodeGen {
         return;
       }
       case StmtKind::Allocate: return allocate(s.as<Allocate>());
-      case StmtKind::Barrier: return barrier();
+      case StmtKind::Barrier: return barrier(s.as<Barrier>());
       case StmtKind::Block:
         for (const Stmt& c : s.as<Block>()->stmts) stmt(c);
         return;
@@ -783,6 +858,8 @@ class CodeGen {
   // (a larger one is not promoted to registers, unrolled or not).
   static constexpr int64_t kMaxRegisterTile = 1024;
   std::set<std::string> register_tiles_;
+  std::set<std::string> kernel_args_;    // the kernel's arguments: global memory on a GPU
+  std::set<std::string> async_buffers_;  // shared buffers filled with cp.async (see async_copy)
   std::vector<std::pair<llvm::Instruction*, std::string>> accesses_;  // see tag()
   std::vector<llvm::GlobalVariable*> workspaces_;                     // see allocate()
   bool gpu_ = false, amd_ = false;

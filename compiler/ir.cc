@@ -276,12 +276,14 @@ Stmt IfThenElse::make(Expr cond, Stmt then_case, Stmt else_case) {
   return Stmt(std::make_shared<IfThenElse>(std::move(cond), std::move(then_case), std::move(else_case)));
 }
 
-Stmt Allocate::make(const std::string& buffer, Type elem, int64_t size, MemScope scope, Stmt body) {
+Stmt Allocate::make(const std::string& buffer, Type elem, int64_t size, MemScope scope, Stmt body,
+                    bool async_copies) {
   TF_CHECK(size > 0, "allocation of ", size, " elements for ", buffer);
-  return Stmt(std::make_shared<Allocate>(buffer, elem, size, scope, std::move(body)));
+  TF_CHECK(!async_copies || scope == MemScope::Shared, "asynchronous copies into ", buffer, ", not a shared buffer");
+  return Stmt(std::make_shared<Allocate>(buffer, elem, size, scope, std::move(body), async_copies));
 }
 
-Stmt Barrier::make() { return Stmt(std::make_shared<const Barrier>()); }
+Stmt Barrier::make(Kind k) { return Stmt(std::make_shared<const Barrier>(k)); }
 
 Stmt Block::make(std::vector<Stmt> stmts) {
   std::vector<Stmt> flat;

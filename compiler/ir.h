@@ -352,17 +352,27 @@ struct Allocate : StmtNode {
   int64_t size;  // elements
   MemScope scope;
   Stmt body;
-  Allocate(std::string b, Type t, int64_t n, MemScope s, Stmt bd)
-      : StmtNode(kKind), buffer(std::move(b)), elem(t), size(n), scope(s), body(std::move(bd)) {}
-  static Stmt make(const std::string& buffer, Type elem, int64_t size, MemScope scope, Stmt body);
+  // Shared buffers: a store into it whose value is a load of a kernel argument may complete
+  // asynchronously (cp.async on sm_80 and later), at the latest at the next Barrier of kind
+  // AsyncWait of the storing thread.
+  bool async_copies = false;
+  Allocate(std::string b, Type t, int64_t n, MemScope s, Stmt bd, bool async)
+      : StmtNode(kKind), buffer(std::move(b)), elem(t), size(n), scope(s), body(std::move(bd)), async_copies(async) {}
+  static Stmt make(const std::string& buffer, Type elem, int64_t size, MemScope scope, Stmt body,
+                   bool async_copies = false);
 };
 
-// GPU: every thread of the block waits here until all have arrived, and their shared-memory
-// writes before it are visible to all after it. Nothing on a CPU.
+// GPU synchronisation; nothing on a CPU.
+//   Block      every thread of the block waits here until all have arrived, and their
+//              shared-memory writes before it are visible to all after it (__syncthreads).
+//   AsyncWait  the thread waits until its own asynchronous copies (Allocate::async_copies)
+//              are complete (cp.async.wait_all); a Block barrier after it publishes them.
 struct Barrier : StmtNode {
+  enum class Kind : uint8_t { Block, AsyncWait };
   static constexpr StmtKind kKind = StmtKind::Barrier;
-  Barrier() : StmtNode(kKind) {}
-  static Stmt make();
+  Kind sync;
+  explicit Barrier(Kind k) : StmtNode(kKind), sync(k) {}
+  static Stmt make(Kind k = Kind::Block);
 };
 
 struct Block : StmtNode {

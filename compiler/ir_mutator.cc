@@ -114,7 +114,7 @@ Stmt IRMutator::mutate_stmt(const Stmt& s) {
     case StmtKind::Allocate: {
       const Allocate* n = s.as<Allocate>();
       Stmt b = mutate_stmt(n->body);
-      return b.same_as(n->body) ? s : Allocate::make(n->buffer, n->elem, n->size, n->scope, b);
+      return b.same_as(n->body) ? s : Allocate::make(n->buffer, n->elem, n->size, n->scope, b, n->async_copies);
     }
     case StmtKind::Block: {
       const Block* n = s.as<Block>();

@@ -200,7 +200,8 @@ class Printer {
         const Allocate* a = s.as<Allocate>();
         indent();
         os_ << "allocate " << a->buffer << "[" << a->elem.str() << " * " << a->size << "] "
-            << (a->scope == MemScope::Local ? "local" : a->scope == MemScope::Shared ? "shared" : "heap") << "\n";
+            << (a->scope == MemScope::Local ? "local" : a->scope == MemScope::Shared ? "shared" : "heap")
+            << (a->async_copies ? " async" : "") << "\n";
         print(a->body);
         return;
       }
@@ -209,7 +210,7 @@ class Printer {
         return;
       case StmtKind::Barrier:
         indent();
-        os_ << "barrier\n";
+        os_ << (s.as<Barrier>()->sync == Barrier::Kind::Block ? "barrier\n" : "async_wait\n");
         return;
     }
   }

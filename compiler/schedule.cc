@@ -163,6 +163,30 @@ void Stage::compute_at(Stage& consumer, const Expr& var) {
   attach_var_ = var;
 }
 
+void Stage::storage_layout(std::vector<size_t> order, int64_t pad) {
+  if (scope_ != MemScope::Shared) {
+    throw UserError(str("storage_layout of stage ", name(), ": only shared stages (cache_read_shared) have one"));
+  }
+  std::vector<size_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<size_t> all(op_->shape.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  if (sorted != all) {
+    throw UserError(str("storage_layout of stage ", name(), ": the order must be a permutation of its ",
+                        op_->shape.size(), " dimensions"));
+  }
+  if (pad < 0 || pad > 64) throw UserError(str("storage_layout of stage ", name(), ": pad ", pad, " is not in 0..64"));
+  storage_order_ = std::move(order);
+  storage_pad_ = pad;
+}
+
+void Stage::double_buffer() {
+  if (scope_ != MemScope::Shared) {
+    throw UserError(str("double_buffer of stage ", name(), ": only shared stages (cache_read_shared) can be"));
+  }
+  double_buffer_ = true;
+}
+
 void Stage::compute_inline() {
   if (op_->reduce()) {
     throw UserError(str("compute_inline of stage ", name(), ": a reduction cannot be inlined"));

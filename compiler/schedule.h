@@ -74,6 +74,21 @@ class Stage {
   // stack) or Shared (GPU shared memory: see Schedule::cache_read).
   MemScope scope() const { return scope_; }
 
+  // Shared stages (Schedule::cache_read_shared) only. How the buffer is laid out: `order`
+  // lists the tensor's dimensions from the outermost in memory to the innermost (a
+  // permutation; e.g. {1, 0} keeps a tile of A[M][K] K-major, so that a thread's rows at one
+  // k are contiguous), and each row of the innermost dimension gets `pad` unused elements
+  // after it (shifting the rows across shared-memory banks).
+  void storage_layout(std::vector<size_t> order, int64_t pad = 0);
+  const std::vector<size_t>& storage_order() const { return storage_order_; }
+  int64_t storage_pad() const { return storage_pad_; }
+  // Shared stages computed at a loop only: two buffers, the tile of iteration i+1 copied while
+  // iteration i computes on the other, one barrier per iteration instead of two (TVM's
+  // double_buffer). On sm_80 and later the copy is asynchronous (cp.async): the thread goes
+  // on computing while the tile arrives.
+  void double_buffer();
+  bool double_buffered() const { return double_buffer_; }
+
   Attach attach() const { return attach_; }
   const Stage* attach_stage() const { return attach_stage_; }
   const Expr& attach_var() const { return attach_var_; }
@@ -94,6 +109,9 @@ class Stage {
   Tensor op_;
   Attach attach_ = Attach::Root;
   MemScope scope_ = MemScope::Local;
+  std::vector<size_t> storage_order_;
+  int64_t storage_pad_ = 0;
+  bool double_buffer_ = false;
   const Stage* attach_stage_ = nullptr;
   Expr attach_var_;
   std::vector<Expr> leaves_;

@@ -11,16 +11,22 @@
 namespace tf::ir {
 namespace {
 
-// Where a tensor's elements live: element `idx` is at linear((idx - mins), extents).
+// Where a tensor's elements live: element `idx` is at linear((idx - mins), extents), its
+// dimensions stored in `order` (outermost first; empty: as the tensor), each row of the
+// innermost stored one followed by `pad` unused elements (Stage::storage_layout).
 struct BufferInfo {
   std::vector<Expr> mins;
   std::vector<int64_t> extents;
+  std::vector<size_t> order;
+  int64_t pad = 0;
 };
 
 Expr linear_index(const std::vector<Expr>& idx, const BufferInfo& b) {
   Expr index = 0;
-  for (size_t d = 0; d < idx.size(); ++d) {
-    index = index * Expr(b.extents[d]) + (idx[d] - b.mins[d]);
+  for (size_t i = 0; i < idx.size(); ++i) {
+    size_t d = b.order.empty() ? i : b.order[i];
+    int64_t row = b.extents[d] + (i + 1 == idx.size() ? b.pad : 0);
+    index = index * Expr(row) + (idx[d] - b.mins[d]);
   }
   return index;
 }
@@ -94,7 +100,7 @@ class Lowerer {
       if (s->attach() == Stage::Attach::At) attached_[s->attach_stage()].push_back(s);
     }
     for (const auto& [name, t] : sch_.placeholders()) {
-      buffers_[name] = BufferInfo{std::vector<Expr>(t->shape.size(), Expr(0)), t->shape};
+      buffers_[name] = BufferInfo{std::vector<Expr>(t->shape.size(), Expr(0)), t->shape, {}, 0};
     }
     check_attachments();
   }
@@ -132,11 +138,15 @@ class Lowerer {
   static int64_t size_of(const BufferInfo& b) {
     int64_t n = 1;
     for (int64_t e : b.extents) n *= e;
+    if (b.pad && !b.extents.empty()) {
+      size_t inner = b.order.empty() ? b.extents.size() - 1 : b.order.back();
+      n = n / b.extents[inner] * (b.extents[inner] + b.pad);
+    }
     return n;
   }
 
   static BufferInfo full_buffer(const Stage& s) {
-    return BufferInfo{std::vector<Expr>(s.op()->shape.size(), Expr(0)), s.op()->shape};
+    return BufferInfo{std::vector<Expr>(s.op()->shape.size(), Expr(0)), s.op()->shape, {}, 0};
   }
 
   // Every stage computed at another is read by that stage only.
@@ -224,6 +234,8 @@ class Lowerer {
     collect_reads(body, p.name(), reads);
     TF_CHECK(!reads.empty(), "stage ", p.name(), " is attached where it is not read");
     BufferInfo region;
+    region.order = p.storage_order();
+    region.pad = p.storage_pad();
     const std::vector<int64_t>& shape = p.op()->shape;
     for (size_t d = 0; d < shape.size(); ++d) {
       Expr lo, hi;
@@ -322,7 +334,7 @@ class Lowerer {
 
     // Regions of the stages computed inside this one, before its body reads them.
     Expr body_te = substitute(op.body, actual);
-    std::map<const ExprNode*, std::vector<Stage*>> inner_stages;
+    std::map<const ExprNode*, std::vector<Stage*>> inner_stages, double_stages;
     if (auto it = attached_.find(&s); it != attached_.end()) {
       for (Stage* p : it->second) {
         size_t pos = std::find_if(leaves.begin(), leaves.end(),
@@ -332,12 +344,12 @@ class Lowerer {
                               "', which is no longer a loop of ", s.name()));
         }
         buffers_[p->name()] = infer_region(*p, body_te, leaves, ext, pos);
-        inner_stages[p->attach_var().get()].push_back(p);
+        (p->double_buffered() ? double_stages : inner_stages)[p->attach_var().get()].push_back(p);
       }
     }
 
     // The innermost statement: the update, or the plain store.
-    Expr index = linear_index(rel_idx, BufferInfo{std::vector<Expr>(rel_idx.size(), Expr(0)), b.extents});
+    Expr index = linear_index(rel_idx, BufferInfo{std::vector<Expr>(rel_idx.size(), Expr(0)), b.extents, b.order, b.pad});
     const Reduce* red = body_te.as<Reduce>();
     Stmt update;
     Stmt init;
@@ -371,6 +383,9 @@ class Lowerer {
     for (size_t i = leaves.size(); i-- > 0;) {
       const Expr& v = leaves[i];
       Stmt loop = For::make(v, 0, ext.at(v.get()), s.kind_of(v), nest);
+      if (auto d = double_stages.find(v.get()); d != double_stages.end()) {
+        loop = double_buffered_loop(s, d->second, loop.as<For>());
+      }
       if (i == first_reduce) loop = Block::make({init_nest, loop});
       nest = loop;
       // Stages computed at the loop outside this one go at the top of its body.
@@ -378,6 +393,75 @@ class Lowerer {
     }
     if (init && leaves.empty()) nest = Block::make({init_nest, nest});
     return nest;
+  }
+
+  // The loop `f` with the double-buffered shared stages `stages` computed at it: each gets two
+  // tiles; the first is copied before the loop, and iteration v copies tile v+1 into the
+  // other buffer and then computes on tile v. One barrier per iteration, at its top, both
+  // publishes tile v and makes sure no thread still reads the buffer tile v+1 overwrites (the
+  // one iteration v-1 read). The copies may be asynchronous: each thread waits for its own
+  // before the barrier.
+  Stmt double_buffered_loop(const Stage& s, const std::vector<Stage*>& stages, const For* f) {
+    const int64_t* n = as_const_int(f->extent);
+    if (f->for_kind != ForKind::Serial && f->for_kind != ForKind::Unrolled) {
+      throw UserError(str("double_buffer of ", stages.front()->name(), ": it is computed at loop '",
+                          f->var.as<Var>()->name, "' of ", s.name(), ", which is ", for_kind_name(f->for_kind),
+                          "; only a serial loop can be"));
+    }
+    TF_CHECK(n, "loop ", f->var.as<Var>()->name, " has no constant extent");
+    const Expr& v = f->var;
+    Expr next = v + 1;
+    std::vector<Stmt> prologue, copies;
+    Stmt body = f->body;
+    for (const Stage* p : stages) {
+      int64_t size = double_buffer_half(*p);
+      Stmt nest = make_stage(*const_cast<Stage*>(p), buffers_.at(p->name()));
+      prologue.push_back(substitute(nest, {{v.get(), Expr(0)}}));
+      copies.push_back(offset_buffer(p->name(), substitute(nest, {{v.get(), next}}), (next % 2) * size));
+      body = offset_buffer(p->name(), body, (v % 2) * size);
+    }
+    Stmt loop_body = Block::make({Barrier::make(Barrier::Kind::AsyncWait), Barrier::make(),
+                                  IfThenElse::make(next < Expr(*n), Block::make(copies)), body});
+    Stmt result = Block::make({Block::make(prologue), For::make(v, f->min, f->extent, f->for_kind, loop_body)});
+    for (auto p = stages.rbegin(); p != stages.rend(); ++p) {
+      result = Allocate::make((*p)->name(), Type::float32(), 2 * double_buffer_half(**p), MemScope::Shared, result,
+                              /*async_copies=*/true);
+    }
+    return result;
+  }
+
+  // Elements of one of a double-buffered stage's two tiles: rounded up to 16 bytes, so the
+  // second tile is as aligned as the first (128-bit accesses and copies).
+  int64_t double_buffer_half(const Stage& p) const { return (size_of(buffers_.at(p.name())) + 3) / 4 * 4; }
+
+  // `s` with every load and store of `buffer` moved `offset` elements on.
+  static Stmt offset_buffer(const std::string& buffer, const Stmt& s, const Expr& offset) {
+    class Offset : public IRMutator {
+     public:
+      Offset(const std::string& b, Expr o) : b_(b), o_(std::move(o)) {}
+      Expr mutate_expr(const Expr& e) override {
+        Expr x = IRMutator::mutate_expr(e);
+        const Load* l = x.as<Load>();
+        if (!l || l->buffer != b_) return x;
+        return Load::make(l->type.element_of(), l->buffer, shifted(l->index));
+      }
+      Stmt mutate_stmt(const Stmt& s) override {
+        Stmt x = IRMutator::mutate_stmt(s);
+        const Store* st = x.as<Store>();
+        if (!st || st->buffer != b_) return x;
+        return Store::make(st->buffer, st->value, shifted(st->index));
+      }
+
+     private:
+      Expr shifted(const Expr& index) const {
+        int lanes = index.type().lanes;
+        return index + (lanes > 1 ? Broadcast::make(o_, lanes) : o_);
+      }
+      const std::string& b_;
+      Expr o_;
+    };
+    Offset o(buffer, offset);
+    return o.mutate_stmt(s);
   }
 
   Stmt with_inner_stages(const std::map<const ExprNode*, std::vector<Stage*>>& inner,

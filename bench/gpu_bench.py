@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""tunefarm's CUDA kernels against PyTorch's cuBLAS / cuDNN on one NVIDIA GPU.
+
+For each workload: compiles it with `tunefarm compile -t 'cuda -arch=sm_XY'` (the GPU's own
+architecture) once with the default config and, with --db, once with the best tuned config of
+that database; loads each PTX module through the CUDA driver (CuPy's RawModule: cuModuleLoad
+and cuLaunchKernel, the calls tunefarm's board runtime makes) and launches it with the grid
+and block of its sidecar; checks its output against PyTorch in fp32 (TF32 off on both sides);
+then times ours and PyTorch's call in the same process with CUDA events, interleaved: rounds
+of (ours, peer) blocks of --calls launches each, medians over the rounds. Prints per workload
+the milliseconds and the ratio ours/peer of speeds (above 1: ours is faster), and geometric
+means per group.
+
+--tune N first tunes every workload N trials on this GPU through the farm (a tracker and a
+`tunefarm-rpc-server --device cuda:0` on loopback, `tunefarm tune --tracker`), into --db (a
+temporary database when none is given), so one call measures default and tuned.
+
+Needs: an NVIDIA GPU with its driver, PyTorch with CUDA, CuPy. Without them it says which is
+missing and exits 2. Nothing here runs in the tests (the machine they run on has no GPU).
+
+Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,other]
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# The issue's table (issue 36): squares, BERT-base layers, ResNet-50 layers, and the kernels
+# that already win (depthwise, batch_matmul, a 1x1 convolution).
+GROUPS = {
+    "dense": ["matmul(M=1024,N=1024,K=1024)", "matmul(M=2048,N=2048,K=2048)", "matmul(M=4096,N=4096,K=4096)"],
+    "bert": ["matmul(M=128,N=2304,K=768,epilogue=bias)", "matmul(M=128,N=768,K=768,epilogue=bias)",
+             "matmul(M=128,N=3072,K=768,epilogue=bias)", "matmul(M=128,N=768,K=3072,epilogue=bias)"],
+    "resnet": ["conv2d_nchw(N=1,C=3,H=224,W=224,K=64,R=7,S=7,stride=2,pad=3)",
+               "conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)",
+               "conv2d_nchw(N=1,C=128,H=28,W=28,K=128,R=3,S=3,pad=1)",
+               "conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1)",
+               "conv2d_nchw(N=1,C=512,H=7,W=7,K=512,R=3,S=3,pad=1)",
+               "conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)",
+               "conv2d_nchw(N=1,C=2048,H=7,W=7,K=512,R=1,S=1)"],
+    "other": ["conv2d_nchw(N=1,C=64,H=56,W=56,K=256,R=1,S=1)",
+              "depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,pad=1)",
+              "batch_matmul(B=12,M=128,N=128,K=64)"],
+}
+
+
+def fail(msg):
+    print("gpu_bench: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def params_of(workload):
+    """'conv2d_nchw(N=1,C=3,...)' -> ('conv2d_nchw', {'N': 1, ...}) (epilogue kept as text)."""
+    m = re.fullmatch(r"(\w+)\((.*)\)", workload)
+    if not m:
+        fail("not a workload: " + workload)
+    p = {}
+    for kv in m.group(2).split(","):
+        k, v = kv.split("=")
+        p[k] = v if k == "epilogue" else int(v)
+    return m.group(1), p
+
+
+def reference(torch, op, p, args):
+    """PyTorch's result for the workload on `args` (tensors in the kernel's argument order,
+    the output last), in the kernel's output layout."""
+    F = torch.nn.functional
+    ins = args[:-1]
+    ep = p.get("epilogue", "none")
+    if op in ("matmul", "batch_matmul"):
+        y = torch.matmul(ins[0], ins[1])
+        if ep.startswith("bias"):
+            y = y + ins[2]
+    else:
+        stride, pad, dil = p.get("stride", 1), p.get("pad", 0), p.get("dilation", 1)
+        x, w = ins[0], ins[1]
+        bias = ins[2] if ep.startswith("bias") else None
+        if op == "conv2d_nchw":
+            y = F.conv2d(x, w, bias, stride, pad, dil)
+        elif op == "depthwise_conv2d_nchw":
+            y = F.conv2d(x, w, bias, stride, pad, dil, groups=x.shape[1])
+        elif op == "conv2d_nhwc":
+            y = F.conv2d(x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), bias, stride, pad, dil).permute(0, 2, 3, 1)
+        else:
+            fail("no PyTorch reference for " + op)
+    if ep.endswith("relu"):
+        y = torch.relu(y)
+    return y.contiguous()
+
+
+class Kernel:
+    """A tunefarm PTX module loaded through the driver, with its launch configuration."""
+
+    def __init__(self, cp, ptx_path):
+        with open(ptx_path + ".json") as f:
+            self.side = json.load(f)
+        self.module = cp.RawModule(path=ptx_path)
+        self.fn = self.module.get_function(self.side["function"])
+        launch = self.side["launch"]
+        self.grid = tuple(launch["grid"])
+        self.block = tuple(launch["block"])
+        self.config = self.side["config"]
+        self.source = self.side["config_source"]
+
+    def __call__(self, ptrs):
+        self.fn(self.grid, self.block, ptrs)
+
+
+def compile_kernel(tunefarm, workload, target, out, db):
+    cmd = [tunefarm, "compile", "-w", workload, "-t", target, "--emit", "so", "-o", out, "--json"]
+    cmd += ["--db", db] if db else ["--no-db"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("compile of %s failed:\n%s" % (workload, r.stderr))
+    return out
+
+
+def time_ms(torch, fn, calls):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(proc, pattern, seconds):
+    """Reads the daemon's output until a line matches; fails if it ends or takes too long."""
+    deadline = time.time() + seconds
+    seen = []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            if proc.poll() is not None:
+                fail("daemon exited:\n" + "".join(seen))
+            continue
+        seen.append(line)
+        if re.search(pattern, line):
+            return line
+    fail("daemon did not print %r in %d s:\n%s" % (pattern, seconds, "".join(seen)))
+
+
+def tune_all(tunefarm, workloads, target, db, trials, log):
+    """Tunes every workload `trials` trials on this GPU through a loopback farm."""
+    bindir = os.path.dirname(os.path.abspath(tunefarm))
+    port = free_port()
+    tracker = subprocess.Popen([os.path.join(bindir, "tunefarm-tracker"), "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    board = None
+    try:
+        wait_for(tracker, r"listening on", 30)
+        board = subprocess.Popen([os.path.join(bindir, "tunefarm-rpc-server"), "--tracker", "127.0.0.1:%d" % port,
+                                  "--device", "cuda:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = wait_for(board, r"registered", 90)
+        m = re.search(r"\(key ([^)]+)\)", line)
+        key = m.group(1) if m else "cuda-sm%s" % target.split("sm_")[1]
+        for w in workloads:
+            t0 = time.time()
+            r = subprocess.run([tunefarm, "tune", "-w", w, "--tracker", "127.0.0.1:%d" % port, "--key", key,
+                                "--trials", str(trials), "--db", db], capture_output=True, text=True)
+            rate = trials / max(time.time() - t0, 1e-9)
+            print("tuned %s: %d trials in %.0f s (%.2f candidates/s)%s" %
+                  (w, trials, time.time() - t0, rate, "" if r.returncode == 0 else " FAILED"), flush=True)
+            log.write(r.stdout + r.stderr)
+            if r.returncode != 0:
+                print(r.stderr[-2000:], file=sys.stderr)
+    finally:
+        for p in (board, tracker):
+            if p:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def geomean(v):
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tunefarm", help="the tunefarm program (build/bin/tunefarm)")
+    ap.add_argument("--db", help="tuning database: also time each workload's tuned config")
+    ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
+                    help="first tune every workload this many trials on this GPU (into --db, or a temporary one)")
+    ap.add_argument("--groups", default="dense,bert,resnet,other", help="comma-separated: " + ",".join(GROUPS))
+    ap.add_argument("-w", "--workload", action="append", default=[], help="a workload of your own (repeatable)")
+    ap.add_argument("--calls", type=int, default=20, help="launches per timed block")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved (ours, peer) blocks per kernel")
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args()
+
+    try:
+        import torch
+    except ImportError:
+        fail("PyTorch is not installed: it is the peer (cuBLAS, cuDNN)")
+    if not torch.cuda.is_available():
+        fail("PyTorch sees no CUDA GPU on this machine")
+    try:
+        import cupy as cp
+    except ImportError:
+        fail("CuPy is not installed: it loads tunefarm's PTX through the driver")
+    if not shutil.which(a.tunefarm) and not os.path.exists(a.tunefarm):
+        fail("no tunefarm program at " + a.tunefarm)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    major, minor = torch.cuda.get_device_capability()
+    target = "cuda -arch=sm_%d%d" % (major, minor)
+    print("GPU: %s (%s); PyTorch %s, cuDNN %s; fp32, TF32 off" %
+          (torch.cuda.get_device_name(), target, torch.__version__, torch.backends.cudnn.version()), flush=True)
+
+    groups = [(g, w) for g in a.groups.split(",") if g for w in GROUPS.get(g) or fail("unknown group " + g)]
+    groups += [("given", w) for w in a.workload]
+    tmp = tempfile.mkdtemp(prefix="gpu_bench.")
+    db = a.db
+    if a.tune:
+        db = db or os.path.join(tmp, "tuning.db")
+        with open(os.path.join(tmp, "tune.log"), "w") as log:
+            tune_all(a.tunefarm, [w for _, w in groups], target, db, a.tune, log)
+
+    results = []
+    torch.manual_seed(0)
+    for group, w in groups:
+        op, p = params_of(w)
+        builds = [("default", compile_kernel(a.tunefarm, w, target, os.path.join(tmp, "d.ptx"), None))]
+        if db:
+            builds.append(("tuned", compile_kernel(a.tunefarm, w, target, os.path.join(tmp, "t.ptx"), db)))
+        row = {"group": group, "workload": w}
+        for tag, path in builds:
+            k = Kernel(cp, path)
+            if tag == "tuned" and k.source == "default":
+                row["tuned"] = None  # nothing tuned for it in the database
+                continue
+            args = [torch.randn(*x["shape"], device="cuda") if x["role"] == "input"
+                    else torch.empty(*x["shape"], device="cuda") for x in k.side["args"]]
+            ptrs = tuple(cp.uint64(t.data_ptr()) for t in args)  # raw device pointers
+            ref = reference(torch, op, p, args)
+            k(ptrs)
+            torch.cuda.synchronize()
+            err = (args[-1] - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
+            if not err < 1e-4:
+                print("MISMATCH %s %s: max error %.3g of the output's largest value (config %s)" %
+                      (w, tag, err, json.dumps(k.config)), flush=True)
+            peer = lambda: reference(torch, op, p, args)  # noqa: E731
+            # Warm up both (cuDNN picks its algorithm on the first calls).
+            for _ in range(3):
+                time_ms(torch, lambda: k(ptrs), a.calls)
+                time_ms(torch, peer, a.calls)
+            ours, theirs = [], []
+            for _ in range(a.rounds):
+                ours.append(time_ms(torch, lambda: k(ptrs), a.calls))
+                theirs.append(time_ms(torch, peer, a.calls))
+            o, t = statistics.median(ours), statistics.median(theirs)
+            spread = (max(ours) - min(ours)) / o
+            row[tag] = {"ms": o, "peer_ms": t, "ratio": t / o, "max_rel_error": err, "spread": spread,
+                        "config": k.config, "config_source": k.source}
+            if tag == "default":
+                row["peer_ms"] = t
+        results.append(row)
+        d, tu = row["default"], row.get("tuned")
+        print("%-7s %-62s ours %8.4f ms  peer %8.4f ms  ratio %5.2f%s" %
+              (group, w, d["ms"], d["peer_ms"], d["ratio"],
+               "  tuned %8.4f ms ratio %5.2f" % (tu["ms"], tu["ratio"]) if tu else ""), flush=True)
+
+    print()
+    for g in dict.fromkeys(r["group"] for r in results):
+        rows = [r for r in results if r["group"] == g]
+        best = [max(r["default"]["ratio"], (r.get("tuned") or {}).get("ratio", 0)) for r in rows]
+        print("%-7s geomean ratio default %.2f, best of default and tuned %.2f, lowest %.2f" %
+              (g, geomean([r["default"]["ratio"] for r in rows]), geomean(best), min(best)))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(), "target": target, "results": results}, f, indent=1)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
