@@ -188,6 +188,51 @@ TEST(PrimitiveErrors, EachNamesTheProblem) {
   (void)ii;
 }
 
+// Shared stages run on a CPU too (one thread: the buffers on the stack, barriers nothing):
+// a transposed, padded layout and double buffering (the next tile copied before this one is
+// used, K not a multiple of the step) compute the reference's values.
+TEST(Primitives, SharedLayoutAndDoubleBuffer) {
+  OpGraph g = graph("matmul(M=19,N=23,K=13,epilogue=relu)");
+  for (bool twice : {false, true}) {
+    expect_correct(g, [&](Schedule& s) {
+      Stage& c = s[g.output];
+      Stage& l = s[g.acc];
+      std::vector<Expr> t = c.tile(c.axis("i"), c.axis("j"), 4, 8);
+      l.compute_at(c, t[1]);
+      auto [ko, ki] = l.split(l.axis("k"), 4);
+      l.reorder({ko, ki, l.axis("i"), l.axis("j")});
+      Stage& a = s.cache_read_shared("A");
+      a.compute_at(l, ko);
+      a.storage_layout({1, 0}, 4);
+      Stage& b = s.cache_read_shared("B");
+      b.compute_at(l, ko);
+      b.storage_layout({0, 1}, 3);
+      if (twice) {
+        a.double_buffer();
+        b.double_buffer();
+      }
+    });
+  }
+}
+
+TEST(PrimitiveErrors, SharedLayoutAndDoubleBuffer) {
+  OpGraph g = graph("matmul(M=8,N=8,K=8,epilogue=relu)");
+  Schedule s(g.output);
+  Stage& out = s[g.output];
+  expect_user_error([&] { out.storage_layout({1, 0}); }, "only shared stages (cache_read_shared) have one");
+  expect_user_error([&] { out.double_buffer(); }, "only shared stages (cache_read_shared) can be");
+  Stage& a = s.cache_read_shared("A");
+  expect_user_error([&] { a.storage_layout({0, 0}); }, "must be a permutation of its 2 dimensions");
+  expect_user_error([&] { a.storage_layout({0, 1, 2}); }, "must be a permutation of its 2 dimensions");
+  expect_user_error([&] { a.storage_layout({1, 0}, 65); }, "pad 65 is not in 0..64");
+  // Double buffering swaps tiles between iterations of a serial loop; a parallel one has none.
+  Stage& acc = s[g.acc];
+  acc.parallel(acc.axis("i"));
+  a.compute_at(acc, acc.axis("i"));
+  a.double_buffer();
+  expect_user_error([&] { lower(s, g.inputs, "k"); }, "which is parallel; only a serial loop can be");
+}
+
 TEST(PrimitiveErrors, OutputMustBeAtRoot) {
   OpGraph g = graph("matmul(M=8,N=8,K=8,epilogue=relu)");
   Schedule s(g.output);
