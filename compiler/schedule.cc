@@ -163,6 +163,11 @@ void Stage::compute_at(Stage& consumer, const Expr& var) {
   attach_var_ = var;
 }
 
+void Stage::set_scope_shared() {
+  if (op_->reduce()) throw UserError(str("set_scope_shared of stage ", name(), ": a reduction accumulates per thread"));
+  scope_ = MemScope::Shared;
+}
+
 void Stage::storage_layout(std::vector<size_t> order, int64_t pad) {
   if (scope_ != MemScope::Shared) {
     throw UserError(str("storage_layout of stage ", name(), ": only shared stages (cache_read_shared) have one"));

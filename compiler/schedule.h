@@ -74,7 +74,12 @@ class Stage {
   // stack) or Shared (GPU shared memory: see Schedule::cache_read).
   MemScope scope() const { return scope_; }
 
-  // Shared stages (Schedule::cache_read_shared) only. How the buffer is laid out: `order`
+  // Keeps this stage's buffer in GPU shared memory (TVM's set_scope("shared")): computed at a
+  // loop of a kernel (compute_at), its region is what the whole block needs there, computed
+  // cooperatively as a cache_read_shared copy is (e.g. an im2col tile that a GEMM reads).
+  void set_scope_shared();
+
+  // Shared stages (Schedule::cache_read_shared, set_scope_shared) only. How the buffer is laid out: `order`
   // lists the tensor's dimensions from the outermost in memory to the innermost (a
   // permutation; e.g. {1, 0} keeps a tile of A[M][K] K-major, so that a thread's rows at one
   // k are contiguous), and each row of the innermost dimension gets `pad` unused elements

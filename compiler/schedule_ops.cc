@@ -115,6 +115,9 @@ class Lowerer {
     std::vector<Stage*> roots;
     for (Stage* s : sch_.stages()) {
       if (s->attach() == Stage::Attach::Root) {
+        if (s->scope() == MemScope::Shared) {
+          throw UserError(str("shared stage ", s->name(), " must be computed at a loop of the kernel (compute_at)"));
+        }
         roots.push_back(s);
         buffers_[s->name()] = full_buffer(*s);
       }

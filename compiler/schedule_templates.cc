@@ -153,11 +153,15 @@ json complete_config(const OpGraph& g, const Target& t, const json& config) {
   return c;
 }
 
+OpGraph ScheduleTemplate::schedule_graph(const OpGraph& g, const Target&, const json&) const { return g; }
+
 ir::Schedule apply_config(const OpGraph& g, const Target& t, const json& config) {
   json c = complete_config(g, t, config);
-  ir::Schedule s(g.output);
-  for (const ir::Tensor& tail : g.tail) s.stage(tail->name).compute_inline();
-  find_template(g.workload.op, t).apply(s, g, t, c);
+  const ScheduleTemplate& tpl = find_template(g.workload.op, t);
+  OpGraph sg = tpl.schedule_graph(g, t, c);
+  ir::Schedule s(sg.output);
+  for (const ir::Tensor& tail : sg.tail) s.stage(tail->name).compute_inline();
+  tpl.apply(s, sg, t, c);
   return s;
 }
 

@@ -85,6 +85,11 @@ class ScheduleTemplate {
   virtual nlohmann::json default_config(const OpGraph& g, const Target& t) const = 0;
   // Why a complete config is not worth building, or "" (see check_constraints below).
   virtual std::string check_constraints(const OpGraph& g, const Target& t, const nlohmann::json& c) const = 0;
+  // The operator graph the template schedules for config `c`: `g` itself, or another
+  // definition of the same function with the same inputs and output (names, element counts
+  // and memory layouts; an input may be read with other dimensions over the same elements),
+  // e.g. a convolution as an implicit GEMM. apply() gets what this returns.
+  virtual OpGraph schedule_graph(const OpGraph& g, const Target& t, const nlohmann::json& c) const;
   // Schedules `s` (the workload's stages, its fused tail already inlined) for a complete config.
   virtual void apply(ir::Schedule& s, const OpGraph& g, const Target& t, const nlohmann::json& c) const = 0;
 };

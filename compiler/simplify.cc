@@ -135,6 +135,26 @@ void linearize(const Expr& e, int64_t scale, Linear& out) {
   out.add(e, scale);
 }
 
+// c*(x/c) + x%c == x for floor division (x/c and x%c with the same multiplier), which
+// fusing two loops and indexing the fused tensor by them produces ((p/OW)*OW + p%OW).
+void recombine_div_mod(Linear& l) {
+  for (size_t i = 0; i < l.terms.size(); ++i) {
+    const Binary* d = l.terms[i].first.kind() == ExprKind::Div ? l.terms[i].first.as<Binary>() : nullptr;
+    const int64_t* c = d ? as_const_int(d->b) : nullptr;
+    if (!c || *c <= 0 || l.terms[i].second % *c != 0) continue;
+    int64_t k = l.terms[i].second / *c;
+    for (size_t j = 0; j < l.terms.size(); ++j) {
+      const Binary* m = l.terms[j].first.kind() == ExprKind::Mod ? l.terms[j].first.as<Binary>() : nullptr;
+      if (!m || l.terms[j].second != k || !equal(m->b, d->b) || !equal(m->a, d->a)) continue;
+      Expr x = d->a;
+      l.terms[i].second = 0;
+      l.terms[j].second = 0;
+      linearize(x, k, l);
+      break;
+    }
+  }
+}
+
 Expr rebuild(const Linear& l) {
   Expr result;
   for (const auto& [atom, coef] : l.terms) {
@@ -266,6 +286,7 @@ class Simplifier : public IRMutator {
     if (x.kind() == ExprKind::Mul && !as_const_int(b->a) && !as_const_int(b->b)) return x;
     Linear l;
     linearize(x, 1, l);
+    recombine_div_mod(l);
     return rebuild(l);
   }
 

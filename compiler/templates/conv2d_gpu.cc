@@ -1,106 +1,142 @@
-// conv2d.cuda and conv2d.rocm: convolutions (NCHW, NHWC, depthwise NCHW) on GPUs. Blocks over
-// (batch x row, channel tiles, column tiles), a block of threads_k x threads_w threads over
-// register tiles of tile_k channels x tile_w columns, the reduction accumulated per thread.
-// Padding is read through a select (a padded copy would be a stage outside the grid).
-#include "compiler/templates/common.h"
+// conv2d.cuda and conv2d.rocm (v2): convolutions (NCHW and NHWC) on GPUs as implicit GEMMs on
+// the hierarchy of the dense template (compiler/templates/gpu_gemm.h). The template schedules
+// another definition of the same function (schedule_graph):
+//
+//   NCHW   acc[n][k][p] = sum_q weight[k][q] * col[n][q][p]      (M = K, N = OH*OW)
+//   NHWC   acc[n][p][k] = sum_q col[n][p][q] * weight[q][k]      (M = OH*OW, N = K)
+//   out    = epilogue(acc) at p = oh*OW + ow, in the workload's layout
+//
+// where q runs over the reduction (c, r, s for NCHW, whose weights [K][C][R][S] are then a
+// [K][C*R*S] matrix; r, s, c for NHWC, whose weights [R][S][C][K] are a [R*S*C][K] one) and
+// col is the im2col matrix: col[n][q][p] = data at (c, oh*stride + r*dilation - pad,
+// ow*stride + s*dilation - pad), 0 in the padding. col is never stored: each step of the
+// reduction computes the block's block_k x block_n tile of it into shared memory (the index
+// arithmetic in the shared-memory load, the padding a predicate), as the dense template
+// copies a tile of B. 1x1 convolutions are plain GEMMs this way. Depthwise convolutions stay
+// direct (depthwise_conv2d_gpu.cc).
+#include "compiler/operator_table.h"
+#include "compiler/templates/gpu_gemm.h"
 
 namespace tf::templates {
 namespace {
 
-// The output axes a GPU convolution tiles: channels, columns, and the row (fused with the
-// batch into blockIdx.z).
-struct ConvAxes {
-  size_t k, w, h;
+using ir::Tensor;
+
+struct ConvDims {
+  int64_t n, c, h, w, k, r, s, stride, pad, dilation, oh, ow;
+  bool nhwc;
 };
-ConvAxes conv_axes(const OpGraph& g) {
-  return g.workload.op == "conv2d_nhwc" ? ConvAxes{3, 2, 1} : ConvAxes{1, 3, 2};
+
+ConvDims conv_dims(const OpGraph& g) {
+  const Workload& w = g.workload;
+  ConvDims d{w.get("N"), w.get("C"), w.get("H"), w.get("W"), w.get("K"), w.get("R"), w.get("S"),
+             w.get("stride"), w.get("pad"), w.get("dilation"), 0, 0, w.op == "conv2d_nhwc"};
+  d.oh = conv_out(d.h, d.r, d.stride, d.pad, d.dilation);
+  d.ow = conv_out(d.w, d.s, d.stride, d.pad, d.dilation);
+  return d;
 }
 
-class Conv2dGpu final : public GpuTemplate {
+class Conv2dGpu final : public GemmTemplate {
  public:
   explicit Conv2dGpu(const std::string& kind)
-      : GpuTemplate("conv2d." + kind, 1, {"conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw"}, kind) {}
+      : GemmTemplate("conv2d." + kind, 2, {"conv2d_nchw", "conv2d_nhwc"}, kind) {}
 
-  const std::vector<KnobDef>& knobs() const override {
-    static const std::vector<KnobDef> k = {
-        {"threads_k", KnobType::Int, "threads per block along the output channels (threadIdx.y)", 1024, {}, kSplit},
-        {"threads_w", KnobType::Int, "threads per block along the output columns (threadIdx.x)", 1024, {}, kSplit},
-        {"tile_k", KnobType::Int, "output channels per thread (register tile)", 16, {}, kSplit},
-        {"tile_w", KnobType::Int, "output columns per thread (register tile)", 16, {}, kSplit},
-        {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
-        {"shared", KnobType::Bool,
-         "stage the block's weights in shared memory (per input channel; depthwise: the whole window), copied by "
-         "all its threads",
-         0, {}},
+  OpGraph schedule_graph(const OpGraph& g, const Target&, const json&) const override {
+    if (!g.tail.empty() || !g.prepacked.empty()) {
+      throw UserError(str(id(), ": fused elementwise tails and prepacked weights are not implemented on GPUs (",
+                          g.workload.canonical(), ")"));
+    }
+    ConvDims d = conv_dims(g);
+    const int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
+    const Tensor& data = g.inputs[0];
+    OpGraph r = g;
+    // The weights as the GEMM's matrix: the same elements, in the same order.
+    Tensor weight = ir::placeholder(g.inputs[1]->name, d.nhwc ? std::vector<int64_t>{q, d.k}
+                                                              : std::vector<int64_t>{d.k, q});
+    r.inputs[1] = weight;
+    // im2col: the input element a reduction index q meets at output position pos.
+    auto im2col = [&, d](const Expr& n, const Expr& qi, const Expr& pos) {
+      Expr c, rr, ss;
+      if (d.nhwc) {
+        rr = qi / (d.s * d.c);
+        ss = qi / d.c % d.s;
+        c = qi % d.c;
+      } else {
+        c = qi / (d.r * d.s);
+        rr = qi / d.s % d.r;
+        ss = qi % d.s;
+      }
+      Expr h = pos / d.ow * d.stride + rr * d.dilation - d.pad;
+      Expr x = pos % d.ow * d.stride + ss * d.dilation - d.pad;
+      Expr v = d.nhwc ? ir::read(data, {n, h, x, c}) : ir::read(data, {n, c, h, x});
+      if (d.pad == 0) return v;
+      Expr inside = ir::logical_and(ir::logical_and(h >= 0, h < Expr(d.h)), ir::logical_and(x >= 0, x < Expr(d.w)));
+      return ir::select(inside, v, ir::f32(0.0));
     };
-    return k;
+    ir::IterVar red = ir::reduce_axis(q, "q");
+    Tensor col, acc;
+    if (d.nhwc) {
+      col = ir::compute("col", {d.n, p, q}, {"n", "p", "q"},
+                        [&](const std::vector<Expr>& ax) { return im2col(ax[0], ax[2], ax[1]); });
+      acc = ir::compute("acc", {d.n, p, d.k}, {"n", "p", "k"}, [&](const std::vector<Expr>& ax) {
+        return ir::sum(ir::read(col, {ax[0], ax[1], red.var}) * ir::read(weight, {red.var, ax[2]}), {red});
+      }, {red});
+    } else {
+      col = ir::compute("col", {d.n, q, p}, {"n", "q", "p"},
+                        [&](const std::vector<Expr>& ax) { return im2col(ax[0], ax[1], ax[2]); });
+      acc = ir::compute("acc", {d.n, d.k, p}, {"n", "k", "p"}, [&](const std::vector<Expr>& ax) {
+        return ir::sum(ir::read(weight, {ax[1], red.var}) * ir::read(col, {ax[0], red.var, ax[2]}), {red});
+      }, {red});
+    }
+    Epilogue e = g.workload.epilogue;
+    bool bias = e == Epilogue::Bias || e == Epilogue::BiasRelu, relu = e == Epilogue::Relu || e == Epilogue::BiasRelu;
+    std::vector<std::string> names = d.nhwc ? std::vector<std::string>{"n", "oh", "ow", "k"}
+                                            : std::vector<std::string>{"n", "k", "oh", "ow"};
+    r.output = ir::compute(g.output->name, g.output->shape, names, [&](const std::vector<Expr>& ax) {
+      Expr k = d.nhwc ? ax[3] : ax[1];
+      Expr pos = d.nhwc ? ax[1] * d.ow + ax[2] : ax[2] * d.ow + ax[3];
+      Expr v = d.nhwc ? ir::read(acc, {ax[0], pos, k}) : ir::read(acc, {ax[0], k, pos});
+      if (bias) v = v + ir::read(g.inputs[2], {k});
+      if (relu) v = ir::max(v, ir::f32(0.0));
+      return v;
+    });
+    r.acc = acc;
+    r.pad = nullptr;
+    return r;
   }
 
-  std::vector<json> int_candidates(const OpGraph& g, const Target&, const KnobDef& k) const override {
-    ConvAxes ax = conv_axes(g);
-    return gpu_candidates(k, out_extent(g, std::string(k.name).back() == 'k' ? ax.k : ax.w));
-  }
-
-  // 4 channels x 2 columns per thread, up to 32 threads along the row and 256 in all.
-  json default_config(const OpGraph& g, const Target&) const override {
-    ConvAxes ax = conv_axes(g);
-    int64_t k = out_extent(g, ax.k), w = out_extent(g, ax.w);
-    int64_t tk = std::min<int64_t>(k, 4), tw = std::min<int64_t>(w, 2);
-    int64_t thw = threads_for(w, tw, 32);
-    return {{"threads_k", threads_for(k, tk, std::max<int64_t>(1, 256 / thw))}, {"threads_w", thw}, {"tile_k", tk},
-            {"tile_w", tw}, {"unroll", true}, {"shared", false}};
-  }
-
-  void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
-    int64_t thk = c["threads_k"], thw = c["threads_w"], tk = c["tile_k"], tw = c["tile_w"];
-    bool unroll = c["unroll"];
-    if (g.pad) s.stage(g.pad->name).compute_inline();
-    auto [acc, out] = acc_and_writer(s, g);
-    ConvAxes ax = conv_axes(g);
-    const auto& o = out->op()->axes;
-    auto [bk, k1] = out->split(o[ax.k].var, thk * tk);
-    auto [ty, rk] = out->split(k1, tk);
-    auto [bw, w1] = out->split(o[ax.w].var, thw * tw);
-    auto [tx, rw] = out->split(w1, tw);
-    out->reorder({o[0].var, o[ax.h].var, bk, bw, ty, tx, rk, rw});
-    Expr rows = out->fuse(o[0].var, o[ax.h].var);
-    out->bind(rows, "blockIdx.z");
-    out->bind(bk, "blockIdx.y");
-    out->bind(bw, "blockIdx.x");
-    out->bind(ty, "threadIdx.y");
-    out->bind(tx, "threadIdx.x");
-    if (unroll) {
-      out->unroll(rk);
-      out->unroll(rw);
+  void apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const override {
+    bool nhwc = g.workload.op == "conv2d_nhwc";
+    Stage& out = s.stage(g.output->name);
+    const auto& o = out.op()->axes;
+    GemmStages st;
+    st.acc = &s.stage(g.acc->name);
+    st.out = &out;
+    st.batch = o[0].var;
+    if (nhwc) {
+      st.rows = out.fuse(o[1].var, o[2].var);
+      st.cols = o[3].var;
+      st.a = "col";
+      st.a_input = false;
+      st.a_contiguous = false;
+      st.b = g.inputs[1]->name;
+    } else {
+      st.rows = o[1].var;
+      st.cols = out.fuse(o[2].var, o[3].var);
+      st.a = g.inputs[1]->name;
+      st.b = "col";
+      st.b_input = false;
+      st.b_contiguous = false;
     }
-    acc->compute_at(*out, tx);
-    const auto& a = acc->op()->axes;
-    std::vector<Expr> order = {a[0].var, a[ax.h].var};
-    for (const ir::IterVar& r : acc->op()->reduce_axes) order.push_back(r.var);
-    order.insert(order.end(), {a[ax.k].var, a[ax.w].var});
-    acc->reorder(order);
-    if (unroll) {
-      acc->unroll(a[ax.k].var);
-      acc->unroll(a[ax.w].var);
-    }
-    if (c["shared"].get<bool>()) {
-      // The weights of the block's channels, shared by its threads_w columns of threads: per
-      // input channel (R x S each), or for depthwise (one channel per output channel) the whole
-      // window at once. The input is not staged: its region reaches into the padding.
-      const auto& r = acc->op()->reduce_axes;
-      stage_shared(s, g.inputs[1]->name, *acc, r.size() == 3 ? r[0].var : a[ax.h].var, thk, thw);
-    }
+    if (!c["shared"].get<bool>()) s.stage("col").compute_inline();
+    schedule_gemm(s, st, gemm_shape(g), t, c);
   }
 
  protected:
-  // The block's channels' weights: R x S per channel (depthwise) or per input channel step.
-  // Weights are [K][C][R][S], [C][1][R][S] (depthwise) or [R][S][C][K] (NHWC).
-  int64_t shared_bytes(const OpGraph& g, const json& c) const override {
-    const std::vector<int64_t>& w = g.inputs[1]->shape;
-    bool nhwc = g.workload.op == "conv2d_nhwc";
-    int64_t channels = std::min(c["threads_k"].get<int64_t>() * c["tile_k"].get<int64_t>(), nhwc ? w[3] : w[0]);
-    int64_t window = nhwc ? w[0] * w[1] : w[2] * w[3];
-    return channels * window * 4;
+  GemmShape gemm_shape(const OpGraph& g) const override {
+    ConvDims d = conv_dims(g);
+    int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
+    return d.nhwc ? GemmShape{d.n, p, d.k, q} : GemmShape{d.n, d.k, p, q};
   }
 };
 

@@ -333,13 +333,38 @@ TEST(GpuStatic, DefaultConfigsFitTwoBlocksPerSmWithoutSpills) {
   }
 }
 
-// Convolutions: the block's channels' weights, per input channel (the whole window for
-// depthwise); padding, strides, dilation, odd channel counts, tails.
-TEST(GpuShared, StagedConvWeightsMatchTheReference) {
+// Convolutions as implicit GEMMs: the weights' tile (K-major) and the im2col tile, computed
+// into shared memory with the padding as a predicate; padding, strides, dilation, odd
+// channel counts, reductions that block_k does not divide, 1x1, batches, NCHW and NHWC,
+// single and double buffered.
+TEST(GpuShared, ImplicitGemmConvolutionsMatchTheReference) {
   for (const char* w : {"conv2d_nchw(N=1,C=5,H=11,W=13,K=19,R=3,S=3,pad=1)",
                         "conv2d_nchw(N=2,C=3,H=12,W=9,K=7,R=5,S=3,stride=2,pad=2,dilation=1,epilogue=bias_relu)",
+                        "conv2d_nchw(N=1,C=16,H=6,W=6,K=24,R=1,S=1,epilogue=bias)",
                         "conv2d_nhwc(N=1,C=6,H=9,W=10,K=11,R=3,S=3,stride=2,pad=1)",
-                        "depthwise_conv2d_nchw(N=1,C=19,H=13,W=13,R=3,S=3,pad=1)",
+                        "conv2d_nhwc(N=2,C=8,H=7,W=7,K=16,R=3,S=3,stride=1,pad=2,dilation=2,epilogue=relu)"}) {
+    for (const nlohmann::json& config :
+         {nlohmann::json{{"shared", true}, {"double_buffer", true}},
+          nlohmann::json{{"shared", true}, {"double_buffer", false}, {"unroll", false}},
+          nlohmann::json{{"shared", true}, {"double_buffer", true}, {"warps_m", 2}, {"warps_n", 1}, {"lanes_n", 4},
+                         {"tile_m", 3}, {"tile_n", 2}, {"block_k", 5}}}) {
+      check_shared_kernel(w, config);
+    }
+    // Without shared memory: im2col inlined into the reduction.
+    Workload wl = parse_workload(w);
+    Target t = parse_target("cuda -arch=sm_90");
+    CompiledKernel k = compile_kernel(wl, t, {{"shared", false}, {"double_buffer", false}}, "given", "");
+    EXPECT_EQ(k.launch->static_shared_bytes, 0);
+    ir::LoweredFunc f = k.lowered.func;
+    f.body = serialize_gpu_bindings(f.body);
+    testing::Comparison c = testing::run_and_compare(k.graph, f, 5);
+    EXPECT_TRUE(c.ok()) << w << ": " << c.str();
+  }
+}
+
+// Depthwise convolutions stay direct: the block's channels' whole windows staged.
+TEST(GpuShared, StagedDepthwiseWeightsMatchTheReference) {
+  for (const char* w : {"depthwise_conv2d_nchw(N=1,C=19,H=13,W=13,R=3,S=3,pad=1)",
                         "depthwise_conv2d_nchw(N=2,C=8,H=10,W=7,R=5,S=5,stride=2,pad=2)"}) {
     for (const nlohmann::json& config :
          {nlohmann::json{{"shared", true}}, nlohmann::json{{"shared", true}, {"unroll", false}},
@@ -360,15 +385,23 @@ TEST(GpuShared, TilesPastTheSharedMemoryAreRejected) {
   std::string e = compile_error("matmul(M=1024,N=1024,K=1024)", "cuda -arch=sm_90", c);
   EXPECT_NE(e.find("bytes of shared memory per block"), std::string::npos) << e;
   EXPECT_NE(e.find("the limit is 49152"), std::string::npos) << e;
-  // Convolution weights: 128 x 4 channels of a 7 x 7 window (NHWC weights are [R][S][C][K]).
+  // Implicit-GEMM convolutions: the same tiles (K = 512 output channels, 196 positions, a
+  // reduction of 392), one buffer of (256 + 4) x 32 and (196 + 4) x 32 floats.
   for (const char* w : {"conv2d_nchw(N=1,C=8,H=14,W=14,K=512,R=7,S=7,pad=3)",
                         "conv2d_nhwc(N=1,C=8,H=14,W=14,K=512,R=7,S=7,pad=3)"}) {
     OpGraph cg = build_op(parse_workload(w));
-    nlohmann::json cc = complete_config(cg, t, {{"shared", true}, {"threads_k", 128}, {"threads_w", 2}, {"tile_k", 4},
-                                                {"tile_w", 1}});
+    nlohmann::json cc = complete_config(cg, t, {{"shared", true}, {"double_buffer", false}, {"warps_m", 8},
+                                                {"warps_n", 4}, {"lanes_n", 8}, {"tile_m", 8}, {"tile_n", 8},
+                                                {"block_k", 32}});
     std::string cwhy = check_constraints(cg, t, cc);
-    EXPECT_NE(cwhy.find("100352 bytes of shared memory per block (the limit is 49152)"), std::string::npos) << w << ": " << cwhy;
+    EXPECT_NE(cwhy.find("58880 bytes of shared memory per block (the limit is 49152)"), std::string::npos) << w << ": " << cwhy;
   }
+  // Depthwise (direct): 128 x 4 channels of a 7 x 7 window.
+  OpGraph dg = build_op(parse_workload("depthwise_conv2d_nchw(N=1,C=512,H=14,W=14,R=7,S=7,pad=3)"));
+  nlohmann::json dc = complete_config(dg, t, {{"shared", true}, {"threads_k", 128}, {"threads_w", 2}, {"tile_k", 4},
+                                              {"tile_w", 1}});
+  std::string dwhy = check_constraints(dg, t, dc);
+  EXPECT_NE(dwhy.find("100352 bytes of shared memory per block (the limit is 49152)"), std::string::npos) << dwhy;
 }
 
 // Buffers are assumed 16-byte aligned on GPUs (the drivers allocate at 256), so vectorized
@@ -598,8 +631,11 @@ TEST(GpuMath, LibdeviceOnCudaOcmlOnRocm) {
 }
 
 TEST(GpuErrors, NoObjectForCudaAndKnobsOfTheTemplate) {
-  std::string grid = compile_error("conv2d_nchw(N=300,C=3,H=300,W=8,K=5,R=1,S=1)", "cuda -arch=sm_80", nullptr);
+  std::string grid =
+      compile_error("depthwise_conv2d_nchw(N=300,C=3,H=300,W=8,R=1,S=1)", "cuda -arch=sm_80", nullptr);
   EXPECT_NE(grid.find("has 90000 blocks along blockIdx.z; the limit is 65535"), std::string::npos) << grid;
+  std::string batches = compile_error("batch_matmul(B=70000,M=2,N=2,K=2)", "cuda -arch=sm_80", nullptr);
+  EXPECT_NE(batches.find("has 70000 blocks along blockIdx.z; the limit is 65535"), std::string::npos) << batches;
   std::string obj = compile_error("matmul(M=8,N=8,K=8)", "cuda -arch=sm_80", nullptr, EmitKind::Object);
   EXPECT_NE(obj.find("--emit obj: cuda -arch=sm_80 kernels are PTX"), std::string::npos) << obj;
   std::string knob = compile_error("matmul(M=8,N=8,K=8)", "rocm -mcpu=gfx1100", {{"pack_b", true}});

@@ -24,6 +24,16 @@ TEST(Simplify, DivModUseRanges) {
   EXPECT_EQ(to_string(simplify(Expr(-7) % 2)), "1");
 }
 
+// A fused loop p indexing a tensor by its parts: (p/56)*56 + p%56 is p whatever p's range
+// (floor division), also scaled and inside a sum; parts of different divisors stay.
+TEST(Simplify, RecombinesDivAndMod) {
+  Expr p = Var::make("p"), n = Var::make("n");
+  EXPECT_EQ(to_string(simplify((p / 56) * 56 + p % 56)), "p");
+  EXPECT_EQ(to_string(simplify(n * 3136 + ((p / 56) * 56 + p % 56) * 2)), "((n*3136) + (p*2))");
+  EXPECT_EQ(to_string(simplify((p / 56) * 56 + p % 28)), "(((p/56)*56) + (p % 28))");
+  EXPECT_EQ(to_string(simplify((p / 56) * 28 + p % 56)), "(((p/56)*28) + (p % 56))");
+}
+
 TEST(Simplify, ProvesGuards) {
   Expr i = Var::make("i");
   RangeMap r = {{i.get(), {0, 7}}};

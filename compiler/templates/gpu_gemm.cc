@@ -1,0 +1,290 @@
+#include "compiler/templates/gpu_gemm.h"
+
+#include <cmath>
+#include <map>
+
+#include "compiler/gpu.h"
+
+namespace tf::templates {
+namespace {
+
+// Shared rows are padded by this many floats: 16 bytes keeps them 16-byte aligned for vector
+// accesses and moves consecutive rows 4 banks apart.
+constexpr int64_t kSharedPad = 4;
+// The most accumulators a thread holds (registers: 255 per thread on NVIDIA).
+constexpr int64_t kMaxAccumulators = 64;
+
+// Multiprocessors of the GPU the target names (compute units on AMD): how many blocks run at
+// once. The common part of each architecture; a GPU with fewer runs the same code.
+int64_t multiprocessors(const Target& t) {
+  static const std::map<std::string, int64_t> kCuda = {{"sm_70", 80},  {"sm_72", 8},    {"sm_75", 40},
+                                                       {"sm_80", 108}, {"sm_86", 82},   {"sm_87", 16},
+                                                       {"sm_89", 128}, {"sm_90", 132},  {"sm_100", 148},
+                                                       {"sm_120", 170}};
+  static const std::map<std::string, int64_t> kRocm = {{"gfx906", 60},  {"gfx908", 120}, {"gfx90a", 104},
+                                                       {"gfx942", 304}, {"gfx1030", 80}, {"gfx1100", 96}};
+  const auto& table = t.kind == "cuda" ? kCuda : kRocm;
+  auto it = table.find(t.kind == "cuda" ? t.arch : t.cpu);
+  return it == table.end() ? 64 : it->second;
+}
+
+// The block's tiles of A and B, each at most the whole matrix, rows padded, twice with
+// double_buffer.
+int64_t shared_bytes(const GemmShape& g, const json& c, const GemmHierarchy& h) {
+  int64_t rows = std::min(h.block_m(), g.m), cols = std::min(h.block_n(), g.n), depth = std::min(h.block_k, g.k);
+  int64_t bytes = ((rows + kSharedPad) + (cols + kSharedPad)) * depth * 4;
+  return c["double_buffer"].get<bool>() ? 2 * bytes : bytes;
+}
+
+// Loops of a shared stage (the region one step of K needs for the whole block) as copies by
+// all threads: the innermost dimension split by 4 and vectorized (128-bit loads, and with
+// cp.async 128-bit copies, where the rows allow), the rest fused and dealt to the threads,
+// consecutive threads on consecutive vectors (coalesced).
+void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec) {
+  const auto& ax = sh.op()->axes;
+  std::vector<Expr> outer;
+  for (size_t i = 0; i + 1 < ax.size(); ++i) outer.push_back(ax[i].var);
+  Expr inner = ax.back().var;
+  if (vec) {
+    auto [io, iv] = sh.split(inner, 4);
+    sh.vectorize(iv);
+    inner = io;
+  }
+  Expr all = outer.empty() ? inner : outer[0];
+  for (size_t i = 1; i < outer.size(); ++i) all = sh.fuse(all, outer[i]);
+  if (!outer.empty()) all = sh.fuse(all, inner);
+  auto [rounds, lane] = sh.split(all, threads_y * threads_x);
+  auto [y, x] = sh.split(lane, threads_x);
+  sh.bind(y, "threadIdx.y");
+  sh.bind(x, "threadIdx.x");
+  (void)rounds;
+}
+
+// The storage order that keeps an operand's last two dimensions swapped (K-major A).
+std::vector<size_t> transposed(size_t rank) {
+  return rank == 3 ? std::vector<size_t>{0, 2, 1} : std::vector<size_t>{1, 0};
+}
+std::vector<size_t> as_is(size_t rank) { return rank == 3 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1}; }
+
+}  // namespace
+
+int64_t gpu_warp_size(const Target& t) {
+  if (t.kind != "rocm") return 32;
+  // gfx9 (GCN, CDNA) runs wavefronts of 64; gfx10 and later default to 32.
+  return t.cpu.rfind("gfx9", 0) == 0 ? 64 : 32;
+}
+
+const std::vector<KnobDef>& gemm_knobs() {
+  static const std::vector<KnobDef> k = {
+      {"warps_m", KnobType::Int, "warps per block along the rows of C", 32, {}, kSplit},
+      {"warps_n", KnobType::Int, "warps per block along the columns of C", 32, {}, kSplit},
+      {"lanes_n", KnobType::Int,
+       "threads of a warp along the columns of C (the other warp_size / lanes_n along the rows)", 64, {}, kSplit},
+      {"tile_m", KnobType::Int, "rows of C per thread (register tile, unrolled)", 16, {}, kSplit},
+      {"tile_n", KnobType::Int, "columns of C per thread (register tile, vectorized)", 16, {}, kSplit},
+      {"block_k", KnobType::Int, "depth of a step of K (the shared tiles' depth; unrolled)", 64, {}, kSplit},
+      {"shared", KnobType::Bool, "stage the block's tiles of A and B in shared memory, copied by all its threads", 0,
+       {}},
+      {"double_buffer", KnobType::Bool,
+       "with shared: two tiles, the next step's copied while the current one is used (cp.async on sm_80+)", 0, {}},
+      {"vectorize", KnobType::Bool, "vectorize each thread's columns (vector loads and stores)", 0, {}},
+      {"unroll", KnobType::Bool, "unroll the register tile and the step of K", 0, {}},
+  };
+  return k;
+}
+
+bool is_gemm_knob(const std::string& name) {
+  for (const KnobDef& k : gemm_knobs()) {
+    if (name == k.name) return true;
+  }
+  return false;
+}
+
+std::vector<json> gemm_int_candidates(const std::string& name, const GemmShape& g, const Target& t) {
+  std::vector<json> out;
+  auto powers = [&](int64_t most, int64_t extent) {
+    for (int64_t v = 1; v <= most; v *= 2) {
+      if (v == 1 || v <= extent) out.push_back(v);
+    }
+  };
+  if (name == "lanes_n") powers(gpu_warp_size(t), gpu_warp_size(t));
+  else if (name == "warps_m") powers(8, g.m);
+  else if (name == "warps_n") powers(8, g.n);
+  else if (name == "tile_m") powers(8, g.m);
+  else if (name == "tile_n") powers(8, g.n);
+  else if (name == "block_k") powers(32, g.k);
+  return out;
+}
+
+GemmHierarchy gemm_hierarchy(const Target& t, const json& c) {
+  GemmHierarchy h;
+  h.warp = gpu_warp_size(t);
+  h.lanes_n = c["lanes_n"];
+  h.lanes_m = std::max<int64_t>(1, h.warp / h.lanes_n);
+  h.warps_m = c["warps_m"];
+  h.warps_n = c["warps_n"];
+  h.tile_m = c["tile_m"];
+  h.tile_n = c["tile_n"];
+  h.block_k = c["block_k"];
+  return h;
+}
+
+std::string gemm_check(const GemmShape& g, const Target& t, const json& c) {
+  GemmHierarchy h = gemm_hierarchy(t, c);
+  int64_t limit = gpu_limits(t).max_threads_per_block;
+  if (h.lanes_n > h.warp) return str("lanes_n ", h.lanes_n, " is more than a warp's ", h.warp, " threads");
+  if (h.threads() > limit) return str(h.threads(), " threads per block (the limit is ", limit, ")");
+  if (h.tile_m * h.tile_n > kMaxAccumulators) {
+    return str("a register tile of ", h.tile_m * h.tile_n, " accumulators per thread (over ", kMaxAccumulators, ")");
+  }
+  bool shared = c["shared"].get<bool>();
+  if (c["double_buffer"].get<bool>() && !shared) return "double_buffer without shared (nothing to double)";
+  if (shared) {
+    int64_t bytes = shared_bytes(g, c, h), most = gpu_limits(t).max_shared_bytes;
+    if (bytes > most) return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
+  }
+  if (c["unroll"].get<bool>() && h.tile_m * h.tile_n * h.block_k > kMaxTileStatements) {
+    return str("an unrolled body of ", h.tile_m * h.tile_n * h.block_k, " statements (over ", kMaxTileStatements, ")");
+  }
+  // A block tile far past C is threads that only test their guards.
+  if (h.block_m() >= 2 * g.m + h.lanes_m * h.tile_m || h.block_n() >= 2 * g.n + h.lanes_n * h.tile_n) {
+    return str("a block tile of ", h.block_m(), " x ", h.block_n(), " for C of ", g.m, " x ", g.n,
+               " (more than twice as large)");
+  }
+  return "";
+}
+
+// The default hierarchy: among block tiles of up to 256 threads, the one a simple model says
+// finishes first: blocks run in waves over the multiprocessors (two at a time each), a
+// thread's throughput falls with a smaller register tile (fewer multiply-adds per
+// shared-memory load), a block's with a smaller tile (more memory traffic per multiply-add),
+// and a multiprocessor's with fewer than 8 warps on it.
+void gemm_default(const GemmShape& g, const Target& t, json& c) {
+  const int64_t warp = gpu_warp_size(t), sms = multiprocessors(t);
+  GemmHierarchy best;
+  double best_time = 0;
+  // First only register tiles of at least 8 multiply-adds per shared-memory load (4 x 4 and
+  // larger) and block tiles at most twice C; any tile where C is too small for those, then
+  // (C smaller than a warp's threads) any block.
+  for (auto [least, fit] : {std::pair{8.0, true}, std::pair{0.0, true}, std::pair{0.0, false}}) {
+    if (best_time > 0) break;
+    for (int64_t tm : {8, 4, 2, 1}) {
+      for (int64_t tn : {8, 4, 2, 1}) {
+        if (tm > g.m || tn > g.n) continue;
+        // Multiply-adds per shared-memory load of a thread (16 for 8 x 8: two 128-bit loads
+        // of A and two of B per k).
+        double per_load = double(tm * tn) / double((tm + 3) / 4 + (tn + 3) / 4);
+        if (per_load < least) continue;
+        for (int64_t ln : {8, 16, 4, 32, 2, 1}) {
+          if (ln > warp) continue;
+          for (int64_t wm : {1, 2, 4, 8}) {
+            for (int64_t wn : {1, 2, 4, 8}) {
+              GemmHierarchy h{warp, warp / ln, ln, wm, wn, tm, tn, std::min<int64_t>(8, g.k)};
+              if (h.threads() > 256 || (fit && (h.block_m() > 2 * g.m || h.block_n() > 2 * g.n))) continue;
+              int64_t blocks = ((g.m + h.block_m() - 1) / h.block_m()) * ((g.n + h.block_n() - 1) / h.block_n()) *
+                               g.batches;
+              int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(2048 / h.threads(), 2));
+              int64_t busy = std::min<int64_t>(per_sm, (blocks + sms - 1) / sms);
+              int64_t waves = (blocks + sms * per_sm - 1) / (sms * per_sm);
+              double tile_eff = std::sqrt(std::min(1.0, per_load / 16.0));
+              double block_eff = 1.0 / (1.0 + 8.0 / double(h.block_m()) + 8.0 / double(h.block_n()));
+              double thread_eff = std::sqrt(std::min(1.0, double(busy * h.threads()) / 256.0));
+              // Work a block wastes on rows and columns past C.
+              double used = double(std::min(g.m, h.block_m()) * std::min(g.n, h.block_n())) /
+                            double(h.block_m() * h.block_n());
+              double time = double(waves * busy) * double(h.block_m() * h.block_n()) /
+                            (tile_eff * block_eff * thread_eff * used);
+              if (best_time == 0 || time < best_time * 0.999) {
+                best = h;
+                best_time = time;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // Staging pays when the block's threads share rows and columns; a block of one row (M = 1)
+  // reads each element of B once.
+  bool shared = g.m > 1 && g.k >= 8;
+  c["warps_m"] = best.warps_m;
+  c["warps_n"] = best.warps_n;
+  c["lanes_n"] = best.lanes_n;
+  c["tile_m"] = best.tile_m;
+  c["tile_n"] = best.tile_n;
+  c["block_k"] = best.block_k;
+  c["shared"] = shared;
+  c["double_buffer"] = shared;
+  c["vectorize"] = true;
+  c["unroll"] = true;
+}
+
+void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const Target& t, const json& c) {
+  GemmHierarchy h = gemm_hierarchy(t, c);
+  bool vec = c["vectorize"], unroll = c["unroll"];
+  Stage& out = *st.out;
+  auto [bi, i1] = out.split(st.rows, h.block_m());
+  auto [wi, i2] = out.split(i1, h.lanes_m * h.tile_m);
+  auto [li, it] = out.split(i2, h.tile_m);
+  auto [bj, j1] = out.split(st.cols, h.block_n());
+  auto [wj, j2] = out.split(j1, h.lanes_n * h.tile_n);
+  auto [lj, jt] = out.split(j2, h.tile_n);
+  std::vector<Expr> order;
+  if (st.batch) order.push_back(st.batch);
+  order.insert(order.end(), {bi, bj, wi, wj, li, lj, it, jt});
+  out.reorder(order);
+  Expr warp = out.fuse(wi, wj);
+  Expr lane = out.fuse(li, lj);
+  if (st.batch) out.bind(st.batch, "blockIdx.z");
+  out.bind(bi, "blockIdx.y");
+  out.bind(bj, "blockIdx.x");
+  out.bind(warp, "threadIdx.y");
+  out.bind(lane, "threadIdx.x");
+  if (unroll) out.unroll(it);
+  if (vec) out.vectorize(jt);
+  Stage& acc = *st.acc;
+  acc.compute_at(out, lane);
+
+  // The accumulator's loops: K in block_k steps, then the register tile (rows unrolled,
+  // columns vectorized).
+  Expr ko = schedule_dense_acc(acc, acc.op()->axes.size() == 3, h.block_k, vec, unroll);
+  if (!c["shared"].get<bool>()) return;
+
+  int64_t threads_y = h.warps_m * h.warps_n;
+  int64_t depth = std::min(h.block_k, g.k), cols = std::min(h.block_n(), g.n);
+  auto stage = [&](const std::string& name, bool input) -> Stage& {
+    if (input) return s.cache_read_shared(name);
+    Stage& x = s.stage(name);
+    x.set_scope_shared();
+    return x;
+  };
+  // A K-major, copied along its rows in memory (K); B as in memory, copied along N.
+  Stage& a = stage(st.a, st.a_input);
+  a.compute_at(acc, ko);
+  a.storage_layout(transposed(a.op()->shape.size()), kSharedPad);
+  cooperative_copy(a, threads_y, h.warp, vec && st.a_contiguous && depth % 4 == 0 && g.k % 4 == 0);
+  Stage& b = stage(st.b, st.b_input);
+  b.compute_at(acc, ko);
+  b.storage_layout(as_is(b.op()->shape.size()), kSharedPad);
+  cooperative_copy(b, threads_y, h.warp, vec && st.b_contiguous && cols % 4 == 0 && g.n % 4 == 0);
+  if (c["double_buffer"].get<bool>()) {
+    a.double_buffer();
+    b.double_buffer();
+  }
+}
+
+std::vector<json> GemmTemplate::int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const {
+  return gemm_int_candidates(k.name, gemm_shape(g), t);
+}
+
+json GemmTemplate::default_config(const OpGraph& g, const Target& t) const {
+  json c = json::object();
+  gemm_default(gemm_shape(g), t, c);
+  return c;
+}
+
+std::string GemmTemplate::check_constraints(const OpGraph& g, const Target& t, const json& c) const {
+  return gemm_check(gemm_shape(g), t, c);
+}
+
+}  // namespace tf::templates

@@ -1,0 +1,74 @@
+// The GPU GEMM hierarchy that dense.cuda/rocm and the implicit-GEMM convolutions share: a
+// block of warps_m x warps_n warps computes a block_m x block_n tile of C; a warp's threads
+// form a lanes_m x lanes_n grid; each thread a tile_m x tile_n register tile of outer
+// products, over the reduction in block_k steps; the block's A and B tiles staged in shared
+// memory (A K-major, rows padded), optionally double-buffered with cp.async (see
+// compiler/templates/dense_gpu.cc for the full story).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/templates/common.h"
+
+namespace tf::templates {
+
+struct GemmHierarchy {
+  int64_t warp = 32, lanes_m = 1, lanes_n = 32, warps_m = 1, warps_n = 1, tile_m = 1, tile_n = 1, block_k = 1;
+  int64_t threads() const { return warp * warps_m * warps_n; }
+  int64_t block_m() const { return warps_m * lanes_m * tile_m; }
+  int64_t block_n() const { return warps_n * lanes_n * tile_n; }
+};
+
+// A GEMM's extents: `batches` independent (M x K) * (K x N) products.
+struct GemmShape {
+  int64_t batches = 1, m = 1, n = 1, k = 1;
+};
+
+// Threads of a warp (wavefront): 32 on NVIDIA and AMD gfx10+, 64 on gfx9.
+int64_t gpu_warp_size(const Target& t);
+
+// The hierarchy's knobs, their candidates, defaults and constraints. A template that has
+// other knobs as well lists these among them.
+const std::vector<KnobDef>& gemm_knobs();
+bool is_gemm_knob(const std::string& name);
+std::vector<json> gemm_int_candidates(const std::string& knob, const GemmShape& g, const Target& t);
+// Every gemm knob of `c` set to the default for the shape and target (a model of waves over
+// the target's multiprocessors; see dense_gpu.cc).
+void gemm_default(const GemmShape& g, const Target& t, json& c);
+GemmHierarchy gemm_hierarchy(const Target& t, const json& c);
+std::string gemm_check(const GemmShape& g, const Target& t, const json& c);
+
+// What schedule_gemm schedules. `out` writes C: its loops `rows` (M) and `cols` (N), and
+// `batch` (null when none) bound to blockIdx.z, are its only loops; `acc`, the reduction over
+// `reduce`, is computed per thread. `a` ([batch][M][K] or [M][K]) and `b` ([batch][K][N] or
+// [K][N]) are the operands acc reads: inputs (staged with cache_read_shared) or stages that
+// compute them (kept in shared memory themselves: an im2col tile), with `a_contiguous` /
+// `b_contiguous` saying whether their innermost dimension is contiguous in global memory (the
+// copies are then vectorized).
+struct GemmStages {
+  Stage* acc = nullptr;
+  Stage* out = nullptr;
+  Expr batch, rows, cols;
+  std::string a, b;
+  bool a_input = true, b_input = true;
+  bool a_contiguous = true, b_contiguous = true;
+};
+
+void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const Target& t, const json& c);
+
+// A template on the hierarchy: its knobs, candidates, defaults and constraints are the
+// hierarchy's, for the GEMM its operator is.
+class GemmTemplate : public ScheduleTemplate {
+ public:
+  using ScheduleTemplate::ScheduleTemplate;
+  const std::vector<KnobDef>& knobs() const final { return gemm_knobs(); }
+  std::vector<json> int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const final;
+  json default_config(const OpGraph& g, const Target& t) const final;
+  std::string check_constraints(const OpGraph& g, const Target& t, const json& c) const final;
+
+ protected:
+  virtual GemmShape gemm_shape(const OpGraph& g) const = 0;
+};
+
+}  // namespace tf::templates
