@@ -231,6 +231,11 @@ TEST(PrimitiveErrors, SharedLayoutAndDoubleBuffer) {
   a.compute_at(acc, acc.axis("i"));
   a.double_buffer();
   expect_user_error([&] { lower(s, g.inputs, "k"); }, "which is parallel; only a serial loop can be");
+  // set_scope_shared: a reduction accumulates per thread; a shared stage needs a loop to live in.
+  expect_user_error([&] { acc.set_scope_shared(); }, "a reduction accumulates per thread");
+  Schedule s2(g.output);
+  s2.cache_read_shared("A");
+  expect_user_error([&] { lower(s2, g.inputs, "k"); }, "shared stage A.shared must be computed at a loop of the kernel");
 }
 
 TEST(PrimitiveErrors, OutputMustBeAtRoot) {
