@@ -725,6 +725,11 @@ class CodeGen {
   }
 
   void barrier(const Barrier* s) {
+    if (s->sync == Barrier::Kind::Emulated) {
+      TF_CHECK(!gpu_, "codegen: an emulated barrier in a GPU kernel");
+      b_.CreateCall(runtime("tunefarm_emulated_barrier", b_.getVoidTy(), {}), {});
+      return;
+    }
     if (s->sync == Barrier::Kind::AsyncWait) {
       if (has_cp_async()) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_all, {}, {});
       return;

@@ -169,6 +169,43 @@ class Serializer : public IRMutator {
 
 Stmt serialize_gpu_bindings(const Stmt& s) { return Serializer().mutate_stmt(s); }
 
+namespace {
+
+class ThreadEmulator : public IRMutator {
+ public:
+  std::vector<std::pair<std::string, int64_t>> shared;
+
+  Stmt mutate_stmt(const Stmt& s) override {
+    if (const For* f = s.as<For>(); f && is_gpu_binding(f->for_kind)) {
+      Expr id = Cast::make(Type::int64(), Load::make(Type::float32(), "tf_emu_ids",
+                                                     Expr(int64_t{gpu_binding_index(f->for_kind)})));
+      Stmt body = LetStmt::make(f->var, id + f->min, mutate_stmt(f->body));
+      return IfThenElse::make(id < f->extent, body);
+    }
+    if (const Allocate* a = s.as<Allocate>(); a && a->scope == MemScope::Shared) {
+      shared.emplace_back(a->buffer, a->size);
+      return mutate_stmt(a->body);
+    }
+    if (const Barrier* b = s.as<Barrier>(); b && b->sync == Barrier::Kind::Block) {
+      return Barrier::make(Barrier::Kind::Emulated);
+    }
+    return IRMutator::mutate_stmt(s);
+  }
+};
+
+}  // namespace
+
+EmulatedKernel emulate_gpu_thread(const LoweredFunc& f) {
+  ThreadEmulator t;
+  EmulatedKernel k;
+  k.func = f;
+  k.func.body = t.mutate_stmt(f.body);
+  k.shared = t.shared;
+  for (const auto& [name, size] : k.shared) k.func.args.push_back({name, {size}, ArgRole::Input});
+  k.func.args.push_back({"tf_emu_ids", {6}, ArgRole::Input});
+  return k;
+}
+
 GpuLimits gpu_limits(const Target& t) {
   TF_CHECK(t.is_gpu(), "gpu_limits of ", t.str());
   // CUDA (every architecture since sm_20) and ROCm (HIP's limits on gfx9-gfx11) agree on

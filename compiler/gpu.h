@@ -61,4 +61,17 @@ GpuLaunch check_gpu_kernel(const ir::LoweredFunc& f, const Target& t);
 // machine without a GPU; it says nothing about the GPU code generator.
 ir::Stmt serialize_gpu_bindings(const ir::Stmt& s);
 
+// The kernel as one thread of one block runs it, for tests that emulate a block with as many
+// CPU threads, all running this function at once (tests/compiler/kernel_harness.h:
+// run_gpu_emulated): unlike serialize_gpu_bindings, each thread copies only its share of a
+// shared tile, and the barriers synchronize. A loop bound to an axis runs the caller's
+// iteration, if it has one (its index read from the argument tf_emu_ids: 6 floats, blockIdx
+// x, y, z and threadIdx x, y, z); shared buffers become arguments (one per block, shared by
+// its threads); Block barriers become Emulated ones. Asynchronous copies are synchronous.
+struct EmulatedKernel {
+  ir::LoweredFunc func;  // the kernel's arguments, then the shared buffers, then tf_emu_ids
+  std::vector<std::pair<std::string, int64_t>> shared;  // name, elements
+};
+EmulatedKernel emulate_gpu_thread(const ir::LoweredFunc& f);
+
 }  // namespace tf

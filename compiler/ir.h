@@ -367,8 +367,10 @@ struct Allocate : StmtNode {
 //              shared-memory writes before it are visible to all after it (__syncthreads).
 //   AsyncWait  the thread waits until its own asynchronous copies (Allocate::async_copies)
 //              are complete (cp.async.wait_all); a Block barrier after it publishes them.
+//   Emulated   a Block barrier where CPU threads emulate a GPU block (tests only:
+//              compiler/gpu.h emulate_gpu_thread): a call to tunefarm_emulated_barrier().
 struct Barrier : StmtNode {
-  enum class Kind : uint8_t { Block, AsyncWait };
+  enum class Kind : uint8_t { Block, AsyncWait, Emulated };
   static constexpr StmtKind kKind = StmtKind::Barrier;
   Kind sync;
   explicit Barrier(Kind k) : StmtNode(kKind), sync(k) {}

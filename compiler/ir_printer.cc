@@ -210,7 +210,11 @@ class Printer {
         return;
       case StmtKind::Barrier:
         indent();
-        os_ << (s.as<Barrier>()->sync == Barrier::Kind::Block ? "barrier\n" : "async_wait\n");
+        switch (s.as<Barrier>()->sync) {
+          case Barrier::Kind::Block: os_ << "barrier\n"; break;
+          case Barrier::Kind::AsyncWait: os_ << "async_wait\n"; break;
+          case Barrier::Kind::Emulated: os_ << "emulated_barrier\n"; break;
+        }
         return;
     }
   }

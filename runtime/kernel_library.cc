@@ -111,14 +111,22 @@ int KernelLibrary::call(const std::vector<float*>& a) const {
   using F3 = int (*)(float*, float*, float*);
   using F4 = int (*)(float*, float*, float*, float*);
   using F5 = int (*)(float*, float*, float*, float*, float*);
+  using F6 = int (*)(float*, float*, float*, float*, float*, float*);
+  using F7 = int (*)(float*, float*, float*, float*, float*, float*, float*);
+  using F8 = int (*)(float*, float*, float*, float*, float*, float*, float*, float*);
   switch (a.size()) {
     case 1: return reinterpret_cast<F1>(fn_)(a[0]);
     case 2: return reinterpret_cast<F2>(fn_)(a[0], a[1]);
     case 3: return reinterpret_cast<F3>(fn_)(a[0], a[1], a[2]);
     case 4: return reinterpret_cast<F4>(fn_)(a[0], a[1], a[2], a[3]);
     case 5: return reinterpret_cast<F5>(fn_)(a[0], a[1], a[2], a[3], a[4]);
+    // Kernels have at most 5 (inputs, bias, output, and a packed copy); tests that emulate a
+    // GPU block add its shared buffers and thread indices (compiler/gpu.h emulate_gpu_thread).
+    case 6: return reinterpret_cast<F6>(fn_)(a[0], a[1], a[2], a[3], a[4], a[5]);
+    case 7: return reinterpret_cast<F7>(fn_)(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
+    case 8: return reinterpret_cast<F8>(fn_)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
     default:
-      throw std::invalid_argument("kernels take 1 to 5 arguments, not " + std::to_string(a.size()));
+      throw std::invalid_argument("kernels take 1 to 8 arguments, not " + std::to_string(a.size()));
   }
 }
 

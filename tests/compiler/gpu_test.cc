@@ -266,6 +266,40 @@ TEST(GpuShared, DoubleBufferedTilesAreCopiedAhead) {
   EXPECT_GT(count(ptx75, "st.shared"), 0u);
 }
 
+// Blocks emulated with real threads (each copies only its share of a tile, barriers
+// synchronize, shared memory starts as NaN): what serialize_gpu_bindings cannot check — that
+// the cooperative copies cover the tiles and that the barriers order copies and reads, single
+// and double buffered, dense and implicit-GEMM tiles, and the direct depthwise kernel.
+TEST(GpuEmulated, BlocksOfThreadsMatchTheReference) {
+  struct Case {
+    const char* workload;
+    nlohmann::json config;
+  };
+  const nlohmann::json hierarchy = {{"warps_m", 2}, {"warps_n", 1}, {"lanes_n", 8}, {"tile_m", 4}, {"tile_n", 4},
+                                    {"block_k", 8}, {"shared", true}};
+  auto with = [&](nlohmann::json extra) {
+    nlohmann::json c = hierarchy;
+    c.update(extra);
+    return c;
+  };
+  const Case cases[] = {
+      {"matmul(M=64,N=64,K=40,epilogue=bias_relu)", with({{"double_buffer", true}})},
+      {"matmul(M=64,N=64,K=40)", with({{"double_buffer", false}})},
+      {"matmul(M=50,N=37,K=19)", with({{"double_buffer", true}, {"block_k", 4}})},
+      {"batch_matmul(B=2,M=32,N=32,K=24)", with({{"double_buffer", true}, {"vectorize", false}})},
+      {"conv2d_nchw(N=1,C=6,H=9,W=9,K=32,R=3,S=3,pad=1,epilogue=bias)", with({{"double_buffer", true}})},
+      {"conv2d_nhwc(N=1,C=8,H=8,W=8,K=32,R=3,S=3,stride=2,pad=1)", with({{"double_buffer", true}})},
+      {"depthwise_conv2d_nchw(N=1,C=16,H=9,W=9,R=3,S=3,pad=1)", {{"shared", true}}},
+  };
+  for (const Case& c : cases) {
+    CompiledKernel k = compile_kernel(parse_workload(c.workload), parse_target("cuda -arch=sm_80"), c.config, "given", "");
+    std::string what = std::string(c.workload) + " config " + k.config.dump();
+    ASSERT_LE(k.launch->grid[0] * k.launch->grid[1] * k.launch->grid[2], 64) << what;
+    testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, k.launch->grid, k.launch->block, 11);
+    EXPECT_TRUE(r.ok()) << what << ": " << r.str();
+  }
+}
+
 // What `ptxas -v` says about a kernel: registers, spills, shared memory.
 struct PtxasReport {
   int64_t registers = -1, spill_stores = -1, spill_loads = -1, shared = 0;

@@ -3,16 +3,28 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <barrier>
 #include <cmath>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "compiler/codegen_llvm.h"
+#include "compiler/gpu.h"
 #include "compiler/link.h"
 #include "compiler/reference.h"
 #include "runtime/kernel_library.h"
+
+namespace {
+// The barrier of the block the calling thread emulates (run_gpu_emulated).
+thread_local std::barrier<>* emulated_block = nullptr;
+}  // namespace
+
+// Called by kernels built from emulate_gpu_thread at each barrier (the test programs export
+// it: ENABLE_EXPORTS).
+extern "C" void tunefarm_emulated_barrier() { emulated_block->arrive_and_wait(); }
 
 namespace tf::testing {
 namespace fs = std::filesystem;
@@ -74,6 +86,54 @@ Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) 
   Comparison c;
   c.status = lib.call(args);
   c.check = check_against_reference(g, inputs, bufs.back().data());
+  return c;
+}
+
+Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const std::array<int64_t, 3>& grid,
+                            const std::array<int64_t, 3>& block, uint64_t seed) {
+  EmulatedKernel k = emulate_gpu_thread(f);
+  std::unique_ptr<KernelLibrary> lib = build_for_host(k.func);
+  std::vector<std::vector<float>> bufs;
+  std::vector<const float*> inputs;
+  for (const ir::Tensor& t : g.inputs) {
+    int64_t n = 1;
+    for (int64_t d : t->shape) n *= d;
+    bufs.emplace_back(static_cast<size_t>(n));
+    fill_random(bufs.back().data(), n, seed++);
+    inputs.push_back(bufs.back().data());
+  }
+  int64_t out_n = 1;
+  for (int64_t d : g.output->shape) out_n *= d;
+  bufs.emplace_back(static_cast<size_t>(out_n), std::nanf(""));
+  float* out = bufs.back().data();
+  const size_t kernel_args = bufs.size();
+  for (const auto& [name, size] : k.shared) bufs.emplace_back(static_cast<size_t>(size));
+  const int64_t threads = block[0] * block[1] * block[2];
+  std::atomic<int> status{0};
+  for (int64_t bz = 0; bz < grid[2]; ++bz) {
+    for (int64_t by = 0; by < grid[1]; ++by) {
+      for (int64_t bx = 0; bx < grid[0]; ++bx) {
+        for (size_t i = kernel_args; i < bufs.size(); ++i) std::fill(bufs[i].begin(), bufs[i].end(), std::nanf(""));
+        std::barrier<> sync(threads);
+        std::vector<std::thread> workers;
+        for (int64_t t = 0; t < threads; ++t) {
+          workers.emplace_back([&, t] {
+            std::vector<float> ids = {float(bx), float(by), float(bz), float(t % block[0]),
+                                      float(t / block[0] % block[1]), float(t / (block[0] * block[1]))};
+            std::vector<float*> args;
+            for (auto& b : bufs) args.push_back(b.data());
+            args.push_back(ids.data());
+            emulated_block = &sync;
+            if (int s = lib->call(args)) status = s;
+          });
+        }
+        for (std::thread& w : workers) w.join();
+      }
+    }
+  }
+  Comparison c;
+  c.status = status;
+  c.check = check_against_reference(g, inputs, out);
   return c;
 }
 
