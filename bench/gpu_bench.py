@@ -16,7 +16,11 @@ means per group.
 temporary database when none is given), so one call measures default and tuned.
 
 Needs: an NVIDIA GPU with its driver, PyTorch with CUDA, CuPy. Without them it says which is
-missing and exits 2. Nothing here runs in the tests (the machine they run on has no GPU).
+missing and exits 2.
+
+--cpu-check runs on any machine with PyTorch: it compiles each workload for this CPU instead,
+calls it through ctypes and checks it against the same PyTorch reference, argument order and
+layouts included (what the GPU run relies on; the tests run it: tests/bench/gpu_bench_cpu_check).
 
 Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,other]
 """
@@ -189,6 +193,41 @@ def tune_all(tunefarm, workloads, target, db, trials, log):
                     p.kill()
 
 
+def cpu_check(a, groups):
+    """Each workload compiled for this CPU, run through ctypes, against PyTorch's reference."""
+    import ctypes
+    import torch
+    tmp = tempfile.mkdtemp(prefix="gpu_bench_cpu.")
+    bad = 0
+    torch.manual_seed(0)
+    for i, (group, w) in enumerate(groups):
+        op, p = params_of(w)
+        path = os.path.join(tmp, "k%d.so" % i)  # one path each: dlopen keeps a path's first library
+        cmd = [a.tunefarm, "compile", "-w", w, "--emit", "so", "-o", path, "--no-db"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("compile of %s failed:\n%s" % (w, r.stderr))
+        with open(path + ".json") as f:
+            side = json.load(f)
+        lib = ctypes.CDLL(path)
+        fn = getattr(lib, side["function"])
+        args = [torch.randn(*x["shape"]) if x["role"] == "input" else torch.full(x["shape"], float("nan"))
+                for x in side["args"]]
+        fn.restype = ctypes.c_int
+        status = fn(*[ctypes.c_void_p(t.data_ptr()) for t in args])
+        ref = reference(torch, op, p, args)
+        err = (args[-1] - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
+        ok = status == 0 and err < 1e-4
+        bad += not ok
+        print("%-5s %-62s max error %.2g of the largest value%s" % ("ok" if ok else "BAD", w, err,
+                                                                    "" if status == 0 else " status %d" % status),
+              flush=True)
+        del lib
+    shutil.rmtree(tmp, ignore_errors=True)
+    if bad:
+        fail("%d of %d workloads do not match PyTorch" % (bad, len(groups)))
+
+
 def geomean(v):
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
 
@@ -204,7 +243,13 @@ def main():
     ap.add_argument("--calls", type=int, default=20, help="launches per timed block")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved (ours, peer) blocks per kernel")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--cpu-check", action="store_true",
+                    help="no GPU: check the workloads compiled for this CPU against the PyTorch reference")
     a = ap.parse_args()
+    groups = [(g, w) for g in a.groups.split(",") if g for w in GROUPS.get(g) or fail("unknown group " + g)]
+    groups += [("given", w) for w in a.workload]
+    if a.cpu_check:
+        return cpu_check(a, groups)
 
     try:
         import torch
@@ -226,8 +271,6 @@ def main():
     print("GPU: %s (%s); PyTorch %s, cuDNN %s; fp32, TF32 off" %
           (torch.cuda.get_device_name(), target, torch.__version__, torch.backends.cudnn.version()), flush=True)
 
-    groups = [(g, w) for g in a.groups.split(",") if g for w in GROUPS.get(g) or fail("unknown group " + g)]
-    groups += [("given", w) for w in a.workload]
     tmp = tempfile.mkdtemp(prefix="gpu_bench.")
     db = a.db
     if a.tune:

@@ -300,6 +300,25 @@ TEST(GpuEmulated, BlocksOfThreadsMatchTheReference) {
   }
 }
 
+// The default configs the GPU benchmark runs (bench/gpu_bench.py's shapes up to 2048^2 x 1024),
+// lowered and run serially on the CPU against the reference: the kernels a GPU would run.
+TEST(GpuEmulated, DefaultConfigsOfTheBenchmarkShapesMatchTheReference) {
+  for (const char* w : {"matmul(M=1024,N=1024,K=1024)", "matmul(M=128,N=2304,K=768,epilogue=bias)",
+                        "matmul(M=128,N=768,K=3072,epilogue=bias)", "batch_matmul(B=12,M=128,N=128,K=64)",
+                        "conv2d_nchw(N=1,C=3,H=224,W=224,K=64,R=7,S=7,stride=2,pad=3)",
+                        "conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)",
+                        "conv2d_nchw(N=1,C=512,H=7,W=7,K=512,R=3,S=3,pad=1)",
+                        "conv2d_nchw(N=1,C=2048,H=7,W=7,K=512,R=1,S=1)",
+                        "conv2d_nhwc(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)",
+                        "depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,pad=1)"}) {
+    CompiledKernel k = compile_kernel(parse_workload(w), parse_target("cuda -arch=sm_90"), nullptr, "default", "");
+    ir::LoweredFunc f = k.lowered.func;
+    f.body = serialize_gpu_bindings(f.body);
+    testing::Comparison c = testing::run_and_compare(k.graph, f, 13);
+    EXPECT_TRUE(c.ok()) << w << " config " << k.config.dump() << ": " << c.str();
+  }
+}
+
 // What `ptxas -v` says about a kernel: registers, spills, shared memory.
 struct PtxasReport {
   int64_t registers = -1, spill_stores = -1, spill_loads = -1, shared = 0;
