@@ -692,8 +692,8 @@ class CodeGen {
   // A store into a shared buffer of asynchronous copies (Allocate::async_copies) whose value
   // is a load of a kernel argument: cp.async (sm_80 and later) of 16 bytes where four lanes
   // are contiguous and aligned on both sides, else of 4 bytes per lane. The copy bypasses
-  // the registers; Barrier::Kind::AsyncWait waits for it. False when the store is of another
-  // form (it is then an ordinary store).
+  // the registers; Barrier::Kind::AsyncCommit groups it and AsyncWait waits for its group.
+  // False when the store is of another form (it is then an ordinary store).
   bool async_copy(const Store* s) {
     const Load* l = s->value.as<Load>();
     if (!l || mask_ || !kernel_args_.count(l->buffer)) return false;
@@ -730,8 +730,12 @@ class CodeGen {
       b_.CreateCall(runtime("tunefarm_emulated_barrier", b_.getVoidTy(), {}), {});
       return;
     }
+    if (s->sync == Barrier::Kind::AsyncCommit) {
+      if (has_cp_async()) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
+      return;
+    }
     if (s->sync == Barrier::Kind::AsyncWait) {
-      if (has_cp_async()) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_all, {}, {});
+      if (has_cp_async()) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32(s->pending)});
       return;
     }
     if (!gpu_) return;  // one CPU thread runs the whole block in order

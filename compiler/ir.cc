@@ -283,7 +283,7 @@ Stmt Allocate::make(const std::string& buffer, Type elem, int64_t size, MemScope
   return Stmt(std::make_shared<Allocate>(buffer, elem, size, scope, std::move(body), async_copies));
 }
 
-Stmt Barrier::make(Kind k) { return Stmt(std::make_shared<const Barrier>(k)); }
+Stmt Barrier::make(Kind k, int pending) { return Stmt(std::make_shared<const Barrier>(k, pending)); }
 
 Stmt Block::make(std::vector<Stmt> stmts) {
   std::vector<Stmt> flat;

@@ -365,16 +365,19 @@ struct Allocate : StmtNode {
 // GPU synchronisation; nothing on a CPU.
 //   Block      every thread of the block waits here until all have arrived, and their
 //              shared-memory writes before it are visible to all after it (__syncthreads).
-//   AsyncWait  the thread waits until its own asynchronous copies (Allocate::async_copies)
-//              are complete (cp.async.wait_all); a Block barrier after it publishes them.
-//   Emulated   a Block barrier where CPU threads emulate a GPU block (tests only:
-//              compiler/gpu.h emulate_gpu_thread): a call to tunefarm_emulated_barrier().
+//   AsyncCommit  the thread's asynchronous copies (Allocate::async_copies) since the last
+//                commit form a group (cp.async.commit_group).
+//   AsyncWait    the thread waits until at most `pending` of its groups, the most recent, are
+//                incomplete (cp.async.wait_group); a Block barrier after it publishes them.
+//   Emulated     a Block barrier where CPU threads emulate a GPU block (tests only:
+//                compiler/gpu.h emulate_gpu_thread): a call to tunefarm_emulated_barrier().
 struct Barrier : StmtNode {
-  enum class Kind : uint8_t { Block, AsyncWait, Emulated };
+  enum class Kind : uint8_t { Block, AsyncCommit, AsyncWait, Emulated };
   static constexpr StmtKind kKind = StmtKind::Barrier;
   Kind sync;
-  explicit Barrier(Kind k) : StmtNode(kKind), sync(k) {}
-  static Stmt make(Kind k = Kind::Block);
+  int pending = 0;  // AsyncWait
+  Barrier(Kind k, int p) : StmtNode(kKind), sync(k), pending(p) {}
+  static Stmt make(Kind k = Kind::Block, int pending = 0);
 };
 
 struct Block : StmtNode {

@@ -212,7 +212,8 @@ class Printer {
         indent();
         switch (s.as<Barrier>()->sync) {
           case Barrier::Kind::Block: os_ << "barrier\n"; break;
-          case Barrier::Kind::AsyncWait: os_ << "async_wait\n"; break;
+          case Barrier::Kind::AsyncCommit: os_ << "async_commit\n"; break;
+          case Barrier::Kind::AsyncWait: os_ << "async_wait(" << s.as<Barrier>()->pending << ")\n"; break;
           case Barrier::Kind::Emulated: os_ << "emulated_barrier\n"; break;
         }
         return;

@@ -185,11 +185,12 @@ void Stage::storage_layout(std::vector<size_t> order, int64_t pad) {
   storage_pad_ = pad;
 }
 
-void Stage::double_buffer() {
+void Stage::multi_buffer(int n) {
   if (scope_ != MemScope::Shared) {
-    throw UserError(str("double_buffer of stage ", name(), ": only shared stages (cache_read_shared) can be"));
+    throw UserError(str("multi_buffer of stage ", name(), ": only shared stages (cache_read_shared) can be"));
   }
-  double_buffer_ = true;
+  if (n < 2 || n > 4) throw UserError(str("multi_buffer of stage ", name(), ": ", n, " buffers (2 to 4)"));
+  buffers_ = n;
 }
 
 void Stage::compute_inline() {

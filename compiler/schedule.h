@@ -87,12 +87,14 @@ class Stage {
   void storage_layout(std::vector<size_t> order, int64_t pad = 0);
   const std::vector<size_t>& storage_order() const { return storage_order_; }
   int64_t storage_pad() const { return storage_pad_; }
-  // Shared stages computed at a loop only: two buffers, the tile of iteration i+1 copied while
-  // iteration i computes on the other, one barrier per iteration instead of two (TVM's
-  // double_buffer). On sm_80 and later the copy is asynchronous (cp.async): the thread goes
-  // on computing while the tile arrives.
-  void double_buffer();
-  bool double_buffered() const { return double_buffer_; }
+  // Shared stages computed at a loop only: `n` buffers (2 to 4), the tile of iteration i+n-1
+  // copied while iteration i computes on tile i, one barrier per iteration instead of two
+  // (TVM's double_buffer for n = 2; CUTLASS's multistage pipelines). On sm_80 and later the
+  // copies are asynchronous (cp.async): the thread goes on computing while n-1 tiles arrive.
+  void multi_buffer(int n);
+  void double_buffer() { multi_buffer(2); }
+  int buffers() const { return buffers_; }
+  bool double_buffered() const { return buffers_ > 1; }
 
   Attach attach() const { return attach_; }
   const Stage* attach_stage() const { return attach_stage_; }
@@ -116,7 +118,7 @@ class Stage {
   MemScope scope_ = MemScope::Local;
   std::vector<size_t> storage_order_;
   int64_t storage_pad_ = 0;
-  bool double_buffer_ = false;
+  int buffers_ = 1;
   const Stage* attach_stage_ = nullptr;
   Expr attach_var_;
   std::vector<Expr> leaves_;

@@ -387,7 +387,7 @@ class Lowerer {
       const Expr& v = leaves[i];
       Stmt loop = For::make(v, 0, ext.at(v.get()), s.kind_of(v), nest);
       if (auto d = double_stages.find(v.get()); d != double_stages.end()) {
-        loop = double_buffered_loop(s, d->second, loop.as<For>());
+        loop = multi_buffered_loop(s, d->second, loop.as<For>());
       }
       if (i == first_reduce) loop = Block::make({init_nest, loop});
       nest = loop;
@@ -398,44 +398,64 @@ class Lowerer {
     return nest;
   }
 
-  // The loop `f` with the double-buffered shared stages `stages` computed at it: each gets two
-  // tiles; the first is copied before the loop, and iteration v copies tile v+1 into the
-  // other buffer and then computes on tile v. One barrier per iteration, at its top, both
-  // publishes tile v and makes sure no thread still reads the buffer tile v+1 overwrites (the
-  // one iteration v-1 read). The copies may be asynchronous: each thread waits for its own
-  // before the barrier.
-  Stmt double_buffered_loop(const Stage& s, const std::vector<Stage*>& stages, const For* f) {
-    const int64_t* n = as_const_int(f->extent);
+  // The loop `f` with the multi-buffered shared stages `stages` computed at it (n buffers,
+  // Stage::multi_buffer): tiles 0..n-2 are copied before the loop, and iteration v first
+  // copies tile v+n-1 into the buffer tile v-1 used, then computes on tile v. One barrier per
+  // iteration, at its top, both publishes tile v and makes sure no thread still reads the
+  // buffer about to be overwritten (the one iteration v-1 read). The copies may be
+  // asynchronous: each tile's copies are one group (committed even when empty, so that the
+  // count stays uniform), and before the barrier each thread waits until at most the n-2
+  // groups after tile v's are pending.
+  Stmt multi_buffered_loop(const Stage& s, const std::vector<Stage*>& stages, const For* f) {
+    const int64_t* extent = as_const_int(f->extent);
     if (f->for_kind != ForKind::Serial && f->for_kind != ForKind::Unrolled) {
-      throw UserError(str("double_buffer of ", stages.front()->name(), ": it is computed at loop '",
+      throw UserError(str("multi_buffer of ", stages.front()->name(), ": it is computed at loop '",
                           f->var.as<Var>()->name, "' of ", s.name(), ", which is ", for_kind_name(f->for_kind),
                           "; only a serial loop can be"));
     }
-    TF_CHECK(n, "loop ", f->var.as<Var>()->name, " has no constant extent");
+    TF_CHECK(extent, "loop ", f->var.as<Var>()->name, " has no constant extent");
+    const int n = stages.front()->buffers();
+    for (const Stage* p : stages) {
+      if (p->buffers() != n) {
+        throw UserError(str("multi_buffer: ", stages.front()->name(), " (", n, " buffers) and ", p->name(), " (",
+                            p->buffers(), ") are computed at the same loop '", f->var.as<Var>()->name,
+                            "' of ", s.name(), ": they must have as many buffers"));
+      }
+    }
     const Expr& v = f->var;
-    Expr next = v + 1;
+    Expr ahead = v + (n - 1);
+    Stmt commit = Barrier::make(Barrier::Kind::AsyncCommit);
     std::vector<Stmt> prologue, copies;
     Stmt body = f->body;
     for (const Stage* p : stages) {
-      int64_t size = double_buffer_half(*p);
+      int64_t size = buffer_tile(*p);
       Stmt nest = make_stage(*const_cast<Stage*>(p), buffers_.at(p->name()));
-      prologue.push_back(substitute(nest, {{v.get(), Expr(0)}}));
-      copies.push_back(offset_buffer(p->name(), substitute(nest, {{v.get(), next}}), (next % 2) * size));
-      body = offset_buffer(p->name(), body, (v % 2) * size);
+      for (int j = 0; j + 1 < n; ++j) {
+        Stmt tile = offset_buffer(p->name(), substitute(nest, {{v.get(), Expr(j)}}), Expr(j * size));
+        prologue.push_back(j < *extent ? tile : Stmt());
+      }
+      copies.push_back(offset_buffer(p->name(), substitute(nest, {{v.get(), ahead}}), (ahead % n) * size));
+      body = offset_buffer(p->name(), body, (v % n) * size);
     }
-    Stmt loop_body = Block::make({Barrier::make(Barrier::Kind::AsyncWait), Barrier::make(),
-                                  IfThenElse::make(next < Expr(*n), Block::make(copies)), body});
-    Stmt result = Block::make({Block::make(prologue), For::make(v, f->min, f->extent, f->for_kind, loop_body)});
+    // One group per prologue tile, in order (the stages' copies of tile j together).
+    std::vector<Stmt> ordered;
+    for (int j = 0; j + 1 < n; ++j) {
+      for (size_t i = 0; i < stages.size(); ++i) ordered.push_back(prologue[i * (n - 1) + j]);
+      ordered.push_back(commit);
+    }
+    Stmt loop_body = Block::make({Barrier::make(Barrier::Kind::AsyncWait, n - 2), Barrier::make(),
+                                  IfThenElse::make(ahead < Expr(*extent), Block::make(copies)), commit, body});
+    Stmt result = Block::make({Block::make(ordered), For::make(v, f->min, f->extent, f->for_kind, loop_body)});
     for (auto p = stages.rbegin(); p != stages.rend(); ++p) {
-      result = Allocate::make((*p)->name(), Type::float32(), 2 * double_buffer_half(**p), MemScope::Shared, result,
+      result = Allocate::make((*p)->name(), Type::float32(), n * buffer_tile(**p), MemScope::Shared, result,
                               /*async_copies=*/true);
     }
     return result;
   }
 
-  // Elements of one of a double-buffered stage's two tiles: rounded up to 16 bytes, so the
-  // second tile is as aligned as the first (128-bit accesses and copies).
-  int64_t double_buffer_half(const Stage& p) const { return (size_of(buffers_.at(p.name())) + 3) / 4 * 4; }
+  // Elements of one of a multi-buffered stage's tiles: rounded up to 16 bytes, so every tile
+  // is as aligned as the first (128-bit accesses and copies).
+  int64_t buffer_tile(const Stage& p) const { return (size_of(buffers_.at(p.name())) + 3) / 4 * 4; }
 
   // `s` with every load and store of `buffer` moved `offset` elements on.
   static Stmt offset_buffer(const std::string& buffer, const Stmt& s, const Expr& offset) {

@@ -15,9 +15,9 @@
 // (block_k x block_n) tiles into shared memory, 128 bits per thread and load where the rows
 // allow, A kept K-major (so a thread's tile_m rows at one k are one vector read) and every
 // shared row padded by 4 floats (the transposing stores of A and the rows of B then fall in
-// different banks). `double_buffer` keeps two tiles: the next K step's is copied (with
-// cp.async on sm_80+, asynchronously) while the current one is consumed, one barrier per
-// step. Epilogues (bias, relu) are applied in the store of the register tile.
+// different banks). `stages` (2 to 4) keeps that many tiles: the next K steps' are copied
+// (with cp.async on sm_80+, asynchronously) while the current one is consumed, one barrier
+// per step. Epilogues (bias, relu) are applied in the store of the register tile.
 //
 // Tiles that do not divide C shift inwards (two blocks then write the same values to the
 // overlap) or, for extents smaller than a tile, are guarded; a K that block_k does not divide

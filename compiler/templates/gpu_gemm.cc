@@ -28,12 +28,13 @@ int64_t multiprocessors(const Target& t) {
   return it == table.end() ? 64 : it->second;
 }
 
-// The block's tiles of A and B, each at most the whole matrix, rows padded, twice with
-// double_buffer.
+// The block's tiles of A and B, each at most the whole matrix, rows padded; `stages` of
+// each, every one rounded up to 16 bytes (as lowering allocates them).
 int64_t shared_bytes(const GemmShape& g, const json& c, const GemmHierarchy& h) {
   int64_t rows = std::min(h.block_m(), g.m), cols = std::min(h.block_n(), g.n), depth = std::min(h.block_k, g.k);
-  int64_t bytes = ((rows + kSharedPad) + (cols + kSharedPad)) * depth * 4;
-  return c["double_buffer"].get<bool>() ? 2 * bytes : bytes;
+  auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4; };
+  int64_t stages = c["stages"].get<int64_t>();
+  return (tile((rows + kSharedPad) * depth) + tile((cols + kSharedPad) * depth)) * 4 * stages;
 }
 
 // Loops of a shared stage (the region one step of K needs for the whole block) as copies by
@@ -85,8 +86,10 @@ const std::vector<KnobDef>& gemm_knobs() {
       {"block_k", KnobType::Int, "depth of a step of K (the shared tiles' depth; unrolled)", 64, {}, kSplit},
       {"shared", KnobType::Bool, "stage the block's tiles of A and B in shared memory, copied by all its threads", 0,
        {}},
-      {"double_buffer", KnobType::Bool,
-       "with shared: two tiles, the next step's copied while the current one is used (cp.async on sm_80+)", 0, {}},
+      {"stages", KnobType::Int,
+       "with shared: tiles in flight: 1, or 2 to 4 buffers, the next steps' copied while the current one is used "
+       "(cp.async on sm_80+)",
+       4, {}, kSplit},
       {"vectorize", KnobType::Bool, "vectorize each thread's columns (vector loads and stores)", 0, {}},
       {"unroll", KnobType::Bool, "unroll the register tile and the step of K", 0, {}},
   };
@@ -113,6 +116,7 @@ std::vector<json> gemm_int_candidates(const std::string& name, const GemmShape& 
   else if (name == "tile_m") powers(8, g.m);
   else if (name == "tile_n") powers(8, g.n);
   else if (name == "block_k") powers(32, g.k);
+  else if (name == "stages") out = {1, 2, 3, 4};
   return out;
 }
 
@@ -138,7 +142,9 @@ std::string gemm_check(const GemmShape& g, const Target& t, const json& c) {
     return str("a register tile of ", h.tile_m * h.tile_n, " accumulators per thread (over ", kMaxAccumulators, ")");
   }
   bool shared = c["shared"].get<bool>();
-  if (c["double_buffer"].get<bool>() && !shared) return "double_buffer without shared (nothing to double)";
+  if (c["stages"].get<int64_t>() > 1 && !shared) {
+    return str("stages ", c["stages"].get<int64_t>(), " without shared (nothing to buffer)");
+  }
   if (shared) {
     int64_t bytes = shared_bytes(g, c, h), most = gpu_limits(t).max_shared_bytes;
     if (bytes > most) return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
@@ -214,7 +220,7 @@ void gemm_default(const GemmShape& g, const Target& t, json& c) {
   c["tile_n"] = best.tile_n;
   c["block_k"] = best.block_k;
   c["shared"] = shared;
-  c["double_buffer"] = shared;
+  c["stages"] = shared ? 2 : 1;
   c["vectorize"] = true;
   c["unroll"] = true;
 }
@@ -267,9 +273,9 @@ void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const 
   b.compute_at(acc, ko);
   b.storage_layout(as_is(b.op()->shape.size()), kSharedPad);
   cooperative_copy(b, threads_y, h.warp, vec && st.b_contiguous && cols % 4 == 0 && g.n % 4 == 0);
-  if (c["double_buffer"].get<bool>()) {
-    a.double_buffer();
-    b.double_buffer();
+  if (int64_t n = c["stages"]; n > 1) {
+    a.multi_buffer(static_cast<int>(n));
+    b.multi_buffer(static_cast<int>(n));
   }
 }
 

@@ -219,23 +219,25 @@ TEST(GpuShared, StagedTilesMatchTheReferenceAndUseBarriers) {
                         "batch_matmul(B=3,M=17,N=33,K=9,epilogue=bias_relu)", "matmul(M=1,N=300,K=40)",
                         "matmul(M=128,N=96,K=36,epilogue=bias)"}) {
     for (const nlohmann::json& config :
-         {nlohmann::json{{"shared", true}, {"double_buffer", true}},
-          nlohmann::json{{"shared", true}, {"double_buffer", false}, {"block_k", 8}, {"vectorize", false}},
-          nlohmann::json{{"shared", true}, {"double_buffer", true}, {"warps_m", 2}, {"warps_n", 1}, {"lanes_n", 4},
+         {nlohmann::json{{"shared", true}, {"stages", 2}},
+          nlohmann::json{{"shared", true}, {"stages", 1}, {"block_k", 8}, {"vectorize", false}},
+          nlohmann::json{{"shared", true}, {"stages", 2}, {"warps_m", 2}, {"warps_n", 1}, {"lanes_n", 4},
                          {"tile_m", 3}, {"tile_n", 2}, {"block_k", 5}},
-          nlohmann::json{{"shared", true}, {"double_buffer", true}, {"warps_m", 1}, {"warps_n", 2}, {"lanes_n", 8},
-                         {"tile_m", 4}, {"tile_n", 4}, {"block_k", 4}}}) {
+          nlohmann::json{{"shared", true}, {"stages", 3}, {"warps_m", 1}, {"warps_n", 2}, {"lanes_n", 8},
+                         {"tile_m", 4}, {"tile_n", 4}, {"block_k", 4}},
+          nlohmann::json{{"shared", true}, {"stages", 4}, {"block_k", 2}}}) {
       check_shared_kernel(w, config);
     }
   }
 }
 
-// Double buffering: the copies of the next step come before the work on this one, a single
-// barrier per step, and on sm_80+ they are cp.async (16 bytes where aligned), waited for
-// before the barrier; sm_75 copies through registers. The loop IR shows the structure.
-TEST(GpuShared, DoubleBufferedTilesAreCopiedAhead) {
+// Multi-buffering: the copies of the steps ahead come before the work on this one, a single
+// barrier per step, and on sm_80+ they are cp.async (16 bytes where aligned), committed as
+// one group per step and waited for before the barrier until at most stages-2 groups are in
+// flight; sm_75 copies through registers. The loop IR shows the structure.
+TEST(GpuShared, MultiBufferedTilesAreCopiedAhead) {
   const std::string w = "matmul(M=256,N=256,K=256)";
-  nlohmann::json config = {{"shared", true}, {"double_buffer", true}, {"warps_m", 2}, {"warps_n", 1},
+  nlohmann::json config = {{"shared", true}, {"stages", 2}, {"warps_m", 2}, {"warps_n", 1},
                            {"lanes_n", 8}, {"tile_m", 8}, {"tile_n", 8}, {"block_k", 8}};
   auto ptx_of = [&](const char* arch) {
     CompiledKernel k = compile_kernel(parse_workload(w), parse_target(std::string("cuda -arch=") + arch), config, "given", "");
@@ -246,7 +248,8 @@ TEST(GpuShared, DoubleBufferedTilesAreCopiedAhead) {
   auto [k90, ptx90] = ptx_of("sm_90");
   std::string loops = ir::to_string(k90.lowered.func);
   EXPECT_NE(loops.find("shared async"), std::string::npos) << loops;
-  EXPECT_NE(loops.find("async_wait"), std::string::npos) << loops;
+  EXPECT_NE(loops.find("async_wait(0)"), std::string::npos) << loops;
+  EXPECT_NE(loops.find("async_commit"), std::string::npos) << loops;
   // Two tiles of A (8 x (64 + 4)) and of B (8 x (64 + 4)).
   EXPECT_EQ(k90.launch->static_shared_bytes, 2 * 2 * 8 * 68 * 4);
   auto count = [](const std::string& text, const std::string& what) {
@@ -258,12 +261,20 @@ TEST(GpuShared, DoubleBufferedTilesAreCopiedAhead) {
   // elements in 4-byte ones.
   EXPECT_GT(count(ptx90, "cp.async.cg.shared.global [%"), 0u) << ptx90;
   EXPECT_GT(count(ptx90, "cp.async.ca.shared.global [%"), 0u) << ptx90;
-  EXPECT_EQ(count(ptx90, "cp.async.wait_all"), 1u) << ptx90;
+  EXPECT_EQ(count(ptx90, "cp.async.wait_group 0"), 1u) << ptx90;
+  EXPECT_EQ(count(ptx90, "cp.async.commit_group"), 2u) << ptx90;  // the prologue's, the loop's
   EXPECT_EQ(count(ptx90, "bar.sync"), 1u) << ptx90;
   auto [k75, ptx75] = ptx_of("sm_75");
   EXPECT_EQ(count(ptx75, "cp.async"), 0u);
   EXPECT_EQ(count(ptx75, "bar.sync"), 1u) << ptx75;
   EXPECT_GT(count(ptx75, "st.shared"), 0u);
+  // Four stages: three tiles copied before the loop, each its group; two in flight.
+  config["stages"] = 4;
+  auto [k4, ptx4] = ptx_of("sm_90");
+  EXPECT_EQ(k4.launch->static_shared_bytes, 4 * 2 * 8 * 68 * 4);
+  EXPECT_EQ(count(ptx4, "cp.async.wait_group 2"), 1u) << ptx4;
+  EXPECT_EQ(count(ptx4, "cp.async.commit_group"), 4u) << ptx4;
+  EXPECT_EQ(count(ptx4, "bar.sync"), 1u) << ptx4;
 }
 
 // Blocks emulated with real threads (each copies only its share of a tile, barriers
@@ -283,12 +294,15 @@ TEST(GpuEmulated, BlocksOfThreadsMatchTheReference) {
     return c;
   };
   const Case cases[] = {
-      {"matmul(M=64,N=64,K=40,epilogue=bias_relu)", with({{"double_buffer", true}})},
-      {"matmul(M=64,N=64,K=40)", with({{"double_buffer", false}})},
-      {"matmul(M=50,N=37,K=19)", with({{"double_buffer", true}, {"block_k", 4}})},
-      {"batch_matmul(B=2,M=32,N=32,K=24)", with({{"double_buffer", true}, {"vectorize", false}})},
-      {"conv2d_nchw(N=1,C=6,H=9,W=9,K=32,R=3,S=3,pad=1,epilogue=bias)", with({{"double_buffer", true}})},
-      {"conv2d_nhwc(N=1,C=8,H=8,W=8,K=32,R=3,S=3,stride=2,pad=1)", with({{"double_buffer", true}})},
+      {"matmul(M=64,N=64,K=40,epilogue=bias_relu)", with({{"stages", 2}})},
+      {"matmul(M=64,N=64,K=40)", with({{"stages", 1}})},
+      {"matmul(M=50,N=37,K=19)", with({{"stages", 2}, {"block_k", 4}})},
+      {"matmul(M=64,N=32,K=72,epilogue=relu)", with({{"stages", 3}})},
+      {"matmul(M=32,N=64,K=20)", with({{"stages", 4}, {"block_k", 4}})},
+      {"matmul(M=32,N=32,K=8)", with({{"stages", 4}})},
+      {"batch_matmul(B=2,M=32,N=32,K=24)", with({{"stages", 2}, {"vectorize", false}})},
+      {"conv2d_nchw(N=1,C=6,H=9,W=9,K=32,R=3,S=3,pad=1,epilogue=bias)", with({{"stages", 2}})},
+      {"conv2d_nhwc(N=1,C=8,H=8,W=8,K=32,R=3,S=3,stride=2,pad=1)", with({{"stages", 3}})},
       {"depthwise_conv2d_nchw(N=1,C=16,H=9,W=9,R=3,S=3,pad=1)", {{"shared", true}}},
   };
   for (const Case& c : cases) {
@@ -397,16 +411,16 @@ TEST(GpuShared, ImplicitGemmConvolutionsMatchTheReference) {
                         "conv2d_nhwc(N=1,C=6,H=9,W=10,K=11,R=3,S=3,stride=2,pad=1)",
                         "conv2d_nhwc(N=2,C=8,H=7,W=7,K=16,R=3,S=3,stride=1,pad=2,dilation=2,epilogue=relu)"}) {
     for (const nlohmann::json& config :
-         {nlohmann::json{{"shared", true}, {"double_buffer", true}},
-          nlohmann::json{{"shared", true}, {"double_buffer", false}, {"unroll", false}},
-          nlohmann::json{{"shared", true}, {"double_buffer", true}, {"warps_m", 2}, {"warps_n", 1}, {"lanes_n", 4},
+         {nlohmann::json{{"shared", true}, {"stages", 2}},
+          nlohmann::json{{"shared", true}, {"stages", 1}, {"unroll", false}},
+          nlohmann::json{{"shared", true}, {"stages", 2}, {"warps_m", 2}, {"warps_n", 1}, {"lanes_n", 4},
                          {"tile_m", 3}, {"tile_n", 2}, {"block_k", 5}}}) {
       check_shared_kernel(w, config);
     }
     // Without shared memory: im2col inlined into the reduction.
     Workload wl = parse_workload(w);
     Target t = parse_target("cuda -arch=sm_90");
-    CompiledKernel k = compile_kernel(wl, t, {{"shared", false}, {"double_buffer", false}}, "given", "");
+    CompiledKernel k = compile_kernel(wl, t, {{"shared", false}, {"stages", 1}}, "given", "");
     EXPECT_EQ(k.launch->static_shared_bytes, 0);
     ir::LoweredFunc f = k.lowered.func;
     f.body = serialize_gpu_bindings(f.body);
@@ -431,7 +445,7 @@ TEST(GpuShared, TilesPastTheSharedMemoryAreRejected) {
   OpGraph g = build_op(parse_workload("matmul(M=1024,N=1024,K=1024)"));
   Target t = parse_target("cuda -arch=sm_90");
   // Two tiles of (256 + 4) x 32 floats each for A and B.
-  nlohmann::json c = complete_config(g, t, {{"shared", true}, {"double_buffer", true}, {"warps_m", 8}, {"warps_n", 4},
+  nlohmann::json c = complete_config(g, t, {{"shared", true}, {"stages", 2}, {"warps_m", 8}, {"warps_n", 4},
                                             {"lanes_n", 8}, {"tile_m", 8}, {"tile_n", 8}, {"block_k", 16}});
   std::string why = check_constraints(g, t, c);
   EXPECT_NE(why.find("66560 bytes of shared memory per block (the limit is 49152)"), std::string::npos) << why;
@@ -443,7 +457,7 @@ TEST(GpuShared, TilesPastTheSharedMemoryAreRejected) {
   for (const char* w : {"conv2d_nchw(N=1,C=8,H=14,W=14,K=512,R=7,S=7,pad=3)",
                         "conv2d_nhwc(N=1,C=8,H=14,W=14,K=512,R=7,S=7,pad=3)"}) {
     OpGraph cg = build_op(parse_workload(w));
-    nlohmann::json cc = complete_config(cg, t, {{"shared", true}, {"double_buffer", false}, {"warps_m", 8},
+    nlohmann::json cc = complete_config(cg, t, {{"shared", true}, {"stages", 1}, {"warps_m", 8},
                                                 {"warps_n", 4}, {"lanes_n", 8}, {"tile_m", 8}, {"tile_n", 8},
                                                 {"block_k", 32}});
     std::string cwhy = check_constraints(cg, t, cc);
@@ -468,7 +482,7 @@ TEST(GpuCode, AlignedVectorAccesses) {
     write_kernel(k, EmitKind::Asm, path);
     return file_text(path);
   };
-  const nlohmann::json direct = {{"shared", false}, {"double_buffer", false}};
+  const nlohmann::json direct = {{"shared", false}, {"stages", 1}};
   std::string ptx = asm_of("matmul(M=1024,N=1024,K=1024)", "cuda -arch=sm_80", direct);
   EXPECT_NE(ptx.find("ld.global.nc.v4.f32"), std::string::npos) << ptx;
   EXPECT_NE(ptx.find("st.global.v4.f32"), std::string::npos) << ptx;
@@ -509,8 +523,8 @@ TEST(GpuErrors, TooManyThreadsPerBlock) {
   Target t = parse_target("cuda -arch=sm_80");
   EXPECT_NE(check_constraints(g, t, complete_config(g, t, c)).find("2048 threads"), std::string::npos);
   // The hierarchy's own refusals.
-  EXPECT_NE(check_constraints(g, t, complete_config(g, t, {{"shared", false}, {"double_buffer", true}}))
-                .find("double_buffer without shared"),
+  EXPECT_NE(check_constraints(g, t, complete_config(g, t, {{"shared", false}, {"stages", 2}}))
+                .find("stages 2 without shared (nothing to buffer)"),
             std::string::npos);
   EXPECT_NE(check_constraints(g, t, complete_config(g, t, {{"lanes_n", 64}})).find("lanes_n 64 is more than a warp's 32"),
             std::string::npos);

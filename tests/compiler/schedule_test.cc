@@ -193,7 +193,7 @@ TEST(PrimitiveErrors, EachNamesTheProblem) {
 // used, K not a multiple of the step) compute the reference's values.
 TEST(Primitives, SharedLayoutAndDoubleBuffer) {
   OpGraph g = graph("matmul(M=19,N=23,K=13,epilogue=relu)");
-  for (bool twice : {false, true}) {
+  for (int buffers : {1, 2, 3, 4}) {
     expect_correct(g, [&](Schedule& s) {
       Stage& c = s[g.output];
       Stage& l = s[g.acc];
@@ -207,9 +207,9 @@ TEST(Primitives, SharedLayoutAndDoubleBuffer) {
       Stage& b = s.cache_read_shared("B");
       b.compute_at(l, ko);
       b.storage_layout({0, 1}, 3);
-      if (twice) {
-        a.double_buffer();
-        b.double_buffer();
+      if (buffers > 1) {
+        a.multi_buffer(buffers);
+        b.multi_buffer(buffers);
       }
     });
   }
@@ -233,6 +233,21 @@ TEST(PrimitiveErrors, SharedLayoutAndDoubleBuffer) {
   expect_user_error([&] { lower(s, g.inputs, "k"); }, "which is parallel; only a serial loop can be");
   // set_scope_shared: a reduction accumulates per thread; a shared stage needs a loop to live in.
   expect_user_error([&] { acc.set_scope_shared(); }, "a reduction accumulates per thread");
+  // Tiles of one loop go through one pipeline: as many buffers each.
+  {
+    Schedule s3(g.output);
+    Stage& l = s3[g.acc];
+    auto [ko, ki] = l.split(l.axis("k"), 4);
+    (void)ki;
+    Stage& a3 = s3.cache_read_shared("A");
+    a3.compute_at(l, ko);
+    a3.multi_buffer(2);
+    Stage& b3 = s3.cache_read_shared("B");
+    b3.compute_at(l, ko);
+    expect_user_error([&] { b3.multi_buffer(5); }, "5 buffers (2 to 4)");
+    b3.multi_buffer(3);
+    expect_user_error([&] { lower(s3, g.inputs, "k"); }, "they must have as many buffers");
+  }
   Schedule s2(g.output);
   s2.cache_read_shared("A");
   expect_user_error([&] { lower(s2, g.inputs, "k"); }, "shared stage A.shared must be computed at a loop of the kernel");
