@@ -213,6 +213,41 @@ GpuLimits gpu_limits(const Target& t) {
   return GpuLimits{};
 }
 
+GpuArch gpu_arch(const Target& t) {
+  TF_CHECK(t.is_gpu(), "gpu_arch of ", t.str());
+  struct Row {
+    const char* name;
+    GpuArch arch;
+  };
+  static const Row kRows[] = {
+      // NVIDIA: SMs, warp, registers, per thread, shared memory per SM, threads per SM.
+      {"sm_70", {80, 32, 65536, 255, 96 * 1024, 2048}},    // V100
+      {"sm_72", {8, 32, 65536, 255, 96 * 1024, 2048}},     // Xavier
+      {"sm_75", {40, 32, 65536, 255, 64 * 1024, 1024}},    // T4
+      {"sm_80", {108, 32, 65536, 255, 164 * 1024, 2048}},  // A100
+      {"sm_86", {82, 32, 65536, 255, 100 * 1024, 1536}},   // RTX 3090
+      {"sm_87", {16, 32, 65536, 255, 164 * 1024, 1536}},   // Orin
+      {"sm_89", {128, 32, 65536, 255, 100 * 1024, 1536}},  // RTX 4090
+      {"sm_90", {132, 32, 65536, 255, 228 * 1024, 2048}},  // H100 SXM
+      {"sm_100", {148, 32, 65536, 255, 228 * 1024, 2048}}, // B200
+      {"sm_120", {170, 32, 65536, 255, 100 * 1024, 1536}}, // RTX 5090
+      // AMD: compute units, wavefront, VGPR lanes per CU (4 SIMDs), per work-item, LDS.
+      {"gfx906", {60, 64, 4 * 256 * 64, 256, 64 * 1024, 2560}},   // MI50, Radeon VII
+      {"gfx908", {120, 64, 4 * 512 * 64, 512, 64 * 1024, 2560}},  // MI100
+      {"gfx90a", {104, 64, 4 * 512 * 64, 512, 64 * 1024, 2048}},  // MI210
+      {"gfx942", {304, 64, 4 * 512 * 64, 512, 64 * 1024, 2048}},  // MI300X
+      {"gfx1030", {80, 32, 4 * 512 * 32, 256, 64 * 1024, 2048}},  // RX 6900 XT (wave32)
+      {"gfx1100", {96, 32, 4 * 768 * 32, 256, 64 * 1024, 2048}},  // RX 7900 XTX (wave32)
+  };
+  const std::string& name = t.kind == "cuda" ? t.arch : t.cpu;
+  for (const Row& r : kRows) {
+    if (name == r.name) return r.arch;
+  }
+  GpuArch a;
+  if (t.kind == "rocm" && name.rfind("gfx9", 0) == 0) a.warp = 64;
+  return a;
+}
+
 nlohmann::json GpuLaunch::to_json() const {
   return {{"grid", grid}, {"block", block}, {"dynamic_shared_bytes", dynamic_shared_bytes},
           {"static_shared_bytes", static_shared_bytes}, {"local_bytes_per_thread", local_bytes_per_thread}};

@@ -40,6 +40,20 @@ struct GpuLimits {
 // ROCm gfx9, gfx10, gfx11).
 GpuLimits gpu_limits(const Target& t);
 
+// What default schedules assume of the target's architecture, as TVM's cuda target carries
+// them: per multiprocessor (compute unit on AMD) and for the architecture's common large part
+// (an H100 SXM for sm_90, an A100 for sm_80, an MI210 for gfx90a); a smaller part of it runs
+// the same code, with fewer blocks at once. Unknown architectures get the most conservative.
+struct GpuArch {
+  int64_t multiprocessors = 64;
+  int64_t warp = 32;                  // threads per warp (wavefront)
+  int64_t registers_per_sm = 65536;   // 32-bit registers
+  int64_t registers_per_thread = 255; // the most one thread may use
+  int64_t shared_per_sm = 64 * 1024;  // bytes
+  int64_t threads_per_sm = 1024;
+};
+GpuArch gpu_arch(const Target& t);
+
 struct GpuLaunch {
   std::array<int64_t, 3> grid{1, 1, 1};   // blocks along x, y, z
   std::array<int64_t, 3> block{1, 1, 1};  // threads per block along x, y, z

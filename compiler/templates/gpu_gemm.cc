@@ -1,7 +1,6 @@
 #include "compiler/templates/gpu_gemm.h"
 
 #include <cmath>
-#include <map>
 
 #include "compiler/gpu.h"
 
@@ -13,20 +12,6 @@ namespace {
 constexpr int64_t kSharedPad = 4;
 // The most accumulators a thread holds (registers: 255 per thread on NVIDIA).
 constexpr int64_t kMaxAccumulators = 64;
-
-// Multiprocessors of the GPU the target names (compute units on AMD): how many blocks run at
-// once. The common part of each architecture; a GPU with fewer runs the same code.
-int64_t multiprocessors(const Target& t) {
-  static const std::map<std::string, int64_t> kCuda = {{"sm_70", 80},  {"sm_72", 8},    {"sm_75", 40},
-                                                       {"sm_80", 108}, {"sm_86", 82},   {"sm_87", 16},
-                                                       {"sm_89", 128}, {"sm_90", 132},  {"sm_100", 148},
-                                                       {"sm_120", 170}};
-  static const std::map<std::string, int64_t> kRocm = {{"gfx906", 60},  {"gfx908", 120}, {"gfx90a", 104},
-                                                       {"gfx942", 304}, {"gfx1030", 80}, {"gfx1100", 96}};
-  const auto& table = t.kind == "cuda" ? kCuda : kRocm;
-  auto it = table.find(t.kind == "cuda" ? t.arch : t.cpu);
-  return it == table.end() ? 64 : it->second;
-}
 
 // The block's tiles of A and B, each at most the whole matrix, rows padded; `stages` of
 // each, every one rounded up to 16 bytes (as lowering allocates them).
@@ -69,11 +54,7 @@ std::vector<size_t> as_is(size_t rank) { return rank == 3 ? std::vector<size_t>{
 
 }  // namespace
 
-int64_t gpu_warp_size(const Target& t) {
-  if (t.kind != "rocm") return 32;
-  // gfx9 (GCN, CDNA) runs wavefronts of 64; gfx10 and later default to 32.
-  return t.cpu.rfind("gfx9", 0) == 0 ? 64 : 32;
-}
+int64_t gpu_warp_size(const Target& t) { return gpu_arch(t).warp; }
 
 const std::vector<KnobDef>& gemm_knobs() {
   static const std::vector<KnobDef> k = {
@@ -161,12 +142,15 @@ std::string gemm_check(const GemmShape& g, const Target& t, const json& c) {
 }
 
 // The default hierarchy: among block tiles of up to 256 threads, the one a simple model says
-// finishes first: blocks run in waves over the multiprocessors (two at a time each), a
+// finishes first: blocks run in waves over the multiprocessors (as many at a time on each as
+// its threads, registers and shared memory allow: compiler/gpu.h GpuArch), a
 // thread's throughput falls with a smaller register tile (fewer multiply-adds per
 // shared-memory load), a block's with a smaller tile (more memory traffic per multiply-add),
 // and a multiprocessor's with fewer than 8 warps on it.
 void gemm_default(const GemmShape& g, const Target& t, json& c) {
-  const int64_t warp = gpu_warp_size(t), sms = multiprocessors(t);
+  const GpuArch arch = gpu_arch(t);
+  const int64_t warp = arch.warp, sms = arch.multiprocessors;
+  const bool shared = g.m > 1 && g.k >= 8;
   GemmHierarchy best;
   double best_time = 0;
   // First only register tiles of at least 8 multiply-adds per shared-memory load (4 x 4 and
@@ -189,7 +173,16 @@ void gemm_default(const GemmShape& g, const Target& t, json& c) {
               if (h.threads() > 256 || (fit && (h.block_m() > 2 * g.m || h.block_n() > 2 * g.n))) continue;
               int64_t blocks = ((g.m + h.block_m() - 1) / h.block_m()) * ((g.n + h.block_n() - 1) / h.block_n()) *
                                g.batches;
-              int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(2048 / h.threads(), 2));
+              // Blocks resident per multiprocessor, as its threads, registers (the tile's
+              // accumulators and fragments and about 40 more, as ptxas allocates them) and
+              // shared memory allow.
+              int64_t regs = std::min(arch.registers_per_thread, (tm * tn + tm + tn + 40 + 7) / 8 * 8);
+              json staged = {{"stages", shared ? 2 : 1}};
+              int64_t smem = shared ? shared_bytes(g, staged, h) : 0;
+              int64_t per_sm = std::min({arch.threads_per_sm / h.threads(),
+                                         arch.registers_per_sm / (regs * h.threads()),
+                                         smem ? arch.shared_per_sm / smem : int64_t{16}, int64_t{16}});
+              per_sm = std::max<int64_t>(per_sm, 1);
               int64_t busy = std::min<int64_t>(per_sm, (blocks + sms - 1) / sms);
               int64_t waves = (blocks + sms * per_sm - 1) / (sms * per_sm);
               double tile_eff = std::sqrt(std::min(1.0, per_load / 16.0));
@@ -210,9 +203,8 @@ void gemm_default(const GemmShape& g, const Target& t, json& c) {
       }
     }
   }
-  // Staging pays when the block's threads share rows and columns; a block of one row (M = 1)
-  // reads each element of B once.
-  bool shared = g.m > 1 && g.k >= 8;
+  // Staging pays when the block's threads share rows and columns (a block of one row, M = 1,
+  // reads each element of B once).
   c["warps_m"] = best.warps_m;
   c["warps_n"] = best.warps_n;
   c["lanes_n"] = best.lanes_n;

@@ -356,8 +356,8 @@ PtxasReport ptxas_verbose(const std::string& ptxas, const std::string& arch, con
 // The static checks of the GPU templates' default configs on the shapes the CUDA benchmark
 // measures (bench/gpu_bench.py: BERT-base and ResNet-50 layers, squares to 4096): ptxas
 // finds no spills, registers and shared memory let two blocks share a multiprocessor
-// (65536 registers and 228 KiB on sm_90, 164 KiB on sm_80), and the dense main loop does at
-// least 8 multiply-adds per shared-memory load.
+// (gpu_arch: 65536 registers on both, 228 KiB of shared memory on sm_90, 164 KiB on sm_80),
+// and the dense main loop does at least 8 multiply-adds per shared-memory load.
 TEST(GpuStatic, DefaultConfigsFitTwoBlocksPerSmWithoutSpills) {
   const std::string ptxas = "/usr/local/cuda/bin/ptxas";
   if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
@@ -373,7 +373,8 @@ TEST(GpuStatic, DefaultConfigsFitTwoBlocksPerSmWithoutSpills) {
       "conv2d_nchw(N=1,C=64,H=56,W=56,K=256,R=1,S=1)", "depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,pad=1)",
   };
   for (const char* arch : {"sm_80", "sm_90"}) {
-    const int64_t sm_shared = std::string(arch) == "sm_90" ? 228 * 1024 : 164 * 1024;
+    const GpuArch sm = gpu_arch(parse_target(std::string("cuda -arch=") + arch));
+    EXPECT_EQ(sm.shared_per_sm, std::string(arch) == "sm_90" ? 228 * 1024 : 164 * 1024);
     for (const char* shape : shapes) {
       CompiledKernel k = compile_kernel(parse_workload(shape), parse_target(std::string("cuda -arch=") + arch), nullptr,
                                         "default", "");
@@ -385,9 +386,11 @@ TEST(GpuStatic, DefaultConfigsFitTwoBlocksPerSmWithoutSpills) {
       EXPECT_EQ(r.spill_stores, 0) << what << ":\n" << r.text;
       EXPECT_EQ(r.spill_loads, 0) << what << ":\n" << r.text;
       int64_t threads = k.launch->threads_per_block();
-      EXPECT_LE(r.registers * threads * 2, 65536) << what << ": " << r.registers << " registers x " << threads << " threads";
+      EXPECT_LE(r.registers * threads * 2, sm.registers_per_sm)
+          << what << ": " << r.registers << " registers x " << threads << " threads";
       EXPECT_EQ(r.shared, k.launch->static_shared_bytes) << what;
-      EXPECT_LE(2 * r.shared, sm_shared) << what;
+      EXPECT_LE(2 * r.shared, sm.shared_per_sm) << what;
+      EXPECT_LE(2 * threads, sm.threads_per_sm) << what;
       std::string op = parse_workload(shape).op;
       if (op != "matmul" && op != "batch_matmul") continue;
       std::string ptx = file_text(path);
