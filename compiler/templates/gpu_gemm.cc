@@ -118,6 +118,7 @@ std::string gemm_check(const GemmShape& g, const Target& t, const json& c) {
   GemmHierarchy h = gemm_hierarchy(t, c);
   int64_t limit = gpu_limits(t).max_threads_per_block;
   if (h.lanes_n > h.warp) return str("lanes_n ", h.lanes_n, " is more than a warp's ", h.warp, " threads");
+  if (h.warp % h.lanes_n != 0) return str("lanes_n ", h.lanes_n, " does not divide a warp's ", h.warp, " threads");
   if (h.threads() > limit) return str(h.threads(), " threads per block (the limit is ", limit, ")");
   if (h.tile_m * h.tile_n > kMaxAccumulators) {
     return str("a register tile of ", h.tile_m * h.tile_n, " accumulators per thread (over ", kMaxAccumulators, ")");
@@ -219,6 +220,14 @@ void gemm_default(const GemmShape& g, const Target& t, json& c) {
 
 void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const Target& t, const json& c) {
   GemmHierarchy h = gemm_hierarchy(t, c);
+  // Configs the tuner never proposes, refused by name when given.
+  if (h.warp % h.lanes_n != 0) {
+    throw UserError(str("config knob lanes_n=", h.lanes_n, ": must divide a warp's ", h.warp, " threads (", t.str(), ")"));
+  }
+  if (c["stages"].get<int64_t>() > 1 && !c["shared"].get<bool>()) {
+    throw UserError(str("config knob stages=", c["stages"].get<int64_t>(),
+                        ": pipelines shared-memory tiles, and shared is false"));
+  }
   bool vec = c["vectorize"], unroll = c["unroll"];
   Stage& out = *st.out;
   auto [bi, i1] = out.split(st.rows, h.block_m());

@@ -531,6 +531,12 @@ TEST(GpuErrors, TooManyThreadsPerBlock) {
             std::string::npos);
   EXPECT_NE(check_constraints(g, t, complete_config(g, t, {{"lanes_n", 64}})).find("lanes_n 64 is more than a warp's 32"),
             std::string::npos);
+  // Given explicitly, what the tuner never proposes is refused by name.
+  std::string lanes = compile_error("matmul(M=64,N=64,K=64)", "cuda -arch=sm_80", {{"lanes_n", 3}});
+  EXPECT_NE(lanes.find("lanes_n=3: must divide a warp's 32 threads"), std::string::npos) << lanes;
+  std::string stages = compile_error("conv2d_nchw(N=1,C=8,H=8,W=8,K=8,R=3,S=3)", "rocm -mcpu=gfx90a",
+                                     {{"shared", false}, {"stages", 3}});
+  EXPECT_NE(stages.find("stages=3: pipelines shared-memory tiles, and shared is false"), std::string::npos) << stages;
   OpGraph small = build_op(parse_workload("matmul(M=8,N=8,K=64)"));
   EXPECT_NE(check_constraints(small, t, complete_config(small, t, {{"warps_m", 4}, {"tile_m", 4}}))
                 .find("more than twice as large"),
