@@ -1,6 +1,7 @@
 // Fuzzes schedule configs (--config text) against a few workloads: bounded JSON parsing, then
-// completion and application of the config. Refusal is UserError or a JSON parse error;
-// anything else is a bug.
+// completion and application of the config, for a CPU target and (every other input) a CUDA
+// one (the GPU templates: the GEMM hierarchy, shared tiles, pipelines, implicit-GEMM graphs).
+// Refusal is UserError or a JSON parse error; anything else is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -13,7 +14,8 @@
 #include "db/json_limits.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const tf::Target target = tf::parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512");
+  static const tf::Target cpu = tf::parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512");
+  static const tf::Target cuda = tf::parse_target("cuda -arch=sm_90");
   static const std::vector<tf::OpGraph> graphs = [] {
     std::vector<tf::OpGraph> g;
     for (const char* w : {"matmul(M=33,N=17,K=9)", "batch_matmul(B=2,M=5,N=7,K=3,epilogue=bias)",
@@ -33,6 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const tf::OpGraph& g = graphs[size % graphs.size()];
+  const tf::Target& target = (size / graphs.size()) % 2 == 1 ? cuda : cpu;
   try {
     nlohmann::json complete = tf::complete_config(g, target, config);
     (void)complete.dump();
