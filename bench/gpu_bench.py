@@ -119,7 +119,9 @@ class Kernel:
 
 
 def compile_kernel(tunefarm, workload, target, out, db):
-    cmd = [tunefarm, "compile", "-w", workload, "-t", target, "--emit", "so", "-o", out, "--json"]
+    """Compiles for `target` (None: this machine) with the default config, or the best in `db`."""
+    cmd = [tunefarm, "compile", "-w", workload, "--emit", "so", "-o", out, "--json"]
+    cmd += ["-t", target] if target else []
     cmd += ["--db", db] if db else ["--no-db"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -202,11 +204,8 @@ def cpu_check(a, groups):
     torch.manual_seed(0)
     for i, (group, w) in enumerate(groups):
         op, p = params_of(w)
-        path = os.path.join(tmp, "k%d.so" % i)  # one path each: dlopen keeps a path's first library
-        cmd = [a.tunefarm, "compile", "-w", w, "--emit", "so", "-o", path, "--no-db"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            fail("compile of %s failed:\n%s" % (w, r.stderr))
+        # One path each: dlopen keeps a path's first library.
+        path = compile_kernel(a.tunefarm, w, None, os.path.join(tmp, "k%d.so" % i), None)
         with open(path + ".json") as f:
             side = json.load(f)
         lib = ctypes.CDLL(path)

@@ -118,7 +118,9 @@ class GpuChecker {
         return;
       }
       case StmtKind::Barrier:
-        if (conditions_ > 0 && s.as<Barrier>()->sync == Barrier::Kind::Block) fail("has a barrier under a condition: threads that skip it would wait forever");
+        if (conditions_ > 0 && s.as<Barrier>()->sync == Barrier::Kind::Block) {
+          fail("has a barrier under a condition: threads that skip it would wait forever");
+        }
         return;
       case StmtKind::Allocate: {
         const Allocate* a = s.as<Allocate>();

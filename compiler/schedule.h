@@ -94,7 +94,6 @@ class Stage {
   void multi_buffer(int n);
   void double_buffer() { multi_buffer(2); }
   int buffers() const { return buffers_; }
-  bool double_buffered() const { return buffers_ > 1; }
 
   Attach attach() const { return attach_; }
   const Stage* attach_stage() const { return attach_stage_; }

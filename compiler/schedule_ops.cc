@@ -337,7 +337,7 @@ class Lowerer {
 
     // Regions of the stages computed inside this one, before its body reads them.
     Expr body_te = substitute(op.body, actual);
-    std::map<const ExprNode*, std::vector<Stage*>> inner_stages, double_stages;
+    std::map<const ExprNode*, std::vector<Stage*>> inner_stages, pipelined_stages;
     if (auto it = attached_.find(&s); it != attached_.end()) {
       for (Stage* p : it->second) {
         size_t pos = std::find_if(leaves.begin(), leaves.end(),
@@ -347,12 +347,13 @@ class Lowerer {
                               "', which is no longer a loop of ", s.name()));
         }
         buffers_[p->name()] = infer_region(*p, body_te, leaves, ext, pos);
-        (p->double_buffered() ? double_stages : inner_stages)[p->attach_var().get()].push_back(p);
+        (p->buffers() > 1 ? pipelined_stages : inner_stages)[p->attach_var().get()].push_back(p);
       }
     }
 
     // The innermost statement: the update, or the plain store.
-    Expr index = linear_index(rel_idx, BufferInfo{std::vector<Expr>(rel_idx.size(), Expr(0)), b.extents, b.order, b.pad});
+    Expr index =
+        linear_index(rel_idx, BufferInfo{std::vector<Expr>(rel_idx.size(), Expr(0)), b.extents, b.order, b.pad});
     const Reduce* red = body_te.as<Reduce>();
     Stmt update;
     Stmt init;
@@ -386,7 +387,7 @@ class Lowerer {
     for (size_t i = leaves.size(); i-- > 0;) {
       const Expr& v = leaves[i];
       Stmt loop = For::make(v, 0, ext.at(v.get()), s.kind_of(v), nest);
-      if (auto d = double_stages.find(v.get()); d != double_stages.end()) {
+      if (auto d = pipelined_stages.find(v.get()); d != pipelined_stages.end()) {
         loop = multi_buffered_loop(s, d->second, loop.as<For>());
       }
       if (i == first_reduce) loop = Block::make({init_nest, loop});
@@ -425,27 +426,25 @@ class Lowerer {
     const Expr& v = f->var;
     Expr ahead = v + (n - 1);
     Stmt commit = Barrier::make(Barrier::Kind::AsyncCommit);
-    std::vector<Stmt> prologue, copies;
-    Stmt body = f->body;
-    for (const Stage* p : stages) {
-      int64_t size = buffer_tile(*p);
-      Stmt nest = make_stage(*const_cast<Stage*>(p), buffers_.at(p->name()));
-      for (int j = 0; j + 1 < n; ++j) {
-        Stmt tile = offset_buffer(p->name(), substitute(nest, {{v.get(), Expr(j)}}), Expr(j * size));
-        prologue.push_back(j < *extent ? tile : Stmt());
+    // The copy of the tile of iteration `it` into its buffer, for every stage.
+    std::vector<Stmt> nests;
+    for (const Stage* p : stages) nests.push_back(make_stage(*const_cast<Stage*>(p), buffers_.at(p->name())));
+    auto copy = [&](const Expr& it) {
+      std::vector<Stmt> out;
+      for (size_t i = 0; i < stages.size(); ++i) {
+        const std::string& name = stages[i]->name();
+        out.push_back(offset_buffer(name, substitute(nests[i], {{v.get(), it}}), (it % n) * buffer_tile(*stages[i])));
       }
-      copies.push_back(offset_buffer(p->name(), substitute(nest, {{v.get(), ahead}}), (ahead % n) * size));
-      body = offset_buffer(p->name(), body, (v % n) * size);
-    }
-    // One group per prologue tile, in order (the stages' copies of tile j together).
-    std::vector<Stmt> ordered;
-    for (int j = 0; j + 1 < n; ++j) {
-      for (size_t i = 0; i < stages.size(); ++i) ordered.push_back(prologue[i * (n - 1) + j]);
-      ordered.push_back(commit);
-    }
+      return Block::make(out);
+    };
+    // One group per prologue tile, in order.
+    std::vector<Stmt> prologue;
+    for (int j = 0; j + 1 < n; ++j) prologue.insert(prologue.end(), {j < *extent ? copy(Expr(j)) : Stmt(), commit});
+    Stmt body = f->body;
+    for (const Stage* p : stages) body = offset_buffer(p->name(), body, (v % n) * buffer_tile(*p));
     Stmt loop_body = Block::make({Barrier::make(Barrier::Kind::AsyncWait, n - 2), Barrier::make(),
-                                  IfThenElse::make(ahead < Expr(*extent), Block::make(copies)), commit, body});
-    Stmt result = Block::make({Block::make(ordered), For::make(v, f->min, f->extent, f->for_kind, loop_body)});
+                                  IfThenElse::make(ahead < Expr(*extent), copy(ahead)), commit, body});
+    Stmt result = Block::make({Block::make(prologue), For::make(v, f->min, f->extent, f->for_kind, loop_body)});
     for (auto p = stages.rbegin(); p != stages.rend(); ++p) {
       result = Allocate::make((*p)->name(), Type::float32(), n * buffer_tile(**p), MemScope::Shared, result,
                               /*async_copies=*/true);

@@ -222,7 +222,8 @@ void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const 
   GemmHierarchy h = gemm_hierarchy(t, c);
   // Configs the tuner never proposes, refused by name when given.
   if (h.warp % h.lanes_n != 0) {
-    throw UserError(str("config knob lanes_n=", h.lanes_n, ": must divide a warp's ", h.warp, " threads (", t.str(), ")"));
+    throw UserError(
+        str("config knob lanes_n=", h.lanes_n, ": must divide a warp's ", h.warp, " threads (", t.str(), ")"));
   }
   if (c["stages"].get<int64_t>() > 1 && !c["shared"].get<bool>()) {
     throw UserError(str("config knob stages=", c["stages"].get<int64_t>(),

@@ -66,9 +66,12 @@ Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t 
   return run_and_compare(g, *build_for_host(f), seed);
 }
 
-Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) {
+namespace {
+
+// The kernel's arguments for `g`: its inputs filled from `seed` on, then its output filled
+// with NaN (a kernel that skips an element cannot pass).
+std::vector<std::vector<float>> seeded_buffers(const OpGraph& g, uint64_t seed) {
   std::vector<std::vector<float>> bufs;
-  std::vector<const float*> inputs;
   for (const ir::Tensor& t : g.inputs) {
     int64_t n = 1;
     for (int64_t d : t->shape) n *= d;
@@ -77,43 +80,44 @@ Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) 
   }
   int64_t out_n = 1;
   for (int64_t d : g.output->shape) out_n *= d;
-  // NaN-filled output: a kernel that skips an element cannot pass.
   bufs.emplace_back(static_cast<size_t>(out_n), std::nanf(""));
-  std::vector<float*> args;
-  for (auto& b : bufs) args.push_back(b.data());
-  for (size_t i = 0; i + 1 < bufs.size(); ++i) inputs.push_back(bufs[i].data());
+  return bufs;
+}
 
+// The output (the last of `bufs`) against the reference on the inputs (the others).
+Comparison compared(const OpGraph& g, const std::vector<std::vector<float>>& bufs, int status) {
+  std::vector<const float*> inputs;
+  for (size_t i = 0; i + 1 < bufs.size(); ++i) inputs.push_back(bufs[i].data());
   Comparison c;
-  c.status = lib.call(args);
+  c.status = status;
   c.check = check_against_reference(g, inputs, bufs.back().data());
   return c;
+}
+
+}  // namespace
+
+Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) {
+  std::vector<std::vector<float>> bufs = seeded_buffers(g, seed);
+  std::vector<float*> args;
+  for (auto& b : bufs) args.push_back(b.data());
+  int status = lib.call(args);
+  return compared(g, bufs, status);
 }
 
 Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const std::array<int64_t, 3>& grid,
                             const std::array<int64_t, 3>& block, uint64_t seed) {
   EmulatedKernel k = emulate_gpu_thread(f);
   std::unique_ptr<KernelLibrary> lib = build_for_host(k.func);
-  std::vector<std::vector<float>> bufs;
-  std::vector<const float*> inputs;
-  for (const ir::Tensor& t : g.inputs) {
-    int64_t n = 1;
-    for (int64_t d : t->shape) n *= d;
-    bufs.emplace_back(static_cast<size_t>(n));
-    fill_random(bufs.back().data(), n, seed++);
-    inputs.push_back(bufs.back().data());
-  }
-  int64_t out_n = 1;
-  for (int64_t d : g.output->shape) out_n *= d;
-  bufs.emplace_back(static_cast<size_t>(out_n), std::nanf(""));
-  float* out = bufs.back().data();
-  const size_t kernel_args = bufs.size();
-  for (const auto& [name, size] : k.shared) bufs.emplace_back(static_cast<size_t>(size));
+  std::vector<std::vector<float>> bufs = seeded_buffers(g, seed);
+  // One per block, shared by its threads.
+  std::vector<std::vector<float>> shared;
+  for (const auto& [name, size] : k.shared) shared.emplace_back(static_cast<size_t>(size));
   const int64_t threads = block[0] * block[1] * block[2];
   std::atomic<int> status{0};
   for (int64_t bz = 0; bz < grid[2]; ++bz) {
     for (int64_t by = 0; by < grid[1]; ++by) {
       for (int64_t bx = 0; bx < grid[0]; ++bx) {
-        for (size_t i = kernel_args; i < bufs.size(); ++i) std::fill(bufs[i].begin(), bufs[i].end(), std::nanf(""));
+        for (std::vector<float>& s : shared) std::fill(s.begin(), s.end(), std::nanf(""));
         std::barrier<> sync(threads);
         std::vector<std::thread> workers;
         for (int64_t t = 0; t < threads; ++t) {
@@ -122,6 +126,7 @@ Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const st
                                       float(t / block[0] % block[1]), float(t / (block[0] * block[1]))};
             std::vector<float*> args;
             for (auto& b : bufs) args.push_back(b.data());
+            for (auto& s : shared) args.push_back(s.data());
             args.push_back(ids.data());
             emulated_block = &sync;
             if (int s = lib->call(args)) status = s;
@@ -131,10 +136,7 @@ Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const st
       }
     }
   }
-  Comparison c;
-  c.status = status;
-  c.check = check_against_reference(g, inputs, out);
-  return c;
+  return compared(g, bufs, status);
 }
 
 }  // namespace tf::testing
