@@ -101,28 +101,36 @@ def reference(torch, op, p, args):
 
 
 class Kernel:
-    """A tunefarm PTX module loaded through the driver, with its launch configuration."""
+    """A tunefarm PTX module loaded through the driver, with its launch configuration: the
+    function's kernel, then those the same call launches after it (split-K's sum), all on the
+    arguments followed by the workspaces."""
 
-    def __init__(self, cp, ptx_path):
+    def __init__(self, cp, torch, ptx_path):
         with open(ptx_path + ".json") as f:
             self.side = json.load(f)
         self.module = cp.RawModule(path=ptx_path)
-        self.fn = self.module.get_function(self.side["function"])
         launch = self.side["launch"]
-        self.grid = tuple(launch["grid"])
-        self.block = tuple(launch["block"])
+        self.steps = [(self.module.get_function(self.side["function"]), tuple(launch["grid"]), tuple(launch["block"]))]
+        for k in launch.get("then", []):
+            self.steps.append((self.module.get_function(k["function"]), tuple(k["grid"]), tuple(k["block"])))
+        self.workspaces = [torch.empty(n, device="cuda") for n in launch.get("workspace_elements", [])]
+        self.extra = tuple(cp.uint64(w.data_ptr()) for w in self.workspaces)
         self.config = self.side["config"]
         self.source = self.side["config_source"]
 
     def __call__(self, ptrs):
-        self.fn(self.grid, self.block, ptrs)
+        args = ptrs + self.extra
+        for fn, grid, block in self.steps:
+            fn(grid, block, args)
 
 
-def compile_kernel(tunefarm, workload, target, out, db):
-    """Compiles for `target` (None: this machine) with the default config, or the best in `db`."""
+def compile_kernel(tunefarm, workload, target, out, db, config=None):
+    """Compiles for `target` (None: this machine) with the default config (knobs of `config`
+    set as given), or the best in `db`."""
     cmd = [tunefarm, "compile", "-w", workload, "--emit", "so", "-o", out, "--json"]
     cmd += ["-t", target] if target else []
     cmd += ["--db", db] if db else ["--no-db"]
+    cmd += ["-c", config] if config and not db else []
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         fail("compile of %s failed:\n%s" % (workload, r.stderr))
@@ -239,6 +247,8 @@ def main():
                     help="first tune every workload this many trials on this GPU (into --db, or a temporary one)")
     ap.add_argument("--groups", default="dense,bert,resnet,other", help="comma-separated: " + ",".join(GROUPS))
     ap.add_argument("-w", "--workload", action="append", default=[], help="a workload of your own (repeatable)")
+    ap.add_argument("-c", "--config", help="knobs (JSON) to set in the default config of every workload, e.g. "
+                    "'{\"lanes_n\": 4}' (the rest default): experiments with one knob")
     ap.add_argument("--calls", type=int, default=20, help="launches per timed block")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved (ours, peer) blocks per kernel")
     ap.add_argument("--json", help="write the results here")
@@ -281,12 +291,15 @@ def main():
     torch.manual_seed(0)
     for group, w in groups:
         op, p = params_of(w)
-        builds = [("default", compile_kernel(a.tunefarm, w, target, os.path.join(tmp, "d.ptx"), None))]
+        # A file of its own per kernel: CuPy caches modules by path, so a reused path would
+        # launch the previous workload's kernel.
+        n = len(results)
+        builds = [("default", compile_kernel(a.tunefarm, w, target, os.path.join(tmp, "d%d.ptx" % n), None, a.config))]
         if db:
-            builds.append(("tuned", compile_kernel(a.tunefarm, w, target, os.path.join(tmp, "t.ptx"), db)))
+            builds.append(("tuned", compile_kernel(a.tunefarm, w, target, os.path.join(tmp, "t%d.ptx" % n), db)))
         row = {"group": group, "workload": w}
         for tag, path in builds:
-            k = Kernel(cp, path)
+            k = Kernel(cp, torch, path)
             if tag == "tuned" and k.source == "default":
                 row["tuned"] = None  # nothing tuned for it in the database
                 continue
