@@ -909,7 +909,7 @@ std::string ptx_feature(const std::string& arch) {
 
 // Links the functions of a vendor bitcode library that the kernel calls (only those) and
 // makes them internal, so the optimizer inlines them and drops the rest.
-void link_bitcode(llvm::Module& m, const std::string& kernel, const std::string& path, const char* what) {
+void link_bitcode(llvm::Module& m, const std::set<std::string>& kernels, const std::string& path, const char* what) {
   llvm::SMDiagnostic err;
   std::unique_ptr<llvm::Module> lib = llvm::parseIRFile(path, err, m.getContext());
   if (!lib) throw UserError(str("cannot read ", what, " ", path, ": ", err.getMessage().str()));
@@ -919,14 +919,14 @@ void link_bitcode(llvm::Module& m, const std::string& kernel, const std::string&
     throw UserError(str("cannot link ", what, " ", path, " into the kernel"));
   }
   for (llvm::Function& fn : m) {
-    if (!fn.isDeclaration() && fn.getName() != kernel) fn.setLinkage(llvm::GlobalValue::InternalLinkage);
+    if (!fn.isDeclaration() && !kernels.count(fn.getName().str())) fn.setLinkage(llvm::GlobalValue::InternalLinkage);
   }
 }
 
 // libdevice reads __nvvm_reflect, which the NVPTX back end's own pass pipeline resolves
 // (flush-to-zero off).
-void link_libdevice(llvm::Module& m, const std::string& kernel) {
-  link_bitcode(m, kernel, libdevice_path(), "libdevice");
+void link_libdevice(llvm::Module& m, const std::set<std::string>& kernels) {
+  link_bitcode(m, kernels, libdevice_path(), "libdevice");
   if (!m.getModuleFlag("nvvm-reflect-ftz")) m.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", uint32_t{0});
 }
 
@@ -981,8 +981,8 @@ void define_ocml_controls(llvm::Module& m, const std::string& gfx) {
   }
 }
 
-void link_ocml(llvm::Module& m, const std::string& kernel, const std::string& gfx) {
-  link_bitcode(m, kernel, rocm_device_libs_dir() + "/ocml.bc", "ROCm ocml");
+void link_ocml(llvm::Module& m, const std::set<std::string>& kernels, const std::string& gfx) {
+  link_bitcode(m, kernels, rocm_device_libs_dir() + "/ocml.bc", "ROCm ocml");
   define_ocml_controls(m, gfx);
 }
 
@@ -1071,8 +1071,13 @@ std::string llvm_ir_key(const LoweredFunc& f, const Target& target) {
 
 CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOutput out) {
   // parse_target initialized LLVM's targets.
-  std::optional<GpuLaunch> launch;
-  if (target.is_gpu()) launch = check_gpu_kernel(f, target);
+  // A GPU function is one or more kernels (compiler/gpu.h split_gpu_program), in one module.
+  std::vector<LoweredFunc> kernels{f};
+  std::vector<GpuLaunch> launches;
+  if (target.is_gpu()) {
+    kernels = split_gpu_program(f).kernels;
+    for (const LoweredFunc& k : kernels) launches.push_back(check_gpu_kernel(k, target));
+  }
   llvm::LLVMContext ctx;
   auto m = std::make_unique<llvm::Module>(f.name, ctx);
   std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target);
@@ -1080,18 +1085,25 @@ CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOu
   m->setDataLayout(tm->createDataLayout());
   // Code object v5, what ROCm 5.x-6.x runtimes load.
   if (target.kind == "rocm") m->addModuleFlag(llvm::Module::Error, "amdgpu_code_object_version", 500);
-  CodeGen cg(ctx, *m, target);
-  cg.emit(f, launch ? &*launch : nullptr);
+  CodegenResult result;
+  bool libdevice = false, ocml = false;
+  std::set<std::string> names;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    CodeGen cg(ctx, *m, target);
+    cg.emit(kernels[i], launches.empty() ? nullptr : &launches[i]);
+    names.insert(kernels[i].name);
+    libdevice |= cg.uses_libdevice;
+    ocml |= cg.uses_ocml;
+    result.uses_openmp |= cg.uses_openmp;
+    result.uses_libm |= cg.uses_libm;
+  }
   std::string verify_errors;
   llvm::raw_string_ostream vos(verify_errors);
   TF_CHECK(!llvm::verifyModule(*m, &vos), "codegen produced invalid LLVM IR: ", verify_errors);
-  if (cg.uses_libdevice) link_libdevice(*m, f.name);
-  if (cg.uses_ocml) link_ocml(*m, f.name, target.cpu);
+  if (libdevice) link_libdevice(*m, names);
+  if (ocml) link_ocml(*m, names, target.cpu);
   optimize(*m, tm.get());
 
-  CodegenResult result;
-  result.uses_openmp = cg.uses_openmp;
-  result.uses_libm = cg.uses_libm;
   if (out == CodegenOutput::LLVM) {
     llvm::raw_string_ostream os(result.data);
     m->print(os, nullptr);

@@ -59,7 +59,10 @@ CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json
     k.packed.push_back(p);
   }
   k.lowered = lower(sch, args, k.name, options);
-  if (t.is_gpu() && options.stop_after.empty()) k.launch = check_gpu_kernel(k.lowered.func, t);
+  if (t.is_gpu() && options.stop_after.empty()) {
+    k.gpu = plan_gpu_program(k.lowered.func, t);
+    k.launch = k.gpu->kernels.front().launch;
+  }
   return k;
 }
 
@@ -89,7 +92,7 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
   };
   if (k.launch) {
     m["module"] = k.target.kind == "cuda" ? "ptx" : "hsaco";
-    m["launch"] = k.launch->to_json();
+    m["launch"] = k.gpu->to_json();
   }
   return m;
 }

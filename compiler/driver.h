@@ -30,7 +30,8 @@ struct CompiledKernel {
   std::string config_source;   // default, given, tuned (exact|same-arch|nearest-shape)
   nlohmann::json tuned_from;   // for tuned configs: tier, workload, target, median_s
   LowerResult lowered;
-  std::optional<GpuLaunch> launch;  // GPU targets: grid and block sizes
+  std::optional<GpuLaunch> launch;  // GPU targets: grid and block sizes (of the first kernel)
+  std::optional<GpuPlan> gpu;       // GPU targets: every kernel the call launches, workspaces
   // Inputs passed packed (OpGraph::prepacked): the kernel's argument is their pack_layout.
   std::vector<ir::Schedule::Packing> packed;
 };
@@ -63,7 +64,9 @@ std::string kernel_text(const CompiledKernel& k, EmitKind kind);
 nlohmann::json describe_args(const OpGraph& g);
 
 // The sidecar: workload, target, function, args, flops, config and where it came from; for
-// GPU kernels also "module" (ptx or hsaco) and "launch" (grid, block, shared memory).
+// GPU kernels also "module" (ptx or hsaco) and "launch" (grid, block, shared memory; for a
+// function of several kernels also "then", the later kernels' function names and launches,
+// and "workspace_elements", the sizes of the buffers passed after the arguments).
 nlohmann::json kernel_metadata(const CompiledKernel& k);
 
 }  // namespace tf

@@ -1,5 +1,6 @@
 #include "compiler/gpu.h"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -258,6 +259,68 @@ nlohmann::json GpuLaunch::to_json() const {
 GpuLaunch check_gpu_kernel(const LoweredFunc& f, const Target& t) {
   TF_CHECK(t.is_gpu(), "check_gpu_kernel for ", t.str());
   return GpuChecker(f, t).run();
+}
+
+GpuProgram split_gpu_program(const LoweredFunc& f) {
+  GpuProgram p;
+  std::vector<Stmt> nests;
+  // The top of a lowered function: heap buffers of intermediate root stages, each around a
+  // block of the stage's nest and what follows (compiler/schedule_ops.cc).
+  std::function<void(const Stmt&)> walk = [&](const Stmt& s) {
+    if (const Allocate* a = s.as<Allocate>(); a && a->scope == MemScope::Heap) {
+      p.workspaces.emplace_back(a->buffer, a->size);
+      return walk(a->body);
+    }
+    if (const Block* b = s.as<Block>()) {
+      for (const Stmt& c : b->stmts) walk(c);
+      return;
+    }
+    nests.push_back(s);
+  };
+  walk(f.body);
+  if (p.workspaces.empty() || nests.size() < 2) return {{f}, {}};
+  if (static_cast<int>(nests.size()) > kMaxGpuKernels) {
+    throw UserError(str("kernel ", f.name, " would be ", nests.size(), " GPU kernels (root stages); the limit is ",
+                        kMaxGpuKernels));
+  }
+  int64_t bytes = 0;
+  for (const auto& w : p.workspaces) bytes += w.second * 4;
+  if (bytes > kMaxGpuWorkspaceBytes) {
+    throw UserError(str("kernel ", f.name, " needs ", bytes, " bytes of GPU workspace; the limit is ",
+                        kMaxGpuWorkspaceBytes));
+  }
+  for (size_t i = 0; i < nests.size(); ++i) {
+    LoweredFunc k;
+    k.name = i == 0 ? f.name : str(f.name, "_step", i + 1);
+    k.args = f.args;
+    for (const auto& [name, size] : p.workspaces) k.args.push_back({name, {size}, ArgRole::Output});
+    k.body = nests[i];
+    p.kernels.push_back(std::move(k));
+  }
+  return p;
+}
+
+GpuPlan plan_gpu_program(const LoweredFunc& f, const Target& t) {
+  GpuProgram p = split_gpu_program(f);
+  GpuPlan plan;
+  for (const LoweredFunc& k : p.kernels) plan.kernels.push_back({k.name, check_gpu_kernel(k, t)});
+  plan.workspaces = p.workspaces;
+  return plan;
+}
+
+nlohmann::json GpuPlan::to_json() const {
+  nlohmann::json j = kernels.at(0).launch.to_json();
+  if (kernels.size() > 1) {
+    j["then"] = nlohmann::json::array();
+    for (size_t i = 1; i < kernels.size(); ++i) {
+      nlohmann::json k = kernels[i].launch.to_json();
+      k["function"] = kernels[i].function;
+      j["then"].push_back(k);
+    }
+    j["workspace_elements"] = nlohmann::json::array();
+    for (const auto& w : workspaces) j["workspace_elements"].push_back(w.second);
+  }
+  return j;
 }
 
 }  // namespace tf

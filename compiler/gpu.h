@@ -69,6 +69,36 @@ struct GpuLaunch {
 // UserError for a schedule the GPU cannot run (see above).
 GpuLaunch check_gpu_kernel(const ir::LoweredFunc& f, const Target& t);
 
+// A GPU function as the kernels one call launches in turn. A function whose schedule has
+// several stages at root (split-K: the partial sums, then their sum) is one kernel per root
+// stage, in order; the buffers of the intermediate ones (heap buffers at the top of the
+// function) are workspaces in global memory, which the caller allocates (uninitialized: each
+// is written whole before it is read) and passes after the function's own arguments to every
+// kernel. A function of one root stage is one kernel, the function itself.
+struct GpuProgram {
+  // Launch order; the first is named as the function, the others <name>_step2, _step3, ...
+  std::vector<ir::LoweredFunc> kernels;
+  std::vector<std::pair<std::string, int64_t>> workspaces;  // name, elements
+};
+GpuProgram split_gpu_program(const ir::LoweredFunc& f);
+
+// At most this many kernels per call and this much workspace (boards refuse more).
+constexpr int kMaxGpuKernels = 8;
+constexpr int64_t kMaxGpuWorkspaceBytes = int64_t{4} << 30;
+
+// The kernels of `f` (split_gpu_program), each checked (check_gpu_kernel), with the launch
+// of each: what the sidecar lists and a board launches.
+struct GpuKernelLaunch {
+  std::string function;
+  GpuLaunch launch;
+};
+struct GpuPlan {
+  std::vector<GpuKernelLaunch> kernels;
+  std::vector<std::pair<std::string, int64_t>> workspaces;
+  nlohmann::json to_json() const;  // the first's launch, with "then" and "workspace_elements"
+};
+GpuPlan plan_gpu_program(const ir::LoweredFunc& f, const Target& t);
+
 // The kernel with every loop bound to the grid turned back into a serial loop: what the whole
 // grid computes, as one CPU thread would run it (blocks and threads in order). Tests use it
 // to check a GPU schedule's lowering (indices, tails, guards) against the reference on a

@@ -97,9 +97,11 @@ class CudaRuntime : public GpuRuntime {
 
   const GpuDeviceInfo& info() const override { return info_; }
 
-  void load(const std::string& module, const std::string& function) override {
+  void load(const std::string& module, const std::vector<std::string>& functions) override {
     check(cuModuleLoadData(&module_, module.c_str()), "cuModuleLoadData");
-    check(cuModuleGetFunction(&fn_, module_, function.c_str()), "cuModuleGetFunction(" + function + ")");
+    for (const std::string& f : functions) {
+      check(cuModuleGetFunction(&fns_.emplace_back(), module_, f.c_str()), "cuModuleGetFunction(" + f + ")");
+    }
   }
 
   // Device memory goes with the process (the runner ends after one measurement).
@@ -115,16 +117,19 @@ class CudaRuntime : public GpuRuntime {
     check(cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
   }
   void overwrite(void* p, size_t bytes) override { check(cuMemsetD8(reinterpret_cast<CUdeviceptr>(p), 1, bytes), "cuMemsetD8"); }
-  double launch_ms(int n, const GpuLaunchDims& l, void** params) override {
+  double launch_ms(int n, const std::vector<GpuLaunchDims>& kernels, void** params) override {
     if (!start_) {
       check(cuEventCreate(&start_, 0), "cuEventCreate");
       check(cuEventCreate(&stop_, 0), "cuEventCreate");
     }
     check(cuEventRecord(start_, nullptr), "cuEventRecord");
     for (int i = 0; i < n; ++i) {
-      check(cuLaunchKernel(fn_, u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]), u(l.block[2]),
-                           u(l.dynamic_shared_bytes), nullptr, params, nullptr),
-            "cuLaunchKernel");
+      for (size_t k = 0; k < kernels.size(); ++k) {
+        const GpuLaunchDims& l = kernels[k];
+        check(cuLaunchKernel(fns_.at(k), u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]),
+                             u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, params, nullptr),
+              "cuLaunchKernel");
+      }
     }
     check(cuEventRecord(stop_, nullptr), "cuEventRecord");
     check(cuEventSynchronize(stop_), "the kernel (cuEventSynchronize)");
@@ -149,7 +154,7 @@ class CudaRuntime : public GpuRuntime {
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
   CUmodule module_ = nullptr;
-  CUfunction fn_ = nullptr;
+  std::vector<CUfunction> fns_;
   CUevent start_ = nullptr, stop_ = nullptr;
   CUresult (*cuInit)(unsigned) = nullptr;
   CUresult (*cuDeviceGetCount)(int*) = nullptr;
@@ -255,9 +260,11 @@ class HipRuntime : public GpuRuntime {
 
   const GpuDeviceInfo& info() const override { return info_; }
 
-  void load(const std::string& module, const std::string& function) override {
+  void load(const std::string& module, const std::vector<std::string>& functions) override {
     check(hipModuleLoadData(&module_, module.data()), "hipModuleLoadData");
-    check(hipModuleGetFunction(&fn_, module_, function.c_str()), "hipModuleGetFunction(" + function + ")");
+    for (const std::string& f : functions) {
+      check(hipModuleGetFunction(&fns_.emplace_back(), module_, f.c_str()), "hipModuleGetFunction(" + f + ")");
+    }
   }
 
   void* alloc(size_t bytes) override {
@@ -270,16 +277,19 @@ class HipRuntime : public GpuRuntime {
   }
   void to_host(void* dst, void* src, size_t bytes) override { check(hipMemcpyDtoH(dst, src, bytes), "hipMemcpyDtoH"); }
   void overwrite(void* p, size_t bytes) override { check(hipMemset(p, 1, bytes), "hipMemset"); }
-  double launch_ms(int n, const GpuLaunchDims& l, void** params) override {
+  double launch_ms(int n, const std::vector<GpuLaunchDims>& kernels, void** params) override {
     if (!start_) {
       check(hipEventCreate(&start_), "hipEventCreate");
       check(hipEventCreate(&stop_), "hipEventCreate");
     }
     check(hipEventRecord(start_, nullptr), "hipEventRecord");
     for (int i = 0; i < n; ++i) {
-      check(hipModuleLaunchKernel(fn_, u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]),
-                                  u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, params, nullptr),
-            "hipModuleLaunchKernel");
+      for (size_t k = 0; k < kernels.size(); ++k) {
+        const GpuLaunchDims& l = kernels[k];
+        check(hipModuleLaunchKernel(fns_.at(k), u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]),
+                                    u(l.block[1]), u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, params, nullptr),
+              "hipModuleLaunchKernel");
+      }
     }
     check(hipEventRecord(stop_, nullptr), "hipEventRecord");
     check(hipEventSynchronize(stop_), "the kernel (hipEventSynchronize)");
@@ -301,7 +311,7 @@ class HipRuntime : public GpuRuntime {
   Library lib_;
   GpuDeviceInfo info_;
   void* module_ = nullptr;
-  void* fn_ = nullptr;
+  std::vector<void*> fns_;
   void *start_ = nullptr, *stop_ = nullptr;
   hipError_t (*hipInit)(unsigned) = nullptr;
   hipError_t (*hipGetDeviceCount)(int*) = nullptr;
@@ -327,12 +337,16 @@ class HipRuntime : public GpuRuntime {
 }  // namespace
 
 TimingResult GpuRuntime::time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
-                              const GpuLaunchDims& launch, const TimingOptions& o) {
+                              const GpuCall& call, const TimingOptions& o) {
+  if (call.kernels.empty()) throw std::runtime_error("GpuRuntime::time: no kernel to launch");
+  const std::vector<GpuLaunchDims>& launch = call.kernels;
   std::vector<void*> ptrs(bufs.size());
   for (size_t i = 0; i < bufs.size(); ++i) {
     ptrs[i] = alloc(std::max<size_t>(bufs[i].size() * sizeof(float), 4));
     if (!is_output[i]) to_device(ptrs[i], bufs[i].data(), bufs[i].size() * sizeof(float));
   }
+  // Workspaces after the arguments, uninitialized (each kernel writes what it reads).
+  for (int64_t n : call.workspace_elements) ptrs.push_back(alloc(static_cast<size_t>(n) * sizeof(float)));
   // Each kernel parameter points at an 8-byte device address.
   std::vector<void*> params;
   for (void*& p : ptrs) params.push_back(&p);

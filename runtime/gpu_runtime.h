@@ -53,19 +53,27 @@ struct GpuLaunchDims {
   int64_t dynamic_shared_bytes = 0;
 };
 
+// What one call of a compiled function launches: its kernels in order (those load() found,
+// one launch each), all on the arguments followed by the workspaces (device buffers of
+// `workspace_elements` floats, allocated once for the measurement; split-K's partial sums).
+struct GpuCall {
+  std::vector<GpuLaunchDims> kernels;
+  std::vector<int64_t> workspace_elements;
+};
+
 class GpuRuntime {
  public:
   virtual ~GpuRuntime() = default;
   virtual const GpuDeviceInfo& info() const = 0;
-  // Loads a module (PTX text or .hsaco bytes) and finds `function`; throws
-  // std::runtime_error with the driver's message.
-  virtual void load(const std::string& module, const std::string& function) = 0;
+  // Loads a module (PTX text or .hsaco bytes) and finds `functions` (the kernels of one call,
+  // in launch order); throws std::runtime_error with the driver's message.
+  virtual void load(const std::string& module, const std::vector<std::string>& functions) = 0;
   // Copies the inputs (buffers not marked output) to the device, times the kernel, and copies
   // the outputs back into `bufs`. A driver error (a faulting kernel) throws
   // std::runtime_error naming the call and the driver's error. One protocol for every vendor,
   // on the primitives below.
   TimingResult time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
-                    const GpuLaunchDims& launch, const TimingOptions& o);
+                    const GpuCall& call, const TimingOptions& o);
 
  protected:
   // The vendor's calls; each throws std::runtime_error naming the call on a driver error.
@@ -73,9 +81,10 @@ class GpuRuntime {
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(void* dst, void* src, size_t bytes) = 0;
   virtual void overwrite(void* p, size_t bytes) = 0;                    // every byte set to 1
-  // Launches the loaded function n times between two device events, waits for the second,
-  // and returns the milliseconds between them. `params` points at the kernel's arguments.
-  virtual double launch_ms(int n, const GpuLaunchDims& launch, void** params) = 0;
+  // Launches the loaded functions in turn, n times over, between two device events, waits
+  // for the second, and returns the milliseconds between them. `params` points at the
+  // kernels' arguments.
+  virtual double launch_ms(int n, const std::vector<GpuLaunchDims>& kernels, void** params) = 0;
   virtual void synchronize() = 0;
 };
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <string>
 
 #include "runtime/kernel_library.h"
@@ -28,20 +29,59 @@ inline double effective_timeout_s(const tunefarm::v1::MeasureRequest& req, doubl
 
 // Why `l` cannot launch a GPU kernel, or "" when it can: three grid and three block sizes of
 // at least 1, blocks of at most 1024 threads per axis, grids within 2^31-1, dynamic shared
-// memory within 1 MiB. Boards check it before spawning a runner; runners before launching.
-inline std::string check_gpu_launch(const tunefarm::v1::GpuLaunch& l) {
-  if (l.grid_size() != 3 || l.block_size() != 3) {
-    return "a GPU measurement needs the kernel's launch (3 grid and 3 block sizes, from its sidecar; got " +
-           std::to_string(l.grid_size()) + " and " + std::to_string(l.block_size()) + ")";
+// memory within 1 MiB; for the kernels after it (at most 7) the same, and a function name of
+// letters, digits and underscores (at most 256); workspaces of 1 element to 4 GiB in all.
+// Boards check it before spawning a runner; runners before launching.
+inline std::string check_gpu_dims(const google::protobuf::RepeatedField<int64_t>& grid,
+                                  const google::protobuf::RepeatedField<int64_t>& block, int64_t dynamic_shared,
+                                  const std::string& what) {
+  if (grid.size() != 3 || block.size() != 3) {
+    return "a GPU measurement needs " + what + "'s launch (3 grid and 3 block sizes, from its sidecar; got " +
+           std::to_string(grid.size()) + " and " + std::to_string(block.size()) + ")";
   }
   for (int d = 0; d < 3; ++d) {
-    if (l.grid(d) < 1 || l.grid(d) > (int64_t{1} << 31) - 1 || l.block(d) < 1 || l.block(d) > 1024) {
-      return "launch grid " + std::to_string(l.grid(d)) + " / block " + std::to_string(l.block(d)) +
+    if (grid[d] < 1 || grid[d] > (int64_t{1} << 31) - 1 || block[d] < 1 || block[d] > 1024) {
+      return what + ": launch grid " + std::to_string(grid[d]) + " / block " + std::to_string(block[d]) +
              " out of range in dimension " + std::to_string(d);
     }
   }
-  if (l.dynamic_shared_bytes() < 0 || l.dynamic_shared_bytes() > (int64_t{1} << 20)) {
-    return "dynamic_shared_bytes " + std::to_string(l.dynamic_shared_bytes()) + " out of range";
+  if (dynamic_shared < 0 || dynamic_shared > (int64_t{1} << 20)) {
+    return what + ": dynamic_shared_bytes " + std::to_string(dynamic_shared) + " out of range";
+  }
+  return "";
+}
+
+inline std::string check_gpu_launch(const tunefarm::v1::GpuLaunch& l) {
+  if (std::string why = check_gpu_dims(l.grid(), l.block(), l.dynamic_shared_bytes(), "the kernel"); !why.empty()) {
+    return why;
+  }
+  constexpr int kMaxSteps = 7;
+  constexpr int64_t kMaxWorkspaceBytes = int64_t{4} << 30;
+  if (l.then_size() > kMaxSteps) {
+    return "launch has " + std::to_string(l.then_size()) + " kernels after the first; the limit is " +
+           std::to_string(kMaxSteps);
+  }
+  for (const tunefarm::v1::GpuStep& s : l.then()) {
+    const std::string& f = s.function();
+    bool name_ok = !f.empty() && f.size() <= 256 && !std::isdigit(static_cast<unsigned char>(f[0])) &&
+                   std::all_of(f.begin(), f.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!name_ok) return "launch: kernel name '" + f.substr(0, 64) + "' is not letters, digits and underscores";
+    if (std::string why = check_gpu_dims(s.grid(), s.block(), s.dynamic_shared_bytes(), "kernel " + f); !why.empty()) {
+      return why;
+    }
+  }
+  if (l.workspace_elements_size() > 0 && l.then_size() == 0) return "launch: workspaces without a second kernel";
+  if (l.workspace_elements_size() > kMaxSteps) {
+    return "launch has " + std::to_string(l.workspace_elements_size()) + " workspaces; the limit is " +
+           std::to_string(kMaxSteps);
+  }
+  int64_t bytes = 0;
+  for (int64_t n : l.workspace_elements()) {
+    if (n < 1 || n > kMaxWorkspaceBytes / 4) return "launch: workspace of " + std::to_string(n) + " elements out of range";
+    bytes += n * 4;
+  }
+  if (bytes > kMaxWorkspaceBytes) {
+    return "launch: workspaces of " + std::to_string(bytes) + " bytes; the limit is " + std::to_string(kMaxWorkspaceBytes);
   }
   return "";
 }

@@ -197,23 +197,35 @@ int main(int argc, char** argv) {
     if (!device.empty()) {
       const pb::GpuLaunch& l = req.launch();
       if (std::string why = tf::farm::check_gpu_launch(l); !why.empty()) return fail(pb::LOAD_ERROR, why);
-      tf::GpuLaunchDims launch;
-      for (int d = 0; d < 3; ++d) {
-        launch.grid[static_cast<size_t>(d)] = l.grid(d);
-        launch.block[static_cast<size_t>(d)] = l.block(d);
+      // The function's kernel, then those the same call launches after it (split-K).
+      tf::GpuCall call;
+      std::vector<std::string> functions{req.function()};
+      auto dims = [](const auto& grid, const auto& block, int64_t shared) {
+        tf::GpuLaunchDims launch;
+        for (int d = 0; d < 3; ++d) {
+          launch.grid[static_cast<size_t>(d)] = grid[d];
+          launch.block[static_cast<size_t>(d)] = block[d];
+        }
+        launch.dynamic_shared_bytes = shared;
+        return launch;
+      };
+      call.kernels.push_back(dims(l.grid(), l.block(), l.dynamic_shared_bytes()));
+      for (const pb::GpuStep& step : l.then()) {
+        functions.push_back(step.function());
+        call.kernels.push_back(dims(step.grid(), step.block(), step.dynamic_shared_bytes()));
       }
-      launch.dynamic_shared_bytes = l.dynamic_shared_bytes();
+      call.workspace_elements.assign(l.workspace_elements().begin(), l.workspace_elements().end());
       std::vector<bool> is_output(bufs.size(), false);
       for (size_t i : outputs) is_output[i] = true;
       std::unique_ptr<tf::GpuRuntime> rt;
       try {
         rt = tf::open_gpu_runtime(device);
-        rt->load(gpu_module, req.function());
+        rt->load(gpu_module, functions);
       } catch (const std::exception& e) {
         return fail(pb::LOAD_ERROR, e.what());
       }
       try {
-        t = rt->time(bufs, is_output, launch, o);
+        t = rt->time(bufs, is_output, call, o);
       } catch (const std::runtime_error& e) {
         return fail(pb::RUNTIME_ERROR, e.what());
       }

@@ -9,6 +9,7 @@
 #include "compiler/error.h"
 #include "compiler/target.h"
 #include "runtime/kernel_library.h"
+#include "runtime/measure_limits.h"
 
 namespace tf {
 
@@ -122,25 +123,55 @@ void FarmRunner::lease_more(bool must_get_one, const std::string& kernel_arch) {
 std::optional<pb::GpuLaunch> launch_from_sidecar(const nlohmann::json& sidecar) {
   if (!sidecar.is_object() || !sidecar.contains("launch")) return std::nullopt;
   const nlohmann::json& l = sidecar["launch"];
-  auto dims = [&](const char* name) {
-    if (!l.is_object() || !l.contains(name) || !l[name].is_array() || l[name].size() != 3) {
-      throw UserError(str("kernel description: launch.", name, " is not three sizes"));
+  if (!l.is_object()) throw UserError("kernel description: launch is not an object");
+  auto dims = [](const nlohmann::json& k, const char* name, const std::string& where) {
+    if (!k.contains(name) || !k[name].is_array() || k[name].size() != 3) {
+      throw UserError(str("kernel description: ", where, name, " is not three sizes"));
     }
     std::vector<int64_t> v;
-    for (const nlohmann::json& x : l[name]) {
+    for (const nlohmann::json& x : k[name]) {
       if (!x.is_number_integer() || x.get<int64_t>() < 1) {
-        throw UserError(str("kernel description: launch.", name, " holds ", x.dump(), ", not a size of at least 1"));
+        throw UserError(str("kernel description: ", where, name, " holds ", x.dump(), ", not a size of at least 1"));
       }
       v.push_back(x.get<int64_t>());
     }
     return v;
   };
+  auto shared = [](const nlohmann::json& k) -> int64_t {
+    return k.contains("dynamic_shared_bytes") && k["dynamic_shared_bytes"].is_number_integer()
+               ? k["dynamic_shared_bytes"].get<int64_t>()
+               : 0;
+  };
   pb::GpuLaunch out;
-  for (int64_t g : dims("grid")) out.add_grid(g);
-  for (int64_t b : dims("block")) out.add_block(b);
-  if (l.contains("dynamic_shared_bytes") && l["dynamic_shared_bytes"].is_number_integer()) {
-    out.set_dynamic_shared_bytes(l["dynamic_shared_bytes"].get<int64_t>());
+  for (int64_t g : dims(l, "grid", "launch.")) out.add_grid(g);
+  for (int64_t b : dims(l, "block", "launch.")) out.add_block(b);
+  out.set_dynamic_shared_bytes(shared(l));
+  // The kernels the same call launches after the first, and the workspaces they share.
+  if (l.contains("then")) {
+    if (!l["then"].is_array()) throw UserError("kernel description: launch.then is not a list of kernels");
+    for (size_t i = 0; i < l["then"].size(); ++i) {
+      const nlohmann::json& k = l["then"][i];
+      std::string where = str("launch.then[", i, "].");
+      if (!k.is_object() || !k.contains("function") || !k["function"].is_string()) {
+        throw UserError(str("kernel description: ", where, "function is not a name"));
+      }
+      pb::GpuStep* step = out.add_then();
+      step->set_function(k["function"].get<std::string>());
+      for (int64_t g : dims(k, "grid", where)) step->add_grid(g);
+      for (int64_t b : dims(k, "block", where)) step->add_block(b);
+      step->set_dynamic_shared_bytes(shared(k));
+    }
   }
+  if (l.contains("workspace_elements")) {
+    if (!l["workspace_elements"].is_array()) throw UserError("kernel description: launch.workspace_elements is not a list");
+    for (const nlohmann::json& n : l["workspace_elements"]) {
+      if (!n.is_number_integer() || n.get<int64_t>() < 1) {
+        throw UserError(str("kernel description: launch.workspace_elements holds ", n.dump(), ", not a size of at least 1"));
+      }
+      out.add_workspace_elements(n.get<int64_t>());
+    }
+  }
+  if (std::string why = farm::check_gpu_launch(out); !why.empty()) throw UserError("kernel description: " + why);
   return out;
 }
 

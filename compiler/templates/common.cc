@@ -25,12 +25,12 @@ Stage* pack_input(Schedule& s, const OpGraph& g, const std::string& input, size_
   return &s.pack(input, dim, block);
 }
 
-Expr schedule_dense_acc(Stage& acc, bool batch, int64_t uk, bool vec, bool unroll) {
-  size_t d = batch ? 1 : 0;
+Expr schedule_dense_acc(Stage& acc, size_t batch_axes, int64_t uk, bool vec, bool unroll) {
+  const size_t d = batch_axes;
   const auto& aax = acc.op()->axes;
   auto [ko, ki] = acc.split(acc.op()->reduce_axes[0].var, uk);
   std::vector<Expr> order;
-  if (batch) order.push_back(aax[0].var);
+  for (size_t i = 0; i < d; ++i) order.push_back(aax[i].var);
   order.insert(order.end(), {ko, ki, aax[d].var, aax[d + 1].var});
   acc.reorder(order);
   if (vec) acc.vectorize(aax[d + 1].var);

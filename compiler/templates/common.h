@@ -43,9 +43,10 @@ std::pair<Stage*, Stage*> acc_and_writer(Schedule& s, const OpGraph& g, const st
 // packed already (OpGraph::prepacked), only reads that layout (no stage: nullptr).
 Stage* pack_input(Schedule& s, const OpGraph& g, const std::string& input, size_t dim, int64_t block);
 
-// The accumulating stage of a dense template: K split by `uk` (the outer loop returned), then
-// the register tile's rows (unrolled) and columns (vectorized) innermost.
-Expr schedule_dense_acc(Stage& acc, bool batch, int64_t uk, bool vec, bool unroll);
+// The accumulating stage of a dense template (axes: `batch_axes` leading ones, rows, columns):
+// K split by `uk` (the outer loop returned), then the register tile's rows (unrolled) and
+// columns (vectorized) innermost.
+Expr schedule_dense_acc(Stage& acc, size_t batch_axes, int64_t uk, bool vec, bool unroll);
 
 // The axis a split knob tiles: its extent, and whether the tile is vectorized (then its
 // candidates are multiples of the vector width) or a row count of a register tile.

@@ -39,9 +39,10 @@ ConvDims conv_dims(const OpGraph& g) {
 class Conv2dGpu final : public GemmTemplate {
  public:
   explicit Conv2dGpu(const std::string& kind)
-      : GemmTemplate("conv2d." + kind, 2, {"conv2d_nchw", "conv2d_nhwc"}, kind) {}
+      : GemmTemplate("conv2d." + kind, 3, {"conv2d_nchw", "conv2d_nhwc"}, kind) {}
 
-  OpGraph schedule_graph(const OpGraph& g, const Target&, const json&) const override {
+ protected:
+  OpGraph gemm_graph(const OpGraph& g, const Target&, const json&) const override {
     if (!g.tail.empty() || !g.prepacked.empty()) {
       throw UserError(str(id(), ": fused elementwise tails and prepacked weights are not implemented on GPUs (",
                           g.workload.canonical(), ")"));
@@ -105,34 +106,38 @@ class Conv2dGpu final : public GemmTemplate {
     return r;
   }
 
-  void apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const override {
-    bool nhwc = g.workload.op == "conv2d_nhwc";
-    Stage& out = s.stage(g.output->name);
-    const auto& o = out.op()->axes;
+  GemmStages gemm_operands(Schedule& s, const OpGraph& g, const json& c) const override {
     GemmStages st;
-    st.acc = &s.stage(g.acc->name);
-    st.out = &out;
-    st.batch = o[0].var;
-    if (nhwc) {
-      st.rows = out.fuse(o[1].var, o[2].var);
-      st.cols = o[3].var;
+    if (g.workload.op == "conv2d_nhwc") {
       st.a = "col";
       st.a_input = false;
       st.a_contiguous = false;
       st.b = g.inputs[1]->name;
     } else {
-      st.rows = o[1].var;
-      st.cols = out.fuse(o[2].var, o[3].var);
       st.a = g.inputs[1]->name;
       st.b = "col";
       st.b_input = false;
       st.b_contiguous = false;
     }
     if (!c["shared"].get<bool>()) s.stage("col").compute_inline();
-    schedule_gemm(s, st, gemm_shape(g), t, c);
+    return st;
   }
 
- protected:
+  void gemm_writer(Schedule& s, const OpGraph& g, GemmStages& st) const override {
+    Stage& out = s.stage(g.output->name);
+    const auto& o = out.op()->axes;
+    st.acc = &s.stage(g.acc->name);
+    st.out = &out;
+    st.batch = o[0].var;
+    if (g.workload.op == "conv2d_nhwc") {
+      st.rows = out.fuse(o[1].var, o[2].var);
+      st.cols = o[3].var;
+    } else {
+      st.rows = o[1].var;
+      st.cols = out.fuse(o[2].var, o[3].var);
+    }
+  }
+
   GemmShape gemm_shape(const OpGraph& g) const override {
     ConvDims d = conv_dims(g);
     int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;

@@ -68,7 +68,7 @@ class DenseCpu final : public CpuTemplate {
     if (par) out->parallel(batch ? out->fuse(oax[0].var, first) : first);
     acc->compute_at(*out, second);
 
-    schedule_dense_acc(*acc, batch, uk, vec, unroll);
+    schedule_dense_acc(*acc, batch ? 1 : 0, uk, vec, unroll);
   }
 
  protected:

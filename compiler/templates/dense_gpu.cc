@@ -29,28 +29,31 @@ namespace {
 
 class DenseGpu final : public GemmTemplate {
  public:
-  explicit DenseGpu(const std::string& kind) : GemmTemplate("dense." + kind, 2, {"matmul", "batch_matmul"}, kind) {}
+  explicit DenseGpu(const std::string& kind) : GemmTemplate("dense." + kind, 3, {"matmul", "batch_matmul"}, kind) {}
 
-  void apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const override {
-    bool batch = batch_dim(g) == 1;
+ protected:
+  GemmStages gemm_operands(Schedule&, const OpGraph& g, const json&) const override {
+    GemmStages st;
+    st.a = g.inputs[0]->name;
+    st.b = g.inputs[1]->name;
+    return st;
+  }
+
+  void gemm_writer(Schedule& s, const OpGraph& g, GemmStages& st) const override {
     auto [acc, out] = acc_and_writer(s, g);
     const auto& oax = out->op()->axes;
+    bool batch = batch_dim(g) == 1;
     size_t d = batch ? 1 : 0;
-    GemmStages st;
     st.acc = acc;
     st.out = out;
     if (batch) st.batch = oax[0].var;
     st.rows = oax[d].var;
     st.cols = oax[d + 1].var;
-    st.a = g.inputs[0]->name;
-    st.b = g.inputs[1]->name;
-    schedule_gemm(s, st, gemm_shape(g), t, c);
   }
 
- protected:
   GemmShape gemm_shape(const OpGraph& g) const override {
-    size_t d = batch_dim(g);
-    return {d == 1 ? out_extent(g, 0) : 1, out_extent(g, d), out_extent(g, d + 1), g.acc->reduce_axes[0].extent};
+    const Workload& w = g.workload;
+    return {batch_dim(g) == 1 ? w.get("B") : 1, w.get("M"), w.get("N"), w.get("K")};
   }
 };
 

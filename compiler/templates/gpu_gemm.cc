@@ -1,11 +1,18 @@
 #include "compiler/templates/gpu_gemm.h"
 
 #include <cmath>
+#include <map>
+#include <set>
 
 #include "compiler/gpu.h"
+#include "compiler/ir_mutator.h"
 
 namespace tf::templates {
 namespace {
+
+// Each part of a split reduction is at least this deep (the default and the tuner's
+// candidates; a given config may go below).
+constexpr int64_t kMinSplitDepth = 64;
 
 // Shared rows are padded by this many floats: 16 bytes keeps them 16-byte aligned for vector
 // accesses and moves consecutive rows 4 banks apart.
@@ -71,6 +78,10 @@ const std::vector<KnobDef>& gemm_knobs() {
        "with shared: tiles in flight: 1, or 2 to 4 buffers, the next steps' copied while the current one is used "
        "(cp.async on sm_80+)",
        4, {}, kSplit},
+      {"split_k", KnobType::Int,
+       "parts the reduction is split into, summed by a second kernel (for C too small to fill the GPU); must "
+       "divide K",
+       64, {}, kSplit},
       {"vectorize", KnobType::Bool, "vectorize each thread's columns (vector loads and stores)", 0, {}},
       {"unroll", KnobType::Bool, "unroll the register tile and the step of K", 0, {}},
   };
@@ -98,8 +109,15 @@ std::vector<json> gemm_int_candidates(const std::string& name, const GemmShape& 
   else if (name == "tile_n") powers(8, g.n);
   else if (name == "block_k") powers(32, g.k);
   else if (name == "stages") out = {1, 2, 3, 4};
+  else if (name == "split_k") {
+    for (int64_t v = 1; v <= 64; v *= 2) {
+      if (g.k % v == 0 && (v == 1 || g.k / v >= kMinSplitDepth)) out.push_back(v);
+    }
+  }
   return out;
 }
+
+GemmShape split_shape(const GemmShape& g, int64_t parts) { return {g.batches * parts, g.m, g.n, g.k / parts}; }
 
 GemmHierarchy gemm_hierarchy(const Target& t, const json& c) {
   GemmHierarchy h;
@@ -114,7 +132,10 @@ GemmHierarchy gemm_hierarchy(const Target& t, const json& c) {
   return h;
 }
 
-std::string gemm_check(const GemmShape& g, const Target& t, const json& c) {
+std::string gemm_check(const GemmShape& whole, const Target& t, const json& c) {
+  int64_t parts = c["split_k"];
+  if (whole.k % parts != 0) return str("split_k ", parts, " does not divide the reduction's ", whole.k);
+  const GemmShape g = split_shape(whole, parts);
   GemmHierarchy h = gemm_hierarchy(t, c);
   int64_t limit = gpu_limits(t).max_threads_per_block;
   if (h.lanes_n > h.warp) return str("lanes_n ", h.lanes_n, " is more than a warp's ", h.warp, " threads");
@@ -147,11 +168,34 @@ std::string gemm_check(const GemmShape& g, const Target& t, const json& c) {
 // its threads, registers and shared memory allow: compiler/gpu.h GpuArch), a
 // thread's throughput falls with a smaller register tile (fewer multiply-adds per
 // shared-memory load), a block's with a smaller tile (more memory traffic per multiply-add),
-// and a multiprocessor's with fewer than 8 warps on it.
-void gemm_default(const GemmShape& g, const Target& t, json& c) {
-  const GpuArch arch = gpu_arch(t);
+// and a multiprocessor's with fewer than 8 warps on it. Returns the hierarchy and its time in
+// cycles (at 128 multiply-adds per cycle per multiprocessor).
+namespace {
+
+struct Choice {
+  GemmHierarchy h;
+  double cycles = 0;
+};
+
+// How many times over a 128-bit shared-memory load of the register tile's operand runs: the
+// 8 threads of a quarter warp (lanes ln + lanes_n * lm, consecutive) that read A's rows
+// (`rows`: at lm * tile) or B's columns (at ln * tile), 16-byte chunks in 8 bank groups; the
+// most distinct chunks in one group. B's columns of an 8-wide tile at lanes_n = 8 are the
+// classic 2-way conflict (lanes 0 and 4 both in banks 0-3).
+int64_t bank_conflicts(int64_t tile, int64_t lanes_m, int64_t lanes_n, bool rows) {
+  std::map<int64_t, std::set<int64_t>> groups;
+  for (int64_t lane = 0; lane < 8; ++lane) {
+    int64_t ln = lane % lanes_n, lm = lane / lanes_n % lanes_m;
+    int64_t chunk = (rows ? lm : ln) * tile / 4;  // in 16-byte units
+    groups[chunk % 8].insert(chunk);
+  }
+  size_t most = 1;
+  for (const auto& [g, chunks] : groups) most = std::max(most, chunks.size());
+  return static_cast<int64_t>(most);
+}
+
+Choice best_hierarchy(const GemmShape& g, const GpuArch& arch, bool shared) {
   const int64_t warp = arch.warp, sms = arch.multiprocessors;
-  const bool shared = g.m > 1 && g.k >= 8;
   GemmHierarchy best;
   double best_time = 0;
   // First only register tiles of at least 8 multiply-adds per shared-memory load (4 x 4 and
@@ -162,12 +206,14 @@ void gemm_default(const GemmShape& g, const Target& t, json& c) {
     for (int64_t tm : {8, 4, 2, 1}) {
       for (int64_t tn : {8, 4, 2, 1}) {
         if (tm > g.m || tn > g.n) continue;
-        // Multiply-adds per shared-memory load of a thread (16 for 8 x 8: two 128-bit loads
-        // of A and two of B per k).
-        double per_load = double(tm * tn) / double((tm + 3) / 4 + (tn + 3) / 4);
-        if (per_load < least) continue;
         for (int64_t ln : {8, 16, 4, 32, 2, 1}) {
           if (ln > warp) continue;
+          // Multiply-adds per shared-memory load of a thread (16 for 8 x 8: two 128-bit
+          // loads of A and two of B per k), each load counted as often as the bank
+          // conflicts among the 8 threads that access shared memory together replay it.
+          double per_load = double(tm * tn) / double((tm + 3) / 4 * bank_conflicts(tm, warp / ln, ln, true) +
+                                                     (tn + 3) / 4 * bank_conflicts(tn, warp / ln, ln, false));
+          if (per_load < least) continue;
           for (int64_t wm : {1, 2, 4, 8}) {
             for (int64_t wn : {1, 2, 4, 8}) {
               GemmHierarchy h{warp, warp / ln, ln, wm, wn, tm, tn, std::min<int64_t>(8, g.k)};
@@ -204,16 +250,43 @@ void gemm_default(const GemmShape& g, const Target& t, json& c) {
       }
     }
   }
+  return {best, best_time * double(g.k) / 128.0};
+}
+
+}  // namespace
+
+// The default: the hierarchy above for the whole reduction, or for a split of it where the
+// model says the parts (more blocks on the same C) and the second kernel (writing and reading
+// the partial sums at about 16 bytes per cycle per multiprocessor, and its launch, about 4000
+// cycles) finish first.
+void gemm_default(const GemmShape& g, const Target& t, json& c) {
+  const GpuArch arch = gpu_arch(t);
+  const bool shared = g.m > 1 && g.k >= 8;
+  Choice best = best_hierarchy(g, arch, shared);
+  int64_t parts = 1;
+  for (const json& v : gemm_int_candidates("split_k", g, t)) {
+    int64_t n = v;
+    if (n == 1) continue;
+    Choice split = best_hierarchy(split_shape(g, n), arch, shared);
+    double bytes = double(2 * n) * double(g.batches * g.m * g.n) * 4;
+    double cycles = split.cycles + bytes / double(16 * arch.multiprocessors) + 4000;
+    if (cycles < best.cycles * 0.9) {
+      best = split;
+      best.cycles = cycles;
+      parts = n;
+    }
+  }
   // Staging pays when the block's threads share rows and columns (a block of one row, M = 1,
   // reads each element of B once).
-  c["warps_m"] = best.warps_m;
-  c["warps_n"] = best.warps_n;
-  c["lanes_n"] = best.lanes_n;
-  c["tile_m"] = best.tile_m;
-  c["tile_n"] = best.tile_n;
-  c["block_k"] = best.block_k;
+  c["warps_m"] = best.h.warps_m;
+  c["warps_n"] = best.h.warps_n;
+  c["lanes_n"] = best.h.lanes_n;
+  c["tile_m"] = best.h.tile_m;
+  c["tile_n"] = best.h.tile_n;
+  c["block_k"] = best.h.block_k;
   c["shared"] = shared;
   c["stages"] = shared ? 2 : 1;
+  c["split_k"] = parts;
   c["vectorize"] = true;
   c["unroll"] = true;
 }
@@ -255,7 +328,7 @@ void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const 
 
   // The accumulator's loops: K in block_k steps, then the register tile (rows unrolled,
   // columns vectorized).
-  Expr ko = schedule_dense_acc(acc, acc.op()->axes.size() == 3, h.block_k, vec, unroll);
+  Expr ko = schedule_dense_acc(acc, acc.op()->axes.size() - 2, h.block_k, vec, unroll);
   if (!c["shared"].get<bool>()) return;
 
   int64_t threads_y = h.warps_m * h.warps_n;
@@ -278,6 +351,122 @@ void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const 
   if (int64_t n = c["stages"]; n > 1) {
     a.multi_buffer(static_cast<int>(n));
     b.multi_buffer(static_cast<int>(n));
+  }
+}
+
+namespace {
+
+// Rebuilds the stages from `t` down that read a replaced tensor, with the same names, axes
+// and bodies but for those reads.
+class ReadReplacer : public ir::IRMutator {
+ public:
+  explicit ReadReplacer(std::map<const ir::Operation*, ir::Tensor> replaced) : done_(std::move(replaced)) {}
+
+  ir::Tensor rebuild(const ir::Tensor& t) {
+    if (auto it = done_.find(t.get()); it != done_.end()) return it->second;
+    if (t->is_placeholder()) return done_[t.get()] = t;
+    auto op = std::make_shared<ir::Operation>(*t);
+    op->body = mutate_expr(t->body);
+    return done_[t.get()] = op;
+  }
+
+  Expr mutate_expr(const Expr& e) override {
+    Expr m = ir::IRMutator::mutate_expr(e);
+    if (const ir::TensorRead* r = m.as<ir::TensorRead>()) {
+      ir::Tensor to = rebuild(r->op);
+      if (to != r->op) return ir::TensorRead::make(to, r->indices);
+    }
+    return m;
+  }
+
+ private:
+  std::map<const ir::Operation*, ir::Tensor> done_;
+};
+
+}  // namespace
+
+OpGraph split_k_graph(const OpGraph& g, int64_t parts) {
+  const ir::Tensor& old = g.acc;
+  const ir::Reduce* red = old->reduce();
+  TF_CHECK(red && old->reduce_axes.size() == 1, "split_k_graph: ", old->name, " is not a reduction over one axis");
+  const int64_t k = old->reduce_axes[0].extent;
+  if (parts < 1 || k % parts != 0) {
+    throw UserError(str("config knob split_k=", parts, ": must divide the reduction's extent ", k, " (",
+                        g.workload.canonical(), ")"));
+  }
+  const int64_t depth = k / parts;
+  std::vector<int64_t> shape{parts};
+  std::vector<std::string> names{"s"};
+  for (const ir::IterVar& a : old->axes) {
+    shape.push_back(a.extent);
+    names.push_back(a.name());
+  }
+  ir::IterVar kk = ir::reduce_axis(depth, old->reduce_axes[0].name());
+  // Named as the old reduction, but when that is the output (named as the function's).
+  const std::string name = old == g.output ? old->name + "_acc" : old->name;
+  ir::Tensor acc = ir::compute(name, shape, names, [&](const std::vector<Expr>& ax) {
+    ir::VarMap m;
+    for (size_t i = 0; i < old->axes.size(); ++i) m[old->axes[i].var.get()] = ax[i + 1];
+    m[old->reduce_axes[0].var.get()] = ax[0] * depth + kk.var;
+    return ir::sum(ir::substitute(red->source, m), {kk});
+  }, {kk});
+  ir::Tensor partial = ir::compute(name + "_partial", shape, names, [&](const std::vector<Expr>& ax) {
+    return ir::read(acc, ax);
+  });
+  ir::IterVar s = ir::reduce_axis(parts, "s");
+  std::vector<std::string> sum_names(names.begin() + 1, names.end());
+  // The output itself when it is the reduction (no epilogue).
+  std::string sum_name = old == g.output ? g.output->name : name + "_sum";
+  ir::Tensor sum = ir::compute(sum_name, old->shape, sum_names, [&](const std::vector<Expr>& ax) {
+    std::vector<Expr> at{s.var};
+    at.insert(at.end(), ax.begin(), ax.end());
+    return ir::sum(ir::read(partial, at), {s});
+  }, {s});
+  ReadReplacer replace({{old.get(), sum}});
+  OpGraph r = g;
+  r.acc = acc;
+  r.output = replace.rebuild(g.output);
+  for (ir::Tensor& t : r.tail) t = replace.rebuild(t);
+  return r;
+}
+
+OpGraph GemmTemplate::gemm_graph(const OpGraph& g, const Target&, const json&) const { return g; }
+
+OpGraph GemmTemplate::schedule_graph(const OpGraph& g, const Target& t, const json& c) const {
+  OpGraph r = gemm_graph(g, t, c);
+  int64_t parts = c["split_k"];
+  return parts > 1 ? split_k_graph(r, parts) : r;
+}
+
+void GemmTemplate::apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const {
+  GemmStages st = gemm_operands(s, g, c);
+  const int64_t parts = c["split_k"];
+  if (parts == 1) {
+    gemm_writer(s, g, st);
+    schedule_gemm(s, st, gemm_shape(g), t, c);
+    return;
+  }
+  // The partial sums: a GEMM with the parts as (more) batches, written to the workspace.
+  st.acc = &s.stage(g.acc->name);
+  Stage& partial = s.stage(g.acc->name + "_partial");
+  st.out = &partial;
+  const auto& ax = partial.op()->axes;
+  st.batch = ax.size() == 4 ? partial.fuse(ax[0].var, ax[1].var) : ax[0].var;
+  st.rows = ax[ax.size() - 2].var;
+  st.cols = ax.back().var;
+  schedule_gemm(s, st, split_shape(gemm_shape(g), parts), t, c);
+  // Their sum and the epilogue: one output element per thread, the parts in order.
+  Stage& out = s.stage(g.output->name);
+  const auto& oax = out.op()->axes;
+  Expr all = oax[0].var;
+  for (size_t i = 1; i < oax.size(); ++i) all = out.fuse(all, oax[i].var);
+  int64_t elements = 1;
+  for (int64_t e : out.op()->shape) elements *= e;
+  auto [block, thread] = out.split(all, std::min<int64_t>(256, elements));
+  out.bind(block, "blockIdx.x");
+  out.bind(thread, "threadIdx.x");
+  if (s.has_stage(g.acc->name + "_sum")) {
+    s.stage(g.acc->name + "_sum").compute_at(out, thread);
   }
 }
 

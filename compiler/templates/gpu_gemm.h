@@ -25,6 +25,21 @@ struct GemmShape {
   int64_t batches = 1, m = 1, n = 1, k = 1;
 };
 
+// The GEMM each part of a split-K schedule computes: `parts` times as many products, each
+// over K / parts.
+GemmShape split_shape(const GemmShape& g, int64_t parts);
+
+// Split-K (`split_k` parts > 1): the graph `g` (its reduction `acc` over one axis of extent
+// K, which `parts` divides; its axes (batch?, rows, cols)) redefined as
+//   acc[s][...]      = the same sum over kk in [0, K/parts), at k = s * K/parts + kk
+//   acc_partial[s][...] = acc[s][...]         (a workspace in global memory)
+//   acc_sum[...]     = sum over s of acc_partial[s][...], s in order (deterministic)
+// and the output (its epilogue and fused tail) reading acc_sum where it read acc; acc keeps
+// the old reduction's name (<output>_acc where that was the output, which acc_sum then is). Lowered
+// for a GPU, the partial sums and the final sum are two kernels one call launches in turn
+// (compiler/gpu.h split_gpu_program).
+OpGraph split_k_graph(const OpGraph& g, int64_t parts);
+
 // Threads of a warp (wavefront): 32 on NVIDIA and AMD gfx10+, 64 on gfx9.
 int64_t gpu_warp_size(const Target& t);
 
@@ -59,6 +74,11 @@ void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const 
 
 // A template on the hierarchy: its knobs, candidates, defaults and constraints are the
 // hierarchy's, for the GEMM its operator is.
+//
+// The template defines the GEMM (gemm_graph: the workload's own graph or another definition
+// of it, e.g. a convolution's implicit GEMM) and names its operands and output axes
+// (gemm_stages); with split_k > 1 the hierarchy schedules the partial sums of
+// split_k_graph and a second kernel sums them.
 class GemmTemplate : public ScheduleTemplate {
  public:
   using ScheduleTemplate::ScheduleTemplate;
@@ -66,9 +86,20 @@ class GemmTemplate : public ScheduleTemplate {
   std::vector<json> int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const final;
   json default_config(const OpGraph& g, const Target& t) const final;
   std::string check_constraints(const OpGraph& g, const Target& t, const json& c) const final;
+  OpGraph schedule_graph(const OpGraph& g, const Target& t, const json& c) const final;
+  void apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const final;
 
  protected:
+  // The GEMM's extents, from the workload (the same for every graph the template schedules).
   virtual GemmShape gemm_shape(const OpGraph& g) const = 0;
+  // The definition the hierarchy schedules (before any split); `g` by default.
+  virtual OpGraph gemm_graph(const OpGraph& g, const Target& t, const json& c) const;
+  // The operands (a, b and their flags) of gemm_graph's reduction; may inline stages that
+  // compute them when `c` does not stage them in shared memory.
+  virtual GemmStages gemm_operands(Schedule& s, const OpGraph& g, const json& c) const = 0;
+  // Without split-K: the accumulator and the stage writing C, with its batch, row and column
+  // axes (st's operands already set).
+  virtual void gemm_writer(Schedule& s, const OpGraph& g, GemmStages& st) const = 0;
 };
 
 }  // namespace tf::templates

@@ -104,15 +104,18 @@ Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) 
   return compared(g, bufs, status);
 }
 
-Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const std::array<int64_t, 3>& grid,
-                            const std::array<int64_t, 3>& block, uint64_t seed) {
+namespace {
+
+// One kernel of a GPU program, blocks one after another, each with its threads at once.
+int emulate_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::vector<std::vector<float>>& bufs) {
   EmulatedKernel k = emulate_gpu_thread(f);
   std::unique_ptr<KernelLibrary> lib = build_for_host(k.func);
-  std::vector<std::vector<float>> bufs = seeded_buffers(g, seed);
   // One per block, shared by its threads.
   std::vector<std::vector<float>> shared;
   for (const auto& [name, size] : k.shared) shared.emplace_back(static_cast<size_t>(size));
-  const int64_t threads = block[0] * block[1] * block[2];
+  const auto& grid = launch.grid;
+  const auto& block = launch.block;
+  const int64_t threads = launch.threads_per_block();
   std::atomic<int> status{0};
   for (int64_t bz = 0; bz < grid[2]; ++bz) {
     for (int64_t by = 0; by < grid[1]; ++by) {
@@ -136,6 +139,28 @@ Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const st
       }
     }
   }
+  return status;
+}
+
+}  // namespace
+
+Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Target& t, uint64_t seed,
+                            int64_t max_blocks) {
+  GpuProgram p = split_gpu_program(f);
+  std::vector<std::vector<float>> bufs = seeded_buffers(g, seed);
+  // Workspaces after the arguments, NaN as uninitialized device memory may be.
+  for (const auto& [name, size] : p.workspaces) bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
+  int status = 0;
+  for (const ir::LoweredFunc& k : p.kernels) {
+    GpuLaunch launch = check_gpu_kernel(k, t);
+    int64_t blocks = launch.grid[0] * launch.grid[1] * launch.grid[2];
+    if (blocks > max_blocks) {
+      throw std::runtime_error(str("run_gpu_emulated: kernel ", k.name, " has ", blocks, " blocks (at most ",
+                                   max_blocks, " here)"));
+    }
+    if (int s = emulate_kernel(k, launch, bufs)) status = s;
+  }
+  bufs.resize(g.inputs.size() + 1);
   return compared(g, bufs, status);
 }
 

@@ -30,14 +30,15 @@ Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t 
 // The same with a kernel built already (from `g`); callable from several threads at once.
 Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed = 7);
 
-// Runs a GPU kernel `f` (launched as `launch`) on the CPU with one thread per GPU thread of a
-// block, all of a block's threads at once, blocks one after another (compiler/gpu.h
-// emulate_gpu_thread): each thread copies only its share of shared tiles, barriers
-// synchronize, and shared memory starts as NaN at each block (a read of an element no thread
-// wrote shows in the output); compares with the reference. Small grids only (the threads are
-// real).
-Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const std::array<int64_t, 3>& grid,
-                            const std::array<int64_t, 3>& block, uint64_t seed = 7);
+// Runs the GPU function `f` for target `t` on the CPU: each of its kernels in turn
+// (compiler/gpu.h split_gpu_program; workspaces start as NaN), with one thread per GPU thread
+// of a block, all of a block's threads at once, blocks one after another (emulate_gpu_thread):
+// each thread copies only its share of shared tiles, barriers synchronize, and shared memory
+// starts as NaN at each block (a read of an element no thread wrote shows in the output);
+// compares with the reference. Small grids only (the threads are real): a kernel of more than
+// `max_blocks` blocks is a std::runtime_error.
+Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Target& t, uint64_t seed = 7,
+                            int64_t max_blocks = 64);
 
 // A fresh directory for one test's files, removed at exit.
 std::string temp_dir();

@@ -1448,6 +1448,40 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
             std::string::npos)
       << read_file(fake_log) << "\nsidecar: " << side["launch"].dump();
 
+  // Split-K: one measurement launches both kernels of the call, on a workspace for the
+  // partial sums (4 x 64 x 64 floats).
+  std::string split = dir + "/split.ptx";
+  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=64,N=64,K=512)' -t 'cuda -arch=sm_80' --no-db" +
+                         " -c '{\"split_k\": 4}' -o " + split + " > /dev/null").c_str()),
+            0);
+  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + split + " --no-db" +
+                    " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
+                    " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << read_file(out);
+  nlohmann::json split_side = nlohmann::json::parse(read_file(split + ".json"));
+  ASSERT_EQ(split_side["launch"]["then"].size(), 1u) << split_side.dump();
+  EXPECT_NE(read_file(fake_log).find("launch matmul_step2 grid="), std::string::npos) << read_file(fake_log);
+  EXPECT_NE(read_file(fake_log).find("alloc " + std::to_string(4 * 64 * 64 * 4) + "\n"), std::string::npos)
+      << read_file(fake_log);
+  // A sidecar naming a kernel the module lacks, or asking too much: refused by name.
+  nlohmann::json bad = split_side;
+  bad["launch"]["then"][0]["function"] = "matmul_step9";
+  std::ofstream(split + ".json") << bad.dump();
+  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + split + " --no-db --json" +
+                    " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
+                    " 2>&1").c_str());
+  EXPECT_NE(WEXITSTATUS(rc), 0) << read_file(out);
+  EXPECT_NE(read_file(out).find("cuModuleGetFunction(matmul_step9)"), std::string::npos) << read_file(out);
+  bad = split_side;
+  bad["launch"]["workspace_elements"][0] = int64_t{1} << 40;
+  std::ofstream(split + ".json") << bad.dump();
+  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + split + " --no-db" +
+                    " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
+                    " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << read_file(out);
+  EXPECT_NE(read_file(out).find("workspace of 1099511627776 elements out of range"), std::string::npos)
+      << read_file(out);
+
   // A GPU kernel whose sidecar lost its launch: farm measure says so; the tuner's runner
   // makes it that candidate's LOAD_ERROR and goes on.
   side.erase("launch");

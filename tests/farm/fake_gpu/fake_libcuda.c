@@ -59,6 +59,12 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
   return 0;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+  const char* log = getenv("TF_FAKE_CUDA_LOG");
+  FILE* out = log ? fopen(log, "a") : NULL;
+  if (out) {
+    fprintf(out, "alloc %zu\n", bytes);
+    fclose(out);
+  }
   float* f = malloc(bytes);
   if (!f) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
   for (size_t i = 0; i < bytes / sizeof(float); ++i) f[i] = __builtin_nanf("");
@@ -73,14 +79,17 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
                         unsigned shared, void* stream, void** params, void** extra) {
   if (!f || !params || gx * gy * gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) return 1;  // INVALID_VALUE
   const char* log = getenv("TF_FAKE_CUDA_LOG");
-  static int logged;
-  if (log && !logged) {
+  // Each function's first launch (a call of a split-K kernel launches two).
+  static const void* logged[8];
+  int seen = 0, i = 0;
+  for (; i < 8 && logged[i]; ++i) seen |= logged[i] == f;
+  if (log && !seen && i < 8) {
     FILE* out = fopen(log, "a");
     if (out) {
       fprintf(out, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u\n", (const char*)f, gx, gy, gz, bx, by, bz, shared);
       fclose(out);
     }
-    logged = 1;
+    logged[i] = f;
   }
   return 0;
 }
