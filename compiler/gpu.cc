@@ -1,6 +1,7 @@
 #include "compiler/gpu.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,10 +23,11 @@ class GpuChecker {
     post_order(f_.body, [](const Expr&) {}, [&](const Stmt& s) {
       if (const For* f = s.as<For>()) any |= is_gpu_binding(f->for_kind);
     });
-    if (!any) {
+    if (!any && !writes_only_scalars()) {
       fail("binds no loop to the GPU grid: every thread would compute the whole output (bind loops to "
            "blockIdx/threadIdx)");
     }
+    single_thread_ = !any;
     stmt(f_.body, 0);
     GpuLaunch l;
     for (int d = 0; d < 3; ++d) {
@@ -51,6 +53,21 @@ class GpuChecker {
   }
 
  private:
+  // Whether every store writes a buffer of one element (a scalar output, a scalar
+  // workspace): a kernel that binds nothing then runs as one thread (grid and block 1).
+  bool writes_only_scalars() const {
+    std::map<std::string, int64_t> sizes;
+    for (const BufferArg& a : f_.args) sizes[a.name] = a.num_elements();
+    bool scalars = true;
+    post_order(f_.body, [](const Expr&) {}, [&](const Stmt& s) {
+      if (const Allocate* a = s.as<Allocate>()) sizes[a->buffer] = a->size;
+    });
+    post_order(f_.body, [](const Expr&) {}, [&](const Stmt& s) {
+      if (const Store* st = s.as<Store>()) scalars &= sizes.count(st->buffer) && sizes[st->buffer] == 1;
+    });
+    return scalars;
+  }
+
   template <typename... Args>
   [[noreturn]] void fail(const Args&... args) {
     throw UserError(str("schedule for ", t_.str(), ": kernel ", f_.name, " ", args...));
@@ -69,7 +86,7 @@ class GpuChecker {
         }
         if (!is_gpu_binding(f->for_kind)) {
           const int64_t* n = as_const_int(f->extent);
-          if (bound == 0 && (!n || *n > 1)) {
+          if (bound == 0 && !single_thread_ && (!n || *n > 1)) {
             fail(str("has loop ", name_of(f), " (extent ", n ? std::to_string(*n) : std::string("unknown"),
                      ") outside the GPU bindings: it would run serially in every thread (bind it, or split it and "
                      "bind the outer part)"));
@@ -103,7 +120,7 @@ class GpuChecker {
       }
       case StmtKind::Store: {
         const Store* st = s.as<Store>();
-        if (bound == 0) {
+        if (bound == 0 && !single_thread_) {
           fail(str("stores to ", st->buffer, " outside the GPU bindings: every thread would write the same elements"));
         }
         return;
@@ -157,6 +174,7 @@ class GpuChecker {
   };
   Budget local_{0, 0, limits_.max_local_bytes_per_thread}, shared_{0, 0, limits_.max_shared_bytes};
   int conditions_ = 0;
+  bool single_thread_ = false;  // binds nothing and writes only scalars: one thread
 };
 
 class Serializer : public IRMutator {

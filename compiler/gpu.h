@@ -6,7 +6,9 @@
 // indices. check_gpu_kernel rejects, with a message naming the limit and the value:
 //   - a loop marked parallel (that is a CPU thread pool; bind it instead),
 //   - a loop that is not bound but encloses the bound ones, or a store outside every bound
-//     loop (each thread would repeat that work, or write the same elements as all others),
+//     loop (each thread would repeat that work, or write the same elements as all others);
+//     but a kernel that binds nothing and writes only buffers of one element (a scalar
+//     output or workspace) is accepted as one thread (grid and block 1),
 //   - threads per block, block or grid dimensions past the target's limits,
 //   - one axis bound with two extents, or a block axis bound twice on one path (a thread
 //     axis bound again inside itself is a cooperative loop: a shared-memory copy, each thread

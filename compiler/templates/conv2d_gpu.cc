@@ -43,18 +43,15 @@ class Conv2dGpu final : public GemmTemplate {
 
  protected:
   OpGraph gemm_graph(const OpGraph& g, const Target&, const json&) const override {
-    if (!g.tail.empty() || !g.prepacked.empty()) {
-      throw UserError(str(id(), ": fused elementwise tails and prepacked weights are not implemented on GPUs (",
-                          g.workload.canonical(), ")"));
+    if (!g.prepacked.empty()) {
+      throw UserError(str(id(), ": prepacked weights are not implemented on GPUs (", g.workload.canonical(), ")"));
     }
     ConvDims d = conv_dims(g);
     const int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
     const Tensor& data = g.inputs[0];
-    OpGraph r = g;
     // The weights as the GEMM's matrix: the same elements, in the same order.
     Tensor weight = ir::placeholder(g.inputs[1]->name, d.nhwc ? std::vector<int64_t>{q, d.k}
                                                               : std::vector<int64_t>{d.k, q});
-    r.inputs[1] = weight;
     // im2col: the input element a reduction index q meets at output position pos.
     auto im2col = [&, d](const Expr& n, const Expr& qi, const Expr& pos) {
       Expr c, rr, ss;
@@ -89,18 +86,19 @@ class Conv2dGpu final : public GemmTemplate {
         return ir::sum(ir::read(weight, {ax[1], red.var}) * ir::read(col, {ax[0], red.var, ax[2]}), {red});
       }, {red});
     }
-    Epilogue e = g.workload.epilogue;
-    bool bias = e == Epilogue::Bias || e == Epilogue::BiasRelu, relu = e == Epilogue::Relu || e == Epilogue::BiasRelu;
+    // The GEMM's result in the workload's layout (p = oh*OW + ow), read where the direct
+    // reduction was: the epilogue and any fused elementwise tail keep their definitions.
+    const ir::Tensor& old = g.acc;
     std::vector<std::string> names = d.nhwc ? std::vector<std::string>{"n", "oh", "ow", "k"}
                                             : std::vector<std::string>{"n", "k", "oh", "ow"};
-    r.output = ir::compute(g.output->name, g.output->shape, names, [&](const std::vector<Expr>& ax) {
-      Expr k = d.nhwc ? ax[3] : ax[1];
-      Expr pos = d.nhwc ? ax[1] * d.ow + ax[2] : ax[2] * d.ow + ax[3];
-      Expr v = d.nhwc ? ir::read(acc, {ax[0], pos, k}) : ir::read(acc, {ax[0], k, pos});
-      if (bias) v = v + ir::read(g.inputs[2], {k});
-      if (relu) v = ir::max(v, ir::f32(0.0));
-      return v;
-    });
+    ir::Tensor view = ir::compute(old == g.output ? g.output->name : "acc_view", old->shape, names,
+                                  [&](const std::vector<Expr>& ax) {
+                                    Expr k = d.nhwc ? ax[3] : ax[1];
+                                    Expr pos = d.nhwc ? ax[1] * d.ow + ax[2] : ax[2] * d.ow + ax[3];
+                                    return d.nhwc ? ir::read(acc, {ax[0], pos, k}) : ir::read(acc, {ax[0], k, pos});
+                                  });
+    OpGraph r = with_reads_replaced(g, old, view);
+    r.inputs[1] = weight;
     r.acc = acc;
     r.pad = nullptr;
     return r;
@@ -120,6 +118,7 @@ class Conv2dGpu final : public GemmTemplate {
       st.b_contiguous = false;
     }
     if (!c["shared"].get<bool>()) s.stage("col").compute_inline();
+    if (s.has_stage("acc_view")) s.stage("acc_view").compute_inline();
     return st;
   }
 

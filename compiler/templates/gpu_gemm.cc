@@ -422,9 +422,14 @@ OpGraph split_k_graph(const OpGraph& g, int64_t parts) {
     at.insert(at.end(), ax.begin(), ax.end());
     return ir::sum(ir::read(partial, at), {s});
   }, {s});
-  ReadReplacer replace({{old.get(), sum}});
-  OpGraph r = g;
+  OpGraph r = with_reads_replaced(g, old, sum);
   r.acc = acc;
+  return r;
+}
+
+OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by) {
+  ReadReplacer replace({{old.get(), by}});
+  OpGraph r = g;
   r.output = replace.rebuild(g.output);
   for (ir::Tensor& t : r.tail) t = replace.rebuild(t);
   return r;

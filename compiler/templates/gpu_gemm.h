@@ -40,6 +40,10 @@ GemmShape split_shape(const GemmShape& g, int64_t parts);
 // (compiler/gpu.h split_gpu_program).
 OpGraph split_k_graph(const OpGraph& g, int64_t parts);
 
+// `g` with its output and fused tail rebuilt (same names, axes and bodies) to read `by` where
+// they read `old` (of the same shape); `by` itself may be the output.
+OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by);
+
 // Threads of a warp (wavefront): 32 on NVIDIA and AMD gfx10+, 64 on gfx9.
 int64_t gpu_warp_size(const Target& t);
 

@@ -661,6 +661,24 @@ TEST(GpuErrors, TooManyThreadsAlongZ) {
   }
 }
 
+// A kernel that binds nothing but writes only one element (a scalar reduction: a loss, a
+// norm) runs as one thread; one that writes more is still refused.
+TEST(GpuErrors, ScalarKernelsRunAsOneThread) {
+  Target t = parse_target("cuda -arch=sm_90");
+  ir::Tensor a = ir::placeholder("A", {64, 32});
+  ir::IterVar i = ir::reduce_axis(64, "i"), j = ir::reduce_axis(32, "j");
+  ir::Tensor total = ir::compute("total", {}, {}, [&](const std::vector<ir::Expr>&) {
+    return ir::sum(ir::read(a, {i.var, j.var}), {i, j});
+  }, {i, j});
+  ir::Schedule s(total);
+  ir::LoweredFunc f = lower(s, {a}, "k").func;
+  GpuLaunch l = check_gpu_kernel(f, t);
+  EXPECT_EQ(l.grid, (std::array<int64_t, 3>{1, 1, 1}));
+  EXPECT_EQ(l.block, (std::array<int64_t, 3>{1, 1, 1}));
+  std::string ptx = codegen_llvm(f, t, CodegenOutput::Asm).data;
+  EXPECT_NE(ptx.find(".entry k("), std::string::npos);
+}
+
 TEST(GpuErrors, UnboundAndParallelLoops) {
   ir::Tensor a = ir::placeholder("A", {64, 32});
   auto make = [&] {
