@@ -278,12 +278,12 @@ int64_t memory_budget(const std::string& flag) {
 }
 
 graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Database* db, const std::string& out,
-                                const std::string& model, bool warn, int64_t budget) {
+                                const std::string& model, bool warn, int64_t budget, bool emulate_gpu = false) {
   graph::ConfigLookup lookup = [db](const Workload& w, const Target& target) {
     ConfigChoice c = choose_config(db, w, target);
     return graph::KernelConfig{c.config, c.source, c.tuned_from};
   };
-  graph::CompiledModel cm = graph::compile_model(g, t, lookup, out, model, budget);
+  graph::CompiledModel cm = graph::compile_model(g, t, lookup, out, model, budget, emulate_gpu);
   if (warn && cm.untuned() > 0) {
     std::fprintf(stderr,
                  "warning: %d of %d tunable kernels have no tuned config for %s and use default schedules "
@@ -372,7 +372,7 @@ int compile_model_file(const ModelCompileArgs& a) {
   int64_t budget = memory_budget(a.max_memory);
   graph::Graph g = load_model(a.model, a.opt_level, a.disable, channel_block(t));
   auto start = std::chrono::steady_clock::now();
-  graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget);
+  graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget, a.emulate_gpu);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (a.json) {
     json j = cm.sidecar(a.model);
@@ -384,10 +384,13 @@ int compile_model_file(const ModelCompileArgs& a) {
   }
   int tunable = cm.tunable();
   std::printf("wrote %s and %s: %zu kernels (%d tunable, %d tuned), workspace %.2f MiB (%.2f MiB unplanned), "
-              "weights %.2f MiB, in %.1f s\n",
+              "weights %.2f MiB, in %.1f s%s\n",
               a.out.c_str(), (a.out + ".json").c_str(), cm.kernels.size(), tunable, tunable - cm.untuned(),
               cm.memory.arena_bytes / 1048576.0, cm.memory.naive_bytes / 1048576.0, cm.constant_bytes / 1048576.0,
-              seconds);
+              seconds,
+              cm.emulates.empty() ? ""
+                                  : str("; the kernels of ", cm.emulates, " run serially on this machine (emulated)")
+                                        .c_str());
   return 0;
 }
 

@@ -55,6 +55,7 @@ struct ModelCompileArgs {
   bool json = false, quiet_untuned = false;
   db::Database* db = nullptr;
   std::string max_memory;  // --max-memory; empty: graph::default_memory_budget()
+  bool emulate_gpu = false;  // --emulate-gpu: graph::compile_model's emulate_gpu
 };
 // The graph of an .onnx model after the graph passes for target `t` (at `opt_level`, without
 // the passes `disable` names): what compile --model compiles and tune --model tunes.

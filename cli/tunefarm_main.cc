@@ -73,6 +73,7 @@ struct CompileArgs {
   std::string workload, target = kDefaultTarget, config, name, emit = "so", out, db, libdevice, rocm_device_libs;
   std::vector<std::string> skip, dump;
   bool time_passes = false, list_passes = false, no_db = false, as_json = false;
+  bool emulate_gpu = false;  // --model for a GPU target: its kernels run serially here
   cli::ServerArgs server;  // --server: the tuning service's database instead of a file
   std::string max_memory;  // --model: the memory budget
 };
@@ -127,11 +128,13 @@ int cmd_compile(const CompileArgs& a) {
     }
     std::unique_ptr<db::Database> db = a.server.given() ? open_remote_database(cli::service_endpoint(a.server))
                                                         : lookup_database(a.db, a.no_db);
-    cli::ModelCompileArgs m{a.model, a.target, a.out, a.disable, a.opt_level, a.as_json, a.no_db, db.get(), a.max_memory};
+    cli::ModelCompileArgs m{a.model, a.target, a.out, a.disable, a.opt_level, a.as_json, a.no_db, db.get(), a.max_memory,
+                            a.emulate_gpu};
     return cli::compile_model_file(m);
   }
   if (a.workload.empty()) throw UserError("--workload (or --model) is required");
   if (!a.max_memory.empty()) throw UserError("--max-memory is for --model (a whole model)");
+  if (a.emulate_gpu) throw UserError("--emulate-gpu is for --model (a whole model)");
   if (a.out.empty()) throw UserError("-o OUT is required");
   // Both are read by code generation.
   if (!a.libdevice.empty()) setenv("TUNEFARM_LIBDEVICE", a.libdevice.c_str(), 1);
@@ -348,6 +351,9 @@ int main(int argc, char** argv) {
   compile->add_option("--model", ca.model, "an ONNX model to compile whole into one library (docs/models.md)");
   compile->add_option("--opt-level,-O", ca.opt_level, "--model: graph optimisation level, 0 to 3")->capture_default_str();
   compile->add_option("--disable-pass", ca.disable, "--model: do not run this graph pass (repeatable)");
+  compile->add_flag("--emulate-gpu", ca.emulate_gpu,
+                    "--model with a GPU target: schedule every kernel for that GPU, then run its grid serially in a "
+                    "library for this machine (a check of the GPU path's kernels and memory plan without a GPU)");
   tf::cli::add_max_memory_option(compile, ca.max_memory);
   compile->add_option("--target,-t", ca.target, "target string, e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72'")
       ->capture_default_str();

@@ -13,6 +13,7 @@
 #include "compiler/codegen_llvm.h"
 #include "compiler/codegen_runner.h"
 #include "compiler/driver.h"
+#include "compiler/gpu.h"
 #include "compiler/error.h"
 #include "compiler/inline_budget.h"
 #include "compiler/link.h"
@@ -74,6 +75,23 @@ void schedule_loops(ir::Stage& s, int lanes) {
   if (work >= (int64_t{1} << 15)) s.parallel(fused);
 }
 
+// The same on a GPU (correctness first): the spatial axes fused and dealt to a 1-D grid of
+// blocks of up to 256 threads, one output element per thread (a reduction's loops inside,
+// per thread). A stage of rank 0 has no axis to bind: its kernel runs as one thread
+// (compiler/gpu.h check_gpu_kernel).
+void schedule_loops_gpu(ir::Stage& s) {
+  const ir::Operation& op = *s.op();
+  size_t rank = op.shape.size();
+  if (rank == 0) return;
+  std::vector<ir::Expr> spatial(s.leaves().begin(), s.leaves().begin() + static_cast<int64_t>(rank));
+  ir::Expr fused = spatial[0];
+  for (size_t d = 1; d < rank; ++d) fused = s.fuse(fused, spatial[d]);
+  // (An empty tensor keeps a loop of extent 0: no block to launch.)
+  auto [block, thread] = s.split(fused, std::clamp<int64_t>(num_elements(op.shape), 1, 256));
+  s.bind(block, "blockIdx.x");
+  s.bind(thread, "threadIdx.x");
+}
+
 class ModelBuilder {
  public:
   ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup)
@@ -102,6 +120,11 @@ class ModelBuilder {
   const std::vector<FusedGroup>& kernel_groups() const { return groups_; }
 
  private:
+  void schedule_stage(ir::Stage& s) {
+    if (target_.is_gpu()) schedule_loops_gpu(s);
+    else schedule_loops(s, target_.vector_lanes());
+  }
+
   std::string function_name(const std::string& what) {
     return str("tf_k", builds_.size(), "_", identifier(what));
   }
@@ -121,6 +144,8 @@ class ModelBuilder {
     const Node& a = *nodes[0];
     AnchorWorkload aw = anchor_workload(g_, a);
     if (aw.spec.empty()) return false;
+    // An operator without a template for the target is a generic kernel there.
+    if (!lookup_template(parse_workload(aw.spec + ")").op, target_)) return false;
     AnchorEpilogue e = anchor_epilogue(g_, a, aw, readers_);
     // What the epilogue takes over must open the group, and leave the group's output to write.
     size_t used = e.nodes.size();
@@ -152,8 +177,8 @@ class ModelBuilder {
     if (!rest.empty()) fused = fuse_tail(a, spec, w, bias, relu, y, rest, group_out, args);
     bool tail = fused.has_value();
     OpGraph og = tail ? std::move(*fused) : build_op(w);
-    // Constant weights are packed here, once, if the template packs them.
-    if (g_.is_constant(args[1])) og.prepacked.insert(og.inputs[1]->name);
+    // Constant weights are packed here, once, if the template packs them (CPU templates).
+    if (g_.is_constant(args[1]) && target_.is_cpu()) og.prepacked.insert(og.inputs[1]->name);
     CompiledKernel k = compile_op_graph(og, target_, kc.config, kc.source, name);
     for (const ir::Schedule::Packing& p : k.packed) {
       for (size_t i = 0; i < og.inputs.size(); ++i) {
@@ -369,7 +394,7 @@ class ModelBuilder {
     for (ir::Stage* s : sch.stages()) {
       if (s->op() == result) continue;
       if (s->op()->reduce())
-        schedule_loops(*s, target_.vector_lanes());
+        schedule_stage(*s);
       else
         s->compute_inline();
     }
@@ -381,8 +406,8 @@ class ModelBuilder {
     } catch (const UserError& e) {
       throw UserError(str("node '", nodes.back()->name, "' (", nodes.back()->op, "): ", e.what()));
     }
-    for (ir::Stage* s : rooted) schedule_loops(*s, target_.vector_lanes());
-    schedule_loops(sch[result], target_.vector_lanes());
+    for (ir::Stage* s : rooted) schedule_stage(*s);
+    schedule_stage(sch[result]);
     KernelBuild b;
     b.info.function = function_name(nodes.back()->op);
     b.info.template_name = "generic";
@@ -443,6 +468,7 @@ json CompiledModel::sidecar(const std::string& model) const {
   return {{"format", "tunefarm-model/1"},
           {"model", model},
           {"target", target.str()},
+          {"emulates", emulates.empty() ? json() : json(emulates)},
           {"inputs", inputs},
           {"outputs", outputs},
           {"workspace_bytes", memory.arena_bytes},
@@ -467,11 +493,17 @@ Graph load_model(const std::string& path, int opt_level, const std::vector<std::
 
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
                             const std::string& out, const std::string& model_name,
-                            int64_t memory_budget) {
-  if (!target.is_cpu()) {
-    throw UserError(str("compiling whole models for ", target.str(),
-                        " is not implemented yet: CPU targets (llvm ...) only"));
+                            int64_t memory_budget, bool emulate_gpu) {
+  if (emulate_gpu && !target.is_gpu()) {
+    throw UserError(str("emulating a GPU needs a GPU target (cuda, rocm), not ", target.str()));
   }
+  if (!target.is_cpu() && !emulate_gpu) {
+    throw UserError(str("compiling whole models for ", target.str(),
+                        " is not implemented yet: CPU targets (llvm ...) only (--emulate-gpu compiles its kernels to "
+                        "run serially on this machine, a correctness check)"));
+  }
+  // What the library's code runs on: the target, or this machine running the GPU's kernels.
+  const Target code_target = emulate_gpu ? host_target() : target;
   // Every value must fit the budget on its own before anything is generated.
   check_input_budgets(g, memory_budget);
   for (const Node& n : g.nodes) check_output_budgets(g, n, memory_budget);
@@ -532,6 +564,20 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     return {RunnerBuffer::Kind::Workspace, cm.memory.buffers.at(v).offset};
   };
   std::vector<KernelBuild>& builds = mb.builds();
+  if (emulate_gpu) {
+    // Each kernel as the GPU would run it (the checker's refusals included), then its grid
+    // serially, for this machine.
+    for (KernelBuild& b : builds) {
+      try {
+        plan_gpu_program(b.func, target);
+      } catch (const UserError& e) {
+        throw UserError(str("kernel ", b.info.function, " (nodes ", b.info.nodes.front(), ", ...): ", e.what()));
+      }
+      b.func.body = serialize_gpu_bindings(b.func.body);
+    }
+    cm.emulates = target.str();
+    cm.target = code_target;
+  }
   // Kernels whose code is the same but for their names (a repeated layer, the per-group
   // convolutions of split-grouped-convs) are generated once, keyed by their LLVM IR before
   // optimization, and the model calls the first of them: most of a compile is LLVM's.
@@ -549,7 +595,7 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   std::vector<std::string> keys(builds.size()), errors(builds.size());
   on_all_cores([&](size_t k) {
     try {
-      keys[k] = llvm_ir_key(builds[k].func, target);
+      keys[k] = llvm_ir_key(builds[k].func, code_target);
     } catch (const std::exception& e) {
       errors[k] = e.what();
     }
@@ -606,7 +652,7 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   on_all_cores([&](size_t k) {
     if (code_of[k] != k || !errors[k].empty()) return;
     try {
-      results[k] = codegen_llvm(builds[k].func, target, CodegenOutput::Object);
+      results[k] = codegen_llvm(builds[k].func, code_target, CodegenOutput::Object);
     } catch (const std::exception& e) {
       errors[k] = e.what();
     }
@@ -622,8 +668,8 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     libm |= results[k].uses_libm;
   }
   objects.push_back(tmp + ".runner.o");
-  write_file(objects.back(), codegen_runner(spec, target));
-  link_shared_library(objects, tmp + ".so", target, openmp, libm);
+  write_file(objects.back(), codegen_runner(spec, code_target));
+  link_shared_library(objects, tmp + ".so", code_target, openmp, libm);
   write_file(target_path.string() + ".json", cm.sidecar(model_name).dump(2) + "\n");
   std::error_code ec;
   fs::rename(tmp + ".so", target_path, ec);

@@ -53,6 +53,9 @@ struct ModelKernel {
 
 struct CompiledModel {
   Target target;
+  // A GPU target whose kernels this library runs serially on the CPU (compile_model's
+  // emulate_gpu), or "".
+  std::string emulates;
   std::vector<ModelKernel> kernels;
   MemoryPlan memory;
   int64_t constant_bytes = 0;  // embedded
@@ -78,8 +81,14 @@ int64_t channel_block(const Target& t);
 // compiles. UserError for a file that does not import or a pass name that does not exist.
 Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block);
 
+//
+// With `emulate_gpu` (target a GPU: cuda, rocm), every kernel is scheduled for the GPU (its
+// templates, a 1-D grid for generic kernels), checked as the GPU would take it (UserError
+// otherwise), and run serially, its grid as loops (compiler/gpu.h serialize_gpu_bindings),
+// in a library for this machine: the GPU path's kernels and memory plan checked on a CPU.
+// Without it, GPU targets are a UserError (not implemented yet).
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
                             const std::string& out, const std::string& model_name,
-                            int64_t memory_budget = default_memory_budget());
+                            int64_t memory_budget = default_memory_budget(), bool emulate_gpu = false);
 
 }  // namespace tf::graph

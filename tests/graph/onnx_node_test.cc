@@ -178,12 +178,12 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   }
 }
 
-// Every node test that imports, compiled for this machine after the passes at -O2 and run
-// through the library's C ABI. Those that do not compile must say compiling the node is not
-// implemented yet; anything else (a crash, a wrong value, another error) fails.
-TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
-  if (!fs::exists(kNodeTests))
-    GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
+// Every node test that imports, compiled after the passes at -O2 and run through the
+// library's C ABI: for this machine, or (`gpu`) with every kernel scheduled for a GPU and run
+// serially on this machine (compile_model's emulate_gpu). Those that do not compile must say
+// compiling the node is not implemented yet; anything else (a crash, a wrong value, another
+// error) fails. Returns how many compiled.
+static int compile_node_tests(const tf::Target* gpu, int* refused_out) {
   fs::path tmp = fs::temp_directory_path() / ("tf-node-compile-" + std::to_string(getpid()));
   fs::create_directories(tmp);
   tf::Target host = tf::host_target();
@@ -205,11 +205,13 @@ TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
     } catch (const tf::UserError&) {
       continue;  // the test above checks the refusal
     }
-    // As `compile --model` runs them: the layout pass with the target's vector width.
-    run_passes(g, PassOptions{2, {}, {}, nullptr, host.vector_lanes()});
+    // As `compile --model` runs them: the layout pass with the target's vector width (none
+    // on GPUs).
+    const tf::Target& t = gpu ? *gpu : host;
+    run_passes(g, PassOptions{2, {}, {}, nullptr, channel_block(t)});
     std::string so = (tmp / (name + ".so")).string();
     try {
-      compile_model(g, host, defaults, so, name);
+      compile_model(g, t, defaults, so, name, default_memory_budget(), gpu != nullptr);
     } catch (const tf::UserError& e) {
       std::string why = e.what();
       EXPECT_NE(why.find("is not implemented yet"), std::string::npos) << name << ": " << why;
@@ -227,14 +229,35 @@ TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
     lib.run(in, got);
     for (size_t k = 0; k < got.size(); ++k) {
       HostTensor want = read_tensor_file((set / ("output_" + std::to_string(k) + ".pb")).string());
-      EXPECT_EQ(compare(want, got[k]), "") << name << " output " << k << " (compiled)";
+      EXPECT_EQ(compare(want, got[k]), "") << name << " output " << k << " (compiled" << (gpu ? " for " + gpu->str() : "")
+                                           << ")";
     }
     ++compiled;
   }
   fs::remove_all(tmp);
-  std::printf("ONNX node tests compiled: %d ran, %d refused as not implemented\n", compiled, refused);
+  std::printf("ONNX node tests compiled%s: %d ran, %d refused as not implemented\n",
+              gpu ? (" for " + gpu->str() + ", emulated").c_str() : "", compiled, refused);
   for (const auto& [reason, count] : refusals) std::printf("  %4d x %s\n", count, reason.c_str());
+  if (refused_out) *refused_out = refused;
+  return compiled;
+}
+
+TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
+  if (!fs::exists(kNodeTests))
+    GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
+  int compiled = compile_node_tests(nullptr, nullptr);
   EXPECT_GE(compiled, 200) << "too few node tests compile for this to mean much";
+}
+
+// The same models with their kernels scheduled for a CUDA GPU (the dense and convolution
+// templates' hierarchy, a 1-D grid for every other kernel) and run serially here: the GPU
+// path's kernels and memory plan against the ONNX expected outputs.
+TEST(OnnxNodeTests, GpuScheduledModelsMatchTheExpectedOutputsEmulated) {
+  if (!fs::exists(kNodeTests))
+    GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
+  tf::Target cuda = tf::parse_target("cuda -arch=sm_90");
+  int compiled = compile_node_tests(&cuda, nullptr);
+  EXPECT_GE(compiled, 190) << "too few node tests compile for a GPU for this to mean much";
 }
 
 // Models cross-compiled for aarch64 (a Raspberry Pi 4's cortex-a72) run under qemu-aarch64

@@ -2,8 +2,9 @@
 """Real models exported by PyTorch (Debian's python3-torch, python3-torchvision): random
 weights with fixed seeds, exported at test time (nothing stored), imported by `tunefarm
 import`, run with `tunefarm run --model --reference` and compiled (`tunefarm compile --model`,
-then `tunefarm run --model lib.so`), and both compared with PyTorch's own outputs: within
-1e-4 of the output's magnitude, and classifiers pick the same class.
+then `tunefarm run --model lib.so`; and for a CUDA GPU, its kernels run serially here:
+`--emulate-gpu`), and all compared with PyTorch's own outputs: within 1e-4 of the output's
+magnitude, and classifiers pick the same class.
 
 Usage: torch_models_test.py TUNEFARM_BINARY
 """
@@ -412,6 +413,21 @@ def main():
             ok_compiled = gotc.shape == want.shape and gotc.dtype == want.dtype and errc <= 1e-4 * mag
             if classifier:
                 ok_compiled = ok_compiled and (np.argmax(gotc, axis=-1) == np.argmax(want, axis=-1)).all()
+            # The same with every kernel scheduled for a CUDA GPU (its templates for matmuls and
+            # convolutions, a 1-D grid for the rest) and its grid run serially on this machine
+            # (compile --emulate-gpu): the GPU path's kernels and memory plan, checked the same way.
+            glib = os.path.join(d, name + "_gpu.so")
+            run([tunefarm, "compile", "--model", path, "--no-db", "-t", "cuda -arch=sm_90", "--emulate-gpu", "-o", glib])
+            gside = json.load(open(glib + ".json"))
+            gout = os.path.join(d, "yg.npy")
+            run([tunefarm, "run", "--model", glib, *inputs, "--output", gout, "--repeat", "1"])
+            gotg = np.load(gout)
+            errg = diff(gotg)
+            ok_gpu = gotg.shape == want.shape and gotg.dtype == want.dtype and errg <= 1e-4 * mag
+            ok_gpu = ok_gpu and gside["emulates"] == "cuda -arch=sm_90"
+            if classifier:
+                ok_gpu = ok_gpu and (np.argmax(gotg, axis=-1) == np.argmax(want, axis=-1)).all()
+            ok = ok and ok_gpu
             # Every node after the passes is computed by a kernel.
             ok = ok and ok_compiled and len({n for k in sidecar["kernels"] for n in k["nodes"]}) == info["nodes"]
             # Kernels of the same code (a repeated layer) are generated once: each names one
@@ -489,7 +505,8 @@ def main():
             print(f"{'ok  ' if ok else 'FAIL'} {name:13s} opset {opset}: {info['nodes_imported']} nodes imported, "
                   f"{info['nodes']} after passes, {len(info['fused_kernels'])} kernels, {len(info['tasks'])} tasks, passes fired: {', '.join(fired) or 'none'}; "
                   f"max error {err:.3g} of magnitude {mag:.3g}; compiled: {len(sidecar['kernels'])} kernels, "
-                  f"{len(shared)} of them sharing another's code, workspace {sidecar['workspace_bytes']} bytes, max error {errc:.3g}")
+                  f"{len(shared)} of them sharing another's code, workspace {sidecar['workspace_bytes']} bytes, max error {errc:.3g}; "
+                  f"GPU-scheduled (emulated): {len(gside['kernels'])} kernels, max error {errg:.3g}")
             failures += not ok
     if os.path.exists(stale):
         failures += 1
