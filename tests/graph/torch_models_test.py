@@ -399,35 +399,29 @@ def main():
                 return float(np.abs(a.astype(np.float64) - want.astype(np.float64)).max())
             mag = float(np.abs(want.astype(np.float64)).max())
             err = diff(got)
-            ok = got.shape == want.shape and got.dtype == want.dtype and err <= 1e-4 * mag
-            if classifier:
-                ok = ok and (np.argmax(got, axis=-1) == np.argmax(want, axis=-1)).all()
+
+            def matches(y, e):
+                ok = y.shape == want.shape and y.dtype == want.dtype and e <= 1e-4 * mag
+                return ok and (not classifier or (np.argmax(y, axis=-1) == np.argmax(want, axis=-1)).all())
+
+            def compiled_run(tag, *flags):
+                """compile --model FLAGS, then run the library: its sidecar, output and max error."""
+                lib = os.path.join(d, name + tag + ".so")
+                run([tunefarm, "compile", "--model", path, "--no-db", *flags, "-o", lib])
+                y = os.path.join(d, "y" + tag + ".npy")
+                run([tunefarm, "run", "--model", lib, *inputs, "--output", y, "--repeat", "1"])
+                got = np.load(y)
+                return json.load(open(lib + ".json")), got, diff(got)
+
+            ok = matches(got, err)
             # Compiled: one library (compile --model, then run the library), checked the same way.
-            lib = os.path.join(d, name + ".so")
-            run([tunefarm, "compile", "--model", path, "--no-db", "-o", lib])
-            sidecar = json.load(open(lib + ".json"))
-            compiled = os.path.join(d, "yc.npy")
-            run([tunefarm, "run", "--model", lib, *inputs, "--output", compiled, "--repeat", "1"])
-            gotc = np.load(compiled)
-            errc = diff(gotc)
-            ok_compiled = gotc.shape == want.shape and gotc.dtype == want.dtype and errc <= 1e-4 * mag
-            if classifier:
-                ok_compiled = ok_compiled and (np.argmax(gotc, axis=-1) == np.argmax(want, axis=-1)).all()
+            sidecar, gotc, errc = compiled_run("")
+            ok_compiled = matches(gotc, errc)
             # The same with every kernel scheduled for a CUDA GPU (its templates for matmuls and
             # convolutions, a 1-D grid for the rest) and its grid run serially on this machine
             # (compile --emulate-gpu): the GPU path's kernels and memory plan, checked the same way.
-            glib = os.path.join(d, name + "_gpu.so")
-            run([tunefarm, "compile", "--model", path, "--no-db", "-t", "cuda -arch=sm_90", "--emulate-gpu", "-o", glib])
-            gside = json.load(open(glib + ".json"))
-            gout = os.path.join(d, "yg.npy")
-            run([tunefarm, "run", "--model", glib, *inputs, "--output", gout, "--repeat", "1"])
-            gotg = np.load(gout)
-            errg = diff(gotg)
-            ok_gpu = gotg.shape == want.shape and gotg.dtype == want.dtype and errg <= 1e-4 * mag
-            ok_gpu = ok_gpu and gside["emulates"] == "cuda -arch=sm_90"
-            if classifier:
-                ok_gpu = ok_gpu and (np.argmax(gotg, axis=-1) == np.argmax(want, axis=-1)).all()
-            ok = ok and ok_gpu
+            gside, gotg, errg = compiled_run("_gpu", "-t", "cuda -arch=sm_90", "--emulate-gpu")
+            ok = ok and matches(gotg, errg) and gside["emulates"] == "cuda -arch=sm_90"
             # Every node after the passes is computed by a kernel.
             ok = ok and ok_compiled and len({n for k in sidecar["kernels"] for n in k["nodes"]}) == info["nodes"]
             # Kernels of the same code (a repeated layer) are generated once: each names one
