@@ -59,10 +59,7 @@ CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json
     k.packed.push_back(p);
   }
   k.lowered = lower(sch, args, k.name, options);
-  if (t.is_gpu() && options.stop_after.empty()) {
-    k.gpu = plan_gpu_program(k.lowered.func, t);
-    k.launch = k.gpu->kernels.front().launch;
-  }
+  if (t.is_gpu() && options.stop_after.empty()) k.gpu = plan_gpu_program(k.lowered.func, t);
   return k;
 }
 
@@ -90,7 +87,7 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
       {"config_source", k.config_source},
       {"tuned_from", k.tuned_from},
   };
-  if (k.launch) {
+  if (k.gpu) {
     m["module"] = k.target.kind == "cuda" ? "ptx" : "hsaco";
     m["launch"] = k.gpu->to_json();
   }

@@ -30,8 +30,9 @@ struct CompiledKernel {
   std::string config_source;   // default, given, tuned (exact|same-arch|nearest-shape)
   nlohmann::json tuned_from;   // for tuned configs: tier, workload, target, median_s
   LowerResult lowered;
-  std::optional<GpuLaunch> launch;  // GPU targets: grid and block sizes (of the first kernel)
-  std::optional<GpuPlan> gpu;       // GPU targets: every kernel the call launches, workspaces
+  std::optional<GpuPlan> gpu;  // GPU targets: every kernel the call launches, workspaces
+  // GPU targets: the first kernel's grid and block sizes; null elsewhere.
+  const GpuLaunch* launch() const { return gpu ? &gpu->kernels.front().launch : nullptr; }
   // Inputs passed packed (OpGraph::prepacked): the kernel's argument is their pack_layout.
   std::vector<ir::Schedule::Packing> packed;
 };

@@ -85,7 +85,7 @@ TEST_P(GpuWorkload, ScheduleLoweringMatchesReferenceOnCpu) {
     int i = 0;
     for (const nlohmann::json& config : sample_configs(w, t, 4)) {
       CompiledKernel k = compile_kernel(w, t, config, "given", "");
-      ASSERT_TRUE(k.launch.has_value());
+      ASSERT_NE(k.launch(), nullptr);
       ir::LoweredFunc f = k.lowered.func;
       f.body = serialize_gpu_bindings(f.body);
       testing::Comparison c = testing::run_and_compare(k.graph, f, 40 + i++);
@@ -115,7 +115,7 @@ TEST_P(GpuWorkload, PtxAssemblesWithPtxas) {
       nlohmann::json side = nlohmann::json::parse(file_text(base + ".ptx.json"));
       EXPECT_EQ(side["module"], "ptx");
       EXPECT_EQ(side["launch"]["block"][0].get<int64_t>() * side["launch"]["block"][1].get<int64_t>(),
-                k.launch->threads_per_block());
+                k.launch()->threads_per_block());
       CommandResult r = run_command({ptxas, std::string("-arch=") + arch, base + ".ptx", "-o", base + ".cubin"});
       if (r.exit_code != 0 && ptxas_lacks(r.output)) {
         std::printf("note: this ptxas has no %s; its PTX was generated but not assembled\n", arch);
@@ -170,7 +170,7 @@ TEST_P(GpuWorkload, AmdgpuCodeObjectsLinkAndFit) {
       EXPECT_GE(lds, 0) << what;
       EXPECT_LE(lds, 65536) << what;
       EXPECT_EQ(spills, 0) << what;
-      EXPECT_EQ(max_flat, k.launch->threads_per_block()) << what;
+      EXPECT_EQ(max_flat, k.launch()->threads_per_block()) << what;
     }
   }
 }
@@ -189,7 +189,7 @@ void check_shared_kernel(const std::string& w, const nlohmann::json& config) {
   Target cuda = parse_target("cuda -arch=sm_80");
   CompiledKernel k = compile_kernel(wl, cuda, config, "given", "");
   std::string what = w + " config " + config.dump();
-  EXPECT_GT(k.launch->static_shared_bytes, 0) << what;
+  EXPECT_GT(k.launch()->static_shared_bytes, 0) << what;
   std::string loops = ir::to_string(k.lowered.func);
   EXPECT_NE(loops.find("shared"), std::string::npos) << loops;
   EXPECT_NE(loops.find("barrier"), std::string::npos) << loops;
@@ -210,11 +210,11 @@ void check_shared_kernel(const std::string& w, const nlohmann::json& config) {
   CompiledKernel ka = compile_kernel(wl, amd, config, "given", "");
   write_kernel(ka, EmitKind::SharedLibrary, base + ".hsaco");
   CommandResult notes = run_command({"llvm-readelf-19", "--notes", base + ".hsaco"});
-  EXPECT_EQ(note_value(notes.output, "group_segment_fixed_size"), ka.launch->static_shared_bytes) << what;
+  EXPECT_EQ(note_value(notes.output, "group_segment_fixed_size"), ka.launch()->static_shared_bytes) << what;
   EXPECT_EQ(note_value(notes.output, "vgpr_spill_count"), 0) << what;
   CommandResult dis = run_command({"llvm-objdump-19", "-d", "--mcpu=gfx90a", base + ".hsaco"});
   // A block of one wavefront (64 threads on gfx90a) needs no s_barrier: LLVM drops it.
-  if (ka.launch->threads_per_block() > 64) {
+  if (ka.launch()->threads_per_block() > 64) {
     EXPECT_NE(dis.output.find("s_barrier"), std::string::npos) << what;
   }
   EXPECT_NE(dis.output.find("ds_read"), std::string::npos) << what;
@@ -259,7 +259,7 @@ TEST(GpuShared, MultiBufferedTilesAreCopiedAhead) {
   EXPECT_NE(loops.find("async_wait(0)"), std::string::npos) << loops;
   EXPECT_NE(loops.find("async_commit"), std::string::npos) << loops;
   // Two tiles of A (8 x (64 + 4)) and of B (8 x (64 + 4)).
-  EXPECT_EQ(k90.launch->static_shared_bytes, 2 * 2 * 8 * 68 * 4);
+  EXPECT_EQ(k90.launch()->static_shared_bytes, 2 * 2 * 8 * 68 * 4);
   // The prologue's copy, and one in the loop: B's rows in 16-byte copies, A's transposed
   // elements in 4-byte ones.
   EXPECT_GT(count(ptx90, "cp.async.cg.shared.global [%"), 0u) << ptx90;
@@ -274,7 +274,7 @@ TEST(GpuShared, MultiBufferedTilesAreCopiedAhead) {
   // Four stages: three tiles copied before the loop, each its group; two in flight.
   config["stages"] = 4;
   auto [k4, ptx4] = ptx_of("sm_90");
-  EXPECT_EQ(k4.launch->static_shared_bytes, 4 * 2 * 8 * 68 * 4);
+  EXPECT_EQ(k4.launch()->static_shared_bytes, 4 * 2 * 8 * 68 * 4);
   EXPECT_EQ(count(ptx4, "cp.async.wait_group 2"), 1u) << ptx4;
   EXPECT_EQ(count(ptx4, "cp.async.commit_group"), 4u) << ptx4;
   EXPECT_EQ(count(ptx4, "bar.sync"), 1u) << ptx4;
@@ -300,7 +300,7 @@ TEST(GpuSplitK, PartialSumsThenTheirSumInASecondKernel) {
   EXPECT_EQ(k.gpu->kernels[0].launch.grid[2], 8);
   EXPECT_EQ(k.gpu->kernels[1].launch.grid[0] * k.gpu->kernels[1].launch.threads_per_block(), 128 * 768);
   nlohmann::json side = kernel_metadata(k);
-  EXPECT_EQ(side["launch"]["grid"], nlohmann::json(k.launch->grid));
+  EXPECT_EQ(side["launch"]["grid"], nlohmann::json(k.launch()->grid));
   EXPECT_EQ(side["launch"]["then"][0]["function"], "matmul_step2");
   EXPECT_EQ(side["launch"]["workspace_elements"], nlohmann::json::array({8 * 128 * 768}));
   std::string ptx = codegen_llvm(k.lowered.func, t, CodegenOutput::Asm).data;
@@ -524,7 +524,7 @@ TEST(GpuShared, ImplicitGemmConvolutionsMatchTheReference) {
     Workload wl = parse_workload(w);
     Target t = parse_target("cuda -arch=sm_90");
     CompiledKernel k = compile_kernel(wl, t, {{"shared", false}, {"stages", 1}}, "given", "");
-    EXPECT_EQ(k.launch->static_shared_bytes, 0);
+    EXPECT_EQ(k.launch()->static_shared_bytes, 0);
     ir::LoweredFunc f = k.lowered.func;
     f.body = serialize_gpu_bindings(f.body);
     testing::Comparison c = testing::run_and_compare(k.graph, f, 5);
