@@ -8,6 +8,7 @@
 
 #include "compiler/error.h"
 #include "compiler/ir_mutator.h"
+#include "runtime/gpu_runtime.h"
 
 namespace tf {
 namespace {
@@ -297,9 +298,9 @@ GpuProgram split_gpu_program(const LoweredFunc& f) {
   };
   walk(f.body);
   if (p.workspaces.empty() || nests.size() < 2) return {{f}, {}};
-  if (static_cast<int>(nests.size()) > kMaxGpuKernels) {
+  if (static_cast<int>(nests.size()) > kMaxGpuKernelsPerCall) {
     throw UserError(str("kernel ", f.name, " would be ", nests.size(), " GPU kernels (root stages); the limit is ",
-                        kMaxGpuKernels));
+                        kMaxGpuKernelsPerCall));
   }
   int64_t bytes = 0;
   for (const auto& w : p.workspaces) bytes += w.second * 4;

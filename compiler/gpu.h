@@ -84,9 +84,8 @@ struct GpuProgram {
 };
 GpuProgram split_gpu_program(const ir::LoweredFunc& f);
 
-// At most this many kernels per call and this much workspace (boards refuse more).
-constexpr int kMaxGpuKernels = 8;
-constexpr int64_t kMaxGpuWorkspaceBytes = int64_t{4} << 30;
+// At most kMaxGpuKernelsPerCall kernels per call and kMaxGpuWorkspaceBytes of workspace
+// (runtime/gpu_runtime.h: boards refuse more).
 
 // The kernels of `f` (split_gpu_program), each checked (check_gpu_kernel), with the launch
 // of each: what the sidecar lists and a board launches.

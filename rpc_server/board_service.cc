@@ -248,6 +248,11 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   fs::path module = fs::path(lease_dir(in.lease_token())) / in.module_id();
   if (!fs::exists(module)) return {grpc::StatusCode::NOT_FOUND, "no module " + in.module_id() + " under this lease"};
   if (!safe_name(in.function(), false)) return invalid("function name '" + in.function() + "' is not a C identifier");
+  for (const pb::GpuStep& step : in.launch().then()) {
+    if (!safe_name(step.function(), false)) {
+      return invalid("function name '" + step.function() + "' (launch.then) is not a C identifier");
+    }
+  }
   fs::path baseline;
   if (!in.baseline_module_id().empty() || !in.baseline_function().empty()) {
     if (!options_.gpu_device.empty()) {

@@ -60,6 +60,10 @@ struct GpuCall {
   std::vector<GpuLaunchDims> kernels;
   std::vector<int64_t> workspace_elements;
 };
+// What one call may ask: the compiler makes no more (compiler/gpu.h split_gpu_program) and
+// boards take no more (runtime/measure_limits.h check_gpu_launch).
+constexpr int kMaxGpuKernelsPerCall = 8;
+constexpr int64_t kMaxGpuWorkspaceBytes = int64_t{4} << 30;
 
 class GpuRuntime {
  public:

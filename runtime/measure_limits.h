@@ -5,9 +5,9 @@
 #pragma once
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 
+#include "runtime/gpu_runtime.h"
 #include "runtime/kernel_library.h"
 #include "proto/tunefarm.pb.h"
 
@@ -29,9 +29,9 @@ inline double effective_timeout_s(const tunefarm::v1::MeasureRequest& req, doubl
 
 // Why `l` cannot launch a GPU kernel, or "" when it can: three grid and three block sizes of
 // at least 1, blocks of at most 1024 threads per axis, grids within 2^31-1, dynamic shared
-// memory within 1 MiB; for the kernels after it (at most 7) the same, and a function name of
-// letters, digits and underscores (at most 256); workspaces of 1 element to 4 GiB in all.
-// Boards check it before spawning a runner; runners before launching.
+// memory within 1 MiB; for the kernels after it (kMaxGpuKernelsPerCall in all) the same;
+// workspaces of 1 element to kMaxGpuWorkspaceBytes in all (runtime/gpu_runtime.h). Boards
+// check it (and every function name) before spawning a runner; runners before launching.
 inline std::string check_gpu_dims(const google::protobuf::RepeatedField<int64_t>& grid,
                                   const google::protobuf::RepeatedField<int64_t>& block, int64_t dynamic_shared,
                                   const std::string& what) {
@@ -55,18 +55,15 @@ inline std::string check_gpu_launch(const tunefarm::v1::GpuLaunch& l) {
   if (std::string why = check_gpu_dims(l.grid(), l.block(), l.dynamic_shared_bytes(), "the kernel"); !why.empty()) {
     return why;
   }
-  constexpr int kMaxSteps = 7;
-  constexpr int64_t kMaxWorkspaceBytes = int64_t{4} << 30;
+  constexpr int kMaxSteps = kMaxGpuKernelsPerCall - 1;
+  constexpr int64_t kMaxWorkspaceBytes = kMaxGpuWorkspaceBytes;
   if (l.then_size() > kMaxSteps) {
     return "launch has " + std::to_string(l.then_size()) + " kernels after the first; the limit is " +
            std::to_string(kMaxSteps);
   }
   for (const tunefarm::v1::GpuStep& s : l.then()) {
-    const std::string& f = s.function();
-    bool name_ok = !f.empty() && f.size() <= 256 && !std::isdigit(static_cast<unsigned char>(f[0])) &&
-                   std::all_of(f.begin(), f.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-    if (!name_ok) return "launch: kernel name '" + f.substr(0, 64) + "' is not letters, digits and underscores";
-    if (std::string why = check_gpu_dims(s.grid(), s.block(), s.dynamic_shared_bytes(), "kernel " + f); !why.empty()) {
+    std::string what = "kernel " + s.function().substr(0, 64);
+    if (std::string why = check_gpu_dims(s.grid(), s.block(), s.dynamic_shared_bytes(), what); !why.empty()) {
       return why;
     }
   }

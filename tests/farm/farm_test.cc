@@ -1426,18 +1426,20 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
   }
   // farm measure reads the launch from the sidecar; the fake computes nothing: wrong answer.
   std::string ptx = dir + "/mm2.ptx", out = dir + "/measure.json";
+  // `tunefarm farm measure --module MODULE FLAGS` against the fake board, its output in `out`;
+  // its exit status.
+  auto farm_measure = [&](const std::string& module, const std::string& flags) {
+    int rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + module + " " + flags +
+                          " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " +
+                          out + " 2>&1").c_str());
+    return WEXITSTATUS(rc);
+  };
   ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=100,N=70,K=16)' -t 'cuda -arch=sm_80' --no-db -o " +
                          ptx + " > /dev/null").c_str()),
             0);
-  int rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + ptx + " --no-db --json" +
-                        " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
-                        " 2>&1").c_str());
-  EXPECT_EQ(WEXITSTATUS(rc), 1) << read_file(out);
+  EXPECT_EQ(farm_measure(ptx, "--no-db --json"), 1) << read_file(out);
   EXPECT_NE(read_file(out).find("\"error_code\": \"wrong_answer\""), std::string::npos) << read_file(out);
-  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + ptx + " --baseline " + ptx +
-                    " --no-db --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " +
-                    out + " 2>&1").c_str());
-  EXPECT_EQ(WEXITSTATUS(rc), 2) << read_file(out);
+  EXPECT_EQ(farm_measure(ptx, "--baseline " + ptx + " --no-db"), 2) << read_file(out);
   EXPECT_NE(read_file(out).find("--baseline is for CPU kernels"), std::string::npos) << read_file(out);
   nlohmann::json side = nlohmann::json::parse(read_file(ptx + ".json"));
   auto dims = [&](const char* k) {
@@ -1454,10 +1456,7 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
   ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=64,N=64,K=512)' -t 'cuda -arch=sm_80' --no-db" +
                          " -c '{\"split_k\": 4}' -o " + split + " > /dev/null").c_str()),
             0);
-  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + split + " --no-db" +
-                    " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
-                    " 2>&1").c_str());
-  EXPECT_EQ(WEXITSTATUS(rc), 1) << read_file(out);
+  EXPECT_EQ(farm_measure(split, "--no-db"), 1) << read_file(out);
   nlohmann::json split_side = nlohmann::json::parse(read_file(split + ".json"));
   ASSERT_EQ(split_side["launch"]["then"].size(), 1u) << split_side.dump();
   EXPECT_NE(read_file(fake_log).find("launch matmul_step2 grid="), std::string::npos) << read_file(fake_log);
@@ -1467,18 +1466,18 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
   nlohmann::json bad = split_side;
   bad["launch"]["then"][0]["function"] = "matmul_step9";
   std::ofstream(split + ".json") << bad.dump();
-  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + split + " --no-db --json" +
-                    " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
-                    " 2>&1").c_str());
-  EXPECT_NE(WEXITSTATUS(rc), 0) << read_file(out);
+  EXPECT_NE(farm_measure(split, "--no-db --json"), 0) << read_file(out);
   EXPECT_NE(read_file(out).find("cuModuleGetFunction(matmul_step9)"), std::string::npos) << read_file(out);
+  // A later kernel's name is checked where the board checks the function's.
+  bad["launch"]["then"][0]["function"] = "matmul;step2";
+  std::ofstream(split + ".json") << bad.dump();
+  EXPECT_NE(farm_measure(split, "--no-db"), 0) << read_file(out);
+  EXPECT_NE(read_file(out).find("function name 'matmul;step2' (launch.then) is not a C identifier"), std::string::npos)
+      << read_file(out);
   bad = split_side;
   bad["launch"]["workspace_elements"][0] = int64_t{1} << 40;
   std::ofstream(split + ".json") << bad.dump();
-  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + split + " --no-db" +
-                    " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
-                    " 2>&1").c_str());
-  EXPECT_EQ(WEXITSTATUS(rc), 2) << read_file(out);
+  EXPECT_EQ(farm_measure(split, "--no-db"), 2) << read_file(out);
   EXPECT_NE(read_file(out).find("workspace of 1099511627776 elements out of range"), std::string::npos)
       << read_file(out);
 
@@ -1486,10 +1485,7 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
   // makes it that candidate's LOAD_ERROR and goes on.
   side.erase("launch");
   std::ofstream(ptx + ".json") << side.dump();
-  rc = std::system((std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 --module " + ptx + " --no-db" +
-                    " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " > " + out +
-                    " 2>&1").c_str());
-  EXPECT_EQ(WEXITSTATUS(rc), 2) << read_file(out);
+  EXPECT_EQ(farm_measure(ptx, "--no-db"), 2) << read_file(out);
   EXPECT_NE(read_file(out).find("has no launch, which a GPU kernel needs"), std::string::npos) << read_file(out);
   FarmRunnerOptions fo;
   fo.farm = {"127.0.0.1:" + std::to_string(port), kToken, {}};
