@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -133,9 +134,104 @@ int farm_status(const FarmArgs& a) {
   return 0;
 }
 
+// Leases a board of --key and runs `measure` on it. A board that does not answer is
+// reported, `on_lost` told (with the board's target), and another board of the key tried, up
+// to --retries times. `cpu` gets the board's CPU.
+RunResult on_a_board(const FarmArgs& a, farm::FarmClient& client, const std::string& user, std::string& cpu,
+                     const std::function<RunResult(farm::LeasedBoard&)>& measure,
+                     const std::function<void(const RunResult&, const std::string&)>& on_lost) {
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<farm::LeasedBoard> board = client.lease(a.key, user, a.priority, a.wait_ms, 0, a.wait_for_boards);
+    cpu = board->lease().device().cpu_model();
+    RunResult r;
+    try {
+      r = measure(*board);
+    } catch (const farm::FarmError& e) {
+      if (!e.board_lost()) throw;
+      board->report_lost(e.what());
+      RunResult lost;
+      lost.error = tunefarm::v1::BOARD_LOST;
+      lost.error_msg = e.what();
+      lost.device_model = cpu;
+      std::fprintf(stderr, "warning: board %s at %s lost (%s)%s\n", board->lease().board_id().c_str(),
+                   board->lease().address().c_str(), e.what(), attempt < a.retries ? "; trying another board" : "");
+      on_lost(lost, board->lease().target());
+      if (attempt < a.retries) continue;
+      throw farm::FarmError("no board of key '" + a.key + "' answered after " + std::to_string(attempt + 1) + " attempt(s)",
+                            grpc::StatusCode::UNAVAILABLE);
+    }
+    // The result stands even when the lease cannot be given back (the tracker restarted).
+    if (!board->release()) {
+      std::fprintf(stderr, "warning: could not release the lease on %s; it expires by itself\n", r.board_id.c_str());
+    }
+    return r;
+  }
+}
+
+std::string lease_user(const FarmArgs& a) {
+  const char* user_env = std::getenv("USER");
+  return a.user.empty() ? (user_env ? user_env : "tunefarm") : a.user;
+}
+
+// farm measure --model: a compiled model (tunefarm compile --model), and a second build of it
+// with --baseline, timed on one board; nothing is recorded (the database keeps kernels' and
+// tune --model's results).
+int farm_measure_model(const FarmArgs& a) {
+  if (!a.module.empty()) throw UserError("--model and --module exclude each other: time a compiled model or a kernel");
+  if (!a.function.empty()) throw UserError("--function is for kernels: a model library has one entry point");
+  check_measure_options(a.measure);
+  auto read_model = [](const std::string& path, const char* what) {
+    std::string data = read_file(path, what);
+    if (std::string why = check_kernel_library(data, /*this_machine=*/false); !why.empty()) {
+      throw UserError(std::string(what) + " " + path + " is " + why);
+    }
+    return data;
+  };
+  std::string data = read_model(a.model, "model library");
+  std::string name = std::filesystem::path(a.model).filename().string();
+  std::optional<FarmRunner::Baseline> baseline;
+  if (!a.baseline.empty()) {
+    std::string base_name = std::filesystem::path(a.baseline).filename().string();
+    if (base_name == name) base_name = "baseline-" + base_name;
+    baseline = FarmRunner::Baseline{read_model(a.baseline, "baseline library"), base_name, ""};
+  }
+  farm::FarmClient client(endpoint(a));
+  std::string cpu;
+  RunResult r = on_a_board(a, client, lease_user(a), cpu, [&](farm::LeasedBoard& board) {
+    return FarmRunner::measure_model_on(board, data, name, baseline ? &*baseline : nullptr, &a.measure);
+  }, [](const RunResult&, const std::string&) {});
+  std::string code = error_code_name(r.error);
+  const bool timed_baseline = baseline && !r.baseline_samples_s.empty();
+  if (a.json) {
+    json out{{"board", r.board_id}, {"key", a.key}, {"model", a.model}, {"error_code", code},
+             {"error_msg", r.error_msg}, {"samples_s", r.samples_s}, {"number", r.number}, {"median_s", r.median_s()}};
+    if (timed_baseline) {
+      out["baseline"] = {{"model", a.baseline}, {"samples_s", r.baseline_samples_s}, {"median_s", r.baseline_median_s()}};
+      out["speedup"] = r.speedup();
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("board     %s (%s, key %s)\nmodel     %s\n", r.board_id.c_str(), cpu.c_str(), a.key.c_str(),
+                a.model.c_str());
+    if (r.ok()) {
+      std::printf("time      %.6f ms (median of %zu samples, %d calls each)\n", r.median_s() * 1e3, r.samples_s.size(),
+                  r.number);
+      if (timed_baseline) {
+        std::printf("baseline  %s: %.6f ms, interleaved with the model's samples\nspeedup   %.3fx over the baseline "
+                    "(median of the sample pairs' ratios)\n",
+                    a.baseline.c_str(), r.baseline_median_s() * 1e3, r.speedup());
+      }
+    } else {
+      std::printf("error     %s: %s\n", code.c_str(), r.error_msg.c_str());
+    }
+  }
+  return r.ok() ? 0 : 1;
+}
+
 int farm_measure(const FarmArgs& a) {
-  if (a.module.empty()) throw UserError("--module K.so is required");
   if (a.key.empty()) throw UserError("--key KEY is required");
+  if (!a.model.empty()) return farm_measure_model(a);
+  if (a.module.empty()) throw UserError("say what to time: --module K.so (a kernel) or --model M.so (a compiled model)");
   check_measure_options(a.measure);
   std::string data = read_file(a.module, "kernel library");
   bool gpu = !gpu_module_kind(data).empty();
@@ -167,8 +263,7 @@ int farm_measure(const FarmArgs& a) {
   MeasureContext ctx(side.graph, mo);
 
   farm::FarmClient client(endpoint(a));
-  const char* user_env = std::getenv("USER");
-  std::string user = a.user.empty() ? (user_env ? user_env : "tunefarm") : a.user;
+  std::string user = lease_user(a);
   std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
   std::string name = std::filesystem::path(a.module).filename().string();
   // The record's target: the sidecar's (what it was compiled for), else the board's, both
@@ -186,36 +281,13 @@ int farm_measure(const FarmArgs& a) {
     return make_record(side.graph, c, r, mo);
   };
 
-  // A board that does not answer is reported, recorded as board_lost, and another board of
-  // the key is tried, up to --retries times.
-  RunResult r;
   std::string cpu;
-  for (int attempt = 0;; ++attempt) {
-    std::unique_ptr<farm::LeasedBoard> board = client.lease(a.key, user, a.priority, a.wait_ms, 0, a.wait_for_boards);
-    cpu = board->lease().device().cpu_model();
-    try {
-      r = FarmRunner::measure_on(*board, ctx, data, name, function, nullptr, launch ? &*launch : nullptr,
-                                 baseline ? &*baseline : nullptr);
-    } catch (const farm::FarmError& e) {
-      if (!e.board_lost()) throw;
-      board->report_lost(e.what());
-      RunResult lost;
-      lost.error = tunefarm::v1::BOARD_LOST;
-      lost.error_msg = e.what();
-      lost.device_model = cpu;
-      std::fprintf(stderr, "warning: board %s at %s lost (%s)%s\n", board->lease().board_id().c_str(),
-                   board->lease().address().c_str(), e.what(), attempt < a.retries ? "; trying another board" : "");
-      if (database) database->commit({record(lost, board->lease().target())});
-      if (attempt < a.retries) continue;
-      throw farm::FarmError("no board of key '" + a.key + "' answered after " + std::to_string(attempt + 1) + " attempt(s)",
-                            grpc::StatusCode::UNAVAILABLE);
-    }
-    // The result stands even when the lease cannot be given back (the tracker restarted).
-    if (!board->release()) {
-      std::fprintf(stderr, "warning: could not release the lease on %s; it expires by itself\n", r.board_id.c_str());
-    }
-    break;
-  }
+  RunResult r = on_a_board(a, client, user, cpu, [&](farm::LeasedBoard& board) {
+    return FarmRunner::measure_on(board, ctx, data, name, function, nullptr, launch ? &*launch : nullptr,
+                                  baseline ? &*baseline : nullptr);
+  }, [&](const RunResult& lost, const std::string& board_target) {
+    if (database) database->commit({record(lost, board_target)});
+  });
   if (database) database->commit({record(r, r.board_target)});
 
   const Workload& w = side.workload;
@@ -268,14 +340,16 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
     s->callback([&a, s] { a.sub = s->get_name(); });
   };
   common(farm->add_subcommand("status", "Boards per key (total, free, leased, pending) and each board's state"));
-  CLI::App* m = farm->add_subcommand("measure", "Lease a board, upload a kernel library, time it, check it, release");
+  CLI::App* m = farm->add_subcommand("measure", "Lease a board, upload a kernel library (or a compiled model), time it, check it, release");
   common(m);
   m->add_option("--key", a.key, "kind of board, e.g. rpi4")->required();
-  m->add_option("--module", a.module, "kernel library written by tunefarm compile (its .json sidecar too)")->required();
+  m->add_option("--module", a.module, "kernel library written by tunefarm compile (its .json sidecar too)");
+  m->add_option("--model", a.model, "instead of --module: a model library written by tunefarm compile --model, timed "
+                                    "on inputs made from its own description (not recorded)");
   m->add_option("--function", a.function, "function to time (default: the sidecar's)");
-  m->add_option("--baseline", a.baseline, "a second library of the same workload (e.g. compiled with the default "
-                                          "config) timed alongside on the same board, interleaved sample by sample; "
-                                          "prints the speedup over it (CPU boards; docs/tuning.md)");
+  m->add_option("--baseline", a.baseline, "a second library of the same workload or model (e.g. compiled with the "
+                                          "default configs) timed alongside on the same board, interleaved sample by "
+                                          "sample; prints the speedup over it (CPU boards; docs/tuning.md)");
   add_measure_options(m, a.measure, kWarmup | kBoardSettings | kCheck);
   m->add_option("--wait-ms", a.wait_ms, "how long to wait for a free board")->capture_default_str();
   m->add_flag("--wait-for-boards", a.wait_for_boards, "wait even for a key no board has registered yet (default: "

@@ -13,7 +13,7 @@ namespace tf::cli {
 struct FarmArgs {
   std::string sub;  // status, measure
   std::string tracker, token_file, tls_ca, tls_cert, tls_key, tls_server_name;
-  std::string key, module, function, user, db, baseline;
+  std::string key, module, model, function, user, db, baseline;
   int priority = 0, retries = 2;
   MeasureOptions measure;
   int64_t wait_ms = 60000;

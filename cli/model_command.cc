@@ -26,6 +26,7 @@
 #include "graph/pass.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
+#include "tuner/measure.h"
 #include "tuner/tuning_records.h"
 
 namespace tf::cli {
@@ -296,9 +297,7 @@ graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Data
 }  // namespace
 
 ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,
-                                          const std::string& model, int rounds) {
-  using namespace graph;  // NOLINT: HostTensor, TensorInfo, DType
-  TF_CHECK(rounds >= 1, "compare_tuned_and_default: rounds ", rounds);
+                                          const std::string& model, Runner& runner) {
   int64_t budget = graph::default_memory_budget();
   std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tunefarm-compare-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -310,8 +309,9 @@ ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t
     }
   } cleanup{dir};
   ModelComparison c;
-  graph::CompiledModel tuned = compile_to(g, t, db, (dir / "tuned.so").string(), model, false, budget);
-  compile_to(g, t, nullptr, (dir / "default.so").string(), model, false, budget);
+  const std::string tuned_so = (dir / "tuned.so").string(), default_so = (dir / "default.so").string();
+  graph::CompiledModel tuned = compile_to(g, t, db, tuned_so, model, false, budget);
+  compile_to(g, t, nullptr, default_so, model, false, budget);
   c.tunable = tuned.tunable();
   c.tuned = tuned.tunable() - tuned.untuned();
   std::set<std::string> seen;
@@ -319,49 +319,17 @@ ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t
     if (k.workload.empty() || k.config.source.rfind("tuned", 0) != 0 || !seen.insert(k.workload).second) continue;
     c.configs.push_back({{"workload", k.workload}, {"template", k.template_name}, {"config", k.config.config}});
   }
-  graph::ModelLibrary a((dir / "tuned.so").string()), b((dir / "default.so").string());
-  // The same inputs for both.
-  std::mt19937 rng(1);
-  std::vector<HostTensor> inputs;
-  for (const TensorInfo& ti : a.inputs()) inputs.push_back(random_input(ti, rng));
-  std::vector<const HostTensor*> in;
-  for (const HostTensor& x : inputs) in.push_back(&x);
-  std::vector<HostTensor> out_a, out_b;
-  auto time_one = [&](const graph::ModelLibrary& lib, std::vector<HostTensor>& out) {
-    auto start = std::chrono::steady_clock::now();
-    lib.run(in, out);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  // Each library has its own thread pool (compiler/thread_pool_ir.h): after the other's calls
-  // its workers sleep, and a woken pool can take up to about 20 ms of calls before its worker
-  // runs beside the caller. So the builds alternate in blocks: each block first calls its build
-  // for at least kWarmS (untimed), then times kTimed calls. Blocks alternate in both orders, so
-  // a drift of the machine's speed falls on both alike.
-  constexpr double kWarmS = 0.05;
-  constexpr int kTimed = 3;
-  auto block = [&](const graph::ModelLibrary& lib, std::vector<HostTensor>& out, std::vector<double>& times) {
-    auto start = std::chrono::steady_clock::now();
-    do {
-      time_one(lib, out);
-    } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < kWarmS);
-    for (int k = 0; k < kTimed; ++k) times.push_back(time_one(lib, out));
-  };
-  std::vector<double> ta, tb;
-  for (int r = 0; r < rounds; ++r) {
-    if (r % 2 == 0) {
-      block(a, out_a, ta);
-      block(b, out_b, tb);
-    } else {
-      block(b, out_b, tb);
-      block(a, out_a, ta);
-    }
+  RunResult r = runner.time_model(tuned_so, default_so);
+  if (!r.ok() || r.samples_s.empty() || r.baseline_samples_s.empty()) {
+    c.error = r.ok() ? "the board returned no samples" : str(error_code_name(r.error), ": ", r.error_msg);
+    return c;
   }
-  std::sort(ta.begin(), ta.end());
-  std::sort(tb.begin(), tb.end());
-  c.tuned_s = ta[ta.size() / 2];
-  c.default_s = tb[tb.size() / 2];
-  c.rounds = rounds;
-  c.calls = static_cast<int>(ta.size());
+  c.tuned_s = r.median_s();
+  c.default_s = r.baseline_median_s();
+  c.speedup = r.speedup();
+  c.rounds = static_cast<int>(r.samples_s.size());
+  c.calls = r.number;
+  c.board = r.board_id;
   return c;
 }
 

@@ -381,10 +381,6 @@ int run_tune_impl(const TuneArgs& a) {
 
 namespace {
 
-// Alternating blocks of calls of each build when tune --model times the model, tuned against
-// default (compare_tuned_and_default).
-constexpr int kModelRounds = 10;
-
 std::string fmt_ms(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g ms", seconds * 1e3);
@@ -606,11 +602,22 @@ int run_tune_model(const TuneArgs& a) {
                     {"best_config", k.sum.best_config}, {"stop_reason", k.sum.stop_reason}});
   }
   const bool interrupted = reason == "interrupted";
-  // What it bought the model: both builds timed here, alternating (local runs only: the tuned
-  // configs are in the database and this machine is the board).
+  // What it bought the model: both builds timed where the tasks were (this machine, or a board
+  // of the key), interleaved.
   std::optional<ModelComparison> mc;
-  if (a.local && database && !interrupted && all_tuned) {
-    mc = compare_tuned_and_default(g, t, database.get(), a.model, kModelRounds);
+  std::string not_timed;  // why the model was not timed
+  if (!database) {
+    not_timed = "--no-db keeps no tuned configs to compile it with";
+  } else if (interrupted) {
+    not_timed = "interrupted";
+  } else if (!all_tuned) {
+    not_timed = "a task has no correct result";
+  } else {
+    mc = compare_tuned_and_default(g, t, database.get(), a.model, *session.runner);
+    if (!mc->error.empty()) {
+      not_timed = mc->error;
+      mc.reset();
+    }
   }
   // The model's estimate: the tasks' tuned times plus the rest of the model (untunable
   // kernels, the pool's joins), which is the default build's measured time less its tasks'.
@@ -618,7 +625,7 @@ int run_tune_model(const TuneArgs& a) {
   // ms; ResNet-18 with Winograd tasks 12.2 against 14.9), the rest counts as nothing: the
   // tasks' tuned times alone. Scaling the default build's time by the tasks' speedup instead
   // had measured 1.06x (BERT) and 1.20x (ResNet-18) of its estimate, this 1.02x and 0.99x.
-  const double model_speedup = mc && mc->tuned_s > 0 ? mc->default_s / mc->tuned_s : 0.0;
+  const double model_speedup = mc ? mc->speedup : 0.0;
   double model_estimate = 0;
   if (mc && all_tuned && all_default && deflt > 0) model_estimate = tuned + std::max(0.0, mc->default_s - deflt);
   if (mc && database) {
@@ -641,8 +648,8 @@ int run_tune_model(const TuneArgs& a) {
                              {"model", mc ? json{{"tuned_s", mc->tuned_s}, {"default_s", mc->default_s},
                                                  {"speedup", model_speedup},
                                                  {"tuned_kernels", mc->tuned}, {"tunable_kernels", mc->tunable},
-                                                 {"rounds", mc->rounds}, {"calls", mc->calls}}
-                                          : json()}}
+                                                 {"rounds", mc->rounds}, {"calls", mc->calls}, {"board", mc->board}}
+                                          : json{{"not_timed", not_timed}}}}
                             .dump()
                             .c_str());
   } else {
@@ -662,9 +669,9 @@ int run_tune_model(const TuneArgs& a) {
       std::printf("tasks     no estimate: %s\n", all_tuned ? "a default config did not run" : "a task has no correct result");
     }
     if (mc) {
-      std::printf("model     %s tuned (%d of %d kernels), %s with default schedules: %.2fx (medians of %d calls each "
-                  "here, in %d alternating blocks)\n", fmt_ms(mc->tuned_s).c_str(), mc->tuned, mc->tunable,
-                  fmt_ms(mc->default_s).c_str(), model_speedup, mc->calls, mc->rounds);
+      std::printf("model     %s tuned (%d of %d kernels), %s with default schedules: %.2fx (on %s: medians of %d "
+                  "interleaved samples of %d calls each)\n", fmt_ms(mc->tuned_s).c_str(), mc->tuned, mc->tunable,
+                  fmt_ms(mc->default_s).c_str(), model_speedup, mc->board.c_str(), mc->rounds, mc->calls);
       if (model_estimate > 0 && mc->default_s >= deflt) {
         std::printf("estimate  %s: the tasks' tuned times and the rest of the model as the default build ran it (%s); "
                     "measured %.2fx of it\n", fmt_ms(model_estimate).c_str(), fmt_ms(mc->default_s - deflt).c_str(),
@@ -673,8 +680,8 @@ int run_tune_model(const TuneArgs& a) {
         std::printf("estimate  %s: the tasks' tuned times (the default build ran faster than its tasks timed alone); "
                     "measured %.2fx of it\n", fmt_ms(model_estimate).c_str(), mc->tuned_s / model_estimate);
       }
-    } else if (!a.local) {
-      std::printf("model     not timed: the compiled model runs on this machine only (tune --model --local)\n");
+    } else {
+      std::printf("model     not timed: %s\n", not_timed.c_str());
     }
   }
   if (interrupted) return 130;

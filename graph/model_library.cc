@@ -1,35 +1,18 @@
 #include "graph/model_library.h"
 
-#include <dlfcn.h>
-
-#include <filesystem>
-
 #include "compiler/codegen_runner.h"
 #include "compiler/error.h"
 
 namespace tf::graph {
+
+static_assert(kRunnerMaxExactInt == kModelMaxExactInt, "the compiled runner and its loader disagree");
 namespace {
 
-template <typename F>
-F entry(void* handle, const std::string& path, const char* name) {
-  void* p = dlsym(handle, name);
-  if (!p) throw UserError(str(path, ": not a tunefarm model library (no ", name, ")"));
-  return reinterpret_cast<F>(p);
-}
-
-std::vector<TensorInfo> describe(void* h, const std::string& path, const std::string& role) {
-  auto count = entry<int32_t (*)()>(h, path, ("tf_model_num_" + role + "s").c_str());
-  auto name = entry<const char* (*)(int32_t)>(h, path, ("tf_model_" + role + "_name").c_str());
-  auto ndim = entry<int32_t (*)(int32_t)>(h, path, ("tf_model_" + role + "_ndim").c_str());
-  auto shape = entry<const int64_t* (*)(int32_t)>(h, path, ("tf_model_" + role + "_shape").c_str());
-  // Libraries from before outputs had types have no dtype table: all float32.
-  auto dtype = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(h, ("tf_model_" + role + "_dtype").c_str()));
+std::vector<TensorInfo> tensor_infos(const std::vector<ModelTensor>& ts) {
   std::vector<TensorInfo> out;
-  for (int32_t i = 0; i < count(); ++i) {
-    const int64_t* s = shape(i);
-    int32_t t = dtype ? dtype(i) : 1;
-    if (t != 1 && t != 7 && t != 9) throw UserError(str(path, ": ", role, " ", i, " has element type ", t));
-    out.push_back({name(i), Shape(s, s + ndim(i)), t == 7 ? DType::I64 : t == 9 ? DType::Bool : DType::F32});
+  for (const ModelTensor& t : ts) {
+    out.push_back({t.name, Shape(t.shape.begin(), t.shape.end()),
+                   t.dtype == ModelDType::I64 ? DType::I64 : t.dtype == ModelDType::Bool ? DType::Bool : DType::F32});
   }
   return out;
 }
@@ -37,27 +20,16 @@ std::vector<TensorInfo> describe(void* h, const std::string& path, const std::st
 }  // namespace
 
 ModelLibrary::ModelLibrary(const std::string& path) : path_(path) {
-  if (!std::filesystem::is_regular_file(path))
-    throw UserError(str(path, ": no such model library"));
-  // dlopen needs a slash to take the path as a file, not a name to search for.
-  std::string p = path.find('/') == std::string::npos ? "./" + path : path;
-  handle_ = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle_) throw UserError(str(path, ": cannot load: ", dlerror()));
   try {
-    run_ = entry<int (*)(const void* const*, void* const*, void*)>(handle_, path, "tf_model_run");
-    workspace_bytes_ = entry<uint64_t (*)()>(handle_, path, "tf_model_workspace_bytes")();
-    bool has_inputs = dlsym(handle_, "tf_model_input_name") != nullptr;
-    if (has_inputs) inputs_ = describe(handle_, path, "input");
-    outputs_ = describe(handle_, path, "output");
-  } catch (...) {
-    dlclose(handle_);
-    throw;
+    abi_ = std::make_unique<ModelAbi>(path);
+  } catch (const ModelLoadError& e) {
+    throw UserError(e.what());
   }
+  inputs_ = tensor_infos(abi_->inputs());
+  outputs_ = tensor_infos(abi_->outputs());
 }
 
-ModelLibrary::~ModelLibrary() {
-  if (handle_) dlclose(handle_);
-}
+ModelLibrary::~ModelLibrary() = default;
 
 void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
                        std::vector<HostTensor>& outputs, void* workspace) const {
@@ -107,8 +79,8 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
       out.push_back(o.dtype == DType::F32 ? static_cast<void*>(outputs[k].f.data()) : outputs[k].i.data());
     }
   }
-  int status = run_(in.data(), out.data(), workspace);
-  if (status == -2) {
+  int status = abi_->run(in.data(), out.data(), workspace);
+  if (status == kModelIntOutOfRange) {
     // An int64 input beyond what float32 kernels hold exactly: name the first such element.
     for (size_t k = 0; k < inputs.size(); ++k) {
       const HostTensor& t = *inputs[k];
@@ -124,7 +96,7 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   }
   if (status != 0) {
     throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ",
-                                 workspace_bytes_, " bytes, or a kernel's own buffers)"));
+                                 abi_->workspace_bytes(), " bytes, or a kernel's own buffers)"));
   }
   for (size_t k = 0; k < outputs_.size(); ++k) {
     for (size_t e = 0; e < bools[k].size(); ++e) outputs[k].i[e] = bools[k][e];
@@ -135,13 +107,13 @@ void ModelLibrary::run_raw(const std::vector<const void*>& inputs, const std::ve
                            void* workspace) const {
   TF_CHECK(inputs.size() == inputs_.size() && outputs.size() == outputs_.size(), "run_raw: ", inputs.size(),
            " inputs and ", outputs.size(), " outputs for a model of ", inputs_.size(), " and ", outputs_.size());
-  int status = run_(inputs.data(), outputs.data(), workspace);
-  if (status == -2) {
+  int status = abi_->run(inputs.data(), outputs.data(), workspace);
+  if (status == kModelIntOutOfRange) {
     throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt,
                         " (2^24, exact in the float32 the kernels compute in)"));
   }
   if (status != 0) {
-    throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ", workspace_bytes_,
+    throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ", abi_->workspace_bytes(),
                                  " bytes, or a kernel's own buffers)"));
   }
 }

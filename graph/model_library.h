@@ -1,15 +1,18 @@
 // model_library: a compiled model loaded into this process through its C ABI
-// (compiler/codegen_runner.h), for `tunefarm run --model` and the tests.
+// (compiler/codegen_runner.h; loaded by runtime/model_abi.h), for `tunefarm run --model`,
+// the Python package and the tests.
 //
 // What it promises: open() refuses, naming the file, a library that does not load or lacks a
 // tf_model_* entry point; run() checks the count and sizes of what it is given against the
 // model's own description before calling it, and turns a failed call into an error.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "graph/graph.h"
+#include "runtime/model_abi.h"
 
 namespace tf::graph {
 
@@ -28,7 +31,8 @@ class ModelLibrary {
 
   const std::vector<TensorInfo>& inputs() const { return inputs_; }
   const std::vector<TensorInfo>& outputs() const { return outputs_; }
-  uint64_t workspace_bytes() const { return workspace_bytes_; }
+  uint64_t workspace_bytes() const { return abi_->workspace_bytes(); }
+  const ModelAbi& abi() const { return *abi_; }
 
   // Runs the model on inputs in the model's order; `outputs` are resized to fit.
   void run(const std::vector<const HostTensor*>& inputs, std::vector<HostTensor>& outputs,
@@ -44,10 +48,8 @@ class ModelLibrary {
 
  private:
   std::string path_;
-  void* handle_ = nullptr;
-  int (*run_)(const void* const*, void* const*, void*) = nullptr;
+  std::unique_ptr<ModelAbi> abi_;
   std::vector<TensorInfo> inputs_, outputs_;
-  uint64_t workspace_bytes_ = 0;
 };
 
 }  // namespace tf::graph

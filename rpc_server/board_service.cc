@@ -247,7 +247,21 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   if (!safe_name(in.module_id(), true)) return invalid("bad module id '" + in.module_id() + "'");
   fs::path module = fs::path(lease_dir(in.lease_token())) / in.module_id();
   if (!fs::exists(module)) return {grpc::StatusCode::NOT_FOUND, "no module " + in.module_id() + " under this lease"};
-  if (!safe_name(in.function(), false)) return invalid("function name '" + in.function() + "' is not a C identifier");
+  if (in.model()) {
+    // A compiled model: the runner reads its inputs and outputs from the library.
+    if (!options_.gpu_device.empty()) {
+      return invalid("timing a compiled model is not implemented on GPU boards yet (this one is " +
+                     options_.gpu_device + ")");
+    }
+    if (!in.function().empty() || !in.baseline_function().empty() || in.args_size() > 0) {
+      return invalid("a model measurement names no function and no arguments: the model library describes them");
+    }
+    if (in.outputs() == pb::OUTPUT_VALUES) {
+      return invalid("a model measurement returns its outputs' digests (OUTPUT_DIGEST), not their values");
+    }
+  } else if (!safe_name(in.function(), false)) {
+    return invalid("function name '" + in.function() + "' is not a C identifier");
+  }
   for (const pb::GpuStep& step : in.launch().then()) {
     if (!safe_name(step.function(), false)) {
       return invalid("function name '" + step.function() + "' (launch.then) is not a C identifier");
@@ -261,11 +275,11 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
     if (!safe_name(in.baseline_module_id(), true)) return invalid("bad baseline module id '" + in.baseline_module_id() + "'");
     baseline = fs::path(lease_dir(in.lease_token())) / in.baseline_module_id();
     if (!fs::exists(baseline)) return {grpc::StatusCode::NOT_FOUND, "no module " + in.baseline_module_id() + " under this lease"};
-    if (!safe_name(in.baseline_function(), false)) {
+    if (!in.model() && !safe_name(in.baseline_function(), false)) {
       return invalid("baseline function name '" + in.baseline_function() + "' is not a C identifier");
     }
   }
-  if (in.args_size() < 1 || in.args_size() > 5) {
+  if (!in.model() && (in.args_size() < 1 || in.args_size() > 5)) {
     return invalid("kernels take 1 to 5 arguments, not " + std::to_string(in.args_size()));
   }
   pb::MeasureRequest req = in;
@@ -308,7 +322,8 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   for (const Bounded& b : {Bounded{"min_repeat_ms", req.min_repeat_ms(), kMaxMs},
                            Bounded{"cooldown_ms", req.cooldown_ms(), kMaxMs},
                            Bounded{"cut_slower_than_s", req.cut_slower_than_s(), kMaxMs / 1e3},
-                           Bounded{"min_warmup_ms", req.min_warmup_ms(), kMaxMs}}) {
+                           Bounded{"min_warmup_ms", req.min_warmup_ms(), kMaxMs},
+                           Bounded{"rewarm_ms", req.rewarm_ms(), kMaxMs}}) {
     if (!(b.value >= 0 && b.value <= b.max)) {  // NaN fails too
       return invalid(std::string(b.name) + " " + std::to_string(b.value) + " is not in [0, " +
                      std::to_string(static_cast<int64_t>(b.max)) + "]");

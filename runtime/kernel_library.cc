@@ -143,7 +143,7 @@ int calls_to_fill(const TimingOptions& o, double per_call_s) {
 
 // The warm-up (kernel_library.h): until two calls in a row ran at the fastest speed seen.
 // Returns the fastest call's time; r.status is set when a call failed.
-double warm_up(const KernelLibrary& k, const std::vector<float*>& args, const TimingOptions& o, TimingResult& r) {
+double warm_up(const TimedCall& call, const TimingOptions& o, TimingResult& r) {
   const double warmup_limit_s = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs) / 1e3;
   const double min_warmup_s = std::max(o.min_warmup_ms, 0.0) / 1e3;
   double fastest = 0;
@@ -152,7 +152,7 @@ double warm_up(const KernelLibrary& k, const std::vector<float*>& args, const Ti
     double elapsed = seconds_since(begin);
     if (elapsed >= min_warmup_s && r.warmup_calls >= 2 && (steady >= 2 || elapsed >= min_warmup_s + warmup_limit_s)) break;
     auto start = Clock::now();
-    r.status = k.call(args);
+    r.status = call();
     double s = seconds_since(start);
     ++r.warmup_calls;
     if (r.status != 0) return fastest;
@@ -172,11 +172,18 @@ TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args
 std::vector<TimingResult> time_kernels(const std::vector<const KernelLibrary*>& ks,
                                        const std::vector<std::vector<float*>>& args, const TimingOptions& o) {
   if (args.size() != ks.size()) throw std::invalid_argument("time_kernels: one argument list per kernel");
+  std::vector<TimedCall> calls;
+  for (size_t i = 0; i < ks.size(); ++i) calls.push_back([k = ks[i], &a = args[i]] { return k->call(a); });
+  return time_calls(calls, o);
+}
+
+std::vector<TimingResult> time_calls(const std::vector<TimedCall>& ks, const TimingOptions& o) {
+  if (ks.empty()) return {};
   std::vector<TimingResult> rs(ks.size());
   std::vector<int> repeat(ks.size(), std::max(o.repeat, 1)), recalibrations(ks.size(), 0);
   for (size_t i = 0; i < ks.size(); ++i) {
     TimingResult& r = rs[i];
-    double fastest = warm_up(*ks[i], args[i], o, r);
+    double fastest = warm_up(ks[i], o, r);
     if (r.status != 0) return rs;
     r.number = std::max(o.number, 1);
     if (fastest > 0) r.number = std::max(r.number, calls_to_fill(o, fastest));
@@ -189,6 +196,7 @@ std::vector<TimingResult> time_kernels(const std::vector<const KernelLibrary*>& 
   if (o.flush_cache) flush.resize(kFlushBytes);
   int max_repeat = *std::max_element(repeat.begin(), repeat.end());
   bool first = true;
+  size_t last = ks.size() - 1;  // the kernel called last (warmed up last)
   for (int rep = 0; rep < max_repeat; ++rep) {
     for (size_t i = 0; i < ks.size(); ++i) {
       TimingResult& r = rs[i];
@@ -198,6 +206,14 @@ std::vector<TimingResult> time_kernels(const std::vector<const KernelLibrary*>& 
           std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
         }
         first = false;
+        if (i != last && o.rewarm_ms > 0) {
+          for (auto begin = Clock::now(); seconds_since(begin) * 1e3 < o.rewarm_ms;) {
+            r.status = ks[i]();
+            ++r.warmup_calls;
+            if (r.status != 0) return rs;
+          }
+        }
+        last = i;
         if (!flush.empty()) {
           // Volatile stores: the compiler may not drop them.
           volatile char* p = flush.data();
@@ -205,7 +221,7 @@ std::vector<TimingResult> time_kernels(const std::vector<const KernelLibrary*>& 
         }
         auto start = Clock::now();
         for (int c = 0; c < r.number; ++c) {
-          r.status = ks[i]->call(args[i]);
+          r.status = ks[i]();
           if (r.status != 0) return rs;
         }
         double s = seconds_since(start);

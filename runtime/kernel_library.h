@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ struct TimingOptions {
   double cut_slower_than_s = 0;
   // The warm-up lasts at least this long (ms) before its steadiness counts.
   double min_warmup_ms = 0;
+  // Several kernels interleaved (time_calls): each sample after the first round starts with
+  // untimed calls of the same kernel for at least this long (ms), so that a kernel whose
+  // threads slept during the others' samples is awake again when its sample starts.
+  double rewarm_ms = 0;
 };
 
 // Bytes written before each sample to push the kernel's data out of the caches.
@@ -81,6 +86,11 @@ TimingResult time_kernel(const KernelLibrary& k, const std::vector<float*>& args
 // had. One result per kernel, in order.
 std::vector<TimingResult> time_kernels(const std::vector<const KernelLibrary*>& ks,
                                        const std::vector<std::vector<float*>>& args, const TimingOptions& o);
+
+// What time_kernels does, for any calls: calls[i]() is one call of kernel i, returning its
+// status (0 is success). Compiled models are timed so (runtime/model_abi.h).
+using TimedCall = std::function<int()>;
+std::vector<TimingResult> time_calls(const std::vector<TimedCall>& calls, const TimingOptions& o);
 
 // Why `data` cannot be a kernel library, or "" when it can: a little-endian ELF shared
 // object (ET_DYN) whose headers and loadable segments lie within the file; with

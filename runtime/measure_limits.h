@@ -17,13 +17,17 @@ namespace tf::farm {
 // default raised to cover what the request asks for (the warm-up's bound, `repeat` samples
 // of at least min_repeat_ms each and two more, and the cooldowns between them, twice over,
 // plus 1 s to start and load; doubled for a request with a baseline module, which times two
-// kernels), never above the board's maximum.
+// kernels, each sample after a rewarm_ms), never above the board's maximum. A model's calls
+// may take longer than this guess: a tuner times models with an explicit timeout_s.
 inline double effective_timeout_s(const tunefarm::v1::MeasureRequest& req, double board_default, double board_max) {
   if (req.timeout_s() != 0) return req.timeout_s();
   double warmup_ms = req.min_warmup_ms() + kWarmupFactor * std::max(req.min_repeat_ms(), kMinWarmupMs);
-  double kernels = req.baseline_function().empty() ? 1 : 2;
-  double asked =
-      2 * kernels * (warmup_ms + (req.repeat() + 2.0) * req.min_repeat_ms() + req.repeat() * req.cooldown_ms()) / 1e3 + 1;
+  bool baseline = !req.baseline_function().empty() || !req.baseline_module_id().empty();
+  double kernels = baseline ? 2 : 1;
+  double rewarm_ms = baseline ? req.rewarm_ms() : 0;
+  double asked = 2 * kernels *
+                     (warmup_ms + (req.repeat() + 2.0) * req.min_repeat_ms() +
+                      req.repeat() * (req.cooldown_ms() + rewarm_ms)) / 1e3 + 1;
   return std::min(board_max, std::max(board_default, asked));
 }
 

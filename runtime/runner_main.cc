@@ -23,6 +23,9 @@
 // like the first; its function (the request's baseline_function) is timed on the same inputs
 // (outputs of its own), interleaved with the kernel's samples (runtime/kernel_library.h
 // time_kernels).
+//
+// A request with `model` set (CPU only): MODULE (and MODULE2) is a compiled model, called
+// through its C ABI (runtime/model_abi.h) on inputs made from its own description.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -47,6 +50,7 @@
 #include "proto/tunefarm.pb.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"
+#include "runtime/model_abi.h"
 #include "runtime/sandbox.h"
 
 namespace pb = tunefarm::v1;
@@ -76,6 +80,65 @@ int fail(pb::ErrorCode code, const std::string& msg) {
   r.set_error_msg(msg);
   return reply_and_exit(r);
 }
+
+// An output as the reply describes it: its bytes (the digest's), its values (sum, L2).
+struct OutputView {
+  const void* data;
+  int64_t elements;
+  tf::ModelDType dtype;
+  double value(int64_t i) const {
+    switch (dtype) {
+      case tf::ModelDType::I64: return static_cast<double>(static_cast<const int64_t*>(data)[i]);
+      case tf::ModelDType::Bool: return static_cast<const uint8_t*>(data)[i];
+      default: return static_cast<const float*>(data)[i];
+    }
+  }
+  size_t bytes() const {
+    return static_cast<size_t>(elements) * (dtype == tf::ModelDType::I64 ? 8 : dtype == tf::ModelDType::Bool ? 1 : 4);
+  }
+};
+
+// A compiled model (req.model()) and its baseline, if any: inputs and outputs from the
+// library, the inputs filled as make_model_buffers says; the baseline must take and give the
+// same, and runs on the model's inputs with outputs of its own. Lives until the reply is
+// written (the views point into its buffers).
+struct ModelRun {
+  std::unique_ptr<tf::ModelAbi> model, baseline;
+  tf::ModelBuffers bufs, base_bufs;
+
+  // "" or why the libraries cannot be timed (a LOAD_ERROR).
+  std::string load(const std::string& path, const std::string& baseline_path, uint64_t seed) {
+    try {
+      model = std::make_unique<tf::ModelAbi>(path);
+      if (!baseline_path.empty()) baseline = std::make_unique<tf::ModelAbi>(baseline_path);
+    } catch (const tf::ModelLoadError& e) {
+      return e.what();
+    }
+    if (baseline) {
+      if (std::string why = tf::model_signature_mismatch(*model, *baseline); !why.empty()) return "baseline model " + why;
+    }
+    bufs = tf::make_model_buffers(*model, seed);
+    if (baseline) base_bufs = tf::make_model_buffers(*baseline, seed);
+    return "";
+  }
+
+  // The model's timing, then the baseline's when there is one.
+  std::vector<tf::TimingResult> time(const tf::TimingOptions& o) {
+    std::vector<tf::TimedCall> calls{[this] { return model->run(bufs.input_ptrs.data(), bufs.output_ptrs.data()); }};
+    if (baseline) {
+      calls.push_back([this] { return baseline->run(bufs.input_ptrs.data(), base_bufs.output_ptrs.data()); });
+    }
+    return tf::time_calls(calls, o);
+  }
+
+  std::vector<OutputView> outputs() const {
+    std::vector<OutputView> v;
+    for (size_t i = 0; i < model->outputs().size(); ++i) {
+      v.push_back({bufs.output_ptrs[i], model->outputs()[i].elements(), model->outputs()[i].dtype});
+    }
+    return v;
+  }
+};
 
 }  // namespace
 
@@ -190,11 +253,26 @@ int main(int argc, char** argv) {
       }
     }
     tf::TimingOptions o{req.number(), req.repeat(), req.min_repeat_ms(), req.flush_cache(), req.cooldown_ms(),
-                        req.cut_slower_than_s(), req.min_warmup_ms()};
+                        req.cut_slower_than_s(), req.min_warmup_ms(), req.rewarm_ms()};
     tf::TimingResult t;
     std::vector<double> base_samples;
     int base_number = 0;
-    if (!device.empty()) {
+    std::vector<OutputView> views;  // the outputs the reply describes
+    ModelRun model;
+    if (req.model()) {
+      if (!device.empty()) return fail(pb::LOAD_ERROR, "timing a compiled model is not implemented on GPU boards yet");
+      if (std::string why = model.load(argv[1], baseline, req.seed()); !why.empty()) return fail(pb::LOAD_ERROR, why);
+      std::vector<tf::TimingResult> rs = model.time(o);
+      t = rs[0];
+      if (rs.size() > 1) {
+        if (t.status == 0 && rs[1].status != 0) {
+          return fail(pb::RUNTIME_ERROR, "the baseline model returned " + std::to_string(rs[1].status));
+        }
+        base_samples = rs[1].samples_s;
+        base_number = rs[1].number;
+      }
+      views = model.outputs();
+    } else if (!device.empty()) {
       const pb::GpuLaunch& l = req.launch();
       if (std::string why = tf::farm::check_gpu_launch(l); !why.empty()) return fail(pb::LOAD_ERROR, why);
       // The function's kernel, then those the same call launches after it (split-K).
@@ -271,27 +349,30 @@ int main(int argc, char** argv) {
     reply.set_cooldown_ms(req.cooldown_ms());
     if (t.status != 0) {
       reply.set_error(t.status == -1 ? pb::MEMORY_LIMIT : pb::RUNTIME_ERROR);
-      reply.set_error_msg("kernel returned " + std::to_string(t.status) +
+      reply.set_error_msg(std::string(req.model() ? "model" : "kernel") + " returned " + std::to_string(t.status) +
                           (t.status == -1 ? " (could not allocate its buffers)" : ""));
       return reply_and_exit(reply);
+    }
+    if (!req.model()) {
+      for (size_t i : outputs) views.push_back({bufs[i].data(), static_cast<int64_t>(bufs[i].size()), tf::ModelDType::F32});
     }
     for (double s : t.samples_s) reply.add_samples_s(s);
     for (double s : base_samples) reply.add_baseline_samples_s(s);
     reply.set_baseline_number(base_number);
     if (req.outputs() != pb::OUTPUT_NONE) {
-      for (size_t i : outputs) {
-        const std::vector<float>& v = bufs[i];
-        std::string raw(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+      for (const OutputView& v : views) {
+        std::string raw(static_cast<const char*>(v.data), v.bytes());
         pb::OutputData* o = reply.add_outputs();
         double sum = 0, sq = 0;
-        for (float x : v) {
+        for (int64_t e = 0; e < v.elements; ++e) {
+          double x = v.value(e);
           sum += x;
-          sq += double(x) * x;
+          sq += x * x;
         }
         o->set_sha256(tf::farm::sha256_hex(raw));
         o->set_sum(sum);
         o->set_l2(std::sqrt(sq));
-        if (req.outputs() == pb::OUTPUT_VALUES) o->set_values(raw);
+        if (req.outputs() == pb::OUTPUT_VALUES && !req.model()) o->set_values(raw);
       }
     }
     return reply_and_exit(reply);

@@ -10,6 +10,7 @@
 #include "compiler/target.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"
+#include "runtime/model_abi.h"
 
 namespace tf {
 
@@ -175,9 +176,13 @@ std::optional<pb::GpuLaunch> launch_from_sidecar(const nlohmann::json& sidecar) 
   return out;
 }
 
-RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& data,
-                                 const std::string& name, const std::string& function, std::mutex* ctx_mu,
-                                 const pb::GpuLaunch* launch, const Baseline* baseline) {
+namespace {
+
+// Uploads `data` (and the baseline's) to `board`, refusing a library of another
+// architecture than the board's; times `req` on them; frees them. The request's baseline
+// module id is filled in.
+pb::MeasureReply upload_and_measure(farm::LeasedBoard& board, const std::string& data, const std::string& name,
+                                    const FarmRunner::Baseline* baseline, pb::MeasureRequest req, const char* what) {
   std::string board_arch;
   try {
     board_arch = parse_target(board.lease().target()).arch_name();
@@ -187,21 +192,18 @@ RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, 
   auto check_arch = [&](const std::string& lib, const std::string& lib_name) {
     std::string arch = kernel_library_arch(lib);
     if (!board_arch.empty() && arch != board_arch) {
-      throw farm::FarmError("kernel library " + lib_name + " is built for " + (arch.empty() ? "no known architecture" : arch) +
-                                ", but board " + board.lease().board_id() + " is " + board_arch + " (target " +
-                                board.lease().target() + ")",
+      throw farm::FarmError(std::string(what) + " " + lib_name + " is built for " +
+                                (arch.empty() ? "no known architecture" : arch) + ", but board " +
+                                board.lease().board_id() + " is " + board_arch + " (target " + board.lease().target() + ")",
                             grpc::StatusCode::INVALID_ARGUMENT);
     }
   };
   check_arch(data, name);
   if (baseline) check_arch(baseline->data, baseline->name);
   std::vector<std::string> modules{board.upload(data, name)};
-  pb::MeasureRequest req = ctx.request(function);
-  if (launch) *req.mutable_launch() = *launch;
   if (baseline) {
     modules.push_back(board.upload(baseline->data, baseline->name));
     req.set_baseline_module_id(modules.back());
-    req.set_baseline_function(baseline->function);
   }
   pb::MeasureReply reply = board.measure(req, modules[0]);
   for (const std::string& m : modules) {
@@ -211,6 +213,24 @@ RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, 
       // The board removes modules with the lease anyway.
     }
   }
+  return reply;
+}
+
+void set_board(RunResult& r, farm::LeasedBoard& board) {
+  r.board_id = board.lease().board_id();
+  r.device_model = board.lease().device().cpu_model();
+  r.board_target = board.lease().target();
+}
+
+}  // namespace
+
+RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& data,
+                                 const std::string& name, const std::string& function, std::mutex* ctx_mu,
+                                 const pb::GpuLaunch* launch, const Baseline* baseline) {
+  pb::MeasureRequest req = ctx.request(function);
+  if (launch) *req.mutable_launch() = *launch;
+  if (baseline) req.set_baseline_function(baseline->function);
+  pb::MeasureReply reply = upload_and_measure(board, data, name, baseline, req, "kernel library");
   RunResult r;
   if (ctx_mu) {
     std::lock_guard<std::mutex> l(*ctx_mu);
@@ -218,10 +238,50 @@ RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, 
   } else {
     r = ctx.finish(reply);
   }
-  r.board_id = board.lease().board_id();
-  r.device_model = board.lease().device().cpu_model();
-  r.board_target = board.lease().target();
+  set_board(r, board);
   return r;
+}
+
+RunResult FarmRunner::measure_model_on(farm::LeasedBoard& board, const std::string& data, const std::string& name,
+                                       const Baseline* baseline, const MeasureOptions* o) {
+  pb::MeasureRequest req = model_request(o && o->timeout_s > 0 ? o->timeout_s : board.info().max_timeout_s(), o);
+  RunResult r = result_of(upload_and_measure(board, data, name, baseline, req, "model library"));
+  set_board(r, board);
+  return r;
+}
+
+RunResult FarmRunner::time_model(const std::string& so_path, const std::string& baseline_so) {
+  std::string data = read_all(so_path);
+  // Not called while run() is (the boards' threads hold slots only there).
+  auto first_live = [this]() -> Slot* {
+    std::lock_guard<std::mutex> l(mu_);
+    slots_.erase(std::remove_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->lost.load(); }), slots_.end());
+    return slots_.empty() ? nullptr : slots_.front().get();
+  };
+  Slot* slot = first_live();
+  if (!slot) {
+    lease_more(true, kernel_library_arch(data));
+    slot = first_live();
+    if (!slot) throw farm::FarmError("no board of key '" + opts_.key + "' to time the model on", grpc::StatusCode::UNAVAILABLE);
+  }
+  std::optional<Baseline> base;
+  if (!baseline_so.empty()) {
+    base = Baseline{read_all(baseline_so), std::filesystem::path(baseline_so).filename().string(), ""};
+    if (base->name == std::filesystem::path(so_path).filename().string()) base->name = "baseline-" + base->name;
+  }
+  try {
+    return measure_model_on(*slot->board, data, std::filesystem::path(so_path).filename().string(),
+                            base ? &*base : nullptr);
+  } catch (const farm::FarmError& e) {
+    if (!e.board_lost()) throw;
+    slot->board->report_lost(e.what());
+    if (on_board_lost) on_board_lost(slot->board->lease().board_id(), e.what());
+    slot->lost = true;
+    RunResult r;
+    r.error = pb::BOARD_LOST;
+    r.error_msg = e.what();
+    return r;
+  }
 }
 
 std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<BuildResult>& builds) {

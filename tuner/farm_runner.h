@@ -69,6 +69,17 @@ class FarmRunner : public Runner {
   static RunResult measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& library_data,
                               const std::string& name, const std::string& function, std::mutex* ctx_mu = nullptr,
                               const tunefarm::v1::GpuLaunch* launch = nullptr, const Baseline* baseline = nullptr);
+  // A compiled model on one leased board (also `tunefarm farm measure --model`), with a second
+  // build of it timed alongside when `baseline` is given (its function unused): refused like
+  // measure_on's libraries when built for another architecture; within the board's largest
+  // time limit (a model's call time is not known in advance).
+  // `o`: how to sample (default: tuner/measure.h model_request's); its timeout_s, when set,
+  // replaces the board's largest.
+  static RunResult measure_model_on(farm::LeasedBoard& board, const std::string& library_data, const std::string& name,
+                                    const Baseline* baseline = nullptr, const MeasureOptions* o = nullptr);
+  // On the first board this runner holds (leasing one when it holds none). A board that stops
+  // answering is reported and dropped, and the result is BOARD_LOST.
+  RunResult time_model(const std::string& so_path, const std::string& baseline_so) override;
 
  private:
   struct Slot {

@@ -40,6 +40,25 @@ RunResult LocalRunner::run_one(MeasureContext& ctx, const std::string& so_path, 
   return r;
 }
 
+RunResult Runner::time_model(const std::string&, const std::string&) {
+  RunResult r;
+  r.error = pb::RUNTIME_ERROR;
+  r.error_msg = "timing a whole model is not implemented on " + device_key() + " yet";
+  return r;
+}
+
+RunResult LocalRunner::time_model(const std::string& so_path, const std::string& baseline_so) {
+  pb::MeasureRequest req = model_request(opts_.max_timeout_s);
+  req.set_memory_limit_bytes(opts_.memory_limit_bytes);
+  std::vector<std::string> flags;
+  if (!baseline_so.empty()) flags.push_back("--baseline=" + baseline_so);
+  pb::MeasureReply reply = farm::run_isolated({opts_.runner_path}, so_path, req, req.timeout_s(), nullptr, flags);
+  RunResult r = result_of(reply);
+  r.board_id = "local";
+  r.device_model = device_model_;
+  return r;
+}
+
 std::vector<RunResult> LocalRunner::run(MeasureContext& ctx, const std::vector<BuildResult>& builds) {
   std::vector<RunResult> out;
   for (const BuildResult& b : builds) {

@@ -6,6 +6,7 @@
 #include "compiler/target.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"
+#include "runtime/model_abi.h"
 #include "tuner/tuning_records.h"
 
 namespace tf {
@@ -66,7 +67,7 @@ pb::MeasureRequest MeasureContext::request(const std::string& function) const {
   return req;
 }
 
-RunResult MeasureContext::finish(const pb::MeasureReply& reply) {
+RunResult result_of(const pb::MeasureReply& reply) {
   RunResult r;
   r.error = reply.error();
   r.error_msg = reply.error_msg();
@@ -75,6 +76,31 @@ RunResult MeasureContext::finish(const pb::MeasureReply& reply) {
   r.samples_s.assign(reply.samples_s().begin(), reply.samples_s().end());
   r.baseline_samples_s.assign(reply.baseline_samples_s().begin(), reply.baseline_samples_s().end());
   r.cut = reply.cut();
+  return r;
+}
+
+pb::MeasureRequest model_request(double timeout_s, const MeasureOptions* m) {
+  const TimingOptions o = model_timing_options();
+  pb::MeasureRequest req;
+  req.set_model(true);
+  req.set_number(m ? m->number : o.number);
+  req.set_repeat(m ? m->repeat : o.repeat);
+  req.set_min_repeat_ms(m ? m->min_repeat_ms : o.min_repeat_ms);
+  req.set_min_warmup_ms(m ? m->min_warmup_ms : o.min_warmup_ms);
+  req.set_rewarm_ms(o.rewarm_ms);
+  req.set_seed(m ? m->seed : 1);
+  if (m) {
+    req.set_flush_cache(m->flush);
+    req.set_cooldown_ms(m->cooldown_ms);
+  }
+  req.set_timeout_s(timeout_s);
+  req.set_outputs(pb::OUTPUT_DIGEST);
+  return req;
+}
+
+RunResult MeasureContext::finish(const pb::MeasureReply& reply) {
+  RunResult r = result_of(reply);
+  if (!r.ok()) return r;
   if (!opts_.check || reply.outputs_size() != 1 ||
       reply.outputs(0).values().size() != static_cast<size_t>(out_elements_) * 4) {
     return r;

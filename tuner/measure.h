@@ -67,6 +67,14 @@ struct RunResult {
 // "ok", "compile_error", ... (the database's error_code of each proto code).
 const char* error_code_name(tunefarm::v1::ErrorCode c);
 
+// A reply as a result, its outputs unchecked: error, samples, baseline samples.
+RunResult result_of(const tunefarm::v1::MeasureReply& reply);
+
+// The request that times a compiled model (module ids left empty), its outputs' digests, within
+// `timeout_s` (a model's call time is not known in advance): sampled as `o` says, or, without
+// it, as runtime/model_abi.h's ModelTimingSettings say (tune --model's comparison).
+tunefarm::v1::MeasureRequest model_request(double timeout_s, const MeasureOptions* o = nullptr);
+
 // What one workload's measurements share: its graph, the request skeleton, and the reference
 // output on the seeded inputs (computed on first use).
 class MeasureContext {

@@ -28,6 +28,12 @@ class Runner {
   // The records' device_key: "local", or the farm key.
   virtual std::string device_key() const = 0;
   virtual std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) = 0;
+  // A compiled model (`tunefarm compile --model`'s library) timed against a second build of
+  // it, interleaved on the same inputs (tuner/measure.h model_request): samples_s are the
+  // model's, baseline_samples_s the baseline's (RunResult::speedup). A model that fails is a
+  // result with its error; a device that cannot be used throws, as run() does. Runners
+  // without it say so in the result (RUNTIME_ERROR, "not implemented").
+  virtual RunResult time_model(const std::string& so_path, const std::string& baseline_so);
 };
 
 struct LocalRunnerOptions {
@@ -47,6 +53,8 @@ class LocalRunner : public Runner {
   // `baseline_function` is timed too, interleaved on the same inputs (RunResult::speedup).
   RunResult run_one(MeasureContext& ctx, const std::string& so_path, const std::string& function,
                     const std::string& baseline_so = "", const std::string& baseline_function = "");
+  // In a tunefarm-board-runner process, as a board would (within max_timeout_s).
+  RunResult time_model(const std::string& so_path, const std::string& baseline_so) override;
 
  private:
   LocalRunnerOptions opts_;

@@ -410,6 +410,24 @@ TEST_F(Farm, MalformedRequestsAreRejected) {
   r = request("scale");
   r.clear_args();
   expect_invalid(r, "1 to 5 arguments");
+  r = request("scale");
+  r.set_rewarm_ms(-1);
+  expect_invalid(r, "rewarm_ms -1");
+  // A compiled model names no function or arguments (the library describes them) and returns
+  // digests, not values.
+  r = request("scale");
+  r.set_model(true);
+  expect_invalid(r, "a model measurement names no function and no arguments");
+  r.clear_args();
+  r.set_function("");
+  r.set_outputs(pb::OUTPUT_VALUES);
+  expect_invalid(r, "returns its outputs' digests");
+  // A kernel library taken for a model is the model's load error.
+  r.set_outputs(pb::OUTPUT_DIGEST);
+  pb::MeasureReply as_model = board->measure(r, module);
+  EXPECT_EQ(as_model.error(), pb::LOAD_ERROR);
+  EXPECT_NE(as_model.error_msg().find("not a tunefarm model library (no tf_model_run)"), std::string::npos)
+      << as_model.error_msg();
   // An upload whose digest does not match.
   auto stub = pb::Board::NewStub(make_channel(board->lease().address(), {}));
   grpc::ClientContext ctx;
@@ -1216,6 +1234,13 @@ int run_shell(const std::string& cmd) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+// `cmd`'s exit status and standard output (and error, with `and_stderr`).
+std::pair<int, std::string> run_shell_output(const std::string& cmd, bool and_stderr = false) {
+  std::string out = temp_dir() + "/shell-output";
+  int rc = run_shell(cmd + " > " + out + (and_stderr ? " 2>&1" : ""));
+  return {rc, read_file(out)};
+}
+
 TEST(FarmTune, ABoardKilledMidRunLosesNothingAndTheRunCompletesOnTheOther) {
   auto tracker = start_tracker(0);
   int port = tracker->port();
@@ -1280,7 +1305,7 @@ TEST(FarmTune, AModelTunesOnABoard) {
   std::string cmd = std::string(TF_TUNEFARM) + " tune --model " + model + " --tracker 127.0.0.1:" + std::to_string(port) +
                     " --token-file " + token_file() +
                     " --key tunem --trials 6 --batch 2 --repeat 2 --min-repeat-ms 1 --retime-rounds 1 --retime-top 1"
-                    " --strategy random --no-db --json > " + out + " 2> " + dir + "/tune-model.err";
+                    " --strategy random --db " + dir + "/farm-model.db --json > " + out + " 2> " + dir + "/tune-model.err";
   ASSERT_EQ(run_shell(cmd), 0) << read_file(out) << read_file(dir + "/tune-model.err");
   nlohmann::json done;
   std::istringstream lines(read_file(out));
@@ -1294,6 +1319,64 @@ TEST(FarmTune, AModelTunesOnABoard) {
     EXPECT_GT(t["best_s"].get<double>(), 0) << t.dump();
   }
   EXPECT_EQ(done["status"], "done");
+  // What it bought: both builds of the model timed on the board, not here.
+  const nlohmann::json& m = done["model"];
+  ASSERT_TRUE(m.contains("tuned_s")) << done.dump();
+  std::string board_id;
+  pb::SummaryReply summary = c.summary();
+  for (const auto& bs : summary.boards()) {
+    if (bs.key() == "tunem") board_id = bs.board_id();
+  }
+  EXPECT_EQ(m["board"], board_id) << m.dump();
+  EXPECT_GT(m["tuned_s"].get<double>(), 0) << m.dump();
+  EXPECT_GT(m["default_s"].get<double>(), 0) << m.dump();
+  EXPECT_EQ(m["rounds"], 10) << m.dump();
+  EXPECT_GT(m["speedup"].get<double>(), 0) << m.dump();
+  auto [code, listed] = run_shell_output(std::string(TF_TUNEFARM) + " query models --json --db " + dir + "/farm-model.db");
+  ASSERT_EQ(code, 0) << listed;
+  nlohmann::json models = nlohmann::json::parse(listed);
+  ASSERT_EQ(models.size(), 1u) << listed;
+  EXPECT_EQ(models[0]["device_key"], "tunem") << listed;
+  EXPECT_DOUBLE_EQ(models[0]["tuned_s"].get<double>(), m["tuned_s"].get<double>());
+
+  // farm measure --model: a compiled model, and against a second build of it.
+  std::string lib = dir + "/farm-model.so";
+  ASSERT_EQ(run_shell(std::string(TF_TUNEFARM) + " compile --model " + model + " --no-db -o " + lib + " > /dev/null"), 0);
+  std::string tr = " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() + " --key tunem";
+  std::tie(code, listed) = run_shell_output(std::string(TF_TUNEFARM) + " farm measure --model " + lib + " --baseline " + lib +
+                                            " --repeat 4 --json" + tr);
+  ASSERT_EQ(code, 0) << listed;
+  nlohmann::json fm = nlohmann::json::parse(listed);
+  EXPECT_EQ(fm["error_code"], "ok") << listed;
+  EXPECT_EQ(fm["samples_s"].size(), 4u) << listed;
+  EXPECT_EQ(fm["baseline"]["samples_s"].size(), 4u) << listed;
+  EXPECT_GT(fm["speedup"].get<double>(), 0) << listed;
+  // A kernel library is not a model; models of other inputs cannot be compared; kernels'
+  // flags are refused.
+  std::string kernel = compiled_kernel();
+  std::tie(code, listed) = run_shell_output(std::string(TF_TUNEFARM) + " farm measure --model " + kernel + tr, true);
+  EXPECT_EQ(code, 1) << listed;
+  EXPECT_NE(listed.find("not a tunefarm model library (no tf_model_run)"), std::string::npos) << listed;
+  tf::graph::testing::ModelBuilder other(13);
+  other.input("x", {3, 8});
+  other.node("Relu", {"x"}, {"y"});
+  other.output("y", {3, 8});
+  other.save(dir + "/other.onnx");
+  ASSERT_EQ(run_shell(std::string(TF_TUNEFARM) + " compile --model " + dir + "/other.onnx --no-db -o " + dir +
+                      "/other.so > /dev/null"),
+            0);
+  std::tie(code, listed) = run_shell_output(std::string(TF_TUNEFARM) + " farm measure --model " + lib + " --baseline " +
+                                            dir + "/other.so" + tr, true);
+  EXPECT_EQ(code, 1) << listed;
+  EXPECT_NE(listed.find("takes other inputs than"), std::string::npos) << listed;
+  std::tie(code, listed) =
+      run_shell_output(std::string(TF_TUNEFARM) + " farm measure --model " + lib + " --function f" + tr, true);
+  EXPECT_EQ(code, 2) << listed;
+  EXPECT_NE(listed.find("--function is for kernels"), std::string::npos) << listed;
+  std::tie(code, listed) =
+      run_shell_output(std::string(TF_TUNEFARM) + " farm measure --model " + lib + " --module " + kernel + tr, true);
+  EXPECT_EQ(code, 2) << listed;
+  EXPECT_NE(listed.find("--model and --module exclude each other"), std::string::npos) << listed;
 }
 
 TEST(FarmTune, KernelsOfAnotherArchitectureAndUnknownKeysAreRefused) {
@@ -1421,6 +1504,18 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
       ADD_FAILURE() << "a GPU board took a baseline";
     } catch (const FarmError& e) {
       EXPECT_NE(std::string(e.what()).find("baseline module is not implemented on GPU boards"), std::string::npos) << e.what();
+    }
+    // So are compiled models.
+    pb::MeasureRequest m;
+    m.set_model(true);
+    m.set_number(1);
+    m.set_repeat(1);
+    try {
+      b->measure(m, module);
+      ADD_FAILURE() << "a GPU board took a model";
+    } catch (const FarmError& e) {
+      EXPECT_NE(std::string(e.what()).find("timing a compiled model is not implemented on GPU boards yet"), std::string::npos)
+          << e.what();
     }
     b->release();
   }

@@ -79,6 +79,48 @@ TEST(Timing, KernelsTimedTogetherTakeTurnsSampleBySample) {
   EXPECT_EQ(runs, 2 + 2 * 5) << "two warm-ups, then a and b in turn for each of the 5 samples";
 }
 
+// With rewarm_ms, each sample of a kernel timed with others starts with untimed calls of that
+// kernel: every turn has at least two calls (a rewarm call, then the one-call sample), so no
+// run of the call log is a single call. Without it the turns are single calls.
+TEST(Timing, InterleavedSamplesStartWarmWithRewarm) {
+  for (double rewarm_ms : {0.0, 2.0}) {
+    std::vector<int> log;
+    std::vector<TimedCall> calls;
+    for (int k = 0; k < 2; ++k) {
+      calls.push_back([&log, k] {
+        log.push_back(k);
+        return 0;
+      });
+    }
+    TimingOptions o{1, 4, 0, false, 0, 0, 0, rewarm_ms};
+    std::vector<TimingResult> r = time_calls(calls, o);
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[0].samples_s.size(), 4u);
+    EXPECT_EQ(r[1].samples_s.size(), 4u);
+    std::vector<size_t> runs{1};
+    for (size_t i = 1; i < log.size(); ++i) {
+      if (log[i] == log[i - 1]) {
+        ++runs.back();
+      } else {
+        runs.push_back(1);
+      }
+    }
+    EXPECT_EQ(runs.size(), 2u + 2 * 4) << "two warm-ups, then a and b in turn for each of the 4 samples";
+    size_t shortest = *std::min_element(runs.begin(), runs.end());
+    if (rewarm_ms > 0) {
+      EXPECT_GE(shortest, 2u) << "a sample without its rewarm";
+      EXPECT_GE(r[0].warmup_calls, 2 + 4) << "rewarm calls count as warm-up";
+    } else {
+      EXPECT_EQ(shortest, 1u);
+    }
+  }
+  // One kernel alone is never rewarmed: nothing ran between its samples.
+  int count = 0;
+  TimingOptions o{1, 4, 0, false, 0, 0, 0, 1000.0};
+  std::vector<TimingResult> r = time_calls({[&count] { return ++count, 0; }}, o);
+  EXPECT_EQ(count, r[0].warmup_calls + 4) << "a rewarm of 1000 ms ran for a lone kernel";
+}
+
 TEST(Timing, AFailingKernelStopsTheTimingWithItsStatus) {
   KernelLibrary good(TF_KERNEL_PHASES, "steady3ms"), bad(TF_KERNEL_PHASES, "fails");
   std::vector<float> in(1, 1.0f), out(1);

@@ -1,0 +1,123 @@
+#include "runtime/model_abi.h"
+
+#include <dlfcn.h>
+
+#include <sys/stat.h>
+
+namespace tf {
+namespace {
+
+template <typename F>
+F entry(void* handle, const std::string& path, const std::string& name) {
+  void* p = dlsym(handle, name.c_str());
+  if (!p) throw ModelLoadError(path + ": not a tunefarm model library (no " + name + ")");
+  return reinterpret_cast<F>(p);
+}
+
+std::vector<ModelTensor> describe(void* h, const std::string& path, const std::string& role) {
+  auto count = entry<int32_t (*)()>(h, path, "tf_model_num_" + role + "s");
+  auto name = entry<const char* (*)(int32_t)>(h, path, "tf_model_" + role + "_name");
+  auto ndim = entry<int32_t (*)(int32_t)>(h, path, "tf_model_" + role + "_ndim");
+  auto shape = entry<const int64_t* (*)(int32_t)>(h, path, "tf_model_" + role + "_shape");
+  // Libraries from before outputs had types have no dtype table: all float32.
+  auto dtype = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(h, ("tf_model_" + role + "_dtype").c_str()));
+  std::vector<ModelTensor> out;
+  for (int32_t i = 0; i < count(); ++i) {
+    const int64_t* s = shape(i);
+    int32_t n = ndim(i);
+    int32_t t = dtype ? dtype(i) : 1;
+    if (t != 1 && t != 7 && t != 9) {
+      throw ModelLoadError(path + ": " + role + " " + std::to_string(i) + " has element type " + std::to_string(t));
+    }
+    if (n < 0 || (n > 0 && !s)) throw ModelLoadError(path + ": " + role + " " + std::to_string(i) + " has rank " + std::to_string(n));
+    const char* nm = name(i);
+    out.push_back({nm ? nm : "", std::vector<int64_t>(s, s + n), static_cast<ModelDType>(t)});
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t ModelTensor::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t ModelTensor::bytes() const {
+  return elements() * (dtype == ModelDType::F32 ? 4 : dtype == ModelDType::I64 ? 8 : 1);
+}
+
+ModelAbi::ModelAbi(const std::string& path) : path_(path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) throw ModelLoadError(path + ": no such model library");
+  // dlopen needs a slash to take the path as a file, not a name to search for.
+  std::string p = path.find('/') == std::string::npos ? "./" + path : path;
+  handle_ = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) throw ModelLoadError(path + ": cannot load: " + dlerror());
+  try {
+    run_ = entry<int (*)(const void* const*, void* const*, void*)>(handle_, path, "tf_model_run");
+    workspace_bytes_ = entry<uint64_t (*)()>(handle_, path, "tf_model_workspace_bytes")();
+    if (dlsym(handle_, "tf_model_input_name") != nullptr) inputs_ = describe(handle_, path, "input");
+    outputs_ = describe(handle_, path, "output");
+  } catch (...) {
+    dlclose(handle_);
+    throw;
+  }
+}
+
+ModelAbi::~ModelAbi() {
+  if (handle_) dlclose(handle_);
+}
+
+int ModelAbi::run(const void* const* inputs, void* const* outputs, void* workspace) const {
+  return run_(inputs, outputs, workspace);
+}
+
+ModelBuffers make_model_buffers(const ModelAbi& m, uint64_t seed) {
+  ModelBuffers b;
+  auto storage = [](const ModelTensor& t) { return std::vector<uint64_t>(static_cast<size_t>((t.bytes() + 7) / 8)); };
+  for (size_t i = 0; i < m.inputs().size(); ++i) {
+    const ModelTensor& t = m.inputs()[i];
+    b.inputs.push_back(storage(t));
+    void* data = b.inputs.back().data();
+    int64_t n = t.elements();
+    if (t.dtype == ModelDType::F32) {
+      fill_random(static_cast<float*>(data), n, seed + i);
+    } else if (t.dtype == ModelDType::Bool) {
+      std::vector<float> r(static_cast<size_t>(n));
+      fill_random(r.data(), n, seed + i);
+      auto* bytes = static_cast<uint8_t*>(data);
+      for (int64_t e = 0; e < n; ++e) bytes[e] = r[static_cast<size_t>(e)] < 0;
+    }  // int64: zeros
+  }
+  for (const ModelTensor& t : m.outputs()) b.outputs.push_back(storage(t));
+  for (auto& v : b.inputs) b.input_ptrs.push_back(v.data());
+  for (auto& v : b.outputs) b.output_ptrs.push_back(v.data());
+  return b;
+}
+
+std::string model_signature_mismatch(const ModelAbi& a, const ModelAbi& b) {
+  auto same = [](const std::vector<ModelTensor>& x, const std::vector<ModelTensor>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i].shape != y[i].shape || x[i].dtype != y[i].dtype) return false;
+    }
+    return true;
+  };
+  if (!same(a.inputs(), b.inputs())) return b.path() + " takes other inputs than " + a.path();
+  if (!same(a.outputs(), b.outputs())) return b.path() + " has other outputs than " + a.path();
+  return "";
+}
+
+TimingOptions model_timing_options(const ModelTimingSettings& s) {
+  TimingOptions o;
+  o.number = s.calls;
+  o.repeat = s.rounds;
+  o.min_repeat_ms = s.min_repeat_ms;
+  o.rewarm_ms = s.rewarm_ms;
+  o.min_warmup_ms = s.min_warmup_ms;
+  return o;
+}
+
+}  // namespace tf

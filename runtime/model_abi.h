@@ -1,0 +1,100 @@
+// The host side of a compiled model's C ABI (docs/models.md, "C ABI"), without the compiler:
+// what a board's runner (runtime/runner_main.cc) and graph::ModelLibrary both load.
+//
+// A model library exports tf_model_run(inputs, outputs, workspace) and describes its inputs
+// and outputs (tf_model_num_inputs, tf_model_input_name/_ndim/_shape/_dtype, the same for
+// outputs) and its workspace (tf_model_workspace_bytes). ModelAbi refuses, naming the file
+// and the entry point, a library that lacks one, and an element type it does not know.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/kernel_library.h"
+
+namespace tf {
+
+// Element types of model inputs and outputs, by their ONNX codes (what the ABI's _dtype
+// entries return). Bools are one byte each, 0 or 1.
+enum class ModelDType : int32_t { F32 = 1, I64 = 7, Bool = 9 };
+
+struct ModelTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  ModelDType dtype = ModelDType::F32;
+  int64_t elements() const;
+  int64_t bytes() const;  // elements x the element's size
+};
+
+// The largest int64 a model input may hold, in magnitude: every integer up to it is exact in
+// the float32 the kernels compute in. tf_model_run returns -2 for an input beyond it.
+constexpr int64_t kModelMaxExactInt = int64_t{1} << 24;
+
+// tf_model_run's statuses besides 0.
+constexpr int kModelOutOfMemory = -1;
+constexpr int kModelIntOutOfRange = -2;
+
+// A library that cannot be a model, or does not load; the message names the file.
+class ModelLoadError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class ModelAbi {
+ public:
+  explicit ModelAbi(const std::string& path);  // throws ModelLoadError
+  ~ModelAbi();
+  ModelAbi(const ModelAbi&) = delete;
+  ModelAbi& operator=(const ModelAbi&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::vector<ModelTensor>& inputs() const { return inputs_; }
+  const std::vector<ModelTensor>& outputs() const { return outputs_; }
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
+
+  // One call: buffers in the model's order, laid out as the ABI says (contiguous; float32,
+  // int64, one byte per bool). `workspace` null: the library's own, kept between calls.
+  // Returns tf_model_run's status (0, kModelOutOfMemory, kModelIntOutOfRange).
+  int run(const void* const* inputs, void* const* outputs, void* workspace = nullptr) const;
+
+ private:
+  std::string path_;
+  void* handle_ = nullptr;
+  int (*run_)(const void* const*, void* const*, void*) = nullptr;
+  std::vector<ModelTensor> inputs_, outputs_;
+  uint64_t workspace_bytes_ = 0;
+};
+
+// Inputs and outputs for calls of `m` when nobody gave inputs, the same on every board:
+// float32 input i filled by fill_random(seed + i), int64 inputs zeros (valid indices), bool
+// inputs true where fill_random(seed + i) is negative. Throws std::bad_alloc when they do not
+// fit the process's memory limit.
+struct ModelBuffers {
+  std::vector<std::vector<uint64_t>> inputs, outputs;  // 8-byte aligned storage
+  std::vector<const void*> input_ptrs;
+  std::vector<void*> output_ptrs;
+};
+ModelBuffers make_model_buffers(const ModelAbi& m, uint64_t seed);
+
+// Why two models cannot be timed on the same buffers ("" when they can): their inputs and
+// outputs differ in number, shape or type (names may differ).
+std::string model_signature_mismatch(const ModelAbi& a, const ModelAbi& b);
+
+// How a model is timed against another build of it (tune --model's "what it bought"),
+// locally and on boards alike: `rounds` samples of each, interleaved, each sample the mean of
+// `calls` calls (more where they take under min_repeat_ms) after `rewarm_ms` of untimed ones. Each library has its own thread pool
+// (compiler/thread_pool_ir.h): after the other's calls its workers sleep, and a woken pool
+// can take up to about 20 ms of calls before its worker runs beside the caller, so every
+// sample starts warm.
+struct ModelTimingSettings {
+  int rounds = 10;
+  int calls = 3;
+  double min_repeat_ms = 1;
+  double rewarm_ms = 50;
+  double min_warmup_ms = 300;
+};
+TimingOptions model_timing_options(const ModelTimingSettings& s = {});
+
+}  // namespace tf
