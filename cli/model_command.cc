@@ -263,11 +263,6 @@ graph::HostTensor random_input(const graph::TensorInfo& t, std::mt19937& rng) {
 
 }  // namespace
 
-graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
-                                   const std::vector<std::string>& disable) {
-  return load_model(path, opt_level, disable, channel_block(t));
-}
-
 namespace {
 
 bool is_library(const std::string& path) {
@@ -280,11 +275,7 @@ int64_t memory_budget(const std::string& flag) {
 
 graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Database* db, const std::string& out,
                                 const std::string& model, bool warn, int64_t budget, bool emulate_gpu = false) {
-  graph::ConfigLookup lookup = [db](const Workload& w, const Target& target) {
-    ConfigChoice c = choose_config(db, w, target);
-    return graph::KernelConfig{c.config, c.source, c.tuned_from};
-  };
-  graph::CompiledModel cm = graph::compile_model(g, t, lookup, out, model, budget, emulate_gpu);
+  graph::CompiledModel cm = compile_model_with(g, t, db, out, model, budget, emulate_gpu);
   if (warn && cm.untuned() > 0) {
     std::fprintf(stderr,
                  "warning: %d of %d tunable kernels have no tuned config for %s and use default schedules "
@@ -295,43 +286,6 @@ graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Data
 }
 
 }  // namespace
-
-ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,
-                                          const std::string& model, Runner& runner) {
-  int64_t budget = graph::default_memory_budget();
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tunefarm-compare-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  struct Cleanup {
-    std::filesystem::path d;
-    ~Cleanup() {
-      std::error_code ec;
-      std::filesystem::remove_all(d, ec);
-    }
-  } cleanup{dir};
-  ModelComparison c;
-  const std::string tuned_so = (dir / "tuned.so").string(), default_so = (dir / "default.so").string();
-  graph::CompiledModel tuned = compile_to(g, t, db, tuned_so, model, false, budget);
-  compile_to(g, t, nullptr, default_so, model, false, budget);
-  c.tunable = tuned.tunable();
-  c.tuned = tuned.tunable() - tuned.untuned();
-  std::set<std::string> seen;
-  for (const graph::ModelKernel& k : tuned.kernels) {
-    if (k.workload.empty() || k.config.source.rfind("tuned", 0) != 0 || !seen.insert(k.workload).second) continue;
-    c.configs.push_back({{"workload", k.workload}, {"template", k.template_name}, {"config", k.config.config}});
-  }
-  RunResult r = runner.time_model(tuned_so, default_so);
-  if (!r.ok() || r.samples_s.empty() || r.baseline_samples_s.empty()) {
-    c.error = r.ok() ? "the board returned no samples" : str(error_code_name(r.error), ": ", r.error_msg);
-    return c;
-  }
-  c.tuned_s = r.median_s();
-  c.default_s = r.baseline_median_s();
-  c.speedup = r.speedup();
-  c.rounds = static_cast<int>(r.samples_s.size());
-  c.calls = r.number;
-  c.board = r.board_id;
-  return c;
-}
 
 int compile_model_file(const ModelCompileArgs& a) {
   if (a.out.empty()) throw UserError("-o OUT is required");

@@ -11,7 +11,7 @@
 
 #include "compiler/target.h"
 #include "graph/graph.h"
-#include "tuner/runner.h"
+#include "tuner/model_comparison.h"
 
 namespace tf::db {
 class Database;
@@ -58,26 +58,6 @@ struct ModelCompileArgs {
   std::string max_memory;  // --max-memory; empty: graph::default_memory_budget()
   bool emulate_gpu = false;  // --emulate-gpu: graph::compile_model's emulate_gpu
 };
-// The graph of an .onnx model after the graph passes for target `t` (at `opt_level`, without
-// the passes `disable` names): what compile --model compiles and tune --model tunes.
-graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
-                                   const std::vector<std::string>& disable);
-
-// The model compiled twice for `t` — with the database's tuned configs and with default
-// schedules — and both timed by `runner` (this machine in an isolated process, or a leased
-// board) on the same inputs, interleaved (Runner::time_model): medians in seconds, and how
-// many of the tunable kernels found a tuned config. `error` says why they were not timed.
-struct ModelComparison {
-  double tuned_s = 0, default_s = 0;
-  double speedup = 0;  // the median of the sample pairs' default / tuned ratios
-  int rounds = 0, calls = 0, tuned = 0, tunable = 0;  // rounds: samples of each build; calls: per sample
-  std::string board;                                  // where it ran: "local" or a board id
-  std::string error;                                  // "" when timed
-  nlohmann::json configs = nlohmann::json::array();    // per tuned workload {workload, template, config}
-};
-ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,
-                                          const std::string& model, Runner& runner);
-
 // The --max-memory option, on `run` and `compile`.
 void add_max_memory_option(CLI::App* cmd, std::string& value);
 int compile_model_file(const ModelCompileArgs& args);

@@ -59,6 +59,16 @@ void print_tasks(const pb::JobInfo& j) {
   if (j.weighted_best_s() > 0 && j.tasks_size() > 1) {
     std::printf("weighted total %s ms (sum of weight x best)\n", ms(j.weighted_best_s()).c_str());
   }
+  if (j.has_model_timing()) {
+    const pb::ModelTiming& m = j.model_timing();
+    if (!m.not_timed().empty()) {
+      std::printf("model     not timed: %s\n", m.not_timed().c_str());
+    } else {
+      std::printf("model     %s ms tuned (%d of %d kernels), %s ms with default schedules: %.2fx (on %s, interleaved)\n",
+                  ms(m.tuned_s()).c_str(), m.tuned_kernels(), m.tunable_kernels(), ms(m.default_s()).c_str(),
+                  m.speedup(), m.board().c_str());
+    }
+  }
 }
 
 // submit --model M.onnx without -w: the job is the model's tasks. With -w, --model only names
@@ -226,7 +236,16 @@ int run_service_command(const ServiceArgs& a) {
     if (a.sub == "submit") job = job_from_flags(a);  // bad input fails before any connection
     ServiceClient c(service_endpoint(a.server));
     if (a.sub == "submit") {
-      pb::SubmitReply r = c.submit(job.dump());
+      // A model's own tasks: the model goes with them, to be timed when the job is done.
+      std::string model_onnx;
+      if (tunes_model(a)) {
+        std::ifstream f(a.model, std::ios::binary);
+        std::stringstream ss;
+        ss << f.rdbuf();
+        if (!f) throw UserError(str("cannot read model ", a.model, " again to send it"));
+        model_onnx = ss.str();
+      }
+      pb::SubmitReply r = c.submit(job.dump(), model_onnx);
       if (a.json && !a.watch) {
         std::printf("%s\n", queries::proto_json(r).c_str());
       } else if (!a.json) {

@@ -635,9 +635,8 @@ int run_tune_model(const TuneArgs& a) {
       std::fprintf(stderr, "warning: cannot read %s again to hash it; the model's result is not stored\n",
                    a.model.c_str());
     } else {
-      database->add_model_result({0, a.model, farm::sha256_hex(bytes), t.str(), session.runner->device_key(),
-                                  mc->tuned_s, mc->default_s, model_estimate, mc->tuned, mc->tunable, mc->configs,
-                                  unix_now()});
+      database->add_model_result(
+          model_result(*mc, a.model, farm::sha256_hex(bytes), t, session.runner->device_key(), model_estimate));
     }
   }
   if (a.json) {

@@ -29,7 +29,16 @@ std::vector<ModelTensor> describe(void* h, const std::string& path, const std::s
     if (t != 1 && t != 7 && t != 9) {
       throw ModelLoadError(path + ": " + role + " " + std::to_string(i) + " has element type " + std::to_string(t));
     }
-    if (n < 0 || (n > 0 && !s)) throw ModelLoadError(path + ": " + role + " " + std::to_string(i) + " has rank " + std::to_string(n));
+    const std::string what = path + ": " + role + " " + std::to_string(i);
+    if (n < 0 || n > 64 || (n > 0 && !s)) throw ModelLoadError(what + " has rank " + std::to_string(n));
+    int64_t elements = 1;
+    for (int32_t d = 0; d < n; ++d) {
+      if (s[d] < 0 || (s[d] > 0 && elements > kModelMaxElements / s[d])) {
+        throw ModelLoadError(what + ": dimension " + std::to_string(d) + " is " + std::to_string(s[d]) +
+                             " (at most " + std::to_string(kModelMaxElements) + " elements in all)");
+      }
+      elements *= s[d];
+    }
     const char* nm = name(i);
     out.push_back({nm ? nm : "", std::vector<int64_t>(s, s + n), static_cast<ModelDType>(t)});
   }
@@ -44,9 +53,7 @@ int64_t ModelTensor::elements() const {
   return n;
 }
 
-int64_t ModelTensor::bytes() const {
-  return elements() * (dtype == ModelDType::F32 ? 4 : dtype == ModelDType::I64 ? 8 : 1);
-}
+int64_t ModelTensor::bytes() const { return elements() * model_dtype_bytes(dtype); }
 
 ModelAbi::ModelAbi(const std::string& path) : path_(path) {
   struct stat st {};

@@ -4,7 +4,8 @@
 // A model library exports tf_model_run(inputs, outputs, workspace) and describes its inputs
 // and outputs (tf_model_num_inputs, tf_model_input_name/_ndim/_shape/_dtype, the same for
 // outputs) and its workspace (tf_model_workspace_bytes). ModelAbi refuses, naming the file
-// and the entry point, a library that lacks one, and an element type it does not know.
+// and the entry point, a library that lacks one, an element type it does not know, and a
+// shape with a negative dimension or more than kModelMaxElements elements.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,10 @@ namespace tf {
 // Element types of model inputs and outputs, by their ONNX codes (what the ABI's _dtype
 // entries return). Bools are one byte each, 0 or 1.
 enum class ModelDType : int32_t { F32 = 1, I64 = 7, Bool = 9 };
+inline int64_t model_dtype_bytes(ModelDType t) { return t == ModelDType::F32 ? 4 : t == ModelDType::I64 ? 8 : 1; }
+
+// The most elements a model input or output may have (each dimension at least 0).
+constexpr int64_t kModelMaxElements = int64_t{1} << 36;
 
 struct ModelTensor {
   std::string name;

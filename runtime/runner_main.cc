@@ -93,9 +93,7 @@ struct OutputView {
       default: return static_cast<const float*>(data)[i];
     }
   }
-  size_t bytes() const {
-    return static_cast<size_t>(elements) * (dtype == tf::ModelDType::I64 ? 8 : dtype == tf::ModelDType::Bool ? 1 : 4);
-  }
+  size_t bytes() const { return static_cast<size_t>(elements * tf::model_dtype_bytes(dtype)); }
 };
 
 // A compiled model (req.model()) and its baseline, if any: inputs and outputs from the

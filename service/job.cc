@@ -56,7 +56,7 @@ JobSpec parse_job_spec(const json& j) {
   if (!j.is_object()) throw UserError(str("a job must be a JSON object, not ", shown(j)));
   static const std::set<std::string> known = {
       "workloads", "model", "target", "key", "trials", "strategy", "early_stop", "priority", "time_budget_min",
-      "batch", "boards", "seed", "repeat", "number", "min_repeat_ms", "retime_top", "retime_rounds"};
+      "batch", "boards", "seed", "repeat", "number", "min_repeat_ms", "retime_top", "retime_rounds", "model_sha256"};
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) throw UserError(str("unknown job field \"", k, "\" (docs/service.md lists them)"));
   }
@@ -97,6 +97,15 @@ JobSpec parse_job_spec(const json& j) {
     s.tasks.push_back(t);
   }
   if (j.contains("model")) s.model = get_string(j, "model");
+  if (j.contains("model_sha256")) {
+    s.model_sha256 = get_string(j, "model_sha256");
+    bool hex = s.model_sha256.size() == 64 &&
+               std::all_of(s.model_sha256.begin(), s.model_sha256.end(),
+                           [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+    if (!s.model_sha256.empty() && !hex) {
+      throw UserError(str("job model_sha256 ", shown(json(s.model_sha256)), ": not 64 lower-case hex digits"));
+    }
+  }
   if (j.contains("key")) s.key = get_string(j, "key");
   if (j.contains("target")) {
     s.target = get_string(j, "target");
@@ -141,7 +150,7 @@ json to_json(const JobSpec& s) {
           {"boards", s.boards},        {"seed", s.seed},
           {"repeat", s.tune.measure.repeat},        {"number", s.tune.measure.number},
           {"min_repeat_ms", s.tune.measure.min_repeat_ms}, {"retime_top", s.tune.retime_top},
-          {"retime_rounds", s.tune.retime_rounds}};
+          {"retime_rounds", s.tune.retime_rounds}, {"model_sha256", s.model_sha256}};
 }
 
 }  // namespace tf

@@ -31,6 +31,9 @@ struct JobTask {
 struct JobSpec {
   std::vector<JobTask> tasks;
   std::string model;          // the model the workloads come from (informative)
+  // The SHA-256 (hex) of the ONNX model sent with the job (SubmitRequest.model_onnx): when the
+  // job is done its tuned and default builds are timed. "": none.
+  std::string model_sha256;
   std::string target;         // compile target; "": the boards' own (or the service machine's)
   std::string key;            // farm key to measure on; "": the service's local boards
   std::string strategy = SearchSettings{}.strategy;

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -14,9 +16,11 @@
 #include "compiler/target.h"
 #include "compiler/workload.h"
 #include "costmodel/transfer.h"
+#include "proto/credentials.h"
 #include "tuner/builder.h"
 #include "tuner/config_space.h"
 #include "tuner/farm_runner.h"
+#include "tuner/model_comparison.h"
 #include "tuner/model_search.h"
 #include "tuner/runner.h"
 #include "tuner/search_strategy.h"
@@ -46,6 +50,23 @@ void fault_point(const char* name) {
 }
 
 bool is_over(const std::string& state) { return state == "done" || state == "failed" || state == "cancelled"; }
+
+// A done job's model (JobSpec::model_sha256, kept at `path`) compiled with the database's
+// tuned configs and with default schedules, timed on `runner` (tuner/model_comparison.h),
+// and the result stored: progress["model"], or {"not_timed": why}.
+json time_job_model(const JobSpec& s, const std::string& path, Runner& runner, const Target& t, db::Database& db) {
+  std::string name = s.model.empty() ? s.model_sha256.substr(0, 12) + ".onnx" : s.model;
+  try {
+    graph::Graph g = load_model_for_target(path, t, 2, {});
+    ModelComparison mc = compare_tuned_and_default(g, t, &db, name, runner);
+    if (!mc.error.empty()) return {{"not_timed", mc.error}};
+    db.add_model_result(model_result(mc, name, s.model_sha256, t, runner.device_key(), 0));
+    return {{"tuned_s", mc.tuned_s}, {"default_s", mc.default_s}, {"speedup", mc.speedup}, {"board", mc.board},
+            {"tuned_kernels", mc.tuned}, {"tunable_kernels", mc.tunable}};
+  } catch (const std::exception& e) {
+    return {{"not_timed", e.what()}};
+  }
+}
 
 json initial_progress(const JobSpec& s) {
   json tasks = json::array();
@@ -93,6 +114,17 @@ class PooledLocalRunner : public Runner {
  public:
   PooledLocalRunner(LocalBoardPool& pool, const std::atomic<bool>& stop) : pool_(pool), stop_(stop) {}
   std::string device_key() const override { return "local"; }
+  RunResult time_model(const std::string& so_path, const std::string& baseline_so) override {
+    pool_.acquire();
+    try {
+      RunResult r = runner_.time_model(so_path, baseline_so);
+      pool_.release();
+      return r;
+    } catch (...) {
+      pool_.release();
+      throw;
+    }
+  }
   std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override {
     std::vector<RunResult> out;
     for (const BuildResult& b : builds) {
@@ -195,7 +227,40 @@ JobManager::~JobManager() {
   }
 }
 
-int64_t JobManager::submit(const std::string& user, const JobSpec& spec) {
+std::string JobManager::model_path(const std::string& sha256) const {
+  return opts_.db_path + ".models/" + sha256 + ".onnx";
+}
+
+int64_t JobManager::submit(const std::string& user, JobSpec spec, const std::string& model_onnx) {
+  if (!model_onnx.empty()) {
+    if (static_cast<int64_t>(model_onnx.size()) > opts_.max_model_bytes) {
+      throw JobError(grpc::INVALID_ARGUMENT, str("the model sent with the job has ", model_onnx.size(),
+                                                 " bytes; the service takes at most ", opts_.max_model_bytes));
+    }
+    std::string sha = farm::sha256_hex(model_onnx);
+    if (!spec.model_sha256.empty() && spec.model_sha256 != sha) {
+      throw JobError(grpc::INVALID_ARGUMENT, str("the job's model_sha256 ", spec.model_sha256,
+                                                 " is not the SHA-256 of the model sent with it (", sha, ")"));
+    }
+    spec.model_sha256 = sha;
+    // Kept by content: written under another name, then renamed, so a reader never sees half.
+    std::filesystem::path path = model_path(sha);
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (!std::filesystem::exists(path, ec)) {
+      std::string tmp = path.string() + "." + std::to_string(::getpid()) + "." + std::to_string(unix_now()) + ".tmp";
+      {
+        std::ofstream f(tmp, std::ios::binary);
+        f.write(model_onnx.data(), static_cast<std::streamsize>(model_onnx.size()));
+        if (!f) throw JobError(grpc::INTERNAL, str("cannot keep the model in ", path.parent_path().string()));
+      }
+      std::filesystem::rename(tmp, path, ec);
+      if (ec) throw JobError(grpc::INTERNAL, str("cannot keep the model as ", path.string(), ": ", ec.message()));
+    }
+  } else if (!spec.model_sha256.empty() && !std::filesystem::exists(model_path(spec.model_sha256))) {
+    throw JobError(grpc::INVALID_ARGUMENT, str("the service keeps no model of SHA-256 ", spec.model_sha256,
+                                               ": send the model with the job (submit --model M.onnx)"));
+  }
   if (spec.key.empty()) {
     if (!pool_) {
       throw JobError(grpc::INVALID_ARGUMENT, "the job names no board key and this service has no local boards "
@@ -368,6 +433,17 @@ pb::JobInfo JobManager::info(const Job& job) const {
     }
   }
   i.set_weighted_best_s(all ? weighted : 0);
+  if (p.contains("model") && p["model"].is_object()) {
+    const json& m = p["model"];
+    pb::ModelTiming* mt = i.mutable_model_timing();
+    mt->set_tuned_s(m.value("tuned_s", 0.0));
+    mt->set_default_s(m.value("default_s", 0.0));
+    mt->set_speedup(m.value("speedup", 0.0));
+    mt->set_board(m.value("board", std::string()));
+    mt->set_tuned_kernels(m.value("tuned_kernels", 0));
+    mt->set_tunable_kernels(m.value("tunable_kernels", 0));
+    mt->set_not_timed(m.value("not_timed", std::string()));
+  }
   return i;
 }
 
@@ -659,6 +735,12 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
     std::string status = !sum.interrupted ? "done" : job->cancelled_by.empty() ? "interrupted" : "cancelled";
     bool all_done = true;
     for (const json& task : progress["tasks"]) all_done = all_done && task.value("done", false);
+    if (all_done && !job->stop && !s.model_sha256.empty()) {
+      // What tuning bought the model, before the job's end is written: a service stopped
+      // while timing it times it again when it resumes.
+      save("state", "", "timing the model: its tuned and default builds, interleaved");
+      progress["model"] = time_job_model(s, model_path(s.model_sha256), *runner, target, db);
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       job->row.progress = progress;

@@ -51,6 +51,7 @@ struct JobManagerOptions {
   int build_workers = 0;                  // compile processes per job; 0: one per core
   int max_jobs_per_user = 1000;           // queued or running; more are refused (a runaway
                                           // script cannot fill the queue and the database)
+  int64_t max_model_bytes = int64_t{256} << 20;  // of a model sent with a job
 };
 
 // A refusal of a request, with the gRPC code it maps to.
@@ -73,9 +74,12 @@ class JobManager {
 
   // Queues a job; returns its id. Throws JobError (INVALID_ARGUMENT) when the service cannot
   // run it: no local boards for a job without a key, no tracker or no board of its key, a
-  // target this machine cannot measure; RESOURCE_EXHAUSTED when the user has
-  // max_jobs_per_user jobs queued or running.
-  int64_t submit(const std::string& user, const JobSpec& spec);
+  // target this machine cannot measure, a model over max_model_bytes or whose SHA-256 is not
+  // the spec's model_sha256, a model_sha256 of no model the service keeps; RESOURCE_EXHAUSTED
+  // when the user has max_jobs_per_user jobs queued or running. `model_onnx`: the model the
+  // workloads come from, kept (by its SHA-256, beside the database) to be compiled and timed,
+  // tuned against default, when the job is done (JobInfo.model_timing).
+  int64_t submit(const std::string& user, JobSpec spec, const std::string& model_onnx = "");
   std::vector<tunefarm::v1::JobInfo> list();
   // Throws JobError NOT_FOUND.
   tunefarm::v1::JobInfo get(int64_t id);
@@ -88,6 +92,8 @@ class JobManager {
   bool next_events(int64_t id, uint64_t* seq, std::vector<tunefarm::v1::JobEvent>* out,
                    std::chrono::milliseconds timeout);
   const std::string& db_path() const { return opts_.db_path; }
+  // Where the model of SHA-256 `sha256` is kept.
+  std::string model_path(const std::string& sha256) const;
 
  private:
   struct Job;

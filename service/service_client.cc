@@ -34,9 +34,10 @@ void ServiceClient::check(const grpc::Status& s, const std::string& call) const 
   throw farm::FarmError(call + " at tunefarm-tuner " + e_.address + " failed: " + why, s.error_code());
 }
 
-pb::SubmitReply ServiceClient::submit(const std::string& job_json) {
+pb::SubmitReply ServiceClient::submit(const std::string& job_json, const std::string& model_onnx) {
   pb::SubmitRequest req;
   req.set_job_json(job_json);
+  req.set_model_onnx(model_onnx);
   pb::SubmitReply reply;
   auto ctx = context(60);
   check(stub_->Submit(ctx.get(), req, &reply), "submit");

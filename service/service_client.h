@@ -27,7 +27,8 @@ struct ServiceEndpoint {
 class ServiceClient {
  public:
   explicit ServiceClient(ServiceEndpoint e);
-  tunefarm::v1::SubmitReply submit(const std::string& job_json);
+  // `model_onnx`: the model the job's workloads come from, timed when the job is done.
+  tunefarm::v1::SubmitReply submit(const std::string& job_json, const std::string& model_onnx = "");
   std::vector<tunefarm::v1::JobInfo> list();
   tunefarm::v1::JobInfo get(int64_t id);
   tunefarm::v1::JobInfo cancel(int64_t id);

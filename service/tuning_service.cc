@@ -105,7 +105,7 @@ grpc::Status TuningService::Submit(grpc::ServerContext* ctx, const pb::SubmitReq
       throw UserError(str("the job is refused: ", e.what()));
     }
     JobSpec spec = parse_job_spec(j);
-    reply->set_job_id(jobs_.submit(who.name, spec));
+    reply->set_job_id(jobs_.submit(who.name, spec, req->model_onnx()));
     reply->set_user(who.name);
     return grpc::Status::OK;
   });

@@ -268,7 +268,9 @@ TEST(TuneModel, SiblingTasksTryEachOthersBest) {
 }
 
 // submit --model to a real tuning service with a local board: the job is the model's tasks,
-// weighted by count, compiled for the target they were extracted for; it runs to the end.
+// weighted by count, compiled for the target they were extracted for; it runs to the end, and
+// the model sent with it is then timed there, tuned against default, and its result kept in
+// the service's database.
 TEST(TuneModel, SubmitsAModelToTheService) {
   std::string model = mlp_model(), dir = temp_dir();
   tf::farm::Daemon svc({TF_TUNER, "--local-boards", "1", "--port", "0", "--db", dir + "/svc.db"}, dir + "/svc.log");
@@ -287,6 +289,31 @@ TEST(TuneModel, SubmitsAModelToTheService) {
   ASSERT_EQ(job["tasks"].size(), 2u) << job.dump();
   EXPECT_EQ(job["tasks"][0]["workload"], "matmul(M=4,N=8,K=16,epilogue=relu)");
   EXPECT_EQ(job["tasks"][1]["weight"], 2) << job.dump();
+  EXPECT_NE(r.out.find("model     "), std::string::npos) << r.out;
+  const json& m = job["model_timing"];
+  ASSERT_TRUE(m.is_object()) << job.dump();
+  EXPECT_EQ(m["not_timed"], "") << m.dump();
+  EXPECT_GT(m["tuned_s"].get<double>(), 0) << m.dump();
+  EXPECT_GT(m["default_s"].get<double>(), 0) << m.dump();
+  EXPECT_EQ(m["board"], "local") << m.dump();
+  EXPECT_EQ(m["tunable_kernels"], 3) << m.dump();
+  Result models = tunefarm("query models --json" + server);
+  ASSERT_EQ(models.exit, 0) << models.err;
+  json kept = json::parse(models.out);
+  ASSERT_EQ(kept.size(), 1u) << models.out;
+  EXPECT_EQ(kept[0]["model"], model) << models.out;
+  EXPECT_DOUBLE_EQ(kept[0]["tuned_s"].get<double>(), m["tuned_s"].get<double>()) << models.out;
+  // A job file naming a model the service never received is refused; so is a digest that is
+  // not one.
+  std::ofstream(dir + "/job.json") << R"j({"workloads": [{"workload": "matmul(M=4,N=8,K=16)"}], "model_sha256": ")j"
+                                   << std::string(64, 'a') << "\"}";
+  Result unknown = tunefarm("submit " + dir + "/job.json" + server);
+  EXPECT_EQ(unknown.exit, 2) << unknown.out << unknown.err;
+  EXPECT_NE(unknown.err.find("keeps no model of SHA-256 aaaa"), std::string::npos) << unknown.err;
+  std::ofstream(dir + "/job2.json") << R"j({"workloads": [{"workload": "matmul(M=4,N=8,K=16)"}], "model_sha256": "x"})j";
+  Result bad = tunefarm("submit " + dir + "/job2.json" + server);
+  EXPECT_EQ(bad.exit, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("not 64 lower-case hex digits"), std::string::npos) << bad.err;
   Result none = tunefarm("submit --model " + relu_model() + server);
   EXPECT_EQ(none.exit, 2) << none.out << none.err;
   EXPECT_NE(none.err.find("model relu.onnx has no tunable task"), std::string::npos) << none.err;

@@ -1,0 +1,73 @@
+#include "tuner/model_comparison.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include "compiler/error.h"
+#include "graph/memory_budget.h"
+#include "tuner/measure.h"
+#include "tuner/tuning_records.h"
+
+namespace tf {
+
+graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
+                                   const std::vector<std::string>& disable) {
+  return graph::load_model(path, opt_level, disable, graph::channel_block(t));
+}
+
+graph::CompiledModel compile_model_with(const graph::Graph& g, const Target& t, db::Database* db,
+                                        const std::string& out, const std::string& model, int64_t memory_budget,
+                                        bool emulate_gpu) {
+  graph::ConfigLookup lookup = [db](const Workload& w, const Target& target) {
+    ConfigChoice c = choose_config(db, w, target);
+    return graph::KernelConfig{c.config, c.source, c.tuned_from};
+  };
+  return graph::compile_model(g, t, lookup, out, model, memory_budget, emulate_gpu);
+}
+
+ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,
+                                          const std::string& model, Runner& runner) {
+  int64_t budget = graph::default_memory_budget();
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tunefarm-compare-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::filesystem::path d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  ModelComparison c;
+  const std::string tuned_so = (dir / "tuned.so").string(), default_so = (dir / "default.so").string();
+  graph::CompiledModel tuned = compile_model_with(g, t, db, tuned_so, model, budget);
+  compile_model_with(g, t, nullptr, default_so, model, budget);
+  c.tunable = tuned.tunable();
+  c.tuned = tuned.tunable() - tuned.untuned();
+  std::set<std::string> seen;
+  for (const graph::ModelKernel& k : tuned.kernels) {
+    if (k.workload.empty() || k.config.source.rfind("tuned", 0) != 0 || !seen.insert(k.workload).second) continue;
+    c.configs.push_back({{"workload", k.workload}, {"template", k.template_name}, {"config", k.config.config}});
+  }
+  RunResult r = runner.time_model(tuned_so, default_so);
+  if (!r.ok() || r.samples_s.empty() || r.baseline_samples_s.empty()) {
+    c.error = r.ok() ? "the board returned no samples" : str(error_code_name(r.error), ": ", r.error_msg);
+    return c;
+  }
+  c.tuned_s = r.median_s();
+  c.default_s = r.baseline_median_s();
+  c.speedup = r.speedup();
+  c.rounds = static_cast<int>(r.samples_s.size());
+  c.calls = r.number;
+  c.board = r.board_id;
+  return c;
+}
+
+db::ModelResult model_result(const ModelComparison& c, const std::string& model, const std::string& model_sha256,
+                             const Target& t, const std::string& device_key, double estimate_s) {
+  return {0, model, model_sha256, t.str(), device_key, c.tuned_s, c.default_s, estimate_s, c.tuned, c.tunable,
+          c.configs, unix_now()};
+}
+
+}  // namespace tf
