@@ -7,11 +7,18 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
 #include <limits>
 
 #include "compiler/error.h"
 #include "db/database.h"
 #include "service/job.h"
+#include "proto/credentials.h"
+#include "service/job_manager.h"
 
 namespace tf {
 namespace {
@@ -33,8 +40,9 @@ TEST(JobSpec, ParsesEveryFieldAndRoundTrips) {
             {"model", "resnet"}, {"target", "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake"}, {"key", "cpu"},
             {"trials", 64}, {"strategy", "random"}, {"early_stop", 10}, {"priority", -5}, {"time_budget_min", 1.5},
             {"batch", 4}, {"boards", 2}, {"seed", 9}, {"repeat", 3}, {"number", 2}, {"min_repeat_ms", 1},
-            {"retime_top", 2}, {"retime_rounds", 0}};
+            {"retime_top", 2}, {"retime_rounds", 0}, {"model_sha256", std::string(64, 'c')}};
   JobSpec s = parse_job_spec(j);
+  EXPECT_EQ(s.model_sha256, std::string(64, 'c'));
   ASSERT_EQ(s.tasks.size(), 2u);
   EXPECT_EQ(s.tasks[0].workload, "matmul(M=8,N=8,K=8,epilogue=none)");
   EXPECT_EQ(s.tasks[0].weight, 1);
@@ -95,10 +103,54 @@ TEST(JobSpec, RefusalsNameTheFieldAndTheValue) {
   EXPECT_NE(with("key", 7).find("must be a string"), std::string::npos);
   EXPECT_NE(with("time_budget_min", -1).find("time_budget_min"), std::string::npos);
   EXPECT_NE(with("model", std::string(5000, 'x')).find("longer than 4096"), std::string::npos);
+  EXPECT_NE(with("model_sha256", std::string(64, 'C')).find("not 64 lower-case hex digits"), std::string::npos);
+  EXPECT_NE(with("model_sha256", "../etc/passwd").find("not 64 lower-case hex digits"), std::string::npos);
   json many = ok;
   many["workloads"] = json::array();
   for (int i = 1; i <= 1001; ++i) many["workloads"].push_back("matmul(M=" + std::to_string(i) + ",N=8,K=8)");
   EXPECT_NE(refusal(many).find("at most 1000"), std::string::npos);
+}
+
+// A model sent with a job is kept by its SHA-256; one larger than the service takes, or whose
+// digest is not the job's model_sha256, is refused before anything is written.
+TEST(JobManager, ModelsSentWithJobsAreCheckedAndKeptByDigest) {
+  std::string dir = (std::filesystem::temp_directory_path() / ("tunefarm-job-models-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  JobManagerOptions o;
+  o.db_path = dir + "/svc.db";
+  o.local_boards = 1;
+  o.max_model_bytes = 64;
+  std::string model = "not really ONNX, but bytes to keep";
+  std::string sha = farm::sha256_hex(model);
+  {
+    JobManager m(o);
+    JobSpec s = parse_job_spec({{"workloads", {"matmul(M=8,N=8,K=8)"}}, {"trials", 1}});
+    auto refusal_of = [&](const JobSpec& spec, const std::string& bytes) -> std::string {
+      try {
+        m.submit("u", spec, bytes);
+      } catch (const JobError& e) {
+        EXPECT_EQ(e.code, grpc::INVALID_ARGUMENT);
+        return e.what();
+      }
+      return "(accepted)";
+    };
+    EXPECT_NE(refusal_of(s, std::string(65, 'x')).find("has 65 bytes; the service takes at most 64"), std::string::npos);
+    JobSpec other = s;
+    other.model_sha256 = std::string(64, 'a');
+    EXPECT_NE(refusal_of(other, model).find("is not the SHA-256 of the model sent with it"), std::string::npos);
+    EXPECT_NE(refusal_of(other, "").find("keeps no model of SHA-256 aaaa"), std::string::npos);
+    EXPECT_FALSE(std::filesystem::exists(m.model_path(sha)));
+    m.submit("u", s, model);
+    ASSERT_TRUE(std::filesystem::exists(m.model_path(sha)));
+    std::ifstream f(m.model_path(sha), std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), model);
+    // Named by its digest alone, a kept model is taken.
+    JobSpec again = s;
+    again.model_sha256 = sha;
+    EXPECT_EQ(refusal_of(again, "").find("keeps no model"), std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TaskHistory history(double weight, std::vector<int> trials, std::vector<double> best) {
