@@ -255,16 +255,20 @@ class ThroughTheServiceAndTheFarm(unittest.TestCase):
         self.assertEqual(d.best(), json.loads(r.stdout))
         self.assertEqual(len(d.best()), 2)  # the MLP's two matmuls, tuned by the service's job
         self.assertEqual({run["status"] for run in d.runs()}, {"done"})
-        # Model results in the service's database (tune --model --local writes them there)
-        # come back through the service as `query models --server --json` says them.
-        self.assertEqual(d.models(), [])
+        # Model results in the service's database come back through the service as
+        # `query models --server --json` says them: the job's own (submit --model sends the
+        # model, and the service times it when the job is done), then one that tune --model
+        # --local writes there.
+        models = d.models()
+        self.assertEqual(len(models), 1)
+        self.assertEqual((models[0]["tunable_kernels"], models[0]["device_key"]), (2, "local"))
         onnx = os.path.join(TMP, "mlp-service.onnx")
         torch.onnx.export(m, (x,), onnx, opset_version=13)
         subprocess.run([BIN, "tune", "--model", onnx, "--local", "--trials", "4", "--db", db], check=True,
                        capture_output=True)
         models = d.models()
-        self.assertEqual(len(models), 1)
-        self.assertEqual(models[0]["tunable_kernels"], 2)
+        self.assertEqual(len(models), 2)
+        self.assertEqual([m["tunable_kernels"] for m in models], [2, 2])
         r = subprocess.run([BIN, "query", "models", "--json", "--server", server], check=True, capture_output=True,
                            text=True)
         self.assertEqual(models, json.loads(r.stdout))
