@@ -1,5 +1,6 @@
 #include "tuner/model_comparison.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -29,38 +30,48 @@ graph::CompiledModel compile_model_with(const graph::Graph& g, const Target& t, 
 
 ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,
                                           const std::string& model, Runner& runner) {
-  int64_t budget = graph::default_memory_budget();
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tunefarm-compare-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  ModelComparison c;
+  // A folder of its own: the service compares the models of two jobs at once.
+  std::string tmpl = (std::filesystem::temp_directory_path() / "tunefarm-compare-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) {
+    c.error = str("cannot make a folder for the two builds in ", std::filesystem::temp_directory_path().string());
+    return c;
+  }
   struct Cleanup {
     std::filesystem::path d;
     ~Cleanup() {
       std::error_code ec;
       std::filesystem::remove_all(d, ec);
     }
-  } cleanup{dir};
-  ModelComparison c;
-  const std::string tuned_so = (dir / "tuned.so").string(), default_so = (dir / "default.so").string();
-  graph::CompiledModel tuned = compile_model_with(g, t, db, tuned_so, model, budget);
-  compile_model_with(g, t, nullptr, default_so, model, budget);
-  c.tunable = tuned.tunable();
-  c.tuned = tuned.tunable() - tuned.untuned();
-  std::set<std::string> seen;
-  for (const graph::ModelKernel& k : tuned.kernels) {
-    if (k.workload.empty() || k.config.source.rfind("tuned", 0) != 0 || !seen.insert(k.workload).second) continue;
-    c.configs.push_back({{"workload", k.workload}, {"template", k.template_name}, {"config", k.config.config}});
+  } cleanup{tmpl};
+  // What the model cannot do here (a target whole models do not compile for yet, a board that
+  // refuses it or went away) is the comparison's error: the tuning it follows stands.
+  try {
+    const int64_t budget = graph::default_memory_budget();
+    const std::string tuned_so = tmpl + "/tuned.so", default_so = tmpl + "/default.so";
+    graph::CompiledModel tuned = compile_model_with(g, t, db, tuned_so, model, budget);
+    compile_model_with(g, t, nullptr, default_so, model, budget);
+    c.tunable = tuned.tunable();
+    c.tuned = tuned.tunable() - tuned.untuned();
+    std::set<std::string> seen;
+    for (const graph::ModelKernel& k : tuned.kernels) {
+      if (k.workload.empty() || k.config.source.rfind("tuned", 0) != 0 || !seen.insert(k.workload).second) continue;
+      c.configs.push_back({{"workload", k.workload}, {"template", k.template_name}, {"config", k.config.config}});
+    }
+    RunResult r = runner.time_model(tuned_so, default_so);
+    if (!r.ok() || r.samples_s.empty() || r.baseline_samples_s.empty()) {
+      c.error = r.ok() ? "the board returned no samples" : str(error_code_name(r.error), ": ", r.error_msg);
+      return c;
+    }
+    c.tuned_s = r.median_s();
+    c.default_s = r.baseline_median_s();
+    c.speedup = r.speedup();
+    c.rounds = static_cast<int>(r.samples_s.size());
+    c.calls = r.number;
+    c.board = r.board_id;
+  } catch (const std::exception& e) {
+    c.error = e.what();
   }
-  RunResult r = runner.time_model(tuned_so, default_so);
-  if (!r.ok() || r.samples_s.empty() || r.baseline_samples_s.empty()) {
-    c.error = r.ok() ? "the board returned no samples" : str(error_code_name(r.error), ": ", r.error_msg);
-    return c;
-  }
-  c.tuned_s = r.median_s();
-  c.default_s = r.baseline_median_s();
-  c.speedup = r.speedup();
-  c.rounds = static_cast<int>(r.samples_s.size());
-  c.calls = r.number;
-  c.board = r.board_id;
   return c;
 }
 

@@ -221,6 +221,16 @@ TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
   for (const json& t : done2["tasks"]) trials2 += t["trials"].get<int64_t>();
   EXPECT_GT(trials2, 0);
   EXPECT_EQ(count(db, distinct), before + trials2);
+  // Without a database there are no tuned configs to build the model with: the summary says
+  // why it was not timed, and the tuning's exit status stands.
+  Result bare = tunefarm("tune --model " + model + " --local --trials 2 --batch 2 --repeat 2 --min-repeat-ms 1 "
+                         "--retime-rounds 1 --retime-top 1 --strategy random --no-db --json");
+  ASSERT_EQ(bare.exit, 0) << bare.out << bare.err;
+  EXPECT_NE(last_event(bare.out, "done")["model"].value("not_timed", "").find("--no-db"), std::string::npos) << bare.out;
+  Result text = tunefarm("tune --model " + model + " --local --trials 2 --batch 2 --repeat 2 --min-repeat-ms 1 "
+                         "--retime-rounds 1 --retime-top 1 --strategy random --no-db");
+  ASSERT_EQ(text.exit, 0) << text.out << text.err;
+  EXPECT_NE(text.out.find("model     not timed: --no-db keeps no tuned configs"), std::string::npos) << text.out;
 }
 
 // Tasks that differ only in the epilogue pass each new best to each other: a config that is
