@@ -173,6 +173,19 @@ std::string lease_user(const FarmArgs& a) {
   return a.user.empty() ? (user_env ? user_env : "tunefarm") : a.user;
 }
 
+// farm measure's lines of a baseline timed alongside `what` (the kernel, the model).
+void print_baseline(const FarmArgs& a, const RunResult& r, const char* what) {
+  std::printf("baseline  %s: %.6f ms, interleaved with the %s's samples\nspeedup   %.3fx over the baseline "
+              "(median of the sample pairs' ratios)\n",
+              a.baseline.c_str(), r.baseline_median_s() * 1e3, what, r.speedup());
+}
+
+// And its part of the JSON, the baseline named as `key` says.
+void add_baseline_json(json& out, const FarmArgs& a, const RunResult& r, const char* key) {
+  out["baseline"] = {{key, a.baseline}, {"samples_s", r.baseline_samples_s}, {"median_s", r.baseline_median_s()}};
+  out["speedup"] = r.speedup();
+}
+
 // farm measure --model: a compiled model (tunefarm compile --model), and a second build of it
 // with --baseline, timed on one board; nothing is recorded (the database keeps kernels' and
 // tune --model's results).
@@ -205,10 +218,7 @@ int farm_measure_model(const FarmArgs& a) {
   if (a.json) {
     json out{{"board", r.board_id}, {"key", a.key}, {"model", a.model}, {"error_code", code},
              {"error_msg", r.error_msg}, {"samples_s", r.samples_s}, {"number", r.number}, {"median_s", r.median_s()}};
-    if (timed_baseline) {
-      out["baseline"] = {{"model", a.baseline}, {"samples_s", r.baseline_samples_s}, {"median_s", r.baseline_median_s()}};
-      out["speedup"] = r.speedup();
-    }
+    if (timed_baseline) add_baseline_json(out, a, r, "model");
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("board     %s (%s, key %s)\nmodel     %s\n", r.board_id.c_str(), cpu.c_str(), a.key.c_str(),
@@ -216,11 +226,7 @@ int farm_measure_model(const FarmArgs& a) {
     if (r.ok()) {
       std::printf("time      %.6f ms (median of %zu samples, %d calls each)\n", r.median_s() * 1e3, r.samples_s.size(),
                   r.number);
-      if (timed_baseline) {
-        std::printf("baseline  %s: %.6f ms, interleaved with the model's samples\nspeedup   %.3fx over the baseline "
-                    "(median of the sample pairs' ratios)\n",
-                    a.baseline.c_str(), r.baseline_median_s() * 1e3, r.speedup());
-      }
+      if (timed_baseline) print_baseline(a, r, "model");
     } else {
       std::printf("error     %s: %s\n", code.c_str(), r.error_msg.c_str());
     }
@@ -299,11 +305,7 @@ int farm_measure(const FarmArgs& a) {
              {"error_msg", r.error_msg}, {"samples_s", r.samples_s}, {"number", r.number},
              {"median_s", median}, {"gflops", median > 0 ? side.flops / median * 1e-9 : 0},
              {"check", r.correctness}, {"max_abs_error", r.max_abs_error}};
-    if (timed_baseline) {
-      out["baseline"] = {{"module", a.baseline}, {"samples_s", r.baseline_samples_s},
-                         {"median_s", r.baseline_median_s()}};
-      out["speedup"] = r.speedup();
-    }
+    if (timed_baseline) add_baseline_json(out, a, r, "module");
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("board     %s (%s, key %s)\nworkload  %s\n", r.board_id.c_str(), cpu.c_str(), a.key.c_str(),
@@ -311,11 +313,7 @@ int farm_measure(const FarmArgs& a) {
     if (r.ok() || r.error == tunefarm::v1::WRONG_ANSWER) {
       std::printf("time      %.6f ms (median of %zu samples, %d calls each)\nspeed     %.2f GFLOPS\ncheck     %s\n",
                   median * 1e3, r.samples_s.size(), r.number, side.flops / median * 1e-9, r.correctness.c_str());
-      if (timed_baseline) {
-        std::printf("baseline  %s: %.6f ms, interleaved with the kernel's samples\nspeedup   %.3fx over the baseline "
-                    "(median of the sample pairs' ratios)\n",
-                    a.baseline.c_str(), r.baseline_median_s() * 1e3, r.speedup());
-      }
+      if (timed_baseline) print_baseline(a, r, "kernel");
     } else {
       std::printf("error     %s: %s\n", code.c_str(), r.error_msg.c_str());
     }
