@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -150,10 +151,14 @@ pb::GpuProbe probe_gpu(const std::string& runner, const std::string& device, dou
   return p;
 }
 
+// This machine's CPU as a target (tf::farm::default_cpu_target).
 std::string default_target() {
   utsname u{};
   uname(&u);
-  return std::string("llvm -mtriple=") + u.machine + "-linux-gnu";
+  std::ifstream f("/proc/cpuinfo");
+  std::stringstream cpuinfo;
+  cpuinfo << f.rdbuf();
+  return tf::farm::default_cpu_target(u.machine, cpuinfo.str());
 }
 
 }  // namespace
@@ -172,8 +177,10 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   app.add_option("--key", key, "device class, e.g. rpi4, rocm-gfx906, cuda-sm80 (required for CPU boards; a GPU "
                                "board defaults to one from its device, e.g. cuda-sm90)");
-  app.add_option("--target", target, "target string kernels for this board are compiled with (a GPU board defaults "
-                                     "to its device's, e.g. 'cuda -arch=sm_90')")->capture_default_str();
+  app.add_option("--target", target, "target string kernels for this board are compiled with (default: this CPU's "
+                                     "architecture and, on x86-64, its vector features; name -mcpu for its scheduling "
+                                     "model; a GPU board defaults to its device's, e.g. 'cuda -arch=sm_90')")
+      ->capture_default_str();
   app.add_option("--device", device, "what measures: cpu, or the GPU cuda:N (NVIDIA driver) or rocm:N (ROCm)")
       ->capture_default_str();
   app.add_option("--host", host, "address to listen on (beyond loopback needs --token-file)")->capture_default_str();

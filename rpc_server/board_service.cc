@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "proto/farm_limits.h"
 #include "runtime/gpu_runtime.h"
@@ -60,6 +62,33 @@ pb::DeviceInfo local_device_info(const std::string& server_version) {
   d.set_arch(truncate_utf8(u.machine, kMaxDeviceShortBytes));
   d.set_server_version(truncate_utf8(server_version, kMaxDeviceShortBytes));
   return d;
+}
+
+std::string default_cpu_target(const std::string& machine, const std::string& cpuinfo) {
+  std::string target = "llvm -mtriple=" + machine + "-linux-gnu";
+  if (machine != "x86_64") return target;
+  std::set<std::string> flags;
+  std::istringstream lines(cpuinfo);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("flags", 0) != 0 || line.find(':') == std::string::npos) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string w; words >> w;) flags.insert(w);
+    break;  // the first CPU's
+  }
+  // /proc/cpuinfo's name -> LLVM's, in the order -mattr lists them.
+  static const std::pair<const char*, const char*> kFeatures[] = {
+      {"pni", "sse3"}, {"ssse3", "ssse3"}, {"sse4_1", "sse4.1"}, {"sse4_2", "sse4.2"}, {"popcnt", "popcnt"},
+      {"avx", "avx"}, {"avx2", "avx2"}, {"fma", "fma"}, {"f16c", "f16c"}, {"bmi1", "bmi"}, {"bmi2", "bmi2"},
+      {"abm", "lzcnt"}, {"movbe", "movbe"}, {"avx512f", "avx512f"}, {"avx512cd", "avx512cd"},
+      {"avx512bw", "avx512bw"}, {"avx512dq", "avx512dq"}, {"avx512vl", "avx512vl"}, {"avx512ifma", "avx512ifma"},
+      {"avx512vbmi", "avx512vbmi"}, {"avx512_vbmi2", "avx512vbmi2"}, {"avx512_vnni", "avx512vnni"},
+      {"avx512_bitalg", "avx512bitalg"}, {"avx512_vpopcntdq", "avx512vpopcntdq"}, {"avx512_bf16", "avx512bf16"},
+      {"avx512_fp16", "avx512fp16"}};
+  std::string mattr;
+  for (const auto& [flag, feature] : kFeatures) {
+    if (flags.count(flag)) mattr += (mattr.empty() ? "+" : ",+") + std::string(feature);
+  }
+  return mattr.empty() ? target : target + " -mattr=" + mattr;
 }
 
 BoardService::BoardService(BoardOptions options, std::unique_ptr<pb::Tracker::Stub> tracker)

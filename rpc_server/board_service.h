@@ -94,4 +94,12 @@ class BoardService final : public tunefarm::v1::Board::CallbackService {
 // Facts about this machine for registration: CPU model, cores, memory, architecture.
 tunefarm::v1::DeviceInfo local_device_info(const std::string& server_version);
 
+// A CPU board's target when --target names none: its architecture (uname's `machine`) and, on
+// x86-64, the vector and bit-manipulation features the CPU reports (the flags of `cpuinfo`,
+// /proc/cpuinfo's text, under LLVM's names: +avx2,+fma,+avx512f,...), so kernels tuned on it
+// use them. Without them LLVM's generic x86-64 is SSE2 only (a 64x64 ResNet-18 ran 3.5x
+// slower so). The CPU's name (-mcpu, its scheduling model) only LLVM resolves, which boards
+// do not link: --target gives it.
+std::string default_cpu_target(const std::string& machine, const std::string& cpuinfo);
+
 }  // namespace tf::farm

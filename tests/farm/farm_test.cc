@@ -26,6 +26,8 @@
 #include <nlohmann/json.hpp>
 
 #include "proto/credentials.h"
+#include "compiler/target.h"
+#include "rpc_server/board_service.h"
 #include "tests/farm/daemon.h"
 #include "runtime/kernel_library.h"
 #include "tests/graph/onnx_builder.h"
@@ -185,6 +187,36 @@ TEST_F(Farm, StatusShowsTheBoards) {
     EXPECT_FALSE(b.device().cpu_model().empty());
     EXPECT_GT(b.device().cores(), 0);
   }
+  // Started without --target, a board names its architecture and, on x86-64, the vector
+  // features its CPU reports: kernels tuned on it use AVX2 / AVX-512 where it has them.
+  std::ifstream f("/proc/cpuinfo");
+  std::stringstream cpuinfo;
+  cpuinfo << f.rdbuf();
+  bool avx2 = std::regex_search(cpuinfo.str(), std::regex("\\bavx2\\b"));
+  for (const auto& b : s.boards()) {
+    if (b.device().arch() != "x86_64") continue;
+    EXPECT_EQ(b.target().find("+avx2") != std::string::npos, avx2) << b.target();
+    EXPECT_NE(b.target().find("x86_64"), std::string::npos) << b.target();
+  }
+}
+
+// The default target's features from /proc/cpuinfo's flags, under LLVM's names; none on other
+// architectures (their baseline carries the vector unit: NEON on aarch64).
+TEST(BoardTarget, DefaultsToTheCpusOwnFeatures) {
+  const std::string avx512 =
+      "processor\t: 0\nflags\t\t: fpu sse sse2 pni ssse3 fma sse4_1 sse4_2 popcnt avx f16c bmi1 avx2 bmi2 "
+      "avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni\nprocessor\t: 1\nflags\t\t: fpu\n";
+  EXPECT_EQ(farm::default_cpu_target("x86_64", avx512),
+            "llvm -mtriple=x86_64-linux-gnu -mattr=+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+avx,+avx2,+fma,+f16c,+bmi,"
+            "+bmi2,+avx512f,+avx512cd,+avx512bw,+avx512dq,+avx512vl,+avx512vnni");
+  EXPECT_EQ(farm::default_cpu_target("x86_64", "flags : fpu sse sse2\n"), "llvm -mtriple=x86_64-linux-gnu");
+  EXPECT_EQ(farm::default_cpu_target("x86_64", ""), "llvm -mtriple=x86_64-linux-gnu");
+  EXPECT_EQ(farm::default_cpu_target("aarch64", "Features\t: fp asimd evtstrm crc32 cpuid\n"),
+            "llvm -mtriple=aarch64-linux-gnu");
+  // The tuner takes it as it is (canonical with LLVM's generic CPU): 16 float lanes with AVX-512.
+  Target t = parse_target(farm::default_cpu_target("x86_64", avx512));
+  EXPECT_EQ(t.vector_lanes(), 16) << t.str();
+  EXPECT_EQ(parse_target(farm::default_cpu_target("x86_64", "flags : avx avx2 fma\n")).vector_lanes(), 8);
 }
 
 TEST_F(Farm, LeasesGoByPriorityThenFairShare) {
