@@ -343,7 +343,8 @@ void add_farm_command(CLI::App& app, FarmArgs& a) {
   m->add_option("--key", a.key, "kind of board, e.g. rpi4")->required();
   m->add_option("--module", a.module, "kernel library written by tunefarm compile (its .json sidecar too)");
   m->add_option("--model", a.model, "instead of --module: a model library written by tunefarm compile --model, timed "
-                                    "on inputs made from its own description (not recorded)");
+                                    "on inputs made from its own description, within the board's largest time limit "
+                                    "unless --timeout-s says otherwise (not recorded)");
   m->add_option("--function", a.function, "function to time (default: the sidecar's)");
   m->add_option("--baseline", a.baseline, "a second library of the same workload or model (e.g. compiled with the "
                                           "default configs) timed alongside on the same board, interleaved sample by "
