@@ -204,9 +204,8 @@ int farm_measure_model(const FarmArgs& a) {
   std::string name = std::filesystem::path(a.model).filename().string();
   std::optional<FarmRunner::Baseline> baseline;
   if (!a.baseline.empty()) {
-    std::string base_name = std::filesystem::path(a.baseline).filename().string();
-    if (base_name == name) base_name = "baseline-" + base_name;
-    baseline = FarmRunner::Baseline{read_model(a.baseline, "baseline library"), base_name, ""};
+    baseline = FarmRunner::Baseline{read_model(a.baseline, "baseline library"),
+                                    std::filesystem::path(a.baseline).filename().string(), ""};
   }
   farm::FarmClient client(endpoint(a));
   std::string cpu;
@@ -261,9 +260,7 @@ int farm_measure(const FarmArgs& a) {
       throw UserError("baseline " + a.baseline + " computes " + bs.workload.canonical() + ", not " +
                       side.workload.canonical() + " as " + a.module + " does");
     }
-    std::string base_name = std::filesystem::path(a.baseline).filename().string();
-    if (base_name == std::filesystem::path(a.module).filename().string()) base_name = "baseline-" + base_name;
-    baseline = FarmRunner::Baseline{std::move(base), base_name, bs.function};
+    baseline = FarmRunner::Baseline{std::move(base), std::filesystem::path(a.baseline).filename().string(), bs.function};
   }
   const MeasureOptions& mo = a.measure;
   MeasureContext ctx(side.graph, mo);

@@ -625,7 +625,6 @@ int run_tune_model(const TuneArgs& a) {
   // ms; ResNet-18 with Winograd tasks 12.2 against 14.9), the rest counts as nothing: the
   // tasks' tuned times alone. Scaling the default build's time by the tasks' speedup instead
   // had measured 1.06x (BERT) and 1.20x (ResNet-18) of its estimate, this 1.02x and 0.99x.
-  const double model_speedup = mc ? mc->speedup : 0.0;
   double model_estimate = 0;
   if (mc && all_tuned && all_default && deflt > 0) model_estimate = tuned + std::max(0.0, mc->default_s - deflt);
   if (mc && database) {
@@ -644,11 +643,7 @@ int run_tune_model(const TuneArgs& a) {
                              {"stop_reason", reason}, {"tasks", rows}, {"model_estimate_s", model_estimate},
                              {"estimate_s", all_tuned ? tuned : 0.0}, {"default_estimate_s", all_default ? deflt : 0.0},
                              {"speedup_over_default", all_tuned && all_default && tuned > 0 ? deflt / tuned : 0.0},
-                             {"model", mc ? json{{"tuned_s", mc->tuned_s}, {"default_s", mc->default_s},
-                                                 {"speedup", model_speedup},
-                                                 {"tuned_kernels", mc->tuned}, {"tunable_kernels", mc->tunable},
-                                                 {"rounds", mc->rounds}, {"calls", mc->calls}, {"board", mc->board}}
-                                          : json{{"not_timed", not_timed}}}}
+                             {"model", mc ? to_json(*mc) : json{{"not_timed", not_timed}}}}
                             .dump()
                             .c_str());
   } else {
@@ -670,7 +665,7 @@ int run_tune_model(const TuneArgs& a) {
     if (mc) {
       std::printf("model     %s tuned (%d of %d kernels), %s with default schedules: %.2fx (on %s: medians of %d "
                   "interleaved samples of %d calls each)\n", fmt_ms(mc->tuned_s).c_str(), mc->tuned, mc->tunable,
-                  fmt_ms(mc->default_s).c_str(), model_speedup, mc->board.c_str(), mc->rounds, mc->calls);
+                  fmt_ms(mc->default_s).c_str(), mc->speedup, mc->board.c_str(), mc->rounds, mc->calls);
       if (model_estimate > 0 && mc->default_s >= deflt) {
         std::printf("estimate  %s: the tasks' tuned times and the rest of the model as the default build ran it (%s); "
                     "measured %.2fx of it\n", fmt_ms(model_estimate).c_str(), fmt_ms(mc->default_s - deflt).c_str(),

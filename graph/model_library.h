@@ -32,7 +32,6 @@ class ModelLibrary {
   const std::vector<TensorInfo>& inputs() const { return inputs_; }
   const std::vector<TensorInfo>& outputs() const { return outputs_; }
   uint64_t workspace_bytes() const { return abi_->workspace_bytes(); }
-  const ModelAbi& abi() const { return *abi_; }
 
   // Runs the model on inputs in the model's order; `outputs` are resized to fit.
   void run(const std::vector<const HostTensor*>& inputs, std::vector<HostTensor>& outputs,

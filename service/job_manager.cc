@@ -61,8 +61,7 @@ json time_job_model(const JobSpec& s, const std::string& path, Runner& runner, c
     ModelComparison mc = compare_tuned_and_default(g, t, &db, name, runner);
     if (!mc.error.empty()) return {{"not_timed", mc.error}};
     db.add_model_result(model_result(mc, name, s.model_sha256, t, runner.device_key(), 0));
-    return {{"tuned_s", mc.tuned_s}, {"default_s", mc.default_s}, {"speedup", mc.speedup}, {"board", mc.board},
-            {"tuned_kernels", mc.tuned}, {"tunable_kernels", mc.tunable}};
+    return to_json(mc);
   } catch (const std::exception& e) {
     return {{"not_timed", e.what()}};
   }
@@ -97,6 +96,14 @@ class LocalBoardPool {
     ++free_;
     cv_.notify_all();
   }
+  // A slot held for one scope: acquired on construction, released when it ends (exceptions too).
+  struct Held {
+    explicit Held(LocalBoardPool& p) : pool(p) { pool.acquire(); }
+    ~Held() { pool.release(); }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    LocalBoardPool& pool;
+  };
 
  private:
   std::mutex mu_;
@@ -115,15 +122,8 @@ class PooledLocalRunner : public Runner {
   PooledLocalRunner(LocalBoardPool& pool, const std::atomic<bool>& stop) : pool_(pool), stop_(stop) {}
   std::string device_key() const override { return "local"; }
   RunResult time_model(const std::string& so_path, const std::string& baseline_so) override {
-    pool_.acquire();
-    try {
-      RunResult r = runner_.time_model(so_path, baseline_so);
-      pool_.release();
-      return r;
-    } catch (...) {
-      pool_.release();
-      throw;
-    }
+    LocalBoardPool::Held slot(pool_);
+    return runner_.time_model(so_path, baseline_so);
   }
   std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override {
     std::vector<RunResult> out;
@@ -136,14 +136,8 @@ class PooledLocalRunner : public Runner {
         r.error = pb::BOARD_LOST;
         r.error_msg = "the job was stopped before this candidate ran";
       } else {
-        pool_.acquire();
-        try {
-          r = runner_.run_one(ctx, b.so_path, ctx.graph().workload.op);
-        } catch (...) {
-          pool_.release();
-          throw;
-        }
-        pool_.release();
+        LocalBoardPool::Held slot(pool_);
+        r = runner_.run_one(ctx, b.so_path, ctx.graph().workload.op);
       }
       out.push_back(std::move(r));
     }

@@ -202,7 +202,7 @@ pb::MeasureReply upload_and_measure(farm::LeasedBoard& board, const std::string&
   if (baseline) check_arch(baseline->data, baseline->name);
   std::vector<std::string> modules{board.upload(data, name)};
   if (baseline) {
-    modules.push_back(board.upload(baseline->data, baseline->name));
+    modules.push_back(board.upload(baseline->data, baseline->name == name ? "baseline-" + name : baseline->name));
     req.set_baseline_module_id(modules.back());
   }
   pb::MeasureReply reply = board.measure(req, modules[0]);
@@ -265,10 +265,7 @@ RunResult FarmRunner::time_model(const std::string& so_path, const std::string& 
     if (!slot) throw farm::FarmError("no board of key '" + opts_.key + "' to time the model on", grpc::StatusCode::UNAVAILABLE);
   }
   std::optional<Baseline> base;
-  if (!baseline_so.empty()) {
-    base = Baseline{read_all(baseline_so), std::filesystem::path(baseline_so).filename().string(), ""};
-    if (base->name == std::filesystem::path(so_path).filename().string()) base->name = "baseline-" + base->name;
-  }
+  if (!baseline_so.empty()) base = Baseline{read_all(baseline_so), std::filesystem::path(baseline_so).filename().string(), ""};
   try {
     return measure_model_on(*slot->board, data, std::filesystem::path(so_path).filename().string(),
                             base ? &*base : nullptr);

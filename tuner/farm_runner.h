@@ -62,7 +62,8 @@ class FarmRunner : public Runner {
   // `launch`: a GPU kernel's launch configuration (from its sidecar, launch_from_sidecar).
   // `baseline`: a second CPU library uploaded too and timed alongside, interleaved
   // (MeasureRequest.baseline_module_id; RunResult::speedup); refused like the first when its
-  // architecture is not the board's.
+  // architecture is not the board's. Its `name` (a file name) is uploaded as
+  // "baseline-NAME" when it is the measured library's too.
   struct Baseline {
     std::string data, name, function;
   };

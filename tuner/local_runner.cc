@@ -22,22 +22,26 @@ LocalRunner::LocalRunner(LocalRunnerOptions o) : opts_(std::move(o)), device_mod
   }
 }
 
-RunResult LocalRunner::run_one(MeasureContext& ctx, const std::string& so_path, const std::string& function,
-                               const std::string& baseline_so, const std::string& baseline_function) {
-  pb::MeasureRequest req = ctx.request(function);
+pb::MeasureReply LocalRunner::isolated(pb::MeasureRequest req, const std::string& so_path,
+                                       const std::string& baseline_so) const {
   req.set_memory_limit_bytes(opts_.memory_limit_bytes);
   std::vector<std::string> flags;
-  if (!baseline_so.empty()) {
-    req.set_baseline_function(baseline_function);
-    flags.push_back("--baseline=" + baseline_so);
-  }
-  double limit = farm::effective_timeout_s(req, opts_.default_timeout_s, opts_.max_timeout_s);
-  req.set_timeout_s(limit);
-  pb::MeasureReply reply = farm::run_isolated({opts_.runner_path}, so_path, req, limit, nullptr, flags);
-  RunResult r = ctx.finish(reply);
+  if (!baseline_so.empty()) flags.push_back("--baseline=" + baseline_so);
+  return farm::run_isolated({opts_.runner_path}, so_path, req, req.timeout_s(), nullptr, flags);
+}
+
+RunResult LocalRunner::here(RunResult r) const {
   r.board_id = "local";
   r.device_model = device_model_;
   return r;
+}
+
+RunResult LocalRunner::run_one(MeasureContext& ctx, const std::string& so_path, const std::string& function,
+                               const std::string& baseline_so, const std::string& baseline_function) {
+  pb::MeasureRequest req = ctx.request(function);
+  if (!baseline_so.empty()) req.set_baseline_function(baseline_function);
+  req.set_timeout_s(farm::effective_timeout_s(req, opts_.default_timeout_s, opts_.max_timeout_s));
+  return here(ctx.finish(isolated(req, so_path, baseline_so)));
 }
 
 RunResult Runner::time_model(const std::string&, const std::string&) {
@@ -48,15 +52,7 @@ RunResult Runner::time_model(const std::string&, const std::string&) {
 }
 
 RunResult LocalRunner::time_model(const std::string& so_path, const std::string& baseline_so) {
-  pb::MeasureRequest req = model_request(opts_.max_timeout_s);
-  req.set_memory_limit_bytes(opts_.memory_limit_bytes);
-  std::vector<std::string> flags;
-  if (!baseline_so.empty()) flags.push_back("--baseline=" + baseline_so);
-  pb::MeasureReply reply = farm::run_isolated({opts_.runner_path}, so_path, req, req.timeout_s(), nullptr, flags);
-  RunResult r = result_of(reply);
-  r.board_id = "local";
-  r.device_model = device_model_;
-  return r;
+  return here(result_of(isolated(model_request(opts_.max_timeout_s), so_path, baseline_so)));
 }
 
 std::vector<RunResult> LocalRunner::run(MeasureContext& ctx, const std::vector<BuildResult>& builds) {

@@ -75,6 +75,12 @@ ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t
   return c;
 }
 
+nlohmann::json to_json(const ModelComparison& c) {
+  return {{"tuned_s", c.tuned_s},         {"default_s", c.default_s},         {"speedup", c.speedup},
+          {"board", c.board},             {"tuned_kernels", c.tuned},         {"tunable_kernels", c.tunable},
+          {"rounds", c.rounds},           {"calls", c.calls}};
+}
+
 db::ModelResult model_result(const ModelComparison& c, const std::string& model, const std::string& model_sha256,
                              const Target& t, const std::string& device_key, double estimate_s) {
   return {0, model, model_sha256, t.str(), device_key, c.tuned_s, c.default_s, estimate_s, c.tuned, c.tunable,

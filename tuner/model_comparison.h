@@ -45,6 +45,10 @@ struct ModelComparison {
 ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,
                                           const std::string& model, Runner& runner);
 
+// A timed comparison as tune --model's `done` event and a service job's progress give it:
+// tuned_s, default_s, speedup, board, tuned_kernels, tunable_kernels, rounds, calls.
+nlohmann::json to_json(const ModelComparison& c);
+
 // The result the database keeps of a timed comparison: the model as the user named it, the
 // SHA-256 of its bytes, where it ran (`device_key`), and the tuner's estimate (0: none).
 db::ModelResult model_result(const ModelComparison& c, const std::string& model, const std::string& model_sha256,

@@ -57,6 +57,13 @@ class LocalRunner : public Runner {
   RunResult time_model(const std::string& so_path, const std::string& baseline_so) override;
 
  private:
+  // `req` (its timeout_s set) in a tunefarm-board-runner process under this runner's memory
+  // limit, with `baseline_so` as the baseline library when given.
+  tunefarm::v1::MeasureReply isolated(tunefarm::v1::MeasureRequest req, const std::string& so_path,
+                                      const std::string& baseline_so) const;
+  // `r` as measured here.
+  RunResult here(RunResult r) const;
+
   LocalRunnerOptions opts_;
   std::string device_model_;  // this machine's CPU, read once
 };
