@@ -26,6 +26,7 @@
 #include "graph/pass.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
+#include "runtime/gpu_runtime.h"
 #include "tuner/measure.h"
 #include "tuner/tuning_records.h"
 
@@ -212,6 +213,9 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
       ->capture_default_str();
   run->add_option("--seed", a.seed, "seed of the random inputs")->capture_default_str();
   run->add_option("--disable-pass", a.disable, "do not run this graph pass (repeatable)");
+  run->add_option("--device", a.device,
+                  "the GPU a library compiled for cuda or rocm runs on: cuda:N or rocm:N (default: its kind's "
+                  "device 0)");
   add_max_memory_option(run, a.max_memory);
 }
 
@@ -310,9 +314,13 @@ int compile_model_file(const ModelCompileArgs& a) {
               a.out.c_str(), (a.out + ".json").c_str(), cm.kernels.size(), tunable, tunable - cm.untuned(),
               cm.memory.arena_bytes / 1048576.0, cm.memory.naive_bytes / 1048576.0, cm.constant_bytes / 1048576.0,
               seconds,
-              cm.emulates.empty() ? ""
-                                  : str("; the kernels of ", cm.emulates, " run serially on this machine (emulated)")
-                                        .c_str());
+              !cm.emulates.empty() ? str("; the kernels of ", cm.emulates, " run serially on this machine (emulated)").c_str()
+              : cm.device_modules > 0
+                  ? str("; ", cm.target.kind == "cuda" ? "PTX" : "code objects", " in ", cm.device_modules,
+                        " module(s) for ", cm.target.short_str(), ", launched through the ", cm.target.kind,
+                        " driver (loaded at run time)")
+                        .c_str()
+                  : "");
   return 0;
 }
 
@@ -334,9 +342,25 @@ int run_model(const ModelRunArgs& a) {
   } cleanup{&tmp_dir};
   std::vector<TensorInfo> in_info, out_info;
   std::string mode = "reference evaluation, not compiled";
+  if (!a.device.empty() && !library)
+    throw UserError(str("--device ", a.device, " is for a library compiled for a GPU; ", a.model, " is not a library"));
   if (library) {
     lib = std::make_unique<ModelLibrary>(a.model);
     mode = "compiled library";
+    if (!a.device.empty()) {
+      GpuDeviceSpec d;
+      try {
+        d = parse_gpu_device(a.device);
+      } catch (const std::runtime_error& e) {
+        throw UserError(e.what());
+      }
+      if (d.kind != lib->device_kind()) {
+        throw UserError(str("--device ", a.device, ": ", a.model, " runs on ",
+                            lib->device_kind().empty() ? std::string("this machine's CPU") : lib->device_kind() + " GPUs"));
+      }
+      lib->set_device(d.index);
+    }
+    if (!lib->device_kind().empty()) mode = str("compiled library, on ", lib->device_kind(), " GPU");
   } else {
     // The reference evaluation runs the model as exported (no layout change).
     g = load_model(a.model, a.opt_level, a.disable, a.reference ? 0 : channel_block(host_target()));

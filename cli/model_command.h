@@ -42,6 +42,7 @@ struct ModelRunArgs {
   double warmup_ms = 300;  // untimed calls of a compiled model first (--warmup-ms), after one call
   uint64_t seed = 1;
   std::string max_memory;      // --max-memory; empty: graph::default_memory_budget()
+  std::string device;          // --device cuda:N / rocm:N: a GPU library's device
   db::Database* db = nullptr;  // tuned configs, when compiling
 };
 void add_model_run_options(CLI::App* run, ModelRunArgs& args);

@@ -348,7 +348,9 @@ int main(int argc, char** argv) {
   tf::CompileArgs ca;
   CLI::App* compile = app.add_subcommand("compile", "Compile a workload into a kernel library (or IR, asm, object)");
   compile->add_option("--workload,-w", ca.workload, "workload spec, e.g. 'matmul(M=97,N=131,K=67)'");
-  compile->add_option("--model", ca.model, "an ONNX model to compile whole into one library (docs/models.md)");
+  compile->add_option("--model", ca.model,
+                      "an ONNX model to compile whole into one library (docs/models.md); for a cuda or rocm target the "
+                      "library runs on that GPU, opening its driver when first called");
   compile->add_option("--opt-level,-O", ca.opt_level, "--model: graph optimisation level, 0 to 3")->capture_default_str();
   compile->add_option("--disable-pass", ca.disable, "--model: do not run this graph pass (repeatable)");
   compile->add_flag("--emulate-gpu", ca.emulate_gpu,

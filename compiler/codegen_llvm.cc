@@ -1075,16 +1075,28 @@ std::string llvm_ir_key(const LoweredFunc& f, const Target& target) {
 }
 
 CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOutput out) {
+  return codegen_llvm(std::vector<LoweredFunc>{f}, target, out);
+}
+
+CodegenResult codegen_llvm(const std::vector<LoweredFunc>& fs, const Target& target, CodegenOutput out) {
+  TF_CHECK(!fs.empty(), "codegen_llvm: no function");
+  TF_CHECK(fs.size() == 1 || target.is_gpu(), "codegen_llvm: several functions in one module are for GPU targets");
   // parse_target initialized LLVM's targets.
   // A GPU function is one or more kernels (compiler/gpu.h split_gpu_program), in one module.
-  std::vector<LoweredFunc> kernels{f};
+  std::vector<LoweredFunc> kernels;
   std::vector<GpuLaunch> launches;
-  if (target.is_gpu()) {
-    kernels = split_gpu_program(f).kernels;
-    for (const LoweredFunc& k : kernels) launches.push_back(check_gpu_kernel(k, target));
+  for (const LoweredFunc& f : fs) {
+    if (!target.is_gpu()) {
+      kernels.push_back(f);
+      continue;
+    }
+    for (LoweredFunc& k : split_gpu_program(f).kernels) {
+      launches.push_back(check_gpu_kernel(k, target));
+      kernels.push_back(std::move(k));
+    }
   }
   llvm::LLVMContext ctx;
-  auto m = std::make_unique<llvm::Module>(f.name, ctx);
+  auto m = std::make_unique<llvm::Module>(fs.front().name, ctx);
   std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target);
   m->setTargetTriple(target.triple);
   m->setDataLayout(tm->createDataLayout());

@@ -50,6 +50,9 @@ struct CodegenResult {
 //
 // Optimizes at O3 for the target and emits `out`.
 CodegenResult codegen_llvm(const ir::LoweredFunc& f, const Target& target, CodegenOutput out);
+// Several GPU functions (a whole model's kernels) in one module: one PTX text or code object,
+// libdevice / ocml linked once.
+CodegenResult codegen_llvm(const std::vector<ir::LoweredFunc>& fs, const Target& target, CodegenOutput out);
 
 // The kernel's LLVM IR as code generation first builds it (before optimization), printed
 // under a fixed function name: two kernels of the same key compile to the same code but for

@@ -9,11 +9,13 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <cstring>
 #include <functional>
 #include <map>
 
 #include "compiler/codegen_llvm.h"
 #include "compiler/error.h"
+#include "runtime/gpu_model/plan.h"
 
 namespace tf {
 namespace {
@@ -24,10 +26,24 @@ class RunnerGen {
  public:
   RunnerGen(llvm::LLVMContext& ctx, llvm::Module& m) : ctx_(ctx), m_(m), b_(ctx) {}
 
-  void emit(const RunnerSpec& s) {
+  // The tables describing the inputs and outputs, and the workspace's size.
+  void emit_tables(const RunnerSpec& s, int64_t workspace_bytes) {
     tensor_table("input", s.inputs);
     tensor_table("output", s.outputs);
-    constant_fn("tf_model_workspace_bytes", b_.getInt64(static_cast<uint64_t>(s.workspace_bytes)));
+    constant_fn("tf_model_workspace_bytes", b_.getInt64(static_cast<uint64_t>(workspace_bytes)));
+  }
+
+  // A read-only array of bytes every object of the library sees (hidden), in `section`.
+  void bytes_global(const std::string& name, const std::string& data, uint64_t align, const std::string& section) {
+    llvm::Constant* init = llvm::ConstantDataArray::getRaw(data, data.size(), b_.getInt8Ty());
+    auto* gv = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::ExternalLinkage, init, name);
+    gv->setVisibility(llvm::GlobalValue::HiddenVisibility);
+    gv->setAlignment(llvm::Align(align));
+    gv->setSection(section);
+  }
+
+  void emit(const RunnerSpec& s) {
+    emit_tables(s, s.workspace_bytes);
     for (size_t k = 0; k < s.constants.size(); ++k) {
       const std::vector<float>& data = *s.constants[k];
       llvm::Constant* init =
@@ -298,21 +314,139 @@ class RunnerGen {
   std::vector<llvm::GlobalVariable*> constants_;
 };
 
+// The launch plan, blob and constants of runtime/gpu_model/plan.h.
+struct GpuPlanData {
+  std::vector<int64_t> plan;
+  std::string blob, constants;
+};
+
+GpuPlanData encode_gpu_plan(const RunnerSpec& s, const GpuRunnerSpec& gpu) {
+  TF_CHECK(gpu.calls.size() == s.calls.size(), "codegen_gpu_runner: ", gpu.calls.size(), " GPU calls for ",
+           s.calls.size(), " calls");
+  TF_CHECK(gpu.platform == "cuda" || gpu.platform == "rocm", "codegen_gpu_runner: platform ", gpu.platform);
+  GpuPlanData d;
+  std::vector<int64_t>& p = d.plan;
+  p.assign(TF_GPU_PLAN_HEADER_WORDS, 0);
+  auto blob = [&](const std::string& bytes, bool terminate) {
+    auto at = static_cast<int64_t>(d.blob.size());
+    d.blob += bytes;
+    if (terminate) d.blob.push_back('\0');
+    return at;
+  };
+  std::vector<int64_t> constant_at;
+  for (const std::vector<float>* c : s.constants) {
+    d.constants.resize((d.constants.size() + TF_GPU_CONSTANT_ALIGN - 1) / TF_GPU_CONSTANT_ALIGN * TF_GPU_CONSTANT_ALIGN);
+    constant_at.push_back(static_cast<int64_t>(d.constants.size()));
+    d.constants.append(reinterpret_cast<const char*>(c->data()), c->size() * sizeof(float));
+  }
+  auto elements = [](const RunnerTensor& t) {
+    int64_t n = 1;
+    for (int64_t x : t.shape) n *= x;
+    return n;
+  };
+  for (const std::vector<RunnerTensor>* side : {&s.inputs, &s.outputs}) {
+    for (const RunnerTensor& t : *side) p.insert(p.end(), {elements(t), static_cast<int64_t>(t.dtype)});
+  }
+  for (const std::string& m : gpu.modules)
+    p.insert(p.end(), {blob(m, gpu.platform == "cuda"), static_cast<int64_t>(m.size())});
+  std::map<int64_t, int64_t> converted;  // input -> arena offset of its float32 copy
+  for (const RunnerInputConversion& c : s.conversions) converted[c.input] = c.workspace_offset;
+  auto arg = [&](const RunnerBuffer& r) -> std::array<int64_t, 2> {
+    switch (r.kind) {
+      case RunnerBuffer::Kind::Input:
+        if (auto it = converted.find(r.index); it != converted.end()) return {TF_GPU_ARG_ARENA, it->second};
+        return {TF_GPU_ARG_INPUT, r.index};
+      case RunnerBuffer::Kind::Output:
+        return {TF_GPU_ARG_OUTPUT, r.index};
+      case RunnerBuffer::Kind::Constant:
+        return {TF_GPU_ARG_CONSTANT, constant_at.at(static_cast<size_t>(r.index))};
+      case RunnerBuffer::Kind::Workspace:
+        return {TF_GPU_ARG_ARENA, r.index};
+    }
+    return {};
+  };
+  int64_t launches = 0;
+  for (size_t c = 0; c < s.calls.size(); ++c) {
+    const GpuRunnerCall& g = gpu.calls[c];
+    TF_CHECK(g.module >= 0 && g.module < static_cast<int64_t>(gpu.modules.size()), "codegen_gpu_runner: call ", c,
+             " of module ", g.module);
+    for (const GpuRunnerKernel& k : g.kernels) {
+      p.insert(p.end(), {g.module, blob(k.function, true), k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
+                         k.block[2], k.dynamic_shared_bytes,
+                         static_cast<int64_t>(s.calls[c].args.size() + g.workspace_offsets.size())});
+      for (const RunnerBuffer& a : s.calls[c].args) {
+        std::array<int64_t, 2> w = arg(a);
+        p.insert(p.end(), w.begin(), w.end());
+      }
+      for (int64_t off : g.workspace_offsets) p.insert(p.end(), {TF_GPU_ARG_ARENA, off});
+      ++launches;
+    }
+  }
+  for (const RunnerInputConversion& c : s.conversions) p.insert(p.end(), {c.input, c.workspace_offset});
+  for (const RunnerCopy& c : s.copies) {
+    std::array<int64_t, 2> from = c.literal.empty() ? arg(c.from) : std::array<int64_t, 2>{0, 0};
+    int64_t literal = -1;
+    if (!c.literal.empty()) literal = blob(std::string(c.literal.begin(), c.literal.end()), false);
+    p.insert(p.end(), {from[0], from[1], c.output, literal, static_cast<int64_t>(c.literal.size())});
+  }
+  p[TF_GPU_PLAN_MAGIC_WORD] = TF_GPU_PLAN_MAGIC;
+  p[TF_GPU_PLAN_PLATFORM] = gpu.platform == "cuda" ? TF_GPU_PLATFORM_CUDA : TF_GPU_PLATFORM_ROCM;
+  p[TF_GPU_PLAN_INPUTS] = static_cast<int64_t>(s.inputs.size());
+  p[TF_GPU_PLAN_OUTPUTS] = static_cast<int64_t>(s.outputs.size());
+  p[TF_GPU_PLAN_MODULES] = static_cast<int64_t>(gpu.modules.size());
+  p[TF_GPU_PLAN_LAUNCHES] = launches;
+  p[TF_GPU_PLAN_CONVERSIONS] = static_cast<int64_t>(s.conversions.size());
+  p[TF_GPU_PLAN_COPIES] = static_cast<int64_t>(s.copies.size());
+  p[TF_GPU_PLAN_ARENA_BYTES] = s.workspace_bytes;
+  p[TF_GPU_PLAN_CONSTANT_BYTES] = static_cast<int64_t>(d.constants.size());
+  p[TF_GPU_PLAN_BLOB_BYTES] = static_cast<int64_t>(d.blob.size());
+  p[TF_GPU_PLAN_WORDS] = static_cast<int64_t>(p.size());
+  return d;
+}
+
 }  // namespace
 
-std::string codegen_runner(const RunnerSpec& spec, const Target& target) {
-  TF_CHECK(target.is_cpu(), "codegen_runner: CPU targets only, not ", target.str());
+// A module for `target` that `fill` defines, verified and emitted as object code.
+static std::string emit_runner_object(const Target& target, const char* name, const std::function<void(RunnerGen&)>& fill) {
   llvm::LLVMContext ctx;
-  llvm::Module m("tf_model", ctx);
+  llvm::Module m(name, ctx);
   std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target);
   m.setTargetTriple(target.triple);
   m.setDataLayout(tm->createDataLayout());
   RunnerGen gen(ctx, m);
-  gen.emit(spec);
+  fill(gen);
   std::string errors;
   llvm::raw_string_ostream os(errors);
-  TF_CHECK(!llvm::verifyModule(m, &os), "codegen_runner produced invalid LLVM IR: ", errors);
+  TF_CHECK(!llvm::verifyModule(m, &os), name, ": code generation produced invalid LLVM IR: ", errors);
   return emit_object(m, *tm);
+}
+
+std::string codegen_gpu_runner(const RunnerSpec& spec, const GpuRunnerSpec& gpu, const Target& host) {
+  TF_CHECK(host.is_cpu(), "codegen_gpu_runner: the host is a CPU target, not ", host.str());
+  GpuPlanData d = encode_gpu_plan(spec, gpu);
+  // One array: header, plan, blob, constants (runtime/gpu_model/plan.h).
+  std::string image(TF_GPU_MODEL_HEADER_BYTES, '\0');
+  std::memcpy(image.data(), TF_GPU_MODEL_MAGIC, 8);
+  uint64_t header[6];
+  auto append = [&](const std::string& bytes, size_t align, int field) {
+    image.resize((image.size() + align - 1) / align * align);
+    header[2 * field] = image.size();
+    header[2 * field + 1] = bytes.size();
+    image += bytes;
+  };
+  append(std::string(reinterpret_cast<const char*>(d.plan.data()), d.plan.size() * sizeof(int64_t)), 8, 0);
+  append(d.blob, 8, 1);
+  append(d.constants, TF_GPU_CONSTANT_ALIGN, 2);
+  std::memcpy(image.data() + 8, header, sizeof header);
+  return emit_runner_object(host, "tf_gpu_model", [&](RunnerGen& gen) {
+    gen.emit_tables(spec, 0);
+    gen.bytes_global("tf_gpu_model", image, TF_GPU_CONSTANT_ALIGN, TF_GPU_MODEL_SECTION);
+  });
+}
+
+std::string codegen_runner(const RunnerSpec& spec, const Target& target) {
+  TF_CHECK(target.is_cpu(), "codegen_runner: CPU targets only, not ", target.str());
+  return emit_runner_object(target, "tf_model", [&](RunnerGen& gen) { gen.emit(spec); });
 }
 
 }  // namespace tf

@@ -24,8 +24,10 @@
 // The outputs are unspecified after an error. Concurrent calls need their own workspaces.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/target.h"
@@ -84,5 +86,33 @@ struct RunnerSpec {
 
 // Object code defining the tf_model_* functions; the kernels are external symbols.
 std::string codegen_runner(const RunnerSpec& spec, const Target& target);
+
+// A model for a GPU (compile_model for cuda, rocm): each call of the RunnerSpec is one or more
+// kernel launches (split-K: the partial sums, then their sum) of a code module, each on the
+// call's arguments followed by its workspaces (places in the arena).
+struct GpuRunnerKernel {
+  std::string function;
+  std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
+  int64_t dynamic_shared_bytes = 0;
+};
+struct GpuRunnerCall {
+  int64_t module = 0;
+  std::vector<GpuRunnerKernel> kernels;
+  std::vector<int64_t> workspace_offsets;  // byte offsets in the arena
+};
+struct GpuRunnerSpec {
+  std::string platform;               // cuda, rocm
+  std::vector<std::string> modules;   // PTX text, or .hsaco code objects
+  std::vector<GpuRunnerCall> calls;   // one per RunnerSpec call
+};
+
+// Object code for `host` (the machine the library runs on): the tf_model_* tables of `spec`
+// (tf_model_workspace_bytes 0: the spec's workspace_bytes is the device arena) and the launch
+// plan, code modules and constants of runtime/gpu_model/plan.h. Linked with
+// gpu_model_runtime_object(), which defines tf_model_run.
+std::string codegen_gpu_runner(const RunnerSpec& spec, const GpuRunnerSpec& gpu, const Target& host);
+
+// The object file of runtime/gpu_model/runtime.c for this machine (embedded at build time).
+std::string_view gpu_model_runtime_object();
 
 }  // namespace tf

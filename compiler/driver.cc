@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "compiler/codegen_llvm.h"
@@ -99,6 +100,13 @@ void write_file(const std::string& path, const std::string& data) {
   if (!f) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
   f << data;
   if (!f.flush()) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream data;
+  if (!f || !(data << f.rdbuf())) throw std::runtime_error(str("cannot read ", path, ": ", std::strerror(errno)));
+  return data.str();
 }
 
 std::string kernel_text(const CompiledKernel& k, EmitKind kind) {

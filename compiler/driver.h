@@ -57,6 +57,8 @@ void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out
 
 // Writes `data` to `path`; throws std::runtime_error naming the file when it cannot.
 void write_file(const std::string& path, const std::string& data);
+// The bytes of `path`; throws std::runtime_error naming the file when it cannot be read.
+std::string read_file(const std::string& path);
 
 // The text of a text output (loop IR, LLVM IR, assembly), e.g. for stdout.
 std::string kernel_text(const CompiledKernel& k, EmitKind kind);

@@ -23,9 +23,14 @@ CommandResult run_command(const std::vector<std::string>& argv);
 // Throws std::runtime_error naming the command and its output when linking fails.
 void link_shared_library(const std::string& object_path, const std::string& out_path,
                          const Target& target, bool openmp, bool libm);
-// The same for several objects (a compiled model's kernels and runner) in one library.
+// The same for several objects (a compiled model's kernels and runner) in one library;
+// `nodelete`: the library stays mapped after dlclose (it holds state a reload must find: a GPU
+// model's device memory and loaded modules). `in_process` false starts ld.lld instead of
+// running lld's driver here: an object of another compiler (gcc's: the GPU model runtime)
+// leaves LLVM 19's lld with state that the next in-process link uses after it was freed
+// (valgrind: an invalid write in Writer::finalizeSections, then heap corruption).
 void link_shared_library(const std::vector<std::string>& objects, const std::string& out_path,
-                         const Target& target, bool openmp, bool libm);
+                         const Target& target, bool openmp, bool libm, bool nodelete = false, bool in_process = true);
 
 // Links an AMDGPU object into a code object (.hsaco: a shared ELF the HIP runtime loads), as
 // ROCm's own toolchain does with `ld.lld -shared`. Throws like link_shared_library.

@@ -49,6 +49,8 @@ struct ModelKernel {
   // The function of an earlier kernel whose code is this one's but for the name (a repeated
   // layer): the model calls that one, and this one is not generated. Empty otherwise.
   std::string same_code_as;
+  // GPU targets: the kernels one call launches and their grids (compiler/gpu.h GpuPlan).
+  nlohmann::json launch;
 };
 
 struct CompiledModel {
@@ -56,6 +58,8 @@ struct CompiledModel {
   // A GPU target whose kernels this library runs serially on the CPU (compile_model's
   // emulate_gpu), or "".
   std::string emulates;
+  // A GPU library: how many code modules hold its kernels (0 for CPU and emulated libraries).
+  int64_t device_modules = 0;
   std::vector<ModelKernel> kernels;
   MemoryPlan memory;
   int64_t constant_bytes = 0;  // embedded

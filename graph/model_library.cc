@@ -94,13 +94,20 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
     }
     throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt));
   }
-  if (status != 0) {
-    throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ",
-                                 abi_->workspace_bytes(), " bytes, or a kernel's own buffers)"));
-  }
+  if (status != 0) throw std::runtime_error(failure(status));
   for (size_t k = 0; k < outputs_.size(); ++k) {
     for (size_t e = 0; e < bools[k].size(); ++e) outputs[k].i[e] = bools[k][e];
   }
+}
+
+std::string ModelLibrary::failure(int status) const {
+  std::string why = abi_->last_error();
+  if (!why.empty()) return str(path_, ": ", why);
+  if (status == kModelOutOfMemory) {
+    return str(path_, ": the model ran out of memory (workspace of ", abi_->workspace_bytes(),
+               " bytes, or a kernel's own buffers)");
+  }
+  return str(path_, ": the model failed (status ", status, ")");
 }
 
 void ModelLibrary::run_raw(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
@@ -112,10 +119,7 @@ void ModelLibrary::run_raw(const std::vector<const void*>& inputs, const std::ve
     throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt,
                         " (2^24, exact in the float32 the kernels compute in)"));
   }
-  if (status != 0) {
-    throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ", abi_->workspace_bytes(),
-                                 " bytes, or a kernel's own buffers)"));
-  }
+  if (status != 0) throw std::runtime_error(failure(status));
 }
 
 }  // namespace tf::graph

@@ -41,11 +41,19 @@ class ModelLibrary {
   // byte per bool), which the caller checked against inputs() and outputs() (the Python
   // package passes NumPy arrays and PyTorch tensors so, without copies). UserError naming the
   // problem for an int64 input past what the kernels hold exactly; std::runtime_error when
-  // the model runs out of memory.
+  // the model runs out of memory or (a GPU library) its driver is missing or fails.
   void run_raw(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                void* workspace = nullptr) const;
 
+  // A GPU library's kind ("cuda", "rocm"; "" for CPU libraries) and device (before the first
+  // run; std::runtime_error with the library's reason when it refuses).
+  const std::string& device_kind() const { return abi_->device_kind(); }
+  void set_device(int index) const { abi_->set_device(index); }
+
  private:
+  // The message of a failed run's status.
+  std::string failure(int status) const;
+
   std::string path_;
   std::unique_ptr<ModelAbi> abi_;
   std::vector<TensorInfo> inputs_, outputs_;

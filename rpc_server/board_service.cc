@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "proto/farm_limits.h"
+#include "runtime/gpu_model/image.h"
 #include "runtime/gpu_runtime.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"
@@ -235,9 +236,7 @@ grpc::ServerUnaryReactor* BoardService::Upload(grpc::CallbackServerContext* ctx,
     if (req->data().empty()) return invalid("empty upload");
     if (!safe_name(req->name(), true)) return invalid("module name '" + req->name() + "' must be letters, digits, '.', '_', '-'");
     if (sha256_hex(req->data()) != req->sha256()) return invalid("sha256 of the upload does not match (corrupted in transit?)");
-    std::string why = options_.gpu_device.empty()
-                          ? check_kernel_library(req->data())
-                          : check_gpu_module(req->data(), parse_gpu_device(options_.gpu_device).kind);
+    std::string why = options_.gpu_device.empty() ? check_kernel_library(req->data()) : check_gpu_upload(req->data());
     if (!why.empty()) return invalid("upload '" + req->name() + "' is not a kernel library for this board: " + why);
     std::string id;
     {
@@ -272,16 +271,26 @@ grpc::ServerUnaryReactor* BoardService::Measure(grpc::CallbackServerContext* ctx
   });
 }
 
+// A GPU board takes a kernel's module (PTX, .hsaco) or a compiled model for its kind of GPU,
+// which it reads as data (runtime/gpu_model/image.h).
+std::string BoardService::check_gpu_upload(const std::string& data) const {
+  const std::string kind = parse_gpu_device(options_.gpu_device).kind;
+  std::string why = check_gpu_module(data, kind);
+  if (why.empty() || data.compare(0, 4, "\x7f" "ELF") != 0) return why;
+  GpuModelImage image;
+  std::string model_why = read_gpu_model_image(data, image);
+  if (!model_why.empty()) return why + " (nor a GPU model: " + model_why + ")";
+  if (image.platform != kind) return "a model compiled for " + image.platform + " GPUs, not " + kind;
+  return "";
+}
+
 grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureReply* reply) {
   if (!safe_name(in.module_id(), true)) return invalid("bad module id '" + in.module_id() + "'");
   fs::path module = fs::path(lease_dir(in.lease_token())) / in.module_id();
   if (!fs::exists(module)) return {grpc::StatusCode::NOT_FOUND, "no module " + in.module_id() + " under this lease"};
   if (in.model()) {
-    // A compiled model: the runner reads its inputs and outputs from the library.
-    if (!options_.gpu_device.empty()) {
-      return invalid("timing a compiled model is not implemented on GPU boards yet (this one is " +
-                     options_.gpu_device + ")");
-    }
+    // A compiled model: the runner reads its inputs and outputs from the library (on a GPU
+    // board, as data: runtime/gpu_model/image.h).
     if (!in.function().empty() || !in.baseline_function().empty() || in.args_size() > 0) {
       return invalid("a model measurement names no function and no arguments: the model library describes them");
     }
@@ -298,8 +307,9 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
   }
   fs::path baseline;
   if (!in.baseline_module_id().empty() || !in.baseline_function().empty()) {
-    if (!options_.gpu_device.empty()) {
-      return invalid("a baseline module is not implemented on GPU boards yet (this one is " + options_.gpu_device + ")");
+    if (!options_.gpu_device.empty() && !in.model()) {
+      return invalid("a baseline kernel is not implemented on GPU boards yet (this one is " + options_.gpu_device +
+                     "); a baseline model is");
     }
     if (!safe_name(in.baseline_module_id(), true)) return invalid("bad baseline module id '" + in.baseline_module_id() + "'");
     baseline = fs::path(lease_dir(in.lease_token())) / in.baseline_module_id();
@@ -358,7 +368,7 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
                      std::to_string(static_cast<int64_t>(b.max)) + "]");
     }
   }
-  if (!options_.gpu_device.empty()) {
+  if (!options_.gpu_device.empty() && !req.model()) {
     if (std::string why = check_gpu_launch(req.launch()); !why.empty()) {
       return invalid("this is a GPU board (" + options_.gpu_device + "): " + why);
     }

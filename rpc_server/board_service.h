@@ -76,6 +76,7 @@ class BoardService final : public tunefarm::v1::Board::CallbackService {
   std::string lease_dir(const std::string& lease_token);
   const std::string& incoming_token() const { return options_.client_token.empty() ? options_.token : options_.client_token; }
   grpc::Status measure(const tunefarm::v1::MeasureRequest& req, tunefarm::v1::MeasureReply* reply);
+  std::string check_gpu_upload(const std::string& data) const;
   void worker_loop();
 
   BoardOptions options_;

@@ -1,5 +1,7 @@
 #include "runtime/gpu_runtime.h"
 
+#include "runtime/gpu_model/image.h"
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <cstdint>
 
 namespace tf {
 namespace {
@@ -97,11 +100,15 @@ class CudaRuntime : public GpuRuntime {
 
   const GpuDeviceInfo& info() const override { return info_; }
 
-  void load(const std::string& module, const std::vector<std::string>& functions) override {
-    check(cuModuleLoadData(&module_, module.c_str()), "cuModuleLoadData");
-    for (const std::string& f : functions) {
-      check(cuModuleGetFunction(&fns_.emplace_back(), module_, f.c_str()), "cuModuleGetFunction(" + f + ")");
-    }
+  void* load_module(const std::string& module) override {
+    CUmodule m = nullptr;
+    check(cuModuleLoadData(&m, module.c_str()), "cuModuleLoadData");
+    return m;
+  }
+  void* get_function(void* module, const std::string& name) override {
+    CUfunction f = nullptr;
+    check(cuModuleGetFunction(&f, module, name.c_str()), "cuModuleGetFunction(" + name + ")");
+    return f;
   }
 
   // Device memory goes with the process (the runner ends after one measurement).
@@ -117,17 +124,17 @@ class CudaRuntime : public GpuRuntime {
     check(cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
   }
   void overwrite(void* p, size_t bytes) override { check(cuMemsetD8(reinterpret_cast<CUdeviceptr>(p), 1, bytes), "cuMemsetD8"); }
-  double launch_ms(int n, const std::vector<GpuLaunchDims>& kernels, void** params) override {
+  double launch_ms(int n, const std::vector<GpuLaunchStep>& steps) override {
     if (!start_) {
       check(cuEventCreate(&start_, 0), "cuEventCreate");
       check(cuEventCreate(&stop_, 0), "cuEventCreate");
     }
     check(cuEventRecord(start_, nullptr), "cuEventRecord");
     for (int i = 0; i < n; ++i) {
-      for (size_t k = 0; k < kernels.size(); ++k) {
-        const GpuLaunchDims& l = kernels[k];
-        check(cuLaunchKernel(fns_.at(k), u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]),
-                             u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, params, nullptr),
+      for (const GpuLaunchStep& step : steps) {
+        const GpuLaunchDims& l = step.dims;
+        check(cuLaunchKernel(step.function, u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]),
+                             u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, step.params, nullptr),
               "cuLaunchKernel");
       }
     }
@@ -153,8 +160,6 @@ class CudaRuntime : public GpuRuntime {
   GpuDeviceInfo info_;
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
-  CUmodule module_ = nullptr;
-  std::vector<CUfunction> fns_;
   CUevent start_ = nullptr, stop_ = nullptr;
   CUresult (*cuInit)(unsigned) = nullptr;
   CUresult (*cuDeviceGetCount)(int*) = nullptr;
@@ -260,11 +265,15 @@ class HipRuntime : public GpuRuntime {
 
   const GpuDeviceInfo& info() const override { return info_; }
 
-  void load(const std::string& module, const std::vector<std::string>& functions) override {
-    check(hipModuleLoadData(&module_, module.data()), "hipModuleLoadData");
-    for (const std::string& f : functions) {
-      check(hipModuleGetFunction(&fns_.emplace_back(), module_, f.c_str()), "hipModuleGetFunction(" + f + ")");
-    }
+  void* load_module(const std::string& module) override {
+    void* m = nullptr;
+    check(hipModuleLoadData(&m, module.data()), "hipModuleLoadData");
+    return m;
+  }
+  void* get_function(void* module, const std::string& name) override {
+    void* f = nullptr;
+    check(hipModuleGetFunction(&f, module, name.c_str()), "hipModuleGetFunction(" + name + ")");
+    return f;
   }
 
   void* alloc(size_t bytes) override {
@@ -277,17 +286,17 @@ class HipRuntime : public GpuRuntime {
   }
   void to_host(void* dst, void* src, size_t bytes) override { check(hipMemcpyDtoH(dst, src, bytes), "hipMemcpyDtoH"); }
   void overwrite(void* p, size_t bytes) override { check(hipMemset(p, 1, bytes), "hipMemset"); }
-  double launch_ms(int n, const std::vector<GpuLaunchDims>& kernels, void** params) override {
+  double launch_ms(int n, const std::vector<GpuLaunchStep>& steps) override {
     if (!start_) {
       check(hipEventCreate(&start_), "hipEventCreate");
       check(hipEventCreate(&stop_), "hipEventCreate");
     }
     check(hipEventRecord(start_, nullptr), "hipEventRecord");
     for (int i = 0; i < n; ++i) {
-      for (size_t k = 0; k < kernels.size(); ++k) {
-        const GpuLaunchDims& l = kernels[k];
-        check(hipModuleLaunchKernel(fns_.at(k), u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]),
-                                    u(l.block[1]), u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, params, nullptr),
+      for (const GpuLaunchStep& step : steps) {
+        const GpuLaunchDims& l = step.dims;
+        check(hipModuleLaunchKernel(step.function, u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]),
+                                    u(l.block[1]), u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, step.params, nullptr),
               "hipModuleLaunchKernel");
       }
     }
@@ -310,8 +319,6 @@ class HipRuntime : public GpuRuntime {
   std::string name_;
   Library lib_;
   GpuDeviceInfo info_;
-  void* module_ = nullptr;
-  std::vector<void*> fns_;
   void *start_ = nullptr, *stop_ = nullptr;
   hipError_t (*hipInit)(unsigned) = nullptr;
   hipError_t (*hipGetDeviceCount)(int*) = nullptr;
@@ -336,10 +343,16 @@ class HipRuntime : public GpuRuntime {
 
 }  // namespace
 
+void GpuRuntime::load(const std::string& module, const std::vector<std::string>& functions) {
+  void* m = load_module(module);
+  for (const std::string& f : functions) functions_.push_back(get_function(m, f));
+}
+
 TimingResult GpuRuntime::time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
                               const GpuCall& call, const TimingOptions& o) {
-  if (call.kernels.empty()) throw std::runtime_error("GpuRuntime::time: no kernel to launch");
-  const std::vector<GpuLaunchDims>& launch = call.kernels;
+  if (call.kernels.empty() || call.kernels.size() > functions_.size())
+    throw std::runtime_error("GpuRuntime::time: " + std::to_string(call.kernels.size()) + " kernels to launch, " +
+                             std::to_string(functions_.size()) + " loaded");
   std::vector<void*> ptrs(bufs.size());
   for (size_t i = 0; i < bufs.size(); ++i) {
     ptrs[i] = alloc(std::max<size_t>(bufs[i].size() * sizeof(float), 4));
@@ -350,6 +363,8 @@ TimingResult GpuRuntime::time(std::vector<std::vector<float>>& bufs, const std::
   // Each kernel parameter points at an 8-byte device address.
   std::vector<void*> params;
   for (void*& p : ptrs) params.push_back(&p);
+  std::vector<GpuLaunchStep> launch;
+  for (size_t k = 0; k < call.kernels.size(); ++k) launch.push_back({functions_[k], call.kernels[k], params.data()});
   void* flush = o.flush_cache ? alloc(kGpuFlushBytes) : nullptr;
   TimingResult r;
   using clock = std::chrono::steady_clock;
@@ -359,7 +374,7 @@ TimingResult GpuRuntime::time(std::vector<std::vector<float>>& bufs, const std::
   // 25% of the fastest (the CPU rule), or four times the sample length has passed.
   double budget_ms = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs);
   for (;;) {
-    double ms = launch_ms(1, launch, params.data());
+    double ms = launch_ms(1, launch);
     ++r.warmup_calls;
     bool steady = r.warmup_calls >= 2 && ms <= best * 1.25 && last <= best * 1.25;
     last = ms;
@@ -378,13 +393,182 @@ TimingResult GpuRuntime::time(std::vector<std::vector<float>>& bufs, const std::
   for (int i = 0; i < repeat; ++i) {
     if (flush) overwrite(flush, kGpuFlushBytes);
     if (o.cooldown_ms > 0 && i > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
-    r.samples_s.push_back(launch_ms(number, launch, params.data()) / 1e3 / number);
+    r.samples_s.push_back(launch_ms(number, launch) / 1e3 / number);
   }
   synchronize();
   for (size_t i = 0; i < bufs.size(); ++i) {
     if (is_output[i]) to_host(bufs[i].data(), ptrs[i], bufs[i].size() * sizeof(float));
   }
   return r;
+}
+
+namespace {
+
+// float32 values as an output of `dtype` (1 float32, 7 int64 toward zero and saturating with
+// NaN as 0, 9 bool as x != 0), as the model library converts them.
+std::string float_output(const std::vector<float>& f, int32_t dtype) {
+  if (dtype == 1) return std::string(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(float));
+  std::string out;
+  for (float x : f) {
+    if (dtype == 9) {
+      out.push_back(x != 0.0f ? 1 : 0);
+      continue;
+    }
+    int64_t v = std::isnan(x) ? 0 : x >= 9.2233720368547758e18f ? INT64_MAX : x <= -9.2233720368547758e18f ? INT64_MIN : static_cast<int64_t>(x);
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<TimingResult> GpuRuntime::time_models(const std::vector<const GpuModelImage*>& models,
+                                                  const std::vector<std::vector<std::string>>& inputs,
+                                                  std::vector<std::vector<std::string>>& outputs, const TimingOptions& o) {
+  struct State {
+    void* arena = nullptr;
+    void* constants = nullptr;
+    std::vector<void*> in, out;
+    std::vector<std::vector<void*>> args, params;
+    std::vector<GpuLaunchStep> steps;
+  };
+  std::vector<State> st(models.size());
+  auto padded = [](int64_t bytes) { return static_cast<size_t>(std::max<int64_t>(bytes, 256)); };
+  for (size_t m = 0; m < models.size(); ++m) {
+    const GpuModelImage& g = *models[m];
+    State& s = st[m];
+    if (inputs.at(m).size() != g.inputs.size())
+      throw std::runtime_error("time_models: " + std::to_string(inputs[m].size()) + " inputs for a model of " +
+                               std::to_string(g.inputs.size()));
+    std::vector<void*> modules;
+    for (const std::string& code : g.modules) modules.push_back(load_module(code));
+    s.arena = alloc(padded(g.arena_bytes));
+    s.constants = alloc(padded(static_cast<int64_t>(g.constants.size())));
+    if (!g.constants.empty()) to_device(s.constants, g.constants.data(), g.constants.size());
+    for (size_t k = 0; k < g.inputs.size(); ++k) {
+      const std::string& data = inputs[m][k];
+      if (static_cast<int64_t>(data.size()) != g.inputs[k].bytes())
+        throw std::runtime_error("time_models: input " + std::to_string(k) + " of " + std::to_string(data.size()) + " bytes");
+      s.in.push_back(alloc(padded(g.inputs[k].bytes())));
+      if (!data.empty()) to_device(s.in.back(), data.data(), data.size());
+    }
+    for (const GpuModelImage::Tensor& t : g.outputs) s.out.push_back(alloc(padded(t.bytes())));
+    for (const GpuModelImage::Conversion& c : g.conversions) {
+      const GpuModelImage::Tensor& t = g.inputs[static_cast<size_t>(c.input)];
+      const std::string& data = inputs[m][static_cast<size_t>(c.input)];
+      std::vector<float> f(static_cast<size_t>(t.elements));
+      for (size_t e = 0; e < f.size(); ++e) {
+        if (t.dtype == 9) {
+          f[e] = data[e] != 0 ? 1.0f : 0.0f;
+          continue;
+        }
+        int64_t x;
+        std::memcpy(&x, data.data() + 8 * e, 8);
+        if (x < -(int64_t{1} << 24) || x > (int64_t{1} << 24))
+          throw std::runtime_error("input " + std::to_string(c.input) + " holds an int64 beyond +-2^24 (16777216)");
+        f[e] = static_cast<float>(x);
+      }
+      if (!f.empty()) to_device(static_cast<char*>(s.arena) + c.arena_offset, f.data(), f.size() * sizeof(float));
+    }
+    auto address = [&](const GpuModelImage::Arg& a) -> void* {
+      switch (a.kind) {
+        case GpuModelImage::ArgKind::Input: return s.in[static_cast<size_t>(a.index)];
+        case GpuModelImage::ArgKind::Output: return s.out[static_cast<size_t>(a.index)];
+        case GpuModelImage::ArgKind::Constant: return static_cast<char*>(s.constants) + a.index;
+        case GpuModelImage::ArgKind::Arena: return static_cast<char*>(s.arena) + a.index;
+      }
+      return nullptr;
+    };
+    s.args.resize(g.launches.size());
+    s.params.resize(g.launches.size());
+    for (size_t l = 0; l < g.launches.size(); ++l) {
+      const GpuModelImage::Launch& launch = g.launches[l];
+      for (const GpuModelImage::Arg& a : launch.args) s.args[l].push_back(address(a));
+      for (void*& p : s.args[l]) s.params[l].push_back(&p);
+      s.steps.push_back({get_function(modules[static_cast<size_t>(launch.module)], launch.function), launch.dims,
+                         s.params[l].data()});
+    }
+  }
+  // Warm-up of each (the rule of time()), then the samples, interleaved.
+  std::vector<TimingResult> results(models.size());
+  std::vector<double> best(models.size(), 1e300);
+  using clock = std::chrono::steady_clock;
+  double budget_ms = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs);
+  for (size_t m = 0; m < models.size(); ++m) {
+    if (st[m].steps.empty()) continue;
+    auto start = clock::now();
+    double last = 1e300;
+    for (;;) {
+      double ms = launch_ms(1, st[m].steps);
+      ++results[m].warmup_calls;
+      bool steady = results[m].warmup_calls >= 2 && ms <= best[m] * 1.25 && last <= best[m] * 1.25;
+      last = ms;
+      best[m] = std::min(best[m], ms);
+      double spent = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+      if (spent >= o.min_warmup_ms && (steady || spent > budget_ms + o.min_warmup_ms)) break;
+    }
+  }
+  int repeat = o.repeat;
+  for (size_t m = 0; m < models.size(); ++m) {
+    if (o.cut_slower_than_s > 0 && best[m] < 1e300 && best[m] / 1e3 > o.cut_slower_than_s) {
+      repeat = 1;
+      results[m].cut = true;
+    }
+    int number = std::max(o.number, 1);
+    if (o.min_repeat_ms > 0 && best[m] > 0 && best[m] < 1e300)
+      number = std::max(number, static_cast<int>(std::ceil(o.min_repeat_ms / best[m])));
+    results[m].number = number;
+  }
+  void* flush = o.flush_cache ? alloc(kGpuFlushBytes) : nullptr;
+  for (int i = 0; i < repeat; ++i) {
+    for (size_t m = 0; m < models.size(); ++m) {
+      if (flush) overwrite(flush, kGpuFlushBytes);
+      if (o.cooldown_ms > 0 && (i > 0 || m > 0))
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
+      if (st[m].steps.empty()) {
+        results[m].samples_s.push_back(0);
+        continue;
+      }
+      // Several models: this one's caches and clocks warmed again before its sample.
+      if (models.size() > 1 && o.rewarm_ms > 0) {
+        auto start = clock::now();
+        while (std::chrono::duration<double, std::milli>(clock::now() - start).count() < o.rewarm_ms) launch_ms(1, st[m].steps);
+      }
+      results[m].samples_s.push_back(launch_ms(results[m].number, st[m].steps) / 1e3 / results[m].number);
+    }
+  }
+  synchronize();
+  outputs.assign(models.size(), {});
+  for (size_t m = 0; m < models.size(); ++m) {
+    const GpuModelImage& g = *models[m];
+    State& s = st[m];
+    for (size_t k = 0; k < g.outputs.size(); ++k) {
+      std::string bytes(static_cast<size_t>(g.outputs[k].bytes()), '\0');
+      if (!bytes.empty()) to_host(bytes.data(), s.out[k], bytes.size());
+      outputs[m].push_back(std::move(bytes));
+    }
+    for (const GpuModelImage::Copy& c : g.copies) {
+      const GpuModelImage::Tensor& t = g.outputs[static_cast<size_t>(c.output)];
+      std::string& to = outputs[m][static_cast<size_t>(c.output)];
+      if (c.literal) {
+        to = c.bytes;
+        continue;
+      }
+      std::vector<float> f(static_cast<size_t>(t.elements));
+      size_t n = f.size() * sizeof(float);
+      const int64_t at = c.from.index;
+      switch (c.from.kind) {
+        case GpuModelImage::ArgKind::Input: std::memcpy(f.data(), inputs[m][static_cast<size_t>(at)].data(), n); break;
+        case GpuModelImage::ArgKind::Output: std::memcpy(f.data(), outputs[m][static_cast<size_t>(at)].data(), n); break;
+        case GpuModelImage::ArgKind::Constant: std::memcpy(f.data(), g.constants.data() + at, n); break;
+        case GpuModelImage::ArgKind::Arena:
+          if (n > 0) to_host(f.data(), static_cast<char*>(s.arena) + at, n);
+          break;
+      }
+      to = float_output(f, t.dtype);
+    }
+  }
+  return results;
 }
 
 GpuDeviceSpec parse_gpu_device(const std::string& text) {

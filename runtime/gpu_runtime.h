@@ -65,13 +65,22 @@ struct GpuCall {
 constexpr int kMaxGpuKernelsPerCall = 8;
 constexpr int64_t kMaxGpuWorkspaceBytes = int64_t{4} << 30;
 
+struct GpuModelImage;  // runtime/gpu_model/image.h
+
+// One kernel launch: a function of a loaded module, its grid, and its arguments.
+struct GpuLaunchStep {
+  void* function = nullptr;
+  GpuLaunchDims dims;
+  void** params = nullptr;  // pointers to each argument's 8-byte device address
+};
+
 class GpuRuntime {
  public:
   virtual ~GpuRuntime() = default;
   virtual const GpuDeviceInfo& info() const = 0;
   // Loads a module (PTX text or .hsaco bytes) and finds `functions` (the kernels of one call,
   // in launch order); throws std::runtime_error with the driver's message.
-  virtual void load(const std::string& module, const std::vector<std::string>& functions) = 0;
+  void load(const std::string& module, const std::vector<std::string>& functions);
   // Copies the inputs (buffers not marked output) to the device, times the kernel, and copies
   // the outputs back into `bufs`. A driver error (a faulting kernel) throws
   // std::runtime_error naming the call and the driver's error. One protocol for every vendor,
@@ -79,17 +88,32 @@ class GpuRuntime {
   TimingResult time(std::vector<std::vector<float>>& bufs, const std::vector<bool>& is_output,
                     const GpuCall& call, const TimingOptions& o);
 
+  // Times compiled GPU models (read as data: runtime/gpu_model/image.h), interleaved sample by
+  // sample as the CPU protocol times several (time_calls, with rewarm_ms). Each model's
+  // modules are loaded, its constants and inputs (`inputs[m]`: its tensors' bytes in the ABI's
+  // layout; int64 and bool ones converted to float32 into its arena, once) copied to the
+  // device once; a call launches its kernels in order. After timing, `outputs[m]` gets its
+  // outputs' bytes, its copies applied. Throws like time(), and std::bad_alloc-free
+  // std::runtime_error when an int64 input is beyond +-2^24.
+  std::vector<TimingResult> time_models(const std::vector<const GpuModelImage*>& models,
+                                        const std::vector<std::vector<std::string>>& inputs,
+                                        std::vector<std::vector<std::string>>& outputs, const TimingOptions& o);
+
  protected:
   // The vendor's calls; each throws std::runtime_error naming the call on a driver error.
+  virtual void* load_module(const std::string& module) = 0;
+  virtual void* get_function(void* module, const std::string& name) = 0;
   virtual void* alloc(size_t bytes) = 0;                                // device memory
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(void* dst, void* src, size_t bytes) = 0;
   virtual void overwrite(void* p, size_t bytes) = 0;                    // every byte set to 1
-  // Launches the loaded functions in turn, n times over, between two device events, waits
-  // for the second, and returns the milliseconds between them. `params` points at the
-  // kernels' arguments.
-  virtual double launch_ms(int n, const std::vector<GpuLaunchDims>& kernels, void** params) = 0;
+  // Launches the steps in turn, n times over, between two device events, waits for the
+  // second, and returns the milliseconds between them.
+  virtual double launch_ms(int n, const std::vector<GpuLaunchStep>& steps) = 0;
   virtual void synchronize() = 0;
+
+ private:
+  std::vector<void*> functions_;  // what load() found, in order
 };
 
 // Opens device `spec` through its vendor's driver. Throws std::runtime_error when the driver

@@ -1,5 +1,7 @@
 #include "runtime/model_abi.h"
 
+#include <cstring>
+
 #include <dlfcn.h>
 
 #include <sys/stat.h>
@@ -67,6 +69,12 @@ ModelAbi::ModelAbi(const std::string& path) : path_(path) {
     workspace_bytes_ = entry<uint64_t (*)()>(handle_, path, "tf_model_workspace_bytes")();
     if (dlsym(handle_, "tf_model_input_name") != nullptr) inputs_ = describe(handle_, path, "input");
     outputs_ = describe(handle_, path, "output");
+    last_error_ = reinterpret_cast<const char* (*)()>(dlsym(handle_, "tf_model_last_error"));
+    set_device_ = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(handle_, "tf_model_set_device"));
+    if (auto kind = reinterpret_cast<const char* (*)()>(dlsym(handle_, "tf_model_device_kind"))) {
+      const char* k = kind();
+      device_kind_ = k ? std::string(k).substr(0, 16) : "";
+    }
   } catch (...) {
     dlclose(handle_);
     throw;
@@ -81,11 +89,29 @@ int ModelAbi::run(const void* const* inputs, void* const* outputs, void* workspa
   return run_(inputs, outputs, workspace);
 }
 
+std::string ModelAbi::last_error() const {
+  const char* e = last_error_ ? last_error_() : nullptr;
+  return e ? std::string(e, strnlen(e, 1024)) : "";
+}
+
+void ModelAbi::set_device(int index) const {
+  if (!set_device_) {
+    if (index != 0) throw std::runtime_error(path_ + ": a CPU model runs on this machine's CPU, not on device " + std::to_string(index));
+    return;
+  }
+  if (set_device_(index) != 0) throw std::runtime_error(path_ + ": " + last_error());
+}
+
 ModelBuffers make_model_buffers(const ModelAbi& m, uint64_t seed) {
+  return make_model_buffers(m.inputs(), m.outputs(), seed);
+}
+
+ModelBuffers make_model_buffers(const std::vector<ModelTensor>& inputs, const std::vector<ModelTensor>& outputs,
+                                uint64_t seed) {
   ModelBuffers b;
   auto storage = [](const ModelTensor& t) { return std::vector<uint64_t>(static_cast<size_t>((t.bytes() + 7) / 8)); };
-  for (size_t i = 0; i < m.inputs().size(); ++i) {
-    const ModelTensor& t = m.inputs()[i];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ModelTensor& t = inputs[i];
     b.inputs.push_back(storage(t));
     void* data = b.inputs.back().data();
     int64_t n = t.elements();
@@ -98,7 +124,7 @@ ModelBuffers make_model_buffers(const ModelAbi& m, uint64_t seed) {
       for (int64_t e = 0; e < n; ++e) bytes[e] = r[static_cast<size_t>(e)] < 0;
     }  // int64: zeros
   }
-  for (const ModelTensor& t : m.outputs()) b.outputs.push_back(storage(t));
+  for (const ModelTensor& t : outputs) b.outputs.push_back(storage(t));
   for (auto& v : b.inputs) b.input_ptrs.push_back(v.data());
   for (auto& v : b.outputs) b.output_ptrs.push_back(v.data());
   return b;

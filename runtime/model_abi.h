@@ -40,6 +40,7 @@ constexpr int64_t kModelMaxExactInt = int64_t{1} << 24;
 // tf_model_run's statuses besides 0.
 constexpr int kModelOutOfMemory = -1;
 constexpr int kModelIntOutOfRange = -2;
+constexpr int kModelDriverError = -3;  // GPU libraries: the driver is missing or failed
 
 // A library that cannot be a model, or does not load; the message names the file.
 class ModelLoadError : public std::runtime_error {
@@ -61,13 +62,25 @@ class ModelAbi {
 
   // One call: buffers in the model's order, laid out as the ABI says (contiguous; float32,
   // int64, one byte per bool). `workspace` null: the library's own, kept between calls.
-  // Returns tf_model_run's status (0, kModelOutOfMemory, kModelIntOutOfRange).
+  // Returns tf_model_run's status (0, kModelOutOfMemory, kModelIntOutOfRange,
+  // kModelDriverError).
   int run(const void* const* inputs, void* const* outputs, void* workspace = nullptr) const;
+
+  // GPU model libraries (runtime/gpu_model/runtime.c): "cuda" or "rocm"; "" for a CPU one.
+  const std::string& device_kind() const { return device_kind_; }
+  // What went wrong in the last failed call, as the library says it ("" when it does not).
+  std::string last_error() const;
+  // A GPU library's device, before its first call; throws std::runtime_error with the
+  // library's message when it refuses, or for a CPU library and an index other than 0.
+  void set_device(int index) const;
 
  private:
   std::string path_;
   void* handle_ = nullptr;
   int (*run_)(const void* const*, void* const*, void*) = nullptr;
+  const char* (*last_error_)() = nullptr;
+  int32_t (*set_device_)(int32_t) = nullptr;
+  std::string device_kind_;
   std::vector<ModelTensor> inputs_, outputs_;
   uint64_t workspace_bytes_ = 0;
 };
@@ -82,6 +95,8 @@ struct ModelBuffers {
   std::vector<void*> output_ptrs;
 };
 ModelBuffers make_model_buffers(const ModelAbi& m, uint64_t seed);
+ModelBuffers make_model_buffers(const std::vector<ModelTensor>& inputs, const std::vector<ModelTensor>& outputs,
+                                uint64_t seed);
 
 // Why two models cannot be timed on the same buffers ("" when they can): their inputs and
 // outputs differ in number, shape or type (names may differ).

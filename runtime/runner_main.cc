@@ -45,6 +45,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "runtime/gpu_model/image.h"
 #include "runtime/gpu_runtime.h"
 #include "proto/credentials.h"
 #include "proto/tunefarm.pb.h"
@@ -138,6 +139,32 @@ struct ModelRun {
   }
 };
 
+// Why two GPU models cannot be timed on the same inputs ("" when they can).
+std::string gpu_signature_mismatch(const tf::GpuModelImage& a, const tf::GpuModelImage& b) {
+  auto same = [](const std::vector<tf::GpuModelImage::Tensor>& x, const std::vector<tf::GpuModelImage::Tensor>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t k = 0; k < x.size(); ++k) {
+      if (x[k].elements != y[k].elements || x[k].dtype != y[k].dtype) return false;
+    }
+    return true;
+  };
+  if (!same(a.inputs, b.inputs)) return "takes other inputs than the model";
+  if (!same(a.outputs, b.outputs)) return "gives other outputs than the model";
+  return "";
+}
+
+// A GPU model's inputs as make_model_buffers fills a CPU model's: the same seeds, the same
+// values.
+std::vector<std::string> gpu_model_inputs(const tf::GpuModelImage& m, uint64_t seed) {
+  std::vector<tf::ModelTensor> ins, outs;
+  for (const tf::GpuModelImage::Tensor& t : m.inputs) ins.push_back({"", {t.elements}, static_cast<tf::ModelDType>(t.dtype)});
+  tf::ModelBuffers b = tf::make_model_buffers(ins, outs, seed);
+  std::vector<std::string> bytes;
+  for (size_t k = 0; k < ins.size(); ++k)
+    bytes.emplace_back(static_cast<const char*>(b.input_ptrs[k]), static_cast<size_t>(ins[k].bytes()));
+  return bytes;
+}
+
 }  // namespace
 
 // --probe DEVICE: the board asks what GPU it has before it registers. Prints a GpuProbe as
@@ -179,7 +206,7 @@ int main(int argc, char** argv) {
       usage = true;
     }
   }
-  if (usage || (emulated && !device.empty()) || (!baseline.empty() && !device.empty())) {
+  if (usage || (emulated && !device.empty())) {
     std::fprintf(stderr, "usage: %s MODULE SERVER_PID [--emulated | --device=cuda:N|rocm:N] [--baseline=MODULE2] < request\n"
                          "       %s --probe cuda:N|rocm:N\n", argv[0], argv[0]);
     return 2;
@@ -193,6 +220,11 @@ int main(int argc, char** argv) {
   // Before the address-space limit: reading the library must not count against the kernel's
   // memory (a large library under a small limit would read as a crash).
   std::string gpu_module;
+  // A GPU board reads a compiled model as data (runtime/gpu_model/image.h): its host code
+  // never runs here.
+  tf::GpuModelImage gpu_model, gpu_baseline;
+  if (!device.empty() && !baseline.empty() && !req.model())
+    return fail(pb::LOAD_ERROR, "a baseline kernel is not implemented on GPU boards yet");
   {
     std::string data = read_file(argv[1]);
     if (!device.empty()) {
@@ -202,16 +234,28 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         return fail(pb::LOAD_ERROR, e.what());
       }
-      if (std::string why = tf::check_gpu_module(data, kind); !why.empty()) {
+      if (req.model()) {
+        for (auto [path, image] : {std::pair{std::string(argv[1]), &gpu_model}, std::pair{baseline, &gpu_baseline}}) {
+          if (path.empty()) continue;
+          std::string bytes = image == &gpu_model ? std::move(data) : read_file(path);
+          if (std::string why = tf::read_gpu_model_image(bytes, *image); !why.empty())
+            return fail(pb::LOAD_ERROR, std::string(image == &gpu_model ? "model " : "baseline model ") + path + " is " + why);
+          if (image->platform != kind) {
+            return fail(pb::LOAD_ERROR, std::string(image == &gpu_model ? "model " : "baseline model ") + path +
+                                            " was compiled for " + image->platform + " GPUs; this board is " + device);
+          }
+        }
+      } else if (std::string why = tf::check_gpu_module(data, kind); !why.empty()) {
         return fail(pb::LOAD_ERROR, std::string("module ") + argv[1] + " is " + why);
+      } else {
+        gpu_module = std::move(data);
       }
-      gpu_module = std::move(data);
     } else if (std::string why = tf::check_kernel_library(data); !why.empty()) {
       return fail(pb::LOAD_ERROR, std::string("kernel library ") + argv[1] + " is " + why);
     }
   }
   std::vector<std::string> modules{argv[1]};  // what the sandbox lets the runner map
-  if (!baseline.empty()) {
+  if (!baseline.empty() && device.empty()) {
     if (std::string why = tf::check_kernel_library(read_file(baseline)); !why.empty()) {
       return fail(pb::LOAD_ERROR, "baseline library " + baseline + " is " + why);
     }
@@ -257,8 +301,37 @@ int main(int argc, char** argv) {
     int base_number = 0;
     std::vector<OutputView> views;  // the outputs the reply describes
     ModelRun model;
-    if (req.model()) {
-      if (!device.empty()) return fail(pb::LOAD_ERROR, "timing a compiled model is not implemented on GPU boards yet");
+    std::vector<std::vector<std::string>> gpu_outputs;  // what the views of a GPU model point into
+    if (req.model() && !device.empty()) {
+      std::vector<const tf::GpuModelImage*> images{&gpu_model};
+      if (!baseline.empty()) {
+        if (std::string why = gpu_signature_mismatch(gpu_model, gpu_baseline); !why.empty())
+          return fail(pb::LOAD_ERROR, "baseline model " + why);
+        images.push_back(&gpu_baseline);
+      }
+      std::vector<std::string> inputs = gpu_model_inputs(gpu_model, req.seed());
+      std::unique_ptr<tf::GpuRuntime> rt;
+      try {
+        rt = tf::open_gpu_runtime(device);
+      } catch (const std::exception& e) {
+        return fail(pb::LOAD_ERROR, e.what());
+      }
+      std::vector<tf::TimingResult> rs;
+      try {
+        rs = rt->time_models(images, std::vector<std::vector<std::string>>(images.size(), inputs), gpu_outputs, o);
+      } catch (const std::runtime_error& e) {
+        return fail(pb::RUNTIME_ERROR, e.what());
+      }
+      t = rs[0];
+      if (rs.size() > 1) {
+        base_samples = rs[1].samples_s;
+        base_number = rs[1].number;
+      }
+      for (size_t k = 0; k < gpu_model.outputs.size(); ++k) {
+        const tf::GpuModelImage::Tensor& out = gpu_model.outputs[k];
+        views.push_back({gpu_outputs[0][k].data(), out.elements, static_cast<tf::ModelDType>(out.dtype)});
+      }
+    } else if (req.model()) {
       if (std::string why = model.load(argv[1], baseline, req.seed()); !why.empty()) return fail(pb::LOAD_ERROR, why);
       std::vector<tf::TimingResult> rs = model.time(o);
       t = rs[0];

@@ -8,6 +8,7 @@
 
 #include "compiler/error.h"
 #include "compiler/target.h"
+#include "runtime/gpu_model/image.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"
 #include "runtime/model_abi.h"
@@ -183,13 +184,26 @@ namespace {
 // module id is filled in.
 pb::MeasureReply upload_and_measure(farm::LeasedBoard& board, const std::string& data, const std::string& name,
                                     const FarmRunner::Baseline* baseline, pb::MeasureRequest req, const char* what) {
-  std::string board_arch;
+  std::string board_arch, board_gpu;
   try {
-    board_arch = parse_target(board.lease().target()).arch_name();
+    Target t = parse_target(board.lease().target());
+    board_arch = t.arch_name();
+    if (t.is_gpu()) board_gpu = t.kind;
   } catch (const UserError&) {
     board_arch = "";
   }
   auto check_arch = [&](const std::string& lib, const std::string& lib_name) {
+    if (req.model() && !board_gpu.empty()) {
+      // A GPU board reads a compiled model as data: what counts is the GPU it was compiled for.
+      GpuModelImage image;
+      std::string why = read_gpu_model_image(lib, image);
+      if (why.empty() && image.platform == board_gpu) return;
+      throw farm::FarmError(std::string(what) + " " + lib_name + " is " +
+                                (why.empty() ? "compiled for " + image.platform + " GPUs" : why) + ", but board " +
+                                board.lease().board_id() + " is a " + board_gpu + " GPU (target " + board.lease().target() +
+                                "): compile --model -t '" + board.lease().target() + "'",
+                            grpc::StatusCode::INVALID_ARGUMENT);
+    }
     std::string arch = kernel_library_arch(lib);
     if (!board_arch.empty() && arch != board_arch) {
       throw farm::FarmError(std::string(what) + " " + lib_name + " is built for " +

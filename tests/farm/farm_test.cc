@@ -1535,20 +1535,16 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
       b->measure(r, module);
       ADD_FAILURE() << "a GPU board took a baseline";
     } catch (const FarmError& e) {
-      EXPECT_NE(std::string(e.what()).find("baseline module is not implemented on GPU boards"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("baseline kernel is not implemented on GPU boards"), std::string::npos) << e.what();
     }
-    // So are compiled models.
+    // A kernel's module measured as a compiled model: the runner finds no model in it.
     pb::MeasureRequest m;
     m.set_model(true);
     m.set_number(1);
     m.set_repeat(1);
-    try {
-      b->measure(m, module);
-      ADD_FAILURE() << "a GPU board took a model";
-    } catch (const FarmError& e) {
-      EXPECT_NE(std::string(e.what()).find("timing a compiled model is not implemented on GPU boards yet"), std::string::npos)
-          << e.what();
-    }
+    pb::MeasureReply reply = b->measure(m, module);
+    EXPECT_EQ(reply.error(), pb::LOAD_ERROR);
+    EXPECT_NE(reply.error_msg().find("is not an ELF file"), std::string::npos) << reply.error_msg();
     b->release();
   }
   // farm measure reads the launch from the sidecar; the fake computes nothing: wrong answer.
@@ -1626,6 +1622,61 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].error, pb::LOAD_ERROR);
   EXPECT_NE(results[0].error_msg.find("has no launch in its sidecar"), std::string::npos) << results[0].error_msg;
+}
+
+// A model compiled for cuda, timed on a (FAKE) CUDA board: the board reads the library as
+// data (its host code never runs there) and launches its kernels through its own runtime;
+// the fake driver runs each kernel's emulation. With a baseline, both builds are timed
+// interleaved, as tune --model compares its tuned and default builds.
+TEST(FarmGpu, FakeCudaBoardTimesACompiledModel) {
+  std::string dir = temp_dir(), model = dir + "/gpu-model.onnx";
+  tf::graph::testing::ModelBuilder b(13);
+  b.input("x", {4, 16});
+  b.floats("w_flat", std::vector<float>(16 * 8, 0.125f));
+  b.ints("w_shape", {16, 8});
+  b.node("Reshape", {"w_flat", "w_shape"}, {"w"});
+  b.node("MatMul", {"x", "w"}, {"h"});
+  b.node("Relu", {"h"}, {"y"});
+  b.output("y", {4, 8});
+  b.save(model);
+  for (std::string flags : {"", " --emulate-gpu"}) {
+    std::string so = dir + (flags.empty() ? "/gpu.so" : "/emu.so");
+    ASSERT_EQ(run_shell(std::string(TF_TUNEFARM) + " compile --model " + model + " -t 'cuda -arch=sm_80' --no-db" + flags +
+                        " -o " + so + " > /dev/null"),
+              0);
+  }
+  std::ofstream(dir + "/aliases") << "";
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  std::string fake_log = dir + "/fake_cuda.log";
+  Daemon board({"/usr/bin/env", std::string("LD_LIBRARY_PATH=") + TF_FAKE_CUDA_DIR, "TF_FAKE_CUDA_LOG=" + fake_log,
+                "TF_FAKE_CUDA_KERNELS=" + dir + "/emu.so", "TF_FAKE_CUDA_ALIASES=" + dir + "/aliases", TF_RPC_SERVER,
+                "--tracker", "127.0.0.1:" + std::to_string(port), "--device", "cuda:0", "--port", "0", "--token-file",
+                token_file()},
+               dir + "/fake_board.log");
+  ASSERT_GT(board.port(), 0) << board.log();
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "cuda-sm80") == 1; }, 10000))
+      << board.log();
+  std::string out = dir + "/measure.out";
+  auto farm_measure = [&](const std::string& flags) {
+    return run_shell(std::string(TF_TUNEFARM) + " farm measure --key cuda-sm80 " + flags + " --tracker 127.0.0.1:" +
+                     std::to_string(port) + " --token-file " + token_file() + " > " + out + " 2>&1");
+  };
+  ASSERT_EQ(farm_measure("--model " + dir + "/gpu.so --baseline " + dir + "/gpu.so --repeat 3 --json"), 0) << read_file(out);
+  nlohmann::json j = nlohmann::json::parse(read_file(out));
+  EXPECT_EQ(j["samples_s"].size(), 3u) << j.dump();
+  EXPECT_EQ(j["baseline"]["samples_s"].size(), 3u) << j.dump();
+  EXPECT_GT(j["speedup"].get<double>(), 0) << j.dump();
+  // The kernels ran on the board, launched as the sidecar says.
+  nlohmann::json side = nlohmann::json::parse(read_file(dir + "/gpu.so.json"));
+  for (const nlohmann::json& k : side["kernels"])
+    EXPECT_NE(read_file(fake_log).find("launch " + k["function"].get<std::string>() + " "), std::string::npos) << read_file(fake_log);
+  // A CPU library is neither a kernel's module nor a model for this board.
+  EXPECT_EQ(farm_measure("--model " + dir + "/emu.so"), 2) << read_file(out);
+  EXPECT_NE(read_file(out).find("emu.so is not a GPU model library (no .tf_gpu_model section"), std::string::npos)
+      << read_file(out);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@ match PyTorch, a compiled module inside a larger nn.Module, NumPy and kernel pat
 database, and every error path. Run by ctest (python_package) with PYTHONPATH=<build>/python
 and the tunefarm program in <build>/bin."""
 
+import ctypes.util
 import json
 import os
 import subprocess
@@ -338,7 +339,12 @@ class Errors(unittest.TestCase):
         self.assertRaisesWith(ValueError, "garbage.onnx", tunefarm.optimize, garbage)
         onnx = os.path.join(TMP, "errors_mlp.onnx")
         torch.onnx.export(seeded(MLP), (torch.randn(1, 64),), onnx, opset_version=13)
-        self.assertRaisesWith(ValueError, "not implemented yet", tunefarm.compile_model, onnx, target="cuda -arch=sm_90")
+        # A model compiled for a GPU loads anywhere; without the driver a call says so.
+        gpu = tunefarm.load(tunefarm.compile_model(onnx, target="cuda -arch=sm_90"))
+        self.assertEqual([tuple(i["shape"]) for i in gpu.inputs], [(1, 64)])
+        if ctypes.util.find_library("cuda") is None:
+            self.assertRaisesWith(RuntimeError, "the driver's library (libcuda.so.1) did not load", gpu,
+                                  np.zeros((1, 64), np.float32))
 
 
 if __name__ == "__main__":

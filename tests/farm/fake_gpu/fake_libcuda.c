@@ -1,10 +1,19 @@
 // FAKE libcuda.so.1, for tests only: it stands in for the NVIDIA driver so that the farm's
 // GPU path (board probe, derived key and target, PTX upload, launch configuration, runner,
-// device timing calls, output copy-back) can be exercised on a machine without a GPU.
-// It runs nothing: a launch checks its arguments, logs its grid and block to
-// $TF_FAKE_CUDA_LOG and leaves the outputs as they were (NaN-filled), so every measurement
-// through it is a WRONG_ANSWER. The real path is runtime/gpu_runtime.cc against the real
+// device timing calls, output copy-back) and GPU model libraries (runtime/gpu_model) can be
+// exercised on a machine without a GPU. "Device memory" is host memory.
+// A launch checks its arguments and logs its grid and block to $TF_FAKE_CUDA_LOG. It runs
+// nothing (the outputs stay NaN-filled, so a board's measurement through it is a
+// WRONG_ANSWER), unless $TF_FAKE_CUDA_KERNELS names a library of the same kernels compiled to
+// run on the CPU (compile --model --emulate-gpu: each function computes its whole grid, split-K
+// steps included, in one call): then a launch calls the function of that name there with the
+// launch's arguments (their number read from the PTX's .entry), and a <name>_stepN launch does
+// nothing. $TF_FAKE_CUDA_ALIASES names a file of "name other" lines: kernels the emulated
+// library generated once under the other's name (its sidecar's same_code_as).
+// $TF_FAKE_CUDA_FAIL_LAUNCH=name: launches of that kernel fail (CUDA_ERROR_LAUNCH_FAILED).
+// The real path is runtime/gpu_runtime.cc and runtime/gpu_model/runtime.c against the real
 // driver. It reports one device of compute capability 8.0, named as a fake.
+#include <dlfcn.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -47,15 +56,32 @@ CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuModuleLoadData(void** m, const void* image) {
   const char* text = (const char*)image;
   if (strncmp(text, "//", 2) != 0 || !strstr(text, ".version ") || !strstr(text, ".target sm_")) return 218;  // CUDA_ERROR_INVALID_PTX
+  // Kept (reachable, for LeakSanitizer in tests that load this in-process) as a driver
+  // keeps its modules until the context ends.
+  static char* modules[256];
+  static int count;
   g_module = strdup(text);
+  if (count < 256) modules[count++] = g_module;
   *m = g_module;
   return 0;
 }
+
+// A function: its name, and how many parameters its .entry takes.
+typedef struct {
+  char name[256];
+  int params;
+} Function;
+
 CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
   char want[300];
   snprintf(want, sizeof want, ".visible .entry %s(", name);
-  if (!strstr((const char*)m, want)) return 500;  // CUDA_ERROR_NOT_FOUND
-  *f = strdup(name);
+  const char* at = strstr((const char*)m, want);
+  if (!at) return 500;  // CUDA_ERROR_NOT_FOUND
+  Function* fn = calloc(1, sizeof(Function));
+  snprintf(fn->name, sizeof fn->name, "%s", name);
+  const char* end = strchr(at, ')');
+  for (const char* p = at; end && (p = strstr(p, ".param")) && p < end; p += 6) ++fn->params;
+  *f = fn;
   return 0;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
@@ -74,19 +100,69 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
 CUresult cuMemFree_v2(CUdeviceptr p) { free((void*)p); return 0; }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { memcpy((void*)dst, src, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { memcpy(dst, (void*)src, n); return 0; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* stream) { memcpy((void*)dst, src, n); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* stream) { memcpy(dst, (void*)src, n); return 0; }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* stream) { memmove((void*)dst, (void*)src, n); return 0; }
+CUresult cuStreamSynchronize(void* stream) { return 0; }
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void*)p, v, n); return 0; }
+// The emulated kernel named `name` (after the aliases), or NULL.
+static void* emulated(const char* name) {
+  static void* lib;
+  const char* path = getenv("TF_FAKE_CUDA_KERNELS");
+  if (!path) return NULL;
+  if (!lib && !(lib = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+    fprintf(stderr, "fake libcuda: %s\n", dlerror());
+    return NULL;
+  }
+  char target[256];
+  snprintf(target, sizeof target, "%s", name);
+  const char* aliases = getenv("TF_FAKE_CUDA_ALIASES");
+  FILE* f = aliases ? fopen(aliases, "r") : NULL;
+  char a[256], b[256];
+  while (f && fscanf(f, "%255s %255s", a, b) == 2) {
+    if (strcmp(a, name) == 0) snprintf(target, sizeof target, "%s", b);
+  }
+  if (f) fclose(f);
+  return dlsym(lib, target);
+}
+
+// Runs the emulated kernel of `fn` on the launch's arguments (device pointers are host ones).
+static CUresult run_emulated(const Function* fn, void** params) {
+  const char* step = strstr(fn->name, "_step");
+  if (step && step[5] >= '2' && step[5] <= '9') return 0;  // the first launch computed it all
+  typedef int (*Kernel)(void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*,
+                        void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*);
+  Kernel k = (Kernel)emulated(fn->name);
+  if (!k || fn->params > 24) {
+    fprintf(stderr, "fake libcuda: no emulated kernel %s of %d parameters\n", fn->name, fn->params);
+    return 719;  // CUDA_ERROR_LAUNCH_FAILED
+  }
+  void* a[24] = {0};
+  for (int i = 0; i < fn->params; ++i) a[i] = (void*)*(CUdeviceptr*)params[i];
+  int r = k(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
+            a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
+  return r == 0 ? 0 : 719;
+}
+
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void* stream, void** params, void** extra) {
   if (!f || !params || gx * gy * gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) return 1;  // INVALID_VALUE
+  const Function* fn = (const Function*)f;
+  const char* failing = getenv("TF_FAKE_CUDA_FAIL_LAUNCH");
+  if (failing && strcmp(failing, fn->name) == 0) return 719;
+  if (getenv("TF_FAKE_CUDA_KERNELS")) {
+    CUresult r = run_emulated(fn, params);
+    if (r) return r;
+  }
   const char* log = getenv("TF_FAKE_CUDA_LOG");
   // Each function's first launch (a call of a split-K kernel launches two).
-  static const void* logged[8];
+  static const void* logged[256];
   int seen = 0, i = 0;
-  for (; i < 8 && logged[i]; ++i) seen |= logged[i] == f;
-  if (log && !seen && i < 8) {
+  for (; i < 256 && logged[i]; ++i) seen |= logged[i] == f;
+  if (log && !seen && i < 256) {
     FILE* out = fopen(log, "a");
     if (out) {
-      fprintf(out, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u\n", (const char*)f, gx, gy, gz, bx, by, bz, shared);
+      fprintf(out, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u\n", fn->name, gx, gy, gz, bx, by, bz, shared);
       fclose(out);
     }
     logged[i] = f;
@@ -101,4 +177,7 @@ CUresult cuEventElapsedTime(float* ms, void* a, void* b) {
   *ms = (float)(d > 1e-3 ? d : 1e-3);
   return 0;
 }
-CUresult cuGetErrorName(CUresult r, const char** s) { *s = "FAKE_CUDA_ERROR"; return 0; }
+CUresult cuGetErrorName(CUresult r, const char** s) {
+  *s = r == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : "FAKE_CUDA_ERROR";
+  return 0;
+}

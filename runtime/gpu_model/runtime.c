@@ -1,0 +1,456 @@
+/* The runtime of a GPU model library: what its tf_model_run does on a CUDA or ROCm GPU.
+ *
+ * compile --model for a cuda or rocm target links this object (compiled into tunefarm, see
+ * runtime/gpu_model/CMakeLists.txt) with the model's tables (runtime/gpu_model/plan.h) into
+ * one shared library for the host. C with only libc, so the library needs nothing the model's
+ * users do not have: the vendor's driver is opened at the first call (dlopen: libcuda.so.1,
+ * or ROCm's libamdhip64.so), as boards do; no SDK to build or to deploy.
+ *
+ * The first call loads the code modules (the CUDA driver compiles PTX for its GPU), finds the
+ * kernels, allocates the arena (intermediates at the memory plan's offsets, converted inputs,
+ * split-K workspaces) and uploads every constant once, on the device tf_model_set_device
+ * chose (default 0), in its primary context (the one PyTorch and CuPy use, so their device
+ * pointers are valid here). Then each call launches the kernels in order on one stream.
+ *
+ *   tf_model_run(host inputs, host outputs, workspace)  copies the inputs to device buffers
+ *       of the library, runs, copies the outputs back (synchronous); the workspace is unused
+ *       (tf_model_workspace_bytes is 0).
+ *   tf_model_run_device(device inputs, device outputs, stream)  the same on the caller's
+ *       device buffers (CUdeviceptr / hipDeviceptr_t) and stream, without copies: returns once
+ *       the kernels are queued (a model with int64 or bool inputs or outputs converts them
+ *       through the host, waiting for the stream).
+ * Both return 0; -1 when device memory ran out; -2 when an int64 input is out of +-2^24;
+ * -3 when the driver is missing or failed (a faulting kernel included): tf_model_last_error()
+ * says what. Calls are serialized by a lock (one arena); calls on different streams must not
+ * overlap on the device. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/gpu_model/plan.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+extern __attribute__((visibility("hidden"))) const unsigned char tf_gpu_model[];
+
+typedef unsigned long long devptr; /* CUdeviceptr; hipDeviceptr_t is a pointer of this size */
+
+/* The driver's entry points, CUDA's or HIP's (whose module API has the same shapes). */
+static struct {
+  void* handle;
+  int (*init)(unsigned);
+  int (*device_get)(int*, int);                 /* CUDA */
+  int (*primary_ctx_retain)(void**, int);       /* CUDA */
+  int (*ctx_set_current)(void*);                /* CUDA */
+  int (*set_device)(int);                       /* HIP */
+  int (*module_load_data)(void**, const void*);
+  int (*module_get_function)(void**, void*, const char*);
+  int (*mem_alloc)(devptr*, size_t);
+  int (*mem_free)(devptr);
+  int (*memcpy_htod)(devptr, const void*, size_t);
+  int (*memcpy_dtoh)(void*, devptr, size_t);
+  int (*memcpy_htod_async)(devptr, const void*, size_t, void*);
+  int (*memcpy_dtoh_async)(void*, devptr, size_t, void*);
+  int (*memcpy_dtod_async)(devptr, devptr, size_t, void*);
+  int (*stream_synchronize)(void*);
+  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
+  int (*error_name)(int, const char**);         /* CUDA */
+  const char* (*error_string)(int);             /* HIP */
+} drv;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_error[1024];
+static int g_device = 0;
+static int g_ready = 0;
+static void* g_context;
+static void** g_functions;       /* per launch */
+static int64_t* g_launch_at;     /* word of each launch in the plan */
+static devptr g_arena, g_constants;
+static devptr* g_io;             /* tf_model_run's device buffers: inputs, then outputs */
+
+enum { OUT_OF_MEMORY = 2 }; /* CUDA_ERROR_OUT_OF_MEMORY, hipErrorOutOfMemory */
+
+/* The plan, blob and constants in tf_gpu_model (plan.h). */
+static const int64_t* P;
+static const char* tf_gpu_blob;
+static const unsigned char* tf_gpu_constants;
+
+static void locate(void) {
+  if (P) return;
+  uint64_t h[7];
+  memcpy(h, tf_gpu_model + 8, sizeof h);
+  P = (const int64_t*)(const void*)(tf_gpu_model + h[0]);
+  tf_gpu_blob = (const char*)tf_gpu_model + h[2];
+  tf_gpu_constants = tf_gpu_model + h[4];
+}
+
+static int64_t H(int word) {
+  locate();
+  return P[word];
+}
+static int64_t inputs_at(void) { return TF_GPU_PLAN_HEADER_WORDS; }
+static int64_t outputs_at(void) { return inputs_at() + 2 * H(TF_GPU_PLAN_INPUTS); }
+static int64_t modules_at(void) { return outputs_at() + 2 * H(TF_GPU_PLAN_OUTPUTS); }
+static int64_t launches_at(void) { return modules_at() + 2 * H(TF_GPU_PLAN_MODULES); }
+
+static int platform_cuda(void) { return H(TF_GPU_PLAN_PLATFORM) == TF_GPU_PLATFORM_CUDA; }
+static const char* platform_name(void) { return platform_cuda() ? "cuda" : "rocm"; }
+
+static int fail(int status, const char* format, ...) {
+  va_list ap;
+  va_start(ap, format);
+  vsnprintf(g_error, sizeof g_error, format, ap);
+  va_end(ap);
+  return status;
+}
+
+static const char* driver_message(int r) {
+  const char* s = NULL;
+  if (drv.error_name && drv.error_name(r, &s) == 0 && s) return s;
+  if (drv.error_string && (s = drv.error_string(r))) return s;
+  return "unknown error";
+}
+
+/* A driver call's result as a status: -1 for out of memory, -3 for any other error. */
+static int driver_failed(int r, const char* what) {
+  fail(r == OUT_OF_MEMORY ? -1 : TF_GPU_STATUS_DRIVER_ERROR, "%s:%d %s failed: %s (error %d)", platform_name(),
+       g_device, what, driver_message(r), r);
+  return r == OUT_OF_MEMORY ? -1 : TF_GPU_STATUS_DRIVER_ERROR;
+}
+#define CHECK(call, what)                    \
+  do {                                       \
+    int r_ = (call);                         \
+    if (r_ != 0) return driver_failed(r_, what); \
+  } while (0)
+
+static void* symbol(const char* name, int* missing) {
+  void* p = dlsym(drv.handle, name);
+  if (!p && !*missing) {
+    *missing = 1;
+    fail(TF_GPU_STATUS_DRIVER_ERROR, "the %s driver has no %s", platform_name(), name);
+  }
+  return p;
+}
+
+static int open_driver(void) {
+  if (drv.handle) return 0;
+  const char* cuda[] = {"libcuda.so.1", NULL};
+  const char* rocm[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5", NULL};
+  const char** names = platform_cuda() ? cuda : rocm;
+  for (const char** n = names; *n && !drv.handle; ++n) drv.handle = dlopen(*n, RTLD_NOW | RTLD_LOCAL);
+  if (!drv.handle) {
+    return fail(TF_GPU_STATUS_DRIVER_ERROR,
+                "this model runs on %s GPUs and the driver's library (%s) did not load: %s", platform_name(),
+                names[0], dlerror());
+  }
+  int missing = 0;
+#define SYM(field, name) *(void**)&drv.field = symbol(name, &missing)
+  if (platform_cuda()) {
+    SYM(init, "cuInit");
+    SYM(device_get, "cuDeviceGet");
+    SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain");
+    SYM(ctx_set_current, "cuCtxSetCurrent");
+    SYM(module_load_data, "cuModuleLoadData");
+    SYM(module_get_function, "cuModuleGetFunction");
+    SYM(mem_alloc, "cuMemAlloc_v2");
+    SYM(mem_free, "cuMemFree_v2");
+    SYM(memcpy_htod, "cuMemcpyHtoD_v2");
+    SYM(memcpy_dtoh, "cuMemcpyDtoH_v2");
+    SYM(memcpy_htod_async, "cuMemcpyHtoDAsync_v2");
+    SYM(memcpy_dtoh_async, "cuMemcpyDtoHAsync_v2");
+    SYM(memcpy_dtod_async, "cuMemcpyDtoDAsync_v2");
+    SYM(stream_synchronize, "cuStreamSynchronize");
+    SYM(launch, "cuLaunchKernel");
+    SYM(error_name, "cuGetErrorName");
+  } else {
+    SYM(init, "hipInit");
+    SYM(set_device, "hipSetDevice");
+    SYM(module_load_data, "hipModuleLoadData");
+    SYM(module_get_function, "hipModuleGetFunction");
+    SYM(mem_alloc, "hipMalloc");
+    SYM(mem_free, "hipFree");
+    SYM(memcpy_htod, "hipMemcpyHtoD");
+    SYM(memcpy_dtoh, "hipMemcpyDtoH");
+    SYM(memcpy_htod_async, "hipMemcpyHtoDAsync");
+    SYM(memcpy_dtoh_async, "hipMemcpyDtoHAsync");
+    SYM(memcpy_dtod_async, "hipMemcpyDtoDAsync");
+    SYM(stream_synchronize, "hipStreamSynchronize");
+    SYM(launch, "hipModuleLaunchKernel");
+    SYM(error_string, "hipGetErrorString");
+  }
+#undef SYM
+  if (missing) {
+    dlclose(drv.handle);
+    memset(&drv, 0, sizeof drv);
+    return TF_GPU_STATUS_DRIVER_ERROR;
+  }
+  return 0;
+}
+
+/* Makes the device current for this thread (each call: the caller's thread may change). */
+static int enter_device(void) {
+  if (platform_cuda()) {
+    CHECK(drv.ctx_set_current(g_context), "cuCtxSetCurrent");
+  } else {
+    CHECK(drv.set_device(g_device), "hipSetDevice");
+  }
+  return 0;
+}
+
+static size_t dtype_bytes(int64_t dtype) { return dtype == 7 ? 8 : dtype == 9 ? 1 : 4; }
+static size_t padded(size_t bytes) { return bytes < 256 ? 256 : bytes; } /* drivers refuse 0 */
+
+static int initialize(void) {
+  if (g_ready) return 0;
+  locate();
+  if (memcmp(tf_gpu_model, TF_GPU_MODEL_MAGIC, 8) != 0 || P[TF_GPU_PLAN_MAGIC_WORD] != TF_GPU_PLAN_MAGIC) return fail(TF_GPU_STATUS_DRIVER_ERROR, "the library's launch plan is damaged");
+  int status = open_driver();
+  if (status) return status;
+  CHECK(drv.init(0), platform_cuda() ? "cuInit" : "hipInit");
+  if (platform_cuda()) {
+    int dev = 0;
+    CHECK(drv.device_get(&dev, g_device), "cuDeviceGet");
+    CHECK(drv.primary_ctx_retain(&g_context, dev), "cuDevicePrimaryCtxRetain");
+  }
+  if ((status = enter_device())) return status;
+  int64_t modules = H(TF_GPU_PLAN_MODULES), launches = H(TF_GPU_PLAN_LAUNCHES);
+  void** loaded = calloc((size_t)modules + 1, sizeof(void*));
+  void** functions = calloc((size_t)launches + 1, sizeof(void*));
+  int64_t* at = calloc((size_t)launches + 1, sizeof(int64_t));
+  if (!loaded || !functions || !at) {
+    free(loaded), free(functions), free(at);
+    return fail(-1, "out of host memory");
+  }
+  for (int64_t m = 0; m < modules; ++m) {
+    const int64_t* w = P + modules_at() + 2 * m;
+    int r = drv.module_load_data(&loaded[m], tf_gpu_blob + w[0]);
+    if (r) {
+      free(loaded), free(functions), free(at);
+      return driver_failed(r, platform_cuda() ? "loading the model's PTX (cuModuleLoadData)" : "loading the model's code object (hipModuleLoadData)");
+    }
+  }
+  int64_t word = launches_at();
+  for (int64_t l = 0; l < launches; ++l) {
+    const int64_t* w = P + word;
+    at[l] = word;
+    const char* name = tf_gpu_blob + w[1];
+    int r = drv.module_get_function(&functions[l], loaded[w[0]], name);
+    if (r) {
+      free(loaded), free(functions), free(at);
+      driver_failed(r, "finding a kernel");
+      return fail(TF_GPU_STATUS_DRIVER_ERROR, "%s:%d: kernel %s is not in the model's code: %s", platform_name(), g_device,
+                  name, driver_message(r));
+    }
+    word += TF_GPU_LAUNCH_FIXED_WORDS + 2 * w[9];
+  }
+  free(loaded); /* modules stay loaded for the life of the process */
+  devptr arena = 0, constants = 0;
+  int r = drv.mem_alloc(&arena, padded((size_t)H(TF_GPU_PLAN_ARENA_BYTES)));
+  if (!r) r = drv.mem_alloc(&constants, padded((size_t)H(TF_GPU_PLAN_CONSTANT_BYTES)));
+  if (!r && H(TF_GPU_PLAN_CONSTANT_BYTES) > 0)
+    r = drv.memcpy_htod(constants, tf_gpu_constants, (size_t)H(TF_GPU_PLAN_CONSTANT_BYTES));
+  if (r) {
+    if (arena) drv.mem_free(arena);
+    if (constants) drv.mem_free(constants);
+    free(functions), free(at);
+    return driver_failed(r, "allocating the model's device memory (arena and constants)");
+  }
+  g_functions = functions;
+  g_launch_at = at;
+  g_arena = arena;
+  g_constants = constants;
+  g_ready = 1;
+  return 0;
+}
+
+static int64_t tensor_elements(int output, int64_t k) {
+  return P[(output ? outputs_at() : inputs_at()) + 2 * k];
+}
+static int64_t tensor_dtype(int output, int64_t k) {
+  return P[(output ? outputs_at() : inputs_at()) + 2 * k + 1];
+}
+
+static devptr where(int64_t kind, int64_t index, const devptr* in, const devptr* out) {
+  switch (kind) {
+    case TF_GPU_ARG_INPUT: return in[index];
+    case TF_GPU_ARG_OUTPUT: return out[index];
+    case TF_GPU_ARG_CONSTANT: return g_constants + (devptr)index;
+    default: return g_arena + (devptr)index;
+  }
+}
+
+/* An int64 or bool input of the caller, on the device, as float32 in the arena. */
+static int convert_input(int64_t input, int64_t offset, const devptr* in, void* stream) {
+  int64_t n = tensor_elements(0, input), dtype = tensor_dtype(0, input);
+  if (n == 0) return 0;
+  size_t from_bytes = (size_t)n * dtype_bytes(dtype);
+  unsigned char* host = malloc(from_bytes + (size_t)n * 4);
+  if (!host) return fail(-1, "out of host memory");
+  float* to = (float*)(host + from_bytes);
+  int status = 0, r = drv.memcpy_dtoh_async(host, in[input], from_bytes, stream);
+  if (!r) r = drv.stream_synchronize(stream);
+  if (r) status = driver_failed(r, "reading an int64 or bool input");
+  for (int64_t i = 0; !status && i < n; ++i) {
+    if (dtype == 7) {
+      int64_t x;
+      memcpy(&x, host + 8 * i, 8);
+      if (x < -(INT64_C(1) << 24) || x > (INT64_C(1) << 24)) status = -2;
+      to[i] = (float)x;
+    } else {
+      to[i] = host[i] != 0 ? 1.0f : 0.0f;
+    }
+  }
+  if (status == -2) fail(-2, "input %lld holds an int64 beyond +-2^24 (16777216)", (long long)input);
+  if (!status) {
+    r = drv.memcpy_htod_async(g_arena + (devptr)offset, to, (size_t)n * 4, stream);
+    if (!r) r = drv.stream_synchronize(stream);
+    if (r) status = driver_failed(r, "writing a converted input");
+  }
+  free(host);
+  return status;
+}
+
+/* Output `output` (not float32) from the float32 values at `from`, converted on the host. */
+static int convert_output(int64_t output, devptr from, const devptr* out, void* stream) {
+  int64_t n = tensor_elements(1, output), dtype = tensor_dtype(1, output);
+  if (n == 0) return 0;
+  size_t to_bytes = (size_t)n * dtype_bytes(dtype);
+  unsigned char* host = malloc((size_t)n * 4 + to_bytes);
+  if (!host) return fail(-1, "out of host memory");
+  float* f = (float*)host;
+  unsigned char* to = host + (size_t)n * 4;
+  int status = 0, r = drv.memcpy_dtoh_async(f, from, (size_t)n * 4, stream);
+  if (!r) r = drv.stream_synchronize(stream);
+  if (r) status = driver_failed(r, "reading an output to convert");
+  for (int64_t i = 0; !status && i < n; ++i) {
+    if (dtype == 7) {
+      /* Toward zero, saturating, NaN as 0: as the CPU library's fptosi.sat. */
+      float x = f[i];
+      int64_t v = x != x ? 0 : x >= 9.2233720368547758e18f ? INT64_MAX : x <= -9.2233720368547758e18f ? INT64_MIN : (int64_t)x;
+      memcpy(to + 8 * i, &v, 8);
+    } else {
+      to[i] = f[i] != 0.0f;
+    }
+  }
+  if (!status) {
+    r = drv.memcpy_htod_async(out[output], to, to_bytes, stream);
+    if (!r) r = drv.stream_synchronize(stream);
+    if (r) status = driver_failed(r, "writing a converted output");
+  }
+  free(host);
+  return status;
+}
+
+static int run_on_device(const devptr* in, const devptr* out, void* stream) {
+  int64_t word = launches_at();
+  for (int64_t l = 0; l < H(TF_GPU_PLAN_LAUNCHES); ++l) word += TF_GPU_LAUNCH_FIXED_WORDS + 2 * P[word + 9];
+  for (int64_t c = 0; c < H(TF_GPU_PLAN_CONVERSIONS); ++c, word += 2) {
+    int status = convert_input(P[word], P[word + 1], in, stream);
+    if (status) return status;
+  }
+  int64_t copies_at = word;
+  for (int64_t l = 0; l < H(TF_GPU_PLAN_LAUNCHES); ++l) {
+    const int64_t* w = P + g_launch_at[l];
+    int64_t nargs = w[9];
+    devptr values[256];
+    void* params[256];
+    if (nargs > 256) return fail(TF_GPU_STATUS_DRIVER_ERROR, "a kernel takes %lld arguments (at most 256)", (long long)nargs);
+    for (int64_t a = 0; a < nargs; ++a) {
+      values[a] = where(w[10 + 2 * a], w[11 + 2 * a], in, out);
+      params[a] = &values[a];
+    }
+    int r = drv.launch(g_functions[l], (unsigned)w[2], (unsigned)w[3], (unsigned)w[4], (unsigned)w[5], (unsigned)w[6],
+                       (unsigned)w[7], (unsigned)w[8], stream, params, NULL);
+    if (r) {
+      driver_failed(r, "launch");
+      return fail(TF_GPU_STATUS_DRIVER_ERROR, "%s:%d: launching kernel %s failed: %s (error %d)", platform_name(), g_device,
+                  tf_gpu_blob + w[1], driver_message(r), r);
+    }
+  }
+  word = copies_at;
+  for (int64_t c = 0; c < H(TF_GPU_PLAN_COPIES); ++c, word += 5) {
+    const int64_t* w = P + word;
+    int64_t output = w[2], n = tensor_elements(1, output), dtype = tensor_dtype(1, output);
+    int r = 0;
+    if (w[3] >= 0) {
+      if (w[4] > 0) r = drv.memcpy_htod_async(out[output], tf_gpu_blob + w[3], (size_t)w[4], stream);
+      if (!r) r = drv.stream_synchronize(stream);
+    } else if (dtype == 1) {
+      if (n > 0) r = drv.memcpy_dtod_async(out[output], where(w[0], w[1], in, out), (size_t)n * 4, stream);
+    } else {
+      int status = convert_output(output, where(w[0], w[1], in, out), out, stream);
+      if (status) return status;
+    }
+    if (r) return driver_failed(r, "copying an output");
+  }
+  return 0;
+}
+
+EXPORT int32_t tf_model_run_device(const unsigned long long* inputs, const unsigned long long* outputs, void* stream) {
+  pthread_mutex_lock(&g_lock);
+  int status = initialize();
+  if (!status) status = enter_device();
+  if (!status) status = run_on_device(inputs, outputs, stream);
+  pthread_mutex_unlock(&g_lock);
+  return status;
+}
+
+EXPORT int32_t tf_model_run(const void* const* inputs, void* const* outputs, void* workspace) {
+  (void)workspace;
+  pthread_mutex_lock(&g_lock);
+  int status = initialize();
+  if (!status) status = enter_device();
+  int64_t ni = H(TF_GPU_PLAN_INPUTS), no = H(TF_GPU_PLAN_OUTPUTS);
+  if (!status && !g_io) {
+    devptr* io = calloc((size_t)(ni + no) + 1, sizeof(devptr));
+    if (!io) status = fail(-1, "out of host memory");
+    for (int64_t k = 0; !status && k < ni + no; ++k) {
+      int output = k >= ni;
+      int64_t t = output ? k - ni : k;
+      int r = drv.mem_alloc(&io[k], padded((size_t)tensor_elements(output, t) * dtype_bytes(tensor_dtype(output, t))));
+      if (r) {
+        status = driver_failed(r, "allocating the model's input and output buffers");
+        for (int64_t j = 0; j < k; ++j) drv.mem_free(io[j]);
+        free(io);
+        io = NULL;
+      }
+    }
+    g_io = io;
+  }
+  for (int64_t k = 0; !status && k < ni; ++k) {
+    size_t bytes = (size_t)tensor_elements(0, k) * dtype_bytes(tensor_dtype(0, k));
+    int r = bytes ? drv.memcpy_htod(g_io[k], inputs[k], bytes) : 0;
+    if (r) status = driver_failed(r, "copying an input to the device");
+  }
+  if (!status) status = run_on_device(g_io, g_io + ni, NULL);
+  for (int64_t k = 0; !status && k < no; ++k) {
+    size_t bytes = (size_t)tensor_elements(1, k) * dtype_bytes(tensor_dtype(1, k));
+    /* Synchronous: a kernel's fault surfaces here. */
+    int r = bytes ? drv.memcpy_dtoh(outputs[k], g_io[ni + k], bytes) : drv.stream_synchronize(NULL);
+    if (r) status = driver_failed(r, "running the model (copying an output back)");
+  }
+  pthread_mutex_unlock(&g_lock);
+  return status;
+}
+
+EXPORT int32_t tf_model_set_device(int32_t ordinal) {
+  pthread_mutex_lock(&g_lock);
+  int status = 0;
+  if (ordinal < 0) {
+    status = fail(TF_GPU_STATUS_DRIVER_ERROR, "device %d does not exist", ordinal);
+  } else if (g_ready && ordinal != g_device) {
+    status = fail(TF_GPU_STATUS_DRIVER_ERROR, "the model already runs on %s:%d; choose its device before the first call",
+                  platform_name(), g_device);
+  } else {
+    g_device = ordinal;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return status;
+}
+
+EXPORT const char* tf_model_device_kind(void) { return platform_name(); }
+EXPORT const char* tf_model_last_error(void) { return g_error; }

@@ -1,0 +1,464 @@
+// GPU model libraries (compile --model for cuda and rocm: runtime/gpu_model) on a machine
+// without a GPU. The library's real path runs against the FAKE libcuda of tests/farm/fake_gpu,
+// which keeps "device memory" in host memory and, given the same model compiled with
+// --emulate-gpu, runs each launched kernel's emulation on the launch's arguments: so the
+// library's own work (loading its modules, finding every kernel, the arena at the memory
+// plan's offsets, constants uploaded once, split-K workspaces, int64 and bool conversions,
+// output copies, the order of launches, errors) is checked against the reference evaluation.
+// What it cannot check is the PTX itself, which only a GPU runs (bench/gpu_bench.py).
+#include <dlfcn.h>
+#include <elf.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/error.h"
+#include "compiler/link.h"
+#include "compiler/target.h"
+#include "graph/memory_budget.h"
+#include "graph/model_compiler.h"
+#include "graph/model_library.h"
+#include "graph/npy.h"
+#include "graph/reference_run.h"
+#include "runtime/gpu_model/image.h"
+#include "tests/graph/onnx_builder.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using tf::graph::testing::ModelBuilder;
+using namespace tf::graph;  // NOLINT
+
+namespace {
+
+const std::string kFakeCudaDir = TF_FAKE_CUDA_DIR;
+const std::string kTunefarm = TF_TUNEFARM;
+
+class GpuModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tf-gpu-model-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Compiles `b` for `target` twice: the GPU library (`name`.so) and its emulation
+  // (`name`.emu.so), with the aliases file the fake reads. Returns the graph compiled.
+  Graph compile_both(const ModelBuilder& b, const std::string& name, const std::string& target = "cuda -arch=sm_80") {
+    b.save(path(name + ".onnx"));
+    tf::Target t = tf::parse_target(target);
+    Graph g = load_model(path(name + ".onnx"), 2, {}, channel_block(t));
+    ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+    compile_model(g, t, defaults, path(name + ".so"), name);
+    compile_model(g, t, defaults, path(name + ".emu.so"), name, default_memory_budget(), true);
+    std::ofstream aliases(path(name + ".aliases"));
+    const json emulated = sidecar(name + ".emu.so");
+    for (const json& k : emulated["kernels"]) {
+      if (k.contains("same_code_as")) aliases << k["function"].get<std::string>() << " " << k["same_code_as"].get<std::string>() << "\n";
+    }
+    return g;
+  }
+  json sidecar(const std::string& so) const { return json::parse(std::ifstream(path(so + ".json"))); }
+
+  // `tunefarm ARGS` with the fake driver running `name`'s emulated kernels.
+  tf::CommandResult tunefarm(const std::string& name, std::vector<std::string> args,
+                             std::vector<std::string> env = {}) const {
+    std::vector<std::string> argv = {"/usr/bin/env", "LD_LIBRARY_PATH=" + kFakeCudaDir,
+                                     "TF_FAKE_CUDA_KERNELS=" + path(name + ".emu.so"),
+                                     "TF_FAKE_CUDA_ALIASES=" + path(name + ".aliases"),
+                                     "TF_FAKE_CUDA_LOG=" + path(name + ".log")};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.push_back(kTunefarm);
+    argv.insert(argv.end(), args.begin(), args.end());
+    return tf::run_command(argv);
+  }
+
+  fs::path dir_;
+};
+
+void initializer(ModelBuilder& b, const std::string& name, const std::vector<int64_t>& dims, uint32_t seed,
+                 float scale = 0.5f) {
+  auto* t = b.g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    t->add_dims(d);
+    n *= d;
+  }
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (int64_t k = 0; k < n; ++k) t->add_float_data(u(rng));
+}
+
+HostTensor random_floats(const Shape& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(static_cast<size_t>(num_elements(s)));
+  for (float& x : v) x = u(rng);
+  return HostTensor::floats(s, v);
+}
+
+// As the node tests compare (onnx.backend.test's rtol 1e-3, atol 1e-5).
+std::string compare(const HostTensor& want, const HostTensor& got) {
+  if (want.shape != got.shape) return "shape " + shape_str(got.shape) + ", expected " + shape_str(want.shape);
+  for (int64_t k = 0; k < want.size(); ++k) {
+    double w = want.as_double(k), g = got.as_double(k);
+    if (!(std::fabs(w - g) <= 1e-5 + 1e-3 * std::fabs(w)))
+      return "element " + std::to_string(k) + " is " + std::to_string(g) + ", expected " + std::to_string(w);
+  }
+  return "";
+}
+
+// A small residual CNN: conv + relu, conv + residual add, pooling, a dense layer, softmax.
+ModelBuilder conv_net() {
+  ModelBuilder b;
+  b.input("x", {1, 3, 16, 16});
+  initializer(b, "w1", {8, 3, 3, 3}, 1);
+  initializer(b, "b1", {8}, 2);
+  initializer(b, "w2", {8, 8, 3, 3}, 3);
+  initializer(b, "b2", {8}, 4);
+  initializer(b, "wd", {10, 8}, 5);
+  initializer(b, "bd", {10}, 6);
+  tf::graph::testing::set_ints(b.node("Conv", {"x", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  tf::graph::testing::set_ints(b.node("Conv", {"r1", "w2", "b2"}, {"c2"}), "pads", {1, 1, 1, 1});
+  b.node("Add", {"c2", "r1"}, {"s"});
+  b.node("GlobalAveragePool", {"s"}, {"p"});
+  b.node("Flatten", {"p"}, {"f"});
+  tf::graph::testing::set_int(b.node("Gemm", {"f", "wd", "bd"}, {"d"}), "transB", 1);
+  b.node("Softmax", {"d"}, {"y"});
+  b.output("y", {1, 10});
+  return b;
+}
+
+// Runs `lib` in this process on `inputs` (in the model's order).
+std::vector<HostTensor> run_library(const std::string& so, const std::vector<HostTensor>& inputs) {
+  ModelLibrary lib(so);
+  std::vector<const HostTensor*> in;
+  for (const HostTensor& t : inputs) in.push_back(&t);
+  std::vector<HostTensor> out;
+  lib.run(in, out);
+  return out;
+}
+
+}  // namespace
+
+// The sidecar of a GPU library says where its kernels are and how each is launched; the
+// library says it is one for cuda, and tf_model_workspace_bytes is 0 (the arena is on the
+// device).
+TEST_F(GpuModel, CompilesForCudaWithPtxInsideAndALaunchPerKernel) {
+  compile_both(conv_net(), "cnn");
+  json sc = sidecar("cnn.so");
+  EXPECT_EQ(sc["target"], "cuda -arch=sm_80");
+  EXPECT_TRUE(sc["emulates"].is_null());
+  EXPECT_EQ(sc["device_code"]["format"], "ptx");
+  EXPECT_GE(sc["device_code"]["modules"].get<int>(), 1);
+  for (const json& k : sc["kernels"]) {
+    ASSERT_TRUE(k.contains("launch")) << k.dump();
+    EXPECT_GE(k["launch"]["block"][0].get<int>(), 1);
+    EXPECT_FALSE(k.contains("same_code_as"));
+  }
+  // The PTX is in the library (the driver compiles it when the model first runs).
+  std::ifstream f(path("cnn.so"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(bytes.find(".target sm_80"), std::string::npos);
+  EXPECT_NE(bytes.find(".visible .entry " + sc["kernels"][0]["function"].get<std::string>() + "("), std::string::npos);
+  void* h = dlopen(path("cnn.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto kind = reinterpret_cast<const char* (*)()>(dlsym(h, "tf_model_device_kind"));
+  ASSERT_NE(kind, nullptr);
+  EXPECT_STREQ(kind(), "cuda");
+  auto ws = reinterpret_cast<uint64_t (*)()>(dlsym(h, "tf_model_workspace_bytes"));
+  EXPECT_EQ(ws(), 0u);
+  EXPECT_NE(dlsym(h, "tf_model_run_device"), nullptr);
+  dlclose(h);
+}
+
+// Through `tunefarm run --model` (the host entry point): the fake driver runs the emulated
+// kernels in the library's launch order on its arena and constants; the outputs match the
+// reference, every kernel is launched, and device memory is allocated on the first call only.
+TEST_F(GpuModel, RunsThroughTheDriverAndMatchesTheReference) {
+  Graph g = compile_both(conv_net(), "cnn");
+  HostTensor x = random_floats({1, 3, 16, 16}, 7);
+  write_npy(path("x.npy"), x);
+  HostTensor want = run_reference(g, {{"x", x}}).at("y");
+  for (int repeat : {1, 4}) {
+    fs::remove(path("cnn.log"));
+    tf::CommandResult r = tunefarm("cnn", {"run", "--model", path("cnn.so"), "--input", path("x.npy"), "--output",
+                                           path("y.npy"), "--repeat", std::to_string(repeat), "--warmup-ms", "0"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("cuda GPU"), std::string::npos) << r.output;
+    EXPECT_EQ(compare(want, read_npy(path("y.npy"))), "");
+    std::ifstream log(path("cnn.log"));
+    std::string text((std::istreambuf_iterator<char>(log)), {});
+    const json sc = sidecar("cnn.so");
+    for (const json& k : sc["kernels"])
+      EXPECT_NE(text.find("launch " + k["function"].get<std::string>() + " "), std::string::npos) << text;
+    // Arena, constants, one input, one output: once, however many calls.
+    size_t allocs = 0;
+    for (size_t at = 0; (at = text.find("alloc ", at)) != std::string::npos; ++at) ++allocs;
+    EXPECT_EQ(allocs, 4u) << text;
+  }
+}
+
+// The failures a user can meet say what happened: no driver, a device that does not exist,
+// a kernel that fails, the wrong kind of device.
+TEST_F(GpuModel, DriverFailuresAreClearErrors) {
+  compile_both(conv_net(), "cnn");
+  std::string so = path("cnn.so");
+  // No driver (LD_LIBRARY_PATH without the fake; skipped where a real driver is installed).
+  if (void* real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); real == nullptr && !fs::exists("/usr/lib/x86_64-linux-gnu/libcuda.so.1")) {
+    tf::CommandResult r = tf::run_command({"/usr/bin/env", "LD_LIBRARY_PATH=" + path("nothing"), kTunefarm, "run",
+                                           "--model", so, "--warmup-ms", "0"});
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("this model runs on cuda GPUs and the driver's library (libcuda.so.1) did not load"),
+              std::string::npos)
+        << r.output;
+  }
+  tf::CommandResult r = tunefarm("cnn", {"run", "--model", so, "--device", "cuda:1", "--warmup-ms", "0"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cuda:1 cuDeviceGet failed"), std::string::npos) << r.output;
+  std::string second = sidecar("cnn.so")["kernels"][1]["function"];
+  r = tunefarm("cnn", {"run", "--model", so, "--warmup-ms", "0"}, {"TF_FAKE_CUDA_FAIL_LAUNCH=" + second});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("launching kernel " + second + " failed: CUDA_ERROR_LAUNCH_FAILED"), std::string::npos)
+      << r.output;
+  r = tunefarm("cnn", {"run", "--model", so, "--device", "rocm:0"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--device rocm:0: " + so + " runs on cuda GPUs"), std::string::npos) << r.output;
+  r = tunefarm("cnn", {"run", "--model", so, "--device", "cuda:x"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("'cuda:x' is not cpu, cuda:N or rocm:N"), std::string::npos) << r.output;
+  r = tunefarm("cnn", {"run", "--model", path("cnn.emu.so"), "--device", "cuda:0"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("runs on this machine's CPU"), std::string::npos) << r.output;
+}
+
+// A matmul with a long reduction, which the default GPU schedule splits (split-K: the partial
+// sums into a workspace, then their sum, two launches of one call), followed by a bias and a
+// GELU; with its input an output as well (a copy after the kernels).
+TEST_F(GpuModel, SplitKWorkspacesAndOutputCopies) {
+  ModelBuilder b;
+  b.input("a", {16, 2048});
+  initializer(b, "w", {2048, 32}, 11, 0.05f);
+  initializer(b, "bias", {32}, 12);
+  b.node("MatMul", {"a", "w"}, {"m"});
+  b.node("Add", {"m", "bias"}, {"z"});
+  b.node("Relu", {"z"}, {"y"});
+  b.node("Identity", {"a"}, {"a_out"});
+  b.output("y", {16, 32});
+  b.output("a_out", {16, 2048});
+  Graph g = compile_both(b, "mm");
+  bool split = false;
+  const json sc = sidecar("mm.so");
+  for (const json& k : sc["kernels"]) split |= k["launch"].contains("then");
+  ASSERT_TRUE(split) << "the default schedule no longer splits this matmul: pick a longer reduction\n"
+                     << sidecar("mm.so").dump(1);
+  // Every launch passes as many arguments as its kernel's PTX entry takes (the call's
+  // arguments, then the workspaces), which the emulation alone would not notice.
+  std::ifstream f(path("mm.so"), std::ios::binary);
+  tf::GpuModelImage image;
+  ASSERT_EQ(tf::read_gpu_model_image(std::string((std::istreambuf_iterator<char>(f)), {}), image), "");
+  for (const tf::GpuModelImage::Launch& l : image.launches) {
+    const std::string& ptx = image.modules[static_cast<size_t>(l.module)];
+    size_t at = ptx.find(".visible .entry " + l.function + "(");
+    ASSERT_NE(at, std::string::npos) << l.function;
+    size_t params = 0;
+    for (size_t p = at, end = ptx.find(')', at); (p = ptx.find(".param", p + 1)) < end;) ++params;
+    EXPECT_EQ(params, l.args.size()) << l.function;
+  }
+  HostTensor a = random_floats({16, 2048}, 13);
+  write_npy(path("a.npy"), a);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"a", a}});
+  tf::CommandResult r = tunefarm("mm", {"run", "--model", path("mm.so"), "--input", path("a.npy"), "--output",
+                                        "y=" + path("y.npy"), "--output", "a_out=" + path("a_out.npy"),
+                                        "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(want.at("y"), read_npy(path("y.npy"))), "");
+  EXPECT_EQ(compare(a, read_npy(path("a_out.npy"))), "");
+  std::ifstream log(path("mm.log"));
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("_step2 grid="), std::string::npos) << text;
+}
+
+// int64 and bool inputs and outputs: converted to float32 into the arena on the way in, and
+// back after the kernels (an ArgMax's int64, a comparison's bool), through the host entry
+// point and the device one (tf_model_run_device on the caller's "device" buffers, which the
+// fake keeps in host memory); an int64 input beyond 2^24 is refused by name.
+TEST_F(GpuModel, IntegerAndBoolTensorsAndTheDeviceEntryPoint) {
+  ModelBuilder b;
+  b.input("ids", {2, 5}, onnx::TensorProto::INT64);
+  b.input("mask", {2, 5}, onnx::TensorProto::BOOL);
+  initializer(b, "table", {12, 6}, 21);
+  b.node("Gather", {"table", "ids"}, {"e"});
+  tf::graph::testing::set_int(b.node("ArgMax", {"e"}, {"best"}), "axis", 2);
+  tf::graph::testing::set_ints(b.node("ReduceMean", {"e"}, {"sum"}), "axes", {2});
+  tf::graph::testing::set_int(b.g->mutable_node(b.g->node_size() - 1), "keepdims", 0);
+  b.node("Not", {"mask"}, {"unmask"});
+  b.output("best", {2, 5, 1});
+  b.output("sum", {2, 5});
+  b.output("unmask", {2, 5});
+  // The outputs' element types as ONNX says them.
+  b.g->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  b.g->mutable_output(2)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::BOOL);
+  Graph g = compile_both(b, "ints");
+  HostTensor ids = HostTensor::ints({2, 5}, {0, 3, 11, 7, 7, 1, 2, 9, 10, 4});
+  HostTensor mask = HostTensor::ints({2, 5}, {1, 0, 0, 1, 1, 0, 1, 0, 1, 0}, DType::Bool);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"ids", ids}, {"mask", mask}});
+
+  // In this process: the fake driver loaded first (by its path), so the library's
+  // dlopen("libcuda.so.1") finds it by its soname.
+  void* fake = dlopen((kFakeCudaDir + "/libcuda.so.1").c_str(), RTLD_NOW | RTLD_GLOBAL);
+  ASSERT_NE(fake, nullptr) << dlerror();
+  setenv("TF_FAKE_CUDA_KERNELS", path("ints.emu.so").c_str(), 1);
+  setenv("TF_FAKE_CUDA_ALIASES", path("ints.aliases").c_str(), 1);
+  std::vector<HostTensor> got = run_library(path("ints.so"), {ids, mask});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(compare(want.at("best"), got[0]), "");
+  EXPECT_EQ(compare(want.at("sum"), got[1]), "");
+  EXPECT_EQ(compare(want.at("unmask"), got[2]), "");
+  EXPECT_EQ(got[0].dtype, DType::I64);
+  EXPECT_EQ(got[2].dtype, DType::Bool);
+
+  // The device entry point on caller-owned buffers (host memory is the fake's device memory).
+  void* h = dlopen(path("ints.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto run_device = reinterpret_cast<int32_t (*)(const uint64_t*, const uint64_t*, void*)>(dlsym(h, "tf_model_run_device"));
+  ASSERT_NE(run_device, nullptr);
+  std::vector<int64_t> best(10, -1);
+  std::vector<float> sum(10, NAN);
+  std::vector<uint8_t> unmask(10, 7), mask_bytes(mask.i.begin(), mask.i.end());
+  uint64_t in[2] = {reinterpret_cast<uint64_t>(ids.i.data()), reinterpret_cast<uint64_t>(mask_bytes.data())};
+  uint64_t out[3] = {reinterpret_cast<uint64_t>(best.data()), reinterpret_cast<uint64_t>(sum.data()),
+                     reinterpret_cast<uint64_t>(unmask.data())};
+  ASSERT_EQ(run_device(in, out, nullptr), 0);
+  for (int k = 0; k < 10; ++k) {
+    EXPECT_EQ(best[k], want.at("best").i[k]) << k;
+    EXPECT_NEAR(sum[k], want.at("sum").f[k], 1e-5) << k;
+    EXPECT_EQ(unmask[k], want.at("unmask").i[k]) << k;
+  }
+  std::vector<int64_t> far = ids.i;
+  far[3] = (int64_t{1} << 24) + 1;
+  in[0] = reinterpret_cast<uint64_t>(far.data());
+  EXPECT_EQ(run_device(in, out, nullptr), -2);
+  auto last_error = reinterpret_cast<const char* (*)()>(dlsym(h, "tf_model_last_error"));
+  EXPECT_NE(std::string(last_error()).find("int64 beyond +-2^24"), std::string::npos) << last_error();
+  // The device is chosen before the first call, not after.
+  auto set_device = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(h, "tf_model_set_device"));
+  EXPECT_EQ(set_device(0), 0);
+  EXPECT_EQ(set_device(1), -3);
+  EXPECT_NE(std::string(last_error()).find("choose its device before the first call"), std::string::npos);
+  dlclose(h);
+  unsetenv("TF_FAKE_CUDA_KERNELS");
+  unsetenv("TF_FAKE_CUDA_ALIASES");
+}
+
+// rocm: the kernels as one .hsaco code object per module inside the library, which HIP
+// loads; without ROCm here, running it says the HIP library did not load.
+TEST_F(GpuModel, CompilesForRocmWithCodeObjectsInside) {
+  ModelBuilder b = conv_net();
+  b.save(path("cnn.onnx"));
+  tf::Target t = tf::parse_target("rocm -mcpu=gfx90a");
+  Graph g = load_model(path("cnn.onnx"), 2, {}, channel_block(t));
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  compile_model(g, t, defaults, path("cnn.so"), "cnn");
+  json sc = sidecar("cnn.so");
+  EXPECT_EQ(sc["device_code"]["format"], "hsaco");
+  std::ifstream f(path("cnn.so"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(bytes.find("amdgcn-amd-amdhsa--gfx90a"), std::string::npos);
+  if (dlopen("libamdhip64.so", RTLD_NOW | RTLD_NOLOAD) == nullptr && !fs::exists("/opt/rocm")) {
+    tf::CommandResult r = tf::run_command({kTunefarm, "run", "--model", path("cnn.so"), "--warmup-ms", "0"});
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("this model runs on rocm GPUs and the driver's library (libamdhip64.so) did not load"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+// A board reads an uploaded GPU model as data (runtime/gpu_model/image.h): anything damaged
+// or out of range in it is refused by name, before a driver sees it.
+TEST_F(GpuModel, BoardsRefuseDamagedModelImages) {
+  compile_both(conv_net(), "cnn");
+  std::ifstream f(path("cnn.so"), std::ios::binary);
+  const std::string lib((std::istreambuf_iterator<char>(f)), {});
+  tf::GpuModelImage image;
+  ASSERT_EQ(tf::read_gpu_model_image(lib, image), "");
+  EXPECT_EQ(image.platform, "cuda");
+  EXPECT_EQ(image.inputs.size(), 1u);
+  size_t launches = 0;
+  const json sc = sidecar("cnn.so");
+  for (const json& k : sc["kernels"]) launches += 1 + k["launch"].value("then", json::array()).size();
+  EXPECT_EQ(image.launches.size(), launches);
+  // The section's place in the file, from its section headers.
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, lib.data(), sizeof eh);
+  Elf64_Shdr names;
+  std::memcpy(&names, lib.data() + eh.e_shoff + eh.e_shstrndx * sizeof(Elf64_Shdr), sizeof names);
+  size_t at = 0, size = 0;
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, lib.data() + eh.e_shoff + i * sizeof sh, sizeof sh);
+    if (std::string(lib.data() + names.sh_offset + sh.sh_name) == ".tf_gpu_model") at = sh.sh_offset, size = sh.sh_size;
+  }
+  ASSERT_GT(size, 0u);
+  uint64_t plan_at;
+  std::memcpy(&plan_at, lib.data() + at + 8, 8);
+  // Word `w` of the plan set to `v`, or bytes cut: what the reader says.
+  auto with_word = [&](size_t w, int64_t v) {
+    std::string bad = lib;
+    std::memcpy(bad.data() + at + plan_at + 8 * w, &v, 8);
+    tf::GpuModelImage out;
+    return tf::read_gpu_model_image(bad, out);
+  };
+  const size_t first_launch = 12 + 2 * (image.inputs.size() + image.outputs.size() + image.modules.size());
+  struct Case {
+    size_t word;
+    int64_t value;
+    const char* says;
+  } cases[] = {
+      {0, 7, "no magic number"},
+      {1, 3, "platform 3"},
+      {5, -1, "-1 launches"},
+      {5, 1 << 20, "1048576 launches (at most 100000)"},
+      {8, int64_t{1} << 40, "an arena of 1099511627776 bytes"},
+      {12, int64_t{1} << 40, "a tensor of 1099511627776 elements"},
+      {13, 3, "element type 3"},
+      {first_launch, 99, "launch 0 of module 99"},
+      {first_launch + 1, int64_t{1} << 40, "launch 0 has no kernel name"},
+      {first_launch + 5, 2048, "has a grid or block dimension out of range"},
+      {first_launch + 8, int64_t{1} << 30, "bytes of shared memory"},
+      {first_launch + 9, 100000, "takes 100000 arguments"},
+      {first_launch + 10, 9, "it ends early"},
+      {first_launch + 11, int64_t{1} << 40, "argument 0 lies outside the model's buffers"},
+  };
+  for (const Case& c : cases) {
+    std::string why = with_word(c.word, c.value);
+    EXPECT_NE(why.find(c.says), std::string::npos) << "word " << c.word << " = " << c.value << ": " << why;
+  }
+  tf::GpuModelImage out;
+  EXPECT_NE(tf::read_gpu_model_image(lib.substr(0, at + size / 2), out).find("an ELF file without readable section headers"),
+            std::string::npos);
+  EXPECT_NE(tf::read_gpu_model_section(std::string(lib.data() + at, 40), out).find("not a GPU model (no magic number)"),
+            std::string::npos);
+  std::string header = lib.substr(at, size);
+  uint64_t huge = uint64_t{1} << 62;
+  std::memcpy(header.data() + 16, &huge, 8);
+  EXPECT_NE(tf::read_gpu_model_section(header, out).find("section is truncated"), std::string::npos);
+  EXPECT_NE(tf::read_gpu_model_image("#!/bin/sh\n", out).find("not an ELF file"), std::string::npos);
+  std::ifstream cpu(path("cnn.emu.so"), std::ios::binary);
+  EXPECT_NE(tf::read_gpu_model_image(std::string((std::istreambuf_iterator<char>(cpu)), {}), out)
+                .find("not a GPU model library (no .tf_gpu_model section"),
+            std::string::npos);
+}
