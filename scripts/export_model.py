@@ -4,11 +4,12 @@
 python3-torchvision (scripts/install-deps.sh installs them); run it with /usr/bin/python3.
 
 Usage: export_model.py NAME -o FILE.onnx [--input FILE.npy] [--expect FILE.npy]
-  NAME: resnet18, mobilenet_v2 (batch 1, 3x224x224), bert2 (2 BERT-base encoder layers,
-        sequence 128, hidden 768), mlp (784-512-256-10)
+  NAME: resnet18, resnet50, mobilenet_v2 (batch 1, 3x224x224), bert2 (2 BERT-base encoder
+        layers, sequence 128, hidden 768), bert_base (the 12 layers), mlp (784-512-256-10)
   --input/--expect: also save a random input and PyTorch's output for it.
 """
 import argparse
+import inspect
 import sys
 
 import numpy as np
@@ -27,13 +28,13 @@ class MLP(torch.nn.Module):
 
 
 class Encoder(torch.nn.Module):
-    """Two transformer encoder layers (attention, LayerNorm, GELU); by default BERT-base's:
+    """Transformer encoder layers (attention, LayerNorm, GELU); by default two of BERT-base's:
     hidden 768, 12 heads, feed-forward 3072. tests/graph/torch_models_test.py uses a small one."""
 
-    def __init__(self, d=768, heads=12, ff=3072):
+    def __init__(self, d=768, heads=12, ff=3072, layers=2):
         super().__init__()
         layer = torch.nn.TransformerEncoderLayer(d, heads, ff, dropout=0.1, batch_first=True, activation="gelu")
-        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.enc = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
     def forward(self, x):
         return self.enc(x)
@@ -42,7 +43,9 @@ class Encoder(torch.nn.Module):
 MODELS = {
     "resnet18": (lambda: torchvision.models.resnet18(), (1, 3, 224, 224), 13),
     "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(), (1, 3, 224, 224), 13),
+    "resnet50": (lambda: torchvision.models.resnet50(), (1, 3, 224, 224), 13),
     "bert2": (Encoder, (1, 128, 768), 17),
+    "bert_base": (lambda: Encoder(layers=12), (1, 128, 768), 17),
     "mlp": (MLP, (1, 784), 13),
 }
 
@@ -58,8 +61,13 @@ def build(name):
 
 def export(name, path):
     model, x, opset = build(name)
+    kwargs = {}
+    # PyTorch 2.x defaults to the dynamo exporter (which needs onnxscript); the TorchScript one
+    # is what these models were checked with.
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kwargs["dynamo"] = False
     torch.onnx.export(model, (x,), path, opset_version=opset, input_names=["x"], output_names=["y"],
-                      do_constant_folding=True)
+                      do_constant_folding=True, **kwargs)
     return model, x
 
 
