@@ -234,6 +234,12 @@ TEST_F(GpuModel, DriverFailuresAreClearErrors) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("launching kernel " + second + " failed: CUDA_ERROR_LAUNCH_FAILED"), std::string::npos)
       << r.output;
+  // Out of device memory: the arena (or the constants) do not fit.
+  r = tunefarm("cnn", {"run", "--model", so, "--warmup-ms", "0"}, {"TF_FAKE_CUDA_MEMORY=1024"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("allocating the model's device memory (arena and constants) failed: CUDA_ERROR_OUT_OF_MEMORY"),
+            std::string::npos)
+      << r.output;
   r = tunefarm("cnn", {"run", "--model", so, "--device", "rocm:0"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--device rocm:0: " + so + " runs on cuda GPUs"), std::string::npos) << r.output;

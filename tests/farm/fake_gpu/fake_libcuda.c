@@ -10,7 +10,8 @@
 // launch's arguments (their number read from the PTX's .entry), and a <name>_stepN launch does
 // nothing. $TF_FAKE_CUDA_ALIASES names a file of "name other" lines: kernels the emulated
 // library generated once under the other's name (its sidecar's same_code_as).
-// $TF_FAKE_CUDA_FAIL_LAUNCH=name: launches of that kernel fail (CUDA_ERROR_LAUNCH_FAILED).
+// $TF_FAKE_CUDA_FAIL_LAUNCH=name: launches of that kernel fail (CUDA_ERROR_LAUNCH_FAILED);
+// $TF_FAKE_CUDA_MEMORY=bytes: larger allocations fail (CUDA_ERROR_OUT_OF_MEMORY).
 // The real path is runtime/gpu_runtime.cc and runtime/gpu_model/runtime.c against the real
 // driver. It reports one device of compute capability 8.0, named as a fake.
 #include <dlfcn.h>
@@ -91,8 +92,11 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
     fprintf(out, "alloc %zu\n", bytes);
     fclose(out);
   }
+  // $TF_FAKE_CUDA_MEMORY: the largest allocation the "device" grants, in bytes.
+  const char* limit = getenv("TF_FAKE_CUDA_MEMORY");
+  if (limit && bytes > strtoull(limit, NULL, 10)) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
   float* f = malloc(bytes);
-  if (!f) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+  if (!f) return 2;
   for (size_t i = 0; i < bytes / sizeof(float); ++i) f[i] = __builtin_nanf("");
   *p = (CUdeviceptr)f;
   return 0;
