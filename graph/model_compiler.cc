@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "compiler/codegen_llvm.h"
@@ -16,6 +17,7 @@
 #include "compiler/gpu.h"
 #include "compiler/error.h"
 #include "compiler/inline_budget.h"
+#include "compiler/ir_mutator.h"
 #include "compiler/link.h"
 #include "compiler/lower.h"
 #include "compiler/operators.h"
@@ -26,6 +28,7 @@
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
 #include "graph/tasks.h"
+#include "runtime/gpu_runtime.h"
 
 namespace tf::graph {
 namespace {
@@ -100,6 +103,108 @@ void schedule_loops_gpu(ir::Stage& s) {
   auto [block, thread] = s.split(fused, std::clamp<int64_t>(num_elements(op.shape), 1, 256));
   s.bind(block, "blockIdx.x");
   s.bind(thread, "threadIdx.x");
+}
+
+// A GPU runs one thread per output element of a generic kernel's stage, so a reduction with
+// few outputs and a long reduction leaves the GPU nearly idle, each thread looping over its
+// whole row (a LayerNorm's mean over BERT's 768 features: 128 threads, one block, for 132
+// multiprocessors). Such a reduction is split, as split-K splits a GEMM: `name_part` reduces
+// `parts` slices of the flattened reduction axes per output element (a kernel of outputs x
+// parts threads, the tail slice guarded by the combiner's identity), and `name` reduces the
+// slices in order (deterministic: no atomics). Both are stages at root, so kernels of their
+// own (compiler/gpu.h split_gpu_program), the slices a workspace. Each split adds a kernel to
+// the call: at most `budget` splits, within kMaxGpuKernelsPerCall.
+using ir::Expr;
+
+class GpuReductionSplitter : public ir::IRMutator {
+ public:
+  GpuReductionSplitter(int64_t threads, int budget) : threads_(threads), budget_(budget) {}
+
+  ir::Tensor rebuild(const ir::Tensor& t) {
+    if (auto it = done_.find(t.get()); it != done_.end()) return it->second;
+    if (t->is_placeholder()) return done_[t.get()] = t;
+    auto op = std::make_shared<ir::Operation>(*t);
+    op->body = mutate_expr(t->body);
+    ir::Tensor rebuilt = op;
+    if (int64_t parts = split_parts(*op); parts > 1 && budget_ > 0) {
+      --budget_;
+      rebuilt = split(rebuilt, parts);
+    }
+    return done_[t.get()] = rebuilt;
+  }
+
+  Expr mutate_expr(const Expr& e) override {
+    Expr m = ir::IRMutator::mutate_expr(e);
+    if (const ir::TensorRead* r = m.as<ir::TensorRead>()) {
+      ir::Tensor to = rebuild(r->op);
+      if (to != r->op) return ir::TensorRead::make(to, r->indices);
+    }
+    return m;
+  }
+
+  // Slices worth splitting `op` into: enough to give the GPU about `threads_` threads, each
+  // reducing at least 16 elements; 0 when it is not a long reduction with few outputs.
+  int64_t split_parts(const ir::Operation& op) const {
+    if (!op.reduce()) return 0;
+    int64_t outputs = num_elements(op.shape), length = 1;
+    for (const ir::IterVar& r : op.reduce_axes) length *= r.extent;
+    if (length < 64 || outputs == 0 || outputs >= threads_) return 0;
+    return std::min((threads_ + outputs - 1) / outputs, length / 16);
+  }
+
+ private:
+  static Expr combine(ir::ReduceKind k, Expr source, const std::vector<ir::IterVar>& axes) {
+    if (k == ir::ReduceKind::Max) return ir::max_reduce(std::move(source), axes);
+    if (k == ir::ReduceKind::Prod) return ir::prod_reduce(std::move(source), axes);
+    return ir::sum(std::move(source), axes);
+  }
+
+  static ir::Tensor split(const ir::Tensor& op, int64_t parts) {
+    const ir::Reduce* red = op->reduce();
+    int64_t length = 1;
+    for (const ir::IterVar& r : op->reduce_axes) length *= r.extent;
+    const int64_t slice = (length + parts - 1) / parts;
+    std::vector<int64_t> shape = op->shape;
+    shape.push_back(parts);
+    std::vector<std::string> names;
+    for (const ir::IterVar& a : op->axes) names.push_back(a.name());
+    std::vector<std::string> out_names = names;
+    names.push_back("rpart");
+    ir::IterVar within = ir::reduce_axis(slice, "rslice");
+    ir::Tensor part = ir::compute(op->name + "_part", shape, names, [&](const std::vector<Expr>& ax) {
+      ir::VarMap m;
+      for (size_t i = 0; i < op->axes.size(); ++i) m[op->axes[i].var.get()] = ax[i];
+      Expr flat = ax.back() * slice + within.var;
+      // The tail slice reads the last element (in range) and contributes the identity.
+      Expr rest = slice * parts == length ? flat : ir::min(flat, Expr(length - 1));
+      for (size_t j = op->reduce_axes.size(); j-- > 0;) {
+        const int64_t e = op->reduce_axes[j].extent;
+        m[op->reduce_axes[j].var.get()] = j == 0 ? rest : rest % e;
+        rest = rest / e;
+      }
+      Expr v = ir::substitute(red->source, m);
+      if (slice * parts != length) v = ir::select(flat < Expr(length), v, red->identity());
+      return combine(red->reduce, v, {within});
+    }, {within});
+    ir::IterVar across = ir::reduce_axis(parts, "rpart");
+    return ir::compute(op->name, op->shape, out_names, [&](const std::vector<Expr>& ax) {
+      std::vector<Expr> at = ax;
+      at.push_back(across.var);
+      return combine(red->reduce, ir::read(part, at), {across});
+    }, {across});
+  }
+
+  int64_t threads_;
+  int budget_;
+  std::map<const ir::Operation*, ir::Tensor> done_;
+};
+
+// How many reductions the TE graph of `t` holds (each a kernel of a GPU call).
+int count_reductions(const ir::Tensor& t, std::set<const ir::Operation*>& seen) {
+  if (!seen.insert(t.get()).second || t->is_placeholder()) return 0;
+  int n = t->reduce() ? 1 : 0;
+  for (const ir::Tensor& in : ir::inputs_of(t)) n += count_reductions(in, seen);
+  return n;
 }
 
 class ModelBuilder {
@@ -400,6 +505,15 @@ class ModelBuilder {
     ir::Tensor result = env.at(out).tensor;
     TF_CHECK(result && result->kind == ir::Operation::Kind::Compute, "generic kernel of ", out,
              " computes nothing");
+    if (target_.is_gpu()) {
+      // Long reductions with few outputs split across threads, while the call's kernels
+      // (every reduction, the output, each split) stay within the limit.
+      std::set<const ir::Operation*> seen;
+      int kernels = count_reductions(result, seen) + (result->reduce() ? 0 : 1);
+      const GpuArch arch = gpu_arch(target_);
+      GpuReductionSplitter splitter(arch.multiprocessors * arch.threads_per_sm, kMaxGpuKernelsPerCall - kernels);
+      result = splitter.rebuild(result);
+    }
     ir::Schedule sch(result);
     for (ir::Stage* s : sch.stages()) {
       if (s->op() == result) continue;

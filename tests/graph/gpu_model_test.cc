@@ -468,3 +468,39 @@ TEST_F(GpuModel, BoardsRefuseDamagedModelImages) {
                 .find("not a GPU model library (no .tf_gpu_model section"),
             std::string::npos);
 }
+
+// Reductions with few outputs over long rows (a softmax over 1000 classes, a mean and a max
+// over two axes of 150 elements) are split across threads on GPUs: a kernel of slices per
+// output, then one that combines them in order. Their tails (1000 and 150 are not multiples
+// of the slices) contribute the combiner's identity. Through the library and the fake driver,
+// against the reference.
+TEST_F(GpuModel, LongReductionsAreSplitAcrossThreads) {
+  ModelBuilder b;
+  b.input("x", {4, 1000});
+  b.input("z", {2, 3, 50});
+  tf::graph::testing::set_int(b.node("Softmax", {"x"}, {"p"}), "axis", -1);
+  onnx::NodeProto* mean = b.node("ReduceMean", {"z"}, {"m"});
+  tf::graph::testing::set_ints(mean, "axes", {1, 2});
+  tf::graph::testing::set_int(mean, "keepdims", 0);
+  onnx::NodeProto* top = b.node("ReduceMax", {"z"}, {"t"});
+  tf::graph::testing::set_ints(top, "axes", {1, 2});
+  tf::graph::testing::set_int(top, "keepdims", 0);
+  b.output("p", {4, 1000});
+  b.output("m", {2});
+  b.output("t", {2});
+  Graph g = compile_both(b, "red");
+  const json sc = sidecar("red.so");
+  int split = 0;
+  for (const json& k : sc["kernels"]) split += static_cast<int>(k["launch"].value("then", json::array()).size());
+  EXPECT_GE(split, 3) << "the softmax's two reductions, the mean's and the max's are split\n" << sc.dump(1);
+  HostTensor x = random_floats({4, 1000}, 31), z = random_floats({2, 3, 50}, 32);
+  write_npy(path("x.npy"), x);
+  write_npy(path("z.npy"), z);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}, {"z", z}});
+  tf::CommandResult r = tunefarm("red", {"run", "--model", path("red.so"), "--input", "x=" + path("x.npy"), "--input",
+                                         "z=" + path("z.npy"), "--output", "p=" + path("p.npy"), "--output",
+                                         "m=" + path("m.npy"), "--output", "t=" + path("t.npy"), "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* o : {"p", "m", "t"})
+    EXPECT_EQ(compare(want.at(o), read_npy(path(std::string(o) + ".npy"))), "") << o;
+}
