@@ -100,6 +100,18 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   }
 }
 
+void ModelLibrary::run_device(const std::vector<uint64_t>& inputs, const std::vector<uint64_t>& outputs,
+                              void* stream) const {
+  TF_CHECK(inputs.size() == inputs_.size() && outputs.size() == outputs_.size(), "run_device: ", inputs.size(),
+           " inputs and ", outputs.size(), " outputs for a model of ", inputs_.size(), " and ", outputs_.size());
+  int status = abi_->run_device(inputs.data(), outputs.data(), stream);
+  if (status == kModelIntOutOfRange) {
+    throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt,
+                        " (2^24, exact in the float32 the kernels compute in)"));
+  }
+  if (status != 0) throw std::runtime_error(failure(status));
+}
+
 std::string ModelLibrary::failure(int status) const {
   std::string why = abi_->last_error();
   if (!why.empty()) return str(path_, ": ", why);

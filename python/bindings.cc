@@ -138,6 +138,15 @@ class Model {
     return result;
   }
 
+  // A GPU library's call on device addresses (CUDA tensors' data_ptr(), checked by the
+  // caller) and a stream (torch.cuda.current_stream().cuda_stream); queued, not waited for.
+  void run_device(const std::vector<uint64_t>& inputs, const std::vector<uint64_t>& outputs, uintptr_t stream) const {
+    py::gil_scoped_release unlocked;
+    lib_->run_device(inputs, outputs, reinterpret_cast<void*>(stream));
+  }
+  const std::string& device_kind() const { return lib_->device_kind(); }
+  void set_device(int index) const { lib_->set_device(index); }
+
   // The seconds of each of `calls` calls on `inputs` timed in C++, one at a time, after
   // `warmup` untimed ones: the C ABI's own time, in this process, for comparing a call from
   // Python with (bench/python_overhead.py).
@@ -333,6 +342,9 @@ PYBIND11_MODULE(_tunefarm, m) {
       .def_property_readonly("path", &Model::path)
       .def("run", &Model::run, py::arg("inputs"), py::arg("outputs") = py::none(), py::arg("threads") = 0)
       .def("run_addresses", &Model::run_addresses, py::arg("inputs"), py::arg("threads") = 0)
+      .def("run_device", &Model::run_device, py::arg("inputs"), py::arg("outputs"), py::arg("stream"))
+      .def_property_readonly("device_kind", &Model::device_kind)
+      .def("set_device", &Model::set_device, py::arg("index"))
       .def("time_calls", &Model::time_calls, py::arg("inputs"), py::arg("calls"), py::arg("warmup") = 10,
            py::arg("threads") = 0);
   py::class_<Kernel>(m, "Kernel")

@@ -71,6 +71,8 @@ ModelAbi::ModelAbi(const std::string& path) : path_(path) {
     outputs_ = describe(handle_, path, "output");
     last_error_ = reinterpret_cast<const char* (*)()>(dlsym(handle_, "tf_model_last_error"));
     set_device_ = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(handle_, "tf_model_set_device"));
+    run_device_ =
+        reinterpret_cast<int32_t (*)(const uint64_t*, const uint64_t*, void*)>(dlsym(handle_, "tf_model_run_device"));
     if (auto kind = reinterpret_cast<const char* (*)()>(dlsym(handle_, "tf_model_device_kind"))) {
       const char* k = kind();
       device_kind_ = k ? std::string(k).substr(0, 16) : "";
@@ -87,6 +89,11 @@ ModelAbi::~ModelAbi() {
 
 int ModelAbi::run(const void* const* inputs, void* const* outputs, void* workspace) const {
   return run_(inputs, outputs, workspace);
+}
+
+int ModelAbi::run_device(const uint64_t* inputs, const uint64_t* outputs, void* stream) const {
+  if (!run_device_) throw std::runtime_error(path_ + ": a CPU model takes host buffers, not device ones");
+  return run_device_(inputs, outputs, stream);
 }
 
 std::string ModelAbi::last_error() const {

@@ -10,13 +10,20 @@ class TorchModule(torch.nn.Module):
     type are passed to the library without copies (their data_ptr(), after the checks here),
     and outputs are tensors over the arrays the library wrote. The compiled model runs with
     torch.get_num_threads() threads. It has no parameters of its own: the weights are compiled
-    into the library."""
+    into the library.
+
+    A model compiled for a CUDA GPU takes and returns CUDA tensors instead: the library runs on
+    the inputs' device and PyTorch's current stream (tf_model_run_device), writing outputs it
+    allocates there with PyTorch; nothing is copied or waited for."""
 
     def __init__(self, compiled):
         super().__init__()
         self.compiled = compiled
         self._run = compiled._model.run_addresses
+        self._gpu = compiled._model.device_kind
+        self._device = None
         self._specs = [(spec["name"], _DTYPES[spec["dtype"]], torch.Size(spec["shape"])) for spec in compiled.inputs]
+        self._outs = [(_DTYPES[spec["dtype"]], torch.Size(spec["shape"])) for spec in compiled.outputs]
 
     def forward(self, *inputs):
         if len(inputs) != len(self._specs):
@@ -26,18 +33,38 @@ class TorchModule(torch.nn.Module):
         for x, (name, dtype, shape) in zip(inputs, self._specs):
             if not isinstance(x, torch.Tensor):
                 raise TypeError("input '%s' must be a torch.Tensor, not %s" % (name, type(x).__name__))
-            if not x.is_cpu:
+            if self._gpu and x.device.type != "cuda":
+                raise ValueError("input '%s' is on %s: this model was compiled for a %s GPU (pass tensors on it)" %
+                                 (name, x.device, self._gpu))
+            if not self._gpu and not x.is_cpu:
                 raise ValueError("input '%s' is on %s: this model was compiled for the CPU" % (name, x.device))
             if x.dtype != dtype:
                 raise TypeError("input '%s' must be %s, not %s" % (name, dtype, x.dtype))
             if x.shape != shape:
                 raise ValueError("input '%s' must have shape %s, not %s" % (name, list(shape), list(x.shape)))
             keep.append(x if x.is_contiguous() else x.contiguous())
+        if self._gpu:
+            return self._forward_device(keep)
         # The library reads the tensors' memory in place (kept alive by `keep` for the call).
         out = self._run([x.data_ptr() for x in keep], torch.get_num_threads())
         if len(out) == 1:
             return torch.from_numpy(out[0])
         return tuple(torch.from_numpy(a) for a in out)
+
+    def _forward_device(self, inputs):
+        device = inputs[0].device if inputs else torch.device("cuda", torch.cuda.current_device())
+        if any(x.device != device for x in inputs):
+            raise ValueError("the inputs are on %s: a model runs on one GPU" % sorted({str(x.device) for x in inputs}))
+        if self._device is None:
+            self.compiled._model.set_device(device.index or 0)
+            self._device = device
+        elif device != self._device:
+            raise ValueError("the inputs are on %s; this model runs on %s (its device is chosen by its first call)" %
+                             (device, self._device))
+        outs = [torch.empty(shape, dtype=dtype, device=device) for dtype, shape in self._outs]
+        self.compiled._model.run_device([x.data_ptr() for x in inputs], [y.data_ptr() for y in outs],
+                                        torch.cuda.current_stream(device).cuda_stream)
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def extra_repr(self):
         return "library=%s" % self.compiled.path

@@ -342,9 +342,17 @@ class Errors(unittest.TestCase):
         # A model compiled for a GPU loads anywhere; without the driver a call says so.
         gpu = tunefarm.load(tunefarm.compile_model(onnx, target="cuda -arch=sm_90"))
         self.assertEqual([tuple(i["shape"]) for i in gpu.inputs], [(1, 64)])
+        self.assertEqual(gpu._model.device_kind, "cuda")
         if ctypes.util.find_library("cuda") is None:
             self.assertRaisesWith(RuntimeError, "the driver's library (libcuda.so.1) did not load", gpu,
                                   np.zeros((1, 64), np.float32))
+        # As a PyTorch module it takes CUDA tensors (and runs on their stream); a CPU library
+        # has no device entry point.
+        module = tunefarm.optimize(seeded(MLP), (torch.randn(1, 64),), target="cuda -arch=sm_90")
+        self.assertRaisesWith(ValueError, "compiled for a cuda GPU", module, torch.randn(1, 64))
+        cpu = tunefarm.load(tunefarm.compile_model(onnx))
+        self.assertEqual(cpu._model.device_kind, "")
+        self.assertRaisesWith(RuntimeError, "a CPU model takes host buffers", cpu._model.run_device, [0], [0], 0)
 
 
 if __name__ == "__main__":
