@@ -61,6 +61,8 @@ class TorchModule(torch.nn.Module):
         elif device != self._device:
             raise ValueError("the inputs are on %s; this model runs on %s (its device is chosen by its first call)" %
                              (device, self._device))
+        # The kernels' vector accesses need 16-byte aligned buffers: a view that is not is copied.
+        inputs = [x if x.data_ptr() % 16 == 0 else x.clone() for x in inputs]
         outs = [torch.empty(shape, dtype=dtype, device=device) for dtype, shape in self._outs]
         self.compiled._model.run_device([x.data_ptr() for x in inputs], [y.data_ptr() for y in outs],
                                         torch.cuda.current_stream(device).cuda_stream)

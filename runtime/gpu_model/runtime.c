@@ -18,7 +18,7 @@
  *   tf_model_run_device(device inputs, device outputs, stream)  the same on the caller's
  *       device buffers (CUdeviceptr / hipDeviceptr_t) and stream, without copies: returns once
  *       the kernels are queued (a model with int64 or bool inputs or outputs converts them
- *       through the host, waiting for the stream).
+ *       through the host, waiting for the stream). Device buffers must be 16-byte aligned.
  * Both return 0; -1 when device memory ran out; -2 when an int64 input is out of +-2^24;
  * -3 when the driver is missing or failed (a faulting kernel included): tf_model_last_error()
  * says what. Calls are serialized by a lock (one arena); calls on different streams must not
@@ -390,9 +390,22 @@ static int run_on_device(const devptr* in, const devptr* out, void* stream) {
   return 0;
 }
 
+/* The kernels assume 16-byte aligned buffers (compiler/codegen_llvm.cc kGpuBufferAlign: their
+ * 128-bit accesses); the drivers' allocations are 256-byte aligned, a view into one may not be. */
+static int check_aligned(const unsigned long long* p, int64_t n, const char* what) {
+  for (int64_t k = 0; k < n; ++k) {
+    if (p[k] % 16 != 0)
+      return fail(TF_GPU_STATUS_DRIVER_ERROR, "%s %lld at 0x%llx is not 16-byte aligned (the kernels' vector accesses need it)",
+                  what, (long long)k, p[k]);
+  }
+  return 0;
+}
+
 EXPORT int32_t tf_model_run_device(const unsigned long long* inputs, const unsigned long long* outputs, void* stream) {
   pthread_mutex_lock(&g_lock);
   int status = initialize();
+  if (!status) status = check_aligned(inputs, H(TF_GPU_PLAN_INPUTS), "input");
+  if (!status) status = check_aligned(outputs, H(TF_GPU_PLAN_OUTPUTS), "output");
   if (!status) status = enter_device();
   if (!status) status = run_on_device(inputs, outputs, stream);
   pthread_mutex_unlock(&g_lock);

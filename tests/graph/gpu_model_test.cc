@@ -354,6 +354,13 @@ TEST_F(GpuModel, IntegerAndBoolTensorsAndTheDeviceEntryPoint) {
     EXPECT_NEAR(sum[k], want.at("sum").f[k], 1e-5) << k;
     EXPECT_EQ(unmask[k], want.at("unmask").i[k]) << k;
   }
+  // A misaligned device buffer (the kernels' 128-bit accesses need 16 bytes) is refused.
+  std::vector<float> wide(11, 0);
+  uint64_t shifted[3] = {out[0], reinterpret_cast<uint64_t>(wide.data()) | 4, out[2]};
+  EXPECT_EQ(run_device(in, shifted, nullptr), -3);
+  auto error_now = reinterpret_cast<const char* (*)()>(dlsym(h, "tf_model_last_error"));
+  EXPECT_NE(std::string(error_now()).find("output 1 at 0x"), std::string::npos) << error_now();
+  EXPECT_NE(std::string(error_now()).find("is not 16-byte aligned"), std::string::npos) << error_now();
   std::vector<int64_t> far = ids.i;
   far[3] = (int64_t{1} << 24) + 1;
   in[0] = reinterpret_cast<uint64_t>(far.data());
