@@ -573,7 +573,8 @@ void compile_gpu_library(const std::vector<KernelBuild>& builds, const std::vect
   auto aligned = [](int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
   const int64_t scratch_at = aligned(spec.workspace_bytes);
   int64_t scratch = 0;
-  const size_t modules = std::max<size_t>(1, std::min<size_t>(threads, builds.size()));
+  // (A model of no kernel, its outputs copies of inputs or constants, has no module.)
+  const size_t modules = std::min<size_t>(threads, builds.size());
   GpuRunnerSpec gs;
   gs.platform = target.kind;
   gs.modules.resize(modules);

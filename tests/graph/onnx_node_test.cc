@@ -4,6 +4,7 @@
 // kernels. Tests that do not import must fail with a clear "not supported" kind of error,
 // those that do not compile with a "not implemented yet" one, and enough of them must run for
 // the checks to mean something.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -183,7 +184,13 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
 // serially on this machine (compile_model's emulate_gpu). Those that do not compile must say
 // compiling the node is not implemented yet; anything else (a crash, a wrong value, another
 // error) fails. Returns how many compiled.
-static int compile_node_tests(const tf::Target* gpu, int* refused_out) {
+//
+// `through_driver` (with `gpu`): the library compiled for the GPU itself (runtime/gpu_model),
+// run through its C ABI in this process against the FAKE libcuda (tests/farm/fake_gpu), which
+// runs each launched kernel's emulation from a second, emulated build of the model: the GPU
+// library's launch plan (constants, arena offsets, workspaces, conversions, copies, literal
+// outputs) on every node test.
+static int compile_node_tests(const tf::Target* gpu, int* refused_out, bool through_driver = false) {
   fs::path tmp = fs::temp_directory_path() / ("tf-node-compile-" + std::to_string(getpid()));
   fs::create_directories(tmp);
   tf::Target host = tf::host_target();
@@ -212,6 +219,18 @@ static int compile_node_tests(const tf::Target* gpu, int* refused_out) {
     std::string so = (tmp / (name + ".so")).string();
     try {
       compile_model(g, t, defaults, so, name, default_memory_budget(), gpu != nullptr);
+      if (through_driver) {
+        std::string emulated = so;
+        so = (tmp / (name + ".gpu.so")).string();
+        compile_model(g, t, defaults, so, name, default_memory_budget(), false);
+        std::ofstream aliases(tmp / (name + ".aliases"));
+        const nlohmann::json side = nlohmann::json::parse(std::ifstream(emulated + ".json"));
+        for (const nlohmann::json& k : side["kernels"]) {
+          if (k.contains("same_code_as")) aliases << k["function"].get<std::string>() << " " << k["same_code_as"].get<std::string>() << "\n";
+        }
+        setenv("TF_FAKE_CUDA_KERNELS", emulated.c_str(), 1);
+        setenv("TF_FAKE_CUDA_ALIASES", (tmp / (name + ".aliases")).c_str(), 1);
+      }
     } catch (const tf::UserError& e) {
       std::string why = e.what();
       EXPECT_NE(why.find("is not implemented yet"), std::string::npos) << name << ": " << why;
@@ -236,7 +255,8 @@ static int compile_node_tests(const tf::Target* gpu, int* refused_out) {
   }
   fs::remove_all(tmp);
   std::printf("ONNX node tests compiled%s: %d ran, %d refused as not implemented\n",
-              gpu ? (" for " + gpu->str() + ", emulated").c_str() : "", compiled, refused);
+              gpu ? (" for " + gpu->str() + (through_driver ? ", through the fake driver" : ", emulated")).c_str() : "",
+              compiled, refused);
   for (const auto& [reason, count] : refusals) std::printf("  %4d x %s\n", count, reason.c_str());
   if (refused_out) *refused_out = refused;
   return compiled;
@@ -252,6 +272,22 @@ TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
 // The same models with their kernels scheduled for a CUDA GPU (the dense and convolution
 // templates' hierarchy, a 1-D grid for every other kernel) and run serially here: the GPU
 // path's kernels and memory plan against the ONNX expected outputs.
+// The same through the GPU library's own runtime: compiled for cuda (PTX and launch plan), run
+// through the FAKE driver, which runs the emulated build's kernels where the library launches
+// them, on the library's device buffers.
+TEST(OnnxNodeTests, GpuLibrariesMatchTheExpectedOutputsThroughTheFakeDriver) {
+  if (!fs::exists(kNodeTests))
+    GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
+  // Loaded first, by its path: the libraries' dlopen("libcuda.so.1") finds it by its soname.
+  void* fake = dlopen(TF_FAKE_CUDA_DIR "/libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  ASSERT_NE(fake, nullptr) << dlerror();
+  tf::Target cuda = tf::parse_target("cuda -arch=sm_90");
+  int compiled = compile_node_tests(&cuda, nullptr, /*through_driver=*/true);
+  unsetenv("TF_FAKE_CUDA_KERNELS");
+  unsetenv("TF_FAKE_CUDA_ALIASES");
+  EXPECT_GE(compiled, 190) << "too few node tests compile for a GPU for this to mean much";
+}
+
 TEST(OnnxNodeTests, GpuScheduledModelsMatchTheExpectedOutputsEmulated) {
   if (!fs::exists(kNodeTests))
     GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";

@@ -111,12 +111,18 @@ CUresult cuStreamSynchronize(void* stream) { return 0; }
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void*)p, v, n); return 0; }
 // The emulated kernel named `name` (after the aliases), or NULL.
 static void* emulated(const char* name) {
+  // The library of the path the variable names now (a test may change it between models).
   static void* lib;
+  static char loaded[4096];
   const char* path = getenv("TF_FAKE_CUDA_KERNELS");
   if (!path) return NULL;
-  if (!lib && !(lib = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
-    fprintf(stderr, "fake libcuda: %s\n", dlerror());
-    return NULL;
+  if (!lib || strcmp(path, loaded) != 0) {
+    if (!(lib = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+      fprintf(stderr, "fake libcuda: %s\n", dlerror());
+      loaded[0] = 0;
+      return NULL;
+    }
+    snprintf(loaded, sizeof loaded, "%s", path);
   }
   char target[256];
   snprintf(target, sizeof target, "%s", name);
