@@ -6,7 +6,10 @@ then `tunefarm run --model lib.so`; and for a CUDA GPU, its kernels run serially
 `--emulate-gpu`), and all compared with PyTorch's own outputs: within 1e-4 of the output's
 magnitude, and classifiers pick the same class.
 
-Usage: torch_models_test.py TUNEFARM_BINARY
+And the library compiled for the GPU itself, run through the FAKE libcuda in FAKE_CUDA_DIR,
+which runs the emulated build's kernels where the library launches them.
+
+Usage: torch_models_test.py TUNEFARM_BINARY [FAKE_CUDA_DIR]
 """
 import json
 import os
@@ -359,8 +362,8 @@ def models():
     yield "decoder", Decoder(), Decoder.inputs(), False, 14, True
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def run(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"FAIL: {' '.join(cmd)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
     return r.stdout
@@ -368,6 +371,8 @@ def run(cmd):
 
 def main():
     tunefarm = sys.argv[1]
+    # The FAKE libcuda's folder (tests/farm/fake_gpu): GPU libraries run through it too.
+    fake_cuda = sys.argv[2] if len(sys.argv) > 2 else None
     failures = 0
     # `run --model` sweeps the build folders of model runs that died (killed while compiling).
     stale = os.path.join(tempfile.gettempdir(), "tunefarm-model-999999999")
@@ -404,12 +409,12 @@ def main():
                 ok = y.shape == want.shape and y.dtype == want.dtype and e <= 1e-4 * mag
                 return ok and (not classifier or (np.argmax(y, axis=-1) == np.argmax(want, axis=-1)).all())
 
-            def compiled_run(tag, *flags):
+            def compiled_run(tag, *flags, env=None):
                 """compile --model FLAGS, then run the library: its sidecar, output and max error."""
                 lib = os.path.join(d, name + tag + ".so")
                 run([tunefarm, "compile", "--model", path, "--no-db", *flags, "-o", lib])
                 y = os.path.join(d, "y" + tag + ".npy")
-                run([tunefarm, "run", "--model", lib, *inputs, "--output", y, "--repeat", "1"])
+                run([tunefarm, "run", "--model", lib, *inputs, "--output", y, "--repeat", "1"], env)
                 got = np.load(y)
                 return json.load(open(lib + ".json")), got, diff(got)
 
@@ -422,6 +427,19 @@ def main():
             # (compile --emulate-gpu): the GPU path's kernels and memory plan, checked the same way.
             gside, gotg, errg = compiled_run("_gpu", "-t", "cuda -arch=sm_90", "--emulate-gpu")
             ok = ok and matches(gotg, errg) and gside["emulates"] == "cuda -arch=sm_90"
+            if fake_cuda:
+                # And the library compiled for the GPU itself (PTX, launch plan, its runtime),
+                # run through the FAKE driver, which runs the emulated build's kernels where the
+                # library launches them.
+                aliases = os.path.join(d, name + ".aliases")
+                with open(aliases, "w") as f:
+                    for k in gside["kernels"]:
+                        if "same_code_as" in k:
+                            f.write("%s %s\n" % (k["function"], k["same_code_as"]))
+                env = dict(os.environ, LD_LIBRARY_PATH=fake_cuda, TF_FAKE_CUDA_ALIASES=aliases,
+                           TF_FAKE_CUDA_KERNELS=os.path.join(d, name + "_gpu.so"))
+                dside, gotd, errd = compiled_run("_device", "-t", "cuda -arch=sm_90", env=env)
+                ok = ok and matches(gotd, errd) and dside["device_code"]["format"] == "ptx"
             # Every node after the passes is computed by a kernel.
             ok = ok and ok_compiled and len({n for k in sidecar["kernels"] for n in k["nodes"]}) == info["nodes"]
             # Kernels of the same code (a repeated layer) are generated once: each names one
@@ -500,7 +518,8 @@ def main():
                   f"{info['nodes']} after passes, {len(info['fused_kernels'])} kernels, {len(info['tasks'])} tasks, passes fired: {', '.join(fired) or 'none'}; "
                   f"max error {err:.3g} of magnitude {mag:.3g}; compiled: {len(sidecar['kernels'])} kernels, "
                   f"{len(shared)} of them sharing another's code, workspace {sidecar['workspace_bytes']} bytes, max error {errc:.3g}; "
-                  f"GPU-scheduled (emulated): {len(gside['kernels'])} kernels, max error {errg:.3g}")
+                  f"GPU-scheduled (emulated): {len(gside['kernels'])} kernels, max error {errg:.3g}"
+                  + (f"; GPU library through the fake driver: max error {errd:.3g}" if fake_cuda else ""))
             failures += not ok
     if os.path.exists(stale):
         failures += 1
