@@ -68,7 +68,15 @@ std::string find_lld() {
 // kernel (measured: 75 ms to start, against ~5 ms of linking). lld keeps global state, so one
 // link at a time; after a crash it says it cannot run again, and later links start ld.lld.
 // Returns nullopt when the in-process linker is not usable.
+//
+// Only on the process's main thread: lld's output file registers LLVM's signal handlers, and
+// the first thread to do so gets an alternate signal stack of LLVM's (malloc'd) when the one it
+// has is smaller than LLVM wants; when that thread is one that later exits, AddressSanitizer's
+// thread teardown unmaps "its" alternate stack and aborts the process ("failed to deallocate",
+// seen in the tuning service, whose jobs compile their models on job threads). Other threads
+// start ld.lld (75 ms).
 std::optional<CommandResult> link_in_process(const std::vector<std::string>& argv) {
+  if (gettid() != getpid()) return std::nullopt;
   static std::mutex mu;
   static bool usable = true;
   std::lock_guard<std::mutex> lock(mu);
