@@ -56,11 +56,16 @@ CommandResult run_command(const std::vector<std::string>& argv) {
 
 namespace {
 
+// Debian's lld-19, else an ld.lld next to the running program (scripts/bundle.sh puts one
+// there, for machines without LLVM), else ld.lld-19 in PATH.
 std::string find_lld() {
   if (const char* env = std::getenv("TUNEFARM_LLD")) return env;
   for (const char* p : {"/usr/bin/ld.lld-19", "/usr/lib/llvm-19/bin/ld.lld"}) {
     if (fs::exists(p)) return p;
   }
+  std::error_code ec;
+  fs::path beside = fs::read_symlink("/proc/self/exe", ec).parent_path() / "ld.lld";
+  if (!ec && fs::exists(beside)) return beside.string();
   return "ld.lld-19";
 }
 

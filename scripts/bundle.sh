@@ -3,7 +3,8 @@
 # or tarball, for machines that run another distribution than Debian 12 (GPU servers with
 # Ubuntu 24.04 are typical) and cannot install our packages.
 #
-# Left out, as the target machine must have them: the C and C++ runtimes (glibc, libstdc++,
+# Also packed: LLVM's linker (libexec/ld.lld), which compiles of GPU models start. Left out,
+# as the target machine must have them: the C and C++ runtimes (glibc, libstdc++,
 # libgcc_s; a newer one runs binaries built against Debian 12's) and the GPU drivers, which
 # tunefarm loads at run time (libcuda.so.1, the ROCm runtime).
 #
@@ -71,6 +72,10 @@ LD_LIBRARY_PATH="\$here/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$here
 EOF
   chmod +x "$out/bin/$base"
 done
+# LLVM's linker beside the programs (compiler/link.h find_lld): GPU model libraries are linked
+# by starting it. It needs only libLLVM, which tunefarm brought into lib/.
+cp -L /usr/lib/llvm-19/bin/lld "$out/libexec/ld.lld"
+strip --strip-unneeded "$out/libexec/ld.lld"
 # What the bundle holds, and from which commit.
 ls "$out/lib" > "$out/LIBRARIES"
 git -C "$(dirname "$0")" rev-parse --short HEAD > "$out/VERSION" 2>/dev/null || echo unknown > "$out/VERSION"
