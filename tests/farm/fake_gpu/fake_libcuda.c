@@ -25,7 +25,11 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
 static char* g_module;
-char* tf_fake_cuda_modules[256];
+struct FakeModule {
+  struct FakeModule* next;
+  char text[];
+};
+struct FakeModule* tf_fake_cuda_modules;
 
 static double now_ms(void) {
   struct timespec t;
@@ -58,11 +62,15 @@ CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuModuleLoadData(void** m, const void* image) {
   const char* text = (const char*)image;
   if (strncmp(text, "//", 2) != 0 || !strstr(text, ".version ") || !strstr(text, ".target sm_")) return 218;  // CUDA_ERROR_INVALID_PTX
-  // Kept (reachable from a global the compiler cannot drop, for LeakSanitizer) as a driver
-  // keeps its modules until the context ends.
-  static int count;
-  g_module = strdup(text);
-  if (count < 256) tf_fake_cuda_modules[count++] = g_module;
+  // Kept (reachable from a global list the compiler cannot drop, for LeakSanitizer) as a
+  // driver keeps its modules until the context ends.
+  size_t n = strlen(text) + 1;
+  struct FakeModule* kept = malloc(sizeof *kept + n);
+  if (!kept) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+  memcpy(kept->text, text, n);
+  kept->next = tf_fake_cuda_modules;
+  tf_fake_cuda_modules = kept;
+  g_module = kept->text;
   *m = g_module;
   return 0;
 }
