@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/bundle.sh: the bundle's programs resolve every library inside it but those the
 # target machine provides (C/C++ runtime, loader), and its wrappers run: a compile through
-# LLVM and lld in-process, and a kernel run that loads libgomp from the bundle.
+# LLVM and lld in-process, a kernel run that loads libgomp from the bundle, and its ld.lld.
 # Usage: bundle_test.sh BUILD_DIR
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,7 +23,8 @@ b="$tmp/bundle"
 allowed='^(linux-vdso|ld-linux[^ ]*|libc|libm|libmvec|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s)\.so'
 for p in "$b"/libexec/*; do
   name="$(basename "$p")"
-  [[ -x "$b/bin/$name" ]] || fail "no wrapper bin/$name"
+  # ld.lld is LLVM's linker for the programs (compiler/link.h find_lld), not one of ours.
+  [[ "$name" == ld.lld || -x "$b/bin/$name" ]] || fail "no wrapper bin/$name"
   ! LD_LIBRARY_PATH="$b/lib" ldd "$p" | grep -q "not found" || fail "$name: a library is not found"
   while read -r lib path; do
     if [[ "$path" != "$b/lib/"* && ! "$lib" =~ $allowed ]]; then
@@ -43,4 +44,8 @@ ln -s "$b/bin/tunefarm" "$tmp/tf"
 "$b/bin/tunefarm" run -w 'matmul(M=16,N=16,K=16)' -c '{"parallel": true}' --no-db --repeat 2 > "$tmp/run" \
   || fail "run: $(cat "$tmp/run")"
 grep -q "check     ok" "$tmp/run" || fail "run did not check: $(cat "$tmp/run")"
+# The linker it carries runs with the bundle's libraries (GPU model libraries are linked by it
+# where no lld-19 is installed).
+[[ -x "$b/libexec/ld.lld" ]] || fail "no ld.lld in libexec/"
+LD_LIBRARY_PATH="$b/lib" "$b/libexec/ld.lld" --version | grep -q "LLD 19" || fail "the bundled ld.lld does not run"
 echo "bundle ok: $(ls "$b/bin" | wc -l) programs, $(ls "$b/lib" | wc -l) libraries, $(du -sh "$b" | cut -f1)"
