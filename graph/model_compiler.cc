@@ -92,15 +92,28 @@ void schedule_loops(ir::Stage& s, int lanes) {
 // blocks of up to 256 threads, one output element per thread (a reduction's loops inside,
 // per thread). A stage of rank 0 has no axis to bind: its kernel runs as one thread
 // (compiler/gpu.h check_gpu_kernel).
+//
+// An elementwise stage whose innermost dimension is a multiple of 4 gives each thread 4
+// neighbours of it, vectorized (128-bit loads and stores where the operands are contiguous
+// too), when that still leaves at least kMinGpuThreads threads.
+constexpr int64_t kGpuLanes = 4, kMinGpuThreads = 16384;
+
 void schedule_loops_gpu(ir::Stage& s) {
   const ir::Operation& op = *s.op();
   size_t rank = op.shape.size();
   if (rank == 0) return;
   std::vector<ir::Expr> spatial(s.leaves().begin(), s.leaves().begin() + static_cast<int64_t>(rank));
+  int64_t threads = num_elements(op.shape);
+  if (!op.reduce() && op.shape.back() % kGpuLanes == 0 && threads / kGpuLanes >= kMinGpuThreads) {
+    auto [outer, lanes] = s.split(spatial.back(), kGpuLanes);
+    s.vectorize(lanes);
+    spatial.back() = outer;
+    threads /= kGpuLanes;
+  }
   ir::Expr fused = spatial[0];
   for (size_t d = 1; d < rank; ++d) fused = s.fuse(fused, spatial[d]);
   // (An empty tensor keeps a loop of extent 0: no block to launch.)
-  auto [block, thread] = s.split(fused, std::clamp<int64_t>(num_elements(op.shape), 1, 256));
+  auto [block, thread] = s.split(fused, std::clamp<int64_t>(threads, 1, 256));
   s.bind(block, "blockIdx.x");
   s.bind(thread, "threadIdx.x");
 }

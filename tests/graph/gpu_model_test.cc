@@ -511,3 +511,50 @@ TEST_F(GpuModel, LongReductionsAreSplitAcrossThreads) {
   for (const char* o : {"p", "m", "t"})
     EXPECT_EQ(compare(want.at(o), read_npy(path(std::string(o) + ".npy"))), "") << o;
 }
+
+// Elementwise kernels give each thread 4 neighbours of the innermost dimension when it is a
+// multiple of 4 and enough threads remain: 128-bit loads and stores in the PTX. Through the
+// fake driver against the reference; every module assembles with ptxas where CUDA is installed.
+TEST_F(GpuModel, ElementwiseKernelsUseVectorAccesses) {
+  ModelBuilder b;
+  b.input("x", {1, 64, 56, 56});
+  b.input("y", {1, 64, 56, 56});
+  b.input("odd", {3, 5, 7});
+  b.floats("half", {0.5f});
+  b.node("Add", {"x", "y"}, {"s"});
+  b.node("Relu", {"s"}, {"r"});
+  b.node("Mul", {"r", "half"}, {"out"});
+  b.node("Sigmoid", {"odd"}, {"odd_out"});
+  b.output("out", {1, 64, 56, 56});
+  b.output("odd_out", {3, 5, 7});
+  Graph g = compile_both(b, "ew");
+  std::ifstream f(path("ew.so"), std::ios::binary);
+  tf::GpuModelImage image;
+  ASSERT_EQ(tf::read_gpu_model_image(std::string((std::istreambuf_iterator<char>(f)), {}), image), "");
+  std::string ptx;
+  for (const std::string& m : image.modules) ptx += m;
+  EXPECT_NE(ptx.find(".v4.f32"), std::string::npos) << "no 128-bit access in the elementwise kernel";
+  EXPECT_NE(ptx.find("st.global.v4.f32"), std::string::npos);
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  if (fs::exists(ptxas)) {
+    for (size_t m = 0; m < image.modules.size(); ++m) {
+      std::string file = path("ew" + std::to_string(m) + ".ptx");
+      std::ofstream(file) << image.modules[m];
+      tf::CommandResult r = tf::run_command({ptxas, "-arch=sm_80", file, "-o", path("ew.cubin")});
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+    }
+  }
+  HostTensor x = random_floats({1, 64, 56, 56}, 41), y = random_floats({1, 64, 56, 56}, 42),
+             odd = random_floats({3, 5, 7}, 43);
+  write_npy(path("x.npy"), x);
+  write_npy(path("y.npy"), y);
+  write_npy(path("odd.npy"), odd);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}, {"y", y}, {"odd", odd}});
+  tf::CommandResult r = tunefarm("ew", {"run", "--model", path("ew.so"), "--input", "x=" + path("x.npy"), "--input",
+                                        "y=" + path("y.npy"), "--input", "odd=" + path("odd.npy"), "--output",
+                                        "out=" + path("out.npy"), "--output", "odd_out=" + path("odd_out.npy"),
+                                        "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(want.at("out"), read_npy(path("out.npy"))), "");
+  EXPECT_EQ(compare(want.at("odd_out"), read_npy(path("odd_out.npy"))), "");
+}
