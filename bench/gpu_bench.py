@@ -23,6 +23,8 @@ calls it through ctypes and checks it against the same PyTorch reference, argume
 layouts included (what the GPU run relies on; the tests run it: tests/bench/gpu_bench_cpu_check).
 
 Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,other]
+       bench/gpu_bench.py BUILD/bin/tunefarm --models resnet18,resnet50,mobilenet_v2,bert_base  (whole
+       models: bench/gpu_model_bench.py)
 """
 import argparse
 import json
@@ -254,7 +256,15 @@ def main():
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--cpu-check", action="store_true",
                     help="no GPU: check the workloads compiled for this CPU against the PyTorch reference")
+    ap.add_argument("--models", help="time whole models instead, e.g. resnet18,resnet50,mobilenet_v2,bert_base "
+                    "(bench/gpu_model_bench.py, with --db, --json and --cpu-check passed on)")
     a = ap.parse_args()
+    if a.models:
+        bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_model_bench.py")
+        args = [sys.executable, bench, a.tunefarm, "--models", a.models]
+        args += (["--db", a.db] if a.db else []) + (["--json", a.json] if a.json else [])
+        args += ["--cpu-check"] if a.cpu_check else []
+        os.execv(sys.executable, args)
     groups = [(g, w) for g in a.groups.split(",") if g for w in GROUPS.get(g) or fail("unknown group " + g)]
     groups += [("given", w) for w in a.workload]
     if a.cpu_check:
