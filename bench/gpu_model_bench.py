@@ -27,7 +27,6 @@ Usage: bench/gpu_model_bench.py BUILD/bin/tunefarm [--models resnet18,resnet50,m
 import argparse
 import ctypes
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -36,15 +35,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import gpu_bench  # noqa: E402  (bench/: its CUDA-event timing and geometric mean)
 
 
 def fail(msg):
     print("gpu_model_bench: " + msg, file=sys.stderr)
     sys.exit(2)
-
-
-def geomean(v):
-    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
 
 
 class GpuLibrary:
@@ -145,13 +141,7 @@ def main():
           (torch.cuda.get_device_name(), target, torch.__version__, torch.backends.cudnn.version()), flush=True)
 
     def time_ms(fn, calls):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / calls
+        return gpu_bench.time_ms(torch, fn, calls)
 
     def graphed(fn):
         """`fn` captured once as a CUDA graph (after warm-up calls on a side stream)."""
@@ -221,7 +211,7 @@ def main():
             del variants
             torch.cuda.empty_cache()
     print("geomean ratio (PyTorch graph / ours graph) %.2f, eager %.2f" %
-          (geomean([r["ratio_graph"] for r in rows]), geomean([r["ratio_eager"] for r in rows])))
+          (gpu_bench.geomean([r["ratio_graph"] for r in rows]), gpu_bench.geomean([r["ratio_eager"] for r in rows])))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "target": target, "results": rows}, f, indent=1)

@@ -18,6 +18,7 @@
 #include "compiler/error.h"
 #include "compiler/inline_budget.h"
 #include "compiler/ir_mutator.h"
+#include "compiler/te_rebuild.h"
 #include "compiler/link.h"
 #include "compiler/lower.h"
 #include "compiler/operators.h"
@@ -129,31 +130,9 @@ void schedule_loops_gpu(ir::Stage& s) {
 // the call: at most `budget` splits, within kMaxGpuKernelsPerCall.
 using ir::Expr;
 
-class GpuReductionSplitter : public ir::IRMutator {
+class GpuReductionSplitter : public ir::StageRebuilder {
  public:
   GpuReductionSplitter(int64_t threads, int budget) : threads_(threads), budget_(budget) {}
-
-  ir::Tensor rebuild(const ir::Tensor& t) {
-    if (auto it = done_.find(t.get()); it != done_.end()) return it->second;
-    if (t->is_placeholder()) return done_[t.get()] = t;
-    auto op = std::make_shared<ir::Operation>(*t);
-    op->body = mutate_expr(t->body);
-    ir::Tensor rebuilt = op;
-    if (int64_t parts = split_parts(*op); parts > 1 && budget_ > 0) {
-      --budget_;
-      rebuilt = split(rebuilt, parts);
-    }
-    return done_[t.get()] = rebuilt;
-  }
-
-  Expr mutate_expr(const Expr& e) override {
-    Expr m = ir::IRMutator::mutate_expr(e);
-    if (const ir::TensorRead* r = m.as<ir::TensorRead>()) {
-      ir::Tensor to = rebuild(r->op);
-      if (to != r->op) return ir::TensorRead::make(to, r->indices);
-    }
-    return m;
-  }
 
   // Slices worth splitting `op` into: enough to give the GPU about `threads_` threads, each
   // reducing at least 16 elements; 0 when it is not a long reduction with few outputs.
@@ -166,6 +145,13 @@ class GpuReductionSplitter : public ir::IRMutator {
   }
 
  private:
+  ir::Tensor finish(ir::Tensor rebuilt) override {
+    int64_t parts = split_parts(*rebuilt);
+    if (parts < 2 || budget_ <= 0) return rebuilt;
+    --budget_;
+    return split(rebuilt, parts);
+  }
+
   static Expr combine(ir::ReduceKind k, Expr source, const std::vector<ir::IterVar>& axes) {
     if (k == ir::ReduceKind::Max) return ir::max_reduce(std::move(source), axes);
     if (k == ir::ReduceKind::Prod) return ir::prod_reduce(std::move(source), axes);
@@ -209,7 +195,6 @@ class GpuReductionSplitter : public ir::IRMutator {
 
   int64_t threads_;
   int budget_;
-  std::map<const ir::Operation*, ir::Tensor> done_;
 };
 
 // How many reductions the TE graph of `t` holds (each a kernel of a GPU call).

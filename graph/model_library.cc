@@ -92,9 +92,8 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
         }
       }
     }
-    throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt));
   }
-  if (status != 0) throw std::runtime_error(failure(status));
+  check_status(status);
   for (size_t k = 0; k < outputs_.size(); ++k) {
     for (size_t e = 0; e < bools[k].size(); ++e) outputs[k].i[e] = bools[k][e];
   }
@@ -105,21 +104,21 @@ void ModelLibrary::run_device(const std::vector<uint64_t>& inputs, const std::ve
   TF_CHECK(inputs.size() == inputs_.size() && outputs.size() == outputs_.size(), "run_device: ", inputs.size(),
            " inputs and ", outputs.size(), " outputs for a model of ", inputs_.size(), " and ", outputs_.size());
   int status = abi_->run_device(inputs.data(), outputs.data(), stream);
+  check_status(status);
+}
+
+void ModelLibrary::check_status(int status) const {
+  if (status == 0) return;
   if (status == kModelIntOutOfRange) {
     throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt,
                         " (2^24, exact in the float32 the kernels compute in)"));
   }
-  if (status != 0) throw std::runtime_error(failure(status));
-}
-
-std::string ModelLibrary::failure(int status) const {
-  std::string why = abi_->last_error();
-  if (!why.empty()) return str(path_, ": ", why);
+  if (std::string why = abi_->last_error(); !why.empty()) throw std::runtime_error(str(path_, ": ", why));
   if (status == kModelOutOfMemory) {
-    return str(path_, ": the model ran out of memory (workspace of ", abi_->workspace_bytes(),
-               " bytes, or a kernel's own buffers)");
+    throw std::runtime_error(str(path_, ": the model ran out of memory (workspace of ", abi_->workspace_bytes(),
+                                 " bytes, or a kernel's own buffers)"));
   }
-  return str(path_, ": the model failed (status ", status, ")");
+  throw std::runtime_error(str(path_, ": the model failed (status ", status, ")"));
 }
 
 void ModelLibrary::run_raw(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
@@ -127,11 +126,7 @@ void ModelLibrary::run_raw(const std::vector<const void*>& inputs, const std::ve
   TF_CHECK(inputs.size() == inputs_.size() && outputs.size() == outputs_.size(), "run_raw: ", inputs.size(),
            " inputs and ", outputs.size(), " outputs for a model of ", inputs_.size(), " and ", outputs_.size());
   int status = abi_->run(inputs.data(), outputs.data(), workspace);
-  if (status == kModelIntOutOfRange) {
-    throw UserError(str(path_, ": an int64 input holds a value beyond +-", kRunnerMaxExactInt,
-                        " (2^24, exact in the float32 the kernels compute in)"));
-  }
-  if (status != 0) throw std::runtime_error(failure(status));
+  check_status(status);
 }
 
 }  // namespace tf::graph

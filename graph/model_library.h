@@ -55,8 +55,9 @@ class ModelLibrary {
   void set_device(int index) const { abi_->set_device(index); }
 
  private:
-  // The message of a failed run's status.
-  std::string failure(int status) const;
+  // Nothing for status 0; else throws what the run's status means: UserError for an int64
+  // input out of range, std::runtime_error (the library's own message where it has one).
+  void check_status(int status) const;
 
   std::string path_;
   std::unique_ptr<ModelAbi> abi_;

@@ -343,6 +343,27 @@ class HipRuntime : public GpuRuntime {
 
 }  // namespace
 
+double GpuRuntime::warm_up(const std::vector<GpuLaunchStep>& steps, const TimingOptions& o, TimingResult& r) {
+  // At least two launches, at least min_warmup_ms, until two in a row are within 25% of the
+  // fastest (the CPU rule), or four times the sample length has passed.
+  using clock = std::chrono::steady_clock;
+  auto start = clock::now();
+  double best = 1e300, last = 1e300;
+  double budget_ms = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs);
+  for (;;) {
+    double ms = launch_ms(1, steps);
+    ++r.warmup_calls;
+    bool steady = r.warmup_calls >= 2 && ms <= best * 1.25 && last <= best * 1.25;
+    last = ms;
+    best = std::min(best, ms);
+    double spent = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+    if (spent >= o.min_warmup_ms && (steady || spent > budget_ms + o.min_warmup_ms)) break;
+  }
+  r.number = std::max(o.number, 1);
+  if (o.min_repeat_ms > 0 && best > 0) r.number = std::max(r.number, static_cast<int>(std::ceil(o.min_repeat_ms / best)));
+  return best;
+}
+
 void GpuRuntime::load(const std::string& module, const std::vector<std::string>& functions) {
   void* m = load_module(module);
   for (const std::string& f : functions) functions_.push_back(get_function(m, f));
@@ -367,29 +388,13 @@ TimingResult GpuRuntime::time(std::vector<std::vector<float>>& bufs, const std::
   for (size_t k = 0; k < call.kernels.size(); ++k) launch.push_back({functions_[k], call.kernels[k], params.data()});
   void* flush = o.flush_cache ? alloc(kGpuFlushBytes) : nullptr;
   TimingResult r;
-  using clock = std::chrono::steady_clock;
-  auto start = clock::now();
-  double best = 1e300, last = 1e300;
-  // Warm-up: at least two launches, at least min_warmup_ms, until two in a row are within
-  // 25% of the fastest (the CPU rule), or four times the sample length has passed.
-  double budget_ms = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs);
-  for (;;) {
-    double ms = launch_ms(1, launch);
-    ++r.warmup_calls;
-    bool steady = r.warmup_calls >= 2 && ms <= best * 1.25 && last <= best * 1.25;
-    last = ms;
-    best = std::min(best, ms);
-    double spent = std::chrono::duration<double, std::milli>(clock::now() - start).count();
-    if (spent >= o.min_warmup_ms && (steady || spent > budget_ms + o.min_warmup_ms)) break;
-  }
+  double best = warm_up(launch, o, r);
   int repeat = o.repeat;
   if (o.cut_slower_than_s > 0 && best / 1e3 > o.cut_slower_than_s) {
     repeat = 1;
     r.cut = true;
   }
-  int number = std::max(o.number, 1);
-  if (o.min_repeat_ms > 0 && best > 0) number = std::max(number, static_cast<int>(std::ceil(o.min_repeat_ms / best)));
-  r.number = number;
+  const int number = r.number;
   for (int i = 0; i < repeat; ++i) {
     if (flush) overwrite(flush, kGpuFlushBytes);
     if (o.cooldown_ms > 0 && i > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
@@ -491,33 +496,15 @@ std::vector<TimingResult> GpuRuntime::time_models(const std::vector<const GpuMod
   }
   // Warm-up of each (the rule of time()), then the samples, interleaved.
   std::vector<TimingResult> results(models.size());
-  std::vector<double> best(models.size(), 1e300);
-  using clock = std::chrono::steady_clock;
-  double budget_ms = kWarmupFactor * std::max(o.min_repeat_ms, kMinWarmupMs);
-  for (size_t m = 0; m < models.size(); ++m) {
-    if (st[m].steps.empty()) continue;
-    auto start = clock::now();
-    double last = 1e300;
-    for (;;) {
-      double ms = launch_ms(1, st[m].steps);
-      ++results[m].warmup_calls;
-      bool steady = results[m].warmup_calls >= 2 && ms <= best[m] * 1.25 && last <= best[m] * 1.25;
-      last = ms;
-      best[m] = std::min(best[m], ms);
-      double spent = std::chrono::duration<double, std::milli>(clock::now() - start).count();
-      if (spent >= o.min_warmup_ms && (steady || spent > budget_ms + o.min_warmup_ms)) break;
-    }
-  }
   int repeat = o.repeat;
   for (size_t m = 0; m < models.size(); ++m) {
-    if (o.cut_slower_than_s > 0 && best[m] < 1e300 && best[m] / 1e3 > o.cut_slower_than_s) {
+    results[m].number = std::max(o.number, 1);
+    if (st[m].steps.empty()) continue;  // a model of no kernel
+    double best = warm_up(st[m].steps, o, results[m]);
+    if (o.cut_slower_than_s > 0 && best / 1e3 > o.cut_slower_than_s) {
       repeat = 1;
       results[m].cut = true;
     }
-    int number = std::max(o.number, 1);
-    if (o.min_repeat_ms > 0 && best[m] > 0 && best[m] < 1e300)
-      number = std::max(number, static_cast<int>(std::ceil(o.min_repeat_ms / best[m])));
-    results[m].number = number;
   }
   void* flush = o.flush_cache ? alloc(kGpuFlushBytes) : nullptr;
   for (int i = 0; i < repeat; ++i) {
@@ -531,8 +518,10 @@ std::vector<TimingResult> GpuRuntime::time_models(const std::vector<const GpuMod
       }
       // Several models: this one's caches and clocks warmed again before its sample.
       if (models.size() > 1 && o.rewarm_ms > 0) {
+        using clock = std::chrono::steady_clock;
         auto start = clock::now();
-        while (std::chrono::duration<double, std::milli>(clock::now() - start).count() < o.rewarm_ms) launch_ms(1, st[m].steps);
+        while (std::chrono::duration<double, std::milli>(clock::now() - start).count() < o.rewarm_ms)
+          launch_ms(1, st[m].steps);
       }
       results[m].samples_s.push_back(launch_ms(results[m].number, st[m].steps) / 1e3 / results[m].number);
     }

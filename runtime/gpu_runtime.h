@@ -113,6 +113,10 @@ class GpuRuntime {
   virtual void synchronize() = 0;
 
  private:
+  // Launches `steps` until their time is steady (the warm-up rule of time()); sets
+  // r.warmup_calls and r.number (calls per sample, min_repeat_ms long); the fastest ms.
+  double warm_up(const std::vector<GpuLaunchStep>& steps, const TimingOptions& o, TimingResult& r);
+
   std::vector<void*> functions_;  // what load() found, in order
 };
 

@@ -137,7 +137,9 @@ ModelBuffers make_model_buffers(const std::vector<ModelTensor>& inputs, const st
   return b;
 }
 
-std::string model_signature_mismatch(const ModelAbi& a, const ModelAbi& b) {
+std::string model_signature_mismatch(const std::vector<ModelTensor>& a_inputs, const std::vector<ModelTensor>& a_outputs,
+                                     const std::vector<ModelTensor>& b_inputs, const std::vector<ModelTensor>& b_outputs,
+                                     const std::string& a, const std::string& b) {
   auto same = [](const std::vector<ModelTensor>& x, const std::vector<ModelTensor>& y) {
     if (x.size() != y.size()) return false;
     for (size_t i = 0; i < x.size(); ++i) {
@@ -145,9 +147,13 @@ std::string model_signature_mismatch(const ModelAbi& a, const ModelAbi& b) {
     }
     return true;
   };
-  if (!same(a.inputs(), b.inputs())) return b.path() + " takes other inputs than " + a.path();
-  if (!same(a.outputs(), b.outputs())) return b.path() + " has other outputs than " + a.path();
+  if (!same(a_inputs, b_inputs)) return b + " takes other inputs than " + a;
+  if (!same(a_outputs, b_outputs)) return b + " has other outputs than " + a;
   return "";
+}
+
+std::string model_signature_mismatch(const ModelAbi& a, const ModelAbi& b) {
+  return model_signature_mismatch(a.inputs(), a.outputs(), b.inputs(), b.outputs(), a.path(), b.path());
 }
 
 TimingOptions model_timing_options(const ModelTimingSettings& s) {

@@ -106,6 +106,10 @@ ModelBuffers make_model_buffers(const std::vector<ModelTensor>& inputs, const st
 // Why two models cannot be timed on the same buffers ("" when they can): their inputs and
 // outputs differ in number, shape or type (names may differ).
 std::string model_signature_mismatch(const ModelAbi& a, const ModelAbi& b);
+// The same for models described by their tensors, named `a` and `b` in the message.
+std::string model_signature_mismatch(const std::vector<ModelTensor>& a_inputs, const std::vector<ModelTensor>& a_outputs,
+                                     const std::vector<ModelTensor>& b_inputs, const std::vector<ModelTensor>& b_outputs,
+                                     const std::string& a, const std::string& b);
 
 // How a model is timed against another build of it (tune --model's "what it bought"),
 // locally and on boards alike: `rounds` samples of each, interleaved, each sample the mean of

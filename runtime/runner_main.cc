@@ -139,26 +139,19 @@ struct ModelRun {
   }
 };
 
-// Why two GPU models cannot be timed on the same inputs ("" when they can).
-std::string gpu_signature_mismatch(const tf::GpuModelImage& a, const tf::GpuModelImage& b) {
-  auto same = [](const std::vector<tf::GpuModelImage::Tensor>& x, const std::vector<tf::GpuModelImage::Tensor>& y) {
-    if (x.size() != y.size()) return false;
-    for (size_t k = 0; k < x.size(); ++k) {
-      if (x[k].elements != y[k].elements || x[k].dtype != y[k].dtype) return false;
-    }
-    return true;
-  };
-  if (!same(a.inputs, b.inputs)) return "takes other inputs than the model";
-  if (!same(a.outputs, b.outputs)) return "gives other outputs than the model";
-  return "";
+// A GPU model's tensors as the model ABI describes them (a shape of their element count: the
+// image keeps no dimensions).
+std::vector<tf::ModelTensor> model_tensors(const std::vector<tf::GpuModelImage::Tensor>& ts) {
+  std::vector<tf::ModelTensor> out;
+  for (const tf::GpuModelImage::Tensor& t : ts) out.push_back({"", {t.elements}, static_cast<tf::ModelDType>(t.dtype)});
+  return out;
 }
 
 // A GPU model's inputs as make_model_buffers fills a CPU model's: the same seeds, the same
 // values.
 std::vector<std::string> gpu_model_inputs(const tf::GpuModelImage& m, uint64_t seed) {
-  std::vector<tf::ModelTensor> ins, outs;
-  for (const tf::GpuModelImage::Tensor& t : m.inputs) ins.push_back({"", {t.elements}, static_cast<tf::ModelDType>(t.dtype)});
-  tf::ModelBuffers b = tf::make_model_buffers(ins, outs, seed);
+  std::vector<tf::ModelTensor> ins = model_tensors(m.inputs);
+  tf::ModelBuffers b = tf::make_model_buffers(ins, {}, seed);
   std::vector<std::string> bytes;
   for (size_t k = 0; k < ins.size(); ++k)
     bytes.emplace_back(static_cast<const char*>(b.input_ptrs[k]), static_cast<size_t>(ins[k].bytes()));
@@ -305,7 +298,10 @@ int main(int argc, char** argv) {
     if (req.model() && !device.empty()) {
       std::vector<const tf::GpuModelImage*> images{&gpu_model};
       if (!baseline.empty()) {
-        if (std::string why = gpu_signature_mismatch(gpu_model, gpu_baseline); !why.empty())
+        if (std::string why = tf::model_signature_mismatch(model_tensors(gpu_model.inputs), model_tensors(gpu_model.outputs),
+                                                           model_tensors(gpu_baseline.inputs),
+                                                           model_tensors(gpu_baseline.outputs), argv[1], baseline);
+            !why.empty())
           return fail(pb::LOAD_ERROR, "baseline model " + why);
         images.push_back(&gpu_baseline);
       }

@@ -6,6 +6,7 @@
 
 #include "compiler/gpu.h"
 #include "compiler/ir_mutator.h"
+#include "compiler/te_rebuild.h"
 
 namespace tf::templates {
 namespace {
@@ -354,37 +355,6 @@ void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const 
   }
 }
 
-namespace {
-
-// Rebuilds the stages from `t` down that read a replaced tensor, with the same names, axes
-// and bodies but for those reads.
-class ReadReplacer : public ir::IRMutator {
- public:
-  explicit ReadReplacer(std::map<const ir::Operation*, ir::Tensor> replaced) : done_(std::move(replaced)) {}
-
-  ir::Tensor rebuild(const ir::Tensor& t) {
-    if (auto it = done_.find(t.get()); it != done_.end()) return it->second;
-    if (t->is_placeholder()) return done_[t.get()] = t;
-    auto op = std::make_shared<ir::Operation>(*t);
-    op->body = mutate_expr(t->body);
-    return done_[t.get()] = op;
-  }
-
-  Expr mutate_expr(const Expr& e) override {
-    Expr m = ir::IRMutator::mutate_expr(e);
-    if (const ir::TensorRead* r = m.as<ir::TensorRead>()) {
-      ir::Tensor to = rebuild(r->op);
-      if (to != r->op) return ir::TensorRead::make(to, r->indices);
-    }
-    return m;
-  }
-
- private:
-  std::map<const ir::Operation*, ir::Tensor> done_;
-};
-
-}  // namespace
-
 OpGraph split_k_graph(const OpGraph& g, int64_t parts) {
   const ir::Tensor& old = g.acc;
   const ir::Reduce* red = old->reduce();
@@ -428,7 +398,7 @@ OpGraph split_k_graph(const OpGraph& g, int64_t parts) {
 }
 
 OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by) {
-  ReadReplacer replace({{old.get(), by}});
+  ir::StageRebuilder replace({{old.get(), by}});
   OpGraph r = g;
   r.output = replace.rebuild(g.output);
   for (ir::Tensor& t : r.tail) t = replace.rebuild(t);

@@ -1673,6 +1673,17 @@ TEST(FarmGpu, FakeCudaBoardTimesACompiledModel) {
   nlohmann::json side = nlohmann::json::parse(read_file(dir + "/gpu.so.json"));
   for (const nlohmann::json& k : side["kernels"])
     EXPECT_NE(read_file(fake_log).find("launch " + k["function"].get<std::string>() + " "), std::string::npos) << read_file(fake_log);
+  // A baseline model of other inputs is refused by the board's runner, naming both.
+  tf::graph::testing::ModelBuilder other(13);
+  other.input("x", {2, 3});
+  other.node("Relu", {"x"}, {"y"});
+  other.output("y", {2, 3});
+  other.save(dir + "/other.onnx");
+  ASSERT_EQ(run_shell(std::string(TF_TUNEFARM) + " compile --model " + dir +
+                      "/other.onnx -t 'cuda -arch=sm_80' --no-db -o " + dir + "/other.so > /dev/null"),
+            0);
+  EXPECT_EQ(farm_measure("--model " + dir + "/gpu.so --baseline " + dir + "/other.so"), 1) << read_file(out);
+  EXPECT_NE(read_file(out).find("takes other inputs than"), std::string::npos) << read_file(out);
   // A CPU library is neither a kernel's module nor a model for this board.
   EXPECT_EQ(farm_measure("--model " + dir + "/emu.so"), 2) << read_file(out);
   EXPECT_NE(read_file(out).find("emu.so is not a GPU model library (no .tf_gpu_model section"), std::string::npos)
