@@ -648,7 +648,9 @@ class CodeGen {
     const int64_t* n = as_const_int(f->extent);
     int64_t size = launch_->block[static_cast<size_t>(gpu_binding_dim(f->for_kind))];
     active_[slot] = true;
-    if (cooperative && n && *n < size) {
+    // A thread loop shorter than the block (cooperative, or after a longer one) runs in the
+    // first threads only.
+    if (is_thread_binding(f->for_kind) && n && *n < size) {
       auto* then_bb = llvm::BasicBlock::Create(ctx_, "coop", fn_);
       auto* merge = llvm::BasicBlock::Create(ctx_, "coop.end", fn_);
       b_.CreateCondBr(b_.CreateICmpSLT(idx, b_.getInt64(static_cast<uint64_t>(*n))), then_bb, merge);

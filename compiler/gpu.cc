@@ -1,5 +1,6 @@
 #include "compiler/gpu.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -110,10 +111,16 @@ class GpuChecker {
           return;
         }
         if (active_[slot]) fail(str("binds ", tag, " twice on one path (loops ", *active_[slot], " and ", name_of(f), ")"));
-        if (extents_[slot] && *extents_[slot] != *n) {
-          fail(str("binds ", tag, " with two extents (", *extents_[slot], " and ", *n, " for loop ", name_of(f), ")"));
+        if (is_thread_binding(f->for_kind)) {
+          // Thread loops one after another may differ: the block has the most threads any of
+          // them needs, and a shorter one runs in the first threads only.
+          extents_[slot] = std::max(extents_[slot].value_or(0), *n);
+        } else {
+          if (extents_[slot] && *extents_[slot] != *n) {
+            fail(str("binds ", tag, " with two extents (", *extents_[slot], " and ", *n, " for loop ", name_of(f), ")"));
+          }
+          extents_[slot] = *n;
         }
-        extents_[slot] = *n;
         active_[slot] = name_of(f);
         stmt(f->body, bound + 1);
         active_[slot].reset();

@@ -10,9 +10,11 @@
 //     but a kernel that binds nothing and writes only buffers of one element (a scalar
 //     output or workspace) is accepted as one thread (grid and block 1),
 //   - threads per block, block or grid dimensions past the target's limits,
-//   - one axis bound with two extents, or a block axis bound twice on one path (a thread
-//     axis bound again inside itself is a cooperative loop: a shared-memory copy, each thread
-//     its share; its extent may not exceed the block's),
+//   - a block axis bound with two extents, or bound twice on one path (a thread axis bound
+//     again inside itself is a cooperative loop: a shared-memory copy, each thread its share;
+//     its extent may not exceed the block's). Thread loops one after another may have
+//     different extents: the block has the largest, and a shorter loop runs in the first
+//     threads only (a block reduction's combining step in thread 0),
 //   - shared memory past 48 KiB per block (CUDA's static limit; AMD has 64 KiB of LDS),
 //   - a barrier under a condition (threads that skip it would hang the block),
 //   - a buffer too large for a thread's registers and local memory (heap allocation).

@@ -233,8 +233,18 @@ class Lowerer {
     if (p.scope() == MemScope::Shared) {
       for (const ExprNode* v : thread_vars_) varying[v] = ranges_.at(v);
     }
+    // A loop of one iteration varies nothing: its variable is its value (a split by 1).
+    VarMap single;
+    for (auto it = varying.begin(); it != varying.end();) {
+      if (it->second.lo == it->second.hi) {
+        single[it->first] = Expr(it->second.lo);
+        it = varying.erase(it);
+      } else {
+        ++it;
+      }
+    }
     std::vector<std::vector<Expr>> reads;
-    collect_reads(body, p.name(), reads);
+    collect_reads(single.empty() ? body : substitute(body, single), p.name(), reads);
     TF_CHECK(!reads.empty(), "stage ", p.name(), " is attached where it is not read");
     BufferInfo region;
     region.order = p.storage_order();

@@ -15,6 +15,7 @@
 #include "compiler/codegen_runner.h"
 #include "compiler/driver.h"
 #include "compiler/gpu.h"
+#include "compiler/gpu_reduction.h"
 #include "compiler/error.h"
 #include "compiler/inline_budget.h"
 #include "compiler/ir_mutator.h"
@@ -119,83 +120,7 @@ void schedule_loops_gpu(ir::Stage& s) {
   s.bind(thread, "threadIdx.x");
 }
 
-// A GPU runs one thread per output element of a generic kernel's stage, so a reduction with
-// few outputs and a long reduction leaves the GPU nearly idle, each thread looping over its
-// whole row (a LayerNorm's mean over BERT's 768 features: 128 threads, one block, for 132
-// multiprocessors). Such a reduction is split, as split-K splits a GEMM: `name_part` reduces
-// `parts` slices of the flattened reduction axes per output element (a kernel of outputs x
-// parts threads, the tail slice guarded by the combiner's identity), and `name` reduces the
-// slices in order (deterministic: no atomics). Both are stages at root, so kernels of their
-// own (compiler/gpu.h split_gpu_program), the slices a workspace. Each split adds a kernel to
-// the call: at most `budget` splits, within kMaxGpuKernelsPerCall.
 using ir::Expr;
-
-class GpuReductionSplitter : public ir::StageRebuilder {
- public:
-  GpuReductionSplitter(int64_t threads, int budget) : threads_(threads), budget_(budget) {}
-
-  // Slices worth splitting `op` into: enough to give the GPU about `threads_` threads, each
-  // reducing at least 16 elements; 0 when it is not a long reduction with few outputs.
-  int64_t split_parts(const ir::Operation& op) const {
-    if (!op.reduce()) return 0;
-    int64_t outputs = num_elements(op.shape), length = 1;
-    for (const ir::IterVar& r : op.reduce_axes) length *= r.extent;
-    if (length < 64 || outputs == 0 || outputs >= threads_) return 0;
-    return std::min((threads_ + outputs - 1) / outputs, length / 16);
-  }
-
- private:
-  ir::Tensor finish(ir::Tensor rebuilt) override {
-    int64_t parts = split_parts(*rebuilt);
-    if (parts < 2 || budget_ <= 0) return rebuilt;
-    --budget_;
-    return split(rebuilt, parts);
-  }
-
-  static Expr combine(ir::ReduceKind k, Expr source, const std::vector<ir::IterVar>& axes) {
-    if (k == ir::ReduceKind::Max) return ir::max_reduce(std::move(source), axes);
-    if (k == ir::ReduceKind::Prod) return ir::prod_reduce(std::move(source), axes);
-    return ir::sum(std::move(source), axes);
-  }
-
-  static ir::Tensor split(const ir::Tensor& op, int64_t parts) {
-    const ir::Reduce* red = op->reduce();
-    int64_t length = 1;
-    for (const ir::IterVar& r : op->reduce_axes) length *= r.extent;
-    const int64_t slice = (length + parts - 1) / parts;
-    std::vector<int64_t> shape = op->shape;
-    shape.push_back(parts);
-    std::vector<std::string> names;
-    for (const ir::IterVar& a : op->axes) names.push_back(a.name());
-    std::vector<std::string> out_names = names;
-    names.push_back("rpart");
-    ir::IterVar within = ir::reduce_axis(slice, "rslice");
-    ir::Tensor part = ir::compute(op->name + "_part", shape, names, [&](const std::vector<Expr>& ax) {
-      ir::VarMap m;
-      for (size_t i = 0; i < op->axes.size(); ++i) m[op->axes[i].var.get()] = ax[i];
-      Expr flat = ax.back() * slice + within.var;
-      // The tail slice reads the last element (in range) and contributes the identity.
-      Expr rest = slice * parts == length ? flat : ir::min(flat, Expr(length - 1));
-      for (size_t j = op->reduce_axes.size(); j-- > 0;) {
-        const int64_t e = op->reduce_axes[j].extent;
-        m[op->reduce_axes[j].var.get()] = j == 0 ? rest : rest % e;
-        rest = rest / e;
-      }
-      Expr v = ir::substitute(red->source, m);
-      if (slice * parts != length) v = ir::select(flat < Expr(length), v, red->identity());
-      return combine(red->reduce, v, {within});
-    }, {within});
-    ir::IterVar across = ir::reduce_axis(parts, "rpart");
-    return ir::compute(op->name, op->shape, out_names, [&](const std::vector<Expr>& ax) {
-      std::vector<Expr> at = ax;
-      at.push_back(across.var);
-      return combine(red->reduce, ir::read(part, at), {across});
-    }, {across});
-  }
-
-  int64_t threads_;
-  int budget_;
-};
 
 // How many reductions the TE graph of `t` holds (each a kernel of a GPU call).
 int count_reductions(const ir::Tensor& t, std::set<const ir::Operation*>& seen) {
@@ -385,7 +310,7 @@ class ModelBuilder {
       }
       std::vector<ir::Tensor> ts;
       try {
-        ts = node_te(g_, n, in, str("t", k, "_"), &s);
+        ts = node_te(g_, n, in, str("t", k, "_"), &s, target_.is_gpu());
       } catch (const UserError&) {
         return std::nullopt;  // compiled on its own, where the error is reported
       }
@@ -494,7 +419,7 @@ class ModelBuilder {
       const Node& n = *nodes[k];
       std::vector<TeOperand> in;
       for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back(operand(n, i));
-      std::vector<ir::Tensor> ts = node_te(g_, n, in, str("n", k, "_"));
+      std::vector<ir::Tensor> ts = node_te(g_, n, in, str("n", k, "_"), nullptr, target_.is_gpu());
       for (size_t j = 0; j < ts.size() && j < n.outputs.size(); ++j) {
         if (!n.outputs[j].empty())
           env[n.outputs[j]] = TeOperand{g_.value(n.outputs[j]).shape, ts[j], std::nullopt};
@@ -503,20 +428,27 @@ class ModelBuilder {
     ir::Tensor result = env.at(out).tensor;
     TF_CHECK(result && result->kind == ir::Operation::Kind::Compute, "generic kernel of ", out,
              " computes nothing");
+    // GPUs: long reductions with few outputs spread over threads, while the call's kernels
+    // (every reduction, the output, each split into two) stay within the limit.
+    std::optional<GpuReductionSplitter> splitter;
     if (target_.is_gpu()) {
-      // Long reductions with few outputs split across threads, while the call's kernels
-      // (every reduction, the output, each split) stay within the limit.
       std::set<const ir::Operation*> seen;
       int kernels = count_reductions(result, seen) + (result->reduce() ? 0 : 1);
       const GpuArch arch = gpu_arch(target_);
-      GpuReductionSplitter splitter(arch.multiprocessors * arch.threads_per_sm, kMaxGpuKernelsPerCall - kernels);
-      result = splitter.rebuild(result);
+      splitter.emplace(arch.multiprocessors * arch.threads_per_sm, kMaxGpuKernelsPerCall - kernels);
+      result = splitter->rebuild(result);
     }
     ir::Schedule sch(result);
+    auto schedule = [&](ir::Stage& s) {
+      if (const auto* b = splitter ? splitter->block_reduction(s.op().get()) : nullptr)
+        schedule_block_reduction(sch, s, *b);
+      else
+        schedule_stage(s);
+    };
     for (ir::Stage* s : sch.stages()) {
-      if (s->op() == result) continue;
+      if (s->op() == result || (splitter && splitter->is_block_part(s->op().get()))) continue;
       if (s->op()->reduce())
-        schedule_stage(*s);
+        schedule(*s);
       else
         s->compute_inline();
     }
@@ -529,7 +461,7 @@ class ModelBuilder {
       throw UserError(str("node '", nodes.back()->name, "' (", nodes.back()->op, "): ", e.what()));
     }
     for (ir::Stage* s : rooted) schedule_stage(*s);
-    schedule_stage(sch[result]);
+    schedule(sch[result]);
     KernelBuild b;
     b.info.function = function_name(nodes.back()->op);
     b.info.template_name = "generic";

@@ -36,7 +36,7 @@ bool gather_data_input(const Graph& g, const Node& n, size_t k) {
 }
 
 std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
-                            const std::string& prefix, const Shape* elementwise_shape) {
+                            const std::string& prefix, const Shape* elementwise_shape, bool gpu) {
   // The operator's registry entry makes its expressions (graph/ops.h, OpDef::te).
   const OpDef* def = find_op(n.op);
   for (const std::string& o : n.outputs) {
@@ -45,6 +45,7 @@ std::vector<Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeO
   }
   if (!def || !def->te) te::not_implemented(n, n.op);
   OpContext c = context(n, g, g.opset);
+  c.gpu = gpu;
   const Shape& out = elementwise_shape ? *elementwise_shape : g.value(n.outputs[0]).shape;
   return def->te(g, n, c, in, out, prefix + n.op);
 }

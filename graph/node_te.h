@@ -58,9 +58,11 @@ constexpr int64_t kMaxUnrolledIndices = 64;
 // The tensors of `n`'s outputs; `prefix` starts the names of the operations it makes (unique
 // per kernel). `elementwise_shape`, for an elementwise node only, computes the output in
 // another shape of the same row-major elements (its operands given in matching shapes): how a
-// fused tail follows a matmul whose leading dimensions were flattened.
+// fused tail follows a matmul whose leading dimensions were flattened. `gpu`: expressions for
+// a GPU kernel (OpContext::gpu).
 std::vector<ir::Tensor> node_te(const Graph& g, const Node& n, const std::vector<TeOperand>& in,
-                                const std::string& prefix, const Shape* elementwise_shape = nullptr);
+                                const std::string& prefix, const Shape* elementwise_shape = nullptr,
+                                bool gpu = false);
 
 // What compile --model checks of each node's operator and attributes when it builds the node's
 // kernel expression (a Softmax axis, constant Gather indices in range, ...), checked without

@@ -36,6 +36,9 @@ struct OpContext {
   // Per input: its value (type, shape, and data where constant); nullptr for an omitted
   // optional input.
   std::vector<const Value*> inputs;
+  // Expressions for a GPU kernel (node_te): a reduction over a row stays one stage, which the
+  // GPU schedule spreads over threads, instead of a CPU's partial results per vector lane.
+  bool gpu = false;
 
   size_t count() const { return inputs.size(); }
   bool present(size_t k) const { return k < inputs.size() && inputs[k] != nullptr; }

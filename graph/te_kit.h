@@ -66,8 +66,12 @@ struct KeptReduction {
   std::vector<IterVar> rv;
   int64_t count = 1;
 
-  KeptReduction(const TeOperand& x_, std::vector<int64_t> axes_)
-      : x(x_), axes(std::move(axes_)), stat(x_.shape) {
+  // `lanes`: reduce() may keep partial results per vector lane (CPU kernels; not for GPUs:
+  // OpContext::gpu).
+  bool lanes = true;
+
+  KeptReduction(const TeOperand& x_, std::vector<int64_t> axes_, bool lanes_ = true)
+      : x(x_), axes(std::move(axes_)), stat(x_.shape), lanes(lanes_) {
     std::vector<int64_t> extents;
     for (int64_t a : axes) {
       extents.push_back(stat[a]);
@@ -90,14 +94,14 @@ struct KeptReduction {
   // TVM's rfactor: kLanes partial results (lane l reduces elements l, l + kLanes, ...), then
   // those reduced. The generic schedule vectorizes the first stage along its lanes
   // (graph/model_compiler.cc); LLVM would not vectorize the one-stage float reduction, as
-  // that reassociates it.
+  // that reassociates it. Without `lanes`, one stage.
   static constexpr int64_t kLanes = 16;
   using Reducer = Expr (*)(Expr, const std::vector<IterVar>&);
   Tensor reduce(const std::string& name, Reducer by,
                 const std::function<Expr(Expr, const Index&)>& f) const {
     const size_t last = x.shape.size() - 1;
     const int64_t len = x.shape.empty() ? 0 : x.shape[last];
-    if (!x.tensor || axes.size() != 1 || static_cast<size_t>(axes[0]) != last ||
+    if (!lanes || !x.tensor || axes.size() != 1 || static_cast<size_t>(axes[0]) != last ||
         len % kLanes != 0 || len < 2 * kLanes) {
       return ir::compute(
           name, stat, axis_names(stat.size()), [&](const Index& i) { return by(f(src(i), i), rv); },

@@ -77,7 +77,7 @@ std::vector<Tensor> reduce_expr(const Node& n, const OpContext& c, const TeOpera
 // Softmax and LogSoftmax over `dims` (one axis from opset 13, all from the axis before).
 Tensor softmax_expr(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name, bool log) {
   const std::vector<int64_t> axes = softmax_axes(c, static_cast<int64_t>(x.shape.size()));
-  KeptReduction red(x, axes);
+  KeptReduction red(x, axes, !c.gpu);
   auto stat_of = [&](const Index& i) { return red.stat_of(i); };
   Tensor m = red.reduce(name + "_max", ir::max_reduce, [](Expr v, const Index&) { return v; });
   Tensor s = red.reduce(name + "_sum", ir::sum,
@@ -94,7 +94,7 @@ Tensor softmax_expr(const Node& n, const OpContext& c, const TeOperand& x, const
 Tensor hardmax_expr(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name) {
   if (!x.tensor) not_implemented(n, "Hardmax of a one-element constant");
   const std::vector<int64_t> axes = softmax_axes(c, static_cast<int64_t>(x.shape.size()));
-  KeptReduction red(x, axes);
+  KeptReduction red(x, axes, !c.gpu);
   // The key of a position in the row, its reduction variables (or an output index) given.
   auto key = [&](const std::function<Expr(size_t)>& coord) {
     Expr p = int64_t{0};
@@ -152,13 +152,13 @@ Tensor arg_expr(const Node& n, const TeOperand& x, const Shape& out, const std::
 // Normalization over the dimensions from `axis` on (LayerNormalization; InstanceNormalization
 // with axis 2): mean and inverse standard deviation per row, then `affine` of the normalized
 // value. Returns the output, the mean and the inverse standard deviation.
-std::vector<Tensor> normalize_expr(const TeOperand& x, int64_t axis, float eps,
+std::vector<Tensor> normalize_expr(const OpContext& c, const TeOperand& x, int64_t axis, float eps,
                                  const std::function<Expr(Expr, const Index&)>& affine,
                                  const std::string& name) {
   auto rank = static_cast<int64_t>(x.shape.size());
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
-  KeptReduction red(x, axes);
+  KeptReduction red(x, axes, !c.gpu);
   const Shape& stat = red.stat;
   int64_t len = red.count;
   auto stat_of = [&](const Index& i) { return red.stat_of(i); };
@@ -180,13 +180,13 @@ std::vector<Tensor> normalize_expr(const TeOperand& x, int64_t axis, float eps,
   return {out, mean, inv};
 }
 
-std::vector<Tensor> layernorm_expr(const Node& n, const std::vector<TeOperand>& in,
-                                 const std::string& name) {
+std::vector<Tensor> layernorm_expr(const Node& n, const OpContext& c, const std::vector<TeOperand>& in,
+                                   const std::string& name) {
   const TeOperand& x = in[0];
   int64_t axis = normalize_axis(n, n.get_int("axis", -1), static_cast<int64_t>(x.shape.size()));
   const TeOperand& scale = need(n, in, 1);
   std::vector<Tensor> outs = normalize_expr(
-      x, axis, n.get_float("epsilon", 1e-5f),
+      c, x, axis, n.get_float("epsilon", 1e-5f),
       [&](Expr y, const Index& i) {
         y = y * read_broadcast(scale, i);
         return in.size() > 2 && in[2].present() ? y + read_broadcast(in[2], i) : y;
@@ -465,14 +465,14 @@ std::vector<Tensor> hardmax_te(const Graph& g, const Node& n, const OpContext& c
 std::vector<Tensor> layernorm_te(const Graph& g, const Node& n, const OpContext& c, const std::vector<TeOperand>& in, const Shape& out,
                                const std::string& name) {
   need(n, in, 0);
-  return layernorm_expr(n, in, name);
+  return layernorm_expr(n, c, in, name);
 }
 
 std::vector<Tensor> instancenorm_te(const Graph& g, const Node& n, const OpContext& c, const std::vector<TeOperand>& in, const Shape& out,
                                const std::string& name) {
   const TeOperand &x = need(n, in, 0), &scale = need(n, in, 1), &bias = need(n, in, 2);
   return {normalize_expr(
-      x, 2, n.get_float("epsilon", 1e-5f),
+      c, x, 2, n.get_float("epsilon", 1e-5f),
       [&](Expr y, const Index& i) { return y * operand(scale, {i[1]}) + operand(bias, {i[1]}); },
       name)[0]};
 }

@@ -22,6 +22,8 @@
 #include "compiler/driver.h"
 #include "compiler/error.h"
 #include "compiler/gpu.h"
+#include "compiler/gpu_reduction.h"
+#include "compiler/lower.h"
 #include "compiler/ir_printer.h"
 #include "compiler/link.h"
 #include "compiler/schedule_templates.h"
@@ -847,6 +849,95 @@ TEST(GpuErrors, UnknownArchitectures) {
       EXPECT_NE(std::string(e.what()).find(spec), std::string::npos) << e.what();
     }
   }
+}
+
+// GpuReductionSplitter gives a reduction with few outputs over long rows a block per output:
+// the threads' strided partial results in shared memory, combined by the first thread after a
+// barrier. Run with every thread of a block at once (real barriers; shared memory starts as
+// NaN, so a combination before all partial results are in shows), against a plain loop: sums
+// and maxima over one and two axes, with and without a tail, a row that needs the most
+// threads, and a function of the row's values (its source is rebuilt with the element).
+TEST(GpuReduction, BlockPerOutputMatchesAPlainLoop) {
+  const Target t = parse_target("cuda -arch=sm_90");
+  struct Case {
+    std::vector<int64_t> shape;  // outputs, then the reduced axes
+    size_t reduced;
+    bool max;
+    int64_t threads;  // the block's
+  };
+  for (const Case& c : {Case{{3, 200}, 1, false, 16 * 2}, Case{{2, 256}, 1, true, 32}, Case{{4, 3, 70}, 2, false, 16 * 2},
+                        Case{{2, 5000}, 1, true, 128}, Case{{5, 1, 64}, 2, false, 32}}) {
+    ir::Tensor x = ir::placeholder("X", c.shape);
+    const size_t outs = c.shape.size() - c.reduced;
+    std::vector<int64_t> out_shape(c.shape.begin(), c.shape.begin() + static_cast<int64_t>(outs));
+    std::vector<ir::IterVar> rv;
+    std::vector<std::string> names;
+    int64_t length = 1;
+    for (size_t d = outs; d < c.shape.size(); ++d) {
+      rv.push_back(ir::reduce_axis(c.shape[d], str("r", d)));
+      length *= c.shape[d];
+    }
+    for (size_t d = 0; d < outs; ++d) names.push_back(str("i", d));
+    ir::Tensor r = ir::compute("R", out_shape, names, [&](const std::vector<ir::Expr>& i) {
+      std::vector<ir::Expr> at = i;
+      for (const ir::IterVar& v : rv) at.push_back(v.var);
+      ir::Expr v = ir::read(x, at) * ir::f32(2) + ir::f32(1);
+      return c.max ? ir::max_reduce(v, rv) : ir::sum(v, rv);
+    }, rv);
+    GpuReductionSplitter splitter(1 << 20, 0);
+    r = splitter.rebuild(r);
+    const GpuReductionSplitter::BlockReduction* b = splitter.block_reduction(r.get());
+    ASSERT_NE(b, nullptr) << length;
+    EXPECT_EQ(b->threads, c.threads) << length;
+    ir::Schedule sch(r);
+    schedule_block_reduction(sch, sch[r], *b);
+    ir::LoweredFunc f = lower(sch, {x}, "k").func;
+    GpuLaunch l = check_gpu_kernel(f, t);
+    int64_t outputs = 1;
+    for (int64_t d : out_shape) outputs *= d;
+    EXPECT_EQ(l.grid[0], outputs);
+    EXPECT_EQ(l.block[0], b->threads);
+    EXPECT_EQ(l.static_shared_bytes, 4 * b->threads);
+    std::string ptx = codegen_llvm(f, t, CodegenOutput::Asm).data;
+    EXPECT_NE(ptx.find("bar.sync"), std::string::npos);
+    EXPECT_NE(ptx.find("st.shared.f32"), std::string::npos);
+
+    std::vector<std::vector<float>> bufs(2);
+    bufs[0].resize(static_cast<size_t>(outputs * length));
+    fill_random(bufs[0].data(), outputs * length, 5);
+    bufs[1].assign(static_cast<size_t>(outputs), std::nanf(""));
+    ASSERT_EQ(testing::emulate_gpu_kernel(f, l, bufs), 0);
+    for (int64_t o = 0; o < outputs; ++o) {
+      double want = c.max ? -INFINITY : 0.0;
+      for (int64_t k = 0; k < length; ++k) {
+        double v = 2.0 * bufs[0][static_cast<size_t>(o * length + k)] + 1.0;
+        want = c.max ? std::max(want, v) : want + v;
+      }
+      EXPECT_NEAR(bufs[1][static_cast<size_t>(o)], want, 1e-4 * (1 + std::abs(want))) << "output " << o << " of " << length;
+    }
+  }
+}
+
+// Outputs of rank 0 and rows longer than a block's threads take (256 each) are split in two
+// kernels instead; a budget of no extra kernel leaves them as they were.
+TEST(GpuReduction, LongRowsAndScalarsAreSplitWithinTheBudget) {
+  ir::Tensor x = ir::placeholder("X", {2, 40000});
+  ir::IterVar k = ir::reduce_axis(40000, "k");
+  auto rows = [&] {
+    return ir::compute("R", {2}, {"i"}, [&](const std::vector<ir::Expr>& i) { return ir::sum(ir::read(x, {i[0], k.var}), {k}); }, {k});
+  };
+  GpuReductionSplitter one(1 << 20, 1);
+  ir::Tensor split = one.rebuild(rows());
+  EXPECT_EQ(one.block_reduction(split.get()), nullptr);
+  ASSERT_EQ(ir::inputs_of(split).size(), 1u);
+  EXPECT_EQ(ir::inputs_of(split)[0]->name, "R_part");
+  GpuReductionSplitter none(1 << 20, 0);
+  ir::Tensor kept = none.rebuild(rows());
+  EXPECT_EQ(ir::inputs_of(kept)[0]->name, "X");
+  ir::IterVar a = ir::reduce_axis(2, "a"), b = ir::reduce_axis(300, "b");
+  ir::Tensor all = ir::compute("S", {}, {}, [&](const std::vector<ir::Expr>&) { return ir::sum(ir::read(x, {a.var, b.var}), {a, b}); }, {a, b});
+  GpuReductionSplitter scalar(1 << 20, 1);
+  EXPECT_EQ(ir::inputs_of(scalar.rebuild(all))[0]->name, "S_part");
 }
 
 }  // namespace

@@ -104,10 +104,7 @@ Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) 
   return compared(g, bufs, status);
 }
 
-namespace {
-
-// One kernel of a GPU program, blocks one after another, each with its threads at once.
-int emulate_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::vector<std::vector<float>>& bufs) {
+int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::vector<std::vector<float>>& bufs) {
   EmulatedKernel k = emulate_gpu_thread(f);
   std::unique_ptr<KernelLibrary> lib = build_for_host(k.func);
   // One per block, shared by its threads.
@@ -142,8 +139,6 @@ int emulate_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::vecto
   return status;
 }
 
-}  // namespace
-
 Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Target& t, uint64_t seed,
                             int64_t max_blocks) {
   GpuProgram p = split_gpu_program(f);
@@ -158,7 +153,7 @@ Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Ta
       throw std::runtime_error(str("run_gpu_emulated: kernel ", k.name, " has ", blocks, " blocks (at most ",
                                    max_blocks, " here)"));
     }
-    if (int s = emulate_kernel(k, launch, bufs)) status = s;
+    if (int s = emulate_gpu_kernel(k, launch, bufs)) status = s;
   }
   bufs.resize(g.inputs.size() + 1);
   return compared(g, bufs, status);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/gpu.h"
 #include "compiler/ir.h"
 #include "compiler/operators.h"
 #include "compiler/reference.h"
@@ -39,6 +40,10 @@ Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed =
 // `max_blocks` blocks is a std::runtime_error.
 Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Target& t, uint64_t seed = 7,
                             int64_t max_blocks = 64);
+
+// One kernel of a GPU program on the CPU, as run_gpu_emulated runs each: blocks one after
+// another, each with its threads at once; `bufs` are the kernel's arguments. Returns its status.
+int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::vector<std::vector<float>>& bufs);
 
 // A fresh directory for one test's files, removed at exit.
 std::string temp_dir();

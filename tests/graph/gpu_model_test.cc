@@ -476,15 +476,19 @@ TEST_F(GpuModel, BoardsRefuseDamagedModelImages) {
             std::string::npos);
 }
 
-// Reductions with few outputs over long rows (a softmax over 1000 classes, a mean and a max
-// over two axes of 150 elements) are split across threads on GPUs: a kernel of slices per
-// output, then one that combines them in order. Their tails (1000 and 150 are not multiples
-// of the slices) contribute the combiner's identity. Through the library and the fake driver,
-// against the reference.
-TEST_F(GpuModel, LongReductionsAreSplitAcrossThreads) {
+// Reductions with few outputs over long rows are spread over threads on GPUs. A softmax
+// over 1000 classes and a mean and a max over two axes of 150 elements: a block per output
+// (its row), the threads' partial results in shared memory, combined by the first thread:
+// one kernel per reduction. A sum of everything (an output of rank 0) and rows of 40,000:
+// split in two kernels (slices per output, then their combination). The tails (1000, 150,
+// 40,000 and 2,100 are not multiples of the threads or slices) contribute the combiner's
+// identity. Through the library and the fake driver, against the reference.
+TEST_F(GpuModel, LongReductionsAreSpreadOverThreads) {
   ModelBuilder b;
   b.input("x", {4, 1000});
   b.input("z", {2, 3, 50});
+  b.input("w", {3, 700});
+  b.input("long", {2, 40000});
   tf::graph::testing::set_int(b.node("Softmax", {"x"}, {"p"}), "axis", -1);
   onnx::NodeProto* mean = b.node("ReduceMean", {"z"}, {"m"});
   tf::graph::testing::set_ints(mean, "axes", {1, 2});
@@ -492,23 +496,56 @@ TEST_F(GpuModel, LongReductionsAreSplitAcrossThreads) {
   onnx::NodeProto* top = b.node("ReduceMax", {"z"}, {"t"});
   tf::graph::testing::set_ints(top, "axes", {1, 2});
   tf::graph::testing::set_int(top, "keepdims", 0);
+  tf::graph::testing::set_int(b.node("ReduceSum", {"w"}, {"all"}), "keepdims", 0);
+  onnx::NodeProto* rows = b.node("ReduceMean", {"long"}, {"rows"});
+  tf::graph::testing::set_ints(rows, "axes", {1});
+  tf::graph::testing::set_int(rows, "keepdims", 0);
   b.output("p", {4, 1000});
   b.output("m", {2});
   b.output("t", {2});
+  b.output("all", {});
+  b.output("rows", {2});
   Graph g = compile_both(b, "red");
   const json sc = sidecar("red.so");
-  int split = 0;
-  for (const json& k : sc["kernels"]) split += static_cast<int>(k["launch"].value("then", json::array()).size());
-  EXPECT_GE(split, 3) << "the softmax's two reductions, the mean's and the max's are split\n" << sc.dump(1);
-  HostTensor x = random_floats({4, 1000}, 31), z = random_floats({2, 3, 50}, 32);
+  int blocks = 0;
+  for (const json& k : sc["kernels"]) {
+    std::vector<json> launches{k["launch"]};
+    for (const json& then : k["launch"].value("then", json::array())) launches.push_back(then);
+    const std::string node = k["nodes"][0];
+    for (const json& l : launches) {
+      // A block reduction: the threads of a block share their partial results.
+      if (l["static_shared_bytes"].get<int64_t>() > 0) {
+        ++blocks;
+        EXPECT_GE(l["block"][0].get<int64_t>(), 32) << l.dump();
+        EXPECT_EQ(l["static_shared_bytes"].get<int64_t>(), 4 * l["block"][0].get<int64_t>()) << l.dump();
+      }
+    }
+    if (node == "ReduceSum_all" || node == "ReduceMean_rows") {
+      // Split: the first kernel's threads reduce slices of the one or two outputs.
+      const json& first = k["launch"];
+      EXPECT_EQ(first["static_shared_bytes"], 0) << node;
+      EXPECT_GE(first["grid"][0].get<int64_t>() * first["block"][0].get<int64_t>(), 64) << node;
+      EXPECT_TRUE(first.contains("then")) << node;
+    }
+  }
+  EXPECT_EQ(blocks, 4) << "the softmax's two reductions, the mean's and the max's: a block per output\n" << sc.dump(1);
+  HostTensor x = random_floats({4, 1000}, 31), z = random_floats({2, 3, 50}, 32), w = random_floats({3, 700}, 33),
+             lng = random_floats({2, 40000}, 34);
   write_npy(path("x.npy"), x);
   write_npy(path("z.npy"), z);
-  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}, {"z", z}});
-  tf::CommandResult r = tunefarm("red", {"run", "--model", path("red.so"), "--input", "x=" + path("x.npy"), "--input",
-                                         "z=" + path("z.npy"), "--output", "p=" + path("p.npy"), "--output",
-                                         "m=" + path("m.npy"), "--output", "t=" + path("t.npy"), "--warmup-ms", "0"});
+  write_npy(path("w.npy"), w);
+  write_npy(path("long.npy"), lng);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}, {"z", z}, {"w", w}, {"long", lng}});
+  std::vector<std::string> args{"run", "--model", path("red.so"), "--warmup-ms", "0"};
+  for (const char* i : {"x", "z", "w", "long"}) {
+    args.insert(args.end(), {"--input", std::string(i) + "=" + path(std::string(i) + ".npy")});
+  }
+  for (const char* o : {"p", "m", "t", "all", "rows"}) {
+    args.insert(args.end(), {"--output", std::string(o) + "=" + path(std::string(o) + ".npy")});
+  }
+  tf::CommandResult r = tunefarm("red", args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* o : {"p", "m", "t"})
+  for (const char* o : {"p", "m", "t", "all", "rows"})
     EXPECT_EQ(compare(want.at(o), read_npy(path(std::string(o) + ".npy"))), "") << o;
 }
 
