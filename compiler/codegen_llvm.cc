@@ -1061,14 +1061,21 @@ void free_kept_buffers_at_unload(llvm::Module& m, const std::vector<llvm::Global
 }
 
 std::string llvm_ir_key(const LoweredFunc& f, const Target& target) {
-  TF_CHECK(target.is_cpu(), "llvm_ir_key is for CPU targets");
   LoweredFunc named = f;
   named.name = "kernel";
   llvm::LLVMContext ctx;
   llvm::Module m(named.name, ctx);
   m.setTargetTriple(target.triple);
-  CodeGen cg(ctx, m, target);
-  cg.emit(named, nullptr);
+  if (target.is_gpu()) {
+    for (const LoweredFunc& k : split_gpu_program(named).kernels) {
+      GpuLaunch launch = check_gpu_kernel(k, target);
+      CodeGen cg(ctx, m, target);
+      cg.emit(k, &launch);
+    }
+  } else {
+    CodeGen cg(ctx, m, target);
+    cg.emit(named, nullptr);
+  }
   std::string text;
   llvm::raw_string_ostream os(text);
   m.print(os, nullptr);

@@ -57,7 +57,8 @@ CodegenResult codegen_llvm(const std::vector<ir::LoweredFunc>& fs, const Target&
 // The kernel's LLVM IR as code generation first builds it (before optimization), printed
 // under a fixed function name: two kernels of the same key compile to the same code but for
 // their names, so a model's repeated layers are generated once (graph/model_compiler.cc).
-// CPU targets.
+// For a GPU target, every kernel of the function (split_gpu_program) with its launch bounds,
+// named kernel, kernel_step2, ...
 std::string llvm_ir_key(const ir::LoweredFunc& f, const Target& target);
 
 // For other code generators over LLVM (compiler/codegen_runner.h): the target machine of a

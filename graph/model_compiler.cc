@@ -494,8 +494,8 @@ json tensors_json(const Graph& g, const std::vector<std::string>& names) {
 // workspaces in scratch after the arena (one kernel runs at a time, so all calls share it),
 // the host object of tables (codegen_gpu_runner) and the runtime's (runtime/gpu_model), whose
 // paths join `objects`.
-void compile_gpu_library(const std::vector<KernelBuild>& builds, const std::vector<GpuPlan>& plans, const Target& target,
-                         unsigned threads,
+void compile_gpu_library(const std::vector<KernelBuild>& builds, const std::vector<GpuPlan>& plans,
+                         const std::vector<size_t>& code_of, const Target& target, unsigned threads,
                          const std::function<void(const std::function<void(size_t)>&, size_t)>& on_all_cores,
                          RunnerSpec& spec, CompiledModel& cm, const std::string& tmp,
                          std::vector<std::string>& objects) {
@@ -503,19 +503,32 @@ void compile_gpu_library(const std::vector<KernelBuild>& builds, const std::vect
   auto aligned = [](int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
   const int64_t scratch_at = aligned(spec.workspace_bytes);
   int64_t scratch = 0;
-  // (A model of no kernel, its outputs copies of inputs or constants, has no module.)
-  const size_t modules = std::min<size_t>(threads, builds.size());
+  // The kernels whose code is generated (the others launch the same code of an earlier one,
+  // code_of, with their own grids and workspaces), spread over the modules. (A model of no
+  // kernel, its outputs copies of inputs or constants, has no module.)
+  std::vector<size_t> unique;
+  for (size_t k = 0; k < builds.size(); ++k)
+    if (code_of[k] == k) unique.push_back(k);
+  const size_t modules = std::min<size_t>(threads, unique.size());
   GpuRunnerSpec gs;
   gs.platform = target.kind;
   gs.modules.resize(modules);
   std::vector<std::vector<ir::LoweredFunc>> funcs(modules);
+  std::vector<size_t> module_of(builds.size());
+  for (size_t u = 0; u < unique.size(); ++u) {
+    module_of[unique[u]] = u * modules / unique.size();
+    funcs[module_of[unique[u]]].push_back(builds[unique[u]].func);
+  }
   for (size_t k = 0; k < builds.size(); ++k) {
-    size_t module = k * modules / builds.size();
-    funcs[module].push_back(builds[k].func);
+    const GpuPlan& code = plans[code_of[k]];
+    TF_CHECK(code.kernels.size() == plans[k].kernels.size(), "kernel ", builds[k].info.function,
+             " has the code of ", builds[code_of[k]].info.function, " but other launches");
     GpuRunnerCall call;
-    call.module = static_cast<int64_t>(module);
-    for (const GpuKernelLaunch& l : plans[k].kernels)
-      call.kernels.push_back({l.function, l.launch.grid, l.launch.block, l.launch.dynamic_shared_bytes});
+    call.module = static_cast<int64_t>(module_of[code_of[k]]);
+    for (size_t i = 0; i < plans[k].kernels.size(); ++i) {
+      const GpuLaunch& l = plans[k].kernels[i].launch;
+      call.kernels.push_back({code.kernels[i].function, l.grid, l.block, l.dynamic_shared_bytes});
+    }
     int64_t at = scratch_at;
     for (const auto& [name, elements] : plans[k].workspaces) {
       call.workspace_offsets.push_back(at);
@@ -723,21 +736,17 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     worker();
     for (std::thread& t : pool) t.join();
   };
+  // (A GPU library's kernels by their GPU code: the same for the GPU is the same everywhere.)
   std::vector<std::string> keys(builds.size()), errors(builds.size());
-  // (GPU kernels are not deduplicated: each is generated.)
-  if (!gpu_library) {
-    on_all_cores(
-        [&](size_t k) {
-          try {
-            keys[k] = llvm_ir_key(builds[k].func, code_target);
-          } catch (const std::exception& e) {
-            errors[k] = e.what();
-          }
-        },
-        builds.size());
-  } else {
-    for (size_t k = 0; k < builds.size(); ++k) keys[k] = std::to_string(k);
-  }
+  on_all_cores(
+      [&](size_t k) {
+        try {
+          keys[k] = llvm_ir_key(builds[k].func, gpu_library ? target : code_target);
+        } catch (const std::exception& e) {
+          errors[k] = e.what();
+        }
+      },
+      builds.size());
   std::vector<size_t> code_of(builds.size());
   std::map<std::string, size_t> first;
   for (size_t k = 0; k < builds.size(); ++k) {
@@ -787,7 +796,7 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     }
   } cleanup{&objects, tmp + ".so"};
   if (gpu_library) {
-    compile_gpu_library(builds, plans, target, threads, on_all_cores, spec, cm, tmp, objects);
+    compile_gpu_library(builds, plans, code_of, target, threads, on_all_cores, spec, cm, tmp, objects);
     // (ld.lld in a process of its own: the runtime's object is gcc's, see compiler/link.h.)
     link_shared_library(objects, tmp + ".so", code_target, false, false, /*nodelete=*/true, /*in_process=*/false);
     write_file(target_path.string() + ".json", cm.sidecar(model_name).dump(2) + "\n");

@@ -549,6 +549,44 @@ TEST_F(GpuModel, LongReductionsAreSpreadOverThreads) {
     EXPECT_EQ(compare(want.at(o), read_npy(path(std::string(o) + ".npy"))), "") << o;
 }
 
+// Kernels whose GPU code is the same but for their names (two dense layers of one shape, other
+// weights) are generated once: the second launches the first's code with its own arguments
+// (same_code_as in the sidecar, no PTX entry of its own). Through the fake driver against the
+// reference.
+TEST_F(GpuModel, RepeatedLayersShareTheirCode) {
+  ModelBuilder b;
+  b.input("x", {4, 64});
+  initializer(b, "w1", {64, 64}, 51);
+  initializer(b, "b1", {64}, 52);
+  initializer(b, "w2", {64, 64}, 53);
+  initializer(b, "b2", {64}, 54);
+  b.node("MatMul", {"x", "w1"}, {"m1"});
+  b.node("Add", {"m1", "b1"}, {"a1"});
+  b.node("Relu", {"a1"}, {"h1"});
+  b.node("MatMul", {"h1", "w2"}, {"m2"});
+  b.node("Add", {"m2", "b2"}, {"a2"});
+  b.node("Relu", {"a2"}, {"y"});
+  b.output("y", {4, 64});
+  Graph g = compile_both(b, "rep");
+  const json sc = sidecar("rep.so");
+  ASSERT_EQ(sc["kernels"].size(), 2u) << sc.dump(1);
+  const std::string first = sc["kernels"][0]["function"], second = sc["kernels"][1]["function"];
+  EXPECT_EQ(sc["kernels"][1].value("same_code_as", ""), first) << sc.dump(1);
+  std::ifstream f(path("rep.so"), std::ios::binary);
+  tf::GpuModelImage image;
+  ASSERT_EQ(tf::read_gpu_model_image(std::string((std::istreambuf_iterator<char>(f)), {}), image), "");
+  std::string ptx;
+  for (const std::string& m : image.modules) ptx += m;
+  EXPECT_NE(ptx.find(".entry " + first + "("), std::string::npos);
+  EXPECT_EQ(ptx.find(".entry " + second + "("), std::string::npos) << "the repeated layer's code was generated again";
+  HostTensor x = random_floats({4, 64}, 55);
+  write_npy(path("x.npy"), x);
+  tf::CommandResult r = tunefarm("rep", {"run", "--model", path("rep.so"), "--input", path("x.npy"), "--output",
+                                         path("y.npy"), "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(run_reference(g, {{"x", x}}).at("y"), read_npy(path("y.npy"))), "");
+}
+
 // Elementwise kernels give each thread 4 neighbours of the innermost dimension when it is a
 // multiple of 4 and enough threads remain: 128-bit loads and stores in the PTX. Through the
 // fake driver against the reference; every module assembles with ptxas where CUDA is installed.
