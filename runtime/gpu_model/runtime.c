@@ -67,6 +67,7 @@ static char g_error[1024];
 static int g_device = 0;
 static int g_ready = 0;
 static void* g_context;
+static void** g_modules;         /* loaded ones, kept across a failed first call */
 static void** g_functions;       /* per launch */
 static int64_t* g_launch_at;     /* word of each launch in the plan */
 static devptr g_arena, g_constants;
@@ -211,25 +212,28 @@ static int initialize(void) {
   int status = open_driver();
   if (status) return status;
   CHECK(drv.init(0), platform_cuda() ? "cuInit" : "hipInit");
-  if (platform_cuda()) {
+  if (platform_cuda() && !g_context) {
     int dev = 0;
     CHECK(drv.device_get(&dev, g_device), "cuDeviceGet");
     CHECK(drv.primary_ctx_retain(&g_context, dev), "cuDevicePrimaryCtxRetain");
   }
   if ((status = enter_device())) return status;
   int64_t modules = H(TF_GPU_PLAN_MODULES), launches = H(TF_GPU_PLAN_LAUNCHES);
-  void** loaded = calloc((size_t)modules + 1, sizeof(void*));
+  /* Modules stay loaded for the life of the process (the driver keeps them until the context
+     ends): a call after a failed first one loads only those still missing. */
+  if (!g_modules && !(g_modules = calloc((size_t)modules + 1, sizeof(void*)))) return fail(-1, "out of host memory");
   void** functions = calloc((size_t)launches + 1, sizeof(void*));
   int64_t* at = calloc((size_t)launches + 1, sizeof(int64_t));
-  if (!loaded || !functions || !at) {
-    free(loaded), free(functions), free(at);
+  if (!functions || !at) {
+    free(functions), free(at);
     return fail(-1, "out of host memory");
   }
   for (int64_t m = 0; m < modules; ++m) {
     const int64_t* w = P + modules_at() + 2 * m;
-    int r = drv.module_load_data(&loaded[m], tf_gpu_blob + w[0]);
+    int r = g_modules[m] ? 0 : drv.module_load_data(&g_modules[m], tf_gpu_blob + w[0]);
     if (r) {
-      free(loaded), free(functions), free(at);
+      g_modules[m] = NULL;
+      free(functions), free(at);
       return driver_failed(r, platform_cuda() ? "loading the model's PTX (cuModuleLoadData)" : "loading the model's code object (hipModuleLoadData)");
     }
   }
@@ -238,16 +242,15 @@ static int initialize(void) {
     const int64_t* w = P + word;
     at[l] = word;
     const char* name = tf_gpu_blob + w[1];
-    int r = drv.module_get_function(&functions[l], loaded[w[0]], name);
+    int r = drv.module_get_function(&functions[l], g_modules[w[0]], name);
     if (r) {
-      free(loaded), free(functions), free(at);
+      free(functions), free(at);
       driver_failed(r, "finding a kernel");
       return fail(TF_GPU_STATUS_DRIVER_ERROR, "%s:%d: kernel %s is not in the model's code: %s", platform_name(), g_device,
                   name, driver_message(r));
     }
     word += TF_GPU_LAUNCH_FIXED_WORDS + 2 * w[9];
   }
-  free(loaded); /* modules stay loaded for the life of the process */
   devptr arena = 0, constants = 0;
   int r = drv.mem_alloc(&arena, padded((size_t)H(TF_GPU_PLAN_ARENA_BYTES)));
   if (!r) r = drv.mem_alloc(&constants, padded((size_t)H(TF_GPU_PLAN_CONSTANT_BYTES)));
@@ -455,7 +458,8 @@ EXPORT int32_t tf_model_set_device(int32_t ordinal) {
   int status = 0;
   if (ordinal < 0) {
     status = fail(TF_GPU_STATUS_DRIVER_ERROR, "device %d does not exist", ordinal);
-  } else if (g_ready && ordinal != g_device) {
+  } else if ((g_ready || g_context || g_modules) && ordinal != g_device) {
+    /* (After a failed first call too: its context and modules are the device's.) */
     status = fail(TF_GPU_STATUS_DRIVER_ERROR, "the model already runs on %s:%d; choose its device before the first call",
                   platform_name(), g_device);
   } else {

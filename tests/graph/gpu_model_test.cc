@@ -251,6 +251,48 @@ TEST_F(GpuModel, DriverFailuresAreClearErrors) {
   EXPECT_NE(r.output.find("runs on this machine's CPU"), std::string::npos) << r.output;
 }
 
+// A first call that fails (out of device memory) leaves the modules it loaded loaded: the
+// device can no longer change, and the next calls load none again (the one with memory runs).
+// In this process, the fake driver loaded first by its path.
+TEST_F(GpuModel, AFailedFirstCallIsRetriedWithoutReloadingModules) {
+  Graph g = compile_both(conv_net(), "retry");
+  const int64_t modules = sidecar("retry.so")["device_code"]["modules"];
+  HostTensor x = random_floats({1, 3, 16, 16}, 7);
+  HostTensor want = run_reference(g, {{"x", x}}).at("y");
+  ASSERT_NE(dlopen((kFakeCudaDir + "/libcuda.so.1").c_str(), RTLD_NOW | RTLD_GLOBAL), nullptr) << dlerror();
+  setenv("TF_FAKE_CUDA_KERNELS", path("retry.emu.so").c_str(), 1);
+  setenv("TF_FAKE_CUDA_ALIASES", path("retry.aliases").c_str(), 1);
+  setenv("TF_FAKE_CUDA_LOG", path("retry.log").c_str(), 1);
+  setenv("TF_FAKE_CUDA_MEMORY", "1024", 1);
+  ModelLibrary lib(path("retry.so"));
+  std::vector<const HostTensor*> in{&x};
+  std::vector<HostTensor> out;
+  try {
+    lib.run(in, out);
+    ADD_FAILURE() << "ran in 1 KiB of device memory";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << e.what();
+  }
+  void* h = dlopen(path("retry.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto set_device = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(h, "tf_model_set_device"));
+  if (set_device(1) != -3) {
+    ADD_FAILURE() << "moved to device 1 with the modules loaded on device 0";
+    set_device(0);
+  }
+  EXPECT_THROW(lib.run(in, out), std::exception);  // still out of memory
+  unsetenv("TF_FAKE_CUDA_MEMORY");
+  lib.run(in, out);
+  unsetenv("TF_FAKE_CUDA_LOG");
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(compare(want, out[0]), "");
+  std::ifstream log(path("retry.log"));
+  int loads = 0;
+  for (std::string line; std::getline(log, line);) loads += line.rfind("module ", 0) == 0;
+  EXPECT_EQ(loads, modules) << "modules loaded again after the failed call";
+  dlclose(h);
+}
+
 // A matmul with a long reduction, which the default GPU schedule splits (split-K: the partial
 // sums into a workspace, then their sum, two launches of one call), followed by a bias and a
 // GELU; with its input an output as well (a copy after the kernels).
