@@ -485,6 +485,40 @@ TEST(GraphPasses, TransformsConvolutionsToBlockedLayouts) {
   }
 }
 
+// The Winograd alternative of a 3x3 stride-1 convolution is F(4x4) where enough tiles share
+// its transformed weights (or they are small), else F(2x2) where that passes the same rule
+// (ResNet's 256-channel 14x14 layers: 49 tiles of 2x2), else none (512-channel 7x7: 16
+// tiles of 2x2 for 16.8 MB of transformed weights).
+TEST(GraphTasks, WinogradTilesFollowTheWeightsPerTile) {
+  struct Case {
+    int64_t c, hw;
+    const char* tile;  // "" for none
+  };
+  for (const Case& k : {Case{64, 28, "tile=4"}, Case{256, 14, "tile=2"}, Case{512, 7, ""}, Case{16, 7, "tile=4"}}) {
+    GraphBuilder b;
+    std::string x = b.input("x", {1, k.c, k.hw, k.hw});
+    std::map<std::string, Attr> pad1 = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+    std::string y = b.node("Conv", {x, b.weights("w", {k.c, k.c, 3, 3})}, "y", {1, k.c, k.hw, k.hw}, pad1);
+    b.g.outputs = {y};
+    verify(b.g);
+    PassOptions o;
+    o.channel_block = 16;
+    run_passes(b.g, o);
+    TaskList t = extract_tasks(b.g);
+    SCOPED_TRACE(tf::str(k.c, " channels at ", k.hw, "x", k.hw));
+    if (std::string(k.tile).empty()) {
+      ASSERT_EQ(t.tasks.size(), 1u) << t.tasks.back().workload;
+      continue;
+    }
+    ASSERT_EQ(t.tasks.size(), 2u);
+    EXPECT_EQ(t.tasks[1].alternative_to, 0);
+    EXPECT_NE(t.tasks[1].workload.find(std::string("conv2d_winograd_nchwc(") + "N=1,C=" + std::to_string(k.c)),
+              std::string::npos)
+        << t.tasks[1].workload;
+    EXPECT_NE(t.tasks[1].workload.find(std::string(",") + k.tile + ","), std::string::npos) << t.tasks[1].workload;
+  }
+}
+
 // A task and its alternative count once in a model's estimate, at the faster of their known
 // times (or at the task's own for a default build); a task without a time makes it infinite.
 TEST(GraphTasks, AnAlternativeCountsOnceAtTheFaster) {
