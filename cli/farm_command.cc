@@ -260,7 +260,8 @@ int farm_measure(const FarmArgs& a) {
       throw UserError("baseline " + a.baseline + " computes " + bs.workload.canonical() + ", not " +
                       side.workload.canonical() + " as " + a.module + " does");
     }
-    baseline = FarmRunner::Baseline{std::move(base), std::filesystem::path(a.baseline).filename().string(), bs.function};
+    baseline = FarmRunner::Baseline{std::move(base), std::filesystem::path(a.baseline).filename().string(), bs.function,
+                                    bs.meta};
   }
   const MeasureOptions& mo = a.measure;
   MeasureContext ctx(side.graph, mo);
@@ -287,7 +288,7 @@ int farm_measure(const FarmArgs& a) {
   std::string cpu;
   RunResult r = on_a_board(a, client, user, cpu, [&](farm::LeasedBoard& board) {
     return FarmRunner::measure_on(board, ctx, data, name, function, nullptr, launch ? &*launch : nullptr,
-                                  baseline ? &*baseline : nullptr);
+                                  baseline ? &*baseline : nullptr, side.meta);
   }, [&](const RunResult& lost, const std::string& board_target) {
     if (database) database->commit({record(lost, board_target)});
   });

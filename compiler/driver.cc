@@ -92,6 +92,12 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
     m["module"] = k.target.kind == "cuda" ? "ptx" : "hsaco";
     m["launch"] = k.gpu->to_json();
   }
+  // Inputs the kernel takes packed (OpGraph::prepacked): argument index, dimension, block.
+  for (const ir::Schedule::Packing& p : k.packed) {
+    for (size_t i = 0; i < k.graph.inputs.size(); ++i) {
+      if (k.graph.inputs[i]->name == p.input) m["packed"].push_back({{"arg", i}, {"dim", p.dim}, {"block", p.block}});
+    }
+  }
   return m;
 }
 

@@ -21,6 +21,9 @@ struct WorkloadKey {
   const char* name;
   int64_t default_value;  // kRequiredKey when the user must give it
   int64_t min_value;
+  // Left out of the canonical form at its default (a key added later: records made before it
+  // keep their workload strings).
+  bool optional = false;
 };
 constexpr int64_t kRequiredKey = -1;
 

@@ -149,6 +149,7 @@ void build_matmul(OpGraph& g) {
   }, {k});
   add_epilogue(g, "C", {"i", "j"}, 1);
   g.flops = 2 * M * N * K;
+  if (w.get("const_b")) g.prepacked.insert("B");
 }
 
 void build_batch_matmul(OpGraph& g) {
@@ -355,23 +356,6 @@ OpGraph build_op(const Workload& w) {
   TF_CHECK(def, "no builder for operator ", w.op);
   def->build(g);
   return g;
-}
-
-std::vector<float> pack_layout(const std::vector<float>& data, const std::vector<int64_t>& shape, size_t dim,
-                               int64_t block) {
-  // Packed [blocks][other dims...][block]; element (b, rest..., x) is the input at dim = b*block+x.
-  int64_t extent = shape.at(dim), blocks = (extent + block - 1) / block, inner = 1, outer = 1;
-  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
-  for (size_t d = 0; d < dim; ++d) outer *= shape[d];
-  std::vector<float> out(static_cast<size_t>(blocks * outer * inner * block), 0.0f);
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t e = 0; e < extent; ++e)
-      for (int64_t i = 0; i < inner; ++i) {
-        int64_t b = e / block, x = e % block;
-        out[static_cast<size_t>(((b * outer + o) * inner + i) * block + x)] =
-            data[static_cast<size_t>((o * extent + e) * inner + i)];
-      }
-  return out;
 }
 
 }  // namespace tf

@@ -14,6 +14,7 @@
 
 #include "compiler/te.h"
 #include "compiler/workload.h"
+#include "runtime/pack_layout.h"  // pack_layout: what a template reads from a prepacked input
 
 namespace tf {
 
@@ -36,10 +37,5 @@ struct OpGraph {
 };
 
 OpGraph build_op(const Workload& w);
-
-// `data` of `shape` in the blocked layout of Schedule::pack (dimension `dim` split into blocks
-// of `block`, zero-filled past its end): what a template reads from a prepacked input.
-std::vector<float> pack_layout(const std::vector<float>& data, const std::vector<int64_t>& shape, size_t dim,
-                               int64_t block);
 
 }  // namespace tf

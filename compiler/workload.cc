@@ -87,9 +87,21 @@ int64_t Workload::get(const std::string& key) const {
   return 0;
 }
 
+std::vector<std::pair<std::string, int64_t>> Workload::shown_params() const {
+  const OperatorDef* def = find_operator(op);
+  std::vector<std::pair<std::string, int64_t>> shown;
+  for (const auto& [k, v] : params) {
+    bool omitted = false;
+    for (const WorkloadKey& key : def ? def->keys : std::vector<WorkloadKey>{})
+      omitted |= key.name == k && key.optional && key.default_value == v;
+    if (!omitted) shown.emplace_back(k, v);
+  }
+  return shown;
+}
+
 std::string Workload::canonical() const {
   std::string s = op + "(";
-  for (const auto& [k, v] : params) s += k + "=" + std::to_string(v) + ",";
+  for (const auto& [k, v] : shown_params()) s += k + "=" + std::to_string(v) + ",";
   s += std::string("epilogue=") + epilogue_name(epilogue) + ")";
   return s;
 }

@@ -24,6 +24,8 @@ struct Workload {
   Epilogue epilogue = Epilogue::None;
 
   int64_t get(const std::string& key) const;
+  // The parameters the canonical form names: all but optional keys at their defaults.
+  std::vector<std::pair<std::string, int64_t>> shown_params() const;
   std::string canonical() const;
 };
 

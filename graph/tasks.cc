@@ -61,7 +61,8 @@ AnchorWorkload matmul_workload(const Graph& g, const Node& n) {
   if (b.size() == 2) {
     // [..., M, K] x [K, N]: the leading dimensions are more rows.
     for (size_t d = 0; d + 2 < a.size(); ++d) M *= a[d];
-    return {str("matmul(M=", M, ",N=", N, ",K=", K), ""};
+    // Constant weights are packed once when the model is compiled: tuned as it runs them.
+    return {str("matmul(M=", M, ",N=", N, ",K=", K, g.is_constant(n.inputs[1]) ? ",const_b=1" : ""), ""};
   }
   Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
   if (ab != bb)
@@ -81,8 +82,8 @@ AnchorWorkload gemm_workload(const Graph& g, const Node& n) {
   if (bias && (n.get_float("beta", 1) != 1.0f || num_elements(g.value(n.inputs[2]).shape) != N)) {
     return {"", "a C that is not a bias of N values"};
   }
-  // transB: the constant weights are transposed at compile time.
-  return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1]), "", bias};
+  // transB: the constant weights are transposed at compile time (and packed, as above).
+  return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1], g.is_constant(n.inputs[1]) ? ",const_b=1" : ""), "", bias};
 }
 
 // Its operator checked everything a workload needs (graph/layout.h).

@@ -50,6 +50,7 @@
 #include "proto/credentials.h"
 #include "proto/tunefarm.pb.h"
 #include "runtime/kernel_library.h"
+#include "runtime/pack_layout.h"
 #include "runtime/measure_limits.h"
 #include "runtime/model_abi.h"
 #include "runtime/sandbox.h"
@@ -278,14 +279,20 @@ int main(int argc, char** argv) {
     std::vector<std::vector<float>> bufs;
     std::vector<size_t> outputs;
     for (int i = 0; i < req.args_size(); ++i) {
+      const pb::ArgSpec& a = req.args(i);
       int64_t n = 1;
-      for (int64_t d : req.args(i).shape()) n *= d;
+      for (int64_t d : a.shape()) n *= d;
       bufs.emplace_back(static_cast<size_t>(n));
-      if (req.args(i).is_output()) {
+      if (a.is_output()) {
         outputs.push_back(static_cast<size_t>(i));
       } else {
         tf::fill_random(bufs.back().data(), n, req.seed() + static_cast<uint64_t>(i));
       }
+      if (a.pack_block() > 0) {  // checked by the board: an input, pack_dim in range
+        std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+        bufs.back() = tf::pack_layout(bufs.back(), shape, static_cast<size_t>(a.pack_dim()), a.pack_block());
+      }
+      if (bufs.back().size() < static_cast<size_t>(a.min_elements())) bufs.back().resize(static_cast<size_t>(a.min_elements()));
     }
     tf::TimingOptions o{req.number(), req.repeat(), req.min_repeat_ms(), req.flush_cache(), req.cooldown_ms(),
                         req.cut_slower_than_s(), req.min_warmup_ms(), req.rewarm_ms()};

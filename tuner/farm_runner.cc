@@ -240,9 +240,10 @@ void set_board(RunResult& r, farm::LeasedBoard& board) {
 
 RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& data,
                                  const std::string& name, const std::string& function, std::mutex* ctx_mu,
-                                 const pb::GpuLaunch* launch, const Baseline* baseline) {
+                                 const pb::GpuLaunch* launch, const Baseline* baseline, const nlohmann::json& sidecar) {
   pb::MeasureRequest req = ctx.request(function);
   if (launch) *req.mutable_launch() = *launch;
+  set_packed_inputs(req, sidecar, baseline ? baseline->sidecar : nlohmann::json());
   if (baseline) req.set_baseline_function(baseline->function);
   pb::MeasureReply reply = upload_and_measure(board, data, name, baseline, req, "kernel library");
   RunResult r;
@@ -343,7 +344,8 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
       try {
         std::string name = std::filesystem::path(builds[i].so_path).filename().string();
         RunResult r = measure_on(*slot->board, ctx, data, name, ctx.graph().workload.op, &ctx_mu,
-                                 launch ? &*launch : nullptr);
+                                 launch ? &*launch : nullptr, nullptr,
+                                 ctx.graph().prepacked.empty() ? nlohmann::json() : read_sidecar_json(builds[i].so_path));
         r.board_target = slot->target;
         out[i] = std::move(r);
       } catch (const farm::FarmError& e) {

@@ -66,10 +66,13 @@ class FarmRunner : public Runner {
   // "baseline-NAME" when it is the measured library's too.
   struct Baseline {
     std::string data, name, function;
+    nlohmann::json sidecar = nullptr;  // its description (inputs it takes packed)
   };
+  // `sidecar`: the library's description (inputs it takes packed: set_packed_inputs).
   static RunResult measure_on(farm::LeasedBoard& board, MeasureContext& ctx, const std::string& library_data,
                               const std::string& name, const std::string& function, std::mutex* ctx_mu = nullptr,
-                              const tunefarm::v1::GpuLaunch* launch = nullptr, const Baseline* baseline = nullptr);
+                              const tunefarm::v1::GpuLaunch* launch = nullptr, const Baseline* baseline = nullptr,
+                              const nlohmann::json& sidecar = nullptr);
   // A compiled model on one leased board (also `tunefarm farm measure --model`), with a second
   // build of it timed alongside when `baseline` is given (its function unused): refused like
   // measure_on's libraries when built for another architecture; within the board's largest

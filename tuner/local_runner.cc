@@ -40,6 +40,17 @@ RunResult LocalRunner::run_one(MeasureContext& ctx, const std::string& so_path, 
                                const std::string& baseline_so, const std::string& baseline_function) {
   pb::MeasureRequest req = ctx.request(function);
   if (!baseline_so.empty()) req.set_baseline_function(baseline_function);
+  if (!ctx.graph().prepacked.empty()) {
+    // Inputs passed packed (a model's constant weights): as the kernels' descriptions say.
+    try {
+      set_packed_inputs(req, read_sidecar_json(so_path), baseline_so.empty() ? nlohmann::json() : read_sidecar_json(baseline_so));
+    } catch (const std::exception& e) {
+      RunResult r;
+      r.error = pb::LOAD_ERROR;
+      r.error_msg = e.what();
+      return here(std::move(r));
+    }
+  }
   req.set_timeout_s(farm::effective_timeout_s(req, opts_.default_timeout_s, opts_.max_timeout_s));
   return here(ctx.finish(isolated(req, so_path, baseline_so)));
 }

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 
+#include "compiler/error.h"
 #include "compiler/target.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"
 #include "runtime/model_abi.h"
+#include "runtime/pack_layout.h"
 #include "tuner/tuning_records.h"
 
 namespace tf {
@@ -96,6 +100,42 @@ pb::MeasureRequest model_request(double timeout_s, const MeasureOptions* m) {
   req.set_timeout_s(timeout_s);
   req.set_outputs(pb::OUTPUT_DIGEST);
   return req;
+}
+
+void set_packed_inputs(pb::MeasureRequest& req, const nlohmann::json& sidecar, const nlohmann::json& baseline_sidecar) {
+  // The packing each of the two kernels asks of argument k, as (dim, block), block 0 for none.
+  auto packings = [&](const nlohmann::json& side) {
+    std::vector<std::pair<int64_t, int64_t>> p(static_cast<size_t>(req.args_size()), {0, 0});
+    if (!side.is_object() || !side.contains("packed")) return p;
+    for (const nlohmann::json& e : side["packed"]) {
+      int64_t arg = e.value("arg", int64_t{-1}), dim = e.value("dim", int64_t{-1}), block = e.value("block", int64_t{0});
+      if (arg < 0 || arg >= req.args_size() || req.args(static_cast<int>(arg)).is_output() || dim < 0 ||
+          dim >= req.args(static_cast<int>(arg)).shape_size() || block < 1 || block > 4096) {
+        throw UserError(str("kernel description packs argument ", arg, " (dimension ", dim, ", block ", block,
+                            "), which its workload's arguments do not allow"));
+      }
+      p[static_cast<size_t>(arg)] = {dim, block};
+    }
+    return p;
+  };
+  const auto own = packings(sidecar), base = packings(baseline_sidecar);
+  for (int k = 0; k < req.args_size(); ++k) {
+    pb::ArgSpec& a = *req.mutable_args(k);
+    const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+    const auto [dim, block] = own[static_cast<size_t>(k)];
+    if (block > 0) {
+      a.set_pack_dim(dim);
+      a.set_pack_block(block);
+    }
+    if (const auto [bdim, bblock] = base[static_cast<size_t>(k)]; bblock > 0 && (bdim != dim || bblock != block))
+      a.set_min_elements(packed_elements(shape, static_cast<size_t>(bdim), bblock));
+  }
+}
+
+nlohmann::json read_sidecar_json(const std::string& library) {
+  std::ifstream f(library + ".json", std::ios::binary);
+  if (!f) return nullptr;
+  return nlohmann::json::parse(std::string((std::istreambuf_iterator<char>(f)), {}), nullptr, false);
 }
 
 RunResult MeasureContext::finish(const pb::MeasureReply& reply) {

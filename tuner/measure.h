@@ -75,6 +75,17 @@ RunResult result_of(const tunefarm::v1::MeasureReply& reply);
 // it, as runtime/model_abi.h's ModelTimingSettings say (tune --model's comparison).
 tunefarm::v1::MeasureRequest model_request(double timeout_s, const MeasureOptions* o = nullptr);
 
+// The inputs that the kernel described by `sidecar` (compiler/driver.h kernel_metadata's
+// "packed") takes packed, marked so in `req` (ArgSpec pack_dim / pack_block: the board fills
+// them as usual and packs them, as a compiled model passes its constant weights), with room
+// for the packing of a baseline kernel timed on the same arguments (`baseline_sidecar`).
+// Throws UserError on a sidecar whose packing does not fit the request's arguments.
+void set_packed_inputs(tunefarm::v1::MeasureRequest& req, const nlohmann::json& sidecar,
+                       const nlohmann::json& baseline_sidecar = nullptr);
+// The description `<library>.json` of a compiled kernel; null when there is none or it is
+// not JSON.
+nlohmann::json read_sidecar_json(const std::string& library);
+
 // What one workload's measurements share: its graph, the request skeleton, and the reference
 // output on the seeded inputs (computed on first use).
 class MeasureContext {

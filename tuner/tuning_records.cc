@@ -14,7 +14,7 @@ namespace tf {
 
 nlohmann::json workload_params(const Workload& w) {
   nlohmann::json p = nlohmann::json::object();
-  for (const auto& [k, v] : w.params) p[k] = v;
+  for (const auto& [k, v] : w.shown_params()) p[k] = v;
   return p;
 }
 

@@ -1,6 +1,8 @@
 // Workload specs: parsing, defaults, the canonical form, and every error path.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "compiler/error.h"
 #include "compiler/operator_table.h"
 #include "compiler/operators.h"
@@ -44,6 +46,23 @@ TEST(Workload, CanonicalFormIsUniqueAndReparses) {
   EXPECT_EQ(a.canonical(), "matmul(M=97,N=131,K=67,epilogue=none)");
   EXPECT_EQ(a.canonical(), b.canonical());
   EXPECT_EQ(parse_workload(a.canonical()).canonical(), a.canonical());
+}
+
+// const_b (B a constant the caller passes packed) is named only when set, so workload strings
+// made before it existed stay the same; the kernel then takes B packed.
+TEST(Workload, ConstantWeightsAreNamedOnlyWhenSet) {
+  EXPECT_EQ(parse_workload("matmul(M=4,N=8,K=16,const_b=0)").canonical(), "matmul(M=4,N=8,K=16,epilogue=none)");
+  Workload c = parse_workload("matmul(M=4,N=8,K=16,const_b=1,epilogue=relu)");
+  EXPECT_EQ(c.canonical(), "matmul(M=4,N=8,K=16,const_b=1,epilogue=relu)");
+  EXPECT_EQ(parse_workload(c.canonical()).canonical(), c.canonical());
+  EXPECT_EQ(build_op(c).prepacked, std::set<std::string>{"B"});
+  EXPECT_TRUE(build_op(parse_workload("matmul(M=4,N=8,K=16)")).prepacked.empty());
+  try {
+    parse_workload("matmul(M=4,N=8,K=16,const_b=2)");
+    ADD_FAILURE() << "const_b=2 accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("const_b=2 is not 0 or 1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Workload, ShapesAndFlops) {

@@ -436,6 +436,23 @@ TEST_F(Farm, MalformedRequestsAreRejected) {
   r = request("scale");
   r.set_function("rm -rf");
   expect_invalid(r, "is not a C identifier");
+  // Packed inputs (ArgSpec pack_dim / pack_block / min_elements) are bounded.
+  r = request("scale");
+  r.mutable_args(0)->set_pack_block(5000);
+  expect_invalid(r, "pack_block 5000 is not in [1, 4096]");
+  r = request("scale");
+  r.mutable_args(0)->set_pack_block(4);
+  r.mutable_args(0)->set_pack_dim(7);
+  expect_invalid(r, "pack_dim 7 is not a dimension of a rank-");
+  r = request("scale");
+  r.mutable_args(r.args_size() - 1)->set_pack_block(4);
+  expect_invalid(r, "an output cannot be packed");
+  r = request("scale");
+  r.mutable_args(0)->set_min_elements(int64_t{1} << 40);
+  expect_invalid(r, "min_elements 1099511627776 is out of range");
+  r = request("scale");
+  r.mutable_args(0)->set_min_elements(int64_t{1} << 32);
+  expect_invalid(r, "over the memory limit");
   r = request("scale");
   r.set_timeout_s(1e9);
   expect_invalid(r, "timeout_s");

@@ -152,7 +152,7 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
       "conv2d_nchw(N=1,C=4,H=6,W=6,K=4,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias_relu)");
   EXPECT_EQ(t.tasks[1].workload,
             "conv2d_nchw(N=1,C=4,H=6,W=6,K=4,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias)");
-  EXPECT_EQ(t.tasks[2].workload, "matmul(M=6,N=5,K=24,epilogue=none)");
+  EXPECT_EQ(t.tasks[2].workload, "matmul(M=6,N=5,K=24,const_b=1,epilogue=none)");
 }
 
 TEST(GraphPasses, LevelsAndDisabledPasses) {

@@ -164,8 +164,8 @@ TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
     if (e["event"] == "done") done = e;
   }
   ASSERT_EQ(start["tasks"].size(), 2u) << r.out;
-  EXPECT_EQ(start["tasks"][0]["workload"], "matmul(M=4,N=8,K=16,epilogue=relu)");
-  EXPECT_EQ(start["tasks"][1]["workload"], "matmul(M=4,N=8,K=8,epilogue=relu)");
+  EXPECT_EQ(start["tasks"][0]["workload"], "matmul(M=4,N=8,K=16,const_b=1,epilogue=relu)");
+  EXPECT_EQ(start["tasks"][1]["workload"], "matmul(M=4,N=8,K=8,const_b=1,epilogue=relu)");
   EXPECT_EQ(start["tasks"][1]["weight"], 2);
   EXPECT_GT(progress, 0);
   ASSERT_EQ(done["tasks"].size(), 2u) << r.out;
@@ -246,8 +246,8 @@ TEST(TuneModel, SiblingTasksTryEachOthersBest) {
   json start = last_event(first.out, "start");
   ASSERT_EQ(start["tasks"].size(), 2u) << first.out;
   const std::string relu = start["tasks"][0]["workload"], none = start["tasks"][1]["workload"];
-  EXPECT_EQ(relu, "matmul(M=16,N=32,K=32,epilogue=relu)");
-  EXPECT_EQ(none, "matmul(M=16,N=32,K=32,epilogue=none)");
+  EXPECT_EQ(relu, "matmul(M=16,N=32,K=32,const_b=1,epilogue=relu)");
+  EXPECT_EQ(none, "matmul(M=16,N=32,K=32,const_b=1,epilogue=none)");
   std::vector<json> of_none = configs_of(db, none);
   json x;
   for (const json& c : configs_of(db, relu)) {
@@ -297,7 +297,7 @@ TEST(TuneModel, SubmitsAModelToTheService) {
   EXPECT_EQ(job["state"], "done") << job.dump();
   EXPECT_EQ(job["model"], model) << job.dump();
   ASSERT_EQ(job["tasks"].size(), 2u) << job.dump();
-  EXPECT_EQ(job["tasks"][0]["workload"], "matmul(M=4,N=8,K=16,epilogue=relu)");
+  EXPECT_EQ(job["tasks"][0]["workload"], "matmul(M=4,N=8,K=16,const_b=1,epilogue=relu)");
   EXPECT_EQ(job["tasks"][1]["weight"], 2) << job.dump();
   EXPECT_NE(r.out.find("model     "), std::string::npos) << r.out;
   const json& m = job["model_timing"];

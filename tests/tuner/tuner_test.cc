@@ -396,6 +396,48 @@ TEST(LocalRunner, TimesABaselineAlongsideAndChecksOnlyTheKernel) {
   EXPECT_NE(nofn.error_msg.find("no_such_kernel"), std::string::npos) << nofn.error_msg;
 }
 
+// A matmul whose B is a constant of the caller (const_b=1, as a model's weights) takes B
+// packed: the board fills B as usual and packs it as the kernel's description says, so the
+// kernel is timed without packing it and checked against the same reference. N = 20 leaves a
+// partial block (zeros past the end); a baseline packing B in other blocks reads its own
+// layout of the same (large enough) buffer.
+TEST(LocalRunner, ConstantWeightsArePassedPacked) {
+  LocalBuilder b = builder();
+  LocalRunner r = runner();
+  Workload w = parse_workload("matmul(M=24,N=20,K=12,const_b=1)");
+  MeasureContext ctx = quick_context(w);
+  std::vector<BuildResult> builds =
+      b.build(w, host_target(), {{{"pack_b", true}, {"tile_n", 16}}, {{"pack_b", true}, {"tile_n", 32}}, {{"pack_b", false}}});
+  std::vector<json> packed;
+  for (const BuildResult& k : builds) {
+    ASSERT_TRUE(k.ok()) << k.error_msg;
+    packed.push_back(read_sidecar_json(k.so_path).value("packed", json::array()));
+  }
+  ASSERT_EQ(packed[0].size(), 1u) << packed[0].dump();
+  EXPECT_EQ(packed[0][0]["arg"], 1);
+  EXPECT_EQ(packed[0][0]["block"], 16);
+  EXPECT_TRUE(packed[2].empty()) << "pack_b=false reads B as it is";
+  std::vector<RunResult> res = r.run(ctx, builds);
+  for (const RunResult& x : res) {
+    EXPECT_TRUE(x.ok()) << x.error_msg;
+    EXPECT_EQ(x.correctness, "ok");
+  }
+  // Another packing as the baseline: the argument has room for both.
+  std::string kept = temp_dir() + "/packed16.so";
+  std::filesystem::copy_file(builds[0].so_path, kept, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(builds[0].so_path + ".json", kept + ".json", std::filesystem::copy_options::overwrite_existing);
+  RunResult both = r.run_one(ctx, kept, "matmul", builds[1].so_path, "matmul");
+  EXPECT_TRUE(both.ok()) << both.error_msg;
+  EXPECT_EQ(both.correctness, "ok");
+  tunefarm::v1::MeasureRequest req = ctx.request("matmul");
+  set_packed_inputs(req, read_sidecar_json(kept), read_sidecar_json(builds[1].so_path));
+  EXPECT_EQ(req.args(1).pack_block(), 16);
+  EXPECT_EQ(req.args(1).min_elements(), 12 * 32);
+  // A description that packs an output, or a dimension B does not have, is refused.
+  EXPECT_THROW(set_packed_inputs(req, json{{"packed", {{{"arg", 2}, {"dim", 0}, {"block", 4}}}}}), UserError);
+  EXPECT_THROW(set_packed_inputs(req, json{{"packed", {{{"arg", 1}, {"dim", 2}, {"block", 4}}}}}), UserError);
+}
+
 // ---- The tuning loop -------------------------------------------------------------------
 
 // A builder that hands one candidate a kernel that crashes at run time.
