@@ -1554,6 +1554,16 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
     } catch (const FarmError& e) {
       EXPECT_NE(std::string(e.what()).find("baseline kernel is not implemented on GPU boards"), std::string::npos) << e.what();
     }
+    // Packed inputs (a CPU model's constant weights) are for CPU kernels.
+    r = request("matmul");
+    r.mutable_args(0)->set_pack_block(4);
+    try {
+      b->measure(r, module);
+      ADD_FAILURE() << "a GPU board took a packed input";
+    } catch (const FarmError& e) {
+      EXPECT_NE(std::string(e.what()).find("packed inputs are for CPU kernels; this board runs cuda:0"), std::string::npos)
+          << e.what();
+    }
     // A kernel's module measured as a compiled model: the runner finds no model in it.
     pb::MeasureRequest m;
     m.set_model(true);
