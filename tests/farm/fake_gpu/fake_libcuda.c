@@ -81,11 +81,14 @@ CUresult cuModuleLoadData(void** m, const void* image) {
   return 0;
 }
 
-// A function: its name, and how many parameters its .entry takes.
-typedef struct {
+// A function: its name, and how many parameters its .entry takes. Kept on a global list, as
+// a driver's functions live as long as their module (a caller may look one up again).
+typedef struct Function {
+  struct Function* next;
   char name[256];
   int params;
 } Function;
+struct Function* tf_fake_cuda_functions;
 
 CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
   char want[300];
@@ -93,6 +96,9 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
   const char* at = strstr((const char*)m, want);
   if (!at) return 500;  // CUDA_ERROR_NOT_FOUND
   Function* fn = calloc(1, sizeof(Function));
+  if (!fn) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+  fn->next = tf_fake_cuda_functions;
+  tf_fake_cuda_functions = fn;
   snprintf(fn->name, sizeof fn->name, "%s", name);
   const char* end = strchr(at, ')');
   for (const char* p = at; end && (p = strstr(p, ".param")) && p < end; p += 6) ++fn->params;
