@@ -470,6 +470,7 @@ int run_tune_model(const TuneArgs& a) {
                                                o.measure);
     k.loop = std::make_unique<TuneLoop>(*k.space, *k.search.strategy, builder, *session.runner, database.get(), o,
                                         std::vector<MeasureCallback*>{k.commit.get()}, &g_stop);
+    hist[i].resumed = k.loop->state().known > 0;
   }
   // Tasks that differ only in the epilogue (a conv with and without its Relu): a new best of
   // one is measured on the others next (TuneLoop::seed), as a strong start.

@@ -28,8 +28,11 @@ int pick_task(const std::vector<TaskHistory>& tasks, std::mt19937_64& rng, const
     if (!tasks[i].over) live.push_back(static_cast<int>(i));
   }
   if (live.empty()) return -1;
-  for (int i : live) {
-    if (tasks[i].trials.empty()) return i;  // warm-up: a round each first
+  // Warm-up: a round each first, workloads that know nothing yet before resumed ones.
+  for (bool resumed : {false, true}) {
+    for (int i : live) {
+      if (tasks[i].trials.empty() && tasks[i].resumed == resumed) return i;
+    }
   }
   if (std::uniform_real_distribution<double>(0, 1)(rng) < o.epsilon) {
     return live[std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng)];

@@ -1,7 +1,8 @@
 // The task scheduler: how several workloads share one trial budget, Ansor's gradient
 // scheduler (docs/service.md says how it decides). The service's jobs and `tune --model` use it.
 //
-// pick_task gives a round to every workload first, then the next batch to the workload whose
+// pick_task gives a round to every workload first (those without earlier results first), then
+// the next batch to the workload whose
 // improvement is expected to reduce sum(weight x best time) the most, with a small share of
 // random picks; workloads whose search ended are never picked.
 #pragma once
@@ -19,6 +20,9 @@ struct TaskHistory {
   std::vector<int> trials;      // cumulative, one per round
   std::vector<double> best_s;   // one per round
   bool over = false;            // its search ended (exhausted, early stop): never picked
+  // It starts from results of earlier runs (tune --model's resume): its first round comes
+  // after those of workloads that have none.
+  bool resumed = false;
 };
 
 struct SchedulerOptions {

@@ -167,6 +167,13 @@ TEST(Scheduler, EveryWorkloadGetsARoundFirst) {
   EXPECT_EQ(pick_task(ts, rng), 1);
   ts[1] = history(1, {8}, {1e-3});
   EXPECT_EQ(pick_task(ts, rng), 2);
+  // Workloads that start from earlier runs' results (a resumed tune --model) get their round
+  // after those that know nothing (a task new to the model's database).
+  ts = {history(1, {}, {}), history(1, {}, {}), history(1, {}, {})};
+  ts[0].resumed = ts[1].resumed = true;
+  EXPECT_EQ(pick_task(ts, rng), 2);
+  ts[2] = history(1, {8}, {1e-3});
+  EXPECT_EQ(pick_task(ts, rng), 0);
 }
 
 TEST(Scheduler, PrefersTheWorkloadWhoseImprovementCountsMost) {
