@@ -326,12 +326,15 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
         queue.pop_front();
       }
       std::string data = read_all(builds[i].so_path);
-      // A GPU kernel needs its launch, from the sidecar; without one it cannot run (a result,
-      // not an exception: this is a worker thread).
+      // The sidecar, read once where it is needed: a GPU kernel's launch (without one it cannot
+      // run), inputs passed packed. A sidecar it cannot use is a result, not an exception: this
+      // is a worker thread.
+      const bool gpu = kernel_arch == "cuda" || kernel_arch == "rocm";
+      const nlohmann::json side = gpu || !ctx.graph().prepacked.empty() ? read_sidecar_json(builds[i].so_path) : nullptr;
       std::optional<pb::GpuLaunch> launch;
-      if (kernel_arch == "cuda" || kernel_arch == "rocm") {
+      if (gpu) {
         try {
-          launch = launch_from_sidecar(nlohmann::json::parse(read_all(builds[i].so_path + ".json"), nullptr, false));
+          launch = launch_from_sidecar(side);
         } catch (const UserError& e) {
           out[i].error_msg = e.what();
         }
@@ -344,10 +347,12 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
       try {
         std::string name = std::filesystem::path(builds[i].so_path).filename().string();
         RunResult r = measure_on(*slot->board, ctx, data, name, ctx.graph().workload.op, &ctx_mu,
-                                 launch ? &*launch : nullptr, nullptr,
-                                 ctx.graph().prepacked.empty() ? nlohmann::json() : read_sidecar_json(builds[i].so_path));
+                                 launch ? &*launch : nullptr, nullptr, side);
         r.board_target = slot->target;
         out[i] = std::move(r);
+      } catch (const UserError& e) {
+        out[i].error = pb::LOAD_ERROR;
+        out[i].error_msg = e.what();
       } catch (const farm::FarmError& e) {
         if (!e.board_lost()) {
           std::lock_guard<std::mutex> l(qmu);

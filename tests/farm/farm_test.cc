@@ -717,6 +717,55 @@ TEST_F(Farm, RealKernelThroughTheCommandLine) {
   EXPECT_NE(read_file(dir + "/missing.out").find("baseline library"), std::string::npos) << read_file(dir + "/missing.out");
 }
 
+// A matmul of constant weights (const_b=1) takes B packed: on a farm board too, the tuner's
+// runner and `farm measure` (with a baseline packing it in other blocks) pass the packing of
+// each library's description, the board packs the seeded B, and the output checks. A
+// description that packs an argument the workload does not allow is that candidate's
+// LOAD_ERROR (the runner's worker thread goes on), and farm measure's exit 2.
+TEST_F(Farm, ConstantWeightsArePassedPackedToBoards) {
+  std::string dir = temp_dir(), a = dir + "/packed16.so", b = dir + "/packed32.so";
+  const std::string w = "'matmul(M=24,N=20,K=12,const_b=1)'";
+  for (const auto& [so, tile] : {std::pair{a, 16}, std::pair{b, 32}}) {
+    ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w " + w + " -o " + so +
+                           " --no-db --config '{\"pack_b\":true,\"tile_n\":" + std::to_string(tile) + "}' 2>/dev/null")
+                              .c_str()),
+              0);
+  }
+  FarmRunnerOptions fo;
+  fo.farm = endpoint();
+  fo.key = "cpu";
+  fo.wait_ms = 5000;
+  FarmRunner runner(fo);
+  MeasureContext ctx(build_op(parse_workload("matmul(M=24,N=20,K=12,const_b=1)")), MeasureOptions{});
+  BuildResult good;
+  good.so_path = a;
+  std::vector<RunResult> results = runner.run(ctx, {good});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].ok()) << results[0].error_msg;
+  EXPECT_EQ(results[0].correctness, "ok");
+  std::string measure = std::string(TF_TUNEFARM) + " farm measure --tracker " + endpoint().tracker + " --token-file " +
+                        token_file() + " --key cpu --no-db --json --repeat 2 --min-repeat-ms 1 --module " + a +
+                        " --baseline " + b + " > " + dir + "/out.txt 2>&1";
+  ASSERT_EQ(std::system(measure.c_str()), 0) << read_file(dir + "/out.txt");
+  EXPECT_EQ(nlohmann::json::parse(read_file(dir + "/out.txt"))["check"], "ok");
+
+  nlohmann::json side = nlohmann::json::parse(read_file(b + ".json"));
+  side["packed"][0]["arg"] = 2;  // the output
+  std::ofstream(b + ".json") << side.dump();
+  BuildResult bad;
+  bad.so_path = b;
+  results = runner.run(ctx, {bad, good});
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].error, pb::LOAD_ERROR);
+  EXPECT_NE(results[0].error_msg.find("kernel description packs argument 2"), std::string::npos) << results[0].error_msg;
+  EXPECT_TRUE(results[1].ok()) << results[1].error_msg;
+  measure = std::string(TF_TUNEFARM) + " farm measure --tracker " + endpoint().tracker + " --token-file " + token_file() +
+            " --key cpu --no-db --module " + b + " > " + dir + "/bad.txt 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(measure.c_str())), 2) << read_file(dir + "/bad.txt");
+  EXPECT_NE(read_file(dir + "/bad.txt").find("kernel description packs argument 2"), std::string::npos)
+      << read_file(dir + "/bad.txt");
+}
+
 TEST(FarmFailures, BoardKilledMidMeasurement) {
   auto tracker = start_tracker(0);
   int port = tracker->port();
