@@ -103,7 +103,6 @@ const GpuReductionSplitter::BlockReduction* GpuReductionSplitter::block_reductio
 ir::Tensor GpuReductionSplitter::finish(ir::Tensor rebuilt) {
   if (!rebuilt->reduce()) return rebuilt;
   const int64_t length = reduction_length(*rebuilt), outputs = elements(rebuilt->shape);
-
   if (length < 64 || outputs == 0 || outputs >= threads_) return rebuilt;
   if (!rebuilt->shape.empty() && length <= kMaxBlockThreads * kMaxPerThread) {
     int64_t threads = kMinBlockThreads;

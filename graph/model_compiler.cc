@@ -19,7 +19,6 @@
 #include "compiler/error.h"
 #include "compiler/inline_budget.h"
 #include "compiler/ir_mutator.h"
-#include "compiler/te_rebuild.h"
 #include "compiler/link.h"
 #include "compiler/lower.h"
 #include "compiler/operators.h"
@@ -119,8 +118,6 @@ void schedule_loops_gpu(ir::Stage& s) {
   s.bind(block, "blockIdx.x");
   s.bind(thread, "threadIdx.x");
 }
-
-using ir::Expr;
 
 // How many reductions the TE graph of `t` holds (each a kernel of a GPU call).
 int count_reductions(const ir::Tensor& t, std::set<const ir::Operation*>& seen) {

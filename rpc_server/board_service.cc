@@ -14,6 +14,7 @@
 #include "runtime/gpu_runtime.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"
+#include "runtime/pack_layout.h"
 #include "proto/credentials.h"
 #include "runtime/isolated_runner.h"
 
@@ -343,12 +344,14 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
     if (a.pack_block() != 0 || a.pack_dim() != 0) {
       if (a.is_output()) return invalid("an output cannot be packed (pack_block " + std::to_string(a.pack_block()) + ")");
       if (!options_.gpu_device.empty()) return invalid("packed inputs are for CPU kernels; this board runs " + options_.gpu_device);
-      if (a.pack_block() < 1 || a.pack_block() > 4096) return invalid("pack_block " + std::to_string(a.pack_block()) + " is not in [1, 4096]");
+      if (a.pack_block() < 1 || a.pack_block() > kMaxPackBlock) {
+        return invalid("pack_block " + std::to_string(a.pack_block()) + " is not in [1, " + std::to_string(kMaxPackBlock) + "]");
+      }
       if (a.pack_dim() < 0 || a.pack_dim() >= a.shape_size()) {
         return invalid("pack_dim " + std::to_string(a.pack_dim()) + " is not a dimension of a rank-" + std::to_string(a.shape_size()) + " argument");
       }
-      // Past its end, the packed dimension grows by less than a block.
-      n = n / a.shape(static_cast<int>(a.pack_dim())) * ((a.shape(static_cast<int>(a.pack_dim())) + a.pack_block() - 1) / a.pack_block() * a.pack_block());
+      // (Past its end, the packed dimension grows by less than a block: no overflow.)
+      n = packed_elements({a.shape().begin(), a.shape().end()}, static_cast<size_t>(a.pack_dim()), a.pack_block());
     }
     if (a.min_elements() < 0 || a.min_elements() > (int64_t{1} << 34)) return invalid("min_elements " + std::to_string(a.min_elements()) + " is out of range");
     if (a.min_elements() > 0 && a.is_output()) return invalid("min_elements is for inputs");

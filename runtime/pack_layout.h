@@ -16,4 +16,7 @@ std::vector<float> pack_layout(const std::vector<float>& data, const std::vector
 // How many elements pack_layout gives.
 int64_t packed_elements(const std::vector<int64_t>& shape, size_t dim, int64_t block);
 
+// The largest block a measurement may ask a board to pack an input in (proto ArgSpec).
+constexpr int64_t kMaxPackBlock = 4096;
+
 }  // namespace tf

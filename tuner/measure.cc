@@ -110,7 +110,7 @@ void set_packed_inputs(pb::MeasureRequest& req, const nlohmann::json& sidecar, c
     for (const nlohmann::json& e : side["packed"]) {
       int64_t arg = e.value("arg", int64_t{-1}), dim = e.value("dim", int64_t{-1}), block = e.value("block", int64_t{0});
       if (arg < 0 || arg >= req.args_size() || req.args(static_cast<int>(arg)).is_output() || dim < 0 ||
-          dim >= req.args(static_cast<int>(arg)).shape_size() || block < 1 || block > 4096) {
+          dim >= req.args(static_cast<int>(arg)).shape_size() || block < 1 || block > kMaxPackBlock) {
         throw UserError(str("kernel description packs argument ", arg, " (dimension ", dim, ", block ", block,
                             "), which its workload's arguments do not allow"));
       }
