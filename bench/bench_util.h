@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,11 +24,21 @@ int guarded_main(const char* name, F&& body) {
   }
 }
 
-// "1,2,4" -> {1, 2, 4}.
+// "1,2,4" -> {1, 2, 4}; anything else is an error naming the item.
 inline std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size()) throw std::invalid_argument("'" + item + "' in '" + s + "' is not an integer");
+    out.push_back(v);
+  }
   return out;
 }
 

@@ -20,12 +20,21 @@ AVX-512, Haswell with AVX2, overridable). Our kernels run on the library's own p
 teams libgomp's omp_get_max_threads() sizes, so torch.set_num_threads sizes them too (the
 same libgomp).
 
+The ceiling: before each model's rounds at a thread count, bench_fma_peak (built beside
+TUNEFARM, in build/bench; --peak names another) measures the fp32 FMA peak of that many threads
+at once, and a second line of the row holds the model's arithmetic against it: its tasks' FLOPs
+(`tunefarm import --json`, each task times its count), the GFLOPS each build reached, their
+share of the peak, and the time the model would take if all of it ran at the peak. ours/tuned
+cannot exceed ours' time over that ("at most"), unless a task has an alternative doing fewer
+FLOPs (Winograd: the row says so and its GFLOPS are effective, counted as the direct form's).
+
 Usage: model_bench.py TUNEFARM [--models resnet18,mobilenet_v2,bert2,mlp] [--threads 1,2]
                       [--calls 10] [--rounds 3] [--warmup-ms 50] [--db PATH] [--ort DIR | --no-ort]
-                      [--without PASS] [--json FILE]
+                      [--without PASS] [--peak PATH | --no-peak] [--json FILE]
 Prints one row per model and thread count: ms per inference and the ratios ort/ours (above
 1: tunefarm is faster than ONNX Runtime), ort/tuned and ours/tuned with --db, eager/ours and
-ours/optimized; then the geometric mean of ort/ours (and ort/tuned) over the rows.
+ours/optimized, then the line of the ceiling; then the geometric mean of ort/ours (and
+ort/tuned, ours/tuned) over the rows.
 --without PASS also compiles each model with that graph pass disabled and times it in the same
 rounds ("without"), to measure what the pass is worth.
 """
@@ -141,6 +150,21 @@ def timed(f, calls, warmup_s):
     return out
 
 
+def fma_peak(path, threads):
+    """GFLOPS of `threads` threads' fp32 multiply-adds at once, from bench_fma_peak."""
+    out = subprocess.run([path, "--json", "--threads", str(threads)], check=True, capture_output=True,
+                         text=True).stdout
+    return float(json.loads(out.splitlines()[-1])["gflops"])
+
+
+def model_flops(tunefarm, path):
+    """(FLOPs per call of the model's tunable tasks, whether a task has a fewer-FLOP alternative)."""
+    out = subprocess.run([tunefarm, "import", path, "--json"], check=True, capture_output=True, text=True).stdout
+    tasks = json.loads(out)["tasks"]
+    flops = sum(t["count"] * t["flops"] for t in tasks if t["alternative_to"] < 0)
+    return flops, any(t["alternative_to"] >= 0 for t in tasks)
+
+
 def geomean(v):
     return float(np.exp(np.mean(np.log(v)))) if v else float("nan")
 
@@ -168,9 +192,20 @@ def main():
                    help="folder holding node_modules/onnxruntime-node (default: bench/ort)")
     p.add_argument("--no-ort", action="store_true", help="do not time ONNX Runtime")
     p.add_argument("--without", help="also time each model compiled with this graph pass disabled")
+    p.add_argument("--peak", help="bench_fma_peak to measure the FMA peak with (default: beside TUNEFARM, "
+                                  "../bench/bench_fma_peak)")
+    p.add_argument("--no-peak", action="store_true", help="do not measure the FMA peak")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
+    peak_path = None
+    if not a.no_peak:
+        peak_path = a.peak or os.path.join(os.path.dirname(os.path.abspath(a.tunefarm)), "..", "bench",
+                                           "bench_fma_peak")
+        if not os.access(peak_path, os.X_OK):
+            print(f"the FMA peak is not measured: no bench_fma_peak at {peak_path} (build it, or pass --peak)",
+                  file=sys.stderr)
+            peak_path = None
     folder = None if a.no_ort else ort_folder(a.ort)
     peer = OrtPeer(folder) if folder else None
     rows = []
@@ -186,6 +221,7 @@ def main():
                                stdout=subprocess.DEVNULL)
                 return Library(lib_path, x.numpy())
 
+            flops, fewer_flops = model_flops(a.tunefarm, path) if peak_path else (0, False)
             libs = {"ours": build("default", ["--no-db"])}
             compile_s = time.time() - t0
             if a.db:
@@ -208,6 +244,7 @@ def main():
                 key = f"{name}/{t}"
                 if peer:
                     errors["ort"] = float(np.abs(peer.load(key, path, t, x.numpy(), d) - want).max())
+                peak = fma_peak(peak_path, t) if peak_path and flops else 0
                 samples = {k: [] for k in list(runners) + (["ort"] if peer else [])}
                 with torch.no_grad():
                     for f in runners.values():  # warm-up at this thread count
@@ -238,6 +275,21 @@ def main():
                         line += f"  {r.replace('_over_', '/')} {row[r]:5.2f}"
                 line += (f"  (max error {max(errors.values()):.2g} of {mag:.2g}; spread "
                          + ", ".join(f"{k} {v:.0%}" for k, v in spread.items()) + f"; compile {compile_s:.1f} s)")
+                if peak:
+                    at_peak_ms = flops / (peak * 1e9) * 1e3
+                    row.update(gflop=flops / 1e9, peak_gflops=peak, at_peak_ms=at_peak_ms,
+                               fewer_flop_alternatives=fewer_flops,
+                               of_peak={k: at_peak_ms / ms[k] for k in ms})
+                    line += (f"\n{'':13s} {t} thr  peak {peak:.1f} GFLOPS measured, {flops / 1e9:.3f} GFLOP a call: "
+                             + ", ".join(f"{k} {flops / ms[k] * 1e-6:.0f} GFLOPS ({at_peak_ms / ms[k]:.0%})"
+                                         for k in ("ours", "tuned", "ort") if k in ms)
+                             + f"; at the peak {at_peak_ms:.2f} ms")
+                    if fewer_flops:
+                        line += " (a task has a fewer-FLOP alternative: effective GFLOPS, no ceiling)"
+                    else:
+                        row["ours_over_tuned_ceiling"] = ms["ours"] / at_peak_ms
+                        line += (f", so tuning can make it at most {row['ours_over_tuned_ceiling']:.2f}x faster"
+                                 " (ours/tuned)")
                 print(line, flush=True)
     if peer:
         peer.close()
