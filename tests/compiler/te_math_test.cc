@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include "compiler/codegen_llvm.h"
@@ -117,6 +118,51 @@ TEST(TensorExpressions, GatherByComputedIndexUnderAVectorSelect) {
     for (int64_t c = 0; c < 2 * width; ++c) {
       float want = c < width ? tb[want_row[r] * width + c] : ot[r * width + c - width];
       EXPECT_EQ(out[r * 2 * width + c], want) << "row " << r << " column " << c;
+    }
+  }
+}
+
+// select(x < 0, -y, y) over an expensive y of x (erf's sign, GELU's): both sides read only the
+// element the condition reads, so they are plain values and y is computed once (it was once
+// computed per side under masks, masked loads included: GELU at half its speed). A side
+// reading another element keeps its masked load: it may be out of bounds where the condition
+// is false.
+TEST(TensorExpressions, SelectReadingWhatItsConditionReadsIsOneValue) {
+  const int64_t n = 37;
+  Tensor x = placeholder("x", {n});
+  Tensor y = compute("y", {n}, {"i"}, [&](const std::vector<Expr>& i) {
+    Expr v = read(x, i);
+    Expr heavy = exp(v * v * f32(-0.5)) + tanh(v);
+    return select(v < f32(0.0), heavy * f32(-1.0), heavy);
+  });
+  Tensor z = compute("z", {n}, {"i"}, [&](const std::vector<Expr>& i) {
+    Expr next = read(x, {min(i[0] + int64_t{1}, Expr(n - 1))});
+    return select(read(x, i) < f32(0.0), next, f32(2.0));
+  });
+  std::vector<std::pair<Tensor, std::function<double(const std::vector<float>&, int64_t)>>> cases = {
+      {y, [](const std::vector<float>& xs, int64_t i) {
+         double v = xs[i], h = std::exp(-0.5 * v * v) + std::tanh(v);
+         return v < 0 ? -h : h;
+       }},
+      {z, [](const std::vector<float>& xs, int64_t i) {
+         return xs[i] < 0 ? xs[std::min(i + 1, n - 1)] : 2.0;
+       }}};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    Tensor out = cases[c].first;
+    Schedule s(out);
+    auto [o, in] = s[out].split(s[out].axis("i"), 16);
+    s[out].vectorize(in);
+    LoweredFunc f = lower(s, {x}, "sel").func;
+    std::string ll = codegen_llvm(f, host_target(), CodegenOutput::LLVM).data;
+    if (c == 0) EXPECT_EQ(ll.find("masked.load"), std::string::npos) << "the sides read x under masks";
+    else EXPECT_NE(ll.find("masked.load"), std::string::npos) << "x[i + 1] read unmasked";
+    auto lib = testing::build_for_host(f);
+    std::vector<float> xs(n), ys(n, NAN);
+    for (int64_t i = 0; i < n; ++i) xs[i] = static_cast<float>(i - 18) / 5.0f;
+    ASSERT_EQ(lib->call({xs.data(), ys.data()}), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      double want = cases[c].second(xs, i);
+      EXPECT_NEAR(ys[i], want, 1e-5 * (1 + std::fabs(want))) << "case " << c << " x = " << xs[i];
     }
   }
 }
