@@ -313,6 +313,17 @@ TEST(TemplateRegistry, DefaultsAreCompleteAndWithinConstraints) {
   }
 }
 
+// B given packed (const_b=1: a model's weights, packed at compile time) costs nothing to
+// pack, so the default packs it at any M; otherwise only from 16 rows of A, where a copy per
+// call pays for itself.
+TEST(TemplateRegistry, DenseDefaultPacksBWhenItIsGivenPacked) {
+  Target t = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512");
+  EXPECT_TRUE(default_config(graph("matmul(M=1,N=1000,K=1280,const_b=1,epilogue=bias)"), t)["pack_b"]);
+  EXPECT_TRUE(default_config(graph("matmul(M=4,N=8,K=16,const_b=1)"), t)["pack_b"]);
+  EXPECT_FALSE(default_config(graph("matmul(M=1,N=1000,K=1280,epilogue=bias)"), t)["pack_b"]);
+  EXPECT_TRUE(default_config(graph("matmul(M=16,N=64,K=64)"), t)["pack_b"]);
+}
+
 TEST(ConfigErrors, EachNamesTheKnobAndValue) {
   OpGraph g = graph("matmul(M=8,N=8,K=8)");
   Target t = host_target();
