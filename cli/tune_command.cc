@@ -600,7 +600,8 @@ int run_tune_model(const TuneArgs& a) {
     rows.push_back({{"workload", k.workload}, {"weight", k.weight}, {"alternative_to", list.tasks[i].alternative_to},
                     {"trials", k.sum.state.trials_done},
                     {"errors", k.sum.state.errors}, {"best_s", k.sum.best_s}, {"default_s", k.sum.default_s},
-                    {"best_config", k.sum.best_config}, {"stop_reason", k.sum.stop_reason}});
+                    {"best_gflops", gflops(*k.space, k.sum.best_s)}, {"best_config", k.sum.best_config},
+                    {"stop_reason", k.sum.stop_reason}});
   }
   const bool interrupted = reason == "interrupted";
   // What it bought the model: both builds timed where the tasks were (this machine, or a board
@@ -650,12 +651,16 @@ int run_tune_model(const TuneArgs& a) {
   } else {
     std::printf("model     %s\ntarget    %s (%s)\nstopped   %s\n", a.model.c_str(), t.short_str().c_str(),
                 session.runner->device_key().c_str(), reason.c_str());
-    std::printf("%-70s %6s %7s %11s %11s %8s\n", "task", "count", "trials", "best ms", "default ms", "speedup");
+    // GFLOPS: the task's own arithmetic over its best time (a Winograd task counts what it
+    // computes, fewer FLOPs than the direct task it replaces).
+    std::printf("%-70s %6s %7s %11s %11s %8s %8s\n", "task", "count", "trials", "best ms", "default ms", "speedup",
+                "GFLOPS");
     for (const Task& k : tasks) {
-      char speedup[32] = "-";
+      char speedup[32] = "-", rate[32] = "-";
       if (k.sum.best_s > 0 && k.sum.default_s > 0) std::snprintf(speedup, sizeof speedup, "%.2f", k.sum.default_s / k.sum.best_s);
-      std::printf("%-70s %6.0f %7d %11.4g %11.4g %8s\n", k.workload.c_str(), k.weight, k.sum.state.trials_done,
-                  k.sum.best_s * 1e3, k.sum.default_s * 1e3, speedup);
+      if (k.sum.best_s > 0 && std::isfinite(k.sum.best_s)) std::snprintf(rate, sizeof rate, "%.1f", gflops(*k.space, k.sum.best_s));
+      std::printf("%-70s %6.0f %7d %11.4g %11.4g %8s %8s\n", k.workload.c_str(), k.weight, k.sum.state.trials_done,
+                  k.sum.best_s * 1e3, k.sum.default_s * 1e3, speedup, rate);
     }
     if (all_tuned && all_default) {
       std::printf("tasks     %s tuned, %s with default schedules (%.2fx), summed by count; the rest of the model "

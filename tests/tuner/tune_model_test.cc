@@ -173,6 +173,10 @@ TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
   for (const json& t : done["tasks"]) {
     EXPECT_GT(t["trials"].get<int>(), 0) << t;  // the scheduler gives every task a round
     EXPECT_GT(t["best_s"].get<double>(), 0) << t;
+    // 2MNK: 1024 and 512 FLOPs (the epilogue is not counted), over the best time.
+    double flops = t["workload"] == "matmul(M=4,N=8,K=16,const_b=1,epilogue=relu)" ? 1024 : 512;
+    EXPECT_NEAR(t["best_gflops"].get<double>(), flops / t["best_s"].get<double>() * 1e-9,
+                1e-9 * t["best_gflops"].get<double>()) << t;
     trials += t["trials"].get<int>();
   }
   EXPECT_LE(trials, 10 + 2);  // one budget (a batch may finish past it)
