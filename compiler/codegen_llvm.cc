@@ -269,19 +269,12 @@ class CodeGen {
 
   // select(c, t, f) reads memory only on the side its condition picks: a select over loads
   // whose condition is one value for all lanes becomes a branch (then each side loads whole
-  // vectors), one with a condition per lane evaluates each side under a mask. Sides that read
-  // only what the condition reads are plain values (erf's select(x < 0, -y, y) computes y
-  // once, not once per side under masks: LLVM merges the two).
+  // vectors), one with a condition per lane evaluates each side under a mask, unless both
+  // sides read only what the condition reads: then they are plain values (erf's
+  // select(x < 0, -y, y) computes y once, not once per side under masks: LLVM merges the two).
   llvm::Value* select(const Select* s) {
     llvm::Value* c = expr(s->cond);
     if (!contains_load(s->t) && !contains_load(s->f)) return b_.CreateSelect(c, expr(s->t), expr(s->f));
-    std::vector<Expr> cond_loads;
-    post_order(s->cond, [&](const Expr& x) {
-      if (x.kind() == ExprKind::Load) cond_loads.push_back(x);
-    });
-    if (!cond_loads.empty() && reads_only(s->t, cond_loads) && reads_only(s->f, cond_loads)) {
-      return b_.CreateSelect(c, expr(s->t), expr(s->f));
-    }
     // A scalar select inside a vector one (in the index of a broadcast load: a gather by a
     // computed index under a Concat's select) is lane-invariant: it branches like one outside,
     // its scalar loads under no lane mask.
@@ -308,6 +301,13 @@ class CodeGen {
       return phi;
     }
     if (!c->getType()->isVectorTy()) c = b_.CreateVectorSplat(static_cast<unsigned>(s->type.lanes), c);
+    std::vector<Expr> cond_loads;
+    post_order(s->cond, [&](const Expr& x) {
+      if (x.kind() == ExprKind::Load) cond_loads.push_back(x);
+    });
+    if (!cond_loads.empty() && reads_only(s->t, cond_loads) && reads_only(s->f, cond_loads)) {
+      return b_.CreateSelect(c, expr(s->t), expr(s->f));  // under the mask the condition read under
+    }
     llvm::Value* outer = mask_;
     mask_ = outer ? b_.CreateAnd(outer, c) : c;
     llvm::Value* tv = expr(s->t);
