@@ -8,7 +8,6 @@
 // {"threads": 2, "gflops": 234.9}. Exits 1 where this build cannot measure it (not x86-64, or
 // no AVX2+FMA).
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>

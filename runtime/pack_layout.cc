@@ -5,10 +5,10 @@ namespace tf {
 std::vector<float> pack_layout(const std::vector<float>& data, const std::vector<int64_t>& shape, size_t dim,
                                int64_t block) {
   // Packed [blocks][other dims...][block]; element (b, rest..., x) is the input at dim = b*block+x.
-  int64_t extent = shape.at(dim), blocks = (extent + block - 1) / block, inner = 1, outer = 1;
+  int64_t extent = shape.at(dim), inner = 1, outer = 1;
   for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
   for (size_t d = 0; d < dim; ++d) outer *= shape[d];
-  std::vector<float> out(static_cast<size_t>(blocks * outer * inner * block), 0.0f);
+  std::vector<float> out(static_cast<size_t>(packed_elements(shape, dim, block)), 0.0f);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t e = 0; e < extent; ++e)
       for (int64_t i = 0; i < inner; ++i) {

@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <iterator>
 
+#include "compiler/driver.h"  // read_file
 #include "compiler/error.h"
 #include "compiler/target.h"
 #include "runtime/kernel_library.h"
@@ -121,21 +120,24 @@ void set_packed_inputs(pb::MeasureRequest& req, const nlohmann::json& sidecar, c
   const auto own = packings(sidecar), base = packings(baseline_sidecar);
   for (int k = 0; k < req.args_size(); ++k) {
     pb::ArgSpec& a = *req.mutable_args(k);
-    const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
     const auto [dim, block] = own[static_cast<size_t>(k)];
     if (block > 0) {
       a.set_pack_dim(dim);
       a.set_pack_block(block);
     }
     if (const auto [bdim, bblock] = base[static_cast<size_t>(k)]; bblock > 0 && (bdim != dim || bblock != block))
-      a.set_min_elements(packed_elements(shape, static_cast<size_t>(bdim), bblock));
+      a.set_min_elements(packed_elements({a.shape().begin(), a.shape().end()}, static_cast<size_t>(bdim), bblock));
   }
 }
 
 nlohmann::json read_sidecar_json(const std::string& library) {
-  std::ifstream f(library + ".json", std::ios::binary);
-  if (!f) return nullptr;
-  return nlohmann::json::parse(std::string((std::istreambuf_iterator<char>(f)), {}), nullptr, false);
+  std::string text;
+  try {
+    text = read_file(library + ".json");
+  } catch (const std::runtime_error&) {
+    return nullptr;  // none
+  }
+  return nlohmann::json::parse(text, nullptr, false);
 }
 
 RunResult MeasureContext::finish(const pb::MeasureReply& reply) {

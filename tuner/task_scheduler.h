@@ -2,9 +2,9 @@
 // scheduler (docs/service.md says how it decides). The service's jobs and `tune --model` use it.
 //
 // pick_task gives a round to every workload first (those without earlier results first), then
-// the next batch to the workload whose
-// improvement is expected to reduce sum(weight x best time) the most, with a small share of
-// random picks; workloads whose search ended are never picked.
+// the next batch to the workload whose improvement is expected to reduce sum(weight x best
+// time) the most, with a small share of random picks; workloads whose search ended are never
+// picked.
 #pragma once
 
 #include <limits>
