@@ -30,6 +30,9 @@ struct HistoryFilter {
   int64_t limit = 0;     // 0 = no limit
   std::string run_uuid = {};  // records of this tuning run only; empty = any
   int64_t after_id = 0;  // records with a larger id only (a reader catching up); 0 = all
+  // Keyset paging: records after this (measured_at, id) position in history order only.
+  std::optional<std::pair<double, int64_t>> after_position = {};
+  bool by_id = false;    // in id order rather than history order (measured_at, id)
 };
 
 class Database {
@@ -98,8 +101,15 @@ class Database {
 enum class OpenMode { ReadWrite, ReadOnly };
 
 // Opens (creating and migrating when needed, unless ReadOnly) the database at `path`, or an
-// in-memory one for ":memory:".
+// in-memory one for ":memory:". A file that is not an SQLite file, is cut short (not whole
+// pages, or fewer than its header counts) or is empty (and not being created this moment) is
+// refused with a DbError naming it; SQLite's "disk I/O error" and "database or disk is full"
+// say how much space the file system has left when it is nearly full.
 std::unique_ptr<Database> open_database(const std::string& path, OpenMode mode = OpenMode::ReadWrite);
+
+// SQLite's quick_check of the whole file (it reads every page: seconds for a large
+// database), for a service starting; throws DbError naming the file and the first problems.
+void quick_check(const std::string& path);
 
 // --db when given, else $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db (whose folder is
 // created on first use; an explicit path's folder must exist).

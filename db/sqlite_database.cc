@@ -6,11 +6,14 @@
 // committed, so a crash or a bad record leaves nothing of the batch behind.
 #include <SQLiteCpp/SQLiteCpp.h>
 #include <sqlite3.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -204,6 +207,67 @@ MeasureRecord read_record(SQLite::Statement& q) {
   return r;
 }
 
+// " (the file system holding PATH has N KiB free)" when it has less than 4 MiB, else "":
+// what a "disk I/O error" or "database or disk is full" from SQLite most often means.
+std::string space_hint(const std::string& path) {
+  fs::path dir = fs::path(path).parent_path();
+  struct statvfs st;
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &st) != 0) return "";
+  unsigned long long free_bytes = static_cast<unsigned long long>(st.f_bavail) * st.f_frsize;
+  if (free_bytes >= (4ull << 20)) return "";
+  return " (the file system holding " + path + " has " + std::to_string(free_bytes / 1024) +
+         " KiB free: free space there, then retry)";
+}
+
+// The checks a file gets before SQLite opens it, so that a damaged database is said rather
+// than used (SQLite reads a file cut short as if the missing pages were never written) or
+// silently made anew (SQLite takes an empty file for a new database). Throws DbError.
+void check_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec) || fs::is_directory(path, ec)) return;
+  uintmax_t size = fs::file_size(path, ec);
+  if (ec) throw DbError("cannot open database " + path + ": " + ec.message());
+  if (size == 0) {
+    // A file that another process is creating at this moment is empty too, for a moment.
+    auto age = fs::file_time_type::clock::now() - fs::last_write_time(path, ec);
+    if (!ec && age > std::chrono::seconds(5)) {
+      throw DbError("database " + path + " is an empty file (0 bytes): its data is gone. Remove it to start a new "
+                    "database, or restore it from a backup");
+    }
+    return;
+  }
+  unsigned char h[100] = {};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return;  // SQLite says why
+  size_t got = std::fread(h, 1, sizeof h, f);
+  std::fclose(f);
+  if (got < sizeof h || std::memcmp(h, "SQLite format 3", 16) != 0) {
+    throw DbError(path + " is not a tunefarm database (not an SQLite file)");
+  }
+  auto be = [&](int at, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v = v << 8 | h[at + i];
+    return v;
+  };
+  uint64_t page = be(16, 2) == 1 ? 65536 : be(16, 2);
+  if (page < 512 || page > 65536 || (page & (page - 1)) != 0) {
+    throw DbError("database " + path + " is damaged: its header gives a page size of " + std::to_string(page));
+  }
+  if (size % page != 0) {
+    throw DbError("database " + path + " is damaged: it has " + std::to_string(size) + " bytes, not a whole number of " +
+                  std::to_string(page) + "-byte pages (cut short?). Restore it from a backup");
+  }
+  // The page count in the header is valid when its change counter matches (offsets 24, 92);
+  // a WAL being checkpointed by another process may be ahead of the file, so only without one.
+  uint64_t pages = be(28, 4);
+  bool wal = fs::exists(path + "-wal", ec) && fs::file_size(path + "-wal", ec) > 0;
+  if (!wal && pages > 0 && be(24, 4) == be(92, 4) && size < pages * page) {
+    throw DbError("database " + path + " is damaged: its header counts " + std::to_string(pages) + " pages (" +
+                  std::to_string(pages * page) + " bytes) but the file has " + std::to_string(size) +
+                  " bytes (cut short?). Restore it from a backup");
+  }
+}
+
 class SqliteDatabase : public Database {
  public:
   SqliteDatabase(const std::string& path, OpenMode mode)
@@ -211,6 +275,11 @@ class SqliteDatabase : public Database {
     db_.setBusyTimeout(kBusyTimeoutMs);
     check_and_migrate();
     if (!read_only_) db_.exec("PRAGMA foreign_keys = ON");
+    // A fault hook for tests that cannot mount a small file system: the file may not grow past
+    // this many pages, and a write that would is SQLITE_FULL, as on a full disk.
+    if (const char* pages = std::getenv("TUNEFARM_FAULT_DB_MAX_PAGES"); pages && *pages && !read_only_) {
+      db_.exec("PRAGMA max_page_count = " + std::to_string(std::strtoll(pages, nullptr, 10)));
+    }
   }
 
   void begin_run(const TuningRun& run) override {
@@ -579,8 +648,16 @@ class SqliteDatabase : public Database {
         args.push_back(f.run_uuid);
       }
       if (f.after_id > 0) where += (where.empty() ? " WHERE r.id > " : " AND r.id > ") + std::to_string(f.after_id);
+      if (f.after_position) {
+        char at[64];
+        std::snprintf(at, sizeof at, "%.17g", f.after_position->first);
+        where += std::string(where.empty() ? " WHERE " : " AND ") + "(r.measured_at, r.id) > (" + at + ", " +
+                 std::to_string(f.after_position->second) + ")";
+      }
       std::string limit = f.limit > 0 ? " LIMIT " + std::to_string(f.limit) : "";
-      return all(std::string("SELECT ") + kRecordColumns + where + " ORDER BY r.measured_at, r.id" + limit, args);
+      return all(std::string("SELECT ") + kRecordColumns + where + (f.by_id ? " ORDER BY r.id" : " ORDER BY r.measured_at, r.id") +
+                     limit,
+                 args);
     });
   }
 
@@ -678,12 +755,13 @@ class SqliteDatabase : public Database {
         throw DbError("cannot open database " + path + ": no such file");
       }
       if (fs::is_directory(path)) throw DbError("cannot open database " + path + ": it is a directory");
+      check_file(path);
     }
     int flags = mode == OpenMode::ReadOnly ? SQLite::OPEN_READONLY : SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE;
     try {
       return SQLite::Database(path, flags);
     } catch (const SQLite::Exception& e) {
-      throw DbError("cannot open database " + path + ": " + e.what());
+      throw DbError("cannot open database " + path + ": " + e.what() + space_hint(path));
     }
   }
 
@@ -738,7 +816,7 @@ class SqliteDatabase : public Database {
         bool busy = (e.getErrorCode() & 0xff) == SQLITE_BUSY || (e.getErrorCode() & 0xff) == SQLITE_LOCKED;
         if (!busy || std::chrono::steady_clock::now() > deadline) {
           if (e.getErrorCode() == SQLITE_NOTADB) throw DbError(path_ + " is not a tunefarm database (not an SQLite file)");
-          throw DbError("cannot initialize database " + path_ + ": " + e.what());
+          throw DbError("cannot initialize database " + path_ + ": " + e.what() + space_hint(path_));
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(5 + (getpid() + attempt * 7) % 20));
       }
@@ -833,7 +911,7 @@ class SqliteDatabase : public Database {
                       std::to_string(kBusyTimeoutMs / 1000) + " s");
       }
       if (code == SQLITE_READONLY) throw DbError("database " + path_ + " is read-only: " + e.what());
-      throw DbError("database " + path_ + ": " + e.what());
+      throw DbError("database " + path_ + ": " + e.what() + space_hint(path_));
     }
   }
 
@@ -891,6 +969,26 @@ class SqliteDatabase : public Database {
 }  // namespace
 
 int schema_version() { return kSchemaVersion; }
+
+void quick_check(const std::string& path) {
+  if (path == ":memory:") return;
+  std::string problems;
+  try {
+    SQLite::Database d(path, SQLite::OPEN_READONLY);
+    d.setBusyTimeout(kBusyTimeoutMs);
+    SQLite::Statement q(d, "PRAGMA quick_check(5)");
+    while (q.executeStep()) {
+      std::string line = q.getColumn(0).getString();
+      if (line != "ok") problems += (problems.empty() ? "" : "; ") + line;
+    }
+  } catch (const SQLite::Exception& e) {
+    problems = e.what();
+  }
+  if (!problems.empty()) {
+    throw DbError("database " + path + " is damaged (SQLite's quick_check: " + problems.substr(0, 500) +
+                  "). Restore it from a backup");
+  }
+}
 
 std::unique_ptr<Database> open_database(const std::string& path, OpenMode mode) {
   return std::make_unique<SqliteDatabase>(path, mode);

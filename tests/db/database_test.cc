@@ -2,6 +2,7 @@
 // tier, queries, export/import, and every refusal to open a file that is not ours.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <SQLiteCpp/SQLiteCpp.h>
 #include <unistd.h>
@@ -597,6 +598,54 @@ TEST(OpenErrors, RefusesWhatIsNotOurs) {
   expect_open_error(dir.file("absent.db"), OpenMode::ReadOnly, "no such file");
   fs::create_directories(dir.file("adir"));
   expect_open_error(dir.file("adir"), OpenMode::ReadWrite, "is a directory");
+}
+
+// A file that was a database and is damaged is said at open, by name, rather than used (a file
+// cut short reads as if its last pages were never written) or made anew (an empty one).
+TEST(OpenErrors, DamagedFilesAreSaidNotUsed) {
+  TempDir dir;
+  std::string path = dir.file("t.db");
+  {
+    std::vector<MeasureRecord> batch;
+    for (int i = 0; i < 200; ++i) batch.push_back(record(8, 8, 8, kX86, i, 1e-3));
+    open_database(path)->commit(batch);
+  }
+  ASSERT_FALSE(fs::exists(path + "-wal"));  // checkpointed at close
+  uintmax_t size = fs::file_size(path);
+  ASSERT_GT(size, 4u * 4096);
+  std::string copy = dir.file("copy.db");
+  auto cut = [&](uintmax_t bytes) {
+    fs::copy_file(path, copy, fs::copy_options::overwrite_existing);
+    fs::resize_file(copy, bytes);
+  };
+  cut(size - 1);
+  expect_open_error(copy, OpenMode::ReadWrite, "is damaged: it has " + std::to_string(size - 1) + " bytes, not a whole number");
+  expect_open_error(copy, OpenMode::ReadOnly, "cut short");
+  cut(size - 4096);
+  expect_open_error(copy, OpenMode::ReadWrite, "is damaged: its header counts " + std::to_string(size / 4096) + " pages");
+  // An empty file: its data is gone, and it is said (one being created right now is new).
+  cut(0);
+  fs::last_write_time(copy, fs::file_time_type::clock::now() - std::chrono::minutes(1));
+  expect_open_error(copy, OpenMode::ReadWrite, "is an empty file (0 bytes)");
+  EXPECT_EQ(fs::file_size(copy), 0u) << "it was made anew";
+  fs::last_write_time(copy, fs::file_time_type::clock::now());
+  EXPECT_NO_THROW(open_database(copy));
+  // A page scribbled over: the service's quick check at start says so.
+  fs::copy_file(path, copy, fs::copy_options::overwrite_existing);
+  {
+    std::fstream f(copy, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 4096 + 8));
+    std::string junk(2000, '\x5a');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  try {
+    quick_check(copy);
+    ADD_FAILURE() << "quick_check passed a damaged file";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("database " + copy + " is damaged (SQLite's quick_check"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(quick_check(path));
 }
 
 TEST(OpenErrors, ReadOnlyRefusesWritesClearly) {
