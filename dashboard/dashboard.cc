@@ -22,7 +22,10 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr const char* kCookie = "tf_session";
-constexpr int64_t kDefaultRecords = 5000, kMaxRecords = 20000;
+constexpr int64_t kDefaultRecords = 2000, kMaxRecords = 5000;      // a job's records, per request
+constexpr int64_t kDefaultHistory = 10000, kMaxHistory = 1000000;  // history lines, streamed
+constexpr int64_t kHistoryPiece = 200;                              // lines per piece sent
+constexpr int64_t kMaxTopK = 1000;
 
 // A request the dashboard refuses, with its HTTP status.
 struct HttpError : std::runtime_error {
@@ -222,15 +225,33 @@ HttpResponse Dashboard::login(const HttpRequest& r) {
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       it = it->second.expires < now ? sessions_.erase(it) : std::next(it);
     }
-    while (sessions_.size() >= opts_.max_sessions) {
-      auto oldest = std::min_element(sessions_.begin(), sessions_.end(), [](const auto& a, const auto& b) {
-        return a.second.expires < b.second.expires;
-      });
-      sessions_.erase(oldest);
+    // A user's sessions are bounded on their own: logging in again and again ends that
+    // user's oldest session, never another user's. When every user together reach the
+    // service's bound, the user with the most sessions loses their oldest.
+    std::map<std::string, size_t> per_user;
+    for (const auto& [sid, sess] : sessions_) ++per_user[sess.user.name];
+    auto end_oldest_of = [&](const std::string& name) {
+      auto oldest = sessions_.end();
+      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+        if (it->second.user.name == name && (oldest == sessions_.end() || it->second.expires < oldest->second.expires)) {
+          oldest = it;
+        }
+      }
+      if (oldest != sessions_.end()) {
+        sessions_.erase(oldest);
+        --per_user[name];
+      }
+    };
+    while (per_user[u->name] >= std::max<size_t>(1, opts_.max_sessions_per_user)) end_oldest_of(u->name);
+    while (!sessions_.empty() && sessions_.size() >= std::max<size_t>(1, opts_.max_sessions)) {
+      auto most = std::max_element(per_user.begin(), per_user.end(),
+                                   [](const auto& a, const auto& b) { return a.second < b.second; });
+      end_oldest_of(most->first);
     }
     sessions_[id] = {*u, now + opts_.session_lifetime};
   }
   HttpResponse out = redirect(next);
+  out.authenticated = true;
   out.headers.push_back({"Set-Cookie", str(kCookie, "=", id, "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
                                            opts_.session_lifetime.count(), opts_.tls ? "; Secure" : "")});
   return out;
@@ -251,6 +272,7 @@ HttpResponse Dashboard::logout(const HttpRequest& r) {
 HttpResponse Dashboard::page(const std::string& name, const std::string& title, const ServiceUser& who,
                              const std::string& job) {
   HttpResponse p;
+  p.authenticated = true;
   p.content_type = "text/html; charset=utf-8";
   // The page's first request, started while app.js loads.
   std::string preload = name == "jobs" ? "/api/v1/jobs?view=summary" : name == "farm" ? "/api/v1/farm" : "/api/v1/best-per-pair";
@@ -301,8 +323,10 @@ HttpResponse Dashboard::handle(const HttpRequest& r) {
         }
       } else if (is_api) {
         out = api(r, path.substr(4), *who);
+        out.authenticated = true;
       } else if (path == "/" || path.empty()) {
         out = redirect("/jobs");
+        out.authenticated = true;
       } else if (path == "/jobs") {
         out = page("jobs", "Jobs", *who);
       } else if (path == "/farm") {
@@ -375,7 +399,7 @@ HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const
     pb::TopKRequest q;
     q.set_workload(str_param(r, "workload"));
     q.set_target(str_param(r, "target"));
-    q.set_k(int_param(r, "k", 10, 1, 100000));
+    q.set_k(int_param(r, "k", 10, 1, kMaxTopK));
     return json_response(200, queries::proto_json(queries::top_k(db, q)));
   }
   if (path == "/v1/history") {
@@ -383,12 +407,21 @@ HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const
     q.set_workload(str_param(r, "workload"));
     q.set_target(str_param(r, "target"));
     q.set_run(str_param(r, "run"));
-    q.set_limit(int_param(r, "limit", 0, 0, INT64_MAX));
+    q.set_limit(int_param(r, "limit", kDefaultHistory, 1, kMaxHistory));
     q.set_after_id(int_param(r, "after_id", 0, 0, INT64_MAX));
+    // Streamed a piece at a time (the connection holds one piece, never the whole answer); the
+    // request's mistakes and an unreadable database are told before the status is sent.
+    auto pager = std::make_shared<queries::HistoryPager>(db, q);
+    auto first = std::make_shared<std::vector<std::string>>(pager->next(kHistoryPiece));
     HttpResponse out;
     out.content_type = "application/x-ndjson";
-    for (const std::string& line : queries::history(db, q)) out.body += line + "\n";
     out.headers.push_back({"Content-Disposition", "attachment; filename=\"tunefarm-records.jsonl\""});
+    out.stream = [pager, first](std::string& piece) {
+      std::vector<std::string> lines = first->empty() ? pager->next(kHistoryPiece) : std::move(*first);
+      first->clear();
+      for (const std::string& l : lines) piece += l + "\n";
+      return !lines.empty();
+    };
     return out;
   }
   if (path == "/v1/stats") return json_response(200, queries::proto_json(queries::stats(db)));
@@ -480,7 +513,9 @@ std::string Dashboard::job_records_json(int64_t id, int64_t after_id, int64_t li
   std::vector<db::MeasureRecord> rs;
   for (const pb::TaskInfo& t : job.tasks()) {
     for (const std::string& run : t.runs()) {
-      for (db::MeasureRecord& rec : db->history({t.workload(), "", 0, run, after_id})) rs.push_back(std::move(rec));
+      db::HistoryFilter f{t.workload(), "", limit + 1, run, after_id};
+      f.by_id = true;
+      for (db::MeasureRecord& rec : db->history(f)) rs.push_back(std::move(rec));
     }
   }
   std::sort(rs.begin(), rs.end(), [](const auto& a, const auto& b) { return a.id < b.id; });

@@ -34,7 +34,8 @@ struct DashboardOptions {
   std::optional<farm::FarmEndpoint> farm;  // the tracker whose boards the farm page shows
   int local_boards = 0;                     // the service's own measurement slots
   bool tls = false;                         // served over TLS (cookies get Secure)
-  size_t max_sessions = 10000;              // logged-in sessions kept; the oldest go first
+  size_t max_sessions = 10000;              // logged-in sessions kept, all users together
+  size_t max_sessions_per_user = 64;        // one user's; their oldest goes first
   std::chrono::seconds session_lifetime{12 * 3600};
 };
 

@@ -16,6 +16,9 @@ pid_t spawn_in_group(const std::vector<std::string>& args, int stdin_fd, int std
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, stdin_fd, 0);
   posix_spawn_file_actions_adddup2(&fa, stdout_fd, 1);
+  // Only stdin, stdout and stderr reach the child: a listening socket, a database file or a
+  // client's connection opened without O_CLOEXEC elsewhere in this process must not.
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;

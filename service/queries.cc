@@ -77,13 +77,38 @@ pb::RecordsReply top_k(const std::string& db_path, const pb::TopKRequest& req) {
 }
 
 std::vector<std::string> history(const std::string& db_path, const pb::HistoryRequest& req) {
+  HistoryPager pager(db_path, req);
+  std::vector<std::string> lines;
+  for (std::vector<std::string> page; !(page = pager.next(1000)).empty();) {
+    for (std::string& l : page) lines.push_back(std::move(l));
+  }
+  return lines;
+}
+
+HistoryPager::HistoryPager(const std::string& db_path, const pb::HistoryRequest& req) {
   if (req.limit() < 0) throw UserError(str("limit ", req.limit(), " must be 0 (all) or more"));
   if (req.after_id() < 0) throw UserError(str("after_id ", req.after_id(), " must be 0 (all) or more"));
   if (req.run().size() > db::kMaxNameLength) throw UserError(str("run is ", req.run().size(), " characters long"));
-  db::HistoryFilter f{canonical_workload(req.workload()), canonical_target(req.target()), req.limit(), req.run(),
-                      req.after_id()};
+  filter_ = db::HistoryFilter{canonical_workload(req.workload()), canonical_target(req.target()), 0, req.run(),
+                              req.after_id()};
+  left_ = req.limit() > 0 ? req.limit() : -1;
+  db_ = reader(db_path);
+}
+
+HistoryPager::~HistoryPager() = default;
+
+std::vector<std::string> HistoryPager::next(int64_t n) {
   std::vector<std::string> lines;
-  for (const db::MeasureRecord& r : reader(db_path)->history(f)) lines.push_back(record_line(r));
+  if (left_ == 0) return lines;
+  filter_.limit = left_ < 0 ? std::max<int64_t>(n, 1) : std::min(std::max<int64_t>(n, 1), left_);
+  std::vector<db::MeasureRecord> rs = db_->history(filter_);
+  for (const db::MeasureRecord& r : rs) lines.push_back(record_line(r));
+  if (!rs.empty()) filter_.after_position = std::make_pair(rs.back().measured_at, rs.back().id);
+  if (static_cast<int64_t>(rs.size()) < filter_.limit) {
+    left_ = 0;
+  } else if (left_ > 0) {
+    left_ -= static_cast<int64_t>(rs.size());
+  }
   return lines;
 }
 

@@ -8,9 +8,11 @@
 #include <google/protobuf/message.h>
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "db/database.h"
 #include "db/records.h"
 #include "proto/tunefarm.pb.h"
 
@@ -19,8 +21,24 @@ namespace tf::queries {
 tunefarm::v1::BestReply best(const std::string& db_path, const tunefarm::v1::BestRequest& req);
 tunefarm::v1::RecordsReply best_per_pair(const std::string& db_path);
 tunefarm::v1::RecordsReply top_k(const std::string& db_path, const tunefarm::v1::TopKRequest& req);
-// The records in measurement order, one JSON line each (the rpc streams them in chunks).
+// The records in measurement order, one JSON line each.
 std::vector<std::string> history(const std::string& db_path, const tunefarm::v1::HistoryRequest& req);
+
+// The same records a page at a time, so that no reader holds more than one page: the History
+// rpc and the dashboard's download stream them. The constructor checks the request (UserError)
+// and opens the database (db::DbError).
+class HistoryPager {
+ public:
+  HistoryPager(const std::string& db_path, const tunefarm::v1::HistoryRequest& req);
+  ~HistoryPager();
+  // The next at most `n` lines (n >= 1); empty once every record was given.
+  std::vector<std::string> next(int64_t n);
+
+ private:
+  std::unique_ptr<db::Database> db_;
+  db::HistoryFilter filter_;
+  int64_t left_;  // records still to give; -1: all there are
+};
 tunefarm::v1::StatsReply stats(const std::string& db_path);
 tunefarm::v1::RunsReply runs(const std::string& db_path);
 tunefarm::v1::ModelsReply models(const std::string& db_path);

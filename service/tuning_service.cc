@@ -173,10 +173,11 @@ grpc::Status TuningService::TopK(grpc::ServerContext* ctx, const pb::TopKRequest
 grpc::Status TuningService::History(grpc::ServerContext* ctx, const pb::HistoryRequest* req,
                                     grpc::ServerWriter<pb::RecordsReply>* writer) {
   return guarded(ctx, [&](const ServiceUser&) {
-    std::vector<std::string> lines = queries::history(jobs_.db_path(), *req);
-    for (size_t at = 0; at < lines.size(); at += 1000) {
+    // A page at a time: a reader of every record holds one page here, not the database.
+    queries::HistoryPager pager(jobs_.db_path(), *req);
+    for (std::vector<std::string> lines; !(lines = pager.next(1000)).empty();) {
       pb::RecordsReply chunk;
-      for (size_t i = at; i < std::min(lines.size(), at + 1000); ++i) chunk.add_records_json(std::move(lines[i]));
+      for (std::string& l : lines) chunk.add_records_json(std::move(l));
       if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
     }
     return grpc::Status::OK;

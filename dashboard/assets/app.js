@@ -375,7 +375,7 @@ function resultsPage() {
     content(
       h('p', {class: 'muted', id: 'stats', text: `${num(stats.records)} records of ${num(stats.workloads)} workloads ` +
         `on ${num(stats.targets)} targets from ${num(stats.runs)} runs; database ${(num(stats.file_bytes) / 1048576).toFixed(1)} MiB`}),
-      h('p', {class: 'downloads'}, h('a', {href: '/api/v1/history', text: 'Download every record (JSON lines)'})),
+      h('p', {class: 'downloads'}, h('a', {href: '/api/v1/history?limit=1000000', text: 'Download the records (JSON lines, the first million)'})),
       h('h2', {text: 'Best config per workload and target'}),
       rows.length ? table('best', ['Workload', 'Target', 'Key', 'Template', 'Median#', 'GFLOPS#', 'Measured (UTC)',
                                    'Config', ''], rows) : h('p', {class: 'muted', text: 'no records yet'}),

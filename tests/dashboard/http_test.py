@@ -281,19 +281,14 @@ class DashboardHttpTest(DaemonTest):
         self.assertGreater(waited, 8)
         self.assertLess(waited, 20)
         slow.close()
-        # Too many connections at once: the ones beyond 256 are told 503 and closed.
-        held = [socket.create_connection(("127.0.0.1", s.http), timeout=10) for _ in range(256)]
+        # Many silent connections at once: a new one closes the idlest silent one instead of
+        # being refused, so the held ones go (oldest first) and a real request is served.
+        held = [socket.create_connection(("127.0.0.1", s.http), timeout=10) for _ in range(300)]
         try:
             time.sleep(0.5)
-            with socket.create_connection(("127.0.0.1", s.http), timeout=10) as c:
-                c.sendall(b"GET /jobs HTTP/1.1\r\nHost: x\r\n\r\n")
-                reply = b""
-                while chunk := c.recv(4096):
-                    reply += chunk
-                head, body = reply.split(b"\r\n\r\n", 1)
-                self.assertIn(b" 503 ", head)
-                self.assertIn(b"Content-Length: %d\r\n" % len(body), head + b"\r\n")
-                self.assertIn(b"too many open connections", body)
+            self.assertEqual(self.request(s, "GET", "/api/v1/whoami")[0], 200)
+            held[0].settimeout(5)
+            self.assertEqual(held[0].recv(4096), b"", "the oldest silent connection is closed")
         finally:
             for c in held:
                 c.close()
@@ -348,11 +343,235 @@ class DashboardHttpTest(DaemonTest):
                 m = re.match(rb"HTTP/1\.[01] (\d{3}) ", reply)
                 self.assertIsNotNone(m, (head, reply))
                 status = int(m.group(1))
-                self.assertIn(status, {200, 303, 400, 401, 403, 404, 405, 413, 431}, head)
+                self.assertIn(status, {200, 303, 400, 401, 403, 404, 405, 413, 431, 501}, head)
                 seen.add(status)
         self.assertIsNone(s.d.proc.poll(), "the service died")
         self.assertEqual(self.get_json(s, "/api/v1/whoami", token=ALICE)["user"], "alice")
         self.assertGreaterEqual(len(seen), 4, seen)
+
+    # --- hostile framing, sizes and slow clients ------------------------------------------
+
+    def raw(self, s, data, timeout=20):
+        """Sends `data` on a fresh connection and half-closes it: (status or None, the reply)."""
+        with socket.create_connection(("127.0.0.1", s.http), timeout=timeout) as c:
+            try:
+                c.sendall(data)
+                c.shutdown(socket.SHUT_WR)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            reply = b""
+            try:
+                while chunk := c.recv(65536):
+                    reply += chunk
+            except ConnectionResetError:
+                pass
+        m = re.match(rb"HTTP/1\.[01] (\d{3}) ", reply)
+        return (int(m.group(1)) if m else None), reply
+
+    def proc_status(self, s, field):
+        """A field of /proc/PID/status of the service, in KiB."""
+        with open(f"/proc/{s.d.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        self.fail(field)
+
+    def test_framing_two_readers_could_read_differently_and_oversized_parts_are_refused(self):
+        s = Service(self, "--users-file", self.users(), "--local-boards", "1")
+        form = b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        te = form + b"Transfer-Encoding: chunked\r\n\r\n"
+        chunked = te + b"5\r\ntoken\r\n0\r\n"
+        cases = [
+            # Trailers count with the header (a 64 KiB one aborted the service; 20 KB passed).
+            ("a 64 KiB trailer field", chunked + b"X-T: " + b"a" * 65536 + b"\r\n\r\n", 431, b"16384 bytes"),
+            ("a 63 KB trailer field", chunked + b"X-T: " + b"a" * 63000 + b"\r\n\r\n", 431, b"trailer"),
+            ("20 KB of trailer fields", chunked + b"".join(b"X-%d: %s\r\n" % (i, b"b" * 1000) for i in range(20)) + b"\r\n",
+             431, b"trailer"),
+            ("a 500 KB chunk extension", te + b"5;" + b"e" * 500000 + b"\r\ntoken\r\n0\r\n\r\n", 431, b"chunk extensions"),
+            ("24 KB of small chunk extensions", te + b"".join(b"1;e=%s\r\nt\r\n" % (b"x" * 3000) for _ in range(8)) + b"0\r\n\r\n",
+             431, b"chunk extensions"),
+            ("a 20 KB request line", b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 431, b"16384 bytes"),
+            ("a 17 KB chunked body", te + b"".join(b"fa0\r\n" + b"t" * 4000 + b"\r\n" for _ in range(5)) + b"0\r\n\r\n",
+             413, b"body is larger"),
+            ("a chunk size past 64 bits", te + b"1" * 40 + b"\r\n", 400, b"parse"),
+            # Framing a proxy in front could read otherwise (request smuggling).
+            ("Transfer-Encoding: xchunked", form + b"Transfer-Encoding: xchunked\r\n\r\n", 501, b"xchunked"),
+            ("Transfer-Encoding: chunked, identity", form + b"Transfer-Encoding: chunked, identity\r\n\r\n5\r\ntoken\r\n0\r\n\r\n",
+             400, b"not the last"),
+            ("Transfer-Encoding: gzip, chunked", form + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501, b"gzip"),
+            ("two Transfer-Encoding fields", form + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+             400, b"Transfer-Encoding"),
+            ("Transfer-Encoding with Content-Length", form + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ntoken\r\n0\r\n\r\n",
+             400, b""),
+            ("two Content-Lengths", form + b"Content-Length: 5\r\nContent-Length: 5\r\n\r\ntoken", 400, b""),
+            ("a Content-Length list", form + b"Content-Length: 5, 5\r\n\r\ntoken", 400, b""),
+            ("Transfer-Encoding in HTTP/1.0", b"POST /login HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, b"HTTP/1.0"),
+            ("a folded header line", b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\n\r\n", 400, b"folded"),
+            ("a space before the colon", b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n", 400, b""),
+            ("no Host", b"GET /api/v1/whoami HTTP/1.1\r\n\r\n", 400, b"Host"),
+            ("two Hosts", b"GET /api/v1/whoami HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, b"2 Host fields"),
+            ("an absolute target", b"GET http://x/api/v1/whoami HTTP/1.1\r\nHost: x\r\n\r\n", 400, b"not a path"),
+        ]
+        for name, data, status, needle in cases:
+            got, reply = self.raw(s, data)
+            self.assertEqual(got, status, f"{name}: {reply[:300]!r}")
+            self.assertIn(needle, reply, name)
+            self.assertIsNone(s.d.proc.poll(), f"the service died of {name}")
+        # A trailer is read and dropped: a token in it does not log anyone in.
+        got, reply = self.raw(s, b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                 b"0\r\nAuthorization: Bearer " + ALICE.encode() + b"\r\n\r\n")
+        self.assertEqual(got, 401, reply[:300])
+        # A well-formed chunked request with a small trailer is served.
+        got, reply = self.raw(s, chunked + b"X-Small: 1\r\n\r\n")
+        self.assertEqual(got, 401, reply[:300])
+        self.assertIn(b"wrong token", reply)
+        # 200 MB of one chunk extension: refused after the first kilobytes, and the service's
+        # memory does not grow by it (it grew by 200 MB).
+        before = self.proc_status(s, "VmHWM")
+        with socket.create_connection(("127.0.0.1", s.http), timeout=20) as c:
+            sent = 0
+            try:
+                c.sendall(te + b"5;")
+                piece = b"e" * (1 << 20)
+                while sent < 200 << 20:
+                    c.sendall(piece)
+                    sent += len(piece)
+            except (BrokenPipeError, ConnectionResetError, socket.timeout):
+                pass
+        self.assertLess(sent, 200 << 20, "the server read all of it")
+        self.assertLess(self.proc_status(s, "VmHWM") - before, 32 << 10)
+        self.assertEqual(self.get_json(s, "/api/v1/whoami", token=ALICE)["user"], "alice")
+        # The listening socket and the connections are closed on exec: a build worker or a
+        # board runner the service starts does not inherit them.
+        c = http.client.HTTPConnection("127.0.0.1", s.http, timeout=10)
+        c.request("GET", "/api/v1/whoami", headers={"Authorization": f"Bearer {ALICE}"})
+        c.getresponse().read()
+        inodes = set()
+        for line in open("/proc/net/tcp").read().splitlines()[1:]:
+            f = line.split()
+            if int(f[1].split(":")[1], 16) == s.http and f[3] in ("0A", "01"):
+                inodes.add(f[9])
+        self.assertGreaterEqual(len(inodes), 2)  # listening, and the kept-alive connection
+        seen = 0
+        fd_dir = f"/proc/{s.d.proc.pid}/fd"
+        for fd in os.listdir(fd_dir):
+            try:
+                link = os.readlink(os.path.join(fd_dir, fd))
+            except FileNotFoundError:
+                continue
+            m = re.match(r"socket:\[(\d+)\]", link)
+            if m and m.group(1) in inodes:
+                flags = int(re.search(r"flags:\s+(\d+)", open(f"/proc/{s.d.proc.pid}/fdinfo/{fd}").read()).group(1), 8)
+                self.assertTrue(flags & 0o2000000, f"fd {fd} ({link}) is not close-on-exec")
+                seen += 1
+        self.assertGreaterEqual(seen, 2)
+        c.close()
+
+    def test_slow_and_silent_clients_do_not_lock_out_the_users(self):
+        s = Service(self, "--users-file", self.users(), "--local-boards", "1")
+        auth = {"Authorization": f"Bearer {ALICE}"}
+        kept = http.client.HTTPConnection("127.0.0.1", s.http, timeout=10)
+        kept.request("GET", "/api/v1/whoami", headers=auth)
+        self.assertEqual(kept.getresponse().read() and 200, 200)
+        # 300 connections that never finish a request (more than the 256 connections allowed):
+        # every real request is still served, and a user's kept-alive connection stays open.
+        slow = []
+        try:
+            for _ in range(300):
+                c = socket.create_connection(("127.0.0.1", s.http), timeout=30)
+                c.sendall(b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\n")
+                slow.append(c)
+            statuses = [self.request(s, "GET", "/api/v1/whoami", auth)[0] for _ in range(30)]
+            self.assertEqual(statuses, [200] * 30)
+            kept.request("GET", "/api/v1/whoami", headers=auth)
+            r = kept.getresponse()
+            self.assertEqual(r.status, 200)
+            r.read()
+        finally:
+            for c in slow:
+                c.close()
+            kept.close()
+        # A request on a kept-alive connection has 10 s from its first byte, as the first has.
+        with socket.create_connection(("127.0.0.1", s.http), timeout=40) as c:
+            c.sendall(b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ALICE.encode() + b"\r\n\r\n")
+            self.assertIn(b" 200 ", c.recv(65536))
+            c.sendall(b"GET /api/v1/whoami HTTP/1.1\r\n")
+            t0 = time.time()
+            while c.recv(4096):
+                pass
+            self.assertLess(time.time() - t0, 20)
+            self.assertGreater(time.time() - t0, 8)
+        # One user logging in again and again ends only their own oldest sessions.
+        def login(token):
+            status, hs, body = self.request(s, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded"},
+                                            "token=" + token)
+            self.assertEqual(status, 303, body)
+            return hs["set-cookie"][0].split(";")[0]
+        bob = login(BOB)
+        alice = [login(ALICE) for _ in range(70)]
+        whoami = lambda cookie: self.request(s, "GET", "/api/v1/whoami", {"Cookie": cookie})[0]
+        self.assertEqual(whoami(bob), 200)
+        self.assertEqual(whoami(alice[-1]), 200)
+        self.assertEqual(whoami(alice[0]), 401)  # at most 64 of alice's at once
+
+    def test_large_answers_are_streamed_a_page_at_a_time(self):
+        # 60,000 records (47 MB of JSON lines), imported.
+        rec = {"v": 1, "op": "matmul", "params": {"M": 8, "N": 8, "K": 8}, "workload": "matmul(M=8,N=8,K=8,epilogue=none)",
+               "template": "dense.cpu.v1", "target": "llvm -mtriple=x86_64-pc-linux-gnu", "arch": "x86_64",
+               "device_key": "local", "device_model": "test", "toolchain": "test", "run": "r-1", "flops": 1024,
+               "compile_s": 0.01, "error_code": "ok", "error_msg": "", "correctness": "ok",
+               "settings": {"cooldown_ms": 0.0, "flush": False, "min_repeat_ms": 10.0, "number": 1, "repeat": 1},
+               "config": {"order": "nm", "pack_b": False, "parallel": True, "tile_m": 8, "tile_n": 8, "unroll": True,
+                          "unroll_k": 4, "vectorize": True, "pad": "x" * 300}}
+        n = 60000
+        path = os.path.join(self.dir, "records.jsonl")
+        with open(path, "w") as f:
+            for i in range(n):
+                rec["measured_at"] = 1795000000.0 + i
+                rec["samples_s"] = [1e-6 * (1 + i % 97)]
+                f.write(json.dumps(rec) + "\n")
+        p = subprocess.run([TUNEFARM, "query", "import", path, "--db", self.db], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"{n} added", p.stdout)
+        s = Service(self, "--local-boards", "1")
+        # A default page of 10,000 lines, sent chunked; the next page from the last line's id.
+        status, hs, body = self.request(s, "GET", "/api/v1/history")
+        self.assertEqual(status, 200)
+        self.assertEqual(hs["transfer-encoding"], ["chunked"])
+        lines = [json.loads(x) for x in body.splitlines()]
+        self.assertEqual(len(lines), 10000)
+        status, _, body = self.request(s, "GET", f"/api/v1/history?limit=5&after_id={lines[-1]['id']}")
+        self.assertEqual([json.loads(x)["id"] for x in body.splitlines()], [lines[-1]["id"] + k for k in range(1, 6)])
+        status, _, body = self.request(s, "GET", f"/api/v1/history?limit={n}")
+        ids = [json.loads(x)["id"] for x in body.splitlines()]
+        self.assertEqual(len(ids), n)
+        self.assertEqual(ids, sorted(set(ids)))
+        for path, needle in [(f"/api/v1/history?limit=1000001", '"1000001"'), ("/api/v1/history?limit=0", '"0"'),
+                             ("/api/v1/top-k?k=1001&workload=matmul(M=8,N=8,K=8)", '"1001"')]:
+            got, _, body = self.request(s, "GET", path)
+            self.assertEqual(got, 400, path)
+            self.assertIn(needle, json.loads(body)["error"])
+        # 40 readers that ask for everything and read nothing: the service holds a piece for
+        # each, not 47 MB, and answers the others meanwhile.
+        before = self.proc_status(s, "VmRSS")
+        readers = []
+        try:
+            for _ in range(40):
+                c = socket.create_connection(("127.0.0.1", s.http), timeout=30)
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                c.sendall(f"GET /api/v1/history?limit={n} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                readers.append(c)
+            time.sleep(3)
+            for _ in range(5):
+                t0 = time.time()
+                self.assertEqual(self.get_json(s, "/api/v1/whoami")["user"], "local")
+                self.assertLess(time.time() - t0, 3)
+            grown = self.proc_status(s, "VmRSS") - before
+            self.assertLess(grown, 200 << 10, f"the service grew by {grown} KiB for 40 slow readers")
+        finally:
+            for c in readers:
+                c.close()
+        self.assertIsNone(s.d.proc.poll())
 
     def test_a_tracker_that_does_not_answer_is_said_on_the_farm_page(self):
         with socket.socket() as s0:
