@@ -165,12 +165,14 @@ struct JobManager::Job {
   // publishes the end (watchers stop at the first sight of an ended job, so the row in memory
   // must not end before the "end" event is published).
   std::optional<db::JobRow> ended;
+  bool unsaved = false;  // its row's last write failed (disk full, I/O error): retried
 };
 
 JobManager::JobManager(JobManagerOptions o) : opts_(std::move(o)) {
   if (opts_.max_running < 1) throw UserError(str("--max-running ", opts_.max_running, " must be at least 1"));
   if (opts_.local_boards < 0) throw UserError(str("--local-boards ", opts_.local_boards, " must be 0 or more"));
   db_ = db::open_database(opts_.db_path);
+  db::quick_check(opts_.db_path);  // a damaged file is said now, not found by a job
   if (opts_.local_boards > 0) pool_ = std::make_unique<LocalBoardPool>(opts_.local_boards);
   for (db::JobRow& row : db_->jobs()) {
     auto job = std::make_unique<Job>();
@@ -369,8 +371,20 @@ bool JobManager::next_events(int64_t id, uint64_t* seq, std::vector<pb::JobEvent
   return !is_over(job->row.state) && !shutting_down_;
 }
 
-void JobManager::publish(Job* job, const std::string& kind, const std::string& workload, const std::string& message) {
-  db_->update_job(job->row);
+std::string JobManager::publish(Job* job, const std::string& kind, const std::string& workload,
+                                const std::string& message) {
+  std::string failed;
+  try {
+    db_->update_job(job->row);
+    job->unsaved = false;
+  } catch (const db::DbError& e) {
+    // The service goes on (it serves what the database holds); the row is written again by
+    // the dispatcher until it can be, and no job starts meanwhile.
+    failed = e.what();
+    job->unsaved = true;
+    if (db_failure_.empty()) std::fprintf(stderr, "tunefarm-tuner: cannot write job %lld: %s\n", static_cast<long long>(job->row.id), e.what());
+    db_failure_ = failed;
+  }
   pb::JobEvent e;
   e.set_kind(kind);
   *e.mutable_job() = info(*job);
@@ -379,6 +393,22 @@ void JobManager::publish(Job* job, const std::string& kind, const std::string& w
   job->events.push_back({++job->last_seq, std::move(e)});
   while (job->events.size() > kMaxEventsKept) job->events.pop_front();
   cv_.notify_all();
+  return failed;
+}
+
+void JobManager::save_unsaved() {
+  if (db_failure_.empty()) return;
+  for (auto& [id, job] : jobs_) {
+    if (!job->unsaved) continue;
+    try {
+      db_->update_job(job->row);
+      job->unsaved = false;
+    } catch (const db::DbError&) {
+      return;  // still failing: db_failure_ stays
+    }
+  }
+  std::fprintf(stderr, "tunefarm-tuner: the database can be written again\n");
+  db_failure_.clear();
 }
 
 pb::JobInfo JobManager::info(const Job& job) const {
@@ -479,7 +509,8 @@ void JobManager::dispatch_loop() {
       }
     }
     if (shutting_down_) return;
-    while (running_ < opts_.max_running) {
+    save_unsaved();
+    while (db_failure_.empty() && running_ < opts_.max_running) {
       Job* job = next_to_start();
       if (!job) break;
       job->row.state = "running";
@@ -519,6 +550,9 @@ void JobManager::run_job(Job* job) {
   try {
     std::unique_ptr<db::Database> db = db::open_database(opts_.db_path);
     run_job_body(job, *db);
+  } catch (const db::DbError& e) {
+    failure = str("the database could not be written: ", e.what(),
+                  ". The measurements committed before it are kept: submit the job again once it can be written");
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -560,7 +594,8 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
   auto save = [&](const std::string& kind, const std::string& workload, const std::string& message = "") {
     std::lock_guard<std::mutex> l(mu_);
     job->row.progress = progress;
-    publish(job, kind, workload, message);
+    std::string failed = publish(job, kind, workload, message);
+    if (!failed.empty()) throw db::DbError(failed);  // the job cannot keep its progress: it stops
   };
 
   // Where it measures.

@@ -105,14 +105,21 @@ class JobManager {
   static void end_row(db::JobRow& r, const Job& job, const std::string& failure);
   // The next queued job to start, or null. Caller holds mu_.
   Job* next_to_start();
-  // Writes the job's row and publishes an event. Caller holds mu_.
-  void publish(Job* job, const std::string& kind, const std::string& workload = "", const std::string& message = "");
+  // Writes the job's row and publishes an event. Caller holds mu_. Never throws: a write that
+  // fails (disk full, I/O error) is retried by save_unsaved, and its error returned ("" when
+  // written).
+  std::string publish(Job* job, const std::string& kind, const std::string& workload = "",
+                      const std::string& message = "");
+  // Writes the rows whose last write failed; clears db_failure_ once all are written. Caller
+  // holds mu_.
+  void save_unsaved();
   tunefarm::v1::JobInfo info(const Job& job) const;
   // The lock that makes jobs on one (workload, target) measure a batch at a time.
   std::mutex& workload_lock(const std::string& key);
 
   JobManagerOptions opts_;
   std::unique_ptr<db::Database> db_;  // the jobs' writer; used under mu_
+  std::string db_failure_;            // the last failed write while rows are unsaved (under mu_)
   std::unique_ptr<LocalBoardPool> pool_;
   std::mutex mu_;
   std::condition_variable cv_;

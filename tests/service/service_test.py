@@ -361,6 +361,84 @@ class ServiceTest(DaemonTest):
 
     # --- refusals -------------------------------------------------------------------------
 
+    def test_a_full_disk_fails_the_job_with_the_reason_and_the_service_serves_on(self):
+        """The database on a small file system (a tmpfs where this test may mount one; else the
+        fault hook TUNEFARM_FAULT_DB_MAX_PAGES, SQLite's own page limit) fills during a job: the
+        job fails saying so, the service keeps serving what the database holds, and once
+        there is space again the job's end is written and new jobs run."""
+        mnt = os.path.join(self.dir, "small")
+        os.makedirs(mnt)
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt],
+                                 capture_output=True).returncode == 0
+        env = None
+        if mounted:
+            self.db = os.path.join(mnt, "tuning.db")
+        else:
+            env = {"TUNEFARM_FAULT_DB_MAX_PAGES": "40"}  # a new database has 20
+        print(f"figure: full disk by {'a tmpfs of 8 MiB' if mounted else 'the fault hook'}")
+        try:
+            self.full_disk(mnt, mounted, env)
+        finally:
+            for d in self.daemons:
+                d.stop(signal.SIGKILL)
+            if mounted:
+                subprocess.run(["umount", "-l", mnt])
+
+    def full_disk(self, mnt, mounted, env):
+        d = self.service("--local-boards", "1", env=env)
+        jid = self.submit(["matmul(M=16,N=16,K=16)"], trials=400, strategy="random")
+        self.wait(lambda js: js[jid]["trials_done"] >= 3, 120, "the job to measure")
+        filler = os.path.join(mnt, "filler")
+        if mounted:
+            with open(filler, "wb") as f:
+                try:
+                    while True:
+                        f.write(b"\0" * 65536)
+                        f.flush()
+                except OSError:
+                    pass
+        js = self.wait(lambda js: js[jid]["state"] in ("failed", "done", "cancelled"), 180, "the job to end")
+        self.assertEqual(js[jid]["state"], "failed", js[jid])
+        self.assertIn("the database could not be written", js[jid]["reason"])
+        self.assertIn("full", js[jid]["reason"])
+        self.assertIn("submit the job again", js[jid]["reason"])
+        # The service serves on: the job list, the records, its queries.
+        self.assertIsNone(d.proc.poll(), "the service died")
+        self.assertIn("records", json.loads(self.tf("query", "stats", "--json", "--server", f"127.0.0.1:{d.port}").stdout))
+        if not mounted:
+            return
+        # A new job while the disk is full: refused with the reason, not a crash.
+        p = self.tf("submit", self.job_file(["matmul(M=8,N=8,K=8)"], trials=2), expect=None)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("full", p.stderr)
+        self.assertIsNone(d.proc.poll(), "the service died")
+        # Space again: the job's end is written (it is not resumed at the next start), and
+        # new jobs run.
+        os.remove(filler)
+        time.sleep(2.5)
+        d.stop()
+        d = self.service("--local-boards", "1", name="tuner2")
+        self.assertEqual(self.jobs()[jid]["state"], "failed")
+        j2 = self.submit(["matmul(M=8,N=8,K=8)"], trials=3)
+        self.wait(lambda js: js[j2]["state"] == "done", 120, "a job after the space came back")
+        con = sqlite3.connect(self.db)
+        self.assertEqual(con.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+        con.close()
+        # A start on a full disk says which file and what is wrong, and exits 2.
+        d.stop()
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        p = subprocess.run([TUNER, "--port", "0", "--db", self.db], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn(self.db, p.stderr)
+        self.assertIn("KiB free", p.stderr)
+        os.remove(filler)
+
     def test_refusals_name_the_problem_and_the_service_serves_on(self):
         users = self.write("users", "alice-token-0123456789 alice\nbob-token-0123456789ab bob\n"
                                     "root-token-0123456789a ops admin\n")
