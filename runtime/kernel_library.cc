@@ -40,14 +40,14 @@ const char* machine_name(int m) {
 
 // The checks on one ELF class (Elf64_* or Elf32_* types).
 template <typename Ehdr, typename Phdr, typename Shdr>
-std::string check_elf(const std::string& data, bool this_machine) {
+std::string check_elf(std::string_view data, bool this_machine) {
   const uint64_t size = data.size();
   if (size < sizeof(Ehdr)) return "truncated: " + std::to_string(size) + " bytes, shorter than an ELF header";
   Ehdr eh;
   std::memcpy(&eh, data.data(), sizeof eh);
   if (eh.e_type != ET_DYN) return "not a shared library (ELF type " + std::to_string(eh.e_type) + ")";
   if (this_machine && kMachine != EM_NONE && eh.e_machine != kMachine) {
-    return std::string("built for ") + machine_name(eh.e_machine) + ", but this board is " + machine_name(kMachine);
+    return std::string("built for ") + machine_name(eh.e_machine) + ", but this machine is " + machine_name(kMachine);
   }
   auto within = [&](uint64_t offset, uint64_t count, uint64_t entry) {
     return offset <= size && count <= (size - offset) / std::max<uint64_t>(entry, 1);
@@ -73,18 +73,18 @@ std::string check_elf(const std::string& data, bool this_machine) {
 
 }  // namespace
 
-std::string check_kernel_library(const std::string& data, bool this_machine) {
+std::string check_kernel_library(std::string_view data, bool this_machine) {
   if (data.empty()) return "empty (0 bytes)";
   if (data.size() < EI_NIDENT || std::memcmp(data.data(), ELFMAG, SELFMAG) != 0) {
     return "not an ELF file (no ELF magic number)";
   }
   if (data[EI_DATA] != ELFDATA2LSB) return "not a little-endian ELF file";
   if (data[EI_CLASS] == ELFCLASS64) {
-    if (this_machine && sizeof(void*) != 8) return "a 64-bit library, but this board is 32-bit";
+    if (this_machine && sizeof(void*) != 8) return "a 64-bit library, but this machine is 32-bit";
     return check_elf<Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr>(data, this_machine);
   }
   if (data[EI_CLASS] == ELFCLASS32) {
-    if (this_machine && sizeof(void*) != 4) return "a 32-bit library, but this board is 64-bit";
+    if (this_machine && sizeof(void*) != 4) return "a 32-bit library, but this machine is 64-bit";
     return check_elf<Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr>(data, this_machine);
   }
   return "unknown ELF class " + std::to_string(static_cast<int>(data[EI_CLASS]));

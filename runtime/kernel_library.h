@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tf {
@@ -96,7 +97,7 @@ std::vector<TimingResult> time_calls(const std::vector<TimedCall>& calls, const 
 // object (ET_DYN) whose headers and loadable segments lie within the file; with
 // `this_machine`, also of this machine's class and architecture. A truncated library would
 // otherwise crash the loader (SIGBUS) and read as a kernel crash.
-std::string check_kernel_library(const std::string& data, bool this_machine = true);
+std::string check_kernel_library(std::string_view data, bool this_machine = true);
 
 // The architecture a (little-endian ELF) library was built for, as Target::arch_name() names
 // it (x86_64, aarch64, arm; rocm for an AMDGPU code object, cuda for PTX text), "another

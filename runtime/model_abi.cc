@@ -1,10 +1,14 @@
 #include "runtime/model_abi.h"
 
-#include <cstring>
-
 #include <dlfcn.h>
-
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
 
 namespace tf {
 namespace {
@@ -58,8 +62,23 @@ int64_t ModelTensor::elements() const {
 int64_t ModelTensor::bytes() const { return elements() * model_dtype_bytes(dtype); }
 
 ModelAbi::ModelAbi(const std::string& path) : path_(path) {
+  if (path.find('\0') != std::string::npos) {
+    throw ModelLoadError("the model library path \"" + path.substr(0, path.find('\0')) + "\\0...\" has a NUL byte in it");
+  }
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) throw ModelLoadError(path + ": no such model library");
+  // The loader maps the file and reads what its headers point at: a file cut short, damaged or
+  // of another machine would crash it (SIGBUS) or read as "no such file". It is checked first.
+  {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw ModelLoadError(path + ": cannot read: " + std::strerror(errno));
+    void* map = st.st_size > 0 ? ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+    ::close(fd);
+    if (st.st_size > 0 && map == MAP_FAILED) throw ModelLoadError(path + ": cannot read: " + std::strerror(errno));
+    std::string why = check_kernel_library(std::string_view(static_cast<const char*>(map), static_cast<size_t>(st.st_size)));
+    if (map) ::munmap(map, static_cast<size_t>(st.st_size));
+    if (!why.empty()) throw ModelLoadError(path + ": not a model library for this machine: " + why);
+  }
   // dlopen needs a slash to take the path as a file, not a name to search for.
   std::string p = path.find('/') == std::string::npos ? "./" + path : path;
   handle_ = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);

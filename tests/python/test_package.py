@@ -6,6 +6,7 @@ and the tunefarm program in <build>/bin."""
 import ctypes.util
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -350,9 +351,40 @@ class Errors(unittest.TestCase):
         # has no device entry point.
         module = tunefarm.optimize(seeded(MLP), (torch.randn(1, 64),), target="cuda -arch=sm_90")
         self.assertRaisesWith(ValueError, "compiled for a cuda GPU", module, torch.randn(1, 64))
-        cpu = tunefarm.load(tunefarm.compile_model(onnx))
+        cpu_path = tunefarm.compile_model(onnx)
+        cpu = tunefarm.load(cpu_path)
         self.assertEqual(cpu._model.device_kind, "")
         self.assertRaisesWith(RuntimeError, "a CPU model takes host buffers", cpu._model.run_device, [0], [0], 0)
+        # A library cut short (it killed the interpreter with SIGBUS), one for another machine
+        # and a path with a NUL in it are refused by name.
+        with open(cpu_path, "rb") as f:
+            data = f.read()
+        for keep in (len(data) * 2 // 3, len(data) - 1, 100):
+            cut = os.path.join(TMP, f"cut{keep}.so")
+            with open(cut, "wb") as f:
+                f.write(data[:keep])
+            self.assertRaisesWith(ValueError, "cut" + str(keep) + ".so: not a model library for this machine: truncated",
+                                  tunefarm.load, cut)
+        self.assertRaisesWith(ValueError, "has a NUL byte", tunefarm.load, cpu_path + "\x00junk")
+        other = os.path.join(TMP, "other.so")
+        machine, name = (62, "x86_64") if platform.machine() == "aarch64" else (183, "aarch64")
+        with open(other, "wb") as f:
+            f.write(data[:18] + machine.to_bytes(2, "little") + data[20:])  # e_machine
+        self.assertRaisesWith(ValueError, f"built for {name}, but this machine is", tunefarm.load, other)
+
+    def test_imports_with_numpy_alone(self):
+        """import tunefarm without PyTorch (its extension linked OpenMP only through torch)."""
+        onnx = os.path.join(TMP, "numpy_alone_mlp.onnx")
+        torch.onnx.export(seeded(MLP), (torch.randn(1, 64),), onnx, opset_version=13)
+        lib = tunefarm.compile_model(onnx)
+        code = ("import sys, numpy as np, tunefarm\n"
+                "assert 'torch' not in sys.modules\n"
+                "m = tunefarm.load(sys.argv[1])\n"
+                "print(m(np.ones((1, 64), np.float32)).shape)\n")
+        p = subprocess.run([sys.executable, "-c", code, lib], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(tunefarm.__file__))})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), "(1, 10)")
 
 
 if __name__ == "__main__":
