@@ -204,6 +204,47 @@ TEST(TrackerLimits, DeviceStringsAreBounded) {
   EXPECT_LT(sum.ByteSizeLong(), 10000u);
 }
 
+// What farm status prints is text, and what tuners dial is an address: a board id with
+// terminal escapes or an address that is not HOST:PORT is refused by name (both were stored).
+TEST(TrackerLimits, BoardIdsAreTextAndAddressesAreAddresses) {
+  Tracker t({});
+  ASSERT_GT(t.port(), 0);
+  auto refused = [&](pb::RegisterRequest r, const std::string& message) {
+    grpc::Status s = t.reg(r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_NE(s.error_message().find(message), std::string::npos) << s.error_message();
+    EXPECT_EQ(s.error_message().find('\x1b'), std::string::npos) << "the refusal echoes the escape";
+  };
+  refused(Tracker::board("evil\x1b[2J\n\r", "k"), "board_id has the control character 27 at byte 4");
+  refused(Tracker::board("c1-\xc2\x9b" "2J", "k"), "board_id has the control character 155");
+  refused(Tracker::board("del\x7f", "k"), "board_id has the control character 127");
+  for (auto [address, why] : std::vector<std::pair<std::string, std::string>>{
+           {"not an address", "is not HOST:PORT: no ':PORT'"},
+           {"host", "no ':PORT'"},
+           {":80", "no ':PORT'"},
+           {"host:0", "1..65535"},
+           {"host:65536", "1..65535"},
+           {"host:80x", "1..65535"},
+           {"ho st:80", "a host is a name"},
+           {"host\n:80", "a host is a name"},
+           {"[::1:80", "an IPv6 host"},
+           {"[zz]:80", "an IPv6 host"}}) {
+    pb::RegisterRequest r = Tracker::board("b", "k");
+    r.set_address(address);
+    refused(r, why);
+  }
+  pb::RegisterRequest r = Tracker::board("b", "k");
+  r.mutable_device()->set_cpu_model("cpu\x1b]0;title\x07");
+  refused(r, "device.cpu_model has the control character 27");
+  // What boards register is still taken: names, IPv4, IPv6 in brackets, UTF-8 text.
+  for (std::string address : {"127.0.0.1:9190", "board-7.lab.example:65535", "[::1]:9190", "[fe80::1%eth0]:1"}) {
+    r = Tracker::board("b", "k");
+    r.set_address(address);
+    EXPECT_TRUE(t.reg(r).ok()) << address;
+  }
+  EXPECT_TRUE(t.reg(Tracker::board("pi \xc3\xa9t\xc3\xa9 #3", "k")).ok());
+}
+
 TEST(TrackerLimits, BoardsAreBounded) {
   Tracker t({"--max-boards", "5"});
   ASSERT_GT(t.port(), 0);
