@@ -146,6 +146,22 @@ class CodeGen {
 
   // ---- expressions ----
 
+  // Float min and max propagate NaN (IEEE 754-2019 minimum/maximum, PyTorch's rule: a NaN
+  // operand gives NaN; maxnum would drop it, and Relu turned NaN into 0). Against a constant
+  // that is not NaN, one compare and select suffices: only the other side can be NaN, and the
+  // select gives it when the compare is false (x86: one vmaxps with the constant first).
+  llvm::Value* float_min_max(llvm::Value* a, llvm::Value* b, bool is_max) {
+    auto non_nan_constant = [](llvm::Value* v) {
+      auto* c = llvm::dyn_cast<llvm::Constant>(v);
+      if (c && c->getType()->isVectorTy()) c = c->getSplatValue();
+      auto* f = llvm::dyn_cast_or_null<llvm::ConstantFP>(c);
+      return f && !f->isNaN();
+    };
+    if (non_nan_constant(b)) std::swap(a, b);
+    if (non_nan_constant(a)) return b_.CreateSelect(is_max ? b_.CreateFCmpOGT(a, b) : b_.CreateFCmpOLT(a, b), a, b);
+    return is_max ? b_.CreateMaximum(a, b) : b_.CreateMinimum(a, b);
+  }
+
   llvm::Value* floor_div_mod(llvm::Value* a, llvm::Value* bv, bool is_div) {
     // Truncating division, then a correction where the signs of remainder and divisor differ.
     llvm::Value* q = b_.CreateSDiv(a, bv);
@@ -345,9 +361,9 @@ class CodeGen {
         if (!gpu_) uses_libm = true;  // frem is a call of fmodf on CPUs
         return b_.CreateFRem(a, bv);
       case ExprKind::Min:
-        return fl ? b_.CreateMinNum(a, bv) : b_.CreateSelect(b_.CreateICmpSLT(a, bv), a, bv);
+        return fl ? float_min_max(a, bv, false) : b_.CreateSelect(b_.CreateICmpSLT(a, bv), a, bv);
       case ExprKind::Max:
-        return fl ? b_.CreateMaxNum(a, bv) : b_.CreateSelect(b_.CreateICmpSGT(a, bv), a, bv);
+        return fl ? float_min_max(a, bv, true) : b_.CreateSelect(b_.CreateICmpSGT(a, bv), a, bv);
       case ExprKind::And: return b_.CreateAnd(a, bv);
       case ExprKind::Or: return b_.CreateOr(a, bv);
       default: return compare(e.kind(), a, bv, fl);

@@ -137,6 +137,18 @@ std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out);
 // A negative axis counts from the end; out of [-rank, rank) is the node's error.
 int64_t normalize_axis(const Node& n, int64_t axis, int64_t rank, const char* what = "axis");
 HostTensor make_like(DType t, const Shape& s);
+
+// Float maximum and minimum as the compiled kernels compute them (IEEE 754-2019 maximum and
+// minimum, PyTorch's rule): a NaN operand gives NaN. Relu, Clip, Max, Min, the pools and the
+// reductions follow it (docs/models.md, "NaN").
+template <typename T>
+T max_nan(T a, T b) {
+  return a != a ? a : b != b ? b : a < b ? b : a;
+}
+template <typename T>
+T min_nan(T a, T b) {
+  return a != a ? a : b != b ? b : b < a ? b : a;
+}
 // out[o] = in[k], both of one element type.
 void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k);
 // Where the rows of a scatter's indices write in `data` (negative indices from the end; one out

@@ -261,7 +261,7 @@ OpDef clip_op() {
       return std::vector<HostTensor>{out};
     }
     float l = lo ? in[1]->f[0] : -INFINITY, h = hi ? in[2]->f[0] : INFINITY;
-    for (size_t k = 0; k < out.f.size(); ++k) out.f[k] = std::min(std::max(in[0]->f[k], l), h);
+    for (size_t k = 0; k < out.f.size(); ++k) out.f[k] = min_nan(max_nan(in[0]->f[k], l), h);
     return std::vector<HostTensor>{out};
   };
   return d;
@@ -302,7 +302,7 @@ OpDef cast_op() {
 }  // namespace
 
 void register_elementwise_ops(std::vector<OpDef>& ops) {
-  ops.push_back(unary("Relu", [](float x, const Node&) { return x > 0 ? x : 0.0f; },
+  ops.push_back(unary("Relu", [](float x, const Node&) { return x < 0 ? 0.0f : x; },  // NaN stays NaN
       [](ir::Expr x, const Node&) { return ir::max(x, ir::f32(0.0)); }));
   ops.push_back(unary("Sigmoid", [](float x, const Node&) {
     return static_cast<float>(1 / (1 + std::exp(-double(x))));
@@ -361,8 +361,7 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
          return ir::select(x >= ir::f32(0.0), x, x * ir::f32(n.get_float("alpha", 0.01f)));
        }));
   ops.push_back(unary("HardSigmoid", [](float x, const Node& n) {
-    return std::max(0.0f,
-                    std::min(1.0f, n.get_float("alpha", 0.2f) * x + n.get_float("beta", 0.5f)));
+    return max_nan(0.0f, min_nan(1.0f, n.get_float("alpha", 0.2f) * x + n.get_float("beta", 0.5f)));
   },
       [](ir::Expr x, const Node& n) {
          ir::Expr y = ir::f32(n.get_float("alpha", 0.2f)) * x + ir::f32(n.get_float("beta", 0.5f));
@@ -386,7 +385,7 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
        }));
   ops.push_back(unary("Celu", [](float x, const Node& n) {
     float alpha = n.get_float("alpha", 1.0f);
-    return std::max(0.0f, x) + std::min(0.0f, alpha * std::expm1(x / alpha));
+    return max_nan(0.0f, x) + min_nan(0.0f, alpha * std::expm1(x / alpha));
   },
       [](ir::Expr x, const Node& n) {
          float alpha = n.get_float("alpha", 1.0f);
@@ -402,7 +401,7 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(unary("Softsign", [](float x, const Node&) { return x / (1 + std::fabs(x)); },
       [](ir::Expr x, const Node&) { return x / (ir::f32(1.0) + ir::fabs(x)); }));
   ops.push_back(unary("HardSwish", [](float x, const Node&) {
-    return x * std::max(0.0f, std::min(1.0f, x / 6 + 0.5f));
+    return x * max_nan(0.0f, min_nan(1.0f, x / 6 + 0.5f));
   },
       [](ir::Expr x, const Node&) {
          return x *
@@ -418,9 +417,9 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
       te::div_te()));
   ops.push_back(binary("Pow", BinKind::Arith, [](double a, double b) { return std::pow(a, b); },
       te::pow_te));
-  ops.push_back(variadic("Max", [](double a, double b) { return std::max(a, b); },
+  ops.push_back(variadic("Max", [](double a, double b) { return max_nan(a, b); },
       te::binary_te([](ir::Expr a, ir::Expr b) { return ir::max(a, b); })));
-  ops.push_back(variadic("Min", [](double a, double b) { return std::min(a, b); },
+  ops.push_back(variadic("Min", [](double a, double b) { return min_nan(a, b); },
       te::binary_te([](ir::Expr a, ir::Expr b) { return ir::min(a, b); })));
   ops.push_back(variadic("Sum", [](double a, double b) { return a + b; },
       te::binary_te([](ir::Expr a, ir::Expr b) { return a + b; })));

@@ -307,7 +307,7 @@ std::vector<HostTensor> pool_eval(const OpContext& c, const std::vector<const Ho
               if (iy < H + win.pb && ix < W + win.pr) ++padded;
               if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
               float v = in[0]->f[((p * H + iy) * W + ix) * L + l];
-              acc = is_max ? std::max(acc, double(v)) : acc + v;
+              acc = is_max ? max_nan(acc, double(v)) : acc + v;
               ++count;
             }
           if (!is_max) acc /= static_cast<double>(count_pad ? padded : std::max<int64_t>(count, 1));
@@ -337,7 +337,7 @@ std::vector<HostTensor> global_pool_eval(const OpContext& c,
     double acc = is_max ? -INFINITY : 0.0;
     for (int64_t e = 0; e < area; ++e) {
       float v = in[0]->f[p * area + e];
-      acc = is_max ? std::max(acc, double(v)) : acc + v;
+      acc = is_max ? max_nan(acc, double(v)) : acc + v;
     }
     out.f[p] = static_cast<float>(is_max ? acc : acc / static_cast<double>(area));
   }
@@ -650,9 +650,9 @@ std::vector<HostTensor> reduce_eval(const OpContext& c, const std::vector<const 
     for (size_t d = 0; d < x.size(); ++d) o += idx[d] * st[d];
     double v = in[0]->f[e];
     if (op == "ReduceMax")
-      acc[o] = std::max(acc[o], v);
+      acc[o] = max_nan(acc[o], v);
     else if (op == "ReduceMin")
-      acc[o] = std::min(acc[o], v);
+      acc[o] = min_nan(acc[o], v);
     else if (op == "ReduceProd")
       acc[o] *= v;
     else if (op == "ReduceL1")

@@ -101,7 +101,10 @@ Tensor hardmax_expr(const Node& n, const OpContext& c, const TeOperand& x, const
     for (size_t k = 0; k < axes.size(); ++k) p = p * x.shape[axes[k]] + coord(k);
     return to_float(Expr(red.count - 1) - p);
   };
-  Tensor m = red.reduce(name + "_max", ir::max_reduce, [](Expr v, const Index&) { return v; });
+  // The row's largest with NaN as -inf (max propagates NaN); a NaN itself never equals it, so
+  // it is never picked, and a row of NaN has no 1.
+  auto clean = [](Expr v) { return ir::select(ir::eq(v, v), v, ir::f32(-INFINITY)); };
+  Tensor m = red.reduce(name + "_max", ir::max_reduce, [&](Expr v, const Index&) { return clean(v); });
   Expr row_key = key([&](size_t k) { return red.rv[k].var; });
   Tensor first = ir::compute(
       name + "_first", red.stat, axis_names(red.stat.size()),
@@ -120,8 +123,8 @@ Tensor hardmax_expr(const Node& n, const OpContext& c, const TeOperand& x, const
 // (smallest) element, as a float32 (int64 results are floats inside compiled kernels, exact
 // below 2^24, converted to int64 at the model's output: compiler/codegen_runner.h). Three
 // stages: the extreme value, the largest key of the positions holding it (the index, or its
-// mirror K-1-index for the first), and the index. Unlike numpy, a NaN is not picked: max
-// skips it.
+// mirror K-1-index for the first), and the index. Unlike numpy, a NaN is not picked: it
+// counts as -inf (max itself would propagate it); a row of NaN gives index 0, as numpy.
 Tensor arg_expr(const Node& n, const TeOperand& x, const Shape& out, const std::string& name, bool max) {
   if (!x.tensor) not_implemented(n, str(n.op, " of a one-element constant"));
   auto rank = static_cast<int64_t>(x.shape.size());
@@ -129,7 +132,10 @@ Tensor arg_expr(const Node& n, const TeOperand& x, const Shape& out, const std::
   bool keep = n.get_int("keepdims", 1) != 0, last = n.get_int("select_last_index", 0) != 0;
   const int64_t extent = x.shape[static_cast<size_t>(axis)];
   KeptReduction red(x, {axis});
-  auto value = [&](const Index& i) { return max ? red.src(i) : ir::f32(-1.0) * red.src(i); };
+  auto value = [&](const Index& i) {
+    Expr v = max ? red.src(i) : ir::f32(-1.0) * red.src(i);
+    return ir::select(ir::eq(v, v), v, ir::f32(-INFINITY));
+  };
   Tensor m = ir::compute(
       name + "_extreme", red.stat, axis_names(red.stat.size()),
       [&](const Index& i) { return ir::max_reduce(value(i), red.rv); }, red.rv);

@@ -507,3 +507,73 @@ TEST(ModelCompiler, TakesTheWinogradConvolutionWhereItWasTunedFaster) {
   }
   fs::remove_all(tmp);
 }
+
+// NaN in, NaN out, as in PyTorch and ONNX Runtime, for every max/min-like operator, compiled
+// (Relu fused into a convolution's epilogue too) and in the reference evaluators: Relu made
+// NaN 0 (maxnum) and the pools and clamps dropped it.
+TEST(ModelCompiler, NaNPropagatesThroughMaxMinClipReluAndPools) {
+  Graph g;
+  const Shape s = {1, 8, 6, 6};
+  auto value = [&](const std::string& n, const Shape& sh) { g.values[n] = Value{n, DType::F32, sh, std::nullopt}; };
+  auto constant = [&](const std::string& n, const Shape& sh, float v) {
+    g.values[n] = Value{n, DType::F32, sh, HostTensor::floats(sh, std::vector<float>(num_elements(sh), v))};
+  };
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out, const Shape& sh,
+                  std::map<std::string, Attr> attrs = {}) {
+    value(out, sh);
+    g.nodes.push_back(Node{op + "_" + out, op, std::move(in), {out}, std::move(attrs)});
+  };
+  value("x", s);
+  value("y", s);
+  g.inputs = {"x", "y"};
+  constant("lo", {}, 0.0f);
+  constant("hi", {}, 6.0f);
+  constant("w", {8, 8, 1, 1}, 0.125f);
+  node("Relu", {"x"}, "relu", s);
+  node("Clip", {"x", "lo", "hi"}, "clip", s);
+  node("Max", {"x", "y"}, "max", s);
+  node("Min", {"y", "x"}, "min", s);
+  node("HardSigmoid", {"x"}, "hsig", s);
+  node("MaxPool", {"x"}, "pool", {1, 8, 3, 3},
+       {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
+  node("ReduceMax", {"x"}, "rmax", {1, 8, 6, 1}, {{"axes", std::vector<int64_t>{3}}, {"keepdims", int64_t{1}}});
+  node("Conv", {"x", "w"}, "conv", s);
+  node("Relu", {"conv"}, "crelu", s);
+  g.outputs = {"relu", "clip", "max", "min", "hsig", "pool", "rmax", "crelu"};
+  verify(g);
+  const float nan = std::nanf("");
+  HostTensor x = HostTensor::floats(s, std::vector<float>(num_elements(s))), y = x;
+  for (size_t k = 0; k < x.f.size(); ++k) {
+    x.f[k] = std::sin(static_cast<float>(k)) * 8;
+    y.f[k] = std::cos(static_cast<float>(k)) * 8;
+  }
+  const std::vector<size_t> nans = {0, 7, 40, 41, 100, 287};
+  for (size_t k : nans) x.f[k] = nan;
+  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}, {"y", y}});
+  for (const char* out : {"relu", "clip", "max", "min", "hsig"}) {
+    for (size_t k : nans) EXPECT_TRUE(std::isnan(want.at(out).f[k])) << out << " reference, element " << k;
+  }
+  EXPECT_TRUE(std::isnan(want.at("pool").f[0]));  // the window of x[0]
+  EXPECT_TRUE(std::isnan(want.at("rmax").f[0]));  // the row of x[0]
+  EXPECT_FALSE(std::isnan(want.at("pool").f[1]));
+
+  tf::Target host = tf::host_target();
+  run_passes(g, PassOptions{2, {}, {}, nullptr, host.vector_lanes()});
+  fs::path tmp = fs::temp_directory_path() / ("tf-nan-" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  std::string so = (tmp / "nan.so").string();
+  compile_model(g, host, [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; }, so, "nan");
+  ModelLibrary lib(so);
+  std::vector<HostTensor> got;
+  lib.run({&x, &y}, got);
+  ASSERT_EQ(got.size(), g.outputs.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const HostTensor& w = want.at(g.outputs[i]);
+    ASSERT_EQ(w.shape, got[i].shape) << g.outputs[i];
+    for (int64_t k = 0; k < w.size(); ++k) {
+      EXPECT_EQ(std::isnan(w.f[k]), std::isnan(got[i].f[k])) << g.outputs[i] << " element " << k;
+    }
+    EXPECT_EQ(compare(w, got[i]), "") << g.outputs[i];
+  }
+  fs::remove_all(tmp);
+}
