@@ -10,7 +10,7 @@ bash scripts/install-deps.sh
 SECONDS_EACH=${FUZZ_SECONDS:-30}
 CC=clang-19 CXX=clang++-19 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUNEFARM_FUZZ=ON >/dev/null
 ninja -C build-fuzz -j"${JOBS:-2}"
-for t in workload config jsonl onnx npy gpu_model; do
+for t in workload config jsonl onnx npy gpu_model model_library http; do
   mkdir -p "build-fuzz/corpus/$t"
   echo "fuzz_$t: ${SECONDS_EACH} s"
   # -rss_limit_mb bounds a single input's memory; -timeout flags an input that hangs.
@@ -18,6 +18,7 @@ for t in workload config jsonl onnx npy gpu_model; do
   max_len=4096
   [ "$t" = onnx ] && max_len=8192  # model files: the seed models are up to 6 KB
   [ "$t" = gpu_model ] && max_len=2048  # the seed section is 1.3 KB
+  [ "$t" = model_library ] && max_len=4096  # the seed libraries (a 2x2 matmul kernel) are under 2 KB
   (cd build-fuzz && ./tests/fuzz/fuzz_$t -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
      -max_len="$max_len" -print_final_stats=1 "corpus/$t" "../tests/fuzz/corpus/$t" > "fuzz_$t.log" 2>&1) || status=$?
   tail -n 8 "build-fuzz/fuzz_$t.log"
@@ -28,4 +29,4 @@ for t in workload config jsonl onnx npy gpu_model; do
   fi
 done
 echo "fuzz: all targets ran clean"
-echo "fuzz: 6 passed, 0 failed"
+echo "fuzz: 8 passed, 0 failed"
