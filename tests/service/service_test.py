@@ -26,6 +26,17 @@ SMALL = ["matmul(M=16,N=16,K=16)", "matmul(M=8,N=32,K=16)", "matmul(M=24,N=8,K=8
 FAST = {"repeat": 3, "min_repeat_ms": 1, "retime_rounds": 1, "retime_top": 2}
 
 
+def fill(path):
+    """Writes `path` until its file system is full."""
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
 class ServiceTest(DaemonTest):
     def setUp(self):
         super().setUp()
@@ -390,13 +401,7 @@ class ServiceTest(DaemonTest):
         self.wait(lambda js: js[jid]["trials_done"] >= 3, 120, "the job to measure")
         filler = os.path.join(mnt, "filler")
         if mounted:
-            with open(filler, "wb") as f:
-                try:
-                    while True:
-                        f.write(b"\0" * 65536)
-                        f.flush()
-                except OSError:
-                    pass
+            fill(filler)
         js = self.wait(lambda js: js[jid]["state"] in ("failed", "done", "cancelled"), 180, "the job to end")
         self.assertEqual(js[jid]["state"], "failed", js[jid])
         self.assertIn("the database could not be written", js[jid]["reason"])
@@ -426,13 +431,7 @@ class ServiceTest(DaemonTest):
         con.close()
         # A start on a full disk says which file and what is wrong, and exits 2.
         d.stop()
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        fill(filler)
         p = subprocess.run([TUNER, "--port", "0", "--db", self.db], capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
         self.assertIn(self.db, p.stderr)
