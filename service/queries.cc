@@ -92,7 +92,8 @@ HistoryPager::HistoryPager(const std::string& db_path, const pb::HistoryRequest&
   filter_ = db::HistoryFilter{canonical_workload(req.workload()), canonical_target(req.target()), 0, req.run(),
                               req.after_id()};
   left_ = req.limit() > 0 ? req.limit() : -1;
-  db_ = reader(db_path);
+  db_path_ = db_path;
+  reader(db_path);  // a database that does not open is said before the first page
 }
 
 HistoryPager::~HistoryPager() = default;
@@ -101,7 +102,7 @@ std::vector<std::string> HistoryPager::next(int64_t n) {
   std::vector<std::string> lines;
   if (left_ == 0) return lines;
   filter_.limit = left_ < 0 ? std::max<int64_t>(n, 1) : std::min(std::max<int64_t>(n, 1), left_);
-  std::vector<db::MeasureRecord> rs = db_->history(filter_);
+  std::vector<db::MeasureRecord> rs = reader(db_path_)->history(filter_);
   for (const db::MeasureRecord& r : rs) lines.push_back(record_line(r));
   if (!rs.empty()) filter_.after_position = std::make_pair(rs.back().measured_at, rs.back().id);
   if (static_cast<int64_t>(rs.size()) < filter_.limit) {

@@ -26,7 +26,8 @@ std::vector<std::string> history(const std::string& db_path, const tunefarm::v1:
 
 // The same records a page at a time, so that no reader holds more than one page: the History
 // rpc and the dashboard's download stream them. The constructor checks the request (UserError)
-// and opens the database (db::DbError).
+// and that the database opens (db::DbError); each page opens it anew, so that a slow reader
+// holds no SQLite connection (and its page cache) between pages.
 class HistoryPager {
  public:
   HistoryPager(const std::string& db_path, const tunefarm::v1::HistoryRequest& req);
@@ -35,7 +36,7 @@ class HistoryPager {
   std::vector<std::string> next(int64_t n);
 
  private:
-  std::unique_ptr<db::Database> db_;
+  std::string db_path_;
   db::HistoryFilter filter_;
   int64_t left_;  // records still to give; -1: all there are
 };
