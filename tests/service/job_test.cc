@@ -19,6 +19,10 @@
 #include "service/job.h"
 #include "proto/credentials.h"
 #include "service/job_manager.h"
+#include "runtime/spawn.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
 
 namespace tf {
 namespace {
@@ -292,3 +296,27 @@ TEST(JobsTable, AVersionOneFileIsReadableAsItIsAndMigratedOnWrite) {
 
 }  // namespace
 }  // namespace tf
+
+// What the service starts (build workers, board runners) gets stdin, stdout and stderr only:
+// a socket opened without close-on-exec (the dashboard's was) does not reach it.
+TEST(Spawn, ChildrenGetOnlyTheStandardDescriptors) {
+  int leaky = ::socket(AF_INET, SOCK_STREAM, 0);  // no SOCK_CLOEXEC, on purpose
+  ASSERT_GE(leaky, 0);
+  int out[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  std::string err;
+  pid_t pid = tf::spawn_in_group({"/bin/sh", "-c", "ls -l /proc/$$/fd"}, in, out[1], &err);
+  ASSERT_GT(pid, 0) << err;
+  ::close(out[1]);
+  std::string listing;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) listing.append(buf, static_cast<size_t>(n));
+  int status = tf::reap_group(pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << listing;
+  EXPECT_NE(listing.find(" 1 -> pipe:"), std::string::npos) << listing;  // the listing is real
+  EXPECT_EQ(listing.find("socket:"), std::string::npos) << "the child inherited fd " << leaky << ":\n" << listing;
+  ::close(out[0]);
+  ::close(in);
+  ::close(leaky);
+}
