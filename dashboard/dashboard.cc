@@ -272,7 +272,6 @@ HttpResponse Dashboard::logout(const HttpRequest& r) {
 HttpResponse Dashboard::page(const std::string& name, const std::string& title, const ServiceUser& who,
                              const std::string& job) {
   HttpResponse p;
-  p.authenticated = true;
   p.content_type = "text/html; charset=utf-8";
   // The page's first request, started while app.js loads.
   std::string preload = name == "jobs" ? "/api/v1/jobs?view=summary" : name == "farm" ? "/api/v1/farm" : "/api/v1/best-per-pair";
@@ -323,10 +322,8 @@ HttpResponse Dashboard::handle(const HttpRequest& r) {
         }
       } else if (is_api) {
         out = api(r, path.substr(4), *who);
-        out.authenticated = true;
       } else if (path == "/" || path.empty()) {
         out = redirect("/jobs");
-        out.authenticated = true;
       } else if (path == "/jobs") {
         out = page("jobs", "Jobs", *who);
       } else if (path == "/farm") {
@@ -340,6 +337,7 @@ HttpResponse Dashboard::handle(const HttpRequest& r) {
       } else {
         throw HttpError(404, str("no page ", path.substr(0, 200)));
       }
+      out.authenticated = who.has_value();  // the connection leaves the server's unauthenticated budget
     }
   } catch (const HttpError& e) {
     out = json_error(e.status, e.what());
@@ -410,15 +408,14 @@ HttpResponse Dashboard::api(const HttpRequest& r, const std::string& path, const
     q.set_limit(int_param(r, "limit", kDefaultHistory, 1, kMaxHistory));
     q.set_after_id(int_param(r, "after_id", 0, 0, INT64_MAX));
     // Streamed a piece at a time (the connection holds one piece, never the whole answer); the
-    // request's mistakes and an unreadable database are told before the status is sent.
+    // pager's constructor tells the request's mistakes and an unreadable database before the
+    // status is sent.
     auto pager = std::make_shared<queries::HistoryPager>(db, q);
-    auto first = std::make_shared<std::vector<std::string>>(pager->next(kHistoryPiece));
     HttpResponse out;
     out.content_type = "application/x-ndjson";
     out.headers.push_back({"Content-Disposition", "attachment; filename=\"tunefarm-records.jsonl\""});
-    out.stream = [pager, first](std::string& piece) {
-      std::vector<std::string> lines = first->empty() ? pager->next(kHistoryPiece) : std::move(*first);
-      first->clear();
+    out.stream = [pager](std::string& piece) {
+      std::vector<std::string> lines = pager->next(kHistoryPiece);
       for (const std::string& l : lines) piece += l + "\n";
       return !lines.empty();
     };

@@ -268,6 +268,16 @@ bool folds_a_line(std::string_view data) {
   return false;
 }
 
+// A response's status line and header fields from the handler's answer.
+template <class Body>
+void set_head(http::response<Body>& m, const HttpResponse& r, unsigned version) {
+  m.version(version);
+  m.result(static_cast<http::status>(r.status));
+  m.set(http::field::server, "tunefarm-tuner");
+  m.set(http::field::content_type, r.content_type);
+  for (const auto& [name, value] : r.headers) m.insert(name, value);
+}
+
 size_t fields_bytes(const http::request<http::string_body>& r) {
   size_t n = r.method_string().size() + r.target().size() + 12;
   for (const auto& f : r) n += f.name_string().size() + f.value().size() + 4;
@@ -422,11 +432,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Stream>
       }
     }
     res_ = {};
-    res_.version(version);
-    res_.result(static_cast<http::status>(r.status));
-    res_.set(http::field::server, "tunefarm-tuner");
-    res_.set(http::field::content_type, r.content_type);
-    for (const auto& [name, value] : r.headers) res_.insert(name, value);
+    set_head(res_, r, version);
     res_.body() = std::move(r.body);
     res_.keep_alive(keep_alive);
     res_.prepare_payload();
@@ -455,11 +461,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Stream>
     keep_alive_ = keep_alive && chunked_;
     producer_ = std::move(r.stream);
     head_ = {};
-    head_.version(version);
-    head_.result(static_cast<http::status>(r.status));
-    head_.set(http::field::server, "tunefarm-tuner");
-    head_.set(http::field::content_type, r.content_type);
-    for (const auto& [name, value] : r.headers) head_.insert(name, value);
+    set_head(head_, r, version);
     head_.keep_alive(keep_alive_);
     if (chunked_) head_.chunked(true);
     head_serializer_.emplace(head_);
