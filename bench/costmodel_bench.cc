@@ -26,7 +26,7 @@
 #include <set>
 #include <sstream>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/target.h"
 #include "costmodel/features.h"
 #include "costmodel/transfer.h"

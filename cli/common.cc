@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "db/database.h"
 
 namespace tf::cli {

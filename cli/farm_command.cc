@@ -11,11 +11,11 @@
 #include <optional>
 #include <sstream>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operators.h"
 #include "compiler/reference.h"
 #include "db/database.h"
-#include "db/json_limits.h"
+#include "base/json_limits.h"
 #include "compiler/driver.h"
 #include "runtime/gpu_runtime.h"
 #include "runtime/kernel_library.h"

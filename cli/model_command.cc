@@ -14,7 +14,7 @@
 
 #include <unistd.h>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/fusion.h"
 #include "graph/memory_plan.h"
 #include "graph/memory_budget.h"
@@ -316,8 +316,8 @@ int compile_model_file(const ModelCompileArgs& a) {
               seconds,
               !cm.emulates.empty() ? str("; the kernels of ", cm.emulates, " run serially on this machine (emulated)").c_str()
               : cm.device_modules > 0
-                  ? str("; ", cm.target.kind == "cuda" ? "PTX" : "code objects", " in ", cm.device_modules,
-                        " module(s) for ", cm.target.short_str(), ", launched through the ", cm.target.kind,
+                  ? str("; ", cm.target.info().module_noun, " in ", cm.device_modules,
+                        " module(s) for ", cm.target.short_str(), ", launched through the ", cm.target.kind_name(),
                         " driver (loaded at run time)")
                         .c_str()
                   : "");
@@ -354,7 +354,7 @@ int run_model(const ModelRunArgs& a) {
       } catch (const std::runtime_error& e) {
         throw UserError(e.what());
       }
-      if (d.kind != lib->device_kind()) {
+      if (parse_target_kind(lib->device_kind()) != d.kind) {
         throw UserError(str("--device ", a.device, ": ", a.model, " runs on ",
                             lib->device_kind().empty() ? std::string("this machine's CPU") : lib->device_kind() + " GPUs"));
       }

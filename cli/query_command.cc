@@ -9,7 +9,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "compiler/error.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "db/database.h"
 #include "db/jsonl.h"
 #include "db/query_json.h"
@@ -210,16 +211,17 @@ int query_export(db::Database& db, const QueryArgs& a) {
   }
   // Written under a temporary name and renamed: a failed export leaves neither a half file
   // nor the temporary.
-  std::string tmp = a.file + ".tmp" + std::to_string(::getpid());
-  struct RemoveTemporary {
-    std::string path;
-    ~RemoveTemporary() { std::remove(path.c_str()); }
-  } cleanup{tmp};
-  std::ofstream out(tmp);
+  AtomicFile file(a.file);
+  std::ofstream out(file.temp_path());
   if (!out) throw db::DbError("export: cannot write " + a.file);
   db::ExportResult n = db::export_jsonl(db, f, out, verdicts);
   out.close();
-  if (!out || std::rename(tmp.c_str(), a.file.c_str()) != 0) throw db::DbError("export: cannot write " + a.file);
+  if (!out) throw db::DbError("export: cannot write " + a.file);
+  try {
+    file.commit();
+  } catch (const std::runtime_error&) {
+    throw db::DbError("export: cannot write " + a.file);
+  }
   std::fprintf(stderr, "exported %lld records and %lld verdicts to %s\n", static_cast<long long>(n.records),
                static_cast<long long>(n.verdicts), a.file.c_str());
   return 0;

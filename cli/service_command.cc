@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "compiler/error.h"
-#include "db/json_limits.h"
+#include "base/error.h"
+#include "base/json_limits.h"
 #include "cli/common.h"
 #include "cli/model_command.h"
 #include "graph/tasks.h"

@@ -1,5 +1,6 @@
 #include "cli/tune_command.h"
 
+#include "base/hash.h"
 #include "cli/common.h"
 
 #include <signal.h>
@@ -14,7 +15,7 @@
 #include <optional>
 #include <random>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "costmodel/transfer.h"
 #include "costmodel/xgboost_model.h"
 #include "db/database.h"
@@ -27,7 +28,7 @@
 #include "tuner/search_strategy.h"
 #include "runtime/child_process.h"
 #include "tuner/tune.h"
-#include "tuner/task_scheduler.h"
+#include "tuner/task_group.h"
 #include "tuner/tuning_records.h"
 #include "cli/model_command.h"
 #include "graph/tasks.h"
@@ -40,10 +41,6 @@ using json = nlohmann::json;
 std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop = true; }
-
-double gflops(const ConfigSpace& s, double seconds) {
-  return seconds > 0 ? static_cast<double>(s.graph().flops) / seconds * 1e-9 : 0;
-}
 
 std::string duration(double s) {
   char buf[32];
@@ -338,7 +335,7 @@ int run_tune_impl(const TuneArgs& a) {
       retimed.push_back({{"config", r.config}, {"medians_s", r.medians_s}, {"median_of_medians_s", r.median_of_medians_s},
                          {"default", r.is_default}, {"ratio_to_default", r.ratio_to_default}});
     }
-    std::printf("%s\n", json{{"event", "done"}, {"status", status}, {"stop_reason", sum.stop_reason},
+    std::printf("%s\n", json{{"event", "done"}, {"status", status}, {"stop_reason", stop_reason_name(sum.stop_reason)},
                              {"trials", st.trials_done}, {"errors", st.errors}, {"known", st.known},
                              {"boards_lost", st.boards_lost}, {"best_config", sum.best_config}, {"best_s", sum.best_s},
                              {"best_gflops", gflops(space, sum.best_s)}, {"best_measurements", sum.best_measurements},
@@ -351,7 +348,7 @@ int run_tune_impl(const TuneArgs& a) {
   } else {
     std::printf("workload  %s\ntarget    %s (%s)\ntrials    %d new (%d failed), %d known from earlier runs; stopped: %s\n",
                 w.canonical().c_str(), t.short_str().c_str(), runner->device_key().c_str(), st.trials_done, st.errors,
-                st.known, sum.stop_reason.c_str());
+                st.known, stop_reason_name(sum.stop_reason));
     if (!sum.best_config.is_null()) {
       std::string how = sum.best_measurements > 0
                             ? str(" (median of its ", sum.best_measurements, " measurements, as compile will pick it)")
@@ -435,72 +432,71 @@ int run_tune_model(const TuneArgs& a) {
                         " anchors no workload expresses; `tunefarm import ", a.model, "` lists them)"));
   }
   LocalBuilder builder(a.build);
-  TuneOptions opts = a.tune;
-  const int budget = opts.trials;
-  struct Task {
-    std::string workload;
-    double weight = 1;
-    std::unique_ptr<ConfigSpace> space;
-    Search search;
-    std::unique_ptr<CommitRecords> commit;
-    std::unique_ptr<TuneLoop> loop;
-    std::string run;
-    TuneSummary sum;
-  };
-  std::vector<Task> tasks(list.tasks.size());
-  std::vector<TaskHistory> hist(list.tasks.size());
-  const char* user_env = std::getenv("USER");
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    Task& k = tasks[i];
-    k.workload = list.tasks[i].workload;
-    k.weight = static_cast<double>(list.tasks[i].nodes.size());
-    hist[i].weight = k.weight;
-    k.space = std::make_unique<ConfigSpace>(parse_workload(k.workload), t);
-    SearchSettings se = a.search;
-    se.seed = a.search.seed + i;
-    se.model.transfer_until = static_cast<size_t>(a.transfer_until);
-    k.search = make_search(*k.space, database.get(), se);
-    if (database) {
-      k.run = new_run_uuid();
-      database->begin_run(new_tuning_run(k.run, user_env ? user_env : "", se.strategy, budget, k.workload, t.str()));
-    }
-    TuneOptions o = opts;
-    o.run_uuid = k.run;
-    k.commit = std::make_unique<CommitRecords>(database.get(), *k.space, session.runner->device_key(), k.run,
-                                               o.measure);
-    k.loop = std::make_unique<TuneLoop>(*k.space, *k.search.strategy, builder, *session.runner, database.get(), o,
-                                        std::vector<MeasureCallback*>{k.commit.get()}, &g_stop);
-    hist[i].resumed = k.loop->state().known > 0;
+  const int budget = a.tune.trials;
+  std::vector<GroupTask> specs;
+  std::vector<double> weights;
+  for (const graph::Task& task : list.tasks) {
+    specs.push_back({task.workload, static_cast<double>(task.nodes.size())});
+    weights.push_back(specs.back().weight);
   }
-  // Tasks that differ only in the epilogue (a conv with and without its Relu): a new best of
-  // one is measured on the others next (TuneLoop::seed), as a strong start.
-  std::vector<std::vector<size_t>> siblings(tasks.size());
-  {
-    std::vector<std::string> key(tasks.size());
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      Workload w = parse_workload(tasks[i].workload);
-      w.epilogue = Epilogue::None;
-      key[i] = tasks[i].space->template_id() + "/" + w.canonical();
-    }
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      for (size_t j = 0; j < tasks.size(); ++j) {
-        if (i != j && key[i] == key[j]) siblings[i].push_back(j);
+  TaskGroupOptions go;
+  go.search = a.search;
+  go.search.model.transfer_until = static_cast<size_t>(a.transfer_until);
+  go.tune = a.tune;
+  go.time_budget_s = a.time_budget_min * 60;
+  const char* user_env = std::getenv("USER");
+  go.user = user_env ? user_env : "";
+
+  // Progress: a line per batch (stderr) or JSON events (stdout), with the estimate of the
+  // tasks' part of the model's time (a task and its alternatives, graph::Task, counted at the
+  // fastest).
+  struct Hooks : TaskGroupHooks {
+    const TuneArgs& a;
+    const graph::TaskList& list;
+    const std::vector<double>& weights;
+    const int budget;
+    TaskGroup* group = nullptr;
+    Hooks(const TuneArgs& a, const graph::TaskList& list, const std::vector<double>& weights, int budget)
+        : a(a), list(list), weights(weights), budget(budget) {}
+    void on_seed(size_t to, size_t from, const json& config) override {
+      if (a.json) {
+        std::printf("%s\n", json{{"event", "seed"}, {"task", to}, {"workload", group->task(to).workload},
+                                 {"from", from}, {"config", config}}
+                                .dump()
+                                .c_str());
+      } else {
+        std::fprintf(stderr, "task %zu (%s) tries the new best of task %zu, its sibling\n", to,
+                     group->task(to).workload.c_str(), from);
       }
     }
-  }
-  std::vector<json> shared(tasks.size());  // the best each task last passed to its siblings
-  // The tasks' part of the model's time, a task and its alternatives (graph::Task) counted at
-  // the fastest.
-  std::vector<double> weights;
-  for (const Task& k : tasks) weights.push_back(k.weight);
-  auto estimate = [&]() {
-    std::vector<double> best;
-    for (const Task& k : tasks) best.push_back(k.loop->state().best_s);
-    return graph::tasks_time(list, weights, best, true);
-  };
+    void on_step(size_t i, int spent) override {
+      std::vector<double> best;
+      for (size_t k = 0; k < group->size(); ++k) best.push_back(group->state(k).best_s);
+      const double est = graph::tasks_time(list, weights, best, true);
+      const TuneState& st = group->state(i);
+      if (a.json) {
+        std::printf("%s\n", json{{"event", "progress"}, {"task", i}, {"workload", group->task(i).workload},
+                                 {"trials", spent}, {"total", budget}, {"task_trials", st.trials_done},
+                                 {"task_best_s", std::isfinite(st.best_s) ? st.best_s : 0.0},
+                                 {"estimate_s", std::isfinite(est) ? est : 0.0}}
+                                .dump()
+                                .c_str());
+        std::fflush(stdout);
+      } else {
+        std::fprintf(stderr, "%d/%d trials  task %zu (%s)  best %.4g ms  tasks' estimate %s\n", spent, budget, i,
+                     group->task(i).workload.c_str(), std::isfinite(st.best_s) ? st.best_s * 1e3 : 0.0,
+                     std::isfinite(est) ? fmt_ms(est).c_str() : "(a task has no correct result yet)");
+      }
+    }
+  } hooks(a, list, weights, budget);
+  TaskGroup group(std::move(specs), t, builder, *session.runner, database.get(), go, hooks, &g_stop);
+  hooks.group = &group;
   if (a.json) {
     json ts = json::array();
-    for (const Task& k : tasks) ts.push_back({{"workload", k.workload}, {"weight", k.weight}, {"template", k.space->template_id()}});
+    for (size_t i = 0; i < group.size(); ++i) {
+      ts.push_back({{"workload", group.task(i).workload}, {"weight", group.task(i).weight},
+                    {"template", group.space(i).template_id()}});
+    }
     std::printf("%s\n", json{{"event", "start"}, {"model", a.model}, {"target", t.str()},
                              {"device", session.runner->device_key()}, {"tasks", ts},
                              {"untunable", list.untunable.size()}, {"trials", budget}}
@@ -508,102 +504,33 @@ int run_tune_model(const TuneArgs& a) {
                             .c_str());
   } else {
     std::fprintf(stderr, "tuning %s on %s (%s): %zu tasks (%zu anchors untunable), %d trials in all\n", a.model.c_str(),
-                 t.short_str().c_str(), session.runner->device_key().c_str(), tasks.size(), list.untunable.size(),
+                 t.short_str().c_str(), session.runner->device_key().c_str(), group.size(), list.untunable.size(),
                  budget);
   }
 
   stop_on_signals();
-
-  std::mt19937_64 rng(a.search.seed);
-  const auto start = std::chrono::steady_clock::now();
-  std::string reason = "trials";
-  try {
-    while (!g_stop) {
-      int spent = 0;
-      for (const Task& k : tasks) spent += k.loop->state().trials_done;
-      if (spent >= budget) break;
-      if (a.time_budget_min > 0 &&
-          std::chrono::steady_clock::now() - start >= std::chrono::duration<double>(a.time_budget_min * 60)) {
-        reason = "time-budget";
-        break;
-      }
-      int i = pick_task(hist, rng);
-      if (i < 0) {
-        reason = "exhausted";
-        break;
-      }
-      Task& k = tasks[static_cast<size_t>(i)];
-      if (!k.loop->step(budget - spent)) {
-        hist[static_cast<size_t>(i)].over = true;
-        continue;
-      }
-      const TuneState& st = k.loop->state();
-      if (!st.best_config.is_null() && st.best_config != shared[static_cast<size_t>(i)]) {
-        shared[static_cast<size_t>(i)] = st.best_config;
-        for (size_t j : siblings[static_cast<size_t>(i)]) {
-          if (tasks[j].loop->seed({st.best_config}) == 0) continue;
-          if (a.json) {
-            std::printf("%s\n", json{{"event", "seed"}, {"task", j}, {"workload", tasks[j].workload}, {"from", i},
-                                     {"config", st.best_config}}
-                                    .dump()
-                                    .c_str());
-          } else {
-            std::fprintf(stderr, "task %zu (%s) tries the new best of task %d, its sibling\n", j,
-                         tasks[j].workload.c_str(), i);
-          }
-        }
-      }
-      hist[static_cast<size_t>(i)].trials.push_back(st.trials_done);
-      hist[static_cast<size_t>(i)].best_s.push_back(st.best_s);
-      double est = estimate();
-      spent = 0;
-      for (const Task& x : tasks) spent += x.loop->state().trials_done;
-      if (a.json) {
-        std::printf("%s\n", json{{"event", "progress"}, {"task", i}, {"workload", k.workload}, {"trials", spent},
-                                 {"total", budget}, {"task_trials", st.trials_done},
-                                 {"task_best_s", std::isfinite(st.best_s) ? st.best_s : 0.0},
-                                 {"estimate_s", std::isfinite(est) ? est : 0.0}}
-                                .dump()
-                                .c_str());
-        std::fflush(stdout);
-      } else {
-        std::fprintf(stderr, "%d/%d trials  task %d (%s)  best %.4g ms  tasks' estimate %s\n", spent, budget, i,
-                     k.workload.c_str(), std::isfinite(st.best_s) ? st.best_s * 1e3 : 0.0,
-                     std::isfinite(est) ? fmt_ms(est).c_str() : "(a task has no correct result yet)");
-      }
-    }
-    if (g_stop) reason = "interrupted";
-    for (Task& k : tasks) {
-      k.loop->end_search(reason);
-      k.sum = k.loop->finish();
-      if (database) database->finish_run(k.run, k.sum.interrupted ? "cancelled" : "done", unix_now());
-    }
-  } catch (...) {
-    if (database) {
-      for (Task& k : tasks) database->finish_run(k.run, "failed", unix_now());
-    }
-    throw;
-  }
+  const StopReason stopped = group.run();
+  const std::string reason = stop_reason_name(stopped);
   // The tasks' best and default times (re-timed medians), weighted by their counts; the
   // default build compiles no alternative task.
   std::vector<double> bests, defaults;
-  for (const Task& k : tasks) {
-    bests.push_back(k.sum.best_s);
-    defaults.push_back(k.sum.default_s);
+  for (size_t i = 0; i < group.size(); ++i) {
+    bests.push_back(group.summary(i).best_s);
+    defaults.push_back(group.summary(i).default_s);
   }
   const double tuned = graph::tasks_time(list, weights, bests, true);
   const double deflt = graph::tasks_time(list, weights, defaults, false);
   const bool all_tuned = std::isfinite(tuned), all_default = std::isfinite(deflt);
   json rows = json::array();
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    const Task& k = tasks[i];
-    rows.push_back({{"workload", k.workload}, {"weight", k.weight}, {"alternative_to", list.tasks[i].alternative_to},
-                    {"trials", k.sum.state.trials_done},
-                    {"errors", k.sum.state.errors}, {"best_s", k.sum.best_s}, {"default_s", k.sum.default_s},
-                    {"best_gflops", gflops(*k.space, k.sum.best_s)}, {"best_config", k.sum.best_config},
-                    {"stop_reason", k.sum.stop_reason}});
+  for (size_t i = 0; i < group.size(); ++i) {
+    const TuneSummary& sum = group.summary(i);
+    rows.push_back({{"workload", group.task(i).workload}, {"weight", group.task(i).weight},
+                    {"alternative_to", list.tasks[i].alternative_to}, {"trials", sum.state.trials_done},
+                    {"errors", sum.state.errors}, {"best_s", sum.best_s}, {"default_s", sum.default_s},
+                    {"best_gflops", gflops(group.space(i), sum.best_s)}, {"best_config", sum.best_config},
+                    {"stop_reason", stop_reason_name(sum.stop_reason)}});
   }
-  const bool interrupted = reason == "interrupted";
+  const bool interrupted = stopped == StopReason::Interrupted;
   // What it bought the model: both builds timed where the tasks were (this machine, or a board
   // of the key), interleaved.
   std::optional<ModelComparison> mc;
@@ -637,7 +564,7 @@ int run_tune_model(const TuneArgs& a) {
                    a.model.c_str());
     } else {
       database->add_model_result(
-          model_result(*mc, a.model, farm::sha256_hex(bytes), t, session.runner->device_key(), model_estimate));
+          model_result(*mc, a.model, sha256_hex(bytes), t, session.runner->device_key(), model_estimate));
     }
   }
   if (a.json) {
@@ -655,12 +582,13 @@ int run_tune_model(const TuneArgs& a) {
     // computes, fewer FLOPs than the direct task it replaces).
     std::printf("%-70s %6s %7s %11s %11s %8s %8s\n", "task", "count", "trials", "best ms", "default ms", "speedup",
                 "GFLOPS");
-    for (const Task& k : tasks) {
+    for (size_t i = 0; i < group.size(); ++i) {
+      const TuneSummary& sum = group.summary(i);
       char speedup[32] = "-", rate[32] = "-";
-      if (k.sum.best_s > 0 && k.sum.default_s > 0) std::snprintf(speedup, sizeof speedup, "%.2f", k.sum.default_s / k.sum.best_s);
-      if (k.sum.best_s > 0 && std::isfinite(k.sum.best_s)) std::snprintf(rate, sizeof rate, "%.1f", gflops(*k.space, k.sum.best_s));
-      std::printf("%-70s %6.0f %7d %11.4g %11.4g %8s %8s\n", k.workload.c_str(), k.weight, k.sum.state.trials_done,
-                  k.sum.best_s * 1e3, k.sum.default_s * 1e3, speedup, rate);
+      if (sum.best_s > 0 && sum.default_s > 0) std::snprintf(speedup, sizeof speedup, "%.2f", sum.default_s / sum.best_s);
+      if (sum.best_s > 0 && std::isfinite(sum.best_s)) std::snprintf(rate, sizeof rate, "%.1f", gflops(group.space(i), sum.best_s));
+      std::printf("%-70s %6.0f %7d %11.4g %11.4g %8s %8s\n", group.task(i).workload.c_str(), group.task(i).weight,
+                  sum.state.trials_done, sum.best_s * 1e3, sum.default_s * 1e3, speedup, rate);
     }
     if (all_tuned && all_default) {
       std::printf("tasks     %s tuned, %s with default schedules (%.2fx), summed by count; the rest of the model "

@@ -21,12 +21,12 @@
 #include <sstream>
 
 #include "compiler/driver.h"
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/ir_printer.h"
 #include "compiler/reference.h"
 #include "compiler/schedule_templates.h"
 #include "db/database.h"
-#include "db/json_limits.h"
+#include "base/json_limits.h"
 #include "cli/common.h"
 #include "cli/farm_command.h"
 #include "cli/model_command.h"

@@ -30,7 +30,7 @@
 #include <numeric>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/gpu.h"
 #include "compiler/ir_mutator.h"
 #include "compiler/thread_pool_ir.h"
@@ -47,13 +47,11 @@ constexpr int64_t kMaxShuffleStride = 4;
 // The alignment GPU kernels assume of their buffers (the drivers give 256).
 constexpr uint64_t kGpuBufferAlign = 16;
 
-// What LLVM calls the target's processor: the CPU or gfx name, or for cuda the sm_XY arch.
-std::string llvm_cpu(const Target& t) { return t.kind == "cuda" ? t.arch : t.cpu; }
 
 class CodeGen {
  public:
   CodeGen(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t)
-      : ctx_(ctx), m_(m), target_(t), b_(ctx), gpu_(t.is_gpu()), amd_(t.kind == "rocm") {
+      : ctx_(ctx), m_(m), target_(t), b_(ctx), gpu_(t.is_gpu()), amd_(t.kind == TargetKind::Rocm) {
     llvm::FastMathFlags fmf;
     fmf.setAllowContract(true);
     b_.setFastMathFlags(fmf);
@@ -100,7 +98,7 @@ class CodeGen {
  private:
   void set_attributes(llvm::Function* fn) {
     fn->addFnAttr(llvm::Attribute::NoUnwind);
-    fn->addFnAttr("target-cpu", llvm_cpu(target_));
+    fn->addFnAttr("target-cpu", target_.chip());
     if (!target_.features.empty()) fn->addFnAttr("target-features", target_.features);
   }
 
@@ -405,7 +403,7 @@ class CodeGen {
     TF_CHECK(it != kIntrinsics.end() && c->args.size() == 1, "codegen: unknown call ", c->name);
     bool transcendental = c->name == "exp" || c->name == "log" || c->name == "tanh" ||
                           c->name == "sin" || c->name == "cos";
-    if (target_.kind == "cuda" && transcendental) {
+    if (target_.kind == TargetKind::Cuda && transcendental) {
       uses_libdevice = true;
       return vendor_math_call("__nv_" + c->name + "f", c);
     }
@@ -769,7 +767,7 @@ class CodeGen {
 
   // Whether this target copies global to shared memory asynchronously (cp.async: sm_80+).
   bool has_cp_async() const {
-    if (target_.kind != "cuda" || target_.arch.rfind("sm_", 0) != 0) return false;
+    if (target_.kind != TargetKind::Cuda || target_.arch.rfind("sm_", 0) != 0) return false;
     return std::atoi(target_.arch.c_str() + 3) >= 80;
   }
 
@@ -1060,9 +1058,9 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t) {
   // Destructors (free_kept_buffers_at_unload) in .fini_array, which the loader runs at dlclose and
   // exit (the default .dtors section is not run by glibc).
   opts.UseInitArray = true;
-  std::string features = t.kind == "cuda" ? ptx_feature(t.arch) : t.features;
+  std::string features = t.kind == TargetKind::Cuda ? ptx_feature(t.arch) : t.features;
   return std::unique_ptr<llvm::TargetMachine>(lt->createTargetMachine(
-      t.triple, llvm_cpu(t), features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+      t.triple, t.chip(), features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
 }
 
 std::string emit_object(llvm::Module& m, llvm::TargetMachine& tm, bool assembly) {
@@ -1152,7 +1150,7 @@ CodegenResult codegen_llvm(const std::vector<LoweredFunc>& fs, const Target& tar
   m->setTargetTriple(target.triple);
   m->setDataLayout(tm->createDataLayout());
   // Code object v5, what ROCm 5.x-6.x runtimes load.
-  if (target.kind == "rocm") m->addModuleFlag(llvm::Module::Error, "amdgpu_code_object_version", 500);
+  if (target.kind == TargetKind::Rocm) m->addModuleFlag(llvm::Module::Error, "amdgpu_code_object_version", 500);
   CodegenResult result;
   bool libdevice = false, ocml = false;
   std::set<std::string> names;

@@ -14,7 +14,7 @@
 #include <map>
 
 #include "compiler/codegen_llvm.h"
-#include "compiler/error.h"
+#include "base/error.h"
 #include "runtime/gpu_model/plan.h"
 
 namespace tf {
@@ -323,7 +323,7 @@ struct GpuPlanData {
 GpuPlanData encode_gpu_plan(const RunnerSpec& s, const GpuRunnerSpec& gpu) {
   TF_CHECK(gpu.calls.size() == s.calls.size(), "codegen_gpu_runner: ", gpu.calls.size(), " GPU calls for ",
            s.calls.size(), " calls");
-  TF_CHECK(gpu.platform == "cuda" || gpu.platform == "rocm", "codegen_gpu_runner: platform ", gpu.platform);
+  TF_CHECK(kind_info(gpu.platform).gpu, "codegen_gpu_runner: platform ", kind_name(gpu.platform));
   GpuPlanData d;
   std::vector<int64_t>& p = d.plan;
   p.assign(TF_GPU_PLAN_HEADER_WORDS, 0);
@@ -348,7 +348,7 @@ GpuPlanData encode_gpu_plan(const RunnerSpec& s, const GpuRunnerSpec& gpu) {
     for (const RunnerTensor& t : *side) p.insert(p.end(), {elements(t), static_cast<int64_t>(t.dtype)});
   }
   for (const std::string& m : gpu.modules)
-    p.insert(p.end(), {blob(m, gpu.platform == "cuda"), static_cast<int64_t>(m.size())});
+    p.insert(p.end(), {blob(m, gpu.platform == TargetKind::Cuda), static_cast<int64_t>(m.size())});
   std::map<int64_t, int64_t> converted;  // input -> arena offset of its float32 copy
   for (const RunnerInputConversion& c : s.conversions) converted[c.input] = c.workspace_offset;
   auto arg = [&](const RunnerBuffer& r) -> std::array<int64_t, 2> {
@@ -390,7 +390,7 @@ GpuPlanData encode_gpu_plan(const RunnerSpec& s, const GpuRunnerSpec& gpu) {
     p.insert(p.end(), {from[0], from[1], c.output, literal, static_cast<int64_t>(c.literal.size())});
   }
   p[TF_GPU_PLAN_MAGIC_WORD] = TF_GPU_PLAN_MAGIC;
-  p[TF_GPU_PLAN_PLATFORM] = gpu.platform == "cuda" ? TF_GPU_PLATFORM_CUDA : TF_GPU_PLATFORM_ROCM;
+  p[TF_GPU_PLAN_PLATFORM] = gpu.platform == TargetKind::Cuda ? TF_GPU_PLATFORM_CUDA : TF_GPU_PLATFORM_ROCM;
   p[TF_GPU_PLAN_INPUTS] = static_cast<int64_t>(s.inputs.size());
   p[TF_GPU_PLAN_OUTPUTS] = static_cast<int64_t>(s.outputs.size());
   p[TF_GPU_PLAN_MODULES] = static_cast<int64_t>(gpu.modules.size());

@@ -101,7 +101,7 @@ struct GpuRunnerCall {
   std::vector<int64_t> workspace_offsets;  // byte offsets in the arena
 };
 struct GpuRunnerSpec {
-  std::string platform;               // cuda, rocm
+  TargetKind platform = TargetKind::Cuda;  // cuda, rocm
   std::vector<std::string> modules;   // PTX text, or .hsaco code objects
   std::vector<GpuRunnerCall> calls;   // one per RunnerSpec call
 };

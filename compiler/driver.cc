@@ -1,16 +1,11 @@
 #include "compiler/driver.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
+#include "base/error.h"
+#include "base/file_io.h"
 #include "compiler/codegen_llvm.h"
-#include "compiler/error.h"
 #include "compiler/ir_printer.h"
 #include "compiler/link.h"
 #include "compiler/schedule_templates.h"
@@ -89,7 +84,7 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
       {"tuned_from", k.tuned_from},
   };
   if (k.gpu) {
-    m["module"] = k.target.kind == "cuda" ? "ptx" : "hsaco";
+    m["module"] = k.target.info().module_format;
     m["launch"] = k.gpu->to_json();
   }
   // Inputs the kernel takes packed (OpGraph::prepacked): argument index, dimension, block.
@@ -99,20 +94,6 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
     }
   }
   return m;
-}
-
-void write_file(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
-  f << data;
-  if (!f.flush()) throw std::runtime_error(str("cannot write ", path, ": ", std::strerror(errno)));
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream data;
-  if (!f || !(data << f.rdbuf())) throw std::runtime_error(str("cannot read ", path, ": ", std::strerror(errno)));
-  return data.str();
 }
 
 std::string kernel_text(const CompiledKernel& k, EmitKind kind) {
@@ -128,7 +109,7 @@ std::string kernel_text(const CompiledKernel& k, EmitKind kind) {
 }
 
 void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out_path) {
-  if (k.target.kind == "cuda" && kind == EmitKind::Object) {
+  if (k.target.kind == TargetKind::Cuda && kind == EmitKind::Object) {
     throw UserError(str("--emit obj: ", k.target.str(), " kernels are PTX, which has no object form here "
                         "(--emit so writes the PTX module and its sidecar; --emit asm the PTX alone)"));
   }
@@ -139,31 +120,22 @@ void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out
     case EmitKind::Object:
       return write_file(out_path, codegen_llvm(k.lowered.func, k.target, CodegenOutput::Object).data);
     case EmitKind::SharedLibrary: {
-      bool cuda = k.target.kind == "cuda";
+      bool cuda = k.target.kind == TargetKind::Cuda;
       CodegenResult obj = codegen_llvm(k.lowered.func, k.target, cuda ? CodegenOutput::Asm : CodegenOutput::Object);
-      // Build under temporary names and rename, so a failed build never leaves a half
+      // Built under a temporary name and renamed, so a failed build never leaves a half
       // library; the temporaries go whatever happens.
-      fs::path out = fs::absolute(out_path);
-      std::string tmp_obj = out.string() + ".tmp" + std::to_string(getpid()) + ".o";
-      std::string tmp_so = out.string() + ".tmp" + std::to_string(getpid()) + ".so";
-      struct RemoveTemporaries {
-        std::vector<std::string> paths;
-        ~RemoveTemporaries() {
-          std::error_code ec;
-          for (const std::string& p : paths) fs::remove(p, ec);
-        }
-      } cleanup{{tmp_obj, tmp_so}};
+      AtomicFile out(fs::absolute(out_path), ".so");
+      TemporaryFiles temps;
       if (cuda) {
-        write_file(tmp_so, obj.data);
+        write_file(out.temp_path(), obj.data);
       } else {
+        const std::string& tmp_obj = temps.add(out.temp_path() + ".o");
         write_file(tmp_obj, obj.data);
-        if (k.target.is_gpu()) link_amdgpu_code_object(tmp_obj, tmp_so);
-        else link_shared_library(tmp_obj, tmp_so, k.target, obj.uses_openmp, obj.uses_libm);
+        if (k.target.is_gpu()) link_amdgpu_code_object(tmp_obj, out.temp_path());
+        else link_shared_library(tmp_obj, out.temp_path(), k.target, obj.uses_openmp, obj.uses_libm);
       }
-      write_file(out.string() + ".json", kernel_metadata(k).dump(2) + "\n");
-      std::error_code ec;
-      fs::rename(tmp_so, out, ec);
-      if (ec) throw std::runtime_error(str("cannot write ", out.string(), ": ", ec.message()));
+      write_file(out.final_path() + ".json", kernel_metadata(k).dump(2) + "\n");
+      out.commit();
       return;
     }
   }

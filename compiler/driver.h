@@ -55,11 +55,6 @@ CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json
 // configuration. cuda has no object output (UserError).
 void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out_path);
 
-// Writes `data` to `path`; throws std::runtime_error naming the file when it cannot.
-void write_file(const std::string& path, const std::string& data);
-// The bytes of `path`; throws std::runtime_error naming the file when it cannot be read.
-std::string read_file(const std::string& path);
-
 // The text of a text output (loop IR, LLVM IR, assembly), e.g. for stdout.
 std::string kernel_text(const CompiledKernel& k, EmitKind kind);
 

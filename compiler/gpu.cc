@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/ir_mutator.h"
 #include "runtime/gpu_runtime.h"
 
@@ -268,12 +268,14 @@ GpuArch gpu_arch(const Target& t) {
       {"gfx1030", {80, 32, 4 * 512 * 32, 256, 64 * 1024, 2048}},  // RX 6900 XT (wave32)
       {"gfx1100", {96, 32, 4 * 768 * 32, 256, 64 * 1024, 2048}},  // RX 7900 XTX (wave32)
   };
-  const std::string& name = t.kind == "cuda" ? t.arch : t.cpu;
+  const std::string& name = t.chip();
   for (const Row& r : kRows) {
     if (name == r.name) return r.arch;
   }
   GpuArch a;
-  if (t.kind == "rocm" && name.rfind("gfx9", 0) == 0) a.warp = 64;
+  // Unknown chips: the kind's warp, except AMD's RDNA (gfx10+), which runs wave32.
+  if (t.is_gpu()) a.warp = t.info().warp;
+  if (t.kind == TargetKind::Rocm && name.rfind("gfx9", 0) != 0) a.warp = 32;
   return a;
 }
 

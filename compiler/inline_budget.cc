@@ -4,7 +4,7 @@
 #include <set>
 #include <vector>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf::ir {
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf::ir {
 

@@ -17,7 +17,7 @@
 
 #include <mutex>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 extern char** environ;
 LLD_HAS_DRIVER(elf)

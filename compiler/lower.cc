@@ -4,7 +4,7 @@
 #include <chrono>
 #include <functional>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/ir_printer.h"
 #include "compiler/partition_loops.h"
 #include "compiler/schedule_ops.h"

@@ -2,7 +2,7 @@
 
 #include <initializer_list>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/winograd.h"
 
 namespace tf {
@@ -126,38 +126,42 @@ const std::vector<OperatorDef>& operator_table() {
       // template packs it (OpGraph::prepacked), so the kernel is timed as the model runs it.
       {"matmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
-       check_matmul, matmul_footprint, build_matmul, reference_matmul},
+       check_matmul, matmul_footprint, build_matmul, reference_matmul, "matmul(M=64,N=64,K=64)"},
       {"batch_matmul",
        {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
-       nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul},
+       nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)"},
       {"conv2d_nchw",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
         {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
-       check_conv, conv2d_footprint, build_conv2d_nchw, reference_conv2d_nchw},
+       check_conv, conv2d_footprint, build_conv2d_nchw, reference_conv2d_nchw, "conv2d_nchw(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1)"},
       {"conv2d_nhwc",
        {{"N", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"C", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
         {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
-       check_conv, conv2d_footprint, build_conv2d_nhwc, reference_conv2d_nhwc},
+       check_conv, conv2d_footprint, build_conv2d_nhwc, reference_conv2d_nhwc, "conv2d_nhwc(N=1,H=14,W=14,C=16,K=32,R=3,S=3,pad=1)"},
       {"depthwise_conv2d_nchw",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
         {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
-       check_conv, depthwise_footprint, build_depthwise_conv2d_nchw, reference_depthwise_conv2d_nchw},
+       check_conv, depthwise_footprint, build_depthwise_conv2d_nchw, reference_depthwise_conv2d_nchw,
+       "depthwise_conv2d_nchw(N=1,C=32,H=14,W=14,R=3,S=3,stride=2,pad=1)"},
       // Blocked (NCHWc) layouts: channels split into blocks that are the innermost dimension.
       {"conv2d_nchwc",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
         {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
         {"oc_block", 8, 1}},
-       check_conv_nchwc, conv2d_footprint, build_conv2d_nchwc, reference_conv2d_nchwc},
+       check_conv_nchwc, conv2d_footprint, build_conv2d_nchwc, reference_conv2d_nchwc,
+       "conv2d_nchwc(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
       {"depthwise_conv2d_nchwc",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
         {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},
-       check_depthwise_nchwc, depthwise_footprint, build_depthwise_conv2d_nchwc, reference_depthwise_conv2d_nchwc},
+       check_depthwise_nchwc, depthwise_footprint, build_depthwise_conv2d_nchwc, reference_depthwise_conv2d_nchwc,
+       "depthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)"},
       // 3x3 stride-1 NCHWc convolutions by Winograd's minimal filtering, the weights given
       // transformed (compiler/winograd.h): [a][a][K/oc_block][C][oc_block], a = tile + 2.
       {"conv2d_winograd_nchwc",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"pad", 1, 0},
         {"ic_block", 8, 1}, {"oc_block", 8, 1}, {"tile", 4, 2}},
-       check_winograd, winograd_footprint, build_conv2d_winograd_nchwc, reference_conv2d_winograd_nchwc},
+       check_winograd, winograd_footprint, build_conv2d_winograd_nchwc, reference_conv2d_winograd_nchwc,
+       "conv2d_winograd_nchwc(N=1,C=16,H=9,W=11,K=24,ic_block=8,oc_block=8)"},
   };
   return table;
 }

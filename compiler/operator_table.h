@@ -43,6 +43,9 @@ struct OperatorDef {
   Footprint (*footprint)(const Workload& w);
   void (*build)(OpGraph& g);  // fills inputs, pad, acc, output and flops of g.workload
   void (*reference)(const Workload& w, const std::vector<const float*>& inputs, float* output);
+  // A small workload of it: the schedule templates' registry test checks every template's
+  // defaults and constraints on it, so a new template is checked without editing a list.
+  const char* example;
 };
 
 // Every operator, in a fixed order (known_ops()).

@@ -5,7 +5,7 @@
 #include <functional>
 #include <limits>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operator_table.h"
 #include "compiler/winograd.h"
 

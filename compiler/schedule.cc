@@ -4,7 +4,7 @@
 #include <numeric>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/ir_mutator.h"
 
 namespace tf::ir {

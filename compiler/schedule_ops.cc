@@ -4,7 +4,7 @@
 #include <map>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/ir_mutator.h"
 #include "compiler/simplify.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf {
 
@@ -88,7 +88,7 @@ const ScheduleTemplate& find_template(const std::string& op, const Target& t) {
       for (const std::string& o : s->ops) have += (have.empty() ? "" : ", ") + o;
     }
   }
-  throw UserError(str("no schedule template for ", op, " on ", t.kind, " targets yet (", t.kind, " templates: ",
+  throw UserError(str("no schedule template for ", op, " on ", t.kind_name(), " targets yet (", t.kind_name(), " templates: ",
                       have.empty() ? "none" : have, ")"));
 }
 

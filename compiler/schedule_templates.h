@@ -67,14 +67,14 @@ struct KnobDef {
 // what a config means bumps the version, and records of another version are never reused.
 class ScheduleTemplate {
  public:
-  ScheduleTemplate(std::string name, int version, std::vector<std::string> ops, std::string target_kind)
-      : name(std::move(name)), version(version), ops(std::move(ops)), target_kind(std::move(target_kind)) {}
+  ScheduleTemplate(std::string name, int version, std::vector<std::string> ops, TargetKind target_kind)
+      : name(std::move(name)), version(version), ops(std::move(ops)), target_kind(target_kind) {}
   virtual ~ScheduleTemplate() = default;
 
   const std::string name;                // dense.cpu
   const int version;
   const std::vector<std::string> ops;    // operators it schedules
-  const std::string target_kind;         // llvm, cuda, rocm
+  const TargetKind target_kind;
   std::string id() const { return name + ".v" + std::to_string(version); }
 
   virtual const std::vector<KnobDef>& knobs() const = 0;

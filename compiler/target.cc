@@ -9,13 +9,14 @@
 
 #include <cctype>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <vector>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf {
 namespace {
@@ -89,10 +90,8 @@ void check_cpu_triple(const std::string& spec, const std::string& triple) {
 
 std::string Target::str() const {
   std::string s;
-  if (kind == "cuda") {
-    s = "cuda -arch=" + arch;
-  } else if (kind == "rocm") {
-    s = "rocm -mcpu=" + cpu;
+  if (is_gpu()) {
+    s = tf::str(kind_name(), " -", info().arch_option, "=", chip());
   } else {
     s = "llvm -mtriple=" + triple + " -mcpu=" + cpu;
     if (!features.empty()) s += " -mattr=" + features;
@@ -108,7 +107,7 @@ std::string Target::short_str() const {
 }
 
 std::string Target::arch_name() const {
-  if (kind != "llvm") return kind;
+  if (is_gpu()) return std::string(kind_name());
   llvm::Triple tt(triple);
   // armv7l, armv7, armv8l... are one architecture for lookups and library folders.
   if (tt.getArch() == llvm::Triple::arm) return "arm";
@@ -116,13 +115,13 @@ std::string Target::arch_name() const {
 }
 
 std::string Target::multiarch() const {
-  if (kind != "llvm") return "";
+  if (is_gpu()) return "";
   std::string arch = arch_name();
   return arch == "arm" ? "arm-linux-gnueabihf" : arch + "-linux-gnu";
 }
 
 int Target::vector_lanes() const {
-  if (kind != "llvm") return 1;
+  if (is_gpu()) return 1;
   init_llvm();
   std::string err;
   const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, err);
@@ -141,22 +140,21 @@ Target parse_target(const std::string& spec) {
   std::vector<std::string> w = words(spec);
   if (w.empty()) throw UserError("empty target string (try 'llvm -mcpu=native')");
   Target t;
-  t.kind = w[0];
-  if (t.kind != "llvm" && t.kind != "cuda" && t.kind != "rocm") {
-    throw UserError(str("target '", spec, "': unknown kind '", t.kind, "' (llvm, cuda, rocm)"));
-  }
+  std::optional<TargetKind> kind = parse_target_kind(w[0]);
+  if (!kind) throw UserError(str("target '", spec, "': unknown kind '", w[0], "' (", target_kind_names(), ")"));
+  t.kind = *kind;
+  const TargetKindInfo& info = t.info();
   for (size_t i = 1; i < w.size(); ++i) {
     size_t eq = w[i].find('=');
     if (w[i].rfind("-", 0) != 0 || eq == std::string::npos || eq + 1 == w[i].size()) {
       throw UserError(str("target '", spec, "': option '", w[i], "' is not -key=value"));
     }
     std::string key = w[i].substr(1, eq - 1), value = w[i].substr(eq + 1);
-    if (t.kind == "llvm" && key == "mtriple") t.triple = value;
-    else if (t.kind != "cuda" && key == "mcpu") t.cpu = value;
-    else if (t.kind == "llvm" && key == "mattr") t.features = value;
-    else if (t.kind == "cuda" && key == "arch") t.arch = value;
+    if (!info.gpu && key == "mtriple") t.triple = value;
+    else if (key == info.arch_option) (t.kind == TargetKind::Cuda ? t.arch : t.cpu) = value;
+    else if (!info.gpu && key == "mattr") t.features = value;
     else if (key == "model") t.model = value;
-    else throw UserError(str("target '", spec, "': unknown option -", key, " for ", t.kind));
+    else throw UserError(str("target '", spec, "': unknown option -", key, " for ", info.name));
   }
   for (char c : t.model) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
@@ -164,12 +162,12 @@ Target parse_target(const std::string& spec) {
     }
   }
   init_llvm();
-  if (t.kind == "cuda" || t.kind == "rocm") {
-    bool cuda = t.kind == "cuda";
-    const std::string& name = cuda ? t.arch : t.cpu;
+  if (info.gpu) {
+    const bool cuda = t.kind == TargetKind::Cuda;
+    const std::string& name = t.chip();
     if (cuda && name.rfind("sm_", 0) != 0) throw UserError(str("target '", spec, "': cuda needs -arch=sm_XX"));
     if (!cuda && name.rfind("gfx", 0) != 0) throw UserError(str("target '", spec, "': rocm needs -mcpu=gfxXXX"));
-    t.triple = cuda ? "nvptx64-nvidia-cuda" : "amdgcn-amd-amdhsa";
+    t.triple = info.triple;
     std::string err;
     const llvm::Target* lt = llvm::TargetRegistry::lookupTarget(t.triple, err);
     if (!lt) throw UserError(str("target '", spec, "': this LLVM has no back end for ", t.triple));

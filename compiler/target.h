@@ -14,11 +14,14 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+
+#include "base/target_kind.h"
 
 namespace tf {
 
 struct Target {
-  std::string kind;      // llvm, cuda, rocm
+  TargetKind kind = TargetKind::Llvm;
   std::string triple;    // llvm: normalized triple, e.g. x86_64-pc-linux-gnu; cuda: nvptx64-nvidia-cuda;
                          // rocm: amdgcn-amd-amdhsa
   std::string cpu;       // llvm: -mcpu (generic when not given); rocm: gfx name
@@ -31,8 +34,12 @@ struct Target {
   // What users read: str() without the -mattr feature list (kind, triple, CPU), e.g.
   // "llvm -mtriple=x86_64-pc-linux-gnu -mcpu=znver5".
   std::string short_str() const;
-  bool is_cpu() const { return kind == "llvm"; }
-  bool is_gpu() const { return kind == "cuda" || kind == "rocm"; }
+  const TargetKindInfo& info() const { return kind_info(kind); }
+  std::string_view kind_name() const { return info().name; }
+  bool is_cpu() const { return !info().gpu; }
+  bool is_gpu() const { return info().gpu; }
+  // The chip LLVM compiles for: -arch of cuda (sm_90), -mcpu otherwise (gfx90a, znver4).
+  const std::string& chip() const { return kind == TargetKind::Cuda ? arch : cpu; }
   // A board under emulation (model qemu...): timings that stand for no real device.
   bool emulated() const { return model.rfind("qemu", 0) == 0; }
   // x86_64, aarch64, arm (all 32-bit arm variants) from the triple; for GPUs the kind.

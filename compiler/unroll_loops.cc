@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/ir_mutator.h"
 #include "compiler/vectorize_loops.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operator_table.h"
 
 namespace tf {

@@ -5,7 +5,7 @@
 #include <map>
 #include <optional>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operator_table.h"
 
 namespace tf {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <map>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operators.h"
 #include "compiler/target.h"
 #include "costmodel/features.h"

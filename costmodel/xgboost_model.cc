@@ -7,7 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "costmodel/features.h"
 
 namespace tf::costmodel {

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "dashboard/assets.h"
 #include "db/query_json.h"
 #include "service/queries.h"

@@ -18,7 +18,7 @@
 #include <thread>
 #include <type_traits>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf::web {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "db/json_limits.h"
+#include "base/json_limits.h"
 
 namespace tf::db {
 namespace {

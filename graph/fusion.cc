@@ -5,7 +5,7 @@
 #include <optional>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
 
@@ -28,37 +28,9 @@ const char* op_kind_name(OpKind k) {
 }
 
 OpKind op_kind(const std::string& op) {
-  static const std::set<std::string> injective = {
-      "Reshape",         "Flatten",      "Squeeze",      "Unsqueeze", "Transpose", "Slice",
-      "Concat",          "Gather",       "Split",        "Expand",    "Identity",  "Dropout",
-      "LayoutTransform", "Pad",          "Resize",       "Tile",      "OneHot",    "Trilu",
-      "GatherElements",  "DepthToSpace", "SpaceToDepth", "GatherND"};
-  static const std::set<std::string> reductions = {"ReduceMean",
-                                                   "ReduceSum",
-                                                   "ReduceMax",
-                                                   "ReduceMin",
-                                                   "ReduceProd",
-                                                   "ReduceL1",
-                                                   "ReduceL2",
-                                                   "ReduceSumSquare",
-                                                   "ReduceLogSum",
-                                                   "ReduceLogSumExp",
-                                                   "Softmax",
-                                                   "LogSoftmax",
-                                                   "LayerNormalization",
-                                                   "GlobalAveragePool",
-                                                   "GlobalMaxPool",
-                                                   "InstanceNormalization",
-                                                   "Hardmax"};
-  static const std::set<std::string> opaque = {
-      "MaxPool",   "AveragePool",     "Shape",  "Size",   "ConvTranspose", "Einsum",
-      "ScatterND", "ScatterElements", "ArgMax", "ArgMin", "CumSum",        "TopK",
-      "Constant",  "ConstantOfShape", "Range"};
-  if (const OpDef* def = find_op(op); def && def->workload) return OpKind::Anchor;
-  if (injective.count(op)) return OpKind::Injective;
-  if (reductions.count(op)) return OpKind::Reduction;
-  if (opaque.count(op)) return OpKind::Opaque;
-  return OpKind::Elementwise;
+  const OpDef* def = find_op(op);
+  TF_CHECK(def && def->pattern, "operator ", op, def ? " has no fusion pattern in its entry" : " is not registered");
+  return *def->pattern;
 }
 
 std::vector<FusedGroup> plan_fusion(const Graph& g) {

@@ -28,10 +28,9 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "graph/ops.h"  // OpKind
 
 namespace tf::graph {
-
-enum class OpKind { Anchor, Elementwise, Injective, Reduction, Opaque };
 
 // The most nodes one group takes: a longer chain (a hostile model's 12,000 Relus) becomes
 // several kernels, so no kernel's expression, schedule or lowering walks thousands of levels.

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf::graph {
 

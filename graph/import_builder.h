@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/graph.h"
 
 namespace tf::graph {

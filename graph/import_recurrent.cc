@@ -1,8 +1,9 @@
 #include "graph/import_recurrent.h"
 
 #include <algorithm>
+#include <tuple>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/import_builder.h"
 #include "graph/ops.h"
 
@@ -12,42 +13,35 @@ namespace {
 struct Kind {
   int gates;                                // 1 (RNN), 3 (GRU: z, r, h), 4 (LSTM: i, o, f, c)
   std::vector<std::string> activations;     // per direction, the defaults
-  std::vector<std::string> attributes;      // understood
 };
 
 Kind kind_of(const std::string& op) {
-  std::vector<std::string> common = {"activation_alpha", "activation_beta", "activations", "clip",
-                                     "direction", "hidden_size", "layout"};
-  if (op == "RNN") return {1, {"Tanh"}, common};
-  common.push_back(op == "GRU" ? "linear_before_reset" : "input_forget");
-  if (op == "GRU") return {3, {"Sigmoid", "Tanh"}, common};
-  return {4, {"Sigmoid", "Tanh", "Tanh"}, common};
+  if (op == "RNN") return {1, {"Tanh"}};
+  if (op == "GRU") return {3, {"Sigmoid", "Tanh"}};
+  return {4, {"Sigmoid", "Tanh", "Tanh"}};
+}
+
+std::vector<std::string> attributes(const char* own) {
+  std::vector<std::string> a = {"activation_alpha", "activation_beta", "activations", "clip",
+                                "direction", "hidden_size", "layout"};
+  if (*own) a.push_back(own);
+  return a;
 }
 
 }  // namespace
 
-bool add_recurrent_as_steps(const Node& n, Graph& g, const std::string& file,
-                            const std::function<void(Node)>& add, int64_t& steps_left) {
-  if (n.op != "RNN" && n.op != "GRU" && n.op != "LSTM") return false;
+bool expand_recurrent(const Node& n, ImportSink& sink) {
+  Graph& g = sink.g;
+  const std::string& file = sink.file;
+  const std::function<void(Node)>& add = sink.add;
+  int64_t& steps_left = sink.recurrent_steps_left;
   auto fail = [&](const std::string& why) { throw UserError(str(file, ": ", n.where(), ": ", why)); };
   const Kind kind = kind_of(n.op);
-  for (const auto& [name, a] : n.attrs) {
-    if (std::find(kind.attributes.begin(), kind.attributes.end(), name) == kind.attributes.end()) {
-      std::string list;
-      for (const std::string& k : kind.attributes) list += (list.empty() ? "" : ", ") + k;
-      fail(str("attribute '", name, "' is not supported (", n.op, " takes ", list, ")"));
-    }
-  }
   // Inputs: X, W, R, B, sequence_lens, initial_h (, initial_c, P).
-  size_t max_inputs = n.op == "LSTM" ? 8 : 6;
+  // The input count and the attributes were checked against the entry (graph/ops.h).
   size_t count = n.inputs.size();
   while (count > 0 && n.inputs[count - 1].empty()) --count;
-  if (count < 3 || count > max_inputs)
-    fail(str("takes from 3 to ", max_inputs, " inputs, not ", count));
   auto input = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : std::string(); };
-  for (size_t k = 0; k < 3; ++k) {
-    if (input(k).empty()) fail(str("input ", k, " is required"));
-  }
   for (size_t k = 0; k < count; ++k) {
     if (!input(k).empty() && k != 4 && g.value(input(k)).dtype != DType::F32) {
       fail(str("input ", k, " ('", input(k), "') is ", dtype_name(g.value(input(k)).dtype),
@@ -219,6 +213,17 @@ bool add_recurrent_as_steps(const Node& n, Graph& g, const std::string& file,
     else u.transpose(u.concat(parts, 0), {1, 0, 2}, out(k));
   }
   return true;
+}
+
+// Entries without an inference or evaluation of their own: the importer unrolls them.
+// Inputs: X, W, R, B, sequence_lens, initial_h (, initial_c, P).
+void register_recurrent_ops(std::vector<OpDef>& ops) {
+  for (auto [op, max_inputs, own] : {std::tuple{"RNN", 6, ""}, {"GRU", 6, "linear_before_reset"},
+                                     {"LSTM", 8, "input_forget"}}) {
+    ops.push_back({op, 3, max_inputs, nullptr, nullptr});
+    describe(ops.back(), OpKind::Opaque, attributes(own));
+    ops.back().expand = expand_recurrent;
+  }
 }
 
 }  // namespace tf::graph

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "graph/graph.h"
+#include "graph/ops.h"
 
 namespace tf::graph {
 
@@ -34,7 +35,7 @@ constexpr int64_t kMaxRecurrentSteps = 1024;
 // folding) when n is an RNN, GRU or LSTM node and returns true; returns false, adding
 // nothing, for any other node. `steps_left` (start at kMaxRecurrentSteps) is the model's
 // budget of time steps; n's are taken from it.
-bool add_recurrent_as_steps(const Node& n, Graph& g, const std::string& file,
-                            const std::function<void(Node)>& add, int64_t& steps_left);
+// OpDef::expand of RNN, GRU and LSTM (registered by register_recurrent_ops, graph/ops.h).
+bool expand_recurrent(const Node& n, ImportSink& sink);
 
 }  // namespace tf::graph

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/import_builder.h"
 #include "graph/ops.h"
 
@@ -110,6 +110,69 @@ std::string depth_out_of_batch(NodeBuilder& b, const std::string& v, int64_t n, 
   return b.transpose(b.reshape(v, {n, depth, s2[1], s2[2], s2[3]}), {0, 2, 1, 3, 4}, out);
 }
 
+// Conv, ConvTranspose, MaxPool and AveragePool over 1-D inputs [N, C, W] run as 2-D ones of
+// height 1: x (and a convolution's weight) reshaped to [N, C, 1, W], the window's attributes
+// given a leading 1 (pads 0), and the result reshaped back to the node's output. Returns
+// false, adding nothing, for other nodes.
+bool add_window_1d_as_2d(const Node& n, Graph& g, const std::string& file, const std::function<void(Node)>& add) {
+  bool conv = n.op == "Conv" || n.op == "ConvTranspose";
+  if (!conv && n.op != "MaxPool" && n.op != "AveragePool") return false;
+  if (n.inputs.empty() || n.inputs[0].empty() || g.value(n.inputs[0]).shape.size() != 3) return false;
+  const Shape x = g.value(n.inputs[0]).shape;
+  for (const char* a : {"kernel_shape", "strides", "dilations", "pads", "output_padding", "output_shape"}) {
+    size_t want = std::string(a) == "pads" ? 2 : 1;
+    if (n.has(a) && n.get_ints(a, {}).size() != want)
+      throw UserError(str(file, ": ", n.where(), ": ", a, " ", shape_str(n.get_ints(a, {})),
+                          " has ", n.get_ints(a, {}).size(), " values; the 1-D input ",
+                          shape_str(x), " needs ", want));
+  }
+  size_t outputs = n.outputs.size();
+  while (outputs > 1 && n.outputs[outputs - 1].empty()) --outputs;
+  if (outputs != 1)
+    throw UserError(str(file, ": ", n.where(), " has ", outputs, " outputs; tunefarm supports 1"));
+  // Adds a reshape of `from` to `shape` (a new int64 constant), producing `to`.
+  auto reshape = [&](const std::string& from, const std::string& to, const Shape& shape, const char* what) {
+    std::string dims = g.add_ints(n.name + "/" + what + "_shape", shape);
+    add(Node{n.name + "/" + what, "Reshape", {from, dims}, {to}, {}});
+  };
+  Node two_d = n;
+  two_d.inputs[0] = g.fresh_name(n.inputs[0] + "/2d");
+  reshape(n.inputs[0], two_d.inputs[0], {x[0], x[1], 1, x[2]}, "input_2d");
+  if (conv && n.inputs.size() > 1 && !n.inputs[1].empty()) {
+    const Value& w = g.value(n.inputs[1]);
+    if (w.shape.size() != 3)
+      throw UserError(str(file, ": ", n.where(), ": weight '", w.name, "' ", shape_str(w.shape),
+                          " must have rank 3 for the 1-D input ", shape_str(x)));
+    two_d.inputs[1] = g.fresh_name(n.inputs[1] + "/2d");
+    Shape s4 = {w.shape[0], w.shape[1], 1, w.shape[2]};
+    if (w.constant) {
+      HostTensor t = *w.constant;
+      t.shape = s4;
+      g.values[two_d.inputs[1]] = Value{two_d.inputs[1], w.dtype, s4, std::move(t)};
+    } else {
+      reshape(n.inputs[1], two_d.inputs[1], s4, "weight_2d");
+    }
+  }
+  auto lead = [&](const char* a, int64_t v) {
+    if (n.has(a)) two_d.attrs[a] = std::vector<int64_t>{v, n.get_ints(a, {})[0]};
+  };
+  lead("kernel_shape", 1);
+  lead("strides", 1);
+  lead("dilations", 1);
+  lead("output_padding", 0);
+  lead("output_shape", 1);
+  if (n.has("pads")) {
+    std::vector<int64_t> p = n.get_ints("pads", {});
+    two_d.attrs["pads"] = std::vector<int64_t>{0, p[0], 0, p[1]};
+  }
+  two_d.outputs = {g.fresh_name(n.outputs[0] + "/2d")};
+  std::string y4 = two_d.outputs[0];
+  add(std::move(two_d));
+  const Shape s = g.value(y4).shape;
+  reshape(y4, n.outputs[0], {s[0], s[1], s[3]}, "output_1d");
+  return true;
+}
+
 }  // namespace
 
 bool add_conv_3d_as_2d(const Node& n, Graph& g, const std::string& file,
@@ -195,6 +258,12 @@ bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
   std::string sum = taps.size() == 1 ? taps[0] : b.node("Sum", taps);
   b.node("Mul", {sum, scale}, {}, n.outputs[0]);
   return true;
+}
+
+
+bool expand_window(const Node& n, ImportSink& s) {
+  return add_conv_3d_as_2d(n, s.g, s.file, s.add) || add_pool_3d_as_2d(n, s.g, s.file, s.add) ||
+         add_window_1d_as_2d(n, s.g, s.file, s.add);
 }
 
 }  // namespace tf::graph

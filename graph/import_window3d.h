@@ -24,6 +24,7 @@
 #include <string>
 
 #include "graph/graph.h"
+#include "graph/ops.h"
 
 namespace tf::graph {
 
@@ -38,5 +39,9 @@ bool add_conv_3d_as_2d(const Node& n, Graph& g, const std::string& file,
 // The same for a MaxPool or AveragePool over a rank-5 input.
 bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
                        const std::function<void(Node)>& add);
+
+// OpDef::expand of Conv, ConvTranspose, MaxPool and AveragePool: 3-D windows as above, and 1-D
+// windows over [N, C, W] as 2-D ones of height 1; false (nothing added) for 2-D ones.
+bool expand_window(const Node& n, ImportSink& s);
 
 }  // namespace tf::graph

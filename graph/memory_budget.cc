@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/pass.h"
 
 namespace tf::graph {

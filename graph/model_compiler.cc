@@ -1,27 +1,14 @@
 #include "graph/model_compiler.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
 #include <set>
-#include <thread>
 
-#include "compiler/codegen_llvm.h"
-#include "compiler/codegen_runner.h"
+#include "base/error.h"
 #include "compiler/driver.h"
-#include "compiler/gpu.h"
-#include "compiler/gpu_reduction.h"
-#include "compiler/error.h"
-#include "compiler/inline_budget.h"
-#include "compiler/ir_mutator.h"
-#include "compiler/link.h"
-#include "compiler/lower.h"
-#include "compiler/operators.h"
+#include "compiler/model_codegen.h"
 #include "compiler/schedule_templates.h"
 #include "compiler/winograd.h"
 #include "graph/fusion.h"
@@ -29,12 +16,11 @@
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
 #include "graph/tasks.h"
-#include "runtime/gpu_runtime.h"
+#include "runtime/pack_layout.h"
 
 namespace tf::graph {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 struct KernelBuild {
@@ -46,85 +32,6 @@ std::string identifier(const std::string& s) {
   std::string out;
   for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   return out;
-}
-
-// The default schedule of a generic kernel's stage: the innermost axis vectorized when the
-// vector width divides it (a reduction's loops moved inside the other spatial loops, around
-// the lanes), the outer spatial loops fused into one of at least kFusedIterations iterations
-// (the rest stay loops of their own: an index into a fused loop costs a division per axis in
-// every iteration, and a layout transform of MobileNet-v2's input spent 8% of the model's
-// time on them), parallel when the stage has enough work to pay for waking the thread pool.
-constexpr int64_t kFusedIterations = 64;
-
-void schedule_loops(ir::Stage& s, int lanes) {
-  const ir::Operation& op = *s.op();
-  size_t rank = op.shape.size();
-  if (rank == 0) return;
-  std::vector<ir::Expr> spatial(s.leaves().begin(),
-                                s.leaves().begin() + static_cast<int64_t>(rank));
-  std::vector<int64_t> extent(op.shape.begin(), op.shape.end());
-  int64_t work = num_elements(op.shape);
-  for (const ir::IterVar& r : op.reduce_axes) work *= r.extent;
-  if (op.shape.back() % lanes == 0) {
-    auto [outer, inner] = s.split(spatial.back(), lanes);
-    s.vectorize(inner);
-    spatial.back() = outer;
-    extent.back() /= lanes;
-    if (op.reduce()) {
-      // The reduction's loops go outside the lanes, so each lane accumulates its own output
-      // (pooling of channel blocks, a sum over rows).
-      std::vector<ir::Expr> order;
-      for (const ir::Expr& v : s.leaves())
-        if (s.is_reduce_var(v)) order.push_back(v);
-      order.push_back(inner);
-      s.reorder(order);
-    }
-  }
-  ir::Expr fused = spatial[0];
-  int64_t iterations = extent[0];
-  for (size_t d = 1; d < spatial.size() && iterations < kFusedIterations; ++d) {
-    fused = s.fuse(fused, spatial[d]);
-    iterations *= extent[d];
-  }
-  if (work >= (int64_t{1} << 15)) s.parallel(fused);
-}
-
-// The same on a GPU (correctness first): the spatial axes fused and dealt to a 1-D grid of
-// blocks of up to 256 threads, one output element per thread (a reduction's loops inside,
-// per thread). A stage of rank 0 has no axis to bind: its kernel runs as one thread
-// (compiler/gpu.h check_gpu_kernel).
-//
-// An elementwise stage whose innermost dimension is a multiple of 4 gives each thread 4
-// neighbours of it, vectorized (128-bit loads and stores where the operands are contiguous
-// too), when that still leaves at least kMinGpuThreads threads.
-constexpr int64_t kGpuLanes = 4, kMinGpuThreads = 16384;
-
-void schedule_loops_gpu(ir::Stage& s) {
-  const ir::Operation& op = *s.op();
-  size_t rank = op.shape.size();
-  if (rank == 0) return;
-  std::vector<ir::Expr> spatial(s.leaves().begin(), s.leaves().begin() + static_cast<int64_t>(rank));
-  int64_t threads = num_elements(op.shape);
-  if (!op.reduce() && op.shape.back() % kGpuLanes == 0 && threads / kGpuLanes >= kMinGpuThreads) {
-    auto [outer, lanes] = s.split(spatial.back(), kGpuLanes);
-    s.vectorize(lanes);
-    spatial.back() = outer;
-    threads /= kGpuLanes;
-  }
-  ir::Expr fused = spatial[0];
-  for (size_t d = 1; d < rank; ++d) fused = s.fuse(fused, spatial[d]);
-  // (An empty tensor keeps a loop of extent 0: no block to launch.)
-  auto [block, thread] = s.split(fused, std::clamp<int64_t>(threads, 1, 256));
-  s.bind(block, "blockIdx.x");
-  s.bind(thread, "threadIdx.x");
-}
-
-// How many reductions the TE graph of `t` holds (each a kernel of a GPU call).
-int count_reductions(const ir::Tensor& t, std::set<const ir::Operation*>& seen) {
-  if (!seen.insert(t.get()).second || t->is_placeholder()) return 0;
-  int n = t->reduce() ? 1 : 0;
-  for (const ir::Tensor& in : ir::inputs_of(t)) n += count_reductions(in, seen);
-  return n;
 }
 
 class ModelBuilder {
@@ -155,11 +62,6 @@ class ModelBuilder {
   const std::vector<FusedGroup>& kernel_groups() const { return groups_; }
 
  private:
-  void schedule_stage(ir::Stage& s) {
-    if (target_.is_gpu()) schedule_loops_gpu(s);
-    else schedule_loops(s, target_.vector_lanes());
-  }
-
   std::string function_name(const std::string& what) {
     return str("tf_k", builds_.size(), "_", identifier(what));
   }
@@ -189,7 +91,8 @@ class ModelBuilder {
     const std::string& y = e.output;
     if (used == nodes.size() ? y != group_out : g_.is_output(y)) return false;
     std::vector<std::string> args{a.inputs[0], a.inputs[1]};
-    if (a.op == "Gemm" && a.get_int("transB", 0)) args[1] = transposed(a.inputs[1]);
+    const OpDef& def = *find_op(a.op);
+    if (def.transposed_weight && a.get_int(def.transposed_weight, 0)) args[1] = transposed(a.inputs[1]);
     if (!e.bias.empty()) args.push_back(e.bias);
     bool bias = !e.bias.empty(), relu = e.relu;
     Workload w = parse_workload(aw.spec + ",epilogue=" + e.name() + ")");
@@ -250,11 +153,13 @@ class ModelBuilder {
     const Shape s = acc->shape;
     const Shape& onnx = g_.value(a.outputs[0]).shape;
     // The bias index of an output element: its channel (a blocked output's block and lane).
+    using BiasAxis = OpDef::BiasAxis;
+    const BiasAxis axis = find_op(a.op)->bias_axis;
     auto channel = [&](const std::vector<ir::Expr>& i) {
-      if (a.op == "ConvNCHWc") return i[1] * s[4] + i[4];
-      return a.op == "Conv" ? i[1] : i[s.size() - 1];
+      if (axis == BiasAxis::BlockedChannel) return i[1] * s[4] + i[4];
+      return axis == BiasAxis::Channel ? i[1] : i[s.size() - 1];
     };
-    int64_t channels = a.op == "ConvNCHWc" ? s[1] * s[4] : s[a.op == "Conv" ? 1 : s.size() - 1];
+    int64_t channels = axis == BiasAxis::BlockedChannel ? s[1] * s[4] : s[axis == BiasAxis::Channel ? 1 : s.size() - 1];
     std::vector<std::string> names;
     for (size_t d = 0; d < s.size(); ++d) names.push_back(str("e", d));
     ir::Tensor pre = acc;
@@ -318,12 +223,7 @@ class ModelBuilder {
       return std::nullopt;
     // The template inlines the tail into its output tile: past the compiler's bounds, the
     // tail is compiled as generic kernels instead (bounded there by computing stages apart).
-    std::map<const ir::Operation*, ir::ExprCost> costs;
-    for (const ir::Tensor& t : og.tail) {
-      ir::ExprCost c = ir::inlined_cost(t->body, costs);
-      if (!ir::within_inline_budget(c)) return std::nullopt;
-      costs[t.get()] = c;
-    }
+    if (!within_inline_budget(og.tail)) return std::nullopt;
     og.output = og.tail.back();
     og.tail.pop_back();
     args.insert(args.end(), extra.begin(), extra.end());
@@ -425,46 +325,13 @@ class ModelBuilder {
     ir::Tensor result = env.at(out).tensor;
     TF_CHECK(result && result->kind == ir::Operation::Kind::Compute, "generic kernel of ", out,
              " computes nothing");
-    // GPUs: long reductions with few outputs spread over threads, while the call's kernels
-    // (every reduction, the output, each split into two) stay within the limit.
-    std::optional<GpuReductionSplitter> splitter;
-    if (target_.is_gpu()) {
-      std::set<const ir::Operation*> seen;
-      int kernels = count_reductions(result, seen) + (result->reduce() ? 0 : 1);
-      const GpuArch arch = gpu_arch(target_);
-      splitter.emplace(arch.multiprocessors * arch.threads_per_sm, kMaxGpuKernelsPerCall - kernels);
-      result = splitter->rebuild(result);
-    }
-    ir::Schedule sch(result);
-    auto schedule = [&](ir::Stage& s) {
-      if (const auto* b = splitter ? splitter->block_reduction(s.op().get()) : nullptr)
-        schedule_block_reduction(sch, s, *b);
-      else
-        schedule_stage(s);
-    };
-    for (ir::Stage* s : sch.stages()) {
-      if (s->op() == result || (splitter && splitter->is_block_part(s->op().get()))) continue;
-      if (s->op()->reduce())
-        schedule(*s);
-      else
-        s->compute_inline();
-    }
-    // Stages whose inlining would make an expression too deep or too large for the compiler
-    // (a long chain of elementwise nodes) are computed into buffers of their own instead.
-    std::vector<ir::Stage*> rooted;
-    try {
-      rooted = ir::bound_inlining(sch);
-    } catch (const UserError& e) {
-      throw UserError(str("node '", nodes.back()->name, "' (", nodes.back()->op, "): ", e.what()));
-    }
-    for (ir::Stage* s : rooted) schedule_stage(*s);
-    schedule(sch[result]);
     KernelBuild b;
     b.info.function = function_name(nodes.back()->op);
     b.info.template_name = "generic";
     b.info.args = args;
     b.info.args.push_back(out);
-    b.func = lower(sch, placeholders, b.info.function).func;
+    b.func = lower_generic_kernel(result, placeholders, target_, b.info.function,
+                                  str("node '", nodes.back()->name, "' (", nodes.back()->op, ")"));
     record(std::move(b), op_kind(nodes[0]->op), nodes);
   }
 
@@ -484,88 +351,6 @@ json tensors_json(const Graph& g, const std::vector<std::string>& names) {
     out.push_back(
         {{"name", n}, {"shape", g.value(n).shape}, {"dtype", dtype_name(g.value(n).dtype)}});
   return out;
-}
-
-// A GPU model's device code and launch plan: the kernels in up to `threads` modules (each
-// generated by one thread: PTX text for cuda, a .hsaco code object for rocm), split-K
-// workspaces in scratch after the arena (one kernel runs at a time, so all calls share it),
-// the host object of tables (codegen_gpu_runner) and the runtime's (runtime/gpu_model), whose
-// paths join `objects`.
-void compile_gpu_library(const std::vector<KernelBuild>& builds, const std::vector<GpuPlan>& plans,
-                         const std::vector<size_t>& code_of, const Target& target, unsigned threads,
-                         const std::function<void(const std::function<void(size_t)>&, size_t)>& on_all_cores,
-                         RunnerSpec& spec, CompiledModel& cm, const std::string& tmp,
-                         std::vector<std::string>& objects) {
-  constexpr int64_t kAlign = 256;
-  auto aligned = [](int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
-  const int64_t scratch_at = aligned(spec.workspace_bytes);
-  int64_t scratch = 0;
-  // The kernels whose code is generated (the others launch the same code of an earlier one,
-  // code_of, with their own grids and workspaces), spread over the modules. (A model of no
-  // kernel, its outputs copies of inputs or constants, has no module.)
-  std::vector<size_t> unique;
-  for (size_t k = 0; k < builds.size(); ++k)
-    if (code_of[k] == k) unique.push_back(k);
-  const size_t modules = std::min<size_t>(threads, unique.size());
-  GpuRunnerSpec gs;
-  gs.platform = target.kind;
-  gs.modules.resize(modules);
-  std::vector<std::vector<ir::LoweredFunc>> funcs(modules);
-  std::vector<size_t> module_of(builds.size());
-  for (size_t u = 0; u < unique.size(); ++u) {
-    module_of[unique[u]] = u * modules / unique.size();
-    funcs[module_of[unique[u]]].push_back(builds[unique[u]].func);
-  }
-  for (size_t k = 0; k < builds.size(); ++k) {
-    const GpuPlan& code = plans[code_of[k]];
-    TF_CHECK(code.kernels.size() == plans[k].kernels.size(), "kernel ", builds[k].info.function,
-             " has the code of ", builds[code_of[k]].info.function, " but other launches");
-    GpuRunnerCall call;
-    call.module = static_cast<int64_t>(module_of[code_of[k]]);
-    for (size_t i = 0; i < plans[k].kernels.size(); ++i) {
-      const GpuLaunch& l = plans[k].kernels[i].launch;
-      call.kernels.push_back({code.kernels[i].function, l.grid, l.block, l.dynamic_shared_bytes});
-    }
-    int64_t at = scratch_at;
-    for (const auto& [name, elements] : plans[k].workspaces) {
-      call.workspace_offsets.push_back(at);
-      at += aligned(elements * 4);
-    }
-    scratch = std::max(scratch, at - scratch_at);
-    gs.calls.push_back(std::move(call));
-  }
-  spec.workspace_bytes = scratch_at + scratch;
-  cm.memory.arena_bytes = spec.workspace_bytes;
-  std::vector<std::string> errors(modules);
-  on_all_cores(
-      [&](size_t m) {
-        try {
-          if (target.kind == "cuda") {
-            gs.modules[m] = codegen_llvm(funcs[m], target, CodegenOutput::Asm).data;
-            return;
-          }
-          std::string object = str(tmp, ".m", m, ".o"), code = str(tmp, ".m", m, ".hsaco");
-          write_file(object, codegen_llvm(funcs[m], target, CodegenOutput::Object).data);
-          link_amdgpu_code_object(object, code);
-          gs.modules[m] = read_file(code);
-          std::error_code ec;
-          fs::remove(object, ec);
-          fs::remove(code, ec);
-        } catch (const std::exception& e) {
-          errors[m] = e.what();
-        }
-      },
-      modules);
-  for (size_t m = 0; m < modules; ++m) {
-    if (!errors[m].empty())
-      throw std::runtime_error(str("GPU code of kernels ", funcs[m].front().name, " ... ", funcs[m].back().name, ": ",
-                                   errors[m]));
-  }
-  objects.push_back(tmp + ".gpu_tables.o");
-  write_file(objects.back(), codegen_gpu_runner(spec, gs, host_target()));
-  objects.push_back(tmp + ".gpu_runtime.o");
-  write_file(objects.back(), std::string(gpu_model_runtime_object()));
-  cm.device_modules = static_cast<int64_t>(modules);
 }
 
 }  // namespace
@@ -604,7 +389,7 @@ json CompiledModel::sidecar(const std::string& model) const {
           {"target", target.str()},
           {"emulates", emulates.empty() ? json() : json(emulates)},
           {"device_code", device_modules == 0 ? json() : json{{"modules", device_modules},
-                                                               {"format", target.kind == "cuda" ? "ptx" : "hsaco"}}},
+                                                               {"format", target.info().module_format}}},
           {"inputs", inputs},
           {"outputs", outputs},
           {"workspace_bytes", memory.arena_bytes},
@@ -630,17 +415,7 @@ Graph load_model(const std::string& path, int opt_level, const std::vector<std::
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
                             const std::string& out, const std::string& model_name,
                             int64_t memory_budget, bool emulate_gpu) {
-  if (emulate_gpu && !target.is_gpu()) {
-    throw UserError(str("emulating a GPU needs a GPU target (cuda, rocm), not ", target.str()));
-  }
-  // A library for a GPU: its kernels' code for the GPU, its host code for this machine.
-  const bool gpu_library = target.is_gpu() && !emulate_gpu;
-  if (!target.is_cpu() && !target.is_gpu()) {
-    throw UserError(str("compiling whole models for ", target.str(), " is not implemented: CPU, cuda and rocm targets"));
-  }
-  // What the library's code runs on: the target, or this machine running the GPU's kernels
-  // (and, for a GPU library, launching them).
-  const Target code_target = target.is_gpu() ? host_target() : target;
+  ModelCodegen code(target, emulate_gpu);
   // Every value must fit the budget on its own before anything is generated.
   check_input_budgets(g, memory_budget);
   for (const Node& n : g.nodes) check_output_budgets(g, n, memory_budget);
@@ -701,55 +476,16 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     return {RunnerBuffer::Kind::Workspace, cm.memory.buffers.at(v).offset};
   };
   std::vector<KernelBuild>& builds = mb.builds();
-  // Each GPU kernel as the GPU will run it (the checker's refusals included): its kernels and
-  // their launches.
-  std::vector<GpuPlan> plans;
   for (KernelBuild& b : builds) {
-    if (!target.is_gpu()) break;
-    try {
-      plans.push_back(plan_gpu_program(b.func, target));
-    } catch (const UserError& e) {
-      throw UserError(str("kernel ", b.info.function, " (nodes ", b.info.nodes.front(), ", ...): ", e.what()));
-    }
-    b.info.launch = plans.back().to_json();
-    // Emulated: its grid serially, for this machine.
-    if (emulate_gpu) b.func.body = serialize_gpu_bindings(b.func.body);
+    b.info.launch = code.add_kernel(std::move(b.func), str("kernel ", b.info.function, " (nodes ", b.info.nodes.front(), ", ...)"));
   }
   if (emulate_gpu) {
     cm.emulates = target.str();
-    cm.target = code_target;
+    cm.target = code.code_target();
   }
-  // Kernels whose code is the same but for their names (a repeated layer, the per-group
-  // convolutions of split-grouped-convs) are generated once, keyed by their LLVM IR before
-  // optimization, and the model calls the first of them: most of a compile is LLVM's.
-  const unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
-  auto on_all_cores = [&](const std::function<void(size_t)>& work, size_t count) {
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t k; (k = next++) < count;) work(k);
-    };
-    std::vector<std::thread> pool;
-    for (unsigned k = 1; k < threads; ++k) pool.emplace_back(worker);
-    worker();
-    for (std::thread& t : pool) t.join();
-  };
-  // (A GPU library's kernels by their GPU code: the same for the GPU is the same everywhere.)
-  std::vector<std::string> keys(builds.size()), errors(builds.size());
-  on_all_cores(
-      [&](size_t k) {
-        try {
-          keys[k] = llvm_ir_key(builds[k].func, gpu_library ? target : code_target);
-        } catch (const std::exception& e) {
-          errors[k] = e.what();
-        }
-      },
-      builds.size());
-  std::vector<size_t> code_of(builds.size());
-  std::map<std::string, size_t> first;
-  for (size_t k = 0; k < builds.size(); ++k) {
-    code_of[k] = errors[k].empty() ? first.emplace(std::move(keys[k]), k).first->second : k;
-    keys[k].clear();
-  }
+  // Kernels whose code is the same but for their names are generated once, and the model
+  // calls the first of them.
+  const std::vector<size_t>& code_of = code.share_code();
   for (size_t k = 0; k < builds.size(); ++k) {
     KernelBuild& b = builds[k];
     if (code_of[k] != k) b.info.same_code_as = builds[code_of[k]].info.function;
@@ -779,57 +515,11 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
       spec.copies.push_back({from, static_cast<int64_t>(k)});
   }
 
-  // Code generation, the kernels on all cores; then one link.
-  fs::path target_path = fs::absolute(out);
-  std::string tmp = target_path.string() + ".tmp" + std::to_string(getpid());
-  std::vector<std::string> objects;
-  struct Cleanup {
-    std::vector<std::string>* paths;
-    std::string so;
-    ~Cleanup() {
-      std::error_code ec;
-      for (const std::string& p : *paths) fs::remove(p, ec);
-      fs::remove(so, ec);
-    }
-  } cleanup{&objects, tmp + ".so"};
-  if (gpu_library) {
-    compile_gpu_library(builds, plans, code_of, target, threads, on_all_cores, spec, cm, tmp, objects);
-    // (ld.lld in a process of its own: the runtime's object is gcc's, see compiler/link.h.)
-    link_shared_library(objects, tmp + ".so", code_target, false, false, /*nodelete=*/true, /*in_process=*/false);
-    write_file(target_path.string() + ".json", cm.sidecar(model_name).dump(2) + "\n");
-    std::error_code ec;
-    fs::rename(tmp + ".so", target_path, ec);
-    if (ec) throw std::runtime_error(str("cannot write ", target_path.string(), ": ", ec.message()));
-    return cm;
-  }
-  std::vector<CodegenResult> results(builds.size());
-  on_all_cores(
-      [&](size_t k) {
-        if (code_of[k] != k || !errors[k].empty()) return;
-        try {
-          results[k] = codegen_llvm(builds[k].func, code_target, CodegenOutput::Object);
-        } catch (const std::exception& e) {
-          errors[k] = e.what();
-        }
-      },
-      builds.size());
-  bool openmp = false, libm = false;
-  for (size_t k = 0; k < builds.size(); ++k) {
-    if (!errors[k].empty())
-      throw std::runtime_error(str("kernel ", builds[k].info.function, ": ", errors[k]));
-    if (code_of[k] != k) continue;
-    objects.push_back(str(tmp, ".k", k, ".o"));
-    write_file(objects.back(), results[k].data);
-    openmp |= results[k].uses_openmp;
-    libm |= results[k].uses_libm;
-  }
-  objects.push_back(tmp + ".runner.o");
-  write_file(objects.back(), codegen_runner(spec, code_target));
-  link_shared_library(objects, tmp + ".so", code_target, openmp, libm);
-  write_file(target_path.string() + ".json", cm.sidecar(model_name).dump(2) + "\n");
-  std::error_code ec;
-  fs::rename(tmp + ".so", target_path, ec);
-  if (ec) throw std::runtime_error(str("cannot write ", target_path.string(), ": ", ec.message()));
+  code.write(spec, out, [&](const ModelCodegen::Written& w) {
+    cm.device_modules = w.device_modules;
+    cm.memory.arena_bytes = w.workspace_bytes;
+    return cm.sidecar(model_name).dump(2) + "\n";
+  });
   return cm;
 }
 

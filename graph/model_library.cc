@@ -1,7 +1,7 @@
 #include "graph/model_library.h"
 
 #include "compiler/codegen_runner.h"
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf::graph {
 

@@ -1,6 +1,6 @@
 #include "graph/node_te.h"
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/fusion.h"
 #include "graph/ops.h"
 #include "graph/te_kit.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/memory_budget.h"
 #include "graph/ops.h"
 

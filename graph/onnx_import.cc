@@ -7,8 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "compiler/error.h"
-#include "graph/import_window3d.h"
+#include "base/error.h"
 #include "graph/import_recurrent.h"
 #include "graph/ops.h"
 
@@ -256,69 +255,6 @@ void add_node(Node n, Graph& g, const std::string& file, int64_t& budget) {
   g.nodes.push_back(std::move(n));
 }
 
-// Conv, ConvTranspose, MaxPool and AveragePool over 1-D inputs [N, C, W] run as 2-D ones of
-// height 1: x (and a convolution's weight) reshaped to [N, C, 1, W], the window's attributes
-// given a leading 1 (pads 0), and the result reshaped back to the node's output. Returns
-// false, adding nothing, for other nodes.
-bool add_window_1d_as_2d(const Node& n, Graph& g, const std::string& file, int64_t& budget) {
-  bool conv = n.op == "Conv" || n.op == "ConvTranspose";
-  if (!conv && n.op != "MaxPool" && n.op != "AveragePool") return false;
-  if (n.inputs.empty() || n.inputs[0].empty() || g.value(n.inputs[0]).shape.size() != 3) return false;
-  const Shape x = g.value(n.inputs[0]).shape;
-  for (const char* a : {"kernel_shape", "strides", "dilations", "pads", "output_padding", "output_shape"}) {
-    size_t want = std::string(a) == "pads" ? 2 : 1;
-    if (n.has(a) && n.get_ints(a, {}).size() != want)
-      throw UserError(str(file, ": ", n.where(), ": ", a, " ", shape_str(n.get_ints(a, {})),
-                          " has ", n.get_ints(a, {}).size(), " values; the 1-D input ",
-                          shape_str(x), " needs ", want));
-  }
-  size_t outputs = n.outputs.size();
-  while (outputs > 1 && n.outputs[outputs - 1].empty()) --outputs;
-  if (outputs != 1)
-    throw UserError(str(file, ": ", n.where(), " has ", outputs, " outputs; tunefarm supports 1"));
-  // Adds a reshape of `from` to `shape` (a new int64 constant), producing `to`.
-  auto reshape = [&](const std::string& from, const std::string& to, const Shape& shape, const char* what) {
-    std::string dims = g.add_ints(n.name + "/" + what + "_shape", shape);
-    add_node(Node{n.name + "/" + what, "Reshape", {from, dims}, {to}, {}}, g, file, budget);
-  };
-  Node two_d = n;
-  two_d.inputs[0] = g.fresh_name(n.inputs[0] + "/2d");
-  reshape(n.inputs[0], two_d.inputs[0], {x[0], x[1], 1, x[2]}, "input_2d");
-  if (conv && n.inputs.size() > 1 && !n.inputs[1].empty()) {
-    const Value& w = g.value(n.inputs[1]);
-    if (w.shape.size() != 3)
-      throw UserError(str(file, ": ", n.where(), ": weight '", w.name, "' ", shape_str(w.shape),
-                          " must have rank 3 for the 1-D input ", shape_str(x)));
-    two_d.inputs[1] = g.fresh_name(n.inputs[1] + "/2d");
-    Shape s4 = {w.shape[0], w.shape[1], 1, w.shape[2]};
-    if (w.constant) {
-      HostTensor t = *w.constant;
-      t.shape = s4;
-      g.values[two_d.inputs[1]] = Value{two_d.inputs[1], w.dtype, s4, std::move(t)};
-    } else {
-      reshape(n.inputs[1], two_d.inputs[1], s4, "weight_2d");
-    }
-  }
-  auto lead = [&](const char* a, int64_t v) {
-    if (n.has(a)) two_d.attrs[a] = std::vector<int64_t>{v, n.get_ints(a, {})[0]};
-  };
-  lead("kernel_shape", 1);
-  lead("strides", 1);
-  lead("dilations", 1);
-  lead("output_padding", 0);
-  lead("output_shape", 1);
-  if (n.has("pads")) {
-    std::vector<int64_t> p = n.get_ints("pads", {});
-    two_d.attrs["pads"] = std::vector<int64_t>{0, p[0], 0, p[1]};
-  }
-  two_d.outputs = {g.fresh_name(n.outputs[0] + "/2d")};
-  std::string y4 = two_d.outputs[0];
-  add_node(std::move(two_d), g, file, budget);
-  const Shape s = g.value(y4).shape;
-  reshape(y4, n.outputs[0], {s[0], s[1], s[3]}, "output_1d");
-  return true;
-}
-
 }  // namespace
 
 Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
@@ -354,6 +290,7 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
   std::set<std::string> node_names;
   int64_t fold_budget = kMaxImportFoldedTotal;
   int64_t recurrent_steps_left = kMaxRecurrentSteps;
+  ImportSink sink{g, file, [&](Node m) { add_node(std::move(m), g, file, fold_budget); }, recurrent_steps_left};
   for (int k = 0; k < gp.node_size(); ++k) {
     const onnx::NodeProto& np = gp.node(k);
     Node n;
@@ -374,10 +311,16 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     }
     for (const auto& a : np.attribute())
       n.attrs[a.name()] = attribute(a, str(file, ": ", n.where()));
-    auto add = [&](Node m) { add_node(std::move(m), g, file, fold_budget); };
-    if (add_recurrent_as_steps(n, g, file, add, recurrent_steps_left)) continue;
-    if (add_conv_3d_as_2d(n, g, file, add) || add_pool_3d_as_2d(n, g, file, add)) continue;
-    if (!add_window_1d_as_2d(n, g, file, fold_budget)) add_node(std::move(n), g, file, fold_budget);
+    // An operator imported as others (OpDef::expand) is checked against its entry first.
+    if (const OpDef* d = find_op(n.op); d && d->expand) {
+      try {
+        check_node(n);
+      } catch (const UserError& e) {
+        throw UserError(str(file, ": ", e.what()));
+      }
+      if (d->expand(n, sink)) continue;
+    }
+    add_node(std::move(n), g, file, fold_budget);
   }
   for (const auto& vi : gp.output()) {
     if (!g.values.count(vi.name()))

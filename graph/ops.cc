@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf::graph {
 
@@ -35,19 +35,11 @@ const std::map<std::string, OpDef>& registry() {
     register_conv_transpose_ops(all);
     register_einsum_ops(all);
     register_scan_ops(all);
+    register_recurrent_ops(all);
     std::map<std::string, OpDef> m;
     for (OpDef& d : all) m.emplace(d.type, std::move(d));
-    // Int64 results compiled kernels compute as floats: moving values, and arithmetic that
-    // float32 does exactly on integers up to 2^24 (int64 inputs are checked against that
-    // bound on entry, compiler/codegen_runner.h): float remainders are exact, and Div and Pow
-    // have integer versions of their own.
-    for (const char* op :
-         {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Transpose", "Slice", "Concat",
-          "Split", "Gather", "GatherElements", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Trilu", "Add", "Sub",
-          "Mul", "Div", "Mod", "Pow", "Neg", "Abs", "Sign", "Relu", "Max", "Min", "Sum", "Clip", "Where", "Cast",
-          "ReduceMax", "ReduceMin", "ReduceSum", "CumSum", "ArgMax", "ArgMin", "OneHot", "TopK", "GatherND"}) {
-      TF_CHECK(m.count(op), "int64-exact operator ", op, " is not registered");
-      m.at(op).int64_exact = true;
+    for (const auto& [name, d] : m) {
+      TF_CHECK(!d.workload || d.pattern == OpKind::Anchor, "operator ", name, " has a workload but is not an anchor");
     }
     return m;
   }();
@@ -73,79 +65,13 @@ std::vector<std::string> supported_ops() {
   return out;
 }
 
-namespace {
-
-// The attributes each operator understands (the ONNX spec's, opsets 11 to 17); any other
-// attribute is refused rather than ignored, so a model never computes something else
-// silently. Those that only matter in training or for outputs tunefarm refuses are accepted
-// (BatchNormalization's momentum, MaxPool's storage_order).
-const std::vector<std::string>& known_attributes(const std::string& op) {
-  static const std::vector<std::string> none;
-  static const std::map<std::string, std::vector<std::string>> known = {
-      {"LeakyRelu", {"alpha"}},
-      {"HardSigmoid", {"alpha", "beta"}},
-      {"Elu", {"alpha"}},
-      {"Selu", {"alpha", "gamma"}},
-      {"Celu", {"alpha"}},
-      {"ThresholdedRelu", {"alpha"}},
-      {"Pad", {"mode"}},
-      {"ConvTranspose",
-       {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads",
-        "strides"}},
-      {"Resize",
-       {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value",
-        "mode", "nearest_mode"}},
-      {"Mod", {"fmod"}},
-      {"ArgMax", {"axis", "keepdims", "select_last_index"}},
-      {"ArgMin", {"axis", "keepdims", "select_last_index"}},
-      {"Cast", {"to"}},
-      {"Gemm", {"alpha", "beta", "transA", "transB"}},
-      {"Conv", {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
-      {"ConvNCHWc", {"dilations", "group", "pads", "strides"}},
-      {"LayoutTransform", {"dst_layout", "src_layout"}},
-      {"MaxPool",
-       {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
-      {"AveragePool",
-       {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}},
-      {"BatchNormalization", {"epsilon", "momentum", "training_mode"}},
-      {"Softmax", {"axis"}},
-      {"LogSoftmax", {"axis"}},
-      {"Hardmax", {"axis"}},
-      {"LayerNormalization", {"axis", "epsilon", "stash_type"}},
-      {"InstanceNormalization", {"epsilon"}},
-      {"Einsum", {"equation"}},
-      {"ScatterND", {"reduction"}},
-      {"Reshape", {"allowzero"}},
-      {"Flatten", {"axis"}},
-      {"Squeeze", {"axes"}},
-      {"Unsqueeze", {"axes"}},
-      {"Transpose", {"perm"}},
-      {"Concat", {"axis"}},
-      {"Split", {"axis", "split"}},
-      {"Gather", {"axis"}},
-      {"Dropout", {"seed", "ratio"}},
-      {"Shape", {"end", "start"}},
-      {"Constant", {"value", "value_float", "value_floats", "value_int", "value_ints"}},
-      {"ConstantOfShape", {"value"}},
-      {"OneHot", {"axis"}},
-      {"CumSum", {"exclusive", "reverse"}},
-      {"Trilu", {"upper"}},
-      {"GatherElements", {"axis"}},
-      {"TopK", {"axis", "largest", "sorted"}},
-      {"GatherND", {"batch_dims"}},
-      {"ScatterElements", {"axis", "reduction"}},
-      {"DepthToSpace", {"blocksize", "mode"}},
-      {"SpaceToDepth", {"blocksize"}},
-  };
-  static const std::vector<std::string> reduce = {"axes", "keepdims", "noop_with_empty_axes"};
-  if (op.rfind("Reduce", 0) == 0) return reduce;
-  auto it = known.find(op);
-  return it == known.end() ? none : it->second;
+void describe(OpDef& d, OpKind pattern, std::vector<std::string> attributes, bool int64_exact) {
+  d.pattern = pattern;
+  d.attributes = std::move(attributes);
+  d.int64_exact = int64_exact;
 }
 
-}  // namespace
-
-std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) {
+const OpDef& check_node(const Node& n) {
   const OpDef* d = find_op(n.op);
   if (!d) {
     std::string have;
@@ -163,7 +89,7 @@ std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) 
   for (int k = 0; k < d->min_inputs; ++k) {
     if (n.inputs[k].empty()) throw UserError(str(n.where(), ": input ", k, " is required"));
   }
-  const std::vector<std::string>& known = known_attributes(n.op);
+  const std::vector<std::string>& known = d->attributes;
   for (const auto& [name, a] : n.attrs) {
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       std::string list;
@@ -172,6 +98,12 @@ std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) 
                           list.empty() ? "none" : list, ")"));
     }
   }
+  return *d;
+}
+
+std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) {
+  const OpDef* d = &check_node(n);
+  TF_CHECK(d->infer, n.op, " reached inference: the importer expands it (OpDef::expand)");
   std::vector<TypeShape> out = d->infer(context(n, g, opset));
   for (const TypeShape& t : out) check_tensor_size(n.where(), t.shape);
   return out;

@@ -17,6 +17,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,10 +54,30 @@ struct AnchorWorkload;  // graph/tasks.h
 // The tensor expressions compile --model makes of a node (graph/node_te.h, TVM's FTVMCompute):
 // one tensor per output, of the shape `out` (the node's, or an elementwise node's other shape
 // of the same elements), operation names starting with `name`.
+// How the importer hands over the nodes an operator expands into (OpDef::expand).
+struct ImportSink {
+  Graph& g;
+  const std::string& file;            // for messages
+  std::function<void(Node)> add;      // infers a node and adds it (or folds it)
+  int64_t& recurrent_steps_left;      // the import's budget of unrolled recurrent steps
+};
+using ExpandFn = bool (*)(const Node& n, ImportSink& sink);
+
 using TeFn = std::function<std::vector<ir::Tensor>(const Graph& g, const Node& n, const OpContext& c,
                                                    const std::vector<TeOperand>& in, const Shape& out,
                                                    const std::string& name)>;
 
+// How the fuser (graph/fusion.h) may group an operator with its neighbours, TVM's TOpPattern:
+//   Anchor       a tunable kernel (its OpDef has a workload); elementwise consumers join it as
+//                the register tile's epilogue.
+//   Elementwise  output element i reads input element i (after broadcasting) only.
+//   Injective    each output element reads one input element somewhere else (layout, gathers).
+//   Reduction    an output element reads many input elements (a row, a window of the whole).
+//   Opaque       anything else: a kernel of its own, fused with nothing.
+enum class OpKind { Anchor, Elementwise, Injective, Reduction, Opaque };
+
+// One operator, whole: adding an ONNX operator is one entry in a register_*_ops function
+// (graph/ops_*.cc), a push_back and its describe() line (docs/architecture.md shows one).
 struct OpDef {
   std::string type;
   int min_inputs = 1, max_inputs = 1;
@@ -76,9 +97,33 @@ struct OpDef {
   // Work linear in the tensors' sizes, which import and fold-constants may evaluate ahead of
   // time within kMaxFoldedElements; false for the products and convolutions.
   bool linear_cost = true;
-  // Int64 results compiled kernels compute exactly as floats (graph/node_te.h).
+  // Int64 results compiled kernels compute exactly as floats (graph/node_te.h): moving values,
+  // and arithmetic float32 does exactly on integers up to 2^24 (int64 inputs are checked
+  // against that bound on entry, compiler/codegen_runner.h).
   bool int64_exact = false;
+  // Required: its fusion pattern. An entry without one fails the registry's test, and the
+  // fuser stops (TF_CHECK) rather than guess: a wrong guess fuses an injective or opaque
+  // operator into an anchor's epilogue.
+  std::optional<OpKind> pattern;
+  // The attributes it understands (the ONNX spec's, opsets 11 to 17); any other attribute is
+  // refused rather than ignored, so a model never computes something else silently. Those that
+  // only matter in training or for outputs tunefarm refuses are accepted (BatchNormalization's
+  // momentum, MaxPool's storage_order). Their kinds and defaults are where they are read
+  // (Node::get_int and friends, and the *_spec decoders below).
+  std::vector<std::string> attributes;
+  // Operators imported as a subgraph of others (RNN, GRU and LSTM unrolled into steps, 1-D and
+  // 3-D windows as 2-D ones): adds `n` through `add` as other nodes and returns true, or
+  // returns false to add `n` itself. The entry's input count and attribute checks run first.
+  ExpandFn expand = nullptr;
+  // Anchors: where the bias of a fused epilogue runs along the output (Conv: axis 1; a
+  // blocked ConvNCHWc: axis 1 times the lane axis 4; the products: the last axis), and the
+  // attribute that says its weight (input 1) is stored transposed (Gemm's transB), if any.
+  enum class BiasAxis { Last, Channel, BlockedChannel } bias_axis = BiasAxis::Last;
+  const char* transposed_weight = nullptr;
 };
+
+// Sets the facts of an entry just pushed: registration files call it after each push_back.
+void describe(OpDef& d, OpKind pattern, std::vector<std::string> attributes = {}, bool int64_exact = false);
 
 // data_input for operators whose every input is an operand (binary arithmetic, comparisons,
 // Where, Concat, Clip, ...), and for those that read input 2 as a value too (Pad's constant,
@@ -89,6 +134,9 @@ bool first_and_third_are_data(const Graph& g, const Node& n, size_t k);
 const OpDef* find_op(const std::string& type);
 std::vector<std::string> supported_ops();
 
+// The operator's name, input count and attributes against its entry (UserError naming the node
+// and the value at fault); returns the entry.
+const OpDef& check_node(const Node& n);
 // Checks the input count and runs the op's inference.
 std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset);
 // Evaluates a node whose inputs are all available in `values` (by name).
@@ -105,6 +153,7 @@ void register_resize_ops(std::vector<OpDef>& ops);
 void register_conv_transpose_ops(std::vector<OpDef>& ops);
 void register_einsum_ops(std::vector<OpDef>& ops);
 void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum, Trilu, GatherElements, ...
+void register_recurrent_ops(std::vector<OpDef>& ops);  // graph/import_recurrent.h
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.

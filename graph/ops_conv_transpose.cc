@@ -5,8 +5,9 @@
 // (graph/node_te.cc), so the two compute it independently.
 #include <algorithm>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/op_te.h"
+#include "graph/import_window3d.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -138,6 +139,8 @@ void register_conv_transpose_ops(std::vector<OpDef>& ops) {
                        {DType::F32, {c.in(0).shape[0], s.out_channels, s.oh, s.ow}}};
                  },
                  conv_transpose_eval, te::conv_transpose_te, nullptr, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Opaque, {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"});
+  ops.back().expand = expand_window;  // 1-D windows
 }
 
 }  // namespace tf::graph

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/op_te.h"
 #include "graph/ops.h"
 
@@ -132,6 +132,7 @@ void register_einsum_ops(std::vector<OpDef>& ops) {
   ops.push_back({"Einsum", 1, 1 << 10,
                  [](const OpContext& c) { return std::vector<TypeShape>{{DType::F32, einsum_spec(c).out}}; },
                  einsum_eval, te::einsum_te, nullptr, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Opaque, {"equation"});
 }
 
 }  // namespace tf::graph

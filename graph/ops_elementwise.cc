@@ -3,7 +3,7 @@
 #include <array>
 #include <cmath>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/op_te.h"
 #include "graph/te_kit.h"
 #include "graph/ops.h"
@@ -304,30 +304,42 @@ OpDef cast_op() {
 void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(unary("Relu", [](float x, const Node&) { return x < 0 ? 0.0f : x; },  // NaN stays NaN
       [](ir::Expr x, const Node&) { return ir::max(x, ir::f32(0.0)); }));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(unary("Sigmoid", [](float x, const Node&) {
     return static_cast<float>(1 / (1 + std::exp(-double(x))));
   },
       [](ir::Expr x, const Node&) { return ir::f32(1.0) / (ir::f32(1.0) + ir::exp(te::neg(x))); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Tanh", [](float x, const Node&) { return std::tanh(x); },
       [](ir::Expr x, const Node&) { return ir::tanh(x); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Sin", [](float x, const Node&) { return std::sin(x); },
       [](ir::Expr x, const Node&) { return ir::sin(x); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Cos", [](float x, const Node&) { return std::cos(x); },
       [](ir::Expr x, const Node&) { return ir::cos(x); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Exp", [](float x, const Node&) { return std::exp(x); },
       [](ir::Expr x, const Node&) { return ir::exp(x); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Log", [](float x, const Node&) { return std::log(x); },
       [](ir::Expr x, const Node&) { return ir::log(x); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Sqrt", [](float x, const Node&) { return std::sqrt(x); },
       [](ir::Expr x, const Node&) { return ir::sqrt(x); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Erf", [](float x, const Node&) { return std::erf(x); },
       [](ir::Expr x, const Node&) { return te::erf(x); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Neg", [](float x, const Node&) { return -x; },
       [](ir::Expr x, const Node&) { return te::neg(x); }));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(unary("Abs", [](float x, const Node&) { return std::fabs(x); },
       [](ir::Expr x, const Node&) { return ir::fabs(x); }));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(unary("Reciprocal", [](float x, const Node&) { return 1.0f / x; },
       [](ir::Expr x, const Node&) { return ir::f32(1.0) / x; }));
+  describe(ops.back(), OpKind::Elementwise);
   // GELU (ONNX opset 20's Gelu, approximate="none"): what recognize-composites makes of the
   // Erf form exporters write.
   ops.push_back(unary("Gelu", [](float x, const Node&) {
@@ -336,30 +348,37 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
       [](ir::Expr x, const Node&) {
          return ir::f32(0.5) * x * (ir::f32(1.0) + te::erf(x * ir::f32(1.0 / std::sqrt(2.0))));
        }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Sign", [](float x, const Node&) { return float((x > 0) - (x < 0)); },
       [](ir::Expr x, const Node&) {
          return ir::select(te::gt(x, ir::f32(0.0)), ir::f32(1.0),
                            ir::select(x < ir::f32(0.0), ir::f32(-1.0), ir::f32(0.0)));
        }));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(
       unary("Round", [](float x, const Node&) { return std::nearbyint(x); },
-      [](ir::Expr x, const Node&) { return ir::round_even(x); }));  // half to even
+      [](ir::Expr x, const Node&) { return ir::round_even(x); }));
+  describe(ops.back(), OpKind::Elementwise);  // half to even
   ops.push_back(unary("Softplus", [](float x, const Node&) {
     return static_cast<float>(std::log1p(std::exp(double(x))));
   },
       [](ir::Expr x, const Node&) {
          return ir::max(x, ir::f32(0.0)) + ir::log(ir::f32(1.0) + ir::exp(te::neg(ir::fabs(x))));
        }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Floor", [](float x, const Node&) { return std::floor(x); },
       [](ir::Expr x, const Node&) { return ir::floor(x); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("Ceil", [](float x, const Node&) { return std::ceil(x); },
       [](ir::Expr x, const Node&) { return ir::ceil(x); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("LeakyRelu", [](float x, const Node& n) {
     return x >= 0 ? x : x * n.get_float("alpha", 0.01f);
   },
       [](ir::Expr x, const Node& n) {
          return ir::select(x >= ir::f32(0.0), x, x * ir::f32(n.get_float("alpha", 0.01f)));
        }));
+  describe(ops.back(), OpKind::Elementwise, {"alpha"});
   ops.push_back(unary("HardSigmoid", [](float x, const Node& n) {
     return max_nan(0.0f, min_nan(1.0f, n.get_float("alpha", 0.2f) * x + n.get_float("beta", 0.5f)));
   },
@@ -367,6 +386,7 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
          ir::Expr y = ir::f32(n.get_float("alpha", 0.2f)) * x + ir::f32(n.get_float("beta", 0.5f));
          return ir::max(ir::f32(0.0), ir::min(ir::f32(1.0), y));
        }));
+  describe(ops.back(), OpKind::Elementwise, {"alpha", "beta"});
   ops.push_back(unary("Elu", [](float x, const Node& n) {
     return x < 0 ? n.get_float("alpha", 1.0f) * std::expm1(x) : x;
   },
@@ -374,6 +394,7 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
          ir::Expr e = ir::exp(ir::min(x, ir::f32(0.0))) - ir::f32(1.0);
          return ir::select(x < ir::f32(0.0), ir::f32(n.get_float("alpha", 1.0f)) * e, x);
        }));
+  describe(ops.back(), OpKind::Elementwise, {"alpha"});
   ops.push_back(unary("Selu", [](float x, const Node& n) {
     float alpha = n.get_float("alpha", kSeluAlpha), gamma = n.get_float("gamma", kSeluGamma);
     return gamma * (x > 0 ? x : alpha * std::exp(x) - alpha);
@@ -383,6 +404,7 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
          ir::Expr e = ir::f32(alpha) * ir::exp(ir::min(x, ir::f32(0.0))) - ir::f32(alpha);
          return ir::f32(gamma) * ir::select(te::gt(x, ir::f32(0.0)), x, e);
        }));
+  describe(ops.back(), OpKind::Elementwise, {"alpha", "gamma"});
   ops.push_back(unary("Celu", [](float x, const Node& n) {
     float alpha = n.get_float("alpha", 1.0f);
     return max_nan(0.0f, x) + min_nan(0.0f, alpha * std::expm1(x / alpha));
@@ -392,14 +414,17 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
          ir::Expr e = ir::f32(alpha) * (ir::exp(ir::min(x, ir::f32(0.0)) / ir::f32(alpha)) - ir::f32(1.0));
          return ir::max(x, ir::f32(0.0)) + ir::min(ir::f32(0.0), e);
        }));
+  describe(ops.back(), OpKind::Elementwise, {"alpha"});
   ops.push_back(unary("ThresholdedRelu", [](float x, const Node& n) {
     return x > n.get_float("alpha", 1.0f) ? x : 0.0f;
   },
       [](ir::Expr x, const Node& n) {
          return ir::select(te::gt(x, ir::f32(n.get_float("alpha", 1.0f))), x, ir::f32(0.0));
        }));
+  describe(ops.back(), OpKind::Elementwise, {"alpha"});
   ops.push_back(unary("Softsign", [](float x, const Node&) { return x / (1 + std::fabs(x)); },
       [](ir::Expr x, const Node&) { return x / (ir::f32(1.0) + ir::fabs(x)); }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(unary("HardSwish", [](float x, const Node&) {
     return x * max_nan(0.0f, min_nan(1.0f, x / 6 + 0.5f));
   },
@@ -407,57 +432,81 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
          return x *
                 ir::max(ir::f32(0.0), ir::min(ir::f32(1.0), x * ir::f32(1.0 / 6) + ir::f32(0.5)));
        }));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(binary("Add", BinKind::Arith, [](double a, double b) { return a + b; },
       te::binary_te([](ir::Expr a, ir::Expr b) { return a + b; })));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(binary("Sub", BinKind::Arith, [](double a, double b) { return a - b; },
       te::binary_te([](ir::Expr a, ir::Expr b) { return a - b; })));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(binary("Mul", BinKind::Arith, [](double a, double b) { return a * b; },
       te::binary_te([](ir::Expr a, ir::Expr b) { return a * b; })));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(binary("Div", BinKind::Arith, [](double a, double b) { return a / b; },
       te::div_te()));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(binary("Pow", BinKind::Arith, [](double a, double b) { return std::pow(a, b); },
       te::pow_te));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(variadic("Max", [](double a, double b) { return max_nan(a, b); },
       te::binary_te([](ir::Expr a, ir::Expr b) { return ir::max(a, b); })));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(variadic("Min", [](double a, double b) { return min_nan(a, b); },
       te::binary_te([](ir::Expr a, ir::Expr b) { return ir::min(a, b); })));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(variadic("Sum", [](double a, double b) { return a + b; },
       te::binary_te([](ir::Expr a, ir::Expr b) { return a + b; })));
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(variadic("Mean", [](double a, double b) { return a + b; },
       te::binary_te([](ir::Expr a, ir::Expr b) { return a + b; }, /*mean=*/true)));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(binary("PRelu", BinKind::Arith,
                        [](double x, double slope) { return x < 0 ? x * slope : x; },
       te::binary_te([](ir::Expr x, ir::Expr s) { return ir::select(x < ir::f32(0.0), x * s, x); })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(binary_n("Mod", BinKind::Arith, [](double a, double b, const Node& n) {
     double r = std::fmod(a, b);  // fmod=1: the sign of the dividend (C's fmod)
     if (n.get_int("fmod", 0)) return r;
     return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;  // fmod=0: the sign of the divisor
   },
       te::mod_te));
+  describe(ops.back(), OpKind::Elementwise, {"fmod"}, /*int64_exact=*/true);
   ops.push_back(binary("Equal", BinKind::Compare, [](double a, double b) { return a == b; },
       te::compare_te([](ir::Expr a, ir::Expr b) { return ir::eq(a, b); })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(binary("Less", BinKind::Compare, [](double a, double b) { return a < b; },
       te::compare_te([](ir::Expr a, ir::Expr b) { return a < b; })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(binary("Greater", BinKind::Compare, [](double a, double b) { return a > b; },
       te::compare_te([](ir::Expr a, ir::Expr b) { return te::gt(a, b); })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(binary("LessOrEqual", BinKind::Compare, [](double a, double b) { return a <= b; },
       te::compare_te([](ir::Expr a, ir::Expr b) { return a <= b; })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(
       binary("GreaterOrEqual", BinKind::Compare, [](double a, double b) { return a >= b; },
       te::compare_te([](ir::Expr a, ir::Expr b) { return a >= b; })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(logical("Not", 1, [](bool a, bool) { return !a; },
       te::logic_te([](ir::Expr a_false, ir::Expr) { return ir::select(a_false, ir::f32(1.0), ir::f32(0.0)); })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(logical("And", 2, [](bool a, bool b) { return a && b; },
       te::logic_te([](ir::Expr a_false, ir::Expr b_false) { return ir::select(a_false, ir::f32(0.0), ir::select(b_false, ir::f32(0.0), ir::f32(1.0))); })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(logical("Or", 2, [](bool a, bool b) { return a || b; },
       te::logic_te([](ir::Expr a_false, ir::Expr b_false) { return ir::select(a_false, ir::select(b_false, ir::f32(0.0), ir::f32(1.0)), ir::f32(1.0)); })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(logical("Xor", 2, [](bool a, bool b) { return a != b; },
       te::logic_te([](ir::Expr a_false, ir::Expr b_false) {
         return ir::select(a_false, ir::select(b_false, ir::f32(0.0), ir::f32(1.0)), ir::select(b_false, ir::f32(1.0), ir::f32(0.0)));
       })));
+  describe(ops.back(), OpKind::Elementwise);
   ops.push_back(where_op());
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(clip_op());
+  describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(cast_op());
+  describe(ops.back(), OpKind::Elementwise, {"to"}, /*int64_exact=*/true);
 }
 
 }  // namespace tf::graph

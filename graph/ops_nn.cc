@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/op_te.h"
 #include "graph/tasks.h"
+#include "graph/import_window3d.h"
 #include "graph/ops.h"
 
 namespace tf::graph {
@@ -731,27 +732,49 @@ void register_nn_ops(std::vector<OpDef>& ops) {
          return std::vector<TypeShape>{{DType::F32, matmul_shape(c, c.in(0).shape, c.in(1).shape)}};
        },
        matmul_eval, te::matmul_te, matmul_workload, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Anchor);
   ops.push_back({"Gemm", 2, 3, gemm_infer, gemm_eval, te::gemm_te, gemm_workload, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Anchor, {"alpha", "beta", "transA", "transB"});
+  ops.back().transposed_weight = "transB";
   ops.push_back({"Conv", 2, 3, conv_infer, conv_eval, te::conv_te, conv_workload, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Anchor, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  ops.back().bias_axis = OpDef::BiasAxis::Channel;
+  ops.back().expand = expand_window;  // 1-D and 3-D windows
   ops.push_back({"MaxPool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/true)});
+  describe(ops.back(), OpKind::Opaque, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
+  ops.back().expand = expand_window;  // 1-D and 3-D windows
   ops.push_back({"AveragePool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/false)});
+  describe(ops.back(), OpKind::Opaque, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
+  ops.back().expand = expand_window;  // 1-D and 3-D windows
   ops.push_back({"GlobalAveragePool", 1, 1, global_pool_infer, global_pool_eval, te::global_pool_te(/*max=*/false)});
+  describe(ops.back(), OpKind::Reduction);
   ops.push_back({"GlobalMaxPool", 1, 1, global_pool_infer, global_pool_eval, te::global_pool_te(/*max=*/true)});
+  describe(ops.back(), OpKind::Reduction);
   ops.push_back({"BatchNormalization", 5, 5, batchnorm_infer, batchnorm_eval, te::batchnorm_te});
+  describe(ops.back(), OpKind::Elementwise, {"epsilon", "momentum", "training_mode"});
   ops.push_back({"Softmax", 1, 1, same_float, softmax_eval, te::softmax_te(/*log=*/false)});
+  describe(ops.back(), OpKind::Reduction, {"axis"});
   ops.push_back({"LogSoftmax", 1, 1, same_float, softmax_eval, te::softmax_te(/*log=*/true)});
+  describe(ops.back(), OpKind::Reduction, {"axis"});
   ops.push_back({"Hardmax", 1, 1, hardmax_infer, hardmax_eval, te::hardmax_te});
+  describe(ops.back(), OpKind::Reduction, {"axis"});
   ops.push_back({"LayerNormalization", 2, 3, layernorm_infer, layernorm_eval, te::layernorm_te});
+  describe(ops.back(), OpKind::Reduction, {"axis", "epsilon", "stash_type"});
   ops.push_back({"InstanceNormalization", 3, 3, instancenorm_infer, instancenorm_eval, te::instancenorm_te});
+  describe(ops.back(), OpKind::Reduction, {"epsilon"});
   using te::ReduceOp;
   for (auto [r, op] : {std::pair<const char*, ReduceOp>{"ReduceMean", ReduceOp::Mean}, {"ReduceSum", ReduceOp::Sum},
                        {"ReduceMax", ReduceOp::Max}, {"ReduceMin", ReduceOp::Min}, {"ReduceProd", ReduceOp::Prod},
                        {"ReduceL1", ReduceOp::L1}, {"ReduceL2", ReduceOp::L2}, {"ReduceSumSquare", ReduceOp::SumSquare},
                        {"ReduceLogSum", ReduceOp::LogSum}, {"ReduceLogSumExp", ReduceOp::LogSumExp}}) {
     ops.push_back({r, 1, 2, reduce_infer, reduce_eval, te::reduce_te(op)});
+    describe(ops.back(), OpKind::Reduction, {"axes", "keepdims", "noop_with_empty_axes"},
+             /*int64_exact=*/op == ReduceOp::Max || op == ReduceOp::Min || op == ReduceOp::Sum);
   }
   ops.push_back({"ArgMax", 1, 1, arg_infer, arg_eval, te::arg_te(/*max=*/true)});
+  describe(ops.back(), OpKind::Opaque, {"axis", "keepdims", "select_last_index"}, /*int64_exact=*/true);
   ops.push_back({"ArgMin", 1, 1, arg_infer, arg_eval, te::arg_te(/*max=*/false)});
+  describe(ops.back(), OpKind::Opaque, {"axis", "keepdims", "select_last_index"}, /*int64_exact=*/true);
 }
 
 }  // namespace tf::graph

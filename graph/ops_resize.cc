@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/op_te.h"
 #include "graph/ops.h"
 
@@ -204,6 +204,7 @@ void register_resize_ops(std::vector<OpDef>& ops) {
                    return std::vector<TypeShape>{{DType::F32, resize_spec(c).out}};
                  },
                  resize_eval, te::resize_te});
+  describe(ops.back(), OpKind::Injective, {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value", "mode", "nearest_mode"});
 }
 
 }  // namespace tf::graph

@@ -6,7 +6,7 @@
 #include <array>
 #include <cmath>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/op_te.h"
 #include "graph/ops.h"
 
@@ -461,14 +461,23 @@ CumSumSpec cumsum_spec(const OpContext& c) {
 
 void register_scan_ops(std::vector<OpDef>& ops) {
   ops.push_back({"OneHot", 3, 3, onehot_infer, onehot_eval, te::onehot_te, nullptr, first_and_third_are_data});
+  describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
   ops.push_back({"CumSum", 2, 2, cumsum_infer, cumsum_eval, te::cumsum_te});
+  describe(ops.back(), OpKind::Opaque, {"exclusive", "reverse"}, /*int64_exact=*/true);
   ops.push_back({"Trilu", 1, 2, trilu_infer, trilu_eval, te::trilu_te});
+  describe(ops.back(), OpKind::Injective, {"upper"}, /*int64_exact=*/true);
   ops.push_back({"GatherElements", 2, 2, gather_elements_infer, gather_elements_eval, te::gather_elements_te, nullptr, every_input_is_data});
+  describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
   ops.push_back({"TopK", 2, 2, topk_infer, topk_eval, te::topk_te});
+  describe(ops.back(), OpKind::Opaque, {"axis", "largest", "sorted"}, /*int64_exact=*/true);
   ops.push_back({"GatherND", 2, 2, gather_nd_infer, gather_nd_eval, te::gather_nd_te, nullptr, every_input_is_data});
+  describe(ops.back(), OpKind::Injective, {"batch_dims"}, /*int64_exact=*/true);
   ops.push_back({"ScatterElements", 3, 3, scatter_elements_infer, scatter_elements_eval});
+  describe(ops.back(), OpKind::Opaque, {"axis", "reduction"});
   ops.push_back({"DepthToSpace", 1, 1, depth_space_infer, depth_space_eval, te::depth_space_te});
+  describe(ops.back(), OpKind::Injective, {"blocksize", "mode"}, /*int64_exact=*/true);
   ops.push_back({"SpaceToDepth", 1, 1, depth_space_infer, depth_space_eval, te::depth_space_te});
+  describe(ops.back(), OpKind::Injective, {"blocksize"}, /*int64_exact=*/true);
 }
 
 }  // namespace tf::graph

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/node_te.h"
 #include "graph/op_te.h"
 #include "graph/ops.h"
@@ -674,6 +674,7 @@ void register_shape_ops(std::vector<OpDef>& ops) {
          return std::vector<HostTensor>{
              HostTensor::ints({static_cast<int64_t>(dims.size())}, dims)};
        }});
+  describe(ops.back(), OpKind::Opaque, {"end", "start"});
   // Size: the element count, an int64 scalar (static shapes: folded at import like Shape).
   ops.push_back({"Size", 1, 1,
                  [](const OpContext&) {
@@ -683,15 +684,21 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                    return std::vector<HostTensor>{
                        HostTensor::ints({}, {num_elements(c.in(0).shape)})};
                  }});
+  describe(ops.back(), OpKind::Opaque);
   ops.push_back(reshaping("Reshape", 2, 2, reshape_shape));
+  describe(ops.back(), OpKind::Injective, {"allowzero"}, /*int64_exact=*/true);
   ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Flatten", 1, 1, flatten_shape));
+  describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
   ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Squeeze", 1, 2, squeeze_shape));
+  describe(ops.back(), OpKind::Injective, {"axes"}, /*int64_exact=*/true);
   ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Unsqueeze", 1, 2, unsqueeze_shape));
+  describe(ops.back(), OpKind::Injective, {"axes"}, /*int64_exact=*/true);
   ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Identity", 1, 1, [](const OpContext& c) { return c.in(0).shape; }));
+  describe(ops.back(), OpKind::Injective, {}, /*int64_exact=*/true);
   ops.back().te = te::unary_te([](ir::Expr x, const Node&) { return x; });
   // Dropout in inference is the identity, and so in training with a ratio of 0 (what
   // torchvision's Swin exports); its mask output (optional) is then all true.
@@ -715,6 +722,7 @@ void register_shape_ops(std::vector<OpDef>& ops) {
          }
          return out;
        }, te::dropout_te()});
+  describe(ops.back(), OpKind::Injective, {"seed", "ratio"});
   ops.push_back({"Transpose", 1, 1,
                  [](const OpContext& c) {
                    Shape s;
@@ -722,30 +730,39 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                    return std::vector<TypeShape>{{c.in(0).dtype, s}};
                  },
                  transpose_eval, te::transpose_te});
+  describe(ops.back(), OpKind::Injective, {"perm"}, /*int64_exact=*/true);
   ops.push_back({"Concat", 1, 1 << 20, concat_infer, concat_eval, te::concat_te, nullptr, every_input_is_data});
+  describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
   ops.push_back({"Slice", 3, 5,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, slice_spec(c).out}};
                  },
                  slice_eval, te::slice_te});
+  describe(ops.back(), OpKind::Injective, {}, /*int64_exact=*/true);
   ops.push_back({"Pad", 2, 4,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, pad_spec(c).out}};
                  },
                  pad_eval, te::pad_te, nullptr, first_and_third_are_data});
+  describe(ops.back(), OpKind::Injective, {"mode"}, /*int64_exact=*/true);
   ops.push_back({"Gather", 2, 2, gather_infer, gather_eval, te::gather_te, nullptr, gather_data_input});
+  describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
   ops.push_back({"ScatterND", 3, 3, scatter_nd_infer, scatter_nd_eval});
+  describe(ops.back(), OpKind::Opaque, {"reduction"});
   ops.push_back({"Tile", 2, 2,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, tile_shape(c)}};
                  },
                  tile_eval, te::tile_te});
+  describe(ops.back(), OpKind::Injective, {}, /*int64_exact=*/true);
   ops.push_back({"Split", 1, 2, split_infer, split_eval, te::split_te});
+  describe(ops.back(), OpKind::Injective, {"axis", "split"}, /*int64_exact=*/true);
   ops.push_back({"Expand", 2, 2,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, expand_shape(c)}};
                  },
                  expand_eval, te::expand_te});
+  describe(ops.back(), OpKind::Injective, {}, /*int64_exact=*/true);
   ops.push_back({"Constant", 0, 0,
                  [](const OpContext& c) {
                    HostTensor t = constant_value(c.node);
@@ -754,12 +771,14 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                  [](const OpContext& c, const std::vector<const HostTensor*>&) {
                    return std::vector<HostTensor>{constant_value(c.node)};
                  }});
+  describe(ops.back(), OpKind::Opaque, {"value", "value_float", "value_floats", "value_int", "value_ints"});
   ops.push_back(
       {"ConstantOfShape", 1, 1,
        [](const OpContext& c) { return std::vector<TypeShape>{constant_of_shape_type(c)}; },
        [](const OpContext& c, const std::vector<const HostTensor*>&) {
          return std::vector<HostTensor>{constant_of_shape(c)};
        }});
+  describe(ops.back(), OpKind::Opaque, {"value"});
   ops.push_back({"Range", 3, 3,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, {range_count(c)}}};
@@ -767,6 +786,7 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                  [](const OpContext& c, const std::vector<const HostTensor*>&) {
                    return std::vector<HostTensor>{range_of(c)};
                  }});
+  describe(ops.back(), OpKind::Opaque);
 }
 
 }  // namespace tf::graph

@@ -5,7 +5,7 @@
 #include <functional>
 #include <queue>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf::graph {
 

@@ -14,7 +14,7 @@
 //   out = Add(out, Where(mask_d, Gather(rows, map_d), 0))     (Mul and 1 for mul).
 // More than kMaxLayers rows on one position, computed indices, or an index out of range (the
 // node's error, as in the reference evaluation) leave the node as it is.
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
 

@@ -6,7 +6,7 @@
 // At most kMaxSplitGroups groups (ResNeXt has 32 or 64, RegNets up to about 100): past that a
 // model would compile into more kernels than it gains from them (and a hostile one into
 // millions).
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
 #include "graph/tasks.h"

@@ -1,6 +1,6 @@
 #include "graph/reference_run.h"
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/memory_budget.h"
 #include "graph/ops.h"
 #include "graph/pass.h"

@@ -5,7 +5,7 @@
 #include <limits>
 #include <map>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operator_table.h"
 #include "compiler/operators.h"
 #include "compiler/workload.h"

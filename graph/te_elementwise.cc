@@ -1,7 +1,7 @@
 // The tensor expressions of the elementwise operators (graph/op_te.h).
 #include <cmath>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/op_te.h"
 #include "graph/te_kit.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf::graph::te {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <map>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/layout.h"
 #include "graph/op_te.h"
 #include "graph/te_kit.h"

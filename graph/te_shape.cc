@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/layout.h"
 #include "graph/op_te.h"
 #include "graph/te_kit.h"

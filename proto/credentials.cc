@@ -143,10 +143,4 @@ std::string random_token() {
   return hex(buf, sizeof buf);
 }
 
-std::string sha256_hex(const std::string& data) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
-  return hex(md, sizeof md);
-}
-
 }  // namespace tf::farm

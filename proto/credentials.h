@@ -67,9 +67,6 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const Tl
 // 128 random bits, hex.
 std::string random_token();
 
-// Hex SHA-256 of `data`.
-std::string sha256_hex(const std::string& data);
-
 // The largest message either side accepts: uploads are at most this big.
 constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
 

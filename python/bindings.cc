@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "compiler/driver.h"
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operators.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/hash.h"
 #include "proto/farm_limits.h"
 #include "runtime/gpu_model/image.h"
 #include "runtime/gpu_runtime.h"
@@ -275,13 +276,15 @@ grpc::ServerUnaryReactor* BoardService::Measure(grpc::CallbackServerContext* ctx
 // A GPU board takes a kernel's module (PTX, .hsaco) or a compiled model for its kind of GPU,
 // which it reads as data (runtime/gpu_model/image.h).
 std::string BoardService::check_gpu_upload(const std::string& data) const {
-  const std::string kind = parse_gpu_device(options_.gpu_device).kind;
+  const TargetKind kind = parse_gpu_device(options_.gpu_device).kind;
   std::string why = check_gpu_module(data, kind);
   if (why.empty() || data.compare(0, 4, "\x7f" "ELF") != 0) return why;
   GpuModelImage image;
   std::string model_why = read_gpu_model_image(data, image);
   if (!model_why.empty()) return why + " (nor a GPU model: " + model_why + ")";
-  if (image.platform != kind) return "a model compiled for " + image.platform + " GPUs, not " + kind;
+  if (image.platform != kind) {
+    return "a model compiled for " + std::string(kind_name(image.platform)) + " GPUs, not " + std::string(kind_name(kind));
+  }
   return "";
 }
 

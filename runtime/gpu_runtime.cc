@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -563,8 +564,9 @@ std::vector<TimingResult> GpuRuntime::time_models(const std::vector<const GpuMod
 GpuDeviceSpec parse_gpu_device(const std::string& text) {
   GpuDeviceSpec d;
   size_t colon = text.find(':');
-  d.kind = text.substr(0, colon);
-  bool ok = d.kind == "cuda" || d.kind == "rocm";
+  std::optional<TargetKind> kind = parse_target_kind(text.substr(0, colon));
+  bool ok = kind && kind_info(*kind).gpu;
+  if (ok) d.kind = *kind;
   if (ok && colon != std::string::npos) {
     std::string idx = text.substr(colon + 1);
     ok = !idx.empty() && idx.size() <= 3 && std::all_of(idx.begin(), idx.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -584,7 +586,7 @@ std::string GpuDeviceInfo::key() const {
 
 std::unique_ptr<GpuRuntime> open_gpu_runtime(const std::string& spec) {
   GpuDeviceSpec d = parse_gpu_device(spec);
-  if (d.kind == "cuda") return std::make_unique<CudaRuntime>(d);
+  if (d.kind == TargetKind::Cuda) return std::make_unique<CudaRuntime>(d);
   return std::make_unique<HipRuntime>(d);
 }
 
@@ -603,10 +605,10 @@ std::string gpu_module_kind(const std::string& data) {
   return "";
 }
 
-std::string check_gpu_module(const std::string& data, const std::string& kind) {
-  std::string have = gpu_module_kind(data), want = kind == "cuda" ? "ptx" : "hsaco";
+std::string check_gpu_module(const std::string& data, TargetKind kind) {
+  std::string have = gpu_module_kind(data), want(kind_info(kind).module_format);
   if (have == want) return "";
-  return "not a " + want + " module for a " + kind + " board (it is " +
+  return "not a " + want + " module for a " + std::string(kind_name(kind)) + " board (it is " +
          (have.empty() ? std::string("neither PTX nor an AMDGPU code object") : have) + ")";
 }
 

@@ -26,12 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "base/target_kind.h"
 #include "runtime/kernel_library.h"
 
 namespace tf {
 
 struct GpuDeviceSpec {
-  std::string kind;  // cuda, rocm
+  TargetKind kind = TargetKind::Cuda;  // a GPU kind
   int index = 0;
 };
 
@@ -129,6 +130,6 @@ std::unique_ptr<GpuRuntime> open_gpu_runtime(const std::string& spec);
 std::string gpu_module_kind(const std::string& data);
 
 // Why `data` is not a module for a `kind` (cuda, rocm) board, or "" when it is.
-std::string check_gpu_module(const std::string& data, const std::string& kind);
+std::string check_gpu_module(const std::string& data, TargetKind kind);
 
 }  // namespace tf

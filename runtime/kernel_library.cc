@@ -6,6 +6,7 @@
 #include <elf.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstring>
 #include <chrono>
 #include <cmath>
@@ -33,7 +34,7 @@ const char* machine_name(int m) {
     case EM_ARM: return "arm";
     case EM_386: return "i386";
     case EM_RISCV: return "riscv";
-    case 224: return "rocm";  // EM_AMDGPU: a code object for AMD GPUs (Target::arch_name())
+    case 224: return kind_name(TargetKind::Rocm).data();  // EM_AMDGPU: a code object for AMD GPUs (Target::arch_name())
     default: return "another architecture";
   }
 }
@@ -254,7 +255,8 @@ void fill_random(float* data, int64_t n, uint64_t seed) {
 }
 
 std::string kernel_library_arch(const std::string& data) {
-  if (gpu_module_kind(data) == "ptx") return "cuda";  // PTX text, for NVIDIA GPUs
+  // A GPU module: the kind of GPU it is for (PTX: cuda).
+  if (std::optional<TargetKind> k = kind_of_module_format(gpu_module_kind(data))) return std::string(kind_name(*k));
   // e_machine sits at byte 18 in both ELF classes.
   if (data.size() < 20 || data.compare(0, 4, "\x7f" "ELF") != 0 || data[5] != ELFDATA2LSB) return "";
   uint16_t m;

@@ -45,6 +45,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "base/hash.h"
 #include "runtime/gpu_model/image.h"
 #include "runtime/gpu_runtime.h"
 #include "proto/credentials.h"
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
   {
     std::string data = read_file(argv[1]);
     if (!device.empty()) {
-      std::string kind;
+      tf::TargetKind kind;
       try {
         kind = tf::parse_gpu_device(device).kind;
       } catch (const std::exception& e) {
@@ -236,7 +237,8 @@ int main(int argc, char** argv) {
             return fail(pb::LOAD_ERROR, std::string(image == &gpu_model ? "model " : "baseline model ") + path + " is " + why);
           if (image->platform != kind) {
             return fail(pb::LOAD_ERROR, std::string(image == &gpu_model ? "model " : "baseline model ") + path +
-                                            " was compiled for " + image->platform + " GPUs; this board is " + device);
+                                            " was compiled for " + std::string(tf::kind_name(image->platform)) +
+                                            " GPUs; this board is " + device);
           }
         }
       } else if (std::string why = tf::check_gpu_module(data, kind); !why.empty()) {
@@ -443,7 +445,7 @@ int main(int argc, char** argv) {
           sum += x;
           sq += x * x;
         }
-        o->set_sha256(tf::farm::sha256_hex(raw));
+        o->set_sha256(tf::sha256_hex(raw));
         o->set_sum(sum);
         o->set_l2(std::sqrt(sq));
         if (req.outputs() == pb::OUTPUT_VALUES && !req.model()) o->set_values(raw);

@@ -4,12 +4,27 @@
 #include <cmath>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/enum_names.h"
+#include "base/error.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"
 #include "tuner/search_strategy.h"
 
 namespace tf {
+
+namespace {
+constexpr EnumName<JobState> kJobStates[] = {{JobState::Queued, "queued"},
+                                             {JobState::Running, "running"},
+                                             {JobState::Done, "done"},
+                                             {JobState::Failed, "failed"},
+                                             {JobState::Cancelled, "cancelled"}};
+}  // namespace
+
+const char* job_state_name(JobState s) { return enum_name(kJobStates, s); }
+
+JobState parse_job_state(const std::string& text) { return enum_from_name(kJobStates, text).value_or(JobState::Failed); }
+
+bool is_over(JobState s) { return s == JobState::Done || s == JobState::Failed || s == JobState::Cancelled; }
 
 using json = nlohmann::json;
 

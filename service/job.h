@@ -7,7 +7,8 @@
 //   anything else with a UserError naming the field and the value: unknown fields, wrong
 //   types, out-of-range numbers, unparsable or repeated workloads, unknown strategies. Its
 //   result's to_json parses back to the same job.
-// - Its workloads share the budget through the task scheduler (tuner/task_scheduler.h).
+// - Its workloads share the budget through the multi-task tuner (tuner/task_group.h), as
+//   `tune --model` shares it between a model's tasks.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,15 @@
 #include "tuner/tune.h"
 
 namespace tf {
+
+// A job's state; stored (db::JobRow::state) and shown as job_state_name's text.
+enum class JobState { Queued, Running, Done, Failed, Cancelled };
+// "queued", "running", "done", "failed", "cancelled".
+const char* job_state_name(JobState s);
+// The state named `text`; Failed for text no state has (a row written by a newer version).
+JobState parse_job_state(const std::string& text);
+// Done, failed or cancelled: nothing of it runs again.
+bool is_over(JobState s);
 
 struct JobTask {
   std::string workload;  // canonical

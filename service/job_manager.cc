@@ -12,7 +12,9 @@
 #include <optional>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/file_io.h"
+#include "base/hash.h"
+#include "base/error.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"
 #include "costmodel/transfer.h"
@@ -24,6 +26,7 @@
 #include "tuner/model_search.h"
 #include "tuner/runner.h"
 #include "tuner/search_strategy.h"
+#include "tuner/task_group.h"
 #include "runtime/child_process.h"
 #include "tuner/tune.h"
 #include "tuner/tuning_records.h"
@@ -49,7 +52,7 @@ void fault_point(const char* name) {
   }
 }
 
-bool is_over(const std::string& state) { return state == "done" || state == "failed" || state == "cancelled"; }
+bool is_over(const std::string& state) { return is_over(parse_job_state(state)); }
 
 // A done job's model (JobSpec::model_sha256, kept at `path`) compiled with the database's
 // tuned configs and with default schedules, timed on `runner` (tuner/model_comparison.h),
@@ -181,15 +184,15 @@ JobManager::JobManager(JobManagerOptions o) : opts_(std::move(o)) {
       job->spec = parse_job_spec(job->row.spec);
     } catch (const UserError& e) {
       if (!is_over(job->row.state)) {
-        job->row.state = "failed";
+        job->row.state = job_state_name(JobState::Failed);
         job->row.reason = str("its stored job no longer parses: ", e.what());
         job->row.finished_at = unix_now();
         db_->update_job(job->row);
       }
     }
-    if (job->row.state == "running") {
+    if (parse_job_state(job->row.state) == JobState::Running) {
       // The service stopped (or was killed) while it ran: it resumes from the database.
-      job->row.state = "queued";
+      job->row.state = job_state_name(JobState::Queued);
       job->row.progress["restarts"] = job->row.progress.value("restarts", 0) + 1;
       db_->update_job(job->row);
       // Its runs of that start ended with the process (nobody cancelled them); the resumed job
@@ -233,7 +236,7 @@ int64_t JobManager::submit(const std::string& user, JobSpec spec, const std::str
       throw JobError(grpc::INVALID_ARGUMENT, str("the model sent with the job has ", model_onnx.size(),
                                                  " bytes; the service takes at most ", opts_.max_model_bytes));
     }
-    std::string sha = farm::sha256_hex(model_onnx);
+    std::string sha = sha256_hex(model_onnx);
     if (!spec.model_sha256.empty() && spec.model_sha256 != sha) {
       throw JobError(grpc::INVALID_ARGUMENT, str("the job's model_sha256 ", spec.model_sha256,
                                                  " is not the SHA-256 of the model sent with it (", sha, ")"));
@@ -244,14 +247,11 @@ int64_t JobManager::submit(const std::string& user, JobSpec spec, const std::str
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
     if (!std::filesystem::exists(path, ec)) {
-      std::string tmp = path.string() + "." + std::to_string(::getpid()) + "." + std::to_string(unix_now()) + ".tmp";
-      {
-        std::ofstream f(tmp, std::ios::binary);
-        f.write(model_onnx.data(), static_cast<std::streamsize>(model_onnx.size()));
-        if (!f) throw JobError(grpc::INTERNAL, str("cannot keep the model in ", path.parent_path().string()));
+      try {
+        write_file_atomic(path.string(), model_onnx);
+      } catch (const std::runtime_error& e) {
+        throw JobError(grpc::INTERNAL, str("cannot keep the model: ", e.what()));
       }
-      std::filesystem::rename(tmp, path, ec);
-      if (ec) throw JobError(grpc::INTERNAL, str("cannot keep the model as ", path.string(), ": ", ec.message()));
     }
   } else if (!spec.model_sha256.empty() && !std::filesystem::exists(model_path(spec.model_sha256))) {
     throw JobError(grpc::INVALID_ARGUMENT, str("the service keeps no model of SHA-256 ", spec.model_sha256,
@@ -292,7 +292,7 @@ int64_t JobManager::submit(const std::string& user, JobSpec spec, const std::str
   auto job = std::make_unique<Job>();
   job->spec = spec;
   job->row.user = user;
-  job->row.state = "queued";
+  job->row.state = job_state_name(JobState::Queued);
   job->row.priority = spec.priority;
   job->row.spec = to_json(spec);
   job->row.progress = initial_progress(spec);
@@ -338,8 +338,8 @@ pb::JobInfo JobManager::cancel(int64_t id, const std::string& user, bool admin) 
   if (is_over(job.row.state)) throw JobError(grpc::FAILED_PRECONDITION, str("job ", id, " is already ", job.row.state));
   job.cancelled_by = user;
   job.stop = true;
-  if (job.row.state == "queued") {
-    job.row.state = "cancelled";
+  if (parse_job_state(job.row.state) == JobState::Queued) {
+    job.row.state = job_state_name(JobState::Cancelled);
     job.row.reason = str("cancelled by ", user, " before it ran");
     job.row.finished_at = unix_now();
     publish(&job, "end");
@@ -474,11 +474,11 @@ pb::JobInfo JobManager::info(const Job& job) const {
 JobManager::Job* JobManager::next_to_start() {
   std::map<std::string, int> running_of;
   for (const auto& [id, job] : jobs_) {
-    if (job->row.state == "running") ++running_of[job->row.user];
+    if (parse_job_state(job->row.state) == JobState::Running) ++running_of[job->row.user];
   }
   Job* best = nullptr;
   for (const auto& [id, job] : jobs_) {
-    if (job->row.state != "queued" || job->thread.joinable()) continue;
+    if (parse_job_state(job->row.state) != JobState::Queued || job->thread.joinable()) continue;
     if (!best) {
       best = job.get();
       continue;
@@ -513,7 +513,7 @@ void JobManager::dispatch_loop() {
     while (db_failure_.empty() && running_ < opts_.max_running) {
       Job* job = next_to_start();
       if (!job) break;
-      job->row.state = "running";
+      job->row.state = job_state_name(JobState::Running);
       if (job->row.started_at == 0) job->row.started_at = unix_now();
       job->stop = false;
       ++running_;
@@ -526,19 +526,19 @@ void JobManager::dispatch_loop() {
 
 void JobManager::end_row(db::JobRow& r, const Job& job, const std::string& failure) {
   if (!job.cancelled_by.empty()) {
-    r.state = "cancelled";
+    r.state = job_state_name(JobState::Cancelled);
     r.reason = str("cancelled by ", job.cancelled_by);
   } else if (!failure.empty()) {
-    r.state = "failed";
+    r.state = job_state_name(JobState::Failed);
     r.reason = failure;
   } else {
-    r.state = "done";
+    r.state = job_state_name(JobState::Done);
     std::string none;
     for (const json& t : r.progress["tasks"]) {
       if (t.value("best_s", 0.0) <= 0) none += (none.empty() ? "" : ", ") + t.value("workload", std::string());
     }
     if (!none.empty()) {
-      r.state = "failed";
+      r.state = job_state_name(JobState::Failed);
       r.reason = str("no candidate ran correctly for ", none);
     }
   }
@@ -564,7 +564,7 @@ void JobManager::run_job(Job* job) {
     job->ended.reset();
     publish(job, "end");
   } else if (shutdown) {
-    r.state = "queued";  // resumes at the next start
+    r.state = job_state_name(JobState::Queued);  // resumes at the next start
     publish(job, "state", "", "the service is stopping; the job resumes when it starts again");
   } else {
     end_row(r, *job, failure);
@@ -628,24 +628,15 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
   LocalBuilderOptions bo;
   bo.workers = opts_.build_workers;
   LocalBuilder builder(bo);
-  TuneOptions opts = s.tune;
 
-  struct Task {
-    std::unique_ptr<ConfigSpace> space;
-    std::unique_ptr<SearchStrategy> strategy;
-    std::unique_ptr<CommitRecords> commit;
-    std::unique_ptr<TuneLoop> loop;
-    int before = 0;  // trials this job spent on it before this start
-    std::string run;
-    bool done_before = false;  // finished (re-timed, its run ended) by an earlier start
-  };
-  std::vector<Task> tasks(s.tasks.size());
-  std::vector<TaskHistory> hist(s.tasks.size());
+  // The job's tasks for the multi-task tuner (tuner/task_group.h), as `tune --model` runs them,
+  // with what earlier starts of this job did: their runs' trials, done tasks, ended searches.
+  std::vector<GroupTask> specs(s.tasks.size());
   for (size_t i = 0; i < s.tasks.size(); ++i) {
-    Task& t = tasks[i];
-    json& tp = progress["tasks"][i];
+    const json& tp = progress["tasks"][i];
     Workload w = parse_workload(s.tasks[i].workload);
-    t.space = std::make_unique<ConfigSpace>(w, target);
+    specs[i].workload = s.tasks[i].workload;
+    specs[i].weight = s.tasks[i].weight;
     // Trials spent by earlier starts of this job: the configs its runs measured.
     std::set<std::string> runs;
     for (const json& u : tp["runs"]) runs.insert(u.get<std::string>());
@@ -654,135 +645,121 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
       for (const db::MeasureRecord& r : db.history({w.canonical(), target.str(), 0})) {
         if (runs.count(r.run_uuid)) configs.insert(r.config_hash());
       }
-      t.before = static_cast<int>(configs.size());
+      specs[i].trials_before = static_cast<int>(configs.size());
     }
-    hist[i].weight = s.tasks[i].weight;
-    if (tp.value("done", false)) {
-      // Its search, re-timing and run ended in an earlier start: nothing of it runs again.
-      t.done_before = true;
-      hist[i].over = true;
-      continue;
-    }
-    SearchSettings search;
-    search.strategy = s.strategy;
-    search.seed = s.seed + i;
-    t.strategy = make_search(*t.space, &db, search).strategy;
-    t.run = new_run_uuid();
-    db.begin_run(new_tuning_run(t.run, user, s.strategy, s.tune.trials, w.canonical(), target.str()));
-    tp["runs"].push_back(t.run);
-    TuneOptions o = opts;
-    o.run_uuid = t.run;
-    t.commit = std::make_unique<CommitRecords>(&db, *t.space, runner->device_key(), t.run, o.measure);
-    t.loop = std::make_unique<TuneLoop>(*t.space, *t.strategy, builder, *runner, &db, o,
-                                        std::vector<MeasureCallback*>{t.commit.get()}, &job->stop);
-    // A search that ended for its own reasons before a restart stays ended.
-    std::string ended = tp.value("stop_reason", std::string());
-    if (ended == "exhausted" || ended == "early-stop") {
-      t.loop->end_search(ended);
-      hist[i].over = true;
-    }
-    if (t.before > 0) {
-      hist[i].trials.push_back(t.before);
-      hist[i].best_s.push_back(t.loop->state().best_s);
-    }
+    specs[i].done_before = tp.value("done", false);
+    specs[i].ended_before = parse_stop_reason(tp.value("stop_reason", std::string()));
   }
-  save("state", "");  // the runs are known before their first record
+  TaskGroupOptions go;
+  go.search.strategy = s.strategy;
+  go.search.seed = s.seed;
+  go.tune = s.tune;
+  go.time_budget_s = s.time_budget_min * 60;
+  go.user = user;
 
-  auto update = [&](size_t i) {
-    if (!tasks[i].loop) return;
-    const TuneState& st = tasks[i].loop->state();
-    json& tp = progress["tasks"][i];
-    tp["trials"] = tasks[i].before + st.trials_done;
-    tp["errors"] = st.errors;
-    if (std::isfinite(st.best_s)) {
-      tp["best_s"] = st.best_s;
-      tp["best_config"] = st.best_config;
-      tp["best_gflops"] = static_cast<double>(tasks[i].space->graph().flops) / st.best_s * 1e-9;
-    }
-    int trials = 0, errors = 0;
-    for (const json& t : progress["tasks"]) {
-      trials += t.value("trials", 0);
-      errors += t.value("errors", 0);
-    }
-    progress["trials"] = trials;
-    progress["errors"] = errors;
-  };
+  // Progress: the job's row (its progress JSON) saved after each batch, and each task's end
+  // written with its run's in one transaction.
+  struct Hooks : TaskGroupHooks {
+    JobManager& jm;
+    Job* job;
+    const JobSpec& s;
+    json& progress;
+    const Target& target;
+    Runner& runner;
+    db::Database& db;
+    const std::function<void(const std::string&, const std::string&, const std::string&)>& save;
+    TaskGroup* group = nullptr;
+    Hooks(JobManager& jm, Job* job, const JobSpec& s, json& progress, const Target& target, Runner& runner,
+          db::Database& db, const std::function<void(const std::string&, const std::string&, const std::string&)>& save)
+        : jm(jm), job(job), s(s), progress(progress), target(target), runner(runner), db(db), save(save) {}
 
-  // The task scheduler shares the budget (service/job.h).
-  std::mt19937_64 rng(s.seed);
-  const auto start = std::chrono::steady_clock::now();
-  std::string end_reason = "budget";
-  while (!job->stop) {
-    int spent = 0;
-    for (const Task& t : tasks) spent += t.before + (t.loop ? t.loop->state().trials_done : 0);
-    if (spent >= s.tune.trials) break;
-    if (s.time_budget_min > 0 &&
-        std::chrono::steady_clock::now() - start >= std::chrono::duration<double>(s.time_budget_min * 60)) {
-      end_reason = "time-budget";
-      break;
-    }
-    int i = pick_task(hist, rng);
-    if (i < 0) break;
-    Task& t = tasks[static_cast<size_t>(i)];
-    bool stepped;
-    {
+    void on_run(size_t i, const std::string& run) override { progress["tasks"][i]["runs"].push_back(run); }
+    bool around_step(size_t i, const std::function<bool()>& batch) override {
       // One batch at a time per workload and target across jobs: the batch then sees what the
       // other job's last batch recorded, and no config is measured by both.
-      std::lock_guard<std::mutex> one(workload_lock(s.tasks[static_cast<size_t>(i)].workload + "\n" + target.str()));
-      stepped = t.loop->step(s.tune.trials - spent);
+      std::lock_guard<std::mutex> one(jm.workload_lock(s.tasks[i].workload + "\n" + target.str()));
+      return batch();
     }
-    if (!stepped) {
-      hist[static_cast<size_t>(i)].over = true;
-      progress["tasks"][static_cast<size_t>(i)]["stop_reason"] = t.loop->stop_reason();
-      continue;
+    void on_task_over(size_t i, StopReason why) override {
+      progress["tasks"][i]["stop_reason"] = stop_reason_name(why);
     }
-    hist[static_cast<size_t>(i)].trials.push_back(t.before + t.loop->state().trials_done);
-    hist[static_cast<size_t>(i)].best_s.push_back(t.loop->state().best_s);
-    update(static_cast<size_t>(i));
-    save("progress", s.tasks[static_cast<size_t>(i)].workload);
-  }
-
-  // Each workload's best is re-timed in fresh processes (unless the job was stopped). Its run's
-  // end and the task's "done" (with the job's end, after the last task) are one transaction:
-  // a crash leaves the task to re-time again or done, never a done run in a job that re-times
-  // it at its next start.
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    Task& t = tasks[i];
-    if (t.done_before) continue;
-    t.loop->end_search(end_reason);
-    TuneSummary sum = t.loop->finish();
-    update(i);
-    json& tp = progress["tasks"][i];
-    tp["stop_reason"] = sum.stop_reason;
-    if (!sum.best_config.is_null() && sum.best_s > 0) {
-      tp["best_s"] = sum.best_s;
-      tp["best_config"] = sum.best_config;
-      tp["best_gflops"] = static_cast<double>(t.space->graph().flops) / sum.best_s * 1e-9;
+    void on_seed(size_t to, size_t from, const json& config) override {
+      save("seed", s.tasks[to].workload,
+           str(s.tasks[to].workload, " tries the new best of ", s.tasks[from].workload, ", its sibling"));
     }
-    tp["default_s"] = sum.default_s;
-    tp["done"] = !sum.interrupted;
-    std::string status = !sum.interrupted ? "done" : job->cancelled_by.empty() ? "interrupted" : "cancelled";
-    bool all_done = true;
-    for (const json& task : progress["tasks"]) all_done = all_done && task.value("done", false);
-    if (all_done && !job->stop && !s.model_sha256.empty()) {
-      // What tuning bought the model, before the job's end is written: a service stopped
-      // while timing it times it again when it resumes.
-      save("state", "", "timing the model: its tuned and default builds, interleaved");
-      progress["model"] = time_job_model(s, model_path(s.model_sha256), *runner, target, db);
+    void update(size_t i) {
+      const TuneState& st = group->state(i);
+      json& tp = progress["tasks"][i];
+      tp["trials"] = group->trials(i);
+      tp["errors"] = st.errors;
+      if (std::isfinite(st.best_s)) {
+        tp["best_s"] = st.best_s;
+        tp["best_config"] = st.best_config;
+        tp["best_gflops"] = gflops(group->space(i), st.best_s);
+      }
+      int trials = 0, errors = 0;
+      for (const json& t : progress["tasks"]) {
+        trials += t.value("trials", 0);
+        errors += t.value("errors", 0);
+      }
+      progress["trials"] = trials;
+      progress["errors"] = errors;
     }
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      job->row.progress = progress;
-      db::JobRow row = job->row;
-      if (all_done && !job->stop) end_row(row, *job, "");
-      db.finish_run_and_update_job(t.run, status, unix_now(), row);
-      if (is_over(row.state)) job->ended = row;
+    void on_step(size_t i, int) override {
+      update(i);
+      save("progress", s.tasks[i].workload, "");
     }
-    fault_point("run-finished");
-    // An ended job's last event is run_job's "end" (watchers stop at the first event of an
-    // ended job).
-    if (!all_done || job->stop) save("progress", s.tasks[i].workload);
-  }
+    // The task's best re-timed in fresh processes (unless the job was stopped). Its run's end
+    // and the task's "done" (with the job's end, after the last task) are one transaction: a
+    // crash leaves the task to re-time again or done, never a done run in a job that re-times
+    // it at its next start.
+    bool end_run(size_t i, const TuneSummary& sum) override {
+      update(i);
+      json& tp = progress["tasks"][i];
+      tp["stop_reason"] = stop_reason_name(sum.stop_reason);
+      if (!sum.best_config.is_null() && sum.best_s > 0) {
+        tp["best_s"] = sum.best_s;
+        tp["best_config"] = sum.best_config;
+        tp["best_gflops"] = gflops(group->space(i), sum.best_s);
+      }
+      tp["default_s"] = sum.default_s;
+      tp["done"] = !sum.interrupted;
+      std::string status = !sum.interrupted ? "done" : job->cancelled_by.empty() ? "interrupted" : "cancelled";
+      bool all_done = true;
+      for (const json& task : progress["tasks"]) all_done = all_done && task.value("done", false);
+      if (all_done && !job->stop && !s.model_sha256.empty()) {
+        // What tuning bought the model, before the job's end is written: a service stopped
+        // while timing it times it again when it resumes.
+        save("state", "", "timing the model: its tuned and default builds, interleaved");
+        progress["model"] = time_job_model(s, jm.model_path(s.model_sha256), runner, target, db);
+      }
+      {
+        std::lock_guard<std::mutex> l(jm.mu_);
+        job->row.progress = progress;
+        db::JobRow row = job->row;
+        if (all_done && !job->stop) end_row(row, *job, "");
+        db.finish_run_and_update_job(group->run_uuid(i), status, unix_now(), row);
+        if (is_over(row.state)) job->ended = row;
+      }
+      fault_point("run-finished");
+      // An ended job's last event is run_job's "end" (watchers stop at the first event of an
+      // ended job).
+      if (!all_done || job->stop) save("progress", s.tasks[i].workload, "");
+      return true;
+    }
+    // A failed job's runs stay as they are: run_job writes the job's failure, and the runs of
+    // an interrupted start are taken up by the next (they are the task's "runs").
+    bool on_failure() override { return true; }
+  };
+  std::function<void(const std::string&, const std::string&, const std::string&)> save3 =
+      [&](const std::string& kind, const std::string& workload, const std::string& message) {
+        save(kind, workload, message);
+      };
+  Hooks hooks(*this, job, s, progress, target, *runner, db, save3);
+  TaskGroup group(std::move(specs), target, builder, *runner, &db, go, hooks, &job->stop);
+  hooks.group = &group;
+  save("state", "");  // the runs are known before their first record
+  group.run();
 }
 
 }  // namespace tf

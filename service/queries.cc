@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"
 #include "db/database.h"

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "db/json_limits.h"
+#include "base/json_limits.h"
 #include "db/jsonl.h"
 #include "db/query_json.h"
 #include "tuner/farm_client.h"

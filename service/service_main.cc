@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "dashboard/dashboard.h"
 #include "dashboard/http_server.h"
 #include "db/database.h"

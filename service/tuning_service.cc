@@ -4,10 +4,10 @@
 #include <set>
 #include <sstream>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"
-#include "db/json_limits.h"
+#include "base/json_limits.h"
 #include "db/jsonl.h"
 #include "proto/credentials.h"
 #include "service/job.h"

@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "compiler/driver.h"
-#include "compiler/error.h"
+#include "base/error.h"
 #include "costmodel/features.h"
-#include "db/json_limits.h"
+#include "base/json_limits.h"
 #include "runtime/child_process.h"
 
 namespace tf {

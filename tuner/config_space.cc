@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf {
 

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/hash.h"
 #include "runtime/measure_limits.h"
 
 namespace tf::farm {

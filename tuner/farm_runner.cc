@@ -1,12 +1,13 @@
 #include "tuner/farm_runner.h"
 
 #include <algorithm>
+#include <optional>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/target.h"
 #include "runtime/gpu_model/image.h"
 #include "runtime/kernel_library.h"
@@ -184,7 +185,8 @@ namespace {
 // module id is filled in.
 pb::MeasureReply upload_and_measure(farm::LeasedBoard& board, const std::string& data, const std::string& name,
                                     const FarmRunner::Baseline* baseline, pb::MeasureRequest req, const char* what) {
-  std::string board_arch, board_gpu;
+  std::string board_arch;
+  std::optional<TargetKind> board_gpu;
   try {
     Target t = parse_target(board.lease().target());
     board_arch = t.arch_name();
@@ -193,14 +195,15 @@ pb::MeasureReply upload_and_measure(farm::LeasedBoard& board, const std::string&
     board_arch = "";
   }
   auto check_arch = [&](const std::string& lib, const std::string& lib_name) {
-    if (req.model() && !board_gpu.empty()) {
+    if (req.model() && board_gpu) {
       // A GPU board reads a compiled model as data: what counts is the GPU it was compiled for.
       GpuModelImage image;
       std::string why = read_gpu_model_image(lib, image);
       if (why.empty() && image.platform == board_gpu) return;
       throw farm::FarmError(std::string(what) + " " + lib_name + " is " +
-                                (why.empty() ? "compiled for " + image.platform + " GPUs" : why) + ", but board " +
-                                board.lease().board_id() + " is a " + board_gpu + " GPU (target " + board.lease().target() +
+                                (why.empty() ? "compiled for " + std::string(kind_name(image.platform)) + " GPUs" : why) +
+                                ", but board " + board.lease().board_id() + " is a " + std::string(kind_name(*board_gpu)) +
+                                " GPU (target " + board.lease().target() +
                                 "): compile --model -t '" + board.lease().target() + "'",
                             grpc::StatusCode::INVALID_ARGUMENT);
     }
@@ -329,7 +332,8 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
       // The sidecar, read once where it is needed: a GPU kernel's launch (without one it cannot
       // run), inputs passed packed. A sidecar it cannot use is a result, not an exception: this
       // is a worker thread.
-      const bool gpu = kernel_arch == "cuda" || kernel_arch == "rocm";
+      const std::optional<TargetKind> arch_kind = parse_target_kind(kernel_arch);
+      const bool gpu = arch_kind && kind_info(*arch_kind).gpu;
       const nlohmann::json side = gpu || !ctx.graph().prepacked.empty() ? read_sidecar_json(builds[i].so_path) : nullptr;
       std::optional<pb::GpuLaunch> launch;
       if (gpu) {

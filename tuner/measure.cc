@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "compiler/driver.h"  // read_file
-#include "compiler/error.h"
+#include "base/file_io.h"
+#include "base/error.h"
 #include "compiler/target.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"

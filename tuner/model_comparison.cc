@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/memory_budget.h"
 #include "tuner/measure.h"
 #include "tuner/tuning_records.h"

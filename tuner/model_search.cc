@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "costmodel/features.h"
 #include "runtime/child_process.h"
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "tuner/model_search.h"
 #include "tuner/search_strategy.h"
 

@@ -1,6 +1,6 @@
 #include "tuner/session.h"
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "costmodel/transfer.h"
 #include "runtime/child_process.h"
 

@@ -6,9 +6,22 @@
 #include <map>
 #include <set>
 
+#include "base/enum_names.h"
 #include "tuner/tuning_records.h"
 
 namespace tf {
+
+namespace {
+constexpr EnumName<StopReason> kStopReasons[] = {
+    {StopReason::None, ""},           {StopReason::Trials, "trials"},       {StopReason::TimeBudget, "time-budget"},
+    {StopReason::EarlyStop, "early-stop"}, {StopReason::Exhausted, "exhausted"}, {StopReason::Interrupted, "interrupted"}};
+}  // namespace
+
+const char* stop_reason_name(StopReason r) { return enum_name(kStopReasons, r); }
+
+StopReason parse_stop_reason(const std::string& text) {
+  return enum_from_name(kStopReasons, text).value_or(StopReason::None);
+}
 
 namespace pb = tunefarm::v1;
 using db::combined_cost;
@@ -191,18 +204,18 @@ std::vector<uint64_t> TuneLoop::skip_measured_elsewhere(const std::vector<uint64
 
 bool TuneLoop::search_over() {
   TuneState& st = sum_.state;
-  if (!sum_.stop_reason.empty()) return true;
+  if (sum_.stop_reason != StopReason::None) return true;
   if (stopped()) {
     sum_.interrupted = true;
-    sum_.stop_reason = "interrupted";
+    sum_.stop_reason = StopReason::Interrupted;
   } else if (st.trials_done >= opts_.trials) {
-    sum_.stop_reason = "trials";
+    sum_.stop_reason = StopReason::Trials;
   } else if (opts_.time_budget_s > 0 && now_s() - start_ >= opts_.time_budget_s) {
-    sum_.stop_reason = "time-budget";
+    sum_.stop_reason = StopReason::TimeBudget;
   } else if (opts_.early_stop > 0 && st.since_improvement >= opts_.early_stop) {
-    sum_.stop_reason = "early-stop";
+    sum_.stop_reason = StopReason::EarlyStop;
   }
-  return !sum_.stop_reason.empty();
+  return sum_.stop_reason != StopReason::None;
 }
 
 bool TuneLoop::step(int max_new) {
@@ -230,7 +243,7 @@ bool TuneLoop::step(int max_new) {
     }
   }
   if (batch.empty()) {
-    sum_.stop_reason = "exhausted";
+    sum_.stop_reason = StopReason::Exhausted;
     return false;
   }
   batch = skip_measured_elsewhere(batch);
@@ -284,16 +297,16 @@ int TuneLoop::seed(const std::vector<nlohmann::json>& configs) {
   return queued;
 }
 
-void TuneLoop::end_search(const std::string& reason) {
-  if (sum_.stop_reason.empty() && !search_over()) sum_.stop_reason = reason;
+void TuneLoop::end_search(StopReason reason) {
+  if (sum_.stop_reason == StopReason::None && !search_over()) sum_.stop_reason = reason;
 }
 
 TuneSummary TuneLoop::finish() {
   TuneState& st = sum_.state;
-  if (sum_.stop_reason.empty()) search_over();
+  if (sum_.stop_reason == StopReason::None) search_over();
   if (stopped()) {
     sum_.interrupted = true;
-    sum_.stop_reason = "interrupted";
+    sum_.stop_reason = StopReason::Interrupted;
   }
   // Re-time the best few and the default, interleaved, in fresh processes.
   std::vector<std::pair<double, uint64_t>> ranked;
@@ -403,7 +416,7 @@ TuneSummary TuneLoop::finish() {
   // The default as the best: one time for both (two statistics of one config read as a
   // speedup that is not there).
   if (def && sum_.default_s > 0 && sum_.best_config == space_.to_config(*def)) sum_.best_s = sum_.default_s;
-  if (sum_.interrupted) sum_.stop_reason = "interrupted";
+  if (sum_.interrupted) sum_.stop_reason = StopReason::Interrupted;
   st.phase = "done";
   st.elapsed_s = now_s() - start_;
   return sum_;

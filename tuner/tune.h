@@ -48,6 +48,20 @@
 
 namespace tf {
 
+// Why a search (one workload's, or a group's) ended; stored as stop_reason_name's text.
+enum class StopReason {
+  None,         // not ended
+  Trials,       // the trial budget is spent ("trials")
+  TimeBudget,   // "time-budget"
+  EarlyStop,    // no better config in early_stop trials ("early-stop")
+  Exhausted,    // the search has nothing left to propose ("exhausted")
+  Interrupted,  // the stop flag ("interrupted")
+};
+// "trials", "time-budget", "early-stop", "exhausted", "interrupted"; "" for None.
+const char* stop_reason_name(StopReason r);
+// The reason named `text` (as stop_reason_name writes it); None for anything else.
+StopReason parse_stop_reason(const std::string& text);
+
 struct TuneOptions {
   int trials = 200;            // new configs to measure
   int batch = 8;               // configs built and measured together
@@ -136,7 +150,7 @@ struct TuneSummary {
   int64_t best_measurements = 0;       // its correct records, when the pick came from the database
   double default_s = 0;                // the default config's, when known
   bool interrupted = false;
-  std::string stop_reason;             // trials, exhausted, early-stop, time-budget, interrupted
+  StopReason stop_reason = StopReason::None;
 };
 
 // The loop of tune(), a batch at a time, for callers that interleave several workloads (the
@@ -155,9 +169,10 @@ class TuneLoop {
   // Configs of another space, pruned ones, the default and ones already measured or queued
   // are skipped; returns how many were queued.
   int seed(const std::vector<nlohmann::json>& configs);
-  // Ends the search for a reason of the caller's (e.g. "budget": the job's budget is spent).
-  void end_search(const std::string& reason);
-  const std::string& stop_reason() const { return sum_.stop_reason; }
+  // Ends the search for a reason of the caller's (e.g. the group's budget is spent), unless it
+  // has ended already.
+  void end_search(StopReason reason);
+  StopReason stop_reason() const { return sum_.stop_reason; }
   const TuneState& state() const { return sum_.state; }
   // Re-times the best few (unless stopped) and summarises. Call once, after the search.
   TuneSummary finish();

@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "runtime/child_process.h"
 
 namespace tf {

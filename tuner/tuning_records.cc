@@ -7,7 +7,7 @@
 #include <fstream>
 #include <random>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/schedule_templates.h"
 
 namespace tf {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/gpu.h"
 
 namespace tf::templates {

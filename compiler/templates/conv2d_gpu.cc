@@ -38,8 +38,8 @@ ConvDims conv_dims(const OpGraph& g) {
 
 class Conv2dGpu final : public GemmTemplate {
  public:
-  explicit Conv2dGpu(const std::string& kind)
-      : GemmTemplate("conv2d." + kind, 3, {"conv2d_nchw", "conv2d_nhwc"}, kind) {}
+  explicit Conv2dGpu(TargetKind kind)
+      : GemmTemplate(std::string("conv2d.").append(kind_name(kind)), 3, {"conv2d_nchw", "conv2d_nhwc"}, kind) {}
 
  protected:
   OpGraph gemm_graph(const OpGraph& g, const Target&, const json&) const override {
@@ -146,7 +146,7 @@ class Conv2dGpu final : public GemmTemplate {
 
 }  // namespace
 
-std::unique_ptr<ScheduleTemplate> make_conv2d_cuda() { return std::make_unique<Conv2dGpu>("cuda"); }
-std::unique_ptr<ScheduleTemplate> make_conv2d_rocm() { return std::make_unique<Conv2dGpu>("rocm"); }
+std::unique_ptr<ScheduleTemplate> make_conv2d_cuda() { return std::make_unique<Conv2dGpu>(TargetKind::Cuda); }
+std::unique_ptr<ScheduleTemplate> make_conv2d_rocm() { return std::make_unique<Conv2dGpu>(TargetKind::Rocm); }
 
 }  // namespace tf::templates

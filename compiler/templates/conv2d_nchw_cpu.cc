@@ -11,7 +11,7 @@ namespace {
 
 class Conv2dNchwCpu final : public CpuTemplate {
  public:
-  Conv2dNchwCpu() : CpuTemplate("conv2d_nchw.cpu", 2, {"conv2d_nchw"}, "llvm") {}
+  Conv2dNchwCpu() : CpuTemplate("conv2d_nchw.cpu", 2, {"conv2d_nchw"}, TargetKind::Llvm) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

@@ -9,7 +9,7 @@ namespace {
 
 class Conv2dNchwcCpu final : public CpuTemplate {
  public:
-  Conv2dNchwcCpu() : CpuTemplate("conv2d_nchwc.cpu", 1, {"conv2d_nchwc"}, "llvm") {}
+  Conv2dNchwcCpu() : CpuTemplate("conv2d_nchwc.cpu", 1, {"conv2d_nchwc"}, TargetKind::Llvm) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

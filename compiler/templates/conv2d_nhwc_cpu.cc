@@ -7,7 +7,7 @@ namespace {
 
 class Conv2dNhwcCpu final : public CpuTemplate {
  public:
-  Conv2dNhwcCpu() : CpuTemplate("conv2d_nhwc.cpu", 1, {"conv2d_nhwc"}, "llvm") {}
+  Conv2dNhwcCpu() : CpuTemplate("conv2d_nhwc.cpu", 1, {"conv2d_nhwc"}, TargetKind::Llvm) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

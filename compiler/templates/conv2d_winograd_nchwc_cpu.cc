@@ -15,7 +15,7 @@
 
 #include <algorithm>
 
-#include "compiler/error.h"
+#include "base/error.h"
 
 namespace tf::templates {
 namespace {
@@ -31,7 +31,7 @@ ir::Tensor gemm_stage(const OpGraph& g) {
 
 class Conv2dWinogradNchwcCpu final : public CpuTemplate {
  public:
-  Conv2dWinogradNchwcCpu() : CpuTemplate("conv2d_winograd_nchwc.cpu", 1, {"conv2d_winograd_nchwc"}, "llvm") {}
+  Conv2dWinogradNchwcCpu() : CpuTemplate("conv2d_winograd_nchwc.cpu", 1, {"conv2d_winograd_nchwc"}, TargetKind::Llvm) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

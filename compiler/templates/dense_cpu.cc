@@ -8,7 +8,7 @@ namespace {
 
 class DenseCpu final : public CpuTemplate {
  public:
-  DenseCpu() : CpuTemplate("dense.cpu", 1, {"matmul", "batch_matmul"}, "llvm") {}
+  DenseCpu() : CpuTemplate("dense.cpu", 1, {"matmul", "batch_matmul"}, TargetKind::Llvm) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

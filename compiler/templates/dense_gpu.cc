@@ -29,7 +29,7 @@ namespace {
 
 class DenseGpu final : public GemmTemplate {
  public:
-  explicit DenseGpu(const std::string& kind) : GemmTemplate("dense." + kind, 3, {"matmul", "batch_matmul"}, kind) {}
+  explicit DenseGpu(TargetKind kind) : GemmTemplate(std::string("dense.").append(kind_name(kind)), 3, {"matmul", "batch_matmul"}, kind) {}
 
  protected:
   GemmStages gemm_operands(Schedule&, const OpGraph& g, const json&) const override {
@@ -59,7 +59,7 @@ class DenseGpu final : public GemmTemplate {
 
 }  // namespace
 
-std::unique_ptr<ScheduleTemplate> make_dense_cuda() { return std::make_unique<DenseGpu>("cuda"); }
-std::unique_ptr<ScheduleTemplate> make_dense_rocm() { return std::make_unique<DenseGpu>("rocm"); }
+std::unique_ptr<ScheduleTemplate> make_dense_cuda() { return std::make_unique<DenseGpu>(TargetKind::Cuda); }
+std::unique_ptr<ScheduleTemplate> make_dense_rocm() { return std::make_unique<DenseGpu>(TargetKind::Rocm); }
 
 }  // namespace tf::templates

@@ -21,8 +21,8 @@ ConvAxes conv_axes(const OpGraph& g) {
 
 class Conv2dGpu final : public GpuTemplate {
  public:
-  explicit Conv2dGpu(const std::string& kind)
-      : GpuTemplate("depthwise_conv2d." + kind, 1, {"depthwise_conv2d_nchw"}, kind) {}
+  explicit Conv2dGpu(TargetKind kind)
+      : GpuTemplate(std::string("depthwise_conv2d.").append(kind_name(kind)), 1, {"depthwise_conv2d_nchw"}, kind) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
@@ -109,7 +109,7 @@ class Conv2dGpu final : public GpuTemplate {
 
 }  // namespace
 
-std::unique_ptr<ScheduleTemplate> make_depthwise_conv2d_cuda() { return std::make_unique<Conv2dGpu>("cuda"); }
-std::unique_ptr<ScheduleTemplate> make_depthwise_conv2d_rocm() { return std::make_unique<Conv2dGpu>("rocm"); }
+std::unique_ptr<ScheduleTemplate> make_depthwise_conv2d_cuda() { return std::make_unique<Conv2dGpu>(TargetKind::Cuda); }
+std::unique_ptr<ScheduleTemplate> make_depthwise_conv2d_rocm() { return std::make_unique<Conv2dGpu>(TargetKind::Rocm); }
 
 }  // namespace tf::templates

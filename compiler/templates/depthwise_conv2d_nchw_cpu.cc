@@ -13,7 +13,7 @@ namespace {
 
 class DepthwiseNchwCpu final : public CpuTemplate {
  public:
-  DepthwiseNchwCpu() : CpuTemplate("depthwise_conv2d_nchw.cpu", 2, {"depthwise_conv2d_nchw"}, "llvm") {}
+  DepthwiseNchwCpu() : CpuTemplate("depthwise_conv2d_nchw.cpu", 2, {"depthwise_conv2d_nchw"}, TargetKind::Llvm) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

@@ -8,7 +8,7 @@ namespace {
 
 class DepthwiseNchwcCpu final : public CpuTemplate {
  public:
-  DepthwiseNchwcCpu() : CpuTemplate("depthwise_conv2d_nchwc.cpu", 1, {"depthwise_conv2d_nchwc"}, "llvm") {}
+  DepthwiseNchwcCpu() : CpuTemplate("depthwise_conv2d_nchwc.cpu", 1, {"depthwise_conv2d_nchwc"}, TargetKind::Llvm) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

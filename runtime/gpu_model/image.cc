@@ -90,7 +90,7 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
   if (w.header(TF_GPU_PLAN_MAGIC_WORD) != TF_GPU_PLAN_MAGIC) return damaged("no magic number");
   int64_t platform = w.header(TF_GPU_PLAN_PLATFORM);
   if (platform != TF_GPU_PLATFORM_CUDA && platform != TF_GPU_PLATFORM_ROCM) return damaged("platform " + std::to_string(platform));
-  m.platform = platform == TF_GPU_PLATFORM_CUDA ? "cuda" : "rocm";
+  m.platform = platform == TF_GPU_PLATFORM_CUDA ? TargetKind::Cuda : TargetKind::Rocm;
   const int64_t counts[6] = {w.header(TF_GPU_PLAN_INPUTS), w.header(TF_GPU_PLAN_OUTPUTS), w.header(TF_GPU_PLAN_MODULES),
                              w.header(TF_GPU_PLAN_LAUNCHES), w.header(TF_GPU_PLAN_CONVERSIONS), w.header(TF_GPU_PLAN_COPIES)};
   const int64_t limits[6] = {4096, 4096, kGpuModelMaxModules, kGpuModelMaxLaunches, 4096, 4096};

@@ -41,7 +41,7 @@ struct GpuModelImage {
     std::string bytes;  // the literal
   };
 
-  std::string platform;  // cuda, rocm
+  TargetKind platform = TargetKind::Cuda;  // a GPU kind
   std::vector<Tensor> inputs, outputs;
   std::vector<std::string> modules;
   std::vector<Launch> launches;

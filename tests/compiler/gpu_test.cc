@@ -20,7 +20,7 @@
 
 #include "compiler/codegen_llvm.h"
 #include "compiler/driver.h"
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/gpu.h"
 #include "compiler/gpu_reduction.h"
 #include "compiler/lower.h"

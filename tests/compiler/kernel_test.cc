@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "compiler/codegen_llvm.h"
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/driver.h"
 #include "compiler/link.h"
 #include "compiler/schedule_templates.h"

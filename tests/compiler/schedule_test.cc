@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/ir_printer.h"
 #include "compiler/lower.h"
+#include "compiler/operator_table.h"
 #include "compiler/schedule_templates.h"
 #include "tests/compiler/kernel_harness.h"
 
@@ -279,7 +281,7 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
     EXPECT_FALSE(tpl->knobs().empty()) << tpl->id();
     for (const std::string& op : tpl->ops) {
       EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << tpl->id() << " schedules unknown " << op;
-      EXPECT_TRUE(pairs.insert(op + " on " + tpl->target_kind).second) << op << " on " << tpl->target_kind;
+      EXPECT_TRUE(pairs.insert(op + " on " + std::string(kind_name(tpl->target_kind))).second) << op << " on " << kind_name(tpl->target_kind);
     }
   }
   // Every operator has a CPU template.
@@ -292,25 +294,33 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
 }
 
 TEST(TemplateRegistry, DefaultsAreCompleteAndWithinConstraints) {
-  const char* workloads[] = {"matmul(M=64,N=64,K=64)", "batch_matmul(B=2,M=16,N=32,K=8)",
-                             "conv2d_nchw(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1)",
-                             "conv2d_nhwc(N=1,H=14,W=14,C=16,K=32,R=3,S=3,pad=1)",
-                             "depthwise_conv2d_nchw(N=1,C=32,H=14,W=14,R=3,S=3,stride=2,pad=1)",
-                             "conv2d_nchwc(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)",
-                             "depthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)"};
-  for (const char* target : {"llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512",
-                             "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72", "cuda -arch=sm_90", "rocm -mcpu=gfx90a"}) {
-    Target t = parse_target(target);
-    for (const char* w : workloads) {
-      OpGraph g = graph(w);
-      const ScheduleTemplate* tpl = lookup_template(g.workload.op, t);
-      if (!tpl) continue;
-      nlohmann::json d = default_config(g, t);
-      EXPECT_EQ(complete_config(g, t, d), d) << w << " on " << target;
-      EXPECT_EQ(d.size(), tpl->knobs().size()) << w << " on " << target;
-      EXPECT_EQ(check_constraints(g, t, d), "") << w << " on " << target;
+  // Each template on its operators' own examples (compiler/operator_table.h), on the targets
+  // of its kind.
+  const std::map<TargetKind, std::vector<const char*>> targets = {
+      {TargetKind::Llvm,
+       {"llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512", "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"}},
+      {TargetKind::Cuda, {"cuda -arch=sm_90"}},
+      {TargetKind::Rocm, {"rocm -mcpu=gfx90a"}}};
+  int checked = 0;
+  for (const ScheduleTemplate* tpl : registered_templates()) {
+    ASSERT_TRUE(targets.count(tpl->target_kind)) << tpl->id() << ": a target kind this test has no target of";
+    for (const std::string& op : tpl->ops) {
+      const OperatorDef* def = find_operator(op);
+      ASSERT_NE(def, nullptr) << op;
+      ASSERT_TRUE(def->example && *def->example) << op << " has no example workload";
+      for (const char* target : targets.at(tpl->target_kind)) {
+        Target t = parse_target(target);
+        OpGraph g = graph(def->example);
+        ASSERT_EQ(lookup_template(g.workload.op, t), tpl) << def->example << " on " << target;
+        nlohmann::json d = default_config(g, t);
+        EXPECT_EQ(complete_config(g, t, d), d) << def->example << " on " << target;
+        EXPECT_EQ(d.size(), tpl->knobs().size()) << def->example << " on " << target;
+        EXPECT_EQ(check_constraints(g, t, d), "") << def->example << " on " << target;
+        ++checked;
+      }
     }
   }
+  EXPECT_GE(checked, 20);
 }
 
 // B given packed (const_b=1: a model's weights, packed at compile time) costs nothing to

@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operator_table.h"
 #include "compiler/operators.h"
 #include "compiler/workload.h"

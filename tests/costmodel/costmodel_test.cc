@@ -9,7 +9,7 @@
 #include <random>
 #include <set>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "costmodel/features.h"
 #include "costmodel/transfer.h"
 #include "costmodel/xgboost_model.h"

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/hash.h"
 #include "proto/credentials.h"
 #include "compiler/target.h"
 #include "rpc_server/board_service.h"

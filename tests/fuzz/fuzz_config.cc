@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <string>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"
-#include "db/json_limits.h"
+#include "base/json_limits.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const tf::Target cpu = tf::parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512");

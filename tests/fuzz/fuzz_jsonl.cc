@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "db/json_limits.h"
+#include "base/json_limits.h"
 #include "db/jsonl.h"
 #include "db/records.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

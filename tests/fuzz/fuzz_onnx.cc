@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/fusion.h"
 #include "graph/memory_plan.h"
 #include "graph/node_te.h"

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/operators.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/link.h"
 #include "compiler/target.h"
 #include "graph/memory_budget.h"
@@ -450,7 +450,7 @@ TEST_F(GpuModel, BoardsRefuseDamagedModelImages) {
   const std::string lib((std::istreambuf_iterator<char>(f)), {});
   tf::GpuModelImage image;
   ASSERT_EQ(tf::read_gpu_model_image(lib, image), "");
-  EXPECT_EQ(image.platform, "cuda");
+  EXPECT_EQ(image.platform, tf::TargetKind::Cuda);
   EXPECT_EQ(image.inputs.size(), 1u);
   size_t launches = 0;
   const json sc = sidecar("cnn.so");

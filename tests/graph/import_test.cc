@@ -8,7 +8,8 @@
 #include <fstream>
 #include <functional>
 
-#include "compiler/error.h"
+#include "base/error.h"
+#include "graph/fusion.h"
 #include "graph/import_recurrent.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
@@ -1128,4 +1129,53 @@ TEST(OnnxImport, ArgMaxAndArgMinPickTheFirstNaNAndFold) {
   e.output("i");
   EXPECT_NE(e.error().find("node 'amax' (ArgMax)"), std::string::npos) << e.error();
   EXPECT_NE(e.error().find("2"), std::string::npos) << e.error();
+}
+
+// Every operator's entry is whole: a fusion pattern (never a default: a forgotten injective or
+// opaque operator would be fused into an anchor's epilogue), anchors exactly the operators with
+// a workload, and an inference unless the importer expands it into others.
+TEST(OpRegistry, EveryOperatorIsComplete) {
+  int anchors = 0, expanded = 0;
+  for (const std::string& op : supported_ops()) {
+    const OpDef* d = find_op(op);
+    ASSERT_NE(d, nullptr) << op;
+    ASSERT_TRUE(d->pattern.has_value()) << op << " has no fusion pattern (describe() in its graph/ops_*.cc entry)";
+    EXPECT_EQ(*d->pattern == OpKind::Anchor, d->workload != nullptr) << op;
+    EXPECT_EQ(op_kind(op), *d->pattern) << op;
+    EXPECT_TRUE(d->infer || d->expand) << op << " has neither an inference nor an expansion";
+    for (const std::string& a : d->attributes) EXPECT_FALSE(a.empty()) << op;
+    anchors += *d->pattern == OpKind::Anchor;
+    expanded += d->expand != nullptr;
+  }
+  EXPECT_EQ(anchors, 4);   // MatMul, Gemm, Conv, ConvNCHWc
+  EXPECT_GE(expanded, 7);  // RNN, GRU, LSTM; Conv, ConvTranspose, MaxPool, AveragePool
+  // The facts that used to live in lists beside the registry, spot-checked.
+  EXPECT_EQ(op_kind("Transpose"), OpKind::Injective);
+  EXPECT_EQ(op_kind("Softmax"), OpKind::Reduction);
+  EXPECT_EQ(op_kind("TopK"), OpKind::Opaque);
+  EXPECT_EQ(op_kind("Relu"), OpKind::Elementwise);
+  EXPECT_TRUE(find_op("Gather")->int64_exact);
+  EXPECT_FALSE(find_op("Exp")->int64_exact);
+  EXPECT_EQ(find_op("Gemm")->transposed_weight, std::string("transB"));
+  EXPECT_EQ(find_op("ConvNCHWc")->bias_axis, OpDef::BiasAxis::BlockedChannel);
+}
+
+// An operator the importer expands (an LSTM) goes through its entry's checks first: an
+// attribute it does not take is refused naming it, as for any other operator.
+TEST(OpRegistry, ExpandedOperatorsAreCheckedByTheirEntry) {
+  Node n{"lstm", "LSTM", {"x", "w", "r"}, {"y"}, {}};
+  n.attrs["bogus"] = int64_t{1};
+  try {
+    check_node(n);
+    FAIL() << "an unknown attribute of LSTM was accepted";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("attribute 'bogus' is not supported (LSTM takes"), std::string::npos) << e.what();
+  }
+  Node two{"lstm", "LSTM", {"x", "w"}, {"y"}, {}};
+  try {
+    check_node(two);
+    FAIL() << "an LSTM of 2 inputs was accepted";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("takes from 3 to 8 inputs, not 2"), std::string::npos) << e.what();
+  }
 }

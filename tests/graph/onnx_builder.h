@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "graph/onnx_import.h"
 
 namespace tf::graph::testing {

@@ -14,7 +14,7 @@
 #include <map>
 #include <unistd.h>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/link.h"
 #include "compiler/target.h"
 #include "graph/model_compiler.h"

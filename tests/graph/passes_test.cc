@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 
-#include "compiler/error.h"
+#include "base/error.h"
 #include "compiler/lower.h"
 #include "compiler/operators.h"
 #include "graph/fusion.h"

@@ -14,7 +14,8 @@
 #include <unistd.h>
 #include <limits>
 
-#include "compiler/error.h"
+#include "base/hash.h"
+#include "base/error.h"
 #include "db/database.h"
 #include "service/job.h"
 #include "proto/credentials.h"
@@ -126,7 +127,7 @@ TEST(JobManager, ModelsSentWithJobsAreCheckedAndKeptByDigest) {
   o.local_boards = 1;
   o.max_model_bytes = 64;
   std::string model = "not really ONNX, but bytes to keep";
-  std::string sha = farm::sha256_hex(model);
+  std::string sha = sha256_hex(model);
   {
     JobManager m(o);
     JobSpec s = parse_job_spec({{"workloads", {"matmul(M=8,N=8,K=8)"}}, {"trials", 1}});

@@ -175,6 +175,59 @@ class ServiceTest(DaemonTest):
         p = self.tf("query", "models", "--server")
         self.assertIn("(no models", p.stdout)
 
+    def sibling_model(self):
+        """A model of two convolutions of one shape, the first with its Relu: two tasks that
+        differ only in the epilogue (siblings)."""
+        import torch
+        torch.manual_seed(3)
+        model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.ReLU(),
+                                    torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)).eval()
+        path = os.path.join(self.dir, "siblings.onnx")
+        torch.onnx.export(model, (torch.randn(1, 8, 12, 12),), path, opset_version=13)
+        return path
+
+    def test_a_model_job_tunes_its_tasks_as_tune_model_does(self):
+        """The service and `tune --model` run one multi-task tuner: with the same seed (the
+        default), trials and kind of board they pick the same tasks in the same order. The case that told them
+        apart: a task with results of an earlier run comes after the tasks without any."""
+        import shutil
+        model = self.sibling_model()
+        cli_db = os.path.join(self.dir, "cli.db")
+        env = {**self.env, "TUNEFARM_DB": cli_db}
+        env.pop("TUNEFARM_SERVER", None)
+        def cli(*args, expect=0):
+            p = subprocess.run([TUNEFARM, *args], capture_output=True, text=True, timeout=300, env=env)
+            self.assertEqual(p.returncode, expect, f"{args}:\n{p.stdout}\n{p.stderr}")
+            return p
+        # Its tasks: the two convolutions and their Winograd alternatives (1 trial leaves three
+        # without a result: exit 1).
+        start = [json.loads(l) for l in cli("tune", "--model", model, "--local", "--trials", "1", "--json",
+                                            "--no-db", expect=1).stdout.splitlines()][0]
+        tasks = [t["workload"] for t in start["tasks"]]
+        self.assertEqual(len(tasks), 4, start)
+        trials = str(len(tasks))  # a round each: the order is the scheduler's alone, not the timings'
+
+        # The first task has results of an earlier run in both databases.
+        cli("tune", "-w", tasks[0], "--local", "--trials", "2", "--db", cli_db)
+        shutil.copy(cli_db, self.db)
+        events = [json.loads(l) for l in cli("tune", "--model", model, "--local", "--trials", trials, "--json", "--db",
+                                             cli_db).stdout.splitlines()]
+        cli_order = [e["workload"] for e in events if e["event"] == "progress"]
+        self.service("--local-boards", "1")
+        job = int(self.tf("submit", "--model", model, "--trials", trials).stdout.strip())
+        watched = [json.loads(l) for l in self.tf("watch", str(job), "--json").stdout.splitlines()]
+        self.assertEqual(watched[-1]["job"]["state"], "done", watched[-1])
+        # A batch's event is a progress event whose trials grew (the tasks' ends publish
+        # progress events too).
+        service_order, done = [], 0
+        for e in watched:
+            if e["kind"] == "progress" and e["job"].get("trials_done", 0) > done:
+                service_order.append(e["workload"])
+                done = e["job"]["trials_done"]
+        print(f"figure: task order, tune --model {cli_order}, the service {service_order}")
+        self.assertEqual(cli_order, tasks[1:] + tasks[:1])
+        self.assertEqual(service_order, cli_order)
+
     def test_job_on_a_farm_survives_a_board_killed_mid_job(self):
         tr, token, boards = self.farm(2)
         self.service("--tracker", f"127.0.0.1:{tr.port}", "--farm-token-file", token)

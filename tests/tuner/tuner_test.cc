@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "compiler/driver.h"
-#include "compiler/error.h"
+#include "base/error.h"
 #include "db/database.h"
 #include "tuner/builder.h"
 #include "tuner/config_space.h"
@@ -647,7 +647,7 @@ TEST(Tune, ASpaceSmallerThanTheTrialsRunsDry) {
   o.retime_rounds = 1;
   auto st = make_search_strategy("grid", space, 1);
   TuneSummary s = tune(space, *st, b, r, nullptr, o, {});
-  EXPECT_EQ(s.stop_reason, "exhausted");
+  EXPECT_EQ(s.stop_reason, StopReason::Exhausted);
   EXPECT_EQ(s.state.trials_done, static_cast<int>(space.valid_size()));
 }
 

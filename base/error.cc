@@ -1,4 +1,4 @@
-#include "compiler/error.h"
+#include "base/error.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,0 +1,345 @@
+#include "compiler/model_codegen.h"
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "base/error.h"
+#include "base/file_io.h"
+#include "compiler/codegen_llvm.h"
+#include "compiler/gpu_reduction.h"
+#include "compiler/inline_budget.h"
+#include "compiler/link.h"
+#include "compiler/lower.h"
+#include "runtime/gpu_runtime.h"  // kMaxGpuKernelsPerCall
+
+namespace tf {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+int64_t num_elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The default schedule of a generic kernel's stage: the innermost axis vectorized when the
+// vector width divides it (a reduction's loops moved inside the other spatial loops, around
+// the lanes), the outer spatial loops fused into one of at least kFusedIterations iterations
+// (the rest stay loops of their own: an index into a fused loop costs a division per axis in
+// every iteration, and a layout transform of MobileNet-v2's input spent 8% of the model's
+// time on them), parallel when the stage has enough work to pay for waking the thread pool.
+constexpr int64_t kFusedIterations = 64;
+
+void schedule_loops(ir::Stage& s, int lanes) {
+  const ir::Operation& op = *s.op();
+  size_t rank = op.shape.size();
+  if (rank == 0) return;
+  std::vector<ir::Expr> spatial(s.leaves().begin(),
+                                s.leaves().begin() + static_cast<int64_t>(rank));
+  std::vector<int64_t> extent(op.shape.begin(), op.shape.end());
+  int64_t work = num_elements(op.shape);
+  for (const ir::IterVar& r : op.reduce_axes) work *= r.extent;
+  if (op.shape.back() % lanes == 0) {
+    auto [outer, inner] = s.split(spatial.back(), lanes);
+    s.vectorize(inner);
+    spatial.back() = outer;
+    extent.back() /= lanes;
+    if (op.reduce()) {
+      // The reduction's loops go outside the lanes, so each lane accumulates its own output
+      // (pooling of channel blocks, a sum over rows).
+      std::vector<ir::Expr> order;
+      for (const ir::Expr& v : s.leaves())
+        if (s.is_reduce_var(v)) order.push_back(v);
+      order.push_back(inner);
+      s.reorder(order);
+    }
+  }
+  ir::Expr fused = spatial[0];
+  int64_t iterations = extent[0];
+  for (size_t d = 1; d < spatial.size() && iterations < kFusedIterations; ++d) {
+    fused = s.fuse(fused, spatial[d]);
+    iterations *= extent[d];
+  }
+  if (work >= (int64_t{1} << 15)) s.parallel(fused);
+}
+
+// The same on a GPU (correctness first): the spatial axes fused and dealt to a 1-D grid of
+// blocks of up to 256 threads, one output element per thread (a reduction's loops inside,
+// per thread). A stage of rank 0 has no axis to bind: its kernel runs as one thread
+// (compiler/gpu.h check_gpu_kernel).
+//
+// An elementwise stage whose innermost dimension is a multiple of 4 gives each thread 4
+// neighbours of it, vectorized (128-bit loads and stores where the operands are contiguous
+// too), when that still leaves at least kMinGpuThreads threads.
+constexpr int64_t kGpuLanes = 4, kMinGpuThreads = 16384;
+
+void schedule_loops_gpu(ir::Stage& s) {
+  const ir::Operation& op = *s.op();
+  size_t rank = op.shape.size();
+  if (rank == 0) return;
+  std::vector<ir::Expr> spatial(s.leaves().begin(), s.leaves().begin() + static_cast<int64_t>(rank));
+  int64_t threads = num_elements(op.shape);
+  if (!op.reduce() && op.shape.back() % kGpuLanes == 0 && threads / kGpuLanes >= kMinGpuThreads) {
+    auto [outer, lanes] = s.split(spatial.back(), kGpuLanes);
+    s.vectorize(lanes);
+    spatial.back() = outer;
+    threads /= kGpuLanes;
+  }
+  ir::Expr fused = spatial[0];
+  for (size_t d = 1; d < rank; ++d) fused = s.fuse(fused, spatial[d]);
+  // (An empty tensor keeps a loop of extent 0: no block to launch.)
+  auto [block, thread] = s.split(fused, std::clamp<int64_t>(threads, 1, 256));
+  s.bind(block, "blockIdx.x");
+  s.bind(thread, "threadIdx.x");
+}
+
+// How many reductions the TE graph of `t` holds (each a kernel of a GPU call).
+int count_reductions(const ir::Tensor& t, std::set<const ir::Operation*>& seen) {
+  if (!seen.insert(t.get()).second || t->is_placeholder()) return 0;
+  int n = t->reduce() ? 1 : 0;
+  for (const ir::Tensor& in : ir::inputs_of(t)) n += count_reductions(in, seen);
+  return n;
+}
+
+}  // namespace
+
+ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Tensor>& args, const Target& target,
+                                     const std::string& function, const std::string& what) {
+  auto schedule_stage = [&](ir::Stage& s) {
+    if (target.is_gpu()) schedule_loops_gpu(s);
+    else schedule_loops(s, target.vector_lanes());
+  };
+  // GPUs: long reductions with few outputs spread over threads, while the call's kernels
+  // (every reduction, the output, each split into two) stay within the limit.
+  std::optional<GpuReductionSplitter> splitter;
+  if (target.is_gpu()) {
+    std::set<const ir::Operation*> seen;
+    int kernels = count_reductions(result, seen) + (result->reduce() ? 0 : 1);
+    const GpuArch arch = gpu_arch(target);
+    splitter.emplace(arch.multiprocessors * arch.threads_per_sm, kMaxGpuKernelsPerCall - kernels);
+    result = splitter->rebuild(result);
+  }
+  ir::Schedule sch(result);
+  auto schedule = [&](ir::Stage& s) {
+    if (const auto* b = splitter ? splitter->block_reduction(s.op().get()) : nullptr)
+      schedule_block_reduction(sch, s, *b);
+    else
+      schedule_stage(s);
+  };
+  for (ir::Stage* s : sch.stages()) {
+    if (s->op() == result || (splitter && splitter->is_block_part(s->op().get()))) continue;
+    if (s->op()->reduce())
+      schedule(*s);
+    else
+      s->compute_inline();
+  }
+  // Stages whose inlining would make an expression too deep or too large for the compiler
+  // (a long chain of elementwise nodes) are computed into buffers of their own instead.
+  std::vector<ir::Stage*> rooted;
+  try {
+    rooted = ir::bound_inlining(sch);
+  } catch (const UserError& e) {
+    throw UserError(str(what, ": ", e.what()));
+  }
+  for (ir::Stage* s : rooted) schedule_stage(*s);
+  schedule(sch[result]);
+  return lower(sch, args, function).func;
+}
+
+bool within_inline_budget(const std::vector<ir::Tensor>& stages) {
+  std::map<const ir::Operation*, ir::ExprCost> costs;
+  for (const ir::Tensor& t : stages) {
+    ir::ExprCost c = ir::inlined_cost(t->body, costs);
+    if (!ir::within_inline_budget(c)) return false;
+    costs[t.get()] = c;
+  }
+  return true;
+}
+
+ModelCodegen::ModelCodegen(const Target& target, bool emulate_gpu)
+    : target_(target), emulate_(emulate_gpu) {
+  if (emulate_gpu && !target.is_gpu()) {
+    throw UserError(str("emulating a GPU needs a GPU target (cuda, rocm), not ", target.str()));
+  }
+  gpu_library_ = target.is_gpu() && !emulate_gpu;
+  code_target_ = target.is_gpu() ? host_target() : target;
+  threads_ = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
+}
+
+void ModelCodegen::on_all_cores(const std::function<void(size_t)>& work, size_t count) const {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t k; (k = next++) < count;) work(k);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < threads_; ++k) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+}
+
+json ModelCodegen::add_kernel(ir::LoweredFunc func, const std::string& what) {
+  json launch;
+  if (target_.is_gpu()) {
+    // The kernel as the GPU will run it (the checker's refusals included): its kernels and
+    // their launches.
+    try {
+      plans_.push_back(plan_gpu_program(func, target_));
+    } catch (const UserError& e) {
+      throw UserError(str(what, ": ", e.what()));
+    }
+    launch = plans_.back().to_json();
+    // Emulated: its grid serially, for this machine.
+    if (emulate_) func.body = serialize_gpu_bindings(func.body);
+  }
+  funcs_.push_back(std::move(func));
+  return launch;
+}
+
+const std::vector<size_t>& ModelCodegen::share_code() {
+  // Keyed by the LLVM IR before optimization (a GPU library's kernels by their GPU code: the
+  // same for the GPU is the same everywhere).
+  std::vector<std::string> keys(funcs_.size());
+  errors_.assign(funcs_.size(), "");
+  on_all_cores(
+      [&](size_t k) {
+        try {
+          keys[k] = llvm_ir_key(funcs_[k], gpu_library_ ? target_ : code_target_);
+        } catch (const std::exception& e) {
+          errors_[k] = e.what();
+        }
+      },
+      funcs_.size());
+  code_of_.assign(funcs_.size(), 0);
+  std::map<std::string, size_t> first;
+  for (size_t k = 0; k < funcs_.size(); ++k) {
+    code_of_[k] = errors_[k].empty() ? first.emplace(std::move(keys[k]), k).first->second : k;
+  }
+  return code_of_;
+}
+
+std::string gpu_device_module(const std::vector<ir::LoweredFunc>& funcs, const Target& target, const std::string& tmp) {
+  if (target.kind == TargetKind::Cuda) return codegen_llvm(funcs, target, CodegenOutput::Asm).data;
+  TemporaryFiles temps;
+  const std::string object = temps.add(tmp + ".o");
+  const std::string code = temps.add(str(tmp, ".", target.info().module_format));
+  write_file(object, codegen_llvm(funcs, target, CodegenOutput::Object).data);
+  link_amdgpu_code_object(object, code);
+  return read_file(code);
+}
+
+// A GPU model's device code and launch plan: the kernels in up to `threads_` modules (each
+// generated by one thread), split-K workspaces in scratch after the arena (one kernel runs at
+// a time, so all calls share it), the host object of tables (codegen_gpu_runner) and the
+// runtime's (runtime/gpu_model), whose paths join `objects`.
+void ModelCodegen::write_gpu_objects(RunnerSpec& spec, const std::string& tmp, std::vector<std::string>& objects,
+                                     Written& written) {
+  constexpr int64_t kAlign = 256;
+  auto aligned = [](int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
+  const int64_t scratch_at = aligned(spec.workspace_bytes);
+  int64_t scratch = 0;
+  // The kernels whose code is generated (the others launch the same code of an earlier one,
+  // code_of, with their own grids and workspaces), spread over the modules. (A model of no
+  // kernel, its outputs copies of inputs or constants, has no module.)
+  std::vector<size_t> unique;
+  for (size_t k = 0; k < funcs_.size(); ++k)
+    if (code_of_[k] == k) unique.push_back(k);
+  const size_t modules = std::min<size_t>(threads_, unique.size());
+  GpuRunnerSpec gs;
+  gs.platform = target_.kind;
+  gs.modules.resize(modules);
+  std::vector<std::vector<ir::LoweredFunc>> funcs(modules);
+  std::vector<size_t> module_of(funcs_.size());
+  for (size_t u = 0; u < unique.size(); ++u) {
+    module_of[unique[u]] = u * modules / unique.size();
+    funcs[module_of[unique[u]]].push_back(funcs_[unique[u]]);
+  }
+  for (size_t k = 0; k < funcs_.size(); ++k) {
+    const GpuPlan& code = plans_[code_of_[k]];
+    TF_CHECK(code.kernels.size() == plans_[k].kernels.size(), "kernel ", funcs_[k].name, " has the code of ",
+             funcs_[code_of_[k]].name, " but other launches");
+    GpuRunnerCall call;
+    call.module = static_cast<int64_t>(module_of[code_of_[k]]);
+    for (size_t i = 0; i < plans_[k].kernels.size(); ++i) {
+      const GpuLaunch& l = plans_[k].kernels[i].launch;
+      call.kernels.push_back({code.kernels[i].function, l.grid, l.block, l.dynamic_shared_bytes});
+    }
+    int64_t at = scratch_at;
+    for (const auto& [name, elements] : plans_[k].workspaces) {
+      call.workspace_offsets.push_back(at);
+      at += aligned(elements * 4);
+    }
+    scratch = std::max(scratch, at - scratch_at);
+    gs.calls.push_back(std::move(call));
+  }
+  spec.workspace_bytes = scratch_at + scratch;
+  std::vector<std::string> errors(modules);
+  on_all_cores(
+      [&](size_t m) {
+        try {
+          gs.modules[m] = gpu_device_module(funcs[m], target_, str(tmp, ".m", m));
+        } catch (const std::exception& e) {
+          errors[m] = e.what();
+        }
+      },
+      modules);
+  for (size_t m = 0; m < modules; ++m) {
+    if (!errors[m].empty())
+      throw std::runtime_error(str("GPU code of kernels ", funcs[m].front().name, " ... ", funcs[m].back().name, ": ",
+                                   errors[m]));
+  }
+  objects.push_back(tmp + ".gpu_tables.o");
+  write_file(objects.back(), codegen_gpu_runner(spec, gs, host_target()));
+  objects.push_back(tmp + ".gpu_runtime.o");
+  write_file(objects.back(), std::string(gpu_model_runtime_object()));
+  written.device_modules = static_cast<int64_t>(modules);
+}
+
+ModelCodegen::Written ModelCodegen::write(RunnerSpec& spec, const std::string& out,
+                                          const std::function<std::string(const Written&)>& sidecar) {
+  TF_CHECK(code_of_.size() == funcs_.size(), "ModelCodegen::write before share_code");
+  // Code generation, the kernels on all cores; then one link, under a temporary name.
+  AtomicFile library(fs::absolute(out), ".so");
+  const std::string tmp = library.temp_path();
+  TemporaryFiles objects;
+  Written written;
+  if (gpu_library_) {
+    write_gpu_objects(spec, tmp, objects.paths, written);
+    // (ld.lld in a process of its own: the runtime's object is gcc's, see compiler/link.h.)
+    link_shared_library(objects.paths, library.temp_path(), code_target_, false, false, /*nodelete=*/true,
+                        /*in_process=*/false);
+  } else {
+    std::vector<CodegenResult> results(funcs_.size());
+    on_all_cores(
+        [&](size_t k) {
+          if (code_of_[k] != k || !errors_[k].empty()) return;
+          try {
+            results[k] = codegen_llvm(funcs_[k], code_target_, CodegenOutput::Object);
+          } catch (const std::exception& e) {
+            errors_[k] = e.what();
+          }
+        },
+        funcs_.size());
+    bool openmp = false, libm = false;
+    for (size_t k = 0; k < funcs_.size(); ++k) {
+      if (!errors_[k].empty()) throw std::runtime_error(str("kernel ", funcs_[k].name, ": ", errors_[k]));
+      if (code_of_[k] != k) continue;
+      write_file(objects.add(str(tmp, ".k", k, ".o")), results[k].data);
+      openmp |= results[k].uses_openmp;
+      libm |= results[k].uses_libm;
+    }
+    write_file(objects.add(tmp + ".runner.o"), codegen_runner(spec, code_target_));
+    link_shared_library(objects.paths, library.temp_path(), code_target_, openmp, libm);
+  }
+  written.workspace_bytes = spec.workspace_bytes;
+  write_file(library.final_path() + ".json", sidecar(written));
+  library.commit();
+  return written;
+}
+
+}  // namespace tf

@@ -1,0 +1,91 @@
+// model_codegen: the compiler's back end for a whole model's library. graph/model_compiler.h
+// decides what each kernel computes (a template's workload, or tensor expressions) and the
+// runner's plan of calls and buffers; this file turns that into one library on disk:
+//   - a generic kernel's default schedule and lowering (lower_generic_kernel);
+//   - for GPU targets, each kernel planned as the GPU will run it (its launches; UserError for
+//     what the GPU cannot run), or, emulated, its grid as loops for this machine;
+//   - kernels whose code is the same but for the name (a repeated layer, the per-group
+//     convolutions of split-grouped-convs) generated once: most of a compile is LLVM's;
+//   - code generation on all cores, GPU device code (PTX for cuda, code objects for rocm: one
+//     function, gpu_device_module), the runner's host code, one link;
+//   - the library published atomically (base/file_io.h AtomicFile), its sidecar beside it.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/codegen_runner.h"
+#include "compiler/gpu.h"
+#include "compiler/ir.h"
+#include "compiler/schedule.h"
+#include "compiler/target.h"
+#include "compiler/te.h"
+
+namespace tf {
+
+// The lowered function of a generic kernel computing `result` from `args` (graph/node_te.h's
+// tensor expressions): producers inlined into their consumer (stages past the inline budget
+// computed apart), reductions computed first, the outer loops parallel and the innermost
+// vectorized where it divides (CPUs), or the spatial axes dealt to a 1-D grid (GPUs, long
+// reductions spread over threads). `what` names the kernel's node in UserErrors.
+ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Tensor>& args, const Target& target,
+                                     const std::string& function, const std::string& what);
+
+// Whether stages inlined one into the next (an anchor's fused tail) stay within the
+// compiler's bounds on an expression's depth and size (compiler/inline_budget.h).
+bool within_inline_budget(const std::vector<ir::Tensor>& stages);
+
+class ModelCodegen {
+ public:
+  // Throws UserError for a target no model library is compiled for, or `emulate_gpu` with a
+  // CPU target.
+  ModelCodegen(const Target& target, bool emulate_gpu);
+
+  // What the library's code runs on: the target, or this machine for a GPU library's host code
+  // and an emulated GPU's kernels.
+  const Target& code_target() const { return code_target_; }
+  // Device code for the GPU, host code for this machine.
+  bool gpu_library() const { return gpu_library_; }
+
+  // Adds the kernel `func` (its name is the exported function's). On GPU targets it is planned
+  // as the GPU will run it (UserError prefixed with `what` if it cannot) and its launches are
+  // returned (null on CPUs).
+  nlohmann::json add_kernel(ir::LoweredFunc func, const std::string& what);
+
+  // Per kernel, the first kernel with the same code (itself when none); computed on all cores.
+  // Call once, after the last add_kernel.
+  const std::vector<size_t>& share_code();
+
+  struct Written {
+    int64_t device_modules = 0;   // GPU libraries: the modules of device code
+    int64_t workspace_bytes = 0;  // spec's, with a GPU library's split-K scratch after it
+  };
+  // Generates every kernel whose code is its own, the runner (`spec`, whose calls name the
+  // kernels that share_code chose; a GPU library's workspace grows by the kernels' scratch),
+  // links them into `out` and writes `out + ".json"`, the text `sidecar` returns, before the
+  // library appears. Nothing is left at `out` when anything fails.
+  Written write(RunnerSpec& spec, const std::string& out, const std::function<std::string(const Written&)>& sidecar);
+
+ private:
+  void on_all_cores(const std::function<void(size_t)>& work, size_t count) const;
+  void write_gpu_objects(RunnerSpec& spec, const std::string& tmp, std::vector<std::string>& objects,
+                         Written& written);
+
+  Target target_, code_target_;
+  bool emulate_ = false, gpu_library_ = false;
+  unsigned threads_ = 1;
+  std::vector<ir::LoweredFunc> funcs_;
+  std::vector<GpuPlan> plans_;
+  std::vector<size_t> code_of_;
+  std::vector<std::string> errors_;  // per kernel: why its code could not be keyed
+};
+
+// One module of GPU device code holding `funcs`: PTX text for cuda, a code object for rocm.
+// `tmp` is a path prefix for intermediate files (removed).
+std::string gpu_device_module(const std::vector<ir::LoweredFunc>& funcs, const Target& target, const std::string& tmp);
+
+}  // namespace tf
