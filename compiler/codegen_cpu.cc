@@ -1,0 +1,106 @@
+// The code generator's CPU kind (compiler/codegen_llvm_internal.h): x86_64, aarch64, arm.
+#include "compiler/codegen_llvm_internal.h"
+
+namespace tf::llvm_codegen {
+namespace {
+
+class CodeGenCpu final : public CodeGen {
+ public:
+  using CodeGen::CodeGen;
+
+ protected:
+  // A status: 0, or -1 when a workspace could not be allocated.
+  llvm::Type* return_type() override { return b_.getInt32Ty(); }
+  void emit_return() override { b_.CreateRet(b_.getInt32(0)); }
+  void mark_kernel(const GpuLaunch&) override { TF_CHECK(false, "codegen: a GPU launch for a CPU target"); }
+  llvm::Value* grid_index(ForKind k) override {
+    TF_CHECK(false, "codegen: a loop bound to ", for_kind_name(k), " on a CPU target (emulate it: serialize_gpu_bindings)");
+    return nullptr;
+  }
+
+  // The compare-select gives b when either is NaN (x86: vmaxps a, b), then a where a is NaN:
+  // three instructions, as maxnum was; llvm.maximum's lowering also orders signed zeros (six,
+  // and ResNet-18's max pool made the model 2% slower).
+  llvm::Value* min_max_with_nan(llvm::Value* a, llvm::Value*, llvm::Value* pick, bool) override {
+    return b_.CreateSelect(b_.CreateFCmpUNO(a, a), a, pick);
+  }
+
+  void on_float_remainder() override { uses_libm = true; }  // frem is a call of fmodf on CPUs
+
+  llvm::Value* math_call(const Call* c, llvm::Intrinsic::ID id) override {
+    if (c->name == "exp") return exp_inline(expr(c->args[0]));
+    // floor, ceil, roundeven: libm calls where the CPU lacks the instruction (x86 before SSE4.1).
+    if (c->name != "sqrt" && c->name != "fabs") uses_libm = true;
+    return b_.CreateUnaryIntrinsic(id, expr(c->args[0]));
+  }
+
+  // exp on CPUs, inline, so a vector of lanes stays a vector: LLVM's llvm.exp becomes one
+  // libm expf call per lane there (softmax, GELU's erf and sigmoid spent most of their time in
+  // those calls). Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, Cephes' degree-5
+  // polynomial for e^r (within 2 ulp of expf), then 2^n applied in two halves so that
+  // results below the smallest normal float come out as denormals and those past the largest
+  // as infinity. x is clamped to [-104, 89] first (beyond, the result is 0 or infinity
+  // anyway) with compares that let a NaN through; a NaN n is made 0 before its conversion.
+  llvm::Value* exp_inline(llvm::Value* x) {
+    llvm::Type* ft = x->getType();
+    llvm::Type* it = ft->getWithNewType(b_.getInt32Ty());
+    auto f = [&](double v) { return llvm::ConstantFP::get(ft, v); };
+    auto i = [&](int64_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v), true); };
+    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {a, b, c});
+    };
+    x = b_.CreateSelect(b_.CreateFCmpOLT(x, f(-104.0)), f(-104.0), x);
+    x = b_.CreateSelect(b_.CreateFCmpOGT(x, f(89.0)), f(89.0), x);
+    // n = x / ln2 rounded to nearest by adding and subtracting 1.5 * 2^23 (no floor: that is a
+    // libm call on x86 without SSE4.1).
+    llvm::Value* n =
+        b_.CreateFSub(fma(x, f(1.44269504088896341), f(12582912.0)), f(12582912.0));
+    llvm::Value* r = fma(n, f(-0.693359375), x);
+    r = fma(n, f(2.12194440e-4), r);
+    llvm::Value* p = f(1.9875691500e-4);
+    for (double c : {1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                     5.0000001201e-1})
+      p = fma(p, r, f(c));
+    llvm::Value* y = fma(b_.CreateFMul(p, r), r, b_.CreateFAdd(r, f(1.0)));
+    // n is within [-150, 128] after the clamps, or NaN: a NaN becomes 0 (the result is NaN
+    // anyway), so a plain conversion is defined. (llvm.fptosi.sat, which also keeps NaN from
+    // being poison, is done lane by lane on x86, two compares and a move per lane: a third of
+    // BERT's FFN matmul with its fused GELU went to it.)
+    llvm::Value* n_defined = b_.CreateSelect(b_.CreateFCmpUNO(n, n), f(0.0), n);
+    llvm::Value* k = b_.CreateFPToSI(n_defined, it);
+    llvm::Value* k1 = b_.CreateAShr(k, i(1));
+    llvm::Value* k2 = b_.CreateSub(k, k1);
+    auto pow2 = [&](llvm::Value* e) {
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, i(127)), i(23)), ft);
+    };
+    return b_.CreateFMul(b_.CreateFMul(y, pow2(k1)), pow2(k2));
+  }
+
+  bool unrolls_register_tiles() const override { return true; }
+
+  void mark_loop(llvm::BranchInst* latch, bool unroll_fully) override {
+    if (!unroll_fully) return;
+    llvm::MDNode* full = llvm::MDNode::get(ctx_, llvm::MDString::get(ctx_, "llvm.loop.unroll.full"));
+    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, {nullptr, full});
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
+
+  // One CPU thread runs a whole (emulated) block in order: only an emulated barrier, which
+  // hands over to the block's other threads, does anything.
+  void barrier(const Barrier* s) override {
+    if (s->sync == Barrier::Kind::Emulated) {
+      b_.CreateCall(runtime("tunefarm_emulated_barrier", b_.getVoidTy(), {}), {});
+    }
+  }
+
+  uint64_t local_align() const override { return 64; }
+};
+
+}  // namespace
+
+std::unique_ptr<CodeGen> make_codegen_cpu(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t) {
+  return std::make_unique<CodeGenCpu>(ctx, m, t);
+}
+
+}  // namespace tf::llvm_codegen

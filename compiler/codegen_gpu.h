@@ -1,0 +1,31 @@
+// What NVIDIA and AMD GPUs share in the code generator: kernels that return nothing, launched
+// with a block size; buffers 16-byte aligned; shared memory; NaN-propagating min and max; no
+// unrolling the schedule did not ask for. CodeGenNvptx and CodeGenAmdgpu derive from it.
+#pragma once
+
+#include "compiler/codegen_llvm_internal.h"
+
+namespace tf::llvm_codegen {
+
+class CodeGenGpu : public CodeGen {
+ public:
+  using CodeGen::CodeGen;
+
+ protected:
+  llvm::Type* return_type() override { return b_.getVoidTy(); }
+  void emit_return() override { b_.CreateRetVoid(); }
+  void annotate_arg(llvm::Argument* a) override;
+  llvm::Value* min_max_with_nan(llvm::Value* a, llvm::Value* b, llvm::Value* pick, bool is_max) override;
+  void mark_loop(llvm::BranchInst* latch, bool unroll_fully) override;
+  llvm::Align vector_align(const Expr& base) const override;
+  void barrier(const Barrier* s) override;
+  bool allocate_shared(const Allocate* a) override;
+  uint64_t local_align() const override { return 16; }
+
+  // __syncthreads: the block's memory operations before it complete before any after it.
+  virtual void block_barrier() = 0;
+  // Barrier::Kind::AsyncCommit and AsyncWait: nothing where has_cp_async() is false.
+  virtual void async_group(const Barrier* s) {}
+};
+
+}  // namespace tf::llvm_codegen

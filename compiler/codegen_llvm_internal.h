@@ -1,0 +1,784 @@
+// The LLVM code generator's inside, shared by its kinds (Halide's CodeGen_LLVM and its
+// CodeGen_X86 / CodeGen_PTX_Dev / ... in one class each): CodeGen emits a lowered function
+// into an LLVM module, asking its subclass wherever a kind of target does things its own way.
+//   codegen_cpu.cc     CodeGenCpu: x86_64, aarch64, arm (a status return, inline exp, libm,
+//                      register tiles unrolled, emulated barriers)
+//   codegen_gpu.cc     CodeGenGpu: what NVIDIA and AMD GPUs share (kernels, launches, shared
+//                      memory, aligned vector accesses, no unrolling the schedule did not ask for)
+//   codegen_nvptx.cc   CodeGenNvptx: NVVM annotations and intrinsics, libdevice, cp.async
+//   codegen_amdgpu.cc  CodeGenAmdgpu: kernel calling convention, workgroup intrinsics, ocml
+// Only compiler/codegen_*.cc include this file; the interface is compiler/codegen_llvm.h.
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "compiler/codegen_llvm.h"
+#include "compiler/gpu.h"
+#include "compiler/ir_mutator.h"
+#include "compiler/thread_pool_ir.h"
+
+namespace tf::llvm_codegen {
+
+using namespace ir;  // NOLINT
+
+// Strided vector loads up to this stride load the whole span and shuffle; wider strides
+// gather lane by lane.
+constexpr int64_t kMaxShuffleStride = 4;
+
+// The alignment GPU kernels assume of their buffers (the drivers give 256).
+constexpr uint64_t kGpuBufferAlign = 16;
+
+class CodeGen {
+ public:
+  CodeGen(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t) : ctx_(ctx), m_(m), target_(t), b_(ctx) {
+    llvm::FastMathFlags fmf;
+    fmf.setAllowContract(true);
+    b_.setFastMathFlags(fmf);
+  }
+
+  virtual ~CodeGen() = default;
+
+  bool uses_openmp = false;
+  bool uses_libm = false;
+  // A call of the vendor's bitcode math library (libdevice, ocml): link_vendor_math links it.
+  bool uses_vendor_math = false;
+
+  // Links the vendor's math library into `m` after every kernel of the module was emitted
+  // (`kernels`: their names, kept external). Nothing for targets without one.
+  virtual void link_vendor_math(llvm::Module& m, const std::set<std::string>& kernels) {}
+
+  // `launch`: for GPU targets, the kernel's launch configuration.
+  void emit(const LoweredFunc& f, const GpuLaunch* launch = nullptr) {
+    name_ = f.name;
+    std::vector<llvm::Type*> params(f.args.size(), b_.getPtrTy(arg_address_space()));
+    auto* fty = llvm::FunctionType::get(return_type(), params, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, f.name, m_);
+    set_attributes(fn_);
+    launch_ = launch;
+    if (launch) mark_kernel(*launch);
+    for (size_t i = 0; i < f.args.size(); ++i) {
+      llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
+      a->setName(f.args[i].name);
+      a->addAttr(llvm::Attribute::NoAlias);
+      a->addAttr(llvm::Attribute::NoCapture);
+      annotate_arg(a);
+      buffers_[f.args[i].name] = a;
+      kernel_args_.insert(f.args[i].name);
+    }
+    entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry_);
+    stmt(f.body);
+    emit_return();
+    attach_alias_scopes();
+    free_kept_buffers_at_unload(m_, workspaces_, name_ + ".release_workspaces");
+    workspaces_.clear();
+  }
+
+ protected:
+  // ---- what each kind of target does its own way (codegen_cpu.cc, codegen_nvptx.cc,
+  // codegen_amdgpu.cc) ----
+
+  // The address space of the kernel's buffer arguments.
+  virtual unsigned arg_address_space() const { return 0; }
+  // A CPU kernel returns a status (0, or -1 when out of memory); a GPU kernel nothing.
+  virtual llvm::Type* return_type() = 0;
+  virtual void emit_return() = 0;
+  // A GPU entry point the host launches with `launch`.
+  virtual void mark_kernel(const GpuLaunch& launch) = 0;
+  // Attributes of a buffer argument beyond noalias and nocapture.
+  virtual void annotate_arg(llvm::Argument* a) {}
+  // The index of this block or thread along a bound loop's axis, as i64 (GPUs).
+  virtual llvm::Value* grid_index(ForKind k) = 0;
+  // NaN-propagating float min or max of a and b, neither a constant; `pick` is the
+  // compare-select of the two (b when either is NaN).
+  virtual llvm::Value* min_max_with_nan(llvm::Value* a, llvm::Value* b, llvm::Value* pick, bool is_max) = 0;
+  // A float remainder (frem) was emitted.
+  virtual void on_float_remainder() {}
+  // A call of a float math function, `id` its LLVM intrinsic.
+  virtual llvm::Value* math_call(const Call* c, llvm::Intrinsic::ID id) = 0;
+  // Whether innermost loops indexing a register tile are unrolled fully (CPUs).
+  virtual bool unrolls_register_tiles() const { return false; }
+  // Loop metadata on a serial loop's latch.
+  virtual void mark_loop(llvm::BranchInst* latch, bool unroll_fully) = 0;
+  // The alignment of a vector access from element `base` on.
+  virtual llvm::Align vector_align(const Expr& base) const { return llvm::Align(4); }
+  // Whether this target copies global to shared memory asynchronously (cp.async).
+  virtual bool has_cp_async() const { return false; }
+  // A store into an asynchronously filled shared buffer, as an asynchronous copy; false when
+  // it is of another form (an ordinary store then).
+  virtual bool async_copy(const Store* s) { return false; }
+  virtual void barrier(const Barrier* s) = 0;
+  // A shared buffer (one per block) for `a`, or false where this target has no shared memory.
+  virtual bool allocate_shared(const Allocate* a) { return false; }
+  // The alignment of a local (stack or private) buffer.
+  virtual uint64_t local_align() const = 0;
+
+  void set_attributes(llvm::Function* fn) {
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    fn->addFnAttr("target-cpu", target_.chip());
+    if (!target_.features.empty()) fn->addFnAttr("target-features", target_.features);
+  }
+
+  llvm::Type* type_of(const Type& t) {
+    llvm::Type* s = t.is_float() ? b_.getFloatTy() : t.is_bool() ? b_.getInt1Ty() : b_.getInt64Ty();
+    if (t.lanes == 1) return s;
+    return llvm::FixedVectorType::get(s, static_cast<unsigned>(t.lanes));
+  }
+
+  // ---- expressions ----
+
+  // Float min and max propagate NaN (IEEE 754-2019 minimum/maximum, PyTorch's rule: a NaN
+  // operand gives NaN; maxnum would drop it, and Relu turned NaN into 0). Against a constant
+  // that is not NaN, one compare and select suffices: only the other side can be NaN, and the
+  // select gives it when the compare is false (x86: one vmaxps with the constant first).
+  // max(-0, +0) may be either zero.
+  llvm::Value* float_min_max(llvm::Value* a, llvm::Value* b, bool is_max) {
+    auto non_nan_constant = [](llvm::Value* v) {
+      auto* c = llvm::dyn_cast<llvm::Constant>(v);
+      if (c && c->getType()->isVectorTy()) c = c->getSplatValue();
+      auto* f = llvm::dyn_cast_or_null<llvm::ConstantFP>(c);
+      return f && !f->isNaN();
+    };
+    if (non_nan_constant(b)) std::swap(a, b);
+    llvm::Value* pick = b_.CreateSelect(is_max ? b_.CreateFCmpOGT(a, b) : b_.CreateFCmpOLT(a, b), a, b);
+    if (non_nan_constant(a)) return pick;
+    return min_max_with_nan(a, b, pick, is_max);
+  }
+
+  llvm::Value* floor_div_mod(llvm::Value* a, llvm::Value* bv, bool is_div) {
+    // Truncating division, then a correction where the signs of remainder and divisor differ.
+    llvm::Value* q = b_.CreateSDiv(a, bv);
+    llvm::Value* r = b_.CreateSRem(a, bv);
+    llvm::Value* zero = llvm::Constant::getNullValue(a->getType());
+    llvm::Value* adjust = b_.CreateAnd(b_.CreateICmpNE(r, zero),
+                                       b_.CreateICmpSLT(b_.CreateXor(r, bv), zero));
+    if (is_div) return b_.CreateSub(q, b_.CreateZExt(adjust, a->getType()));
+    return b_.CreateSelect(adjust, b_.CreateAdd(r, bv), r);
+  }
+
+  llvm::Value* element_ptr(const std::string& buffer, llvm::Value* index) {
+    auto it = buffers_.find(buffer);
+    TF_CHECK(it != buffers_.end(), "codegen: unknown buffer ", buffer);
+    return b_.CreateInBoundsGEP(b_.getFloatTy(), it->second, index);
+  }
+
+  // Remembers that `access` (a load or store) reads or writes `buffer`; attach_alias_scopes
+  // then tells LLVM that accesses to different buffers never overlap.
+  llvm::Value* tag(llvm::Value* access, const std::string& buffer) {
+    if (auto* i = llvm::dyn_cast<llvm::Instruction>(access)) accesses_.emplace_back(i, buffer);
+    return access;
+  }
+
+  // Distinct buffers of a kernel never overlap: its arguments are distinct tensors (declared
+  // noalias) and every other buffer is its own allocation. Inside the functions outlined for
+  // parallel loops the pointers come out of a closure, where LLVM cannot see that; without
+  // it, a store to one buffer ends the reuse of every value loaded from another. One alias
+  // scope per buffer, each access in its buffer's scope and noalias with all the others.
+  void attach_alias_scopes() {
+    if (accesses_.empty()) return;
+    llvm::MDBuilder md(ctx_);
+    llvm::MDNode* domain = md.createAnonymousAliasScopeDomain(name_);
+    std::map<std::string, llvm::MDNode*> scopes;
+    for (const auto& [inst, buffer] : accesses_) {
+      if (!scopes.count(buffer)) scopes[buffer] = md.createAnonymousAliasScope(domain, buffer);
+    }
+    std::map<std::string, std::pair<llvm::MDNode*, llvm::MDNode*>> tags;
+    for (const auto& [buffer, scope] : scopes) {
+      std::vector<llvm::Metadata*> others;
+      for (const auto& [b, o] : scopes) {
+        if (b != buffer) others.push_back(o);
+      }
+      tags[buffer] = {llvm::MDNode::get(ctx_, {scope}), llvm::MDNode::get(ctx_, others)};
+    }
+    for (const auto& [inst, buffer] : accesses_) {
+      const auto& [scope, noalias] = tags.at(buffer);
+      inst->setMetadata(llvm::LLVMContext::MD_alias_scope, scope);
+      inst->setMetadata(llvm::LLVMContext::MD_noalias, noalias);
+    }
+    accesses_.clear();
+  }
+
+  llvm::Value* load(const Load* l) {
+    int lanes = l->type.lanes;
+    if (lanes == 1)
+      return tag(b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(l->index)), llvm::Align(4)), l->buffer);
+    if (mask_) return tag(masked_load(l), l->buffer);
+    if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
+      llvm::Value* p = element_ptr(l->buffer, expr(r->base));
+      return tag(b_.CreateAlignedLoad(type_of(l->type), p, vector_align(r->base)), l->buffer);
+    }
+    if (const Broadcast* bc = l->index.as<Broadcast>()) {
+      llvm::Value* v =
+          tag(b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(bc->value)), llvm::Align(4)), l->buffer);
+      return b_.CreateVectorSplat(static_cast<unsigned>(lanes), v);
+    }
+    if (const Ramp* r = l->index.as<Ramp>()) {
+      // A small constant stride: one contiguous load of exactly the elements from the first
+      // lane to the last, then a shuffle that keeps every stride-th one.
+      const int64_t* s = as_const_int(r->stride);
+      if (s && *s > 1 && *s <= kMaxShuffleStride) {
+        auto span = static_cast<unsigned>((lanes - 1) * *s + 1);
+        llvm::Value* p = element_ptr(l->buffer, expr(r->base));
+        llvm::Value* wide =
+            tag(b_.CreateAlignedLoad(llvm::FixedVectorType::get(b_.getFloatTy(), span), p, llvm::Align(4)), l->buffer);
+        std::vector<int> pick;
+        for (int i = 0; i < lanes; ++i) pick.push_back(static_cast<int>(i * *s));
+        return b_.CreateShuffleVector(wide, pick);
+      }
+    }
+    llvm::Value* idx = expr(l->index);
+    llvm::Value* out = llvm::PoisonValue::get(type_of(l->type));
+    for (int i = 0; i < lanes; ++i) {
+      llvm::Value* li = b_.CreateExtractElement(idx, static_cast<uint64_t>(i));
+      llvm::Value* v = tag(b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, li), llvm::Align(4)), l->buffer);
+      out = b_.CreateInsertElement(out, v, static_cast<uint64_t>(i));
+    }
+    return out;
+  }
+
+  // A vector load under a select: lanes outside mask_ are not read (they may be out of bounds).
+  llvm::Value* masked_load(const Load* l) {
+    llvm::Type* vt = type_of(l->type);
+    llvm::Value* zero = llvm::Constant::getNullValue(vt);
+    if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
+      return b_.CreateMaskedLoad(vt, element_ptr(l->buffer, expr(r->base)), llvm::Align(4), mask_, zero);
+    }
+    llvm::Value* idx = expr(l->index);
+    if (!idx->getType()->isVectorTy()) idx = b_.CreateVectorSplat(static_cast<unsigned>(l->type.lanes), idx);
+    llvm::Value* ptrs = element_ptr(l->buffer, idx);
+    return b_.CreateMaskedGather(vt, ptrs, llvm::Align(4), mask_, zero);
+  }
+
+  static bool contains_load(const Expr& e) {
+    bool found = false;
+    post_order(e, [&](const Expr& x) { found |= x.kind() == ExprKind::Load; });
+    return found;
+  }
+
+  // Whether every load `side` makes, the condition `cond_loads` came from makes too (same
+  // buffer, same index): those lanes are read already, so the side may read them unmasked.
+  static bool reads_only(const Expr& side, const std::vector<Expr>& cond_loads) {
+    bool covered = true;
+    post_order(side, [&](const Expr& x) {
+      if (!covered || x.kind() != ExprKind::Load) return;
+      covered = std::any_of(cond_loads.begin(), cond_loads.end(), [&](const Expr& l) { return equal(l, x); });
+    });
+    return covered;
+  }
+
+  // select(c, t, f) reads memory only on the side its condition picks: a select over loads
+  // whose condition is one value for all lanes becomes a branch (then each side loads whole
+  // vectors), one with a condition per lane evaluates each side under a mask, unless both
+  // sides read only what the condition reads: then they are plain values (erf's
+  // select(x < 0, -y, y) computes y once, not once per side under masks: LLVM merges the two).
+  llvm::Value* select(const Select* s) {
+    llvm::Value* c = expr(s->cond);
+    if (!contains_load(s->t) && !contains_load(s->f)) return b_.CreateSelect(c, expr(s->t), expr(s->f));
+    // A scalar select inside a vector one (in the index of a broadcast load: a gather by a
+    // computed index under a Concat's select) is lane-invariant: it branches like one outside,
+    // its scalar loads under no lane mask.
+    if (!c->getType()->isVectorTy() && (!mask_ || s->type.lanes == 1)) {
+      llvm::Value* outer = mask_;
+      mask_ = nullptr;
+      auto* then_bb = llvm::BasicBlock::Create(ctx_, "sel.then", fn_);
+      auto* else_bb = llvm::BasicBlock::Create(ctx_, "sel.else", fn_);
+      auto* merge = llvm::BasicBlock::Create(ctx_, "sel.end", fn_);
+      b_.CreateCondBr(c, then_bb, else_bb);
+      b_.SetInsertPoint(then_bb);
+      llvm::Value* tv = expr(s->t);
+      llvm::BasicBlock* then_end = b_.GetInsertBlock();
+      b_.CreateBr(merge);
+      b_.SetInsertPoint(else_bb);
+      llvm::Value* fv = expr(s->f);
+      llvm::BasicBlock* else_end = b_.GetInsertBlock();
+      b_.CreateBr(merge);
+      b_.SetInsertPoint(merge);
+      llvm::PHINode* phi = b_.CreatePHI(tv->getType(), 2);
+      phi->addIncoming(tv, then_end);
+      phi->addIncoming(fv, else_end);
+      mask_ = outer;
+      return phi;
+    }
+    if (!c->getType()->isVectorTy()) c = b_.CreateVectorSplat(static_cast<unsigned>(s->type.lanes), c);
+    std::vector<Expr> cond_loads;
+    post_order(s->cond, [&](const Expr& x) {
+      if (x.kind() == ExprKind::Load) cond_loads.push_back(x);
+    });
+    if (!cond_loads.empty() && reads_only(s->t, cond_loads) && reads_only(s->f, cond_loads)) {
+      return b_.CreateSelect(c, expr(s->t), expr(s->f));  // under the mask the condition read under
+    }
+    llvm::Value* outer = mask_;
+    mask_ = outer ? b_.CreateAnd(outer, c) : c;
+    llvm::Value* tv = expr(s->t);
+    llvm::Value* not_c = b_.CreateNot(c);
+    mask_ = outer ? b_.CreateAnd(outer, not_c) : not_c;
+    llvm::Value* fv = expr(s->f);
+    mask_ = outer;
+    return b_.CreateSelect(c, tv, fv);
+  }
+
+  llvm::Value* compare(ExprKind k, llvm::Value* a, llvm::Value* bv, bool is_float) {
+    using P = llvm::CmpInst::Predicate;
+    P p;
+    switch (k) {
+      case ExprKind::EQ: p = is_float ? P::FCMP_OEQ : P::ICMP_EQ; break;
+      case ExprKind::NE: p = is_float ? P::FCMP_UNE : P::ICMP_NE; break;
+      case ExprKind::LT: p = is_float ? P::FCMP_OLT : P::ICMP_SLT; break;
+      default: p = is_float ? P::FCMP_OLE : P::ICMP_SLE; break;
+    }
+    return is_float ? b_.CreateFCmp(p, a, bv) : b_.CreateICmp(p, a, bv);
+  }
+
+  llvm::Value* binary(const Expr& e) {
+    const Binary* n = e.as<Binary>();
+    llvm::Value* a = expr(n->a);
+    llvm::Value* bv = expr(n->b);
+    bool fl = n->a.type().is_float();
+    switch (e.kind()) {
+      case ExprKind::Add: return fl ? b_.CreateFAdd(a, bv) : b_.CreateAdd(a, bv, "", false, true);
+      case ExprKind::Sub: return fl ? b_.CreateFSub(a, bv) : b_.CreateSub(a, bv, "", false, true);
+      case ExprKind::Mul: return fl ? b_.CreateFMul(a, bv) : b_.CreateMul(a, bv, "", false, true);
+      case ExprKind::Div: return fl ? b_.CreateFDiv(a, bv) : floor_div_mod(a, bv, true);
+      case ExprKind::Mod:
+        if (!fl) return floor_div_mod(a, bv, false);
+        on_float_remainder();
+        return b_.CreateFRem(a, bv);
+      case ExprKind::Min:
+        return fl ? float_min_max(a, bv, false) : b_.CreateSelect(b_.CreateICmpSLT(a, bv), a, bv);
+      case ExprKind::Max:
+        return fl ? float_min_max(a, bv, true) : b_.CreateSelect(b_.CreateICmpSGT(a, bv), a, bv);
+      case ExprKind::And: return b_.CreateAnd(a, bv);
+      case ExprKind::Or: return b_.CreateOr(a, bv);
+      default: return compare(e.kind(), a, bv, fl);
+    }
+  }
+
+  llvm::Value* cast(const Cast* c) {
+    llvm::Value* v = expr(c->value);
+    const Type& from = c->value.type();
+    const Type& to = c->type;
+    llvm::Type* t = type_of(to);
+    if (to.is_float()) return from.is_bool() ? b_.CreateUIToFP(v, t) : b_.CreateSIToFP(v, t);
+    if (to.is_bool()) {
+      return from.is_float() ? b_.CreateFCmpUNE(v, llvm::Constant::getNullValue(v->getType()))
+                             : b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
+    }
+    // Saturating: a NaN or out-of-range float (a hostile index read from data) gives 0 or the
+    // type's bound, not LLVM's poison, so the clamps after it keep addresses in bounds.
+    if (from.is_float())
+      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {t, v->getType()}, {v});
+    return b_.CreateZExt(v, t);
+  }
+
+  llvm::Value* call(const Call* c) {
+    static const std::map<std::string, llvm::Intrinsic::ID> kIntrinsics = {
+        {"exp", llvm::Intrinsic::exp},   {"log", llvm::Intrinsic::log},
+        {"sqrt", llvm::Intrinsic::sqrt}, {"fabs", llvm::Intrinsic::fabs},
+        {"tanh", llvm::Intrinsic::tanh}, {"floor", llvm::Intrinsic::floor},
+        {"ceil", llvm::Intrinsic::ceil}, {"roundeven", llvm::Intrinsic::roundeven},
+        {"sin", llvm::Intrinsic::sin},   {"cos", llvm::Intrinsic::cos},
+    };
+    auto it = kIntrinsics.find(c->name);
+    TF_CHECK(it != kIntrinsics.end() && c->args.size() == 1, "codegen: unknown call ", c->name);
+    return math_call(c, it->second);
+  }
+
+  // A float function from the vendor's bitcode library (NVIDIA libdevice's __nv_expf ..., ROCm
+  // ocml's __ocml_tanh_f32), linked in after emission; the back ends select no instruction for
+  // it. Vector arguments are done lane by lane (GPU threads are scalar anyway).
+  llvm::Value* vendor_math_call(const std::string& name, const Call* c) {
+    llvm::FunctionCallee fn = runtime(name.c_str(), b_.getFloatTy(), {b_.getFloatTy()});
+    llvm::Value* x = expr(c->args[0]);
+    if (!x->getType()->isVectorTy()) return b_.CreateCall(fn, {x});
+    llvm::Value* out = llvm::PoisonValue::get(x->getType());
+    for (int i = 0; i < c->type.lanes; ++i) {
+      llvm::Value* lane = b_.CreateCall(fn, {b_.CreateExtractElement(x, static_cast<uint64_t>(i))});
+      out = b_.CreateInsertElement(out, lane, static_cast<uint64_t>(i));
+    }
+    return out;
+  }
+
+  llvm::Value* expr(const Expr& e) {
+    switch (e.kind()) {
+      case ExprKind::IntImm: {
+        int64_t v = e.as<IntImm>()->value;
+        return e.type().is_bool() ? b_.getInt1(v != 0) : b_.getInt64(static_cast<uint64_t>(v));
+      }
+      case ExprKind::FloatImm:
+        return llvm::ConstantFP::get(b_.getFloatTy(), e.as<FloatImm>()->value);
+      case ExprKind::Var: {
+        auto it = vars_.find(e.get());
+        TF_CHECK(it != vars_.end(), "codegen: unbound variable ", e.as<Var>()->name);
+        return it->second;
+      }
+      case ExprKind::Not: return b_.CreateNot(expr(e.as<Not>()->a));
+      case ExprKind::Select: return select(e.as<Select>());
+      case ExprKind::Cast: return cast(e.as<Cast>());
+      case ExprKind::Load: return load(e.as<Load>());
+      case ExprKind::Ramp: {
+        const Ramp* r = e.as<Ramp>();
+        auto n = static_cast<unsigned>(r->lanes);
+        std::vector<llvm::Constant*> steps;
+        for (unsigned i = 0; i < n; ++i) steps.push_back(b_.getInt64(i));
+        llvm::Value* base = b_.CreateVectorSplat(n, expr(r->base));
+        llvm::Value* stride = b_.CreateVectorSplat(n, expr(r->stride));
+        return b_.CreateAdd(base, b_.CreateMul(stride, llvm::ConstantVector::get(steps)));
+      }
+      case ExprKind::Broadcast: {
+        const Broadcast* bc = e.as<Broadcast>();
+        return b_.CreateVectorSplat(static_cast<unsigned>(bc->lanes), expr(bc->value));
+      }
+      case ExprKind::Call: return call(e.as<Call>());
+      case ExprKind::Let: {
+        const Let* l = e.as<Let>();
+        vars_[l->var.get()] = expr(l->value);
+        llvm::Value* v = expr(l->body);
+        vars_.erase(l->var.get());
+        return v;
+      }
+      case ExprKind::TensorRead:
+      case ExprKind::Reduce:
+        TF_CHECK(false, "codegen: tensor expression left in loop IR");
+        return nullptr;
+      default:
+        return binary(e);
+    }
+  }
+
+  // ---- statements ----
+
+  void store(const Store* s) {
+    if (async_buffers_.count(s->buffer) && async_copy(s)) return;
+    llvm::Value* v = expr(s->value);
+    int lanes = s->value.type().lanes;
+    if (lanes == 1) {
+      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(s->index)), llvm::Align(4)), s->buffer);
+      return;
+    }
+    if (const Ramp* r = s->index.as<Ramp>(); r && is_const(r->stride, 1)) {
+      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(r->base)), vector_align(r->base)), s->buffer);
+      return;
+    }
+    llvm::Value* idx = expr(s->index);
+    for (int i = 0; i < lanes; ++i) {
+      llvm::Value* li = b_.CreateExtractElement(idx, static_cast<uint64_t>(i));
+      llvm::Value* vi = b_.CreateExtractElement(v, static_cast<uint64_t>(i));
+      tag(b_.CreateAlignedStore(vi, element_ptr(s->buffer, li), llvm::Align(4)), s->buffer);
+    }
+  }
+
+  // for (var = begin; var < end; ++var) body
+  // A CPU register tile (a small local buffer) stays in registers only if LLVM's SROA sees
+  // every access at a constant index, that is, after every loop indexing it is fully unrolled.
+  // LLVM decides that by the loop body's cost: a tile's copy-out loop with a fused residual Add
+  // and Relu was unrolled by 4, so the tile stayed on the stack and every FMA of the
+  // reduction stored its accumulator (a 128-channel 3x3 layer ran at 2.2x its time). An
+  // innermost loop of constant trip count indexing such a buffer by its variable is marked
+  // for full unrolling; the schedule's own unroll knobs are untouched.
+  bool indexes_register_tile(const For* f) const {
+    constexpr int64_t kMaxTrips = 64;
+    const auto* n = f->extent.as<IntImm>();
+    if (!unrolls_register_tiles() || register_tiles_.empty() || !n || n->value > kMaxTrips) return false;
+    bool innermost = true, indexes = false;
+    auto tile_index = [&](const std::string& buffer, const Expr& index) {
+      if (register_tiles_.count(buffer) && uses_var(index, f->var)) indexes = true;
+    };
+    post_order(
+        f->body,
+        [&](const Expr& e) {
+          if (const Load* l = e.as<Load>()) tile_index(l->buffer, l->index);
+        },
+        [&](const Stmt& st) {
+          if (st.kind() == StmtKind::For) innermost = false;
+          if (const Store* s = st.as<Store>()) tile_index(s->buffer, s->index);
+        });
+    return innermost && indexes;
+  }
+
+  void serial_loop(const Expr& var, llvm::Value* begin, llvm::Value* end, const Stmt& body,
+                   bool unroll_fully = false) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(ctx_, var.as<Var>()->name + ".header", fn_);
+    auto* loop_body = llvm::BasicBlock::Create(ctx_, var.as<Var>()->name + ".body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, var.as<Var>()->name + ".end", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* phi = b_.CreatePHI(b_.getInt64Ty(), 2, var.as<Var>()->name);
+    phi->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(phi, end), loop_body, exit);
+    b_.SetInsertPoint(loop_body);
+    vars_[var.get()] = phi;
+    stmt(body);
+    vars_.erase(var.get());
+    llvm::Value* next = b_.CreateAdd(phi, b_.getInt64(1), "", false, true);
+    phi->addIncoming(next, b_.GetInsertBlock());
+    llvm::BranchInst* latch = b_.CreateBr(header);
+    mark_loop(latch, unroll_fully);
+    b_.SetInsertPoint(exit);
+  }
+
+  llvm::FunctionCallee runtime(const char* name, llvm::Type* ret, std::vector<llvm::Type*> args) {
+    return m_.getOrInsertFunction(name, llvm::FunctionType::get(ret, args, false));
+  }
+
+  // Runs the iterations of `f` on the library's thread pool (compiler/thread_pool_ir.h): the
+  // body is outlined into a function of (closure, tid, n) that receives every value in scope
+  // through a closure array of 8-byte slots and runs the tid-th of n static chunks.
+  void parallel_loop(const For* f) {
+    uses_openmp = true;
+    llvm::Value* mn = expr(f->min);
+    llvm::Value* ext = expr(f->extent);
+    std::vector<std::pair<const ExprNode*, llvm::Value*>> vars(vars_.begin(), vars_.end());
+    std::vector<std::pair<std::string, llvm::Value*>> bufs(buffers_.begin(), buffers_.end());
+    size_t slots = vars.size() + bufs.size() + 2;
+    llvm::IRBuilder<> entry(entry_, entry_->begin());
+    llvm::AllocaInst* closure = entry.CreateAlloca(llvm::ArrayType::get(b_.getInt64Ty(), slots));
+    std::vector<llvm::Value*> values = {mn, ext};
+    for (auto& v : vars) values.push_back(v.second);
+    for (auto& v : bufs) values.push_back(v.second);
+    for (size_t i = 0; i < values.size(); ++i) {
+      b_.CreateStore(values[i], b_.CreateConstInBoundsGEP2_64(closure->getAllocatedType(), closure, 0, i));
+    }
+
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(),
+                                        {b_.getPtrTy(), b_.getInt32Ty(), b_.getInt32Ty()}, false);
+    auto* outlined = llvm::Function::Create(fty, llvm::Function::InternalLinkage,
+                                            name_ + ".parallel." + std::to_string(outlined_++), m_);
+    set_attributes(outlined);
+    // Save the caller's state; the outlined body gets its own.
+    llvm::IRBuilderBase::InsertPoint saved_ip = b_.saveIP();
+    llvm::Function* saved_fn = fn_;
+    llvm::BasicBlock* saved_entry = entry_;
+    auto saved_vars = vars_;
+    auto saved_bufs = buffers_;
+
+    fn_ = outlined;
+    entry_ = llvm::BasicBlock::Create(ctx_, "entry", outlined);
+    b_.SetInsertPoint(entry_);
+    llvm::Value* arg = outlined->getArg(0);
+    auto slot = [&](size_t i, llvm::Type* t) {
+      return b_.CreateLoad(t, b_.CreateConstInBoundsGEP2_64(closure->getAllocatedType(), arg, 0, i));
+    };
+    llvm::Value* omn = slot(0, mn->getType());
+    llvm::Value* oext = slot(1, ext->getType());
+    vars_.clear();
+    buffers_.clear();
+    for (size_t i = 0; i < vars.size(); ++i)
+      vars_[vars[i].first] = slot(2 + i, vars[i].second->getType());
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      buffers_[bufs[i].first] = slot(2 + vars.size() + i, b_.getPtrTy());
+    }
+    llvm::Value* tid = b_.CreateSExt(outlined->getArg(1), b_.getInt64Ty());
+    llvm::Value* nth = b_.CreateSExt(outlined->getArg(2), b_.getInt64Ty());
+    llvm::Value* chunk = b_.CreateSDiv(b_.CreateAdd(oext, b_.CreateSub(nth, b_.getInt64(1))), nth);
+    llvm::Value* begin = b_.CreateMul(tid, chunk);
+    llvm::Value* end = b_.CreateAdd(begin, chunk);
+    end = b_.CreateSelect(b_.CreateICmpSLT(end, oext), end, oext);
+    begin = b_.CreateAdd(begin, omn);
+    end = b_.CreateAdd(end, omn);
+    ++parallel_depth_;
+    serial_loop(f->var, begin, end, f->body);
+    --parallel_depth_;
+    b_.CreateRetVoid();
+
+    fn_ = saved_fn;
+    entry_ = saved_entry;
+    vars_ = std::move(saved_vars);
+    buffers_ = std::move(saved_bufs);
+    b_.restoreIP(saved_ip);
+    b_.CreateCall(parallel_launch_function(m_, target_), {outlined, closure});
+  }
+
+  // One iteration per block or thread: the launch size is the extent (check_gpu_kernel). A
+  // thread loop inside a loop bound to the same axis is a cooperative one (a shared-memory
+  // copy): each thread runs its own index, those past the loop's extent nothing.
+  void bound_loop(const For* f) {
+    auto slot = static_cast<size_t>(gpu_binding_index(f->for_kind));
+    bool cooperative = active_[slot];
+    llvm::Value* idx = grid_index(f->for_kind);
+    vars_[f->var.get()] = b_.CreateAdd(expr(f->min), idx, "", false, true);
+    const int64_t* n = as_const_int(f->extent);
+    int64_t size = launch_->block[static_cast<size_t>(gpu_binding_dim(f->for_kind))];
+    active_[slot] = true;
+    // A thread loop shorter than the block (cooperative, or after a longer one) runs in the
+    // first threads only.
+    if (is_thread_binding(f->for_kind) && n && *n < size) {
+      auto* then_bb = llvm::BasicBlock::Create(ctx_, "coop", fn_);
+      auto* merge = llvm::BasicBlock::Create(ctx_, "coop.end", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLT(idx, b_.getInt64(static_cast<uint64_t>(*n))), then_bb, merge);
+      b_.SetInsertPoint(then_bb);
+      stmt(f->body);
+      b_.CreateBr(merge);
+      b_.SetInsertPoint(merge);
+    } else {
+      stmt(f->body);
+    }
+    active_[slot] = cooperative;
+    vars_.erase(f->var.get());
+  }
+
+  // The multiple that every value of the integer expression `e` is of (0: only the value 0).
+  static int64_t known_multiple(const Expr& e) {
+    constexpr int64_t kMost = int64_t{1} << 20;
+    if (const auto* i = e.as<IntImm>()) return std::min(std::abs(i->value), kMost);
+    const Binary* b = e.as<Binary>();
+    if (!b) return 1;
+    switch (e.kind()) {
+      case ExprKind::Add: case ExprKind::Sub: case ExprKind::Min: case ExprKind::Max:
+        return std::gcd(known_multiple(b->a), known_multiple(b->b));
+      case ExprKind::Mul:
+        return std::min(known_multiple(b->a) * known_multiple(b->b), kMost);
+      case ExprKind::Mod:
+        if (const int64_t* c = as_const_int(b->b)) return std::gcd(known_multiple(b->a), *c);
+        return 1;
+      default:
+        return 1;
+    }
+  }
+
+  void allocate(const Allocate* a) {
+    if (a->scope == MemScope::Shared && allocate_shared(a)) return;
+    if (a->scope == MemScope::Local || a->scope == MemScope::Shared) {
+      // In the data layout's alloca address space: the stack, or a GPU thread's private memory.
+      llvm::IRBuilder<> entry(entry_, entry_->begin());
+      llvm::AllocaInst* p = entry.CreateAlloca(llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(a->size)));
+      p->setAlignment(llvm::Align(local_align()));
+      buffers_[a->buffer] = p;
+      bool tile = a->scope == MemScope::Local && a->size <= kMaxRegisterTile;
+      if (tile) register_tiles_.insert(a->buffer);
+      stmt(a->body);
+      if (tile) register_tiles_.erase(a->buffer);
+      buffers_.erase(a->buffer);
+      return;
+    }
+    uint64_t bytes = (static_cast<uint64_t>(a->size) * 4 + 63) / 64 * 64;
+    // The buffer of the last call is kept for the next one (one per allocation, taken and
+    // given back with atomic exchanges, so concurrent calls each get their own): allocating
+    // megabytes on every call costs page faults on every call (glibc returns large blocks
+    // to the system on free), a third of a Winograd kernel's time. Freed when the library
+    // is unloaded (free_kept_buffers_at_unload).
+    llvm::GlobalVariable* cache = kept_buffer_slot(m_, name_ + "." + a->buffer + ".cache");
+    workspaces_.push_back(cache);
+    llvm::Value* cached = exchange_kept_buffer(b_, cache, nullptr);
+    llvm::BasicBlock* from = b_.GetInsertBlock();
+    auto* fresh_bb = llvm::BasicBlock::Create(ctx_, a->buffer + ".alloc", fn_);
+    auto* ok = llvm::BasicBlock::Create(ctx_, a->buffer + ".ok", fn_);
+    b_.CreateCondBr(b_.CreateIsNull(cached), fresh_bb, ok);
+    b_.SetInsertPoint(fresh_bb);
+    llvm::Value* fresh = b_.CreateCall(runtime("aligned_alloc", b_.getPtrTy(), {b_.getInt64Ty(), b_.getInt64Ty()}),
+                                       {b_.getInt64(64), b_.getInt64(bytes)});
+    auto* fail = llvm::BasicBlock::Create(ctx_, a->buffer + ".oom", fn_);
+    llvm::BasicBlock* fresh_end = b_.GetInsertBlock();
+    b_.CreateCondBr(b_.CreateIsNull(fresh), fail, ok);
+    b_.SetInsertPoint(fail);
+    if (parallel_depth_ == 0) {
+      b_.CreateRet(b_.getInt32(-1));  // the kernel's documented out-of-memory result
+    } else {
+      // No way to return a status from a pool thread: stop loudly rather than corrupt memory.
+      b_.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
+      b_.CreateUnreachable();
+    }
+    b_.SetInsertPoint(ok);
+    llvm::PHINode* p = b_.CreatePHI(b_.getPtrTy(), 2);
+    p->addIncoming(cached, from);
+    p->addIncoming(fresh, fresh_end);
+    buffers_[a->buffer] = p;
+    stmt(a->body);
+    buffers_.erase(a->buffer);
+    llvm::Value* old = exchange_kept_buffer(b_, cache, p);
+    b_.CreateCall(runtime("free", b_.getVoidTy(), {b_.getPtrTy()}), {old});  // free(NULL) does nothing
+  }
+
+  void stmt(const Stmt& s) {
+    switch (s.kind()) {
+      case StmtKind::For: {
+        const For* f = s.as<For>();
+        if (is_gpu_binding(f->for_kind)) return bound_loop(f);
+        if (f->for_kind == ForKind::Parallel && parallel_depth_ == 0) return parallel_loop(f);
+        llvm::Value* mn = expr(f->min);
+        return serial_loop(f->var, mn, b_.CreateAdd(mn, expr(f->extent)), f->body, indexes_register_tile(f));
+      }
+      case StmtKind::Store: return store(s.as<Store>());
+      case StmtKind::LetStmt: {
+        const LetStmt* l = s.as<LetStmt>();
+        vars_[l->var.get()] = expr(l->value);
+        stmt(l->body);
+        vars_.erase(l->var.get());
+        return;
+      }
+      case StmtKind::IfThenElse: {
+        const IfThenElse* i = s.as<IfThenElse>();
+        auto* then_bb = llvm::BasicBlock::Create(ctx_, "then", fn_);
+        auto* else_bb = llvm::BasicBlock::Create(ctx_, "else", fn_);
+        auto* merge = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+        b_.CreateCondBr(expr(i->cond), then_bb, else_bb);
+        b_.SetInsertPoint(then_bb);
+        stmt(i->then_case);
+        b_.CreateBr(merge);
+        b_.SetInsertPoint(else_bb);
+        if (i->else_case) stmt(i->else_case);
+        b_.CreateBr(merge);
+        b_.SetInsertPoint(merge);
+        return;
+      }
+      case StmtKind::Allocate: return allocate(s.as<Allocate>());
+      case StmtKind::Barrier: return barrier(s.as<Barrier>());
+      case StmtKind::Block:
+        for (const Stmt& c : s.as<Block>()->stmts) stmt(c);
+        return;
+    }
+  }
+
+  llvm::LLVMContext& ctx_;
+  llvm::Module& m_;
+  const Target& target_;
+  llvm::IRBuilder<> b_;
+  std::string name_;
+  llvm::Function* fn_ = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  std::map<const ExprNode*, llvm::Value*> vars_;
+  std::map<std::string, llvm::Value*> buffers_;
+  // Local buffers small enough to be a register tile: twice AVX-512's 32 registers of 16 floats
+  // (a larger one is not promoted to registers, unrolled or not).
+  static constexpr int64_t kMaxRegisterTile = 1024;
+  std::set<std::string> register_tiles_;
+  std::set<std::string> kernel_args_;    // the kernel's arguments: global memory on a GPU
+  std::set<std::string> async_buffers_;  // shared buffers filled with cp.async (see async_copy)
+  std::vector<std::pair<llvm::Instruction*, std::string>> accesses_;  // see tag()
+  std::vector<llvm::GlobalVariable*> workspaces_;                     // see allocate()
+  const GpuLaunch* launch_ = nullptr;
+  std::array<bool, 6> active_{};  // GPU axes bound by an enclosing loop (blockIdx x,y,z, threadIdx x,y,z)
+  int parallel_depth_ = 0;
+  int outlined_ = 0;
+  llvm::Value* mask_ = nullptr;  // inside a vector select: the lanes that may touch memory
+};
+
+// The code generator for `t`'s kind.
+std::unique_ptr<CodeGen> make_codegen(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t);
+std::unique_ptr<CodeGen> make_codegen_cpu(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t);
+std::unique_ptr<CodeGen> make_codegen_nvptx(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t);
+std::unique_ptr<CodeGen> make_codegen_amdgpu(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t);
+
+// The LLVM target features of `t`: -mattr for CPUs, the PTX ISA version for cuda, none for rocm.
+std::string target_features(const Target& t);
+// The lowest PTX ISA version that has the architecture (codegen_nvptx.cc).
+std::string ptx_feature(const std::string& arch);
+
+// Links the functions of a vendor bitcode library that the kernels call (only those) and
+// makes them internal, so the optimizer inlines them and drops the rest.
+void link_bitcode(llvm::Module& m, const std::set<std::string>& kernels, const std::string& path, const char* what);
+
+}  // namespace tf::llvm_codegen

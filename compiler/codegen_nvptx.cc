@@ -1,0 +1,136 @@
+// The code generator's NVIDIA kind (compiler/codegen_llvm_internal.h): PTX through LLVM's
+// NVPTX back end.
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "compiler/codegen_gpu.h"
+
+namespace tf::llvm_codegen {
+namespace {
+
+std::string libdevice_path() {
+  if (const char* p = std::getenv("TUNEFARM_LIBDEVICE"); p && *p) {
+    if (!std::filesystem::exists(p)) throw UserError(str("TUNEFARM_LIBDEVICE (--libdevice) names ", p, ", which does not exist"));
+    return p;
+  }
+  std::vector<std::string> roots;
+  if (const char* home = std::getenv("CUDA_HOME"); home && *home) roots.push_back(home);
+  roots.push_back("/usr/local/cuda");
+  roots.push_back("/usr/lib/cuda");  // Debian's nvidia-cuda-toolkit
+  for (const std::string& r : roots) {
+    std::string p = r + "/nvvm/libdevice/libdevice.10.bc";
+    if (std::filesystem::exists(p)) return p;
+  }
+  throw UserError("this kernel calls exp, log or tanh, which on cuda come from NVIDIA's libdevice (libdevice.10.bc), "
+                  "found in none of $CUDA_HOME, /usr/local/cuda, /usr/lib/cuda (under nvvm/libdevice/); point "
+                  "--libdevice (or $TUNEFARM_LIBDEVICE) at it");
+}
+
+class CodeGenNvptx final : public CodeGenGpu {
+ public:
+  using CodeGenGpu::CodeGenGpu;
+
+  // libdevice reads __nvvm_reflect, which the NVPTX back end's own pass pipeline resolves
+  // (flush-to-zero off).
+  void link_vendor_math(llvm::Module& m, const std::set<std::string>& kernels) override {
+    link_bitcode(m, kernels, libdevice_path(), "libdevice");
+    if (!m.getModuleFlag("nvvm-reflect-ftz")) m.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", uint32_t{0});
+  }
+
+ protected:
+  // An entry point the host launches, with the block size it is launched with, so the back
+  // end can budget registers for exactly that many threads. NVPTX (LLVM 19) reads kernels and
+  // their exact block size from nvvm.annotations. (Kernel pointers are generic: NVPTX lowers
+  // them to global itself.)
+  void mark_kernel(const GpuLaunch& launch) override {
+    llvm::NamedMDNode* md = m_.getOrInsertNamedMetadata("nvvm.annotations");
+    auto entry = [&](const char* key, int64_t v) {
+      md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, key),
+                                              llvm::ConstantAsMetadata::get(b_.getInt32(static_cast<uint32_t>(v)))}));
+    };
+    entry("kernel", 1);
+    entry("maxntidx", launch.block[0]);
+    entry("maxntidy", launch.block[1]);
+    entry("maxntidz", launch.block[2]);
+  }
+
+  llvm::Value* grid_index(ForKind k) override {
+    using namespace llvm::Intrinsic;  // NOLINT
+    static const ID kIds[6] = {nvvm_read_ptx_sreg_ctaid_x, nvvm_read_ptx_sreg_ctaid_y, nvvm_read_ptx_sreg_ctaid_z,
+                               nvvm_read_ptx_sreg_tid_x,   nvvm_read_ptx_sreg_tid_y,   nvvm_read_ptx_sreg_tid_z};
+    llvm::Value* id = b_.CreateIntrinsic(b_.getInt32Ty(), kIds[static_cast<size_t>(gpu_binding_index(k))], {});
+    return b_.CreateZExt(id, b_.getInt64Ty());
+  }
+
+  // Transcendentals from libdevice (__nv_expf, ...); the rest are instructions.
+  llvm::Value* math_call(const Call* c, llvm::Intrinsic::ID id) override {
+    bool transcendental = c->name == "exp" || c->name == "log" || c->name == "tanh" || c->name == "sin" ||
+                          c->name == "cos";
+    if (!transcendental) return b_.CreateUnaryIntrinsic(id, expr(c->args[0]));
+    uses_vendor_math = true;
+    return vendor_math_call("__nv_" + c->name + "f", c);
+  }
+
+  // Whether this target copies global to shared memory asynchronously (cp.async: sm_80+).
+  bool has_cp_async() const override {
+    if (target_.arch.rfind("sm_", 0) != 0) return false;
+    return std::atoi(target_.arch.c_str() + 3) >= 80;
+  }
+
+  // A store into a shared buffer of asynchronous copies (Allocate::async_copies) whose value
+  // is a load of a kernel argument: cp.async (sm_80 and later) of 16 bytes where four lanes
+  // are contiguous and aligned on both sides, else of 4 bytes per lane. The copy bypasses
+  // the registers; Barrier::Kind::AsyncCommit groups it and AsyncWait waits for its group.
+  // False when the store is of another form (it is then an ordinary store).
+  bool async_copy(const Store* s) override {
+    const Load* l = s->value.as<Load>();
+    if (!l || mask_ || !kernel_args_.count(l->buffer)) return false;
+    int lanes = s->value.type().lanes;
+    auto global = [&](llvm::Value* p) { return b_.CreateAddrSpaceCast(p, b_.getPtrTy(1)); };
+    const Ramp* dr = s->index.as<Ramp>();
+    const Ramp* sr = l->index.as<Ramp>();
+    if (lanes == 4 && dr && sr && is_const(dr->stride, 1) && is_const(sr->stride, 1) &&
+        known_multiple(dr->base) % 4 == 0 && known_multiple(sr->base) % 4 == 0) {
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16, {},
+                         {element_ptr(s->buffer, expr(dr->base)), global(element_ptr(l->buffer, expr(sr->base)))});
+      return true;
+    }
+    llvm::Value* di = expr(s->index);
+    llvm::Value* si = expr(l->index);
+    for (int i = 0; i < lanes; ++i) {
+      llvm::Value* d = lanes == 1 ? di : b_.CreateExtractElement(di, static_cast<uint64_t>(i));
+      llvm::Value* src = si->getType()->isVectorTy() ? b_.CreateExtractElement(si, static_cast<uint64_t>(i)) : si;
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4, {},
+                         {element_ptr(s->buffer, d), global(element_ptr(l->buffer, src))});
+    }
+    return true;
+  }
+
+  void async_group(const Barrier* s) override {
+    if (!has_cp_async()) return;
+    if (s->sync == Barrier::Kind::AsyncCommit) {
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
+    } else {
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32(s->pending)});
+    }
+  }
+
+  void block_barrier() override { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+};
+
+}  // namespace
+
+std::string ptx_feature(const std::string& arch) {
+  int sm = std::atoi(arch.c_str() + 3);
+  int ptx = sm >= 100 ? 86 : sm >= 90 ? 78 : sm >= 89 ? 78 : sm >= 87 ? 74 : sm >= 86 ? 71 : sm >= 80 ? 70
+          : sm >= 75 ? 63 : sm >= 72 ? 61 : 60;
+  return "+ptx" + std::to_string(ptx);
+}
+
+std::unique_ptr<CodeGen> make_codegen_nvptx(llvm::LLVMContext& ctx, llvm::Module& m, const Target& t) {
+  return std::make_unique<CodeGenNvptx>(ctx, m, t);
+}
+
+}  // namespace tf::llvm_codegen
