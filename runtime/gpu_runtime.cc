@@ -1,6 +1,7 @@
 #include "runtime/gpu_runtime.h"
 
 #include "runtime/gpu_model/image.h"
+#include "runtime/gpu_model/plan.h"
 
 #include <dlfcn.h>
 
@@ -413,10 +414,10 @@ namespace {
 // float32 values as an output of `dtype` (1 float32, 7 int64 toward zero and saturating with
 // NaN as 0, 9 bool as x != 0), as the model library converts them.
 std::string float_output(const std::vector<float>& f, int32_t dtype) {
-  if (dtype == 1) return std::string(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(float));
+  if (dtype == TF_DTYPE_FLOAT32) return std::string(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(float));
   std::string out;
   for (float x : f) {
-    if (dtype == 9) {
+    if (dtype == TF_DTYPE_BOOL) {
       out.push_back(x != 0.0f ? 1 : 0);
       continue;
     }
@@ -464,7 +465,7 @@ std::vector<TimingResult> GpuRuntime::time_models(const std::vector<const GpuMod
       const std::string& data = inputs[m][static_cast<size_t>(c.input)];
       std::vector<float> f(static_cast<size_t>(t.elements));
       for (size_t e = 0; e < f.size(); ++e) {
-        if (t.dtype == 9) {
+        if (t.dtype == TF_DTYPE_BOOL) {
           f[e] = data[e] != 0 ? 1.0f : 0.0f;
           continue;
         }

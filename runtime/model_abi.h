@@ -13,13 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/gpu_model/plan.h"  // TF_DTYPE_*
 #include "runtime/kernel_library.h"
 
 namespace tf {
 
 // Element types of model inputs and outputs, by their ONNX codes (what the ABI's _dtype
 // entries return). Bools are one byte each, 0 or 1.
-enum class ModelDType : int32_t { F32 = 1, I64 = 7, Bool = 9 };
+enum class ModelDType : int32_t { F32 = TF_DTYPE_FLOAT32, I64 = TF_DTYPE_INT64, Bool = TF_DTYPE_BOOL };
 inline int64_t model_dtype_bytes(ModelDType t) { return t == ModelDType::F32 ? 4 : t == ModelDType::I64 ? 8 : 1; }
 
 // The most elements a model input or output may have (each dimension at least 0).

@@ -38,6 +38,7 @@
 #include <iterator>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <algorithm>
@@ -183,278 +184,371 @@ int probe(const std::string& device) {
   return p.error().empty() ? 0 : 1;
 }
 
-int main(int argc, char** argv) {
-  if (argc == 3 && std::string(argv[1]) == "--probe") return probe(argv[2]);
+namespace {
+
+// The runner's arguments (see the top of this file).
+struct RunnerArgs {
+  std::string module, device, baseline;
+  bool emulated = false;
+  pid_t server = 0;
+};
+
+// A refusal or failure the reply reports: thrown by the parts below, answered by main.
+struct Failure {
+  pb::ErrorCode code;
+  std::string msg;
+};
+
+[[noreturn]] void refuse(pb::ErrorCode code, std::string msg) { throw Failure{code, std::move(msg)}; }
+
+// What a measurement gives the reply: the kernel's (or model's) timing, the baseline's
+// samples, and the outputs to describe.
+struct Measured {
+  tf::TimingResult t;
+  std::vector<double> base_samples;
+  int base_number = 0;
+  std::vector<OutputView> views;
+};
+
+// The arguments, or nullopt after printing the usage.
+std::optional<RunnerArgs> parse_args(int argc, char** argv) {
   // --emulated: started through a user-mode emulator (the board's --runner-prefix), which
   // cannot install a seccomp filter for its guest; see runtime/sandbox.h.
-  bool emulated = false, usage = argc < 3;
-  std::string device, baseline;
+  RunnerArgs a;
+  bool usage = argc < 3;
   for (int i = 3; i < argc; ++i) {
     std::string f = argv[i];
     if (f == "--emulated") {
-      emulated = true;
+      a.emulated = true;
     } else if (f.rfind("--device=", 0) == 0) {
-      device = f.substr(9);
+      a.device = f.substr(9);
     } else if (f.rfind("--baseline=", 0) == 0 && f.size() > 11) {
-      baseline = f.substr(11);
+      a.baseline = f.substr(11);
     } else {
       usage = true;
     }
   }
-  if (usage || (emulated && !device.empty())) {
+  if (usage || (a.emulated && !a.device.empty())) {
     std::fprintf(stderr, "usage: %s MODULE SERVER_PID [--emulated | --device=cuda:N|rocm:N] [--baseline=MODULE2] < request\n"
                          "       %s --probe cuda:N|rocm:N\n", argv[0], argv[0]);
-    return 2;
+    return std::nullopt;
   }
-  // Die with the server; if it is already gone, do not start.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != static_cast<pid_t>(std::atol(argv[2]))) return 4;
-  std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-  pb::MeasureRequest req;
-  if (!req.ParseFromString(input)) return fail(pb::RUNTIME_ERROR, "runner: unreadable request");
-  // Before the address-space limit: reading the library must not count against the kernel's
-  // memory (a large library under a small limit would read as a crash).
-  std::string gpu_module;
-  // A GPU board reads a compiled model as data (runtime/gpu_model/image.h): its host code
-  // never runs here.
-  tf::GpuModelImage gpu_model, gpu_baseline;
-  if (!device.empty() && !baseline.empty() && !req.model())
-    return fail(pb::LOAD_ERROR, "a baseline kernel is not implemented on GPU boards yet");
-  {
-    std::string data = read_file(argv[1]);
-    if (!device.empty()) {
-      tf::TargetKind kind;
-      try {
-        kind = tf::parse_gpu_device(device).kind;
-      } catch (const std::exception& e) {
-        return fail(pb::LOAD_ERROR, e.what());
-      }
-      if (req.model()) {
-        for (auto [path, image] : {std::pair{std::string(argv[1]), &gpu_model}, std::pair{baseline, &gpu_baseline}}) {
-          if (path.empty()) continue;
-          std::string bytes = image == &gpu_model ? std::move(data) : read_file(path);
-          if (std::string why = tf::read_gpu_model_image(bytes, *image); !why.empty())
-            return fail(pb::LOAD_ERROR, std::string(image == &gpu_model ? "model " : "baseline model ") + path + " is " + why);
-          if (image->platform != kind) {
-            return fail(pb::LOAD_ERROR, std::string(image == &gpu_model ? "model " : "baseline model ") + path +
-                                            " was compiled for " + std::string(tf::kind_name(image->platform)) +
-                                            " GPUs; this board is " + device);
-          }
-        }
-      } else if (std::string why = tf::check_gpu_module(data, kind); !why.empty()) {
-        return fail(pb::LOAD_ERROR, std::string("module ") + argv[1] + " is " + why);
-      } else {
-        gpu_module = std::move(data);
-      }
-    } else if (std::string why = tf::check_kernel_library(data); !why.empty()) {
-      return fail(pb::LOAD_ERROR, std::string("kernel library ") + argv[1] + " is " + why);
-    }
-  }
-  std::vector<std::string> modules{argv[1]};  // what the sandbox lets the runner map
-  if (!baseline.empty() && device.empty()) {
-    if (std::string why = tf::check_kernel_library(read_file(baseline)); !why.empty()) {
-      return fail(pb::LOAD_ERROR, "baseline library " + baseline + " is " + why);
-    }
-    modules.push_back(baseline);
-  }
+  a.module = argv[1];
+  a.server = static_cast<pid_t>(std::atol(argv[2]));
+  return a;
+}
 
+// The uploaded module (and baseline), read and checked before the address-space limit:
+// reading a library must not count against the kernel's memory (a large library under a small
+// limit would read as a crash). A GPU board reads a compiled model as data (`gpu_model`,
+// `gpu_baseline`: runtime/gpu_model/image.h), a kernel's PTX or code object into `gpu_module`;
+// its host code never runs here. Returns the files the sandbox lets the runner map.
+std::vector<std::string> check_modules(const RunnerArgs& a, const pb::MeasureRequest& req, tf::GpuModelImage& gpu_model,
+                                       tf::GpuModelImage& gpu_baseline, std::string& gpu_module) {
+  if (!a.device.empty() && !a.baseline.empty() && !req.model())
+    refuse(pb::LOAD_ERROR, "a baseline kernel is not implemented on GPU boards yet");
+  std::string data = read_file(a.module);
+  if (!a.device.empty()) {
+    tf::TargetKind kind;
+    try {
+      kind = tf::parse_gpu_device(a.device).kind;
+    } catch (const std::exception& e) {
+      refuse(pb::LOAD_ERROR, e.what());
+    }
+    if (!req.model()) {
+      if (std::string why = tf::check_gpu_module(data, kind); !why.empty())
+        refuse(pb::LOAD_ERROR, "module " + a.module + " is " + why);
+      gpu_module = std::move(data);
+      return {a.module};
+    }
+    for (auto [path, image] : {std::pair{a.module, &gpu_model}, std::pair{a.baseline, &gpu_baseline}}) {
+      if (path.empty()) continue;
+      const char* what = image == &gpu_model ? "model " : "baseline model ";
+      std::string bytes = image == &gpu_model ? std::move(data) : read_file(path);
+      if (std::string why = tf::read_gpu_model_image(bytes, *image); !why.empty())
+        refuse(pb::LOAD_ERROR, what + path + " is " + why);
+      if (image->platform != kind) {
+        refuse(pb::LOAD_ERROR, what + path + " was compiled for " + std::string(tf::kind_name(image->platform)) +
+                                   " GPUs; this board is " + a.device);
+      }
+    }
+    return {a.module};
+  }
+  if (std::string why = tf::check_kernel_library(data); !why.empty())
+    refuse(pb::LOAD_ERROR, "kernel library " + a.module + " is " + why);
+  std::vector<std::string> modules{a.module};
+  if (!a.baseline.empty()) {
+    if (std::string why = tf::check_kernel_library(read_file(a.baseline)); !why.empty())
+      refuse(pb::LOAD_ERROR, "baseline library " + a.baseline + " is " + why);
+    modules.push_back(a.baseline);
+  }
+  return modules;
+}
+
+// No core dumps; CPU seconds for every core for the whole limit (a backstop to the server's
+// wall-clock kill); the address space (CPU boards); then the sandbox (CPU boards) or
+// no_new_privs (GPU boards, whose drivers the sandbox would stop).
+void limit_and_enter_sandbox(const RunnerArgs& a, const pb::MeasureRequest& req, const std::vector<std::string>& modules) {
   rlimit core{0, 0};
   setrlimit(RLIMIT_CORE, &core);
-  // A backstop to the server's wall-clock kill: CPU seconds for every core for the whole limit.
   if (req.timeout_s() > 0) {
     auto cpu = static_cast<rlim_t>(req.timeout_s() * std::max(1u, std::thread::hardware_concurrency()) + 10);
     rlimit lim{cpu, cpu};
     setrlimit(RLIMIT_CPU, &lim);
   }
-  if (req.memory_limit_bytes() > 0 && device.empty()) {
+  if (req.memory_limit_bytes() > 0 && a.device.empty()) {
     rlimit as{static_cast<rlim_t>(req.memory_limit_bytes()), static_cast<rlim_t>(req.memory_limit_bytes())};
     setrlimit(RLIMIT_AS, &as);
   }
-
-  if (!device.empty()) {
+  if (!a.device.empty()) {
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-  } else if (std::string err = tf::farm::enter_sandbox(modules, !emulated); !err.empty()) {
-    return fail(pb::RUNTIME_ERROR, "runner: cannot enter the sandbox: " + err);
+  } else if (std::string err = tf::farm::enter_sandbox(modules, !a.emulated); !err.empty()) {
+    refuse(pb::RUNTIME_ERROR, "runner: cannot enter the sandbox: " + err);
   }
+}
 
-  try {
-    std::vector<std::vector<float>> bufs;
-    std::vector<size_t> outputs;
-    for (int i = 0; i < req.args_size(); ++i) {
-      const pb::ArgSpec& a = req.args(i);
-      int64_t n = 1;
-      for (int64_t d : a.shape()) n *= d;
-      bufs.emplace_back(static_cast<size_t>(n));
-      if (a.is_output()) {
-        outputs.push_back(static_cast<size_t>(i));
-      } else {
-        tf::fill_random(bufs.back().data(), n, req.seed() + static_cast<uint64_t>(i));
-      }
-      if (a.pack_block() > 0) {  // checked by the board: an input, pack_dim in range
-        std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
-        bufs.back() = tf::pack_layout(bufs.back(), shape, static_cast<size_t>(a.pack_dim()), a.pack_block());
-      }
-      if (bufs.back().size() < static_cast<size_t>(a.min_elements())) bufs.back().resize(static_cast<size_t>(a.min_elements()));
-    }
-    tf::TimingOptions o{req.number(), req.repeat(), req.min_repeat_ms(), req.flush_cache(), req.cooldown_ms(),
-                        req.cut_slower_than_s(), req.min_warmup_ms(), req.rewarm_ms()};
-    tf::TimingResult t;
-    std::vector<double> base_samples;
-    int base_number = 0;
-    std::vector<OutputView> views;  // the outputs the reply describes
-    ModelRun model;
-    std::vector<std::vector<std::string>> gpu_outputs;  // what the views of a GPU model point into
-    if (req.model() && !device.empty()) {
-      std::vector<const tf::GpuModelImage*> images{&gpu_model};
-      if (!baseline.empty()) {
-        if (std::string why = tf::model_signature_mismatch(model_tensors(gpu_model.inputs), model_tensors(gpu_model.outputs),
-                                                           model_tensors(gpu_baseline.inputs),
-                                                           model_tensors(gpu_baseline.outputs), argv[1], baseline);
-            !why.empty())
-          return fail(pb::LOAD_ERROR, "baseline model " + why);
-        images.push_back(&gpu_baseline);
-      }
-      std::vector<std::string> inputs = gpu_model_inputs(gpu_model, req.seed());
-      std::unique_ptr<tf::GpuRuntime> rt;
-      try {
-        rt = tf::open_gpu_runtime(device);
-      } catch (const std::exception& e) {
-        return fail(pb::LOAD_ERROR, e.what());
-      }
-      std::vector<tf::TimingResult> rs;
-      try {
-        rs = rt->time_models(images, std::vector<std::vector<std::string>>(images.size(), inputs), gpu_outputs, o);
-      } catch (const std::runtime_error& e) {
-        return fail(pb::RUNTIME_ERROR, e.what());
-      }
-      t = rs[0];
-      if (rs.size() > 1) {
-        base_samples = rs[1].samples_s;
-        base_number = rs[1].number;
-      }
-      for (size_t k = 0; k < gpu_model.outputs.size(); ++k) {
-        const tf::GpuModelImage::Tensor& out = gpu_model.outputs[k];
-        views.push_back({gpu_outputs[0][k].data(), out.elements, static_cast<tf::ModelDType>(out.dtype)});
-      }
-    } else if (req.model()) {
-      if (std::string why = model.load(argv[1], baseline, req.seed()); !why.empty()) return fail(pb::LOAD_ERROR, why);
-      std::vector<tf::TimingResult> rs = model.time(o);
-      t = rs[0];
-      if (rs.size() > 1) {
-        if (t.status == 0 && rs[1].status != 0) {
-          return fail(pb::RUNTIME_ERROR, "the baseline model returned " + std::to_string(rs[1].status));
-        }
-        base_samples = rs[1].samples_s;
-        base_number = rs[1].number;
-      }
-      views = model.outputs();
-    } else if (!device.empty()) {
-      const pb::GpuLaunch& l = req.launch();
-      if (std::string why = tf::farm::check_gpu_launch(l); !why.empty()) return fail(pb::LOAD_ERROR, why);
-      // The function's kernel, then those the same call launches after it (split-K).
-      tf::GpuCall call;
-      std::vector<std::string> functions{req.function()};
-      auto dims = [](const auto& grid, const auto& block, int64_t shared) {
-        tf::GpuLaunchDims launch;
-        for (int d = 0; d < 3; ++d) {
-          launch.grid[static_cast<size_t>(d)] = grid[d];
-          launch.block[static_cast<size_t>(d)] = block[d];
-        }
-        launch.dynamic_shared_bytes = shared;
-        return launch;
-      };
-      call.kernels.push_back(dims(l.grid(), l.block(), l.dynamic_shared_bytes()));
-      for (const pb::GpuStep& step : l.then()) {
-        functions.push_back(step.function());
-        call.kernels.push_back(dims(step.grid(), step.block(), step.dynamic_shared_bytes()));
-      }
-      call.workspace_elements.assign(l.workspace_elements().begin(), l.workspace_elements().end());
-      std::vector<bool> is_output(bufs.size(), false);
-      for (size_t i : outputs) is_output[i] = true;
-      std::unique_ptr<tf::GpuRuntime> rt;
-      try {
-        rt = tf::open_gpu_runtime(device);
-        rt->load(gpu_module, functions);
-      } catch (const std::exception& e) {
-        return fail(pb::LOAD_ERROR, e.what());
-      }
-      try {
-        t = rt->time(bufs, is_output, call, o);
-      } catch (const std::runtime_error& e) {
-        return fail(pb::RUNTIME_ERROR, e.what());
-      }
+// A kernel's buffers: inputs filled from the seed (packed where the request says), outputs
+// zero; `outputs` gets the outputs' indices.
+std::vector<std::vector<float>> kernel_buffers(const pb::MeasureRequest& req, std::vector<size_t>& outputs) {
+  std::vector<std::vector<float>> bufs;
+  for (int i = 0; i < req.args_size(); ++i) {
+    const pb::ArgSpec& a = req.args(i);
+    int64_t n = 1;
+    for (int64_t d : a.shape()) n *= d;
+    bufs.emplace_back(static_cast<size_t>(n));
+    if (a.is_output()) {
+      outputs.push_back(static_cast<size_t>(i));
     } else {
-      tf::KernelLibrary lib(argv[1], req.function());
-      std::vector<float*> args;
-      for (auto& b : bufs) args.push_back(b.data());
-      if (baseline.empty()) {
-        t = tf::time_kernel(lib, args, o);
-      } else {
-        std::unique_ptr<tf::KernelLibrary> base;
-        try {
-          base = std::make_unique<tf::KernelLibrary>(baseline, req.baseline_function());
-        } catch (const std::exception& e) {
-          return fail(pb::LOAD_ERROR, std::string("baseline: ") + e.what());
-        }
-        // The baseline writes outputs of its own: the kernel's are what the reply returns.
-        std::vector<std::vector<float>> base_outputs;
-        base_outputs.reserve(outputs.size());
-        std::vector<float*> base_args = args;
-        for (size_t i : outputs) {
-          base_outputs.emplace_back(bufs[i].size());
-          base_args[i] = base_outputs.back().data();
-        }
-        std::vector<tf::TimingResult> both = tf::time_kernels({&lib, base.get()}, {args, base_args}, o);
-        if (both[1].status != 0) {
-          return fail(pb::RUNTIME_ERROR, "the baseline kernel returned " + std::to_string(both[1].status));
-        }
-        t = both[0];
-        base_samples = both[1].samples_s;
-        base_number = both[1].number;
-      }
+      tf::fill_random(bufs.back().data(), n, req.seed() + static_cast<uint64_t>(i));
     }
+    if (a.pack_block() > 0) {  // checked by the board: an input, pack_dim in range
+      std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+      bufs.back() = tf::pack_layout(bufs.back(), shape, static_cast<size_t>(a.pack_dim()), a.pack_block());
+    }
+    if (bufs.back().size() < static_cast<size_t>(a.min_elements())) bufs.back().resize(static_cast<size_t>(a.min_elements()));
+  }
+  return bufs;
+}
 
-    pb::MeasureReply reply;
-    reply.set_kernel_status(t.status);
-    reply.set_cut(t.cut);
-    reply.set_warmup_calls(t.warmup_calls);
-    reply.set_number(t.number);
-    reply.set_repeat(req.repeat());
-    reply.set_min_repeat_ms(req.min_repeat_ms());
-    reply.set_flush_cache(req.flush_cache());
-    reply.set_cooldown_ms(req.cooldown_ms());
-    if (t.status != 0) {
-      reply.set_error(t.status == -1 ? pb::MEMORY_LIMIT : pb::RUNTIME_ERROR);
-      reply.set_error_msg(std::string(req.model() ? "model" : "kernel") + " returned " + std::to_string(t.status) +
-                          (t.status == -1 ? " (could not allocate its buffers)" : ""));
-      return reply_and_exit(reply);
-    }
-    if (!req.model()) {
-      for (size_t i : outputs) views.push_back({bufs[i].data(), static_cast<int64_t>(bufs[i].size()), tf::ModelDType::F32});
-    }
-    for (double s : t.samples_s) reply.add_samples_s(s);
-    for (double s : base_samples) reply.add_baseline_samples_s(s);
-    reply.set_baseline_number(base_number);
-    if (req.outputs() != pb::OUTPUT_NONE) {
-      for (const OutputView& v : views) {
-        std::string raw(static_cast<const char*>(v.data), v.bytes());
-        pb::OutputData* o = reply.add_outputs();
-        double sum = 0, sq = 0;
-        for (int64_t e = 0; e < v.elements; ++e) {
-          double x = v.value(e);
-          sum += x;
-          sq += x * x;
-        }
-        o->set_sha256(tf::sha256_hex(raw));
-        o->set_sum(sum);
-        o->set_l2(std::sqrt(sq));
-        if (req.outputs() == pb::OUTPUT_VALUES && !req.model()) o->set_values(raw);
-      }
-    }
-    return reply_and_exit(reply);
-  } catch (const std::bad_alloc&) {
-    return fail(pb::MEMORY_LIMIT, "out of memory under the limit of " + std::to_string(req.memory_limit_bytes()) + " bytes");
+// A compiled model on a GPU board, read as data, through the driver; its outputs land in
+// `gpu_outputs`, which the views point into.
+Measured time_gpu_model(const RunnerArgs& a, const pb::MeasureRequest& req, const tf::GpuModelImage& gpu_model,
+                        const tf::GpuModelImage& gpu_baseline, const tf::TimingOptions& o,
+                        std::vector<std::vector<std::string>>& gpu_outputs) {
+  std::vector<const tf::GpuModelImage*> images{&gpu_model};
+  if (!a.baseline.empty()) {
+    if (std::string why = tf::model_signature_mismatch(model_tensors(gpu_model.inputs), model_tensors(gpu_model.outputs),
+                                                       model_tensors(gpu_baseline.inputs),
+                                                       model_tensors(gpu_baseline.outputs), a.module, a.baseline);
+        !why.empty())
+      refuse(pb::LOAD_ERROR, "baseline model " + why);
+    images.push_back(&gpu_baseline);
+  }
+  std::vector<std::string> inputs = gpu_model_inputs(gpu_model, req.seed());
+  std::unique_ptr<tf::GpuRuntime> rt;
+  try {
+    rt = tf::open_gpu_runtime(a.device);
   } catch (const std::exception& e) {
-    return fail(pb::LOAD_ERROR, e.what());
+    refuse(pb::LOAD_ERROR, e.what());
+  }
+  std::vector<tf::TimingResult> rs;
+  try {
+    rs = rt->time_models(images, std::vector<std::vector<std::string>>(images.size(), inputs), gpu_outputs, o);
+  } catch (const std::runtime_error& e) {
+    refuse(pb::RUNTIME_ERROR, e.what());
+  }
+  Measured m;
+  m.t = rs[0];
+  if (rs.size() > 1) {
+    m.base_samples = rs[1].samples_s;
+    m.base_number = rs[1].number;
+  }
+  for (size_t k = 0; k < gpu_model.outputs.size(); ++k) {
+    const tf::GpuModelImage::Tensor& out = gpu_model.outputs[k];
+    m.views.push_back({gpu_outputs[0][k].data(), out.elements, static_cast<tf::ModelDType>(out.dtype)});
+  }
+  return m;
+}
+
+// A compiled model on a CPU board, through its C ABI; `model` holds the buffers the views
+// point into.
+Measured time_cpu_model(const RunnerArgs& a, const pb::MeasureRequest& req, ModelRun& model, const tf::TimingOptions& o) {
+  if (std::string why = model.load(a.module, a.baseline, req.seed()); !why.empty()) refuse(pb::LOAD_ERROR, why);
+  std::vector<tf::TimingResult> rs = model.time(o);
+  Measured m;
+  m.t = rs[0];
+  if (rs.size() > 1) {
+    if (m.t.status == 0 && rs[1].status != 0)
+      refuse(pb::RUNTIME_ERROR, "the baseline model returned " + std::to_string(rs[1].status));
+    m.base_samples = rs[1].samples_s;
+    m.base_number = rs[1].number;
+  }
+  m.views = model.outputs();
+  return m;
+}
+
+// A kernel's PTX or code object on a GPU board: the function's kernel, then those the same
+// call launches after it (split-K).
+Measured time_gpu_kernel(const RunnerArgs& a, const pb::MeasureRequest& req, const std::string& gpu_module,
+                         std::vector<std::vector<float>>& bufs, const std::vector<size_t>& outputs,
+                         const tf::TimingOptions& o) {
+  const pb::GpuLaunch& l = req.launch();
+  if (std::string why = tf::farm::check_gpu_launch(l); !why.empty()) refuse(pb::LOAD_ERROR, why);
+  tf::GpuCall call;
+  std::vector<std::string> functions{req.function()};
+  auto dims = [](const auto& grid, const auto& block, int64_t shared) {
+    tf::GpuLaunchDims launch;
+    for (int d = 0; d < 3; ++d) {
+      launch.grid[static_cast<size_t>(d)] = grid[d];
+      launch.block[static_cast<size_t>(d)] = block[d];
+    }
+    launch.dynamic_shared_bytes = shared;
+    return launch;
+  };
+  call.kernels.push_back(dims(l.grid(), l.block(), l.dynamic_shared_bytes()));
+  for (const pb::GpuStep& step : l.then()) {
+    functions.push_back(step.function());
+    call.kernels.push_back(dims(step.grid(), step.block(), step.dynamic_shared_bytes()));
+  }
+  call.workspace_elements.assign(l.workspace_elements().begin(), l.workspace_elements().end());
+  std::vector<bool> is_output(bufs.size(), false);
+  for (size_t i : outputs) is_output[i] = true;
+  std::unique_ptr<tf::GpuRuntime> rt;
+  try {
+    rt = tf::open_gpu_runtime(a.device);
+    rt->load(gpu_module, functions);
+  } catch (const std::exception& e) {
+    refuse(pb::LOAD_ERROR, e.what());
+  }
+  Measured m;
+  try {
+    m.t = rt->time(bufs, is_output, call, o);
+  } catch (const std::runtime_error& e) {
+    refuse(pb::RUNTIME_ERROR, e.what());
+  }
+  return m;
+}
+
+// A kernel library on a CPU board, and its baseline interleaved (outputs of its own: the
+// kernel's are what the reply returns).
+Measured time_cpu_kernel(const RunnerArgs& a, const pb::MeasureRequest& req, std::vector<std::vector<float>>& bufs,
+                         const std::vector<size_t>& outputs, const tf::TimingOptions& o) {
+  tf::KernelLibrary lib(a.module, req.function());
+  std::vector<float*> args;
+  for (auto& b : bufs) args.push_back(b.data());
+  Measured m;
+  if (a.baseline.empty()) {
+    m.t = tf::time_kernel(lib, args, o);
+    return m;
+  }
+  std::unique_ptr<tf::KernelLibrary> base;
+  try {
+    base = std::make_unique<tf::KernelLibrary>(a.baseline, req.baseline_function());
+  } catch (const std::exception& e) {
+    refuse(pb::LOAD_ERROR, std::string("baseline: ") + e.what());
+  }
+  std::vector<std::vector<float>> base_outputs;
+  base_outputs.reserve(outputs.size());
+  std::vector<float*> base_args = args;
+  for (size_t i : outputs) {
+    base_outputs.emplace_back(bufs[i].size());
+    base_args[i] = base_outputs.back().data();
+  }
+  std::vector<tf::TimingResult> both = tf::time_kernels({&lib, base.get()}, {args, base_args}, o);
+  if (both[1].status != 0) refuse(pb::RUNTIME_ERROR, "the baseline kernel returned " + std::to_string(both[1].status));
+  m.t = both[0];
+  m.base_samples = both[1].samples_s;
+  m.base_number = both[1].number;
+  return m;
+}
+
+// The reply: the samples, the baseline's, and each output's digest, sum and L2 (its values too
+// when asked, for kernels).
+int reply_with(const pb::MeasureRequest& req, const Measured& m) {
+  const tf::TimingResult& t = m.t;
+  pb::MeasureReply reply;
+  reply.set_kernel_status(t.status);
+  reply.set_cut(t.cut);
+  reply.set_warmup_calls(t.warmup_calls);
+  reply.set_number(t.number);
+  reply.set_repeat(req.repeat());
+  reply.set_min_repeat_ms(req.min_repeat_ms());
+  reply.set_flush_cache(req.flush_cache());
+  reply.set_cooldown_ms(req.cooldown_ms());
+  if (t.status != 0) {
+    reply.set_error(t.status == -1 ? pb::MEMORY_LIMIT : pb::RUNTIME_ERROR);
+    reply.set_error_msg(std::string(req.model() ? "model" : "kernel") + " returned " + std::to_string(t.status) +
+                        (t.status == -1 ? " (could not allocate its buffers)" : ""));
+    return reply_and_exit(reply);
+  }
+  for (double s : t.samples_s) reply.add_samples_s(s);
+  for (double s : m.base_samples) reply.add_baseline_samples_s(s);
+  reply.set_baseline_number(m.base_number);
+  if (req.outputs() != pb::OUTPUT_NONE) {
+    for (const OutputView& v : m.views) {
+      std::string raw(static_cast<const char*>(v.data), v.bytes());
+      pb::OutputData* o = reply.add_outputs();
+      double sum = 0, sq = 0;
+      for (int64_t e = 0; e < v.elements; ++e) {
+        double x = v.value(e);
+        sum += x;
+        sq += x * x;
+      }
+      o->set_sha256(tf::sha256_hex(raw));
+      o->set_sum(sum);
+      o->set_l2(std::sqrt(sq));
+      if (req.outputs() == pb::OUTPUT_VALUES && !req.model()) o->set_values(raw);
+    }
+  }
+  return reply_and_exit(reply);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--probe") return probe(argv[2]);
+  std::optional<RunnerArgs> args = parse_args(argc, argv);
+  if (!args) return 2;
+  const RunnerArgs& a = *args;
+  // Die with the server; if it is already gone, do not start.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != a.server) return 4;
+  std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  pb::MeasureRequest req;
+  if (!req.ParseFromString(input)) return fail(pb::RUNTIME_ERROR, "runner: unreadable request");
+  try {
+    tf::GpuModelImage gpu_model, gpu_baseline;
+    std::string gpu_module;
+    limit_and_enter_sandbox(a, req, check_modules(a, req, gpu_model, gpu_baseline, gpu_module));
+    try {
+      const tf::TimingOptions o{req.number(),       req.repeat(),          req.min_repeat_ms(),
+                                req.flush_cache(),  req.cooldown_ms(),     req.cut_slower_than_s(),
+                                req.min_warmup_ms(), req.rewarm_ms()};
+      std::vector<size_t> outputs;
+      std::vector<std::vector<float>> bufs = kernel_buffers(req, outputs);
+      // What the views of the outputs point into, alive until the reply is written.
+      ModelRun model;
+      std::vector<std::vector<std::string>> gpu_outputs;
+      Measured m;
+      if (req.model() && !a.device.empty()) {
+        m = time_gpu_model(a, req, gpu_model, gpu_baseline, o, gpu_outputs);
+      } else if (req.model()) {
+        m = time_cpu_model(a, req, model, o);
+      } else if (!a.device.empty()) {
+        m = time_gpu_kernel(a, req, gpu_module, bufs, outputs, o);
+      } else {
+        m = time_cpu_kernel(a, req, bufs, outputs, o);
+      }
+      if (!req.model()) {
+        for (size_t i : outputs) m.views.push_back({bufs[i].data(), static_cast<int64_t>(bufs[i].size()), tf::ModelDType::F32});
+      }
+      return reply_with(req, m);
+    } catch (const std::bad_alloc&) {
+      return fail(pb::MEMORY_LIMIT, "out of memory under the limit of " + std::to_string(req.memory_limit_bytes()) + " bytes");
+    } catch (const std::exception& e) {
+      return fail(pb::LOAD_ERROR, e.what());
+    }
+  } catch (const Failure& f) {
+    return fail(f.code, f.msg);
   }
 }

@@ -110,7 +110,7 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
       int64_t dtype;
       if (!w.next(t.elements) || !w.next(dtype)) return truncated;
       if (t.elements < 0 || t.elements > (int64_t{1} << 36)) return damaged("a tensor of " + std::to_string(t.elements) + " elements");
-      if (dtype != 1 && dtype != 7 && dtype != 9) return damaged("element type " + std::to_string(dtype));
+      if (dtype != TF_DTYPE_FLOAT32 && dtype != TF_DTYPE_INT64 && dtype != TF_DTYPE_BOOL) return damaged("element type " + std::to_string(dtype));
       t.dtype = static_cast<int32_t>(dtype);
       (side == 0 ? m.inputs : m.outputs).push_back(t);
     }
@@ -182,7 +182,7 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
   for (int64_t c = 0; c < counts[4]; ++c) {
     GpuModelImage::Conversion conv;
     if (!w.next(conv.input) || !w.next(conv.arena_offset)) return truncated;
-    if (conv.input < 0 || conv.input >= counts[0] || m.inputs[static_cast<size_t>(conv.input)].dtype == 1 ||
+    if (conv.input < 0 || conv.input >= counts[0] || m.inputs[static_cast<size_t>(conv.input)].dtype == TF_DTYPE_FLOAT32 ||
         !arg_ok({GpuModelImage::ArgKind::Arena, conv.arena_offset}, m.inputs[static_cast<size_t>(conv.input)].elements * 4)) {
       return damaged("conversion " + std::to_string(c) + " is out of range");
     }
@@ -204,10 +204,10 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
       bool ok = arg_ok(copy.from, out.elements * 4);
       if (copy.from.kind == GpuModelImage::ArgKind::Input)
         ok = ok && m.inputs[static_cast<size_t>(copy.from.index)].elements == out.elements &&
-             m.inputs[static_cast<size_t>(copy.from.index)].dtype == 1;
+             m.inputs[static_cast<size_t>(copy.from.index)].dtype == TF_DTYPE_FLOAT32;
       if (copy.from.kind == GpuModelImage::ArgKind::Output)
         ok = ok && m.outputs[static_cast<size_t>(copy.from.index)].elements == out.elements &&
-             m.outputs[static_cast<size_t>(copy.from.index)].dtype == 1;
+             m.outputs[static_cast<size_t>(copy.from.index)].dtype == TF_DTYPE_FLOAT32;
       if (!ok) return damaged(where + " reads outside the model's buffers");
     }
     m.copies.push_back(std::move(copy));

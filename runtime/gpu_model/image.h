@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/gpu_model/plan.h"
 #include "runtime/gpu_runtime.h"
 
 namespace tf {
@@ -17,8 +18,8 @@ namespace tf {
 struct GpuModelImage {
   struct Tensor {
     int64_t elements = 0;
-    int32_t dtype = 1;  // ONNX numbering: 1 float32, 7 int64, 9 bool
-    int64_t bytes() const { return elements * (dtype == 7 ? 8 : dtype == 9 ? 1 : 4); }
+    int32_t dtype = TF_DTYPE_FLOAT32;  // TF_DTYPE_* (ONNX numbering)
+    int64_t bytes() const { return elements * (dtype == TF_DTYPE_INT64 ? 8 : dtype == TF_DTYPE_BOOL ? 1 : 4); }
   };
   enum class ArgKind { Input = 0, Output = 1, Constant = 2, Arena = 3 };
   struct Arg {

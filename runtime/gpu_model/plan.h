@@ -49,6 +49,8 @@ enum {
 };
 
 enum { TF_GPU_PLATFORM_CUDA = 1, TF_GPU_PLATFORM_ROCM = 2 };
+/* Element types of inputs and outputs, ONNX's numbering (runtime/model_abi.h ModelDType). */
+enum { TF_DTYPE_FLOAT32 = 1, TF_DTYPE_INT64 = 7, TF_DTYPE_BOOL = 9 };
 enum { TF_GPU_ARG_INPUT = 0, TF_GPU_ARG_OUTPUT = 1, TF_GPU_ARG_CONSTANT = 2, TF_GPU_ARG_ARENA = 3 };
 enum { TF_GPU_LAUNCH_FIXED_WORDS = 10 };
 enum { TF_GPU_CONSTANT_ALIGN = 256 };

@@ -202,7 +202,7 @@ static int enter_device(void) {
   return 0;
 }
 
-static size_t dtype_bytes(int64_t dtype) { return dtype == 7 ? 8 : dtype == 9 ? 1 : 4; }
+static size_t dtype_bytes(int64_t dtype) { return dtype == TF_DTYPE_INT64 ? 8 : dtype == TF_DTYPE_BOOL ? 1 : 4; }
 static size_t padded(size_t bytes) { return bytes < 256 ? 256 : bytes; } /* drivers refuse 0 */
 
 static int initialize(void) {
@@ -298,7 +298,7 @@ static int convert_input(int64_t input, int64_t offset, const devptr* in, void* 
   if (!r) r = drv.stream_synchronize(stream);
   if (r) status = driver_failed(r, "reading an int64 or bool input");
   for (int64_t i = 0; !status && i < n; ++i) {
-    if (dtype == 7) {
+    if (dtype == TF_DTYPE_INT64) {
       int64_t x;
       memcpy(&x, host + 8 * i, 8);
       if (x < -(INT64_C(1) << 24) || x > (INT64_C(1) << 24)) status = -2;
@@ -330,7 +330,7 @@ static int convert_output(int64_t output, devptr from, const devptr* out, void* 
   if (!r) r = drv.stream_synchronize(stream);
   if (r) status = driver_failed(r, "reading an output to convert");
   for (int64_t i = 0; !status && i < n; ++i) {
-    if (dtype == 7) {
+    if (dtype == TF_DTYPE_INT64) {
       /* Toward zero, saturating, NaN as 0: as the CPU library's fptosi.sat. */
       float x = f[i];
       int64_t v = x != x ? 0 : x >= 9.2233720368547758e18f ? INT64_MAX : x <= -9.2233720368547758e18f ? INT64_MIN : (int64_t)x;
@@ -382,7 +382,7 @@ static int run_on_device(const devptr* in, const devptr* out, void* stream) {
     if (w[3] >= 0) {
       if (w[4] > 0) r = drv.memcpy_htod_async(out[output], tf_gpu_blob + w[3], (size_t)w[4], stream);
       if (!r) r = drv.stream_synchronize(stream);
-    } else if (dtype == 1) {
+    } else if (dtype == TF_DTYPE_FLOAT32) {
       if (n > 0) r = drv.memcpy_dtod_async(out[output], where(w[0], w[1], in, out), (size_t)n * 4, stream);
     } else {
       int status = convert_output(output, where(w[0], w[1], in, out), out, stream);
