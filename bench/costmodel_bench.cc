@@ -32,7 +32,7 @@
 #include "costmodel/transfer.h"
 #include "costmodel/xgboost_model.h"
 #include "db/database.h"
-#include "tuner/model_search.h"
+#include "tuner/cost_model_search.h"
 
 namespace {
 
@@ -214,9 +214,9 @@ int overhead(int argc, char** argv) {
     SearchOverhead last;
     const int reps = 3;
     for (int rep = 0; rep < reps; ++rep) {
-      ModelSearchOptions mo;
+      CostModelSearchOptions mo;
       mo.transfer = td.set;
-      ModelSearch ms(space, static_cast<uint64_t>(rep + 1), mo);
+      CostModelSearch ms(space, static_cast<uint64_t>(rep + 1), mo);
       double b0 = now_s();
       ms.propose(8);
       per_batch += (now_s() - b0) / reps;

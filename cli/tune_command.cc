@@ -24,7 +24,7 @@
 #include "tuner/config_space.h"
 #include "tuner/farm_runner.h"
 #include "tuner/runner.h"
-#include "tuner/model_search.h"
+#include "tuner/cost_model_search.h"
 #include "tuner/search_strategy.h"
 #include "runtime/child_process.h"
 #include "tuner/tune.h"
@@ -306,7 +306,7 @@ int run_tune_impl(const TuneArgs& a) {
   progress.end();
   status = sum.interrupted ? "cancelled" : "done";
   json model_report;
-  if (const auto* ms = dynamic_cast<const ModelSearch*>(strategy.get())) {
+  if (const auto* ms = dynamic_cast<const CostModelSearch*>(strategy.get())) {
     const SearchOverhead& o = ms->overhead();
     double share = sum.state.elapsed_s > 0 ? o.total_s() / sum.state.elapsed_s : 0;
     model_report = {{"fits", o.fits}, {"features_s", o.features_s}, {"fit_s", o.fit_s}, {"anneal_s", o.anneal_s},

@@ -21,7 +21,7 @@ struct TuneArgs {
   std::string tracker, token_file, tls_ca, tls_cert, tls_key, tls_server_name, user;
   double time_budget_min = 0;
   // --transfer-until as given (a negative value is refused naming it), else the default.
-  int transfer_until = static_cast<int>(ModelSearchOptions{}.transfer_until);
+  int transfer_until = static_cast<int>(CostModelSearchOptions{}.transfer_until);
   // The settings of each part, with their defaults: the tuning loop and its measurements, the
   // search, the builder, the farm's leases (key, boards, waits).
   TuneOptions tune;

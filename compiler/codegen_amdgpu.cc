@@ -88,19 +88,16 @@ class CodeGenAmdgpu final : public CodeGenGpu {
     fn_->addFnAttr("uniform-work-group-size", "true");
   }
 
-  llvm::Value* grid_index(ForKind k) override {
+  const std::array<llvm::Intrinsic::ID, 6>& grid_intrinsics() const override {
     using namespace llvm::Intrinsic;  // NOLINT
-    static const ID kIds[6] = {amdgcn_workgroup_id_x, amdgcn_workgroup_id_y, amdgcn_workgroup_id_z,
-                               amdgcn_workitem_id_x,  amdgcn_workitem_id_y,  amdgcn_workitem_id_z};
-    llvm::Value* id = b_.CreateIntrinsic(b_.getInt32Ty(), kIds[static_cast<size_t>(gpu_binding_index(k))], {});
-    return b_.CreateZExt(id, b_.getInt64Ty());
+    static const std::array<ID, 6> ids = {amdgcn_workgroup_id_x, amdgcn_workgroup_id_y, amdgcn_workgroup_id_z,
+                                          amdgcn_workitem_id_x,  amdgcn_workitem_id_y,  amdgcn_workitem_id_z};
+    return ids;
   }
 
   // tanh from ocml; the back end selects the others.
-  llvm::Value* math_call(const Call* c, llvm::Intrinsic::ID id) override {
-    if (c->name != "tanh") return b_.CreateUnaryIntrinsic(id, expr(c->args[0]));
-    uses_vendor_math = true;
-    return vendor_math_call("__ocml_tanh_f32", c);
+  std::string vendor_math_function(const std::string& call) const override {
+    return call == "tanh" ? "__ocml_tanh_f32" : "";
   }
 
   void block_barrier() override {

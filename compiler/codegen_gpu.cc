@@ -3,6 +3,20 @@
 
 namespace tf::llvm_codegen {
 
+llvm::Value* CodeGenGpu::grid_index(ForKind k) {
+  llvm::Intrinsic::ID intrinsic = grid_intrinsics()[static_cast<size_t>(gpu_binding_index(k))];
+  return b_.CreateZExt(b_.CreateIntrinsic(b_.getInt32Ty(), intrinsic, {}), b_.getInt64Ty());
+}
+
+// A function of the vendor's bitcode library where the back end has no instruction; linked in
+// after emission (link_vendor_math).
+llvm::Value* CodeGenGpu::math_call(const Call* c, llvm::Intrinsic::ID id) {
+  std::string function = vendor_math_function(c->name);
+  if (function.empty()) return b_.CreateUnaryIntrinsic(id, expr(c->args[0]));
+  uses_vendor_math = true;
+  return vendor_math_call(function, c);
+}
+
 void CodeGenGpu::annotate_arg(llvm::Argument* a) {
   // GPU buffers come from the driver's allocator (cuMemAlloc, hipMalloc: 256-byte aligned), so
   // LLVM can prove vector accesses at multiples of 4 elements aligned and emit 128-bit loads

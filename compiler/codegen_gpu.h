@@ -21,6 +21,14 @@ class CodeGenGpu : public CodeGen {
   void barrier(const Barrier* s) override;
   bool allocate_shared(const Allocate* a) override;
   uint64_t local_align() const override { return 16; }
+  llvm::Value* grid_index(ForKind k) override;
+  llvm::Value* math_call(const Call* c, llvm::Intrinsic::ID id) override;
+
+  // The intrinsics reading the block's index and the thread's along x, y, z (in that order).
+  virtual const std::array<llvm::Intrinsic::ID, 6>& grid_intrinsics() const = 0;
+  // The function of the vendor's math library computing float `call` ("exp", "tanh", ...), or
+  // "" where the back end selects an instruction for it.
+  virtual std::string vendor_math_function(const std::string& call) const = 0;
 
   // __syncthreads: the block's memory operations before it complete before any after it.
   virtual void block_barrier() = 0;

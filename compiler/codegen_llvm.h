@@ -61,7 +61,7 @@ CodegenResult codegen_llvm(const std::vector<ir::LoweredFunc>& fs, const Target&
 // named kernel, kernel_step2, ...
 std::string llvm_ir_key(const ir::LoweredFunc& f, const Target& target);
 
-// For other code generators over LLVM (compiler/codegen_runner.h): the target machine of a
+// For other code generators over LLVM (compiler/model_entry.h): the target machine of a
 // target (PIC, -O3 code generation), and a module emitted as object code or assembly.
 std::unique_ptr<llvm::TargetMachine> make_target_machine(const Target& t);
 std::string emit_object(llvm::Module& m, llvm::TargetMachine& tm, bool assembly = false);

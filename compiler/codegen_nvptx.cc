@@ -56,21 +56,18 @@ class CodeGenNvptx final : public CodeGenGpu {
     entry("maxntidz", launch.block[2]);
   }
 
-  llvm::Value* grid_index(ForKind k) override {
+  const std::array<llvm::Intrinsic::ID, 6>& grid_intrinsics() const override {
     using namespace llvm::Intrinsic;  // NOLINT
-    static const ID kIds[6] = {nvvm_read_ptx_sreg_ctaid_x, nvvm_read_ptx_sreg_ctaid_y, nvvm_read_ptx_sreg_ctaid_z,
-                               nvvm_read_ptx_sreg_tid_x,   nvvm_read_ptx_sreg_tid_y,   nvvm_read_ptx_sreg_tid_z};
-    llvm::Value* id = b_.CreateIntrinsic(b_.getInt32Ty(), kIds[static_cast<size_t>(gpu_binding_index(k))], {});
-    return b_.CreateZExt(id, b_.getInt64Ty());
+    static const std::array<ID, 6> ids = {nvvm_read_ptx_sreg_ctaid_x, nvvm_read_ptx_sreg_ctaid_y,
+                                          nvvm_read_ptx_sreg_ctaid_z, nvvm_read_ptx_sreg_tid_x,
+                                          nvvm_read_ptx_sreg_tid_y,   nvvm_read_ptx_sreg_tid_z};
+    return ids;
   }
 
   // Transcendentals from libdevice (__nv_expf, ...); the rest are instructions.
-  llvm::Value* math_call(const Call* c, llvm::Intrinsic::ID id) override {
-    bool transcendental = c->name == "exp" || c->name == "log" || c->name == "tanh" || c->name == "sin" ||
-                          c->name == "cos";
-    if (!transcendental) return b_.CreateUnaryIntrinsic(id, expr(c->args[0]));
-    uses_vendor_math = true;
-    return vendor_math_call("__nv_" + c->name + "f", c);
+  std::string vendor_math_function(const std::string& call) const override {
+    bool transcendental = call == "exp" || call == "log" || call == "tanh" || call == "sin" || call == "cos";
+    return transcendental ? "__nv_" + call + "f" : "";
   }
 
   // Whether this target copies global to shared memory asynchronously (cp.async: sm_80+).

@@ -1,13 +1,14 @@
 // model_codegen: the compiler's back end for a whole model's library. graph/model_compiler.h
 // decides what each kernel computes (a template's workload, or tensor expressions) and the
-// runner's plan of calls and buffers; this file turns that into one library on disk:
+// model's entry point (compiler/model_entry.h: its plan of calls and buffers); this file turns that
+// into one library on disk:
 //   - a generic kernel's default schedule and lowering (lower_generic_kernel);
 //   - for GPU targets, each kernel planned as the GPU will run it (its launches; UserError for
 //     what the GPU cannot run), or, emulated, its grid as loops for this machine;
 //   - kernels whose code is the same but for the name (a repeated layer, the per-group
 //     convolutions of split-grouped-convs) generated once: most of a compile is LLVM's;
 //   - code generation on all cores, GPU device code (PTX for cuda, code objects for rocm: one
-//     function, gpu_device_module), the runner's host code, one link;
+//     function, gpu_device_module), the entry point's host code, one link;
 //   - the library published atomically (base/file_io.h AtomicFile), its sidecar beside it.
 #pragma once
 
@@ -18,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compiler/codegen_runner.h"
+#include "compiler/model_entry.h"
 #include "compiler/gpu.h"
 #include "compiler/ir.h"
 #include "compiler/schedule.h"
@@ -64,15 +65,15 @@ class ModelCodegen {
     int64_t device_modules = 0;   // GPU libraries: the modules of device code
     int64_t workspace_bytes = 0;  // spec's, with a GPU library's split-K scratch after it
   };
-  // Generates every kernel whose code is its own, the runner (`spec`, whose calls name the
+  // Generates every kernel whose code is its own, the entry point (`spec`, whose calls name the
   // kernels that share_code chose; a GPU library's workspace grows by the kernels' scratch),
   // links them into `out` and writes `out + ".json"`, the text `sidecar` returns, before the
   // library appears. Nothing is left at `out` when anything fails.
-  Written write(RunnerSpec& spec, const std::string& out, const std::function<std::string(const Written&)>& sidecar);
+  Written write(EntrySpec& spec, const std::string& out, const std::function<std::string(const Written&)>& sidecar);
 
  private:
   void on_all_cores(const std::function<void(size_t)>& work, size_t count) const;
-  void write_gpu_objects(RunnerSpec& spec, const std::string& tmp, std::vector<std::string>& objects,
+  void write_gpu_objects(EntrySpec& spec, const std::string& tmp, std::vector<std::string>& objects,
                          Written& written);
 
   Target target_, code_target_;

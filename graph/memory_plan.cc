@@ -15,7 +15,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
     for (const std::string& v : groups[k].outputs) {
       const Value& val = g.value(v);
       // Float outputs are written in the caller's buffers; others are computed here and
-      // converted into them after the last kernel (compiler/codegen_runner.h).
+      // converted into them after the last kernel (compiler/model_entry.h).
       bool output = outputs.count(v) > 0;
       if (output && val.dtype == DType::F32) continue;
       // int64 8 bytes; bools are 0 / 1 floats in compiled kernels (graph/node_te.h).

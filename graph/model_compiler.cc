@@ -432,13 +432,13 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   cm.inputs = tensors_json(graph, graph.inputs);
   cm.outputs = tensors_json(graph, graph.outputs);
 
-  RunnerSpec spec;
-  auto runner_type = [](DType t) {
-    return t == DType::I64 ? RunnerType::Int64 : t == DType::Bool ? RunnerType::Bool : RunnerType::Float32;
+  EntrySpec spec;
+  auto entry_type = [](DType t) {
+    return t == DType::I64 ? EntryType::Int64 : t == DType::Bool ? EntryType::Bool : EntryType::Float32;
   };
   for (const std::string& n : graph.inputs) {
     const Value& v = graph.value(n);
-    spec.inputs.push_back({n, v.shape, runner_type(v.dtype)});
+    spec.inputs.push_back({n, v.shape, entry_type(v.dtype)});
     if (v.dtype != DType::F32) {
       // Kernels read int64 and bool inputs as floats: a copy converted on entry, after the
       // planned intermediates and live all through the run.
@@ -448,7 +448,7 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     }
   }
   for (const std::string& n : graph.outputs) {
-    spec.outputs.push_back({n, graph.value(n).shape, runner_type(graph.value(n).dtype)});
+    spec.outputs.push_back({n, graph.value(n).shape, entry_type(graph.value(n).dtype)});
   }
   spec.workspace_bytes = cm.memory.arena_bytes;
   // And a run's inputs, outputs and workspace together.
@@ -458,22 +458,22 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   }
   check_run_budget("a run of the model would hold", cm.memory.arena_bytes, run_tensors, memory_budget);
   std::map<std::string, int64_t> constant_index;
-  auto buffer = [&](const std::string& v) -> RunnerBuffer {
+  auto buffer = [&](const std::string& v) -> EntryBuffer {
     auto in = std::find(graph.inputs.begin(), graph.inputs.end(), v);
-    if (in != graph.inputs.end()) return {RunnerBuffer::Kind::Input, in - graph.inputs.begin()};
+    if (in != graph.inputs.end()) return {EntryBuffer::Kind::Input, in - graph.inputs.begin()};
     if (graph.is_constant(v)) {
       auto [it, fresh] = constant_index.emplace(v, static_cast<int64_t>(spec.constants.size()));
       if (fresh) {
         spec.constants.push_back(&graph.value(v).constant->f);
         cm.constant_bytes += static_cast<int64_t>(graph.value(v).constant->f.size() * 4);
       }
-      return {RunnerBuffer::Kind::Constant, it->second};
+      return {EntryBuffer::Kind::Constant, it->second};
     }
     auto o = std::find(graph.outputs.begin(), graph.outputs.end(), v);
     if (o != graph.outputs.end() && graph.value(v).dtype == DType::F32) {
-      return {RunnerBuffer::Kind::Output, o - graph.outputs.begin()};
+      return {EntryBuffer::Kind::Output, o - graph.outputs.begin()};
     }
-    return {RunnerBuffer::Kind::Workspace, cm.memory.buffers.at(v).offset};
+    return {EntryBuffer::Kind::Workspace, cm.memory.buffers.at(v).offset};
   };
   std::vector<KernelBuild>& builds = mb.builds();
   for (KernelBuild& b : builds) {
@@ -489,7 +489,7 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   for (size_t k = 0; k < builds.size(); ++k) {
     KernelBuild& b = builds[k];
     if (code_of[k] != k) b.info.same_code_as = builds[code_of[k]].info.function;
-    RunnerCall call{builds[code_of[k]].info.function, {}};
+    EntryCall call{builds[code_of[k]].info.function, {}};
     for (const std::string& a : b.info.args) call.args.push_back(buffer(a));
     spec.calls.push_back(std::move(call));
     cm.kernels.push_back(b.info);
@@ -498,7 +498,7 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     const Value& v = graph.value(graph.outputs[k]);
     if (v.dtype != DType::F32 && v.constant) {
       // A constant of another type (a folded shape, a comparison of constants): its bytes.
-      RunnerCopy c{{RunnerBuffer::Kind::Constant, 0}, static_cast<int64_t>(k), {}};
+      EntryCopy c{{EntryBuffer::Kind::Constant, 0}, static_cast<int64_t>(k), {}};
       for (int64_t x : v.constant->i) {
         if (v.dtype == DType::Bool) {
           c.literal.push_back(x != 0);
@@ -510,8 +510,8 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
       if (!c.literal.empty()) spec.copies.push_back(std::move(c));
       continue;
     }
-    RunnerBuffer from = buffer(graph.outputs[k]);
-    if (from.kind != RunnerBuffer::Kind::Output || from.index != static_cast<int64_t>(k))
+    EntryBuffer from = buffer(graph.outputs[k]);
+    if (from.kind != EntryBuffer::Kind::Output || from.index != static_cast<int64_t>(k))
       spec.copies.push_back({from, static_cast<int64_t>(k)});
   }
 

@@ -12,7 +12,7 @@
 //     node by node.
 //   - Intermediates live at offsets of one workspace planned by liveness (graph/memory_plan.h);
 //     model inputs and outputs are the caller's buffers; float constants are embedded.
-//   - The library exports the C ABI of compiler/codegen_runner.h; `out + ".json"` names every
+//   - The library exports the C ABI of compiler/model_entry.h; `out + ".json"` names every
 //     kernel, its nodes, its workload and config and where the config came from.
 //   - Nothing is written unless everything compiled: a node no kernel can compute is a
 //     UserError naming it, before any file exists.

@@ -1,6 +1,6 @@
 #include "graph/model_library.h"
 
-#include "compiler/codegen_runner.h"
+#include "compiler/model_entry.h"
 #include "base/error.h"
 
 namespace tf::graph {

@@ -1,5 +1,5 @@
 // model_library: a compiled model loaded into this process through its C ABI
-// (compiler/codegen_runner.h; loaded by runtime/model_abi.h), for `tunefarm run --model`,
+// (compiler/model_entry.h; loaded by runtime/model_abi.h), for `tunefarm run --model`,
 // the Python package and the tests.
 //
 // What it promises: open() refuses, naming the file, a library that does not load or lacks a

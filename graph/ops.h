@@ -99,7 +99,7 @@ struct OpDef {
   bool linear_cost = true;
   // Int64 results compiled kernels compute exactly as floats (graph/node_te.h): moving values,
   // and arithmetic float32 does exactly on integers up to 2^24 (int64 inputs are checked
-  // against that bound on entry, compiler/codegen_runner.h).
+  // against that bound on entry, compiler/model_entry.h).
   bool int64_exact = false;
   // Required: its fusion pattern. An entry without one fails the registry's test, and the
   // fuser stops (TF_CHECK) rather than guess: a wrong guess fuses an injective or opaque

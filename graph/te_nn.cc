@@ -121,7 +121,7 @@ Tensor hardmax_expr(const Node& n, const OpContext& c, const TeOperand& x, const
 
 // ArgMax / ArgMin along `axis`: the first (select_last_index: the last) index of the largest
 // (smallest) element, as a float32 (int64 results are floats inside compiled kernels, exact
-// below 2^24, converted to int64 at the model's output: compiler/codegen_runner.h). Three
+// below 2^24, converted to int64 at the model's output: compiler/model_entry.h). Three
 // stages: the extreme value, the largest key of the positions holding it (the index, or its
 // mirror K-1-index for the first), and the index. Unlike numpy, a NaN is not picked: it
 // counts as -inf (max itself would propagate it); a row of NaN gives index 0, as numpy.

@@ -23,7 +23,7 @@
 #include "tuner/config_space.h"
 #include "tuner/farm_runner.h"
 #include "tuner/model_comparison.h"
-#include "tuner/model_search.h"
+#include "tuner/cost_model_search.h"
 #include "tuner/runner.h"
 #include "tuner/search_strategy.h"
 #include "tuner/task_group.h"

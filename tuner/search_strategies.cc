@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "tuner/model_search.h"
+#include "tuner/cost_model_search.h"
 #include "tuner/search_strategy.h"
 
 namespace tf {
@@ -141,8 +141,8 @@ const std::vector<std::string>& search_strategy_names() {
 }
 
 std::unique_ptr<SearchStrategy> make_search_strategy(const std::string& name, const ConfigSpace& space, uint64_t seed,
-                                                     const ModelSearchOptions* model) {
-  if (name == "xgb") return std::make_unique<ModelSearch>(space, seed, model ? *model : ModelSearchOptions{});
+                                                     const CostModelSearchOptions* model) {
+  if (name == "xgb") return std::make_unique<CostModelSearch>(space, seed, model ? *model : CostModelSearchOptions{});
   if (name == "random") return std::make_unique<RandomSearch>(space, seed);
   if (name == "grid") return std::make_unique<GridSearch>(space, seed);
   if (name == "ga") return std::make_unique<GeneticSearch>(space, seed);

@@ -9,7 +9,7 @@
 //
 // Strategies here: random (uniform over unmeasured points), grid (index order), ga (a
 // genetic algorithm over the knobs' candidate positions), xgb (a cost model ranks the space
-// and simulated annealing picks what to measure: tuner/model_search.h).
+// and simulated annealing picks what to measure: tuner/cost_model_search.h).
 #pragma once
 
 #include <cstdint>
@@ -39,12 +39,12 @@ class SearchStrategy {
 // xgb, random, grid, ga.
 const std::vector<std::string>& search_strategy_names();
 
-struct ModelSearchOptions;
+struct CostModelSearchOptions;
 
 // Throws UserError naming the strategy and the known ones when `name` is not one of them.
 // `model` configures xgb (null: defaults, no transfer).
 std::unique_ptr<SearchStrategy> make_search_strategy(const std::string& name, const ConfigSpace& space,
-                                                     uint64_t seed, const ModelSearchOptions* model = nullptr);
+                                                     uint64_t seed, const CostModelSearchOptions* model = nullptr);
 
 // What the strategies share: the points already seen, and random unseen valid points.
 class SearchBase : public SearchStrategy {

@@ -30,7 +30,7 @@ Session open_session(const MeasurePlace& place, const std::function<std::unique_
 
 Search make_search(const ConfigSpace& space, db::Database* db, const SearchSettings& s) {
   Search out;
-  ModelSearchOptions mo = s.model;
+  CostModelSearchOptions mo = s.model;
   mo.feature_worker = find_sibling_program("tunefarm-build-worker");
   const Target& t = space.target();
   if (s.strategy == "xgb") {

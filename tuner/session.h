@@ -18,7 +18,7 @@
 #include "db/database.h"
 #include "tuner/config_space.h"
 #include "tuner/farm_runner.h"
-#include "tuner/model_search.h"
+#include "tuner/cost_model_search.h"
 #include "tuner/runner.h"
 #include "tuner/search_strategy.h"
 
@@ -48,7 +48,7 @@ struct SearchSettings {
   std::string strategy = "xgb";  // search_strategy_names()
   uint64_t seed = 1;
   bool transfer = true;          // xgb: start from the database's records of other workloads
-  ModelSearchOptions model;      // xgb: objective, epsilon, transfer_until, load_model, ...
+  CostModelSearchOptions model;      // xgb: objective, epsilon, transfer_until, load_model, ...
 };
 
 struct Search {

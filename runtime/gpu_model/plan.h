@@ -1,5 +1,5 @@
 /* The launch plan of a GPU model library, as graph::compile_model writes it (compiler/
- * codegen_runner.cc codegen_gpu_runner) and the library's runtime (runtime/gpu_model/runtime.c)
+ * model_entry.cc codegen_gpu_model_entry) and the library's runtime (runtime/gpu_model/runtime.c)
  * reads it. C, so that both sides include it.
  *
  * A GPU model library holds one read-only array, tf_gpu_model, in an ELF section of its own

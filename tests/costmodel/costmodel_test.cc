@@ -15,7 +15,7 @@
 #include "costmodel/xgboost_model.h"
 #include "db/database.h"
 #include "tuner/builder.h"
-#include "tuner/model_search.h"
+#include "tuner/cost_model_search.h"
 #include "tuner/runner.h"
 #include "tuner/tune.h"
 #include "tuner/tuning_curve.h"
@@ -179,7 +179,7 @@ TEST(XGBoostModel, BadFilesAndOptionsAreClearErrors) {
   o.objective = "rank:ndcg";
   EXPECT_NE(message([&] { costmodel::XGBoostModel bad(o); }).find("objective 'rank:ndcg'"), std::string::npos);
   ConfigSpace s(parse_workload("matmul(M=8,N=8,K=8)"), x86_avx512());
-  ModelSearch fresh(s, 1, {});
+  CostModelSearch fresh(s, 1, {});
   EXPECT_NE(message([&] { fresh.save_model(temp_dir() + "/x.json"); }).find("no cost model to save"),
             std::string::npos);
 }
@@ -220,7 +220,7 @@ TEST(Anneal, FindsTheOptimumOfASyntheticLandscape) {
 
 // ---- Features in the worker process ----------------------------------------------------
 
-TEST(ModelSearch, AConfigThatCrashesTheCompilerIsNeverProposedAndTheTunerLivesOn) {
+TEST(CostModelSearch, AConfigThatCrashesTheCompilerIsNeverProposedAndTheTunerLivesOn) {
   // A worker that crashes on every config with tile_m 3 (a compiler bug stands in), the real
   // one otherwise: the annealer visits many such configs; the search goes on without them.
   std::string worker = temp_dir() + "/crashing-feature-worker.sh";
@@ -234,18 +234,18 @@ TEST(ModelSearch, AConfigThatCrashesTheCompilerIsNeverProposedAndTheTunerLivesOn
   fs::permissions(worker, fs::perms::owner_all);
   ConfigSpace s(parse_workload("matmul(M=96,N=64,K=32)"), x86_avx512());
   // A model to rank with: fitted on measured-looking rows of this very space.
-  ModelSearchOptions plain;
+  CostModelSearchOptions plain;
   plain.epsilon = 0;
-  ModelSearch teacher(s, 3, plain);
+  CostModelSearch teacher(s, 3, plain);
   std::vector<Observation> seen;
   for (uint64_t i : teacher.propose(24)) {
     json c = s.to_config(i);
     seen.push_back({i, 1e-3 * (1 + std::abs(c["tile_m"].get<int>() - 3)) * (c["vectorize"].get<bool>() ? 1 : 4)});
   }
-  ModelSearchOptions o;
+  CostModelSearchOptions o;
   o.epsilon = 0;
   o.feature_worker = worker;
-  ModelSearch ms(s, 3, o);
+  CostModelSearch ms(s, 3, o);
   ms.observe(seen);
   std::vector<uint64_t> p = ms.propose(16);
   EXPECT_EQ(p.size(), 16u);
@@ -253,16 +253,16 @@ TEST(ModelSearch, AConfigThatCrashesTheCompilerIsNeverProposedAndTheTunerLivesOn
   EXPECT_GT(ms.overhead().unlowerable, 0u) << "the annealer never met a crashing config";
   for (uint64_t i : p) EXPECT_NE(s.to_config(i)["tile_m"], 3) << s.to_config(i).dump();
   // The same with the real worker: features equal to the in-process ones.
-  ModelSearchOptions real = o;
+  CostModelSearchOptions real = o;
   real.feature_worker = TF_BUILD_WORKER;
-  ModelSearch a(s, 3, real), b(s, 3, plain);
+  CostModelSearch a(s, 3, real), b(s, 3, plain);
   a.observe(seen);
   b.observe(seen);
   EXPECT_EQ(a.propose(8), b.propose(8));
   EXPECT_EQ(a.overhead().unlowerable, 0u);
 }
 
-TEST(ModelSearch, TheTransferSetHelpsOnlyUntilTheWorkloadHasResultsOfItsOwn) {
+TEST(CostModelSearch, TheTransferSetHelpsOnlyUntilTheWorkloadHasResultsOfItsOwn) {
   ConfigSpace s(parse_workload("matmul(M=64,N=48,K=40)"), x86_avx512());
   // A transfer group: 20 configs of this space with made-up times (only the plumbing counts).
   std::vector<std::vector<float>> rows;
@@ -272,10 +272,10 @@ TEST(ModelSearch, TheTransferSetHelpsOnlyUntilTheWorkloadHasResultsOfItsOwn) {
     rows.push_back(costmodel::config_features(s.graph(), s.target(), s.to_config(i % s.size())));
     costs.push_back(1e-3 * static_cast<double>(1 + rows.size()));
   }
-  ModelSearchOptions o;
+  CostModelSearchOptions o;
   o.transfer.add_group(rows, costs);
   o.transfer_until = 8;
-  ModelSearch ms(s, 1, o);
+  CostModelSearch ms(s, 1, o);
   ms.propose(4);
   EXPECT_EQ(ms.overhead().last_fit_rows, 20u);  // transfer alone before any result
   std::vector<Observation> own;
@@ -321,7 +321,7 @@ TEST(TuningCurve, OneCurvePerRunOnePointPerNewConfig) {
 
 // ---- xgb end to end ---------------------------------------------------------------------
 
-TEST(ModelSearch, TunesARealKernelLearnsFromOtherShapesAndResumes) {
+TEST(CostModelSearch, TunesARealKernelLearnsFromOtherShapesAndResumes) {
   std::string path = temp_dir() + "/xgb.db";
   auto db = db::open_database(path);
   Target t = host_target();
@@ -366,9 +366,9 @@ TEST(ModelSearch, TunesARealKernelLearnsFromOtherShapesAndResumes) {
   EXPECT_EQ(te.workloads, 1u);
   EXPECT_EQ(te.configs, td.configs);
 
-  ModelSearchOptions mo;
+  CostModelSearchOptions mo;
   mo.transfer = td.set;
-  ModelSearch first(space, 7, mo);
+  CostModelSearch first(space, 7, mo);
   CommitRecords c2(db.get(), space, "local", "", o.measure);
   o.trials = 13;
   TuneSummary s1 = tune(space, first, b, r, db.get(), o, {&c2});
@@ -384,9 +384,9 @@ TEST(ModelSearch, TunesARealKernelLearnsFromOtherShapesAndResumes) {
   std::set<std::string> before;
   for (const auto& rec : db->history({w.canonical(), t.str(), 0})) before.insert(rec.config_hash());
   EXPECT_EQ(before.size(), 13u);
-  ModelSearchOptions again;
+  CostModelSearchOptions again;
   again.load_model = model_path;
-  ModelSearch second(space, 7, again);
+  CostModelSearch second(space, 7, again);
   TuneSummary s2 = tune(space, second, b, r, db.get(), o, {&c2});
   EXPECT_EQ(s2.state.known, 13);
   EXPECT_EQ(s2.state.trials_done, 13);

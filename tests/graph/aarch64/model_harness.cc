@@ -1,5 +1,5 @@
 // Runs a compiled model on an aarch64 system (under qemu-aarch64 in the tests) through its C
-// ABI (compiler/codegen_runner.h):
+// ABI (compiler/model_entry.h):
 //   model_harness MODEL.so IN_0.bin ... IN_n.bin OUT_0.bin ... OUT_m.bin
 // Inputs are raw float32 files of exactly the model's input sizes; outputs are written raw.
 // Exit status: 0, 1 when the model fails, 3 for bad usage or files.

@@ -1,4 +1,4 @@
-#include "tuner/model_search.h"
+#include "tuner/cost_model_search.h"
 
 #include <algorithm>
 #include <chrono>
@@ -90,7 +90,7 @@ std::vector<uint64_t> anneal(const ConfigSpace& space, const std::vector<uint64_
   return out;
 }
 
-ModelSearch::ModelSearch(const ConfigSpace& space, uint64_t seed, ModelSearchOptions o)
+CostModelSearch::CostModelSearch(const ConfigSpace& space, uint64_t seed, CostModelSearchOptions o)
     : SearchBase(space, seed), opts_(std::move(o)) {
   if (!(opts_.epsilon >= 0 && opts_.epsilon <= 1)) {
     throw UserError(str("epsilon ", opts_.epsilon, " must be between 0 and 1"));
@@ -101,13 +101,13 @@ ModelSearch::ModelSearch(const ConfigSpace& space, uint64_t seed, ModelSearchOpt
   dirty_ = opts_.transfer.rows() > 0 && opts_.transfer_until > 0;
 }
 
-void ModelSearch::observe(const std::vector<Observation>& results) {
+void CostModelSearch::observe(const std::vector<Observation>& results) {
   SearchBase::observe(results);
   for (const Observation& o : results) costs_[o.index] = o.cost_s;
   if (!results.empty()) dirty_ = true;
 }
 
-void ModelSearch::compute_features(const std::vector<uint64_t>& points) {
+void CostModelSearch::compute_features(const std::vector<uint64_t>& points) {
   std::vector<uint64_t> missing;
   for (uint64_t i : points) {
     if (!features_.count(i) && std::find(missing.begin(), missing.end(), i) == missing.end()) missing.push_back(i);
@@ -129,7 +129,7 @@ void ModelSearch::compute_features(const std::vector<uint64_t>& points) {
   overhead_.features_s += now_s() - start;
 }
 
-void ModelSearch::features_in_worker(const std::vector<uint64_t>& points) {
+void CostModelSearch::features_in_worker(const std::vector<uint64_t>& points) {
   nlohmann::json configs = nlohmann::json::array();
   for (uint64_t i : points) configs.push_back(space_.to_config(i));
   nlohmann::json req = {{"workload", space_.workload().canonical()}, {"target", space_.target().str()},
@@ -161,7 +161,7 @@ void ModelSearch::features_in_worker(const std::vector<uint64_t>& points) {
   features_in_worker(std::vector<uint64_t>(points.begin() + static_cast<long>(half), points.end()));
 }
 
-std::vector<double> ModelSearch::score(const std::vector<uint64_t>& points) {
+std::vector<double> CostModelSearch::score(const std::vector<uint64_t>& points) {
   compute_features(points);
   std::vector<uint64_t> missing;
   std::vector<float> rows;
@@ -185,7 +185,7 @@ std::vector<double> ModelSearch::score(const std::vector<uint64_t>& points) {
   return out;
 }
 
-void ModelSearch::refit() {
+void CostModelSearch::refit() {
   std::vector<uint64_t> points;
   size_t correct = 0;
   for (const auto& [i, c] : costs_) {
@@ -220,7 +220,7 @@ void ModelSearch::refit() {
   scores_.clear();
 }
 
-std::vector<uint64_t> ModelSearch::propose(size_t n) {
+std::vector<uint64_t> CostModelSearch::propose(size_t n) {
   if (dirty_) refit();
   std::vector<uint64_t> pool;
   if (model_->trained()) {
@@ -263,7 +263,7 @@ std::vector<uint64_t> ModelSearch::propose(size_t n) {
   return out;
 }
 
-void ModelSearch::save_model(const std::string& path) const {
+void CostModelSearch::save_model(const std::string& path) const {
   if (!model_->trained()) {
     throw UserError(str("no cost model to save to ", path, ": too few measurements to fit one"));
   }

@@ -42,7 +42,7 @@ std::vector<uint64_t> anneal(const ConfigSpace& space, const std::vector<uint64_
                              const std::function<bool(uint64_t)>& keep, size_t want, const AnnealOptions& o,
                              std::mt19937_64& rng);
 
-struct ModelSearchOptions {
+struct CostModelSearchOptions {
   costmodel::XGBoostOptions model;
   AnnealOptions anneal;
   double epsilon = 0.05;              // share of random points in a batch
@@ -69,10 +69,10 @@ struct SearchOverhead {
   double total_s() const { return features_s + fit_s + anneal_s; }
 };
 
-class ModelSearch : public SearchBase {
+class CostModelSearch : public SearchBase {
  public:
   // Throws UserError for a bad model option or an unreadable model file.
-  ModelSearch(const ConfigSpace& space, uint64_t seed, ModelSearchOptions o);
+  CostModelSearch(const ConfigSpace& space, uint64_t seed, CostModelSearchOptions o);
   std::string name() const override { return "xgb"; }
   std::vector<uint64_t> propose(size_t n) override;
   void observe(const std::vector<Observation>& results) override;
@@ -91,7 +91,7 @@ class ModelSearch : public SearchBase {
   std::vector<double> score(const std::vector<uint64_t>& points);
   void refit();
 
-  ModelSearchOptions opts_;
+  CostModelSearchOptions opts_;
   std::unique_ptr<costmodel::XGBoostModel> model_;
   std::unordered_map<uint64_t, std::vector<float>> features_;  // empty: cannot be lowered
   std::unique_ptr<LineWorker> worker_;

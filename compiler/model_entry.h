@@ -1,4 +1,4 @@
-// codegen_runner: the entry points of a compiled model, as object code for one CPU target.
+// codegen_model_entry: the entry points of a compiled model, as object code for one CPU target.
 //
 // The kernels of a model are compiled one by one (compiler/codegen_llvm.h); this emits what
 // ties them together into one library with a C ABI (docs/models.md has it for users):
@@ -35,39 +35,39 @@
 namespace tf {
 
 // Element types as ONNX's TensorProto numbers them.
-enum class RunnerType : int32_t { Float32 = 1, Int64 = 7, Bool = 9 };
+enum class EntryType : int32_t { Float32 = 1, Int64 = 7, Bool = 9 };
 
-struct RunnerTensor {
+struct EntryTensor {
   std::string name;
   std::vector<int64_t> shape;
-  RunnerType dtype = RunnerType::Float32;
+  EntryType dtype = EntryType::Float32;
 };
 
 // A buffer a kernel reads or writes.
-struct RunnerBuffer {
+struct EntryBuffer {
   enum class Kind { Input, Output, Constant, Workspace };
   Kind kind;
   int64_t index;  // input, output or constant number; the workspace's byte offset
 };
 
-struct RunnerCall {
+struct EntryCall {
   std::string function;  // `i32 function(ptr...)` returning 0, or -1 when out of memory
-  std::vector<RunnerBuffer> args;
+  std::vector<EntryBuffer> args;
 };
 
 // After the calls: output `output` gets a copy of `from` (outputs that are inputs, constants
 // or other outputs of the model), float32 data converted to the output's dtype (an int64 by
 // rounding toward zero, saturating, NaN as 0; a bool as x != 0); or, with `literal`, those
 // bytes as they are (a constant output of another dtype than float32).
-struct RunnerCopy {
-  RunnerBuffer from;
+struct EntryCopy {
+  EntryBuffer from;
   int64_t output;
   std::vector<uint8_t> literal;
 };
 
 // Before the calls: a non-float32 input converted to float32 at this workspace offset, where
 // the kernels read it.
-struct RunnerInputConversion {
+struct EntryInputConversion {
   int64_t input;
   int64_t workspace_offset;
 };
@@ -75,42 +75,42 @@ struct RunnerInputConversion {
 // The largest int64 an input may hold (in magnitude): every integer up to it is a float32.
 constexpr int64_t kRunnerMaxExactInt = int64_t{1} << 24;
 
-struct RunnerSpec {
-  std::vector<RunnerTensor> inputs, outputs;
-  std::vector<RunnerInputConversion> conversions;
+struct EntrySpec {
+  std::vector<EntryTensor> inputs, outputs;
+  std::vector<EntryInputConversion> conversions;
   std::vector<const std::vector<float>*> constants;  // embedded, read-only, 64-byte aligned
-  std::vector<RunnerCall> calls;
-  std::vector<RunnerCopy> copies;
+  std::vector<EntryCall> calls;
+  std::vector<EntryCopy> copies;
   int64_t workspace_bytes = 0;
 };
 
 // Object code defining the tf_model_* functions; the kernels are external symbols.
-std::string codegen_runner(const RunnerSpec& spec, const Target& target);
+std::string codegen_model_entry(const EntrySpec& spec, const Target& target);
 
-// A model for a GPU (compile_model for cuda, rocm): each call of the RunnerSpec is one or more
+// A model for a GPU (compile_model for cuda, rocm): each call of the EntrySpec is one or more
 // kernel launches (split-K: the partial sums, then their sum) of a code module, each on the
 // call's arguments followed by its workspaces (places in the arena).
-struct GpuRunnerKernel {
+struct GpuEntryKernel {
   std::string function;
   std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
   int64_t dynamic_shared_bytes = 0;
 };
-struct GpuRunnerCall {
+struct GpuEntryCall {
   int64_t module = 0;
-  std::vector<GpuRunnerKernel> kernels;
+  std::vector<GpuEntryKernel> kernels;
   std::vector<int64_t> workspace_offsets;  // byte offsets in the arena
 };
-struct GpuRunnerSpec {
+struct GpuEntrySpec {
   TargetKind platform = TargetKind::Cuda;  // cuda, rocm
   std::vector<std::string> modules;   // PTX text, or .hsaco code objects
-  std::vector<GpuRunnerCall> calls;   // one per RunnerSpec call
+  std::vector<GpuEntryCall> calls;   // one per EntrySpec call
 };
 
 // Object code for `host` (the machine the library runs on): the tf_model_* tables of `spec`
 // (tf_model_workspace_bytes 0: the spec's workspace_bytes is the device arena) and the launch
 // plan, code modules and constants of runtime/gpu_model/plan.h. Linked with
 // gpu_model_runtime_object(), which defines tf_model_run.
-std::string codegen_gpu_runner(const RunnerSpec& spec, const GpuRunnerSpec& gpu, const Target& host);
+std::string codegen_gpu_model_entry(const EntrySpec& spec, const GpuEntrySpec& gpu, const Target& host);
 
 // The object file of runtime/gpu_model/runtime.c for this machine (embedded at build time).
 std::string_view gpu_model_runtime_object();

@@ -1,4 +1,4 @@
-#include "compiler/codegen_runner.h"
+#include "compiler/model_entry.h"
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
@@ -22,12 +22,12 @@ namespace {
 
 constexpr uint64_t kAlign = 64;
 
-class RunnerGen {
+class EntryGen {
  public:
-  RunnerGen(llvm::LLVMContext& ctx, llvm::Module& m) : ctx_(ctx), m_(m), b_(ctx) {}
+  EntryGen(llvm::LLVMContext& ctx, llvm::Module& m) : ctx_(ctx), m_(m), b_(ctx) {}
 
   // The tables describing the inputs and outputs, and the workspace's size.
-  void emit_tables(const RunnerSpec& s, int64_t workspace_bytes) {
+  void emit_tables(const EntrySpec& s, int64_t workspace_bytes) {
     tensor_table("input", s.inputs);
     tensor_table("output", s.outputs);
     constant_fn("tf_model_workspace_bytes", b_.getInt64(static_cast<uint64_t>(workspace_bytes)));
@@ -42,7 +42,7 @@ class RunnerGen {
     gv->setSection(section);
   }
 
-  void emit(const RunnerSpec& s) {
+  void emit(const EntrySpec& s) {
     emit_tables(s, s.workspace_bytes);
     for (size_t k = 0; k < s.constants.size(); ++k) {
       const std::vector<float>& data = *s.constants[k];
@@ -91,9 +91,9 @@ class RunnerGen {
     b_.CreateRet(b_.CreateLoad(elem, p));
   }
 
-  void tensor_table(const std::string& role, const std::vector<RunnerTensor>& ts) {
+  void tensor_table(const std::string& role, const std::vector<EntryTensor>& ts) {
     std::vector<llvm::Constant*> names, ndims, shapes, dtypes;
-    for (const RunnerTensor& t : ts) {
+    for (const EntryTensor& t : ts) {
       names.push_back(b_.CreateGlobalString(t.name, "tf_" + role + "_name", 0, &m_));
       ndims.push_back(b_.getInt32(static_cast<uint32_t>(t.shape.size())));
       dtypes.push_back(b_.getInt32(static_cast<uint32_t>(t.dtype)));
@@ -133,11 +133,11 @@ class RunnerGen {
   }
 
   // out[i] = convert(from[i]) for i < n: float32 to the output's type.
-  void convert_loop(llvm::Value* out, llvm::Value* from, uint64_t n, RunnerType type) {
+  void convert_loop(llvm::Value* out, llvm::Value* from, uint64_t n, EntryType type) {
     loop("convert", n, [&](llvm::Value* i) {
       llvm::Value* x =
           b_.CreateLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), from, i));
-      if (type == RunnerType::Int64) {
+      if (type == EntryType::Int64) {
         llvm::Type* elem = b_.getInt64Ty();
         llvm::Value* v =
             b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {elem, b_.getFloatTy()}, {x});
@@ -152,11 +152,11 @@ class RunnerGen {
 
   // to[i] = float(from[i]) for i < n: an int64 input (branching to `bad` when one is beyond
   // +-kRunnerMaxExactInt) or a bool's byte as 0 / 1.
-  void convert_input_loop(llvm::Value* to, llvm::Value* from, uint64_t n, RunnerType type,
+  void convert_input_loop(llvm::Value* to, llvm::Value* from, uint64_t n, EntryType type,
                           llvm::BasicBlock* bad) {
     loop("convert_input", n, [&](llvm::Value* i) {
       llvm::Value* v;
-      if (type == RunnerType::Int64) {
+      if (type == EntryType::Int64) {
         llvm::Value* x =
             b_.CreateLoad(b_.getInt64Ty(), b_.CreateInBoundsGEP(b_.getInt64Ty(), from, i));
         // x + 2^24 in [0, 2^25] as unsigned: one compare for both bounds.
@@ -178,7 +178,7 @@ class RunnerGen {
     });
   }
 
-  void run(const RunnerSpec& s) {
+  void run(const EntrySpec& s) {
     llvm::PointerType* ptr = b_.getPtrTy();
     llvm::Function* fn = define("tf_model_run", b_.getInt32Ty(), {ptr, ptr, ptr});
     llvm::Value *inputs = fn->getArg(0), *outputs = fn->getArg(1), *given = fn->getArg(2);
@@ -236,29 +236,29 @@ class RunnerGen {
     };
     free_kept_buffers_at_unload(m_, {cache}, "tf_model_release_workspace");
     std::map<int64_t, uint64_t> converted;  // input -> workspace offset of its float32 copy
-    for (const RunnerInputConversion& c : s.conversions)
+    for (const EntryInputConversion& c : s.conversions)
       converted[c.input] = static_cast<uint64_t>(c.workspace_offset);
-    auto buffer = [&](const RunnerBuffer& r) -> llvm::Value* {
+    auto buffer = [&](const EntryBuffer& r) -> llvm::Value* {
       switch (r.kind) {
-        case RunnerBuffer::Kind::Input:
+        case EntryBuffer::Kind::Input:
           if (auto it = converted.find(r.index); it != converted.end())
             return b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), ws, it->second);
           return b_.CreateLoad(
               ptr, b_.CreateConstInBoundsGEP1_64(ptr, inputs, static_cast<uint64_t>(r.index)));
-        case RunnerBuffer::Kind::Output:
+        case EntryBuffer::Kind::Output:
           return b_.CreateLoad(
               ptr, b_.CreateConstInBoundsGEP1_64(ptr, outputs, static_cast<uint64_t>(r.index)));
-        case RunnerBuffer::Kind::Constant:
+        case EntryBuffer::Kind::Constant:
           return constants_.at(static_cast<size_t>(r.index));
-        case RunnerBuffer::Kind::Workspace:
+        case EntryBuffer::Kind::Workspace:
           return b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), ws, static_cast<uint64_t>(r.index));
       }
       return nullptr;
     };
     if (!s.conversions.empty()) {
       auto* bad = llvm::BasicBlock::Create(ctx_, "input_out_of_range", fn);
-      for (const RunnerInputConversion& c : s.conversions) {
-        const RunnerTensor& t = s.inputs.at(static_cast<size_t>(c.input));
+      for (const EntryInputConversion& c : s.conversions) {
+        const EntryTensor& t = s.inputs.at(static_cast<size_t>(c.input));
         uint64_t n = 1;
         for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
         llvm::Value* from = b_.CreateLoad(
@@ -273,29 +273,29 @@ class RunnerGen {
       b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-2)));
       b_.SetInsertPoint(resume);
     }
-    for (const RunnerCall& c : s.calls) {
+    for (const EntryCall& c : s.calls) {
       std::vector<llvm::Type*> params(c.args.size(), ptr);
       llvm::FunctionCallee kernel = m_.getOrInsertFunction(
           c.function, llvm::FunctionType::get(b_.getInt32Ty(), params, false));
       std::vector<llvm::Value*> args;
-      for (const RunnerBuffer& a : c.args) args.push_back(buffer(a));
+      for (const EntryBuffer& a : c.args) args.push_back(buffer(a));
       llvm::Value* status = b_.CreateCall(kernel, args);
       auto* next = llvm::BasicBlock::Create(ctx_, "after_" + c.function, fn);
       b_.CreateCondBr(b_.CreateICmpNE(status, b_.getInt32(0)), failed, next);
       b_.SetInsertPoint(next);
     }
-    for (const RunnerCopy& c : s.copies) {
-      const RunnerTensor& t = s.outputs.at(static_cast<size_t>(c.output));
+    for (const EntryCopy& c : s.copies) {
+      const EntryTensor& t = s.outputs.at(static_cast<size_t>(c.output));
       uint64_t n = 1;
       for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-      llvm::Value* out = buffer({RunnerBuffer::Kind::Output, c.output});
+      llvm::Value* out = buffer({EntryBuffer::Kind::Output, c.output});
       if (!c.literal.empty()) {
         llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(c.literal));
         auto* gv = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init,
                                             "tf_output_literal");
         gv->setAlignment(llvm::Align(8));
         b_.CreateMemCpy(out, llvm::MaybeAlign(1), gv, llvm::MaybeAlign(8), c.literal.size());
-      } else if (t.dtype == RunnerType::Float32) {
+      } else if (t.dtype == EntryType::Float32) {
         b_.CreateMemCpy(out, llvm::MaybeAlign(4), buffer(c.from), llvm::MaybeAlign(4), 4 * n);
       } else if (n > 0) {
         convert_loop(out, buffer(c.from), n, t.dtype);
@@ -320,10 +320,10 @@ struct GpuPlanData {
   std::string blob, constants;
 };
 
-GpuPlanData encode_gpu_plan(const RunnerSpec& s, const GpuRunnerSpec& gpu) {
-  TF_CHECK(gpu.calls.size() == s.calls.size(), "codegen_gpu_runner: ", gpu.calls.size(), " GPU calls for ",
+GpuPlanData encode_gpu_plan(const EntrySpec& s, const GpuEntrySpec& gpu) {
+  TF_CHECK(gpu.calls.size() == s.calls.size(), "codegen_gpu_model_entry: ", gpu.calls.size(), " GPU calls for ",
            s.calls.size(), " calls");
-  TF_CHECK(kind_info(gpu.platform).gpu, "codegen_gpu_runner: platform ", kind_name(gpu.platform));
+  TF_CHECK(kind_info(gpu.platform).gpu, "codegen_gpu_model_entry: platform ", kind_name(gpu.platform));
   GpuPlanData d;
   std::vector<int64_t>& p = d.plan;
   p.assign(TF_GPU_PLAN_HEADER_WORDS, 0);
@@ -339,42 +339,42 @@ GpuPlanData encode_gpu_plan(const RunnerSpec& s, const GpuRunnerSpec& gpu) {
     constant_at.push_back(static_cast<int64_t>(d.constants.size()));
     d.constants.append(reinterpret_cast<const char*>(c->data()), c->size() * sizeof(float));
   }
-  auto elements = [](const RunnerTensor& t) {
+  auto elements = [](const EntryTensor& t) {
     int64_t n = 1;
     for (int64_t x : t.shape) n *= x;
     return n;
   };
-  for (const std::vector<RunnerTensor>* side : {&s.inputs, &s.outputs}) {
-    for (const RunnerTensor& t : *side) p.insert(p.end(), {elements(t), static_cast<int64_t>(t.dtype)});
+  for (const std::vector<EntryTensor>* side : {&s.inputs, &s.outputs}) {
+    for (const EntryTensor& t : *side) p.insert(p.end(), {elements(t), static_cast<int64_t>(t.dtype)});
   }
   for (const std::string& m : gpu.modules)
     p.insert(p.end(), {blob(m, gpu.platform == TargetKind::Cuda), static_cast<int64_t>(m.size())});
   std::map<int64_t, int64_t> converted;  // input -> arena offset of its float32 copy
-  for (const RunnerInputConversion& c : s.conversions) converted[c.input] = c.workspace_offset;
-  auto arg = [&](const RunnerBuffer& r) -> std::array<int64_t, 2> {
+  for (const EntryInputConversion& c : s.conversions) converted[c.input] = c.workspace_offset;
+  auto arg = [&](const EntryBuffer& r) -> std::array<int64_t, 2> {
     switch (r.kind) {
-      case RunnerBuffer::Kind::Input:
+      case EntryBuffer::Kind::Input:
         if (auto it = converted.find(r.index); it != converted.end()) return {TF_GPU_ARG_ARENA, it->second};
         return {TF_GPU_ARG_INPUT, r.index};
-      case RunnerBuffer::Kind::Output:
+      case EntryBuffer::Kind::Output:
         return {TF_GPU_ARG_OUTPUT, r.index};
-      case RunnerBuffer::Kind::Constant:
+      case EntryBuffer::Kind::Constant:
         return {TF_GPU_ARG_CONSTANT, constant_at.at(static_cast<size_t>(r.index))};
-      case RunnerBuffer::Kind::Workspace:
+      case EntryBuffer::Kind::Workspace:
         return {TF_GPU_ARG_ARENA, r.index};
     }
     return {};
   };
   int64_t launches = 0;
   for (size_t c = 0; c < s.calls.size(); ++c) {
-    const GpuRunnerCall& g = gpu.calls[c];
-    TF_CHECK(g.module >= 0 && g.module < static_cast<int64_t>(gpu.modules.size()), "codegen_gpu_runner: call ", c,
+    const GpuEntryCall& g = gpu.calls[c];
+    TF_CHECK(g.module >= 0 && g.module < static_cast<int64_t>(gpu.modules.size()), "codegen_gpu_model_entry: call ", c,
              " of module ", g.module);
-    for (const GpuRunnerKernel& k : g.kernels) {
+    for (const GpuEntryKernel& k : g.kernels) {
       p.insert(p.end(), {g.module, blob(k.function, true), k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
                          k.block[2], k.dynamic_shared_bytes,
                          static_cast<int64_t>(s.calls[c].args.size() + g.workspace_offsets.size())});
-      for (const RunnerBuffer& a : s.calls[c].args) {
+      for (const EntryBuffer& a : s.calls[c].args) {
         std::array<int64_t, 2> w = arg(a);
         p.insert(p.end(), w.begin(), w.end());
       }
@@ -382,8 +382,8 @@ GpuPlanData encode_gpu_plan(const RunnerSpec& s, const GpuRunnerSpec& gpu) {
       ++launches;
     }
   }
-  for (const RunnerInputConversion& c : s.conversions) p.insert(p.end(), {c.input, c.workspace_offset});
-  for (const RunnerCopy& c : s.copies) {
+  for (const EntryInputConversion& c : s.conversions) p.insert(p.end(), {c.input, c.workspace_offset});
+  for (const EntryCopy& c : s.copies) {
     std::array<int64_t, 2> from = c.literal.empty() ? arg(c.from) : std::array<int64_t, 2>{0, 0};
     int64_t literal = -1;
     if (!c.literal.empty()) literal = blob(std::string(c.literal.begin(), c.literal.end()), false);
@@ -407,13 +407,13 @@ GpuPlanData encode_gpu_plan(const RunnerSpec& s, const GpuRunnerSpec& gpu) {
 }  // namespace
 
 // A module for `target` that `fill` defines, verified and emitted as object code.
-static std::string emit_runner_object(const Target& target, const char* name, const std::function<void(RunnerGen&)>& fill) {
+static std::string emit_entry_object(const Target& target, const char* name, const std::function<void(EntryGen&)>& fill) {
   llvm::LLVMContext ctx;
   llvm::Module m(name, ctx);
   std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target);
   m.setTargetTriple(target.triple);
   m.setDataLayout(tm->createDataLayout());
-  RunnerGen gen(ctx, m);
+  EntryGen gen(ctx, m);
   fill(gen);
   std::string errors;
   llvm::raw_string_ostream os(errors);
@@ -421,8 +421,8 @@ static std::string emit_runner_object(const Target& target, const char* name, co
   return emit_object(m, *tm);
 }
 
-std::string codegen_gpu_runner(const RunnerSpec& spec, const GpuRunnerSpec& gpu, const Target& host) {
-  TF_CHECK(host.is_cpu(), "codegen_gpu_runner: the host is a CPU target, not ", host.str());
+std::string codegen_gpu_model_entry(const EntrySpec& spec, const GpuEntrySpec& gpu, const Target& host) {
+  TF_CHECK(host.is_cpu(), "codegen_gpu_model_entry: the host is a CPU target, not ", host.str());
   GpuPlanData d = encode_gpu_plan(spec, gpu);
   // One array: header, plan, blob, constants (runtime/gpu_model/plan.h).
   std::string image(TF_GPU_MODEL_HEADER_BYTES, '\0');
@@ -438,15 +438,15 @@ std::string codegen_gpu_runner(const RunnerSpec& spec, const GpuRunnerSpec& gpu,
   append(d.blob, 8, 1);
   append(d.constants, TF_GPU_CONSTANT_ALIGN, 2);
   std::memcpy(image.data() + 8, header, sizeof header);
-  return emit_runner_object(host, "tf_gpu_model", [&](RunnerGen& gen) {
+  return emit_entry_object(host, "tf_gpu_model", [&](EntryGen& gen) {
     gen.emit_tables(spec, 0);
     gen.bytes_global("tf_gpu_model", image, TF_GPU_CONSTANT_ALIGN, TF_GPU_MODEL_SECTION);
   });
 }
 
-std::string codegen_runner(const RunnerSpec& spec, const Target& target) {
-  TF_CHECK(target.is_cpu(), "codegen_runner: CPU targets only, not ", target.str());
-  return emit_runner_object(target, "tf_model", [&](RunnerGen& gen) { gen.emit(spec); });
+std::string codegen_model_entry(const EntrySpec& spec, const Target& target) {
+  TF_CHECK(target.is_cpu(), "codegen_model_entry: CPU targets only, not ", target.str());
+  return emit_entry_object(target, "tf_model", [&](EntryGen& gen) { gen.emit(spec); });
 }
 
 }  // namespace tf
