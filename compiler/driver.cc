@@ -120,19 +120,17 @@ void write_kernel(const CompiledKernel& k, EmitKind kind, const std::string& out
     case EmitKind::Object:
       return write_file(out_path, codegen_llvm(k.lowered.func, k.target, CodegenOutput::Object).data);
     case EmitKind::SharedLibrary: {
-      bool cuda = k.target.kind == TargetKind::Cuda;
-      CodegenResult obj = codegen_llvm(k.lowered.func, k.target, cuda ? CodegenOutput::Asm : CodegenOutput::Object);
       // Built under a temporary name and renamed, so a failed build never leaves a half
       // library; the temporaries go whatever happens.
       AtomicFile out(fs::absolute(out_path), ".so");
-      TemporaryFiles temps;
-      if (cuda) {
-        write_file(out.temp_path(), obj.data);
+      if (k.target.is_gpu()) {
+        write_file(out.temp_path(), gpu_device_module({k.lowered.func}, k.target, out.temp_path()));
       } else {
-        const std::string& tmp_obj = temps.add(out.temp_path() + ".o");
+        CodegenResult obj = codegen_llvm(k.lowered.func, k.target, CodegenOutput::Object);
+        TemporaryFiles temps;
+        const std::string tmp_obj = temps.add(out.temp_path() + ".o");
         write_file(tmp_obj, obj.data);
-        if (k.target.is_gpu()) link_amdgpu_code_object(tmp_obj, out.temp_path());
-        else link_shared_library(tmp_obj, out.temp_path(), k.target, obj.uses_openmp, obj.uses_libm);
+        link_shared_library(tmp_obj, out.temp_path(), k.target, obj.uses_openmp, obj.uses_libm);
       }
       write_file(out.final_path() + ".json", kernel_metadata(k).dump(2) + "\n");
       out.commit();

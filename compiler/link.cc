@@ -18,6 +18,8 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "base/file_io.h"
+#include "compiler/codegen_llvm.h"
 
 extern char** environ;
 LLD_HAS_DRIVER(elf)
@@ -159,6 +161,16 @@ void link_shared_library(const std::vector<std::string>& objects, const std::str
 
 void link_amdgpu_code_object(const std::string& object_path, const std::string& out_path) {
   run_linker({find_lld(), "-shared", "-o", out_path, object_path});
+}
+
+std::string gpu_device_module(const std::vector<ir::LoweredFunc>& funcs, const Target& target, const std::string& tmp) {
+  if (target.kind == TargetKind::Cuda) return codegen_llvm(funcs, target, CodegenOutput::Asm).data;
+  TemporaryFiles temps;
+  const std::string object = temps.add(tmp + ".o");
+  const std::string code = temps.add(str(tmp, ".", target.info().module_format));
+  write_file(object, codegen_llvm(funcs, target, CodegenOutput::Object).data);
+  link_amdgpu_code_object(object, code);
+  return read_file(code);
 }
 
 }  // namespace tf

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ir.h"
 #include "compiler/target.h"
 
 namespace tf {
@@ -35,5 +36,11 @@ void link_shared_library(const std::vector<std::string>& objects, const std::str
 // Links an AMDGPU object into a code object (.hsaco: a shared ELF the HIP runtime loads), as
 // ROCm's own toolchain does with `ld.lld -shared`. Throws like link_shared_library.
 void link_amdgpu_code_object(const std::string& object_path, const std::string& out_path);
+
+// One loadable module of GPU device code holding `funcs` (compiler/codegen_llvm.h): PTX text for
+// cuda, a code object for rocm, as the target kind's table says. `tmp` is a path prefix for
+// intermediate files (removed). The one place either is made: a kernel library
+// (compiler/driver.h) and a model's modules (compiler/model_codegen.h) both come here.
+std::string gpu_device_module(const std::vector<ir::LoweredFunc>& funcs, const Target& target, const std::string& tmp);
 
 }  // namespace tf

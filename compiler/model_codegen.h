@@ -8,7 +8,7 @@
 //   - kernels whose code is the same but for the name (a repeated layer, the per-group
 //     convolutions of split-grouped-convs) generated once: most of a compile is LLVM's;
 //   - code generation on all cores, GPU device code (PTX for cuda, code objects for rocm: one
-//     function, gpu_device_module), the entry point's host code, one link;
+//     function, compiler/link.h gpu_device_module), the entry point's host code, one link;
 //   - the library published atomically (base/file_io.h AtomicFile), its sidecar beside it.
 #pragma once
 
@@ -84,9 +84,5 @@ class ModelCodegen {
   std::vector<size_t> code_of_;
   std::vector<std::string> errors_;  // per kernel: why its code could not be keyed
 };
-
-// One module of GPU device code holding `funcs`: PTX text for cuda, a code object for rocm.
-// `tmp` is a path prefix for intermediate files (removed).
-std::string gpu_device_module(const std::vector<ir::LoweredFunc>& funcs, const Target& target, const std::string& tmp);
 
 }  // namespace tf
