@@ -633,7 +633,7 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
   // with what earlier starts of this job did: their runs' trials, done tasks, ended searches.
   std::vector<GroupTask> specs(s.tasks.size());
   for (size_t i = 0; i < s.tasks.size(); ++i) {
-    const json& tp = progress["tasks"][i];
+    json& tp = progress["tasks"][i];
     Workload w = parse_workload(s.tasks[i].workload);
     specs[i].workload = s.tasks[i].workload;
     specs[i].weight = s.tasks[i].weight;
