@@ -61,9 +61,9 @@ TemporaryFiles::~TemporaryFiles() {
   for (const std::string& p : paths) fs::remove(p, ec);
 }
 
-const std::string& TemporaryFiles::add(std::string path) {
-  paths.push_back(std::move(path));
-  return paths.back();
+std::string TemporaryFiles::add(std::string path) {
+  paths.push_back(path);
+  return path;
 }
 
 }  // namespace tf

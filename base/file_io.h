@@ -51,7 +51,7 @@ struct TemporaryFiles {
   TemporaryFiles& operator=(const TemporaryFiles&) = delete;
   ~TemporaryFiles();
   // Adds `path` to the list and returns it.
-  const std::string& add(std::string path);
+  std::string add(std::string path);
 };
 
 }  // namespace tf

@@ -32,7 +32,7 @@ std::unique_ptr<CodeGen> make_codegen(llvm::LLVMContext& ctx, llvm::Module& m, c
     case TargetKind::Cuda: return make_codegen_nvptx(ctx, m, t);
     case TargetKind::Rocm: return make_codegen_amdgpu(ctx, m, t);
   }
-  TF_CHECK(false, "codegen: no code generator for target kind ", kind_name(t.kind));
+  TF_CHECK(false, "codegen: no code generator for target kind ", static_cast<int>(t.kind));
   return nullptr;
 }
 

@@ -20,16 +20,9 @@ struct Window3d {
   int64_t dout = 0;
 };
 
+// (Its attributes were checked against the operator's entry, graph/ops.h, before it expands.)
 Window3d window_3d(const Node& n, const Shape& x, const std::vector<int64_t>& kernel_fallback,
-                   const std::vector<std::string>& known,
                    const std::function<void(const std::string&)>& fail) {
-  for (const auto& [name, a] : n.attrs) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      fail(str("attribute '", name, "' is not supported (", n.op, " takes ", list, ")"));
-    }
-  }
   auto three = [&](const char* a, std::vector<int64_t> fallback) {
     std::vector<int64_t> v = n.get_ints(a, fallback);
     size_t want = std::string(a) == "pads" ? 6 : 3;
@@ -173,8 +166,8 @@ bool add_window_1d_as_2d(const Node& n, Graph& g, const std::string& file, const
   return true;
 }
 
-}  // namespace
-
+// Adds n's expansion to g through `add` when n is a Conv over a rank-5 input and returns
+// true; returns false, adding nothing, for any other node.
 bool add_conv_3d_as_2d(const Node& n, Graph& g, const std::string& file,
                        const std::function<void(Node)>& add) {
   if (n.op != "Conv" || n.inputs.size() < 2 || n.inputs[0].empty() || n.inputs[1].empty() ||
@@ -186,8 +179,7 @@ bool add_conv_3d_as_2d(const Node& n, Graph& g, const std::string& file,
   const Shape w = g.value(n.inputs[1]).shape;
   if (w.size() != 5)
     fail(str("weight '", n.inputs[1], "' ", shape_str(w), " must have rank 5 for the 3-D input ", shape_str(x)));
-  const Window3d win = window_3d(n, x, {w[2], w[3], w[4]},
-                                 {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}, fail);
+  const Window3d win = window_3d(n, x, {w[2], w[3], w[4]}, fail);
   if (win.k[0] != w[2] || win.k[1] != w[3] || win.k[2] != w[4])
     fail(str("kernel_shape ", shape_str(win.k), " differs from the weight's ", shape_str(w)));
   size_t outputs = n.outputs.size();
@@ -211,6 +203,7 @@ bool add_conv_3d_as_2d(const Node& n, Graph& g, const std::string& file,
   return true;
 }
 
+// The same for a MaxPool or AveragePool over a rank-5 input.
 bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
                        const std::function<void(Node)>& add) {
   if ((n.op != "MaxPool" && n.op != "AveragePool") || n.inputs.empty() || n.inputs[0].empty() ||
@@ -220,10 +213,7 @@ bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
   auto fail = [&](const std::string& why) { throw UserError(str(file, ": ", n.where(), ": ", why)); };
   const bool is_max = n.op == "MaxPool";
   const Shape x = g.value(n.inputs[0]).shape;
-  std::vector<std::string> known = {"auto_pad", "ceil_mode", "kernel_shape", "pads", "strides"};
-  known.push_back(is_max ? "dilations" : "count_include_pad");
-  if (is_max) known.push_back("storage_order");
-  const Window3d win = window_3d(n, x, {}, known, fail);
+  const Window3d win = window_3d(n, x, {}, fail);
   size_t outputs = n.outputs.size();
   while (outputs > 1 && n.outputs[outputs - 1].empty()) --outputs;
   if (outputs != 1) fail(str("has ", outputs, " outputs; tunefarm supports 1 (no Indices)"));
@@ -260,6 +250,8 @@ bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
   return true;
 }
 
+
+}  // namespace
 
 bool expand_window(const Node& n, ImportSink& s) {
   return add_conv_3d_as_2d(n, s.g, s.file, s.add) || add_pool_3d_as_2d(n, s.g, s.file, s.add) ||

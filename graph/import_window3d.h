@@ -20,8 +20,7 @@
 // than kMaxDepthTaps depth taps are refused with UserError naming the node.
 #pragma once
 
-#include <functional>
-#include <string>
+#include <cstdint>
 
 #include "graph/graph.h"
 #include "graph/ops.h"
@@ -32,16 +31,9 @@ namespace tf::graph {
 // 7), so a hostile model cannot make the graph explode.
 constexpr int64_t kMaxDepthTaps = 64;
 
-// Adds n's expansion to g through `add` (the importer's add_node) when n is a Conv over a
-// rank-5 input and returns true; returns false, adding nothing, for any other node.
-bool add_conv_3d_as_2d(const Node& n, Graph& g, const std::string& file,
-                       const std::function<void(Node)>& add);
-// The same for a MaxPool or AveragePool over a rank-5 input.
-bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
-                       const std::function<void(Node)>& add);
-
 // OpDef::expand of Conv, ConvTranspose, MaxPool and AveragePool: 3-D windows as above, and 1-D
-// windows over [N, C, W] as 2-D ones of height 1; false (nothing added) for 2-D ones.
+// windows over [N, C, W] as 2-D ones of height 1, added through the importer's `add`; false
+// (nothing added) for 2-D ones. The importer checked the node against its entry first.
 bool expand_window(const Node& n, ImportSink& s);
 
 }  // namespace tf::graph

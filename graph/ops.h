@@ -104,13 +104,13 @@ struct OpDef {
   // Required: its fusion pattern. An entry without one fails the registry's test, and the
   // fuser stops (TF_CHECK) rather than guess: a wrong guess fuses an injective or opaque
   // operator into an anchor's epilogue.
-  std::optional<OpKind> pattern;
+  std::optional<OpKind> pattern{};
   // The attributes it understands (the ONNX spec's, opsets 11 to 17); any other attribute is
   // refused rather than ignored, so a model never computes something else silently. Those that
   // only matter in training or for outputs tunefarm refuses are accepted (BatchNormalization's
   // momentum, MaxPool's storage_order). Their kinds and defaults are where they are read
   // (Node::get_int and friends, and the *_spec decoders below).
-  std::vector<std::string> attributes;
+  std::vector<std::string> attributes{};
   // Operators imported as a subgraph of others (RNN, GRU and LSTM unrolled into steps, 1-D and
   // 3-D windows as 2-D ones): adds `n` through `add` as other nodes and returns true, or
   // returns false to add `n` itself. The entry's input count and attribute checks run first.

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "tuner/session.h"
-#include "tuner/task_scheduler.h"
 #include "tuner/tune.h"
 
 namespace tf {

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -17,15 +16,11 @@
 #include "base/error.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"
-#include "costmodel/transfer.h"
 #include "proto/credentials.h"
 #include "tuner/builder.h"
-#include "tuner/config_space.h"
 #include "tuner/farm_runner.h"
 #include "tuner/model_comparison.h"
-#include "tuner/cost_model_search.h"
 #include "tuner/runner.h"
-#include "tuner/search_strategy.h"
 #include "tuner/task_group.h"
 #include "runtime/child_process.h"
 #include "tuner/tune.h"

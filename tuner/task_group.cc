@@ -96,7 +96,7 @@ StopReason TaskGroup::search() {
   const int budget = opts_.tune.trials;
   std::mt19937_64 rng(opts_.search.seed);
   const auto start = std::chrono::steady_clock::now();
-  while (!(stop_ && *stop_)) {
+  while (!stopping()) {
     const int spent_now = spent();
     if (spent_now >= budget) return StopReason::Trials;
     if (opts_.time_budget_s > 0 &&
@@ -109,7 +109,7 @@ StopReason TaskGroup::search() {
     TuneLoop& loop = *tasks_[i].loop;
     if (!hooks_.around_step(i, [&] { return loop.step(budget - spent_now); })) {
       hist_[i].over = true;
-      if (!(stop_ && *stop_)) hooks_.on_task_over(i, loop.stop_reason());
+      if (!stopping()) hooks_.on_task_over(i, loop.stop_reason());
       continue;
     }
     share_best(i);
@@ -135,7 +135,7 @@ void TaskGroup::finish(StopReason reason) {
 StopReason TaskGroup::run() {
   try {
     StopReason reason = search();
-    if (stop_ && *stop_) reason = StopReason::Interrupted;
+    if (stopping()) reason = StopReason::Interrupted;
     finish(reason);
     return reason;
   } catch (...) {

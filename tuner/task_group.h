@@ -93,17 +93,13 @@ class TaskGroup {
   size_t size() const { return tasks_.size(); }
   const GroupTask& task(size_t i) const { return tasks_[i].spec; }
   const ConfigSpace& space(size_t i) const { return *tasks_[i].space; }
-  // Whether task i runs in this start (false: done before).
-  bool live(size_t i) const { return tasks_[i].loop != nullptr; }
   // Its loop's state (live tasks only).
   const TuneState& state(size_t i) const { return tasks_[i].loop->state(); }
   // Its trials, earlier starts included.
   int trials(size_t i) const;
   const std::string& run_uuid(size_t i) const { return tasks_[i].run; }
-  const std::string& transfer_note(size_t i) const { return tasks_[i].search.transfer_note; }
   // Its summary, after run() (live tasks only).
   const TuneSummary& summary(size_t i) const { return tasks_[i].summary; }
-  db::Database* database() const { return db_; }
   // The group's trials so far, earlier starts included.
   int spent() const;
 
@@ -119,6 +115,7 @@ class TaskGroup {
     std::vector<size_t> siblings;
     TuneSummary summary;
   };
+  bool stopping() const { return stop_ && *stop_; }
   void share_best(size_t i);
   StopReason search();
   void finish(StopReason reason);

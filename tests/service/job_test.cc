@@ -20,6 +20,7 @@
 #include "service/job.h"
 #include "proto/credentials.h"
 #include "service/job_manager.h"
+#include "tuner/task_scheduler.h"
 #include "runtime/spawn.h"
 
 #include <fcntl.h>
