@@ -186,6 +186,14 @@ class ServiceTest(DaemonTest):
         torch.onnx.export(model, (torch.randn(1, 8, 12, 12),), path, opset_version=13)
         return path
 
+    def model_tasks(self, model):
+        """The tasks `tune --model` finds in `model`: for sibling_model, its two convolutions and
+        their Winograd alternatives (1 trial leaves three without a result: exit 1)."""
+        p = self.tf("tune", "--model", model, "--local", "--trials", "1", "--json", "--no-db", expect=1)
+        tasks = [t["workload"] for t in json.loads(p.stdout.splitlines()[0])["tasks"]]
+        self.assertEqual(len(tasks), 4, p.stdout)
+        return tasks
+
     def test_a_model_job_tunes_its_tasks_as_tune_model_does(self):
         """The service and `tune --model` run one multi-task tuner: with the same seed (the
         default), trials and kind of board they pick the same tasks in the same order. The case that told them
@@ -199,12 +207,7 @@ class ServiceTest(DaemonTest):
             p = subprocess.run([TUNEFARM, *args], capture_output=True, text=True, timeout=300, env=env)
             self.assertEqual(p.returncode, expect, f"{args}:\n{p.stdout}\n{p.stderr}")
             return p
-        # Its tasks: the two convolutions and their Winograd alternatives (1 trial leaves three
-        # without a result: exit 1).
-        start = [json.loads(l) for l in cli("tune", "--model", model, "--local", "--trials", "1", "--json",
-                                            "--no-db", expect=1).stdout.splitlines()][0]
-        tasks = [t["workload"] for t in start["tasks"]]
-        self.assertEqual(len(tasks), 4, start)
+        tasks = self.model_tasks(model)
         trials = str(len(tasks))  # a round each: the order is the scheduler's alone, not the timings'
 
         # The first task has results of an earlier run in both databases.
@@ -227,6 +230,54 @@ class ServiceTest(DaemonTest):
         print(f"figure: task order, tune --model {cli_order}, the service {service_order}")
         self.assertEqual(cli_order, tasks[1:] + tasks[:1])
         self.assertEqual(service_order, cli_order)
+
+    def test_a_job_passes_a_new_best_on_to_its_siblings(self):
+        """As `tune --model` (tests/tuner/tune_model_test.cc), a job's task tries the new best of
+        its sibling (the same convolution with another epilogue) first: a `seed` event, and the
+        sibling measures that config. The best is planted: a config only the Relu task measured
+        is made the fastest in the database."""
+        model = self.sibling_model()
+        svc = self.service("--local-boards", "1")
+        tasks = self.model_tasks(model)
+        relu = next(t for t in tasks if t.startswith("conv2d_nchwc(") and t.endswith("epilogue=relu)"))
+        none = relu.replace("epilogue=relu)", "epilogue=none)")
+        self.assertIn(none, tasks)
+        # The Relu task measured its default and a batch of 8 others, the other its default only.
+        for w, trials in ((relu, "9"), (none, "1")):
+            j = int(self.tf("submit", "-w", w, "--trials", trials).stdout.strip())
+            self.assertEqual(json.loads(self.tf("watch", str(j), "--json").stdout.splitlines()[-1])["job"]["state"], "done")
+        svc.stop()  # the database is changed by hand with nothing else holding it
+        only_relu = sorted(set(self.configs_of(relu)) - set(self.configs_of(none)))
+        self.assertTrue(only_relu, "every config of the Relu task was measured by the other too")
+        x = only_relu[0]
+        con = sqlite3.connect(self.db)
+        try:
+            con.execute("UPDATE records SET samples = '[1e-9]', median_s = 1e-9 WHERE config = ? AND workload_id = "
+                        "(SELECT id FROM workloads WHERE canonical = ?)", (x, relu))
+            con.commit()
+        finally:
+            con.close()
+        self.service("--local-boards", "1", name="tuner2")
+        # The first round: the Winograd tasks (no results: their defaults alone), then the Relu
+        # task's batch (its best now x), then the other's, which takes x first; 2 + 8 + 8 fit.
+        job = int(self.tf("submit", "--model", model, "--trials", "30").stdout.strip())
+        second = [json.loads(l) for l in self.tf("watch", str(job), "--json").stdout.splitlines()]
+        self.assertEqual(second[-1]["job"]["state"], "done", second[-1])
+        seeds = [k for k, e in enumerate(second) if e["kind"] == "seed" and e["workload"] == none and relu in e["message"]]
+        print(f"figure: seed events {[(e['workload'], e['message']) for e in second if e['kind'] == 'seed']}")
+        self.assertTrue(seeds, json.dumps(second)[:3000])
+        self.assertTrue(any(e["kind"] == "progress" and e["workload"] == none for e in second[seeds[0]:]),
+                        "the task passed a seed never measured a batch after it")
+        self.assertIn(json.loads(x), [json.loads(c) for c in self.configs_of(none)])
+
+    def configs_of(self, workload):
+        """The configs recorded for `workload`, as the database stores them."""
+        con = sqlite3.connect(self.db)
+        try:
+            return [c for (c,) in con.execute("SELECT r.config FROM records r JOIN workloads w ON w.id = r.workload_id "
+                                              "WHERE w.canonical = ?", (workload,))]
+        finally:
+            con.close()
 
     def test_job_on_a_farm_survives_a_board_killed_mid_job(self):
         tr, token, boards = self.farm(2)
