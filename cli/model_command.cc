@@ -254,13 +254,13 @@ graph::HostTensor random_input(const graph::TensorInfo& t, std::mt19937& rng) {
   using namespace graph;  // NOLINT
   std::uniform_real_distribution<float> uni(-1, 1);
   int64_t n = num_elements(t.shape);
-  if (t.dtype == DType::F32) {
+  if (t.dtype == graph::DType::F32) {
     HostTensor x = HostTensor::floats(t.shape, std::vector<float>(n));
     for (float& v : x.f) v = uni(rng);
     return x;
   }
   HostTensor x = HostTensor::ints(t.shape, std::vector<int64_t>(n), t.dtype);
-  if (t.dtype == DType::Bool)
+  if (t.dtype == graph::DType::Bool)
     for (int64_t& v : x.i) v = uni(rng) < 0;
   return x;
 }

@@ -190,7 +190,7 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
   json d = {{"workload", w.canonical()}, {"op", w.op}, {"args", describe_args(g)}, {"flops", g.flops},
             {"target", t.str()}};
   std::optional<ConfigSpace> space;
-  if (lookup_template(w.op, t)) {
+  if (lookup_template(w, t)) {
     space.emplace(w, t);
     d["template"] = space->template_id();
     d["default_config"] = default_config(g, t);
@@ -206,11 +206,12 @@ int cmd_describe(const std::string& spec, const std::string& target, bool as_jso
   for (const json& arg : d["args"]) {
     std::string shape;
     for (const json& s : arg["shape"]) shape += (shape.empty() ? "" : ", ") + std::to_string(s.get<int64_t>());
-    std::printf("  %d  %-8s %-6s float32[%s]\n", i++, arg["name"].get<std::string>().c_str(),
-                arg["role"].get<std::string>().c_str(), shape.c_str());
+    std::printf("  %d  %-8s %-6s %s[%s]\n", i++, arg["name"].get<std::string>().c_str(),
+                arg["role"].get<std::string>().c_str(), arg["dtype"].get<std::string>().c_str(), shape.c_str());
   }
   if (!space) {
-    std::printf("target    %s: no schedule template for %s yet\n", t.short_str().c_str(), w.op.c_str());
+    std::printf("target    %s: no schedule template for %s%s yet\n", t.short_str().c_str(), w.op.c_str(),
+                w.types.is_float32() ? "" : (" of " + w.types.str()).c_str());
     return 0;
   }
   std::printf("template  %s on %s\ndefault   %s\n", space->template_id().c_str(), t.short_str().c_str(),
@@ -293,7 +294,7 @@ int cmd_run(const RunArgs& a) {
   MeasureContext ctx(k.graph, mo);
   RunResult r = runner.run_one(ctx, so, k.name, base_so, base ? base->name : "");
   if (db) {
-    CandidateInfo c{t.str(), template_name(w.op, t), k.config, compile_s, "local", ""};
+    CandidateInfo c{t.str(), template_name(w, t), k.config, compile_s, "local", ""};
     db->commit({make_record(k.graph, c, r, mo)});
   }
   if (!r.ok() && r.error != tunefarm::v1::WRONG_ANSWER) {

@@ -1,6 +1,11 @@
 // The code generator's CPU kind (compiler/codegen_llvm_internal.h): x86_64, aarch64, arm.
 #include "compiler/codegen_llvm_internal.h"
 
+#include <llvm/Analysis/VectorUtils.h>
+#include <llvm/IR/IntrinsicsAArch64.h>
+#include <llvm/IR/IntrinsicsX86.h>
+#include <llvm/TargetParser/Triple.h>
+
 namespace tf::llvm_codegen {
 namespace {
 
@@ -26,6 +31,55 @@ class CodeGenCpu final : public CodeGen {
   }
 
   void on_float_remainder() override { uses_libm = true; }  // frem is a call of fmodf on CPUs
+
+  std::optional<std::vector<std::pair<unsigned, llvm::Intrinsic::ID>>> dot_pieces_;
+
+  // x86 with AVX512-VNNI (AVX-VNNI for 256 bits): vpdpbusd, 4, 8 or 16 lanes per instruction;
+  // aarch64 with the int8 matrix extension: usdot, 4 lanes. Other lane counts are split into
+  // pieces of the widest that fits; CPUs without either widen (the base class).
+  llvm::Value* dot4_u8s8(llvm::Value* acc, llvm::Value* a, llvm::Value* b) override {
+    auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(a->getType());
+    const unsigned lanes = vt ? vt->getNumElements() : 1;
+    const bool x86 = llvm::Triple(target_.triple).isX86();
+    if (!dot_pieces_) dot_pieces_ = dot_instructions(x86);
+    const auto& pieces = *dot_pieces_;
+    auto fits = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return lanes % p.first == 0; });
+    if (fits == pieces.end()) return CodeGen::dot4_u8s8(acc, a, b);
+    const auto [n, id] = *fits;
+    auto slice = [&](llvm::Value* v, unsigned from) {
+      if (n == lanes) return v;
+      std::vector<int> pick;
+      for (unsigned i = 0; i < n; ++i) pick.push_back(static_cast<int>(from + i));
+      return b_.CreateShuffleVector(v, pick);
+    };
+    auto* i32 = llvm::FixedVectorType::get(b_.getInt32Ty(), n);
+    auto* i8 = llvm::FixedVectorType::get(b_.getInt8Ty(), n * 4);
+    std::vector<llvm::Value*> parts;
+    for (unsigned at = 0; at < lanes; at += n) {
+      llvm::Value *av = slice(a, at), *bv = slice(b, at), *cv = slice(acc, at);
+      parts.push_back(x86 ? b_.CreateIntrinsic(id, {}, {cv, av, bv})
+                          : b_.CreateIntrinsic(id, {i32, i8}, {cv, b_.CreateBitCast(av, i8), b_.CreateBitCast(bv, i8)}));
+    }
+    return parts.size() == 1 ? parts[0] : llvm::concatenateVectors(b_, parts);
+  }
+
+  // The target's u8 x s8 dot-product instructions as (int32 lanes, intrinsic), widest first.
+  std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> dot_instructions(bool x86) const {
+    std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> pieces;
+    if (x86 && target_.has_feature("avx512vnni")) {
+      pieces.push_back({16, llvm::Intrinsic::x86_avx512_vpdpbusd_512});
+      if (target_.has_feature("avx512vl")) {
+        pieces.push_back({8, llvm::Intrinsic::x86_avx512_vpdpbusd_256});
+        pieces.push_back({4, llvm::Intrinsic::x86_avx512_vpdpbusd_128});
+      }
+    } else if (x86 && target_.has_feature("avxvnni")) {
+      pieces.push_back({8, llvm::Intrinsic::x86_avx512_vpdpbusd_256});
+      pieces.push_back({4, llvm::Intrinsic::x86_avx512_vpdpbusd_128});
+    } else if (llvm::Triple(target_.triple).isAArch64() && target_.has_feature("i8mm")) {
+      pieces.push_back({4, llvm::Intrinsic::aarch64_neon_usdot});
+    }
+    return pieces;
+  }
 
   llvm::Value* math_call(const Call* c, llvm::Intrinsic::ID id) override {
     if (c->name == "exp") return exp_inline(expr(c->args[0]));

@@ -57,7 +57,7 @@ void CodeGenGpu::barrier(const Barrier* s) {
 
 bool CodeGenGpu::allocate_shared(const Allocate* a) {
   // One array per block in the shared address space (3 on both NVPTX and AMDGPU).
-  auto* ty = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(a->size));
+  auto* ty = llvm::ArrayType::get(type_of(a->elem), static_cast<uint64_t>(a->size));
   auto* gv = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
                                       name_ + "." + a->buffer, nullptr, llvm::GlobalValue::NotThreadLocal, 3);
   gv->setAlignment(llvm::Align(16));

@@ -133,7 +133,7 @@ class CodeGen {
   }
 
   llvm::Type* type_of(const Type& t) {
-    llvm::Type* s = t.is_float() ? b_.getFloatTy() : t.is_bool() ? b_.getInt1Ty() : b_.getInt64Ty();
+    llvm::Type* s = t.is_float() ? b_.getFloatTy() : t.is_bool() ? b_.getInt1Ty() : b_.getIntNTy(static_cast<unsigned>(t.bits));
     if (t.lanes == 1) return s;
     return llvm::FixedVectorType::get(s, static_cast<unsigned>(t.lanes));
   }
@@ -169,11 +169,14 @@ class CodeGen {
     return b_.CreateSelect(adjust, b_.CreateAdd(r, bv), r);
   }
 
-  llvm::Value* element_ptr(const std::string& buffer, llvm::Value* index) {
+  // The address of element `index` of `buffer`, whose elements are of type `elem` (a Load's
+  // or a Store's element type: the buffer's, as lowering made them).
+  llvm::Value* element_ptr(const std::string& buffer, llvm::Value* index, const Type& elem) {
     auto it = buffers_.find(buffer);
     TF_CHECK(it != buffers_.end(), "codegen: unknown buffer ", buffer);
-    return b_.CreateInBoundsGEP(b_.getFloatTy(), it->second, index);
+    return b_.CreateInBoundsGEP(type_of(elem.element_of()), it->second, index);
   }
+  static llvm::Align elem_align(const Type& t) { return llvm::Align(static_cast<uint64_t>(t.bytes())); }
 
   // Remembers that `access` (a load or store) reads or writes `buffer`; attach_alias_scopes
   // then tells LLVM that accesses to different buffers never overlap.
@@ -213,16 +216,19 @@ class CodeGen {
 
   llvm::Value* load(const Load* l) {
     int lanes = l->type.lanes;
+    const Type elem = l->type.element_of();
+    llvm::Type* et = type_of(elem);
+    const llvm::Align align = elem_align(elem);
     if (lanes == 1)
-      return tag(b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(l->index)), llvm::Align(4)), l->buffer);
+      return tag(b_.CreateAlignedLoad(et, element_ptr(l->buffer, expr(l->index), elem), align), l->buffer);
     if (mask_) return tag(masked_load(l), l->buffer);
     if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
-      llvm::Value* p = element_ptr(l->buffer, expr(r->base));
-      return tag(b_.CreateAlignedLoad(type_of(l->type), p, vector_align(r->base)), l->buffer);
+      llvm::Value* p = element_ptr(l->buffer, expr(r->base), elem);
+      return tag(b_.CreateAlignedLoad(type_of(l->type), p, elem.is_float() ? vector_align(r->base) : align), l->buffer);
     }
     if (const Broadcast* bc = l->index.as<Broadcast>()) {
       llvm::Value* v =
-          tag(b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, expr(bc->value)), llvm::Align(4)), l->buffer);
+          tag(b_.CreateAlignedLoad(et, element_ptr(l->buffer, expr(bc->value), elem), align), l->buffer);
       return b_.CreateVectorSplat(static_cast<unsigned>(lanes), v);
     }
     if (const Ramp* r = l->index.as<Ramp>()) {
@@ -231,9 +237,8 @@ class CodeGen {
       const int64_t* s = as_const_int(r->stride);
       if (s && *s > 1 && *s <= kMaxShuffleStride) {
         auto span = static_cast<unsigned>((lanes - 1) * *s + 1);
-        llvm::Value* p = element_ptr(l->buffer, expr(r->base));
-        llvm::Value* wide =
-            tag(b_.CreateAlignedLoad(llvm::FixedVectorType::get(b_.getFloatTy(), span), p, llvm::Align(4)), l->buffer);
+        llvm::Value* p = element_ptr(l->buffer, expr(r->base), elem);
+        llvm::Value* wide = tag(b_.CreateAlignedLoad(llvm::FixedVectorType::get(et, span), p, align), l->buffer);
         std::vector<int> pick;
         for (int i = 0; i < lanes; ++i) pick.push_back(static_cast<int>(i * *s));
         return b_.CreateShuffleVector(wide, pick);
@@ -243,7 +248,7 @@ class CodeGen {
     llvm::Value* out = llvm::PoisonValue::get(type_of(l->type));
     for (int i = 0; i < lanes; ++i) {
       llvm::Value* li = b_.CreateExtractElement(idx, static_cast<uint64_t>(i));
-      llvm::Value* v = tag(b_.CreateAlignedLoad(b_.getFloatTy(), element_ptr(l->buffer, li), llvm::Align(4)), l->buffer);
+      llvm::Value* v = tag(b_.CreateAlignedLoad(et, element_ptr(l->buffer, li, elem), align), l->buffer);
       out = b_.CreateInsertElement(out, v, static_cast<uint64_t>(i));
     }
     return out;
@@ -252,14 +257,15 @@ class CodeGen {
   // A vector load under a select: lanes outside mask_ are not read (they may be out of bounds).
   llvm::Value* masked_load(const Load* l) {
     llvm::Type* vt = type_of(l->type);
+    const Type elem = l->type.element_of();
     llvm::Value* zero = llvm::Constant::getNullValue(vt);
     if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
-      return b_.CreateMaskedLoad(vt, element_ptr(l->buffer, expr(r->base)), llvm::Align(4), mask_, zero);
+      return b_.CreateMaskedLoad(vt, element_ptr(l->buffer, expr(r->base), elem), elem_align(elem), mask_, zero);
     }
     llvm::Value* idx = expr(l->index);
     if (!idx->getType()->isVectorTy()) idx = b_.CreateVectorSplat(static_cast<unsigned>(l->type.lanes), idx);
-    llvm::Value* ptrs = element_ptr(l->buffer, idx);
-    return b_.CreateMaskedGather(vt, ptrs, llvm::Align(4), mask_, zero);
+    llvm::Value* ptrs = element_ptr(l->buffer, idx, elem);
+    return b_.CreateMaskedGather(vt, ptrs, elem_align(elem), mask_, zero);
   }
 
   static bool contains_load(const Expr& e) {
@@ -330,40 +336,76 @@ class CodeGen {
     return b_.CreateSelect(c, tv, fv);
   }
 
-  llvm::Value* compare(ExprKind k, llvm::Value* a, llvm::Value* bv, bool is_float) {
+  llvm::Value* compare(ExprKind k, llvm::Value* a, llvm::Value* bv, bool is_float, bool is_unsigned) {
     using P = llvm::CmpInst::Predicate;
     P p;
     switch (k) {
       case ExprKind::EQ: p = is_float ? P::FCMP_OEQ : P::ICMP_EQ; break;
       case ExprKind::NE: p = is_float ? P::FCMP_UNE : P::ICMP_NE; break;
-      case ExprKind::LT: p = is_float ? P::FCMP_OLT : P::ICMP_SLT; break;
-      default: p = is_float ? P::FCMP_OLE : P::ICMP_SLE; break;
+      case ExprKind::LT: p = is_float ? P::FCMP_OLT : is_unsigned ? P::ICMP_ULT : P::ICMP_SLT; break;
+      default: p = is_float ? P::FCMP_OLE : is_unsigned ? P::ICMP_ULE : P::ICMP_SLE; break;
     }
     return is_float ? b_.CreateFCmp(p, a, bv) : b_.CreateICmp(p, a, bv);
   }
 
+  // Index arithmetic (int64) cannot overflow (no signed wrap); integer data wraps.
   llvm::Value* binary(const Expr& e) {
     const Binary* n = e.as<Binary>();
+    const Type& t = n->a.type();
+    if (e.kind() == ExprKind::Add && t.is_int() && !t.is_index()) {
+      // acc + dot4_u8s8(a, b): one accumulating dot product where the CPU has it.
+      for (auto [acc, d] : {std::pair{n->a, n->b}, std::pair{n->b, n->a}}) {
+        const Call* c = d.as<Call>();
+        if (c && c->name == kDot4U8S8) return dot4_u8s8(expr(acc), expr(c->args[0]), expr(c->args[1]));
+      }
+    }
     llvm::Value* a = expr(n->a);
     llvm::Value* bv = expr(n->b);
-    bool fl = n->a.type().is_float();
+    bool fl = t.is_float(), nsw = t.is_index(), u = t.is_uint();
     switch (e.kind()) {
-      case ExprKind::Add: return fl ? b_.CreateFAdd(a, bv) : b_.CreateAdd(a, bv, "", false, true);
-      case ExprKind::Sub: return fl ? b_.CreateFSub(a, bv) : b_.CreateSub(a, bv, "", false, true);
-      case ExprKind::Mul: return fl ? b_.CreateFMul(a, bv) : b_.CreateMul(a, bv, "", false, true);
-      case ExprKind::Div: return fl ? b_.CreateFDiv(a, bv) : floor_div_mod(a, bv, true);
+      case ExprKind::Add: return fl ? b_.CreateFAdd(a, bv) : b_.CreateAdd(a, bv, "", false, nsw);
+      case ExprKind::Sub: return fl ? b_.CreateFSub(a, bv) : b_.CreateSub(a, bv, "", false, nsw);
+      case ExprKind::Mul: return fl ? b_.CreateFMul(a, bv) : b_.CreateMul(a, bv, "", false, nsw);
+      case ExprKind::Div:
+        TF_CHECK(fl || t.is_index(), "codegen: integer division of ", t.str());
+        return fl ? b_.CreateFDiv(a, bv) : floor_div_mod(a, bv, true);
       case ExprKind::Mod:
+        TF_CHECK(fl || t.is_index(), "codegen: integer remainder of ", t.str());
         if (!fl) return floor_div_mod(a, bv, false);
         on_float_remainder();
         return b_.CreateFRem(a, bv);
       case ExprKind::Min:
-        return fl ? float_min_max(a, bv, false) : b_.CreateSelect(b_.CreateICmpSLT(a, bv), a, bv);
+        return fl ? float_min_max(a, bv, false) : b_.CreateSelect(u ? b_.CreateICmpULT(a, bv) : b_.CreateICmpSLT(a, bv), a, bv);
       case ExprKind::Max:
-        return fl ? float_min_max(a, bv, true) : b_.CreateSelect(b_.CreateICmpSGT(a, bv), a, bv);
+        return fl ? float_min_max(a, bv, true) : b_.CreateSelect(u ? b_.CreateICmpUGT(a, bv) : b_.CreateICmpSGT(a, bv), a, bv);
       case ExprKind::And: return b_.CreateAnd(a, bv);
       case ExprKind::Or: return b_.CreateOr(a, bv);
-      default: return compare(e.kind(), a, bv, fl);
+      default: return compare(e.kind(), a, bv, fl, u);
     }
+  }
+
+  // acc + dot4_u8s8(a, b) on int32 lanes (compiler/ir.h): by default the widening sequence
+  // (each byte extended to int32, multiplied, the four products of a lane added); CPUs with a
+  // dot-product instruction override it.
+  virtual llvm::Value* dot4_u8s8(llvm::Value* acc, llvm::Value* a, llvm::Value* b) {
+    return b_.CreateAdd(acc, dot4_u8s8_widening(a, b));
+  }
+  llvm::Value* dot4_u8s8_widening(llvm::Value* a, llvm::Value* b) {
+    unsigned lanes = 1;
+    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(a->getType())) lanes = vt->getNumElements();
+    auto* bytes = llvm::FixedVectorType::get(b_.getInt8Ty(), lanes * 4);
+    auto* wide = llvm::FixedVectorType::get(b_.getInt32Ty(), lanes * 4);
+    llvm::Value* prod = b_.CreateMul(b_.CreateZExt(b_.CreateBitCast(a, bytes), wide),
+                                     b_.CreateSExt(b_.CreateBitCast(b, bytes), wide));
+    llvm::Value* sum = nullptr;
+    for (unsigned t = 0; t < 4; ++t) {
+      std::vector<int> pick;
+      for (unsigned i = 0; i < lanes; ++i) pick.push_back(static_cast<int>(i * 4 + t));
+      llvm::Value* part = b_.CreateShuffleVector(prod, pick);
+      sum = sum ? b_.CreateAdd(sum, part) : part;
+    }
+    if (lanes == 1) sum = b_.CreateExtractElement(sum, uint64_t{0});
+    return sum;
   }
 
   llvm::Value* cast(const Cast* c) {
@@ -371,7 +413,7 @@ class CodeGen {
     const Type& from = c->value.type();
     const Type& to = c->type;
     llvm::Type* t = type_of(to);
-    if (to.is_float()) return from.is_bool() ? b_.CreateUIToFP(v, t) : b_.CreateSIToFP(v, t);
+    if (to.is_float()) return from.is_bool() || from.is_uint() ? b_.CreateUIToFP(v, t) : b_.CreateSIToFP(v, t);
     if (to.is_bool()) {
       return from.is_float() ? b_.CreateFCmpUNE(v, llvm::Constant::getNullValue(v->getType()))
                              : b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
@@ -379,8 +421,10 @@ class CodeGen {
     // Saturating: a NaN or out-of-range float (a hostile index read from data) gives 0 or the
     // type's bound, not LLVM's poison, so the clamps after it keep addresses in bounds.
     if (from.is_float())
-      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {t, v->getType()}, {v});
-    return b_.CreateZExt(v, t);
+      return b_.CreateIntrinsic(to.is_uint() ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat,
+                                {t, v->getType()}, {v});
+    if (from.is_bool() || from.is_uint()) return b_.CreateZExtOrTrunc(v, t);
+    return b_.CreateSExtOrTrunc(v, t);
   }
 
   llvm::Value* call(const Call* c) {
@@ -391,6 +435,10 @@ class CodeGen {
         {"ceil", llvm::Intrinsic::ceil}, {"roundeven", llvm::Intrinsic::roundeven},
         {"sin", llvm::Intrinsic::sin},   {"cos", llvm::Intrinsic::cos},
     };
+    if (c->name == kDot4U8S8) {
+      TF_CHECK(c->args.size() == 2, "codegen: ", kDot4U8S8, " takes two arguments");
+      return dot4_u8s8_widening(expr(c->args[0]), expr(c->args[1]));
+    }
     auto it = kIntrinsics.find(c->name);
     TF_CHECK(it != kIntrinsics.end() && c->args.size() == 1, "codegen: unknown call ", c->name);
     return math_call(c, it->second);
@@ -415,7 +463,8 @@ class CodeGen {
     switch (e.kind()) {
       case ExprKind::IntImm: {
         int64_t v = e.as<IntImm>()->value;
-        return e.type().is_bool() ? b_.getInt1(v != 0) : b_.getInt64(static_cast<uint64_t>(v));
+        if (e.type().is_bool()) return b_.getInt1(v != 0);
+        return b_.getIntN(static_cast<unsigned>(e.type().bits), static_cast<uint64_t>(v));
       }
       case ExprKind::FloatImm:
         return llvm::ConstantFP::get(b_.getFloatTy(), e.as<FloatImm>()->value);
@@ -464,19 +513,23 @@ class CodeGen {
     if (async_buffers_.count(s->buffer) && async_copy(s)) return;
     llvm::Value* v = expr(s->value);
     int lanes = s->value.type().lanes;
+    const Type elem = s->value.type().element_of();
+    const llvm::Align align = elem_align(elem);
     if (lanes == 1) {
-      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(s->index)), llvm::Align(4)), s->buffer);
+      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(s->index), elem), align), s->buffer);
       return;
     }
     if (const Ramp* r = s->index.as<Ramp>(); r && is_const(r->stride, 1)) {
-      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(r->base)), vector_align(r->base)), s->buffer);
+      tag(b_.CreateAlignedStore(v, element_ptr(s->buffer, expr(r->base), elem),
+                                elem.is_float() ? vector_align(r->base) : align),
+          s->buffer);
       return;
     }
     llvm::Value* idx = expr(s->index);
     for (int i = 0; i < lanes; ++i) {
       llvm::Value* li = b_.CreateExtractElement(idx, static_cast<uint64_t>(i));
       llvm::Value* vi = b_.CreateExtractElement(v, static_cast<uint64_t>(i));
-      tag(b_.CreateAlignedStore(vi, element_ptr(s->buffer, li), llvm::Align(4)), s->buffer);
+      tag(b_.CreateAlignedStore(vi, element_ptr(s->buffer, li, elem), align), s->buffer);
     }
   }
 
@@ -654,7 +707,7 @@ class CodeGen {
     if (a->scope == MemScope::Local || a->scope == MemScope::Shared) {
       // In the data layout's alloca address space: the stack, or a GPU thread's private memory.
       llvm::IRBuilder<> entry(entry_, entry_->begin());
-      llvm::AllocaInst* p = entry.CreateAlloca(llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(a->size)));
+      llvm::AllocaInst* p = entry.CreateAlloca(llvm::ArrayType::get(type_of(a->elem), static_cast<uint64_t>(a->size)));
       p->setAlignment(llvm::Align(local_align()));
       buffers_[a->buffer] = p;
       bool tile = a->scope == MemScope::Local && a->size <= kMaxRegisterTile;
@@ -664,7 +717,7 @@ class CodeGen {
       buffers_.erase(a->buffer);
       return;
     }
-    uint64_t bytes = (static_cast<uint64_t>(a->size) * 4 + 63) / 64 * 64;
+    uint64_t bytes = (static_cast<uint64_t>(a->size) * static_cast<uint64_t>(a->elem.bytes()) + 63) / 64 * 64;
     // The buffer of the last call is kept for the next one (one per allocation, taken and
     // given back with atomic exchanges, so concurrent calls each get their own): allocating
     // megabytes on every call costs page faults on every call (glibc returns large blocks

@@ -83,7 +83,8 @@ class CodeGenNvptx final : public CodeGenGpu {
   // False when the store is of another form (it is then an ordinary store).
   bool async_copy(const Store* s) override {
     const Load* l = s->value.as<Load>();
-    if (!l || mask_ || !kernel_args_.count(l->buffer)) return false;
+    if (!l || mask_ || !kernel_args_.count(l->buffer) || l->type.element_of() != Type::float32()) return false;
+    const Type f32 = Type::float32();
     int lanes = s->value.type().lanes;
     auto global = [&](llvm::Value* p) { return b_.CreateAddrSpaceCast(p, b_.getPtrTy(1)); };
     const Ramp* dr = s->index.as<Ramp>();
@@ -91,7 +92,7 @@ class CodeGenNvptx final : public CodeGenGpu {
     if (lanes == 4 && dr && sr && is_const(dr->stride, 1) && is_const(sr->stride, 1) &&
         known_multiple(dr->base) % 4 == 0 && known_multiple(sr->base) % 4 == 0) {
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16, {},
-                         {element_ptr(s->buffer, expr(dr->base)), global(element_ptr(l->buffer, expr(sr->base)))});
+                         {element_ptr(s->buffer, expr(dr->base), f32), global(element_ptr(l->buffer, expr(sr->base), f32))});
       return true;
     }
     llvm::Value* di = expr(s->index);
@@ -100,7 +101,7 @@ class CodeGenNvptx final : public CodeGenGpu {
       llvm::Value* d = lanes == 1 ? di : b_.CreateExtractElement(di, static_cast<uint64_t>(i));
       llvm::Value* src = si->getType()->isVectorTy() ? b_.CreateExtractElement(si, static_cast<uint64_t>(i)) : si;
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4, {},
-                         {element_ptr(s->buffer, d), global(element_ptr(l->buffer, src))});
+                         {element_ptr(s->buffer, d, f32), global(element_ptr(l->buffer, src, f32))});
     }
     return true;
   }

@@ -62,7 +62,7 @@ CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json
 nlohmann::json describe_args(const OpGraph& g) {
   nlohmann::json args = nlohmann::json::array();
   auto add = [&](const ir::Tensor& t, const char* role) {
-    args.push_back({{"name", t->name}, {"shape", t->shape}, {"dtype", "float32"}, {"role", role}});
+    args.push_back({{"name", t->name}, {"shape", t->shape}, {"dtype", t->dtype.str()}, {"role", role}});
   };
   for (const ir::Tensor& t : g.inputs) add(t, "input");
   add(g.output, "output");
@@ -78,7 +78,7 @@ nlohmann::json kernel_metadata(const CompiledKernel& k) {
       {"function", k.name},
       {"args", describe_args(k.graph)},
       {"flops", k.graph.flops},
-      {"template", template_name(k.graph.workload.op, k.target)},
+      {"template", template_name(k.graph.workload, k.target)},
       {"config", k.config},
       {"config_source", k.config_source},
       {"tuned_from", k.tuned_from},

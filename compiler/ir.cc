@@ -1,5 +1,7 @@
 #include "compiler/ir.h"
 
+#include "compiler/te.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -7,7 +9,10 @@
 namespace tf::ir {
 
 std::string Type::str() const {
-  std::string s = code == TypeCode::Int ? "int" : code == TypeCode::Float ? "float" : "bool";
+  std::string s = code == TypeCode::Int    ? "int"
+                  : code == TypeCode::UInt ? "uint"
+                  : code == TypeCode::Float ? "float"
+                                            : "bool";
   if (code != TypeCode::Bool) s += std::to_string(bits);
   if (lanes > 1) s += "x" + std::to_string(lanes);
   return s;
@@ -16,6 +21,10 @@ std::string Type::str() const {
 Expr::Expr(int64_t v) : p_(std::make_shared<IntImm>(v)) {}
 
 Expr IntImm::make(int64_t v) { return Expr(std::make_shared<IntImm>(v)); }
+Expr IntImm::make_typed(int64_t v, Type t) {
+  TF_CHECK(t.is_int() && t.lanes == 1, "integer constant of type ", t.str());
+  return Expr(std::make_shared<IntImm>(v, t));
+}
 Expr IntImm::make_bool(bool b) { return Expr(std::make_shared<IntImm>(b ? 1 : 0, Type::boolean())); }
 Expr FloatImm::make(double v) { return Expr(std::make_shared<FloatImm>(v)); }
 Expr Var::make(const std::string& name, Type t) { return Expr(std::make_shared<Var>(name, t)); }
@@ -60,7 +69,7 @@ Expr Cast::make(Type t, Expr v) {
 }
 
 Expr Load::make(Type elem, const std::string& buffer, Expr index) {
-  TF_CHECK(index.type().is_int(), "load index of type ", index.type().str());
+  TF_CHECK(index.type().is_index(), "load index of type ", index.type().str());
   Type t = elem.with_lanes(index.type().lanes);
   return Expr(std::make_shared<Load>(t, buffer, std::move(index)));
 }
@@ -79,6 +88,12 @@ Expr Broadcast::make(Expr value, int lanes) {
 
 Expr Call::make(const std::string& name, std::vector<Expr> args) {
   TF_CHECK(!args.empty(), "call of ", name, " without arguments");
+  // Scalars meet vectors by broadcasting, as in Binary.
+  int lanes = 1;
+  for (const Expr& a : args) lanes = std::max(lanes, a.type().lanes);
+  for (Expr& a : args) {
+    if (a.type().lanes == 1 && lanes > 1) a = Broadcast::make(a, lanes);
+  }
   Type t = args[0].type();
   return Expr(std::make_shared<Call>(t, name, std::move(args)));
 }
@@ -89,7 +104,8 @@ Expr Let::make(Expr var, Expr value, Expr body) {
 }
 
 Expr TensorRead::make(std::shared_ptr<const Operation> op, std::vector<Expr> indices) {
-  return Expr(std::make_shared<TensorRead>(std::move(op), std::move(indices)));
+  Type t = op->dtype;
+  return Expr(std::make_shared<TensorRead>(std::move(op), t, std::move(indices)));
 }
 
 Expr Reduce::make(ReduceKind r, Expr source, std::vector<Expr> axes) {
@@ -97,6 +113,11 @@ Expr Reduce::make(ReduceKind r, Expr source, std::vector<Expr> axes) {
 }
 
 Expr Reduce::identity() const {
+  Type t = source.type().element_of();
+  if (t.is_int()) {
+    int64_t least = t.is_uint() ? 0 : -(int64_t{1} << (t.bits - 1));
+    return IntImm::make_typed(reduce == ReduceKind::Sum ? 0 : reduce == ReduceKind::Prod ? 1 : least, t);
+  }
   if (reduce == ReduceKind::Sum) return FloatImm::make(0.0);
   if (reduce == ReduceKind::Prod) return FloatImm::make(1.0);
   return FloatImm::make(-std::numeric_limits<double>::infinity());
@@ -104,7 +125,7 @@ Expr Reduce::identity() const {
 
 const int64_t* as_const_int(const Expr& e) {
   const IntImm* i = e.as<IntImm>();
-  return i && i->type.is_int() ? &i->value : nullptr;
+  return i && i->type.is_index() ? &i->value : nullptr;
 }
 
 std::optional<bool> as_const_bool(const Expr& e) {

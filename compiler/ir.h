@@ -3,12 +3,17 @@
 // Tensor expressions (TE) and the loop IR share these nodes, as in Halide. TE uses two nodes
 // that lowering removes: TensorRead (a multi-dimensional read of another operation's output)
 // and Reduce (a commutative reduction over reduction axes). After lowering, memory is only
-// touched through flat Load and Store on named buffers of float32.
+// touched through flat Load and Store on named buffers, each of one element type (float32
+// unless its operation says otherwise: int8, uint8 and int32 for the integer kernels,
+// docs/precision.md).
 //
 // Semantics:
 // - Index arithmetic is 64-bit signed (Int64), so no index overflows for any tensor that fits
 //   in memory. Div and Mod on integers round toward negative infinity (floor division), so
 //   `x == (x / c) * c + x % c` with `0 <= x % c < c` for every c > 0.
+// - Integer data arithmetic (int8, uint8, int32 values, not indices) wraps around in two's
+//   complement; Cast between integer types truncates or extends by the source's signedness,
+//   Cast from float to integer saturates (NaN gives 0).
 // - Evaluation order inside an expression is unspecified; expressions have no side effects.
 //   Only Store writes memory. Loads and stores within one iteration happen in program order.
 // - A For loop runs `extent` iterations with `var` from `min`; extent is evaluated once.
@@ -29,7 +34,7 @@
 
 namespace tf::ir {
 
-enum class TypeCode : uint8_t { Int, Float, Bool };
+enum class TypeCode : uint8_t { Int, UInt, Float, Bool };
 
 struct Type {
   TypeCode code = TypeCode::Int;
@@ -39,9 +44,17 @@ struct Type {
   static Type int64() { return {TypeCode::Int, 64, 1}; }
   static Type float32() { return {TypeCode::Float, 32, 1}; }
   static Type boolean() { return {TypeCode::Bool, 1, 1}; }
+  static Type int8() { return {TypeCode::Int, 8, 1}; }
+  static Type uint8() { return {TypeCode::UInt, 8, 1}; }
+  static Type int32() { return {TypeCode::Int, 32, 1}; }
   Type with_lanes(int n) const { return {code, bits, n}; }
   Type element_of() const { return with_lanes(1); }
-  bool is_int() const { return code == TypeCode::Int; }
+  // Signed or unsigned integers; index arithmetic is the signed 64-bit kind.
+  bool is_int() const { return code == TypeCode::Int || code == TypeCode::UInt; }
+  bool is_uint() const { return code == TypeCode::UInt; }
+  bool is_index() const { return code == TypeCode::Int && bits == 64; }
+  // Bytes of one lane in memory.
+  int bytes() const { return is_bool() ? 1 : bits / 8; }
   bool is_float() const { return code == TypeCode::Float; }
   bool is_bool() const { return code == TypeCode::Bool; }
   bool is_vector() const { return lanes > 1; }
@@ -98,6 +111,8 @@ struct IntImm : ExprNode {
   int64_t value;  // also the constants true (1) and false (0) when the type is Bool
   IntImm(int64_t v, Type t = Type::int64()) : ExprNode(kKind, t), value(v) {}
   static Expr make(int64_t v);
+  // A constant of an integer data type (int32 0 for an integer reduction's identity).
+  static Expr make_typed(int64_t v, Type t);
   static Expr make_bool(bool b);
 };
 
@@ -171,7 +186,10 @@ struct Broadcast : ExprNode {
   static Expr make(Expr value, int lanes);
 };
 
-// A pure elementwise math function on floats: exp, log, sqrt, fabs, tanh.
+// A pure elementwise math function on floats: exp, log, sqrt, fabs, tanh. One integer
+// function: dot4_u8s8(a, b) on int32 lanes, each the sum over its four bytes t of
+// uint8(byte t of a) * int8(byte t of b), as int32 (x86's vpdpbusd without the accumulator;
+// codegen fuses `acc + dot4_u8s8(a, b)` into one instruction where the CPU has it).
 struct Call : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Call;
   std::string name;
@@ -179,6 +197,7 @@ struct Call : ExprNode {
   Call(Type t, std::string n, std::vector<Expr> a) : ExprNode(kKind, t), name(std::move(n)), args(std::move(a)) {}
   static Expr make(const std::string& name, std::vector<Expr> args);
 };
+constexpr const char* kDot4U8S8 = "dot4_u8s8";
 
 struct Let : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Let;
@@ -193,8 +212,8 @@ struct TensorRead : ExprNode {
   static constexpr ExprKind kKind = ExprKind::TensorRead;
   std::shared_ptr<const Operation> op;
   std::vector<Expr> indices;
-  TensorRead(std::shared_ptr<const Operation> o, std::vector<Expr> i)
-      : ExprNode(kKind, Type::float32()), op(std::move(o)), indices(std::move(i)) {}
+  TensorRead(std::shared_ptr<const Operation> o, Type t, std::vector<Expr> i)
+      : ExprNode(kKind, t), op(std::move(o)), indices(std::move(i)) {}
   static Expr make(std::shared_ptr<const Operation> op, std::vector<Expr> indices);
 };
 
@@ -209,7 +228,8 @@ struct Reduce : ExprNode {
   Reduce(ReduceKind r, Expr s, std::vector<Expr> a)
       : ExprNode(kKind, s.type()), reduce(r), source(std::move(s)), axes(std::move(a)) {}
   static Expr make(ReduceKind r, Expr source, std::vector<Expr> axes);
-  // The identity of the combiner: 0 for Sum, -infinity for Max.
+  // The identity of the combiner, of the source's type: 0 for Sum, 1 for Prod, -infinity for
+  // Max (an integer Max: the type's least value).
   Expr identity() const;
 };
 
@@ -392,15 +412,16 @@ struct Block : StmtNode {
 
 enum class ArgRole : uint8_t { Input, Output };
 
-// One kernel argument: a contiguous row-major float32 tensor.
+// One kernel argument: a contiguous row-major tensor of `elem` (float32 unless said).
 struct BufferArg {
   std::string name;
   std::vector<int64_t> shape;
   ArgRole role;
+  Type elem = Type::float32();
   int64_t num_elements() const;
 };
 
-// A lowered kernel: `int name(float* args...)` running `body`.
+// A lowered kernel: `int name(void* args...)` running `body`.
 struct LoweredFunc {
   std::string name;
   std::vector<BufferArg> args;

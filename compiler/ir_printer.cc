@@ -258,7 +258,7 @@ std::string to_string(const LoweredFunc& f) {
   for (size_t i = 0; i < f.args.size(); ++i) {
     const BufferArg& a = f.args[i];
     if (i) os << ", ";
-    os << a.name << ": float32[";
+    os << a.name << ": " << a.elem.str() << "[";
     for (size_t d = 0; d < a.shape.size(); ++d) os << (d ? ", " : "") << a.shape[d];
     os << "]" << (a.role == ArgRole::Output ? " out" : "");
   }

@@ -55,6 +55,8 @@ Footprint depthwise_footprint(const Workload& w) { return conv_footprint(w, true
 
 void check_matmul(const Workload& w, const std::string& spec) {
   if (w.get("const_b") > 1) throw UserError(str("workload '", spec, "': const_b=", w.get("const_b"), " is not 0 or 1"));
+  if (w.get("const_b") && !w.types.is_float32())
+    throw UserError(str("workload '", spec, "': const_b=1 (a prepacked B) on ", w.types.str(), " operands is not implemented yet"));
 }
 
 // A convolution's output is not empty.
@@ -126,7 +128,9 @@ const std::vector<OperatorDef>& operator_table() {
       // template packs it (OpGraph::prepacked), so the kernel is timed as the model runs it.
       {"matmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
-       check_matmul, matmul_footprint, build_matmul, reference_matmul, "matmul(M=64,N=64,K=64)"},
+       check_matmul, matmul_footprint, build_matmul, reference_matmul, "matmul(M=64,N=64,K=64)",
+       {OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}},
+       {"matmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)"}},
       {"batch_matmul",
        {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
        nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)"},

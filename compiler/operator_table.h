@@ -46,6 +46,10 @@ struct OperatorDef {
   // A small workload of it: the schedule templates' registry test checks every template's
   // defaults and constraints on it, so a new template is checked without editing a list.
   const char* example;
+  // The operand types it computes in (parse_workload refuses others by name).
+  std::vector<OperandTypes> types = {OperandTypes{}};
+  // A small workload of each of its other types, for the same test.
+  std::vector<const char*> typed_examples = {};
 };
 
 // Every operator, in a fixed order (known_ops()).

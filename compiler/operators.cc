@@ -30,12 +30,26 @@ void check_size(const std::string& spec, const std::string& name, const std::vec
   }
 }
 
-Tensor make_input(OpGraph& g, const std::string& name, std::vector<int64_t> shape) {
+Tensor make_input(OpGraph& g, const std::string& name, std::vector<int64_t> shape, Type dtype = Type::float32()) {
   check_size(g.workload.canonical(), name, shape);
-  Tensor t = placeholder(name, std::move(shape));
+  Tensor t = placeholder(name, std::move(shape), dtype);
   g.inputs.push_back(t);
   return t;
 }
+
+}  // namespace
+
+Type ir_type(DType t) {
+  switch (t) {
+    case DType::Float32: return Type::float32();
+    case DType::Int8: return Type::int8();
+    case DType::Uint8: return Type::uint8();
+    case DType::Int32: return Type::int32();
+  }
+  return Type::float32();
+}
+
+namespace {
 
 bool has_bias(Epilogue e) { return e == Epilogue::Bias || e == Epilogue::BiasRelu; }
 bool has_relu(Epilogue e) { return e == Epilogue::Relu || e == Epilogue::BiasRelu; }
@@ -140,12 +154,15 @@ namespace ops {
 void build_matmul(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
-  Tensor A = make_input(g, "A", {M, K});
-  Tensor B = make_input(g, "B", {K, N});
+  Tensor A = make_input(g, "A", {M, K}, ir_type(w.types.data));
+  Tensor B = make_input(g, "B", {K, N}, ir_type(w.types.weight));
   IterVar k = reduce_axis(K, "k");
   bool fused = w.epilogue != Epilogue::None;
+  // Integer operands: each widened to int32, products summed in int32 (docs/precision.md).
+  const Type acc_type = ir_type(w.types.output());
+  auto widen = [&](Expr e) { return Cast::make(acc_type, std::move(e)); };
   g.acc = compute(fused ? "acc" : "C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
-    return sum(read(A, {ax[0], k.var}) * read(B, {k.var, ax[1]}), {k});
+    return sum(widen(read(A, {ax[0], k.var})) * widen(read(B, {k.var, ax[1]})), {k});
   }, {k});
   add_epilogue(g, "C", {"i", "j"}, 1);
   g.flops = 2 * M * N * K;

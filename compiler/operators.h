@@ -38,4 +38,7 @@ struct OpGraph {
 
 OpGraph build_op(const Workload& w);
 
+// The IR element type of a workload's element type.
+ir::Type ir_type(DType t);
+
 }  // namespace tf

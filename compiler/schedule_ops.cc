@@ -131,7 +131,7 @@ class Lowerer {
         result = nest;
         continue;
       }
-      result = Allocate::make(s->name(), Type::float32(), size_of(b), MemScope::Heap,
+      result = Allocate::make(s->name(), s->op()->dtype, size_of(b), MemScope::Heap,
                               Block::make({nest, result}));
     }
     return result;
@@ -195,7 +195,7 @@ class Lowerer {
         }
         auto b = l_.buffers_.find(r->op->name);
         TF_CHECK(b != l_.buffers_.end(), "no buffer for ", r->op->name);
-        return Load::make(Type::float32(), r->op->name, linear_index(r->indices, b->second));
+        return Load::make(r->op->dtype, r->op->name, linear_index(r->indices, b->second));
       }
 
      private:
@@ -369,7 +369,7 @@ class Lowerer {
     Stmt init;
     if (red) {
       Expr src = lower_reads(red->source);
-      Expr old = Load::make(Type::float32(), s.name(), index);
+      Expr old = Load::make(s.op()->dtype, s.name(), index);
       Expr combined = red->reduce == ReduceKind::Sum    ? old + src
                       : red->reduce == ReduceKind::Prod ? old * src
                                                         : max(old, src);
@@ -456,7 +456,7 @@ class Lowerer {
                                   IfThenElse::make(ahead < Expr(*extent), copy(ahead)), commit, body});
     Stmt result = Block::make({Block::make(prologue), For::make(v, f->min, f->extent, f->for_kind, loop_body)});
     for (auto p = stages.rbegin(); p != stages.rend(); ++p) {
-      result = Allocate::make((*p)->name(), Type::float32(), n * buffer_tile(**p), MemScope::Shared, result,
+      result = Allocate::make((*p)->name(), (*p)->op()->dtype, n * buffer_tile(**p), MemScope::Shared, result,
                               /*async_copies=*/true);
     }
     return result;
@@ -508,11 +508,11 @@ class Lowerer {
       if ((*p)->scope() == MemScope::Shared) {
         // Wait until no thread reads the previous tile, copy, wait until the copy is whole.
         Stmt body = Block::make({Barrier::make(), nest, Barrier::make(), result});
-        result = Allocate::make((*p)->name(), Type::float32(), n, MemScope::Shared, body);
+        result = Allocate::make((*p)->name(), (*p)->op()->dtype, n, MemScope::Shared, body);
         continue;
       }
-      MemScope scope = n * 4 <= kMaxStackBytes ? MemScope::Local : MemScope::Heap;
-      result = Allocate::make((*p)->name(), Type::float32(), n, scope, Block::make({nest, result}));
+      MemScope scope = n * (*p)->op()->dtype.bytes() <= kMaxStackBytes ? MemScope::Local : MemScope::Heap;
+      result = Allocate::make((*p)->name(), (*p)->op()->dtype, n, scope, Block::make({nest, result}));
     }
     return result;
   }
@@ -555,8 +555,8 @@ class Lowerer {
 LoweredFunc schedule_to_loops(Schedule& sch, const std::vector<Tensor>& inputs, const std::string& name) {
   LoweredFunc f;
   f.name = name;
-  for (const Tensor& t : inputs) f.args.push_back({t->name, t->shape, ArgRole::Input});
-  f.args.push_back({sch.output()->name, sch.output()->shape, ArgRole::Output});
+  for (const Tensor& t : inputs) f.args.push_back({t->name, t->shape, ArgRole::Input, t->dtype});
+  f.args.push_back({sch.output()->name, sch.output()->shape, ArgRole::Output, sch.output()->dtype});
   Lowerer l(sch);
   f.body = l.lower();
   return f;

@@ -73,26 +73,33 @@ const std::vector<const ScheduleTemplate*>& registered_templates() {
   return *all;
 }
 
-const ScheduleTemplate* lookup_template(const std::string& op, const Target& t) {
+const ScheduleTemplate* lookup_template(const Workload& w, const Target& t) {
   for (const ScheduleTemplate* s : registered_templates()) {
-    if (s->target_kind == t.kind && std::find(s->ops.begin(), s->ops.end(), op) != s->ops.end()) return s;
+    if (s->target_kind == t.kind && std::find(s->ops.begin(), s->ops.end(), w.op) != s->ops.end() &&
+        std::find(s->types.begin(), s->types.end(), w.types) != s->types.end())
+      return s;
   }
   return nullptr;
 }
 
-const ScheduleTemplate& find_template(const std::string& op, const Target& t) {
-  if (const ScheduleTemplate* s = lookup_template(op, t)) return *s;
+const ScheduleTemplate& find_template(const Workload& w, const Target& t) {
+  if (const ScheduleTemplate* s = lookup_template(w, t)) return *s;
   std::string have;
   for (const ScheduleTemplate* s : registered_templates()) {
-    if (s->target_kind == t.kind) {
-      for (const std::string& o : s->ops) have += (have.empty() ? "" : ", ") + o;
+    if (s->target_kind != t.kind) continue;
+    for (const std::string& o : s->ops) {
+      have += (have.empty() ? "" : ", ") + o;
+      for (const OperandTypes& ty : s->types) {
+        if (!ty.is_float32()) have += " (" + ty.str() + ")";
+      }
     }
   }
-  throw UserError(str("no schedule template for ", op, " on ", t.kind_name(), " targets yet (", t.kind_name(), " templates: ",
-                      have.empty() ? "none" : have, ")"));
+  std::string what = w.types.is_float32() ? w.op : w.op + " of " + w.types.str();
+  throw UserError(str("no schedule template for ", what, " on ", t.kind_name(), " targets yet (", t.kind_name(),
+                      " templates: ", have.empty() ? "none" : have, ")"));
 }
 
-std::string template_name(const std::string& op, const Target& t) { return find_template(op, t).id(); }
+std::string template_name(const Workload& w, const Target& t) { return find_template(w, t).id(); }
 
 int vector_registers(const Target& t) {
   if (t.arch_name() == "aarch64") return 32;
@@ -101,13 +108,13 @@ int vector_registers(const Target& t) {
 }
 
 std::string check_constraints(const OpGraph& g, const Target& t, const json& c) {
-  return find_template(g.workload.op, t).check_constraints(g, t, c);
+  return find_template(g.workload, t).check_constraints(g, t, c);
 }
 
-json default_config(const OpGraph& g, const Target& t) { return find_template(g.workload.op, t).default_config(g, t); }
+json default_config(const OpGraph& g, const Target& t) { return find_template(g.workload, t).default_config(g, t); }
 
 std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t) {
-  const ScheduleTemplate& tpl = find_template(g.workload.op, t);
+  const ScheduleTemplate& tpl = find_template(g.workload, t);
   // The default config is always a point of the space: the tuner measures it first, and
   // re-times its best beside it (a depthwise layer's default tile_w of 19 was no candidate
   // of its 56 columns, so its run had no baseline and no verdict).
@@ -138,7 +145,7 @@ json complete_config(const OpGraph& g, const Target& t, const json& config) {
   if (!config.is_null() && !config.is_object()) {
     throw UserError(str("config ", config.dump(), " is not a JSON object of knobs"));
   }
-  const ScheduleTemplate& tpl = find_template(op, t);
+  const ScheduleTemplate& tpl = find_template(g.workload, t);
   json c = tpl.default_config(g, t);
   if (config.is_null()) return c;
   for (const auto& [key, value] : config.items()) {
@@ -157,7 +164,7 @@ OpGraph ScheduleTemplate::schedule_graph(const OpGraph& g, const Target&, const 
 
 ir::Schedule apply_config(const OpGraph& g, const Target& t, const json& config) {
   json c = complete_config(g, t, config);
-  const ScheduleTemplate& tpl = find_template(g.workload.op, t);
+  const ScheduleTemplate& tpl = find_template(g.workload, t);
   OpGraph sg = tpl.schedule_graph(g, t, c);
   ir::Schedule s(sg.output);
   for (const ir::Tensor& tail : sg.tail) s.stage(tail->name).compute_inline();

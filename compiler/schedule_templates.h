@@ -67,14 +67,16 @@ struct KnobDef {
 // what a config means bumps the version, and records of another version are never reused.
 class ScheduleTemplate {
  public:
-  ScheduleTemplate(std::string name, int version, std::vector<std::string> ops, TargetKind target_kind)
-      : name(std::move(name)), version(version), ops(std::move(ops)), target_kind(target_kind) {}
+  ScheduleTemplate(std::string name, int version, std::vector<std::string> ops, TargetKind target_kind,
+                   std::vector<OperandTypes> types = {OperandTypes{}})
+      : name(std::move(name)), version(version), ops(std::move(ops)), target_kind(target_kind), types(std::move(types)) {}
   virtual ~ScheduleTemplate() = default;
 
   const std::string name;                // dense.cpu
   const int version;
   const std::vector<std::string> ops;    // operators it schedules
   const TargetKind target_kind;
+  const std::vector<OperandTypes> types;  // operand types it schedules (float32 unless said)
   std::string id() const { return name + ".v" + std::to_string(version); }
 
   virtual const std::vector<KnobDef>& knobs() const = 0;
@@ -97,15 +99,15 @@ class ScheduleTemplate {
 // Every registered template, in the order of compiler/templates/all.def.
 const std::vector<const ScheduleTemplate*>& registered_templates();
 
-// The template for the operator on the target's kind, or nullptr.
-const ScheduleTemplate* lookup_template(const std::string& op, const Target& t);
+// The template for the workload's operator and operand types on the target's kind, or nullptr.
+const ScheduleTemplate* lookup_template(const Workload& w, const Target& t);
 
-// The template for the operator on the target's kind; UserError when none is registered,
-// naming the operators that kind has templates for.
-const ScheduleTemplate& find_template(const std::string& op, const Target& t);
+// The same; UserError when none is registered, naming the operators (and types) that kind
+// has templates for.
+const ScheduleTemplate& find_template(const Workload& w, const Target& t);
 
-// find_template(op, t).id(), e.g. dense.cpu.v1.
-std::string template_name(const std::string& op, const Target& t);
+// find_template(w, t).id(), e.g. dense.cpu.v1.
+std::string template_name(const Workload& w, const Target& t);
 
 std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t);
 

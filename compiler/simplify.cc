@@ -23,7 +23,7 @@ int64_t floor_div(int64_t a, int64_t b) {
 }  // namespace
 
 std::optional<Interval> const_bounds(const Expr& e, const RangeMap& ranges) {
-  if (!e.type().is_int()) return std::nullopt;
+  if (!e.type().is_index()) return std::nullopt;
   switch (e.kind()) {
     case ExprKind::IntImm: {
       int64_t v = e.as<IntImm>()->value;
@@ -175,7 +175,7 @@ Expr rebuild(const Linear& l) {
   return result;
 }
 
-bool is_scalar_int(const Expr& e) { return e.type().is_int() && !e.type().is_vector(); }
+bool is_scalar_int(const Expr& e) { return e.type().is_index() && !e.type().is_vector(); }
 
 class Simplifier : public IRMutator {
  public:
@@ -416,7 +416,7 @@ class Simplifier : public IRMutator {
       const Broadcast* bb = b->b.as<Broadcast>();
       if (ba && bb) return Broadcast::make(mutate_expr(Binary::make(x.kind(), ba->value, bb->value)), x.type().lanes);
     }
-    if (!x.type().is_int()) return x;
+    if (!x.type().is_index()) return x;
     if (equal(b->a, b->b)) return b->a;
     auto ra = const_bounds(b->a, ranges_);
     auto rb = const_bounds(b->b, ranges_);
@@ -430,7 +430,7 @@ class Simplifier : public IRMutator {
   Expr compare(const Expr& x) {
     const Binary* b = x.as<Binary>();
     int lanes = x.type().lanes;
-    if (!b->a.type().is_int()) return x;
+    if (!b->a.type().is_index()) return x;
     auto as_result = [&](bool v) { return Broadcast::make(IntImm::make_bool(v), lanes); };
     Expr diff = mutate_expr(Binary::make(ExprKind::Sub, b->a, b->b));
     auto d = const_bounds(diff, ranges_);

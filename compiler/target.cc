@@ -136,6 +136,16 @@ int Target::vector_lanes() const {
   return 4;  // NEON, and a safe width elsewhere
 }
 
+bool Target::has_feature(const std::string& name) const {
+  if (is_gpu()) return false;
+  init_llvm();
+  std::string err;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, err);
+  TF_CHECK(t, "target ", triple, " vanished: ", err);
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(t->createMCSubtargetInfo(triple, cpu, features));
+  return sti->checkFeatures("+" + name);
+}
+
 Target parse_target(const std::string& spec) {
   std::vector<std::string> w = words(spec);
   if (w.empty()) throw UserError("empty target string (try 'llvm -mcpu=native')");

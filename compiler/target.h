@@ -48,6 +48,9 @@ struct Target {
   std::string multiarch() const;
   // float32 lanes of the widest vector register: 16 with AVX-512, 8 with AVX, 4 with SSE/NEON.
   int vector_lanes() const;
+  // Whether a CPU target has an LLVM subtarget feature (avx512vnni, avxvnni, i8mm, dotprod),
+  // from its -mcpu and -mattr; false for GPU targets.
+  bool has_feature(const std::string& name) const;
 };
 
 // Throws UserError for an unknown kind or option, a triple LLVM has no backend for, or an

@@ -6,11 +6,13 @@ namespace tf::ir {
 
 std::string IterVar::name() const { return var.as<Var>()->name; }
 
-Tensor placeholder(const std::string& name, std::vector<int64_t> shape) {
+Tensor placeholder(const std::string& name, std::vector<int64_t> shape, Type dtype) {
+  TF_CHECK(dtype.lanes == 1 && !dtype.is_bool() && !dtype.is_index(), "placeholder ", name, " of type ", dtype.str());
   auto op = std::make_shared<Operation>();
   op->kind = Operation::Kind::Placeholder;
   op->name = name;
   op->shape = std::move(shape);
+  op->dtype = dtype;
   return op;
 }
 
@@ -30,6 +32,9 @@ Tensor compute(const std::string& name, std::vector<int64_t> shape,
     vars.push_back(op->axes.back().var);
   }
   op->body = body(vars);
+  op->dtype = op->body.type();
+  TF_CHECK(op->dtype.lanes == 1 && !op->dtype.is_bool() && !op->dtype.is_index(), "compute ", name, " of type ",
+           op->dtype.str());
   const Reduce* r = op->body.as<Reduce>();
   TF_CHECK((r ? r->axes.size() : 0) == reduce_axes.size(), "compute ", name,
            ": reduce axes do not match the body");

@@ -25,6 +25,7 @@ struct Operation {
   Kind kind;
   std::string name;
   std::vector<int64_t> shape;
+  Type dtype = Type::float32();      // of each element; a compute's is its body's type
   std::vector<IterVar> axes;         // compute: one per output dimension
   std::vector<IterVar> reduce_axes;  // compute: axes of the top-level Reduce, if any
   Expr body;                         // compute: the element at `axes`
@@ -35,7 +36,7 @@ struct Operation {
 
 using Tensor = std::shared_ptr<const Operation>;
 
-Tensor placeholder(const std::string& name, std::vector<int64_t> shape);
+Tensor placeholder(const std::string& name, std::vector<int64_t> shape, Type dtype = Type::float32());
 
 // `axis_names` names the output axes (one per dimension of `shape`). When the body is a
 // reduction, `reduce_axes` lists its axes (made with reduce_axis) with their extents.

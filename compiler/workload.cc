@@ -1,5 +1,6 @@
 #include "compiler/workload.h"
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 #include <map>
@@ -25,6 +26,13 @@ Epilogue parse_epilogue(const std::string& v, const std::string& spec) {
   if (v == "bias_relu") return Epilogue::BiasRelu;
   throw UserError(str("workload '", spec, "': epilogue '", v,
                       "' is not one of none, bias, relu, bias_relu"));
+}
+
+DType parse_dtype(const std::string& key, const std::string& v, const std::string& spec) {
+  for (DType t : {DType::Float32, DType::Int8, DType::Uint8, DType::Int32}) {
+    if (v == dtype_name(t)) return t;
+  }
+  throw UserError(str("workload '", spec, "': ", key, " '", v, "' is not one of float32, int8, uint8, int32"));
 }
 
 int64_t parse_int(const std::string& key, const std::string& v, const std::string& spec) {
@@ -79,6 +87,21 @@ const char* epilogue_name(Epilogue e) {
   return "?";
 }
 
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Int8: return "int8";
+    case DType::Uint8: return "uint8";
+    case DType::Int32: return "int32";
+  }
+  return "?";
+}
+
+std::string OperandTypes::str() const {
+  if (data == weight) return dtype_name(data);
+  return std::string(dtype_name(data)) + " x " + dtype_name(weight);
+}
+
 int64_t Workload::get(const std::string& key) const {
   for (const auto& [k, v] : params) {
     if (k == key) return v;
@@ -102,6 +125,10 @@ std::vector<std::pair<std::string, int64_t>> Workload::shown_params() const {
 std::string Workload::canonical() const {
   std::string s = op + "(";
   for (const auto& [k, v] : shown_params()) s += k + "=" + std::to_string(v) + ",";
+  if (!types.is_float32()) {
+    s += std::string("dtype=") + dtype_name(types.data) + ",";
+    if (types.weight != types.data) s += std::string("weight_dtype=") + dtype_name(types.weight) + ",";
+  }
   s += std::string("epilogue=") + epilogue_name(epilogue) + ")";
   return s;
 }
@@ -172,11 +199,30 @@ Workload parse_workload(const std::string& raw) {
     w.epilogue = parse_epilogue(it->second, spec);
     given.erase(it);
   }
+  if (auto it = given.find("dtype"); it != given.end()) {
+    w.types.data = w.types.weight = parse_dtype("dtype", it->second, spec);
+    given.erase(it);
+  }
+  if (auto it = given.find("weight_dtype"); it != given.end()) {
+    w.types.weight = parse_dtype("weight_dtype", it->second, spec);
+    given.erase(it);
+  }
   if (!given.empty()) {
     std::string keys;
     for (const WorkloadKey& k : def->keys) keys += std::string(keys.empty() ? "" : ", ") + k.name;
     throw UserError(str("workload '", spec, "': unknown key ", given.begin()->first, " for ",
-                        w.op, " (keys: ", keys, ", epilogue)"));
+                        w.op, " (keys: ", keys, ", dtype, weight_dtype, epilogue)"));
+  }
+  const auto& kinds = def->types;
+  if (std::find(kinds.begin(), kinds.end(), w.types) == kinds.end()) {
+    std::string have;
+    for (const OperandTypes& t : kinds) have += (have.empty() ? "" : ", ") + t.str();
+    throw UserError(str("workload '", spec, "': ", w.op, " of ", w.types.str(), " is not implemented (", w.op,
+                        " takes: ", have, ")"));
+  }
+  if (!w.types.is_float32() && w.epilogue != Epilogue::None) {
+    throw UserError(str("workload '", spec, "': epilogue ", epilogue_name(w.epilogue), " on ", w.types.str(),
+                        " operands is not implemented yet (integer workloads take epilogue=none)"));
   }
   if (def->check) def->check(w, spec);
   check_footprint(def->footprint(w), spec);

@@ -1,6 +1,7 @@
 // Workload specs: the text that names an operator and its sizes.
 //
 //   conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1,epilogue=bias_relu)
+//   matmul(M=512,N=512,K=512,dtype=uint8,weight_dtype=int8,epilogue=none)
 //
 // parse_workload checks every key and value and throws UserError naming the first bad one.
 // Workload::canonical() prints every key of the operator in its declared order, defaults
@@ -17,11 +18,30 @@ namespace tf {
 enum class Epilogue { None, Bias, Relu, BiasRelu };
 const char* epilogue_name(Epilogue e);
 
+// Element types of a workload's operands, named as in ONNX (docs/precision.md). Integer
+// operands accumulate and produce int32.
+enum class DType { Float32, Int8, Uint8, Int32 };
+const char* dtype_name(DType t);
+
+// The types of a workload's two operands (data/A, weight/B); their output's follows.
+struct OperandTypes {
+  DType data = DType::Float32;
+  DType weight = DType::Float32;
+  bool operator==(const OperandTypes&) const = default;
+  bool is_float32() const { return data == DType::Float32 && weight == DType::Float32; }
+  DType output() const { return is_float32() ? DType::Float32 : DType::Int32; }
+  // "float32", "uint8 x int8".
+  std::string str() const;
+};
+
 struct Workload {
   std::string op;
   // Integer parameters in the operator's declared order, defaults filled in.
   std::vector<std::pair<std::string, int64_t>> params;
   Epilogue epilogue = Epilogue::None;
+  // dtype=... and weight_dtype=... (it defaults to dtype); both left out of the canonical
+  // form at float32, so records made before types keep their workload strings.
+  OperandTypes types;
 
   int64_t get(const std::string& key) const;
   // The parameters the canonical form names: all but optional keys at their defaults.

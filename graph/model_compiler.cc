@@ -82,7 +82,7 @@ class ModelBuilder {
     AnchorWorkload aw = anchor_workload(g_, a);
     if (aw.spec.empty()) return false;
     // An operator without a template for the target is a generic kernel there.
-    if (!lookup_template(parse_workload(aw.spec + ")").op, target_)) return false;
+    if (!lookup_template(parse_workload(aw.spec + ")"), target_)) return false;
     AnchorEpilogue e = anchor_epilogue(g_, a, aw, readers_);
     // What the epilogue takes over must open the group, and leave the group's output to write.
     size_t used = e.nodes.size();
@@ -125,7 +125,7 @@ class ModelBuilder {
       }
     }
     KernelBuild b;
-    b.info = {k.name, {}, w.canonical(), template_name(w.op, target_), args, kc};
+    b.info = {k.name, {}, w.canonical(), template_name(w, target_), args, kc};
     b.info.config.config = k.config;
     b.info.args.push_back(tail ? group_out : y);
     b.func = k.lowered.func;

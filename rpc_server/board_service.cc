@@ -344,6 +344,13 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
       if (d < 1 || d > (int64_t{1} << 34) || n > (int64_t{1} << 34) / d) return invalid("argument shape dimension " + std::to_string(d) + " out of range");
       n *= d;
     }
+    if (tf::arg_dtype_bytes(a.dtype()) == 0) {
+      return invalid("argument dtype '" + a.dtype().substr(0, 32) + "' is not one of float32, int8, uint8, int32");
+    }
+    if (!a.dtype().empty() && a.dtype() != "float32") {
+      if (!options_.gpu_device.empty()) return invalid("argument dtype " + a.dtype() + " is for CPU kernels; this board runs " + options_.gpu_device);
+      if (a.pack_block() != 0 || a.pack_dim() != 0) return invalid("an argument of dtype " + a.dtype() + " cannot be packed");
+    }
     if (a.pack_block() != 0 || a.pack_dim() != 0) {
       if (a.is_output()) return invalid("an output cannot be packed (pack_block " + std::to_string(a.pack_block()) + ")");
       if (!options_.gpu_device.empty()) return invalid("packed inputs are for CPU kernels; this board runs " + options_.gpu_device);

@@ -254,6 +254,55 @@ void fill_random(float* data, int64_t n, uint64_t seed) {
   }
 }
 
+int arg_dtype_bytes(const std::string& dtype) {
+  if (dtype.empty() || dtype == "float32" || dtype == "int32") return 4;
+  if (dtype == "int8" || dtype == "uint8") return 1;
+  return 0;
+}
+
+void fill_typed(const std::string& dtype, float* data, int64_t n, uint64_t seed) {
+  fill_random(data, n, seed);
+  if (arg_dtype_bytes(dtype) == 4 && dtype != "int32") return;
+  const bool u8 = dtype == "uint8";
+  for (int64_t i = 0; i < n; ++i) {
+    double v = std::floor((double(data[i]) + (u8 ? 1.0 : 0.0)) * 128.0);
+    data[i] = static_cast<float>(std::clamp(v, u8 ? 0.0 : -128.0, u8 ? 255.0 : 127.0));
+  }
+}
+
+void store_as(const std::string& dtype, float* data, int64_t n) {
+  // Forwards: element i's bytes end at or before float i + 1's start, which is read later.
+  if (dtype == "int8") {
+    auto* out = reinterpret_cast<int8_t*>(data);
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int8_t>(data[i]);
+  } else if (dtype == "uint8") {
+    auto* out = reinterpret_cast<uint8_t*>(data);
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(data[i]);
+  } else if (dtype == "int32") {
+    for (int64_t i = 0; i < n; ++i) {
+      auto v = static_cast<int32_t>(data[i]);
+      std::memcpy(&data[i], &v, 4);
+    }
+  }
+}
+
+void load_as(const std::string& dtype, float* data, int64_t n) {
+  // Backwards: float i's bytes start at or after element i's end, already read.
+  if (dtype == "int8") {
+    const auto* in = reinterpret_cast<const int8_t*>(data);
+    for (int64_t i = n - 1; i >= 0; --i) data[i] = in[i];
+  } else if (dtype == "uint8") {
+    const auto* in = reinterpret_cast<const uint8_t*>(data);
+    for (int64_t i = n - 1; i >= 0; --i) data[i] = in[i];
+  } else if (dtype == "int32") {
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t v;
+      std::memcpy(&v, &data[i], 4);
+      data[i] = static_cast<float>(v);
+    }
+  }
+}
+
 std::string kernel_library_arch(const std::string& data) {
   // A GPU module: the kind of GPU it is for (PTX: cuda).
   if (std::optional<TargetKind> k = kind_of_module_format(gpu_module_kind(data))) return std::string(kind_name(*k));

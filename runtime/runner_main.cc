@@ -319,7 +319,8 @@ std::vector<std::vector<float>> kernel_buffers(const pb::MeasureRequest& req, st
     if (a.is_output()) {
       outputs.push_back(static_cast<size_t>(i));
     } else {
-      tf::fill_random(bufs.back().data(), n, req.seed() + static_cast<uint64_t>(i));
+      tf::fill_typed(a.dtype(), bufs.back().data(), n, req.seed() + static_cast<uint64_t>(i));
+      tf::store_as(a.dtype(), bufs.back().data(), n);
     }
     if (a.pack_block() > 0) {  // checked by the board: an input, pack_dim in range
       std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
@@ -540,7 +541,10 @@ int main(int argc, char** argv) {
         m = time_cpu_kernel(a, req, bufs, outputs, o);
       }
       if (!req.model()) {
-        for (size_t i : outputs) m.views.push_back({bufs[i].data(), static_cast<int64_t>(bufs[i].size()), tf::ModelDType::F32});
+        for (size_t i : outputs) {
+          tf::load_as(req.args(static_cast<int>(i)).dtype(), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
+          m.views.push_back({bufs[i].data(), static_cast<int64_t>(bufs[i].size()), tf::ModelDType::F32});
+        }
       }
       return reply_with(req, m);
     } catch (const std::bad_alloc&) {

@@ -9,7 +9,7 @@ namespace tf {
 using json = nlohmann::json;
 
 ConfigSpace::ConfigSpace(const Workload& w, const Target& t)
-    : workload_(w), target_(t), graph_(build_op(w)), template_id_(template_name(w.op, t)),
+    : workload_(w), target_(t), graph_(build_op(w)), template_id_(template_name(w, t)),
       knobs_(knob_space(graph_, t)) {
   for (const KnobSpec& k : knobs_) {
     TF_CHECK(!k.candidates.empty(), "knob ", k.name, " has no candidates");

@@ -21,7 +21,7 @@ nlohmann::json workload_params(const Workload& w) {
 db::LookupKey lookup_key(const Workload& w, const Target& t) {
   std::string tmpl;
   try {
-    tmpl = template_name(w.op, t);
+    tmpl = template_name(w, t);
   } catch (const UserError&) {
     // No template for this target kind yet: any record may answer the query.
   }
@@ -90,7 +90,7 @@ db::MeasureRecord record_for(const CompiledKernel& k, const std::string& device_
   r.device_key = device_key;
   r.device_model = device_key == "local" ? local_device_model() : "";
   r.toolchain = toolchain_version();
-  r.template_name = template_name(w.op, k.target);
+  r.template_name = template_name(w, k.target);
   r.config = k.config;
   return r;
 }
@@ -100,7 +100,7 @@ ConfigChoice choose_config(db::Database* db, const Workload& w, const Target& t)
   if (!db) return c;
   db::BestResult b = db->best(lookup_key(w, t));
   if (b.tier == db::MatchTier::None) return c;
-  if (b.record.template_name != template_name(w.op, t)) return c;
+  if (b.record.template_name != template_name(w, t)) return c;
   try {
     complete_config(build_op(w), t, b.record.config);
   } catch (const UserError&) {

@@ -29,7 +29,14 @@ const char* kWorkloads[] = {
     "depthwise_conv2d_nchw(N=1,C=9,H=10,W=9,R=3,S=3,stride=2,pad=1)",
     "conv2d_nchwc(N=1,C=8,H=9,W=7,K=12,R=3,S=3,pad=1,ic_block=4,oc_block=4,epilogue=bias_relu)",
     "depthwise_conv2d_nchwc(N=1,C=8,H=9,W=11,R=3,S=3,stride=2,pad=1,block=4,epilogue=bias)",
+    "matmul(M=19,N=37,K=23,dtype=uint8,weight_dtype=int8)",  // int8: widening on a Pi 4
 };
+
+std::string dtype_of(const ir::Tensor& t) { return t->dtype == ir::Type::float32() ? "" : t->dtype.str(); }
+// N, or N:DTYPE for a typed argument (the harness's form).
+std::string arg_text(const ir::Tensor& t, int64_t n) {
+  return std::to_string(n) + (dtype_of(t).empty() ? "" : ":" + dtype_of(t));
+}
 
 int64_t elements(const ir::Tensor& t) {
   int64_t n = 1;
@@ -48,8 +55,9 @@ void check_under_qemu(const CompiledKernel& k, const std::string& label) {
   // the multiarch libc.so.6 that the search path then finds hangs the harness.
   std::vector<std::string> argv = {"qemu-aarch64", TF_AARCH64_HARNESS,
                                    base + ".so", k.name, std::to_string(seed), base + ".bin"};
-  for (const ir::Tensor& t : k.graph.inputs) argv.push_back(std::to_string(elements(t)));
-  argv.push_back(std::to_string(elements(k.graph.output)));
+  for (const ir::Tensor& t : k.graph.inputs) argv.push_back(arg_text(t, elements(t)));
+  argv.push_back(arg_text(k.graph.output, elements(k.graph.output)));
+  if (!k.target.features.empty() && k.target.has_feature("i8mm")) argv.insert(argv.begin() + 1, {"-cpu", "max"});
   CommandResult r = run_command(argv);
   ASSERT_EQ(r.exit_code, 0) << label << ": " << r.output;
 
@@ -57,7 +65,7 @@ void check_under_qemu(const CompiledKernel& k, const std::string& label) {
   std::vector<const float*> ptrs;
   for (size_t i = 0; i < k.graph.inputs.size(); ++i) {
     inputs.emplace_back(static_cast<size_t>(elements(k.graph.inputs[i])));
-    fill_random(inputs.back().data(), elements(k.graph.inputs[i]), seed + i);
+    fill_typed(dtype_of(k.graph.inputs[i]), inputs.back().data(), elements(k.graph.inputs[i]), seed + i);
     ptrs.push_back(inputs.back().data());
   }
   int64_t n = elements(k.graph.output);
@@ -99,6 +107,20 @@ TEST_P(Aarch64UnderQemu, DefaultAndRandomConfigs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Operators, Aarch64UnderQemu, ::testing::ValuesIn(kWorkloads));
+
+// int8 dot products on an Arm CPU with the int8 matrix extension (usdot; qemu's `max` CPU
+// has it), exact against the reference.
+TEST(Aarch64Int8, UsdotKernelsAreExactUnderQemu) {
+  if (run_command({"qemu-aarch64", "-version"}).exit_code != 0) GTEST_SKIP() << "qemu-aarch64 is not installed";
+  Target t = parse_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n2 -mattr=+i8mm");
+  for (const char* spec : {"matmul(M=19,N=37,K=23,dtype=uint8,weight_dtype=int8)",
+                           "matmul(M=8,N=64,K=64,dtype=uint8,weight_dtype=int8)"}) {
+    Workload w = parse_workload(spec);
+    CompiledKernel k = compile_kernel(w, t, nlohmann::json(), "default", "");
+    ASSERT_NE(kernel_text(k, EmitKind::Asm).find("usdot"), std::string::npos) << spec;
+    check_under_qemu(k, w.canonical() + " on " + t.str());
+  }
+}
 
 }  // namespace
 }  // namespace tf

@@ -56,21 +56,6 @@ const char* kWorkloads[] = {
     "depthwise_conv2d_nchw(N=2,C=3,H=17,W=9,R=5,S=3,stride=2,pad=2,dilation=2)",
 };
 
-// The default config and a few random ones from the knob space that pass the constraints.
-std::vector<nlohmann::json> sample_configs(const Workload& w, const Target& t, int n) {
-  OpGraph g = build_op(w);
-  std::vector<nlohmann::json> out = {default_config(g, t)};
-  std::vector<KnobSpec> space = knob_space(g, t);
-  std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>()(w.canonical())));
-  for (int tries = 0; static_cast<int>(out.size()) <= n && tries < 200; ++tries) {
-    nlohmann::json c = nlohmann::json::object();
-    for (const KnobSpec& k : space) c[k.name] = k.candidates[rng() % k.candidates.size()];
-    c = complete_config(g, t, c);
-    if (check_constraints(g, t, c).empty()) out.push_back(c);
-  }
-  return out;
-}
-
 std::string file_text(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
@@ -85,7 +70,7 @@ TEST_P(GpuWorkload, ScheduleLoweringMatchesReferenceOnCpu) {
   for (const char* spec : {"cuda -arch=sm_80", "rocm -mcpu=gfx906"}) {
     Target t = parse_target(spec);
     int i = 0;
-    for (const nlohmann::json& config : sample_configs(w, t, 4)) {
+    for (const nlohmann::json& config : testing::sample_configs(w, t, 4)) {
       CompiledKernel k = compile_kernel(w, t, config, "given", "");
       ASSERT_NE(k.launch(), nullptr);
       ir::LoweredFunc f = k.lowered.func;
@@ -107,7 +92,7 @@ TEST_P(GpuWorkload, PtxAssemblesWithPtxas) {
   for (const char* arch : {"sm_70", "sm_75", "sm_80", "sm_90"}) {
     Target t = parse_target(std::string("cuda -arch=") + arch);
     int i = 0;
-    for (const nlohmann::json& config : sample_configs(w, t, 2)) {
+    for (const nlohmann::json& config : testing::sample_configs(w, t, 2)) {
       CompiledKernel k = compile_kernel(w, t, config, "given", "");
       std::string base = testing::temp_dir() + "/" + arch + "_" + std::to_string(i++);
       write_kernel(k, EmitKind::SharedLibrary, base + ".ptx");
@@ -148,7 +133,7 @@ TEST_P(GpuWorkload, AmdgpuCodeObjectsLinkAndFit) {
                                AmdLimits{"gfx1030", 256, 106}, AmdLimits{"gfx1100", 256, 106}}) {
     Target t = parse_target(std::string("rocm -mcpu=") + lim.gfx);
     int i = 0;
-    for (const nlohmann::json& config : sample_configs(w, t, 2)) {
+    for (const nlohmann::json& config : testing::sample_configs(w, t, 2)) {
       CompiledKernel k = compile_kernel(w, t, config, "given", "");
       std::string path = testing::temp_dir() + "/" + lim.gfx + "_" + std::to_string(i++) + ".hsaco";
       write_kernel(k, EmitKind::SharedLibrary, path);
@@ -327,7 +312,7 @@ TEST(GpuSplitK, PartialSumsThenTheirSumInASecondKernel) {
     EXPECT_NE(std::string(e.what()).find("split_k=5: must divide the reduction's extent 3072"), std::string::npos)
         << e.what();
   }
-  const ScheduleTemplate& tpl = find_template("matmul", t);
+  const ScheduleTemplate& tpl = find_template(parse_workload("matmul(M=1,N=1,K=1)"), t);
   OpGraph g = build_op(w);
   EXPECT_NE(tpl.check_constraints(g, t, complete_config(g, t, config)).find("split_k 5 does not divide"),
             std::string::npos);

@@ -9,12 +9,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <random>
 #include <sstream>
 
 #include "compiler/codegen_llvm.h"
 #include "compiler/gpu.h"
 #include "compiler/link.h"
 #include "compiler/reference.h"
+#include "compiler/schedule_templates.h"
 #include "runtime/kernel_library.h"
 
 namespace {
@@ -36,6 +39,20 @@ std::string Comparison::str() const {
   return os.str();
 }
 
+std::vector<nlohmann::json> sample_configs(const Workload& w, const Target& t, int n) {
+  OpGraph g = build_op(w);
+  std::vector<nlohmann::json> out = {default_config(g, t)};
+  std::vector<KnobSpec> space = knob_space(g, t);
+  std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>()(w.canonical())));
+  for (int tries = 0; static_cast<int>(out.size()) <= n && tries < 200; ++tries) {
+    nlohmann::json c = nlohmann::json::object();
+    for (const KnobSpec& k : space) c[k.name] = k.candidates[rng() % k.candidates.size()];
+    c = complete_config(g, t, c);
+    if (check_constraints(g, t, c).empty()) out.push_back(c);
+  }
+  return out;
+}
+
 std::string temp_dir() {
   static std::string dir = [] {
     std::string tmpl = (fs::temp_directory_path() / "tunefarm-test-XXXXXX").string();
@@ -49,9 +66,10 @@ std::string temp_dir() {
   return dir;
 }
 
-std::unique_ptr<KernelLibrary> build_for_host(const ir::LoweredFunc& f) {
+std::unique_ptr<KernelLibrary> build_for_host(const ir::LoweredFunc& f) { return build_for(f, host_target()); }
+
+std::unique_ptr<KernelLibrary> build_for(const ir::LoweredFunc& f, const Target& host) {
   static std::atomic<int> counter{0};
-  Target host = host_target();
   std::string base = temp_dir() + "/k" + std::to_string(counter++);
   CodegenResult obj = codegen_llvm(f, host, CodegenOutput::Object);
   {
@@ -68,15 +86,18 @@ Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t 
 
 namespace {
 
-// The kernel's arguments for `g`: its inputs filled from `seed` on, then its output filled
-// with NaN (a kernel that skips an element cannot pass).
+std::string dtype_of(const ir::Tensor& t) { return t->dtype == ir::Type::float32() ? "" : t->dtype.str(); }
+
+// The kernel's arguments for `g`: its inputs filled from `seed` on (fill_typed: as boards
+// fill them), then its output filled with NaN (a kernel that skips an element cannot pass;
+// an integer output with a byte pattern of its own).
 std::vector<std::vector<float>> seeded_buffers(const OpGraph& g, uint64_t seed) {
   std::vector<std::vector<float>> bufs;
   for (const ir::Tensor& t : g.inputs) {
     int64_t n = 1;
     for (int64_t d : t->shape) n *= d;
     bufs.emplace_back(static_cast<size_t>(n));
-    fill_random(bufs.back().data(), n, seed++);
+    fill_typed(dtype_of(t), bufs.back().data(), n, seed++);
   }
   int64_t out_n = 1;
   for (int64_t d : g.output->shape) out_n *= d;
@@ -98,10 +119,17 @@ Comparison compared(const OpGraph& g, const std::vector<std::vector<float>>& buf
 
 Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) {
   std::vector<std::vector<float>> bufs = seeded_buffers(g, seed);
+  const std::vector<std::vector<float>> values = bufs;  // the reference reads them as floats
+  // Typed arguments travel as their type's elements, as a board passes them.
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    store_as(dtype_of(g.inputs[i]), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
   std::vector<float*> args;
   for (auto& b : bufs) args.push_back(b.data());
   int status = lib.call(args);
-  return compared(g, bufs, status);
+  std::vector<std::vector<float>> checked(values.begin(), values.end() - 1);
+  checked.push_back(std::move(bufs.back()));
+  load_as(dtype_of(g.output), checked.back().data(), static_cast<int64_t>(checked.back().size()));
+  return compared(g, checked, status);
 }
 
 int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::vector<std::vector<float>>& bufs) {

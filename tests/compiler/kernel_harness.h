@@ -2,6 +2,8 @@
 // on seeded inputs and compare with the reference implementation.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <memory>
 #include <string>
@@ -25,6 +27,8 @@ struct Comparison {
 
 // Compiles `f` for the host with the real pipeline (LLVM, lld) and loads it.
 std::unique_ptr<KernelLibrary> build_for_host(const ir::LoweredFunc& f);
+// The same for another CPU target of this machine's architecture (its code must run here).
+std::unique_ptr<KernelLibrary> build_for(const ir::LoweredFunc& f, const Target& t);
 
 // Compiles `f` for the host, runs it on inputs seeded from `seed`, compares with the reference.
 Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t seed = 7);
@@ -44,6 +48,10 @@ Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Ta
 // One kernel of a GPU program on the CPU, as run_gpu_emulated runs each: blocks one after
 // another, each with its threads at once; `bufs` are the kernel's arguments. Returns its status.
 int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::vector<std::vector<float>>& bufs);
+
+// The default config of `w` on `t` and up to `n` random ones from its knob space that pass the
+// constraints (the same ones each run: seeded by the workload's text).
+std::vector<nlohmann::json> sample_configs(const Workload& w, const Target& t, int n);
 
 // A fresh directory for one test's files, removed at exit.
 std::string temp_dir();

@@ -281,16 +281,31 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
     EXPECT_FALSE(tpl->knobs().empty()) << tpl->id();
     for (const std::string& op : tpl->ops) {
       EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << tpl->id() << " schedules unknown " << op;
-      EXPECT_TRUE(pairs.insert(op + " on " + std::string(kind_name(tpl->target_kind))).second) << op << " on " << kind_name(tpl->target_kind);
+      for (const OperandTypes& ty : tpl->types) {
+        std::string key = op + (ty.is_float32() ? "" : " of " + ty.str()) + " on " + std::string(kind_name(tpl->target_kind));
+        EXPECT_TRUE(pairs.insert(key).second) << key;
+      }
     }
   }
   // Every operator has a CPU template.
   for (const std::string& op : ops) EXPECT_TRUE(pairs.count(op + " on llvm")) << op;
-  EXPECT_EQ(lookup_template("matmul", parse_target("llvm")), &find_template("matmul", parse_target("llvm")));
-  EXPECT_EQ(lookup_template("conv2d_nchwc", parse_target("cuda -arch=sm_90")), nullptr);
-  expect_user_error([] { find_template("conv2d_nchwc", parse_target("cuda -arch=sm_90")); },
+  // Every typed operator has a CPU template for each of its types.
+  for (const OperatorDef& def : operator_table()) {
+    for (const OperandTypes& ty : def.types) {
+      if (!ty.is_float32()) EXPECT_TRUE(pairs.count(std::string(def.name) + " of " + ty.str() + " on llvm")) << def.name;
+    }
+  }
+  Workload mm = parse_workload("matmul(M=1,N=1,K=1)");
+  Workload conv = parse_workload("conv2d_nchwc(N=1,C=8,H=4,W=4,K=8,R=1,S=1)");
+  Workload mm8 = parse_workload("matmul(M=1,N=1,K=1,dtype=uint8,weight_dtype=int8)");
+  EXPECT_EQ(lookup_template(mm, parse_target("llvm")), &find_template(mm, parse_target("llvm")));
+  EXPECT_NE(lookup_template(mm8, parse_target("llvm")), lookup_template(mm, parse_target("llvm")));
+  EXPECT_EQ(lookup_template(conv, parse_target("cuda -arch=sm_90")), nullptr);
+  expect_user_error([&] { find_template(conv, parse_target("cuda -arch=sm_90")); },
                     "no schedule template for conv2d_nchwc on cuda targets yet (cuda templates: matmul, batch_matmul, "
                     "conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw)");
+  expect_user_error([&] { find_template(mm8, parse_target("cuda -arch=sm_90")); },
+                    "no schedule template for matmul of uint8 x int8 on cuda targets yet");
 }
 
 TEST(TemplateRegistry, DefaultsAreCompleteAndWithinConstraints) {
@@ -308,15 +323,20 @@ TEST(TemplateRegistry, DefaultsAreCompleteAndWithinConstraints) {
       const OperatorDef* def = find_operator(op);
       ASSERT_NE(def, nullptr) << op;
       ASSERT_TRUE(def->example && *def->example) << op << " has no example workload";
-      for (const char* target : targets.at(tpl->target_kind)) {
-        Target t = parse_target(target);
-        OpGraph g = graph(def->example);
-        ASSERT_EQ(lookup_template(g.workload.op, t), tpl) << def->example << " on " << target;
-        nlohmann::json d = default_config(g, t);
-        EXPECT_EQ(complete_config(g, t, d), d) << def->example << " on " << target;
-        EXPECT_EQ(d.size(), tpl->knobs().size()) << def->example << " on " << target;
-        EXPECT_EQ(check_constraints(g, t, d), "") << def->example << " on " << target;
-        ++checked;
+      std::vector<const char*> examples{def->example};
+      examples.insert(examples.end(), def->typed_examples.begin(), def->typed_examples.end());
+      for (const char* example : examples) {
+        if (std::find(tpl->types.begin(), tpl->types.end(), parse_workload(example).types) == tpl->types.end()) continue;
+        for (const char* target : targets.at(tpl->target_kind)) {
+          Target t = parse_target(target);
+          OpGraph g = graph(example);
+          ASSERT_EQ(lookup_template(g.workload, t), tpl) << example << " on " << target;
+          nlohmann::json d = default_config(g, t);
+          EXPECT_EQ(complete_config(g, t, d), d) << example << " on " << target;
+          EXPECT_EQ(d.size(), tpl->knobs().size()) << example << " on " << target;
+          EXPECT_EQ(check_constraints(g, t, d), "") << example << " on " << target;
+          ++checked;
+        }
       }
     }
   }

@@ -109,6 +109,18 @@ class EmulatedPiTest(unittest.TestCase):
         self.assertEqual(measured["error_code"], "ok", m.stdout)
         self.assertEqual(measured["check"], "ok", m.stdout)
 
+        # An int8 kernel (uint8 x int8 -> int32, the widening path of a Cortex-A72) tunes on the
+        # same board: its inputs filled by type there, its output checked exactly here.
+        int8 = "matmul(M=12,N=24,K=20,dtype=uint8,weight_dtype=int8)"
+        self.cli("tune", "-w", int8, *self.farm_args(), "--trials", "4", "--batch", "4", "--repeat", "2",
+                 "--min-repeat-ms", "1", "--retime-top", "1", "--retime-rounds", "1", "--db", db)
+        con = sqlite3.connect(db)
+        rows = con.execute("SELECT r.error_code, r.correctness FROM records r JOIN workloads w ON w.id = r.workload_id "
+                           "WHERE w.canonical = ?", (int8.replace(")", ",epilogue=none)"),)).fetchall()
+        con.close()
+        self.assertGreaterEqual(len(rows), 4, rows)
+        self.assertTrue(all(r == ("ok", "ok") for r in rows), rows)
+
         # A real Pi's compile never takes the emulated board's config: the default, with a warning.
         real = self.cli("compile", "-w", WORKLOAD, "-t", "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72", "--db", db,
                         "--json", "-o", os.path.join(self.dir, "real.so"))

@@ -448,6 +448,14 @@ TEST_F(Farm, MalformedRequestsAreRejected) {
   r = request("scale");
   r.mutable_args(r.args_size() - 1)->set_pack_block(4);
   expect_invalid(r, "an output cannot be packed");
+  // Element types (ArgSpec dtype) are known ones, and typed arguments are never packed.
+  r = request("scale");
+  r.mutable_args(0)->set_dtype("float16");
+  expect_invalid(r, "argument dtype 'float16' is not one of float32, int8, uint8, int32");
+  r = request("scale");
+  r.mutable_args(0)->set_dtype("int8");
+  r.mutable_args(0)->set_pack_block(4);
+  expect_invalid(r, "an argument of dtype int8 cannot be packed");
   r = request("scale");
   r.mutable_args(0)->set_min_elements(int64_t{1} << 40);
   expect_invalid(r, "min_elements 1099511627776 is out of range");
@@ -765,6 +773,35 @@ TEST_F(Farm, ConstantWeightsArePassedPackedToBoards) {
   EXPECT_EQ(WEXITSTATUS(std::system(measure.c_str())), 2) << read_file(dir + "/bad.txt");
   EXPECT_NE(read_file(dir + "/bad.txt").find("kernel description packs argument 2"), std::string::npos)
       << read_file(dir + "/bad.txt");
+}
+
+// An int8 kernel (uint8 x int8 -> int32): the board fills its inputs as their types and
+// returns the int32 output, which the tuner checks exactly against the reference.
+TEST_F(Farm, Int8KernelsAreFilledByTypeAndCheckedExactly) {
+  const std::string spec = "matmul(M=24,N=36,K=18,dtype=uint8,weight_dtype=int8)";
+  std::string so = temp_dir() + "/int8.so";
+  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w '" + spec + "' -o " + so + " --no-db 2>/dev/null").c_str()), 0);
+  FarmRunnerOptions fo;
+  fo.farm = endpoint();
+  fo.key = "cpu";
+  fo.wait_ms = 5000;
+  FarmRunner runner(fo);
+  MeasureContext ctx(build_op(parse_workload(spec)), MeasureOptions{});
+  EXPECT_EQ(ctx.request("matmul").args(0).dtype(), "uint8");
+  EXPECT_EQ(ctx.request("matmul").args(2).dtype(), "int32");
+  BuildResult b;
+  b.so_path = so;
+  std::vector<RunResult> results = runner.run(ctx, {b});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].ok()) << results[0].error_msg;
+  EXPECT_EQ(results[0].correctness, "ok");
+  EXPECT_EQ(results[0].max_abs_error, 0.0);
+  // The same library measured as the float workload of that shape reads its bytes as other
+  // types: a wrong answer, not a pass.
+  MeasureContext as_float(build_op(parse_workload("matmul(M=24,N=36,K=18)")), MeasureOptions{});
+  results = runner.run(as_float, {b});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].error, pb::WRONG_ANSWER) << results[0].error_msg;
 }
 
 TEST(FarmFailures, BoardKilledMidMeasurement) {
@@ -1612,6 +1649,17 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
       ADD_FAILURE() << "a GPU board took a packed input";
     } catch (const FarmError& e) {
       EXPECT_NE(std::string(e.what()).find("packed inputs are for CPU kernels; this board runs cuda:0"), std::string::npos)
+          << e.what();
+    }
+    // So are typed (int8...) arguments, for now.
+    r = request("matmul");
+    r.mutable_args(0)->set_dtype("uint8");
+    try {
+      b->measure(r, module);
+      ADD_FAILURE() << "a GPU board took a uint8 argument";
+    } catch (const FarmError& e) {
+      EXPECT_NE(std::string(e.what()).find("argument dtype uint8 is for CPU kernels; this board runs cuda:0"),
+                std::string::npos)
           << e.what();
     }
     // A kernel's module measured as a compiled model: the runner finds no model in it.

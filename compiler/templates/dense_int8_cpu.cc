@@ -1,0 +1,138 @@
+// dense_int8.cpu: matmul of uint8 A x int8 B -> int32 C on CPUs, by dot products of four
+// bytes (compiler/ir.h dot4_u8s8: vpdpbusd with AVX512-VNNI or AVX-VNNI, usdot with Arm's
+// i8mm, a widening sequence elsewhere). The template computes the workload's graph another
+// way (schedule_graph): A's rows packed four bytes to an int32 ("A.q" [M][K/4]), B packed into
+// panels of tile_n columns with four consecutive k of a column in one int32 ("B.q"
+// [N/tile_n][K/4][tile_n], the layout vpdpbusd reads), K padded with zeros to a multiple of 4;
+// then C is tiled as dense.cpu tiles a float matmul: tile_m rows (unrolled) x tile_n columns
+// (vectorized), the reduction over K/4 unroll_k deep.
+#include "compiler/templates/common.h"
+
+namespace tf::templates {
+namespace {
+
+using namespace ir;  // NOLINT: tensor-expression code reads best unqualified
+
+class DenseInt8Cpu final : public CpuTemplate {
+ public:
+  DenseInt8Cpu()
+      : CpuTemplate("dense_int8.cpu", 1, {"matmul"}, TargetKind::Llvm, {OperandTypes{DType::Uint8, DType::Int8}}) {}
+
+  const std::vector<KnobDef>& knobs() const override {
+    static const std::vector<KnobDef> k = {
+        {"tile_m", KnobType::Int, "rows of C per register tile (unrolled)", 64, {}, kSplit},
+        {"tile_n", KnobType::Int, "columns of C per register tile (vectorized) and of B's packed panels", 256, {}, kSplit},
+        {"unroll_k", KnobType::Int, "unroll factor of the reduction loop (in steps of 4 k)", 64, {}, kSplit},
+        {"order", KnobType::Choice, "outer tile loop order: mn (rows outer) or nm (columns outer)", 0, {"mn", "nm"},
+         kReorder},
+        {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
+        {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+        {"parallel", KnobType::Bool, "run the outermost tile loop (and the packing) on all threads", 0, {}},
+    };
+    return k;
+  }
+
+  json default_config(const OpGraph& g, const Target& t) const override {
+    const int64_t lanes = t.vector_lanes();
+    const int64_t rows = t.arch_name() == "x86_64" && lanes < 16 ? 6 : 8;
+    json c;
+    c["tile_n"] = vector_tile(out_extent(g, 1), 2, lanes);
+    c["tile_m"] = std::min(out_extent(g, 0), rows);
+    c["unroll_k"] = std::min<int64_t>(4, quads(g));
+    c["order"] = "nm";
+    default_annotations(c);
+    return c;
+  }
+
+  OpGraph schedule_graph(const OpGraph& g, const Target&, const json& c) const override {
+    const Tensor A = g.inputs[0], B = g.inputs[1];
+    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1], Q = quads(g);
+    const int64_t nb = c["tile_n"];
+    const Type i32 = Type::int32();
+    // Byte t of an int32 from a uint8 value: its zero extension times 256^t (wrapping).
+    auto byte = [&](Expr v, int t) {
+      Expr x = Cast::make(i32, Cast::make(Type::uint8(), std::move(v)));
+      return t == 0 ? x : x * IntImm::make_typed(int64_t{1} << (8 * t), i32);
+    };
+    auto pack4 = [&](const std::function<Expr(int)>& value) {
+      Expr sum;
+      for (int t = 0; t < 4; ++t) {
+        Expr b = value(t);
+        sum = sum ? sum + b : b;
+      }
+      return sum;
+    };
+    const Expr zero = IntImm::make_typed(0, i32);
+    Tensor ap = compute("A.q", {M, Q}, {"i", "q"}, [&](const std::vector<Expr>& ax) {
+      return pack4([&](int t) {
+        Expr k = ax[1] * 4 + t;
+        Expr v = byte(read(A, {ax[0], min(k, Expr(K - 1))}), t);
+        return K % 4 == 0 ? v : select(k < Expr(K), v, zero);
+      });
+    });
+    const int64_t panels = (N + nb - 1) / nb;
+    Tensor bp = compute("B.q", {panels, Q, nb}, {"jo", "q", "jl"}, [&](const std::vector<Expr>& ax) {
+      Expr j = ax[0] * nb + ax[2];
+      Expr inside_n = j < Expr(N);
+      return pack4([&](int t) {
+        Expr k = ax[1] * 4 + t;
+        Expr v = byte(read(B, {min(k, Expr(K - 1)), min(j, Expr(N - 1))}), t);
+        Expr inside = K % 4 == 0 ? inside_n : logical_and(inside_n, k < Expr(K));
+        return N % nb == 0 && K % 4 == 0 ? v : select(inside, v, zero);
+      });
+    });
+    IterVar q = reduce_axis(Q, "q");
+    OpGraph s = g;
+    s.acc = s.output = compute(g.output->name, {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
+      Expr a = read(ap, {ax[0], q.var});
+      Expr b = read(bp, {ax[1] / nb, q.var, ax[1] % nb});
+      return ir::sum(Call::make(kDot4U8S8, {a, b}), {q});
+    }, {q});
+    s.check_terms = K;
+    return s;
+  }
+
+  void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
+    int64_t tm = c["tile_m"], tn = c["tile_n"], uk = c["unroll_k"];
+    bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+    for (const char* packed : {"A.q", "B.q"}) {
+      Stage& p = s.stage(packed);
+      const auto& ax = p.op()->axes;
+      if (par) p.parallel(ax[0].var);
+      if (vec) p.vectorize(ax.back().var);
+    }
+    auto [acc, out] = acc_and_writer(s, g);
+    const auto& oax = out->op()->axes;
+    auto [io, ii] = out->split(oax[0].var, tm);
+    auto [jo, ji] = out->split(oax[1].var, tn);
+    bool rows_outer = c["order"].get<std::string>() == "mn";
+    Expr first = rows_outer ? io : jo, second = rows_outer ? jo : io;
+    out->reorder({first, second, ii, ji});
+    if (vec) out->vectorize(ji);
+    if (unroll) out->unroll(ii);
+    if (par) out->parallel(first);
+    acc->compute_at(*out, second);
+    schedule_dense_acc(*acc, 0, uk, vec, unroll);
+  }
+
+ protected:
+  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+    if (knob == "tile_m") return {out_extent(g, 0), false, true};
+    if (knob == "tile_n") return {out_extent(g, 1), true, false};
+    return {quads(g), false, false};  // unroll_k
+  }
+
+  Tile register_tile(const OpGraph&, const Target&, const json& c) const override {
+    return {c["tile_m"], c["tile_n"], c["unroll_k"], ""};
+  }
+
+ private:
+  // Steps of the reduction: K / 4, rounded up.
+  static int64_t quads(const OpGraph& g) { return (g.inputs[0]->shape[1] + 3) / 4; }
+};
+
+}  // namespace
+
+std::unique_ptr<ScheduleTemplate> make_dense_int8_cpu() { return std::make_unique<DenseInt8Cpu>(); }
+
+}  // namespace tf::templates

@@ -1,0 +1,169 @@
+// Element types beyond float32: the IR's integer types, workloads that carry their operand
+// types, the int8 matmul kernels on every x86 instruction set this machine runs (VNNI, AVX-VNNI,
+// AVX-512 and AVX2 without, SSE), and the typed arguments boards fill (docs/precision.md).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "base/error.h"
+#include "compiler/codegen_llvm.h"
+#include "compiler/driver.h"
+#include "compiler/ir_printer.h"
+#include "compiler/schedule_templates.h"
+#include "compiler/te.h"
+#include "runtime/kernel_library.h"
+#include "tests/compiler/kernel_harness.h"
+
+namespace tf {
+namespace {
+
+using ir::Type;
+
+void expect_user_error(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no UserError; expected one containing: " << part;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(IrTypes, IntegerTypesPrintAndHaveTheirIdentities) {
+  EXPECT_EQ(Type::int8().str(), "int8");
+  EXPECT_EQ(Type::uint8().with_lanes(64).str(), "uint8x64");
+  EXPECT_EQ(Type::int32().str(), "int32");
+  EXPECT_TRUE(Type::uint8().is_int() && Type::uint8().is_uint() && !Type::uint8().is_index());
+  EXPECT_TRUE(Type::int64().is_index());
+  EXPECT_EQ(Type::int8().bytes(), 1);
+  EXPECT_EQ(Type::int32().bytes(), 4);
+  // A reduction's identity has its source's type.
+  ir::Tensor a = ir::placeholder("a", {8}, Type::int8());
+  ir::IterVar k = ir::reduce_axis(8, "k");
+  ir::Tensor s = ir::compute("s", {1}, {"i"}, [&](const std::vector<ir::Expr>&) {
+    return ir::sum(ir::Cast::make(Type::int32(), ir::read(a, {k.var})), {k});
+  }, {k});
+  EXPECT_EQ(s->dtype, Type::int32());
+  EXPECT_EQ(s->reduce()->identity().type(), Type::int32());
+  EXPECT_EQ(ir::Reduce(ir::ReduceKind::Max, ir::read(a, {k.var}), {k.var}).identity().as<ir::IntImm>()->value, -128);
+  // Index constants never fold with data constants of another type.
+  EXPECT_EQ(ir::as_const_int(ir::IntImm::make_typed(3, Type::int32())), nullptr);
+}
+
+TEST(TypedWorkload, DtypeKeysAreCanonicalAndFloat32StaysUnnamed) {
+  EXPECT_EQ(parse_workload("matmul(M=2,N=3,K=4)").canonical(), "matmul(M=2,N=3,K=4,epilogue=none)");
+  EXPECT_EQ(parse_workload("matmul(M=2,N=3,K=4,dtype=float32)").canonical(), "matmul(M=2,N=3,K=4,epilogue=none)");
+  Workload w = parse_workload("matmul(K=4, weight_dtype=int8, M=2, N=3, dtype=uint8)");
+  EXPECT_EQ(w.canonical(), "matmul(M=2,N=3,K=4,dtype=uint8,weight_dtype=int8,epilogue=none)");
+  EXPECT_EQ(parse_workload(w.canonical()).canonical(), w.canonical());
+  EXPECT_EQ(w.types.output(), DType::Int32);
+  OpGraph g = build_op(w);
+  EXPECT_EQ(g.inputs[0]->dtype, Type::uint8());
+  EXPECT_EQ(g.inputs[1]->dtype, Type::int8());
+  EXPECT_EQ(g.output->dtype, Type::int32());
+}
+
+TEST(TypedWorkload, UnsupportedTypesAreRefusedByName) {
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=int4)"); },
+                    "dtype 'int4' is not one of float32, int8, uint8, int32");
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=int8)"); },
+                    "matmul of int8 is not implemented (matmul takes: float32, uint8 x int8)");
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,weight_dtype=int8)"); },
+                    "matmul of float32 x int8 is not implemented");
+  expect_user_error([] { parse_workload("conv2d_nchw(N=1,C=2,H=4,W=4,K=2,R=1,S=1,dtype=uint8,weight_dtype=int8)"); },
+                    "conv2d_nchw of uint8 x int8 is not implemented (conv2d_nchw takes: float32)");
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=uint8,weight_dtype=int8,epilogue=relu)"); },
+                    "epilogue relu on uint8 x int8 operands is not implemented yet");
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=uint8,weight_dtype=int8,const_b=1)"); },
+                    "const_b=1 (a prepacked B) on uint8 x int8 operands is not implemented yet");
+}
+
+TEST(TypedArguments, FillCoversEachTypeAndRoundTrips) {
+  for (const char* dtype : {"int8", "uint8", "int32"}) {
+    std::vector<float> v(4096);
+    fill_typed(dtype, v.data(), static_cast<int64_t>(v.size()), 3);
+    const bool u8 = std::string(dtype) == "uint8";
+    float lo = *std::min_element(v.begin(), v.end()), hi = *std::max_element(v.begin(), v.end());
+    EXPECT_EQ(lo, u8 ? 0.0f : -128.0f) << dtype;
+    EXPECT_EQ(hi, u8 ? 255.0f : 127.0f) << dtype;
+    for (float x : v) ASSERT_EQ(x, std::floor(x)) << dtype;
+    std::vector<float> w = v;
+    store_as(dtype, w.data(), static_cast<int64_t>(w.size()));
+    if (std::string(dtype) == "int8") EXPECT_EQ(reinterpret_cast<const int8_t*>(w.data())[5], static_cast<int8_t>(v[5]));
+    load_as(dtype, w.data(), static_cast<int64_t>(w.size()));
+    EXPECT_EQ(w, v) << dtype;
+  }
+  EXPECT_EQ(arg_dtype_bytes("int8"), 1);
+  EXPECT_EQ(arg_dtype_bytes(""), 4);
+  EXPECT_EQ(arg_dtype_bytes("float16"), 0);
+}
+
+// The x86 instruction sets of the int8 path, those this machine can run.
+std::vector<std::string> runnable_x86_targets() {
+  Target host = host_target();
+  std::vector<std::string> out;
+  if (host.arch_name() != "x86_64") return out;
+  // (target, the host feature it needs)
+  const std::vector<std::pair<std::string, std::string>> all = {
+      {"llvm -mcpu=icelake-server", "avx512vnni"},          // vpdpbusd zmm
+      {"llvm -mcpu=x86-64-v3 -mattr=+avxvnni", "avxvnni"},  // {vex} vpdpbusd ymm
+      {"llvm -mcpu=skylake-avx512", "avx512bw"},             // widening, AVX-512
+      {"llvm -mcpu=x86-64-v3", "avx2"},                      // widening, AVX2
+      {"llvm -mcpu=x86-64", "sse2"},                         // widening, SSE
+  };
+  for (const auto& [t, feature] : all) {
+    if (host.has_feature(feature)) out.push_back(t);
+  }
+  return out;
+}
+
+class Int8Matmul : public ::testing::TestWithParam<const char*> {};
+
+// Exact: integer products summed in int32 equal the reference's double sums.
+TEST_P(Int8Matmul, MatchesTheReferenceExactlyOnEveryInstructionSet) {
+  Workload w = parse_workload(GetParam());
+  std::vector<std::string> targets = runnable_x86_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  uint64_t seed = 1;
+  for (const std::string& spec : targets) {
+    Target t = parse_target(spec);
+    for (const nlohmann::json& config : testing::sample_configs(w, t, 3)) {
+      CompiledKernel k = compile_kernel(w, t, config, "given", "");
+      std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
+      testing::Comparison c = testing::run_and_compare(k.graph, *lib, 11 + seed++);
+      EXPECT_TRUE(c.ok()) << w.canonical() << " on " << spec << " config " << config.dump() << ": " << c.str();
+      EXPECT_EQ(c.check.max_abs_error, 0.0) << w.canonical() << " on " << spec << " config " << config.dump();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Int8Matmul,
+                         ::testing::Values("matmul(M=1,N=1,K=1,dtype=uint8,weight_dtype=int8)",
+                                           "matmul(M=16,N=32,K=64,dtype=uint8,weight_dtype=int8)",
+                                           "matmul(M=37,N=45,K=22,dtype=uint8,weight_dtype=int8)",
+                                           "matmul(M=5,N=100,K=129,dtype=uint8,weight_dtype=int8)"));
+
+// The dot products become the instruction each CPU has: vpdpbusd with AVX512-VNNI and
+// AVX-VNNI, usdot on Arm with i8mm; a CPU without either widens (no dot-product instruction).
+TEST(Int8Matmul, DotProductsUseTheTargetsInstruction) {
+  Workload w = parse_workload("matmul(M=16,N=64,K=64,dtype=uint8,weight_dtype=int8)");
+  auto asm_of = [&](const char* spec) {
+    return kernel_text(compile_kernel(w, parse_target(spec), nullptr, "default", ""), EmitKind::Asm);
+  };
+  EXPECT_NE(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=icelake-server").find("vpdpbusd\t%zmm"), std::string::npos);
+  EXPECT_NE(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=alderlake").find("{vex}\tvpdpbusd"), std::string::npos);
+  EXPECT_EQ(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512").find("vpdpbusd"), std::string::npos);
+  EXPECT_NE(asm_of("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1").find("usdot"), std::string::npos);
+  EXPECT_EQ(asm_of("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72").find("usdot"), std::string::npos);
+  // The sidecar says each argument's type.
+  CompiledKernel k = compile_kernel(w, host_target(), nullptr, "default", "");
+  EXPECT_EQ(ir::to_string(k.lowered.func).rfind("func matmul(A: uint8[16, 64], B: int8[64, 64], C: int32[16, 64] out)", 0), 0u);
+}
+
+TEST(Int8Matmul, GpuTargetsSayTheyHaveNoTemplateYet) {
+  Workload w = parse_workload("matmul(M=16,N=64,K=64,dtype=uint8,weight_dtype=int8)");
+  expect_user_error([&] { compile_kernel(w, parse_target("cuda -arch=sm_90"), nullptr, "default", ""); },
+                    "no schedule template for matmul of uint8 x int8 on cuda targets yet");
+}
+
+}  // namespace
+}  // namespace tf
