@@ -55,6 +55,14 @@ void add_import_command(CLI::App& app, ImportArgs& a) {
   a.cmd->add_flag("--json", a.json, "print JSON");
 }
 
+// The summary's line on a QDQ model's quantized nodes (none runs in int8 yet).
+static void print_quantized(const graph::Graph& g) {
+  if (g.quantize_nodes == 0) return;
+  std::printf("int8      0 of %lld QuantizeLinear/DequantizeLinear nodes in int8: computed in float32 on the "
+              "quantized values (docs/precision.md)\n",
+              static_cast<long long>(g.quantize_nodes));
+}
+
 int run_import(const ImportArgs& a) {
   using namespace graph;  // NOLINT
   if (a.list_passes) {
@@ -102,7 +110,9 @@ int run_import(const ImportArgs& a) {
             {"nodes_imported", nodes_imported},
             {"nodes", g.nodes.size()},
             {"ops_imported", imported.ops},
-            {"ops", after.ops}};
+            {"ops", after.ops},
+            {"quantize_nodes", g.quantize_nodes},
+            {"int8_nodes", 0}};
   j["passes"] = json::array();
   for (const PassReport& r : reports) {
     j["passes"].push_back({{"name", r.name},
@@ -149,6 +159,7 @@ int run_import(const ImportArgs& a) {
               static_cast<long long>(after.parameters),
               static_cast<double>(after.constant_bytes) / 1e6);
   std::printf("nodes     %zu imported, %zu after passes\n", nodes_imported, g.nodes.size());
+  print_quantized(g);
   std::string ops;
   for (const auto& [op, n] : after.ops) ops += str(ops.empty() ? "" : ", ", op, " x", n);
   std::printf("ops       %s\n", ops.empty() ? "(none)" : ops.c_str());
@@ -308,6 +319,7 @@ int compile_model_file(const ModelCompileArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
+  print_quantized(g);
   int tunable = cm.tunable();
   std::printf("wrote %s and %s: %zu kernels (%d tunable, %d tuned), workspace %.2f MiB (%.2f MiB unplanned), "
               "weights %.2f MiB, in %.1f s%s\n",

@@ -7,8 +7,9 @@
 //     outputs of nodes before it. verify() checks this and every other invariant, and passes
 //     keep it.
 //   - Element types are float32 (what models compute in) and int64 (shape arithmetic, indices);
-//     bool appears only as the result of comparisons feeding Where. Values of other types are
-//     refused at import.
+//     bool appears only as the result of comparisons feeding Where. int8 and uint8 constants
+//     (quantized weights, zero points) are held as float32 values (HostTensor::narrow says
+//     which); values of other types are refused at import.
 // The operator semantics (shapes, attributes, reference evaluation) live in graph/ops.h.
 #pragma once
 
@@ -28,9 +29,15 @@ using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& s);
 std::string shape_str(const Shape& s);
 
+// Float32 data imported from 8-bit integers (a QDQ model's weights and zero points, held as
+// the integers' values): which type they were, the range a QuantizeLinear whose zero point
+// this is saturates to (graph/import_quantize.h).
+enum class Narrow : uint8_t { None, Int8, Uint8 };
+
 // A dense row-major tensor on the host. Floats live in `f`, int64 and bool (0/1) in `i`.
 struct HostTensor {
   DType dtype = DType::F32;
+  Narrow narrow = Narrow::None;  // F32 only
   Shape shape;
   std::vector<float> f;
   std::vector<int64_t> i;
@@ -84,6 +91,9 @@ struct Graph {
   std::vector<std::string> outputs;  // in the model's order
   std::vector<Node> nodes;           // topological order
   std::map<std::string, Value> values;
+  // QuantizeLinear and DequantizeLinear nodes the model had, imported as float32 arithmetic
+  // (graph/import_quantize.h): none of them runs in int8 yet.
+  int64_t quantize_nodes = 0;
 
   const Value& value(const std::string& name) const;
   Value& value(const std::string& name);

@@ -99,6 +99,29 @@ HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what)
       check(static_cast<int64_t>(v.size()));
       return HostTensor::ints(shape, std::move(v));
     }
+    case onnx::TensorProto::INT8:
+    case onnx::TensorProto::UINT8: {
+      // Held as float32 values, exactly (graph/graph.h Narrow).
+      const bool u8 = t.data_type() == onnx::TensorProto::UINT8;
+      std::vector<float> v;
+      if (t.has_raw_data()) {
+        if (u8) {
+          for (uint8_t b : raw_values<uint8_t>(t.raw_data(), n, what)) v.push_back(b);
+        } else {
+          for (int8_t b : raw_values<int8_t>(t.raw_data(), n, what)) v.push_back(b);
+        }
+      } else {
+        for (int32_t x : t.int32_data()) {
+          if (x < (u8 ? 0 : -128) || x > (u8 ? 255 : 127))
+            throw UserError(str(what, ": value ", x, " is out of the range of ", u8 ? "uint8" : "int8"));
+          v.push_back(static_cast<float>(x));
+        }
+      }
+      check(static_cast<int64_t>(v.size()));
+      HostTensor h = HostTensor::floats(shape, std::move(v));
+      h.narrow = u8 ? Narrow::Uint8 : Narrow::Int8;
+      return h;
+    }
     case onnx::TensorProto::INT32:
     case onnx::TensorProto::BOOL: {
       std::vector<int64_t> v;
@@ -118,7 +141,7 @@ HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what)
     default:
       throw UserError(
           str(what, ": element type ", onnx_type_name(t.data_type()),
-              " is not supported (float32; int32, int64 and bool for shape arithmetic)"));
+              " is not supported (float32; int8 and uint8 for quantized models; int32, int64 and bool for shape arithmetic)"));
   }
 }
 

@@ -1134,6 +1134,127 @@ TEST(OnnxImport, ArgMaxAndArgMinPickTheFirstNaNAndFold) {
 // Every operator's entry is whole: a fusion pattern (never a default: a forgotten injective or
 // opaque operator would be fused into an anchor's epilogue), anchors exactly the operators with
 // a workload, and an inference unless the importer expands it into others.
+// QuantizeLinear and DequantizeLinear (QDQ models) import as float arithmetic on the
+// quantized values: checked against the ONNX definitions computed here, per tensor (ties to
+// even, saturation at both ends of uint8) and per channel (int8 weights along axis 0 and 1).
+TEST(OnnxImport, QuantizeAndDequantizeMatchTheirDefinitions) {
+  ModelBuilder b(13);
+  b.input("x", {2, 3, 4});
+  b.floats_shaped("s", {}, {0.1f});
+  b.bytes("z", {}, {128}, onnx::TensorProto::UINT8);
+  b.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
+  b.node("DequantizeLinear", {"q", "s", "z"}, {"y"});
+  // Weights [3, 4] of int8, one scale per row (axis 0) and per column (axis 1).
+  std::vector<int32_t> w = {-128, -1, 0, 127, 5, -7, 9, 100, 3, 2, 1, -50};
+  b.bytes("w", {3, 4}, w, onnx::TensorProto::INT8, false);
+  b.floats("s_row", {0.5f, 0.25f, 2.0f});
+  b.bytes("z_row", {3}, {0, 1, -2});
+  auto* dq0 = b.node("DequantizeLinear", {"w", "s_row", "z_row"}, {"w_row"});
+  set_int(dq0, "axis", 0);
+  b.floats("s_col", {1.0f, 0.5f, 0.25f, 0.125f});
+  b.node("DequantizeLinear", {"w", "s_col"}, {"w_col"});  // axis 1 by default; zero point 0
+  b.output("y");
+  b.output("w_row");
+  b.output("w_col");
+  Graph g = b.import();
+  EXPECT_EQ(g.quantize_nodes, 4);
+  HostTensor x = HostTensor::floats({2, 3, 4}, std::vector<float>(24));
+  // Ties (0.25 / 0.1 = 2.5 -> 2, 0.35 -> 3.5 -> 4), saturation (-20 -> 0 after the zero
+  // point, 30 -> 255) and plain values.
+  const std::vector<float> xs = {0.25f, 0.35f, -0.25f, -20.0f, 30.0f, 0.0f, 1.234f, -1.234f, 12.7f, -12.8f, 0.05f, -0.05f};
+  for (size_t k = 0; k < 24; ++k) x.f[k] = xs[k % xs.size()] * (k < 12 ? 1.0f : 0.5f);
+  auto out = run_reference(g, {{"x", x}});
+  for (size_t k = 0; k < 24; ++k) {
+    float q = std::nearbyint(x.f[k] / 0.1f) + 128.0f;
+    q = std::min(255.0f, std::max(0.0f, q));
+    EXPECT_EQ(out.at("y").f[k], (q - 128.0f) * 0.1f) << "x = " << x.f[k];
+  }
+  const std::vector<float> srow = {0.5f, 0.25f, 2.0f}, zrow = {0, 1, -2}, scol = {1.0f, 0.5f, 0.25f, 0.125f};
+  for (size_t r = 0; r < 3; ++r) {
+    for (size_t c = 0; c < 4; ++c) {
+      float v = static_cast<float>(w[r * 4 + c]);
+      EXPECT_EQ(out.at("w_row").f[r * 4 + c], (v - zrow[r]) * srow[r]) << r << "," << c;
+      EXPECT_EQ(out.at("w_col").f[r * 4 + c], v * scol[c]) << r << "," << c;
+    }
+  }
+  // An int8 zero point (and opset 21's output_dtype saying the same) saturates to [-128, 127].
+  ModelBuilder s(13);
+  s.input("x", {4});
+  s.floats_shaped("s", {}, {1.0f});
+  s.bytes("z", {}, {-3});
+  s.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
+  s.output("q");
+  auto q = run_reference(s.import(), {{"x", HostTensor::floats({4}, {-200.0f, 200.0f, 1.5f, -1.5f})}}).at("q");
+  EXPECT_EQ(q.f, (std::vector<float>{-128.0f, 127.0f, -1.0f, -5.0f}));
+}
+
+TEST(OnnxImport, QuantizeRefusalsNameWhatIsAtFault) {
+  // QuantizeLinear(x [1, 3, 2], scale, zero point) edited by `edit`.
+  auto model = [](const std::function<void(ModelBuilder&, onnx::NodeProto*)>& edit) {
+    ModelBuilder b(13);
+    b.input("x", {1, 3, 2});
+    b.floats_shaped("s", {}, {0.5f});
+    b.bytes("z", {}, {10}, onnx::TensorProto::UINT8);
+    auto* n = b.node("QuantizeLinear", {"x", "s", "z"}, {"q"}, "quant");
+    b.output("q");
+    edit(b, n);
+    return b.error();
+  };
+  auto expect = [](const std::string& got, const std::string& want) {
+    EXPECT_NE(got.find(want), std::string::npos) << "got: " << got;
+  };
+  EXPECT_EQ(model([](ModelBuilder&, onnx::NodeProto*) {}), "");
+  for (float bad : {0.0f, -1.0f, NAN, INFINITY}) {
+    expect(model([&](ModelBuilder& b, onnx::NodeProto* n) {
+             b.floats_shaped("bad", {}, {bad});
+             n->set_input(1, "bad");
+           }),
+           "node 'quant' (QuantizeLinear): scale " + tf::str(bad) + " at index 0 is not a positive finite number");
+  }
+  expect(model([](ModelBuilder&, onnx::NodeProto* n) { n->set_input(1, "x"); }), "scale 'x' is not a constant");
+  expect(model([](ModelBuilder& b, onnx::NodeProto* n) {
+           b.floats_shaped("zf", {}, {1.0f});
+           n->set_input(2, "zf");
+         }),
+         "zero point is float32; it must be int8 or uint8");
+  expect(model([](ModelBuilder& b, onnx::NodeProto* n) {
+           b.floats("s3", {0.5f, 0.25f, 1.0f});
+           n->set_input(1, "s3");
+         }),
+         "zero point has shape [], scale [3]; they must match");
+  expect(model([](ModelBuilder& b, onnx::NodeProto* n) {
+           b.floats("s4", {0.5f, 0.25f, 1.0f, 2.0f});
+           b.bytes("z4", {4}, {0, 0, 0, 0}, onnx::TensorProto::UINT8);
+           n->set_input(1, "s4");
+           n->set_input(2, "z4");
+         }),
+         "per-channel scale has 4 values for axis 1 of extent 3 (input [1, 3, 2])");
+  expect(model([](ModelBuilder& b, onnx::NodeProto* n) {
+           b.floats("s3", {0.5f, 0.25f, 1.0f});
+           b.bytes("z3", {3}, {0, 0, 0}, onnx::TensorProto::UINT8);
+           n->set_input(1, "s3");
+           n->set_input(2, "z3");
+           set_int(n, "axis", 5);
+         }),
+         "axis 5 is out of range for input of rank 3");
+  expect(model([](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "block_size", 2); }),
+         "block_size 2 (blocked quantization) is not supported");
+  expect(model([](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "output_dtype", 21); }),
+         "output_dtype 21 is not supported (2: uint8, 3: int8)");
+  expect(model([](ModelBuilder&, onnx::NodeProto* n) { set_int(n, "output_dtype", 3); }),
+         "output_dtype 3 differs from the zero point's type");
+  expect(model([](ModelBuilder& b, onnx::NodeProto* n) {
+           b.bytes("big", {}, {300}, onnx::TensorProto::UINT8, false);
+           n->set_input(2, "big");
+         }),
+         "initializer 'big': value 300 is out of the range of uint8");
+  expect(model([](ModelBuilder& b, onnx::NodeProto* n) {
+           b.bytes("short", {4}, {1, 2});
+           n->set_input(2, "short");
+         }),
+         "initializer 'short': raw data has 2 bytes for 4 elements");
+}
+
 TEST(OpRegistry, EveryOperatorIsComplete) {
   int anchors = 0, expanded = 0;
   for (const std::string& op : supported_ops()) {

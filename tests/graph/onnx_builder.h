@@ -62,6 +62,30 @@ struct ModelBuilder {
     t->add_dims(static_cast<int64_t>(v.size()));
     for (int64_t x : v) t->add_int64_data(x);
   }
+  // An int8 or uint8 initializer (`type` INT8 or UINT8) of `dims`, as raw bytes (`raw`) or in
+  // int32_data, as exporters write either.
+  void bytes(const std::string& name, std::vector<int64_t> dims, std::vector<int32_t> v,
+             int type = onnx::TensorProto::INT8, bool raw = true) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(type);
+    for (int64_t d : dims) t->add_dims(d);
+    if (!raw) {
+      for (int32_t x : v) t->add_int32_data(x);
+      return;
+    }
+    std::string r;
+    for (int32_t x : v) r.push_back(static_cast<char>(x));
+    t->set_raw_data(r);
+  }
+  // A float initializer of `dims` (floats() makes 1-D ones).
+  void floats_shaped(const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float x : v) t->add_float_data(x);
+  }
   onnx::NodeProto* node(const std::string& op, std::vector<std::string> in,
                         std::vector<std::string> out, const std::string& name = "") {
     auto* n = g->add_node();

@@ -313,6 +313,25 @@ class Decoder(torch.nn.Module):
         return {"ids": torch.randint(0, 100, (2, 9)), "memory": torch.randn(2, 5, 32)}
 
 
+class Qdq(torch.nn.Module):
+    """A quantized CNN as PyTorch's fake quantization exports it (QuantizeLinear and
+    DequantizeLinear pairs): uint8 activations per tensor, int8 weights per output channel."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.fake_quantize_per_tensor_affine(x, 0.02, 128, 0, 255)
+        scales = torch.full((16,), 0.01) + torch.arange(16) * 0.001
+        w = torch.fake_quantize_per_channel_affine(self.conv.weight, scales, torch.zeros(16, dtype=torch.int32), 0,
+                                                   -128, 127)
+        y = torch.relu(torch.nn.functional.conv2d(x, w, self.conv.bias, padding=1))
+        y = torch.fake_quantize_per_tensor_affine(y, 0.05, 0, 0, 255).mean((2, 3))
+        return self.fc(torch.fake_quantize_per_tensor_affine(y, 0.03, 3, -128, 127))
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
@@ -360,6 +379,8 @@ def models():
     yield "text", Text(), Text.inputs(), True, 14, True
     yield "tokens", Tokens(), Tokens.inputs(), False, 13, True
     yield "decoder", Decoder(), Decoder.inputs(), False, 14, True
+    # QuantizeLinear / DequantizeLinear (computed in float32 on the quantized values).
+    yield "qdq", Qdq(), (2, 8, 12, 12), True, 13, True
 
 
 def run(cmd, env=None):
@@ -447,6 +468,8 @@ def main():
             generated = {k["function"] for k in sidecar["kernels"] if "same_code_as" not in k}
             shared = [k["same_code_as"] for k in sidecar["kernels"] if "same_code_as" in k]
             ok = ok and all(f in generated for f in shared)
+            if name == "qdq":
+                ok = ok and info["quantize_nodes"] == 8 and info["int8_nodes"] == 0
             if name in ("recurrent", "resnet18"):
                 ok = ok and len(shared) > 0
             if name.startswith(("resnet", "mobilenet")):
