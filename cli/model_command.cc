@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "graph/fusion.h"
 #include "graph/memory_plan.h"
 #include "graph/memory_budget.h"
@@ -23,6 +24,7 @@
 #include "graph/node_te.h"
 #include "graph/npy.h"
 #include "graph/onnx_import.h"
+#include "graph/quantize.h"
 #include "graph/pass.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
@@ -490,6 +492,88 @@ int run_model(const ModelRunArgs& a) {
     }
   }
   return status;
+}
+
+void add_quantize_command(CLI::App& app, QuantizeArgs& a) {
+  a.cmd = app.add_subcommand("quantize",
+                             "Make a float32 ONNX model a QDQ model (int8 weights per channel, uint8 activations), "
+                             "calibrated on input files or seeded random inputs; ONNX Runtime runs it too");
+  a.cmd->add_option("model", a.model, "the float32 .onnx file")->required();
+  a.cmd->add_option("-o,--output", a.out, "the QDQ .onnx file to write")->required();
+  a.cmd->add_option("--input", a.inputs,
+                    "a calibration input as name=file.npy (or file.npy for a model with one input); repeat a name "
+                    "for more samples: the k-th file of each name is sample k");
+  a.cmd->add_option("--samples", a.samples, "without --input: this many seeded random samples (floats uniform in "
+                                            "[-1, 1), as `run --model` makes them)")
+      ->capture_default_str();
+  a.cmd->add_option("--seed", a.seed, "seed of the random samples")->capture_default_str();
+  a.cmd->add_option("--method", a.method, "activation ranges: minmax, or percentile (--percentile of each side)")
+      ->capture_default_str();
+  a.cmd->add_option("--percentile", a.percentile, "with --method percentile: the percentile kept, in (50, 100]")
+      ->capture_default_str();
+  a.cmd->add_flag("--per-tensor", a.per_tensor, "one scale per weight tensor instead of one per output channel");
+  a.cmd->add_flag("--symmetric", a.symmetric, "int8 symmetric activations instead of uint8 asymmetric");
+}
+
+int run_quantize(const QuantizeArgs& a) {
+  using namespace graph;  // NOLINT
+  if (a.method != "minmax" && a.method != "percentile")
+    throw UserError(str("--method ", a.method, " is not one of minmax, percentile"));
+  if (a.samples < 1 || a.samples > 10000) throw UserError(str("--samples ", a.samples, " is not in [1, 10000]"));
+  std::string bytes = read_file(a.model);
+  Graph g = import_onnx_bytes(bytes, a.model);
+  std::vector<std::string> names = g.inputs;
+  const int64_t budget = default_memory_budget();
+  std::map<std::string, std::vector<HostTensor>> given;
+  for (const std::string& arg : a.inputs) {
+    auto [name, file] = named_file(arg, names, "--input");
+    HostTensor t = read_npy(file, budget);
+    const Value& v = g.value(name);
+    if (t.dtype != v.dtype || t.shape != v.shape) {
+      throw UserError(str("--input ", arg, ": input '", name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
+                          "; the model takes ", dtype_name(v.dtype), " ", shape_str(v.shape)));
+    }
+    given[name].push_back(std::move(t));
+  }
+  std::vector<std::map<std::string, HostTensor>> samples;
+  if (!given.empty()) {
+    size_t count = given.begin()->second.size();
+    for (const std::string& n : names) {
+      if (!given.count(n) || given[n].size() != count) {
+        throw UserError(str("--input: input '", n, "' has ", given.count(n) ? given[n].size() : 0,
+                            " files, '", given.begin()->first, "' ", count, "; give each input the same number"));
+      }
+    }
+    for (size_t k = 0; k < count; ++k) {
+      std::map<std::string, HostTensor> s;
+      for (const std::string& n : names) s[n] = given[n][k];
+      samples.push_back(std::move(s));
+    }
+  } else {
+    std::mt19937 rng(static_cast<uint32_t>(a.seed));
+    for (int k = 0; k < a.samples; ++k) {
+      std::map<std::string, HostTensor> s;
+      for (const std::string& n : names) s[n] = random_input({n, g.value(n).shape, g.value(n).dtype}, rng);
+      samples.push_back(std::move(s));
+    }
+  }
+  QuantizeOptions o;
+  o.percentile = a.method == "minmax" ? 100 : a.percentile;
+  o.per_channel = !a.per_tensor;
+  o.symmetric = a.symmetric;
+  QuantizeReport r;
+  std::string out = quantize_model(bytes, a.model, samples, o, &r);
+  write_file_atomic(a.out, out);
+  std::printf("quantized %d activations (per tensor, %s) and %d weights (int8 symmetric, %s) read by %d Conv/MatMul/"
+              "Gemm nodes, calibrated on %zu %s (%s); wrote %s\n",
+              r.activations, a.symmetric ? "int8 symmetric" : "uint8 asymmetric", r.weights,
+              r.per_channel ? "per output channel" : "per tensor", r.nodes, samples.size(),
+              given.empty() ? "seeded random samples" : "samples", a.method == "minmax" ? "min-max" :
+              str(a.percentile, "th percentile").c_str(), a.out.c_str());
+  if (!r.per_channel && !a.per_tensor)
+    std::printf("note: opset %lld has no per-channel DequantizeLinear (13 has): weights are per tensor\n",
+                static_cast<long long>(g.opset));
+  return 0;
 }
 
 }  // namespace tf::cli

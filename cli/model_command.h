@@ -31,6 +31,21 @@ struct ImportArgs {
 void add_import_command(CLI::App& app, ImportArgs& args);
 int run_import(const ImportArgs& args);
 
+// `tunefarm quantize M.onnx -o M.int8.onnx`: the model calibrated and written as a QDQ model
+// (graph/quantize.h) on its input files or seeded random inputs.
+struct QuantizeArgs {
+  std::string model, out;
+  std::vector<std::string> inputs;  // name=file.npy, repeatable: the k-th of each name is sample k
+  int samples = 8;                  // seeded random samples when no --input is given
+  uint64_t seed = 1;
+  std::string method = "minmax";    // or "percentile"
+  double percentile = 99.99;
+  bool per_tensor = false, symmetric = false;
+  CLI::App* cmd = nullptr;
+};
+void add_quantize_command(CLI::App& app, QuantizeArgs& args);
+int run_quantize(const QuantizeArgs& args);
+
 // `tunefarm run --model`: runs a model here: an .onnx file compiled for this machine (or with
 // --reference, evaluated by the reference operators), or a library `compile --model` wrote.
 struct ModelRunArgs {

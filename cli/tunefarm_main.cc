@@ -416,6 +416,8 @@ int main(int argc, char** argv) {
   tf::cli::add_service_commands(app, sa);
   tf::cli::ImportArgs ia;
   tf::cli::add_import_command(app, ia);
+  tf::cli::QuantizeArgs quant;
+  tf::cli::add_quantize_command(app, quant);
 
   try {
     app.parse(argc, argv);
@@ -446,6 +448,7 @@ int main(int argc, char** argv) {
     if (*ta.cmd) return tf::cli::run_tune(ta);
     if (!sa.sub.empty()) return tf::cli::run_service_command(sa);
     if (*ia.cmd) return tf::cli::run_import(ia);
+    if (*quant.cmd) return tf::cli::run_quantize(quant);
   } catch (const tf::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

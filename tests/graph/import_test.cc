@@ -13,6 +13,7 @@
 #include "graph/import_recurrent.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
+#include "graph/quantize.h"
 #include "graph/ops.h"
 #include "graph/reference_run.h"
 #include "tests/graph/onnx_builder.h"
@@ -1186,6 +1187,48 @@ TEST(OnnxImport, QuantizeAndDequantizeMatchTheirDefinitions) {
   s.output("q");
   auto q = run_reference(s.import(), {{"x", HostTensor::floats({4}, {-200.0f, 200.0f, 1.5f, -1.5f})}}).at("q");
   EXPECT_EQ(q.f, (std::vector<float>{-128.0f, 127.0f, -1.0f, -5.0f}));
+}
+
+// tunefarm quantize's parameters, computed by hand: the activation's range over the samples
+// (uint8, asymmetric, holding 0) and the weight's per-column scales (MatMul: axis 1).
+TEST(Quantize, ScalesAndZeroPointsFollowTheCalibrationRanges) {
+  ModelBuilder b(13);
+  b.input("x", {2, 2});
+  b.floats_shaped("w", {2, 3}, {0.5f, -2.0f, 0.0f, 1.0f, 0.25f, 0.0f});
+  b.node("MatMul", {"x", "w"}, {"y"});
+  b.output("y");
+  std::vector<std::map<std::string, HostTensor>> samples = {{{"x", HostTensor::floats({2, 2}, {0.5f, 3.0f, -1.0f, 2.0f})}},
+                                                            {{"x", HostTensor::floats({2, 2}, {0.0f, 1.0f, 0.5f, 2.5f})}}};
+  tf::graph::QuantizeReport r;
+  std::string out = quantize_model(b.m.SerializeAsString(), "mm.onnx", samples, {}, &r);
+  EXPECT_EQ(r.activations, 1);
+  EXPECT_EQ(r.weights, 1);
+  EXPECT_EQ(r.nodes, 1);
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(out));
+  std::map<std::string, HostTensor> inits;
+  for (const auto& t : m.graph().initializer()) inits[t.name()] = tensor_from_onnx(t, t.name());
+  EXPECT_FALSE(inits.count("w"));  // the float weight is gone
+  const float s = 4.0f / 255.0f;   // [-1, 3]
+  EXPECT_EQ(inits.at("x_scale").f[0], s);
+  EXPECT_EQ(inits.at("x_zero_point").f[0], std::nearbyint(1.0f / s));
+  EXPECT_EQ(inits.at("x_zero_point").narrow, Narrow::Uint8);
+  EXPECT_EQ(inits.at("w_scale").f, (std::vector<float>{1.0f / 127, 2.0f / 127, 1.0f}));  // an all-zero column: 1
+  EXPECT_EQ(inits.at("w_quantized").f, (std::vector<float>{64, -127, 0, 127, 16, 0}));
+  EXPECT_EQ(inits.at("w_quantized").narrow, Narrow::Int8);
+  // The QDQ model runs, close to the float one.
+  Graph q = import_onnx_bytes(out, "mm.int8.onnx");
+  EXPECT_EQ(q.quantize_nodes, 3);
+  HostTensor y = run_reference(q, samples[0]).at("y");
+  EXPECT_NEAR(y.f[0], 0.5 * 0.5 + 3.0 * 1.0, 0.05);
+  // Refusals.
+  ModelBuilder relu(13);
+  relu.input("x", {2});
+  relu.node("Relu", {"x"}, {"y"});
+  relu.output("y");
+  EXPECT_THROW(quantize_model(relu.m.SerializeAsString(), "relu.onnx", samples, {}), tf::UserError);
+  EXPECT_THROW(quantize_model(b.m.SerializeAsString(), "mm.onnx", {}, {}), tf::UserError);
+  EXPECT_THROW(quantize_model(b.m.SerializeAsString(), "mm.onnx", {{{"z", samples[0].at("x")}}}, {}), tf::UserError);
 }
 
 TEST(OnnxImport, QuantizeRefusalsNameWhatIsAtFault) {

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""`tunefarm quantize` end to end: float32 models exported by PyTorch (fixed seeds, exported at
+test time), quantized on calibration inputs of their own, then the QDQ model run by
+`tunefarm run --model` (compiled) beside the float32 model on 200 other seeded inputs: the
+classifier's argmax agrees on >= 99% of them, the CNN's outputs stay within a few percent of
+the output's magnitude, and `import` counts the QuantizeLinear/DequantizeLinear nodes (none
+runs in int8 yet).
+
+Usage: quantize_test.py TUNEFARM_BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+TUNEFARM = None
+
+
+class Classifier(torch.nn.Module):
+    """An MLP whose input spreads its 10 classes (a random MLP alone favours one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(32, 64), torch.nn.Linear(64, 48), torch.nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x))))) + 3 * x[:, :10]
+
+
+class Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Conv2d(16, 16, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        return self.fc(y.mean((2, 3)))
+
+
+def run(*args):
+    r = subprocess.run([TUNEFARM, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"tunefarm {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+class QuantizeTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        torch.manual_seed(0)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def export(self, name, model, shape):
+        path = os.path.join(self.d, name + ".onnx")
+        torch.onnx.export(model.eval(), (torch.randn(*shape),), path, opset_version=13, input_names=["x"],
+                          output_names=["y"])
+        return path
+
+    def save(self, name, array):
+        path = os.path.join(self.d, name + ".npy")
+        np.save(path, array.astype(np.float32))
+        return path
+
+    def outputs(self, model, x):
+        y = os.path.join(self.d, "y.npy")
+        run("run", "--model", model, "--input", f"x={x}", "--output", y, "--repeat", "1")
+        return np.load(y)
+
+    def test_a_classifier_keeps_its_answers(self):
+        path = self.export("cls", Classifier(), (200, 32))
+        rng = np.random.default_rng(7)
+        calib = [self.save(f"calib{k}", rng.standard_normal((200, 32))) for k in range(2)]
+        q = os.path.join(self.d, "cls.int8.onnx")
+        out = run("quantize", path, "-o", q, *[a for c in calib for a in ("--input", f"x={c}")])
+        self.assertIn("quantized 3 activations (per tensor, uint8 asymmetric) and 3 weights (int8 symmetric, per output "
+                      "channel) read by 3 Conv/MatMul/Gemm nodes, calibrated on 2 samples (min-max)", out)
+        info = json.loads(run("import", q, "--json"))
+        self.assertEqual(info["quantize_nodes"], 9)  # 3 pairs and 3 weights' DequantizeLinear
+        self.assertEqual(info["int8_nodes"], 0)
+        x = self.save("x", np.random.default_rng(8).standard_normal((200, 32)))
+        want, got = self.outputs(path, x), self.outputs(q, x)
+        agree = float((want.argmax(1) == got.argmax(1)).mean())
+        print(f"figure: classifier argmax agreement int8 / float32 on 200 inputs: {agree:.3f}; "
+              f"max output error {np.abs(want - got).max():.4f} of magnitude {np.abs(want).max():.2f}", flush=True)
+        self.assertGreaterEqual(agree, 0.99)
+        self.assertGreater(np.abs(want - got).max(), 0)  # it did quantize
+
+    def test_a_cnn_with_random_and_percentile_calibration(self):
+        path = self.export("cnn", Cnn(), (4, 3, 16, 16))
+        x = self.save("x", np.random.default_rng(9).uniform(-1, 1, (4, 3, 16, 16)))
+        want = self.outputs(path, x)
+        for method in (["--method", "minmax"], ["--method", "percentile", "--percentile", "99.9"], ["--per-tensor"],
+                       ["--symmetric"]):
+            q = os.path.join(self.d, "cnn.int8.onnx")
+            run("quantize", path, "-o", q, "--samples", "4", *method)
+            got = self.outputs(q, x)
+            err = float(np.abs(want - got).max() / np.abs(want).max())
+            print(f"figure: cnn {' '.join(method)}: max error {err:.4f} of the output's magnitude", flush=True)
+            self.assertLess(err, 0.05, method)
+            self.assertGreater(err, 0, method)
+
+
+if __name__ == "__main__":
+    TUNEFARM = sys.argv.pop(1)
+    unittest.main(verbosity=2)
