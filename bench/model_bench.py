@@ -37,6 +37,10 @@ ours/optimized, then the line of the ceiling; then the geometric mean of ort/our
 ort/tuned, ours/tuned) over the rows.
 --without PASS also compiles each model with that graph pass disabled and times it in the same
 rounds ("without"), to measure what the pass is worth.
+--int8 also quantizes each model (`tunefarm quantize`, --int8-samples seeded random samples)
+and times the QDQ model compiled by us ("ours_int8") and run by ONNX Runtime ("ort_int8", its
+int8 kernels), with the ratios ort_int8/ours_int8 and ours/ours_int8, and how far our QDQ
+build's outputs are from ONNX Runtime's on the same QDQ model (relative to the magnitude).
 """
 import argparse
 import ctypes
@@ -203,6 +207,8 @@ def main():
                                   "../bench/bench_fma_peak)")
     p.add_argument("--no-peak", action="store_true", help="do not measure the FMA peak")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--int8", action="store_true", help="also time each model quantized by tunefarm quantize")
+    p.add_argument("--int8-samples", type=int, default=4, help="calibration samples for --int8")
     a = p.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
     peak_path = None
@@ -236,6 +242,15 @@ def main():
             if a.without:
                 libs["without"] = build("without", ["--disable-pass", a.without] +
                                         (["--db", a.db] if a.db else ["--no-db"]))
+            q_path = None
+            if a.int8:
+                q_path = os.path.join(d, name + ".int8.onnx")
+                subprocess.run([a.tunefarm, "quantize", path, "-o", q_path, "--samples", str(a.int8_samples)],
+                               check=True, stdout=subprocess.DEVNULL)
+                lib_path = os.path.join(d, f"{name}-int8.so")
+                subprocess.run([a.tunefarm, "compile", "--model", q_path, "-o", lib_path] +
+                               (["--db", a.db] if a.db else ["--no-db"]), check=True, stdout=subprocess.DEVNULL)
+                libs["ours_int8"] = Library(lib_path, x.numpy())
             with torch.no_grad():
                 want = model(x).numpy()
                 scripted = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))
@@ -251,18 +266,25 @@ def main():
                 key = f"{name}/{t}"
                 if peer:
                     errors["ort"] = float(np.abs(peer.load(key, path, t, x.numpy(), d) - want).max())
+                    if q_path:
+                        ort_q = peer.load(key + "/int8", q_path, t, x.numpy(), d)
+                        errors["ort_int8"] = float(np.abs(ort_q - want).max())
+                        # Our QDQ build against ONNX Runtime's on the same QDQ model.
+                        int8_gap = float(np.abs(libs["ours_int8"]() - ort_q).max()) / max(mag, 1e-30)
                 peak = fma_peak(peak_path, t) if peak_path and flops else 0
-                samples = {k: [] for k in list(runners) + (["ort"] if peer else [])}
+                peers = (["ort"] + (["ort_int8"] if q_path else [])) if peer else []
+                samples = {k: [] for k in list(runners) + peers}
                 with torch.no_grad():
                     for f in runners.values():  # warm-up at this thread count
                         f()
-                    if peer:
-                        peer.time(key, 2)
+                    peer_keys = {"ort": key, "ort_int8": key + "/int8"}
+                    for k in peers:
+                        peer.time(peer_keys[k], 2)
                     for _ in range(a.rounds):
                         for k, f in runners.items():
                             samples[k] += timed(f, a.calls, a.warmup_ms / 1e3)
-                        if peer:
-                            samples["ort"] += peer.time(key, a.calls, a.warmup_ms / 1e3)
+                        for k in peers:
+                            samples[k] += peer.time(peer_keys[k], a.calls, a.warmup_ms / 1e3)
                 ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
                 spread = {k: (max(v) - min(v)) / statistics.median(v) for k, v in samples.items()}
                 row = {"model": name, "threads": t, "ms": ms, "max_error": errors, "magnitude": mag,
@@ -274,13 +296,20 @@ def main():
                         row["ort_over_tuned"] = ms["ort"] / ms["tuned"]
                 if a.db:
                     row["ours_over_tuned"] = ms["ours"] / ms["tuned"]
+                if q_path:
+                    row["ours_over_ours_int8"] = ms["ours"] / ms["ours_int8"]
+                    if peer:
+                        row["ort_int8_over_ours_int8"] = ms["ort_int8"] / ms["ours_int8"]
+                        row["int8_gap_to_ort"] = int8_gap
                 rows.append(row)
                 line = f"{name:13s} {t} thr  " + "  ".join(f"{k} {v:7.2f} ms" for k, v in ms.items())
                 for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "eager_over_ours",
-                          "ours_over_optimized"):
+                          "ours_over_optimized", "ours_over_ours_int8", "ort_int8_over_ours_int8"):
                     if r in row:
                         line += f"  {r.replace('_over_', '/')} {row[r]:5.2f}"
-                line += (f"  (max error {max(errors.values()):.2g} of {mag:.2g}; spread "
+                if "int8_gap_to_ort" in row:
+                    line += f"  ours_int8 vs ort_int8 outputs {row['int8_gap_to_ort']:.2%} of the magnitude"
+                line += (f"  (max error {max(v for k, v in errors.items() if 'int8' not in k):.2g} of {mag:.2g}; spread "
                          + ", ".join(f"{k} {v:.0%}" for k, v in spread.items()) + f"; compile {compile_s:.1f} s)")
                 if peak:
                     at_peak_ms = flops / (peak * 1e9) * 1e3
@@ -300,7 +329,7 @@ def main():
                 print(line, flush=True)
     if peer:
         peer.close()
-    for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned"):
+    for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "ort_int8_over_ours_int8", "ours_over_ours_int8"):
         v = [row[r] for row in rows if r in row]
         if v:
             print(f"geometric mean {r.replace('_over_', '/')} {geomean(v):.3f} over {len(v)} rows "

@@ -1291,6 +1291,16 @@ TEST(OnnxImport, QuantizeRefusalsNameWhatIsAtFault) {
            n->set_input(2, "big");
          }),
          "initializer 'big': value 300 is out of the range of uint8");
+  // int8 data feeds only the quantization operators (an Add would compute on it as floats).
+  {
+    ModelBuilder b(13);
+    b.input("x", {2});
+    b.bytes("k", {2}, {3, 4}, onnx::TensorProto::UINT8);
+    b.node("Add", {"x", "k"}, {"y"}, "add");
+    b.output("y");
+    expect(b.error(), "node 'add' (Add) reads 'k' of uint8; int8 and uint8 tensors are not supported but as "
+                      "QuantizeLinear and DequantizeLinear operands");
+  }
   expect(model([](ModelBuilder& b, onnx::NodeProto* n) {
            b.bytes("short", {4}, {1, 2});
            n->set_input(2, "short");

@@ -70,6 +70,11 @@ std::string with_constant_int_inputs(const fs::path& model, const fs::path& set,
       decides_shape |= node.op_type() == "Resize" && node.input_size() > 2 && node.input(2) == vi.name();
       decides_shape |=
           node.op_type() == "OneHot" && node.input_size() > 1 && node.input(1) == vi.name();
+      // QuantizeLinear's and DequantizeLinear's scale and zero point: constants in models.
+      for (int k = 1; k < 3; ++k) {
+        decides_shape |= (node.op_type() == "QuantizeLinear" || node.op_type() == "DequantizeLinear") &&
+                         node.input_size() > k && node.input(k) == vi.name();
+      }
     }
     if (is_float && !decides_shape) {
       float_inputs.push_back(data.string());
