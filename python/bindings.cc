@@ -58,16 +58,17 @@ py::list describe(const std::vector<graph::TensorInfo>& ts) {
 
 // `a` as the model's tensor `t`: the array itself when it is C-contiguous and of t's element
 // type, else a ValueError/TypeError naming the tensor, what it must be and what it is.
-py::array checked(const py::handle& a, const graph::TensorInfo& t, const char* role) {
+// `a` as an array of `want` (named `type_name`) and shape `t.shape`, or a TypeError or
+// ValueError naming the argument.
+py::array checked_as(const py::handle& a, const graph::TensorInfo& t, const py::dtype& want, const std::string& type_name,
+                     const char* role) {
   if (!py::isinstance<py::array>(a)) {
     throw py::type_error(str(role, " '", t.name, "' must be a NumPy array (or a PyTorch tensor through "
                              "tunefarm.optimize), not ", std::string(py::str(py::type::of(a).attr("__name__")))));
   }
   py::array arr = py::reinterpret_borrow<py::array>(a);
-  py::dtype want = numpy_dtype(t.dtype);
   if (!arr.dtype().is(want) && !arr.dtype().equal(want)) {
-    throw py::type_error(str(role, " '", t.name, "' must be ", graph::dtype_name(t.dtype), ", not ",
-                             std::string(py::str(arr.dtype()))));
+    throw py::type_error(str(role, " '", t.name, "' must be ", type_name, ", not ", std::string(py::str(arr.dtype()))));
   }
   graph::Shape shape(arr.shape(), arr.shape() + arr.ndim());
   if (shape != t.shape) {
@@ -81,6 +82,18 @@ py::array checked(const py::handle& a, const graph::TensorInfo& t, const char* r
     return py::array::ensure(arr, py::array::c_style | py::array::forcecast);  // a copy, only here
   }
   return arr;
+}
+
+py::array checked(const py::handle& a, const graph::TensorInfo& t, const char* role) {
+  return checked_as(a, t, numpy_dtype(t.dtype), graph::dtype_name(t.dtype), role);
+}
+
+// A kernel argument's NumPy type (float32, int8, uint8, int32).
+py::dtype kernel_dtype(const ir::Type& t) {
+  if (t == ir::Type::int8()) return py::dtype::of<int8_t>();
+  if (t == ir::Type::uint8()) return py::dtype::of<uint8_t>();
+  if (t == ir::Type::int32()) return py::dtype::of<int32_t>();
+  return py::dtype::of<float>();
 }
 
 class Model {
@@ -251,8 +264,12 @@ class Kernel {
     CompiledKernel k = compile_kernel(w, t, config, source, "");
     write_kernel(k, EmitKind::SharedLibrary, out);
     meta_ = kernel_metadata(k);
-    for (const ir::Tensor& in : k.graph.inputs) shapes_.push_back(in->shape);
+    for (const ir::Tensor& in : k.graph.inputs) {
+      shapes_.push_back(in->shape);
+      types_.push_back(in->dtype);
+    }
     shapes_.push_back(k.graph.output->shape);
+    types_.push_back(k.graph.output->dtype);
     for (const ir::Tensor& in : k.graph.inputs) names_.push_back(in->name);
     names_.push_back(k.graph.output->name);
     if (t.is_cpu() && t.arch_name() == host_target().arch_name()) lib_ = std::make_unique<KernelLibrary>(out, k.name);
@@ -260,7 +277,8 @@ class Kernel {
 
   py::object metadata() const { return to_python(meta_); }
 
-  // Calls the kernel on float32 arrays: its inputs, then its output (written in place).
+  // Calls the kernel on arrays of its arguments' types (float32; uint8, int8 and int32 for
+  // integer workloads): its inputs, then its output (written in place).
   void call(const py::args& args) const {
     if (!lib_) throw py::value_error("this kernel was compiled for another target: it cannot run here");
     if (args.size() != shapes_.size()) {
@@ -272,7 +290,7 @@ class Kernel {
     for (size_t k = 0; k < shapes_.size(); ++k) {
       graph::TensorInfo t{names_[k], shapes_[k], graph::DType::F32};
       bool output = k + 1 == shapes_.size();
-      keep.push_back(checked(args[k], t, output ? "output" : "input"));
+      keep.push_back(checked_as(args[k], t, kernel_dtype(types_[k]), types_[k].str(), output ? "output" : "input"));
       if (output && !keep.back().writeable()) throw py::value_error(str("output '", names_[k], "' is read-only"));
       ptrs.push_back(static_cast<float*>(keep.back().mutable_data()));
     }
@@ -287,6 +305,7 @@ class Kernel {
  private:
   nlohmann::json meta_;
   std::vector<graph::Shape> shapes_;
+  std::vector<ir::Type> types_;
   std::vector<std::string> names_;
   std::unique_ptr<KernelLibrary> lib_;
 };

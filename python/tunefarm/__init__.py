@@ -123,8 +123,10 @@ def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_le
 def compile_kernel(workload, target=None, config=None, db=None, out=None):
     """Compiles one kernel (a workload spec, e.g. 'matmul(M=64,N=64,K=64)') with `config` (a
     dict), else the database's tuned config, else the default. The result is callable with
-    float32 arrays, its inputs then its output (written in place), when it was compiled for
-    this machine; `.metadata` is its sidecar (arguments, config, FLOPs)."""
+    arrays of its arguments' types (float32; uint8, int8 and int32 for integer workloads such
+    as 'matmul(M=64,N=64,K=64,dtype=uint8,weight_dtype=int8)'), its inputs then its output
+    (written in place), when it was compiled for this machine; `.metadata` is its sidecar
+    (arguments with their dtype, config, FLOPs)."""
     if out is None:
         out = os.path.join(tempfile.mkdtemp(prefix="tunefarm-kernel-"), "kernel.so")
     cfg = json.dumps(config) if config is not None else ""

@@ -157,6 +157,20 @@ class NumpyAndLibraries(unittest.TestCase):
         k(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
+    def test_an_int8_kernel_takes_arrays_of_its_types(self):
+        k = tunefarm.compile_kernel("matmul(M=19,N=40,K=30,dtype=uint8,weight_dtype=int8)")
+        self.assertEqual([arg["dtype"] for arg in k.metadata["args"]], ["uint8", "int8", "int32"])
+        rng = np.random.default_rng(6)
+        a = rng.integers(0, 256, (19, 30)).astype(np.uint8)
+        b = rng.integers(-128, 128, (30, 40)).astype(np.int8)
+        c = np.zeros((19, 40), np.int32)
+        k(a, b, c)
+        np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+        with self.assertRaisesRegex(TypeError, "input 'A' must be uint8, not float32"):
+            k(a.astype(np.float32), b, c)
+        with self.assertRaisesRegex(TypeError, "output 'C' must be int32, not float32"):
+            k(a, b, c.astype(np.float32))
+
 
 class DatabaseFacts(unittest.TestCase):
     def test_the_same_facts_as_query_json(self):
