@@ -41,6 +41,23 @@ Expr schedule_dense_acc(Stage& acc, size_t batch_axes, int64_t uk, bool vec, boo
   return ko;
 }
 
+void schedule_dense_tiles(Stage& out, Stage& acc, size_t batch_axes, const json& c) {
+  const int64_t tm = c["tile_m"], tn = c["tile_n"], uk = c["unroll_k"];
+  const bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  const auto& oax = out.op()->axes;
+  const size_t d = batch_axes;
+  auto [io, ii] = out.split(oax[d].var, tm);
+  auto [jo, ji] = out.split(oax[d + 1].var, tn);
+  const bool rows_outer = c["order"].get<std::string>() == "mn";
+  Expr first = rows_outer ? io : jo, second = rows_outer ? jo : io;
+  out.reorder({first, second, ii, ji});
+  if (vec) out.vectorize(ji);
+  if (unroll) out.unroll(ii);
+  if (par) out.parallel(d > 0 ? out.fuse(oax[0].var, first) : first);
+  acc.compute_at(out, second);
+  schedule_dense_acc(acc, d, uk, vec, unroll);
+}
+
 void schedule_pad(Schedule& s, const OpGraph& g, const json& c, int lanes, bool blocked) {
   if (!g.pad) return;
   Stage& p = s.stage(g.pad->name);

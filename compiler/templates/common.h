@@ -48,6 +48,12 @@ Stage* pack_input(Schedule& s, const OpGraph& g, const std::string& input, size_
 // columns (vectorized) innermost.
 Expr schedule_dense_acc(Stage& acc, size_t batch_axes, int64_t uk, bool vec, bool unroll);
 
+// A dense template's output and accumulator for config `c` (tile_m, tile_n, unroll_k, order,
+// vectorize, unroll, parallel): the output tiled tile_m rows (unrolled) x tile_n columns
+// (vectorized), the tile loops in `order`, the outer one parallel (fused with the batch axes),
+// and the accumulator computed at the inner tile loop (schedule_dense_acc).
+void schedule_dense_tiles(Stage& out, Stage& acc, size_t batch_axes, const json& c);
+
 // The axis a split knob tiles: its extent, and whether the tile is vectorized (then its
 // candidates are multiples of the vector width) or a row count of a register tile.
 struct SplitAxis {

@@ -50,29 +50,15 @@ class DenseCpu final : public CpuTemplate {
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
     bool batch = batch_dim(g) == 1;
-    int64_t tm = c["tile_m"], tn = c["tile_n"], uk = c["unroll_k"];
-    bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
     auto [acc, out] = acc_and_writer(s, g);
     if (c["pack_b"].get<bool>()) {
-      if (Stage* p = pack_input(s, g, "B", batch ? 2 : 1, tn)) {
+      if (Stage* p = pack_input(s, g, "B", batch ? 2 : 1, c["tile_n"])) {
         const auto& ax = p->op()->axes;
-        if (par) p->parallel(ax[0].var);
-        if (vec) p->vectorize(ax.back().var);
+        if (c["parallel"].get<bool>()) p->parallel(ax[0].var);
+        if (c["vectorize"].get<bool>()) p->vectorize(ax.back().var);
       }
     }
-    const auto& oax = out->op()->axes;
-    size_t d = batch ? 1 : 0;
-    auto [io, ii] = out->split(oax[d].var, tm);
-    auto [jo, ji] = out->split(oax[d + 1].var, tn);
-    bool rows_outer = c["order"].get<std::string>() == "mn";
-    Expr first = rows_outer ? io : jo, second = rows_outer ? jo : io;
-    out->reorder({first, second, ii, ji});
-    if (vec) out->vectorize(ji);
-    if (unroll) out->unroll(ii);
-    if (par) out->parallel(batch ? out->fuse(oax[0].var, first) : first);
-    acc->compute_at(*out, second);
-
-    schedule_dense_acc(*acc, batch ? 1 : 0, uk, vec, unroll);
+    schedule_dense_tiles(*out, *acc, batch ? 1 : 0, c);
   }
 
  protected:

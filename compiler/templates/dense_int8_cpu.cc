@@ -93,26 +93,14 @@ class DenseInt8Cpu final : public CpuTemplate {
   }
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
-    int64_t tm = c["tile_m"], tn = c["tile_n"], uk = c["unroll_k"];
-    bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
     for (const char* packed : {"A.q", "B.q"}) {
       Stage& p = s.stage(packed);
       const auto& ax = p.op()->axes;
-      if (par) p.parallel(ax[0].var);
-      if (vec) p.vectorize(ax.back().var);
+      if (c["parallel"].get<bool>()) p.parallel(ax[0].var);
+      if (c["vectorize"].get<bool>()) p.vectorize(ax.back().var);
     }
     auto [acc, out] = acc_and_writer(s, g);
-    const auto& oax = out->op()->axes;
-    auto [io, ii] = out->split(oax[0].var, tm);
-    auto [jo, ji] = out->split(oax[1].var, tn);
-    bool rows_outer = c["order"].get<std::string>() == "mn";
-    Expr first = rows_outer ? io : jo, second = rows_outer ? jo : io;
-    out->reorder({first, second, ii, ji});
-    if (vec) out->vectorize(ji);
-    if (unroll) out->unroll(ii);
-    if (par) out->parallel(first);
-    acc->compute_at(*out, second);
-    schedule_dense_acc(*acc, 0, uk, vec, unroll);
+    schedule_dense_tiles(*out, *acc, 0, c);
   }
 
  protected:
