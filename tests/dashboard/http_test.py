@@ -135,7 +135,12 @@ class DashboardHttpTest(DaemonTest):
         runs_reply = self.get_json(s, "/api/v1/runs")
         self.assertEqual({r["uuid"] for r in runs_reply["runs"]}, runs)
         top = self.get_json(s, "/api/v1/top-k?k=2&" + urllib.parse.urlencode({"workload": pairs[0]["workload"]}))
-        self.assertEqual(len(top["records_json"]), 2)
+        # The two fastest error-free records, or all there are: a job shares its trials between
+        # its workloads by measured time, so on a loaded machine one may get a single config.
+        ok = {r["id"] for r in cli if r["workload"] == pairs[0]["workload"] and r["error_code"] == "ok"}
+        got = [json.loads(t)["id"] for t in top["records_json"]]
+        self.assertEqual(len(got), min(2, len(ok)))
+        self.assertTrue(set(got) <= ok and ok, (got, ok))
         self.assertEqual(self.get_json(s, "/api/v1/models"), {"models": []})
         farm = self.get_json(s, "/api/v1/farm")
         self.assertEqual((farm["tracker"], farm["local_boards"]), ("", 1))
