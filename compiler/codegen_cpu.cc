@@ -32,8 +32,6 @@ class CodeGenCpu final : public CodeGen {
 
   void on_float_remainder() override { uses_libm = true; }  // frem is a call of fmodf on CPUs
 
-  std::optional<std::vector<std::pair<unsigned, llvm::Intrinsic::ID>>> dot_pieces_;
-
   // x86 with AVX512-VNNI (AVX-VNNI for 256 bits): vpdpbusd, 4, 8 or 16 lanes per instruction;
   // aarch64 with the int8 matrix extension: usdot, 4 lanes. Other lane counts are split into
   // pieces of the widest that fits; CPUs without either widen (the base class).
@@ -149,6 +147,10 @@ class CodeGenCpu final : public CodeGen {
   }
 
   uint64_t local_align() const override { return 64; }
+
+ private:
+  // dot_instructions(), asked once per kernel (the target's features come from LLVM's tables).
+  std::optional<std::vector<std::pair<unsigned, llvm::Intrinsic::ID>>> dot_pieces_;
 };
 
 }  // namespace
