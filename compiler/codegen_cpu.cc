@@ -38,8 +38,7 @@ class CodeGenCpu final : public CodeGen {
   llvm::Value* dot4_u8s8(llvm::Value* acc, llvm::Value* a, llvm::Value* b) override {
     auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(a->getType());
     const unsigned lanes = vt ? vt->getNumElements() : 1;
-    const bool x86 = llvm::Triple(target_.triple).isX86();
-    if (!dot_pieces_) dot_pieces_ = dot_instructions(x86);
+    if (!dot_pieces_) dot_pieces_ = dot_instructions();
     const auto& pieces = *dot_pieces_;
     auto fits = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return lanes % p.first == 0; });
     if (fits == pieces.end()) return CodeGen::dot4_u8s8(acc, a, b);
@@ -55,14 +54,18 @@ class CodeGenCpu final : public CodeGen {
     std::vector<llvm::Value*> parts;
     for (unsigned at = 0; at < lanes; at += n) {
       llvm::Value *av = slice(a, at), *bv = slice(b, at), *cv = slice(acc, at);
-      parts.push_back(x86 ? b_.CreateIntrinsic(id, {}, {cv, av, bv})
-                          : b_.CreateIntrinsic(id, {i32, i8}, {cv, b_.CreateBitCast(av, i8), b_.CreateBitCast(bv, i8)}));
+      // usdot is overloaded on its vector types and takes bytes; vpdpbusd takes int32 lanes.
+      parts.push_back(id == llvm::Intrinsic::aarch64_neon_usdot
+                          ? b_.CreateIntrinsic(id, {i32, i8}, {cv, b_.CreateBitCast(av, i8), b_.CreateBitCast(bv, i8)})
+                          : b_.CreateIntrinsic(id, {}, {cv, av, bv}));
     }
     return parts.size() == 1 ? parts[0] : llvm::concatenateVectors(b_, parts);
   }
 
   // The target's u8 x s8 dot-product instructions as (int32 lanes, intrinsic), widest first.
-  std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> dot_instructions(bool x86) const {
+  std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> dot_instructions() const {
+    const llvm::Triple tt(target_.triple);
+    const bool x86 = tt.isX86();
     std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> pieces;
     if (x86 && target_.has_feature("avx512vnni")) {
       pieces.push_back({16, llvm::Intrinsic::x86_avx512_vpdpbusd_512});
@@ -73,7 +76,7 @@ class CodeGenCpu final : public CodeGen {
     } else if (x86 && target_.has_feature("avxvnni")) {
       pieces.push_back({8, llvm::Intrinsic::x86_avx512_vpdpbusd_256});
       pieces.push_back({4, llvm::Intrinsic::x86_avx512_vpdpbusd_128});
-    } else if (llvm::Triple(target_.triple).isAArch64() && target_.has_feature("i8mm")) {
+    } else if (tt.isAArch64() && target_.has_feature("i8mm")) {
       pieces.push_back({4, llvm::Intrinsic::aarch64_neon_usdot});
     }
     return pieces;

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "compiler/operator_table.h"
 
@@ -28,11 +29,14 @@ Epilogue parse_epilogue(const std::string& v, const std::string& spec) {
                       "' is not one of none, bias, relu, bias_relu"));
 }
 
+constexpr EnumName<DType> kDTypes[] = {
+    {DType::Float32, "float32"}, {DType::Int8, "int8"}, {DType::Uint8, "uint8"}, {DType::Int32, "int32"}};
+
 DType parse_dtype(const std::string& key, const std::string& v, const std::string& spec) {
-  for (DType t : {DType::Float32, DType::Int8, DType::Uint8, DType::Int32}) {
-    if (v == dtype_name(t)) return t;
-  }
-  throw UserError(str("workload '", spec, "': ", key, " '", v, "' is not one of float32, int8, uint8, int32"));
+  if (std::optional<DType> t = enum_from_name(kDTypes, v)) return *t;
+  std::string names;
+  for (const EnumName<DType>& e : kDTypes) names += std::string(names.empty() ? "" : ", ") + e.name;
+  throw UserError(str("workload '", spec, "': ", key, " '", v, "' is not one of ", names));
 }
 
 int64_t parse_int(const std::string& key, const std::string& v, const std::string& spec) {
@@ -87,15 +91,7 @@ const char* epilogue_name(Epilogue e) {
   return "?";
 }
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Int8: return "int8";
-    case DType::Uint8: return "uint8";
-    case DType::Int32: return "int32";
-  }
-  return "?";
-}
+const char* dtype_name(DType t) { return enum_name(kDTypes, t); }
 
 std::string OperandTypes::str() const {
   if (data == weight) return dtype_name(data);

@@ -156,7 +156,7 @@ RunResult MeasureContext::finish(const pb::MeasureReply& reply) {
       int64_t n = 1;
       for (int64_t d : t->shape) n *= d;
       inputs.emplace_back(static_cast<size_t>(n));
-      fill_typed(t->dtype == ir::Type::float32() ? "" : t->dtype.str(), inputs.back().data(), n, opts_.seed + i++);
+      fill_typed(t->dtype.str(), inputs.back().data(), n, opts_.seed + i++);
       ptrs.push_back(inputs.back().data());
     }
     reference_.resize(static_cast<size_t>(out_elements_));

@@ -32,11 +32,8 @@ const char* kWorkloads[] = {
     "matmul(M=19,N=37,K=23,dtype=uint8,weight_dtype=int8)",  // int8: widening on a Pi 4
 };
 
-std::string dtype_of(const ir::Tensor& t) { return t->dtype == ir::Type::float32() ? "" : t->dtype.str(); }
-// N, or N:DTYPE for a typed argument (the harness's form).
-std::string arg_text(const ir::Tensor& t, int64_t n) {
-  return std::to_string(n) + (dtype_of(t).empty() ? "" : ":" + dtype_of(t));
-}
+// N:DTYPE, the harness's form of an argument.
+std::string arg_text(const ir::Tensor& t, int64_t n) { return std::to_string(n) + ":" + t->dtype.str(); }
 
 int64_t elements(const ir::Tensor& t) {
   int64_t n = 1;
@@ -65,7 +62,7 @@ void check_under_qemu(const CompiledKernel& k, const std::string& label) {
   std::vector<const float*> ptrs;
   for (size_t i = 0; i < k.graph.inputs.size(); ++i) {
     inputs.emplace_back(static_cast<size_t>(elements(k.graph.inputs[i])));
-    fill_typed(dtype_of(k.graph.inputs[i]), inputs.back().data(), elements(k.graph.inputs[i]), seed + i);
+    fill_typed(k.graph.inputs[i]->dtype.str(), inputs.back().data(), elements(k.graph.inputs[i]), seed + i);
     ptrs.push_back(inputs.back().data());
   }
   int64_t n = elements(k.graph.output);

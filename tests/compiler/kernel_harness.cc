@@ -86,8 +86,6 @@ Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t 
 
 namespace {
 
-std::string dtype_of(const ir::Tensor& t) { return t->dtype == ir::Type::float32() ? "" : t->dtype.str(); }
-
 // The kernel's arguments for `g`: its inputs filled from `seed` on (fill_typed: as boards
 // fill them), then its output filled with NaN (a kernel that skips an element cannot pass;
 // an integer output with a byte pattern of its own).
@@ -97,7 +95,7 @@ std::vector<std::vector<float>> seeded_buffers(const OpGraph& g, uint64_t seed) 
     int64_t n = 1;
     for (int64_t d : t->shape) n *= d;
     bufs.emplace_back(static_cast<size_t>(n));
-    fill_typed(dtype_of(t), bufs.back().data(), n, seed++);
+    fill_typed(t->dtype.str(), bufs.back().data(), n, seed++);
   }
   int64_t out_n = 1;
   for (int64_t d : g.output->shape) out_n *= d;
@@ -122,13 +120,13 @@ Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) 
   const std::vector<std::vector<float>> values = bufs;  // the reference reads them as floats
   // Typed arguments travel as their type's elements, as a board passes them.
   for (size_t i = 0; i < g.inputs.size(); ++i)
-    store_as(dtype_of(g.inputs[i]), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
+    store_as(g.inputs[i]->dtype.str(), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
   std::vector<float*> args;
   for (auto& b : bufs) args.push_back(b.data());
   int status = lib.call(args);
   std::vector<std::vector<float>> checked(values.begin(), values.end() - 1);
   checked.push_back(std::move(bufs.back()));
-  load_as(dtype_of(g.output), checked.back().data(), static_cast<int64_t>(checked.back().size()));
+  load_as(g.output->dtype.str(), checked.back().data(), static_cast<int64_t>(checked.back().size()));
   return compared(g, checked, status);
 }
 
