@@ -84,9 +84,23 @@ std::string quantize_model(const std::string& bytes, const std::string& what,
       if (!samples[k].count(in)) throw UserError(str(what, ": calibration sample ", k, " has no input '", in, "'"));
     }
   }
-  std::set<std::string> float_inits;
+  // Float initializers, read from the file: the imported graph may have merged equal ones
+  // (a model whose layers share copies of the same weights), and each reader is quantized.
+  // Exporters give each copy a name of its own through an Identity (PyTorch), which the
+  // import drops: a weight is found through those too.
+  std::map<std::string, const onnx::TensorProto*> float_inits;
   for (const auto& t : gp.initializer()) {
-    if (t.data_type() == onnx::TensorProto::FLOAT) float_inits.insert(t.name());
+    if (t.data_type() == onnx::TensorProto::FLOAT) float_inits[t.name()] = &t;
+  }
+  for (bool more = true; more;) {
+    more = false;
+    for (const auto& n : gp.node()) {
+      if (n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1 && float_inits.count(n.input(0)) &&
+          !float_inits.count(n.output(0))) {
+        float_inits[n.output(0)] = float_inits.at(n.input(0));
+        more = true;
+      }
+    }
   }
   // The anchors' activations (computed float32 values or model inputs) and constant weights.
   std::vector<std::string> acts;
@@ -101,8 +115,8 @@ std::string quantize_model(const std::string& bytes, const std::string& what,
         std::find(acts.begin(), acts.end(), x) == acts.end())
       acts.push_back(x);
     const std::string& w = n.input(1);
-    if (float_inits.count(w) && g.values.count(w)) {
-      int64_t rank = static_cast<int64_t>(g.value(w).shape.size());
+    if (float_inits.count(w)) {
+      int64_t rank = float_inits.at(w)->dims_size();
       int64_t axis = 0;
       if (op == "MatMul") axis = rank - 1;
       if (op == "Gemm") {
@@ -179,7 +193,7 @@ std::string quantize_model(const std::string& bytes, const std::string& what,
     replaced[x] = dq;
   };
   auto quantize_weight = [&](const std::string& w, int64_t axis) {
-    const HostTensor& t = *g.value(w).constant;
+    const HostTensor t = tensor_from_onnx(*float_inits.at(w), str(what, ": initializer '", w, "'"));
     const Shape& shape = t.shape;
     const int64_t channels = per_channel ? shape[static_cast<size_t>(axis)] : 1;
     int64_t inner = 1;
