@@ -27,6 +27,13 @@ Footprint matmul_footprint(const Workload& w) {
           checked_product({2, g("M"), g("N"), g("K")})};
 }
 
+// B is K/4 int32 quads per column, as large as K floats; aq, scale and offset are small.
+Footprint qmatmul_footprint(const Workload& w) {
+  Footprint f = matmul_footprint(w);
+  f.tensors.push_back({"A.q", checked_product({w.get("M"), w.get("K")})});
+  return f;
+}
+
 Footprint batch_matmul_footprint(const Workload& w) {
   auto g = [&](const char* k) { return w.get(k); };
   return {{{"A", checked_product({g("B"), g("M"), g("K")})},
@@ -53,8 +60,12 @@ Footprint conv_footprint(const Workload& w, bool depthwise) {
 Footprint conv2d_footprint(const Workload& w) { return conv_footprint(w, false); }
 Footprint depthwise_footprint(const Workload& w) { return conv_footprint(w, true); }
 
-void check_matmul(const Workload& w, const std::string& spec) {
+void check_const_b(const Workload& w, const std::string& spec) {
   if (w.get("const_b") > 1) throw UserError(str("workload '", spec, "': const_b=", w.get("const_b"), " is not 0 or 1"));
+}
+
+void check_matmul(const Workload& w, const std::string& spec) {
+  check_const_b(w, spec);
   if (w.get("const_b") && !w.types.is_float32())
     throw UserError(str("workload '", spec, "': const_b=1 (a prepacked B) on ", w.types.str(), " operands is not implemented yet"));
 }
@@ -131,6 +142,12 @@ const std::vector<OperatorDef>& operator_table() {
        check_matmul, matmul_footprint, build_matmul, reference_matmul, "matmul(M=64,N=64,K=64)",
        {OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}},
        {"matmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)"}},
+      // A float A quantized to uint8 on entry times int8 B given as quads, scaled per column
+      // (compiler/operators.cc build_qmatmul): a quantized model's DequantizeLinear -> MatMul
+      // with the activations' QuantizeLinear folded in (graph/import_quantize.h).
+      {"qmatmul",
+       {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
+       check_const_b, qmatmul_footprint, build_qmatmul, reference_qmatmul, "qmatmul(M=16,N=40,K=22)"},
       {"batch_matmul",
        {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
        nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)"},

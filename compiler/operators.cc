@@ -169,6 +169,57 @@ void build_matmul(OpGraph& g) {
   if (w.get("const_b")) g.prepacked.insert("B");
 }
 
+// qmatmul: C = float(sum_k q(A)[i,k] * B[k,j]) * scale[j] + offset[j], q(A) = A quantized per
+// tensor to uint8 on entry (saturate(round_even(A / a_scale) + a_zero), the float made an
+// int32 by a saturating cast, then clamped to [0, 255]: ONNX's QuantizeLinear), B int8 given
+// as quads (int32 words of four consecutive k, byte t = k % 4, K zero-padded to a multiple of
+// 4: the layout dot4_u8s8 reads). The parameters are one input P = {a_scale, a_zero,
+// scale[N], offset[N]} (a kernel takes 5 arguments at most). The quantized A is read as quads
+// ("A.q" [M][K/4]), so the sum is one dot4_u8s8 per quad.
+void build_qmatmul(OpGraph& g) {
+  const Workload& w = g.workload;
+  const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K"), Q = (K + 3) / 4;
+  const Type i32 = Type::int32();
+  Tensor A = make_input(g, "A", {M, K});
+  Tensor B = make_input(g, "B", {Q, N}, i32);
+  Tensor P = make_input(g, "P", {2 + 2 * N});
+  auto quant = [&](Expr x) {
+    Expr q = Cast::make(i32, round_even(x / read(P, {Expr(0)})) + read(P, {Expr(1)}));
+    return min(max(q, IntImm::make_typed(0, i32)), IntImm::make_typed(255, i32));
+  };
+  // A quantized, K zero-padded to whole quads, then read four bytes to a quad (which LLVM
+  // loads as one int32 where the quad is read in the product's loop).
+  Tensor au8 = compute("A.u8", {M, 4 * Q}, {"i", "k"}, [&](const std::vector<Expr>& ax) {
+    Expr v = Cast::make(Type::uint8(), quant(read(A, {ax[0], min(ax[1], Expr(K - 1))})));
+    return K % 4 == 0 ? v : select(ax[1] < Expr(K), v, IntImm::make_typed(0, Type::uint8()));
+  });
+  Tensor aq4 = compute("A.q", {M, Q}, {"i", "q"}, [&](const std::vector<Expr>& ax) {
+    Expr sum;
+    for (int t = 0; t < 4; ++t) {
+      Expr v = Cast::make(i32, read(au8, {ax[0], ax[1] * 4 + t}));
+      if (t > 0) v = v * IntImm::make_typed(int64_t{1} << (8 * t), i32);  // wraps at t = 3
+      sum = sum ? sum + v : v;
+    }
+    return sum;
+  });
+  IterVar q = reduce_axis(Q, "q");
+  g.acc = compute("acc", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
+    return ir::sum(Call::make(kDot4U8S8, {read(aq4, {ax[0], q.var}), read(B, {q.var, ax[1]})}), {q});
+  }, {q});
+  const Epilogue e = w.epilogue;
+  Tensor bias = has_bias(e) ? make_input(g, "bias", {N}) : nullptr;
+  Tensor acc = g.acc;
+  g.output = compute("C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
+    Expr v = Cast::make(Type::float32(), read(acc, ax)) * read(P, {ax[1] + 2}) + read(P, {ax[1] + (2 + N)});
+    if (bias) v = v + read(bias, {ax[1]});
+    return has_relu(e) ? max(v, f32(0.0)) : v;
+  });
+  g.flops = 2 * M * N * K;
+  g.check_terms = K;
+  g.check_relative = true;
+  if (w.get("const_b")) g.prepacked.insert("B");
+}
+
 void build_batch_matmul(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t Bt = w.get("B"), M = w.get("M"), N = w.get("N"), K = w.get("K");

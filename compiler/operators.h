@@ -34,6 +34,9 @@ struct OpGraph {
   // How many products of unit size an output element sums, for the accuracy check
   // (compiler/reference.h); 0: the extent of acc's reduction.
   int64_t check_terms = 0;
+  // Whether the check measures errors relative to the reference's magnitude where it is past
+  // 1 (outputs that are large integers scaled, as a quantized product's are).
+  bool check_relative = false;
 };
 
 OpGraph build_op(const Workload& w);

@@ -71,6 +71,34 @@ double conv_point(const ConvDims& d, int64_t oh, int64_t ow, int64_t c0, int64_t
 namespace ops {
 
 void reference_matmul(const Workload& w, const Inputs& in, float* out) { matmul(w, in, out, 1); }
+// As build_qmatmul computes it: the quantization in float (a division, round half to even,
+// the zero point added), the saturating cast to int32 (NaN to 0), the clamp to [0, 255]; the
+// products exact; the scale and offset in double.
+void reference_qmatmul(const Workload& w, const Inputs& in, float* out) {
+  const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
+  const float *A = in[0], *B = in[1], *aq = in[2], *scale = in[2] + 2, *offset = in[2] + 2 + N;
+  const float* bias = w.epilogue == Epilogue::Bias || w.epilogue == Epilogue::BiasRelu ? in.at(3) : nullptr;
+  auto quant = [&](float x) {
+    float q = std::nearbyint(x / aq[0]) + aq[1];
+    int64_t i = std::isnan(q) ? 0 : q >= 2147483647.0f ? 2147483647 : q <= -2147483648.0f ? -2147483648 : int64_t(q);
+    return std::clamp<int64_t>(i, 0, 255);
+  };
+  // The weights' bytes: byte t of quad word B[k / 4][j] (the words hold int32 values as floats).
+  auto weight = [&](int64_t k, int64_t j) {
+    auto word = static_cast<uint32_t>(static_cast<int32_t>(B[k / 4 * N + j]));
+    return static_cast<int64_t>(static_cast<int8_t>(static_cast<uint8_t>(word >> (8 * (k % 4)))));
+  };
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      int64_t acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += quant(A[i * K + k]) * weight(k, j);
+      // Padding bytes of the last quad (k >= K) meet A's zero bytes.
+      double v = double(static_cast<float>(static_cast<int32_t>(acc))) * scale[j] + offset[j];
+      out[i * N + j] = epilogue(w.epilogue, v, bias, j);
+    }
+  }
+}
+
 void reference_batch_matmul(const Workload& w, const Inputs& in, float* out) { matmul(w, in, out, w.get("B")); }
 
 void reference_conv2d_nchw(const Workload& w, const Inputs& in, float* out) {
@@ -179,6 +207,7 @@ OutputCheck compare_with_reference(const OpGraph& g, const float* ref, const flo
   c.tolerance = 1e-5 + 2e-7 * static_cast<double>(terms);
   for (int64_t i = 0; i < n; ++i) {
     double err = std::fabs(double(output[i]) - double(ref[i]));
+    if (g.check_relative) err /= std::max(1.0, std::fabs(double(ref[i])));
     if (std::isnan(err)) err = INFINITY;
     if (err > c.max_abs_error || c.worst_index < 0) {
       c.max_abs_error = err;

@@ -16,7 +16,7 @@ void reference_compute(const Workload& w, const std::vector<const float*>& input
 
 // How far a kernel's output is from the reference on the same inputs.
 struct OutputCheck {
-  double max_abs_error = 0;  // worst |output - reference|; NaN counts as infinite
+  double max_abs_error = 0;  // worst |output - reference| (OpGraph::check_relative: over max(1, |reference|)); NaN counts as infinite
   double tolerance = 0;      // allowed: 1e-5 + 2e-7 per term each output element sums
   int64_t worst_index = -1;
   bool ok() const { return max_abs_error <= tolerance; }

@@ -366,14 +366,15 @@ Tensor Schedule::packed_layout(const std::string& input, size_t dim, int64_t blo
   }
   shape.push_back(block);
   names.push_back("x");
-  Tensor packed = given ? placeholder(input + ".pack", shape)
+  Tensor packed = given ? placeholder(input + ".pack", shape, in->dtype)
                         : compute(input + ".pack", shape, names, [&](const std::vector<Expr>& ax) {
                             std::vector<Expr> idx;
                             size_t k = 1;
                             Expr orig = ax[0] * block + ax.back();
                             for (size_t d = 0; d < in->shape.size(); ++d) idx.push_back(d == dim ? orig : ax[k++]);
                             if (extent % block == 0) return read(in, idx);
-                            return select(orig < Expr(extent), read(in, idx), f32(0.0));
+                            Expr zero = in->dtype.is_float() ? f32(0.0) : IntImm::make_typed(0, in->dtype);
+                            return select(orig < Expr(extent), read(in, idx), zero);
                           });
   replace_reads(input, [&](const TensorRead* r) {
     std::vector<Expr> idx = {r->indices[dim] / block};

@@ -349,7 +349,9 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
     }
     if (!a.dtype().empty() && a.dtype() != "float32") {
       if (!options_.gpu_device.empty()) return invalid("argument dtype " + a.dtype() + " is for CPU kernels; this board runs " + options_.gpu_device);
-      if (a.pack_block() != 0 || a.pack_dim() != 0) return invalid("an argument of dtype " + a.dtype() + " cannot be packed");
+      // Packing moves whole 4-byte elements (runtime/pack_layout.h): int32 quads of int8 weights.
+      if ((a.pack_block() != 0 || a.pack_dim() != 0) && tf::arg_dtype_bytes(a.dtype()) != 4)
+        return invalid("an argument of dtype " + a.dtype() + " cannot be packed (only 4-byte elements can)");
     }
     if (a.pack_block() != 0 || a.pack_dim() != 0) {
       if (a.is_output()) return invalid("an output cannot be packed (pack_block " + std::to_string(a.pack_block()) + ")");

@@ -13,10 +13,10 @@ namespace {
 
 using namespace ir;  // NOLINT: tensor-expression code reads best unqualified
 
-class DenseInt8Cpu final : public CpuTemplate {
+// What both int8 dense templates share: the register tile of dense.cpu over quads of K.
+class Int8Dense : public CpuTemplate {
  public:
-  DenseInt8Cpu()
-      : CpuTemplate("dense_int8.cpu", 1, {"matmul"}, TargetKind::Llvm, {OperandTypes{DType::Uint8, DType::Int8}}) {}
+  using CpuTemplate::CpuTemplate;
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
@@ -43,6 +43,33 @@ class DenseInt8Cpu final : public CpuTemplate {
     default_annotations(c);
     return c;
   }
+
+ protected:
+  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+    if (knob == "tile_m") return {out_extent(g, 0), false, true};
+    if (knob == "tile_n") return {out_extent(g, 1), true, false};
+    return {quads(g), false, false};  // unroll_k
+  }
+
+  Tile register_tile(const OpGraph&, const Target&, const json& c) const override {
+    return {c["tile_m"], c["tile_n"], c["unroll_k"], ""};
+  }
+
+  // A packing stage (A.q, B.q): its outer axis on all threads, its inner one vectorized.
+  static void schedule_packing(Stage& p, const json& c) {
+    const auto& ax = p.op()->axes;
+    if (c["parallel"].get<bool>()) p.parallel(ax[0].var);
+    if (c["vectorize"].get<bool>()) p.vectorize(ax.back().var);
+  }
+
+  // Steps of the reduction: K / 4, rounded up.
+  static int64_t quads(const OpGraph& g) { return (g.inputs[0]->shape[1] + 3) / 4; }
+};
+
+class DenseInt8Cpu final : public Int8Dense {
+ public:
+  DenseInt8Cpu()
+      : Int8Dense("dense_int8.cpu", 1, {"matmul"}, TargetKind::Llvm, {OperandTypes{DType::Uint8, DType::Int8}}) {}
 
   OpGraph schedule_graph(const OpGraph& g, const Target&, const json& c) const override {
     const Tensor A = g.inputs[0], B = g.inputs[1];
@@ -93,34 +120,39 @@ class DenseInt8Cpu final : public CpuTemplate {
   }
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
-    for (const char* packed : {"A.q", "B.q"}) {
-      Stage& p = s.stage(packed);
-      const auto& ax = p.op()->axes;
-      if (c["parallel"].get<bool>()) p.parallel(ax[0].var);
-      if (c["vectorize"].get<bool>()) p.vectorize(ax.back().var);
-    }
+    for (const char* packed : {"A.q", "B.q"}) schedule_packing(s.stage(packed), c);
     auto [acc, out] = acc_and_writer(s, g);
     schedule_dense_tiles(*out, *acc, 0, c);
   }
+};
 
- protected:
-  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
-    if (knob == "tile_m") return {out_extent(g, 0), false, true};
-    if (knob == "tile_n") return {out_extent(g, 1), true, false};
-    return {quads(g), false, false};  // unroll_k
+// qdense.cpu: qmatmul (compiler/operators.cc build_qmatmul), a float A quantized on entry
+// into quads ("A.q") times B given as quads [K/4][N], packed into panels of tile_n columns
+// ([N/tile_n][K/4][tile_n], the layout dense_int8.cpu makes; a model passes its constant
+// weights so packed), scaled per column in the output tile.
+class QDenseCpu final : public Int8Dense {
+ public:
+  static constexpr int64_t kQuantizeLanes = 16;
+
+  QDenseCpu() : Int8Dense("qdense.cpu", 1, {"qmatmul"}, TargetKind::Llvm) {}
+
+  void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
+    // A quantized in rows of vectors (the division and rounding are the costly part), its
+    // quads read in the product's loop.
+    Stage& au8 = s.stage("A.u8");
+    const auto& ax = au8.op()->axes;
+    if (c["parallel"].get<bool>()) au8.parallel(ax[0].var);
+    if (c["vectorize"].get<bool>()) au8.vectorize(au8.split(ax[1].var, kQuantizeLanes).second);
+    s.stage("A.q").compute_inline();
+    if (Stage* p = pack_input(s, g, "B", 1, c["tile_n"])) schedule_packing(*p, c);
+    auto [acc, out] = acc_and_writer(s, g);
+    schedule_dense_tiles(*out, *acc, 0, c);
   }
-
-  Tile register_tile(const OpGraph&, const Target&, const json& c) const override {
-    return {c["tile_m"], c["tile_n"], c["unroll_k"], ""};
-  }
-
- private:
-  // Steps of the reduction: K / 4, rounded up.
-  static int64_t quads(const OpGraph& g) { return (g.inputs[0]->shape[1] + 3) / 4; }
 };
 
 }  // namespace
 
 std::unique_ptr<ScheduleTemplate> make_dense_int8_cpu() { return std::make_unique<DenseInt8Cpu>(); }
+std::unique_ptr<ScheduleTemplate> make_qdense_cpu() { return std::make_unique<QDenseCpu>(); }
 
 }  // namespace tf::templates

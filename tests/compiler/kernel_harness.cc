@@ -115,12 +115,18 @@ Comparison compared(const OpGraph& g, const std::vector<std::vector<float>>& buf
 
 }  // namespace
 
-Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed) {
+Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed,
+                           const std::vector<ir::Schedule::Packing>& packed) {
   std::vector<std::vector<float>> bufs = seeded_buffers(g, seed);
   const std::vector<std::vector<float>> values = bufs;  // the reference reads them as floats
-  // Typed arguments travel as their type's elements, as a board passes them.
-  for (size_t i = 0; i < g.inputs.size(); ++i)
+  // Typed arguments travel as their type's elements, as a board passes them (and packed: the
+  // layout moves whole 4-byte elements).
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
     store_as(g.inputs[i]->dtype.str(), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
+    for (const ir::Schedule::Packing& p : packed) {
+      if (p.input == g.inputs[i]->name) bufs[i] = pack_layout(bufs[i], g.inputs[i]->shape, p.dim, p.block);
+    }
+  }
   std::vector<float*> args;
   for (auto& b : bufs) args.push_back(b.data());
   int status = lib.call(args);

@@ -12,6 +12,7 @@
 #include "compiler/gpu.h"
 #include "compiler/ir.h"
 #include "compiler/operators.h"
+#include "compiler/schedule.h"
 #include "compiler/reference.h"
 #include "compiler/target.h"
 #include "runtime/kernel_library.h"
@@ -33,7 +34,9 @@ std::unique_ptr<KernelLibrary> build_for(const ir::LoweredFunc& f, const Target&
 // Compiles `f` for the host, runs it on inputs seeded from `seed`, compares with the reference.
 Comparison run_and_compare(const OpGraph& g, const ir::LoweredFunc& f, uint64_t seed = 7);
 // The same with a kernel built already (from `g`); callable from several threads at once.
-Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed = 7);
+// Inputs the kernel takes packed (CompiledKernel::packed) are passed so, as a board does.
+Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed = 7,
+                           const std::vector<ir::Schedule::Packing>& packed = {});
 
 // Runs the GPU function `f` for target `t` on the CPU: each of its kernels in turn
 // (compiler/gpu.h split_gpu_program; workspaces start as NaN), with one thread per GPU thread

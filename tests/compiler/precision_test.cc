@@ -159,6 +159,59 @@ TEST(Int8Matmul, DotProductsUseTheTargetsInstruction) {
   EXPECT_EQ(ir::to_string(k.lowered.func).rfind("func matmul(A: uint8[16, 64], B: int8[64, 64], C: int32[16, 64] out)", 0), 0u);
 }
 
+// qmatmul (a quantized model's MatMul: float A quantized on entry, int8 B as quads, scaled per
+// column): on every instruction set this machine runs, with B packed by the kernel and given
+// packed (a model's constant weights), default and sampled configs. The check measures
+// errors relative to the output (integers times the harness's random scales); one quantization
+// step off in one element fails it.
+class QMatmul : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(QMatmul, MatchesTheReferenceOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_x86_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  uint64_t seed = 3;
+  for (const char* const_b : {"", ",const_b=1"}) {
+    std::string spec = std::string(GetParam());
+    Workload w = parse_workload(spec.substr(0, spec.size() - 1) + const_b + ")");
+    for (const std::string& ts : targets) {
+      Target t = parse_target(ts);
+      for (const nlohmann::json& config : testing::sample_configs(w, t, 2)) {
+        CompiledKernel k = compile_kernel(w, t, config, "given", "");
+        EXPECT_EQ(k.packed.size(), std::string(const_b).empty() ? 0u : 1u) << w.canonical();
+        std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
+        testing::Comparison c = testing::run_and_compare(k.graph, *lib, seed++, k.packed);
+        EXPECT_TRUE(c.ok()) << w.canonical() << " on " << ts << " config " << config.dump() << ": " << c.str();
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QMatmul,
+                         ::testing::Values("qmatmul(M=1,N=1,K=1)", "qmatmul(M=16,N=32,K=64)",
+                                           "qmatmul(M=37,N=45,K=22,epilogue=bias_relu)", "qmatmul(M=5,N=100,K=129)"));
+
+TEST(QMatmul, TheCheckSeesOneQuantizationStep) {
+  Workload w = parse_workload("qmatmul(M=8,N=16,K=32)");
+  CompiledKernel k = compile_kernel(w, host_target(), nullptr, "default", "");
+  std::vector<std::vector<float>> in;
+  std::vector<const float*> ptrs;
+  uint64_t seed = 5;
+  for (const ir::Tensor& t : k.graph.inputs) {
+    in.emplace_back(static_cast<size_t>(t->shape.size() == 1 ? t->shape[0] : t->shape[0] * t->shape[1]));
+    fill_typed(t->dtype.str(), in.back().data(), static_cast<int64_t>(in.back().size()), seed++);
+    ptrs.push_back(in.back().data());
+  }
+  in[2][0] = 0.25f;  // a_scale
+  in[2][1] = 7.0f;   // a_zero
+  std::vector<float> ref(8 * 16);
+  reference_compute(w, ptrs, ref.data());
+  EXPECT_TRUE(check_against_reference(k.graph, ptrs, ref.data()).ok());
+  // Element (0, 3) as if one byte of A were one more: scale[3] * B's byte.
+  std::vector<float> off = ref;
+  off[3] += in[2][2 + 3] * 1.0f;
+  EXPECT_FALSE(check_against_reference(k.graph, ptrs, off.data()).ok());
+}
+
 TEST(Int8Matmul, GpuTargetsSayTheyHaveNoTemplateYet) {
   Workload w = parse_workload("matmul(M=16,N=64,K=64,dtype=uint8,weight_dtype=int8)");
   expect_user_error([&] { compile_kernel(w, parse_target("cuda -arch=sm_90"), nullptr, "default", ""); },
