@@ -92,8 +92,21 @@ struct Graph {
   std::vector<Node> nodes;           // topological order
   std::map<std::string, Value> values;
   // QuantizeLinear and DequantizeLinear nodes the model had, imported as float32 arithmetic
-  // (graph/import_quantize.h): none of them runs in int8 yet.
+  // (graph/import_quantize.h), and the products folded into int8 kernels since
+  // (fold-qdq-matmuls: QMatMul nodes).
   int64_t quantize_nodes = 0;
+  int64_t int8_nodes = 0;
+  // What each QuantizeLinear/DequantizeLinear output was before its float32 expansion, by
+  // the output's name, for the passes that fold them into int8 kernels.
+  struct Qdq {
+    bool quantize = false;     // QuantizeLinear (else DequantizeLinear)
+    std::string input;         // its input value
+    std::vector<float> scale;  // one per tensor, or one per channel along `axis`
+    std::vector<float> zero;   // as scale (0 where absent)
+    int64_t axis = -1;         // -1: per tensor
+    Narrow type = Narrow::None;  // the quantized side's type (None: int32, a bias)
+  };
+  std::map<std::string, Qdq> qdq;
 
   const Value& value(const std::string& name) const;
   Value& value(const std::string& name);

@@ -1,15 +1,131 @@
 #include "graph/import_quantize.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "base/error.h"
 #include "graph/import_builder.h"
+#include "graph/tasks.h"
 
 namespace tf::graph {
 namespace {
 
 // ONNX TensorProto codes of the quantized types tunefarm imports.
 constexpr int64_t kOnnxUint8 = 2, kOnnxInt8 = 3;
+
+// QMatMul's parts, checked (each refusal names the node and the value).
+struct QMatMulParts {
+  int64_t M = 1, K = 0, N = 0;
+  const HostTensor* w = nullptr;  // [K, N] int8 values
+  std::vector<float> w_scale;     // per column (one value repeated for a per-tensor scale)
+  float x_scale = 1, x_zero = 0;  // uint8 activations' scale and zero point
+  const HostTensor* bias = nullptr;
+};
+
+QMatMulParts qmatmul_parts(const Node& n, const std::vector<const Value*>& in) {
+  auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
+  auto constant = [&](size_t k, const char* what) -> const HostTensor& {
+    if (!in[k] || !in[k]->constant || in[k]->dtype != DType::F32) fail(str(what, " (input ", k, ") must be a float constant"));
+    return *in[k]->constant;
+  };
+  QMatMulParts p;
+  const Shape& x = in[0]->shape;
+  if (in[0]->dtype != DType::F32 || x.size() < 2) fail(str("input must be float32 of rank 2 or more, not ", shape_str(x)));
+  p.w = &constant(1, "weight");
+  if (p.w->narrow != Narrow::Int8 || p.w->shape.size() != 2 || p.w->shape[0] != x.back())
+    fail(str("weight must be int8 values of shape [", x.back(), ", N], not ", shape_str(p.w->shape)));
+  p.K = x.back();
+  p.N = p.w->shape[1];
+  for (size_t d = 0; d + 1 < x.size(); ++d) p.M *= x[d];
+  auto positive = [&](float v, const char* what) {
+    if (!std::isfinite(v) || v <= 0) fail(str(what, " ", v, " is not a positive finite number"));
+    return v;
+  };
+  const HostTensor& ws = constant(2, "weight scale");
+  if (ws.size() != 1 && ws.size() != p.N) fail(str("weight scale has ", ws.size(), " values for ", p.N, " columns"));
+  for (int64_t j = 0; j < p.N; ++j) p.w_scale.push_back(positive(ws.f[static_cast<size_t>(ws.size() == 1 ? 0 : j)], "weight scale"));
+  const HostTensor& xs = constant(3, "input scale");
+  const HostTensor& xz = constant(4, "input zero point");
+  if (xs.size() != 1 || xz.size() != 1) fail("input scale and zero point must be single values");
+  p.x_scale = positive(xs.f[0], "input scale");
+  p.x_zero = xz.f[0];
+  if (!(p.x_zero >= 0 && p.x_zero <= 255) || p.x_zero != std::nearbyint(p.x_zero))
+    fail(str("input zero point ", p.x_zero, " is not an integer in [0, 255]"));
+  if (in.size() > 5 && in[5]) {
+    p.bias = &constant(5, "bias");
+    if (p.bias->size() != p.N) fail(str("bias has ", p.bias->size(), " values for ", p.N, " columns"));
+  }
+  return p;
+}
+
+std::vector<TypeShape> qmatmul_infer(const OpContext& c) {
+  QMatMulParts p = qmatmul_parts(c.node, c.inputs);
+  Shape y = c.in(0).shape;
+  y.back() = p.N;
+  return {{DType::F32, y}};
+}
+
+// As DequantizeLinear(QuantizeLinear(x)) -> MatMul(., DequantizeLinear(w)) -> + bias computes
+// it: the activations rounded to the uint8 grid, the products in double.
+std::vector<HostTensor> qmatmul_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  QMatMulParts p = qmatmul_parts(c.node, c.inputs);
+  Shape y = in[0]->shape;
+  y.back() = p.N;
+  HostTensor out = make_like(DType::F32, y);
+  std::vector<double> a(static_cast<size_t>(p.K));
+  for (int64_t i = 0; i < p.M; ++i) {
+    for (int64_t k = 0; k < p.K; ++k) {
+      float q = std::clamp(std::nearbyint(in[0]->f[static_cast<size_t>(i * p.K + k)] / p.x_scale) + p.x_zero, 0.0f, 255.0f);
+      a[static_cast<size_t>(k)] = double((q - p.x_zero) * p.x_scale);
+    }
+    for (int64_t j = 0; j < p.N; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < p.K; ++k) sum += a[static_cast<size_t>(k)] * (double(p.w->f[static_cast<size_t>(k * p.N + j)]) * p.w_scale[static_cast<size_t>(j)]);
+      if (p.bias) sum += p.bias->f[static_cast<size_t>(j)];
+      out.f[static_cast<size_t>(i * p.N + j)] = static_cast<float>(sum);
+    }
+  }
+  return {out};
+}
+
+AnchorWorkload qmatmul_workload(const Graph& g, const Node& n) {
+  OpContext c = context(n, g, g.opset);
+  QMatMulParts p = qmatmul_parts(n, c.inputs);
+  return {str("qmatmul(M=", p.M, ",N=", p.N, ",K=", p.K, ",const_b=1"), ""};
+}
+
+// The qmatmul workload's operands after A (compiler/operators.cc build_qmatmul): B as int32
+// quads of four k (their bits carried in a float32 constant: kernels read the words), and
+// P = {x_scale, x_zero, scale[N], offset[N]} with scale = x_scale * w_scale and offset =
+// bias - x_zero * scale * (the column's sum of weights), which takes the zero point's share
+// out of the integer sum.
+std::vector<HostTensor> qmatmul_constants(const Graph& g, const Node& n) {
+  OpContext c = context(n, g, g.opset);
+  QMatMulParts p = qmatmul_parts(n, c.inputs);
+  const int64_t Q = (p.K + 3) / 4;
+  std::vector<float> words(static_cast<size_t>(Q * p.N)), params(static_cast<size_t>(2 + 2 * p.N));
+  params[0] = p.x_scale;
+  params[1] = p.x_zero;
+  for (int64_t j = 0; j < p.N; ++j) {
+    int64_t colsum = 0;
+    for (int64_t q = 0; q < Q; ++q) {
+      uint32_t word = 0;
+      for (int64_t t = 0; t < 4 && q * 4 + t < p.K; ++t) {
+        auto v = static_cast<int64_t>(p.w->f[static_cast<size_t>((q * 4 + t) * p.N + j)]);
+        colsum += v;
+        word |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v))) << (8 * t);
+      }
+      words[static_cast<size_t>(q * p.N + j)] = std::bit_cast<float>(word);
+    }
+    const double sc = double(p.x_scale) * p.w_scale[static_cast<size_t>(j)];
+    params[static_cast<size_t>(2 + j)] = static_cast<float>(sc);
+    params[static_cast<size_t>(2 + p.N + j)] =
+        static_cast<float>((p.bias ? p.bias->f[static_cast<size_t>(j)] : 0.0) - double(p.x_zero) * sc * double(colsum));
+  }
+  return {HostTensor::floats({Q, p.N}, std::move(words)), HostTensor::floats({2 + 2 * p.N}, std::move(params))};
+}
 
 }  // namespace
 
@@ -85,6 +201,12 @@ bool expand_quantize(const Node& n, ImportSink& sink) {
   const std::string& out = n.outputs[0];
   const std::string s = along_axis(n.inputs[1]);
   ++g.quantize_nodes;
+  Graph::Qdq& rec = g.qdq[out];
+  rec = {quantize, n.inputs[0], scale.f, std::vector<float>(scale.f.size(), 0.0f), per_channel ? axis : -1, type};
+  if (has_zero) {
+    const HostTensor& z = *g.value(n.inputs[2]).constant;
+    for (int64_t k = 0; k < z.size(); ++k) rec.zero[static_cast<size_t>(k)] = static_cast<float>(z.as_double(k));
+  }
   if (quantize) {
     std::string q = b.node("Round", {b.node("Div", {n.inputs[0], s})});
     if (!zero_is_zero) q = b.node("Add", {q, along_axis(as_float(n.inputs[2]))});
@@ -105,6 +227,11 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   ops.push_back({"DequantizeLinear", 2, 3, nullptr, nullptr});
   describe(ops.back(), OpKind::Elementwise, {"axis", "block_size"});
   ops.back().expand = expand_quantize;
+  // Made by fold-qdq-matmuls (graph/pass.h): inputs x, weight, weight scale, input scale,
+  // input zero point, [bias].
+  ops.push_back({"QMatMul", 5, 6, qmatmul_infer, qmatmul_eval, nullptr, qmatmul_workload, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Anchor);
+  ops.back().kernel_constants = qmatmul_constants;
 }
 
 }  // namespace tf::graph

@@ -93,6 +93,10 @@ class ModelBuilder {
     std::vector<std::string> args{a.inputs[0], a.inputs[1]};
     const OpDef& def = *find_op(a.op);
     if (def.transposed_weight && a.get_int(def.transposed_weight, 0)) args[1] = transposed(a.inputs[1]);
+    if (def.kernel_constants) {
+      args.resize(1);
+      for (HostTensor& t : def.kernel_constants(g_, a)) args.push_back(add_constant(a.name + ".operand", std::move(t)));
+    }
     if (!e.bias.empty()) args.push_back(e.bias);
     bool bias = !e.bias.empty(), relu = e.relu;
     Workload w = parse_workload(aw.spec + ",epilogue=" + e.name() + ")");
@@ -150,6 +154,11 @@ class ModelBuilder {
     OpGraph og = build_op(parse_workload(spec + ",epilogue=none)"));
     og.workload = w;
     ir::Tensor acc = og.acc;
+    if (og.output != og.acc) {
+      // The operator's own stage after its sum (qmatmul's scaling to float): the tail's start.
+      og.tail.push_back(og.output);
+      acc = og.output;
+    }
     const Shape s = acc->shape;
     const Shape& onnx = g_.value(a.outputs[0]).shape;
     // The bias index of an output element: its channel (a blocked output's block and lane).

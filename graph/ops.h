@@ -120,6 +120,10 @@ struct OpDef {
   // attribute that says its weight (input 1) is stored transposed (Gemm's transB), if any.
   enum class BiasAxis { Last, Channel, BlockedChannel } bias_axis = BiasAxis::Last;
   const char* transposed_weight = nullptr;
+  // Anchors whose kernel takes other operands than the node's inputs: the constants that
+  // follow input 0 in the kernel's call (QMatMul: int8 weights as quads, quantization
+  // parameters, per-column scale and offset). Null: the node's inputs 0 and 1 (and the bias).
+  std::vector<HostTensor> (*kernel_constants)(const Graph& g, const Node& n) = nullptr;
 };
 
 // Sets the facts of an entry just pushed: registration files call it after each push_back.

@@ -28,6 +28,13 @@ const std::vector<PassInfo>& graph_passes() {
       {"fold-constants", 1,
        "evaluate nodes whose inputs are all constants (weights transposed, scales combined)",
        plain(fold_constants)},
+      // Early: it reads what the import recorded of each QuantizeLinear/DequantizeLinear
+      // (Graph::qdq) by the names the values had then; after fold-constants, which makes the
+      // dequantized weights constants.
+      {"fold-qdq-matmuls", 1,
+       "a QDQ model's MatMul/Gemm of quantized activations and int8 weights as one QMatMul, an int8 kernel that "
+       "quantizes its input on entry (CPU targets)",
+       [](Graph& g, const PassOptions& o) { return fold_qdq_matmuls(g, o.channel_block); }},
       {"recognize-composites", 2,
        "replace the decompositions exporters write for LayerNorm, GELU and softmax by one operator",
        plain(recognize_composites)},

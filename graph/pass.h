@@ -30,7 +30,8 @@ struct PassOptions {
   std::set<std::string> dump;  // pass names, or "all"
   std::function<void(const std::string& pass, const Graph& g)> dump_sink;
   // The target's vector width in floats (Target::vector_lanes of a CPU target): the channel
-  // block of transform-conv-layout. 0 (no target, or not a CPU): that pass changes nothing.
+  // block of transform-conv-layout. 0 (no target, or not a CPU): that pass and
+  // fold-qdq-matmuls (int8 kernels are CPU templates) change nothing.
   int64_t channel_block = 0;
 };
 
@@ -92,5 +93,6 @@ bool recognize_composites(Graph& g);
 bool combine_parallel_matmuls(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);
 bool transform_conv_layout(Graph& g, int64_t channel_block);
+bool fold_qdq_matmuls(Graph& g, int64_t channel_block);
 
 }  // namespace tf::graph

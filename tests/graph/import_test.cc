@@ -4,13 +4,18 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 
 #include "base/error.h"
 #include "graph/fusion.h"
 #include "graph/import_recurrent.h"
+#include "graph/model_compiler.h"
+#include "graph/model_library.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
 #include "graph/quantize.h"
@@ -1221,6 +1226,22 @@ TEST(Quantize, ScalesAndZeroPointsFollowTheCalibrationRanges) {
   EXPECT_EQ(q.quantize_nodes, 3);
   HostTensor y = run_reference(q, samples[0]).at("y");
   EXPECT_NEAR(y.f[0], 0.5 * 0.5 + 3.0 * 1.0, 0.05);
+  // A weight read twice, once through an Identity (as PyTorch exports copies of one weight):
+  // both readers get the quantized weight.
+  ModelBuilder shared(13);
+  shared.input("x", {2, 2});
+  shared.floats_shaped("w", {2, 2}, {0.5f, -2.0f, 1.0f, 0.25f});
+  shared.node("Identity", {"w"}, {"w_copy"});
+  shared.node("MatMul", {"x", "w"}, {"h"});
+  shared.node("MatMul", {"h", "w_copy"}, {"y"});
+  shared.output("y");
+  tf::graph::QuantizeReport rs;
+  onnx::ModelProto ms;
+  ASSERT_TRUE(ms.ParseFromString(quantize_model(shared.m.SerializeAsString(), "shared.onnx", samples, {}, &rs)));
+  EXPECT_EQ(rs.weights, 2);
+  for (const auto& n : ms.graph().node()) {
+    if (n.op_type() == "MatMul") EXPECT_NE(n.input(1).find("_dequantized"), std::string::npos) << n.input(1);
+  }
   // Refusals.
   ModelBuilder relu(13);
   relu.input("x", {2});
@@ -1229,6 +1250,146 @@ TEST(Quantize, ScalesAndZeroPointsFollowTheCalibrationRanges) {
   EXPECT_THROW(quantize_model(relu.m.SerializeAsString(), "relu.onnx", samples, {}), tf::UserError);
   EXPECT_THROW(quantize_model(b.m.SerializeAsString(), "mm.onnx", {}, {}), tf::UserError);
   EXPECT_THROW(quantize_model(b.m.SerializeAsString(), "mm.onnx", {{{"z", samples[0].at("x")}}}, {}), tf::UserError);
+}
+
+// fold-qdq-matmuls: a MatMul of uint8 activations x per-column int8 weights and a Gemm of
+// int8 (symmetric, zero point -3) activations x transposed per-row int8 weights with a bias
+// become QMatMul nodes; a product whose weights have a zero point stays a MatMul. The folded
+// graph computes what the QDQ graph does (reference evaluation of both), and so does the
+// model compiled for this machine (int8 kernels: qdense.cpu).
+TEST(OnnxImport, QdqMatMulsFoldIntoInt8Kernels) {
+  ModelBuilder b(13);
+  b.input("x", {3, 5, 12});
+  b.input("x2", {4, 9});
+  b.floats_shaped("s", {}, {0.02f});
+  b.bytes("z", {}, {100}, onnx::TensorProto::UINT8);
+  b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+  std::vector<int32_t> w(12 * 7), wt(6 * 9);
+  for (size_t k = 0; k < w.size(); ++k) w[k] = static_cast<int32_t>((k * 37) % 255) - 127;
+  for (size_t k = 0; k < wt.size(); ++k) wt[k] = static_cast<int32_t>((k * 53) % 256) - 128;
+  b.bytes("w", {12, 7}, w);
+  b.floats("ws", {0.01f, 0.02f, 0.03f, 0.015f, 0.005f, 0.04f, 0.025f});
+  b.node("DequantizeLinear", {"w", "ws"}, {"wd"});  // axis 1: per column
+  b.node("MatMul", {"xd", "wd"}, {"y"});
+  b.floats_shaped("s2", {}, {0.05f});
+  b.bytes("z2", {}, {-3});
+  b.node("QuantizeLinear", {"x2", "s2", "z2"}, {"x2q"});
+  b.node("DequantizeLinear", {"x2q", "s2", "z2"}, {"x2d"});
+  b.bytes("wt", {6, 9}, wt);
+  b.floats("wts", {0.1f, 0.2f, 0.05f, 0.07f, 0.3f, 0.01f});
+  set_int(b.node("DequantizeLinear", {"wt", "wts"}, {"wtd"}), "axis", 0);
+  b.floats("bias", {1.0f, -2.0f, 0.5f, 0.0f, 3.0f, -1.5f});
+  set_int(b.node("Gemm", {"x2d", "wtd", "bias"}, {"y2"}), "transB", 1);
+  // Weights with a zero point of their own: not folded.
+  b.bytes("wz", {7}, {0, 0, 5, 0, 0, 0, 0});
+  b.node("DequantizeLinear", {"w", "ws", "wz"}, {"wzd"});
+  b.node("MatMul", {"xd", "wzd"}, {"y3"});
+  b.output("y");
+  b.output("y2");
+  b.output("y3");
+  const Graph qdq = b.import();
+  Graph g = qdq;
+  const tf::Target host = tf::host_target();
+  std::vector<PassReport> reports = run_passes(g, PassOptions{2, {}, {}, nullptr, channel_block(host)});
+  int folded = 0, matmuls = 0;
+  for (const Node& n : g.nodes) {
+    folded += n.op == "QMatMul";
+    matmuls += n.op == "MatMul";
+  }
+  EXPECT_EQ(folded, 2);
+  EXPECT_EQ(matmuls, 1);
+  EXPECT_EQ(g.int8_nodes, 2);
+  // Without a CPU target (a GPU, the reference run) nothing folds.
+  Graph gpu = qdq;
+  run_passes(gpu, PassOptions{2, {}, {}, nullptr, 0});
+  EXPECT_EQ(gpu.int8_nodes, 0);
+  // Inputs that hit ties, both ends of the range and plain values.
+  HostTensor x = HostTensor::floats({3, 5, 12}, std::vector<float>(180)), x2 = HostTensor::floats({4, 9}, std::vector<float>(36));
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = k % 17 == 0 ? 0.03f : k % 13 == 0 ? 9.0f : std::sin(0.7f * k) * 2.5f;
+  for (size_t k = 0; k < x2.f.size(); ++k) x2.f[k] = k % 11 == 0 ? -9.0f : std::cos(0.3f * k) * 4.0f;
+  const std::map<std::string, HostTensor> feeds = {{"x", x}, {"x2", x2}};
+  auto want = run_reference(qdq, feeds), folded_ref = run_reference(g, feeds);
+  auto close = [](const HostTensor& a, const HostTensor& b, const std::string& what) {
+    ASSERT_EQ(a.f.size(), b.f.size()) << what;
+    for (size_t k = 0; k < a.f.size(); ++k) EXPECT_NEAR(a.f[k], b.f[k], 1e-5 * (1 + std::fabs(a.f[k]))) << what << " " << k;
+  };
+  for (const char* y : {"y", "y2", "y3"}) close(want.at(y), folded_ref.at(y), std::string("folded reference ") + y);
+  // Compiled: the QMatMuls are qmatmul kernels with int8 weights packed at compile time.
+  namespace fs = std::filesystem;
+  fs::path so = fs::temp_directory_path() / ("tf-qdq-" + std::to_string(getpid()) + ".so");
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  CompiledModel cm = compile_model(g, host, defaults, so.string(), "qdq");
+  int qkernels = 0;
+  for (const ModelKernel& k : cm.kernels) qkernels += k.template_name.rfind("qdense.cpu", 0) == 0;
+  EXPECT_EQ(qkernels, 2);
+  {
+    ModelLibrary lib(so.string());
+    std::vector<HostTensor> got;
+    lib.run({&x, &x2}, got);
+    ASSERT_EQ(got.size(), 3u);
+    close(want.at("y"), got[0], "compiled y");
+    close(want.at("y2"), got[1], "compiled y2");
+    close(want.at("y3"), got[2], "compiled y3");
+  }
+  fs::remove(so);
+  fs::remove(so.string() + ".json");
+}
+
+// QMatMul is an operator of the graph (a model may name it, but cannot give it int8 weights:
+// only QuantizeLinear and DequantizeLinear read int8 tensors): its operands are checked.
+TEST(OnnxImport, QMatMulRefusalsNameWhatIsAtFault) {
+  ModelBuilder b(13);
+  b.input("x", {2, 4});
+  b.bytes("w", {4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  b.floats("ws", {0.1f});
+  b.floats("xs", {0.5f});
+  b.floats("xz", {3});
+  b.node("QMatMul", {"x", "w", "ws", "xs", "xz"}, {"y"}, "qm");
+  b.output("y");
+  auto error = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const tf::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error([&] { b.import(); }).find("node 'qm' (QMatMul) reads 'w' of int8"), std::string::npos);
+  // Float weights from a file: refused by the operator.
+  ModelBuilder f(13);
+  f.input("x", {2, 4});
+  f.floats_shaped("w", {4, 3}, std::vector<float>(12, 1.0f));
+  f.floats("ws", {0.1f});
+  f.floats("xs", {0.5f});
+  f.floats("xz", {3});
+  f.node("QMatMul", {"x", "w", "ws", "xs", "xz"}, {"y"}, "qm");
+  f.output("y");
+  EXPECT_NE(error([&] { f.import(); }).find("node 'qm' (QMatMul): weight must be int8 values of shape [4, N], not [4, 3]"),
+            std::string::npos);
+  // The other operands, on a graph whose weights are int8 (as fold-qdq-matmuls makes it).
+  Graph g;
+  g.values["x"] = Value{"x", DType::F32, {2, 4}, std::nullopt};
+  g.inputs = {"x"};
+  HostTensor w = HostTensor::floats({4, 3}, std::vector<float>(12, -5.0f));
+  w.narrow = Narrow::Int8;
+  g.add_constant("w", w);
+  Node n{"qm", "QMatMul", {"x", "w", "ws", "xs", "xz"}, {"y"}, {}};
+  auto with = [&](std::vector<float> ws, float xs, float xz) {
+    g.values.erase("ws");
+    g.values.erase("xs");
+    g.values.erase("xz");
+    g.add_constant("ws", HostTensor::floats({static_cast<int64_t>(ws.size())}, ws));
+    g.add_constant("xs", HostTensor::floats({1}, {xs}));
+    g.add_constant("xz", HostTensor::floats({1}, {xz}));
+    return error([&] { infer_node(n, g, 13); });
+  };
+  EXPECT_EQ(with({0.1f}, 0.5f, 3), "no error");
+  EXPECT_EQ(with({0.1f}, 0.0f, 3), "node 'qm' (QMatMul): input scale 0 is not a positive finite number");
+  EXPECT_EQ(with({0.1f}, 0.5f, 300), "node 'qm' (QMatMul): input zero point 300 is not an integer in [0, 255]");
+  EXPECT_EQ(with({0.1f}, 0.5f, 2.5f), "node 'qm' (QMatMul): input zero point 2.5 is not an integer in [0, 255]");
+  EXPECT_EQ(with({0.1f, 0.2f}, 0.5f, 3), "node 'qm' (QMatMul): weight scale has 2 values for 3 columns");
+  EXPECT_EQ(with({NAN}, 0.5f, 3), "node 'qm' (QMatMul): weight scale nan is not a positive finite number");
 }
 
 TEST(OnnxImport, QuantizeRefusalsNameWhatIsAtFault) {
@@ -1321,7 +1482,7 @@ TEST(OpRegistry, EveryOperatorIsComplete) {
     anchors += *d->pattern == OpKind::Anchor;
     expanded += d->expand != nullptr;
   }
-  EXPECT_EQ(anchors, 4);   // MatMul, Gemm, Conv, ConvNCHWc
+  EXPECT_EQ(anchors, 5);   // MatMul, Gemm, Conv, ConvNCHWc, QMatMul
   EXPECT_GE(expanded, 7);  // RNN, GRU, LSTM; Conv, ConvTranspose, MaxPool, AveragePool
   // The facts that used to live in lists beside the registry, spot-checked.
   EXPECT_EQ(op_kind("Transpose"), OpKind::Injective);
