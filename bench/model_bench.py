@@ -209,6 +209,9 @@ def main():
     p.add_argument("--json", help="write the results here")
     p.add_argument("--int8", action="store_true", help="also time each model quantized by tunefarm quantize")
     p.add_argument("--int8-samples", type=int, default=4, help="calibration samples for --int8")
+    p.add_argument("--int8-args", default="",
+                   help="more arguments for tunefarm quantize, e.g. '--per-tensor' (ONNX Runtime fuses only some "
+                        "QDQ patterns: compare its best)")
     a = p.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
     peak_path = None
@@ -245,8 +248,8 @@ def main():
             q_path = None
             if a.int8:
                 q_path = os.path.join(d, name + ".int8.onnx")
-                subprocess.run([a.tunefarm, "quantize", path, "-o", q_path, "--samples", str(a.int8_samples)],
-                               check=True, stdout=subprocess.DEVNULL)
+                subprocess.run([a.tunefarm, "quantize", path, "-o", q_path, "--samples", str(a.int8_samples)] +
+                               a.int8_args.split(), check=True, stdout=subprocess.DEVNULL)
                 lib_path = os.path.join(d, f"{name}-int8.so")
                 subprocess.run([a.tunefarm, "compile", "--model", q_path, "-o", lib_path] +
                                (["--db", a.db] if a.db else ["--no-db"]), check=True, stdout=subprocess.DEVNULL)

@@ -58,7 +58,7 @@ void add_import_command(CLI::App& app, ImportArgs& a) {
 }
 
 // The summary's line on a QDQ model: how many of its products (the anchors) run as int8
-// kernels (fold-qdq-matmuls), the rest in float32 on the quantized values.
+// kernels (fold-qdq), the rest in float32 on the quantized values.
 static void print_quantized(const graph::Graph& g) {
   if (g.quantize_nodes == 0) return;
   int64_t anchors = 0;

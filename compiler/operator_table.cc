@@ -125,6 +125,15 @@ Footprint winograd_footprint(const Workload& w) {
   return f;
 }
 
+// The quads of qconv2d_nchwc are four channels of one input block.
+void check_qconv_nchwc(const Workload& w, const std::string& spec) {
+  check_conv_nchwc(w, spec);
+  if (w.get("ic_block") % 4 != 0) {
+    throw UserError(str("workload '", spec, "': ic_block=", w.get("ic_block"),
+                        " is not a multiple of 4 (the weights are quads of four input channels of a block)"));
+  }
+}
+
 void check_depthwise_nchwc(const Workload& w, const std::string& spec) {
   check_conv(w, spec);
   check_block(w, spec, "C", "block");
@@ -171,6 +180,14 @@ const std::vector<OperatorDef>& operator_table() {
         {"oc_block", 8, 1}},
        check_conv_nchwc, conv2d_footprint, build_conv2d_nchwc, reference_conv2d_nchwc,
        "conv2d_nchwc(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
+      // A quantized model's Conv (graph/import_quantize.h): float data quantized to uint8 on
+      // entry, int8 weights as quads of input channels, scaled per output channel.
+      {"qconv2d_nchwc",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
+        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
+        {"oc_block", 8, 1}},
+       check_qconv_nchwc, conv2d_footprint, build_qconv2d_nchwc, reference_qconv2d_nchwc,
+       "qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
       {"depthwise_conv2d_nchwc",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
         {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},

@@ -76,6 +76,7 @@ void build_conv2d_nchw(OpGraph& g);
 void build_conv2d_nhwc(OpGraph& g);
 void build_depthwise_conv2d_nchw(OpGraph& g);
 void build_conv2d_nchwc(OpGraph& g);
+void build_qconv2d_nchwc(OpGraph& g);
 void build_depthwise_conv2d_nchwc(OpGraph& g);
 void build_conv2d_winograd_nchwc(OpGraph& g);
 
@@ -87,6 +88,7 @@ void reference_conv2d_nchw(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nhwc(const Workload& w, const Inputs& in, float* out);
 void reference_depthwise_conv2d_nchw(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
+void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out);
 void reference_depthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_winograd_nchwc(const Workload& w, const Inputs& in, float* out);
 }  // namespace ops

@@ -169,6 +169,47 @@ void build_matmul(OpGraph& g) {
   if (w.get("const_b")) g.prepacked.insert("B");
 }
 
+namespace {
+
+// QuantizeLinear of x to uint8 (as an int32 in [0, 255]) with the scale P[0] and zero point
+// P[1]: round half to even, the saturating cast to int32 (NaN: 0), the clamp.
+Expr quantize_u8(Expr x, const Tensor& P) {
+  const Type i32 = Type::int32();
+  Expr q = Cast::make(i32, round_even(std::move(x) / read(P, {Expr(0)})) + read(P, {Expr(1)}));
+  return min(max(q, IntImm::make_typed(0, i32)), IntImm::make_typed(255, i32));
+}
+
+// The int32 whose byte t is bytes(t) (each an int32 in [0, 255]), wrapping at t = 3.
+Expr pack_quad(const std::function<Expr(int)>& bytes) {
+  const Type i32 = Type::int32();
+  Expr sum;
+  for (int t = 0; t < 4; ++t) {
+    Expr v = bytes(t);
+    if (t > 0) v = v * IntImm::make_typed(int64_t{1} << (8 * t), i32);
+    sum = sum ? sum + v : v;
+  }
+  return sum;
+}
+
+// The float32 output of a quantized product from its int32 sum `acc` at `ax`, for output
+// channel `channel` of `channels`: acc * P[2 + channel] + P[2 + channels + channel], then the
+// workload's epilogue (its bias along `channel`).
+void add_quantized_output(OpGraph& g, const Tensor& P, const std::vector<std::string>& names, int64_t channels,
+                          const std::function<Expr(const std::vector<Expr>&)>& channel) {
+  const Epilogue e = g.workload.epilogue;
+  Tensor bias = has_bias(e) ? make_input(g, "bias", {channels}) : nullptr;
+  Tensor acc = g.acc;
+  g.output = compute(names.size() == 2 ? "C" : "out", acc->shape, names, [&](const std::vector<Expr>& ax) {
+    Expr c = channel(ax);
+    Expr v = Cast::make(Type::float32(), read(acc, ax)) * read(P, {c + 2}) + read(P, {c + (2 + channels)});
+    if (bias) v = v + read(bias, {c});
+    return has_relu(e) ? max(v, f32(0.0)) : v;
+  });
+  g.check_relative = true;
+}
+
+}  // namespace
+
 // qmatmul: C = float(sum_k q(A)[i,k] * B[k,j]) * scale[j] + offset[j], q(A) = A quantized per
 // tensor to uint8 on entry (saturate(round_even(A / a_scale) + a_zero), the float made an
 // int32 by a saturating cast, then clamped to [0, 255]: ONNX's QuantizeLinear), B int8 given
@@ -183,10 +224,7 @@ void build_qmatmul(OpGraph& g) {
   Tensor A = make_input(g, "A", {M, K});
   Tensor B = make_input(g, "B", {Q, N}, i32);
   Tensor P = make_input(g, "P", {2 + 2 * N});
-  auto quant = [&](Expr x) {
-    Expr q = Cast::make(i32, round_even(x / read(P, {Expr(0)})) + read(P, {Expr(1)}));
-    return min(max(q, IntImm::make_typed(0, i32)), IntImm::make_typed(255, i32));
-  };
+  auto quant = [&](Expr x) { return quantize_u8(std::move(x), P); };
   // A quantized, K zero-padded to whole quads, then read four bytes to a quad (which LLVM
   // loads as one int32 where the quad is read in the product's loop).
   Tensor au8 = compute("A.u8", {M, 4 * Q}, {"i", "k"}, [&](const std::vector<Expr>& ax) {
@@ -194,30 +232,60 @@ void build_qmatmul(OpGraph& g) {
     return K % 4 == 0 ? v : select(ax[1] < Expr(K), v, IntImm::make_typed(0, Type::uint8()));
   });
   Tensor aq4 = compute("A.q", {M, Q}, {"i", "q"}, [&](const std::vector<Expr>& ax) {
-    Expr sum;
-    for (int t = 0; t < 4; ++t) {
-      Expr v = Cast::make(i32, read(au8, {ax[0], ax[1] * 4 + t}));
-      if (t > 0) v = v * IntImm::make_typed(int64_t{1} << (8 * t), i32);  // wraps at t = 3
-      sum = sum ? sum + v : v;
-    }
-    return sum;
+    return pack_quad([&](int t) { return Cast::make(i32, read(au8, {ax[0], ax[1] * 4 + t})); });
   });
   IterVar q = reduce_axis(Q, "q");
   g.acc = compute("acc", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
     return ir::sum(Call::make(kDot4U8S8, {read(aq4, {ax[0], q.var}), read(B, {q.var, ax[1]})}), {q});
   }, {q});
-  const Epilogue e = w.epilogue;
-  Tensor bias = has_bias(e) ? make_input(g, "bias", {N}) : nullptr;
-  Tensor acc = g.acc;
-  g.output = compute("C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
-    Expr v = Cast::make(Type::float32(), read(acc, ax)) * read(P, {ax[1] + 2}) + read(P, {ax[1] + (2 + N)});
-    if (bias) v = v + read(bias, {ax[1]});
-    return has_relu(e) ? max(v, f32(0.0)) : v;
-  });
+  add_quantized_output(g, P, {"i", "j"}, N, [](const std::vector<Expr>& ax) { return ax[1]; });
   g.flops = 2 * M * N * K;
   g.check_terms = K;
-  g.check_relative = true;
   if (w.get("const_b")) g.prepacked.insert("B");
+}
+
+// qconv2d_nchwc: the NCHWc convolution of a float data quantized to uint8 on entry (as
+// qmatmul's A; the padding is the quantized 0.0, the zero point) with int8 weights given as
+// quads of four input channels, [K/oc_block][C/4][R][S][oc_block] int32 (byte t: channel
+// 4q + t), scaled per output channel: out = float(sum) * scale[k] + offset[k], P = {a_scale,
+// a_zero, scale[K], offset[K]}. The reduction runs over input channel blocks, the window and
+// the quads of a block, as conv2d_nchwc's does over its channels.
+void build_qconv2d_nchwc(OpGraph& g) {
+  const Workload& w = g.workload;
+  const int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
+  const int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
+  const int64_t dil = w.get("dilation"), ib = w.get("ic_block"), ob = w.get("oc_block"), bq = ib / 4;
+  const int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  const Type i32 = Type::int32();
+  Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
+  Tensor B = make_input(g, "B", {K / ob, C / 4, R, S, ob}, i32);
+  Tensor P = make_input(g, "P", {2 + 2 * K});
+  // The quantized data, padded: one pass over the input.
+  Tensor au8 = compute("A.u8", {N, C / ib, H + 2 * pad, W + 2 * pad, ib}, {"n", "c", "h", "w", "cb"},
+                       [&](const std::vector<Expr>& ax) {
+                         Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4]});
+                         if (pad > 0) {
+                           Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
+                                                     logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
+                           x = select(inside, x, f32(0.0));
+                         }
+                         return Cast::make(Type::uint8(), quantize_u8(x, P));
+                       });
+  g.pad = au8;
+  IterVar rco = reduce_axis(C / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
+          rcq = reduce_axis(bq, "rcq");
+  std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
+  g.acc = compute("acc", {N, K / ob, OH, OW, ob}, names, [&](const std::vector<Expr>& ax) {
+    Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
+    Expr a = pack_quad([&](int t) {
+      return Cast::make(i32, read(au8, {ax[0], rco.var, h, x, rcq.var * 4 + t}));
+    });
+    Expr b = read(B, {ax[1], rco.var * bq + rcq.var, rr.var, rs.var, ax[4]});
+    return ir::sum(Call::make(kDot4U8S8, {a, b}), {rco, rr, rs, rcq});
+  }, {rco, rr, rs, rcq});
+  add_quantized_output(g, P, names, K, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; });
+  g.flops = 2 * N * K * OH * OW * C * R * S;
+  g.check_terms = C * R * S;
 }
 
 void build_batch_matmul(OpGraph& g) {

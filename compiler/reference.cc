@@ -36,6 +36,20 @@ void matmul(const Workload& w, const std::vector<const float*>& in, float* out, 
   }
 }
 
+// QuantizeLinear to uint8 as build_qmatmul computes it: the division and rounding in float,
+// the zero point added, the saturating cast to int32 (NaN: 0), the clamp to [0, 255].
+int64_t quantize_u8(float x, const float* p) {
+  float q = std::nearbyint(x / p[0]) + p[1];
+  int64_t i = std::isnan(q) ? 0 : q >= 2147483647.0f ? 2147483647 : q <= -2147483648.0f ? -2147483648 : int64_t(q);
+  return std::clamp<int64_t>(i, 0, 255);
+}
+
+// Byte t of a quad word (an int32 value held as a float), as int8.
+int64_t quad_byte(float word_value, int64_t t) {
+  auto word = static_cast<uint32_t>(static_cast<int32_t>(word_value));
+  return static_cast<int8_t>(static_cast<uint8_t>(word >> (8 * t)));
+}
+
 struct ConvDims {
   int64_t N, C, H, W, K, R, S, st, pad, dil, OH, OW;
 };
@@ -78,16 +92,9 @@ void reference_qmatmul(const Workload& w, const Inputs& in, float* out) {
   const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
   const float *A = in[0], *B = in[1], *aq = in[2], *scale = in[2] + 2, *offset = in[2] + 2 + N;
   const float* bias = w.epilogue == Epilogue::Bias || w.epilogue == Epilogue::BiasRelu ? in.at(3) : nullptr;
-  auto quant = [&](float x) {
-    float q = std::nearbyint(x / aq[0]) + aq[1];
-    int64_t i = std::isnan(q) ? 0 : q >= 2147483647.0f ? 2147483647 : q <= -2147483648.0f ? -2147483648 : int64_t(q);
-    return std::clamp<int64_t>(i, 0, 255);
-  };
-  // The weights' bytes: byte t of quad word B[k / 4][j] (the words hold int32 values as floats).
-  auto weight = [&](int64_t k, int64_t j) {
-    auto word = static_cast<uint32_t>(static_cast<int32_t>(B[k / 4 * N + j]));
-    return static_cast<int64_t>(static_cast<int8_t>(static_cast<uint8_t>(word >> (8 * (k % 4)))));
-  };
+  auto quant = [&](float x) { return quantize_u8(x, aq); };
+  // The weights' bytes: byte k % 4 of quad word B[k / 4][j].
+  auto weight = [&](int64_t k, int64_t j) { return quad_byte(B[k / 4 * N + j], k % 4); };
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       int64_t acc = 0;
@@ -160,6 +167,31 @@ void reference_conv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
               });
           out[(((n * (d.K / ob) + k / ob) * d.OH + oh) * d.OW + ow) * ob + k % ob] =
               epilogue(w.epilogue, acc, bias, k);
+        }
+}
+
+// As build_qconv2d_nchwc: every tap sums, the padding's being the quantized 0.0.
+void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
+  ConvDims d = conv_dims(w, false);
+  const int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
+  const float *data = in[0], *B = in[1], *p = in[2];
+  const float* bias = w.epilogue == Epilogue::Bias || w.epilogue == Epilogue::BiasRelu ? in.at(3) : nullptr;
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t k = 0; k < d.K; ++k)
+      for (int64_t oh = 0; oh < d.OH; ++oh)
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          int64_t acc = 0;
+          for (int64_t c = 0; c < d.C; ++c)
+            for (int64_t r = 0; r < d.R; ++r)
+              for (int64_t s = 0; s < d.S; ++s) {
+                int64_t h = oh * d.st + r * d.dil - d.pad, x = ow * d.st + s * d.dil - d.pad;
+                bool inside = h >= 0 && h < d.H && x >= 0 && x < d.W;
+                float v = inside ? data[(((n * (d.C / ib) + c / ib) * d.H + h) * d.W + x) * ib + c % ib] : 0.0f;
+                float word = B[((((k / ob) * (d.C / 4) + c / 4) * d.R + r) * d.S + s) * ob + k % ob];
+                acc += quantize_u8(v, p) * quad_byte(word, c % 4);
+              }
+          double v = double(static_cast<float>(static_cast<int32_t>(acc))) * p[2 + k] + p[2 + d.K + k];
+          out[(((n * (d.K / ob) + k / ob) * d.OH + oh) * d.OW + ow) * ob + k % ob] = epilogue(w.epilogue, v, bias, k);
         }
 }
 

@@ -93,7 +93,7 @@ struct Graph {
   std::map<std::string, Value> values;
   // QuantizeLinear and DequantizeLinear nodes the model had, imported as float32 arithmetic
   // (graph/import_quantize.h), and the products folded into int8 kernels since
-  // (fold-qdq-matmuls: QMatMul nodes).
+  // (fold-qdq: QMatMul nodes).
   int64_t quantize_nodes = 0;
   int64_t int8_nodes = 0;
   // What each QuantizeLinear/DequantizeLinear output was before its float32 expansion, by

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "graph/import_builder.h"
+#include "compiler/operator_table.h"
 #include "graph/tasks.h"
 
 namespace tf::graph {
@@ -24,39 +25,58 @@ struct QMatMulParts {
   const HostTensor* bias = nullptr;
 };
 
-QMatMulParts qmatmul_parts(const Node& n, const std::vector<const Value*>& in) {
+// The operands after the weight that QMatMul and QConvNCHWc share, for `channels` output
+// channels: weight scale (one or one per channel), input scale, input zero point (uint8), bias.
+struct QuantOperands {
+  std::vector<float> w_scale;  // per channel (one value repeated for a per-tensor scale)
+  float x_scale = 1, x_zero = 0;
+  const HostTensor* bias = nullptr;
+};
+
+QuantOperands quant_operands(const Node& n, const std::vector<const Value*>& in, int64_t channels) {
   auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
   auto constant = [&](size_t k, const char* what) -> const HostTensor& {
     if (!in[k] || !in[k]->constant || in[k]->dtype != DType::F32) fail(str(what, " (input ", k, ") must be a float constant"));
     return *in[k]->constant;
   };
-  QMatMulParts p;
-  const Shape& x = in[0]->shape;
-  if (in[0]->dtype != DType::F32 || x.size() < 2) fail(str("input must be float32 of rank 2 or more, not ", shape_str(x)));
-  p.w = &constant(1, "weight");
-  if (p.w->narrow != Narrow::Int8 || p.w->shape.size() != 2 || p.w->shape[0] != x.back())
-    fail(str("weight must be int8 values of shape [", x.back(), ", N], not ", shape_str(p.w->shape)));
-  p.K = x.back();
-  p.N = p.w->shape[1];
-  for (size_t d = 0; d + 1 < x.size(); ++d) p.M *= x[d];
   auto positive = [&](float v, const char* what) {
     if (!std::isfinite(v) || v <= 0) fail(str(what, " ", v, " is not a positive finite number"));
     return v;
   };
+  QuantOperands q;
   const HostTensor& ws = constant(2, "weight scale");
-  if (ws.size() != 1 && ws.size() != p.N) fail(str("weight scale has ", ws.size(), " values for ", p.N, " columns"));
-  for (int64_t j = 0; j < p.N; ++j) p.w_scale.push_back(positive(ws.f[static_cast<size_t>(ws.size() == 1 ? 0 : j)], "weight scale"));
+  if (ws.size() != 1 && ws.size() != channels) fail(str("weight scale has ", ws.size(), " values for ", channels, " columns"));
+  for (int64_t j = 0; j < channels; ++j)
+    q.w_scale.push_back(positive(ws.f[static_cast<size_t>(ws.size() == 1 ? 0 : j)], "weight scale"));
   const HostTensor& xs = constant(3, "input scale");
   const HostTensor& xz = constant(4, "input zero point");
   if (xs.size() != 1 || xz.size() != 1) fail("input scale and zero point must be single values");
-  p.x_scale = positive(xs.f[0], "input scale");
-  p.x_zero = xz.f[0];
-  if (!(p.x_zero >= 0 && p.x_zero <= 255) || p.x_zero != std::nearbyint(p.x_zero))
-    fail(str("input zero point ", p.x_zero, " is not an integer in [0, 255]"));
+  q.x_scale = positive(xs.f[0], "input scale");
+  q.x_zero = xz.f[0];
+  if (!(q.x_zero >= 0 && q.x_zero <= 255) || q.x_zero != std::nearbyint(q.x_zero))
+    fail(str("input zero point ", q.x_zero, " is not an integer in [0, 255]"));
   if (in.size() > 5 && in[5]) {
-    p.bias = &constant(5, "bias");
-    if (p.bias->size() != p.N) fail(str("bias has ", p.bias->size(), " values for ", p.N, " columns"));
+    q.bias = &constant(5, "bias");
+    if (q.bias->size() != channels) fail(str("bias has ", q.bias->size(), " values for ", channels, " columns"));
   }
+  return q;
+}
+
+QMatMulParts qmatmul_parts(const Node& n, const std::vector<const Value*>& in) {
+  auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
+  QMatMulParts p;
+  const Shape& x = in[0]->shape;
+  if (in[0]->dtype != DType::F32 || x.size() < 2) fail(str("input must be float32 of rank 2 or more, not ", shape_str(x)));
+  if (!in[1] || !in[1]->constant || in[1]->constant->narrow != Narrow::Int8 || in[1]->shape.size() != 2 ||
+      in[1]->shape[0] != x.back()) {
+    fail(str("weight must be int8 values of shape [", x.back(), ", N], not ", in[1] ? shape_str(in[1]->shape) : "absent"));
+  }
+  p.w = &*in[1]->constant;
+  p.K = x.back();
+  p.N = p.w->shape[1];
+  for (size_t d = 0; d + 1 < x.size(); ++d) p.M *= x[d];
+  QuantOperands q = quant_operands(n, in, p.N);
+  p.w_scale = std::move(q.w_scale), p.x_scale = q.x_scale, p.x_zero = q.x_zero, p.bias = q.bias;
   return p;
 }
 
@@ -125,6 +145,126 @@ std::vector<HostTensor> qmatmul_constants(const Graph& g, const Node& n) {
         static_cast<float>((p.bias ? p.bias->f[static_cast<size_t>(j)] : 0.0) - double(p.x_zero) * sc * double(colsum));
   }
   return {HostTensor::floats({Q, p.N}, std::move(words)), HostTensor::floats({2 + 2 * p.N}, std::move(params))};
+}
+
+// QConvNCHWc's parts, checked: data [N][C/ib][H][W][ib] float, weight [K][C][R][S] int8, the
+// scales and zero point as QMatMul's (per output channel), one pad, stride and dilation.
+struct QConvParts {
+  int64_t N = 0, C = 0, H = 0, W = 0, K = 0, R = 0, S = 0, ib = 0, ob = 0, pad = 0, stride = 1, dilation = 1;
+  const HostTensor* w = nullptr;
+  std::vector<float> w_scale;
+  float x_scale = 1, x_zero = 0;
+  const HostTensor* bias = nullptr;
+  std::string spec;  // the qconv2d_nchwc workload, open
+};
+
+QConvParts qconv_parts(const Node& n, const std::vector<const Value*>& in) {
+  auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
+  QConvParts p;
+  const Shape& x = in[0]->shape;
+  if (in[0]->dtype != DType::F32 || x.size() != 5) fail(str("input must be float32 [N][C/b][H][W][b], not ", shape_str(x)));
+  for (int64_t d : x) {
+    if (d < 1) fail(str("an empty dimension in ", shape_str(x)));
+  }
+  p.N = x[0], p.ib = x[4], p.C = x[1] * x[4], p.H = x[2], p.W = x[3];
+  if (!in[1] || !in[1]->constant || in[1]->constant->narrow != Narrow::Int8 || in[1]->shape.size() != 4 ||
+      in[1]->shape[1] != p.C || in[1]->shape[0] < 1 || in[1]->shape[2] < 1 || in[1]->shape[3] < 1) {
+    fail(str("weight must be int8 values of shape [K, ", p.C, ", R, S], not ", in[1] ? shape_str(in[1]->shape) : "absent"));
+  }
+  p.w = &*in[1]->constant;
+  p.K = p.w->shape[0], p.R = p.w->shape[2], p.S = p.w->shape[3];
+  p.ob = n.get_int("oc_block", 0);
+  if (p.ob < 1 || p.K % p.ob != 0) fail(str("oc_block ", p.ob, " does not divide the ", p.K, " filters"));
+  if (p.ib % 4 != 0) fail(str("input block ", p.ib, " is not a multiple of 4 (the kernel reads quads of channels)"));
+  auto same = [&](const char* a, std::vector<int64_t> v) {
+    for (int64_t e : v) {
+      if (e != v[0]) fail(str(a, " ", shape_str(v), " differ"));
+    }
+    return v.empty() ? 0 : v[0];
+  };
+  p.pad = same("pads", n.get_ints("pads", {0, 0, 0, 0}));
+  p.stride = same("strides", n.get_ints("strides", {1, 1}));
+  p.dilation = same("dilations", n.get_ints("dilations", {1, 1}));
+  QuantOperands q = quant_operands(n, in, p.K);
+  p.w_scale = std::move(q.w_scale), p.x_scale = q.x_scale, p.x_zero = q.x_zero, p.bias = q.bias;
+  p.spec = str("qconv2d_nchwc(N=", p.N, ",C=", p.C, ",H=", p.H, ",W=", p.W, ",K=", p.K, ",R=", p.R, ",S=", p.S,
+               ",stride=", p.stride, ",pad=", p.pad, ",dilation=", p.dilation, ",ic_block=", p.ib, ",oc_block=", p.ob);
+  return p;
+}
+
+std::vector<TypeShape> qconv_infer(const OpContext& c) {
+  QConvParts p = qconv_parts(c.node, c.inputs);
+  Workload w = parse_workload(p.spec + ")");  // checks the sizes
+  const int64_t oh = conv_out(p.H, p.R, p.stride, p.pad, p.dilation), ow = conv_out(p.W, p.S, p.stride, p.pad, p.dilation);
+  return {{DType::F32, {p.N, p.K / p.ob, oh, ow, p.ob}}};
+}
+
+// The kernel's operands after the data (compiler/operators.cc build_qconv2d_nchwc): the
+// weights as quads [K/ob][C/4][R][S][ob], and P as QMatMul's with the zero point's share
+// taken over every tap (the padding is the quantized 0.0: the zero point).
+std::vector<HostTensor> qconv_operands(const QConvParts& p) {
+  const int64_t RS = p.R * p.S;
+  std::vector<float> words(static_cast<size_t>(p.K * (p.C / 4) * RS)), params(static_cast<size_t>(2 + 2 * p.K));
+  params[0] = p.x_scale;
+  params[1] = p.x_zero;
+  for (int64_t k = 0; k < p.K; ++k) {
+    int64_t sum = 0;
+    for (int64_t cq = 0; cq < p.C / 4; ++cq) {
+      for (int64_t rs = 0; rs < RS; ++rs) {
+        uint32_t word = 0;
+        for (int64_t t = 0; t < 4; ++t) {
+          auto v = static_cast<int64_t>(p.w->f[static_cast<size_t>((k * p.C + cq * 4 + t) * RS + rs)]);
+          sum += v;
+          word |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v))) << (8 * t);
+        }
+        words[static_cast<size_t>((((k / p.ob) * (p.C / 4) + cq) * RS + rs) * p.ob + k % p.ob)] = std::bit_cast<float>(word);
+      }
+    }
+    const double sc = double(p.x_scale) * p.w_scale[static_cast<size_t>(k)];
+    params[static_cast<size_t>(2 + k)] = static_cast<float>(sc);
+    params[static_cast<size_t>(2 + p.K + k)] =
+        static_cast<float>((p.bias ? p.bias->f[static_cast<size_t>(k)] : 0.0) - double(p.x_zero) * sc * double(sum));
+  }
+  return {HostTensor::floats({p.K / p.ob, p.C / 4, p.R, p.S, p.ob}, std::move(words)),
+          HostTensor::floats({2 + 2 * p.K}, std::move(params))};
+}
+
+// As DequantizeLinear(QuantizeLinear(x)) -> Conv(., DequantizeLinear(w)) + bias computes it,
+// in blocked layouts: the data rounded to the uint8 grid (the padding is 0.0), the products in
+// double.
+std::vector<HostTensor> qconv_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  QConvParts p = qconv_parts(c.node, c.inputs);
+  HostTensor out = make_like(DType::F32, qconv_infer(c)[0].shape);
+  const int64_t OH = out.shape[2], OW = out.shape[3];
+  auto data = [&](int64_t n, int64_t ch, int64_t h, int64_t x) {
+    if (h < 0 || h >= p.H || x < 0 || x >= p.W) return 0.0;
+    float v = in[0]->f[static_cast<size_t>((((n * (p.C / p.ib) + ch / p.ib) * p.H + h) * p.W + x) * p.ib + ch % p.ib)];
+    float q = std::clamp(std::nearbyint(v / p.x_scale) + p.x_zero, 0.0f, 255.0f);
+    return double((q - p.x_zero) * p.x_scale);
+  };
+  for (int64_t n = 0; n < p.N; ++n)
+    for (int64_t k = 0; k < p.K; ++k)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double sum = p.bias ? p.bias->f[static_cast<size_t>(k)] : 0.0;
+          for (int64_t ch = 0; ch < p.C; ++ch)
+            for (int64_t r = 0; r < p.R; ++r)
+              for (int64_t s = 0; s < p.S; ++s) {
+                double w = double(p.w->f[static_cast<size_t>(((k * p.C + ch) * p.R + r) * p.S + s)]) * p.w_scale[static_cast<size_t>(k)];
+                sum += data(n, ch, oh * p.stride + r * p.dilation - p.pad, ow * p.stride + s * p.dilation - p.pad) * w;
+              }
+          out.f[static_cast<size_t>((((n * (p.K / p.ob) + k / p.ob) * OH + oh) * OW + ow) * p.ob + k % p.ob)] =
+              static_cast<float>(sum);
+        }
+  return {out};
+}
+
+AnchorWorkload qconv_workload(const Graph& g, const Node& n) {
+  return {qconv_parts(n, context(n, g, g.opset).inputs).spec, ""};
+}
+
+std::vector<HostTensor> qconv_constants(const Graph& g, const Node& n) {
+  return qconv_operands(qconv_parts(n, context(n, g, g.opset).inputs));
 }
 
 }  // namespace
@@ -227,11 +367,17 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   ops.push_back({"DequantizeLinear", 2, 3, nullptr, nullptr});
   describe(ops.back(), OpKind::Elementwise, {"axis", "block_size"});
   ops.back().expand = expand_quantize;
-  // Made by fold-qdq-matmuls (graph/pass.h): inputs x, weight, weight scale, input scale,
+  // Made by fold-qdq (graph/pass.h): inputs x, weight, weight scale, input scale,
   // input zero point, [bias].
   ops.push_back({"QMatMul", 5, 6, qmatmul_infer, qmatmul_eval, nullptr, qmatmul_workload, nullptr, /*linear_cost=*/false});
   describe(ops.back(), OpKind::Anchor);
   ops.back().kernel_constants = qmatmul_constants;
+  // Made by transform-conv-layout from a QDQ Conv (fold-qdq): inputs x (blocked), weight
+  // [K][C][R][S] int8, weight scale, input scale, input zero point, [bias].
+  ops.push_back({"QConvNCHWc", 5, 6, qconv_infer, qconv_eval, nullptr, qconv_workload, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Anchor, {"dilations", "oc_block", "pads", "strides"});
+  ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
+  ops.back().kernel_constants = qconv_constants;
 }
 
 }  // namespace tf::graph

@@ -31,9 +31,9 @@ const std::vector<PassInfo>& graph_passes() {
       // Early: it reads what the import recorded of each QuantizeLinear/DequantizeLinear
       // (Graph::qdq) by the names the values had then; after fold-constants, which makes the
       // dequantized weights constants.
-      {"fold-qdq-matmuls", 1,
+      {"fold-qdq", 1,
        "a QDQ model's MatMul/Gemm of quantized activations and int8 weights as one QMatMul, an int8 kernel that "
-       "quantizes its input on entry (CPU targets)",
+       "quantizes its input on entry (CPU targets; its convolutions become QConvNCHWc in transform-conv-layout)",
        [](Graph& g, const PassOptions& o) { return fold_qdq_matmuls(g, o.channel_block); }},
       {"recognize-composites", 2,
        "replace the decompositions exporters write for LayerNorm, GELU and softmax by one operator",
@@ -68,7 +68,9 @@ const std::vector<PassInfo>& graph_passes() {
       {"transform-conv-layout", 2,
        "convolutions in blocked layouts (NCHW<b>c, b = the target's vector width): weights "
        "converted now, activations only where an operator needs NCHW; elementwise ops follow",
-       [](Graph& g, const PassOptions& o) { return transform_conv_layout(g, o.channel_block); }},
+       [](Graph& g, const PassOptions& o) {
+         return transform_conv_layout(g, o.channel_block, o.opt_level >= 1 && !o.disabled.count("fold-qdq"));
+       }},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on",
        plain(dead_code_elimination)},
   };

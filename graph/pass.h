@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,7 +32,7 @@ struct PassOptions {
   std::function<void(const std::string& pass, const Graph& g)> dump_sink;
   // The target's vector width in floats (Target::vector_lanes of a CPU target): the channel
   // block of transform-conv-layout. 0 (no target, or not a CPU): that pass and
-  // fold-qdq-matmuls (int8 kernels are CPU templates) change nothing.
+  // fold-qdq (int8 kernels are CPU templates) change nothing.
   int64_t channel_block = 0;
 };
 
@@ -92,7 +93,26 @@ bool split_grouped_convs(Graph& g);
 bool recognize_composites(Graph& g);
 bool combine_parallel_matmuls(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);
-bool transform_conv_layout(Graph& g, int64_t channel_block);
+// int8: QDQ convolutions (qdq_operands) become QConvNCHWc, int8 kernels (fold-qdq's part).
+bool transform_conv_layout(Graph& g, int64_t channel_block, bool int8 = false);
 bool fold_qdq_matmuls(Graph& g, int64_t channel_block);
+
+// What a product reads through QDQ pairs (graph/pass_fold_qdq.cc): activations `act`
+// as DequantizeLinear(QuantizeLinear(x)) per tensor (x, its scale, its zero point as uint8:
+// int8 ones shifted by 128), weights `weight` as DequantizeLinear of int8 values with zero
+// point 0, one scale or one per channel along `channel_axis` (the values as int8 in `w`, in
+// the weight's layout, each checked to be exactly its integer times its scale). Nothing when
+// the product reads anything else.
+struct QdqOperands {
+  std::string x;
+  float x_scale = 1, x_zero = 0;
+  HostTensor w;
+  std::vector<float> w_scale;
+};
+std::optional<QdqOperands> qdq_operands(const Graph& g, const std::string& act, const std::string& weight,
+                                        int64_t channel_axis);
+// Appends the constants QMatMul and QConvNCHWc take after their weight: weight scale, input
+// scale, input zero point (named from `base`).
+void add_quantization_constants(Graph& g, const std::string& base, const QdqOperands& q, std::vector<std::string>& inputs);
 
 }  // namespace tf::graph

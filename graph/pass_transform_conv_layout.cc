@@ -40,7 +40,7 @@ const std::set<std::string>& layout_free_ops() {
 
 class LayoutRewriter {
  public:
-  LayoutRewriter(Graph& g, int64_t block) : g_(g), block_(block) {
+  LayoutRewriter(Graph& g, int64_t block, bool int8) : g_(g), block_(block), int8_(int8) {
     for (const Node& n : g_.nodes) node_names_.insert(n.name);
   }
 
@@ -153,6 +153,12 @@ class LayoutRewriter {
       else
         ib = block_for(C) ? block_for(C) : C;
     }
+    if (!depthwise && int8_ && ib % 4 == 0) {
+      if (std::optional<QdqOperands> q = qdq_operands(g_, n.inputs[0], n.inputs[1], 0)) {
+        convert_qconv(n, *q, ib, ob);
+        return true;
+      }
+    }
     const std::vector<float>& wf = wv.constant->f;
     HostTensor wb;
     if (depthwise) {
@@ -189,6 +195,31 @@ class LayoutRewriter {
     c.attrs["pads"] = pads;
     emit_with_back(std::move(c), yb, ob);
     return true;
+  }
+
+  // A QDQ convolution (DequantizeLinear(QuantizeLinear(x)) by DequantizeLinear of int8
+  // weights) as a QConvNCHWc of x in blocks of `ib` (fold-qdq's part): its kernel quantizes x
+  // on entry and multiplies bytes; the int8 weights stay [K][C][R][S] (the kernel's quads are
+  // made at compile time, graph/import_quantize.cc).
+  void convert_qconv(const Node& n, const QdqOperands& q, int64_t ib, int64_t ob) {
+    std::string xb = to_blocked(q.x, ib);
+    const Shape& y = g_.value(n.outputs[0]).shape;
+    std::string yb = g_.add_float(n.outputs[0] + "_" + layout_name(ob), {y[0], y[1] / ob, y[2], y[3], ob});
+    Node c;
+    c.name = n.name;
+    c.op = "QConvNCHWc";
+    c.inputs = {xb, g_.add_constant(n.inputs[1] + "_int8", q.w)};
+    add_quantization_constants(g_, n.name, q, c.inputs);
+    if (n.inputs.size() > 2 && !n.inputs[2].empty()) c.inputs.push_back(n.inputs[2]);
+    c.outputs = n.outputs;
+    for (const char* a : {"strides", "dilations"}) {
+      if (n.has(a)) c.attrs[a] = n.attrs.at(a);
+    }
+    c.attrs["pads"] = n.get_string("auto_pad", "NOTSET") == "VALID" ? std::vector<int64_t>{0, 0, 0, 0}
+                                                                     : n.get_ints("pads", {0, 0, 0, 0});
+    c.attrs["oc_block"] = ob;
+    ++g_.int8_nodes;
+    emit_with_back(std::move(c), yb, ob);
   }
 
   // A constant operand of an elementwise node over a blocked [N, C, H, W] value: kept when it
@@ -358,6 +389,7 @@ class LayoutRewriter {
 
   Graph& g_;
   int64_t block_;
+  bool int8_;
   std::set<std::string> node_names_;
   // NCHW value -> the blocked value it converts back from, and the block.
   std::map<std::string, std::pair<std::string, int64_t>> back_;
@@ -367,9 +399,9 @@ class LayoutRewriter {
 
 }  // namespace
 
-bool transform_conv_layout(Graph& g, int64_t channel_block) {
+bool transform_conv_layout(Graph& g, int64_t channel_block, bool int8) {
   if (channel_block <= 1) return false;
-  return LayoutRewriter(g, channel_block).run();
+  return LayoutRewriter(g, channel_block, int8).run();
 }
 
 }  // namespace tf::graph

@@ -190,6 +190,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QMatmul,
                          ::testing::Values("qmatmul(M=1,N=1,K=1)", "qmatmul(M=16,N=32,K=64)",
                                            "qmatmul(M=37,N=45,K=22,epilogue=bias_relu)", "qmatmul(M=5,N=100,K=129)"));
 
+// qconv2d_nchwc (a quantized model's Conv in blocked layouts): the same on every instruction
+// set, padded and strided windows, default and sampled configs.
+class QConv : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(QConv, MatchesTheReferenceOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_x86_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  Workload w = parse_workload(GetParam());
+  uint64_t seed = 21;
+  for (const std::string& ts : targets) {
+    Target t = parse_target(ts);
+    for (const nlohmann::json& config : testing::sample_configs(w, t, 2)) {
+      CompiledKernel k = compile_kernel(w, t, config, "given", "");
+      std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
+      testing::Comparison c = testing::run_and_compare(k.graph, *lib, seed++);
+      EXPECT_TRUE(c.ok()) << w.canonical() << " on " << ts << " config " << config.dump() << ": " << c.str();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QConv,
+                         ::testing::Values("qconv2d_nchwc(N=1,C=8,H=5,W=7,K=16,R=3,S=3,pad=1,ic_block=8,oc_block=16)",
+                                           "qconv2d_nchwc(N=2,C=32,H=9,W=9,K=24,R=3,S=3,stride=2,pad=1,ic_block=16,oc_block=8,"
+                                           "epilogue=bias_relu)",
+                                           "qconv2d_nchwc(N=1,C=12,H=6,W=6,K=16,R=1,S=1,ic_block=12,oc_block=16)"));
+
+TEST(QConv, BlocksOfOddQuadsAreRefused) {
+  expect_user_error([] { parse_workload("qconv2d_nchwc(N=1,C=6,H=5,W=5,K=16,R=3,S=3,ic_block=6,oc_block=16)"); },
+                    "ic_block=6 is not a multiple of 4");
+}
+
 TEST(QMatmul, TheCheckSeesOneQuantizationStep) {
   Workload w = parse_workload("qmatmul(M=8,N=16,K=32)");
   CompiledKernel k = compile_kernel(w, host_target(), nullptr, "default", "");

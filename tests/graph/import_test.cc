@@ -1252,7 +1252,7 @@ TEST(Quantize, ScalesAndZeroPointsFollowTheCalibrationRanges) {
   EXPECT_THROW(quantize_model(b.m.SerializeAsString(), "mm.onnx", {{{"z", samples[0].at("x")}}}, {}), tf::UserError);
 }
 
-// fold-qdq-matmuls: a MatMul of uint8 activations x per-column int8 weights and a Gemm of
+// fold-qdq: a MatMul of uint8 activations x per-column int8 weights and a Gemm of
 // int8 (symmetric, zero point -3) activations x transposed per-row int8 weights with a bias
 // become QMatMul nodes; a product whose weights have a zero point stays a MatMul. The folded
 // graph computes what the QDQ graph does (reference evaluation of both), and so does the
@@ -1336,6 +1336,85 @@ TEST(OnnxImport, QdqMatMulsFoldIntoInt8Kernels) {
   fs::remove(so.string() + ".json");
 }
 
+// fold-qdq's convolutions: transform-conv-layout makes a QDQ Conv a QConvNCHWc of the
+// quantized input's float source (padding, stride, a bias, a Relu after it); a 3-channel
+// first convolution (a block of 3: no quads) stays a float ConvNCHWc, and so does every
+// convolution with fold-qdq disabled. Reference and compiled outputs match the QDQ graph's.
+TEST(OnnxImport, QdqConvolutionsFoldIntoInt8Kernels) {
+  ModelBuilder b(13);
+  b.input("x", {1, 3, 10, 10});
+  b.floats_shaped("s0", {}, {0.03f});
+  b.bytes("z0", {}, {120}, onnx::TensorProto::UINT8);
+  b.node("QuantizeLinear", {"x", "s0", "z0"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "s0", "z0"}, {"xd"});
+  auto weights = [&](const std::string& name, int64_t K, int64_t C, int64_t R, int seed) {
+    std::vector<int32_t> w(static_cast<size_t>(K * C * R * R));
+    for (size_t k = 0; k < w.size(); ++k) w[k] = static_cast<int32_t>((k * 29 + seed * 7) % 255) - 127;
+    b.bytes(name, {K, C, R, R}, w);
+    std::vector<float> s(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) s[static_cast<size_t>(k)] = 0.002f + 0.0005f * static_cast<float>((k * 5 + seed) % 7);
+    b.floats(name + "_s", s);
+    set_int(b.node("DequantizeLinear", {name, name + "_s"}, {name + "_d"}), "axis", 0);
+  };
+  auto conv = [&](const std::string& in, const std::string& w, const std::string& out, std::vector<int64_t> pads,
+                  std::vector<int64_t> strides, const std::string& bias) {
+    std::vector<std::string> ins = {in, w + "_d"};
+    if (!bias.empty()) ins.push_back(bias);
+    auto* n = b.node("Conv", ins, {out});
+    set_ints(n, "pads", pads);
+    set_ints(n, "strides", strides);
+  };
+  weights("w0", 16, 3, 3, 1);
+  conv("xd", "w0", "c0", {1, 1, 1, 1}, {1, 1}, "");
+  b.node("Relu", {"c0"}, {"r0"});
+  b.floats_shaped("s1", {}, {0.01f});
+  b.bytes("z1", {}, {0}, onnx::TensorProto::UINT8);
+  b.node("QuantizeLinear", {"r0", "s1", "z1"}, {"r0q"});
+  b.node("DequantizeLinear", {"r0q", "s1", "z1"}, {"r0d"});
+  weights("w1", 32, 16, 3, 2);
+  std::vector<float> bias(32);
+  for (size_t k = 0; k < bias.size(); ++k) bias[k] = 0.1f * static_cast<float>(k % 5) - 0.2f;
+  b.floats("bias1", bias);
+  conv("r0d", "w1", "c1", {1, 1, 1, 1}, {2, 2}, "bias1");
+  b.node("Relu", {"c1"}, {"y"});
+  b.output("y");
+  const Graph qdq = b.import();
+  const tf::Target host = tf::host_target();
+  auto passes = [&](std::set<std::string> disabled) {
+    Graph g = qdq;
+    run_passes(g, PassOptions{2, std::move(disabled), {}, nullptr, channel_block(host)});
+    std::map<std::string, int> ops;
+    for (const Node& n : g.nodes) ++ops[n.op];
+    return std::make_pair(g, ops);
+  };
+  auto [g, ops] = passes({});
+  EXPECT_EQ(ops["QConvNCHWc"], 1);
+  EXPECT_EQ(ops["ConvNCHWc"], 1);
+  EXPECT_EQ(g.int8_nodes, 1);
+  EXPECT_EQ(passes({"fold-qdq"}).second["QConvNCHWc"], 0);
+  HostTensor x = HostTensor::floats({1, 3, 10, 10}, std::vector<float>(300));
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(0.37f * static_cast<float>(k)) * 3.0f;
+  auto want = run_reference(qdq, {{"x", x}}).at("y"), folded = run_reference(g, {{"x", x}}).at("y");
+  ASSERT_EQ(want.f.size(), folded.f.size());
+  for (size_t k = 0; k < want.f.size(); ++k) EXPECT_NEAR(want.f[k], folded.f[k], 1e-5 * (1 + std::fabs(want.f[k]))) << k;
+  namespace fs = std::filesystem;
+  fs::path so = fs::temp_directory_path() / ("tf-qconv-" + std::to_string(getpid()) + ".so");
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  CompiledModel cm = compile_model(g, host, defaults, so.string(), "qconv");
+  int qkernels = 0;
+  for (const ModelKernel& k : cm.kernels) qkernels += k.template_name.rfind("qconv2d_nchwc.cpu", 0) == 0;
+  EXPECT_EQ(qkernels, 1);
+  {
+    ModelLibrary lib(so.string());
+    std::vector<HostTensor> got;
+    lib.run({&x}, got);
+    ASSERT_EQ(got.size(), 1u);
+    for (size_t k = 0; k < want.f.size(); ++k) EXPECT_NEAR(want.f[k], got[0].f[k], 1e-5 * (1 + std::fabs(want.f[k]))) << k;
+  }
+  fs::remove(so);
+  fs::remove(so.string() + ".json");
+}
+
 // QMatMul is an operator of the graph (a model may name it, but cannot give it int8 weights:
 // only QuantizeLinear and DequantizeLinear read int8 tensors): its operands are checked.
 TEST(OnnxImport, QMatMulRefusalsNameWhatIsAtFault) {
@@ -1367,7 +1446,7 @@ TEST(OnnxImport, QMatMulRefusalsNameWhatIsAtFault) {
   f.output("y");
   EXPECT_NE(error([&] { f.import(); }).find("node 'qm' (QMatMul): weight must be int8 values of shape [4, N], not [4, 3]"),
             std::string::npos);
-  // The other operands, on a graph whose weights are int8 (as fold-qdq-matmuls makes it).
+  // The other operands, on a graph whose weights are int8 (as fold-qdq makes it).
   Graph g;
   g.values["x"] = Value{"x", DType::F32, {2, 4}, std::nullopt};
   g.inputs = {"x"};
@@ -1390,6 +1469,26 @@ TEST(OnnxImport, QMatMulRefusalsNameWhatIsAtFault) {
   EXPECT_EQ(with({0.1f}, 0.5f, 2.5f), "node 'qm' (QMatMul): input zero point 2.5 is not an integer in [0, 255]");
   EXPECT_EQ(with({0.1f, 0.2f}, 0.5f, 3), "node 'qm' (QMatMul): weight scale has 2 values for 3 columns");
   EXPECT_EQ(with({NAN}, 0.5f, 3), "node 'qm' (QMatMul): weight scale nan is not a positive finite number");
+  // QConvNCHWc: the blocks and the window.
+  Graph c;
+  auto conv = [&](const Shape& x, int64_t oc_block, std::vector<int64_t> pads) {
+    c = Graph{};
+    c.values["x"] = Value{"x", DType::F32, x, std::nullopt};
+    c.inputs = {"x"};
+    HostTensor cw = HostTensor::floats({16, x[1] * x[4], 3, 3}, std::vector<float>(static_cast<size_t>(16 * x[1] * x[4] * 9), 1.0f));
+    cw.narrow = Narrow::Int8;
+    c.add_constant("w", cw);
+    c.add_constant("ws", HostTensor::floats({1}, {0.1f}));
+    c.add_constant("xs", HostTensor::floats({1}, {0.5f}));
+    c.add_constant("xz", HostTensor::floats({1}, {3}));
+    Node q{"qc", "QConvNCHWc", {"x", "w", "ws", "xs", "xz"}, {"y"}, {{"oc_block", oc_block}, {"pads", pads}}};
+    return error([&] { infer_node(q, c, 13); });
+  };
+  EXPECT_EQ(conv({1, 2, 5, 5, 8}, 16, {1, 1, 1, 1}), "no error");
+  EXPECT_EQ(conv({1, 2, 5, 5, 8}, 5, {1, 1, 1, 1}), "node 'qc' (QConvNCHWc): oc_block 5 does not divide the 16 filters");
+  EXPECT_EQ(conv({1, 2, 5, 5, 6}, 16, {1, 1, 1, 1}),
+            "node 'qc' (QConvNCHWc): input block 6 is not a multiple of 4 (the kernel reads quads of channels)");
+  EXPECT_EQ(conv({1, 2, 5, 5, 8}, 16, {1, 0, 1, 0}), "node 'qc' (QConvNCHWc): pads [1, 0, 1, 0] differ");
 }
 
 TEST(OnnxImport, QuantizeRefusalsNameWhatIsAtFault) {
@@ -1482,7 +1581,7 @@ TEST(OpRegistry, EveryOperatorIsComplete) {
     anchors += *d->pattern == OpKind::Anchor;
     expanded += d->expand != nullptr;
   }
-  EXPECT_EQ(anchors, 5);   // MatMul, Gemm, Conv, ConvNCHWc, QMatMul
+  EXPECT_EQ(anchors, 6);   // MatMul, Gemm, Conv, ConvNCHWc, QMatMul, QConvNCHWc
   EXPECT_GE(expanded, 7);  // RNN, GRU, LSTM; Conv, ConvTranspose, MaxPool, AveragePool
   // The facts that used to live in lists beside the registry, spot-checked.
   EXPECT_EQ(op_kind("Transpose"), OpKind::Injective);

@@ -123,9 +123,9 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     EXPECT_TRUE(p.ran) << p.name;
     // recognize-composites, combine-parallel-matmuls and transform-conv-layout have their own
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block),
-    // and fold-qdq-matmuls (no QDQ model; tests/graph/import_test.cc).
+    // and fold-qdq (no QDQ model; tests/graph/import_test.cc).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
-                    p.name == "fold-qdq-matmuls" ||
+                    p.name == "fold-qdq" ||
                     p.name == "transform-conv-layout" || p.name == "lower-conv-transpose" ||
                     p.name == "pad-convs" || p.name == "einsum-to-matmul" ||
                     p.name == "split-grouped-convs" || p.name == "lower-scatter-nd";
