@@ -58,6 +58,46 @@ void schedule_dense_tiles(Stage& out, Stage& acc, size_t batch_axes, const json&
   schedule_dense_acc(acc, d, uk, vec, unroll);
 }
 
+void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c) {
+  const int64_t tw = c["tile_w"], tkb = c["tile_kb"];
+  const bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
+  const auto& o = out.op()->axes;  // n, ko, oh, ow, kb
+  auto [koo, koi] = out.split(o[1].var, tkb);
+  auto [wo, wi] = out.split(o[3].var, tw);
+  out.reorder({o[0].var, koo, o[2].var, wo, koi, wi, o[4].var});
+  if (vec) out.vectorize(o[4].var);
+  if (unroll) {
+    out.unroll(koi);
+    out.unroll(wi);
+  }
+  if (par) out.parallel(out.fuse(out.fuse(o[0].var, koo), o[2].var));
+  acc.compute_at(out, wo);
+  const auto& a = acc.op()->axes;         // n, ko, oh, ow, kb
+  const auto& r = acc.op()->reduce_axes;  // channel blocks, rr, rs, within a block
+  std::vector<Expr> order = {a[0].var, a[2].var};
+  if (c["reduce_order"].get<std::string>() == "crs")
+    order.insert(order.end(), {r[0].var, r[1].var, r[2].var});
+  else
+    order.insert(order.end(), {r[1].var, r[2].var, r[0].var});
+  order.insert(order.end(), {r[3].var, a[1].var, a[3].var, a[4].var});
+  acc.reorder(order);
+  if (vec) acc.vectorize(a[4].var);
+  if (unroll) {
+    acc.unroll(a[1].var);
+    acc.unroll(a[3].var);
+  }
+}
+
+SplitAxis NchwcConvTemplate::split_axis(const OpGraph& g, const std::string& knob) const {
+  return {out_extent(g, knob == "tile_kb" ? 1 : 3), false, true};
+}
+
+CpuTemplate::Tile NchwcConvTemplate::register_tile(const OpGraph& g, const Target& t, const json& c) const {
+  const int64_t lanes = t.vector_lanes(), block = out_extent(g, 4);
+  bool vec = c["vectorize"];
+  return {c["tile_w"], c["tile_kb"].get<int64_t>() * (vec ? ((block + lanes - 1) / lanes) * lanes : block), 1, ""};
+}
+
 void schedule_pad(Schedule& s, const OpGraph& g, const json& c, int lanes, bool blocked) {
   if (!g.pad) return;
   Stage& p = s.stage(g.pad->name);

@@ -91,6 +91,25 @@ class CpuTemplate : public ScheduleTemplate {
   static void default_annotations(json& c);
 };
 
+// A blocked (NCHWc) convolution's output and accumulator for config `c` (tile_w, tile_kb,
+// reduce_order, vectorize, unroll, parallel): the output tiled tile_kb channel blocks x tile_w
+// columns (unrolled), each block vectorized, batch, channel tiles and rows on all threads; the
+// accumulator at the column tile, its reduction (channel blocks, window, then the block's
+// inner reduction axis) in reduce_order. conv2d_nchwc.cpu and qconv2d_nchwc.cpu.
+void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c);
+
+// The split knobs and register tile of the blocked convolution templates (those scheduled by
+// schedule_nchwc_tiles): tile_w and tile_kb tile unrolled rows of the register tile; each
+// channel block is its own vectors (blocks narrower than a vector waste lanes).
+class NchwcConvTemplate : public CpuTemplate {
+ public:
+  using CpuTemplate::CpuTemplate;
+
+ protected:
+  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override;
+  Tile register_tile(const OpGraph& g, const Target& t, const json& c) const override;
+};
+
 // Register tiles of full vectors of `lanes` (`vectors` of them when the extent allows), or a
 // tile of exactly the extent when it is narrower than one vector.
 int64_t vector_tile(int64_t extent, int64_t vectors, int64_t lanes);

@@ -7,9 +7,9 @@
 namespace tf::templates {
 namespace {
 
-class Conv2dNchwcCpu final : public CpuTemplate {
+class Conv2dNchwcCpu final : public NchwcConvTemplate {
  public:
-  Conv2dNchwcCpu() : CpuTemplate("conv2d_nchwc.cpu", 1, {"conv2d_nchwc"}, TargetKind::Llvm) {}
+  Conv2dNchwcCpu() : NchwcConvTemplate("conv2d_nchwc.cpu", 1, {"conv2d_nchwc"}, TargetKind::Llvm) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
@@ -40,48 +40,9 @@ class Conv2dNchwcCpu final : public CpuTemplate {
   }
 
   void apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const override {
-    int64_t tw = c["tile_w"], tkb = c["tile_kb"];
-    bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
     schedule_pad(s, g, c, t.vector_lanes(), /*blocked=*/true);
     auto [acc, out] = acc_and_writer(s, g);
-    const auto& o = out->op()->axes;  // n, ko, oh, ow, kb
-    auto [koo, koi] = out->split(o[1].var, tkb);
-    auto [wo, wi] = out->split(o[3].var, tw);
-    out->reorder({o[0].var, koo, o[2].var, wo, koi, wi, o[4].var});
-    if (vec) out->vectorize(o[4].var);
-    if (unroll) {
-      out->unroll(koi);
-      out->unroll(wi);
-    }
-    if (par) out->parallel(out->fuse(out->fuse(o[0].var, koo), o[2].var));
-    acc->compute_at(*out, wo);
-    const auto& a = acc->op()->axes;         // n, ko, oh, ow, kb
-    const auto& r = acc->op()->reduce_axes;  // rco, rr, rs, rci
-    std::vector<Expr> order = {a[0].var, a[2].var};
-    if (c["reduce_order"].get<std::string>() == "crs")
-      order.insert(order.end(), {r[0].var, r[1].var, r[2].var});
-    else
-      order.insert(order.end(), {r[1].var, r[2].var, r[0].var});
-    order.insert(order.end(), {r[3].var, a[1].var, a[3].var, a[4].var});
-    acc->reorder(order);
-    if (vec) acc->vectorize(a[4].var);
-    if (unroll) {
-      acc->unroll(a[1].var);
-      acc->unroll(a[3].var);
-    }
-  }
-
- protected:
-  // Both knobs tile unrolled rows of the tile.
-  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
-    return {out_extent(g, knob == "tile_kb" ? 1 : 3), false, true};
-  }
-
-  // Each channel block is its own vectors: blocks narrower than a vector waste lanes.
-  Tile register_tile(const OpGraph& g, const Target& t, const json& c) const override {
-    const int64_t lanes = t.vector_lanes(), block = out_extent(g, 4);
-    bool vec = c["vectorize"];
-    return {c["tile_w"], c["tile_kb"].get<int64_t>() * (vec ? ((block + lanes - 1) / lanes) * lanes : block), 1, ""};
+    schedule_nchwc_tiles(*out, *acc, c);
   }
 };
 

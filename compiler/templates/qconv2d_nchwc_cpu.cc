@@ -9,9 +9,9 @@
 namespace tf::templates {
 namespace {
 
-class QConv2dNchwcCpu final : public CpuTemplate {
+class QConv2dNchwcCpu final : public NchwcConvTemplate {
  public:
-  QConv2dNchwcCpu() : CpuTemplate("qconv2d_nchwc.cpu", 1, {"qconv2d_nchwc"}, TargetKind::Llvm) {}
+  QConv2dNchwcCpu() : NchwcConvTemplate("qconv2d_nchwc.cpu", 1, {"qconv2d_nchwc"}, TargetKind::Llvm) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
@@ -40,49 +40,12 @@ class QConv2dNchwcCpu final : public CpuTemplate {
   }
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
-    int64_t tw = c["tile_w"], tkb = c["tile_kb"];
-    bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
     Stage& au8 = s.stage("A.u8");
     const auto& q = au8.op()->axes;  // n, c, h, w, cb
-    if (par) au8.parallel(au8.fuse(au8.fuse(q[0].var, q[1].var), q[2].var));
-    if (vec) au8.vectorize(q[4].var);
+    if (c["parallel"].get<bool>()) au8.parallel(au8.fuse(au8.fuse(q[0].var, q[1].var), q[2].var));
+    if (c["vectorize"].get<bool>()) au8.vectorize(q[4].var);
     auto [acc, out] = acc_and_writer(s, g);
-    const auto& o = out->op()->axes;  // n, ko, oh, ow, kb
-    auto [koo, koi] = out->split(o[1].var, tkb);
-    auto [wo, wi] = out->split(o[3].var, tw);
-    out->reorder({o[0].var, koo, o[2].var, wo, koi, wi, o[4].var});
-    if (vec) out->vectorize(o[4].var);
-    if (unroll) {
-      out->unroll(koi);
-      out->unroll(wi);
-    }
-    if (par) out->parallel(out->fuse(out->fuse(o[0].var, koo), o[2].var));
-    acc->compute_at(*out, wo);
-    const auto& a = acc->op()->axes;         // n, ko, oh, ow, kb
-    const auto& r = acc->op()->reduce_axes;  // rco, rr, rs, rcq
-    std::vector<Expr> order = {a[0].var, a[2].var};
-    if (c["reduce_order"].get<std::string>() == "crs")
-      order.insert(order.end(), {r[0].var, r[1].var, r[2].var});
-    else
-      order.insert(order.end(), {r[1].var, r[2].var, r[0].var});
-    order.insert(order.end(), {r[3].var, a[1].var, a[3].var, a[4].var});
-    acc->reorder(order);
-    if (vec) acc->vectorize(a[4].var);
-    if (unroll) {
-      acc->unroll(a[1].var);
-      acc->unroll(a[3].var);
-    }
-  }
-
- protected:
-  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
-    return {out_extent(g, knob == "tile_kb" ? 1 : 3), false, true};
-  }
-
-  Tile register_tile(const OpGraph& g, const Target& t, const json& c) const override {
-    const int64_t lanes = t.vector_lanes(), block = out_extent(g, 4);
-    bool vec = c["vectorize"];
-    return {c["tile_w"], c["tile_kb"].get<int64_t>() * (vec ? ((block + lanes - 1) / lanes) * lanes : block), 1, ""};
+    schedule_nchwc_tiles(*out, *acc, c);
   }
 };
 

@@ -1252,6 +1252,27 @@ TEST(Quantize, ScalesAndZeroPointsFollowTheCalibrationRanges) {
   EXPECT_THROW(quantize_model(b.m.SerializeAsString(), "mm.onnx", {{{"z", samples[0].at("x")}}}, {}), tf::UserError);
 }
 
+// `g` compiled for this machine with default configs and run on `inputs`: its outputs; how
+// many of its kernels come from template `tmpl` in `from_template`.
+std::vector<HostTensor> compile_and_run(const Graph& g, const std::vector<const HostTensor*>& inputs,
+                                        const std::string& tmpl, int& from_template) {
+  namespace fs = std::filesystem;
+  static int builds = 0;  // a name each: a library loaded once stays loaded under its path
+  fs::path so = fs::temp_directory_path() / ("tf-import-test-" + std::to_string(getpid()) + "-" + std::to_string(builds++) + ".so");
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  CompiledModel cm = compile_model(g, tf::host_target(), defaults, so.string(), "test");
+  from_template = 0;
+  for (const ModelKernel& k : cm.kernels) from_template += k.template_name.rfind(tmpl, 0) == 0;
+  std::vector<HostTensor> got;
+  {
+    ModelLibrary lib(so.string());
+    lib.run(inputs, got);
+  }
+  fs::remove(so);
+  fs::remove(so.string() + ".json");
+  return got;
+}
+
 // fold-qdq: a MatMul of uint8 activations x per-column int8 weights and a Gemm of
 // int8 (symmetric, zero point -3) activations x transposed per-row int8 weights with a bias
 // become QMatMul nodes; a product whose weights have a zero point stays a MatMul. The folded
@@ -1316,24 +1337,13 @@ TEST(OnnxImport, QdqMatMulsFoldIntoInt8Kernels) {
   };
   for (const char* y : {"y", "y2", "y3"}) close(want.at(y), folded_ref.at(y), std::string("folded reference ") + y);
   // Compiled: the QMatMuls are qmatmul kernels with int8 weights packed at compile time.
-  namespace fs = std::filesystem;
-  fs::path so = fs::temp_directory_path() / ("tf-qdq-" + std::to_string(getpid()) + ".so");
-  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
-  CompiledModel cm = compile_model(g, host, defaults, so.string(), "qdq");
   int qkernels = 0;
-  for (const ModelKernel& k : cm.kernels) qkernels += k.template_name.rfind("qdense.cpu", 0) == 0;
+  std::vector<HostTensor> got = compile_and_run(g, {&x, &x2}, "qdense.cpu", qkernels);
   EXPECT_EQ(qkernels, 2);
-  {
-    ModelLibrary lib(so.string());
-    std::vector<HostTensor> got;
-    lib.run({&x, &x2}, got);
-    ASSERT_EQ(got.size(), 3u);
-    close(want.at("y"), got[0], "compiled y");
-    close(want.at("y2"), got[1], "compiled y2");
-    close(want.at("y3"), got[2], "compiled y3");
-  }
-  fs::remove(so);
-  fs::remove(so.string() + ".json");
+  ASSERT_EQ(got.size(), 3u);
+  close(want.at("y"), got[0], "compiled y");
+  close(want.at("y2"), got[1], "compiled y2");
+  close(want.at("y3"), got[2], "compiled y3");
 }
 
 // fold-qdq's convolutions: transform-conv-layout makes a QDQ Conv a QConvNCHWc of the
@@ -1397,22 +1407,11 @@ TEST(OnnxImport, QdqConvolutionsFoldIntoInt8Kernels) {
   auto want = run_reference(qdq, {{"x", x}}).at("y"), folded = run_reference(g, {{"x", x}}).at("y");
   ASSERT_EQ(want.f.size(), folded.f.size());
   for (size_t k = 0; k < want.f.size(); ++k) EXPECT_NEAR(want.f[k], folded.f[k], 1e-5 * (1 + std::fabs(want.f[k]))) << k;
-  namespace fs = std::filesystem;
-  fs::path so = fs::temp_directory_path() / ("tf-qconv-" + std::to_string(getpid()) + ".so");
-  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
-  CompiledModel cm = compile_model(g, host, defaults, so.string(), "qconv");
   int qkernels = 0;
-  for (const ModelKernel& k : cm.kernels) qkernels += k.template_name.rfind("qconv2d_nchwc.cpu", 0) == 0;
+  std::vector<HostTensor> got = compile_and_run(g, {&x}, "qconv2d_nchwc.cpu", qkernels);
   EXPECT_EQ(qkernels, 1);
-  {
-    ModelLibrary lib(so.string());
-    std::vector<HostTensor> got;
-    lib.run({&x}, got);
-    ASSERT_EQ(got.size(), 1u);
-    for (size_t k = 0; k < want.f.size(); ++k) EXPECT_NEAR(want.f[k], got[0].f[k], 1e-5 * (1 + std::fabs(want.f[k]))) << k;
-  }
-  fs::remove(so);
-  fs::remove(so.string() + ".json");
+  ASSERT_EQ(got.size(), 1u);
+  for (size_t k = 0; k < want.f.size(); ++k) EXPECT_NEAR(want.f[k], got[0].f[k], 1e-5 * (1 + std::fabs(want.f[k]))) << k;
 }
 
 // QMatMul is an operator of the graph (a model may name it, but cannot give it int8 weights:
