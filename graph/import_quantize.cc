@@ -273,6 +273,7 @@ bool expand_quantize(const Node& n, ImportSink& sink) {
   Graph& g = sink.g;
   auto fail = [&](const std::string& why) { throw UserError(str(sink.file, ": ", n.where(), ": ", why)); };
   const bool quantize = n.op == "QuantizeLinear";
+  if (n.outputs.size() != 1 || n.outputs[0].empty()) fail(n.outputs.size() > 1 ? "has more than one output" : "has no output");
   const Value& x = g.value(n.inputs[0]);
   const size_t rank = x.shape.size();
   if (n.get_int("block_size", 0) != 0)

@@ -254,6 +254,7 @@ bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
 }  // namespace
 
 bool expand_window(const Node& n, ImportSink& s) {
+  if (n.outputs.empty() || n.outputs[0].empty()) throw UserError(str(s.file, ": ", n.where(), " has no output"));
   return add_conv_3d_as_2d(n, s.g, s.file, s.add) || add_pool_3d_as_2d(n, s.g, s.file, s.add) ||
          add_window_1d_as_2d(n, s.g, s.file, s.add);
 }

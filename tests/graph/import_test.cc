@@ -1490,6 +1490,17 @@ TEST(OnnxImport, QMatMulRefusalsNameWhatIsAtFault) {
   EXPECT_EQ(conv({1, 2, 5, 5, 8}, 16, {1, 0, 1, 0}), "node 'qc' (QConvNCHWc): pads [1, 0, 1, 0] differ");
 }
 
+// Operators imported as others (a 1-D Conv as a 2-D one) refuse a node without an output.
+TEST(OnnxImport, ExpandedNodesWithoutOutputsAreRefused) {
+  ModelBuilder b(13);
+  b.input("x", {1, 2, 8});
+  b.floats_shaped("w", {3, 2, 3}, std::vector<float>(18, 0.5f));
+  b.node("Conv", {"x", "w"}, {"y"}, "conv1d")->clear_output();
+  b.node("Relu", {"x"}, {"r"});
+  b.output("r");
+  EXPECT_NE(b.error().find("node 'conv1d' (Conv) has no output"), std::string::npos) << b.error();
+}
+
 TEST(OnnxImport, QuantizeRefusalsNameWhatIsAtFault) {
   // QuantizeLinear(x [1, 3, 2], scale, zero point) edited by `edit`.
   auto model = [](const std::function<void(ModelBuilder&, onnx::NodeProto*)>& edit) {
@@ -1514,6 +1525,11 @@ TEST(OnnxImport, QuantizeRefusalsNameWhatIsAtFault) {
            "node 'quant' (QuantizeLinear): scale " + tf::str(bad) + " at index 0 is not a positive finite number");
   }
   expect(model([](ModelBuilder&, onnx::NodeProto* n) { n->set_input(1, "x"); }), "scale 'x' is not a constant");
+  // (Found by fuzz_onnx: a node without outputs.)
+  expect(model([](ModelBuilder&, onnx::NodeProto* n) { n->clear_output(); }),
+         "node 'quant' (QuantizeLinear): has no output");
+  expect(model([](ModelBuilder&, onnx::NodeProto* n) { n->set_output(0, ""); }),
+         "node 'quant' (QuantizeLinear): has no output");
   expect(model([](ModelBuilder& b, onnx::NodeProto* n) {
            b.floats_shaped("zf", {}, {1.0f});
            n->set_input(2, "zf");
