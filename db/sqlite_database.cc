@@ -219,6 +219,45 @@ std::string space_hint(const std::string& path) {
          " KiB free: free space there, then retry)";
 }
 
+// What is wrong with the header of the SQLite file at `path` against its size now ("" when
+// nothing, or when it cannot be read: SQLite then says why).
+std::string header_problem(const std::string& path) {
+  std::error_code ec;
+  uintmax_t size = fs::file_size(path, ec);
+  if (ec) return "";
+  unsigned char h[100] = {};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return "";
+  size_t got = std::fread(h, 1, sizeof h, f);
+  std::fclose(f);
+  if (got < sizeof h || std::memcmp(h, "SQLite format 3", 16) != 0) {
+    return path + " is not a tunefarm database (not an SQLite file)";
+  }
+  auto be = [&](int at, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v = v << 8 | h[at + i];
+    return v;
+  };
+  uint64_t page = be(16, 2) == 1 ? 65536 : be(16, 2);
+  if (page < 512 || page > 65536 || (page & (page - 1)) != 0) {
+    return "database " + path + " is damaged: its header gives a page size of " + std::to_string(page);
+  }
+  if (size % page != 0) {
+    return "database " + path + " is damaged: it has " + std::to_string(size) + " bytes, not a whole number of " +
+           std::to_string(page) + "-byte pages (cut short?). Restore it from a backup";
+  }
+  // The page count in the header is valid when its change counter matches (offsets 24, 92);
+  // a WAL being checkpointed by another process may be ahead of the file, so only without one.
+  uint64_t pages = be(28, 4);
+  bool wal = fs::exists(path + "-wal", ec) && fs::file_size(path + "-wal", ec) > 0;
+  if (!wal && pages > 0 && be(24, 4) == be(92, 4) && size < pages * page) {
+    return "database " + path + " is damaged: its header counts " + std::to_string(pages) + " pages (" +
+           std::to_string(pages * page) + " bytes) but the file has " + std::to_string(size) +
+           " bytes (cut short?). Restore it from a backup";
+  }
+  return "";
+}
+
 // The checks a file gets before SQLite opens it, so that a damaged database is said rather
 // than used (SQLite reads a file cut short as if the missing pages were never written) or
 // silently made anew (SQLite takes an empty file for a new database). Throws DbError.
@@ -236,36 +275,16 @@ void check_file(const std::string& path) {
     }
     return;
   }
-  unsigned char h[100] = {};
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return;  // SQLite says why
-  size_t got = std::fread(h, 1, sizeof h, f);
-  std::fclose(f);
-  if (got < sizeof h || std::memcmp(h, "SQLite format 3", 16) != 0) {
-    throw DbError(path + " is not a tunefarm database (not an SQLite file)");
+  // Another process creating or extending the file writes its header before its pages (a
+  // rollback journal beside it while it does), so a snapshot may look cut short for a moment:
+  // a problem counts only when it is still there after a few looks.
+  std::string problem;
+  for (int look = 0; look < 5; ++look) {
+    if (look > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    problem = header_problem(path);
+    if (problem.empty()) return;
   }
-  auto be = [&](int at, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v = v << 8 | h[at + i];
-    return v;
-  };
-  uint64_t page = be(16, 2) == 1 ? 65536 : be(16, 2);
-  if (page < 512 || page > 65536 || (page & (page - 1)) != 0) {
-    throw DbError("database " + path + " is damaged: its header gives a page size of " + std::to_string(page));
-  }
-  if (size % page != 0) {
-    throw DbError("database " + path + " is damaged: it has " + std::to_string(size) + " bytes, not a whole number of " +
-                  std::to_string(page) + "-byte pages (cut short?). Restore it from a backup");
-  }
-  // The page count in the header is valid when its change counter matches (offsets 24, 92);
-  // a WAL being checkpointed by another process may be ahead of the file, so only without one.
-  uint64_t pages = be(28, 4);
-  bool wal = fs::exists(path + "-wal", ec) && fs::file_size(path + "-wal", ec) > 0;
-  if (!wal && pages > 0 && be(24, 4) == be(92, 4) && size < pages * page) {
-    throw DbError("database " + path + " is damaged: its header counts " + std::to_string(pages) + " pages (" +
-                  std::to_string(pages * page) + " bytes) but the file has " + std::to_string(size) +
-                  " bytes (cut short?). Restore it from a backup");
-  }
+  throw DbError(problem);
 }
 
 class SqliteDatabase : public Database {
