@@ -15,9 +15,10 @@ float epilogue(Epilogue e, double acc, const float* bias, int64_t channel) {
   return static_cast<float>(acc);
 }
 
-const float* bias_of(const Workload& w, const std::vector<const float*>& in) {
+// The bias input (input `at`: after the operator's own inputs), or null without one.
+const float* bias_of(const Workload& w, const std::vector<const float*>& in, size_t at = 2) {
   bool has = w.epilogue == Epilogue::Bias || w.epilogue == Epilogue::BiasRelu;
-  return has ? in.at(2) : nullptr;
+  return has ? in.at(at) : nullptr;
 }
 
 void matmul(const Workload& w, const std::vector<const float*>& in, float* out, int64_t batches) {
@@ -91,7 +92,7 @@ void reference_matmul(const Workload& w, const Inputs& in, float* out) { matmul(
 void reference_qmatmul(const Workload& w, const Inputs& in, float* out) {
   const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
   const float *A = in[0], *B = in[1], *aq = in[2], *scale = in[2] + 2, *offset = in[2] + 2 + N;
-  const float* bias = w.epilogue == Epilogue::Bias || w.epilogue == Epilogue::BiasRelu ? in.at(3) : nullptr;
+  const float* bias = bias_of(w, in, 3);
   auto quant = [&](float x) { return quantize_u8(x, aq); };
   // The weights' bytes: byte k % 4 of quad word B[k / 4][j].
   auto weight = [&](int64_t k, int64_t j) { return quad_byte(B[k / 4 * N + j], k % 4); };
@@ -175,7 +176,7 @@ void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, false);
   const int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
   const float *data = in[0], *B = in[1], *p = in[2];
-  const float* bias = w.epilogue == Epilogue::Bias || w.epilogue == Epilogue::BiasRelu ? in.at(3) : nullptr;
+  const float* bias = bias_of(w, in, 3);
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t k = 0; k < d.K; ++k)
       for (int64_t oh = 0; oh < d.OH; ++oh)

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include "base/error.h"
 #include "graph/import_builder.h"
@@ -16,21 +17,48 @@ namespace {
 // ONNX TensorProto codes of the quantized types tunefarm imports.
 constexpr int64_t kOnnxUint8 = 2, kOnnxInt8 = 3;
 
-// QMatMul's parts, checked (each refusal names the node and the value).
-struct QMatMulParts {
-  int64_t M = 1, K = 0, N = 0;
-  const HostTensor* w = nullptr;  // [K, N] int8 values
-  std::vector<float> w_scale;     // per column (one value repeated for a per-tensor scale)
-  float x_scale = 1, x_zero = 0;  // uint8 activations' scale and zero point
-  const HostTensor* bias = nullptr;
-};
-
 // The operands after the weight that QMatMul and QConvNCHWc share, for `channels` output
 // channels: weight scale (one or one per channel), input scale, input zero point (uint8), bias.
 struct QuantOperands {
   std::vector<float> w_scale;  // per channel (one value repeated for a per-tensor scale)
   float x_scale = 1, x_zero = 0;
   const HostTensor* bias = nullptr;
+
+  // An input value as DequantizeLinear(QuantizeLinear(x)) gives it (uint8 grid).
+  double dequantized(float x) const {
+    float q = std::clamp(std::nearbyint(x / x_scale) + x_zero, 0.0f, 255.0f);
+    return double((q - x_zero) * x_scale);
+  }
+  // The kernels' parameter input P = {x_scale, x_zero, scale[C], offset[C]}: scale = x_scale *
+  // w_scale, offset = bias - x_zero * scale * (the channel's sum of int8 weights, `sums`), which
+  // takes the zero point's share out of the integer sum.
+  std::vector<float> params(const std::vector<int64_t>& sums) const {
+    const size_t C = sums.size();
+    std::vector<float> p(2 + 2 * C);
+    p[0] = x_scale;
+    p[1] = x_zero;
+    for (size_t c = 0; c < C; ++c) {
+      const double sc = double(x_scale) * w_scale[c];
+      p[2 + c] = static_cast<float>(sc);
+      p[2 + C + c] = static_cast<float>((bias ? bias->f[c] : 0.0) - double(x_zero) * sc * double(sums[c]));
+    }
+    return p;
+  }
+};
+
+// Four int8 values (held as floats) as the bytes of one int32 word, bits carried in a float.
+float quad_word(const std::function<float(int64_t)>& value, int64_t count) {
+  uint32_t word = 0;
+  for (int64_t t = 0; t < count; ++t)
+    word |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(value(t)))) << (8 * t);
+  return std::bit_cast<float>(word);
+}
+
+// QMatMul's parts, checked (each refusal names the node and the value).
+struct QMatMulParts {
+  int64_t M = 1, K = 0, N = 0;
+  const HostTensor* w = nullptr;  // [K, N] int8 values
+  QuantOperands q;                // per column
 };
 
 QuantOperands quant_operands(const Node& n, const std::vector<const Value*>& in, int64_t channels) {
@@ -75,8 +103,7 @@ QMatMulParts qmatmul_parts(const Node& n, const std::vector<const Value*>& in) {
   p.K = x.back();
   p.N = p.w->shape[1];
   for (size_t d = 0; d + 1 < x.size(); ++d) p.M *= x[d];
-  QuantOperands q = quant_operands(n, in, p.N);
-  p.w_scale = std::move(q.w_scale), p.x_scale = q.x_scale, p.x_zero = q.x_zero, p.bias = q.bias;
+  p.q = quant_operands(n, in, p.N);
   return p;
 }
 
@@ -97,13 +124,12 @@ std::vector<HostTensor> qmatmul_eval(const OpContext& c, const std::vector<const
   std::vector<double> a(static_cast<size_t>(p.K));
   for (int64_t i = 0; i < p.M; ++i) {
     for (int64_t k = 0; k < p.K; ++k) {
-      float q = std::clamp(std::nearbyint(in[0]->f[static_cast<size_t>(i * p.K + k)] / p.x_scale) + p.x_zero, 0.0f, 255.0f);
-      a[static_cast<size_t>(k)] = double((q - p.x_zero) * p.x_scale);
+      a[static_cast<size_t>(k)] = p.q.dequantized(in[0]->f[static_cast<size_t>(i * p.K + k)]);
     }
     for (int64_t j = 0; j < p.N; ++j) {
       double sum = 0;
-      for (int64_t k = 0; k < p.K; ++k) sum += a[static_cast<size_t>(k)] * (double(p.w->f[static_cast<size_t>(k * p.N + j)]) * p.w_scale[static_cast<size_t>(j)]);
-      if (p.bias) sum += p.bias->f[static_cast<size_t>(j)];
+      for (int64_t k = 0; k < p.K; ++k) sum += a[static_cast<size_t>(k)] * (double(p.w->f[static_cast<size_t>(k * p.N + j)]) * p.q.w_scale[static_cast<size_t>(j)]);
+      if (p.q.bias) sum += p.q.bias->f[static_cast<size_t>(j)];
       out.f[static_cast<size_t>(i * p.N + j)] = static_cast<float>(sum);
     }
   }
@@ -125,26 +151,17 @@ std::vector<HostTensor> qmatmul_constants(const Graph& g, const Node& n) {
   OpContext c = context(n, g, g.opset);
   QMatMulParts p = qmatmul_parts(n, c.inputs);
   const int64_t Q = (p.K + 3) / 4;
-  std::vector<float> words(static_cast<size_t>(Q * p.N)), params(static_cast<size_t>(2 + 2 * p.N));
-  params[0] = p.x_scale;
-  params[1] = p.x_zero;
+  std::vector<float> words(static_cast<size_t>(Q * p.N));
+  std::vector<int64_t> sums(static_cast<size_t>(p.N));
   for (int64_t j = 0; j < p.N; ++j) {
-    int64_t colsum = 0;
     for (int64_t q = 0; q < Q; ++q) {
-      uint32_t word = 0;
-      for (int64_t t = 0; t < 4 && q * 4 + t < p.K; ++t) {
-        auto v = static_cast<int64_t>(p.w->f[static_cast<size_t>((q * 4 + t) * p.N + j)]);
-        colsum += v;
-        word |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v))) << (8 * t);
-      }
-      words[static_cast<size_t>(q * p.N + j)] = std::bit_cast<float>(word);
+      auto w = [&](int64_t t) { return p.w->f[static_cast<size_t>((q * 4 + t) * p.N + j)]; };
+      const int64_t count = std::min<int64_t>(4, p.K - q * 4);
+      for (int64_t t = 0; t < count; ++t) sums[static_cast<size_t>(j)] += static_cast<int64_t>(w(t));
+      words[static_cast<size_t>(q * p.N + j)] = quad_word(w, count);
     }
-    const double sc = double(p.x_scale) * p.w_scale[static_cast<size_t>(j)];
-    params[static_cast<size_t>(2 + j)] = static_cast<float>(sc);
-    params[static_cast<size_t>(2 + p.N + j)] =
-        static_cast<float>((p.bias ? p.bias->f[static_cast<size_t>(j)] : 0.0) - double(p.x_zero) * sc * double(colsum));
   }
-  return {HostTensor::floats({Q, p.N}, std::move(words)), HostTensor::floats({2 + 2 * p.N}, std::move(params))};
+  return {HostTensor::floats({Q, p.N}, std::move(words)), HostTensor::floats({2 + 2 * p.N}, p.q.params(sums))};
 }
 
 // QConvNCHWc's parts, checked: data [N][C/ib][H][W][ib] float, weight [K][C][R][S] int8, the
@@ -152,9 +169,7 @@ std::vector<HostTensor> qmatmul_constants(const Graph& g, const Node& n) {
 struct QConvParts {
   int64_t N = 0, C = 0, H = 0, W = 0, K = 0, R = 0, S = 0, ib = 0, ob = 0, pad = 0, stride = 1, dilation = 1;
   const HostTensor* w = nullptr;
-  std::vector<float> w_scale;
-  float x_scale = 1, x_zero = 0;
-  const HostTensor* bias = nullptr;
+  QuantOperands q;   // per output channel
   std::string spec;  // the qconv2d_nchwc workload, open
 };
 
@@ -185,8 +200,7 @@ QConvParts qconv_parts(const Node& n, const std::vector<const Value*>& in) {
   p.pad = same("pads", n.get_ints("pads", {0, 0, 0, 0}));
   p.stride = same("strides", n.get_ints("strides", {1, 1}));
   p.dilation = same("dilations", n.get_ints("dilations", {1, 1}));
-  QuantOperands q = quant_operands(n, in, p.K);
-  p.w_scale = std::move(q.w_scale), p.x_scale = q.x_scale, p.x_zero = q.x_zero, p.bias = q.bias;
+  p.q = quant_operands(n, in, p.K);
   p.spec = str("qconv2d_nchwc(N=", p.N, ",C=", p.C, ",H=", p.H, ",W=", p.W, ",K=", p.K, ",R=", p.R, ",S=", p.S,
                ",stride=", p.stride, ",pad=", p.pad, ",dilation=", p.dilation, ",ic_block=", p.ib, ",oc_block=", p.ob);
   return p;
@@ -204,29 +218,19 @@ std::vector<TypeShape> qconv_infer(const OpContext& c) {
 // taken over every tap (the padding is the quantized 0.0: the zero point).
 std::vector<HostTensor> qconv_operands(const QConvParts& p) {
   const int64_t RS = p.R * p.S;
-  std::vector<float> words(static_cast<size_t>(p.K * (p.C / 4) * RS)), params(static_cast<size_t>(2 + 2 * p.K));
-  params[0] = p.x_scale;
-  params[1] = p.x_zero;
+  std::vector<float> words(static_cast<size_t>(p.K * (p.C / 4) * RS));
+  std::vector<int64_t> sums(static_cast<size_t>(p.K));
   for (int64_t k = 0; k < p.K; ++k) {
-    int64_t sum = 0;
     for (int64_t cq = 0; cq < p.C / 4; ++cq) {
       for (int64_t rs = 0; rs < RS; ++rs) {
-        uint32_t word = 0;
-        for (int64_t t = 0; t < 4; ++t) {
-          auto v = static_cast<int64_t>(p.w->f[static_cast<size_t>((k * p.C + cq * 4 + t) * RS + rs)]);
-          sum += v;
-          word |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v))) << (8 * t);
-        }
-        words[static_cast<size_t>((((k / p.ob) * (p.C / 4) + cq) * RS + rs) * p.ob + k % p.ob)] = std::bit_cast<float>(word);
+        auto w = [&](int64_t t) { return p.w->f[static_cast<size_t>((k * p.C + cq * 4 + t) * RS + rs)]; };
+        for (int64_t t = 0; t < 4; ++t) sums[static_cast<size_t>(k)] += static_cast<int64_t>(w(t));
+        words[static_cast<size_t>((((k / p.ob) * (p.C / 4) + cq) * RS + rs) * p.ob + k % p.ob)] = quad_word(w, 4);
       }
     }
-    const double sc = double(p.x_scale) * p.w_scale[static_cast<size_t>(k)];
-    params[static_cast<size_t>(2 + k)] = static_cast<float>(sc);
-    params[static_cast<size_t>(2 + p.K + k)] =
-        static_cast<float>((p.bias ? p.bias->f[static_cast<size_t>(k)] : 0.0) - double(p.x_zero) * sc * double(sum));
   }
   return {HostTensor::floats({p.K / p.ob, p.C / 4, p.R, p.S, p.ob}, std::move(words)),
-          HostTensor::floats({2 + 2 * p.K}, std::move(params))};
+          HostTensor::floats({2 + 2 * p.K}, p.q.params(sums))};
 }
 
 // As DequantizeLinear(QuantizeLinear(x)) -> Conv(., DequantizeLinear(w)) + bias computes it,
@@ -239,18 +243,17 @@ std::vector<HostTensor> qconv_eval(const OpContext& c, const std::vector<const H
   auto data = [&](int64_t n, int64_t ch, int64_t h, int64_t x) {
     if (h < 0 || h >= p.H || x < 0 || x >= p.W) return 0.0;
     float v = in[0]->f[static_cast<size_t>((((n * (p.C / p.ib) + ch / p.ib) * p.H + h) * p.W + x) * p.ib + ch % p.ib)];
-    float q = std::clamp(std::nearbyint(v / p.x_scale) + p.x_zero, 0.0f, 255.0f);
-    return double((q - p.x_zero) * p.x_scale);
+    return p.q.dequantized(v);
   };
   for (int64_t n = 0; n < p.N; ++n)
     for (int64_t k = 0; k < p.K; ++k)
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
-          double sum = p.bias ? p.bias->f[static_cast<size_t>(k)] : 0.0;
+          double sum = p.q.bias ? p.q.bias->f[static_cast<size_t>(k)] : 0.0;
           for (int64_t ch = 0; ch < p.C; ++ch)
             for (int64_t r = 0; r < p.R; ++r)
               for (int64_t s = 0; s < p.S; ++s) {
-                double w = double(p.w->f[static_cast<size_t>(((k * p.C + ch) * p.R + r) * p.S + s)]) * p.w_scale[static_cast<size_t>(k)];
+                double w = double(p.w->f[static_cast<size_t>(((k * p.C + ch) * p.R + r) * p.S + s)]) * p.q.w_scale[static_cast<size_t>(k)];
                 sum += data(n, ch, oh * p.stride + r * p.dilation - p.pad, ow * p.stride + s * p.dilation - p.pad) * w;
               }
           out.f[static_cast<size_t>((((n * (p.K / p.ob) + k / p.ob) * OH + oh) * OW + ow) * p.ob + k % p.ob)] =
