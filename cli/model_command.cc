@@ -54,6 +54,7 @@ void add_import_command(CLI::App& app, ImportArgs& a) {
   a.cmd->add_option("--dump-pass", a.dump,
                     "print the graph after this pass to stderr, or 'all' (repeatable)");
   a.cmd->add_flag("--list-passes", a.list_passes, "list the graph passes and exit");
+  add_precision_option(a.cmd, a.precision);
   a.cmd->add_flag("--json", a.json, "print JSON");
 }
 
@@ -70,6 +71,19 @@ static void print_quantized(const graph::Graph& g) {
               static_cast<long long>(g.quantize_nodes));
 }
 
+// The summary's line at --precision bf16: how many products run as bfloat16 kernels, and
+// whether this machine has the instruction that makes them pay.
+static void print_bf16(const graph::Graph& g, const Target& t) {
+  if (g.bf16_nodes == 0) return;
+  int64_t anchors = 0;
+  for (const graph::Node& n : g.nodes) anchors += graph::op_kind(n.op) == graph::OpKind::Anchor;
+  const bool native = t.arch_name() == "x86_64" && t.has_feature("avx512bf16");
+  std::printf("bf16      %lld of %lld products (MatMul, Gemm) in bfloat16 kernels (%s); the rest in float32 "
+              "(docs/precision.md)\n",
+              static_cast<long long>(g.bf16_nodes), static_cast<long long>(anchors),
+              native ? "vdpbf16ps" : "emulated: this target has no AVX512-BF16, slower than float32");
+}
+
 int run_import(const ImportArgs& a) {
   using namespace graph;  // NOLINT
   if (a.list_passes) {
@@ -84,6 +98,7 @@ int run_import(const ImportArgs& a) {
   opts.opt_level = a.opt_level;
   opts.disabled = {a.disable.begin(), a.disable.end()};
   opts.dump = {a.dump.begin(), a.dump.end()};
+  opts.precision = parse_precision(a.precision);
   check_pass_options(opts);
   Graph g = import_onnx(a.model);
   GraphStats imported = graph_stats(g);
@@ -119,7 +134,8 @@ int run_import(const ImportArgs& a) {
             {"ops_imported", imported.ops},
             {"ops", after.ops},
             {"quantize_nodes", g.quantize_nodes},
-            {"int8_nodes", g.int8_nodes}};
+            {"int8_nodes", g.int8_nodes},
+            {"bf16_nodes", g.bf16_nodes}};
   j["passes"] = json::array();
   for (const PassReport& r : reports) {
     j["passes"].push_back({{"name", r.name},
@@ -167,6 +183,7 @@ int run_import(const ImportArgs& a) {
               static_cast<double>(after.constant_bytes) / 1e6);
   std::printf("nodes     %zu imported, %zu after passes\n", nodes_imported, g.nodes.size());
   print_quantized(g);
+  print_bf16(g, target);
   std::string ops;
   for (const auto& [op, n] : after.ops) ops += str(ops.empty() ? "" : ", ", op, " x", n);
   std::printf("ops       %s\n", ops.empty() ? "(none)" : ops.c_str());
@@ -212,6 +229,13 @@ void add_max_memory_option(CLI::App* cmd, std::string& value) {
                   "quarter of this machine's memory), naming the node, shape and bytes");
 }
 
+void add_precision_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--precision", value,
+                  "--model: the products' precision: fp32 (as the model says) or bf16 (MatMul/Gemm with constant "
+                  "weights in bfloat16 with float32 sums, the rest float32: docs/precision.md)")
+      ->capture_default_str();
+}
+
 void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
   run->add_option("--model", a.model,
                   "an ONNX model (compiled for this machine first, or with --reference evaluated) or a "
@@ -235,6 +259,7 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
                   "the GPU a library compiled for cuda or rocm runs on: cuda:N or rocm:N (default: its kind's "
                   "device 0)");
   add_max_memory_option(run, a.max_memory);
+  add_precision_option(run, a.precision);
 }
 
 namespace {
@@ -314,7 +339,7 @@ int compile_model_file(const ModelCompileArgs& a) {
   if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");
   Target t = parse_target(a.target);
   int64_t budget = memory_budget(a.max_memory);
-  graph::Graph g = load_model(a.model, a.opt_level, a.disable, channel_block(t));
+  graph::Graph g = load_model(a.model, a.opt_level, a.disable, channel_block(t), graph::parse_precision(a.precision));
   auto start = std::chrono::steady_clock::now();
   graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget, a.emulate_gpu);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -327,6 +352,7 @@ int compile_model_file(const ModelCompileArgs& a) {
     return 0;
   }
   print_quantized(g);
+  print_bf16(g, t);
   int tunable = cm.tunable();
   std::printf("wrote %s and %s: %zu kernels (%d tunable, %d tuned), workspace %.2f MiB (%.2f MiB unplanned), "
               "weights %.2f MiB, in %.1f s%s\n",
@@ -382,7 +408,8 @@ int run_model(const ModelRunArgs& a) {
     if (!lib->device_kind().empty()) mode = str("compiled library, on ", lib->device_kind(), " GPU");
   } else {
     // The reference evaluation runs the model as exported (no layout change).
-    g = load_model(a.model, a.opt_level, a.disable, a.reference ? 0 : channel_block(host_target()));
+    g = load_model(a.model, a.opt_level, a.disable, a.reference ? 0 : channel_block(host_target()),
+                   graph::parse_precision(a.precision));
     if (!a.reference) {
       tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
       std::filesystem::create_directories(tmp_dir);

@@ -24,6 +24,7 @@ struct ImportArgs {
   std::string target = "llvm -mcpu=native";
   int opt_level = 2;
   std::vector<std::string> disable, dump;
+  std::string precision = "fp32";
   bool json = false, list_passes = false;
   CLI::App* cmd = nullptr;
 };
@@ -58,6 +59,7 @@ struct ModelRunArgs {
   uint64_t seed = 1;
   std::string max_memory;      // --max-memory; empty: graph::default_memory_budget()
   std::string device;          // --device cuda:N / rocm:N: a GPU library's device
+  std::string precision = "fp32";  // --precision
   db::Database* db = nullptr;  // tuned configs, when compiling
 };
 void add_model_run_options(CLI::App* run, ModelRunArgs& args);
@@ -73,9 +75,12 @@ struct ModelCompileArgs {
   db::Database* db = nullptr;
   std::string max_memory;  // --max-memory; empty: graph::default_memory_budget()
   bool emulate_gpu = false;  // --emulate-gpu: graph::compile_model's emulate_gpu
+  std::string precision = "fp32";  // --precision
 };
 // The --max-memory option, on `run` and `compile`.
 void add_max_memory_option(CLI::App* cmd, std::string& value);
+// The --precision option (graph::parse_precision), on `import`, `run`, `compile` and `tune`.
+void add_precision_option(CLI::App* cmd, std::string& value);
 int compile_model_file(const ModelCompileArgs& args);
 
 }  // namespace tf::cli

@@ -16,6 +16,7 @@ namespace tf::cli {
 struct TuneArgs {
   std::string workload, target, db;
   std::string model;  // --model: every tunable task of an ONNX model under one budget
+  std::string precision = "fp32";  // --model: its products' precision (--precision)
   bool local = false, json = false, no_db = false;
   std::string save_model;
   std::string tracker, token_file, tls_ca, tls_cert, tls_key, tls_server_name, user;

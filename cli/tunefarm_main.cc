@@ -76,6 +76,7 @@ struct CompileArgs {
   bool emulate_gpu = false;  // --model for a GPU target: its kernels run serially here
   cli::ServerArgs server;  // --server: the tuning service's database instead of a file
   std::string max_memory;  // --model: the memory budget
+  std::string precision = "fp32";  // --model: --precision
 };
 
 // The tuning database for a compile's lookup, read-only. The default one (from
@@ -120,7 +121,7 @@ int cmd_compile(const CompileArgs& a) {
     if (!a.workload.empty()) throw UserError("compile: give --workload or --model, not both");
     if (!a.config.empty() || a.emit != "so" || !a.name.empty() || !a.skip.empty() || !a.dump.empty() ||
         a.time_passes) {
-      throw UserError("compile --model takes --target, --db/--no-db or --server, -O, --disable-pass, --json and -o "
+      throw UserError("compile --model takes --target, --db/--no-db or --server, -O, --disable-pass, --precision, --json and -o "
                       "(--config, --emit, --name and the lowering-pass options are for single workloads)");
     }
     if (a.server.given() && (!a.db.empty() || a.no_db)) {
@@ -129,10 +130,12 @@ int cmd_compile(const CompileArgs& a) {
     std::unique_ptr<db::Database> db = a.server.given() ? open_remote_database(cli::service_endpoint(a.server))
                                                         : lookup_database(a.db, a.no_db);
     cli::ModelCompileArgs m{a.model, a.target, a.out, a.disable, a.opt_level, a.as_json, a.no_db, db.get(), a.max_memory,
-                            a.emulate_gpu};
+                            a.emulate_gpu, a.precision};
     return cli::compile_model_file(m);
   }
   if (a.workload.empty()) throw UserError("--workload (or --model) is required");
+  if (a.precision != "fp32")
+    throw UserError(str("--precision ", a.precision, " is for --model (a workload names its operand types itself)"));
   if (!a.max_memory.empty()) throw UserError("--max-memory is for --model (a whole model)");
   if (a.emulate_gpu) throw UserError("--emulate-gpu is for --model (a whole model)");
   if (a.out.empty()) throw UserError("-o OUT is required");
@@ -358,6 +361,7 @@ int main(int argc, char** argv) {
                     "--model with a GPU target: schedule every kernel for that GPU, then run its grid serially in a "
                     "library for this machine (a check of the GPU path's kernels and memory plan without a GPU)");
   tf::cli::add_max_memory_option(compile, ca.max_memory);
+  tf::cli::add_precision_option(compile, ca.precision);
   compile->add_option("--target,-t", ca.target, "target string, e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72'")
       ->capture_default_str();
   compile->add_option("--config,-c", ca.config, "schedule config as JSON, or @file");

@@ -62,6 +62,37 @@ class CodeGenCpu final : public CodeGen {
     return parts.size() == 1 ? parts[0] : llvm::concatenateVectors(b_, parts);
   }
 
+  // x86 with AVX512-BF16: vdpbf16ps, 16 lanes (8 and 4 with AVX512VL), pieces as above; the
+  // widening sequence elsewhere (the base class).
+  llvm::Value* dot2_bf16(llvm::Value* acc, llvm::Value* a, llvm::Value* b) override {
+    auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(a->getType());
+    const unsigned lanes = vt ? vt->getNumElements() : 1;
+    std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> pieces;
+    if (llvm::Triple(target_.triple).isX86() && target_.has_feature("avx512bf16")) {
+      pieces.push_back({16, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512});
+      if (target_.has_feature("avx512vl")) {
+        pieces.push_back({8, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_256});
+        pieces.push_back({4, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_128});
+      }
+    }
+    auto fits = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return lanes % p.first == 0; });
+    if (fits == pieces.end()) return CodeGen::dot2_bf16(acc, a, b);
+    const auto [n, id] = *fits;
+    auto* halves = llvm::FixedVectorType::get(b_.getBFloatTy(), n * 2);
+    std::vector<llvm::Value*> parts;
+    for (unsigned at = 0; at < lanes; at += n) {
+      auto slice = [&](llvm::Value* v) {
+        if (n == lanes) return v;
+        std::vector<int> pick;
+        for (unsigned i = 0; i < n; ++i) pick.push_back(static_cast<int>(at + i));
+        return b_.CreateShuffleVector(v, pick);
+      };
+      parts.push_back(b_.CreateIntrinsic(id, {}, {slice(acc), b_.CreateBitCast(slice(a), halves),
+                                                  b_.CreateBitCast(slice(b), halves)}));
+    }
+    return parts.size() == 1 ? parts[0] : llvm::concatenateVectors(b_, parts);
+  }
+
   // The target's u8 x s8 dot-product instructions as (int32 lanes, intrinsic), widest first.
   std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> dot_instructions() const {
     const llvm::Triple tt(target_.triple);

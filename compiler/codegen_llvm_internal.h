@@ -359,6 +359,13 @@ class CodeGen {
         if (c && c->name == kDot4U8S8) return dot4_u8s8(expr(acc), expr(c->args[0]), expr(c->args[1]));
       }
     }
+    if (e.kind() == ExprKind::Add && t.is_float()) {
+      // acc + dot2_bf16(a, b): one accumulating bfloat16 dot product where the CPU has it.
+      for (auto [acc, d] : {std::pair{n->a, n->b}, std::pair{n->b, n->a}}) {
+        const Call* c = d.as<Call>();
+        if (c && c->name == kDot2BF16) return dot2_bf16(expr(acc), expr(c->args[0]), expr(c->args[1]));
+      }
+    }
     llvm::Value* a = expr(n->a);
     llvm::Value* bv = expr(n->b);
     bool fl = t.is_float(), nsw = t.is_index(), u = t.is_uint();
@@ -408,6 +415,38 @@ class CodeGen {
     return sum;
   }
 
+  // acc + dot2_bf16(a, b) on float lanes (compiler/ir.h): by default each half widened to
+  // float (a shift or a mask of the int32 word), the high halves' product added first, as
+  // vdpbf16ps does; CPUs with the instruction override it.
+  virtual llvm::Value* dot2_bf16(llvm::Value* acc, llvm::Value* a, llvm::Value* b) {
+    llvm::Type* ft = acc->getType();
+    llvm::Type* it = ft->getWithNewType(b_.getInt32Ty());
+    auto half = [&](llvm::Value* w, bool high) {
+      llvm::Value* bits = high ? b_.CreateAnd(w, llvm::ConstantInt::get(it, 0xFFFF0000u)) : b_.CreateShl(w, 16);
+      return b_.CreateBitCast(bits, ft);
+    };
+    auto fma = [&](llvm::Value* x, llvm::Value* y, llvm::Value* z) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {x, y, z});
+    };
+    return fma(half(a, false), half(b, false), fma(half(a, true), half(b, true), acc));
+  }
+
+  // bf16x2(lo, hi) (compiler/ir.h): each float rounded to the nearest bfloat16, ties to even
+  // (the carry of adding 0x7FFF plus the kept part's lowest bit), a NaN made quiet with its
+  // sign and top payload kept; lo in the low half of the int32 lane, hi in the high half.
+  llvm::Value* bf16x2(llvm::Value* lo, llvm::Value* hi) {
+    llvm::Type* it = lo->getType()->getWithNewType(b_.getInt32Ty());
+    auto k = [&](uint32_t v) { return llvm::ConstantInt::get(it, v); };
+    auto round = [&](llvm::Value* x) {
+      llvm::Value* bits = b_.CreateBitCast(x, it);
+      llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), k(1));
+      llvm::Value* r = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, k(0x7FFF)), lsb), 16);
+      llvm::Value* nan = b_.CreateOr(b_.CreateLShr(bits, 16), k(0x40));
+      return b_.CreateSelect(b_.CreateFCmpUNO(x, x), nan, r);
+    };
+    return b_.CreateOr(b_.CreateShl(round(hi), 16), round(lo));
+  }
+
   llvm::Value* cast(const Cast* c) {
     llvm::Value* v = expr(c->value);
     const Type& from = c->value.type();
@@ -438,6 +477,16 @@ class CodeGen {
     if (c->name == kDot4U8S8) {
       TF_CHECK(c->args.size() == 2, "codegen: ", kDot4U8S8, " takes two arguments");
       return dot4_u8s8_widening(expr(c->args[0]), expr(c->args[1]));
+    }
+    if (c->name == kDot2BF16) {
+      TF_CHECK(c->args.size() == 2, "codegen: ", kDot2BF16, " takes two arguments");
+      llvm::Value* a = expr(c->args[0]);
+      return CodeGen::dot2_bf16(llvm::Constant::getNullValue(type_of(c->type)), a, expr(c->args[1]));
+    }
+    if (c->name == kBF16x2) {
+      TF_CHECK(c->args.size() == 2, "codegen: ", kBF16x2, " takes two arguments");
+      llvm::Value* lo = expr(c->args[0]);
+      return bf16x2(lo, expr(c->args[1]));
     }
     auto it = kIntrinsics.find(c->name);
     TF_CHECK(it != kIntrinsics.end() && c->args.size() == 1, "codegen: unknown call ", c->name);

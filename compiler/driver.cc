@@ -62,7 +62,7 @@ CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json
 nlohmann::json describe_args(const OpGraph& g) {
   nlohmann::json args = nlohmann::json::array();
   auto add = [&](const ir::Tensor& t, const char* role) {
-    args.push_back({{"name", t->name}, {"shape", t->shape}, {"dtype", t->dtype.str()}, {"role", role}});
+    args.push_back({{"name", t->name}, {"shape", t->shape}, {"dtype", g.arg_dtype(t)}, {"role", role}});
   };
   for (const ir::Tensor& t : g.inputs) add(t, "input");
   add(g.output, "output");

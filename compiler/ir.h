@@ -189,7 +189,14 @@ struct Broadcast : ExprNode {
 // A pure elementwise math function on floats: exp, log, sqrt, fabs, tanh. One integer
 // function: dot4_u8s8(a, b) on int32 lanes, each the sum over its four bytes t of
 // uint8(byte t of a) * int8(byte t of b), as int32 (x86's vpdpbusd without the accumulator;
-// codegen fuses `acc + dot4_u8s8(a, b)` into one instruction where the CPU has it).
+// codegen fuses `acc + dot4_u8s8(a, b)` into one instruction where the CPU has it). Two
+// for bfloat16, whose values travel in pairs in int32 words (low half: the even element,
+// high half: the odd one): bf16x2(lo, hi) rounds two float lanes to bfloat16 (to nearest,
+// ties to even; a NaN stays a quiet NaN) and packs them into one int32 lane;
+// dot2_bf16(a, b) on int32 lanes is the float sum hi(a) * hi(b) + lo(a) * lo(b) of the
+// halves widened to float (exact products; codegen fuses `acc + dot2_bf16(a, b)` into
+// x86's vdpbf16ps where the CPU has AVX512-BF16, else two fused multiply-adds, the high
+// halves first as vdpbf16ps adds them; vdpbf16ps also flushes denormals to zero).
 struct Call : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Call;
   std::string name;
@@ -198,6 +205,8 @@ struct Call : ExprNode {
   static Expr make(const std::string& name, std::vector<Expr> args);
 };
 constexpr const char* kDot4U8S8 = "dot4_u8s8";
+constexpr const char* kBF16x2 = "bf16x2";
+constexpr const char* kDot2BF16 = "dot2_bf16";
 
 struct Let : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Let;

@@ -157,6 +157,12 @@ const std::vector<OperatorDef>& operator_table() {
       {"qmatmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
        check_const_b, qmatmul_footprint, build_qmatmul, reference_qmatmul, "qmatmul(M=16,N=40,K=22)"},
+      // Operands rounded to bfloat16, products summed in float32 (build_matmul_bf16): a float
+      // A converted on entry, B given as pairs of bfloat16 in int32 words; a float model's
+      // MatMul/Gemm with constant weights under --precision bf16 (graph/pass_auto_mixed_precision.cc).
+      {"matmul_bf16",
+       {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
+       check_const_b, matmul_footprint, build_matmul_bf16, reference_matmul_bf16, "matmul_bf16(M=16,N=40,K=22)"},
       {"batch_matmul",
        {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
        nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)"},

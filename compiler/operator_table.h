@@ -71,6 +71,7 @@ inline int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int6
 namespace ops {
 void build_matmul(OpGraph& g);
 void build_qmatmul(OpGraph& g);
+void build_matmul_bf16(OpGraph& g);
 void build_batch_matmul(OpGraph& g);
 void build_conv2d_nchw(OpGraph& g);
 void build_conv2d_nhwc(OpGraph& g);
@@ -83,6 +84,7 @@ void build_conv2d_winograd_nchwc(OpGraph& g);
 using Inputs = std::vector<const float*>;
 void reference_matmul(const Workload& w, const Inputs& in, float* out);
 void reference_qmatmul(const Workload& w, const Inputs& in, float* out);
+void reference_matmul_bf16(const Workload& w, const Inputs& in, float* out);
 void reference_batch_matmul(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nchw(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nhwc(const Workload& w, const Inputs& in, float* out);

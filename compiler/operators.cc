@@ -244,6 +244,35 @@ void build_qmatmul(OpGraph& g) {
   if (w.get("const_b")) g.prepacked.insert("B");
 }
 
+// matmul_bf16: C = A x B with both operands rounded to bfloat16 and the products summed in
+// float32 (docs/precision.md), then the epilogue. A is float [M][K], converted on entry into
+// pairs ("A.bf" [M][K/2]: int32 words bf16x2(A[i][2p], A[i][2p + 1]), K zero-padded to an
+// even count); B is given as pairs [K/2][N] (word p of column j: k = 2p low, 2p + 1 high; a
+// model converts its constant weights once), so the sum is one dot2_bf16 per pair.
+void build_matmul_bf16(OpGraph& g) {
+  const Workload& w = g.workload;
+  const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K"), P = (K + 1) / 2;
+  Tensor A = make_input(g, "A", {M, K});
+  Tensor B = make_input(g, "B", {P, N}, Type::int32());
+  g.word_types["B"] = kBFloat16Pairs;
+  Tensor ab = compute("A.bf", {M, P}, {"i", "p"}, [&](const std::vector<Expr>& ax) {
+    Expr k = ax[1] * 2 + 1;
+    Expr hi = read(A, {ax[0], K % 2 == 0 ? k : min(k, Expr(K - 1))});
+    if (K % 2 != 0) hi = select(k < Expr(K), hi, f32(0.0));
+    return Call::make(kBF16x2, {read(A, {ax[0], ax[1] * 2}), hi});
+  });
+  IterVar p = reduce_axis(P, "p");
+  const bool fused = w.epilogue != Epilogue::None;
+  g.acc = compute(fused ? "acc" : "C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
+    return ir::sum(Call::make(kDot2BF16, {read(ab, {ax[0], p.var}), read(B, {p.var, ax[1]})}), {p});
+  }, {p});
+  add_epilogue(g, "C", {"i", "j"}, 1);
+  g.flops = 2 * M * N * K;
+  g.check_terms = K;
+  g.check_relative = true;
+  if (w.get("const_b")) g.prepacked.insert("B");
+}
+
 // qconv2d_nchwc: the NCHWc convolution of a float data quantized to uint8 on entry (as
 // qmatmul's A; the padding is the quantized 0.0, the zero point) with int8 weights given as
 // quads of four input channels, [K/oc_block][C/4][R][S][oc_block] int32 (byte t: channel
@@ -484,6 +513,11 @@ void build_conv2d_winograd_nchwc(OpGraph& g) {
 }
 
 }  // namespace ops
+
+std::string OpGraph::arg_dtype(const ir::Tensor& t) const {
+  auto it = word_types.find(t->name);
+  return it != word_types.end() ? it->second : t->dtype.str();
+}
 
 OpGraph build_op(const Workload& w) {
   OpGraph g;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,7 +38,17 @@ struct OpGraph {
   // Whether the check measures errors relative to the reference's magnitude where it is past
   // 1 (outputs that are large integers scaled, as a quantized product's are).
   bool check_relative = false;
+  // Inputs whose int32 words each hold two narrower values (matmul_bf16's B: two bfloat16,
+  // kBFloat16Pairs), by input name: boards and checks fill them with such values
+  // (runtime/kernel_library.h fill_typed) instead of int32 ones.
+  std::map<std::string, std::string> word_types;
+  // What boards are told an input holds (ArgSpec.dtype, the sidecar's "dtype"): its word type
+  // where it has one, else its element type.
+  std::string arg_dtype(const ir::Tensor& t) const;
 };
+
+// The word type of int32 words holding two bfloat16 values.
+inline constexpr const char* kBFloat16Pairs = "bfloat16x2";
 
 OpGraph build_op(const Workload& w);
 

@@ -1,8 +1,10 @@
 #include "compiler/reference.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
+#include "base/bfloat16.h"
 #include "base/error.h"
 #include "compiler/operator_table.h"
 
@@ -103,6 +105,25 @@ void reference_qmatmul(const Workload& w, const Inputs& in, float* out) {
       // Padding bytes of the last quad (k >= K) meet A's zero bytes.
       double v = double(static_cast<float>(static_cast<int32_t>(acc))) * scale[j] + offset[j];
       out[i * N + j] = epilogue(w.epilogue, v, bias, j);
+    }
+  }
+}
+
+// As build_matmul_bf16 computes it: A rounded to bfloat16 (to nearest, ties to even), B's
+// halves read from the bits of its words; the products exact, the sum in double.
+void reference_matmul_bf16(const Workload& w, const Inputs& in, float* out) {
+  const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
+  const float *A = in[0], *B = in[1];
+  const float* bias = bias_of(w, in);
+  auto weight = [&](int64_t k, int64_t j) {
+    const uint32_t word = std::bit_cast<uint32_t>(B[k / 2 * N + j]);
+    return std::bit_cast<float>(k % 2 ? word & 0xFFFF0000u : word << 16);
+  };
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += double(round_bf16(A[i * K + k])) * weight(k, j);
+      out[i * N + j] = epilogue(w.epilogue, acc, bias, j);
     }
   }
 }

@@ -96,6 +96,9 @@ struct Graph {
   // (fold-qdq: QMatMul nodes).
   int64_t quantize_nodes = 0;
   int64_t int8_nodes = 0;
+  // Products converted to bfloat16 kernels (auto-mixed-precision at --precision bf16:
+  // MatMulBF16 nodes).
+  int64_t bf16_nodes = 0;
   // What each QuantizeLinear/DequantizeLinear output was before its float32 expansion, by
   // the output's name, for the passes that fold them into int8 kernels.
   struct Qdq {

@@ -410,9 +410,11 @@ json CompiledModel::sidecar(const std::string& model) const {
 
 int64_t channel_block(const Target& t) { return t.is_cpu() ? t.vector_lanes() : 0; }
 
-Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block) {
+Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block,
+                 Precision precision) {
   PassOptions opts;
   opts.channel_block = block;
+  opts.precision = precision;
   opts.opt_level = opt_level;
   opts.disabled = {disable.begin(), disable.end()};
   check_pass_options(opts);
@@ -424,6 +426,13 @@ Graph load_model(const std::string& path, int opt_level, const std::vector<std::
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
                             const std::string& out, const std::string& model_name,
                             int64_t memory_budget, bool emulate_gpu) {
+  if (!target.is_cpu()) {
+    for (const Node& n : g.nodes) {
+      if (n.op == "MatMulBF16")
+        throw UserError(str(n.where(), ": --precision bf16 is implemented for CPU targets only, not ", target.str(),
+                            " (GPU tensor cores: not yet)"));
+    }
+  }
   ModelCodegen code(target, emulate_gpu);
   // Every value must fit the budget on its own before anything is generated.
   check_input_budgets(g, memory_budget);

@@ -28,6 +28,7 @@
 #include "graph/graph.h"
 #include "graph/memory_budget.h"
 #include "graph/memory_plan.h"
+#include "graph/pass.h"
 
 namespace tf::graph {
 
@@ -83,7 +84,9 @@ int64_t channel_block(const Target& t);
 // The graph of an .onnx file after the passes at `opt_level`, without the passes `disable`
 // names, for a target whose vector width is `block` (channel_block): what compile --model
 // compiles. UserError for a file that does not import or a pass name that does not exist.
-Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block);
+// `precision`: the products' precision (--precision; PassOptions::precision).
+Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block,
+                 Precision precision = Precision::Fp32);
 
 //
 // With `emulate_gpu` (target a GPU: cuda, rocm), every kernel is scheduled for the GPU (its

@@ -159,6 +159,7 @@ void register_einsum_ops(std::vector<OpDef>& ops);
 void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum, Trilu, GatherElements, ...
 void register_recurrent_ops(std::vector<OpDef>& ops);  // graph/import_recurrent.h
 void register_quantize_ops(std::vector<OpDef>& ops);   // graph/import_quantize.h
+void register_precision_ops(std::vector<OpDef>& ops);  // graph/pass_auto_mixed_precision.cc
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.

@@ -46,6 +46,11 @@ const std::vector<PassInfo>& graph_passes() {
        "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and "
        "bias Add) and a Split",
        plain(combine_parallel_matmuls)},
+      // After combine-parallel-matmuls, so attention's Q, K and V weights convert as one.
+      {"auto-mixed-precision", 0,
+       "--precision bf16: MatMul/Gemm with constant weights as bfloat16 kernels (MatMulBF16, float32 sums); "
+       "everything else stays float32 (docs/precision.md)",
+       [](Graph& g, const PassOptions& o) { return convert_precision(g, o.precision); }},
       {"lower-scatter-nd", 0,
        "ScatterND (in-place slice assignment) and ScatterElements with constant indices as a "
        "Gather of their updates and a Where over their data, which compiled kernels run",

@@ -25,6 +25,12 @@
 
 namespace tf::graph {
 
+// The precision of a float model's products (--precision): fp32 as the model says, or bf16
+// (auto-mixed-precision, graph/pass_auto_mixed_precision.cc).
+enum class Precision { Fp32, BF16 };
+// "fp32" or "bf16"; UserError naming the value for others (fp16 and tf32: not implemented yet).
+Precision parse_precision(const std::string& name);
+
 struct PassOptions {
   int opt_level = 2;
   std::set<std::string> disabled;
@@ -34,6 +40,8 @@ struct PassOptions {
   // block of transform-conv-layout. 0 (no target, or not a CPU): that pass and
   // fold-qdq (int8 kernels are CPU templates) change nothing.
   int64_t channel_block = 0;
+  // The products' precision (auto-mixed-precision); fp32 runs that pass as a no-op.
+  Precision precision = Precision::Fp32;
 };
 
 struct PassInfo {
@@ -96,6 +104,23 @@ bool eliminate_common_subexpressions(Graph& g);
 // int8: QDQ convolutions (qdq_operands) become QConvNCHWc, int8 kernels (fold-qdq's part).
 bool transform_conv_layout(Graph& g, int64_t channel_block, bool int8 = false);
 bool fold_qdq_matmuls(Graph& g, int64_t channel_block);
+bool convert_precision(Graph& g, Precision p);
+
+// A MatMul or Gemm of activations x[..., K] by 2-D weights as x times w[K, N] (+ bias), the
+// shape fold-qdq and auto-mixed-precision rewrite: Gemm's transB read (the weights stored
+// [N, K]), its C a bias of N float32 constants with beta 1 (`bias`: that value). Nothing for
+// another operator, a Gemm with transA or alpha != 1 or another C, weights not of rank 2, or
+// shapes that do not agree.
+struct WeightProduct {
+  int64_t K = 0, N = 0;
+  bool trans_b = false;
+  std::string bias;  // empty: none
+};
+std::optional<WeightProduct> weight_product(const Graph& g, const Node& n);
+// Weights `w` of product `p` (as stored: [N, K] when trans_b) as [K, N].
+HostTensor weights_kn(const HostTensor& w, const WeightProduct& p);
+// The bias of `p` as a new [N] constant named from `base` ("" when it has none).
+std::string bias_constant(Graph& g, const std::string& base, const WeightProduct& p);
 
 // What a product reads through QDQ pairs (graph/pass_fold_qdq.cc): activations `act`
 // as DequantizeLinear(QuantizeLinear(x)) per tensor (x, its scale, its zero point as uint8:

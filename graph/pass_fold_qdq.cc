@@ -43,31 +43,12 @@ bool defined(const Graph& g, const std::string& v) {
 }
 
 bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
-  const bool gemm = n.op == "Gemm";
-  if ((n.op != "MatMul" && !gemm) || n.inputs.size() < 2) return false;
-  if (gemm && (n.get_int("transA", 0) != 0 || n.get_float("alpha", 1) != 1.0f)) return false;
-  const bool trans_b = gemm && n.get_int("transB", 0) != 0;
-  const Value& wv = g.value(n.inputs[1]);
-  if (wv.shape.size() != 2) return false;
-  std::optional<QdqOperands> q = qdq_operands(g, n.inputs[0], n.inputs[1], trans_b ? 0 : 1);
+  std::optional<WeightProduct> p = weight_product(g, n);
+  if (!p) return false;
+  std::optional<QdqOperands> q = qdq_operands(g, n.inputs[0], n.inputs[1], p->trans_b ? 0 : 1);
   if (!q) return false;
-  const int64_t K = trans_b ? wv.shape[1] : wv.shape[0], N = trans_b ? wv.shape[0] : wv.shape[1];
-  if (g.value(n.inputs[0]).shape.back() != K) return false;
-  std::string bias;
-  if (gemm && n.inputs.size() > 2 && !n.inputs[2].empty()) {
-    const Value& c = g.value(n.inputs[2]);
-    if (!c.constant || c.dtype != DType::F32 || num_elements(c.shape) != N || c.shape.back() != N ||
-        n.get_float("beta", 1) != 1.0f) {
-      return false;
-    }
-    bias = g.add_constant(n.name + ".bias", HostTensor::floats({N}, c.constant->f));
-  }
-  HostTensor w = q->w;
-  if (trans_b) {
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) w.f[static_cast<size_t>(k * N + j)] = q->w.f[static_cast<size_t>(j * K + k)];
-    w.shape = {K, N};
-  }
+  const std::string bias = bias_constant(g, n.name, *p);
+  HostTensor w = weights_kn(q->w, *p);
   Node m;
   m.name = n.name;
   m.op = "QMatMul";
@@ -81,6 +62,42 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
 }
 
 }  // namespace
+
+std::optional<WeightProduct> weight_product(const Graph& g, const Node& n) {
+  const bool gemm = n.op == "Gemm";
+  if ((n.op != "MatMul" && !gemm) || n.inputs.size() < 2) return std::nullopt;
+  if (gemm && (n.get_int("transA", 0) != 0 || n.get_float("alpha", 1) != 1.0f)) return std::nullopt;
+  WeightProduct p;
+  p.trans_b = gemm && n.get_int("transB", 0) != 0;
+  const Value& wv = g.value(n.inputs[1]);
+  if (wv.shape.size() != 2) return std::nullopt;
+  p.K = p.trans_b ? wv.shape[1] : wv.shape[0];
+  p.N = p.trans_b ? wv.shape[0] : wv.shape[1];
+  if (g.value(n.inputs[0]).shape.back() != p.K) return std::nullopt;
+  if (gemm && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+    const Value& c = g.value(n.inputs[2]);
+    if (!c.constant || c.dtype != DType::F32 || num_elements(c.shape) != p.N || c.shape.back() != p.N ||
+        n.get_float("beta", 1) != 1.0f) {
+      return std::nullopt;
+    }
+    p.bias = n.inputs[2];
+  }
+  return p;
+}
+
+HostTensor weights_kn(const HostTensor& w, const WeightProduct& p) {
+  if (!p.trans_b) return w;
+  HostTensor t = w;
+  for (int64_t k = 0; k < p.K; ++k)
+    for (int64_t j = 0; j < p.N; ++j) t.f[static_cast<size_t>(k * p.N + j)] = w.f[static_cast<size_t>(j * p.K + k)];
+  t.shape = {p.K, p.N};
+  return t;
+}
+
+std::string bias_constant(Graph& g, const std::string& base, const WeightProduct& p) {
+  if (p.bias.empty()) return "";
+  return g.add_constant(base + ".bias", HostTensor::floats({p.N}, g.value(p.bias).constant->f));
+}
 
 std::optional<QdqOperands> qdq_operands(const Graph& g, const std::string& act, const std::string& weight,
                                         int64_t channel_axis) {

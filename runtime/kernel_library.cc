@@ -6,6 +6,7 @@
 #include <elf.h>
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 #include <cstring>
 #include <chrono>
@@ -255,12 +256,24 @@ void fill_random(float* data, int64_t n, uint64_t seed) {
 }
 
 int arg_dtype_bytes(const std::string& dtype) {
-  if (dtype.empty() || dtype == "float32" || dtype == "int32") return 4;
+  if (dtype.empty() || dtype == "float32" || dtype == "int32" || dtype == "bfloat16x2") return 4;
   if (dtype == "int8" || dtype == "uint8") return 1;
   return 0;
 }
 
 void fill_typed(const std::string& dtype, float* data, int64_t n, uint64_t seed) {
+  if (dtype == "bfloat16x2") {
+    // Word i: fill_random's values 2i (low half) and 2i + 1 (high half), truncated to
+    // bfloat16; the word's bits held in the float.
+    std::vector<float> v(static_cast<size_t>(n) * 2);
+    fill_random(v.data(), n * 2, seed);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t lo = std::bit_cast<uint32_t>(v[static_cast<size_t>(2 * i)]) >> 16;
+      const uint32_t hi = std::bit_cast<uint32_t>(v[static_cast<size_t>(2 * i + 1)]) & 0xFFFF0000u;
+      data[i] = std::bit_cast<float>(hi | lo);
+    }
+    return;
+  }
   fill_random(data, n, seed);
   if (arg_dtype_bytes(dtype) == 4 && dtype != "int32") return;
   const bool u8 = dtype == "uint8";

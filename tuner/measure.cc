@@ -53,7 +53,7 @@ pb::MeasureRequest MeasureContext::request(const std::string& function) const {
     pb::ArgSpec* a = req.add_args();
     for (int64_t d : t->shape) a->add_shape(d);
     a->set_is_output(output);
-    if (t->dtype != ir::Type::float32()) a->set_dtype(t->dtype.str());
+    if (std::string d = graph_.arg_dtype(t); d != "float32") a->set_dtype(d);
   };
   for (const ir::Tensor& t : graph_.inputs) add(t, false);
   add(graph_.output, true);
@@ -156,7 +156,7 @@ RunResult MeasureContext::finish(const pb::MeasureReply& reply) {
       int64_t n = 1;
       for (int64_t d : t->shape) n *= d;
       inputs.emplace_back(static_cast<size_t>(n));
-      fill_typed(t->dtype.str(), inputs.back().data(), n, opts_.seed + i++);
+      fill_typed(graph_.arg_dtype(t), inputs.back().data(), n, opts_.seed + i++);
       ptrs.push_back(inputs.back().data());
     }
     reference_.resize(static_cast<size_t>(out_elements_));

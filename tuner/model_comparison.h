@@ -22,7 +22,8 @@ namespace tf {
 // the passes `disable` names): what compile --model compiles and tune --model tunes. Throws
 // UserError for a file that is not a model it can import.
 graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
-                                   const std::vector<std::string>& disable);
+                                   const std::vector<std::string>& disable,
+                                   graph::Precision precision = graph::Precision::Fp32);
 
 // `g` compiled for `t` into the library `out`, each kernel with the database's best config
 // (choose_config; none without a database), within `memory_budget` bytes.

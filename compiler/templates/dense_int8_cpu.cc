@@ -5,7 +5,8 @@
 // panels of tile_n columns with four consecutive k of a column in one int32 ("B.q"
 // [N/tile_n][K/4][tile_n], the layout vpdpbusd reads), K padded with zeros to a multiple of 4;
 // then C is tiled as dense.cpu tiles a float matmul: tile_m rows (unrolled) x tile_n columns
-// (vectorized), the reduction over K/4 unroll_k deep.
+// (vectorized), the reduction over K/4 unroll_k deep. qdense.cpu (qmatmul) and dense_bf16.cpu
+// (matmul_bf16: pairs of bfloat16 per word, vdpbf16ps) tile the same way over their words.
 #include "compiler/templates/common.h"
 
 namespace tf::templates {
@@ -13,16 +14,18 @@ namespace {
 
 using namespace ir;  // NOLINT: tensor-expression code reads best unqualified
 
-// What both int8 dense templates share: the register tile of dense.cpu over quads of K.
-class Int8Dense : public CpuTemplate {
+// What the dense templates over words of K share: the register tile of dense.cpu over the
+// words (quads of int8 bytes, pairs of bfloat16), `per_word` values of K in each.
+class WordDense : public CpuTemplate {
  public:
-  using CpuTemplate::CpuTemplate;
+  template <typename... Args>
+  explicit WordDense(int64_t per_word, Args&&... args) : CpuTemplate(std::forward<Args>(args)...), per_word_(per_word) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
         {"tile_m", KnobType::Int, "rows of C per register tile (unrolled)", 64, {}, kSplit},
         {"tile_n", KnobType::Int, "columns of C per register tile (vectorized) and of B's packed panels", 256, {}, kSplit},
-        {"unroll_k", KnobType::Int, "unroll factor of the reduction loop (in steps of 4 k)", 64, {}, kSplit},
+        {"unroll_k", KnobType::Int, "unroll factor of the reduction loop (in words of k: 4 int8 or 2 bfloat16 values)", 64, {}, kSplit},
         {"order", KnobType::Choice, "outer tile loop order: mn (rows outer) or nm (columns outer)", 0, {"mn", "nm"},
          kReorder},
         {"vectorize", KnobType::Bool, "vectorize the inner tile axis", 0, {}},
@@ -38,7 +41,7 @@ class Int8Dense : public CpuTemplate {
     json c;
     c["tile_n"] = vector_tile(out_extent(g, 1), 2, lanes);
     c["tile_m"] = std::min(out_extent(g, 0), rows);
-    c["unroll_k"] = std::min<int64_t>(4, quads(g));
+    c["unroll_k"] = std::min<int64_t>(4, words(g));
     c["order"] = "nm";
     default_annotations(c);
     return c;
@@ -48,7 +51,7 @@ class Int8Dense : public CpuTemplate {
   SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
     if (knob == "tile_m") return {out_extent(g, 0), false, true};
     if (knob == "tile_n") return {out_extent(g, 1), true, false};
-    return {quads(g), false, false};  // unroll_k
+    return {words(g), false, false};  // unroll_k
   }
 
   Tile register_tile(const OpGraph&, const Target&, const json& c) const override {
@@ -62,18 +65,22 @@ class Int8Dense : public CpuTemplate {
     if (c["vectorize"].get<bool>()) p.vectorize(ax.back().var);
   }
 
-  // Steps of the reduction: K / 4, rounded up.
-  static int64_t quads(const OpGraph& g) { return (g.inputs[0]->shape[1] + 3) / 4; }
+  // Steps of the reduction: K / per_word, rounded up.
+  int64_t words(const OpGraph& g) const { return (g.inputs[0]->shape[1] + per_word_ - 1) / per_word_; }
+
+ private:
+  int64_t per_word_;
 };
 
-class DenseInt8Cpu final : public Int8Dense {
+class DenseInt8Cpu final : public WordDense {
  public:
   DenseInt8Cpu()
-      : Int8Dense("dense_int8.cpu", 1, {"matmul"}, TargetKind::Llvm, {OperandTypes{DType::Uint8, DType::Int8}}) {}
+      : WordDense(4, "dense_int8.cpu", 1, std::vector<std::string>{"matmul"}, TargetKind::Llvm,
+                  std::vector<OperandTypes>{OperandTypes{DType::Uint8, DType::Int8}}) {}
 
   OpGraph schedule_graph(const OpGraph& g, const Target&, const json& c) const override {
     const Tensor A = g.inputs[0], B = g.inputs[1];
-    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1], Q = quads(g);
+    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1], Q = words(g);
     const int64_t nb = c["tile_n"];
     const Type i32 = Type::int32();
     // Byte t of an int32 from a uint8 value: its zero extension times 256^t (wrapping).
@@ -130,11 +137,11 @@ class DenseInt8Cpu final : public Int8Dense {
 // into quads ("A.q") times B given as quads [K/4][N], packed into panels of tile_n columns
 // ([N/tile_n][K/4][tile_n], the layout dense_int8.cpu makes; a model passes its constant
 // weights so packed), scaled per column in the output tile.
-class QDenseCpu final : public Int8Dense {
+class QDenseCpu final : public WordDense {
  public:
   static constexpr int64_t kQuantizeLanes = 16;
 
-  QDenseCpu() : Int8Dense("qdense.cpu", 1, {"qmatmul"}, TargetKind::Llvm) {}
+  QDenseCpu() : WordDense(4, "qdense.cpu", 1, std::vector<std::string>{"qmatmul"}, TargetKind::Llvm) {}
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
     // A quantized in rows of vectors (the division and rounding are the costly part), its
@@ -150,8 +157,31 @@ class QDenseCpu final : public Int8Dense {
   }
 };
 
+// dense_bf16.cpu: matmul_bf16 (compiler/operators.cc build_matmul_bf16), a float A converted
+// on entry into bfloat16 pairs ("A.bf" [M][K/2], in rows of vectors), B given as pairs
+// [K/2][N] packed into panels of tile_n columns ([N/tile_n][K/2][tile_n]: a vector of B's
+// words is the 32 bfloat16 vdpbf16ps reads; a model passes its constant weights so packed),
+// one dot2_bf16 per pair in the register tile.
+class DenseBF16Cpu final : public WordDense {
+ public:
+  static constexpr int64_t kConvertLanes = 16;
+
+  DenseBF16Cpu() : WordDense(2, "dense_bf16.cpu", 1, std::vector<std::string>{"matmul_bf16"}, TargetKind::Llvm) {}
+
+  void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
+    Stage& ab = s.stage("A.bf");
+    const auto& ax = ab.op()->axes;
+    if (c["parallel"].get<bool>()) ab.parallel(ax[0].var);
+    if (c["vectorize"].get<bool>()) ab.vectorize(ab.split(ax[1].var, kConvertLanes).second);
+    if (Stage* p = pack_input(s, g, "B", 1, c["tile_n"])) schedule_packing(*p, c);
+    auto [acc, out] = acc_and_writer(s, g);
+    schedule_dense_tiles(*out, *acc, 0, c);
+  }
+};
+
 }  // namespace
 
+std::unique_ptr<ScheduleTemplate> make_dense_bf16_cpu() { return std::make_unique<DenseBF16Cpu>(); }
 std::unique_ptr<ScheduleTemplate> make_dense_int8_cpu() { return std::make_unique<DenseInt8Cpu>(); }
 std::unique_ptr<ScheduleTemplate> make_qdense_cpu() { return std::make_unique<QDenseCpu>(); }
 

@@ -95,7 +95,7 @@ std::vector<std::vector<float>> seeded_buffers(const OpGraph& g, uint64_t seed) 
     int64_t n = 1;
     for (int64_t d : t->shape) n *= d;
     bufs.emplace_back(static_cast<size_t>(n));
-    fill_typed(t->dtype.str(), bufs.back().data(), n, seed++);
+    fill_typed(g.arg_dtype(t), bufs.back().data(), n, seed++);
   }
   int64_t out_n = 1;
   for (int64_t d : g.output->shape) out_n *= d;
@@ -122,7 +122,7 @@ Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed,
   // Typed arguments travel as their type's elements, as a board passes them (and packed: the
   // layout moves whole 4-byte elements).
   for (size_t i = 0; i < g.inputs.size(); ++i) {
-    store_as(g.inputs[i]->dtype.str(), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
+    store_as(g.arg_dtype(g.inputs[i]), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
     for (const ir::Schedule::Packing& p : packed) {
       if (p.input == g.inputs[i]->name) bufs[i] = pack_layout(bufs[i], g.inputs[i]->shape, p.dim, p.block);
     }

@@ -3,8 +3,13 @@
 // AVX-512 and AVX2 without, SSE), and the typed arguments boards fill (docs/precision.md).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
 
+#include "base/bfloat16.h"
 #include "base/error.h"
 #include "compiler/codegen_llvm.h"
 #include "compiler/driver.h"
@@ -166,12 +171,12 @@ TEST(Int8Matmul, DotProductsUseTheTargetsInstruction) {
 // step off in one element fails it.
 class QMatmul : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(QMatmul, MatchesTheReferenceOnEveryInstructionSet) {
-  std::vector<std::string> targets = runnable_x86_targets();
-  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
-  uint64_t seed = 3;
+// Workload `spec` (a matmul-like one, B its second input) with B packed by the kernel and
+// given packed (const_b=1, a model's constant weights), on each of `targets`, default and
+// sampled configs: every output passes the check.
+void expect_matches_with_b_packed_or_given(const std::string& spec, const std::vector<std::string>& targets,
+                                           uint64_t seed) {
   for (const char* const_b : {"", ",const_b=1"}) {
-    std::string spec = std::string(GetParam());
     Workload w = parse_workload(spec.substr(0, spec.size() - 1) + const_b + ")");
     for (const std::string& ts : targets) {
       Target t = parse_target(ts);
@@ -184,6 +189,12 @@ TEST_P(QMatmul, MatchesTheReferenceOnEveryInstructionSet) {
       }
     }
   }
+}
+
+TEST_P(QMatmul, MatchesTheReferenceOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_x86_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  expect_matches_with_b_packed_or_given(GetParam(), targets, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QMatmul,
@@ -247,6 +258,121 @@ TEST(Int8Matmul, GpuTargetsSayTheyHaveNoTemplateYet) {
   Workload w = parse_workload("matmul(M=16,N=64,K=64,dtype=uint8,weight_dtype=int8)");
   expect_user_error([&] { compile_kernel(w, parse_target("cuda -arch=sm_90"), nullptr, "default", ""); },
                     "no schedule template for matmul of uint8 x int8 on cuda targets yet");
+}
+
+// bfloat16 (matmul_bf16, docs/precision.md): boards fill pairs of bfloat16 into int32 words,
+// their bits carried as they are.
+TEST(TypedArguments, BFloat16PairsHoldTwoBFloat16InEachWord) {
+  std::vector<float> v(4096);
+  fill_typed("bfloat16x2", v.data(), static_cast<int64_t>(v.size()), 3);
+  std::set<uint16_t> halves;
+  for (float x : v) {
+    const auto word = std::bit_cast<uint32_t>(x);
+    for (uint16_t h : {static_cast<uint16_t>(word), static_cast<uint16_t>(word >> 16)}) {
+      const float f = bf16_value(h);
+      ASSERT_TRUE(f >= -1.0f && f < 1.0f) << std::hex << word;
+      halves.insert(h);
+    }
+  }
+  EXPECT_GT(halves.size(), 1000u);  // both halves vary (uniform values have ~1400 bfloat16s)
+  std::vector<float> w = v;
+  store_as("bfloat16x2", w.data(), static_cast<int64_t>(w.size()));
+  load_as("bfloat16x2", w.data(), static_cast<int64_t>(w.size()));
+  EXPECT_EQ(std::memcmp(w.data(), v.data(), v.size() * 4), 0);
+  EXPECT_EQ(arg_dtype_bytes("bfloat16x2"), 4);
+}
+
+// The x86 instruction sets of the bfloat16 path this machine runs: vdpbf16ps (AVX512-BF16),
+// and the widening sequence with AVX-512, AVX2 and SSE.
+std::vector<std::string> runnable_bf16_targets() {
+  Target host = host_target();
+  std::vector<std::string> out;
+  if (host.arch_name() != "x86_64") return out;
+  const std::vector<std::pair<std::string, std::string>> all = {
+      {"llvm -mcpu=cooperlake", "avx512bf16"},   // vdpbf16ps zmm
+      {"llvm -mcpu=skylake-avx512", "avx512bw"},  // widening, AVX-512
+      {"llvm -mcpu=x86-64-v3", "avx2"},           // widening, AVX2
+      {"llvm -mcpu=x86-64", "sse2"},              // widening, SSE
+  };
+  for (const auto& [t, feature] : all) {
+    if (host.has_feature(feature)) out.push_back(t);
+  }
+  return out;
+}
+
+// matmul_bf16 (a float model's MatMul at --precision bf16: A converted on entry, B as pairs):
+// on every instruction set, B packed by the kernel and given packed, default and sampled
+// configs, odd K (a zero high half), the epilogues.
+class BF16Matmul : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BF16Matmul, MatchesTheReferenceOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_bf16_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  expect_matches_with_b_packed_or_given(GetParam(), targets, 41);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BF16Matmul,
+                         ::testing::Values("matmul_bf16(M=1,N=1,K=1)", "matmul_bf16(M=16,N=32,K=64)",
+                                           "matmul_bf16(M=37,N=45,K=23,epilogue=bias_relu)",
+                                           "matmul_bf16(M=5,N=100,K=130,epilogue=relu)"));
+
+// A's conversion rounds to the nearest bfloat16, ties to even, keeps NaN and infinities, and
+// rounds past the largest bfloat16 to infinity: C = A[:, 0] * 1.0 exactly (B's word: 1.0 low,
+// 0 high; A[:, 1] = 0), on each instruction set.
+TEST(BF16Matmul, TheConversionRoundsToNearestEven) {
+  std::vector<std::string> targets = runnable_bf16_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  const float tie_down = 1.0f + 0x1p-8f;               // halfway between 1 and 1 + 2^-7: to 1
+  const float tie_up = 1.0f + 0x1p-7f + 0x1p-8f;       // halfway, odd below: up to 1 + 2^-6
+  const float above = 1.0f + 0x1p-8f + 0x1p-20f;      // past halfway: up
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<float, float>> cases = {
+      {tie_down, 1.0f},     {tie_up, 1.0f + 0x1p-6f}, {above, 1.0f + 0x1p-7f},   {-tie_up, -(1.0f + 0x1p-6f)},
+      {0.1f, 0.10009765625f}, {inf, inf},             {-inf, -inf},              {3.4e38f, inf},
+      {0.0f, 0.0f},         {-2.5f, -2.5f},           {1e-30f, round_bf16(1e-30f)}, {65504.0f, 65536.0f},
+      {std::nanf(""), std::nanf("")}, {7.0f, 7.0f},   {1.0f / 3, 0.333984375f},    {-1.0f / 3, -0.333984375f}};
+  const int64_t M = static_cast<int64_t>(cases.size());
+  Workload w = parse_workload(str("matmul_bf16(M=", M, ",N=1,K=2)"));
+  for (const std::string& ts : targets) {
+    Target t = parse_target(ts);
+    CompiledKernel k = compile_kernel(w, t, nullptr, "default", "");
+    std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
+    std::vector<float> a(static_cast<size_t>(2 * M), 0.0f), c(static_cast<size_t>(M), -1.0f);
+    for (int64_t i = 0; i < M; ++i) a[static_cast<size_t>(2 * i)] = cases[static_cast<size_t>(i)].first;
+    std::vector<float> b = {std::bit_cast<float>(uint32_t{0x3F80})};  // 1.0 low, 0.0 high
+    ASSERT_EQ(lib->call({a.data(), b.data(), c.data()}), 0);
+    for (int64_t i = 0; i < M; ++i) {
+      const auto [x, want] = cases[static_cast<size_t>(i)];
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(c[static_cast<size_t>(i)])) << x << " on " << ts;
+      } else {
+        EXPECT_EQ(c[static_cast<size_t>(i)], want) << x << " on " << ts;
+      }
+      if (!std::isnan(want)) EXPECT_EQ(round_bf16(x), want) << x << " (host)";
+    }
+  }
+}
+
+// vdpbf16ps where the CPU has AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and 5), the
+// widening sequence elsewhere; the sidecar says B holds bfloat16 pairs.
+TEST(BF16Matmul, DotProductsUseTheTargetsInstruction) {
+  Workload w = parse_workload("matmul_bf16(M=16,N=64,K=64)");
+  auto asm_of = [&](const char* spec) {
+    return kernel_text(compile_kernel(w, parse_target(spec), nullptr, "default", ""), EmitKind::Asm);
+  };
+  EXPECT_NE(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=cooperlake").find("vdpbf16ps\t%zmm"), std::string::npos);
+  EXPECT_NE(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4").find("vdpbf16ps"), std::string::npos);
+  EXPECT_EQ(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512").find("vdpbf16ps"), std::string::npos);
+  EXPECT_EQ(asm_of("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1").find("bfdot"), std::string::npos);
+  CompiledKernel k = compile_kernel(w, host_target(), nullptr, "default", "");
+  EXPECT_EQ(k.graph.arg_dtype(k.graph.inputs[1]), "bfloat16x2");
+  EXPECT_EQ(k.graph.arg_dtype(k.graph.inputs[0]), "float32");
+}
+
+TEST(BF16Matmul, GpuTargetsSayTheyHaveNoTemplateYet) {
+  Workload w = parse_workload("matmul_bf16(M=16,N=64,K=64)");
+  expect_user_error([&] { compile_kernel(w, parse_target("cuda -arch=sm_90"), nullptr, "default", ""); },
+                    "matmul_bf16");
 }
 
 }  // namespace

@@ -123,9 +123,10 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     EXPECT_TRUE(p.ran) << p.name;
     // recognize-composites, combine-parallel-matmuls and transform-conv-layout have their own
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block),
-    // and fold-qdq (no QDQ model; tests/graph/import_test.cc).
+    // and fold-qdq (no QDQ model; tests/graph/import_test.cc), and auto-mixed-precision (not at
+    // fp32, the default; below).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
-                    p.name == "fold-qdq" ||
+                    p.name == "fold-qdq" || p.name == "auto-mixed-precision" ||
                     p.name == "transform-conv-layout" || p.name == "lower-conv-transpose" ||
                     p.name == "pad-convs" || p.name == "einsum-to-matmul" ||
                     p.name == "split-grouped-convs" || p.name == "lower-scatter-nd";
@@ -157,6 +158,41 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
   EXPECT_EQ(t.tasks[2].workload, "matmul(M=6,N=5,K=24,const_b=1,epilogue=none)");
 }
 
+// --precision bf16: the MatMul with constant weights becomes MatMulBF16 (a matmul_bf16 task),
+// the convolutions stay float32, and the outputs move by bfloat16's rounding only (the
+// reference evaluation rounds the operands as the kernel does).
+TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
+  Graph original = sample_model();
+  Graph g = original;
+  PassOptions o;
+  o.precision = Precision::BF16;
+  for (const PassReport& p : run_passes(g, o)) {
+    if (p.name == "auto-mixed-precision") EXPECT_TRUE(p.changed);
+  }
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes) ++ops[n.op];
+  EXPECT_EQ(ops["MatMulBF16"], 1);
+  EXPECT_EQ(ops.count("MatMul"), 0u);
+  EXPECT_EQ(ops["Conv"], 2);
+  EXPECT_EQ(g.bf16_nodes, 1);
+  TaskList t = extract_tasks(g);
+  ASSERT_EQ(t.tasks.size(), 3u);
+  EXPECT_EQ(t.tasks[2].workload, "matmul_bf16(M=6,N=5,K=24,const_b=1,epilogue=none)");
+  std::map<std::string, HostTensor> in = {{"x", random_floats({1, 4, 6, 6}, 99)}};
+  auto want = run_reference(original, in), got = run_reference(g, in);
+  double most = 0, err = 0;
+  for (const auto& [name, w] : want) {
+    for (int64_t k = 0; k < w.size(); ++k) {
+      most = std::max(most, double(std::fabs(w.f[k])));
+      err = std::max(err, double(std::fabs(got.at(name).f[k] - w.f[k])));
+    }
+  }
+  EXPECT_GT(err, 0.0);
+  EXPECT_LT(err, 0.02 * most);
+  EXPECT_EQ(parse_precision("bf16"), Precision::BF16);
+  EXPECT_THROW(parse_precision("fp16"), tf::UserError);
+}
+
 TEST(GraphPasses, LevelsAndDisabledPasses) {
   Graph g = sample_model();
   PassOptions o;
@@ -165,7 +201,7 @@ TEST(GraphPasses, LevelsAndDisabledPasses) {
   std::vector<PassReport> r = run_passes(g, o);
   for (const PassReport& p : r) {
     EXPECT_EQ(p.ran, p.name == std::string("simplify-inference") ||
-                         p.name == std::string("lower-scatter-nd"))
+                         p.name == std::string("lower-scatter-nd") || p.name == std::string("auto-mixed-precision"))
         << p.name;
   }
   bool has_sigmoid = false;
