@@ -95,7 +95,14 @@ class ModelBuilder {
     if (def.transposed_weight && a.get_int(def.transposed_weight, 0)) args[1] = transposed(a.inputs[1]);
     if (def.kernel_constants) {
       args.resize(1);
-      for (HostTensor& t : def.kernel_constants(g_, a)) args.push_back(add_constant(a.name + ".operand", std::move(t)));
+      // Made once for nodes that share their operands after input 0 (layers sharing weights).
+      Node key_node = a;
+      key_node.inputs[0].clear();
+      auto [it, fresh] = operands_.emplace(node_key(key_node), std::vector<std::string>{});
+      if (fresh) {
+        for (HostTensor& t : def.kernel_constants(g_, a)) it->second.push_back(add_constant(a.name + ".operand", std::move(t)));
+      }
+      args.insert(args.end(), it->second.begin(), it->second.end());
     }
     if (!e.bias.empty()) args.push_back(e.bias);
     bool bias = !e.bias.empty(), relu = e.relu;
@@ -352,6 +359,7 @@ class ModelBuilder {
   std::vector<KernelBuild> builds_;
   std::vector<FusedGroup> groups_;
   std::map<std::string, std::string> packed_;  // name/dim/block -> packed constant
+  std::map<std::string, std::vector<std::string>> operands_;  // node_key (input 0 left out) -> kernel_constants
 };
 
 json tensors_json(const Graph& g, const std::vector<std::string>& names) {

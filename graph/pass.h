@@ -78,6 +78,9 @@ void replace_uses(Graph& g, const std::string& from, const std::string& to);
 // (outputs keep their names). False, changing nothing, when neither is possible (the
 // replacement is itself a graph input, output or constant).
 bool bypass(Graph& g, const std::string& out, const std::string& replacement);
+// A key that two nodes share exactly when they compute the same thing: operator, inputs,
+// output count and attributes (eliminate-common-subexpressions).
+std::string node_key(const Node& n);
 // Orders the nodes so each comes after the producers of its inputs, keeping the present
 // order where it already is one (stable).
 void topological_sort(Graph& g);

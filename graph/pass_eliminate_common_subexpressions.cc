@@ -7,38 +7,6 @@
 #include "graph/pass.h"
 
 namespace tf::graph {
-namespace {
-
-// A key that two nodes share exactly when they compute the same thing.
-std::string node_key(const Node& n) {
-  std::ostringstream os;
-  os << n.op << '(';
-  for (const std::string& in : n.inputs) os << in << ',';
-  os << ')' << n.outputs.size();
-  for (const auto& [name, a] : n.attrs) {
-    os << ';' << name << '=' << a.index() << ':';
-    std::visit(
-        [&](const auto& v) {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, HostTensor>) {
-            os << int(v.dtype) << shape_str(v.shape);
-            for (float f : v.f) os << f << ' ';
-            for (int64_t i : v.i) os << i << ' ';
-          } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
-                               std::is_same_v<T, std::vector<float>>) {
-            for (const auto& x : v) os << x << ' ';
-          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-            for (const std::string& x : v) os << x.size() << ':' << x;
-          } else {
-            os << v;
-          }
-        },
-        a);
-  }
-  return os.str();
-}
-
-}  // namespace
 
 bool eliminate_common_subexpressions(Graph& g) {
   std::map<std::string, size_t> seen;  // key -> index of the first node computing it
@@ -68,6 +36,34 @@ bool eliminate_common_subexpressions(Graph& g) {
   g.nodes = std::move(kept);
   drop_unused_values(g);
   return true;
+}
+
+std::string node_key(const Node& n) {
+  std::ostringstream os;
+  os << n.op << '(';
+  for (const std::string& in : n.inputs) os << in << ',';
+  os << ')' << n.outputs.size();
+  for (const auto& [name, a] : n.attrs) {
+    os << ';' << name << '=' << a.index() << ':';
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, HostTensor>) {
+            os << int(v.dtype) << shape_str(v.shape);
+            for (float f : v.f) os << f << ' ';
+            for (int64_t i : v.i) os << i << ' ';
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                               std::is_same_v<T, std::vector<float>>) {
+            for (const auto& x : v) os << x << ' ';
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            for (const std::string& x : v) os << x.size() << ':' << x;
+          } else {
+            os << v;
+          }
+        },
+        a);
+  }
+  return os.str();
 }
 
 }  // namespace tf::graph

@@ -451,7 +451,7 @@ TEST_F(Farm, MalformedRequestsAreRejected) {
   // Element types (ArgSpec dtype) are known ones, and typed arguments are never packed.
   r = request("scale");
   r.mutable_args(0)->set_dtype("float16");
-  expect_invalid(r, "argument dtype 'float16' is not one of float32, int8, uint8, int32");
+  expect_invalid(r, "argument dtype 'float16' is not one of float32, int8, uint8, int32, bfloat16x2");
   r = request("scale");
   r.mutable_args(0)->set_dtype("int8");
   r.mutable_args(0)->set_pack_block(4);
@@ -802,6 +802,29 @@ TEST_F(Farm, Int8KernelsAreFilledByTypeAndCheckedExactly) {
   results = runner.run(as_float, {b});
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].error, pb::WRONG_ANSWER) << results[0].error_msg;
+}
+
+// A bfloat16 kernel with prepacked weights (matmul_bf16, const_b=1: what --precision bf16
+// models run): the board fills B's words with bfloat16 pairs, packs them as the sidecar says,
+// and the tuner's check passes against the reference that reads the same pairs.
+TEST_F(Farm, BFloat16KernelsGetPairsAndPackedWeights) {
+  const std::string spec = "matmul_bf16(M=20,N=40,K=27,const_b=1)";
+  std::string so = temp_dir() + "/bf16.so";
+  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w '" + spec + "' -o " + so + " --no-db 2>/dev/null").c_str()), 0);
+  FarmRunnerOptions fo;
+  fo.farm = endpoint();
+  fo.key = "cpu";
+  fo.wait_ms = 5000;
+  FarmRunner runner(fo);
+  MeasureContext ctx(build_op(parse_workload(spec)), MeasureOptions{});
+  EXPECT_EQ(ctx.request("matmul_bf16").args(1).dtype(), "bfloat16x2");
+  EXPECT_EQ(ctx.request("matmul_bf16").args(0).dtype(), "");
+  BuildResult b;
+  b.so_path = so;
+  std::vector<RunResult> results = runner.run(ctx, {b});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].ok()) << results[0].error_msg;
+  EXPECT_EQ(results[0].correctness, "ok");
 }
 
 TEST(FarmFailures, BoardKilledMidMeasurement) {
