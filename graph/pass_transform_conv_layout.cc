@@ -34,7 +34,10 @@ const std::set<std::string>& layout_free_ops() {
       "Relu",      "Clip",       "Sigmoid",   "Tanh", "Exp",  "Neg",      "Abs",
       "Sqrt",      "Erf",        "LeakyRelu", "Elu",  "Selu", "Softplus", "HardSigmoid",
       "HardSwish", "Reciprocal", "Add",       "Sub",  "Mul",  "Div",      "Max",
-      "Min",       "Sum",        "Mean",      "PRelu", "Celu", "ThresholdedRelu", "Softsign", "Sin", "Cos"};
+      "Min",       "Sum",        "Mean",      "PRelu", "Celu", "ThresholdedRelu", "Softsign", "Sin", "Cos",
+      // A QDQ model's QuantizeLinear is Div, Round, Add, Clip (graph/import_quantize.h): without
+      // Round here each one left the blocked layout and came back (two transforms a layer).
+      "Round",     "Floor",      "Ceil",      "Sign", "Log",  "Gelu",     "Pow"};
   return ops;
 }
 

@@ -634,6 +634,33 @@ TEST(GraphPasses, HalvesTheBlockWhereTheTargetsDoesNotDivide) {
   EXPECT_NE(w[2].find("ic_block=8,oc_block=16"), std::string::npos) << w[2];
 }
 
+// The float arithmetic a QDQ model's QuantizeLinear imports as (Div, Round, Add, Clip; then
+// DequantizeLinear's Sub, Mul) between two convolutions stays in the blocked layout: no
+// conversion to NCHW and back around Round (MobileNet-v2 int8 had two per layer).
+TEST(GraphPasses, RoundingAndOtherElementwiseOpsFollowBlockedLayouts) {
+  GraphBuilder b;
+  std::string x = b.input("x", {1, 16, 6, 6});
+  std::string a = b.node("Conv", {x, b.weights("wa", {16, 16, 1, 1})}, "a", {1, 16, 6, 6});
+  const Shape s{1, 16, 6, 6};
+  std::string v = b.node("Div", {a, b.weights("scale", {1})}, "q0", s);
+  v = b.node("Round", {v}, "q1", s);
+  v = b.node("Floor", {b.node("Ceil", {v}, "q2", s)}, "q3", s);
+  v = b.node("Mul", {b.node("Sign", {v}, "q4", s), v}, "q5", s);
+  v = b.node("Gelu", {v}, "q6", s);
+  b.node("Conv", {v, b.weights("wc", {16, 16, 1, 1})}, "y", {1, 16, 6, 6});
+  b.g.outputs = {"y"};
+  verify(b.g);
+  Graph g = b.g;
+  PassOptions o;
+  o.channel_block = 16;
+  run_passes(g, o);
+  expect_same_outputs(b.g, g, {1, 16, 6, 6});
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes) ++ops[n.op];
+  EXPECT_EQ(ops["ConvNCHWc"], 2);
+  EXPECT_EQ(ops["LayoutTransform"], 2);  // x in, y out
+}
+
 // A Concat along the channels of a blocked value concatenates blocks when the block divides
 // every input's channels (an NCHW input among them is converted), else stays NCHW; a Pad of
 // height and width pads blocks, one of the channels does not; global pooling reduces the
