@@ -203,8 +203,11 @@ def main():
                    help="untimed calls before each block of timed calls: each runtime has its own thread pool, "
                         "whose workers sleep or spin after the others' calls and take a few ms of calls to wake")
     p.add_argument("--db", help="tuning database: also compile each model with its tuned configs (\"tuned\")")
-    p.add_argument("--ort", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort"),
-                   help="folder holding node_modules/onnxruntime-node (default: bench/ort)")
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort")
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tunefarm", "ort")
+    p.add_argument("--ort", default=here if os.path.isdir(here) or not os.path.isdir(cache) else cache,
+                   help="folder holding node_modules/onnxruntime-node (default: bench/ort, else "
+                        "~/.cache/tunefarm/ort where scripts/install-ort.sh puts it)")
     p.add_argument("--no-ort", action="store_true", help="do not time ONNX Runtime")
     p.add_argument("--without", help="also time each model compiled with this graph pass disabled")
     p.add_argument("--peak", help="bench_fma_peak to measure the FMA peak with (default: beside TUNEFARM, "

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Quantized models against ONNX Runtime (docs/precision.md): float32 models exported by PyTorch
+(fixed seeds, exported at test time), quantized by `tunefarm quantize`, then the same QDQ file
+run by `tunefarm run --model` (int8 kernels) and by ONNX Runtime 1.30 (its int8 kernels,
+onnxruntime-node through bench/ort_peer.js) on the same seeded inputs: >= 99% of the output
+elements within one output quantization step of ONNX Runtime's (a step: the output's range
+over 255, what quantizing it per tensor to uint8 would give), and none past four. The float32
+models agree to float32 rounding.
+
+ONNX Runtime comes from scripts/install-ort.sh (scripts/test.sh runs it): $TUNEFARM_ORT_DIR, else
+~/.cache/tunefarm/ort, else bench/ort. Without it the test fails saying how to install it.
+
+Usage: ort_test.py TUNEFARM_BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+TUNEFARM = None
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def ort_dir():
+    for d in (os.environ.get("TUNEFARM_ORT_DIR"),
+              os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tunefarm", "ort"),
+              os.path.join(ROOT, "bench", "ort")):
+        if d and os.path.isdir(os.path.join(d, "node_modules", "onnxruntime-node")):
+            return d
+    return None
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(32, 64), torch.nn.Linear(64, 48), torch.nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x))))) + 3 * x[:, :10]
+
+
+class Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.c3 = torch.nn.Conv2d(32, 32, 1)
+        self.fc = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        y = torch.relu(self.c3(y)) + y
+        return self.fc(y.mean((2, 3)))
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
+def run(*args):
+    r = subprocess.run([TUNEFARM, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"tunefarm {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+class OrtTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        folder = ort_dir()
+        if folder is None:
+            raise AssertionError("ONNX Runtime is not installed: run scripts/install-ort.sh (scripts/test.sh does)")
+        env = dict(os.environ, NODE_PATH=os.path.join(folder, "node_modules"))
+        cls.peer = subprocess.Popen(["node", os.path.join(ROOT, "bench", "ort_peer.js")], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True, env=env)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.peer.stdin.close()
+        cls.peer.wait(timeout=30)
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        torch.manual_seed(0)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def ort(self, model, x):
+        raw_in, raw_out = os.path.join(self.d, "in.raw"), os.path.join(self.d, "out.raw")
+        x.astype(np.float32).tofile(raw_in)
+        req = {"op": "load", "id": model, "model": model, "threads": 1, "input": raw_in, "dims": list(x.shape),
+               "output": raw_out}
+        self.peer.stdin.write(json.dumps(req) + "\n")
+        self.peer.stdin.flush()
+        reply = json.loads(self.peer.stdout.readline())
+        self.assertTrue(reply["ok"], reply)
+        return np.fromfile(raw_out, dtype=np.float32).reshape(reply["dims"])
+
+    def ours(self, model, x):
+        xp, yp = os.path.join(self.d, "x.npy"), os.path.join(self.d, "y.npy")
+        np.save(xp, x.astype(np.float32))
+        run("run", "--model", model, "--input", f"x={xp}", "--output", yp, "--repeat", "1", "--no-db")
+        return np.load(yp)
+
+    def check(self, name, model, shape, seed):
+        path = os.path.join(self.d, name + ".onnx")
+        torch.onnx.export(model.eval(), (torch.randn(*shape),), path, opset_version=17, input_names=["x"],
+                          output_names=["y"])
+        q = os.path.join(self.d, name + ".int8.onnx")
+        run("quantize", path, "-o", q, "--samples", "4")
+        self.assertGreater(json.loads(run("import", q, "--json"))["int8_nodes"], 0)
+        x = np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+        # float32: both compute the model as exported.
+        want32, got32 = self.ort(path, x), self.ours(path, x)
+        self.assertLess(np.abs(want32 - got32).max(), 1e-4 * max(1.0, np.abs(want32).max()), name)
+        # int8: the same QDQ file.
+        want, got = self.ort(q, x), self.ours(q, x)
+        self.assertEqual(want.shape, got.shape)
+        step = float(want.max() - want.min()) / 255
+        off = np.abs(want - got) / step
+        within = float((off <= 1).mean())
+        print(f"figure: {name} int8 against ONNX Runtime's int8: {within:.2%} of {off.size} elements within one "
+              f"output step ({step:.3g}), largest {off.max():.2f} steps", flush=True)
+        self.assertGreaterEqual(within, 0.99, name)
+        self.assertLessEqual(off.max(), 4.0, name)
+        # And the QDQ model differs from the float one: the comparison above is of int8 arithmetic.
+        self.assertGreater(np.abs(got - got32).max(), 0)
+
+    def test_a_classifier(self):
+        self.check("cls", Classifier(), (64, 32), 5)
+
+    def test_a_cnn(self):
+        self.check("cnn", Cnn(), (16, 3, 24, 24), 6)
+
+    def test_a_transformer_layer(self):
+        self.check("enc", Encoder(), (1, 16, 64), 7)
+
+
+if __name__ == "__main__":
+    TUNEFARM = sys.argv.pop(1)
+    unittest.main(verbosity=2)
