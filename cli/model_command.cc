@@ -78,7 +78,7 @@ static void print_bf16(const graph::Graph& g, const Target& t) {
   int64_t anchors = 0;
   for (const graph::Node& n : g.nodes) anchors += graph::op_kind(n.op) == graph::OpKind::Anchor;
   const bool native = t.arch_name() == "x86_64" && t.has_feature("avx512bf16");
-  std::printf("bf16      %lld of %lld products (MatMul, Gemm) in bfloat16 kernels (%s); the rest in float32 "
+  std::printf("bf16      %lld of %lld products (MatMul, Gemm, Conv) in bfloat16 kernels (%s); the rest in float32 "
               "(docs/precision.md)\n",
               static_cast<long long>(g.bf16_nodes), static_cast<long long>(anchors),
               native ? "vdpbf16ps" : "emulated: this target has no AVX512-BF16, slower than float32");
@@ -407,9 +407,11 @@ int run_model(const ModelRunArgs& a) {
     }
     if (!lib->device_kind().empty()) mode = str("compiled library, on ", lib->device_kind(), " GPU");
   } else {
-    // The reference evaluation runs the model as exported (no layout change).
-    g = load_model(a.model, a.opt_level, a.disable, a.reference ? 0 : channel_block(host_target()),
-                   graph::parse_precision(a.precision));
+    // The reference evaluation runs the model as exported (no layout change), except at
+    // --precision bf16, whose convolutions are converted in the blocked layout.
+    const graph::Precision precision = graph::parse_precision(a.precision);
+    g = load_model(a.model, a.opt_level, a.disable,
+                   a.reference && precision == graph::Precision::Fp32 ? 0 : channel_block(host_target()), precision);
     if (!a.reference) {
       tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
       std::filesystem::create_directories(tmp_dir);

@@ -134,6 +134,14 @@ void check_qconv_nchwc(const Workload& w, const std::string& spec) {
   }
 }
 
+void check_bf16_conv_nchwc(const Workload& w, const std::string& spec) {
+  check_conv_nchwc(w, spec);
+  if (w.get("ic_block") % 2 != 0) {
+    throw UserError(str("workload '", spec, "': ic_block=", w.get("ic_block"),
+                        " is odd (the weights are pairs of two input channels of a block)"));
+  }
+}
+
 void check_depthwise_nchwc(const Workload& w, const std::string& spec) {
   check_conv(w, spec);
   check_block(w, spec, "C", "block");
@@ -194,6 +202,14 @@ const std::vector<OperatorDef>& operator_table() {
         {"oc_block", 8, 1}},
        check_qconv_nchwc, conv2d_footprint, build_qconv2d_nchwc, reference_qconv2d_nchwc,
        "qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
+      // A float model's Conv at --precision bf16 (graph/pass_auto_mixed_precision.cc): data and
+      // weights rounded to bfloat16, float32 sums; weights as pairs of input channels.
+      {"conv2d_nchwc_bf16",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
+        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
+        {"oc_block", 8, 1}},
+       check_bf16_conv_nchwc, conv2d_footprint, build_conv2d_nchwc_bf16, reference_conv2d_nchwc_bf16,
+       "conv2d_nchwc_bf16(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
       {"depthwise_conv2d_nchwc",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
         {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},

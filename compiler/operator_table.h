@@ -78,6 +78,7 @@ void build_conv2d_nhwc(OpGraph& g);
 void build_depthwise_conv2d_nchw(OpGraph& g);
 void build_conv2d_nchwc(OpGraph& g);
 void build_qconv2d_nchwc(OpGraph& g);
+void build_conv2d_nchwc_bf16(OpGraph& g);
 void build_depthwise_conv2d_nchwc(OpGraph& g);
 void build_conv2d_winograd_nchwc(OpGraph& g);
 
@@ -91,6 +92,7 @@ void reference_conv2d_nhwc(const Workload& w, const Inputs& in, float* out);
 void reference_depthwise_conv2d_nchw(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
 void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out);
+void reference_conv2d_nchwc_bf16(const Workload& w, const Inputs& in, float* out);
 void reference_depthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_winograd_nchwc(const Workload& w, const Inputs& in, float* out);
 }  // namespace ops

@@ -273,6 +273,49 @@ void build_matmul_bf16(OpGraph& g) {
   if (w.get("const_b")) g.prepacked.insert("B");
 }
 
+// conv2d_nchwc_bf16: the NCHWc convolution with data and weights rounded to bfloat16 and the
+// products summed in float32: the data converted and padded once into pairs of channels of a
+// block ("A.bf" [N][C/ic_block][H+2p][W+2p][ic_block/2] int32 words, zero padding), the weights
+// given as pairs [K/oc_block][C/2][R][S][oc_block] (word: channels 2p low, 2p + 1 high), one
+// dot2_bf16 per pair; then the epilogue. ic_block must be even.
+void build_conv2d_nchwc_bf16(OpGraph& g) {
+  const Workload& w = g.workload;
+  const int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
+  const int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
+  const int64_t dil = w.get("dilation"), ib = w.get("ic_block"), ob = w.get("oc_block"), bp = ib / 2;
+  const int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
+  Tensor B = make_input(g, "B", {K / ob, C / 2, R, S, ob}, Type::int32());
+  g.word_types["B"] = kBFloat16Pairs;
+  Tensor ab = compute("A.bf", {N, C / ib, H + 2 * pad, W + 2 * pad, bp}, {"n", "c", "h", "w", "cp"},
+                      [&](const std::vector<Expr>& ax) {
+                        auto at = [&](int t) {
+                          Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4] * 2 + t});
+                          if (pad == 0) return x;
+                          Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
+                                                    logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
+                          return select(inside, x, f32(0.0));
+                        };
+                        return Call::make(kBF16x2, {at(0), at(1)});
+                      });
+  g.pad = ab;
+  IterVar rco = reduce_axis(C / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
+          rcp = reduce_axis(bp, "rcp");
+  std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
+  const bool fused = w.epilogue != Epilogue::None;
+  g.acc = compute(fused ? "acc" : "out", {N, K / ob, OH, OW, ob}, names, [&](const std::vector<Expr>& ax) {
+    Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
+    Expr a = read(ab, {ax[0], rco.var, h, x, rcp.var});
+    Expr b = read(B, {ax[1], rco.var * bp + rcp.var, rr.var, rs.var, ax[4]});
+    return ir::sum(Call::make(kDot2BF16, {a, b}), {rco, rr, rs, rcp});
+  }, {rco, rr, rs, rcp});
+  add_epilogue(
+      g, "out", names, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; }, K);
+  g.flops = 2 * N * K * OH * OW * C * R * S;
+  g.check_terms = C * R * S;
+  g.check_relative = true;
+}
+
 // qconv2d_nchwc: the NCHWc convolution of a float data quantized to uint8 on entry (as
 // qmatmul's A; the padding is the quantized 0.0, the zero point) with int8 weights given as
 // quads of four input channels, [K/oc_block][C/4][R][S][oc_block] int32 (byte t: channel

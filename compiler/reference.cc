@@ -192,6 +192,28 @@ void reference_conv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
         }
 }
 
+// As build_conv2d_nchwc_bf16: the data rounded to bfloat16, the weights' halves read from the
+// bits of their words, the products exact, the sum in double.
+void reference_conv2d_nchwc_bf16(const Workload& w, const Inputs& in, float* out) {
+  ConvDims d = conv_dims(w, false);
+  const int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
+  const float *data = in[0], *B = in[1], *bias = bias_of(w, in);
+  auto weight = [&](int64_t k, int64_t c, int64_t r, int64_t s) {
+    const auto word = std::bit_cast<uint32_t>(B[((((k / ob) * (d.C / 2) + c / 2) * d.R + r) * d.S + s) * ob + k % ob]);
+    return std::bit_cast<float>(c % 2 ? word & 0xFFFF0000u : word << 16);
+  };
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t k = 0; k < d.K; ++k)
+      for (int64_t oh = 0; oh < d.OH; ++oh)
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          double acc = conv_point(d, oh, ow, 0, d.C, [&](int64_t c, int64_t r, int64_t s, int64_t h, int64_t x) {
+            float v = data[(((n * (d.C / ib) + c / ib) * d.H + h) * d.W + x) * ib + c % ib];
+            return double(round_bf16(v)) * weight(k, c, r, s);
+          });
+          out[(((n * (d.K / ob) + k / ob) * d.OH + oh) * d.OW + ow) * ob + k % ob] = epilogue(w.epilogue, acc, bias, k);
+        }
+}
+
 // As build_qconv2d_nchwc: every tap sums, the padding's being the quantized 0.0.
 void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, false);

@@ -436,7 +436,7 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
                             int64_t memory_budget, bool emulate_gpu) {
   if (!target.is_cpu()) {
     for (const Node& n : g.nodes) {
-      if (n.op == "MatMulBF16")
+      if (n.op == "MatMulBF16" || n.op == "ConvNCHWcBF16")
         throw UserError(str(n.where(), ": --precision bf16 is implemented for CPU targets only, not ", target.str(),
                             " (GPU tensor cores: not yet)"));
     }

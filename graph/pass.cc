@@ -46,11 +46,6 @@ const std::vector<PassInfo>& graph_passes() {
        "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and "
        "bias Add) and a Split",
        plain(combine_parallel_matmuls)},
-      // After combine-parallel-matmuls, so attention's Q, K and V weights convert as one.
-      {"auto-mixed-precision", 0,
-       "--precision bf16: MatMul/Gemm with constant weights as bfloat16 kernels (MatMulBF16, float32 sums); "
-       "everything else stays float32 (docs/precision.md)",
-       [](Graph& g, const PassOptions& o) { return convert_precision(g, o.precision); }},
       {"lower-scatter-nd", 0,
        "ScatterND (in-place slice assignment) and ScatterElements with constant indices as a "
        "Gather of their updates and a Where over their data, which compiled kernels run",
@@ -76,6 +71,13 @@ const std::vector<PassInfo>& graph_passes() {
        [](Graph& g, const PassOptions& o) {
          return transform_conv_layout(g, o.channel_block, o.opt_level >= 1 && !o.disabled.count("fold-qdq"));
        }},
+      // After combine-parallel-matmuls (attention's Q, K and V weights convert as one) and
+      // transform-conv-layout (the convolutions it converts are ConvNCHWc).
+      {"auto-mixed-precision", 0,
+       "--precision bf16: MatMul/Gemm with constant weights and group-1 blocked convolutions as bfloat16 kernels "
+       "(MatMulBF16, ConvNCHWcBF16; float32 sums); "
+       "everything else stays float32 (docs/precision.md)",
+       [](Graph& g, const PassOptions& o) { return convert_precision(g, o.precision); }},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on",
        plain(dead_code_elimination)},
   };

@@ -5,7 +5,9 @@
 // and why): the products of two activations (attention's scores and context), whose values
 // and the softmax between them are where reduced precision loses most; Softmax, LayerNorm,
 // reductions, Pow/Sqrt and the elementwise operators, whose statistics and large-range adds
-// are what users report breaking; convolutions (no bfloat16 convolution template yet).
+// are what users report breaking. Convolutions in blocked layouts (ConvNCHWc, group 1, an even
+// input block) become ConvNCHWcBF16 (conv2d_nchwc_bf16); depthwise ones stay float32 (each
+// output reads 9 values: memory-bound, no dot products to pair).
 // Inputs and outputs keep their types (float32), as ONNX Runtime's converter with
 // keep_io_types; so does every tensor between kernels (each product converts its input on
 // entry). A MatMul or Gemm that another precision already claims (a QDQ model's QMatMul) is
@@ -95,9 +97,81 @@ std::vector<HostTensor> constants(const Graph& g, const Node& n) {
   return {HostTensor::floats({P, p.N}, std::move(words))};
 }
 
+// ConvNCHWcBF16: a ConvNCHWc (graph/layout.h; group 1, an even input block, constant
+// weights [K/ob][C/ib][R][S][ib][ob]) computed by conv2d_nchwc_bf16. Inference, workload and
+// evaluation are ConvNCHWc's, the evaluation on operands rounded to bfloat16.
+const OpDef& conv_nchwc() { return *find_op("ConvNCHWc"); }
+
+void check_bf16_conv(const Node& n, const std::vector<const Value*>& in) {
+  auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
+  if (n.get_int("group", 1) != 1) fail(str("group ", n.get_int("group", 1), " is not 1"));
+  if (in[0]->shape.size() == 5 && in[0]->shape[4] % 2 != 0)
+    fail(str("input block ", in[0]->shape[4], " is odd (the kernel reads pairs of channels)"));
+  if (!in[1] || !in[1]->constant) fail("weight must be a constant");
+}
+
+std::vector<TypeShape> bf16_conv_infer(const OpContext& c) {
+  check_bf16_conv(c.node, c.inputs);
+  return conv_nchwc().infer(c);
+}
+
+std::vector<HostTensor> bf16_conv_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  check_bf16_conv(c.node, c.inputs);
+  HostTensor x = *in[0], w = *in[1];
+  for (float& v : x.f) v = round_bf16(v);
+  for (float& v : w.f) v = round_bf16(v);
+  std::vector<const HostTensor*> rounded = in;
+  rounded[0] = &x;
+  rounded[1] = &w;
+  return conv_nchwc().eval(c, rounded);
+}
+
+AnchorWorkload bf16_conv_workload(const Graph& g, const Node& n) {
+  AnchorWorkload aw = conv_nchwc_workload(g, n);
+  const std::string plain = "conv2d_nchwc(";
+  TF_CHECK(aw.spec.rfind(plain, 0) == 0, "ConvNCHWcBF16 of workload ", aw.spec);
+  aw.spec = "conv2d_nchwc_bf16(" + aw.spec.substr(plain.size());
+  return aw;
+}
+
+// conv2d_nchwc_bf16's B: the weights [K/ob][C/ib][R][S][ib][ob] as pairs of input channels
+// [K/ob][C/2][R][S][ob], each rounded to bfloat16 (channel 2p in the low half).
+std::vector<HostTensor> bf16_conv_constants(const Graph& g, const Node& n) {
+  OpContext c = context(n, g, g.opset);
+  check_bf16_conv(n, c.inputs);
+  const Shape& ws = c.in(1).shape;  // [K/ob][C/ib][R][S][ib][ob]
+  const HostTensor& w = *c.in(1).constant;
+  const int64_t KO = ws[0], CO = ws[1], R = ws[2], S = ws[3], ib = ws[4], ob = ws[5], C = CO * ib;
+  std::vector<float> words(static_cast<size_t>(KO * (C / 2) * R * S * ob));
+  for (int64_t ko = 0; ko < KO; ++ko)
+    for (int64_t cp = 0; cp < C / 2; ++cp)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t kb = 0; kb < ob; ++kb) {
+            auto half = [&](int64_t ch) -> uint32_t {
+              return bf16_bits(w.f[static_cast<size_t>(((((ko * CO + ch / ib) * R + r) * S + s) * ib + ch % ib) * ob + kb)]);
+            };
+            words[static_cast<size_t>((((ko * (C / 2) + cp) * R + r) * S + s) * ob + kb)] =
+                std::bit_cast<float>(half(2 * cp) | half(2 * cp + 1) << 16);
+          }
+  return {HostTensor::floats({KO, C / 2, R, S, ob}, std::move(words))};
+}
+
 // A MatMul or Gemm of a float32 input and constant float32 weights [K, N] (Gemm: transB,
 // beta's bias of N values as an Add after it; not transA, not alpha != 1) as MatMulBF16.
 bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
+  if (n.op == "ConvNCHWc") {
+    const Value& x = g.value(n.inputs[0]);
+    if (n.get_int("group", 1) != 1 || x.shape.size() != 5 || x.shape[4] % 2 != 0 || !g.is_constant(n.inputs[1]) ||
+        x.dtype != DType::F32 || g.value(n.inputs[1]).dtype != DType::F32) {
+      return false;
+    }
+    Node m = n;
+    m.op = "ConvNCHWcBF16";
+    out.push_back(std::move(m));
+    ++g.bf16_nodes;
+    return true;
+  }
   std::optional<WeightProduct> p = weight_product(g, n);
   if (!p) return false;
   const Value& x = g.value(n.inputs[0]);
@@ -151,6 +225,11 @@ void register_precision_ops(std::vector<OpDef>& ops) {
   ops.push_back({"MatMulBF16", 2, 2, infer, eval, nullptr, workload, nullptr, /*linear_cost=*/false});
   describe(ops.back(), OpKind::Anchor);
   ops.back().kernel_constants = constants;
+  // Made by auto-mixed-precision from a ConvNCHWc: ConvNCHWc's inputs and attributes.
+  ops.push_back({"ConvNCHWcBF16", 2, 3, bf16_conv_infer, bf16_conv_eval, nullptr, bf16_conv_workload, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Anchor, {"dilations", "group", "pads", "strides"});
+  ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
+  ops.back().kernel_constants = bf16_conv_constants;
 }
 
 }  // namespace tf::graph

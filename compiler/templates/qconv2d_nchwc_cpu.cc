@@ -4,14 +4,19 @@
 // blocks of output channels, each block one vector of int32 accumulators: for each quad of
 // four input channels, its four bytes are broadcast (one 32-bit load) and multiplied with the
 // block's quad weights by one dot4_u8s8 (vpdpbusd with AVX512-VNNI or AVX-VNNI).
+// conv2d_nchwc_bf16.cpu schedules conv2d_nchwc_bf16 the same way: the data converted to pairs
+// of bfloat16 ("A.bf"), one word broadcast per pair, one dot2_bf16 (vdpbf16ps) per block.
 #include "compiler/templates/common.h"
 
 namespace tf::templates {
 namespace {
 
-class QConv2dNchwcCpu final : public NchwcConvTemplate {
+// The data stage `converted` (A.u8, A.bf: [n][c][h][w][block values or words]) made once, then
+// conv2d_nchwc.cpu's register tile over words of channels.
+class WordConv2dNchwcCpu final : public NchwcConvTemplate {
  public:
-  QConv2dNchwcCpu() : NchwcConvTemplate("qconv2d_nchwc.cpu", 1, {"qconv2d_nchwc"}, TargetKind::Llvm) {}
+  WordConv2dNchwcCpu(const char* name, const char* op, const char* converted)
+      : NchwcConvTemplate(name, 1, {op}, TargetKind::Llvm), converted_(converted) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
@@ -19,10 +24,10 @@ class QConv2dNchwcCpu final : public NchwcConvTemplate {
         {"tile_kb", KnobType::Int, "output channel blocks per register tile (unrolled; each block vectorized)", 16, {},
          kSplit},
         {"reduce_order", KnobType::Choice,
-         "reduction loop order: crs (input channel blocks, then the window, then a block's quads) or rsc "
+         "reduction loop order: crs (input channel blocks, then the window, then a block's words) or rsc "
          "(the window outermost)",
          0, {"crs", "rsc"}, kReorder},
-        {"vectorize", KnobType::Bool, "vectorize the output channel block (and the quantization)", 0, {}},
+        {"vectorize", KnobType::Bool, "vectorize the output channel block (and the data's conversion)", 0, {}},
         {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
         {"parallel", KnobType::Bool, "run the outermost loops (batch, channel tiles, rows) on all threads", 0, {}},
     };
@@ -40,17 +45,25 @@ class QConv2dNchwcCpu final : public NchwcConvTemplate {
   }
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
-    Stage& au8 = s.stage("A.u8");
+    Stage& au8 = s.stage(converted_);
     const auto& q = au8.op()->axes;  // n, c, h, w, cb
     if (c["parallel"].get<bool>()) au8.parallel(au8.fuse(au8.fuse(q[0].var, q[1].var), q[2].var));
     if (c["vectorize"].get<bool>()) au8.vectorize(q[4].var);
     auto [acc, out] = acc_and_writer(s, g);
     schedule_nchwc_tiles(*out, *acc, c);
   }
+
+ private:
+  const char* converted_;
 };
 
 }  // namespace
 
-std::unique_ptr<ScheduleTemplate> make_qconv2d_nchwc_cpu() { return std::make_unique<QConv2dNchwcCpu>(); }
+std::unique_ptr<ScheduleTemplate> make_qconv2d_nchwc_cpu() {
+  return std::make_unique<WordConv2dNchwcCpu>("qconv2d_nchwc.cpu", "qconv2d_nchwc", "A.u8");
+}
+std::unique_ptr<ScheduleTemplate> make_conv2d_nchwc_bf16_cpu() {
+  return std::make_unique<WordConv2dNchwcCpu>("conv2d_nchwc_bf16.cpu", "conv2d_nchwc_bf16", "A.bf");
+}
 
 }  // namespace tf::templates

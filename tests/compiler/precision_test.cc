@@ -369,6 +369,44 @@ TEST(BF16Matmul, DotProductsUseTheTargetsInstruction) {
   EXPECT_EQ(k.graph.arg_dtype(k.graph.inputs[0]), "float32");
 }
 
+// conv2d_nchwc_bf16 (a float model's blocked convolution at --precision bf16): on every
+// instruction set, padded, strided and 1x1 windows, odd-looking blocks (6), default and
+// sampled configs; vdpbf16ps where the CPU has it.
+class BF16Conv : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BF16Conv, MatchesTheReferenceOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_bf16_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  Workload w = parse_workload(GetParam());
+  uint64_t seed = 61;
+  for (const std::string& ts : targets) {
+    Target t = parse_target(ts);
+    for (const nlohmann::json& config : testing::sample_configs(w, t, 2)) {
+      CompiledKernel k = compile_kernel(w, t, config, "given", "");
+      std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
+      testing::Comparison c = testing::run_and_compare(k.graph, *lib, seed++);
+      EXPECT_TRUE(c.ok()) << w.canonical() << " on " << ts << " config " << config.dump() << ": " << c.str();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BF16Conv,
+                         ::testing::Values("conv2d_nchwc_bf16(N=1,C=8,H=5,W=7,K=16,R=3,S=3,pad=1,ic_block=8,oc_block=16)",
+                                           "conv2d_nchwc_bf16(N=2,C=32,H=9,W=9,K=24,R=3,S=3,stride=2,pad=1,ic_block=16,"
+                                           "oc_block=8,epilogue=bias_relu)",
+                                           "conv2d_nchwc_bf16(N=1,C=12,H=6,W=6,K=16,R=1,S=1,ic_block=6,oc_block=16)"));
+
+TEST(BF16Conv, OddBlocksAreRefusedAndDotProductsUseVdpbf16ps) {
+  expect_user_error([] { parse_workload("conv2d_nchwc_bf16(N=1,C=9,H=5,W=5,K=16,R=3,S=3,ic_block=3,oc_block=16)"); },
+                    "ic_block=3 is odd");
+  Workload w = parse_workload("conv2d_nchwc_bf16(N=1,C=32,H=8,W=8,K=32,R=3,S=3,pad=1,ic_block=16,oc_block=16)");
+  auto asm_of = [&](const char* spec) {
+    return kernel_text(compile_kernel(w, parse_target(spec), nullptr, "default", ""), EmitKind::Asm);
+  };
+  EXPECT_NE(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=cooperlake").find("vdpbf16ps\t%zmm"), std::string::npos);
+  EXPECT_EQ(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512").find("vdpbf16ps"), std::string::npos);
+}
+
 TEST(BF16Matmul, GpuTargetsSayTheyHaveNoTemplateYet) {
   Workload w = parse_workload("matmul_bf16(M=16,N=64,K=64)");
   expect_user_error([&] { compile_kernel(w, parse_target("cuda -arch=sm_90"), nullptr, "default", ""); },

@@ -1596,7 +1596,7 @@ TEST(OpRegistry, EveryOperatorIsComplete) {
     anchors += *d->pattern == OpKind::Anchor;
     expanded += d->expand != nullptr;
   }
-  EXPECT_EQ(anchors, 7);   // MatMul, Gemm, Conv, ConvNCHWc, QMatMul, QConvNCHWc, MatMulBF16
+  EXPECT_EQ(anchors, 8);   // MatMul, Gemm, Conv, ConvNCHWc, QMatMul, QConvNCHWc, MatMulBF16, ConvNCHWcBF16
   EXPECT_GE(expanded, 7);  // RNN, GRU, LSTM; Conv, ConvTranspose, MaxPool, AveragePool
   // The facts that used to live in lists beside the registry, spot-checked.
   EXPECT_EQ(op_kind("Transpose"), OpKind::Injective);

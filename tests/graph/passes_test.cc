@@ -189,6 +189,22 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   }
   EXPECT_GT(err, 0.0);
   EXPECT_LT(err, 0.02 * most);
+  // With a CPU target's channel block the convolutions (blocked, group 1) convert too.
+  Graph blocked = original;
+  o.channel_block = 4;  // the sample's 4 channels: one block
+  run_passes(blocked, o);
+  ops.clear();
+  for (const Node& n : blocked.nodes) ++ops[n.op];
+  EXPECT_EQ(ops["ConvNCHWcBF16"], 2);
+  EXPECT_EQ(ops.count("ConvNCHWc"), 0u);
+  EXPECT_EQ(blocked.bf16_nodes, 3);
+  t = extract_tasks(blocked);
+  ASSERT_EQ(t.tasks.size(), 3u);
+  EXPECT_EQ(t.tasks[0].workload.rfind("conv2d_nchwc_bf16(", 0), 0u) << t.tasks[0].workload;
+  auto got_blocked = run_reference(blocked, in);
+  for (const auto& [name, w] : want) {
+    for (int64_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got_blocked.at(name).f[k], w.f[k], 0.02 * most) << name;
+  }
   EXPECT_EQ(parse_precision("bf16"), Precision::BF16);
   EXPECT_THROW(parse_precision("fp16"), tf::UserError);
 }

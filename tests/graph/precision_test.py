@@ -36,6 +36,23 @@ class Encoder(torch.nn.Module):
         return self.head(self.layer(x))
 
 
+class Cnn(torch.nn.Module):
+    """A residual block and a depthwise convolution (which stays float32)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.Conv2d(32, 32, 3, padding=1)
+        self.dw = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32)
+        self.c3 = torch.nn.Conv2d(32, 64, 1, stride=2)
+        self.fc = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.c1(x))
+        y = torch.relu(self.c2(y) + y)
+        y = torch.relu(self.c3(torch.relu(self.dw(y))))
+        return self.fc(y.mean((2, 3)))
+
+
 class Classifier(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -90,13 +107,29 @@ class PrecisionTest(unittest.TestCase):
         self.assertEqual(info["ops"].get("MatMulBF16"), 5)
         self.assertEqual(json.loads(run("import", path, "--json"))["bf16_nodes"], 0)
         text = run("import", path, "--precision", "bf16")
-        self.assertIn("bf16      5 of 7 products (MatMul, Gemm) in bfloat16 kernels", text)
+        self.assertIn("bf16      5 of 7 products (MatMul, Gemm, Conv) in bfloat16 kernels", text)
         x = self.save("x", np.random.default_rng(3).standard_normal((1, 16, 64)))
         want, got = self.outputs(path, x), self.outputs(path, x, "--precision", "bf16")
         err = float(np.abs(want - got).max() / np.abs(want).max())
         print(f"figure: transformer layer bf16 / float32: max error {err:.5f} of the output's magnitude", flush=True)
         self.assertLess(err, BF16_RELATIVE_ERROR)
         self.assertGreater(err, 1e-5)  # it did compute in bfloat16
+
+    def test_a_cnn_within_the_documented_error(self):
+        path = self.export("cnn", Cnn(), (2, 3, 24, 24))
+        info = json.loads(run("import", path, "--json", "--precision", "bf16"))
+        # c2 and c3 and the Linear; c1 (3 input channels: an odd block) and the depthwise stay.
+        self.assertEqual(info["bf16_nodes"], 3)
+        self.assertEqual(info["ops"].get("ConvNCHWcBF16"), 2)
+        x = self.save("x", np.random.default_rng(5).uniform(-1, 1, (2, 3, 24, 24)))
+        want, got = self.outputs(path, x), self.outputs(path, x, "--precision", "bf16")
+        err = float(np.abs(want - got).max() / np.abs(want).max())
+        print(f"figure: cnn bf16 / float32: max error {err:.5f} of the output's magnitude", flush=True)
+        self.assertLess(err, BF16_RELATIVE_ERROR)
+        self.assertGreater(err, 1e-5)
+        # The reference evaluation rounds the same operands (in the blocked layout too).
+        ref = self.outputs(path, x, "--precision", "bf16", "--reference")
+        self.assertLess(np.abs(ref - got).max() / np.abs(want).max(), 1e-3)
 
     def test_a_classifier_keeps_its_answers(self):
         path = self.export("cls", Classifier(), (200, 32))
