@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Reduced-precision models on the Raspberry Pi's architecture (docs/precision.md): a QDQ model
+made by `tunefarm quantize` and a float model at `--precision bf16`, compiled whole for aarch64
+(`compile --model -t 'llvm -mtriple=aarch64-linux-gnu -mcpu=...'`) and run under qemu-aarch64
+through the cross-built model harness, against the same files compiled for this machine:
+int8 on a Cortex-A72 (Pi 4: the widening dot product) and a Neoverse-N2 (usdot, i8mm) with
+>= 99% of the output elements within one output quantization step (the output's range over
+255) of this machine's, none past four; bf16 (two FMAs per pair: no bfdot yet) within 0.5% of
+the output's magnitude.
+
+Usage: aarch64_precision_test.py TUNEFARM_BINARY AARCH64_MODEL_HARNESS
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+TUNEFARM = HARNESS = None
+
+
+class Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.c3 = torch.nn.Conv2d(32, 32, 1)
+        self.fc = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        y = torch.relu(self.c3(y)) + y
+        return self.fc(y.mean((2, 3)))
+
+
+def run(*args):
+    r = subprocess.run([TUNEFARM, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"tunefarm {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+class Aarch64PrecisionTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.d = cls.tmp.name
+        torch.manual_seed(0)
+        cls.shape = (4, 3, 16, 16)
+        cls.model = os.path.join(cls.d, "cnn.onnx")
+        torch.onnx.export(Cnn().eval(), (torch.randn(*cls.shape),), cls.model, opset_version=17, input_names=["x"],
+                          output_names=["y"])
+        cls.qdq = os.path.join(cls.d, "cnn.int8.onnx")
+        run("quantize", cls.model, "-o", cls.qdq, "--samples", "4")
+        cls.x = np.random.default_rng(3).uniform(-1, 1, cls.shape).astype(np.float32)
+        cls.xfile = os.path.join(cls.d, "x.npy")
+        np.save(cls.xfile, cls.x)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def here(self, model, *flags):
+        y = os.path.join(self.d, "here.npy")
+        run("run", "--model", model, "--input", f"x={self.xfile}", "--output", y, "--repeat", "1", "--no-db", *flags)
+        return np.load(y)
+
+    def aarch64(self, model, cpu, *flags):
+        lib = os.path.join(self.d, f"a64-{cpu}.so")
+        out = run("compile", "--model", model, "-t", f"llvm -mtriple=aarch64-linux-gnu -mcpu={cpu}", "-o", lib,
+                  "--no-db", *flags)
+        raw_in, raw_out = os.path.join(self.d, "in.raw"), os.path.join(self.d, "out.raw")
+        self.x.tofile(raw_in)
+        r = subprocess.run(["qemu-aarch64", HARNESS, lib, raw_in, raw_out], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return out, np.fromfile(raw_out, dtype=np.float32).reshape(4, 10)
+
+    def test_int8_on_a_pi_4_and_a_neoverse_n2(self):
+        want = self.here(self.qdq)
+        for cpu in ("cortex-a72", "neoverse-n2"):
+            summary, got = self.aarch64(self.qdq, cpu)
+            self.assertIn("int8 kernels", summary)
+            step = float(want.max() - want.min()) / 255
+            off = np.abs(want - got) / step
+            print(f"figure: cnn int8 on {cpu} (qemu) against this machine: {float((off <= 1).mean()):.2%} within one "
+                  f"output step, largest {off.max():.2f} steps", flush=True)
+            self.assertGreaterEqual(float((off <= 1).mean()), 0.99, cpu)
+            self.assertLessEqual(off.max(), 4.0, cpu)
+
+    def test_bf16_on_a_pi_4(self):
+        want = self.here(self.model, "--precision", "bf16")
+        summary, got = self.aarch64(self.model, "cortex-a72", "--precision", "bf16")
+        self.assertIn("emulated: this target has no AVX512-BF16", summary)
+        err = float(np.abs(want - got).max() / np.abs(want).max())
+        print(f"figure: cnn bf16 on cortex-a72 (qemu) against this machine: {err:.2e} of the magnitude", flush=True)
+        self.assertLess(err, 5e-3)
+        fp32 = self.here(self.model)
+        self.assertGreater(np.abs(fp32 - got).max(), 0)  # it did round
+
+
+if __name__ == "__main__":
+    HARNESS = sys.argv.pop(2)
+    TUNEFARM = sys.argv.pop(1)
+    unittest.main(verbosity=2)
