@@ -2,6 +2,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -57,6 +59,19 @@ const char* onnx_type_name(int t) {
     default:
       return "an unknown type";
   }
+}
+
+// An IEEE half's value (exact in float32).
+float half_value(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const int exp = (h >> 10) & 0x1F;
+  const uint32_t mant = h & 0x3FFu;
+  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));  // inf, NaN
+  if (exp == 0) {  // zero and subnormals: mant * 2^-24
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(sign | static_cast<uint32_t>(exp - 15 + 127) << 23 | (mant << 13));
 }
 
 template <typename T>
@@ -122,6 +137,23 @@ HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what)
       h.narrow = u8 ? Narrow::Uint8 : Narrow::Int8;
       return h;
     }
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16: {
+      // Stored in 16 bits, held and computed as float32 (exactly: every float16 and bfloat16
+      // value is a float32 one); docs/precision.md.
+      const bool half = t.data_type() == onnx::TensorProto::FLOAT16;
+      std::vector<uint16_t> bits;
+      if (t.has_raw_data()) {
+        bits = raw_values<uint16_t>(t.raw_data(), n, what);
+      } else {
+        for (int32_t x : t.int32_data()) bits.push_back(static_cast<uint16_t>(x));
+      }
+      check(static_cast<int64_t>(bits.size()));
+      std::vector<float> v;
+      v.reserve(bits.size());
+      for (uint16_t b : bits) v.push_back(half ? half_value(b) : std::bit_cast<float>(static_cast<uint32_t>(b) << 16));
+      return HostTensor::floats(shape, std::move(v));
+    }
     case onnx::TensorProto::INT32:
     case onnx::TensorProto::BOOL: {
       std::vector<int64_t> v;
@@ -141,7 +173,8 @@ HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what)
     default:
       throw UserError(
           str(what, ": element type ", onnx_type_name(t.data_type()),
-              " is not supported (float32; int8 and uint8 for quantized models; int32, int64 and bool for shape arithmetic)"));
+              " is not supported (float32, float16 and bfloat16 (held as float32); int8 and uint8 for quantized models; "
+                  "int32, int64 and bool for shape arithmetic)"));
   }
 }
 
@@ -196,6 +229,11 @@ Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
     case onnx::TensorProto::BOOL:
       type = DType::Bool;
       break;  // masks
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16:
+      throw UserError(str(what, " is ", onnx_type_name(tt.elem_type()), "; model inputs must be float32, int64 or "
+                          "bool (a float16 model's inside is computed in float32: convert it keeping float32 "
+                          "inputs and outputs, as onnxconverter_common's keep_io_types=True does)"));
     default:
       throw UserError(str(what, " is ", onnx_type_name(tt.elem_type()),
                           "; model inputs must be float32, int64 or bool"));
@@ -361,6 +399,12 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     if (!g.values.count(vi.name()))
       throw UserError(str(file, ": graph output '", vi.name(), "' is never computed"));
     const Value& v = g.value(vi.name());
+    if (vi.type().has_tensor_type() && (vi.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT16 ||
+                                        vi.type().tensor_type().elem_type() == onnx::TensorProto::BFLOAT16)) {
+      throw UserError(str(file, ": graph output '", vi.name(), "' is ", onnx_type_name(vi.type().tensor_type().elem_type()),
+                          "; model outputs must be float32, int64 or bool (convert the model keeping float32 inputs "
+                          "and outputs, as onnxconverter_common's keep_io_types=True does)"));
+    }
     if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape()) {
       const auto& shape = vi.type().tensor_type().shape();
       bool static_dims = shape.dim_size() == static_cast<int>(v.shape.size());

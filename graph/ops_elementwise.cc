@@ -270,11 +270,13 @@ OpDef clip_op() {
 // ONNX TensorProto element types this graph can hold.
 DType cast_target(const Node& n) {
   int64_t to = n.get_int("to", -1);
-  if (to == 1) return DType::F32;
+  // float16 (10) and bfloat16 (16) values are held and computed as float32 (a float16 model's
+  // Casts: docs/precision.md), so a Cast to them keeps the value.
+  if (to == 1 || to == 10 || to == 16) return DType::F32;
   if (to == 7 || to == 6) return DType::I64;  // int32 is widened: only shape arithmetic casts to it
   if (to == 9) return DType::Bool;
   throw UserError(str(n.where(), ": cast to element type ", to,
-                      " is not supported (float32, int32, int64, bool are)"));
+                      " is not supported (float32, float16 and bfloat16 (as float32), int32, int64, bool are)"));
 }
 
 OpDef cast_op() {

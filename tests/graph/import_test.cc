@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1271,6 +1272,80 @@ std::vector<HostTensor> compile_and_run(const Graph& g, const std::vector<const 
   fs::remove(so);
   fs::remove(so.string() + ".json");
   return got;
+}
+
+// A float16 model (weights stored in float16 as raw bytes and in int32_data, a bfloat16
+// bias, Casts to float16 around the product, float32 inputs and outputs as converters'
+// keep_io_types writes) imports with every value held as float32: the weights' exact values,
+// the Casts keeping theirs; compiled for this machine it computes the float32 product.
+// float16 model inputs and outputs are refused naming the value and what to do.
+TEST(OnnxImport, Float16ModelsComputeInFloat32) {
+  ModelBuilder b;
+  b.input("x", {2, 4});
+  auto* c16 = b.node("Cast", {"x"}, {"xh"});
+  set_int(c16, "to", onnx::TensorProto::FLOAT16);
+  // Weights [4, 3]: halves with an exact float value each (1, -2, 0.5, 65504, 2^-24, ...).
+  const std::vector<uint16_t> wh = {0x3C00, 0xC000, 0x3800, 0x7BFF, 0x0001, 0x8400,
+                                    0x3555, 0x0000, 0xB800, 0x4200, 0x2E66, 0x3C01};
+  const std::vector<float> wf = {1.0f, -2.0f, 0.5f, 65504.0f, 0x1p-24f, -0x1p-14f,
+                                 0.333251953125f, 0.0f, -0.5f, 3.0f, 0.099975586f, 1.0009765625f};
+  auto* w = b.g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT16);
+  w->add_dims(4);
+  w->add_dims(3);
+  std::string raw(wh.size() * 2, '\0');
+  std::memcpy(raw.data(), wh.data(), raw.size());
+  w->set_raw_data(raw);
+  b.node("MatMul", {"xh", "w"}, {"p"});
+  auto* bias = b.g->add_initializer();  // int32_data holds bfloat16 bit patterns
+  bias->set_name("bias");
+  bias->set_data_type(onnx::TensorProto::BFLOAT16);
+  bias->add_dims(3);
+  for (uint16_t v : {uint16_t{0x3F80}, uint16_t{0xC040}, uint16_t{0x3E80}}) bias->add_int32_data(v);  // 1, -3, 0.25
+  b.node("Add", {"p", "bias"}, {"q"});
+  auto* c32 = b.node("Cast", {"q"}, {"y"});
+  set_int(c32, "to", onnx::TensorProto::FLOAT);
+  b.output("y");
+  Graph g = b.import();
+  const HostTensor& wt = *g.value("w").constant;
+  for (size_t k = 0; k < wf.size(); ++k) EXPECT_EQ(wt.f[k], wf[k]) << k;
+  HostTensor x = HostTensor::floats({2, 4}, {1.0f, 2.0f, -1.0f, 0.5f, 0.25f, -4.0f, 8.0f, 1.0f});
+  std::vector<float> want(6);
+  const float bv[3] = {1.0f, -3.0f, 0.25f};
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double sum = bv[j];
+      for (int k = 0; k < 4; ++k) sum += double(x.f[static_cast<size_t>(i * 4 + k)]) * wf[static_cast<size_t>(k * 3 + j)];
+      want[static_cast<size_t>(i * 3 + j)] = static_cast<float>(sum);
+    }
+  HostTensor ref = run_reference(g, {{"x", x}}).at("y");
+  for (size_t k = 0; k < 6; ++k) EXPECT_FLOAT_EQ(ref.f[k], want[k]) << k;
+  Graph compiled = g;
+  PassOptions o;
+  o.channel_block = tf::host_target().vector_lanes();
+  run_passes(compiled, o);
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(compiled, {&x}, "dense", from_template);
+  ASSERT_EQ(got.size(), 1u);
+  for (size_t k = 0; k < 6; ++k) EXPECT_NEAR(got[0].f[k], want[k], 1e-3 * std::fabs(want[k]) + 1e-6) << k;
+
+  ModelBuilder in16;
+  in16.input("x", {2}, onnx::TensorProto::FLOAT16);
+  in16.node("Relu", {"x"}, {"y"});
+  in16.output("y");
+  EXPECT_NE(in16.error().find("graph input 'x' is float16; model inputs must be float32, int64 or bool (a float16 "
+                              "model's inside is computed in float32"),
+            std::string::npos)
+      << in16.error();
+  ModelBuilder out16;
+  out16.input("x", {2});
+  set_int(out16.node("Cast", {"x"}, {"y"}), "to", onnx::TensorProto::FLOAT16);
+  auto* vo = out16.g->add_output();
+  vo->set_name("y");
+  vo->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT16);
+  EXPECT_NE(out16.error().find("graph output 'y' is float16; model outputs must be float32"), std::string::npos)
+      << out16.error();
 }
 
 // fold-qdq: a MatMul of uint8 activations x per-column int8 weights and a Gemm of
