@@ -103,7 +103,8 @@ json job_from_flags(const ServiceArgs& a) {
     // compile --model will compile it: workloads weighted by how many nodes each computes.
     if (!a.job_file.empty()) throw UserError("give the workloads in the job file or with --model, not both");
     Target t = a.target.empty() ? host_target() : parse_target(a.target);
-    graph::TaskList list = graph::extract_tasks(load_model_for_target(a.model, t, 2, {}));
+    graph::TaskList list =
+        graph::extract_tasks(load_model_for_target(a.model, t, 2, {}, graph::parse_precision(a.precision)));
     if (list.tasks.empty()) {
       throw UserError(str("model ", a.model, " has no tunable task for ", t.short_str(), " (`tunefarm import ", a.model,
                           "` lists its nodes)"));
@@ -133,6 +134,7 @@ json job_from_flags(const ServiceArgs& a) {
   if (given("--priority")) j["priority"] = a.priority;
   if (given("--early-stop")) j["early_stop"] = a.early_stop;
   if (given("--model")) j["model"] = a.model;
+  if (given("--precision")) j["precision"] = a.precision;
   if (given("--batch")) j["batch"] = a.batch;
   if (given("--boards")) j["boards"] = a.boards;
   return j;
@@ -205,6 +207,7 @@ void add_service_commands(CLI::App& app, ServiceArgs& a) {
                 "an ONNX model: without -w, tune its tasks (extracted here for --target, default this machine's, "
                 "as compile --model will compile it; weights: how many nodes each computes); with -w, only the "
                 "name of the model the workloads come from (shown in `tunefarm jobs`)");
+  add_precision_option(s, a.precision);
   s->add_option("--batch", a.batch, "configs built and measured together")->capture_default_str();
   s->add_option("--boards", a.boards, "farm boards to lease at once (with --key)")->capture_default_str();
   s->add_flag("--watch", a.watch, "follow the job after submitting it (as `tunefarm watch`)");

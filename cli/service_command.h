@@ -17,7 +17,7 @@ namespace tf::cli {
 struct ServiceArgs {
   std::string sub;  // submit, jobs, watch, cancel
   ServerArgs server;
-  std::string job_file, key, target, strategy = "xgb", model;
+  std::string job_file, key, target, strategy = "xgb", model, precision = "fp32";
   std::vector<std::string> workloads;
   std::vector<double> weights;
   int trials = 200, priority = 0, early_stop = 0, batch = 8, boards = 1;

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"
+#include "graph/pass.h"
 #include "tuner/search_strategy.h"
 
 namespace tf {
@@ -71,7 +72,8 @@ JobSpec parse_job_spec(const json& j) {
   if (!j.is_object()) throw UserError(str("a job must be a JSON object, not ", shown(j)));
   static const std::set<std::string> known = {
       "workloads", "model", "target", "key", "trials", "strategy", "early_stop", "priority", "time_budget_min",
-      "batch", "boards", "seed", "repeat", "number", "min_repeat_ms", "retime_top", "retime_rounds", "model_sha256"};
+      "batch", "boards", "seed", "repeat", "number", "min_repeat_ms", "retime_top", "retime_rounds", "model_sha256",
+      "precision"};
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) throw UserError(str("unknown job field \"", k, "\" (docs/service.md lists them)"));
   }
@@ -121,6 +123,14 @@ JobSpec parse_job_spec(const json& j) {
       throw UserError(str("job model_sha256 ", shown(json(s.model_sha256)), ": not 64 lower-case hex digits"));
     }
   }
+  if (j.contains("precision")) {
+    s.precision = get_string(j, "precision");
+    try {
+      graph::parse_precision(s.precision);
+    } catch (const UserError& e) {
+      throw UserError(str("job precision ", shown(json(s.precision)), ": ", e.what()));
+    }
+  }
   if (j.contains("key")) s.key = get_string(j, "key");
   if (j.contains("target")) {
     s.target = get_string(j, "target");
@@ -165,7 +175,8 @@ json to_json(const JobSpec& s) {
           {"boards", s.boards},        {"seed", s.seed},
           {"repeat", s.tune.measure.repeat},        {"number", s.tune.measure.number},
           {"min_repeat_ms", s.tune.measure.min_repeat_ms}, {"retime_top", s.tune.retime_top},
-          {"retime_rounds", s.tune.retime_rounds}, {"model_sha256", s.model_sha256}};
+          {"retime_rounds", s.tune.retime_rounds}, {"model_sha256", s.model_sha256},
+          {"precision", s.precision}};
 }
 
 }  // namespace tf

@@ -46,9 +46,10 @@ TEST(JobSpec, ParsesEveryFieldAndRoundTrips) {
             {"model", "resnet"}, {"target", "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake"}, {"key", "cpu"},
             {"trials", 64}, {"strategy", "random"}, {"early_stop", 10}, {"priority", -5}, {"time_budget_min", 1.5},
             {"batch", 4}, {"boards", 2}, {"seed", 9}, {"repeat", 3}, {"number", 2}, {"min_repeat_ms", 1},
-            {"retime_top", 2}, {"retime_rounds", 0}, {"model_sha256", std::string(64, 'c')}};
+            {"retime_top", 2}, {"retime_rounds", 0}, {"model_sha256", std::string(64, 'c')}, {"precision", "bf16"}};
   JobSpec s = parse_job_spec(j);
   EXPECT_EQ(s.model_sha256, std::string(64, 'c'));
+  EXPECT_EQ(s.precision, "bf16");
   ASSERT_EQ(s.tasks.size(), 2u);
   EXPECT_EQ(s.tasks[0].workload, "matmul(M=8,N=8,K=8,epilogue=none)");
   EXPECT_EQ(s.tasks[0].weight, 1);
@@ -75,6 +76,16 @@ TEST(JobSpec, DefaultsAreTuneDefaults) {
   EXPECT_EQ(s.tune.measure.min_repeat_ms, 10);
   EXPECT_TRUE(s.key.empty());
   EXPECT_TRUE(s.target.empty());
+  EXPECT_EQ(s.precision, "fp32");
+}
+
+TEST(JobSpec, PrecisionsThatAreNotImplementedAreRefusedByName) {
+  const json w = {"matmul(M=8,N=8,K=8)"};
+  EXPECT_NE(refusal({{"workloads", w}, {"precision", "fp16"}}).find("job precision \"fp16\": --precision fp16 is not implemented yet"),
+            std::string::npos)
+      << refusal({{"workloads", w}, {"precision", "fp16"}});
+  EXPECT_NE(refusal({{"workloads", w}, {"precision", "int3"}}).find("is not one of fp32, bf16, fp16, tf32"), std::string::npos);
+  EXPECT_NE(refusal({{"workloads", w}, {"precision", 16}}).find("precision"), std::string::npos);
 }
 
 TEST(JobSpec, RefusalsNameTheFieldAndTheValue) {
