@@ -364,6 +364,119 @@ bool expand_quantize(const Node& n, ImportSink& sink) {
   return true;
 }
 
+namespace {
+
+// Adds `node` through its operator's expansion when it has one (QuantizeLinear and
+// DequantizeLinear: recorded in Graph::qdq, so fold-qdq sees them), else as it is.
+void add_expanded(Node node, ImportSink& sink) {
+  if (const OpDef* d = find_op(node.op); d && d->expand && d->expand(node, sink)) return;
+  sink.add(std::move(node));
+}
+
+// The QOperator and integer operators ONNX Runtime's quantizer writes, imported as the
+// QuantizeLinear/DequantizeLinear arithmetic they are defined by (so fold-qdq makes int8
+// kernels of their products, as of a QDQ model's):
+//   QLinearMatMul(a, as, az, b, bs, bz, ys, yz) = Q(MatMul(DQ(a), DQ(b)), ys, yz)
+//   QLinearConv(x, xs, xz, w, ws, wz, ys, yz[, B]) = Q(Conv(DQ(x), DQ(w), B * xs * ws), ys, yz)
+//   MatMulInteger(a, b[, az, bz]) = (a - az) x (b - bz), ConvInteger likewise (int32 results,
+//     held as float32 values: exact below 2^24)
+//   DynamicQuantizeLinear(x) = y, ys, yz with ys = (max(0, max x) - min(0, min x)) / 255,
+//     yz = clip(round(-min(0, min x) / ys), 0, 255), y = clip(round(x / ys) + yz, 0, 255)
+bool expand_qoperator(const Node& n, ImportSink& sink) {
+  Graph& g = sink.g;
+  auto fail = [&](const std::string& why) { throw UserError(str(sink.file, ": ", n.where(), ": ", why)); };
+  for (const std::string& o : n.outputs) {
+    if (o.empty()) fail("has an unnamed output");
+  }
+  if (n.outputs.empty()) fail("has no output");
+  NodeBuilder b(n, g, sink.add);
+  auto input = [&](size_t k) -> std::string { return k < n.inputs.size() ? n.inputs[k] : std::string(); };
+  auto fresh = [&](const std::string& what) { return g.fresh_name(str(n.name, "/", what)); };
+  // DequantizeLinear(x, scale, zero) into a new value; per channel along `axis` when the scale
+  // has several values.
+  auto dq = [&](const std::string& x, const std::string& s, const std::string& z, int64_t axis, const char* what) {
+    Node d{str(n.name, "/dq_", what), "DequantizeLinear", {x, s}, {fresh(str(what, "_dequantized"))}, {}};
+    if (!z.empty()) d.inputs.push_back(z);
+    if (g.value(s).shape.size() == 1 && num_elements(g.value(s).shape) > 1) d.attrs["axis"] = axis;
+    std::string out = d.outputs[0];
+    add_expanded(std::move(d), sink);
+    return out;
+  };
+  auto q = [&](const std::string& x, const std::string& s, const std::string& z) {
+    Node d{str(n.name, "/q"), "QuantizeLinear", {x, s}, {n.outputs[0]}, {}};
+    if (!z.empty()) d.inputs.push_back(z);
+    add_expanded(std::move(d), sink);
+  };
+  auto as_float = [&](const std::string& v) {
+    return g.value(v).dtype == DType::F32 ? v : b.node("Cast", {v}, {{"to", int64_t{1}}});
+  };
+  // x - zero (a scalar, or one per row of a 2-D b / per output channel of a weight: `axis`).
+  auto minus_zero = [&](const std::string& x, const std::string& z, int64_t axis) {
+    if (z.empty()) return as_float(x);
+    const Value& zv = g.value(z);
+    std::string zf = as_float(z);
+    const size_t rank = g.value(x).shape.size();
+    if (zv.shape.size() == 1 && num_elements(zv.shape) > 1) {
+      Shape s(rank - static_cast<size_t>(axis), 1);
+      s[0] = num_elements(zv.shape);
+      zf = b.reshape(zf, s);
+    }
+    return b.node("Sub", {as_float(x), zf});
+  };
+  std::map<std::string, Attr> conv_attrs;
+  for (const char* a : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}) {
+    if (auto it = n.attrs.find(a); it != n.attrs.end()) conv_attrs[a] = it->second;
+  }
+  if (n.op == "QLinearMatMul") {
+    std::string p = b.node("MatMul", {dq(input(0), input(1), input(2), 1, "a"), dq(input(3), input(4), input(5), 1, "b")});
+    q(p, input(6), input(7));
+    return true;
+  }
+  if (n.op == "QLinearConv") {
+    std::vector<std::string> in = {dq(input(0), input(1), input(2), 1, "x"), dq(input(3), input(4), input(5), 0, "w")};
+    if (!input(8).empty()) {
+      // The int32 bias B, in units of x_scale * w_scale (per output channel).
+      const Value& bv = g.value(input(8));
+      if (!bv.constant) fail(str("bias '", input(8), "' is not a constant"));
+      const HostTensor& xs = *g.value(input(1)).constant;
+      const HostTensor& ws = *g.value(input(4)).constant;
+      const int64_t K = num_elements(bv.shape);
+      if (ws.size() != 1 && ws.size() != K) fail(str("bias has ", K, " values, weight scale ", ws.size()));
+      std::vector<float> f(static_cast<size_t>(K));
+      for (int64_t k = 0; k < K; ++k)
+        f[static_cast<size_t>(k)] = static_cast<float>(bv.constant->as_double(k) * double(xs.f[0]) * ws.f[static_cast<size_t>(ws.size() == 1 ? 0 : k)]);
+      in.push_back(g.add_constant(str(n.name, "/bias"), HostTensor::floats({K}, std::move(f))));
+    }
+    q(b.node("Conv", in, conv_attrs), input(6), input(7));
+    return true;
+  }
+  if (n.op == "MatMulInteger") {
+    b.node("MatMul", {minus_zero(input(0), input(2), 0), minus_zero(input(1), input(3), 1)}, {}, n.outputs[0]);
+    return true;
+  }
+  if (n.op == "ConvInteger") {
+    b.node("Conv", {minus_zero(input(0), input(2), 1), minus_zero(input(1), input(3), 0)}, conv_attrs, n.outputs[0]);
+    return true;
+  }
+  // DynamicQuantizeLinear
+  if (n.outputs.size() != 3) fail(str("has ", n.outputs.size(), " outputs; it makes y, y_scale and y_zero_point"));
+  const std::string x = input(0);
+  if (g.value(x).dtype != DType::F32) fail(str("input is ", dtype_name(g.value(x).dtype), "; it must be float32"));
+  const std::string zero = b.scalar(0.0f);
+  std::string hi = b.node("Max", {b.node("ReduceMax", {x}, {{"keepdims", int64_t{0}}}), zero});
+  std::string lo = b.node("Min", {b.node("ReduceMin", {x}, {{"keepdims", int64_t{0}}}), zero});
+  std::string scale = b.node("Div", {b.node("Sub", {hi, lo}), b.scalar(255.0f)}, {}, n.outputs[1]);
+  std::string zp = b.node("Clip", {b.node("Round", {b.node("Div", {b.node("Neg", {lo}), scale})}), b.scalar(0.0f),
+                                   b.scalar(255.0f)},
+                          {}, n.outputs[2]);
+  b.node("Clip", {b.node("Add", {b.node("Round", {b.node("Div", {x, scale})}), zp}), b.scalar(0.0f), b.scalar(255.0f)},
+         {}, n.outputs[0]);
+  ++g.quantize_nodes;
+  return true;
+}
+
+}  // namespace
+
 void register_quantize_ops(std::vector<OpDef>& ops) {
   ops.push_back({"QuantizeLinear", 2, 3, nullptr, nullptr});
   describe(ops.back(), OpKind::Elementwise, {"axis", "block_size", "output_dtype", "saturate"});
@@ -371,6 +484,23 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   ops.push_back({"DequantizeLinear", 2, 3, nullptr, nullptr});
   describe(ops.back(), OpKind::Elementwise, {"axis", "block_size"});
   ops.back().expand = expand_quantize;
+  // ONNX Runtime's QOperator format and dynamic quantization, as Q/DQ arithmetic (always
+  // expanded: never in a graph, so their fusion pattern is never asked).
+  ops.push_back({"QLinearMatMul", 8, 8, nullptr, nullptr});
+  describe(ops.back(), OpKind::Opaque);
+  ops.back().expand = expand_qoperator;
+  ops.push_back({"QLinearConv", 8, 9, nullptr, nullptr});
+  describe(ops.back(), OpKind::Opaque, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  ops.back().expand = expand_qoperator;
+  ops.push_back({"MatMulInteger", 2, 4, nullptr, nullptr});
+  describe(ops.back(), OpKind::Opaque);
+  ops.back().expand = expand_qoperator;
+  ops.push_back({"ConvInteger", 2, 4, nullptr, nullptr});
+  describe(ops.back(), OpKind::Opaque, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  ops.back().expand = expand_qoperator;
+  ops.push_back({"DynamicQuantizeLinear", 1, 1, nullptr, nullptr});
+  describe(ops.back(), OpKind::Elementwise);
+  ops.back().expand = expand_qoperator;
   // Made by fold-qdq (graph/pass.h): inputs x, weight, weight scale, input scale,
   // input zero point, [bias].
   ops.push_back({"QMatMul", 5, 6, qmatmul_infer, qmatmul_eval, nullptr, qmatmul_workload, nullptr, /*linear_cost=*/false});

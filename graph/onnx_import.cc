@@ -375,13 +375,17 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     // int8 and uint8 data are held as float32 values (graph/graph.h Narrow), which only the
     // quantization operators read as what they are; another operator would compute on them
     // as floats (a uint8 Div would not truncate).
-    if (n.op != "QuantizeLinear" && n.op != "DequantizeLinear" && n.op != "Constant") {
+    static const std::set<std::string> reads_integers = {
+        "QuantizeLinear", "DequantizeLinear", "Constant",  "QLinearMatMul", "QLinearConv",
+        "MatMulInteger",  "ConvInteger",      "DynamicQuantizeLinear"};
+    if (!reads_integers.count(n.op)) {
       for (const std::string& in : n.inputs) {
         if (in.empty() || !g.is_constant(in) || g.value(in).constant->narrow == Narrow::None) continue;
         throw UserError(str(file, ": ", n.where(), " reads '", in, "' of ",
                             g.value(in).constant->narrow == Narrow::Int8 ? "int8" : "uint8",
-                            "; int8 and uint8 tensors are not supported but as QuantizeLinear and DequantizeLinear "
-                            "operands"));
+                            "; int8 and uint8 tensors are not supported but as operands of the quantization "
+                            "operators (QuantizeLinear, DequantizeLinear, QLinearMatMul, QLinearConv, "
+                            "MatMulInteger, ConvInteger)"));
       }
     }
     // An operator imported as others (OpDef::expand) is checked against its entry first.

@@ -1274,6 +1274,136 @@ std::vector<HostTensor> compile_and_run(const Graph& g, const std::vector<const 
   return got;
 }
 
+// ONNX Runtime's QOperator format and dynamic quantization import as the Q/DQ arithmetic
+// that defines them: QLinearMatMul and QLinearConv (per-channel weights, an int32 bias) give
+// what the same model written with QuantizeLinear/DequantizeLinear gives, and fold-qdq makes
+// int8 kernels of them; DynamicQuantizeLinear -> MatMulInteger and ConvInteger compute their
+// definitions.
+TEST(OnnxImport, QOperatorAndIntegerOperatorsAreTheirQdqArithmetic) {
+  auto build = [](bool qoperator) {
+    ModelBuilder b(13);
+    b.input("x", {1, 8, 5, 5});
+    b.floats_shaped("xs", {}, {0.05f});
+    b.bytes("xz", {}, {128}, onnx::TensorProto::UINT8);
+    std::vector<int32_t> w(16 * 8 * 3 * 3), wm(8 * 6);
+    for (size_t k = 0; k < w.size(); ++k) w[k] = static_cast<int32_t>((k * 37) % 255) - 127;
+    for (size_t k = 0; k < wm.size(); ++k) wm[k] = static_cast<int32_t>((k * 53) % 200) - 100;
+    b.bytes("w", {16, 8, 3, 3}, w);
+    std::vector<float> ws(16);
+    for (size_t k = 0; k < 16; ++k) ws[k] = 0.001f * static_cast<float>(k + 1);
+    b.floats("ws", ws);
+    b.bytes("wz", {16}, std::vector<int32_t>(16, 0));
+    b.floats_shaped("ys", {}, {0.2f});
+    b.bytes("yz", {}, {10}, onnx::TensorProto::UINT8);
+    auto* bias = b.g->add_initializer();
+    bias->set_name("bias");
+    bias->set_data_type(onnx::TensorProto::INT32);
+    bias->add_dims(16);
+    for (int k = 0; k < 16; ++k) bias->add_int32_data(k * 300 - 2000);
+    b.bytes("wm", {8, 6}, wm);
+    b.floats_shaped("wms", {}, {0.01f});
+    b.bytes("wmz", {}, {0});
+    b.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+    if (qoperator) {
+      auto* c = b.node("QLinearConv", {"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "bias"}, {"cq"});
+      set_ints(c, "pads", {1, 1, 1, 1});
+    } else {
+      // The same with Q/DQ: DQ(x), DQ(w) per channel, the bias as floats, Q(y).
+      b.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
+      auto* dw = b.node("DequantizeLinear", {"w", "ws", "wz"}, {"wd"});
+      set_int(dw, "axis", 0);
+      std::vector<float> bf(16);
+      for (int k = 0; k < 16; ++k) bf[static_cast<size_t>(k)] = static_cast<float>((k * 300 - 2000) * 0.05 * ws[static_cast<size_t>(k)]);
+      b.floats("bf", bf);
+      auto* c = b.node("Conv", {"xd", "wd", "bf"}, {"c"});
+      set_ints(c, "pads", {1, 1, 1, 1});
+      b.node("QuantizeLinear", {"c", "ys", "yz"}, {"cq"});
+    }
+    b.node("DequantizeLinear", {"cq", "ys", "yz"}, {"y"});
+    // A QLinearMatMul on the input's rows, quantized again ([25, 8]).
+    b.node("Reshape", {"x", "shape"}, {"xf"});
+    b.node("QuantizeLinear", {"xf", "xs", "xz"}, {"xr"});
+    b.ints("shape", {25, 8});
+    if (qoperator) {
+      b.node("QLinearMatMul", {"xr", "xs", "xz", "wm", "wms", "wmz", "ys", "yz"}, {"mq"});
+    } else {
+      b.node("DequantizeLinear", {"xr", "xs", "xz"}, {"xrd"});
+      b.node("DequantizeLinear", {"wm", "wms", "wmz"}, {"wmd"});
+      b.node("MatMul", {"xrd", "wmd"}, {"m"});
+      b.node("QuantizeLinear", {"m", "ys", "yz"}, {"mq"});
+    }
+    b.node("DequantizeLinear", {"mq", "ys", "yz"}, {"y2"});
+    b.output("y");
+    b.output("y2");
+    return b.import();
+  };
+  Graph qop = build(true), qdq = build(false);
+  HostTensor x = HostTensor::floats({1, 8, 5, 5}, std::vector<float>(200));
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(0.37f * static_cast<float>(k)) * 4.0f;
+  auto a = run_reference(qop, {{"x", x}}), want = run_reference(qdq, {{"x", x}});
+  for (const char* y : {"y", "y2"}) {
+    ASSERT_EQ(a.at(y).shape, want.at(y).shape) << y;
+    for (int64_t k = 0; k < want.at(y).size(); ++k) EXPECT_NEAR(a.at(y).f[k], want.at(y).f[k], 1e-5) << y << "[" << k << "]";
+  }
+  // fold-qdq makes int8 kernels of both products, and the compiled model agrees.
+  Graph folded = qop;
+  PassOptions o;
+  o.channel_block = tf::host_target().vector_lanes();
+  run_passes(folded, o);
+  EXPECT_EQ(folded.int8_nodes, 2);
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(folded, {&x}, "q", from_template);
+  EXPECT_EQ(from_template, 2);
+  for (size_t i = 0; i < 2; ++i) {
+    const HostTensor& w = want.at(i == 0 ? "y" : "y2");
+    int off = 0;
+    for (int64_t k = 0; k < w.size(); ++k) off += std::fabs(got[i].f[k] - w.f[k]) > 0.2f * 1.01f;  // one step
+    EXPECT_EQ(off, 0) << i;
+  }
+
+  // DynamicQuantizeLinear -> MatMulInteger (the computed zero point) and ConvInteger.
+  ModelBuilder d(13);
+  d.input("x", {3, 4});
+  d.node("DynamicQuantizeLinear", {"x"}, {"q", "s", "z"});
+  std::vector<int32_t> wi = {1, -2, 3, 4, -5, 6, 7, -8};
+  d.bytes("wi", {4, 2}, wi);
+  d.node("MatMulInteger", {"q", "wi", "z"}, {"mi"});
+  d.input("c", {1, 2, 2, 2});
+  d.bytes("cw", {2, 2, 1, 1}, {1, -1, 2, 3});
+  d.bytes("cz", {}, {3}, onnx::TensorProto::UINT8);
+  d.node("ConvInteger", {"c", "cw", "cz"}, {"ci"});
+  for (const char* o : {"mi", "s", "z", "ci"}) d.output(o);
+  Graph dg = d.import();
+  const std::vector<float> xv = {-1.0f, 0.5f, 2.0f, 0.25f, 3.0f, -0.75f, 1.5f, 0.0f, -2.5f, 1.0f, 0.125f, 2.75f};
+  HostTensor cx = HostTensor::floats({1, 2, 2, 2}, {5, 6, 7, 8, 0, 1, 2, 3});
+  auto r = run_reference(dg, {{"x", HostTensor::floats({3, 4}, xv)}, {"c", cx}});
+  const float s = (3.0f - -2.5f) / 255.0f, z = std::nearbyint(2.5f / s);
+  EXPECT_FLOAT_EQ(r.at("s").f[0], s);
+  EXPECT_EQ(r.at("z").f[0], z);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) {
+      double sum = 0;
+      for (int k = 0; k < 4; ++k) {
+        float q = std::min(255.0f, std::max(0.0f, std::nearbyint(xv[static_cast<size_t>(i * 4 + k)] / s) + z));
+        sum += (q - z) * wi[static_cast<size_t>(k * 2 + j)];
+      }
+      EXPECT_EQ(r.at("mi").f[static_cast<size_t>(i * 2 + j)], sum) << i << "," << j;
+    }
+  // ConvInteger, 1x1: out[k][p] = sum_c (c[c][p] - 3) * cw[k][c].
+  for (int k = 0; k < 2; ++k)
+    for (int p = 0; p < 4; ++p) {
+      const float* cv = cx.f.data();
+      const float want_ci = (cv[p] - 3) * (k == 0 ? 1 : 2) + (cv[4 + p] - 3) * (k == 0 ? -1 : 3);
+      EXPECT_EQ(r.at("ci").f[static_cast<size_t>(k * 4 + p)], want_ci) << k << "," << p;
+    }
+  // A DynamicQuantizeLinear without its three outputs is refused by name.
+  ModelBuilder bad(13);
+  bad.input("x", {2});
+  bad.node("DynamicQuantizeLinear", {"x"}, {"q"});
+  bad.output("q");
+  EXPECT_NE(bad.error().find("has 1 outputs; it makes y, y_scale and y_zero_point"), std::string::npos) << bad.error();
+}
+
 // A float16 model (weights stored in float16 as raw bytes and in int32_data, a bfloat16
 // bias, Casts to float16 around the product, float32 inputs and outputs as converters'
 // keep_io_types writes) imports with every value held as float32: the weights' exact values,
@@ -1649,7 +1779,7 @@ TEST(OnnxImport, QuantizeRefusalsNameWhatIsAtFault) {
     b.node("Add", {"x", "k"}, {"y"}, "add");
     b.output("y");
     expect(b.error(), "node 'add' (Add) reads 'k' of uint8; int8 and uint8 tensors are not supported but as "
-                      "QuantizeLinear and DequantizeLinear operands");
+                      "operands of the quantization operators");
   }
   expect(model([](ModelBuilder& b, onnx::NodeProto* n) {
            b.bytes("short", {4}, {1, 2});
