@@ -172,6 +172,8 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   // Einsum and CumSum, whose node tests are of float64, and Not, And and Xor, of opset 7 or 1), and
   // Gelu (opset 20; recognize-composites makes it, tests/graph/torch_models_test.py checks it), and
   // tunefarm's own blocked-layout operators (graph/layout.h; tests/graph/passes_test.cc) and
+  // QLinearMatMul, QLinearConv, MatMulInteger and ConvInteger (their node tests take uint8 and
+  // int8 model inputs, which tunefarm refuses; tests/graph/import_test.cc checks them),
   // QMatMul and QConvNCHWc (fold-qdq makes them; tests/graph/import_test.cc), and MatMulBF16, ConvNCHWcBF16
   // (auto-mixed-precision at --precision bf16; passes_test.cc, tests/graph/precision_test.py).
   for (const std::string& op : supported_ops()) {
@@ -180,7 +182,8 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
         op == "LayoutTransform" || op == "Selu" || op == "Softsign" || op == "ThresholdedRelu" ||
         op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum" ||
         op == "Not" || op == "And" || op == "Xor" || op == "CumSum" || op == "QMatMul" || op == "QConvNCHWc" ||
-        op == "MatMulBF16" || op == "ConvNCHWcBF16") {
+        op == "MatMulBF16" || op == "ConvNCHWcBF16" || op == "QLinearMatMul" || op == "QLinearConv" ||
+        op == "MatMulInteger" || op == "ConvInteger") {
       continue;
     }
     EXPECT_GT(ops_run[op], 0) << "no node test exercises " << op;
