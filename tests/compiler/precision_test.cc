@@ -171,18 +171,20 @@ TEST(Int8Matmul, DotProductsUseTheTargetsInstruction) {
 // step off in one element fails it.
 class QMatmul : public ::testing::TestWithParam<const char*> {};
 
-// Workload `spec` (a matmul-like one, B its second input) with B packed by the kernel and
-// given packed (const_b=1, a model's constant weights), on each of `targets`, default and
-// sampled configs: every output passes the check.
-void expect_matches_with_b_packed_or_given(const std::string& spec, const std::vector<std::string>& targets,
-                                           uint64_t seed) {
-  for (const char* const_b : {"", ",const_b=1"}) {
+// Workload `spec` on each of `targets`, default and sampled configs: every output passes the
+// check. `packings`: also with B (its second input) given packed (const_b=1, a model's
+// constant weights), which the kernel then reads as given.
+void expect_matches_on_targets(const std::string& spec, const std::vector<std::string>& targets, uint64_t seed,
+                               bool packings = false) {
+  std::vector<std::string> variants = {""};
+  if (packings) variants.push_back(",const_b=1");
+  for (const std::string& const_b : variants) {
     Workload w = parse_workload(spec.substr(0, spec.size() - 1) + const_b + ")");
     for (const std::string& ts : targets) {
       Target t = parse_target(ts);
       for (const nlohmann::json& config : testing::sample_configs(w, t, 2)) {
         CompiledKernel k = compile_kernel(w, t, config, "given", "");
-        EXPECT_EQ(k.packed.size(), std::string(const_b).empty() ? 0u : 1u) << w.canonical();
+        EXPECT_EQ(k.packed.size(), const_b.empty() ? 0u : 1u) << w.canonical();
         std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
         testing::Comparison c = testing::run_and_compare(k.graph, *lib, seed++, k.packed);
         EXPECT_TRUE(c.ok()) << w.canonical() << " on " << ts << " config " << config.dump() << ": " << c.str();
@@ -194,7 +196,7 @@ void expect_matches_with_b_packed_or_given(const std::string& spec, const std::v
 TEST_P(QMatmul, MatchesTheReferenceOnEveryInstructionSet) {
   std::vector<std::string> targets = runnable_x86_targets();
   if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
-  expect_matches_with_b_packed_or_given(GetParam(), targets, 3);
+  expect_matches_on_targets(GetParam(), targets, 3, /*packings=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QMatmul,
@@ -208,17 +210,7 @@ class QConv : public ::testing::TestWithParam<const char*> {};
 TEST_P(QConv, MatchesTheReferenceOnEveryInstructionSet) {
   std::vector<std::string> targets = runnable_x86_targets();
   if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
-  Workload w = parse_workload(GetParam());
-  uint64_t seed = 21;
-  for (const std::string& ts : targets) {
-    Target t = parse_target(ts);
-    for (const nlohmann::json& config : testing::sample_configs(w, t, 2)) {
-      CompiledKernel k = compile_kernel(w, t, config, "given", "");
-      std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
-      testing::Comparison c = testing::run_and_compare(k.graph, *lib, seed++);
-      EXPECT_TRUE(c.ok()) << w.canonical() << " on " << ts << " config " << config.dump() << ": " << c.str();
-    }
-  }
+  expect_matches_on_targets(GetParam(), targets, 21);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QConv,
@@ -308,7 +300,7 @@ class BF16Matmul : public ::testing::TestWithParam<const char*> {};
 TEST_P(BF16Matmul, MatchesTheReferenceOnEveryInstructionSet) {
   std::vector<std::string> targets = runnable_bf16_targets();
   if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
-  expect_matches_with_b_packed_or_given(GetParam(), targets, 41);
+  expect_matches_on_targets(GetParam(), targets, 41, /*packings=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BF16Matmul,
@@ -377,17 +369,7 @@ class BF16Conv : public ::testing::TestWithParam<const char*> {};
 TEST_P(BF16Conv, MatchesTheReferenceOnEveryInstructionSet) {
   std::vector<std::string> targets = runnable_bf16_targets();
   if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
-  Workload w = parse_workload(GetParam());
-  uint64_t seed = 61;
-  for (const std::string& ts : targets) {
-    Target t = parse_target(ts);
-    for (const nlohmann::json& config : testing::sample_configs(w, t, 2)) {
-      CompiledKernel k = compile_kernel(w, t, config, "given", "");
-      std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
-      testing::Comparison c = testing::run_and_compare(k.graph, *lib, seed++);
-      EXPECT_TRUE(c.ok()) << w.canonical() << " on " << ts << " config " << config.dump() << ": " << c.str();
-    }
-  }
+  expect_matches_on_targets(GetParam(), targets, 61);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BF16Conv,

@@ -20,27 +20,15 @@ import numpy as np
 import torch
 
 TUNEFARM = HARNESS = None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models_for_tests  # noqa: E402
 
 
-class Cnn(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
-        self.c2 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
-        self.c3 = torch.nn.Conv2d(32, 32, 1)
-        self.fc = torch.nn.Linear(32, 10)
-
-    def forward(self, x):
-        y = torch.relu(self.c2(torch.relu(self.c1(x))))
-        y = torch.relu(self.c3(y)) + y
-        return self.fc(y.mean((2, 3)))
+from models_for_tests import ResidualCnn  # noqa: E402
 
 
 def run(*args):
-    r = subprocess.run([TUNEFARM, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise AssertionError(f"tunefarm {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
-    return r.stdout
+    return models_for_tests.run(TUNEFARM, *args)
 
 
 class Aarch64PrecisionTest(unittest.TestCase):
@@ -51,7 +39,7 @@ class Aarch64PrecisionTest(unittest.TestCase):
         torch.manual_seed(0)
         cls.shape = (4, 3, 16, 16)
         cls.model = os.path.join(cls.d, "cnn.onnx")
-        torch.onnx.export(Cnn().eval(), (torch.randn(*cls.shape),), cls.model, opset_version=17, input_names=["x"],
+        torch.onnx.export(ResidualCnn().eval(), (torch.randn(*cls.shape),), cls.model, opset_version=17, input_names=["x"],
                           output_names=["y"])
         cls.qdq = os.path.join(cls.d, "cnn.int8.onnx")
         run("quantize", cls.model, "-o", cls.qdq, "--samples", "4")

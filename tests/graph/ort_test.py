@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 TUNEFARM = None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models_for_tests  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -35,43 +37,11 @@ def ort_dir():
     return None
 
 
-class Classifier(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b, self.c = torch.nn.Linear(32, 64), torch.nn.Linear(64, 48), torch.nn.Linear(48, 10)
-
-    def forward(self, x):
-        return self.c(torch.relu(self.b(torch.relu(self.a(x))))) + 3 * x[:, :10]
-
-
-class Cnn(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
-        self.c2 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
-        self.c3 = torch.nn.Conv2d(32, 32, 1)
-        self.fc = torch.nn.Linear(32, 10)
-
-    def forward(self, x):
-        y = torch.relu(self.c2(torch.relu(self.c1(x))))
-        y = torch.relu(self.c3(y)) + y
-        return self.fc(y.mean((2, 3)))
-
-
-class Encoder(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-
-    def forward(self, x):
-        return self.layer(x)
+from models_for_tests import Classifier, Encoder, ResidualCnn  # noqa: E402
 
 
 def run(*args):
-    r = subprocess.run([TUNEFARM, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise AssertionError(f"tunefarm {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
-    return r.stdout
+    return models_for_tests.run(TUNEFARM, *args)
 
 
 class OrtTest(unittest.TestCase):
@@ -142,7 +112,7 @@ class OrtTest(unittest.TestCase):
         self.check("cls", Classifier(), (64, 32), 5)
 
     def test_a_cnn(self):
-        self.check("cnn", Cnn(), (16, 3, 24, 24), 6)
+        self.check("cnn", ResidualCnn(), (16, 3, 24, 24), 6)
 
     def test_a_transformer_layer(self):
         self.check("enc", Encoder(), (1, 16, 64), 7)

@@ -11,7 +11,6 @@ Usage: precision_test.py TUNEFARM_BINARY
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -20,20 +19,12 @@ import numpy as np
 import torch
 
 TUNEFARM = None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models_for_tests  # noqa: E402
 # The largest error of a bf16 build relative to the float32 output's magnitude that
 # docs/precision.md promises for these models (bfloat16 keeps 8 significant bits: 2^-9
 # relative rounding per operand; sums in float32).
 BF16_RELATIVE_ERROR = 0.02
-
-
-class Encoder(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-        self.head = torch.nn.Linear(64, 16)
-
-    def forward(self, x):
-        return self.head(self.layer(x))
 
 
 class Cnn(torch.nn.Module):
@@ -53,24 +44,15 @@ class Cnn(torch.nn.Module):
         return self.fc(y.mean((2, 3)))
 
 
-class Classifier(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b, self.c = torch.nn.Linear(32, 64), torch.nn.Linear(64, 48), torch.nn.Linear(48, 10)
-
-    def forward(self, x):
-        return self.c(torch.relu(self.b(torch.relu(self.a(x))))) + 3 * x[:, :10]
+from models_for_tests import Classifier, Encoder  # noqa: E402
 
 
 def tunefarm(*args):
-    return subprocess.run([TUNEFARM, *args], capture_output=True, text=True)
+    return models_for_tests.tunefarm(TUNEFARM, *args)
 
 
 def run(*args):
-    r = tunefarm(*args)
-    if r.returncode != 0:
-        raise AssertionError(f"tunefarm {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
-    return r.stdout
+    return models_for_tests.run(TUNEFARM, *args)
 
 
 class PrecisionTest(unittest.TestCase):
@@ -99,7 +81,7 @@ class PrecisionTest(unittest.TestCase):
         return np.load(y)
 
     def test_a_transformer_layer_within_the_documented_error(self):
-        path = self.export("enc", Encoder(), (1, 16, 64))
+        path = self.export("enc", Encoder(head=True), (1, 16, 64))
         info = json.loads(run("import", path, "--json", "--precision", "bf16"))
         # Q/K/V (one after combine-parallel-matmuls), the attention's output, two FFN, the head;
         # the two products of activations stay float32.

@@ -10,7 +10,6 @@ Usage: quantize_test.py TUNEFARM_BINARY
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -19,35 +18,15 @@ import numpy as np
 import torch
 
 TUNEFARM = None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models_for_tests  # noqa: E402
 
 
-class Classifier(torch.nn.Module):
-    """An MLP whose input spreads its 10 classes (a random MLP alone favours one)."""
-
-    def __init__(self):
-        super().__init__()
-        self.a, self.b, self.c = torch.nn.Linear(32, 64), torch.nn.Linear(64, 48), torch.nn.Linear(48, 10)
-
-    def forward(self, x):
-        return self.c(torch.relu(self.b(torch.relu(self.a(x))))) + 3 * x[:, :10]
-
-
-class Cnn(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c1, self.c2 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Conv2d(16, 16, 3, stride=2, padding=1)
-        self.fc = torch.nn.Linear(16, 10)
-
-    def forward(self, x):
-        y = torch.relu(self.c2(torch.relu(self.c1(x))))
-        return self.fc(y.mean((2, 3)))
+from models_for_tests import Classifier, Cnn  # noqa: E402
 
 
 def run(*args):
-    r = subprocess.run([TUNEFARM, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise AssertionError(f"tunefarm {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
-    return r.stdout
+    return models_for_tests.run(TUNEFARM, *args)
 
 
 class QuantizeTest(unittest.TestCase):

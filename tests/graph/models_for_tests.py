@@ -1,0 +1,72 @@
+"""What the model tests under tests/graph share: small PyTorch models (the callers seed torch)
+and running the tunefarm binary."""
+import subprocess
+
+import torch
+
+
+class Classifier(torch.nn.Module):
+    """An MLP whose input spreads its 10 classes (a random MLP alone favours one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(32, 64), torch.nn.Linear(64, 48), torch.nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x))))) + 3 * x[:, :10]
+
+
+class Cnn(torch.nn.Module):
+    """Two convolutions (the second strided), global pooling and a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Conv2d(16, 16, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        return self.fc(y.mean((2, 3)))
+
+
+class ResidualCnn(torch.nn.Module):
+    """Cnn with a 1x1 convolution and a residual Add."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.c3 = torch.nn.Conv2d(32, 32, 1)
+        self.fc = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        y = torch.relu(self.c3(y)) + y
+        return self.fc(y.mean((2, 3)))
+
+
+class Encoder(torch.nn.Module):
+    """One transformer encoder layer (d_model 64, 4 heads, feed-forward 128), and optionally a
+    Linear head."""
+
+    def __init__(self, head=False):
+        super().__init__()
+        self.layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(64, 16) if head else None
+
+    def forward(self, x):
+        y = self.layer(x)
+        return self.head(y) if self.head is not None else y
+
+
+def tunefarm(binary, *args):
+    """The binary's run: a CompletedProcess with text output."""
+    return subprocess.run([binary, *args], capture_output=True, text=True)
+
+
+def run(binary, *args):
+    """The binary's stdout; AssertionError with its output when it exits non-zero."""
+    r = tunefarm(binary, *args)
+    if r.returncode != 0:
+        raise AssertionError(f"tunefarm {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+    return r.stdout
