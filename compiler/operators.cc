@@ -179,17 +179,6 @@ Expr quantize_u8(Expr x, const Tensor& P) {
   return min(max(q, IntImm::make_typed(0, i32)), IntImm::make_typed(255, i32));
 }
 
-// The int32 whose byte t is bytes(t) (each an int32 in [0, 255]), wrapping at t = 3.
-Expr pack_quad(const std::function<Expr(int)>& bytes) {
-  const Type i32 = Type::int32();
-  Expr sum;
-  for (int t = 0; t < 4; ++t) {
-    Expr v = bytes(t);
-    if (t > 0) v = v * IntImm::make_typed(int64_t{1} << (8 * t), i32);
-    sum = sum ? sum + v : v;
-  }
-  return sum;
-}
 
 // The float32 output of a quantized product from its int32 sum `acc` at `ax`, for output
 // channel `channel` of `channels`: acc * P[2 + channel] + P[2 + channels + channel], then the
@@ -556,6 +545,17 @@ void build_conv2d_winograd_nchwc(OpGraph& g) {
 }
 
 }  // namespace ops
+
+Expr pack_quad(const std::function<Expr(int)>& bytes) {
+  const Type i32 = Type::int32();
+  Expr sum;
+  for (int t = 0; t < 4; ++t) {
+    Expr v = bytes(t);
+    if (t > 0) v = v * IntImm::make_typed(int64_t{1} << (8 * t), i32);
+    sum = sum ? sum + v : v;
+  }
+  return sum;
+}
 
 std::string OpGraph::arg_dtype(const ir::Tensor& t) const {
   auto it = word_types.find(t->name);

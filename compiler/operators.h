@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -46,6 +47,10 @@ struct OpGraph {
   // where it has one, else its element type.
   std::string arg_dtype(const ir::Tensor& t) const;
 };
+
+// The int32 whose byte t is bytes(t) (each an int32 in [0, 255]), t = 0..3, wrapping at t = 3:
+// four uint8/int8 values as the quad dot4_u8s8 reads (compiler/ir.h).
+ir::Expr pack_quad(const std::function<ir::Expr(int)>& bytes);
 
 // The word type of int32 words holding two bfloat16 values.
 inline constexpr const char* kBFloat16Pairs = "bfloat16x2";

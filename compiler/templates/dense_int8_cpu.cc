@@ -83,24 +83,13 @@ class DenseInt8Cpu final : public WordDense {
     const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1], Q = words(g);
     const int64_t nb = c["tile_n"];
     const Type i32 = Type::int32();
-    // Byte t of an int32 from a uint8 value: its zero extension times 256^t (wrapping).
-    auto byte = [&](Expr v, int t) {
-      Expr x = Cast::make(i32, Cast::make(Type::uint8(), std::move(v)));
-      return t == 0 ? x : x * IntImm::make_typed(int64_t{1} << (8 * t), i32);
-    };
-    auto pack4 = [&](const std::function<Expr(int)>& value) {
-      Expr sum;
-      for (int t = 0; t < 4; ++t) {
-        Expr b = value(t);
-        sum = sum ? sum + b : b;
-      }
-      return sum;
-    };
+    // A value's byte, zero-extended to int32 (pack_quad places it).
+    auto byte = [&](Expr v) { return Cast::make(i32, Cast::make(Type::uint8(), std::move(v))); };
     const Expr zero = IntImm::make_typed(0, i32);
     Tensor ap = compute("A.q", {M, Q}, {"i", "q"}, [&](const std::vector<Expr>& ax) {
-      return pack4([&](int t) {
+      return pack_quad([&](int t) {
         Expr k = ax[1] * 4 + t;
-        Expr v = byte(read(A, {ax[0], min(k, Expr(K - 1))}), t);
+        Expr v = byte(read(A, {ax[0], min(k, Expr(K - 1))}));
         return K % 4 == 0 ? v : select(k < Expr(K), v, zero);
       });
     });
@@ -108,9 +97,9 @@ class DenseInt8Cpu final : public WordDense {
     Tensor bp = compute("B.q", {panels, Q, nb}, {"jo", "q", "jl"}, [&](const std::vector<Expr>& ax) {
       Expr j = ax[0] * nb + ax[2];
       Expr inside_n = j < Expr(N);
-      return pack4([&](int t) {
+      return pack_quad([&](int t) {
         Expr k = ax[1] * 4 + t;
-        Expr v = byte(read(B, {min(k, Expr(K - 1)), min(j, Expr(N - 1))}), t);
+        Expr v = byte(read(B, {min(k, Expr(K - 1)), min(j, Expr(N - 1))}));
         Expr inside = K % 4 == 0 ? inside_n : logical_and(inside_n, k < Expr(K));
         return N % nb == 0 && K % 4 == 0 ? v : select(inside, v, zero);
       });

@@ -102,23 +102,26 @@ TEST(TypedArguments, FillCoversEachTypeAndRoundTrips) {
   EXPECT_EQ(arg_dtype_bytes("float16"), 0);
 }
 
-// The x86 instruction sets of the int8 path, those this machine can run.
-std::vector<std::string> runnable_x86_targets() {
+// Those of `all` (target, the host feature it needs) this machine can run; none off x86.
+std::vector<std::string> runnable(const std::vector<std::pair<std::string, std::string>>& all) {
   Target host = host_target();
   std::vector<std::string> out;
   if (host.arch_name() != "x86_64") return out;
-  // (target, the host feature it needs)
-  const std::vector<std::pair<std::string, std::string>> all = {
+  for (const auto& [t, feature] : all) {
+    if (host.has_feature(feature)) out.push_back(t);
+  }
+  return out;
+}
+
+// The x86 instruction sets of the int8 path, those this machine can run.
+std::vector<std::string> runnable_x86_targets() {
+  return runnable({
       {"llvm -mcpu=icelake-server", "avx512vnni"},          // vpdpbusd zmm
       {"llvm -mcpu=x86-64-v3 -mattr=+avxvnni", "avxvnni"},  // {vex} vpdpbusd ymm
       {"llvm -mcpu=skylake-avx512", "avx512bw"},             // widening, AVX-512
       {"llvm -mcpu=x86-64-v3", "avx2"},                      // widening, AVX2
       {"llvm -mcpu=x86-64", "sse2"},                         // widening, SSE
-  };
-  for (const auto& [t, feature] : all) {
-    if (host.has_feature(feature)) out.push_back(t);
-  }
-  return out;
+  });
 }
 
 class Int8Matmul : public ::testing::TestWithParam<const char*> {};
@@ -277,19 +280,12 @@ TEST(TypedArguments, BFloat16PairsHoldTwoBFloat16InEachWord) {
 // The x86 instruction sets of the bfloat16 path this machine runs: vdpbf16ps (AVX512-BF16),
 // and the widening sequence with AVX-512, AVX2 and SSE.
 std::vector<std::string> runnable_bf16_targets() {
-  Target host = host_target();
-  std::vector<std::string> out;
-  if (host.arch_name() != "x86_64") return out;
-  const std::vector<std::pair<std::string, std::string>> all = {
+  return runnable({
       {"llvm -mcpu=cooperlake", "avx512bf16"},   // vdpbf16ps zmm
       {"llvm -mcpu=skylake-avx512", "avx512bw"},  // widening, AVX-512
       {"llvm -mcpu=x86-64-v3", "avx2"},           // widening, AVX2
       {"llvm -mcpu=x86-64", "sse2"},              // widening, SSE
-  };
-  for (const auto& [t, feature] : all) {
-    if (host.has_feature(feature)) out.push_back(t);
-  }
-  return out;
+  });
 }
 
 // matmul_bf16 (a float model's MatMul at --precision bf16: A converted on entry, B as pairs):

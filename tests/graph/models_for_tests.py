@@ -1,7 +1,11 @@
 """What the model tests under tests/graph share: small PyTorch models (the callers seed torch)
 and running the tunefarm binary."""
+import os
 import subprocess
+import tempfile
+import unittest
 
+import numpy as np
 import torch
 
 
@@ -70,3 +74,28 @@ def run(binary, *args):
     if r.returncode != 0:
         raise AssertionError(f"tunefarm {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
     return r.stdout
+
+
+class ModelTestCase(unittest.TestCase):
+    """A temporary folder per test (self.d), torch seeded, and models exported into it."""
+
+    opset = 17
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        torch.manual_seed(0)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def export(self, name, model, shape):
+        path = os.path.join(self.d, name + ".onnx")
+        torch.onnx.export(model.eval(), (torch.randn(*shape),), path, opset_version=self.opset, input_names=["x"],
+                          output_names=["y"])
+        return path
+
+    def save(self, name, array):
+        path = os.path.join(self.d, name + ".npy")
+        np.save(path, array.astype(np.float32))
+        return path

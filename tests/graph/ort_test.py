@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import numpy as np
@@ -44,7 +43,7 @@ def run(*args):
     return models_for_tests.run(TUNEFARM, *args)
 
 
-class OrtTest(unittest.TestCase):
+class OrtTest(models_for_tests.ModelTestCase):
     @classmethod
     def setUpClass(cls):
         folder = ort_dir()
@@ -58,14 +57,6 @@ class OrtTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.peer.stdin.close()
         cls.peer.wait(timeout=30)
-
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.d = self.tmp.name
-        torch.manual_seed(0)
-
-    def tearDown(self):
-        self.tmp.cleanup()
 
     def ort(self, model, x):
         raw_in, raw_out = os.path.join(self.d, "in.raw"), os.path.join(self.d, "out.raw")

@@ -12,7 +12,6 @@ Usage: precision_test.py TUNEFARM_BINARY
 import json
 import os
 import sys
-import tempfile
 import unittest
 
 import numpy as np
@@ -55,26 +54,7 @@ def run(*args):
     return models_for_tests.run(TUNEFARM, *args)
 
 
-class PrecisionTest(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.d = self.tmp.name
-        torch.manual_seed(0)
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def export(self, name, model, shape):
-        path = os.path.join(self.d, name + ".onnx")
-        torch.onnx.export(model.eval(), (torch.randn(*shape),), path, opset_version=17, input_names=["x"],
-                          output_names=["y"])
-        return path
-
-    def save(self, name, array):
-        path = os.path.join(self.d, name + ".npy")
-        np.save(path, array.astype(np.float32))
-        return path
-
+class PrecisionTest(models_for_tests.ModelTestCase):
     def outputs(self, model, x, *flags):
         y = os.path.join(self.d, "y.npy")
         run("run", "--model", model, "--input", f"x={x}", "--output", y, "--repeat", "1", "--no-db", *flags)

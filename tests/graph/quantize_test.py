@@ -11,7 +11,6 @@ Usage: quantize_test.py TUNEFARM_BINARY
 import json
 import os
 import sys
-import tempfile
 import unittest
 
 import numpy as np
@@ -29,25 +28,8 @@ def run(*args):
     return models_for_tests.run(TUNEFARM, *args)
 
 
-class QuantizeTest(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.d = self.tmp.name
-        torch.manual_seed(0)
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def export(self, name, model, shape):
-        path = os.path.join(self.d, name + ".onnx")
-        torch.onnx.export(model.eval(), (torch.randn(*shape),), path, opset_version=13, input_names=["x"],
-                          output_names=["y"])
-        return path
-
-    def save(self, name, array):
-        path = os.path.join(self.d, name + ".npy")
-        np.save(path, array.astype(np.float32))
-        return path
+class QuantizeTest(models_for_tests.ModelTestCase):
+    opset = 13
 
     def outputs(self, model, x):
         y = os.path.join(self.d, "y.npy")
