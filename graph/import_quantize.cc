@@ -289,6 +289,7 @@ bool expand_quantize(const Node& n, ImportSink& sink) {
   const HostTensor& scale = *g.value(n.inputs[1]).constant;
   if (scale.dtype != DType::F32) fail(str("scale is ", dtype_name(scale.dtype), "; it must be float32"));
   if (scale.shape.size() > 1) fail(str("scale has shape ", shape_str(scale.shape), "; it must be a scalar or 1-D"));
+  if (scale.size() == 0) fail("scale is empty");
   for (int64_t k = 0; k < scale.size(); ++k) {
     float s = scale.f[static_cast<size_t>(k)];
     if (!std::isfinite(s) || s <= 0) fail(str("scale ", s, " at index ", k, " is not a positive finite number"));
@@ -389,6 +390,11 @@ bool expand_qoperator(const Node& n, ImportSink& sink) {
     if (o.empty()) fail("has an unnamed output");
   }
   if (n.outputs.empty()) fail("has no output");
+  // The inputs the definitions need (ONNX marks the others optional).
+  const size_t required = n.op == "QLinearMatMul" || n.op == "QLinearConv" ? 8 : n.op == "DynamicQuantizeLinear" ? 1 : 2;
+  for (size_t k = 0; k < required; ++k) {
+    if (k >= n.inputs.size() || n.inputs[k].empty()) fail(str("input ", k, " is missing; ", n.op, " needs ", required));
+  }
   NodeBuilder b(n, g, sink.add);
   auto input = [&](size_t k) -> std::string { return k < n.inputs.size() ? n.inputs[k] : std::string(); };
   auto fresh = [&](const std::string& what) { return g.fresh_name(str(n.name, "/", what)); };

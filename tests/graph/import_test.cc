@@ -1396,7 +1396,16 @@ TEST(OnnxImport, QOperatorAndIntegerOperatorsAreTheirQdqArithmetic) {
       const float want_ci = (cv[p] - 3) * (k == 0 ? 1 : 2) + (cv[4 + p] - 3) * (k == 0 ? -1 : 3);
       EXPECT_EQ(r.at("ci").f[static_cast<size_t>(k * 4 + p)], want_ci) << k << "," << p;
     }
-  // A DynamicQuantizeLinear without its three outputs is refused by name.
+  // A QLinearMatMul without a zero point, and a DynamicQuantizeLinear without its three
+  // outputs, are refused by name.
+  ModelBuilder hole(13);
+  hole.input("x", {2, 2});
+  hole.floats_shaped("s", {}, {0.5f});
+  hole.bytes("z", {}, {0}, onnx::TensorProto::UINT8);
+  hole.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
+  hole.node("QLinearMatMul", {"q", "s", "", "q", "s", "z", "s", "z"}, {"y"});
+  hole.output("y");
+  EXPECT_NE(hole.error().find("input 2 is missing; QLinearMatMul needs 8"), std::string::npos) << hole.error();
   ModelBuilder bad(13);
   bad.input("x", {2});
   bad.node("DynamicQuantizeLinear", {"x"}, {"q"});
