@@ -1405,7 +1405,7 @@ TEST(OnnxImport, QOperatorAndIntegerOperatorsAreTheirQdqArithmetic) {
   hole.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
   hole.node("QLinearMatMul", {"q", "s", "", "q", "s", "z", "s", "z"}, {"y"});
   hole.output("y");
-  EXPECT_NE(hole.error().find("input 2 is missing; QLinearMatMul needs 8"), std::string::npos) << hole.error();
+  EXPECT_NE(hole.error().find("(QLinearMatMul): input 2 is required"), std::string::npos) << hole.error();
   ModelBuilder bad(13);
   bad.input("x", {2});
   bad.node("DynamicQuantizeLinear", {"x"}, {"q"});
