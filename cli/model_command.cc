@@ -58,12 +58,18 @@ void add_import_command(CLI::App& app, ImportArgs& a) {
   a.cmd->add_flag("--json", a.json, "print JSON");
 }
 
+// The products of `g` (its anchors: MatMul, Gemm, Conv and the kernels passes made of them).
+static int64_t count_anchors(const graph::Graph& g) {
+  int64_t anchors = 0;
+  for (const graph::Node& n : g.nodes) anchors += graph::op_kind(n.op) == graph::OpKind::Anchor;
+  return anchors;
+}
+
 // The summary's line on a QDQ model: how many of its products (the anchors) run as int8
 // kernels (fold-qdq), the rest in float32 on the quantized values.
 static void print_quantized(const graph::Graph& g) {
   if (g.quantize_nodes == 0) return;
-  int64_t anchors = 0;
-  for (const graph::Node& n : g.nodes) anchors += graph::op_kind(n.op) == graph::OpKind::Anchor;
+  const int64_t anchors = count_anchors(g);
   std::printf("int8      %lld of %lld products (MatMul, Gemm, Conv) in int8 kernels, from %lld "
               "QuantizeLinear/DequantizeLinear nodes; the rest computed in float32 on the quantized values "
               "(docs/precision.md)\n",
@@ -75,8 +81,7 @@ static void print_quantized(const graph::Graph& g) {
 // whether this machine has the instruction that makes them pay.
 static void print_bf16(const graph::Graph& g, const Target& t) {
   if (g.bf16_nodes == 0) return;
-  int64_t anchors = 0;
-  for (const graph::Node& n : g.nodes) anchors += graph::op_kind(n.op) == graph::OpKind::Anchor;
+  const int64_t anchors = count_anchors(g);
   const bool native = t.arch_name() == "x86_64" && t.has_feature("avx512bf16");
   std::printf("bf16      %lld of %lld products (MatMul, Gemm, Conv) in bfloat16 kernels (%s); the rest in float32 "
               "(docs/precision.md)\n",
@@ -227,6 +232,11 @@ void add_max_memory_option(CLI::App* cmd, std::string& value) {
   cmd->add_option("--max-memory", value,
                   "--model: refuse a model whose tensors need more memory than this (512M, 8G; default a "
                   "quarter of this machine's memory), naming the node, shape and bytes");
+}
+
+void refuse_precision_without_model(const std::string& precision) {
+  if (precision != "fp32")
+    throw UserError(str("--precision ", precision, " is for --model (a workload names its operand types itself)"));
 }
 
 void add_precision_option(CLI::App* cmd, std::string& value) {

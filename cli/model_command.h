@@ -81,6 +81,8 @@ struct ModelCompileArgs {
 void add_max_memory_option(CLI::App* cmd, std::string& value);
 // The --precision option (graph::parse_precision), on `import`, `run`, `compile` and `tune`.
 void add_precision_option(CLI::App* cmd, std::string& value);
+// Refuses a --precision other than fp32 given with a workload instead of a model.
+void refuse_precision_without_model(const std::string& precision);
 int compile_model_file(const ModelCompileArgs& args);
 
 }  // namespace tf::cli

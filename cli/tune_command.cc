@@ -251,8 +251,7 @@ int run_tune_model(const TuneArgs& a);
 
 int run_tune_impl(const TuneArgs& a) {
   check_args(a);
-  if (a.model.empty() && a.precision != "fp32")
-    throw UserError(str("--precision ", a.precision, " is for --model (a workload names its operand types itself)"));
+  if (a.model.empty()) refuse_precision_without_model(a.precision);
   if (!a.model.empty()) return run_tune_model(a);
   Workload w = parse_workload(a.workload);
   // The database first: a bad --db fails before any work.

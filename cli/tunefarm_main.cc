@@ -134,8 +134,7 @@ int cmd_compile(const CompileArgs& a) {
     return cli::compile_model_file(m);
   }
   if (a.workload.empty()) throw UserError("--workload (or --model) is required");
-  if (a.precision != "fp32")
-    throw UserError(str("--precision ", a.precision, " is for --model (a workload names its operand types itself)"));
+  cli::refuse_precision_without_model(a.precision);
   if (!a.max_memory.empty()) throw UserError("--max-memory is for --model (a whole model)");
   if (a.emulate_gpu) throw UserError("--emulate-gpu is for --model (a whole model)");
   if (a.out.empty()) throw UserError("-o OUT is required");

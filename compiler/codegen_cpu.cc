@@ -6,6 +6,8 @@
 #include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/TargetParser/Triple.h>
 
+#include <functional>
+
 namespace tf::llvm_codegen {
 namespace {
 
@@ -32,16 +34,19 @@ class CodeGenCpu final : public CodeGen {
 
   void on_float_remainder() override { uses_libm = true; }  // frem is a call of fmodf on CPUs
 
-  // x86 with AVX512-VNNI (AVX-VNNI for 256 bits): vpdpbusd, 4, 8 or 16 lanes per instruction;
-  // aarch64 with the int8 matrix extension: usdot, 4 lanes. Other lane counts are split into
-  // pieces of the widest that fits; CPUs without either widen (the base class).
-  llvm::Value* dot4_u8s8(llvm::Value* acc, llvm::Value* a, llvm::Value* b) override {
+  // Instructions of `lanes` lanes each, widest first (intrinsic ID), as the target has them.
+  using Pieces = std::vector<std::pair<unsigned, llvm::Intrinsic::ID>>;
+
+  // acc + dot(a, b) by the widest of `pieces` whose width divides the vectors' lanes: each
+  // slice of acc, a and b of that width to `one` (width, ID, acc, a, b), the results
+  // concatenated. Null when none fits (a scalar, or an odd lane count).
+  llvm::Value* in_pieces(const Pieces& pieces, llvm::Value* acc, llvm::Value* a, llvm::Value* b,
+                         const std::function<llvm::Value*(unsigned, llvm::Intrinsic::ID, llvm::Value*, llvm::Value*,
+                                                          llvm::Value*)>& one) {
     auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(a->getType());
     const unsigned lanes = vt ? vt->getNumElements() : 1;
-    if (!dot_pieces_) dot_pieces_ = dot_instructions();
-    const auto& pieces = *dot_pieces_;
     auto fits = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return lanes % p.first == 0; });
-    if (fits == pieces.end()) return CodeGen::dot4_u8s8(acc, a, b);
+    if (fits == pieces.end()) return nullptr;
     const auto [n, id] = *fits;
     auto slice = [&](llvm::Value* v, unsigned from) {
       if (n == lanes) return v;
@@ -49,55 +54,53 @@ class CodeGenCpu final : public CodeGen {
       for (unsigned i = 0; i < n; ++i) pick.push_back(static_cast<int>(from + i));
       return b_.CreateShuffleVector(v, pick);
     };
-    auto* i32 = llvm::FixedVectorType::get(b_.getInt32Ty(), n);
-    auto* i8 = llvm::FixedVectorType::get(b_.getInt8Ty(), n * 4);
     std::vector<llvm::Value*> parts;
-    for (unsigned at = 0; at < lanes; at += n) {
-      llvm::Value *av = slice(a, at), *bv = slice(b, at), *cv = slice(acc, at);
-      // usdot is overloaded on its vector types and takes bytes; vpdpbusd takes int32 lanes.
-      parts.push_back(id == llvm::Intrinsic::aarch64_neon_usdot
-                          ? b_.CreateIntrinsic(id, {i32, i8}, {cv, b_.CreateBitCast(av, i8), b_.CreateBitCast(bv, i8)})
-                          : b_.CreateIntrinsic(id, {}, {cv, av, bv}));
-    }
+    for (unsigned at = 0; at < lanes; at += n) parts.push_back(one(n, id, slice(acc, at), slice(a, at), slice(b, at)));
     return parts.size() == 1 ? parts[0] : llvm::concatenateVectors(b_, parts);
   }
 
-  // x86 with AVX512-BF16: vdpbf16ps, 16 lanes (8 and 4 with AVX512VL), pieces as above; the
+  // x86 with AVX512-VNNI (AVX-VNNI for 256 bits): vpdpbusd, 4, 8 or 16 lanes per instruction;
+  // aarch64 with the int8 matrix extension: usdot, 4 lanes. Other lane counts are split into
+  // pieces of the widest that fits; CPUs without either widen (the base class).
+  llvm::Value* dot4_u8s8(llvm::Value* acc, llvm::Value* a, llvm::Value* b) override {
+    if (!dot_pieces_) dot_pieces_ = dot_instructions();
+    llvm::Value* v = in_pieces(*dot_pieces_, acc, a, b, [&](unsigned n, llvm::Intrinsic::ID id, llvm::Value* cv,
+                                                          llvm::Value* av, llvm::Value* bv) {
+      // usdot is overloaded on its vector types and takes bytes; vpdpbusd takes int32 lanes.
+      if (id != llvm::Intrinsic::aarch64_neon_usdot) return b_.CreateIntrinsic(id, {}, {cv, av, bv});
+      auto* i32 = llvm::FixedVectorType::get(b_.getInt32Ty(), n);
+      auto* i8 = llvm::FixedVectorType::get(b_.getInt8Ty(), n * 4);
+      return b_.CreateIntrinsic(id, {i32, i8}, {cv, b_.CreateBitCast(av, i8), b_.CreateBitCast(bv, i8)});
+    });
+    return v ? v : CodeGen::dot4_u8s8(acc, a, b);
+  }
+
+  // x86 with AVX512-BF16: vdpbf16ps, 16 lanes (8 and 4 with AVX512VL), in pieces as above; the
   // widening sequence elsewhere (the base class).
   llvm::Value* dot2_bf16(llvm::Value* acc, llvm::Value* a, llvm::Value* b) override {
-    auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(a->getType());
-    const unsigned lanes = vt ? vt->getNumElements() : 1;
-    std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> pieces;
-    if (llvm::Triple(target_.triple).isX86() && target_.has_feature("avx512bf16")) {
-      pieces.push_back({16, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512});
-      if (target_.has_feature("avx512vl")) {
-        pieces.push_back({8, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_256});
-        pieces.push_back({4, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_128});
+    if (!bf16_pieces_) {
+      bf16_pieces_.emplace();
+      if (llvm::Triple(target_.triple).isX86() && target_.has_feature("avx512bf16")) {
+        bf16_pieces_->push_back({16, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512});
+        if (target_.has_feature("avx512vl")) {
+          bf16_pieces_->push_back({8, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_256});
+          bf16_pieces_->push_back({4, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_128});
+        }
       }
     }
-    auto fits = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return lanes % p.first == 0; });
-    if (fits == pieces.end()) return CodeGen::dot2_bf16(acc, a, b);
-    const auto [n, id] = *fits;
-    auto* halves = llvm::FixedVectorType::get(b_.getBFloatTy(), n * 2);
-    std::vector<llvm::Value*> parts;
-    for (unsigned at = 0; at < lanes; at += n) {
-      auto slice = [&](llvm::Value* v) {
-        if (n == lanes) return v;
-        std::vector<int> pick;
-        for (unsigned i = 0; i < n; ++i) pick.push_back(static_cast<int>(at + i));
-        return b_.CreateShuffleVector(v, pick);
-      };
-      parts.push_back(b_.CreateIntrinsic(id, {}, {slice(acc), b_.CreateBitCast(slice(a), halves),
-                                                  b_.CreateBitCast(slice(b), halves)}));
-    }
-    return parts.size() == 1 ? parts[0] : llvm::concatenateVectors(b_, parts);
+    llvm::Value* v = in_pieces(*bf16_pieces_, acc, a, b, [&](unsigned n, llvm::Intrinsic::ID id, llvm::Value* cv,
+                                                           llvm::Value* av, llvm::Value* bv) {
+      auto* halves = llvm::FixedVectorType::get(b_.getBFloatTy(), n * 2);
+      return b_.CreateIntrinsic(id, {}, {cv, b_.CreateBitCast(av, halves), b_.CreateBitCast(bv, halves)});
+    });
+    return v ? v : CodeGen::dot2_bf16(acc, a, b);
   }
 
   // The target's u8 x s8 dot-product instructions as (int32 lanes, intrinsic), widest first.
-  std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> dot_instructions() const {
+  Pieces dot_instructions() const {
     const llvm::Triple tt(target_.triple);
     const bool x86 = tt.isX86();
-    std::vector<std::pair<unsigned, llvm::Intrinsic::ID>> pieces;
+    Pieces pieces;
     if (x86 && target_.has_feature("avx512vnni")) {
       pieces.push_back({16, llvm::Intrinsic::x86_avx512_vpdpbusd_512});
       if (target_.has_feature("avx512vl")) {
@@ -183,8 +186,9 @@ class CodeGenCpu final : public CodeGen {
   uint64_t local_align() const override { return 64; }
 
  private:
-  // dot_instructions(), asked once per kernel (the target's features come from LLVM's tables).
-  std::optional<std::vector<std::pair<unsigned, llvm::Intrinsic::ID>>> dot_pieces_;
+  // dot_instructions() and dot2_bf16's, asked once per kernel (the target's features come
+  // from LLVM's tables).
+  std::optional<Pieces> dot_pieces_, bf16_pieces_;
 };
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "compiler/reference.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include "base/bfloat16.h"
@@ -115,10 +114,7 @@ void reference_matmul_bf16(const Workload& w, const Inputs& in, float* out) {
   const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
   const float *A = in[0], *B = in[1];
   const float* bias = bias_of(w, in);
-  auto weight = [&](int64_t k, int64_t j) {
-    const uint32_t word = std::bit_cast<uint32_t>(B[k / 2 * N + j]);
-    return std::bit_cast<float>(k % 2 ? word & 0xFFFF0000u : word << 16);
-  };
+  auto weight = [&](int64_t k, int64_t j) { return bf16_half(B[k / 2 * N + j], k); };
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       double acc = 0;
@@ -199,8 +195,7 @@ void reference_conv2d_nchwc_bf16(const Workload& w, const Inputs& in, float* out
   const int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
   const float *data = in[0], *B = in[1], *bias = bias_of(w, in);
   auto weight = [&](int64_t k, int64_t c, int64_t r, int64_t s) {
-    const auto word = std::bit_cast<uint32_t>(B[((((k / ob) * (d.C / 2) + c / 2) * d.R + r) * d.S + s) * ob + k % ob]);
-    return std::bit_cast<float>(c % 2 ? word & 0xFFFF0000u : word << 16);
+    return bf16_half(B[((((k / ob) * (d.C / 2) + c / 2) * d.R + r) * d.S + s) * ob + k % ob], c);
   };
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t k = 0; k < d.K; ++k)

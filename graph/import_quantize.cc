@@ -270,6 +270,20 @@ std::vector<HostTensor> qconv_constants(const Graph& g, const Node& n) {
   return qconv_operands(qconv_parts(n, context(n, g, g.opset).inputs));
 }
 
+// `v` as float32: itself, or a Cast of it (an integer zero point).
+std::string as_float(NodeBuilder& b, const Graph& g, const std::string& v) {
+  return g.value(v).dtype == DType::F32 ? v : b.node("Cast", {v}, {{"to", int64_t{1}}});
+}
+
+// A per-channel parameter `v` of `count` values reshaped to broadcast along `axis` of a value
+// of rank `rank`: [count, 1, ..., 1]; a single value as it is.
+std::string along_axis(NodeBuilder& b, const std::string& v, int64_t count, size_t rank, int64_t axis) {
+  if (count <= 1) return v;
+  Shape s(rank - static_cast<size_t>(axis), 1);
+  s[0] = count;
+  return b.reshape(v, s);
+}
+
 }  // namespace
 
 bool expand_quantize(const Node& n, ImportSink& sink) {
@@ -333,18 +347,9 @@ bool expand_quantize(const Node& n, ImportSink& sink) {
   if (quantize && x.dtype != DType::F32) fail(str("input is ", dtype_name(x.dtype), "; QuantizeLinear takes float32"));
 
   NodeBuilder b(n, g, sink.add);
-  // A per-channel parameter reshaped to broadcast along the axis: [C, 1, ..., 1].
-  auto along_axis = [&](const std::string& v) {
-    if (!per_channel) return v;
-    Shape s(rank - static_cast<size_t>(axis), 1);
-    s[0] = scale.size();
-    return b.reshape(v, s);
-  };
-  auto as_float = [&](const std::string& v) {
-    return g.value(v).dtype == DType::F32 ? v : b.node("Cast", {v}, {{"to", int64_t{1}}});
-  };
+  auto per_axis = [&](const std::string& v) { return along_axis(b, v, per_channel ? scale.size() : 1, rank, axis); };
   const std::string& out = n.outputs[0];
-  const std::string s = along_axis(n.inputs[1]);
+  const std::string s = per_axis(n.inputs[1]);
   ++g.quantize_nodes;
   Graph::Qdq& rec = g.qdq[out];
   rec = {quantize, n.inputs[0], scale.f, std::vector<float>(scale.f.size(), 0.0f), per_channel ? axis : -1, type};
@@ -354,13 +359,13 @@ bool expand_quantize(const Node& n, ImportSink& sink) {
   }
   if (quantize) {
     std::string q = b.node("Round", {b.node("Div", {n.inputs[0], s})});
-    if (!zero_is_zero) q = b.node("Add", {q, along_axis(as_float(n.inputs[2]))});
+    if (!zero_is_zero) q = b.node("Add", {q, per_axis(as_float(b, g, n.inputs[2]))});
     const bool u8 = type == Narrow::Uint8;
     b.node("Clip", {q, b.scalar(u8 ? 0.0f : -128.0f), b.scalar(u8 ? 255.0f : 127.0f)}, {}, out);
     return true;
   }
-  std::string v = as_float(n.inputs[0]);
-  if (!zero_is_zero) v = b.node("Sub", {v, along_axis(as_float(n.inputs[2]))});
+  std::string v = as_float(b, g, n.inputs[0]);
+  if (!zero_is_zero) v = b.node("Sub", {v, per_axis(as_float(b, g, n.inputs[2]))});
   b.node("Mul", {v, s}, {}, out);
   return true;
 }
@@ -413,21 +418,13 @@ bool expand_qoperator(const Node& n, ImportSink& sink) {
     if (!z.empty()) d.inputs.push_back(z);
     add_expanded(std::move(d), sink);
   };
-  auto as_float = [&](const std::string& v) {
-    return g.value(v).dtype == DType::F32 ? v : b.node("Cast", {v}, {{"to", int64_t{1}}});
-  };
   // x - zero (a scalar, or one per row of a 2-D b / per output channel of a weight: `axis`).
   auto minus_zero = [&](const std::string& x, const std::string& z, int64_t axis) {
-    if (z.empty()) return as_float(x);
+    if (z.empty()) return as_float(b, g, x);
     const Value& zv = g.value(z);
-    std::string zf = as_float(z);
-    const size_t rank = g.value(x).shape.size();
-    if (zv.shape.size() == 1 && num_elements(zv.shape) > 1) {
-      Shape s(rank - static_cast<size_t>(axis), 1);
-      s[0] = num_elements(zv.shape);
-      zf = b.reshape(zf, s);
-    }
-    return b.node("Sub", {as_float(x), zf});
+    const int64_t count = zv.shape.size() == 1 ? num_elements(zv.shape) : 1;
+    std::string zf = along_axis(b, as_float(b, g, z), count, g.value(x).shape.size(), axis);
+    return b.node("Sub", {as_float(b, g, x), zf});
   };
   std::map<std::string, Attr> conv_attrs;
   for (const char* a : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}) {

@@ -12,7 +12,6 @@
 // keep_io_types; so does every tensor between kernels (each product converts its input on
 // entry). A MatMul or Gemm that another precision already claims (a QDQ model's QMatMul) is
 // not touched. Not run at --precision fp32 (the default).
-#include <bit>
 
 #include "base/bfloat16.h"
 #include "base/error.h"
@@ -90,8 +89,8 @@ std::vector<HostTensor> constants(const Graph& g, const Node& n) {
   std::vector<float> words(static_cast<size_t>(P * p.N));
   for (int64_t q = 0; q < P; ++q) {
     for (int64_t j = 0; j < p.N; ++j) {
-      auto half = [&](int64_t k) -> uint32_t { return k < p.K ? bf16_bits(p.w->f[static_cast<size_t>(k * p.N + j)]) : 0; };
-      words[static_cast<size_t>(q * p.N + j)] = std::bit_cast<float>(half(2 * q) | half(2 * q + 1) << 16);
+      auto w = [&](int64_t k) { return k < p.K ? p.w->f[static_cast<size_t>(k * p.N + j)] : 0.0f; };
+      words[static_cast<size_t>(q * p.N + j)] = bf16_pair(w(2 * q), w(2 * q + 1));
     }
   }
   return {HostTensor::floats({P, p.N}, std::move(words))};
@@ -102,12 +101,19 @@ std::vector<HostTensor> constants(const Graph& g, const Node& n) {
 // evaluation are ConvNCHWc's, the evaluation on operands rounded to bfloat16.
 const OpDef& conv_nchwc() { return *find_op("ConvNCHWc"); }
 
+// Why ConvNCHWc node `n` of data `x` and weight `w` is no ConvNCHWcBF16 ("" when it is one;
+// the rest of the shapes are ConvNCHWc's to check).
+std::string bf16_conv_problem(const Node& n, const Value& x, const Value* w) {
+  if (n.get_int("group", 1) != 1) return str("group ", n.get_int("group", 1), " is not 1");
+  if (x.dtype != DType::F32) return str("input is ", dtype_name(x.dtype), ", not float32");
+  if (x.shape.size() == 5 && x.shape[4] % 2 != 0)
+    return str("input block ", x.shape[4], " is odd (the kernel reads pairs of channels)");
+  if (!w || !w->constant || w->dtype != DType::F32) return "weight must be a float32 constant";
+  return "";
+}
+
 void check_bf16_conv(const Node& n, const std::vector<const Value*>& in) {
-  auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
-  if (n.get_int("group", 1) != 1) fail(str("group ", n.get_int("group", 1), " is not 1"));
-  if (in[0]->shape.size() == 5 && in[0]->shape[4] % 2 != 0)
-    fail(str("input block ", in[0]->shape[4], " is odd (the kernel reads pairs of channels)"));
-  if (!in[1] || !in[1]->constant) fail("weight must be a constant");
+  if (std::string why = bf16_conv_problem(n, *in[0], in[1]); !why.empty()) throw UserError(str(n.where(), ": ", why));
 }
 
 std::vector<TypeShape> bf16_conv_infer(const OpContext& c) {
@@ -148,11 +154,10 @@ std::vector<HostTensor> bf16_conv_constants(const Graph& g, const Node& n) {
       for (int64_t r = 0; r < R; ++r)
         for (int64_t s = 0; s < S; ++s)
           for (int64_t kb = 0; kb < ob; ++kb) {
-            auto half = [&](int64_t ch) -> uint32_t {
-              return bf16_bits(w.f[static_cast<size_t>(((((ko * CO + ch / ib) * R + r) * S + s) * ib + ch % ib) * ob + kb)]);
+            auto at = [&](int64_t ch) {
+              return w.f[static_cast<size_t>(((((ko * CO + ch / ib) * R + r) * S + s) * ib + ch % ib) * ob + kb)];
             };
-            words[static_cast<size_t>((((ko * (C / 2) + cp) * R + r) * S + s) * ob + kb)] =
-                std::bit_cast<float>(half(2 * cp) | half(2 * cp + 1) << 16);
+            words[static_cast<size_t>((((ko * (C / 2) + cp) * R + r) * S + s) * ob + kb)] = bf16_pair(at(2 * cp), at(2 * cp + 1));
           }
   return {HostTensor::floats({KO, C / 2, R, S, ob}, std::move(words))};
 }
@@ -162,10 +167,7 @@ std::vector<HostTensor> bf16_conv_constants(const Graph& g, const Node& n) {
 bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
   if (n.op == "ConvNCHWc") {
     const Value& x = g.value(n.inputs[0]);
-    if (n.get_int("group", 1) != 1 || x.shape.size() != 5 || x.shape[4] % 2 != 0 || !g.is_constant(n.inputs[1]) ||
-        x.dtype != DType::F32 || g.value(n.inputs[1]).dtype != DType::F32) {
-      return false;
-    }
+    if (x.shape.size() != 5 || !bf16_conv_problem(n, x, &g.value(n.inputs[1])).empty()) return false;
     Node m = n;
     m.op = "ConvNCHWcBF16";
     out.push_back(std::move(m));
