@@ -125,6 +125,34 @@ class CodeGen {
   virtual bool allocate_shared(const Allocate* a) { return false; }
   // The alignment of a local (stack or private) buffer.
   virtual uint64_t local_align() const = 0;
+  // Float `v` converted to integer type `t` saturating: NaN gives 0, values past the type's
+  // range its bound (llvm.fptosi.sat / fptoui.sat, one instruction on aarch64 and PTX).
+  virtual llvm::Value* float_to_int(llvm::Value* v, llvm::Type* t, bool is_unsigned) {
+    return b_.CreateIntrinsic(is_unsigned ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat,
+                              {t, v->getType()}, {v});
+  }
+  // The same by compares and selects around a plain conversion: NaN to 0, then clamped to the
+  // widest floats inside the type's range (rounded toward zero), then the type's maximum where
+  // v was above that float. Whole vectors where the intrinsic is lowered lane by lane.
+  llvm::Value* float_to_int_by_clamps(llvm::Value* v, llvm::Type* t, bool is_unsigned) {
+    const unsigned bits = t->getScalarSizeInBits();
+    const llvm::fltSemantics& sem = v->getType()->getScalarType()->getFltSemantics();
+    auto bound = [&](const llvm::APInt& i) {
+      llvm::APFloat f(sem);
+      f.convertFromAPInt(i, !is_unsigned, llvm::APFloat::rmTowardZero);
+      return llvm::ConstantFP::get(v->getType(), f);
+    };
+    const llvm::APInt lo = is_unsigned ? llvm::APInt::getMinValue(bits) : llvm::APInt::getSignedMinValue(bits);
+    const llvm::APInt hi = is_unsigned ? llvm::APInt::getMaxValue(bits) : llvm::APInt::getSignedMaxValue(bits);
+    llvm::Constant* flo = bound(lo);
+    llvm::Constant* fhi = bound(hi);
+    llvm::Value* x = b_.CreateSelect(b_.CreateFCmpUNO(v, v), llvm::Constant::getNullValue(v->getType()), v);
+    x = b_.CreateSelect(b_.CreateFCmpOLT(x, flo), flo, x);
+    llvm::Value* above = b_.CreateFCmpOGT(x, fhi);
+    x = b_.CreateSelect(above, fhi, x);
+    llvm::Value* k = is_unsigned ? b_.CreateFPToUI(x, t) : b_.CreateFPToSI(x, t);
+    return b_.CreateSelect(above, llvm::ConstantInt::get(t, hi), k);
+  }
 
   void set_attributes(llvm::Function* fn) {
     fn->addFnAttr(llvm::Attribute::NoUnwind);
@@ -459,9 +487,7 @@ class CodeGen {
     }
     // Saturating: a NaN or out-of-range float (a hostile index read from data) gives 0 or the
     // type's bound, not LLVM's poison, so the clamps after it keep addresses in bounds.
-    if (from.is_float())
-      return b_.CreateIntrinsic(to.is_uint() ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat,
-                                {t, v->getType()}, {v});
+    if (from.is_float()) return float_to_int(v, t, to.is_uint());
     if (from.is_bool() || from.is_uint()) return b_.CreateZExtOrTrunc(v, t);
     return b_.CreateSExtOrTrunc(v, t);
   }

@@ -14,6 +14,7 @@
 #include "compiler/codegen_llvm.h"
 #include "compiler/driver.h"
 #include "compiler/ir_printer.h"
+#include "compiler/lower.h"
 #include "compiler/schedule_templates.h"
 #include "compiler/te.h"
 #include "runtime/kernel_library.h"
@@ -122,6 +123,76 @@ std::vector<std::string> runnable_x86_targets() {
       {"llvm -mcpu=x86-64-v3", "avx2"},                      // widening, AVX2
       {"llvm -mcpu=x86-64", "sse2"},                         // widening, SSE
   });
+}
+
+// Float to data integer conversions saturate (NaN to 0, out of range to the type's bound; int64
+// indices: TensorExpressions.GatherByComputedIndexUnderAVectorSelect) on every
+// x86 instruction set, and stay whole vectors: LLVM lowers llvm.fptosi.sat lane by lane on x86
+// (compares and branches per lane), which once made the float-to-uint8 quantization at an int8
+// convolution's entry as slow as its products. Other CPUs keep the intrinsic (one fcvtzs).
+TEST(FloatToInteger, ConversionsSaturateAndStayVectors) {
+  std::vector<std::string> targets = runnable_x86_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> xs = {0.0f, -0.0f, 0.4f, -0.6f, 1.5f, 127.0f, 127.9f, 128.0f, -128.0f, -128.9f, -129.0f,
+                           255.0f, 255.5f, 256.0f, -1.0f, 2147483520.0f, 2147483648.0f, -2147483648.0f,
+                           -2147483904.0f, 9.2233715e18f, 9.2233720e18f, -9.2233720e18f, 1e30f, -1e30f,
+                           inf, -inf, std::nanf(""), -std::nanf("")};
+  while (xs.size() % 16 != 5) xs.push_back(static_cast<float>(xs.size()) * 37.25f - 300.0f);  // a scalar tail
+  const int64_t n = static_cast<int64_t>(xs.size());
+  auto saturate = [](float x, double lo, double hi) {
+    if (std::isnan(x)) return 0.0;
+    return std::trunc(std::clamp(static_cast<double>(x), lo, hi));
+  };
+  struct Case {
+    Type type;
+    double lo, hi;
+  };
+  const std::vector<Case> cases = {{Type::int8(), -128, 127},
+                                   {Type::uint8(), 0, 255},
+                                   {Type::int32(), -2147483648.0, 2147483647.0}};
+  for (const Case& c : cases) {
+    ir::Tensor x = ir::placeholder("x", {n});
+    ir::Tensor y = ir::compute("y", {n}, {"i"}, [&](const std::vector<ir::Expr>& i) {
+      return ir::Cast::make(c.type, ir::read(x, i));
+    });
+    ir::Schedule s(y);
+    auto [o, in] = s[y].split(s[y].axis("i"), 16);
+    s[y].vectorize(in);
+    auto f = lower(s, {x}, "to_int").func;
+    for (const std::string& ts : targets) {
+      std::unique_ptr<KernelLibrary> lib = testing::build_for(f, parse_target(ts));
+      std::vector<int64_t> out(static_cast<size_t>(n), 0x5A5A5A5A);
+      ASSERT_EQ(lib->call({xs.data(), reinterpret_cast<float*>(out.data())}), 0);
+      for (int64_t k = 0; k < n; ++k) {
+        const size_t u = static_cast<size_t>(k);
+        const unsigned char* p = reinterpret_cast<const unsigned char*>(out.data()) + u * c.type.bytes();
+        double got = 0;
+        if (c.type == Type::int8()) got = *reinterpret_cast<const int8_t*>(p);
+        if (c.type == Type::uint8()) got = *p;
+        if (c.type == Type::int32()) got = *reinterpret_cast<const int32_t*>(p);
+        EXPECT_EQ(got, saturate(xs[u], c.lo, c.hi)) << xs[u] << " to " << c.type.str() << " on " << ts;
+      }
+    }
+    if (c.type == Type::int32() || c.type == Type::uint8()) {
+      for (const char* spec : {"llvm -mtriple=x86_64-linux-gnu -mcpu=icelake-server",
+                               "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3"}) {
+        std::string text = codegen_llvm(f, parse_target(spec), CodegenOutput::Asm).data;
+        EXPECT_EQ(text.find("cvttss2si"), std::string::npos) << c.type.str() << " on " << spec << ": a lane-by-lane conversion";
+        EXPECT_NE(text.find("vcvttps2dq"), std::string::npos) << c.type.str() << " on " << spec << ": no vector conversion";
+      }
+    }
+  }
+  ir::Tensor x = ir::placeholder("x", {n});
+  ir::Tensor y = ir::compute("y", {n}, {"i"}, [&](const std::vector<ir::Expr>& i) {
+    return ir::Cast::make(Type::int32(), ir::read(x, i));
+  });
+  ir::Schedule s(y);
+  auto [o, in] = s[y].split(s[y].axis("i"), 4);
+  s[y].vectorize(in);
+  std::string arm = codegen_llvm(lower(s, {x}, "to_int").func,
+                                 parse_target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"), CodegenOutput::Asm).data;
+  EXPECT_NE(arm.find("fcvtzs\tv"), std::string::npos) << arm;
 }
 
 class Int8Matmul : public ::testing::TestWithParam<const char*> {};
