@@ -379,6 +379,94 @@ void add_expanded(Node node, ImportSink& sink) {
   sink.add(std::move(node));
 }
 
+// The type (uint8 or int8) of quantized tensor `x` of the com.microsoft operator `n`: its zero
+// point's when it has one, else the QuantizeLinear's that made it, else uint8.
+Narrow quantized_type(const Graph& g, const std::string& x, const std::string& zero) {
+  if (!zero.empty() && g.is_constant(zero) && g.value(zero).constant->narrow != Narrow::None)
+    return g.value(zero).constant->narrow;
+  if (auto it = g.qdq.find(x); it != g.qdq.end() && it->second.quantize) return it->second.type;
+  return Narrow::Uint8;
+}
+
+// ONNX Runtime's quantized elementwise, pooling and concatenation operators (domain
+// com.microsoft, as its QOperator-format quantizer writes them), as the DQ -> float operator ->
+// Q they are defined by:
+//   QLinearAdd/QLinearMul(A, As, [Az], B, Bs, [Bz], Cs, [Cz]) = Q(DQ(A) op DQ(B), Cs, Cz)
+//   QLinearSigmoid/QLinearLeakyRelu(X, Xs, [Xz], Ys, [Yz]) = Q(op(DQ(X)), Ys, Yz)
+//   QLinearGlobalAveragePool/QLinearAveragePool(X, Xs, Xz, Ys, Yz) likewise; channels_last=1:
+//     X is N x spatial x C (transposed to channels first and back)
+//   QLinearConcat(Ys, Yz, (X, Xs, Xz)...) = Q(Concat(DQ(X)...), Ys, Yz)
+// A missing output zero point is 0 of the inputs' type. Returns false for other operators.
+template <typename Dq, typename Q>
+bool expand_contrib(const Node& n, ImportSink& sink, const Dq& dq, const Q& q) {
+  static const std::map<std::string, std::vector<size_t>> kRequired = {
+      {"QLinearAdd", {0, 1, 3, 4, 6}},     {"QLinearMul", {0, 1, 3, 4, 6}},
+      {"QLinearSigmoid", {0, 1, 3}},       {"QLinearLeakyRelu", {0, 1, 3}},
+      {"QLinearGlobalAveragePool", {0, 1, 2, 3, 4}}, {"QLinearAveragePool", {0, 1, 3}},
+      {"QLinearConcat", {0, 1, 2, 3, 4}}};
+  auto it = kRequired.find(n.op);
+  if (it == kRequired.end()) return false;
+  Graph& g = sink.g;
+  auto fail = [&](const std::string& why) { throw UserError(str(sink.file, ": ", n.where(), ": ", why)); };
+  auto input = [&](size_t k) -> std::string { return k < n.inputs.size() ? n.inputs[k] : std::string(); };
+  for (size_t k : it->second) {
+    if (input(k).empty()) fail(str("input ", k, " is missing"));
+  }
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    // Scales and zero points are per tensor here: one value each.
+    const bool data = n.op == "QLinearConcat" ? k >= 2 && (k - 2) % 3 == 0
+                                             : k == 0 || ((n.op == "QLinearAdd" || n.op == "QLinearMul") && k == 3);
+    if (data || input(k).empty()) continue;
+    const Value& v = g.value(input(k));
+    if (num_elements(v.shape) != 1) fail(str("input ", k, " ('", input(k), "') has shape ", shape_str(v.shape), "; ", n.op,
+                                             " takes one scale and one zero point per tensor"));
+  }
+  NodeBuilder b(n, g, sink.add);
+  const Narrow type = n.op == "QLinearConcat" ? quantized_type(g, input(2), input(1))
+                                             : quantized_type(g, input(0), input(2));
+  if (n.op == "QLinearAdd" || n.op == "QLinearMul") {
+    std::string a = dq(input(0), input(1), input(2), 1, "a"), c = dq(input(3), input(4), input(5), 1, "b");
+    q(b.node(n.op == "QLinearAdd" ? "Add" : "Mul", {a, c}), input(6), input(7), type);
+    return true;
+  }
+  if (n.op == "QLinearConcat") {
+    if ((n.inputs.size() - 2) % 3 != 0) fail(str("has ", n.inputs.size(), " inputs; after Y_scale and Y_zero_point they come as tensor, scale, zero point"));
+    std::vector<std::string> parts;
+    for (size_t k = 2; k < n.inputs.size(); k += 3) {
+      if (input(k).empty() || input(k + 1).empty()) fail(str("input ", input(k).empty() ? k : k + 1, " is missing"));
+      parts.push_back(dq(input(k), input(k + 1), input(k + 2), 1, "x"));
+    }
+    q(b.node("Concat", parts, {{"axis", n.get_int("axis", 0)}}), input(0), input(1), type);
+    return true;
+  }
+  std::string x = dq(input(0), input(1), input(2), 1, "x");
+  const size_t rank = g.value(x).shape.size();
+  const bool channels_last = n.get_int("channels_last", 0) != 0;
+  if (channels_last && rank < 3) fail(str("channels_last with an input of rank ", rank, "; it needs N, spatial axes and C"));
+  std::vector<int64_t> to_first = {0, static_cast<int64_t>(rank) - 1}, to_last = {0};
+  for (size_t d = 1; d + 1 < rank; ++d) to_first.push_back(static_cast<int64_t>(d));
+  for (size_t d = 2; d < rank; ++d) to_last.push_back(static_cast<int64_t>(d));
+  to_last.push_back(1);
+  if (channels_last) x = b.transpose(x, to_first);
+  std::string y;
+  if (n.op == "QLinearSigmoid") {
+    y = b.node("Sigmoid", {x});
+  } else if (n.op == "QLinearLeakyRelu") {
+    y = b.node("LeakyRelu", {x}, {{"alpha", n.get_float("alpha", 0.01f)}});
+  } else if (n.op == "QLinearGlobalAveragePool") {
+    y = b.node("GlobalAveragePool", {x});
+  } else {
+    std::map<std::string, Attr> pool;
+    for (const char* a : {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}) {
+      if (auto at = n.attrs.find(a); at != n.attrs.end()) pool[a] = at->second;
+    }
+    y = b.node("AveragePool", {x}, pool);
+  }
+  if (channels_last) y = b.transpose(y, to_last);
+  q(y, input(3), input(4), type);
+  return true;
+}
+
 // The QOperator and integer operators ONNX Runtime's quantizer writes, imported as the
 // QuantizeLinear/DequantizeLinear arithmetic they are defined by (so fold-qdq makes int8
 // kernels of their products, as of a QDQ model's):
@@ -413,9 +501,11 @@ bool expand_qoperator(const Node& n, ImportSink& sink) {
     add_expanded(std::move(d), sink);
     return out;
   };
-  auto q = [&](const std::string& x, const std::string& s, const std::string& z) {
+  // QuantizeLinear into the node's output; of type `type` where it has no zero point to say it.
+  auto q = [&](const std::string& x, const std::string& s, const std::string& z, Narrow type = Narrow::Uint8) {
     Node d{str(n.name, "/q"), "QuantizeLinear", {x, s}, {n.outputs[0]}, {}};
     if (!z.empty()) d.inputs.push_back(z);
+    if (z.empty() && type == Narrow::Int8) d.attrs["output_dtype"] = kOnnxInt8;
     add_expanded(std::move(d), sink);
   };
   // x - zero (a scalar, or one per row of a 2-D b / per output channel of a weight: `axis`).
@@ -461,6 +551,7 @@ bool expand_qoperator(const Node& n, ImportSink& sink) {
     b.node("Conv", {minus_zero(input(0), input(2), 1), minus_zero(input(1), input(3), 0)}, conv_attrs, n.outputs[0]);
     return true;
   }
+  if (expand_contrib(n, sink, dq, q)) return true;
   // DynamicQuantizeLinear
   if (n.outputs.size() != 3) fail(str("has ", n.outputs.size(), " outputs; it makes y, y_scale and y_zero_point"));
   const std::string x = input(0);
@@ -501,6 +592,21 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   ops.push_back({"ConvInteger", 2, 4, nullptr, nullptr});
   describe(ops.back(), OpKind::Opaque, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
   ops.back().expand = expand_qoperator;
+  // com.microsoft (the importer takes these from that domain only).
+  for (const char* op : {"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool",
+                         "QLinearAveragePool", "QLinearConcat"}) {
+    const std::string name = op;
+    ops.push_back({name, 1, name == "QLinearConcat" ? 1 << 20 : name == "QLinearAdd" || name == "QLinearMul" ? 8 : 5,
+                   nullptr, nullptr});
+    std::vector<std::string> attrs;
+    if (name == "QLinearLeakyRelu") attrs = {"alpha"};
+    if (name == "QLinearConcat") attrs = {"axis"};
+    if (name == "QLinearGlobalAveragePool") attrs = {"channels_last"};
+    if (name == "QLinearAveragePool")
+      attrs = {"auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads", "strides"};
+    describe(ops.back(), OpKind::Opaque, attrs);
+    ops.back().expand = expand_qoperator;
+  }
   ops.push_back({"DynamicQuantizeLinear", 1, 1, nullptr, nullptr});
   describe(ops.back(), OpKind::Elementwise);
   ops.back().expand = expand_qoperator;

@@ -358,9 +358,26 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     n.op = np.op_type();
     n.name = np.name().empty() ? str(n.op, "_", k) : np.name();
     if (!node_names.insert(n.name).second) n.name = str(n.name, "_", k);
-    if (!np.domain().empty() && np.domain() != "ai.onnx") {
+    // ONNX Runtime's quantized operators (QOperator format) come from its com.microsoft
+    // domain, which also has QuantizeLinear and DequantizeLinear of the same meaning.
+    static const std::set<std::string> microsoft = {"QLinearAdd",         "QLinearMul",        "QLinearSigmoid",
+                                                    "QLinearLeakyRelu",   "QLinearGlobalAveragePool",
+                                                    "QLinearAveragePool", "QLinearConcat"};
+    const bool default_domain = np.domain().empty() || np.domain() == "ai.onnx";
+    if (np.domain() == "com.microsoft" && !microsoft.count(n.op) && n.op != "QuantizeLinear" && n.op != "DequantizeLinear") {
+      std::string list;
+      for (const std::string& op : microsoft) list += str(list.empty() ? "" : ", ", op);
+      throw UserError(str(file, ": ", n.where(), " is in domain 'com.microsoft', of which only ", list,
+                          ", QuantizeLinear and DequantizeLinear are supported"));
+    }
+    if (!default_domain && np.domain() != "com.microsoft") {
       throw UserError(str(file, ": ", n.where(), " is in domain '", np.domain(),
-                          "'; only the default ONNX domain is supported"));
+                          "'; only the default ONNX domain (and ONNX Runtime's quantized operators of com.microsoft) "
+                          "is supported"));
+    }
+    if (default_domain && microsoft.count(n.op)) {
+      throw UserError(str(file, ": ", n.where(), ": ", n.op, " is an operator of domain 'com.microsoft'; this node is in "
+                          "the default domain"));
     }
     n.inputs.assign(np.input().begin(), np.input().end());
     n.outputs.assign(np.output().begin(), np.output().end());
@@ -377,7 +394,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     // as floats (a uint8 Div would not truncate).
     static const std::set<std::string> reads_integers = {
         "QuantizeLinear", "DequantizeLinear", "Constant",  "QLinearMatMul", "QLinearConv",
-        "MatMulInteger",  "ConvInteger",      "DynamicQuantizeLinear"};
+        "MatMulInteger",  "ConvInteger",      "DynamicQuantizeLinear", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
+        "QLinearLeakyRelu", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat"};
     if (!reads_integers.count(n.op)) {
       for (const std::string& in : n.inputs) {
         if (in.empty() || !g.is_constant(in) || g.value(in).constant->narrow == Narrow::None) continue;
@@ -385,7 +403,7 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
                             g.value(in).constant->narrow == Narrow::Int8 ? "int8" : "uint8",
                             "; int8 and uint8 tensors are not supported but as operands of the quantization "
                             "operators (QuantizeLinear, DequantizeLinear, QLinearMatMul, QLinearConv, "
-                            "MatMulInteger, ConvInteger)"));
+                            "MatMulInteger, ConvInteger, com.microsoft's QLinear operators)"));
       }
     }
     // An operator imported as others (OpDef::expand) is checked against its entry first.

@@ -32,6 +32,8 @@ using tf::graph::testing::ModelBuilder;
 using tf::graph::testing::set_int;
 using tf::graph::testing::set_ints;
 using tf::graph::testing::set_string;
+using tf::graph::testing::set_float;
+using tf::str;
 using tf::graph::testing::set_strings;
 
 }  // namespace
@@ -1411,6 +1413,126 @@ TEST(OnnxImport, QOperatorAndIntegerOperatorsAreTheirQdqArithmetic) {
   bad.node("DynamicQuantizeLinear", {"x"}, {"q"});
   bad.output("q");
   EXPECT_NE(bad.error().find("has 1 outputs; it makes y, y_scale and y_zero_point"), std::string::npos) << bad.error();
+}
+
+// ONNX Runtime's quantized elementwise, pooling and concatenation operators (domain
+// com.microsoft: QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat,
+// QLinearGlobalAveragePool with channels first and last, QLinearAveragePool) give what the same
+// model written with QuantizeLinear, the float operator and DequantizeLinear gives; an int8
+// output without a zero point is int8 (negative values kept); the domain is checked both ways.
+TEST(OnnxImport, MicrosoftQuantizedOperatorsAreTheirQdqArithmetic) {
+  auto build = [](bool contrib) {
+    ModelBuilder b(13);
+    auto* ms = b.m.add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+    b.input("x", {1, 4, 3, 3});
+    b.input("x2", {1, 4, 3, 3});
+    // Scale and zero point per value: x, x2, add, mul, sigmoid, leaky, concat, gap, pool, gap2.
+    const std::vector<std::pair<float, int32_t>> qp = {{0.03f, 128}, {0.02f, 100}, {0.05f, 120}, {0.04f, 90},
+                                                       {0.004f, 0},  {0.05f, 30},  {0.06f, 70},  {0.01f, 50},
+                                                       {0.02f, 60},  {0.015f, 40}};
+    for (size_t k = 0; k < qp.size(); ++k) {
+      b.floats_shaped(str("s", k), {}, {qp[k].first});
+      b.bytes(str("z", k), {}, {qp[k].second}, onnx::TensorProto::UINT8);
+    }
+    b.node("QuantizeLinear", {"x", "s0", "z0"}, {"q0"});
+    b.node("QuantizeLinear", {"x2", "s1", "z1"}, {"q1"});
+    auto ms_node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+      auto* n = b.node(op, in, {out});
+      n->set_domain("com.microsoft");
+      return n;
+    };
+    // The reference form: DQ each input, the float operator, Q to `out` with (scale, zero) k.
+    auto qdq = [&](const std::string& op, const std::vector<std::pair<std::string, int>>& in, int k,
+                   const std::string& out, const std::function<void(onnx::NodeProto*)>& attrs = nullptr) {
+      std::vector<std::string> xs;
+      for (const auto& [v, kk] : in) {
+        xs.push_back(str(out, "_", v, "_d"));
+        b.node("DequantizeLinear", {v, str("s", kk), str("z", kk)}, {xs.back()});
+      }
+      auto* n = b.node(op, xs, {out + "_f"});
+      if (attrs) attrs(n);
+      b.node("QuantizeLinear", {out + "_f", str("s", k), str("z", k)}, {out});
+    };
+    if (contrib) {
+      ms_node("QLinearAdd", {"q0", "s0", "z0", "q1", "s1", "z1", "s2", "z2"}, "add");
+      ms_node("QLinearMul", {"add", "s2", "z2", "q0", "s0", "z0", "s3", "z3"}, "mul");
+      ms_node("QLinearSigmoid", {"mul", "s3", "z3", "s4", "z4"}, "sig");
+      set_float(ms_node("QLinearLeakyRelu", {"add", "s2", "z2", "s5", "z5"}, "leaky"), "alpha", 0.2f);
+      set_int(ms_node("QLinearConcat", {"s6", "z6", "sig", "s4", "z4", "leaky", "s5", "z5"}, "cat"), "axis", 1);
+      ms_node("QLinearGlobalAveragePool", {"cat", "s6", "z6", "s7", "z7"}, "gap");
+      auto* pool = ms_node("QLinearAveragePool", {"cat", "s6", "z6", "s8", "z8"}, "pool");
+      set_ints(pool, "kernel_shape", {2, 2});
+      set_ints(b.node("Transpose", {"mul"}, {"mul_nhwc"}), "perm", {0, 2, 3, 1});
+      set_int(ms_node("QLinearGlobalAveragePool", {"mul_nhwc", "s3", "z3", "s9", "z9"}, "gap2"), "channels_last", 1);
+    } else {
+      qdq("Add", {{"q0", 0}, {"q1", 1}}, 2, "add");
+      qdq("Mul", {{"add", 2}, {"q0", 0}}, 3, "mul");
+      qdq("Sigmoid", {{"mul", 3}}, 4, "sig");
+      qdq("LeakyRelu", {{"add", 2}}, 5, "leaky", [](onnx::NodeProto* n) { set_float(n, "alpha", 0.2f); });
+      qdq("Concat", {{"sig", 4}, {"leaky", 5}}, 6, "cat", [](onnx::NodeProto* n) { set_int(n, "axis", 1); });
+      qdq("GlobalAveragePool", {{"cat", 6}}, 7, "gap");
+      qdq("AveragePool", {{"cat", 6}}, 8, "pool", [](onnx::NodeProto* n) { set_ints(n, "kernel_shape", {2, 2}); });
+      qdq("GlobalAveragePool", {{"mul", 3}}, 9, "gap2_nchw");
+      set_ints(b.node("Transpose", {"gap2_nchw"}, {"gap2"}), "perm", {0, 2, 3, 1});
+    }
+    for (const auto& [v, k] : std::vector<std::pair<std::string, int>>{{"gap", 7}, {"pool", 8}, {"gap2", 9}, {"cat", 6}}) {
+      b.node("DequantizeLinear", {v, str("s", k), str("z", k)}, {"y_" + v});
+      b.output("y_" + v);
+    }
+    return b.import();
+  };
+  Graph contrib = build(true), qdq = build(false);
+  HostTensor x = HostTensor::floats({1, 4, 3, 3}, std::vector<float>(36)), x2 = x;
+  for (size_t k = 0; k < 36; ++k) {
+    x.f[k] = std::sin(0.7f * static_cast<float>(k)) * 3.0f;
+    x2.f[k] = std::cos(0.3f * static_cast<float>(k)) * 2.0f;
+  }
+  auto got = run_reference(contrib, {{"x", x}, {"x2", x2}}), want = run_reference(qdq, {{"x", x}, {"x2", x2}});
+  for (const char* y : {"y_gap", "y_pool", "y_gap2", "y_cat"}) {
+    ASSERT_EQ(got.at(y).shape, want.at(y).shape) << y;
+    for (int64_t k = 0; k < want.at(y).size(); ++k) EXPECT_EQ(got.at(y).f[k], want.at(y).f[k]) << y << "[" << k << "]";
+  }
+  EXPECT_EQ(got.at("y_gap2").shape, (Shape{1, 1, 1, 4}));
+  EXPECT_EQ(got.at("y_cat").shape, (Shape{1, 8, 3, 3}));
+
+  // int8 without an output zero point: the output is int8, so negative sums stay negative.
+  ModelBuilder i8(13);
+  i8.input("x", {4});
+  i8.floats_shaped("s", {}, {0.1f});
+  i8.bytes("z", {}, {0}, onnx::TensorProto::INT8);
+  i8.floats_shaped("cs", {}, {0.1f});
+  i8.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
+  i8.node("QLinearAdd", {"q", "s", "z", "q", "s", "z", "cs"}, {"c"})->set_domain("com.microsoft");
+  i8.node("DequantizeLinear", {"c", "cs", "z"}, {"y"});
+  i8.output("y");
+  auto r = run_reference(i8.import(), {{"x", HostTensor::floats({4}, {-1.0f, -8.0f, 0.3f, 9.0f})}});
+  EXPECT_EQ(r.at("y").f, (std::vector<float>{-2.0f, -12.8f, 0.6f, 12.7f}));
+
+  // The domain: a com.microsoft QLinearAdd written in the default domain, another
+  // com.microsoft operator, a per-channel scale, a missing scale.
+  auto error_of = [](const std::string& op, const std::string& domain, std::vector<std::string> in) {
+    ModelBuilder e(13);
+    e.input("x", {1, 2, 2, 2});
+    e.floats_shaped("s", {}, {0.1f});
+    e.floats("s2", {0.1f, 0.2f});
+    e.bytes("z", {}, {0}, onnx::TensorProto::UINT8);
+    e.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
+    e.node(op, in, {"y"})->set_domain(domain);
+    e.output("y");
+    return e.error();
+  };
+  std::string e1 = error_of("QLinearAdd", "", {"q", "s", "z", "q", "s", "z", "s", "z"});
+  EXPECT_NE(e1.find("QLinearAdd is an operator of domain 'com.microsoft'; this node is in the default domain"), std::string::npos) << e1;
+  std::string e2 = error_of("QAttention", "com.microsoft", {"q"});
+  EXPECT_NE(e2.find("is in domain 'com.microsoft', of which only QLinearAdd, QLinearAveragePool"), std::string::npos) << e2;
+  std::string e3 = error_of("QLinearMul", "com.microsoft", {"q", "s2", "z", "q", "s", "z", "s", "z"});
+  EXPECT_NE(e3.find("input 1 ('s2') has shape [2]; QLinearMul takes one scale and one zero point per tensor"), std::string::npos) << e3;
+  std::string e4 = error_of("QLinearSigmoid", "com.microsoft", {"q", "s", "z", "", "z"});
+  EXPECT_NE(e4.find("(QLinearSigmoid): input 3 is missing"), std::string::npos) << e4;
+  std::string e5 = error_of("Relu", "com.example", {"x"});
+  EXPECT_NE(e5.find("is in domain 'com.example'; only the default ONNX domain"), std::string::npos) << e5;
 }
 
 // A float16 model (weights stored in float16 as raw bytes and in int32_data, a bfloat16

@@ -119,6 +119,12 @@ inline void set_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
   a->set_i(v);
 }
 
+inline void set_float(onnx::NodeProto* n, const std::string& name, float v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
 inline void set_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
   auto* a = n->add_attribute();
   a->set_name(name);

@@ -173,7 +173,8 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   // Gelu (opset 20; recognize-composites makes it, tests/graph/torch_models_test.py checks it), and
   // tunefarm's own blocked-layout operators (graph/layout.h; tests/graph/passes_test.cc) and
   // QLinearMatMul, QLinearConv, MatMulInteger and ConvInteger (their node tests take uint8 and
-  // int8 model inputs, which tunefarm refuses; tests/graph/import_test.cc checks them),
+  // int8 model inputs, which tunefarm refuses; tests/graph/import_test.cc checks them) and
+  // the com.microsoft QLinear operators (no ONNX node tests; import_test.cc),
   // QMatMul and QConvNCHWc (fold-qdq makes them; tests/graph/import_test.cc), and MatMulBF16, ConvNCHWcBF16
   // (auto-mixed-precision at --precision bf16; passes_test.cc, tests/graph/precision_test.py).
   for (const std::string& op : supported_ops()) {
@@ -183,7 +184,7 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
         op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum" ||
         op == "Not" || op == "And" || op == "Xor" || op == "CumSum" || op == "QMatMul" || op == "QConvNCHWc" ||
         op == "MatMulBF16" || op == "ConvNCHWcBF16" || op == "QLinearMatMul" || op == "QLinearConv" ||
-        op == "MatMulInteger" || op == "ConvInteger") {
+        op == "MatMulInteger" || op == "ConvInteger" || op.rfind("QLinear", 0) == 0) {
       continue;
     }
     EXPECT_GT(ops_run[op], 0) << "no node test exercises " << op;
