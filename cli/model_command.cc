@@ -551,7 +551,9 @@ void add_quantize_command(CLI::App& app, QuantizeArgs& a) {
                                             "[-1, 1), as `run --model` makes them)")
       ->capture_default_str();
   a.cmd->add_option("--seed", a.seed, "seed of the random samples")->capture_default_str();
-  a.cmd->add_option("--method", a.method, "activation ranges: minmax, or percentile (--percentile of each side)")
+  a.cmd->add_option("--method", a.method,
+                    "activation ranges: minmax, percentile (--percentile of each side) or entropy (clipped where the "
+                    "quantized histogram stays closest to the values', by KL divergence)")
       ->capture_default_str();
   a.cmd->add_option("--percentile", a.percentile, "with --method percentile: the percentile kept, in (50, 100]")
       ->capture_default_str();
@@ -561,8 +563,10 @@ void add_quantize_command(CLI::App& app, QuantizeArgs& a) {
 
 int run_quantize(const QuantizeArgs& a) {
   using namespace graph;  // NOLINT
-  if (a.method != "minmax" && a.method != "percentile")
-    throw UserError(str("--method ", a.method, " is not one of minmax, percentile"));
+  static const std::map<std::string, graph::Calibration> methods = {{"minmax", graph::Calibration::MinMax},
+                                                                    {"percentile", graph::Calibration::Percentile},
+                                                                    {"entropy", graph::Calibration::Entropy}};
+  if (!methods.count(a.method)) throw UserError(str("--method ", a.method, " is not one of minmax, percentile, entropy"));
   if (a.samples < 1 || a.samples > 10000) throw UserError(str("--samples ", a.samples, " is not in [1, 10000]"));
   std::string bytes = read_file(a.model);
   Graph g = import_onnx_bytes(bytes, a.model);
@@ -602,7 +606,8 @@ int run_quantize(const QuantizeArgs& a) {
     }
   }
   QuantizeOptions o;
-  o.percentile = a.method == "minmax" ? 100 : a.percentile;
+  o.method = methods.at(a.method);
+  o.percentile = a.percentile;
   o.per_channel = !a.per_tensor;
   o.symmetric = a.symmetric;
   QuantizeReport r;
@@ -612,8 +617,11 @@ int run_quantize(const QuantizeArgs& a) {
               "Gemm nodes, calibrated on %zu %s (%s); wrote %s\n",
               r.activations, a.symmetric ? "int8 symmetric" : "uint8 asymmetric", r.weights,
               r.per_channel ? "per output channel" : "per tensor", r.nodes, samples.size(),
-              given.empty() ? "seeded random samples" : "samples", a.method == "minmax" ? "min-max" :
-              str(a.percentile, "th percentile").c_str(), a.out.c_str());
+              given.empty() ? "seeded random samples" : "samples",
+              a.method == "minmax"     ? "min-max"
+              : a.method == "entropy" ? "entropy"
+                                      : str(a.percentile, "th percentile").c_str(),
+              a.out.c_str());
   if (!r.per_channel && !a.per_tensor)
     std::printf("note: opset %lld has no per-channel DequantizeLinear (13 has): weights are per tensor\n",
                 static_cast<long long>(g.opset));

@@ -13,10 +13,58 @@
 namespace tf::graph {
 namespace {
 
-// The range [lo, hi] of a tensor's values over the samples: min and max, or with a percentile
-// p < 100, the p-th percentile of the values above and below.
+// The clipping threshold t of values whose magnitudes have histogram `hist` (bins of equal
+// width from 0): the one whose histogram, clipped at t and quantized to `levels` bins, is
+// closest to the clipped one in KL divergence (the entropy calibration of TensorRT and ONNX
+// Runtime). In bins from 0.
+size_t entropy_threshold(const std::vector<double>& hist, size_t levels) {
+  const size_t n = hist.size();
+  double best = INFINITY;
+  size_t best_i = n;
+  std::vector<double> p, q;
+  for (size_t i = levels; i <= n; ++i) {
+    // P: the first i bins, the values past them clipped into the last.
+    p.assign(hist.begin(), hist.begin() + static_cast<std::ptrdiff_t>(i));
+    for (size_t k = i; k < n; ++k) p[i - 1] += hist[k];
+    // Q: those i bins merged into `levels` groups, each group's count spread evenly over its
+    // non-empty bins (an empty bin stays empty: its values would not exist).
+    q.assign(i, 0.0);
+    for (size_t g = 0; g < levels; ++g) {
+      const size_t from = g * i / levels, to = (g + 1) * i / levels;
+      double sum = 0;
+      size_t nonzero = 0;
+      for (size_t k = from; k < to; ++k) {
+        sum += hist[k];
+        nonzero += hist[k] != 0;
+      }
+      for (size_t k = from; k < to; ++k) q[k] = hist[k] != 0 ? sum / static_cast<double>(nonzero) : 0;
+    }
+    double ps = 0, qs = 0;
+    for (size_t k = 0; k < i; ++k) {
+      ps += p[k];
+      qs += q[k];
+    }
+    if (ps == 0 || qs == 0) continue;
+    double kl = 0;
+    for (size_t k = 0; k < i; ++k) {
+      if (p[k] == 0) continue;
+      // A bin Q leaves empty where P is not (the clipped-in last one) costs as a tiny count.
+      const double pk = p[k] / ps, qk = std::max(q[k], 1e-4) / qs;
+      kl += pk * std::log(pk / qk);
+    }
+    if (kl < best) {
+      best = kl;
+      best_i = i;
+    }
+  }
+  return best_i;
+}
+
+// The range [lo, hi] of a tensor's values over the samples: min and max; with a percentile
+// p < 100, the p-th percentile of the values above and below; or by entropy, min and max
+// clipped to the threshold of entropy_threshold over the magnitudes.
 struct Range {
-  std::vector<float> values;  // kept only for percentiles
+  std::vector<float> values;  // kept for percentiles and entropy
   float lo = INFINITY, hi = -INFINITY;
   void add(const HostTensor& t, bool keep) {
     for (float v : t.f) {
@@ -26,16 +74,38 @@ struct Range {
       if (keep) values.push_back(v);
     }
   }
-  void finish(double percentile) {
-    if (percentile >= 100 || values.empty()) return;
-    auto at = [&](double q) {
-      auto k = static_cast<size_t>(std::llround(q / 100.0 * static_cast<double>(values.size() - 1)));
-      std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k), values.end());
-      return values[k];
-    };
-    hi = at(percentile);
-    lo = at(100 - percentile);
+  void finish(const QuantizeOptions& o) {
+    if (values.empty() || o.method == Calibration::MinMax) return;
+    if (o.method == Calibration::Percentile && o.percentile < 100) {
+      auto at = [&](double q) {
+        auto k = static_cast<size_t>(std::llround(q / 100.0 * static_cast<double>(values.size() - 1)));
+        std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k), values.end());
+        return values[k];
+      };
+      hi = at(o.percentile);
+      lo = at(100 - o.percentile);
+    }
+    if (o.method == Calibration::Entropy) {
+      const float amax = std::max(std::fabs(lo), std::fabs(hi));
+      if (amax > 0 && std::isfinite(amax)) {
+        constexpr size_t kBins = 2048;
+        std::vector<double> hist(kBins, 0.0);
+        // Exact zeros (a Relu's floor, padding) are left out: the zero point keeps 0 exact, and
+        // their spike in the first bin would make every merge of it look costly, so the
+        // threshold would shrink until no bins merge.
+        for (float v : values) {
+          if (v != 0) hist[std::min(kBins - 1, static_cast<size_t>(std::fabs(v) / amax * kBins))] += 1;
+        }
+        // Values of one sign (after a Relu) spread over all 255 levels of uint8; of both signs,
+        // or int8 symmetric, each side has 128.
+        const size_t levels = !o.symmetric && (lo >= 0 || hi <= 0) ? 255 : 128;
+        const float t = static_cast<float>(entropy_threshold(hist, levels)) * amax / kBins;
+        hi = std::min(hi, t);
+        lo = std::max(lo, -t);
+      }
+    }
     values.clear();
+    values.shrink_to_fit();
   }
 };
 
@@ -72,7 +142,7 @@ std::string bytes_of(const std::vector<int32_t>& v) {
 std::string quantize_model(const std::string& bytes, const std::string& what,
                            const std::vector<std::map<std::string, HostTensor>>& samples,
                            const QuantizeOptions& o, QuantizeReport* report) {
-  if (!(o.percentile > 50 && o.percentile <= 100))
+  if (o.method == Calibration::Percentile && !(o.percentile > 50 && o.percentile <= 100))
     throw UserError(str("percentile ", o.percentile, " is not in (50, 100]"));
   if (samples.empty()) throw UserError("no calibration samples");
   Graph g = import_onnx_bytes(bytes, what);
@@ -138,7 +208,7 @@ std::string quantize_model(const std::string& bytes, const std::string& what,
   for (const std::string& a : acts) {
     if (!g.is_input(a)) probe.outputs.push_back(a);
   }
-  const bool keep = o.percentile < 100;
+  const bool keep = o.method == Calibration::Entropy || (o.method == Calibration::Percentile && o.percentile < 100);
   for (const auto& sample : samples) {
     std::map<std::string, HostTensor> feeds;
     for (const std::string& in : g.inputs) feeds[in] = sample.at(in);
@@ -146,7 +216,7 @@ std::string quantize_model(const std::string& bytes, const std::string& what,
                                                                    : run_reference(probe, feeds);
     for (const std::string& a : acts) ranges[a].add(g.is_input(a) ? feeds.at(a) : out.at(a), keep);
   }
-  for (auto& [name, r] : ranges) r.finish(o.percentile);
+  for (auto& [name, r] : ranges) r.finish(o);
 
   // Fresh names beside the model's.
   std::set<std::string> used;

@@ -4,7 +4,9 @@
 // What it promises: every Conv, MatMul and Gemm of the model gets its activation input (input
 // 0, when it is computed or a model input) through a QuantizeLinear / DequantizeLinear pair,
 // per tensor, uint8 asymmetric (int8 symmetric with `symmetric`), with the range seen on the
-// calibration samples (min-max, or the `percentile` of each side); and its constant weight
+// calibration samples (min-max, the `percentile` of each side, or entropy: the clipping
+// threshold whose quantized histogram is closest to the values' in KL divergence, as
+// TensorRT's and ONNX Runtime's entropy calibrators choose it); and its constant weight
 // (input 1, a float32 initializer) replaced by an int8 initializer and a DequantizeLinear,
 // symmetric, per output channel (Conv: axis 0; MatMul: axis 1; Gemm: 0 with transB, else 1),
 // or per tensor where the model's opset is below 13 (per-channel DequantizeLinear is
@@ -23,8 +25,16 @@
 
 namespace tf::graph {
 
+// How an activation's range is chosen from its calibration values.
+enum class Calibration {
+  MinMax,      // the smallest and largest value
+  Percentile,  // `percentile` of each side's values
+  Entropy,     // clipped where the quantized histogram loses least information (KL divergence)
+};
+
 struct QuantizeOptions {
-  double percentile = 100;  // 100: min-max; below: that percentile of each side's values
+  Calibration method = Calibration::MinMax;
+  double percentile = 99.99;  // Calibration::Percentile
   bool per_channel = true;  // weights (per tensor when false)
   bool symmetric = false;   // activations int8 symmetric instead of uint8 asymmetric
 };

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 
 #include "base/error.h"
 #include "graph/fusion.h"
@@ -1253,6 +1254,54 @@ TEST(Quantize, ScalesAndZeroPointsFollowTheCalibrationRanges) {
   EXPECT_THROW(quantize_model(relu.m.SerializeAsString(), "relu.onnx", samples, {}), tf::UserError);
   EXPECT_THROW(quantize_model(b.m.SerializeAsString(), "mm.onnx", {}, {}), tf::UserError);
   EXPECT_THROW(quantize_model(b.m.SerializeAsString(), "mm.onnx", {{{"z", samples[0].at("x")}}}, {}), tf::UserError);
+}
+
+// Entropy calibration clips a long tail where min-max keeps it: normal values with a few
+// outliers at 60 get a range near the normal values' (TensorRT's thresholds for a normal
+// distribution lie at 3-5 sigma), uniform ones keep nearly their whole range, and a one-sided
+// (Relu) tensor keeps its floor at 0.
+TEST(Quantize, EntropyCalibrationClipsLongTails) {
+  auto range_of = [](const std::vector<float>& v, tf::graph::Calibration method) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    ModelBuilder b(13);
+    b.input("x", {1, n});
+    b.floats_shaped("w", {n, 1}, std::vector<float>(static_cast<size_t>(n), 0.5f));
+    b.node("MatMul", {"x", "w"}, {"y"});
+    b.output("y");
+    tf::graph::QuantizeOptions o;
+    o.method = method;
+    onnx::ModelProto m;
+    EXPECT_TRUE(m.ParseFromString(quantize_model(b.m.SerializeAsString(), "e.onnx", {{{"x", HostTensor::floats({1, n}, v)}}}, o)));
+    std::map<std::string, HostTensor> inits;
+    for (const auto& t : m.graph().initializer()) inits[t.name()] = tensor_from_onnx(t, t.name());
+    const float s = inits.at("x_scale").f[0], z = inits.at("x_zero_point").f[0];
+    return std::pair<float, float>{-z * s, (255 - z) * s};
+  };
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> tail(20000);
+  for (float& v : tail) v = normal(rng);
+  for (int k = 0; k < 10; ++k) tail[static_cast<size_t>(k * 997)] = 60.0f;
+  auto [lo_mm, hi_mm] = range_of(tail, tf::graph::Calibration::MinMax);
+  auto [lo, hi] = range_of(tail, tf::graph::Calibration::Entropy);
+  EXPECT_NEAR(hi_mm, 60.0f, 0.5f);
+  EXPECT_GT(hi, 2.5f);
+  EXPECT_LT(hi, 8.0f);
+  EXPECT_LT(lo, -2.5f);
+  EXPECT_GT(lo, -8.0f);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> flat(20000);
+  for (float& v : flat) v = uniform(rng);
+  auto [flo, fhi] = range_of(flat, tf::graph::Calibration::Entropy);
+  EXPECT_GT(fhi, 0.9f);
+  EXPECT_LT(flo, -0.9f);
+  std::vector<float> relu(20000);
+  for (float& v : relu) v = std::max(0.0f, normal(rng));
+  auto [rlo, rhi] = range_of(relu, tf::graph::Calibration::Entropy);
+  std::printf("entropy ranges: tail [%g, %g], uniform [%g, %g], relu [%g, %g]\n", lo, hi, flo, fhi, rlo, rhi);
+  EXPECT_EQ(rlo, 0.0f);
+  EXPECT_GT(rhi, 2.0f);
+  EXPECT_LT(rhi, 6.0f);
 }
 
 // `g` compiled for this machine with default configs and run on `inputs`: its outputs; how

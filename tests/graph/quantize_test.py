@@ -55,12 +55,12 @@ class QuantizeTest(models_for_tests.ModelTestCase):
         self.assertGreaterEqual(agree, 0.99)
         self.assertGreater(np.abs(want - got).max(), 0)  # it did quantize
 
-    def test_a_cnn_with_random_and_percentile_calibration(self):
+    def test_a_cnn_with_random_percentile_and_entropy_calibration(self):
         path = self.export("cnn", Cnn(), (4, 3, 16, 16))
         x = self.save("x", np.random.default_rng(9).uniform(-1, 1, (4, 3, 16, 16)))
         want = self.outputs(path, x)
-        for method in (["--method", "minmax"], ["--method", "percentile", "--percentile", "99.9"], ["--per-tensor"],
-                       ["--symmetric"]):
+        for method in (["--method", "minmax"], ["--method", "percentile", "--percentile", "99.9"],
+                       ["--method", "entropy"], ["--method", "entropy", "--symmetric"], ["--per-tensor"], ["--symmetric"]):
             q = os.path.join(self.d, "cnn.int8.onnx")
             run("quantize", path, "-o", q, "--samples", "4", *method)
             got = self.outputs(q, x)
