@@ -69,17 +69,28 @@ class CodeGenCpu final : public CodeGen {
   }
 
   // x86 with AVX512-VNNI (AVX-VNNI for 256 bits): vpdpbusd, 4, 8 or 16 lanes per instruction;
-  // aarch64 with the int8 matrix extension: usdot, 4 lanes. Other lane counts are split into
-  // pieces of the widest that fits; CPUs without either widen (the base class).
+  // aarch64 with the int8 matrix extension: usdot, 4 lanes; aarch64 with only the dot product
+  // (Cortex-A76, Raspberry Pi 5): sdot of signed bytes, twice (below). Other lane counts are
+  // split into pieces of the widest that fits; CPUs without any widen (the base class).
   llvm::Value* dot4_u8s8(llvm::Value* acc, llvm::Value* a, llvm::Value* b) override {
     if (!dot_pieces_) dot_pieces_ = dot_instructions();
     llvm::Value* v = in_pieces(*dot_pieces_, acc, a, b, [&](unsigned n, llvm::Intrinsic::ID id, llvm::Value* cv,
-                                                          llvm::Value* av, llvm::Value* bv) {
-      // usdot is overloaded on its vector types and takes bytes; vpdpbusd takes int32 lanes.
-      if (id != llvm::Intrinsic::aarch64_neon_usdot) return b_.CreateIntrinsic(id, {}, {cv, av, bv});
+                                                          llvm::Value* av, llvm::Value* bv) -> llvm::Value* {
+      // usdot and sdot are overloaded on their vector types and take bytes; vpdpbusd takes
+      // int32 lanes.
+      if (id != llvm::Intrinsic::aarch64_neon_usdot && id != llvm::Intrinsic::aarch64_neon_sdot)
+        return b_.CreateIntrinsic(id, {}, {cv, av, bv});
       auto* i32 = llvm::FixedVectorType::get(b_.getInt32Ty(), n);
       auto* i8 = llvm::FixedVectorType::get(b_.getInt8Ty(), n * 4);
-      return b_.CreateIntrinsic(id, {i32, i8}, {cv, b_.CreateBitCast(av, i8), b_.CreateBitCast(bv, i8)});
+      llvm::Value* bb = b_.CreateBitCast(bv, i8);
+      if (id == llvm::Intrinsic::aarch64_neon_usdot) return b_.CreateIntrinsic(id, {i32, i8}, {cv, b_.CreateBitCast(av, i8), bb});
+      // sdot takes signed bytes on both sides: a - 128 (a ^ 0x80 as int8) is one, and
+      // sum a*b = sum (a - 128)*b + 128 * sum b, where -128 * sum b is the sdot of -128s with b
+      // (the same b for every row of a register tile: LLVM computes it once per B vector).
+      llvm::Value* m128 = llvm::ConstantInt::get(i8, 0x80);
+      llvm::Value* shifted = b_.CreateIntrinsic(id, {i32, i8}, {cv, b_.CreateXor(b_.CreateBitCast(av, i8), m128), bb});
+      llvm::Value* minus_sum_b = b_.CreateIntrinsic(id, {i32, i8}, {llvm::Constant::getNullValue(i32), m128, bb});
+      return b_.CreateSub(shifted, minus_sum_b);
     });
     return v ? v : CodeGen::dot4_u8s8(acc, a, b);
   }
@@ -121,6 +132,8 @@ class CodeGenCpu final : public CodeGen {
       pieces.push_back({4, llvm::Intrinsic::x86_avx512_vpdpbusd_128});
     } else if (tt.isAArch64() && target_.has_feature("i8mm")) {
       pieces.push_back({4, llvm::Intrinsic::aarch64_neon_usdot});
+    } else if (tt.isAArch64() && target_.has_feature("dotprod")) {
+      pieces.push_back({4, llvm::Intrinsic::aarch64_neon_sdot});
     }
     return pieces;
   }

@@ -54,7 +54,7 @@ void check_under_qemu(const CompiledKernel& k, const std::string& label) {
                                    base + ".so", k.name, std::to_string(seed), base + ".bin"};
   for (const ir::Tensor& t : k.graph.inputs) argv.push_back(arg_text(t, elements(t)));
   argv.push_back(arg_text(k.graph.output, elements(k.graph.output)));
-  if (!k.target.features.empty() && k.target.has_feature("i8mm")) argv.insert(argv.begin() + 1, {"-cpu", "max"});
+  if (k.target.has_feature("i8mm") || k.target.has_feature("dotprod")) argv.insert(argv.begin() + 1, {"-cpu", "max"});
   CommandResult r = run_command(argv);
   ASSERT_EQ(r.exit_code, 0) << label << ": " << r.output;
 
@@ -105,17 +105,24 @@ TEST_P(Aarch64UnderQemu, DefaultAndRandomConfigs) {
 
 INSTANTIATE_TEST_SUITE_P(Operators, Aarch64UnderQemu, ::testing::ValuesIn(kWorkloads));
 
-// int8 dot products on an Arm CPU with the int8 matrix extension (usdot; qemu's `max` CPU
-// has it), exact against the reference.
-TEST(Aarch64Int8, UsdotKernelsAreExactUnderQemu) {
+// int8 dot products on an Arm CPU with the int8 matrix extension (usdot) and on one with only
+// the dot product (Cortex-A76, Raspberry Pi 5: sdot of a - 128, plus 128 * sum b by a second
+// sdot); qemu's `max` CPU has both. Exact against the reference, matmul and convolution.
+TEST(Aarch64Int8, DotProductKernelsAreExactUnderQemu) {
   if (run_command({"qemu-aarch64", "-version"}).exit_code != 0) GTEST_SKIP() << "qemu-aarch64 is not installed";
-  Target t = parse_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n2 -mattr=+i8mm");
-  for (const char* spec : {"matmul(M=19,N=37,K=23,dtype=uint8,weight_dtype=int8)",
-                           "matmul(M=8,N=64,K=64,dtype=uint8,weight_dtype=int8)"}) {
-    Workload w = parse_workload(spec);
-    CompiledKernel k = compile_kernel(w, t, nlohmann::json(), "default", "");
-    ASSERT_NE(kernel_text(k, EmitKind::Asm).find("usdot"), std::string::npos) << spec;
-    check_under_qemu(k, w.canonical() + " on " + t.str());
+  for (const auto& [spec_t, instruction] : {std::pair{"llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n2 -mattr=+i8mm", "usdot"},
+                                            std::pair{"llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76", "sdot"}}) {
+    Target t = parse_target(spec_t);
+    for (const char* spec : {"matmul(M=19,N=37,K=23,dtype=uint8,weight_dtype=int8)",
+                             "matmul(M=8,N=64,K=64,dtype=uint8,weight_dtype=int8)",
+                             "qconv2d_nchwc(N=1,C=8,H=6,W=7,K=8,R=3,S=3,pad=1,ic_block=4,oc_block=4)"}) {
+      Workload w = parse_workload(spec);
+      CompiledKernel k = compile_kernel(w, t, nlohmann::json(), "default", "");
+      const std::string text = kernel_text(k, EmitKind::Asm);
+      ASSERT_NE(text.find(std::string("\t") + instruction + "\t"), std::string::npos) << spec << " on " << spec_t;
+      if (std::string(instruction) == "sdot") EXPECT_EQ(text.find("usdot"), std::string::npos) << spec;
+      check_under_qemu(k, w.canonical() + " on " + t.str());
+    }
   }
 }
 

@@ -222,7 +222,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Int8Matmul,
                                            "matmul(M=5,N=100,K=129,dtype=uint8,weight_dtype=int8)"));
 
 // The dot products become the instruction each CPU has: vpdpbusd with AVX512-VNNI and
-// AVX-VNNI, usdot on Arm with i8mm; a CPU without either widens (no dot-product instruction).
+// AVX-VNNI, usdot on Arm with i8mm, sdot on Arm with only the dot product; a CPU without any
+// widens (no dot-product instruction).
 TEST(Int8Matmul, DotProductsUseTheTargetsInstruction) {
   Workload w = parse_workload("matmul(M=16,N=64,K=64,dtype=uint8,weight_dtype=int8)");
   auto asm_of = [&](const char* spec) {
@@ -233,6 +234,10 @@ TEST(Int8Matmul, DotProductsUseTheTargetsInstruction) {
   EXPECT_EQ(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512").find("vpdpbusd"), std::string::npos);
   EXPECT_NE(asm_of("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1").find("usdot"), std::string::npos);
   EXPECT_EQ(asm_of("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72").find("usdot"), std::string::npos);
+  EXPECT_EQ(asm_of("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72").find("sdot"), std::string::npos);
+  // Cortex-A76 (Raspberry Pi 5) has the dot product but not i8mm: sdot, twice.
+  EXPECT_NE(asm_of("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76").find("\tsdot\t"), std::string::npos);
+  EXPECT_EQ(asm_of("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76").find("usdot"), std::string::npos);
   // The sidecar says each argument's type.
   CompiledKernel k = compile_kernel(w, host_target(), nullptr, "default", "");
   EXPECT_EQ(ir::to_string(k.lowered.func).rfind("func matmul(A: uint8[16, 64], B: int8[64, 64], C: int32[16, 64] out)", 0), 0u);

@@ -3,7 +3,8 @@
 made by `tunefarm quantize` and a float model at `--precision bf16`, compiled whole for aarch64
 (`compile --model -t 'llvm -mtriple=aarch64-linux-gnu -mcpu=...'`) and run under qemu-aarch64
 through the cross-built model harness, against the same files compiled for this machine:
-int8 on a Cortex-A72 (Pi 4: the widening dot product) and a Neoverse-N2 (usdot, i8mm) with
+int8 on a Cortex-A72 (Pi 4: the widening dot product), a Cortex-A76 (Pi 5: sdot) and a
+Neoverse-N2 (usdot, i8mm) with
 >= 99% of the output elements within one output quantization step (the output's range over
 255) of this machine's, none past four; bf16 (two FMAs per pair: no bfdot yet) within 0.5% of
 the output's magnitude.
@@ -66,9 +67,9 @@ class Aarch64PrecisionTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         return out, np.fromfile(raw_out, dtype=np.float32).reshape(4, 10)
 
-    def test_int8_on_a_pi_4_and_a_neoverse_n2(self):
+    def test_int8_on_a_pi_4_a_pi_5_and_a_neoverse_n2(self):
         want = self.here(self.qdq)
-        for cpu in ("cortex-a72", "neoverse-n2"):
+        for cpu in ("cortex-a72", "cortex-a76", "neoverse-n2"):
             summary, got = self.aarch64(self.qdq, cpu)
             self.assertIn("int8 kernels", summary)
             step = float(want.max() - want.min()) / 255
