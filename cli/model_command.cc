@@ -77,16 +77,26 @@ static void print_quantized(const graph::Graph& g) {
               static_cast<long long>(g.quantize_nodes));
 }
 
-// The summary's line at --precision bf16: how many products run as bfloat16 kernels, and
-// whether this machine has the instruction that makes them pay.
+// The summary's line at --precision bf16 (fp16): how many products run as bfloat16 (float16)
+// kernels, and how this target computes them.
 static void print_bf16(const graph::Graph& g, const Target& t) {
-  if (g.bf16_nodes == 0) return;
   const int64_t anchors = count_anchors(g);
-  const bool native = t.arch_name() == "x86_64" && t.has_feature("avx512bf16");
-  std::printf("bf16      %lld of %lld products (MatMul, Gemm, Conv) in bfloat16 kernels (%s); the rest in float32 "
-              "(docs/precision.md)\n",
-              static_cast<long long>(g.bf16_nodes), static_cast<long long>(anchors),
-              native ? "vdpbf16ps" : "emulated: this target has no AVX512-BF16, slower than float32");
+  if (g.bf16_nodes > 0) {
+    const bool native = t.arch_name() == "x86_64" && t.has_feature("avx512bf16");
+    std::printf("bf16      %lld of %lld products (MatMul, Gemm, Conv) in bfloat16 kernels (%s); the rest in float32 "
+                "(docs/precision.md)\n",
+                static_cast<long long>(g.bf16_nodes), static_cast<long long>(anchors),
+                native ? "vdpbf16ps" : "emulated: this target has no AVX512-BF16, slower than float32");
+  }
+  if (g.fp16_nodes > 0) {
+    const bool x86 = t.arch_name() == "x86_64";
+    const char* how = x86 && t.has_feature("f16c") ? "stored in float16, computed in float32: F16C conversions"
+                      : x86 ? "stored in float16, computed in float32: conversions emulated (no F16C), slow"
+                            : "stored in float16, computed in float32";
+    std::printf("fp16      %lld of %lld products (MatMul, Gemm, Conv) in float16 kernels (%s); the rest in float32 "
+                "(docs/precision.md)\n",
+                static_cast<long long>(g.fp16_nodes), static_cast<long long>(anchors), how);
+  }
 }
 
 int run_import(const ImportArgs& a) {
@@ -140,7 +150,8 @@ int run_import(const ImportArgs& a) {
             {"ops", after.ops},
             {"quantize_nodes", g.quantize_nodes},
             {"int8_nodes", g.int8_nodes},
-            {"bf16_nodes", g.bf16_nodes}};
+            {"bf16_nodes", g.bf16_nodes},
+            {"fp16_nodes", g.fp16_nodes}};
   j["passes"] = json::array();
   for (const PassReport& r : reports) {
     j["passes"].push_back({{"name", r.name},
@@ -241,8 +252,9 @@ void refuse_precision_without_model(const std::string& precision) {
 
 void add_precision_option(CLI::App* cmd, std::string& value) {
   cmd->add_option("--precision", value,
-                  "--model: the products' precision: fp32 (as the model says) or bf16 (MatMul/Gemm with constant "
-                  "weights in bfloat16 with float32 sums, the rest float32: docs/precision.md)")
+                  "--model: the products' precision: fp32 (as the model says), bf16 or fp16 (MatMul/Gemm with "
+                  "constant weights and convolutions on operands rounded to bfloat16 or float16, with float32 sums; "
+                  "the rest float32: docs/precision.md)")
       ->capture_default_str();
 }
 

@@ -34,6 +34,16 @@ class CodeGenCpu final : public CodeGen {
 
   void on_float_remainder() override { uses_libm = true; }  // frem is a call of fmodf on CPUs
 
+  // F16C on x86 (vcvtph2ps, vcvtps2ph); every aarch64 (fcvtl, fcvtn). Without it LLVM would
+  // call compiler-rt's __extendhfsf2, which kernel libraries do not link.
+  bool converts_float16() const override {
+    if (!converts_float16_) {
+      const llvm::Triple tt(target_.triple);
+      converts_float16_ = tt.isAArch64() || (tt.isX86() && target_.has_feature("f16c"));
+    }
+    return *converts_float16_;
+  }
+
   // x86 lowers llvm.fptosi.sat on vectors lane by lane, two compares and branches each: the
   // float-to-uint8 quantization at the entry of an int8 convolution took 0.3 ms for 800 K
   // values (ResNet-50's 256-channel 56x56 input), as long as the convolution's products.
@@ -208,9 +218,10 @@ class CodeGenCpu final : public CodeGen {
   uint64_t local_align() const override { return 64; }
 
  private:
-  // dot_instructions() and dot2_bf16's, asked once per kernel (the target's features come
-  // from LLVM's tables).
+  // dot_instructions(), dot2_bf16's and converts_float16(), asked once per kernel (the
+  // target's features come from LLVM's tables).
   std::optional<Pieces> dot_pieces_, bf16_pieces_;
+  mutable std::optional<bool> converts_float16_;
 };
 
 }  // namespace

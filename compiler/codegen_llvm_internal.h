@@ -392,6 +392,7 @@ class CodeGen {
       for (auto [acc, d] : {std::pair{n->a, n->b}, std::pair{n->b, n->a}}) {
         const Call* c = d.as<Call>();
         if (c && c->name == kDot2BF16) return dot2_bf16(expr(acc), expr(c->args[0]), expr(c->args[1]));
+        if (c && c->name == kDot2F16) return dot2_f16(expr(acc), c);
       }
     }
     llvm::Value* a = expr(n->a);
@@ -459,6 +460,70 @@ class CodeGen {
     return fma(half(a, false), half(b, false), fma(half(a, true), half(b, true), acc));
   }
 
+  // Whether this target converts between float16 and float32 in one instruction (x86's F16C,
+  // every aarch64 and GPU); elsewhere the conversions are integer sequences.
+  virtual bool converts_float16() const { return true; }
+
+  // The float16 in the low 16 bits of each int32 lane of `bits`, as float32 (exact).
+  llvm::Value* float16_to_float(llvm::Value* bits, llvm::Type* ft) {
+    llvm::Type* it = bits->getType();
+    auto k = [&](uint32_t v) { return llvm::ConstantInt::get(it, v); };
+    if (converts_float16()) {
+      llvm::Value* h = b_.CreateTrunc(bits, it->getWithNewType(b_.getInt16Ty()));
+      return b_.CreateFPExt(b_.CreateBitCast(h, it->getWithNewType(b_.getHalfTy())), ft);
+    }
+    // Exponent and fraction shifted into a float's places are the value times 2^-112 (a
+    // subnormal half becomes a subnormal float): times 2^112 is exact. Infinities and NaNs
+    // take the float's all-ones exponent instead.
+    llvm::Value* em = b_.CreateAnd(bits, k(0x7FFF));
+    llvm::Value* scaled = b_.CreateFMul(b_.CreateBitCast(b_.CreateShl(em, 13), ft), llvm::ConstantFP::get(ft, 0x1p112));
+    llvm::Value* special = b_.CreateOr(b_.CreateShl(em, 13), k(0x7F800000));
+    llvm::Value* mag = b_.CreateSelect(b_.CreateICmpUGE(em, k(0x7C00)), special, b_.CreateBitCast(scaled, it));
+    return b_.CreateBitCast(b_.CreateOr(mag, b_.CreateShl(b_.CreateAnd(bits, k(0x8000)), 16)), ft);
+  }
+
+  // Float lanes `x` rounded to float16 (to nearest, ties to even), in the low 16 bits of int32
+  // lanes (the high bits zero): base/float16.h f16_bits, lane by lane.
+  llvm::Value* float_to_float16(llvm::Value* x) {
+    llvm::Type* it = x->getType()->getWithNewType(b_.getInt32Ty());
+    auto k = [&](uint32_t v) { return llvm::ConstantInt::get(it, v); };
+    if (converts_float16()) {
+      llvm::Value* h = b_.CreateFPTrunc(x, x->getType()->getWithNewType(b_.getHalfTy()));
+      return b_.CreateZExt(b_.CreateBitCast(h, it->getWithNewType(b_.getInt16Ty())), it);
+    }
+    llvm::Value* bits = b_.CreateBitCast(x, it);
+    llvm::Value* sign = b_.CreateAnd(b_.CreateLShr(bits, 16), k(0x8000));
+    llvm::Value* f = b_.CreateAnd(bits, k(0x7FFFFFFF));
+    llvm::Value* nan = b_.CreateOr(k(0x7E00), b_.CreateAnd(b_.CreateLShr(f, 13), k(0x3FF)));
+    // Below 2^-14: adding 0.5 leaves the half's subnormal units (2^-24) as the sum's last
+    // bits, rounded to even by the float addition.
+    llvm::Value* half = llvm::ConstantFP::get(x->getType(), 0.5);
+    llvm::Value* sub = b_.CreateSub(b_.CreateBitCast(b_.CreateFAdd(b_.CreateBitCast(f, x->getType()), half), it), k(0x3F000000));
+    llvm::Value* r = b_.CreateSub(f, k(112u << 23));
+    llvm::Value* normal = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(r, k(0xFFF)), b_.CreateAnd(b_.CreateLShr(r, 13), k(1))), 13);
+    llvm::Value* mag = b_.CreateSelect(b_.CreateICmpULT(f, k(0x38800000)), sub, normal);
+    mag = b_.CreateSelect(b_.CreateICmpUGE(f, k(0x477FF000)), k(0x7C00), mag);
+    mag = b_.CreateSelect(b_.CreateICmpUGT(f, k(0x7F800000)), nan, mag);
+    return b_.CreateOr(mag, sign);
+  }
+
+  // acc + dot2_f16(a0, a1, b) on float lanes (compiler/ir.h): b's halves widened to float
+  // (exact), a0's product added first.
+  llvm::Value* dot2_f16(llvm::Value* acc, const Call* c) {
+    TF_CHECK(c->args.size() == 3, "codegen: ", kDot2F16, " takes three arguments");
+    llvm::Value* a0 = expr(c->args[0]);
+    llvm::Value* a1 = expr(c->args[1]);
+    llvm::Value* b = expr(c->args[2]);
+    llvm::Type* ft = acc->getType();
+    llvm::Type* it = ft->getWithNewType(b_.getInt32Ty());
+    llvm::Value* lo = float16_to_float(b_.CreateAnd(b, llvm::ConstantInt::get(it, 0xFFFF)), ft);
+    llvm::Value* hi = float16_to_float(b_.CreateLShr(b, 16), ft);
+    auto fma = [&](llvm::Value* x, llvm::Value* y, llvm::Value* z) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {x, y, z});
+    };
+    return fma(a1, hi, fma(a0, lo, acc));
+  }
+
   // bf16x2(lo, hi) (compiler/ir.h): each float rounded to the nearest bfloat16, ties to even
   // (the carry of adding 0x7FFF plus the kept part's lowest bit), a NaN made quiet with its
   // sign and top payload kept; lo in the low half of the int32 lane, hi in the high half.
@@ -508,6 +573,12 @@ class CodeGen {
       TF_CHECK(c->args.size() == 2, "codegen: ", kDot2BF16, " takes two arguments");
       llvm::Value* a = expr(c->args[0]);
       return CodeGen::dot2_bf16(llvm::Constant::getNullValue(type_of(c->type)), a, expr(c->args[1]));
+    }
+    if (c->name == kDot2F16) return dot2_f16(llvm::Constant::getNullValue(type_of(c->type)), c);
+    if (c->name == kRoundF16) {
+      TF_CHECK(c->args.size() == 1, "codegen: ", kRoundF16, " takes one argument");
+      llvm::Value* x = expr(c->args[0]);
+      return float16_to_float(float_to_float16(x), x->getType());
     }
     if (c->name == kBF16x2) {
       TF_CHECK(c->args.size() == 2, "codegen: ", kBF16x2, " takes two arguments");

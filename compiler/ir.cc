@@ -95,9 +95,9 @@ Expr Call::make(const std::string& name, std::vector<Expr> args) {
     if (a.type().lanes == 1 && lanes > 1) a = Broadcast::make(a, lanes);
   }
   Type t = args[0].type();
-  // The bfloat16 pair functions change the lanes' type (compiler/ir.h).
+  // The bfloat16 and float16 pair functions change the lanes' type (compiler/ir.h).
   if (name == kBF16x2) t = Type::int32().with_lanes(lanes);
-  if (name == kDot2BF16) t = Type::float32().with_lanes(lanes);
+  if (name == kDot2BF16 || name == kDot2F16) t = Type::float32().with_lanes(lanes);
   return Expr(std::make_shared<Call>(t, name, std::move(args)));
 }
 

@@ -196,7 +196,12 @@ struct Broadcast : ExprNode {
 // dot2_bf16(a, b) on int32 lanes is the float sum hi(a) * hi(b) + lo(a) * lo(b) of the
 // halves widened to float (exact products; codegen fuses `acc + dot2_bf16(a, b)` into
 // x86's vdpbf16ps where the CPU has AVX512-BF16, else two fused multiply-adds, the high
-// halves first as vdpbf16ps adds them; vdpbf16ps also flushes denormals to zero).
+// halves first as vdpbf16ps adds them; vdpbf16ps also flushes denormals to zero). Two for
+// IEEE float16 weights stored in pairs, computed in float32 (CPUs without float16 arithmetic):
+// round_f16(x), x rounded to float16 (to nearest, ties to even; subnormals kept; past 65504 to
+// infinity) as a float; dot2_f16(a0, a1, b), a0 * lo(b) + a1 * hi(b) for floats a0, a1 and an
+// int32 word b of two float16 (exact conversions; `acc + dot2_f16` is two fused multiply-adds,
+// the low half first).
 struct Call : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Call;
   std::string name;
@@ -207,6 +212,8 @@ struct Call : ExprNode {
 constexpr const char* kDot4U8S8 = "dot4_u8s8";
 constexpr const char* kBF16x2 = "bf16x2";
 constexpr const char* kDot2BF16 = "dot2_bf16";
+constexpr const char* kRoundF16 = "round_f16";
+constexpr const char* kDot2F16 = "dot2_f16";
 
 struct Let : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Let;

@@ -134,7 +134,7 @@ void check_qconv_nchwc(const Workload& w, const std::string& spec) {
   }
 }
 
-void check_bf16_conv_nchwc(const Workload& w, const std::string& spec) {
+void check_pairs_conv_nchwc(const Workload& w, const std::string& spec) {
   check_conv_nchwc(w, spec);
   if (w.get("ic_block") % 2 != 0) {
     throw UserError(str("workload '", spec, "': ic_block=", w.get("ic_block"),
@@ -171,6 +171,10 @@ const std::vector<OperatorDef>& operator_table() {
       {"matmul_bf16",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
        check_const_b, matmul_footprint, build_matmul_bf16, reference_matmul_bf16, "matmul_bf16(M=16,N=40,K=22)"},
+      // The same in IEEE float16 (--precision fp16: stored in float16, computed in float32).
+      {"matmul_fp16",
+       {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
+       check_const_b, matmul_footprint, build_matmul_fp16, reference_matmul_fp16, "matmul_fp16(M=16,N=40,K=22)"},
       {"batch_matmul",
        {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
        nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)"},
@@ -208,8 +212,14 @@ const std::vector<OperatorDef>& operator_table() {
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
         {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
         {"oc_block", 8, 1}},
-       check_bf16_conv_nchwc, conv2d_footprint, build_conv2d_nchwc_bf16, reference_conv2d_nchwc_bf16,
+       check_pairs_conv_nchwc, conv2d_footprint, build_conv2d_nchwc_bf16, reference_conv2d_nchwc_bf16,
        "conv2d_nchwc_bf16(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
+      {"conv2d_nchwc_fp16",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
+        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
+        {"oc_block", 8, 1}},
+       check_pairs_conv_nchwc, conv2d_footprint, build_conv2d_nchwc_fp16, reference_conv2d_nchwc_fp16,
+       "conv2d_nchwc_fp16(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
       {"depthwise_conv2d_nchwc",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
         {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},

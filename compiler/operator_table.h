@@ -72,6 +72,7 @@ namespace ops {
 void build_matmul(OpGraph& g);
 void build_qmatmul(OpGraph& g);
 void build_matmul_bf16(OpGraph& g);
+void build_matmul_fp16(OpGraph& g);
 void build_batch_matmul(OpGraph& g);
 void build_conv2d_nchw(OpGraph& g);
 void build_conv2d_nhwc(OpGraph& g);
@@ -79,6 +80,7 @@ void build_depthwise_conv2d_nchw(OpGraph& g);
 void build_conv2d_nchwc(OpGraph& g);
 void build_qconv2d_nchwc(OpGraph& g);
 void build_conv2d_nchwc_bf16(OpGraph& g);
+void build_conv2d_nchwc_fp16(OpGraph& g);
 void build_depthwise_conv2d_nchwc(OpGraph& g);
 void build_conv2d_winograd_nchwc(OpGraph& g);
 
@@ -86,6 +88,7 @@ using Inputs = std::vector<const float*>;
 void reference_matmul(const Workload& w, const Inputs& in, float* out);
 void reference_qmatmul(const Workload& w, const Inputs& in, float* out);
 void reference_matmul_bf16(const Workload& w, const Inputs& in, float* out);
+void reference_matmul_fp16(const Workload& w, const Inputs& in, float* out);
 void reference_batch_matmul(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nchw(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nhwc(const Workload& w, const Inputs& in, float* out);
@@ -93,6 +96,7 @@ void reference_depthwise_conv2d_nchw(const Workload& w, const Inputs& in, float*
 void reference_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
 void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nchwc_bf16(const Workload& w, const Inputs& in, float* out);
+void reference_conv2d_nchwc_fp16(const Workload& w, const Inputs& in, float* out);
 void reference_depthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_winograd_nchwc(const Workload& w, const Inputs& in, float* out);
 }  // namespace ops

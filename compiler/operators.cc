@@ -5,11 +5,16 @@
 #include <functional>
 #include <limits>
 
+#include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/float16.h"
 #include "compiler/operator_table.h"
 #include "compiler/winograd.h"
 
 namespace tf {
+
+const HalfPairs kBF16Pairs = {kBFloat16Pairs, round_bf16, bf16_half, bf16_pair};
+const HalfPairs kF16Pairs = {kFloat16Pairs, round_f16, f16_half, f16_pair};
 
 using namespace ir;  // NOLINT: tensor-expression code reads best unqualified
 
@@ -297,6 +302,75 @@ void build_conv2d_nchwc_bf16(OpGraph& g) {
     Expr a = read(ab, {ax[0], rco.var, h, x, rcp.var});
     Expr b = read(B, {ax[1], rco.var * bp + rcp.var, rr.var, rs.var, ax[4]});
     return ir::sum(Call::make(kDot2BF16, {a, b}), {rco, rr, rs, rcp});
+  }, {rco, rr, rs, rcp});
+  add_epilogue(
+      g, "out", names, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; }, K);
+  g.flops = 2 * N * K * OH * OW * C * R * S;
+  g.check_terms = C * R * S;
+  g.check_relative = true;
+}
+
+// matmul_fp16: C = A x B with both operands rounded to float16 and the products summed in
+// float32 (CPUs without float16 arithmetic: stored in float16, computed in float32). A is float
+// [M][K], rounded on entry ("A.h" [M][2P] floats, K zero-padded to an even count); B is given
+// as pairs [P][N] as matmul_bf16's, each word widened once per tile and multiplied by two
+// floats of A: one dot2_f16 (two FMAs) per pair, as many FMAs as float32's.
+void build_matmul_fp16(OpGraph& g) {
+  const Workload& w = g.workload;
+  const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K"), P = (K + 1) / 2;
+  Tensor A = make_input(g, "A", {M, K});
+  Tensor B = make_input(g, "B", {P, N}, Type::int32());
+  g.word_types["B"] = kFloat16Pairs;
+  Tensor ah = compute("A.h", {M, 2 * P}, {"i", "k"}, [&](const std::vector<Expr>& ax) {
+    Expr x = read(A, {ax[0], K % 2 == 0 ? ax[1] : min(ax[1], Expr(K - 1))});
+    if (K % 2 != 0) x = select(ax[1] < Expr(K), x, f32(0.0));
+    return Call::make(kRoundF16, {x});
+  });
+  IterVar p = reduce_axis(P, "p");
+  const bool fused = w.epilogue != Epilogue::None;
+  g.acc = compute(fused ? "acc" : "C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
+    Expr a0 = read(ah, {ax[0], p.var * 2}), a1 = read(ah, {ax[0], p.var * 2 + 1});
+    return ir::sum(Call::make(kDot2F16, {a0, a1, read(B, {p.var, ax[1]})}), {p});
+  }, {p});
+  add_epilogue(g, "C", {"i", "j"}, 1);
+  g.flops = 2 * M * N * K;
+  g.check_terms = K;
+  g.check_relative = true;
+  if (w.get("const_b")) g.prepacked.insert("B");
+}
+
+// conv2d_nchwc_fp16: conv2d_nchwc_bf16 with float16 weights: the data rounded to float16 and
+// padded once ("A.h" [N][C/ic_block][H+2p][W+2p][ic_block] floats), the weights given as
+// pairs [K/oc_block][C/2][R][S][oc_block], one dot2_f16 per pair of input channels.
+void build_conv2d_nchwc_fp16(OpGraph& g) {
+  const Workload& w = g.workload;
+  const int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
+  const int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
+  const int64_t dil = w.get("dilation"), ib = w.get("ic_block"), ob = w.get("oc_block"), bp = ib / 2;
+  const int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
+  Tensor B = make_input(g, "B", {K / ob, C / 2, R, S, ob}, Type::int32());
+  g.word_types["B"] = kFloat16Pairs;
+  Tensor ah = compute("A.h", {N, C / ib, H + 2 * pad, W + 2 * pad, ib}, {"n", "c", "h", "w", "cb"},
+                      [&](const std::vector<Expr>& ax) {
+                        Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4]});
+                        if (pad != 0) {
+                          Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
+                                                    logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
+                          x = select(inside, x, f32(0.0));
+                        }
+                        return Call::make(kRoundF16, {x});
+                      });
+  g.pad = ah;
+  IterVar rco = reduce_axis(C / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
+          rcp = reduce_axis(bp, "rcp");
+  std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
+  const bool fused = w.epilogue != Epilogue::None;
+  g.acc = compute(fused ? "acc" : "out", {N, K / ob, OH, OW, ob}, names, [&](const std::vector<Expr>& ax) {
+    Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
+    Expr a0 = read(ah, {ax[0], rco.var, h, x, rcp.var * 2}), a1 = read(ah, {ax[0], rco.var, h, x, rcp.var * 2 + 1});
+    Expr b = read(B, {ax[1], rco.var * bp + rcp.var, rr.var, rs.var, ax[4]});
+    return ir::sum(Call::make(kDot2F16, {a0, a1, b}), {rco, rr, rs, rcp});
   }, {rco, rr, rs, rcp});
   add_epilogue(
       g, "out", names, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; }, K);

@@ -52,8 +52,20 @@ struct OpGraph {
 // four uint8/int8 values as the quad dot4_u8s8 reads (compiler/ir.h).
 ir::Expr pack_quad(const std::function<ir::Expr(int)>& bytes);
 
-// The word type of int32 words holding two bfloat16 values.
+// The word types of int32 words holding two bfloat16 or two float16 values.
 inline constexpr const char* kBFloat16Pairs = "bfloat16x2";
+inline constexpr const char* kFloat16Pairs = "float16x2";
+
+// A 16-bit float format whose weights travel in pairs per int32 word (compiler/ir.h): the
+// word type boards fill, and the host's rounding, reading of halves and making of words (the
+// references, a model's constants).
+struct HalfPairs {
+  const char* word_type;  // kBFloat16Pairs, kFloat16Pairs
+  float (*round)(float);
+  float (*half)(float word, int64_t t);
+  float (*pair)(float lo, float hi);
+};
+extern const HalfPairs kBF16Pairs, kF16Pairs;
 
 OpGraph build_op(const Workload& w);
 

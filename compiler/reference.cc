@@ -108,21 +108,24 @@ void reference_qmatmul(const Workload& w, const Inputs& in, float* out) {
   }
 }
 
-// As build_matmul_bf16 computes it: A rounded to bfloat16 (to nearest, ties to even), B's
-// halves read from the bits of its words; the products exact, the sum in double.
-void reference_matmul_bf16(const Workload& w, const Inputs& in, float* out) {
+// As build_matmul_bf16 (build_matmul_fp16) computes it: A rounded to bfloat16 (float16; to
+// nearest, ties to even), B's halves read from the bits of its words; the products exact, the
+// sum in double.
+void reference_matmul_pairs(const Workload& w, const Inputs& in, float* out, const HalfPairs& f) {
   const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
   const float *A = in[0], *B = in[1];
   const float* bias = bias_of(w, in);
-  auto weight = [&](int64_t k, int64_t j) { return bf16_half(B[k / 2 * N + j], k); };
+  auto weight = [&](int64_t k, int64_t j) { return f.half(B[k / 2 * N + j], k); };
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += double(round_bf16(A[i * K + k])) * weight(k, j);
+      for (int64_t k = 0; k < K; ++k) acc += double(f.round(A[i * K + k])) * weight(k, j);
       out[i * N + j] = epilogue(w.epilogue, acc, bias, j);
     }
   }
 }
+void reference_matmul_bf16(const Workload& w, const Inputs& in, float* out) { reference_matmul_pairs(w, in, out, kBF16Pairs); }
+void reference_matmul_fp16(const Workload& w, const Inputs& in, float* out) { reference_matmul_pairs(w, in, out, kF16Pairs); }
 
 void reference_batch_matmul(const Workload& w, const Inputs& in, float* out) { matmul(w, in, out, w.get("B")); }
 
@@ -188,14 +191,14 @@ void reference_conv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
         }
 }
 
-// As build_conv2d_nchwc_bf16: the data rounded to bfloat16, the weights' halves read from the
-// bits of their words, the products exact, the sum in double.
-void reference_conv2d_nchwc_bf16(const Workload& w, const Inputs& in, float* out) {
+// As build_conv2d_nchwc_bf16 (_fp16): the data rounded to bfloat16 (float16), the weights'
+// halves read from the bits of their words, the products exact, the sum in double.
+void reference_conv2d_nchwc_pairs(const Workload& w, const Inputs& in, float* out, const HalfPairs& f) {
   ConvDims d = conv_dims(w, false);
   const int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
   const float *data = in[0], *B = in[1], *bias = bias_of(w, in);
   auto weight = [&](int64_t k, int64_t c, int64_t r, int64_t s) {
-    return bf16_half(B[((((k / ob) * (d.C / 2) + c / 2) * d.R + r) * d.S + s) * ob + k % ob], c);
+    return f.half(B[((((k / ob) * (d.C / 2) + c / 2) * d.R + r) * d.S + s) * ob + k % ob], c);
   };
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t k = 0; k < d.K; ++k)
@@ -203,10 +206,16 @@ void reference_conv2d_nchwc_bf16(const Workload& w, const Inputs& in, float* out
         for (int64_t ow = 0; ow < d.OW; ++ow) {
           double acc = conv_point(d, oh, ow, 0, d.C, [&](int64_t c, int64_t r, int64_t s, int64_t h, int64_t x) {
             float v = data[(((n * (d.C / ib) + c / ib) * d.H + h) * d.W + x) * ib + c % ib];
-            return double(round_bf16(v)) * weight(k, c, r, s);
+            return double(f.round(v)) * weight(k, c, r, s);
           });
           out[(((n * (d.K / ob) + k / ob) * d.OH + oh) * d.OW + ow) * ob + k % ob] = epilogue(w.epilogue, acc, bias, k);
         }
+}
+void reference_conv2d_nchwc_bf16(const Workload& w, const Inputs& in, float* out) {
+  reference_conv2d_nchwc_pairs(w, in, out, kBF16Pairs);
+}
+void reference_conv2d_nchwc_fp16(const Workload& w, const Inputs& in, float* out) {
+  reference_conv2d_nchwc_pairs(w, in, out, kF16Pairs);
 }
 
 // As build_qconv2d_nchwc: every tap sums, the padding's being the quantized 0.0.

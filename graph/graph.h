@@ -99,6 +99,7 @@ struct Graph {
   // Products converted to bfloat16 kernels (auto-mixed-precision at --precision bf16:
   // MatMulBF16 nodes).
   int64_t bf16_nodes = 0;
+  int64_t fp16_nodes = 0;  // the same at --precision fp16 (MatMulFP16, ConvNCHWcFP16)
   // What each QuantizeLinear/DequantizeLinear output was before its float32 expansion, by
   // the output's name, for the passes that fold them into int8 kernels.
   struct Qdq {

@@ -436,9 +436,11 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
                             int64_t memory_budget, bool emulate_gpu) {
   if (!target.is_cpu()) {
     for (const Node& n : g.nodes) {
-      if (n.op == "MatMulBF16" || n.op == "ConvNCHWcBF16")
-        throw UserError(str(n.where(), ": --precision bf16 is implemented for CPU targets only, not ", target.str(),
-                            " (GPU tensor cores: not yet)"));
+      static const std::map<std::string, const char*> cpu_only = {
+          {"MatMulBF16", "bf16"}, {"ConvNCHWcBF16", "bf16"}, {"MatMulFP16", "fp16"}, {"ConvNCHWcFP16", "fp16"}};
+      if (auto it = cpu_only.find(n.op); it != cpu_only.end())
+        throw UserError(str(n.where(), ": --precision ", it->second, " is implemented for CPU targets only, not ",
+                            target.str(), " (GPU tensor cores: not yet)"));
     }
   }
   ModelCodegen code(target, emulate_gpu);

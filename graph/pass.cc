@@ -74,8 +74,8 @@ const std::vector<PassInfo>& graph_passes() {
       // After combine-parallel-matmuls (attention's Q, K and V weights convert as one) and
       // transform-conv-layout (the convolutions it converts are ConvNCHWc).
       {"auto-mixed-precision", 0,
-       "--precision bf16: MatMul/Gemm with constant weights and group-1 blocked convolutions as bfloat16 kernels "
-       "(MatMulBF16, ConvNCHWcBF16; float32 sums); "
+       "--precision bf16 (fp16): MatMul/Gemm with constant weights and group-1 blocked convolutions as bfloat16 "
+       "(float16) kernels (MatMulBF16, ConvNCHWcBF16, MatMulFP16, ConvNCHWcFP16; float32 sums); "
        "everything else stays float32 (docs/precision.md)",
        [](Graph& g, const PassOptions& o) { return convert_precision(g, o.precision); }},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on",

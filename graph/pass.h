@@ -25,10 +25,10 @@
 
 namespace tf::graph {
 
-// The precision of a float model's products (--precision): fp32 as the model says, or bf16
-// (auto-mixed-precision, graph/pass_auto_mixed_precision.cc).
-enum class Precision { Fp32, BF16 };
-// "fp32" or "bf16"; UserError naming the value for others (fp16 and tf32: not implemented yet).
+// The precision of a float model's products (--precision): fp32 as the model says, bf16 or
+// fp16 (auto-mixed-precision, graph/pass_auto_mixed_precision.cc).
+enum class Precision { Fp32, BF16, FP16 };
+// "fp32", "bf16" or "fp16"; UserError naming the value for others (tf32: not implemented yet).
 Precision parse_precision(const std::string& name);
 
 struct PassOptions {

@@ -1,5 +1,6 @@
-// auto-mixed-precision (--precision bf16): a float model's MatMul and Gemm with constant
-// weights become MatMulBF16, a product of operands rounded to bfloat16 with float32 sums
+// auto-mixed-precision (--precision bf16, fp16): a float model's MatMul and Gemm with constant
+// weights become MatMulBF16 (MatMulFP16: the same in IEEE float16, stored in float16 and
+// computed in float32, as on CPUs without float16 arithmetic), a product of operands rounded to bfloat16 with float32 sums
 // (matmul_bf16, compiler/operators.cc: vdpbf16ps where the CPU has AVX512-BF16), the weights
 // converted once at compile time. Everything else keeps float32 (docs/precision.md says what
 // and why): the products of two activations (attention's scores and context), whose values
@@ -14,7 +15,9 @@
 // not touched. Not run at --precision fp32 (the default).
 
 #include "base/bfloat16.h"
+#include "base/float16.h"
 #include "base/error.h"
+#include "compiler/operators.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
 #include "graph/tasks.h"
@@ -52,18 +55,23 @@ std::vector<TypeShape> infer(const OpContext& c) {
   return {{DType::F32, y}};
 }
 
-// As the kernel computes it: both operands rounded to bfloat16, the exact products summed in
-// double (the kernel sums in float32).
+// The format of op MatMulBF16 / ConvNCHWcBF16 (bfloat16) or MatMulFP16 / ConvNCHWcFP16.
+const HalfPairs& format(const Node& n) { return n.op.find("FP16") != std::string::npos ? kF16Pairs : kBF16Pairs; }
+const char* format_suffix(const HalfPairs& f) { return &f == &kF16Pairs ? "fp16" : "bf16"; }
+
+// As the kernel computes it: both operands rounded to bfloat16 (float16), the exact products
+// summed in double (the kernel sums in float32).
 std::vector<HostTensor> eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const HalfPairs& f = format(c.node);
   Parts p = parts(c.node, c.inputs);
   Shape y = in[0]->shape;
   y.back() = p.N;
   HostTensor out = make_like(DType::F32, y);
   const auto K = static_cast<size_t>(p.K), N = static_cast<size_t>(p.N);
   std::vector<double> w(K * N), a(K);
-  for (size_t k = 0; k < w.size(); ++k) w[k] = round_bf16(p.w->f[k]);
+  for (size_t k = 0; k < w.size(); ++k) w[k] = f.round(p.w->f[k]);
   for (size_t i = 0; i < static_cast<size_t>(p.M); ++i) {
-    for (size_t k = 0; k < K; ++k) a[k] = round_bf16(in[0]->f[i * K + k]);
+    for (size_t k = 0; k < K; ++k) a[k] = f.round(in[0]->f[i * K + k]);
     for (size_t j = 0; j < N; ++j) {
       double sum = 0;
       for (size_t k = 0; k < K; ++k) sum += a[k] * w[k * N + j];
@@ -76,13 +84,14 @@ std::vector<HostTensor> eval(const OpContext& c, const std::vector<const HostTen
 AnchorWorkload workload(const Graph& g, const Node& n) {
   OpContext c = context(n, g, g.opset);
   Parts p = parts(n, c.inputs);
-  return {str("matmul_bf16(M=", p.M, ",N=", p.N, ",K=", p.K, ",const_b=1"), ""};
+  return {str("matmul_", format_suffix(format(n)), "(M=", p.M, ",N=", p.N, ",K=", p.K, ",const_b=1"), ""};
 }
 
-// matmul_bf16's B (compiler/operators.cc build_matmul_bf16): the weights rounded to bfloat16,
-// two consecutive k of a column in one int32 word (k even in the low half; a zero high half
-// past an odd K), the words' bits carried in a float32 constant.
+// matmul_bf16's B (compiler/operators.cc build_matmul_bf16): the weights rounded to bfloat16
+// (matmul_fp16's: float16), two consecutive k of a column in one int32 word (k even in the low
+// half; a zero high half past an odd K), the words' bits carried in a float32 constant.
 std::vector<HostTensor> constants(const Graph& g, const Node& n) {
+  const HalfPairs& f = format(n);
   OpContext c = context(n, g, g.opset);
   Parts p = parts(n, c.inputs);
   const int64_t P = (p.K + 1) / 2;
@@ -90,7 +99,7 @@ std::vector<HostTensor> constants(const Graph& g, const Node& n) {
   for (int64_t q = 0; q < P; ++q) {
     for (int64_t j = 0; j < p.N; ++j) {
       auto w = [&](int64_t k) { return k < p.K ? p.w->f[static_cast<size_t>(k * p.N + j)] : 0.0f; };
-      words[static_cast<size_t>(q * p.N + j)] = bf16_pair(w(2 * q), w(2 * q + 1));
+      words[static_cast<size_t>(q * p.N + j)] = f.pair(w(2 * q), w(2 * q + 1));
     }
   }
   return {HostTensor::floats({P, p.N}, std::move(words))};
@@ -123,9 +132,10 @@ std::vector<TypeShape> bf16_conv_infer(const OpContext& c) {
 
 std::vector<HostTensor> bf16_conv_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
   check_bf16_conv(c.node, c.inputs);
+  const HalfPairs& f = format(c.node);
   HostTensor x = *in[0], w = *in[1];
-  for (float& v : x.f) v = round_bf16(v);
-  for (float& v : w.f) v = round_bf16(v);
+  for (float& v : x.f) v = f.round(v);
+  for (float& v : w.f) v = f.round(v);
   std::vector<const HostTensor*> rounded = in;
   rounded[0] = &x;
   rounded[1] = &w;
@@ -135,14 +145,15 @@ std::vector<HostTensor> bf16_conv_eval(const OpContext& c, const std::vector<con
 AnchorWorkload bf16_conv_workload(const Graph& g, const Node& n) {
   AnchorWorkload aw = conv_nchwc_workload(g, n);
   const std::string plain = "conv2d_nchwc(";
-  TF_CHECK(aw.spec.rfind(plain, 0) == 0, "ConvNCHWcBF16 of workload ", aw.spec);
-  aw.spec = "conv2d_nchwc_bf16(" + aw.spec.substr(plain.size());
+  TF_CHECK(aw.spec.rfind(plain, 0) == 0, n.op, " of workload ", aw.spec);
+  aw.spec = str("conv2d_nchwc_", format_suffix(format(n)), "(", aw.spec.substr(plain.size()));
   return aw;
 }
 
 // conv2d_nchwc_bf16's B: the weights [K/ob][C/ib][R][S][ib][ob] as pairs of input channels
 // [K/ob][C/2][R][S][ob], each rounded to bfloat16 (channel 2p in the low half).
 std::vector<HostTensor> bf16_conv_constants(const Graph& g, const Node& n) {
+  const HalfPairs& f = format(n);
   OpContext c = context(n, g, g.opset);
   check_bf16_conv(n, c.inputs);
   const Shape& ws = c.in(1).shape;  // [K/ob][C/ib][R][S][ib][ob]
@@ -157,21 +168,22 @@ std::vector<HostTensor> bf16_conv_constants(const Graph& g, const Node& n) {
             auto at = [&](int64_t ch) {
               return w.f[static_cast<size_t>(((((ko * CO + ch / ib) * R + r) * S + s) * ib + ch % ib) * ob + kb)];
             };
-            words[static_cast<size_t>((((ko * (C / 2) + cp) * R + r) * S + s) * ob + kb)] = bf16_pair(at(2 * cp), at(2 * cp + 1));
+            words[static_cast<size_t>((((ko * (C / 2) + cp) * R + r) * S + s) * ob + kb)] = f.pair(at(2 * cp), at(2 * cp + 1));
           }
   return {HostTensor::floats({KO, C / 2, R, S, ob}, std::move(words))};
 }
 
 // A MatMul or Gemm of a float32 input and constant float32 weights [K, N] (Gemm: transB,
 // beta's bias of N values as an Add after it; not transA, not alpha != 1) as MatMulBF16.
-bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
+bool rewrite(Graph& g, const Node& n, std::vector<Node>& out, Precision precision) {
+  const char* suffix = precision == Precision::FP16 ? "FP16" : "BF16";
   if (n.op == "ConvNCHWc") {
     const Value& x = g.value(n.inputs[0]);
     if (x.shape.size() != 5 || !bf16_conv_problem(n, x, &g.value(n.inputs[1])).empty()) return false;
     Node m = n;
-    m.op = "ConvNCHWcBF16";
+    m.op = str("ConvNCHWc", suffix);
     out.push_back(std::move(m));
-    ++g.bf16_nodes;
+    ++(precision == Precision::FP16 ? g.fp16_nodes : g.bf16_nodes);
     return true;
   }
   std::optional<WeightProduct> p = weight_product(g, n);
@@ -184,7 +196,7 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
       p->trans_b ? g.add_constant(n.name + ".weight_kn", weights_kn(*wv.constant, *p)) : n.inputs[1];
   Node m;
   m.name = n.name;
-  m.op = "MatMulBF16";
+  m.op = str("MatMul", suffix);
   m.inputs = {n.inputs[0], weight};
   if (bias.empty()) {
     m.outputs = n.outputs;
@@ -201,7 +213,7 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
     out.push_back(std::move(m));
     out.push_back(std::move(add));
   }
-  ++g.bf16_nodes;
+  ++(precision == Precision::FP16 ? g.fp16_nodes : g.bf16_nodes);
   return true;
 }
 
@@ -210,28 +222,31 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::Fp32;
   if (name == "bf16") return Precision::BF16;
-  if (name == "fp16")
-    throw UserError("--precision fp16 is not implemented yet (bf16 is, on CPUs: docs/precision.md)");
+  if (name == "fp16") return Precision::FP16;
   if (name == "tf32")
-    throw UserError("--precision tf32 is for GPU tensor cores, not implemented yet (bf16 is, on CPUs: docs/precision.md)");
+    throw UserError("--precision tf32 is for GPU tensor cores, not implemented yet (bf16 and fp16 are, on CPUs: docs/precision.md)");
   throw UserError(str("--precision '", name, "' is not one of fp32, bf16, fp16, tf32"));
 }
 
 bool convert_precision(Graph& g, Precision p) {
   if (p == Precision::Fp32) return false;
-  return expand_nodes(g, rewrite);
+  return expand_nodes(g, [p](Graph& gg, const Node& n, std::vector<Node>& out) { return rewrite(gg, n, out, p); });
 }
 
 void register_precision_ops(std::vector<OpDef>& ops) {
-  // Made by auto-mixed-precision (--precision bf16): inputs x (float32), weight [K, N] float32.
-  ops.push_back({"MatMulBF16", 2, 2, infer, eval, nullptr, workload, nullptr, /*linear_cost=*/false});
-  describe(ops.back(), OpKind::Anchor);
-  ops.back().kernel_constants = constants;
-  // Made by auto-mixed-precision from a ConvNCHWc: ConvNCHWc's inputs and attributes.
-  ops.push_back({"ConvNCHWcBF16", 2, 3, bf16_conv_infer, bf16_conv_eval, nullptr, bf16_conv_workload, nullptr, /*linear_cost=*/false});
-  describe(ops.back(), OpKind::Anchor, {"dilations", "group", "pads", "strides"});
-  ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
-  ops.back().kernel_constants = bf16_conv_constants;
+  for (const char* suffix : {"BF16", "FP16"}) {
+    // Made by auto-mixed-precision (--precision bf16, fp16): inputs x (float32), weight [K, N]
+    // float32.
+    ops.push_back({str("MatMul", suffix), 2, 2, infer, eval, nullptr, workload, nullptr, /*linear_cost=*/false});
+    describe(ops.back(), OpKind::Anchor);
+    ops.back().kernel_constants = constants;
+    // Made by auto-mixed-precision from a ConvNCHWc: ConvNCHWc's inputs and attributes.
+    ops.push_back({str("ConvNCHWc", suffix), 2, 3, bf16_conv_infer, bf16_conv_eval, nullptr, bf16_conv_workload, nullptr,
+                   /*linear_cost=*/false});
+    describe(ops.back(), OpKind::Anchor, {"dilations", "group", "pads", "strides"});
+    ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
+    ops.back().kernel_constants = bf16_conv_constants;
+  }
 }
 
 }  // namespace tf::graph

@@ -345,7 +345,7 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
       n *= d;
     }
     if (tf::arg_dtype_bytes(a.dtype()) == 0) {
-      return invalid("argument dtype '" + a.dtype().substr(0, 32) + "' is not one of float32, int8, uint8, int32, bfloat16x2");
+      return invalid("argument dtype '" + a.dtype().substr(0, 32) + "' is not one of float32, int8, uint8, int32, bfloat16x2, float16x2");
     }
     if (!a.dtype().empty() && a.dtype() != "float32") {
       if (!options_.gpu_device.empty()) return invalid("argument dtype " + a.dtype() + " is for CPU kernels; this board runs " + options_.gpu_device);

@@ -1,5 +1,6 @@
 #include "runtime/kernel_library.h"
 
+#include "base/float16.h"
 #include "runtime/gpu_runtime.h"
 
 #include <dlfcn.h>
@@ -256,7 +257,7 @@ void fill_random(float* data, int64_t n, uint64_t seed) {
 }
 
 int arg_dtype_bytes(const std::string& dtype) {
-  if (dtype.empty() || dtype == "float32" || dtype == "int32" || dtype == "bfloat16x2") return 4;
+  if (dtype.empty() || dtype == "float32" || dtype == "int32" || dtype == "bfloat16x2" || dtype == "float16x2") return 4;
   if (dtype == "int8" || dtype == "uint8") return 1;
   return 0;
 }
@@ -272,6 +273,13 @@ void fill_typed(const std::string& dtype, float* data, int64_t n, uint64_t seed)
       const uint32_t hi = std::bit_cast<uint32_t>(v[static_cast<size_t>(2 * i + 1)]) & 0xFFFF0000u;
       data[i] = std::bit_cast<float>(hi | lo);
     }
+    return;
+  }
+  if (dtype == "float16x2") {
+    // Word i: fill_random's values 2i (low half) and 2i + 1 (high half) rounded to float16.
+    std::vector<float> v(static_cast<size_t>(n) * 2);
+    fill_random(v.data(), n * 2, seed);
+    for (int64_t i = 0; i < n; ++i) data[i] = f16_pair(v[static_cast<size_t>(2 * i)], v[static_cast<size_t>(2 * i + 1)]);
     return;
   }
   fill_random(data, n, seed);

@@ -43,7 +43,7 @@ struct JobSpec {
   // The SHA-256 (hex) of the ONNX model sent with the job (SubmitRequest.model_onnx): when the
   // job is done its tuned and default builds are timed. "": none.
   std::string model_sha256;
-  // The model's precision (--precision: "fp32" or "bf16"): the timing of a done job compiles
+  // The model's precision (--precision: "fp32", "bf16" or "fp16"): the timing of a done job compiles
   // the model so, as the client extracted its tasks.
   std::string precision = "fp32";
   std::string target;         // compile target; "": the boards' own (or the service machine's)

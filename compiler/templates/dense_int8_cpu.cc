@@ -150,15 +150,17 @@ class QDenseCpu final : public WordDense {
 // on entry into bfloat16 pairs ("A.bf" [M][K/2], in rows of vectors), B given as pairs
 // [K/2][N] packed into panels of tile_n columns ([N/tile_n][K/2][tile_n]: a vector of B's
 // words is the 32 bfloat16 vdpbf16ps reads; a model passes its constant weights so packed),
-// one dot2_bf16 per pair in the register tile.
-class DenseBF16Cpu final : public WordDense {
+// one dot2_bf16 per pair in the register tile. dense_fp16.cpu: matmul_fp16 the same way over
+// float16 pairs ("A.h"; two conversions and two FMAs per pair).
+class DensePairsCpu final : public WordDense {
  public:
   static constexpr int64_t kConvertLanes = 16;
 
-  DenseBF16Cpu() : WordDense(2, "dense_bf16.cpu", 1, std::vector<std::string>{"matmul_bf16"}, TargetKind::Llvm) {}
+  DensePairsCpu(const char* name, const char* op, const char* converted)
+      : WordDense(2, name, 1, std::vector<std::string>{op}, TargetKind::Llvm), converted_(converted) {}
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
-    Stage& ab = s.stage("A.bf");
+    Stage& ab = s.stage(converted_);
     const auto& ax = ab.op()->axes;
     if (c["parallel"].get<bool>()) ab.parallel(ax[0].var);
     if (c["vectorize"].get<bool>()) ab.vectorize(ab.split(ax[1].var, kConvertLanes).second);
@@ -166,11 +168,19 @@ class DenseBF16Cpu final : public WordDense {
     auto [acc, out] = acc_and_writer(s, g);
     schedule_dense_tiles(*out, *acc, 0, c);
   }
+
+ private:
+  const char* converted_;
 };
 
 }  // namespace
 
-std::unique_ptr<ScheduleTemplate> make_dense_bf16_cpu() { return std::make_unique<DenseBF16Cpu>(); }
+std::unique_ptr<ScheduleTemplate> make_dense_bf16_cpu() {
+  return std::make_unique<DensePairsCpu>("dense_bf16.cpu", "matmul_bf16", "A.bf");
+}
+std::unique_ptr<ScheduleTemplate> make_dense_fp16_cpu() {
+  return std::make_unique<DensePairsCpu>("dense_fp16.cpu", "matmul_fp16", "A.h");
+}
 std::unique_ptr<ScheduleTemplate> make_dense_int8_cpu() { return std::make_unique<DenseInt8Cpu>(); }
 std::unique_ptr<ScheduleTemplate> make_qdense_cpu() { return std::make_unique<QDenseCpu>(); }
 

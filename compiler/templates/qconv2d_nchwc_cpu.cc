@@ -5,7 +5,8 @@
 // four input channels, its four bytes are broadcast (one 32-bit load) and multiplied with the
 // block's quad weights by one dot4_u8s8 (vpdpbusd with AVX512-VNNI or AVX-VNNI).
 // conv2d_nchwc_bf16.cpu schedules conv2d_nchwc_bf16 the same way: the data converted to pairs
-// of bfloat16 ("A.bf"), one word broadcast per pair, one dot2_bf16 (vdpbf16ps) per block.
+// of bfloat16 ("A.bf"), one word broadcast per pair, one dot2_bf16 (vdpbf16ps) per block;
+// conv2d_nchwc_fp16.cpu likewise over float16 pairs ("A.h", dot2_f16).
 #include "compiler/templates/common.h"
 
 namespace tf::templates {
@@ -64,6 +65,9 @@ std::unique_ptr<ScheduleTemplate> make_qconv2d_nchwc_cpu() {
 }
 std::unique_ptr<ScheduleTemplate> make_conv2d_nchwc_bf16_cpu() {
   return std::make_unique<WordConv2dNchwcCpu>("conv2d_nchwc_bf16.cpu", "conv2d_nchwc_bf16", "A.bf");
+}
+std::unique_ptr<ScheduleTemplate> make_conv2d_nchwc_fp16_cpu() {
+  return std::make_unique<WordConv2dNchwcCpu>("conv2d_nchwc_fp16.cpu", "conv2d_nchwc_fp16", "A.h");
 }
 
 }  // namespace tf::templates

@@ -11,6 +11,7 @@
 
 #include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/float16.h"
 #include "compiler/codegen_llvm.h"
 #include "compiler/driver.h"
 #include "compiler/ir_printer.h"
@@ -459,6 +460,111 @@ TEST(BF16Conv, OddBlocksAreRefusedAndDotProductsUseVdpbf16ps) {
   };
   EXPECT_NE(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=cooperlake").find("vdpbf16ps\t%zmm"), std::string::npos);
   EXPECT_EQ(asm_of("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512").find("vdpbf16ps"), std::string::npos);
+}
+
+// float16 on the host (base/float16.h): to nearest, ties to even, subnormals kept, past 65504
+// to infinity (65520 is the tie that rounds away), NaN quiet; every half reads back exactly.
+TEST(Float16, HostRoundingCaseByCase) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<float, uint16_t>> cases = {
+      {0.0f, 0x0000},          {-0.0f, 0x8000},        {1.0f, 0x3C00},           {-2.0f, 0xC000},
+      {1.0f + 0x1p-11f, 0x3C00},                        // halfway between 1 and 1 + 2^-10: even (1)
+      {1.0f + 3 * 0x1p-11f, 0x3C02},                    // halfway, odd below: up
+      {1.0f + 0x1p-11f + 0x1p-20f, 0x3C01},             // past halfway: up
+      {65504.0f, 0x7BFF},      {65519.0f, 0x7BFF},     {65520.0f, 0x7C00},       {1e6f, 0x7C00},
+      {inf, 0x7C00},           {-inf, 0xFC00},         {0x1p-14f, 0x0400},       // smallest normal
+      {0x1p-24f, 0x0001},      {0x1p-25f, 0x0000},     {0x1.8p-25f, 0x0001},     // subnormals, ties to even
+      {3 * 0x1p-25f, 0x0002},  {0x1.ffcp-15f, 0x0400}, {0.1f, 0x2E66},           {-1.0f / 3, 0xB555}};
+  for (const auto& [x, want] : cases) {
+    EXPECT_EQ(f16_bits(x), want) << x;
+    if (!std::isinf(x) && std::fabs(x) <= 65504.0f) EXPECT_LE(std::fabs(f16_value(want) - x), std::fabs(x) * 0x1p-11f + 0x1p-25f) << x;
+  }
+  EXPECT_EQ(f16_bits(std::nanf("")) & 0x7E00, 0x7E00);
+  EXPECT_TRUE(std::isnan(f16_value(f16_bits(-std::nanf("")))));
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue;  // NaNs
+    ASSERT_EQ(f16_bits(f16_value(static_cast<uint16_t>(h))), h) << std::hex << h;
+  }
+}
+
+// Boards fill float16x2 words with two of the seeded values rounded to float16.
+TEST(TypedArguments, Float16PairsHoldTwoFloat16InEachWord) {
+  std::vector<float> v(4096), raw(8192);
+  fill_typed("float16x2", v.data(), static_cast<int64_t>(v.size()), 3);
+  fill_random(raw.data(), static_cast<int64_t>(raw.size()), 3);
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_EQ(f16_half(v[i], 0), round_f16(raw[2 * i])) << i;
+    ASSERT_EQ(f16_half(v[i], 1), round_f16(raw[2 * i + 1])) << i;
+  }
+  EXPECT_EQ(arg_dtype_bytes("float16x2"), 4);
+}
+
+// The x86 instruction sets of the float16 path: F16C conversions with AVX-512 and AVX2, and
+// SSE without F16C (integer conversions).
+std::vector<std::string> runnable_f16_targets() {
+  return runnable({
+      {"llvm -mcpu=skylake-avx512", "avx512bw"},  // vcvtph2ps zmm
+      {"llvm -mcpu=x86-64-v3", "avx2"},           // vcvtph2ps ymm
+      {"llvm -mcpu=x86-64", "sse2"},              // no F16C: shifts, selects, a multiply
+  });
+}
+
+// matmul_fp16 and conv2d_nchwc_fp16 (--precision fp16): on every instruction set, B packed by
+// the kernel and given packed, default and sampled configs, odd K, the epilogues.
+class F16Kernels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(F16Kernels, MatchTheReferenceOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_f16_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  const std::string spec = GetParam();
+  expect_matches_on_targets(spec, targets, 71, /*packings=*/spec.rfind("matmul", 0) == 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, F16Kernels,
+                         ::testing::Values("matmul_fp16(M=1,N=1,K=1)", "matmul_fp16(M=16,N=32,K=64)",
+                                           "matmul_fp16(M=37,N=45,K=23,epilogue=bias_relu)",
+                                           "conv2d_nchwc_fp16(N=1,C=8,H=5,W=7,K=16,R=3,S=3,pad=1,ic_block=8,oc_block=16)",
+                                           "conv2d_nchwc_fp16(N=2,C=32,H=9,W=9,K=24,R=3,S=3,stride=2,pad=1,ic_block=16,"
+                                           "oc_block=8,epilogue=bias_relu)",
+                                           "conv2d_nchwc_fp16(N=1,C=12,H=6,W=6,K=16,R=1,S=1,ic_block=6,oc_block=16)"));
+
+// A's conversion in the kernel rounds as f16_bits does, on each instruction set (with F16C and
+// without): C = A[:, 0] * 1.0 exactly (B's word: 1.0 low, 0 high; A[:, 1] = 0), subnormals,
+// ties, overflow and NaN included; F16C targets convert with vcvtps2ph and vcvtph2ps.
+TEST(F16Kernels, TheConversionRoundsAsTheHostDoes) {
+  std::vector<std::string> targets = runnable_f16_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> xs = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 65519.0f, 65520.0f, -1e6f, inf, -inf,
+                                 0x1p-24f,        0x1.8p-25f,          0x1p-25f, -3 * 0x1p-25f, 0.1f,   -1.0f / 3, 0.0f,
+                                 std::nanf(""),   0x1.ffcp-15f,        1e-30f,   -65504.0f,  123.456f};
+  const int64_t M = static_cast<int64_t>(xs.size());
+  Workload w = parse_workload(str("matmul_fp16(M=", M, ",N=1,K=2)"));
+  for (const std::string& ts : targets) {
+    Target t = parse_target(ts);
+    CompiledKernel k = compile_kernel(w, t, nullptr, "default", "");
+    std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
+    std::vector<float> a(static_cast<size_t>(2 * M), 0.0f), c(static_cast<size_t>(M), -1.0f);
+    for (int64_t i = 0; i < M; ++i) a[static_cast<size_t>(2 * i)] = xs[static_cast<size_t>(i)];
+    std::vector<float> b = {f16_pair(1.0f, 0.0f)};
+    ASSERT_EQ(lib->call({a.data(), b.data(), c.data()}), 0);
+    for (int64_t i = 0; i < M; ++i) {
+      const float x = xs[static_cast<size_t>(i)], want = round_f16(x);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(c[static_cast<size_t>(i)])) << x << " on " << ts;
+      } else {
+        EXPECT_EQ(c[static_cast<size_t>(i)], want) << x << " on " << ts;
+      }
+    }
+    if (t.has_feature("f16c")) {
+      std::string text = kernel_text(k, EmitKind::Asm);
+      EXPECT_NE(text.find("vcvtps2ph"), std::string::npos) << ts;
+      EXPECT_NE(text.find("vcvtph2ps"), std::string::npos) << ts;
+    }
+  }
+  EXPECT_EQ(compile_kernel(w, host_target(), nullptr, "default", "").graph.arg_dtype(
+                compile_kernel(w, host_target(), nullptr, "default", "").graph.inputs[1]),
+            "float16x2");
 }
 
 TEST(BF16Matmul, GpuTargetsSayTheyHaveNoTemplateYet) {

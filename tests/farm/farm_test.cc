@@ -451,7 +451,7 @@ TEST_F(Farm, MalformedRequestsAreRejected) {
   // Element types (ArgSpec dtype) are known ones, and typed arguments are never packed.
   r = request("scale");
   r.mutable_args(0)->set_dtype("float16");
-  expect_invalid(r, "argument dtype 'float16' is not one of float32, int8, uint8, int32, bfloat16x2");
+  expect_invalid(r, "argument dtype 'float16' is not one of float32, int8, uint8, int32, bfloat16x2, float16x2");
   r = request("scale");
   r.mutable_args(0)->set_dtype("int8");
   r.mutable_args(0)->set_pack_block(4);

@@ -206,7 +206,30 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
     for (int64_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got_blocked.at(name).f[k], w.f[k], 0.02 * most) << name;
   }
   EXPECT_EQ(parse_precision("bf16"), Precision::BF16);
-  EXPECT_THROW(parse_precision("fp16"), tf::UserError);
+  EXPECT_EQ(parse_precision("fp16"), Precision::FP16);
+  EXPECT_THROW(parse_precision("tf32"), tf::UserError);
+  // --precision fp16: the same products as float16 kernels, float16's finer rounding (11
+  // significant bits to bfloat16's 8) moving the outputs less.
+  Graph half = original;
+  o.precision = Precision::FP16;
+  run_passes(half, o);
+  ops.clear();
+  for (const Node& n : half.nodes) ++ops[n.op];
+  EXPECT_EQ(ops["ConvNCHWcFP16"], 2);
+  EXPECT_EQ(ops["MatMulFP16"], 1);
+  EXPECT_EQ(half.fp16_nodes, 3);
+  EXPECT_EQ(half.bf16_nodes, 0);
+  t = extract_tasks(half);
+  ASSERT_EQ(t.tasks.size(), 3u);
+  EXPECT_EQ(t.tasks[0].workload.rfind("conv2d_nchwc_fp16(", 0), 0u) << t.tasks[0].workload;
+  EXPECT_EQ(t.tasks[2].workload, "matmul_fp16(M=6,N=5,K=24,const_b=1,epilogue=none)");
+  auto got_half = run_reference(half, in);
+  double err_half = 0;
+  for (const auto& [name, w] : want) {
+    for (int64_t k = 0; k < w.size(); ++k) err_half = std::max(err_half, double(std::fabs(got_half.at(name).f[k] - w.f[k])));
+  }
+  EXPECT_GT(err_half, 0.0);
+  EXPECT_LT(err_half, 0.003 * most);
 }
 
 TEST(GraphPasses, LevelsAndDisabledPasses) {
