@@ -804,27 +804,30 @@ TEST_F(Farm, Int8KernelsAreFilledByTypeAndCheckedExactly) {
   EXPECT_EQ(results[0].error, pb::WRONG_ANSWER) << results[0].error_msg;
 }
 
-// A bfloat16 kernel with prepacked weights (matmul_bf16, const_b=1: what --precision bf16
-// models run): the board fills B's words with bfloat16 pairs, packs them as the sidecar says,
-// and the tuner's check passes against the reference that reads the same pairs.
-TEST_F(Farm, BFloat16KernelsGetPairsAndPackedWeights) {
-  const std::string spec = "matmul_bf16(M=20,N=40,K=27,const_b=1)";
-  std::string so = temp_dir() + "/bf16.so";
-  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w '" + spec + "' -o " + so + " --no-db 2>/dev/null").c_str()), 0);
+// bfloat16 and float16 kernels with prepacked weights (matmul_bf16 and matmul_fp16,
+// const_b=1: what --precision bf16 and fp16 models run): the board fills B's words with pairs
+// of the type, packs them as the sidecar says, and the tuner's check passes against the
+// reference that reads the same pairs.
+TEST_F(Farm, HalfFloatKernelsGetPairsAndPackedWeights) {
   FarmRunnerOptions fo;
   fo.farm = endpoint();
   fo.key = "cpu";
   fo.wait_ms = 5000;
   FarmRunner runner(fo);
-  MeasureContext ctx(build_op(parse_workload(spec)), MeasureOptions{});
-  EXPECT_EQ(ctx.request("matmul_bf16").args(1).dtype(), "bfloat16x2");
-  EXPECT_EQ(ctx.request("matmul_bf16").args(0).dtype(), "");
-  BuildResult b;
-  b.so_path = so;
-  std::vector<RunResult> results = runner.run(ctx, {b});
-  ASSERT_EQ(results.size(), 1u);
-  EXPECT_TRUE(results[0].ok()) << results[0].error_msg;
-  EXPECT_EQ(results[0].correctness, "ok");
+  for (const auto& [op, word] : {std::pair{"matmul_bf16", "bfloat16x2"}, std::pair{"matmul_fp16", "float16x2"}}) {
+    const std::string spec = std::string(op) + "(M=20,N=40,K=27,const_b=1)";
+    std::string so = temp_dir() + "/" + op + ".so";
+    ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w '" + spec + "' -o " + so + " --no-db 2>/dev/null").c_str()), 0);
+    MeasureContext ctx(build_op(parse_workload(spec)), MeasureOptions{});
+    EXPECT_EQ(ctx.request(op).args(1).dtype(), word);
+    EXPECT_EQ(ctx.request(op).args(0).dtype(), "");
+    BuildResult b;
+    b.so_path = so;
+    std::vector<RunResult> results = runner.run(ctx, {b});
+    ASSERT_EQ(results.size(), 1u);
+    EXPECT_TRUE(results[0].ok()) << op << ": " << results[0].error_msg;
+    EXPECT_EQ(results[0].correctness, "ok") << op;
+  }
 }
 
 TEST(FarmFailures, BoardKilledMidMeasurement) {
