@@ -1981,7 +1981,9 @@ TEST(OpRegistry, EveryOperatorIsComplete) {
     anchors += *d->pattern == OpKind::Anchor;
     expanded += d->expand != nullptr;
   }
-  EXPECT_EQ(anchors, 8);   // MatMul, Gemm, Conv, ConvNCHWc, QMatMul, QConvNCHWc, MatMulBF16, ConvNCHWcBF16
+  // MatMul, Gemm, Conv, ConvNCHWc, QMatMul, QConvNCHWc, MatMulBF16, ConvNCHWcBF16, MatMulFP16,
+  // ConvNCHWcFP16
+  EXPECT_EQ(anchors, 10);
   EXPECT_GE(expanded, 7);  // RNN, GRU, LSTM; Conv, ConvTranspose, MaxPool, AveragePool
   // The facts that used to live in lists beside the registry, spot-checked.
   EXPECT_EQ(op_kind("Transpose"), OpKind::Injective);
