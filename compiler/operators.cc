@@ -238,27 +238,36 @@ void build_qmatmul(OpGraph& g) {
   if (w.get("const_b")) g.prepacked.insert("B");
 }
 
-// matmul_bf16: C = A x B with both operands rounded to bfloat16 and the products summed in
-// float32 (docs/precision.md), then the epilogue. A is float [M][K], converted on entry into
-// pairs ("A.bf" [M][K/2]: int32 words bf16x2(A[i][2p], A[i][2p + 1]), K zero-padded to an
-// even count); B is given as pairs [K/2][N] (word p of column j: k = 2p low, 2p + 1 high; a
-// model converts its constant weights once), so the sum is one dot2_bf16 per pair.
-void build_matmul_bf16(OpGraph& g) {
+// matmul_bf16 and matmul_fp16: C = A x B with both operands rounded to bfloat16 (float16)
+// and the products summed in float32 (docs/precision.md), then the epilogue. B is given as
+// pairs [K/2][N] (word p of column j: k = 2p low, 2p + 1 high, a zero high half past an odd
+// K; a model converts its constant weights once). A is float [M][K], converted on entry:
+// bfloat16 into pairs like B's ("A.bf" [M][K/2], bf16x2 words), the sum one dot2_bf16 per pair
+// (vdpbf16ps); float16 rounded and kept as floats ("A.h" [M][K/2 * 2]), the sum one
+// dot2_f16(a0, a1, b) per pair (two FMAs, B's word widened once per register tile: as many
+// FMAs as float32's, for CPUs without float16 arithmetic).
+void build_matmul_halves(OpGraph& g, bool fp16) {
   const Workload& w = g.workload;
   const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K"), P = (K + 1) / 2;
   Tensor A = make_input(g, "A", {M, K});
   Tensor B = make_input(g, "B", {P, N}, Type::int32());
-  g.word_types["B"] = kBFloat16Pairs;
-  Tensor ab = compute("A.bf", {M, P}, {"i", "p"}, [&](const std::vector<Expr>& ax) {
-    Expr k = ax[1] * 2 + 1;
-    Expr hi = read(A, {ax[0], K % 2 == 0 ? k : min(k, Expr(K - 1))});
-    if (K % 2 != 0) hi = select(k < Expr(K), hi, f32(0.0));
-    return Call::make(kBF16x2, {read(A, {ax[0], ax[1] * 2}), hi});
-  });
+  g.word_types["B"] = fp16 ? kFloat16Pairs : kBFloat16Pairs;
+  // A[i][k], 0 past an odd K.
+  auto a_at = [&](const Expr& i, const Expr& k) {
+    if (K % 2 == 0) return read(A, {i, k});
+    return select(k < Expr(K), read(A, {i, min(k, Expr(K - 1))}), f32(0.0));
+  };
+  Tensor conv = fp16 ? compute("A.h", {M, 2 * P}, {"i", "k"},
+                               [&](const std::vector<Expr>& ax) { return Call::make(kRoundF16, {a_at(ax[0], ax[1])}); })
+                     : compute("A.bf", {M, P}, {"i", "p"}, [&](const std::vector<Expr>& ax) {
+                         return Call::make(kBF16x2, {a_at(ax[0], ax[1] * 2), a_at(ax[0], ax[1] * 2 + 1)});
+                       });
   IterVar p = reduce_axis(P, "p");
   const bool fused = w.epilogue != Epilogue::None;
   g.acc = compute(fused ? "acc" : "C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
-    return ir::sum(Call::make(kDot2BF16, {read(ab, {ax[0], p.var}), read(B, {p.var, ax[1]})}), {p});
+    Expr b = read(B, {p.var, ax[1]});
+    if (fp16) return ir::sum(Call::make(kDot2F16, {read(conv, {ax[0], p.var * 2}), read(conv, {ax[0], p.var * 2 + 1}), b}), {p});
+    return ir::sum(Call::make(kDot2BF16, {read(conv, {ax[0], p.var}), b}), {p});
   }, {p});
   add_epilogue(g, "C", {"i", "j"}, 1);
   g.flops = 2 * M * N * K;
@@ -267,12 +276,14 @@ void build_matmul_bf16(OpGraph& g) {
   if (w.get("const_b")) g.prepacked.insert("B");
 }
 
-// conv2d_nchwc_bf16: the NCHWc convolution with data and weights rounded to bfloat16 and the
-// products summed in float32: the data converted and padded once into pairs of channels of a
-// block ("A.bf" [N][C/ic_block][H+2p][W+2p][ic_block/2] int32 words, zero padding), the weights
-// given as pairs [K/oc_block][C/2][R][S][oc_block] (word: channels 2p low, 2p + 1 high), one
-// dot2_bf16 per pair; then the epilogue. ic_block must be even.
-void build_conv2d_nchwc_bf16(OpGraph& g) {
+// conv2d_nchwc_bf16 and conv2d_nchwc_fp16: the NCHWc convolution with data and weights
+// rounded to bfloat16 (float16) and the products summed in float32, then the epilogue. The
+// weights are given as pairs [K/oc_block][C/2][R][S][oc_block] (word: channels 2p low, 2p + 1
+// high); the data is converted and zero-padded once: bfloat16 into pairs of a block's channels
+// ("A.bf" [N][C/ic_block][H+2p][W+2p][ic_block/2] words, one dot2_bf16 per pair), float16
+// rounded and kept as floats ("A.h" [N][C/ic_block][H+2p][W+2p][ic_block], one dot2_f16 per
+// pair). ic_block must be even.
+void build_conv2d_nchwc_halves(OpGraph& g, bool fp16) {
   const Workload& w = g.workload;
   const int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
   const int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
@@ -280,28 +291,33 @@ void build_conv2d_nchwc_bf16(OpGraph& g) {
   const int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
   Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
   Tensor B = make_input(g, "B", {K / ob, C / 2, R, S, ob}, Type::int32());
-  g.word_types["B"] = kBFloat16Pairs;
-  Tensor ab = compute("A.bf", {N, C / ib, H + 2 * pad, W + 2 * pad, bp}, {"n", "c", "h", "w", "cp"},
-                      [&](const std::vector<Expr>& ax) {
-                        auto at = [&](int t) {
-                          Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4] * 2 + t});
-                          if (pad == 0) return x;
-                          Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
-                                                    logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
-                          return select(inside, x, f32(0.0));
-                        };
-                        return Call::make(kBF16x2, {at(0), at(1)});
-                      });
-  g.pad = ab;
+  g.word_types["B"] = fp16 ? kFloat16Pairs : kBFloat16Pairs;
+  // Channel c of the block at padded position (h, w): 0 in the padding.
+  auto padded = [&](const std::vector<Expr>& ax, const Expr& c) {
+    Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, c});
+    if (pad == 0) return x;
+    Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
+                              logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
+    return select(inside, x, f32(0.0));
+  };
+  const std::vector<int64_t> padded_shape = {N, C / ib, H + 2 * pad, W + 2 * pad, fp16 ? ib : bp};
+  Tensor conv = fp16 ? compute("A.h", padded_shape, {"n", "c", "h", "w", "cb"},
+                               [&](const std::vector<Expr>& ax) { return Call::make(kRoundF16, {padded(ax, ax[4])}); })
+                     : compute("A.bf", padded_shape, {"n", "c", "h", "w", "cp"}, [&](const std::vector<Expr>& ax) {
+                         return Call::make(kBF16x2, {padded(ax, ax[4] * 2), padded(ax, ax[4] * 2 + 1)});
+                       });
+  g.pad = conv;
   IterVar rco = reduce_axis(C / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
           rcp = reduce_axis(bp, "rcp");
   std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
   const bool fused = w.epilogue != Epilogue::None;
   g.acc = compute(fused ? "acc" : "out", {N, K / ob, OH, OW, ob}, names, [&](const std::vector<Expr>& ax) {
     Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
-    Expr a = read(ab, {ax[0], rco.var, h, x, rcp.var});
     Expr b = read(B, {ax[1], rco.var * bp + rcp.var, rr.var, rs.var, ax[4]});
-    return ir::sum(Call::make(kDot2BF16, {a, b}), {rco, rr, rs, rcp});
+    Expr d = fp16 ? Call::make(kDot2F16, {read(conv, {ax[0], rco.var, h, x, rcp.var * 2}),
+                                          read(conv, {ax[0], rco.var, h, x, rcp.var * 2 + 1}), b})
+                  : Call::make(kDot2BF16, {read(conv, {ax[0], rco.var, h, x, rcp.var}), b});
+    return ir::sum(d, {rco, rr, rs, rcp});
   }, {rco, rr, rs, rcp});
   add_epilogue(
       g, "out", names, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; }, K);
@@ -310,74 +326,10 @@ void build_conv2d_nchwc_bf16(OpGraph& g) {
   g.check_relative = true;
 }
 
-// matmul_fp16: C = A x B with both operands rounded to float16 and the products summed in
-// float32 (CPUs without float16 arithmetic: stored in float16, computed in float32). A is float
-// [M][K], rounded on entry ("A.h" [M][2P] floats, K zero-padded to an even count); B is given
-// as pairs [P][N] as matmul_bf16's, each word widened once per tile and multiplied by two
-// floats of A: one dot2_f16 (two FMAs) per pair, as many FMAs as float32's.
-void build_matmul_fp16(OpGraph& g) {
-  const Workload& w = g.workload;
-  const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K"), P = (K + 1) / 2;
-  Tensor A = make_input(g, "A", {M, K});
-  Tensor B = make_input(g, "B", {P, N}, Type::int32());
-  g.word_types["B"] = kFloat16Pairs;
-  Tensor ah = compute("A.h", {M, 2 * P}, {"i", "k"}, [&](const std::vector<Expr>& ax) {
-    Expr x = read(A, {ax[0], K % 2 == 0 ? ax[1] : min(ax[1], Expr(K - 1))});
-    if (K % 2 != 0) x = select(ax[1] < Expr(K), x, f32(0.0));
-    return Call::make(kRoundF16, {x});
-  });
-  IterVar p = reduce_axis(P, "p");
-  const bool fused = w.epilogue != Epilogue::None;
-  g.acc = compute(fused ? "acc" : "C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
-    Expr a0 = read(ah, {ax[0], p.var * 2}), a1 = read(ah, {ax[0], p.var * 2 + 1});
-    return ir::sum(Call::make(kDot2F16, {a0, a1, read(B, {p.var, ax[1]})}), {p});
-  }, {p});
-  add_epilogue(g, "C", {"i", "j"}, 1);
-  g.flops = 2 * M * N * K;
-  g.check_terms = K;
-  g.check_relative = true;
-  if (w.get("const_b")) g.prepacked.insert("B");
-}
-
-// conv2d_nchwc_fp16: conv2d_nchwc_bf16 with float16 weights: the data rounded to float16 and
-// padded once ("A.h" [N][C/ic_block][H+2p][W+2p][ic_block] floats), the weights given as
-// pairs [K/oc_block][C/2][R][S][oc_block], one dot2_f16 per pair of input channels.
-void build_conv2d_nchwc_fp16(OpGraph& g) {
-  const Workload& w = g.workload;
-  const int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
-  const int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
-  const int64_t dil = w.get("dilation"), ib = w.get("ic_block"), ob = w.get("oc_block"), bp = ib / 2;
-  const int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
-  Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
-  Tensor B = make_input(g, "B", {K / ob, C / 2, R, S, ob}, Type::int32());
-  g.word_types["B"] = kFloat16Pairs;
-  Tensor ah = compute("A.h", {N, C / ib, H + 2 * pad, W + 2 * pad, ib}, {"n", "c", "h", "w", "cb"},
-                      [&](const std::vector<Expr>& ax) {
-                        Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4]});
-                        if (pad != 0) {
-                          Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
-                                                    logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
-                          x = select(inside, x, f32(0.0));
-                        }
-                        return Call::make(kRoundF16, {x});
-                      });
-  g.pad = ah;
-  IterVar rco = reduce_axis(C / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
-          rcp = reduce_axis(bp, "rcp");
-  std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
-  const bool fused = w.epilogue != Epilogue::None;
-  g.acc = compute(fused ? "acc" : "out", {N, K / ob, OH, OW, ob}, names, [&](const std::vector<Expr>& ax) {
-    Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
-    Expr a0 = read(ah, {ax[0], rco.var, h, x, rcp.var * 2}), a1 = read(ah, {ax[0], rco.var, h, x, rcp.var * 2 + 1});
-    Expr b = read(B, {ax[1], rco.var * bp + rcp.var, rr.var, rs.var, ax[4]});
-    return ir::sum(Call::make(kDot2F16, {a0, a1, b}), {rco, rr, rs, rcp});
-  }, {rco, rr, rs, rcp});
-  add_epilogue(
-      g, "out", names, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; }, K);
-  g.flops = 2 * N * K * OH * OW * C * R * S;
-  g.check_terms = C * R * S;
-  g.check_relative = true;
-}
+void build_matmul_bf16(OpGraph& g) { build_matmul_halves(g, false); }
+void build_matmul_fp16(OpGraph& g) { build_matmul_halves(g, true); }
+void build_conv2d_nchwc_bf16(OpGraph& g) { build_conv2d_nchwc_halves(g, false); }
+void build_conv2d_nchwc_fp16(OpGraph& g) { build_conv2d_nchwc_halves(g, true); }
 
 // qconv2d_nchwc: the NCHWc convolution of a float data quantized to uint8 on entry (as
 // qmatmul's A; the padding is the quantized 0.0, the zero point) with int8 weights given as
