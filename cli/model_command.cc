@@ -82,11 +82,15 @@ static void print_quantized(const graph::Graph& g) {
 static void print_bf16(const graph::Graph& g, const Target& t) {
   const int64_t anchors = count_anchors(g);
   if (g.bf16_nodes > 0) {
-    const bool native = t.arch_name() == "x86_64" && t.has_feature("avx512bf16");
+    const bool x86 = t.arch_name() == "x86_64";
+    const char* how = x86 && t.has_feature("avx512bf16") ? "vdpbf16ps"
+                      : t.arch_name() == "aarch64" && t.has_feature("bf16")
+                          ? "bfdot"
+                          : x86 ? "emulated: this target has no AVX512-BF16, slower than float32"
+                                : "emulated: this target has no bfloat16 dot product, slower than float32";
     std::printf("bf16      %lld of %lld products (MatMul, Gemm, Conv) in bfloat16 kernels (%s); the rest in float32 "
                 "(docs/precision.md)\n",
-                static_cast<long long>(g.bf16_nodes), static_cast<long long>(anchors),
-                native ? "vdpbf16ps" : "emulated: this target has no AVX512-BF16, slower than float32");
+                static_cast<long long>(g.bf16_nodes), static_cast<long long>(anchors), how);
   }
   if (g.fp16_nodes > 0) {
     const bool x86 = t.arch_name() == "x86_64";

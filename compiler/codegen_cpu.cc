@@ -105,23 +105,30 @@ class CodeGenCpu final : public CodeGen {
     return v ? v : CodeGen::dot4_u8s8(acc, a, b);
   }
 
-  // x86 with AVX512-BF16: vdpbf16ps, 16 lanes (8 and 4 with AVX512VL), in pieces as above; the
-  // widening sequence elsewhere (the base class).
+  // x86 with AVX512-BF16: vdpbf16ps, 16 lanes (8 and 4 with AVX512VL), in pieces as above;
+  // aarch64 with the bfloat16 extension (Neoverse V1/N2, Cortex-A710 and later): bfdot, 4
+  // lanes; the widening sequence elsewhere (the base class).
   llvm::Value* dot2_bf16(llvm::Value* acc, llvm::Value* a, llvm::Value* b) override {
     if (!bf16_pieces_) {
       bf16_pieces_.emplace();
-      if (llvm::Triple(target_.triple).isX86() && target_.has_feature("avx512bf16")) {
+      const llvm::Triple tt(target_.triple);
+      if (tt.isX86() && target_.has_feature("avx512bf16")) {
         bf16_pieces_->push_back({16, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512});
         if (target_.has_feature("avx512vl")) {
           bf16_pieces_->push_back({8, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_256});
           bf16_pieces_->push_back({4, llvm::Intrinsic::x86_avx512bf16_dpbf16ps_128});
         }
+      } else if (tt.isAArch64() && target_.has_feature("bf16")) {
+        bf16_pieces_->push_back({4, llvm::Intrinsic::aarch64_neon_bfdot});
       }
     }
     llvm::Value* v = in_pieces(*bf16_pieces_, acc, a, b, [&](unsigned n, llvm::Intrinsic::ID id, llvm::Value* cv,
                                                            llvm::Value* av, llvm::Value* bv) {
       auto* halves = llvm::FixedVectorType::get(b_.getBFloatTy(), n * 2);
-      return b_.CreateIntrinsic(id, {}, {cv, b_.CreateBitCast(av, halves), b_.CreateBitCast(bv, halves)});
+      // bfdot is overloaded on its vector types; vdpbf16ps is not.
+      std::vector<llvm::Type*> types;
+      if (id == llvm::Intrinsic::aarch64_neon_bfdot) types = {cv->getType(), halves};
+      return b_.CreateIntrinsic(id, types, {cv, b_.CreateBitCast(av, halves), b_.CreateBitCast(bv, halves)});
     });
     return v ? v : CodeGen::dot2_bf16(acc, a, b);
   }

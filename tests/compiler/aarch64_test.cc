@@ -33,13 +33,14 @@ const char* kWorkloads[] = {
 };
 
 // N:DTYPE, the harness's form of an argument.
-std::string arg_text(const ir::Tensor& t, int64_t n) { return std::to_string(n) + ":" + t->dtype.str(); }
-
 int64_t elements(const ir::Tensor& t) {
   int64_t n = 1;
   for (int64_t d : t->shape) n *= d;
   return n;
 }
+
+// The harness's argument: elements and what they hold (a word type where the kernel has one).
+std::string arg_text(const OpGraph& g, const ir::Tensor& t) { return std::to_string(elements(t)) + ":" + g.arg_dtype(t); }
 
 // Runs `k` under qemu and compares with the reference.
 void check_under_qemu(const CompiledKernel& k, const std::string& label) {
@@ -52,9 +53,10 @@ void check_under_qemu(const CompiledKernel& k, const std::string& label) {
   // the multiarch libc.so.6 that the search path then finds hangs the harness.
   std::vector<std::string> argv = {"qemu-aarch64", TF_AARCH64_HARNESS,
                                    base + ".so", k.name, std::to_string(seed), base + ".bin"};
-  for (const ir::Tensor& t : k.graph.inputs) argv.push_back(arg_text(t, elements(t)));
-  argv.push_back(arg_text(k.graph.output, elements(k.graph.output)));
-  if (k.target.has_feature("i8mm") || k.target.has_feature("dotprod")) argv.insert(argv.begin() + 1, {"-cpu", "max"});
+  for (const ir::Tensor& t : k.graph.inputs) argv.push_back(arg_text(k.graph, t));
+  argv.push_back(arg_text(k.graph, k.graph.output));
+  if (k.target.has_feature("i8mm") || k.target.has_feature("dotprod") || k.target.has_feature("bf16"))
+    argv.insert(argv.begin() + 1, {"-cpu", "max"});
   CommandResult r = run_command(argv);
   ASSERT_EQ(r.exit_code, 0) << label << ": " << r.output;
 
@@ -62,7 +64,7 @@ void check_under_qemu(const CompiledKernel& k, const std::string& label) {
   std::vector<const float*> ptrs;
   for (size_t i = 0; i < k.graph.inputs.size(); ++i) {
     inputs.emplace_back(static_cast<size_t>(elements(k.graph.inputs[i])));
-    fill_typed(k.graph.inputs[i]->dtype.str(), inputs.back().data(), elements(k.graph.inputs[i]), seed + i);
+    fill_typed(k.graph.arg_dtype(k.graph.inputs[i]), inputs.back().data(), elements(k.graph.inputs[i]), seed + i);
     ptrs.push_back(inputs.back().data());
   }
   int64_t n = elements(k.graph.output);
@@ -104,6 +106,20 @@ TEST_P(Aarch64UnderQemu, DefaultAndRandomConfigs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Operators, Aarch64UnderQemu, ::testing::ValuesIn(kWorkloads));
+
+// bfloat16 dot products on an Arm CPU with the bfloat16 extension (bfdot; qemu's `max` CPU
+// has it), against the reference of the same rounded operands.
+TEST(Aarch64BF16, BfdotKernelsMatchTheReferenceUnderQemu) {
+  if (run_command({"qemu-aarch64", "-version"}).exit_code != 0) GTEST_SKIP() << "qemu-aarch64 is not installed";
+  Target t = parse_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n2");
+  for (const char* spec : {"matmul_bf16(M=19,N=37,K=23,epilogue=bias_relu)",
+                           "conv2d_nchwc_bf16(N=1,C=8,H=6,W=7,K=8,R=3,S=3,pad=1,ic_block=4,oc_block=4)"}) {
+    Workload w = parse_workload(spec);
+    CompiledKernel k = compile_kernel(w, t, nlohmann::json(), "default", "");
+    ASSERT_NE(kernel_text(k, EmitKind::Asm).find("\tbfdot\t"), std::string::npos) << spec;
+    check_under_qemu(k, w.canonical() + " on " + t.str());
+  }
+}
 
 // int8 dot products on an Arm CPU with the int8 matrix extension (usdot) and on one with only
 // the dot product (Cortex-A76, Raspberry Pi 5: sdot of a - 128, plus 128 * sum b by a second

@@ -6,8 +6,9 @@ through the cross-built model harness, against the same files compiled for this 
 int8 on a Cortex-A72 (Pi 4: the widening dot product), a Cortex-A76 (Pi 5: sdot) and a
 Neoverse-N2 (usdot, i8mm) with
 >= 99% of the output elements within one output quantization step (the output's range over
-255) of this machine's, none past four; bf16 (two FMAs per pair: no bfdot yet) within 0.5% of
-the output's magnitude.
+255) of this machine's, none past four; bf16 on a Cortex-A72 (two FMAs per pair) and a
+Neoverse-N2 (bfdot) within 0.5% of the output's magnitude; fp16 on a Cortex-A72 (fcvtl, FMAs)
+within 1e-4.
 
 Usage: aarch64_precision_test.py TUNEFARM_BINARY AARCH64_MODEL_HARNESS
 """
@@ -79,15 +80,24 @@ class Aarch64PrecisionTest(unittest.TestCase):
             self.assertGreaterEqual(float((off <= 1).mean()), 0.99, cpu)
             self.assertLessEqual(off.max(), 4.0, cpu)
 
-    def test_bf16_on_a_pi_4(self):
+    def test_bf16_on_a_pi_4_and_a_neoverse_n2(self):
         want = self.here(self.model, "--precision", "bf16")
-        summary, got = self.aarch64(self.model, "cortex-a72", "--precision", "bf16")
-        self.assertIn("emulated: this target has no AVX512-BF16", summary)
-        err = float(np.abs(want - got).max() / np.abs(want).max())
-        print(f"figure: cnn bf16 on cortex-a72 (qemu) against this machine: {err:.2e} of the magnitude", flush=True)
-        self.assertLess(err, 5e-3)
         fp32 = self.here(self.model)
-        self.assertGreater(np.abs(fp32 - got).max(), 0)  # it did round
+        for cpu, how in (("cortex-a72", "emulated: this target has no bfloat16 dot product"), ("neoverse-n2", "bfdot")):
+            summary, got = self.aarch64(self.model, cpu, "--precision", "bf16")
+            self.assertIn(how, summary)
+            err = float(np.abs(want - got).max() / np.abs(want).max())
+            print(f"figure: cnn bf16 on {cpu} (qemu) against this machine: {err:.2e} of the magnitude", flush=True)
+            self.assertLess(err, 5e-3, cpu)
+            self.assertGreater(np.abs(fp32 - got).max(), 0, cpu)  # it did round
+
+    def test_fp16_on_a_pi_4(self):
+        want = self.here(self.model, "--precision", "fp16")
+        summary, got = self.aarch64(self.model, "cortex-a72", "--precision", "fp16")
+        self.assertIn("in float16 kernels (stored in float16, computed in float32)", summary)
+        err = float(np.abs(want - got).max() / np.abs(want).max())
+        print(f"figure: cnn fp16 on cortex-a72 (qemu) against this machine: {err:.2e} of the magnitude", flush=True)
+        self.assertLess(err, 1e-4)
 
 
 if __name__ == "__main__":
