@@ -1,8 +1,8 @@
 // auto-mixed-precision (--precision bf16, fp16): a float model's MatMul and Gemm with constant
-// weights become MatMulBF16 (MatMulFP16: the same in IEEE float16, stored in float16 and
-// computed in float32, as on CPUs without float16 arithmetic), a product of operands rounded to bfloat16 with float32 sums
-// (matmul_bf16, compiler/operators.cc: vdpbf16ps where the CPU has AVX512-BF16), the weights
-// converted once at compile time. Everything else keeps float32 (docs/precision.md says what
+// weights become MatMulBF16, a product of operands rounded to bfloat16 with float32 sums
+// (matmul_bf16, compiler/operators.cc: vdpbf16ps where the CPU has AVX512-BF16), or MatMulFP16
+// (the same in IEEE float16: stored in float16, computed in float32, as CPUs without float16
+// arithmetic must), the weights converted once at compile time. Everything else keeps float32 (docs/precision.md says what
 // and why): the products of two activations (attention's scores and context), whose values
 // and the softmax between them are where reduced precision loses most; Softmax, LayerNorm,
 // reductions, Pow/Sqrt and the elementwise operators, whose statistics and large-range adds
@@ -11,11 +11,9 @@
 // output reads 9 values: memory-bound, no dot products to pair).
 // Inputs and outputs keep their types (float32), as ONNX Runtime's converter with
 // keep_io_types; so does every tensor between kernels (each product converts its input on
-// entry). A MatMul or Gemm that another precision already claims (a QDQ model's QMatMul) is
-// not touched. Not run at --precision fp32 (the default).
+// entry). A quantized model (QuantizeLinear/DequantizeLinear) is refused: it already says its
+// precision. Not run at --precision fp32 (the default).
 
-#include "base/bfloat16.h"
-#include "base/float16.h"
 #include "base/error.h"
 #include "compiler/operators.h"
 #include "graph/ops.h"
@@ -230,6 +228,15 @@ Precision parse_precision(const std::string& name) {
 
 bool convert_precision(Graph& g, Precision p) {
   if (p == Precision::Fp32) return false;
+  // A quantized model already says its precision, product by product: converting what is left
+  // would mix three precisions nobody asked for.
+  if (!g.qdq.empty()) {
+    const auto& [value, q] = *g.qdq.begin();
+    throw UserError(str("--precision ", p == Precision::FP16 ? "fp16" : "bf16", " converts float models, and this one is "
+                        "quantized (", g.quantize_nodes, " QuantizeLinear/DequantizeLinear nodes, e.g. the ",
+                        q.quantize ? "QuantizeLinear" : "DequantizeLinear", " writing '", value,
+                        "'); compile it without --precision: its int8 products run as int8 kernels (docs/precision.md)"));
+  }
   return expand_nodes(g, [p](Graph& gg, const Node& n, std::vector<Node>& out) { return rewrite(gg, n, out, p); });
 }
 

@@ -163,6 +163,14 @@ class PrecisionTest(models_for_tests.ModelTestCase):
         r = tunefarm("tune", "--local", "-w", "matmul(M=4,N=4,K=4)", "--precision", "bf16", "--trials", "1")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--precision bf16 is for --model", r.stderr)
+        # A quantized model already says its precision.
+        q = os.path.join(self.d, "cls.int8.onnx")
+        run("quantize", path, "-o", q, "--samples", "2")
+        for precision in ("fp16", "bf16"):
+            r = tunefarm("compile", "--model", q, "-o", out, "--no-db", "--precision", precision)
+            self.assertNotEqual(r.returncode, 0, precision)
+            self.assertIn(f"--precision {precision} converts float models, and this one is quantized", r.stderr)
+            self.assertRegex(r.stderr, r"e\.g\. the (Quantize|Dequantize)Linear writing '[^']+'")
         r = tunefarm("run", "--model", path, "--precision", "tf32", "--no-db")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--precision tf32 is for GPU tensor cores", r.stderr)
