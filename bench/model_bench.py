@@ -44,7 +44,8 @@ build's outputs are from ONNX Runtime's on the same QDQ model (relative to the m
 --bf16 also compiles each model with `--precision bf16` ("ours_bf16": its MatMul/Gemm with
 constant weights in bfloat16 kernels) and prints ours/ours_bf16 and the bf16 build's largest
 error relative to the fp32 model's output magnitude. (ONNX Runtime has no bfloat16 CPU path to
-compare with.)
+compare with.) --fp16 likewise with `--precision fp16` ("ours_fp16": float16 weights, float32
+arithmetic).
 """
 import argparse
 import ctypes
@@ -217,6 +218,7 @@ def main():
     p.add_argument("--int8", action="store_true", help="also time each model quantized by tunefarm quantize")
     p.add_argument("--int8-samples", type=int, default=4, help="calibration samples for --int8")
     p.add_argument("--bf16", action="store_true", help="also time each model compiled with --precision bf16")
+    p.add_argument("--fp16", action="store_true", help="also time each model compiled with --precision fp16")
     p.add_argument("--int8-args", default="",
                    help="more arguments for tunefarm quantize, e.g. '--per-tensor' (ONNX Runtime fuses only some "
                         "QDQ patterns: compare its best)")
@@ -262,8 +264,9 @@ def main():
                 subprocess.run([a.tunefarm, "compile", "--model", q_path, "-o", lib_path] +
                                (["--db", a.db] if a.db else ["--no-db"]), check=True, stdout=subprocess.DEVNULL)
                 libs["ours_int8"] = Library(lib_path, x.numpy())
-            if a.bf16:
-                libs["ours_bf16"] = build("bf16", ["--precision", "bf16"] + (["--db", a.db] if a.db else ["--no-db"]))
+            halves = [h for h, on in (("bf16", a.bf16), ("fp16", a.fp16)) if on]
+            for h in halves:
+                libs[f"ours_{h}"] = build(h, ["--precision", h] + (["--db", a.db] if a.db else ["--no-db"]))
             with torch.no_grad():
                 want = model(x).numpy()
                 scripted = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))
@@ -309,9 +312,9 @@ def main():
                         row["ort_over_tuned"] = ms["ort"] / ms["tuned"]
                 if a.db:
                     row["ours_over_tuned"] = ms["ours"] / ms["tuned"]
-                if a.bf16:
-                    row["ours_over_ours_bf16"] = ms["ours"] / ms["ours_bf16"]
-                    row["bf16_error"] = errors["ours_bf16"] / max(mag, 1e-30)
+                for h in halves:
+                    row[f"ours_over_ours_{h}"] = ms["ours"] / ms[f"ours_{h}"]
+                    row[f"{h}_error"] = errors[f"ours_{h}"] / max(mag, 1e-30)
                 if q_path:
                     row["ours_over_ours_int8"] = ms["ours"] / ms["ours_int8"]
                     if peer:
@@ -321,14 +324,14 @@ def main():
                 line = f"{name:13s} {t} thr  " + "  ".join(f"{k} {v:7.2f} ms" for k, v in ms.items())
                 for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "eager_over_ours",
                           "ours_over_optimized", "ours_over_ours_int8", "ort_int8_over_ours_int8",
-                          "ours_over_ours_bf16"):
+                          "ours_over_ours_bf16", "ours_over_ours_fp16"):
                     if r in row:
                         line += f"  {r.replace('_over_', '/')} {row[r]:5.2f}"
-                if "bf16_error" in row:
-                    line += f"  ours_bf16 error {row['bf16_error']:.2%} of the magnitude"
+                for h in halves:
+                    line += f"  ours_{h} error {row[f'{h}_error']:.2%} of the magnitude"
                 if "int8_gap_to_ort" in row:
                     line += f"  ours_int8 vs ort_int8 outputs {row['int8_gap_to_ort']:.2%} of the magnitude"
-                line += (f"  (max error {max(v for k, v in errors.items() if 'int8' not in k and 'bf16' not in k):.2g} "
+                line += (f"  (max error {max(v for k, v in errors.items() if not any(t in k for t in ('int8', 'bf16', 'fp16'))):.2g} "
                          f"of {mag:.2g}; spread "
                          + ", ".join(f"{k} {v:.0%}" for k, v in spread.items()) + f"; compile {compile_s:.1f} s)")
                 if peak:
@@ -350,7 +353,7 @@ def main():
     if peer:
         peer.close()
     for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "ort_int8_over_ours_int8", "ours_over_ours_int8",
-              "ours_over_ours_bf16"):
+              "ours_over_ours_bf16", "ours_over_ours_fp16"):
         v = [row[r] for row in rows if r in row]
         if v:
             print(f"geometric mean {r.replace('_over_', '/')} {geomean(v):.3f} over {len(v)} rows "
