@@ -434,7 +434,7 @@ bool expand_contrib(const Node& n, ImportSink& sink, const Dq& dq, const Q& q) {
     std::vector<std::string> parts;
     for (size_t k = 2; k < n.inputs.size(); k += 3) {
       if (input(k).empty() || input(k + 1).empty()) fail(str("input ", input(k).empty() ? k : k + 1, " is missing"));
-      parts.push_back(dq(input(k), input(k + 1), input(k + 2), 1, "x"));
+      parts.push_back(dq(input(k), input(k + 1), input(k + 2), 1, str("x", (k - 2) / 3)));
     }
     q(b.node("Concat", parts, {{"axis", n.get_int("axis", 0)}}), input(0), input(1), type);
     return true;
@@ -493,7 +493,7 @@ bool expand_qoperator(const Node& n, ImportSink& sink) {
   auto fresh = [&](const std::string& what) { return g.fresh_name(str(n.name, "/", what)); };
   // DequantizeLinear(x, scale, zero) into a new value; per channel along `axis` when the scale
   // has several values.
-  auto dq = [&](const std::string& x, const std::string& s, const std::string& z, int64_t axis, const char* what) {
+  auto dq = [&](const std::string& x, const std::string& s, const std::string& z, int64_t axis, const std::string& what) {
     Node d{str(n.name, "/dq_", what), "DequantizeLinear", {x, s}, {fresh(str(what, "_dequantized"))}, {}};
     if (!z.empty()) d.inputs.push_back(z);
     if (g.value(s).shape.size() == 1 && num_elements(g.value(s).shape) > 1) d.attrs["axis"] = axis;
