@@ -14,6 +14,9 @@
 // entry). A quantized model (QuantizeLinear/DequantizeLinear) is refused: it already says its
 // precision. Not run at --precision fp32 (the default).
 
+#include <algorithm>
+#include <cmath>
+
 #include "base/error.h"
 #include "compiler/operators.h"
 #include "graph/ops.h"
@@ -173,8 +176,17 @@ std::vector<HostTensor> bf16_conv_constants(const Graph& g, const Node& n) {
 
 // A MatMul or Gemm of a float32 input and constant float32 weights [K, N] (Gemm: transB,
 // beta's bias of N values as an Add after it; not transA, not alpha != 1) as MatMulBF16.
+// Whether constant `w` has a finite value past float16's largest (65504), which float16 would
+// make infinite: such a product stays float32.
+bool beyond_float16(const Value& w) {
+  if (!w.constant) return false;
+  return std::any_of(w.constant->f.begin(), w.constant->f.end(), [](float v) { return std::fabs(v) > 65504.0f; });
+}
+
 bool rewrite(Graph& g, const Node& n, std::vector<Node>& out, Precision precision) {
   const char* suffix = precision == Precision::FP16 ? "FP16" : "BF16";
+  if (precision == Precision::FP16 && n.inputs.size() > 1 && g.values.count(n.inputs[1]) && beyond_float16(g.value(n.inputs[1])))
+    return false;
   if (n.op == "ConvNCHWc") {
     const Value& x = g.value(n.inputs[0]);
     if (x.shape.size() != 5 || !bf16_conv_problem(n, x, &g.value(n.inputs[1])).empty()) return false;

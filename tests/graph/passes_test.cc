@@ -232,6 +232,29 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   EXPECT_LT(err_half, 0.003 * most);
 }
 
+// --precision fp16 keeps a product whose weights float16 cannot hold (past 65504: infinity)
+// in float32; bf16, whose range is float32's, converts it.
+TEST(GraphPasses, Float16LeavesWeightsBeyondItsRangeInFloat32) {
+  for (float big : {1e3f, 1e5f}) {
+    GraphBuilder b;
+    std::string x = b.input("x", {2, 3});
+    HostTensor w = random_floats({3, 4}, 5);
+    w.f[7] = big;
+    b.node("MatMul", {x, b.constant("w", w)}, "y", {2, 4});
+    b.g.outputs = {"y"};
+    for (Precision p : {Precision::FP16, Precision::BF16}) {
+      Graph g = b.g;
+      PassOptions o;
+      o.precision = p;
+      run_passes(g, o);
+      const bool converts = p == Precision::BF16 || big < 65504.0f;
+      EXPECT_EQ(g.fp16_nodes + g.bf16_nodes, converts ? 1 : 0) << big;
+      std::map<std::string, HostTensor> in = {{"x", random_floats({2, 3}, 6)}};
+      for (float v : run_reference(g, in).at("y").f) EXPECT_TRUE(std::isfinite(v)) << big;
+    }
+  }
+}
+
 TEST(GraphPasses, LevelsAndDisabledPasses) {
   Graph g = sample_model();
   PassOptions o;
