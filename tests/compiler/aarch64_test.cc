@@ -136,7 +136,9 @@ TEST(Aarch64Int8, DotProductKernelsAreExactUnderQemu) {
       CompiledKernel k = compile_kernel(w, t, nlohmann::json(), "default", "");
       const std::string text = kernel_text(k, EmitKind::Asm);
       ASSERT_NE(text.find(std::string("\t") + instruction + "\t"), std::string::npos) << spec << " on " << spec_t;
-      if (std::string(instruction) == "sdot") EXPECT_EQ(text.find("usdot"), std::string::npos) << spec;
+      if (std::string(instruction) == "sdot") {
+        EXPECT_EQ(text.find("usdot"), std::string::npos) << spec;
+      }
       check_under_qemu(k, w.canonical() + " on " + t.str());
     }
   }

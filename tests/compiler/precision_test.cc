@@ -95,7 +95,9 @@ TEST(TypedArguments, FillCoversEachTypeAndRoundTrips) {
     for (float x : v) ASSERT_EQ(x, std::floor(x)) << dtype;
     std::vector<float> w = v;
     store_as(dtype, w.data(), static_cast<int64_t>(w.size()));
-    if (std::string(dtype) == "int8") EXPECT_EQ(reinterpret_cast<const int8_t*>(w.data())[5], static_cast<int8_t>(v[5]));
+    if (std::string(dtype) == "int8") {
+      EXPECT_EQ(reinterpret_cast<const int8_t*>(w.data())[5], static_cast<int8_t>(v[5]));
+    }
     load_as(dtype, w.data(), static_cast<int64_t>(w.size()));
     EXPECT_EQ(w, v) << dtype;
   }
@@ -413,7 +415,9 @@ TEST(BF16Matmul, TheConversionRoundsToNearestEven) {
       } else {
         EXPECT_EQ(c[static_cast<size_t>(i)], want) << x << " on " << ts;
       }
-      if (!std::isnan(want)) EXPECT_EQ(round_bf16(x), want) << x << " (host)";
+      if (!std::isnan(want)) {
+        EXPECT_EQ(round_bf16(x), want) << x << " (host)";
+      }
     }
   }
 }
@@ -479,7 +483,9 @@ TEST(Float16, HostRoundingCaseByCase) {
       {3 * 0x1p-25f, 0x0002},  {0x1.ffcp-15f, 0x0400}, {0.1f, 0x2E66},           {-1.0f / 3, 0xB555}};
   for (const auto& [x, want] : cases) {
     EXPECT_EQ(f16_bits(x), want) << x;
-    if (!std::isinf(x) && std::fabs(x) <= 65504.0f) EXPECT_LE(std::fabs(f16_value(want) - x), std::fabs(x) * 0x1p-11f + 0x1p-25f) << x;
+    if (!std::isinf(x) && std::fabs(x) <= 65504.0f) {
+      EXPECT_LE(std::fabs(f16_value(want) - x), std::fabs(x) * 0x1p-11f + 0x1p-25f) << x;
+    }
   }
   EXPECT_EQ(f16_bits(std::nanf("")) & 0x7E00, 0x7E00);
   EXPECT_TRUE(std::isnan(f16_value(f16_bits(-std::nanf("")))));

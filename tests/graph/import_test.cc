@@ -1244,7 +1244,9 @@ TEST(Quantize, ScalesAndZeroPointsFollowTheCalibrationRanges) {
   ASSERT_TRUE(ms.ParseFromString(quantize_model(shared.m.SerializeAsString(), "shared.onnx", samples, {}, &rs)));
   EXPECT_EQ(rs.weights, 2);
   for (const auto& n : ms.graph().node()) {
-    if (n.op_type() == "MatMul") EXPECT_NE(n.input(1).find("_dequantized"), std::string::npos) << n.input(1);
+    if (n.op_type() == "MatMul") {
+      EXPECT_NE(n.input(1).find("_dequantized"), std::string::npos) << n.input(1);
+    }
   }
   // Refusals.
   ModelBuilder relu(13);

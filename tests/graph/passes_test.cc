@@ -167,7 +167,9 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   PassOptions o;
   o.precision = Precision::BF16;
   for (const PassReport& p : run_passes(g, o)) {
-    if (p.name == "auto-mixed-precision") EXPECT_TRUE(p.changed);
+    if (p.name == "auto-mixed-precision") {
+      EXPECT_TRUE(p.changed);
+    }
   }
   std::map<std::string, int> ops;
   for (const Node& n : g.nodes) ++ops[n.op];
