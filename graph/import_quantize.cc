@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 
 #include "base/error.h"
 #include "graph/import_builder.h"
@@ -388,6 +389,23 @@ Narrow quantized_type(const Graph& g, const std::string& x, const std::string& z
   return Narrow::Uint8;
 }
 
+// The com.microsoft operators imported (expand_contrib): the inputs each needs, how many it
+// takes, its attributes.
+struct MicrosoftOp {
+  std::vector<size_t> required;
+  int max_inputs;
+  std::vector<std::string> attributes;
+};
+const std::map<std::string, MicrosoftOp> kMicrosoftOps = {
+    {"QLinearAdd", {{0, 1, 3, 4, 6}, 8, {}}},
+    {"QLinearMul", {{0, 1, 3, 4, 6}, 8, {}}},
+    {"QLinearSigmoid", {{0, 1, 3}, 5, {}}},
+    {"QLinearLeakyRelu", {{0, 1, 3}, 5, {"alpha"}}},
+    {"QLinearGlobalAveragePool", {{0, 1, 2, 3, 4}, 5, {"channels_last"}}},
+    {"QLinearAveragePool",
+     {{0, 1, 3}, 5, {"auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads", "strides"}}},
+    {"QLinearConcat", {{0, 1, 2, 3, 4}, 1 << 20, {"axis"}}}};
+
 // ONNX Runtime's quantized elementwise, pooling and concatenation operators (domain
 // com.microsoft, as its QOperator-format quantizer writes them), as the DQ -> float operator ->
 // Q they are defined by:
@@ -399,17 +417,12 @@ Narrow quantized_type(const Graph& g, const std::string& x, const std::string& z
 // A missing output zero point is 0 of the inputs' type. Returns false for other operators.
 template <typename Dq, typename Q>
 bool expand_contrib(const Node& n, ImportSink& sink, const Dq& dq, const Q& q) {
-  static const std::map<std::string, std::vector<size_t>> kRequired = {
-      {"QLinearAdd", {0, 1, 3, 4, 6}},     {"QLinearMul", {0, 1, 3, 4, 6}},
-      {"QLinearSigmoid", {0, 1, 3}},       {"QLinearLeakyRelu", {0, 1, 3}},
-      {"QLinearGlobalAveragePool", {0, 1, 2, 3, 4}}, {"QLinearAveragePool", {0, 1, 3}},
-      {"QLinearConcat", {0, 1, 2, 3, 4}}};
-  auto it = kRequired.find(n.op);
-  if (it == kRequired.end()) return false;
+  auto it = kMicrosoftOps.find(n.op);
+  if (it == kMicrosoftOps.end()) return false;
   Graph& g = sink.g;
   auto fail = [&](const std::string& why) { throw UserError(str(sink.file, ": ", n.where(), ": ", why)); };
   auto input = [&](size_t k) -> std::string { return k < n.inputs.size() ? n.inputs[k] : std::string(); };
-  for (size_t k : it->second) {
+  for (size_t k : it->second.required) {
     if (input(k).empty()) fail(str("input ", k, " is missing"));
   }
   for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -571,6 +584,12 @@ bool expand_qoperator(const Node& n, ImportSink& sink) {
 
 }  // namespace
 
+std::set<std::string> microsoft_quantized_ops() {
+  std::set<std::string> names;
+  for (const auto& [name, op] : kMicrosoftOps) names.insert(name);
+  return names;
+}
+
 void register_quantize_ops(std::vector<OpDef>& ops) {
   ops.push_back({"QuantizeLinear", 2, 3, nullptr, nullptr});
   describe(ops.back(), OpKind::Elementwise, {"axis", "block_size", "output_dtype", "saturate"});
@@ -593,18 +612,9 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Opaque, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
   ops.back().expand = expand_qoperator;
   // com.microsoft (the importer takes these from that domain only).
-  for (const char* op : {"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool",
-                         "QLinearAveragePool", "QLinearConcat"}) {
-    const std::string name = op;
-    ops.push_back({name, 1, name == "QLinearConcat" ? 1 << 20 : name == "QLinearAdd" || name == "QLinearMul" ? 8 : 5,
-                   nullptr, nullptr});
-    std::vector<std::string> attrs;
-    if (name == "QLinearLeakyRelu") attrs = {"alpha"};
-    if (name == "QLinearConcat") attrs = {"axis"};
-    if (name == "QLinearGlobalAveragePool") attrs = {"channels_last"};
-    if (name == "QLinearAveragePool")
-      attrs = {"auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads", "strides"};
-    describe(ops.back(), OpKind::Opaque, attrs);
+  for (const auto& [name, op] : kMicrosoftOps) {
+    ops.push_back({name, 1, op.max_inputs, nullptr, nullptr});
+    describe(ops.back(), OpKind::Opaque, op.attributes);
     ops.back().expand = expand_qoperator;
   }
   ops.push_back({"DynamicQuantizeLinear", 1, 1, nullptr, nullptr});

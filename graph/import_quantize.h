@@ -17,6 +17,8 @@
 // range; block_size (blocked quantization); an output_dtype other than int8 or uint8.
 #pragma once
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include "graph/graph.h"
@@ -26,5 +28,9 @@ namespace tf::graph {
 
 // OpDef::expand of QuantizeLinear and DequantizeLinear: always adds the arithmetic above.
 bool expand_quantize(const Node& n, ImportSink& sink);
+
+// The operators of ONNX Runtime's com.microsoft domain the importer takes (QLinearAdd, ...,
+// imported as their Q/DQ arithmetic), in name order.
+std::set<std::string> microsoft_quantized_ops();
 
 }  // namespace tf::graph

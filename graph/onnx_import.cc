@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "graph/import_quantize.h"
 #include "graph/import_recurrent.h"
 #include "graph/ops.h"
 
@@ -360,9 +361,7 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     if (!node_names.insert(n.name).second) n.name = str(n.name, "_", k);
     // ONNX Runtime's quantized operators (QOperator format) come from its com.microsoft
     // domain, which also has QuantizeLinear and DequantizeLinear of the same meaning.
-    static const std::set<std::string> microsoft = {"QLinearAdd",         "QLinearMul",        "QLinearSigmoid",
-                                                    "QLinearLeakyRelu",   "QLinearGlobalAveragePool",
-                                                    "QLinearAveragePool", "QLinearConcat"};
+    static const std::set<std::string> microsoft = microsoft_quantized_ops();
     const bool default_domain = np.domain().empty() || np.domain() == "ai.onnx";
     if (np.domain() == "com.microsoft" && !microsoft.count(n.op) && n.op != "QuantizeLinear" && n.op != "DequantizeLinear") {
       std::string list;
@@ -394,9 +393,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     // as floats (a uint8 Div would not truncate).
     static const std::set<std::string> reads_integers = {
         "QuantizeLinear", "DequantizeLinear", "Constant",  "QLinearMatMul", "QLinearConv",
-        "MatMulInteger",  "ConvInteger",      "DynamicQuantizeLinear", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
-        "QLinearLeakyRelu", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat"};
-    if (!reads_integers.count(n.op)) {
+        "MatMulInteger",  "ConvInteger",      "DynamicQuantizeLinear"};
+    if (!reads_integers.count(n.op) && !microsoft.count(n.op)) {
       for (const std::string& in : n.inputs) {
         if (in.empty() || !g.is_constant(in) || g.value(in).constant->narrow == Narrow::None) continue;
         throw UserError(str(file, ": ", n.where(), " reads '", in, "' of ",
