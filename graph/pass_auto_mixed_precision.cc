@@ -106,14 +106,15 @@ std::vector<HostTensor> constants(const Graph& g, const Node& n) {
   return {HostTensor::floats({P, p.N}, std::move(words))};
 }
 
-// ConvNCHWcBF16: a ConvNCHWc (graph/layout.h; group 1, an even input block, constant
-// weights [K/ob][C/ib][R][S][ib][ob]) computed by conv2d_nchwc_bf16. Inference, workload and
-// evaluation are ConvNCHWc's, the evaluation on operands rounded to bfloat16.
+// ConvNCHWcBF16 (ConvNCHWcFP16): a ConvNCHWc (graph/layout.h; group 1, an even input block,
+// constant weights [K/ob][C/ib][R][S][ib][ob]) computed by conv2d_nchwc_bf16 (_fp16).
+// Inference, workload and evaluation are ConvNCHWc's, the evaluation on operands rounded to
+// bfloat16 (float16).
 const OpDef& conv_nchwc() { return *find_op("ConvNCHWc"); }
 
 // Why ConvNCHWc node `n` of data `x` and weight `w` is no ConvNCHWcBF16 ("" when it is one;
 // the rest of the shapes are ConvNCHWc's to check).
-std::string bf16_conv_problem(const Node& n, const Value& x, const Value* w) {
+std::string half_conv_problem(const Node& n, const Value& x, const Value* w) {
   if (n.get_int("group", 1) != 1) return str("group ", n.get_int("group", 1), " is not 1");
   if (x.dtype != DType::F32) return str("input is ", dtype_name(x.dtype), ", not float32");
   if (x.shape.size() == 5 && x.shape[4] % 2 != 0)
@@ -122,17 +123,17 @@ std::string bf16_conv_problem(const Node& n, const Value& x, const Value* w) {
   return "";
 }
 
-void check_bf16_conv(const Node& n, const std::vector<const Value*>& in) {
-  if (std::string why = bf16_conv_problem(n, *in[0], in[1]); !why.empty()) throw UserError(str(n.where(), ": ", why));
+void check_half_conv(const Node& n, const std::vector<const Value*>& in) {
+  if (std::string why = half_conv_problem(n, *in[0], in[1]); !why.empty()) throw UserError(str(n.where(), ": ", why));
 }
 
-std::vector<TypeShape> bf16_conv_infer(const OpContext& c) {
-  check_bf16_conv(c.node, c.inputs);
+std::vector<TypeShape> half_conv_infer(const OpContext& c) {
+  check_half_conv(c.node, c.inputs);
   return conv_nchwc().infer(c);
 }
 
-std::vector<HostTensor> bf16_conv_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
-  check_bf16_conv(c.node, c.inputs);
+std::vector<HostTensor> half_conv_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  check_half_conv(c.node, c.inputs);
   const HalfPairs& f = format(c.node);
   HostTensor x = *in[0], w = *in[1];
   for (float& v : x.f) v = f.round(v);
@@ -143,7 +144,7 @@ std::vector<HostTensor> bf16_conv_eval(const OpContext& c, const std::vector<con
   return conv_nchwc().eval(c, rounded);
 }
 
-AnchorWorkload bf16_conv_workload(const Graph& g, const Node& n) {
+AnchorWorkload half_conv_workload(const Graph& g, const Node& n) {
   AnchorWorkload aw = conv_nchwc_workload(g, n);
   const std::string plain = "conv2d_nchwc(";
   TF_CHECK(aw.spec.rfind(plain, 0) == 0, n.op, " of workload ", aw.spec);
@@ -153,10 +154,10 @@ AnchorWorkload bf16_conv_workload(const Graph& g, const Node& n) {
 
 // conv2d_nchwc_bf16's B: the weights [K/ob][C/ib][R][S][ib][ob] as pairs of input channels
 // [K/ob][C/2][R][S][ob], each rounded to bfloat16 (channel 2p in the low half).
-std::vector<HostTensor> bf16_conv_constants(const Graph& g, const Node& n) {
+std::vector<HostTensor> half_conv_constants(const Graph& g, const Node& n) {
   const HalfPairs& f = format(n);
   OpContext c = context(n, g, g.opset);
-  check_bf16_conv(n, c.inputs);
+  check_half_conv(n, c.inputs);
   const Shape& ws = c.in(1).shape;  // [K/ob][C/ib][R][S][ib][ob]
   const HostTensor& w = *c.in(1).constant;
   const int64_t KO = ws[0], CO = ws[1], R = ws[2], S = ws[3], ib = ws[4], ob = ws[5], C = CO * ib;
@@ -174,22 +175,23 @@ std::vector<HostTensor> bf16_conv_constants(const Graph& g, const Node& n) {
   return {HostTensor::floats({KO, C / 2, R, S, ob}, std::move(words))};
 }
 
-// A MatMul or Gemm of a float32 input and constant float32 weights [K, N] (Gemm: transB,
-// beta's bias of N values as an Add after it; not transA, not alpha != 1) as MatMulBF16.
-// Whether constant `w` has a finite value past float16's largest (65504), which float16 would
-// make infinite: such a product stays float32.
-bool beyond_float16(const Value& w) {
-  if (!w.constant) return false;
-  return std::any_of(w.constant->f.begin(), w.constant->f.end(), [](float v) { return std::fabs(v) > 65504.0f; });
+// Whether constant weight `w` has a value float16 cannot hold (past 65504: it would become
+// infinite) at `precision`: such a product stays float32.
+bool beyond_range(const Value& w, Precision precision) {
+  return precision == Precision::FP16 &&
+         std::any_of(w.constant->f.begin(), w.constant->f.end(), [](float v) { return std::fabs(v) > 65504.0f; });
 }
 
+// A blocked group-1 convolution with constant weights as ConvNCHWcBF16 (ConvNCHWcFP16); a
+// MatMul or Gemm of a float32 input and constant float32 weights [K, N] (Gemm: transB, beta's
+// bias of N values as an Add after it; not transA, not alpha != 1) as MatMulBF16 (MatMulFP16).
 bool rewrite(Graph& g, const Node& n, std::vector<Node>& out, Precision precision) {
   const char* suffix = precision == Precision::FP16 ? "FP16" : "BF16";
-  if (precision == Precision::FP16 && n.inputs.size() > 1 && g.values.count(n.inputs[1]) && beyond_float16(g.value(n.inputs[1])))
-    return false;
   if (n.op == "ConvNCHWc") {
     const Value& x = g.value(n.inputs[0]);
-    if (x.shape.size() != 5 || !bf16_conv_problem(n, x, &g.value(n.inputs[1])).empty()) return false;
+    if (x.shape.size() != 5 || !half_conv_problem(n, x, &g.value(n.inputs[1])).empty() ||
+        beyond_range(g.value(n.inputs[1]), precision))
+      return false;
     Node m = n;
     m.op = str("ConvNCHWc", suffix);
     out.push_back(std::move(m));
@@ -200,7 +202,8 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out, Precision precisio
   if (!p) return false;
   const Value& x = g.value(n.inputs[0]);
   const Value& wv = g.value(n.inputs[1]);
-  if (x.dtype != DType::F32 || x.shape.size() < 2 || !wv.constant || wv.dtype != DType::F32) return false;
+  if (x.dtype != DType::F32 || x.shape.size() < 2 || !wv.constant || wv.dtype != DType::F32 || beyond_range(wv, precision))
+    return false;
   const std::string bias = bias_constant(g, n.name, *p);
   const std::string weight =
       p->trans_b ? g.add_constant(n.name + ".weight_kn", weights_kn(*wv.constant, *p)) : n.inputs[1];
@@ -260,11 +263,11 @@ void register_precision_ops(std::vector<OpDef>& ops) {
     describe(ops.back(), OpKind::Anchor);
     ops.back().kernel_constants = constants;
     // Made by auto-mixed-precision from a ConvNCHWc: ConvNCHWc's inputs and attributes.
-    ops.push_back({str("ConvNCHWc", suffix), 2, 3, bf16_conv_infer, bf16_conv_eval, nullptr, bf16_conv_workload, nullptr,
+    ops.push_back({str("ConvNCHWc", suffix), 2, 3, half_conv_infer, half_conv_eval, nullptr, half_conv_workload, nullptr,
                    /*linear_cost=*/false});
     describe(ops.back(), OpKind::Anchor, {"dilations", "group", "pads", "strides"});
     ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
-    ops.back().kernel_constants = bf16_conv_constants;
+    ops.back().kernel_constants = half_conv_constants;
   }
 }
 
