@@ -1,5 +1,5 @@
 // IEEE float16 (binary16) on the host: 1 sign, 5 exponent (bias 15), 10 fraction bits.
-// Rounding to nearest, ties to even, as the kernels' conversion does (compiler/ir.h f16x2);
+// Rounding to nearest, ties to even, as the kernels' conversion does (compiler/ir.h round_f16);
 // past the largest half (65504; 65520 and above round away) to infinity; subnormals kept; a
 // NaN stays a quiet NaN with its sign and top payload. Done with integer arithmetic, so it
 // needs neither F16C nor _Float16.
@@ -37,8 +37,9 @@ inline float f16_value(uint16_t h) {
 // x rounded to the nearest float16, as a float.
 inline float round_f16(float x) { return f16_value(f16_bits(x)); }
 
-// Pairs in int32 words (compiler/ir.h f16x2): lo and hi rounded to float16, lo in the low half,
-// the word's bits carried in a float (as kernel arguments and constants hold them).
+// Pairs in int32 words (matmul_fp16's weights, compiler/operators.cc): lo and hi rounded to
+// float16, lo in the low half, the word's bits carried in a float (as kernel arguments and
+// constants hold them).
 inline float f16_pair(float lo, float hi) {
   return std::bit_cast<float>(static_cast<uint32_t>(f16_bits(lo)) | static_cast<uint32_t>(f16_bits(hi)) << 16);
 }

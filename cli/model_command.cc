@@ -81,26 +81,22 @@ static void print_quantized(const graph::Graph& g) {
 // kernels, and how this target computes them.
 static void print_bf16(const graph::Graph& g, const Target& t) {
   const int64_t anchors = count_anchors(g);
-  if (g.bf16_nodes > 0) {
-    const bool x86 = t.arch_name() == "x86_64";
-    const char* how = x86 && t.has_feature("avx512bf16") ? "vdpbf16ps"
-                      : t.arch_name() == "aarch64" && t.has_feature("bf16")
-                          ? "bfdot"
-                          : x86 ? "emulated: this target has no AVX512-BF16, slower than float32"
-                                : "emulated: this target has no bfloat16 dot product, slower than float32";
-    std::printf("bf16      %lld of %lld products (MatMul, Gemm, Conv) in bfloat16 kernels (%s); the rest in float32 "
+  const bool x86 = t.arch_name() == "x86_64";
+  auto line = [&](const char* tag, int64_t count, const char* type, const char* how) {
+    if (count == 0) return;
+    std::printf("%-9s %lld of %lld products (MatMul, Gemm, Conv) in %s kernels (%s); the rest in float32 "
                 "(docs/precision.md)\n",
-                static_cast<long long>(g.bf16_nodes), static_cast<long long>(anchors), how);
-  }
-  if (g.fp16_nodes > 0) {
-    const bool x86 = t.arch_name() == "x86_64";
-    const char* how = x86 && t.has_feature("f16c") ? "stored in float16, computed in float32: F16C conversions"
-                      : x86 ? "stored in float16, computed in float32: conversions emulated (no F16C), slow"
-                            : "stored in float16, computed in float32";
-    std::printf("fp16      %lld of %lld products (MatMul, Gemm, Conv) in float16 kernels (%s); the rest in float32 "
-                "(docs/precision.md)\n",
-                static_cast<long long>(g.fp16_nodes), static_cast<long long>(anchors), how);
-  }
+                tag, static_cast<long long>(count), static_cast<long long>(anchors), type, how);
+  };
+  line("bf16", g.bf16_nodes, "bfloat16",
+       x86 && t.has_feature("avx512bf16")                 ? "vdpbf16ps"
+       : t.arch_name() == "aarch64" && t.has_feature("bf16") ? "bfdot"
+       : x86 ? "emulated: this target has no AVX512-BF16, slower than float32"
+             : "emulated: this target has no bfloat16 dot product, slower than float32");
+  line("fp16", g.fp16_nodes, "float16",
+       x86 && t.has_feature("f16c") ? "stored in float16, computed in float32: F16C conversions"
+       : x86                        ? "stored in float16, computed in float32: conversions emulated (no F16C), slow"
+                                    : "stored in float16, computed in float32");
 }
 
 int run_import(const ImportArgs& a) {
