@@ -383,6 +383,34 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BF16Matmul,
                                            "matmul_bf16(M=37,N=45,K=23,epilogue=bias_relu)",
                                            "matmul_bf16(M=5,N=100,K=130,epilogue=relu)"));
 
+// C = A[:, 0] x 1.0 through `op` (matmul_bf16 or matmul_fp16 with M = xs.size(), N = 1,
+// K = 2) on target `ts`, default schedule: A[:, 0] = xs, A[:, 1] = 0, B's one word `one` (1.0 in
+// its low half, 0 in the high one), so C is each x as the kernel converts it.
+struct FirstColumn {
+  CompiledKernel k;
+  std::vector<float> c;
+};
+FirstColumn first_column_times_one(const std::string& op, const std::vector<float>& xs, float one, const std::string& ts) {
+  const int64_t M = static_cast<int64_t>(xs.size());
+  Target t = parse_target(ts);
+  FirstColumn r{compile_kernel(parse_workload(str(op, "(M=", M, ",N=1,K=2)")), t, nullptr, "default", ""),
+                std::vector<float>(xs.size(), -1.0f)};
+  std::unique_ptr<KernelLibrary> lib = testing::build_for(r.k.lowered.func, t);
+  std::vector<float> a(static_cast<size_t>(2 * M), 0.0f), b = {one};
+  for (size_t i = 0; i < xs.size(); ++i) a[2 * i] = xs[i];
+  EXPECT_EQ(lib->call({a.data(), b.data(), r.c.data()}), 0) << op << " on " << ts;
+  return r;
+}
+
+// got is want, or both are NaN.
+void expect_same_value(float got, float want, const std::string& what) {
+  if (std::isnan(want)) {
+    EXPECT_TRUE(std::isnan(got)) << what;
+  } else {
+    EXPECT_EQ(got, want) << what;
+  }
+}
+
 // A's conversion rounds to the nearest bfloat16, ties to even, keeps NaN and infinities, and
 // rounds past the largest bfloat16 to infinity: C = A[:, 0] * 1.0 exactly (B's word: 1.0 low,
 // 0 high; A[:, 1] = 0), on each instruction set.
@@ -398,26 +426,15 @@ TEST(BF16Matmul, TheConversionRoundsToNearestEven) {
       {0.1f, 0.10009765625f}, {inf, inf},             {-inf, -inf},              {3.4e38f, inf},
       {0.0f, 0.0f},         {-2.5f, -2.5f},           {1e-30f, round_bf16(1e-30f)}, {65504.0f, 65536.0f},
       {std::nanf(""), std::nanf("")}, {7.0f, 7.0f},   {1.0f / 3, 0.333984375f},    {-1.0f / 3, -0.333984375f}};
-  const int64_t M = static_cast<int64_t>(cases.size());
-  Workload w = parse_workload(str("matmul_bf16(M=", M, ",N=1,K=2)"));
+  std::vector<float> xs;
+  for (const auto& [x, want] : cases) xs.push_back(x);
   for (const std::string& ts : targets) {
-    Target t = parse_target(ts);
-    CompiledKernel k = compile_kernel(w, t, nullptr, "default", "");
-    std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
-    std::vector<float> a(static_cast<size_t>(2 * M), 0.0f), c(static_cast<size_t>(M), -1.0f);
-    for (int64_t i = 0; i < M; ++i) a[static_cast<size_t>(2 * i)] = cases[static_cast<size_t>(i)].first;
-    std::vector<float> b = {std::bit_cast<float>(uint32_t{0x3F80})};  // 1.0 low, 0.0 high
-    ASSERT_EQ(lib->call({a.data(), b.data(), c.data()}), 0);
-    for (int64_t i = 0; i < M; ++i) {
-      const auto [x, want] = cases[static_cast<size_t>(i)];
-      if (std::isnan(want)) {
-        EXPECT_TRUE(std::isnan(c[static_cast<size_t>(i)])) << x << " on " << ts;
-      } else {
-        EXPECT_EQ(c[static_cast<size_t>(i)], want) << x << " on " << ts;
-      }
-      if (!std::isnan(want)) {
-        EXPECT_EQ(round_bf16(x), want) << x << " (host)";
-      }
+    const FirstColumn r = first_column_times_one("matmul_bf16", xs, std::bit_cast<float>(uint32_t{0x3F80}), ts);
+    for (size_t i = 0; i < cases.size(); ++i) expect_same_value(r.c[i], cases[i].second, str(cases[i].first, " on ", ts));
+  }
+  for (const auto& [x, want] : cases) {
+    if (!std::isnan(want)) {
+      EXPECT_EQ(round_bf16(x), want) << x << " (host)";
     }
   }
 }
@@ -546,33 +563,17 @@ TEST(F16Kernels, TheConversionRoundsAsTheHostDoes) {
   const std::vector<float> xs = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 65519.0f, 65520.0f, -1e6f, inf, -inf,
                                  0x1p-24f,        0x1.8p-25f,          0x1p-25f, -3 * 0x1p-25f, 0.1f,   -1.0f / 3, 0.0f,
                                  std::nanf(""),   0x1.ffcp-15f,        1e-30f,   -65504.0f,  123.456f};
-  const int64_t M = static_cast<int64_t>(xs.size());
-  Workload w = parse_workload(str("matmul_fp16(M=", M, ",N=1,K=2)"));
   for (const std::string& ts : targets) {
-    Target t = parse_target(ts);
-    CompiledKernel k = compile_kernel(w, t, nullptr, "default", "");
-    std::unique_ptr<KernelLibrary> lib = testing::build_for(k.lowered.func, t);
-    std::vector<float> a(static_cast<size_t>(2 * M), 0.0f), c(static_cast<size_t>(M), -1.0f);
-    for (int64_t i = 0; i < M; ++i) a[static_cast<size_t>(2 * i)] = xs[static_cast<size_t>(i)];
-    std::vector<float> b = {f16_pair(1.0f, 0.0f)};
-    ASSERT_EQ(lib->call({a.data(), b.data(), c.data()}), 0);
-    for (int64_t i = 0; i < M; ++i) {
-      const float x = xs[static_cast<size_t>(i)], want = round_f16(x);
-      if (std::isnan(want)) {
-        EXPECT_TRUE(std::isnan(c[static_cast<size_t>(i)])) << x << " on " << ts;
-      } else {
-        EXPECT_EQ(c[static_cast<size_t>(i)], want) << x << " on " << ts;
-      }
-    }
-    if (t.has_feature("f16c")) {
-      std::string text = kernel_text(k, EmitKind::Asm);
+    const FirstColumn r = first_column_times_one("matmul_fp16", xs, f16_pair(1.0f, 0.0f), ts);
+    for (size_t i = 0; i < xs.size(); ++i) expect_same_value(r.c[i], round_f16(xs[i]), str(xs[i], " on ", ts));
+    if (parse_target(ts).has_feature("f16c")) {
+      std::string text = kernel_text(r.k, EmitKind::Asm);
       EXPECT_NE(text.find("vcvtps2ph"), std::string::npos) << ts;
       EXPECT_NE(text.find("vcvtph2ps"), std::string::npos) << ts;
     }
   }
-  EXPECT_EQ(compile_kernel(w, host_target(), nullptr, "default", "").graph.arg_dtype(
-                compile_kernel(w, host_target(), nullptr, "default", "").graph.inputs[1]),
-            "float16x2");
+  const CompiledKernel k = compile_kernel(parse_workload("matmul_fp16(M=4,N=1,K=2)"), host_target(), nullptr, "default", "");
+  EXPECT_EQ(k.graph.arg_dtype(k.graph.inputs[1]), "float16x2");
 }
 
 TEST(BF16Matmul, GpuTargetsSayTheyHaveNoTemplateYet) {
