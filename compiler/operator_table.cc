@@ -147,6 +147,12 @@ void check_depthwise_nchwc(const Workload& w, const std::string& spec) {
   check_block(w, spec, "C", "block");
 }
 
+// The keys of the blocked (NCHWc) convolutions: float32, int8, bfloat16 and float16 alike.
+const std::vector<WorkloadKey> kNchwcConvKeys = {
+    {"N", kReq, 1},   {"C", kReq, 1},   {"H", kReq, 1},        {"W", kReq, 1},
+    {"K", kReq, 1},   {"R", kReq, 1},   {"S", kReq, 1},        {"stride", 1, 1},
+    {"pad", 0, 0},    {"dilation", 1, 1}, {"ic_block", 8, 1}, {"oc_block", 8, 1}};
+
 }  // namespace
 
 const std::vector<OperatorDef>& operator_table() {
@@ -192,32 +198,20 @@ const std::vector<OperatorDef>& operator_table() {
        check_conv, depthwise_footprint, build_depthwise_conv2d_nchw, reference_depthwise_conv2d_nchw,
        "depthwise_conv2d_nchw(N=1,C=32,H=14,W=14,R=3,S=3,stride=2,pad=1)"},
       // Blocked (NCHWc) layouts: channels split into blocks that are the innermost dimension.
-      {"conv2d_nchwc",
-       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
-        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
-        {"oc_block", 8, 1}},
+      {"conv2d_nchwc", kNchwcConvKeys,
        check_conv_nchwc, conv2d_footprint, build_conv2d_nchwc, reference_conv2d_nchwc,
        "conv2d_nchwc(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
       // A quantized model's Conv (graph/import_quantize.h): float data quantized to uint8 on
       // entry, int8 weights as quads of input channels, scaled per output channel.
-      {"qconv2d_nchwc",
-       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
-        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
-        {"oc_block", 8, 1}},
+      {"qconv2d_nchwc", kNchwcConvKeys,
        check_qconv_nchwc, conv2d_footprint, build_qconv2d_nchwc, reference_qconv2d_nchwc,
        "qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
       // A float model's Conv at --precision bf16 (graph/pass_auto_mixed_precision.cc): data and
       // weights rounded to bfloat16, float32 sums; weights as pairs of input channels.
-      {"conv2d_nchwc_bf16",
-       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
-        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
-        {"oc_block", 8, 1}},
+      {"conv2d_nchwc_bf16", kNchwcConvKeys,
        check_pairs_conv_nchwc, conv2d_footprint, build_conv2d_nchwc_bf16, reference_conv2d_nchwc_bf16,
        "conv2d_nchwc_bf16(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
-      {"conv2d_nchwc_fp16",
-       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
-        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"ic_block", 8, 1},
-        {"oc_block", 8, 1}},
+      {"conv2d_nchwc_fp16", kNchwcConvKeys,
        check_pairs_conv_nchwc, conv2d_footprint, build_conv2d_nchwc_fp16, reference_conv2d_nchwc_fp16,
        "conv2d_nchwc_fp16(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
       {"depthwise_conv2d_nchwc",
