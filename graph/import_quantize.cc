@@ -396,15 +396,19 @@ struct MicrosoftOp {
   int max_inputs;
   std::vector<std::string> attributes;
 };
-const std::map<std::string, MicrosoftOp> kMicrosoftOps = {
-    {"QLinearAdd", {{0, 1, 3, 4, 6}, 8, {}}},
-    {"QLinearMul", {{0, 1, 3, 4, 6}, 8, {}}},
-    {"QLinearSigmoid", {{0, 1, 3}, 5, {}}},
-    {"QLinearLeakyRelu", {{0, 1, 3}, 5, {"alpha"}}},
-    {"QLinearGlobalAveragePool", {{0, 1, 2, 3, 4}, 5, {"channels_last"}}},
-    {"QLinearAveragePool",
-     {{0, 1, 3}, 5, {"auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads", "strides"}}},
-    {"QLinearConcat", {{0, 1, 2, 3, 4}, 1 << 20, {"axis"}}}};
+// (Built on first use: the operator registry may be asked during static initialization.)
+const std::map<std::string, MicrosoftOp>& microsoft_ops() {
+  static const std::map<std::string, MicrosoftOp> ops = {
+      {"QLinearAdd", {{0, 1, 3, 4, 6}, 8, {}}},
+      {"QLinearMul", {{0, 1, 3, 4, 6}, 8, {}}},
+      {"QLinearSigmoid", {{0, 1, 3}, 5, {}}},
+      {"QLinearLeakyRelu", {{0, 1, 3}, 5, {"alpha"}}},
+      {"QLinearGlobalAveragePool", {{0, 1, 2, 3, 4}, 5, {"channels_last"}}},
+      {"QLinearAveragePool",
+       {{0, 1, 3}, 5, {"auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads", "strides"}}},
+      {"QLinearConcat", {{0, 1, 2, 3, 4}, 1 << 20, {"axis"}}}};
+  return ops;
+}
 
 // ONNX Runtime's quantized elementwise, pooling and concatenation operators (domain
 // com.microsoft, as its QOperator-format quantizer writes them), as the DQ -> float operator ->
@@ -417,8 +421,8 @@ const std::map<std::string, MicrosoftOp> kMicrosoftOps = {
 // A missing output zero point is 0 of the inputs' type. Returns false for other operators.
 template <typename Dq, typename Q>
 bool expand_contrib(const Node& n, ImportSink& sink, const Dq& dq, const Q& q) {
-  auto it = kMicrosoftOps.find(n.op);
-  if (it == kMicrosoftOps.end()) return false;
+  auto it = microsoft_ops().find(n.op);
+  if (it == microsoft_ops().end()) return false;
   Graph& g = sink.g;
   auto fail = [&](const std::string& why) { throw UserError(str(sink.file, ": ", n.where(), ": ", why)); };
   auto input = [&](size_t k) -> std::string { return k < n.inputs.size() ? n.inputs[k] : std::string(); };
@@ -586,7 +590,7 @@ bool expand_qoperator(const Node& n, ImportSink& sink) {
 
 std::set<std::string> microsoft_quantized_ops() {
   std::set<std::string> names;
-  for (const auto& [name, op] : kMicrosoftOps) names.insert(name);
+  for (const auto& [name, op] : microsoft_ops()) names.insert(name);
   return names;
 }
 
@@ -612,7 +616,7 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Opaque, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
   ops.back().expand = expand_qoperator;
   // com.microsoft (the importer takes these from that domain only).
-  for (const auto& [name, op] : kMicrosoftOps) {
+  for (const auto& [name, op] : microsoft_ops()) {
     ops.push_back({name, 1, op.max_inputs, nullptr, nullptr});
     describe(ops.back(), OpKind::Opaque, op.attributes);
     ops.back().expand = expand_qoperator;
