@@ -147,6 +147,10 @@ void check_depthwise_nchwc(const Workload& w, const std::string& spec) {
   check_block(w, spec, "C", "block");
 }
 
+// The int8 products' operands: float data quantized on entry (the default, float32), or data
+// given already quantized (uint8 x int8).
+const std::vector<OperandTypes> kQuantizedInputs = {OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}};
+
 // The keys of the blocked (NCHWc) convolutions: float32, int8, bfloat16 and float16 alike.
 const std::vector<WorkloadKey> kNchwcConvKeys = {
     {"N", kReq, 1},   {"C", kReq, 1},   {"H", kReq, 1},        {"W", kReq, 1},
@@ -168,9 +172,12 @@ const std::vector<OperatorDef>& operator_table() {
       // A float A quantized to uint8 on entry times int8 B given as quads, scaled per column
       // (compiler/operators.cc build_qmatmul): a quantized model's DequantizeLinear -> MatMul
       // with the activations' QuantizeLinear folded in (graph/import_quantize.h).
+      // dtype=uint8,weight_dtype=int8: A is given quantized, as uint8 (a model's value between
+      // two int8 kernels, quantized in its producer's epilogue: graph/pass_int8_edges.cc).
       {"qmatmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
-       check_const_b, qmatmul_footprint, build_qmatmul, reference_qmatmul, "qmatmul(M=16,N=40,K=22)"},
+       check_const_b, qmatmul_footprint, build_qmatmul, reference_qmatmul, "qmatmul(M=16,N=40,K=22)",
+       kQuantizedInputs, {"qmatmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)"}, /*float_output=*/true},
       // Operands rounded to bfloat16, products summed in float32 (build_matmul_bf16): a float
       // A converted on entry, B given as pairs of bfloat16 in int32 words; a float model's
       // MatMul/Gemm with constant weights under --precision bf16 (graph/pass_auto_mixed_precision.cc).
@@ -205,7 +212,9 @@ const std::vector<OperatorDef>& operator_table() {
       // entry, int8 weights as quads of input channels, scaled per output channel.
       {"qconv2d_nchwc", kNchwcConvKeys,
        check_qconv_nchwc, conv2d_footprint, build_qconv2d_nchwc, reference_qconv2d_nchwc,
-       "qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
+       "qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)", kQuantizedInputs,
+       {"qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16,dtype=uint8,weight_dtype=int8)"},
+       /*float_output=*/true},
       // A float model's Conv at --precision bf16 (graph/pass_auto_mixed_precision.cc): data and
       // weights rounded to bfloat16, float32 sums; weights as pairs of input channels.
       {"conv2d_nchwc_bf16", kNchwcConvKeys,

@@ -50,6 +50,10 @@ struct OperatorDef {
   std::vector<OperandTypes> types = {OperandTypes{}};
   // A small workload of each of its other types, for the same test.
   std::vector<const char*> typed_examples = {};
+  // Its output is float32 whatever its operands' types (an int8 product scaled back in the
+  // kernel: qmatmul, qconv2d_nchwc), so epilogues apply to every type; else integer operands
+  // give an int32 sum and take epilogue=none.
+  bool float_output = false;
 };
 
 // Every operator, in a fixed order (known_ops()).

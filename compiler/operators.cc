@@ -178,11 +178,7 @@ namespace {
 
 // QuantizeLinear of x to uint8 (as an int32 in [0, 255]) with the scale P[0] and zero point
 // P[1]: round half to even, the saturating cast to int32 (NaN: 0), the clamp.
-Expr quantize_u8(Expr x, const Tensor& P) {
-  const Type i32 = Type::int32();
-  Expr q = Cast::make(i32, round_even(std::move(x) / read(P, {Expr(0)})) + read(P, {Expr(1)}));
-  return min(max(q, IntImm::make_typed(0, i32)), IntImm::make_typed(255, i32));
-}
+Expr quantize_u8(Expr x, const Tensor& P) { return ir::quantize_u8(std::move(x), read(P, {Expr(0)}), read(P, {Expr(1)})); }
 
 
 // The float32 output of a quantized product from its int32 sum `acc` at `ax`, for output
@@ -215,14 +211,16 @@ void build_qmatmul(OpGraph& g) {
   const Workload& w = g.workload;
   const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K"), Q = (K + 3) / 4;
   const Type i32 = Type::int32();
-  Tensor A = make_input(g, "A", {M, K});
+  const bool given_u8 = w.types.data == DType::Uint8;
+  Tensor A = make_input(g, "A", {M, K}, given_u8 ? Type::uint8() : Type::float32());
   Tensor B = make_input(g, "B", {Q, N}, i32);
   Tensor P = make_input(g, "P", {2 + 2 * N});
-  auto quant = [&](Expr x) { return quantize_u8(std::move(x), P); };
-  // A quantized, K zero-padded to whole quads, then read four bytes to a quad (which LLVM
-  // loads as one int32 where the quad is read in the product's loop).
+  auto quant = [&](Expr x) { return given_u8 ? x : Cast::make(Type::uint8(), quantize_u8(std::move(x), P)); };
+  // A quantized (or given so: dtype=uint8), K zero-padded to whole quads, then read four
+  // bytes to a quad (which LLVM loads as one int32 where the quad is read in the product's
+  // loop).
   Tensor au8 = compute("A.u8", {M, 4 * Q}, {"i", "k"}, [&](const std::vector<Expr>& ax) {
-    Expr v = Cast::make(Type::uint8(), quant(read(A, {ax[0], min(ax[1], Expr(K - 1))})));
+    Expr v = quant(read(A, {ax[0], min(ax[1], Expr(K - 1))}));
     return K % 4 == 0 ? v : select(ax[1] < Expr(K), v, IntImm::make_typed(0, Type::uint8()));
   });
   Tensor aq4 = compute("A.q", {M, Q}, {"i", "q"}, [&](const std::vector<Expr>& ax) {
@@ -343,20 +341,21 @@ void build_qconv2d_nchwc(OpGraph& g) {
   const int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
   const int64_t dil = w.get("dilation"), ib = w.get("ic_block"), ob = w.get("oc_block"), bq = ib / 4;
   const int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
-  const Type i32 = Type::int32();
-  Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
+  const Type i32 = Type::int32(), u8 = Type::uint8();
+  const bool given_u8 = w.types.data == DType::Uint8;
+  Tensor data = make_input(g, "data", {N, C / ib, H, W, ib}, given_u8 ? u8 : Type::float32());
   Tensor B = make_input(g, "B", {K / ob, C / 4, R, S, ob}, i32);
   Tensor P = make_input(g, "P", {2 + 2 * K});
-  // The quantized data, padded: one pass over the input.
+  // The quantized data, padded: one pass over the input (data given as uint8 is only padded,
+  // with the zero point: the quantized 0.0).
   Tensor au8 = compute("A.u8", {N, C / ib, H + 2 * pad, W + 2 * pad, ib}, {"n", "c", "h", "w", "cb"},
                        [&](const std::vector<Expr>& ax) {
                          Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4]});
-                         if (pad > 0) {
-                           Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
-                                                     logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
-                           x = select(inside, x, f32(0.0));
-                         }
-                         return Cast::make(Type::uint8(), quantize_u8(x, P));
+                         if (!given_u8) x = Cast::make(u8, quantize_u8(x, P));
+                         if (pad == 0) return x;
+                         Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
+                                                   logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
+                         return select(inside, x, Cast::make(u8, quantize_u8(f32(0.0), P)));
                        });
   g.pad = au8;
   IterVar rco = reduce_axis(C / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),

@@ -94,7 +94,8 @@ void reference_qmatmul(const Workload& w, const Inputs& in, float* out) {
   const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
   const float *A = in[0], *B = in[1], *aq = in[2], *scale = in[2] + 2, *offset = in[2] + 2 + N;
   const float* bias = bias_of(w, in, 3);
-  auto quant = [&](float x) { return quantize_u8(x, aq); };
+  // A given as uint8 (dtype=uint8) is its values.
+  auto quant = [&](float x) { return w.types.data == DType::Uint8 ? static_cast<int64_t>(x) : quantize_u8(x, aq); };
   // The weights' bytes: byte k % 4 of quad word B[k / 4][j].
   auto weight = [&](int64_t k, int64_t j) { return quad_byte(B[k / 4 * N + j], k % 4); };
   for (int64_t i = 0; i < M; ++i) {
@@ -224,6 +225,7 @@ void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
   const int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
   const float *data = in[0], *B = in[1], *p = in[2];
   const float* bias = bias_of(w, in, 3);
+  const bool given_u8 = w.types.data == DType::Uint8;
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t k = 0; k < d.K; ++k)
       for (int64_t oh = 0; oh < d.OH; ++oh)
@@ -236,7 +238,9 @@ void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
                 bool inside = h >= 0 && h < d.H && x >= 0 && x < d.W;
                 float v = inside ? data[(((n * (d.C / ib) + c / ib) * d.H + h) * d.W + x) * ib + c % ib] : 0.0f;
                 float word = B[((((k / ob) * (d.C / 4) + c / 4) * d.R + r) * d.S + s) * ob + k % ob];
-                acc += quantize_u8(v, p) * quad_byte(word, c % 4);
+                // uint8 data (dtype=uint8) is its values, its padding the zero point.
+                int64_t q = given_u8 && inside ? static_cast<int64_t>(v) : quantize_u8(v, p);
+                acc += q * quad_byte(word, c % 4);
               }
           double v = double(static_cast<float>(static_cast<int32_t>(acc))) * p[2 + k] + p[2 + d.K + k];
           out[(((n * (d.K / ob) + k / ob) * d.OH + oh) * d.OW + ow) * ob + k % ob] = epilogue(w.epilogue, v, bias, k);

@@ -81,6 +81,12 @@ Expr floor(Expr x) { return math("floor", std::move(x)); }
 Expr ceil(Expr x) { return math("ceil", std::move(x)); }
 Expr round_even(Expr x) { return math("roundeven", std::move(x)); }
 
+Expr quantize_u8(Expr x, Expr scale, Expr zero_point) {
+  const Type i32 = Type::int32();
+  Expr q = Cast::make(i32, round_even(std::move(x) / std::move(scale)) + std::move(zero_point));
+  return min(max(q, IntImm::make_typed(0, i32)), IntImm::make_typed(255, i32));
+}
+
 std::vector<Tensor> inputs_of(const Tensor& t) {
   std::vector<Tensor> out;
   if (!t->body) return out;

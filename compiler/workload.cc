@@ -216,7 +216,7 @@ Workload parse_workload(const std::string& raw) {
     throw UserError(str("workload '", spec, "': ", w.op, " of ", w.types.str(), " is not implemented (", w.op,
                         " takes: ", have, ")"));
   }
-  if (!w.types.is_float32() && w.epilogue != Epilogue::None) {
+  if (!w.types.is_float32() && !def->float_output && w.epilogue != Epilogue::None) {
     throw UserError(str("workload '", spec, "': epilogue ", epilogue_name(w.epilogue), " on ", w.types.str(),
                         " operands is not implemented yet (integer workloads take epilogue=none)"));
   }

@@ -19,6 +19,8 @@ const char* dtype_name(DType t) {
       return "int64";
     case DType::Bool:
       return "bool";
+    case DType::U8:
+      return "uint8";
   }
   return "?";
 }

@@ -22,7 +22,9 @@
 
 namespace tf::graph {
 
-enum class DType { F32, I64, Bool };
+// U8: quantized activations between two int8 kernels (graph/pass_int8_edges.cc); never a
+// model's input or output, never a constant.
+enum class DType { F32, I64, Bool, U8 };
 const char* dtype_name(DType t);
 
 using Shape = std::vector<int64_t>;

@@ -9,6 +9,8 @@
 
 #include "base/error.h"
 #include "graph/import_builder.h"
+#include "graph/node_te.h"
+#include "graph/te_kit.h"
 #include "compiler/operator_table.h"
 #include "graph/tasks.h"
 
@@ -25,11 +27,16 @@ struct QuantOperands {
   float x_scale = 1, x_zero = 0;
   const HostTensor* bias = nullptr;
 
-  // An input value as DequantizeLinear(QuantizeLinear(x)) gives it (uint8 grid).
-  double dequantized(float x) const {
-    float q = std::clamp(std::nearbyint(x / x_scale) + x_zero, 0.0f, 255.0f);
+  bool given_u8 = false;  // the input is uint8, already quantized (graph/pass_int8_edges.cc)
+
+  // An input value as DequantizeLinear(QuantizeLinear(x)) gives it (uint8 grid), or as
+  // DequantizeLinear gives a uint8 input's.
+  double dequantized(double x) const {
+    float q = given_u8 ? static_cast<float>(x) : std::clamp(std::nearbyint(static_cast<float>(x) / x_scale) + x_zero, 0.0f, 255.0f);
     return double((q - x_zero) * x_scale);
   }
+  // The workload's keys of the input's type: none for a float input quantized on entry.
+  const char* type_keys() const { return given_u8 ? ",dtype=uint8,weight_dtype=int8" : ""; }
   // The kernels' parameter input P = {x_scale, x_zero, scale[C], offset[C]}: scale = x_scale *
   // w_scale, offset = bias - x_zero * scale * (the channel's sum of int8 weights, `sums`), which
   // takes the zero point's share out of the integer sum.
@@ -95,7 +102,8 @@ QMatMulParts qmatmul_parts(const Node& n, const std::vector<const Value*>& in) {
   auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
   QMatMulParts p;
   const Shape& x = in[0]->shape;
-  if (in[0]->dtype != DType::F32 || x.size() < 2) fail(str("input must be float32 of rank 2 or more, not ", shape_str(x)));
+  if ((in[0]->dtype != DType::F32 && in[0]->dtype != DType::U8) || x.size() < 2)
+    fail(str("input must be float32 or uint8 of rank 2 or more, not ", dtype_name(in[0]->dtype), " ", shape_str(x)));
   if (!in[1] || !in[1]->constant || in[1]->constant->narrow != Narrow::Int8 || in[1]->shape.size() != 2 ||
       in[1]->shape[0] != x.back()) {
     fail(str("weight must be int8 values of shape [", x.back(), ", N], not ", in[1] ? shape_str(in[1]->shape) : "absent"));
@@ -105,6 +113,7 @@ QMatMulParts qmatmul_parts(const Node& n, const std::vector<const Value*>& in) {
   p.N = p.w->shape[1];
   for (size_t d = 0; d + 1 < x.size(); ++d) p.M *= x[d];
   p.q = quant_operands(n, in, p.N);
+  p.q.given_u8 = in[0]->dtype == DType::U8;
   return p;
 }
 
@@ -125,7 +134,7 @@ std::vector<HostTensor> qmatmul_eval(const OpContext& c, const std::vector<const
   std::vector<double> a(static_cast<size_t>(p.K));
   for (int64_t i = 0; i < p.M; ++i) {
     for (int64_t k = 0; k < p.K; ++k) {
-      a[static_cast<size_t>(k)] = p.q.dequantized(in[0]->f[static_cast<size_t>(i * p.K + k)]);
+      a[static_cast<size_t>(k)] = p.q.dequantized(in[0]->as_double(i * p.K + k));
     }
     for (int64_t j = 0; j < p.N; ++j) {
       double sum = 0;
@@ -140,7 +149,7 @@ std::vector<HostTensor> qmatmul_eval(const OpContext& c, const std::vector<const
 AnchorWorkload qmatmul_workload(const Graph& g, const Node& n) {
   OpContext c = context(n, g, g.opset);
   QMatMulParts p = qmatmul_parts(n, c.inputs);
-  return {str("qmatmul(M=", p.M, ",N=", p.N, ",K=", p.K, ",const_b=1"), ""};
+  return {str("qmatmul(M=", p.M, ",N=", p.N, ",K=", p.K, ",const_b=1", p.q.type_keys()), ""};
 }
 
 // The qmatmul workload's operands after A (compiler/operators.cc build_qmatmul): B as int32
@@ -178,7 +187,8 @@ QConvParts qconv_parts(const Node& n, const std::vector<const Value*>& in) {
   auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
   QConvParts p;
   const Shape& x = in[0]->shape;
-  if (in[0]->dtype != DType::F32 || x.size() != 5) fail(str("input must be float32 [N][C/b][H][W][b], not ", shape_str(x)));
+  if ((in[0]->dtype != DType::F32 && in[0]->dtype != DType::U8) || x.size() != 5)
+    fail(str("input must be float32 or uint8 [N][C/b][H][W][b], not ", dtype_name(in[0]->dtype), " ", shape_str(x)));
   for (int64_t d : x) {
     if (d < 1) fail(str("an empty dimension in ", shape_str(x)));
   }
@@ -202,8 +212,10 @@ QConvParts qconv_parts(const Node& n, const std::vector<const Value*>& in) {
   p.stride = same("strides", n.get_ints("strides", {1, 1}));
   p.dilation = same("dilations", n.get_ints("dilations", {1, 1}));
   p.q = quant_operands(n, in, p.K);
+  p.q.given_u8 = in[0]->dtype == DType::U8;
   p.spec = str("qconv2d_nchwc(N=", p.N, ",C=", p.C, ",H=", p.H, ",W=", p.W, ",K=", p.K, ",R=", p.R, ",S=", p.S,
-               ",stride=", p.stride, ",pad=", p.pad, ",dilation=", p.dilation, ",ic_block=", p.ib, ",oc_block=", p.ob);
+               ",stride=", p.stride, ",pad=", p.pad, ",dilation=", p.dilation, ",ic_block=", p.ib, ",oc_block=", p.ob,
+               p.q.type_keys());
   return p;
 }
 
@@ -243,8 +255,7 @@ std::vector<HostTensor> qconv_eval(const OpContext& c, const std::vector<const H
   const int64_t OH = out.shape[2], OW = out.shape[3];
   auto data = [&](int64_t n, int64_t ch, int64_t h, int64_t x) {
     if (h < 0 || h >= p.H || x < 0 || x >= p.W) return 0.0;
-    float v = in[0]->f[static_cast<size_t>((((n * (p.C / p.ib) + ch / p.ib) * p.H + h) * p.W + x) * p.ib + ch % p.ib)];
-    return p.q.dequantized(v);
+    return p.q.dequantized(in[0]->as_double((((n * (p.C / p.ib) + ch / p.ib) * p.H + h) * p.W + x) * p.ib + ch % p.ib));
   };
   for (int64_t n = 0; n < p.N; ++n)
     for (int64_t k = 0; k < p.K; ++k)
@@ -261,6 +272,47 @@ std::vector<HostTensor> qconv_eval(const OpContext& c, const std::vector<const H
               static_cast<float>(sum);
         }
   return {out};
+}
+
+// QuantizeU8 (made by int8-edges, graph/pass_int8_edges.cc): float x quantized to uint8 with
+// attributes scale and zero_point, as the int8 kernels reading it would quantize x on entry
+// (ir::quantize_u8: round half to even, saturating, NaN to 0).
+struct U8Quantization {
+  float scale = 0, zero = 0;
+};
+
+U8Quantization u8_quantization(const Node& n) {
+  U8Quantization q{n.get_float("scale", 0), static_cast<float>(n.get_int("zero_point", -1))};
+  if (!std::isfinite(q.scale) || q.scale <= 0)
+    throw UserError(str(n.where(), ": scale ", q.scale, " is not a positive finite number"));
+  if (!(q.zero >= 0 && q.zero <= 255)) throw UserError(str(n.where(), ": zero_point ", q.zero, " is not in [0, 255]"));
+  return q;
+}
+
+std::vector<TypeShape> quantize_u8_infer(const OpContext& c) {
+  u8_quantization(c.node);
+  if (c.in(0).dtype != DType::F32)
+    throw UserError(str(c.node.where(), ": input must be float32, not ", dtype_name(c.in(0).dtype)));
+  return {{DType::U8, c.in(0).shape}};
+}
+
+std::vector<HostTensor> quantize_u8_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const U8Quantization q = u8_quantization(c.node);
+  std::vector<int64_t> out(static_cast<size_t>(in[0]->size()));
+  for (size_t k = 0; k < out.size(); ++k) {
+    const float v = std::nearbyint(in[0]->f[k] / q.scale) + q.zero;
+    out[k] = std::isnan(v) ? 0 : static_cast<int64_t>(std::clamp(v, 0.0f, 255.0f));
+  }
+  return {HostTensor::ints(in[0]->shape, std::move(out), DType::U8)};
+}
+
+std::vector<ir::Tensor> quantize_u8_te(const Graph&, const Node& n, const OpContext&, const std::vector<TeOperand>& in,
+                                       const Shape& out, const std::string& name) {
+  const U8Quantization q = u8_quantization(n);
+  const TeOperand& x = te::need(n, in, 0);
+  return {te::elementwise(name, out, [&](const te::Index& i) {
+    return ir::Cast::make(ir::Type::uint8(), ir::quantize_u8(read_broadcast(x, i), ir::f32(q.scale), ir::f32(q.zero)));
+  })};
 }
 
 AnchorWorkload qconv_workload(const Graph& g, const Node& n) {
@@ -635,6 +687,10 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Anchor, {"dilations", "oc_block", "pads", "strides"});
   ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
   ops.back().kernel_constants = qconv_constants;
+  // Made by int8-edges (graph/pass_int8_edges.cc): a value only int8 kernels read, quantized
+  // once (in its producer's epilogue, where it fuses) for all of them.
+  ops.push_back({"QuantizeU8", 1, 1, quantize_u8_infer, quantize_u8_eval, quantize_u8_te});
+  describe(ops.back(), OpKind::Elementwise, {"scale", "zero_point"});
 }
 
 }  // namespace tf::graph

@@ -18,8 +18,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
       // converted into them after the last kernel (compiler/model_entry.h).
       bool output = outputs.count(v) > 0;
       if (output && val.dtype == DType::F32) continue;
-      // int64 8 bytes; bools are 0 / 1 floats in compiled kernels (graph/node_te.h).
-      int64_t width = val.dtype == DType::I64 ? 8 : 4;
+      // int64 8 bytes, uint8 1; bools are 0 / 1 floats in compiled kernels (graph/node_te.h).
+      int64_t width = val.dtype == DType::I64 ? 8 : val.dtype == DType::U8 ? 1 : 4;
       plan.buffers[v] = BufferPlacement{0, align(num_elements(val.shape) * width), k, output ? groups.size() : k};
     }
   }

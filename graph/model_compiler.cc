@@ -193,8 +193,10 @@ class ModelBuilder {
     std::vector<std::string> extra;
     for (size_t k = 0; k < rest.size(); ++k) {
       const Node& n = *rest[k];
+      // Float results, and the uint8 of a QuantizeU8 (int8-edges: the requantization).
+      const DType t = n.outputs.size() == 1 ? g_.value(n.outputs[0]).dtype : DType::F32;
       if (op_kind(n.op) != OpKind::Elementwise || n.outputs.size() != 1 ||
-          g_.value(n.outputs[0]).shape != onnx || g_.value(n.outputs[0]).dtype != DType::F32) {
+          g_.value(n.outputs[0]).shape != onnx || (t != DType::F32 && t != DType::U8)) {
         return std::nullopt;
       }
       std::vector<TeOperand> in;

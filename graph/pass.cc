@@ -80,6 +80,12 @@ const std::vector<PassInfo>& graph_passes() {
        [](Graph& g, const PassOptions& o) { return convert_precision(g, o.precision); }},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on",
        plain(dead_code_elimination)},
+      // After dead-code-elimination: the QuantizeLinear/DequantizeLinear arithmetic fold-qdq
+      // left unread is gone, so the readers it counts are the kernels'.
+      {"int8-edges", 1,
+       "a value only int8 kernels read (with one input scale and zero point) is quantized once, in its "
+       "producer's epilogue, and passed to them as uint8 (CPU targets)",
+       [](Graph& g, const PassOptions& o) { return int8_edges(g, o.channel_block); }},
   };
   return passes;
 }

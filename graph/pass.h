@@ -107,6 +107,8 @@ bool eliminate_common_subexpressions(Graph& g);
 // int8: QDQ convolutions (qdq_operands) become QConvNCHWc, int8 kernels (fold-qdq's part).
 bool transform_conv_layout(Graph& g, int64_t channel_block, bool int8 = false);
 bool fold_qdq_matmuls(Graph& g, int64_t channel_block);
+// uint8 values between int8 kernels (graph/pass_int8_edges.cc).
+bool int8_edges(Graph& g, int64_t channel_block);
 bool convert_precision(Graph& g, Precision p);
 
 // A MatMul or Gemm of activations x[..., K] by 2-D weights as x times w[K, N] (+ bias), the

@@ -130,15 +130,21 @@ class QDenseCpu final : public WordDense {
  public:
   static constexpr int64_t kQuantizeLanes = 16;
 
-  QDenseCpu() : WordDense(4, "qdense.cpu", 1, std::vector<std::string>{"qmatmul"}, TargetKind::Llvm) {}
+  QDenseCpu()
+      : WordDense(4, "qdense.cpu", 1, std::vector<std::string>{"qmatmul"}, TargetKind::Llvm,
+                  std::vector<OperandTypes>{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}) {}
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
     // A quantized in rows of vectors (the division and rounding are the costly part), its
-    // quads read in the product's loop.
+    // quads read in the product's loop. A given as uint8 is read there as it is.
     Stage& au8 = s.stage("A.u8");
-    const auto& ax = au8.op()->axes;
-    if (c["parallel"].get<bool>()) au8.parallel(ax[0].var);
-    if (c["vectorize"].get<bool>()) au8.vectorize(au8.split(ax[1].var, kQuantizeLanes).second);
+    if (g.inputs[0]->dtype == Type::uint8()) {
+      au8.compute_inline();
+    } else {
+      const auto& ax = au8.op()->axes;
+      if (c["parallel"].get<bool>()) au8.parallel(ax[0].var);
+      if (c["vectorize"].get<bool>()) au8.vectorize(au8.split(ax[1].var, kQuantizeLanes).second);
+    }
     s.stage("A.q").compute_inline();
     if (Stage* p = pack_input(s, g, "B", 1, c["tile_n"])) schedule_packing(*p, c);
     auto [acc, out] = acc_and_writer(s, g);

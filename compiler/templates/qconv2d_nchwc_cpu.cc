@@ -16,8 +16,9 @@ namespace {
 // conv2d_nchwc.cpu's register tile over words of channels.
 class WordConv2dNchwcCpu final : public NchwcConvTemplate {
  public:
-  WordConv2dNchwcCpu(const char* name, const char* op, const char* converted)
-      : NchwcConvTemplate(name, 1, {op}, TargetKind::Llvm), converted_(converted) {}
+  WordConv2dNchwcCpu(const char* name, const char* op, const char* converted,
+                     std::vector<OperandTypes> types = {OperandTypes{}})
+      : NchwcConvTemplate(name, 1, {op}, TargetKind::Llvm, std::move(types)), converted_(converted) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
@@ -48,8 +49,12 @@ class WordConv2dNchwcCpu final : public NchwcConvTemplate {
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
     Stage& au8 = s.stage(converted_);
     const auto& q = au8.op()->axes;  // n, c, h, w, cb
-    if (c["parallel"].get<bool>()) au8.parallel(au8.fuse(au8.fuse(q[0].var, q[1].var), q[2].var));
-    if (c["vectorize"].get<bool>()) au8.vectorize(q[4].var);
+    if (g.inputs[0]->dtype == ir::Type::uint8() && g.workload.get("pad") == 0) {
+      au8.compute_inline();  // uint8 data, nothing to pad: the register tile reads it as it is
+    } else {
+      if (c["parallel"].get<bool>()) au8.parallel(au8.fuse(au8.fuse(q[0].var, q[1].var), q[2].var));
+      if (c["vectorize"].get<bool>()) au8.vectorize(q[4].var);
+    }
     auto [acc, out] = acc_and_writer(s, g);
     schedule_nchwc_tiles(*out, *acc, c);
   }
@@ -61,7 +66,9 @@ class WordConv2dNchwcCpu final : public NchwcConvTemplate {
 }  // namespace
 
 std::unique_ptr<ScheduleTemplate> make_qconv2d_nchwc_cpu() {
-  return std::make_unique<WordConv2dNchwcCpu>("qconv2d_nchwc.cpu", "qconv2d_nchwc", "A.u8");
+  // Float data quantized on entry, or uint8 data (then A.u8 only pads it, with the zero point).
+  return std::make_unique<WordConv2dNchwcCpu>("qconv2d_nchwc.cpu", "qconv2d_nchwc", "A.u8",
+                                              std::vector<OperandTypes>{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}});
 }
 std::unique_ptr<ScheduleTemplate> make_conv2d_nchwc_bf16_cpu() {
   return std::make_unique<WordConv2dNchwcCpu>("conv2d_nchwc_bf16.cpu", "conv2d_nchwc_bf16", "A.bf");

@@ -82,6 +82,13 @@ TEST(TypedWorkload, UnsupportedTypesAreRefusedByName) {
                     "epilogue relu on uint8 x int8 operands is not implemented yet");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=uint8,weight_dtype=int8,const_b=1)"); },
                     "const_b=1 (a prepacked B) on uint8 x int8 operands is not implemented yet");
+  // The int8 products take float data (quantized on entry) or uint8 data; their output is
+  // float, so they take epilogues in both.
+  expect_user_error([] { parse_workload("qmatmul(M=2,N=3,K=4,dtype=int8)"); },
+                    "qmatmul of int8 is not implemented (qmatmul takes: float32, uint8 x int8)");
+  Workload q = parse_workload("qconv2d_nchwc(N=1,C=8,H=4,W=4,K=8,R=1,S=1,dtype=uint8,weight_dtype=int8,epilogue=bias_relu)");
+  EXPECT_EQ(build_op(q).inputs[0]->dtype, Type::uint8());
+  EXPECT_EQ(build_op(q).output->dtype, Type::float32());
 }
 
 TEST(TypedArguments, FillCoversEachTypeAndRoundTrips) {
@@ -283,7 +290,10 @@ TEST_P(QMatmul, MatchesTheReferenceOnEveryInstructionSet) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QMatmul,
                          ::testing::Values("qmatmul(M=1,N=1,K=1)", "qmatmul(M=16,N=32,K=64)",
-                                           "qmatmul(M=37,N=45,K=22,epilogue=bias_relu)", "qmatmul(M=5,N=100,K=129)"));
+                                           "qmatmul(M=37,N=45,K=22,epilogue=bias_relu)", "qmatmul(M=5,N=100,K=129)",
+                                           // A given as uint8 (int8-edges): read as it is, K padded.
+                                           "qmatmul(M=7,N=33,K=22,dtype=uint8,weight_dtype=int8)",
+                                           "qmatmul(M=16,N=64,K=64,dtype=uint8,weight_dtype=int8,epilogue=bias_relu)"));
 
 // qconv2d_nchwc (a quantized model's Conv in blocked layouts): the same on every instruction
 // set, padded and strided windows, default and sampled configs.
@@ -299,7 +309,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QConv,
                          ::testing::Values("qconv2d_nchwc(N=1,C=8,H=5,W=7,K=16,R=3,S=3,pad=1,ic_block=8,oc_block=16)",
                                            "qconv2d_nchwc(N=2,C=32,H=9,W=9,K=24,R=3,S=3,stride=2,pad=1,ic_block=16,oc_block=8,"
                                            "epilogue=bias_relu)",
-                                           "qconv2d_nchwc(N=1,C=12,H=6,W=6,K=16,R=1,S=1,ic_block=12,oc_block=16)"));
+                                           "qconv2d_nchwc(N=1,C=12,H=6,W=6,K=16,R=1,S=1,ic_block=12,oc_block=16)",
+                                           // uint8 data (int8-edges): padded with the zero point, or
+                                           // (no padding) read by the register tile as it is.
+                                           "qconv2d_nchwc(N=1,C=8,H=5,W=7,K=16,R=3,S=3,pad=1,ic_block=8,oc_block=16,"
+                                           "dtype=uint8,weight_dtype=int8,epilogue=relu)",
+                                           "qconv2d_nchwc(N=2,C=16,H=9,W=9,K=24,R=1,S=1,stride=2,ic_block=16,oc_block=8,"
+                                           "dtype=uint8,weight_dtype=int8,epilogue=bias)"));
 
 TEST(QConv, BlocksOfOddQuadsAreRefused) {
   expect_user_error([] { parse_workload("qconv2d_nchwc(N=1,C=6,H=5,W=5,K=16,R=3,S=3,ic_block=6,oc_block=16)"); },

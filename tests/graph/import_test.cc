@@ -23,6 +23,7 @@
 #include "graph/quantize.h"
 #include "graph/ops.h"
 #include "graph/reference_run.h"
+#include "graph/tasks.h"
 #include "tests/graph/onnx_builder.h"
 
 using namespace tf::graph;  // NOLINT
@@ -1802,6 +1803,100 @@ TEST(OnnxImport, QdqConvolutionsFoldIntoInt8Kernels) {
   for (size_t k = 0; k < want.f.size(); ++k) EXPECT_NEAR(want.f[k], got[0].f[k], 1e-5 * (1 + std::fabs(want.f[k]))) << k;
 }
 
+// int8-edges: a value only int8 kernels read, all with one input scale and zero point, is
+// quantized once by a QuantizeU8 that fuses into its producer's epilogue, and its readers take
+// uint8 (dtype=uint8 workloads). Here: a Relu after an int8 conv (one reader), a conv's output
+// that two int8 convs read through one DequantizeLinear, a Relu between two int8 MatMuls; a
+// value that is also a model output stays float32. The results are the same bit for bit,
+// reference and compiled, with the pass and without it, and no kernel is added.
+TEST(OnnxImport, Int8KernelsPassUint8BetweenThem) {
+  ModelBuilder b(13);
+  b.input("x", {1, 16, 9, 9});
+  b.input("x2", {5, 24});
+  auto qdq = [&](const std::string& in, const std::string& out, float scale, int32_t zero, bool u8) {
+    b.floats_shaped(out + "_s", {}, {scale});
+    b.bytes(out + "_z", {}, {zero}, u8 ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8);
+    b.node("QuantizeLinear", {in, out + "_s", out + "_z"}, {out + "_q"});
+    b.node("DequantizeLinear", {out + "_q", out + "_s", out + "_z"}, {out});
+  };
+  int seed = 0;
+  auto weights = [&](const std::string& name, const std::vector<int64_t>& shape, int64_t axis) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<int32_t> w(static_cast<size_t>(n));
+    for (size_t k = 0; k < w.size(); ++k) w[k] = static_cast<int32_t>((k * 29 + static_cast<size_t>(seed) * 7) % 255) - 127;
+    b.bytes(name, shape, w);
+    std::vector<float> s(static_cast<size_t>(shape[static_cast<size_t>(axis)]));
+    for (size_t k = 0; k < s.size(); ++k) s[k] = 0.002f + 0.0005f * static_cast<float>((k * 5 + static_cast<size_t>(seed)) % 7);
+    b.floats(name + "_s", s);
+    set_int(b.node("DequantizeLinear", {name, name + "_s"}, {name + "_d"}), "axis", axis);
+    ++seed;
+  };
+  auto conv = [&](const std::string& in, const std::string& out, int64_t R, int64_t stride) {
+    weights(out + "_w", {16, 16, R, R}, 0);
+    auto* n = b.node("Conv", {in, out + "_w_d"}, {out});
+    const int64_t p = R / 2;
+    set_ints(n, "pads", {p, p, p, p});
+    set_ints(n, "strides", {stride, stride});
+  };
+  qdq("x", "xd", 0.02f, 128, true);
+  conv("xd", "ca", 3, 1);
+  b.node("Relu", {"ca"}, {"r1"});
+  qdq("r1", "r1d", 0.05f, 0, true);
+  conv("r1d", "cb", 1, 1);
+  qdq("cb", "cbd", 0.1f, -3, false);  // int8 activations: uint8 ones with 128 added
+  conv("cbd", "y", 3, 2);
+  conv("cbd", "y3", 1, 1);
+  qdq("y", "yd", 0.1f, 10, true);  // y is a model output too: it stays float32
+  conv("yd", "y4", 1, 1);
+  qdq("x2", "x2d", 0.03f, 100, true);
+  weights("m1", {24, 32}, 1);
+  b.node("MatMul", {"x2d", "m1_d"}, {"mm1"});
+  b.node("Relu", {"mm1"}, {"r2"});
+  qdq("r2", "r2d", 0.04f, 0, true);
+  weights("m2", {32, 8}, 1);
+  b.node("MatMul", {"r2d", "m2_d"}, {"y2"});
+  for (const char* y : {"y", "y2", "y3", "y4"}) b.output(y);
+  const Graph qdq_graph = b.import();
+  const tf::Target host = tf::host_target();
+  auto passes = [&](std::set<std::string> disabled) {
+    Graph g = qdq_graph;
+    run_passes(g, PassOptions{2, std::move(disabled), {}, nullptr, channel_block(host)});
+    return g;
+  };
+  const Graph g = passes({}), plain = passes({"int8-edges"});
+  int quantize = 0, u8_readers = 0, int8 = 0;
+  for (const Node& n : g.nodes) {
+    quantize += n.op == "QuantizeU8";
+    if (n.op != "QMatMul" && n.op != "QConvNCHWc") continue;
+    ++int8;
+    if (g.value(n.inputs[0]).dtype != DType::U8) continue;
+    ++u8_readers;
+    EXPECT_NE(anchor_workload(g, n).spec.find(",dtype=uint8,weight_dtype=int8"), std::string::npos) << n.name;
+  }
+  EXPECT_EQ(int8, 7);
+  EXPECT_EQ(quantize, 3);  // r1, cb (two readers), r2
+  EXPECT_EQ(u8_readers, 4);
+  for (const Node& n : plain.nodes) EXPECT_NE(n.op, "QuantizeU8");
+  HostTensor x = HostTensor::floats({1, 16, 9, 9}, std::vector<float>(16 * 81)), x2 = HostTensor::floats({5, 24}, std::vector<float>(120));
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(0.37f * static_cast<float>(k)) * 2.0f;
+  for (size_t k = 0; k < x2.f.size(); ++k) x2.f[k] = std::cos(0.41f * static_cast<float>(k)) * 3.0f;
+  const std::map<std::string, HostTensor> feeds = {{"x", x}, {"x2", x2}};
+  auto want = run_reference(plain, feeds), ref = run_reference(g, feeds);
+  int generic = 0, generic_plain = 0;
+  std::vector<HostTensor> got = compile_and_run(g, {&x, &x2}, "generic", generic);
+  std::vector<HostTensor> got_plain = compile_and_run(plain, {&x, &x2}, "generic", generic_plain);
+  EXPECT_EQ(generic, generic_plain);
+  ASSERT_EQ(got.size(), 4u);
+  ASSERT_EQ(got_plain.size(), 4u);
+  const char* names[] = {"y", "y2", "y3", "y4"};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(ref.at(names[i]).f, want.at(names[i]).f) << names[i];
+    EXPECT_EQ(got[i].f, got_plain[i].f) << names[i];
+    EXPECT_GT(*std::max_element(got[i].f.begin(), got[i].f.end()), 0.0f) << names[i];
+  }
+}
+
 // QMatMul is an operator of the graph (a model may name it, but cannot give it int8 weights:
 // only QuantizeLinear and DequantizeLinear read int8 tensors): its operands are checked.
 TEST(OnnxImport, QMatMulRefusalsNameWhatIsAtFault) {
@@ -1876,6 +1971,24 @@ TEST(OnnxImport, QMatMulRefusalsNameWhatIsAtFault) {
   EXPECT_EQ(conv({1, 2, 5, 5, 6}, 16, {1, 1, 1, 1}),
             "node 'qc' (QConvNCHWc): input block 6 is not a multiple of 4 (the kernel reads quads of channels)");
   EXPECT_EQ(conv({1, 2, 5, 5, 8}, 16, {1, 0, 1, 0}), "node 'qc' (QConvNCHWc): pads [1, 0, 1, 0] differ");
+  // QuantizeU8 (int8-edges makes it; a model may name it too): its parameters and input.
+  Graph u;
+  u.values["x"] = Value{"x", DType::F32, {2, 4}, std::nullopt};
+  u.values["i"] = Value{"i", DType::I64, {2, 4}, std::nullopt};
+  u.inputs = {"x", "i"};
+  auto quantize = [&](const std::string& in, float scale, int64_t zero) {
+    Node q{"q8", "QuantizeU8", {in}, {"y"}, {{"scale", scale}, {"zero_point", zero}}};
+    return error([&] { infer_node(q, u, 13); });
+  };
+  EXPECT_EQ(quantize("x", 0.5f, 3), "no error");
+  EXPECT_EQ(quantize("x", 0.0f, 3), "node 'q8' (QuantizeU8): scale 0 is not a positive finite number");
+  EXPECT_EQ(quantize("x", INFINITY, 3), "node 'q8' (QuantizeU8): scale inf is not a positive finite number");
+  EXPECT_EQ(quantize("x", 0.5f, 256), "node 'q8' (QuantizeU8): zero_point 256 is not in [0, 255]");
+  EXPECT_EQ(quantize("i", 0.5f, 3), "node 'q8' (QuantizeU8): input must be float32, not int64");
+  // QMatMul reads float32 or uint8.
+  g.values["xi"] = Value{"xi", DType::I64, {2, 4}, std::nullopt};
+  Node ni{"qm", "QMatMul", {"xi", "w", "ws", "xs", "xz"}, {"y"}, {}};
+  EXPECT_EQ(error([&] { infer_node(ni, g, 13); }), "node 'qm' (QMatMul): input must be float32 or uint8 of rank 2 or more, not int64 [2, 4]");
 }
 
 // Operators imported as others (a 1-D Conv as a 2-D one) refuse a node without an output.

@@ -123,10 +123,10 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     EXPECT_TRUE(p.ran) << p.name;
     // recognize-composites, combine-parallel-matmuls and transform-conv-layout have their own
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block),
-    // and fold-qdq (no QDQ model; tests/graph/import_test.cc), and auto-mixed-precision (not at
-    // fp32, the default; below).
+    // and fold-qdq and int8-edges (no QDQ model; tests/graph/import_test.cc), and
+    // auto-mixed-precision (not at fp32, the default; below).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
-                    p.name == "fold-qdq" || p.name == "auto-mixed-precision" ||
+                    p.name == "fold-qdq" || p.name == "int8-edges" || p.name == "auto-mixed-precision" ||
                     p.name == "transform-conv-layout" || p.name == "lower-conv-transpose" ||
                     p.name == "pad-convs" || p.name == "einsum-to-matmul" ||
                     p.name == "split-grouped-convs" || p.name == "lower-scatter-nd";
