@@ -1806,8 +1806,9 @@ TEST(OnnxImport, QdqConvolutionsFoldIntoInt8Kernels) {
 // int8-edges: a value only int8 kernels read, all with one input scale and zero point, is
 // quantized once by a QuantizeU8 that fuses into its producer's epilogue, and its readers take
 // uint8 (dtype=uint8 workloads). Here: a Relu after an int8 conv (one reader), a conv's output
-// that two int8 convs read through one DequantizeLinear, a Relu between two int8 MatMuls; a
-// value that is also a model output stays float32. The results are the same bit for bit,
+// that two int8 convs read through one DequantizeLinear, a Relu between two int8 MatMuls, a
+// Sigmoid of a model input (a generic kernel that writes uint8); a value that is also a model
+// output stays float32. The results are the same bit for bit,
 // reference and compiled, with the pass and without it, and no kernel is added.
 TEST(OnnxImport, Int8KernelsPassUint8BetweenThem) {
   ModelBuilder b(13);
@@ -1856,7 +1857,13 @@ TEST(OnnxImport, Int8KernelsPassUint8BetweenThem) {
   qdq("r2", "r2d", 0.04f, 0, true);
   weights("m2", {32, 8}, 1);
   b.node("MatMul", {"r2d", "m2_d"}, {"y2"});
-  for (const char* y : {"y", "y2", "y3", "y4"}) b.output(y);
+  // A producer that is no product: the Sigmoid and the QuantizeU8 make one generic kernel.
+  b.input("x3", {3, 24});
+  b.node("Sigmoid", {"x3"}, {"sg"});
+  qdq("sg", "sgd", 1.0f / 255.0f, 0, true);
+  weights("m3", {24, 8}, 1);
+  b.node("MatMul", {"sgd", "m3_d"}, {"y5"});
+  for (const char* y : {"y", "y2", "y3", "y4", "y5"}) b.output(y);
   const Graph qdq_graph = b.import();
   const tf::Target host = tf::host_target();
   auto passes = [&](std::set<std::string> disabled) {
@@ -1874,23 +1881,25 @@ TEST(OnnxImport, Int8KernelsPassUint8BetweenThem) {
     ++u8_readers;
     EXPECT_NE(anchor_workload(g, n).spec.find(",dtype=uint8,weight_dtype=int8"), std::string::npos) << n.name;
   }
-  EXPECT_EQ(int8, 7);
-  EXPECT_EQ(quantize, 3);  // r1, cb (two readers), r2
-  EXPECT_EQ(u8_readers, 4);
+  EXPECT_EQ(int8, 8);
+  EXPECT_EQ(quantize, 4);  // r1, cb (two readers), r2, sg
+  EXPECT_EQ(u8_readers, 5);
   for (const Node& n : plain.nodes) EXPECT_NE(n.op, "QuantizeU8");
   HostTensor x = HostTensor::floats({1, 16, 9, 9}, std::vector<float>(16 * 81)), x2 = HostTensor::floats({5, 24}, std::vector<float>(120));
   for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(0.37f * static_cast<float>(k)) * 2.0f;
   for (size_t k = 0; k < x2.f.size(); ++k) x2.f[k] = std::cos(0.41f * static_cast<float>(k)) * 3.0f;
-  const std::map<std::string, HostTensor> feeds = {{"x", x}, {"x2", x2}};
+  HostTensor x3 = HostTensor::floats({3, 24}, std::vector<float>(72));
+  for (size_t k = 0; k < x3.f.size(); ++k) x3.f[k] = std::sin(0.9f * static_cast<float>(k)) * 4.0f;
+  const std::map<std::string, HostTensor> feeds = {{"x", x}, {"x2", x2}, {"x3", x3}};
   auto want = run_reference(plain, feeds), ref = run_reference(g, feeds);
   int generic = 0, generic_plain = 0;
-  std::vector<HostTensor> got = compile_and_run(g, {&x, &x2}, "generic", generic);
-  std::vector<HostTensor> got_plain = compile_and_run(plain, {&x, &x2}, "generic", generic_plain);
+  std::vector<HostTensor> got = compile_and_run(g, {&x, &x2, &x3}, "generic", generic);
+  std::vector<HostTensor> got_plain = compile_and_run(plain, {&x, &x2, &x3}, "generic", generic_plain);
   EXPECT_EQ(generic, generic_plain);
-  ASSERT_EQ(got.size(), 4u);
-  ASSERT_EQ(got_plain.size(), 4u);
-  const char* names[] = {"y", "y2", "y3", "y4"};
-  for (size_t i = 0; i < 4; ++i) {
+  ASSERT_EQ(got.size(), 5u);
+  ASSERT_EQ(got_plain.size(), 5u);
+  const char* names[] = {"y", "y2", "y3", "y4", "y5"};
+  for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(ref.at(names[i]).f, want.at(names[i]).f) << names[i];
     EXPECT_EQ(got[i].f, got_plain[i].f) << names[i];
     EXPECT_GT(*std::max_element(got[i].f.begin(), got[i].f.end()), 0.0f) << names[i];
