@@ -228,6 +228,15 @@ const std::vector<OperatorDef>& operator_table() {
         {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},
        check_depthwise_nchwc, depthwise_footprint, build_depthwise_conv2d_nchwc, reference_depthwise_conv2d_nchwc,
        "depthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)"},
+      // A quantized model's depthwise Conv (graph/import_quantize.h): uint8 data (given, or
+      // float quantized on entry) times int8 weights, summed exactly, scaled per channel.
+      {"qdepthwise_conv2d_nchwc",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
+        {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},
+       check_depthwise_nchwc, depthwise_footprint, build_qdepthwise_conv2d_nchwc, reference_qdepthwise_conv2d_nchwc,
+       "qdepthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)", kQuantizedInputs,
+       {"qdepthwise_conv2d_nchwc(N=1,C=32,H=9,W=7,R=3,S=3,stride=2,pad=1,block=16,dtype=uint8,weight_dtype=int8)"},
+       /*float_output=*/true},
       // 3x3 stride-1 NCHWc convolutions by Winograd's minimal filtering, the weights given
       // transformed (compiler/winograd.h): [a][a][K/oc_block][C][oc_block], a = tile + 2.
       {"conv2d_winograd_nchwc",

@@ -86,6 +86,7 @@ void build_qconv2d_nchwc(OpGraph& g);
 void build_conv2d_nchwc_bf16(OpGraph& g);
 void build_conv2d_nchwc_fp16(OpGraph& g);
 void build_depthwise_conv2d_nchwc(OpGraph& g);
+void build_qdepthwise_conv2d_nchwc(OpGraph& g);
 void build_conv2d_winograd_nchwc(OpGraph& g);
 
 using Inputs = std::vector<const float*>;
@@ -102,6 +103,7 @@ void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nchwc_bf16(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_nchwc_fp16(const Workload& w, const Inputs& in, float* out);
 void reference_depthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
+void reference_qdepthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float* out);
 void reference_conv2d_winograd_nchwc(const Workload& w, const Inputs& in, float* out);
 }  // namespace ops
 

@@ -509,6 +509,46 @@ void build_depthwise_conv2d_nchwc(OpGraph& g) {
   g.flops = 2 * N * C * OH * OW * R * S;
 }
 
+// qdepthwise_conv2d_nchwc: the blocked depthwise convolution of uint8 data (given, dtype=uint8,
+// or float data quantized on entry as qmatmul's A) with int8 weights [C/block][R][S][block]:
+// out = acc * scale[c] + offset[c], P = {a_scale, a_zero, scale[C], offset[C]} (offset takes
+// the zero point's share out, as qconv2d_nchwc's). Both bytes are widened to float32 in the
+// product: their products (|q w| <= 255 x 128) and sums are integers float32 holds exactly
+// while R x S <= 514, so acc is the integer sum, at the speed of float FMAs (x86's byte dot
+// products sum four neighbouring channels, not a window). "A.u8" is the padded data (the
+// padding the zero point).
+void build_qdepthwise_conv2d_nchwc(OpGraph& g) {
+  const Workload& w = g.workload;
+  const int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W");
+  const int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
+  const int64_t dil = w.get("dilation"), b = w.get("block");
+  const int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  const Type u8 = Type::uint8();
+  const bool given_u8 = w.types.data == DType::Uint8;
+  Tensor data = make_input(g, "data", {N, C / b, H, W, b}, given_u8 ? u8 : Type::float32());
+  Tensor weight = make_input(g, "weight", {C / b, R, S, b}, Type::int8());
+  Tensor P = make_input(g, "P", {2 + 2 * C});
+  g.pad = compute("A.u8", {N, C / b, H + 2 * pad, W + 2 * pad, b}, {"n", "c", "h", "w", "cb"},
+                  [&](const std::vector<Expr>& ax) {
+                    Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4]});
+                    if (!given_u8) x = Cast::make(u8, quantize_u8(x, P));
+                    if (pad == 0) return x;
+                    Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
+                                              logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
+                    return select(inside, x, Cast::make(u8, quantize_u8(f32(0.0), P)));
+                  });
+  IterVar rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs");
+  std::vector<std::string> names = {"n", "co", "oh", "ow", "cb"};
+  g.acc = compute("acc", {N, C / b, OH, OW, b}, names, [&](const std::vector<Expr>& ax) {
+    Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
+    Expr q = Cast::make(Type::float32(), read(g.pad, {ax[0], ax[1], h, x, ax[4]}));
+    return sum(q * Cast::make(Type::float32(), read(weight, {ax[1], rr.var, rs.var, ax[4]})), {rr, rs});
+  }, {rr, rs});
+  add_quantized_output(g, P, names, C, [b](const std::vector<Expr>& ax) { return ax[1] * b + ax[4]; });
+  g.flops = 2 * N * C * OH * OW * R * S;
+  g.check_terms = R * S;
+}
+
 // data [N][C/ib][H][W][ib], weight U [a][a][K/ob][C][ob] (a = m + 2), out [N][K/ob][OH][OW][ob].
 // Stages: data_pad (zero border and tail rows to whole tiles), winograd_V [a][a][P][C] (the
 // input tiles transformed; P = N x tiles), winograd_M [a][a][K/ob][P][ob] (a batched GEMM over

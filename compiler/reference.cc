@@ -266,6 +266,32 @@ void reference_depthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float
         }
 }
 
+// As build_qdepthwise_conv2d_nchwc computes it: the data's bytes (given, or quantized), the
+// padding the zero point, the sum exact, then scale and offset.
+void reference_qdepthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
+  ConvDims d = conv_dims(w, true);
+  const int64_t b = w.get("block");
+  const float *data = in[0], *wt = in[1], *p = in[2];
+  const float* bias = bias_of(w, in, 3);
+  const bool given_u8 = w.types.data == DType::Uint8;
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t c = 0; c < d.C; ++c)
+      for (int64_t oh = 0; oh < d.OH; ++oh)
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          double acc = 0;
+          for (int64_t r = 0; r < d.R; ++r)
+            for (int64_t s = 0; s < d.S; ++s) {
+              int64_t h = oh * d.st + r * d.dil - d.pad, x = ow * d.st + s * d.dil - d.pad;
+              bool inside = h >= 0 && h < d.H && x >= 0 && x < d.W;
+              float v = inside ? data[(((n * (d.C / b) + c / b) * d.H + h) * d.W + x) * b + c % b] : 0.0f;
+              int64_t q = given_u8 && inside ? static_cast<int64_t>(v) : quantize_u8(v, p);
+              acc += double(q) * wt[(((c / b) * d.R + r) * d.S + s) * b + c % b];
+            }
+          double v = double(static_cast<float>(acc)) * p[2 + c] + p[2 + d.C + c];
+          out[(((n * (d.C / b) + c / b) * d.OH + oh) * d.OW + ow) * b + c % b] = epilogue(w.epilogue, v, bias, c);
+        }
+}
+
 }  // namespace ops
 
 void reference_compute(const Workload& w, const std::vector<const float*>& inputs, float* output) {

@@ -174,16 +174,22 @@ std::vector<HostTensor> qmatmul_constants(const Graph& g, const Node& n) {
   return {HostTensor::floats({Q, p.N}, std::move(words)), HostTensor::floats({2 + 2 * p.N}, p.q.params(sums))};
 }
 
-// QConvNCHWc's parts, checked: data [N][C/ib][H][W][ib] float, weight [K][C][R][S] int8, the
-// scales and zero point as QMatMul's (per output channel), one pad, stride and dilation.
+// QConvNCHWc's parts, checked: data [N][C/ib][H][W][ib] float or uint8, weight [K][C][R][S]
+// int8, the scales and zero point as QMatMul's (per output channel), one pad, stride and
+// dilation. QDepthwiseNCHWc's (`depthwise`): weight [C][1][R][S], K = C, ob = ib (the block).
 struct QConvParts {
   int64_t N = 0, C = 0, H = 0, W = 0, K = 0, R = 0, S = 0, ib = 0, ob = 0, pad = 0, stride = 1, dilation = 1;
+  bool depthwise = false;
   const HostTensor* w = nullptr;
   QuantOperands q;   // per output channel
-  std::string spec;  // the qconv2d_nchwc workload, open
+  std::string spec;  // the qconv2d_nchwc (qdepthwise_conv2d_nchwc) workload, open
+  // Weight element (k, c of k's group, r, s).
+  float weight(int64_t k, int64_t c, int64_t r, int64_t s) const {
+    return w->f[static_cast<size_t>(((k * (depthwise ? 1 : C) + c) * R + r) * S + s)];
+  }
 };
 
-QConvParts qconv_parts(const Node& n, const std::vector<const Value*>& in) {
+QConvParts qconv_parts(const Node& n, const std::vector<const Value*>& in, bool depthwise = false) {
   auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
   QConvParts p;
   const Shape& x = in[0]->shape;
@@ -193,15 +199,23 @@ QConvParts qconv_parts(const Node& n, const std::vector<const Value*>& in) {
     if (d < 1) fail(str("an empty dimension in ", shape_str(x)));
   }
   p.N = x[0], p.ib = x[4], p.C = x[1] * x[4], p.H = x[2], p.W = x[3];
+  p.depthwise = depthwise;
+  const int64_t group_channels = depthwise ? 1 : p.C;
   if (!in[1] || !in[1]->constant || in[1]->constant->narrow != Narrow::Int8 || in[1]->shape.size() != 4 ||
-      in[1]->shape[1] != p.C || in[1]->shape[0] < 1 || in[1]->shape[2] < 1 || in[1]->shape[3] < 1) {
-    fail(str("weight must be int8 values of shape [K, ", p.C, ", R, S], not ", in[1] ? shape_str(in[1]->shape) : "absent"));
+      in[1]->shape[1] != group_channels || in[1]->shape[0] < 1 || in[1]->shape[2] < 1 || in[1]->shape[3] < 1 ||
+      (depthwise && in[1]->shape[0] != p.C)) {
+    fail(str("weight must be int8 values of shape [", depthwise ? std::to_string(p.C) : std::string("K"), ", ",
+             group_channels, ", R, S], not ", in[1] ? shape_str(in[1]->shape) : "absent"));
   }
   p.w = &*in[1]->constant;
   p.K = p.w->shape[0], p.R = p.w->shape[2], p.S = p.w->shape[3];
-  p.ob = n.get_int("oc_block", 0);
-  if (p.ob < 1 || p.K % p.ob != 0) fail(str("oc_block ", p.ob, " does not divide the ", p.K, " filters"));
-  if (p.ib % 4 != 0) fail(str("input block ", p.ib, " is not a multiple of 4 (the kernel reads quads of channels)"));
+  if (depthwise) {
+    p.ob = p.ib;
+  } else {
+    p.ob = n.get_int("oc_block", 0);
+    if (p.ob < 1 || p.K % p.ob != 0) fail(str("oc_block ", p.ob, " does not divide the ", p.K, " filters"));
+    if (p.ib % 4 != 0) fail(str("input block ", p.ib, " is not a multiple of 4 (the kernel reads quads of channels)"));
+  }
   auto same = [&](const char* a, std::vector<int64_t> v) {
     for (int64_t e : v) {
       if (e != v[0]) fail(str(a, " ", shape_str(v), " differ"));
@@ -213,14 +227,16 @@ QConvParts qconv_parts(const Node& n, const std::vector<const Value*>& in) {
   p.dilation = same("dilations", n.get_ints("dilations", {1, 1}));
   p.q = quant_operands(n, in, p.K);
   p.q.given_u8 = in[0]->dtype == DType::U8;
-  p.spec = str("qconv2d_nchwc(N=", p.N, ",C=", p.C, ",H=", p.H, ",W=", p.W, ",K=", p.K, ",R=", p.R, ",S=", p.S,
-               ",stride=", p.stride, ",pad=", p.pad, ",dilation=", p.dilation, ",ic_block=", p.ib, ",oc_block=", p.ob,
-               p.q.type_keys());
+  const std::string window = str(",R=", p.R, ",S=", p.S, ",stride=", p.stride, ",pad=", p.pad, ",dilation=", p.dilation);
+  p.spec = depthwise ? str("qdepthwise_conv2d_nchwc(N=", p.N, ",C=", p.C, ",H=", p.H, ",W=", p.W, window, ",block=", p.ib,
+                           p.q.type_keys())
+                     : str("qconv2d_nchwc(N=", p.N, ",C=", p.C, ",H=", p.H, ",W=", p.W, ",K=", p.K, window,
+                           ",ic_block=", p.ib, ",oc_block=", p.ob, p.q.type_keys());
   return p;
 }
 
-std::vector<TypeShape> qconv_infer(const OpContext& c) {
-  QConvParts p = qconv_parts(c.node, c.inputs);
+std::vector<TypeShape> qconv_infer(const OpContext& c, bool depthwise = false) {
+  QConvParts p = qconv_parts(c.node, c.inputs, depthwise);
   Workload w = parse_workload(p.spec + ")");  // checks the sizes
   const int64_t oh = conv_out(p.H, p.R, p.stride, p.pad, p.dilation), ow = conv_out(p.W, p.S, p.stride, p.pad, p.dilation);
   return {{DType::F32, {p.N, p.K / p.ob, oh, ow, p.ob}}};
@@ -231,6 +247,24 @@ std::vector<TypeShape> qconv_infer(const OpContext& c) {
 // taken over every tap (the padding is the quantized 0.0: the zero point).
 std::vector<HostTensor> qconv_operands(const QConvParts& p) {
   const int64_t RS = p.R * p.S;
+  if (p.depthwise) {
+    // qdepthwise_conv2d_nchwc's weights: int8 [C/b][R][S][b], four bytes to a word.
+    std::vector<float> blocked(static_cast<size_t>(p.C * RS));
+    std::vector<int64_t> sums(static_cast<size_t>(p.C));
+    for (int64_t c = 0; c < p.C; ++c) {
+      for (int64_t rs = 0; rs < RS; ++rs) {
+        const float v = p.weight(c, 0, rs / p.S, rs % p.S);
+        sums[static_cast<size_t>(c)] += static_cast<int64_t>(v);
+        blocked[static_cast<size_t>(((c / p.ib) * RS + rs) * p.ib + c % p.ib)] = v;
+      }
+    }
+    const int64_t n = static_cast<int64_t>(blocked.size());
+    std::vector<float> words(static_cast<size_t>((n + 3) / 4));
+    for (int64_t i = 0; i < n; i += 4)
+      words[static_cast<size_t>(i / 4)] = quad_word([&](int64_t t) { return blocked[static_cast<size_t>(i + t)]; }, std::min<int64_t>(4, n - i));
+    return {HostTensor::floats({static_cast<int64_t>(words.size())}, std::move(words)),
+            HostTensor::floats({2 + 2 * p.C}, p.q.params(sums))};
+  }
   std::vector<float> words(static_cast<size_t>(p.K * (p.C / 4) * RS));
   std::vector<int64_t> sums(static_cast<size_t>(p.K));
   for (int64_t k = 0; k < p.K; ++k) {
@@ -249,9 +283,9 @@ std::vector<HostTensor> qconv_operands(const QConvParts& p) {
 // As DequantizeLinear(QuantizeLinear(x)) -> Conv(., DequantizeLinear(w)) + bias computes it,
 // in blocked layouts: the data rounded to the uint8 grid (the padding is 0.0), the products in
 // double.
-std::vector<HostTensor> qconv_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
-  QConvParts p = qconv_parts(c.node, c.inputs);
-  HostTensor out = make_like(DType::F32, qconv_infer(c)[0].shape);
+std::vector<HostTensor> qconv_eval(const OpContext& c, const std::vector<const HostTensor*>& in, bool depthwise = false) {
+  QConvParts p = qconv_parts(c.node, c.inputs, depthwise);
+  HostTensor out = make_like(DType::F32, qconv_infer(c, depthwise)[0].shape);
   const int64_t OH = out.shape[2], OW = out.shape[3];
   auto data = [&](int64_t n, int64_t ch, int64_t h, int64_t x) {
     if (h < 0 || h >= p.H || x < 0 || x >= p.W) return 0.0;
@@ -262,10 +296,11 @@ std::vector<HostTensor> qconv_eval(const OpContext& c, const std::vector<const H
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
           double sum = p.q.bias ? p.q.bias->f[static_cast<size_t>(k)] : 0.0;
-          for (int64_t ch = 0; ch < p.C; ++ch)
+          const int64_t first = p.depthwise ? k : 0, last = p.depthwise ? k + 1 : p.C;
+          for (int64_t ch = first; ch < last; ++ch)
             for (int64_t r = 0; r < p.R; ++r)
               for (int64_t s = 0; s < p.S; ++s) {
-                double w = double(p.w->f[static_cast<size_t>(((k * p.C + ch) * p.R + r) * p.S + s)]) * p.q.w_scale[static_cast<size_t>(k)];
+                double w = double(p.weight(k, ch - first, r, s)) * p.q.w_scale[static_cast<size_t>(k)];
                 sum += data(n, ch, oh * p.stride + r * p.dilation - p.pad, ow * p.stride + s * p.dilation - p.pad) * w;
               }
           out.f[static_cast<size_t>((((n * (p.K / p.ob) + k / p.ob) * OH + oh) * OW + ow) * p.ob + k % p.ob)] =
@@ -321,6 +356,14 @@ AnchorWorkload qconv_workload(const Graph& g, const Node& n) {
 
 std::vector<HostTensor> qconv_constants(const Graph& g, const Node& n) {
   return qconv_operands(qconv_parts(n, context(n, g, g.opset).inputs));
+}
+
+AnchorWorkload qdepthwise_workload(const Graph& g, const Node& n) {
+  return {qconv_parts(n, context(n, g, g.opset).inputs, true).spec, ""};
+}
+
+std::vector<HostTensor> qdepthwise_constants(const Graph& g, const Node& n) {
+  return qconv_operands(qconv_parts(n, context(n, g, g.opset).inputs, true));
 }
 
 // `v` as float32: itself, or a Cast of it (an integer zero point).
@@ -683,10 +726,20 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   ops.back().kernel_constants = qmatmul_constants;
   // Made by transform-conv-layout from a QDQ Conv (fold-qdq): inputs x (blocked), weight
   // [K][C][R][S] int8, weight scale, input scale, input zero point, [bias].
-  ops.push_back({"QConvNCHWc", 5, 6, qconv_infer, qconv_eval, nullptr, qconv_workload, nullptr, /*linear_cost=*/false});
+  ops.push_back({"QConvNCHWc", 5, 6, [](const OpContext& c) { return qconv_infer(c); },
+                 [](const OpContext& c, const std::vector<const HostTensor*>& in) { return qconv_eval(c, in); }, nullptr,
+                 qconv_workload, nullptr, /*linear_cost=*/false});
   describe(ops.back(), OpKind::Anchor, {"dilations", "oc_block", "pads", "strides"});
   ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
   ops.back().kernel_constants = qconv_constants;
+  // The same of a QDQ depthwise Conv (group = channels): weight [C][1][R][S] int8, the block
+  // the input's.
+  ops.push_back({"QDepthwiseNCHWc", 5, 6, [](const OpContext& c) { return qconv_infer(c, true); },
+                 [](const OpContext& c, const std::vector<const HostTensor*>& in) { return qconv_eval(c, in, true); },
+                 nullptr, qdepthwise_workload, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Anchor, {"dilations", "pads", "strides"});
+  ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
+  ops.back().kernel_constants = qdepthwise_constants;
   // Made by int8-edges (graph/pass_int8_edges.cc): a value only int8 kernels read, quantized
   // once (in its producer's epilogue, where it fuses) for all of them.
   ops.push_back({"QuantizeU8", 1, 1, quantize_u8_infer, quantize_u8_eval, quantize_u8_te});

@@ -33,7 +33,8 @@ const std::vector<PassInfo>& graph_passes() {
       // dequantized weights constants.
       {"fold-qdq", 1,
        "a QDQ model's MatMul/Gemm of quantized activations and int8 weights as one QMatMul, an int8 kernel that "
-       "quantizes its input on entry (CPU targets; its convolutions become QConvNCHWc in transform-conv-layout)",
+       "quantizes its input on entry (CPU targets; its convolutions become QConvNCHWc, depthwise ones QDepthwiseNCHWc, in "
+       "transform-conv-layout)",
        [](Graph& g, const PassOptions& o) { return fold_qdq_matmuls(g, o.channel_block); }},
       {"recognize-composites", 2,
        "replace the decompositions exporters write for LayerNorm, GELU and softmax by one operator",

@@ -104,7 +104,8 @@ bool split_grouped_convs(Graph& g);
 bool recognize_composites(Graph& g);
 bool combine_parallel_matmuls(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);
-// int8: QDQ convolutions (qdq_operands) become QConvNCHWc, int8 kernels (fold-qdq's part).
+// int8: QDQ convolutions (qdq_operands) become QConvNCHWc (depthwise ones QDepthwiseNCHWc), int8
+// kernels (fold-qdq's part).
 bool transform_conv_layout(Graph& g, int64_t channel_block, bool int8 = false);
 bool fold_qdq_matmuls(Graph& g, int64_t channel_block);
 // uint8 values between int8 kernels (graph/pass_int8_edges.cc).

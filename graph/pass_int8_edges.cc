@@ -20,7 +20,7 @@
 namespace tf::graph {
 namespace {
 
-bool int8_kernel(const std::string& op) { return op == "QMatMul" || op == "QConvNCHWc"; }
+bool int8_kernel(const std::string& op) { return op == "QMatMul" || op == "QConvNCHWc" || op == "QDepthwiseNCHWc"; }
 
 // The input scale and zero point an int8 kernel quantizes its input with (its inputs 3 and 4,
 // single float constants), or nullopt.

@@ -156,9 +156,9 @@ class LayoutRewriter {
       else
         ib = block_for(C) ? block_for(C) : C;
     }
-    if (!depthwise && int8_ && ib % 4 == 0) {
+    if (int8_ && (depthwise || ib % 4 == 0)) {
       if (std::optional<QdqOperands> q = qdq_operands(g_, n.inputs[0], n.inputs[1], 0)) {
-        convert_qconv(n, *q, ib, ob);
+        convert_qconv(n, *q, ib, ob, depthwise);
         return true;
       }
     }
@@ -203,14 +203,15 @@ class LayoutRewriter {
   // A QDQ convolution (DequantizeLinear(QuantizeLinear(x)) by DequantizeLinear of int8
   // weights) as a QConvNCHWc of x in blocks of `ib` (fold-qdq's part): its kernel quantizes x
   // on entry and multiplies bytes; the int8 weights stay [K][C][R][S] (the kernel's quads are
-  // made at compile time, graph/import_quantize.cc).
-  void convert_qconv(const Node& n, const QdqOperands& q, int64_t ib, int64_t ob) {
+  // made at compile time, graph/import_quantize.cc). A depthwise one (`depthwise`, weights
+  // [C][1][R][S], ib = ob) as a QDepthwiseNCHWc.
+  void convert_qconv(const Node& n, const QdqOperands& q, int64_t ib, int64_t ob, bool depthwise) {
     std::string xb = to_blocked(q.x, ib);
     const Shape& y = g_.value(n.outputs[0]).shape;
     std::string yb = g_.add_float(n.outputs[0] + "_" + layout_name(ob), {y[0], y[1] / ob, y[2], y[3], ob});
     Node c;
     c.name = n.name;
-    c.op = "QConvNCHWc";
+    c.op = depthwise ? "QDepthwiseNCHWc" : "QConvNCHWc";
     c.inputs = {xb, g_.add_constant(n.inputs[1] + "_int8", q.w)};
     add_quantization_constants(g_, n.name, q, c.inputs);
     if (n.inputs.size() > 2 && !n.inputs[2].empty()) c.inputs.push_back(n.inputs[2]);
@@ -220,7 +221,7 @@ class LayoutRewriter {
     }
     c.attrs["pads"] = n.get_string("auto_pad", "NOTSET") == "VALID" ? std::vector<int64_t>{0, 0, 0, 0}
                                                                      : n.get_ints("pads", {0, 0, 0, 0});
-    c.attrs["oc_block"] = ob;
+    if (!depthwise) c.attrs["oc_block"] = ob;
     ++g_.int8_nodes;
     emit_with_back(std::move(c), yb, ob);
   }

@@ -8,7 +8,10 @@ namespace {
 
 class DepthwiseNchwcCpu final : public CpuTemplate {
  public:
-  DepthwiseNchwcCpu() : CpuTemplate("depthwise_conv2d_nchwc.cpu", 1, {"depthwise_conv2d_nchwc"}, TargetKind::Llvm) {}
+  // qdepthwise_conv2d_nchwc (int8) too: its padded bytes ("A.u8") are widened in the product.
+  DepthwiseNchwcCpu()
+      : CpuTemplate("depthwise_conv2d_nchwc.cpu", 1, {"depthwise_conv2d_nchwc", "qdepthwise_conv2d_nchwc"},
+                    TargetKind::Llvm, {OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
@@ -34,7 +37,11 @@ class DepthwiseNchwcCpu final : public CpuTemplate {
   void apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const override {
     int64_t tw = c["tile_w"];
     bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
-    schedule_pad(s, g, c, t.vector_lanes(), /*blocked=*/true);
+    // Float data quantized on entry is quantized once (a division an element), not per tap.
+    const bool quantizes = g.pad && g.pad->dtype == ir::Type::uint8() && g.inputs[0]->dtype != ir::Type::uint8();
+    json pc = c;
+    if (quantizes) pc["inline_pad"] = false;
+    schedule_pad(s, g, pc, t.vector_lanes(), /*blocked=*/true);
     auto [acc, out] = acc_and_writer(s, g);
     const auto& o = out->op()->axes;  // n, co, oh, ow, cb
     auto [wo, wi] = out->split(o[3].var, tw);

@@ -317,6 +317,24 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QConv,
                                            "qconv2d_nchwc(N=2,C=16,H=9,W=9,K=24,R=1,S=1,stride=2,ic_block=16,oc_block=8,"
                                            "dtype=uint8,weight_dtype=int8,epilogue=bias)"));
 
+// qdepthwise_conv2d_nchwc (a quantized model's depthwise Conv): float data quantized on entry
+// or uint8 data, padded and strided windows, a 5x5 window, epilogues; the sums are exact.
+class QDepthwise : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(QDepthwise, MatchesTheReferenceOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_x86_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  expect_matches_on_targets(GetParam(), targets, 41);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, QDepthwise,
+    ::testing::Values("qdepthwise_conv2d_nchwc(N=1,C=32,H=7,W=9,R=3,S=3,pad=1,block=16)",
+                      "qdepthwise_conv2d_nchwc(N=1,C=32,H=9,W=7,R=3,S=3,stride=2,pad=1,block=16,dtype=uint8,weight_dtype=int8,"
+                      "epilogue=bias_relu)",
+                      "qdepthwise_conv2d_nchwc(N=2,C=24,H=10,W=9,R=5,S=5,stride=2,pad=2,block=8,epilogue=bias)",
+                      "qdepthwise_conv2d_nchwc(N=1,C=12,H=6,W=5,R=3,S=3,block=4,dtype=uint8,weight_dtype=int8)"));
+
 TEST(QConv, BlocksOfOddQuadsAreRefused) {
   expect_user_error([] { parse_workload("qconv2d_nchwc(N=1,C=6,H=5,W=5,K=16,R=3,S=3,ic_block=6,oc_block=16)"); },
                     "ic_block=6 is not a multiple of 4");

@@ -1803,6 +1803,80 @@ TEST(OnnxImport, QdqConvolutionsFoldIntoInt8Kernels) {
   for (size_t k = 0; k < want.f.size(); ++k) EXPECT_NEAR(want.f[k], got[0].f[k], 1e-5 * (1 + std::fabs(want.f[k]))) << k;
 }
 
+// Depthwise QDQ convolutions become QDepthwiseNCHWc (qdepthwise_conv2d_nchwc kernels): a 3x3
+// one with a bias and Relu, then a 5x5 strided one that reads the first's output as uint8
+// (int8-edges). Reference and compiled outputs match the QDQ graph's.
+TEST(OnnxImport, QdqDepthwiseConvolutionsFoldIntoInt8Kernels) {
+  ModelBuilder b(13);
+  const int64_t C = 16;
+  b.input("x", {1, C, 11, 10});
+  auto qdq = [&](const std::string& in, const std::string& out, float scale, int32_t zero) {
+    b.floats_shaped(out + "_s", {}, {scale});
+    b.bytes(out + "_z", {}, {zero}, onnx::TensorProto::UINT8);
+    b.node("QuantizeLinear", {in, out + "_s", out + "_z"}, {out + "_q"});
+    b.node("DequantizeLinear", {out + "_q", out + "_s", out + "_z"}, {out});
+  };
+  auto depthwise = [&](const std::string& in, const std::string& out, int64_t R, int64_t stride, bool bias) {
+    std::vector<int32_t> w(static_cast<size_t>(C * R * R));
+    for (size_t k = 0; k < w.size(); ++k) w[k] = static_cast<int32_t>((k * 41 + static_cast<size_t>(R)) % 255) - 127;
+    b.bytes(out + "_w", {C, 1, R, R}, w);
+    std::vector<float> s(static_cast<size_t>(C));
+    for (size_t k = 0; k < s.size(); ++k) s[k] = 0.003f + 0.001f * static_cast<float>(k % 5);
+    b.floats(out + "_ws", s);
+    set_int(b.node("DequantizeLinear", {out + "_w", out + "_ws"}, {out + "_wd"}), "axis", 0);
+    std::vector<std::string> ins = {in, out + "_wd"};
+    if (bias) {
+      std::vector<float> bv(static_cast<size_t>(C));
+      for (size_t k = 0; k < bv.size(); ++k) bv[k] = 0.05f * static_cast<float>(k % 7) - 0.1f;
+      b.floats(out + "_b", bv);
+      ins.push_back(out + "_b");
+    }
+    auto* n = b.node("Conv", ins, {out});
+    set_int(n, "group", C);
+    const int64_t p = R / 2;
+    set_ints(n, "pads", {p, p, p, p});
+    set_ints(n, "strides", {stride, stride});
+  };
+  qdq("x", "xd", 0.02f, 120);
+  depthwise("xd", "d1", 3, 1, true);
+  b.node("Relu", {"d1"}, {"r1"});
+  qdq("r1", "r1d", 0.01f, 0);
+  depthwise("r1d", "y", 5, 2, false);
+  b.output("y");
+  const Graph qdq_graph = b.import();
+  Graph g = qdq_graph;
+  run_passes(g, PassOptions{2, {}, {}, nullptr, channel_block(tf::host_target())});
+  int folded = 0, u8 = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op != "QDepthwiseNCHWc") continue;
+    ++folded;
+    u8 += g.value(n.inputs[0]).dtype == DType::U8;
+    EXPECT_NE(anchor_workload(g, n).spec.find("qdepthwise_conv2d_nchwc("), std::string::npos);
+  }
+  EXPECT_EQ(folded, 2);
+  EXPECT_EQ(u8, 1);
+  EXPECT_EQ(g.int8_nodes, 2);
+  HostTensor x = HostTensor::floats({1, C, 11, 10}, std::vector<float>(static_cast<size_t>(C * 110)));
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(0.53f * static_cast<float>(k)) * 2.0f;
+  auto want = run_reference(qdq_graph, {{"x", x}}).at("y"), ref = run_reference(g, {{"x", x}}).at("y");
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(g, {&x}, "depthwise_conv2d_nchwc.cpu", from_template);
+  EXPECT_EQ(from_template, 2);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.f.size(), got[0].f.size());
+  // The kernels sum exactly and scale in float32; where the first output lands on a rounding
+  // tie of r1's grid (0.01), float rounding may put it one step over: the second then
+  // differs by that step times a weight (at most 0.01 x 127 x 0.007). Few may; none by more.
+  int stepped = 0;
+  for (size_t k = 0; k < want.f.size(); ++k) {
+    EXPECT_NEAR(ref.f[k], want.f[k], 1e-5 * (1 + std::fabs(want.f[k]))) << k;
+    const float d = std::fabs(got[0].f[k] - want.f[k]);
+    stepped += d > 1e-5f * (1 + std::fabs(want.f[k]));
+    EXPECT_LT(d, 0.01f * 127 * 0.007f * 2) << k;
+  }
+  EXPECT_LE(stepped, static_cast<int>(want.f.size()) / 50);
+}
+
 // int8-edges: a value only int8 kernels read, all with one input scale and zero point, is
 // quantized once by a QuantizeU8 that fuses into its producer's epilogue, and its readers take
 // uint8 (dtype=uint8 workloads). Here: a Relu after an int8 conv (one reader), a conv's output
@@ -1980,6 +2054,11 @@ TEST(OnnxImport, QMatMulRefusalsNameWhatIsAtFault) {
   EXPECT_EQ(conv({1, 2, 5, 5, 6}, 16, {1, 1, 1, 1}),
             "node 'qc' (QConvNCHWc): input block 6 is not a multiple of 4 (the kernel reads quads of channels)");
   EXPECT_EQ(conv({1, 2, 5, 5, 8}, 16, {1, 0, 1, 0}), "node 'qc' (QConvNCHWc): pads [1, 0, 1, 0] differ");
+  // QDepthwiseNCHWc: one weight channel per channel.
+  conv({1, 2, 5, 5, 8}, 16, {1, 1, 1, 1});
+  Node d{"qd", "QDepthwiseNCHWc", {"x", "w", "ws", "xs", "xz"}, {"y"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}};
+  EXPECT_EQ(error([&] { infer_node(d, c, 13); }),
+            "node 'qd' (QDepthwiseNCHWc): weight must be int8 values of shape [16, 1, R, S], not [16, 16, 3, 3]");
   // QuantizeU8 (int8-edges makes it; a model may name it too): its parameters and input.
   Graph u;
   u.values["x"] = Value{"x", DType::F32, {2, 4}, std::nullopt};
@@ -2106,9 +2185,9 @@ TEST(OpRegistry, EveryOperatorIsComplete) {
     anchors += *d->pattern == OpKind::Anchor;
     expanded += d->expand != nullptr;
   }
-  // MatMul, Gemm, Conv, ConvNCHWc, QMatMul, QConvNCHWc, MatMulBF16, ConvNCHWcBF16, MatMulFP16,
-  // ConvNCHWcFP16
-  EXPECT_EQ(anchors, 10);
+  // MatMul, Gemm, Conv, ConvNCHWc, QMatMul, QConvNCHWc, QDepthwiseNCHWc, MatMulBF16,
+  // ConvNCHWcBF16, MatMulFP16, ConvNCHWcFP16
+  EXPECT_EQ(anchors, 11);
   EXPECT_GE(expanded, 7);  // RNN, GRU, LSTM; Conv, ConvTranspose, MaxPool, AveragePool
   // The facts that used to live in lists beside the registry, spot-checked.
   EXPECT_EQ(op_kind("Transpose"), OpKind::Injective);

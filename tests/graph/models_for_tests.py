@@ -49,6 +49,28 @@ class ResidualCnn(torch.nn.Module):
         return self.fc(y.mean((2, 3)))
 
 
+class InvertedResidual(torch.nn.Module):
+    """MobileNet-v2's block: a 1x1 expansion, a depthwise 3x3 (strided in the second), a 1x1
+    projection, ReLU6, a residual Add in the first."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.blocks = torch.nn.ModuleList()
+        for stride in (1, 2):
+            self.blocks.append(torch.nn.Sequential(
+                torch.nn.Conv2d(16, 64, 1), torch.nn.ReLU6(),
+                torch.nn.Conv2d(64, 64, 3, stride=stride, padding=1, groups=64), torch.nn.ReLU6(),
+                torch.nn.Conv2d(64, 16, 1)))
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.stem(x))
+        y = y + self.blocks[0](y)
+        y = self.blocks[1](y)
+        return self.fc(y.mean((2, 3)))
+
+
 class Encoder(torch.nn.Module):
     """One transformer encoder layer (d_model 64, 4 heads, feed-forward 128), and optionally a
     Linear head."""

@@ -36,7 +36,7 @@ def ort_dir():
     return None
 
 
-from models_for_tests import Classifier, Encoder, ResidualCnn  # noqa: E402
+from models_for_tests import Classifier, Encoder, InvertedResidual, ResidualCnn  # noqa: E402
 
 
 def run(*args):
@@ -75,13 +75,16 @@ class OrtTest(models_for_tests.ModelTestCase):
         run("run", "--model", model, "--input", f"x={xp}", "--output", yp, "--repeat", "1", "--no-db")
         return np.load(yp)
 
-    def check(self, name, model, shape, seed):
+    def check(self, name, model, shape, seed, int8_nodes=None):
         path = os.path.join(self.d, name + ".onnx")
         torch.onnx.export(model.eval(), (torch.randn(*shape),), path, opset_version=17, input_names=["x"],
                           output_names=["y"])
         q = os.path.join(self.d, name + ".int8.onnx")
         run("quantize", path, "-o", q, "--samples", "4")
-        self.assertGreater(json.loads(run("import", q, "--json"))["int8_nodes"], 0)
+        info = json.loads(run("import", q, "--json"))
+        self.assertGreater(info["int8_nodes"], 0)
+        if int8_nodes is not None:
+            self.assertEqual(info["int8_nodes"], int8_nodes, name)
         x = np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
         # float32: both compute the model as exported.
         want32, got32 = self.ort(path, x), self.ours(path, x)
@@ -104,6 +107,11 @@ class OrtTest(models_for_tests.ModelTestCase):
 
     def test_a_cnn(self):
         self.check("cnn", ResidualCnn(), (16, 3, 24, 24), 6)
+
+    def test_mobilenet_blocks(self):
+        # int8 depthwise convolutions (qdepthwise_conv2d_nchwc) between int8 1x1 ones: all but
+        # the 3-channel stem in int8 (six convolutions and the Linear).
+        self.check("mbv2", InvertedResidual(), (8, 3, 20, 20), 9, int8_nodes=7)
 
     def test_a_transformer_layer(self):
         self.check("enc", Encoder(), (1, 16, 64), 7)
