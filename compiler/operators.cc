@@ -181,6 +181,24 @@ namespace {
 Expr quantize_u8(Expr x, const Tensor& P) { return ir::quantize_u8(std::move(x), read(P, {Expr(0)}), read(P, {Expr(1)})); }
 
 
+// "A.u8": blocked data [N][C/b][H][W][b] as uint8, padded by `pad` on both spatial sides with
+// the zero point (the quantized 0.0): float data quantized with P's scale and zero point,
+// uint8 data (dtype=uint8) as it is. One pass over the input.
+Tensor padded_u8(const Tensor& data, const Tensor& P, int64_t pad) {
+  const Type u8 = Type::uint8();
+  const std::vector<int64_t>& s = data->shape;
+  const int64_t H = s[2], W = s[3];
+  return compute("A.u8", {s[0], s[1], H + 2 * pad, W + 2 * pad, s[4]}, {"n", "c", "h", "w", "cb"},
+                 [&](const std::vector<Expr>& ax) {
+                   Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4]});
+                   if (data->dtype != u8) x = Cast::make(u8, quantize_u8(x, P));
+                   if (pad == 0) return x;
+                   Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
+                                             logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
+                   return select(inside, x, Cast::make(u8, quantize_u8(f32(0.0), P)));
+                 });
+}
+
 // The float32 output of a quantized product from its int32 sum `acc` at `ax`, for output
 // channel `channel` of `channels`: acc * P[2 + channel] + P[2 + channels + channel], then the
 // workload's epilogue (its bias along `channel`).
@@ -346,18 +364,7 @@ void build_qconv2d_nchwc(OpGraph& g) {
   Tensor data = make_input(g, "data", {N, C / ib, H, W, ib}, given_u8 ? u8 : Type::float32());
   Tensor B = make_input(g, "B", {K / ob, C / 4, R, S, ob}, i32);
   Tensor P = make_input(g, "P", {2 + 2 * K});
-  // The quantized data, padded: one pass over the input (data given as uint8 is only padded,
-  // with the zero point: the quantized 0.0).
-  Tensor au8 = compute("A.u8", {N, C / ib, H + 2 * pad, W + 2 * pad, ib}, {"n", "c", "h", "w", "cb"},
-                       [&](const std::vector<Expr>& ax) {
-                         Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4]});
-                         if (!given_u8) x = Cast::make(u8, quantize_u8(x, P));
-                         if (pad == 0) return x;
-                         Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
-                                                   logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
-                         return select(inside, x, Cast::make(u8, quantize_u8(f32(0.0), P)));
-                       });
-  g.pad = au8;
+  Tensor au8 = g.pad = padded_u8(data, P, pad);
   IterVar rco = reduce_axis(C / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
           rcq = reduce_axis(bq, "rcq");
   std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
@@ -528,15 +535,7 @@ void build_qdepthwise_conv2d_nchwc(OpGraph& g) {
   Tensor data = make_input(g, "data", {N, C / b, H, W, b}, given_u8 ? u8 : Type::float32());
   Tensor weight = make_input(g, "weight", {C / b, R, S, b}, Type::int8());
   Tensor P = make_input(g, "P", {2 + 2 * C});
-  g.pad = compute("A.u8", {N, C / b, H + 2 * pad, W + 2 * pad, b}, {"n", "c", "h", "w", "cb"},
-                  [&](const std::vector<Expr>& ax) {
-                    Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4]});
-                    if (!given_u8) x = Cast::make(u8, quantize_u8(x, P));
-                    if (pad == 0) return x;
-                    Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
-                                              logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
-                    return select(inside, x, Cast::make(u8, quantize_u8(f32(0.0), P)));
-                  });
+  g.pad = padded_u8(data, P, pad);
   IterVar rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs");
   std::vector<std::string> names = {"n", "co", "oh", "ow", "cb"};
   g.acc = compute("acc", {N, C / b, OH, OW, b}, names, [&](const std::vector<Expr>& ax) {
