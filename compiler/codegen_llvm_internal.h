@@ -146,11 +146,15 @@ class CodeGen {
     const llvm::APInt hi = is_unsigned ? llvm::APInt::getMaxValue(bits) : llvm::APInt::getSignedMaxValue(bits);
     llvm::Constant* flo = bound(lo);
     llvm::Constant* fhi = bound(hi);
-    llvm::Value* x = b_.CreateSelect(b_.CreateFCmpUNO(v, v), llvm::Constant::getNullValue(v->getType()), v);
-    x = b_.CreateSelect(b_.CreateFCmpOLT(x, flo), flo, x);
+    // Unsigned: NaN and what is below 0 to 0 in one compare (x86: one vmaxps).
+    llvm::Value* x = is_unsigned ? b_.CreateSelect(b_.CreateFCmpOGT(v, flo), v, flo)
+                                 : b_.CreateSelect(b_.CreateFCmpUNO(v, v), llvm::Constant::getNullValue(v->getType()), v);
+    if (!is_unsigned) x = b_.CreateSelect(b_.CreateFCmpOLT(x, flo), flo, x);
     llvm::Value* above = b_.CreateFCmpOGT(x, fhi);
     x = b_.CreateSelect(above, fhi, x);
     llvm::Value* k = is_unsigned ? b_.CreateFPToUI(x, t) : b_.CreateFPToSI(x, t);
+    // A maximum the float holds exactly (8 and 16 bits) is what the conversion of fhi gives.
+    if (bits < 24) return k;
     return b_.CreateSelect(above, llvm::ConstantInt::get(t, hi), k);
   }
 

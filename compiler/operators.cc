@@ -176,8 +176,7 @@ void build_matmul(OpGraph& g) {
 
 namespace {
 
-// QuantizeLinear of x to uint8 (as an int32 in [0, 255]) with the scale P[0] and zero point
-// P[1]: round half to even, the saturating cast to int32 (NaN: 0), the clamp.
+// QuantizeLinear of x to uint8 with the scale P[0] and zero point P[1] (ir::quantize_u8).
 Expr quantize_u8(Expr x, const Tensor& P) { return ir::quantize_u8(std::move(x), read(P, {Expr(0)}), read(P, {Expr(1)})); }
 
 
@@ -191,11 +190,11 @@ Tensor padded_u8(const Tensor& data, const Tensor& P, int64_t pad) {
   return compute("A.u8", {s[0], s[1], H + 2 * pad, W + 2 * pad, s[4]}, {"n", "c", "h", "w", "cb"},
                  [&](const std::vector<Expr>& ax) {
                    Expr x = read(data, {ax[0], ax[1], ax[2] - pad, ax[3] - pad, ax[4]});
-                   if (data->dtype != u8) x = Cast::make(u8, quantize_u8(x, P));
+                   if (data->dtype != u8) x = quantize_u8(x, P);
                    if (pad == 0) return x;
                    Expr inside = logical_and(logical_and(ax[2] >= pad, ax[2] < Expr(H + pad)),
                                              logical_and(ax[3] >= pad, ax[3] < Expr(W + pad)));
-                   return select(inside, x, Cast::make(u8, quantize_u8(f32(0.0), P)));
+                   return select(inside, x, quantize_u8(f32(0.0), P));
                  });
 }
 
@@ -233,7 +232,7 @@ void build_qmatmul(OpGraph& g) {
   Tensor A = make_input(g, "A", {M, K}, given_u8 ? Type::uint8() : Type::float32());
   Tensor B = make_input(g, "B", {Q, N}, i32);
   Tensor P = make_input(g, "P", {2 + 2 * N});
-  auto quant = [&](Expr x) { return given_u8 ? x : Cast::make(Type::uint8(), quantize_u8(std::move(x), P)); };
+  auto quant = [&](Expr x) { return given_u8 ? x : quantize_u8(std::move(x), P); };
   // A quantized (or given so: dtype=uint8), K zero-padded to whole quads, then read four
   // bytes to a quad (which LLVM loads as one int32 where the quad is read in the product's
   // loop).

@@ -69,8 +69,8 @@ Expr cos(Expr x);
 Expr floor(Expr x);
 Expr ceil(Expr x);
 Expr round_even(Expr x);
-// ONNX's QuantizeLinear of float x to uint8, as an int32 in [0, 255]: x / scale rounded half
-// to even, plus the zero point, the saturating cast to int32 (NaN: 0), then the clamp. The
+// ONNX's QuantizeLinear of float x to uint8: x / scale rounded half to even, plus the zero
+// point, saturated to [0, 255] (NaN: 0; as a saturating cast to int32 and a clamp). The
 // int8 kernels quantize their input so, and a producer's epilogue that writes uint8 for them
 // (QuantizeU8, graph/pass_int8_edges.cc) the same way, bit for bit.
 Expr quantize_u8(Expr x, Expr scale, Expr zero_point);

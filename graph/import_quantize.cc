@@ -346,7 +346,7 @@ std::vector<ir::Tensor> quantize_u8_te(const Graph&, const Node& n, const OpCont
   const U8Quantization q = u8_quantization(n);
   const TeOperand& x = te::need(n, in, 0);
   return {te::elementwise(name, out, [&](const te::Index& i) {
-    return ir::Cast::make(ir::Type::uint8(), ir::quantize_u8(read_broadcast(x, i), ir::f32(q.scale), ir::f32(q.zero)));
+    return ir::quantize_u8(read_broadcast(x, i), ir::f32(q.scale), ir::f32(q.zero));
   })};
 }
 
