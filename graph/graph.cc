@@ -200,6 +200,9 @@ void verify(const Graph& g) {
   }
   for (const std::string& out : g.outputs) {
     if (!defined.count(out)) throw UserError(str("graph output '", out, "' is never defined"));
+    // uint8 values (QuantizeU8's) live between int8 kernels only: the model ABI has no uint8.
+    if (g.value(out).dtype == DType::U8)
+      throw UserError(str("graph output '", out, "' is uint8; model outputs must be float32, int64 or bool"));
   }
 }
 

@@ -724,6 +724,7 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   ops.push_back({"QMatMul", 5, 6, qmatmul_infer, qmatmul_eval, nullptr, qmatmul_workload, nullptr, /*linear_cost=*/false});
   describe(ops.back(), OpKind::Anchor);
   ops.back().kernel_constants = qmatmul_constants;
+  ops.back().uint8_data = true;
   // Made by transform-conv-layout from a QDQ Conv (fold-qdq): inputs x (blocked), weight
   // [K][C][R][S] int8, weight scale, input scale, input zero point, [bias].
   ops.push_back({"QConvNCHWc", 5, 6, [](const OpContext& c) { return qconv_infer(c); },
@@ -732,6 +733,7 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Anchor, {"dilations", "oc_block", "pads", "strides"});
   ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
   ops.back().kernel_constants = qconv_constants;
+  ops.back().uint8_data = true;
   // The same of a QDQ depthwise Conv (group = channels): weight [C][1][R][S] int8, the block
   // the input's.
   ops.push_back({"QDepthwiseNCHWc", 5, 6, [](const OpContext& c) { return qconv_infer(c, true); },
@@ -740,6 +742,7 @@ void register_quantize_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Anchor, {"dilations", "pads", "strides"});
   ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
   ops.back().kernel_constants = qdepthwise_constants;
+  ops.back().uint8_data = true;
   // Made by int8-edges (graph/pass_int8_edges.cc): a value only int8 kernels read, quantized
   // once (in its producer's epilogue, where it fuses) for all of them.
   ops.push_back({"QuantizeU8", 1, 1, quantize_u8_infer, quantize_u8_eval, quantize_u8_te});

@@ -106,6 +106,12 @@ const OpDef& check_node(const Node& n) {
 std::vector<TypeShape> infer_node(const Node& n, const Graph& g, int64_t opset) {
   const OpDef* d = &check_node(n);
   TF_CHECK(d->infer, n.op, " reached inference: the importer expands it (OpDef::expand)");
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    auto v = n.inputs[k].empty() ? g.values.end() : g.values.find(n.inputs[k]);
+    if (v != g.values.end() && v->second.dtype == DType::U8 && !(k == 0 && d->uint8_data))
+      throw UserError(str(n.where(), ": input ", k, " ('", n.inputs[k], "') is uint8, which only the int8 products "
+                          "(QMatMul, QConvNCHWc, QDepthwiseNCHWc) read, as their data"));
+  }
   std::vector<TypeShape> out = d->infer(context(n, g, opset));
   for (const TypeShape& t : out) check_tensor_size(n.where(), t.shape);
   return out;

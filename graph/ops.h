@@ -124,6 +124,10 @@ struct OpDef {
   // follow input 0 in the kernel's call (QMatMul: int8 weights as quads, quantization
   // parameters, per-column scale and offset). Null: the node's inputs 0 and 1 (and the bias).
   std::vector<HostTensor> (*kernel_constants)(const Graph& g, const Node& n) = nullptr;
+  // Reads a uint8 value (QuantizeU8's, graph/pass_int8_edges.cc) as its input 0: the int8
+  // products. infer_node refuses uint8 inputs anywhere else (kernels would read the bytes as
+  // floats).
+  bool uint8_data = false;
 };
 
 // Sets the facts of an entry just pushed: registration files call it after each push_back.

@@ -2073,6 +2073,25 @@ TEST(OnnxImport, QMatMulRefusalsNameWhatIsAtFault) {
   EXPECT_EQ(quantize("x", INFINITY, 3), "node 'q8' (QuantizeU8): scale inf is not a positive finite number");
   EXPECT_EQ(quantize("x", 0.5f, 256), "node 'q8' (QuantizeU8): zero_point 256 is not in [0, 255]");
   EXPECT_EQ(quantize("i", 0.5f, 3), "node 'q8' (QuantizeU8): input must be float32, not int64");
+  // A model may name QuantizeU8, but its uint8 result is no model output (the ABI has no
+  // uint8) and no other operator's input.
+  for (const std::string reader : {"", "Cast", "Identity"}) {
+    ModelBuilder m(13);
+    m.input("x", {4});
+    auto* q = m.node("QuantizeU8", {"x"}, {"q"});
+    set_float(q, "scale", 0.1f);
+    set_int(q, "zero_point", 3);
+    if (!reader.empty()) {
+      auto* r = m.node(reader, {"q"}, {"y"}, "r");
+      if (reader == "Cast") set_int(r, "to", onnx::TensorProto::FLOAT);
+    }
+    m.output(reader.empty() ? "q" : "y");
+    EXPECT_NE(m.error().find(reader.empty() ? "graph output 'q' is uint8; model outputs must be float32, int64 or bool"
+                                            : "node 'r' (" + reader + "): input 0 ('q') is uint8, which only the int8 "
+                                              "products (QMatMul, QConvNCHWc, QDepthwiseNCHWc) read, as their data"),
+              std::string::npos)
+        << reader << ": " << m.error();
+  }
   // QMatMul reads float32 or uint8.
   g.values["xi"] = Value{"xi", DType::I64, {2, 4}, std::nullopt};
   Node ni{"qm", "QMatMul", {"xi", "w", "ws", "xs", "xz"}, {"y"}, {}};
