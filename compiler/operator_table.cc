@@ -147,10 +147,6 @@ void check_depthwise_nchwc(const Workload& w, const std::string& spec) {
   check_block(w, spec, "C", "block");
 }
 
-// The int8 products' operands: float data quantized on entry (the default, float32), or data
-// given already quantized (uint8 x int8).
-const std::vector<OperandTypes> kQuantizedInputs = {OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}};
-
 // The keys of the blocked (NCHWc) convolutions: float32, int8, bfloat16 and float16 alike.
 const std::vector<WorkloadKey> kNchwcConvKeys = {
     {"N", kReq, 1},   {"C", kReq, 1},   {"H", kReq, 1},        {"W", kReq, 1},
@@ -177,7 +173,7 @@ const std::vector<OperatorDef>& operator_table() {
       {"qmatmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
        check_const_b, qmatmul_footprint, build_qmatmul, reference_qmatmul, "qmatmul(M=16,N=40,K=22)",
-       kQuantizedInputs, {"qmatmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)"}, /*float_output=*/true},
+       kQuantizedInputTypes, {"qmatmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)"}, /*float_output=*/true},
       // Operands rounded to bfloat16, products summed in float32 (build_matmul_bf16): a float
       // A converted on entry, B given as pairs of bfloat16 in int32 words; a float model's
       // MatMul/Gemm with constant weights under --precision bf16 (graph/pass_auto_mixed_precision.cc).
@@ -212,7 +208,7 @@ const std::vector<OperatorDef>& operator_table() {
       // entry, int8 weights as quads of input channels, scaled per output channel.
       {"qconv2d_nchwc", kNchwcConvKeys,
        check_qconv_nchwc, conv2d_footprint, build_qconv2d_nchwc, reference_qconv2d_nchwc,
-       "qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)", kQuantizedInputs,
+       "qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)", kQuantizedInputTypes,
        {"qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16,dtype=uint8,weight_dtype=int8)"},
        /*float_output=*/true},
       // A float model's Conv at --precision bf16 (graph/pass_auto_mixed_precision.cc): data and
@@ -234,7 +230,7 @@ const std::vector<OperatorDef>& operator_table() {
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
         {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},
        check_depthwise_nchwc, depthwise_footprint, build_qdepthwise_conv2d_nchwc, reference_qdepthwise_conv2d_nchwc,
-       "qdepthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)", kQuantizedInputs,
+       "qdepthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)", kQuantizedInputTypes,
        {"qdepthwise_conv2d_nchwc(N=1,C=32,H=9,W=7,R=3,S=3,stride=2,pad=1,block=16,dtype=uint8,weight_dtype=int8)"},
        /*float_output=*/true},
       // 3x3 stride-1 NCHWc convolutions by Winograd's minimal filtering, the weights given

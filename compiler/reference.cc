@@ -46,6 +46,14 @@ int64_t quantize_u8(float x, const float* p) {
   return std::clamp<int64_t>(i, 0, 255);
 }
 
+// An int8 product's data element `v` as the uint8 it multiplies: given as uint8
+// (dtype=uint8), its value; float, quantized with p = {scale, zero point}; outside the image
+// (`inside` false: padding), the quantized 0.0, the zero point.
+int64_t data_byte(const Workload& w, float v, bool inside, const float* p) {
+  if (!inside) return quantize_u8(0.0f, p);
+  return w.types.data == DType::Uint8 ? static_cast<int64_t>(v) : quantize_u8(v, p);
+}
+
 // Byte t of a quad word (an int32 value held as a float), as int8.
 int64_t quad_byte(float word_value, int64_t t) {
   auto word = static_cast<uint32_t>(static_cast<int32_t>(word_value));
@@ -94,8 +102,7 @@ void reference_qmatmul(const Workload& w, const Inputs& in, float* out) {
   const int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
   const float *A = in[0], *B = in[1], *aq = in[2], *scale = in[2] + 2, *offset = in[2] + 2 + N;
   const float* bias = bias_of(w, in, 3);
-  // A given as uint8 (dtype=uint8) is its values.
-  auto quant = [&](float x) { return w.types.data == DType::Uint8 ? static_cast<int64_t>(x) : quantize_u8(x, aq); };
+  auto quant = [&](float x) { return data_byte(w, x, true, aq); };
   // The weights' bytes: byte k % 4 of quad word B[k / 4][j].
   auto weight = [&](int64_t k, int64_t j) { return quad_byte(B[k / 4 * N + j], k % 4); };
   for (int64_t i = 0; i < M; ++i) {
@@ -225,7 +232,6 @@ void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
   const int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
   const float *data = in[0], *B = in[1], *p = in[2];
   const float* bias = bias_of(w, in, 3);
-  const bool given_u8 = w.types.data == DType::Uint8;
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t k = 0; k < d.K; ++k)
       for (int64_t oh = 0; oh < d.OH; ++oh)
@@ -238,9 +244,7 @@ void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
                 bool inside = h >= 0 && h < d.H && x >= 0 && x < d.W;
                 float v = inside ? data[(((n * (d.C / ib) + c / ib) * d.H + h) * d.W + x) * ib + c % ib] : 0.0f;
                 float word = B[((((k / ob) * (d.C / 4) + c / 4) * d.R + r) * d.S + s) * ob + k % ob];
-                // uint8 data (dtype=uint8) is its values, its padding the zero point.
-                int64_t q = given_u8 && inside ? static_cast<int64_t>(v) : quantize_u8(v, p);
-                acc += q * quad_byte(word, c % 4);
+                acc += data_byte(w, v, inside, p) * quad_byte(word, c % 4);
               }
           double v = double(static_cast<float>(static_cast<int32_t>(acc))) * p[2 + k] + p[2 + d.K + k];
           out[(((n * (d.K / ob) + k / ob) * d.OH + oh) * d.OW + ow) * ob + k % ob] = epilogue(w.epilogue, v, bias, k);
@@ -273,7 +277,6 @@ void reference_qdepthwise_conv2d_nchwc(const Workload& w, const Inputs& in, floa
   const int64_t b = w.get("block");
   const float *data = in[0], *wt = in[1], *p = in[2];
   const float* bias = bias_of(w, in, 3);
-  const bool given_u8 = w.types.data == DType::Uint8;
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t c = 0; c < d.C; ++c)
       for (int64_t oh = 0; oh < d.OH; ++oh)
@@ -284,8 +287,7 @@ void reference_qdepthwise_conv2d_nchwc(const Workload& w, const Inputs& in, floa
               int64_t h = oh * d.st + r * d.dil - d.pad, x = ow * d.st + s * d.dil - d.pad;
               bool inside = h >= 0 && h < d.H && x >= 0 && x < d.W;
               float v = inside ? data[(((n * (d.C / b) + c / b) * d.H + h) * d.W + x) * b + c % b] : 0.0f;
-              int64_t q = given_u8 && inside ? static_cast<int64_t>(v) : quantize_u8(v, p);
-              acc += double(q) * wt[(((c / b) * d.R + r) * d.S + s) * b + c % b];
+              acc += double(data_byte(w, v, inside, p)) * wt[(((c / b) * d.R + r) * d.S + s) * b + c % b];
             }
           double v = double(static_cast<float>(acc)) * p[2 + c] + p[2 + d.C + c];
           out[(((n * (d.C / b) + c / b) * d.OH + oh) * d.OW + ow) * b + c % b] = epilogue(w.epilogue, v, bias, c);

@@ -34,6 +34,12 @@ struct OperandTypes {
   std::string str() const;
 };
 
+// The int8 products' operand types (qmatmul, qconv2d_nchwc, qdepthwise_conv2d_nchwc, and the
+// templates that schedule them): float data quantized on entry (float32, the default), or data
+// given already quantized (uint8 x int8).
+inline const std::vector<OperandTypes> kQuantizedInputTypes = {OperandTypes{},
+                                                               OperandTypes{DType::Uint8, DType::Int8}};
+
 struct Workload {
   std::string op;
   // Integer parameters in the operator's declared order, defaults filled in.

@@ -132,7 +132,7 @@ class QDenseCpu final : public WordDense {
 
   QDenseCpu()
       : WordDense(4, "qdense.cpu", 1, std::vector<std::string>{"qmatmul"}, TargetKind::Llvm,
-                  std::vector<OperandTypes>{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}) {}
+                  kQuantizedInputTypes) {}
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
     // A quantized in rows of vectors (the division and rounding are the costly part), its

@@ -11,7 +11,7 @@ class DepthwiseNchwcCpu final : public CpuTemplate {
   // qdepthwise_conv2d_nchwc (int8) too: its padded bytes ("A.u8") are widened in the product.
   DepthwiseNchwcCpu()
       : CpuTemplate("depthwise_conv2d_nchwc.cpu", 1, {"depthwise_conv2d_nchwc", "qdepthwise_conv2d_nchwc"},
-                    TargetKind::Llvm, {OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}) {}
+                    TargetKind::Llvm, kQuantizedInputTypes) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

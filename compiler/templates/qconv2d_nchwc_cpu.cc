@@ -67,8 +67,7 @@ class WordConv2dNchwcCpu final : public NchwcConvTemplate {
 
 std::unique_ptr<ScheduleTemplate> make_qconv2d_nchwc_cpu() {
   // Float data quantized on entry, or uint8 data (then A.u8 only pads it, with the zero point).
-  return std::make_unique<WordConv2dNchwcCpu>("qconv2d_nchwc.cpu", "qconv2d_nchwc", "A.u8",
-                                              std::vector<OperandTypes>{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}});
+  return std::make_unique<WordConv2dNchwcCpu>("qconv2d_nchwc.cpu", "qconv2d_nchwc", "A.u8", kQuantizedInputTypes);
 }
 std::unique_ptr<ScheduleTemplate> make_conv2d_nchwc_bf16_cpu() {
   return std::make_unique<WordConv2dNchwcCpu>("conv2d_nchwc_bf16.cpu", "conv2d_nchwc_bf16", "A.bf");
