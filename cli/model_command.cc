@@ -65,15 +65,28 @@ static int64_t count_anchors(const graph::Graph& g) {
   return anchors;
 }
 
+// How this target multiplies the int8 kernels' bytes (codegen_cpu.cc dot_instructions), and
+// whether it has AMX tiles that they do not use.
+static std::string int8_instructions(const Target& t) {
+  const bool x86 = t.arch_name() == "x86_64", arm = t.arch_name() == "aarch64";
+  std::string how = x86 && t.has_feature("avx512vnni") ? "vpdpbusd, AVX512-VNNI"
+                    : x86 && t.has_feature("avxvnni")  ? "vpdpbusd, AVX-VNNI"
+                    : arm && t.has_feature("i8mm")     ? "usdot"
+                    : arm && t.has_feature("dotprod")  ? "sdot"
+                                                       : "widened: this target has no byte dot product";
+  if (x86 && t.has_feature("amx-int8")) how += "; this CPU's AMX tiles (tdpbusd) are not used yet";
+  return how;
+}
+
 // The summary's line on a QDQ model: how many of its products (the anchors) run as int8
-// kernels (fold-qdq), the rest in float32 on the quantized values.
-static void print_quantized(const graph::Graph& g) {
+// kernels (fold-qdq) and with which instructions, the rest in float32 on the quantized values.
+static void print_quantized(const graph::Graph& g, const Target& t) {
   if (g.quantize_nodes == 0) return;
   const int64_t anchors = count_anchors(g);
-  std::printf("int8      %lld of %lld products (MatMul, Gemm, Conv) in int8 kernels, from %lld "
+  std::printf("int8      %lld of %lld products (MatMul, Gemm, Conv) in int8 kernels (%s), from %lld "
               "QuantizeLinear/DequantizeLinear nodes; the rest computed in float32 on the quantized values "
               "(docs/precision.md)\n",
-              static_cast<long long>(g.int8_nodes), static_cast<long long>(anchors),
+              static_cast<long long>(g.int8_nodes), static_cast<long long>(anchors), int8_instructions(t).c_str(),
               static_cast<long long>(g.quantize_nodes));
 }
 
@@ -89,7 +102,8 @@ static void print_bf16(const graph::Graph& g, const Target& t) {
                 tag, static_cast<long long>(count), static_cast<long long>(anchors), type, how);
   };
   line("bf16", g.bf16_nodes, "bfloat16",
-       x86 && t.has_feature("avx512bf16")                 ? "vdpbf16ps"
+       x86 && t.has_feature("amx-bf16")                   ? "vdpbf16ps; this CPU's AMX tiles (tdpbf16ps) are not used yet"
+       : x86 && t.has_feature("avx512bf16")               ? "vdpbf16ps"
        : t.arch_name() == "aarch64" && t.has_feature("bf16") ? "bfdot"
        : x86 ? "emulated: this target has no AVX512-BF16, slower than float32"
              : "emulated: this target has no bfloat16 dot product, slower than float32");
@@ -198,7 +212,7 @@ int run_import(const ImportArgs& a) {
               static_cast<long long>(after.parameters),
               static_cast<double>(after.constant_bytes) / 1e6);
   std::printf("nodes     %zu imported, %zu after passes\n", nodes_imported, g.nodes.size());
-  print_quantized(g);
+  print_quantized(g, target);
   print_bf16(g, target);
   std::string ops;
   for (const auto& [op, n] : after.ops) ops += str(ops.empty() ? "" : ", ", op, " x", n);
@@ -373,7 +387,7 @@ int compile_model_file(const ModelCompileArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  print_quantized(g);
+  print_quantized(g, t);
   print_bf16(g, t);
   int tunable = cm.tunable();
   std::printf("wrote %s and %s: %zu kernels (%d tunable, %d tuned), workspace %.2f MiB (%.2f MiB unplanned), "

@@ -55,6 +55,20 @@ class QuantizeTest(models_for_tests.ModelTestCase):
         self.assertGreaterEqual(agree, 0.99)
         self.assertGreater(np.abs(want - got).max(), 0)  # it did quantize
 
+        # The summary names the instructions each target multiplies bytes with, and says where
+        # a CPU's AMX tiles go unused (they are not implemented).
+        for target, how in (("llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids",
+                             "vpdpbusd, AVX512-VNNI; this CPU's AMX tiles (tdpbusd) are not used yet"),
+                            ("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4", "vpdpbusd, AVX512-VNNI)"),
+                            ("llvm -mtriple=x86_64-linux-gnu -mcpu=alderlake", "vpdpbusd, AVX-VNNI)"),
+                            ("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell", "widened: this target has no byte dot product)"),
+                            ("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76", "sdot)"),
+                            ("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72", "widened")):
+            self.assertIn(f"3 of 3 products (MatMul, Gemm, Conv) in int8 kernels ({how}", run("import", q, "--target", target))
+        self.assertIn("(vdpbf16ps; this CPU's AMX tiles (tdpbf16ps) are not used yet)",
+                      run("import", path, "--precision", "bf16", "--target",
+                          "llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"))
+
     def test_a_cnn_with_random_percentile_and_entropy_calibration(self):
         path = self.export("cnn", Cnn(), (4, 3, 16, 16))
         x = self.save("x", np.random.default_rng(9).uniform(-1, 1, (4, 3, 16, 16)))
