@@ -3,7 +3,9 @@
 # or tarball, for machines that run another distribution than Debian 12 (GPU servers with
 # Ubuntu 24.04 are typical) and cannot install our packages.
 #
-# Also packed: LLVM's linker (libexec/ld.lld), which compiles of GPU models start. Left out,
+# Also packed: LLVM's linker (libexec/ld.lld), which compiles of GPU models start, and the
+# Python package (python/tunefarm, where the build has it: any Python 3 imports it with
+# PYTHONPATH=<bundle>/python). Left out,
 # as the target machine must have them: the C and C++ runtimes (glibc, libstdc++,
 # libgcc_s; a newer one runs binaries built against Debian 12's) and the GPU drivers, which
 # tunefarm loads at run time (libcuda.so.1, the ROCm runtime).
@@ -27,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     --build) build="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     -o) tarball="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bundle.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -49,21 +51,25 @@ trap 'rm -rf "$work"' EXIT
 name="tunefarm-$(uname -m)"
 out="$work/$name"
 mkdir -p "$out/bin" "$out/libexec" "$out/lib"
+# Every library ldd resolves for $1 (transitively) into lib/, but those the machine provides;
+# one that is not found here stops the bundle.
+bundle_libraries() {
+  while read -r lib path; do
+    [[ "$lib" =~ $provided ]] && continue
+    [[ -e "$out/lib/$lib" ]] || cp -L "$path" "$out/lib/$lib"
+  done < <(ldd "$1" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
+  if ldd "$1" | grep -q "not found"; then
+    echo "bundle.sh: $1 needs a library that is not found here:" >&2
+    ldd "$1" | grep "not found" >&2
+    exit 1
+  fi
+}
 for program in "$build"/bin/*; do
   [[ -f "$program" && -x "$program" ]] || continue
   base="$(basename "$program")"
   cp "$program" "$out/libexec/$base"
   strip --strip-unneeded "$out/libexec/$base"
-  # Every library ldd resolves (transitively), but those the machine provides.
-  while read -r lib path; do
-    [[ "$lib" =~ $provided ]] && continue
-    [[ -e "$out/lib/$lib" ]] || cp -L "$path" "$out/lib/$lib"
-  done < <(ldd "$program" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
-  if ldd "$program" | grep -q "not found"; then
-    echo "bundle.sh: $program needs a library that is not found here:" >&2
-    ldd "$program" | grep "not found" >&2
-    exit 1
-  fi
+  bundle_libraries "$program"
   cat > "$out/bin/$base" <<EOF
 #!/bin/sh
 # tunefarm bundle: runs libexec/$base with the bundle's libraries (scripts/bundle.sh).
@@ -72,6 +78,17 @@ LD_LIBRARY_PATH="\$here/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$here
 EOF
   chmod +x "$out/bin/$base"
 done
+# The Python package (python/, docs/python.md): python/tunefarm with its C library, whose
+# libraries are the programs' (it finds them in lib/ through its RPATH, $ORIGIN/../../lib, so
+# any Python 3 imports it with PYTHONPATH=<bundle>/python and nothing else set).
+pkg="$build/python/tunefarm"
+if [[ -f "$pkg/libtunefarm_python.so" ]]; then
+  mkdir -p "$out/python/tunefarm"
+  cp "$pkg"/*.py "$out/python/tunefarm/"
+  cp "$pkg/libtunefarm_python.so" "$out/python/tunefarm/"
+  strip --strip-unneeded "$out/python/tunefarm/libtunefarm_python.so"
+  bundle_libraries "$pkg/libtunefarm_python.so"
+fi
 # LLVM's linker beside the programs (compiler/link.h find_lld): GPU model libraries are linked
 # by starting it. It needs only libLLVM, which tunefarm brought into lib/.
 cp -L /usr/lib/llvm-19/bin/lld "$out/libexec/ld.lld"

@@ -17,8 +17,6 @@ PACKAGES=(
   # whole models: ONNX's protobufs (graph/), the ONNX backend node tests, PyTorch to export
   # real models at test time and as the peer of the model benchmarks
   libonnx-dev libonnx-testdata python3-torch python3-torchvision
-  # the Python package (python/): pybind11 and Python's headers
-  pybind11-dev python3-dev
   # tunefarm query curve draws with gnuplot
   gnuplot-nox
   # scripts/bundle.sh -o compresses with xz (priority standard: absent from minimal images)

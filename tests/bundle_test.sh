@@ -48,4 +48,24 @@ grep -q "check     ok" "$tmp/run" || fail "run did not check: $(cat "$tmp/run")"
 # where no lld-19 is installed).
 [[ -x "$b/libexec/ld.lld" ]] || fail "no ld.lld in libexec/"
 LD_LIBRARY_PATH="$b/lib" "$b/libexec/ld.lld" --version | grep -q "LLD 19" || fail "the bundled ld.lld does not run"
+# The Python package runs from the bundle in another Python than the one it was built beside
+# (pyenv's 3.12 here, as the GPU servers' venvs), with no library path set: its library finds
+# the bundle's lib/ through its RPATH, and the package finds the bundle's tunefarm program.
+[[ -f "$b/python/tunefarm/libtunefarm_python.so" && -f "$b/python/tunefarm/__init__.py" ]] \
+  || fail "the Python package is not in the bundle"
+! LD_LIBRARY_PATH= ldd "$b/python/tunefarm/libtunefarm_python.so" | grep -q "not found" \
+  || fail "the Python package's library misses a library: $(ldd "$b/python/tunefarm/libtunefarm_python.so" | grep 'not found')"
+py=""
+for candidate in "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3 /usr/bin/python3; do
+  [[ -x "$candidate" ]] && { py="$candidate"; break; }
+done
+PYTHONPATH="$b/python" LD_LIBRARY_PATH= "$py" -c "
+import tunefarm, tunefarm._tunefarm as core
+assert core.__file__.startswith('$b/'), core.__file__
+print(tunefarm._binary())
+k = tunefarm.compile_kernel('matmul(M=4,N=4,K=4)', out='$tmp/pk.so')
+print(k.metadata['workload'])
+" > "$tmp/py" 2>&1 || fail "the bundle's Python package under $py: $(cat "$tmp/py")"
+grep -q "^$b/bin/tunefarm$" "$tmp/py" || fail "the package did not find the bundle's program: $(cat "$tmp/py")"
+grep -q "matmul(M=4,N=4,K=4" "$tmp/py" || fail "the package did not compile: $(cat "$tmp/py")"
 echo "bundle ok: $(ls "$b/bin" | wc -l) programs, $(ls "$b/lib" | wc -l) libraries, $(du -sh "$b" | cut -f1)"

@@ -7,10 +7,10 @@
     torch.testing.assert_close(fm(x), m(x), rtol=1e-4, atol=1e-4)
 
 Compiled models are the libraries `tunefarm compile --model` writes; they are called here
-through the compiled core (_tunefarm, pybind11) with the caller's NumPy arrays or PyTorch
-tensors, without copies when they are contiguous and of the model's element type. Tuned
-configs come from the tuning database (docs/database.md) or, with server=, the tuning
-service. docs/python.md has the whole story.
+through the compiled core (libtunefarm_python.so, a C library called with ctypes: any Python 3
+loads it) with the caller's NumPy arrays or PyTorch tensors, without copies when they are
+contiguous and of the model's element type. Tuned configs come from the tuning database
+(docs/database.md) or, with server=, the tuning service. docs/python.md has the whole story.
 """
 
 import hashlib
@@ -203,11 +203,36 @@ def _tune(onnx_path, tune, target, db, server):
     _run_cli(args)
 
 
+def _target_for(torch, devices, target):
+    """The target a Module is compiled for, from its example inputs' device: `target` as given,
+    else this machine for CPU tensors, else the GPU that holds them (a CUDA device's compute
+    capability, `cuda -arch=sm_XY`; on PyTorch's ROCm build, whose devices are also "cuda",
+    `rocm -mcpu=<gcnArchName>`)."""
+    if len(devices) > 1:
+        raise ValueError("example inputs are on %s: a model runs on one device" % sorted(str(d) for d in devices))
+    device = next(iter(devices))
+    if device.type == "cpu":
+        return target
+    if device.type != "cuda":
+        raise ValueError("example inputs are on %s: models compile for CPUs and CUDA or ROCm GPUs" % device)
+    if target is not None:
+        if not target.split()[0] in ("cuda", "rocm"):
+            raise ValueError("example inputs are on %s, but target is '%s' (a CPU): pass CPU tensors, or a GPU "
+                             "target" % (device, target))
+        return target
+    if getattr(torch.version, "hip", None):
+        return "rocm -mcpu=" + torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+    major, minor = torch.cuda.get_device_capability(device)
+    return "cuda -arch=sm_%d%d" % (major, minor)
+
+
 def optimize(model, example_inputs=None, target=None, db=None, tune=None, server=None, cache_dir=None,
              opset=13):
     """A compiled version of `model`: an .onnx path, or a torch.nn.Module (exported to ONNX with
     `example_inputs`, a tensor or a tuple of them). For a Module the result is an nn.Module
     taking and returning torch tensors; for a path, a CompiledModel taking NumPy arrays.
+    Example inputs on a GPU compile the Module for that GPU (unless `target` says which), and
+    the result then takes and returns tensors on it.
     `tune` (a trial count, or a dict: trials, tracker, key, strategy) tunes the whole model
     first (tunefarm tune --model, or submit --model with `server`); the tuned configs of `db`
     (or the service) are then used."""
@@ -227,9 +252,7 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
         for a in args:
             if not isinstance(a, torch.Tensor):
                 raise TypeError("example_inputs must be tensors, not %s" % type(a).__name__)
-            if a.device.type != "cpu":
-                raise ValueError("example inputs are on %s: models compile for CPUs (GPU models are not "
-                                 "implemented yet)" % a.device)
+        target = _target_for(torch, {a.device for a in args}, target)
         fd, onnx_path = tempfile.mkstemp(suffix=".onnx", dir=cache)
         os.close(fd)
         was_training = model.training

@@ -4,6 +4,7 @@ database, and every error path. Run by ctest (python_package) with PYTHONPATH=<b
 and the tunefarm program in <build>/bin."""
 
 import ctypes.util
+import glob
 import json
 import os
 import platform
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import numpy as np
 import torch
@@ -385,6 +387,47 @@ class Errors(unittest.TestCase):
         with open(other, "wb") as f:
             f.write(data[:18] + machine.to_bytes(2, "little") + data[20:])  # e_machine
         self.assertRaisesWith(ValueError, f"built for {name}, but this machine is", tunefarm.load, other)
+
+    def test_other_pythons_load_the_package(self):
+        """The compiled core is a C library called through ctypes, not an extension module built
+        for one Python: other interpreters (pyenv's 3.12 and 3.13 on this machine, as the GPU
+        server's 3.12 venv) compile, load and describe models with the same package. They have
+        no NumPy here, so they do not run the model; the package imports without it."""
+        pythons = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
+        if not pythons:
+            self.skipTest("no Python 3.12 or later besides Debian's here (pyenv's)")
+        onnx = os.path.join(TMP, "other_python_mlp.onnx")
+        torch.onnx.export(seeded(MLP), (torch.randn(1, 64),), onnx, opset_version=13)
+        code = ("import sys, tunefarm\n"
+                "assert 'numpy' not in sys.modules\n"
+                "lib = tunefarm.compile_model(sys.argv[1], out=sys.argv[2], db='')\n"
+                "m = tunefarm.load(lib)\n"
+                "k = tunefarm.compile_kernel('matmul(M=2,N=3,K=4)', out=sys.argv[2] + '.k.so')\n"
+                "print(sys.version_info[:2], m.inputs[0]['shape'], m.outputs[0]['shape'], k.metadata['workload'])\n")
+        for py in pythons:
+            out = os.path.join(TMP, "other_python_%s.so" % os.path.basename(os.path.dirname(os.path.dirname(py))))
+            p = subprocess.run([py, "-c", code, onnx, out], capture_output=True, text=True, timeout=300,
+                               env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(tunefarm.__file__))})
+            self.assertEqual(p.returncode, 0, py + ": " + p.stderr)
+            self.assertIn("(1, 64) (1, 10) matmul(M=2,N=3,K=4,epilogue=none)", p.stdout, py)
+
+    def test_gpu_example_inputs_choose_the_target(self):
+        """optimize's target from example inputs on a GPU. This machine has none: PyTorch's
+        device queries are replaced by FAKE answers (an H100's capability, a ROCm build's
+        MI210); the real path is the same function with the real answers."""
+        cuda = {torch.device("cuda", 0)}
+        with mock.patch.object(torch.version, "hip", None), \
+                mock.patch.object(torch.cuda, "get_device_capability", lambda d: (9, 0)):
+            self.assertEqual(tunefarm._target_for(torch, cuda, None), "cuda -arch=sm_90")
+            self.assertEqual(tunefarm._target_for(torch, cuda, "cuda -arch=sm_80"), "cuda -arch=sm_80")
+        props = mock.Mock(gcnArchName="gfx90a:sramecc+:xnack-")
+        with mock.patch.object(torch.version, "hip", "6.0"), \
+                mock.patch.object(torch.cuda, "get_device_properties", lambda d: props):
+            self.assertEqual(tunefarm._target_for(torch, cuda, None), "rocm -mcpu=gfx90a")
+        self.assertEqual(tunefarm._target_for(torch, {torch.device("cpu")}, None), None)
+        self.assertRaisesWith(ValueError, "a model runs on one device", tunefarm._target_for, torch,
+                              cuda | {torch.device("cpu")}, None)
+        self.assertRaisesWith(ValueError, "but target is 'llvm' (a CPU)", tunefarm._target_for, torch, cuda, "llvm")
 
     def test_imports_with_numpy_alone(self):
         """import tunefarm without PyTorch (its extension linked OpenMP only through torch)."""
