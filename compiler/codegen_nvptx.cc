@@ -71,10 +71,7 @@ class CodeGenNvptx final : public CodeGenGpu {
   }
 
   // Whether this target copies global to shared memory asynchronously (cp.async: sm_80+).
-  bool has_cp_async() const override {
-    if (target_.arch.rfind("sm_", 0) != 0) return false;
-    return std::atoi(target_.arch.c_str() + 3) >= 80;
-  }
+  bool has_cp_async() const override { return sm() >= 80; }
 
   // A store into a shared buffer of asynchronous copies (Allocate::async_copies) whose value
   // is a load of a kernel argument: cp.async (sm_80 and later) of 16 bytes where four lanes
@@ -116,6 +113,26 @@ class CodeGenNvptx final : public CodeGenGpu {
   }
 
   void block_barrier() override { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+
+  // kMmaTF32: each of A's and B's operands rounded to TF32 (cvt.rna.tf32.f32, a 32-bit
+  // register), then mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (sm_80 and later).
+  llvm::Value* warp_mma_tf32(const Call* c) override {
+    if (sm() < 80) {
+      throw UserError(str("kernel ", name_, " uses ", kMmaTF32, " (TF32 tensor cores), which ", target_.str(),
+                          " does not have: they need sm_80 or later"));
+    }
+    std::vector<llvm::Value*> ops;
+    for (size_t i = 0; i < 6; ++i) {
+      ops.push_back(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_f2tf32_rna, {}, {expr(c->args[i])}));
+    }
+    for (size_t i = 6; i < 10; ++i) ops.push_back(expr(c->args[i]));
+    llvm::Value* d = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mma_m16n8k8_row_col_tf32, {}, ops);
+    llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
+    for (unsigned i = 0; i < 4; ++i) out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
+    return out;
+  }
+
+  int sm() const { return target_.arch.rfind("sm_", 0) == 0 ? std::atoi(target_.arch.c_str() + 3) : 0; }
 };
 
 }  // namespace

@@ -98,6 +98,10 @@ Expr Call::make(const std::string& name, std::vector<Expr> args) {
   // The bfloat16 and float16 pair functions change the lanes' type (compiler/ir.h).
   if (name == kBF16x2) t = Type::int32().with_lanes(lanes);
   if (name == kDot2BF16 || name == kDot2F16) t = Type::float32().with_lanes(lanes);
+  if (name == kMmaTF32) {
+    TF_CHECK(args.size() == 10 && lanes == 1 && t == Type::float32(), kMmaTF32, " takes ten float32 scalars");
+    t = Type::float32().with_lanes(4);
+  }
   return Expr(std::make_shared<Call>(t, name, std::move(args)));
 }
 

@@ -214,6 +214,20 @@ constexpr const char* kBF16x2 = "bf16x2";
 constexpr const char* kDot2BF16 = "dot2_bf16";
 constexpr const char* kRoundF16 = "round_f16";
 constexpr const char* kDot2F16 = "dot2_f16";
+// One warp-level matrix product on NVIDIA's tensor cores (sm_80 and later), in TF32:
+// mma_m16n8k8_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), ten float32 scalars, is a
+// float32x4: D = C + A x B for A 16x8, B 8x8, C and D 16x8 shared by the 32 lanes of the
+// calling thread's warp, each lane holding the fragments of PTX's mma.m16n8k8 .tf32: lane l
+// (the thread's index in its block, x fastest, modulo 32), g = l / 4, t = l % 4, holds
+//   a = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4];   b = B[t][g], B[t+4][g];
+//   c and the result = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1].
+// A and B are rounded to TF32 first (10 bits of mantissa, to nearest, ties away from zero:
+// cvt.rna.tf32.f32), the products summed in float32. Every lane of the warp reaches it
+// together (mma.sync.aligned): a block's thread count is a multiple of 32 and the call is
+// not under a condition that differs between a warp's lanes. GPU kernels only: the NVPTX
+// back end emits the instruction; on a CPU it runs only in the threaded emulation of a block
+// (compiler/gpu.h emulate_gpu_thread), whose threads exchange their fragments.
+constexpr const char* kMmaTF32 = "mma_m16n8k8_tf32";
 
 struct Let : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Let;

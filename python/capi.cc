@@ -57,7 +57,8 @@ int guarded(F&& f) {
 
 nlohmann::json describe(const std::vector<graph::TensorInfo>& ts) {
   nlohmann::json out = nlohmann::json::array();
-  for (const graph::TensorInfo& t : ts) out.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", graph::dtype_name(t.dtype)}});
+  for (const graph::TensorInfo& t : ts)
+    out.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", graph::dtype_name(t.dtype)}});
   return out;
 }
 
@@ -106,7 +107,8 @@ TFPY_EXPORT void tfpy_model_close(void* handle) { delete static_cast<Model*>(han
 // Runs the model on buffers the caller checked against its inputs and outputs (contiguous, the
 // ABI's element types and shapes). `threads` > 0 sets this thread's OpenMP team size first (the
 // library's pool follows omp_get_max_threads(), as PyTorch's does).
-TFPY_EXPORT int tfpy_model_run(void* handle, const void* const* inputs, void* const* outputs, int threads) {
+TFPY_EXPORT int tfpy_model_run(void* handle, const void* const* inputs, void* const* outputs,
+                               int threads) {
   return guarded([&] {
     const Model& m = *static_cast<Model*>(handle);
     if (threads > 0) omp_set_num_threads(threads);
@@ -116,7 +118,8 @@ TFPY_EXPORT int tfpy_model_run(void* handle, const void* const* inputs, void* co
 }
 
 // A GPU library's call on device addresses and a stream; queued, not waited for.
-TFPY_EXPORT int tfpy_model_run_device(void* handle, const uint64_t* inputs, const uint64_t* outputs, void* stream) {
+TFPY_EXPORT int tfpy_model_run_device(void* handle, const uint64_t* inputs, const uint64_t* outputs,
+                                      void* stream) {
   return guarded([&] {
     const Model& m = *static_cast<Model*>(handle);
     m.lib->run_device(std::vector<uint64_t>(inputs, inputs + m.lib->inputs().size()),
@@ -131,8 +134,8 @@ TFPY_EXPORT int tfpy_model_set_device(void* handle, int index) {
 // The seconds of each of `calls` calls, timed here one at a time after `warmup` untimed ones:
 // the C ABI's own time in this process (bench/python_overhead.py compares a call from Python
 // with it). `seconds` holds `calls` values.
-TFPY_EXPORT int tfpy_model_time_calls(void* handle, const void* const* inputs, void* const* outputs, int calls,
-                                      int warmup, int threads, double* seconds) {
+TFPY_EXPORT int tfpy_model_time_calls(void* handle, const void* const* inputs, void* const* outputs,
+                                      int calls, int warmup, int threads, double* seconds) {
   return guarded([&] {
     const Model& m = *static_cast<Model*>(handle);
     std::vector<const void*> in(inputs, inputs + m.lib->inputs().size());
@@ -149,14 +152,16 @@ TFPY_EXPORT int tfpy_model_time_calls(void* handle, const void* const* inputs, v
 
 // Compiles an ONNX model into `out` ("" target: this machine; "" db: default schedules); the
 // result is JSON: library, target, kernels, tunable, tuned, workspace_bytes.
-TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char* target, const char* db,
-                                   int opt_level, int64_t max_memory) {
+TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char* target,
+                                   const char* db, int opt_level, int64_t max_memory) {
   return guarded([&] {
     Target t = *target ? parse_target(target) : host_target();
-    std::unique_ptr<db::Database> database = *db ? db::open_database(db, db::OpenMode::ReadOnly) : nullptr;
+    std::unique_ptr<db::Database> database =
+        *db ? db::open_database(db, db::OpenMode::ReadOnly) : nullptr;
     graph::Graph g = graph::load_model(onnx, opt_level, {}, graph::channel_block(t));
-    graph::CompiledModel cm = graph::compile_model(g, t, lookup_in(database.get()), out, onnx,
-                                                   max_memory > 0 ? max_memory : graph::default_memory_budget());
+    graph::CompiledModel cm =
+        graph::compile_model(g, t, lookup_in(database.get()), out, onnx,
+                             max_memory > 0 ? max_memory : graph::default_memory_budget());
     last_result = nlohmann::json{{"library", out},
                                  {"target", t.str()},
                                  {"kernels", cm.kernels.size()},
@@ -171,8 +176,8 @@ TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char
 // tuned config, else the default); the result is JSON: metadata (the sidecar), args (each
 // argument's name, shape and dtype: its inputs, then its output) and runs_here (compiled for
 // this machine's architecture, so tfpy_kernel_call can call it).
-TFPY_EXPORT int tfpy_kernel_open(const char* workload, const char* target, const char* config_json, const char* db,
-                                 const char* out, void** handle) {
+TFPY_EXPORT int tfpy_kernel_open(const char* workload, const char* target, const char* config_json,
+                                 const char* db, const char* out, void** handle) {
   return guarded([&] {
     Workload w = parse_workload(workload);
     Target t = *target ? parse_target(target) : host_target();
@@ -191,7 +196,8 @@ TFPY_EXPORT int tfpy_kernel_open(const char* workload, const char* target, const
     write_kernel(k, EmitKind::SharedLibrary, out);
     auto kernel = std::make_unique<Kernel>();
     nlohmann::json args = nlohmann::json::array();
-    for (const ir::Tensor& in : k.graph.inputs) args.push_back({{"name", in->name}, {"shape", in->shape}, {"dtype", in->dtype.str()}});
+    for (const ir::Tensor& in : k.graph.inputs)
+      args.push_back({{"name", in->name}, {"shape", in->shape}, {"dtype", in->dtype.str()}});
     const ir::Tensor& o = k.graph.output;
     args.push_back({{"name", o->name}, {"shape", o->shape}, {"dtype", o->dtype.str()}});
     const bool here = t.is_cpu() && t.arch_name() == host_target().arch_name();
@@ -224,7 +230,8 @@ TFPY_EXPORT void tfpy_db_close(void* handle) { delete static_cast<db::Database*>
 
 // What `tunefarm query <what> --json` prints: "best" (of `workload` on `target`, this machine
 // for ""; every pair's best for a "" workload), "runs" or "models".
-TFPY_EXPORT int tfpy_db_query(void* handle, const char* what, const char* workload, const char* target) {
+TFPY_EXPORT int tfpy_db_query(void* handle, const char* what, const char* workload,
+                              const char* target) {
   return guarded([&] {
     db::Database& d = *static_cast<db::Database*>(handle);
     const std::string q = what;

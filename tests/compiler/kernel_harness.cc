@@ -2,11 +2,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <barrier>
 #include <cmath>
-#include <thread>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -23,11 +28,68 @@
 namespace {
 // The barrier of the block the calling thread emulates (run_gpu_emulated).
 thread_local std::barrier<>* emulated_block = nullptr;
+
+// The warps of the emulated block: each lane's operands of a warp-level product, and one
+// barrier per warp (its 32 threads), for the calling thread (its index in the block, x fastest).
+struct EmulatedWarps {
+  std::vector<std::array<float, 10>> operands;
+  std::vector<std::unique_ptr<std::barrier<>>> meet;
+};
+thread_local EmulatedWarps* emulated_warps = nullptr;
+thread_local int64_t emulated_thread = 0;
+
+// cvt.rna.tf32.f32: the float rounded to 10 bits of mantissa, to nearest, ties away from zero
+// (the 13 low bits dropped after adding half of their weight to the magnitude); NaN and
+// infinity kept.
+float round_tf32(float x) {
+  if (!std::isfinite(x)) return x;
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits = (bits + 0x1000u) & ~0x1FFFu;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
 }  // namespace
 
 // Called by kernels built from emulate_gpu_thread at each barrier (the test programs export
 // it: ENABLE_EXPORTS).
 extern "C" void tunefarm_emulated_barrier() { emulated_block->arrive_and_wait(); }
+
+// ir::kMmaTF32 in an emulated block (compiler/ir.h): the 32 threads of the caller's warp meet,
+// each leaves its fragments (a0-a3, b0, b1, c0-c3), A (16x8) and B (8x8) are put together from
+// them by the instruction's layout, and each lane takes its four elements of C + A x B (the
+// products of TF32-rounded operands summed in float32, in k order). A second meeting keeps a
+// lane from overwriting its operands before the others have read them.
+extern "C" void tunefarm_emulated_mma_m16n8k8_tf32(const float* in, float* out) {
+  EmulatedWarps& w = *emulated_warps;
+  const int64_t warp = emulated_thread / 32, lane = emulated_thread % 32;
+  if ((warp + 1) * 32 > static_cast<int64_t>(w.operands.size())) {
+    std::fprintf(stderr, "%s in a block of %zu threads: warp %lld is not whole (32 threads)\n", tf::ir::kMmaTF32,
+                 w.operands.size(), static_cast<long long>(warp));
+    std::abort();
+  }
+  std::copy(in, in + 10, w.operands[static_cast<size_t>(emulated_thread)].begin());
+  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
+  float a[16][8], b[8][8];
+  for (int64_t l = 0; l < 32; ++l) {
+    const std::array<float, 10>& o = w.operands[static_cast<size_t>(warp * 32 + l)];
+    const int64_t g = l / 4, t = l % 4;
+    a[g][t] = round_tf32(o[0]);
+    a[g + 8][t] = round_tf32(o[1]);
+    a[g][t + 4] = round_tf32(o[2]);
+    a[g + 8][t + 4] = round_tf32(o[3]);
+    b[t][g] = round_tf32(o[4]);
+    b[t + 4][g] = round_tf32(o[5]);
+  }
+  const int64_t g = lane / 4, t = lane % 4;
+  const int64_t rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int i = 0; i < 4; ++i) {
+    float d = in[6 + i];
+    for (int k = 0; k < 8; ++k) d = std::fma(a[rows[i]][k], b[k][cols[i]], d);
+    out[i] = d;
+  }
+  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
+}
 
 namespace tf::testing {
 namespace fs = std::filesystem;
@@ -146,6 +208,13 @@ int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::v
   const auto& block = launch.block;
   const int64_t threads = launch.threads_per_block();
   std::atomic<int> status{0};
+  // Warps of 32 threads (a warp-level product needs whole warps: a partial last one waits for
+  // lanes that never come, so the thread count is checked where one is used).
+  EmulatedWarps warps;
+  warps.operands.resize(static_cast<size_t>(threads));
+  for (int64_t t = 0; t < threads; t += 32) {
+    warps.meet.push_back(std::make_unique<std::barrier<>>(std::min<int64_t>(32, threads - t)));
+  }
   for (int64_t bz = 0; bz < grid[2]; ++bz) {
     for (int64_t by = 0; by < grid[1]; ++by) {
       for (int64_t bx = 0; bx < grid[0]; ++bx) {
@@ -161,6 +230,8 @@ int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::v
             for (auto& s : shared) args.push_back(s.data());
             args.push_back(ids.data());
             emulated_block = &sync;
+            emulated_warps = &warps;
+            emulated_thread = t;
             if (int s = lib->call(args)) status = s;
           });
         }
