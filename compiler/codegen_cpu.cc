@@ -224,25 +224,27 @@ class CodeGenCpu final : public CodeGen {
 
   uint64_t local_align() const override { return 64; }
 
-  // kMmaTF32 in the threaded emulation of a block (its kernel has the argument tf_emu_ids:
-  // compiler/gpu.h emulate_gpu_thread): a call of tunefarm_emulated_mma_m16n8k8_tf32(operands,
-  // result), which the emulating program defines (tests/compiler/kernel_harness.cc): the
-  // threads of a warp meet there, exchange their fragments and each takes its part of D.
-  llvm::Value* warp_mma_tf32(const Call* c) override {
+  // A warp-level product (compiler/ir.h) in the threaded emulation of a block (its kernel has
+  // the argument tf_emu_ids: compiler/gpu.h emulate_gpu_thread): a call of
+  // tunefarm_emulated_<name>(operands, result), which the emulating program defines
+  // (tests/compiler/kernel_harness.cc): the threads of a warp meet there, exchange their
+  // fragments and each takes its part of D.
+  llvm::Value* warp_mma(const Call* c) override {
     if (!kernel_args_.count("tf_emu_ids")) {
-      throw UserError(str("kernel ", name_, " uses ", kMmaTF32, " (NVIDIA tensor cores): it runs on a GPU, or in "
+      throw UserError(str("kernel ", name_, " uses ", c->name, " (NVIDIA tensor cores): it runs on a GPU, or in "
                           "the threaded emulation of a block, not on ", target_.str(),
                           " (nor serialized, as --emulate-gpu runs kernels)"));
     }
+    const unsigned n = static_cast<unsigned>(warp_mma_operands(c->name));
     llvm::IRBuilder<> entry(entry_, entry_->begin());
-    llvm::AllocaInst* in = entry.CreateAlloca(llvm::ArrayType::get(b_.getFloatTy(), 10));
+    llvm::AllocaInst* in = entry.CreateAlloca(llvm::ArrayType::get(b_.getFloatTy(), n));
     llvm::AllocaInst* out = entry.CreateAlloca(llvm::ArrayType::get(b_.getFloatTy(), 4));
     out->setAlignment(llvm::Align(16));  // read back as one <4 x float>
-    for (unsigned i = 0; i < 10; ++i) {
+    for (unsigned i = 0; i < n; ++i) {
       b_.CreateStore(expr(c->args[i]), b_.CreateConstInBoundsGEP2_32(in->getAllocatedType(), in, 0, i));
     }
-    llvm::FunctionCallee mma =
-        runtime("tunefarm_emulated_mma_m16n8k8_tf32", b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy()});
+    const std::string fn = "tunefarm_emulated_" + c->name;
+    llvm::FunctionCallee mma = runtime(fn.c_str(), b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy()});
     b_.CreateCall(mma, {in, out});
     return b_.CreateAlignedLoad(type_of(c->type), out, llvm::Align(16));
   }

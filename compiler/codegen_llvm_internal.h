@@ -468,11 +468,11 @@ class CodeGen {
   // every aarch64 and GPU); elsewhere the conversions are integer sequences.
   virtual bool converts_float16() const { return true; }
 
-  // kMmaTF32 (compiler/ir.h): a float32x4. Only NVIDIA GPUs of sm_80 and later and the
-  // threaded emulation of a block have it; elsewhere a UserError naming the target.
-  virtual llvm::Value* warp_mma_tf32(const Call* c) {
-    (void)c;
-    throw UserError(str("kernel ", name_, " uses ", kMmaTF32, " (NVIDIA tensor cores), which ", target_.str(),
+  // A warp-level product (kMmaTF32, kMmaF16, kMmaBF16: compiler/ir.h): a float32x4. Only
+  // NVIDIA GPUs of sm_80 and later and the threaded emulation of a block have them; elsewhere
+  // a UserError naming the target.
+  virtual llvm::Value* warp_mma(const Call* c) {
+    throw UserError(str("kernel ", name_, " uses ", c->name, " (NVIDIA tensor cores), which ", target_.str(),
                         " does not have (cuda -arch=sm_80 and later)"));
   }
 
@@ -587,7 +587,7 @@ class CodeGen {
       return CodeGen::dot2_bf16(llvm::Constant::getNullValue(type_of(c->type)), a, expr(c->args[1]));
     }
     if (c->name == kDot2F16) return dot2_f16(llvm::Constant::getNullValue(type_of(c->type)), c);
-    if (c->name == kMmaTF32) return warp_mma_tf32(c);
+    if (is_warp_mma(c->name)) return warp_mma(c);
     if (c->name == kRoundF16) {
       TF_CHECK(c->args.size() == 1, "codegen: ", kRoundF16, " takes one argument");
       llvm::Value* x = expr(c->args[0]);

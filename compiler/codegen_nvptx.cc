@@ -114,19 +114,37 @@ class CodeGenNvptx final : public CodeGenGpu {
 
   void block_barrier() override { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
 
-  // kMmaTF32: each of A's and B's operands rounded to TF32 (cvt.rna.tf32.f32, a 32-bit
-  // register), then mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (sm_80 and later).
-  llvm::Value* warp_mma_tf32(const Call* c) override {
+  // A warp-level product (compiler/ir.h), sm_80 and later. TF32: each of A's and B's operands
+  // rounded by cvt.rna.tf32.f32 into a 32-bit register, then
+  // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32. float16 and bfloat16: the operands
+  // rounded to the type (fptrunc: cvt.rn) in pairs, one register each (<2 x half>, or the two
+  // bfloat16 as an i32), then mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{..}.f32.
+  llvm::Value* warp_mma(const Call* c) override {
     if (sm() < 80) {
-      throw UserError(str("kernel ", name_, " uses ", kMmaTF32, " (TF32 tensor cores), which ", target_.str(),
+      throw UserError(str("kernel ", name_, " uses ", c->name, " (tensor cores), which ", target_.str(),
                           " does not have: they need sm_80 or later"));
     }
+    const size_t ab = static_cast<size_t>(warp_mma_k(c->name) * 3 / 4);  // A's and B's operands
     std::vector<llvm::Value*> ops;
-    for (size_t i = 0; i < 6; ++i) {
-      ops.push_back(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_f2tf32_rna, {}, {expr(c->args[i])}));
+    llvm::Intrinsic::ID id = llvm::Intrinsic::nvvm_mma_m16n8k8_row_col_tf32;
+    if (c->name == kMmaTF32) {
+      for (size_t i = 0; i < ab; ++i) {
+        ops.push_back(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_f2tf32_rna, {}, {expr(c->args[i])}));
+      }
+    } else {
+      const bool bf16 = c->name == kMmaBF16;
+      auto* pair = llvm::FixedVectorType::get(bf16 ? b_.getBFloatTy() : b_.getHalfTy(), 2);
+      for (size_t i = 0; i < ab; i += 2) {
+        llvm::Value* v = llvm::PoisonValue::get(pair);
+        for (uint64_t h = 0; h < 2; ++h) {
+          v = b_.CreateInsertElement(v, b_.CreateFPTrunc(expr(c->args[i + h]), pair->getElementType()), h);
+        }
+        ops.push_back(bf16 ? b_.CreateBitCast(v, b_.getInt32Ty()) : v);
+      }
+      id = bf16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32;
     }
-    for (size_t i = 6; i < 10; ++i) ops.push_back(expr(c->args[i]));
-    llvm::Value* d = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mma_m16n8k8_row_col_tf32, {}, ops);
+    for (size_t i = ab; i < ab + 4; ++i) ops.push_back(expr(c->args[i]));
+    llvm::Value* d = b_.CreateIntrinsic(id, {}, ops);
     llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
     for (unsigned i = 0; i < 4; ++i) out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
     return out;

@@ -288,12 +288,12 @@ GpuLaunch check_gpu_kernel(const LoweredFunc& f, const Target& t) {
   TF_CHECK(t.is_gpu(), "check_gpu_kernel for ", t.str());
   GpuLaunch launch = GpuChecker(f, t).run();
   // A warp-level product needs whole warps (every lane of each: mma.sync.aligned).
-  bool warp_products = false;
+  std::string product;
   post_order(f.body, [&](const Expr& e) {
-    if (const Call* c = e.as<Call>(); c && c->name == kMmaTF32) warp_products = true;
+    if (const Call* c = e.as<Call>(); c && is_warp_mma(c->name)) product = c->name;
   });
-  if (warp_products && launch.threads_per_block() % 32 != 0) {
-    throw UserError(str("kernel ", f.name, " uses ", kMmaTF32, " (a warp-level product) in blocks of ",
+  if (!product.empty() && launch.threads_per_block() % 32 != 0) {
+    throw UserError(str("kernel ", f.name, " uses ", product, " (a warp-level product) in blocks of ",
                         launch.threads_per_block(), " threads: it needs whole warps, a multiple of 32"));
   }
   return launch;

@@ -86,6 +86,13 @@ Expr Broadcast::make(Expr value, int lanes) {
   return Expr(std::make_shared<Broadcast>(std::move(value), lanes));
 }
 
+bool is_warp_mma(const std::string& call) { return call == kMmaTF32 || call == kMmaF16 || call == kMmaBF16; }
+
+int warp_mma_k(const std::string& call) {
+  TF_CHECK(is_warp_mma(call), call, " is not a warp-level product");
+  return call == kMmaTF32 ? 8 : 16;
+}
+
 Expr Call::make(const std::string& name, std::vector<Expr> args) {
   TF_CHECK(!args.empty(), "call of ", name, " without arguments");
   // Scalars meet vectors by broadcasting, as in Binary.
@@ -98,8 +105,9 @@ Expr Call::make(const std::string& name, std::vector<Expr> args) {
   // The bfloat16 and float16 pair functions change the lanes' type (compiler/ir.h).
   if (name == kBF16x2) t = Type::int32().with_lanes(lanes);
   if (name == kDot2BF16 || name == kDot2F16) t = Type::float32().with_lanes(lanes);
-  if (name == kMmaTF32) {
-    TF_CHECK(args.size() == 10 && lanes == 1 && t == Type::float32(), kMmaTF32, " takes ten float32 scalars");
+  if (is_warp_mma(name)) {
+    TF_CHECK(static_cast<int>(args.size()) == warp_mma_operands(name) && lanes == 1 && t == Type::float32(), name,
+             " takes ", warp_mma_operands(name), " float32 scalars");
     t = Type::float32().with_lanes(4);
   }
   return Expr(std::make_shared<Call>(t, name, std::move(args)));

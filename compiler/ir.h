@@ -228,6 +228,19 @@ constexpr const char* kDot2F16 = "dot2_f16";
 // back end emits the instruction; on a CPU it runs only in the threaded emulation of a block
 // (compiler/gpu.h emulate_gpu_thread), whose threads exchange their fragments.
 constexpr const char* kMmaTF32 = "mma_m16n8k8_tf32";
+// The same in float16 and bfloat16, K 16: mma_m16n8k16_f16 / mma_m16n8k16_bf16(a0..a7, b0..b3,
+// c0..c3), sixteen float32 scalars rounded to the type (to nearest, ties to even: cvt.rn),
+// products exact and summed in float32 (PTX's mma.m16n8k16 .f16 / .bf16 with .f32 C and D):
+//   a = A[g][2t], A[g][2t+1], A[g+8][2t], A[g+8][2t+1],
+//       A[g][2t+8], A[g][2t+9], A[g+8][2t+8], A[g+8][2t+9];
+//   b = B[2t][g], B[2t+1][g], B[2t+8][g], B[2t+9][g];   c and the result as kMmaTF32's.
+constexpr const char* kMmaF16 = "mma_m16n8k16_f16";
+constexpr const char* kMmaBF16 = "mma_m16n8k16_bf16";
+// Whether `call` names one of the warp-level products above.
+bool is_warp_mma(const std::string& call);
+// Its K (8 or 16) and its float operands (10 or 16: K / 2 of A, K / 4 of B, 4 of C).
+int warp_mma_k(const std::string& call);
+inline int warp_mma_operands(const std::string& call) { return warp_mma_k(call) * 3 / 4 + 4; }
 
 struct Let : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Let;

@@ -18,6 +18,8 @@
 #include <random>
 #include <sstream>
 
+#include "base/bfloat16.h"
+#include "base/float16.h"
 #include "compiler/codegen_llvm.h"
 #include "compiler/gpu.h"
 #include "compiler/link.h"
@@ -32,7 +34,7 @@ thread_local std::barrier<>* emulated_block = nullptr;
 // The warps of the emulated block: each lane's operands of a warp-level product, and one
 // barrier per warp (its 32 threads), for the calling thread (its index in the block, x fastest).
 struct EmulatedWarps {
-  std::vector<std::array<float, 10>> operands;
+  std::vector<std::array<float, 16>> operands;
   std::vector<std::unique_ptr<std::barrier<>>> meet;
 };
 thread_local EmulatedWarps* emulated_warps = nullptr;
@@ -49,46 +51,62 @@ float round_tf32(float x) {
   std::memcpy(&x, &bits, 4);
   return x;
 }
+
+// A warp-level product of depth K (8: TF32, 16: float16 and bfloat16; compiler/ir.h) in an
+// emulated block: the 32 threads of the caller's warp meet, each leaves its fragments, A
+// (16 x K) and B (K x 8) are put together from them by the instruction's layout, and each lane
+// takes its four elements of C + A x B (operands rounded by `round`, products summed in
+// float32 in k order). A second meeting keeps a lane from overwriting its operands before the
+// others have read them.
+void emulated_mma(const float* in, float* out, int K, float (*round)(float)) {
+  EmulatedWarps& w = *emulated_warps;
+  const int64_t warp = emulated_thread / 32, lane = emulated_thread % 32;
+  if ((warp + 1) * 32 > static_cast<int64_t>(w.operands.size())) {
+    std::fprintf(stderr, "a warp-level product in a block of %zu threads: warp %lld is not whole (32 threads)\n",
+                 w.operands.size(), static_cast<long long>(warp));
+    std::abort();
+  }
+  const int na = K / 2, nb = K / 4;  // a lane's operands of A and of B; then 4 of C
+  std::copy(in, in + na + nb + 4, w.operands[static_cast<size_t>(emulated_thread)].begin());
+  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
+  float a[16][16], b[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const std::array<float, 16>& o = w.operands[static_cast<size_t>(warp * 32 + l)];
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < na; ++e) {
+      // TF32: (g, t), (g+8, t), (g, t+4), (g+8, t+4); 16-bit: pairs along k, then +8 rows, +8 k.
+      const int row = K == 8 ? g + 8 * (e % 2) : g + 8 * (e / 2 % 2);
+      const int k = K == 8 ? t + 4 * (e / 2) : 2 * t + e % 2 + 8 * (e / 4);
+      a[row][k] = round(o[static_cast<size_t>(e)]);
+    }
+    for (int e = 0; e < nb; ++e) {
+      const int k = K == 8 ? t + 4 * e : 2 * t + e % 2 + 8 * (e / 2);
+      b[k][g] = round(o[static_cast<size_t>(na + e)]);
+    }
+  }
+  const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int i = 0; i < 4; ++i) {
+    float d = in[na + nb + i];
+    for (int k = 0; k < K; ++k) d = std::fma(a[rows[i]][k], b[k][cols[i]], d);
+    out[i] = d;
+  }
+  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
+}
 }  // namespace
 
 // Called by kernels built from emulate_gpu_thread at each barrier (the test programs export
 // it: ENABLE_EXPORTS).
 extern "C" void tunefarm_emulated_barrier() { emulated_block->arrive_and_wait(); }
 
-// ir::kMmaTF32 in an emulated block (compiler/ir.h): the 32 threads of the caller's warp meet,
-// each leaves its fragments (a0-a3, b0, b1, c0-c3), A (16x8) and B (8x8) are put together from
-// them by the instruction's layout, and each lane takes its four elements of C + A x B (the
-// products of TF32-rounded operands summed in float32, in k order). A second meeting keeps a
-// lane from overwriting its operands before the others have read them.
-extern "C" void tunefarm_emulated_mma_m16n8k8_tf32(const float* in, float* out) {
-  EmulatedWarps& w = *emulated_warps;
-  const int64_t warp = emulated_thread / 32, lane = emulated_thread % 32;
-  if ((warp + 1) * 32 > static_cast<int64_t>(w.operands.size())) {
-    std::fprintf(stderr, "%s in a block of %zu threads: warp %lld is not whole (32 threads)\n", tf::ir::kMmaTF32,
-                 w.operands.size(), static_cast<long long>(warp));
-    std::abort();
-  }
-  std::copy(in, in + 10, w.operands[static_cast<size_t>(emulated_thread)].begin());
-  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
-  float a[16][8], b[8][8];
-  for (int64_t l = 0; l < 32; ++l) {
-    const std::array<float, 10>& o = w.operands[static_cast<size_t>(warp * 32 + l)];
-    const int64_t g = l / 4, t = l % 4;
-    a[g][t] = round_tf32(o[0]);
-    a[g + 8][t] = round_tf32(o[1]);
-    a[g][t + 4] = round_tf32(o[2]);
-    a[g + 8][t + 4] = round_tf32(o[3]);
-    b[t][g] = round_tf32(o[4]);
-    b[t + 4][g] = round_tf32(o[5]);
-  }
-  const int64_t g = lane / 4, t = lane % 4;
-  const int64_t rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-  for (int i = 0; i < 4; ++i) {
-    float d = in[6 + i];
-    for (int k = 0; k < 8; ++k) d = std::fma(a[rows[i]][k], b[k][cols[i]], d);
-    out[i] = d;
-  }
-  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
+// The warp-level products of compiler/ir.h in an emulated block (codegen_cpu.cc calls
+// tunefarm_emulated_<name>; the test programs export them).
+extern "C" void tunefarm_emulated_mma_m16n8k8_tf32(const float* in, float* out) { emulated_mma(in, out, 8, round_tf32); }
+extern "C" void tunefarm_emulated_mma_m16n8k16_f16(const float* in, float* out) {
+  emulated_mma(in, out, 16, tf::round_f16);
+}
+extern "C" void tunefarm_emulated_mma_m16n8k16_bf16(const float* in, float* out) {
+  emulated_mma(in, out, 16, tf::round_bf16);
 }
 
 namespace tf::testing {

@@ -1,10 +1,10 @@
-// Warp-level matrix products on tensor cores (ir::kMmaTF32, compiler/ir.h), the first brick of
-// the tensor-core templates: a GEMM written by hand in loop IR, each lane loading its fragments
-// of A and B by the instruction's layout. Without a GPU here it runs in the threaded emulation
-// of a block (tests/compiler/kernel_harness.cc), where a warp's 32 threads meet at each product
-// and exchange their fragments, so a fragment loaded from the wrong place gives a wrong C (the
-// test with two fragments swapped fails); the PTX has the instruction and ptxas takes it; the
-// targets without it refuse by name.
+// Warp-level matrix products on tensor cores (ir::kMmaTF32, kMmaF16, kMmaBF16: compiler/ir.h),
+// the first brick of the tensor-core templates: a GEMM written by hand in loop IR, each lane
+// loading its fragments of A and B by the instruction's layout. Without a GPU here it runs in
+// the threaded emulation of a block (tests/compiler/kernel_harness.cc), where a warp's 32
+// threads meet at each product and exchange their fragments, so a fragment loaded from the
+// wrong place gives a wrong C (the test with two fragments swapped fails); the PTX has the
+// instruction and ptxas takes it; the targets without it refuse by name.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -13,9 +13,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
+#include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/float16.h"
 #include "compiler/codegen_llvm.h"
 #include "compiler/gpu.h"
 #include "compiler/link.h"
@@ -33,32 +36,51 @@ size_t count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
-// C (M x N) = A (M x K) x B (K x N), all row-major, M a multiple of 16 and the block's warps
-// (one block of warps_m warps, warp w computing rows w*16 + 16*i for i while they last), N and
-// K multiples of 8. Lane l: g = l / 4, t = l % 4. For each 16x8 tile of C its accumulators
-// acc[0..3] start at 0 and take one mma per 8 of K. With `swap`, a1 and a2 are loaded from each
-// other's places (a wrong layout); `threads` > 0 launches that many threads instead of whole warps.
-ir::LoweredFunc mma_gemm(int64_t M, int64_t N, int64_t K, int64_t warps, bool swap = false,
-                         int64_t threads = 0) {
+// Where a lane's operands of A (row offset from g, k offset) and B (k offset) are, for a
+// product of depth `depth` (compiler/ir.h), in terms of t = lane % 4.
+struct Fragment {
+  int64_t row, k_times_t, k;  // A[g + row][k_times_t * t + k]
+};
+std::vector<Fragment> a_fragments(int64_t depth) {
+  if (depth == 8) return {{0, 1, 0}, {8, 1, 0}, {0, 1, 4}, {8, 1, 4}};
+  return {{0, 2, 0}, {0, 2, 1}, {8, 2, 0}, {8, 2, 1}, {0, 2, 8}, {0, 2, 9}, {8, 2, 8}, {8, 2, 9}};
+}
+std::vector<Fragment> b_fragments(int64_t depth) {  // B[k_times_t * t + k][g]
+  if (depth == 8) return {{0, 1, 0}, {0, 1, 4}};
+  return {{0, 2, 0}, {0, 2, 1}, {0, 2, 8}, {0, 2, 9}};
+}
+
+// C (M x N) = A (M x K) x B (K x N) with the warp-level product `mma`, all row-major, M a
+// multiple of 16 and the block's warps (warp w computing rows w*16 + 16*i for i while they
+// last), N a multiple of 8, K of the product's depth. Lane l: g = l / 4, t = l % 4. For each
+// 16x8 tile of C its accumulators acc[0..3] start at 0 and take one product per step of K.
+// With `swap`, A's operands 1 and 2 are loaded from each other's places (a wrong layout);
+// `threads` > 0 launches that many threads instead of whole warps.
+ir::LoweredFunc mma_gemm(const std::string& mma, int64_t M, int64_t N, int64_t K, int64_t warps,
+                         bool swap = false, int64_t threads = 0) {
+  const int64_t depth = ir::warp_mma_k(mma);
   Expr tx = ir::Var::make("tx"), mt = ir::Var::make("mt"), nt = ir::Var::make("nt"),
        ks = ir::Var::make("ks");
   Expr lane = tx % Expr(int64_t{32}), warp = tx / Expr(int64_t{32});
   Expr g = lane / Expr(int64_t{4}), t = lane % Expr(int64_t{4});
   const ir::Type f32 = ir::Type::float32();
   Expr row = (mt * Expr(warps) + warp) * Expr(int64_t{16}) + g;  // the lane's first row of C
-  Expr k0 = ks * Expr(int64_t{8});
+  Expr k0 = ks * Expr(depth);
   Expr col_b = nt * Expr(int64_t{8}) + g;  // the column of B the lane holds
-  auto a = [&](Expr r, Expr k) { return ir::Load::make(f32, "A", r * Expr(K) + k); };
-  auto b = [&](Expr k) { return ir::Load::make(f32, "B", k * Expr(N) + col_b); };
+  auto k_of = [&](const Fragment& f) { return k0 + t * Expr(f.k_times_t) + Expr(f.k); };
   auto acc = [&](int64_t i) { return ir::Load::make(f32, "acc", Expr(i)); };
-  Expr a1 = a(row + Expr(int64_t{8}), k0 + t), a2 = a(row, k0 + t + Expr(int64_t{4}));
-  if (swap) std::swap(a1, a2);
-  Expr mma = ir::Call::make(
-      ir::kMmaTF32, {a(row, k0 + t), a1, a2, a(row + Expr(int64_t{8}), k0 + t + Expr(int64_t{4})),
-                     b(k0 + t), b(k0 + t + Expr(int64_t{4})), acc(0), acc(1), acc(2), acc(3)});
-  Stmt step = ir::For::make(
-      ks, Expr(int64_t{0}), Expr(K / 8), ir::ForKind::Serial,
-      ir::Store::make("acc", mma, ir::Ramp::make(Expr(int64_t{0}), Expr(int64_t{1}), 4)));
+  std::vector<Expr> operands;
+  for (const Fragment& f : a_fragments(depth)) {
+    operands.push_back(ir::Load::make(f32, "A", (row + Expr(f.row)) * Expr(K) + k_of(f)));
+  }
+  if (swap) std::swap(operands[1], operands[2]);
+  for (const Fragment& f : b_fragments(depth)) {
+    operands.push_back(ir::Load::make(f32, "B", k_of(f) * Expr(N) + col_b));
+  }
+  for (int64_t i = 0; i < 4; ++i) operands.push_back(acc(i));
+  Stmt step = ir::For::make(ks, Expr(int64_t{0}), Expr(K / depth), ir::ForKind::Serial,
+                            ir::Store::make("acc", ir::Call::make(mma, operands),
+                                            ir::Ramp::make(Expr(int64_t{0}), Expr(int64_t{1}), 4)));
   std::vector<Stmt> body;
   for (int64_t i = 0; i < 4; ++i) body.push_back(ir::Store::make("acc", ir::f32(0), Expr(i)));
   body.push_back(step);
@@ -72,7 +94,7 @@ ir::LoweredFunc mma_gemm(int64_t M, int64_t N, int64_t K, int64_t warps, bool sw
       ir::For::make(mt, Expr(int64_t{0}), Expr(M / 16 / warps), ir::ForKind::Serial,
                     ir::For::make(nt, Expr(int64_t{0}), Expr(N / 8), ir::ForKind::Serial, tile));
   ir::LoweredFunc f;
-  f.name = swap ? "mma_gemm_swapped" : "mma_gemm";
+  f.name = "gemm_" + mma + (swap ? "_swapped" : "");
   f.args = {{"A", {M, K}, ir::ArgRole::Input},
             {"B", {K, N}, ir::ArgRole::Input},
             {"C", {M, N}, ir::ArgRole::Output}};
@@ -90,13 +112,22 @@ float tf32(float x) {
   return x;
 }
 
-// The emulated kernel's C and the largest differences from A x B with the operands rounded to
-// TF32 (what the instruction computes) and as float32 (what it does not), relative to the
-// largest |C|.
+// What the product rounds its operands to.
+float (*rounding(const std::string& mma))(float) {
+  if (mma == ir::kMmaTF32) return tf32;
+  return mma == ir::kMmaF16 ? static_cast<float (*)(float)>(round_f16)
+                            : static_cast<float (*)(float)>(round_bf16);
+}
+
+const char* kProducts[] = {ir::kMmaTF32, ir::kMmaF16, ir::kMmaBF16};
+
+// The emulated kernel's C and its largest differences from A x B with the operands rounded as
+// the product rounds them (what the instruction computes) and as float32 (what it does not),
+// relative to the largest |C|.
 struct Errors {
-  double vs_tf32 = 0, vs_float = 0;
+  double vs_rounded = 0, vs_float = 0;
 };
-Errors run(const ir::LoweredFunc& f, int64_t M, int64_t N, int64_t K) {
+Errors run(const std::string& mma, const ir::LoweredFunc& f, int64_t M, int64_t N, int64_t K) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<std::vector<float>> bufs = {std::vector<float>(static_cast<size_t>(M * K)),
@@ -107,67 +138,79 @@ Errors run(const ir::LoweredFunc& f, int64_t M, int64_t N, int64_t K) {
   }
   GpuLaunch launch = check_gpu_kernel(f, parse_target("cuda -arch=sm_80"));
   EXPECT_EQ(testing::emulate_gpu_kernel(f, launch, bufs), 0);
+  float (*round)(float) = rounding(mma);
   Errors r;
   double most = 0;
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
-      double want_tf32 = 0, want = 0;
+      double want_rounded = 0, want = 0;
       for (int64_t k = 0; k < K; ++k) {
         const float x = bufs[0][static_cast<size_t>(i * K + k)],
                     y = bufs[1][static_cast<size_t>(k * N + j)];
-        want_tf32 += double(tf32(x)) * tf32(y);
+        want_rounded += double(round(x)) * round(y);
         want += double(x) * y;
       }
       double got = bufs[2][static_cast<size_t>(i * N + j)];
       if (std::isnan(got)) got = 1e30;  // an element no lane wrote
-      r.vs_tf32 = std::max(r.vs_tf32, std::fabs(got - want_tf32));
+      r.vs_rounded = std::max(r.vs_rounded, std::fabs(got - want_rounded));
       r.vs_float = std::max(r.vs_float, std::fabs(got - want));
       most = std::max(most, std::fabs(want));
     }
   }
-  r.vs_tf32 /= most;
+  r.vs_rounded /= most;
   r.vs_float /= most;
   return r;
 }
 
-TEST(WarpMma, EmulatedWarpsComputeTheTf32Product) {
-  for (auto [M, N, K, warps] :
-       {std::array<int64_t, 4>{16, 8, 8, 1}, {32, 16, 24, 2}, {64, 24, 40, 2}}) {
-    Errors r = run(mma_gemm(M, N, K, warps), M, N, K);
-    std::string what = str(M, "x", N, "x", K, " in ", warps, " warps");
-    std::printf(
-        "figure: %s: largest difference from the TF32 product %.2g, from the float32 one %.2g (of "
-        "the "
-        "largest |C|)\n",
-        what.c_str(), r.vs_tf32, r.vs_float);
-    // The sums of float32 products in another order than the double reference's.
-    EXPECT_LT(r.vs_tf32, 1e-5) << what;
-    // TF32 keeps 11 significant bits: the rounding shows against float32 operands.
-    EXPECT_GT(r.vs_float, 1e-5) << what;
+TEST(WarpMma, EmulatedWarpsComputeTheRoundedProduct) {
+  for (const char* mma : kProducts) {
+    const int64_t d = ir::warp_mma_k(mma);
+    for (auto [M, N, K, warps] :
+         {std::array<int64_t, 4>{16, 8, d, 1}, {32, 16, 3 * d, 2}, {64, 24, 5 * d, 2}}) {
+      Errors r = run(mma, mma_gemm(mma, M, N, K, warps), M, N, K);
+      std::string what = str(mma, " ", M, "x", N, "x", K, " in ", warps, " warps");
+      std::printf(
+          "figure: %s: largest difference from the product of rounded operands %.2g, from "
+          "the float32 one %.2g (of the largest |C|)\n",
+          what.c_str(), r.vs_rounded, r.vs_float);
+      // The sums of float32 products in another order than the double reference's.
+      EXPECT_LT(r.vs_rounded, 1e-5) << what;
+      // TF32 and float16 keep 11 significant bits, bfloat16 8: the rounding shows.
+      EXPECT_GT(r.vs_float, 1e-5) << what;
+    }
+    // Two fragments loaded from each other's places: the emulator builds A from the lanes'
+    // registers by the instruction's layout, so the product is wrong.
+    EXPECT_GT(run(mma, mma_gemm(mma, 32, 16, 3 * d, 2, true), 32, 16, 3 * d).vs_rounded, 0.05)
+        << mma;
   }
-  // Two fragments loaded from each other's places: the emulator builds A from the lanes'
-  // registers by the instruction's layout, so the product is wrong.
-  EXPECT_GT(run(mma_gemm(32, 16, 24, 2, true), 32, 16, 24).vs_tf32, 0.05);
 }
 
 TEST(WarpMma, PtxHasTheInstructionAndPtxasTakesIt) {
   const std::string ptxas = "/usr/local/cuda/bin/ptxas";
-  for (const char* arch : {"sm_80", "sm_90"}) {
-    std::string ptx =
-        codegen_llvm(mma_gemm(64, 24, 40, 2), parse_target(std::string("cuda -arch=") + arch),
-                     CodegenOutput::Asm)
-            .data;
-    EXPECT_EQ(count_of(ptx, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"), 1)
-        << arch << "\n"
-        << ptx;
-    EXPECT_EQ(count_of(ptx, "cvt.rna.tf32.f32"), 6) << arch << "\n" << ptx;
-    if (!fs::exists(ptxas)) continue;
-    std::string path = testing::temp_dir() + "/mma_" + arch + ".ptx";
-    std::ofstream(path) << ptx;
-    CommandResult r =
-        run_command({ptxas, "-v", std::string("-arch=") + arch, path, "-o", path + ".cubin"});
-    EXPECT_EQ(r.exit_code, 0) << arch << ": " << r.output;
-    EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos) << arch << ": " << r.output;
+  const std::map<std::string, std::pair<std::string, std::string>> instruction = {
+      {ir::kMmaTF32, {"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "cvt.rna.tf32.f32"}},
+      {ir::kMmaF16, {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "cvt.rn.f16.f32"}},
+      {ir::kMmaBF16, {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "cvt.rn.bf16"}}};
+  for (const char* mma : kProducts) {
+    const int64_t d = ir::warp_mma_k(mma);
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      std::string what = str(mma, " ", arch);
+      std::string ptx =
+          codegen_llvm(mma_gemm(mma, 64, 24, 5 * d, 2),
+                       parse_target(std::string("cuda -arch=") + arch), CodegenOutput::Asm)
+              .data;
+      const auto& [op, cvt] = instruction.at(mma);
+      EXPECT_EQ(count_of(ptx, op), 1) << what << "\n" << ptx;
+      EXPECT_GE(count_of(ptx, cvt), 1) << what << "\n" << ptx;
+      if (!fs::exists(ptxas)) continue;
+      std::string path = testing::temp_dir() + "/" + mma + "_" + arch + ".ptx";
+      std::ofstream(path) << ptx;
+      CommandResult r =
+          run_command({ptxas, "-v", std::string("-arch=") + arch, path, "-o", path + ".cubin"});
+      EXPECT_EQ(r.exit_code, 0) << what << ": " << r.output;
+      EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos)
+          << what << ": " << r.output;
+    }
   }
   if (!fs::exists(ptxas))
     std::printf("note: no %s here: the PTX was not assembled\n", ptxas.c_str());
@@ -182,31 +225,34 @@ TEST(WarpMma, TargetsWithoutTensorCoresRefuseByName) {
     }
     return std::string("compiled");
   };
-  ir::LoweredFunc f = mma_gemm(16, 8, 8, 1);
-  EXPECT_NE(refusal(f, parse_target("cuda -arch=sm_75"))
-                .find("uses mma_m16n8k8_tf32 (TF32 tensor cores), which cuda "
-                      "-arch=sm_75 does not have: they need sm_80 or later"),
-            std::string::npos)
-      << refusal(f, parse_target("cuda -arch=sm_75"));
-  EXPECT_NE(refusal(f, parse_target("rocm -mcpu=gfx90a"))
-                .find("uses mma_m16n8k8_tf32 (NVIDIA tensor cores), which"),
-            std::string::npos)
-      << refusal(f, parse_target("rocm -mcpu=gfx90a"));
-  // A block that is not whole warps.
-  std::string partial = refusal(mma_gemm(16, 8, 8, 1, false, 48), parse_target("cuda -arch=sm_90"));
-  EXPECT_NE(partial.find("uses mma_m16n8k8_tf32 (a warp-level product) in blocks of 48 threads: it "
-                         "needs whole warps, "
-                         "a multiple of 32"),
-            std::string::npos)
-      << partial;
-  // Serialized, as --emulate-gpu runs a model's kernels, the lanes cannot meet.
-  ir::LoweredFunc serial = f;
-  serial.body = serialize_gpu_bindings(f.body);
-  std::string cpu = refusal(serial, host_target());
-  EXPECT_NE(cpu.find("it runs on a GPU, or in the threaded emulation of a block"),
-            std::string::npos)
-      << cpu;
-  EXPECT_NE(cpu.find("--emulate-gpu"), std::string::npos) << cpu;
+  for (const char* mma : kProducts) {
+    const int64_t d = ir::warp_mma_k(mma);
+    ir::LoweredFunc f = mma_gemm(mma, 16, 8, d, 1);
+    std::string old_gpu = refusal(f, parse_target("cuda -arch=sm_75"));
+    EXPECT_NE(old_gpu.find(str("uses ", mma,
+                               " (tensor cores), which cuda -arch=sm_75 does not have: they need "
+                               "sm_80 or later")),
+              std::string::npos)
+        << old_gpu;
+    std::string amd = refusal(f, parse_target("rocm -mcpu=gfx90a"));
+    EXPECT_NE(amd.find(str("uses ", mma, " (NVIDIA tensor cores), which rocm")), std::string::npos)
+        << amd;
+    // A block that is not whole warps.
+    std::string partial =
+        refusal(mma_gemm(mma, 16, 8, d, 1, false, 48), parse_target("cuda -arch=sm_90"));
+    EXPECT_NE(partial.find("(a warp-level product) in blocks of 48 threads: it needs whole warps, "
+                           "a multiple of 32"),
+              std::string::npos)
+        << partial;
+    // Serialized, as --emulate-gpu runs a model's kernels, the lanes cannot meet.
+    ir::LoweredFunc serial = f;
+    serial.body = serialize_gpu_bindings(f.body);
+    std::string cpu = refusal(serial, host_target());
+    EXPECT_NE(cpu.find("it runs on a GPU, or in the threaded emulation of a block"),
+              std::string::npos)
+        << cpu;
+    EXPECT_NE(cpu.find("--emulate-gpu"), std::string::npos) << cpu;
+  }
 }
 
 }  // namespace
