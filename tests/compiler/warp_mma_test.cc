@@ -10,10 +10,12 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "base/bfloat16.h"
@@ -185,8 +187,13 @@ TEST(WarpMma, EmulatedWarpsComputeTheRoundedProduct) {
   }
 }
 
+// With $TF_WARP_MMA_PTX_DIR set, the PTX of each product's GEMM is also written there, with
+// manifest.json, for bench/gpu_mma_check.py to run on a real GPU (the layouts against the
+// hardware, not only against this emulator's reading of them).
 TEST(WarpMma, PtxHasTheInstructionAndPtxasTakesIt) {
   const std::string ptxas = "/usr/local/cuda/bin/ptxas";
+  const char* dump = std::getenv("TF_WARP_MMA_PTX_DIR");
+  nlohmann::json manifest = nlohmann::json::array();
   const std::map<std::string, std::pair<std::string, std::string>> instruction = {
       {ir::kMmaTF32, {"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "cvt.rna.tf32.f32"}},
       {ir::kMmaF16, {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "cvt.rn.f16.f32"}},
@@ -202,6 +209,19 @@ TEST(WarpMma, PtxHasTheInstructionAndPtxasTakesIt) {
       const auto& [op, cvt] = instruction.at(mma);
       EXPECT_EQ(count_of(ptx, op), 1) << what << "\n" << ptx;
       EXPECT_GE(count_of(ptx, cvt), 1) << what << "\n" << ptx;
+      if (dump && *dump) {
+        fs::create_directories(dump);
+        std::string file = std::string(mma) + "_" + arch + ".ptx";
+        std::ofstream(fs::path(dump) / file) << ptx;
+        manifest.push_back({{"ptx", file},
+                            {"kernel", "gemm_" + std::string(mma)},
+                            {"product", mma},
+                            {"arch", arch},
+                            {"M", 64},
+                            {"N", 24},
+                            {"K", 5 * d},
+                            {"threads", 64}});
+      }
       if (!fs::exists(ptxas)) continue;
       std::string path = testing::temp_dir() + "/" + mma + "_" + arch + ".ptx";
       std::ofstream(path) << ptx;
@@ -214,6 +234,7 @@ TEST(WarpMma, PtxHasTheInstructionAndPtxasTakesIt) {
   }
   if (!fs::exists(ptxas))
     std::printf("note: no %s here: the PTX was not assembled\n", ptxas.c_str());
+  if (dump && *dump) std::ofstream(fs::path(dump) / "manifest.json") << manifest.dump(1) << "\n";
 }
 
 TEST(WarpMma, TargetsWithoutTensorCoresRefuseByName) {
