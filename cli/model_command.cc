@@ -65,16 +65,11 @@ static int64_t count_anchors(const graph::Graph& g) {
   return anchors;
 }
 
-// How this target multiplies the int8 kernels' bytes (codegen_cpu.cc dot_instructions), and
-// whether it has AMX tiles that they do not use.
+// How this target multiplies the int8 kernels' bytes, and whether it has AMX tiles that they
+// do not use.
 static std::string int8_instructions(const Target& t) {
-  const bool x86 = t.arch_name() == "x86_64", arm = t.arch_name() == "aarch64";
-  std::string how = x86 && t.has_feature("avx512vnni") ? "vpdpbusd, AVX512-VNNI"
-                    : x86 && t.has_feature("avxvnni")  ? "vpdpbusd, AVX-VNNI"
-                    : arm && t.has_feature("i8mm")     ? "usdot"
-                    : arm && t.has_feature("dotprod")  ? "sdot"
-                                                       : "widened: this target has no byte dot product";
-  if (x86 && t.has_feature("amx-int8")) how += "; this CPU's AMX tiles (tdpbusd) are not used yet";
+  std::string how = byte_dot_name(t.byte_dot());
+  if (t.arch_name() == "x86_64" && t.has_feature("amx-int8")) how += "; this CPU's AMX tiles (tdpbusd) are not used yet";
   return how;
 }
 

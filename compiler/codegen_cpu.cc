@@ -135,22 +135,22 @@ class CodeGenCpu final : public CodeGen {
 
   // The target's u8 x s8 dot-product instructions as (int32 lanes, intrinsic), widest first.
   Pieces dot_instructions() const {
-    const llvm::Triple tt(target_.triple);
-    const bool x86 = tt.isX86();
     Pieces pieces;
-    if (x86 && target_.has_feature("avx512vnni")) {
-      pieces.push_back({16, llvm::Intrinsic::x86_avx512_vpdpbusd_512});
-      if (target_.has_feature("avx512vl")) {
+    switch (target_.byte_dot()) {
+      case Target::ByteDot::Vnni512:
+        pieces.push_back({16, llvm::Intrinsic::x86_avx512_vpdpbusd_512});
+        if (target_.has_feature("avx512vl")) {
+          pieces.push_back({8, llvm::Intrinsic::x86_avx512_vpdpbusd_256});
+          pieces.push_back({4, llvm::Intrinsic::x86_avx512_vpdpbusd_128});
+        }
+        break;
+      case Target::ByteDot::AvxVnni:
         pieces.push_back({8, llvm::Intrinsic::x86_avx512_vpdpbusd_256});
         pieces.push_back({4, llvm::Intrinsic::x86_avx512_vpdpbusd_128});
-      }
-    } else if (x86 && target_.has_feature("avxvnni")) {
-      pieces.push_back({8, llvm::Intrinsic::x86_avx512_vpdpbusd_256});
-      pieces.push_back({4, llvm::Intrinsic::x86_avx512_vpdpbusd_128});
-    } else if (tt.isAArch64() && target_.has_feature("i8mm")) {
-      pieces.push_back({4, llvm::Intrinsic::aarch64_neon_usdot});
-    } else if (tt.isAArch64() && target_.has_feature("dotprod")) {
-      pieces.push_back({4, llvm::Intrinsic::aarch64_neon_sdot});
+        break;
+      case Target::ByteDot::Usdot: pieces.push_back({4, llvm::Intrinsic::aarch64_neon_usdot}); break;
+      case Target::ByteDot::Sdot: pieces.push_back({4, llvm::Intrinsic::aarch64_neon_sdot}); break;
+      case Target::ByteDot::None: break;
     }
     return pieces;
   }

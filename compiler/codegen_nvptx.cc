@@ -124,7 +124,7 @@ class CodeGenNvptx final : public CodeGenGpu {
       throw UserError(str("kernel ", name_, " uses ", c->name, " (tensor cores), which ", target_.str(),
                           " does not have: they need sm_80 or later"));
     }
-    const size_t ab = static_cast<size_t>(warp_mma_k(c->name) * 3 / 4);  // A's and B's operands
+    const size_t ab = static_cast<size_t>(warp_mma_operands(c->name) - 4);  // A's and B's; then C's 4
     std::vector<llvm::Value*> ops;
     llvm::Intrinsic::ID id = llvm::Intrinsic::nvvm_mma_m16n8k8_row_col_tf32;
     if (c->name == kMmaTF32) {

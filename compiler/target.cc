@@ -146,6 +146,26 @@ bool Target::has_feature(const std::string& name) const {
   return sti->checkFeatures("+" + name);
 }
 
+Target::ByteDot Target::byte_dot() const {
+  const std::string a = arch_name();
+  if (a == "x86_64" && has_feature("avx512vnni")) return ByteDot::Vnni512;
+  if (a == "x86_64" && has_feature("avxvnni")) return ByteDot::AvxVnni;
+  if (a == "aarch64" && has_feature("i8mm")) return ByteDot::Usdot;
+  if (a == "aarch64" && has_feature("dotprod")) return ByteDot::Sdot;
+  return ByteDot::None;
+}
+
+const char* byte_dot_name(Target::ByteDot d) {
+  switch (d) {
+    case Target::ByteDot::Vnni512: return "vpdpbusd, AVX512-VNNI";
+    case Target::ByteDot::AvxVnni: return "vpdpbusd, AVX-VNNI";
+    case Target::ByteDot::Usdot: return "usdot";
+    case Target::ByteDot::Sdot: return "sdot";
+    case Target::ByteDot::None: break;
+  }
+  return "widened: this target has no byte dot product";
+}
+
 Target parse_target(const std::string& spec) {
   std::vector<std::string> w = words(spec);
   if (w.empty()) throw UserError("empty target string (try 'llvm -mcpu=native')");

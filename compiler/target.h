@@ -51,7 +51,14 @@ struct Target {
   // Whether a CPU target has an LLVM subtarget feature (avx512vnni, avxvnni, i8mm, dotprod),
   // from its -mcpu and -mattr; false for GPU targets.
   bool has_feature(const std::string& name) const;
+
+  // The instruction the int8 kernels multiply uint8 x int8 bytes with (codegen_cpu.cc, and the
+  // summaries of import and compile --model).
+  enum class ByteDot { Vnni512, AvxVnni, Usdot, Sdot, None };
+  ByteDot byte_dot() const;
 };
+// "vpdpbusd, AVX512-VNNI", "vpdpbusd, AVX-VNNI", "usdot", "sdot", or that there is none.
+const char* byte_dot_name(Target::ByteDot d);
 
 // Throws UserError for an unknown kind or option, a triple LLVM has no backend for, or an
 // `llvm` triple that is not a Linux CPU tunefarm compiles for (x86_64, aarch64, arm hard-float).

@@ -28,6 +28,7 @@
 #include "graph/model_compiler.h"
 #include "graph/model_library.h"
 #include "runtime/kernel_library.h"
+#include "tuner/model_comparison.h"
 #include "tuner/tuning_records.h"
 
 #define TFPY_EXPORT extern "C" __attribute__((visibility("default")))
@@ -72,13 +73,6 @@ struct Kernel {
   std::unique_ptr<KernelLibrary> lib;
 };
 
-// The configs of `database` (null: default schedules), as the command line takes them.
-graph::ConfigLookup lookup_in(db::Database* database) {
-  return [database](const Workload& w, const Target& t) {
-    ConfigChoice c = choose_config(database, w, t);
-    return graph::KernelConfig{c.config, c.source, c.tuned_from};
-  };
-}
 
 }  // namespace
 }  // namespace tf::python
@@ -158,10 +152,9 @@ TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char
     Target t = *target ? parse_target(target) : host_target();
     std::unique_ptr<db::Database> database =
         *db ? db::open_database(db, db::OpenMode::ReadOnly) : nullptr;
-    graph::Graph g = graph::load_model(onnx, opt_level, {}, graph::channel_block(t));
-    graph::CompiledModel cm =
-        graph::compile_model(g, t, lookup_in(database.get()), out, onnx,
-                             max_memory > 0 ? max_memory : graph::default_memory_budget());
+    graph::CompiledModel cm = compile_model_with(load_model_for_target(onnx, t, opt_level, {}), t, database.get(),
+                                                 out, onnx,
+                                                 max_memory > 0 ? max_memory : graph::default_memory_budget());
     last_result = nlohmann::json{{"library", out},
                                  {"target", t.str()},
                                  {"kernels", cm.kernels.size()},

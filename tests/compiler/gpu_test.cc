@@ -34,11 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // How often `what` occurs in `text`.
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
+using testing::count_of;
 
 const char* kWorkloads[] = {
     "matmul(M=1,N=1,K=1)",
@@ -249,22 +245,22 @@ TEST(GpuShared, MultiBufferedTilesAreCopiedAhead) {
   EXPECT_EQ(k90.launch()->static_shared_bytes, 2 * 2 * 8 * 68 * 4);
   // The prologue's copy, and one in the loop: B's rows in 16-byte copies, A's transposed
   // elements in 4-byte ones.
-  EXPECT_GT(count(ptx90, "cp.async.cg.shared.global [%"), 0u) << ptx90;
-  EXPECT_GT(count(ptx90, "cp.async.ca.shared.global [%"), 0u) << ptx90;
-  EXPECT_EQ(count(ptx90, "cp.async.wait_group 0"), 1u) << ptx90;
-  EXPECT_EQ(count(ptx90, "cp.async.commit_group"), 2u) << ptx90;  // the prologue's, the loop's
-  EXPECT_EQ(count(ptx90, "bar.sync"), 1u) << ptx90;
+  EXPECT_GT(count_of(ptx90, "cp.async.cg.shared.global [%"), 0u) << ptx90;
+  EXPECT_GT(count_of(ptx90, "cp.async.ca.shared.global [%"), 0u) << ptx90;
+  EXPECT_EQ(count_of(ptx90, "cp.async.wait_group 0"), 1u) << ptx90;
+  EXPECT_EQ(count_of(ptx90, "cp.async.commit_group"), 2u) << ptx90;  // the prologue's, the loop's
+  EXPECT_EQ(count_of(ptx90, "bar.sync"), 1u) << ptx90;
   auto [k75, ptx75] = ptx_of("sm_75");
-  EXPECT_EQ(count(ptx75, "cp.async"), 0u);
-  EXPECT_EQ(count(ptx75, "bar.sync"), 1u) << ptx75;
-  EXPECT_GT(count(ptx75, "st.shared"), 0u);
+  EXPECT_EQ(count_of(ptx75, "cp.async"), 0u);
+  EXPECT_EQ(count_of(ptx75, "bar.sync"), 1u) << ptx75;
+  EXPECT_GT(count_of(ptx75, "st.shared"), 0u);
   // Four stages: three tiles copied before the loop, each its group; two in flight.
   config["stages"] = 4;
   auto [k4, ptx4] = ptx_of("sm_90");
   EXPECT_EQ(k4.launch()->static_shared_bytes, 4 * 2 * 8 * 68 * 4);
-  EXPECT_EQ(count(ptx4, "cp.async.wait_group 2"), 1u) << ptx4;
-  EXPECT_EQ(count(ptx4, "cp.async.commit_group"), 4u) << ptx4;
-  EXPECT_EQ(count(ptx4, "bar.sync"), 1u) << ptx4;
+  EXPECT_EQ(count_of(ptx4, "cp.async.wait_group 2"), 1u) << ptx4;
+  EXPECT_EQ(count_of(ptx4, "cp.async.commit_group"), 4u) << ptx4;
+  EXPECT_EQ(count_of(ptx4, "bar.sync"), 1u) << ptx4;
 }
 
 // Split-K: one call, two kernels in one module (the partial sums into a workspace, then
@@ -291,8 +287,8 @@ TEST(GpuSplitK, PartialSumsThenTheirSumInASecondKernel) {
   EXPECT_EQ(side["launch"]["then"][0]["function"], "matmul_step2");
   EXPECT_EQ(side["launch"]["workspace_elements"], nlohmann::json::array({8 * 128 * 768}));
   std::string ptx = codegen_llvm(k.lowered.func, t, CodegenOutput::Asm).data;
-  EXPECT_EQ(count(ptx, ".entry matmul("), 1u) << ptx.substr(0, 2000);
-  EXPECT_EQ(count(ptx, ".entry matmul_step2("), 1u);
+  EXPECT_EQ(count_of(ptx, ".entry matmul("), 1u) << ptx.substr(0, 2000);
+  EXPECT_EQ(count_of(ptx, ".entry matmul_step2("), 1u);
   ir::LoweredFunc f = k.lowered.func;
   f.body = serialize_gpu_bindings(f.body);
   testing::Comparison r = testing::run_and_compare(k.graph, f, 3);

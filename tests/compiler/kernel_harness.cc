@@ -40,18 +40,6 @@ struct EmulatedWarps {
 thread_local EmulatedWarps* emulated_warps = nullptr;
 thread_local int64_t emulated_thread = 0;
 
-// cvt.rna.tf32.f32: the float rounded to 10 bits of mantissa, to nearest, ties away from zero
-// (the 13 low bits dropped after adding half of their weight to the magnitude); NaN and
-// infinity kept.
-float round_tf32(float x) {
-  if (!std::isfinite(x)) return x;
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  bits = (bits + 0x1000u) & ~0x1FFFu;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
-
 // A warp-level product of depth K (8: TF32, 16: float16 and bfloat16; compiler/ir.h) in an
 // emulated block: the 32 threads of the caller's warp meet, each leaves its fragments, A
 // (16 x K) and B (K x 8) are put together from them by the instruction's layout, and each lane
@@ -101,7 +89,7 @@ extern "C" void tunefarm_emulated_barrier() { emulated_block->arrive_and_wait();
 
 // The warp-level products of compiler/ir.h in an emulated block (codegen_cpu.cc calls
 // tunefarm_emulated_<name>; the test programs export them).
-extern "C" void tunefarm_emulated_mma_m16n8k8_tf32(const float* in, float* out) { emulated_mma(in, out, 8, round_tf32); }
+extern "C" void tunefarm_emulated_mma_m16n8k8_tf32(const float* in, float* out) { emulated_mma(in, out, 8, tf::testing::round_tf32); }
 extern "C" void tunefarm_emulated_mma_m16n8k16_f16(const float* in, float* out) {
   emulated_mma(in, out, 16, tf::round_f16);
 }
@@ -111,6 +99,22 @@ extern "C" void tunefarm_emulated_mma_m16n8k16_bf16(const float* in, float* out)
 
 namespace tf::testing {
 namespace fs = std::filesystem;
+
+// The 13 low bits dropped after adding half of their weight to the magnitude.
+float round_tf32(float x) {
+  if (!std::isfinite(x)) return x;
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits = (bits + 0x1000u) & ~0x1FFFu;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
 
 std::string Comparison::str() const {
   std::ostringstream os;

@@ -34,11 +34,7 @@ namespace fs = std::filesystem;
 using ir::Expr;
 using ir::Stmt;
 
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
+using testing::count_of;
 
 // Where a lane's operands of A (row offset from g, k offset) and B (k offset) are, for a
 // product of depth `depth` (compiler/ir.h), in terms of t = lane % 4.
@@ -107,18 +103,10 @@ ir::LoweredFunc mma_gemm(const std::string& mma, int64_t M, int64_t N, int64_t K
   return f;
 }
 
-// cvt.rna.tf32.f32, as the emulator and the GPU round: 10 bits of mantissa, ties away from 0.
-float tf32(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  bits = (bits + 0x1000u) & ~0x1FFFu;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
 
 // What the product rounds its operands to.
 float (*rounding(const std::string& mma))(float) {
-  if (mma == ir::kMmaTF32) return tf32;
+  if (mma == ir::kMmaTF32) return testing::round_tf32;
   return mma == ir::kMmaF16 ? static_cast<float (*)(float)>(round_f16)
                             : static_cast<float (*)(float)>(round_bf16);
 }
