@@ -18,11 +18,21 @@ temporary database when none is given), so one call measures default and tuned.
 Needs: an NVIDIA GPU with its driver, PyTorch with CUDA, CuPy. Without them it says which is
 missing and exits 2.
 
+--precision tf32|fp16|bf16 times the tensor-core kernels (dense_tc.cuda: the matmul and
+batch_matmul workloads with `precision=...`; the other workloads have no tensor-core template
+yet and are skipped) against PyTorch in the same precision: TF32 allowed for tf32, the peer's
+operands .half() / .bfloat16() for fp16 / bf16 (ours read float32 operands and round them).
+It checks ours against the float32 product of the rounded operands (fp16, bf16) or against the
+float32 product (tf32: within 2e-3 of the largest value), and prints TFLOPS and the share of the
+tensor-core peak (dense: 989 TFLOPS fp16/bf16 and 495 TF32 on an H100 or H200, 312 / 156 on an
+A100; --peak-tflops for another GPU).
+
 --cpu-check runs on any machine with PyTorch: it compiles each workload for this CPU instead,
 calls it through ctypes and checks it against the same PyTorch reference, argument order and
 layouts included (what the GPU run relies on; the tests run it: tests/bench/gpu_bench_cpu_check).
 
 Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,other]
+                          [--precision tf32|fp16|bf16]
        bench/gpu_bench.py BUILD/bin/tunefarm --models resnet18,resnet50,mobilenet_v2,bert_base  (whole
        models: bench/gpu_model_bench.py)
 """
@@ -71,7 +81,7 @@ def params_of(workload):
     p = {}
     for kv in m.group(2).split(","):
         k, v = kv.split("=")
-        p[k] = v if k == "epilogue" else int(v)
+        p[k] = v if k in ("epilogue", "precision") else int(v)
     return m.group(1), p
 
 
@@ -124,6 +134,27 @@ class Kernel:
         args = ptrs + self.extra
         for fn, grid, block in self.steps:
             fn(grid, block, args)
+
+
+# Dense tensor-core peaks (TFLOPS) by GPU name and precision.
+PEAKS = {"H100": {"tf32": 494.7, "fp16": 989.4, "bf16": 989.4}, "H200": {"tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
+         "A100": {"tf32": 156.0, "fp16": 312.0, "bf16": 312.0}}
+
+
+def with_precision(workload, precision):
+    """The workload at `precision`, or None when no tensor-core template computes it."""
+    if precision == "fp32":
+        return workload
+    op, _ = params_of(workload)
+    if op not in ("matmul", "batch_matmul"):
+        return None
+    return workload[:-1] + ",precision=" + precision + ")"
+
+
+def flops_of(op, p):
+    if op in ("matmul", "batch_matmul"):
+        return 2 * p.get("B", 1) * p["M"] * p["N"] * p["K"]
+    return 0
 
 
 def compile_kernel(tunefarm, workload, target, out, db, config=None):
@@ -256,6 +287,10 @@ def main():
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--cpu-check", action="store_true",
                     help="no GPU: check the workloads compiled for this CPU against the PyTorch reference")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"],
+                    help="tensor-core kernels (matmul, batch_matmul) against PyTorch in the same precision")
+    ap.add_argument("--peak-tflops", type=float, help="the GPU's dense tensor-core peak at --precision "
+                    "(known: H100, H200, A100)")
     ap.add_argument("--models", help="time whole models instead, e.g. resnet18,resnet50,mobilenet_v2,bert_base "
                     "(bench/gpu_model_bench.py, with --db, --json and --cpu-check passed on)")
     a = ap.parse_args()
@@ -267,6 +302,17 @@ def main():
         os.execv(sys.executable, args)
     groups = [(g, w) for g in a.groups.split(",") if g for w in GROUPS.get(g) or fail("unknown group " + g)]
     groups += [("given", w) for w in a.workload]
+    if a.precision != "fp32":
+        if a.cpu_check:
+            fail("--cpu-check compiles for this CPU, which has no tensor-core template: --precision %s kernels run "
+                 "on sm_80+ GPUs only (tests/compiler/tensor_core_test.cc checks them in the emulated warps)"
+                 % a.precision)
+        for g, w in groups:
+            if with_precision(w, a.precision) is None:
+                print("skipped %s: no tensor-core template for it yet" % w)
+        groups = [(g, with_precision(w, a.precision)) for g, w in groups if with_precision(w, a.precision)]
+        if not groups:
+            fail("none of the workloads has a tensor-core template (matmul, batch_matmul)")
     if a.cpu_check:
         return cpu_check(a, groups)
 
@@ -282,13 +328,21 @@ def main():
         fail("CuPy is not installed: it loads tunefarm's PTX through the driver")
     if not shutil.which(a.tunefarm) and not os.path.exists(a.tunefarm):
         fail("no tunefarm program at " + a.tunefarm)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    def allow_tf32(on):
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+
+    allow_tf32(False)
     torch.backends.cudnn.benchmark = True
     major, minor = torch.cuda.get_device_capability()
     target = "cuda -arch=sm_%d%d" % (major, minor)
-    print("GPU: %s (%s); PyTorch %s, cuDNN %s; fp32, TF32 off" %
-          (torch.cuda.get_device_name(), target, torch.__version__, torch.backends.cudnn.version()), flush=True)
+    name = torch.cuda.get_device_name()
+    peak = a.peak_tflops or next((v[a.precision] for k, v in PEAKS.items() if k in name and a.precision in v), None)
+    print("GPU: %s (%s); PyTorch %s, cuDNN %s; %s" %
+          (name, target, torch.__version__, torch.backends.cudnn.version(),
+           "fp32, TF32 off" if a.precision == "fp32" else
+           "%s on both sides (tensor-core peak %s TFLOPS)" % (a.precision, peak or "unknown")), flush=True)
+    peer_type = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
 
     tmp = tempfile.mkdtemp(prefix="gpu_bench.")
     db = a.db
@@ -316,14 +370,22 @@ def main():
             args = [torch.randn(*x["shape"], device="cuda") if x["role"] == "input"
                     else torch.empty(*x["shape"], device="cuda") for x in k.side["args"]]
             ptrs = tuple(cp.uint64(t.data_ptr()) for t in args)  # raw device pointers
-            ref = reference(torch, op, p, args)
+            # The check: float32 products (TF32 off) of the operands as the kernel rounds them
+            # (fp16, bf16), or of the operands as they are (tf32: its rounding is cvt.rna's,
+            # which PyTorch has no operation for, so a looser bound).
+            checked = [t.to(peer_type).float() if peer_type and i < 2 else t for i, t in enumerate(args)]
+            ref = reference(torch, op, p, checked)
             k(ptrs)
             torch.cuda.synchronize()
             err = (args[-1] - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
-            if not err < 1e-4:
+            if not err < (2e-3 if a.precision == "tf32" else 1e-4):
                 print("MISMATCH %s %s: max error %.3g of the output's largest value (config %s)" %
                       (w, tag, err, json.dumps(k.config)), flush=True)
-            peer = lambda: reference(torch, op, p, args)  # noqa: E731
+            # The peer in the same precision: TF32 allowed, or its operands in 16 bits (made
+            # once, outside the timing; its output is 16-bit too, as PyTorch users get it).
+            allow_tf32(a.precision == "tf32")
+            peer_args = [t.to(peer_type) if peer_type and i < len(args) - 1 else t for i, t in enumerate(args)]
+            peer = lambda: reference(torch, op, p, peer_args)  # noqa: E731
             # Warm up both (cuDNN picks its algorithm on the first calls).
             for _ in range(3):
                 time_ms(torch, lambda: k(ptrs), a.calls)
@@ -334,15 +396,23 @@ def main():
                 theirs.append(time_ms(torch, peer, a.calls))
             o, t = statistics.median(ours), statistics.median(theirs)
             spread = (max(ours) - min(ours)) / o
+            allow_tf32(False)
+            flops = flops_of(op, p)
             row[tag] = {"ms": o, "peer_ms": t, "ratio": t / o, "max_rel_error": err, "spread": spread,
-                        "config": k.config, "config_source": k.source}
+                        "config": k.config, "config_source": k.source,
+                        "tflops": flops / o / 1e9 if flops else None, "peer_tflops": flops / t / 1e9 if flops else None}
             if tag == "default":
                 row["peer_ms"] = t
         results.append(row)
         d, tu = row["default"], row.get("tuned")
-        print("%-7s %-62s ours %8.4f ms  peer %8.4f ms  ratio %5.2f%s" %
+        tflops = ""
+        if a.precision != "fp32" and d["tflops"]:
+            tflops = "  %6.1f vs %6.1f TFLOPS" % (d["tflops"], d["peer_tflops"])
+            if peak:
+                tflops += " (%.0f%% vs %.0f%% of peak)" % (100 * d["tflops"] / peak, 100 * d["peer_tflops"] / peak)
+        print("%-7s %-62s ours %8.4f ms  peer %8.4f ms  ratio %5.2f%s%s" %
               (group, w, d["ms"], d["peer_ms"], d["ratio"],
-               "  tuned %8.4f ms ratio %5.2f" % (tu["ms"], tu["ratio"]) if tu else ""), flush=True)
+               "  tuned %8.4f ms ratio %5.2f" % (tu["ms"], tu["ratio"]) if tu else "", tflops), flush=True)
 
     print()
     for g in dict.fromkeys(r["group"] for r in results):
@@ -352,7 +422,8 @@ def main():
               (g, geomean([r["default"]["ratio"] for r in rows]), geomean(best), min(best)))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "target": target, "results": results}, f, indent=1)
+            json.dump({"gpu": torch.cuda.get_device_name(), "target": target, "precision": a.precision,
+                       "peak_tflops": peak, "results": results}, f, indent=1)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

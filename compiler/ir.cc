@@ -93,6 +93,19 @@ int warp_mma_k(const std::string& call) {
   return call == kMmaTF32 ? 8 : 16;
 }
 
+MmaPlace warp_mma_a(const std::string& call, int e, int g, int t) {
+  // TF32: (g, t), (g+8, t), (g, t+4), (g+8, t+4); 16-bit: pairs along k, then +8 rows, +8 k.
+  if (warp_mma_k(call) == 8) return {g + 8 * (e % 2), t + 4 * (e / 2)};
+  return {g + 8 * (e / 2 % 2), 2 * t + e % 2 + 8 * (e / 4)};
+}
+
+MmaPlace warp_mma_b(const std::string& call, int e, int g, int t) {
+  if (warp_mma_k(call) == 8) return {t + 4 * e, g};
+  return {2 * t + e % 2 + 8 * (e / 2), g};
+}
+
+MmaPlace warp_mma_c(int e, int g, int t) { return {g + 8 * (e / 2), 2 * t + e % 2}; }
+
 Expr Call::make(const std::string& name, std::vector<Expr> args) {
   TF_CHECK(!args.empty(), "call of ", name, " without arguments");
   // Scalars meet vectors by broadcasting, as in Binary.

@@ -241,6 +241,15 @@ bool is_warp_mma(const std::string& call);
 // Its K (8 or 16) and its float operands (10 or 16: K / 2 of A, K / 4 of B, 4 of C).
 int warp_mma_k(const std::string& call);
 inline int warp_mma_operands(const std::string& call) { return warp_mma_k(call) * 3 / 4 + 4; }
+// The layouts above as functions, for lane (g, t) = (lane / 4, lane % 4): where its operand
+// `e` of A lies (row, k), of B (k, column), and its element `e` (0..3) of C and D (row, column).
+// One definition for the tensorize pass (compiler/tensorize.h) and the emulated warps.
+struct MmaPlace {
+  int row, col;
+};
+MmaPlace warp_mma_a(const std::string& call, int e, int g, int t);
+MmaPlace warp_mma_b(const std::string& call, int e, int g, int t);
+MmaPlace warp_mma_c(int e, int g, int t);
 
 struct Let : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Let;

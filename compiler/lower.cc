@@ -9,6 +9,7 @@
 #include "compiler/partition_loops.h"
 #include "compiler/schedule_ops.h"
 #include "compiler/simplify.h"
+#include "compiler/tensorize.h"
 #include "compiler/unroll_loops.h"
 #include "compiler/vectorize_loops.h"
 #include "compiler/verify.h"
@@ -19,6 +20,7 @@ const std::vector<PassInfo>& lowering_passes() {
   static const std::vector<PassInfo> passes = {
       {"schedule_ops", "build loop nests from the schedule, infer bounds, flatten buffers", false},
       {"simplify", "fold constants, cancel index terms, drop proven guards and unit loops", true},
+      {"tensorize", "replace loops marked by Stage::tensorize with warp-level products", false},
       {"partition_loops", "peel shifted last tiles off loops so the main part indexes aligned", true},
       {"unroll_loops", "replace loops marked unrolled by copies of their body", true},
       {"vectorize_loops", "turn loops marked vectorized into vector operations", true},
@@ -75,6 +77,13 @@ LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, cons
   // Simplify first: unrolling and vectorizing want constant extents and clean indices.
   run("simplify", [](const ir::Stmt& s) { return ir::simplify(s); });
   if (done("simplify")) return r;
+  // Before any loop is unrolled: the marked nests as lowering built them.
+  std::vector<ir::TensorizeMark> marks;
+  for (ir::Stage* st : sch.stages()) {
+    for (const auto& [var, intrinsic] : st->tensorized()) marks.push_back({st->name(), var, intrinsic});
+  }
+  run("tensorize", [&](const ir::Stmt& s) { return ir::tensorize(s, marks); });
+  if (done("tensorize")) return r;
   // Peel shifted tail tiles, then simplify so the main loops lose their mins.
   run("partition_loops", [](const ir::Stmt& s) { return ir::simplify(ir::partition_loops(s)); });
   if (done("partition_loops")) return r;

@@ -299,7 +299,22 @@ void reference_qdepthwise_conv2d_nchwc(const Workload& w, const Inputs& in, floa
 void reference_compute(const Workload& w, const std::vector<const float*>& inputs, float* output) {
   const OperatorDef* def = find_operator(w.op);
   TF_CHECK(def, "no reference for ", w.op);
-  def->reference(w, inputs, output);
+  if (w.types.precision == Precision::Float32) return def->reference(w, inputs, output);
+  // Reduced precision: the two operands rounded as the products round them (a bias is not).
+  OpGraph g = build_op(w);
+  TF_CHECK(inputs.size() >= 2 && g.inputs.size() == inputs.size(), "reference of ", w.canonical(), ": ",
+           inputs.size(), " inputs");
+  float (*round)(float) = precision_rounding(w.types.precision);
+  std::vector<std::vector<float>> rounded(2);
+  std::vector<const float*> in = inputs;
+  for (size_t i = 0; i < 2; ++i) {
+    int64_t n = 1;
+    for (int64_t d : g.inputs[i]->shape) n *= d;
+    rounded[i].resize(static_cast<size_t>(n));
+    for (size_t j = 0; j < rounded[i].size(); ++j) rounded[i][j] = round(inputs[i][j]);
+    in[i] = rounded[i].data();
+  }
+  def->reference(w, in, output);
 }
 
 OutputCheck check_against_reference(const OpGraph& g, const std::vector<const float*>& inputs, const float* output) {

@@ -127,6 +127,18 @@ void Stage::unroll(const Expr& var) {
   check_leaf(var, "unroll");
   kinds_[var.get()] = ForKind::Unrolled;
 }
+void Stage::tensorize(const Expr& var, const std::string& intrinsic) {
+  check_leaf(var, "tensorize");
+  if (!is_warp_mma(intrinsic)) {
+    throw UserError(str("tensorize on stage ", op_->name, ": '", intrinsic, "' is not a warp-level product (",
+                        kMmaTF32, ", ", kMmaF16, ", ", kMmaBF16, ")"));
+  }
+  if (!is_reduce_var(var)) {
+    throw UserError(str("tensorize on stage ", op_->name, ": '", var_name(var),
+                        "' is not a reduction loop (the product's depth K is)"));
+  }
+  tensorized_.emplace_back(var, intrinsic);
+}
 void Stage::parallel(const Expr& var) {
   check_leaf(var, "parallel");
   if (is_reduce_var(var)) {

@@ -4,6 +4,7 @@
 // (spatial axes, then reduction axes) and is reshaped by primitives:
 //   split / tile / fuse / reorder          change the loop nest
 //   vectorize / unroll / parallel          annotate one loop
+//   tensorize                              replace a loop nest by a warp-level product
 //   bind                                   run a loop as a GPU grid axis (blockIdx.x, threadIdx.y...)
 //   compute_at / compute_inline / compute_root   place the stage relative to its consumer
 //   cache_write                            accumulate a reduction in a local buffer, then store
@@ -95,6 +96,31 @@ class Stage {
   void double_buffer() { multi_buffer(2); }
   int buffers() const { return buffers_; }
 
+  // Splits of this stage that do not divide their extent guard their last tile (Halide's
+  // GuardWithIf) instead of shifting it inwards to overlap the previous one (the default for
+  // stages that are not reductions): for tiles whose position must stay a multiple of the
+  // factor, as a tensorized accumulator's warp tiles must.
+  void guard_tails() { guard_tails_ = true; }
+  bool guards_tails() const { return guard_tails_; }
+
+  // Replaces the reduction loop `var` and the two loops of extent 2 directly inside it by
+  // one warp-level product `intrinsic` (compiler/ir.h kMmaTF32, kMmaF16, kMmaBF16) per
+  // iteration of the loops around it (TVM's tensorize, for warp-collective instructions). The
+  // nest must be the product's step: `var` over its depth K, one inner loop over the rows g and
+  // g + 8 and the other over the columns 2t and 2t + 1 of a 16 x 8 tile of the accumulator
+  // (lane l of the warp: g = l / 4, t = l % 4, the thread's index in its block modulo 32, x
+  // fastest), holding those four values contiguously (rows' stride 2, columns' 1), its update
+  // `acc += a * b` with `a` not depending on the column loop and `b` not on the row loop.
+  // Lowering (compiler/tensorize.h) loads each lane's fragments by substituting, into a and b,
+  // the places the instruction's layout gives them; a schedule that permutes the
+  // accumulator's coordinates so that each lane's fragment elements are its own tile is what
+  // makes this hold (compiler/templates/dense_tc_gpu.cc). Not every violation can be seen in
+  // the IR: the emulated warps (tests) compute the product from the fragments as the hardware
+  // does, so a wrong arrangement gives wrong results there.
+  void tensorize(const Expr& var, const std::string& intrinsic);
+  // The loops tensorize marked, with their products.
+  const std::vector<std::pair<Expr, std::string>>& tensorized() const { return tensorized_; }
+
   Attach attach() const { return attach_; }
   const Stage* attach_stage() const { return attach_stage_; }
   const Expr& attach_var() const { return attach_var_; }
@@ -118,11 +144,13 @@ class Stage {
   std::vector<size_t> storage_order_;
   int64_t storage_pad_ = 0;
   int buffers_ = 1;
+  bool guard_tails_ = false;
   const Stage* attach_stage_ = nullptr;
   Expr attach_var_;
   std::vector<Expr> leaves_;
   std::vector<Expr> all_vars_;
   std::vector<Relation> relations_;
+  std::vector<std::pair<Expr, std::string>> tensorized_;
   std::map<const ExprNode*, ForKind> kinds_;
   std::map<const ExprNode*, bool> reduce_;
 };

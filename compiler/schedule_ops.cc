@@ -524,7 +524,7 @@ class Lowerer {
   // of the split encloses the init nest and all reduction loops. The tile must also fit.
   static bool shift_inwards(const Stage& s, const Relation& r, int64_t extent, int64_t inner,
                             size_t first_reduce) {
-    if (extent % inner == 0 || extent < inner || s.is_reduce_var(r.parent)) return false;
+    if (extent % inner == 0 || extent < inner || s.is_reduce_var(r.parent) || s.guards_tails()) return false;
     if (!s.op()->reduce()) return true;
     const auto& leaves = s.leaves();
     for (size_t i = 0; i < leaves.size(); ++i) {

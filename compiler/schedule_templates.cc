@@ -87,14 +87,13 @@ const ScheduleTemplate& find_template(const Workload& w, const Target& t) {
   std::string have;
   for (const ScheduleTemplate* s : registered_templates()) {
     if (s->target_kind != t.kind) continue;
-    for (const std::string& o : s->ops) {
-      have += (have.empty() ? "" : ", ") + o;
-      for (const OperandTypes& ty : s->types) {
-        if (!ty.is_float32()) have += " (" + ty.str() + ")";
-      }
+    std::string types;
+    for (const OperandTypes& ty : s->types) {
+      if (!(ty == OperandTypes{})) types += (types.empty() ? "" : ", ") + ty.str();
     }
+    for (const std::string& o : s->ops) have += (have.empty() ? "" : ", ") + o + (types.empty() ? "" : " (" + types + ")");
   }
-  std::string what = w.types.is_float32() ? w.op : w.op + " of " + w.types.str();
+  std::string what = w.types == OperandTypes{} ? w.op : w.op + " of " + w.types.str();
   throw UserError(str("no schedule template for ", what, " on ", t.kind_name(), " targets yet (", t.kind_name(),
                       " templates: ", have.empty() ? "none" : have, ")"));
 }

@@ -6,7 +6,10 @@
 #include <map>
 #include <optional>
 
+#include "base/bfloat16.h"
 #include "base/enum_names.h"
+#include "base/float16.h"
+#include "base/tf32.h"
 #include "base/error.h"
 #include "compiler/operator_table.h"
 
@@ -31,6 +34,9 @@ Epilogue parse_epilogue(const std::string& v, const std::string& spec) {
 
 constexpr EnumName<DType> kDTypes[] = {
     {DType::Float32, "float32"}, {DType::Int8, "int8"}, {DType::Uint8, "uint8"}, {DType::Int32, "int32"}};
+
+constexpr EnumName<Precision> kPrecisions[] = {
+    {Precision::Float32, "fp32"}, {Precision::TF32, "tf32"}, {Precision::Float16, "fp16"}, {Precision::BFloat16, "bf16"}};
 
 DType parse_dtype(const std::string& key, const std::string& v, const std::string& spec) {
   if (std::optional<DType> t = enum_from_name(kDTypes, v)) return *t;
@@ -93,9 +99,22 @@ const char* epilogue_name(Epilogue e) {
 
 const char* dtype_name(DType t) { return enum_name(kDTypes, t); }
 
+const char* precision_name(Precision p) { return enum_name(kPrecisions, p); }
+
+float (*precision_rounding(Precision p))(float) {
+  switch (p) {
+    case Precision::TF32: return round_tf32;
+    case Precision::Float16: return round_f16;
+    case Precision::BFloat16: return round_bf16;
+    case Precision::Float32: break;
+  }
+  return [](float x) { return x; };
+}
+
 std::string OperandTypes::str() const {
-  if (data == weight) return dtype_name(data);
-  return std::string(dtype_name(data)) + " x " + dtype_name(weight);
+  std::string s = data == weight ? dtype_name(data) : std::string(dtype_name(data)) + " x " + dtype_name(weight);
+  if (precision != Precision::Float32) s += std::string(" in ") + precision_name(precision);
+  return s;
 }
 
 int64_t Workload::get(const std::string& key) const {
@@ -125,6 +144,7 @@ std::string Workload::canonical() const {
     s += std::string("dtype=") + dtype_name(types.data) + ",";
     if (types.weight != types.data) s += std::string("weight_dtype=") + dtype_name(types.weight) + ",";
   }
+  if (types.precision != Precision::Float32) s += std::string("precision=") + precision_name(types.precision) + ",";
   s += std::string("epilogue=") + epilogue_name(epilogue) + ")";
   return s;
 }
@@ -203,11 +223,23 @@ Workload parse_workload(const std::string& raw) {
     w.types.weight = parse_dtype("weight_dtype", it->second, spec);
     given.erase(it);
   }
+  if (auto it = given.find("precision"); it != given.end()) {
+    std::optional<Precision> p = enum_from_name(kPrecisions, it->second);
+    if (!p) {
+      throw UserError(str("workload '", spec, "': precision '", it->second, "' is not one of fp32, tf32, fp16, bf16"));
+    }
+    if (!w.types.is_float32() && *p != Precision::Float32) {
+      throw UserError(str("workload '", spec, "': precision=", it->second, " rounds float32 operands, and ", w.op,
+                          " here takes ", w.types.str()));
+    }
+    w.types.precision = *p;
+    given.erase(it);
+  }
   if (!given.empty()) {
     std::string keys;
     for (const WorkloadKey& k : def->keys) keys += std::string(keys.empty() ? "" : ", ") + k.name;
     throw UserError(str("workload '", spec, "': unknown key ", given.begin()->first, " for ",
-                        w.op, " (keys: ", keys, ", dtype, weight_dtype, epilogue)"));
+                        w.op, " (keys: ", keys, ", dtype, weight_dtype, precision, epilogue)"));
   }
   const auto& kinds = def->types;
   if (std::find(kinds.begin(), kinds.end(), w.types) == kinds.end()) {

@@ -2,6 +2,7 @@
 //
 //   conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1,epilogue=bias_relu)
 //   matmul(M=512,N=512,K=512,dtype=uint8,weight_dtype=int8,epilogue=none)
+//   matmul(M=4096,N=4096,K=4096,precision=tf32,epilogue=none)
 //
 // parse_workload checks every key and value and throws UserError naming the first bad one.
 // Workload::canonical() prints every key of the operator in its declared order, defaults
@@ -23,14 +24,23 @@ const char* epilogue_name(Epilogue e);
 enum class DType { Float32, Int8, Uint8, Int32 };
 const char* dtype_name(DType t);
 
+// The arithmetic of float32 operands (precision=... in a workload): float32 (fp32, the
+// default), or the operands rounded to TF32 (tf32), float16 (fp16) or bfloat16 (bf16) and
+// their products summed in float32, as NVIDIA's tensor cores compute (docs/precision.md).
+enum class Precision { Float32, TF32, Float16, BFloat16 };
+const char* precision_name(Precision p);
+// The float rounding of `p` (identity for fp32).
+float (*precision_rounding(Precision p))(float);
+
 // The types of a workload's two operands (data/A, weight/B); their output's follows.
 struct OperandTypes {
   DType data = DType::Float32;
   DType weight = DType::Float32;
+  Precision precision = Precision::Float32;  // float32 operands only
   bool operator==(const OperandTypes&) const = default;
   bool is_float32() const { return data == DType::Float32 && weight == DType::Float32; }
   DType output() const { return is_float32() ? DType::Float32 : DType::Int32; }
-  // "float32", "uint8 x int8".
+  // "float32", "uint8 x int8", "float32 in tf32".
   std::string str() const;
 };
 
@@ -45,8 +55,8 @@ struct Workload {
   // Integer parameters in the operator's declared order, defaults filled in.
   std::vector<std::pair<std::string, int64_t>> params;
   Epilogue epilogue = Epilogue::None;
-  // dtype=... and weight_dtype=... (it defaults to dtype); both left out of the canonical
-  // form at float32, so records made before types keep their workload strings.
+  // dtype=... and weight_dtype=... (it defaults to dtype), precision=...; left out of the
+  // canonical form at float32 / fp32, so records made before types keep their workload strings.
   OperandTypes types;
 
   int64_t get(const std::string& key) const;

@@ -30,10 +30,14 @@ int64_t shared_bytes(const GemmShape& g, const json& c, const GemmHierarchy& h) 
   return (tile((rows + kSharedPad) * depth) + tile((cols + kSharedPad) * depth)) * 4 * stages;
 }
 
-// Loops of a shared stage (the region one step of K needs for the whole block) as copies by
-// all threads: the innermost dimension split by 4 and vectorized (128-bit loads, and with
-// cp.async 128-bit copies, where the rows allow), the rest fused and dealt to the threads,
-// consecutive threads on consecutive vectors (coalesced).
+// The storage order that keeps an operand's last two dimensions swapped (K-major A).
+std::vector<size_t> transposed(size_t rank) {
+  return rank == 3 ? std::vector<size_t>{0, 2, 1} : std::vector<size_t>{1, 0};
+}
+std::vector<size_t> as_is(size_t rank) { return rank == 3 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1}; }
+
+}  // namespace
+
 void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec) {
   const auto& ax = sh.op()->axes;
   std::vector<Expr> outer;
@@ -53,14 +57,6 @@ void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec)
   sh.bind(x, "threadIdx.x");
   (void)rounds;
 }
-
-// The storage order that keeps an operand's last two dimensions swapped (K-major A).
-std::vector<size_t> transposed(size_t rank) {
-  return rank == 3 ? std::vector<size_t>{0, 2, 1} : std::vector<size_t>{1, 0};
-}
-std::vector<size_t> as_is(size_t rank) { return rank == 3 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1}; }
-
-}  // namespace
 
 int64_t gpu_warp_size(const Target& t) { return gpu_arch(t).warp; }
 

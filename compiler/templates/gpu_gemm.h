@@ -44,6 +44,12 @@ OpGraph split_k_graph(const OpGraph& g, int64_t parts);
 // they read `old` (of the same shape); `by` itself may be the output.
 OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by);
 
+// Loops of a shared stage (the region one step of K needs for the whole block) as copies by
+// all threads: the innermost dimension split by 4 and vectorized (128-bit loads, and with
+// cp.async 128-bit copies, where the rows allow: `vec`), the rest fused and dealt to the
+// threads, consecutive threads on consecutive vectors (coalesced).
+void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec);
+
 // Threads of a warp (wavefront): 32 on NVIDIA and AMD gfx10+, 64 on gfx9.
 int64_t gpu_warp_size(const Target& t);
 

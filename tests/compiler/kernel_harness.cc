@@ -20,8 +20,10 @@
 
 #include "base/bfloat16.h"
 #include "base/float16.h"
+#include "base/tf32.h"
 #include "compiler/codegen_llvm.h"
 #include "compiler/gpu.h"
+#include "compiler/ir.h"
 #include "compiler/link.h"
 #include "compiler/reference.h"
 #include "compiler/schedule_templates.h"
@@ -58,25 +60,24 @@ void emulated_mma(const float* in, float* out, int K, float (*round)(float)) {
   std::copy(in, in + na + nb + 4, w.operands[static_cast<size_t>(emulated_thread)].begin());
   w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
   float a[16][16], b[16][8];
+  const std::string call = K == 8 ? tf::ir::kMmaTF32 : tf::ir::kMmaF16;  // the layout of its depth
   for (int l = 0; l < 32; ++l) {
     const std::array<float, 16>& o = w.operands[static_cast<size_t>(warp * 32 + l)];
     const int g = l / 4, t = l % 4;
     for (int e = 0; e < na; ++e) {
-      // TF32: (g, t), (g+8, t), (g, t+4), (g+8, t+4); 16-bit: pairs along k, then +8 rows, +8 k.
-      const int row = K == 8 ? g + 8 * (e % 2) : g + 8 * (e / 2 % 2);
-      const int k = K == 8 ? t + 4 * (e / 2) : 2 * t + e % 2 + 8 * (e / 4);
-      a[row][k] = round(o[static_cast<size_t>(e)]);
+      const tf::ir::MmaPlace p = tf::ir::warp_mma_a(call, e, g, t);
+      a[p.row][p.col] = round(o[static_cast<size_t>(e)]);
     }
     for (int e = 0; e < nb; ++e) {
-      const int k = K == 8 ? t + 4 * e : 2 * t + e % 2 + 8 * (e / 2);
-      b[k][g] = round(o[static_cast<size_t>(na + e)]);
+      const tf::ir::MmaPlace p = tf::ir::warp_mma_b(call, e, g, t);
+      b[p.row][p.col] = round(o[static_cast<size_t>(na + e)]);
     }
   }
   const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
-  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
   for (int i = 0; i < 4; ++i) {
+    const tf::ir::MmaPlace p = tf::ir::warp_mma_c(i, g, t);
     float d = in[na + nb + i];
-    for (int k = 0; k < K; ++k) d = std::fma(a[rows[i]][k], b[k][cols[i]], d);
+    for (int k = 0; k < K; ++k) d = std::fma(a[p.row][k], b[k][p.col], d);
     out[i] = d;
   }
   w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
@@ -89,7 +90,7 @@ extern "C" void tunefarm_emulated_barrier() { emulated_block->arrive_and_wait();
 
 // The warp-level products of compiler/ir.h in an emulated block (codegen_cpu.cc calls
 // tunefarm_emulated_<name>; the test programs export them).
-extern "C" void tunefarm_emulated_mma_m16n8k8_tf32(const float* in, float* out) { emulated_mma(in, out, 8, tf::testing::round_tf32); }
+extern "C" void tunefarm_emulated_mma_m16n8k8_tf32(const float* in, float* out) { emulated_mma(in, out, 8, tf::round_tf32); }
 extern "C" void tunefarm_emulated_mma_m16n8k16_f16(const float* in, float* out) {
   emulated_mma(in, out, 16, tf::round_f16);
 }
@@ -99,16 +100,6 @@ extern "C" void tunefarm_emulated_mma_m16n8k16_bf16(const float* in, float* out)
 
 namespace tf::testing {
 namespace fs = std::filesystem;
-
-// The 13 low bits dropped after adding half of their weight to the magnitude.
-float round_tf32(float x) {
-  if (!std::isfinite(x)) return x;
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  bits = (bits + 0x1000u) & ~0x1FFFu;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
 
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;

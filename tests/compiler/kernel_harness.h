@@ -56,10 +56,6 @@ int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::v
 // constraints (the same ones each run: seeded by the workload's text).
 std::vector<nlohmann::json> sample_configs(const Workload& w, const Target& t, int n);
 
-// cvt.rna.tf32.f32: `x` rounded to TF32 (10 bits of mantissa, to nearest, ties away from
-// zero), as the warp-level TF32 product (ir::kMmaTF32) rounds its operands; NaN and infinity
-// kept. The block emulation rounds with it.
-float round_tf32(float x);
 
 // How often `what` occurs in `text` (instructions in assembly).
 size_t count_of(const std::string& text, const std::string& what);

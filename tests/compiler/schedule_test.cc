@@ -282,7 +282,7 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
     for (const std::string& op : tpl->ops) {
       EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << tpl->id() << " schedules unknown " << op;
       for (const OperandTypes& ty : tpl->types) {
-        std::string key = op + (ty.is_float32() ? "" : " of " + ty.str()) + " on " + std::string(kind_name(tpl->target_kind));
+        std::string key = op + (ty == OperandTypes{} ? "" : " of " + ty.str()) + " on " + std::string(kind_name(tpl->target_kind));
         EXPECT_TRUE(pairs.insert(key).second) << key;
       }
     }
@@ -293,6 +293,10 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
   for (const OperatorDef& def : operator_table()) {
     for (const OperandTypes& ty : def.types) {
       if (!ty.is_float32()) EXPECT_TRUE(pairs.count(std::string(def.name) + " of " + ty.str() + " on llvm")) << def.name;
+      // Reduced precision: a tensor-core template on CUDA (CPUs refuse it by name).
+      if (ty.precision != Precision::Float32) {
+        EXPECT_TRUE(pairs.count(std::string(def.name) + " of " + ty.str() + " on cuda")) << def.name;
+      }
     }
   }
   Workload mm = parse_workload("matmul(M=1,N=1,K=1)");
@@ -303,9 +307,17 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
   EXPECT_EQ(lookup_template(conv, parse_target("cuda -arch=sm_90")), nullptr);
   expect_user_error([&] { find_template(conv, parse_target("cuda -arch=sm_90")); },
                     "no schedule template for conv2d_nchwc on cuda targets yet (cuda templates: matmul, batch_matmul, "
+                    "matmul (float32 in tf32, float32 in fp16, float32 in bf16), batch_matmul (float32 in tf32, "
+                    "float32 in fp16, float32 in bf16), "
                     "conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw)");
   expect_user_error([&] { find_template(mm8, parse_target("cuda -arch=sm_90")); },
                     "no schedule template for matmul of uint8 x int8 on cuda targets yet");
+  // Reduced precision is a tensor-core template of its own; CPUs have none.
+  Workload tf32 = parse_workload("matmul(M=64,N=64,K=64,precision=tf32)");
+  EXPECT_EQ(template_name(tf32, parse_target("cuda -arch=sm_90")), "dense_tc.cuda.v1");
+  EXPECT_EQ(template_name(mm, parse_target("cuda -arch=sm_90")), "dense.cuda.v3");
+  expect_user_error([&] { find_template(tf32, parse_target("llvm")); },
+                    "no schedule template for matmul of float32 in tf32 on llvm targets yet");
 }
 
 TEST(TemplateRegistry, DefaultsAreCompleteAndWithinConstraints) {

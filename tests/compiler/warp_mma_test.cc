@@ -21,6 +21,7 @@
 #include "base/bfloat16.h"
 #include "base/error.h"
 #include "base/float16.h"
+#include "base/tf32.h"
 #include "compiler/codegen_llvm.h"
 #include "compiler/gpu.h"
 #include "compiler/ir_printer.h"
@@ -106,7 +107,7 @@ ir::LoweredFunc mma_gemm(const std::string& mma, int64_t M, int64_t N, int64_t K
 
 // What the product rounds its operands to.
 float (*rounding(const std::string& mma))(float) {
-  if (mma == ir::kMmaTF32) return testing::round_tf32;
+  if (mma == ir::kMmaTF32) return round_tf32;
   return mma == ir::kMmaF16 ? static_cast<float (*)(float)>(round_f16)
                             : static_cast<float (*)(float)>(round_bf16);
 }
@@ -264,87 +265,6 @@ TEST(WarpMma, TargetsWithoutTensorCoresRefuseByName) {
         << cpu;
     EXPECT_NE(cpu.find("--emulate-gpu"), std::string::npos) << cpu;
   }
-}
-
-// The way to the tensor-core template (docs/compiler.md, "Tensor cores, first brick"): an
-// accumulator defined over permuted coordinates (within a warp tile, row g*2MI + 2mi + half for
-// real row 16mi + 8half + g; column t*2NI + 2ni + pair for 8ni + 2t + pair), computed at the
-// lane of a schedule that splits C's rows [warp tile][mi][half][g] and columns
-// [warp tile][ni][t][pair], is exactly the lane's fragment elements: bound inference through
-// the permutation's divisions and remainders gives each lane a local tile of 2MI x 2NI (not the
-// box around its strided rows), and the serial emulation computes C = A x B.
-TEST(WarpMma, PermutedAccumulatorIsOneLaneTile) {
-  const int64_t M = 64, N = 32, K = 24, MI = 2, NI = 2, WM = 16 * MI, WN = 8 * NI;
-  ir::Tensor A = ir::placeholder("A", {M, K});
-  ir::Tensor B = ir::placeholder("B", {K, N});
-  auto c_ = [](int64_t v) { return Expr(v); };
-  // Within a warp tile: permuted row g*2MI + 2mi + half <-> real row 16mi + 8half + g.
-  auto real_row = [&](Expr rp) {
-    Expr w = rp / c_(WM), q = rp % c_(WM), g = q / c_(2 * MI), j = q % c_(2 * MI);
-    return w * c_(WM) + (j / c_(2)) * c_(16) + (j % c_(2)) * c_(8) + g;
-  };
-  auto perm_row = [&](Expr r) {
-    Expr w = r / c_(WM), q = r % c_(WM);
-    return w * c_(WM) + (q % c_(8)) * c_(2 * MI) + (q / c_(16)) * c_(2) + (q % c_(16)) / c_(8);
-  };
-  // Permuted column t*2NI + 2ni + pair <-> real column 8ni + 2t + pair.
-  auto real_col = [&](Expr cp) {
-    Expr w = cp / c_(WN), q = cp % c_(WN), t = q / c_(2 * NI), j = q % c_(2 * NI);
-    return w * c_(WN) + (j / c_(2)) * c_(8) + t * c_(2) + j % c_(2);
-  };
-  auto perm_col = [&](Expr c) {
-    Expr w = c / c_(WN), q = c % c_(WN);
-    return w * c_(WN) + ((q % c_(8)) / c_(2)) * c_(2 * NI) + (q / c_(8)) * c_(2) + q % c_(2);
-  };
-  ir::IterVar k = ir::reduce_axis(K, "k");
-  ir::Tensor accP = ir::compute(
-      "accP", {M, N}, {"rp", "cp"},
-      [&](const std::vector<Expr>& ax) {
-        return ir::sum(
-            ir::read(A, {real_row(ax[0]), k.var}) * ir::read(B, {k.var, real_col(ax[1])}), {k});
-      },
-      {k});
-  ir::Tensor C = ir::compute("C", {M, N}, {"r", "c"}, [&](const std::vector<Expr>& ax) {
-    return ir::read(accP, {perm_row(ax[0]), perm_col(ax[1])});
-  });
-  ir::Schedule s(C);
-  ir::Stage& out = s[C];
-  // Rows [warp tile][mi][half][g], columns [warp tile][ni][t][pair]; one warp per block.
-  auto [bw, r1] = out.split(C->axes[0].var, WM);
-  auto [mi, r2] = out.split(r1, 16);
-  auto [half, g] = out.split(r2, 8);
-  auto [bn, c1] = out.split(C->axes[1].var, WN);
-  auto [ni, c2] = out.split(c1, 8);
-  auto [t, pair] = out.split(c2, 2);
-  out.reorder({bw, bn, g, t, mi, half, ni, pair});
-  Expr lane = out.fuse(g, t);
-  out.bind(bw, "blockIdx.y");
-  out.bind(bn, "blockIdx.x");
-  out.bind(lane, "threadIdx.x");
-  ir::Stage& acc = s[accP];
-  acc.compute_at(out, lane);
-  LowerResult r = lower(s, {A, B}, "tc_proto");
-  std::string text = ir::to_string(r.func.body);
-  // The lane's accumulator: 2MI x 2NI = 16 elements; A's rows read as 8 * rp + g.
-  EXPECT_NE(text.find("allocate accP[float32 * 16] local"), std::string::npos) << text;
-  // Serially emulated: C = A x B.
-  ir::LoweredFunc serial = r.func;
-  serial.body = serialize_gpu_bindings(serial.body);
-  auto lib = testing::build_for_host(serial);
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> a(M * K), b(K * N), c(M * N, NAN);
-  for (float& v : a) v = u(rng);
-  for (float& v : b) v = u(rng);
-  ASSERT_EQ(lib->call({a.data(), b.data(), c.data()}), 0);
-  double worst = 0;
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double want = 0;
-      for (int64_t q = 0; q < K; ++q) want += double(a[i * K + q]) * b[q * N + j];
-      worst = std::max(worst, std::fabs(c[i * N + j] - want));
-    }
-  EXPECT_LT(worst, 1e-5) << text;
 }
 
 }  // namespace

@@ -1,0 +1,37 @@
+// The lowering pass behind Stage::tensorize: each marked reduction loop, with the two loops of
+// extent 2 inside it, becomes one warp-level product (compiler/ir.h kMmaTF32, kMmaF16,
+// kMmaBF16) that reads each lane's fragments of A and B and its four accumulators, and stores
+// the four results back.
+//
+//   for k in 0..8            // the marked loop: the product's depth
+//     for h in 0..2          // rows g, g + 8 (the accumulator's stride 2)
+//       for p in 0..2        // columns 2t, 2t + 1 (stride 1)
+//         acc[i(h, p)] = acc[i(h, p)] + a(h, k) * b(p, k)
+// becomes
+//   acc[ramp(i(0, 0), 1, 4)] = mma_m16n8k8_tf32(a(0, t), a(1, t), a(0, t + 4), a(1, t + 4),
+//                                               b'(t), b'(t + 4), acc[i(0, 0)] ... acc[i(0, 0) + 3])
+// where a lane's operand of A is the a of its own row at the fragment's k, and its operand of
+// B is the b of the lane whose columns hold the fragment's column g: b with the thread index
+// moved to lane g / 2 of the same warp and p = g % 2 (so b must not depend on the lane's g).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/ir.h"
+
+namespace tf::ir {
+
+struct TensorizeMark {
+  std::string stage;
+  Expr var;
+  std::string intrinsic;
+};
+
+// Replaces every marked loop of `s` (simplified first, so the nest has no guards it does not
+// need); a nest that is not of the form above is a UserError naming the stage, the loop and
+// what differs.
+Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks);
+
+}  // namespace tf::ir

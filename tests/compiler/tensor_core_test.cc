@@ -1,0 +1,142 @@
+// dense_tc.cuda (compiler/templates/dense_tc_gpu.cc): matmul and batch_matmul with
+// precision=tf32 / fp16 / bf16 on tensor cores. Without a GPU here: the kernels run in the
+// threaded emulation of their blocks (each warp's lanes exchange their fragments as the
+// hardware's mma.sync does, so a lane holding the wrong fragment gives a wrong C) against the
+// reference of the rounded operands, over shapes that the tiles do not divide, epilogues,
+// batches and sampled configs; ptxas checks the default configs of the benchmark's shapes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "base/error.h"
+#include "compiler/driver.h"
+#include "compiler/link.h"
+#include "compiler/schedule_templates.h"
+#include "tests/compiler/kernel_harness.h"
+
+namespace tf {
+namespace {
+namespace fs = std::filesystem;
+
+const char* kPrecisions[] = {"tf32", "fp16", "bf16"};
+
+std::string with_precision(const std::string& w, const char* p) {
+  return w.substr(0, w.size() - 1) + ",precision=" + p + ")";
+}
+
+TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
+  const Target sm80 = parse_target("cuda -arch=sm_80");
+  struct Case {
+    const char* workload;
+    nlohmann::json config;  // null: the default
+  };
+  const Case cases[] = {
+      {"matmul(M=64,N=32,K=64)", nullptr},
+      // Nothing divides: rows, columns and K padded inside the accumulator, C's tails guarded.
+      {"matmul(M=50,N=37,K=19,epilogue=bias_relu)", nullptr},
+      {"matmul(M=50,N=37,K=40)", {{"warps_m", 2}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}}},
+      {"matmul(M=1,N=72,K=48,epilogue=bias)", nullptr},
+      {"matmul(M=96,N=48,K=64,epilogue=relu)",
+       {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 2}, {"unroll_k", 1}}},
+      {"batch_matmul(B=3,M=20,N=24,K=24)", nullptr},
+      {"batch_matmul(B=2,M=32,N=16,K=32)", {{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}}},
+  };
+  for (const char* p : kPrecisions) {
+    for (const Case& c : cases) {
+      Workload w = parse_workload(with_precision(c.workload, p));
+      CompiledKernel k = c.config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
+                                            : compile_kernel(w, sm80, c.config, "given", "");
+      EXPECT_EQ(template_name(w, sm80), "dense_tc.cuda.v1");
+      std::string what = w.canonical() + " config " + k.config.dump();
+      testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 11);
+      EXPECT_TRUE(r.ok()) << what << ": " << r.str();
+    }
+  }
+}
+
+// Random configs of the tuner's space (the default and 4 more per workload), emulated.
+TEST(TensorCore, SampledConfigsMatchTheReference) {
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  for (const char* p : kPrecisions) {
+    for (const char* shape : {"matmul(M=48,N=40,K=48,epilogue=bias)", "batch_matmul(B=2,M=16,N=24,K=40)"}) {
+      Workload w = parse_workload(with_precision(shape, p));
+      for (const nlohmann::json& config : testing::sample_configs(w, sm90, 4)) {
+        CompiledKernel k = compile_kernel(w, sm90, config, "given", "");
+        testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 5);
+        EXPECT_TRUE(r.ok()) << w.canonical() << " config " << k.config.dump() << ": " << r.str();
+      }
+    }
+  }
+}
+
+// The float32 template would be more accurate than the rounded reference allows: the check
+// tells the two apart, so the emulated results above are the products' (not float32's).
+TEST(TensorCore, RoundedReferenceDiffersFromFloat32) {
+  Workload w = parse_workload("matmul(M=32,N=32,K=256,precision=bf16)");
+  CompiledKernel fp32 = compile_kernel(parse_workload("matmul(M=32,N=32,K=256)"), parse_target("cuda -arch=sm_80"),
+                                       nullptr, "default", "");
+  OpGraph g = build_op(w);
+  ir::LoweredFunc serial = fp32.lowered.func;
+  serial.body = serialize_gpu_bindings(serial.body);
+  testing::Comparison r = testing::run_and_compare(g, serial, 3);
+  EXPECT_FALSE(r.check.ok()) << "a float32 GEMM passes as a bfloat16 one: " << r.str();
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int64_t count(const std::string& text, const std::string& what) {
+  return static_cast<int64_t>(testing::count_of(text, what));
+}
+
+// ptxas on the default configs of the shapes bench/gpu_bench.py measures: no spills, two
+// blocks per multiprocessor by registers, each iteration of K's loop has the
+// tiles_m x tiles_n x unroll_k products the config asks for, and pipelined tiles are copied
+// with cp.async.
+TEST(TensorCore, DefaultConfigsAssembleWithoutSpills) {
+  const std::string ptxas = "/usr/local/cuda/bin/ptxas";
+  if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
+  const char* shapes[] = {"matmul(M=4096,N=4096,K=4096)", "matmul(M=128,N=2304,K=768,epilogue=bias)",
+                          "matmul(M=128,N=768,K=3072,epilogue=bias)", "batch_matmul(B=12,M=128,N=128,K=64)",
+                          "matmul(M=1,N=1000,K=2048,epilogue=bias)"};
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    const Target t = parse_target(std::string("cuda -arch=") + arch);
+    const GpuArch sm = gpu_arch(t);
+    for (const char* p : kPrecisions) {
+      for (const char* shape : shapes) {
+        Workload w = parse_workload(with_precision(shape, p));
+        CompiledKernel k = compile_kernel(w, t, nullptr, "default", "");
+        std::string what = w.canonical() + " on " + arch + " config " + k.config.dump();
+        std::string path = testing::temp_dir() + "/tc_" + arch + ".ptx";
+        write_kernel(k, EmitKind::Asm, path);
+        CommandResult r = run_command({ptxas, "-v", std::string("-arch=") + arch, path, "-o", path + ".cubin"});
+        ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(r.output, m, std::regex("Used ([0-9]+) registers"))) << r.output;
+        const int64_t registers = std::stoll(m[1]);
+        EXPECT_NE(r.output.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << what << r.output;
+        const int64_t threads = k.gpu->kernels.at(0).launch.threads_per_block();
+        EXPECT_LE(registers * threads * 2, sm.registers_per_sm) << what << ": " << registers << " registers";
+        const std::string ptx = file_text(path);
+        const int64_t per_step = k.config["tiles_m"].get<int64_t>() * k.config["tiles_n"].get<int64_t>() *
+                                 k.config["unroll_k"].get<int64_t>();
+        EXPECT_EQ(count(ptx, "mma.sync.aligned"), per_step) << what;
+        // The tiles in flight are copied asynchronously.
+        if (k.config["stages"].get<int64_t>() > 1) EXPECT_GT(count(ptx, "cp.async"), 0) << what;
+        std::printf("figure: %s: %lld registers, %lld threads, %lld products per iteration\n", what.c_str(),
+                    static_cast<long long>(registers), static_cast<long long>(threads),
+                    static_cast<long long>(per_step));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tf
