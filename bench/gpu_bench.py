@@ -292,13 +292,14 @@ def main():
     ap.add_argument("--peak-tflops", type=float, help="the GPU's dense tensor-core peak at --precision "
                     "(known: H100, H200, A100)")
     ap.add_argument("--models", help="time whole models instead, e.g. resnet18,resnet50,mobilenet_v2,bert_base "
-                    "(bench/gpu_model_bench.py, with --db, --json and --cpu-check passed on)")
+                    "(bench/gpu_model_bench.py, with --db, --json, --cpu-check and --precision passed on)")
     a = ap.parse_args()
     if a.models:
         bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_model_bench.py")
         args = [sys.executable, bench, a.tunefarm, "--models", a.models]
         args += (["--db", a.db] if a.db else []) + (["--json", a.json] if a.json else [])
         args += ["--cpu-check"] if a.cpu_check else []
+        args += ["--precision", a.precision]
         os.execv(sys.executable, args)
     groups = [(g, w) for g in a.groups.split(",") if g for w in GROUPS.get(g) or fail("unknown group " + g)]
     groups += [("given", w) for w in a.workload]

@@ -16,6 +16,11 @@ graph replays and of eager (above 1: ours is faster).
 Needs: an NVIDIA GPU with its driver and PyTorch with CUDA (and torchvision). Without them
 it says which is missing and exits 2.
 
+--precision tf32|fp16|bf16 compiles with `--precision` (the MatMul and Gemm products on tensor
+cores: docs/precision.md) and times PyTorch in the same precision: TF32 allowed, or the model
+and its input .half() / .bfloat16(). Both outputs are compared with the float32 model's (TF32
+off); the issue's bounds are 1e-3 of the largest value for tf32 and 1e-2 for fp16 and bf16.
+
 --cpu-check runs on any machine with PyTorch: each model compiled with --emulate-gpu (the
 same GPU kernels, run serially on this CPU) through the library's host entry point against
 PyTorch on the CPU, and compiled for the GPU target to check that it builds. Slow for the
@@ -23,6 +28,7 @@ large models (every kernel's grid runs on one core): use it with --models resnet
 
 Usage: bench/gpu_model_bench.py BUILD/bin/tunefarm [--models resnet18,resnet50,mobilenet_v2,bert_base]
                                 [--db DB] [--calls 20] [--rounds 5] [--json FILE] [--cpu-check]
+                                [--precision tf32|fp16|bf16]
 """
 import argparse
 import ctypes
@@ -63,8 +69,8 @@ class GpuLibrary:
             fail("tf_model_run_device returned %d: %s" % (status, self.lib.tf_model_last_error().decode()))
 
 
-def compile_model(tunefarm, onnx, out, target, db=None, emulate=False):
-    cmd = [tunefarm, "compile", "--model", onnx, "-t", target, "-o", out]
+def compile_model(tunefarm, onnx, out, target, db=None, emulate=False, precision="fp32"):
+    cmd = [tunefarm, "compile", "--model", onnx, "-t", target, "-o", out, "--precision", precision]
     cmd += ["--db", db] if db else ["--no-db"]
     cmd += ["--emulate-gpu"] if emulate else []
     t0 = time.time()
@@ -118,11 +124,16 @@ def main():
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--cpu-check", action="store_true",
                     help="no GPU: check the models' GPU kernels, emulated on this CPU, against PyTorch")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"],
+                    help="compile with --precision (tensor cores) and time PyTorch in the same precision")
     a = ap.parse_args()
     models = [m for m in a.models.split(",") if m]
     if not os.path.exists(a.tunefarm):
         fail("no tunefarm program at " + a.tunefarm)
     if a.cpu_check:
+        if a.precision != "fp32":
+            fail("--cpu-check emulates the kernels serially, and tensor-core products need a warp's lanes together: "
+                 "--precision %s builds run on a GPU only" % a.precision)
         return cpu_check(a, models)
     try:
         import torch
@@ -137,8 +148,10 @@ def main():
     major, minor = torch.cuda.get_device_capability()
     target = "cuda -arch=sm_%d%d" % (major, minor)
     device = torch.cuda.current_device()
-    print("GPU: %s (%s); PyTorch %s, cuDNN %s; fp32, TF32 off, batch 1" %
-          (torch.cuda.get_device_name(), target, torch.__version__, torch.backends.cudnn.version()), flush=True)
+    print("GPU: %s (%s); PyTorch %s, cuDNN %s; %s, batch 1" %
+          (torch.cuda.get_device_name(), target, torch.__version__, torch.backends.cudnn.version(),
+           "fp32, TF32 off" if a.precision == "fp32" else a.precision + " on both sides"), flush=True)
+    peer_type = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
 
     def time_ms(fn, calls):
         return gpu_bench.time_ms(torch, fn, calls)
@@ -164,28 +177,39 @@ def main():
             model = model.cuda()
             xg = x.cuda()
             with torch.no_grad():
-                want = model(xg)
+                want = model(xg)  # float32, TF32 off: what every build is compared with
+            bound = 1e-3 if a.precision in ("fp32", "tf32") else 1e-2
             builds = [("ours", None)] + ([("tuned", a.db)] if a.db else [])
             row = {"model": name}
             variants = {}
             for tag, db in builds:
                 path = os.path.join(d, "%s-%s.so" % (name, tag))
-                row[tag + "_compile_s"] = compile_model(a.tunefarm, onnx, path, target, db)
+                row[tag + "_compile_s"] = compile_model(a.tunefarm, onnx, path, target, db, precision=a.precision)
                 lib = GpuLibrary(path, device)
                 y = torch.empty_like(want)
                 run = (lambda lib=lib, y=y: lib.run([xg], [y], torch.cuda.current_stream().cuda_stream))
                 run()
                 torch.cuda.synchronize()
                 row[tag + "_max_rel_error"] = max_rel_error(y, want)
-                if not row[tag + "_max_rel_error"] < 1e-3:
+                if not row[tag + "_max_rel_error"] < bound:
                     print("MISMATCH %s %s: max error %.3g of the output's largest value" %
                           (name, tag, row[tag + "_max_rel_error"]), flush=True)
                 variants[tag] = run
                 variants[tag + "_graph"] = graphed(run)
 
+            # PyTorch in the same precision.
+            peer_model, peer_x = model, xg
+            if peer_type:
+                import copy
+                peer_model, peer_x = copy.deepcopy(model).to(peer_type), xg.to(peer_type)
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+            if a.precision != "fp32":
+                with torch.no_grad():
+                    row["torch_max_rel_error"] = max_rel_error(peer_model(peer_x).float(), want)
+
             def eager():
                 with torch.no_grad():
-                    model(xg)
+                    peer_model(peer_x)
 
             variants["torch"] = eager
             with torch.no_grad():
@@ -202,9 +226,12 @@ def main():
             row["ratio_graph"] = row["torch_graph_ms"] / row["ours_graph_ms"]
             row["ratio_eager"] = row["torch_ms"] / row["ours_ms"]
             rows.append(row)
-            print("%-13s ours %8.3f ms (graph %8.3f)  torch eager %8.3f  graph %8.3f  ratio graph %5.2f eager %5.2f%s" %
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+            print("%-13s ours %8.3f ms (graph %8.3f)  torch eager %8.3f  graph %8.3f  ratio graph %5.2f eager %5.2f%s%s" %
                   (name, row["ours_ms"], row["ours_graph_ms"], row["torch_ms"], row["torch_graph_ms"],
                    row["ratio_graph"], row["ratio_eager"],
+                   "" if a.precision == "fp32" else "  error vs fp32: ours %.2g, torch %.2g" %
+                   (row["ours_max_rel_error"], row["torch_max_rel_error"]),
                    "  tuned %8.3f (graph %8.3f, ratio %5.2f)" %
                    (row["tuned_ms"], row["tuned_graph_ms"], row["torch_graph_ms"] / row["tuned_graph_ms"])
                    if a.db else ""), flush=True)
@@ -214,7 +241,8 @@ def main():
           (gpu_bench.geomean([r["ratio_graph"] for r in rows]), gpu_bench.geomean([r["ratio_eager"] for r in rows])))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "target": target, "results": rows}, f, indent=1)
+            json.dump({"gpu": torch.cuda.get_device_name(), "target": target, "precision": a.precision,
+                       "results": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,16 @@ static void print_bf16(const graph::Graph& g, const Target& t) {
        : t.arch_name() == "aarch64" && t.has_feature("bf16") ? "bfdot"
        : x86 ? "emulated: this target has no AVX512-BF16, slower than float32"
              : "emulated: this target has no bfloat16 dot product, slower than float32");
+  if (g.tensor_core_nodes > 0) {
+    std::string p;
+    for (const graph::Node& n : g.nodes) {
+      if (n.has(graph::kTensorCorePrecision)) p = n.get_string(graph::kTensorCorePrecision, "");
+    }
+    std::printf("%-9s %lld of %lld products (MatMul, Gemm) on tensor cores (mma.sync, dense_tc.cuda: operands rounded "
+                "to %s, float32 sums); convolutions and the rest in float32 (docs/precision.md)\n",
+                p.c_str(), static_cast<long long>(g.tensor_core_nodes), static_cast<long long>(anchors),
+                p == "tf32" ? "TF32" : p == "fp16" ? "float16" : "bfloat16");
+  }
   line("fp16", g.fp16_nodes, "float16",
        x86 && t.has_feature("f16c") ? "stored in float16, computed in float32: F16C conversions"
        : x86                        ? "stored in float16, computed in float32: conversions emulated (no F16C), slow"
@@ -123,6 +133,7 @@ int run_import(const ImportArgs& a) {
   opts.disabled = {a.disable.begin(), a.disable.end()};
   opts.dump = {a.dump.begin(), a.dump.end()};
   opts.precision = parse_precision(a.precision);
+  opts.tensor_cores = tensor_cores(target);
   check_pass_options(opts);
   Graph g = import_onnx(a.model);
   GraphStats imported = graph_stats(g);
@@ -160,7 +171,8 @@ int run_import(const ImportArgs& a) {
             {"quantize_nodes", g.quantize_nodes},
             {"int8_nodes", g.int8_nodes},
             {"bf16_nodes", g.bf16_nodes},
-            {"fp16_nodes", g.fp16_nodes}};
+            {"fp16_nodes", g.fp16_nodes},
+            {"tensor_core_nodes", g.tensor_core_nodes}};
   j["passes"] = json::array();
   for (const PassReport& r : reports) {
     j["passes"].push_back({{"name", r.name},
@@ -261,9 +273,10 @@ void refuse_precision_without_model(const std::string& precision) {
 
 void add_precision_option(CLI::App* cmd, std::string& value) {
   cmd->add_option("--precision", value,
-                  "--model: the products' precision: fp32 (as the model says), bf16 or fp16 (MatMul/Gemm with "
+                  "--model: the products' precision: fp32 (as the model says), bf16 or fp16 (CPUs: MatMul/Gemm with "
                   "constant weights and convolutions on operands rounded to bfloat16 or float16, with float32 sums; "
-                  "the rest float32: docs/precision.md)")
+                  "the rest float32), tf32, fp16 or bf16 on cuda targets (every MatMul and Gemm on tensor cores; "
+                  "docs/precision.md)")
       ->capture_default_str();
 }
 
@@ -370,7 +383,8 @@ int compile_model_file(const ModelCompileArgs& a) {
   if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");
   Target t = parse_target(a.target);
   int64_t budget = memory_budget(a.max_memory);
-  graph::Graph g = load_model(a.model, a.opt_level, a.disable, channel_block(t), graph::parse_precision(a.precision));
+  graph::Graph g = load_model(a.model, a.opt_level, a.disable, channel_block(t), graph::parse_precision(a.precision),
+                              graph::tensor_cores(t));
   auto start = std::chrono::steady_clock::now();
   graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget, a.emulate_gpu);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

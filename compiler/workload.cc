@@ -101,6 +101,8 @@ const char* dtype_name(DType t) { return enum_name(kDTypes, t); }
 
 const char* precision_name(Precision p) { return enum_name(kPrecisions, p); }
 
+std::optional<Precision> precision_named(const std::string& name) { return enum_from_name(kPrecisions, name); }
+
 float (*precision_rounding(Precision p))(float) {
   switch (p) {
     case Precision::TF32: return round_tf32;

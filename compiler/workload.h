@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,8 @@ const char* dtype_name(DType t);
 // their products summed in float32, as NVIDIA's tensor cores compute (docs/precision.md).
 enum class Precision { Float32, TF32, Float16, BFloat16 };
 const char* precision_name(Precision p);
+// The precision named fp32, tf32, fp16 or bf16, or nullopt.
+std::optional<Precision> precision_named(const std::string& name);
 // The float rounding of `p` (identity for fp32).
 float (*precision_rounding(Precision p))(float);
 

@@ -102,6 +102,9 @@ struct Graph {
   // MatMulBF16 nodes).
   int64_t bf16_nodes = 0;
   int64_t fp16_nodes = 0;  // the same at --precision fp16 (MatMulFP16, ConvNCHWcFP16)
+  // MatMul and Gemm nodes marked for a CUDA target's tensor cores at --precision
+  // (kTensorCorePrecision, graph/pass.h).
+  int64_t tensor_core_nodes = 0;
   // What each QuantizeLinear/DequantizeLinear output was before its float32 expansion, by
   // the output's name, for the passes that fold them into int8 kernels.
   struct Qdq {

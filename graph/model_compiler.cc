@@ -420,11 +420,14 @@ json CompiledModel::sidecar(const std::string& model) const {
 
 int64_t channel_block(const Target& t) { return t.is_cpu() ? t.vector_lanes() : 0; }
 
+bool tensor_cores(const Target& t) { return t.kind == TargetKind::Cuda; }
+
 Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block,
-                 Precision precision) {
+                 Precision precision, bool tensor_cores) {
   PassOptions opts;
   opts.channel_block = block;
   opts.precision = precision;
+  opts.tensor_cores = tensor_cores;
   opts.opt_level = opt_level;
   opts.disabled = {disable.begin(), disable.end()};
   check_pass_options(opts);
@@ -441,9 +444,18 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
       static const std::map<std::string, const char*> cpu_only = {
           {"MatMulBF16", "bf16"}, {"ConvNCHWcBF16", "bf16"}, {"MatMulFP16", "fp16"}, {"ConvNCHWcFP16", "fp16"}};
       if (auto it = cpu_only.find(n.op); it != cpu_only.end())
-        throw UserError(str(n.where(), ": --precision ", it->second, " is implemented for CPU targets only, not ",
-                            target.str(), " (GPU tensor cores: not yet)"));
+        throw UserError(str(n.where(), ": --precision ", it->second,
+                            " is implemented for CPU targets and cuda's tensor cores, not ", target.str()));
     }
+  }
+  if (emulate_gpu && g.tensor_core_nodes > 0) {
+    std::string p;
+    for (const Node& n : g.nodes) {
+      if (n.has(kTensorCorePrecision)) p = n.get_string(kTensorCorePrecision, "");
+    }
+    throw UserError(str("--emulate-gpu runs a model's kernels serially, and its ", g.tensor_core_nodes,
+                        " tensor-core products (--precision ", p, ") need the 32 lanes of a warp together: run the "
+                        "library on the GPU, or emulate it without --precision"));
   }
   ModelCodegen code(target, emulate_gpu);
   // Every value must fit the budget on its own before anything is generated.

@@ -84,9 +84,13 @@ int64_t channel_block(const Target& t);
 // The graph of an .onnx file after the passes at `opt_level`, without the passes `disable`
 // names, for a target whose vector width is `block` (channel_block): what compile --model
 // compiles. UserError for a file that does not import or a pass name that does not exist.
-// `precision`: the products' precision (--precision; PassOptions::precision).
+// `precision`: the products' precision (--precision; PassOptions::precision), on tensor cores
+// where `tensor_cores` (a CUDA target: tensor_cores(t)).
 Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block,
-                 Precision precision = Precision::Fp32);
+                 Precision precision = Precision::Fp32, bool tensor_cores = false);
+
+// Whether --precision runs a model's products on `t`'s tensor cores (cuda targets).
+bool tensor_cores(const Target& t);
 
 //
 // With `emulate_gpu` (target a GPU: cuda, rocm), every kernel is scheduled for the GPU (its

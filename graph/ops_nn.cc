@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "compiler/workload.h"
+#include "graph/pass.h"
 #include "graph/op_te.h"
 #include "graph/tasks.h"
 #include "graph/import_window3d.h"
@@ -35,7 +37,19 @@ Shape matmul_shape(const OpContext& c, const Shape& a0, const Shape& b0) {
   return out;
 }
 
+// How a product's operands are rounded: as its tensor cores do when auto-mixed-precision marked
+// it (kTensorCorePrecision), else not at all.
+float (*operand_rounding(const Node& n))(float) {
+  const std::optional<tf::Precision> p = precision_named(n.get_string(kTensorCorePrecision, "fp32"));
+  if (!p) {
+    throw UserError(str(n.where(), ": attribute ", kTensorCorePrecision, " '", n.get_string(kTensorCorePrecision, ""),
+                        "' is not one of tf32, fp16, bf16"));
+  }
+  return precision_rounding(*p);
+}
+
 std::vector<HostTensor> matmul_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  float (*r)(float) = operand_rounding(c.node);
   const Shape& a0 = in[0]->shape;
   const Shape& b0 = in[1]->shape;
   Shape a = a0.size() == 1 ? Shape{1, a0[0]} : a0, b = b0.size() == 1 ? Shape{b0[0], 1} : b0;
@@ -59,7 +73,7 @@ std::vector<HostTensor> matmul_eval(const OpContext& c, const std::vector<const 
     for (int64_t i = 0; i < M; ++i) {
       for (int64_t j = 0; j < N; ++j) {
         double s = 0;
-        for (int64_t k = 0; k < K; ++k) s += double(A[i * K + k]) * B[k * N + j];
+        for (int64_t k = 0; k < K; ++k) s += double(r(A[i * K + k])) * r(B[k * N + j]);
         C[i * N + j] = static_cast<float>(s);
       }
     }
@@ -87,6 +101,7 @@ std::vector<TypeShape> gemm_infer(const OpContext& c) {
 std::vector<HostTensor> gemm_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
   bool ta = c.node.get_int("transA", 0), tb = c.node.get_int("transB", 0);
   float alpha = c.node.get_float("alpha", 1), beta = c.node.get_float("beta", 1);
+  float (*r)(float) = operand_rounding(c.node);
   const Shape &a = in[0]->shape, &b = in[1]->shape;
   int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1], N = tb ? b[0] : b[1];
   HostTensor out = make_like(DType::F32, {M, N});
@@ -96,7 +111,7 @@ std::vector<HostTensor> gemm_eval(const OpContext& c, const std::vector<const Ho
     for (int64_t j = 0; j < N; ++j) {
       double s = 0;
       for (int64_t k = 0; k < K; ++k) {
-        s += double(in[0]->f[ta ? k * M + i : i * K + k]) * in[1]->f[tb ? j * K + k : k * N + j];
+        s += double(r(in[0]->f[ta ? k * M + i : i * K + k])) * r(in[1]->f[tb ? j * K + k : k * N + j]);
       }
       s *= alpha;
       if (!sc.empty()) s += double(beta) * in[2]->f[i * sc[0] + j * sc[1]];
@@ -732,9 +747,9 @@ void register_nn_ops(std::vector<OpDef>& ops) {
          return std::vector<TypeShape>{{DType::F32, matmul_shape(c, c.in(0).shape, c.in(1).shape)}};
        },
        matmul_eval, te::matmul_te, matmul_workload, nullptr, /*linear_cost=*/false});
-  describe(ops.back(), OpKind::Anchor);
+  describe(ops.back(), OpKind::Anchor, {kTensorCorePrecision});
   ops.push_back({"Gemm", 2, 3, gemm_infer, gemm_eval, te::gemm_te, gemm_workload, nullptr, /*linear_cost=*/false});
-  describe(ops.back(), OpKind::Anchor, {"alpha", "beta", "transA", "transB"});
+  describe(ops.back(), OpKind::Anchor, {"alpha", "beta", "transA", "transB", kTensorCorePrecision});
   ops.back().transposed_weight = "transB";
   ops.push_back({"Conv", 2, 3, conv_infer, conv_eval, te::conv_te, conv_workload, nullptr, /*linear_cost=*/false});
   describe(ops.back(), OpKind::Anchor, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});

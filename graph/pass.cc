@@ -77,8 +77,9 @@ const std::vector<PassInfo>& graph_passes() {
       {"auto-mixed-precision", 0,
        "--precision bf16 (fp16): MatMul/Gemm with constant weights and group-1 blocked convolutions as bfloat16 "
        "(float16) kernels (MatMulBF16, ConvNCHWcBF16, MatMulFP16, ConvNCHWcFP16; float32 sums); "
-       "everything else stays float32 (docs/precision.md)",
-       [](Graph& g, const PassOptions& o) { return convert_precision(g, o.precision); }},
+       "everything else stays float32 (docs/precision.md); on cuda targets (tf32, fp16, bf16) MatMul and Gemm run on "
+       "tensor cores",
+       [](Graph& g, const PassOptions& o) { return convert_precision(g, o.precision, o.tensor_cores); }},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on",
        plain(dead_code_elimination)},
       // After dead-code-elimination: the QuantizeLinear/DequantizeLinear arithmetic fold-qdq

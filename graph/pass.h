@@ -26,10 +26,16 @@
 namespace tf::graph {
 
 // The precision of a float model's products (--precision): fp32 as the model says, bf16 or
-// fp16 (auto-mixed-precision, graph/pass_auto_mixed_precision.cc).
-enum class Precision { Fp32, BF16, FP16 };
-// "fp32", "bf16" or "fp16"; UserError naming the value for others (tf32: not implemented yet).
+// fp16 (auto-mixed-precision, graph/pass_auto_mixed_precision.cc), tf32 (tensor cores only).
+enum class Precision { Fp32, BF16, FP16, TF32 };
+// "fp32", "bf16", "fp16" or "tf32"; UserError naming the value for others.
 Precision parse_precision(const std::string& name);
+const char* precision_name(Precision p);
+
+// The attribute auto-mixed-precision gives a MatMul or Gemm for a CUDA target's tensor cores:
+// "tf32", "fp16" or "bf16", its workload's precision=... (matmul_workload, gemm_workload) and
+// the rounding of its operands in the reference evaluation.
+inline constexpr const char* kTensorCorePrecision = "tf_precision";
 
 struct PassOptions {
   int opt_level = 2;
@@ -42,6 +48,9 @@ struct PassOptions {
   int64_t channel_block = 0;
   // The products' precision (auto-mixed-precision); fp32 runs that pass as a no-op.
   Precision precision = Precision::Fp32;
+  // The target is a CUDA GPU: at --precision the MatMul and Gemm nodes run on tensor cores
+  // (marked with kTensorCorePrecision) instead of the CPU's bfloat16 / float16 kernels.
+  bool tensor_cores = false;
 };
 
 struct PassInfo {
@@ -110,7 +119,7 @@ bool transform_conv_layout(Graph& g, int64_t channel_block, bool int8 = false);
 bool fold_qdq_matmuls(Graph& g, int64_t channel_block);
 // uint8 values between int8 kernels (graph/pass_int8_edges.cc).
 bool int8_edges(Graph& g, int64_t channel_block);
-bool convert_precision(Graph& g, Precision p);
+bool convert_precision(Graph& g, Precision p, bool tensor_cores = false);
 
 // A MatMul or Gemm of activations x[..., K] by 2-D weights as x times w[K, N] (+ bias), the
 // shape fold-qdq and auto-mixed-precision rewrite: Gemm's transB read (the weights stored

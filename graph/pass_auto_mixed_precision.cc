@@ -236,21 +236,48 @@ Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::Fp32;
   if (name == "bf16") return Precision::BF16;
   if (name == "fp16") return Precision::FP16;
-  if (name == "tf32")
-    throw UserError("--precision tf32 is for GPU tensor cores, not implemented yet (bf16 and fp16 are, on CPUs: docs/precision.md)");
+  if (name == "tf32") return Precision::TF32;
   throw UserError(str("--precision '", name, "' is not one of fp32, bf16, fp16, tf32"));
 }
 
-bool convert_precision(Graph& g, Precision p) {
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::BF16: return "bf16";
+    case Precision::FP16: return "fp16";
+    case Precision::TF32: return "tf32";
+    case Precision::Fp32: break;
+  }
+  return "fp32";
+}
+
+bool convert_precision(Graph& g, Precision p, bool tensor_cores) {
   if (p == Precision::Fp32) return false;
+  if (p == Precision::TF32 && !tensor_cores) {
+    throw UserError("--precision tf32 rounds the products as NVIDIA's tensor cores do: it is for cuda targets "
+                    "(sm_80 and later); CPUs take bf16 or fp16 (docs/precision.md)");
+  }
   // A quantized model already says its precision, product by product: converting what is left
   // would mix three precisions nobody asked for.
   if (!g.qdq.empty()) {
     const auto& [value, q] = *g.qdq.begin();
-    throw UserError(str("--precision ", p == Precision::FP16 ? "fp16" : "bf16", " converts float models, and this one is "
+    throw UserError(str("--precision ", precision_name(p), " converts float models, and this one is "
                         "quantized (", g.quantize_nodes, " QuantizeLinear/DequantizeLinear nodes, e.g. the ",
                         q.quantize ? "QuantizeLinear" : "DequantizeLinear", " writing '", value,
                         "'); compile it without --precision: its int8 products run as int8 kernels (docs/precision.md)"));
+  }
+  if (tensor_cores) {
+    // Every MatMul and Gemm a workload expresses (activations by activations too, as PyTorch's
+    // autocast runs attention), marked: its kernel is dense_tc.cuda's at this precision.
+    // Convolutions stay float32 (no tensor-core template for them yet).
+    bool changed = false;
+    for (Node& n : g.nodes) {
+      if ((n.op != "MatMul" && n.op != "Gemm") || n.has(kTensorCorePrecision)) continue;
+      if (anchor_workload(g, n).spec.empty()) continue;
+      n.attrs[kTensorCorePrecision] = std::string(precision_name(p));
+      ++g.tensor_core_nodes;
+      changed = true;
+    }
+    return changed;
   }
   return expand_nodes(g, [p](Graph& gg, const Node& n, std::vector<Node>& out) { return rewrite(gg, n, out, p); });
 }

@@ -53,6 +53,20 @@ AnchorWorkload conv_workload(const Graph& g, const Node& n) {
   return {"", str("grouped convolution (group=", group, ") other than depthwise")};
 }
 
+namespace {
+
+// ",precision=X" for a product marked for tensor cores (kTensorCorePrecision), else "".
+std::string precision_key(const Node& n) {
+  if (!n.has(kTensorCorePrecision)) return "";
+  const std::string p = n.get_string(kTensorCorePrecision, "");
+  if (!precision_named(p) || p == "fp32") {
+    throw UserError(str(n.where(), ": attribute ", kTensorCorePrecision, " '", p, "' is not one of tf32, fp16, bf16"));
+  }
+  return ",precision=" + p;
+}
+
+}  // namespace
+
 AnchorWorkload matmul_workload(const Graph& g, const Node& n) {
   const Shape& a = g.value(n.inputs[0]).shape;
   const Shape& b = g.value(n.inputs[1]).shape;
@@ -62,12 +76,13 @@ AnchorWorkload matmul_workload(const Graph& g, const Node& n) {
     // [..., M, K] x [K, N]: the leading dimensions are more rows.
     for (size_t d = 0; d + 2 < a.size(); ++d) M *= a[d];
     // Constant weights are packed once when the model is compiled: tuned as it runs them.
-    return {str("matmul(M=", M, ",N=", N, ",K=", K, g.is_constant(n.inputs[1]) ? ",const_b=1" : ""), ""};
+    return {str("matmul(M=", M, ",N=", N, ",K=", K, g.is_constant(n.inputs[1]) ? ",const_b=1" : "", precision_key(n)),
+            ""};
   }
   Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
   if (ab != bb)
     return {"", "batch dimensions " + shape_str(ab) + " and " + shape_str(bb) + " broadcast"};
-  return {str("batch_matmul(B=", num_elements(ab), ",M=", M, ",N=", N, ",K=", K), ""};
+  return {str("batch_matmul(B=", num_elements(ab), ",M=", M, ",N=", N, ",K=", K, precision_key(n)), ""};
 }
 
 AnchorWorkload gemm_workload(const Graph& g, const Node& n) {
@@ -83,7 +98,8 @@ AnchorWorkload gemm_workload(const Graph& g, const Node& n) {
     return {"", "a C that is not a bias of N values"};
   }
   // transB: the constant weights are transposed at compile time (and packed, as above).
-  return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1], g.is_constant(n.inputs[1]) ? ",const_b=1" : ""), "", bias};
+  return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1], g.is_constant(n.inputs[1]) ? ",const_b=1" : "", precision_key(n)),
+          "", bias};
 }
 
 // Its operator checked everything a workload needs (graph/layout.h).

@@ -15,7 +15,7 @@ namespace tf {
 
 graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
                                    const std::vector<std::string>& disable, graph::Precision precision) {
-  return graph::load_model(path, opt_level, disable, graph::channel_block(t), precision);
+  return graph::load_model(path, opt_level, disable, graph::channel_block(t), precision, graph::tensor_cores(t));
 }
 
 graph::CompiledModel compile_model_with(const graph::Graph& g, const Target& t, db::Database* db,

@@ -209,7 +209,8 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   }
   EXPECT_EQ(parse_precision("bf16"), Precision::BF16);
   EXPECT_EQ(parse_precision("fp16"), Precision::FP16);
-  EXPECT_THROW(parse_precision("tf32"), tf::UserError);
+  EXPECT_EQ(parse_precision("tf32"), Precision::TF32);
+  EXPECT_THROW(parse_precision("fp8"), tf::UserError);
   // --precision fp16: the same products as float16 kernels, float16's finer rounding (11
   // significant bits to bfloat16's 8) moving the outputs less.
   Graph half = original;
@@ -232,6 +233,55 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   }
   EXPECT_GT(err_half, 0.0);
   EXPECT_LT(err_half, 0.003 * most);
+}
+
+// On a CUDA target (tensor_cores) every MatMul and Gemm is marked for the tensor cores instead
+// (activations by activations too): its task is dense_tc.cuda's `precision=...` workload, the
+// convolutions keep float32, and the reference evaluation rounds the marked products'
+// operands as the instruction does. tf32 without tensor cores is refused by name.
+TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
+  Graph original = sample_model();
+  std::map<std::string, HostTensor> in = {{"x", random_floats({1, 4, 6, 6}, 99)}};
+  auto want = run_reference(original, in);
+  double most = 0;
+  for (const auto& [name, w] : want)
+    for (float v : w.f) most = std::max(most, double(std::fabs(v)));
+  for (auto [p, name, bound] : {std::tuple{Precision::TF32, "tf32", 2e-3}, std::tuple{Precision::FP16, "fp16", 3e-3},
+                                std::tuple{Precision::BF16, "bf16", 0.02}}) {
+    Graph g = original;
+    PassOptions o;
+    o.precision = p;
+    o.tensor_cores = true;
+    run_passes(g, o);
+    std::map<std::string, int> ops;
+    for (const Node& n : g.nodes) ++ops[n.op];
+    EXPECT_EQ(ops["MatMul"], 1) << name;
+    EXPECT_EQ(ops["Conv"], 2) << name;
+    EXPECT_EQ(g.tensor_core_nodes, 1) << name;
+    EXPECT_EQ(g.bf16_nodes + g.fp16_nodes, 0) << name;
+    TaskList t = extract_tasks(g);
+    ASSERT_EQ(t.tasks.size(), 3u);
+    EXPECT_EQ(t.tasks[2].workload, std::string("matmul(M=6,N=5,K=24,const_b=1,precision=") + name + ",epilogue=none)");
+    EXPECT_EQ(t.tasks[0].workload.find("precision"), std::string::npos) << t.tasks[0].workload;
+    auto got = run_reference(g, in);
+    double err = 0;
+    for (const auto& [out, w] : want)
+      for (int64_t k = 0; k < w.size(); ++k) err = std::max(err, double(std::fabs(got.at(out).f[k] - w.f[k])));
+    EXPECT_GT(err, 0.0) << name;  // the evaluation rounds
+    EXPECT_LT(err, bound * most) << name;
+  }
+  Graph g = original;
+  PassOptions o;
+  o.precision = Precision::TF32;
+  try {
+    run_passes(g, o);
+    ADD_FAILURE() << "tf32 without tensor cores ran";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--precision tf32 rounds the products as NVIDIA's tensor cores do: it is for "
+                                         "cuda targets"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // --precision fp16 keeps a product whose weights float16 cannot hold (past 65504: infinity)

@@ -147,12 +147,13 @@ class PrecisionTest(models_for_tests.ModelTestCase):
         path = self.export("cls", Classifier(), (4, 32))
         out = os.path.join(self.d, "m.so")
         for flags, message in (
-                (["--precision", "tf32"], "--precision tf32 is for GPU tensor cores, not implemented yet"),
+                (["--precision", "tf32"], "--precision tf32 rounds the products as NVIDIA's tensor cores do: it is "
+                                           "for cuda targets"),
                 (["--precision", "int4"], "--precision 'int4' is not one of fp32, bf16, fp16, tf32"),
                 (["--precision", "bf16", "-t", "cuda -arch=sm_90", "--emulate-gpu"],
-                 "--precision bf16 is implemented for CPU targets only"),
-                (["--precision", "fp16", "-t", "cuda -arch=sm_90", "--emulate-gpu"],
-                 "--precision fp16 is implemented for CPU targets only")):
+                 "--emulate-gpu runs a model's kernels serially, and its 3 tensor-core products (--precision bf16)"),
+                (["--precision", "fp16", "-t", "rocm -mcpu=gfx90a"],
+                 "--precision fp16 is implemented for CPU targets and cuda's tensor cores, not rocm")):
             r = tunefarm("compile", "--model", path, "-o", out, "--no-db", *flags)
             self.assertNotEqual(r.returncode, 0, flags)
             self.assertIn(message, r.stderr, flags)
@@ -173,7 +174,26 @@ class PrecisionTest(models_for_tests.ModelTestCase):
             self.assertRegex(r.stderr, r"e\.g\. the (Quantize|Dequantize)Linear writing '[^']+'")
         r = tunefarm("run", "--model", path, "--precision", "tf32", "--no-db")
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("--precision tf32 is for GPU tensor cores", r.stderr)
+        self.assertIn("--precision tf32 rounds the products as NVIDIA's tensor cores do", r.stderr)
+
+    def test_cuda_targets_run_the_products_on_tensor_cores(self):
+        # Compiled, not run (no GPU here): the summary counts the products, the library's PTX
+        # has the warp-level products, the tasks say their precision.
+        path = self.export("cls", Classifier(), (4, 32))
+        out = os.path.join(self.d, "tc.so")
+        for precision, instruction in (("tf32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+                                       ("fp16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
+                                       ("bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")):
+            r = tunefarm("compile", "--model", path, "-o", out, "--no-db", "-t", "cuda -arch=sm_90",
+                         "--precision", precision)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stdout, precision + r" +\d+ of \d+ products \(MatMul, Gemm\) on tensor cores")
+            with open(out, "rb") as f:
+                self.assertIn(instruction.encode(), f.read())
+            r = tunefarm("import", path, "-t", "cuda -arch=sm_90", "--precision", precision, "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            tasks = [t["workload"] for t in json.loads(r.stdout)["tasks"]]
+            self.assertTrue(tasks and all("precision=" + precision in t for t in tasks), tasks)
 
 
 if __name__ == "__main__":
