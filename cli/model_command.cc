@@ -304,6 +304,10 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
                   "device 0)");
   add_max_memory_option(run, a.max_memory);
   add_precision_option(run, a.precision);
+  run->add_flag("--tensor-cores", a.tensor_cores,
+                "with --reference and --precision tf32/fp16/bf16: evaluate every MatMul and Gemm as a cuda target's "
+                "tensor cores compute it (what `compile --model -t cuda... --precision` builds): their accuracy "
+                "without a GPU");
 }
 
 namespace {
@@ -432,6 +436,11 @@ int run_model(const ModelRunArgs& a) {
   } cleanup{&tmp_dir};
   std::vector<TensorInfo> in_info, out_info;
   std::string mode = "reference evaluation, not compiled";
+  if (a.tensor_cores && (library || !a.reference || a.precision == "fp32")) {
+    throw UserError(str("--tensor-cores evaluates an ONNX model's --precision (tf32, fp16, bf16) as tensor cores "
+                        "compute it: it needs --reference and --precision (compile for a cuda target to build it), not ",
+                        library ? "a library" : !a.reference ? "a compiled run" : "--precision " + a.precision));
+  }
   if (!a.device.empty() && !library)
     throw UserError(str("--device ", a.device, " is for a library compiled for a GPU; ", a.model, " is not a library"));
   if (library) {
@@ -456,7 +465,9 @@ int run_model(const ModelRunArgs& a) {
     // --precision bf16, whose convolutions are converted in the blocked layout.
     const graph::Precision precision = graph::parse_precision(a.precision);
     g = load_model(a.model, a.opt_level, a.disable,
-                   a.reference && precision == graph::Precision::Fp32 ? 0 : channel_block(host_target()), precision);
+                   a.tensor_cores || (a.reference && precision == graph::Precision::Fp32) ? 0
+                                                                                          : channel_block(host_target()),
+                   precision, a.tensor_cores);
     if (!a.reference) {
       tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
       std::filesystem::create_directories(tmp_dir);

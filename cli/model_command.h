@@ -60,6 +60,9 @@ struct ModelRunArgs {
   std::string max_memory;      // --max-memory; empty: graph::default_memory_budget()
   std::string device;          // --device cuda:N / rocm:N: a GPU library's device
   std::string precision = "fp32";  // --precision
+  // --tensor-cores: with --reference, products at --precision as a cuda target's tensor cores
+  // compute them (graph::PassOptions::tensor_cores), for their accuracy without a GPU.
+  bool tensor_cores = false;
   db::Database* db = nullptr;  // tuned configs, when compiling
 };
 void add_model_run_options(CLI::App* run, ModelRunArgs& args);

@@ -195,6 +195,27 @@ class PrecisionTest(models_for_tests.ModelTestCase):
             tasks = [t["workload"] for t in json.loads(r.stdout)["tasks"]]
             self.assertTrue(tasks and all("precision=" + precision in t for t in tasks), tasks)
 
+    def test_tensor_core_accuracy_without_a_gpu(self):
+        # run --reference --tensor-cores evaluates the products as the tensor cores round them
+        # (attention's products of activations too): within the bounds of the float32
+        # model (1e-3 of the largest value for tf32, 1e-2 for fp16 and bf16), and not equal to it.
+        path = self.export("enc", Encoder(head=True), (1, 16, 64))
+        x = self.save("x", np.random.default_rng(3).standard_normal((1, 16, 64)))
+        want = self.outputs(path, x, "--reference")
+        for precision, bound in (("tf32", 1e-3), ("fp16", 1e-3), ("bf16", 1e-2)):
+            got = self.outputs(path, x, "--reference", "--tensor-cores", "--precision", precision)
+            err = float(np.abs(want - got).max() / np.abs(want).max())
+            print(f"figure: transformer layer on tensor cores at {precision} / float32: max error {err:.2g} of the "
+                  "output's magnitude", flush=True)
+            self.assertLess(err, bound, precision)
+            self.assertGreater(err, 0, precision)
+        for flags, what in ((["--tensor-cores", "--precision", "fp16"], "not a compiled run"),
+                            (["--reference", "--tensor-cores"], "not --precision fp32")):
+            r = tunefarm("run", "--model", path, "--no-db", *flags)
+            self.assertEqual(r.returncode, 2, flags)
+            self.assertIn("--tensor-cores evaluates an ONNX model's --precision", r.stderr)
+            self.assertIn(what, r.stderr)
+
 
 if __name__ == "__main__":
     TUNEFARM = sys.argv.pop(1)
