@@ -82,6 +82,19 @@ TEST(Features, SameIrSameFeaturesAndKnobsThatChangeTheLoopsChangeThem) {
     std::vector<float> f = costmodel::config_features(c.graph(), c.target(), c.to_config(*c.default_index()));
     EXPECT_EQ(f.size(), kNumFeatures) << w;
   }
+  // Tensor-core kernels (warp-level products after the tensorize pass) have features too, and
+  // their knobs move them.
+  ConfigSpace tc(parse_workload("matmul(M=256,N=128,K=64,precision=fp16)"), parse_target("cuda -arch=sm_90"));
+  json tc_def = tc.to_config(*tc.default_index());
+  std::vector<float> t0 = costmodel::config_features(tc.graph(), tc.target(), tc_def);
+  ASSERT_EQ(t0.size(), kNumFeatures);
+  for (float v : t0) EXPECT_TRUE(std::isfinite(v));
+  for (const auto& [knob, value] : std::vector<std::pair<std::string, json>>{{"tiles_m", 1}, {"unroll_k", 4},
+                                                                             {"stages", 1}}) {
+    json c = tc_def;
+    c[knob] = value;
+    EXPECT_NE(t0, costmodel::config_features(tc.graph(), tc.target(), c)) << knob << " changed nothing";
+  }
 }
 
 // ---- The model --------------------------------------------------------------------------
