@@ -147,12 +147,13 @@ TFPY_EXPORT int tfpy_model_time_calls(void* handle, const void* const* inputs, v
 // Compiles an ONNX model into `out` ("" target: this machine; "" db: default schedules); the
 // result is JSON: library, target, kernels, tunable, tuned, workspace_bytes.
 TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char* target,
-                                   const char* db, int opt_level, int64_t max_memory) {
+                                   const char* db, int opt_level, int64_t max_memory, const char* precision) {
   return guarded([&] {
     Target t = *target ? parse_target(target) : host_target();
+    const graph::Precision p = graph::parse_precision(*precision ? precision : "fp32");
     std::unique_ptr<db::Database> database =
         *db ? db::open_database(db, db::OpenMode::ReadOnly) : nullptr;
-    graph::CompiledModel cm = compile_model_with(load_model_for_target(onnx, t, opt_level, {}), t, database.get(),
+    graph::CompiledModel cm = compile_model_with(load_model_for_target(onnx, t, opt_level, {}, p), t, database.get(),
                                                  out, onnx,
                                                  max_memory > 0 ? max_memory : graph::default_memory_budget());
     last_result = nlohmann::json{{"library", out},

@@ -93,22 +93,25 @@ def load(path):
     return CompiledModel(path)
 
 
-def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_level=2):
+def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_level=2, precision="fp32"):
     """Compiles an .onnx model with the tuned configs of `db` (a database file; None: the
     default database, $TUNEFARM_DB or ~/.local/share/tunefarm/tuning.db, when it exists) or of
-    the tuning service at `server` (HOST:PORT). Returns the library's path."""
+    the tuning service at `server` (HOST:PORT), its products at `precision` (fp32; bf16 or fp16
+    on CPUs; tf32, fp16 or bf16 on tensor cores of cuda targets: docs/precision.md). Returns the
+    library's path."""
     onnx_path = os.fspath(onnx_path)
     if out is None:
         # Named by the model's contents and what it is compiled for (target, configs' source).
         h = hashlib.sha256()
         with open(onnx_path, "rb") as f:
             h.update(f.read())
-        h.update(repr((target, os.fspath(db) if db else db, server, opt_level)).encode())
+        h.update(repr((target, os.fspath(db) if db else db, server, opt_level, precision)).encode())
         out = os.path.join(_cache_dir(None), "%s-%s.so" % (os.path.basename(onnx_path).rsplit(".", 1)[0],
                                                             h.hexdigest()[:16]))
     out = os.fspath(out)
     if server is not None:
-        args = ["compile", "--model", onnx_path, "-o", out, "-O", str(opt_level), "--server", server]
+        args = ["compile", "--model", onnx_path, "-o", out, "-O", str(opt_level), "--server", server,
+                "--precision", precision]
         if target:
             args += ["-t", target]
         _run_cli(args)
@@ -116,7 +119,7 @@ def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_le
     if db is None:
         default = _tunefarm.default_database()
         db = default if os.path.exists(default) else ""
-    _tunefarm.compile_model(onnx_path, out, target or "", os.fspath(db), opt_level)
+    _tunefarm.compile_model(onnx_path, out, target or "", os.fspath(db), opt_level, precision=precision)
     return out
 
 
@@ -172,7 +175,7 @@ class Database:
         return self._db.models()
 
 
-def _tune(onnx_path, tune, target, db, server):
+def _tune(onnx_path, tune, target, db, server, precision="fp32"):
     """Whole-model tuning before compiling: `tune` is a trial count, or a dict of trials,
     tracker, key and token_file (the farm's client token), strategy; without a tracker, on this
     machine."""
@@ -182,12 +185,12 @@ def _tune(onnx_path, tune, target, db, server):
         raise ValueError("tune= takes trials, tracker, key, token_file and strategy, not %s" % ", ".join(unknown))
     if server is not None:
         args = ["submit", "--model", onnx_path, "--trials", str(opts.get("trials", 200)), "--server", server,
-                "--watch"]
+                "--watch", "--precision", precision]
         if target:
             args += ["-t", target]
         _run_cli(args)
         return
-    args = ["tune", "--model", onnx_path, "--trials", str(opts.get("trials", 200))]
+    args = ["tune", "--model", onnx_path, "--trials", str(opts.get("trials", 200)), "--precision", precision]
     if opts.get("tracker"):
         args += ["--tracker", opts["tracker"], "--key", opts.get("key", "")]
         if opts.get("token_file"):
@@ -227,7 +230,7 @@ def _target_for(torch, devices, target):
 
 
 def optimize(model, example_inputs=None, target=None, db=None, tune=None, server=None, cache_dir=None,
-             opset=13):
+             opset=13, precision="fp32"):
     """A compiled version of `model`: an .onnx path, or a torch.nn.Module (exported to ONNX with
     `example_inputs`, a tensor or a tuple of them). For a Module the result is an nn.Module
     taking and returning torch tensors; for a path, a CompiledModel taking NumPy arrays.
@@ -235,7 +238,9 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
     the result then takes and returns tensors on it.
     `tune` (a trial count, or a dict: trials, tracker, key, strategy) tunes the whole model
     first (tunefarm tune --model, or submit --model with `server`); the tuned configs of `db`
-    (or the service) are then used."""
+    (or the service) are then used. `precision` is --precision: on a GPU's inputs, "tf32",
+    "fp16" or "bf16" runs the products on its tensor cores (the model's inputs and outputs stay
+    float32: a .half() model is not supported yet)."""
     cache = _cache_dir(cache_dir)
     torch_module = None
     if isinstance(model, (str, os.PathLike)):
@@ -269,8 +274,8 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
         onnx_path = named
         torch_module = True
     if tune is not None:
-        _tune(onnx_path, tune, target, db, server)
-    lib = compile_model(onnx_path, target=target, db=db, server=server)
+        _tune(onnx_path, tune, target, db, server, precision)
+    lib = compile_model(onnx_path, target=target, db=db, server=server, precision=precision)
     compiled = CompiledModel(lib)
     if torch_module:
         from ._torch import TorchModule

@@ -30,7 +30,7 @@ def _load():
         "tfpy_model_run_device": ([p, ctypes.POINTER(u64), ctypes.POINTER(u64), p], i),
         "tfpy_model_set_device": ([p, i], i),
         "tfpy_model_time_calls": ([p, pp, pp, i, i, i, ctypes.POINTER(ctypes.c_double)], i),
-        "tfpy_compile_model": ([c, c, c, c, i, ctypes.c_int64], i),
+        "tfpy_compile_model": ([c, c, c, c, i, ctypes.c_int64, c], i),
         "tfpy_kernel_open": ([c, c, c, c, c, pp], i), "tfpy_kernel_close": ([p], None),
         "tfpy_kernel_call": ([p, pp, i], i),
         "tfpy_db_open": ([c, pp], i), "tfpy_db_close": ([p], None), "tfpy_db_query": ([p, c, c, c], i),
@@ -258,11 +258,11 @@ class Database:
         return self._query("models")
 
 
-def compile_model(onnx, out, target="", db="", opt_level=2, max_memory=0):
-    """Compiles an ONNX model into the library `out`: library, target, kernels, tunable,
-    tuned, workspace_bytes."""
+def compile_model(onnx, out, target="", db="", opt_level=2, max_memory=0, precision="fp32"):
+    """Compiles an ONNX model into the library `out` with its products at `precision`
+    (--precision): library, target, kernels, tunable, tuned, workspace_bytes."""
     _check(_lib.tfpy_compile_model(_text(os.fspath(onnx)), _text(os.fspath(out)), _text(target), _text(os.fspath(db)),
-                                   int(opt_level), int(max_memory)))
+                                   int(opt_level), int(max_memory), _text(precision)))
     return _result()
 
 
