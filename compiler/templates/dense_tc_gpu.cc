@@ -37,8 +37,9 @@ namespace tf::templates {
 namespace {
 
 constexpr int64_t kWarp = 32;
-// Accumulators per lane (4 per 16 x 8 tile): 128 registers of the 255 a thread may have.
-constexpr int64_t kMaxLaneAccumulators = 128;
+// Accumulators per lane (4 per 16 x 8 tile). At 128 (8 x 4 tiles) ptxas keeps them in a 512-byte
+// stack frame (local memory) instead of registers; at 64 and below in registers.
+constexpr int64_t kMaxLaneAccumulators = 64;
 // Products unrolled per iteration of K (tiles_m * tiles_n * unroll_k).
 constexpr int64_t kMaxUnrolledProducts = 256;
 

@@ -121,7 +121,8 @@ TEST(TensorCore, DefaultConfigsAssembleWithoutSpills) {
         std::smatch m;
         ASSERT_TRUE(std::regex_search(r.output, m, std::regex("Used ([0-9]+) registers"))) << r.output;
         const int64_t registers = std::stoll(m[1]);
-        EXPECT_NE(r.output.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << what << r.output;
+        EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), std::string::npos)
+            << what << r.output;
         const int64_t threads = k.gpu->kernels.at(0).launch.threads_per_block();
         EXPECT_LE(registers * threads * 2, sm.registers_per_sm) << what << ": " << registers << " registers";
         const std::string ptx = file_text(path);
@@ -134,6 +135,29 @@ TEST(TensorCore, DefaultConfigsAssembleWithoutSpills) {
                     static_cast<long long>(registers), static_cast<long long>(threads),
                     static_cast<long long>(per_step));
       }
+    }
+  }
+}
+
+// A sample of the tuner's space (configs that pass the constraints) assembles without spills
+// or a stack frame too: the constraints keep what would not fit a thread's registers (8 x 4
+// tiles: 128 accumulators in a 512-byte frame) out of the search.
+TEST(TensorCore, SampledConfigsAssembleWithoutSpills) {
+  const std::string ptxas = "/usr/local/cuda/bin/ptxas";
+  if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
+  const Target t = parse_target("cuda -arch=sm_90");
+  for (const char* p : kPrecisions) {
+    Workload w = parse_workload(with_precision("matmul(M=1024,N=1024,K=1024,epilogue=bias)", p));
+    for (const nlohmann::json& config : testing::sample_configs(w, t, 8)) {
+      CompiledKernel k = compile_kernel(w, t, config, "given", "");
+      std::string what = w.canonical() + " config " + k.config.dump();
+      std::string path = testing::temp_dir() + "/tc_sample.ptx";
+      write_kernel(k, EmitKind::Asm, path);
+      CommandResult r = run_command({ptxas, "-v", "-arch=sm_90", path, "-o", path + ".cubin"});
+      ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
+      // No spills, and the accumulators in registers (no stack frame).
+      EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), std::string::npos)
+          << what << r.output;
     }
   }
 }
