@@ -36,73 +36,85 @@ ConvDims conv_dims(const OpGraph& g) {
   return d;
 }
 
+}  // namespace
+
+OpGraph conv_gemm_graph(const OpGraph& g, const std::string& template_id) {
+  if (!g.prepacked.empty()) {
+    throw UserError(str(template_id, ": prepacked weights are not implemented on GPUs (", g.workload.canonical(), ")"));
+  }
+  ConvDims d = conv_dims(g);
+  const int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
+  const Tensor& data = g.inputs[0];
+  // The weights as the GEMM's matrix: the same elements, in the same order.
+  Tensor weight = ir::placeholder(g.inputs[1]->name, d.nhwc ? std::vector<int64_t>{q, d.k}
+                                                            : std::vector<int64_t>{d.k, q});
+  // im2col: the input element a reduction index q meets at output position pos.
+  auto im2col = [&, d](const Expr& n, const Expr& qi, const Expr& pos) {
+    Expr c, rr, ss;
+    if (d.nhwc) {
+      rr = qi / (d.s * d.c);
+      ss = qi / d.c % d.s;
+      c = qi % d.c;
+    } else {
+      c = qi / (d.r * d.s);
+      rr = qi / d.s % d.r;
+      ss = qi % d.s;
+    }
+    Expr h = pos / d.ow * d.stride + rr * d.dilation - d.pad;
+    Expr x = pos % d.ow * d.stride + ss * d.dilation - d.pad;
+    Expr v = d.nhwc ? ir::read(data, {n, h, x, c}) : ir::read(data, {n, c, h, x});
+    if (d.pad == 0) return v;
+    Expr inside = ir::logical_and(ir::logical_and(h >= 0, h < Expr(d.h)), ir::logical_and(x >= 0, x < Expr(d.w)));
+    return ir::select(inside, v, ir::f32(0.0));
+  };
+  ir::IterVar red = ir::reduce_axis(q, "q");
+  Tensor col, acc;
+  if (d.nhwc) {
+    col = ir::compute("col", {d.n, p, q}, {"n", "p", "q"},
+                      [&](const std::vector<Expr>& ax) { return im2col(ax[0], ax[2], ax[1]); });
+    acc = ir::compute("acc", {d.n, p, d.k}, {"n", "p", "k"}, [&](const std::vector<Expr>& ax) {
+      return ir::sum(ir::read(col, {ax[0], ax[1], red.var}) * ir::read(weight, {red.var, ax[2]}), {red});
+    }, {red});
+  } else {
+    col = ir::compute("col", {d.n, q, p}, {"n", "q", "p"},
+                      [&](const std::vector<Expr>& ax) { return im2col(ax[0], ax[1], ax[2]); });
+    acc = ir::compute("acc", {d.n, d.k, p}, {"n", "k", "p"}, [&](const std::vector<Expr>& ax) {
+      return ir::sum(ir::read(weight, {ax[1], red.var}) * ir::read(col, {ax[0], red.var, ax[2]}), {red});
+    }, {red});
+  }
+  // The GEMM's result in the workload's layout (p = oh*OW + ow), read where the direct
+  // reduction was: the epilogue and any fused elementwise tail keep their definitions.
+  const ir::Tensor& old = g.acc;
+  std::vector<std::string> names = d.nhwc ? std::vector<std::string>{"n", "oh", "ow", "k"}
+                                          : std::vector<std::string>{"n", "k", "oh", "ow"};
+  ir::Tensor view = ir::compute(old == g.output ? g.output->name : "acc_view", old->shape, names,
+                                [&](const std::vector<Expr>& ax) {
+                                  Expr k = d.nhwc ? ax[3] : ax[1];
+                                  Expr pos = d.nhwc ? ax[1] * d.ow + ax[2] : ax[2] * d.ow + ax[3];
+                                  return d.nhwc ? ir::read(acc, {ax[0], pos, k}) : ir::read(acc, {ax[0], k, pos});
+                                });
+  OpGraph r = with_reads_replaced(g, old, view);
+  r.inputs[1] = weight;
+  r.acc = acc;
+  r.pad = nullptr;
+  return r;
+}
+
+GemmShape conv_gemm_shape(const OpGraph& g) {
+  ConvDims d = conv_dims(g);
+  int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
+  return d.nhwc ? GemmShape{d.n, p, d.k, q} : GemmShape{d.n, d.k, p, q};
+}
+
+namespace {
+
 class Conv2dGpu final : public GemmTemplate {
  public:
   explicit Conv2dGpu(TargetKind kind)
       : GemmTemplate(std::string("conv2d.").append(kind_name(kind)), 3, {"conv2d_nchw", "conv2d_nhwc"}, kind) {}
 
  protected:
-  OpGraph gemm_graph(const OpGraph& g, const Target&, const json&) const override {
-    if (!g.prepacked.empty()) {
-      throw UserError(str(id(), ": prepacked weights are not implemented on GPUs (", g.workload.canonical(), ")"));
-    }
-    ConvDims d = conv_dims(g);
-    const int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
-    const Tensor& data = g.inputs[0];
-    // The weights as the GEMM's matrix: the same elements, in the same order.
-    Tensor weight = ir::placeholder(g.inputs[1]->name, d.nhwc ? std::vector<int64_t>{q, d.k}
-                                                              : std::vector<int64_t>{d.k, q});
-    // im2col: the input element a reduction index q meets at output position pos.
-    auto im2col = [&, d](const Expr& n, const Expr& qi, const Expr& pos) {
-      Expr c, rr, ss;
-      if (d.nhwc) {
-        rr = qi / (d.s * d.c);
-        ss = qi / d.c % d.s;
-        c = qi % d.c;
-      } else {
-        c = qi / (d.r * d.s);
-        rr = qi / d.s % d.r;
-        ss = qi % d.s;
-      }
-      Expr h = pos / d.ow * d.stride + rr * d.dilation - d.pad;
-      Expr x = pos % d.ow * d.stride + ss * d.dilation - d.pad;
-      Expr v = d.nhwc ? ir::read(data, {n, h, x, c}) : ir::read(data, {n, c, h, x});
-      if (d.pad == 0) return v;
-      Expr inside = ir::logical_and(ir::logical_and(h >= 0, h < Expr(d.h)), ir::logical_and(x >= 0, x < Expr(d.w)));
-      return ir::select(inside, v, ir::f32(0.0));
-    };
-    ir::IterVar red = ir::reduce_axis(q, "q");
-    Tensor col, acc;
-    if (d.nhwc) {
-      col = ir::compute("col", {d.n, p, q}, {"n", "p", "q"},
-                        [&](const std::vector<Expr>& ax) { return im2col(ax[0], ax[2], ax[1]); });
-      acc = ir::compute("acc", {d.n, p, d.k}, {"n", "p", "k"}, [&](const std::vector<Expr>& ax) {
-        return ir::sum(ir::read(col, {ax[0], ax[1], red.var}) * ir::read(weight, {red.var, ax[2]}), {red});
-      }, {red});
-    } else {
-      col = ir::compute("col", {d.n, q, p}, {"n", "q", "p"},
-                        [&](const std::vector<Expr>& ax) { return im2col(ax[0], ax[1], ax[2]); });
-      acc = ir::compute("acc", {d.n, d.k, p}, {"n", "k", "p"}, [&](const std::vector<Expr>& ax) {
-        return ir::sum(ir::read(weight, {ax[1], red.var}) * ir::read(col, {ax[0], red.var, ax[2]}), {red});
-      }, {red});
-    }
-    // The GEMM's result in the workload's layout (p = oh*OW + ow), read where the direct
-    // reduction was: the epilogue and any fused elementwise tail keep their definitions.
-    const ir::Tensor& old = g.acc;
-    std::vector<std::string> names = d.nhwc ? std::vector<std::string>{"n", "oh", "ow", "k"}
-                                            : std::vector<std::string>{"n", "k", "oh", "ow"};
-    ir::Tensor view = ir::compute(old == g.output ? g.output->name : "acc_view", old->shape, names,
-                                  [&](const std::vector<Expr>& ax) {
-                                    Expr k = d.nhwc ? ax[3] : ax[1];
-                                    Expr pos = d.nhwc ? ax[1] * d.ow + ax[2] : ax[2] * d.ow + ax[3];
-                                    return d.nhwc ? ir::read(acc, {ax[0], pos, k}) : ir::read(acc, {ax[0], k, pos});
-                                  });
-    OpGraph r = with_reads_replaced(g, old, view);
-    r.inputs[1] = weight;
-    r.acc = acc;
-    r.pad = nullptr;
-    return r;
-  }
+  OpGraph gemm_graph(const OpGraph& g, const Target&, const json&) const override { return conv_gemm_graph(g, id()); }
 
   GemmStages gemm_operands(Schedule& s, const OpGraph& g, const json& c) const override {
     GemmStages st;
@@ -137,11 +149,7 @@ class Conv2dGpu final : public GemmTemplate {
     }
   }
 
-  GemmShape gemm_shape(const OpGraph& g) const override {
-    ConvDims d = conv_dims(g);
-    int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
-    return d.nhwc ? GemmShape{d.n, p, d.k, q} : GemmShape{d.n, d.k, p, q};
-  }
+  GemmShape gemm_shape(const OpGraph& g) const override { return conv_gemm_shape(g); }
 };
 
 }  // namespace

@@ -50,6 +50,14 @@ OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::T
 // threads, consecutive threads on consecutive vectors (coalesced).
 void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec);
 
+// A convolution (conv2d_nchw, conv2d_nhwc) as an implicit GEMM (compiler/templates/conv2d_gpu.cc):
+// acc[n][k][p] = sum_q weight[k][q] * col[n][q][p] (NCHW; NHWC: acc[n][p][k] = sum_q
+// col[n][p][q] * weight[q][k]), col the im2col matrix (a stage), weight input 1 read as the
+// GEMM's matrix, the output reading acc through `acc_view`. `template_id` names the template
+// in refusals. And the GEMM's extents (batches = N).
+OpGraph conv_gemm_graph(const OpGraph& g, const std::string& template_id);
+GemmShape conv_gemm_shape(const OpGraph& g);
+
 // Threads of a warp (wavefront): 32 on NVIDIA and AMD gfx10+, 64 on gfx9.
 int64_t gpu_warp_size(const Target& t);
 

@@ -1,0 +1,45 @@
+// The tensor-core GEMM that dense_tc.cuda and conv2d_tc.cuda share (compiler/templates/dense_tc_gpu.cc
+// tells the whole story): a GEMM of float32 operands at precision=tf32, fp16 or bf16, one
+// warp-level product (mma.sync) per 16 x 8 tile of C and step of K, over permuted accumulator
+// coordinates, the operands that are inputs staged in shared memory and pipelined.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/templates/gpu_gemm.h"
+
+namespace tf::templates {
+
+class TensorCoreGemm : public ScheduleTemplate {
+ public:
+  TensorCoreGemm(std::string name, int version, std::vector<std::string> ops);
+
+  const std::vector<KnobDef>& knobs() const final;
+  std::vector<json> int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const final;
+  json default_config(const OpGraph& g, const Target& t) const final;
+  std::string check_constraints(const OpGraph& g, const Target& t, const json& c) const final;
+  OpGraph schedule_graph(const OpGraph& g, const Target& t, const json& c) const final;
+  void apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const final;
+
+ protected:
+  // The GEMM's extents (batches, M, N, K), from the workload.
+  virtual GemmShape gemm_shape(const OpGraph& g) const = 0;
+  // The GEMM the template computes: a reduction `acc` ([batch][M][N] or [M][N]) over one axis
+  // of a product a * b, the output reading it (through views the template inlines); `g` itself
+  // by default.
+  virtual OpGraph gemm_graph(const OpGraph& g) const { return g; }
+  // Whether A and B are read straight from inputs (then staged in shared memory with `shared`),
+  // not computed (an im2col matrix, inlined).
+  virtual std::pair<bool, bool> inputs_ab(const OpGraph& g) const = 0;
+  // The output stage's loops as the GEMM's batch (null when none), rows and columns, fusing
+  // its axes where a GEMM axis is several of them.
+  virtual void output_axes(Stage& out, Expr& batch, Expr& rows, Expr& cols) const = 0;
+
+ private:
+  int64_t depth(const OpGraph& g) const;
+  int64_t shared_bytes(const OpGraph& g, const json& c) const;
+};
+
+}  // namespace tf::templates
