@@ -44,7 +44,7 @@ class DenseTensorCore final : public TensorCoreGemm {
     return {batch_dim(g) == 1 ? w.get("B") : 1, w.get("M"), w.get("N"), w.get("K")};
   }
   std::pair<bool, bool> inputs_ab(const OpGraph&) const override { return {true, true}; }
-  void output_axes(Stage& out, Expr& batch, Expr& rows, Expr& cols) const override {
+  void output_axes(Stage& out, const OpGraph&, Expr& batch, Expr& rows, Expr& cols) const override {
     const auto& ax = out.op()->axes;
     const size_t d0 = ax.size() == 3 ? 1 : 0;
     if (d0) batch = ax[0].var;

@@ -218,7 +218,7 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   }
   out.guard_tails();
   Expr batch, rows, cols;
-  output_axes(out, batch, rows, cols);
+  output_axes(out, g, batch, rows, cols);
   auto [bm, r1] = out.split(rows, d.block_m());
   auto [wm, r2] = out.split(r1, 16 * d.tiles_m);
   auto [mi, r3] = out.split(r2, 16);

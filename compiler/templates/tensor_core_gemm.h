@@ -35,7 +35,7 @@ class TensorCoreGemm : public ScheduleTemplate {
   virtual std::pair<bool, bool> inputs_ab(const OpGraph& g) const = 0;
   // The output stage's loops as the GEMM's batch (null when none), rows and columns, fusing
   // its axes where a GEMM axis is several of them.
-  virtual void output_axes(Stage& out, Expr& batch, Expr& rows, Expr& cols) const = 0;
+  virtual void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows, Expr& cols) const = 0;
 
  private:
   int64_t depth(const OpGraph& g) const;

@@ -1,5 +1,5 @@
-// dense_tc.cuda (compiler/templates/dense_tc_gpu.cc): matmul and batch_matmul with
-// precision=tf32 / fp16 / bf16 on tensor cores. Without a GPU here: the kernels run in the
+// dense_tc.cuda and conv2d_tc.cuda (compiler/templates/tensor_core_gemm.h): matmul,
+// batch_matmul and convolutions with precision=tf32 / fp16 / bf16 on tensor cores. Without a GPU here: the kernels run in the
 // threaded emulation of their blocks (each warp's lanes exchange their fragments as the
 // hardware's mma.sync does, so a lane holding the wrong fragment gives a wrong C) against the
 // reference of the rounded operands, over shapes that the tiles do not divide, epilogues,
@@ -43,13 +43,22 @@ TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
        {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 2}, {"unroll_k", 1}}},
       {"batch_matmul(B=3,M=20,N=24,K=24)", nullptr},
       {"batch_matmul(B=2,M=32,N=16,K=32)", {{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}}},
+      // Convolutions as implicit GEMMs (conv2d_tc.cuda): padding, strides, dilation, two
+      // images, 1x1, odd channel counts, NHWC.
+      {"conv2d_nchw(N=2,C=5,H=9,W=7,K=20,R=3,S=3,pad=1,epilogue=bias_relu)", nullptr},
+      {"conv2d_nchw(N=1,C=8,H=10,W=10,K=16,R=3,S=3,stride=2,pad=2,dilation=2)",
+       {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}}},
+      {"conv2d_nchw(N=1,C=24,H=6,W=6,K=40,R=1,S=1,epilogue=bias)", nullptr},
+      {"conv2d_nhwc(N=2,H=7,W=9,C=6,K=24,R=3,S=3,pad=1,epilogue=relu)", nullptr},
+      {"conv2d_nhwc(N=1,H=8,W=8,C=16,K=32,R=3,S=3,stride=2,pad=1)",
+       {{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1}, {"stages", 2}}},
   };
   for (const char* p : kPrecisions) {
     for (const Case& c : cases) {
       Workload w = parse_workload(with_precision(c.workload, p));
       CompiledKernel k = c.config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
                                             : compile_kernel(w, sm80, c.config, "given", "");
-      EXPECT_EQ(template_name(w, sm80), "dense_tc.cuda.v1");
+      EXPECT_EQ(template_name(w, sm80), w.op.rfind("conv2d", 0) == 0 ? "conv2d_tc.cuda.v1" : "dense_tc.cuda.v1");
       std::string what = w.canonical() + " config " + k.config.dump();
       testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 11);
       EXPECT_TRUE(r.ok()) << what << ": " << r.str();
@@ -61,7 +70,9 @@ TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
 TEST(TensorCore, SampledConfigsMatchTheReference) {
   const Target sm90 = parse_target("cuda -arch=sm_90");
   for (const char* p : kPrecisions) {
-    for (const char* shape : {"matmul(M=48,N=40,K=48,epilogue=bias)", "batch_matmul(B=2,M=16,N=24,K=40)"}) {
+    for (const char* shape : {"matmul(M=48,N=40,K=48,epilogue=bias)", "batch_matmul(B=2,M=16,N=24,K=40)",
+                              "conv2d_nchw(N=1,C=6,H=8,W=8,K=24,R=3,S=3,pad=1,epilogue=bias)",
+                              "conv2d_nhwc(N=1,H=6,W=8,C=8,K=16,R=3,S=3,pad=1)"}) {
       Workload w = parse_workload(with_precision(shape, p));
       for (const nlohmann::json& config : testing::sample_configs(w, sm90, 4)) {
         CompiledKernel k = compile_kernel(w, sm90, config, "given", "");
@@ -105,7 +116,11 @@ TEST(TensorCore, DefaultConfigsAssembleWithoutSpills) {
   if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
   const char* shapes[] = {"matmul(M=4096,N=4096,K=4096)", "matmul(M=128,N=2304,K=768,epilogue=bias)",
                           "matmul(M=128,N=768,K=3072,epilogue=bias)", "batch_matmul(B=12,M=128,N=128,K=64)",
-                          "matmul(M=1,N=1000,K=2048,epilogue=bias)"};
+                          "matmul(M=1,N=1000,K=2048,epilogue=bias)",
+                          "conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)",
+                          "conv2d_nchw(N=1,C=512,H=7,W=7,K=512,R=3,S=3,pad=1)",
+                          "conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)",
+                          "conv2d_nhwc(N=1,H=56,W=56,C=64,K=64,R=3,S=3,pad=1)"};
   for (const char* arch : {"sm_80", "sm_90"}) {
     const Target t = parse_target(std::string("cuda -arch=") + arch);
     const GpuArch sm = gpu_arch(t);
