@@ -107,8 +107,8 @@ static void print_bf16(const graph::Graph& g, const Target& t) {
     for (const graph::Node& n : g.nodes) {
       if (n.has(graph::kTensorCorePrecision)) p = n.get_string(graph::kTensorCorePrecision, "");
     }
-    std::printf("%-9s %lld of %lld products (MatMul, Gemm) on tensor cores (mma.sync, dense_tc.cuda: operands rounded "
-                "to %s, float32 sums); convolutions and the rest in float32 (docs/precision.md)\n",
+    std::printf("%-9s %lld of %lld products (MatMul, Gemm, Conv) on tensor cores (mma.sync: operands rounded to %s, "
+                "float32 sums); depthwise convolutions and the rest in float32 (docs/precision.md)\n",
                 p.c_str(), static_cast<long long>(g.tensor_core_nodes), static_cast<long long>(anchors),
                 p == "tf32" ? "TF32" : p == "fp16" ? "float16" : "bfloat16");
   }

@@ -269,6 +269,7 @@ std::vector<HostTensor> conv_eval(const OpContext& c, const std::vector<const Ho
   int64_t group = c.node.get_int("group", 1), KG = K / group;
   Window win = window_of(c, x, w[2], w[3]);
   HostTensor out = make_like(DType::F32, {N, K, win.oh, win.ow});
+  float (*rd)(float) = operand_rounding(c.node);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
       int64_t g = k / KG;
@@ -282,8 +283,8 @@ std::vector<HostTensor> conv_eval(const OpContext& c, const std::vector<const Ho
               for (int64_t q = 0; q < win.kw; ++q) {
                 int64_t ix = ox * win.sw - win.pl + q * win.dw;
                 if (ix < 0 || ix >= W) continue;
-                s += double(in[0]->f[((n * C + g * CG + ci) * H + iy) * W + ix]) *
-                     in[1]->f[((k * CG + ci) * win.kh + r) * win.kw + q];
+                s += double(rd(in[0]->f[((n * C + g * CG + ci) * H + iy) * W + ix])) *
+                     rd(in[1]->f[((k * CG + ci) * win.kh + r) * win.kw + q]);
               }
             }
           out.f[((n * K + k) * win.oh + oy) * win.ow + ox] = static_cast<float>(s);
@@ -752,7 +753,8 @@ void register_nn_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Anchor, {"alpha", "beta", "transA", "transB", kTensorCorePrecision});
   ops.back().transposed_weight = "transB";
   ops.push_back({"Conv", 2, 3, conv_infer, conv_eval, te::conv_te, conv_workload, nullptr, /*linear_cost=*/false});
-  describe(ops.back(), OpKind::Anchor, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  describe(ops.back(), OpKind::Anchor,
+           {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", kTensorCorePrecision});
   ops.back().bias_axis = OpDef::BiasAxis::Channel;
   ops.back().expand = expand_window;  // 1-D and 3-D windows
   ops.push_back({"MaxPool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/true)});

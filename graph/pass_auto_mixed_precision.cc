@@ -267,12 +267,14 @@ bool convert_precision(Graph& g, Precision p, bool tensor_cores) {
   }
   if (tensor_cores) {
     // Every MatMul and Gemm a workload expresses (activations by activations too, as PyTorch's
-    // autocast runs attention), marked: its kernel is dense_tc.cuda's at this precision.
-    // Convolutions stay float32 (no tensor-core template for them yet).
+    // autocast runs attention) and every group-1 convolution, marked: its kernel is
+    // dense_tc.cuda's or conv2d_tc.cuda's at this precision. Depthwise and other grouped
+    // convolutions stay float32 (memory-bound; no tensor-core template for them).
     bool changed = false;
     for (Node& n : g.nodes) {
-      if ((n.op != "MatMul" && n.op != "Gemm") || n.has(kTensorCorePrecision)) continue;
-      if (anchor_workload(g, n).spec.empty()) continue;
+      if ((n.op != "MatMul" && n.op != "Gemm" && n.op != "Conv") || n.has(kTensorCorePrecision)) continue;
+      const std::string spec = anchor_workload(g, n).spec;
+      if (spec.empty() || (n.op == "Conv" && spec.rfind("conv2d_nchw(", 0) != 0)) continue;
       n.attrs[kTensorCorePrecision] = std::string(precision_name(p));
       ++g.tensor_core_nodes;
       changed = true;

@@ -24,6 +24,16 @@ bool all_equal(const std::vector<int64_t>& v) {
   return true;
 }
 
+// ",precision=X" for a product marked for tensor cores (kTensorCorePrecision), else "".
+std::string precision_key(const Node& n) {
+  if (!n.has(kTensorCorePrecision)) return "";
+  const std::string p = n.get_string(kTensorCorePrecision, "");
+  if (!precision_named(p) || p == "fp32") {
+    throw UserError(str(n.where(), ": attribute ", kTensorCorePrecision, " '", p, "' is not one of tf32, fp16, bf16"));
+  }
+  return ",precision=" + p;
+}
+
 }  // namespace
 
 AnchorWorkload conv_workload(const Graph& g, const Node& n) {
@@ -44,7 +54,7 @@ AnchorWorkload conv_workload(const Graph& g, const Node& n) {
   std::string tail =
       str(",R=", w[2], ",S=", w[3], ",stride=", strides[0], ",pad=", pads[0], ",dilation=", dil[0]);
   if (group == 1)
-    return {str("conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], ",K=", w[0], tail),
+    return {str("conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], ",K=", w[0], tail, precision_key(n)),
             "", bias};
   if (group == x[1] && w[0] == x[1] && w[1] == 1) {
     return {str("depthwise_conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], tail), "",
@@ -53,19 +63,6 @@ AnchorWorkload conv_workload(const Graph& g, const Node& n) {
   return {"", str("grouped convolution (group=", group, ") other than depthwise")};
 }
 
-namespace {
-
-// ",precision=X" for a product marked for tensor cores (kTensorCorePrecision), else "".
-std::string precision_key(const Node& n) {
-  if (!n.has(kTensorCorePrecision)) return "";
-  const std::string p = n.get_string(kTensorCorePrecision, "");
-  if (!precision_named(p) || p == "fp32") {
-    throw UserError(str(n.where(), ": attribute ", kTensorCorePrecision, " '", p, "' is not one of tf32, fp16, bf16"));
-  }
-  return ",precision=" + p;
-}
-
-}  // namespace
 
 AnchorWorkload matmul_workload(const Graph& g, const Node& n) {
   const Shape& a = g.value(n.inputs[0]).shape;

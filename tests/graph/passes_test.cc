@@ -235,10 +235,10 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   EXPECT_LT(err_half, 0.003 * most);
 }
 
-// On a CUDA target (tensor_cores) every MatMul and Gemm is marked for the tensor cores instead
-// (activations by activations too): its task is dense_tc.cuda's `precision=...` workload, the
-// convolutions keep float32, and the reference evaluation rounds the marked products'
-// operands as the instruction does. tf32 without tensor cores is refused by name.
+// On a CUDA target (tensor_cores) every MatMul, Gemm and group-1 Conv is marked for the tensor
+// cores instead (activations by activations too): its task is dense_tc.cuda's or
+// conv2d_tc.cuda's `precision=...` workload, and the reference evaluation rounds the marked
+// products' operands as the instruction does. tf32 without tensor cores is refused by name.
 TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
   Graph original = sample_model();
   std::map<std::string, HostTensor> in = {{"x", random_floats({1, 4, 6, 6}, 99)}};
@@ -257,12 +257,12 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
     for (const Node& n : g.nodes) ++ops[n.op];
     EXPECT_EQ(ops["MatMul"], 1) << name;
     EXPECT_EQ(ops["Conv"], 2) << name;
-    EXPECT_EQ(g.tensor_core_nodes, 1) << name;
+    EXPECT_EQ(g.tensor_core_nodes, 3) << name;
     EXPECT_EQ(g.bf16_nodes + g.fp16_nodes, 0) << name;
     TaskList t = extract_tasks(g);
     ASSERT_EQ(t.tasks.size(), 3u);
     EXPECT_EQ(t.tasks[2].workload, std::string("matmul(M=6,N=5,K=24,const_b=1,precision=") + name + ",epilogue=none)");
-    EXPECT_EQ(t.tasks[0].workload.find("precision"), std::string::npos) << t.tasks[0].workload;
+    EXPECT_NE(t.tasks[0].workload.find(std::string("precision=") + name), std::string::npos) << t.tasks[0].workload;
     auto got = run_reference(g, in);
     double err = 0;
     for (const auto& [out, w] : want)

@@ -187,7 +187,7 @@ class PrecisionTest(models_for_tests.ModelTestCase):
             r = tunefarm("compile", "--model", path, "-o", out, "--no-db", "-t", "cuda -arch=sm_90",
                          "--precision", precision)
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertRegex(r.stdout, precision + r" +\d+ of \d+ products \(MatMul, Gemm\) on tensor cores")
+            self.assertRegex(r.stdout, precision + r" +\d+ of \d+ products \(MatMul, Gemm, Conv\) on tensor cores")
             with open(out, "rb") as f:
                 self.assertIn(instruction.encode(), f.read())
             r = tunefarm("import", path, "-t", "cuda -arch=sm_90", "--precision", precision, "--json")
