@@ -18,9 +18,9 @@ temporary database when none is given), so one call measures default and tuned.
 Needs: an NVIDIA GPU with its driver, PyTorch with CUDA, CuPy. Without them it says which is
 missing and exits 2.
 
---precision tf32|fp16|bf16 times the tensor-core kernels (dense_tc.cuda: the matmul and
-batch_matmul workloads with `precision=...`; the other workloads have no tensor-core template
-yet and are skipped) against PyTorch in the same precision: TF32 allowed for tf32, the peer's
+--precision tf32|fp16|bf16 times the tensor-core kernels (dense_tc.cuda and conv2d_tc.cuda: the
+matmul, batch_matmul and convolution workloads with `precision=...`; depthwise ones have no
+tensor-core template and are skipped) against PyTorch in the same precision: TF32 allowed for tf32, the peer's
 operands .half() / .bfloat16() for fp16 / bf16 (ours read float32 operands and round them).
 It checks ours against the float32 product of the rounded operands (fp16, bf16) or against the
 float32 product (tf32: within 2e-3 of the largest value), and prints TFLOPS and the share of the
@@ -146,14 +146,18 @@ def with_precision(workload, precision):
     if precision == "fp32":
         return workload
     op, _ = params_of(workload)
-    if op not in ("matmul", "batch_matmul"):
-        return None
+    if op not in ("matmul", "batch_matmul", "conv2d_nchw", "conv2d_nhwc"):
+        return None  # depthwise: no tensor-core template
     return workload[:-1] + ",precision=" + precision + ")"
 
 
 def flops_of(op, p):
     if op in ("matmul", "batch_matmul"):
         return 2 * p.get("B", 1) * p["M"] * p["N"] * p["K"]
+    if op in ("conv2d_nchw", "conv2d_nhwc"):
+        def out(n, k):
+            return (n + 2 * p.get("pad", 0) - p.get("dilation", 1) * (k - 1) - 1) // p.get("stride", 1) + 1
+        return 2 * p["N"] * p["K"] * out(p["H"], p["R"]) * out(p["W"], p["S"]) * p["C"] * p["R"] * p["S"]
     return 0
 
 
@@ -313,7 +317,7 @@ def main():
                 print("skipped %s: no tensor-core template for it yet" % w)
         groups = [(g, with_precision(w, a.precision)) for g, w in groups if with_precision(w, a.precision)]
         if not groups:
-            fail("none of the workloads has a tensor-core template (matmul, batch_matmul)")
+            fail("none of the workloads has a tensor-core template (matmul, batch_matmul, conv2d_nchw, conv2d_nhwc)")
     if a.cpu_check:
         return cpu_check(a, groups)
 

@@ -1,6 +1,7 @@
 // Fuzzes schedule configs (--config text) against a few workloads: bounded JSON parsing, then
 // completion and application of the config, for a CPU target and (every other input) a CUDA
-// one (the GPU templates: the GEMM hierarchy, shared tiles, pipelines, implicit-GEMM graphs).
+// one (the GPU templates: the GEMM hierarchy, shared tiles, pipelines, implicit-GEMM graphs, the
+// tensor-core templates).
 // Refusal is UserError or a JSON parse error; anything else is a bug.
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<tf::OpGraph> g;
     for (const char* w : {"matmul(M=33,N=17,K=9)", "batch_matmul(B=2,M=5,N=7,K=3,epilogue=bias)",
                           "conv2d_nchw(N=1,C=3,H=9,W=9,K=4,R=3,S=3,pad=1)", "conv2d_nhwc(N=1,H=7,W=7,C=2,K=5,R=3,S=3)",
-                          "depthwise_conv2d_nchw(N=1,C=3,H=8,W=8,R=3,S=3,stride=2,pad=1)"}) {
+                          "depthwise_conv2d_nchw(N=1,C=3,H=8,W=8,R=3,S=3,stride=2,pad=1)",
+                          // The tensor-core templates (CUDA; the CPU refuses them by name).
+                          "matmul(M=33,N=17,K=9,precision=fp16)", "conv2d_nchw(N=1,C=3,H=9,W=9,K=4,R=3,S=3,pad=1,precision=tf32)"}) {
       g.push_back(tf::build_op(tf::parse_workload(w)));
     }
     return g;
