@@ -45,14 +45,15 @@ class Tensorizer : public IRMutator {
 
  private:
   [[noreturn]] void refuse(const TensorizeMark& m, const std::string& why) const {
-    throw UserError(str("tensorize on stage ", m.stage, ": loop '", m.var.as<Var>()->name, "' with ", m.intrinsic,
-                        ": ", why));
+    throw UserError(str("tensorize on stage ", m.stage, ": loop '", m.var.as<Var>()->name,
+                        "' with ", m.intrinsic, ": ", why));
   }
 
   Stmt replace(const For& k, const TensorizeMark& m) {
     const int64_t depth = warp_mma_k(m.intrinsic);
     if (constant(k.extent) != depth) {
-      refuse(m, str("the loop runs ", to_string_or(k.extent), " times; the product's depth is ", depth));
+      refuse(m, str("the loop runs ", to_string_or(k.extent), " times; the product's depth is ",
+                    depth));
     }
     if (!thread_x_) refuse(m, "it is not inside a loop bound to threadIdx.x (the lanes of a warp)");
     if (thread_x_extent_ % kWarp != 0) {
@@ -63,23 +64,31 @@ class Tensorizer : public IRMutator {
     const For* l2 = l1 ? l1->body.as<For>() : nullptr;
     const Store* st = l2 ? l2->body.as<Store>() : nullptr;
     if (!l1 || !l2 || constant(l1->extent) != 2 || constant(l2->extent) != 2) {
-      refuse(m, "its body is not two loops of extent 2 (the fragment's rows g, g + 8 and columns 2t, 2t + 1)");
+      refuse(m,
+             "its body is not two loops of extent 2 (the fragment's rows g, g + 8 and columns 2t, "
+             "2t + 1)");
     }
-    if (!st) refuse(m, "the innermost loop's body is not one store (a guard left by a tile that does not divide?)");
+    if (!st)
+      refuse(m,
+             "the innermost loop's body is not one store (a guard left by a tile that does not "
+             "divide?)");
     // acc[i] = acc[i] + x * y
     const Binary* add = st->value.kind() == ExprKind::Add ? st->value.as<Binary>() : nullptr;
     const Load* old = add ? add->a.as<Load>() : nullptr;
     const Binary* mul = add && add->b.kind() == ExprKind::Mul ? add->b.as<Binary>() : nullptr;
     if (!old || !mul || old->buffer != st->buffer || !equal(old->index, st->index)) {
-      refuse(m, str("the update of ", st->buffer, " is not ", st->buffer, "[i] = ", st->buffer, "[i] + a * b"));
+      refuse(m, str("the update of ", st->buffer, " is not ", st->buffer, "[i] = ", st->buffer,
+                    "[i] + a * b"));
     }
-    if (old->type != Type::float32()) refuse(m, str(st->buffer, " is not float32 (the product accumulates in it)"));
+    if (old->type != Type::float32())
+      refuse(m, str(st->buffer, " is not float32 (the product accumulates in it)"));
     // Which inner loop is which, from the accumulator's strides.
     auto at = [&](const Expr& e, int64_t v1, int64_t v2) {
       return simplify(substitute(e, VarMap{{l1->var.get(), Expr(v1)}, {l2->var.get(), Expr(v2)}}));
     };
     const Expr base = at(st->index, 0, 0);
-    std::optional<int64_t> s1 = constant(at(st->index, 1, 0) - base), s2 = constant(at(st->index, 0, 1) - base);
+    std::optional<int64_t> s1 = constant(at(st->index, 1, 0) - base),
+                           s2 = constant(at(st->index, 0, 1) - base);
     Expr h, p;
     if (s1 == 2 && s2 == 1) {
       h = l1->var;
@@ -88,16 +97,22 @@ class Tensorizer : public IRMutator {
       h = l2->var;
       p = l1->var;
     } else {
-      refuse(m, str(st->buffer, "'s four values are not contiguous (strides ", s1 ? std::to_string(*s1) : "?", " and ",
-                    s2 ? std::to_string(*s2) : "?", "; the rows' must be 2 and the columns' 1)"));
+      refuse(m, str(st->buffer, "'s four values are not contiguous (strides ",
+                    s1 ? std::to_string(*s1) : "?", " and ", s2 ? std::to_string(*s2) : "?",
+                    "; the rows' must be 2 and the columns' 1)"));
     }
     Expr a = mul->a, b = mul->b;
     if (uses_var(a, p) || uses_var(b, h)) std::swap(a, b);
     if (uses_var(a, p) || uses_var(b, h)) {
-      refuse(m, "neither factor of the product is free of the column loop with the other free of the row loop");
+      refuse(m,
+             "neither factor of the product is free of the column loop with the other free of the "
+             "row loop");
     }
-    const Expr lane = thread_x_ % Expr(kWarp), g = lane / Expr(int64_t{4}), t = lane % Expr(int64_t{4});
-    auto f32 = [](const Expr& e) { return e.type() == Type::float32() ? e : Cast::make(Type::float32(), e); };
+    const Expr lane = thread_x_ % Expr(kWarp), g = lane / Expr(int64_t{4}),
+               t = lane % Expr(int64_t{4});
+    auto f32 = [](const Expr& e) {
+      return e.type() == Type::float32() ? e : Cast::make(Type::float32(), e);
+    };
     // The fragment's k as a function of t: k(t) = k(0) + (k(1) - k(0)) t.
     auto k_of = [&](int k0, int k1) { return Expr(int64_t{k0}) + Expr(int64_t{k1 - k0}) * t; };
     std::vector<Expr> operands;
@@ -117,9 +132,11 @@ class Tensorizer : public IRMutator {
     }
     for (int e = 0; e < 4; ++e) {
       MmaPlace c = warp_mma_c(e, 0, 0);
-      operands.push_back(Load::make(Type::float32(), st->buffer, simplify(base + Expr(int64_t{2 * (c.row / 8) + c.col}))));
+      operands.push_back(Load::make(Type::float32(), st->buffer,
+                                    simplify(base + Expr(int64_t{2 * (c.row / 8) + c.col}))));
     }
-    return Store::make(st->buffer, Call::make(m.intrinsic, operands), Ramp::make(base, Expr(int64_t{1}), 4));
+    return Store::make(st->buffer, Call::make(m.intrinsic, operands),
+                       Ramp::make(base, Expr(int64_t{1}), 4));
   }
 
   static std::string to_string_or(const Expr& e) {
@@ -141,8 +158,9 @@ Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks) {
   Stmt out = t.mutate_stmt(simplify(s));
   for (const TensorizeMark& m : marks) {
     if (!t.replaced(m)) {
-      throw UserError(str("tensorize on stage ", m.stage, ": loop '", m.var.as<Var>()->name,
-                          "' is not in the lowered code (the stage inlined, or the loop of extent 1)"));
+      throw UserError(
+          str("tensorize on stage ", m.stage, ": loop '", m.var.as<Var>()->name,
+              "' is not in the lowered code (the stage inlined, or the loop of extent 1)"));
     }
   }
   return out;

@@ -9,7 +9,8 @@
 //         acc[i(h, p)] = acc[i(h, p)] + a(h, k) * b(p, k)
 // becomes
 //   acc[ramp(i(0, 0), 1, 4)] = mma_m16n8k8_tf32(a(0, t), a(1, t), a(0, t + 4), a(1, t + 4),
-//                                               b'(t), b'(t + 4), acc[i(0, 0)] ... acc[i(0, 0) + 3])
+//                                               b'(t), b'(t + 4), acc[i(0, 0)] ... acc[i(0, 0) +
+//                                               3])
 // where a lane's operand of A is the a of its own row at the fragment's k, and its operand of
 // B is the b of the lane whose columns hold the fragment's column g: b with the thread index
 // moved to lane g / 2 of the same warp and p = g % 2 (so b must not depend on the lane's g).

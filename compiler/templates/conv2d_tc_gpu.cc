@@ -22,7 +22,8 @@ class Conv2dTensorCore final : public TensorCoreGemm {
     const bool nhwc = g.workload.op == "conv2d_nhwc";
     return {!nhwc, nhwc};
   }
-  void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows, Expr& cols) const override {
+  void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows,
+                   Expr& cols) const override {
     const auto& o = out.op()->axes;
     batch = o[0].var;
     // NCHW [n][k][oh][ow]: rows k, columns oh*OW + ow; NHWC [n][oh][ow][k]: rows oh*OW + ow.
@@ -38,6 +39,8 @@ class Conv2dTensorCore final : public TensorCoreGemm {
 
 }  // namespace
 
-std::unique_ptr<ScheduleTemplate> make_conv2d_tc_cuda() { return std::make_unique<Conv2dTensorCore>(); }
+std::unique_ptr<ScheduleTemplate> make_conv2d_tc_cuda() {
+  return std::make_unique<Conv2dTensorCore>();
+}
 
 }  // namespace tf::templates

@@ -18,9 +18,9 @@
 // Stage::tensorize replaces the step's loops (k, h, p) by the product (docs/compiler.md).
 //
 // M and N are padded to whole blocks and K to whole iterations inside the accumulator (operands
-// past the matrix are zero, not read), so every shape works; C's tiles past M and N are guarded, not shifted, since the warp
-// tiles must stay where the permutation puts them. Epilogues (bias, relu) and a model's fused
-// tail are applied in the store.
+// past the matrix are zero, not read), so every shape works; C's tiles past M and N are guarded,
+// not shifted, since the warp tiles must stay where the permutation puts them. Epilogues (bias,
+// relu) and a model's fused tail are applied in the store.
 //
 // With `shared`, each iteration's tiles of A (block_m x unroll_k * depth) and B are copied into
 // shared memory by all the block's threads first (128-bit copies where the rows allow), rows
@@ -55,6 +55,8 @@ class DenseTensorCore final : public TensorCoreGemm {
 
 }  // namespace
 
-std::unique_ptr<ScheduleTemplate> make_dense_tc_cuda() { return std::make_unique<DenseTensorCore>(); }
+std::unique_ptr<ScheduleTemplate> make_dense_tc_cuda() {
+  return std::make_unique<DenseTensorCore>();
+}
 
 }  // namespace tf::templates

@@ -22,12 +22,18 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 const char* intrinsic(Precision p) {
   switch (p) {
-    case Precision::TF32: return ir::kMmaTF32;
-    case Precision::Float16: return ir::kMmaF16;
-    case Precision::BFloat16: return ir::kMmaBF16;
-    case Precision::Float32: break;
+    case Precision::TF32:
+      return ir::kMmaTF32;
+    case Precision::Float16:
+      return ir::kMmaF16;
+    case Precision::BFloat16:
+      return ir::kMmaBF16;
+    case Precision::Float32:
+      break;
   }
-  throw UserError("tensor-core templates: float32 arithmetic has no tensor-core product (precision=tf32, fp16, bf16)");
+  throw UserError(
+      "tensor-core templates: float32 arithmetic has no tensor-core product (precision=tf32, fp16, "
+      "bf16)");
 }
 
 struct Tiles {
@@ -54,24 +60,47 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
   static const std::vector<KnobDef> k = {
       {"warps_m", KnobType::Int, "warps per block along the rows of C", 8, {}, kSplit},
       {"warps_n", KnobType::Int, "warps per block along the columns of C", 8, {}, kSplit},
-      {"tiles_m", KnobType::Int, "16-row tiles of C per warp (one product each per step of K)", 8, {}, kSplit},
-      {"tiles_n", KnobType::Int, "8-column tiles of C per warp (one product each per step of K)", 8, {}, kSplit},
-      {"unroll_k", KnobType::Int, "steps of the product's depth per iteration of K (unrolled)", 8, {}, kSplit},
-      {"shared", KnobType::Bool, "stage each iteration's tiles of A and B in shared memory, copied by all threads",
-       0, {}},
-      {"stages", KnobType::Int,
-       "with shared: tiles in flight: 1, or 2 to 4 buffers, the next iterations' copied (cp.async) while the "
+      {"tiles_m",
+       KnobType::Int,
+       "16-row tiles of C per warp (one product each per step of K)",
+       8,
+       {},
+       kSplit},
+      {"tiles_n",
+       KnobType::Int,
+       "8-column tiles of C per warp (one product each per step of K)",
+       8,
+       {},
+       kSplit},
+      {"unroll_k",
+       KnobType::Int,
+       "steps of the product's depth per iteration of K (unrolled)",
+       8,
+       {},
+       kSplit},
+      {"shared",
+       KnobType::Bool,
+       "stage each iteration's tiles of A and B in shared memory, copied by all threads",
+       0,
+       {}},
+      {"stages",
+       KnobType::Int,
+       "with shared: tiles in flight: 1, or 2 to 4 buffers, the next iterations' copied (cp.async) "
+       "while the "
        "current one is used",
-       4, {}, kSplit},
+       4,
+       {},
+       kSplit},
   };
   return k;
 }
 
-std::vector<json> TensorCoreGemm::int_candidates(const OpGraph& g, const Target&, const KnobDef& k) const {
+std::vector<json> TensorCoreGemm::int_candidates(const OpGraph& g, const Target&,
+                                                 const KnobDef& k) const {
   const GemmShape s = gemm_shape(g);
   const std::string name = k.name;
   // Up to the padded extent the knob tiles (one tile more than needed at most).
-  int64_t extent = name == "warps_m" || name == "tiles_m" ? round_up(s.m, 16) / 16
+  int64_t extent = name == "warps_m" || name == "tiles_m"   ? round_up(s.m, 16) / 16
                    : name == "warps_n" || name == "tiles_n" ? round_up(s.n, 8) / 8
                                                             : round_up(s.k, depth(g)) / depth(g);
   std::vector<json> out;
@@ -94,33 +123,44 @@ json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
   while (d.block_n() > n8 && d.tiles_n > 1) d.tiles_n /= 2;
   while (d.block_n() > n8 && d.warps_n > 1) d.warps_n /= 2;
   const int64_t sms = gpu_arch(t).multiprocessors;
-  auto blocks = [&] { return s.batches * ((s.m + d.block_m() - 1) / d.block_m()) * ((s.n + d.block_n() - 1) / d.block_n()); };
+  auto blocks = [&] {
+    return s.batches * ((s.m + d.block_m() - 1) / d.block_m()) *
+           ((s.n + d.block_n() - 1) / d.block_n());
+  };
   // Not below 2 x 2 tiles a warp: a 16 x 8 tile per warp loads 6 operands per product.
   while (blocks() < sms && (d.tiles_m > 2 || d.tiles_n > 2)) {
-    if (d.tiles_m >= d.tiles_n && d.tiles_m > 2) d.tiles_m /= 2;
-    else d.tiles_n /= 2;
+    if (d.tiles_m >= d.tiles_n && d.tiles_m > 2)
+      d.tiles_m /= 2;
+    else
+      d.tiles_n /= 2;
   }
   const int64_t steps = round_up(s.k, depth(g)) / depth(g);
   while (d.unroll_k > 1 && d.unroll_k > steps) d.unroll_k /= 2;
   // Three tiles in flight where shared memory holds them, else two, else shallower ones.
-  json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n}, {"tiles_m", d.tiles_m},
-            {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k}, {"shared", true}, {"stages", 3}};
+  json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n},   {"tiles_m", d.tiles_m},
+            {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k}, {"shared", true},
+            {"stages", 3}};
   const int64_t most = gpu_limits(t).max_shared_bytes;
   while (shared_bytes(g, c) > most) {
-    if (c["stages"].get<int64_t>() > 2) c["stages"] = c["stages"].get<int64_t>() - 1;
-    else if (c["unroll_k"].get<int64_t>() > 1) c["unroll_k"] = c["unroll_k"].get<int64_t>() / 2;
-    else break;
+    if (c["stages"].get<int64_t>() > 2)
+      c["stages"] = c["stages"].get<int64_t>() - 1;
+    else if (c["unroll_k"].get<int64_t>() > 1)
+      c["unroll_k"] = c["unroll_k"].get<int64_t>() / 2;
+    else
+      break;
   }
   return c;
 }
 
-std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t, const json& c) const {
+std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
+                                              const json& c) const {
   const GemmShape s = gemm_shape(g);
   const Tiles d = tiles_of(c);
   const int64_t limit = gpu_limits(t).max_threads_per_block;
   if (d.threads() > limit) return str(d.threads(), " threads per block (the limit is ", limit, ")");
   if (4 * d.tiles_m * d.tiles_n > kMaxLaneAccumulators) {
-    return str(4 * d.tiles_m * d.tiles_n, " accumulators per lane (over ", kMaxLaneAccumulators, ")");
+    return str(4 * d.tiles_m * d.tiles_n, " accumulators per lane (over ", kMaxLaneAccumulators,
+               ")");
   }
   if (d.tiles_m * d.tiles_n * d.unroll_k > kMaxUnrolledProducts) {
     return str(d.tiles_m * d.tiles_n * d.unroll_k, " unrolled products per iteration of K (over ",
@@ -135,16 +175,18 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   if (stages > 1 && !shared) return str("stages ", stages, " without shared (nothing to buffer)");
   if (shared) {
     const int64_t bytes = shared_bytes(g, c), most = gpu_limits(t).max_shared_bytes;
-    if (bytes > most) return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
+    if (bytes > most)
+      return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
   }
   if (d.unroll_k > 1 && d.unroll_k >= 2 * (round_up(s.k, depth(g)) / depth(g))) {
-    return str("unroll_k ", d.unroll_k, " steps for a K of ", s.k, " (", round_up(s.k, depth(g)) / depth(g),
-               " steps of ", depth(g), ")");
+    return str("unroll_k ", d.unroll_k, " steps for a K of ", s.k, " (",
+               round_up(s.k, depth(g)) / depth(g), " steps of ", depth(g), ")");
   }
   return "";
 }
 
-OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Target&, const json& c) const {
+OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Target&,
+                                       const json& c) const {
   const GemmShape s = gemm_shape(workload_graph);
   const OpGraph g = gemm_graph(workload_graph);
   const Tiles d = tiles_of(c);
@@ -170,41 +212,47 @@ OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Targ
   ir::IterVar k = ir::reduce_axis(kp, old->reduce_axes[0].name());
   const std::string name = old == g.output ? old->name + "_acc" : old->name;
   const size_t d0 = batch ? 1 : 0;
-  ir::Tensor acc = ir::compute(name, shape, names, [&](const std::vector<Expr>& ax) {
-    Expr wr = ax[d0] / c_(wm / 2), q = ax[d0] % c_(wm / 2);
-    Expr wc = ax[d0 + 1] / c_(wn / 2), u = ax[d0 + 1] % c_(wn / 2);
-    Expr row = wr * c_(wm) + (q % c_(d.tiles_m)) * c_(16) + ax[d0 + 2] * c_(8) + q / c_(d.tiles_m);
-    Expr col = wc * c_(wn) + (u % c_(d.tiles_n)) * c_(8) + (u / c_(d.tiles_n)) * c_(2) + ax[d0 + 3];
-    ir::VarMap m;
-    if (batch) m[old->axes[0].var.get()] = ax[0];
-    m[old->axes[d0].var.get()] = row;
-    m[old->axes[d0 + 1].var.get()] = col;
-    m[old->reduce_axes[0].var.get()] = k.var;
-    Expr a = ir::substitute(mul->a, m), b = ir::substitute(mul->b, m);
-    // Operands past C's rows and columns and past K are zero, never read (a select over a
-    // load does not load what its condition excludes; the shared copies guard them too).
-    Expr a_in = kp > s.k ? k.var < c_(s.k) : Expr(), b_in = a_in;
-    if (mp > s.m) a_in = ir::logical_and(a_in, row < c_(s.m));
-    if (np > s.n) b_in = ir::logical_and(b_in, col < c_(s.n));
-    if (a_in) a = ir::select(a_in, a, ir::f32(0));
-    if (b_in) b = ir::select(b_in, b, ir::f32(0));
-    return ir::sum(a * b, {k});
-  }, {k});
+  ir::Tensor acc = ir::compute(name, shape, names,
+                               [&](const std::vector<Expr>& ax) {
+                                 Expr wr = ax[d0] / c_(wm / 2), q = ax[d0] % c_(wm / 2);
+                                 Expr wc = ax[d0 + 1] / c_(wn / 2), u = ax[d0 + 1] % c_(wn / 2);
+                                 Expr row = wr * c_(wm) + (q % c_(d.tiles_m)) * c_(16) +
+                                            ax[d0 + 2] * c_(8) + q / c_(d.tiles_m);
+                                 Expr col = wc * c_(wn) + (u % c_(d.tiles_n)) * c_(8) +
+                                            (u / c_(d.tiles_n)) * c_(2) + ax[d0 + 3];
+                                 ir::VarMap m;
+                                 if (batch) m[old->axes[0].var.get()] = ax[0];
+                                 m[old->axes[d0].var.get()] = row;
+                                 m[old->axes[d0 + 1].var.get()] = col;
+                                 m[old->reduce_axes[0].var.get()] = k.var;
+                                 Expr a = ir::substitute(mul->a, m), b = ir::substitute(mul->b, m);
+                                 // Operands past C's rows and columns and past K are zero, never
+                                 // read (a select over a load does not load what its condition
+                                 // excludes; the shared copies guard them too).
+                                 Expr a_in = kp > s.k ? k.var < c_(s.k) : Expr(), b_in = a_in;
+                                 if (mp > s.m) a_in = ir::logical_and(a_in, row < c_(s.m));
+                                 if (np > s.n) b_in = ir::logical_and(b_in, col < c_(s.n));
+                                 if (a_in) a = ir::select(a_in, a, ir::f32(0));
+                                 if (b_in) b = ir::select(b_in, b, ir::f32(0));
+                                 return ir::sum(a * b, {k});
+                               },
+                               {k});
   // C's view of it: the inverse permutation, inlined into the output.
   std::vector<std::string> view_names;
   for (const ir::IterVar& a : old->axes) view_names.push_back(a.name());
   const std::string view_name = old == g.output ? g.output->name : old->name + "_perm";
-  ir::Tensor view = ir::compute(view_name, old->shape, view_names, [&](const std::vector<Expr>& ax) {
-    Expr r = ax[d0], cc = ax[d0 + 1];
-    Expr wr = r / c_(wm), q = r % c_(wm), wc = cc / c_(wn), u = cc % c_(wn);
-    std::vector<Expr> at;
-    if (batch) at.push_back(ax[0]);
-    at.push_back(wr * c_(wm / 2) + (q % c_(8)) * c_(d.tiles_m) + q / c_(16));
-    at.push_back(wc * c_(wn / 2) + ((u % c_(8)) / c_(2)) * c_(d.tiles_n) + u / c_(8));
-    at.push_back((q % c_(16)) / c_(8));
-    at.push_back(u % c_(2));
-    return ir::read(acc, at);
-  });
+  ir::Tensor view =
+      ir::compute(view_name, old->shape, view_names, [&](const std::vector<Expr>& ax) {
+        Expr r = ax[d0], cc = ax[d0 + 1];
+        Expr wr = r / c_(wm), q = r % c_(wm), wc = cc / c_(wn), u = cc % c_(wn);
+        std::vector<Expr> at;
+        if (batch) at.push_back(ax[0]);
+        at.push_back(wr * c_(wm / 2) + (q % c_(8)) * c_(d.tiles_m) + q / c_(16));
+        at.push_back(wc * c_(wn / 2) + ((u % c_(8)) / c_(2)) * c_(d.tiles_n) + u / c_(8));
+        at.push_back((q % c_(16)) / c_(8));
+        at.push_back(u % c_(2));
+        return ir::read(acc, at);
+      });
   OpGraph r = with_reads_replaced(g, old, view);
   r.acc = acc;
   return r;
@@ -270,7 +318,8 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
     Expr e = operand;
     while (const ir::Select* sel = e.as<ir::Select>()) e = sel->t;
     const ir::TensorRead* r = e.as<ir::TensorRead>();
-    TF_CHECK(r && r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand), " is not read from an input");
+    TF_CHECK(r && r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
+             " is not read from an input");
     const size_t rank = r->op->shape.size();
     std::vector<size_t> layout(rank);
     for (size_t i = 0; i < rank; ++i) layout[i] = i;
@@ -296,9 +345,12 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   const int64_t rows = std::min(d.block_m(), s.m), cols = std::min(d.block_n(), s.n);
   auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4; };
   const auto [a_input, b_input] = inputs_ab(g);
-  return ((a_input ? tile(rows * (chunk + kPadA)) : 0) + (b_input ? tile(chunk * (cols + kPadB)) : 0)) * 4 *
-         c["stages"].get<int64_t>();
+  return ((a_input ? tile(rows * (chunk + kPadA)) : 0) +
+          (b_input ? tile(chunk * (cols + kPadB)) : 0)) *
+         4 * c["stages"].get<int64_t>();
 }
-int64_t TensorCoreGemm::depth(const OpGraph& g) const { return ir::warp_mma_k(intrinsic(g.workload.types.precision)); }
+int64_t TensorCoreGemm::depth(const OpGraph& g) const {
+  return ir::warp_mma_k(intrinsic(g.workload.types.precision));
+}
 
 }  // namespace tf::templates

@@ -1,7 +1,8 @@
-// The tensor-core GEMM that dense_tc.cuda and conv2d_tc.cuda share (compiler/templates/dense_tc_gpu.cc
-// tells the whole story): a GEMM of float32 operands at precision=tf32, fp16 or bf16, one
-// warp-level product (mma.sync) per 16 x 8 tile of C and step of K, over permuted accumulator
-// coordinates, the operands that are inputs staged in shared memory and pipelined.
+// The tensor-core GEMM that dense_tc.cuda and conv2d_tc.cuda share
+// (compiler/templates/dense_tc_gpu.cc tells the whole story): a GEMM of float32 operands at
+// precision=tf32, fp16 or bf16, one warp-level product (mma.sync) per 16 x 8 tile of C and step of
+// K, over permuted accumulator coordinates, the operands that are inputs staged in shared memory
+// and pipelined.
 #pragma once
 
 #include <string>
@@ -35,7 +36,8 @@ class TensorCoreGemm : public ScheduleTemplate {
   virtual std::pair<bool, bool> inputs_ab(const OpGraph& g) const = 0;
   // The output stage's loops as the GEMM's batch (null when none), rows and columns, fusing
   // its axes where a GEMM axis is several of them.
-  virtual void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows, Expr& cols) const = 0;
+  virtual void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows,
+                           Expr& cols) const = 0;
 
  private:
   int64_t depth(const OpGraph& g) const;

@@ -1,9 +1,10 @@
 // dense_tc.cuda and conv2d_tc.cuda (compiler/templates/tensor_core_gemm.h): matmul,
-// batch_matmul and convolutions with precision=tf32 / fp16 / bf16 on tensor cores. Without a GPU here: the kernels run in the
-// threaded emulation of their blocks (each warp's lanes exchange their fragments as the
-// hardware's mma.sync does, so a lane holding the wrong fragment gives a wrong C) against the
-// reference of the rounded operands, over shapes that the tiles do not divide, epilogues,
-// batches and sampled configs; ptxas checks the default configs of the benchmark's shapes.
+// batch_matmul and convolutions with precision=tf32 / fp16 / bf16 on tensor cores. Without a GPU
+// here: the kernels run in the threaded emulation of their blocks (each warp's lanes exchange their
+// fragments as the hardware's mma.sync does, so a lane holding the wrong fragment gives a wrong C)
+// against the reference of the rounded operands, over shapes that the tiles do not divide,
+// epilogues, batches and sampled configs; ptxas checks the default configs of the benchmark's
+// shapes.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -37,12 +38,14 @@ TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
       {"matmul(M=64,N=32,K=64)", nullptr},
       // Nothing divides: rows, columns and K padded inside the accumulator, C's tails guarded.
       {"matmul(M=50,N=37,K=19,epilogue=bias_relu)", nullptr},
-      {"matmul(M=50,N=37,K=40)", {{"warps_m", 2}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}}},
+      {"matmul(M=50,N=37,K=40)",
+       {{"warps_m", 2}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}}},
       {"matmul(M=1,N=72,K=48,epilogue=bias)", nullptr},
       {"matmul(M=96,N=48,K=64,epilogue=relu)",
        {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 2}, {"unroll_k", 1}}},
       {"batch_matmul(B=3,M=20,N=24,K=24)", nullptr},
-      {"batch_matmul(B=2,M=32,N=16,K=32)", {{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}}},
+      {"batch_matmul(B=2,M=32,N=16,K=32)",
+       {{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}}},
       // Convolutions as implicit GEMMs (conv2d_tc.cuda): padding, strides, dilation, two
       // images, 1x1, odd channel counts, NHWC.
       {"conv2d_nchw(N=2,C=5,H=9,W=7,K=20,R=3,S=3,pad=1,epilogue=bias_relu)", nullptr},
@@ -51,14 +54,20 @@ TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
       {"conv2d_nchw(N=1,C=24,H=6,W=6,K=40,R=1,S=1,epilogue=bias)", nullptr},
       {"conv2d_nhwc(N=2,H=7,W=9,C=6,K=24,R=3,S=3,pad=1,epilogue=relu)", nullptr},
       {"conv2d_nhwc(N=1,H=8,W=8,C=16,K=32,R=3,S=3,stride=2,pad=1)",
-       {{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1}, {"stages", 2}}},
+       {{"warps_m", 2},
+        {"warps_n", 1},
+        {"tiles_m", 1},
+        {"tiles_n", 2},
+        {"unroll_k", 1},
+        {"stages", 2}}},
   };
   for (const char* p : kPrecisions) {
     for (const Case& c : cases) {
       Workload w = parse_workload(with_precision(c.workload, p));
       CompiledKernel k = c.config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
                                             : compile_kernel(w, sm80, c.config, "given", "");
-      EXPECT_EQ(template_name(w, sm80), w.op.rfind("conv2d", 0) == 0 ? "conv2d_tc.cuda.v1" : "dense_tc.cuda.v1");
+      EXPECT_EQ(template_name(w, sm80),
+                w.op.rfind("conv2d", 0) == 0 ? "conv2d_tc.cuda.v1" : "dense_tc.cuda.v1");
       std::string what = w.canonical() + " config " + k.config.dump();
       testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 11);
       EXPECT_TRUE(r.ok()) << what << ": " << r.str();
@@ -70,9 +79,10 @@ TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
 TEST(TensorCore, SampledConfigsMatchTheReference) {
   const Target sm90 = parse_target("cuda -arch=sm_90");
   for (const char* p : kPrecisions) {
-    for (const char* shape : {"matmul(M=48,N=40,K=48,epilogue=bias)", "batch_matmul(B=2,M=16,N=24,K=40)",
-                              "conv2d_nchw(N=1,C=6,H=8,W=8,K=24,R=3,S=3,pad=1,epilogue=bias)",
-                              "conv2d_nhwc(N=1,H=6,W=8,C=8,K=16,R=3,S=3,pad=1)"}) {
+    for (const char* shape :
+         {"matmul(M=48,N=40,K=48,epilogue=bias)", "batch_matmul(B=2,M=16,N=24,K=40)",
+          "conv2d_nchw(N=1,C=6,H=8,W=8,K=24,R=3,S=3,pad=1,epilogue=bias)",
+          "conv2d_nhwc(N=1,H=6,W=8,C=8,K=16,R=3,S=3,pad=1)"}) {
       Workload w = parse_workload(with_precision(shape, p));
       for (const nlohmann::json& config : testing::sample_configs(w, sm90, 4)) {
         CompiledKernel k = compile_kernel(w, sm90, config, "given", "");
@@ -87,8 +97,8 @@ TEST(TensorCore, SampledConfigsMatchTheReference) {
 // tells the two apart, so the emulated results above are the products' (not float32's).
 TEST(TensorCore, RoundedReferenceDiffersFromFloat32) {
   Workload w = parse_workload("matmul(M=32,N=32,K=256,precision=bf16)");
-  CompiledKernel fp32 = compile_kernel(parse_workload("matmul(M=32,N=32,K=256)"), parse_target("cuda -arch=sm_80"),
-                                       nullptr, "default", "");
+  CompiledKernel fp32 = compile_kernel(parse_workload("matmul(M=32,N=32,K=256)"),
+                                       parse_target("cuda -arch=sm_80"), nullptr, "default", "");
   OpGraph g = build_op(w);
   ir::LoweredFunc serial = fp32.lowered.func;
   serial.body = serialize_gpu_bindings(serial.body);
@@ -114,8 +124,10 @@ int64_t count(const std::string& text, const std::string& what) {
 TEST(TensorCore, DefaultConfigsAssembleWithoutSpills) {
   const std::string ptxas = "/usr/local/cuda/bin/ptxas";
   if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
-  const char* shapes[] = {"matmul(M=4096,N=4096,K=4096)", "matmul(M=128,N=2304,K=768,epilogue=bias)",
-                          "matmul(M=128,N=768,K=3072,epilogue=bias)", "batch_matmul(B=12,M=128,N=128,K=64)",
+  const char* shapes[] = {"matmul(M=4096,N=4096,K=4096)",
+                          "matmul(M=128,N=2304,K=768,epilogue=bias)",
+                          "matmul(M=128,N=768,K=3072,epilogue=bias)",
+                          "batch_matmul(B=12,M=128,N=128,K=64)",
                           "matmul(M=1,N=1000,K=2048,epilogue=bias)",
                           "conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)",
                           "conv2d_nchw(N=1,C=512,H=7,W=7,K=512,R=3,S=3,pad=1)",
@@ -131,24 +143,31 @@ TEST(TensorCore, DefaultConfigsAssembleWithoutSpills) {
         std::string what = w.canonical() + " on " + arch + " config " + k.config.dump();
         std::string path = testing::temp_dir() + "/tc_" + arch + ".ptx";
         write_kernel(k, EmitKind::Asm, path);
-        CommandResult r = run_command({ptxas, "-v", std::string("-arch=") + arch, path, "-o", path + ".cubin"});
+        CommandResult r =
+            run_command({ptxas, "-v", std::string("-arch=") + arch, path, "-o", path + ".cubin"});
         ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
         std::smatch m;
-        ASSERT_TRUE(std::regex_search(r.output, m, std::regex("Used ([0-9]+) registers"))) << r.output;
+        ASSERT_TRUE(std::regex_search(r.output, m, std::regex("Used ([0-9]+) registers")))
+            << r.output;
         const int64_t registers = std::stoll(m[1]);
-        EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), std::string::npos)
+        EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+                  std::string::npos)
             << what << r.output;
         const int64_t threads = k.gpu->kernels.at(0).launch.threads_per_block();
-        EXPECT_LE(registers * threads * 2, sm.registers_per_sm) << what << ": " << registers << " registers";
+        EXPECT_LE(registers * threads * 2, sm.registers_per_sm)
+            << what << ": " << registers << " registers";
         const std::string ptx = file_text(path);
-        const int64_t per_step = k.config["tiles_m"].get<int64_t>() * k.config["tiles_n"].get<int64_t>() *
+        const int64_t per_step = k.config["tiles_m"].get<int64_t>() *
+                                 k.config["tiles_n"].get<int64_t>() *
                                  k.config["unroll_k"].get<int64_t>();
         EXPECT_EQ(count(ptx, "mma.sync.aligned"), per_step) << what;
         // The tiles in flight are copied asynchronously.
-        if (k.config["stages"].get<int64_t>() > 1) EXPECT_GT(count(ptx, "cp.async"), 0) << what;
-        std::printf("figure: %s: %lld registers, %lld threads, %lld products per iteration\n", what.c_str(),
-                    static_cast<long long>(registers), static_cast<long long>(threads),
-                    static_cast<long long>(per_step));
+        if (k.config["stages"].get<int64_t>() > 1) {
+          EXPECT_GT(count(ptx, "cp.async"), 0) << what;
+        }
+        std::printf("figure: %s: %lld registers, %lld threads, %lld products per iteration\n",
+                    what.c_str(), static_cast<long long>(registers),
+                    static_cast<long long>(threads), static_cast<long long>(per_step));
       }
     }
   }
@@ -171,7 +190,8 @@ TEST(TensorCore, SampledConfigsAssembleWithoutSpills) {
       CommandResult r = run_command({ptxas, "-v", "-arch=sm_90", path, "-o", path + ".cubin"});
       ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
       // No spills, and the accumulators in registers (no stack frame).
-      EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), std::string::npos)
+      EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+                std::string::npos)
           << what << r.output;
     }
   }

@@ -38,7 +38,8 @@ struct Built {
   Expr ki;
 };
 
-Built build(const Gemm& d, const std::string& mma, bool reorder_inner = false, bool lanes_t_major = false) {
+Built build(const Gemm& d, const std::string& mma, bool reorder_inner = false,
+            bool lanes_t_major = false) {
   const int64_t WM = 16 * d.MI, WN = 8 * d.NI, depth = ir::warp_mma_k(mma);
   ir::Tensor A = ir::placeholder("A", {d.M, d.K});
   ir::Tensor B = ir::placeholder("B", {d.K, d.N});
@@ -72,8 +73,10 @@ Built build(const Gemm& d, const std::string& mma, bool reorder_inner = false, b
   auto [wn, c2] = out.split(c1, WN);
   auto [ni, c3] = out.split(c2, 8);
   auto [t, pair] = out.split(c3, 2);
-  if (lanes_t_major) out.reorder({bm, bn, wm, wn, t, g, mi, half, ni, pair});
-  else out.reorder({bm, bn, wm, wn, g, t, mi, half, ni, pair});
+  if (lanes_t_major)
+    out.reorder({bm, bn, wm, wn, t, g, mi, half, ni, pair});
+  else
+    out.reorder({bm, bn, wm, wn, g, t, mi, half, ni, pair});
   Expr warp = out.fuse(wm, wn);
   Expr lane = lanes_t_major ? out.fuse(t, g) : out.fuse(g, t);
   Expr thread = out.fuse(warp, lane);
@@ -84,8 +87,10 @@ Built build(const Gemm& d, const std::string& mma, bool reorder_inner = false, b
   a.compute_at(out, thread);
   const auto& ax = acc->axes;
   auto [ko, ki] = a.split(acc->reduce_axes[0].var, depth);
-  if (reorder_inner) a.reorder({ko, ax[0].var, ax[1].var, ki, ax[3].var, ax[2].var});
-  else a.reorder({ko, ax[0].var, ax[1].var, ki, ax[2].var, ax[3].var});
+  if (reorder_inner)
+    a.reorder({ko, ax[0].var, ax[1].var, ki, ax[3].var, ax[2].var});
+  else
+    a.reorder({ko, ax[0].var, ax[1].var, ki, ax[2].var, ax[3].var});
   // The warp tile's products unrolled (registers, not a stack frame).
   a.unroll(ax[0].var);
   a.unroll(ax[1].var);
@@ -94,7 +99,8 @@ Built build(const Gemm& d, const std::string& mma, bool reorder_inner = false, b
 
 float (*rounding(const std::string& mma))(float) {
   if (mma == ir::kMmaTF32) return round_tf32;
-  return mma == ir::kMmaF16 ? static_cast<float (*)(float)>(round_f16) : static_cast<float (*)(float)>(round_bf16);
+  return mma == ir::kMmaF16 ? static_cast<float (*)(float)>(round_f16)
+                            : static_cast<float (*)(float)>(round_bf16);
 }
 
 // The emulated kernel's largest difference from A x B of the rounded operands (relative to the
@@ -115,7 +121,8 @@ double emulated_error(const ir::LoweredFunc& f, const Gemm& d, const std::string
     for (int64_t j = 0; j < d.N; ++j) {
       double want = 0;
       for (int64_t k = 0; k < d.K; ++k)
-        want += double(round(bufs[0][static_cast<size_t>(i * d.K + k)])) * round(bufs[1][static_cast<size_t>(k * d.N + j)]);
+        want += double(round(bufs[0][static_cast<size_t>(i * d.K + k)])) *
+                round(bufs[1][static_cast<size_t>(k * d.N + j)]);
       double got = bufs[2][static_cast<size_t>(i * d.N + j)];
       worst = std::max(worst, std::isnan(got) ? 1e30 : std::fabs(got - want));
       most = std::max(most, std::fabs(want));
@@ -133,16 +140,20 @@ TEST(Tensorize, NestBecomesWarpProductsThatComputeTheGemm) {
       LowerResult r = lower(b.schedule, {b.A, b.B}, "tc_gemm");
       std::string text = ir::to_string(r.func.body);
       // MI x NI products per step of K (unrolled), and no loop of the step left.
-      EXPECT_EQ(testing::count_of(text, std::string(mma) + "("), static_cast<size_t>(d.MI * d.NI)) << text;
+      EXPECT_EQ(testing::count_of(text, std::string(mma) + "("), static_cast<size_t>(d.MI * d.NI))
+          << text;
       EXPECT_EQ(testing::count_of(text, "for ki"), 0u) << text;
       EXPECT_NE(text.find("allocate acc[float32 * " + std::to_string(4 * d.MI * d.NI) + "] local"),
                 std::string::npos)
           << text;
       double err = emulated_error(r.func, d, mma);
-      EXPECT_LT(err, 1e-5) << mma << (swapped_inner ? " (inner loops swapped)" : "") << "\n" << text;
+      EXPECT_LT(err, 1e-5) << mma << (swapped_inner ? " (inner loops swapped)" : "") << "\n"
+                           << text;
       // The products unrolled: MI x NI of them in the PTX.
-      std::string ptx = codegen_llvm(r.func, parse_target("cuda -arch=sm_90"), CodegenOutput::Asm).data;
-      EXPECT_EQ(testing::count_of(ptx, "mma.sync.aligned"), static_cast<size_t>(d.MI * d.NI)) << mma;
+      std::string ptx =
+          codegen_llvm(r.func, parse_target("cuda -arch=sm_90"), CodegenOutput::Asm).data;
+      EXPECT_EQ(testing::count_of(ptx, "mma.sync.aligned"), static_cast<size_t>(d.MI * d.NI))
+          << mma;
     }
   }
 }
@@ -178,7 +189,8 @@ TEST(Tensorize, UntensorizedScheduleComputesTheSameGemm) {
   for (int64_t i = 0; i < d.M; ++i)
     for (int64_t j = 0; j < d.N; ++j) {
       double want = 0;
-      for (int64_t q = 0; q < d.K; ++q) want += double(a[static_cast<size_t>(i * d.K + q)]) * bb[static_cast<size_t>(q * d.N + j)];
+      for (int64_t q = 0; q < d.K; ++q)
+        want += double(a[static_cast<size_t>(i * d.K + q)]) * bb[static_cast<size_t>(q * d.N + j)];
       worst = std::max(worst, std::fabs(c[static_cast<size_t>(i * d.N + j)] - want));
     }
   EXPECT_LT(worst, 1e-5);
@@ -198,8 +210,9 @@ TEST(Tensorize, RefusesWhatIsNotAProductStep) {
   // Not a warp-level product; not a reduction loop.
   {
     Built b = build(d, ir::kMmaTF32);
-    EXPECT_NE(refusal([&] { b.acc->tensorize(b.ki, "mma_m8n8k4_f64"); })
-                  .find("'mma_m8n8k4_f64' is not a warp-level product"),
+    EXPECT_NE(refusal([&] {
+                b.acc->tensorize(b.ki, "mma_m8n8k4_f64");
+              }).find("'mma_m8n8k4_f64' is not a warp-level product"),
               std::string::npos);
     std::string r = refusal([&] { b.acc->tensorize(b.acc->op()->axes[2].var, ir::kMmaTF32); });
     EXPECT_NE(r.find("'h' is not a reduction loop"), std::string::npos) << r;
@@ -209,8 +222,10 @@ TEST(Tensorize, RefusesWhatIsNotAProductStep) {
     Built b = build(d, ir::kMmaTF32);
     b.acc->tensorize(b.ki, ir::kMmaF16);
     std::string r = refusal([&] { lower(b.schedule, {b.A, b.B}, "f"); });
-    EXPECT_NE(r.find("loop 'k.i' with mma_m16n8k16_f16: the loop runs 8 times; the product's depth is 16"),
-              std::string::npos)
+    EXPECT_NE(
+        r.find(
+            "loop 'k.i' with mma_m16n8k16_f16: the loop runs 8 times; the product's depth is 16"),
+        std::string::npos)
         << r;
   }
   // The inner loops are not the fragment's: K's step outside the accumulator's tile loops.
@@ -229,7 +244,8 @@ TEST(Tensorize, RefusesWhatIsNotAProductStep) {
     b.acc->reorder({b.acc->leaves()[0], ax[0].var, ax[3].var, b.ki, ax[1].var, ax[2].var});
     b.acc->tensorize(b.ki, ir::kMmaTF32);
     std::string r = refusal([&] { lower(b.schedule, {b.A, b.B}, "f"); });
-    EXPECT_NE(r.find("acc's four values are not contiguous (strides 4 and 2; the rows' must be 2 and the columns' 1)"),
+    EXPECT_NE(r.find("acc's four values are not contiguous (strides 4 and 2; the rows' must be 2 "
+                     "and the columns' 1)"),
               std::string::npos)
         << r;
   }
@@ -238,14 +254,14 @@ TEST(Tensorize, RefusesWhatIsNotAProductStep) {
     ir::Tensor A = ir::placeholder("A", {16, 8});
     ir::Tensor B = ir::placeholder("B", {8, 8});
     ir::IterVar k = ir::reduce_axis(8, "k");
-    ir::Tensor acc = ir::compute(
-        "acc", {8, 4, 2, 2}, {"r2", "c2", "h", "p"},
-        [&](const std::vector<Expr>& ax) {
-          return ir::sum(ir::read(A, {ax[2] * Expr(int64_t{8}) + ax[0], k.var}) *
-                             ir::read(B, {k.var, ax[1] * Expr(int64_t{2}) + ax[3]}),
-                         {k});
-        },
-        {k});
+    ir::Tensor acc =
+        ir::compute("acc", {8, 4, 2, 2}, {"r2", "c2", "h", "p"},
+                    [&](const std::vector<Expr>& ax) {
+                      return ir::sum(ir::read(A, {ax[2] * Expr(int64_t{8}) + ax[0], k.var}) *
+                                         ir::read(B, {k.var, ax[1] * Expr(int64_t{2}) + ax[3]}),
+                                     {k});
+                    },
+                    {k});
     ir::Schedule s(acc);
     ir::Stage& st = s[acc];
     const auto& ax = acc->axes;
