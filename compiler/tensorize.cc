@@ -13,7 +13,8 @@ namespace {
 constexpr int64_t kWarp = 32;
 
 std::optional<int64_t> constant(const Expr& e) {
-  if (const IntImm* i = simplify(e).as<IntImm>()) return i->value;
+  const Expr s = simplify(e);  // kept: the IntImm lives in it
+  if (const IntImm* i = s.as<IntImm>()) return i->value;
   return std::nullopt;
 }
 
