@@ -103,14 +103,12 @@ static void print_bf16(const graph::Graph& g, const Target& t) {
        : x86 ? "emulated: this target has no AVX512-BF16, slower than float32"
              : "emulated: this target has no bfloat16 dot product, slower than float32");
   if (g.tensor_core_nodes > 0) {
-    std::string p;
-    for (const graph::Node& n : g.nodes) {
-      if (n.has(graph::kTensorCorePrecision)) p = n.get_string(graph::kTensorCorePrecision, "");
-    }
+    const Precision tc = graph::tensor_core_precision(g);
+    const std::string p = precision_name(tc);
     std::printf("%-9s %lld of %lld products (MatMul, Gemm, Conv) on tensor cores (mma.sync: operands rounded to %s, "
                 "float32 sums); depthwise convolutions and the rest in float32 (docs/precision.md)\n",
                 p.c_str(), static_cast<long long>(g.tensor_core_nodes), static_cast<long long>(anchors),
-                p == "tf32" ? "TF32" : p == "fp16" ? "float16" : "bfloat16");
+                tc == Precision::TF32 ? "TF32" : tc == Precision::Float16 ? "float16" : "bfloat16");
   }
   line("fp16", g.fp16_nodes, "float16",
        x86 && t.has_feature("f16c") ? "stored in float16, computed in float32: F16C conversions"
@@ -465,7 +463,7 @@ int run_model(const ModelRunArgs& a) {
     // --precision bf16, whose convolutions are converted in the blocked layout.
     const graph::Precision precision = graph::parse_precision(a.precision);
     g = load_model(a.model, a.opt_level, a.disable,
-                   a.tensor_cores || (a.reference && precision == graph::Precision::Fp32) ? 0
+                   a.tensor_cores || (a.reference && precision == graph::Precision::Float32) ? 0
                                                                                           : channel_block(host_target()),
                    precision, a.tensor_cores);
     if (!a.reference) {

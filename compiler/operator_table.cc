@@ -153,10 +153,12 @@ const std::vector<WorkloadKey> kNchwcConvKeys = {
     {"K", kReq, 1},   {"R", kReq, 1},   {"S", kReq, 1},        {"stride", 1, 1},
     {"pad", 0, 0},    {"dilation", 1, 1}, {"ic_block", 8, 1}, {"oc_block", 8, 1}};
 
-// Float32 operands computed in reduced precision (tensor cores: the dense.tc.cuda template).
-const OperandTypes kTF32{DType::Float32, DType::Float32, Precision::TF32};
-const OperandTypes kFP16{DType::Float32, DType::Float32, Precision::Float16};
-const OperandTypes kBF16{DType::Float32, DType::Float32, Precision::BFloat16};
+// Lists of operand types, one after another (an operator's own, then kTensorCoreTypes).
+std::vector<OperandTypes> types(std::initializer_list<std::vector<OperandTypes>> parts) {
+  std::vector<OperandTypes> all;
+  for (const std::vector<OperandTypes>& p : parts) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
 
 }  // namespace
 
@@ -168,7 +170,7 @@ const std::vector<OperatorDef>& operator_table() {
       {"matmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
        check_matmul, matmul_footprint, build_matmul, reference_matmul, "matmul(M=64,N=64,K=64)",
-       {OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}, kTF32, kFP16, kBF16},
+       types({{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}, kTensorCoreTypes}),
        {"matmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)", "matmul(M=40,N=24,K=20,precision=tf32)",
         "matmul(M=40,N=24,K=20,precision=fp16)", "matmul(M=40,N=24,K=20,precision=bf16)"}},
       // A float A quantized to uint8 on entry times int8 B given as quads, scaled per column
@@ -193,14 +195,14 @@ const std::vector<OperatorDef>& operator_table() {
       {"batch_matmul",
        {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
        nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)",
-       {OperandTypes{}, kTF32, kFP16, kBF16},
+       types({{OperandTypes{}}, kTensorCoreTypes}),
        {"batch_matmul(B=2,M=20,N=16,K=24,precision=tf32)", "batch_matmul(B=2,M=20,N=16,K=24,precision=fp16)",
         "batch_matmul(B=2,M=20,N=16,K=24,precision=bf16)"}},
       {"conv2d_nchw",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
         {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
        check_conv, conv2d_footprint, build_conv2d_nchw, reference_conv2d_nchw, "conv2d_nchw(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1)",
-       {OperandTypes{}, kTF32, kFP16, kBF16},
+       types({{OperandTypes{}}, kTensorCoreTypes}),
        {"conv2d_nchw(N=1,C=6,H=9,W=7,K=20,R=3,S=3,pad=1,precision=tf32)",
         "conv2d_nchw(N=1,C=6,H=9,W=7,K=20,R=3,S=3,pad=1,precision=fp16)",
         "conv2d_nchw(N=1,C=6,H=9,W=7,K=20,R=3,S=3,pad=1,precision=bf16)"}},
@@ -208,7 +210,7 @@ const std::vector<OperatorDef>& operator_table() {
        {{"N", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"C", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
         {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
        check_conv, conv2d_footprint, build_conv2d_nhwc, reference_conv2d_nhwc, "conv2d_nhwc(N=1,H=14,W=14,C=16,K=32,R=3,S=3,pad=1)",
-       {OperandTypes{}, kTF32, kFP16, kBF16},
+       types({{OperandTypes{}}, kTensorCoreTypes}),
        {"conv2d_nhwc(N=1,H=9,W=7,C=6,K=20,R=3,S=3,pad=1,precision=tf32)",
         "conv2d_nhwc(N=1,H=9,W=7,C=6,K=20,R=3,S=3,pad=1,precision=fp16)",
         "conv2d_nhwc(N=1,H=9,W=7,C=6,K=20,R=3,S=3,pad=1,precision=bf16)"}},

@@ -12,6 +12,12 @@ namespace {
 
 constexpr int64_t kWarp = 32;
 
+// A refusal naming the stage, the marked loop and its product, and why.
+UserError refusal(const TensorizeMark& m, const std::string& why) {
+  return UserError(str("tensorize on stage ", m.stage, ": loop '", m.var.as<Var>()->name, "' with ",
+                       m.intrinsic, ": ", why));
+}
+
 std::optional<int64_t> constant(const Expr& e) {
   const Expr s = simplify(e);  // kept: the IntImm lives in it
   if (const IntImm* i = s.as<IntImm>()) return i->value;
@@ -46,8 +52,7 @@ class Tensorizer : public IRMutator {
 
  private:
   [[noreturn]] void refuse(const TensorizeMark& m, const std::string& why) const {
-    throw UserError(str("tensorize on stage ", m.stage, ": loop '", m.var.as<Var>()->name,
-                        "' with ", m.intrinsic, ": ", why));
+    throw refusal(m, why);
   }
 
   Stmt replace(const For& k, const TensorizeMark& m) {
@@ -159,9 +164,8 @@ Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks) {
   Stmt out = t.mutate_stmt(simplify(s));
   for (const TensorizeMark& m : marks) {
     if (!t.replaced(m)) {
-      throw UserError(
-          str("tensorize on stage ", m.stage, ": loop '", m.var.as<Var>()->name,
-              "' is not in the lowered code (the stage inlined, or the loop of extent 1)"));
+      throw refusal(m,
+                    "it is not in the lowered code (the stage inlined, or the loop of extent 1)");
     }
   }
   return out;

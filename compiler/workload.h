@@ -53,6 +53,13 @@ struct OperandTypes {
 inline const std::vector<OperandTypes> kQuantizedInputTypes = {OperandTypes{},
                                                                OperandTypes{DType::Uint8, DType::Int8}};
 
+// Float32 operands computed in reduced precision, as the tensor-core templates compute them
+// (compiler/templates/tensor_core_gemm.h): precision=tf32, fp16, bf16.
+inline const std::vector<OperandTypes> kTensorCoreTypes = {
+    OperandTypes{DType::Float32, DType::Float32, Precision::TF32},
+    OperandTypes{DType::Float32, DType::Float32, Precision::Float16},
+    OperandTypes{DType::Float32, DType::Float32, Precision::BFloat16}};
+
 struct Workload {
   std::string op;
   // Integer parameters in the operator's declared order, defaults filled in.

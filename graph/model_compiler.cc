@@ -449,12 +449,8 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     }
   }
   if (emulate_gpu && g.tensor_core_nodes > 0) {
-    std::string p;
-    for (const Node& n : g.nodes) {
-      if (n.has(kTensorCorePrecision)) p = n.get_string(kTensorCorePrecision, "");
-    }
     throw UserError(str("--emulate-gpu runs a model's kernels serially, and its ", g.tensor_core_nodes,
-                        " tensor-core products (--precision ", p, ") need the 32 lanes of a warp together: run the "
+                        " tensor-core products (--precision ", precision_name(tensor_core_precision(g)), ") need the 32 lanes of a warp together: run the "
                         "library on the GPU, or emulate it without --precision"));
   }
   ModelCodegen code(target, emulate_gpu);

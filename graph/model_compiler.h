@@ -87,7 +87,7 @@ int64_t channel_block(const Target& t);
 // `precision`: the products' precision (--precision; PassOptions::precision), on tensor cores
 // where `tensor_cores` (a CUDA target: tensor_cores(t)).
 Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block,
-                 Precision precision = Precision::Fp32, bool tensor_cores = false);
+                 Precision precision = Precision::Float32, bool tensor_cores = false);
 
 // Whether --precision runs a model's products on `t`'s tensor cores (cuda targets).
 bool tensor_cores(const Target& t);

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "compiler/workload.h"
 #include "graph/pass.h"
 #include "graph/op_te.h"
 #include "graph/tasks.h"
@@ -39,14 +38,7 @@ Shape matmul_shape(const OpContext& c, const Shape& a0, const Shape& b0) {
 
 // How a product's operands are rounded: as its tensor cores do when auto-mixed-precision marked
 // it (kTensorCorePrecision), else not at all.
-float (*operand_rounding(const Node& n))(float) {
-  const std::optional<tf::Precision> p = precision_named(n.get_string(kTensorCorePrecision, "fp32"));
-  if (!p) {
-    throw UserError(str(n.where(), ": attribute ", kTensorCorePrecision, " '", n.get_string(kTensorCorePrecision, ""),
-                        "' is not one of tf32, fp16, bf16"));
-  }
-  return precision_rounding(*p);
-}
+float (*operand_rounding(const Node& n))(float) { return precision_rounding(tensor_core_precision(n)); }
 
 std::vector<HostTensor> matmul_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
   float (*r)(float) = operand_rounding(c.node);

@@ -21,21 +21,27 @@
 #include <string>
 #include <vector>
 
+#include "compiler/workload.h"
 #include "graph/graph.h"
 
 namespace tf::graph {
 
 // The precision of a float model's products (--precision): fp32 as the model says, bf16 or
-// fp16 (auto-mixed-precision, graph/pass_auto_mixed_precision.cc), tf32 (tensor cores only).
-enum class Precision { Fp32, BF16, FP16, TF32 };
+// fp16 (auto-mixed-precision, graph/pass_auto_mixed_precision.cc), tf32 (tensor cores only):
+// the workloads' precisions (compiler/workload.h), named as they are.
+using Precision = tf::Precision;
 // "fp32", "bf16", "fp16" or "tf32"; UserError naming the value for others.
 Precision parse_precision(const std::string& name);
-const char* precision_name(Precision p);
 
 // The attribute auto-mixed-precision gives a MatMul or Gemm for a CUDA target's tensor cores:
 // "tf32", "fp16" or "bf16", its workload's precision=... (matmul_workload, gemm_workload) and
 // the rounding of its operands in the reference evaluation.
 inline constexpr const char* kTensorCorePrecision = "tf_precision";
+// The precision `n` is marked with (Float32 when it is not); UserError naming the node and the
+// value for one other than tf32, fp16, bf16.
+Precision tensor_core_precision(const Node& n);
+// The precision of `g`'s marked products (Float32 when none is).
+Precision tensor_core_precision(const Graph& g);
 
 struct PassOptions {
   int opt_level = 2;
@@ -47,7 +53,7 @@ struct PassOptions {
   // fold-qdq (int8 kernels are CPU templates) change nothing.
   int64_t channel_block = 0;
   // The products' precision (auto-mixed-precision); fp32 runs that pass as a no-op.
-  Precision precision = Precision::Fp32;
+  Precision precision = Precision::Float32;
   // The target is a CUDA GPU: at --precision the MatMul and Gemm nodes run on tensor cores
   // (marked with kTensorCorePrecision) instead of the CPU's bfloat16 / float16 kernels.
   bool tensor_cores = false;

@@ -178,7 +178,7 @@ std::vector<HostTensor> half_conv_constants(const Graph& g, const Node& n) {
 // Whether constant weight `w` has a value float16 cannot hold (past 65504: it would become
 // infinite) at `precision`: such a product stays float32.
 bool beyond_range(const Value& w, Precision precision) {
-  return precision == Precision::FP16 &&
+  return precision == Precision::Float16 &&
          std::any_of(w.constant->f.begin(), w.constant->f.end(), [](float v) { return std::fabs(v) > 65504.0f; });
 }
 
@@ -186,7 +186,7 @@ bool beyond_range(const Value& w, Precision precision) {
 // MatMul or Gemm of a float32 input and constant float32 weights [K, N] (Gemm: transB, beta's
 // bias of N values as an Add after it; not transA, not alpha != 1) as MatMulBF16 (MatMulFP16).
 bool rewrite(Graph& g, const Node& n, std::vector<Node>& out, Precision precision) {
-  const char* suffix = precision == Precision::FP16 ? "FP16" : "BF16";
+  const char* suffix = precision == Precision::Float16 ? "FP16" : "BF16";
   if (n.op == "ConvNCHWc") {
     const Value& x = g.value(n.inputs[0]);
     if (x.shape.size() != 5 || !half_conv_problem(n, x, &g.value(n.inputs[1])).empty() ||
@@ -195,7 +195,7 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out, Precision precisio
     Node m = n;
     m.op = str("ConvNCHWc", suffix);
     out.push_back(std::move(m));
-    ++(precision == Precision::FP16 ? g.fp16_nodes : g.bf16_nodes);
+    ++(precision == Precision::Float16 ? g.fp16_nodes : g.bf16_nodes);
     return true;
   }
   std::optional<WeightProduct> p = weight_product(g, n);
@@ -226,32 +226,36 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out, Precision precisio
     out.push_back(std::move(m));
     out.push_back(std::move(add));
   }
-  ++(precision == Precision::FP16 ? g.fp16_nodes : g.bf16_nodes);
+  ++(precision == Precision::Float16 ? g.fp16_nodes : g.bf16_nodes);
   return true;
 }
 
 }  // namespace
 
 Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::Fp32;
-  if (name == "bf16") return Precision::BF16;
-  if (name == "fp16") return Precision::FP16;
-  if (name == "tf32") return Precision::TF32;
+  if (std::optional<Precision> p = precision_named(name)) return *p;
   throw UserError(str("--precision '", name, "' is not one of fp32, bf16, fp16, tf32"));
 }
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::BF16: return "bf16";
-    case Precision::FP16: return "fp16";
-    case Precision::TF32: return "tf32";
-    case Precision::Fp32: break;
+Precision tensor_core_precision(const Node& n) {
+  if (!n.has(kTensorCorePrecision)) return Precision::Float32;
+  const std::string name = n.get_string(kTensorCorePrecision, "");
+  const std::optional<Precision> p = precision_named(name);
+  if (!p || *p == Precision::Float32) {
+    throw UserError(str(n.where(), ": attribute ", kTensorCorePrecision, " '", name, "' is not one of tf32, fp16, bf16"));
   }
-  return "fp32";
+  return *p;
+}
+
+Precision tensor_core_precision(const Graph& g) {
+  for (const Node& n : g.nodes) {
+    if (n.has(kTensorCorePrecision)) return tensor_core_precision(n);
+  }
+  return Precision::Float32;
 }
 
 bool convert_precision(Graph& g, Precision p, bool tensor_cores) {
-  if (p == Precision::Fp32) return false;
+  if (p == Precision::Float32) return false;
   if (p == Precision::TF32 && !tensor_cores) {
     throw UserError("--precision tf32 rounds the products as NVIDIA's tensor cores do: it is for cuda targets "
                     "(sm_80 and later); CPUs take bf16 or fp16 (docs/precision.md)");

@@ -26,12 +26,8 @@ bool all_equal(const std::vector<int64_t>& v) {
 
 // ",precision=X" for a product marked for tensor cores (kTensorCorePrecision), else "".
 std::string precision_key(const Node& n) {
-  if (!n.has(kTensorCorePrecision)) return "";
-  const std::string p = n.get_string(kTensorCorePrecision, "");
-  if (!precision_named(p) || p == "fp32") {
-    throw UserError(str(n.where(), ": attribute ", kTensorCorePrecision, " '", p, "' is not one of tf32, fp16, bf16"));
-  }
-  return ",precision=" + p;
+  const Precision p = tensor_core_precision(n);
+  return p == Precision::Float32 ? "" : std::string(",precision=") + precision_name(p);
 }
 
 }  // namespace

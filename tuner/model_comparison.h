@@ -23,7 +23,7 @@ namespace tf {
 // UserError for a file that is not a model it can import.
 graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
                                    const std::vector<std::string>& disable,
-                                   graph::Precision precision = graph::Precision::Fp32);
+                                   graph::Precision precision = graph::Precision::Float32);
 
 // `g` compiled for `t` into the library `out`, each kernel with the database's best config
 // (choose_config; none without a database), within `memory_budget` bytes.

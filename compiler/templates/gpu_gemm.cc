@@ -34,9 +34,10 @@ int64_t shared_bytes(const GemmShape& g, const json& c, const GemmHierarchy& h) 
 std::vector<size_t> transposed(size_t rank) {
   return rank == 3 ? std::vector<size_t>{0, 2, 1} : std::vector<size_t>{1, 0};
 }
-std::vector<size_t> as_is(size_t rank) { return rank == 3 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1}; }
 
 }  // namespace
+
+std::vector<size_t> as_is(size_t rank) { return rank == 3 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1}; }
 
 void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec) {
   const auto& ax = sh.op()->axes;

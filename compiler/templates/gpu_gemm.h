@@ -49,6 +49,8 @@ OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::T
 // cp.async 128-bit copies, where the rows allow: `vec`), the rest fused and dealt to the
 // threads, consecutive threads on consecutive vectors (coalesced).
 void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec);
+// The storage order of a GEMM operand ([M][K] or [batch][M][K]) kept as in memory.
+std::vector<size_t> as_is(size_t rank);
 
 // A convolution (conv2d_nchw, conv2d_nhwc) as an implicit GEMM (compiler/templates/conv2d_gpu.cc):
 // acc[n][k][p] = sum_q weight[k][q] * col[n][q][p] (NCHW; NHWC: acc[n][p][k] = sum_q

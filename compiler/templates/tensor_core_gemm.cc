@@ -52,9 +52,7 @@ Tiles tiles_of(const json& c) {
 
 TensorCoreGemm::TensorCoreGemm(std::string name, int version, std::vector<std::string> ops)
     : ScheduleTemplate(std::move(name), version, std::move(ops), TargetKind::Cuda,
-                       {OperandTypes{DType::Float32, DType::Float32, Precision::TF32},
-                        OperandTypes{DType::Float32, DType::Float32, Precision::Float16},
-                        OperandTypes{DType::Float32, DType::Float32, Precision::BFloat16}}) {}
+                       kTensorCoreTypes) {}
 
 const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
   static const std::vector<KnobDef> k = {
@@ -320,12 +318,9 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
     const ir::TensorRead* r = e.as<ir::TensorRead>();
     TF_CHECK(r && r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
              " is not read from an input");
-    const size_t rank = r->op->shape.size();
-    std::vector<size_t> layout(rank);
-    for (size_t i = 0; i < rank; ++i) layout[i] = i;
     Stage& x = s.cache_read_shared(r->op->name);
     x.compute_at(acc, koo);
-    x.storage_layout(layout, pad);
+    x.storage_layout(as_is(r->op->shape.size()), pad);
     cooperative_copy(x, 1, d.threads(), vec);
     staged.push_back(&x);
   };

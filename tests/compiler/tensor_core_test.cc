@@ -8,11 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "compiler/driver.h"
 #include "compiler/link.h"
 #include "compiler/schedule_templates.h"
@@ -106,13 +105,6 @@ TEST(TensorCore, RoundedReferenceDiffersFromFloat32) {
   EXPECT_FALSE(r.check.ok()) << "a float32 GEMM passes as a bfloat16 one: " << r.str();
 }
 
-std::string file_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 int64_t count(const std::string& text, const std::string& what) {
   return static_cast<int64_t>(testing::count_of(text, what));
 }
@@ -156,7 +148,7 @@ TEST(TensorCore, DefaultConfigsAssembleWithoutSpills) {
         const int64_t threads = k.gpu->kernels.at(0).launch.threads_per_block();
         EXPECT_LE(registers * threads * 2, sm.registers_per_sm)
             << what << ": " << registers << " registers";
-        const std::string ptx = file_text(path);
+        const std::string ptx = read_file(path);
         const int64_t per_step = k.config["tiles_m"].get<int64_t>() *
                                  k.config["tiles_n"].get<int64_t>() *
                                  k.config["unroll_k"].get<int64_t>();

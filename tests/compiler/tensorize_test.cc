@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "base/bfloat16.h"
@@ -249,26 +250,73 @@ TEST(Tensorize, RefusesWhatIsNotAProductStep) {
               std::string::npos)
         << r;
   }
-  // Not inside a thread loop: a 16 x 8 product's nest with nothing bound to the GPU.
-  {
-    ir::Tensor A = ir::placeholder("A", {16, 8});
+  // One 16 x 8 tile's nest, acc[r2][c2][h][p] summed over k, of `term` (A 17 x 8, B 8 x 8),
+  // with (r2, c2, k, h, p) in that order, k marked, `threads` (0: none) of r2 (8) or r2 and c2
+  // fused (32) bound to threadIdx.x. Lowered: the refusal.
+  using Term = std::function<Expr(const ir::Tensor&, const ir::Tensor&, const std::vector<Expr>&,
+                                  const Expr&)>;
+  auto tile_refusal = [](const Term& term, int threads) {
+    ir::Tensor A = ir::placeholder("A", {17, 8});
     ir::Tensor B = ir::placeholder("B", {8, 8});
     ir::IterVar k = ir::reduce_axis(8, "k");
-    ir::Tensor acc =
-        ir::compute("acc", {8, 4, 2, 2}, {"r2", "c2", "h", "p"},
-                    [&](const std::vector<Expr>& ax) {
-                      return ir::sum(ir::read(A, {ax[2] * Expr(int64_t{8}) + ax[0], k.var}) *
-                                         ir::read(B, {k.var, ax[1] * Expr(int64_t{2}) + ax[3]}),
-                                     {k});
-                    },
-                    {k});
+    ir::Tensor acc = ir::compute(
+        "acc", {8, 4, 2, 2}, {"r2", "c2", "h", "p"},
+        [&](const std::vector<Expr>& ax) { return ir::sum(term(A, B, ax, k.var), {k}); }, {k});
     ir::Schedule s(acc);
     ir::Stage& st = s[acc];
     const auto& ax = acc->axes;
     st.reorder({ax[0].var, ax[1].var, k.var, ax[2].var, ax[3].var});
+    if (threads == 8) st.bind(ax[0].var, "threadIdx.x");
+    if (threads == 32) st.bind(st.fuse(ax[0].var, ax[1].var), "threadIdx.x");
     st.tensorize(k.var, ir::kMmaTF32);
-    std::string r = refusal([&] { lower(s, {A, B}, "f"); });
-    EXPECT_NE(r.find("it is not inside a loop bound to threadIdx.x"), std::string::npos) << r;
+    return refusal([&] { lower(s, {A, B}, "f"); });
+  };
+  const Expr c8(int64_t{8}), c2(int64_t{2});
+  const Term product = [&](const ir::Tensor& A, const ir::Tensor& B, const std::vector<Expr>& ax,
+                           const Expr& k) {
+    return ir::read(A, {ax[2] * c8 + ax[0], k}) * ir::read(B, {k, ax[1] * c2 + ax[3]});
+  };
+  // Not inside a thread loop: nothing bound to the GPU.
+  std::string r = tile_refusal(product, 0);
+  EXPECT_NE(r.find("it is not inside a loop bound to threadIdx.x"), std::string::npos) << r;
+  // A thread loop that is not whole warps.
+  r = tile_refusal(product, 8);
+  EXPECT_NE(r.find("threadIdx.x runs 8 threads; a warp-level product needs whole warps along x"),
+            std::string::npos)
+      << r;
+  // Not a sum of products.
+  r = tile_refusal(
+      [&](const ir::Tensor& A, const ir::Tensor& B, const std::vector<Expr>& ax, const Expr& k) {
+        return ir::read(A, {ax[2] * c8 + ax[0], k}) + ir::read(B, {k, ax[1] * c2 + ax[3]});
+      },
+      32);
+  EXPECT_NE(r.find("the update of acc is not acc[i] = acc[i] + a * b"), std::string::npos) << r;
+  // A factor of the rows that moves with the columns too (and B with the columns).
+  r = tile_refusal(
+      [&](const ir::Tensor& A, const ir::Tensor& B, const std::vector<Expr>& ax, const Expr& k) {
+        return ir::read(A, {ax[2] * c8 + ax[0] + ax[3], k}) * ir::read(B, {k, ax[1] * c2 + ax[3]});
+      },
+      32);
+  EXPECT_NE(r.find("neither factor of the product is free of the column loop"), std::string::npos)
+      << r;
+  // A marked loop of one iteration, which lowering drops.
+  {
+    ir::Tensor A = ir::placeholder("A", {16, 8});
+    ir::Tensor B = ir::placeholder("B", {8, 8});
+    ir::IterVar k = ir::reduce_axis(8, "k");
+    ir::Tensor C = ir::compute(
+        "C", {16, 8}, {"i", "j"},
+        [&](const std::vector<Expr>& ax) {
+          return ir::sum(ir::read(A, {ax[0], k.var}) * ir::read(B, {k.var, ax[1]}), {k});
+        },
+        {k});
+    ir::Schedule s(C);
+    Expr ko = s[C].split(k.var, 8).first;
+    s[C].tensorize(ko, ir::kMmaTF32);
+    r = refusal([&] { lower(s, {A, B}, "f"); });
+    EXPECT_NE(r.find("loop 'k.o' with mma_m16n8k8_tf32: it is not in the lowered code"),
+              std::string::npos)
+        << r;
   }
 }
 

@@ -3,6 +3,8 @@
 // manager's options are checked.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -165,7 +167,7 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   Graph original = sample_model();
   Graph g = original;
   PassOptions o;
-  o.precision = Precision::BF16;
+  o.precision = Precision::BFloat16;
   for (const PassReport& p : run_passes(g, o)) {
     if (p.name == "auto-mixed-precision") {
       EXPECT_TRUE(p.changed);
@@ -207,14 +209,14 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   for (const auto& [name, w] : want) {
     for (int64_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got_blocked.at(name).f[k], w.f[k], 0.02 * most) << name;
   }
-  EXPECT_EQ(parse_precision("bf16"), Precision::BF16);
-  EXPECT_EQ(parse_precision("fp16"), Precision::FP16);
+  EXPECT_EQ(parse_precision("bf16"), Precision::BFloat16);
+  EXPECT_EQ(parse_precision("fp16"), Precision::Float16);
   EXPECT_EQ(parse_precision("tf32"), Precision::TF32);
   EXPECT_THROW(parse_precision("fp8"), tf::UserError);
   // --precision fp16: the same products as float16 kernels, float16's finer rounding (11
   // significant bits to bfloat16's 8) moving the outputs less.
   Graph half = original;
-  o.precision = Precision::FP16;
+  o.precision = Precision::Float16;
   run_passes(half, o);
   ops.clear();
   for (const Node& n : half.nodes) ++ops[n.op];
@@ -246,8 +248,8 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
   double most = 0;
   for (const auto& [name, w] : want)
     for (float v : w.f) most = std::max(most, double(std::fabs(v)));
-  for (auto [p, name, bound] : {std::tuple{Precision::TF32, "tf32", 2e-3}, std::tuple{Precision::FP16, "fp16", 3e-3},
-                                std::tuple{Precision::BF16, "bf16", 0.02}}) {
+  for (auto [p, name, bound] : {std::tuple{Precision::TF32, "tf32", 2e-3}, std::tuple{Precision::Float16, "fp16", 3e-3},
+                                std::tuple{Precision::BFloat16, "bf16", 0.02}}) {
     Graph g = original;
     PassOptions o;
     o.precision = p;
@@ -282,6 +284,23 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
               std::string::npos)
         << e.what();
   }
+  // A mark of another value (a model may carry the attribute) is refused by name, by the task
+  // extraction and the reference evaluation alike.
+  Graph marked = original;
+  for (Node& n : marked.nodes) {
+    if (n.op == "MatMul") n.attrs[kTensorCorePrecision] = std::string("fp8");
+  }
+  for (const std::function<void()>& use : std::vector<std::function<void()>>{
+           [&] { extract_tasks(marked); }, [&] { run_reference(marked, in); }}) {
+    try {
+      use();
+      ADD_FAILURE() << "a tf_precision of fp8 was taken";
+    } catch (const tf::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("attribute tf_precision 'fp8' is not one of tf32, fp16, bf16"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // --precision fp16 keeps a product whose weights float16 cannot hold (past 65504: infinity)
@@ -294,12 +313,12 @@ TEST(GraphPasses, Float16LeavesWeightsBeyondItsRangeInFloat32) {
     w.f[7] = big;
     b.node("MatMul", {x, b.constant("w", w)}, "y", {2, 4});
     b.g.outputs = {"y"};
-    for (Precision p : {Precision::FP16, Precision::BF16}) {
+    for (Precision p : {Precision::Float16, Precision::BFloat16}) {
       Graph g = b.g;
       PassOptions o;
       o.precision = p;
       run_passes(g, o);
-      const bool converts = p == Precision::BF16 || big < 65504.0f;
+      const bool converts = p == Precision::BFloat16 || big < 65504.0f;
       EXPECT_EQ(g.fp16_nodes + g.bf16_nodes, converts ? 1 : 0) << big;
       std::map<std::string, HostTensor> in = {{"x", random_floats({2, 3}, 6)}};
       const std::map<std::string, HostTensor> out = run_reference(g, in);  // kept: the loop reads into it
