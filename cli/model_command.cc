@@ -1,31 +1,33 @@
 #include "cli/model_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
 
-#include <unistd.h>
-
+#include "base/bfloat16.h"
 #include "base/error.h"
 #include "base/file_io.h"
+#include "base/float16.h"
 #include "graph/fusion.h"
-#include "graph/memory_plan.h"
 #include "graph/memory_budget.h"
+#include "graph/memory_plan.h"
 #include "graph/model_compiler.h"
 #include "graph/model_library.h"
 #include "graph/node_te.h"
 #include "graph/npy.h"
 #include "graph/onnx_import.h"
-#include "graph/quantize.h"
 #include "graph/pass.h"
+#include "graph/quantize.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
 #include "runtime/gpu_runtime.h"
@@ -283,11 +285,12 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
                   "an ONNX model (compiled for this machine first, or with --reference evaluated) or a "
                   "library from `compile --model`, to run instead of a workload");
   run->add_option("--input", a.inputs,
-                  "model input as name=file.npy (or file.npy for a model with one input); "
-                  "inputs not given are uniform random in [-1, 1) (float32), random (bool) or "
-                  "zeros (int64) (repeatable)");
+                  "model input as name=file.npy (or file.npy for a model with one input; a "
+                  "bfloat16 input from float32, rounded); inputs not given are uniform random in "
+                  "[-1, 1) (floats), random (bool) or zeros (int64) (repeatable)");
   run->add_option("--output", a.outputs,
-                  "write a model output: name=file.npy, or file.npy for the first (repeatable)");
+                  "write a model output: name=file.npy, or file.npy for the first (bfloat16 as "
+                  "float32) (repeatable)");
   run->add_option("--expect", a.expect,
                   "a .npy the first output should match: prints the largest error, and exits 1 "
                   "past 1e-4 of its magnitude");
@@ -343,9 +346,13 @@ graph::HostTensor random_input(const graph::TensorInfo& t, std::mt19937& rng) {
   using namespace graph;  // NOLINT
   std::uniform_real_distribution<float> uni(-1, 1);
   int64_t n = num_elements(t.shape);
-  if (t.dtype == graph::DType::F32) {
-    HostTensor x = HostTensor::floats(t.shape, std::vector<float>(n));
-    for (float& v : x.f) v = uni(rng);
+  if (holds_floats(t.dtype)) {  // float16 and bfloat16: values of the type
+    HostTensor x = HostTensor::floats(t.shape, std::vector<float>(n), t.dtype);
+    for (float& v : x.f) {
+      v = uni(rng);
+      if (t.dtype == graph::DType::F16) v = round_f16(v);
+      if (t.dtype == graph::DType::BF16) v = round_bf16(v);
+    }
     return x;
   }
   HostTensor x = HostTensor::ints(t.shape, std::vector<int64_t>(n), t.dtype);
@@ -505,7 +512,8 @@ int run_model(const ModelRunArgs& a) {
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   for (const TensorInfo& t : in_info) {
     if (inputs.count(t.name)) {
-      const HostTensor& given = inputs[t.name];
+      HostTensor& given = inputs[t.name];
+      given = npy_as_input(std::move(given), t.dtype);
       if (given.dtype != t.dtype || given.shape != t.shape) {
         throw UserError(str("--input: input '", t.name, "' is ", dtype_name(given.dtype), " ",
                             shape_str(given.shape), "; the model takes ", dtype_name(t.dtype), " ",
@@ -619,8 +627,8 @@ int run_quantize(const QuantizeArgs& a) {
   std::map<std::string, std::vector<HostTensor>> given;
   for (const std::string& arg : a.inputs) {
     auto [name, file] = named_file(arg, names, "--input");
-    HostTensor t = read_npy(file, budget);
     const Value& v = g.value(name);
+    HostTensor t = npy_as_input(read_npy(file, budget), v.dtype);
     if (t.dtype != v.dtype || t.shape != v.shape) {
       throw UserError(str("--input ", arg, ": input '", name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
                           "; the model takes ", dtype_name(v.dtype), " ", shape_str(v.shape)));

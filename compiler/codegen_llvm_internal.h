@@ -540,16 +540,33 @@ class CodeGen {
   // (the carry of adding 0x7FFF plus the kept part's lowest bit), a NaN made quiet with its
   // sign and top payload kept; lo in the low half of the int32 lane, hi in the high half.
   llvm::Value* bf16x2(llvm::Value* lo, llvm::Value* hi) {
-    llvm::Type* it = lo->getType()->getWithNewType(b_.getInt32Ty());
+    return b_.CreateOr(b_.CreateShl(float_to_bfloat16(hi), 16), float_to_bfloat16(lo));
+  }
+
+  // Float lanes `x` rounded to bfloat16 as bf16x2 rounds each, in the low 16 bits of int32
+  // lanes (the high bits zero).
+  llvm::Value* float_to_bfloat16(llvm::Value* x) {
+    llvm::Type* it = x->getType()->getWithNewType(b_.getInt32Ty());
     auto k = [&](uint32_t v) { return llvm::ConstantInt::get(it, v); };
-    auto round = [&](llvm::Value* x) {
-      llvm::Value* bits = b_.CreateBitCast(x, it);
-      llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), k(1));
-      llvm::Value* r = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, k(0x7FFF)), lsb), 16);
-      llvm::Value* nan = b_.CreateOr(b_.CreateLShr(bits, 16), k(0x40));
-      return b_.CreateSelect(b_.CreateFCmpUNO(x, x), nan, r);
-    };
-    return b_.CreateOr(b_.CreateShl(round(hi), 16), round(lo));
+    llvm::Value* bits = b_.CreateBitCast(x, it);
+    llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), k(1));
+    llvm::Value* r = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, k(0x7FFF)), lsb), 16);
+    llvm::Value* nan = b_.CreateOr(b_.CreateLShr(bits, 16), k(0x40));
+    return b_.CreateSelect(b_.CreateFCmpUNO(x, x), nan, r);
+  }
+
+  // kF16ToFloat ... (compiler/ir.h): single 16-bit floats as uint16 bits, to and from float.
+  llvm::Value* storage16(const Call* c) {
+    TF_CHECK(c->args.size() == 1, "codegen: ", c->name, " takes one argument");
+    llvm::Value* x = expr(c->args[0]);
+    llvm::Type* ft = type_of(Type::float32().with_lanes(c->type.lanes));
+    llvm::Type* it32 = ft->getWithNewType(b_.getInt32Ty());
+    llvm::Type* it16 = ft->getWithNewType(b_.getInt16Ty());
+    if (c->name == kF16ToFloat) return float16_to_float(b_.CreateZExt(x, it32), ft);
+    if (c->name == kBF16ToFloat)
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(x, it32), 16), ft);
+    llvm::Value* bits = c->name == kFloatToF16 ? float_to_float16(x) : float_to_bfloat16(x);
+    return b_.CreateTrunc(bits, it16);
   }
 
   llvm::Value* cast(const Cast* c) {
@@ -593,6 +610,9 @@ class CodeGen {
       llvm::Value* x = expr(c->args[0]);
       return float16_to_float(float_to_float16(x), x->getType());
     }
+    if (c->name == kF16ToFloat || c->name == kBF16ToFloat || c->name == kFloatToF16 ||
+        c->name == kFloatToBF16)
+      return storage16(c);
     if (c->name == kBF16x2) {
       TF_CHECK(c->args.size() == 2, "codegen: ", kBF16x2, " takes two arguments");
       llvm::Value* lo = expr(c->args[0]);

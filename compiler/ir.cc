@@ -118,6 +118,12 @@ Expr Call::make(const std::string& name, std::vector<Expr> args) {
   // The bfloat16 and float16 pair functions change the lanes' type (compiler/ir.h).
   if (name == kBF16x2) t = Type::int32().with_lanes(lanes);
   if (name == kDot2BF16 || name == kDot2F16) t = Type::float32().with_lanes(lanes);
+  if (name == kF16ToFloat || name == kBF16ToFloat || name == kFloatToF16 || name == kFloatToBF16) {
+    const bool widen = name == kF16ToFloat || name == kBF16ToFloat;
+    TF_CHECK(args.size() == 1 && t.element_of() == (widen ? Type::uint16() : Type::float32()), name,
+             " takes one ", widen ? "uint16" : "float32", " argument, not ", t.str());
+    t = (widen ? Type::float32() : Type::uint16()).with_lanes(lanes);
+  }
   if (is_warp_mma(name)) {
     TF_CHECK(static_cast<int>(args.size()) == warp_mma_operands(name) && lanes == 1 && t == Type::float32(), name,
              " takes ", warp_mma_operands(name), " float32 scalars");

@@ -47,6 +47,9 @@ struct Type {
   static Type int8() { return {TypeCode::Int, 8, 1}; }
   static Type uint8() { return {TypeCode::UInt, 8, 1}; }
   static Type int32() { return {TypeCode::Int, 32, 1}; }
+  // The storage of a float16 or bfloat16 element (a model's 16-bit inputs and outputs): its
+  // bits, converted by the calls kF16ToFloat ... below.
+  static Type uint16() { return {TypeCode::UInt, 16, 1}; }
   Type with_lanes(int n) const { return {code, bits, n}; }
   Type element_of() const { return with_lanes(1); }
   // Signed or unsigned integers; index arithmetic is the signed 64-bit kind.
@@ -214,6 +217,15 @@ constexpr const char* kBF16x2 = "bf16x2";
 constexpr const char* kDot2BF16 = "dot2_bf16";
 constexpr const char* kRoundF16 = "round_f16";
 constexpr const char* kDot2F16 = "dot2_f16";
+// Single 16-bit floats held as their bits in uint16 lanes (a float16 model's inputs and
+// outputs): f16_to_float(h) / bf16_to_float(h), the value as float32 (exact);
+// float_to_f16(x) / float_to_bf16(x), float lanes rounded to nearest, ties to even, as uint16
+// bits (float16: past 65504 to infinity, subnormals kept; a NaN stays a quiet NaN), as
+// base/float16.h f16_bits and base/bfloat16.h bf16_bits do on the host.
+constexpr const char* kF16ToFloat = "f16_to_float";
+constexpr const char* kBF16ToFloat = "bf16_to_float";
+constexpr const char* kFloatToF16 = "float_to_f16";
+constexpr const char* kFloatToBF16 = "float_to_bf16";
 // One warp-level matrix product on NVIDIA's tensor cores (sm_80 and later), in TF32:
 // mma_m16n8k8_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), ten float32 scalars, is a
 // float32x4: D = C + A x B for A 16x8, B 8x8, C and D 16x8 shared by the 32 lanes of the

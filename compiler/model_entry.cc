@@ -297,6 +297,10 @@ class EntryGen {
         b_.CreateMemCpy(out, llvm::MaybeAlign(1), gv, llvm::MaybeAlign(8), c.literal.size());
       } else if (t.dtype == EntryType::Float32) {
         b_.CreateMemCpy(out, llvm::MaybeAlign(4), buffer(c.from), llvm::MaybeAlign(4), 4 * n);
+      } else if (t.dtype == EntryType::Float16 || t.dtype == EntryType::BFloat16) {
+        // From a buffer of the same type: the kernels write these outputs
+        // (graph/model_compiler.cc).
+        b_.CreateMemCpy(out, llvm::MaybeAlign(2), buffer(c.from), llvm::MaybeAlign(2), 2 * n);
       } else if (n > 0) {
         convert_loop(out, buffer(c.from), n, t.dtype);
       }

@@ -8,7 +8,8 @@
 //   int32_t        tf_model_input_ndim(int32_t i);  -1 when i is out of range
 //   const int64_t* tf_model_input_shape(int32_t i); NULL when i is out of range
 //   int32_t        tf_model_input_dtype(int32_t i); ONNX element type: 1 float32, 7 int64,
-//                                                   9 bool (one byte); -1 out of range
+//                                                   9 bool (one byte), 10 float16, 16
+//                                                   bfloat16 (two bytes); -1 out of range
 //   (and the same five for outputs)
 //   uint64_t       tf_model_workspace_bytes(void);
 //   int32_t        tf_model_run(const void* const* inputs, void* const* outputs, void*
@@ -35,7 +36,9 @@
 namespace tf {
 
 // Element types as ONNX's TensorProto numbers them.
-enum class EntryType : int32_t { Float32 = 1, Int64 = 7, Bool = 9 };
+// Float16 and BFloat16: a float16 model's inputs and outputs, whose kernels read and write their
+// 16-bit bits (graph/graph.h); the entry point only copies them.
+enum class EntryType : int32_t { Float32 = 1, Int64 = 7, Bool = 9, Float16 = 10, BFloat16 = 16 };
 
 struct EntryTensor {
   std::string name;

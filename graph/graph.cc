@@ -21,6 +21,10 @@ const char* dtype_name(DType t) {
       return "bool";
     case DType::U8:
       return "uint8";
+    case DType::F16:
+      return "float16";
+    case DType::BF16:
+      return "bfloat16";
   }
   return "?";
 }
@@ -37,9 +41,9 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
-HostTensor HostTensor::floats(Shape shape, std::vector<float> data) {
+HostTensor HostTensor::floats(Shape shape, std::vector<float> data, DType type) {
   HostTensor t;
-  t.dtype = DType::F32;
+  t.dtype = type;
   t.shape = std::move(shape);
   t.f = std::move(data);
   return t;
@@ -168,7 +172,7 @@ void verify(const Graph& g) {
     if (v.constant) {
       const HostTensor& c = *v.constant;
       int64_t n = num_elements(v.shape);
-      size_t have = c.dtype == DType::F32 ? c.f.size() : c.i.size();
+      size_t have = holds_floats(c.dtype) ? c.f.size() : c.i.size();
       if (c.shape != v.shape || c.dtype != v.dtype || static_cast<int64_t>(have) != n) {
         throw UserError(str("constant '", name, "' holds ", have, " ", dtype_name(c.dtype),
                             " elements of shape ", shape_str(c.shape), " for a ",
@@ -181,11 +185,20 @@ void verify(const Graph& g) {
   for (const Node& n : g.nodes) {
     if (!node_names.insert(n.name).second)
       throw UserError(str("two nodes are named '", n.name, "'"));
+    const bool storage_cast = n.op == "Cast" && n.has(kStorageCast);
     for (const std::string& in : n.inputs) {
       if (in.empty()) continue;
       if (!defined.count(in)) {
         throw UserError(
             str(n.where(), " reads '", in, "', which no earlier node, input or constant defines"));
+      }
+      // 16-bit floats are a model's inputs and outputs only: read by a Cast to float32.
+      if (is_storage16(g.value(in).dtype) &&
+          (n.op != "Cast" || storage_cast || n.get_int("to", 0) != 1)) {
+        throw UserError(
+            str(n.where(), " reads the ", dtype_name(g.value(in).dtype), " value '", in,
+                "'; float16 and bfloat16 values are a model's inputs (read by a Cast to float32) "
+                "and outputs only"));
       }
     }
     for (const std::string& out : n.outputs) {
@@ -196,6 +209,11 @@ void verify(const Graph& g) {
         throw UserError(str(n.where(), " writes the constant '", out, "'"));
       if (!defined.insert(out).second)
         throw UserError(str(n.where(), " writes '", out, "', which is already defined"));
+      if (is_storage16(g.value(out).dtype) != storage_cast) {
+        throw UserError(str(n.where(), " writes the ", dtype_name(g.value(out).dtype), " value '",
+                            out,
+                            "'; only a model output's storage Cast writes float16 or bfloat16"));
+      }
     }
   }
   for (const std::string& out : g.outputs) {

@@ -23,9 +23,20 @@
 namespace tf::graph {
 
 // U8: quantized activations between two int8 kernels (graph/pass_int8_edges.cc); never a
-// model's input or output, never a constant.
-enum class DType { F32, I64, Bool, U8 };
+// model's input or output, never a constant. F16 and BF16: a float16 (bfloat16) model's inputs
+// and outputs as they are stored, 2 bytes an element; the graph computes in float32 between
+// them: the importer reads each such input with a Cast to float32 and writes each such output
+// with a storage Cast (Cast with kStorageCast set, rounding to nearest even), and verify()
+// keeps them there (graph/onnx_import.cc). Their host data are floats (exact values).
+enum class DType { F32, I64, Bool, U8, F16, BF16 };
 const char* dtype_name(DType t);
+// Whether a HostTensor of type t holds its data in `f` (float32, float16, bfloat16).
+inline bool holds_floats(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+inline bool is_storage16(DType t) { return t == DType::F16 || t == DType::BF16; }
+// The attribute marking a Cast to float16 (to = 10) or bfloat16 (16) as a model output's
+// storage: its result is that type (2 bytes, rounded), where ONNX's Cast to them inside a graph
+// keeps the value in float32 (docs/precision.md).
+inline constexpr const char* kStorageCast = "tf_storage";
 
 using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& s);
@@ -44,15 +55,16 @@ struct HostTensor {
   std::vector<float> f;
   std::vector<int64_t> i;
 
-  static HostTensor floats(Shape shape, std::vector<float> data);
+  // Float data of type t (F32, or F16 / BF16 whose values `data` holds exactly).
+  static HostTensor floats(Shape shape, std::vector<float> data, DType t = DType::F32);
   static HostTensor ints(Shape shape, std::vector<int64_t> data, DType t = DType::I64);
   int64_t size() const { return num_elements(shape); }
   // Element k as a double / an int64 whatever the type.
   double as_double(int64_t k) const {
-    return dtype == DType::F32 ? f[k] : static_cast<double>(i[k]);
+    return holds_floats(dtype) ? f[k] : static_cast<double>(i[k]);
   }
   // Floats convert by truncation, saturating at the int64 range (NaN is 0), never UB.
-  int64_t as_int(int64_t k) const { return dtype == DType::F32 ? float_to_int(f[k]) : i[k]; }
+  int64_t as_int(int64_t k) const { return holds_floats(dtype) ? float_to_int(f[k]) : i[k]; }
   static int64_t float_to_int(double v);
 };
 

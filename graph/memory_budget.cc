@@ -94,7 +94,7 @@ std::string format_bytes(int64_t bytes) {
 }
 
 int64_t tensor_bytes(DType dtype, const Shape& shape) {
-  int64_t n = dtype == DType::F32 ? 4 : dtype == DType::U8 ? 1 : 8;
+  int64_t n = dtype == DType::F32 ? 4 : dtype == DType::U8 ? 1 : is_storage16(dtype) ? 2 : 8;
   for (int64_t d : shape) {
     if (d < 0 || __builtin_mul_overflow(n, d, &n)) return INT64_MAX;
   }

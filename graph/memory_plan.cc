@@ -17,9 +17,13 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
       // Float outputs are written in the caller's buffers; others are computed here and
       // converted into them after the last kernel (compiler/model_entry.h).
       bool output = outputs.count(v) > 0;
-      if (output && val.dtype == DType::F32) continue;
-      // int64 8 bytes, uint8 1; bools are 0 / 1 floats in compiled kernels (graph/node_te.h).
-      int64_t width = val.dtype == DType::I64 ? 8 : val.dtype == DType::U8 ? 1 : 4;
+      if (output && (val.dtype == DType::F32 || is_storage16(val.dtype))) continue;
+      // int64 8 bytes, uint8 1, float16 2; bools are 0 / 1 floats in compiled kernels
+      // (graph/node_te.h).
+      int64_t width = val.dtype == DType::I64   ? 8
+                      : val.dtype == DType::U8  ? 1
+                      : is_storage16(val.dtype) ? 2
+                                                : 4;
       plan.buffers[v] = BufferPlacement{0, align(num_elements(val.shape) * width), k, output ? groups.size() : k};
     }
   }

@@ -6,7 +6,9 @@
 #include <optional>
 #include <set>
 
+#include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/float16.h"
 #include "compiler/driver.h"
 #include "compiler/model_codegen.h"
 #include "compiler/schedule_templates.h"
@@ -324,7 +326,8 @@ class ModelBuilder {
         }
         arg = add_constant(name + "_f32", HostTensor::floats(v.shape, std::move(f)));
       }
-      TeOperand o{v.shape, ir::placeholder(str("arg", args.size()), v.shape), std::nullopt};
+      TeOperand o{v.shape, ir::placeholder(str("arg", args.size()), v.shape, kernel_type(v.dtype)),
+                  std::nullopt};
       args.push_back(arg);
       placeholders.push_back(o.tensor);
       env[name] = o;
@@ -472,12 +475,23 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
 
   EntrySpec spec;
   auto entry_type = [](DType t) {
-    return t == DType::I64 ? EntryType::Int64 : t == DType::Bool ? EntryType::Bool : EntryType::Float32;
+    switch (t) {
+      case DType::I64:
+        return EntryType::Int64;
+      case DType::Bool:
+        return EntryType::Bool;
+      case DType::F16:
+        return EntryType::Float16;
+      case DType::BF16:
+        return EntryType::BFloat16;
+      default:
+        return EntryType::Float32;
+    }
   };
   for (const std::string& n : graph.inputs) {
     const Value& v = graph.value(n);
     spec.inputs.push_back({n, v.shape, entry_type(v.dtype)});
-    if (v.dtype != DType::F32) {
+    if (v.dtype == DType::I64 || v.dtype == DType::Bool) {
       // Kernels read int64 and bool inputs as floats: a copy converted on entry, after the
       // planned intermediates and live all through the run.
       auto at = static_cast<int64_t>(spec.inputs.size() - 1);
@@ -508,7 +522,9 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
       return {EntryBuffer::Kind::Constant, it->second};
     }
     auto o = std::find(graph.outputs.begin(), graph.outputs.end(), v);
-    if (o != graph.outputs.end() && graph.value(v).dtype == DType::F32) {
+    // Float outputs, and a float16 model's, are written by their kernels in the caller's buffer.
+    if (o != graph.outputs.end() &&
+        (graph.value(v).dtype == DType::F32 || is_storage16(graph.value(v).dtype))) {
       return {EntryBuffer::Kind::Output, o - graph.outputs.begin()};
     }
     return {EntryBuffer::Kind::Workspace, cm.memory.buffers.at(v).offset};
@@ -537,6 +553,11 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
     if (v.dtype != DType::F32 && v.constant) {
       // A constant of another type (a folded shape, a comparison of constants): its bytes.
       EntryCopy c{{EntryBuffer::Kind::Constant, 0}, static_cast<int64_t>(k), {}};
+      for (float x : is_storage16(v.dtype) ? v.constant->f : std::vector<float>{}) {
+        const uint16_t bits = v.dtype == DType::F16 ? f16_bits(x) : bf16_bits(x);
+        c.literal.push_back(static_cast<uint8_t>(bits & 0xFF));
+        c.literal.push_back(static_cast<uint8_t>(bits >> 8));
+      }
       for (int64_t x : v.constant->i) {
         if (v.dtype == DType::Bool) {
           c.literal.push_back(x != 0);

@@ -1,7 +1,9 @@
 #include "graph/model_library.h"
 
-#include "compiler/model_entry.h"
+#include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/float16.h"
+#include "compiler/model_entry.h"
 
 namespace tf::graph {
 
@@ -11,8 +13,24 @@ namespace {
 std::vector<TensorInfo> tensor_infos(const std::vector<ModelTensor>& ts) {
   std::vector<TensorInfo> out;
   for (const ModelTensor& t : ts) {
-    out.push_back({t.name, Shape(t.shape.begin(), t.shape.end()),
-                   t.dtype == ModelDType::I64 ? DType::I64 : t.dtype == ModelDType::Bool ? DType::Bool : DType::F32});
+    DType d = DType::F32;
+    switch (t.dtype) {
+      case ModelDType::I64:
+        d = DType::I64;
+        break;
+      case ModelDType::Bool:
+        d = DType::Bool;
+        break;
+      case ModelDType::F16:
+        d = DType::F16;
+        break;
+      case ModelDType::BF16:
+        d = DType::BF16;
+        break;
+      case ModelDType::F32:
+        break;
+    }
+    out.push_back({t.name, Shape(t.shape.begin(), t.shape.end()), d});
   }
   return out;
 }
@@ -40,6 +58,7 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   std::vector<const void*> in;
   std::vector<std::vector<uint8_t>> bool_inputs(
       inputs.size());  // one byte each, as the ABI takes them
+  std::vector<std::vector<uint16_t>> bits16(inputs.size());  // float16 and bfloat16 inputs' bits
   for (size_t k = 0; k < inputs.size(); ++k) {
     const TensorInfo& want = inputs_[k];
     const HostTensor& t = *inputs[k];
@@ -56,23 +75,33 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
       in.push_back(t.i.data());
       continue;
     }
+    if (is_storage16(t.dtype)) {  // values of the type (rounded if they were not)
+      for (float x : t.f) bits16[k].push_back(t.dtype == DType::F16 ? f16_bits(x) : bf16_bits(x));
+      in.push_back(bits16[k].data());
+      continue;
+    }
     for (int64_t x : t.i) bool_inputs[k].push_back(x != 0);
     in.push_back(bool_inputs[k].data());
   }
   outputs.resize(outputs_.size());
   std::vector<void*> out;
   std::vector<std::vector<uint8_t>> bools(outputs_.size());  // one byte each, as the library writes them
+  std::vector<std::vector<uint16_t>> out16(outputs_.size());  // float16 and bfloat16 outputs' bits
   for (size_t k = 0; k < outputs_.size(); ++k) {
     const TensorInfo& o = outputs_[k];
     int64_t n = num_elements(o.shape);
     // The data's size too: a default HostTensor has the shape of a rank-0 output, no data.
-    size_t have = o.dtype == DType::F32 ? outputs[k].f.size() : outputs[k].i.size();
+    size_t have = holds_floats(o.dtype) ? outputs[k].f.size() : outputs[k].i.size();
     if (outputs[k].shape != o.shape || outputs[k].dtype != o.dtype ||
         have != static_cast<size_t>(n)) {
-      outputs[k] = o.dtype == DType::F32 ? HostTensor::floats(o.shape, std::vector<float>(n))
-                                         : HostTensor::ints(o.shape, std::vector<int64_t>(n), o.dtype);
+      outputs[k] = holds_floats(o.dtype)
+                       ? HostTensor::floats(o.shape, std::vector<float>(n), o.dtype)
+                       : HostTensor::ints(o.shape, std::vector<int64_t>(n), o.dtype);
     }
-    if (o.dtype == DType::Bool) {
+    if (is_storage16(o.dtype)) {
+      out16[k].resize(static_cast<size_t>(n));
+      out.push_back(out16[k].data());
+    } else if (o.dtype == DType::Bool) {
       bools[k].resize(static_cast<size_t>(n));
       out.push_back(bools[k].data());
     } else {
@@ -96,6 +125,9 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   check_status(status);
   for (size_t k = 0; k < outputs_.size(); ++k) {
     for (size_t e = 0; e < bools[k].size(); ++e) outputs[k].i[e] = bools[k][e];
+    for (size_t e = 0; e < out16[k].size(); ++e)
+      outputs[k].f[e] =
+          outputs_[k].dtype == DType::F16 ? f16_value(out16[k][e]) : bf16_value(out16[k][e]);
   }
 }
 

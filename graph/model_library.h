@@ -37,11 +37,11 @@ class ModelLibrary {
   void run(const std::vector<const HostTensor*>& inputs, std::vector<HostTensor>& outputs,
            void* workspace = nullptr) const;
 
-  // Runs the model on buffers already in the ABI's layout (contiguous; float32, int64, one
-  // byte per bool), which the caller checked against inputs() and outputs() (the Python
-  // package passes NumPy arrays and PyTorch tensors so, without copies). UserError naming the
-  // problem for an int64 input past what the kernels hold exactly; std::runtime_error when
-  // the model runs out of memory or (a GPU library) its driver is missing or fails.
+  // Runs the model on buffers already in the ABI's layout (contiguous; float32, int64, float16 and
+  // bfloat16 bits, one byte per bool), which the caller checked against inputs() and outputs() (the
+  // Python package passes NumPy arrays and PyTorch tensors so, without copies). UserError naming
+  // the problem for an int64 input past what the kernels hold exactly; std::runtime_error when the
+  // model runs out of memory or (a GPU library) its driver is missing or fails.
   void run_raw(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                void* workspace = nullptr) const;
 

@@ -62,6 +62,8 @@ std::optional<TeOperand> constant_operand(const Graph& g, const Node& n, size_t 
   return o;
 }
 
+ir::Type kernel_type(DType t) { return is_storage16(t) ? ir::Type::uint16() : ir::Type::float32(); }
+
 void check_node_expressions(const Graph& g) {
   for (const Node& n : g.nodes) {
     if (op_kind(n.op) == OpKind::Anchor) continue;  // its workload is checked by task extraction
@@ -72,8 +74,9 @@ void check_node_expressions(const Graph& g) {
       } else if (std::optional<TeOperand> c = constant_operand(g, n, i)) {
         in.push_back(*c);
       } else {
-        const Shape& shape = g.value(n.inputs[i]).shape;
-        in.push_back(TeOperand{shape, ir::placeholder(str("arg", i), shape), std::nullopt});
+        const Value& v = g.value(n.inputs[i]);
+        in.push_back(TeOperand{
+            v.shape, ir::placeholder(str("arg", i), v.shape, kernel_type(v.dtype)), std::nullopt});
       }
     }
     try {

@@ -24,6 +24,10 @@
 
 namespace tf::graph {
 
+// The element type of the buffer a kernel reads graph value `v` from: float32 (int64 and bool
+// values are floats in kernels), or the uint16 bits of a float16 or bfloat16 model input.
+ir::Type kernel_type(DType t);
+
 // How a kernel sees one input of a node.
 struct TeOperand {
   Shape shape;

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
+#include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/float16.h"
 #include "graph/memory_budget.h"
 #include "graph/ops.h"
 
@@ -184,16 +186,27 @@ HostTensor parse_npy(const std::string& data, const std::string& path) {
   size_t avail = data.size() - start - header_len;
   const size_t width = descr == "<f4" || descr == "<i4"   ? 4
                        : descr == "<f8" || descr == "<i8" ? 8
+                       : descr == "<f2"                   ? 2
                        : descr == "|b1"                   ? 1
                                                           : 0;
   if (width == 0) {
-    throw UserError(str(path, ": element type '", descr,
-                        "' is not supported (float32 '<f4', float64 '<f8', int64 '<i8', int32 "
-                        "'<i4', bool '|b1')"));
+    throw UserError(
+        str(path, ": element type '", descr,
+            "' is not supported (float32 '<f4', float64 '<f8', float16 '<f2', int64 '<i8', int32 "
+            "'<i4', bool '|b1')"));
   }
   if (avail != static_cast<size_t>(n) * width) {
     throw UserError(str(path, ": holds ", avail, " bytes of data for shape ", shape_str(shape), " (",
                         static_cast<size_t>(n) * width, " expected)"));
+  }
+  if (descr == "<f2") {
+    std::vector<float> v(n);
+    for (int64_t k = 0; k < n; ++k) {
+      uint16_t h;
+      std::memcpy(&h, body + k * 2, 2);
+      v[k] = f16_value(h);
+    }
+    return HostTensor::floats(shape, std::move(v), DType::F16);
   }
   if (descr == "<f4" || descr == "<f8") {
     std::vector<float> v(n);
@@ -228,7 +241,11 @@ void write_npy(const std::string& path, const HostTensor& t) {
   for (int64_t d : t.shape) shape += std::to_string(d) + ",";
   if (t.shape.size() > 1) shape.pop_back();
   shape += ")";
-  const char* descr = t.dtype == DType::F32 ? "<f4" : t.dtype == DType::I64 ? "<i8" : "|b1";
+  // bfloat16, which NumPy has no type for, as float32 (exact).
+  const char* descr = t.dtype == DType::F32 || t.dtype == DType::BF16 ? "<f4"
+                      : t.dtype == DType::F16                         ? "<f2"
+                      : t.dtype == DType::I64                         ? "<i8"
+                                                                      : "|b1";
   std::string header = str("{'descr': '", descr, "', 'fortran_order': False, 'shape': ", shape, ", }");
   // Magic (6) + version (2) + length (2) + header + '\n', padded to 64 bytes.
   size_t total = 10 + header.size() + 1;
@@ -241,14 +258,27 @@ void write_npy(const std::string& path, const HostTensor& t) {
   char lb[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
   f.write(lb, 2);
   f << header;
-  if (t.dtype == DType::F32) {
+  if (t.dtype == DType::F32 || t.dtype == DType::BF16) {
     f.write(reinterpret_cast<const char*>(t.f.data()), static_cast<std::streamsize>(t.f.size() * 4));
+  } else if (t.dtype == DType::F16) {
+    for (float x : t.f) {
+      const uint16_t h = f16_bits(x);
+      f.write(reinterpret_cast<const char*>(&h), 2);
+    }
   } else if (t.dtype == DType::I64) {
     f.write(reinterpret_cast<const char*>(t.i.data()), static_cast<std::streamsize>(t.i.size() * 8));
   } else {
     for (int64_t x : t.i) f.put(x != 0 ? 1 : 0);
   }
   if (!f) throw UserError(str("cannot write ", path));
+}
+
+HostTensor npy_as_input(HostTensor t, DType want) {
+  if (want == DType::BF16 && t.dtype == DType::F32) {
+    for (float& x : t.f) x = round_bf16(x);
+    t.dtype = DType::BF16;
+  }
+  return t;
 }
 
 }  // namespace tf::graph

@@ -19,6 +19,10 @@ namespace tf::graph {
 HostTensor read_npy(const std::string& path, int64_t max_bytes = INT64_MAX);
 // The same from the file's bytes; `path` names it in errors.
 HostTensor parse_npy(const std::string& data, const std::string& path);
-void write_npy(const std::string& path, const HostTensor& t);  // float32, int64 or bool
+// float32, float16 ('<f2'), int64 or bool; bfloat16, which NumPy has no type for, as float32.
+void write_npy(const std::string& path, const HostTensor& t);
+// `t`, read from an .npy, as a model input of type `want`: a bfloat16 input is given as
+// float32 (rounded to nearest even here); others as they are.
+HostTensor npy_as_input(HostTensor t, DType want);
 
 }  // namespace tf::graph

@@ -2,10 +2,13 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -231,13 +234,14 @@ Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
       type = DType::Bool;
       break;  // masks
     case onnx::TensorProto::FLOAT16:
+      type = DType::F16;
+      break;  // read by a Cast to float32 (import_onnx_bytes)
     case onnx::TensorProto::BFLOAT16:
-      throw UserError(str(what, " is ", onnx_type_name(tt.elem_type()), "; model inputs must be float32, int64 or "
-                          "bool (a float16 model's inside is computed in float32: convert it keeping float32 "
-                          "inputs and outputs, as onnxconverter_common's keep_io_types=True does)"));
+      type = DType::BF16;
+      break;
     default:
       throw UserError(str(what, " is ", onnx_type_name(tt.elem_type()),
-                          "; model inputs must be float32, int64 or bool"));
+                          "; model inputs must be float32, float16, bfloat16, int64 or bool"));
   }
   if (!tt.has_shape()) throw UserError(str(what, " has no shape; tunefarm needs static shapes"));
   Value v{vi.name(), type, {}, std::nullopt};
@@ -317,6 +321,40 @@ void add_node(Node n, Graph& g, const std::string& file, int64_t& budget) {
   g.nodes.push_back(std::move(n));
 }
 
+// Output `name`, declared float16 or bfloat16 (`type`): the float32 value the nodes compute is
+// renamed, and a storage Cast writes `name` in 16 bits from it. An input given back as it is
+// stays as it is.
+void store_as_16_bits(Graph& g, const std::string& name, DType type,
+                      const std::function<std::string(const std::string&)>& unused,
+                      const std::string& file, int64_t& budget) {
+  const DType has = g.value(name).dtype;
+  if (has == type) return;
+  if (has != DType::F32 || g.is_input(name)) {
+    throw UserError(str(file, ": graph output '", name, "' is declared ", dtype_name(type),
+                        " but is ", g.is_input(name) ? "the model's input of type " : "",
+                        dtype_name(has)));
+  }
+  const std::string wide = unused(name + "_float32");
+  Value v = std::move(g.values.at(name));
+  g.values.erase(name);
+  v.name = wide;
+  g.values[wide] = std::move(v);
+  for (Node& n : g.nodes) {
+    for (std::vector<std::string>* names : {&n.inputs, &n.outputs})
+      std::replace(names->begin(), names->end(), name, wide);
+  }
+  std::set<std::string> node_names;
+  for (const Node& n : g.nodes) node_names.insert(n.name);
+  std::string node = name + "_storage";
+  for (int k = 1; node_names.count(node); ++k) node = str(name, "_storage_", k);
+  Node cast{node,
+            "Cast",
+            {wide},
+            {name},
+            {{"to", int64_t{type == DType::F16 ? 10 : 16}}, {kStorageCast, int64_t{1}}}};
+  add_node(std::move(cast), g, file, budget);
+}
+
 }  // namespace
 
 Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
@@ -349,8 +387,29 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     g.values[vi.name()] = input_value(vi, file);
     g.inputs.push_back(vi.name());
   }
+  // A float16 (bfloat16) model's 16-bit inputs and outputs (graph/graph.h): the graph computes
+  // in float32 between them. Each such input is read through a Cast to float32, whose result the
+  // model's nodes read instead; names for them that the model does not use.
+  std::set<std::string> names;
+  for (const auto& np : gp.node()) names.insert(np.output().begin(), np.output().end());
+  for (const auto& [name, v] : g.values) names.insert(name);
+  auto unused = [&](const std::string& base) {
+    std::string name = base;
+    for (int k = 1; names.count(name); ++k) name = str(base, "_", k);
+    names.insert(name);
+    return name;
+  };
   std::set<std::string> node_names;
+  std::map<std::string, std::string> read_as;  // a 16-bit input -> its float32 value
   int64_t fold_budget = kMaxImportFoldedTotal;
+  for (const std::string& in : g.inputs) {
+    if (!is_storage16(g.value(in).dtype)) continue;
+    Node cast{
+        unused(in + "_to_float32"), "Cast", {in}, {unused(in + "_float32")}, {{"to", int64_t{1}}}};
+    node_names.insert(cast.name);
+    read_as[in] = cast.outputs[0];
+    add_node(std::move(cast), g, file, fold_budget);
+  }
   int64_t recurrent_steps_left = kMaxRecurrentSteps;
   ImportSink sink{g, file, [&](Node m) { add_node(std::move(m), g, file, fold_budget); }, recurrent_steps_left};
   for (int k = 0; k < gp.node_size(); ++k) {
@@ -379,6 +438,9 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
                           "the default domain"));
     }
     n.inputs.assign(np.input().begin(), np.input().end());
+    for (std::string& in : n.inputs) {
+      if (auto it = read_as.find(in); it != read_as.end()) in = it->second;
+    }
     n.outputs.assign(np.output().begin(), np.output().end());
     for (const std::string& in : n.inputs) {
       if (!in.empty() && !g.values.count(in)) {
@@ -388,6 +450,11 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     }
     for (const auto& a : np.attribute())
       n.attrs[a.name()] = attribute(a, str(file, ": ", n.where()));
+    if (n.has(kStorageCast)) {
+      throw UserError(
+          str(file, ": ", n.where(), " has the attribute '", kStorageCast,
+              "', which is tunefarm's own (a model output's storage cast), not a model's"));
+    }
     // int8 and uint8 data are held as float32 values (graph/graph.h Narrow), which only the
     // quantization operators read as what they are; another operator would compute on them
     // as floats (a uint8 Div would not truncate).
@@ -418,13 +485,13 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
   for (const auto& vi : gp.output()) {
     if (!g.values.count(vi.name()))
       throw UserError(str(file, ": graph output '", vi.name(), "' is never computed"));
-    const Value& v = g.value(vi.name());
-    if (vi.type().has_tensor_type() && (vi.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT16 ||
-                                        vi.type().tensor_type().elem_type() == onnx::TensorProto::BFLOAT16)) {
-      throw UserError(str(file, ": graph output '", vi.name(), "' is ", onnx_type_name(vi.type().tensor_type().elem_type()),
-                          "; model outputs must be float32, int64 or bool (convert the model keeping float32 inputs "
-                          "and outputs, as onnxconverter_common's keep_io_types=True does)"));
+    const int32_t declared = vi.type().has_tensor_type() ? vi.type().tensor_type().elem_type() : 0;
+    if (declared == onnx::TensorProto::FLOAT16 || declared == onnx::TensorProto::BFLOAT16) {
+      store_as_16_bits(g, vi.name(),
+                       declared == onnx::TensorProto::FLOAT16 ? DType::F16 : DType::BF16, unused,
+                       file, fold_budget);
     }
+    const Value& v = g.value(vi.name());
     if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape()) {
       const auto& shape = vi.type().tensor_type().shape();
       bool static_dims = shape.dim_size() == static_cast<int>(v.shape.size());
@@ -443,6 +510,16 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     g.outputs.push_back(vi.name());
   }
   if (g.outputs.empty()) throw UserError(str(file, ": the graph has no outputs"));
+  // A 16-bit input no node reads (given back as it is) needs no Cast.
+  for (const auto& [in, wide] : read_as) {
+    bool read = g.is_output(wide);
+    for (const Node& n : g.nodes)
+      read = read || std::count(n.inputs.begin(), n.inputs.end(), wide) > 0;
+    if (read) continue;
+    std::erase_if(g.nodes,
+                  [&](const Node& n) { return n.outputs == std::vector<std::string>{wide}; });
+    g.values.erase(wide);
+  }
   verify(g);
   return g;
 }

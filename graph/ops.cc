@@ -194,7 +194,7 @@ HostTensor make_like(DType t, const Shape& s) {
   HostTensor h;
   h.dtype = t;
   h.shape = s;
-  if (t == DType::F32)
+  if (holds_floats(t))
     h.f.assign(num_elements(s), 0.0f);
   else
     h.i.assign(num_elements(s), 0);

@@ -3,10 +3,12 @@
 #include <array>
 #include <cmath>
 
+#include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/float16.h"
 #include "graph/op_te.h"
-#include "graph/te_kit.h"
 #include "graph/ops.h"
+#include "graph/te_kit.h"
 
 namespace tf::graph {
 namespace {
@@ -270,6 +272,11 @@ OpDef clip_op() {
 // ONNX TensorProto element types this graph can hold.
 DType cast_target(const Node& n) {
   int64_t to = n.get_int("to", -1);
+  if (n.has(kStorageCast)) {  // a float16 model's output (graph/graph.h)
+    if (to == 10 || to == 16) return to == 10 ? DType::F16 : DType::BF16;
+    throw UserError(str(n.where(), ": a storage cast (attribute ", kStorageCast,
+                        ") is to float16 (10) or bfloat16 (16), not ", to));
+  }
   // float16 (10) and bfloat16 (16) values are held and computed as float32 (a float16 model's
   // Casts: docs/precision.md), so a Cast to them keeps the value.
   if (to == 1 || to == 10 || to == 16) return DType::F32;
@@ -283,13 +290,22 @@ OpDef cast_op() {
   OpDef d{"Cast", 1, 1, nullptr, nullptr};
   d.te = te::cast_te;
   d.infer = [](const OpContext& c) {
-    return std::vector<TypeShape>{{cast_target(c.node), c.in(0).shape}};
+    const DType to = cast_target(c.node);
+    if (is_storage16(to) && c.in(0).dtype != DType::F32) {
+      throw UserError(str(c.node.where(), ": a storage cast to ", dtype_name(to),
+                          " reads float32, not ", dtype_name(c.in(0).dtype)));
+    }
+    return std::vector<TypeShape>{{to, c.in(0).shape}};
   };
   d.eval = [](const OpContext& c, const std::vector<const HostTensor*>& in) {
     DType to = cast_target(c.node);
     HostTensor out = make_like(to, in[0]->shape);
     for (int64_t k = 0; k < out.size(); ++k) {
-      if (to == DType::F32)
+      if (to == DType::F16)
+        out.f[k] = round_f16(in[0]->f[k]);
+      else if (to == DType::BF16)
+        out.f[k] = round_bf16(in[0]->f[k]);
+      else if (to == DType::F32)
         out.f[k] = static_cast<float>(in[0]->as_double(k));
       else if (to == DType::Bool)
         out.i[k] = in[0]->as_double(k) != 0;
@@ -508,7 +524,7 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(clip_op());
   describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(cast_op());
-  describe(ops.back(), OpKind::Elementwise, {"to"}, /*int64_exact=*/true);
+  describe(ops.back(), OpKind::Elementwise, {"to", kStorageCast}, /*int64_exact=*/true);
 }
 
 }  // namespace tf::graph

@@ -144,7 +144,17 @@ std::vector<Tensor> cast_te(const Graph& g, const Node& n, const OpContext& c, c
   // between float32, int64 and bool, all floats inside
   const TeOperand& x = need(n, in, 0);
   DType to = g.value(n.outputs[0]).dtype;
-  bool from_float = g.value(n.inputs[0]).dtype == DType::F32;
+  DType from = g.value(n.inputs[0]).dtype;
+  bool from_float = from == DType::F32;
+  // A float16 model's inputs and outputs: 16-bit bits in uint16 buffers (graph/graph.h).
+  if (is_storage16(from) || is_storage16(to)) {
+    return {elementwise(name, out, [&](const Index& i) {
+      Expr v = read_broadcast(x, i);
+      if (from == DType::F16) return ir::Call::make(ir::kF16ToFloat, {v});
+      if (from == DType::BF16) return ir::Call::make(ir::kBF16ToFloat, {v});
+      return ir::Call::make(to == DType::F16 ? ir::kFloatToF16 : ir::kFloatToBF16, {v});
+    })};
+  }
   return {elementwise(name, out, [&](const Index& i) {
     Expr v = read_broadcast(x, i);
     if (to == DType::Bool) return ir::select(is_false(v), ir::f32(0.0), ir::f32(1.0));

@@ -545,6 +545,12 @@ std::vector<TimingResult> GpuRuntime::time_models(const std::vector<const GpuMod
         to = c.bytes;
         continue;
       }
+      if (t.dtype == TF_DTYPE_FLOAT16 ||
+          t.dtype == TF_DTYPE_BFLOAT16) {  // from a buffer of its type (image.cc)
+        const auto at = static_cast<size_t>(c.from.index);
+        to = c.from.kind == GpuModelImage::ArgKind::Input ? inputs[m][at] : outputs[m][at];
+        continue;
+      }
       std::vector<float> f(static_cast<size_t>(t.elements));
       size_t n = f.size() * sizeof(float);
       const int64_t at = c.from.index;

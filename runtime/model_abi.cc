@@ -10,6 +10,9 @@
 #include <cstring>
 #include <string_view>
 
+#include "base/bfloat16.h"
+#include "base/float16.h"
+
 namespace tf {
 namespace {
 
@@ -32,7 +35,7 @@ std::vector<ModelTensor> describe(void* h, const std::string& path, const std::s
     const int64_t* s = shape(i);
     int32_t n = ndim(i);
     int32_t t = dtype ? dtype(i) : 1;
-    if (t != 1 && t != 7 && t != 9) {
+    if (!tf_dtype_known(t)) {
       throw ModelLoadError(path + ": " + role + " " + std::to_string(i) + " has element type " + std::to_string(t));
     }
     const std::string what = path + ": " + role + " " + std::to_string(i);
@@ -143,6 +146,14 @@ ModelBuffers make_model_buffers(const std::vector<ModelTensor>& inputs, const st
     int64_t n = t.elements();
     if (t.dtype == ModelDType::F32) {
       fill_random(static_cast<float*>(data), n, seed + i);
+    } else if (t.dtype == ModelDType::F16 || t.dtype == ModelDType::BF16) {
+      std::vector<float> r(static_cast<size_t>(n));
+      fill_random(r.data(), n, seed + i);
+      auto* bits = static_cast<uint16_t*>(data);
+      for (int64_t e = 0; e < n; ++e) {
+        const float x = r[static_cast<size_t>(e)];
+        bits[e] = t.dtype == ModelDType::F16 ? f16_bits(x) : bf16_bits(x);
+      }
     } else if (t.dtype == ModelDType::Bool) {
       std::vector<float> r(static_cast<size_t>(n));
       fill_random(r.data(), n, seed + i);

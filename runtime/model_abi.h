@@ -19,9 +19,15 @@
 namespace tf {
 
 // Element types of model inputs and outputs, by their ONNX codes (what the ABI's _dtype
-// entries return). Bools are one byte each, 0 or 1.
-enum class ModelDType : int32_t { F32 = TF_DTYPE_FLOAT32, I64 = TF_DTYPE_INT64, Bool = TF_DTYPE_BOOL };
-inline int64_t model_dtype_bytes(ModelDType t) { return t == ModelDType::F32 ? 4 : t == ModelDType::I64 ? 8 : 1; }
+// entries return). Bools are one byte each, 0 or 1; float16 and bfloat16 two (their bits).
+enum class ModelDType : int32_t {
+  F32 = TF_DTYPE_FLOAT32,
+  I64 = TF_DTYPE_INT64,
+  Bool = TF_DTYPE_BOOL,
+  F16 = TF_DTYPE_FLOAT16,
+  BF16 = TF_DTYPE_BFLOAT16
+};
+inline int64_t model_dtype_bytes(ModelDType t) { return tf_dtype_bytes(static_cast<int32_t>(t)); }
 
 // The most elements a model input or output may have (each dimension at least 0).
 constexpr int64_t kModelMaxElements = int64_t{1} << 36;

@@ -26,13 +26,16 @@
 //
 // A request with `model` set (CPU only): MODULE (and MODULE2) is a compiled model, called
 // through its C ABI (runtime/model_abi.h) on inputs made from its own description.
+#include <google/protobuf/util/json_util.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -41,20 +44,18 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <algorithm>
-#include <cstdlib>
 
-#include <google/protobuf/util/json_util.h>
-
+#include "base/bfloat16.h"
+#include "base/float16.h"
 #include "base/hash.h"
-#include "runtime/gpu_model/image.h"
-#include "runtime/gpu_runtime.h"
 #include "proto/credentials.h"
 #include "proto/tunefarm.pb.h"
+#include "runtime/gpu_model/image.h"
+#include "runtime/gpu_runtime.h"
 #include "runtime/kernel_library.h"
-#include "runtime/pack_layout.h"
 #include "runtime/measure_limits.h"
 #include "runtime/model_abi.h"
+#include "runtime/pack_layout.h"
 #include "runtime/sandbox.h"
 
 namespace pb = tunefarm::v1;
@@ -94,6 +95,10 @@ struct OutputView {
     switch (dtype) {
       case tf::ModelDType::I64: return static_cast<double>(static_cast<const int64_t*>(data)[i]);
       case tf::ModelDType::Bool: return static_cast<const uint8_t*>(data)[i];
+      case tf::ModelDType::F16:
+        return tf::f16_value(static_cast<const uint16_t*>(data)[i]);
+      case tf::ModelDType::BF16:
+        return tf::bf16_value(static_cast<const uint16_t*>(data)[i]);
       default: return static_cast<const float*>(data)[i];
     }
   }

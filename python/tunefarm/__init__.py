@@ -239,8 +239,9 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
     `tune` (a trial count, or a dict: trials, tracker, key, strategy) tunes the whole model
     first (tunefarm tune --model, or submit --model with `server`); the tuned configs of `db`
     (or the service) are then used. `precision` is --precision: on a GPU's inputs, "tf32",
-    "fp16" or "bf16" runs the products on its tensor cores (the model's inputs and outputs stay
-    float32: a .half() model is not supported yet)."""
+    "fp16" or "bf16" runs the products on its tensor cores. A .half() or .bfloat16() model with
+    inputs of that type takes and returns tensors of that type (computed in float32 between
+    them, its products in `precision`)."""
     cache = _cache_dir(cache_dir)
     torch_module = None
     if isinstance(model, (str, os.PathLike)):

@@ -2,7 +2,16 @@
 
 import torch
 
-_DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool}
+_DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool, "float16": torch.float16,
+           "bfloat16": torch.bfloat16}
+
+
+def _tensor(a, dtype):
+    """A NumPy output the library wrote, as a tensor of the model's type (bfloat16 comes as uint16
+    bits, which PyTorch takes as int16)."""
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 class TorchModule(torch.nn.Module):
@@ -47,9 +56,8 @@ class TorchModule(torch.nn.Module):
             return self._forward_device(keep)
         # The library reads the tensors' memory in place (kept alive by `keep` for the call).
         out = self._run([x.data_ptr() for x in keep], torch.get_num_threads())
-        if len(out) == 1:
-            return torch.from_numpy(out[0])
-        return tuple(torch.from_numpy(a) for a in out)
+        tensors = [_tensor(a, dtype) for a, (dtype, _) in zip(out, self._outs)]
+        return tensors[0] if len(tensors) == 1 else tuple(tensors)
 
     def _forward_device(self, inputs):
         device = inputs[0].device if inputs else torch.device("cuda", torch.cuda.current_device())

@@ -72,11 +72,15 @@ def _shape_str(shape):
 
 
 class _Arg:
-    """An argument's name, shape (a tuple) and NumPy element type, checked against arrays."""
+    """An argument's name, shape (a tuple) and NumPy element type, checked against arrays. A
+    bfloat16 model input or output, which NumPy has no type for, is a uint16 array of its bits
+    (PyTorch's bfloat16 tensors through tunefarm.optimize are taken as they are)."""
 
     def __init__(self, spec):
         import numpy as np
-        self.name, self.shape, self.dtype = spec["name"], tuple(spec["shape"]), np.dtype(spec["dtype"])
+        self.name, self.shape = spec["name"], tuple(spec["shape"])
+        self.bfloat16 = spec["dtype"] == "bfloat16"
+        self.dtype = np.dtype(np.uint16 if self.bfloat16 else spec["dtype"])
 
     def new(self):
         import numpy as np
@@ -91,7 +95,8 @@ class _Arg:
             raise TypeError("%s '%s' must be a NumPy array (or a PyTorch tensor through tunefarm.optimize), not %s" %
                             (role, self.name, type(a).__name__))
         if a.dtype != self.dtype:
-            raise TypeError("%s '%s' must be %s, not %s" % (role, self.name, self.dtype.name, a.dtype))
+            raise TypeError("%s '%s' must be %s, not %s" % (role, self.name, "uint16 (the bits of bfloat16 values: NumPy has "
+                                                            "no bfloat16)" if self.bfloat16 else self.dtype.name, a.dtype))
         if a.shape != self.shape:
             raise ValueError("%s '%s' must have shape %s, not %s" % (role, self.name, _shape_str(self.shape),
                                                                    _shape_str(a.shape)))

@@ -110,7 +110,7 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
       int64_t dtype;
       if (!w.next(t.elements) || !w.next(dtype)) return truncated;
       if (t.elements < 0 || t.elements > (int64_t{1} << 36)) return damaged("a tensor of " + std::to_string(t.elements) + " elements");
-      if (dtype != TF_DTYPE_FLOAT32 && dtype != TF_DTYPE_INT64 && dtype != TF_DTYPE_BOOL) return damaged("element type " + std::to_string(dtype));
+      if (!tf_dtype_known(dtype)) return damaged("element type " + std::to_string(dtype));
       t.dtype = static_cast<int32_t>(dtype);
       (side == 0 ? m.inputs : m.outputs).push_back(t);
     }
@@ -182,8 +182,12 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
   for (int64_t c = 0; c < counts[4]; ++c) {
     GpuModelImage::Conversion conv;
     if (!w.next(conv.input) || !w.next(conv.arena_offset)) return truncated;
-    if (conv.input < 0 || conv.input >= counts[0] || m.inputs[static_cast<size_t>(conv.input)].dtype == TF_DTYPE_FLOAT32 ||
-        !arg_ok({GpuModelImage::ArgKind::Arena, conv.arena_offset}, m.inputs[static_cast<size_t>(conv.input)].elements * 4)) {
+    // Only int64 and bool inputs are converted (float16 ones are read by kernels as they are).
+    if (conv.input < 0 || conv.input >= counts[0] ||
+        (m.inputs[static_cast<size_t>(conv.input)].dtype != TF_DTYPE_INT64 &&
+         m.inputs[static_cast<size_t>(conv.input)].dtype != TF_DTYPE_BOOL) ||
+        !arg_ok({GpuModelImage::ArgKind::Arena, conv.arena_offset},
+                m.inputs[static_cast<size_t>(conv.input)].elements * 4)) {
       return damaged("conversion " + std::to_string(c) + " is out of range");
     }
     m.conversions.push_back(conv);
@@ -201,13 +205,19 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
       copy.literal = true;
       copy.bytes = blob.substr(static_cast<size_t>(literal), static_cast<size_t>(bytes));
     } else {
-      bool ok = arg_ok(copy.from, out.elements * 4);
+      // Float32 data (converted to the output's type), or a 16-bit float output's own type.
+      const bool storage16 = out.dtype == TF_DTYPE_FLOAT16 || out.dtype == TF_DTYPE_BFLOAT16;
+      auto source_ok = [&](const GpuModelImage::Tensor& t) {
+        return t.elements == out.elements && t.dtype == (storage16 ? out.dtype : TF_DTYPE_FLOAT32);
+      };
+      bool ok = arg_ok(copy.from, out.elements * (storage16 ? 2 : 4));
+      if (storage16 && (copy.from.kind == GpuModelImage::ArgKind::Constant ||
+                        copy.from.kind == GpuModelImage::ArgKind::Arena))
+        ok = false;  // 16-bit outputs are copied only from the model's 16-bit buffers
       if (copy.from.kind == GpuModelImage::ArgKind::Input)
-        ok = ok && m.inputs[static_cast<size_t>(copy.from.index)].elements == out.elements &&
-             m.inputs[static_cast<size_t>(copy.from.index)].dtype == TF_DTYPE_FLOAT32;
+        ok = ok && source_ok(m.inputs[static_cast<size_t>(copy.from.index)]);
       if (copy.from.kind == GpuModelImage::ArgKind::Output)
-        ok = ok && m.outputs[static_cast<size_t>(copy.from.index)].elements == out.elements &&
-             m.outputs[static_cast<size_t>(copy.from.index)].dtype == TF_DTYPE_FLOAT32;
+        ok = ok && source_ok(m.outputs[static_cast<size_t>(copy.from.index)]);
       if (!ok) return damaged(where + " reads outside the model's buffers");
     }
     m.copies.push_back(std::move(copy));

@@ -19,7 +19,7 @@ struct GpuModelImage {
   struct Tensor {
     int64_t elements = 0;
     int32_t dtype = TF_DTYPE_FLOAT32;  // TF_DTYPE_* (ONNX numbering)
-    int64_t bytes() const { return elements * (dtype == TF_DTYPE_INT64 ? 8 : dtype == TF_DTYPE_BOOL ? 1 : 4); }
+    int64_t bytes() const { return elements * tf_dtype_bytes(dtype); }
   };
   enum class ArgKind { Input = 0, Output = 1, Constant = 2, Arena = 3 };
   struct Arg {

@@ -50,7 +50,24 @@ enum {
 
 enum { TF_GPU_PLATFORM_CUDA = 1, TF_GPU_PLATFORM_ROCM = 2 };
 /* Element types of inputs and outputs, ONNX's numbering (runtime/model_abi.h ModelDType). */
-enum { TF_DTYPE_FLOAT32 = 1, TF_DTYPE_INT64 = 7, TF_DTYPE_BOOL = 9 };
+enum {
+  TF_DTYPE_FLOAT32 = 1,
+  TF_DTYPE_INT64 = 7,
+  TF_DTYPE_BOOL = 9,
+  TF_DTYPE_FLOAT16 = 10,
+  TF_DTYPE_BFLOAT16 = 16
+};
+/* Whether t is one of them, and the bytes of one element (bools: one byte, 0 or 1). */
+static inline int tf_dtype_known(long long t) {
+  return t == TF_DTYPE_FLOAT32 || t == TF_DTYPE_INT64 || t == TF_DTYPE_BOOL ||
+         t == TF_DTYPE_FLOAT16 || t == TF_DTYPE_BFLOAT16;
+}
+static inline long long tf_dtype_bytes(long long t) {
+  return t == TF_DTYPE_INT64                               ? 8
+         : t == TF_DTYPE_BOOL                              ? 1
+         : t == TF_DTYPE_FLOAT16 || t == TF_DTYPE_BFLOAT16 ? 2
+                                                           : 4;
+}
 enum { TF_GPU_ARG_INPUT = 0, TF_GPU_ARG_OUTPUT = 1, TF_GPU_ARG_CONSTANT = 2, TF_GPU_ARG_ARENA = 3 };
 enum { TF_GPU_LAUNCH_FIXED_WORDS = 10 };
 enum { TF_GPU_CONSTANT_ALIGN = 256 };

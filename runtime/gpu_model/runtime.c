@@ -202,7 +202,7 @@ static int enter_device(void) {
   return 0;
 }
 
-static size_t dtype_bytes(int64_t dtype) { return dtype == TF_DTYPE_INT64 ? 8 : dtype == TF_DTYPE_BOOL ? 1 : 4; }
+static size_t dtype_bytes(int64_t dtype) { return (size_t)tf_dtype_bytes(dtype); }
 static size_t padded(size_t bytes) { return bytes < 256 ? 256 : bytes; } /* drivers refuse 0 */
 
 static int initialize(void) {
@@ -382,8 +382,12 @@ static int run_on_device(const devptr* in, const devptr* out, void* stream) {
     if (w[3] >= 0) {
       if (w[4] > 0) r = drv.memcpy_htod_async(out[output], tf_gpu_blob + w[3], (size_t)w[4], stream);
       if (!r) r = drv.stream_synchronize(stream);
-    } else if (dtype == TF_DTYPE_FLOAT32) {
-      if (n > 0) r = drv.memcpy_dtod_async(out[output], where(w[0], w[1], in, out), (size_t)n * 4, stream);
+    } else if (dtype == TF_DTYPE_FLOAT32 || dtype == TF_DTYPE_FLOAT16 ||
+               dtype == TF_DTYPE_BFLOAT16) {
+      /* (a 16-bit float output from a buffer of its type: graph/model_compiler.cc) */
+      if (n > 0)
+        r = drv.memcpy_dtod_async(out[output], where(w[0], w[1], in, out),
+                                  (size_t)n * dtype_bytes(dtype), stream);
     } else {
       int status = convert_output(output, where(w[0], w[1], in, out), out, stream);
       if (status) return status;

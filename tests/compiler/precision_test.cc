@@ -16,6 +16,7 @@
 #include "compiler/driver.h"
 #include "compiler/ir_printer.h"
 #include "compiler/lower.h"
+#include "compiler/model_codegen.h"
 #include "compiler/schedule_templates.h"
 #include "compiler/te.h"
 #include "runtime/kernel_library.h"
@@ -610,6 +611,96 @@ TEST(F16Kernels, TheConversionRoundsAsTheHostDoes) {
   }
   const CompiledKernel k = compile_kernel(parse_workload("matmul_fp16(M=4,N=1,K=2)"), host_target(), nullptr, "default", "");
   EXPECT_EQ(k.graph.arg_dtype(k.graph.inputs[1]), "float16x2");
+}
+
+// A float16 model's 16-bit inputs and outputs (uint16 bits; compiler/ir.h kFloatToF16 ...):
+// float to bits rounds as the host's f16_bits / bf16_bits do, bits to float is exact, on every
+// x86 instruction set this machine runs (with F16C and without), vectors and a scalar tail; the
+// same kernels compile to PTX (cvt.rn.f16.f32 / cvt.f32.f16 on NVIDIA GPUs).
+TEST(Storage16, ConversionsMatchTheHostOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_x86_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> xs = {1.0f + 0x1p-11f,
+                           1.0f + 3 * 0x1p-11f,
+                           65504.0f,
+                           65519.0f,
+                           65520.0f,
+                           -1e6f,
+                           inf,
+                           -inf,
+                           0x1p-24f,
+                           0x1.8p-25f,
+                           0x1p-25f,
+                           -3 * 0x1p-25f,
+                           0.1f,
+                           -1.0f / 3,
+                           0.0f,
+                           -0.0f,
+                           std::nanf(""),
+                           0x1.ffcp-15f,
+                           1e-30f,
+                           3e38f,
+                           1.00390625f,
+                           1.01171875f,
+                           -2.5e-40f};
+  while (xs.size() % 16 != 5) xs.push_back(static_cast<float>(xs.size()) * -37.3f + 0.001f);
+  const int64_t n = static_cast<int64_t>(xs.size());
+  for (bool bf16 : {false, true}) {
+    ir::Tensor x = ir::placeholder("x", {n});
+    ir::Tensor h = ir::compute("h", {n}, {"i"}, [&](const std::vector<ir::Expr>& i) {
+      return ir::Call::make(bf16 ? ir::kFloatToBF16 : ir::kFloatToF16, {ir::read(x, i)});
+    });
+    ir::Tensor hb = ir::placeholder("hb", {n}, Type::uint16());
+    ir::Tensor y = ir::compute("y", {n}, {"i"}, [&](const std::vector<ir::Expr>& i) {
+      return ir::Call::make(bf16 ? ir::kBF16ToFloat : ir::kF16ToFloat, {ir::read(hb, i)});
+    });
+    auto vectorized = [](ir::Tensor t, const std::vector<ir::Tensor>& inputs,
+                         const std::string& name) {
+      ir::Schedule s(t);
+      auto [o, in] = s[t].split(s[t].axis("i"), 16);
+      s[t].vectorize(in);
+      return lower(s, inputs, name).func;
+    };
+    const ir::LoweredFunc narrow = vectorized(h, {x}, "narrow");
+    const ir::LoweredFunc widen = vectorized(y, {hb}, "widen");
+    const char* type = bf16 ? "bfloat16" : "float16";
+    for (const std::string& ts : targets) {
+      std::vector<uint16_t> bits(static_cast<size_t>(n), 0x5A5A);
+      ASSERT_EQ(testing::build_for(narrow, parse_target(ts))
+                    ->call({xs.data(), reinterpret_cast<float*>(bits.data())}),
+                0);
+      std::vector<float> back(static_cast<size_t>(n), -7.0f);
+      ASSERT_EQ(testing::build_for(widen, parse_target(ts))
+                    ->call({reinterpret_cast<float*>(bits.data()), back.data()}),
+                0);
+      for (size_t k = 0; k < xs.size(); ++k) {
+        const uint16_t want = bf16 ? bf16_bits(xs[k]) : f16_bits(xs[k]);
+        if (std::isnan(xs[k])) {
+          EXPECT_EQ(bits[k] & 0x7FFF, want & 0x7FFF) << type << " NaN on " << ts;
+        } else {
+          EXPECT_EQ(bits[k], want) << type << " " << xs[k] << " on " << ts;
+        }
+        expect_same_value(back[k], bf16 ? bf16_value(bits[k]) : f16_value(bits[k]),
+                          str(type, " ", bits[k], " on ", ts));
+      }
+    }
+    // On a GPU, as a model's generic kernels are made (compiler/model_codegen.h).
+    const Target gpu = parse_target("cuda -arch=sm_80");
+    const std::string ptx =
+        codegen_llvm(lower_generic_kernel(h, {x}, gpu, "narrow", "narrow"), gpu, CodegenOutput::Asm)
+            .data +
+        codegen_llvm(lower_generic_kernel(y, {hb}, gpu, "widen", "widen"), gpu, CodegenOutput::Asm)
+            .data;
+    if (!bf16) {
+      EXPECT_NE(ptx.find("cvt.rn.f16.f32"), std::string::npos) << ptx;
+      EXPECT_NE(ptx.find("cvt.f32.f16"), std::string::npos) << ptx;
+    }
+    EXPECT_NE(ptx.find("ld.global.nc.u16"), std::string::npos) << type;
+    EXPECT_TRUE(ptx.find("st.global.u16") != std::string::npos ||
+                ptx.find("st.global.b16") != std::string::npos)
+        << ptx;
+  }
 }
 
 TEST(BF16Matmul, GpuTargetsSayTheyHaveNoTemplateYet) {

@@ -3,7 +3,6 @@
 // names what is at fault.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -13,15 +12,17 @@
 #include <functional>
 #include <random>
 
+#include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/float16.h"
 #include "graph/fusion.h"
 #include "graph/import_recurrent.h"
 #include "graph/model_compiler.h"
 #include "graph/model_library.h"
 #include "graph/onnx_import.h"
+#include "graph/ops.h"
 #include "graph/pass.h"
 #include "graph/quantize.h"
-#include "graph/ops.h"
 #include "graph/reference_run.h"
 #include "graph/tasks.h"
 #include "tests/graph/onnx_builder.h"
@@ -189,7 +190,9 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.input("x", {2}, onnx::TensorProto::INT32);
     b.node("Relu", {"x"}, {"y"});
     b.output("y");
-    expect(b, "graph input 'x' is int32; model inputs must be float32, int64 or bool");
+    expect(
+        b,
+        "graph input 'x' is int32; model inputs must be float32, float16, bfloat16, int64 or bool");
   }
   // OneHot and CumSum: what decides the output must be constant and well formed.
   auto onehot = [&](std::vector<int64_t> depth, std::vector<float> values, std::string want) {
@@ -1643,23 +1646,121 @@ TEST(OnnxImport, Float16ModelsComputeInFloat32) {
   std::vector<HostTensor> got = compile_and_run(compiled, {&x}, "dense", from_template);
   ASSERT_EQ(got.size(), 1u);
   for (size_t k = 0; k < 6; ++k) EXPECT_NEAR(got[0].f[k], want[k], 1e-3 * std::fabs(want[k]) + 1e-6) << k;
+}
 
-  ModelBuilder in16;
-  in16.input("x", {2}, onnx::TensorProto::FLOAT16);
-  in16.node("Relu", {"x"}, {"y"});
-  in16.output("y");
-  EXPECT_NE(in16.error().find("graph input 'x' is float16; model inputs must be float32, int64 or bool (a float16 "
-                              "model's inside is computed in float32"),
+// A model with float16 / bfloat16 inputs and outputs (docs/precision.md): each 16-bit input is
+// read through a Cast to float32, each 16-bit output written by a storage Cast from the float32
+// value the nodes compute (renamed); the reference rounds the output to the type; compiled for
+// this machine the library takes and returns 16-bit elements. verify() keeps 16-bit values at
+// the edges; what the import refuses names the value.
+TEST(OnnxImport, SixteenBitInputsAndOutputsAreCastAtTheEdges) {
+  for (int type : {onnx::TensorProto::FLOAT16, onnx::TensorProto::BFLOAT16}) {
+    const bool f16 = type == onnx::TensorProto::FLOAT16;
+    const DType dt = f16 ? DType::F16 : DType::BF16;
+    ModelBuilder b;
+    b.input("x", {2, 3}, type);
+    b.node("Mul", {"x", "x"}, {"y"});
+    b.node("Relu", {"y"}, {"z"});
+    b.output("y", {2, 3}, type);
+    b.output("z", {2, 3}, type);
+    Graph g = b.import();
+    EXPECT_EQ(g.value("x").dtype, dt);
+    EXPECT_EQ(g.value("y").dtype, dt);
+    EXPECT_EQ(g.value("z").dtype, dt);
+    ASSERT_EQ(g.nodes.size(), 5u);
+    EXPECT_EQ(g.nodes[0].op, "Cast");
+    EXPECT_EQ(g.nodes[0].inputs, std::vector<std::string>{"x"});
+    EXPECT_EQ(g.value(g.nodes[0].outputs[0]).dtype, DType::F32);
+    EXPECT_EQ(g.nodes[1].inputs,
+              (std::vector<std::string>{g.nodes[0].outputs[0], g.nodes[0].outputs[0]}));
+    EXPECT_EQ(g.nodes[2].inputs[0], "y_float32");  // Relu reads the float32 product, not the output
+    EXPECT_TRUE(g.nodes[3].has(kStorageCast));
+    // 1 + 2^-11 squared is a tie in float16 (rounds to 1 + 2^-10, even); 300^2 past bfloat16's 8
+    // bits.
+    const float tie = 1.0f + 0x1p-11f;
+    HostTensor x = HostTensor::floats(
+        {2, 3}, {f16 ? tf::round_f16(tie) : 1.0f, -2.0f, 0.5f, 300.0f, f16 ? 255.0f : 3.0f, 0.1f},
+        dt);
+    for (float& v : x.f) v = f16 ? tf::round_f16(v) : tf::round_bf16(v);
+    auto ref = run_reference(g, {{"x", x}});
+    ASSERT_EQ(ref.at("y").dtype, dt);
+    for (size_t k = 0; k < 6; ++k) {
+      const float sq = x.f[k] * x.f[k];
+      const float want = f16 ? tf::round_f16(sq) : tf::round_bf16(sq);
+      EXPECT_EQ(ref.at("y").f[k], want) << k;
+      EXPECT_EQ(ref.at("z").f[k], std::max(want, 0.0f)) << k;
+    }
+    Graph compiled = g;
+    PassOptions o;
+    o.channel_block = tf::host_target().vector_lanes();
+    run_passes(compiled, o);
+    int from_template = 0;
+    std::vector<HostTensor> got = compile_and_run(compiled, {&x}, "none", from_template);
+    ASSERT_EQ(got.size(), 2u);
+    for (size_t k = 0; k < 6; ++k) {
+      EXPECT_EQ(got[0].dtype, dt);
+      EXPECT_EQ(got[0].f[k], ref.at("y").f[k]) << k;
+      EXPECT_EQ(got[1].f[k], ref.at("z").f[k]) << k;
+    }
+  }
+  // An input given back as it is stays the input (no Cast).
+  ModelBuilder same;
+  same.input("x", {2}, onnx::TensorProto::FLOAT16);
+  same.output("x", {2}, onnx::TensorProto::FLOAT16);
+  EXPECT_TRUE(same.import().nodes.empty());
+  ModelBuilder other;
+  other.input("x", {2}, onnx::TensorProto::FLOAT16);
+  other.output("x", {2}, onnx::TensorProto::BFLOAT16);
+  EXPECT_NE(other.error().find(
+                "graph output 'x' is declared bfloat16 but is the model's input of type float16"),
             std::string::npos)
-      << in16.error();
-  ModelBuilder out16;
-  out16.input("x", {2});
-  set_int(out16.node("Cast", {"x"}, {"y"}), "to", onnx::TensorProto::FLOAT16);
-  auto* vo = out16.g->add_output();
-  vo->set_name("y");
-  vo->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT16);
-  EXPECT_NE(out16.error().find("graph output 'y' is float16; model outputs must be float32"), std::string::npos)
-      << out16.error();
+      << other.error();
+  ModelBuilder shape;
+  shape.input("x", {2, 3}, onnx::TensorProto::FLOAT16);
+  shape.node("Shape", {"x"}, {"s"});
+  shape.output("s", {2}, onnx::TensorProto::FLOAT16);
+  EXPECT_NE(shape.error().find("graph output 's' is declared float16 but is int64"),
+            std::string::npos)
+      << shape.error();
+  ModelBuilder own;
+  own.input("x", {2});
+  auto* c = own.node("Cast", {"x"}, {"y"});
+  set_int(c, "to", onnx::TensorProto::FLOAT16);
+  set_int(c, kStorageCast, 1);
+  own.output("y");
+  EXPECT_NE(own.error().find(
+                "node 'Cast_y' (Cast) has the attribute 'tf_storage', which is tunefarm's own"),
+            std::string::npos)
+      << own.error();
+  // verify(): a 16-bit value read by anything but a Cast to float32, or written by anything but
+  // a storage Cast.
+  ModelBuilder ok;
+  ok.input("x", {2}, onnx::TensorProto::FLOAT16);
+  ok.node("Relu", {"x"}, {"y"});
+  ok.output("y");
+  Graph g = ok.import();
+  Graph bad = g;
+  bad.nodes[1].inputs[0] = "x";
+  try {
+    verify(bad);
+    ADD_FAILURE() << "verify took a Relu of a float16 value";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "reads the float16 value 'x'; float16 and bfloat16 values are a model's inputs"),
+              std::string::npos)
+        << e.what();
+  }
+  bad = g;
+  bad.values.at("y").dtype = DType::BF16;
+  try {
+    verify(bad);
+    ADD_FAILURE() << "verify took a Relu writing bfloat16";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "writes the bfloat16 value 'y'; only a model output's storage Cast"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // fold-qdq: a MatMul of uint8 activations x per-column int8 weights and a Gemm of

@@ -40,12 +40,13 @@ struct ModelBuilder {
         dim->set_dim_value(d);
     }
   }
-  void output(const std::string& name, std::vector<int64_t> dims = {}) {
+  void output(const std::string& name, std::vector<int64_t> dims = {},
+              int type = onnx::TensorProto::FLOAT) {
     auto* vi = g->add_output();
     vi->set_name(name);
     if (dims.empty()) return;
     auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->set_elem_type(type);
     for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
   }
   void floats(const std::string& name, std::vector<float> v) {
