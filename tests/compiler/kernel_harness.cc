@@ -115,6 +115,7 @@ std::string Comparison::str() const {
 }
 
 std::vector<nlohmann::json> sample_configs(const Workload& w, const Target& t, int n) {
+  n = sweep(n, 1);  // the default and one sampled config under the sanitizers
   OpGraph g = build_op(w);
   std::vector<nlohmann::json> out = {default_config(g, t)};
   std::vector<KnobSpec> space = knob_space(g, t);

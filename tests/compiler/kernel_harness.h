@@ -16,6 +16,7 @@
 #include "compiler/reference.h"
 #include "compiler/target.h"
 #include "runtime/kernel_library.h"
+#include "tests/sanitized.h"
 
 namespace tf::testing {
 
@@ -53,7 +54,8 @@ Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Ta
 int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::vector<std::vector<float>>& bufs);
 
 // The default config of `w` on `t` and up to `n` random ones from its knob space that pass the
-// constraints (the same ones each run: seeded by the workload's text).
+// constraints (the same ones each run: seeded by the workload's text); under the sanitizers
+// the default and one (tests/sanitized.h).
 std::vector<nlohmann::json> sample_configs(const Workload& w, const Target& t, int n);
 
 

@@ -25,6 +25,7 @@
 #include "graph/ops.h"
 #include "graph/pass.h"
 #include "graph/reference_run.h"
+#include "tests/sanitized.h"
 
 namespace fs = std::filesystem;
 using namespace tf::graph;  // NOLINT
@@ -260,10 +261,13 @@ static int compile_node_tests(const tf::Target* gpu, int* refused_out, bool thro
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(kNodeTests)) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
+  int index = 0;
   for (const fs::path& dir : dirs) {
     std::string name = dir.filename().string();
     fs::path set = dir / "test_data_set_0";
     if (!fs::exists(set)) continue;
+    // Under the sanitizers the GPU builds take every third test (tests/sanitized.h).
+    if (!tf::testing::sampled(index++, gpu ? 3 : 1)) continue;
     std::vector<std::string> float_inputs;
     std::string bytes = with_constant_int_inputs(dir / "model.onnx", set, float_inputs);
     Graph g;
@@ -348,7 +352,7 @@ TEST(OnnxNodeTests, GpuLibrariesMatchTheExpectedOutputsThroughTheFakeDriver) {
   int compiled = compile_node_tests(&cuda, nullptr, /*through_driver=*/true);
   unsetenv("TF_FAKE_CUDA_KERNELS");
   unsetenv("TF_FAKE_CUDA_ALIASES");
-  EXPECT_GE(compiled, 190) << "too few node tests compile for a GPU for this to mean much";
+  EXPECT_GE(compiled, tf::testing::kSanitized ? 60 : 190) << "too few node tests compile for a GPU for this to mean much";
 }
 
 TEST(OnnxNodeTests, GpuScheduledModelsMatchTheExpectedOutputsEmulated) {
@@ -356,7 +360,7 @@ TEST(OnnxNodeTests, GpuScheduledModelsMatchTheExpectedOutputsEmulated) {
     GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
   tf::Target cuda = tf::parse_target("cuda -arch=sm_90");
   int compiled = compile_node_tests(&cuda, nullptr);
-  EXPECT_GE(compiled, 190) << "too few node tests compile for a GPU for this to mean much";
+  EXPECT_GE(compiled, tf::testing::kSanitized ? 60 : 190) << "too few node tests compile for a GPU for this to mean much";
 }
 
 // Models cross-compiled for aarch64 (a Raspberry Pi 4's cortex-a72) run under qemu-aarch64
