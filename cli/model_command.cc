@@ -41,6 +41,17 @@ using nlohmann::json;
 using graph::channel_block;
 using graph::load_model;
 
+void add_dim_options(CLI::App* cmd, DimArgs& a) {
+  cmd->add_option(
+      "--dim", a.dims,
+      "--model: the size of a dynamic input dimension by its name, as name=size (--dim batch=8; "
+      "repeatable; `import` lists a model's)");
+  cmd->add_option("--input-shape", a.shapes,
+                  "--model: an input's whole shape, as input=d0,d1,... (--input-shape "
+                  "x=1,3,224,224), for dynamic "
+                  "dimensions without a name (repeatable)");
+}
+
 void add_import_command(CLI::App& app, ImportArgs& a) {
   a.cmd = app.add_subcommand(
       "import", "Import an ONNX model: its graph after the graph passes and the tunable tasks");
@@ -57,6 +68,7 @@ void add_import_command(CLI::App& app, ImportArgs& a) {
                     "print the graph after this pass to stderr, or 'all' (repeatable)");
   a.cmd->add_flag("--list-passes", a.list_passes, "list the graph passes and exit");
   add_precision_option(a.cmd, a.precision);
+  add_dim_options(a.cmd, a.dims);
   a.cmd->add_flag("--json", a.json, "print JSON");
 }
 
@@ -135,7 +147,22 @@ int run_import(const ImportArgs& a) {
   opts.precision = parse_precision(a.precision);
   opts.tensor_cores = tensor_cores(target);
   check_pass_options(opts);
-  Graph g = import_onnx(a.model);
+  const InputBinding bind = a.dims.binding();
+  Graph g;
+  try {
+    g = import_onnx(a.model, bind);
+  } catch (const UserError& e) {
+    // A model with dynamic dimensions: name them all, and how to give their sizes (the file
+    // imported up to its inputs, so it reads and parses).
+    if (std::string(e.what()).find("dynamic dimension") == std::string::npos) throw;
+    std::map<std::string, int64_t> dims = model_symbolic_dims(read_file(a.model), a.model);
+    std::string unbound;
+    for (const auto& [d, at] : dims)
+      unbound += bind.dims.count(d) ? "" : str(unbound.empty() ? "" : ", ", d);
+    if (unbound.empty()) throw;
+    throw UserError(str(e.what(), "\n", a.model, " has the dynamic dimensions ", unbound,
+                        "; give each a size with --dim NAME=SIZE"));
+  }
   GraphStats imported = graph_stats(g);
   size_t nodes_imported = g.nodes.size();
   opts.dump_sink = [](const std::string& pass, const Graph& gr) {
@@ -173,6 +200,8 @@ int run_import(const ImportArgs& a) {
             {"bf16_nodes", g.bf16_nodes},
             {"fp16_nodes", g.fp16_nodes},
             {"tensor_core_nodes", g.tensor_core_nodes}};
+  if (!bind.dims.empty()) j["dims"] = bind.dims;
+  if (!bind.shapes.empty()) j["input_shapes"] = bind.shapes;
   j["passes"] = json::array();
   for (const PassReport& r : reports) {
     j["passes"].push_back({{"name", r.name},
@@ -214,6 +243,13 @@ int run_import(const ImportArgs& a) {
                   t["name"].get<std::string>().c_str(), t["dtype"].get<std::string>().c_str(),
                   shape_str(t["shape"].get<Shape>()).c_str());
     }
+  }
+  if (!bind.empty()) {
+    std::string given;
+    for (const auto& [d, size] : bind.dims) given += str(given.empty() ? "" : ", ", d, "=", size);
+    for (const auto& [in, shape] : bind.shapes)
+      given += str(given.empty() ? "" : ", ", in, "=", shape_str(shape));
+    std::printf("dims      %s (given)\n", given.c_str());
   }
   std::printf("params    %lld floats (%.1f MB of constants)\n",
               static_cast<long long>(after.parameters),
@@ -305,6 +341,7 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
                   "device 0)");
   add_max_memory_option(run, a.max_memory);
   add_precision_option(run, a.precision);
+  add_dim_options(run, a.dims);
   run->add_flag("--tensor-cores", a.tensor_cores,
                 "with --reference and --precision tf32/fp16/bf16: evaluate every MatMul and Gemm as a cuda target's "
                 "tensor cores compute it (what `compile --model -t cuda... --precision` builds): their accuracy "
@@ -392,8 +429,9 @@ int compile_model_file(const ModelCompileArgs& a) {
   if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");
   Target t = parse_target(a.target);
   int64_t budget = memory_budget(a.max_memory);
-  graph::Graph g = load_model(a.model, a.opt_level, a.disable, channel_block(t), graph::parse_precision(a.precision),
-                              graph::tensor_cores(t));
+  graph::Graph g =
+      load_model(a.model, a.opt_level, a.disable, channel_block(t),
+                 graph::parse_precision(a.precision), graph::tensor_cores(t), a.dims.binding());
   auto start = std::chrono::steady_clock::now();
   graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget, a.emulate_gpu);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -448,6 +486,10 @@ int run_model(const ModelRunArgs& a) {
   }
   if (!a.device.empty() && !library)
     throw UserError(str("--device ", a.device, " is for a library compiled for a GPU; ", a.model, " is not a library"));
+  if (library && a.dims.given()) {
+    throw UserError(str("--dim and --input-shape size an .onnx model's dynamic dimensions; ",
+                        a.model, " is a library, compiled for fixed shapes"));
+  }
   if (library) {
     lib = std::make_unique<ModelLibrary>(a.model);
     mode = "compiled library";
@@ -470,9 +512,10 @@ int run_model(const ModelRunArgs& a) {
     // --precision bf16, whose convolutions are converted in the blocked layout.
     const graph::Precision precision = graph::parse_precision(a.precision);
     g = load_model(a.model, a.opt_level, a.disable,
-                   a.tensor_cores || (a.reference && precision == graph::Precision::Float32) ? 0
-                                                                                          : channel_block(host_target()),
-                   precision, a.tensor_cores);
+                   a.tensor_cores || (a.reference && precision == graph::Precision::Float32)
+                       ? 0
+                       : channel_block(host_target()),
+                   precision, a.tensor_cores, a.dims.binding());
     if (!a.reference) {
       tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
       std::filesystem::create_directories(tmp_dir);

@@ -2,15 +2,15 @@
 // extracted from it; `tunefarm run --model` (docs/models.md).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "compiler/target.h"
 #include "graph/graph.h"
+#include "graph/onnx_import.h"
 #include "tuner/model_comparison.h"
 
 namespace tf::db {
@@ -19,12 +19,22 @@ class Database;
 
 namespace tf::cli {
 
+// --dim name=size and --input-shape input=d0,d1,... (repeatable): sizes for a model's dynamic
+// input dimensions (graph::InputBinding), on every command that reads an .onnx model.
+struct DimArgs {
+  std::vector<std::string> dims, shapes;
+  graph::InputBinding binding() const { return graph::parse_binding(dims, shapes); }
+  bool given() const { return !dims.empty() || !shapes.empty(); }
+};
+void add_dim_options(CLI::App* cmd, DimArgs& args);
+
 struct ImportArgs {
   std::string model;
   std::string target = "llvm -mcpu=native";
   int opt_level = 2;
   std::vector<std::string> disable, dump;
   std::string precision = "fp32";
+  DimArgs dims;
   bool json = false, list_passes = false;
   CLI::App* cmd = nullptr;
 };
@@ -63,6 +73,7 @@ struct ModelRunArgs {
   // --tensor-cores: with --reference, products at --precision as a cuda target's tensor cores
   // compute them (graph::PassOptions::tensor_cores), for their accuracy without a GPU.
   bool tensor_cores = false;
+  DimArgs dims;                // an .onnx model's dynamic dimensions
   db::Database* db = nullptr;  // tuned configs, when compiling
 };
 void add_model_run_options(CLI::App* run, ModelRunArgs& args);
@@ -79,6 +90,7 @@ struct ModelCompileArgs {
   std::string max_memory;  // --max-memory; empty: graph::default_memory_budget()
   bool emulate_gpu = false;  // --emulate-gpu: graph::compile_model's emulate_gpu
   std::string precision = "fp32";  // --precision
+  DimArgs dims;                    // --dim, --input-shape
 };
 // The --max-memory option, on `run` and `compile`.
 void add_max_memory_option(CLI::App* cmd, std::string& value);

@@ -98,13 +98,15 @@ json job_from_flags(const ServiceArgs& a) {
     throw UserError(str("--weight given ", a.weights.size(), " times for ", a.workloads.size(),
                         " workloads: give one per -w, in order"));
   }
+  if (a.dims.given() && a.model.empty())
+    throw UserError("--dim and --input-shape are for --model (a workload's sizes are in its spec)");
   if (tunes_model(a)) {
     // The model's tasks, extracted here for the target they will compile for (the job's), as
     // compile --model will compile it: workloads weighted by how many nodes each computes.
     if (!a.job_file.empty()) throw UserError("give the workloads in the job file or with --model, not both");
     Target t = a.target.empty() ? host_target() : parse_target(a.target);
-    graph::TaskList list =
-        graph::extract_tasks(load_model_for_target(a.model, t, 2, {}, graph::parse_precision(a.precision)));
+    graph::TaskList list = graph::extract_tasks(load_model_for_target(
+        a.model, t, 2, {}, graph::parse_precision(a.precision), a.dims.binding()));
     if (list.tasks.empty()) {
       throw UserError(str("model ", a.model, " has no tunable task for ", t.short_str(), " (`tunefarm import ", a.model,
                           "` lists its nodes)"));
@@ -135,6 +137,11 @@ json job_from_flags(const ServiceArgs& a) {
   if (given("--early-stop")) j["early_stop"] = a.early_stop;
   if (given("--model")) j["model"] = a.model;
   if (given("--precision")) j["precision"] = a.precision;
+  if (a.dims.given()) {
+    const graph::InputBinding b = a.dims.binding();
+    j["dims"] = b.dims;
+    j["input_shapes"] = b.shapes;
+  }
   if (given("--batch")) j["batch"] = a.batch;
   if (given("--boards")) j["boards"] = a.boards;
   return j;
@@ -208,6 +215,7 @@ void add_service_commands(CLI::App& app, ServiceArgs& a) {
                 "as compile --model will compile it; weights: how many nodes each computes); with -w, only the "
                 "name of the model the workloads come from (shown in `tunefarm jobs`)");
   add_precision_option(s, a.precision);
+  add_dim_options(s, a.dims);
   s->add_option("--batch", a.batch, "configs built and measured together")->capture_default_str();
   s->add_option("--boards", a.boards, "farm boards to lease at once (with --key)")->capture_default_str();
   s->add_flag("--watch", a.watch, "follow the job after submitting it (as `tunefarm watch`)");

@@ -3,12 +3,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "cli/common.h"
+#include "cli/model_command.h"
 #include "service/service_client.h"
 
 namespace tf::cli {
@@ -18,6 +18,7 @@ struct ServiceArgs {
   std::string sub;  // submit, jobs, watch, cancel
   ServerArgs server;
   std::string job_file, key, target, strategy = "xgb", model, precision = "fp32";
+  DimArgs dims;  // --model: its dynamic dimensions
   std::vector<std::string> workloads;
   std::vector<double> weights;
   int trials = 200, priority = 0, early_stop = 0, batch = 8, boards = 1;

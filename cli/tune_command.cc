@@ -182,6 +182,7 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
                 "under one --trials budget that the task scheduler shares out by each task's share of the "
                 "model's time (instead of --workload)");
   add_precision_option(t, a.precision);
+  add_dim_options(t, a.dims);
   t->add_option("--target,-t", a.target, "target (default: this machine with --local, the boards' own with --tracker)");
   t->add_flag("--local", a.local, "measure on this machine, each kernel in an isolated process (no daemons)");
   t->add_option("--tracker", a.tracker, "measure on farm boards leased from this tracker, HOST:PORT");
@@ -252,6 +253,8 @@ int run_tune_model(const TuneArgs& a);
 int run_tune_impl(const TuneArgs& a) {
   check_args(a);
   if (a.model.empty()) refuse_precision_without_model(a.precision);
+  if (a.model.empty() && a.dims.given())
+    throw UserError("--dim and --input-shape are for --model (a workload's sizes are in its spec)");
   if (!a.model.empty()) return run_tune_model(a);
   Workload w = parse_workload(a.workload);
   // The database first: a bad --db fails before any work.
@@ -427,7 +430,8 @@ int run_tune_model(const TuneArgs& a) {
   std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
   Session session = open_tune_session(a, "");
   const Target& t = session.target;
-  graph::Graph g = load_model_for_target(a.model, t, 2, {}, graph::parse_precision(a.precision));
+  graph::Graph g = load_model_for_target(a.model, t, 2, {}, graph::parse_precision(a.precision),
+                                         a.dims.binding());
   graph::TaskList list = graph::extract_tasks(g);
   if (list.tasks.empty()) {
     throw UserError(str("model ", a.model, " has no tunable task for ", t.short_str(), " (", list.untunable.size(),

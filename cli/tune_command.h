@@ -3,10 +3,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <string>
 
+#include "cli/model_command.h"
 #include "tuner/builder.h"
 #include "tuner/session.h"
 #include "tuner/tune.h"
@@ -17,6 +17,7 @@ struct TuneArgs {
   std::string workload, target, db;
   std::string model;  // --model: every tunable task of an ONNX model under one budget
   std::string precision = "fp32";  // --model: its products' precision (--precision)
+  DimArgs dims;                    // --model: its dynamic dimensions (--dim, --input-shape)
   bool local = false, json = false, no_db = false;
   std::string save_model;
   std::string tracker, token_file, tls_ca, tls_cert, tls_key, tls_server_name, user;

@@ -77,6 +77,7 @@ struct CompileArgs {
   cli::ServerArgs server;  // --server: the tuning service's database instead of a file
   std::string max_memory;  // --model: the memory budget
   std::string precision = "fp32";  // --model: --precision
+  cli::DimArgs dims;               // --model: --dim, --input-shape
 };
 
 // The tuning database for a compile's lookup, read-only. The default one (from
@@ -121,20 +122,25 @@ int cmd_compile(const CompileArgs& a) {
     if (!a.workload.empty()) throw UserError("compile: give --workload or --model, not both");
     if (!a.config.empty() || a.emit != "so" || !a.name.empty() || !a.skip.empty() || !a.dump.empty() ||
         a.time_passes) {
-      throw UserError("compile --model takes --target, --db/--no-db or --server, -O, --disable-pass, --precision, --json and -o "
-                      "(--config, --emit, --name and the lowering-pass options are for single workloads)");
+      throw UserError(
+          "compile --model takes --target, --db/--no-db or --server, -O, --disable-pass, "
+          "--precision, --dim, "
+          "--input-shape, --json and -o "
+          "(--config, --emit, --name and the lowering-pass options are for single workloads)");
     }
     if (a.server.given() && (!a.db.empty() || a.no_db)) {
       throw UserError("--server names the database to take the configs from: it excludes --db and --no-db");
     }
     std::unique_ptr<db::Database> db = a.server.given() ? open_remote_database(cli::service_endpoint(a.server))
                                                         : lookup_database(a.db, a.no_db);
-    cli::ModelCompileArgs m{a.model, a.target, a.out, a.disable, a.opt_level, a.as_json, a.no_db, db.get(), a.max_memory,
-                            a.emulate_gpu, a.precision};
+    cli::ModelCompileArgs m{a.model, a.target, a.out,        a.disable,     a.opt_level, a.as_json,
+                            a.no_db, db.get(), a.max_memory, a.emulate_gpu, a.precision, a.dims};
     return cli::compile_model_file(m);
   }
   if (a.workload.empty()) throw UserError("--workload (or --model) is required");
   cli::refuse_precision_without_model(a.precision);
+  if (a.dims.given())
+    throw UserError("--dim and --input-shape are for --model (a workload's sizes are in its spec)");
   if (!a.max_memory.empty()) throw UserError("--max-memory is for --model (a whole model)");
   if (a.emulate_gpu) throw UserError("--emulate-gpu is for --model (a whole model)");
   if (a.out.empty()) throw UserError("-o OUT is required");
@@ -361,6 +367,7 @@ int main(int argc, char** argv) {
                     "library for this machine (a check of the GPU path's kernels and memory plan without a GPU)");
   tf::cli::add_max_memory_option(compile, ca.max_memory);
   tf::cli::add_precision_option(compile, ca.precision);
+  tf::cli::add_dim_options(compile, ca.dims);
   compile->add_option("--target,-t", ca.target, "target string, e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72'")
       ->capture_default_str();
   compile->add_option("--config,-c", ca.config, "schedule config as JSON, or @file");
@@ -444,6 +451,9 @@ int main(int argc, char** argv) {
     }
     if (*run) {
       if (!mra.max_memory.empty()) throw tf::UserError("--max-memory is for --model (a whole model)");
+      if (mra.dims.given())
+        throw tf::UserError(
+            "--dim and --input-shape are for --model (a workload's sizes are in its spec)");
       return tf::cmd_run(ra);
     }
     if (!qa.sub.empty()) return tf::cli::run_query(qa);

@@ -28,6 +28,7 @@
 #include "graph/graph.h"
 #include "graph/memory_budget.h"
 #include "graph/memory_plan.h"
+#include "graph/onnx_import.h"
 #include "graph/pass.h"
 
 namespace tf::graph {
@@ -85,9 +86,11 @@ int64_t channel_block(const Target& t);
 // names, for a target whose vector width is `block` (channel_block): what compile --model
 // compiles. UserError for a file that does not import or a pass name that does not exist.
 // `precision`: the products' precision (--precision; PassOptions::precision), on tensor cores
-// where `tensor_cores` (a CUDA target: tensor_cores(t)).
-Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable, int64_t block,
-                 Precision precision = Precision::Float32, bool tensor_cores = false);
+// where `tensor_cores` (a CUDA target: tensor_cores(t)). `bind`: sizes for its dynamic input
+// dimensions (graph/onnx_import.h).
+Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable,
+                 int64_t block, Precision precision = Precision::Float32, bool tensor_cores = false,
+                 const InputBinding& bind = {});
 
 // Whether --precision runs a model's products on `t`'s tensor cores (cuda targets).
 bool tensor_cores(const Target& t);

@@ -215,8 +215,11 @@ Attr attribute(const onnx::AttributeProto& a, const std::string& where) {
   }
 }
 
-// A graph input's static type and shape.
-Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
+// A graph input's static type and shape: its dimensions as the file has them, or given by
+// `bind` (a named symbolic dimension's size, or the input's whole shape), whose entries it
+// uses are added to `used` (dimension names; input names as "input:x").
+Value input_value(const onnx::ValueInfoProto& vi, const std::string& file, const InputBinding& bind,
+                  std::set<std::string>& used) {
   std::string what = str(file, ": graph input '", vi.name(), "'");
   if (!vi.type().has_tensor_type())
     throw UserError(
@@ -243,20 +246,54 @@ Value input_value(const onnx::ValueInfoProto& vi, const std::string& file) {
       throw UserError(str(what, " is ", onnx_type_name(tt.elem_type()),
                           "; model inputs must be float32, float16, bfloat16, int64 or bool"));
   }
-  if (!tt.has_shape()) throw UserError(str(what, " has no shape; tunefarm needs static shapes"));
+  const auto given = bind.shapes.find(vi.name());
+  if (given != bind.shapes.end()) used.insert("input:" + vi.name());
+  if (!tt.has_shape()) {
+    if (given == bind.shapes.end())
+      throw UserError(str(what, " has no shape; give it: --input-shape ", vi.name(), "=d0,d1,..."));
+    Value v{vi.name(), type, given->second, std::nullopt};
+    check_tensor_size(what, v.shape);
+    return v;
+  }
   Value v{vi.name(), type, {}, std::nullopt};
+  if (given != bind.shapes.end() &&
+      static_cast<int>(given->second.size()) != tt.shape().dim_size()) {
+    throw UserError(str("--input-shape ", vi.name(), "=", shape_str(given->second), ": ", what,
+                        " has rank ", tt.shape().dim_size()));
+  }
   for (int d = 0; d < tt.shape().dim_size(); ++d) {
     const auto& dim = tt.shape().dim(d);
     if (dim.has_dim_value() && dim.dim_value() == 0) {
       throw UserError(
           str(what, " has an empty dimension ", d, "; empty tensors are not supported"));
     }
-    if (!dim.has_dim_value() || dim.dim_value() < 0) {
-      throw UserError(str(what, " has a dynamic dimension ", d,
-                          dim.has_dim_param() ? str(" ('", dim.dim_param(), "')") : std::string(),
-                          "; tunefarm needs static shapes (export with fixed sizes)"));
+    const bool fixed = dim.has_dim_value() && dim.dim_value() > 0;
+    if (given != bind.shapes.end()) {
+      const int64_t size = given->second[static_cast<size_t>(d)];
+      if (fixed && size != dim.dim_value()) {
+        throw UserError(str("--input-shape ", vi.name(), "=", shape_str(given->second), ": ", what,
+                            " has dimension ", d, " = ", dim.dim_value()));
+      }
+      v.shape.push_back(size);
+      continue;
     }
-    v.shape.push_back(dim.dim_value());
+    if (fixed) {
+      v.shape.push_back(dim.dim_value());
+      continue;
+    }
+    if (dim.has_dim_param()) {
+      if (auto it = bind.dims.find(dim.dim_param()); it != bind.dims.end()) {
+        used.insert(dim.dim_param());
+        v.shape.push_back(it->second);
+        continue;
+      }
+      throw UserError(str(what, " has a dynamic dimension ", d, " ('", dim.dim_param(),
+                          "'); give its size: --dim ", dim.dim_param(),
+                          "=N (or the input's shape: --input-shape ", vi.name(), "=d0,d1,...)"));
+    }
+    throw UserError(str(what, " has a dynamic dimension ", d,
+                        " without a name; give the input's shape: --input-shape ", vi.name(),
+                        "=d0,d1,..."));
   }
   check_tensor_size(what, v.shape);
   return v;
@@ -355,9 +392,25 @@ void store_as_16_bits(Graph& g, const std::string& name, DType type,
   add_node(std::move(cast), g, file, budget);
 }
 
+// The named symbolic dimensions of a graph's inputs, each with the first input dimension it
+// names (for messages: how many places use it is the model's business).
+std::map<std::string, int64_t> symbolic_dims(const onnx::GraphProto& gp) {
+  std::map<std::string, int64_t> out;
+  for (const auto& vi : gp.input()) {
+    if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) continue;
+    const auto& shape = vi.type().tensor_type().shape();
+    for (int d = 0; d < shape.dim_size(); ++d) {
+      if (shape.dim(d).has_dim_param() && !shape.dim(d).has_dim_value())
+        out.emplace(shape.dim(d).dim_param(), d);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
+Graph import_onnx_bytes(const std::string& bytes, const std::string& file,
+                        const InputBinding& bind) {
   onnx::ModelProto model;
   if (!model.ParseFromString(bytes))
     throw UserError(str(file, ": not an ONNX model (the protobuf does not parse)"));
@@ -382,10 +435,27 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
     HostTensor t = tensor_from_onnx(init, str(file, ": initializer '", init.name(), "'"));
     g.values[init.name()] = Value{init.name(), t.dtype, t.shape, std::move(t)};
   }
+  std::set<std::string> used;  // what of `bind` the inputs took
   for (const auto& vi : gp.input()) {
     if (g.values.count(vi.name())) continue;  // an initializer listed as an input (IR < 4)
-    g.values[vi.name()] = input_value(vi, file);
+    g.values[vi.name()] = input_value(vi, file, bind, used);
     g.inputs.push_back(vi.name());
+  }
+  // A size for a dimension or an input the model does not have is a mistake, not ignored.
+  for (const auto& [dim, size] : bind.dims) {
+    if (used.count(dim)) continue;
+    std::map<std::string, int64_t> have = symbolic_dims(gp);
+    std::string list;
+    for (const auto& [d, n] : have) list += str(list.empty() ? "" : ", ", d);
+    throw UserError(str("--dim ", dim, "=", size, ": ", file, " has no symbolic dimension '", dim,
+                        "'",
+                        have.empty() ? std::string(" (its inputs have static shapes)")
+                                     : str(" (its inputs have: ", list, ")")));
+  }
+  for (const auto& [input, shape] : bind.shapes) {
+    if (used.count("input:" + input)) continue;
+    throw UserError(str("--input-shape ", input, "=", shape_str(shape), ": ", file,
+                        " has no input '", input, "'"));
   }
   // A float16 (bfloat16) model's 16-bit inputs and outputs (graph/graph.h): the graph computes
   // in float32 between them. Each such input is read through a Cast to float32, whose result the
@@ -524,6 +594,64 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file) {
   return g;
 }
 
-Graph import_onnx(const std::string& path) { return import_onnx_bytes(read_file(path), path); }
+Graph import_onnx(const std::string& path, const InputBinding& bind) {
+  return import_onnx_bytes(read_file(path), path, bind);
+}
+
+std::map<std::string, int64_t> model_symbolic_dims(const std::string& bytes,
+                                                   const std::string& file) {
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes))
+    throw UserError(str(file, ": not an ONNX model (the protobuf does not parse)"));
+  return symbolic_dims(model.graph());
+}
+
+InputBinding parse_binding(const std::vector<std::string>& dims,
+                           const std::vector<std::string>& shapes) {
+  InputBinding b;
+  auto size = [](const std::string& option, const std::string& arg, const std::string& text) {
+    int64_t v = 0;
+    size_t used = 0;
+    try {
+      v = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size() || v < 1 || v > (int64_t{1} << 31)) {
+      throw UserError(
+          str(option, " ", arg, ": '", text, "' is not a size (an integer from 1 to 2^31)"));
+    }
+    return v;
+  };
+  for (const std::string& arg : dims) {
+    size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UserError(str("--dim ", arg, ": expected name=size (--dim batch=8)"));
+    const std::string name = arg.substr(0, eq);
+    if (b.dims.count(name))
+      throw UserError(str("--dim ", arg, ": dimension '", name, "' is given twice"));
+    b.dims[name] = size("--dim", arg, arg.substr(eq + 1));
+  }
+  for (const std::string& arg : shapes) {
+    size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw UserError(
+          str("--input-shape ", arg, ": expected input=d0,d1,... (--input-shape x=1,3,224,224)"));
+    }
+    const std::string name = arg.substr(0, eq);
+    if (b.shapes.count(name))
+      throw UserError(str("--input-shape ", arg, ": input '", name, "' is given twice"));
+    Shape shape;
+    std::string rest = arg.substr(eq + 1);
+    for (size_t at = 0; at <= rest.size();) {
+      size_t comma = rest.find(',', at);
+      if (comma == std::string::npos) comma = rest.size();
+      shape.push_back(size("--input-shape", arg, rest.substr(at, comma - at)));
+      at = comma + 1;
+    }
+    b.shapes[name] = shape;
+  }
+  return b;
+}
 
 }  // namespace tf::graph

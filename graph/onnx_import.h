@@ -10,13 +10,15 @@
 //     written out (graph/import_recurrent.h).
 //   - Anything else is refused with UserError naming the file, and the node (name and op
 //     type), input, attribute or tensor at fault: a malformed file, another opset, an
-//     unsupported operator or attribute, a dynamic dimension, an element type other than
-//     float32 in the model's inputs (int64 and bool only for shape arithmetic and
-//     comparisons), external tensor data, a declared
-//     output shape that differs from the computed one.
+//     unsupported operator or attribute, a dynamic dimension without a size (InputBinding
+//     below), an element type other than float32, float16 or bfloat16 in the model's inputs
+//     (int64 and bool only for shape arithmetic and comparisons), external tensor data, a
+//     declared output shape that differs from the computed one.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -26,9 +28,29 @@ class TensorProto;
 
 namespace tf::graph {
 
-Graph import_onnx(const std::string& path);
+// Sizes for a model's dynamic input dimensions (docs/models.md, "Symbolic dimensions"): `dims`
+// by the dimension's name (ONNX dim_param: --dim batch=8, the same size wherever the name is
+// used), `shapes` an input's whole shape (--input-shape x=1,3,224,224: also for dimensions
+// without a name; the input's static dimensions must agree). A name or input the model does
+// not have is a UserError naming it.
+struct InputBinding {
+  std::map<std::string, int64_t> dims;
+  std::map<std::string, Shape> shapes;
+  bool empty() const { return dims.empty() && shapes.empty(); }
+};
+// From the command line's --dim name=size and --input-shape input=d0,d1,... arguments
+// (sizes 1 to 2^31); UserError naming a malformed one.
+InputBinding parse_binding(const std::vector<std::string>& dims,
+                           const std::vector<std::string>& shapes);
+
+Graph import_onnx(const std::string& path, const InputBinding& bind = {});
 // The same from the file's bytes; `what` names it in errors.
-Graph import_onnx_bytes(const std::string& bytes, const std::string& what);
+Graph import_onnx_bytes(const std::string& bytes, const std::string& what,
+                        const InputBinding& bind = {});
+// The named symbolic dimensions of a model's inputs (for `import` to list), each with the
+// first dimension index that names it.
+std::map<std::string, int64_t> model_symbolic_dims(const std::string& bytes,
+                                                   const std::string& what);
 
 // A TensorProto (test data, initializers) as a host tensor; `what` names it in errors.
 HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what);

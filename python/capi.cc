@@ -144,18 +144,35 @@ TFPY_EXPORT int tfpy_model_time_calls(void* handle, const void* const* inputs, v
   });
 }
 
-// Compiles an ONNX model into `out` ("" target: this machine; "" db: default schedules); the
-// result is JSON: library, target, kernels, tunable, tuned, workspace_bytes.
+// Compiles an ONNX model into `out` ("" target: this machine; "" db: default schedules);
+// `dims_json` sizes its dynamic dimensions: {"dims": {name: size}, "input_shapes": {input:
+// [sizes]}} ("" or {}: none). The result is JSON: library, target, kernels, tunable, tuned,
+// workspace_bytes.
 TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char* target,
-                                   const char* db, int opt_level, int64_t max_memory, const char* precision) {
+                                   const char* db, int opt_level, int64_t max_memory,
+                                   const char* precision, const char* dims_json) {
   return guarded([&] {
     Target t = *target ? parse_target(target) : host_target();
     const graph::Precision p = graph::parse_precision(*precision ? precision : "fp32");
+    std::vector<std::string> dims, shapes;
+    const nlohmann::json b =
+        *dims_json ? nlohmann::json::parse(dims_json) : nlohmann::json::object();
+    const nlohmann::json given_dims = b.value("dims", nlohmann::json::object());
+    const nlohmann::json given_shapes = b.value("input_shapes", nlohmann::json::object());
+    for (const auto& [name, size] : given_dims.items())
+      dims.push_back(name + "=" + std::to_string(size.get<int64_t>()));
+    for (const auto& [name, shape] : given_shapes.items()) {
+      std::string text;
+      for (const nlohmann::json& d : shape)
+        text += (text.empty() ? "" : ",") + std::to_string(d.get<int64_t>());
+      shapes.push_back(name + "=" + text);
+    }
+    const graph::InputBinding bind = graph::parse_binding(dims, shapes);
     std::unique_ptr<db::Database> database =
         *db ? db::open_database(db, db::OpenMode::ReadOnly) : nullptr;
-    graph::CompiledModel cm = compile_model_with(load_model_for_target(onnx, t, opt_level, {}, p), t, database.get(),
-                                                 out, onnx,
-                                                 max_memory > 0 ? max_memory : graph::default_memory_budget());
+    graph::CompiledModel cm = compile_model_with(
+        load_model_for_target(onnx, t, opt_level, {}, p, bind), t, database.get(), out, onnx,
+        max_memory > 0 ? max_memory : graph::default_memory_budget());
     last_result = nlohmann::json{{"library", out},
                                  {"target", t.str()},
                                  {"kernels", cm.kernels.size()},

@@ -71,9 +71,10 @@ std::string get_string(const json& j, const char* field) {
 JobSpec parse_job_spec(const json& j) {
   if (!j.is_object()) throw UserError(str("a job must be a JSON object, not ", shown(j)));
   static const std::set<std::string> known = {
-      "workloads", "model", "target", "key", "trials", "strategy", "early_stop", "priority", "time_budget_min",
-      "batch", "boards", "seed", "repeat", "number", "min_repeat_ms", "retime_top", "retime_rounds", "model_sha256",
-      "precision"};
+      "workloads",  "model",    "target",          "key",        "trials",        "strategy",
+      "early_stop", "priority", "time_budget_min", "batch",      "boards",        "seed",
+      "repeat",     "number",   "min_repeat_ms",   "retime_top", "retime_rounds", "model_sha256",
+      "precision",  "dims",     "input_shapes"};
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) throw UserError(str("unknown job field \"", k, "\" (docs/service.md lists them)"));
   }
@@ -131,6 +132,34 @@ JobSpec parse_job_spec(const json& j) {
       throw UserError(str("job precision ", shown(json(s.precision)), ": ", e.what()));
     }
   }
+  // Dynamic dimensions, checked as the command line's --dim and --input-shape are.
+  std::vector<std::string> dims, shapes;
+  for (const char* field : {"dims", "input_shapes"}) {
+    if (!j.contains(field)) continue;
+    const json& v = j.at(field);
+    if (!v.is_object() || v.size() > 64)
+      throw UserError(
+          str("job field \"", field, "\" must be an object of at most 64 entries, not ", shown(v)));
+    for (const auto& [name, size] : v.items()) {
+      const bool dim = std::string(field) == "dims";
+      if (!dim && (!size.is_array() || size.empty() || size.size() > 16))
+        throw UserError(str("job input_shapes ", shown(json(name)), ": ", shown(size),
+                            " is not a shape (1 to 16 sizes)"));
+      std::string text;
+      for (const json& d : dim ? json::array({size}) : size) {
+        if (!d.is_number_integer())
+          throw UserError(
+              str("job ", field, " ", shown(json(name)), ": ", shown(size), " is not a size"));
+        text += str(text.empty() ? "" : ",", d.get<int64_t>());
+      }
+      (dim ? dims : shapes).push_back(name + "=" + text);
+    }
+  }
+  try {
+    s.dims = graph::parse_binding(dims, shapes);
+  } catch (const UserError& e) {
+    throw UserError(str("job dims: ", e.what()));
+  }
   if (j.contains("key")) s.key = get_string(j, "key");
   if (j.contains("target")) {
     s.target = get_string(j, "target");
@@ -167,16 +196,27 @@ JobSpec parse_job_spec(const json& j) {
 json to_json(const JobSpec& s) {
   json ws = json::array();
   for (const JobTask& t : s.tasks) ws.push_back({{"workload", t.workload}, {"weight", t.weight}});
-  return {{"workloads", ws},           {"model", s.model},
-          {"target", s.target},        {"key", s.key},
-          {"trials", s.tune.trials},        {"strategy", s.strategy},
-          {"early_stop", s.tune.early_stop}, {"priority", s.priority},
-          {"time_budget_min", s.time_budget_min}, {"batch", s.tune.batch},
-          {"boards", s.boards},        {"seed", s.seed},
-          {"repeat", s.tune.measure.repeat},        {"number", s.tune.measure.number},
-          {"min_repeat_ms", s.tune.measure.min_repeat_ms}, {"retime_top", s.tune.retime_top},
-          {"retime_rounds", s.tune.retime_rounds}, {"model_sha256", s.model_sha256},
-          {"precision", s.precision}};
+  return {{"workloads", ws},
+          {"model", s.model},
+          {"target", s.target},
+          {"key", s.key},
+          {"trials", s.tune.trials},
+          {"strategy", s.strategy},
+          {"early_stop", s.tune.early_stop},
+          {"priority", s.priority},
+          {"time_budget_min", s.time_budget_min},
+          {"batch", s.tune.batch},
+          {"boards", s.boards},
+          {"seed", s.seed},
+          {"repeat", s.tune.measure.repeat},
+          {"number", s.tune.measure.number},
+          {"min_repeat_ms", s.tune.measure.min_repeat_ms},
+          {"retime_top", s.tune.retime_top},
+          {"retime_rounds", s.tune.retime_rounds},
+          {"model_sha256", s.model_sha256},
+          {"precision", s.precision},
+          {"dims", s.dims.dims},
+          {"input_shapes", s.dims.shapes}};
 }
 
 }  // namespace tf

@@ -11,13 +11,13 @@
 //   `tune --model` shares it between a model's tasks.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "graph/onnx_import.h"
 #include "tuner/session.h"
 #include "tuner/tune.h"
 
@@ -46,6 +46,9 @@ struct JobSpec {
   // The model's precision (--precision: "fp32", "bf16" or "fp16"): the timing of a done job compiles
   // the model so, as the client extracted its tasks.
   std::string precision = "fp32";
+  // The model's dynamic dimensions (--dim, --input-shape: graph::InputBinding), as the client
+  // extracted its tasks; job fields "dims" {name: size} and "input_shapes" {input: [sizes]}.
+  graph::InputBinding dims;
   std::string target;         // compile target; "": the boards' own (or the service machine's)
   std::string key;            // farm key to measure on; "": the service's local boards
   std::string strategy = SearchSettings{}.strategy;

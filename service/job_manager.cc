@@ -55,7 +55,8 @@ bool is_over(const std::string& state) { return is_over(parse_job_state(state));
 json time_job_model(const JobSpec& s, const std::string& path, Runner& runner, const Target& t, db::Database& db) {
   std::string name = s.model.empty() ? s.model_sha256.substr(0, 12) + ".onnx" : s.model;
   try {
-    graph::Graph g = load_model_for_target(path, t, 2, {}, graph::parse_precision(s.precision));
+    graph::Graph g =
+        load_model_for_target(path, t, 2, {}, graph::parse_precision(s.precision), s.dims);
     ModelComparison mc = compare_tuned_and_default(g, t, &db, name, runner);
     if (!mc.error.empty()) return {{"not_timed", mc.error}};
     db.add_model_result(model_result(mc, name, s.model_sha256, t, runner.device_key(), 0));

@@ -93,25 +93,48 @@ def load(path):
     return CompiledModel(path)
 
 
-def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_level=2, precision="fp32"):
+def _dim_args(dims, input_shapes):
+    """--dim and --input-shape arguments for `dims` ({name: size}) and `input_shapes` ({input:
+    shape}); ValueError for anything else."""
+    if dims is not None and not isinstance(dims, dict):
+        raise ValueError("dims must be a dict of dimension names to sizes, not %s" % type(dims).__name__)
+    if input_shapes is not None and not isinstance(input_shapes, dict):
+        raise ValueError("input_shapes must be a dict of input names to shapes, not %s" % type(input_shapes).__name__)
+    args = []
+    for name, size in (dims or {}).items():
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise ValueError("dims[%r] must be an int, not %r" % (name, size))
+        args += ["--dim", "%s=%d" % (name, size)]
+    for name, shape in (input_shapes or {}).items():
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            raise ValueError("input_shapes[%r] must be a sequence of ints, not %r" % (name, shape))
+        args += ["--input-shape", "%s=%s" % (name, ",".join(str(d) for d in shape))]
+    return args
+
+
+def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_level=2, precision="fp32", dims=None,
+                  input_shapes=None):
     """Compiles an .onnx model with the tuned configs of `db` (a database file; None: the
     default database, $TUNEFARM_DB or ~/.local/share/tunefarm/tuning.db, when it exists) or of
     the tuning service at `server` (HOST:PORT), its products at `precision` (fp32; bf16 or fp16
-    on CPUs; tf32, fp16 or bf16 on tensor cores of cuda targets: docs/precision.md). Returns the
-    library's path."""
+    on CPUs; tf32, fp16 or bf16 on tensor cores of cuda targets: docs/precision.md). A model
+    with dynamic input dimensions needs their sizes: `dims` by name ({"batch": 8}), or
+    `input_shapes` ({"x": (1, 3, 224, 224)}), as --dim and --input-shape (docs/models.md).
+    Returns the library's path."""
+    dim_args = _dim_args(dims, input_shapes)
     onnx_path = os.fspath(onnx_path)
     if out is None:
         # Named by the model's contents and what it is compiled for (target, configs' source).
         h = hashlib.sha256()
         with open(onnx_path, "rb") as f:
             h.update(f.read())
-        h.update(repr((target, os.fspath(db) if db else db, server, opt_level, precision)).encode())
+        h.update(repr((target, os.fspath(db) if db else db, server, opt_level, precision, dim_args)).encode())
         out = os.path.join(_cache_dir(None), "%s-%s.so" % (os.path.basename(onnx_path).rsplit(".", 1)[0],
                                                             h.hexdigest()[:16]))
     out = os.fspath(out)
     if server is not None:
         args = ["compile", "--model", onnx_path, "-o", out, "-O", str(opt_level), "--server", server,
-                "--precision", precision]
+                "--precision", precision] + dim_args
         if target:
             args += ["-t", target]
         _run_cli(args)
@@ -119,7 +142,8 @@ def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_le
     if db is None:
         default = _tunefarm.default_database()
         db = default if os.path.exists(default) else ""
-    _tunefarm.compile_model(onnx_path, out, target or "", os.fspath(db), opt_level, precision=precision)
+    _tunefarm.compile_model(onnx_path, out, target or "", os.fspath(db), opt_level, precision=precision, dims=dims,
+                            input_shapes=input_shapes)
     return out
 
 
@@ -175,7 +199,7 @@ class Database:
         return self._db.models()
 
 
-def _tune(onnx_path, tune, target, db, server, precision="fp32"):
+def _tune(onnx_path, tune, target, db, server, precision="fp32", dim_args=()):
     """Whole-model tuning before compiling: `tune` is a trial count, or a dict of trials,
     tracker, key and token_file (the farm's client token), strategy; without a tracker, on this
     machine."""
@@ -185,12 +209,12 @@ def _tune(onnx_path, tune, target, db, server, precision="fp32"):
         raise ValueError("tune= takes trials, tracker, key, token_file and strategy, not %s" % ", ".join(unknown))
     if server is not None:
         args = ["submit", "--model", onnx_path, "--trials", str(opts.get("trials", 200)), "--server", server,
-                "--watch", "--precision", precision]
+                "--watch", "--precision", precision, *dim_args]
         if target:
             args += ["-t", target]
         _run_cli(args)
         return
-    args = ["tune", "--model", onnx_path, "--trials", str(opts.get("trials", 200)), "--precision", precision]
+    args = ["tune", "--model", onnx_path, "--trials", str(opts.get("trials", 200)), "--precision", precision, *dim_args]
     if opts.get("tracker"):
         args += ["--tracker", opts["tracker"], "--key", opts.get("key", "")]
         if opts.get("token_file"):
@@ -230,7 +254,7 @@ def _target_for(torch, devices, target):
 
 
 def optimize(model, example_inputs=None, target=None, db=None, tune=None, server=None, cache_dir=None,
-             opset=13, precision="fp32"):
+             opset=13, precision="fp32", dims=None, input_shapes=None):
     """A compiled version of `model`: an .onnx path, or a torch.nn.Module (exported to ONNX with
     `example_inputs`, a tensor or a tuple of them). For a Module the result is an nn.Module
     taking and returning torch tensors; for a path, a CompiledModel taking NumPy arrays.
@@ -241,7 +265,8 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
     (or the service) are then used. `precision` is --precision: on a GPU's inputs, "tf32",
     "fp16" or "bf16" runs the products on its tensor cores. A .half() or .bfloat16() model with
     inputs of that type takes and returns tensors of that type (computed in float32 between
-    them, its products in `precision`)."""
+    them, its products in `precision`). `dims` and `input_shapes` size an .onnx model's dynamic
+    dimensions (compile_model)."""
     cache = _cache_dir(cache_dir)
     torch_module = None
     if isinstance(model, (str, os.PathLike)):
@@ -275,8 +300,9 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
         onnx_path = named
         torch_module = True
     if tune is not None:
-        _tune(onnx_path, tune, target, db, server, precision)
-    lib = compile_model(onnx_path, target=target, db=db, server=server, precision=precision)
+        _tune(onnx_path, tune, target, db, server, precision, _dim_args(dims, input_shapes))
+    lib = compile_model(onnx_path, target=target, db=db, server=server, precision=precision, dims=dims,
+                        input_shapes=input_shapes)
     compiled = CompiledModel(lib)
     if torch_module:
         from ._torch import TorchModule

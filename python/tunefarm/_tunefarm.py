@@ -30,7 +30,7 @@ def _load():
         "tfpy_model_run_device": ([p, ctypes.POINTER(u64), ctypes.POINTER(u64), p], i),
         "tfpy_model_set_device": ([p, i], i),
         "tfpy_model_time_calls": ([p, pp, pp, i, i, i, ctypes.POINTER(ctypes.c_double)], i),
-        "tfpy_compile_model": ([c, c, c, c, i, ctypes.c_int64, c], i),
+        "tfpy_compile_model": ([c, c, c, c, i, ctypes.c_int64, c, c], i),
         "tfpy_kernel_open": ([c, c, c, c, c, pp], i), "tfpy_kernel_close": ([p], None),
         "tfpy_kernel_call": ([p, pp, i], i),
         "tfpy_db_open": ([c, pp], i), "tfpy_db_close": ([p], None), "tfpy_db_query": ([p, c, c, c], i),
@@ -263,11 +263,14 @@ class Database:
         return self._query("models")
 
 
-def compile_model(onnx, out, target="", db="", opt_level=2, max_memory=0, precision="fp32"):
+def compile_model(onnx, out, target="", db="", opt_level=2, max_memory=0, precision="fp32", dims=None,
+                  input_shapes=None):
     """Compiles an ONNX model into the library `out` with its products at `precision`
-    (--precision): library, target, kernels, tunable, tuned, workspace_bytes."""
+    (--precision) and its dynamic dimensions sized by `dims` ({name: size}) and `input_shapes`
+    ({input: shape}): library, target, kernels, tunable, tuned, workspace_bytes."""
+    binding = json.dumps({"dims": dims or {}, "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()}})
     _check(_lib.tfpy_compile_model(_text(os.fspath(onnx)), _text(os.fspath(out)), _text(target), _text(os.fspath(db)),
-                                   int(opt_level), int(max_memory), _text(precision)))
+                                   int(opt_level), int(max_memory), _text(precision), _text(binding)))
     return _result()
 
 

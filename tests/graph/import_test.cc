@@ -169,7 +169,10 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.input("x", {-1, 3});
     b.node("Relu", {"x"}, {"y"});
     b.output("y");
-    expect(b, "graph input 'x' has a dynamic dimension 0 ('batch'); tunefarm needs static shapes");
+    expect(b,
+           "graph input 'x' has a dynamic dimension 0 ('batch'); give its size: --dim batch=N (or "
+           "the input's "
+           "shape: --input-shape x=d0,d1,...)");
   }
   {
     ModelBuilder b;
@@ -1646,6 +1649,83 @@ TEST(OnnxImport, Float16ModelsComputeInFloat32) {
   std::vector<HostTensor> got = compile_and_run(compiled, {&x}, "dense", from_template);
   ASSERT_EQ(got.size(), 1u);
   for (size_t k = 0; k < 6; ++k) EXPECT_NEAR(got[0].f[k], want[k], 1e-3 * std::fabs(want[k]) + 1e-6) << k;
+}
+
+// Dynamic input dimensions sized at import (InputBinding: --dim, --input-shape): a named one
+// wherever its name appears, an unnamed one through the input's whole shape; the graph is then
+// static (its Reshape's target computed from the bound shape); what cannot be bound is refused
+// naming the value.
+TEST(OnnxImport, DynamicDimensionsAreBoundByNameOrShape) {
+  auto expect_error = [](const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+      ADD_FAILURE() << "no UserError; expected: " << want;
+    } catch (const tf::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  ModelBuilder b;
+  b.input("x", {-1, 3});
+  b.input("z", {-1, 3});
+  b.node("Add", {"x", "z"}, {"s"});
+  b.node("Shape", {"s"}, {"shape"});
+  b.node("Reshape", {"s", "shape"}, {"y"});
+  b.output("y");
+  const std::string bytes = b.m.SerializeAsString();
+  InputBinding bind;
+  bind.dims["batch"] = 5;
+  Graph g = import_onnx_bytes(bytes, "test.onnx", bind);
+  EXPECT_EQ(g.value("x").shape, (Shape{5, 3}));
+  EXPECT_EQ(g.value("z").shape, (Shape{5, 3}));
+  EXPECT_EQ(g.value("y").shape, (Shape{5, 3}));
+  HostTensor x = HostTensor::floats({5, 3}, std::vector<float>(15, 1.5f));
+  EXPECT_EQ(run_reference(g, {{"x", x}, {"z", x}}).at("y").f, std::vector<float>(15, 3.0f));
+  EXPECT_EQ(model_symbolic_dims(bytes, "test.onnx"),
+            (std::map<std::string, int64_t>{{"batch", 0}}));
+  // The whole shape instead (an input's static dimension must agree).
+  InputBinding shapes;
+  shapes.shapes["x"] = {2, 3};
+  shapes.shapes["z"] = {2, 3};
+  EXPECT_EQ(import_onnx_bytes(bytes, "test.onnx", shapes).value("y").shape, (Shape{2, 3}));
+  // Unbound, a name the model lacks, an unnamed dimension.
+  expect_error([&] { import_onnx_bytes(bytes, "test.onnx"); },
+               "graph input 'x' has a dynamic dimension 0 ('batch'); give its size: --dim batch=N");
+  InputBinding extra = bind;
+  extra.dims["seq"] = 7;
+  expect_error([&] { import_onnx_bytes(bytes, "test.onnx", extra); },
+               "--dim seq=7: test.onnx has no symbolic dimension 'seq' (its inputs have: batch)");
+  ModelBuilder unnamed;
+  unnamed.input("x", {-1, 3});
+  unnamed.g->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->clear_dim_param();
+  unnamed.node("Relu", {"x"}, {"y"});
+  unnamed.output("y");
+  expect_error([&] { unnamed.import(); },
+               "graph input 'x' has a dynamic dimension 0 without a name; give the input's shape: "
+               "--input-shape x=d0,d1,...");
+  InputBinding x43;
+  x43.shapes["x"] = {4, 3};
+  EXPECT_EQ(import_onnx_bytes(unnamed.m.SerializeAsString(), "test.onnx", x43).value("y").shape,
+            (Shape{4, 3}));
+  // The command line's text.
+  InputBinding parsed = parse_binding({"batch=8", "seq=128"}, {"x=1,3,224,224"});
+  EXPECT_EQ(parsed.dims, (std::map<std::string, int64_t>{{"batch", 8}, {"seq", 128}}));
+  EXPECT_EQ(parsed.shapes.at("x"), (Shape{1, 3, 224, 224}));
+  expect_error(
+      [] {
+        parse_binding({"batch=8", "batch=4"}, {});
+      },
+      "--dim batch=4: dimension 'batch' is given twice");
+  expect_error([] { parse_binding({"batch=2147483649"}, {}); },
+               "--dim batch=2147483649: '2147483649' is not a size (an integer from 1 to 2^31)");
+  expect_error([] { parse_binding({"batch=8x"}, {}); }, "'8x' is not a size");
+  expect_error([] { parse_binding({"=8"}, {}); }, "--dim =8: expected name=size");
+  expect_error([] { parse_binding({}, {"x=1,,2"}); }, "--input-shape x=1,,2: '' is not a size");
+  expect_error([] { parse_binding({}, {"x"}); }, "--input-shape x: expected input=d0,d1,...");
 }
 
 // A model with float16 / bfloat16 inputs and outputs (docs/precision.md): each 16-bit input is

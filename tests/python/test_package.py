@@ -140,6 +140,27 @@ class NumpyAndLibraries(unittest.TestCase):
         wide[:, ::2] = x
         np.testing.assert_allclose(cm(wide[:, ::2]), want, rtol=1e-4, atol=1e-5)
 
+    def test_dynamic_dimensions_are_sized_by_dims_or_input_shapes(self):
+        # An export with a dynamic batch axis, as most exported models have one.
+        path = os.path.join(TMP, "mlp_dynamic.onnx")
+        torch.onnx.export(self.model, (torch.randn(2, 64),), path, opset_version=13, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+        x = np.random.default_rng(4).standard_normal((3, 64)).astype(np.float32)
+        with torch.no_grad():
+            want = self.model(torch.from_numpy(x)).numpy()
+        for kwargs in ({"dims": {"batch": 3}}, {"input_shapes": {"x": (3, 64)}}):
+            cm = tunefarm.optimize(path, **kwargs)
+            self.assertEqual(cm.inputs[0]["shape"], (3, 64))
+            np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5)
+        with self.assertRaisesRegex(ValueError, r"dynamic dimension 0 \('batch'\); give its size: --dim batch=N"):
+            tunefarm.compile_model(path)
+        with self.assertRaisesRegex(ValueError, "has no symbolic dimension 'seq'"):
+            tunefarm.compile_model(path, dims={"batch": 3, "seq": 8})
+        with self.assertRaisesRegex(ValueError, "dims must be a dict"):
+            tunefarm.compile_model(path, dims=[("batch", 3)])
+        with self.assertRaisesRegex(ValueError, r"dims\['batch'\] must be an int"):
+            tunefarm.compile_model(path, dims={"batch": "3"})
+
     def test_load_a_library_written_by_the_command_line(self):
         lib = os.path.join(TMP, "mlp_cli.so")
         subprocess.run([BIN, "compile", "--model", self.onnx, "-o", lib, "--no-db"], check=True, capture_output=True)

@@ -42,14 +42,33 @@ std::string refusal(const json& j) {
 }
 
 TEST(JobSpec, ParsesEveryFieldAndRoundTrips) {
-  json j = {{"workloads", {"matmul(M=8,N=8,K=8)", {{"workload", "matmul(K=4,M=2,N=3)"}, {"weight", 6}}}},
-            {"model", "resnet"}, {"target", "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake"}, {"key", "cpu"},
-            {"trials", 64}, {"strategy", "random"}, {"early_stop", 10}, {"priority", -5}, {"time_budget_min", 1.5},
-            {"batch", 4}, {"boards", 2}, {"seed", 9}, {"repeat", 3}, {"number", 2}, {"min_repeat_ms", 1},
-            {"retime_top", 2}, {"retime_rounds", 0}, {"model_sha256", std::string(64, 'c')}, {"precision", "bf16"}};
+  json j = {
+      {"workloads", {"matmul(M=8,N=8,K=8)", {{"workload", "matmul(K=4,M=2,N=3)"}, {"weight", 6}}}},
+      {"model", "resnet"},
+      {"target", "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake"},
+      {"key", "cpu"},
+      {"trials", 64},
+      {"strategy", "random"},
+      {"early_stop", 10},
+      {"priority", -5},
+      {"time_budget_min", 1.5},
+      {"batch", 4},
+      {"boards", 2},
+      {"seed", 9},
+      {"repeat", 3},
+      {"number", 2},
+      {"min_repeat_ms", 1},
+      {"retime_top", 2},
+      {"retime_rounds", 0},
+      {"model_sha256", std::string(64, 'c')},
+      {"precision", "bf16"},
+      {"dims", {{"batch", 8}}},
+      {"input_shapes", {{"mask", {8, 128}}}}};
   JobSpec s = parse_job_spec(j);
   EXPECT_EQ(s.model_sha256, std::string(64, 'c'));
   EXPECT_EQ(s.precision, "bf16");
+  EXPECT_EQ(s.dims.dims, (std::map<std::string, int64_t>{{"batch", 8}}));
+  EXPECT_EQ(s.dims.shapes.at("mask"), (std::vector<int64_t>{8, 128}));
   ASSERT_EQ(s.tasks.size(), 2u);
   EXPECT_EQ(s.tasks[0].workload, "matmul(M=8,N=8,K=8,epilogue=none)");
   EXPECT_EQ(s.tasks[0].weight, 1);
@@ -86,6 +105,27 @@ TEST(JobSpec, PrecisionsThatAreNotImplementedAreRefusedByName) {
   EXPECT_EQ(refusal({{"workloads", w}, {"precision", "tf32"}}), "(accepted)");
   EXPECT_NE(refusal({{"workloads", w}, {"precision", "int3"}}).find("is not one of fp32, bf16, fp16, tf32"), std::string::npos);
   EXPECT_NE(refusal({{"workloads", w}, {"precision", 16}}).find("precision"), std::string::npos);
+}
+
+// A model's dynamic dimensions (--dim, --input-shape on submit): sizes checked as the
+// command line checks them.
+TEST(JobSpec, DimsAreSizesByName) {
+  const json w = {"matmul(M=8,N=8,K=8)"};
+  EXPECT_NE(refusal({{"workloads", w}, {"dims", {{"batch", 0}}}})
+                .find("--dim batch=0: '0' is not a size"),
+            std::string::npos);
+  EXPECT_NE(refusal({{"workloads", w}, {"dims", {{"batch", "8"}}}})
+                .find("job dims \"batch\": \"8\" is not a size"),
+            std::string::npos);
+  EXPECT_NE(refusal({{"workloads", w}, {"dims", json::array({8})}})
+                .find("job field \"dims\" must be an object"),
+            std::string::npos);
+  EXPECT_NE(refusal({{"workloads", w}, {"input_shapes", {{"x", 3}}}})
+                .find("job input_shapes \"x\": 3 is not a shape"),
+            std::string::npos);
+  EXPECT_NE(
+      refusal({{"workloads", w}, {"input_shapes", {{"x", {1, -2}}}}}).find("'-2' is not a size"),
+      std::string::npos);
 }
 
 TEST(JobSpec, RefusalsNameTheFieldAndTheValue) {
