@@ -22,7 +22,7 @@ import unittest
 import numpy as np
 import torch
 
-TUNEFARM = TO_16BIT = FAKE_CUDA = None
+TUNEFARM = TO_16BIT = FAKE_CUDA = PYTHON_PACKAGE = None
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models_for_tests  # noqa: E402
 from models_for_tests import Classifier, Cnn, Encoder  # noqa: E402
@@ -140,6 +140,8 @@ class Float16ModelTest(models_for_tests.ModelTestCase):
         self.every_build(path, x_file, self.want(module, rounded(x, BF16), BF16), BF16, "mlp_bf16")
 
     def test_python_package_takes_and_returns_16_bit_arrays_and_tensors(self):
+        if PYTHON_PACKAGE is None:
+            self.skipTest("no Python package given (not built under the sanitizers: scripts/sanitize.sh)")
         import tunefarm
         from tunefarm._torch import TorchModule
         for elem, np_type, torch_type in [(F16, np.float16, torch.float16), (BF16, np.uint16, torch.bfloat16)]:
@@ -175,6 +177,7 @@ class Float16ModelTest(models_for_tests.ModelTestCase):
 if __name__ == "__main__":
     TUNEFARM, TO_16BIT = sys.argv[1], sys.argv[2]
     FAKE_CUDA = sys.argv[3] if len(sys.argv) > 3 and os.path.isdir(sys.argv[3]) else None
-    if len(sys.argv) > 4:
-        sys.path.insert(0, sys.argv[4])
+    if len(sys.argv) > 4 and sys.argv[4]:
+        PYTHON_PACKAGE = sys.argv[4]
+        sys.path.insert(0, PYTHON_PACKAGE)
     unittest.main(argv=sys.argv[:1], verbosity=2)
