@@ -639,6 +639,7 @@ void add_quantize_command(CLI::App& app, QuantizeArgs& a) {
                              "calibrated on input files or seeded random inputs; ONNX Runtime runs it too");
   a.cmd->add_option("model", a.model, "the float32 .onnx file")->required();
   a.cmd->add_option("-o,--output", a.out, "the QDQ .onnx file to write")->required();
+  add_dim_options(a.cmd, a.dims);
   a.cmd->add_option("--input", a.inputs,
                     "a calibration input as name=file.npy (or file.npy for a model with one input); repeat a name "
                     "for more samples: the k-th file of each name is sample k");
@@ -664,7 +665,8 @@ int run_quantize(const QuantizeArgs& a) {
   if (!methods.count(a.method)) throw UserError(str("--method ", a.method, " is not one of minmax, percentile, entropy"));
   if (a.samples < 1 || a.samples > 10000) throw UserError(str("--samples ", a.samples, " is not in [1, 10000]"));
   std::string bytes = read_file(a.model);
-  Graph g = import_onnx_bytes(bytes, a.model);
+  const InputBinding bind = a.dims.binding();
+  Graph g = import_onnx_bytes(bytes, a.model, bind);
   std::vector<std::string> names = g.inputs;
   const int64_t budget = default_memory_budget();
   std::map<std::string, std::vector<HostTensor>> given;
@@ -701,6 +703,7 @@ int run_quantize(const QuantizeArgs& a) {
     }
   }
   QuantizeOptions o;
+  o.bind = bind;
   o.method = methods.at(a.method);
   o.percentile = a.percentile;
   o.per_channel = !a.per_tensor;

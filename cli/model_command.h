@@ -52,6 +52,7 @@ struct QuantizeArgs {
   std::string method = "minmax";    // or "percentile"
   double percentile = 99.99;
   bool per_tensor = false, symmetric = false;
+  DimArgs dims;  // the calibration's sizes of dynamic dimensions
   CLI::App* cmd = nullptr;
 };
 void add_quantize_command(CLI::App& app, QuantizeArgs& args);

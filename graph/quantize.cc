@@ -145,7 +145,7 @@ std::string quantize_model(const std::string& bytes, const std::string& what,
   if (o.method == Calibration::Percentile && !(o.percentile > 50 && o.percentile <= 100))
     throw UserError(str("percentile ", o.percentile, " is not in (50, 100]"));
   if (samples.empty()) throw UserError("no calibration samples");
-  Graph g = import_onnx_bytes(bytes, what);
+  Graph g = import_onnx_bytes(bytes, what, o.bind);
   onnx::ModelProto m;
   m.ParseFromString(bytes);  // import parsed it already
   onnx::GraphProto& gp = *m.mutable_graph();

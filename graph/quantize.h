@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "graph/onnx_import.h"
 
 namespace tf::graph {
 
@@ -37,6 +38,9 @@ struct QuantizeOptions {
   double percentile = 99.99;  // Calibration::Percentile
   bool per_channel = true;  // weights (per tensor when false)
   bool symmetric = false;   // activations int8 symmetric instead of uint8 asymmetric
+  // Sizes of the model's dynamic input dimensions for the calibration (--dim, --input-shape);
+  // the QDQ model written keeps them dynamic.
+  InputBinding bind;
 };
 
 struct QuantizeReport {

@@ -69,6 +69,21 @@ class QuantizeTest(models_for_tests.ModelTestCase):
                       run("import", path, "--precision", "bf16", "--target",
                           "llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"))
 
+    def test_a_model_with_a_dynamic_batch_calibrates_at_given_sizes_and_stays_dynamic(self):
+        path = os.path.join(self.d, "dyn.onnx")
+        torch.onnx.export(Classifier().eval(), (torch.randn(4, 32),), path, opset_version=self.opset,
+                          input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+        q = os.path.join(self.d, "dyn.int8.onnx")
+        run("quantize", path, "-o", q, "--dim", "batch=16")
+        # The QDQ model keeps its dynamic batch: sized again at each use.
+        r = models_for_tests.tunefarm(TUNEFARM, "import", q)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("dyn.int8.onnx has the dynamic dimensions batch", r.stderr)
+        self.assertEqual(json.loads(run("import", q, "--json", "--dim", "batch=3"))["int8_nodes"], 3)
+        r = models_for_tests.tunefarm(TUNEFARM, "quantize", path, "-o", q)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("dynamic dimension 0 ('batch'); give its size: --dim batch=N", r.stderr)
+
     def test_a_cnn_with_random_percentile_and_entropy_calibration(self):
         path = self.export("cnn", Cnn(), (4, 3, 16, 16))
         x = self.save("x", np.random.default_rng(9).uniform(-1, 1, (4, 3, 16, 16)))
