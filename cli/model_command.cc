@@ -410,14 +410,20 @@ int64_t memory_budget(const std::string& flag) {
   return flag.empty() ? graph::default_memory_budget() : graph::parse_memory_size("--max-memory", flag);
 }
 
-graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Database* db, const std::string& out,
-                                const std::string& model, bool warn, int64_t budget, bool emulate_gpu = false) {
+// `dims`: the model's dynamic dimensions as given, repeated in the hint to import it.
+graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Database* db,
+                                const std::string& out, const std::string& model, bool warn,
+                                int64_t budget, bool emulate_gpu, const DimArgs& dims) {
   graph::CompiledModel cm = compile_model_with(g, t, db, out, model, budget, emulate_gpu);
   if (warn && cm.untuned() > 0) {
-    std::fprintf(stderr,
-                 "warning: %d of %d tunable kernels have no tuned config for %s and use default schedules "
-                 "(`tunefarm import %s` lists the tasks to tune)\n",
-                 cm.untuned(), cm.tunable(), t.short_str().c_str(), model.c_str());
+    std::string flags;
+    for (const std::string& d : dims.dims) flags += " --dim " + d;
+    for (const std::string& s : dims.shapes) flags += " --input-shape " + s;
+    std::fprintf(
+        stderr,
+        "warning: %d of %d tunable kernels have no tuned config for %s and use default schedules "
+        "(`tunefarm import %s%s` lists the tasks to tune)\n",
+        cm.untuned(), cm.tunable(), t.short_str().c_str(), model.c_str(), flags.c_str());
   }
   return cm;
 }
@@ -433,7 +439,8 @@ int compile_model_file(const ModelCompileArgs& a) {
       load_model(a.model, a.opt_level, a.disable, channel_block(t),
                  graph::parse_precision(a.precision), graph::tensor_cores(t), a.dims.binding());
   auto start = std::chrono::steady_clock::now();
-  graph::CompiledModel cm = compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget, a.emulate_gpu);
+  graph::CompiledModel cm =
+      compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget, a.emulate_gpu, a.dims);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (a.json) {
     json j = cm.sidecar(a.model);
@@ -520,7 +527,7 @@ int run_model(const ModelRunArgs& a) {
       tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
       std::filesystem::create_directories(tmp_dir);
       std::string so = (tmp_dir / "model.so").string();
-      compile_to(*g, host_target(), a.db, so, a.model, true, budget);
+      compile_to(*g, host_target(), a.db, so, a.model, true, budget, false, a.dims);
       lib = std::make_unique<ModelLibrary>(so);
       mode = "compiled for this machine";
     }
