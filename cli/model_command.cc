@@ -14,10 +14,9 @@
 #include <random>
 #include <set>
 
-#include "base/bfloat16.h"
 #include "base/error.h"
 #include "base/file_io.h"
-#include "base/float16.h"
+#include "graph/element_types.h"
 #include "graph/fusion.h"
 #include "graph/memory_budget.h"
 #include "graph/memory_plan.h"
@@ -148,21 +147,7 @@ int run_import(const ImportArgs& a) {
   opts.tensor_cores = tensor_cores(target);
   check_pass_options(opts);
   const InputBinding bind = a.dims.binding();
-  Graph g;
-  try {
-    g = import_onnx(a.model, bind);
-  } catch (const UserError& e) {
-    // A model with dynamic dimensions: name them all, and how to give their sizes (the file
-    // imported up to its inputs, so it reads and parses).
-    if (std::string(e.what()).find("dynamic dimension") == std::string::npos) throw;
-    std::map<std::string, int64_t> dims = model_symbolic_dims(read_file(a.model), a.model);
-    std::string unbound;
-    for (const auto& [d, at] : dims)
-      unbound += bind.dims.count(d) ? "" : str(unbound.empty() ? "" : ", ", d);
-    if (unbound.empty()) throw;
-    throw UserError(str(e.what(), "\n", a.model, " has the dynamic dimensions ", unbound,
-                        "; give each a size with --dim NAME=SIZE"));
-  }
+  Graph g = import_onnx(a.model, bind);
   GraphStats imported = graph_stats(g);
   size_t nodes_imported = g.nodes.size();
   opts.dump_sink = [](const std::string& pass, const Graph& gr) {
@@ -385,11 +370,7 @@ graph::HostTensor random_input(const graph::TensorInfo& t, std::mt19937& rng) {
   int64_t n = num_elements(t.shape);
   if (holds_floats(t.dtype)) {  // float16 and bfloat16: values of the type
     HostTensor x = HostTensor::floats(t.shape, std::vector<float>(n), t.dtype);
-    for (float& v : x.f) {
-      v = uni(rng);
-      if (t.dtype == graph::DType::F16) v = round_f16(v);
-      if (t.dtype == graph::DType::BF16) v = round_bf16(v);
-    }
+    for (float& v : x.f) v = round_to(t.dtype, uni(rng));
     return x;
   }
   HostTensor x = HostTensor::ints(t.shape, std::vector<int64_t>(n), t.dtype);

@@ -6,13 +6,12 @@
 #include <optional>
 #include <set>
 
-#include "base/bfloat16.h"
 #include "base/error.h"
-#include "base/float16.h"
 #include "compiler/driver.h"
 #include "compiler/model_codegen.h"
 #include "compiler/schedule_templates.h"
 #include "compiler/winograd.h"
+#include "graph/element_types.h"
 #include "graph/fusion.h"
 #include "graph/node_te.h"
 #include "graph/onnx_import.h"
@@ -474,20 +473,7 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   cm.outputs = tensors_json(graph, graph.outputs);
 
   EntrySpec spec;
-  auto entry_type = [](DType t) {
-    switch (t) {
-      case DType::I64:
-        return EntryType::Int64;
-      case DType::Bool:
-        return EntryType::Bool;
-      case DType::F16:
-        return EntryType::Float16;
-      case DType::BF16:
-        return EntryType::BFloat16;
-      default:
-        return EntryType::Float32;
-    }
-  };
+  auto entry_type = [](DType t) { return static_cast<EntryType>(onnx_element_type(t)); };
   for (const std::string& n : graph.inputs) {
     const Value& v = graph.value(n);
     spec.inputs.push_back({n, v.shape, entry_type(v.dtype)});
@@ -554,7 +540,7 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
       // A constant of another type (a folded shape, a comparison of constants): its bytes.
       EntryCopy c{{EntryBuffer::Kind::Constant, 0}, static_cast<int64_t>(k), {}};
       for (float x : is_storage16(v.dtype) ? v.constant->f : std::vector<float>{}) {
-        const uint16_t bits = v.dtype == DType::F16 ? f16_bits(x) : bf16_bits(x);
+        const uint16_t bits = storage16_bits(v.dtype, x);
         c.literal.push_back(static_cast<uint8_t>(bits & 0xFF));
         c.literal.push_back(static_cast<uint8_t>(bits >> 8));
       }

@@ -1,9 +1,8 @@
 #include "graph/model_library.h"
 
-#include "base/bfloat16.h"
 #include "base/error.h"
-#include "base/float16.h"
 #include "compiler/model_entry.h"
+#include "graph/element_types.h"
 
 namespace tf::graph {
 
@@ -13,24 +12,8 @@ namespace {
 std::vector<TensorInfo> tensor_infos(const std::vector<ModelTensor>& ts) {
   std::vector<TensorInfo> out;
   for (const ModelTensor& t : ts) {
-    DType d = DType::F32;
-    switch (t.dtype) {
-      case ModelDType::I64:
-        d = DType::I64;
-        break;
-      case ModelDType::Bool:
-        d = DType::Bool;
-        break;
-      case ModelDType::F16:
-        d = DType::F16;
-        break;
-      case ModelDType::BF16:
-        d = DType::BF16;
-        break;
-      case ModelDType::F32:
-        break;
-    }
-    out.push_back({t.name, Shape(t.shape.begin(), t.shape.end()), d});
+    out.push_back({t.name, Shape(t.shape.begin(), t.shape.end()),
+                   dtype_of_element_type(static_cast<int32_t>(t.dtype))});
   }
   return out;
 }
@@ -76,7 +59,7 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
       continue;
     }
     if (is_storage16(t.dtype)) {  // values of the type (rounded if they were not)
-      for (float x : t.f) bits16[k].push_back(t.dtype == DType::F16 ? f16_bits(x) : bf16_bits(x));
+      for (float x : t.f) bits16[k].push_back(storage16_bits(t.dtype, x));
       in.push_back(bits16[k].data());
       continue;
     }
@@ -126,8 +109,7 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   for (size_t k = 0; k < outputs_.size(); ++k) {
     for (size_t e = 0; e < bools[k].size(); ++e) outputs[k].i[e] = bools[k][e];
     for (size_t e = 0; e < out16[k].size(); ++e)
-      outputs[k].f[e] =
-          outputs_[k].dtype == DType::F16 ? f16_value(out16[k][e]) : bf16_value(out16[k][e]);
+      outputs[k].f[e] = storage16_value(outputs_[k].dtype, out16[k][e]);
   }
 }
 

@@ -6,9 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "base/bfloat16.h"
 #include "base/error.h"
-#include "base/float16.h"
+#include "graph/element_types.h"
 #include "graph/memory_budget.h"
 #include "graph/ops.h"
 
@@ -204,7 +203,7 @@ HostTensor parse_npy(const std::string& data, const std::string& path) {
     for (int64_t k = 0; k < n; ++k) {
       uint16_t h;
       std::memcpy(&h, body + k * 2, 2);
-      v[k] = f16_value(h);
+      v[k] = storage16_value(DType::F16, h);
     }
     return HostTensor::floats(shape, std::move(v), DType::F16);
   }
@@ -262,7 +261,7 @@ void write_npy(const std::string& path, const HostTensor& t) {
     f.write(reinterpret_cast<const char*>(t.f.data()), static_cast<std::streamsize>(t.f.size() * 4));
   } else if (t.dtype == DType::F16) {
     for (float x : t.f) {
-      const uint16_t h = f16_bits(x);
+      const uint16_t h = storage16_bits(DType::F16, x);
       f.write(reinterpret_cast<const char*>(&h), 2);
     }
   } else if (t.dtype == DType::I64) {
@@ -275,7 +274,7 @@ void write_npy(const std::string& path, const HostTensor& t) {
 
 HostTensor npy_as_input(HostTensor t, DType want) {
   if (want == DType::BF16 && t.dtype == DType::F32) {
-    for (float& x : t.f) x = round_bf16(x);
+    for (float& x : t.f) x = round_to(DType::BF16, x);
     t.dtype = DType::BF16;
   }
   return t;

@@ -217,9 +217,10 @@ Attr attribute(const onnx::AttributeProto& a, const std::string& where) {
 
 // A graph input's static type and shape: its dimensions as the file has them, or given by
 // `bind` (a named symbolic dimension's size, or the input's whole shape), whose entries it
-// uses are added to `used` (dimension names; input names as "input:x").
+// uses are added to `used` (dimension names; input names as "input:x"). `unsized` ends the
+// refusal of a dynamic dimension: every one still without a size.
 Value input_value(const onnx::ValueInfoProto& vi, const std::string& file, const InputBinding& bind,
-                  std::set<std::string>& used) {
+                  std::set<std::string>& used, const std::string& unsized) {
   std::string what = str(file, ": graph input '", vi.name(), "'");
   if (!vi.type().has_tensor_type())
     throw UserError(
@@ -289,11 +290,12 @@ Value input_value(const onnx::ValueInfoProto& vi, const std::string& file, const
       }
       throw UserError(str(what, " has a dynamic dimension ", d, " ('", dim.dim_param(),
                           "'); give its size: --dim ", dim.dim_param(),
-                          "=N (or the input's shape: --input-shape ", vi.name(), "=d0,d1,...)"));
+                          "=N (or the input's shape: --input-shape ", vi.name(), "=d0,d1,...)",
+                          unsized));
     }
     throw UserError(str(what, " has a dynamic dimension ", d,
                         " without a name; give the input's shape: --input-shape ", vi.name(),
-                        "=d0,d1,..."));
+                        "=d0,d1,...", unsized));
   }
   check_tensor_size(what, v.shape);
   return v;
@@ -435,16 +437,22 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file,
     HostTensor t = tensor_from_onnx(init, str(file, ": initializer '", init.name(), "'"));
     g.values[init.name()] = Value{init.name(), t.dtype, t.shape, std::move(t)};
   }
+  const std::map<std::string, int64_t> have = symbolic_dims(gp);
+  std::string unsized;  // for the refusal of the first: all of them
+  for (const auto& [d, at] : have)
+    unsized += bind.dims.count(d) ? "" : str(unsized.empty() ? "" : ", ", d);
+  if (!unsized.empty())
+    unsized = str("\n", file, " has the dynamic dimensions ", unsized,
+                  "; give each a size with --dim NAME=SIZE");
   std::set<std::string> used;  // what of `bind` the inputs took
   for (const auto& vi : gp.input()) {
     if (g.values.count(vi.name())) continue;  // an initializer listed as an input (IR < 4)
-    g.values[vi.name()] = input_value(vi, file, bind, used);
+    g.values[vi.name()] = input_value(vi, file, bind, used, unsized);
     g.inputs.push_back(vi.name());
   }
   // A size for a dimension or an input the model does not have is a mistake, not ignored.
   for (const auto& [dim, size] : bind.dims) {
     if (used.count(dim)) continue;
-    std::map<std::string, int64_t> have = symbolic_dims(gp);
     std::string list;
     for (const auto& [d, n] : have) list += str(list.empty() ? "" : ", ", d);
     throw UserError(str("--dim ", dim, "=", size, ": ", file, " has no symbolic dimension '", dim,
@@ -598,14 +606,6 @@ Graph import_onnx(const std::string& path, const InputBinding& bind) {
   return import_onnx_bytes(read_file(path), path, bind);
 }
 
-std::map<std::string, int64_t> model_symbolic_dims(const std::string& bytes,
-                                                   const std::string& file) {
-  onnx::ModelProto model;
-  if (!model.ParseFromString(bytes))
-    throw UserError(str(file, ": not an ONNX model (the protobuf does not parse)"));
-  return symbolic_dims(model.graph());
-}
-
 InputBinding parse_binding(const std::vector<std::string>& dims,
                            const std::vector<std::string>& shapes) {
   InputBinding b;
@@ -652,6 +652,40 @@ InputBinding parse_binding(const std::vector<std::string>& dims,
     b.shapes[name] = shape;
   }
   return b;
+}
+
+InputBinding binding_from_json(const nlohmann::json& j, const std::string& what) {
+  auto shown = [](const nlohmann::json& v) {
+    std::string s = v.dump();
+    return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+  };
+  std::vector<std::string> dims, shapes;
+  for (const char* field : {"dims", "input_shapes"}) {
+    if (!j.contains(field)) continue;
+    const nlohmann::json& v = j.at(field);
+    if (!v.is_object() || v.size() > 64)
+      throw UserError(str(what, " field \"", field,
+                          "\" must be an object of at most 64 entries, not ", shown(v)));
+    const bool dim = std::string(field) == "dims";
+    for (const auto& [name, size] : v.items()) {
+      if (!dim && (!size.is_array() || size.empty() || size.size() > 16))
+        throw UserError(str(what, " input_shapes ", shown(name), ": ", shown(size),
+                            " is not a shape (1 to 16 sizes)"));
+      std::string text;
+      for (const nlohmann::json& d : dim ? nlohmann::json::array({size}) : size) {
+        if (!d.is_number_integer())
+          throw UserError(
+              str(what, " ", field, " ", shown(name), ": ", shown(size), " is not a size"));
+        text += str(text.empty() ? "" : ",", d.get<int64_t>());
+      }
+      (dim ? dims : shapes).push_back(name + "=" + text);
+    }
+  }
+  try {
+    return parse_binding(dims, shapes);
+  } catch (const UserError& e) {
+    throw UserError(str(what, " dims: ", e.what()));
+  }
 }
 
 }  // namespace tf::graph

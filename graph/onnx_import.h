@@ -17,6 +17,7 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -47,10 +48,10 @@ Graph import_onnx(const std::string& path, const InputBinding& bind = {});
 // The same from the file's bytes; `what` names it in errors.
 Graph import_onnx_bytes(const std::string& bytes, const std::string& what,
                         const InputBinding& bind = {});
-// The named symbolic dimensions of a model's inputs (for `import` to list), each with the
-// first dimension index that names it.
-std::map<std::string, int64_t> model_symbolic_dims(const std::string& bytes,
-                                                   const std::string& what);
+// JSON sizes as a job or the Python package gives them: {"dims": {name: size}, "input_shapes":
+// {input: [sizes]}} (either absent), checked as parse_binding checks the command line's;
+// UserError naming `what`'s field and the value.
+InputBinding binding_from_json(const nlohmann::json& j, const std::string& what);
 
 // A TensorProto (test data, initializers) as a host tensor; `what` names it in errors.
 HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what);

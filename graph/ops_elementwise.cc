@@ -3,9 +3,8 @@
 #include <array>
 #include <cmath>
 
-#include "base/bfloat16.h"
 #include "base/error.h"
-#include "base/float16.h"
+#include "graph/element_types.h"
 #include "graph/op_te.h"
 #include "graph/ops.h"
 #include "graph/te_kit.h"
@@ -301,10 +300,8 @@ OpDef cast_op() {
     DType to = cast_target(c.node);
     HostTensor out = make_like(to, in[0]->shape);
     for (int64_t k = 0; k < out.size(); ++k) {
-      if (to == DType::F16)
-        out.f[k] = round_f16(in[0]->f[k]);
-      else if (to == DType::BF16)
-        out.f[k] = round_bf16(in[0]->f[k]);
+      if (is_storage16(to))
+        out.f[k] = round_to(to, in[0]->f[k]);
       else if (to == DType::F32)
         out.f[k] = static_cast<float>(in[0]->as_double(k));
       else if (to == DType::Bool)

@@ -154,20 +154,8 @@ TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char
   return guarded([&] {
     Target t = *target ? parse_target(target) : host_target();
     const graph::Precision p = graph::parse_precision(*precision ? precision : "fp32");
-    std::vector<std::string> dims, shapes;
-    const nlohmann::json b =
-        *dims_json ? nlohmann::json::parse(dims_json) : nlohmann::json::object();
-    const nlohmann::json given_dims = b.value("dims", nlohmann::json::object());
-    const nlohmann::json given_shapes = b.value("input_shapes", nlohmann::json::object());
-    for (const auto& [name, size] : given_dims.items())
-      dims.push_back(name + "=" + std::to_string(size.get<int64_t>()));
-    for (const auto& [name, shape] : given_shapes.items()) {
-      std::string text;
-      for (const nlohmann::json& d : shape)
-        text += (text.empty() ? "" : ",") + std::to_string(d.get<int64_t>());
-      shapes.push_back(name + "=" + text);
-    }
-    const graph::InputBinding bind = graph::parse_binding(dims, shapes);
+    const graph::InputBinding bind = graph::binding_from_json(
+        *dims_json ? nlohmann::json::parse(dims_json) : nlohmann::json::object(), "dims_json");
     std::unique_ptr<db::Database> database =
         *db ? db::open_database(db, db::OpenMode::ReadOnly) : nullptr;
     graph::CompiledModel cm = compile_model_with(

@@ -133,33 +133,7 @@ JobSpec parse_job_spec(const json& j) {
     }
   }
   // Dynamic dimensions, checked as the command line's --dim and --input-shape are.
-  std::vector<std::string> dims, shapes;
-  for (const char* field : {"dims", "input_shapes"}) {
-    if (!j.contains(field)) continue;
-    const json& v = j.at(field);
-    if (!v.is_object() || v.size() > 64)
-      throw UserError(
-          str("job field \"", field, "\" must be an object of at most 64 entries, not ", shown(v)));
-    for (const auto& [name, size] : v.items()) {
-      const bool dim = std::string(field) == "dims";
-      if (!dim && (!size.is_array() || size.empty() || size.size() > 16))
-        throw UserError(str("job input_shapes ", shown(json(name)), ": ", shown(size),
-                            " is not a shape (1 to 16 sizes)"));
-      std::string text;
-      for (const json& d : dim ? json::array({size}) : size) {
-        if (!d.is_number_integer())
-          throw UserError(
-              str("job ", field, " ", shown(json(name)), ": ", shown(size), " is not a size"));
-        text += str(text.empty() ? "" : ",", d.get<int64_t>());
-      }
-      (dim ? dims : shapes).push_back(name + "=" + text);
-    }
-  }
-  try {
-    s.dims = graph::parse_binding(dims, shapes);
-  } catch (const UserError& e) {
-    throw UserError(str("job dims: ", e.what()));
-  }
+  s.dims = graph::binding_from_json(j, "job");
   if (j.contains("key")) s.key = get_string(j, "key");
   if (j.contains("target")) {
     s.target = get_string(j, "target");
