@@ -31,7 +31,7 @@ A100; --peak-tflops for another GPU).
 calls it through ctypes and checks it against the same PyTorch reference, argument order and
 layouts included (what the GPU run relies on; the tests run it: tests/bench/gpu_bench_cpu_check).
 
-Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,other]
+Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,grouped,other]
                           [--precision tf32|fp16|bf16]
        bench/gpu_bench.py BUILD/bin/tunefarm --models resnet18,resnet50,mobilenet_v2,bert_base  (whole
        models: bench/gpu_model_bench.py)
@@ -62,6 +62,13 @@ GROUPS = {
                "conv2d_nchw(N=1,C=512,H=7,W=7,K=512,R=3,S=3,pad=1)",
                "conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)",
                "conv2d_nchw(N=1,C=2048,H=7,W=7,K=512,R=1,S=1)"],
+    # Grouped 3x3 layers (issue 56): ResNeXt-50 32x4d's four stages, RegNetY-400MF's groups of 8.
+    "grouped": ["conv2d_nchw(N=1,C=128,H=56,W=56,K=128,R=3,S=3,pad=1,group=32)",
+                "conv2d_nchw(N=1,C=256,H=28,W=28,K=256,R=3,S=3,pad=1,group=32)",
+                "conv2d_nchw(N=1,C=512,H=14,W=14,K=512,R=3,S=3,pad=1,group=32)",
+                "conv2d_nchw(N=1,C=1024,H=7,W=7,K=1024,R=3,S=3,pad=1,group=32)",
+                "conv2d_nchw(N=1,C=104,H=28,W=28,K=104,R=3,S=3,pad=1,group=13)",
+                "conv2d_nchw(N=1,C=208,H=14,W=14,K=208,R=3,S=3,pad=1,group=26)"],
     "other": ["conv2d_nchw(N=1,C=64,H=56,W=56,K=256,R=1,S=1)",
               "depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,pad=1)",
               "batch_matmul(B=12,M=128,N=128,K=64)"],
@@ -100,7 +107,7 @@ def reference(torch, op, p, args):
         x, w = ins[0], ins[1]
         bias = ins[2] if ep.startswith("bias") else None
         if op == "conv2d_nchw":
-            y = F.conv2d(x, w, bias, stride, pad, dil)
+            y = F.conv2d(x, w, bias, stride, pad, dil, groups=p.get("group", 1))
         elif op == "depthwise_conv2d_nchw":
             y = F.conv2d(x, w, bias, stride, pad, dil, groups=x.shape[1])
         elif op == "conv2d_nhwc":
@@ -145,9 +152,9 @@ def with_precision(workload, precision):
     """The workload at `precision`, or None when no tensor-core template computes it."""
     if precision == "fp32":
         return workload
-    op, _ = params_of(workload)
-    if op not in ("matmul", "batch_matmul", "conv2d_nchw", "conv2d_nhwc"):
-        return None  # depthwise: no tensor-core template
+    op, p = params_of(workload)
+    if op not in ("matmul", "batch_matmul", "conv2d_nchw", "conv2d_nhwc") or p.get("group", 1) != 1:
+        return None  # depthwise and grouped: no tensor-core template
     return workload[:-1] + ",precision=" + precision + ")"
 
 
@@ -157,7 +164,8 @@ def flops_of(op, p):
     if op in ("conv2d_nchw", "conv2d_nhwc"):
         def out(n, k):
             return (n + 2 * p.get("pad", 0) - p.get("dilation", 1) * (k - 1) - 1) // p.get("stride", 1) + 1
-        return 2 * p["N"] * p["K"] * out(p["H"], p["R"]) * out(p["W"], p["S"]) * p["C"] * p["R"] * p["S"]
+        per_filter = p["C"] // p.get("group", 1) * p["R"] * p["S"]
+        return 2 * p["N"] * p["K"] * out(p["H"], p["R"]) * out(p["W"], p["S"]) * per_filter
     return 0
 
 
@@ -282,7 +290,7 @@ def main():
     ap.add_argument("--db", help="tuning database: also time each workload's tuned config")
     ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
                     help="first tune every workload this many trials on this GPU (into --db, or a temporary one)")
-    ap.add_argument("--groups", default="dense,bert,resnet,other", help="comma-separated: " + ",".join(GROUPS))
+    ap.add_argument("--groups", default="dense,bert,resnet,grouped,other", help="comma-separated: " + ",".join(GROUPS))
     ap.add_argument("-w", "--workload", action="append", default=[], help="a workload of your own (repeatable)")
     ap.add_argument("-c", "--config", help="knobs (JSON) to set in the default config of every workload, e.g. "
                     "'{\"lanes_n\": 4}' (the rest default): experiments with one knob")

@@ -5,8 +5,8 @@
 //   - a generic kernel's default schedule and lowering (lower_generic_kernel);
 //   - for GPU targets, each kernel planned as the GPU will run it (its launches; UserError for
 //     what the GPU cannot run), or, emulated, its grid as loops for this machine;
-//   - kernels whose code is the same but for the name (a repeated layer, the per-group
-//     convolutions of split-grouped-convs) generated once: most of a compile is LLVM's;
+//   - kernels whose code is the same but for the name (a repeated layer, the time steps of an
+//     unrolled recurrence) generated once: most of a compile is LLVM's;
 //   - code generation on all cores, GPU device code (PTX for cuda, code objects for rocm: one
 //     function, compiler/link.h gpu_device_module), the entry point's host code, one link;
 //   - the library published atomically (base/file_io.h AtomicFile), its sidecar beside it.

@@ -71,6 +71,27 @@ inline int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int6
   return (padded - span) / stride + 1;
 }
 
+// A grouped convolution (group=G: output channel k reads only the C/G input channels of its
+// group k / (K/G)) in the blocked layout (conv2d_nchwc): output block ko (oc_block channels)
+// reads the `span` input channels from channel start(ko). Where the block lies in one group
+// (oc_block divides K/G) the span is that group's C/G channels; where it holds several (K/G
+// divides oc_block: RegNet's and ResNeXt's narrow groups on 16-lane vectors) it is the C/G
+// channels of each, and the weights [K/ob][span/ib][R][S][ib][ob] hold zeros where a channel
+// of one group meets a filter of another: the kernel multiplies them as any other (a vector
+// of filters, each input channel broadcast), at most oc_block/(K/G) times the group's work.
+// group=1 is the dense convolution (span C, start 0).
+struct NchwcGroups {
+  int64_t C, K, group, ob;
+  int64_t channels() const { return C / group; }  // input channels of one group
+  int64_t filters() const { return K / group; }   // output channels of one group
+  bool block_in_group() const { return filters() % ob == 0; }
+  int64_t span() const { return block_in_group() ? channels() : ob / filters() * channels(); }
+  int64_t start(int64_t ko) const { return ko * ob / filters() * channels(); }
+  // Whether blocks of ob output channels fit the groups (ob divides K/G or K/G divides ob).
+  bool fits() const { return filters() % ob == 0 || ob % filters() == 0; }
+};
+NchwcGroups nchwc_groups(const Workload& w);
+
 // The builders and references the table points to (compiler/operators.cc, reference.cc).
 namespace ops {
 void build_matmul(OpGraph& g);

@@ -402,14 +402,17 @@ void build_conv2d(OpGraph& g, bool nhwc) {
   int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
   int64_t dil = w.get("dilation");
   int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  // group=G (NCHW only): output channel k reads the C/G channels of its group k / (K/G).
+  const int64_t G = nhwc ? 1 : w.get("group"), Cg = C / G, Kg = K / G;
   Tensor data = nhwc ? make_input(g, "data", {N, H, W, C}) : make_input(g, "data", {N, C, H, W});
-  Tensor weight = nhwc ? make_input(g, "weight", {R, S, C, K}) : make_input(g, "weight", {K, C, R, S});
+  Tensor weight =
+      nhwc ? make_input(g, "weight", {R, S, C, K}) : make_input(g, "weight", {K, Cg, R, S});
   Tensor src = data;
   if (pad > 0) {
     g.pad = nhwc ? pad_spatial(data, pad, 1, 2) : pad_spatial(data, pad, 2, 3);
     src = g.pad;
   }
-  IterVar rc = reduce_axis(C, "rc"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs");
+  IterVar rc = reduce_axis(Cg, "rc"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs");
   bool fused = w.epilogue != Epilogue::None;
   std::string name = fused ? "acc" : "out";
   if (nhwc) {
@@ -422,12 +425,13 @@ void build_conv2d(OpGraph& g, bool nhwc) {
   } else {
     g.acc = compute(name, {N, K, OH, OW}, {"n", "k", "oh", "ow"}, [&](const std::vector<Expr>& ax) {
       Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
-      return sum(read(src, {ax[0], rc.var, h, x}) * read(weight, {ax[1], rc.var, rr.var, rs.var}),
+      Expr c = G == 1 ? rc.var : ax[1] / Kg * Cg + rc.var;
+      return sum(read(src, {ax[0], c, h, x}) * read(weight, {ax[1], rc.var, rr.var, rs.var}),
                  {rc, rr, rs});
     }, {rc, rr, rs});
     add_epilogue(g, "out", {"n", "k", "oh", "ow"}, 1);
   }
-  g.flops = 2 * N * K * OH * OW * C * R * S;
+  g.flops = 2 * N * K * OH * OW * Cg * R * S;
 }
 
 }  // namespace
@@ -460,33 +464,44 @@ void build_depthwise_conv2d_nchw(OpGraph& g) {
   g.flops = 2 * N * C * OH * OW * R * S;
 }
 
-// data [N][C/ib][H][W][ib], weight [K/ob][C/ib][R][S][ib][ob], out [N][K/ob][OH][OW][ob]; the
-// bias is per output channel k = ko * ob + kb. The reduction runs over input channel blocks,
-// the window, then the channels of a block.
+// data [N][C/ib][H][W][ib], weight [K/ob][span/ib][R][S][ib][ob], out [N][K/ob][OH][OW][ob];
+// the bias is per output channel k = ko * ob + kb. The reduction runs over the input channel
+// blocks output block ko reads (all C/ib without groups; else span/ib from start(ko):
+// NchwcGroups), the window, then the channels of a block.
 void build_conv2d_nchwc(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
   int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
   int64_t dil = w.get("dilation"), ib = w.get("ic_block"), ob = w.get("oc_block");
   int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
+  const NchwcGroups gr = nchwc_groups(w);
+  const int64_t span = gr.span();
   Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
-  Tensor weight = make_input(g, "weight", {K / ob, C / ib, R, S, ib, ob});
+  Tensor weight = make_input(g, "weight", {K / ob, span / ib, R, S, ib, ob});
   Tensor src = data;
   if (pad > 0) src = g.pad = pad_spatial(data, pad, 2, 3);
-  IterVar rco = reduce_axis(C / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
+  IterVar rco = reduce_axis(span / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
           rci = reduce_axis(ib, "rci");
+  // The first input block of output block ko: its group's (blocks per group = filters / ob),
+  // or that of the first of the groups it holds (start(ko) = ko * span).
+  auto first_block = [&](const Expr& ko) -> Expr {
+    if (gr.group == 1) return Expr(0);
+    if (gr.block_in_group()) return ko / (gr.filters() / ob) * (gr.channels() / ib);
+    return ko * (span / ib);
+  };
   std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
   g.acc = compute(w.epilogue != Epilogue::None ? "acc" : "out", {N, K / ob, OH, OW, ob}, names,
                   [&](const std::vector<Expr>& ax) {
                     Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
-                    return sum(read(src, {ax[0], rco.var, h, x, rci.var}) *
+                    Expr cb = gr.group == 1 ? Expr(rco.var) : first_block(ax[1]) + rco.var;
+                    return sum(read(src, {ax[0], cb, h, x, rci.var}) *
                                    read(weight, {ax[1], rco.var, rr.var, rs.var, rci.var, ax[4]}),
                                {rco, rr, rs, rci});
                   },
                   {rco, rr, rs, rci});
   add_epilogue(
       g, "out", names, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; }, K);
-  g.flops = 2 * N * K * OH * OW * C * R * S;
+  g.flops = 2 * N * K * OH * OW * gr.channels() * R * S;
 }
 
 // data [N][C/b][H][W][b], weight [C/b][R][S][b], out [N][C/b][OH][OW][b].

@@ -137,16 +137,21 @@ void reference_matmul_fp16(const Workload& w, const Inputs& in, float* out) { re
 
 void reference_batch_matmul(const Workload& w, const Inputs& in, float* out) { matmul(w, in, out, w.get("B")); }
 
+// group=G: filter k reads channels [g * C/G, (g + 1) * C/G) of its group g = k / (K/G).
 void reference_conv2d_nchw(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, false);
+  const int64_t Cg = d.C / w.get("group"), Kg = d.K / w.get("group");
   const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t k = 0; k < d.K; ++k)
       for (int64_t oh = 0; oh < d.OH; ++oh)
         for (int64_t ow = 0; ow < d.OW; ++ow) {
-          double acc = conv_point(d, oh, ow, 0, d.C, [&](int64_t c, int64_t r, int64_t s, int64_t h, int64_t x) {
-            return double(data[((n * d.C + c) * d.H + h) * d.W + x]) * wt[((k * d.C + c) * d.R + r) * d.S + s];
-          });
+          const int64_t c0 = k / Kg * Cg;
+          double acc = conv_point(d, oh, ow, c0, c0 + Cg,
+                                  [&](int64_t c, int64_t r, int64_t s, int64_t h, int64_t x) {
+                                    return double(data[((n * d.C + c) * d.H + h) * d.W + x]) *
+                                           wt[((k * Cg + c - c0) * d.R + r) * d.S + s];
+                                  });
           out[((n * d.K + k) * d.OH + oh) * d.OW + ow] = epilogue(w.epilogue, acc, bias, k);
         }
 }
@@ -179,20 +184,26 @@ void reference_depthwise_conv2d_nchw(const Workload& w, const Inputs& in, float*
         }
 }
 
-// NCHWc: data [N][C/ib][H][W][ib], weight [K/ob][C/ib][R][S][ib][ob], out [N][K/ob][OH][OW][ob].
+// NCHWc: data [N][C/ib][H][W][ib], weight [K/ob][span/ib][R][S][ib][ob], out [N][K/ob][OH][OW][ob]:
+// output block k/ob reads the span input channels from start(k/ob) (NchwcGroups), every
+// weight as given (a model's are zero where two groups meet).
 void reference_conv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, false);
   int64_t ib = w.get("ic_block"), ob = w.get("oc_block");
+  const NchwcGroups gr = nchwc_groups(w);
+  const int64_t span = gr.span();
   const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t k = 0; k < d.K; ++k)
       for (int64_t oh = 0; oh < d.OH; ++oh)
         for (int64_t ow = 0; ow < d.OW; ++ow) {
+          const int64_t c0 = gr.start(k / ob);
           double acc = conv_point(
-              d, oh, ow, 0, d.C, [&](int64_t c, int64_t r, int64_t s, int64_t h, int64_t x) {
+              d, oh, ow, c0, c0 + span, [&](int64_t c, int64_t r, int64_t s, int64_t h, int64_t x) {
                 double v = data[(((n * (d.C / ib) + c / ib) * d.H + h) * d.W + x) * ib + c % ib];
-                return v * wt[((((k / ob) * (d.C / ib) + c / ib) * d.R + r) * d.S + s) * ib * ob +
-                              (c % ib) * ob + k % ob];
+                const int64_t cl = c - c0;
+                return v * wt[((((k / ob) * (span / ib) + cl / ib) * d.R + r) * d.S + s) * ib * ob +
+                              (cl % ib) * ob + k % ob];
               });
           out[(((n * (d.K / ob) + k / ob) * d.OH + oh) * d.OW + ow) * ob + k % ob] =
               epilogue(w.epilogue, acc, bias, k);

@@ -127,6 +127,13 @@ int64_t Workload::get(const std::string& key) const {
   return 0;
 }
 
+bool Workload::has(const std::string& key) const {
+  for (const auto& [k, v] : params) {
+    if (k == key) return true;
+  }
+  return false;
+}
+
 std::vector<std::pair<std::string, int64_t>> Workload::shown_params() const {
   const OperatorDef* def = find_operator(op);
   std::vector<std::pair<std::string, int64_t>> shown;

@@ -70,6 +70,7 @@ struct Workload {
   OperandTypes types;
 
   int64_t get(const std::string& key) const;
+  bool has(const std::string& key) const;  // whether the operator has the key
   // The parameters the canonical form names: all but optional keys at their defaults.
   std::vector<std::pair<std::string, int64_t>> shown_params() const;
   std::string canonical() const;

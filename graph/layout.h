@@ -6,14 +6,17 @@
 //   LayoutTransform(x) {src_layout, dst_layout}: the same tensor in another layout, "NCHW" or
 //     "NCHW<b>c" (b >= 1 dividing the channels).
 //   ConvNCHWc(x, w[, bias]) {strides, pads, dilations, group}: Conv on a blocked input x
-//     [N][C/ib][H][W][ib] with weights [K/ob][C/ib][R][S][ib][ob] (group 1) or [C/b][R][S][b]
-//     (depthwise: group = C, ob = ib), bias [K]; the output is [N][K/ob][OH][OW][ob]. Padding,
-//     strides and dilations are the same along H and W (what the workloads express).
+//     [N][C/ib][H][W][ib] with weights [K/ob][span/ib][R][S][ib][ob] (group G >= 1: output
+//     block ko reads the span input channels from start(ko), compiler/operator_table.h
+//     NchwcGroups; span = C for G = 1) or [C/b][R][S][b] (depthwise: group = C, ob = ib),
+//     bias [K]; the output is [N][K/ob][OH][OW][ob]. Padding, strides and dilations are the
+//     same along H and W (what the workloads express).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "compiler/operator_table.h"
 #include "graph/graph.h"
 
 namespace tf::graph {
@@ -27,5 +30,14 @@ std::string layout_name(int64_t block);
 // w, without its epilogue and closing parenthesis (as tasks.h's AnchorWorkload::spec):
 // conv2d_nchwc(...) or depthwise_conv2d_nchwc(...).
 std::string conv_nchwc_spec(const Node& n, const Shape& x, const Shape& w);
+
+// A ConvNCHWc's channels and window from its input and weight shapes: depthwise when its
+// weights have rank 4, else a (grouped) convolution of `group` groups.
+struct ConvNchwcDims {
+  bool depthwise = false;
+  int64_t group = 1, ib = 1, ob = 1, C = 0, K = 0, R = 0, S = 0;
+  NchwcGroups groups() const { return {C, K, group, ob}; }
+};
+ConvNchwcDims conv_nchwc_dims(const Node& n, const Shape& x, const Shape& w);
 
 }  // namespace tf::graph

@@ -24,20 +24,31 @@ int64_t parse_layout(const Node& n, const std::string& attr) {
 
 std::string layout_name(int64_t block) { return block == 0 ? "NCHW" : str("NCHW", block, "c"); }
 
+ConvNchwcDims conv_nchwc_dims(const Node& n, const Shape& x, const Shape& w) {
+  ConvNchwcDims d;
+  d.depthwise = w.size() == 4;
+  d.ib = x[4];
+  d.C = x[1] * d.ib;
+  d.group = n.get_int("group", 1);
+  d.R = d.depthwise ? w[1] : w[2];
+  d.S = d.depthwise ? w[2] : w[3];
+  d.ob = d.depthwise ? d.ib : w[5];
+  d.K = d.depthwise ? d.C : w[0] * d.ob;
+  return d;
+}
+
 std::string conv_nchwc_spec(const Node& n, const Shape& x, const Shape& w) {
-  int64_t ib = x[4], C = x[1] * ib;
-  bool depthwise = n.get_int("group", 1) != 1;
-  int64_t R = depthwise ? w[1] : w[2], S = depthwise ? w[2] : w[3];
+  const ConvNchwcDims d = conv_nchwc_dims(n, x, w);
   std::vector<int64_t> pads = n.get_ints("pads", {0, 0, 0, 0}),
                        strides = n.get_ints("strides", {1, 1}),
                        dil = n.get_ints("dilations", {1, 1});
   std::string tail =
-      str(",R=", R, ",S=", S, ",stride=", strides[0], ",pad=", pads[0], ",dilation=", dil[0]);
-  if (depthwise)
-    return str("depthwise_conv2d_nchwc(N=", x[0], ",C=", C, ",H=", x[2], ",W=", x[3], tail,
-               ",block=", ib);
-  return str("conv2d_nchwc(N=", x[0], ",C=", C, ",H=", x[2], ",W=", x[3], ",K=", w[0] * w[5], tail,
-             ",ic_block=", ib, ",oc_block=", w[5]);
+      str(",R=", d.R, ",S=", d.S, ",stride=", strides[0], ",pad=", pads[0], ",dilation=", dil[0]);
+  if (d.depthwise)
+    return str("depthwise_conv2d_nchwc(N=", x[0], ",C=", d.C, ",H=", x[2], ",W=", x[3], tail,
+               ",block=", d.ib);
+  return str("conv2d_nchwc(N=", x[0], ",C=", d.C, ",H=", x[2], ",W=", x[3], ",K=", d.K, tail,
+             ",ic_block=", d.ib, ",oc_block=", d.ob, d.group != 1 ? str(",group=", d.group) : "");
 }
 
 namespace {
@@ -110,18 +121,27 @@ std::vector<TypeShape> conv_nchwc_infer(const OpContext& c) {
       if (d < 1) throw UserError(str(n.where(), ": an empty dimension in ", shape_str(*s)));
     }
   }
-  int64_t ib = x[4], C = x[1] * ib, group = n.get_int("group", 1);
-  bool depthwise = group != 1;
-  if (depthwise && group != C) {
+  if (w.size() != 4 && w.size() != 6) {
     throw UserError(
-        str(n.where(), ": group ", group, " is neither 1 nor the ", C, " channels (depthwise)"));
+        str(n.where(), ": weight ", shape_str(w),
+            " is neither [K/ob][span/ib][R][S][ib][ob] nor [C/b][R][S][b] (depthwise)"));
   }
-  bool fits = depthwise ? w.size() == 4 && w[0] == x[1] && w[3] == ib
-                        : w.size() == 6 && w[1] == x[1] && w[4] == ib;
+  const ConvNchwcDims d = conv_nchwc_dims(n, x, w);
+  const int64_t ib = d.ib, C = d.C, group = d.group;
+  if (group < 1 || C % group != 0 || (d.depthwise && group != C)) {
+    throw UserError(str(n.where(), ": group ", group,
+                        d.depthwise ? " is not the " : " does not divide the ", C, " channels",
+                        d.depthwise ? " (depthwise weights)" : ""));
+  }
+  bool fits = d.depthwise ? w[0] == x[1] && w[3] == ib : w[4] == ib;
+  if (fits && !d.depthwise) {
+    const NchwcGroups gr = d.groups();
+    fits = d.K % group == 0 && gr.fits() && gr.span() % ib == 0 && w[1] * ib == gr.span();
+  }
   if (!fits) {
     throw UserError(str(n.where(), ": weight ", shape_str(w), " does not fit input ", shape_str(x),
-                        " (expected ", depthwise ? "[C/b][R][S][b]" : "[K/ob][C/ib][R][S][ib][ob]",
-                        ")"));
+                        " and group ", group, " (expected ",
+                        d.depthwise ? "[C/b][R][S][b]" : "[K/ob][span/ib][R][S][ib][ob]", ")"));
   }
   if (n.get_string("auto_pad", "NOTSET") != "NOTSET")
     throw UserError(str(n.where(), ": auto_pad is not taken"));
@@ -129,9 +149,9 @@ std::vector<TypeShape> conv_nchwc_infer(const OpContext& c) {
   require_same(n, "strides", n.get_ints("strides", {1, 1}));
   require_same(n, "dilations", n.get_ints("dilations", {1, 1}));
   // Bounded like Conv's kernel_shape (no such attribute here: the weights' dimensions).
-  std::vector<int64_t> k = kernel_shape(c, {depthwise ? w[1] : w[2], depthwise ? w[2] : w[3]});
-  int64_t R = k[0], S = k[1], ob = depthwise ? ib : w[5];
-  int64_t K = depthwise ? C : w[0] * ob;
+  std::vector<int64_t> k = kernel_shape(c, {d.R, d.S});
+  int64_t R = k[0], S = k[1], ob = d.ob;
+  int64_t K = d.K;
   if (c.present(2) && c.in(2).shape != Shape{K}) {
     throw UserError(str(n.where(), ": bias ", shape_str(c.in(2).shape), " must be [", K, "]"));
   }

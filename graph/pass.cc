@@ -32,8 +32,10 @@ const std::vector<PassInfo>& graph_passes() {
       // (Graph::qdq) by the names the values had then; after fold-constants, which makes the
       // dequantized weights constants.
       {"fold-qdq", 1,
-       "a QDQ model's MatMul/Gemm of quantized activations and int8 weights as one QMatMul, an int8 kernel that "
-       "quantizes its input on entry (CPU targets; its convolutions become QConvNCHWc, depthwise ones QDepthwiseNCHWc, in "
+       "a QDQ model's MatMul/Gemm of quantized activations and int8 weights as one QMatMul, an "
+       "int8 kernel that "
+       "quantizes its input on entry (CPU targets; its convolutions become QConvNCHWc, depthwise "
+       "ones QDepthwiseNCHWc, in "
        "transform-conv-layout)",
        [](Graph& g, const PassOptions& o) { return fold_qdq_matmuls(g, o.channel_block); }},
       {"recognize-composites", 2,
@@ -62,10 +64,6 @@ const std::vector<PassInfo>& graph_passes() {
       {"fold-scale-into-conv", 2,
        "fold a per-channel Mul and Add after a Conv into its weights and bias",
        plain(fold_scale_into_conv)},
-      {"split-grouped-convs", 2,
-       "a grouped Conv no workload expresses (not depthwise; constant weights) as one Conv per "
-       "group and a Concat, so the conv2d template runs each",
-       plain(split_grouped_convs)},
       {"transform-conv-layout", 2,
        "convolutions in blocked layouts (NCHW<b>c, b = the target's vector width): weights "
        "converted now, activations only where an operator needs NCHW; elementwise ops follow",
@@ -75,17 +73,22 @@ const std::vector<PassInfo>& graph_passes() {
       // After combine-parallel-matmuls (attention's Q, K and V weights convert as one) and
       // transform-conv-layout (the convolutions it converts are ConvNCHWc).
       {"auto-mixed-precision", 0,
-       "--precision bf16 (fp16): MatMul/Gemm with constant weights and group-1 blocked convolutions as bfloat16 "
+       "--precision bf16 (fp16): MatMul/Gemm with constant weights and group-1 blocked "
+       "convolutions as bfloat16 "
        "(float16) kernels (MatMulBF16, ConvNCHWcBF16, MatMulFP16, ConvNCHWcFP16; float32 sums); "
-       "everything else stays float32 (docs/precision.md); on cuda targets (tf32, fp16, bf16) MatMul and Gemm run on "
+       "everything else stays float32 (docs/precision.md); on cuda targets (tf32, fp16, bf16) "
+       "MatMul and Gemm run on "
        "tensor cores",
-       [](Graph& g, const PassOptions& o) { return convert_precision(g, o.precision, o.tensor_cores); }},
+       [](Graph& g, const PassOptions& o) {
+         return convert_precision(g, o.precision, o.tensor_cores);
+       }},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on",
        plain(dead_code_elimination)},
       // After dead-code-elimination: the QuantizeLinear/DequantizeLinear arithmetic fold-qdq
       // left unread is gone, so the readers it counts are the kernels'.
       {"int8-edges", 1,
-       "a value only int8 kernels read (with one input scale and zero point) is quantized once, in its "
+       "a value only int8 kernels read (with one input scale and zero point) is quantized once, in "
+       "its "
        "producer's epilogue, and passed to them as uint8 (CPU targets)",
        [](Graph& g, const PassOptions& o) { return int8_edges(g, o.channel_block); }},
   };

@@ -115,7 +115,6 @@ bool lower_conv_transpose(Graph& g);
 bool lower_scatter_nd(Graph& g);
 bool pad_convs(Graph& g);
 bool einsum_to_matmul(Graph& g);
-bool split_grouped_convs(Graph& g);
 bool recognize_composites(Graph& g);
 bool combine_parallel_matmuls(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);

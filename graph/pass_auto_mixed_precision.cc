@@ -278,7 +278,9 @@ bool convert_precision(Graph& g, Precision p, bool tensor_cores) {
     for (Node& n : g.nodes) {
       if ((n.op != "MatMul" && n.op != "Gemm" && n.op != "Conv") || n.has(kTensorCorePrecision)) continue;
       const std::string spec = anchor_workload(g, n).spec;
-      if (spec.empty() || (n.op == "Conv" && spec.rfind("conv2d_nchw(", 0) != 0)) continue;
+      if (spec.empty() ||
+          (n.op == "Conv" && (spec.rfind("conv2d_nchw(", 0) != 0 || n.get_int("group", 1) != 1)))
+        continue;
       n.attrs[kTensorCorePrecision] = std::string(precision_name(p));
       ++g.tensor_core_nodes;
       changed = true;

@@ -146,7 +146,12 @@ class LayoutRewriter {
     const Value& wv = g_.value(n.inputs[1]);
     const Shape& w = wv.shape;
     int64_t C = x[1], K = w[0], R = w[2], S = w[3];
-    bool depthwise = n.get_int("group", 1) != 1;
+    const int64_t group = n.get_int("group", 1);
+    // anchor_workload expressed it: depthwise (a depthwise_conv2d_nchw) or a grouped
+    // conv2d_nchw (group > 1, any other shape of group).
+    const bool depthwise = group != 1 && group == C && K == C && w[1] == 1;
+    const bool grouped = group != 1 && !depthwise;
+    if (grouped) return convert_grouped_conv(n, x, wv);
     int64_t ob = block_for(K), ib = ob;
     if (!ob) return false;
     if (!depthwise) {
@@ -180,6 +185,58 @@ class LayoutRewriter {
                 wf[(k * C + c) * R * S + p];
           }
     }
+    emit_conv_nchwc(n, ib, ob, std::move(wb));
+    return true;
+  }
+
+  // A grouped (not depthwise) Conv as a grouped ConvNCHWc: output blocks of the target's
+  // block or half of it (at least 8) that lie in one group or hold whole groups; input blocks
+  // of the input's own block, or the output's rule, dividing the channels a block reads
+  // (NchwcGroups::span). The weights [K][C/G][R][S] become [K/ob][span/ib][R][S][ib][ob],
+  // zero where a filter meets another group's channel. Where no blocks fit, it stays NCHW
+  // (the conv2d_nchw template's group=G).
+  bool convert_grouped_conv(const Node& n, const Shape& x, const Value& wv) {
+    const Shape& w = wv.shape;
+    const int64_t C = x[1], K = w[0], R = w[2], S = w[3], group = n.get_int("group", 1);
+    auto fits = [&](int64_t b) {
+      return b >= 1 && K % b == 0 && NchwcGroups{C, K, group, b}.fits();
+    };
+    int64_t ob = 0;
+    for (int64_t b = block_; b >= std::min<int64_t>(block_, 8) && !ob; b /= 2) {
+      if (fits(b)) ob = b;
+    }
+    if (!ob) return false;
+    const NchwcGroups gr{C, K, group, ob};
+    const int64_t span = gr.span();
+    int64_t ib = 0;
+    if (auto it = back_.find(n.inputs[0]); it != back_.end() && span % it->second.second == 0)
+      ib = it->second.second;
+    for (int64_t b = block_; b >= std::min<int64_t>(block_, 8) && !ib; b /= 2) {
+      if (span % b == 0) ib = b;
+    }
+    if (!ib) return false;
+    const std::vector<float>& wf = wv.constant->f;
+    const int64_t Cg = gr.channels(), Kg = gr.filters();
+    HostTensor wb = HostTensor::floats({K / ob, span / ib, R, S, ib, ob},
+                                       std::vector<float>(K / ob * span * R * S * ob));
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t c0 = gr.start(k / ob),
+                    own = k / Kg * Cg;  // the block's first channel, k's group's
+      for (int64_t c = own; c < own + Cg; ++c) {
+        const int64_t cl = c - c0;  // within the block's span
+        for (int64_t p = 0; p < R * S; ++p) {
+          wb.f[((((k / ob) * (span / ib) + cl / ib) * R * S + p) * ib + cl % ib) * ob + k % ob] =
+              wf[(k * Cg + (c - own)) * R * S + p];
+        }
+      }
+    }
+    emit_conv_nchwc(n, ib, ob, std::move(wb));
+    return true;
+  }
+
+  // `n` as a ConvNCHWc on its input in blocks of ib, with blocked weights `wb`, writing blocks
+  // of ob that a conversion back returns under the old name.
+  void emit_conv_nchwc(const Node& n, int64_t ib, int64_t ob, HostTensor wb) {
     std::string xb = to_blocked(n.inputs[0], ib);
     std::string wname = g_.add_constant(n.inputs[1] + "_" + layout_name(ob), std::move(wb));
     const Shape& y = g_.value(n.outputs[0]).shape;
@@ -197,7 +254,6 @@ class LayoutRewriter {
                                     : n.get_ints("pads", {0, 0, 0, 0});
     c.attrs["pads"] = pads;
     emit_with_back(std::move(c), yb, ob);
-    return true;
   }
 
   // A QDQ convolution (DequantizeLinear(QuantizeLinear(x)) by DequantizeLinear of int8

@@ -56,7 +56,12 @@ AnchorWorkload conv_workload(const Graph& g, const Node& n) {
     return {str("depthwise_conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], tail), "",
             bias};
   }
-  return {"", str("grouped convolution (group=", group, ") other than depthwise")};
+  // Grouped (ResNeXt, RegNet): computed in float32 (no tensor-core precision).
+  if (tensor_core_precision(n) != Precision::Float32)
+    return {"", str("grouped convolution (group=", group, ") at a tensor-core precision")};
+  return {str("conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], ",K=", w[0], tail,
+              ",group=", group),
+          "", bias};
 }
 
 
@@ -104,7 +109,8 @@ AnchorWorkload conv_nchwc_workload(const Graph& g, const Node& n) {
 std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWorkload& aw) {
   if (n.op != "ConvNCHWc" || aw.spec.empty() || n.inputs.size() < 2 || !g.is_constant(n.inputs[1])) return "";
   Workload w = parse_workload(aw.spec + ")");
-  if (w.op != "conv2d_nchwc" || w.get("R") != 3 || w.get("S") != 3 || w.get("stride") != 1 || w.get("dilation") != 1)
+  if (w.op != "conv2d_nchwc" || w.get("R") != 3 || w.get("S") != 3 || w.get("stride") != 1 ||
+      w.get("dilation") != 1 || w.get("group") != 1)
     return "";
   // F(4x4, 3x3): a quarter of the direct multiplications on whole tiles. Its transformed
   // weights are 4x the direct ones (36 values per filter against 9) and are read once per

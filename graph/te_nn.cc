@@ -336,24 +336,27 @@ Tensor conv_nchwc_expr(const Node& n, const OpContext& c, const std::vector<TeOp
                      const Shape& out, const std::string& name) {
   const TeOperand &x = need(n, in, 0), &wt = need(n, in, 1);
   if (!x.tensor || !wt.tensor) not_implemented(n, "a convolution of one-element tensors");
-  const Shape& ws = wt.shape;
-  int64_t ib = x.shape[4], C = x.shape[1] * ib, ob = out[4];
-  bool depthwise = n.get_int("group", 1) != 1;
-  int64_t R = depthwise ? ws[1] : ws[2], S = depthwise ? ws[2] : ws[3];
-  Window w = window_of(c, {x.shape[0], C, x.shape[2], x.shape[3]}, R, S);
+  const ConvNchwcDims d = conv_nchwc_dims(n, x.shape, wt.shape);
+  const int64_t ib = d.ib, C = d.C, ob = out[4];
+  const bool depthwise = d.depthwise;
+  const NchwcGroups gr = d.groups();
+  Window w = window_of(c, {x.shape[0], C, x.shape[2], x.shape[3]}, d.R, d.S);
   int64_t H = x.shape[2], W = x.shape[3];
-  std::vector<IterVar> rv = reduce_vars({depthwise ? 1 : C, w.kh, w.kw}, "r");
+  std::vector<IterVar> rv = reduce_vars({depthwise ? 1 : gr.span(), w.kh, w.kw}, "r");
   Tensor acc = ir::compute(
       name + (in.size() > 2 && in[2].present() ? "_acc" : ""), out, axis_names(5),
       [&](const Index& i) {
         WindowRead wr = window_read(w, i[2], i[3], rv[1].var, rv[2].var, H, W);
         Expr k = i[1] * ob + i[4];
-        Expr ch = depthwise ? k : rv[0].var;
+        // The input channel: depthwise, the output's; else the span's from start(ko).
+        Expr ch = depthwise      ? k
+                  : d.group == 1 ? Expr(rv[0].var)
+                                 : i[1] * ob / gr.filters() * gr.channels() + rv[0].var;
         Expr v = ir::select(wr.inside, ir::read(x.tensor, {i[0], ch / ib, wr.iy, wr.ix, ch % ib}),
                             ir::f32(0.0));
-        Expr wv = depthwise
-                      ? ir::read(wt.tensor, {i[1], rv[1].var, rv[2].var, i[4]})
-                      : ir::read(wt.tensor, {i[1], ch / ib, rv[1].var, rv[2].var, ch % ib, i[4]});
+        Expr wv = depthwise ? ir::read(wt.tensor, {i[1], rv[1].var, rv[2].var, i[4]})
+                            : ir::read(wt.tensor, {i[1], rv[0].var / ib, rv[1].var, rv[2].var,
+                                                   rv[0].var % ib, i[4]});
         return ir::sum(v * wv, rv);
       },
       rv);

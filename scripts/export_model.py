@@ -47,6 +47,11 @@ MODELS = {
     "bert2": (Encoder, (1, 128, 768), 17),
     "bert_base": (lambda: Encoder(layers=12), (1, 128, 768), 17),
     "mlp": (MLP, (1, 784), 13),
+    # Grouped convolutions (ResNeXt: 32 groups; RegNetY: groups of 8 channels) and fire
+    # modules (SqueezeNet).
+    "resnext50": (lambda: torchvision.models.resnext50_32x4d(), (1, 3, 224, 224), 13),
+    "regnet_y_400mf": (lambda: torchvision.models.regnet_y_400mf(), (1, 3, 224, 224), 13),
+    "squeezenet1_1": (lambda: torchvision.models.squeezenet1_1(), (1, 3, 224, 224), 13),
 }
 
 

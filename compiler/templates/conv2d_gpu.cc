@@ -14,6 +14,11 @@
 // arithmetic in the shared-memory load, the padding a predicate), as the dense template
 // copies a tile of B. 1x1 convolutions are plain GEMMs this way. Depthwise convolutions stay
 // direct (depthwise_conv2d_gpu.cc).
+//
+// Grouped (NCHW, group=G: ResNeXt, RegNet) the GEMMs are one per image and group, as batches:
+//   acc[n*G + g][kk][p] = sum_q weight[g][kk][q] * col[n*G + g][q][p]
+// with q over the group's C/G channels and window, weight [K][C/G][R][S] read as [G][K/G][q],
+// and the output k = g*K/G + kk (the writer's rows split by K/G: batch (n, g), rows kk).
 #include "compiler/operator_table.h"
 #include "compiler/templates/gpu_gemm.h"
 
@@ -25,6 +30,9 @@ using ir::Tensor;
 struct ConvDims {
   int64_t n, c, h, w, k, r, s, stride, pad, dilation, oh, ow;
   bool nhwc;
+  int64_t group = 1;
+  int64_t cg() const { return c / group; }  // channels of a group
+  int64_t kg() const { return k / group; }  // filters of a group
 };
 
 ConvDims conv_dims(const OpGraph& g) {
@@ -33,7 +41,46 @@ ConvDims conv_dims(const OpGraph& g) {
              w.get("stride"), w.get("pad"), w.get("dilation"), 0, 0, w.op == "conv2d_nhwc"};
   d.oh = conv_out(d.h, d.r, d.stride, d.pad, d.dilation);
   d.ow = conv_out(d.w, d.s, d.stride, d.pad, d.dilation);
+  if (w.has("group")) d.group = w.get("group");
   return d;
+}
+
+// The grouped NCHW convolution as batches of GEMMs (above).
+OpGraph grouped_gemm_graph(const OpGraph& g, const ConvDims& d) {
+  const int64_t G = d.group, p = d.oh * d.ow, q = d.cg() * d.r * d.s;
+  const Tensor& data = g.inputs[0];
+  Tensor weight = ir::placeholder(g.inputs[1]->name, {G, d.kg(), q});
+  ir::IterVar red = ir::reduce_axis(q, "q");
+  Tensor col =
+      ir::compute("col", {d.n * G, q, p}, {"b", "q", "p"}, [&](const std::vector<Expr>& ax) {
+        Expr n = ax[0] / G, c = ax[0] % G * d.cg() + ax[1] / (d.r * d.s);
+        Expr rr = ax[1] / d.s % d.r, ss = ax[1] % d.s;
+        Expr h = ax[2] / d.ow * d.stride + rr * d.dilation - d.pad;
+        Expr x = ax[2] % d.ow * d.stride + ss * d.dilation - d.pad;
+        Expr v = ir::read(data, {n, c, h, x});
+        if (d.pad == 0) return v;
+        Expr inside = ir::logical_and(ir::logical_and(h >= 0, h < Expr(d.h)),
+                                      ir::logical_and(x >= 0, x < Expr(d.w)));
+        return ir::select(inside, v, ir::f32(0.0));
+      });
+  Tensor acc = ir::compute("acc", {d.n * G, d.kg(), p}, {"b", "k", "p"},
+                           [&](const std::vector<Expr>& ax) {
+                             return ir::sum(ir::read(weight, {ax[0] % G, ax[1], red.var}) *
+                                                ir::read(col, {ax[0], red.var, ax[2]}),
+                                            {red});
+                           },
+                           {red});
+  const ir::Tensor& old = g.acc;
+  ir::Tensor view = ir::compute(
+      old == g.output ? g.output->name : "acc_view", old->shape, {"n", "k", "oh", "ow"},
+      [&](const std::vector<Expr>& ax) {
+        return ir::read(acc, {ax[0] * G + ax[1] / d.kg(), ax[1] % d.kg(), ax[2] * d.ow + ax[3]});
+      });
+  OpGraph r = with_reads_replaced(g, old, view);
+  r.inputs[1] = weight;
+  r.acc = acc;
+  r.pad = nullptr;
+  return r;
 }
 
 }  // namespace
@@ -43,6 +90,7 @@ OpGraph conv_gemm_graph(const OpGraph& g, const std::string& template_id) {
     throw UserError(str(template_id, ": prepacked weights are not implemented on GPUs (", g.workload.canonical(), ")"));
   }
   ConvDims d = conv_dims(g);
+  if (d.group > 1) return grouped_gemm_graph(g, d);
   const int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
   const Tensor& data = g.inputs[0];
   // The weights as the GEMM's matrix: the same elements, in the same order.
@@ -102,8 +150,8 @@ OpGraph conv_gemm_graph(const OpGraph& g, const std::string& template_id) {
 
 GemmShape conv_gemm_shape(const OpGraph& g) {
   ConvDims d = conv_dims(g);
-  int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
-  return d.nhwc ? GemmShape{d.n, p, d.k, q} : GemmShape{d.n, d.k, p, q};
+  int64_t p = d.oh * d.ow, q = d.cg() * d.r * d.s;
+  return d.nhwc ? GemmShape{d.n, p, d.k, q} : GemmShape{d.n * d.group, d.kg(), p, q};
 }
 
 namespace {
@@ -146,6 +194,11 @@ class Conv2dGpu final : public GemmTemplate {
     } else {
       st.rows = o[1].var;
       st.cols = out.fuse(o[2].var, o[3].var);
+      if (const ConvDims d = conv_dims(g); d.group > 1) {
+        auto [group, rows] = out.split(o[1].var, d.kg());
+        st.batch = out.fuse(o[0].var, group);
+        st.rows = rows;
+      }
     }
   }
 

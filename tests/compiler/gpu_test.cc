@@ -47,6 +47,8 @@ const char* kWorkloads[] = {
     "conv2d_nchw(N=1,C=3,H=7,W=7,K=5,R=3,S=3)",
     "conv2d_nchw(N=2,C=3,H=13,W=11,K=5,R=3,S=2,stride=2,pad=2,dilation=2,epilogue=bias_relu)",
     "conv2d_nchw(N=1,C=16,H=15,W=15,K=19,R=1,S=1,epilogue=relu)",
+    "conv2d_nchw(N=1,C=12,H=9,W=8,K=18,R=3,S=3,pad=1,group=3,epilogue=bias_relu)",
+    "conv2d_nchw(N=2,C=6,H=7,W=7,K=12,R=3,S=3,stride=2,group=6)",
     "conv2d_nhwc(N=2,H=11,W=6,C=3,K=33,R=2,S=3,stride=2,pad=1,dilation=1,epilogue=bias_relu)",
     "depthwise_conv2d_nchw(N=1,C=7,H=11,W=13,R=3,S=3,pad=1,epilogue=bias_relu)",
     "depthwise_conv2d_nchw(N=2,C=3,H=17,W=9,R=5,S=3,stride=2,pad=2,dilation=2)",

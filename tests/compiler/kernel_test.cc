@@ -34,6 +34,8 @@ const char* kWorkloads[] = {
     "conv2d_nchw(N=1,C=3,H=7,W=7,K=5,R=3,S=3)",
     "conv2d_nchw(N=2,C=3,H=13,W=11,K=5,R=3,S=2,stride=2,pad=2,dilation=2,epilogue=bias_relu)",
     "conv2d_nchw(N=1,C=16,H=15,W=15,K=19,R=1,S=1,epilogue=relu)",
+    "conv2d_nchw(N=1,C=12,H=9,W=8,K=18,R=3,S=3,pad=1,group=3,epilogue=bias_relu)",
+    "conv2d_nchw(N=2,C=6,H=7,W=7,K=12,R=3,S=3,stride=2,group=6)",
     "conv2d_nhwc(N=1,H=9,W=9,C=5,K=7,R=3,S=3,pad=1,epilogue=bias)",
     "conv2d_nhwc(N=2,H=11,W=6,C=3,K=33,R=2,S=3,stride=2,pad=1,dilation=1,epilogue=bias_relu)",
     "depthwise_conv2d_nchw(N=1,C=7,H=11,W=13,R=3,S=3,pad=1,epilogue=bias_relu)",
@@ -45,6 +47,13 @@ const char* kWorkloads[] = {
     "epilogue=bias)",
     "conv2d_nchwc(N=1,C=32,H=7,W=7,K=64,R=1,S=1,ic_block=16,oc_block=16)",
     "conv2d_nchwc(N=1,C=8,H=14,W=14,K=8,R=1,S=1,stride=2,ic_block=4,oc_block=4,epilogue=relu)",
+    // Grouped: blocks in one group (16 filters a group, two blocks of 8), blocks holding
+    // two groups (4 filters a group: the weights block-diagonal), a channel multiplier.
+    "conv2d_nchwc(N=1,C=32,H=9,W=7,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=8,group=2,epilogue=bias_"
+    "relu)",
+    "conv2d_nchwc(N=2,C=16,H=7,W=6,K=16,R=3,S=3,stride=2,pad=1,ic_block=8,oc_block=8,group=4,"
+    "epilogue=relu)",
+    "conv2d_nchwc(N=1,C=8,H=5,W=9,K=16,R=1,S=1,ic_block=4,oc_block=16,group=8)",
     "depthwise_conv2d_nchwc(N=1,C=24,H=11,W=13,R=3,S=3,pad=1,block=8,epilogue=bias_relu)",
     "depthwise_conv2d_nchwc(N=2,C=6,H=17,W=9,R=5,S=3,stride=2,pad=2,dilation=2,block=3)",
     "depthwise_conv2d_nchwc(N=1,C=32,H=7,W=7,R=3,S=3,stride=2,pad=1,block=16,epilogue=relu)",

@@ -112,15 +112,51 @@ INSTANTIATE_TEST_SUITE_P(
         // dilation*(R-1) wrapped around 64 bits and was accepted; the kernel then segfaulted.
         BadSpec{"conv2d_nchw(N=1,C=1,H=1,W=1,K=1,R=33554433,S=1,dilation=549755813888)",
                 "dilation=549755813888 is larger than"},
-        BadSpec{"conv2d_nhwc(N=1,H=2147483647,W=1,C=1,K=1,R=2147483647,S=1,dilation=2147483647)", "output size"},
-        BadSpec{"depthwise_conv2d_nchw(N=1,C=1,H=1,W=1,R=1,S=1,pad=2147483647)", "tensor data_pad would have"},
+        BadSpec{"conv2d_nhwc(N=1,H=2147483647,W=1,C=1,K=1,R=2147483647,S=1,dilation=2147483647)",
+                "output size"},
+        BadSpec{"depthwise_conv2d_nchw(N=1,C=1,H=1,W=1,R=1,S=1,pad=2147483647)",
+                "tensor data_pad would have"},
         BadSpec{"batch_matmul(B=65536,M=65536,N=1,K=2)", "tensor A would have 8589934592 elements"},
         BadSpec{"conv2d_nchw(N=1,C=65537,H=65536,W=1,K=1,R=1,S=1)", "tensor data would have"},
         BadSpec{"matmul(M=65536,N=65536,K=65536)", "bytes together, over the limit"},
         BadSpec{"conv2d_nchw(N=1,C=1,H=2,W=2,K=1,R=3,S=3)", "output size"},
         BadSpec{"conv2d_nchw(N=1,C=1,H=8,W=8,K=1,R=3,S=3,stride=0)", "stride=0"},
         BadSpec{"depthwise_conv2d_nchw(N=1,C=1,H=5,W=5,R=3,S=3,dilation=3)", "output size"},
-        BadSpec{"matmul(M=300000,N=300000,K=1)", "tensor C would have 90000000000 elements"}));
+        BadSpec{"matmul(M=300000,N=300000,K=1)", "tensor C would have 90000000000 elements"},
+        // Groups: both channel counts divided; float32; blocks that fit the groups.
+        BadSpec{"conv2d_nchw(N=1,C=6,H=4,W=4,K=8,R=1,S=1,group=4)", "group=4 does not divide C=6"},
+        BadSpec{"conv2d_nchw(N=1,C=8,H=4,W=4,K=6,R=1,S=1,group=4)", "group=4 does not divide K=6"},
+        BadSpec{"conv2d_nchw(N=1,C=8,H=4,W=4,K=8,R=1,S=1,group=0)", "group=0 must be at least 1"},
+        BadSpec{"conv2d_nchw(N=1,C=8,H=4,W=4,K=8,R=1,S=1,group=2,precision=fp16)",
+                "group=2 at precision=fp16 is not implemented yet"},
+        BadSpec{"conv2d_nchwc(N=1,C=24,H=4,W=4,K=24,R=1,S=1,ic_block=8,oc_block=8,group=4)",
+                "oc_block=8 and the 6 filters of a group (K/group) do not divide one another"},
+        BadSpec{"conv2d_nchwc(N=1,C=16,H=4,W=4,K=32,R=1,S=1,ic_block=16,oc_block=8,group=4)",
+                "ic_block=16 does not divide the 4 input channels an output block reads"}));
+
+// group=G: each filter reads C/G channels (weights [K][C/G][R][S]; FLOPs by C/G); blocked, an
+// output block reads its groups' channels: one group's, or (blocks holding several groups)
+// each one's, its weights then [K/ob][span/ib][R][S][ib][ob].
+TEST(Workload, GroupedConvolutionsReadTheirGroupsChannels) {
+  OpGraph g = build_op(parse_workload("conv2d_nchw(N=1,C=8,H=5,W=5,K=12,R=3,S=3,group=4)"));
+  EXPECT_EQ(g.inputs[1]->shape, (std::vector<int64_t>{12, 2, 3, 3}));
+  EXPECT_EQ(g.flops, 2 * 12 * 3 * 3 * 2 * 3 * 3);
+  EXPECT_EQ(parse_workload("conv2d_nchw(N=1,C=8,H=5,W=5,K=12,R=3,S=3,group=1)").canonical(),
+            "conv2d_nchw(N=1,C=8,H=5,W=5,K=12,R=3,S=3,stride=1,pad=0,dilation=1,epilogue=none)");
+  OpGraph in_group = build_op(parse_workload(
+      "conv2d_nchwc(N=1,C=64,H=5,W=5,K=64,R=1,S=1,ic_block=16,oc_block=16,group=2)"));
+  EXPECT_EQ(in_group.inputs[1]->shape,
+            (std::vector<int64_t>{4, 2, 1, 1, 16, 16}));  // 32 channels a block reads
+  OpGraph holds = build_op(parse_workload(
+      "conv2d_nchwc(N=1,C=32,H=5,W=5,K=32,R=1,S=1,ic_block=16,oc_block=16,group=8)"));
+  EXPECT_EQ(holds.inputs[1]->shape,
+            (std::vector<int64_t>{2, 1, 1, 1, 16, 16}));  // 4 groups of 4: 16 channels
+  EXPECT_EQ(holds.flops, 2 * 32 * 5 * 5 * 4);
+  const NchwcGroups gr = nchwc_groups(
+      parse_workload("conv2d_nchwc(N=1,C=32,H=5,W=5,K=64,R=1,S=1,ic_block=8,oc_block=16,group=8)"));
+  EXPECT_EQ(gr.span(), 8);  // two groups of 8 filters and 4 channels
+  EXPECT_EQ(gr.start(3), 24);
+}
 
 TEST(Workload, LargestAcceptedSizesAreExact) {
   // Exactly at the limits: accepted, with products computed without overflow.

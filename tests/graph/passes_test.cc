@@ -128,10 +128,10 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // and fold-qdq and int8-edges (no QDQ model; tests/graph/import_test.cc), and
     // auto-mixed-precision (not at fp32, the default; below).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
-                    p.name == "fold-qdq" || p.name == "int8-edges" || p.name == "auto-mixed-precision" ||
-                    p.name == "transform-conv-layout" || p.name == "lower-conv-transpose" ||
-                    p.name == "pad-convs" || p.name == "einsum-to-matmul" ||
-                    p.name == "split-grouped-convs" || p.name == "lower-scatter-nd";
+                    p.name == "fold-qdq" || p.name == "int8-edges" ||
+                    p.name == "auto-mixed-precision" || p.name == "transform-conv-layout" ||
+                    p.name == "lower-conv-transpose" || p.name == "pad-convs" ||
+                    p.name == "einsum-to-matmul" || p.name == "lower-scatter-nd";
     EXPECT_EQ(p.changed, !own_test) << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());
@@ -903,9 +903,23 @@ TEST(GraphLayoutOps, BadAttributesAndShapesAreErrors) {
   EXPECT_NE(
       error(conv({3, 1, 3, 3, 4, 4}, 1, {1, 1, 1, 1})).find("does not fit input [1, 2, 5, 5, 4]"),
       std::string::npos);
-  EXPECT_NE(
-      error(conv({2, 3, 3, 4}, 5, {0, 0, 0, 0})).find("group 5 is neither 1 nor the 8 channels"),
-      std::string::npos);
+  EXPECT_NE(error(conv({2, 3, 3, 4}, 5, {0, 0, 0, 0}))
+                .find("group 5 is not the 8 channels (depthwise weights)"),
+            std::string::npos);
+  // Grouped: weights [K/ob][span/ib][R][S][ib][ob] (2 groups of 4 channels, blocks of 4).
+  EXPECT_EQ(error(conv({2, 1, 3, 3, 4, 4}, 2, {1, 1, 1, 1})), "");
+  EXPECT_NE(error(conv({2, 1, 3, 3, 4, 4}, 3, {1, 1, 1, 1}))
+                .find("group 3 does not divide the 8 channels"),
+            std::string::npos);
+  EXPECT_NE(error(conv({2, 2, 3, 3, 4, 4}, 2, {1, 1, 1, 1}))
+                .find("does not fit input [1, 2, 5, 5, 4] and group 2"),
+            std::string::npos);
+  EXPECT_NE(error(conv({3, 1, 3, 3, 4, 4}, 2, {1, 1, 1, 1})).find("does not fit"),
+            std::string::npos);  // 6 a group
+  EXPECT_NE(error(conv({2, 1, 3, 3, 4}, 2, {1, 1, 1, 1}))
+                .find("is neither [K/ob][span/ib][R][S][ib][ob]"),
+            std::string::npos);
+  EXPECT_NE(error(conv({2, 1, 3, 3, 4, 4}, 0, {1, 1, 1, 1})).find("group 0"), std::string::npos);
   EXPECT_NE(error(conv({3, 2, 0, 3, 4, 4}, 1, {1, 1, 1, 1}))
                 .find("an empty dimension in [3, 2, 0, 3, 4, 4]"),
             std::string::npos);
@@ -1759,20 +1773,59 @@ TEST(GraphPasses, EinsumsThatAreMatrixProductsBecomeMatMuls) {
   }
 }
 
-// split-grouped-convs: grouped convolutions no workload expresses become one Conv per group
-// (all tunable) and a Concat, computing the same; depthwise ones and computed weights stay.
-TEST(GraphPasses, SplitsGroupedConvolutionsIntoTunableOnes) {
+// Grouped convolutions (ResNeXt's, RegNet's) are one tunable task each: blocked
+// (conv2d_nchwc group=G) where an output block lies in one group or holds whole groups and an
+// input block divides the channels it reads, the weights made block-diagonal; else NCHW
+// (conv2d_nchw group=G). Either way they compute what the Conv does.
+TEST(GraphPasses, GroupedConvolutionsAreOneTaskEach) {
   using V = std::vector<int64_t>;
   struct Case {
     Shape x, w;
     std::map<std::string, Attr> attrs;
-    bool bias, fires;
+    bool bias;
+    const char* workload;  // the task's, up to its epilogue
   };
   std::vector<Case> cases = {
-      {{1, 8, 6, 7}, {12, 2, 3, 3}, {{"group", int64_t{4}}, {"pads", V{1, 1, 1, 1}}}, true, true},
-      {{2, 6, 9, 9}, {6, 3, 3, 3}, {{"group", int64_t{2}}, {"strides", V{2, 2}}}, false, true},
-      {{1, 4, 5, 5}, {4, 1, 3, 3}, {{"group", int64_t{4}}}, true, false},  // depthwise: a workload
-      {{1, 257, 2, 2}, {514, 1, 1, 1}, {{"group", int64_t{257}}}, false, false},  // too many groups
+      // 3 filters a group: no block of 16 or 8 fits: NCHW.
+      {{1, 8, 6, 7},
+       {12, 2, 3, 3},
+       {{"group", int64_t{4}}, {"pads", V{1, 1, 1, 1}}},
+       true,
+       "conv2d_nchw(N=1,C=8,H=6,W=7,K=12,R=3,S=3,stride=1,pad=1,dilation=1,group=4"},
+      // 8 filters a group: blocks of 16 hold two groups, reading their 2 x 4 channels.
+      {{1, 16, 5, 5},
+       {32, 4, 3, 3},
+       {{"group", int64_t{4}}},
+       false,
+       "conv2d_nchwc(N=1,C=16,H=5,W=5,K=32,R=3,S=3,stride=1,pad=0,dilation=1,ic_block=8,oc_block="
+       "16,group=4"},
+      // A channel multiplier of 2 (one input channel, two filters a group).
+      {{2, 32, 6, 6},
+       {64, 1, 3, 3},
+       {{"group", int64_t{32}}, {"pads", V{1, 1, 1, 1}}},
+       true,
+       "conv2d_nchwc(N=2,C=32,H=6,W=6,K=64,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block="
+       "16,group=32"},
+      // 32 filters a group: two blocks of 16 in each, strided.
+      {{1, 64, 7, 7},
+       {64, 32, 3, 3},
+       {{"group", int64_t{2}}, {"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}},
+       true,
+       "conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=3,S=3,stride=2,pad=1,dilation=1,ic_block=16,oc_block="
+       "16,group=2"},
+      // RegNet's groups of 8 at 48 channels, 1x1.
+      {{1, 48, 5, 5},
+       {48, 8, 1, 1},
+       {{"group", int64_t{6}}},
+       false,
+       "conv2d_nchwc(N=1,C=48,H=5,W=5,K=48,R=1,S=1,stride=1,pad=0,dilation=1,ic_block=16,oc_block="
+       "16,group=6"},
+      // Many groups (past the 256 the old per-group split took).
+      {{1, 514, 2, 2},
+       {514, 2, 1, 1},
+       {{"group", int64_t{257}}},
+       false,
+       "conv2d_nchw(N=1,C=514,H=2,W=2,K=514,R=1,S=1,stride=1,pad=0,dilation=1,group=257"},
   };
   for (size_t k = 0; k < cases.size(); ++k) {
     SCOPED_TRACE(k);
@@ -1785,18 +1838,15 @@ TEST(GraphPasses, SplitsGroupedConvolutionsIntoTunableOnes) {
     b.g.outputs = {b.inferred("Conv", in, "y", c.attrs)};
     verify(b.g);
     Graph g = b.g;
-    EXPECT_EQ(split_grouped_convs(g), c.fires);
+    PassOptions o;
+    o.channel_block = 16;
+    run_passes(g, o);
     verify(g);
-    EXPECT_EQ(extract_tasks(g).untunable.size(), k == 3 ? 1u : 0u);
-    int convs = 0;
-    for (const Node& n : g.nodes) convs += n.op == "Conv";
-    EXPECT_EQ(convs, c.fires ? std::get<int64_t>(c.attrs.at("group")) : 1);
+    TaskList t = extract_tasks(g);
+    EXPECT_TRUE(t.untunable.empty());
+    ASSERT_EQ(t.tasks.size(), 1u);  // no Winograd alternative for groups
+    EXPECT_EQ(t.tasks[0].workload.substr(0, t.tasks[0].workload.find(",epilogue=")), c.workload);
+    EXPECT_NO_THROW(tf::parse_workload(t.tasks[0].workload));
     expect_same_outputs(b.g, g, c.x);
   }
-  // Computed weights: nothing to do.
-  GraphBuilder b;
-  std::string x = b.input("x", {1, 4, 5, 5});
-  std::string w = b.input("w", {4, 2, 3, 3});
-  b.g.outputs = {b.node("Conv", {x, w}, "y", {1, 4, 3, 3}, {{"group", int64_t{2}}})};
-  EXPECT_FALSE(split_grouped_convs(b.g));
 }

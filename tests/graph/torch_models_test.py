@@ -332,6 +332,33 @@ class Qdq(torch.nn.Module):
         return self.fc(torch.fake_quantize_per_tensor_affine(y, 0.03, 3, -128, 127))
 
 
+class Grouped(torch.nn.Module):
+    """Grouped convolutions of every shape a model has them (ResNeXt's, RegNet's, a channel
+    multiplier, groups no channel block fits), each one kernel: blocks of 16 filters holding four
+    groups of 4 (block-diagonal weights), groups of 16 filters over 8 channels, two blocks a
+    group, a channel multiplier of 2, and 3 groups of 6 filters (NCHW)."""
+
+    def __init__(self):
+        super().__init__()
+        conv = torch.nn.Conv2d
+        self.stem = torch.nn.Sequential(conv(3, 32, 3, stride=2, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU())
+        self.g4 = torch.nn.Sequential(conv(32, 32, 3, padding=1, groups=8, bias=False), torch.nn.BatchNorm2d(32),
+                                      torch.nn.ReLU())
+        self.g8 = conv(32, 64, 3, padding=1, groups=4)
+        self.g32 = conv(64, 64, 1, groups=2)
+        self.mult = conv(64, 128, 3, stride=2, padding=1, groups=64)
+        self.narrow = conv(128, 24, 1)
+        self.odd = conv(24, 18, 3, padding=1, groups=3)
+        self.fc = torch.nn.Linear(18, 10)
+
+    def forward(self, x):
+        y = self.g4(self.stem(x))
+        y = torch.relu(self.g8(y))
+        y = torch.relu(self.g32(y) + y)
+        y = self.odd(torch.relu(self.narrow(self.mult(y))))
+        return self.fc(y.mean((2, 3)))
+
+
 def randomize_batchnorm(model):
     """Give BatchNorm layers statistics that matter (fresh ones are the identity)."""
     g = torch.Generator().manual_seed(7)
@@ -356,6 +383,7 @@ def models():
     # tunefarm's passes fold it.
     yield "resnet18_bn", torchvision.models.resnet18(num_classes=10), (1, 3, 32, 32), True, 11, False
     yield "mobilenet_v2", torchvision.models.mobilenet_v2(num_classes=10), (1, 3, 64, 64), True, 13, True
+    yield "grouped", Grouped(), (2, 3, 32, 32), True, 13, True
     yield "encoder", Encoder(64, 4, 128), (1, 16, 64), False, 17, True
     # Before opset 17 LayerNorm is exported decomposed, and GELU always is (through Erf):
     # recognize-composites makes one operator of each.
@@ -494,6 +522,13 @@ def main():
                 ok = ok and "transform-conv-layout" in fired and "Conv" not in info["ops"]
                 ok = ok and all("nchwc" in t["workload"] for t in info["tasks"] if "conv" in t["workload"])
                 ok = ok and 0 < info["ops"].get("LayoutTransform", 0) <= 4
+            if name == "grouped":
+                # Each grouped convolution is one task and one kernel: four blocked, the one no
+                # block fits (3 groups of 6 filters) in NCHW; no per-group Slice and Concat.
+                grouped = [t["workload"] for t in info["tasks"] if ",group=" in t["workload"]]
+                ok = ok and len(grouped) == 5 and not info["untunable"]
+                ok = ok and sum(w.startswith("conv2d_nchwc(") for w in grouped) == 4
+                ok = ok and "Concat" not in info["ops"] and "Slice" not in info["ops"]
             if not folding:
                 # BatchNormalization split and folded into the convolutions.
                 ok = ok and "simplify-inference" in fired and "fold-scale-into-conv" in fired
