@@ -158,8 +158,11 @@ int run_import(const ImportArgs& a) {
   check_node_expressions(g);
   GraphStats after = graph_stats(g);
   TaskList tasks = extract_tasks(g);
-  std::vector<FusedGroup> groups = plan_fusion(g);
-  MemoryPlan memory = plan_memory(g, groups);
+  // The kernels a compile makes: the fused groups but the Concats computed in place.
+  std::vector<FusedGroup> fused = plan_fusion(g);
+  const std::vector<InPlaceConcat> in_place = in_place_concats(g, fused);
+  std::vector<FusedGroup> groups = without_in_place(fused, in_place);
+  MemoryPlan memory = plan_memory(g, groups, in_place);
 
   auto tensors = [&](const std::vector<std::string>& names) {
     json out = json::array();
@@ -210,6 +213,7 @@ int run_import(const ImportArgs& a) {
                                   {"inputs", f.inputs},
                                   {"outputs", f.outputs}});
   }
+  j["in_place"] = in_place_json(in_place);
   j["memory"] = {{"arena_bytes", memory.arena_bytes},
                  {"naive_bytes", memory.naive_bytes},
                  {"intermediates", memory.buffers.size()}};
@@ -265,6 +269,9 @@ int run_import(const ImportArgs& a) {
               groups.size(), kinds.c_str(),
               fused_nodes - std::count_if(groups.begin(), groups.end(),
                                           [](const FusedGroup& f) { return f.nodes.size() > 1; }));
+  if (!in_place.empty())
+    std::printf("in place  %zu Concat%s (their inputs written into their outputs: no kernel)\n",
+                in_place.size(), in_place.size() == 1 ? "" : "s");
   std::printf("memory    %.2f MB arena for %zu intermediates (%.2f MB without reuse)\n",
               static_cast<double>(memory.arena_bytes) / 1e6, memory.buffers.size(),
               static_cast<double>(memory.naive_bytes) / 1e6);

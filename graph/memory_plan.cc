@@ -1,11 +1,73 @@
 #include "graph/memory_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace tf::graph {
 
-MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
+std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<FusedGroup>& groups) {
+  std::set<std::string> written, outputs(g.outputs.begin(), g.outputs.end()),
+      inputs(g.inputs.begin(), g.inputs.end());
+  for (const FusedGroup& grp : groups) written.insert(grp.outputs.begin(), grp.outputs.end());
+  std::map<std::string, const Node*> nodes;
+  for (const Node& n : g.nodes) nodes[n.name] = &n;
+  std::set<std::string> taken;  // parts and outputs of the in-place Concats so far
+  std::vector<InPlaceConcat> found;
+  for (const FusedGroup& grp : groups) {
+    if (grp.nodes.size() != 1) continue;
+    const Node& n = *nodes.at(grp.nodes[0]);
+    if (n.op != "Concat" || n.outputs.size() != 1 || n.inputs.size() < 2) continue;
+    const Value& y = g.value(n.outputs[0]);
+    if (y.dtype != DType::F32 || outputs.count(y.name) || taken.count(y.name)) continue;
+    const auto rank = static_cast<int64_t>(y.shape.size());
+    int64_t axis = n.get_int("axis", 0);
+    if (axis < 0) axis += rank;
+    bool ok = axis >= 0 && axis < rank;
+    for (int64_t d = 0; ok && d < axis; ++d) ok = y.shape[d] == 1;
+    InPlaceConcat c{n.name, y.name, {}};
+    std::set<std::string> mine;
+    int64_t offset = 0;
+    for (const std::string& in : n.inputs) {
+      if (!ok) break;
+      ok = !in.empty() && written.count(in) && !inputs.count(in) && !outputs.count(in) &&
+           !g.is_constant(in) && !taken.count(in) && mine.insert(in).second &&
+           g.value(in).dtype == DType::F32 && offset % kArenaAlignment == 0;
+      c.parts.emplace_back(in, offset);
+      offset += ok ? num_elements(g.value(in).shape) * 4 : 0;
+    }
+    if (!ok) continue;
+    taken.insert(mine.begin(), mine.end());
+    taken.insert(y.name);
+    found.push_back(std::move(c));
+  }
+  return found;
+}
+
+std::vector<FusedGroup> without_in_place(const std::vector<FusedGroup>& groups,
+                                         const std::vector<InPlaceConcat>& in_place) {
+  std::set<std::string> skip;
+  for (const InPlaceConcat& c : in_place) skip.insert(c.node);
+  std::vector<FusedGroup> kept;
+  for (const FusedGroup& grp : groups) {
+    if (grp.nodes.size() != 1 || !skip.count(grp.nodes[0])) kept.push_back(grp);
+  }
+  return kept;
+}
+
+nlohmann::json in_place_json(const std::vector<InPlaceConcat>& in_place) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const InPlaceConcat& c : in_place) {
+    nlohmann::json parts = nlohmann::json::array();
+    for (const auto& [value, offset] : c.parts)
+      parts.push_back({{"value", value}, {"offset", offset}});
+    all.push_back({{"node", c.node}, {"output", c.output}, {"parts", parts}});
+  }
+  return all;
+}
+
+MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups,
+                       const std::vector<InPlaceConcat>& in_place) {
   MemoryPlan plan;
   std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
   auto align = [](int64_t b) {
@@ -27,16 +89,34 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
       plan.buffers[v] = BufferPlacement{0, align(num_elements(val.shape) * width), k, output ? groups.size() : k};
     }
   }
+  // An in-place Concat's output: written by no kernel, live from its first part's kernel.
+  std::set<std::string> parts;
+  for (const InPlaceConcat& c : in_place) {
+    BufferPlacement b{0, align(num_elements(g.value(c.output).shape) * 4), groups.size(), 0};
+    for (const auto& [part, offset] : c.parts) {
+      b.first = std::min(b.first, plan.buffers.at(part).first);
+      parts.insert(part);
+    }
+    b.last = b.first;
+    plan.buffers[c.output] = b;
+  }
   for (size_t k = 0; k < groups.size(); ++k) {
     for (const std::string& v : groups[k].inputs) {
       if (auto it = plan.buffers.find(v); it != plan.buffers.end())
         it->second.last = std::max(it->second.last, k);
     }
   }
+  for (const InPlaceConcat& c : in_place) {
+    BufferPlacement& b = plan.buffers.at(c.output);
+    for (const auto& [part, offset] : c.parts)
+      b.last = std::max(b.last, plan.buffers.at(part).last);
+  }
   // Greedy by size: the largest first, each at the lowest offset where it overlaps no placed
   // buffer that is live at the same time.
   std::vector<std::string> order;
-  for (const auto& [name, b] : plan.buffers) order.push_back(name);
+  for (const auto& [name, b] : plan.buffers) {
+    if (!parts.count(name)) order.push_back(name);
+  }
   std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
     return plan.buffers.at(a).bytes > plan.buffers.at(b).bytes;
   });
@@ -65,6 +145,11 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups) {
     plan.arena_bytes = std::max(plan.arena_bytes, at + b.bytes);
     plan.naive_bytes += b.bytes;
     placed.push_back({b.first, b.last, at, at + b.bytes});
+  }
+  // Each part inside its Concat's output.
+  for (const InPlaceConcat& c : in_place) {
+    for (const auto& [part, offset] : c.parts)
+      plan.buffers.at(part).offset = plan.buffers.at(c.output).offset + offset;
   }
   return plan;
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,31 @@ struct MemoryPlan {
 
 constexpr int64_t kArenaAlignment = 64;
 
-MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups);
+// A Concat computed in place (SqueezeNet's fire modules, Inception's branches): each input
+// (`parts`, with its byte offset) is written by its producer's kernel straight into the
+// Concat's output, so no kernel copies them. Only where every input is a whole contiguous
+// range of the output: the dimensions before the axis are all 1 (a batch of one, in NCHW or
+// in channel blocks), every offset a multiple of kArenaAlignment.
+struct InPlaceConcat {
+  std::string node, output;
+  std::vector<std::pair<std::string, int64_t>> parts;  // value, byte offset in the output
+};
+
+// The Concat nodes of `groups` (plan_fusion's, in order) computed in place: alone in their
+// group, float32, not a model output, each input a float32 intermediate some kernel writes (not a
+// model input, output or constant; no other in-place Concat's input or output), each once.
+std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<FusedGroup>& groups);
+
+// `groups` without the in-place Concats' (the kernels a model runs), and those Concats as JSON
+// ({node, output, parts: [{value, offset}]}: import's and the library sidecar's "in_place").
+std::vector<FusedGroup> without_in_place(const std::vector<FusedGroup>& groups,
+                                         const std::vector<InPlaceConcat>& in_place);
+nlohmann::json in_place_json(const std::vector<InPlaceConcat>& in_place);
+
+// `groups` are the kernels' (an in-place Concat has none): the output of an in-place Concat is
+// live from the first kernel writing one of its parts to its last reader (or a part's), and
+// each part lies at its offset in it.
+MemoryPlan plan_memory(const Graph& g, const std::vector<FusedGroup>& groups,
+                       const std::vector<InPlaceConcat>& in_place = {});
 
 }  // namespace tf::graph

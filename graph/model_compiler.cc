@@ -409,14 +409,16 @@ json CompiledModel::sidecar(const std::string& model) const {
           {"model", model},
           {"target", target.str()},
           {"emulates", emulates.empty() ? json() : json(emulates)},
-          {"device_code", device_modules == 0 ? json() : json{{"modules", device_modules},
-                                                               {"format", target.info().module_format}}},
+          {"device_code", device_modules == 0 ? json()
+                                              : json{{"modules", device_modules},
+                                                     {"format", target.info().module_format}}},
           {"inputs", inputs},
           {"outputs", outputs},
           {"workspace_bytes", memory.arena_bytes},
           {"intermediate_bytes_unplanned", memory.naive_bytes},
           {"constant_bytes", constant_bytes},
           {"kernels", ks},
+          {"in_place", in_place_json(in_place)},
           {"untuned_kernels", untuned()}};
 }
 
@@ -464,11 +466,13 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
   // floats would round). int64 and bool inputs are converted on entry, such outputs after the
   // last kernel; constants of other types are copied as they are.
   ModelBuilder mb(g, target, lookup);
-  for (const FusedGroup& grp : plan_fusion(g)) mb.add_group(grp);
-  const Graph& graph = mb.graph();
+  const std::vector<FusedGroup> fused = plan_fusion(g);
   CompiledModel cm;
+  cm.in_place = in_place_concats(g, fused);
+  for (const FusedGroup& grp : without_in_place(fused, cm.in_place)) mb.add_group(grp);
+  const Graph& graph = mb.graph();
   cm.target = target;
-  cm.memory = plan_memory(graph, mb.kernel_groups());
+  cm.memory = plan_memory(graph, mb.kernel_groups(), cm.in_place);
   cm.inputs = tensors_json(graph, graph.inputs);
   cm.outputs = tensors_json(graph, graph.outputs);
 

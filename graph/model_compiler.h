@@ -64,6 +64,8 @@ struct CompiledModel {
   int64_t device_modules = 0;
   std::vector<ModelKernel> kernels;
   MemoryPlan memory;
+  // Concats with no kernel: their inputs' kernels write into their outputs (graph/memory_plan.h).
+  std::vector<InPlaceConcat> in_place;
   int64_t constant_bytes = 0;  // embedded
   nlohmann::json inputs, outputs;
   // Kernels with a tuned template (a workload), and those of them whose config is the

@@ -21,7 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.channel_block = 8;  // as for an AVX2 target: transform-conv-layout runs too
     tf::graph::run_passes(g, o);
     tf::graph::extract_tasks(g);
-    tf::graph::plan_memory(g, tf::graph::plan_fusion(g));
+    // The memory plan as a compile makes it: Concats in place where they can be.
+    const std::vector<tf::graph::FusedGroup> fused = tf::graph::plan_fusion(g);
+    const std::vector<tf::graph::InPlaceConcat> in_place = tf::graph::in_place_concats(g, fused);
+    tf::graph::plan_memory(g, tf::graph::without_in_place(fused, in_place), in_place);
     tf::graph::check_node_expressions(g);  // what import runs: each node's kernel expression
   } catch (const tf::UserError&) {
   }

@@ -1034,6 +1034,48 @@ TEST(GraphMemory, ReuseByLivenessWithoutOverlap) {
   }
 }
 
+// A Concat whose inputs are whole contiguous ranges of its output (the dimensions before the
+// axis are 1) is computed in place: its inputs' kernels write into its output, which is live
+// from the first of them; with a batch of 2, an input that is also a model output, or one
+// that is the model's input, it is a kernel as before.
+TEST(GraphMemory, ConcatsOfContiguousPartsAreComputedInPlace) {
+  auto model = [](int64_t batch, bool part_is_output, bool part_is_input) {
+    GraphBuilder b;
+    std::string x = b.input("x", {batch, 16, 8, 8});
+    std::map<std::string, Attr> pool = {{"kernel_shape", std::vector<int64_t>{1, 1}}};
+    std::string a = b.node("MaxPool", {x}, "a", {batch, 16, 8, 8}, pool);
+    std::string c = b.node("MaxPool", {a}, "c", {batch, 16, 8, 8}, pool);
+    std::string cat = b.node("Concat", {part_is_input ? x : a, c}, "cat", {batch, 32, 8, 8},
+                             {{"axis", int64_t{1}}});
+    std::string out = b.node("MaxPool", {cat}, "out", {batch, 32, 8, 8}, pool);
+    b.g.outputs = {out};
+    if (part_is_output) b.g.outputs.push_back(a);
+    verify(b.g);
+    return b.g;
+  };
+  Graph g = model(1, false, false);
+  std::vector<FusedGroup> groups = plan_fusion(g);
+  std::vector<InPlaceConcat> in_place = in_place_concats(g, groups);
+  ASSERT_EQ(in_place.size(), 1u);
+  EXPECT_EQ(in_place[0].output, "cat");
+  ASSERT_EQ(in_place[0].parts.size(), 2u);
+  EXPECT_EQ(in_place[0].parts[1], (std::pair<std::string, int64_t>{"c", 16 * 64 * 4}));
+  std::vector<FusedGroup> kernels = without_in_place(groups, in_place);
+  EXPECT_EQ(kernels.size() + 1, groups.size());
+  MemoryPlan m = plan_memory(g, kernels, in_place);
+  const BufferPlacement &cat = m.buffers.at("cat"), &a = m.buffers.at("a"), &c = m.buffers.at("c");
+  EXPECT_EQ(a.offset, cat.offset);
+  EXPECT_EQ(c.offset, cat.offset + 16 * 64 * 4);
+  EXPECT_EQ(cat.first, a.first);  // live from a's kernel to out's
+  EXPECT_EQ(cat.last, kernels.size() - 1);
+  EXPECT_EQ(in_place_json(in_place)[0]["parts"][1]["offset"], 16 * 64 * 4);
+  for (auto [batch, output, input] :
+       {std::tuple{2, false, false}, {1, true, false}, {1, false, true}}) {
+    Graph h = model(batch, output, input);
+    EXPECT_TRUE(in_place_concats(h, plan_fusion(h)).empty()) << batch << output << input;
+  }
+}
+
 // The generic kernels of the blocked-layout operators (node_te: what a ConvNCHWc becomes when
 // no template takes its group) compute what the workloads' references compute, on odd blocks,
 // strides, padding and dilation.
@@ -1042,7 +1084,11 @@ TEST(GraphLayoutOps, GenericConvKernelsMatchTheWorkloadReference) {
        {"conv2d_nchwc(N=1,C=6,H=7,W=9,K=8,R=3,S=3,stride=2,pad=1,ic_block=3,oc_block=4,epilogue="
         "bias)",
         "conv2d_nchwc(N=2,C=8,H=5,W=6,K=8,R=1,S=1,ic_block=8,oc_block=8)",
-        "depthwise_conv2d_nchwc(N=2,C=8,H=6,W=5,R=3,S=3,pad=2,dilation=2,block=4)"}) {
+        "depthwise_conv2d_nchwc(N=2,C=8,H=6,W=5,R=3,S=3,pad=2,dilation=2,block=4)",
+        // Grouped: blocks holding two groups (block-diagonal weights), blocks within a group.
+        "conv2d_nchwc(N=1,C=16,H=5,W=6,K=16,R=3,S=3,pad=1,ic_block=8,oc_block=8,group=4,epilogue="
+        "bias)",
+        "conv2d_nchwc(N=2,C=16,H=5,W=5,K=32,R=1,S=1,stride=2,ic_block=4,oc_block=4,group=2)"}) {
     SCOPED_TRACE(spec);
     tf::Workload w = tf::parse_workload(spec);
     tf::OpGraph og = tf::build_op(w);
@@ -1064,7 +1110,7 @@ TEST(GraphLayoutOps, GenericConvKernelsMatchTheWorkloadReference) {
            {{"strides", std::vector<int64_t>{s, s}},
             {"pads", std::vector<int64_t>{p, p, p, p}},
             {"dilations", std::vector<int64_t>{d, d}},
-            {"group", depthwise ? w.get("C") : int64_t{1}}}};
+            {"group", depthwise ? w.get("C") : w.get("group")}}};
     g.values["y"] = Value{"y", DType::F32, og.output->shape, std::nullopt};
     g.nodes.push_back(n);
     g.outputs = {"y"};
@@ -1770,6 +1816,42 @@ TEST(GraphPasses, EinsumsThatAreMatrixProductsBecomeMatMuls) {
     EXPECT_EQ(einsums, c.rewritten ? 0 : 1);
     EXPECT_EQ(matmuls, c.rewritten ? 1 : 0);
     expect_same_outputs(b.g, g, c.a);
+  }
+}
+
+// A convolution whose filters the block does not divide, where padding them to a whole block
+// adds at most 1/16 (31 -> 32), runs on padded filters in whole blocks, its output sliced back;
+// past that (24 -> 32) it takes half blocks, or (10 -> 16) stays NCHW.
+TEST(GraphPasses, FiltersArePaddedToWholeBlocksWhereThatIsCheap) {
+  struct Case {
+    int64_t K;
+    const char* tail;  // of the task's workload
+    int slices;
+  };
+  for (const Case& c :
+       {Case{31, "K=32,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block=16,epilogue=bias)", 1},
+        Case{24, "K=24,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block=8,epilogue=bias)", 0},
+        Case{10, "K=10,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias)", 0}}) {
+    SCOPED_TRACE(c.K);
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 8, 5, 6});
+    b.g.outputs = {b.inferred("Conv", {x, b.weights("w", {c.K, 8, 3, 3}), b.weights("b", {c.K})},
+                              "y", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}})};
+    verify(b.g);
+    Graph g = b.g;
+    PassOptions o;
+    o.channel_block = 16;
+    run_passes(g, o);
+    verify(g);
+    TaskList t = extract_tasks(g);
+    ASSERT_GE(t.tasks.size(), 1u);
+    const std::string& w = t.tasks[0].workload;
+    EXPECT_EQ(w.substr(w.size() - std::string(c.tail).size()), c.tail) << w;
+    int slices = 0;
+    for (const Node& n : g.nodes) slices += n.op == "Slice";
+    EXPECT_EQ(slices, c.slices);
+    EXPECT_EQ(g.value("y").shape, (Shape{1, c.K, 5, 6}));
+    expect_same_outputs(b.g, g, {1, 8, 5, 6});
   }
 }
 
