@@ -28,7 +28,7 @@ share of the peak, and the time the model would take if all of it ran at the pea
 cannot exceed ours' time over that ("at most"), unless a task has an alternative doing fewer
 FLOPs (Winograd: the row says so and its GFLOPS are effective, counted as the direct form's).
 
-Usage: model_bench.py TUNEFARM [--models resnet18,mobilenet_v2,bert2,mlp] [--threads 1,2]
+Usage: model_bench.py TUNEFARM [--models resnet18,mobilenet_v2,bert2,mlp | --zoo] [--threads 1,2]
                       [--calls 10] [--rounds 3] [--warmup-ms 50] [--db PATH] [--ort DIR | --no-ort]
                       [--without PASS] [--peak PATH | --no-peak] [--json FILE]
 Prints one row per model and thread count: ms per inference and the ratios ort/ours (above
@@ -197,6 +197,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tunefarm")
     p.add_argument("--models", default="resnet18,mobilenet_v2,bert2,mlp")
+    p.add_argument("--zoo", action="store_true",
+                   help="time the zoo instead: one torchvision classification model of each family at 224x224 "
+                        "(scripts/export_model.py ZOO), with the geometric mean and lowest ratio at the end")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
@@ -223,6 +226,8 @@ def main():
                    help="more arguments for tunefarm quantize, e.g. '--per-tensor' (ONNX Runtime fuses only some "
                         "QDQ patterns: compare its best)")
     a = p.parse_args()
+    if a.zoo:
+        a.models = ",".join(export_model.ZOO)
     threads = [int(t) for t in a.threads.split(",")]
     peak_path = None
     if not a.no_peak:

@@ -5,7 +5,10 @@ python3-torchvision (scripts/install-deps.sh installs them); run it with /usr/bi
 
 Usage: export_model.py NAME -o FILE.onnx [--input FILE.npy] [--expect FILE.npy]
   NAME: resnet18, resnet50, mobilenet_v2 (batch 1, 3x224x224), bert2 (2 BERT-base encoder
-        layers, sequence 128, hidden 768), bert_base (the 12 layers), mlp (784-512-256-10)
+        layers, sequence 128, hidden 768), bert_base (the 12 layers), mlp (784-512-256-10),
+        resnext50, regnet_y_400mf, squeezenet1_1; or any classification model of torchvision
+        by its name (convnext_tiny, efficientnet_b0, ...: 3x224x224, Inception-v3 3x299x299;
+        ZOO lists those bench/model_bench.py --zoo times)
   --input/--expect: also save a random input and PyTorch's output for it.
 """
 import argparse
@@ -55,9 +58,53 @@ MODELS = {
 }
 
 
+# The zoo bench/model_bench.py --zoo times against ONNX Runtime: one classification model of each
+# torchvision family (tests/graph/zoo_test.py checks them, and the segmentation ones, for accuracy).
+ZOO = ["resnet50", "resnext50_32x4d", "wide_resnet50_2", "mobilenet_v2", "mobilenet_v3_large", "mnasnet1_0",
+       "efficientnet_b0", "regnet_y_400mf", "regnet_x_400mf", "densenet121", "shufflenet_v2_x1_0", "squeezenet1_1",
+       "googlenet", "inception_v3", "convnext_tiny", "swin_t", "vit_b_16", "alexnet", "vgg11"]
+
+
+def realistic(model):
+    """Weights whose activations keep their magnitude, as trained ones do: BatchNorm statistics
+    and scales random (fresh ones are the identity, and many layers of them shrink the
+    activations to denormals), and every parameter torchvision initializes to zero (ViT's head,
+    RegNet's biases) random, so that outputs depend on every layer. Seeded."""
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, (torch.nn.BatchNorm2d, torch.nn.BatchNorm1d)) and mod.running_mean is not None:
+                c = mod.num_features
+                mod.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
+                mod.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+                if mod.weight is not None:
+                    mod.weight.copy_(torch.rand(c, generator=g) + 0.5)
+                    mod.bias.copy_(torch.randn(c, generator=g) * 0.1)
+            for p in mod.parameters(recurse=False):
+                if p.numel() and not p.abs().max() > 0:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return model
+
+
+def torchvision_model(name):
+    """(constructor, input shape, opset) of a torchvision classification model, or None."""
+    names = torchvision.models.list_models(module=torchvision.models) if hasattr(torchvision.models, "list_models") else []
+    if name not in names:
+        return None
+    kwargs = {"weights": None}
+    if name in ("googlenet", "inception_v3"):
+        kwargs.update(aux_logits=False, init_weights=False)
+    size = 299 if name == "inception_v3" else 224
+    return (lambda: realistic(getattr(torchvision.models, name)(**kwargs).eval()), (1, 3, size, size),
+            14 if "swin" in name else 13)
+
+
 def build(name):
     """The module in eval mode with its seeded weights, an input, and the export opset."""
-    make, shape, opset = MODELS[name]
+    make, shape, opset = MODELS.get(name) or torchvision_model(name) or (None, None, None)
+    if make is None:
+        raise SystemExit(f"export_model: no model named {name} (known: {', '.join(sorted(MODELS))}, or a torchvision "
+                         "classification model)")
     torch.manual_seed(0)
     model = make().eval()
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
@@ -78,7 +125,7 @@ def export(name, path):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", choices=sorted(MODELS))
+    p.add_argument("name", help="one of " + ", ".join(sorted(MODELS)) + ", or a torchvision classification model")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--input")
     p.add_argument("--expect")

@@ -28,6 +28,9 @@ import numpy as np
 import torch
 import torchvision
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from export_model import realistic  # noqa: E402 (BatchNorm statistics and zero-initialized parameters random)
+
 # name -> (constructor, input height/width): the smallest input each family takes (VGG and
 # AlexNet's adaptive pools export only where their input divides; Inception's stem needs 75).
 SMALL = 64
@@ -79,20 +82,7 @@ def build(name):
             kwargs["image_size"] = 64 if name.endswith(("_16", "_32")) else 56
             size = kwargs["image_size"]
         model = getattr(torchvision.models, name)(**kwargs)
-    model.eval()
-    g = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for mod in model.modules():
-            if isinstance(mod, (torch.nn.BatchNorm2d, torch.nn.BatchNorm1d)) and mod.running_mean is not None:
-                c = mod.num_features
-                mod.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
-                mod.running_var.copy_(torch.rand(c, generator=g) + 0.5)
-                if mod.weight is not None:
-                    mod.weight.copy_(torch.rand(c, generator=g) + 0.5)
-                    mod.bias.copy_(torch.randn(c, generator=g) * 0.1)
-            for p in mod.parameters(recurse=False):
-                if p.numel() and not p.abs().max() > 0:  # zero-initialized: a head, a bias, a scale
-                    p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    realistic(model.eval())
     x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
     return model, x, not seg
 
