@@ -49,19 +49,14 @@ Footprint conv_footprint(const Workload& w, bool depthwise) {
   int64_t oh = conv_out(g("H"), g("R"), g("stride"), g("pad"), g("dilation"));
   int64_t ow = conv_out(g("W"), g("S"), g("stride"), g("pad"), g("dilation"));
   int64_t k = depthwise ? g("C") : g("K");
-  // Input channels each filter reads: 1 (depthwise), C/G, or a blocked group's span.
-  int64_t reads = g("C");
-  if (w.has("group")) {
-    NchwcGroups gr{g("C"), g("K"), g("group"), w.has("oc_block") ? g("oc_block") : 1};
-    reads = w.has("oc_block") ? gr.span() : gr.channels();
-  }
-  Footprint f;
-  f.tensors = {
-      {"data", checked_product({g("N"), g("C"), g("H"), g("W")})},
-      {"data_pad", checked_product({g("N"), g("C"), g("H") + 2 * g("pad"), g("W") + 2 * g("pad")})},
-      {"weight", checked_product({k, depthwise ? 1 : reads, g("R"), g("S")})},
-      {"out", checked_product({g("N"), k, oh, ow})}};
+  // Input channels each filter computes with (C/G grouped) and reads (a blocked group's span).
   const int64_t per_group = w.has("group") ? g("C") / g("group") : g("C");
+  const int64_t reads = w.has("group") && w.has("oc_block") ? nchwc_groups(w).span() : per_group;
+  Footprint f;
+  f.tensors = {{"data", checked_product({g("N"), g("C"), g("H"), g("W")})},
+               {"data_pad", checked_product({g("N"), g("C"), g("H") + 2 * g("pad"), g("W") + 2 * g("pad")})},
+               {"weight", checked_product({k, depthwise ? 1 : reads, g("R"), g("S")})},
+               {"out", checked_product({g("N"), k, oh, ow})}};
   f.flops = depthwise ? checked_product({2, g("N"), g("C"), oh, ow, g("R"), g("S")})
                       : checked_product({2, g("N"), k, oh, ow, per_group, g("R"), g("S")});
   return f;
@@ -103,23 +98,22 @@ void check_conv_nchwc(const Workload& w, const std::string& spec) {
   check_block(w, spec, "K", "oc_block");
 }
 
-// group=G divides both channel counts (each group has C/G inputs and K/G filters).
+// group=G divides both channel counts (each group has C/G inputs and K/G filters); groups
+// compute in float32.
 void check_groups(const Workload& w, const std::string& spec) {
   const int64_t G = w.get("group");
   for (const char* key : {"C", "K"}) {
     if (w.get(key) % G != 0) {
-      throw UserError(str("workload '", spec, "': group=", G, " does not divide ", key, "=",
-                          w.get(key), " (each group has the same number of channels)"));
+      throw UserError(str("workload '", spec, "': group=", G, " does not divide ", key, "=", w.get(key),
+                          " (each group has the same number of channels)"));
     }
   }
   if (G > 1 && !w.types.is_float32()) {
-    throw UserError(
-        str("workload '", spec, "': group=", G, " on ", w.types.str(),
-            " operands is not implemented yet (grouped convolutions compute in float32)"));
+    throw UserError(str("workload '", spec, "': group=", G, " on ", w.types.str(),
+                        " operands is not implemented yet (grouped convolutions compute in float32)"));
   }
   if (G > 1 && w.types.precision != Precision::Float32) {
-    throw UserError(str("workload '", spec, "': group=", G,
-                        " at precision=", precision_name(w.types.precision),
+    throw UserError(str("workload '", spec, "': group=", G, " at precision=", precision_name(w.types.precision),
                         " is not implemented yet (grouped convolutions compute in float32)"));
   }
 }
@@ -137,14 +131,12 @@ void check_grouped_conv_nchwc(const Workload& w, const std::string& spec) {
   const NchwcGroups gr = nchwc_groups(w);
   if (!gr.fits()) {
     throw UserError(str("workload '", spec, "': oc_block=", gr.ob, " and the ", gr.filters(),
-                        " filters of a group (K/group) do not divide one another (an output block "
-                        "lies in one group "
+                        " filters of a group (K/group) do not divide one another (an output block lies in one group "
                         "or holds whole groups)"));
   }
   if (gr.span() % w.get("ic_block") != 0) {
-    throw UserError(str(
-        "workload '", spec, "': ic_block=", w.get("ic_block"), " does not divide the ", gr.span(),
-        " input channels an output block reads (group=", gr.group, ", oc_block=", gr.ob, ")"));
+    throw UserError(str("workload '", spec, "': ic_block=", w.get("ic_block"), " does not divide the ", gr.span(),
+                        " input channels an output block reads (group=", gr.group, ", oc_block=", gr.ob, ")"));
   }
 }
 // Winograd: tiles of F(2x2,3x3) or F(4x4,3x3) (compiler/winograd.h).
@@ -222,6 +214,7 @@ std::vector<OperandTypes> types(std::initializer_list<std::vector<OperandTypes>>
 
 }  // namespace
 
+// clang-format off: one row per operator, laid out by hand.
 const std::vector<OperatorDef>& operator_table() {
   using namespace ops;  // NOLINT: the builders and references the rows name
   static const std::vector<OperatorDef> table = {
@@ -229,15 +222,10 @@ const std::vector<OperatorDef>& operator_table() {
       // template packs it (OpGraph::prepacked), so the kernel is timed as the model runs it.
       {"matmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
-       check_matmul,
-       matmul_footprint,
-       build_matmul,
-       reference_matmul,
-       "matmul(M=64,N=64,K=64)",
+       check_matmul, matmul_footprint, build_matmul, reference_matmul, "matmul(M=64,N=64,K=64)",
        types({{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}, kTensorCoreTypes}),
-       {"matmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)",
-        "matmul(M=40,N=24,K=20,precision=tf32)", "matmul(M=40,N=24,K=20,precision=fp16)",
-        "matmul(M=40,N=24,K=20,precision=bf16)"}},
+       {"matmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)", "matmul(M=40,N=24,K=20,precision=tf32)",
+        "matmul(M=40,N=24,K=20,precision=fp16)", "matmul(M=40,N=24,K=20,precision=bf16)"}},
       // A float A quantized to uint8 on entry times int8 B given as quads, scaled per column
       // (compiler/operators.cc build_qmatmul): a quantized model's DequantizeLinear -> MatMul
       // with the activations' QuantizeLinear folded in (graph/import_quantize.h).
@@ -245,185 +233,91 @@ const std::vector<OperatorDef>& operator_table() {
       // two int8 kernels, quantized in its producer's epilogue: graph/pass_int8_edges.cc).
       {"qmatmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
-       check_const_b,
-       qmatmul_footprint,
-       build_qmatmul,
-       reference_qmatmul,
-       "qmatmul(M=16,N=40,K=22)",
-       kQuantizedInputTypes,
-       {"qmatmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)"},
-       /*float_output=*/true},
+       check_const_b, qmatmul_footprint, build_qmatmul, reference_qmatmul, "qmatmul(M=16,N=40,K=22)",
+       kQuantizedInputTypes, {"qmatmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)"}, /*float_output=*/true},
       // Operands rounded to bfloat16, products summed in float32 (build_matmul_bf16): a float
       // A converted on entry, B given as pairs of bfloat16 in int32 words; a float model's
-      // MatMul/Gemm with constant weights under --precision bf16
-      // (graph/pass_auto_mixed_precision.cc).
+      // MatMul/Gemm with constant weights under --precision bf16 (graph/pass_auto_mixed_precision.cc).
       {"matmul_bf16",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
-       check_const_b,
-       matmul_footprint,
-       build_matmul_bf16,
-       reference_matmul_bf16,
-       "matmul_bf16(M=16,N=40,K=22)"},
+       check_const_b, matmul_footprint, build_matmul_bf16, reference_matmul_bf16, "matmul_bf16(M=16,N=40,K=22)"},
       // The same in IEEE float16 (--precision fp16: stored in float16, computed in float32).
       {"matmul_fp16",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
-       check_const_b,
-       matmul_footprint,
-       build_matmul_fp16,
-       reference_matmul_fp16,
-       "matmul_fp16(M=16,N=40,K=22)"},
+       check_const_b, matmul_footprint, build_matmul_fp16, reference_matmul_fp16, "matmul_fp16(M=16,N=40,K=22)"},
       {"batch_matmul",
        {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
-       nullptr,
-       batch_matmul_footprint,
-       build_batch_matmul,
-       reference_batch_matmul,
-       "batch_matmul(B=2,M=16,N=32,K=8)",
+       nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)",
        types({{OperandTypes{}}, kTensorCoreTypes}),
-       {"batch_matmul(B=2,M=20,N=16,K=24,precision=tf32)",
-        "batch_matmul(B=2,M=20,N=16,K=24,precision=fp16)",
+       {"batch_matmul(B=2,M=20,N=16,K=24,precision=tf32)", "batch_matmul(B=2,M=20,N=16,K=24,precision=fp16)",
         "batch_matmul(B=2,M=20,N=16,K=24,precision=bf16)"}},
       // group=G: a grouped convolution (ONNX Conv's group): weight [K][C/G][R][S].
       {"conv2d_nchw",
-       {{"N", kReq, 1},
-        {"C", kReq, 1},
-        {"H", kReq, 1},
-        {"W", kReq, 1},
-        {"K", kReq, 1},
-        {"R", kReq, 1},
-        {"S", kReq, 1},
-        {"stride", 1, 1},
-        {"pad", 0, 0},
-        {"dilation", 1, 1},
-        {"group", 1, 1, true}},
-       check_grouped_conv,
-       conv2d_footprint,
-       build_conv2d_nchw,
-       reference_conv2d_nchw,
-       "conv2d_nchw(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1)",
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
+        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"group", 1, 1, true}},
+       check_grouped_conv, conv2d_footprint, build_conv2d_nchw, reference_conv2d_nchw, "conv2d_nchw(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1)",
        types({{OperandTypes{}}, kTensorCoreTypes}),
        {"conv2d_nchw(N=1,C=6,H=9,W=7,K=20,R=3,S=3,pad=1,precision=tf32)",
         "conv2d_nchw(N=1,C=6,H=9,W=7,K=20,R=3,S=3,pad=1,precision=fp16)",
         "conv2d_nchw(N=1,C=6,H=9,W=7,K=20,R=3,S=3,pad=1,precision=bf16)"}},
       {"conv2d_nhwc",
-       {{"N", kReq, 1},
-        {"H", kReq, 1},
-        {"W", kReq, 1},
-        {"C", kReq, 1},
-        {"K", kReq, 1},
-        {"R", kReq, 1},
-        {"S", kReq, 1},
-        {"stride", 1, 1},
-        {"pad", 0, 0},
-        {"dilation", 1, 1}},
-       check_conv,
-       conv2d_footprint,
-       build_conv2d_nhwc,
-       reference_conv2d_nhwc,
-       "conv2d_nhwc(N=1,H=14,W=14,C=16,K=32,R=3,S=3,pad=1)",
+       {{"N", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"C", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},
+        {"S", kReq, 1}, {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
+       check_conv, conv2d_footprint, build_conv2d_nhwc, reference_conv2d_nhwc, "conv2d_nhwc(N=1,H=14,W=14,C=16,K=32,R=3,S=3,pad=1)",
        types({{OperandTypes{}}, kTensorCoreTypes}),
        {"conv2d_nhwc(N=1,H=9,W=7,C=6,K=20,R=3,S=3,pad=1,precision=tf32)",
         "conv2d_nhwc(N=1,H=9,W=7,C=6,K=20,R=3,S=3,pad=1,precision=fp16)",
         "conv2d_nhwc(N=1,H=9,W=7,C=6,K=20,R=3,S=3,pad=1,precision=bf16)"}},
       {"depthwise_conv2d_nchw",
-       {{"N", kReq, 1},
-        {"C", kReq, 1},
-        {"H", kReq, 1},
-        {"W", kReq, 1},
-        {"R", kReq, 1},
-        {"S", kReq, 1},
-        {"stride", 1, 1},
-        {"pad", 0, 0},
-        {"dilation", 1, 1}},
-       check_conv,
-       depthwise_footprint,
-       build_depthwise_conv2d_nchw,
-       reference_depthwise_conv2d_nchw,
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
+        {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}},
+       check_conv, depthwise_footprint, build_depthwise_conv2d_nchw, reference_depthwise_conv2d_nchw,
        "depthwise_conv2d_nchw(N=1,C=32,H=14,W=14,R=3,S=3,stride=2,pad=1)"},
       // Blocked (NCHWc) layouts: channels split into blocks that are the innermost dimension.
       // group=G: weight [K/ob][span/ib][R][S][ib][ob] (NchwcGroups).
-      {"conv2d_nchwc", with_group(kNchwcConvKeys), check_grouped_conv_nchwc, conv2d_footprint,
-       build_conv2d_nchwc, reference_conv2d_nchwc,
+      {"conv2d_nchwc", with_group(kNchwcConvKeys),
+       check_grouped_conv_nchwc, conv2d_footprint, build_conv2d_nchwc, reference_conv2d_nchwc,
        "conv2d_nchwc(N=1,C=16,H=14,W=14,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
       // A quantized model's Conv (graph/import_quantize.h): float data quantized to uint8 on
       // entry, int8 weights as quads of input channels, scaled per output channel.
-      {"qconv2d_nchwc",
-       kNchwcConvKeys,
-       check_qconv_nchwc,
-       conv2d_footprint,
-       build_qconv2d_nchwc,
-       reference_qconv2d_nchwc,
-       "qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)",
-       kQuantizedInputTypes,
-       {"qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16,dtype=uint8,"
-        "weight_dtype=int8)"},
+      {"qconv2d_nchwc", kNchwcConvKeys,
+       check_qconv_nchwc, conv2d_footprint, build_qconv2d_nchwc, reference_qconv2d_nchwc,
+       "qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)", kQuantizedInputTypes,
+       {"qconv2d_nchwc(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16,dtype=uint8,weight_dtype=int8)"},
        /*float_output=*/true},
       // A float model's Conv at --precision bf16 (graph/pass_auto_mixed_precision.cc): data and
       // weights rounded to bfloat16, float32 sums; weights as pairs of input channels.
-      {"conv2d_nchwc_bf16", kNchwcConvKeys, check_pairs_conv_nchwc, conv2d_footprint,
-       build_conv2d_nchwc_bf16, reference_conv2d_nchwc_bf16,
+      {"conv2d_nchwc_bf16", kNchwcConvKeys,
+       check_pairs_conv_nchwc, conv2d_footprint, build_conv2d_nchwc_bf16, reference_conv2d_nchwc_bf16,
        "conv2d_nchwc_bf16(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
-      {"conv2d_nchwc_fp16", kNchwcConvKeys, check_pairs_conv_nchwc, conv2d_footprint,
-       build_conv2d_nchwc_fp16, reference_conv2d_nchwc_fp16,
+      {"conv2d_nchwc_fp16", kNchwcConvKeys,
+       check_pairs_conv_nchwc, conv2d_footprint, build_conv2d_nchwc_fp16, reference_conv2d_nchwc_fp16,
        "conv2d_nchwc_fp16(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
       {"depthwise_conv2d_nchwc",
-       {{"N", kReq, 1},
-        {"C", kReq, 1},
-        {"H", kReq, 1},
-        {"W", kReq, 1},
-        {"R", kReq, 1},
-        {"S", kReq, 1},
-        {"stride", 1, 1},
-        {"pad", 0, 0},
-        {"dilation", 1, 1},
-        {"block", 8, 1}},
-       check_depthwise_nchwc,
-       depthwise_footprint,
-       build_depthwise_conv2d_nchwc,
-       reference_depthwise_conv2d_nchwc,
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
+        {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},
+       check_depthwise_nchwc, depthwise_footprint, build_depthwise_conv2d_nchwc, reference_depthwise_conv2d_nchwc,
        "depthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)"},
       // A quantized model's depthwise Conv (graph/import_quantize.h): uint8 data (given, or
       // float quantized on entry) times int8 weights, summed exactly, scaled per channel.
       {"qdepthwise_conv2d_nchwc",
-       {{"N", kReq, 1},
-        {"C", kReq, 1},
-        {"H", kReq, 1},
-        {"W", kReq, 1},
-        {"R", kReq, 1},
-        {"S", kReq, 1},
-        {"stride", 1, 1},
-        {"pad", 0, 0},
-        {"dilation", 1, 1},
-        {"block", 8, 1}},
-       check_depthwise_nchwc,
-       depthwise_footprint,
-       build_qdepthwise_conv2d_nchwc,
-       reference_qdepthwise_conv2d_nchwc,
-       "qdepthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)",
-       kQuantizedInputTypes,
-       {"qdepthwise_conv2d_nchwc(N=1,C=32,H=9,W=7,R=3,S=3,stride=2,pad=1,block=16,dtype=uint8,"
-        "weight_dtype=int8)"},
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
+        {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},
+       check_depthwise_nchwc, depthwise_footprint, build_qdepthwise_conv2d_nchwc, reference_qdepthwise_conv2d_nchwc,
+       "qdepthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)", kQuantizedInputTypes,
+       {"qdepthwise_conv2d_nchwc(N=1,C=32,H=9,W=7,R=3,S=3,stride=2,pad=1,block=16,dtype=uint8,weight_dtype=int8)"},
        /*float_output=*/true},
       // 3x3 stride-1 NCHWc convolutions by Winograd's minimal filtering, the weights given
       // transformed (compiler/winograd.h): [a][a][K/oc_block][C][oc_block], a = tile + 2.
       {"conv2d_winograd_nchwc",
-       {{"N", kReq, 1},
-        {"C", kReq, 1},
-        {"H", kReq, 1},
-        {"W", kReq, 1},
-        {"K", kReq, 1},
-        {"pad", 1, 0},
-        {"ic_block", 8, 1},
-        {"oc_block", 8, 1},
-        {"tile", 4, 2}},
-       check_winograd,
-       winograd_footprint,
-       build_conv2d_winograd_nchwc,
-       reference_conv2d_winograd_nchwc,
+       {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"pad", 1, 0},
+        {"ic_block", 8, 1}, {"oc_block", 8, 1}, {"tile", 4, 2}},
+       check_winograd, winograd_footprint, build_conv2d_winograd_nchwc, reference_conv2d_winograd_nchwc,
        "conv2d_winograd_nchwc(N=1,C=16,H=9,W=11,K=24,ic_block=8,oc_block=8)"},
   };
   return table;
 }
+// clang-format on
 
 NchwcGroups nchwc_groups(const Workload& w) {
   return {w.get("C"), w.get("K"), w.get("group"), w.get("oc_block")};

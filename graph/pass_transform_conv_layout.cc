@@ -146,12 +146,10 @@ class LayoutRewriter {
     const Value& wv = g_.value(n.inputs[1]);
     const Shape& w = wv.shape;
     int64_t C = x[1], K = w[0], R = w[2], S = w[3];
-    const int64_t group = n.get_int("group", 1);
     // anchor_workload expressed it: depthwise (a depthwise_conv2d_nchw) or a grouped
     // conv2d_nchw (group > 1, any other shape of group).
-    const bool depthwise = group != 1 && group == C && K == C && w[1] == 1;
-    const bool grouped = group != 1 && !depthwise;
-    if (grouped) return convert_grouped_conv(n, x, wv);
+    const bool depthwise = is_depthwise_conv(g_, n);
+    if (n.get_int("group", 1) != 1 && !depthwise) return convert_grouped_conv(n, x, wv);
     if (!depthwise && convert_padded_conv(n, x, wv)) return true;
     int64_t ob = block_for(K), ib = ob;
     if (!ob) return false;

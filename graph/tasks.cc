@@ -32,6 +32,13 @@ std::string precision_key(const Node& n) {
 
 }  // namespace
 
+bool is_depthwise_conv(const Graph& g, const Node& n) {
+  const Shape& x = g.value(n.inputs[0]).shape;
+  const Shape& w = g.value(n.inputs[1]).shape;
+  const int64_t group = n.get_int("group", 1);
+  return group != 1 && group == x[1] && w[0] == x[1] && w[1] == 1;
+}
+
 AnchorWorkload conv_workload(const Graph& g, const Node& n) {
   const Shape& x = g.value(n.inputs[0]).shape;
   const Shape& w = g.value(n.inputs[1]).shape;
@@ -52,7 +59,7 @@ AnchorWorkload conv_workload(const Graph& g, const Node& n) {
   if (group == 1)
     return {str("conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], ",K=", w[0], tail, precision_key(n)),
             "", bias};
-  if (group == x[1] && w[0] == x[1] && w[1] == 1) {
+  if (is_depthwise_conv(g, n)) {
     return {str("depthwise_conv2d_nchw(N=", x[0], ",C=", x[1], ",H=", x[2], ",W=", x[3], tail), "",
             bias};
   }

@@ -66,6 +66,10 @@ AnchorWorkload anchor_workload(const Graph& g, const Node& n);
 // for both F(4x4, 3x3) and F(2x2, 3x3) (tile=4 where it passes, else tile=2).
 std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWorkload& aw);
 
+// Whether Conv node `n` is depthwise (group = channels = filters, one channel a filter): a
+// depthwise_conv2d_nchw; every other group > 1 is a grouped conv2d_nchw.
+bool is_depthwise_conv(const Graph& g, const Node& n);
+
 // The anchors' own mappings, as their registry entries name them (graph/ops.h, OpDef::workload).
 AnchorWorkload conv_workload(const Graph& g, const Node& n);
 AnchorWorkload conv_nchwc_workload(const Graph& g, const Node& n);
