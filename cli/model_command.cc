@@ -146,7 +146,9 @@ int run_import(const ImportArgs& a) {
   opts.precision = parse_precision(a.precision);
   opts.tensor_cores = tensor_cores(target);
   check_pass_options(opts);
-  const InputBinding bind = a.dims.binding();
+  // Shape buckets (--dim batch=1,8,32): bucket 0 is described; the tasks are every bucket's.
+  const std::vector<InputBinding> bindings = a.dims.bindings();
+  const InputBinding& bind = bindings[0];
   Graph g = import_onnx(a.model, bind);
   GraphStats imported = graph_stats(g);
   size_t nodes_imported = g.nodes.size();
@@ -157,7 +159,16 @@ int run_import(const ImportArgs& a) {
   // What compile --model would refuse of a node, import refuses too.
   check_node_expressions(g);
   GraphStats after = graph_stats(g);
-  TaskList tasks = extract_tasks(g);
+  std::vector<TaskList> bucket_tasks{extract_tasks(g)};
+  for (size_t b = 1; b < bindings.size(); ++b) {
+    PassOptions quiet = opts;
+    quiet.dump.clear();
+    Graph gb = import_onnx(a.model, bindings[b]);
+    run_passes(gb, quiet);
+    check_node_expressions(gb);
+    bucket_tasks.push_back(extract_tasks(gb));
+  }
+  TaskList tasks = merge_bucket_tasks(bucket_tasks);
   // The kernels a compile makes: the fused groups but the Concats computed in place.
   std::vector<FusedGroup> fused = plan_fusion(g);
   const std::vector<InPlaceConcat> in_place = in_place_concats(g, fused);
@@ -189,6 +200,10 @@ int run_import(const ImportArgs& a) {
             {"fp16_nodes", g.fp16_nodes},
             {"tensor_core_nodes", g.tensor_core_nodes}};
   if (!bind.dims.empty()) j["dims"] = bind.dims;
+  if (bindings.size() > 1) {
+    j["buckets"] = json::array();
+    for (const InputBinding& b : bindings) j["buckets"].push_back(b.dims);
+  }
   if (!bind.shapes.empty()) j["input_shapes"] = bind.shapes;
   j["passes"] = json::array();
   for (const PassReport& r : reports) {
@@ -239,6 +254,16 @@ int run_import(const ImportArgs& a) {
     for (const auto& [in, shape] : bind.shapes)
       given += str(given.empty() ? "" : ", ", in, "=", shape_str(shape));
     std::printf("dims      %s (given)\n", given.c_str());
+  }
+  if (bindings.size() > 1) {
+    std::string each;
+    for (size_t b = 0; b < bindings.size(); ++b) {
+      std::string one;
+      for (const auto& [d, size] : bindings[b].dims) one += str(one.empty() ? "" : ",", d, "=", size);
+      each += str(b == 0 ? "" : "; ", one);
+    }
+    std::printf("buckets   %zu (%s): the tasks are every bucket's (b<k>/node), the rest bucket 0's\n",
+                bindings.size(), each.c_str());
   }
   std::printf("params    %lld floats (%.1f MB of constants)\n",
               static_cast<long long>(after.parameters),
@@ -327,6 +352,9 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
   run->add_option("--opt-level,-O", a.opt_level, "graph optimisation level, 0 to 3")
       ->capture_default_str();
   run->add_option("--seed", a.seed, "seed of the random inputs")->capture_default_str();
+  run->add_option("--bucket", a.bucket,
+                  "a library of shape buckets (compile --model --dim batch=1,8,32): run bucket N, random inputs of "
+                  "its shapes (default: the bucket of the --input files' shapes, else bucket 0)");
   run->add_option("--disable-pass", a.disable, "do not run this graph pass (repeatable)");
   run->add_option("--device", a.device,
                   "the GPU a library compiled for cuda or rocm runs on: cuda:N or rocm:N (default: its kind's "
@@ -399,10 +427,10 @@ int64_t memory_budget(const std::string& flag) {
 }
 
 // `dims`: the model's dynamic dimensions as given, repeated in the hint to import it.
-graph::CompiledModel compile_to(const graph::Graph& g, const Target& t, db::Database* db,
+graph::CompiledModel compile_to(const std::vector<const graph::Graph*>& buckets, const Target& t, db::Database* db,
                                 const std::string& out, const std::string& model, bool warn,
                                 int64_t budget, bool emulate_gpu, const DimArgs& dims) {
-  graph::CompiledModel cm = compile_model_with(g, t, db, out, model, budget, emulate_gpu);
+  graph::CompiledModel cm = compile_model_with(buckets, t, db, out, model, budget, emulate_gpu);
   if (warn && cm.untuned() > 0) {
     std::string flags;
     for (const std::string& d : dims.dims) flags += " --dim " + d;
@@ -423,12 +451,18 @@ int compile_model_file(const ModelCompileArgs& a) {
   if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");
   Target t = parse_target(a.target);
   int64_t budget = memory_budget(a.max_memory);
-  graph::Graph g =
-      load_model(a.model, a.opt_level, a.disable, channel_block(t),
-                 graph::parse_precision(a.precision), graph::tensor_cores(t), a.dims.binding());
+  // One graph per shape bucket (--dim batch=1,8,32), usually one.
+  std::vector<graph::Graph> graphs;
+  for (const graph::InputBinding& bind : a.dims.bindings()) {
+    graphs.push_back(load_model(a.model, a.opt_level, a.disable, channel_block(t), graph::parse_precision(a.precision),
+                                graph::tensor_cores(t), bind));
+  }
+  const graph::Graph& g = graphs[0];
+  std::vector<const graph::Graph*> buckets;
+  for (const graph::Graph& b : graphs) buckets.push_back(&b);
   auto start = std::chrono::steady_clock::now();
   graph::CompiledModel cm =
-      compile_to(g, t, a.db, a.out, a.model, !a.quiet_untuned, budget, a.emulate_gpu, a.dims);
+      compile_to(buckets, t, a.db, a.out, a.model, !a.quiet_untuned, budget, a.emulate_gpu, a.dims);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (a.json) {
     json j = cm.sidecar(a.model);
@@ -453,6 +487,18 @@ int compile_model_file(const ModelCompileArgs& a) {
                         " driver (loaded at run time)")
                         .c_str()
                   : "");
+  for (size_t b = 0; b < cm.buckets.size(); ++b) {
+    std::string shapes;
+    for (const json& in : cm.buckets[b].inputs)
+      shapes += str(shapes.empty() ? "" : ", ", in["name"].get<std::string>(), " ", graph::shape_str(in["shape"].get<graph::Shape>()));
+    std::printf("  bucket %zu: %s (workspace %.2f MiB)\n", b, shapes.c_str(),
+                cm.buckets[b].workspace_bytes / 1048576.0);
+  }
+  if (!cm.buckets.empty()) {
+    std::printf("  %zu shape buckets: a call runs the bucket of its inputs' shapes (tf_model_run_shaped; "
+                "tf_model_run is bucket 0's)\n",
+                cm.buckets.size());
+  }
   return 0;
 }
 
@@ -515,24 +561,20 @@ int run_model(const ModelRunArgs& a) {
       tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
       std::filesystem::create_directories(tmp_dir);
       std::string so = (tmp_dir / "model.so").string();
-      compile_to(*g, host_target(), a.db, so, a.model, true, budget, false, a.dims);
+      compile_to({&*g}, host_target(), a.db, so, a.model, true, budget, false, a.dims);
       lib = std::make_unique<ModelLibrary>(so);
       mode = "compiled for this machine";
     }
   }
+  if (a.bucket >= 0 && !library)
+    throw UserError(str("--bucket ", a.bucket, " chooses a shape bucket of a compiled library; ", a.model, " is not one"));
+  if (lib && a.bucket >= lib->num_buckets()) {
+    throw UserError(str("--bucket ", a.bucket, ": ", a.model, " has ", lib->num_buckets(), " shape bucket",
+                        lib->num_buckets() == 1 ? " (0)" : str("s (0 to ", lib->num_buckets() - 1, ")")));
+  }
   if (lib) {
     in_info = lib->inputs();
     out_info = lib->outputs();
-    // A library compiled elsewhere (or with a larger --max-memory) is checked here too.
-    std::vector<int64_t> run_tensors;
-    for (const std::vector<TensorInfo>* side : {&in_info, &out_info}) {
-      for (const TensorInfo& t : *side) {
-        check_tensor_budget(str(side == &in_info ? "input '" : "output '", t.name, "'"), t.dtype, t.shape, budget);
-        run_tensors.push_back(tensor_bytes(t.dtype, t.shape));
-      }
-    }
-    check_run_budget(a.model + ": a run holds", static_cast<int64_t>(std::min<uint64_t>(lib->workspace_bytes(), INT64_MAX)),
-                     run_tensors, budget);
   } else {
     check_reference_memory(*g, budget);
     for (const std::string& n : g->inputs)
@@ -546,6 +588,42 @@ int run_model(const ModelRunArgs& a) {
   for (const std::string& arg : a.inputs) {
     auto [name, file] = named_file(arg, in_names, "--input");
     inputs[name] = read_npy(file, budget);
+  }
+  int bucket = 0;
+  if (lib) {
+    // A library of shape buckets runs --bucket's, or the one whose shapes the given inputs
+    // have (random inputs take its shapes).
+    bucket = std::max(a.bucket, 0);
+    if (a.bucket < 0 && lib->num_buckets() > 1 && !inputs.empty()) {
+      bucket = -1;
+      for (int b = 0; b < lib->num_buckets() && bucket < 0; ++b) {
+        bool fits = true;
+        for (const TensorInfo& t : lib->bucket_inputs(b))
+          fits &= !inputs.count(t.name) || inputs.at(t.name).shape == t.shape;
+        if (fits) bucket = b;
+      }
+      if (bucket < 0) {
+        std::string have, served;
+        for (const auto& [name, t] : inputs) have += str(have.empty() ? "" : ", ", name, " ", shape_str(t.shape));
+        for (int b = 0; b < lib->num_buckets(); ++b) {
+          served += str(b == 0 ? "" : "; ", b, ":");
+          for (const TensorInfo& t : lib->bucket_inputs(b)) served += str(" ", t.name, " ", shape_str(t.shape));
+        }
+        throw UserError(str("--input: no shape bucket of ", a.model, " takes ", have, "; its buckets: ", served));
+      }
+    }
+    in_info = lib->bucket_inputs(bucket);
+    out_info = lib->bucket_outputs(bucket);
+    // A library compiled elsewhere (or with a larger --max-memory) is checked here too.
+    std::vector<int64_t> run_tensors;
+    for (const std::vector<TensorInfo>* side : {&in_info, &out_info}) {
+      for (const TensorInfo& t : *side) {
+        check_tensor_budget(str(side == &in_info ? "input '" : "output '", t.name, "'"), t.dtype, t.shape, budget);
+        run_tensors.push_back(tensor_bytes(t.dtype, t.shape));
+      }
+    }
+    check_run_budget(a.model + ": a run holds", static_cast<int64_t>(std::min<uint64_t>(lib->workspace_bytes(), INT64_MAX)),
+                     run_tensors, budget);
   }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   for (const TensorInfo& t : in_info) {
@@ -597,6 +675,7 @@ int run_model(const ModelRunArgs& a) {
     write_npy(file, outs.at(name));
   }
   json j = {{"model", a.model}, {"mode", lib ? "compiled" : "reference"}, {"median_ms", median}, {"repeat", a.repeat}};
+  if (lib && lib->num_buckets() > 1) j["bucket"] = bucket;
   int status = 0;
   if (!a.expect.empty()) {
     HostTensor want = read_npy(a.expect, budget);
@@ -618,6 +697,11 @@ int run_model(const ModelRunArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("model     %s (%s)\n", a.model.c_str(), mode.c_str());
+    if (lib && lib->num_buckets() > 1) {
+      std::string shapes;
+      for (const TensorInfo& t : in_info) shapes += str(shapes.empty() ? "" : ", ", t.name, " ", shape_str(t.shape));
+      std::printf("bucket    %d of %d (%s)\n", bucket, lib->num_buckets(), shapes.c_str());
+    }
     std::printf("latency   %.3f ms (median of %d)\n", median, a.repeat);
     if (j.contains("max_abs_error")) {
       std::printf("max error %.3g (largest expected magnitude %.3g)%s\n",

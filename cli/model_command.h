@@ -24,6 +24,8 @@ namespace tf::cli {
 struct DimArgs {
   std::vector<std::string> dims, shapes;
   graph::InputBinding binding() const { return graph::parse_binding(dims, shapes); }
+  // --dim batch=1,8,32: one binding per shape bucket (compile --model, tune --model).
+  std::vector<graph::InputBinding> bindings() const { return graph::parse_bindings(dims, shapes); }
   bool given() const { return !dims.empty() || !shapes.empty(); }
 };
 void add_dim_options(CLI::App* cmd, DimArgs& args);
@@ -66,6 +68,7 @@ struct ModelRunArgs {
   std::vector<std::string> disable;          // graph passes
   bool reference = false, json = false;
   int repeat = 1, opt_level = 2;
+  int bucket = -1;  // --bucket: a library's shape bucket (-1: by the inputs' shapes, else 0)
   double warmup_ms = 300;  // untimed calls of a compiled model first (--warmup-ms), after one call
   uint64_t seed = 1;
   std::string max_memory;      // --max-memory; empty: graph::default_memory_budget()

@@ -430,9 +430,16 @@ int run_tune_model(const TuneArgs& a) {
   std::unique_ptr<db::Database> database = a.no_db ? nullptr : db::open_database(db::database_path(a.db));
   Session session = open_tune_session(a, "");
   const Target& t = session.target;
-  graph::Graph g = load_model_for_target(a.model, t, 2, {}, graph::parse_precision(a.precision),
-                                         a.dims.binding());
-  graph::TaskList list = graph::extract_tasks(g);
+  // Shape buckets (--dim batch=1,8,32): every bucket's tasks in one run, a workload that
+  // several buckets share tuned once; the timed comparison at the end is bucket 0's.
+  const std::vector<graph::InputBinding> bindings = a.dims.bindings();
+  graph::Graph g = load_model_for_target(a.model, t, 2, {}, graph::parse_precision(a.precision), bindings[0]);
+  std::vector<graph::TaskList> bucket_tasks{graph::extract_tasks(g)};
+  for (size_t b = 1; b < bindings.size(); ++b) {
+    bucket_tasks.push_back(graph::extract_tasks(
+        load_model_for_target(a.model, t, 2, {}, graph::parse_precision(a.precision), bindings[b])));
+  }
+  graph::TaskList list = graph::merge_bucket_tasks(bucket_tasks);
   if (list.tasks.empty()) {
     throw UserError(str("model ", a.model, " has no tunable task for ", t.short_str(), " (", list.untunable.size(),
                         " anchors no workload expresses; `tunefarm import ", a.model, "` lists them)"));

@@ -291,9 +291,12 @@ void ModelCodegen::write_gpu_objects(EntrySpec& spec, const std::string& tmp, st
   written.device_modules = static_cast<int64_t>(modules);
 }
 
-ModelCodegen::Written ModelCodegen::write(EntrySpec& spec, const std::string& out,
+ModelCodegen::Written ModelCodegen::write(std::vector<EntrySpec>& buckets, const std::string& out,
                                           const std::function<std::string(const Written&)>& sidecar) {
   TF_CHECK(code_of_.size() == funcs_.size(), "ModelCodegen::write before share_code");
+  TF_CHECK(!buckets.empty() && (buckets.size() == 1 || !gpu_library_), "ModelCodegen::write: ", buckets.size(),
+           " buckets", gpu_library_ ? " for a GPU library" : "");
+  EntrySpec& spec = buckets[0];
   // Code generation, the kernels on all cores; then one link, under a temporary name.
   AtomicFile library(fs::absolute(out), ".so");
   const std::string tmp = library.temp_path();
@@ -324,10 +327,10 @@ ModelCodegen::Written ModelCodegen::write(EntrySpec& spec, const std::string& ou
       openmp |= results[k].uses_openmp;
       libm |= results[k].uses_libm;
     }
-    write_file(objects.add(tmp + ".entry.o"), codegen_model_entry(spec, code_target_));
+    write_file(objects.add(tmp + ".entry.o"), codegen_model_entry(buckets, code_target_));
     link_shared_library(objects.paths, library.temp_path(), code_target_, openmp, libm);
   }
-  written.workspace_bytes = spec.workspace_bytes;
+  for (const EntrySpec& b : buckets) written.workspace_bytes = std::max(written.workspace_bytes, b.workspace_bytes);
   write_file(library.final_path() + ".json", sidecar(written));
   library.commit();
   return written;

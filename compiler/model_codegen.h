@@ -63,13 +63,15 @@ class ModelCodegen {
 
   struct Written {
     int64_t device_modules = 0;   // GPU libraries: the modules of device code
-    int64_t workspace_bytes = 0;  // spec's, with a GPU library's split-K scratch after it
+    int64_t workspace_bytes = 0;  // the largest bucket's, with a GPU library's split-K scratch after it
   };
-  // Generates every kernel whose code is its own, the entry point (`spec`, whose calls name the
-  // kernels that share_code chose; a GPU library's workspace grows by the kernels' scratch),
-  // links them into `out` and writes `out + ".json"`, the text `sidecar` returns, before the
-  // library appears. Nothing is left at `out` when anything fails.
-  Written write(EntrySpec& spec, const std::string& out, const std::function<std::string(const Written&)>& sidecar);
+  // Generates every kernel whose code is its own, the entry point (`buckets`, usually one, whose
+  // calls name the kernels that share_code chose; a GPU library's workspace grows by the
+  // kernels' scratch; GPU libraries have one bucket), links them into `out` and writes
+  // `out + ".json"`, the text `sidecar` returns, before the library appears. Nothing is left
+  // at `out` when anything fails.
+  Written write(std::vector<EntrySpec>& buckets, const std::string& out,
+                const std::function<std::string(const Written&)>& sidecar);
 
  private:
   void on_all_cores(const std::function<void(size_t)>& work, size_t count) const;

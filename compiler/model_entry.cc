@@ -9,6 +9,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -21,6 +22,7 @@ namespace tf {
 namespace {
 
 constexpr uint64_t kAlign = 64;
+constexpr int32_t kNoBucketStatus = -4;  // runtime/model_abi.h kModelNoBucket
 
 class EntryGen {
  public:
@@ -42,19 +44,142 @@ class EntryGen {
     gv->setSection(section);
   }
 
-  void emit(const EntrySpec& s) {
-    emit_tables(s, s.workspace_bytes);
-    for (size_t k = 0; k < s.constants.size(); ++k) {
-      const std::vector<float>& data = *s.constants[k];
-      llvm::Constant* init =
-          llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<float>(data.data(), data.size()));
-      auto* gv =
-          new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage,
-                                   init, "tf_const" + std::to_string(k));
-      gv->setAlignment(llvm::Align(kAlign));
-      constants_.push_back(gv);
+  // One library for every bucket of `buckets` (one bucket: a library as before, plus the bucket
+  // table): bucket 0's tables and tf_model_run, the other buckets' runs beside it, constants
+  // the buckets share (the same bytes) embedded once, and one workspace cache sized for the
+  // largest bucket.
+  void emit(const std::vector<EntrySpec>& buckets) {
+    TF_CHECK(!buckets.empty(), "codegen_model_entry: no bucket");
+    int64_t workspace = 0;
+    for (const EntrySpec& s : buckets) workspace = std::max(workspace, s.workspace_bytes);
+    emit_tables(buckets[0], workspace);
+    // Constants by content: a bucket's weights are the other buckets' too.
+    std::map<std::pair<size_t, uint64_t>, std::vector<size_t>> by_hash;
+    std::vector<const std::vector<float>*> embedded;
+    for (const EntrySpec& s : buckets) {
+      std::vector<llvm::GlobalVariable*> mine;
+      for (const std::vector<float>* data : s.constants) {
+        uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
+        const auto* bytes = reinterpret_cast<const unsigned char*>(data->data());
+        for (size_t k = 0; k < data->size() * sizeof(float); ++k) h = (h ^ bytes[k]) * 1099511628211ull;
+        std::vector<size_t>& same = by_hash[{data->size(), h}];
+        llvm::GlobalVariable* gv = nullptr;
+        for (size_t k : same) {
+          if (data->empty() || std::memcmp(embedded[k]->data(), data->data(), data->size() * sizeof(float)) == 0) {
+            gv = globals_[k];
+            break;
+          }
+        }
+        if (!gv) {
+          llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<float>(data->data(), data->size()));
+          gv = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init,
+                                        "tf_const" + std::to_string(globals_.size()));
+          gv->setAlignment(llvm::Align(kAlign));
+          same.push_back(globals_.size());
+          globals_.push_back(gv);
+          embedded.push_back(data);
+        }
+        mine.push_back(gv);
+      }
+      bucket_constants_.push_back(std::move(mine));
     }
-    run(s);
+    cache_ = kept_buffer_slot(m_, "tf_model_workspace_cache");
+    free_kept_buffers_at_unload(m_, {cache_}, "tf_model_release_workspace");
+    std::vector<llvm::Function*> runs;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      constants_ = bucket_constants_[b];
+      runs.push_back(run(buckets[b], b == 0 ? "tf_model_run" : "tf_model_run_bucket_" + std::to_string(b), workspace));
+      if (b > 0) runs.back()->setLinkage(llvm::GlobalValue::InternalLinkage);
+    }
+    bucket_entries(buckets, runs);
+  }
+
+  // The bucket table and the entry points that choose a bucket (docs/models.md, "Shape
+  // buckets"): tf_model_num_buckets, tf_model_bucket_input_shape(b, i) and _output_shape
+  // (NULL out of range; ranks are the tables' for every bucket), tf_model_bucket_of(shapes)
+  // (the bucket whose input shapes are these, or -1), tf_model_run_bucket(b, ...) and
+  // tf_model_run_shaped(shapes, ...) (-4 when no bucket has those shapes).
+  void bucket_entries(const std::vector<EntrySpec>& buckets, const std::vector<llvm::Function*>& runs) {
+    llvm::PointerType* ptr = b_.getPtrTy();
+    const auto count = static_cast<uint32_t>(buckets.size());
+    constant_fn("tf_model_num_buckets", b_.getInt32(count));
+    for (const char* role : {"input", "output"}) {
+      const bool in = std::string(role) == "input";
+      const size_t n = (in ? buckets[0].inputs : buckets[0].outputs).size();
+      std::vector<llvm::Constant*> shapes;
+      for (const EntrySpec& s : buckets) {
+        const std::vector<EntryTensor>& ts = in ? s.inputs : s.outputs;
+        TF_CHECK(ts.size() == n, "codegen_model_entry: a bucket with ", ts.size(), " ", role, "s, not ", n);
+        for (const EntryTensor& t : ts) shapes.push_back(shape_global(t.shape, str("tf_bucket_", role, "_shape")));
+      }
+      llvm::Function* fn = define(str("tf_model_bucket_", role, "_shape"), ptr, {b_.getInt32Ty(), b_.getInt32Ty()});
+      if (n == 0) {
+        b_.CreateRet(llvm::ConstantPointerNull::get(ptr));
+        continue;
+      }
+      auto* ty = llvm::ArrayType::get(ptr, shapes.size());
+      auto* table = new llvm::GlobalVariable(m_, ty, true, llvm::GlobalValue::PrivateLinkage,
+                                             llvm::ConstantArray::get(ty, shapes), str("tf_bucket_", role, "_shapes"));
+      llvm::Value *bucket = fn->getArg(0), *i = fn->getArg(1);
+      llvm::Value* ok = b_.CreateAnd(b_.CreateICmpULT(bucket, b_.getInt32(count)),
+                                     b_.CreateICmpULT(i, b_.getInt32(static_cast<uint32_t>(n))));
+      auto* yes = llvm::BasicBlock::Create(ctx_, "in_range", fn);
+      auto* no = llvm::BasicBlock::Create(ctx_, "out_of_range", fn);
+      b_.CreateCondBr(ok, yes, no);
+      b_.SetInsertPoint(no);
+      b_.CreateRet(llvm::ConstantPointerNull::get(ptr));
+      b_.SetInsertPoint(yes);
+      llvm::Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateZExt(bucket, b_.getInt64Ty()), b_.getInt64(n)),
+                                     b_.CreateZExt(i, b_.getInt64Ty()));
+      b_.CreateRet(b_.CreateLoad(ptr, b_.CreateInBoundsGEP(ty, table, {b_.getInt64(0), at})));
+    }
+    // tf_model_bucket_of: the first bucket whose every input dimension is the given one.
+    llvm::Function* of = define("tf_model_bucket_of", b_.getInt32Ty(), {ptr});
+    {
+      llvm::Value* given = of->getArg(0);
+      auto* none = llvm::BasicBlock::Create(ctx_, "no_bucket", of);
+      auto* null_bb = llvm::BasicBlock::Create(ctx_, "shapes", of);
+      b_.CreateCondBr(b_.CreateIsNull(given), none, null_bb);
+      b_.SetInsertPoint(null_bb);
+      for (size_t bk = 0; bk < buckets.size(); ++bk) {
+        auto* next = llvm::BasicBlock::Create(ctx_, str("not_bucket_", bk), of);
+        for (size_t i = 0; i < buckets[bk].inputs.size(); ++i) {
+          const std::vector<int64_t>& shape = buckets[bk].inputs[i].shape;
+          llvm::Value* dims = b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, given, i));
+          auto* have = llvm::BasicBlock::Create(ctx_, "have_shape", of);
+          b_.CreateCondBr(b_.CreateIsNull(dims), next, have);
+          b_.SetInsertPoint(have);
+          for (size_t d = 0; d < shape.size(); ++d) {
+            llvm::Value* v = b_.CreateLoad(b_.getInt64Ty(), b_.CreateConstInBoundsGEP1_64(b_.getInt64Ty(), dims, d));
+            auto* same = llvm::BasicBlock::Create(ctx_, "same_dim", of);
+            b_.CreateCondBr(b_.CreateICmpEQ(v, b_.getInt64(static_cast<uint64_t>(shape[d]))), same, next);
+            b_.SetInsertPoint(same);
+          }
+        }
+        b_.CreateRet(b_.getInt32(static_cast<uint32_t>(bk)));
+        b_.SetInsertPoint(next);
+      }
+      b_.CreateBr(none);
+      b_.SetInsertPoint(none);
+      b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
+    }
+    // tf_model_run_bucket(b, inputs, outputs, workspace): a switch over the buckets' runs.
+    llvm::Function* rb = define("tf_model_run_bucket", b_.getInt32Ty(), {b_.getInt32Ty(), ptr, ptr, ptr});
+    {
+      auto* bad = llvm::BasicBlock::Create(ctx_, "no_such_bucket", rb);
+      llvm::SwitchInst* sw = b_.CreateSwitch(rb->getArg(0), bad, count);
+      for (size_t bk = 0; bk < runs.size(); ++bk) {
+        auto* bb = llvm::BasicBlock::Create(ctx_, str("bucket_", bk), rb);
+        sw->addCase(b_.getInt32(static_cast<uint32_t>(bk)), bb);
+        b_.SetInsertPoint(bb);
+        b_.CreateRet(b_.CreateCall(runs[bk], {rb->getArg(1), rb->getArg(2), rb->getArg(3)}));
+      }
+      b_.SetInsertPoint(bad);
+      b_.CreateRet(b_.getInt32(static_cast<uint32_t>(kNoBucketStatus)));
+    }
+    llvm::Function* rs = define("tf_model_run_shaped", b_.getInt32Ty(), {ptr, ptr, ptr, ptr});
+    llvm::Value* bucket = b_.CreateCall(of, {rs->getArg(0)});
+    b_.CreateRet(b_.CreateCall(rb, {bucket, rs->getArg(1), rs->getArg(2), rs->getArg(3)}));
   }
 
  private:
@@ -91,18 +216,21 @@ class EntryGen {
     b_.CreateRet(b_.CreateLoad(elem, p));
   }
 
+  // A shape's dimensions as a read-only int64 array (a valid pointer even for rank 0).
+  llvm::GlobalVariable* shape_global(const std::vector<int64_t>& shape, const std::string& name) {
+    std::vector<uint64_t> dims(shape.begin(), shape.end());
+    if (dims.empty()) dims.push_back(1);
+    llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, dims);
+    return new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, name);
+  }
+
   void tensor_table(const std::string& role, const std::vector<EntryTensor>& ts) {
     std::vector<llvm::Constant*> names, ndims, shapes, dtypes;
     for (const EntryTensor& t : ts) {
       names.push_back(b_.CreateGlobalString(t.name, "tf_" + role + "_name", 0, &m_));
       ndims.push_back(b_.getInt32(static_cast<uint32_t>(t.shape.size())));
       dtypes.push_back(b_.getInt32(static_cast<uint32_t>(t.dtype)));
-      std::vector<uint64_t> dims(t.shape.begin(), t.shape.end());
-      if (dims.empty()) dims.push_back(1);  // a valid pointer even for rank 0
-      llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, dims);
-      shapes.push_back(new llvm::GlobalVariable(m_, init->getType(), true,
-                                                llvm::GlobalValue::PrivateLinkage, init,
-                                                "tf_" + role + "_shape"));
+      shapes.push_back(shape_global(t.shape, "tf_" + role + "_shape"));
     }
     constant_fn("tf_model_num_" + role + "s", b_.getInt32(static_cast<uint32_t>(ts.size())));
     llvm::PointerType* ptr = b_.getPtrTy();
@@ -178,9 +306,11 @@ class EntryGen {
     });
   }
 
-  void run(const EntrySpec& s) {
+  // The run of one bucket, `name(inputs, outputs, workspace)`; a workspace it allocates has
+  // `workspace_bytes` (the largest bucket's: one cache serves them all).
+  llvm::Function* run(const EntrySpec& s, const std::string& name, int64_t workspace_bytes) {
     llvm::PointerType* ptr = b_.getPtrTy();
-    llvm::Function* fn = define("tf_model_run", b_.getInt32Ty(), {ptr, ptr, ptr});
+    llvm::Function* fn = define(name, b_.getInt32Ty(), {ptr, ptr, ptr});
     llvm::Value *inputs = fn->getArg(0), *outputs = fn->getArg(1), *given = fn->getArg(2);
     llvm::FunctionCallee alloc = m_.getOrInsertFunction(
         "aligned_alloc", llvm::FunctionType::get(ptr, {b_.getInt64Ty(), b_.getInt64Ty()}, false));
@@ -198,14 +328,14 @@ class EntryGen {
     // allocating megabytes on every call costs a page fault per page per call (ResNet-18's
     // 3.8 MB: 28 ms a call became 42 in a Python process). Freed at unload.
     auto* null = llvm::ConstantPointerNull::get(ptr);
-    llvm::GlobalVariable* cache = kept_buffer_slot(m_, "tf_model_workspace_cache");
+    llvm::GlobalVariable* cache = cache_;
     b_.SetInsertPoint(allocate);
     llvm::Value* cached = exchange_kept_buffer(b_, cache, nullptr);
     auto* fresh_bb = llvm::BasicBlock::Create(ctx_, "allocate_fresh", fn);
     auto* got = llvm::BasicBlock::Create(ctx_, "got_workspace", fn);
     b_.CreateCondBr(b_.CreateIsNull(cached), fresh_bb, got);
     b_.SetInsertPoint(fresh_bb);
-    uint64_t bytes = (static_cast<uint64_t>(s.workspace_bytes) + kAlign - 1) / kAlign * kAlign;
+    uint64_t bytes = (static_cast<uint64_t>(workspace_bytes) + kAlign - 1) / kAlign * kAlign;
     llvm::Value* fresh =
         b_.CreateCall(alloc, {b_.getInt64(kAlign), b_.getInt64(std::max<uint64_t>(bytes, kAlign))});
     b_.CreateCondBr(b_.CreateIsNull(fresh), oom, got);
@@ -234,7 +364,6 @@ class EntryGen {
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
     };
-    free_kept_buffers_at_unload(m_, {cache}, "tf_model_release_workspace");
     std::map<int64_t, uint64_t> converted;  // input -> workspace offset of its float32 copy
     for (const EntryInputConversion& c : s.conversions)
       converted[c.input] = static_cast<uint64_t>(c.workspace_offset);
@@ -310,12 +439,16 @@ class EntryGen {
     b_.SetInsertPoint(failed);
     give_back();
     b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
+    return fn;
   }
 
   llvm::LLVMContext& ctx_;
   llvm::Module& m_;
   llvm::IRBuilder<> b_;
-  std::vector<llvm::GlobalVariable*> constants_;
+  std::vector<llvm::GlobalVariable*> constants_;  // the bucket being emitted's, by its index
+  std::vector<llvm::GlobalVariable*> globals_;    // every embedded constant
+  std::vector<std::vector<llvm::GlobalVariable*>> bucket_constants_;
+  llvm::GlobalVariable* cache_ = nullptr;
 };
 
 // The launch plan, blob and constants of runtime/gpu_model/plan.h.
@@ -448,9 +581,9 @@ std::string codegen_gpu_model_entry(const EntrySpec& spec, const GpuEntrySpec& g
   });
 }
 
-std::string codegen_model_entry(const EntrySpec& spec, const Target& target) {
+std::string codegen_model_entry(const std::vector<EntrySpec>& buckets, const Target& target) {
   TF_CHECK(target.is_cpu(), "codegen_model_entry: CPU targets only, not ", target.str());
-  return emit_entry_object(target, "tf_model", [&](EntryGen& gen) { gen.emit(spec); });
+  return emit_entry_object(target, "tf_model", [&](EntryGen& gen) { gen.emit(buckets); });
 }
 
 }  // namespace tf

@@ -23,6 +23,23 @@
 // input must lie within +-2^24 (16777216), where float32 holds every integer. It returns 0;
 // -1 when memory ran out; -2 when an int64 input is out of that range (nothing computed).
 // The outputs are unspecified after an error. Concurrent calls need their own workspaces.
+//
+// Shape buckets (compile --model --dim batch=1,8,32): one library computes the model at each
+// of several sets of input shapes, each with kernels of its own. The tables above and
+// tf_model_run are bucket 0's (the first sizes given); tf_model_workspace_bytes is the largest
+// bucket's (a workspace of that size serves every bucket). Every library, one bucket or many,
+// also exports:
+//
+//   int32_t        tf_model_num_buckets(void);
+//   const int64_t* tf_model_bucket_input_shape(int32_t b, int32_t i);   NULL out of range;
+//   const int64_t* tf_model_bucket_output_shape(int32_t b, int32_t i);  ranks as the tables'
+//   int32_t        tf_model_bucket_of(const int64_t* const* input_shapes);  -1: no bucket
+//   int32_t        tf_model_run_bucket(int32_t b, inputs, outputs, workspace);
+//   int32_t        tf_model_run_shaped(const int64_t* const* input_shapes, inputs, outputs,
+//                                      workspace);
+//
+// tf_model_run_shaped runs the bucket whose input shapes are exactly the given ones (each
+// input's dimensions, its rank as in the tables); both return -4 when no bucket has them.
 #pragma once
 
 #include <array>
@@ -87,8 +104,10 @@ struct EntrySpec {
   int64_t workspace_bytes = 0;
 };
 
-// Object code defining the tf_model_* functions; the kernels are external symbols.
-std::string codegen_model_entry(const EntrySpec& spec, const Target& target);
+// Object code defining the tf_model_* functions of a library serving `buckets` (one or more,
+// bucket 0 first; the same inputs and outputs but for their sizes); the kernels are external
+// symbols. Constants with the same bytes in several buckets are embedded once.
+std::string codegen_model_entry(const std::vector<EntrySpec>& buckets, const Target& target);
 
 // A model for a GPU (compile_model for cuda, rocm): each call of the EntrySpec is one or more
 // kernel launches (split-K: the partial sums, then their sum) of a code module, each on the

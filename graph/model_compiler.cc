@@ -5,6 +5,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
+#include <unordered_set>
 
 #include "base/error.h"
 #include "compiler/driver.h"
@@ -37,8 +39,9 @@ std::string identifier(const std::string& s) {
 
 class ModelBuilder {
  public:
-  ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup)
-      : g_(g), target_(t), lookup_(lookup), readers_(g_) {
+  // `prefix` starts every kernel's name: "tf_k", or "tf_b<bucket>_k" in a library of buckets.
+  ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup, std::string prefix = "tf_k")
+      : g_(g), target_(t), lookup_(lookup), readers_(g_), prefix_(std::move(prefix)) {
     for (size_t k = 0; k < g_.nodes.size(); ++k) node_index_[g_.nodes[k].name] = k;
   }
 
@@ -64,7 +67,7 @@ class ModelBuilder {
 
  private:
   std::string function_name(const std::string& what) {
-    return str("tf_k", builds_.size(), "_", identifier(what));
+    return str(prefix_, builds_.size(), "_", identifier(what));
   }
 
   void record(KernelBuild b, OpKind kind, const std::vector<const Node*>& nodes) {
@@ -359,6 +362,7 @@ class ModelBuilder {
   Target target_;
   const ConfigLookup& lookup_;
   Readers readers_;
+  std::string prefix_;
   std::map<std::string, size_t> node_index_;
   std::vector<KernelBuild> builds_;
   std::vector<FusedGroup> groups_;
@@ -396,6 +400,7 @@ json CompiledModel::sidecar(const std::string& model) const {
               {"template", k.template_name},
               {"args", k.args}};
     if (!k.same_code_as.empty()) j["same_code_as"] = k.same_code_as;
+    if (!buckets.empty()) j["bucket"] = k.bucket;
     if (!k.launch.is_null()) j["launch"] = k.launch;
     if (!k.workload.empty()) {
       j["workload"] = k.workload;
@@ -405,7 +410,7 @@ json CompiledModel::sidecar(const std::string& model) const {
     }
     ks.push_back(j);
   }
-  return {{"format", "tunefarm-model/1"},
+  json j = {{"format", "tunefarm-model/1"},
           {"model", model},
           {"target", target.str()},
           {"emulates", emulates.empty() ? json() : json(emulates)},
@@ -420,6 +425,13 @@ json CompiledModel::sidecar(const std::string& model) const {
           {"kernels", ks},
           {"in_place", in_place_json(in_place)},
           {"untuned_kernels", untuned()}};
+  if (!buckets.empty()) {
+    json bs = json::array();
+    for (const Bucket& b : buckets)
+      bs.push_back({{"inputs", b.inputs}, {"outputs", b.outputs}, {"workspace_bytes", b.workspace_bytes}, {"in_place", b.in_place}});
+    j["buckets"] = bs;
+  }
+  return j;
 }
 
 int64_t channel_block(const Target& t) { return t.is_cpu() ? t.vector_lanes() : 0; }
@@ -443,128 +455,182 @@ Graph load_model(const std::string& path, int opt_level, const std::vector<std::
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
                             const std::string& out, const std::string& model_name,
                             int64_t memory_budget, bool emulate_gpu) {
-  if (!target.is_cpu()) {
-    for (const Node& n : g.nodes) {
-      static const std::map<std::string, const char*> cpu_only = {
-          {"MatMulBF16", "bf16"}, {"ConvNCHWcBF16", "bf16"}, {"MatMulFP16", "fp16"}, {"ConvNCHWcFP16", "fp16"}};
-      if (auto it = cpu_only.find(n.op); it != cpu_only.end())
-        throw UserError(str(n.where(), ": --precision ", it->second,
-                            " is implemented for CPU targets and cuda's tensor cores, not ", target.str()));
-    }
+  return compile_model(std::vector<const Graph*>{&g}, target, lookup, out, model_name, memory_budget, emulate_gpu);
+}
+
+namespace {
+
+// One bucket of a library on its way: its graph's kernels, memory plan and entry point.
+struct BucketBuild {
+  std::unique_ptr<ModelBuilder> mb;
+  std::vector<InPlaceConcat> in_place;
+  MemoryPlan memory;
+  EntrySpec spec;
+  size_t first_kernel = 0;  // its kernels' place among all buckets' (ModelCodegen's order)
+};
+
+}  // namespace
+
+CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Target& target,
+                            const ConfigLookup& lookup, const std::string& out, const std::string& model_name,
+                            int64_t memory_budget, bool emulate_gpu) {
+  TF_CHECK(!buckets.empty(), "compile_model: no graph");
+  if (buckets.size() > 1 && target.is_gpu() && !emulate_gpu) {
+    throw UserError(str("shape buckets (", buckets.size(), " sets of sizes) are implemented for CPU libraries and --emulate-gpu, not for ",
+                        target.str(), ": compile one library per size"));
   }
-  if (emulate_gpu && g.tensor_core_nodes > 0) {
-    throw UserError(str("--emulate-gpu runs a model's kernels serially, and its ", g.tensor_core_nodes,
-                        " tensor-core products (--precision ", precision_name(tensor_core_precision(g)), ") need the 32 lanes of a warp together: run the "
-                        "library on the GPU, or emulate it without --precision"));
+  if (buckets.size() > kMaxShapeBuckets)
+    throw UserError(str(buckets.size(), " shape buckets: a library holds at most ", kMaxShapeBuckets));
+  for (const Graph* gp : buckets) {
+    const Graph& g = *gp;
+    if (!target.is_cpu()) {
+      for (const Node& n : g.nodes) {
+        static const std::map<std::string, const char*> cpu_only = {
+            {"MatMulBF16", "bf16"}, {"ConvNCHWcBF16", "bf16"}, {"MatMulFP16", "fp16"}, {"ConvNCHWcFP16", "fp16"}};
+        if (auto it = cpu_only.find(n.op); it != cpu_only.end())
+          throw UserError(str(n.where(), ": --precision ", it->second,
+                              " is implemented for CPU targets and cuda's tensor cores, not ", target.str()));
+      }
+    }
+    if (emulate_gpu && g.tensor_core_nodes > 0) {
+      throw UserError(str("--emulate-gpu runs a model's kernels serially, and its ", g.tensor_core_nodes,
+                          " tensor-core products (--precision ", precision_name(tensor_core_precision(g)), ") need the 32 lanes of a warp together: run the "
+                          "library on the GPU, or emulate it without --precision"));
+    }
+    // Every value must fit the budget on its own before anything is generated.
+    check_input_budgets(g, memory_budget);
+    for (const Node& n : g.nodes) check_output_budgets(g, n, memory_budget);
   }
   ModelCodegen code(target, emulate_gpu);
-  // Every value must fit the budget on its own before anything is generated.
-  check_input_budgets(g, memory_budget);
-  for (const Node& n : g.nodes) check_output_budgets(g, n, memory_budget);
-  // Inputs and outputs of every type: kernels compute in float32, bools as 0 / 1 and int64
-  // values as integral floats (exact within +-2^24; node_te refuses int64 arithmetic that
-  // floats would round). int64 and bool inputs are converted on entry, such outputs after the
-  // last kernel; constants of other types are copied as they are.
-  ModelBuilder mb(g, target, lookup);
-  const std::vector<FusedGroup> fused = plan_fusion(g);
   CompiledModel cm;
-  cm.in_place = in_place_concats(g, fused);
-  for (const FusedGroup& grp : without_in_place(fused, cm.in_place)) mb.add_group(grp);
-  const Graph& graph = mb.graph();
   cm.target = target;
-  cm.memory = plan_memory(graph, mb.kernel_groups(), cm.in_place);
-  cm.inputs = tensors_json(graph, graph.inputs);
-  cm.outputs = tensors_json(graph, graph.outputs);
-
-  EntrySpec spec;
+  std::vector<BucketBuild> bb(buckets.size());
   auto entry_type = [](DType t) { return static_cast<EntryType>(onnx_element_type(t)); };
-  for (const std::string& n : graph.inputs) {
-    const Value& v = graph.value(n);
-    spec.inputs.push_back({n, v.shape, entry_type(v.dtype)});
-    if (v.dtype == DType::I64 || v.dtype == DType::Bool) {
-      // Kernels read int64 and bool inputs as floats: a copy converted on entry, after the
-      // planned intermediates and live all through the run.
-      auto at = static_cast<int64_t>(spec.inputs.size() - 1);
-      spec.conversions.push_back({at, cm.memory.arena_bytes});
-      cm.memory.arena_bytes += (num_elements(v.shape) * 4 + 63) / 64 * 64;
-    }
-  }
-  for (const std::string& n : graph.outputs) {
-    spec.outputs.push_back({n, graph.value(n).shape, entry_type(graph.value(n).dtype)});
-  }
-  spec.workspace_bytes = cm.memory.arena_bytes;
-  // And a run's inputs, outputs and workspace together.
-  std::vector<int64_t> run_tensors;
-  for (const std::vector<std::string>* names : {&graph.inputs, &graph.outputs}) {
-    for (const std::string& n : *names) run_tensors.push_back(tensor_bytes(graph.value(n).dtype, graph.value(n).shape));
-  }
-  check_run_budget("a run of the model would hold", cm.memory.arena_bytes, run_tensors, memory_budget);
-  std::map<std::string, int64_t> constant_index;
-  auto buffer = [&](const std::string& v) -> EntryBuffer {
-    auto in = std::find(graph.inputs.begin(), graph.inputs.end(), v);
-    if (in != graph.inputs.end()) return {EntryBuffer::Kind::Input, in - graph.inputs.begin()};
-    if (graph.is_constant(v)) {
-      auto [it, fresh] = constant_index.emplace(v, static_cast<int64_t>(spec.constants.size()));
-      if (fresh) {
-        spec.constants.push_back(&graph.value(v).constant->f);
-        cm.constant_bytes += static_cast<int64_t>(graph.value(v).constant->f.size() * 4);
+  for (size_t bk = 0; bk < buckets.size(); ++bk) {
+    BucketBuild& b = bb[bk];
+    // Inputs and outputs of every type: kernels compute in float32, bools as 0 / 1 and int64
+    // values as integral floats (exact within +-2^24; node_te refuses int64 arithmetic that
+    // floats would round). int64 and bool inputs are converted on entry, such outputs after the
+    // last kernel; constants of other types are copied as they are.
+    b.mb = std::make_unique<ModelBuilder>(*buckets[bk], target, lookup, buckets.size() > 1 ? str("tf_b", bk, "_k") : "tf_k");
+    const std::vector<FusedGroup> fused = plan_fusion(*buckets[bk]);
+    b.in_place = in_place_concats(*buckets[bk], fused);
+    for (const FusedGroup& grp : without_in_place(fused, b.in_place)) b.mb->add_group(grp);
+    const Graph& graph = b.mb->graph();
+    b.memory = plan_memory(graph, b.mb->kernel_groups(), b.in_place);
+    EntrySpec& spec = b.spec;
+    for (const std::string& n : graph.inputs) {
+      const Value& v = graph.value(n);
+      spec.inputs.push_back({n, v.shape, entry_type(v.dtype)});
+      if (v.dtype == DType::I64 || v.dtype == DType::Bool) {
+        // Kernels read int64 and bool inputs as floats: a copy converted on entry, after the
+        // planned intermediates and live all through the run.
+        auto at = static_cast<int64_t>(spec.inputs.size() - 1);
+        spec.conversions.push_back({at, b.memory.arena_bytes});
+        b.memory.arena_bytes += (num_elements(v.shape) * 4 + 63) / 64 * 64;
       }
-      return {EntryBuffer::Kind::Constant, it->second};
     }
-    auto o = std::find(graph.outputs.begin(), graph.outputs.end(), v);
-    // Float outputs, and a float16 model's, are written by their kernels in the caller's buffer.
-    if (o != graph.outputs.end() &&
-        (graph.value(v).dtype == DType::F32 || is_storage16(graph.value(v).dtype))) {
-      return {EntryBuffer::Kind::Output, o - graph.outputs.begin()};
+    for (const std::string& n : graph.outputs) {
+      spec.outputs.push_back({n, graph.value(n).shape, entry_type(graph.value(n).dtype)});
     }
-    return {EntryBuffer::Kind::Workspace, cm.memory.buffers.at(v).offset};
-  };
-  std::vector<KernelBuild>& builds = mb.builds();
-  for (KernelBuild& b : builds) {
-    b.info.launch = code.add_kernel(std::move(b.func), str("kernel ", b.info.function, " (nodes ", b.info.nodes.front(), ", ...)"));
+    spec.workspace_bytes = b.memory.arena_bytes;
+    // And a run's inputs, outputs and workspace together.
+    std::vector<int64_t> run_tensors;
+    for (const std::vector<std::string>* names : {&graph.inputs, &graph.outputs}) {
+      for (const std::string& n : *names) run_tensors.push_back(tensor_bytes(graph.value(n).dtype, graph.value(n).shape));
+    }
+    check_run_budget("a run of the model would hold", b.memory.arena_bytes, run_tensors, memory_budget);
+    b.first_kernel = bk == 0 ? 0 : bb[bk - 1].first_kernel + bb[bk - 1].mb->builds().size();
+    for (KernelBuild& k : b.mb->builds()) {
+      k.info.launch = code.add_kernel(std::move(k.func), str("kernel ", k.info.function, " (nodes ", k.info.nodes.front(), ", ...)"));
+    }
   }
   if (emulate_gpu) {
     cm.emulates = target.str();
     cm.target = code.code_target();
   }
   // Kernels whose code is the same but for their names are generated once, and the model
-  // calls the first of them.
+  // calls the first of them (in any bucket).
   const std::vector<size_t>& code_of = code.share_code();
-  for (size_t k = 0; k < builds.size(); ++k) {
-    KernelBuild& b = builds[k];
-    if (code_of[k] != k) b.info.same_code_as = builds[code_of[k]].info.function;
-    EntryCall call{builds[code_of[k]].info.function, {}};
-    for (const std::string& a : b.info.args) call.args.push_back(buffer(a));
-    spec.calls.push_back(std::move(call));
-    cm.kernels.push_back(b.info);
-  }
-  for (size_t k = 0; k < graph.outputs.size(); ++k) {
-    const Value& v = graph.value(graph.outputs[k]);
-    if (v.dtype != DType::F32 && v.constant) {
-      // A constant of another type (a folded shape, a comparison of constants): its bytes.
-      EntryCopy c{{EntryBuffer::Kind::Constant, 0}, static_cast<int64_t>(k), {}};
-      for (float x : is_storage16(v.dtype) ? v.constant->f : std::vector<float>{}) {
-        const uint16_t bits = storage16_bits(v.dtype, x);
-        c.literal.push_back(static_cast<uint8_t>(bits & 0xFF));
-        c.literal.push_back(static_cast<uint8_t>(bits >> 8));
-      }
-      for (int64_t x : v.constant->i) {
-        if (v.dtype == DType::Bool) {
-          c.literal.push_back(x != 0);
-        } else {
-          const auto* b = reinterpret_cast<const uint8_t*>(&x);
-          c.literal.insert(c.literal.end(), b, b + sizeof x);
+  std::vector<const ModelKernel*> all;
+  for (BucketBuild& b : bb)
+    for (KernelBuild& k : b.mb->builds()) all.push_back(&k.info);
+  std::unordered_set<std::string_view> embedded;  // constants by their bytes: one copy each
+  std::vector<EntrySpec> specs;
+  for (size_t bk = 0; bk < bb.size(); ++bk) {
+    BucketBuild& b = bb[bk];
+    const Graph& graph = b.mb->graph();
+    EntrySpec& spec = b.spec;
+    std::map<std::string, int64_t> constant_index;
+    auto buffer = [&](const std::string& v) -> EntryBuffer {
+      auto in = std::find(graph.inputs.begin(), graph.inputs.end(), v);
+      if (in != graph.inputs.end()) return {EntryBuffer::Kind::Input, in - graph.inputs.begin()};
+      if (graph.is_constant(v)) {
+        auto [it, fresh] = constant_index.emplace(v, static_cast<int64_t>(spec.constants.size()));
+        if (fresh) {
+          const std::vector<float>& f = graph.value(v).constant->f;
+          spec.constants.push_back(&f);
+          if (embedded.emplace(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(float)).second)
+            cm.constant_bytes += static_cast<int64_t>(f.size() * 4);
         }
+        return {EntryBuffer::Kind::Constant, it->second};
       }
-      if (!c.literal.empty()) spec.copies.push_back(std::move(c));
-      continue;
+      auto o = std::find(graph.outputs.begin(), graph.outputs.end(), v);
+      // Float outputs, and a float16 model's, are written by their kernels in the caller's buffer.
+      if (o != graph.outputs.end() &&
+          (graph.value(v).dtype == DType::F32 || is_storage16(graph.value(v).dtype))) {
+        return {EntryBuffer::Kind::Output, o - graph.outputs.begin()};
+      }
+      return {EntryBuffer::Kind::Workspace, b.memory.buffers.at(v).offset};
+    };
+    std::vector<KernelBuild>& builds = b.mb->builds();
+    for (size_t k = 0; k < builds.size(); ++k) {
+      ModelKernel info = builds[k].info;
+      const size_t shared = code_of[b.first_kernel + k];
+      if (shared != b.first_kernel + k) info.same_code_as = all[shared]->function;
+      EntryCall call{all[shared]->function, {}};
+      for (const std::string& a : info.args) call.args.push_back(buffer(a));
+      spec.calls.push_back(std::move(call));
+      info.bucket = static_cast<int>(bk);
+      cm.kernels.push_back(std::move(info));
     }
-    EntryBuffer from = buffer(graph.outputs[k]);
-    if (from.kind != EntryBuffer::Kind::Output || from.index != static_cast<int64_t>(k))
-      spec.copies.push_back({from, static_cast<int64_t>(k)});
+    for (size_t k = 0; k < graph.outputs.size(); ++k) {
+      const Value& v = graph.value(graph.outputs[k]);
+      if (v.dtype != DType::F32 && v.constant) {
+        // A constant of another type (a folded shape, a comparison of constants): its bytes.
+        EntryCopy c{{EntryBuffer::Kind::Constant, 0}, static_cast<int64_t>(k), {}};
+        for (float x : is_storage16(v.dtype) ? v.constant->f : std::vector<float>{}) {
+          const uint16_t bits = storage16_bits(v.dtype, x);
+          c.literal.push_back(static_cast<uint8_t>(bits & 0xFF));
+          c.literal.push_back(static_cast<uint8_t>(bits >> 8));
+        }
+        for (int64_t x : v.constant->i) {
+          if (v.dtype == DType::Bool) {
+            c.literal.push_back(x != 0);
+          } else {
+            const auto* p = reinterpret_cast<const uint8_t*>(&x);
+            c.literal.insert(c.literal.end(), p, p + sizeof x);
+          }
+        }
+        if (!c.literal.empty()) spec.copies.push_back(std::move(c));
+        continue;
+      }
+      EntryBuffer from = buffer(graph.outputs[k]);
+      if (from.kind != EntryBuffer::Kind::Output || from.index != static_cast<int64_t>(k))
+        spec.copies.push_back({from, static_cast<int64_t>(k), {}});
+    }
+    CompiledModel::Bucket desc{tensors_json(graph, graph.inputs), tensors_json(graph, graph.outputs),
+                               b.memory.arena_bytes, in_place_json(b.in_place)};
+    if (bk == 0) {
+      cm.memory = b.memory;
+      cm.in_place = b.in_place;
+      cm.inputs = desc.inputs;
+      cm.outputs = desc.outputs;
+    }
+    if (bb.size() > 1) cm.buckets.push_back(std::move(desc));
+    specs.push_back(std::move(spec));
   }
-
-  code.write(spec, out, [&](const ModelCodegen::Written& w) {
+  code.write(specs, out, [&](const ModelCodegen::Written& w) {
     cm.device_modules = w.device_modules;
     cm.memory.arena_bytes = w.workspace_bytes;
     return cm.sidecar(model_name).dump(2) + "\n";

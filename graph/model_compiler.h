@@ -53,7 +53,9 @@ struct ModelKernel {
   std::string same_code_as;
   // GPU targets: the kernels one call launches and their grids (compiler/gpu.h GpuPlan).
   nlohmann::json launch;
+  int bucket = 0;  // a library of shape buckets: the bucket it computes
 };
+
 
 struct CompiledModel {
   Target target;
@@ -66,8 +68,17 @@ struct CompiledModel {
   MemoryPlan memory;
   // Concats with no kernel: their inputs' kernels write into their outputs (graph/memory_plan.h).
   std::vector<InPlaceConcat> in_place;
-  int64_t constant_bytes = 0;  // embedded
-  nlohmann::json inputs, outputs;
+  int64_t constant_bytes = 0;  // embedded (once for buckets that share them)
+  nlohmann::json inputs, outputs;  // bucket 0's
+  // A library of shape buckets: each bucket's inputs, outputs, workspace and in-place Concats
+  // (bucket 0's are also the fields above; memory.arena_bytes is the largest bucket's).
+  // Empty for a library of one set of sizes.
+  struct Bucket {
+    nlohmann::json inputs, outputs;
+    int64_t workspace_bytes = 0;
+    nlohmann::json in_place;
+  };
+  std::vector<Bucket> buckets;
   // Kernels with a tuned template (a workload), and those of them whose config is the
   // default (not tuned).
   int tunable() const;
@@ -105,6 +116,15 @@ bool tensor_cores(const Target& t);
 // Without it, GPU targets are a UserError (not implemented yet).
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
                             const std::string& out, const std::string& model_name,
+                            int64_t memory_budget = default_memory_budget(), bool emulate_gpu = false);
+
+// One library of shape buckets: the same model imported at several sets of sizes
+// (`buckets`, bucket 0 first; the same inputs and outputs but for their sizes), each compiled
+// as above with kernels of its own (named tf_b<bucket>_k...; the same code shared across
+// buckets), one entry point choosing the bucket by the inputs' shapes (compiler/model_entry.h).
+// UserError for more than kMaxShapeBuckets, or buckets on a GPU target without emulate_gpu.
+CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Target& target,
+                            const ConfigLookup& lookup, const std::string& out, const std::string& model_name,
                             int64_t memory_budget = default_memory_budget(), bool emulate_gpu = false);
 
 }  // namespace tf::graph

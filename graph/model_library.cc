@@ -3,10 +3,12 @@
 #include "base/error.h"
 #include "compiler/model_entry.h"
 #include "graph/element_types.h"
+#include "graph/onnx_import.h"
 
 namespace tf::graph {
 
 static_assert(kRunnerMaxExactInt == kModelMaxExactInt, "the compiled runner and its loader disagree");
+static_assert(kMaxShapeBuckets == kModelMaxBuckets, "the compiler and the loader disagree on the buckets");
 namespace {
 
 std::vector<TensorInfo> tensor_infos(const std::vector<ModelTensor>& ts) {
@@ -38,12 +40,31 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
     throw UserError(
         str(path_, ": the model takes ", inputs_.size(), " inputs, not ", inputs.size()));
   }
+  // The bucket whose shapes the inputs have (a library of one: bucket 0, checked below).
+  int bucket = 0;
+  if (num_buckets() > 1) {
+    std::vector<std::vector<int64_t>> shapes;
+    for (const HostTensor* t : inputs) shapes.emplace_back(t->shape.begin(), t->shape.end());
+    bucket = abi_->bucket_of(shapes);
+    if (bucket < 0) {
+      std::string have, served;
+      for (const HostTensor* t : inputs) have += (have.empty() ? "" : ", ") + shape_str(t->shape);
+      for (int b = 0; b < num_buckets(); ++b) {
+        std::string one;
+        for (const TensorInfo& t : bucket_inputs(b)) one += (one.empty() ? "" : ", ") + shape_str(t.shape);
+        served += str(b == 0 ? "" : "; ", one);
+      }
+      throw UserError(str(path_, ": no shape bucket takes inputs of shapes ", have, "; its buckets take ", served));
+    }
+  }
+  const std::vector<TensorInfo> want_in = bucket == 0 ? inputs_ : bucket_inputs(bucket);
+  const std::vector<TensorInfo> want_out = bucket == 0 ? outputs_ : bucket_outputs(bucket);
   std::vector<const void*> in;
   std::vector<std::vector<uint8_t>> bool_inputs(
       inputs.size());  // one byte each, as the ABI takes them
   std::vector<std::vector<uint16_t>> bits16(inputs.size());  // float16 and bfloat16 inputs' bits
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const TensorInfo& want = inputs_[k];
+    const TensorInfo& want = want_in[k];
     const HostTensor& t = *inputs[k];
     if (t.dtype != want.dtype || t.shape != want.shape) {
       throw UserError(str("input '", want.name, "' must be ", dtype_name(want.dtype),
@@ -71,7 +92,7 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   std::vector<std::vector<uint8_t>> bools(outputs_.size());  // one byte each, as the library writes them
   std::vector<std::vector<uint16_t>> out16(outputs_.size());  // float16 and bfloat16 outputs' bits
   for (size_t k = 0; k < outputs_.size(); ++k) {
-    const TensorInfo& o = outputs_[k];
+    const TensorInfo& o = want_out[k];
     int64_t n = num_elements(o.shape);
     // The data's size too: a default HostTensor has the shape of a rank-0 output, no data.
     size_t have = holds_floats(o.dtype) ? outputs[k].f.size() : outputs[k].i.size();
@@ -91,7 +112,7 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
       out.push_back(o.dtype == DType::F32 ? static_cast<void*>(outputs[k].f.data()) : outputs[k].i.data());
     }
   }
-  int status = abi_->run(in.data(), out.data(), workspace);
+  int status = abi_->run_bucket(bucket, in.data(), out.data(), workspace);
   if (status == kModelIntOutOfRange) {
     // An int64 input beyond what float32 kernels hold exactly: name the first such element.
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -136,11 +157,24 @@ void ModelLibrary::check_status(int status) const {
 }
 
 void ModelLibrary::run_raw(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-                           void* workspace) const {
+                           void* workspace, int bucket) const {
   TF_CHECK(inputs.size() == inputs_.size() && outputs.size() == outputs_.size(), "run_raw: ", inputs.size(),
            " inputs and ", outputs.size(), " outputs for a model of ", inputs_.size(), " and ", outputs_.size());
-  int status = abi_->run(inputs.data(), outputs.data(), workspace);
+  TF_CHECK(bucket >= 0 && bucket < num_buckets(), "run_raw: bucket ", bucket, " of ", num_buckets());
+  int status = abi_->run_bucket(bucket, inputs.data(), outputs.data(), workspace);
   check_status(status);
+}
+
+int ModelLibrary::num_buckets() const { return static_cast<int>(abi_->buckets().size()); }
+
+std::vector<TensorInfo> ModelLibrary::bucket_inputs(int b) const { return tensor_infos(abi_->bucket_inputs(b)); }
+
+std::vector<TensorInfo> ModelLibrary::bucket_outputs(int b) const { return tensor_infos(abi_->bucket_outputs(b)); }
+
+int ModelLibrary::bucket_of(const std::vector<Shape>& shapes) const {
+  std::vector<std::vector<int64_t>> s;
+  for (const Shape& x : shapes) s.emplace_back(x.begin(), x.end());
+  return abi_->bucket_of(s);
 }
 
 }  // namespace tf::graph

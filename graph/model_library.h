@@ -33,7 +33,15 @@ class ModelLibrary {
   const std::vector<TensorInfo>& outputs() const { return outputs_; }
   uint64_t workspace_bytes() const { return abi_->workspace_bytes(); }
 
-  // Runs the model on inputs in the model's order; `outputs` are resized to fit.
+  // Shape buckets (compile --model --dim batch=1,8,32): at least one; bucket 0's shapes are
+  // inputs()' and outputs()'. bucket_of: the bucket taking inputs of these shapes, or -1.
+  int num_buckets() const;
+  std::vector<TensorInfo> bucket_inputs(int b) const;
+  std::vector<TensorInfo> bucket_outputs(int b) const;
+  int bucket_of(const std::vector<Shape>& input_shapes) const;
+
+  // Runs the model on inputs in the model's order, in the bucket of their shapes (UserError
+  // naming the shapes and the buckets' when none takes them); `outputs` are resized to fit.
   void run(const std::vector<const HostTensor*>& inputs, std::vector<HostTensor>& outputs,
            void* workspace = nullptr) const;
 
@@ -42,8 +50,9 @@ class ModelLibrary {
   // Python package passes NumPy arrays and PyTorch tensors so, without copies). UserError naming
   // the problem for an int64 input past what the kernels hold exactly; std::runtime_error when the
   // model runs out of memory or (a GPU library) its driver is missing or fails.
+  // `bucket`: whose shapes the buffers have (bucket_inputs, bucket_outputs).
   void run_raw(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-               void* workspace = nullptr) const;
+               void* workspace = nullptr, int bucket = 0) const;
 
   // A GPU library's call on device buffers and a stream (tf_model_run_device: PyTorch's CUDA
   // tensors, no copies); returns once the kernels are queued. Errors as run_raw's.

@@ -608,7 +608,23 @@ Graph import_onnx(const std::string& path, const InputBinding& bind) {
 
 InputBinding parse_binding(const std::vector<std::string>& dims,
                            const std::vector<std::string>& shapes) {
+  std::vector<InputBinding> all = parse_bindings(dims, shapes);
+  if (all.size() > 1) {
+    for (const std::string& arg : dims) {
+      if (arg.find(',') != std::string::npos) {
+        throw UserError(str("--dim ", arg, ": several sizes (shape buckets) are for compile --model and tune --model; ",
+                            "give one size here"));
+      }
+    }
+  }
+  return all.at(0);
+}
+
+std::vector<InputBinding> parse_bindings(const std::vector<std::string>& dims,
+                                         const std::vector<std::string>& shapes) {
   InputBinding b;
+  std::map<std::string, std::vector<int64_t>> lists;  // dims given several sizes
+  std::vector<std::string> order;                     // their names, as given
   auto size = [](const std::string& option, const std::string& arg, const std::string& text) {
     int64_t v = 0;
     size_t used = 0;
@@ -628,9 +644,25 @@ InputBinding parse_binding(const std::vector<std::string>& dims,
     if (eq == std::string::npos || eq == 0)
       throw UserError(str("--dim ", arg, ": expected name=size (--dim batch=8)"));
     const std::string name = arg.substr(0, eq);
-    if (b.dims.count(name))
+    if (b.dims.count(name) || lists.count(name))
       throw UserError(str("--dim ", arg, ": dimension '", name, "' is given twice"));
-    b.dims[name] = size("--dim", arg, arg.substr(eq + 1));
+    // name=s1,s2,...: one bucket per size (each size once).
+    std::vector<int64_t> sizes;
+    const std::string rest = arg.substr(eq + 1);
+    for (size_t at = 0; at <= rest.size();) {
+      size_t comma = rest.find(',', at);
+      if (comma == std::string::npos) comma = rest.size();
+      int64_t v = size("--dim", arg, rest.substr(at, comma - at));
+      if (std::find(sizes.begin(), sizes.end(), v) != sizes.end())
+        throw UserError(str("--dim ", arg, ": size ", v, " is given twice"));
+      sizes.push_back(v);
+      at = comma + 1;
+    }
+    b.dims[name] = sizes[0];
+    if (sizes.size() > 1) {
+      lists[name] = sizes;
+      order.push_back(name);
+    }
   }
   for (const std::string& arg : shapes) {
     size_t eq = arg.find('=');
@@ -651,10 +683,28 @@ InputBinding parse_binding(const std::vector<std::string>& dims,
     }
     b.shapes[name] = shape;
   }
-  return b;
+  // Every combination of the listed sizes, the first --dim's varying slowest.
+  size_t count = 1;
+  for (const std::string& name : order) {
+    count *= lists[name].size();
+    if (count > kMaxShapeBuckets) {
+      throw UserError(str("--dim: the sizes given make more than ", kMaxShapeBuckets,
+                          " shape buckets (one per combination); give fewer"));
+    }
+  }
+  std::vector<InputBinding> out(count, b);
+  for (size_t k = 0; k < count; ++k) {
+    size_t rest = k;
+    for (size_t d = order.size(); d-- > 0;) {
+      const std::vector<int64_t>& sizes = lists[order[d]];
+      out[k].dims[order[d]] = sizes[rest % sizes.size()];
+      rest /= sizes.size();
+    }
+  }
+  return out;
 }
 
-InputBinding binding_from_json(const nlohmann::json& j, const std::string& what) {
+std::vector<InputBinding> bindings_from_json(const nlohmann::json& j, const std::string& what) {
   auto shown = [](const nlohmann::json& v) {
     std::string s = v.dump();
     return s.size() > 80 ? s.substr(0, 77) + "..." : s;
@@ -668,11 +718,12 @@ InputBinding binding_from_json(const nlohmann::json& j, const std::string& what)
                           "\" must be an object of at most 64 entries, not ", shown(v)));
     const bool dim = std::string(field) == "dims";
     for (const auto& [name, size] : v.items()) {
-      if (!dim && (!size.is_array() || size.empty() || size.size() > 16))
-        throw UserError(str(what, " input_shapes ", shown(name), ": ", shown(size),
-                            " is not a shape (1 to 16 sizes)"));
+      // An input's shape: 1 to 16 sizes. A dimension: a size, or a list of sizes (buckets).
+      if ((!dim || size.is_array()) && (!size.is_array() || size.empty() || size.size() > (dim ? 64u : 16u)))
+        throw UserError(str(what, " ", field, " ", shown(name), ": ", shown(size),
+                            dim ? " is not a size or a list of 1 to 64 sizes" : " is not a shape (1 to 16 sizes)"));
       std::string text;
-      for (const nlohmann::json& d : dim ? nlohmann::json::array({size}) : size) {
+      for (const nlohmann::json& d : size.is_array() ? size : nlohmann::json::array({size})) {
         if (!d.is_number_integer())
           throw UserError(
               str(what, " ", field, " ", shown(name), ": ", shown(size), " is not a size"));
@@ -682,10 +733,17 @@ InputBinding binding_from_json(const nlohmann::json& j, const std::string& what)
     }
   }
   try {
-    return parse_binding(dims, shapes);
+    return parse_bindings(dims, shapes);
   } catch (const UserError& e) {
     throw UserError(str(what, " dims: ", e.what()));
   }
+}
+
+InputBinding binding_from_json(const nlohmann::json& j, const std::string& what) {
+  std::vector<InputBinding> all = bindings_from_json(j, what);
+  if (all.size() > 1)
+    throw UserError(str(what, " dims: several sizes of a dimension (shape buckets) are for compiling a model; give one size here"));
+  return all[0];
 }
 
 }  // namespace tf::graph

@@ -40,9 +40,18 @@ struct InputBinding {
   bool empty() const { return dims.empty() && shapes.empty(); }
 };
 // From the command line's --dim name=size and --input-shape input=d0,d1,... arguments
-// (sizes 1 to 2^31); UserError naming a malformed one.
+// (sizes 1 to 2^31); UserError naming a malformed one, or a --dim of several sizes.
 InputBinding parse_binding(const std::vector<std::string>& dims,
                            const std::vector<std::string>& shapes);
+
+// The most shape buckets --dim's lists may make (graph/model_compiler.h kMaxBuckets).
+constexpr size_t kMaxShapeBuckets = 64;
+
+// The same where --dim may list sizes (--dim batch=1,8,32: shape buckets): one binding per
+// combination of the listed sizes, the first listed dimension varying slowest; UserError for
+// a size listed twice or more than kMaxShapeBuckets combinations.
+std::vector<InputBinding> parse_bindings(const std::vector<std::string>& dims,
+                                         const std::vector<std::string>& shapes);
 
 Graph import_onnx(const std::string& path, const InputBinding& bind = {});
 // The same from the file's bytes; `what` names it in errors.
@@ -52,6 +61,9 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& what,
 // {input: [sizes]}} (either absent), checked as parse_binding checks the command line's;
 // UserError naming `what`'s field and the value.
 InputBinding binding_from_json(const nlohmann::json& j, const std::string& what);
+// The same where a dimension may take a list of sizes ({"dims": {"batch": [1, 8, 32]}}):
+// one binding per shape bucket, as parse_bindings.
+std::vector<InputBinding> bindings_from_json(const nlohmann::json& j, const std::string& what);
 
 // A TensorProto (test data, initializers) as a host tensor; `what` names it in errors.
 HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what);

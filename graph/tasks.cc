@@ -248,4 +248,32 @@ double tasks_time(const TaskList& list, const std::vector<double>& weights, cons
   return total;
 }
 
+TaskList merge_bucket_tasks(const std::vector<TaskList>& buckets) {
+  if (buckets.size() == 1) return buckets[0];
+  TaskList out;
+  std::map<std::string, size_t> at;  // workload -> its task in `out`
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const TaskList& list = buckets[b];
+    const std::string prefix = str("b", b, "/");
+    std::vector<size_t> index(list.tasks.size());
+    std::vector<bool> fresh(list.tasks.size());
+    for (size_t k = 0; k < list.tasks.size(); ++k) {
+      const Task& t = list.tasks[k];
+      auto [it, added] = at.emplace(t.workload, out.tasks.size());
+      if (added) {
+        out.tasks.push_back(Task{t.workload, {}, t.flops, -1});
+      }
+      index[k] = it->second;
+      fresh[k] = added;
+      for (const std::string& n : t.nodes) out.tasks[it->second].nodes.push_back(prefix + n);
+    }
+    for (size_t k = 0; k < list.tasks.size(); ++k) {
+      const int alt = list.tasks[k].alternative_to;
+      if (fresh[k] && alt >= 0) out.tasks[index[k]].alternative_to = static_cast<int>(index[static_cast<size_t>(alt)]);
+    }
+    for (const Untunable& u : list.untunable) out.untunable.push_back({prefix + u.node, u.op, u.reason});
+  }
+  return out;
+}
+
 }  // namespace tf::graph

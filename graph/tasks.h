@@ -41,6 +41,11 @@ struct TaskList {
 // constant weights also as a Winograd task (its alternative).
 TaskList extract_tasks(const Graph& g);
 
+// The tasks of several shape buckets of one model (compile --model --dim batch=1,8,32) as one
+// list: a workload in several buckets is one task computing all their nodes, each node named
+// "b<bucket>/<node>"; alternatives and untunable anchors kept per bucket. One list: itself.
+TaskList merge_bucket_tasks(const std::vector<TaskList>& buckets);
+
 // The tasks' part of a model's time: sum of weight x time over the tasks, where a task and its
 // alternatives count once, at the fastest known time among them (`alternatives`; else at
 // the task's own: a default build compiles no alternative). Infinity when a task has no

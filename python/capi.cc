@@ -88,8 +88,12 @@ TFPY_EXPORT int tfpy_model_open(const char* path, void** handle) {
     auto m = std::make_unique<Model>();
     m->lib = std::make_unique<graph::ModelLibrary>(path);
     m->path = path;
+    nlohmann::json buckets = nlohmann::json::array();
+    for (int b = 0; b < m->lib->num_buckets(); ++b)
+      buckets.push_back({{"inputs", describe(m->lib->bucket_inputs(b))}, {"outputs", describe(m->lib->bucket_outputs(b))}});
     last_result = nlohmann::json{{"inputs", describe(m->lib->inputs())},
                                  {"outputs", describe(m->lib->outputs())},
+                                 {"buckets", buckets},
                                  {"device_kind", m->lib->device_kind()}}
                       .dump();
     *handle = m.release();
@@ -98,16 +102,18 @@ TFPY_EXPORT int tfpy_model_open(const char* path, void** handle) {
 
 TFPY_EXPORT void tfpy_model_close(void* handle) { delete static_cast<Model*>(handle); }
 
-// Runs the model on buffers the caller checked against its inputs and outputs (contiguous, the
-// ABI's element types and shapes). `threads` > 0 sets this thread's OpenMP team size first (the
-// library's pool follows omp_get_max_threads(), as PyTorch's does).
+// Runs the model on buffers the caller checked against the inputs and outputs of shape bucket
+// `bucket` (contiguous, the ABI's element types and shapes). `threads` > 0 sets this thread's
+// OpenMP team size first (the library's pool follows omp_get_max_threads(), as PyTorch's does).
 TFPY_EXPORT int tfpy_model_run(void* handle, const void* const* inputs, void* const* outputs,
-                               int threads) {
+                               int threads, int bucket) {
   return guarded([&] {
     const Model& m = *static_cast<Model*>(handle);
+    if (bucket < 0 || bucket >= m.lib->num_buckets())
+      throw UserError(str(m.path, ": no shape bucket ", bucket, " (it has ", m.lib->num_buckets(), ")"));
     if (threads > 0) omp_set_num_threads(threads);
     m.lib->run_raw(std::vector<const void*>(inputs, inputs + m.lib->inputs().size()),
-                   std::vector<void*>(outputs, outputs + m.lib->outputs().size()));
+                   std::vector<void*>(outputs, outputs + m.lib->outputs().size()), nullptr, bucket);
   });
 }
 
@@ -129,16 +135,18 @@ TFPY_EXPORT int tfpy_model_set_device(void* handle, int index) {
 // the C ABI's own time in this process (bench/python_overhead.py compares a call from Python
 // with it). `seconds` holds `calls` values.
 TFPY_EXPORT int tfpy_model_time_calls(void* handle, const void* const* inputs, void* const* outputs,
-                                      int calls, int warmup, int threads, double* seconds) {
+                                      int calls, int warmup, int threads, int bucket, double* seconds) {
   return guarded([&] {
     const Model& m = *static_cast<Model*>(handle);
+    if (bucket < 0 || bucket >= m.lib->num_buckets())
+      throw UserError(str(m.path, ": no shape bucket ", bucket, " (it has ", m.lib->num_buckets(), ")"));
     std::vector<const void*> in(inputs, inputs + m.lib->inputs().size());
     std::vector<void*> out(outputs, outputs + m.lib->outputs().size());
     if (threads > 0) omp_set_num_threads(threads);
-    for (int k = 0; k < warmup; ++k) m.lib->run_raw(in, out);
+    for (int k = 0; k < warmup; ++k) m.lib->run_raw(in, out, nullptr, bucket);
     for (int k = 0; k < calls; ++k) {
       auto t = std::chrono::steady_clock::now();
-      m.lib->run_raw(in, out);
+      m.lib->run_raw(in, out, nullptr, bucket);
       seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     }
   });
@@ -154,19 +162,24 @@ TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char
   return guarded([&] {
     Target t = *target ? parse_target(target) : host_target();
     const graph::Precision p = graph::parse_precision(*precision ? precision : "fp32");
-    const graph::InputBinding bind = graph::binding_from_json(
+    // One graph per shape bucket ({"dims": {"batch": [1, 8, 32]}}), usually one.
+    const std::vector<graph::InputBinding> binds = graph::bindings_from_json(
         *dims_json ? nlohmann::json::parse(dims_json) : nlohmann::json::object(), "dims_json");
     std::unique_ptr<db::Database> database =
         *db ? db::open_database(db, db::OpenMode::ReadOnly) : nullptr;
-    graph::CompiledModel cm = compile_model_with(
-        load_model_for_target(onnx, t, opt_level, {}, p, bind), t, database.get(), out, onnx,
-        max_memory > 0 ? max_memory : graph::default_memory_budget());
+    std::vector<graph::Graph> graphs;
+    for (const graph::InputBinding& bind : binds) graphs.push_back(load_model_for_target(onnx, t, opt_level, {}, p, bind));
+    std::vector<const graph::Graph*> buckets;
+    for (const graph::Graph& g : graphs) buckets.push_back(&g);
+    graph::CompiledModel cm = compile_model_with(buckets, t, database.get(), out, onnx,
+                                                 max_memory > 0 ? max_memory : graph::default_memory_budget());
     last_result = nlohmann::json{{"library", out},
                                  {"target", t.str()},
                                  {"kernels", cm.kernels.size()},
                                  {"tunable", cm.tunable()},
                                  {"tuned", cm.tunable() - cm.untuned()},
-                                 {"workspace_bytes", cm.memory.arena_bytes}}
+                                 {"workspace_bytes", cm.memory.arena_bytes},
+                                 {"buckets", std::max<size_t>(cm.buckets.size(), 1)}}
                       .dump();
   });
 }

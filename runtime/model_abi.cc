@@ -23,6 +23,57 @@ F entry(void* handle, const std::string& path, const std::string& name) {
   return reinterpret_cast<F>(p);
 }
 
+// A shape of rank `n` at `s` as the library declares it (`what` names it): ModelLoadError for
+// a missing one, a negative dimension or too many elements.
+std::vector<int64_t> checked_shape(const int64_t* s, int32_t n, const std::string& what) {
+  if (n < 0 || n > 64 || (n > 0 && !s)) throw ModelLoadError(what + " has rank " + std::to_string(n));
+  int64_t elements = 1;
+  for (int32_t d = 0; d < n; ++d) {
+    if (s[d] < 0 || (s[d] > 0 && elements > kModelMaxElements / s[d])) {
+      throw ModelLoadError(what + ": dimension " + std::to_string(d) + " is " + std::to_string(s[d]) +
+                           " (at most " + std::to_string(kModelMaxElements) + " elements in all)");
+    }
+    elements *= s[d];
+  }
+  return std::vector<int64_t>(s, s + n);
+}
+
+// The library's shape buckets (tf_model_num_buckets, tf_model_bucket_*_shape), each checked
+// as the tables are; bucket 0 must be the tables' shapes. One bucket, the tables', for a
+// library from before buckets.
+std::vector<ModelBucket> describe_buckets(void* h, const std::string& path, const std::vector<ModelTensor>& inputs,
+                                          const std::vector<ModelTensor>& outputs) {
+  ModelBucket first;
+  for (const ModelTensor& t : inputs) first.inputs.push_back(t.shape);
+  for (const ModelTensor& t : outputs) first.outputs.push_back(t.shape);
+  auto count = reinterpret_cast<int32_t (*)()>(dlsym(h, "tf_model_num_buckets"));
+  if (!count) return {first};
+  auto in_shape = entry<const int64_t* (*)(int32_t, int32_t)>(h, path, "tf_model_bucket_input_shape");
+  auto out_shape = entry<const int64_t* (*)(int32_t, int32_t)>(h, path, "tf_model_bucket_output_shape");
+  entry<int32_t (*)(int32_t, const void* const*, void* const*, void*)>(h, path, "tf_model_run_bucket");
+  const int32_t n = count();
+  if (n < 1 || n > kModelMaxBuckets) {
+    throw ModelLoadError(path + ": declares " + std::to_string(n) + " shape buckets (1 to " +
+                         std::to_string(kModelMaxBuckets) + ")");
+  }
+  std::vector<ModelBucket> out;
+  for (int32_t b = 0; b < n; ++b) {
+    ModelBucket bucket;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      bucket.inputs.push_back(checked_shape(in_shape(b, static_cast<int32_t>(i)), static_cast<int32_t>(inputs[i].shape.size()),
+                                            path + ": bucket " + std::to_string(b) + " input " + std::to_string(i)));
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      bucket.outputs.push_back(checked_shape(out_shape(b, static_cast<int32_t>(i)), static_cast<int32_t>(outputs[i].shape.size()),
+                                             path + ": bucket " + std::to_string(b) + " output " + std::to_string(i)));
+    }
+    out.push_back(std::move(bucket));
+  }
+  if (out[0].inputs != first.inputs || out[0].outputs != first.outputs)
+    throw ModelLoadError(path + ": bucket 0's shapes are not those of its input and output tables");
+  return out;
+}
+
 std::vector<ModelTensor> describe(void* h, const std::string& path, const std::string& role) {
   auto count = entry<int32_t (*)()>(h, path, "tf_model_num_" + role + "s");
   auto name = entry<const char* (*)(int32_t)>(h, path, "tf_model_" + role + "_name");
@@ -38,18 +89,9 @@ std::vector<ModelTensor> describe(void* h, const std::string& path, const std::s
     if (!tf_dtype_known(t)) {
       throw ModelLoadError(path + ": " + role + " " + std::to_string(i) + " has element type " + std::to_string(t));
     }
-    const std::string what = path + ": " + role + " " + std::to_string(i);
-    if (n < 0 || n > 64 || (n > 0 && !s)) throw ModelLoadError(what + " has rank " + std::to_string(n));
-    int64_t elements = 1;
-    for (int32_t d = 0; d < n; ++d) {
-      if (s[d] < 0 || (s[d] > 0 && elements > kModelMaxElements / s[d])) {
-        throw ModelLoadError(what + ": dimension " + std::to_string(d) + " is " + std::to_string(s[d]) +
-                             " (at most " + std::to_string(kModelMaxElements) + " elements in all)");
-      }
-      elements *= s[d];
-    }
+    std::vector<int64_t> dims = checked_shape(s, n, path + ": " + role + " " + std::to_string(i));
     const char* nm = name(i);
-    out.push_back({nm ? nm : "", std::vector<int64_t>(s, s + n), static_cast<ModelDType>(t)});
+    out.push_back({nm ? nm : "", std::move(dims), static_cast<ModelDType>(t)});
   }
   return out;
 }
@@ -91,6 +133,9 @@ ModelAbi::ModelAbi(const std::string& path) : path_(path) {
     workspace_bytes_ = entry<uint64_t (*)()>(handle_, path, "tf_model_workspace_bytes")();
     if (dlsym(handle_, "tf_model_input_name") != nullptr) inputs_ = describe(handle_, path, "input");
     outputs_ = describe(handle_, path, "output");
+    buckets_ = describe_buckets(handle_, path, inputs_, outputs_);
+    run_bucket_ = reinterpret_cast<int32_t (*)(int32_t, const void* const*, void* const*, void*)>(
+        dlsym(handle_, "tf_model_run_bucket"));
     last_error_ = reinterpret_cast<const char* (*)()>(dlsym(handle_, "tf_model_last_error"));
     set_device_ = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(handle_, "tf_model_set_device"));
     run_device_ =
@@ -111,6 +156,30 @@ ModelAbi::~ModelAbi() {
 
 int ModelAbi::run(const void* const* inputs, void* const* outputs, void* workspace) const {
   return run_(inputs, outputs, workspace);
+}
+
+int ModelAbi::run_bucket(int b, const void* const* inputs, void* const* outputs, void* workspace) const {
+  if (b < 0 || b >= static_cast<int>(buckets_.size())) return kModelNoBucket;
+  if (b == 0) return run_(inputs, outputs, workspace);
+  return run_bucket_(b, inputs, outputs, workspace);
+}
+
+int ModelAbi::bucket_of(const std::vector<std::vector<int64_t>>& shapes) const {
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (buckets_[b].inputs == shapes) return static_cast<int>(b);
+  return -1;
+}
+
+std::vector<ModelTensor> ModelAbi::bucket_inputs(int b) const {
+  std::vector<ModelTensor> out = inputs_;
+  for (size_t i = 0; i < out.size(); ++i) out[i].shape = buckets_.at(static_cast<size_t>(b)).inputs[i];
+  return out;
+}
+
+std::vector<ModelTensor> ModelAbi::bucket_outputs(int b) const {
+  std::vector<ModelTensor> out = outputs_;
+  for (size_t i = 0; i < out.size(); ++i) out[i].shape = buckets_.at(static_cast<size_t>(b)).outputs[i];
+  return out;
 }
 
 int ModelAbi::run_device(const uint64_t* inputs, const uint64_t* outputs, void* stream) const {

@@ -48,6 +48,16 @@ constexpr int64_t kModelMaxExactInt = int64_t{1} << 24;
 constexpr int kModelOutOfMemory = -1;
 constexpr int kModelIntOutOfRange = -2;
 constexpr int kModelDriverError = -3;  // GPU libraries: the driver is missing or failed
+constexpr int kModelNoBucket = -4;     // no shape bucket of the library has the inputs' shapes
+
+// The most shape buckets a library may declare (graph/model_compiler.h kMaxBuckets).
+constexpr int kModelMaxBuckets = 64;
+
+// One shape bucket of a library (compiler/model_entry.h, "Shape buckets"): its inputs' and
+// outputs' shapes, in the model's order (names and types are the library's tables').
+struct ModelBucket {
+  std::vector<std::vector<int64_t>> inputs, outputs;
+};
 
 // A library that cannot be a model, or does not load; the message names the file.
 class ModelLoadError : public std::runtime_error {
@@ -65,13 +75,24 @@ class ModelAbi {
   const std::string& path() const { return path_; }
   const std::vector<ModelTensor>& inputs() const { return inputs_; }
   const std::vector<ModelTensor>& outputs() const { return outputs_; }
-  uint64_t workspace_bytes() const { return workspace_bytes_; }
+  uint64_t workspace_bytes() const { return workspace_bytes_; }  // enough for every bucket
+
+  // Every library has at least one bucket; bucket 0's shapes are inputs()' and outputs'.
+  // Libraries from before buckets have that one.
+  const std::vector<ModelBucket>& buckets() const { return buckets_; }
+  // The bucket whose input shapes are exactly `shapes` (one per input), or -1.
+  int bucket_of(const std::vector<std::vector<int64_t>>& shapes) const;
+  // The inputs and outputs of bucket `b` (names and types as inputs()' and outputs()').
+  std::vector<ModelTensor> bucket_inputs(int b) const;
+  std::vector<ModelTensor> bucket_outputs(int b) const;
 
   // One call: buffers in the model's order, laid out as the ABI says (contiguous; float32,
   // int64, one byte per bool). `workspace` null: the library's own, kept between calls.
   // Returns tf_model_run's status (0, kModelOutOfMemory, kModelIntOutOfRange,
   // kModelDriverError).
   int run(const void* const* inputs, void* const* outputs, void* workspace = nullptr) const;
+  // The same for bucket `b`'s shapes (kModelNoBucket for a bucket the library does not have).
+  int run_bucket(int b, const void* const* inputs, void* const* outputs, void* workspace = nullptr) const;
 
   // A GPU library's call on device buffers (CUdeviceptr / hipDeviceptr_t) and a stream
   // (tf_model_run_device): its status; std::runtime_error for a CPU library.
@@ -89,6 +110,8 @@ class ModelAbi {
   std::string path_;
   void* handle_ = nullptr;
   int (*run_)(const void* const*, void* const*, void*) = nullptr;
+  int32_t (*run_bucket_)(int32_t, const void* const*, void* const*, void*) = nullptr;
+  std::vector<ModelBucket> buckets_;
   const char* (*last_error_)() = nullptr;
   int32_t (*set_device_)(int32_t) = nullptr;
   int32_t (*run_device_)(const uint64_t*, const uint64_t*, void*) = nullptr;

@@ -23,11 +23,17 @@ graph::Graph load_model_for_target(const std::string& path, const Target& t, int
 graph::CompiledModel compile_model_with(const graph::Graph& g, const Target& t, db::Database* db,
                                         const std::string& out, const std::string& model, int64_t memory_budget,
                                         bool emulate_gpu) {
+  return compile_model_with(std::vector<const graph::Graph*>{&g}, t, db, out, model, memory_budget, emulate_gpu);
+}
+
+graph::CompiledModel compile_model_with(const std::vector<const graph::Graph*>& buckets, const Target& t,
+                                        db::Database* db, const std::string& out, const std::string& model,
+                                        int64_t memory_budget, bool emulate_gpu) {
   graph::ConfigLookup lookup = [db](const Workload& w, const Target& target) {
     ConfigChoice c = choose_config(db, w, target);
     return graph::KernelConfig{c.config, c.source, c.tuned_from};
   };
-  return graph::compile_model(g, t, lookup, out, model, memory_budget, emulate_gpu);
+  return graph::compile_model(buckets, t, lookup, out, model, memory_budget, emulate_gpu);
 }
 
 ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,

@@ -73,6 +73,12 @@ class CompiledModel:
     def outputs(self):
         return self._model.outputs
 
+    @property
+    def buckets(self):
+        """Each shape bucket's inputs and outputs ({"inputs": [...], "outputs": [...]}): one for a
+        library of one set of sizes; inputs and outputs are bucket 0's."""
+        return self._model.buckets
+
     def run(self, inputs, outputs=None, threads=0):
         """Runs the model: `outputs` (optional) are arrays to write into; `threads` > 0 sets the
         calling thread's OpenMP thread count first (else it stays what it is)."""
@@ -101,10 +107,14 @@ def _dim_args(dims, input_shapes):
     if input_shapes is not None and not isinstance(input_shapes, dict):
         raise ValueError("input_shapes must be a dict of input names to shapes, not %s" % type(input_shapes).__name__)
     args = []
+    def is_size(v):
+        return isinstance(v, int) and not isinstance(v, bool)
     for name, size in (dims or {}).items():
-        if not isinstance(size, int) or isinstance(size, bool):
-            raise ValueError("dims[%r] must be an int, not %r" % (name, size))
-        args += ["--dim", "%s=%d" % (name, size)]
+        # A list of sizes: one shape bucket per size (compile_model and optimize).
+        sizes = list(size) if isinstance(size, (list, tuple)) else [size]
+        if not sizes or not all(is_size(v) for v in sizes):
+            raise ValueError("dims[%r] must be an int or a list of ints, not %r" % (name, size))
+        args += ["--dim", "%s=%s" % (name, ",".join(str(v) for v in sizes))]
     for name, shape in (input_shapes or {}).items():
         if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
             raise ValueError("input_shapes[%r] must be a sequence of ints, not %r" % (name, shape))
@@ -119,8 +129,9 @@ def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_le
     the tuning service at `server` (HOST:PORT), its products at `precision` (fp32; bf16 or fp16
     on CPUs; tf32, fp16 or bf16 on tensor cores of cuda targets: docs/precision.md). A model
     with dynamic input dimensions needs their sizes: `dims` by name ({"batch": 8}), or
-    `input_shapes` ({"x": (1, 3, 224, 224)}), as --dim and --input-shape (docs/models.md).
-    Returns the library's path."""
+    `input_shapes` ({"x": (1, 3, 224, 224)}), as --dim and --input-shape (docs/models.md); a
+    list of sizes ({"batch": [1, 8, 32]}) makes one shape bucket per size, and the library runs
+    the bucket of its inputs' shapes. Returns the library's path."""
     dim_args = _dim_args(dims, input_shapes)
     onnx_path = os.fspath(onnx_path)
     if out is None:
@@ -266,7 +277,7 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
     "fp16" or "bf16" runs the products on its tensor cores. A .half() or .bfloat16() model with
     inputs of that type takes and returns tensors of that type (computed in float32 between
     them, its products in `precision`). `dims` and `input_shapes` size an .onnx model's dynamic
-    dimensions (compile_model)."""
+    dimensions (compile_model; a list of sizes makes one shape bucket per size)."""
     cache = _cache_dir(cache_dir)
     torch_module = None
     if isinstance(model, (str, os.PathLike)):

@@ -33,13 +33,23 @@ class TorchModule(torch.nn.Module):
         self._device = None
         self._specs = [(spec["name"], _DTYPES[spec["dtype"]], torch.Size(spec["shape"])) for spec in compiled.inputs]
         self._outs = [(_DTYPES[spec["dtype"]], torch.Size(spec["shape"])) for spec in compiled.outputs]
+        # Shape buckets (a CPU library compiled with a list of sizes): each bucket's input shapes.
+        self._buckets = [[torch.Size(s["shape"]) for s in b["inputs"]] for b in compiled._model.buckets]
 
     def forward(self, *inputs):
         if len(inputs) != len(self._specs):
             n = len(self._specs)
             raise ValueError("the model takes %d input%s, not %d" % (n, "" if n == 1 else "s", len(inputs)))
         keep = []
-        for x, (name, dtype, shape) in zip(inputs, self._specs):
+        bucket = 0
+        if len(self._buckets) > 1:
+            shapes = [getattr(x, "shape", None) for x in inputs]
+            found = [k for k, b in enumerate(self._buckets) if b == shapes]
+            if not found:
+                raise ValueError("no shape bucket takes inputs of shapes %s; its buckets take %s" % (
+                    ", ".join(str(list(s)) for s in shapes), "; ".join(", ".join(str(list(s)) for s in b) for b in self._buckets)))
+            bucket = found[0]
+        for x, (name, dtype, _), shape in zip(inputs, self._specs, self._buckets[bucket]):
             if not isinstance(x, torch.Tensor):
                 raise TypeError("input '%s' must be a torch.Tensor, not %s" % (name, type(x).__name__))
             if self._gpu and x.device.type != "cuda":
@@ -55,7 +65,7 @@ class TorchModule(torch.nn.Module):
         if self._gpu:
             return self._forward_device(keep)
         # The library reads the tensors' memory in place (kept alive by `keep` for the call).
-        out = self._run([x.data_ptr() for x in keep], torch.get_num_threads())
+        out = self._run([x.data_ptr() for x in keep], torch.get_num_threads(), bucket)
         tensors = [_tensor(a, dtype) for a, (dtype, _) in zip(out, self._outs)]
         return tensors[0] if len(tensors) == 1 else tuple(tensors)
 

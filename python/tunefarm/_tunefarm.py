@@ -26,10 +26,10 @@ def _load():
     sigs = {
         "tfpy_error": ([], c), "tfpy_result": ([], c),
         "tfpy_model_open": ([c, pp], i), "tfpy_model_close": ([p], None),
-        "tfpy_model_run": ([p, pp, pp, i], i),
+        "tfpy_model_run": ([p, pp, pp, i, i], i),
         "tfpy_model_run_device": ([p, ctypes.POINTER(u64), ctypes.POINTER(u64), p], i),
         "tfpy_model_set_device": ([p, i], i),
-        "tfpy_model_time_calls": ([p, pp, pp, i, i, i, ctypes.POINTER(ctypes.c_double)], i),
+        "tfpy_model_time_calls": ([p, pp, pp, i, i, i, i, ctypes.POINTER(ctypes.c_double)], i),
         "tfpy_compile_model": ([c, c, c, c, i, ctypes.c_int64, c, c], i),
         "tfpy_kernel_open": ([c, c, c, c, c, pp], i), "tfpy_kernel_close": ([p], None),
         "tfpy_kernel_call": ([p, pp, i], i),
@@ -128,7 +128,14 @@ class Model:
         self.inputs = [{"name": s["name"], "shape": tuple(s["shape"]), "dtype": s["dtype"]} for s in info["inputs"]]
         self.outputs = [{"name": s["name"], "shape": tuple(s["shape"]), "dtype": s["dtype"]} for s in info["outputs"]]
         self.device_kind = info["device_kind"]
-        self._args = None  # (_Arg inputs, _Arg outputs), made with NumPy at the first call
+        # Shape buckets (compile --model --dim batch=1,8,32): each bucket's inputs and outputs;
+        # one bucket, the tables', for a library of one set of sizes.
+        self.buckets = [{"inputs": [{"name": s["name"], "shape": tuple(s["shape"]), "dtype": s["dtype"]}
+                                    for s in b["inputs"]],
+                         "outputs": [{"name": s["name"], "shape": tuple(s["shape"]), "dtype": s["dtype"]}
+                                     for s in b["outputs"]]} for b in info.get("buckets", [info])]
+        self._args = None  # per bucket (_Arg inputs, _Arg outputs), made with NumPy at the first call
+        self._bucket = 0   # the bucket of the last inputs checked
         self._in_t = ctypes.c_void_p * max(len(self.inputs), 1)
         self._out_t = ctypes.c_void_p * max(len(self.outputs), 1)
 
@@ -137,42 +144,55 @@ class Model:
             _lib.tfpy_model_close(self._h)
             self._h = None
 
-    def _specs(self):
+    def _specs(self, bucket=0):
         if self._args is None:
-            self._args = ([_Arg(s) for s in self._info["inputs"]], [_Arg(s) for s in self._info["outputs"]])
-        return self._args
+            self._args = [([_Arg(s) for s in b["inputs"]], [_Arg(s) for s in b["outputs"]])
+                          for b in self._info.get("buckets", [self._info])]
+        return self._args[bucket]
 
     def _inputs(self, inputs):
+        """`inputs` checked against the bucket whose shapes they have (self._bucket)."""
         ins = self._specs()[0]
         if len(inputs) != len(ins):
             raise ValueError("the model takes %s, not %d" % (_count(len(ins), "input"), len(inputs)))
+        self._bucket = 0
+        if len(self.buckets) > 1:
+            shapes = [tuple(getattr(a, "shape", ())) for a in inputs]
+            found = [k for k, b in enumerate(self.buckets) if [s["shape"] for s in b["inputs"]] == shapes]
+            if not found:
+                raise ValueError("no shape bucket takes inputs of shapes %s; its buckets take %s" % (
+                    ", ".join(_shape_str(s) for s in shapes),
+                    "; ".join(", ".join(_shape_str(s["shape"]) for s in b["inputs"]) for b in self.buckets)))
+            self._bucket = found[0]
+            ins = self._specs(self._bucket)[0]
         return [s.checked(a, "input") for a, s in zip(inputs, ins)]
 
     def run(self, inputs, outputs=None, threads=0):
         """Runs the model: `inputs` in the model's order; `outputs` (optional) arrays to write
         into, else new ones. `threads` > 0 sets this thread's OpenMP team size first."""
         keep = self._inputs(inputs)
-        outs_spec = self._specs()[1]
+        outs_spec = self._specs(self._bucket)[1]
         if outputs is None:
             outs = [s.new() for s in outs_spec]
         else:
             if len(outputs) != len(outs_spec):
                 raise ValueError("the model has %s, not %d" % (_count(len(outs_spec), "output"), len(outputs)))
             outs = [s.checked(a, "output") for a, s in zip(outputs, outs_spec)]
-        self._call([a.ctypes.data for a in keep], outs, threads)
+        self._call([a.ctypes.data for a in keep], outs, threads, self._bucket)
         return outs
 
-    def _call(self, inputs, outs, threads):
+    def _call(self, inputs, outs, threads, bucket=0):
         _check(_lib.tfpy_model_run(self._h, self._in_t(*inputs), self._out_t(*[a.ctypes.data for a in outs]),
-                                   int(threads)))
+                                   int(threads), int(bucket)))
 
-    def run_addresses(self, inputs, threads=0):
+    def run_addresses(self, inputs, threads=0, bucket=0):
         """Runs the model on inputs given as addresses (PyTorch tensors' data_ptr()) that the
-        caller checked and keeps alive for the call; new output arrays."""
+        caller checked against shape bucket `bucket` and keeps alive for the call; new output
+        arrays."""
         if len(inputs) != len(self.inputs):
             raise ValueError("the model takes %s, not %d" % (_count(len(self.inputs), "input"), len(inputs)))
-        outs = [s.new() for s in self._specs()[1]]
-        self._call(inputs, outs, threads)
+        outs = [s.new() for s in self._specs(bucket)[1]]
+        self._call(inputs, outs, threads, bucket)
         return outs
 
     def run_device(self, inputs, outputs, stream):
@@ -194,11 +214,11 @@ class Model:
         if calls < 1 or warmup < 0:
             raise ValueError("calls must be at least 1 (%d) and warmup 0 or more (%d)" % (calls, warmup))
         keep = self._inputs(inputs)
-        outs = [s.new() for s in self._specs()[1]]
+        outs = [s.new() for s in self._specs(self._bucket)[1]]
         seconds = (ctypes.c_double * calls)()
         _check(_lib.tfpy_model_time_calls(self._h, self._in_t(*[a.ctypes.data for a in keep]),
                                           self._out_t(*[a.ctypes.data for a in outs]), int(calls), int(warmup),
-                                          int(threads), seconds))
+                                          int(threads), int(self._bucket), seconds))
         return list(seconds)
 
 

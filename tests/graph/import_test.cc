@@ -3,6 +3,7 @@
 // names what is at fault.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <set>
 
 #include "base/bfloat16.h"
 #include "base/error.h"
@@ -1727,6 +1729,137 @@ TEST(OnnxImport, DynamicDimensionsAreBoundByNameOrShape) {
   expect_error([] { parse_binding({"=8"}, {}); }, "--dim =8: expected name=size");
   expect_error([] { parse_binding({}, {"x=1,,2"}); }, "--input-shape x=1,,2: '' is not a size");
   expect_error([] { parse_binding({}, {"x"}); }, "--input-shape x: expected input=d0,d1,...");
+}
+
+// Shape buckets (--dim batch=1,3,8): one library computes the model at every listed size, each
+// bucket with kernels of its own and the weights embedded once; tf_model_run is bucket 0's,
+// tf_model_run_shaped and ModelLibrary::run take the bucket of the inputs' shapes and refuse
+// (status -4, a UserError naming the shapes) shapes no bucket has. The command line's lists
+// make one binding per combination.
+TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
+  namespace fs = std::filesystem;
+  ModelBuilder b;
+  b.input("x", {-1, 16});
+  std::vector<float> w(16 * 24);
+  for (size_t k = 0; k < w.size(); ++k) w[k] = std::sin(0.37f * static_cast<float>(k));
+  b.floats_shaped("w", {16, 24}, w);
+  b.node("MatMul", {"x", "w"}, {"m"});
+  b.node("Relu", {"m"}, {"y"});
+  b.output("y");
+  const std::string bytes = b.m.SerializeAsString();
+  const std::vector<int64_t> sizes = {1, 3, 8};
+  std::vector<Graph> graphs;
+  for (int64_t n : sizes) graphs.push_back(import_onnx_bytes(bytes, "test.onnx", {{{"batch", n}}, {}}));
+  std::vector<const Graph*> buckets;
+  for (const Graph& g : graphs) buckets.push_back(&g);
+  fs::path so = fs::temp_directory_path() / ("tf-buckets-test-" + std::to_string(getpid()) + ".so");
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  CompiledModel cm = compile_model(buckets, tf::host_target(), defaults, so.string(), "test");
+  CompiledModel one = compile_model(graphs[0], tf::host_target(), defaults, so.string() + ".one.so", "test");
+  EXPECT_EQ(cm.constant_bytes, one.constant_bytes);  // the weights once, not per bucket
+  ASSERT_EQ(cm.buckets.size(), 3u);
+  EXPECT_EQ(cm.buckets[2].inputs[0]["shape"], nlohmann::json({8, 16}));
+  std::set<int> kernel_buckets;
+  for (const ModelKernel& k : cm.kernels) {
+    kernel_buckets.insert(k.bucket);
+    EXPECT_EQ(k.function.rfind(str("tf_b", k.bucket, "_k"), 0), 0u) << k.function;
+  }
+  EXPECT_EQ(kernel_buckets, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(cm.sidecar("test")["buckets"].size(), 3u);
+  {
+    ModelLibrary lib(so.string());
+    ASSERT_EQ(lib.num_buckets(), 3);
+    EXPECT_EQ(lib.inputs()[0].shape, (Shape{1, 16}));
+    EXPECT_EQ(lib.bucket_outputs(2)[0].shape, (Shape{8, 24}));
+    EXPECT_EQ(lib.bucket_of({{3, 16}}), 1);
+    EXPECT_EQ(lib.bucket_of({{4, 16}}), -1);
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const int64_t n = sizes[k];
+      std::vector<float> xs(static_cast<size_t>(n * 16));
+      for (size_t e = 0; e < xs.size(); ++e) xs[e] = std::cos(0.11f * static_cast<float>(e) + static_cast<float>(n));
+      HostTensor x = HostTensor::floats({n, 16}, xs);
+      std::vector<HostTensor> got;
+      lib.run({&x}, got);
+      ASSERT_EQ(got.size(), 1u);
+      ASSERT_EQ(got[0].shape, (Shape{n, 24}));
+      const std::vector<float> want = run_reference(graphs[k], {{"x", x}}).at("y").f;
+      for (size_t e = 0; e < want.size(); ++e) EXPECT_NEAR(got[0].f[e], want[e], 1e-4) << "batch " << n << " element " << e;
+    }
+    HostTensor x4 = HostTensor::floats({4, 16}, std::vector<float>(64, 1.0f));
+    std::vector<HostTensor> got;
+    try {
+      lib.run({&x4}, got);
+      ADD_FAILURE() << "a shape no bucket has ran";
+    } catch (const tf::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("no shape bucket takes inputs of shapes [4, 16]; its buckets take [1, 16]; "
+                                           "[3, 16]; [8, 16]"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // The C ABI as a C caller sees it.
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto num = reinterpret_cast<int32_t (*)()>(dlsym(h, "tf_model_num_buckets"));
+  auto shape = reinterpret_cast<const int64_t* (*)(int32_t, int32_t)>(dlsym(h, "tf_model_bucket_input_shape"));
+  auto of = reinterpret_cast<int32_t (*)(const int64_t* const*)>(dlsym(h, "tf_model_bucket_of"));
+  auto shaped = reinterpret_cast<int32_t (*)(const int64_t* const*, const void* const*, void* const*, void*)>(
+      dlsym(h, "tf_model_run_shaped"));
+  auto by_bucket = reinterpret_cast<int32_t (*)(int32_t, const void* const*, void* const*, void*)>(
+      dlsym(h, "tf_model_run_bucket"));
+  ASSERT_TRUE(num && shape && of && shaped && by_bucket);
+  EXPECT_EQ(num(), 3);
+  ASSERT_NE(shape(2, 0), nullptr);
+  EXPECT_EQ(shape(2, 0)[0], 8);
+  EXPECT_EQ(shape(3, 0), nullptr);
+  EXPECT_EQ(shape(0, 1), nullptr);
+  EXPECT_EQ(shape(-1, 0), nullptr);
+  const int64_t s3[] = {3, 16}, s5[] = {5, 16}, s3x8[] = {3, 8};
+  const int64_t* const at3[] = {s3};
+  const int64_t* const at5[] = {s5};
+  const int64_t* const bad_rank_size[] = {s3x8};
+  EXPECT_EQ(of(at3), 1);
+  EXPECT_EQ(of(at5), -1);
+  EXPECT_EQ(of(bad_rank_size), -1);
+  EXPECT_EQ(of(nullptr), -1);
+  std::vector<float> x(3 * 16, 0.5f), y(3 * 24, -1.0f), y2(3 * 24, -2.0f);
+  const void* ins[] = {x.data()};
+  void* outs[] = {y.data()};
+  void* outs2[] = {y2.data()};
+  EXPECT_EQ(shaped(at3, ins, outs, nullptr), 0);
+  EXPECT_EQ(by_bucket(1, ins, outs2, nullptr), 0);
+  EXPECT_EQ(y, y2);
+  EXPECT_NE(y[0], -1.0f);
+  EXPECT_EQ(shaped(at5, ins, outs, nullptr), -4);
+  EXPECT_EQ(by_bucket(3, ins, outs, nullptr), -4);
+  EXPECT_EQ(by_bucket(-1, ins, outs, nullptr), -4);
+  dlclose(h);
+  for (const fs::path& p : {so, fs::path(so.string() + ".json"), fs::path(so.string() + ".one.so"),
+                            fs::path(so.string() + ".one.so.json")})
+    fs::remove(p);
+  // The command line: one binding per combination, the first --dim varying slowest.
+  std::vector<InputBinding> all = parse_bindings({"batch=1,8", "seq=128,384"}, {});
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[1].dims, (std::map<std::string, int64_t>{{"batch", 1}, {"seq", 384}}));
+  EXPECT_EQ(all[2].dims, (std::map<std::string, int64_t>{{"batch", 8}, {"seq", 128}}));
+  auto expect_error = [](const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+      ADD_FAILURE() << "no UserError; expected: " << want;
+    } catch (const tf::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  expect_error([] { parse_bindings({"batch=1,8,1"}, {}); }, "--dim batch=1,8,1: size 1 is given twice");
+  expect_error([] { parse_bindings({"batch=1,"}, {}); }, "--dim batch=1,: '' is not a size");
+  expect_error([] { parse_bindings({"a=1,2,3,4,5,6,7,8", "b=1,2,3,4,5,6,7,8,9"}, {}); },
+               "--dim: the sizes given make more than 64 shape buckets (one per combination); give fewer");
+  expect_error([] { parse_binding({"batch=1,8"}, {}); },
+               "--dim batch=1,8: several sizes (shape buckets) are for compile --model and tune --model; give one size here");
+  // Buckets for a GPU are refused by name (one library per size there).
+  expect_error([&] { compile_model(buckets, tf::parse_target("cuda -arch=sm_80"), defaults, so.string(), "test"); },
+               "shape buckets (3 sets of sizes) are implemented for CPU libraries and --emulate-gpu, not for cuda");
+  EXPECT_FALSE(fs::exists(so));
 }
 
 // A model with float16 / bfloat16 inputs and outputs (docs/precision.md): each 16-bit input is

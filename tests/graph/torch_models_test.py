@@ -420,6 +420,48 @@ def run(cmd, env=None):
     return r.stdout
 
 
+def shape_buckets(tunefarm, d):
+    """compile --model --dim batch=1,3,4: one library of shape buckets (CPU, and the emulated
+    GPU path), each bucket run by the shapes of its --input and matching PyTorch; a shape no
+    bucket has and a bucket the library lacks are refused by name."""
+    model = Grouped().eval()
+    randomize_batchnorm(model)
+    path = os.path.join(d, "buckets.onnx")
+    torch.onnx.export(model, (torch.randn(2, 3, 24, 24),), path, opset_version=13, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    ok = True
+    notes = []
+    for tag, flags, sizes in (("cpu", [], [1, 3, 4]), ("gpu", ["-t", "cuda -arch=sm_90", "--emulate-gpu"], [1, 2])):
+        lib = os.path.join(d, f"buckets_{tag}.so")
+        out = run([tunefarm, "compile", "--model", path, "--no-db", "--dim", "batch=" + ",".join(map(str, sizes)),
+                   *flags, "-o", lib])
+        sidecar = json.load(open(lib + ".json"))
+        ok = ok and f"{len(sizes)} shape buckets" in out and len(sidecar["buckets"]) == len(sizes)
+        ok = ok and {k["bucket"] for k in sidecar["kernels"]} == set(range(len(sizes)))
+        for n in reversed(sizes):
+            x = torch.randn(n, 3, 24, 24)
+            with torch.no_grad():
+                want = model(x).numpy()
+            np.save(os.path.join(d, "bx.npy"), x.numpy())
+            y = os.path.join(d, "by.npy")
+            text = run([tunefarm, "run", "--model", lib, "--input", "x=" + os.path.join(d, "bx.npy"), "--output", y])
+            got = np.load(y)
+            err = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
+            ok = ok and err <= 1e-4 * float(np.abs(want).max()) and f"bucket    {sizes.index(n)} of {len(sizes)}" in text
+            notes.append(f"{tag} batch {n}: max error {err:.3g}")
+    np.save(os.path.join(d, "bx.npy"), np.zeros((5, 3, 24, 24), np.float32))
+    lib = os.path.join(d, "buckets_cpu.so")
+    for args, message in ((["--input", "x=" + os.path.join(d, "bx.npy")],
+                           "--input: no shape bucket of " + lib + " takes x [5, 3, 24, 24]; its buckets: 0: x [1, 3, 24, 24]; "
+                           "1: x [3, 3, 24, 24]; 2: x [4, 3, 24, 24]"),
+                          (["--bucket", "3"], "--bucket 3: " + lib + " has 3 shape buckets (0 to 2)")):
+        r = subprocess.run([tunefarm, "run", "--model", lib, *args], capture_output=True, text=True)
+        ok = ok and r.returncode == 2 and message in r.stderr
+        notes.append(f"refused: {r.stderr.strip()[:60]}...")
+    print(f"{'ok  ' if ok else 'FAIL'} shape buckets: " + "; ".join(notes))
+    return ok
+
+
 def main():
     tunefarm = sys.argv[1]
     # The FAKE libcuda's folder (tests/farm/fake_gpu): GPU libraries run through it too.
@@ -594,6 +636,7 @@ def main():
                   f"{len(shared)} of them sharing another's code, workspace {sidecar['workspace_bytes']} bytes, max error {errc:.3g}; "
                   + gpu_note)
             failures += not ok
+        failures += not shape_buckets(tunefarm, d)
     if os.path.exists(stale):
         failures += 1
         print(f"FAIL `run --model` left the dead run's folder {stale}")

@@ -158,8 +158,31 @@ class NumpyAndLibraries(unittest.TestCase):
             tunefarm.compile_model(path, dims={"batch": 3, "seq": 8})
         with self.assertRaisesRegex(ValueError, "dims must be a dict"):
             tunefarm.compile_model(path, dims=[("batch", 3)])
-        with self.assertRaisesRegex(ValueError, r"dims\['batch'\] must be an int"):
+        with self.assertRaisesRegex(ValueError, r"dims\['batch'\] must be an int or a list of ints"):
             tunefarm.compile_model(path, dims={"batch": "3"})
+        with self.assertRaisesRegex(ValueError, r"dims\['batch'\] must be an int or a list of ints"):
+            tunefarm.compile_model(path, dims={"batch": []})
+        with self.assertRaisesRegex(ValueError, "size 3 is given twice"):
+            tunefarm.compile_model(path, dims={"batch": [3, 3]})
+
+    def test_a_list_of_sizes_makes_shape_buckets(self):
+        # dims={"batch": [1, 3, 8]}: one library, each call runs the bucket of its inputs' shapes.
+        path = os.path.join(TMP, "mlp_buckets.onnx")
+        torch.onnx.export(self.model, (torch.randn(2, 64),), path, opset_version=13, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+        cm = tunefarm.optimize(path, dims={"batch": [1, 3, 8]})
+        self.assertEqual(cm.inputs[0]["shape"], (1, 64))  # bucket 0's
+        rng = np.random.default_rng(5)
+        for n in (8, 1, 3):
+            x = rng.standard_normal((n, 64)).astype(np.float32)
+            with torch.no_grad():
+                want = self.model(torch.from_numpy(x)).numpy()
+            got = cm(x)
+            self.assertEqual(got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        with self.assertRaisesRegex(ValueError, r"no shape bucket takes inputs of shapes \[5, 64\]; its buckets take "
+                                                r"\[1, 64\]; \[3, 64\]; \[8, 64\]"):
+            cm(np.zeros((5, 64), np.float32))
 
     def test_load_a_library_written_by_the_command_line(self):
         lib = os.path.join(TMP, "mlp_cli.so")
