@@ -3,13 +3,14 @@
 `tunefarm compile --model` and for bench/model_bench.py. Needs Debian's python3-torch and
 python3-torchvision (scripts/install-deps.sh installs them); run it with /usr/bin/python3.
 
-Usage: export_model.py NAME -o FILE.onnx [--input FILE.npy] [--expect FILE.npy]
+Usage: export_model.py NAME -o FILE.onnx [--input FILE.npy] [--expect FILE.npy] [--dynamic-batch]
   NAME: resnet18, resnet50, mobilenet_v2 (batch 1, 3x224x224), bert2 (2 BERT-base encoder
         layers, sequence 128, hidden 768), bert_base (the 12 layers), mlp (784-512-256-10),
         resnext50, regnet_y_400mf, squeezenet1_1; or any classification model of torchvision
         by its name (convnext_tiny, efficientnet_b0, ...: 3x224x224, Inception-v3 3x299x299;
         ZOO lists those bench/model_bench.py --zoo times)
   --input/--expect: also save a random input and PyTorch's output for it.
+  --dynamic-batch: the batch axis symbolic ('batch': compile --model --dim batch=1,8,32).
 """
 import argparse
 import inspect
@@ -111,9 +112,13 @@ def build(name):
     return model, x, opset
 
 
-def export(name, path):
+def export(name, path, dynamic_batch=False):
+    """Exports model `name` to `path`; `dynamic_batch`: its batch axis (0 of input and output)
+    the symbolic dimension `batch` (compile --model --dim batch=N, or buckets batch=1,8,32)."""
     model, x, opset = build(name)
     kwargs = {}
+    if dynamic_batch:
+        kwargs["dynamic_axes"] = {"x": {0: "batch"}, "y": {0: "batch"}}
     # PyTorch 2.x defaults to the dynamo exporter (which needs onnxscript); the TorchScript one
     # is what these models were checked with.
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
@@ -129,8 +134,10 @@ def main():
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--input")
     p.add_argument("--expect")
+    p.add_argument("--dynamic-batch", action="store_true",
+                   help="export the batch axis as the symbolic dimension 'batch' (size it with --dim batch=N)")
     a = p.parse_args()
-    model, x = export(a.name, a.output)
+    model, x = export(a.name, a.output, a.dynamic_batch)
     if a.input:
         np.save(a.input, x.numpy())
     if a.expect:
