@@ -10,7 +10,8 @@ size as a static library (`--dim batch=N`), both with default schedules (`--no-d
 --db gives tuned configs. At each thread count and batch size the bucketed library (called
 through tf_model_run_shaped: the dispatch on the inputs' shapes included), the static one and
 ONNX Runtime 1.30 (bench/ort_peer.js, on the same dynamic-batch .onnx) are timed in the same
-process, round robin, each sample the median of enough calls to fill --min-ms. Prints, per row,
+process, round robin (each round starting with the next of them), each sample the median of
+enough calls to fill --min-ms. Prints, per row,
 the medians and static/bucket (the goal: within 5%, >= 0.95) and ort/bucket; the geometric
 means at the end. Both libraries and ONNX Runtime are checked against PyTorch first.
 """
@@ -113,11 +114,15 @@ def main():
                     if peer:
                         peer.time(key, 1)
                     samples = {k: [] for k in list(runners) + (["ort"] if peer else [])}
-                    for _ in range(a.rounds):
-                        for k, f in runners.items():
-                            samples[k].append(statistics.median(timed(f, calls, 0.05)))
-                        if peer:
-                            samples["ort"].append(statistics.median(peer.time(key, calls, 0.05)))
+                    order = list(samples)
+                    for r in range(a.rounds):
+                        # Each round in another order: none always runs right after another's
+                        # (ONNX Runtime's threads spin for a while after its calls).
+                        for k in order[r % len(order):] + order[:r % len(order)]:
+                            if k == "ort":
+                                samples[k].append(statistics.median(peer.time(key, calls, 0.05)))
+                            else:
+                                samples[k].append(statistics.median(timed(runners[k], calls, 0.05)))
                     ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
                     spread = {k: (max(v) - min(v)) / statistics.median(v) for k, v in samples.items()}
                     row = {"model": name, "batch": n, "threads": t, "ms": ms, "spread": spread, "max_error": errors,
