@@ -101,6 +101,10 @@ def main():
                 mag = float(np.abs(want).max())
                 libs = {"bucket": ShapedLibrary(bucketed, x.numpy()), "static": ShapedLibrary(static, x.numpy())}
                 errors = {k: float(np.abs(f() - want).max()) for k, f in libs.items()}
+                for k, e in errors.items():
+                    if not e <= 1e-3 * max(mag, 1e-30):
+                        raise SystemExit(f"{name} batch {n}: the {k} library's output is off by {e:.3g} "
+                                         f"(magnitude {mag:.3g})")
                 for t in threads:
                     set_threads(t)
                     key = f"{name}/{n}/{t}"
