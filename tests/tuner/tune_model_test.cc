@@ -237,6 +237,41 @@ TEST(TuneModel, TunesEveryTaskUnderOneBudgetAndResumes) {
   EXPECT_NE(text.out.find("model     not timed: --no-db keeps no tuned configs"), std::string::npos) << text.out;
 }
 
+// Shape buckets (--dim batch=2,6): every bucket's tasks in one run under one budget (the
+// workloads of batch 2 and of batch 6), their nodes named by bucket; a compile with the
+// database then finds a tuned config for every bucket's kernels.
+TEST(TuneModel, ShapeBucketsAreTunedInOneRun) {
+  ModelBuilder b(13);
+  b.input("x", {-1, 16});
+  weight(b, "w1", 16, 8);
+  b.node("MatMul", {"x", "w1"}, {"h1"});
+  b.node("Relu", {"h1"}, {"y"});
+  b.output("y");
+  b.save(temp_dir() + "/dyn_mlp.onnx");
+  const std::string db = temp_dir() + "/buckets.db";
+  Result r = tunefarm("tune --model dyn_mlp.onnx --dim batch=2,6 --local --trials 6 --batch 2 --repeat 2 "
+                      "--min-repeat-ms 1 --retime-rounds 1 --retime-top 1 --strategy random --json --db " + db);
+  ASSERT_EQ(r.exit, 0) << r.out << r.err;
+  json start = last_event(r.out, "start");
+  ASSERT_EQ(start["tasks"].size(), 2u) << r.out;
+  EXPECT_EQ(start["tasks"][0]["workload"], "matmul(M=2,N=8,K=16,const_b=1,epilogue=relu)");
+  EXPECT_EQ(start["tasks"][1]["workload"], "matmul(M=6,N=8,K=16,const_b=1,epilogue=relu)");
+  for (const json& t : last_event(r.out, "done")["tasks"]) EXPECT_GT(t["trials"].get<int>(), 0) << t;
+  Result imported = tunefarm("import dyn_mlp.onnx --dim batch=2,6 --json");
+  ASSERT_EQ(imported.exit, 0) << imported.err;
+  json info = json::parse(imported.out);
+  EXPECT_EQ(info["buckets"], json::parse(R"([{"batch": 2}, {"batch": 6}])"));
+  ASSERT_EQ(info["tasks"].size(), 2u);
+  EXPECT_EQ(info["tasks"][1]["nodes"][0].get<std::string>().rfind("b1/", 0), 0u) << info["tasks"];
+  Result built = tunefarm("compile --model dyn_mlp.onnx --dim batch=2,6 --db " + db + " -o dyn_mlp.so --json");
+  ASSERT_EQ(built.exit, 0) << built.err;
+  json side = json::parse(built.out);
+  EXPECT_EQ(side["buckets"].size(), 2u);
+  EXPECT_EQ(side["untuned_kernels"], 0) << built.out;
+  for (const json& k : side["kernels"])
+    if (k.contains("workload")) EXPECT_NE(k["config_source"], "default") << k;
+}
+
 // Tasks that differ only in the epilogue pass each new best to each other: a config that is
 // the relu task's best (made so in the database: 1 ns) and that the other task never measured
 // is passed to it (a `seed` event) and measured there; every seed event's config is measured
