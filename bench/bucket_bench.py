@@ -26,7 +26,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # model_bench sets OPENBLAS_CORETYPE before numpy and torch load.
-from model_bench import OrtPeer, export_model, geomean, ort_folder, set_threads, timed  # noqa: E402
+from model_bench import OrtPeer, export_model, ort_folder, set_threads, summarize, timed  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -141,14 +141,7 @@ def main():
                           + ", ".join(f"{k} {v:.0%}" for k, v in spread.items()) + ")", flush=True)
     if peer:
         peer.close()
-    for r in ("static_over_bucket", "ort_over_bucket"):
-        v = [row[r] for row in rows if r in row]
-        if v:
-            print(f"geometric mean {r.replace('_over_', '/')} {geomean(v):.3f} over {len(v)} rows "
-                  f"(lowest {min(v):.3f})", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=2)
+    summarize(rows, ("static_over_bucket", "ort_over_bucket"), a.json, lowest_digits=3)
 
 
 if __name__ == "__main__":

@@ -185,6 +185,19 @@ def geomean(v):
     return float(np.exp(np.mean(np.log(v)))) if v else float("nan")
 
 
+def summarize(rows, ratios, json_path, lowest_digits=2):
+    """The geometric mean (and lowest) of each ratio over the rows that have it; the rows to
+    `json_path` when given."""
+    for r in ratios:
+        v = [row[r] for row in rows if r in row]
+        if v:
+            print(f"geometric mean {r.replace('_over_', '/')} {geomean(v):.3f} over {len(v)} rows "
+                  f"(lowest {min(v):.{lowest_digits}f})", flush=True)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
 def set_threads(n):
     torch.set_num_threads(n)
     try:
@@ -357,15 +370,8 @@ def main():
                 print(line, flush=True)
     if peer:
         peer.close()
-    for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "ort_int8_over_ours_int8", "ours_over_ours_int8",
-              "ours_over_ours_bf16", "ours_over_ours_fp16"):
-        v = [row[r] for row in rows if r in row]
-        if v:
-            print(f"geometric mean {r.replace('_over_', '/')} {geomean(v):.3f} over {len(v)} rows "
-                  f"(lowest {min(v):.2f})", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=2)
+    summarize(rows, ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "ort_int8_over_ours_int8",
+                     "ours_over_ours_int8", "ours_over_ours_bf16", "ours_over_ours_fp16"), a.json)
 
 
 if __name__ == "__main__":

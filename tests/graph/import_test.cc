@@ -1653,19 +1653,21 @@ TEST(OnnxImport, Float16ModelsComputeInFloat32) {
   for (size_t k = 0; k < 6; ++k) EXPECT_NEAR(got[0].f[k], want[k], 1e-3 * std::fabs(want[k]) + 1e-6) << k;
 }
 
+// `f` throws a UserError whose message holds `want`.
+void expect_error(const std::function<void()>& f, const std::string& want) {
+  try {
+    f();
+    ADD_FAILURE() << "no UserError; expected: " << want;
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+}
+
 // Dynamic input dimensions sized at import (InputBinding: --dim, --input-shape): a named one
 // wherever its name appears, an unnamed one through the input's whole shape; the graph is then
 // static (its Reshape's target computed from the bound shape); what cannot be bound is refused
 // naming the value.
 TEST(OnnxImport, DynamicDimensionsAreBoundByNameOrShape) {
-  auto expect_error = [](const std::function<void()>& f, const std::string& want) {
-    try {
-      f();
-      ADD_FAILURE() << "no UserError; expected: " << want;
-    } catch (const tf::UserError& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  };
   ModelBuilder b;
   b.input("x", {-1, 3});
   b.input("z", {-1, 3});
@@ -1842,14 +1844,6 @@ TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
   ASSERT_EQ(all.size(), 4u);
   EXPECT_EQ(all[1].dims, (std::map<std::string, int64_t>{{"batch", 1}, {"seq", 384}}));
   EXPECT_EQ(all[2].dims, (std::map<std::string, int64_t>{{"batch", 8}, {"seq", 128}}));
-  auto expect_error = [](const std::function<void()>& f, const std::string& want) {
-    try {
-      f();
-      ADD_FAILURE() << "no UserError; expected: " << want;
-    } catch (const tf::UserError& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  };
   expect_error([] { parse_bindings({"batch=1,8,1"}, {}); }, "--dim batch=1,8,1: size 1 is given twice");
   expect_error([] { parse_bindings({"batch=1,"}, {}); }, "--dim batch=1,: '' is not a size");
   expect_error([] { parse_bindings({"a=1,2,3,4,5,6,7,8", "b=1,2,3,4,5,6,7,8,9"}, {}); },
