@@ -767,8 +767,9 @@ class CodeGen {
   }
 
   // Runs the iterations of `f` on the library's thread pool (compiler/thread_pool_ir.h): the
-  // body is outlined into a function of (closure, tid, n) that receives every value in scope
-  // through a closure array of 8-byte slots and runs the tid-th of n static chunks.
+  // body is outlined into a function of (closure, c, n) that receives every value in scope
+  // through a closure array of 8-byte slots and runs the c-th of the n chunks of its range
+  // (several a thread, claimed by whichever thread is free).
   void parallel_loop(const For* f) {
     uses_openmp = true;
     llvm::Value* mn = expr(f->min);

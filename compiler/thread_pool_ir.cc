@@ -21,6 +21,8 @@ constexpr int64_t kSpinNs = 200'000;
 constexpr uint32_t kClockEvery = 256;
 // Reads of the counter the launching thread makes before it yields its CPU between reads.
 constexpr uint32_t kJoinSpins = 1024;
+// Chunks of a parallel loop per thread of the team (thread_pool_ir.h): claimed one at a time.
+constexpr int kChunksPerThread = 4;
 // sizeof(pthread_mutex_t) and sizeof(pthread_cond_t) are at most 48 bytes on glibc's targets;
 // all-zero bytes are their static initializers.
 constexpr uint64_t kSyncBytes = 64;
@@ -344,9 +346,10 @@ class PoolEmitter {
     // scheduled cost nothing but their wake-up: this thread waits only for chunks that were
     // claimed and are still running.
     b_.SetInsertPoint(launch);
+    llvm::Value* chunks = b_.CreateMul(size, b_.getInt32(kChunksPerThread));
     store_atomic(fn, job_fn_, llvm::AtomicOrdering::Monotonic);
     store_atomic(data, job_data_, llvm::AtomicOrdering::Monotonic);
-    store_atomic(size, job_n_, llvm::AtomicOrdering::Monotonic);
+    store_atomic(chunks, job_n_, llvm::AtomicOrdering::Monotonic);
     store_atomic(b_.getInt32(0), done_, llvm::AtomicOrdering::Monotonic);
     llvm::Value* g = b_.CreateAdd(generation(load_atomic(word_, llvm::AtomicOrdering::Monotonic)),
                                   b_.getInt32(1));
@@ -360,14 +363,14 @@ class PoolEmitter {
     b_.CreateBr(own);
 
     b_.SetInsertPoint(own);
-    b_.CreateCall(work_, {g, fn, data, size});
+    b_.CreateCall(work_, {g, fn, data, chunks});
     b_.CreateBr(join);
 
     b_.SetInsertPoint(join);
     llvm::PHINode* waited = b_.CreatePHI(i32_, 3);
     waited->addIncoming(b_.getInt32(0), own);
     llvm::Value* finished = load_atomic(done_, llvm::AtomicOrdering::Acquire);
-    b_.CreateCondBr(b_.CreateICmpEQ(finished, size), done, join_wait);
+    b_.CreateCondBr(b_.CreateICmpEQ(finished, chunks), done, join_wait);
     b_.SetInsertPoint(join_wait);
     llvm::Value* more = b_.CreateAdd(waited, b_.getInt32(1));
     b_.CreateCondBr(b_.CreateICmpUGT(more, b_.getInt32(kJoinSpins)), join_yield, join_pause);
