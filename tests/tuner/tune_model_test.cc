@@ -256,7 +256,9 @@ TEST(TuneModel, ShapeBucketsAreTunedInOneRun) {
   ASSERT_EQ(start["tasks"].size(), 2u) << r.out;
   EXPECT_EQ(start["tasks"][0]["workload"], "matmul(M=2,N=8,K=16,const_b=1,epilogue=relu)");
   EXPECT_EQ(start["tasks"][1]["workload"], "matmul(M=6,N=8,K=16,const_b=1,epilogue=relu)");
-  for (const json& t : last_event(r.out, "done")["tasks"]) EXPECT_GT(t["trials"].get<int>(), 0) << t;
+  const json done = last_event(r.out, "done");
+  ASSERT_EQ(done["tasks"].size(), 2u) << r.out;
+  for (const json& t : done["tasks"]) EXPECT_GT(t["trials"].get<int>(), 0) << t;
   Result imported = tunefarm("import dyn_mlp.onnx --dim batch=2,6 --json");
   ASSERT_EQ(imported.exit, 0) << imported.err;
   json info = json::parse(imported.out);
