@@ -162,10 +162,8 @@ int run_import(const ImportArgs& a) {
   GraphStats after = graph_stats(g);
   std::vector<TaskList> bucket_tasks{extract_tasks(g)};
   for (size_t b = 1; b < bindings.size(); ++b) {
-    PassOptions quiet = opts;
-    quiet.dump.clear();
-    Graph gb = import_onnx(a.model, bindings[b]);
-    run_passes(gb, quiet);
+    Graph gb = load_model(a.model, a.opt_level, a.disable, opts.channel_block, opts.precision, opts.tensor_cores,
+                          bindings[b]);
     check_node_expressions(gb);
     bucket_tasks.push_back(extract_tasks(gb));
   }

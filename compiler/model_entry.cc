@@ -13,6 +13,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <string_view>
+#include <unordered_map>
 
 #include "compiler/codegen_llvm.h"
 #include "base/error.h"
@@ -54,40 +56,28 @@ class EntryGen {
     for (const EntrySpec& s : buckets) workspace = std::max(workspace, s.workspace_bytes);
     emit_tables(buckets[0], workspace);
     // Constants by content: a bucket's weights are the other buckets' too.
-    std::map<std::pair<size_t, uint64_t>, std::vector<size_t>> by_hash;
-    std::vector<const std::vector<float>*> embedded;
+    std::unordered_map<std::string_view, llvm::GlobalVariable*> by_bytes;
+    std::vector<std::vector<llvm::GlobalVariable*>> bucket_constants;
     for (const EntrySpec& s : buckets) {
       std::vector<llvm::GlobalVariable*> mine;
       for (const std::vector<float>* data : s.constants) {
-        uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
-        const auto* bytes = reinterpret_cast<const unsigned char*>(data->data());
-        for (size_t k = 0; k < data->size() * sizeof(float); ++k) h = (h ^ bytes[k]) * 1099511628211ull;
-        std::vector<size_t>& same = by_hash[{data->size(), h}];
-        llvm::GlobalVariable* gv = nullptr;
-        for (size_t k : same) {
-          if (data->empty() || std::memcmp(embedded[k]->data(), data->data(), data->size() * sizeof(float)) == 0) {
-            gv = globals_[k];
-            break;
-          }
-        }
-        if (!gv) {
+        auto [it, fresh] = by_bytes.emplace(
+            std::string_view(reinterpret_cast<const char*>(data->data()), data->size() * sizeof(float)), nullptr);
+        if (fresh) {
           llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<float>(data->data(), data->size()));
-          gv = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init,
-                                        "tf_const" + std::to_string(globals_.size()));
-          gv->setAlignment(llvm::Align(kAlign));
-          same.push_back(globals_.size());
-          globals_.push_back(gv);
-          embedded.push_back(data);
+          it->second = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init,
+                                                "tf_const" + std::to_string(by_bytes.size() - 1));
+          it->second->setAlignment(llvm::Align(kAlign));
         }
-        mine.push_back(gv);
+        mine.push_back(it->second);
       }
-      bucket_constants_.push_back(std::move(mine));
+      bucket_constants.push_back(std::move(mine));
     }
     cache_ = kept_buffer_slot(m_, "tf_model_workspace_cache");
     free_kept_buffers_at_unload(m_, {cache_}, "tf_model_release_workspace");
     std::vector<llvm::Function*> runs;
     for (size_t b = 0; b < buckets.size(); ++b) {
-      constants_ = bucket_constants_[b];
+      constants_ = bucket_constants[b];
       runs.push_back(run(buckets[b], b == 0 ? "tf_model_run" : "tf_model_run_bucket_" + std::to_string(b), workspace));
       if (b > 0) runs.back()->setLinkage(llvm::GlobalValue::InternalLinkage);
     }
@@ -446,8 +436,6 @@ class EntryGen {
   llvm::Module& m_;
   llvm::IRBuilder<> b_;
   std::vector<llvm::GlobalVariable*> constants_;  // the bucket being emitted's, by its index
-  std::vector<llvm::GlobalVariable*> globals_;    // every embedded constant
-  std::vector<std::vector<llvm::GlobalVariable*>> bucket_constants_;
   llvm::GlobalVariable* cache_ = nullptr;
 };
 

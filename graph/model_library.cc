@@ -43,9 +43,9 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   // The bucket whose shapes the inputs have (a library of one: bucket 0, checked below).
   int bucket = 0;
   if (num_buckets() > 1) {
-    std::vector<std::vector<int64_t>> shapes;
-    for (const HostTensor* t : inputs) shapes.emplace_back(t->shape.begin(), t->shape.end());
-    bucket = abi_->bucket_of(shapes);
+    std::vector<Shape> shapes;
+    for (const HostTensor* t : inputs) shapes.push_back(t->shape);
+    bucket = bucket_of(shapes);
     if (bucket < 0) {
       std::string have, served;
       for (const HostTensor* t : inputs) have += (have.empty() ? "" : ", ") + shape_str(t->shape);

@@ -623,8 +623,7 @@ InputBinding parse_binding(const std::vector<std::string>& dims,
 std::vector<InputBinding> parse_bindings(const std::vector<std::string>& dims,
                                          const std::vector<std::string>& shapes) {
   InputBinding b;
-  std::map<std::string, std::vector<int64_t>> lists;  // dims given several sizes
-  std::vector<std::string> order;                     // their names, as given
+  std::vector<std::pair<std::string, std::vector<int64_t>>> lists;  // dims given several sizes, as given
   auto size = [](const std::string& option, const std::string& arg, const std::string& text) {
     int64_t v = 0;
     size_t used = 0;
@@ -644,7 +643,7 @@ std::vector<InputBinding> parse_bindings(const std::vector<std::string>& dims,
     if (eq == std::string::npos || eq == 0)
       throw UserError(str("--dim ", arg, ": expected name=size (--dim batch=8)"));
     const std::string name = arg.substr(0, eq);
-    if (b.dims.count(name) || lists.count(name))
+    if (b.dims.count(name))
       throw UserError(str("--dim ", arg, ": dimension '", name, "' is given twice"));
     // name=s1,s2,...: one bucket per size (each size once).
     std::vector<int64_t> sizes;
@@ -660,8 +659,7 @@ std::vector<InputBinding> parse_bindings(const std::vector<std::string>& dims,
     }
     b.dims[name] = sizes[0];
     if (sizes.size() > 1) {
-      lists[name] = sizes;
-      order.push_back(name);
+      lists.emplace_back(name, sizes);
     }
   }
   for (const std::string& arg : shapes) {
@@ -685,8 +683,8 @@ std::vector<InputBinding> parse_bindings(const std::vector<std::string>& dims,
   }
   // Every combination of the listed sizes, the first --dim's varying slowest.
   size_t count = 1;
-  for (const std::string& name : order) {
-    count *= lists[name].size();
+  for (const auto& [name, sizes] : lists) {
+    count *= sizes.size();
     if (count > kMaxShapeBuckets) {
       throw UserError(str("--dim: the sizes given make more than ", kMaxShapeBuckets,
                           " shape buckets (one per combination); give fewer"));
@@ -695,9 +693,9 @@ std::vector<InputBinding> parse_bindings(const std::vector<std::string>& dims,
   std::vector<InputBinding> out(count, b);
   for (size_t k = 0; k < count; ++k) {
     size_t rest = k;
-    for (size_t d = order.size(); d-- > 0;) {
-      const std::vector<int64_t>& sizes = lists[order[d]];
-      out[k].dims[order[d]] = sizes[rest % sizes.size()];
+    for (size_t d = lists.size(); d-- > 0;) {
+      const auto& [name, sizes] = lists[d];
+      out[k].dims[name] = sizes[rest % sizes.size()];
       rest /= sizes.size();
     }
   }
