@@ -14,6 +14,7 @@ contiguous and of the model's element type. Tuned configs come from the tuning d
 """
 
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -300,8 +301,12 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
         was_training = model.training
         model.eval()
         try:
+            # PyTorch 2.x defaults to the dynamo exporter, which needs onnxscript (not a
+            # dependency of ours, and absent from plain PyTorch installs): the TorchScript one.
+            kwargs = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
             torch.onnx.export(model, args, onnx_path, opset_version=opset,
-                              input_names=["input%d" % i for i in range(len(args))], do_constant_folding=True)
+                              input_names=["input%d" % i for i in range(len(args))], do_constant_folding=True,
+                              **kwargs)
         finally:
             model.train(was_training)
         with open(onnx_path, "rb") as f:
