@@ -58,8 +58,9 @@ CommandResult run_command(const std::vector<std::string>& argv) {
 
 namespace {
 
-// Debian's lld-19, else an ld.lld next to the running program (scripts/bundle.sh puts one
-// there, for machines without LLVM), else ld.lld-19 in PATH.
+// TUNEFARM_LLD where set (the Python package of a bundle sets it: the running program is then
+// Python), else Debian's lld-19, else an ld.lld next to the running program (scripts/bundle.sh
+// puts one there, for machines without LLVM), else ld.lld-19 in PATH.
 std::string find_lld() {
   if (const char* env = std::getenv("TUNEFARM_LLD")) return env;
   for (const char* p : {"/usr/bin/ld.lld-19", "/usr/lib/llvm-19/bin/ld.lld"}) {

@@ -12,7 +12,7 @@ namespace {
 
 class Conv2dTensorCore final : public TensorCoreGemm {
  public:
-  Conv2dTensorCore() : TensorCoreGemm("conv2d_tc.cuda", 1, {"conv2d_nchw", "conv2d_nhwc"}) {}
+  Conv2dTensorCore() : TensorCoreGemm("conv2d_tc.cuda", 2, {"conv2d_nchw", "conv2d_nhwc"}) {}
 
  protected:
   GemmShape gemm_shape(const OpGraph& g) const override { return conv_gemm_shape(g); }

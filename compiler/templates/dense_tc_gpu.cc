@@ -36,7 +36,7 @@ namespace {
 
 class DenseTensorCore final : public TensorCoreGemm {
  public:
-  DenseTensorCore() : TensorCoreGemm("dense_tc.cuda", 1, {"matmul", "batch_matmul"}) {}
+  DenseTensorCore() : TensorCoreGemm("dense_tc.cuda", 2, {"matmul", "batch_matmul"}) {}
 
  protected:
   GemmShape gemm_shape(const OpGraph& g) const override {

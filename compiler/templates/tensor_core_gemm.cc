@@ -1,5 +1,7 @@
 #include "compiler/templates/tensor_core_gemm.h"
 
+#include <set>
+
 #include "compiler/gpu.h"
 #include "compiler/ir_printer.h"
 #include "compiler/te_rebuild.h"
@@ -11,6 +13,10 @@ constexpr int64_t kWarp = 32;
 // Accumulators per lane (4 per 16 x 8 tile). At 128 (8 x 4 tiles) ptxas keeps them in a 512-byte
 // stack frame (local memory) instead of registers; at 64 and below in registers.
 constexpr int64_t kMaxLaneAccumulators = 64;
+// Registers of a multiprocessor (every CUDA GPU since sm_50), and what a lane needs beside its
+// accumulators (operands of a step, addresses, indices).
+constexpr int64_t kRegistersPerMultiprocessor = 65536;
+constexpr int64_t kOperandRegisters = 64;
 // Products unrolled per iteration of K (tiles_m * tiles_n * unroll_k).
 constexpr int64_t kMaxUnrolledProducts = 256;
 
@@ -89,6 +95,13 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
        4,
        {},
        kSplit},
+      {"split_k",
+       KnobType::Int,
+       "parts of K computed by blocks of their own into a workspace, then summed (with the "
+       "epilogue) by a second kernel",
+       16,
+       {},
+       kSplit},
   };
   return k;
 }
@@ -103,6 +116,7 @@ std::vector<json> TensorCoreGemm::int_candidates(const OpGraph& g, const Target&
                                                             : round_up(s.k, depth(g)) / depth(g);
   std::vector<json> out;
   if (name == "stages") return {1, 2, 3, 4};
+  if (name == "split_k") extent = round_up(s.k, depth(g)) / depth(g);
   for (int64_t v = 1; v <= k.max; v *= 2) {
     if (v == 1 || v < 2 * extent) out.push_back(v);
   }
@@ -134,10 +148,15 @@ json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
   }
   const int64_t steps = round_up(s.k, depth(g)) / depth(g);
   while (d.unroll_k > 1 && d.unroll_k > steps) d.unroll_k /= 2;
+  // Split-K while the blocks would not give every multiprocessor one and each part keeps at
+  // least 16 steps of K (a batch-1 convolution's 7 x 7 and 14 x 14 layers: 16-28 blocks for
+  // 132 multiprocessors, each over the whole K of 2,304-4,608).
+  int64_t parts = 1;
+  while (parts < 16 && blocks() * parts < sms && steps / (parts * 2) >= 16) parts *= 2;
   // Three tiles in flight where shared memory holds them, else two, else shallower ones.
   json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n},   {"tiles_m", d.tiles_m},
             {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k}, {"shared", true},
-            {"stages", 3}};
+            {"stages", 3},          {"split_k", parts}};
   const int64_t most = gpu_limits(t).max_shared_bytes;
   while (shared_bytes(g, c) > most) {
     if (c["stages"].get<int64_t>() > 2)
@@ -160,6 +179,14 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
     return str(4 * d.tiles_m * d.tiles_n, " accumulators per lane (over ", kMaxLaneAccumulators,
                ")");
   }
+  // A lane's accumulators and its operands and addresses (64 registers, measured with ptxas:
+  // 16 warps of 64 accumulators spill) within what a lane can have at this block size.
+  if (const int64_t regs = std::min<int64_t>(255, kRegistersPerMultiprocessor / d.threads());
+      4 * d.tiles_m * d.tiles_n + kOperandRegisters >= regs) {
+    return str(4 * d.tiles_m * d.tiles_n, " accumulators per lane leave fewer than ",
+               kOperandRegisters, " of the ", regs, " registers a thread of ", d.threads(),
+               " can have for its operands");
+  }
   if (d.tiles_m * d.tiles_n * d.unroll_k > kMaxUnrolledProducts) {
     return str(d.tiles_m * d.tiles_n * d.unroll_k, " unrolled products per iteration of K (over ",
                kMaxUnrolledProducts, ")");
@@ -175,6 +202,12 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
     const int64_t bytes = shared_bytes(g, c), most = gpu_limits(t).max_shared_bytes;
     if (bytes > most)
       return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
+  }
+  if (const int64_t parts = c["split_k"]; parts > 1) {
+    const int64_t part = part_depth(g, c);
+    if ((parts - 1) * part >= s.k) {
+      return str("split_k ", parts, " parts of ", part, " for a K of ", s.k, " (the last one empty)");
+    }
   }
   if (d.unroll_k > 1 && d.unroll_k >= 2 * (round_up(s.k, depth(g)) / depth(g))) {
     return str("unroll_k ", d.unroll_k, " steps for a K of ", s.k, " (",
@@ -194,22 +227,27 @@ OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Targ
   TF_CHECK(red && old->reduce_axes.size() == 1 && mul && red->source.kind() == ir::ExprKind::Mul,
            id(), ": ", old->name, " is not a sum of products over one axis");
   const bool batch = old->axes.size() == 3;
-  const int64_t depth = this->depth(workload_graph);
+  const int64_t parts = c["split_k"];
   const int64_t mp = round_up(s.m, d.block_m()), np = round_up(s.n, d.block_n()),
-                kp = round_up(s.k, depth * d.unroll_k);
+                kp = part_depth(workload_graph, c);
   const int64_t wm = 16 * d.tiles_m, wn = 8 * d.tiles_n;
   auto c_ = [](int64_t v) { return Expr(v); };
+  // Leading axes: the part of K (split_k > 1), then the batch.
   std::vector<int64_t> shape;
   std::vector<std::string> names;
+  if (parts > 1) {
+    shape.push_back(parts);
+    names.push_back("s");
+  }
   if (batch) {
     shape.push_back(s.batches);
     names.push_back(old->axes[0].name());
   }
+  const size_t d0 = shape.size();
   shape.insert(shape.end(), {mp / 2, np / 2, 2, 2});
   names.insert(names.end(), {"r2", "c2", "h", "p"});
   ir::IterVar k = ir::reduce_axis(kp, old->reduce_axes[0].name());
   const std::string name = old == g.output ? old->name + "_acc" : old->name;
-  const size_t d0 = batch ? 1 : 0;
   ir::Tensor acc = ir::compute(name, shape, names,
                                [&](const std::vector<Expr>& ax) {
                                  Expr wr = ax[d0] / c_(wm / 2), q = ax[d0] % c_(wm / 2);
@@ -218,16 +256,18 @@ OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Targ
                                             ax[d0 + 2] * c_(8) + q / c_(d.tiles_m);
                                  Expr col = wc * c_(wn) + (u % c_(d.tiles_n)) * c_(8) +
                                             (u / c_(d.tiles_n)) * c_(2) + ax[d0 + 3];
+                                 // This part's position in K.
+                                 Expr kg = parts > 1 ? ax[0] * c_(kp) + k.var : Expr(k.var);
                                  ir::VarMap m;
-                                 if (batch) m[old->axes[0].var.get()] = ax[0];
-                                 m[old->axes[d0].var.get()] = row;
-                                 m[old->axes[d0 + 1].var.get()] = col;
-                                 m[old->reduce_axes[0].var.get()] = k.var;
+                                 if (batch) m[old->axes[0].var.get()] = ax[d0 - 1];
+                                 m[old->axes[batch ? 1 : 0].var.get()] = row;
+                                 m[old->axes[batch ? 2 : 1].var.get()] = col;
+                                 m[old->reduce_axes[0].var.get()] = kg;
                                  Expr a = ir::substitute(mul->a, m), b = ir::substitute(mul->b, m);
                                  // Operands past C's rows and columns and past K are zero, never
                                  // read (a select over a load does not load what its condition
                                  // excludes; the shared copies guard them too).
-                                 Expr a_in = kp > s.k ? k.var < c_(s.k) : Expr(), b_in = a_in;
+                                 Expr a_in = kp * parts > s.k ? kg < c_(s.k) : Expr(), b_in = a_in;
                                  if (mp > s.m) a_in = ir::logical_and(a_in, row < c_(s.m));
                                  if (np > s.n) b_in = ir::logical_and(b_in, col < c_(s.n));
                                  if (a_in) a = ir::select(a_in, a, ir::f32(0));
@@ -235,23 +275,49 @@ OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Targ
                                  return ir::sum(a * b, {k});
                                },
                                {k});
-  // C's view of it: the inverse permutation, inlined into the output.
+  // C's view of it: the inverse permutation (`lead`: the part and batch indices before it).
+  auto at_acc = [&](std::vector<Expr> at, const Expr& r, const Expr& cc) {
+    Expr wr = r / c_(wm), q = r % c_(wm), wc = cc / c_(wn), u = cc % c_(wn);
+    at.push_back(wr * c_(wm / 2) + (q % c_(8)) * c_(d.tiles_m) + q / c_(16));
+    at.push_back(wc * c_(wn / 2) + ((u % c_(8)) / c_(2)) * c_(d.tiles_n) + u / c_(8));
+    at.push_back((q % c_(16)) / c_(8));
+    at.push_back(u % c_(2));
+    return ir::read(acc, at);
+  };
   std::vector<std::string> view_names;
   for (const ir::IterVar& a : old->axes) view_names.push_back(a.name());
-  const std::string view_name = old == g.output ? g.output->name : old->name + "_perm";
-  ir::Tensor view =
-      ir::compute(view_name, old->shape, view_names, [&](const std::vector<Expr>& ax) {
-        Expr r = ax[d0], cc = ax[d0 + 1];
-        Expr wr = r / c_(wm), q = r % c_(wm), wc = cc / c_(wn), u = cc % c_(wn);
-        std::vector<Expr> at;
-        if (batch) at.push_back(ax[0]);
-        at.push_back(wr * c_(wm / 2) + (q % c_(8)) * c_(d.tiles_m) + q / c_(16));
-        at.push_back(wc * c_(wn / 2) + ((u % c_(8)) / c_(2)) * c_(d.tiles_n) + u / c_(8));
-        at.push_back((q % c_(16)) / c_(8));
-        at.push_back(u % c_(2));
-        return ir::read(acc, at);
+  const size_t v0 = batch ? 1 : 0;
+  if (parts == 1) {
+    // Inlined into the output.
+    const std::string view_name = old == g.output ? g.output->name : old->name + "_perm";
+    ir::Tensor view =
+        ir::compute(view_name, old->shape, view_names, [&](const std::vector<Expr>& ax) {
+          return at_acc(batch ? std::vector<Expr>{ax[0]} : std::vector<Expr>{}, ax[v0], ax[v0 + 1]);
+        });
+    OpGraph r = with_reads_replaced(g, old, view);
+    r.acc = acc;
+    return r;
+  }
+  // Split-K (as split_k_graph): each part's C in a workspace, `partial`, the first kernel's
+  // output; a second kernel sums the parts in order (deterministic) where C was read.
+  std::vector<int64_t> pshape{parts};
+  pshape.insert(pshape.end(), old->shape.begin(), old->shape.end());
+  std::vector<std::string> pnames{"s"};
+  pnames.insert(pnames.end(), view_names.begin(), view_names.end());
+  ir::Tensor partial =
+      ir::compute(name + "_partial", pshape, pnames, [&](const std::vector<Expr>& ax) {
+        std::vector<Expr> lead{ax[0]};
+        if (batch) lead.push_back(ax[1]);
+        return at_acc(lead, ax[v0 + 1], ax[v0 + 2]);
       });
-  OpGraph r = with_reads_replaced(g, old, view);
+  ir::IterVar part = ir::reduce_axis(parts, "s");
+  const std::string sum_name = old == g.output ? g.output->name : name + "_sum";
+  ir::Tensor sum = ir::compute(sum_name, old->shape, view_names, [&](const std::vector<Expr>& ax) {
+    std::vector<Expr> at{part.var};
+    at.insert(at.end(), ax.begin(), ax.end());
+    return ir::sum(ir::read(partial, at), {part});
+  }, {part});
+  OpGraph r = with_reads_replaced(g, old, sum);
   r.acc = acc;
   return r;
 }
@@ -259,73 +325,114 @@ OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Targ
 void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const {
   const Tiles d = tiles_of(c);
   Stage& out = s[g.output];
-  for (Stage* st : s.stages()) {
-    if (st != &out && st->op() != g.acc) st->compute_inline();  // the view, epilogue and tail
+  // The operands' tensors: inputs, or stages computing them (an im2col matrix), each read
+  // under the select of the padding, if any.
+  const ir::Binary* mul = g.acc->reduce()->source.as<ir::Binary>();
+  auto read_of = [&](const Expr& operand) {
+    Expr e = operand;
+    while (const ir::Select* sel = e.as<ir::Select>()) e = sel->t;
+    const ir::TensorRead* r = e.as<ir::TensorRead>();
+    TF_CHECK(r, id(), ": operand ", ir::to_string(operand), " is not a tensor read");
+    return r;
+  };
+  const bool shared = c["shared"].get<bool>();
+  const auto [a_input, b_input] = inputs_ab(g);
+  // With `shared`, a computed operand is a shared stage of its own (below); else inlined, as
+  // are the view, the epilogue and the tail.
+  std::set<const ir::Operation*> kept{out.op().get(), g.acc.get()};
+  if (shared && !a_input) kept.insert(read_of(mul->a)->op.get());
+  if (shared && !b_input) kept.insert(read_of(mul->b)->op.get());
+  // Split-K: the GEMM's kernel writes the parts' workspace (axes: part, batch?, rows, columns),
+  // and the output's kernel sums them.
+  const int64_t parts = c["split_k"];
+  const std::string partial_name = g.acc->name + "_partial", sum_name = g.acc->name + "_sum";
+  if (parts > 1) {
+    kept.insert(s.stage(partial_name).op().get());
+    if (s.has_stage(sum_name)) kept.insert(s.stage(sum_name).op().get());
   }
-  out.guard_tails();
+  for (Stage* st : s.stages()) {
+    if (!kept.count(st->op().get())) st->compute_inline();
+  }
+  Stage& writer = parts > 1 ? s.stage(partial_name) : out;
+  writer.guard_tails();
   Expr batch, rows, cols;
-  output_axes(out, g, batch, rows, cols);
-  auto [bm, r1] = out.split(rows, d.block_m());
-  auto [wm, r2] = out.split(r1, 16 * d.tiles_m);
-  auto [mi, r3] = out.split(r2, 16);
-  auto [h, lg] = out.split(r3, 8);
-  auto [bn, c1] = out.split(cols, d.block_n());
-  auto [wn, c2] = out.split(c1, 8 * d.tiles_n);
-  auto [ni, c3] = out.split(c2, 8);
-  auto [lt, p] = out.split(c3, 2);
+  if (parts > 1) {
+    const auto& ax = writer.op()->axes;
+    batch = ax.size() == 4 ? writer.fuse(ax[0].var, ax[1].var) : ax[0].var;
+    rows = ax[ax.size() - 2].var;
+    cols = ax.back().var;
+    // Their sum and the epilogue: one output element per thread, the parts in order.
+    const auto& oax = out.op()->axes;
+    Expr all = oax[0].var;
+    for (size_t i = 1; i < oax.size(); ++i) all = out.fuse(all, oax[i].var);
+    int64_t elements = 1;
+    for (int64_t e : out.op()->shape) elements *= e;
+    auto [block, thread] = out.split(all, std::min<int64_t>(256, elements));
+    out.bind(block, "blockIdx.x");
+    out.bind(thread, "threadIdx.x");
+    if (s.has_stage(sum_name)) s.stage(sum_name).compute_at(out, thread);
+  } else {
+    output_axes(out, g, batch, rows, cols);
+  }
+  auto [bm, r1] = writer.split(rows, d.block_m());
+  auto [wm, r2] = writer.split(r1, 16 * d.tiles_m);
+  auto [mi, r3] = writer.split(r2, 16);
+  auto [h, lg] = writer.split(r3, 8);
+  auto [bn, c1] = writer.split(cols, d.block_n());
+  auto [wn, c2] = writer.split(c1, 8 * d.tiles_n);
+  auto [ni, c3] = writer.split(c2, 8);
+  auto [lt, p] = writer.split(c3, 2);
   std::vector<Expr> order;
   if (batch) order.push_back(batch);
   order.insert(order.end(), {bm, bn, wm, wn, lg, lt, mi, h, ni, p});
-  out.reorder(order);
-  Expr warp = out.fuse(wm, wn);
-  Expr lane = out.fuse(lg, lt);
-  Expr thread = out.fuse(warp, lane);
-  if (batch) out.bind(batch, "blockIdx.z");
-  out.bind(bm, "blockIdx.y");
-  out.bind(bn, "blockIdx.x");
-  out.bind(thread, "threadIdx.x");
-  for (const Expr& v : {mi, h, ni, p}) out.unroll(v);
+  writer.reorder(order);
+  Expr warp = writer.fuse(wm, wn);
+  Expr lane = writer.fuse(lg, lt);
+  Expr thread = writer.fuse(warp, lane);
+  if (batch) writer.bind(batch, "blockIdx.z");
+  writer.bind(bm, "blockIdx.y");
+  writer.bind(bn, "blockIdx.x");
+  writer.bind(thread, "threadIdx.x");
+  for (const Expr& v : {mi, h, ni, p}) writer.unroll(v);
 
   Stage& acc = s[g.acc];
-  acc.compute_at(out, thread);
+  acc.compute_at(writer, thread);
   const auto& aax = acc.op()->axes;
-  const size_t d0 = aax.size() == 5 ? 1 : 0;
+  const size_t d0 = aax.size() - 4;  // after the part and batch axes
   auto [ko, ki] = acc.split(acc.op()->reduce_axes[0].var, depth(g));
   auto [koo, koi] = acc.split(ko, d.unroll_k);
   acc.reorder({koo, koi, aax[d0].var, aax[d0 + 1].var, ki, aax[d0 + 2].var, aax[d0 + 3].var});
   for (const Expr& v : {koi, aax[d0].var, aax[d0 + 1].var}) acc.unroll(v);
   acc.tensorize(ki, intrinsic(g.workload.types.precision));
-  if (!c["shared"].get<bool>()) {
+  if (!shared) {
     if (c["stages"].get<int64_t>() > 1) {
       throw UserError(str("config knob stages=", c["stages"].get<int64_t>(),
                           ": pipelines shared-memory tiles, and shared is false"));
     }
     return;
   }
-  // Each iteration's tiles of the operands read straight from inputs: A's rows with their K
-  // chunk, B's K chunk with its columns, as in memory (both read along K by the fragments'
-  // lanes: A's rows padded by 4 floats and B's by 8 put the 32 lanes of one operand in distinct
-  // banks for TF32).
+  // Each iteration's tiles of the operands: A's rows with their K chunk, B's K chunk with its
+  // columns, as in memory (both read along K by the fragments' lanes: A's rows padded by 4
+  // floats and B's by 8 put the 32 lanes of one operand in distinct banks for TF32). An input
+  // is copied (cache_read_shared); a computed operand (a convolution's im2col matrix) is
+  // computed into shared memory by all threads, each element once per block instead of once
+  // per lane of every warp that needs it; plain copies (a 1x1 convolution's) stay cp.async.
   const GemmShape sh = gemm_shape(g);
   const int64_t chunk = d.unroll_k * depth(g);
-  const auto [a_input, b_input] = inputs_ab(g);
-  const ir::Binary* mul = g.acc->reduce()->source.as<ir::Binary>();
   std::vector<Stage*> staged;
-  auto stage = [&](const Expr& operand, int64_t pad, bool vec) {
-    // The input the operand reads (under the select of the padding, if any).
-    Expr e = operand;
-    while (const ir::Select* sel = e.as<ir::Select>()) e = sel->t;
-    const ir::TensorRead* r = e.as<ir::TensorRead>();
-    TF_CHECK(r && r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
+  auto stage = [&](const Expr& operand, bool input, int64_t pad, bool vec) {
+    const ir::TensorRead* r = read_of(operand);
+    TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
              " is not read from an input");
-    Stage& x = s.cache_read_shared(r->op->name);
-    x.compute_at(acc, koo);
-    x.storage_layout(as_is(r->op->shape.size()), pad);
-    cooperative_copy(x, 1, d.threads(), vec);
-    staged.push_back(&x);
+    Stage* x = input ? &s.cache_read_shared(r->op->name) : &s[r->op];
+    if (!input) x->set_scope_shared();
+    x->compute_at(acc, koo);
+    x->storage_layout(as_is(r->op->shape.size()), pad);
+    cooperative_copy(*x, 1, d.threads(), vec);
+    staged.push_back(x);
   };
-  if (a_input) stage(mul->a, kPadA, sh.k % 4 == 0 && chunk % 4 == 0);
-  if (b_input) stage(mul->b, kPadB, sh.n % 4 == 0 && d.block_n() % 4 == 0);
+  stage(mul->a, a_input, kPadA, a_input && sh.k % 4 == 0 && chunk % 4 == 0);
+  stage(mul->b, b_input, kPadB, b_input && sh.n % 4 == 0 && d.block_n() % 4 == 0);
   if (int64_t n = c["stages"]; n > 1) {
     for (Stage* x : staged) x->multi_buffer(static_cast<int>(n));
   }
@@ -339,10 +446,12 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   const int64_t chunk = std::min(d.unroll_k * depth(g), s.k);
   const int64_t rows = std::min(d.block_m(), s.m), cols = std::min(d.block_n(), s.n);
   auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4; };
-  const auto [a_input, b_input] = inputs_ab(g);
-  return ((a_input ? tile(rows * (chunk + kPadA)) : 0) +
-          (b_input ? tile(chunk * (cols + kPadB)) : 0)) *
-         4 * c["stages"].get<int64_t>();
+  return (tile(rows * (chunk + kPadA)) + tile(chunk * (cols + kPadB))) * 4 *
+         c["stages"].get<int64_t>();
+}
+int64_t TensorCoreGemm::part_depth(const OpGraph& g, const json& c) const {
+  const int64_t k = gemm_shape(g).k, parts = c["split_k"];
+  return round_up((k + parts - 1) / parts, depth(g) * c["unroll_k"].get<int64_t>());
 }
 int64_t TensorCoreGemm::depth(const OpGraph& g) const {
   return ir::warp_mma_k(intrinsic(g.workload.types.precision));

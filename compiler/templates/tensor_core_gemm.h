@@ -41,6 +41,9 @@ class TensorCoreGemm : public ScheduleTemplate {
 
  private:
   int64_t depth(const OpGraph& g) const;
+  // The extent of K each part covers (split_k: K / parts rounded up to whole iterations; the
+  // last part's steps past K read zeros), or K rounded up to whole iterations.
+  int64_t part_depth(const OpGraph& g, const json& c) const;
   int64_t shared_bytes(const OpGraph& g, const json& c) const;
 };
 

@@ -16,7 +16,14 @@ _LIB_NAME = "libtunefarm_python.so"
 
 
 def _load():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIB_NAME)
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, _LIB_NAME)
+    # In a bundle (scripts/bundle.sh: <bundle>/python/tunefarm) LLVM's linker, which compiles of
+    # GPU models start, is <bundle>/libexec/ld.lld, which compiler/link.cc (looking beside the
+    # running program, here Python) would not find: it takes TUNEFARM_LLD first.
+    lld = os.path.normpath(os.path.join(here, "..", "..", "libexec", "ld.lld"))
+    if "TUNEFARM_LLD" not in os.environ and os.path.isfile(lld):
+        os.environ["TUNEFARM_LLD"] = lld
     if not os.path.isfile(path):
         raise ImportError("the tunefarm package has no %s next to it (%s): build the project (it is made into "
                           "build/python/tunefarm) or use the bundle's package" % (_LIB_NAME, path))

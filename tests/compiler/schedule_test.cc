@@ -315,7 +315,7 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
                     "no schedule template for matmul of uint8 x int8 on cuda targets yet");
   // Reduced precision is a tensor-core template of its own; CPUs have none.
   Workload tf32 = parse_workload("matmul(M=64,N=64,K=64,precision=tf32)");
-  EXPECT_EQ(template_name(tf32, parse_target("cuda -arch=sm_90")), "dense_tc.cuda.v1");
+  EXPECT_EQ(template_name(tf32, parse_target("cuda -arch=sm_90")), "dense_tc.cuda.v2");
   EXPECT_EQ(template_name(mm, parse_target("cuda -arch=sm_90")), "dense.cuda.v3");
   expect_user_error([&] { find_template(tf32, parse_target("llvm")); },
                     "no schedule template for matmul of float32 in tf32 on llvm targets yet");

@@ -59,6 +59,21 @@ TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
         {"tiles_n", 2},
         {"unroll_k", 1},
         {"stages", 2}}},
+      // Split-K: parts into a workspace, summed with the epilogue by a second kernel; parts
+      // that do not divide K (the last one partly past it), batches, convolutions (the
+      // im2col tile computed into shared memory).
+      {"matmul(M=50,N=37,K=150,epilogue=bias_relu)",
+       {{"warps_m", 2}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1},
+        {"split_k", 3}}},
+      {"matmul(M=16,N=24,K=64)",
+       {{"warps_m", 1}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2},
+        {"split_k", 2}}},
+      {"batch_matmul(B=3,M=20,N=24,K=72)",
+       {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 1}, {"unroll_k", 1},
+        {"split_k", 2}}},
+      {"conv2d_nchw(N=2,C=9,H=7,W=7,K=24,R=3,S=3,pad=1,epilogue=bias_relu)",
+       {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 2}, {"unroll_k", 1},
+        {"stages", 2}, {"split_k", 4}}},
   };
   for (const char* p : kPrecisions) {
     for (const Case& c : cases) {
@@ -66,7 +81,7 @@ TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
       CompiledKernel k = c.config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
                                             : compile_kernel(w, sm80, c.config, "given", "");
       EXPECT_EQ(template_name(w, sm80),
-                w.op.rfind("conv2d", 0) == 0 ? "conv2d_tc.cuda.v1" : "dense_tc.cuda.v1");
+                w.op.rfind("conv2d", 0) == 0 ? "conv2d_tc.cuda.v2" : "dense_tc.cuda.v2");
       std::string what = w.canonical() + " config " + k.config.dump();
       testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 11);
       EXPECT_TRUE(r.ok()) << what << ": " << r.str();
