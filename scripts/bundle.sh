@@ -89,10 +89,20 @@ if [[ -f "$pkg/libtunefarm_python.so" ]]; then
   strip --strip-unneeded "$out/python/tunefarm/libtunefarm_python.so"
   bundle_libraries "$pkg/libtunefarm_python.so"
 fi
-# LLVM's linker beside the programs (compiler/link.h find_lld): GPU model libraries are linked
-# by starting it. It needs only libLLVM, which tunefarm brought into lib/.
-cp -L /usr/lib/llvm-19/bin/lld "$out/libexec/ld.lld"
-strip --strip-unneeded "$out/libexec/ld.lld"
+# LLVM's linker beside the programs (compiler/link.cc find_lld): GPU model libraries are linked
+# by starting it. Its libraries (libLLVM and what libLLVM needs: libxml2, ICU, ...) are those
+# tunefarm brought into lib/, but its RUNPATH reaches only its own direct dependencies, and
+# the Python package starts it without the wrappers' library path: libexec/ld.lld is a wrapper
+# too, running lld (the multiplexer, told its flavour) with lib/ on the path.
+cp -L /usr/lib/llvm-19/bin/lld "$out/libexec/lld"
+strip --strip-unneeded "$out/libexec/lld"
+cat > "$out/libexec/ld.lld" <<'EOF'
+#!/bin/sh
+# tunefarm bundle: LLVM's ELF linker with the bundle's libraries (scripts/bundle.sh).
+here="$(dirname "$(readlink -f "$0")")"
+LD_LIBRARY_PATH="$here/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/lld" -flavor gnu "$@"
+EOF
+chmod +x "$out/libexec/ld.lld"
 # What the bundle holds, and from which commit.
 ls "$out/lib" > "$out/LIBRARIES"
 git -C "$(dirname "$0")" rev-parse --short HEAD > "$out/VERSION" 2>/dev/null || echo unknown > "$out/VERSION"

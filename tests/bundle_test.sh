@@ -23,8 +23,10 @@ b="$tmp/bundle"
 allowed='^(linux-vdso|ld-linux[^ ]*|libc|libm|libmvec|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s)\.so'
 for p in "$b"/libexec/*; do
   name="$(basename "$p")"
-  # ld.lld is LLVM's linker for the programs (compiler/link.h find_lld), not one of ours.
-  [[ "$name" == ld.lld || -x "$b/bin/$name" ]] || fail "no wrapper bin/$name"
+  # lld is LLVM's linker for the programs (compiler/link.cc find_lld), not one of ours;
+  # ld.lld is its wrapper (a script).
+  [[ "$name" == ld.lld ]] && continue
+  [[ "$name" == lld || -x "$b/bin/$name" ]] || fail "no wrapper bin/$name"
   ! LD_LIBRARY_PATH="$b/lib" ldd "$p" | grep -q "not found" || fail "$name: a library is not found"
   while read -r lib path; do
     if [[ "$path" != "$b/lib/"* && ! "$lib" =~ $allowed ]]; then
@@ -47,7 +49,9 @@ grep -q "check     ok" "$tmp/run" || fail "run did not check: $(cat "$tmp/run")"
 # The linker it carries runs with the bundle's libraries (GPU model libraries are linked by it
 # where no lld-19 is installed).
 [[ -x "$b/libexec/ld.lld" ]] || fail "no ld.lld in libexec/"
-LD_LIBRARY_PATH="$b/lib" "$b/libexec/ld.lld" --version | grep -q "LLD 19" || fail "the bundled ld.lld does not run"
+# It runs with no library path (the Python package starts it from Python): ld.lld is a wrapper
+# putting lib/ on the path of lld, whose libraries the loop above found there.
+LD_LIBRARY_PATH= "$b/libexec/ld.lld" --version | grep -q "LLD 19" || fail "the bundled ld.lld does not run"
 # The Python package runs from the bundle in another Python than the one it was built beside
 # (pyenv's 3.12 here, as the GPU servers' venvs), with no library path set: its library finds
 # the bundle's lib/ through its RPATH, and the package finds the bundle's tunefarm program.
@@ -62,6 +66,9 @@ done
 PYTHONPATH="$b/python" LD_LIBRARY_PATH= "$py" -c "
 import tunefarm, tunefarm._tunefarm as core
 assert core.__file__.startswith('$b/'), core.__file__
+# GPU model libraries are linked by the bundle's ld.lld (not found beside Python otherwise).
+import os
+assert os.environ.get('TUNEFARM_LLD') == '$b/libexec/ld.lld', os.environ.get('TUNEFARM_LLD')
 print(tunefarm._binary())
 k = tunefarm.compile_kernel('matmul(M=4,N=4,K=4)', out='$tmp/pk.so')
 print(k.metadata['workload'])
