@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "compiler/codegen_llvm.h"
 #include "compiler/gpu_reduction.h"
 #include "compiler/inline_budget.h"
+#include "compiler/ir_mutator.h"
 #include "compiler/link.h"
 #include "compiler/lower.h"
 #include "runtime/gpu_runtime.h"  // kMaxGpuKernelsPerCall
@@ -107,6 +109,101 @@ int count_reductions(const ir::Tensor& t, std::set<const ir::Operation*>& seen) 
   return n;
 }
 
+// Whether `t` reads `op` directly or through stages that are not reductions (inlined).
+bool reads_inline(const ir::Tensor& t, const ir::Operation* op, std::set<const ir::Operation*>& seen) {
+  for (const ir::Tensor& in : ir::inputs_of(t)) {
+    if (in.get() == op) return true;
+    if (in->is_placeholder() || in->reduce() || !seen.insert(in.get()).second) continue;
+    if (reads_inline(in, op, seen)) return true;
+  }
+  return false;
+}
+
+// Whether every read of `target` by `t` (through stages that are not reductions, inlined) is
+// at t's own leading axes, in order: a row's reduction read by another's per-thread partial
+// results at the same row, which the block has computed before them.
+bool reads_at_own_row(const ir::Tensor& t, const ir::Operation* target) {
+  bool ok = true;
+  std::function<void(const ir::Expr&)> visit = [&](const ir::Expr& e) {
+    ir::post_order(e, [&](const ir::Expr& x) {
+      const ir::TensorRead* r = x.as<ir::TensorRead>();
+      if (!r || !ok) return;
+      if (r->op.get() == target) {
+        if (r->indices.size() > t->axes.size()) ok = false;
+        for (size_t d = 0; ok && d < r->indices.size(); ++d) ok = r->indices[d].same_as(t->axes[d].var);
+      } else if (!r->op->is_placeholder() && !r->op->reduce()) {
+        ir::VarMap m;
+        for (size_t d = 0; d < r->op->axes.size(); ++d) m[r->op->axes[d].var.get()] = r->indices[d];
+        visit(ir::substitute(r->op->body, m));
+      }
+    });
+  };
+  visit(t->body);
+  return ok;
+}
+
+// A GPU kernel of rows (a Softmax: the row's max, the sum of its exponentials, then the row; a
+// LayerNorm: mean, variance, then the row) as one kernel, a block per row: each reduction a
+// block reduction (GpuReductionSplitter) computed at the row's loop, its partial results and
+// its value in the block's shared memory, then the row's elements, a thread's every
+// threads-th. Without it each reduction is a kernel of its own (three launches for a Softmax,
+// each reading the row from global memory). Applies when the result is elementwise over
+// [rows..., C], every reduction is a block reduction (the same threads) with one output per
+// row and read by the result itself (directly or through inlined stages); false otherwise,
+// nothing scheduled.
+bool schedule_rows_gpu(ir::Schedule& sch, const ir::Tensor& result, const std::vector<ir::Stage*>& reductions,
+                       const GpuReductionSplitter& splitter) {
+  const std::vector<int64_t>& shape = result->shape;
+  if (result->reduce() || shape.size() < 2 || reductions.empty() || shape.back() == 0) return false;
+  const int64_t rows = num_elements(shape) / shape.back();
+  int64_t threads = 0;
+  for (ir::Stage* s : reductions) {
+    const auto* b = splitter.block_reduction(s->op().get());
+    std::set<const ir::Operation*> seen;
+    if (!b || s->op()->shape.empty() || num_elements(s->op()->shape) != rows || (threads && b->threads != threads) ||
+        !reads_inline(result, s->op().get(), seen)) {
+      return false;
+    }
+    threads = b->threads;
+  }
+  // Reductions read by others' partial results: at the same row (computed at the row's loop,
+  // a reduction's buffer holds that row alone).
+  for (ir::Stage* s : reductions) {
+    const auto& b = *splitter.block_reduction(s->op().get());
+    for (ir::Stage* other : reductions) {
+      if (other == s) continue;
+      for (const ir::Tensor& reader : {s->op(), b.acc, b.shared}) {
+        if (!reads_at_own_row(reader, other->op().get())) return false;
+      }
+    }
+  }
+  ir::Stage& out = sch[result];
+  std::vector<ir::Expr> leaves(out.leaves().begin(), out.leaves().begin() + static_cast<int64_t>(shape.size()));
+  ir::Expr row = leaves[0];
+  for (size_t d = 1; d + 1 < shape.size(); ++d) row = out.fuse(row, leaves[d]);
+  auto [step, thread] = out.split(leaves.back(), threads);
+  out.reorder({row, thread, step});
+  out.bind(row, "blockIdx.x");
+  out.bind(thread, "threadIdx.x");
+  for (ir::Stage* s : reductions) {
+    const auto& b = *splitter.block_reduction(s->op().get());
+    const size_t rank = s->op()->shape.size();
+    s->compute_at(out, row);
+    s->set_scope_shared(/*one_thread_reduces=*/true);
+    ir::Expr fused = s->leaves()[0];
+    for (size_t d = 1; d < rank; ++d) fused = s->fuse(fused, s->leaves()[1]);
+    auto [each, first] = s->split(fused, 1);
+    s->bind(first, "threadIdx.x");  // the block's first thread combines the partial results
+    ir::Stage& shared = sch[b.shared];
+    shared.compute_at(*s, each);
+    shared.set_scope_shared();
+    ir::Expr part = shared.leaves()[rank];
+    shared.bind(part, "threadIdx.x");
+    sch[b.acc].compute_at(shared, part);
+  }
+  return true;
+}
+
 }  // namespace
 
 ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Tensor>& args, const Target& target,
@@ -132,10 +229,11 @@ ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Te
     else
       schedule_stage(s);
   };
+  std::vector<ir::Stage*> reductions;
   for (ir::Stage* s : sch.stages()) {
     if (s->op() == result || (splitter && splitter->is_block_part(s->op().get()))) continue;
     if (s->op()->reduce())
-      schedule(*s);
+      reductions.push_back(s);
     else
       s->compute_inline();
   }
@@ -147,6 +245,10 @@ ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Te
   } catch (const UserError& e) {
     throw UserError(str(what, ": ", e.what()));
   }
+  if (splitter && rooted.empty() && schedule_rows_gpu(sch, result, reductions, *splitter)) {
+    return lower(sch, args, function).func;
+  }
+  for (ir::Stage* s : reductions) schedule(*s);
   for (ir::Stage* s : rooted) schedule_stage(*s);
   schedule(sch[result]);
   return lower(sch, args, function).func;

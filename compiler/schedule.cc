@@ -175,8 +175,10 @@ void Stage::compute_at(Stage& consumer, const Expr& var) {
   attach_var_ = var;
 }
 
-void Stage::set_scope_shared() {
-  if (op_->reduce()) throw UserError(str("set_scope_shared of stage ", name(), ": a reduction accumulates per thread"));
+void Stage::set_scope_shared(bool one_thread_reduces) {
+  if (op_->reduce() && !one_thread_reduces) {
+    throw UserError(str("set_scope_shared of stage ", name(), ": a reduction accumulates per thread"));
+  }
   scope_ = MemScope::Shared;
 }
 

@@ -78,7 +78,11 @@ class Stage {
   // Keeps this stage's buffer in GPU shared memory (TVM's set_scope("shared")): computed at a
   // loop of a kernel (compute_at), its region is what the whole block needs there, computed
   // cooperatively as a cache_read_shared copy is (e.g. an im2col tile that a GEMM reads).
-  void set_scope_shared();
+  // A reduction accumulates in its buffer, so it is refused unless `one_thread_reduces`: the
+  // caller binds it so that one thread accumulates each element (a block's combination of
+  // partial results, split by 1 and bound to threadIdx.x), which the block's other threads
+  // read after the barrier that follows a shared stage.
+  void set_scope_shared(bool one_thread_reduces = false);
 
   // Shared stages (Schedule::cache_read_shared, set_scope_shared) only. How the buffer is laid out: `order`
   // lists the tensor's dimensions from the outermost in memory to the innermost (a

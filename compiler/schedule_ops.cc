@@ -153,6 +153,17 @@ class Lowerer {
   }
 
   // Every stage computed at another is read by that stage only.
+  // Whether `s` is computed inside `at`'s loops (attached to it, or to a stage inside them).
+  // Such a reader of a stage computed at `at` runs where that stage's region is (a row's
+  // reduction read by another's partial results, computed at the same row: the schedule
+  // reads it at the row it is computed for; compiler/model_codegen.cc schedule_rows_gpu).
+  static bool nested_in(const Stage& s, const Stage& at) {
+    for (const Stage* p = &s; p->attach() == Stage::Attach::At; p = p->attach_stage()) {
+      if (p->attach_stage() == &at) return true;
+    }
+    return false;
+  }
+
   void check_attachments() {
     for (Stage* s : sch_.stages()) {
       if (s->attach() != Stage::Attach::At) continue;
@@ -161,7 +172,7 @@ class Lowerer {
         throw UserError(str("stage ", s->name(), " is computed at ", at->name(), ", which is inlined"));
       }
       for (Stage* reader : sch_.stages()) {
-        if (reader == at || reader->attach() == Stage::Attach::Inline) continue;
+        if (reader == at || reader->attach() == Stage::Attach::Inline || nested_in(*reader, *at)) continue;
         for (const Tensor& in : inputs_of(reader->op())) {
           if (in->name == s->name()) {
             throw UserError(str("stage ", s->name(), " is computed at ", at->name(),

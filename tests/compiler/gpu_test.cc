@@ -24,6 +24,7 @@
 #include "compiler/gpu.h"
 #include "compiler/gpu_reduction.h"
 #include "compiler/lower.h"
+#include "compiler/model_codegen.h"
 #include "compiler/ir_printer.h"
 #include "compiler/link.h"
 #include "compiler/schedule_templates.h"
@@ -897,6 +898,88 @@ TEST(GpuReduction, BlockPerOutputMatchesAPlainLoop) {
         want = c.max ? std::max(want, v) : want + v;
       }
       EXPECT_NEAR(bufs[1][static_cast<size_t>(o)], want, 1e-4 * (1 + std::abs(want))) << "output " << o << " of " << length;
+    }
+  }
+}
+
+// A kernel of rows whose reductions are rows of its result (a softmax: the row's max, the sum
+// of exponentials; a layer norm: the mean, then the variance around it) is one kernel, a
+// block per row: each reduction combined into shared memory by the block's first thread, then
+// read by all its threads (lower_generic_kernel: compiler/model_codegen.cc schedule_rows_gpu).
+// Run with every thread of a block at once (real barriers, shared memory NaN at each block),
+// against plain loops, for rows of 200 (not a multiple of the threads) and 1,000 over two
+// leading axes.
+TEST(GpuReduction, RowsWithTheirReductionsAreOneKernel) {
+  const Target t = parse_target("cuda -arch=sm_90");
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{6, 200}, std::vector<int64_t>{2, 3, 1000}}) {
+    const size_t rank = shape.size();
+    const int64_t c = shape.back();
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < rank; ++d) rows *= shape[d];
+    std::vector<int64_t> row_shape(shape.begin(), shape.end() - 1);
+    std::vector<std::string> names, row_names;
+    for (size_t d = 0; d < rank; ++d) names.push_back(str("i", d));
+    row_names.assign(names.begin(), names.end() - 1);
+    ir::Tensor x = ir::placeholder("X", shape);
+    auto row_of = [&](const std::vector<ir::Expr>& i) { return std::vector<ir::Expr>(i.begin(), i.end() - 1); };
+    auto reduce = [&](const std::string& name, bool max, const std::function<ir::Expr(const std::vector<ir::Expr>&)>& f) {
+      ir::IterVar k = ir::reduce_axis(c, name + "_k");
+      return ir::compute(name, row_shape, row_names, [&](const std::vector<ir::Expr>& i) {
+        std::vector<ir::Expr> at = i;
+        at.push_back(k.var);
+        return max ? ir::max_reduce(f(at), {k}) : ir::sum(f(at), {k});
+      }, {k});
+    };
+    // Softmax.
+    ir::Tensor top = reduce("top", true, [&](const std::vector<ir::Expr>& at) { return ir::read(x, at); });
+    ir::Tensor e = ir::compute("e", shape, names, [&](const std::vector<ir::Expr>& i) {
+      return ir::exp(ir::read(x, i) - ir::read(top, row_of(i)));
+    });
+    ir::Tensor total = reduce("total", false, [&](const std::vector<ir::Expr>& at) { return ir::read(e, at); });
+    ir::Tensor softmax = ir::compute("softmax", shape, names, [&](const std::vector<ir::Expr>& i) {
+      return ir::read(e, i) / ir::read(total, row_of(i));
+    });
+    // Layer norm (no scale): the variance reads the mean.
+    ir::Tensor mean = reduce("mean", false, [&](const std::vector<ir::Expr>& at) { return ir::read(x, at) * ir::f32(1.0f / c); });
+    ir::Tensor centered = ir::compute("centered", shape, names, [&](const std::vector<ir::Expr>& i) {
+      return ir::read(x, i) - ir::read(mean, row_of(i));
+    });
+    ir::Tensor var = reduce("var", false, [&](const std::vector<ir::Expr>& at) {
+      return ir::read(centered, at) * ir::read(centered, at) * ir::f32(1.0f / c);
+    });
+    ir::Tensor norm = ir::compute("norm", shape, names, [&](const std::vector<ir::Expr>& i) {
+      return ir::read(centered, i) / ir::sqrt(ir::read(var, row_of(i)) + ir::f32(1e-5f));
+    });
+    for (const ir::Tensor& result : {softmax, norm}) {
+      const std::string what = str(result->name, " of ", rows, " rows of ", c);
+      ir::LoweredFunc f = lower_generic_kernel(result, {x}, t, "k", what);
+      GpuPlan plan = plan_gpu_program(f, t);
+      ASSERT_EQ(plan.kernels.size(), 1u) << what << ": " << plan.to_json().dump();
+      const GpuLaunch& l = plan.kernels[0].launch;
+      EXPECT_EQ(l.grid[0], rows) << what;
+      EXPECT_EQ(codegen_llvm(f, t, CodegenOutput::Asm).data.find("bar.sync") == std::string::npos, false) << what;
+      std::vector<std::vector<float>> bufs(2);
+      bufs[0].resize(static_cast<size_t>(rows * c));
+      fill_random(bufs[0].data(), rows * c, 9);
+      bufs[1].assign(static_cast<size_t>(rows * c), std::nanf(""));
+      ASSERT_EQ(testing::emulate_gpu_kernel(f, l, bufs), 0) << what;
+      double worst = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* in = bufs[0].data() + r * c;
+        double a = -INFINITY, b = 0;
+        if (result == softmax) {
+          for (int64_t k = 0; k < c; ++k) a = std::max(a, double(in[k]));
+          for (int64_t k = 0; k < c; ++k) b += std::exp(in[k] - a);
+        } else {
+          for (int64_t k = 0; k < c; ++k) a = (k ? a : 0) + in[k] / double(c);
+          for (int64_t k = 0; k < c; ++k) b += (in[k] - a) * (in[k] - a) / c;
+        }
+        for (int64_t k = 0; k < c; ++k) {
+          double want = result == softmax ? std::exp(in[k] - a) / b : (in[k] - a) / std::sqrt(b + 1e-5);
+          worst = std::max(worst, std::abs(bufs[1][static_cast<size_t>(r * c + k)] - want) / (1e-3 + std::abs(want)));
+        }
+      }
+      EXPECT_LT(worst, 1e-4) << what;
     }
   }
 }
