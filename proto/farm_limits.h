@@ -24,6 +24,9 @@ constexpr size_t kMaxUserBytes = 128;
 constexpr size_t kMaxDeviceNameBytes = 256;   // cpu_model, gpu_name
 constexpr size_t kMaxDeviceShortBytes = 64;   // server_version, arch, gpu_arch
 constexpr int32_t kMaxDeviceCores = 1 << 20;
+// GPUs one tunefarm-rpc-server serves as boards of their own (--device cuda:all): a host has
+// at most 8 or 16.
+constexpr int kMaxBoardsPerHost = 64;
 
 // Why `key` is not a valid board key, or "" when it is.
 inline std::string check_key(const std::string& key) {

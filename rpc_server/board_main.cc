@@ -7,6 +7,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -161,6 +162,62 @@ std::string default_target() {
   return tf::farm::default_cpu_target(u.machine, cpuinfo.str());
 }
 
+// The devices `spec` (--device) names: cpu; cuda:N or rocm:N; a comma-separated list of GPUs;
+// or cuda:all, rocm:all, all (cuda:all): every device the driver reports, counted by probing
+// the first. Each GPU is a board of its own.
+std::vector<std::string> expand_devices(const std::string& spec, const std::string& runner, double probe_timeout_s) {
+  if (spec.empty() || spec == "cpu") return {"cpu"};
+  std::string platform = spec == "all" ? "cuda" : spec.size() > 4 && spec.substr(spec.size() - 4) == ":all"
+                                                   ? spec.substr(0, spec.size() - 4) : "";
+  std::vector<std::string> devices;
+  if (!platform.empty()) {
+    try {
+      tf::parse_gpu_device(platform + ":0");
+    } catch (const std::runtime_error&) {
+      throw tf::farm::ConfigError("--device '" + spec + "' is not cpu, cuda:N, rocm:N, a list of them, or cuda:all / rocm:all / all");
+    }
+    pb::GpuProbe first = probe_gpu(runner, platform + ":0", probe_timeout_s);
+    if (first.devices() < 1) throw tf::farm::ConfigError("--device " + spec + ": the driver reports no " + platform + " device");
+    if (first.devices() > tf::farm::kMaxBoardsPerHost) {
+      throw tf::farm::ConfigError("--device " + spec + ": the driver reports " + std::to_string(first.devices()) +
+                                  " devices, more than the " + std::to_string(tf::farm::kMaxBoardsPerHost) +
+                                  " boards one server serves (list the ones to serve)");
+    }
+    for (int i = 0; i < first.devices(); ++i) devices.push_back(platform + ":" + std::to_string(i));
+    return devices;
+  }
+  std::stringstream list(spec);
+  for (std::string d; std::getline(list, d, ',');) {
+    if (d == "cpu") throw tf::farm::ConfigError("--device " + spec + ": cpu is a board of its own, not one of a list of GPUs");
+    try {
+      tf::parse_gpu_device(d);
+    } catch (const std::runtime_error& e) {
+      throw tf::farm::ConfigError(e.what());
+    }
+    if (std::find(devices.begin(), devices.end(), d) != devices.end()) {
+      throw tf::farm::ConfigError("--device " + spec + " names " + d + " twice");
+    }
+    devices.push_back(d);
+  }
+  if (devices.empty() || spec.back() == ',') throw tf::farm::ConfigError("--device '" + spec + "' names no device");
+  if (devices.size() > static_cast<size_t>(tf::farm::kMaxBoardsPerHost)) {
+    throw tf::farm::ConfigError("--device " + spec + " names " + std::to_string(devices.size()) + " devices, more than the " +
+                                std::to_string(tf::farm::kMaxBoardsPerHost) + " boards one server serves");
+  }
+  return devices;
+}
+
+// One board this server serves: a device, its service, its listener and its registration.
+struct Board {
+  std::string device;
+  tf::farm::BoardOptions opts;
+  std::unique_ptr<tf::farm::BoardService> service;
+  tf::farm::Listening listening;
+  pb::RegisterRequest reg;
+  std::unique_ptr<pb::Tracker::Stub> tracker;
+  std::thread registrar;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,7 +238,9 @@ int main(int argc, char** argv) {
                                      "architecture and, on x86-64, its vector features; name -mcpu for its scheduling "
                                      "model; a GPU board defaults to its device's, e.g. 'cuda -arch=sm_90')")
       ->capture_default_str();
-  app.add_option("--device", device, "what measures: cpu, or the GPU cuda:N (NVIDIA driver) or rocm:N (ROCm)")
+  app.add_option("--device", device, "what measures: cpu, or the GPU cuda:N (NVIDIA driver) or rocm:N (ROCm); "
+                                     "several GPUs (cuda:0,cuda:1, or every one: cuda:all, rocm:all, all) are a "
+                                     "board each, on consecutive ports from --port")
       ->capture_default_str();
   app.add_option("--host", host, "address to listen on (beyond loopback needs --token-file)")->capture_default_str();
   app.add_option("--port", port, "port (0: any free one; the bound port is printed)")->capture_default_str()
@@ -239,26 +298,38 @@ int main(int argc, char** argv) {
     if (runner.empty()) runner = (fs::read_symlink("/proc/self/exe").parent_path() / "tunefarm-board-runner").string();
     if (access(runner.c_str(), X_OK) != 0) throw tf::farm::ConfigError("runner " + runner + " is not an executable");
     opts.device = tf::farm::local_device_info(kVersion);
-    if (device.empty()) device = "cpu";  // a unit's DEVICE= left empty (a conffile from before GPU boards)
-    if (device != "cpu") {
-      try {
-        tf::parse_gpu_device(device);
-      } catch (const std::runtime_error& e) {
-        throw tf::farm::ConfigError(e.what());
-      }
-      if (!runner_prefix.empty()) throw tf::farm::ConfigError("--runner-prefix (an emulated board) cannot go with --device " + device);
-      pb::GpuProbe gpu = probe_gpu(runner, device, probe_timeout_s);
-      if (app.count("--target") == 0) target = gpu.target();
-      if (key.empty()) key = gpu.key();
-      opts.gpu_device = device;
-      opts.device.set_gpu_name(tf::farm::truncate_utf8(gpu.name(), tf::farm::kMaxDeviceNameBytes));
-      opts.device.set_gpu_memory_bytes(gpu.memory_bytes());
-      opts.device.set_gpu_arch(tf::farm::truncate_utf8(gpu.arch(), tf::farm::kMaxDeviceShortBytes));
-      std::printf("device %s: %s, %s, %.1f GiB\n", device.c_str(), gpu.name().c_str(), gpu.arch().c_str(),
-                  static_cast<double>(gpu.memory_bytes()) / (1 << 30));
+    if (!runner_prefix.empty() && device != "cpu" && !device.empty()) {
+      throw tf::farm::ConfigError("--runner-prefix (an emulated board) cannot go with --device " + device);
     }
-    if (key.empty()) throw tf::farm::ConfigError("--key is required for a CPU board (the kind of board, e.g. rpi4)");
-    if (std::string why = tf::farm::check_key(key); !why.empty()) throw tf::farm::ConfigError("--key: " + why);
+    std::vector<std::string> devices = expand_devices(device, runner, probe_timeout_s);
+    const bool several = devices.size() > 1;
+    // Each GPU a board: its options from the device's probe (key and target unless given).
+    std::vector<Board> boards(devices.size());
+    for (size_t i = 0; i < devices.size(); ++i) {
+      Board& b = boards[i];
+      b.device = devices[i];
+      b.opts = opts;
+      std::string board_key = key, board_target = target;
+      if (b.device != "cpu") {
+        pb::GpuProbe gpu = probe_gpu(runner, b.device, probe_timeout_s);
+        if (app.count("--target") == 0) board_target = gpu.target();
+        if (board_key.empty()) board_key = gpu.key();
+        b.opts.gpu_device = b.device;
+        b.opts.device.set_gpu_name(tf::farm::truncate_utf8(gpu.name(), tf::farm::kMaxDeviceNameBytes));
+        b.opts.device.set_gpu_memory_bytes(gpu.memory_bytes());
+        b.opts.device.set_gpu_arch(tf::farm::truncate_utf8(gpu.arch(), tf::farm::kMaxDeviceShortBytes));
+        std::printf("device %s: %s, %s, %.1f GiB\n", b.device.c_str(), gpu.name().c_str(), gpu.arch().c_str(),
+                    static_cast<double>(gpu.memory_bytes()) / (1 << 30));
+      }
+      if (board_key.empty()) throw tf::farm::ConfigError("--key is required for a CPU board (the kind of board, e.g. rpi4)");
+      if (std::string why = tf::farm::check_key(board_key); !why.empty()) throw tf::farm::ConfigError("--key: " + why);
+      b.opts.key = board_key;
+      b.opts.target = board_target;
+    }
+    if (several && advertise.find(':') != std::string::npos) {
+      throw tf::farm::ConfigError("--advertise " + advertise + " names one board's address; with " +
+                                  std::to_string(devices.size()) + " devices give its HOST alone (each board adds its port)");
+    }
     std::vector<std::string> prefix = split_words(runner_prefix);
     if (!prefix.empty()) prefix[0] = find_program(prefix[0]);
     if (!fs::is_directory(work_root)) throw tf::farm::ConfigError("--work-dir " + work_root + " is not a directory");
@@ -272,61 +343,72 @@ int main(int argc, char** argv) {
     }
 
     if (board_id.empty()) board_id = "board-" + tf::farm::random_token().substr(0, 12);
-    opts.board_id = board_id;
-    opts.key = key;
-    opts.target = target;
-    opts.work_dir = work.string();
-    opts.sandbox = device == "cpu" ? tf::farm::describe_sandbox(prefix.empty())
-                                   : "process group, no_new_privs (GPU board: modules run on the GPU, loaded by the "
-                                     "vendor's driver; no Landlock or seccomp, which the driver's device files and "
-                                     "ioctls need)";
-    opts.runner = runner;
-    opts.runner_prefix = prefix;
-    opts.max_upload_bytes = static_cast<int64_t>(max_upload_mb * (1 << 20));
-    opts.default_memory_limit = static_cast<int64_t>(memory_limit_mb * (1 << 20));
-    if (opts.default_timeout_s > opts.max_timeout_s) {
-      throw tf::farm::ConfigError("--timeout-s must not exceed --max-timeout-s");
-    }
-
     tf::farm::TlsFiles tracker_tls = tls;
     tracker_tls.server_name = tls_server_name;
     std::shared_ptr<grpc::Channel> channel = tf::farm::make_channel(tracker_addr, tracker_tls);
-    tf::farm::BoardService service(opts, pb::Tracker::NewStub(channel));
-    tf::farm::Listening l = tf::farm::listen(host, port, tls, {&service});
-    if (advertise.empty()) advertise = host + ":" + std::to_string(l.port);
+    for (size_t i = 0; i < boards.size(); ++i) {
+      Board& b = boards[i];
+      std::string name = b.device;
+      name.erase(std::remove(name.begin(), name.end(), ':'), name.end());
+      b.opts.board_id = several ? board_id + "-" + name : board_id;
+      fs::path dir = several ? work / name : work;
+      if (several) fs::create_directory(dir);
+      b.opts.work_dir = dir.string();
+      b.opts.sandbox = b.device == "cpu" ? tf::farm::describe_sandbox(prefix.empty())
+                                         : "process group, no_new_privs (GPU board: modules run on the GPU, loaded by the "
+                                           "vendor's driver; no Landlock or seccomp, which the driver's device files and "
+                                           "ioctls need)";
+      b.opts.runner = runner;
+      b.opts.runner_prefix = prefix;
+      b.opts.max_upload_bytes = static_cast<int64_t>(max_upload_mb * (1 << 20));
+      b.opts.default_memory_limit = static_cast<int64_t>(memory_limit_mb * (1 << 20));
+      if (b.opts.default_timeout_s > b.opts.max_timeout_s) {
+        throw tf::farm::ConfigError("--timeout-s must not exceed --max-timeout-s");
+      }
+      b.service = std::make_unique<tf::farm::BoardService>(b.opts, pb::Tracker::NewStub(channel));
+      // With several boards and a given --port, consecutive ports from it.
+      b.listening = tf::farm::listen(host, port == 0 ? 0 : port + static_cast<int>(i), tls, {b.service.get()});
+    }
     if (opts.token.empty()) std::printf("warning: no --token-file: serving loopback only, without authentication\n");
     if (tf::farm::landlock_abi() == 0) {
       std::printf("warning: this kernel has no Landlock: uploaded kernels can read every file this board's user can "
                   "(run the board as a dedicated user)\n");
     }
-    std::printf("sandbox: %s\n", opts.sandbox.c_str());
+    std::printf("sandbox: %s\n", boards[0].opts.sandbox.c_str());
     if (!prefix.empty()) {
       // qemu-user, the one emulator this is for, does not apply RLIMIT_AS to its guest.
       std::printf("warning: runner prefix %s: a test board. Under user-mode emulation kernels run without seccomp, "
                   "memory limits are not enforced, and timings are the emulator's, not the hardware's\n",
                   runner_prefix.c_str());
     }
-    std::printf("tunefarm-rpc-server listening on %s:%d, key %s, board %s\n", host.c_str(), l.port, key.c_str(),
-                board_id.c_str());
+    for (Board& b : boards) {
+      std::printf("tunefarm-rpc-server listening on %s:%d, key %s, board %s%s\n", host.c_str(), b.listening.port,
+                  b.opts.key.c_str(), b.opts.board_id.c_str(), several ? (" (device " + b.device + ")").c_str() : "");
+    }
     std::fflush(stdout);
 
-    pb::RegisterRequest reg;
-    reg.set_board_id(board_id);
-    reg.set_key(key);
-    reg.set_target(target);
-    reg.set_address(advertise);
-    *reg.mutable_device() = opts.device;
-    reg.set_instance(tf::farm::random_token());
     std::atomic<bool> stop{false};
-    auto tracker = pb::Tracker::NewStub(channel);
-    std::thread registrar([&] { registration_loop(*tracker, reg, opts.token, service, opts.lease_check_ms, stop); });
+    for (Board& b : boards) {
+      b.reg.set_board_id(b.opts.board_id);
+      b.reg.set_key(b.opts.key);
+      b.reg.set_target(b.opts.target);
+      b.reg.set_address(advertise.empty() ? host + ":" + std::to_string(b.listening.port)
+                        : several        ? advertise + ":" + std::to_string(b.listening.port)
+                                         : advertise);
+      *b.reg.mutable_device() = b.opts.device;
+      b.reg.set_instance(tf::farm::random_token());
+      b.tracker = pb::Tracker::NewStub(channel);
+      b.registrar = std::thread([&b, &stop] {
+        registration_loop(*b.tracker, b.reg, b.opts.token, *b.service, b.opts.lease_check_ms, stop);
+      });
+    }
     tf::farm::wait_for_termination_signal();
-    // Stop the measurement in progress first: its client hears UNAVAILABLE at once, instead
-    // of the board waiting for the kernel's time limit.
-    service.shutdown();
-    l.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    // Stop the measurements in progress first: their clients hear UNAVAILABLE at once, instead
+    // of the boards waiting for the kernels' time limits.
+    for (Board& b : boards) b.service->shutdown();
+    for (Board& b : boards) b.listening.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     stop = true;
-    registrar.join();
+    for (Board& b : boards) b.registrar.join();
   } catch (const tf::farm::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     if (!work.empty()) fs::remove_all(work);

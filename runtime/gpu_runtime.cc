@@ -95,7 +95,7 @@ class CudaRuntime : public GpuRuntime {
     int major = 0, minor = 0;
     check(cuDeviceGetAttribute(&major, kCcMajor, dev_), "cuDeviceGetAttribute");
     check(cuDeviceGetAttribute(&minor, kCcMinor, dev_), "cuDeviceGetAttribute");
-    info_ = {name, static_cast<int64_t>(mem), "sm_" + std::to_string(major * 10 + minor)};
+    info_ = {name, static_cast<int64_t>(mem), "sm_" + std::to_string(major * 10 + minor), count};
     check(cuDevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain");
     check(cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
   }
@@ -262,7 +262,8 @@ class HipRuntime : public GpuRuntime {
       throw std::runtime_error(name_ + ": HSA lists " + std::to_string(gfx.size()) + " GPU agent(s)");
     }
     // HSA names agents "gfx90a"; a name with feature suffixes ("gfx90a:sramecc+:xnack-") keeps the base.
-    info_ = {name, static_cast<int64_t>(mem), gfx[static_cast<size_t>(d.index)].substr(0, gfx[static_cast<size_t>(d.index)].find(':'))};
+    info_ = {name, static_cast<int64_t>(mem), gfx[static_cast<size_t>(d.index)].substr(0, gfx[static_cast<size_t>(d.index)].find(':')),
+             count};
   }
 
   const GpuDeviceInfo& info() const override { return info_; }

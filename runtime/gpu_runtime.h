@@ -44,6 +44,7 @@ struct GpuDeviceInfo {
   std::string name;          // e.g. "NVIDIA H100 80GB HBM3", "AMD Instinct MI210"
   int64_t memory_bytes = 0;
   std::string arch;          // sm_90, gfx90a
+  int devices = 0;           // the platform's devices on this machine (the driver's count)
   std::string target() const;  // the compile target: cuda -arch=sm_90, rocm -mcpu=gfx90a
   std::string key() const;     // the default board key: cuda-sm90, rocm-gfx90a
 };

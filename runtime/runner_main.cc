@@ -180,6 +180,7 @@ int probe(const std::string& device) {
     p.set_arch(i.arch);
     p.set_target(i.target());
     p.set_key(i.key());
+    p.set_devices(i.devices);
   } catch (const std::exception& e) {
     p.set_error(e.what());
   }

@@ -1615,6 +1615,98 @@ TEST(FarmGpu, StuckDriverProbeIsAClearError) {
       << board.log();
 }
 
+// A host with several GPUs (the FAKE driver with 3 devices): `--device all` serves each as a
+// board of its own (own port, board id, lease and runner on its device), so three leases of
+// the key run at once, each measurement on its device (the driver logs each runner's context).
+// Lists name devices; errors: a device twice, one the machine lacks, cpu in a list, an
+// --advertise with a port for several boards.
+TEST(FarmGpu, EveryGpuOfAHostIsABoard) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  std::string dir = temp_dir(), fake_log = dir + "/fake_cuda.log";
+  auto env = [&](const std::string& log) {
+    return std::vector<std::string>{"/usr/bin/env", std::string("LD_LIBRARY_PATH=") + TF_FAKE_CUDA_DIR,
+                                    "TF_FAKE_CUDA_DEVICES=3", "TF_FAKE_CUDA_LOG=" + log};
+  };
+  std::vector<std::string> argv = env(fake_log);
+  argv.insert(argv.end(), {TF_RPC_SERVER, "--tracker", "127.0.0.1:" + std::to_string(port), "--device", "all", "--port",
+                           "0", "--token-file", token_file(), "--board-id", "host7"});
+  Daemon board(argv, dir + "/host.log");
+  ASSERT_GT(board.port(), 0) << board.log();
+  for (const char* d : {"cuda:0", "cuda:1", "cuda:2"}) {
+    EXPECT_NE(board.log().find(std::string("device ") + d + ": FAKE CUDA device"), std::string::npos) << board.log();
+  }
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "cuda-sm80") == 3; }, 10000))
+      << board.log();
+  std::string ptx = dir + "/mm.ptx";
+  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=64,N=48,K=32)' -t 'cuda -arch=sm_80' --no-db -o " +
+                         ptx + " > /dev/null").c_str()),
+            0);
+  nlohmann::json side = nlohmann::json::parse(read_file(ptx + ".json"));
+  pb::MeasureRequest r;
+  r.set_function("matmul");
+  for (const auto& a : side["args"]) {
+    pb::ArgSpec* spec = r.add_args();
+    for (int64_t d : a["shape"]) spec->add_shape(d);
+    spec->set_is_output(a["role"] == "output");
+  }
+  for (int64_t v : side["launch"]["grid"]) r.mutable_launch()->add_grid(v);
+  for (int64_t v : side["launch"]["block"]) r.mutable_launch()->add_block(v);
+  r.set_number(1);
+  r.set_repeat(2);
+  r.set_timeout_s(20);
+  r.set_seed(5);
+  // Three leases held at once: three boards, one per device.
+  std::vector<std::unique_ptr<LeasedBoard>> held;
+  std::set<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(c.lease("cuda-sm80", "test", 0, 5000));
+    ids.insert(held.back()->lease().board_id());
+  }
+  EXPECT_EQ(ids, (std::set<std::string>{"host7-cuda0", "host7-cuda1", "host7-cuda2"}));
+  std::vector<std::thread> measuring;
+  std::vector<pb::MeasureReply> replies(3);
+  for (int i = 0; i < 3; ++i) {
+    measuring.emplace_back([&, i] { replies[i] = held[i]->measure(r, held[i]->upload(read_file(ptx), "mm.ptx")); });
+  }
+  for (std::thread& t : measuring) t.join();
+  for (const pb::MeasureReply& reply : replies) {
+    // Timed (the fake's launches; nothing is checked: no outputs asked for).
+    EXPECT_EQ(reply.error(), pb::OK) << reply.error_msg();
+    EXPECT_EQ(reply.samples_s_size(), 2);
+  }
+  const std::string log = read_file(fake_log);
+  for (const char* ctx : {"context 1\n", "context 2\n"}) EXPECT_NE(log.find(ctx), std::string::npos) << log;
+  for (auto& b : held) b->release();
+
+  // Refusals, each before anything is served (exit status 2, the problem named).
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{"--device", "cuda:0,cuda:0"}, "error: --device cuda:0,cuda:0 names cuda:0 twice"},
+      {{"--device", "cuda:0,cuda:7"}, "error: --device cuda:7: this machine has 3 CUDA device(s)"},
+      {{"--device", "cpu,cuda:0"}, "cpu is a board of its own, not one of a list of GPUs"},
+      {{"--device", "cuda:0,"}, "error: --device 'cuda:0,' names no device"},
+      {{"--device", "gpu:all"}, "--device 'gpu:all' is not cpu, cuda:N, rocm:N, a list of them, or cuda:all"},
+      {{"--device", "cuda:all", "--advertise", "farm.example:9000"},
+       "--advertise farm.example:9000 names one board's address; with 3 devices give its HOST alone"},
+  };
+  for (const Case& k : cases) {
+    std::vector<std::string> bad = env(dir + "/bad.log");
+    bad.insert(bad.end(), {TF_RPC_SERVER, "--tracker", "127.0.0.1:1", "--port", "0"});
+    bad.insert(bad.end(), k.args.begin(), k.args.end());
+    Daemon d(bad, dir + "/refused.log");
+    for (int i = 0; i < 500 && !d.exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int status = d.stop(SIGKILL);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << d.log();
+    EXPECT_NE(d.log().find(k.message), std::string::npos) << d.log();
+  }
+}
+
 // Through the FAKE driver (tests/farm/fake_gpu: it runs nothing, so every result is a wrong
 // answer): the board derives its key and target from the device, takes PTX and refuses
 // other uploads, and the kernel's launch from its sidecar reaches the driver.

@@ -12,8 +12,10 @@
 // library generated once under the other's name (its sidecar's same_code_as).
 // $TF_FAKE_CUDA_FAIL_LAUNCH=name: launches of that kernel fail (CUDA_ERROR_LAUNCH_FAILED);
 // $TF_FAKE_CUDA_MEMORY=bytes: larger allocations fail (CUDA_ERROR_OUT_OF_MEMORY).
+// $TF_FAKE_CUDA_DEVICES=N: N devices (default 1; a host with several GPUs), each named with
+// its ordinal; the context's device (cuDevicePrimaryCtxRetain) is logged ("context N").
 // The real path is runtime/gpu_runtime.cc and runtime/gpu_model/runtime.c against the real
-// driver. It reports one device of compute capability 8.0, named as a fake.
+// driver. Its devices are of compute capability 8.0, named as fakes.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -44,10 +46,18 @@ CUresult cuInit(unsigned flags) {
   }
   return flags == 0 ? 0 : 1;
 }
-CUresult cuDeviceGetCount(int* n) { *n = 1; return 0; }
-CUresult cuDeviceGet(int* d, int i) { *d = i; return i == 0 ? 0 : 101; /* CUDA_ERROR_INVALID_DEVICE */ }
+static int device_count(void) {
+  const char* n = getenv("TF_FAKE_CUDA_DEVICES");
+  int count = n ? atoi(n) : 1;
+  return count < 0 ? 0 : count;
+}
+CUresult cuDeviceGetCount(int* n) { *n = device_count(); return 0; }
+CUresult cuDeviceGet(int* d, int i) { *d = i; return i >= 0 && i < device_count() ? 0 : 101; /* CUDA_ERROR_INVALID_DEVICE */ }
 CUresult cuDeviceGetName(char* name, int len, int d) {
-  snprintf(name, (size_t)len, "FAKE CUDA device (tests/farm/fake_gpu, runs nothing)");
+  if (d == 0)
+    snprintf(name, (size_t)len, "FAKE CUDA device (tests/farm/fake_gpu, runs nothing)");
+  else
+    snprintf(name, (size_t)len, "FAKE CUDA device %d (tests/farm/fake_gpu, runs nothing)", d);
   return 0;
 }
 CUresult cuDeviceTotalMem_v2(size_t* bytes, int d) { *bytes = (size_t)1 << 30; return 0; }
@@ -56,7 +66,16 @@ CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
   if (attr == 76) { *v = 0; return 0; }
   return 1;
 }
-CUresult cuDevicePrimaryCtxRetain(void** ctx, int d) { *ctx = (void*)1; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int d) {
+  *ctx = (void*)1;
+  const char* log = getenv("TF_FAKE_CUDA_LOG");
+  FILE* out = log ? fopen(log, "a") : NULL;
+  if (out) {
+    fprintf(out, "context %d\n", d);
+    fclose(out);
+  }
+  return 0;
+}
 CUresult cuCtxSetCurrent(void* ctx) { return 0; }
 CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuModuleLoadData(void** m, const void* image) {
