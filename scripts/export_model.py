@@ -97,7 +97,7 @@ def torchvision_model(name):
         kwargs.update(aux_logits=False, init_weights=False)
     size = 299 if name == "inception_v3" else 224
     return (lambda: realistic(getattr(torchvision.models, name)(**kwargs).eval()), (1, 3, size, size),
-            14 if "swin" in name else 13)
+            14 if name.startswith(("swin", "vit")) else 13)
 
 
 def build(name):
@@ -112,10 +112,15 @@ def build(name):
     return model, x, opset
 
 
-def export(name, path, dynamic_batch=False):
+def export(name, path, dynamic_batch=False, realistic_weights=False):
     """Exports model `name` to `path`; `dynamic_batch`: its batch axis (0 of input and output)
-    the symbolic dimension `batch` (compile --model --dim batch=N, or buckets batch=1,8,32)."""
+    the symbolic dimension `batch` (compile --model --dim batch=N, or buckets batch=1,8,32);
+    `realistic_weights`: realistic() applied to the models that keep torchvision's fresh
+    initialization (resnet18, mobilenet_v2, ...: MobileNet-v2's outputs are then ~1e-9, which
+    16-bit floats flush to zero)."""
     model, x, opset = build(name)
+    if realistic_weights:
+        model = realistic(model)
     kwargs = {}
     if dynamic_batch:
         kwargs["dynamic_axes"] = {"x": {0: "batch"}, "y": {0: "batch"}}

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Configs of a kernel against its default on one NVIDIA GPU, by the kernels' own time: each
+workload compiled with the default config and with each config of --configs (knobs set in the
+default, as `compile -c` does; a config the template refuses is listed with its reason), every
+build checked against PyTorch and its kernels (a split-K sum included) timed by CUPTI through
+torch.profiler, as is PyTorch's call in the same precision. Launch overheads do not count on
+either side: for kernels of a few microseconds (a BERT layer's 128-row GEMMs) event timing of
+CuPy launches measures the launches. Says whether a template's space holds configs better
+than its default, and which: what the defaults and the tuner's search need.
+
+Usage: bench/gpu_config_sweep.py BUILD/bin/tunefarm [--precision fp16] [--groups bert]
+                                 [-w WORKLOAD ...] [--configs '[{"tiles_m": 4}, ...]'] [--calls 20]
+Without --configs, a grid of block tiles (32 x 32 to 128 x 64, 4 and 8 warps, K chunks and stages
+that fit 48 KiB of shared memory) and split_k 1, 2, 4 for the tensor-core templates. Needs an NVIDIA GPU, PyTorch with CUDA and CuPy (exits 2 without).
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_bench  # noqa: E402
+import gpu_profile  # noqa: E402
+
+# Block tiles of 32 x 32 to 128 x 64 with 4 and 8 warps, each with the K chunk (unroll_k) and
+# stages that fit 48 KiB of static shared memory (float32 tiles: 64 x 64 at unroll_k 2 and 3
+# stages does not).
+TILES = [{"warps_m": 2, "warps_n": 2, "tiles_m": 2, "tiles_n": 2, "unroll_k": 1, "stages": 4},
+         {"warps_m": 2, "warps_n": 2, "tiles_m": 2, "tiles_n": 2, "unroll_k": 2, "stages": 2},
+         {"warps_m": 2, "warps_n": 2, "tiles_m": 2, "tiles_n": 4, "unroll_k": 2, "stages": 2},
+         {"warps_m": 2, "warps_n": 2, "tiles_m": 2, "tiles_n": 4, "unroll_k": 1, "stages": 4},
+         {"warps_m": 2, "warps_n": 4, "tiles_m": 2, "tiles_n": 2, "unroll_k": 1, "stages": 4},
+         {"warps_m": 4, "warps_n": 2, "tiles_m": 2, "tiles_n": 2, "unroll_k": 1, "stages": 3},
+         {"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 1, "stages": 3},
+         {"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 1, "stages": 2},
+         {"warps_m": 2, "warps_n": 2, "tiles_m": 1, "tiles_n": 2, "unroll_k": 2, "stages": 4}]
+
+
+def default_grid():
+    return [dict(t, split_k=s) for t in TILES for s in (1, 2, 4)]
+
+
+def compile_one(tunefarm, workload, target, out, config):
+    """(path, None) or (None, the refusal)."""
+    cmd = [tunefarm, "compile", "-w", workload, "--emit", "so", "-o", out, "--json", "-t", target, "--no-db"]
+    cmd += ["-c", json.dumps(config)] if config else []
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return (out, None) if r.returncode == 0 else (None, r.stderr.strip().splitlines()[-1] if r.stderr else "failed")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tunefarm")
+    ap.add_argument("--precision", default="fp16", choices=["fp32", "tf32", "fp16", "bf16"])
+    ap.add_argument("--groups", default="bert", help="gpu_bench.py's groups: " + ",".join(gpu_bench.GROUPS))
+    ap.add_argument("-w", "--workload", action="append", default=[])
+    ap.add_argument("--configs", help="a JSON list of configs (knobs set in the default)")
+    ap.add_argument("--calls", type=int, default=20)
+    a = ap.parse_args()
+    configs = json.loads(a.configs) if a.configs else default_grid()
+    workloads = list(a.workload) + [w for g in a.groups.split(",") if g for w in gpu_bench.GROUPS[g]]
+    workloads = [gpu_bench.with_precision(w, a.precision) for w in workloads]
+    workloads = [w for w in workloads if w]
+    try:
+        import torch
+        import cupy as cp
+    except ImportError as e:
+        gpu_bench.fail("needs PyTorch with CUDA and CuPy: %s" % e)
+    if not torch.cuda.is_available():
+        gpu_bench.fail("PyTorch sees no CUDA GPU on this machine")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+    major, minor = torch.cuda.get_device_capability()
+    target = "cuda -arch=sm_%d%d" % (major, minor)
+    peer_type = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
+    print("GPU: %s (%s); PyTorch %s; %s; kernel time by CUPTI (us a call)" %
+          (torch.cuda.get_device_name(), target, torch.__version__, a.precision), flush=True)
+    tmp = tempfile.mkdtemp(prefix="gpu_sweep.")
+    torch.manual_seed(0)
+    for wi, w in enumerate(workloads):
+        op, p = gpu_bench.params_of(w)
+        jobs = [None] + configs
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+            built = list(pool.map(lambda jc: compile_one(a.tunefarm, w, target, os.path.join(tmp, "w%dc%d.ptx" % (wi, jc[0])),
+                                                         jc[1]), enumerate(jobs)))
+        rows = []
+        peer_us = None
+        for config, (path, refusal) in zip(jobs, built):
+            label = "default" if config is None else json.dumps(config, separators=(",", ":"))
+            if path is None:
+                rows.append((float("inf"), label, "refused: " + refusal[:100]))
+                continue
+            k = gpu_bench.Kernel(cp, torch, path)
+            args = [torch.randn(*x["shape"], device="cuda") if x["role"] == "input"
+                    else torch.empty(*x["shape"], device="cuda") for x in k.side["args"]]
+            ptrs = tuple(cp.uint64(t.data_ptr()) for t in args)
+            checked = [t.to(peer_type).float() if peer_type and i < 2 else t for i, t in enumerate(args)]
+            ref = gpu_bench.reference(torch, op, p, checked)
+            k(ptrs)
+            torch.cuda.synchronize()
+            err = (args[-1] - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
+            times = gpu_profile.kernel_times(torch, lambda: k(ptrs), a.calls)
+            us = sum(t for t, _ in times.values())
+            full = json.dumps(k.config, separators=(",", ":"))
+            bad = "" if err < (2e-3 if a.precision == "tf32" else 1e-4) else "  MISMATCH %.2g" % err
+            rows.append((us, label, full + bad))
+            if peer_us is None:
+                peer_args = [t.to(peer_type) if peer_type and i < len(args) - 1 else t for i, t in enumerate(args)]
+                with torch.no_grad():
+                    pt = gpu_profile.kernel_times(torch, lambda: gpu_bench.reference(torch, op, p, peer_args), a.calls)
+                peer_us = sum(t for t, _ in pt.values())
+        default_us = rows[0][0]
+        print("\n%s: PyTorch %.1f us; default %.1f us (%.2fx PyTorch)" % (w, peer_us, default_us, peer_us / default_us),
+              flush=True)
+        for us, label, info in sorted(rows, key=lambda r: r[0]):
+            if us == float("inf"):
+                print("  %8s  %-70s %s" % ("-", label, info))
+            else:
+                print("  %8.1f  %5.2fx default %5.2fx PyTorch  %-70s %s" %
+                      (us, default_us / us, peer_us / us, label, info), flush=True)
+
+
+if __name__ == "__main__":
+    main()
