@@ -427,7 +427,10 @@ void GemmTemplate::apply(Schedule& s, const OpGraph& g, const Target& t, const j
   st.rows = ax[ax.size() - 2].var;
   st.cols = ax.back().var;
   schedule_gemm(s, st, split_shape(gemm_shape(g), parts), t, c);
-  // Their sum and the epilogue: one output element per thread, the parts in order.
+  schedule_split_k_sum(s, g, g.acc->name);
+}
+
+void schedule_split_k_sum(Schedule& s, const OpGraph& g, const std::string& acc_name) {
   Stage& out = s.stage(g.output->name);
   const auto& oax = out.op()->axes;
   Expr all = oax[0].var;
@@ -437,9 +440,7 @@ void GemmTemplate::apply(Schedule& s, const OpGraph& g, const Target& t, const j
   auto [block, thread] = out.split(all, std::min<int64_t>(256, elements));
   out.bind(block, "blockIdx.x");
   out.bind(thread, "threadIdx.x");
-  if (s.has_stage(g.acc->name + "_sum")) {
-    s.stage(g.acc->name + "_sum").compute_at(out, thread);
-  }
+  if (s.has_stage(acc_name + "_sum")) s.stage(acc_name + "_sum").compute_at(out, thread);
 }
 
 std::vector<json> GemmTemplate::int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const {

@@ -40,6 +40,11 @@ GemmShape split_shape(const GemmShape& g, int64_t parts);
 // (compiler/gpu.h split_gpu_program).
 OpGraph split_k_graph(const OpGraph& g, int64_t parts);
 
+// The second kernel of a split-K call: the output stage of `g` (the parts' sum, `acc_name`
+// + "_sum" unless the output is the sum itself, and the epilogue) one element per thread, the
+// parts in order.
+void schedule_split_k_sum(Schedule& s, const OpGraph& g, const std::string& acc_name);
+
 // `g` with its output and fused tail rebuilt (same names, axes and bodies) to read `by` where
 // they read `old` (of the same shape); `by` itself may be the output.
 OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by);

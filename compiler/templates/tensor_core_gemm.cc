@@ -361,16 +361,7 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
     batch = ax.size() == 4 ? writer.fuse(ax[0].var, ax[1].var) : ax[0].var;
     rows = ax[ax.size() - 2].var;
     cols = ax.back().var;
-    // Their sum and the epilogue: one output element per thread, the parts in order.
-    const auto& oax = out.op()->axes;
-    Expr all = oax[0].var;
-    for (size_t i = 1; i < oax.size(); ++i) all = out.fuse(all, oax[i].var);
-    int64_t elements = 1;
-    for (int64_t e : out.op()->shape) elements *= e;
-    auto [block, thread] = out.split(all, std::min<int64_t>(256, elements));
-    out.bind(block, "blockIdx.x");
-    out.bind(thread, "threadIdx.x");
-    if (s.has_stage(sum_name)) s.stage(sum_name).compute_at(out, thread);
+    schedule_split_k_sum(s, g, g.acc->name);
   } else {
     output_axes(out, g, batch, rows, cols);
   }
