@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "compiler/ir_mutator.h"
 
 namespace tf {
@@ -23,6 +24,13 @@ int64_t elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+// Two values combined as the reduction combines them.
+Expr combine2(ir::ReduceKind k, Expr a, Expr b) {
+  if (k == ir::ReduceKind::Max) return ir::max(std::move(a), std::move(b));
+  if (k == ir::ReduceKind::Prod) return std::move(a) * std::move(b);
+  return std::move(a) + std::move(b);
 }
 
 Expr combine(ir::ReduceKind k, Expr source, const std::vector<ir::IterVar>& axes) {
@@ -57,7 +65,8 @@ std::vector<std::string> axis_names(const ir::Operation& op) {
 
 // `op` as partial results [outputs..., parts], `name<suffix>` (part p's step s reduces
 // element `element(p, s)` of the flattened reduction axes, for `steps` steps), read through
-// `keep(partials)`, and their combination in order, `name`.
+// `keep(partials)` (of the same rank; its last extent is what `name` combines), and their
+// combination in order, `name`.
 struct Partial {
   ir::Tensor part, result;
 };
@@ -77,7 +86,7 @@ Partial partial(const ir::Tensor& op, const std::string& suffix, int64_t parts, 
     return combine(kind, source_at(*op, at, element(ax.back(), step.var), tail), {step});
   }, {step});
   ir::Tensor kept = keep(p.part);
-  ir::IterVar across = ir::reduce_axis(parts, "rpart");
+  ir::IterVar across = ir::reduce_axis(kept->shape.back(), "rpart");
   p.result = ir::compute(op->name, op->shape, axis_names(*op), [&](const std::vector<Expr>& ax) {
     std::vector<Expr> at = ax;
     at.push_back(across.var);
@@ -120,15 +129,29 @@ ir::Tensor GpuReductionSplitter::block_reduce(const ir::Tensor& op, int64_t thre
   BlockReduction b;
   b.threads = threads;
   auto element = [&](const Expr& t, const Expr& s) { return t + s * threads; };
+  const ir::ReduceKind kind = op->reduce()->reduce;
   auto keep = [&](const ir::Tensor& acc) {
     b.shared = ir::compute(op->name + "_shared", acc->shape, axis_names(*acc),
                            [&](const std::vector<Expr>& ax) { return ir::read(acc, ax); });
-    return b.shared;
+    ir::Tensor level = b.shared;
+    for (int64_t h = threads / 2; h >= 2; h /= 2) {
+      std::vector<int64_t> shape = acc->shape;
+      shape.back() = h;
+      const ir::Tensor prev = level;
+      level = ir::compute(str(op->name, "_tree", h), shape, axis_names(*acc), [&](const std::vector<Expr>& ax) {
+        std::vector<Expr> far = ax;
+        far.back() = ax.back() + Expr(h);
+        return combine2(kind, ir::read(prev, ax), ir::read(prev, far));
+      });
+      b.tree.push_back(level);
+    }
+    return level;
   };
   Partial p = partial(op, "_acc", threads, steps, element, keep);
   b.acc = p.part;
   parts_.insert(b.acc.get());
   parts_.insert(b.shared.get());
+  for (const ir::Tensor& level : b.tree) parts_.insert(level.get());
   blocks_[p.result.get()] = b;
   return p.result;
 }
@@ -140,13 +163,26 @@ void schedule_block_reduction(ir::Schedule& sch, ir::Stage& r, const GpuReductio
   auto [block, first] = r.split(fused, 1);
   r.bind(block, "blockIdx.x");
   r.bind(first, "threadIdx.x");  // one thread: the block's first
-  r.unroll(r.leaves().back());   // its loads of the partial results all issued at once
-  ir::Stage& shared = sch[b.shared];
-  shared.compute_at(r, block);
-  shared.set_scope_shared();
-  Expr thread = shared.leaves()[rank];
-  shared.bind(thread, "threadIdx.x");
-  sch[b.acc].compute_at(shared, thread);
+  r.unroll(r.leaves().back());   // its loads of the last two values issued at once
+  schedule_block_parts(sch, r, block, b, rank);
+}
+
+void schedule_block_parts(ir::Schedule& sch, ir::Stage& r, const Expr& at,
+                          const GpuReductionSplitter::BlockReduction& b, size_t rank) {
+  // From the level r reads (the smallest) to the shared partial results.
+  std::vector<ir::Tensor> levels(b.tree.rbegin(), b.tree.rend());
+  levels.push_back(b.shared);
+  ir::Stage* reader = &r;
+  Expr where = at;
+  for (const ir::Tensor& level : levels) {
+    ir::Stage& st = sch[level];
+    st.compute_at(*reader, where);
+    st.set_scope_shared();
+    st.bind(st.leaves()[rank], "threadIdx.x");
+    reader = &st;
+    where = st.leaves()[rank - 1];
+  }
+  sch[b.acc].compute_at(*reader, reader->leaves()[rank]);
 }
 
 }  // namespace tf

@@ -9,9 +9,12 @@
 //  - A block per output (its row): `name_acc` gives each of the block's threads every
 //    threads-th element of the flattened reduction axes (thread t reads t, t + threads, ...:
 //    neighbouring threads read neighbouring elements), accumulated in a register and kept in
-//    shared memory by `name_shared`; after a barrier, the block's first thread combines them
-//    in order (deterministic: no atomics). One kernel, as before; schedule_block_reduction
-//    gives it its schedule.
+//    shared memory by `name_shared`; then a tree in shared memory, `name_treeH` for H =
+//    threads/2, ..., 2, each level's thread j combining elements j and j + H of the one
+//    before (a barrier between levels), and the block's first thread combines the last two
+//    (deterministic: no atomics; log2(threads) steps instead of the first thread reading all
+//    the partial results one by one). One kernel, as before; schedule_block_reduction gives
+//    it its schedule.
 //  - Outputs of rank 0 (no row to give a block) and rows too long for one block: split as
 //    split-K splits a GEMM: `name_part` reduces `parts` slices of the flattened reduction
 //    axes per output element (a kernel of outputs x parts threads), and `name` reduces the
@@ -26,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "compiler/schedule.h"
 #include "compiler/te_rebuild.h"
@@ -42,6 +46,7 @@ class GpuReductionSplitter : public ir::StageRebuilder {
   // keeps it in shared memory, and the block's threads.
   struct BlockReduction {
     ir::Tensor acc, shared;
+    std::vector<ir::Tensor> tree;  // the levels after `shared`: threads/2, ..., 2 elements
     int64_t threads = 0;
   };
   // The block reduction whose combining stage is `op`, or null.
@@ -67,7 +72,13 @@ class GpuReductionSplitter : public ir::StageRebuilder {
 
 // A block reduction's schedule: the outputs of `r` (its combining stage) fused, a block each;
 // the accumulation in the block's threads, a register each, kept in shared memory at the
-// block's loop; the combination in the block's first thread.
+// block's loop; the tree's levels in shared memory; the last combination in the block's
+// first thread.
 void schedule_block_reduction(ir::Schedule& sch, ir::Stage& r, const GpuReductionSplitter::BlockReduction& b);
+// The parts of block reduction `b` (its tree, shared partial results and accumulation)
+// computed for `r` at r's loop `at`, each level at the loop of the one that reads it (its
+// innermost spatial loop), bound to the threads it has. `rank`: r's outputs' rank.
+void schedule_block_parts(ir::Schedule& sch, ir::Stage& r, const ir::Expr& at,
+                          const GpuReductionSplitter::BlockReduction& b, size_t rank);
 
 }  // namespace tf

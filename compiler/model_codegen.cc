@@ -193,13 +193,8 @@ bool schedule_rows_gpu(ir::Schedule& sch, const ir::Tensor& result, const std::v
     ir::Expr fused = s->leaves()[0];
     for (size_t d = 1; d < rank; ++d) fused = s->fuse(fused, s->leaves()[1]);
     auto [each, first] = s->split(fused, 1);
-    s->bind(first, "threadIdx.x");  // the block's first thread combines the partial results
-    ir::Stage& shared = sch[b.shared];
-    shared.compute_at(*s, each);
-    shared.set_scope_shared();
-    ir::Expr part = shared.leaves()[rank];
-    shared.bind(part, "threadIdx.x");
-    sch[b.acc].compute_at(shared, part);
+    s->bind(first, "threadIdx.x");  // the block's first thread combines the tree's last two
+    schedule_block_parts(sch, *s, each, b, rank);
   }
   return true;
 }

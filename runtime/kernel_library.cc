@@ -7,6 +7,7 @@
 #include <elf.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <optional>
 #include <cstring>
@@ -14,6 +15,8 @@
 #include <cmath>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 namespace tf {
 
@@ -108,29 +111,36 @@ KernelLibrary::~KernelLibrary() {
   if (handle_) dlclose(handle_);
 }
 
+namespace {
+
+// A call of `fn` with the N float pointers of `a` (N = the sequence's length).
+template <size_t... I>
+int call_with(void* fn, const std::vector<float*>& a, std::index_sequence<I...>) {
+  using F = int (*)(std::conditional_t<true, float*, std::integral_constant<size_t, I>>...);
+  return reinterpret_cast<F>(fn)(a[I]...);
+}
+
+template <size_t... N>
+constexpr auto make_callers(std::index_sequence<N...>) {
+  return std::array<int (*)(void*, const std::vector<float*>&), sizeof...(N)>{
+      [](void* fn, const std::vector<float*>& a) { return call_with(fn, a, std::make_index_sequence<N + 1>{}); }...};
+}
+
+// Kernels have at most 5 arguments (inputs, bias, output, and a packed copy); tests that
+// emulate a GPU block add its shared buffers and thread indices (compiler/gpu.h
+// emulate_gpu_thread): a block reduction has up to 8 shared buffers (its partial results and
+// tree), a kernel of rows one per reduction.
+constexpr size_t kMaxCallArgs = 32;
+constexpr auto kCallers = make_callers(std::make_index_sequence<kMaxCallArgs>{});
+
+}  // namespace
+
 int KernelLibrary::call(const std::vector<float*>& a) const {
-  using F1 = int (*)(float*);
-  using F2 = int (*)(float*, float*);
-  using F3 = int (*)(float*, float*, float*);
-  using F4 = int (*)(float*, float*, float*, float*);
-  using F5 = int (*)(float*, float*, float*, float*, float*);
-  using F6 = int (*)(float*, float*, float*, float*, float*, float*);
-  using F7 = int (*)(float*, float*, float*, float*, float*, float*, float*);
-  using F8 = int (*)(float*, float*, float*, float*, float*, float*, float*, float*);
-  switch (a.size()) {
-    case 1: return reinterpret_cast<F1>(fn_)(a[0]);
-    case 2: return reinterpret_cast<F2>(fn_)(a[0], a[1]);
-    case 3: return reinterpret_cast<F3>(fn_)(a[0], a[1], a[2]);
-    case 4: return reinterpret_cast<F4>(fn_)(a[0], a[1], a[2], a[3]);
-    case 5: return reinterpret_cast<F5>(fn_)(a[0], a[1], a[2], a[3], a[4]);
-    // Kernels have at most 5 (inputs, bias, output, and a packed copy); tests that emulate a
-    // GPU block add its shared buffers and thread indices (compiler/gpu.h emulate_gpu_thread).
-    case 6: return reinterpret_cast<F6>(fn_)(a[0], a[1], a[2], a[3], a[4], a[5]);
-    case 7: return reinterpret_cast<F7>(fn_)(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
-    case 8: return reinterpret_cast<F8>(fn_)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
-    default:
-      throw std::invalid_argument("kernels take 1 to 8 arguments, not " + std::to_string(a.size()));
+  if (a.empty() || a.size() > kMaxCallArgs) {
+    throw std::invalid_argument("kernels take 1 to " + std::to_string(kMaxCallArgs) + " arguments, not " +
+                                std::to_string(a.size()));
   }
+  return kCallers[a.size() - 1](fn_, a);
 }
 
 namespace {

@@ -836,8 +836,8 @@ TEST(GpuErrors, UnknownArchitectures) {
 }
 
 // GpuReductionSplitter gives a reduction with few outputs over long rows a block per output:
-// the threads' strided partial results in shared memory, combined by the first thread after a
-// barrier. Run with every thread of a block at once (real barriers; shared memory starts as
+// the threads' strided partial results in shared memory, combined by a tree of halving levels
+// (a barrier between each) and the first thread. Run with every thread of a block at once (real barriers; shared memory starts as
 // NaN, so a combination before all partial results are in shows), against a plain loop: sums
 // and maxima over one and two axes, with and without a tail, a row that needs the most
 // threads, and a function of the row's values (its source is rebuilt with the element).
@@ -881,7 +881,9 @@ TEST(GpuReduction, BlockPerOutputMatchesAPlainLoop) {
     for (int64_t d : out_shape) outputs *= d;
     EXPECT_EQ(l.grid[0], outputs);
     EXPECT_EQ(l.block[0], b->threads);
-    EXPECT_EQ(l.static_shared_bytes, 4 * b->threads);
+    // The partial results and the tree's levels (threads/2, ..., 2), all live at its last step.
+    EXPECT_EQ(l.static_shared_bytes, 4 * (2 * b->threads - 2));
+    EXPECT_EQ(b->tree.size(), static_cast<size_t>(std::log2(b->threads)) - 1);
     std::string ptx = codegen_llvm(f, t, CodegenOutput::Asm).data;
     EXPECT_NE(ptx.find("bar.sync"), std::string::npos);
     EXPECT_NE(ptx.find("st.shared.f32"), std::string::npos);
