@@ -326,7 +326,11 @@ int main(int argc, char** argv) {
       b.opts.key = board_key;
       b.opts.target = board_target;
     }
-    if (several && advertise.find(':') != std::string::npos) {
+    // HOST:PORT, or [IPv6]:PORT; a bracketed IPv6 address alone has no port.
+    const bool advertise_port = advertise.empty() || advertise[0] != '['
+                                    ? advertise.find(':') != std::string::npos
+                                    : advertise.find("]:") != std::string::npos;
+    if (several && advertise_port) {
       throw tf::farm::ConfigError("--advertise " + advertise + " names one board's address; with " +
                                   std::to_string(devices.size()) + " devices give its HOST alone (each board adds its port)");
     }

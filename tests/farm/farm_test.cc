@@ -1694,6 +1694,7 @@ TEST(FarmGpu, EveryGpuOfAHostIsABoard) {
       {{"--device", "gpu:all"}, "--device 'gpu:all' is not cpu, cuda:N, rocm:N, a list of them, or cuda:all"},
       {{"--device", "cuda:all", "--advertise", "farm.example:9000"},
        "--advertise farm.example:9000 names one board's address; with 3 devices give its HOST alone"},
+      {{"--device", "all", "--advertise", "[fd00::7]:9000"}, "--advertise [fd00::7]:9000 names one board's address"},
   };
   for (const Case& k : cases) {
     std::vector<std::string> bad = env(dir + "/bad.log");
