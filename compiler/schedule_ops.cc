@@ -152,7 +152,6 @@ class Lowerer {
     return BufferInfo{std::vector<Expr>(s.op()->shape.size(), Expr(0)), s.op()->shape, {}, 0};
   }
 
-  // Every stage computed at another is read by that stage only.
   // Whether `s` is computed inside `at`'s loops (attached to it, or to a stage inside them).
   // Such a reader of a stage computed at `at` runs where that stage's region is (a row's
   // reduction read by another's partial results, computed at the same row: the schedule
@@ -164,6 +163,8 @@ class Lowerer {
     return false;
   }
 
+  // Every stage computed at another is read by that stage only, or by stages computed inside
+  // its loops.
   void check_attachments() {
     for (Stage* s : sch_.stages()) {
       if (s->attach() != Stage::Attach::At) continue;

@@ -380,18 +380,25 @@ OpGraph split_k_graph(const OpGraph& g, int64_t parts) {
   ir::Tensor partial = ir::compute(name + "_partial", shape, names, [&](const std::vector<Expr>& ax) {
     return ir::read(acc, ax);
   });
-  ir::IterVar s = ir::reduce_axis(parts, "s");
-  std::vector<std::string> sum_names(names.begin() + 1, names.end());
+  OpGraph r = with_parts_summed(g, partial);
+  r.acc = acc;
+  return r;
+}
+
+OpGraph with_parts_summed(const OpGraph& g, const ir::Tensor& partial) {
+  const ir::Tensor& old = g.acc;
+  const std::string name = old == g.output ? old->name + "_acc" : old->name;
+  std::vector<std::string> names;
+  for (const ir::IterVar& a : old->axes) names.push_back(a.name());
+  ir::IterVar s = ir::reduce_axis(partial->shape[0], "s");
   // The output itself when it is the reduction (no epilogue).
   std::string sum_name = old == g.output ? g.output->name : name + "_sum";
-  ir::Tensor sum = ir::compute(sum_name, old->shape, sum_names, [&](const std::vector<Expr>& ax) {
+  ir::Tensor sum = ir::compute(sum_name, old->shape, names, [&](const std::vector<Expr>& ax) {
     std::vector<Expr> at{s.var};
     at.insert(at.end(), ax.begin(), ax.end());
     return ir::sum(ir::read(partial, at), {s});
   }, {s});
-  OpGraph r = with_reads_replaced(g, old, sum);
-  r.acc = acc;
-  return r;
+  return with_reads_replaced(g, old, sum);
 }
 
 OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by) {
@@ -427,10 +434,11 @@ void GemmTemplate::apply(Schedule& s, const OpGraph& g, const Target& t, const j
   st.rows = ax[ax.size() - 2].var;
   st.cols = ax.back().var;
   schedule_gemm(s, st, split_shape(gemm_shape(g), parts), t, c);
-  schedule_split_k_sum(s, g, g.acc->name);
+  schedule_split_k_sum(s, g);
 }
 
-void schedule_split_k_sum(Schedule& s, const OpGraph& g, const std::string& acc_name) {
+void schedule_split_k_sum(Schedule& s, const OpGraph& g) {
+  const std::string sum_name = g.acc->name + "_sum";
   Stage& out = s.stage(g.output->name);
   const auto& oax = out.op()->axes;
   Expr all = oax[0].var;
@@ -440,7 +448,7 @@ void schedule_split_k_sum(Schedule& s, const OpGraph& g, const std::string& acc_
   auto [block, thread] = out.split(all, std::min<int64_t>(256, elements));
   out.bind(block, "blockIdx.x");
   out.bind(thread, "threadIdx.x");
-  if (s.has_stage(acc_name + "_sum")) s.stage(acc_name + "_sum").compute_at(out, thread);
+  if (s.has_stage(sum_name)) s.stage(sum_name).compute_at(out, thread);
 }
 
 std::vector<json> GemmTemplate::int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const {

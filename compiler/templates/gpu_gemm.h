@@ -40,10 +40,16 @@ GemmShape split_shape(const GemmShape& g, int64_t parts);
 // (compiler/gpu.h split_gpu_program).
 OpGraph split_k_graph(const OpGraph& g, int64_t parts);
 
-// The second kernel of a split-K call: the output stage of `g` (the parts' sum, `acc_name`
-// + "_sum" unless the output is the sum itself, and the epilogue) one element per thread, the
+// `g` (its reduction `acc`, not yet split) with the output and fused tail reading the sum over
+// the parts of `partial` ([parts][acc's axes...], a workspace), in order, where they read
+// `acc`: the sum is `<acc>_sum` (`<acc>` being the name the split reduction takes), or the
+// output itself when that was the reduction. `acc` is left to the caller.
+OpGraph with_parts_summed(const OpGraph& g, const ir::Tensor& partial);
+
+// The second kernel of a split-K call (a graph of with_parts_summed, its `acc` the split
+// reduction): the output stage (the parts' sum and the epilogue) one element per thread, the
 // parts in order.
-void schedule_split_k_sum(Schedule& s, const OpGraph& g, const std::string& acc_name);
+void schedule_split_k_sum(Schedule& s, const OpGraph& g);
 
 // `g` with its output and fused tail rebuilt (same names, axes and bodies) to read `by` where
 // they read `old` (of the same shape); `by` itself may be the output.

@@ -116,7 +116,6 @@ std::vector<json> TensorCoreGemm::int_candidates(const OpGraph& g, const Target&
                                                             : round_up(s.k, depth(g)) / depth(g);
   std::vector<json> out;
   if (name == "stages") return {1, 2, 3, 4};
-  if (name == "split_k") extent = round_up(s.k, depth(g)) / depth(g);
   for (int64_t v = 1; v <= k.max; v *= 2) {
     if (v == 1 || v < 2 * extent) out.push_back(v);
   }
@@ -310,14 +309,7 @@ OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Targ
         if (batch) lead.push_back(ax[1]);
         return at_acc(lead, ax[v0 + 1], ax[v0 + 2]);
       });
-  ir::IterVar part = ir::reduce_axis(parts, "s");
-  const std::string sum_name = old == g.output ? g.output->name : name + "_sum";
-  ir::Tensor sum = ir::compute(sum_name, old->shape, view_names, [&](const std::vector<Expr>& ax) {
-    std::vector<Expr> at{part.var};
-    at.insert(at.end(), ax.begin(), ax.end());
-    return ir::sum(ir::read(partial, at), {part});
-  }, {part});
-  OpGraph r = with_reads_replaced(g, old, sum);
+  OpGraph r = with_parts_summed(g, partial);
   r.acc = acc;
   return r;
 }
@@ -361,7 +353,7 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
     batch = ax.size() == 4 ? writer.fuse(ax[0].var, ax[1].var) : ax[0].var;
     rows = ax[ax.size() - 2].var;
     cols = ax.back().var;
-    schedule_split_k_sum(s, g, g.acc->name);
+    schedule_split_k_sum(s, g);
   } else {
     output_axes(out, g, batch, rows, cols);
   }
