@@ -267,6 +267,10 @@ int main(int argc, char** argv) {
   app.add_option("--runner-prefix", runner_prefix,
                  "command put before the runner, e.g. qemu-aarch64 when this board itself runs under user-mode "
                  "emulation (the first word is looked up in PATH)");
+  bool runner_per_measurement = false;
+  app.add_flag("--runner-per-measurement", runner_per_measurement,
+               "GPU boards: start a runner (and a device context) for each measurement instead of keeping one "
+               "measuring process per GPU (slower; for comparison and diagnosis)");
   app.add_option("--max-upload-mb", max_upload_mb, "largest kernel library accepted")->capture_default_str()
       ->check(CLI::Range(0.001, 256.0));
   app.add_option("--timeout-s", opts.default_timeout_s, "time limit of a measurement that sets none")->capture_default_str()
@@ -301,6 +305,10 @@ int main(int argc, char** argv) {
     if (!runner_prefix.empty() && device != "cpu" && !device.empty()) {
       throw tf::farm::ConfigError("--runner-prefix (an emulated board) cannot go with --device " + device);
     }
+    if (runner_per_measurement && (device == "cpu" || device.empty())) {
+      throw tf::farm::ConfigError("--runner-per-measurement is for GPU boards (--device cuda:N, rocm:N, all); a CPU "
+                                  "board always starts a runner per measurement");
+    }
     std::vector<std::string> devices = expand_devices(device, runner, probe_timeout_s);
     const bool several = devices.size() > 1;
     // Each GPU a board: its options from the device's probe (key and target unless given).
@@ -315,6 +323,7 @@ int main(int argc, char** argv) {
         if (app.count("--target") == 0) board_target = gpu.target();
         if (board_key.empty()) board_key = gpu.key();
         b.opts.gpu_device = b.device;
+        b.opts.gpu_measuring_process = !runner_per_measurement;
         b.opts.device.set_gpu_name(tf::farm::truncate_utf8(gpu.name(), tf::farm::kMaxDeviceNameBytes));
         b.opts.device.set_gpu_memory_bytes(gpu.memory_bytes());
         b.opts.device.set_gpu_arch(tf::farm::truncate_utf8(gpu.arch(), tf::farm::kMaxDeviceShortBytes));

@@ -401,15 +401,22 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
       return invalid("this is a GPU board (" + options_.gpu_device + "): " + why);
     }
   }
-  std::vector<std::string> flags;
-  if (!options_.runner_prefix.empty()) flags.push_back("--emulated");
-  if (!options_.gpu_device.empty()) flags.push_back("--device=" + options_.gpu_device);
-  if (!baseline.empty()) flags.push_back("--baseline=" + baseline.string());
-  *reply = run_isolated(runner_command(options_), module.string(), req, req.timeout_s(), [this](pid_t pid) {
+  auto on_start = [this](pid_t pid) {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = pid;
     if (pid > 0 && stopping_) kill(-pid, SIGKILL);  // shutdown began while it started
-  }, flags);
+  };
+  if (!options_.gpu_device.empty() && options_.gpu_measuring_process) {
+    if (!gpu_process_) gpu_process_ = std::make_unique<MeasuringProcess>(runner_command(options_), options_.gpu_device);
+    *reply = gpu_process_->measure(module.string(), baseline.string(), req, req.timeout_s(),
+                                   lease_dir(req.lease_token()), on_start);
+  } else {
+    std::vector<std::string> flags;
+    if (!options_.runner_prefix.empty()) flags.push_back("--emulated");
+    if (!options_.gpu_device.empty()) flags.push_back("--device=" + options_.gpu_device);
+    if (!baseline.empty()) flags.push_back("--baseline=" + baseline.string());
+    *reply = run_isolated(runner_command(options_), module.string(), req, req.timeout_s(), on_start, flags);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return {grpc::StatusCode::UNAVAILABLE, "board shutting down: the measurement was stopped"};
   return grpc::Status::OK;

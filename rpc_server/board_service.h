@@ -23,6 +23,8 @@
 
 namespace tf::farm {
 
+class MeasuringProcess;
+
 struct BoardOptions {
   std::string token;           // what the board presents to the tracker; empty = none (loopback only)
   std::string client_token;    // what callers must present; empty = `token` (one shared token)
@@ -37,6 +39,9 @@ struct BoardOptions {
   // "" for a CPU board; cuda:N or rocm:N for a GPU board (runtime/gpu_runtime.h): uploads are
   // then PTX or .hsaco modules, and measurements carry the kernel's launch configuration.
   std::string gpu_device;
+  // A GPU board measures in one kept process (runtime/isolated_runner.h MeasuringProcess);
+  // false starts a runner per measurement, as CPU boards always do.
+  bool gpu_measuring_process = true;
   int64_t max_upload_bytes = 64 << 20;
   double default_timeout_s = 10, max_timeout_s = 120;
   int lease_check_ms = 5000;   // how often directories of ended leases are looked for
@@ -88,6 +93,7 @@ class BoardService final : public tunefarm::v1::Board::CallbackService {
   std::map<std::string, std::string> lease_dirs_;  // lease token -> directory
   int64_t next_module_ = 1;
   std::atomic<pid_t> running_{0};  // the runner's pid (= its process group) while one runs
+  std::unique_ptr<MeasuringProcess> gpu_process_;  // a GPU board's, once it measured
   bool busy_ = false;              // the worker is running a job
   std::thread worker_;
 };

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -91,7 +92,7 @@ std::string find_sibling_program(const std::string& name) {
   return fs::weakly_canonical(p, ec).string();
 }
 
-bool LineWorker::start(std::string* err) {
+bool ChildWorker::start(std::string* err) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     *err = std::string("socketpair: ") + std::strerror(errno);
@@ -110,12 +111,12 @@ bool LineWorker::start(std::string* err) {
   return true;
 }
 
-void LineWorker::stop() { end(true); }
+void ChildWorker::stop() { end(true); }
 
 // Ends the child. kill_first: it may still run (a hang, or we are done with it); otherwise it
 // closed its end and is dying on its own, and its own exit status is what failure() reports
 // (it gets 2 s to exit before it is killed).
-void LineWorker::end(bool kill_first) {
+void ChildWorker::end(bool kill_first) {
   if (pid_ < 0) return;
   close(fd_);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
@@ -126,6 +127,11 @@ void LineWorker::end(bool kill_first) {
     usleep(2000);
   }
   if (kill_first || info.si_pid == 0) kill(-pid_, SIGKILL);
+  if (on_end_) {
+    while (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+    }
+    on_end_();
+  }
   int status = reap_group(pid_);
   if (WIFSIGNALED(status)) failure_.signal = WTERMSIG(status);
   if (WIFEXITED(status)) failure_.exit_status = WEXITSTATUS(status);
@@ -134,10 +140,51 @@ void LineWorker::end(bool kill_first) {
   answered_ = 0;
 }
 
-bool LineWorker::ask(const std::string& line, double timeout_s, std::string* reply, std::string* err) {
+bool ChildWorker::ensure_started(std::string* err) { return pid_ >= 0 || start(err); }
+
+namespace {
+
+std::string length_prefix(size_t n) {
+  std::string p(4, '\0');
+  for (int b = 0; b < 4; ++b) p[static_cast<size_t>(b)] = static_cast<char>((n >> (8 * b)) & 0xff);
+  return p;
+}
+
+uint32_t read_length(const char* p) {
+  uint32_t n = 0;
+  for (int b = 3; b >= 0; --b) n = (n << 8) | static_cast<unsigned char>(p[b]);
+  return n;
+}
+
+}  // namespace
+
+bool ChildWorker::take_reply(std::string* reply, bool* too_long) {
+  if (framing_ == Framing::Line) {
+    size_t nl = pending_.find('\n');
+    if (nl == std::string::npos) {
+      *too_long = pending_.size() > max_reply_;
+      return false;
+    }
+    *reply = pending_.substr(0, nl);
+    pending_.erase(0, nl + 1);
+    return true;
+  }
+  if (pending_.size() < 4) return false;
+  size_t n = read_length(pending_.data());
+  if (n > max_reply_) {
+    *too_long = true;
+    return false;
+  }
+  if (pending_.size() < 4 + n) return false;
+  *reply = pending_.substr(4, n);
+  pending_.erase(0, 4 + n);
+  return true;
+}
+
+bool ChildWorker::ask(const std::string& request, double timeout_s, std::string* reply, std::string* err) {
   failure_ = Failure{};
   if (pid_ < 0 && !start(err)) return false;
-  std::string out = line + "\n";
+  std::string out = framing_ == Framing::Line ? request + "\n" : length_prefix(request.size()) + request;
   for (size_t sent = 0; sent < out.size();) {
     ssize_t n = send(fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
@@ -150,16 +197,15 @@ bool LineWorker::ask(const std::string& line, double timeout_s, std::string* rep
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (true) {
-    size_t nl = pending_.find('\n');
-    if (nl != std::string::npos) {
-      *reply = pending_.substr(0, nl);
-      pending_.erase(0, nl + 1);
+    bool too_long = false;
+    if (take_reply(reply, &too_long)) {
       ++answered_;
       return true;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || pending_.size() > kMaxChildOutput) {
-      *err = left.count() <= 0 ? "the worker did not answer in time" : "the worker's answer is too long";
+    if (left.count() <= 0 || too_long) {
+      *err = left.count() <= 0 ? "the worker did not answer in time"
+                               : "the worker's answer is over " + std::to_string(max_reply_) + " bytes";
       failure_.timed_out = left.count() <= 0;
       stop();
       return false;
@@ -184,6 +230,42 @@ bool LineWorker::ask(const std::string& line, double timeout_s, std::string* rep
     }
     pending_.append(buf, static_cast<size_t>(n));
   }
+}
+
+namespace {
+
+// All of `n` bytes, or false at end of input or on an error.
+bool read_all(int fd, char* p, size_t n) {
+  while (n > 0) {
+    ssize_t got = read(fd, p, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool read_framed(int fd, std::string* message, size_t max_bytes) {
+  char head[4];
+  if (!read_all(fd, head, 4)) return false;
+  size_t n = read_length(head);
+  if (n > max_bytes) return false;
+  message->assign(n, '\0');
+  return read_all(fd, message->data(), n);
+}
+
+bool write_framed(int fd, const std::string& message) {
+  std::string out = length_prefix(message.size()) + message;
+  for (size_t done = 0; done < out.size();) {
+    ssize_t n = write(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace tf

@@ -70,6 +70,7 @@ class CudaRuntime : public GpuRuntime {
     lib_.get(cuCtxSynchronize, "cuCtxSynchronize");
     lib_.get(cuModuleLoadData, "cuModuleLoadData");
     lib_.get(cuModuleGetFunction, "cuModuleGetFunction");
+    lib_.get(cuModuleUnload, "cuModuleUnload");
     lib_.get(cuMemAlloc, "cuMemAlloc_v2");
     lib_.get(cuMemFree, "cuMemFree_v2");
     lib_.get(cuMemcpyHtoD, "cuMemcpyHtoD_v2");
@@ -113,12 +114,13 @@ class CudaRuntime : public GpuRuntime {
     return f;
   }
 
-  // Device memory goes with the process (the runner ends after one measurement).
+  void unload_module(void* module) override { check(cuModuleUnload(module), "cuModuleUnload"); }
   void* alloc(size_t bytes) override {
     CUdeviceptr p = 0;
     check(cuMemAlloc(&p, bytes), "cuMemAlloc");
     return reinterpret_cast<void*>(p);
   }
+  void free_memory(void* p) override { check(cuMemFree(reinterpret_cast<CUdeviceptr>(p)), "cuMemFree"); }
   void to_device(void* dst, const void* src, size_t bytes) override {
     check(cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
   }
@@ -174,6 +176,7 @@ class CudaRuntime : public GpuRuntime {
   CUresult (*cuCtxSynchronize)() = nullptr;
   CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t) = nullptr;
   CUresult (*cuMemFree)(CUdeviceptr) = nullptr;
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;
@@ -237,7 +240,9 @@ class HipRuntime : public GpuRuntime {
     lib_.get(hipDeviceTotalMem, "hipDeviceTotalMem");
     lib_.get(hipModuleLoadData, "hipModuleLoadData");
     lib_.get(hipModuleGetFunction, "hipModuleGetFunction");
+    lib_.get(hipModuleUnload, "hipModuleUnload");
     lib_.get(hipMalloc, "hipMalloc");
+    lib_.get(hipFree, "hipFree");
     lib_.get(hipMemcpyHtoD, "hipMemcpyHtoD");
     lib_.get(hipMemcpyDtoH, "hipMemcpyDtoH");
     lib_.get(hipMemset, "hipMemset");
@@ -279,11 +284,13 @@ class HipRuntime : public GpuRuntime {
     return f;
   }
 
+  void unload_module(void* module) override { check(hipModuleUnload(module), "hipModuleUnload"); }
   void* alloc(size_t bytes) override {
     void* p = nullptr;
     check(hipMalloc(&p, bytes), "hipMalloc");
     return p;
   }
+  void free_memory(void* p) override { check(hipFree(p), "hipFree"); }
   void to_device(void* dst, const void* src, size_t bytes) override {
     check(hipMemcpyHtoD(dst, const_cast<void*>(src), bytes), "hipMemcpyHtoD");
   }
@@ -330,7 +337,9 @@ class HipRuntime : public GpuRuntime {
   hipError_t (*hipDeviceTotalMem)(size_t*, int) = nullptr;
   hipError_t (*hipModuleLoadData)(void**, const void*) = nullptr;
   hipError_t (*hipModuleGetFunction)(void**, void*, const char*) = nullptr;
+  hipError_t (*hipModuleUnload)(void*) = nullptr;
   hipError_t (*hipMalloc)(void**, size_t) = nullptr;
+  hipError_t (*hipFree)(void*) = nullptr;
   hipError_t (*hipMemcpyHtoD)(void*, void*, size_t) = nullptr;
   hipError_t (*hipMemcpyDtoH)(void*, void*, size_t) = nullptr;
   hipError_t (*hipMemset)(void*, int, size_t) = nullptr;
@@ -367,8 +376,29 @@ double GpuRuntime::warm_up(const std::vector<GpuLaunchStep>& steps, const Timing
   return best;
 }
 
-void GpuRuntime::load(const std::string& module, const std::vector<std::string>& functions) {
+void* GpuRuntime::tracked_module(const std::string& module) {
   void* m = load_module(module);
+  modules_.push_back(m);
+  return m;
+}
+
+void* GpuRuntime::tracked_alloc(size_t bytes) {
+  void* p = alloc(bytes);
+  buffers_.push_back(p);
+  return p;
+}
+
+void GpuRuntime::release() {
+  functions_.clear();
+  std::vector<void*> buffers = std::move(buffers_), modules = std::move(modules_);
+  buffers_.clear();
+  modules_.clear();
+  for (void* p : buffers) free_memory(p);
+  for (void* m : modules) unload_module(m);
+}
+
+void GpuRuntime::load(const std::string& module, const std::vector<std::string>& functions) {
+  void* m = tracked_module(module);
   for (const std::string& f : functions) functions_.push_back(get_function(m, f));
 }
 
@@ -379,17 +409,17 @@ TimingResult GpuRuntime::time(std::vector<std::vector<float>>& bufs, const std::
                              std::to_string(functions_.size()) + " loaded");
   std::vector<void*> ptrs(bufs.size());
   for (size_t i = 0; i < bufs.size(); ++i) {
-    ptrs[i] = alloc(std::max<size_t>(bufs[i].size() * sizeof(float), 4));
+    ptrs[i] = tracked_alloc(std::max<size_t>(bufs[i].size() * sizeof(float), 4));
     if (!is_output[i]) to_device(ptrs[i], bufs[i].data(), bufs[i].size() * sizeof(float));
   }
   // Workspaces after the arguments, uninitialized (each kernel writes what it reads).
-  for (int64_t n : call.workspace_elements) ptrs.push_back(alloc(static_cast<size_t>(n) * sizeof(float)));
+  for (int64_t n : call.workspace_elements) ptrs.push_back(tracked_alloc(static_cast<size_t>(n) * sizeof(float)));
   // Each kernel parameter points at an 8-byte device address.
   std::vector<void*> params;
   for (void*& p : ptrs) params.push_back(&p);
   std::vector<GpuLaunchStep> launch;
   for (size_t k = 0; k < call.kernels.size(); ++k) launch.push_back({functions_[k], call.kernels[k], params.data()});
-  void* flush = o.flush_cache ? alloc(kGpuFlushBytes) : nullptr;
+  void* flush = o.flush_cache ? tracked_alloc(kGpuFlushBytes) : nullptr;
   TimingResult r;
   double best = warm_up(launch, o, r);
   int repeat = o.repeat;
@@ -449,18 +479,18 @@ std::vector<TimingResult> GpuRuntime::time_models(const std::vector<const GpuMod
       throw std::runtime_error("time_models: " + std::to_string(inputs[m].size()) + " inputs for a model of " +
                                std::to_string(g.inputs.size()));
     std::vector<void*> modules;
-    for (const std::string& code : g.modules) modules.push_back(load_module(code));
-    s.arena = alloc(padded(g.arena_bytes));
-    s.constants = alloc(padded(static_cast<int64_t>(g.constants.size())));
+    for (const std::string& code : g.modules) modules.push_back(tracked_module(code));
+    s.arena = tracked_alloc(padded(g.arena_bytes));
+    s.constants = tracked_alloc(padded(static_cast<int64_t>(g.constants.size())));
     if (!g.constants.empty()) to_device(s.constants, g.constants.data(), g.constants.size());
     for (size_t k = 0; k < g.inputs.size(); ++k) {
       const std::string& data = inputs[m][k];
       if (static_cast<int64_t>(data.size()) != g.inputs[k].bytes())
         throw std::runtime_error("time_models: input " + std::to_string(k) + " of " + std::to_string(data.size()) + " bytes");
-      s.in.push_back(alloc(padded(g.inputs[k].bytes())));
+      s.in.push_back(tracked_alloc(padded(g.inputs[k].bytes())));
       if (!data.empty()) to_device(s.in.back(), data.data(), data.size());
     }
-    for (const GpuModelImage::Tensor& t : g.outputs) s.out.push_back(alloc(padded(t.bytes())));
+    for (const GpuModelImage::Tensor& t : g.outputs) s.out.push_back(tracked_alloc(padded(t.bytes())));
     for (const GpuModelImage::Conversion& c : g.conversions) {
       const GpuModelImage::Tensor& t = g.inputs[static_cast<size_t>(c.input)];
       const std::string& data = inputs[m][static_cast<size_t>(c.input)];
@@ -509,7 +539,7 @@ std::vector<TimingResult> GpuRuntime::time_models(const std::vector<const GpuMod
       results[m].cut = true;
     }
   }
-  void* flush = o.flush_cache ? alloc(kGpuFlushBytes) : nullptr;
+  void* flush = o.flush_cache ? tracked_alloc(kGpuFlushBytes) : nullptr;
   for (int i = 0; i < repeat; ++i) {
     for (size_t m = 0; m < models.size(); ++m) {
       if (flush) overwrite(flush, kGpuFlushBytes);

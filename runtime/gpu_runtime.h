@@ -13,7 +13,10 @@
 // (number raised so that a sample lasts min_repeat_ms); outputs are copied back for the
 // correctness check. flush_cache writes a 256 MiB device buffer before each sample (larger
 // than any GPU's L2). A kernel that faults surfaces as an error of the launch or the
-// synchronisation, and the runner process ends: the next measurement gets a fresh context.
+// synchronisation, and the runner process ends: the next measurement gets a fresh context
+// (a fault poisons a context for good). One runtime (one context) serves many measurements
+// in a board's measuring process (tunefarm-board-runner --serve): release() after each
+// unloads its modules and frees its device memory.
 //
 // Nothing here was run on a GPU on the machine it was written on (it has none): only the
 // paths up to a missing driver are tested there (tests/farm). See docs/farm.md.
@@ -101,11 +104,18 @@ class GpuRuntime {
                                         const std::vector<std::vector<std::string>>& inputs,
                                         std::vector<std::vector<std::string>>& outputs, const TimingOptions& o);
 
+  // Unloads every module load() and time_models() loaded and frees the device memory they
+  // allocated, so the next measurement starts where the first did. Throws like the rest
+  // (after a fault the context cannot be trusted: end the process instead).
+  void release();
+
  protected:
   // The vendor's calls; each throws std::runtime_error naming the call on a driver error.
   virtual void* load_module(const std::string& module) = 0;
   virtual void* get_function(void* module, const std::string& name) = 0;
+  virtual void unload_module(void* module) = 0;
   virtual void* alloc(size_t bytes) = 0;                                // device memory
+  virtual void free_memory(void* p) = 0;
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(void* dst, void* src, size_t bytes) = 0;
   virtual void overwrite(void* p, size_t bytes) = 0;                    // every byte set to 1
@@ -119,7 +129,12 @@ class GpuRuntime {
   // r.warmup_calls and r.number (calls per sample, min_repeat_ms long); the fastest ms.
   double warm_up(const std::vector<GpuLaunchStep>& steps, const TimingOptions& o, TimingResult& r);
 
+  // load_module() and alloc() that release() undoes.
+  void* tracked_module(const std::string& module);
+  void* tracked_alloc(size_t bytes);
+
   std::vector<void*> functions_;  // what load() found, in order
+  std::vector<void*> modules_, buffers_;  // what release() unloads and frees
 };
 
 // Opens device `spec` through its vendor's driver. Throws std::runtime_error when the driver

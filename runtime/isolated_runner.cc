@@ -19,6 +19,23 @@ pb::MeasureReply failure(pb::ErrorCode code, const std::string& msg) {
   return r;
 }
 
+// The reply as the caller gets it: one that says OK with the wrong number of samples (or
+// baseline samples) is a RUNTIME_ERROR; an error without a message gets one.
+pb::MeasureReply checked(const pb::MeasureRequest& req, pb::MeasureReply reply) {
+  const bool cut = reply.cut() && req.cut_slower_than_s() > 0;
+  if (reply.error() == pb::OK && reply.samples_s_size() != (cut ? 1 : req.repeat())) {
+    return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.samples_s_size()) +
+                                          " samples instead of " + std::to_string(cut ? 1 : req.repeat()));
+  }
+  if (reply.error() == pb::OK && !req.baseline_function().empty() &&
+      (reply.baseline_samples_s_size() < 1 || reply.baseline_samples_s_size() > req.repeat())) {
+    return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.baseline_samples_s_size()) +
+                                          " baseline samples for " + std::to_string(req.repeat()) + " asked");
+  }
+  if (reply.error() != pb::OK && reply.error_msg().empty()) reply.set_error_msg("the runner gave no details");
+  return reply;
+}
+
 }  // namespace
 
 pb::MeasureReply run_isolated(const std::vector<std::string>& runner, const std::string& module, const pb::MeasureRequest& req,
@@ -66,18 +83,59 @@ pb::MeasureReply run_isolated(const std::vector<std::string>& runner, const std:
     return failure(pb::RUNTIME_ERROR, "runner exited with status " + std::to_string(child.exit_status) +
                                           " without a reply (did the kernel call exit()?)");
   }
-  const bool cut = reply.cut() && req.cut_slower_than_s() > 0;
-  if (reply.error() == pb::OK && reply.samples_s_size() != (cut ? 1 : req.repeat())) {
-    return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.samples_s_size()) +
-                                          " samples instead of " + std::to_string(cut ? 1 : req.repeat()));
+  return checked(req, std::move(reply));
+}
+
+MeasuringProcess::MeasuringProcess(const std::vector<std::string>& runner, const std::string& device)
+    : worker_(
+          [&] {
+            std::vector<std::string> argv = runner;
+            argv.insert(argv.end(), {"--serve", std::to_string(getpid()), "--device=" + device});
+            return argv;
+          }(),
+          ChildWorker::Framing::Length, static_cast<size_t>(kMaxMessageBytes)) {
+  for (const std::string& w : runner) command_ += (command_.empty() ? "" : " ") + w;
+}
+
+pb::MeasureReply MeasuringProcess::measure(const std::string& module, const std::string& baseline,
+                                           const pb::MeasureRequest& req, double timeout_s, const std::string& owner,
+                                           const std::function<void(pid_t)>& on_start) {
+  if (owner != owner_) worker_.stop();
+  owner_ = owner;
+  pb::RunnerJob job;
+  job.set_module(module);
+  job.set_baseline(baseline);
+  *job.mutable_request() = req;
+  std::string request, out, err;
+  job.SerializeToString(&request);
+  if (!worker_.ensure_started(&err)) return failure(pb::RUNTIME_ERROR, err);
+  if (on_start) {
+    on_start(worker_.pid());
+    worker_.set_on_end([&] { on_start(0); });  // it may end during the measurement
   }
-  if (reply.error() == pb::OK && !req.baseline_function().empty() &&
-      (reply.baseline_samples_s_size() < 1 || reply.baseline_samples_s_size() > req.repeat())) {
-    return failure(pb::RUNTIME_ERROR, "the runner replied with " + std::to_string(reply.baseline_samples_s_size()) +
-                                          " baseline samples for " + std::to_string(req.repeat()) + " asked");
+  const bool answered = worker_.ask(request, timeout_s, &out, &err);
+  worker_.set_on_end(nullptr);
+  if (on_start) on_start(0);
+  if (!answered) {
+    const ChildWorker::Failure& f = worker_.failure();
+    if (f.timed_out)
+      return failure(pb::TIMEOUT, "still running after the time limit of " + std::to_string(timeout_s) + " s; killed");
+    if (f.signal != 0) {
+      return failure(pb::RUNTIME_ERROR, std::string("kernel crashed: killed by signal ") + std::to_string(f.signal) +
+                                            " (" + strsignal(f.signal) + ")");
+    }
+    if (f.exit_status == 127)
+      return failure(pb::RUNTIME_ERROR, "runner '" + command_ + "' could not be executed (exit status 127)");
+    return failure(pb::RUNTIME_ERROR, "the measuring process ended without a reply: " + err);
   }
-  if (reply.error() != pb::OK && reply.error_msg().empty()) reply.set_error_msg("the runner gave no details");
-  return reply;
+  pb::MeasureReply reply;
+  if (!reply.ParseFromString(out)) {
+    worker_.stop();
+    return failure(pb::RUNTIME_ERROR, "the measuring process's reply is not a MeasureReply");
+  }
+  // It ends itself after a failure; the next measurement starts a fresh one either way.
+  if (reply.error() != pb::OK) worker_.stop();
+  return checked(req, std::move(reply));
 }
 
 }  // namespace tf::farm

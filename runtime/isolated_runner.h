@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "proto/tunefarm.pb.h"
+#include "runtime/child_process.h"
 
 namespace tf::farm {
 
@@ -32,5 +33,35 @@ tunefarm::v1::MeasureReply run_isolated(const std::vector<std::string>& runner, 
                                         const tunefarm::v1::MeasureRequest& req, double timeout_s,
                                         const std::function<void(pid_t)>& on_start = nullptr,
                                         const std::vector<std::string>& runner_flags = {});
+
+// A GPU board's measuring process (tunefarm-board-runner --serve): started at the first
+// measurement and kept, so candidates after the first pay neither a process start nor a
+// device context (the CUDA/HIP context, the driver's JIT state). Each measurement loads its
+// module and unloads it after, its device memory freed. The promises of run_isolated hold per
+// measurement: process group, no_new_privs, no core dumps, CPU time capped per measurement, the
+// wall-clock limit (at the deadline the process, its group, is killed: TIMEOUT), and the same
+// replies for the same failures. A fresh process is started after any measurement that failed
+// (the runner ends itself then: a fault poisons its context for good), and when the lease
+// changes (nothing of one lease holder's measurement, not even freed device memory, is
+// reachable from the next's).
+class MeasuringProcess {
+ public:
+  // `runner` as for run_isolated; `device` cuda:N or rocm:N.
+  MeasuringProcess(const std::vector<std::string>& runner, const std::string& device);
+  // As run_isolated (module, request, limit, on_start), for the lease `owner` (an opaque name of
+  // the lease: a change starts a fresh process); `baseline` the baseline model's path or "".
+  tunefarm::v1::MeasureReply measure(const std::string& module, const std::string& baseline,
+                                     const tunefarm::v1::MeasureRequest& req, double timeout_s, const std::string& owner,
+                                     const std::function<void(pid_t)>& on_start = nullptr);
+  // Ends the process now, if one runs.
+  void stop() { worker_.stop(); }
+  // Processes started so far.
+  int starts() const { return worker_.starts(); }
+
+ private:
+  ChildWorker worker_;
+  std::string command_;  // the runner's words, for messages
+  std::string owner_;
+};
 
 }  // namespace tf::farm

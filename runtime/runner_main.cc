@@ -2,7 +2,17 @@
 //
 //   tunefarm-board-runner MODULE SERVER_PID [--emulated | --device=cuda:N | --device=rocm:N]
 //       [--baseline=MODULE2] < MeasureRequest (binary protobuf) > MeasureReply
+//   tunefarm-board-runner --serve SERVER_PID --device=cuda:N|rocm:N
+//       < RunnerJob, RunnerJob, ... > MeasureReply, MeasureReply, ... (each length-prefixed)
 //   tunefarm-board-runner --probe cuda:N|rocm:N     prints the GPU as JSON, or why it cannot
+//
+// --serve is a GPU board's measuring process: it opens the device once (one context, one PTX
+// JIT setup) and measures job after job, each module loaded for its job and unloaded after,
+// its device memory freed; the limits and promises below hold per job (the CPU-time cap is
+// re-armed for each). After any reply that is not OK it ends: a fault poisons a context for
+// good, and the board starts a fresh process for the next job (rpc_server/board_service.h).
+// CPU boards start a runner per measurement: their kernels run on the host, and nothing of
+// one may reach the next.
 //
 // The rpc_server starts one per measurement, in a process group of its own. The runner first
 // ties its life to the server's (it is killed when the server dies, and its CPU time is
@@ -51,6 +61,7 @@
 #include "proto/credentials.h"
 #include "proto/tunefarm.pb.h"
 #include "runtime/gpu_model/image.h"
+#include "runtime/child_process.h"
 #include "runtime/gpu_runtime.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"
@@ -62,6 +73,7 @@ namespace pb = tunefarm::v1;
 
 namespace {
 
+// Writes the reply on stdout (one-shot runner); the exit status.
 int reply_and_exit(const pb::MeasureReply& reply) {
   std::string out;
   reply.SerializeToString(&out);
@@ -79,11 +91,11 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-int fail(pb::ErrorCode code, const std::string& msg) {
+pb::MeasureReply failure_reply(pb::ErrorCode code, const std::string& msg) {
   pb::MeasureReply r;
   r.set_error(code);
   r.set_error_msg(msg);
-  return reply_and_exit(r);
+  return r;
 }
 
 // An output as the reply describes it: its bytes (the digest's), its values (sum, L2).
@@ -196,6 +208,7 @@ namespace {
 struct RunnerArgs {
   std::string module, device, baseline;
   bool emulated = false;
+  bool serve = false;  // --serve: a GPU board's measuring process
   pid_t server = 0;
 };
 
@@ -234,12 +247,15 @@ std::optional<RunnerArgs> parse_args(int argc, char** argv) {
       usage = true;
     }
   }
+  a.serve = argc >= 2 && std::string(argv[1]) == "--serve";
+  if (a.serve && (a.device.empty() || !a.baseline.empty())) usage = true;
   if (usage || (a.emulated && !a.device.empty())) {
     std::fprintf(stderr, "usage: %s MODULE SERVER_PID [--emulated | --device=cuda:N|rocm:N] [--baseline=MODULE2] < request\n"
-                         "       %s --probe cuda:N|rocm:N\n", argv[0], argv[0]);
+                         "       %s --serve SERVER_PID --device=cuda:N|rocm:N   < framed RunnerJobs > framed replies\n"
+                         "       %s --probe cuda:N|rocm:N\n", argv[0], argv[0], argv[0]);
     return std::nullopt;
   }
-  a.module = argv[1];
+  if (!a.serve) a.module = argv[1];
   a.server = static_cast<pid_t>(std::atol(argv[2]));
   return a;
 }
@@ -339,9 +355,9 @@ std::vector<std::vector<float>> kernel_buffers(const pb::MeasureRequest& req, st
 
 // A compiled model on a GPU board, read as data, through the driver; its outputs land in
 // `gpu_outputs`, which the views point into.
-Measured time_gpu_model(const RunnerArgs& a, const pb::MeasureRequest& req, const tf::GpuModelImage& gpu_model,
-                        const tf::GpuModelImage& gpu_baseline, const tf::TimingOptions& o,
-                        std::vector<std::vector<std::string>>& gpu_outputs) {
+Measured time_gpu_model(const RunnerArgs& a, const pb::MeasureRequest& req, tf::GpuRuntime& rt,
+                        const tf::GpuModelImage& gpu_model, const tf::GpuModelImage& gpu_baseline,
+                        const tf::TimingOptions& o, std::vector<std::vector<std::string>>& gpu_outputs) {
   std::vector<const tf::GpuModelImage*> images{&gpu_model};
   if (!a.baseline.empty()) {
     if (std::string why = tf::model_signature_mismatch(model_tensors(gpu_model.inputs), model_tensors(gpu_model.outputs),
@@ -352,15 +368,9 @@ Measured time_gpu_model(const RunnerArgs& a, const pb::MeasureRequest& req, cons
     images.push_back(&gpu_baseline);
   }
   std::vector<std::string> inputs = gpu_model_inputs(gpu_model, req.seed());
-  std::unique_ptr<tf::GpuRuntime> rt;
-  try {
-    rt = tf::open_gpu_runtime(a.device);
-  } catch (const std::exception& e) {
-    refuse(pb::LOAD_ERROR, e.what());
-  }
   std::vector<tf::TimingResult> rs;
   try {
-    rs = rt->time_models(images, std::vector<std::vector<std::string>>(images.size(), inputs), gpu_outputs, o);
+    rs = rt.time_models(images, std::vector<std::vector<std::string>>(images.size(), inputs), gpu_outputs, o);
   } catch (const std::runtime_error& e) {
     refuse(pb::RUNTIME_ERROR, e.what());
   }
@@ -396,7 +406,7 @@ Measured time_cpu_model(const RunnerArgs& a, const pb::MeasureRequest& req, Mode
 
 // A kernel's PTX or code object on a GPU board: the function's kernel, then those the same
 // call launches after it (split-K).
-Measured time_gpu_kernel(const RunnerArgs& a, const pb::MeasureRequest& req, const std::string& gpu_module,
+Measured time_gpu_kernel(const pb::MeasureRequest& req, tf::GpuRuntime& rt, const std::string& gpu_module,
                          std::vector<std::vector<float>>& bufs, const std::vector<size_t>& outputs,
                          const tf::TimingOptions& o) {
   const pb::GpuLaunch& l = req.launch();
@@ -420,16 +430,14 @@ Measured time_gpu_kernel(const RunnerArgs& a, const pb::MeasureRequest& req, con
   call.workspace_elements.assign(l.workspace_elements().begin(), l.workspace_elements().end());
   std::vector<bool> is_output(bufs.size(), false);
   for (size_t i : outputs) is_output[i] = true;
-  std::unique_ptr<tf::GpuRuntime> rt;
   try {
-    rt = tf::open_gpu_runtime(a.device);
-    rt->load(gpu_module, functions);
+    rt.load(gpu_module, functions);
   } catch (const std::exception& e) {
     refuse(pb::LOAD_ERROR, e.what());
   }
   Measured m;
   try {
-    m.t = rt->time(bufs, is_output, call, o);
+    m.t = rt.time(bufs, is_output, call, o);
   } catch (const std::runtime_error& e) {
     refuse(pb::RUNTIME_ERROR, e.what());
   }
@@ -471,7 +479,7 @@ Measured time_cpu_kernel(const RunnerArgs& a, const pb::MeasureRequest& req, std
 
 // The reply: the samples, the baseline's, and each output's digest, sum and L2 (its values too
 // when asked, for kernels).
-int reply_with(const pb::MeasureRequest& req, const Measured& m) {
+pb::MeasureReply make_reply(const pb::MeasureRequest& req, const Measured& m) {
   const tf::TimingResult& t = m.t;
   pb::MeasureReply reply;
   reply.set_kernel_status(t.status);
@@ -486,7 +494,7 @@ int reply_with(const pb::MeasureRequest& req, const Measured& m) {
     reply.set_error(t.status == -1 ? pb::MEMORY_LIMIT : pb::RUNTIME_ERROR);
     reply.set_error_msg(std::string(req.model() ? "model" : "kernel") + " returned " + std::to_string(t.status) +
                         (t.status == -1 ? " (could not allocate its buffers)" : ""));
-    return reply_and_exit(reply);
+    return reply;
   }
   for (double s : t.samples_s) reply.add_samples_s(s);
   for (double s : m.base_samples) reply.add_baseline_samples_s(s);
@@ -507,7 +515,119 @@ int reply_with(const pb::MeasureRequest& req, const Measured& m) {
       if (req.outputs() == pb::OUTPUT_VALUES && !req.model()) o->set_values(raw);
     }
   }
-  return reply_and_exit(reply);
+  return reply;
+}
+
+// The GPU runtime of `device`, or a LOAD_ERROR refusal naming why it cannot be opened.
+std::unique_ptr<tf::GpuRuntime> open_runtime(const std::string& device) {
+  try {
+    return tf::open_gpu_runtime(device);
+  } catch (const std::exception& e) {
+    refuse(pb::LOAD_ERROR, e.what());
+  }
+}
+
+// One measurement, after the modules were checked and the limits set: on a GPU board through
+// `rt` (the one-shot runner's, or the measuring process's kept context).
+pb::MeasureReply measure(const RunnerArgs& a, const pb::MeasureRequest& req, tf::GpuRuntime* rt,
+                         const tf::GpuModelImage& gpu_model, const tf::GpuModelImage& gpu_baseline,
+                         const std::string& gpu_module) {
+  try {
+    const tf::TimingOptions o{req.number(),       req.repeat(),          req.min_repeat_ms(),
+                              req.flush_cache(),  req.cooldown_ms(),     req.cut_slower_than_s(),
+                              req.min_warmup_ms(), req.rewarm_ms()};
+    std::vector<size_t> outputs;
+    std::vector<std::vector<float>> bufs = kernel_buffers(req, outputs);
+    // What the views of the outputs point into, alive until the reply is made.
+    ModelRun model;
+    std::vector<std::vector<std::string>> gpu_outputs;
+    Measured m;
+    if (req.model() && rt) {
+      m = time_gpu_model(a, req, *rt, gpu_model, gpu_baseline, o, gpu_outputs);
+    } else if (req.model()) {
+      m = time_cpu_model(a, req, model, o);
+    } else if (rt) {
+      m = time_gpu_kernel(req, *rt, gpu_module, bufs, outputs, o);
+    } else {
+      m = time_cpu_kernel(a, req, bufs, outputs, o);
+    }
+    if (!req.model()) {
+      for (size_t i : outputs) {
+        tf::load_as(req.args(static_cast<int>(i)).dtype(), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
+        m.views.push_back({bufs[i].data(), static_cast<int64_t>(bufs[i].size()), tf::ModelDType::F32});
+      }
+    }
+    return make_reply(req, m);
+  } catch (const Failure& f) {
+    return failure_reply(f.code, f.msg);
+  } catch (const std::bad_alloc&) {
+    return failure_reply(pb::MEMORY_LIMIT,
+                         "out of memory under the limit of " + std::to_string(req.memory_limit_bytes()) + " bytes");
+  } catch (const std::exception& e) {
+    return failure_reply(pb::LOAD_ERROR, e.what());
+  }
+}
+
+// CPU seconds for every core for the whole limit from now (a backstop to the server's
+// wall-clock kill): the soft limit, raised or lowered per measurement in the measuring
+// process, whose earlier measurements count too.
+void limit_cpu_time(const pb::MeasureRequest& req) {
+  if (req.timeout_s() <= 0) return;
+  rusage used{};
+  getrusage(RUSAGE_SELF, &used);
+  auto budget = static_cast<rlim_t>(req.timeout_s() * std::max(1u, std::thread::hardware_concurrency()) + 10);
+  rlimit lim{};
+  getrlimit(RLIMIT_CPU, &lim);
+  lim.rlim_cur = static_cast<rlim_t>(used.ru_utime.tv_sec + used.ru_stime.tv_sec) + budget;
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_cur > lim.rlim_max) lim.rlim_cur = lim.rlim_max;
+  setrlimit(RLIMIT_CPU, &lim);
+}
+
+// --serve: a GPU board's measuring process (see the top of this file).
+int serve(const RunnerArgs& a) {
+  rlimit core{0, 0};
+  setrlimit(RLIMIT_CORE, &core);
+  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  std::unique_ptr<tf::GpuRuntime> rt;
+  std::string open_error;
+  try {
+    rt = tf::open_gpu_runtime(a.device);
+  } catch (const std::exception& e) {
+    open_error = e.what();
+  }
+  for (std::string frame; tf::read_framed(0, &frame, tf::farm::kMaxMessageBytes);) {
+    pb::RunnerJob job;
+    pb::MeasureReply reply;
+    if (!job.ParseFromString(frame)) {
+      reply = failure_reply(pb::RUNTIME_ERROR, "runner: unreadable request");
+    } else if (!rt) {
+      reply = failure_reply(pb::LOAD_ERROR, open_error);
+    } else {
+      RunnerArgs one = a;
+      one.module = job.module();
+      one.baseline = job.baseline();
+      const pb::MeasureRequest& req = job.request();
+      limit_cpu_time(req);
+      try {
+        tf::GpuModelImage gpu_model, gpu_baseline;
+        std::string gpu_module;
+        check_modules(one, req, gpu_model, gpu_baseline, gpu_module);
+        reply = measure(one, req, rt.get(), gpu_model, gpu_baseline, gpu_module);
+        if (reply.error() == pb::OK) rt->release();
+      } catch (const Failure& f) {
+        reply = failure_reply(f.code, f.msg);
+      } catch (const std::exception& e) {  // release() failed: the context is not to be trusted
+        reply = failure_reply(pb::RUNTIME_ERROR, std::string("after the measurement: ") + e.what());
+      }
+    }
+    std::string out;
+    reply.SerializeToString(&out);
+    if (!tf::write_framed(1, out)) return 3;
+    // A failed measurement may have poisoned the context (a fault does, for good): the process
+    // ends, and the board starts a fresh one for the next.
+    if (reply.error() != pb::OK) return 0;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -520,45 +640,18 @@ int main(int argc, char** argv) {
   // Die with the server; if it is already gone, do not start.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != a.server) return 4;
+  if (a.serve) return serve(a);
   std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   pb::MeasureRequest req;
-  if (!req.ParseFromString(input)) return fail(pb::RUNTIME_ERROR, "runner: unreadable request");
+  if (!req.ParseFromString(input)) return reply_and_exit(failure_reply(pb::RUNTIME_ERROR, "runner: unreadable request"));
   try {
     tf::GpuModelImage gpu_model, gpu_baseline;
     std::string gpu_module;
     limit_and_enter_sandbox(a, req, check_modules(a, req, gpu_model, gpu_baseline, gpu_module));
-    try {
-      const tf::TimingOptions o{req.number(),       req.repeat(),          req.min_repeat_ms(),
-                                req.flush_cache(),  req.cooldown_ms(),     req.cut_slower_than_s(),
-                                req.min_warmup_ms(), req.rewarm_ms()};
-      std::vector<size_t> outputs;
-      std::vector<std::vector<float>> bufs = kernel_buffers(req, outputs);
-      // What the views of the outputs point into, alive until the reply is written.
-      ModelRun model;
-      std::vector<std::vector<std::string>> gpu_outputs;
-      Measured m;
-      if (req.model() && !a.device.empty()) {
-        m = time_gpu_model(a, req, gpu_model, gpu_baseline, o, gpu_outputs);
-      } else if (req.model()) {
-        m = time_cpu_model(a, req, model, o);
-      } else if (!a.device.empty()) {
-        m = time_gpu_kernel(a, req, gpu_module, bufs, outputs, o);
-      } else {
-        m = time_cpu_kernel(a, req, bufs, outputs, o);
-      }
-      if (!req.model()) {
-        for (size_t i : outputs) {
-          tf::load_as(req.args(static_cast<int>(i)).dtype(), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
-          m.views.push_back({bufs[i].data(), static_cast<int64_t>(bufs[i].size()), tf::ModelDType::F32});
-        }
-      }
-      return reply_with(req, m);
-    } catch (const std::bad_alloc&) {
-      return fail(pb::MEMORY_LIMIT, "out of memory under the limit of " + std::to_string(req.memory_limit_bytes()) + " bytes");
-    } catch (const std::exception& e) {
-      return fail(pb::LOAD_ERROR, e.what());
-    }
+    std::unique_ptr<tf::GpuRuntime> rt;
+    if (!a.device.empty()) rt = open_runtime(a.device);
+    return reply_and_exit(measure(a, req, rt.get(), gpu_model, gpu_baseline, gpu_module));
   } catch (const Failure& f) {
-    return fail(f.code, f.msg);
+    return reply_and_exit(failure_reply(f.code, f.msg));
   }
 }

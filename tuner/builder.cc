@@ -75,10 +75,10 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
   std::vector<BuildResult> out(configs.size());
   int n = std::min<int>(opts_.workers, static_cast<int>(configs.size()));
   while (static_cast<int>(workers_.size()) < n) {
-    workers_.push_back(std::make_unique<LineWorker>(std::vector<std::string>{opts_.worker_path, "--serve"}));
+    workers_.push_back(std::make_unique<ChildWorker>(std::vector<std::string>{opts_.worker_path, "--serve"}));
   }
   std::atomic<size_t> next{0};
-  auto work = [&](LineWorker& worker) {
+  auto work = [&](ChildWorker& worker) {
     for (size_t i; (i = next++) < configs.size();) {
       BuildResult& r = out[i];
       r.config = configs[i];
@@ -89,7 +89,7 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
       bool answered = worker.ask(req.dump(), opts_.timeout_s, &line, &err);
       r.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       r.error_code = "compile_error";
-      const LineWorker::Failure& f = worker.failure();
+      const ChildWorker::Failure& f = worker.failure();
       if (!answered && f.timed_out) {
         r.error_msg = "the compile took longer than the limit of " + std::to_string(opts_.timeout_s) + " s; killed";
       } else if (!answered && f.signal != 0) {

@@ -45,7 +45,7 @@ struct LocalBuilderOptions {
   std::string worker_path;   // "": tunefarm-build-worker next to this program
 };
 
-class LineWorker;
+class ChildWorker;
 
 class LocalBuilder : public Builder {
  public:
@@ -61,7 +61,7 @@ class LocalBuilder : public Builder {
  private:
   static constexpr int kBuildsPerWorker = 200;
   LocalBuilderOptions opts_;
-  std::vector<std::unique_ptr<LineWorker>> workers_;
+  std::vector<std::unique_ptr<ChildWorker>> workers_;
   std::string dir_;
   int batch_ = 0;
 };

@@ -134,7 +134,7 @@ void CostModelSearch::features_in_worker(const std::vector<uint64_t>& points) {
   for (uint64_t i : points) configs.push_back(space_.to_config(i));
   nlohmann::json req = {{"workload", space_.workload().canonical()}, {"target", space_.target().str()},
                         {"features", configs}};
-  if (!worker_) worker_ = std::make_unique<LineWorker>(std::vector<std::string>{opts_.feature_worker, "--serve"});
+  if (!worker_) worker_ = std::make_unique<ChildWorker>(std::vector<std::string>{opts_.feature_worker, "--serve"});
   std::string out, err;
   bool answered = worker_->ask(req.dump(), opts_.feature_timeout_s, &out, &err);
   if (!answered && worker_->starts() == 0) throw std::runtime_error("cannot start the feature worker: " + err);

@@ -94,7 +94,7 @@ class CostModelSearch : public SearchBase {
   CostModelSearchOptions opts_;
   std::unique_ptr<costmodel::XGBoostModel> model_;
   std::unordered_map<uint64_t, std::vector<float>> features_;  // empty: cannot be lowered
-  std::unique_ptr<LineWorker> worker_;
+  std::unique_ptr<ChildWorker> worker_;
   std::unordered_map<uint64_t, double> scores_;  // of the current fit
   std::unordered_map<uint64_t, double> costs_;   // latest observed cost per point
   bool dirty_ = false;

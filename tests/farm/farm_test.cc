@@ -1620,6 +1620,140 @@ TEST(FarmGpu, StuckDriverProbeIsAClearError) {
 // the key run at once, each measurement on its device (the driver logs each runner's context).
 // Lists name devices; errors: a device twice, one the machine lacks, cpu in a list, an
 // --advertise with a port for several boards.
+// A measurement of `function` of the PTX kernel at `ptx` as its sidecar describes it: its
+// arguments and launch, 2 samples of 1 call, no outputs asked for.
+pb::MeasureRequest gpu_request(const std::string& ptx, const std::string& function) {
+  nlohmann::json side = nlohmann::json::parse(read_file(ptx + ".json"));
+  pb::MeasureRequest r;
+  r.set_function(function);
+  for (const auto& a : side["args"]) {
+    pb::ArgSpec* spec = r.add_args();
+    for (int64_t d : a["shape"]) spec->add_shape(d);
+    spec->set_is_output(a["role"] == "output");
+  }
+  for (int64_t v : side["launch"]["grid"]) r.mutable_launch()->add_grid(v);
+  for (int64_t v : side["launch"]["block"]) r.mutable_launch()->add_block(v);
+  r.set_number(1);
+  r.set_repeat(2);
+  r.set_timeout_s(20);
+  r.set_seed(5);
+  return r;
+}
+
+// How many lines of `log` are `line`.
+int count_lines(const std::string& log, const std::string& line) {
+  std::istringstream in(log);
+  int n = 0;
+  for (std::string l; std::getline(in, l);) n += l == line;
+  return n;
+}
+
+// How many lines of `log` start with `prefix`.
+int count_prefixed(const std::string& log, const std::string& prefix) {
+  std::istringstream in(log);
+  int n = 0;
+  for (std::string l; std::getline(in, l);) n += l.rfind(prefix, 0) == 0;
+  return n;
+}
+
+// A GPU board keeps one measuring process (runtime/isolated_runner.h MeasuringProcess): one
+// device context serves candidate after candidate, each module unloaded and each buffer freed
+// after its measurement; a kernel that faults (the FAKE driver then fails every later call of
+// the process, as a real fault poisons a context) or never ends costs that candidate only; a
+// new lease gets a fresh process. --runner-per-measurement starts one per candidate, as before.
+TEST(FarmGpu, MeasuringProcessKeepsItsContextAndAFaultCostsOneCandidate) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  std::string dir = temp_dir(), ptx = dir + "/mm.ptx";
+  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=64,N=48,K=32)' -t 'cuda -arch=sm_80' --no-db -o " +
+                         ptx + " > /dev/null").c_str()),
+            0);
+  const std::string good = read_file(ptx);
+  // The same kernel under the names the FAKE driver faults and hangs on.
+  auto renamed = [&](const std::string& name) {
+    std::string text = good;
+    size_t at = text.find(".entry matmul(");
+    EXPECT_NE(at, std::string::npos);
+    return text.replace(at, 13, ".entry " + name);
+  };
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  auto start_board = [&](const std::string& log, const std::string& id, std::vector<std::string> extra) {
+    std::vector<std::string> argv{"/usr/bin/env", std::string("LD_LIBRARY_PATH=") + TF_FAKE_CUDA_DIR,
+                                  "TF_FAKE_CUDA_LOG=" + log, "TF_FAKE_CUDA_FAIL_LAUNCH=faulty",
+                                  "TF_FAKE_CUDA_HANG_LAUNCH=stuck", TF_RPC_SERVER, "--tracker",
+                                  "127.0.0.1:" + std::to_string(port), "--device", "cuda:0", "--port", "0",
+                                  "--token-file", token_file(), "--board-id", id, "--key", id};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Daemon>(argv, dir + "/" + id + ".log");
+  };
+  const std::string log = dir + "/kept.log";
+  std::unique_ptr<Daemon> board = start_board(log, "kept", {});
+  ASSERT_GT(board->port(), 0) << board->log();
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "kept") == 1; }, 10000))
+      << board->log();
+  pb::MeasureRequest r = gpu_request(ptx, "matmul");
+  // Contexts made since the board's start (its probe of the device made one).
+  const int probed = count_lines(read_file(log), "context 0");
+  auto contexts = [&](const std::string& path, int before) { return count_lines(read_file(path), "context 0") - before; };
+  {
+    std::unique_ptr<LeasedBoard> b = c.lease("kept", "test", 0, 5000);
+    std::string mm = b->upload(good, "mm.ptx"), faulty = b->upload(renamed("faulty"), "faulty.ptx"),
+                stuck = b->upload(renamed("stuck"), "stuck.ptx");
+    for (int i = 0; i < 5; ++i) {
+      pb::MeasureReply reply = b->measure(r, mm);
+      EXPECT_EQ(reply.error(), pb::OK) << reply.error_msg();
+      EXPECT_EQ(reply.samples_s_size(), 2);
+    }
+    std::string fake = read_file(log);
+    EXPECT_EQ(contexts(log, probed), 1) << fake;
+    EXPECT_EQ(count_prefixed(fake, "module "), 5) << fake;
+    EXPECT_EQ(count_lines(fake, "unload"), 5) << fake;
+    EXPECT_GT(count_prefixed(fake, "alloc "), 0);
+    EXPECT_EQ(count_prefixed(fake, "alloc "), count_lines(fake, "free")) << fake;
+    // A fault: that candidate's error, then the next hundred measure normally (in the faulted
+    // process every call would fail).
+    pb::MeasureRequest f = r;
+    f.set_function("faulty");
+    pb::MeasureReply bad = b->measure(f, faulty);
+    EXPECT_EQ(bad.error(), pb::RUNTIME_ERROR);
+    EXPECT_NE(bad.error_msg().find("CUDA_ERROR_LAUNCH_FAILED"), std::string::npos) << bad.error_msg();
+    int ok = 0;
+    for (int i = 0; i < 100; ++i) ok += b->measure(r, mm).error() == pb::OK;
+    EXPECT_EQ(ok, 100);
+    EXPECT_EQ(contexts(log, probed), 2) << read_file(log);
+    // A kernel that never ends: killed at the request's limit, then the next measures.
+    pb::MeasureRequest h = r;
+    h.set_function("stuck");
+    h.set_timeout_s(1.5);
+    pb::MeasureReply hung = b->measure(h, stuck);
+    EXPECT_EQ(hung.error(), pb::TIMEOUT) << hung.error_msg();
+    EXPECT_NE(hung.error_msg().find("still running after the time limit of 1.5"), std::string::npos) << hung.error_msg();
+    EXPECT_EQ(b->measure(r, mm).error(), pb::OK);
+    EXPECT_EQ(contexts(log, probed), 3) << read_file(log);
+    b->release();
+  }
+  {
+    // Another lease: a fresh process (nothing of the last lease's measurements reachable).
+    std::unique_ptr<LeasedBoard> b = c.lease("kept", "test", 0, 5000);
+    EXPECT_EQ(b->measure(r, b->upload(good, "mm.ptx")).error(), pb::OK);
+    EXPECT_EQ(contexts(log, probed), 4) << read_file(log);
+    b->release();
+  }
+  // One runner per measurement, as CPU boards: a context each.
+  const std::string fresh_log = dir + "/fresh.log";
+  std::unique_ptr<Daemon> fresh = start_board(fresh_log, "fresh", {"--runner-per-measurement"});
+  ASSERT_GT(fresh->port(), 0) << fresh->log();
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "fresh") == 1; }, 10000))
+      << fresh->log();
+  const int fresh_probed = count_lines(read_file(fresh_log), "context 0");
+  std::unique_ptr<LeasedBoard> b = c.lease("fresh", "test", 0, 5000);
+  std::string mm = b->upload(good, "mm.ptx");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b->measure(r, mm).error(), pb::OK);
+  EXPECT_EQ(contexts(fresh_log, fresh_probed), 3) << read_file(fresh_log);
+  b->release();
+}
+
 TEST(FarmGpu, EveryGpuOfAHostIsABoard) {
   auto tracker = start_tracker(0);
   int port = tracker->port();
@@ -1644,20 +1778,7 @@ TEST(FarmGpu, EveryGpuOfAHostIsABoard) {
   ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=64,N=48,K=32)' -t 'cuda -arch=sm_80' --no-db -o " +
                          ptx + " > /dev/null").c_str()),
             0);
-  nlohmann::json side = nlohmann::json::parse(read_file(ptx + ".json"));
-  pb::MeasureRequest r;
-  r.set_function("matmul");
-  for (const auto& a : side["args"]) {
-    pb::ArgSpec* spec = r.add_args();
-    for (int64_t d : a["shape"]) spec->add_shape(d);
-    spec->set_is_output(a["role"] == "output");
-  }
-  for (int64_t v : side["launch"]["grid"]) r.mutable_launch()->add_grid(v);
-  for (int64_t v : side["launch"]["block"]) r.mutable_launch()->add_block(v);
-  r.set_number(1);
-  r.set_repeat(2);
-  r.set_timeout_s(20);
-  r.set_seed(5);
+  pb::MeasureRequest r = gpu_request(ptx, "matmul");
   // Three leases held at once: three boards, one per device.
   std::vector<std::unique_ptr<LeasedBoard>> held;
   std::set<std::string> ids;
@@ -1695,6 +1816,7 @@ TEST(FarmGpu, EveryGpuOfAHostIsABoard) {
       {{"--device", "cuda:all", "--advertise", "farm.example:9000"},
        "--advertise farm.example:9000 names one board's address; with 3 devices give its HOST alone"},
       {{"--device", "all", "--advertise", "[fd00::7]:9000"}, "--advertise [fd00::7]:9000 names one board's address"},
+      {{"--device", "cpu", "--runner-per-measurement"}, "--runner-per-measurement is for GPU boards"},
   };
   for (const Case& k : cases) {
     std::vector<std::string> bad = env(dir + "/bad.log");

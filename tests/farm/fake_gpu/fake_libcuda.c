@@ -10,7 +10,10 @@
 // launch's arguments (their number read from the PTX's .entry), and a <name>_stepN launch does
 // nothing. $TF_FAKE_CUDA_ALIASES names a file of "name other" lines: kernels the emulated
 // library generated once under the other's name (its sidecar's same_code_as).
-// $TF_FAKE_CUDA_FAIL_LAUNCH=name: launches of that kernel fail (CUDA_ERROR_LAUNCH_FAILED);
+// $TF_FAKE_CUDA_FAIL_LAUNCH=name: launches of that kernel fail (CUDA_ERROR_LAUNCH_FAILED) and
+// poison the context, as a real fault does: every later call of the process fails the same
+// way. $TF_FAKE_CUDA_HANG_LAUNCH=name: a launch of that kernel never returns (a kernel that
+// never ends). Module unloads and frees are logged ("unload", "free") for leak checks.
 // $TF_FAKE_CUDA_MEMORY=bytes: larger allocations fail (CUDA_ERROR_OUT_OF_MEMORY).
 // $TF_FAKE_CUDA_DEVICES=N: N devices (default 1; a host with several GPUs), each named with
 // its ordinal; the context's device (cuDevicePrimaryCtxRetain) is logged ("context N").
@@ -27,6 +30,21 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
 static char* g_module;
+// Set by a failing launch: the context is poisoned, every call fails from then on.
+static int g_poisoned;
+#define POISON_CHECK() \
+  do {                 \
+    if (g_poisoned) return 719; \
+  } while (0)
+
+static void log_line(const char* line) {
+  const char* log = getenv("TF_FAKE_CUDA_LOG");
+  FILE* out = log ? fopen(log, "a") : NULL;
+  if (out) {
+    fprintf(out, "%s\n", line);
+    fclose(out);
+  }
+}
 struct FakeModule {
   struct FakeModule* next;
   char text[];
@@ -77,8 +95,9 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int d) {
   return 0;
 }
 CUresult cuCtxSetCurrent(void* ctx) { return 0; }
-CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuCtxSynchronize(void) { POISON_CHECK(); return 0; }
 CUresult cuModuleLoadData(void** m, const void* image) {
+  POISON_CHECK();
   const char* text = (const char*)image;
   if (strncmp(text, "//", 2) != 0 || !strstr(text, ".version ") || !strstr(text, ".target sm_")) return 218;  // CUDA_ERROR_INVALID_PTX
   // Kept (reachable from a global list the compiler cannot drop, for LeakSanitizer) as a
@@ -91,13 +110,23 @@ CUresult cuModuleLoadData(void** m, const void* image) {
   tf_fake_cuda_modules = kept;
   g_module = kept->text;
   *m = g_module;
-  const char* log = getenv("TF_FAKE_CUDA_LOG");
-  FILE* out = log ? fopen(log, "a") : NULL;
-  if (out) {
-    fprintf(out, "module %zu\n", n - 1);
-    fclose(out);
-  }
+  char line[64];
+  snprintf(line, sizeof line, "module %zu", n - 1);
+  log_line(line);
   return 0;
+}
+CUresult cuModuleUnload(void* m) {
+  POISON_CHECK();
+  for (struct FakeModule** at = &tf_fake_cuda_modules; *at; at = &(*at)->next) {
+    if ((*at)->text == m) {
+      struct FakeModule* gone = *at;
+      *at = gone->next;
+      free(gone);
+      log_line("unload");
+      return 0;
+    }
+  }
+  return 400;  // CUDA_ERROR_INVALID_HANDLE
 }
 
 // A function: its name, and how many parameters its .entry takes. Kept on a global list, as
@@ -125,6 +154,7 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
   return 0;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+  POISON_CHECK();
   const char* log = getenv("TF_FAKE_CUDA_LOG");
   FILE* out = log ? fopen(log, "a") : NULL;
   if (out) {
@@ -140,9 +170,14 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
   *p = (CUdeviceptr)f;
   return 0;
 }
-CUresult cuMemFree_v2(CUdeviceptr p) { free((void*)p); return 0; }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { memcpy((void*)dst, src, n); return 0; }
-CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { memcpy(dst, (void*)src, n); return 0; }
+CUresult cuMemFree_v2(CUdeviceptr p) {
+  POISON_CHECK();
+  free((void*)p);
+  log_line("free");
+  return 0;
+}
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { POISON_CHECK(); memcpy((void*)dst, src, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { POISON_CHECK(); memcpy(dst, (void*)src, n); return 0; }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* stream) { memcpy((void*)dst, src, n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* stream) { memcpy(dst, (void*)src, n); return 0; }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* stream) { memmove((void*)dst, (void*)src, n); return 0; }
@@ -196,9 +231,17 @@ static CUresult run_emulated(const Function* fn, void** params) {
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void* stream, void** params, void** extra) {
   if (!f || !params || gx * gy * gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) return 1;  // INVALID_VALUE
+  POISON_CHECK();
   const Function* fn = (const Function*)f;
   const char* failing = getenv("TF_FAKE_CUDA_FAIL_LAUNCH");
-  if (failing && strcmp(failing, fn->name) == 0) return 719;
+  if (failing && strcmp(failing, fn->name) == 0) {
+    g_poisoned = 1;
+    return 719;
+  }
+  const char* hanging = getenv("TF_FAKE_CUDA_HANG_LAUNCH");
+  if (hanging && strcmp(hanging, fn->name) == 0) {
+    for (;;) pause();
+  }
   if (getenv("TF_FAKE_CUDA_KERNELS")) {
     CUresult r = run_emulated(fn, params);
     if (r) return r;
@@ -220,7 +263,7 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
 }
 CUresult cuEventCreate(void** e, unsigned flags) { *e = calloc(1, sizeof(double)); return 0; }
 CUresult cuEventRecord(void* e, void* stream) { *(double*)e = now_ms(); return 0; }
-CUresult cuEventSynchronize(void* e) { return 0; }
+CUresult cuEventSynchronize(void* e) { POISON_CHECK(); return 0; }
 CUresult cuEventElapsedTime(float* ms, void* a, void* b) {
   double d = *(double*)b - *(double*)a;
   *ms = (float)(d > 1e-3 ? d : 1e-3);
