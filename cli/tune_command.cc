@@ -49,6 +49,25 @@ std::string duration(double s) {
   return buf;
 }
 
+// Where a run's time went (TuneState), for --json.
+json time_report(const TuneState& st) {
+  return {{"build_s", st.build_s}, {"measure_s", st.measure_s}, {"overlap_s", st.overlap_s},
+          {"other_s", std::max(0.0, st.elapsed_s - st.build_s - st.measure_s + st.overlap_s)},
+          {"candidates_per_s", st.elapsed_s > 0 ? st.trials_done / st.elapsed_s : 0.0}};
+}
+
+// The same as a line: "12.3 s: building 4.0 s, measuring 8.0 s (2.0 s beside builds), search
+// and database 2.3 s; 6.5 candidates/s".
+std::string time_line(const TuneState& st) {
+  json t = time_report(st);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%.1f s: building %.1f s, measuring %.1f s (%.1f s of it beside builds), search and "
+                                 "database %.1f s; %.2f candidates/s",
+                st.elapsed_s, st.build_s, st.measure_s, st.overlap_s, t["other_s"].get<double>(),
+                t["candidates_per_s"].get<double>());
+  return buf;
+}
+
 // Progress: a bar on a terminal, a line per batch otherwise (stderr), or JSON events (stdout).
 class Progress : public MeasureCallback {
  public:
@@ -347,7 +366,7 @@ int run_tune_impl(const TuneArgs& a) {
                              {"default_s", sum.default_s},
                              {"speedup_over_default", speedup}, {"retimed", retimed},
                              {"records", commit.committed()}, {"run", opts.run_uuid}, {"elapsed_s", st.elapsed_s},
-                             {"model", model_report}}
+                             {"time", time_report(st)}, {"model", model_report}}
                             .dump()
                             .c_str());
   } else {
@@ -365,6 +384,7 @@ int run_tune_impl(const TuneArgs& a) {
       std::printf("default   %.4f ms, %.1f GFLOPS; speedup %.2fx\n", sum.default_s * 1e3, gflops(space, sum.default_s),
                   speedup);
     }
+    std::printf("time      %s\n", time_line(st).c_str());
     if (database) {
       std::printf("recorded  %lld records in %s (run %s)\n", static_cast<long long>(commit.committed()),
                   db::database_path(a.db).c_str(), opts.run_uuid.c_str());
@@ -522,8 +542,19 @@ int run_tune_model(const TuneArgs& a) {
   }
 
   stop_on_signals();
+  const auto run_start = std::chrono::steady_clock::now();
   const StopReason stopped = group.run();
   const std::string reason = stop_reason_name(stopped);
+  // Where the group's time went: its tasks' building and measuring, over its wall time.
+  TuneState total;
+  total.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  for (size_t i = 0; i < group.size(); ++i) {
+    const TuneState& st = group.summary(i).state;
+    total.trials_done += st.trials_done;
+    total.build_s += st.build_s;
+    total.measure_s += st.measure_s;
+    total.overlap_s += st.overlap_s;
+  }
   // The tasks' best and default times (re-timed medians), weighted by their counts; the
   // default build compiles no alternative task.
   std::vector<double> bests, defaults;
@@ -585,6 +616,7 @@ int run_tune_model(const TuneArgs& a) {
                              {"stop_reason", reason}, {"tasks", rows}, {"model_estimate_s", model_estimate},
                              {"estimate_s", all_tuned ? tuned : 0.0}, {"default_estimate_s", all_default ? deflt : 0.0},
                              {"speedup_over_default", all_tuned && all_default && tuned > 0 ? deflt / tuned : 0.0},
+                             {"time", time_report(total)},
                              {"model", mc ? to_json(*mc) : json{{"not_timed", not_timed}}}}
                             .dump()
                             .c_str());
@@ -603,6 +635,7 @@ int run_tune_model(const TuneArgs& a) {
       std::printf("%-70s %6.0f %7d %11.4g %11.4g %8s %8s\n", group.task(i).workload.c_str(), group.task(i).weight,
                   sum.state.trials_done, sum.best_s * 1e3, sum.default_s * 1e3, speedup, rate);
     }
+    std::printf("time      %s\n", time_line(total).c_str());
     if (all_tuned && all_default) {
       std::printf("tasks     %s tuned, %s with default schedules (%.2fx), summed by count; the rest of the model "
                   "(untunable kernels, joins) is not in it\n", fmt_ms(tuned).c_str(), fmt_ms(deflt).c_str(), deflt / tuned);

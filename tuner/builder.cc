@@ -68,10 +68,14 @@ LocalBuilder::~LocalBuilder() {
 }
 
 std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t, const std::vector<json>& configs) {
-  // The previous batch's libraries go now.
+  // The libraries of the batch before the previous go now (the previous may still be measured).
   std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) fs::remove_all(e.path(), ec);
   ++batch_;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
+    if (e.path().filename() != "b" + std::to_string(batch_ - 1)) fs::remove_all(e.path(), ec);
+  }
+  const std::string batch_dir = dir_ + "/b" + std::to_string(batch_);
+  fs::create_directories(batch_dir, ec);
   std::vector<BuildResult> out(configs.size());
   int n = std::min<int>(opts_.workers, static_cast<int>(configs.size()));
   while (static_cast<int>(workers_.size()) < n) {
@@ -82,7 +86,7 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
     for (size_t i; (i = next++) < configs.size();) {
       BuildResult& r = out[i];
       r.config = configs[i];
-      std::string so = dir_ + "/b" + std::to_string(batch_) + "_" + std::to_string(i) + ".so";
+      std::string so = batch_dir + "/" + std::to_string(i) + ".so";
       json req = {{"workload", w.canonical()}, {"target", t.str()}, {"config", configs[i]}, {"output", so}};
       auto start = std::chrono::steady_clock::now();
       std::string line, err;

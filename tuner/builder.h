@@ -3,7 +3,8 @@
 // Promises: build() returns one BuildResult per config, in order, and never throws for a
 // candidate's failure: a compiler error, a compiler crash or a compile past the time limit is
 // that candidate's COMPILE_ERROR, with the reason. Libraries (and their .json sidecars) stay
-// on disk until the next build() or the builder's end.
+// on disk until the build() after next or the builder's end (a batch can be measured while
+// the next one builds: tuner/tune.h).
 //
 // LocalBuilder compiles candidates in tunefarm-build-worker processes (--serve), as many at
 // once as there are cores by default, each candidate under a time limit. A worker stays up
@@ -37,6 +38,8 @@ class Builder {
   virtual ~Builder() = default;
   virtual std::vector<BuildResult> build(const Workload& w, const Target& t,
                                          const std::vector<nlohmann::json>& configs) = 0;
+  // How many candidates it builds at once.
+  virtual int parallelism() const { return 1; }
 };
 
 struct LocalBuilderOptions {
@@ -55,6 +58,7 @@ class LocalBuilder : public Builder {
   std::vector<BuildResult> build(const Workload& w, const Target& t,
                                  const std::vector<nlohmann::json>& configs) override;
   int workers() const { return opts_.workers; }
+  int parallelism() const override { return opts_.workers; }
   // Worker processes started so far (a crash, a hang or kBuildsPerWorker builds start another).
   int worker_starts() const;
 

@@ -53,6 +53,12 @@ std::string FarmRunner::connect(const std::string& expected_arch) {
   return board_target();
 }
 
+bool FarmRunner::overlaps_builds() const {
+  std::string t = board_target();
+  std::optional<TargetKind> kind = parse_target_kind(t.substr(0, t.find(' ')));
+  return kind && kind_info(*kind).gpu;
+}
+
 std::string FarmRunner::board_target() const {
   std::lock_guard<std::mutex> l(mu_);
   return target_;

@@ -48,6 +48,8 @@ class FarmRunner : public Runner {
   explicit FarmRunner(FarmRunnerOptions o);
   ~FarmRunner() override;
   std::string device_key() const override { return opts_.key; }
+  // GPU boards: the host's cores are not what they time. (A CPU board may be this machine.)
+  bool overlaps_builds() const override;
   std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override;
   // Called (from worker threads, one at a time) when a board is lost.
   std::function<void(const std::string& board_id, const std::string& reason)> on_board_lost;

@@ -28,6 +28,9 @@ class Runner {
   // The records' device_key: "local", or the farm key.
   virtual std::string device_key() const = 0;
   virtual std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) = 0;
+  // True when building on this machine while run() measures cannot disturb the timings (the
+  // device is not this machine's CPU): the tuner then builds the next candidates meanwhile.
+  virtual bool overlaps_builds() const { return false; }
   // A compiled model (`tunefarm compile --model`'s library) timed against a second build of
   // it, interleaved on the same inputs (tuner/measure.h model_request): samples_s are the
   // model's, baseline_samples_s the baseline's (RunResult::speedup). A model that fails is a

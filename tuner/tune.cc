@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "base/enum_names.h"
 #include "tuner/tuning_records.h"
@@ -129,6 +130,73 @@ void TuneLoop::notify(const std::vector<Trial>& trials) {
   for (MeasureCallback* cb : callbacks_) cb->on_results(sum_.state, trials);
 }
 
+std::vector<BuildResult> TuneLoop::timed_build(const std::vector<json>& configs, Interval* took) {
+  Interval t{now_s(), 0};
+  std::vector<BuildResult> b = builder_.build(space_.workload(), space_.target(), configs);
+  t.end = now_s();
+  sum_.state.build_s += t.end - t.start;
+  if (took) *took = t;
+  return b;
+}
+
+std::vector<RunResult> TuneLoop::timed_run(const std::vector<BuildResult>& builds, Interval* took) {
+  Interval t{now_s(), 0};
+  std::vector<RunResult> r = runner_.run(*ctx_, builds);
+  t.end = now_s();
+  sum_.state.measure_s += t.end - t.start;
+  if (took) *took = t;
+  return r;
+}
+
+void TuneLoop::build_and_run(const std::vector<json>& configs, std::vector<BuildResult>& builds,
+                             std::vector<RunResult>& results) {
+  const size_t n = configs.size();
+  const size_t chunk = static_cast<size_t>(std::max(1, builder_.parallelism()));
+  if (!runner_.overlaps_builds() || n <= chunk) {
+    builds = timed_build(configs);
+    results = timed_run(builds);
+    return;
+  }
+  // Chunk k measures while chunk k+1 builds (on another thread: one build() at a time, and
+  // the builder keeps the previous batch's libraries, which are being measured).
+  auto slice = [&](size_t from) {
+    return std::vector<json>(configs.begin() + static_cast<std::ptrdiff_t>(from),
+                             configs.begin() + static_cast<std::ptrdiff_t>(std::min(n, from + chunk)));
+  };
+  std::vector<BuildResult> ready = timed_build(slice(0));
+  for (size_t from = 0; from < n; from += chunk) {
+    std::vector<BuildResult> next;
+    std::exception_ptr build_error;
+    Interval building{0, 0}, measuring{0, 0};
+    std::thread builder;
+    if (from + chunk < n) {
+      builder = std::thread([&] {
+        try {
+          next = timed_build(slice(from + chunk), &building);
+        } catch (...) {
+          build_error = std::current_exception();
+        }
+      });
+    }
+    std::vector<RunResult> measured;
+    try {
+      measured = timed_run(ready, &measuring);
+    } catch (...) {
+      if (builder.joinable()) builder.join();
+      throw;
+    }
+    if (builder.joinable()) builder.join();
+    if (build_error) std::rethrow_exception(build_error);
+    sum_.state.overlap_s +=
+        std::max(0.0, std::min(measuring.end, building.end) - std::max(measuring.start, building.start));
+    for (size_t k = 0; k < ready.size(); ++k) {
+      builds[from + k] = std::move(ready[k]);
+      results[from + k] = std::move(measured[k]);
+    }
+    ready = std::move(next);
+  }
+}
+
 // Builds and measures `indices`; disturbed measurements are measured once more.
 std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
   const TuneState& st = sum_.state;
@@ -139,8 +207,9 @@ std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
   if (opts_.cut_factor > 0 && std::isfinite(st.best_s)) ctx_->set_cut_slower_than_s(opts_.cut_factor * st.best_s);
   std::vector<json> configs;
   for (uint64_t i : indices) configs.push_back(space_.to_config(i));
-  std::vector<BuildResult> builds = builder_.build(space_.workload(), space_.target(), configs);
-  std::vector<RunResult> results = runner_.run(*ctx_, builds);
+  std::vector<BuildResult> builds(configs.size());
+  std::vector<RunResult> results(configs.size());
+  build_and_run(configs, builds, results);
   std::vector<Trial> trials;
   std::vector<BuildResult> again;
   std::vector<size_t> again_at;
@@ -157,7 +226,7 @@ std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
   }
   if (!again.empty() && !stopped()) {
     ctx_->set_cut_slower_than_s(0);
-    std::vector<RunResult> redo = runner_.run(*ctx_, again);
+    std::vector<RunResult> redo = timed_run(again);
     for (size_t k = 0; k < redo.size(); ++k) {
       size_t at = again_at[k];
       trials.push_back({indices[at], configs[at], builds[at], redo[k], false, true});
@@ -331,13 +400,13 @@ TuneSummary TuneLoop::finish() {
     std::map<uint64_t, std::vector<double>> fresh;
     std::vector<json> configs;
     for (uint64_t i : top) configs.push_back(space_.to_config(i));
-    std::vector<BuildResult> builds = builder_.build(space_.workload(), space_.target(), configs);
+    std::vector<BuildResult> builds = timed_build(configs);
     ctx_->set_timeout_s(opts_.measure.timeout_s);  // the re-timed are all fast: the runner's own limit
     ctx_->set_cut_slower_than_s(0);                 // and all are timed in full, the default too
     ctx_->set_min_warmup_ms(opts_.measure.min_warmup_ms);
     std::vector<std::vector<double>> rounds;  // [round][k]: the cost, NaN where the board was lost
     for (int round = 0; round < opts_.retime_rounds && !stopped(); ++round) {
-      std::vector<RunResult> results = runner_.run(*ctx_, builds);
+      std::vector<RunResult> results = timed_run(builds);
       std::vector<Trial> trials;
       std::vector<double> row(top.size(), std::numeric_limits<double>::quiet_NaN());
       for (size_t k = 0; k < top.size(); ++k) {

@@ -29,6 +29,11 @@
 // - Non-contenders are timed with one sample (cut_factor); the re-timing never cuts.
 // - `stop` (set by a signal handler) ends the run after the batch in flight, without the
 //   re-timing; what was measured is already committed.
+// - Pipelining: where the runner's timings cannot be disturbed by builds on this machine
+//   (Runner::overlaps_builds: GPU boards), a batch is built and measured in chunks of the
+//   builder's parallelism, the next chunk building while the last one measures; elsewhere
+//   (this CPU, CPU boards) nothing builds while something measures. TuneState says where the
+//   time went.
 #pragma once
 
 #include <atomic>
@@ -106,6 +111,10 @@ struct TuneState {
   double elapsed_s = 0;
   int since_improvement = 0;
   std::string phase = "search";  // search, retime, done
+  // Where the time went, in seconds: building candidates, measuring them (uploads, the
+  // boards' work and the waits for boards), and how much of the measuring had builds going
+  // on beside it; the rest of elapsed_s is the search (cost model) and the database.
+  double build_s = 0, measure_s = 0, overlap_s = 0;
 };
 
 class MeasureCallback {
@@ -182,6 +191,17 @@ class TuneLoop {
   bool search_over();
   void notify(const std::vector<Trial>& trials);
   std::vector<Trial> measure(const std::vector<uint64_t>& indices);
+  // Builds `configs` and measures them into `builds` and `results` (sized as configs),
+  // overlapping the two where the runner allows (the header's "Pipelining").
+  void build_and_run(const std::vector<nlohmann::json>& configs, std::vector<BuildResult>& builds,
+                     std::vector<RunResult>& results);
+  // The builder's and runner's calls, their time added to the state's (and their start and
+  // end in `took`).
+  struct Interval {
+    double start, end;
+  };
+  std::vector<BuildResult> timed_build(const std::vector<nlohmann::json>& configs, Interval* took = nullptr);
+  std::vector<RunResult> timed_run(const std::vector<BuildResult>& builds, Interval* took = nullptr);
   // Drops from `batch` the configs another run measured since this one started (a job on the
   // same workload at the same time), taking their results from the database instead.
   std::vector<uint64_t> skip_measured_elsewhere(const std::vector<uint64_t>& batch);

@@ -796,6 +796,8 @@ TEST_F(Farm, Int8KernelsAreFilledByTypeAndCheckedExactly) {
   EXPECT_TRUE(results[0].ok()) << results[0].error_msg;
   EXPECT_EQ(results[0].correctness, "ok");
   EXPECT_EQ(results[0].max_abs_error, 0.0);
+  // A CPU board may be this machine: the tuner builds nothing while it measures.
+  EXPECT_FALSE(runner.overlaps_builds()) << runner.board_target();
   // The same library measured as the float workload of that shape reads its bytes as other
   // types: a wrong answer, not a pass.
   MeasureContext as_float(build_op(parse_workload("matmul(M=24,N=36,K=18)")), MeasureOptions{});
@@ -1988,6 +1990,8 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].error, pb::LOAD_ERROR);
   EXPECT_NE(results[0].error_msg.find("has no launch in its sidecar"), std::string::npos) << results[0].error_msg;
+  // A GPU board's timings are not the host's cores: the tuner builds while it measures.
+  EXPECT_TRUE(runner.overlaps_builds()) << runner.board_target();
 }
 
 // A model compiled for cuda, timed on a (FAKE) CUDA board: the board reads the library as

@@ -11,6 +11,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
+#include <chrono>
 #include <set>
 #include <sstream>
 
@@ -280,10 +283,15 @@ TEST(Builder, CrashesHangsAndErrorsAreCompileErrorsOfThatCandidateOnly) {
   EXPECT_TRUE(r[4].ok()) << r[4].error_msg;
   EXPECT_NE(r[5].error_msg.find("not a reply: LLVM ERROR: garbage"), std::string::npos) << r[5].error_msg;
   EXPECT_TRUE(r[6].ok()) << r[6].error_msg;
-  // The next batch replaces the last one's files.
+  // The next batch keeps the last one's files (they may be measuring: tuner/tune.h's
+  // pipelining); the one after replaces them.
   std::vector<BuildResult> again = b.build(w, host_target(), {json::object()});
   EXPECT_TRUE(again[0].ok());
+  EXPECT_TRUE(fs::exists(r[0].so_path));
+  std::vector<BuildResult> third = b.build(w, host_target(), {json::object()});
+  EXPECT_TRUE(third[0].ok());
   EXPECT_FALSE(fs::exists(r[0].so_path));
+  EXPECT_TRUE(fs::exists(again[0].so_path));
 }
 
 TEST(Builder, WorkersStayUpAcrossCandidatesAndBatches) {
@@ -649,6 +657,110 @@ TEST(Tune, ASpaceSmallerThanTheTrialsRunsDry) {
   TuneSummary s = tune(space, *st, b, r, nullptr, o, {});
   EXPECT_EQ(s.stop_reason, StopReason::Exhausted);
   EXPECT_EQ(s.state.trials_done, static_cast<int>(space.valid_size()));
+}
+
+// Wall-clock intervals of calls, shared by the two wrappers below.
+struct Intervals {
+  std::mutex mu;
+  std::vector<std::pair<double, double>> builds, runs;
+  bool files_missing = false;
+  static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+  // Whether any build ran while any measurement did.
+  bool overlapped() {
+    std::lock_guard<std::mutex> l(mu);
+    for (auto [b0, b1] : builds)
+      for (auto [r0, r1] : runs) if (std::min(b1, r1) > std::max(b0, r0)) return true;
+    return false;
+  }
+};
+
+class RecordingBuilder : public Builder {
+ public:
+  RecordingBuilder(Builder& inner, Intervals& iv) : inner_(inner), iv_(iv) {}
+  std::vector<BuildResult> build(const Workload& w, const Target& t, const std::vector<json>& configs) override {
+    double start = Intervals::now();
+    std::vector<BuildResult> r = inner_.build(w, t, configs);
+    std::lock_guard<std::mutex> l(iv_.mu);
+    iv_.builds.emplace_back(start, Intervals::now());
+    return r;
+  }
+  int parallelism() const override { return inner_.parallelism(); }
+
+ private:
+  Builder& inner_;
+  Intervals& iv_;
+};
+
+// Measures on this machine, but says (as a GPU board's runner would) that builds may overlap,
+// and takes long enough that they do; checks each library is still on disk when measured.
+class SlowRunner : public Runner {
+ public:
+  SlowRunner(LocalRunner& inner, Intervals& iv, bool overlaps) : inner_(inner), iv_(iv), overlaps_(overlaps) {}
+  std::string device_key() const override { return "local"; }
+  bool overlaps_builds() const override { return overlaps_; }
+  std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override {
+    double start = Intervals::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    for (const BuildResult& b : builds) {
+      if (b.ok() && !fs::exists(b.so_path)) iv_.files_missing = true;
+    }
+    std::vector<RunResult> r = inner_.run(ctx, builds);
+    std::lock_guard<std::mutex> l(iv_.mu);
+    iv_.runs.emplace_back(start, Intervals::now());
+    return r;
+  }
+
+ private:
+  LocalRunner& inner_;
+  Intervals& iv_;
+  bool overlaps_;
+};
+
+// Where the runner allows it (GPU boards), a batch's next candidates build while the last ones
+// measure, each result stays with its config, and the state says how long they overlapped;
+// where it does not (this CPU, CPU boards), nothing builds while something measures.
+TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
+  Workload w = parse_workload("matmul(M=32,N=32,K=16)");
+  ConfigSpace space(w, host_target());
+  LocalBuilderOptions bo;
+  bo.worker_path = TF_BUILD_WORKER;
+  bo.workers = 2;
+  LocalBuilder lb(bo);
+  LocalRunner lr = runner();
+  for (bool overlaps : {true, false}) {
+    Intervals iv;
+    RecordingBuilder b(lb, iv);
+    SlowRunner r(lr, iv, overlaps);
+    TuneOptions o;
+    o.trials = 9;
+    o.batch = 8;
+    o.measure.repeat = 2;
+    o.measure.min_repeat_ms = 0;
+    o.retime_rounds = 0;
+    o.max_spread = 1e9;  // no re-measuring of disturbed candidates: the runs counted below are all
+    Collect seen;
+    auto st = make_search_strategy("random", space, 4);
+    TuneSummary s = tune(space, *st, b, r, nullptr, o, {&seen});
+    EXPECT_EQ(s.state.trials_done, 9);
+    EXPECT_EQ(s.state.errors, 0);
+    EXPECT_FALSE(iv.files_missing) << "a library was deleted before it was measured";
+    for (const Trial& t : seen.trials) {
+      EXPECT_EQ(t.build.config, t.config);
+      EXPECT_TRUE(t.result.ok()) << t.result.error_msg;
+    }
+    EXPECT_EQ(iv.overlapped(), overlaps) << "overlaps_builds " << overlaps;
+    if (overlaps) {
+      // The batch of eight in chunks of the builder's two: four runs.
+      EXPECT_EQ(iv.runs.size(), 1u + 4u);
+      EXPECT_GT(s.state.overlap_s, 0);
+    } else {
+      EXPECT_EQ(iv.runs.size(), 2u);
+      EXPECT_EQ(s.state.overlap_s, 0);
+    }
+    EXPECT_GT(s.state.build_s, 0);
+    EXPECT_GE(s.state.measure_s, 0.4 * static_cast<double>(iv.runs.size()));
+    EXPECT_LE(s.state.build_s + s.state.measure_s - s.state.overlap_s, s.state.elapsed_s + 1e-3);
+  }
 }
 
 TEST(Measure, EveryErrorCodeIsADatabaseErrorCode) {
