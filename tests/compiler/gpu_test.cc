@@ -209,6 +209,7 @@ void check_shared_kernel(const std::string& w, const nlohmann::json& config) {
 // Dense: tiles of A (K-major) and B, block_k deep, per step of K; single and double
 // buffered, vectorized copies and scalar ones, odd tiles, K tails, batches, epilogues.
 TEST(GpuShared, StagedTilesMatchTheReferenceAndUseBarriers) {
+  int sample = 0;
   for (const char* w : {"matmul(M=97,N=131,K=67)", "matmul(M=64,N=64,K=64,epilogue=bias_relu)",
                         "batch_matmul(B=3,M=17,N=33,K=9,epilogue=bias_relu)", "matmul(M=1,N=300,K=40)",
                         "matmul(M=128,N=96,K=36,epilogue=bias)"}) {
@@ -220,6 +221,7 @@ TEST(GpuShared, StagedTilesMatchTheReferenceAndUseBarriers) {
           nlohmann::json{{"shared", true}, {"stages", 3}, {"warps_m", 1}, {"warps_n", 2}, {"lanes_n", 8},
                          {"tile_m", 4}, {"tile_n", 4}, {"block_k", 4}},
           nlohmann::json{{"shared", true}, {"stages", 4}, {"block_k", 2}}}) {
+      if (!testing::sampled(sample++, 2)) continue;  // under the sanitizers half (tests/sanitized.h)
       check_shared_kernel(w, config);
     }
   }
@@ -367,6 +369,7 @@ TEST(GpuEmulated, BlocksOfThreadsMatchTheReference) {
 // The default configs the GPU benchmark runs (bench/gpu_bench.py's shapes up to 2048^2 x 1024),
 // lowered and run serially on the CPU against the reference: the kernels a GPU would run.
 TEST(GpuEmulated, DefaultConfigsOfTheBenchmarkShapesMatchTheReference) {
+  int sample = 0;
   for (const char* w : {"matmul(M=1024,N=1024,K=1024)", "matmul(M=128,N=2304,K=768,epilogue=bias)",
                         "matmul(M=128,N=768,K=3072,epilogue=bias)", "batch_matmul(B=12,M=128,N=128,K=64)",
                         "conv2d_nchw(N=1,C=3,H=224,W=224,K=64,R=7,S=7,stride=2,pad=3)",
@@ -375,6 +378,7 @@ TEST(GpuEmulated, DefaultConfigsOfTheBenchmarkShapesMatchTheReference) {
                         "conv2d_nchw(N=1,C=2048,H=7,W=7,K=512,R=1,S=1)",
                         "conv2d_nhwc(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)",
                         "depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,pad=1)"}) {
+    if (!testing::sampled(++sample, 3)) continue;  // under the sanitizers a third (tests/sanitized.h)
     CompiledKernel k = compile_kernel(parse_workload(w), parse_target("cuda -arch=sm_90"), nullptr, "default", "");
     ir::LoweredFunc f = k.lowered.func;
     f.body = serialize_gpu_bindings(f.body);
@@ -494,6 +498,7 @@ TEST(GpuStatic, DefaultConfigsFitTwoBlocksPerSmWithoutSpills) {
 // channel counts, reductions that block_k does not divide, 1x1, batches, NCHW and NHWC,
 // single and double buffered.
 TEST(GpuShared, ImplicitGemmConvolutionsMatchTheReference) {
+  int sample = 0;
   for (const char* w : {"conv2d_nchw(N=1,C=5,H=11,W=13,K=19,R=3,S=3,pad=1)",
                         "conv2d_nchw(N=2,C=3,H=12,W=9,K=7,R=5,S=3,stride=2,pad=2,dilation=1,epilogue=bias_relu)",
                         "conv2d_nchw(N=1,C=16,H=6,W=6,K=24,R=1,S=1,epilogue=bias)",
@@ -504,6 +509,7 @@ TEST(GpuShared, ImplicitGemmConvolutionsMatchTheReference) {
           nlohmann::json{{"shared", true}, {"stages", 1}, {"unroll", false}},
           nlohmann::json{{"shared", true}, {"stages", 2}, {"warps_m", 2}, {"warps_n", 1}, {"lanes_n", 4},
                          {"tile_m", 3}, {"tile_n", 2}, {"block_k", 5}}}) {
+      if (!testing::sampled(sample++, 2)) continue;  // under the sanitizers half (tests/sanitized.h)
       check_shared_kernel(w, config);
     }
     // Without shared memory: im2col inlined into the reduction.

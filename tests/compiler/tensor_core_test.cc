@@ -75,8 +75,10 @@ TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
        {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 2}, {"unroll_k", 1},
         {"stages", 2}, {"split_k", 4}}},
   };
+  int sample = 0;  // under the sanitizers each case in one precision (tests/sanitized.h)
   for (const char* p : kPrecisions) {
     for (const Case& c : cases) {
+      if (!testing::sampled(sample++, 3)) continue;
       Workload w = parse_workload(with_precision(c.workload, p));
       CompiledKernel k = c.config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
                                             : compile_kernel(w, sm80, c.config, "given", "");
@@ -92,6 +94,7 @@ TEST(TensorCore, EmulatedBlocksMatchTheReferenceOfRoundedOperands) {
 // Random configs of the tuner's space (the default and 4 more per workload), emulated.
 TEST(TensorCore, SampledConfigsMatchTheReference) {
   const Target sm90 = parse_target("cuda -arch=sm_90");
+  int sample = 0;
   for (const char* p : kPrecisions) {
     for (const char* shape :
          {"matmul(M=48,N=40,K=48,epilogue=bias)", "batch_matmul(B=2,M=16,N=24,K=40)",
@@ -99,6 +102,7 @@ TEST(TensorCore, SampledConfigsMatchTheReference) {
           "conv2d_nhwc(N=1,H=6,W=8,C=8,K=16,R=3,S=3,pad=1)"}) {
       Workload w = parse_workload(with_precision(shape, p));
       for (const nlohmann::json& config : testing::sample_configs(w, sm90, 4)) {
+        if (!testing::sampled(sample++, 3)) continue;
         CompiledKernel k = compile_kernel(w, sm90, config, "given", "");
         testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 5);
         EXPECT_TRUE(r.ok()) << w.canonical() << " config " << k.config.dump() << ": " << r.str();
@@ -140,11 +144,13 @@ TEST(TensorCore, DefaultConfigsAssembleWithoutSpills) {
                           "conv2d_nchw(N=1,C=512,H=7,W=7,K=512,R=3,S=3,pad=1)",
                           "conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)",
                           "conv2d_nhwc(N=1,H=56,W=56,C=64,K=64,R=3,S=3,pad=1)"};
+  int sample = 0;
   for (const char* arch : {"sm_80", "sm_90"}) {
     const Target t = parse_target(std::string("cuda -arch=") + arch);
     const GpuArch sm = gpu_arch(t);
     for (const char* p : kPrecisions) {
       for (const char* shape : shapes) {
+        if (!testing::sampled(sample++, 3)) continue;
         Workload w = parse_workload(with_precision(shape, p));
         CompiledKernel k = compile_kernel(w, t, nullptr, "default", "");
         std::string what = w.canonical() + " on " + arch + " config " + k.config.dump();

@@ -266,8 +266,10 @@ static int compile_node_tests(const tf::Target* gpu, int* refused_out, bool thro
     std::string name = dir.filename().string();
     fs::path set = dir / "test_data_set_0";
     if (!fs::exists(set)) continue;
-    // Under the sanitizers the GPU builds take every third test (tests/sanitized.h).
-    if (!tf::testing::sampled(index++, gpu ? 3 : 1)) continue;
+    // Under the sanitizers the CPU builds take every other test (a family's variants run the
+    // same host code: test_add, test_add_bcast, ...), the GPU builds every sixth
+    // (tests/sanitized.h); the release pass all of them.
+    if (!tf::testing::sampled(index++, gpu ? 6 : 2)) continue;
     std::vector<std::string> float_inputs;
     std::string bytes = with_constant_int_inputs(dir / "model.onnx", set, float_inputs);
     Graph g;
@@ -333,7 +335,7 @@ TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
   if (!fs::exists(kNodeTests))
     GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
   int compiled = compile_node_tests(nullptr, nullptr);
-  EXPECT_GE(compiled, 200) << "too few node tests compile for this to mean much";
+  EXPECT_GE(compiled, tf::testing::kSanitized ? 100 : 200) << "too few node tests compile for this to mean much";
 }
 
 // The same models with their kernels scheduled for a CUDA GPU (the dense and convolution
@@ -352,7 +354,7 @@ TEST(OnnxNodeTests, GpuLibrariesMatchTheExpectedOutputsThroughTheFakeDriver) {
   int compiled = compile_node_tests(&cuda, nullptr, /*through_driver=*/true);
   unsetenv("TF_FAKE_CUDA_KERNELS");
   unsetenv("TF_FAKE_CUDA_ALIASES");
-  EXPECT_GE(compiled, tf::testing::kSanitized ? 60 : 190) << "too few node tests compile for a GPU for this to mean much";
+  EXPECT_GE(compiled, tf::testing::kSanitized ? 30 : 190) << "too few node tests compile for a GPU for this to mean much";
 }
 
 TEST(OnnxNodeTests, GpuScheduledModelsMatchTheExpectedOutputsEmulated) {
@@ -360,7 +362,7 @@ TEST(OnnxNodeTests, GpuScheduledModelsMatchTheExpectedOutputsEmulated) {
     GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
   tf::Target cuda = tf::parse_target("cuda -arch=sm_90");
   int compiled = compile_node_tests(&cuda, nullptr);
-  EXPECT_GE(compiled, tf::testing::kSanitized ? 60 : 190) << "too few node tests compile for a GPU for this to mean much";
+  EXPECT_GE(compiled, tf::testing::kSanitized ? 30 : 190) << "too few node tests compile for a GPU for this to mean much";
 }
 
 // Models cross-compiled for aarch64 (a Raspberry Pi 4's cortex-a72) run under qemu-aarch64
