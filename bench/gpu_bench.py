@@ -13,7 +13,10 @@ means per group.
 
 --tune N first tunes every workload N trials on this GPU through the farm (a tracker and a
 `tunefarm-rpc-server --device cuda:0` on loopback, `tunefarm tune --tracker`), into --db (a
-temporary database when none is given), so one call measures default and tuned.
+temporary database when none is given), so one call measures default and tuned. Each tune
+prints its candidates a second and tune's own `time` line (building, measuring, the overlap);
+--board-flag=--runner-per-measurement starts the board with a runner per candidate, as before
+its measuring process was kept (issue 57's comparison; bench/gpu_session.sh step tune_rate).
 
 Needs: an NVIDIA GPU with its driver, PyTorch with CUDA, CuPy. Without them it says which is
 missing and exits 2.
@@ -214,8 +217,9 @@ def wait_for(proc, pattern, seconds):
     fail("daemon did not print %r in %d s:\n%s" % (pattern, seconds, "".join(seen)))
 
 
-def tune_all(tunefarm, workloads, target, db, trials, log):
-    """Tunes every workload `trials` trials on this GPU through a loopback farm."""
+def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=()):
+    """Tunes every workload `trials` trials on this GPU through a loopback farm (the board started
+    with `board_flags` too), printing each run's rate and where its time went."""
     bindir = os.path.dirname(os.path.abspath(tunefarm))
     port = free_port()
     tracker = subprocess.Popen([os.path.join(bindir, "tunefarm-tracker"), "--port", str(port)],
@@ -224,7 +228,8 @@ def tune_all(tunefarm, workloads, target, db, trials, log):
     try:
         wait_for(tracker, r"listening on", 30)
         board = subprocess.Popen([os.path.join(bindir, "tunefarm-rpc-server"), "--tracker", "127.0.0.1:%d" % port,
-                                  "--device", "cuda:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                  "--device", "cuda:0", *board_flags],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = wait_for(board, r"registered", 90)
         m = re.search(r"\(key ([^)]+)\)", line)
         key = m.group(1) if m else "cuda-sm%s" % target.split("sm_")[1]
@@ -235,6 +240,9 @@ def tune_all(tunefarm, workloads, target, db, trials, log):
             rate = trials / max(time.time() - t0, 1e-9)
             print("tuned %s: %d trials in %.0f s (%.2f candidates/s)%s" %
                   (w, trials, time.time() - t0, rate, "" if r.returncode == 0 else " FAILED"), flush=True)
+            for line in r.stdout.splitlines():
+                if line.startswith("time "):  # tune's own account: building, measuring, overlap
+                    print("  " + line, flush=True)
             log.write(r.stdout + r.stderr)
             if r.returncode != 0:
                 print(r.stderr[-2000:], file=sys.stderr)
@@ -290,6 +298,9 @@ def main():
     ap.add_argument("--db", help="tuning database: also time each workload's tuned config")
     ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
                     help="first tune every workload this many trials on this GPU (into --db, or a temporary one)")
+    ap.add_argument("--board-flag", action="append", default=[],
+                    help="with --tune: a flag for the loopback board (repeatable), e.g. --board-flag=--runner-per-measurement "
+                         "to compare with a runner started per candidate")
     ap.add_argument("--groups", default="dense,bert,resnet,grouped,other", help="comma-separated: " + ",".join(GROUPS))
     ap.add_argument("-w", "--workload", action="append", default=[], help="a workload of your own (repeatable)")
     ap.add_argument("-c", "--config", help="knobs (JSON) to set in the default config of every workload, e.g. "
@@ -362,7 +373,7 @@ def main():
     if a.tune:
         db = db or os.path.join(tmp, "tuning.db")
         with open(os.path.join(tmp, "tune.log"), "w") as log:
-            tune_all(a.tunefarm, [w for _, w in groups], target, db, a.tune, log)
+            tune_all(a.tunefarm, [w for _, w in groups], target, db, a.tune, log, a.board_flag)
 
     results = []
     torch.manual_seed(0)

@@ -13,7 +13,7 @@
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
 # comma-separated: mma,optimize,bench_fp16,model_fp16,profile_fp16,sweep_fp16,bench_tf32,model_tf32,
-# model_bf16,model_grouped,bench_grouped,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
+# model_bf16,model_grouped,bench_grouped,tune_rate,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists.
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
@@ -79,6 +79,12 @@ step model_bf16 60 python3 bench/gpu_model_bench.py "$bin" --precision bf16 --re
 step model_grouped 70 python3 bench/gpu_model_bench.py "$bin" --models resnext50,regnet_y_400mf --rounds 3 \
   --json "$WORK/model_grouped.json"
 step bench_grouped 40 python3 bench/gpu_bench.py "$bin" --groups grouped --rounds 3 --json "$WORK/bench_grouped.json"
+# Issue 57: candidates a second through a loopback board, its measuring process kept (today's
+# default) and a runner per candidate (as before session 57); tune prints where the time went.
+step tune_rate 150 bash -c "python3 bench/gpu_bench.py '$bin' --groups '' --tune 48 --rounds 1 \
+    -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)' &&
+  python3 bench/gpu_bench.py '$bin' --groups '' --tune 48 --rounds 1 --board-flag=--runner-per-measurement \
+    -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)'"
 # Issue 56: the zoo against PyTorch, fp32, as far as the budget goes (rows print as they finish).
 step zoo 600 python3 bench/gpu_model_bench.py "$bin" --rounds 3 --json "$WORK/zoo.json" \
   --models "${ZOO_MODELS:-squeezenet1_1,shufflenet_v2_x1_0,efficientnet_b0,densenet121,mnasnet1_0,googlenet,convnext_tiny,mobilenet_v3_large,regnet_x_400mf,inception_v3,swin_t,vit_b_16,wide_resnet50_2}"
