@@ -10,6 +10,7 @@
 // BOARD_LOST. Boards' target strings are canonicalised as compile canonicalises them.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -50,6 +51,7 @@ class FarmRunner : public Runner {
   std::string device_key() const override { return opts_.key; }
   // GPU boards: the host's cores are not what they time. (A CPU board may be this machine.)
   bool overlaps_builds() const override;
+  int parallelism() const override { return std::max(1, opts_.boards); }
   std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override;
   // Called (from worker threads, one at a time) when a board is lost.
   std::function<void(const std::string& board_id, const std::string& reason)> on_board_lost;

@@ -31,6 +31,8 @@ class Runner {
   // True when building on this machine while run() measures cannot disturb the timings (the
   // device is not this machine's CPU): the tuner then builds the next candidates meanwhile.
   virtual bool overlaps_builds() const { return false; }
+  // How many candidates it measures at once (boards).
+  virtual int parallelism() const { return 1; }
   // A compiled model (`tunefarm compile --model`'s library) timed against a second build of
   // it, interleaved on the same inputs (tuner/measure.h model_request): samples_s are the
   // model's, baseline_samples_s the baseline's (RunResult::speedup). A model that fails is a

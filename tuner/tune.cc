@@ -151,7 +151,8 @@ std::vector<RunResult> TuneLoop::timed_run(const std::vector<BuildResult>& build
 void TuneLoop::build_and_run(const std::vector<json>& configs, std::vector<BuildResult>& builds,
                              std::vector<RunResult>& results) {
   const size_t n = configs.size();
-  const size_t chunk = static_cast<size_t>(std::max(1, builder_.parallelism()));
+  // A chunk keeps every builder worker and every board busy.
+  const size_t chunk = static_cast<size_t>(std::max({1, builder_.parallelism(), runner_.parallelism()}));
   if (!runner_.overlaps_builds() || n <= chunk) {
     builds = timed_build(configs);
     results = timed_run(builds);

@@ -31,7 +31,8 @@
 //   re-timing; what was measured is already committed.
 // - Pipelining: where the runner's timings cannot be disturbed by builds on this machine
 //   (Runner::overlaps_builds: GPU boards), a batch is built and measured in chunks of the
-//   builder's parallelism, the next chunk building while the last one measures; elsewhere
+//   builder's or the runner's parallelism (workers, boards), whichever is larger, the next
+//   chunk building while the last one measures; elsewhere
 //   (this CPU, CPU boards) nothing builds while something measures. TuneState says where the
 //   time went.
 #pragma once

@@ -1820,8 +1820,8 @@ TEST(GraphPasses, EinsumsThatAreMatrixProductsBecomeMatMuls) {
 }
 
 // A convolution whose filters the block does not divide, where padding them to a whole block
-// adds at most 1/16 (31 -> 32), runs on padded filters in whole blocks, its output sliced back;
-// past that (24 -> 32) it takes half blocks, or (10 -> 16) stays NCHW.
+// adds at most 1/8 (31 -> 32, ShuffleNet's 58 -> 64), runs on padded filters in whole blocks,
+// its output sliced back; past that (24 -> 32) it takes half blocks, or (10 -> 16) stays NCHW.
 TEST(GraphPasses, FiltersArePaddedToWholeBlocksWhereThatIsCheap) {
   struct Case {
     int64_t K;
@@ -1830,6 +1830,7 @@ TEST(GraphPasses, FiltersArePaddedToWholeBlocksWhereThatIsCheap) {
   };
   for (const Case& c :
        {Case{31, "K=32,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block=16,epilogue=bias)", 1},
+        Case{58, "K=64,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block=16,epilogue=bias)", 1},
         Case{24, "K=24,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block=8,epilogue=bias)", 0},
         Case{10, "K=10,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias)", 0}}) {
     SCOPED_TRACE(c.K);

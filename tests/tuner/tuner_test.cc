@@ -695,9 +695,11 @@ class RecordingBuilder : public Builder {
 // and takes long enough that they do; checks each library is still on disk when measured.
 class SlowRunner : public Runner {
  public:
-  SlowRunner(LocalRunner& inner, Intervals& iv, bool overlaps) : inner_(inner), iv_(iv), overlaps_(overlaps) {}
+  SlowRunner(LocalRunner& inner, Intervals& iv, bool overlaps, int boards)
+      : inner_(inner), iv_(iv), overlaps_(overlaps), boards_(boards) {}
   std::string device_key() const override { return "local"; }
   bool overlaps_builds() const override { return overlaps_; }
+  int parallelism() const override { return boards_; }
   std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override {
     double start = Intervals::now();
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
@@ -714,11 +716,13 @@ class SlowRunner : public Runner {
   LocalRunner& inner_;
   Intervals& iv_;
   bool overlaps_;
+  int boards_;
 };
 
 // Where the runner allows it (GPU boards), a batch's next candidates build while the last ones
-// measure, each result stays with its config, and the state says how long they overlapped;
-// where it does not (this CPU, CPU boards), nothing builds while something measures.
+// measure, in chunks that keep every builder worker and every board busy; each result stays
+// with its config, and the state says how long they overlapped. Where it does not (this CPU,
+// CPU boards), nothing builds while something measures.
 TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
   Workload w = parse_workload("matmul(M=32,N=32,K=16)");
   ConfigSpace space(w, host_target());
@@ -727,10 +731,17 @@ TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
   bo.workers = 2;
   LocalBuilder lb(bo);
   LocalRunner lr = runner();
-  for (bool overlaps : {true, false}) {
+  struct Case {
+    bool overlaps;
+    int boards;
+    size_t runs;  // the default alone, then the batch of eight in chunks
+  };
+  for (const Case& c : {Case{true, 1, 1 + 4}, Case{true, 4, 1 + 2}, Case{false, 1, 2}}) {
+    const bool overlaps = c.overlaps;
+    SCOPED_TRACE(c.boards);
     Intervals iv;
     RecordingBuilder b(lb, iv);
-    SlowRunner r(lr, iv, overlaps);
+    SlowRunner r(lr, iv, overlaps, c.boards);
     TuneOptions o;
     o.trials = 9;
     o.batch = 8;
@@ -749,12 +760,11 @@ TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
       EXPECT_TRUE(t.result.ok()) << t.result.error_msg;
     }
     EXPECT_EQ(iv.overlapped(), overlaps) << "overlaps_builds " << overlaps;
+    // Chunks of the builder's two workers, or of the runner's four boards.
+    EXPECT_EQ(iv.runs.size(), c.runs);
     if (overlaps) {
-      // The batch of eight in chunks of the builder's two: four runs.
-      EXPECT_EQ(iv.runs.size(), 1u + 4u);
       EXPECT_GT(s.state.overlap_s, 0);
     } else {
-      EXPECT_EQ(iv.runs.size(), 2u);
       EXPECT_EQ(s.state.overlap_s, 0);
     }
     EXPECT_GT(s.state.build_s, 0);
