@@ -140,7 +140,15 @@ void ChildWorker::end(bool kill_first) {
   answered_ = 0;
 }
 
-bool ChildWorker::ensure_started(std::string* err) { return pid_ >= 0 || start(err); }
+bool ChildWorker::ensure_started(std::string* err) {
+  if (pid_ >= 0) {
+    // One that ended while idle (killed from outside, a crash of its own) is replaced now,
+    // not found dead by the next request.
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0) end(false);
+  }
+  return pid_ >= 0 || start(err);
+}
 
 namespace {
 

@@ -74,8 +74,8 @@ class ChildWorker {
   const Failure& failure() const { return failure_; }
   // Ends the child now (killing its group), if one runs.
   void stop();
-  // Starts the child now unless one runs (ask() does when needed); false with `*err` when it
-  // cannot be started.
+  // Starts the child now unless one runs (ask() does when needed), replacing one that ended
+  // while idle; false with `*err` when it cannot be started.
   bool ensure_started(std::string* err);
   int starts() const { return starts_; }
   // Requests answered by the child now running (0 when none runs).

@@ -1650,6 +1650,27 @@ int count_lines(const std::string& log, const std::string& line) {
   return n;
 }
 
+// The pids of the processes whose parent is `parent` (from /proc).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // pid (comm) state ppid ...: the comm may hold spaces; what follows its ')' does not.
+    size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
 // How many lines of `log` start with `prefix`.
 int count_prefixed(const std::string& log, const std::string& prefix) {
   std::istringstream in(log);
@@ -1733,13 +1754,25 @@ TEST(FarmGpu, MeasuringProcessKeepsItsContextAndAFaultCostsOneCandidate) {
     EXPECT_NE(hung.error_msg().find("still running after the time limit of 1.5"), std::string::npos) << hung.error_msg();
     EXPECT_EQ(b->measure(r, mm).error(), pb::OK);
     EXPECT_EQ(contexts(log, probed), 3) << read_file(log);
+    // A measuring process killed while idle is replaced at the next measurement, which
+    // measures normally.
+    std::vector<pid_t> kids = children_of(board->pid());
+    ASSERT_EQ(kids.size(), 1u) << "the board's measuring process";
+    ASSERT_EQ(kill(kids[0], SIGKILL), 0);
+    for (int i = 0; i < 100 && fs::exists("/proc/" + std::to_string(kids[0]) + "/stat") &&
+                    read_file("/proc/" + std::to_string(kids[0]) + "/stat").find(") Z ") == std::string::npos;
+         ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    pb::MeasureReply after_kill = b->measure(r, mm);
+    EXPECT_EQ(after_kill.error(), pb::OK) << after_kill.error_msg();
+    EXPECT_EQ(contexts(log, probed), 4) << read_file(log);
     b->release();
   }
   {
     // Another lease: a fresh process (nothing of the last lease's measurements reachable).
     std::unique_ptr<LeasedBoard> b = c.lease("kept", "test", 0, 5000);
     EXPECT_EQ(b->measure(r, b->upload(good, "mm.ptx")).error(), pb::OK);
-    EXPECT_EQ(contexts(log, probed), 4) << read_file(log);
+    EXPECT_EQ(contexts(log, probed), 5) << read_file(log);
     b->release();
   }
   // One runner per measurement, as CPU boards: a context each.
