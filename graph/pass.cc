@@ -64,6 +64,13 @@ const std::vector<PassInfo>& graph_passes() {
       {"fold-scale-into-conv", 2,
        "fold a per-channel Mul and Add after a Conv into its weights and bias",
        plain(fold_scale_into_conv)},
+      {"pad-channels", 2,
+       "a Conv whose filters no channel block divides computes zero filters up to the next block "
+       "(at most 1/8 more), and the activations and depthwise and dense convolutions reading it "
+       "read the padded channels, so the blocked layout runs them all (CPU targets)",
+       [](Graph& g, const PassOptions& o) {
+         return pad_channels(g, o.channel_block, o.opt_level >= 1 && !o.disabled.count("fold-qdq"));
+       }},
       {"transform-conv-layout", 2,
        "convolutions in blocked layouts (NCHW<b>c, b = the target's vector width): weights "
        "converted now, activations only where an operator needs NCHW; elementwise ops follow",

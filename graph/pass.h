@@ -121,6 +121,9 @@ bool eliminate_common_subexpressions(Graph& g);
 // int8: QDQ convolutions (qdq_operands) become QConvNCHWc (depthwise ones QDepthwiseNCHWc), int8
 // kernels (fold-qdq's part).
 bool transform_conv_layout(Graph& g, int64_t channel_block, bool int8 = false);
+// Filters no channel block divides padded to whole blocks, and what reads them kept padded
+// (graph/pass_pad_channels.cc).
+bool pad_channels(Graph& g, int64_t channel_block, bool int8 = false);
 bool fold_qdq_matmuls(Graph& g, int64_t channel_block);
 // uint8 values between int8 kernels (graph/pass_int8_edges.cc).
 bool int8_edges(Graph& g, int64_t channel_block);

@@ -130,6 +130,7 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
                     p.name == "fold-qdq" || p.name == "int8-edges" ||
                     p.name == "auto-mixed-precision" || p.name == "transform-conv-layout" ||
+                    p.name == "pad-channels" ||
                     p.name == "lower-conv-transpose" || p.name == "pad-convs" ||
                     p.name == "einsum-to-matmul" || p.name == "lower-scatter-nd";
     EXPECT_EQ(p.changed, !own_test) << p.name;
@@ -1853,6 +1854,56 @@ TEST(GraphPasses, FiltersArePaddedToWholeBlocksWhereThatIsCheap) {
     EXPECT_EQ(slices, c.slices);
     EXPECT_EQ(g.value("y").shape, (Shape{1, c.K, 5, 6}));
     expect_same_outputs(b.g, g, {1, 8, 5, 6});
+  }
+}
+
+// ShuffleNet-v2's branch: a 1x1 conv of 58 filters (no block divides them), ReLU, a depthwise
+// 3x3 and a 1x1 conv reading 58 channels. pad-channels pads the first conv's filters to 64 and
+// carries the zero channels through the ReLU and the depthwise conv into the last conv (zero
+// weights for them), so every convolution is a blocked task of 64 channels and the chain
+// converts back to NCHW only where the model's 58 channels are read (the ReLU's output is a
+// model output here). An activation that does not keep zeros (Sigmoid, a Clip from 0.5) ends
+// the chain: what follows reads the model's 58 channels. Outputs stay the same either way.
+TEST(GraphPasses, PaddedChannelsFlowThroughActivationsAndDepthwiseConvs) {
+  struct Case {
+    const char* act;
+    std::vector<float> clip;  // Clip's min and max
+    const char* depthwise;    // the depthwise task, up to its channels
+    const char* last;         // the last conv's task, up to its filters
+  };
+  for (const Case& c :
+       {Case{"Relu", {}, "depthwise_conv2d_nchwc(N=1,C=64,", "conv2d_nchwc(N=1,C=64,H=6,W=6,K=24,"},
+        Case{"Clip", {0.0f, 6.0f}, "depthwise_conv2d_nchwc(N=1,C=64,", "conv2d_nchwc(N=1,C=64,H=6,W=6,K=24,"},
+        Case{"Sigmoid", {}, "depthwise_conv2d_nchw(N=1,C=58,", "conv2d_nchwc(N=1,C=58,H=6,W=6,K=24,"},
+        Case{"Clip", {0.5f, 6.0f}, "depthwise_conv2d_nchw(N=1,C=58,", "conv2d_nchwc(N=1,C=58,H=6,W=6,K=24,"}}) {
+    SCOPED_TRACE(std::string(c.act) + (c.clip.empty() ? "" : " from " + std::to_string(c.clip[0])));
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 8, 6, 6});
+    std::string y1 = b.inferred("Conv", {x, b.weights("w1", {58, 8, 1, 1}), b.weights("b1", {58})}, "y1", {});
+    std::vector<std::string> act_in = {y1};
+    if (!c.clip.empty()) {
+      act_in.push_back(b.constant("lo", HostTensor::floats({}, {c.clip[0]})));
+      act_in.push_back(b.constant("hi", HostTensor::floats({}, {c.clip[1]})));
+    }
+    std::string a = b.inferred(c.act, act_in, "a", {});
+    std::string d = b.inferred("Conv", {a, b.weights("w2", {58, 1, 3, 3}), b.weights("b2", {58})}, "d",
+                               {{"group", int64_t{58}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    std::string y = b.inferred("Conv", {d, b.weights("w3", {24, 58, 1, 1}), b.weights("b3", {24})}, "y", {});
+    b.g.outputs = {y, a};
+    verify(b.g);
+    Graph g = b.g;
+    PassOptions o;
+    o.channel_block = 16;
+    run_passes(g, o);
+    verify(g);
+    std::vector<std::string> tasks;
+    for (const Task& t : extract_tasks(g).tasks) tasks.push_back(t.workload);
+    ASSERT_EQ(tasks.size(), 3u);
+    EXPECT_EQ(tasks[0].rfind("conv2d_nchwc(N=1,C=8,H=6,W=6,K=64,", 0), 0u) << tasks[0];
+    EXPECT_EQ(tasks[1].rfind(c.depthwise, 0), 0u) << tasks[1];
+    EXPECT_EQ(tasks[2].rfind(c.last, 0), 0u) << tasks[2];
+    EXPECT_EQ(g.value("a").shape, (Shape{1, 58, 6, 6}));
+    expect_same_outputs(b.g, g, {1, 8, 6, 6});
   }
 }
 

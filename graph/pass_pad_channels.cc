@@ -1,0 +1,203 @@
+// pad-channels: a dense Conv whose filters no channel block divides (ShuffleNet-v2's 58 and
+// 116: graph/layout.h's blocks are the target's vector width, or half of it down to 8), where
+// padding them with zero filters to the next multiple of the block adds at most 1/8, computes
+// the padded channels, and what reads them keeps reading padded values where it can, so the
+// layout pass (transform-conv-layout) runs the whole chain in blocks:
+//   - the padded Conv's extra channels are exactly 0 (zero filters, zero bias);
+//   - Relu, LeakyRelu, HardSwish, and Clip whose range holds 0, keep them 0;
+//   - a depthwise Conv of the value is padded alike (zero filters and bias: 0 stays 0);
+//   - a dense Conv reading the value gets zero weights for the extra input channels (then
+//     whatever the extra channels held, as long as it is finite, adds nothing; here it is 0).
+// Each padded value's model channels are also given under the value's old name by a Slice,
+// which whatever else reads it reads (a Concat, a Reshape, the model's output); unread ones
+// are dropped. ShuffleNet-v2's branch (1x1 conv, ReLU, depthwise 3x3, 1x1 conv, ReLU) thus runs
+// in blocks from end to end instead of converting back to NCHW after each layer.
+// Runs on CPU targets (a channel block of at least 4); int8 convolutions (QDQ) are left to
+// fold-qdq's kernels.
+#include <map>
+#include <set>
+
+#include "graph/pass.h"
+#include "graph/tasks.h"
+
+namespace tf::graph {
+namespace {
+
+class ChannelPadder {
+ public:
+  ChannelPadder(Graph& g, int64_t block, bool int8) : g_(g), block_(block), int8_(int8) {
+    for (const Node& n : g_.nodes) node_names_.insert(n.name);
+  }
+
+  bool run() {
+    std::vector<Node> nodes = std::move(g_.nodes);
+    g_.nodes.clear();
+    bool changed = false;
+    for (Node& n : nodes) {
+      const Read r = read_padded(n);
+      changed |= r != Read::No;
+      if (r == Read::Emitted) continue;
+      if (n.op == "Conv" && start_chain(n)) {
+        changed = true;
+        continue;
+      }
+      g_.nodes.push_back(std::move(n));
+    }
+    if (changed) {
+      dead_code_elimination(g_);
+      drop_unused_values(g_);
+    }
+    return changed;
+  }
+
+ private:
+  enum class Read {
+    No,         // it reads no padded value (or cannot)
+    Rewritten,  // it reads one now (a dense Conv): still to be emitted
+    Emitted,    // it reads one and writes one, emitted with its Slice
+  };
+
+  struct Padded {
+    std::string value;  // the padded value: [N, Kp, H, W]
+    int64_t channels = 0, padded = 0;
+  };
+
+  // The block that divides `channels` (the layout pass's rule), or 0.
+  int64_t block_for(int64_t channels) const {
+    for (int64_t b = block_; b >= std::min<int64_t>(block_, 8); b /= 2) {
+      if (channels % b == 0) return b;
+    }
+    return 0;
+  }
+
+  std::string node_name(const std::string& base) {
+    std::string n = base;
+    for (int k = 1; !node_names_.insert(n).second; ++k) n = base + "_" + std::to_string(k);
+    return n;
+  }
+
+  static bool dense_conv(const Node& n) { return n.op == "Conv" && n.get_int("group", 1) == 1; }
+
+  // Constant float32 4-D weights (and a constant bias, or none) of a Conv reading a 4-D float32
+  // input.
+  bool plain_conv(const Node& n) const {
+    if (n.outputs.size() != 1 || n.inputs.size() < 2 || !g_.is_constant(n.inputs[1])) return false;
+    const Value& w = g_.value(n.inputs[1]);
+    const Value& x = g_.value(n.inputs[0]);
+    if (w.dtype != DType::F32 || w.shape.size() != 4 || x.dtype != DType::F32 || x.shape.size() != 4) return false;
+    if (n.inputs.size() > 2 && !n.inputs[2].empty() && !g_.is_constant(n.inputs[2])) return false;
+    return !(int8_ && qdq_operands(g_, n.inputs[0], n.inputs[1], 0));
+  }
+
+  // `n`'s output `y` (of `channels`) as a padded value of `padded` channels written by `n`,
+  // and the model's channels under the old name by a Slice after it.
+  void emit_padded(Node n, int64_t channels, int64_t padded) {
+    const std::string y = n.outputs[0];
+    const Shape& s = g_.value(y).shape;
+    const std::string yp = g_.add_float(y + "_chpad", {s[0], padded, s[2], s[3]});
+    n.outputs[0] = yp;
+    const std::string name = n.name;
+    g_.nodes.push_back(std::move(n));
+    Node slice{node_name(name + "_chunpad"),
+               "Slice",
+               {yp, g_.add_ints(name + ".chunpad_start", {0}), g_.add_ints(name + ".chunpad_end", {channels}),
+                g_.add_ints(name + ".chunpad_axis", {1})},
+               {y},
+               {}};
+    g_.nodes.push_back(std::move(slice));
+    padded_[y] = {yp, channels, padded};
+  }
+
+  // A constant [K] (or [K, ...]) padded with zeros along its first axis to `padded`.
+  std::string padded_constant(const std::string& v, int64_t padded) {
+    const Value& c = g_.value(v);
+    Shape s = c.shape;
+    const int64_t inner = c.constant->size() / s[0];
+    std::vector<float> f = c.constant->f;
+    f.resize(static_cast<size_t>(padded * inner), 0.0f);
+    s[0] = padded;
+    return g_.add_constant(v + "_chpad", HostTensor::floats(s, std::move(f)));
+  }
+
+  // A dense Conv whose filters no block divides, padded where that adds at most 1/8.
+  bool start_chain(const Node& n) {
+    if (!dense_conv(n) || !plain_conv(n)) return false;
+    const Shape& w = g_.value(n.inputs[1]).shape;
+    const int64_t K = w[0], b = block_, Kp = (K + b - 1) / b * b;
+    if (b < 4 || block_for(K) || (Kp - K) * 8 > Kp) return false;
+    Node c = n;
+    c.inputs[1] = padded_constant(n.inputs[1], Kp);
+    if (c.inputs.size() > 2 && !c.inputs[2].empty()) c.inputs[2] = padded_constant(n.inputs[2], Kp);
+    emit_padded(std::move(c), K, Kp);
+    return true;
+  }
+
+  // Whether `n` keeps an input's zero channels zero (and reads nothing else computed).
+  bool keeps_zeros(const Node& n) const {
+    if (n.op == "Relu" || n.op == "HardSwish") return n.inputs.size() == 1;
+    if (n.op == "LeakyRelu") return n.inputs.size() == 1;
+    if (n.op == "Clip") {
+      // Clip(x, min, max) with constant bounds around 0, or the attributes of opset < 11.
+      for (size_t k = 1; k < n.inputs.size(); ++k) {
+        if (n.inputs[k].empty()) continue;
+        const Value& v = g_.value(n.inputs[k]);
+        if (!v.constant || v.constant->size() != 1) return false;
+        const float bound = v.constant->f.empty() ? 0.0f : v.constant->f[0];
+        if (k == 1 ? bound > 0 : bound < 0) return false;
+      }
+      return n.get_float("min", -1) <= 0 && n.get_float("max", 1) >= 0;
+    }
+    return false;
+  }
+
+  // `n` rewritten to read the padded value of its first input where it can.
+  Read read_padded(Node& n) {
+    if (n.inputs.empty() || n.outputs.size() != 1) return Read::No;
+    auto it = padded_.find(n.inputs[0]);
+    if (it == padded_.end()) return Read::No;
+    const Padded p = it->second;
+    if (keeps_zeros(n)) {
+      n.inputs[0] = p.value;
+      emit_padded(std::move(n), p.channels, p.padded);
+      return Read::Emitted;
+    }
+    if (n.op != "Conv" || !plain_conv(n)) return Read::No;
+    const Shape& w = g_.value(n.inputs[1]).shape;
+    const int64_t group = n.get_int("group", 1);
+    if (group == p.channels && w[0] == p.channels && w[1] == 1) {
+      // Depthwise: its filters and bias padded alike.
+      n.inputs[0] = p.value;
+      n.inputs[1] = padded_constant(n.inputs[1], p.padded);
+      if (n.inputs.size() > 2 && !n.inputs[2].empty()) n.inputs[2] = padded_constant(n.inputs[2], p.padded);
+      n.attrs["group"] = p.padded;
+      emit_padded(std::move(n), p.channels, p.padded);
+      return Read::Emitted;
+    }
+    if (group != 1 || w[1] != p.channels) return Read::No;
+    // Dense: zero weights for the extra input channels, [K][C][R][S] -> [K][Cp][R][S].
+    const Value& wv = g_.value(n.inputs[1]);
+    const int64_t K = w[0], C = w[1], RS = w[2] * w[3];
+    std::vector<float> f(static_cast<size_t>(K * p.padded * RS), 0.0f);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < RS; ++r) f[(k * p.padded + c) * RS + r] = wv.constant->f[(k * C + c) * RS + r];
+    n.inputs[0] = p.value;
+    n.inputs[1] = g_.add_constant(n.inputs[1] + "_chpad", HostTensor::floats({K, p.padded, w[2], w[3]}, std::move(f)));
+    return Read::Rewritten;
+  }
+
+  Graph& g_;
+  int64_t block_;
+  bool int8_;
+  std::set<std::string> node_names_;
+  std::map<std::string, Padded> padded_;  // a model value -> its padded value
+};
+
+}  // namespace
+
+bool pad_channels(Graph& g, int64_t channel_block, bool int8) {
+  if (channel_block < 4) return false;
+  return ChannelPadder(g, channel_block, int8).run();
+}
+
+}  // namespace tf::graph
