@@ -24,6 +24,12 @@ int64_t parse_layout(const Node& n, const std::string& attr) {
 
 std::string layout_name(int64_t block) { return block == 0 ? "NCHW" : str("NCHW", block, "c"); }
 
+int64_t padded_filters(int64_t K, int64_t block) {
+  if (block < 4 || K < 1 || K % block == 0) return 0;
+  const int64_t padded = (K + block - 1) / block * block;
+  return (padded - K) * 8 > padded ? 0 : padded;
+}
+
 ConvNchwcDims conv_nchwc_dims(const Node& n, const Shape& x, const Shape& w) {
   ConvNchwcDims d;
   d.depthwise = w.size() == 4;

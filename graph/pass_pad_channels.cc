@@ -1,6 +1,6 @@
-// pad-channels: a dense Conv whose filters no channel block divides (ShuffleNet-v2's 58 and
-// 116: graph/layout.h's blocks are the target's vector width, or half of it down to 8), where
-// padding them with zero filters to the next multiple of the block adds at most 1/8, computes
+// pad-channels: a dense Conv whose filters the target's channel block does not divide
+// (ShuffleNet-v2's 58 and 116), where padding them with zero filters to the next multiple of
+// the block adds at most 1/8 (graph/layout.h padded_filters, the layout pass's rule), computes
 // the padded channels, and what reads them keeps reading padded values where it can, so the
 // layout pass (transform-conv-layout) runs the whole chain in blocks:
 //   - the padded Conv's extra channels are exactly 0 (zero filters, zero bias);
@@ -17,8 +17,8 @@
 #include <map>
 #include <set>
 
+#include "graph/layout.h"
 #include "graph/pass.h"
-#include "graph/tasks.h"
 
 namespace tf::graph {
 namespace {
@@ -61,14 +61,6 @@ class ChannelPadder {
     std::string value;  // the padded value: [N, Kp, H, W]
     int64_t channels = 0, padded = 0;
   };
-
-  // The block that divides `channels` (the layout pass's rule), or 0.
-  int64_t block_for(int64_t channels) const {
-    for (int64_t b = block_; b >= std::min<int64_t>(block_, 8); b /= 2) {
-      if (channels % b == 0) return b;
-    }
-    return 0;
-  }
 
   std::string node_name(const std::string& base) {
     std::string n = base;
@@ -119,12 +111,12 @@ class ChannelPadder {
     return g_.add_constant(v + "_chpad", HostTensor::floats(s, std::move(f)));
   }
 
-  // A dense Conv whose filters no block divides, padded where that adds at most 1/8.
+  // A dense Conv whose filters the block does not divide, padded where that adds at most 1/8
+  // (graph/layout.h padded_filters: the layout pass's rule).
   bool start_chain(const Node& n) {
     if (!dense_conv(n) || !plain_conv(n)) return false;
-    const Shape& w = g_.value(n.inputs[1]).shape;
-    const int64_t K = w[0], b = block_, Kp = (K + b - 1) / b * b;
-    if (b < 4 || block_for(K) || (Kp - K) * 8 > Kp) return false;
+    const int64_t K = g_.value(n.inputs[1]).shape[0], Kp = padded_filters(K, block_);
+    if (!Kp) return false;
     Node c = n;
     c.inputs[1] = padded_constant(n.inputs[1], Kp);
     if (c.inputs.size() > 2 && !c.inputs[2].empty()) c.inputs[2] = padded_constant(n.inputs[2], Kp);

@@ -253,9 +253,8 @@ class LayoutRewriter {
   bool convert_padded_conv(const Node& n, const Shape& x, const Value& wv) {
     const Shape& w = wv.shape;
     const int64_t C = x[1], K = w[0], R = w[2], S = w[3], ob = block_;
-    const int64_t Kp = (K + ob - 1) / ob * ob;
-    // (Blocks narrower than 4 lanes are not a vector width: no padding up to them.)
-    if (ob < 4 || K % ob == 0 || (Kp - K) * 8 > Kp) return false;
+    const int64_t Kp = padded_filters(K, ob);
+    if (!Kp) return false;
     const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
     if (bias && !g_.is_constant(n.inputs[2])) return false;
     if (int8_ && qdq_operands(g_, n.inputs[0], n.inputs[1], 0))
