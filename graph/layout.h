@@ -27,8 +27,7 @@ int64_t parse_layout(const Node& n, const std::string& attr);
 std::string layout_name(int64_t block);
 // `K` filters padded with zero filters to the next multiple of the target's channel block
 // `block`, where the block does not divide them and that adds at most 1/8 of them (blocks of
-// at least 4 lanes); 0 where they are not padded. The rule transform-conv-layout and
-// pad-channels share.
+// at least 4 lanes); 0 where they are not padded (pad-channels' rule).
 int64_t padded_filters(int64_t K, int64_t block);
 
 // The workload (compiler/workload.h) of a ConvNCHWc node with input shape x and weight shape

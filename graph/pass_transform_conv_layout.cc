@@ -6,7 +6,8 @@
 // 8) does (an AVX-512 target's 24-channel MobileNet layers: blocks of 8). The input keeps the
 // block it already has when that divides its channels, else takes the output's rule, else is
 // all its channels in one block (a 3-channel image becomes NHWC-like). Convolutions whose
-// filters no block divides, and depthwise ones whose channels none divides, stay NCHW. Then
+// filters no block divides, and depthwise ones whose channels none divides, stay NCHW (unless
+// pad-channels, which runs first, padded their filters to whole blocks). Then
 // elementwise operators whose computed inputs all come back from the same blocked layout
 // (Relu, Clip, a residual Add, ...) run in that layout too, with scalar and per-channel
 // constants converted; and a conversion to a layout straight after the conversion from it
@@ -150,16 +151,9 @@ class LayoutRewriter {
     // conv2d_nchw (group > 1, any other shape of group).
     const bool depthwise = is_depthwise_conv(g_, n);
     if (n.get_int("group", 1) != 1 && !depthwise) return convert_grouped_conv(n, x, wv);
-    if (!depthwise && convert_padded_conv(n, x, wv)) return true;
-    int64_t ob = block_for(K), ib = ob;
+    const int64_t ob = block_for(K);
     if (!ob) return false;
-    if (!depthwise) {
-      auto it = back_.find(n.inputs[0]);
-      if (it != back_.end() && C % it->second.second == 0)
-        ib = it->second.second;
-      else
-        ib = block_for(C) ? block_for(C) : C;
-    }
+    const int64_t ib = depthwise ? ob : input_block(n.inputs[0], C);
     if (int8_ && (depthwise || ib % 4 == 0)) {
       if (std::optional<QdqOperands> q = qdq_operands(g_, n.inputs[0], n.inputs[1], 0)) {
         convert_qconv(n, *q, ib, ob, depthwise);
@@ -239,60 +233,6 @@ class LayoutRewriter {
     if (auto it = back_.find(x); it != back_.end() && C % it->second.second == 0)
       return it->second.second;
     return block_for(C) ? block_for(C) : C;
-  }
-
-  // A dense Conv whose filters the target's block does not divide (an ImageNet head's 1000:
-  // blocks of 8, half an AVX-512 vector; ShuffleNet-v2's 58 and 116: no block) computed on
-  // filters padded with zeros to the next multiple of the block, when that adds at most 1/8 of
-  // the filters: its output, in full blocks, converted back to NCHW and sliced to the model's
-  // channels (the value keeps its name and NCHW shape; what follows reads it there).
-  // SqueezeNet's 512 -> 1000 1x1 classifier on the AVX-512 VM, 1 thread: 2.3-3.8 ms in blocks
-  // of 8, 1.5 ms padded to 1008 in blocks of 16. ShuffleNet-v2 x1.0 (58 -> 64, 116 -> 128; at
-  // 1/16 those stayed NCHW): 8.5 -> 6.2 ms at 1 thread, 7.1 -> 5.0 at 2 (2026-11-30, Intel
-  // Xeon VM, against ONNX Runtime 0.48 -> 0.89x and 0.43 -> 0.68x; spreads 23-170%).
-  bool convert_padded_conv(const Node& n, const Shape& x, const Value& wv) {
-    const Shape& w = wv.shape;
-    const int64_t C = x[1], K = w[0], R = w[2], S = w[3], ob = block_;
-    const int64_t Kp = padded_filters(K, ob);
-    if (!Kp) return false;
-    const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
-    if (bias && !g_.is_constant(n.inputs[2])) return false;
-    if (int8_ && qdq_operands(g_, n.inputs[0], n.inputs[1], 0))
-      return false;  // an int8 kernel instead
-    const int64_t ib = input_block(n.inputs[0], C);
-    const std::vector<float>& wf = wv.constant->f;
-    HostTensor wb =
-        HostTensor::floats({Kp / ob, C / ib, R, S, ib, ob}, std::vector<float>(Kp * C * R * S));
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t p = 0; p < R * S; ++p)
-          wb.f[((((k / ob) * (C / ib) + c / ib) * R * S + p) * ib + c % ib) * ob + k % ob] =
-              wf[(k * C + c) * R * S + p];
-    Node c = n;
-    if (bias) {
-      std::vector<float> b = g_.value(n.inputs[2]).constant->f;
-      b.resize(Kp, 0.0f);
-      c.inputs[2] =
-          g_.add_constant(n.inputs[2] + "_padded", HostTensor::floats({Kp}, std::move(b)));
-    }
-    const Shape& y = g_.value(n.outputs[0]).shape;
-    const std::string padded = g_.add_float(n.outputs[0] + "_padded", {y[0], Kp, y[2], y[3]});
-    const std::string name = n.outputs[0];
-    c.outputs[0] = padded;
-    // The padded convolution, written in blocks and converted back (emit_conv_nchwc), then
-    // the model's channels.
-    emit_conv_nchwc(c, ib, ob, std::move(wb));
-    back_.erase(padded);
-    auto ints = [&](const std::string& tag, std::vector<int64_t> v) {
-      return g_.add_ints(n.name + "." + tag, std::move(v));
-    };
-    Node slice{node_name(n.name + "_unpad"),
-               "Slice",
-               {padded, ints("unpad_start", {0}), ints("unpad_end", {K}), ints("unpad_axis", {1})},
-               {name},
-               {}};
-    g_.nodes.push_back(std::move(slice));
-    return true;
   }
 
   // `n` as a ConvNCHWc on its input in blocks of ib, with blocked weights `wb`, writing blocks
