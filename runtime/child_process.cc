@@ -43,12 +43,7 @@ ChildResult run_child(const std::vector<std::string>& args, const std::string& i
   if (options.on_start) options.on_start(pid);
   // Requests are small (a pipe holds 64 KiB); a child that exits before reading closes it.
   signal(SIGPIPE, SIG_IGN);
-  for (size_t done = 0; done < input.size();) {
-    ssize_t n = write(in[1], input.data() + done, input.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
+  write_all(in[1], input);
   close(in[1]);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   char buf[65536];
@@ -265,15 +260,16 @@ bool read_framed(int fd, std::string* message, size_t max_bytes) {
   return read_all(fd, message->data(), n);
 }
 
-bool write_framed(int fd, const std::string& message) {
-  std::string out = length_prefix(message.size()) + message;
-  for (size_t done = 0; done < out.size();) {
-    ssize_t n = write(fd, out.data() + done, out.size() - done);
+bool write_all(int fd, const std::string& data) {
+  for (size_t done = 0; done < data.size();) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     done += static_cast<size_t>(n);
   }
   return true;
 }
+
+bool write_framed(int fd, const std::string& message) { return write_all(fd, length_prefix(message.size()) + message); }
 
 }  // namespace tf

@@ -103,6 +103,10 @@ class ChildWorker {
   std::function<void()> on_end_;
 };
 
+// Writes all of `data` to `fd`, retrying interrupted writes; false when the reader is gone or
+// on another error.
+bool write_all(int fd, const std::string& data);
+
 // Length framing (ChildWorker::Framing::Length) for the child's side: reads one message from
 // `fd` (false at end of input, or on a length over `max_bytes`), writes one (false when the
 // reader is gone).

@@ -19,6 +19,22 @@ pb::MeasureReply failure(pb::ErrorCode code, const std::string& msg) {
   return r;
 }
 
+// How a runner that gave no reply ended, as both ways of running it say it.
+pb::MeasureReply killed_at_limit(double timeout_s) {
+  return failure(pb::TIMEOUT, "still running after the time limit of " + std::to_string(timeout_s) + " s; killed");
+}
+
+pb::MeasureReply crashed(int sig) {
+  return failure(pb::RUNTIME_ERROR,
+                 std::string("kernel crashed: killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")");
+}
+
+pb::MeasureReply not_executed(const std::vector<std::string>& runner) {
+  std::string cmd;
+  for (const std::string& w : runner) cmd += (cmd.empty() ? "" : " ") + w;
+  return failure(pb::RUNTIME_ERROR, "runner '" + cmd + "' could not be executed (exit status 127)");
+}
+
 // The reply as the caller gets it: one that says OK with the wrong number of samples (or
 // baseline samples) is a RUNTIME_ERROR; an error without a message gets one.
 pb::MeasureReply checked(const pb::MeasureRequest& req, pb::MeasureReply reply) {
@@ -54,9 +70,7 @@ pb::MeasureReply run_isolated(const std::vector<std::string>& runner, const std:
   options.on_start = on_start;
   ChildResult child = run_child(argv, request, timeout_s, options);
   if (!child.started) return failure(pb::RUNTIME_ERROR, child.err);
-  if (child.timed_out) {
-    return failure(pb::TIMEOUT, "still running after the time limit of " + std::to_string(timeout_s) + " s; killed");
-  }
+  if (child.timed_out) return killed_at_limit(timeout_s);
   if (child.signal != 0) {
     int sig = child.signal;
     int64_t peak = int64_t{child.usage.ru_maxrss} * 1024;
@@ -65,15 +79,10 @@ pb::MeasureReply run_isolated(const std::vector<std::string>& runner, const std:
                                            " MiB resident, near the memory limit of " +
                                            std::to_string(req.memory_limit_bytes() >> 20) + " MiB");
     }
-    return failure(pb::RUNTIME_ERROR, std::string("kernel crashed: killed by signal ") + std::to_string(sig) + " (" +
-                                          strsignal(sig) + ")");
+    return crashed(sig);
   }
   pb::MeasureReply reply;
-  if (child.exit_status == 127 && child.out.empty()) {
-    std::string cmd;
-    for (const std::string& w : runner) cmd += (cmd.empty() ? "" : " ") + w;
-    return failure(pb::RUNTIME_ERROR, "runner '" + cmd + "' could not be executed (exit status 127)");
-  }
+  if (child.exit_status == 127 && child.out.empty()) return not_executed(runner);
   if (child.out_cut) {
     return failure(pb::RUNTIME_ERROR, "the runner's reply is over " + std::to_string(kMaxMessageBytes >> 20) + " MiB");
   }
@@ -93,9 +102,8 @@ MeasuringProcess::MeasuringProcess(const std::vector<std::string>& runner, const
             argv.insert(argv.end(), {"--serve", std::to_string(getpid()), "--device=" + device});
             return argv;
           }(),
-          ChildWorker::Framing::Length, static_cast<size_t>(kMaxMessageBytes)) {
-  for (const std::string& w : runner) command_ += (command_.empty() ? "" : " ") + w;
-}
+          ChildWorker::Framing::Length, static_cast<size_t>(kMaxMessageBytes)),
+      runner_(runner) {}
 
 pb::MeasureReply MeasuringProcess::measure(const std::string& module, const std::string& baseline,
                                            const pb::MeasureRequest& req, double timeout_s, const std::string& owner,
@@ -118,14 +126,9 @@ pb::MeasureReply MeasuringProcess::measure(const std::string& module, const std:
   if (on_start) on_start(0);
   if (!answered) {
     const ChildWorker::Failure& f = worker_.failure();
-    if (f.timed_out)
-      return failure(pb::TIMEOUT, "still running after the time limit of " + std::to_string(timeout_s) + " s; killed");
-    if (f.signal != 0) {
-      return failure(pb::RUNTIME_ERROR, std::string("kernel crashed: killed by signal ") + std::to_string(f.signal) +
-                                            " (" + strsignal(f.signal) + ")");
-    }
-    if (f.exit_status == 127)
-      return failure(pb::RUNTIME_ERROR, "runner '" + command_ + "' could not be executed (exit status 127)");
+    if (f.timed_out) return killed_at_limit(timeout_s);
+    if (f.signal != 0) return crashed(f.signal);
+    if (f.exit_status == 127) return not_executed(runner_);
     return failure(pb::RUNTIME_ERROR, "the measuring process ended without a reply: " + err);
   }
   pb::MeasureReply reply;

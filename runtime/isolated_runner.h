@@ -53,14 +53,10 @@ class MeasuringProcess {
   tunefarm::v1::MeasureReply measure(const std::string& module, const std::string& baseline,
                                      const tunefarm::v1::MeasureRequest& req, double timeout_s, const std::string& owner,
                                      const std::function<void(pid_t)>& on_start = nullptr);
-  // Ends the process now, if one runs.
-  void stop() { worker_.stop(); }
-  // Processes started so far.
-  int starts() const { return worker_.starts(); }
 
  private:
   ChildWorker worker_;
-  std::string command_;  // the runner's words, for messages
+  std::vector<std::string> runner_;  // the runner's words, for messages
   std::string owner_;
 };
 

@@ -77,13 +77,7 @@ namespace {
 int reply_and_exit(const pb::MeasureReply& reply) {
   std::string out;
   reply.SerializeToString(&out);
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = write(1, out.data() + done, out.size() - done);
-    if (n <= 0) return 3;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
+  return tf::write_all(1, out) ? 0 : 3;
 }
 
 std::string read_file(const std::string& path) {
@@ -307,6 +301,11 @@ std::vector<std::string> check_modules(const RunnerArgs& a, const pb::MeasureReq
   return modules;
 }
 
+// CPU seconds for every core for the whole of the request's time limit.
+rlim_t cpu_budget_s(const pb::MeasureRequest& req) {
+  return static_cast<rlim_t>(req.timeout_s() * std::max(1u, std::thread::hardware_concurrency()) + 10);
+}
+
 // No core dumps; CPU seconds for every core for the whole limit (a backstop to the server's
 // wall-clock kill); the address space (CPU boards); then the sandbox (CPU boards) or
 // no_new_privs (GPU boards, whose drivers the sandbox would stop).
@@ -314,7 +313,7 @@ void limit_and_enter_sandbox(const RunnerArgs& a, const pb::MeasureRequest& req,
   rlimit core{0, 0};
   setrlimit(RLIMIT_CORE, &core);
   if (req.timeout_s() > 0) {
-    auto cpu = static_cast<rlim_t>(req.timeout_s() * std::max(1u, std::thread::hardware_concurrency()) + 10);
+    const rlim_t cpu = cpu_budget_s(req);
     rlimit lim{cpu, cpu};
     setrlimit(RLIMIT_CPU, &lim);
   }
@@ -575,10 +574,9 @@ void limit_cpu_time(const pb::MeasureRequest& req) {
   if (req.timeout_s() <= 0) return;
   rusage used{};
   getrusage(RUSAGE_SELF, &used);
-  auto budget = static_cast<rlim_t>(req.timeout_s() * std::max(1u, std::thread::hardware_concurrency()) + 10);
   rlimit lim{};
   getrlimit(RLIMIT_CPU, &lim);
-  lim.rlim_cur = static_cast<rlim_t>(used.ru_utime.tv_sec + used.ru_stime.tv_sec) + budget;
+  lim.rlim_cur = static_cast<rlim_t>(used.ru_utime.tv_sec + used.ru_stime.tv_sec) + cpu_budget_s(req);
   if (lim.rlim_max != RLIM_INFINITY && lim.rlim_cur > lim.rlim_max) lim.rlim_cur = lim.rlim_max;
   setrlimit(RLIMIT_CPU, &lim);
 }
