@@ -49,22 +49,23 @@ std::string duration(double s) {
   return buf;
 }
 
+// A run's time neither building nor measuring (the search, the database), and its rate.
+double other_s(const TuneState& st) { return std::max(0.0, st.elapsed_s - st.build_s - st.measure_s + st.overlap_s); }
+double candidates_per_s(const TuneState& st) { return st.elapsed_s > 0 ? st.trials_done / st.elapsed_s : 0.0; }
+
 // Where a run's time went (TuneState), for --json.
 json time_report(const TuneState& st) {
   return {{"build_s", st.build_s}, {"measure_s", st.measure_s}, {"overlap_s", st.overlap_s},
-          {"other_s", std::max(0.0, st.elapsed_s - st.build_s - st.measure_s + st.overlap_s)},
-          {"candidates_per_s", st.elapsed_s > 0 ? st.trials_done / st.elapsed_s : 0.0}};
+          {"other_s", other_s(st)}, {"candidates_per_s", candidates_per_s(st)}};
 }
 
 // The same as a line: "12.3 s: building 4.0 s, measuring 8.0 s (2.0 s beside builds), search
 // and database 2.3 s; 6.5 candidates/s".
 std::string time_line(const TuneState& st) {
-  json t = time_report(st);
   char buf[256];
   std::snprintf(buf, sizeof buf, "%.1f s: building %.1f s, measuring %.1f s (%.1f s of it beside builds), search and "
                                  "database %.1f s; %.2f candidates/s",
-                st.elapsed_s, st.build_s, st.measure_s, st.overlap_s, t["other_s"].get<double>(),
-                t["candidates_per_s"].get<double>());
+                st.elapsed_s, st.build_s, st.measure_s, st.overlap_s, other_s(st), candidates_per_s(st));
   return buf;
 }
 

@@ -57,7 +57,7 @@ class LocalBuilder : public Builder {
   ~LocalBuilder() override;
   std::vector<BuildResult> build(const Workload& w, const Target& t,
                                  const std::vector<nlohmann::json>& configs) override;
-  int workers() const { return opts_.workers; }
+  // Its workers.
   int parallelism() const override { return opts_.workers; }
   // Worker processes started so far (a crash, a hang or kBuildsPerWorker builds start another).
   int worker_starts() const;

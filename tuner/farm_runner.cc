@@ -54,9 +54,8 @@ std::string FarmRunner::connect(const std::string& expected_arch) {
 }
 
 bool FarmRunner::overlaps_builds() const {
-  std::string t = board_target();
-  std::optional<TargetKind> kind = parse_target_kind(t.substr(0, t.find(' ')));
-  return kind && kind_info(*kind).gpu;
+  const std::string t = board_target();  // canonical: parse_target read it at the lease
+  return !t.empty() && parse_target(t).is_gpu();
 }
 
 std::string FarmRunner::board_target() const {
