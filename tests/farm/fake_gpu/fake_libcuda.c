@@ -20,6 +20,7 @@
 // The real path is runtime/gpu_runtime.cc and runtime/gpu_model/runtime.c against the real
 // driver. Its devices are of compute capability 8.0, named as fakes.
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -37,13 +38,17 @@ static int g_poisoned;
     if (g_poisoned) return 719; \
   } while (0)
 
-static void log_line(const char* line) {
+// A line (printf's format and arguments) appended to $TF_FAKE_CUDA_LOG, when it is set.
+static void log_line(const char* format, ...) {
   const char* log = getenv("TF_FAKE_CUDA_LOG");
   FILE* out = log ? fopen(log, "a") : NULL;
-  if (out) {
-    fprintf(out, "%s\n", line);
-    fclose(out);
-  }
+  if (!out) return;
+  va_list args;
+  va_start(args, format);
+  vfprintf(out, format, args);
+  va_end(args);
+  fputc('\n', out);
+  fclose(out);
 }
 struct FakeModule {
   struct FakeModule* next;
@@ -86,12 +91,7 @@ CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
 }
 CUresult cuDevicePrimaryCtxRetain(void** ctx, int d) {
   *ctx = (void*)1;
-  const char* log = getenv("TF_FAKE_CUDA_LOG");
-  FILE* out = log ? fopen(log, "a") : NULL;
-  if (out) {
-    fprintf(out, "context %d\n", d);
-    fclose(out);
-  }
+  log_line("context %d", d);
   return 0;
 }
 CUresult cuCtxSetCurrent(void* ctx) { return 0; }
@@ -110,9 +110,7 @@ CUresult cuModuleLoadData(void** m, const void* image) {
   tf_fake_cuda_modules = kept;
   g_module = kept->text;
   *m = g_module;
-  char line[64];
-  snprintf(line, sizeof line, "module %zu", n - 1);
-  log_line(line);
+  log_line("module %zu", n - 1);
   return 0;
 }
 CUresult cuModuleUnload(void* m) {
@@ -155,12 +153,7 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
   POISON_CHECK();
-  const char* log = getenv("TF_FAKE_CUDA_LOG");
-  FILE* out = log ? fopen(log, "a") : NULL;
-  if (out) {
-    fprintf(out, "alloc %zu\n", bytes);
-    fclose(out);
-  }
+  log_line("alloc %zu", bytes);
   // $TF_FAKE_CUDA_MEMORY: the largest allocation the "device" grants, in bytes.
   const char* limit = getenv("TF_FAKE_CUDA_MEMORY");
   if (limit && bytes > strtoull(limit, NULL, 10)) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
@@ -246,17 +239,12 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
     CUresult r = run_emulated(fn, params);
     if (r) return r;
   }
-  const char* log = getenv("TF_FAKE_CUDA_LOG");
   // Each function's first launch (a call of a split-K kernel launches two).
   static const void* logged[256];
   int seen = 0, i = 0;
   for (; i < 256 && logged[i]; ++i) seen |= logged[i] == f;
-  if (log && !seen && i < 256) {
-    FILE* out = fopen(log, "a");
-    if (out) {
-      fprintf(out, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u\n", fn->name, gx, gy, gz, bx, by, bz, shared);
-      fclose(out);
-    }
+  if (getenv("TF_FAKE_CUDA_LOG") && !seen && i < 256) {
+    log_line("launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u", fn->name, gx, gy, gz, bx, by, bz, shared);
     logged[i] = f;
   }
   return 0;
