@@ -47,11 +47,11 @@ void schedule_loops(ir::Stage& s, int lanes) {
   std::vector<int64_t> extent(op.shape.begin(), op.shape.end());
   int64_t work = num_elements(op.shape);
   for (const ir::IterVar& r : op.reduce_axes) work *= r.extent;
-  if (op.shape.back() % lanes == 0) {
+  if (op.shape.back() % lanes == 0 || (!op.reduce() && op.shape.back() > lanes)) {
     auto [outer, inner] = s.split(spatial.back(), lanes);
     s.vectorize(inner);
     spatial.back() = outer;
-    extent.back() /= lanes;
+    extent.back() = (extent.back() + lanes - 1) / lanes;
     if (op.reduce()) {
       // The reduction's loops go outside the lanes, so each lane accumulates its own output
       // (pooling of channel blocks, a sum over rows).

@@ -90,11 +90,12 @@ struct KeptReduction {
   }
 
   // `by` (ir::sum or ir::max_reduce) of f(element, its statistic's index) per statistic. Over
-  // one last axis whose extent is a multiple of kLanes (at least twice), in two stages, as
-  // TVM's rfactor: kLanes partial results (lane l reduces elements l, l + kLanes, ...), then
-  // those reduced. The generic schedule vectorizes the first stage along its lanes
-  // (graph/model_compiler.cc); LLVM would not vectorize the one-stage float reduction, as
-  // that reassociates it. Without `lanes`, one stage.
+  // one last axis of at least twice kLanes, in two stages, as TVM's rfactor: kLanes partial
+  // results over the whole multiples of kLanes (lane l reduces elements l, l + kLanes, ...),
+  // then those and the tail's elements reduced (ViT's 197-token softmax: 12 x 16 + 5). The
+  // generic schedule vectorizes the first stage along its lanes (compiler/model_codegen.cc);
+  // LLVM would not vectorize the one-stage float reduction, as that reassociates it. Without
+  // `lanes`, one stage.
   static constexpr int64_t kLanes = 16;
   using Reducer = Expr (*)(Expr, const std::vector<IterVar>&);
   Tensor reduce(const std::string& name, Reducer by,
@@ -102,11 +103,12 @@ struct KeptReduction {
     const size_t last = x.shape.size() - 1;
     const int64_t len = x.shape.empty() ? 0 : x.shape[last];
     if (!lanes || !x.tensor || axes.size() != 1 || static_cast<size_t>(axes[0]) != last ||
-        len % kLanes != 0 || len < 2 * kLanes) {
+        len < 2 * kLanes) {
       return ir::compute(
           name, stat, axis_names(stat.size()), [&](const Index& i) { return by(f(src(i), i), rv); },
           rv);
     }
+    const int64_t whole = len / kLanes * kLanes, tail = len - whole;
     Shape lanes = stat;
     lanes[last] = kLanes;
     std::vector<IterVar> j = reduce_vars({len / kLanes}, "rj");
@@ -119,13 +121,18 @@ struct KeptReduction {
           return by(f(ir::read(x.tensor, at), s), j);
         },
         j);
-    std::vector<IterVar> l = reduce_vars({kLanes}, "rl");
+    // Partial result l for l < kLanes, then the tail's elements (both reads kept in range).
+    std::vector<IterVar> l = reduce_vars({kLanes + tail}, "rl");
     return ir::compute(
         name, stat, axis_names(stat.size()),
         [&](const Index& i) {
           Index at = i;
-          at[last] = l[0].var;
-          return by(ir::read(part, at), l);
+          at[last] = tail == 0 ? l[0].var : ir::min(l[0].var, Expr(kLanes - 1));
+          Expr v = ir::read(part, at);
+          if (tail == 0) return by(v, l);
+          Index t = i;
+          t[last] = ir::max(l[0].var - Expr(kLanes), Expr(int64_t{0})) + Expr(whole);
+          return by(ir::select(l[0].var < Expr(kLanes), v, f(ir::read(x.tensor, t), i)), l);
         },
         l);
   }

@@ -1336,6 +1336,45 @@ std::vector<HostTensor> compile_and_run(const Graph& g, const std::vector<const 
   return got;
 }
 
+// Row reductions on CPUs keep 16 partial results per row, one per vector lane, over the row's
+// whole multiples of 16, then those and the rest (graph/te_kit.h KeptReduction): Softmax,
+// LogSoftmax and LayerNormalization over rows of lengths around the multiples (31 has no lane
+// stage; 32 and 48 no rest; 33, 47 and 197 a rest of 1, 15 and 5), with large values that
+// would overflow exp without the max, match the reference.
+TEST(OnnxImport, RowReductionsWithARestMatchTheReference) {
+  for (int64_t len : {31, 32, 33, 47, 48, 197}) {
+    SCOPED_TRACE(len);
+    ModelBuilder b;
+    b.input("x", {3, len});
+    std::vector<float> scale(static_cast<size_t>(len)), bias(static_cast<size_t>(len));
+    for (int64_t k = 0; k < len; ++k) {
+      scale[static_cast<size_t>(k)] = 0.5f + 0.01f * static_cast<float>(k);
+      bias[static_cast<size_t>(k)] = std::sin(static_cast<float>(k));
+    }
+    b.floats("scale", scale);
+    b.floats("bias", bias);
+    b.node("Softmax", {"x"}, {"soft"});
+    b.node("LogSoftmax", {"x"}, {"logsoft"});
+    b.node("LayerNormalization", {"x", "scale", "bias"}, {"norm"});
+    for (const char* o : {"soft", "logsoft", "norm"}) b.output(o);
+    Graph g = b.import();
+    std::vector<float> xs(static_cast<size_t>(3 * len));
+    for (size_t k = 0; k < xs.size(); ++k) xs[k] = 40.0f * std::sin(0.7f * static_cast<float>(k)) + (k % 7 == 3 ? 60.0f : 0.0f);
+    HostTensor x = HostTensor::floats({3, len}, xs);
+    int from_template = 0;
+    std::vector<HostTensor> got = compile_and_run(g, {&x}, "generic", from_template);
+    auto want = run_reference(g, {{"x", x}});
+    ASSERT_EQ(got.size(), 3u);
+    const char* names[] = {"soft", "logsoft", "norm"};
+    for (size_t o = 0; o < 3; ++o) {
+      const std::vector<float>& w = want.at(names[o]).f;
+      ASSERT_EQ(got[o].f.size(), w.size());
+      for (size_t k = 0; k < w.size(); ++k)
+        EXPECT_NEAR(got[o].f[k], w[k], 2e-5 * (1 + std::fabs(w[k]))) << names[o] << " element " << k;
+    }
+  }
+}
+
 // ONNX Runtime's QOperator format and dynamic quantization import as the Q/DQ arithmetic
 // that defines them: QLinearMatMul and QLinearConv (per-channel weights, an int32 bias) give
 // what the same model written with QuantizeLinear/DequantizeLinear gives, and fold-qdq makes
