@@ -42,7 +42,10 @@ class DenseCpu final : public CpuTemplate {
     // weights, packed once when it is compiled) costs nothing to pack, and its panels stream
     // where B's rows would be read tile_n columns at a time, one page per row (a classifier's
     // 1x1000x1280 read its 5 MB at half the memory bandwidth).
-    c["pack_b"] = m >= 16 || g.prepacked.count("B") > 0;
+    // A B computed at run time is not packed when tile_n leaves a shifted last column tile:
+    // that tile straddles two panels and reads them with gathers, while B's own rows are
+    // contiguous there (ViT's attention scores, 197 x 197 x 64: 59 GFLOPS packed, 124 not).
+    c["pack_b"] = g.prepacked.count("B") > 0 || (m >= 16 && n % c["tile_n"].get<int64_t>() == 0);
     c["order"] = "nm";
     default_annotations(c);
     return c;

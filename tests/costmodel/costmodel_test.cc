@@ -48,7 +48,7 @@ TEST(Features, SameIrSameFeaturesAndKnobsThatChangeTheLoopsChangeThem) {
   EXPECT_EQ(a, costmodel::config_features(s.graph(), s.target(), def));
   for (float v : a) EXPECT_TRUE(std::isfinite(v));
   for (const auto& [knob, value] : std::vector<std::pair<std::string, json>>{
-           {"tile_m", 4}, {"tile_n", 16}, {"unroll_k", 8}, {"pack_b", false}, {"order", "mn"},
+           {"tile_m", 4}, {"tile_n", 16}, {"unroll_k", 8}, {"pack_b", !def["pack_b"].get<bool>()}, {"order", "mn"},
            {"vectorize", false}, {"unroll", false}, {"parallel", false}}) {
     json c = def;
     c[knob] = value;
