@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "compiler/codegen_llvm.h"
+#include "compiler/fp_control.h"
 #include "base/error.h"
 #include "runtime/gpu_model/plan.h"
 
@@ -28,7 +29,8 @@ constexpr int32_t kNoBucketStatus = -4;  // runtime/model_abi.h kModelNoBucket
 
 class EntryGen {
  public:
-  EntryGen(llvm::LLVMContext& ctx, llvm::Module& m) : ctx_(ctx), m_(m), b_(ctx) {}
+  EntryGen(llvm::LLVMContext& ctx, llvm::Module& m, const Target& target)
+      : ctx_(ctx), m_(m), b_(ctx), fp_control_(target.arch_name()) {}
 
   // The tables describing the inputs and outputs, and the workspace's size.
   void emit_tables(const EntrySpec& s, int64_t workspace_bytes) {
@@ -78,7 +80,8 @@ class EntryGen {
     std::vector<llvm::Function*> runs;
     for (size_t b = 0; b < buckets.size(); ++b) {
       constants_ = bucket_constants[b];
-      runs.push_back(run(buckets[b], b == 0 ? "tf_model_run" : "tf_model_run_bucket_" + std::to_string(b), workspace));
+      const std::string name = b == 0 ? "tf_model_run" : "tf_model_run_bucket_" + std::to_string(b);
+      runs.push_back(flushing_denormals(run(buckets[b], name + "_kernels", workspace), name));
       if (b > 0) runs.back()->setLinkage(llvm::GlobalValue::InternalLinkage);
     }
     bucket_entries(buckets, runs);
@@ -432,9 +435,27 @@ class EntryGen {
     return fn;
   }
 
+  // `name`: `run` with denormals flushed to zero, the caller's floating-point control given
+  // back after it (compiler/fp_control.h); `run` becomes internal.
+  llvm::Function* flushing_denormals(llvm::Function* run, const std::string& name) {
+    run->setLinkage(llvm::GlobalValue::InternalLinkage);
+    std::vector<llvm::Type*> params;
+    for (llvm::Argument& a : run->args()) params.push_back(a.getType());
+    llvm::Function* fn = define(name, run->getReturnType(), params);
+    std::vector<llvm::Value*> args;
+    for (llvm::Argument& a : fn->args()) args.push_back(&a);
+    llvm::Value* callers = fp_control_.read(b_, m_);
+    if (callers) fp_control_.write(b_, m_, fp_control_.flushing_denormals(b_, callers));
+    llvm::Value* status = b_.CreateCall(run, args);
+    if (callers) fp_control_.write(b_, m_, callers);
+    b_.CreateRet(status);
+    return fn;
+  }
+
   llvm::LLVMContext& ctx_;
   llvm::Module& m_;
   llvm::IRBuilder<> b_;
+  FpControl fp_control_;
   std::vector<llvm::GlobalVariable*> constants_;  // the bucket being emitted's, by its index
   llvm::GlobalVariable* cache_ = nullptr;
 };
@@ -538,7 +559,7 @@ static std::string emit_entry_object(const Target& target, const char* name, con
   std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target);
   m.setTargetTriple(target.triple);
   m.setDataLayout(tm->createDataLayout());
-  EntryGen gen(ctx, m);
+  EntryGen gen(ctx, m, target);
   fill(gen);
   std::string errors;
   llvm::raw_string_ostream os(errors);

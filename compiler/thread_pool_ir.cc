@@ -9,6 +9,7 @@
 #include <array>
 #include <string>
 
+#include "compiler/fp_control.h"
 #include "compiler/target.h"
 
 namespace tf {
@@ -34,6 +35,7 @@ class PoolEmitter {
       : m_(m),
         ctx_(m.getContext()),
         arch_(t.arch_name()),
+        fp_control_(t.arch_name()),
         b_(ctx_),
         i32_(b_.getInt32Ty()),
         i64_(b_.getInt64Ty()),
@@ -50,6 +52,7 @@ class PoolEmitter {
     job_n_ = global("tf_pool_job_n", i32_);
     created_ = global("tf_pool_created", i32_);
     cpus_ = global("tf_pool_cpus", i32_);
+    if (fp_control_.exists()) job_fp_ = global("tf_pool_job_fp", fp_control_.type(b_));
     mutex_ = global("tf_pool_mutex", llvm::ArrayType::get(b_.getInt8Ty(), kSyncBytes));
     cond_ = global("tf_pool_cond", llvm::ArrayType::get(b_.getInt8Ty(), kSyncBytes));
     now_ = emit_now();
@@ -232,6 +235,8 @@ class PoolEmitter {
     b_.CreateBr(wait);
 
     b_.SetInsertPoint(job);
+    // The launching thread's floating-point control (denormals flushed in a model's call).
+    if (job_fp_) fp_control_.write(b_, m_, load_atomic(job_fp_, llvm::AtomicOrdering::Monotonic));
     llvm::Value* fn = load_atomic(job_fn_, llvm::AtomicOrdering::Monotonic);
     llvm::Value* data = load_atomic(job_data_, llvm::AtomicOrdering::Monotonic);
     llvm::Value* n = load_atomic(job_n_, llvm::AtomicOrdering::Monotonic);
@@ -349,6 +354,7 @@ class PoolEmitter {
     llvm::Value* chunks = b_.CreateMul(size, b_.getInt32(kChunksPerThread));
     store_atomic(fn, job_fn_, llvm::AtomicOrdering::Monotonic);
     store_atomic(data, job_data_, llvm::AtomicOrdering::Monotonic);
+    if (job_fp_) store_atomic(fp_control_.read(b_, m_), job_fp_, llvm::AtomicOrdering::Monotonic);
     store_atomic(chunks, job_n_, llvm::AtomicOrdering::Monotonic);
     store_atomic(b_.getInt32(0), done_, llvm::AtomicOrdering::Monotonic);
     llvm::Value* g = b_.CreateAdd(generation(load_atomic(word_, llvm::AtomicOrdering::Monotonic)),
@@ -396,6 +402,7 @@ class PoolEmitter {
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
   std::string arch_;
+  FpControl fp_control_;
   llvm::IRBuilder<> b_;
   llvm::Type* i32_;
   llvm::Type* i64_;
@@ -408,6 +415,7 @@ class PoolEmitter {
   llvm::GlobalVariable* job_fn_ = nullptr;
   llvm::GlobalVariable* job_data_ = nullptr;
   llvm::GlobalVariable* job_n_ = nullptr;
+  llvm::GlobalVariable* job_fp_ = nullptr;  // null where the architecture has no FpControl
   llvm::GlobalVariable* created_ = nullptr;
   llvm::GlobalVariable* cpus_ = nullptr;
   llvm::GlobalVariable* mutex_ = nullptr;

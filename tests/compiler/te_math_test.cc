@@ -3,10 +3,15 @@
 // of the intrinsics and the libm link are exercised) and checked against <cmath>.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
 #include <iostream>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #include "compiler/codegen_llvm.h"
 #include "compiler/lower.h"
@@ -38,6 +43,36 @@ TEST(TensorExpressions, ElementwiseMathVectorized) {
     double want = std::exp(v) + std::log(std::fabs(v) + 1) * std::sqrt(std::fabs(v)) - std::tanh(v);
     EXPECT_NEAR(ys[i], want, 1e-5 * (1 + std::fabs(want))) << "x = " << v;
   }
+}
+
+// A kernel's parallel loop computes in its caller's floating-point mode on every thread
+// (compiler/fp_control.h): the pool's workers, started by an IEEE call, take the caller's
+// denormal flushing with the next job, and leave it with the one after. x * 2^-20 for x =
+// 2^-110 is a denormal (2^-130), or 0 when flushed.
+TEST(TensorExpressions, ParallelLoopsComputeInTheCallersFloatingPointMode) {
+#if defined(__x86_64__) || defined(__i386__)
+  constexpr int64_t n = 1 << 17;
+  Tensor x = placeholder("x", {n});
+  Tensor y = compute("y", {n}, {"i"}, [&](const std::vector<Expr>& i) { return read(x, i) * f32(std::ldexp(1.0, -20)); });
+  Schedule s(y);
+  auto [o, in] = s[y].split(s[y].axis("i"), 16);
+  s[y].vectorize(in);
+  s[y].parallel(o);
+  auto lib = testing::build_for_host(lower(s, {x}, "scale").func);
+  std::vector<float> xs(n, std::ldexp(1.0f, -110)), ys(n);
+  const unsigned ieee = _mm_getcsr() & ~0x8040u;
+  auto count = [&](float v) { return std::count(ys.begin(), ys.end(), v); };
+  for (int call = 0; call < 30; ++call) {
+    const bool flush = call % 3 == 1;
+    _mm_setcsr(flush ? ieee | 0x8040u : ieee);
+    std::fill(ys.begin(), ys.end(), -1.0f);
+    ASSERT_EQ(lib->call({xs.data(), ys.data()}), 0);
+    _mm_setcsr(ieee);
+    EXPECT_EQ(count(flush ? 0.0f : std::ldexp(1.0f, -130)), n) << "call " << call << (flush ? " (flushing)" : " (IEEE)");
+  }
+#else
+  GTEST_SKIP() << "the test sets x86's MXCSR";
+#endif
 }
 
 // exp is inlined on CPUs (a polynomial, not a libm call per lane): within 2 ulp of the exact

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 #include <dlfcn.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 #include <unistd.h>
 
 #include <cmath>
@@ -1893,6 +1896,62 @@ TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
   expect_error([&] { compile_model(buckets, tf::parse_target("cuda -arch=sm_80"), defaults, so.string(), "test"); },
                "shape buckets (3 sets of sizes) are implemented for CPU libraries and --emulate-gpu, not for cuda");
   EXPECT_FALSE(fs::exists(so));
+}
+
+// A model's entry points run its kernels with denormals flushed to zero (compiler/fp_control.h):
+// a product below 2^-126 is 0 and a denormal input reads as 0, on the caller's thread and on
+// the pool's workers alike (the elementwise kernels here are parallel loops; each call is
+// checked, so a worker that kept IEEE denormals fails some call), and the caller's own
+// floating-point control is what it was after the call, flushing or not.
+TEST(ModelLibrary, DenormalsAreFlushedWithinACallAndTheCallersModeKept) {
+  namespace fs = std::filesystem;
+  constexpr int64_t n = 1 << 17;
+  ModelBuilder b;
+  b.input("x", {1, n});
+  b.floats("small", {std::ldexp(1.0f, -20)});
+  b.floats("large", {std::ldexp(1.0f, 20)});
+  b.node("Mul", {"x", "small"}, {"y"});
+  b.node("Mul", {"x", "large"}, {"z"});
+  b.output("y");
+  b.output("z");
+  Graph g = import_onnx_bytes(b.m.SerializeAsString(), "test.onnx");
+  fs::path so = fs::temp_directory_path() / ("tf-denormals-test-" + std::to_string(getpid()) + ".so");
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  compile_model(g, tf::host_target(), defaults, so.string(), "test");
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto run = reinterpret_cast<int32_t (*)(const void* const*, void* const*, void*)>(dlsym(h, "tf_model_run"));
+  ASSERT_NE(run, nullptr);
+  // x: 2^-110 (times 2^-20: a denormal product), 1, and 2^-130 (a denormal input: times 2^20
+  // it would be 2^-110, a normal float).
+  std::vector<float> x(n);
+  for (int64_t e = 0; e < n; ++e) x[e] = e % 3 == 0 ? std::ldexp(1.0f, -110) : e % 3 == 1 ? 1.0f : std::ldexp(1.0f, -130);
+  ASSERT_GT(x[2], 0.0f);  // the test's own arithmetic keeps denormals
+  std::vector<float> y(n), z(n);
+  const void* ins[] = {x.data()};
+  void* outs[] = {y.data(), z.data()};
+  for (int call = 0; call < 20; ++call) {
+#if defined(__x86_64__) || defined(__i386__)
+    const unsigned before = call % 2 ? (_mm_getcsr() | 0x8040u) : (_mm_getcsr() & ~0x8040u);
+    _mm_setcsr(before);
+#endif
+    std::fill(y.begin(), y.end(), -1.0f);
+    std::fill(z.begin(), z.end(), -1.0f);
+    ASSERT_EQ(run(ins, outs, nullptr), 0);
+#if defined(__x86_64__) || defined(__i386__)
+    EXPECT_EQ(_mm_getcsr(), before) << "call " << call;
+    _mm_setcsr(before & ~0x8040u);
+#endif
+    int64_t kept = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      const float want_y = e % 3 == 1 ? std::ldexp(1.0f, -20) : 0.0f;
+      const float want_z = e % 3 == 1 ? std::ldexp(1.0f, 20) : e % 3 == 0 ? std::ldexp(1.0f, -90) : 0.0f;
+      kept += y[e] != want_y || z[e] != want_z;
+    }
+    EXPECT_EQ(kept, 0) << "call " << call << ": elements computed with IEEE denormals (or wrong)";
+  }
+  dlclose(h);
+  for (const fs::path& p : {so, fs::path(so.string() + ".json")}) fs::remove(p);
 }
 
 // A model with float16 / bfloat16 inputs and outputs (docs/precision.md): each 16-bit input is
