@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -221,7 +222,12 @@ struct Measured {
   std::vector<double> base_samples;
   int base_number = 0;
   std::vector<OutputView> views;
+  double load_s = 0;  // loading the module(s): MeasureReply.load_s
 };
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // The arguments, or nullopt after printing the usage.
 std::optional<RunnerArgs> parse_args(int argc, char** argv) {
@@ -389,9 +395,11 @@ Measured time_gpu_model(const RunnerArgs& a, const pb::MeasureRequest& req, tf::
 // A compiled model on a CPU board, through its C ABI; `model` holds the buffers the views
 // point into.
 Measured time_cpu_model(const RunnerArgs& a, const pb::MeasureRequest& req, ModelRun& model, const tf::TimingOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
   if (std::string why = model.load(a.module, a.baseline, req.seed()); !why.empty()) refuse(pb::LOAD_ERROR, why);
-  std::vector<tf::TimingResult> rs = model.time(o);
   Measured m;
+  m.load_s = seconds_since(t0);
+  std::vector<tf::TimingResult> rs = model.time(o);
   m.t = rs[0];
   if (rs.size() > 1) {
     if (m.t.status == 0 && rs[1].status != 0)
@@ -429,12 +437,14 @@ Measured time_gpu_kernel(const pb::MeasureRequest& req, tf::GpuRuntime& rt, cons
   call.workspace_elements.assign(l.workspace_elements().begin(), l.workspace_elements().end());
   std::vector<bool> is_output(bufs.size(), false);
   for (size_t i : outputs) is_output[i] = true;
+  Measured m;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
-    rt.load(gpu_module, functions);
+    rt.load(gpu_module, functions);  // the driver JIT-compiles PTX here
   } catch (const std::exception& e) {
     refuse(pb::LOAD_ERROR, e.what());
   }
-  Measured m;
+  m.load_s = seconds_since(t0);
   try {
     m.t = rt.time(bufs, is_output, call, o);
   } catch (const std::runtime_error& e) {
@@ -447,10 +457,12 @@ Measured time_gpu_kernel(const pb::MeasureRequest& req, tf::GpuRuntime& rt, cons
 // kernel's are what the reply returns).
 Measured time_cpu_kernel(const RunnerArgs& a, const pb::MeasureRequest& req, std::vector<std::vector<float>>& bufs,
                          const std::vector<size_t>& outputs, const tf::TimingOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
   tf::KernelLibrary lib(a.module, req.function());
+  Measured m;
+  m.load_s = seconds_since(t0);
   std::vector<float*> args;
   for (auto& b : bufs) args.push_back(b.data());
-  Measured m;
   if (a.baseline.empty()) {
     m.t = tf::time_kernel(lib, args, o);
     return m;
@@ -531,6 +543,7 @@ std::unique_ptr<tf::GpuRuntime> open_runtime(const std::string& device) {
 pb::MeasureReply measure(const RunnerArgs& a, const pb::MeasureRequest& req, tf::GpuRuntime* rt,
                          const tf::GpuModelImage& gpu_model, const tf::GpuModelImage& gpu_baseline,
                          const std::string& gpu_module) {
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     const tf::TimingOptions o{req.number(),       req.repeat(),          req.min_repeat_ms(),
                               req.flush_cache(),  req.cooldown_ms(),     req.cut_slower_than_s(),
@@ -556,7 +569,10 @@ pb::MeasureReply measure(const RunnerArgs& a, const pb::MeasureRequest& req, tf:
         m.views.push_back({bufs[i].data(), static_cast<int64_t>(bufs[i].size()), tf::ModelDType::F32});
       }
     }
-    return make_reply(req, m);
+    pb::MeasureReply reply = make_reply(req, m);
+    reply.set_load_s(m.load_s);
+    reply.set_run_s(std::max(0.0, seconds_since(t0) - m.load_s));
+    return reply;
   } catch (const Failure& f) {
     return failure_reply(f.code, f.msg);
   } catch (const std::bad_alloc&) {

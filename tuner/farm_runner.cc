@@ -1,6 +1,7 @@
 #include "tuner/farm_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <deque>
 #include <filesystem>
@@ -189,7 +190,8 @@ namespace {
 // architecture than the board's; times `req` on them; frees them. The request's baseline
 // module id is filled in.
 pb::MeasureReply upload_and_measure(farm::LeasedBoard& board, const std::string& data, const std::string& name,
-                                    const FarmRunner::Baseline* baseline, pb::MeasureRequest req, const char* what) {
+                                    const FarmRunner::Baseline* baseline, pb::MeasureRequest req, const char* what,
+                                    double& upload_s) {
   std::string board_arch;
   std::optional<TargetKind> board_gpu;
   try {
@@ -222,11 +224,13 @@ pb::MeasureReply upload_and_measure(farm::LeasedBoard& board, const std::string&
   };
   check_arch(data, name);
   if (baseline) check_arch(baseline->data, baseline->name);
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> modules{board.upload(data, name)};
   if (baseline) {
     modules.push_back(board.upload(baseline->data, baseline->name == name ? "baseline-" + name : baseline->name));
     req.set_baseline_module_id(modules.back());
   }
+  upload_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   pb::MeasureReply reply = board.measure(req, modules[0]);
   for (const std::string& m : modules) {
     try {
@@ -253,7 +257,8 @@ RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, 
   if (launch) *req.mutable_launch() = *launch;
   set_packed_inputs(req, sidecar, baseline ? baseline->sidecar : nlohmann::json());
   if (baseline) req.set_baseline_function(baseline->function);
-  pb::MeasureReply reply = upload_and_measure(board, data, name, baseline, req, "kernel library");
+  double upload_s = 0;
+  pb::MeasureReply reply = upload_and_measure(board, data, name, baseline, req, "kernel library", upload_s);
   RunResult r;
   if (ctx_mu) {
     std::lock_guard<std::mutex> l(*ctx_mu);
@@ -261,6 +266,7 @@ RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, 
   } else {
     r = ctx.finish(reply);
   }
+  r.upload_s = upload_s;
   set_board(r, board);
   return r;
 }
@@ -268,7 +274,9 @@ RunResult FarmRunner::measure_on(farm::LeasedBoard& board, MeasureContext& ctx, 
 RunResult FarmRunner::measure_model_on(farm::LeasedBoard& board, const std::string& data, const std::string& name,
                                        const Baseline* baseline, const MeasureOptions* o) {
   pb::MeasureRequest req = model_request(o && o->timeout_s > 0 ? o->timeout_s : board.info().max_timeout_s(), o);
-  RunResult r = result_of(upload_and_measure(board, data, name, baseline, req, "model library"));
+  double upload_s = 0;
+  RunResult r = result_of(upload_and_measure(board, data, name, baseline, req, "model library", upload_s));
+  r.upload_s = upload_s;
   set_board(r, board);
   return r;
 }

@@ -76,6 +76,8 @@ RunResult result_of(const pb::MeasureReply& reply) {
   r.error = reply.error();
   r.error_msg = reply.error_msg();
   r.number = reply.number();
+  r.load_s = reply.load_s();
+  r.run_s = reply.run_s();
   if (!r.ok()) return r;
   r.samples_s.assign(reply.samples_s().begin(), reply.samples_s().end());
   r.baseline_samples_s.assign(reply.baseline_samples_s().begin(), reply.baseline_samples_s().end());

@@ -56,6 +56,10 @@ struct RunResult {
   // With a baseline (LocalRunner::run_one's): its samples, each taken right after the
   // kernel's of the same index.
   std::vector<double> baseline_samples_s;
+  // Where the measurement's time went, seconds: uploading the library to the board (0 on this
+  // machine), loading it in the measuring process (the GPU driver's PTX JIT there), and the
+  // rest of the measuring process's work (MeasureReply's load_s and run_s).
+  double upload_s = 0, load_s = 0, run_s = 0;
   bool ok() const { return error == tunefarm::v1::OK; }
   double median_s() const;  // 0 when not timed
   double baseline_median_s() const;  // 0 without a baseline

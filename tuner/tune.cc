@@ -130,6 +130,13 @@ void TuneLoop::notify(const std::vector<Trial>& trials) {
   for (MeasureCallback* cb : callbacks_) cb->on_results(sum_.state, trials);
 }
 
+void TuneLoop::add_parts(const RunResult& r) {
+  ++sum_.state.measured;
+  sum_.state.upload_s += r.upload_s;
+  sum_.state.load_s += r.load_s;
+  sum_.state.run_s += r.run_s;
+}
+
 std::vector<BuildResult> TuneLoop::timed_build(const std::vector<json>& configs, Interval* took) {
   Interval t{now_s(), 0};
   std::vector<BuildResult> b = builder_.build(space_.workload(), space_.target(), configs);
@@ -144,6 +151,7 @@ std::vector<RunResult> TuneLoop::timed_run(const std::vector<BuildResult>& build
   std::vector<RunResult> r = runner_.run(*ctx_, builds);
   t.end = now_s();
   sum_.state.measure_s += t.end - t.start;
+  for (const RunResult& one : r) add_parts(one);
   if (took) *took = t;
   return r;
 }

@@ -116,6 +116,13 @@ struct TuneState {
   // boards' work and the waits for boards), and how much of the measuring had builds going
   // on beside it; the rest of elapsed_s is the search (cost model) and the database.
   double build_s = 0, measure_s = 0, overlap_s = 0;
+  // The measuring's parts, summed over the measurements (`measured`, retimings included;
+  // several boards measure at once, so these can add up to more than measure_s): uploads to
+  // the boards, the measuring processes' module loads (the GPU driver's PTX JIT) and the rest
+  // of their work (RunResult). What measure_s holds beyond them per measurement is starting
+  // the measuring process, the network and waits for a board.
+  int measured = 0;
+  double upload_s = 0, load_s = 0, run_s = 0;
 };
 
 class MeasureCallback {
@@ -203,6 +210,8 @@ class TuneLoop {
   };
   std::vector<BuildResult> timed_build(const std::vector<nlohmann::json>& configs, Interval* took = nullptr);
   std::vector<RunResult> timed_run(const std::vector<BuildResult>& builds, Interval* took = nullptr);
+  // A measurement's parts (RunResult's upload_s, load_s, run_s) added to the state's.
+  void add_parts(const RunResult& r);
   // Drops from `batch` the configs another run measured since this one started (a job on the
   // same workload at the same time), taking their results from the database instead.
   std::vector<uint64_t> skip_measured_elsewhere(const std::vector<uint64_t>& batch);

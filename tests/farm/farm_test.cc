@@ -1704,7 +1704,7 @@ TEST(FarmGpu, MeasuringProcessKeepsItsContextAndAFaultCostsOneCandidate) {
   auto start_board = [&](const std::string& log, const std::string& id, std::vector<std::string> extra) {
     std::vector<std::string> argv{"/usr/bin/env", std::string("LD_LIBRARY_PATH=") + TF_FAKE_CUDA_DIR,
                                   "TF_FAKE_CUDA_LOG=" + log, "TF_FAKE_CUDA_FAIL_LAUNCH=faulty",
-                                  "TF_FAKE_CUDA_HANG_LAUNCH=stuck", TF_RPC_SERVER, "--tracker",
+                                  "TF_FAKE_CUDA_HANG_LAUNCH=stuck", "TF_FAKE_CUDA_JIT_MS=20", TF_RPC_SERVER, "--tracker",
                                   "127.0.0.1:" + std::to_string(port), "--device", "cuda:0", "--port", "0",
                                   "--token-file", token_file(), "--board-id", id, "--key", id};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -1727,6 +1727,11 @@ TEST(FarmGpu, MeasuringProcessKeepsItsContextAndAFaultCostsOneCandidate) {
       pb::MeasureReply reply = b->measure(r, mm);
       EXPECT_EQ(reply.error(), pb::OK) << reply.error_msg();
       EXPECT_EQ(reply.samples_s_size(), 2);
+      // Where the measuring process's time went: the module's load (the JIT: 20 ms more in
+      // the FAKE driver) apart from the rest.
+      EXPECT_GE(reply.load_s(), 0.02);
+      EXPECT_LT(reply.load_s(), 5.0);
+      EXPECT_GT(reply.run_s(), 0);
     }
     std::string fake = read_file(log);
     EXPECT_EQ(contexts(log, probed), 1) << fake;

@@ -770,6 +770,13 @@ TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
     EXPECT_GT(s.state.build_s, 0);
     EXPECT_GE(s.state.measure_s, 0.4 * static_cast<double>(iv.runs.size()));
     EXPECT_LE(s.state.build_s + s.state.measure_s - s.state.overlap_s, s.state.elapsed_s + 1e-3);
+    // The measurements' parts: on this machine nothing is uploaded; each runner process loads
+    // its library and times it, within the measuring (one at a time here).
+    EXPECT_EQ(s.state.measured, 9);
+    EXPECT_EQ(s.state.upload_s, 0);
+    EXPECT_GT(s.state.load_s, 0);
+    EXPECT_GT(s.state.run_s, 0);
+    EXPECT_LE(s.state.load_s + s.state.run_s, s.state.measure_s);
   }
 }
 

@@ -15,6 +15,7 @@
 // way. $TF_FAKE_CUDA_HANG_LAUNCH=name: a launch of that kernel never returns (a kernel that
 // never ends). Module unloads and frees are logged ("unload", "free") for leak checks.
 // $TF_FAKE_CUDA_MEMORY=bytes: larger allocations fail (CUDA_ERROR_OUT_OF_MEMORY).
+// $TF_FAKE_CUDA_JIT_MS=N: a module load takes N ms more, as the driver's PTX JIT does.
 // $TF_FAKE_CUDA_DEVICES=N: N devices (default 1; a host with several GPUs), each named with
 // its ordinal; the context's device (cuDevicePrimaryCtxRetain) is logged ("context N").
 // The real path is runtime/gpu_runtime.cc and runtime/gpu_model/runtime.c against the real
@@ -98,6 +99,12 @@ CUresult cuCtxSetCurrent(void* ctx) { return 0; }
 CUresult cuCtxSynchronize(void) { POISON_CHECK(); return 0; }
 CUresult cuModuleLoadData(void** m, const void* image) {
   POISON_CHECK();
+  const char* jit_ms = getenv("TF_FAKE_CUDA_JIT_MS");
+  if (jit_ms) {
+    long ms = atol(jit_ms);
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+  }
   const char* text = (const char*)image;
   if (strncmp(text, "//", 2) != 0 || !strstr(text, ".version ") || !strstr(text, ".target sm_")) return 218;  // CUDA_ERROR_INVALID_PTX
   // Kept (reachable from a global list the compiler cannot drop, for LeakSanitizer) as a
