@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "compiler/ir_mutator.h"
 
@@ -351,6 +352,18 @@ class Simplifier : public IRMutator {
     r.constant = l.constant - q.constant * *c;
     Expr rest = rebuild(r);
     auto rb = const_bounds(rest, ranges_);
+    if (!(rb && floor_div(rb->lo, *c) == floor_div(rb->hi, *c))) {
+      if (std::optional<DivisorSplit> d = split_by_divisor(r, *c)) {
+        // (k*S + R) / c == S / (c/k) and (k*S + R) % c == k*(S % (c/k)) + R.
+        Expr s = rebuild(d->s), per = IntImm::make(*c / d->k);
+        if (is_div) {
+          Linear out = q;
+          linearize(mutate_expr(Binary::make(ExprKind::Div, s, per)), 1, out);
+          return rebuild(out);
+        }
+        return mutate_expr(Binary::make(ExprKind::Mod, s, per) * IntImm::make(d->k) + rebuild(d->rest));
+      }
+    }
     if (is_div) {
       Expr rest_div;
       if (rb && floor_div(rb->lo, *c) == floor_div(rb->hi, *c)) {
@@ -379,6 +392,34 @@ class Simplifier : public IRMutator {
       if (a && *a > 0 && *a % *c == 0) return Binary::make(ExprKind::Mod, inner->a, b->b);
     }
     return Binary::make(ExprKind::Mod, rest, b->b);
+  }
+
+  // `r` (none of whose coefficients c divides) as k*S + R, with k > 1 dividing c, S the terms
+  // whose coefficients k divides (divided by k) and R the rest, 0 <= R < k over the loop
+  // ranges: the largest such k. A flattened index read through a reshape divides so:
+  // (784 i + 28 h + w) / 1568 == i / 2 for 0 <= 28 h + w < 784 (ShuffleNet's channel
+  // shuffle, whose vector loads were lane-by-lane divisions without it).
+  struct DivisorSplit {
+    Linear s, rest;
+    int64_t k;
+  };
+  std::optional<DivisorSplit> split_by_divisor(const Linear& r, int64_t c) {
+    std::vector<int64_t> ks;
+    for (const auto& [atom, coef] : r.terms) {
+      if (coef > 1 && c % coef == 0) ks.push_back(coef);
+    }
+    std::sort(ks.rbegin(), ks.rend());
+    for (int64_t k : ks) {
+      DivisorSplit d{{}, {}, k};
+      d.rest.constant = r.constant;
+      for (const auto& [atom, coef] : r.terms) {
+        if (coef % k == 0) d.s.add(atom, coef / k);
+        else d.rest.add(atom, coef);
+      }
+      auto b = const_bounds(rebuild(d.rest), ranges_);
+      if (b && b->lo >= 0 && b->hi < k) return d;
+    }
+    return std::nullopt;
   }
 
   Expr vector_div_mod(const Expr& x) {

@@ -1,6 +1,7 @@
 // The simplifier and range analysis on hand-built expressions.
 #include <gtest/gtest.h>
 
+#include "compiler/ir_mutator.h"
 #include "compiler/ir_printer.h"
 #include "compiler/simplify.h"
 
@@ -32,6 +33,31 @@ TEST(Simplify, RecombinesDivAndMod) {
   EXPECT_EQ(to_string(simplify(n * 3136 + ((p / 56) * 56 + p % 56) * 2)), "((n*3136) + (p*2))");
   EXPECT_EQ(to_string(simplify((p / 56) * 56 + p % 28)), "(((p/56)*56) + (p % 28))");
   EXPECT_EQ(to_string(simplify((p / 56) * 28 + p % 56)), "(((p/56)*28) + (p % 56))");
+}
+
+// A flattened index read through a reshape: (784 c + 28 h + w) / 1568 is c / 2 and its
+// remainder 784 (c % 2) + 28 h + w when 28 h + w stays below 784, whatever c's sign (floor
+// division); a vector of such indices whose lanes stay in one quotient is a broadcast
+// (ShuffleNet's channel shuffle). Not when the rest can reach the divisor's factor.
+TEST(Simplify, DivModSplitAtADivisorOfTheDivisor) {
+  Expr c = Var::make("c"), h = Var::make("h"), w = Var::make("w");
+  RangeMap r = {{c.get(), {-3, 115}}, {h.get(), {0, 27}}, {w.get(), {0, 27}}};
+  Expr flat = c * 784 + h * 28 + w;
+  EXPECT_EQ(to_string(simplify(flat / 1568, r)), "(c/2)");
+  EXPECT_EQ(to_string(simplify(flat % 1568, r)), "((((c % 2)*784) + (h*28)) + w)");
+  EXPECT_EQ(to_string(simplify((flat + 5) / 1568, r)), "(((((c*784) + (h*28)) + w) + 5)/1568)");  // 28*27+27+5 >= 784
+  EXPECT_EQ(to_string(simplify(Ramp::make(c * 784 + h * 28, 1, 16) / Broadcast::make(Expr(1568), 16), r)), "x16((c/2))");
+  // The rewritten forms, at every c and some h and w, against floor division itself.
+  const Expr div = simplify(flat / 1568, r), mod = simplify(flat % 1568, r);
+  for (int64_t cv = -3; cv <= 115; ++cv)
+    for (int64_t hv = 0; hv < 28; hv += 9)
+      for (int64_t wv = 0; wv < 28; wv += 13) {
+        const int64_t x = cv * 784 + hv * 28 + wv;
+        const int64_t q = x >= 0 ? x / 1568 : -((-x + 1567) / 1568), m = x - q * 1568;
+        VarMap at = {{c.get(), Expr(cv)}, {h.get(), Expr(hv)}, {w.get(), Expr(wv)}};
+        EXPECT_EQ(to_string(simplify(substitute(div, at))), std::to_string(q)) << x;
+        EXPECT_EQ(to_string(simplify(substitute(mod, at))), std::to_string(m)) << x;
+      }
 }
 
 TEST(Simplify, ProvesGuards) {
