@@ -59,6 +59,23 @@ void print_tasks(const pb::JobInfo& j) {
   if (j.weighted_best_s() > 0 && j.tasks_size() > 1) {
     std::printf("weighted total %s ms (sum of weight x best)\n", ms(j.weighted_best_s()).c_str());
   }
+  // Where its time went, over its tasks (docs/service.md).
+  double build = 0, measure = 0, upload = 0, load = 0, run = 0;
+  int measurements = 0;
+  for (const pb::TaskInfo& t : j.tasks()) {
+    build += t.build_s();
+    measure += t.measure_s();
+    measurements += t.measurements();
+    upload += t.upload_s();
+    load += t.load_s();
+    run += t.timing_s();
+  }
+  if (measurements > 0) {
+    const double per = 1e3 / measurements;
+    std::printf("time      building %.1f s, measuring %.1f s (%d measurements; one: upload %.1f ms, module load %.1f ms, "
+                "timing %.0f ms)\n",
+                build, measure, measurements, upload * per, load * per, run * per);
+  }
   if (j.has_model_timing()) {
     const pb::ModelTiming& m = j.model_timing();
     if (!m.not_timed().empty()) {

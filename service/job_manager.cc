@@ -442,6 +442,14 @@ pb::JobInfo JobManager::info(const Job& job) const {
       if (t.contains("best_config") && !t["best_config"].is_null()) ti->set_best_config(t["best_config"].dump());
       ti->set_default_s(t.value("default_s", 0.0));
       ti->set_done(t.value("done", false));
+      if (const json& tm = t.value("time", json::object()); tm.is_object()) {
+        ti->set_build_s(tm.value("build_s", 0.0));
+        ti->set_measure_s(tm.value("measure_s", 0.0));
+        ti->set_measurements(tm.value("measurements", 0));
+        ti->set_upload_s(tm.value("upload_s", 0.0));
+        ti->set_load_s(tm.value("load_s", 0.0));
+        ti->set_timing_s(tm.value("timing_s", 0.0));
+      }
       ti->set_stop_reason(t.value("stop_reason", std::string()));
       if (t.contains("runs") && t["runs"].is_array()) {
         for (const json& u : t["runs"]) {
@@ -683,10 +691,19 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
       save("seed", s.tasks[to].workload,
            str(s.tasks[to].workload, " tries the new best of ", s.tasks[from].workload, ", its sibling"));
     }
+    // Each task's time in the job's earlier starts, which its time now adds to.
+    std::vector<json> time_before;
     void update(size_t i) {
       const TuneState& st = group->state(i);
       json& tp = progress["tasks"][i];
       tp["trials"] = group->trials(i);
+      const json& before = time_before.at(i);
+      tp["time"] = {{"build_s", before.value("build_s", 0.0) + st.build_s},
+                    {"measure_s", before.value("measure_s", 0.0) + st.measure_s},
+                    {"measurements", before.value("measurements", 0) + st.measured},
+                    {"upload_s", before.value("upload_s", 0.0) + st.upload_s},
+                    {"load_s", before.value("load_s", 0.0) + st.load_s},
+                    {"timing_s", before.value("timing_s", 0.0) + st.run_s}};
       tp["errors"] = st.errors;
       if (std::isfinite(st.best_s)) {
         tp["best_s"] = st.best_s;
@@ -754,6 +771,10 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
   Hooks hooks(*this, job, s, progress, target, *runner, db, save3);
   TaskGroup group(std::move(specs), target, builder, *runner, &db, go, hooks, &job->stop);
   hooks.group = &group;
+  for (size_t i = 0; i < s.tasks.size(); ++i) {
+    const json& tp = progress["tasks"][i];
+    hooks.time_before.push_back(tp.contains("time") && tp["time"].is_object() ? tp["time"] : json::object());
+  }
   save("state", "");  // the runs are known before their first record
   group.run();
 }

@@ -143,6 +143,13 @@ class ServiceTest(DaemonTest):
             self.assertGreater(t["trials"], 0, t)
             self.assertGreater(t["best_s"], 0, t)
             self.assertTrue(t["done"])
+            # Where its time went: every trial a measurement (re-timings too), each loaded and
+            # timed by a runner, within the task's measuring (one board: one at a time).
+            self.assertGreaterEqual(t.get("measurements", 0), t["trials"], t)
+            self.assertGreater(t.get("build_s", 0), 0, t)
+            self.assertGreater(t.get("load_s", 0), 0, t)
+            self.assertGreater(t.get("timing_s", 0), 0, t)
+            self.assertLessEqual(t["load_s"] + t["timing_s"], t["measure_s"], t)
         self.assertEqual(sum(t["trials"] for t in final["tasks"]), 24)
         weighted = sum(t["weight"] * t["best_s"] for t in final["tasks"])
         self.assertAlmostEqual(final["weighted_best_s"], weighted, delta=weighted * 1e-9)
@@ -152,6 +159,8 @@ class ServiceTest(DaemonTest):
         # The plain watch of a finished job: its final state, exit 0.
         plain = self.tf("watch", str(job))
         self.assertIn("done", plain.stdout)
+        self.assertRegex(plain.stdout, r"time +building [0-9.]+ s, measuring [0-9.]+ s \([0-9]+ measurements; one: "
+                                       r"upload 0\.0 ms, module load [0-9.]+ ms, timing [0-9]+ ms\)")
         # The database, through the service.
         best = json.loads(self.tf("query", "best", "--server", "--json").stdout)
         self.assertEqual(len(best), 2)
@@ -300,7 +309,7 @@ class ServiceTest(DaemonTest):
         # Jobs share workloads: they take turns, and none measures what another did.
         ids = [self.submit([SMALL[i % 3], SMALL[(i + 1) % 3]], trials=20, batch=4, retime_rounds=0, seed=i + 1)
                for i in range(3)]
-        self.wait(lambda js: sum(js[i]["trials_done"] for i in ids) >= 10, 180, "progress before the kill")
+        self.wait(lambda js: sum(js[i]["trials_done"] for i in ids) >= 20, 180, "progress before the kill")
         d.stop(signal.SIGKILL)
         before = len(self.records())
         self.assertEqual(self.integrity(), "ok")
@@ -314,6 +323,11 @@ class ServiceTest(DaemonTest):
         js = self.wait(lambda js: all(js[i]["state"] == "done" for i in ids), 400, "every job's end")
         for i in ids:
             self.assertEqual(js[i]["trials_done"], 20, js[i])
+        # The tasks' time counts both starts: a measurement per record (re-measurements too),
+        # but for the batches of the two running jobs recorded just before the kill and not yet
+        # in their progress (4 each); without the first start's, 20 or more would be missing.
+        measurements = sum(t.get("measurements", 0) for i in ids for t in js[i]["tasks"])
+        self.assertGreaterEqual(measurements, len(self.records()) - 8, [js[i]["tasks"] for i in ids])
         restarts = sum(js[i].get("restarts", 0) for i in ids)
         self.assertGreaterEqual(restarts, 1)
         self.assertEqual(self.integrity(), "ok")
