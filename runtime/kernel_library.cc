@@ -143,11 +143,13 @@ int KernelLibrary::call(const std::vector<float*>& a) const {
   return kCallers[a.size() - 1](fn_, a);
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Calls that fill min_repeat_ms at `per_call_s` a call (at most 2^24).
 int calls_to_fill(const TimingOptions& o, double per_call_s) {

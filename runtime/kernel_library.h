@@ -6,6 +6,7 @@
 // it has no compiler or gRPC dependency, so a board never links LLVM.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,6 +33,9 @@ class KernelLibrary {
   void* handle_ = nullptr;
   void* fn_ = nullptr;
 };
+
+// Seconds on the steady clock since `t`.
+double seconds_since(std::chrono::steady_clock::time_point t);
 
 struct TimingOptions {
   int number = 1;            // calls per sample, at least (raised to reach min_repeat_ms)

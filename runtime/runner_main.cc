@@ -225,9 +225,6 @@ struct Measured {
   double load_s = 0;  // loading the module(s): MeasureReply.load_s
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The arguments, or nullopt after printing the usage.
 std::optional<RunnerArgs> parse_args(int argc, char** argv) {
@@ -398,7 +395,7 @@ Measured time_cpu_model(const RunnerArgs& a, const pb::MeasureRequest& req, Mode
   const auto t0 = std::chrono::steady_clock::now();
   if (std::string why = model.load(a.module, a.baseline, req.seed()); !why.empty()) refuse(pb::LOAD_ERROR, why);
   Measured m;
-  m.load_s = seconds_since(t0);
+  m.load_s = tf::seconds_since(t0);
   std::vector<tf::TimingResult> rs = model.time(o);
   m.t = rs[0];
   if (rs.size() > 1) {
@@ -444,7 +441,7 @@ Measured time_gpu_kernel(const pb::MeasureRequest& req, tf::GpuRuntime& rt, cons
   } catch (const std::exception& e) {
     refuse(pb::LOAD_ERROR, e.what());
   }
-  m.load_s = seconds_since(t0);
+  m.load_s = tf::seconds_since(t0);
   try {
     m.t = rt.time(bufs, is_output, call, o);
   } catch (const std::runtime_error& e) {
@@ -460,7 +457,7 @@ Measured time_cpu_kernel(const RunnerArgs& a, const pb::MeasureRequest& req, std
   const auto t0 = std::chrono::steady_clock::now();
   tf::KernelLibrary lib(a.module, req.function());
   Measured m;
-  m.load_s = seconds_since(t0);
+  m.load_s = tf::seconds_since(t0);
   std::vector<float*> args;
   for (auto& b : bufs) args.push_back(b.data());
   if (a.baseline.empty()) {
@@ -571,7 +568,7 @@ pb::MeasureReply measure(const RunnerArgs& a, const pb::MeasureRequest& req, tf:
     }
     pb::MeasureReply reply = make_reply(req, m);
     reply.set_load_s(m.load_s);
-    reply.set_run_s(std::max(0.0, seconds_since(t0) - m.load_s));
+    reply.set_run_s(std::max(0.0, tf::seconds_since(t0) - m.load_s));
     return reply;
   } catch (const Failure& f) {
     return failure_reply(f.code, f.msg);

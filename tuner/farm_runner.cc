@@ -230,7 +230,7 @@ pb::MeasureReply upload_and_measure(farm::LeasedBoard& board, const std::string&
     modules.push_back(board.upload(baseline->data, baseline->name == name ? "baseline-" + name : baseline->name));
     req.set_baseline_module_id(modules.back());
   }
-  upload_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  upload_s = seconds_since(t0);
   pb::MeasureReply reply = board.measure(req, modules[0]);
   for (const std::string& m : modules) {
     try {
