@@ -3,9 +3,11 @@
 // interleave its own libraries and PyTorch with ONNX Runtime, round by round, in one run.
 //
 // One JSON request per line on stdin, one JSON reply per line on stdout:
-//   {"op": "load", "id": K, "model": PATH, "threads": T, "input": RAW, "dims": [...], "output": RAW}
+//   {"op": "load", "id": K, "model": PATH, "threads": T, "input": RAW, "dims": [...], "output": RAW,
+//    "optimization": LEVEL}
 //       a session with T intra-op threads, one inter-op thread, sequential execution and
-//       every graph optimisation; RAW files hold float32 data: the input is read from one,
+//       graph optimisation LEVEL (ONNX Runtime's: disabled, basic, extended, all; default
+//       all); RAW files hold float32 data: the input is read from one,
 //       and the first output of one call is written to the other (for the error check).
 //   {"op": "time", "id": K, "calls": N, "warmup_ms": W}
 //       calls for W ms untimed, then N calls, each timed: {"ok": true, "times_s": [...]}
@@ -25,7 +27,7 @@ async function load(req) {
     intraOpNumThreads: req.threads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
-    graphOptimizationLevel: 'all',
+    graphOptimizationLevel: req.optimization || 'all',
   });
   const raw = fs.readFileSync(req.input);
   const data = new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4);
