@@ -239,25 +239,31 @@ void stage_shared(Schedule& s, const std::string& input, Stage& reader, const Ex
 namespace tf::templates {
 
 std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise) {
-  // At most 10 accumulator vectors with 16 vector registers (AVX2: 2 x 6 and 3 x 4 spill and
-  // run at half speed), 24 with 32, over one or two channel blocks (depthwise: one). Among
-  // those tiles, the one with the most independent accumulators, up to 8 (16 with 32
-  // registers) -- enough to hide the multiply-add latency -- after the work wasted on the
-  // shifted tail tile (squared: a tail recomputes whole columns); two blocks on ties. AVX2,
-  // 256x14x14 3x3 layer, 2 threads: 1 x 7 at 145 GFLOPS, 2 x 5 (a tail) at 83-116; 2 x 4
-  // and 1 x 7 alike on 7x7 layers (120-154).
+  // Among register tiles of b channel blocks (at most two; depthwise one) by w columns that fit
+  // the registers, with at most 10 accumulator vectors on 16 vector registers (wider tiles, 15 or 16 registers in
+  // all, ran at 0.4-0.8x on Zen 3) and 24 on 32, the one that does the most useful
+  // multiply-adds per step of the reduction, where a step costs the most of: its multiply-adds
+  // (b v w), its loads (b v weight vectors and w broadcasts: both go through the load ports),
+  // and 8 (two FMA ports of 4-cycle latency need 8 independent accumulators), and the shifted
+  // last tile wastes its overlap. Ties go to the larger tile (fewer loads a multiply-add).
+  // Zen 3 (AVX2), 1 thread, against the one-block tiles this chose before (1 x 7, 1 x 9: one
+  // load a multiply-add): 14 x 14 3x3 256 -> 256 2 x 5 1.31x, 14 x 14 1x1 1024 -> 256 2 x 5
+  // 1.23x, stride-2 1x1 512 -> 1024 2 x 5 1.55x, 7 x 7 1x1 2048 -> 512 2 x 4 1.16x.
   const int64_t lanes = t.vector_lanes();
   int64_t v = (out_extent(g, 4) + lanes - 1) / lanes, ow = out_extent(g, 3);
-  const bool wide = vector_registers(t) >= 32;
-  const int64_t budget = wide ? 24 : 10, enough = wide ? 16 : 8;
-  int64_t kb = 1, tw = 1;
+  const int64_t budget = vector_registers(t) >= 32 ? 24 : 10, enough = 8;
+  int64_t kb = 1, tw = 1, best_acc = 0;
   double best = -1;
   for (int64_t b = depthwise ? 1 : std::min<int64_t>(2, out_extent(g, 1)); b >= 1; --b) {
     for (int64_t w = 1; w <= ow && b * v * w <= std::max(budget, v); ++w) {
+      const int64_t acc = b * v * w, loads = b * v + w;
+      // The accumulators, a row of weight vectors and a broadcast must fit (check_constraints).
+      if (w > 1 && acc + b * v + 1 > vector_registers(t)) break;
       double eff = double(ow) / double((ow + w - 1) / w * w);
-      double score = eff * eff * double(std::min(b * v * w, enough));
-      if (score > best + 1e-9) {
+      double score = double(acc) * eff / double(std::max({acc, loads, enough}));
+      if (score > best + 1e-9 || (score > best - 1e-9 && acc > best_acc)) {
         best = score;
+        best_acc = acc;
         kb = b;
         tw = w;
       }
