@@ -30,13 +30,17 @@ FLOPs (Winograd: the row says so and its GFLOPS are effective, counted as the di
 
 Usage: model_bench.py TUNEFARM [--models resnet18,mobilenet_v2,bert2,mlp | --zoo] [--threads 1,2]
                       [--calls 10] [--rounds 3] [--warmup-ms 50] [--db PATH] [--ort DIR | --no-ort]
-                      [--without PASS] [--peak PATH | --no-peak] [--json FILE]
+                      [--without PASS] [--base TUNEFARM2] [--peak PATH | --no-peak] [--json FILE]
 Prints one row per model and thread count: ms per inference and the ratios ort/ours (above
 1: tunefarm is faster than ONNX Runtime), ort/tuned and ours/tuned with --db, eager/ours and
 ours/optimized, then the line of the ceiling; then the geometric mean of ort/ours (and
 ort/tuned, ours/tuned) over the rows.
 --without PASS also compiles each model with that graph pass disabled and times it in the same
 rounds ("without"), to measure what the pass is worth.
+--base TUNEFARM2 also compiles each model with another build of tunefarm (an earlier commit's, say)
+and times its library in the same rounds ("base"), printing base/ours (above 1: TUNEFARM's
+library is faster): an A/B of a compiler change that the machine's drift between two runs
+cannot blur.
 --int8 also quantizes each model (`tunefarm quantize`, --int8-samples seeded random samples)
 and times the QDQ model compiled by us ("ours_int8") and run by ONNX Runtime ("ort_int8", its
 int8 kernels), with the ratios ort_int8/ours_int8 and ours/ours_int8, and how far our QDQ
@@ -227,6 +231,7 @@ def main():
                         "~/.cache/tunefarm/ort where scripts/install-ort.sh puts it)")
     p.add_argument("--no-ort", action="store_true", help="do not time ONNX Runtime")
     p.add_argument("--without", help="also time each model compiled with this graph pass disabled")
+    p.add_argument("--base", help="also time each model compiled by this other tunefarm binary (base/ours)")
     p.add_argument("--peak", help="bench_fma_peak to measure the FMA peak with (default: beside TUNEFARM, "
                                   "../bench/bench_fma_peak)")
     p.add_argument("--no-peak", action="store_true", help="do not measure the FMA peak")
@@ -259,9 +264,9 @@ def main():
             model, x = export_model.export(name, path)
             t0 = time.time()
 
-            def build(tag, flags):
+            def build(tag, flags, tunefarm=a.tunefarm):
                 lib_path = os.path.join(d, f"{name}-{tag}.so")
-                subprocess.run([a.tunefarm, "compile", "--model", path, "-o", lib_path] + flags, check=True,
+                subprocess.run([tunefarm, "compile", "--model", path, "-o", lib_path] + flags, check=True,
                                stdout=subprocess.DEVNULL)
                 return Library(lib_path, x.numpy())
 
@@ -273,6 +278,8 @@ def main():
             if a.without:
                 libs["without"] = build("without", ["--disable-pass", a.without] +
                                         (["--db", a.db] if a.db else ["--no-db"]))
+            if a.base:
+                libs["base"] = build("base", ["--db", a.db] if a.db else ["--no-db"], a.base)
             q_path = None
             if a.int8:
                 q_path = os.path.join(d, name + ".int8.onnx")
@@ -330,6 +337,8 @@ def main():
                         row["ort_over_tuned"] = ms["ort"] / ms["tuned"]
                 if a.db:
                     row["ours_over_tuned"] = ms["ours"] / ms["tuned"]
+                if a.base:
+                    row["base_over_ours"] = ms["base"] / ms["ours"]
                 for h in halves:
                     row[f"ours_over_ours_{h}"] = ms["ours"] / ms[f"ours_{h}"]
                     row[f"{h}_error"] = errors[f"ours_{h}"] / max(mag, 1e-30)
@@ -340,7 +349,7 @@ def main():
                         row["int8_gap_to_ort"] = int8_gap
                 rows.append(row)
                 line = f"{name:13s} {t} thr  " + "  ".join(f"{k} {v:7.2f} ms" for k, v in ms.items())
-                for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "eager_over_ours",
+                for r in ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "base_over_ours", "eager_over_ours",
                           "ours_over_optimized", "ours_over_ours_int8", "ort_int8_over_ours_int8",
                           "ours_over_ours_bf16", "ours_over_ours_fp16"):
                     if r in row:
@@ -370,7 +379,7 @@ def main():
                 print(line, flush=True)
     if peer:
         peer.close()
-    summarize(rows, ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "ort_int8_over_ours_int8",
+    summarize(rows, ("ort_over_ours", "ort_over_tuned", "ours_over_tuned", "base_over_ours", "ort_int8_over_ours_int8",
                      "ours_over_ours_int8", "ours_over_ours_bf16", "ours_over_ours_fp16"), a.json)
 
 
