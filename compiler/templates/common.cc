@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "compiler/gpu.h"
+#include "compiler/operator_table.h"
 
 namespace tf::templates {
 
@@ -238,6 +239,13 @@ void stage_shared(Schedule& s, const std::string& input, Stage& reader, const Ex
 
 namespace tf::templates {
 
+bool blocks_read_own_channels(const OpGraph& g) {
+  const Workload& w = g.workload;
+  if (!w.has("group") || w.get("group") == 1) return false;
+  const NchwcGroups gr = nchwc_groups(w);
+  return !gr.block_in_group() || gr.filters() == gr.ob;
+}
+
 std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise) {
   // Among register tiles of b channel blocks (at most two; depthwise one) by w columns that fit
   // the registers, with at most 10 accumulator vectors on 16 vector registers (wider tiles, 15 or 16 registers in
@@ -249,14 +257,21 @@ std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool
   // Zen 3 (AVX2), 1 thread, against the one-block tiles this chose before (1 x 7, 1 x 9: one
   // load a multiply-add): 14 x 14 3x3 256 -> 256 2 x 5 1.31x, 14 x 14 1x1 1024 -> 256 2 x 5
   // 1.23x, stride-2 1x1 512 -> 1024 2 x 5 1.55x, 7 x 7 1x1 2048 -> 512 2 x 4 1.16x.
+  //
+  // Grouped convolutions whose output blocks each read channels of their own (a block holds
+  // whole groups, or is a whole group) share no broadcasts between blocks: a block more adds
+  // its w broadcasts too, so one block is best (Zen 3, 1 thread: RegNetY's 208-channel 14x14
+  // grouped 3x3 1.3x, ResNeXt's 256-channel 28x28 one 1.6x); two blocks of one group share
+  // them as ungrouped ones do.
   const int64_t lanes = t.vector_lanes();
   int64_t v = (out_extent(g, 4) + lanes - 1) / lanes, ow = out_extent(g, 3);
   const int64_t budget = vector_registers(t) >= 32 ? 24 : 10, enough = 8;
+  const bool shared_broadcasts = !blocks_read_own_channels(g);
   int64_t kb = 1, tw = 1, best_acc = 0;
   double best = -1;
   for (int64_t b = depthwise ? 1 : std::min<int64_t>(2, out_extent(g, 1)); b >= 1; --b) {
     for (int64_t w = 1; w <= ow && b * v * w <= std::max(budget, v); ++w) {
-      const int64_t acc = b * v * w, loads = b * v + w;
+      const int64_t acc = b * v * w, loads = b * v + (shared_broadcasts ? w : b * w);
       // The accumulators, a row of weight vectors and a broadcast must fit (check_constraints).
       if (w > 1 && acc + b * v + 1 > vector_registers(t)) break;
       double eff = double(ow) / double((ow + w - 1) / w * w);

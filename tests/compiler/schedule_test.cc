@@ -392,6 +392,25 @@ TEST(TemplateRegistry, BlockedConvDefaultTileLoadsLeastPerMultiplyAdd) {
   EXPECT_EQ(tile(avx512, 13, 256, 3, 16), P(2, 7));
 }
 
+// Grouped blocked convolutions: where each output block reads channels of its own (a block
+// is one group, or holds whole groups), two blocks share no broadcasts, so the tile takes one
+// block. Blocks within one larger group keep two.
+TEST(TemplateRegistry, GroupedBlockedConvTileFollowsWhatBlocksShare) {
+  Target t = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver3");
+  auto config = [&](const char* spec) { return default_config(graph(spec), t); };
+  nlohmann::json regnet = config(
+      "conv2d_nchwc(N=1,C=208,H=14,W=14,K=208,R=3,S=3,stride=1,pad=1,ic_block=8,oc_block=8,group=26)");
+  EXPECT_EQ(regnet["tile_kb"], 1);
+  nlohmann::json two_groups_a_block = config(
+      "conv2d_nchwc(N=1,C=128,H=56,W=56,K=128,R=3,S=3,stride=1,pad=1,ic_block=8,oc_block=8,group=32)");
+  EXPECT_EQ(two_groups_a_block["tile_kb"], 1);
+  nlohmann::json resnext = config(
+      "conv2d_nchwc(N=1,C=512,H=28,W=28,K=512,R=3,S=3,stride=1,pad=1,ic_block=8,oc_block=8,group=32)");
+  EXPECT_EQ(resnext["tile_kb"], 2);
+  nlohmann::json plain = config("conv2d_nchwc(N=1,C=208,H=14,W=14,K=208,R=3,S=3,stride=1,pad=1,ic_block=8,oc_block=8)");
+  EXPECT_EQ(plain["tile_kb"], 2);
+}
+
 TEST(ConfigErrors, EachNamesTheKnobAndValue) {
   OpGraph g = graph("matmul(M=8,N=8,K=8)");
   Target t = host_target();
