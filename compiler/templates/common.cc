@@ -247,16 +247,17 @@ bool blocks_read_own_channels(const OpGraph& g) {
 }
 
 std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise) {
-  // Among register tiles of b channel blocks (at most two; depthwise one) by w columns that fit
-  // the registers, with at most 10 accumulator vectors on 16 vector registers (wider tiles, 15 or 16 registers in
-  // all, ran at 0.4-0.8x on Zen 3) and 24 on 32, the one that does the most useful
-  // multiply-adds per step of the reduction, where a step costs the most of: its multiply-adds
-  // (b v w), its loads (b v weight vectors and w broadcasts: both go through the load ports),
-  // and 8 (two FMA ports of 4-cycle latency need 8 independent accumulators), and the shifted
-  // last tile wastes its overlap. Ties go to the larger tile (fewer loads a multiply-add).
-  // Zen 3 (AVX2), 1 thread, against the one-block tiles this chose before (1 x 7, 1 x 9: one
-  // load a multiply-add): 14 x 14 3x3 256 -> 256 2 x 5 1.31x, 14 x 14 1x1 1024 -> 256 2 x 5
-  // 1.23x, stride-2 1x1 512 -> 1024 2 x 5 1.55x, 7 x 7 1x1 2048 -> 512 2 x 4 1.16x.
+  // Among register tiles of b channel blocks (at most two; depthwise one) by w columns that
+  // fit the registers, with at most 10 accumulator vectors on 16 vector registers (tiles of
+  // 15 or 16 registers in all ran at 0.4-0.8x on Zen 3) and 24 on 32, the one that does the
+  // most useful multiply-adds per step of the reduction, where a step costs the most of: its
+  // multiply-adds (b v w), its loads (b v weight vectors and w broadcasts: both go through
+  // the load ports), and 8 (two FMA ports of 4-cycle latency need 8 independent
+  // accumulators); the shifted last tile wastes its overlap. Ties go to the larger tile
+  // (fewer loads a multiply-add). On Zen 3 (AVX2) this chose one block of 7-9 columns before
+  // (a load per multiply-add); 2 x 4-5 since: ResNet-50's layers 0.81x -> 0.93x oneDNN's
+  // blocked ones (bench_conv, 1 thread), 14 x 14 1x1 1024 -> 256 1.35x, 7 x 7 1x1 2048 -> 512
+  // 1.1x (docs/results/conv-tile-2026-11-30-znver3.txt).
   //
   // Grouped convolutions whose output blocks each read channels of their own (a block holds
   // whole groups, or is a whole group) share no broadcasts between blocks: a block more adds
