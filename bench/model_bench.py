@@ -271,15 +271,15 @@ def main():
                 return Library(lib_path, x.numpy())
 
             flops, fewer_flops = model_flops(a.tunefarm, path) if peak_path else (0, False)
+            db_flags = ["--db", a.db] if a.db else ["--no-db"]  # the builds beside the default one
             libs = {"ours": build("default", ["--no-db"])}
             compile_s = time.time() - t0
             if a.db:
                 libs["tuned"] = build("tuned", ["--db", a.db])
             if a.without:
-                libs["without"] = build("without", ["--disable-pass", a.without] +
-                                        (["--db", a.db] if a.db else ["--no-db"]))
+                libs["without"] = build("without", ["--disable-pass", a.without] + db_flags)
             if a.base:
-                libs["base"] = build("base", ["--db", a.db] if a.db else ["--no-db"], a.base)
+                libs["base"] = build("base", db_flags, a.base)
             q_path = None
             if a.int8:
                 q_path = os.path.join(d, name + ".int8.onnx")
@@ -287,11 +287,11 @@ def main():
                                a.int8_args.split(), check=True, stdout=subprocess.DEVNULL)
                 lib_path = os.path.join(d, f"{name}-int8.so")
                 subprocess.run([a.tunefarm, "compile", "--model", q_path, "-o", lib_path] +
-                               (["--db", a.db] if a.db else ["--no-db"]), check=True, stdout=subprocess.DEVNULL)
+                               db_flags, check=True, stdout=subprocess.DEVNULL)
                 libs["ours_int8"] = Library(lib_path, x.numpy())
             halves = [h for h, on in (("bf16", a.bf16), ("fp16", a.fp16)) if on]
             for h in halves:
-                libs[f"ours_{h}"] = build(h, ["--precision", h] + (["--db", a.db] if a.db else ["--no-db"]))
+                libs[f"ours_{h}"] = build(h, ["--precision", h] + db_flags)
             with torch.no_grad():
                 want = model(x).numpy()
                 scripted = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))

@@ -225,7 +225,6 @@ struct Measured {
   double load_s = 0;  // loading the module(s): MeasureReply.load_s
 };
 
-
 // The arguments, or nullopt after printing the usage.
 std::optional<RunnerArgs> parse_args(int argc, char** argv) {
   // --emulated: started through a user-mode emulator (the board's --runner-prefix), which

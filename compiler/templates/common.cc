@@ -239,12 +239,18 @@ void stage_shared(Schedule& s, const std::string& input, Stage& reader, const Ex
 
 namespace tf::templates {
 
+namespace {
+
+// Whether a grouped NCHWc convolution's output blocks each read input channels no other
+// block reads (a block holds whole groups, or is exactly one group): false when ungrouped.
 bool blocks_read_own_channels(const OpGraph& g) {
   const Workload& w = g.workload;
   if (!w.has("group") || w.get("group") == 1) return false;
   const NchwcGroups gr = nchwc_groups(w);
   return !gr.block_in_group() || gr.filters() == gr.ob;
 }
+
+}  // namespace
 
 std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise) {
   // Among register tiles of b channel blocks (at most two; depthwise one) by w columns that
@@ -266,7 +272,7 @@ std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool
   // them as ungrouped ones do.
   const int64_t lanes = t.vector_lanes();
   int64_t v = (out_extent(g, 4) + lanes - 1) / lanes, ow = out_extent(g, 3);
-  const int64_t budget = vector_registers(t) >= 32 ? 24 : 10, enough = 8;
+  const int64_t regs = vector_registers(t), budget = regs >= 32 ? 24 : 10, enough = 8;
   const bool shared_broadcasts = !blocks_read_own_channels(g);
   int64_t kb = 1, tw = 1, best_acc = 0;
   double best = -1;
@@ -274,7 +280,7 @@ std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool
     for (int64_t w = 1; w <= ow && b * v * w <= std::max(budget, v); ++w) {
       const int64_t acc = b * v * w, loads = b * v + (shared_broadcasts ? w : b * w);
       // The accumulators, a row of weight vectors and a broadcast must fit (check_constraints).
-      if (w > 1 && acc + b * v + 1 > vector_registers(t)) break;
+      if (w > 1 && acc + b * v + 1 > regs) break;
       double eff = double(ow) / double((ow + w - 1) / w * w);
       double score = double(acc) * eff / double(std::max({acc, loads, enough}));
       if (score > best + 1e-9 || (score > best - 1e-9 && acc > best_acc)) {

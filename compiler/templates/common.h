@@ -157,8 +157,4 @@ namespace tf::templates {
 // columns}. Depthwise tiles take one block.
 std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise);
 
-// Whether a grouped NCHWc convolution's output blocks each read input channels no other
-// block reads (a block holds whole groups, or is exactly one group): false when ungrouped.
-bool blocks_read_own_channels(const OpGraph& g);
-
 }  // namespace tf::templates
