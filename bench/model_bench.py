@@ -244,6 +244,8 @@ def main():
                    help="more arguments for tunefarm quantize, e.g. '--per-tensor' (ONNX Runtime fuses only some "
                         "QDQ patterns: compare its best)")
     a = p.parse_args()
+    if a.base and not (os.path.isfile(a.base) and os.access(a.base, os.X_OK)):
+        p.error(f"--base {a.base}: no such executable (another build's bin/tunefarm)")
     if a.zoo:
         a.models = ",".join(export_model.ZOO)
     threads = [int(t) for t in a.threads.split(",")]
