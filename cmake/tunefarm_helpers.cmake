@@ -13,6 +13,7 @@ function(tf_cc_library)
   target_include_directories(tunefarm_${TF_NAME} PUBLIC ${PROJECT_SOURCE_DIR})
   target_compile_options(tunefarm_${TF_NAME} PRIVATE ${TF_WARNINGS})
   target_link_libraries(tunefarm_${TF_NAME} PUBLIC ${TF_PUBLIC_DEPS} PRIVATE ${TF_DEPS})
+  set_target_properties(tunefarm_${TF_NAME} PROPERTIES UNITY_BUILD ${TUNEFARM_UNITY_BUILD})
 endfunction()
 
 function(tf_cc_test)

@@ -214,11 +214,11 @@ bool is_const(const Expr& e, int64_t v) {
   return c && *c == v;
 }
 
-static int64_t floor_div(int64_t a, int64_t b) {
+int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-static int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
+int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
 
 // Folds two integer constants; returns null when either side is not one.
 static Expr fold(ExprKind k, const Expr& a, const Expr& b) {

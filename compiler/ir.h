@@ -340,6 +340,9 @@ std::optional<bool> as_const_bool(const Expr& e);
 // Structural equality (variables by identity).
 bool equal(const Expr& a, const Expr& b);
 bool is_const(const Expr& e, int64_t v);
+// Integer division and remainder rounding towards negative infinity (the IR's Div and Mod).
+int64_t floor_div(int64_t a, int64_t b);
+int64_t floor_mod(int64_t a, int64_t b);
 
 // ---- statements ----
 

@@ -49,7 +49,7 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   }
   std::string out;
   char buf[4096];
-  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
   close(pipefd[0]);
   int status = 0;
   waitpid(pid, &status, 0);

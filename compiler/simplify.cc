@@ -16,11 +16,6 @@ std::optional<Interval> checked(int64_t lo, int64_t hi) {
   return Interval{lo, hi};
 }
 
-int64_t floor_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
 }  // namespace
 
 std::optional<Interval> const_bounds(const Expr& e, const RangeMap& ranges) {

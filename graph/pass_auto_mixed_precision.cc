@@ -185,7 +185,7 @@ bool beyond_range(const Value& w, Precision precision) {
 // A blocked group-1 convolution with constant weights as ConvNCHWcBF16 (ConvNCHWcFP16); a
 // MatMul or Gemm of a float32 input and constant float32 weights [K, N] (Gemm: transB, beta's
 // bias of N values as an Add after it; not transA, not alpha != 1) as MatMulBF16 (MatMulFP16).
-bool rewrite(Graph& g, const Node& n, std::vector<Node>& out, Precision precision) {
+bool rewrite_precision(Graph& g, const Node& n, std::vector<Node>& out, Precision precision) {
   const char* suffix = precision == Precision::Float16 ? "FP16" : "BF16";
   if (n.op == "ConvNCHWc") {
     const Value& x = g.value(n.inputs[0]);
@@ -287,7 +287,7 @@ bool convert_precision(Graph& g, Precision p, bool tensor_cores) {
     }
     return changed;
   }
-  return expand_nodes(g, [p](Graph& gg, const Node& n, std::vector<Node>& out) { return rewrite(gg, n, out, p); });
+  return expand_nodes(g, [p](Graph& gg, const Node& n, std::vector<Node>& out) { return rewrite_precision(gg, n, out, p); });
 }
 
 void register_precision_ops(std::vector<OpDef>& ops) {

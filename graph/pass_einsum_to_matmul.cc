@@ -26,7 +26,7 @@ bool has_repeats(const std::string& s) {
   return std::adjacent_find(t.begin(), t.end()) != t.end();
 }
 
-bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
+bool rewrite_einsum(Graph& g, const Node& n, std::vector<Node>& out) {
   if (n.op != "Einsum" || n.inputs.size() != 2 || n.inputs[0].empty() || n.inputs[1].empty()) return false;
   EinsumSpec s = einsum_spec(context(n, g, g.opset));
   const std::string &a = s.inputs[0], &b = s.inputs[1], &o = s.output;
@@ -93,6 +93,6 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
 
 }  // namespace
 
-bool einsum_to_matmul(Graph& g) { return expand_nodes(g, rewrite); }
+bool einsum_to_matmul(Graph& g) { return expand_nodes(g, rewrite_einsum); }
 
 }  // namespace tf::graph

@@ -42,7 +42,7 @@ bool defined(const Graph& g, const std::string& v) {
   return false;
 }
 
-bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
+bool rewrite_qdq(Graph& g, const Node& n, std::vector<Node>& out) {
   std::optional<WeightProduct> p = weight_product(g, n);
   if (!p) return false;
   std::optional<QdqOperands> q = qdq_operands(g, n.inputs[0], n.inputs[1], p->trans_b ? 0 : 1);
@@ -151,7 +151,7 @@ void add_quantization_constants(Graph& g, const std::string& base, const QdqOper
 
 bool fold_qdq_matmuls(Graph& g, int64_t channel_block) {
   if (channel_block <= 0 || g.qdq.empty()) return false;
-  return expand_nodes(g, rewrite);
+  return expand_nodes(g, rewrite_qdq);
 }
 
 }  // namespace tf::graph

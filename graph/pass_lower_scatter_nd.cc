@@ -49,7 +49,7 @@ Writers writers_of(const Node& n, const Shape& x, const HostTensor& idx, bool la
   return w;
 }
 
-bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
+bool rewrite_scatter_nd(Graph& g, const Node& n, std::vector<Node>& out) {
   if ((n.op != "ScatterND" && n.op != "ScatterElements") || !g.is_constant(n.inputs[1]))
     return false;
   const Value& data = g.value(n.inputs[0]);
@@ -121,6 +121,6 @@ bool rewrite(Graph& g, const Node& n, std::vector<Node>& out) {
 
 }  // namespace
 
-bool lower_scatter_nd(Graph& g) { return expand_nodes(g, rewrite); }
+bool lower_scatter_nd(Graph& g) { return expand_nodes(g, rewrite_scatter_nd); }
 
 }  // namespace tf::graph

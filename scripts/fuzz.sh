@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 SECONDS_EACH=${FUZZ_SECONDS:-30}
-CC=clang-19 CXX=clang++-19 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUNEFARM_FUZZ=ON >/dev/null
+CC=clang-19 CXX=clang++-19 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUNEFARM_FUZZ=ON \
+  -DTUNEFARM_UNITY_BUILD="${UNITY:-ON}" >/dev/null
 ninja -C build-fuzz -j"${JOBS:-2}"
 # Each target runs on one core: JOBS (default 2) of them at a time, so CI's fuzzing takes
 # FUZZ_SECONDS x 8 / JOBS, not x 8.

@@ -5,16 +5,13 @@
 #include <cmath>
 #include <map>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "costmodel/features.h"
 #include "runtime/child_process.h"
 
 namespace tf {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // A point next to `i`: one knob moved.
 uint64_t neighbour(const ConfigSpace& space, uint64_t i, std::mt19937_64& rng) {
@@ -113,7 +110,7 @@ void CostModelSearch::compute_features(const std::vector<uint64_t>& points) {
     if (!features_.count(i) && std::find(missing.begin(), missing.end(), i) == missing.end()) missing.push_back(i);
   }
   if (missing.empty()) return;
-  double start = now_s();
+  double start = steady_seconds();
   if (!opts_.feature_worker.empty()) {
     features_in_worker(missing);
   } else {
@@ -126,7 +123,7 @@ void CostModelSearch::compute_features(const std::vector<uint64_t>& points) {
       }
     }
   }
-  overhead_.features_s += now_s() - start;
+  overhead_.features_s += steady_seconds() - start;
 }
 
 void CostModelSearch::features_in_worker(const std::vector<uint64_t>& points) {
@@ -212,10 +209,10 @@ void CostModelSearch::refit() {
   set.add_group(rows, costs);
   dirty_ = false;
   if (set.rows() == 0) return;
-  double start = now_s();
+  double start = steady_seconds();
   model_->fit(set);
   overhead_.last_fit_rows = set.rows();
-  overhead_.fit_s += now_s() - start;
+  overhead_.fit_s += steady_seconds() - start;
   ++overhead_.fits;
   scores_.clear();
 }
@@ -224,7 +221,7 @@ std::vector<uint64_t> CostModelSearch::propose(size_t n) {
   if (dirty_) refit();
   std::vector<uint64_t> pool;
   if (model_->trained()) {
-    double start = now_s();
+    double start = steady_seconds();
     double features_before = overhead_.features_s;
     std::vector<std::pair<double, uint64_t>> measured;
     for (const auto& [i, c] : costs_) {
@@ -243,7 +240,7 @@ std::vector<uint64_t> CostModelSearch::propose(size_t n) {
     auto unseen = [&](uint64_t i) { return !seen(i) && !pruned_.count(i); };
     pool = anneal(space_, starts, [&](const std::vector<uint64_t>& p) { return score(p); }, unseen, 4 * n,
                   opts_.anneal, rng_);
-    overhead_.anneal_s += now_s() - start - (overhead_.features_s - features_before);
+    overhead_.anneal_s += steady_seconds() - start - (overhead_.features_s - features_before);
   }
   std::vector<uint64_t> out;
   std::uniform_real_distribution<double> coin(0, 1);

@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/enum_names.h"
 #include "tuner/tuning_records.h"
 
@@ -52,10 +53,6 @@ void CommitRecords::on_results(const TuneState&, const std::vector<Trial>& trial
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 double cost_of(const RunResult& r) { return r.ok() ? r.median_s() : std::numeric_limits<double>::infinity(); }
 
 // The median over the rounds of config k's time over config d's (0 when no round timed both).
@@ -97,7 +94,7 @@ TuneLoop::TuneLoop(const ConfigSpace& space, SearchStrategy& strategy, Builder& 
       db_(db),
       callbacks_(std::move(callbacks)),
       stop_(stop),
-      start_(now_s()),
+      start_(steady_seconds()),
       ctx_(std::make_unique<MeasureContext>(space.graph(), opts.measure)) {
   // The search compares hundreds of candidates timed alike: it skips the warm-up, which only
   // the re-timing of the best pays (TuneOptions::measure.min_warmup_ms).
@@ -126,7 +123,7 @@ TuneLoop::~TuneLoop() = default;
 bool TuneLoop::stopped() const { return stop_ && stop_->load(); }
 
 void TuneLoop::notify(const std::vector<Trial>& trials) {
-  sum_.state.elapsed_s = now_s() - start_;
+  sum_.state.elapsed_s = steady_seconds() - start_;
   for (MeasureCallback* cb : callbacks_) cb->on_results(sum_.state, trials);
 }
 
@@ -138,18 +135,18 @@ void TuneLoop::add_parts(const RunResult& r) {
 }
 
 std::vector<BuildResult> TuneLoop::timed_build(const std::vector<json>& configs, Interval* took) {
-  Interval t{now_s(), 0};
+  Interval t{steady_seconds(), 0};
   std::vector<BuildResult> b = builder_.build(space_.workload(), space_.target(), configs);
-  t.end = now_s();
+  t.end = steady_seconds();
   sum_.state.build_s += t.end - t.start;
   if (took) *took = t;
   return b;
 }
 
 std::vector<RunResult> TuneLoop::timed_run(const std::vector<BuildResult>& builds, Interval* took) {
-  Interval t{now_s(), 0};
+  Interval t{steady_seconds(), 0};
   std::vector<RunResult> r = runner_.run(*ctx_, builds);
-  t.end = now_s();
+  t.end = steady_seconds();
   sum_.state.measure_s += t.end - t.start;
   for (const RunResult& one : r) add_parts(one);
   if (took) *took = t;
@@ -288,7 +285,7 @@ bool TuneLoop::search_over() {
     sum_.stop_reason = StopReason::Interrupted;
   } else if (st.trials_done >= opts_.trials) {
     sum_.stop_reason = StopReason::Trials;
-  } else if (opts_.time_budget_s > 0 && now_s() - start_ >= opts_.time_budget_s) {
+  } else if (opts_.time_budget_s > 0 && steady_seconds() - start_ >= opts_.time_budget_s) {
     sum_.stop_reason = StopReason::TimeBudget;
   } else if (opts_.early_stop > 0 && st.since_improvement >= opts_.early_stop) {
     sum_.stop_reason = StopReason::EarlyStop;
@@ -496,7 +493,7 @@ TuneSummary TuneLoop::finish() {
   if (def && sum_.default_s > 0 && sum_.best_config == space_.to_config(*def)) sum_.best_s = sum_.default_s;
   if (sum_.interrupted) sum_.stop_reason = StopReason::Interrupted;
   st.phase = "done";
-  st.elapsed_s = now_s() - start_;
+  st.elapsed_s = steady_seconds() - start_;
   return sum_;
 }
 

@@ -19,9 +19,9 @@ ConvAxes conv_axes(const OpGraph& g) {
   return g.workload.op == "conv2d_nhwc" ? ConvAxes{3, 2, 1} : ConvAxes{1, 3, 2};
 }
 
-class Conv2dGpu final : public GpuTemplate {
+class DepthwiseConv2dGpu final : public GpuTemplate {
  public:
-  explicit Conv2dGpu(TargetKind kind)
+  explicit DepthwiseConv2dGpu(TargetKind kind)
       : GpuTemplate(std::string("depthwise_conv2d.").append(kind_name(kind)), 1, {"depthwise_conv2d_nchw"}, kind) {}
 
   const std::vector<KnobDef>& knobs() const override {
@@ -109,7 +109,7 @@ class Conv2dGpu final : public GpuTemplate {
 
 }  // namespace
 
-std::unique_ptr<ScheduleTemplate> make_depthwise_conv2d_cuda() { return std::make_unique<Conv2dGpu>(TargetKind::Cuda); }
-std::unique_ptr<ScheduleTemplate> make_depthwise_conv2d_rocm() { return std::make_unique<Conv2dGpu>(TargetKind::Rocm); }
+std::unique_ptr<ScheduleTemplate> make_depthwise_conv2d_cuda() { return std::make_unique<DepthwiseConv2dGpu>(TargetKind::Cuda); }
+std::unique_ptr<ScheduleTemplate> make_depthwise_conv2d_rocm() { return std::make_unique<DepthwiseConv2dGpu>(TargetKind::Rocm); }
 
 }  // namespace tf::templates

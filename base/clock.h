@@ -1,0 +1,13 @@
+// A monotonic clock in seconds, for measuring how long the tuner's own work takes.
+#pragma once
+
+#include <chrono>
+
+namespace tf {
+
+// Seconds on the steady clock since an unspecified epoch: subtract two readings.
+inline double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace tf
