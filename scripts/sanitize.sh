@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds with AddressSanitizer and UndefinedBehaviorSanitizer into build-asan/ and runs every
-# test there. Kernels compiled by tunefarm, the test kernels and tunefarm-board-runner stay
+# Builds with AddressSanitizer and UndefinedBehaviorSanitizer into build-asan/ and runs the
+# tests there but the slow model-sized ones, which the release pass runs (TF_RELEASE_PASS_ONLY
+# in tests/CMakeLists.txt: ctest lists them as disabled, and their programs are not built).
+# Kernels compiled by tunefarm, the test kernels and tunefarm-board-runner stay
 # uninstrumented: they run under address-space limits that sanitizer runtimes cannot start in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
