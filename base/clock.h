@@ -1,4 +1,4 @@
-// A monotonic clock in seconds, for measuring how long the tuner's own work takes.
+// A monotonic clock in seconds, for timing intervals as plain numbers (the tuner's phases, benchmarks).
 #pragma once
 
 #include <chrono>

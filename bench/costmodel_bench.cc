@@ -17,7 +17,6 @@
 //   bench_costmodel overhead --db D --workload W [--rows 200,2000] [--batch-s S]
 //     The time xgb spends per batch (refit, annealing, features of new points) with a
 //     training set of N database records, and its share of a batch of S seconds.
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <algorithm>
@@ -26,6 +25,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "compiler/target.h"
 #include "costmodel/features.h"
@@ -37,10 +37,6 @@
 namespace {
 
 using namespace tf;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
   for (int i = 2; i + 1 < argc; ++i) {
@@ -205,10 +201,10 @@ int overhead(int argc, char** argv) {
   std::string item;
   while (std::getline(rows_arg, item, ',')) {
     size_t want = std::stoul(item);
-    double t0 = now_s();
+    double t0 = steady_seconds();
     costmodel::TransferData td =
         costmodel::transfer_from_database(*db, space.template_id(), space.target().arch_name(), "", want);
-    double load_s = now_s() - t0;
+    double load_s = steady_seconds() - t0;
     // One batch as a run makes it: refit on everything, anneal, pick 8.
     double per_batch = 0;
     SearchOverhead last;
@@ -217,9 +213,9 @@ int overhead(int argc, char** argv) {
       CostModelSearchOptions mo;
       mo.transfer = td.set;
       CostModelSearch ms(space, static_cast<uint64_t>(rep + 1), mo);
-      double b0 = now_s();
+      double b0 = steady_seconds();
       ms.propose(8);
-      per_batch += (now_s() - b0) / reps;
+      per_batch += (steady_seconds() - b0) / reps;
       last = ms.overhead();
     }
     std::printf("overhead with %zu records (%zu configs of %zu workloads): loading them %.2f s once per run; per batch "

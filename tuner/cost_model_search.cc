@@ -1,7 +1,6 @@
 #include "tuner/cost_model_search.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 

@@ -1,7 +1,6 @@
 #include "tuner/tune.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "compiler/driver.h"
+#include "base/clock.h"
 #include "base/error.h"
 #include "db/database.h"
 #include "tuner/builder.h"
@@ -664,7 +665,6 @@ struct Intervals {
   std::mutex mu;
   std::vector<std::pair<double, double>> builds, runs;
   bool files_missing = false;
-  static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
   // Whether any build ran while any measurement did.
   bool overlapped() {
     std::lock_guard<std::mutex> l(mu);
@@ -678,10 +678,10 @@ class RecordingBuilder : public Builder {
  public:
   RecordingBuilder(Builder& inner, Intervals& iv) : inner_(inner), iv_(iv) {}
   std::vector<BuildResult> build(const Workload& w, const Target& t, const std::vector<json>& configs) override {
-    double start = Intervals::now();
+    double start = tf::steady_seconds();
     std::vector<BuildResult> r = inner_.build(w, t, configs);
     std::lock_guard<std::mutex> l(iv_.mu);
-    iv_.builds.emplace_back(start, Intervals::now());
+    iv_.builds.emplace_back(start, tf::steady_seconds());
     return r;
   }
   int parallelism() const override { return inner_.parallelism(); }
@@ -701,14 +701,14 @@ class SlowRunner : public Runner {
   bool overlaps_builds() const override { return overlaps_; }
   int parallelism() const override { return boards_; }
   std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override {
-    double start = Intervals::now();
+    double start = tf::steady_seconds();
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
     for (const BuildResult& b : builds) {
       if (b.ok() && !fs::exists(b.so_path)) iv_.files_missing = true;
     }
     std::vector<RunResult> r = inner_.run(ctx, builds);
     std::lock_guard<std::mutex> l(iv_.mu);
-    iv_.runs.emplace_back(start, Intervals::now());
+    iv_.runs.emplace_back(start, tf::steady_seconds());
     return r;
   }
 
