@@ -132,9 +132,13 @@ class Kernel:
             self.side = json.load(f)
         self.module = cp.RawModule(path=ptx_path)
         launch = self.side["launch"]
-        self.steps = [(self.module.get_function(self.side["function"]), tuple(launch["grid"]), tuple(launch["block"]))]
-        for k in launch.get("then", []):
-            self.steps.append((self.module.get_function(k["function"]), tuple(k["grid"]), tuple(k["block"])))
+        self.steps = []
+        for k in [dict(launch, function=self.side["function"])] + launch.get("then", []):
+            fn = self.module.get_function(k["function"])
+            shared = k.get("dynamic_shared_bytes", 0)
+            if shared > 48 * 1024:  # past the static limit the function must be allowed it
+                fn.max_dynamic_shared_size_bytes = shared
+            self.steps.append((fn, tuple(k["grid"]), tuple(k["block"]), shared))
         self.workspaces = [torch.empty(n, device="cuda") for n in launch.get("workspace_elements", [])]
         self.extra = tuple(cp.uint64(w.data_ptr()) for w in self.workspaces)
         self.config = self.side["config"]
@@ -142,8 +146,8 @@ class Kernel:
 
     def __call__(self, ptrs):
         args = ptrs + self.extra
-        for fn, grid, block in self.steps:
-            fn(grid, block, args)
+        for fn, grid, block, shared in self.steps:
+            fn(grid, block, args, shared_mem=shared)
 
 
 # Dense tensor-core peaks (TFLOPS) by GPU name and precision.

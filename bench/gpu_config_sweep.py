@@ -9,9 +9,11 @@ CuPy launches measures the launches. Says whether a template's space holds confi
 than its default, and which: what the defaults and the tuner's search need.
 
 Usage: bench/gpu_config_sweep.py BUILD/bin/tunefarm [--precision fp16] [--groups bert]
-                                 [-w WORKLOAD ...] [--configs '[{"tiles_m": 4}, ...]'] [--calls 20]
+                                 [-w WORKLOAD ...] [--configs '[{"tiles_m": 4}, ...]'] [--large] [--calls 20]
 Without --configs, a grid of block tiles (32 x 32 to 128 x 64, 4 and 8 warps, K chunks and stages
-that fit 48 KiB of shared memory) and split_k 1, 2, 4 for the tensor-core templates. Needs an NVIDIA GPU, PyTorch with CUDA and CuPy (exits 2 without).
+that fit 48 KiB of shared memory) and split_k 1, 2, 4 for the tensor-core templates; --large adds
+block tiles of 128 x 64 and 128 x 128 with K chunks of 32 and 64 and 3-4 stages (70-210 KiB of
+dynamic shared memory, which sm_80 and sm_90 allow a block). Needs an NVIDIA GPU, PyTorch with CUDA and CuPy (exits 2 without).
 """
 import argparse
 import concurrent.futures
@@ -39,8 +41,20 @@ TILES = [{"warps_m": 2, "warps_n": 2, "tiles_m": 2, "tiles_n": 2, "unroll_k": 1,
          {"warps_m": 2, "warps_n": 2, "tiles_m": 1, "tiles_n": 2, "unroll_k": 2, "stages": 4}]
 
 
-def default_grid():
-    return [dict(t, split_k=s) for t in TILES for s in (1, 2, 4)]
+# Past 48 KiB (dynamic shared memory): CUTLASS's 128 x 128 and 128 x 64 blocks with deeper K
+# chunks and more stages in flight.
+LARGE_TILES = [{"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 3},
+               {"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 4},
+               {"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 4, "stages": 3},
+               {"warps_m": 2, "warps_n": 4, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 3},
+               {"warps_m": 2, "warps_n": 4, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 4},
+               {"warps_m": 2, "warps_n": 4, "tiles_m": 4, "tiles_n": 4, "unroll_k": 4, "stages": 3},
+               {"warps_m": 4, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 4}]
+
+
+def default_grid(large=False):
+    grid = [dict(t, split_k=s) for t in TILES for s in (1, 2, 4)]
+    return grid + ([dict(t, split_k=s) for t in LARGE_TILES for s in (1, 2)] if large else [])
 
 
 def compile_one(tunefarm, workload, target, out, config):
@@ -58,9 +72,10 @@ def main():
     ap.add_argument("--groups", default="bert", help="gpu_bench.py's groups: " + ",".join(gpu_bench.GROUPS))
     ap.add_argument("-w", "--workload", action="append", default=[])
     ap.add_argument("--configs", help="a JSON list of configs (knobs set in the default)")
+    ap.add_argument("--large", action="store_true", help="add block tiles past 48 KiB of shared memory")
     ap.add_argument("--calls", type=int, default=20)
     a = ap.parse_args()
-    configs = json.loads(a.configs) if a.configs else default_grid()
+    configs = json.loads(a.configs) if a.configs else default_grid(a.large)
     workloads = list(a.workload) + [w for g in a.groups.split(",") if g for w in gpu_bench.GROUPS[g]]
     workloads = [gpu_bench.with_precision(w, a.precision) for w in workloads]
     workloads = [w for w in workloads if w]

@@ -56,17 +56,46 @@ void CodeGenGpu::barrier(const Barrier* s) {
 }
 
 bool CodeGenGpu::allocate_shared(const Allocate* a) {
-  // One array per block in the shared address space (3 on both NVPTX and AMDGPU).
-  auto* ty = llvm::ArrayType::get(type_of(a->elem), static_cast<uint64_t>(a->size));
-  auto* gv = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
-                                      name_ + "." + a->buffer, nullptr, llvm::GlobalValue::NotThreadLocal, 3);
-  gv->setAlignment(llvm::Align(16));
-  buffers_[a->buffer] = gv;
+  // One array per block in the shared address space (3 on both NVPTX and AMDGPU); in a kernel
+  // whose launch asks for dynamic shared memory (past 48 KiB: compiler/gpu.h), a part of the
+  // one dynamic array, at the offset of the shared buffers around it (the sizes
+  // check_gpu_kernel added up: gpu_buffer_bytes), so buffers live at once never overlap.
+  llvm::Type* elem = type_of(a->elem);
+  llvm::Value* base = nullptr;
+  const int64_t bytes = gpu_buffer_bytes(a->size, a->elem);
+  if (launch_ && launch_->dynamic_shared_bytes > 0) {
+    TF_CHECK(dynamic_shared_offset_ + bytes <= launch_->dynamic_shared_bytes, "codegen: shared buffer ", a->buffer,
+             " ends at ", dynamic_shared_offset_ + bytes, " of ", launch_->dynamic_shared_bytes, " dynamic bytes");
+    base = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), dynamic_shared_array(), static_cast<uint64_t>(dynamic_shared_offset_),
+                                         a->buffer);
+  } else {
+    auto* ty = llvm::ArrayType::get(elem, static_cast<uint64_t>(a->size));
+    auto* gv = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
+                                        name_ + "." + a->buffer, nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+    gv->setAlignment(llvm::Align(16));
+    base = gv;
+  }
+  buffers_[a->buffer] = base;
   if (a->async_copies && has_cp_async()) async_buffers_.insert(a->buffer);
+  dynamic_shared_offset_ += bytes;
   stmt(a->body);
+  dynamic_shared_offset_ -= bytes;
   async_buffers_.erase(a->buffer);
   buffers_.erase(a->buffer);
   return true;
+}
+
+// The module's dynamic shared memory: an external shared array of no size, 16-byte aligned
+// (PTX `.extern .shared .align 16 .b8 tf_dynamic_shared[]`); every kernel of the module that
+// uses it sees its own block's dynamic shared memory there.
+llvm::GlobalVariable* CodeGenGpu::dynamic_shared_array() {
+  const char* name = "tf_dynamic_shared";
+  if (llvm::GlobalVariable* gv = m_.getNamedGlobal(name)) return gv;
+  auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
+  auto* gv = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr, name, nullptr,
+                                      llvm::GlobalValue::NotThreadLocal, 3);
+  gv->setAlignment(llvm::Align(16));
+  return gv;
 }
 
 }  // namespace tf::llvm_codegen

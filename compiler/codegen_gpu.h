@@ -34,6 +34,11 @@ class CodeGenGpu : public CodeGen {
   virtual void block_barrier() = 0;
   // Barrier::Kind::AsyncCommit and AsyncWait: nothing where has_cp_async() is false.
   virtual void async_group(const Barrier* s) {}
+
+ private:
+  llvm::GlobalVariable* dynamic_shared_array();
+  // Bytes of the shared buffers enclosing the statement being emitted (allocate_shared).
+  int64_t dynamic_shared_offset_ = 0;
 };
 
 }  // namespace tf::llvm_codegen

@@ -50,7 +50,12 @@ class GpuChecker {
                "); the limit is ", limits_.max_threads_per_block));
     }
     l.local_bytes_per_thread = local_.most;
-    l.static_shared_bytes = shared_.most;
+    // Past the static limit, the shared buffers are carved out of dynamic shared memory
+    // (compiler/codegen_gpu.cc allocate_shared), which the launch must ask for.
+    if (shared_.most > limits_.max_shared_bytes)
+      l.dynamic_shared_bytes = shared_aligned_.most;
+    else
+      l.static_shared_bytes = shared_.most;
     return l;
   }
 
@@ -152,17 +157,24 @@ class GpuChecker {
         const Allocate* a = s.as<Allocate>();
         bool shared = a->scope == MemScope::Shared;
         // Heap buffers cannot exist on a GPU: reported as past the local limit.
-        Budget& b = shared ? shared_ : local_;
-        int64_t bytes = a->size * 4;
+        // Shared buffers are counted twice: as static arrays (their bytes, what a kernel within
+        // 48 KiB uses) and as parts of dynamic shared memory (each rounded up to 16 bytes:
+        // gpu_buffer_bytes), which is what the limit bounds.
+        Budget& b = shared ? shared_aligned_ : local_;
+        int64_t bytes = shared ? gpu_buffer_bytes(a->size, a->elem) : a->size * 4;
         if (a->scope == MemScope::Heap || b.now + bytes > b.limit) {
           fail(str("needs ", b.now + bytes, " bytes of ", shared ? "shared memory per block (" : "local buffers per thread (",
                    a->buffer, ": ", bytes, " bytes); the limit is ", b.limit,
                    shared ? " (use smaller block tiles)" : " (use smaller tiles per thread)"));
         }
+        const int64_t raw = shared ? a->size * a->elem.bytes() * a->elem.lanes : 0;
         b.now += bytes;
         b.most = std::max(b.most, b.now);
+        shared_.now += raw;
+        shared_.most = std::max(shared_.most, shared_.now);
         stmt(a->body, bound);
         b.now -= bytes;
+        shared_.now -= raw;
         return;
       }
       case StmtKind::Block:
@@ -180,7 +192,9 @@ class GpuChecker {
   struct Budget {
     int64_t now = 0, most = 0, limit = 0;
   };
-  Budget local_{0, 0, limits_.max_local_bytes_per_thread}, shared_{0, 0, limits_.max_shared_bytes};
+  Budget local_{0, 0, limits_.max_local_bytes_per_thread};
+  // Shared buffers as static arrays (no limit of their own) and as dynamic shared memory.
+  Budget shared_{0, 0, 0}, shared_aligned_{0, 0, limits_.max_dynamic_shared_bytes};
   int conditions_ = 0;
   bool single_thread_ = false;  // binds nothing and writes only scalars: one thread
 };
@@ -235,11 +249,18 @@ EmulatedKernel emulate_gpu_thread(const LoweredFunc& f) {
   return k;
 }
 
+int64_t gpu_buffer_bytes(int64_t elements, const Type& elem) {
+  return (elements * elem.bytes() * elem.lanes + 15) / 16 * 16;
+}
+
 GpuLimits gpu_limits(const Target& t) {
   TF_CHECK(t.is_gpu(), "gpu_limits of ", t.str());
   // CUDA (every architecture since sm_20) and ROCm (HIP's limits on gfx9-gfx11) agree on
   // 1024 threads per block; the grid's y and z dimensions are 65535 on CUDA, larger on ROCm.
-  return GpuLimits{};
+  GpuLimits l;
+  // Dynamic shared memory past 48 KiB: CUDA only (AMD's 64 KiB of LDS are not used past 48).
+  if (t.kind == TargetKind::Cuda) l.max_dynamic_shared_bytes = std::max(l.max_shared_bytes, gpu_arch(t).shared_per_block);
+  return l;
 }
 
 GpuArch gpu_arch(const Target& t) {
@@ -249,24 +270,26 @@ GpuArch gpu_arch(const Target& t) {
     GpuArch arch;
   };
   static const Row kRows[] = {
-      // NVIDIA: SMs, warp, registers, per thread, shared memory per SM, threads per SM.
-      {"sm_70", {80, 32, 65536, 255, 96 * 1024, 2048}},    // V100
-      {"sm_72", {8, 32, 65536, 255, 96 * 1024, 2048}},     // Xavier
-      {"sm_75", {40, 32, 65536, 255, 64 * 1024, 1024}},    // T4
-      {"sm_80", {108, 32, 65536, 255, 164 * 1024, 2048}},  // A100
-      {"sm_86", {82, 32, 65536, 255, 100 * 1024, 1536}},   // RTX 3090
-      {"sm_87", {16, 32, 65536, 255, 164 * 1024, 1536}},   // Orin
-      {"sm_89", {128, 32, 65536, 255, 100 * 1024, 1536}},  // RTX 4090
-      {"sm_90", {132, 32, 65536, 255, 228 * 1024, 2048}},  // H100 SXM
-      {"sm_100", {148, 32, 65536, 255, 228 * 1024, 2048}}, // B200
-      {"sm_120", {170, 32, 65536, 255, 100 * 1024, 1536}}, // RTX 5090
-      // AMD: compute units, wavefront, VGPR lanes per CU (4 SIMDs), per work-item, LDS.
-      {"gfx906", {60, 64, 4 * 256 * 64, 256, 64 * 1024, 2560}},   // MI50, Radeon VII
-      {"gfx908", {120, 64, 4 * 512 * 64, 512, 64 * 1024, 2560}},  // MI100
-      {"gfx90a", {104, 64, 4 * 512 * 64, 512, 64 * 1024, 2048}},  // MI210
-      {"gfx942", {304, 64, 4 * 512 * 64, 512, 64 * 1024, 2048}},  // MI300X
-      {"gfx1030", {80, 32, 4 * 512 * 32, 256, 64 * 1024, 2048}},  // RX 6900 XT (wave32)
-      {"gfx1100", {96, 32, 4 * 768 * 32, 256, 64 * 1024, 2048}},  // RX 7900 XTX (wave32)
+      // NVIDIA: SMs, warp, registers, per thread, shared memory per SM, threads per SM, shared
+      // memory per block (the opt-in limit: CUDA's occupancy tables).
+      {"sm_70", {80, 32, 65536, 255, 96 * 1024, 2048, 96 * 1024}},    // V100
+      {"sm_72", {8, 32, 65536, 255, 96 * 1024, 2048, 96 * 1024}},     // Xavier
+      {"sm_75", {40, 32, 65536, 255, 64 * 1024, 1024, 64 * 1024}},    // T4
+      {"sm_80", {108, 32, 65536, 255, 164 * 1024, 2048, 163 * 1024}},  // A100
+      {"sm_86", {82, 32, 65536, 255, 100 * 1024, 1536, 99 * 1024}},   // RTX 3090
+      {"sm_87", {16, 32, 65536, 255, 164 * 1024, 1536, 163 * 1024}},   // Orin
+      {"sm_89", {128, 32, 65536, 255, 100 * 1024, 1536, 99 * 1024}},  // RTX 4090
+      {"sm_90", {132, 32, 65536, 255, 228 * 1024, 2048, 227 * 1024}},  // H100 SXM
+      {"sm_100", {148, 32, 65536, 255, 228 * 1024, 2048, 227 * 1024}}, // B200
+      {"sm_120", {170, 32, 65536, 255, 100 * 1024, 1536, 99 * 1024}}, // RTX 5090
+      // AMD: compute units, wavefront, VGPR lanes per CU (4 SIMDs), per work-item, LDS, the 48 KiB
+      // this compiler gives a block.
+      {"gfx906", {60, 64, 4 * 256 * 64, 256, 64 * 1024, 2560, 48 * 1024}},   // MI50, Radeon VII
+      {"gfx908", {120, 64, 4 * 512 * 64, 512, 64 * 1024, 2560, 48 * 1024}},  // MI100
+      {"gfx90a", {104, 64, 4 * 512 * 64, 512, 64 * 1024, 2048, 48 * 1024}},  // MI210
+      {"gfx942", {304, 64, 4 * 512 * 64, 512, 64 * 1024, 2048, 48 * 1024}},  // MI300X
+      {"gfx1030", {80, 32, 4 * 512 * 32, 256, 64 * 1024, 2048, 48 * 1024}},  // RX 6900 XT (wave32)
+      {"gfx1100", {96, 32, 4 * 768 * 32, 256, 64 * 1024, 2048, 48 * 1024}},  // RX 7900 XTX (wave32)
   };
   const std::string& name = t.chip();
   for (const Row& r : kRows) {

@@ -15,7 +15,11 @@
 //     its extent may not exceed the block's). Thread loops one after another may have
 //     different extents: the block has the largest, and a shorter loop runs in the first
 //     threads only (a block reduction's combining step in thread 0),
-//   - shared memory past 48 KiB per block (CUDA's static limit; AMD has 64 KiB of LDS),
+//   - shared memory past what a block may have: 48 KiB (CUDA's static limit; AMD has 64 KiB
+//     of LDS), or on CUDA the architecture's opt-in limit (227 KiB on sm_90, 163 KiB on
+//     sm_80): a kernel past 48 KiB takes its shared buffers from dynamic shared memory
+//     (GpuLaunch::dynamic_shared_bytes, which whoever launches it must allow the function:
+//     cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)),
 //   - a barrier under a condition (threads that skip it would hang the block),
 //   - a buffer too large for a thread's registers and local memory (heap allocation).
 // (Math: code generation links cuda's exp, log and tanh from NVIDIA's libdevice and rocm's
@@ -38,10 +42,18 @@ struct GpuLimits {
   std::array<int64_t, 3> max_grid{2147483647, 65535, 65535};
   int64_t max_local_bytes_per_thread = 16 * 1024;  // beyond this, registers spill to memory
   int64_t max_shared_bytes = 48 * 1024;            // static shared memory per block
+  // Shared memory a block may have when the launch asks for it as dynamic shared memory and
+  // the function allows that much (CUDA's opt-in limit); max_shared_bytes where there is none.
+  int64_t max_dynamic_shared_bytes = 48 * 1024;
 };
 
+// Bytes a shared (or local) buffer of `elements` of `elem` takes in a kernel: its bytes rounded
+// up to 16, as code generation aligns every such buffer (and carves dynamic shared memory).
+int64_t gpu_buffer_bytes(int64_t elements, const ir::Type& elem);
+
 // The limits every supported architecture of the target's kind meets (CUDA sm_70 and later;
-// ROCm gfx9, gfx10, gfx11).
+// ROCm gfx9, gfx10, gfx11), and the target's architecture's opt-in shared memory per block
+// (GpuArch::shared_per_block).
 GpuLimits gpu_limits(const Target& t);
 
 // What default schedules assume of the target's architecture, as TVM's cuda target carries
@@ -55,6 +67,9 @@ struct GpuArch {
   int64_t registers_per_thread = 255; // the most one thread may use
   int64_t shared_per_sm = 64 * 1024;  // bytes
   int64_t threads_per_sm = 1024;
+  // The most shared memory one block may have (CUDA: with the opt-in for dynamic shared memory;
+  // unknown architectures: the 48 KiB every one allows).
+  int64_t shared_per_block = 48 * 1024;
 };
 GpuArch gpu_arch(const Target& t);
 

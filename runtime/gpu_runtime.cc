@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <chrono>
 #include <cmath>
@@ -54,6 +55,8 @@ using CUfunction = void*;
 using CUevent = void*;
 using CUstream = void*;
 constexpr int kCcMajor = 75, kCcMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
+constexpr int kMaxDynamicSharedSizeBytes = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+constexpr int64_t kStaticSharedLimit = 48 * 1024;
 
 class CudaRuntime : public GpuRuntime {
  public:
@@ -77,6 +80,7 @@ class CudaRuntime : public GpuRuntime {
     lib_.get(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
     lib_.get(cuMemsetD8, "cuMemsetD8_v2");
     lib_.get(cuLaunchKernel, "cuLaunchKernel");
+    lib_.get(cuFuncSetAttribute, "cuFuncSetAttribute");
     lib_.get(cuEventCreate, "cuEventCreate");
     lib_.get(cuEventRecord, "cuEventRecord");
     lib_.get(cuEventSynchronize, "cuEventSynchronize");
@@ -114,7 +118,11 @@ class CudaRuntime : public GpuRuntime {
     return f;
   }
 
-  void unload_module(void* module) override { check(cuModuleUnload(module), "cuModuleUnload"); }
+  void unload_module(void* module) override {
+    // A later module's function may have the address of one of this one's.
+    dynamic_shared_allowed_.clear();
+    check(cuModuleUnload(module), "cuModuleUnload");
+  }
   void* alloc(size_t bytes) override {
     CUdeviceptr p = 0;
     check(cuMemAlloc(&p, bytes), "cuMemAlloc");
@@ -137,6 +145,7 @@ class CudaRuntime : public GpuRuntime {
     for (int i = 0; i < n; ++i) {
       for (const GpuLaunchStep& step : steps) {
         const GpuLaunchDims& l = step.dims;
+        allow_dynamic_shared(step.function, l.dynamic_shared_bytes);
         check(cuLaunchKernel(step.function, u(l.grid[0]), u(l.grid[1]), u(l.grid[2]), u(l.block[0]), u(l.block[1]),
                              u(l.block[2]), u(l.dynamic_shared_bytes), nullptr, step.params, nullptr),
               "cuLaunchKernel");
@@ -152,6 +161,17 @@ class CudaRuntime : public GpuRuntime {
 
  private:
   static unsigned u(int64_t v) { return static_cast<unsigned>(v); }
+  // A kernel launched with more than 48 KiB of dynamic shared memory needs the function's
+  // permission first (compiler/gpu.h: kernels whose shared buffers exceed the static limit);
+  // given once per function and size.
+  void allow_dynamic_shared(CUfunction f, int64_t bytes) {
+    if (bytes <= kStaticSharedLimit) return;
+    int64_t& allowed = dynamic_shared_allowed_[f];
+    if (allowed >= bytes) return;
+    check(cuFuncSetAttribute(f, kMaxDynamicSharedSizeBytes, static_cast<int>(bytes)),
+          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + std::to_string(bytes) + ")");
+    allowed = bytes;
+  }
   void check(CUresult r, const std::string& call) {
     if (r == 0) return;
     const char* n = nullptr;
@@ -165,6 +185,7 @@ class CudaRuntime : public GpuRuntime {
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
   CUevent start_ = nullptr, stop_ = nullptr;
+  std::map<CUfunction, int64_t> dynamic_shared_allowed_;
   CUresult (*cuInit)(unsigned) = nullptr;
   CUresult (*cuDeviceGetCount)(int*) = nullptr;
   CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
@@ -184,6 +205,7 @@ class CudaRuntime : public GpuRuntime {
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t) = nullptr;
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void**, void**) = nullptr;
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int) = nullptr;
   CUresult (*cuEventCreate)(CUevent*, unsigned) = nullptr;
   CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
   CUresult (*cuEventSynchronize)(CUevent) = nullptr;

@@ -58,6 +58,7 @@ static struct {
   int (*memcpy_dtod_async)(devptr, devptr, size_t, void*);
   int (*stream_synchronize)(void*);
   int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
+  int (*func_set_attribute)(void*, int, int);   /* CUDA */
   int (*error_name)(int, const char**);         /* CUDA */
   const char* (*error_string)(int);             /* HIP */
 } drv;
@@ -166,6 +167,7 @@ static int open_driver(void) {
     SYM(memcpy_dtod_async, "cuMemcpyDtoDAsync_v2");
     SYM(stream_synchronize, "cuStreamSynchronize");
     SYM(launch, "cuLaunchKernel");
+    SYM(func_set_attribute, "cuFuncSetAttribute");
     SYM(error_name, "cuGetErrorName");
   } else {
     SYM(init, "hipInit");
@@ -248,6 +250,15 @@ static int initialize(void) {
       driver_failed(r, "finding a kernel");
       return fail(TF_GPU_STATUS_DRIVER_ERROR, "%s:%d: kernel %s is not in the model's code: %s", platform_name(), g_device,
                   name, driver_message(r));
+    }
+    /* A kernel whose shared buffers exceed the static 48 KiB takes them from dynamic shared
+       memory (compiler/gpu.h), which the function must be allowed first
+       (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8). */
+    if (platform_cuda() && w[8] > 48 * 1024 && (r = drv.func_set_attribute(functions[l], 8, (int)w[8]))) {
+      free(functions), free(at);
+      driver_failed(r, "allowing dynamic shared memory");
+      return fail(TF_GPU_STATUS_DRIVER_ERROR, "%s:%d: kernel %s needs %lld bytes of shared memory, which the device refused: %s",
+                  platform_name(), g_device, name, (long long)w[8], driver_message(r));
     }
     word += TF_GPU_LAUNCH_FIXED_WORDS + 2 * w[9];
   }

@@ -17,6 +17,7 @@
 #include <map>
 #include <random>
 #include <regex>
+#include <set>
 
 #include "compiler/codegen_llvm.h"
 #include "compiler/driver.h"
@@ -544,9 +545,18 @@ TEST(GpuShared, TilesPastTheSharedMemoryAreRejected) {
                                             {"lanes_n", 8}, {"tile_m", 8}, {"tile_n", 8}, {"block_k", 16}});
   std::string why = check_constraints(g, t, c);
   EXPECT_NE(why.find("66560 bytes of shared memory per block (the limit is 49152)"), std::string::npos) << why;
-  std::string e = compile_error("matmul(M=1024,N=1024,K=1024)", "cuda -arch=sm_90", c);
-  EXPECT_NE(e.find("bytes of shared memory per block"), std::string::npos) << e;
+  // Given anyway, the kernel is refused where the architecture's opt-in limit is smaller
+  // (sm_75: 64 KiB; AMD: the 48 KiB this compiler gives a block); sm_90 runs it from dynamic
+  // shared memory (GpuDynamicShared below).
+  std::string e = compile_error("matmul(M=1024,N=1024,K=1024)", "cuda -arch=sm_75", c);
+  EXPECT_NE(e.find("needs 66560 bytes of shared memory per block"), std::string::npos) << e;
+  EXPECT_NE(e.find("the limit is 65536"), std::string::npos) << e;
+  e = compile_error("matmul(M=1024,N=1024,K=1024)", "rocm -mcpu=gfx90a", c);
   EXPECT_NE(e.find("the limit is 49152"), std::string::npos) << e;
+  e = compile_error("matmul(M=4096,N=4096,K=4096)", "cuda -arch=sm_90",
+                    complete_config(g, t, {{"shared", true}, {"stages", 4}, {"warps_m", 8}, {"warps_n", 4},
+                                           {"lanes_n", 8}, {"tile_m", 8}, {"tile_n", 8}, {"block_k", 64}}));
+  EXPECT_NE(e.find("the limit is 232448"), std::string::npos) << e;
   // Implicit-GEMM convolutions: the same tiles (K = 512 output channels, 196 positions, a
   // reduction of 392), one buffer of (256 + 4) x 32 and (196 + 4) x 32 floats.
   for (const char* w : {"conv2d_nchw(N=1,C=8,H=14,W=14,K=512,R=7,S=7,pad=3)",
@@ -564,6 +574,51 @@ TEST(GpuShared, TilesPastTheSharedMemoryAreRejected) {
                                               {"tile_w", 1}});
   std::string dwhy = check_constraints(dg, t, dc);
   EXPECT_NE(dwhy.find("100352 bytes of shared memory per block (the limit is 49152)"), std::string::npos) << dwhy;
+}
+
+// Past the static 48 KiB, a kernel's shared buffers are parts of the one dynamic shared array
+// (`.extern .shared`), at the offsets of the buffers around them, so no two live at once
+// overlap; the launch asks for their sum as dynamic shared memory, which the board's runtime
+// allows the function (cuFuncSetAttribute: FarmGpu.FakeCudaBoardCarriesPtxAndItsLaunch).
+// Kernels within 48 KiB keep static arrays.
+TEST(GpuDynamicShared, BuffersPast48KiBArePartsOfTheDynamicArray) {
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  // A and B tiles of 2 stages x (256 + 4) x 16 floats: 33,280 bytes each.
+  const nlohmann::json c = {{"shared", true}, {"stages", 2}, {"warps_m", 8}, {"warps_n", 4}, {"lanes_n", 8},
+                            {"tile_m", 8}, {"tile_n", 8}, {"block_k", 16}, {"split_k", 1}};
+  CompiledKernel k = compile_kernel(parse_workload("matmul(M=1024,N=1024,K=1024)"), sm90, c, "given", "");
+  ASSERT_TRUE(k.launch());
+  EXPECT_EQ(k.launch()->dynamic_shared_bytes, 2 * 33280);
+  EXPECT_EQ(k.launch()->static_shared_bytes, 0);
+  const std::string dir = testing::temp_dir();
+  write_kernel(k, EmitKind::LLVM, dir + "/dyn.ll");
+  const std::string ll = file_text(dir + "/dyn.ll");
+  std::set<int64_t> offsets;
+  const std::regex at("@tf_dynamic_shared, i64 ([0-9]+)");
+  for (auto m = std::sregex_iterator(ll.begin(), ll.end(), at); m != std::sregex_iterator(); ++m) {
+    offsets.insert(std::stoll((*m)[1]));
+  }
+  // A at 0 (the array itself), B after A's 33,280 bytes; nothing at or past the end.
+  EXPECT_EQ(offsets, (std::set<int64_t>{33280})) << ll.substr(0, 2000);
+  write_kernel(k, EmitKind::Asm, dir + "/dyn.ptx");
+  const std::string ptx = file_text(dir + "/dyn.ptx");
+  EXPECT_NE(ptx.find(".extern .shared .align 16 .b8 tf_dynamic_shared[];"), std::string::npos) << ptx.substr(0, 1500);
+  EXPECT_EQ(ptx.find(".shared .align 16 .b8 matmul"), std::string::npos) << "a static shared array is left";
+  // The sidecar carries the size the runtime asks for.
+  EXPECT_EQ(k.gpu->to_json()["dynamic_shared_bytes"], 66560);
+  // Within 48 KiB: static arrays, no dynamic memory.
+  nlohmann::json small = c;
+  small["stages"] = 1;
+  CompiledKernel s = compile_kernel(parse_workload("matmul(M=1024,N=1024,K=1024)"), sm90, small, "given", "");
+  EXPECT_EQ(s.launch()->dynamic_shared_bytes, 0);
+  EXPECT_EQ(s.launch()->static_shared_bytes, 33280);
+  write_kernel(s, EmitKind::Asm, dir + "/static.ptx");
+  EXPECT_EQ(file_text(dir + "/static.ptx").find("tf_dynamic_shared"), std::string::npos);
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
+  CommandResult r = run_command({ptxas, "-arch=sm_90", "-v", dir + "/dyn.ptx", "-o", dir + "/dyn.cubin"});
+  // It assembles (1024 threads of 8 x 8 tiles spill, which is the config's, not the memory's).
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 // Buffers are assumed 16-byte aligned on GPUs (the drivers allocate at 256), so vectorized

@@ -14,6 +14,7 @@
 #include "base/file_io.h"
 #include "compiler/driver.h"
 #include "compiler/link.h"
+#include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
 #include "tests/compiler/kernel_harness.h"
 
@@ -184,6 +185,51 @@ TEST(TensorCore, DefaultConfigsAssembleWithoutSpills) {
       }
     }
   }
+}
+
+// Tiles past the static 48 KiB (CUTLASS's 128 x 128 blocks, K chunks of 32, 4 stages) are in
+// the space up to the architecture's opt-in limit and run from dynamic shared memory: the
+// emulated blocks match the reference, ptxas takes the PTX without spills, and an
+// architecture with less shared memory per block refuses the config by name.
+TEST(TensorCore, TilesPast48KiBRunFromDynamicSharedMemory) {
+  const Target sm90 = parse_target("cuda -arch=sm_90"), sm86 = parse_target("cuda -arch=sm_86");
+  const nlohmann::json wide = {{"warps_m", 2}, {"warps_n", 4}, {"tiles_m", 4}, {"tiles_n", 4},
+                               {"unroll_k", 2}, {"shared", true},  {"stages", 4},  {"split_k", 1}};
+  Workload big = parse_workload("matmul(M=4096,N=4096,K=4096,precision=fp16)");
+  OpGraph g = build_op(big);
+  EXPECT_EQ(check_constraints(g, sm90, wide), "");
+  // 4 x (128 x (32 + 4) + 32 x (128 + 8)) floats.
+  EXPECT_EQ(check_constraints(g, sm86, wide),
+            "143360 bytes of shared memory per block (the limit of sm_86 is 101376)");
+  CompiledKernel k = compile_kernel(big, sm90, wide, "given", "");
+  EXPECT_EQ(k.launch()->dynamic_shared_bytes, 143360);
+  EXPECT_EQ(k.launch()->static_shared_bytes, 0);
+  // The default stays within the static 48 KiB (measured on an H200; larger ones are not yet).
+  CompiledKernel d = compile_kernel(big, sm90, nullptr, "default", "");
+  EXPECT_EQ(d.launch()->dynamic_shared_bytes, 0);
+  EXPECT_GT(d.launch()->static_shared_bytes, 0);
+  const std::string ptxas = "/usr/local/cuda/bin/ptxas";
+  if (fs::exists(ptxas)) {
+    std::string path = testing::temp_dir() + "/tc_dynamic.ptx";
+    write_kernel(k, EmitKind::Asm, path);
+    CommandResult r = run_command({ptxas, "-v", "-arch=sm_90", path, "-o", path + ".cubin"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+              std::string::npos)
+        << r.output;
+    const std::string ptx = read_file(path);
+    EXPECT_EQ(count(ptx, "mma.sync.aligned"), 4 * 4 * 2);
+    EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0);
+    EXPECT_NE(ptx.find(".extern .shared .align 16 .b8 tf_dynamic_shared[]"), std::string::npos);
+  }
+  // 4 warps of 4 x 4 tiles, 110,592 bytes, over a shape nothing divides, emulated.
+  nlohmann::json square = wide;
+  square["warps_n"] = 2;
+  Workload small = parse_workload("matmul(M=130,N=70,K=100,epilogue=bias,precision=fp16)");
+  CompiledKernel e = compile_kernel(small, sm90, square, "given", "");
+  EXPECT_EQ(e.launch()->dynamic_shared_bytes, 110592);
+  testing::Comparison r = testing::run_gpu_emulated(e.graph, e.lowered.func, sm90, 7);
+  EXPECT_TRUE(r.ok()) << r.str();
 }
 
 // A sample of the tuner's space (configs that pass the constraints) assembles without spills

@@ -1991,6 +1991,30 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
   EXPECT_NE(read_file(fake_log).find("launch matmul_step2 grid="), std::string::npos) << read_file(fake_log);
   EXPECT_NE(read_file(fake_log).find("alloc " + std::to_string(4 * 64 * 64 * 4) + "\n"), std::string::npos)
       << read_file(fake_log);
+  // Past 48 KiB of shared memory (2 stages of 128 x (32 + 4) and 32 x (64 + 8) float tiles, 4
+  // stages: 110,592 bytes) the kernel's buffers are dynamic shared memory: the board allows the
+  // function that much (cuFuncSetAttribute) before it launches it; the fake driver, as the
+  // real one, refuses the launch otherwise.
+  std::string dynamic = dir + "/dynamic.ptx";
+  ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w 'matmul(M=128,N=64,K=128,precision=fp16)'" +
+                         " -t 'cuda -arch=sm_80' --no-db -c '{\"warps_m\": 2, \"warps_n\": 2, \"tiles_m\": 4," +
+                         " \"tiles_n\": 4, \"unroll_k\": 2, \"stages\": 4}' -o " + dynamic + " > /dev/null").c_str()),
+            0);
+  EXPECT_EQ(nlohmann::json::parse(read_file(dynamic + ".json"))["launch"]["dynamic_shared_bytes"], 110592);
+  EXPECT_EQ(farm_measure(dynamic, "--no-db --json"), 1) << read_file(out);
+  EXPECT_NE(read_file(out).find("\"error_code\": \"wrong_answer\""), std::string::npos) << read_file(out);
+  EXPECT_NE(read_file(fake_log).find("dynamic_shared matmul 110592\n"), std::string::npos) << read_file(fake_log);
+  EXPECT_NE(read_file(fake_log).find("shared=110592\n"), std::string::npos) << read_file(fake_log);
+  // A launch asking more than the device allows: the board's error names the call and the size.
+  nlohmann::json too_much = nlohmann::json::parse(read_file(dynamic + ".json"));
+  too_much["launch"]["dynamic_shared_bytes"] = 200000;
+  std::ofstream(dynamic + ".json") << too_much.dump();
+  EXPECT_NE(farm_measure(dynamic, "--no-db"), 0) << read_file(out);
+  EXPECT_NE(read_file(out).find("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, 200000) failed: "
+                                "CUDA_ERROR_INVALID_VALUE"),
+            std::string::npos)
+      << read_file(out);
+
   // A sidecar naming a kernel the module lacks, or asking too much: refused by name.
   nlohmann::json bad = split_side;
   bad["launch"]["then"][0]["function"] = "matmul_step9";

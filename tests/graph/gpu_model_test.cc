@@ -22,6 +22,8 @@
 
 #include "base/error.h"
 #include "compiler/link.h"
+#include "compiler/operators.h"
+#include "compiler/schedule_templates.h"
 #include "compiler/target.h"
 #include "graph/memory_budget.h"
 #include "graph/model_compiler.h"
@@ -54,13 +56,15 @@ class GpuModel : public ::testing::Test {
 
   // Compiles `b` for `target` twice: the GPU library (`name`.so) and its emulation
   // (`name`.emu.so), with the aliases file the fake reads. Returns the graph compiled.
-  Graph compile_both(const ModelBuilder& b, const std::string& name, const std::string& target = "cuda -arch=sm_80") {
+  // `configs`: the kernels' configs (default: every kernel's default).
+  Graph compile_both(const ModelBuilder& b, const std::string& name, const std::string& target = "cuda -arch=sm_80",
+                     ConfigLookup configs = nullptr) {
     b.save(path(name + ".onnx"));
     tf::Target t = tf::parse_target(target);
     Graph g = load_model(path(name + ".onnx"), 2, {}, channel_block(t));
-    ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
-    compile_model(g, t, defaults, path(name + ".so"), name);
-    compile_model(g, t, defaults, path(name + ".emu.so"), name, default_memory_budget(), true);
+    if (!configs) configs = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+    compile_model(g, t, configs, path(name + ".so"), name);
+    compile_model(g, t, configs, path(name + ".emu.so"), name, default_memory_budget(), true);
     std::ofstream aliases(path(name + ".aliases"));
     const json emulated = sidecar(name + ".emu.so");
     for (const json& k : emulated["kernels"]) {
@@ -338,6 +342,48 @@ TEST_F(GpuModel, SplitKWorkspacesAndOutputCopies) {
   std::ifstream log(path("mm.log"));
   std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("_step2 grid="), std::string::npos) << text;
+}
+
+// A kernel whose shared tiles exceed the static 48 KiB (here a given config: 4 stages of
+// 32-deep K chunks, 69,632 bytes) takes them from dynamic shared memory: the model's runtime
+// allows its function that much (cuFuncSetAttribute) when it loads the kernels, else the
+// driver would refuse the launch (the fake does, as the real one).
+TEST_F(GpuModel, KernelsPast48KiBOfSharedMemoryGetTheirDynamicMemory) {
+  ModelBuilder b;
+  b.input("a", {128, 256});
+  initializer(b, "w", {256, 128}, 21, 0.1f);
+  b.node("MatMul", {"a", "w"}, {"y"});
+  b.output("y", {128, 128});
+  ConfigLookup big = [](const tf::Workload& w, const tf::Target& t) {
+    KernelConfig k;
+    if (w.op != "matmul") return k;
+    k.config = tf::complete_config(tf::build_op(w), t,
+                                   {{"shared", true}, {"stages", 4}, {"block_k", 32}, {"warps_m", 4}, {"warps_n", 2},
+                                    {"lanes_n", 8}, {"tile_m", 4}, {"tile_n", 4}, {"split_k", 1}});
+    k.source = "given";
+    return k;
+  };
+  Graph g = compile_both(b, "big", "cuda -arch=sm_80", big);
+  std::string function;
+  const json side = sidecar("big.so");
+  for (const json& k : side["kernels"]) {
+    if (k["launch"]["dynamic_shared_bytes"].get<int64_t>() > 0) {
+      EXPECT_EQ(k["launch"]["dynamic_shared_bytes"], 69632) << k.dump();
+      function = k["function"].get<std::string>();
+    }
+  }
+  ASSERT_FALSE(function.empty()) << "no kernel past 48 KiB: " << side.dump(1);
+  HostTensor a = random_floats({128, 256}, 22);
+  write_npy(path("a.npy"), a);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"a", a}});
+  tf::CommandResult r = tunefarm("big", {"run", "--model", path("big.so"), "--input", path("a.npy"), "--output",
+                                         "y=" + path("y.npy"), "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(want.at("y"), read_npy(path("y.npy"))), "");
+  std::ifstream log(path("big.log"));
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("dynamic_shared " + function + " 69632\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("shared=69632\n"), std::string::npos) << text;
 }
 
 // int64 and bool inputs and outputs: converted to float32 into the arena on the way in, and

@@ -18,6 +18,10 @@
 // $TF_FAKE_CUDA_JIT_MS=N: a module load takes N ms more, as the driver's PTX JIT does.
 // $TF_FAKE_CUDA_DEVICES=N: N devices (default 1; a host with several GPUs), each named with
 // its ordinal; the context's device (cuDevicePrimaryCtxRetain) is logged ("context N").
+// A launch with more than 48 KiB of dynamic shared memory fails (CUDA_ERROR_INVALID_VALUE) unless
+// cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) allowed the function that much first, and
+// the attribute is refused past the 163 KiB of compute capability 8.0, as the driver does;
+// allowances are logged ("dynamic_shared NAME BYTES").
 // The real path is runtime/gpu_runtime.cc and runtime/gpu_model/runtime.c against the real
 // driver. Its devices are of compute capability 8.0, named as fakes.
 #include <dlfcn.h>
@@ -140,6 +144,7 @@ typedef struct Function {
   struct Function* next;
   char name[256];
   int params;
+  int max_dynamic_shared;  // bytes cuFuncSetAttribute allowed (0: the static 48 KiB)
 } Function;
 struct Function* tf_fake_cuda_functions;
 
@@ -156,6 +161,14 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
   const char* end = strchr(at, ')');
   for (const char* p = at; end && (p = strstr(p, ".param")) && p < end; p += 6) ++fn->params;
   *f = fn;
+  return 0;
+}
+CUresult cuFuncSetAttribute(void* f, int attribute, int value) {
+  POISON_CHECK();
+  Function* fn = (Function*)f;
+  if (!fn || attribute != 8 || value < 0 || value > 163 * 1024) return 1;  // CUDA_ERROR_INVALID_VALUE
+  fn->max_dynamic_shared = value;
+  log_line("dynamic_shared %s %d", fn->name, value);
   return 0;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
@@ -233,6 +246,7 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (!f || !params || gx * gy * gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) return 1;  // INVALID_VALUE
   POISON_CHECK();
   const Function* fn = (const Function*)f;
+  if (shared > 48 * 1024 && (int)shared > fn->max_dynamic_shared) return 1;  // INVALID_VALUE
   const char* failing = getenv("TF_FAKE_CUDA_FAIL_LAUNCH");
   if (failing && strcmp(failing, fn->name) == 0) {
     g_poisoned = 1;
@@ -265,6 +279,6 @@ CUresult cuEventElapsedTime(float* ms, void* a, void* b) {
   return 0;
 }
 CUresult cuGetErrorName(CUresult r, const char** s) {
-  *s = r == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : "FAKE_CUDA_ERROR";
+  *s = r == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : r == 1 ? "CUDA_ERROR_INVALID_VALUE" : "FAKE_CUDA_ERROR";
   return 0;
 }
