@@ -1,7 +1,7 @@
 // Convolutions with tunefarm's default (and, with --db, tuned) schedules against oneDNN 2.6,
 // measured in the same run, interleaved (issue 8, benchmark 1).
 //
-//   bench_conv [--layers resnet50,mobilenet_v2] [--threads 1,2] [--min-ms 100] [--db tuning.db]
+//   bench_conv [--layers resnet50,squeezenet1_1,mobilenet_v2] [--threads 1,2] [--min-ms 100] [--db tuning.db]
 //              [--only N] [--list]
 //
 // --list prints the workloads instead (each layer in NCHW and blocked), for tuning them:
@@ -97,6 +97,13 @@ const std::vector<Layer>& layers() {
       {"resnet50", 512, 14, 14, 512, 3, 2, 1, false},    {"resnet50", 512, 7, 7, 2048, 1, 1, 0, false},
       {"resnet50", 1024, 14, 14, 2048, 1, 2, 0, false},  {"resnet50", 2048, 7, 7, 512, 1, 1, 0, false},
       {"resnet50", 512, 7, 7, 512, 3, 1, 1, false},
+      // SqueezeNet 1.1's fire modules (squeeze 1x1, expand 1x1 and 3x3 side by side) and its
+      // classifier's 1x1 convolution on 13 x 13.
+      {"squeezenet1_1", 64, 55, 55, 16, 1, 1, 0, false}, {"squeezenet1_1", 16, 55, 55, 64, 1, 1, 0, false},
+      {"squeezenet1_1", 16, 55, 55, 64, 3, 1, 1, false}, {"squeezenet1_1", 128, 27, 27, 32, 1, 1, 0, false},
+      {"squeezenet1_1", 32, 27, 27, 128, 3, 1, 1, false}, {"squeezenet1_1", 256, 13, 13, 48, 1, 1, 0, false},
+      {"squeezenet1_1", 48, 13, 13, 192, 3, 1, 1, false}, {"squeezenet1_1", 64, 13, 13, 256, 3, 1, 1, false},
+      {"squeezenet1_1", 512, 13, 13, 1000, 1, 1, 0, false},
       {"mobilenet_v2", 32, 112, 112, 32, 3, 1, 1, true}, {"mobilenet_v2", 144, 56, 56, 144, 3, 2, 1, true},
       {"mobilenet_v2", 384, 14, 14, 384, 3, 1, 1, true}, {"mobilenet_v2", 960, 7, 7, 960, 3, 1, 1, true},
   };

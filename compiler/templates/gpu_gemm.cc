@@ -147,7 +147,8 @@ std::string gemm_check(const GemmShape& whole, const Target& t, const json& c) {
     return str("stages ", c["stages"].get<int64_t>(), " without shared (nothing to buffer)");
   }
   if (shared) {
-    int64_t bytes = shared_bytes(g, c, h), most = gpu_limits(t).max_shared_bytes;
+    // Up to the architecture's shared memory per block (past 48 KiB: dynamic shared memory).
+    int64_t bytes = shared_bytes(g, c, h), most = gpu_limits(t).max_dynamic_shared_bytes;
     if (bytes > most) return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
   }
   if (c["unroll"].get<bool>() && h.tile_m * h.tile_n * h.block_k > kMaxTileStatements) {

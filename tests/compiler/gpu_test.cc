@@ -539,12 +539,17 @@ TEST(GpuShared, StagedDepthwiseWeightsMatchTheReference) {
 
 TEST(GpuShared, TilesPastTheSharedMemoryAreRejected) {
   OpGraph g = build_op(parse_workload("matmul(M=1024,N=1024,K=1024)"));
-  Target t = parse_target("cuda -arch=sm_90");
+  // AMD (wave32 here, so the tiles are the same as CUDA's): 48 KiB a block.
+  Target t = parse_target("rocm -mcpu=gfx1030");
   // Two tiles of (256 + 4) x 32 floats each for A and B.
   nlohmann::json c = complete_config(g, t, {{"shared", true}, {"stages", 2}, {"warps_m", 8}, {"warps_n", 4},
                                             {"lanes_n", 8}, {"tile_m", 8}, {"tile_n", 8}, {"block_k", 16}});
   std::string why = check_constraints(g, t, c);
   EXPECT_NE(why.find("66560 bytes of shared memory per block (the limit is 49152)"), std::string::npos) << why;
+  // sm_75 allows a block 64 KiB, sm_90 227 (dynamic shared memory past 48).
+  why = check_constraints(g, parse_target("cuda -arch=sm_75"), c);
+  EXPECT_NE(why.find("66560 bytes of shared memory per block (the limit is 65536)"), std::string::npos) << why;
+  EXPECT_EQ(check_constraints(g, parse_target("cuda -arch=sm_90"), c), "");
   // Given anyway, the kernel is refused where the architecture's opt-in limit is smaller
   // (sm_75: 64 KiB; AMD: the 48 KiB this compiler gives a block); sm_90 runs it from dynamic
   // shared memory (GpuDynamicShared below).
@@ -554,7 +559,7 @@ TEST(GpuShared, TilesPastTheSharedMemoryAreRejected) {
   e = compile_error("matmul(M=1024,N=1024,K=1024)", "rocm -mcpu=gfx90a", c);
   EXPECT_NE(e.find("the limit is 49152"), std::string::npos) << e;
   e = compile_error("matmul(M=4096,N=4096,K=4096)", "cuda -arch=sm_90",
-                    complete_config(g, t, {{"shared", true}, {"stages", 4}, {"warps_m", 8}, {"warps_n", 4},
+                    complete_config(g, parse_target("cuda -arch=sm_90"), {{"shared", true}, {"stages", 4}, {"warps_m", 8}, {"warps_n", 4},
                                            {"lanes_n", 8}, {"tile_m", 8}, {"tile_n", 8}, {"block_k", 64}}));
   EXPECT_NE(e.find("the limit is 232448"), std::string::npos) << e;
   // Implicit-GEMM convolutions: the same tiles (K = 512 output channels, 196 positions, a
