@@ -67,19 +67,32 @@ void schedule_dense_tiles(Stage& out, Stage& acc, size_t batch_axes, const json&
   schedule_dense_acc(acc, d, uk, vec, unroll);
 }
 
-void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c) {
+void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, bool flat) {
   const int64_t tw = c["tile_w"], tkb = c["tile_kb"];
   const bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
   const auto& o = out.op()->axes;  // n, ko, oh, ow, kb
   auto [koo, koi] = out.split(o[1].var, tkb);
-  auto [wo, wi] = out.split(o[3].var, tw);
-  out.reorder({o[0].var, koo, o[2].var, wo, koi, wi, o[4].var});
+  // Flat: the rows and columns are one run of positions, tiled by tile_w.
+  Expr row = flat ? Expr() : o[2].var;
+  auto [wo, wi] = out.split(flat ? out.fuse(o[2].var, o[3].var) : o[3].var, tw);
+  if (flat)
+    out.reorder({o[0].var, koo, wo, koi, wi, o[4].var});
+  else
+    out.reorder({o[0].var, koo, row, wo, koi, wi, o[4].var});
   if (vec) out.vectorize(o[4].var);
   if (unroll) {
     out.unroll(koi);
     out.unroll(wi);
   }
-  if (par) out.parallel(out.fuse(out.fuse(o[0].var, koo), o[2].var));
+  if (par) {
+    Expr outer = out.fuse(o[0].var, koo);
+    if (flat) {
+      wo = out.fuse(outer, wo);
+      out.parallel(wo);
+    } else {
+      out.parallel(out.fuse(outer, row));
+    }
+  }
   acc.compute_at(out, wo);
   const auto& a = acc.op()->axes;         // n, ko, oh, ow, kb
   const auto& r = acc.op()->reduce_axes;  // channel blocks, rr, rs, within a block
@@ -252,7 +265,7 @@ bool blocks_read_own_channels(const OpGraph& g) {
 
 }  // namespace
 
-std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise) {
+std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise, int64_t positions) {
   // Among register tiles of b channel blocks (at most two; depthwise one) by w columns that
   // fit the registers, with at most 10 accumulator vectors on 16 vector registers (tiles of
   // 15 or 16 registers in all ran at 0.4-0.8x on Zen 3) and 24 on 32, the one that does the
@@ -271,7 +284,7 @@ std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool
   // grouped 3x3 1.3x, ResNeXt's 256-channel 28x28 one 1.6x); two blocks of one group share
   // them as ungrouped ones do.
   const int64_t lanes = t.vector_lanes();
-  int64_t v = (out_extent(g, 4) + lanes - 1) / lanes, ow = out_extent(g, 3);
+  int64_t v = (out_extent(g, 4) + lanes - 1) / lanes, ow = positions > 0 ? positions : out_extent(g, 3);
   const int64_t regs = vector_registers(t), budget = regs >= 32 ? 24 : 10, enough = 8;
   const bool shared_broadcasts = !blocks_read_own_channels(g);
   int64_t kb = 1, tw = 1, best_acc = 0;

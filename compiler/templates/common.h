@@ -95,8 +95,10 @@ class CpuTemplate : public ScheduleTemplate {
 // reduce_order, vectorize, unroll, parallel): the output tiled tile_kb channel blocks x tile_w
 // columns (unrolled), each block vectorized, batch, channel tiles and rows on all threads; the
 // accumulator at the column tile, its reduction (channel blocks, window, then the block's
-// inner reduction axis) in reduce_order. conv2d_nchwc.cpu and qconv2d_nchwc.cpu.
-void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c);
+// inner reduction axis) in reduce_order. conv2d_nchwc.cpu and qconv2d_nchwc.cpu. `flat`: the
+// output's rows and columns are tiled as one run of positions (tile_w of them), the
+// accumulator's positions one axis (conv2d_nchwc.cpu's 1x1 convolutions).
+void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, bool flat = false);
 
 // The split knobs and register tile of the blocked convolution templates (those scheduled by
 // schedule_nchwc_tiles): tile_w and tile_kb tile unrolled rows of the register tile; each
@@ -154,7 +156,8 @@ inline size_t batch_dim(const OpGraph& g) { return g.workload.op == "batch_matmu
 namespace tf::templates {
 
 // The default register tile of an NCHWc (blocked) convolution: {channel blocks, output
-// columns}. Depthwise tiles take one block.
-std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise);
+// columns}. Depthwise tiles take one block. `positions`: the extent tile_w tiles when not
+// the output's columns (a flat 1x1 convolution's OH x OW).
+std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise, int64_t positions = 0);
 
 }  // namespace tf::templates

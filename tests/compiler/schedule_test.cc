@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "base/error.h"
@@ -383,13 +384,59 @@ TEST(TemplateRegistry, BlockedConvDefaultTileLoadsLeastPerMultiplyAdd) {
   using P = std::pair<int64_t, int64_t>;
   const char* avx2 = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver3";
   EXPECT_EQ(tile(avx2, 14, 256, 3, 8), P(2, 5));
-  EXPECT_EQ(tile(avx2, 7, 2048, 1, 8), P(2, 4));
+  // 1x1 layers tile their positions as one run (below): 49 take 2 x 5 (10 tiles, one
+  // position recomputed), 3,136 2 x 4 (none), 400 2 x 5.
+  EXPECT_EQ(tile(avx2, 7, 2048, 1, 8), P(2, 5));
   EXPECT_EQ(tile(avx2, 56, 64, 1, 8), P(2, 4));
   EXPECT_EQ(tile(avx2, 20, 64, 1, 8), P(2, 5));
+  EXPECT_EQ(tile(avx2, 7, 2048, 3, 8), P(2, 4));
   const char* avx512 = "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512";
   EXPECT_EQ(tile(avx512, 28, 128, 3, 16), P(2, 7));
   EXPECT_EQ(tile(avx512, 56, 64, 1, 16), P(2, 8));
   EXPECT_EQ(tile(avx512, 13, 256, 3, 16), P(2, 7));
+}
+
+// conv2d_nchwc.cpu v2: a 1x1 convolution of stride 1 without padding tiles its OH x OW positions
+// as one run (tile_w positions, the last tile shifted back), not row by row: a 7 x 7 layer is
+// 10 tiles of 5 positions per pair of channel blocks (v1: 2 tiles of 5 a row, 14 in all, 30%
+// of them recomputed). Every config gives the reference's results: tiles across rows, wider
+// than a row, the whole run, batches, groups, epilogues, serial.
+TEST(TemplateRegistry, OneByOneConvTilesItsPositionsAsOneRun) {
+  const Target znver3 = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver3");
+  OpGraph g = graph("conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,stride=1,pad=0,ic_block=8,oc_block=8,epilogue=bias_relu)");
+  nlohmann::json d = default_config(g, znver3);
+  EXPECT_EQ(d["tile_kb"], 2);
+  EXPECT_EQ(d["tile_w"], 5);
+  // The positions' extent is what tile_w splits (candidates up to 49, not 7).
+  Schedule flat = apply_config(g, znver3, d);
+  std::string loops = ir::to_string(lower(flat, g.inputs, "kernel").func);
+  EXPECT_TRUE(std::regex_search(loops, std::regex("parallel \\([^,]+, 0, 40\\)"))) << loops;
+  // A 3x3 one, or a strided 1x1 one, keeps its rows.
+  OpGraph rows = graph("conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,stride=2,pad=0,ic_block=8,oc_block=8)");
+  Schedule by_rows = apply_config(rows, znver3, nlohmann::json());
+  loops = ir::to_string(lower(by_rows, rows.inputs, "kernel").func);
+  EXPECT_FALSE(std::regex_search(loops, std::regex("parallel \\([^,]+, 0, 40\\)"))) << loops;
+  const Target host = host_target();
+  struct Case {
+    const char* spec;
+    nlohmann::json config;
+  };
+  const Case cases[] = {
+      {"conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,ic_block=8,oc_block=8,epilogue=bias_relu)", {{"tile_w", 9}}},
+      {"conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,ic_block=8,oc_block=8)", {{"tile_w", 49}, {"tile_kb", 1}}},
+      {"conv2d_nchwc(N=2,C=24,H=5,W=9,K=40,R=1,S=1,ic_block=8,oc_block=8,epilogue=bias)",
+       {{"tile_w", 4}, {"tile_kb", 3}, {"parallel", false}}},
+      {"conv2d_nchwc(N=1,C=32,H=6,W=6,K=32,R=1,S=1,ic_block=8,oc_block=8,group=4,epilogue=relu)", {{"tile_w", 7}}},
+      {"conv2d_nchwc(N=1,C=16,H=3,W=5,K=24,R=1,S=1,ic_block=4,oc_block=8)",
+       {{"tile_w", 6}, {"reduce_order", "rsc"}, {"unroll", false}, {"vectorize", false}}},
+  };
+  for (const Case& c : cases) {
+    OpGraph cg = graph(c.spec);
+    Schedule sch = apply_config(cg, host, c.config);
+    LowerResult r = lower(sch, cg.inputs, "kernel");
+    testing::Comparison cmp = testing::run_and_compare(cg, r.func);
+    EXPECT_TRUE(cmp.ok()) << c.spec << " " << c.config.dump() << ": " << cmp.str();
+  }
 }
 
 // Grouped blocked convolutions: where each output block reads channels of its own (a block
