@@ -206,9 +206,10 @@ class CodeGenCpu final : public CodeGen {
 
   bool unrolls_register_tiles() const override { return true; }
 
-  void mark_loop(llvm::BranchInst* latch, bool unroll_fully) override {
-    if (!unroll_fully) return;
-    llvm::MDNode* full = llvm::MDNode::get(ctx_, llvm::MDString::get(ctx_, "llvm.loop.unroll.full"));
+  void mark_loop(llvm::BranchInst* latch, LoopUnroll unroll) override {
+    if (unroll == LoopUnroll::Default) return;
+    const char* what = unroll == LoopUnroll::Full ? "llvm.loop.unroll.full" : "llvm.loop.unroll.disable";
+    llvm::MDNode* full = llvm::MDNode::get(ctx_, llvm::MDString::get(ctx_, what));
     llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, {nullptr, full});
     id->replaceOperandWith(0, id);
     latch->setMetadata(llvm::LLVMContext::MD_loop, id);

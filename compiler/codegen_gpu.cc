@@ -31,7 +31,7 @@ llvm::Value* CodeGenGpu::min_max_with_nan(llvm::Value* a, llvm::Value* b, llvm::
 
 // On GPUs the schedule decides what is unrolled: LLVM fully unrolled a 17-trip reduction loop
 // of a 4x4 register tile into 1072 FMAs and spilled 54 VGPRs on gfx906.
-void CodeGenGpu::mark_loop(llvm::BranchInst* latch, bool) {
+void CodeGenGpu::mark_loop(llvm::BranchInst* latch, LoopUnroll) {
   llvm::MDNode* disable = llvm::MDNode::get(ctx_, llvm::MDString::get(ctx_, "llvm.loop.unroll.disable"));
   llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, {nullptr, disable});
   id->replaceOperandWith(0, id);

@@ -16,7 +16,7 @@ class CodeGenGpu : public CodeGen {
   void emit_return() override { b_.CreateRetVoid(); }
   void annotate_arg(llvm::Argument* a) override;
   llvm::Value* min_max_with_nan(llvm::Value* a, llvm::Value* b, llvm::Value* pick, bool is_max) override;
-  void mark_loop(llvm::BranchInst* latch, bool unroll_fully) override;
+  void mark_loop(llvm::BranchInst* latch, LoopUnroll unroll) override;
   llvm::Align vector_align(const Expr& base) const override;
   void barrier(const Barrier* s) override;
   bool allocate_shared(const Allocate* a) override;
