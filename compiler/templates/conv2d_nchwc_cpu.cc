@@ -67,7 +67,10 @@ class Conv2dNchwcCpu final : public NchwcConvTemplate {
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
-        {"tile_w", KnobType::Int, "output columns per register tile (unrolled)", 64, {}, kSplit},
+        {"tile_w", KnobType::Int,
+         "output columns per register tile (unrolled); of a 1x1 stride-1 unpadded convolution, positions of its "
+         "OH x OW",
+         64, {}, kSplit},
         {"tile_kb", KnobType::Int, "output channel blocks per register tile (unrolled; each block vectorized)", 16, {},
          kSplit},
         {"reduce_order", KnobType::Choice,
