@@ -50,9 +50,10 @@ class GpuChecker {
                "); the limit is ", limits_.max_threads_per_block));
     }
     l.local_bytes_per_thread = local_.most;
-    // Past the static limit, the shared buffers are carved out of dynamic shared memory
+    // Past the static limit (counting each array's 16-byte alignment, as the static arrays
+    // are placed), the shared buffers are carved out of dynamic shared memory
     // (compiler/codegen_gpu.cc allocate_shared), which the launch must ask for.
-    if (shared_.most > limits_.max_shared_bytes)
+    if (shared_aligned_.most > limits_.max_shared_bytes)
       l.dynamic_shared_bytes = shared_aligned_.most;
     else
       l.static_shared_bytes = shared_.most;
