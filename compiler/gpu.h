@@ -33,6 +33,7 @@
 
 #include "compiler/ir.h"
 #include "compiler/target.h"
+#include "runtime/gpu_runtime.h"
 
 namespace tf {
 
@@ -41,10 +42,10 @@ struct GpuLimits {
   std::array<int64_t, 3> max_block{1024, 1024, 64};
   std::array<int64_t, 3> max_grid{2147483647, 65535, 65535};
   int64_t max_local_bytes_per_thread = 16 * 1024;  // beyond this, registers spill to memory
-  int64_t max_shared_bytes = 48 * 1024;            // static shared memory per block
+  int64_t max_shared_bytes = kGpuStaticSharedBytes;  // static shared memory per block
   // Shared memory a block may have when the launch asks for it as dynamic shared memory and
   // the function allows that much (CUDA's opt-in limit); max_shared_bytes where there is none.
-  int64_t max_dynamic_shared_bytes = 48 * 1024;
+  int64_t max_dynamic_shared_bytes = kGpuStaticSharedBytes;
 };
 
 // Bytes a shared (or local) buffer of `elements` of `elem` takes in a kernel: its bytes rounded
@@ -68,8 +69,8 @@ struct GpuArch {
   int64_t shared_per_sm = 64 * 1024;  // bytes
   int64_t threads_per_sm = 1024;
   // The most shared memory one block may have (CUDA: with the opt-in for dynamic shared memory;
-  // unknown architectures: the 48 KiB every one allows).
-  int64_t shared_per_block = 48 * 1024;
+  // AMD and unknown architectures: the 48 KiB every one allows).
+  int64_t shared_per_block = kGpuStaticSharedBytes;
 };
 GpuArch gpu_arch(const Target& t);
 

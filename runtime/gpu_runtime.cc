@@ -56,7 +56,6 @@ using CUevent = void*;
 using CUstream = void*;
 constexpr int kCcMajor = 75, kCcMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
 constexpr int kMaxDynamicSharedSizeBytes = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-constexpr int64_t kStaticSharedLimit = 48 * 1024;
 
 class CudaRuntime : public GpuRuntime {
  public:
@@ -165,7 +164,7 @@ class CudaRuntime : public GpuRuntime {
   // permission first (compiler/gpu.h: kernels whose shared buffers exceed the static limit);
   // given once per function and size.
   void allow_dynamic_shared(CUfunction f, int64_t bytes) {
-    if (bytes <= kStaticSharedLimit) return;
+    if (bytes <= kGpuStaticSharedBytes) return;
     int64_t& allowed = dynamic_shared_allowed_[f];
     if (allowed >= bytes) return;
     check(cuFuncSetAttribute(f, kMaxDynamicSharedSizeBytes, static_cast<int>(bytes)),

@@ -69,6 +69,10 @@ struct GpuCall {
 // boards take no more (runtime/measure_limits.h check_gpu_launch).
 constexpr int kMaxGpuKernelsPerCall = 8;
 constexpr int64_t kMaxGpuWorkspaceBytes = int64_t{4} << 30;
+// Shared memory every CUDA kernel may have without asking (static arrays, or dynamic shared
+// memory without cuFuncSetAttribute); past it the compiler makes the buffers dynamic and the
+// runtimes allow the function that much (compiler/gpu.h GpuLimits).
+constexpr int64_t kGpuStaticSharedBytes = 48 * 1024;
 
 struct GpuModelImage;  // runtime/gpu_model/image.h
 

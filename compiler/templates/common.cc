@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "compiler/gpu.h"
 #include "compiler/operator_table.h"
+#include "compiler/te_rebuild.h"
 
 namespace tf::templates {
 
@@ -264,6 +265,25 @@ bool blocks_read_own_channels(const OpGraph& g) {
 }
 
 }  // namespace
+
+OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by) {
+  ir::StageRebuilder replace({{old.get(), by}});
+  OpGraph r = g;
+  r.output = replace.rebuild(g.output);
+  for (ir::Tensor& t : r.tail) t = replace.rebuild(t);
+  return r;
+}
+
+OpGraph with_reduction_viewed(const OpGraph& g, const ir::Tensor& acc, const std::string& suffix,
+                              const std::function<Expr(const std::vector<Expr>&)>& at) {
+  const ir::Tensor& old = g.acc;
+  std::vector<std::string> names;
+  for (const ir::IterVar& a : old->axes) names.push_back(a.name());
+  const std::string name = old == g.output ? g.output->name : old->name + "_" + suffix;
+  OpGraph r = with_reads_replaced(g, old, ir::compute(name, old->shape, names, at));
+  r.acc = acc;
+  return r;
+}
 
 std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise, int64_t positions) {
   // Among register tiles of b channel blocks (at most two; depthwise one) by w columns that

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -154,6 +155,17 @@ inline size_t batch_dim(const OpGraph& g) { return g.workload.op == "batch_matmu
 }  // namespace tf::templates
 
 namespace tf::templates {
+
+// `g` with its output and fused tail rebuilt (same names, axes and bodies) to read `by` where
+// they read `old` (of the same shape); `by` itself may be the output.
+OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by);
+
+// `g` computing its reduction as `acc` (another definition, e.g. over permuted or flattened
+// axes): a view in the old reduction's shape and axis names, `at` giving its element at the
+// old indices, is read wherever the old reduction was; the view is named as the output when
+// the reduction was the output, else <reduction>_<suffix>. The result's acc is `acc`.
+OpGraph with_reduction_viewed(const OpGraph& g, const ir::Tensor& acc, const std::string& suffix,
+                              const std::function<Expr(const std::vector<Expr>&)>& at);
 
 // The default register tile of an NCHWc (blocked) convolution: {channel blocks, output
 // columns}. Depthwise tiles take one block. `positions`: the extent tile_w tiles when not

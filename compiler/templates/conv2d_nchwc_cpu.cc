@@ -8,9 +8,8 @@
 // tile_w consecutive positions of that run, not of one row: a 7 x 7 layer's 49 positions are
 // 10 tiles of 5 (the last shifted back by one) where v1 made 2 tiles of 5 a row for 7 columns
 // (30% of the products thrown away). tile_w counts positions there, hence the version.
-#include "compiler/te_rebuild.h"
+#include "compiler/ir_mutator.h"
 #include "compiler/templates/common.h"
-#include "compiler/templates/gpu_gemm.h"
 
 namespace tf::templates {
 namespace {
@@ -54,15 +53,9 @@ class Conv2dNchwcCpu final : public NchwcConvTemplate {
           return ir::sum(ir::substitute(red->source, m), axes);
         },
         axes);
-    std::vector<std::string> names;
-    for (const ir::IterVar& a : old->axes) names.push_back(a.name());
-    const std::string view_name = old == g.output ? g.output->name : old->name + "_positions";
-    ir::Tensor view = ir::compute(view_name, old->shape, names, [&](const std::vector<Expr>& ax) {
+    return with_reduction_viewed(g, acc, "positions", [&](const std::vector<Expr>& ax) {
       return ir::read(acc, {ax[0], ax[1], Expr(0), ax[2] * Expr(ow) + ax[3], ax[4]});
     });
-    OpGraph r = with_reads_replaced(g, old, view);
-    r.acc = acc;
-    return r;
   }
 
   const std::vector<KnobDef>& knobs() const override {

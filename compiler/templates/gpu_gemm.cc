@@ -402,14 +402,6 @@ OpGraph with_parts_summed(const OpGraph& g, const ir::Tensor& partial) {
   return with_reads_replaced(g, old, sum);
 }
 
-OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by) {
-  ir::StageRebuilder replace({{old.get(), by}});
-  OpGraph r = g;
-  r.output = replace.rebuild(g.output);
-  for (ir::Tensor& t : r.tail) t = replace.rebuild(t);
-  return r;
-}
-
 OpGraph GemmTemplate::gemm_graph(const OpGraph& g, const Target&, const json&) const { return g; }
 
 OpGraph GemmTemplate::schedule_graph(const OpGraph& g, const Target& t, const json& c) const {

@@ -51,10 +51,6 @@ OpGraph with_parts_summed(const OpGraph& g, const ir::Tensor& partial);
 // parts in order.
 void schedule_split_k_sum(Schedule& s, const OpGraph& g);
 
-// `g` with its output and fused tail rebuilt (same names, axes and bodies) to read `by` where
-// they read `old` (of the same shape); `by` itself may be the output.
-OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by);
-
 // Loops of a shared stage (the region one step of K needs for the whole block) as copies by
 // all threads: the innermost dimension split by 4 and vectorized (128-bit loads, and with
 // cp.async 128-bit copies, where the rows allow: `vec`), the rest fused and dealt to the

@@ -286,26 +286,19 @@ OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Targ
     at.push_back(u % c_(2));
     return ir::read(acc, at);
   };
-  std::vector<std::string> view_names;
-  for (const ir::IterVar& a : old->axes) view_names.push_back(a.name());
   const size_t v0 = batch ? 1 : 0;
   if (parts == 1) {
     // Inlined into the output.
-    const std::string view_name = old == g.output ? g.output->name : old->name + "_perm";
-    ir::Tensor view =
-        ir::compute(view_name, old->shape, view_names, [&](const std::vector<Expr>& ax) {
-          return at_acc(batch ? std::vector<Expr>{ax[0]} : std::vector<Expr>{}, ax[v0], ax[v0 + 1]);
-        });
-    OpGraph r = with_reads_replaced(g, old, view);
-    r.acc = acc;
-    return r;
+    return with_reduction_viewed(g, acc, "perm", [&](const std::vector<Expr>& ax) {
+      return at_acc(batch ? std::vector<Expr>{ax[0]} : std::vector<Expr>{}, ax[v0], ax[v0 + 1]);
+    });
   }
   // Split-K (as split_k_graph): each part's C in a workspace, `partial`, the first kernel's
   // output; a second kernel sums the parts in order (deterministic) where C was read.
   std::vector<int64_t> pshape{parts};
   pshape.insert(pshape.end(), old->shape.begin(), old->shape.end());
   std::vector<std::string> pnames{"s"};
-  pnames.insert(pnames.end(), view_names.begin(), view_names.end());
+  for (const ir::IterVar& a : old->axes) pnames.push_back(a.name());
   ir::Tensor partial =
       ir::compute(name + "_partial", pshape, pnames, [&](const std::vector<Expr>& ax) {
         std::vector<Expr> lead{ax[0]};
