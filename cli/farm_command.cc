@@ -34,7 +34,7 @@ farm::FarmEndpoint endpoint(const FarmArgs& a) {
   return farm_endpoint(a.tracker, a.token_file, {a.tls_cert, a.tls_key, a.tls_ca, a.tls_server_name});
 }
 
-std::string read_file(const std::string& path, const char* what) {
+std::string read_named_file(const std::string& path, const char* what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw UserError(std::string(what) + " " + path + " is a directory");
   std::ifstream f(path, std::ios::binary);
@@ -58,7 +58,7 @@ struct Sidecar {
 
 Sidecar read_sidecar(const std::string& module) {
   std::string path = module + ".json";
-  std::string text = read_file(path, "kernel description");
+  std::string text = read_named_file(path, "kernel description");
   json meta;
   try {
     meta = parse_json_bounded(text);
@@ -194,7 +194,7 @@ int farm_measure_model(const FarmArgs& a) {
   if (!a.function.empty()) throw UserError("--function is for kernels: a model library has one entry point");
   check_measure_options(a.measure);
   auto read_model = [](const std::string& path, const char* what) {
-    std::string data = read_file(path, what);
+    std::string data = read_named_file(path, what);
     if (std::string why = check_kernel_library(data, /*this_machine=*/false); !why.empty()) {
       throw UserError(std::string(what) + " " + path + " is " + why);
     }
@@ -238,7 +238,7 @@ int farm_measure(const FarmArgs& a) {
   if (!a.model.empty()) return farm_measure_model(a);
   if (a.module.empty()) throw UserError("say what to time: --module K.so (a kernel) or --model M.so (a compiled model)");
   check_measure_options(a.measure);
-  std::string data = read_file(a.module, "kernel library");
+  std::string data = read_named_file(a.module, "kernel library");
   bool gpu = !gpu_module_kind(data).empty();
   if (std::string why = gpu ? "" : check_kernel_library(data, /*this_machine=*/false); !why.empty()) {
     throw UserError("kernel library " + a.module + " is " + why);
@@ -251,7 +251,7 @@ int farm_measure(const FarmArgs& a) {
   std::optional<FarmRunner::Baseline> baseline;
   if (!a.baseline.empty()) {
     if (gpu) throw UserError("--baseline is for CPU kernels; GPU boards do not time a baseline yet");
-    std::string base = read_file(a.baseline, "baseline library");
+    std::string base = read_named_file(a.baseline, "baseline library");
     if (std::string why = check_kernel_library(base, /*this_machine=*/false); !why.empty()) {
       throw UserError("baseline library " + a.baseline + " is " + why);
     }
