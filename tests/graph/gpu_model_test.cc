@@ -384,6 +384,18 @@ TEST_F(GpuModel, KernelsPast48KiBOfSharedMemoryGetTheirDynamicMemory) {
   std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("dynamic_shared " + function + " 69632\n"), std::string::npos) << text;
   EXPECT_NE(text.find("shared=69632\n"), std::string::npos) << text;
+
+  // A device that allows less (the fake told to refuse past 64 KiB): the library refuses to
+  // load, naming the kernel, its bytes and the driver's error, and nothing is launched.
+  r = tunefarm("big", {"run", "--model", path("big.so"), "--input", path("a.npy"), "--warmup-ms", "0"},
+               {"TF_FAKE_CUDA_MAX_SHARED=65536", "TF_FAKE_CUDA_LOG=" + path("small.log")});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kernel " + function + " needs 69632 bytes of shared memory, which the device refused"),
+            std::string::npos)
+      << r.output;
+  std::ifstream small(path("small.log"));
+  std::string small_text((std::istreambuf_iterator<char>(small)), {});
+  EXPECT_EQ(small_text.find("launch"), std::string::npos) << small_text;
 }
 
 // int64 and bool inputs and outputs: converted to float32 into the arena on the way in, and

@@ -20,7 +20,8 @@
 // its ordinal; the context's device (cuDevicePrimaryCtxRetain) is logged ("context N").
 // A launch with more than 48 KiB of dynamic shared memory fails (CUDA_ERROR_INVALID_VALUE) unless
 // cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) allowed the function that much first, and
-// the attribute is refused past the 163 KiB of compute capability 8.0, as the driver does;
+// the attribute is refused past the 163 KiB of compute capability 8.0, as the driver does
+// ($TF_FAKE_CUDA_MAX_SHARED=bytes: past that many instead, a device with less shared memory);
 // allowances are logged ("dynamic_shared NAME BYTES").
 // The real path is runtime/gpu_runtime.cc and runtime/gpu_model/runtime.c against the real
 // driver. Its devices are of compute capability 8.0, named as fakes.
@@ -166,7 +167,9 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
 CUresult cuFuncSetAttribute(void* f, int attribute, int value) {
   POISON_CHECK();
   Function* fn = (Function*)f;
-  if (!fn || attribute != 8 || value < 0 || value > 163 * 1024) return 1;  // CUDA_ERROR_INVALID_VALUE
+  const char* most = getenv("TF_FAKE_CUDA_MAX_SHARED");
+  const long limit = most ? strtol(most, NULL, 10) : 163 * 1024;
+  if (!fn || attribute != 8 || value < 0 || value > limit) return 1;  // CUDA_ERROR_INVALID_VALUE
   fn->max_dynamic_shared = value;
   log_line("dynamic_shared %s %d", fn->name, value);
   return 0;
