@@ -48,8 +48,9 @@ inline std::vector<int> parse_list(const std::string& s) {
 // right after its pool's worker slept ran at its 1-thread speed in about half the runs (the
 // worker shared the caller's CPU for the 200 calls), and at 1.45-1.6x OpenBLAS in 9 of 9
 // after 20 ms of calls (5 ms: 4 of 9).
-template <typename F>
-double median_seconds(F&& run, double min_ms) {
+// `before` runs ahead of every call, untimed (bench_conv --cold: evicting the caches).
+template <typename F, typename G>
+double median_seconds(F&& run, double min_ms, G&& before) {
   auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
   do run();
   while (std::chrono::steady_clock::now() < warm_until);
@@ -57,6 +58,7 @@ double median_seconds(F&& run, double min_ms) {
   auto start_all = std::chrono::steady_clock::now();
   while (samples.size() < 5 ||
          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_all).count() < min_ms) {
+    before();
     auto t0 = std::chrono::steady_clock::now();
     run();
     samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -64,6 +66,11 @@ double median_seconds(F&& run, double min_ms) {
   }
   std::sort(samples.begin(), samples.end());
   return samples[samples.size() / 2];
+}
+
+template <typename F>
+double median_seconds(F&& run, double min_ms) {
+  return median_seconds(run, min_ms, [] {});
 }
 
 }  // namespace tf::bench

@@ -2,10 +2,12 @@
 // measured in the same run, interleaved (issue 8, benchmark 1).
 //
 //   bench_conv [--layers resnet50,squeezenet1_1,mobilenet_v2] [--threads 1,2] [--min-ms 100] [--db tuning.db]
-//              [--only N] [--list]
+//              [--only N] [--list] [--cold]
 //
 // --list prints the workloads instead (each layer in NCHW and blocked), for tuning them:
-// bench/conv_tune.sh.
+// bench/conv_tune.sh. --cold: every timed call starts with cold caches (a 64 MiB buffer
+// written between calls, untimed), as a layer of a model whose weights do not fit the caches
+// finds them.
 //
 // Our kernels run twice too: the NCHW workload, and the same layer as conv2d_nchwc /
 // depthwise_conv2d_nchwc with channel blocks of one vector (data, weights and output in the
@@ -184,16 +186,16 @@ static int run(int argc, char** argv) {
   std::string db_path, nets = "resnet50,mobilenet_v2";
   double min_ms = 100;
   int only = -1;
-  bool list = false;
+  bool list = false, cold = false;
   for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::printf("usage: bench_conv [--layers resnet50,mobilenet_v2] [--threads 1,2] [--min-ms 100] "
-                  "[--db tuning.db] [--only N] [--list]\n");
+                  "[--db tuning.db] [--only N] [--list] [--cold]\n");
       return 0;
     }
-    if (a == "--list") {
-      list = true;
+    if (a == "--list" || a == "--cold") {
+      (a == "--list" ? list : cold) = true;
       --i;
       continue;
     }
@@ -221,8 +223,8 @@ static int run(int argc, char** argv) {
     }
     return 0;
   }
-  std::printf("target: %s, oneDNN %d.%d.%d\n", target.short_str().c_str(), dnnl_version()->major,
-              dnnl_version()->minor, dnnl_version()->patch);
+  std::printf("target: %s, oneDNN %d.%d.%d%s\n", target.short_str().c_str(), dnnl_version()->major,
+              dnnl_version()->minor, dnnl_version()->patch, cold ? ", cold caches (64 MiB written before each call)" : "");
   std::unique_ptr<tf::db::Database> db;
   if (!db_path.empty()) db = tf::db::open_database(db_path, tf::db::OpenMode::ReadOnly);
   fs::path dir = fs::temp_directory_path() / ("tunefarm-conv-bench-" + std::to_string(getpid()));
@@ -241,6 +243,13 @@ static int run(int argc, char** argv) {
     int n = 0;
   };
   std::map<std::pair<std::string, int>, Agg> agg;
+  // --cold: written between timed calls, past any cache this machine has.
+  std::vector<float> flush(cold ? (64u << 20) / sizeof(float) : 0);
+  float flush_value = 0;
+  auto evict = [&] {
+    flush_value += 1;
+    std::fill(flush.begin(), flush.end(), flush_value);
+  };
   for (size_t li = 0; li < layers().size(); ++li) {
     const Layer& l = layers()[li];
     if (nets.find(l.net) == std::string::npos || (only >= 0 && static_cast<int>(li) != only)) continue;
@@ -276,20 +285,15 @@ static int run(int argc, char** argv) {
       OneDnnConv plain(l, eng, strm, false, x.data(), wt.data());
       OneDnnConv blocked(l, eng, strm, true, x.data(), wt.data());
       double ours = INFINITY, best = INFINITY, p = INFINITY, b = INFINITY, ob_t = INFINITY;
+      auto time = [&](auto&& call) {
+        return cold ? median_seconds(call, min_ms / 3, evict) : median_seconds(call, min_ms / 3);
+      };
       for (int round = 0; round < 3; ++round) {
-        ours = std::min(ours, median_seconds(
-                                  [&] {
-                                    def->call({x.data(), wt.data(), y.data()});
-                                  },
-                                  min_ms / 3));
-        ob_t = std::min(ob_t, median_seconds(
-                                  [&] {
-                                    blk.call({xb.data(), wb_data.data(), yb_out.data()});
-                                  },
-                                  min_ms / 3));
-        p = std::min(p, median_seconds([&] { plain.run(strm); }, min_ms / 3));
-        b = std::min(b, median_seconds([&] { blocked.run(strm); }, min_ms / 3));
-        if (tun) best = std::min(best, median_seconds([&] { tun->call({x.data(), wt.data(), y2.data()}); }, min_ms / 3));
+        ours = std::min(ours, time([&] { def->call({x.data(), wt.data(), y.data()}); }));
+        ob_t = std::min(ob_t, time([&] { blk.call({xb.data(), wb_data.data(), yb_out.data()}); }));
+        p = std::min(p, time([&] { plain.run(strm); }));
+        b = std::min(b, time([&] { blocked.run(strm); }));
+        if (tun) best = std::min(best, time([&] { tun->call({x.data(), wt.data(), y2.data()}); }));
       }
       const float* yp = plain.output(strm);
       const float* yb = blocked.output(strm);
