@@ -243,13 +243,10 @@ static int run(int argc, char** argv) {
     int n = 0;
   };
   std::map<std::pair<std::string, int>, Agg> agg;
-  // --cold: written between timed calls, past any cache this machine has.
+  // --cold: written between timed calls, past any cache this machine has (empty otherwise).
   std::vector<float> flush(cold ? (64u << 20) / sizeof(float) : 0);
   float flush_value = 0;
-  auto evict = [&] {
-    flush_value += 1;
-    std::fill(flush.begin(), flush.end(), flush_value);
-  };
+  auto evict = [&] { std::fill(flush.begin(), flush.end(), ++flush_value); };
   for (size_t li = 0; li < layers().size(); ++li) {
     const Layer& l = layers()[li];
     if (nets.find(l.net) == std::string::npos || (only >= 0 && static_cast<int>(li) != only)) continue;
@@ -285,9 +282,7 @@ static int run(int argc, char** argv) {
       OneDnnConv plain(l, eng, strm, false, x.data(), wt.data());
       OneDnnConv blocked(l, eng, strm, true, x.data(), wt.data());
       double ours = INFINITY, best = INFINITY, p = INFINITY, b = INFINITY, ob_t = INFINITY;
-      auto time = [&](auto&& call) {
-        return cold ? median_seconds(call, min_ms / 3, evict) : median_seconds(call, min_ms / 3);
-      };
+      auto time = [&](auto&& call) { return median_seconds(call, min_ms / 3, evict); };
       for (int round = 0; round < 3; ++round) {
         ours = std::min(ours, time([&] { def->call({x.data(), wt.data(), y.data()}); }));
         ob_t = std::min(ob_t, time([&] { blk.call({xb.data(), wb_data.data(), yb_out.data()}); }));
