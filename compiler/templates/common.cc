@@ -68,7 +68,7 @@ void schedule_dense_tiles(Stage& out, Stage& acc, size_t batch_axes, const json&
   schedule_dense_acc(acc, d, uk, vec, unroll);
 }
 
-void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, bool flat) {
+void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat) {
   const int64_t tw = c["tile_w"], tkb = c["tile_kb"];
   const bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
   const auto& o = out.op()->axes;  // n, ko, oh, ow, kb
@@ -102,7 +102,15 @@ void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, bool flat) {
     order.insert(order.end(), {r[0].var, r[1].var, r[2].var});
   else
     order.insert(order.end(), {r[1].var, r[2].var, r[0].var});
-  order.insert(order.end(), {r[3].var, a[1].var, a[3].var, a[4].var});
+  // The unrolled tile: whichever of its channel blocks (each `vectors` weight vectors) and
+  // its columns (a broadcast each) has fewer operands goes outside, the other inside: those
+  // operands stay in registers while the inner loop uses them (accumulators + min(columns,
+  // weight vectors) + 1 registers), where the other order would keep the more of them live
+  // and spill a tile that fits.
+  if (tkb * vectors < tw)
+    order.insert(order.end(), {r[3].var, a[3].var, a[1].var, a[4].var});
+  else
+    order.insert(order.end(), {r[3].var, a[1].var, a[3].var, a[4].var});
   acc.reorder(order);
   if (vec) acc.vectorize(a[4].var);
   if (unroll) {
@@ -111,14 +119,22 @@ void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, bool flat) {
   }
 }
 
-SplitAxis NchwcConvTemplate::split_axis(const OpGraph& g, const std::string& knob) const {
+SplitAxis NchwcConvTemplate::split_axis(const OpGraph& g, const Target&, const std::string& knob) const {
   return {out_extent(g, knob == "tile_kb" ? 1 : 3), false, true};
 }
 
-CpuTemplate::Tile NchwcConvTemplate::register_tile(const OpGraph& g, const Target& t, const json& c) const {
+int64_t block_vectors(const OpGraph& g, const Target& t, const json& c) {
   const int64_t lanes = t.vector_lanes(), block = out_extent(g, 4);
-  bool vec = c["vectorize"];
-  return {c["tile_w"], c["tile_kb"].get<int64_t>() * (vec ? ((block + lanes - 1) / lanes) * lanes : block), 1, ""};
+  return c["vectorize"].get<bool>() ? (block + lanes - 1) / lanes : block;
+}
+
+CpuTemplate::Tile NchwcConvTemplate::register_tile(const OpGraph& g, const Target& t, const json& c) const {
+  const int64_t tw = c["tile_w"], tkb = c["tile_kb"], vectors = block_vectors(g, t, c);
+  // A block's width in elements: whole vectors when vectorized. schedule_nchwc_tiles keeps
+  // the fewer of the columns' broadcasts and the blocks' weight vectors live, and one of the
+  // other kind.
+  return {tw, tkb * (c["vectorize"].get<bool>() ? vectors * t.vector_lanes() : vectors), 1, "",
+          std::min(tw, tkb * vectors) + 1};
 }
 
 void schedule_pad(Schedule& s, const OpGraph& g, const json& c, int lanes, bool blocked) {
@@ -160,7 +176,7 @@ int64_t vector_tile(int64_t extent, int64_t vectors, int64_t lanes) {
 
 std::vector<json> CpuTemplate::int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const {
   std::vector<json> out;
-  for (int64_t v : split_candidates(split_axis(g, k.name), k.max, t.vector_lanes())) out.push_back(v);
+  for (int64_t v : split_candidates(split_axis(g, t, k.name), k.max, t.vector_lanes())) out.push_back(v);
   return out;
 }
 
@@ -172,10 +188,11 @@ std::string CpuTemplate::check_constraints(const OpGraph& g, const Target& t, co
   auto vectors = [&](int64_t width) { return vec ? (width + lanes - 1) / lanes : width; };
   const int64_t rows = tile.rows, width = tile.width, reduce = tile.reduce;
   const int64_t regs = vector_registers(t);
-  // Accumulators, one row of loaded vectors, one broadcast.
-  if (vec && unroll && rows * vectors(width) + vectors(width) + 1 > regs) {
-    return str("a register tile of ", rows, " x ", vectors(width), " vectors needs ", rows * vectors(width) + vectors(width) + 1,
-               " vector registers; ", t.arch_name(), " has ", regs);
+  // Accumulators and the operands kept live (by default one row of loaded vectors and one broadcast).
+  const int64_t live = rows * vectors(width) + (tile.operands >= 0 ? tile.operands : vectors(width) + 1);
+  if (vec && unroll && live > regs) {
+    return str("a register tile of ", rows, " x ", vectors(width), " vectors needs ", live, " vector registers; ",
+               t.arch_name(), " has ", regs);
   }
   if (unroll && rows * vectors(width) * reduce > kMaxTileStatements) {
     return str("an unrolled body of ", rows * vectors(width) * reduce, " statements (over ", kMaxTileStatements, ")");
@@ -253,18 +270,12 @@ void stage_shared(Schedule& s, const std::string& input, Stage& reader, const Ex
 
 namespace tf::templates {
 
-namespace {
-
-// Whether a grouped NCHWc convolution's output blocks each read input channels no other
-// block reads (a block holds whole groups, or is exactly one group): false when ungrouped.
 bool blocks_read_own_channels(const OpGraph& g) {
   const Workload& w = g.workload;
   if (!w.has("group") || w.get("group") == 1) return false;
   const NchwcGroups gr = nchwc_groups(w);
   return !gr.block_in_group() || gr.filters() == gr.ob;
 }
-
-}  // namespace
 
 OpGraph with_reads_replaced(const OpGraph& g, const ir::Tensor& old, const ir::Tensor& by) {
   ir::StageRebuilder replace({{old.get(), by}});
@@ -287,8 +298,11 @@ OpGraph with_reduction_viewed(const OpGraph& g, const ir::Tensor& acc, const std
 
 std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise, int64_t positions) {
   // Among register tiles of b channel blocks (at most two; depthwise one) by w columns that
-  // fit the registers, with at most 10 accumulator vectors on 16 vector registers (tiles of
-  // 15 or 16 registers in all ran at 0.4-0.8x on Zen 3) and 24 on 32, the one that does the
+  // fit the registers, with at most 10 accumulator vectors on 16 vector registers and 24 on
+  // 32 (tiles of 15 or 16 registers in all ran at 0.4-0.8x on Zen 3 while the tile kept its
+  // columns' broadcasts live and spilled; since it keeps the fewer operands live, 12
+  // accumulators ran no faster: ResNet-50's 256 -> 64 1x1 layer, best of 5, 6 x 2 86.5 and
+  // 3 x 4 90.0 GFLOPS against 5 x 2's 91.9, 4 x 2 86.7), the one that does the
   // most useful multiply-adds per step of the reduction, where a step costs the most of: its
   // multiply-adds (b v w), its loads (b v weight vectors and w broadcasts: both go through
   // the load ports), and 8 (two FMA ports of 4-cycle latency need 8 independent
@@ -312,8 +326,9 @@ std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool
   for (int64_t b = depthwise ? 1 : std::min<int64_t>(2, out_extent(g, 1)); b >= 1; --b) {
     for (int64_t w = 1; w <= ow && b * v * w <= std::max(budget, v); ++w) {
       const int64_t acc = b * v * w, loads = b * v + (shared_broadcasts ? w : b * w);
-      // The accumulators, a row of weight vectors and a broadcast must fit (check_constraints).
-      if (w > 1 && acc + b * v + 1 > regs) break;
+      // The accumulators, the fewer of the weight vectors and the broadcasts, and one of the
+      // other kind must fit (schedule_nchwc_tiles, check_constraints).
+      if (w > 1 && acc + std::min(w, b * v) + 1 > regs) break;
       double eff = double(ow) / double((ow + w - 1) / w * w);
       double score = double(acc) * eff / double(std::max({acc, loads, enough}));
       if (score > best + 1e-9 || (score > best - 1e-9 && acc > best_acc)) {

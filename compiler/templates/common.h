@@ -79,13 +79,16 @@ class CpuTemplate : public ScheduleTemplate {
   std::string check_constraints(const OpGraph& g, const Target& t, const json& c) const final;
 
  protected:
-  // The axis the split knob `knob` tiles.
-  virtual SplitAxis split_axis(const OpGraph& g, const std::string& knob) const = 0;
+  // The axis the split knob `knob` tiles on target `t`.
+  virtual SplitAxis split_axis(const OpGraph& g, const Target& t, const std::string& knob) const = 0;
   // The register tile of config `c`: `rows` (unrolled) x `width` (vectorized, in elements)
   // accumulators, unrolled `reduce` deep; or a refusal of its own in `why`.
   struct Tile {
     int64_t rows = 1, width = 1, reduce = 1;
     std::string why;
+    // Vector registers the tile keeps live besides its accumulators; -1: one row of loaded
+    // vectors and one broadcast.
+    int64_t operands = -1;
   };
   virtual Tile register_tile(const OpGraph& g, const Target& t, const json& c) const = 0;
   // The knobs every CPU template ends with (vectorize, unroll, parallel: all on).
@@ -98,8 +101,13 @@ class CpuTemplate : public ScheduleTemplate {
 // accumulator at the column tile, its reduction (channel blocks, window, then the block's
 // inner reduction axis) in reduce_order. conv2d_nchwc.cpu and qconv2d_nchwc.cpu. `flat`: the
 // output's rows and columns are tiled as one run of positions (tile_w of them), the
-// accumulator's positions one axis (conv2d_nchwc.cpu's 1x1 convolutions).
-void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, bool flat = false);
+// accumulator's positions one axis (conv2d_nchwc.cpu's 1x1 convolutions). `vectors`: the
+// weight vectors of one channel block (block_vectors).
+void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat = false);
+
+// The vectors (or, unvectorized, the scalars) one output channel block of a blocked
+// convolution's register tile takes on target `t`.
+int64_t block_vectors(const OpGraph& g, const Target& t, const json& c);
 
 // The split knobs and register tile of the blocked convolution templates (those scheduled by
 // schedule_nchwc_tiles): tile_w and tile_kb tile unrolled rows of the register tile; each
@@ -109,7 +117,7 @@ class NchwcConvTemplate : public CpuTemplate {
   using CpuTemplate::CpuTemplate;
 
  protected:
-  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override;
+  SplitAxis split_axis(const OpGraph& g, const Target& t, const std::string& knob) const override;
   Tile register_tile(const OpGraph& g, const Target& t, const json& c) const override;
 };
 
@@ -171,5 +179,9 @@ OpGraph with_reduction_viewed(const OpGraph& g, const ir::Tensor& acc, const std
 // columns}. Depthwise tiles take one block. `positions`: the extent tile_w tiles when not
 // the output's columns (a flat 1x1 convolution's OH x OW).
 std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise, int64_t positions = 0);
+
+// Whether a grouped NCHWc convolution's output blocks each read input channels no other
+// block reads (a block holds whole groups, or is exactly one group): false when ungrouped.
+bool blocks_read_own_channels(const OpGraph& g);
 
 }  // namespace tf::templates

@@ -101,7 +101,7 @@ class Conv2dNchwCpu final : public CpuTemplate {
 
  protected:
   // Either axis of the tile may be the vectorized one (vector_axis).
-  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+  SplitAxis split_axis(const OpGraph& g, const Target&, const std::string& knob) const override {
     return {out_extent(g, knob == "tile_k" ? 1 : 3), true, true};
   }
 

@@ -53,7 +53,7 @@ class Conv2dNhwcCpu final : public CpuTemplate {
   }
 
  protected:
-  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+  SplitAxis split_axis(const OpGraph& g, const Target&, const std::string& knob) const override {
     return knob == "tile_k" ? SplitAxis{out_extent(g, 3), true, false} : SplitAxis{out_extent(g, 2), false, true};
   }
 

@@ -130,7 +130,7 @@ class Conv2dWinogradNchwcCpu final : public CpuTemplate {
   }
 
  protected:
-  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+  SplitAxis split_axis(const OpGraph& g, const Target&, const std::string& knob) const override {
     if (knob == "unroll_k") return {g.workload.get("C"), false, false};
     return {gemm_stage(g)->shape[knob == "tile_kb" ? 2 : 3], false, true};
   }

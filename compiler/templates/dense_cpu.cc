@@ -65,7 +65,7 @@ class DenseCpu final : public CpuTemplate {
   }
 
  protected:
-  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+  SplitAxis split_axis(const OpGraph& g, const Target&, const std::string& knob) const override {
     size_t d = batch_dim(g);
     if (knob == "tile_m") return {out_extent(g, d), false, true};
     if (knob == "tile_n") return {out_extent(g, d + 1), true, false};

@@ -48,7 +48,7 @@ class WordDense : public CpuTemplate {
   }
 
  protected:
-  SplitAxis split_axis(const OpGraph& g, const std::string& knob) const override {
+  SplitAxis split_axis(const OpGraph& g, const Target&, const std::string& knob) const override {
     if (knob == "tile_m") return {out_extent(g, 0), false, true};
     if (knob == "tile_n") return {out_extent(g, 1), true, false};
     return {words(g), false, false};  // unroll_k

@@ -71,7 +71,7 @@ class DepthwiseNchwCpu final : public CpuTemplate {
 
  protected:
   // tile_w: vectorized (vector_axis=w) or the rows of the tile (c).
-  SplitAxis split_axis(const OpGraph& g, const std::string&) const override { return {out_extent(g, 3), true, true}; }
+  SplitAxis split_axis(const OpGraph& g, const Target&, const std::string&) const override { return {out_extent(g, 3), true, true}; }
 
   Tile register_tile(const OpGraph& g, const Target& t, const json& c) const override {
     if (c["vector_axis"].get<std::string>() == "c") {

@@ -61,7 +61,7 @@ class DepthwiseNchwcCpu final : public CpuTemplate {
   }
 
  protected:
-  SplitAxis split_axis(const OpGraph& g, const std::string&) const override { return {out_extent(g, 3), false, true}; }
+  SplitAxis split_axis(const OpGraph& g, const Target&, const std::string&) const override { return {out_extent(g, 3), false, true}; }
 
   Tile register_tile(const OpGraph& g, const Target& t, const json& c) const override {
     const int64_t lanes = t.vector_lanes(), block = out_extent(g, 4);

@@ -46,7 +46,7 @@ class WordConv2dNchwcCpu final : public NchwcConvTemplate {
     return c;
   }
 
-  void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
+  void apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const override {
     Stage& au8 = s.stage(converted_);
     const auto& q = au8.op()->axes;  // n, c, h, w, cb
     if (g.inputs[0]->dtype == ir::Type::uint8() && g.workload.get("pad") == 0) {
@@ -56,7 +56,7 @@ class WordConv2dNchwcCpu final : public NchwcConvTemplate {
       if (c["vectorize"].get<bool>()) au8.vectorize(q[4].var);
     }
     auto [acc, out] = acc_and_writer(s, g);
-    schedule_nchwc_tiles(*out, *acc, c);
+    schedule_nchwc_tiles(*out, *acc, c, block_vectors(g, t, c));
   }
 
  private:

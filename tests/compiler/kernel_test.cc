@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "compiler/codegen_llvm.h"
@@ -293,6 +294,42 @@ TEST(Codegen, LoopsAroundARegisterTileAreKeptRolled) {
   // The window loop's body is 8 channels of a 2 x 5 tile (80 multiply-adds; 160 in all with
   // the peeled last tile's copy), where the unrolled window made 480.
   EXPECT_LE(testing::count_of(text, "vfmadd"), 200u);
+}
+
+// A blocked convolution's unrolled tile puts outside whichever of its columns (a broadcast
+// each) and its channel blocks (a weight vector each) has fewer operands: 6 columns x 2
+// blocks on AVX2 keeps 2 weight vectors live (12 accumulators + 2 + 1 broadcast = 15
+// registers); with the columns outside it kept 6 broadcasts live (19) and spilled inside the
+// reduction. 3 columns x 4 blocks keeps the 3 broadcasts live (16) and fits too, so the
+// tuner's space holds both; 7 x 2 (17) does not fit.
+TEST(Codegen, BlockedConvolutionTilesKeepTheFewerOperandsLive) {
+  Workload w = parse_workload("conv2d_nchwc(N=1,C=64,H=14,W=14,K=32,R=1,S=1,stride=1,pad=0,ic_block=8,oc_block=8)");
+  Target t = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver3");
+  auto config = [](int tile_w, int tile_kb) {
+    return nlohmann::json{{"tile_w", tile_w}, {"tile_kb", tile_kb}, {"unroll", true},        {"vectorize", true},
+                          {"reduce_order", "crs"}, {"inline_pad", false}, {"parallel", true}};
+  };
+  // Vector accesses to the stack between the first and the last multiply-add.
+  auto spills_among_fmas = [&](int tile_w, int tile_kb) {
+    CompiledKernel k = compile_kernel(w, t, config(tile_w, tile_kb), "given", "");
+    std::string path = testing::temp_dir() + "/tile.s";
+    write_kernel(k, EmitKind::Asm, path);
+    const std::string text = read_file(path);
+    const size_t first = text.find("vfmadd"), last = text.rfind("vfmadd");
+    EXPECT_NE(first, std::string::npos);
+    size_t n = 0;
+    std::istringstream lines(text.substr(first, last - first));
+    for (std::string line; std::getline(lines, line);)
+      n += line.find("(%rsp)") != std::string::npos && line.find("mm") != std::string::npos;
+    return n;
+  };
+  EXPECT_EQ(spills_among_fmas(6, 2), 0u);
+  EXPECT_EQ(spills_among_fmas(3, 4), 0u);
+  OpGraph g = build_op(w);
+  EXPECT_EQ(check_constraints(g, t, complete_config(g, t, config(6, 2))), "");
+  EXPECT_EQ(check_constraints(g, t, complete_config(g, t, config(3, 4))), "");
+  const std::string why = check_constraints(g, t, complete_config(g, t, config(7, 2)));
+  EXPECT_NE(why.find("needs 17 vector registers"), std::string::npos) << why;
 }
 
 // Accesses carry one alias scope per buffer (values loaded from one buffer survive stores to

@@ -371,8 +371,10 @@ TEST(TemplateRegistry, DenseDefaultPacksBWhenItIsGivenPacked) {
 // The blocked convolution's default register tile: two channel blocks (a weight vector
 // loaded serves w columns, a broadcast two blocks) rather than one block of many columns (one
 // load a multiply-add), a shifted tail when it costs less than the loads it saves, and the
-// larger tile among equals. With 16 registers, 14 columns take 2 x 5 (1 x 7 before: 1.31x
-// slower on Zen 3); with 32 the ResNet widths keep their tiles.
+// larger tile among equals. With 16 registers, 35 columns take 2 x 5 (1 x 7 before: 1.31x
+// slower on Zen 3 at 14 columns); with 32 the ResNet widths keep their tiles. Rows under 32
+// columns that the row tile does not divide tile their positions as one run (v3): 14 x 14
+// and 7 x 7 on AVX2, 13 x 13 on AVX-512.
 TEST(TemplateRegistry, BlockedConvDefaultTileLoadsLeastPerMultiplyAdd) {
   auto tile = [](const char* target, int64_t hw, int64_t c, int64_t r, int64_t block) {
     OpGraph g = graph(str("conv2d_nchwc(N=1,C=", c, ",H=", hw, ",W=", hw, ",K=256,R=", r, ",S=", r,
@@ -383,24 +385,29 @@ TEST(TemplateRegistry, BlockedConvDefaultTileLoadsLeastPerMultiplyAdd) {
   };
   using P = std::pair<int64_t, int64_t>;
   const char* avx2 = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver3";
-  EXPECT_EQ(tile(avx2, 14, 256, 3, 8), P(2, 5));
+  EXPECT_EQ(tile(avx2, 35, 256, 3, 8), P(2, 5));
+  EXPECT_EQ(tile(avx2, 14, 256, 3, 8), P(2, 4));  // 196 positions: 49 tiles of 4
   // 1x1 layers tile their positions as one run (below): 49 take 2 x 5 (10 tiles, one
   // position recomputed), 3,136 2 x 4 (none), 400 2 x 5.
   EXPECT_EQ(tile(avx2, 7, 2048, 1, 8), P(2, 5));
   EXPECT_EQ(tile(avx2, 56, 64, 1, 8), P(2, 4));
   EXPECT_EQ(tile(avx2, 20, 64, 1, 8), P(2, 5));
-  EXPECT_EQ(tile(avx2, 7, 2048, 3, 8), P(2, 4));
+  EXPECT_EQ(tile(avx2, 7, 2048, 3, 8), P(2, 5));   // 49 positions: 10 tiles of 5
   const char* avx512 = "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512";
   EXPECT_EQ(tile(avx512, 28, 128, 3, 16), P(2, 7));
   EXPECT_EQ(tile(avx512, 56, 64, 1, 16), P(2, 8));
-  EXPECT_EQ(tile(avx512, 13, 256, 3, 16), P(2, 7));
+  EXPECT_EQ(tile(avx512, 13, 256, 3, 16), P(2, 10));  // 169 positions: 17 tiles of 10
+  EXPECT_EQ(tile(avx512, 14, 256, 3, 16), P(2, 7));   // rows: 7 divides 14
 }
 
 // conv2d_nchwc.cpu v2: a 1x1 convolution of stride 1 without padding tiles its OH x OW positions
 // as one run (tile_w positions, the last tile shifted back), not row by row: a 7 x 7 layer is
 // 10 tiles of 5 positions per pair of channel blocks (v1: 2 tiles of 5 a row, 14 in all, 30%
-// of them recomputed). Every config gives the reference's results: tiles across rows, wider
-// than a row, the whole run, batches, groups, epilogues, serial.
+// of them recomputed). v3: one of stride s > 1 reads a unit-stride copy of the pixels it uses
+// and tiles its positions the same way, and so do other convolutions of rows under 32 columns
+// whose blocks share input channels. Every config gives the reference's results: tiles across
+// rows, wider than a row, the whole run, batches, groups, epilogues, serial, strides 2 and 3
+// over odd sizes, windows with padding (copied or read through selects) and dilation.
 TEST(TemplateRegistry, OneByOneConvTilesItsPositionsAsOneRun) {
   const Target znver3 = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver3");
   OpGraph g = graph("conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,stride=1,pad=0,ic_block=8,oc_block=8,epilogue=bias_relu)");
@@ -411,11 +418,33 @@ TEST(TemplateRegistry, OneByOneConvTilesItsPositionsAsOneRun) {
   Schedule flat = apply_config(g, znver3, d);
   std::string loops = ir::to_string(lower(flat, g.inputs, "kernel").func);
   EXPECT_TRUE(std::regex_search(loops, std::regex("parallel \\([^,]+, 0, 40\\)"))) << loops;
-  // A 3x3 one, or a strided 1x1 one, keeps its rows.
-  OpGraph rows = graph("conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,stride=2,pad=0,ic_block=8,oc_block=8)");
-  Schedule by_rows = apply_config(rows, znver3, nlohmann::json());
-  loops = ir::to_string(lower(by_rows, rows.inputs, "kernel").func);
-  EXPECT_FALSE(std::regex_search(loops, std::regex("parallel \\([^,]+, 0, 40\\)"))) << loops;
+  // So does a 3x3 one of rows under 32 columns (its padded copy computed first, at root).
+  OpGraph three = graph("conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=3,S=3,stride=1,pad=1,ic_block=8,oc_block=8)");
+  Schedule run3 = apply_config(three, znver3, nlohmann::json());
+  loops = ir::to_string(lower(run3, three.inputs, "kernel").func);
+  EXPECT_TRUE(std::regex_search(loops, std::regex("parallel \\([^,]+, 0, 40\\)"))) << loops;
+  EXPECT_NE(loops.find("allocate data_pad["), std::string::npos) << loops;
+  // Rows of 56 keep their tiles (4 channel tiles x 56 rows in parallel), and so do
+  // short rows of a grouped layer whose blocks each read their own channels (one group of 8
+  // a block: 8 blocks x 7 rows in parallel).
+  OpGraph wide = graph("conv2d_nchwc(N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1,ic_block=8,oc_block=8)");
+  Schedule by_rows = apply_config(wide, znver3, nlohmann::json());
+  loops = ir::to_string(lower(by_rows, wide.inputs, "kernel").func);
+  EXPECT_TRUE(std::regex_search(loops, std::regex("parallel \\(n.ko.o.oh, 0, 224\\)"))) << loops;
+  OpGraph own = graph("conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=3,S=3,stride=1,pad=1,group=8,ic_block=8,oc_block=8)");
+  EXPECT_EQ(default_config(own, znver3)["tile_w"], 7);
+  Schedule own_rows = apply_config(own, znver3, nlohmann::json());
+  loops = ir::to_string(lower(own_rows, own.inputs, "kernel").func);
+  EXPECT_TRUE(std::regex_search(loops, std::regex("parallel \\([^,]+, 0, 56\\)"))) << loops;
+  // A strided 1x1 one copies the 7 x 7 pixels of its 14 x 14 input it reads (8 channel blocks
+  // x 7 rows in parallel, a block's 8 lanes one vector), then tiles 49 positions as above.
+  OpGraph strided = graph("conv2d_nchwc(N=1,C=64,H=14,W=14,K=64,R=1,S=1,stride=2,pad=0,ic_block=8,oc_block=8)");
+  Schedule copied = apply_config(strided, znver3, nlohmann::json());
+  loops = ir::to_string(lower(copied, strided.inputs, "kernel").func);
+  EXPECT_NE(loops.find("allocate data.unit_stride[float32 * 3136]"), std::string::npos) << loops;
+  EXPECT_TRUE(std::regex_search(loops, std::regex("parallel \\(n.c.h, 0, 56\\)"))) << loops;
+  EXPECT_TRUE(std::regex_search(loops, std::regex("data.unit_stride\\[ramp\\([^\\]]*\\] = data\\[ramp\\("))) << loops;
+  EXPECT_TRUE(std::regex_search(loops, std::regex("parallel \\([^,]+, 0, 40\\)"))) << loops;
   const Target host = host_target();
   struct Case {
     const char* spec;
@@ -429,6 +458,20 @@ TEST(TemplateRegistry, OneByOneConvTilesItsPositionsAsOneRun) {
       {"conv2d_nchwc(N=1,C=32,H=6,W=6,K=32,R=1,S=1,ic_block=8,oc_block=8,group=4,epilogue=relu)", {{"tile_w", 7}}},
       {"conv2d_nchwc(N=1,C=16,H=3,W=5,K=24,R=1,S=1,ic_block=4,oc_block=8)",
        {{"tile_w", 6}, {"reduce_order", "rsc"}, {"unroll", false}, {"vectorize", false}}},
+      {"conv2d_nchwc(N=2,C=24,H=15,W=13,K=40,R=1,S=1,stride=2,ic_block=8,oc_block=8,epilogue=bias_relu)",
+       {{"tile_w", 5}}},
+      {"conv2d_nchwc(N=1,C=16,H=17,W=16,K=16,R=1,S=1,stride=3,ic_block=8,oc_block=8)",
+       {{"tile_w", 36}, {"tile_kb", 1}, {"parallel", false}}},
+      {"conv2d_nchwc(N=1,C=32,H=9,W=9,K=32,R=1,S=1,stride=2,ic_block=8,oc_block=8,group=4,epilogue=relu)",
+       {{"tile_w", 3}, {"vectorize", false}, {"unroll", false}}},
+      {"conv2d_nchwc(N=1,C=32,H=7,W=7,K=32,R=3,S=3,stride=1,pad=1,ic_block=8,oc_block=8,epilogue=bias_relu)",
+       {{"tile_w", 5}}},
+      {"conv2d_nchwc(N=2,C=16,H=15,W=13,K=24,R=3,S=3,stride=2,pad=1,dilation=2,ic_block=8,oc_block=8,epilogue=bias)",
+       {{"tile_w", 6}, {"inline_pad", true}}},
+      {"conv2d_nchwc(N=1,C=16,H=9,W=11,K=16,R=5,S=3,stride=3,pad=2,ic_block=4,oc_block=8,group=2)",
+       {{"tile_w", 4}, {"reduce_order", "rsc"}, {"parallel", false}}},
+      {"conv2d_nchwc(N=1,C=3,H=20,W=20,K=16,R=7,S=7,stride=2,pad=3,ic_block=3,oc_block=8,epilogue=relu)",
+       {{"tile_w", 9}, {"inline_pad", true}}},
   };
   for (const Case& c : cases) {
     OpGraph cg = graph(c.spec);
