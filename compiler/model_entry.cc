@@ -25,6 +25,11 @@ namespace tf {
 namespace {
 
 constexpr uint64_t kAlign = 64;
+// Past this many bytes of constants in all, they are large data (x86-64: .lrodata, addressed
+// with 64 bits), so that a library's code still reaches its own small constants (kernels'
+// constant pools in .rodata) with 32-bit offsets: RegNetY-128GF's 2.6 GB of weights in
+// .rodata put them 2.5 GB from the code, and the link failed (R_X86_64_PC32 out of range).
+constexpr uint64_t kLargeConstants = uint64_t{1} << 30;
 constexpr int32_t kNoBucketStatus = -4;  // runtime/model_abi.h kModelNoBucket
 
 class EntryGen {
@@ -58,6 +63,10 @@ class EntryGen {
     for (const EntrySpec& s : buckets) workspace = std::max(workspace, s.workspace_bytes);
     emit_tables(buckets[0], workspace);
     // Constants by content: a bucket's weights are the other buckets' too.
+    uint64_t all_bytes = 0;
+    for (const EntrySpec& s : buckets) {
+      for (const std::vector<float>* data : s.constants) all_bytes += data->size() * sizeof(float);
+    }
     std::unordered_map<std::string_view, llvm::GlobalVariable*> by_bytes;
     std::vector<std::vector<llvm::GlobalVariable*>> bucket_constants;
     for (const EntrySpec& s : buckets) {
@@ -70,6 +79,7 @@ class EntryGen {
           it->second = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init,
                                                 "tf_const" + std::to_string(by_bytes.size() - 1));
           it->second->setAlignment(llvm::Align(kAlign));
+          if (all_bytes > kLargeConstants) it->second->setCodeModel(llvm::CodeModel::Large);
         }
         mine.push_back(it->second);
       }
