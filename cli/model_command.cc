@@ -744,6 +744,8 @@ int run_quantize(const QuantizeArgs& a) {
   if (a.samples < 1 || a.samples > 10000) throw UserError(str("--samples ", a.samples, " is not in [1, 10000]"));
   std::string bytes = read_file(a.model);
   const InputBinding bind = a.dims.binding();
+  // No external data: quantize_model refuses it (its QDQ model would point at the original's
+  // files), so it is refused here before any of it is read.
   Graph g = import_onnx_bytes(bytes, a.model, bind);
   std::vector<std::string> names = g.inputs;
   const int64_t budget = default_memory_budget();

@@ -439,7 +439,8 @@ int64_t channel_block(const Target& t) { return t.is_cpu() ? t.vector_lanes() : 
 bool tensor_cores(const Target& t) { return t.kind == TargetKind::Cuda; }
 
 Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable,
-                 int64_t block, Precision precision, bool tensor_cores, const InputBinding& bind) {
+                 int64_t block, Precision precision, bool tensor_cores, const InputBinding& bind,
+                 bool external_data) {
   PassOptions opts;
   opts.channel_block = block;
   opts.precision = precision;
@@ -447,7 +448,7 @@ Graph load_model(const std::string& path, int opt_level, const std::vector<std::
   opts.opt_level = opt_level;
   opts.disabled = {disable.begin(), disable.end()};
   check_pass_options(opts);
-  Graph g = import_onnx(path, bind);
+  Graph g = import_onnx(path, bind, external_data);
   run_passes(g, opts);
   return g;
 }

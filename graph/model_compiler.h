@@ -100,10 +100,11 @@ int64_t channel_block(const Target& t);
 // compiles. UserError for a file that does not import or a pass name that does not exist.
 // `precision`: the products' precision (--precision; PassOptions::precision), on tensor cores
 // where `tensor_cores` (a CUDA target: tensor_cores(t)). `bind`: sizes for its dynamic input
-// dimensions (graph/onnx_import.h).
+// dimensions (graph/onnx_import.h). `external_data`: whether initializers stored outside the
+// file are read from its directory (not for a file a service keeps among other users' files).
 Graph load_model(const std::string& path, int opt_level, const std::vector<std::string>& disable,
                  int64_t block, Precision precision = Precision::Float32, bool tensor_cores = false,
-                 const InputBinding& bind = {});
+                 const InputBinding& bind = {}, bool external_data = true);
 
 // Whether --precision runs a model's products on `t`'s tensor cores (cuda targets).
 bool tensor_cores(const Target& t);

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -89,15 +91,107 @@ std::vector<T> raw_values(const std::string& raw, int64_t n, const std::string& 
   return v;
 }
 
+// Bytes an element of ONNX type `type` takes in raw data, or 0 for the types not imported.
+int64_t raw_element_bytes(int type) {
+  switch (type) {
+    case onnx::TensorProto::INT8:
+    case onnx::TensorProto::UINT8:
+    case onnx::TensorProto::BOOL:
+      return 1;
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16:
+      return 2;
+    case onnx::TensorProto::FLOAT:
+    case onnx::TensorProto::INT32:
+      return 4;
+    case onnx::TensorProto::INT64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+// A non-negative byte count or offset of an external data entry.
+int64_t external_number(const std::string& value, const std::string& key, const std::string& what) {
+  int64_t v = -1;
+  const char* end = value.data() + value.size();
+  auto [at, ec] = std::from_chars(value.data(), end, v);
+  if (ec != std::errc() || at != end || v < 0 || value.empty())
+    throw UserError(str(what, ": external data ", key, " '", value, "' is not a non-negative integer"));
+  return v;
+}
+
+// The `bytes` bytes of a tensor stored outside the model file (ONNX external data: a file
+// `location` relative to the model's directory `dir`, from `offset`), read only from a
+// regular file under `dir`.
+std::string external_bytes(const onnx::TensorProto& t, int64_t bytes, const std::string& dir, const std::string& what) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) {
+    throw UserError(str(what, ": data stored outside the model file (external data) is not read here (compile, run, "
+                              "import and tune read it from the model file's directory; quantize and models sent as "
+                              "bytes do not)"));
+  }
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& e : t.external_data()) {
+    if (e.key() == "location") {
+      location = e.value();
+    } else if (e.key() == "offset") {
+      offset = external_number(e.value(), "offset", what);
+    } else if (e.key() == "length") {
+      length = external_number(e.value(), "length", what);
+    } else if (e.key() != "checksum") {
+      throw UserError(str(what, ": external data key '", e.key(), "' is not one of location, offset, length, checksum"));
+    }
+  }
+  if (location.empty()) throw UserError(str(what, ": external data without a location"));
+  const fs::path rel(location);
+  bool up = false;
+  for (const fs::path& part : rel) up = up || part == "..";
+  if (rel.is_absolute() || up) {
+    throw UserError(str(what, ": external data location '", location,
+                        "' is not a path inside the model's directory (absolute, or with '..')"));
+  }
+  if (length >= 0 && length != bytes) {
+    throw UserError(str(what, ": external data length ", length, " is not the ", bytes, " bytes its shape and type take"));
+  }
+  std::error_code ec;
+  const fs::path base = fs::canonical(dir, ec);
+  const fs::path file = ec ? fs::path() : fs::canonical(base / rel, ec);
+  if (ec) throw UserError(str(what, ": cannot open external data file '", location, "' in ", dir));
+  auto [stop, _] = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
+  if (stop != base.end()) {
+    throw UserError(str(what, ": external data file '", location, "' resolves outside the model's directory (",
+                        file.string(), ")"));
+  }
+  if (!fs::is_regular_file(file, ec)) throw UserError(str(what, ": external data '", location, "' is not a regular file"));
+  const auto size = static_cast<int64_t>(fs::file_size(file, ec));
+  if (ec || offset > size || bytes > size - offset) {
+    throw UserError(str(what, ": external data file '", location, "' has ", ec ? 0 : size, " bytes; the tensor needs ",
+                        bytes, " from offset ", offset));
+  }
+  std::ifstream f(file, std::ios::binary);
+  std::string out(static_cast<size_t>(bytes), '\0');
+  if (!f.seekg(offset) || !f.read(out.data(), bytes)) throw UserError(str(what, ": cannot read external data '", location, "'"));
+  return out;
+}
+
 }  // namespace
 
-HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what) {
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    throw UserError(
-        str(what, ": data stored outside the model file (external data) is not supported"));
-  }
+HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what, const std::string& external_dir) {
   Shape shape(t.dims().begin(), t.dims().end());
   check_tensor_size(what, shape);
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    const int64_t element = raw_element_bytes(t.data_type());
+    if (element == 0) {
+      throw UserError(str(what, ": element type ", onnx_type_name(t.data_type()), " is not supported in external data"));
+    }
+    onnx::TensorProto inline_copy = t;
+    inline_copy.clear_external_data();
+    inline_copy.set_data_location(onnx::TensorProto::DEFAULT);
+    inline_copy.set_raw_data(external_bytes(t, num_elements(shape) * element, external_dir, what));
+    return tensor_from_onnx(inline_copy, what);
+  }
   int64_t n = num_elements(shape);
   auto check = [&](int64_t have) {
     if (have != n)
@@ -180,6 +274,11 @@ HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what)
               " is not supported (float32, float16 and bfloat16 (held as float32); int8 and uint8 for quantized models; "
                   "int32, int64 and bool for shape arithmetic)"));
   }
+}
+
+std::string model_directory(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
 }
 
 HostTensor read_tensor_file(const std::string& path) {
@@ -411,8 +510,8 @@ std::map<std::string, int64_t> symbolic_dims(const onnx::GraphProto& gp) {
 
 }  // namespace
 
-Graph import_onnx_bytes(const std::string& bytes, const std::string& file,
-                        const InputBinding& bind) {
+Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const InputBinding& bind,
+                        const std::string& external_dir) {
   onnx::ModelProto model;
   if (!model.ParseFromString(bytes))
     throw UserError(str(file, ": not an ONNX model (the protobuf does not parse)"));
@@ -434,7 +533,7 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file,
   g.name = gp.name();
   for (const auto& init : gp.initializer()) {
     if (init.name().empty()) throw UserError(str(file, ": an initializer has no name"));
-    HostTensor t = tensor_from_onnx(init, str(file, ": initializer '", init.name(), "'"));
+    HostTensor t = tensor_from_onnx(init, str(file, ": initializer '", init.name(), "'"), external_dir);
     g.values[init.name()] = Value{init.name(), t.dtype, t.shape, std::move(t)};
   }
   const std::map<std::string, int64_t> have = symbolic_dims(gp);
@@ -602,8 +701,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file,
   return g;
 }
 
-Graph import_onnx(const std::string& path, const InputBinding& bind) {
-  return import_onnx_bytes(read_file(path), path, bind);
+Graph import_onnx(const std::string& path, const InputBinding& bind, bool external_data) {
+  return import_onnx_bytes(read_file(path), path, bind, external_data ? model_directory(path) : "");
 }
 
 InputBinding parse_binding(const std::vector<std::string>& dims,

@@ -53,10 +53,17 @@ constexpr size_t kMaxShapeBuckets = 64;
 std::vector<InputBinding> parse_bindings(const std::vector<std::string>& dims,
                                          const std::vector<std::string>& shapes);
 
-Graph import_onnx(const std::string& path, const InputBinding& bind = {});
-// The same from the file's bytes; `what` names it in errors.
-Graph import_onnx_bytes(const std::string& bytes, const std::string& what,
-                        const InputBinding& bind = {});
+// Initializers stored outside the model file (ONNX external data) are read from the model's
+// directory: a regular file there (no absolute location, no '..', no link out of it), the
+// tensor's exact bytes at the entry's offset.
+// `external_data` false: refused as for bytes (a file a service keeps among other users').
+Graph import_onnx(const std::string& path, const InputBinding& bind = {}, bool external_data = true);
+// The same from the file's bytes; `what` names it in errors. External data is read from
+// `external_dir` (model_directory of the file the bytes came from), refused when empty.
+Graph import_onnx_bytes(const std::string& bytes, const std::string& what, const InputBinding& bind = {},
+                        const std::string& external_dir = "");
+// The directory a model file's external data is relative to.
+std::string model_directory(const std::string& path);
 // JSON sizes as a job or the Python package gives them: {"dims": {name: size}, "input_shapes":
 // {input: [sizes]}} (either absent), checked as parse_binding checks the command line's;
 // UserError naming `what`'s field and the value.
@@ -65,8 +72,9 @@ InputBinding binding_from_json(const nlohmann::json& j, const std::string& what)
 // one binding per shape bucket, as parse_bindings.
 std::vector<InputBinding> bindings_from_json(const nlohmann::json& j, const std::string& what);
 
-// A TensorProto (test data, initializers) as a host tensor; `what` names it in errors.
-HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what);
+// A TensorProto (test data, initializers) as a host tensor; `what` names it in errors. Its
+// data may be external where `external_dir` is given (import_onnx).
+HostTensor tensor_from_onnx(const onnx::TensorProto& t, const std::string& what, const std::string& external_dir = "");
 // Reads a serialized TensorProto file (the ONNX test data sets' input_0.pb, ...).
 HostTensor read_tensor_file(const std::string& path);
 

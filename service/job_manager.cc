@@ -56,7 +56,7 @@ json time_job_model(const JobSpec& s, const std::string& path, Runner& runner, c
   std::string name = s.model.empty() ? s.model_sha256.substr(0, 12) + ".onnx" : s.model;
   try {
     graph::Graph g =
-        load_model_for_target(path, t, 2, {}, graph::parse_precision(s.precision), s.dims);
+        load_model_for_target(path, t, 2, {}, graph::parse_precision(s.precision), s.dims, /*external_data=*/false);
     ModelComparison mc = compare_tuned_and_default(g, t, &db, name, runner);
     if (!mc.error.empty()) return {{"not_timed", mc.error}};
     db.add_model_result(model_result(mc, name, s.model_sha256, t, runner.device_key(), 0));

@@ -15,9 +15,10 @@ namespace tf {
 
 graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
                                    const std::vector<std::string>& disable,
-                                   graph::Precision precision, const graph::InputBinding& bind) {
+                                   graph::Precision precision, const graph::InputBinding& bind,
+                                   bool external_data) {
   return graph::load_model(path, opt_level, disable, graph::channel_block(t), precision,
-                           graph::tensor_cores(t), bind);
+                           graph::tensor_cores(t), bind, external_data);
 }
 
 graph::CompiledModel compile_model_with(const graph::Graph& g, const Target& t, db::Database* db,

@@ -21,11 +21,11 @@ namespace tf {
 // The graph of an .onnx model after the graph passes for target `t` (at `opt_level`, without
 // the passes `disable` names): what compile --model compiles and tune --model tunes. Throws
 // UserError for a file that is not a model it can import. `bind`: sizes for its dynamic input
-// dimensions (graph/onnx_import.h).
+// dimensions (graph/onnx_import.h); `external_data` as graph::load_model's.
 graph::Graph load_model_for_target(const std::string& path, const Target& t, int opt_level,
                                    const std::vector<std::string>& disable,
                                    graph::Precision precision = graph::Precision::Float32,
-                                   const graph::InputBinding& bind = {});
+                                   const graph::InputBinding& bind = {}, bool external_data = true);
 
 // `g` compiled for `t` into the library `out`, each kernel with the database's best config
 // (choose_config; none without a database), within `memory_budget` bytes.

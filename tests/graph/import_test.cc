@@ -389,9 +389,9 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     t->set_data_location(onnx::TensorProto::EXTERNAL);
     b.node("Add", {"x", "ext"}, {"y"});
     b.output("y");
-    expect(
-        b,
-        "initializer 'ext': data stored outside the model file (external data) is not supported");
+    expect(b,
+           "initializer 'ext': data stored outside the model file (external data) is not read here (compile, run, "
+           "import and tune read it from the model file's directory; quantize and models sent as bytes do not)");
   }
   {
     ModelBuilder b;
@@ -605,6 +605,95 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
 // Shape arithmetic on hostile int64 values: overflows are errors, extreme slice bounds clamp,
 // window sizes are bounded; nothing is undefined behaviour (the fuzz target checks this too,
 // under UBSan).
+// Initializers stored outside the model file (ONNX external data, as torch.onnx.export writes
+// models past 2 GB: RegNetY-128GF, ViT-H/14) are read from the model's directory, at their
+// offset, exactly their bytes; a location out of that directory (absolute, '..', a link out),
+// a missing or short file, a wrong length or key is refused by name, reading nothing else.
+TEST(OnnxImport, ExternalDataIsReadFromTheModelsDirectory) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tf-external-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub");
+  const std::vector<float> w = {1.5f, -2.25f, 3.0f};
+  {
+    std::ofstream f(dir / "sub" / "w.bin", std::ios::binary);
+    f.write("12345678", 8);  // another tensor's bytes before ours
+    f.write(reinterpret_cast<const char*>(w.data()), 12);
+  }
+  std::ofstream(dir / "..secret", std::ios::binary) << "not a path outside";
+  fs::path outside = fs::temp_directory_path() / ("tf-external-outside-" + std::to_string(getpid()) + ".bin");
+  std::ofstream(outside, std::ios::binary).write(reinterpret_cast<const char*>(w.data()), 12);
+  fs::create_symlink(outside, dir / "link.bin");
+  // A model reading initializer 'ext' from external data with these entries.
+  auto model = [&](std::vector<std::pair<std::string, std::string>> entries, int type = onnx::TensorProto::FLOAT) {
+    ModelBuilder b;
+    b.input("x", {3});
+    auto* t = b.g->add_initializer();
+    t->set_name("ext");
+    t->set_data_type(type);
+    t->add_dims(3);
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    for (const auto& [k, v] : entries) {
+      auto* e = t->add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    }
+    b.node("Add", {"x", "ext"}, {"y"});
+    b.output("y");
+    const std::string path = (dir / "m.onnx").string();
+    b.save(path);
+    return path;
+  };
+  auto error = [&](const std::string& path) {
+    try {
+      import_onnx(path);
+    } catch (const tf::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  Graph g = import_onnx(model({{"location", "sub/w.bin"}, {"offset", "8"}, {"length", "12"}, {"checksum", "x"}}));
+  ASSERT_TRUE(g.values.at("ext").constant);
+  EXPECT_EQ(g.values.at("ext").constant->f, w);
+  // Without a length: the tensor's bytes.
+  g = import_onnx(model({{"location", "sub/w.bin"}, {"offset", "8"}}));
+  EXPECT_EQ(g.values.at("ext").constant->f, w);
+  auto refused = [&](std::vector<std::pair<std::string, std::string>> entries, const std::string& want,
+                     int type = onnx::TensorProto::FLOAT) {
+    const std::string e = error(model(std::move(entries), type));
+    EXPECT_NE(e.find(want), std::string::npos) << "got: " << e;
+  };
+  // Without an offset: from the file's start.
+  g = import_onnx(model({{"location", "sub/w.bin"}}));
+  EXPECT_NE(g.values.at("ext").constant->f, w);
+  refused({{"location", "sub/w.bin"}, {"offset", "12"}},
+          "initializer 'ext': external data file 'sub/w.bin' has 20 bytes; the tensor needs 12 from offset 12");
+  refused({{"location", "sub/w.bin"}, {"offset", "9223372036854775807"}}, "needs 12 from offset 9223372036854775807");
+  refused({{"location", "sub/w.bin"}, {"length", "16"}}, "external data length 16 is not the 12 bytes");
+  refused({{"location", "sub/w.bin"}, {"offset", "-8"}}, "external data offset '-8' is not a non-negative integer");
+  refused({{"location", "sub/w.bin"}, {"offset", "8x"}}, "external data offset '8x' is not a non-negative integer");
+  refused({{"location", "sub/w.bin"}, {"basepath", "/"}}, "external data key 'basepath' is not one of");
+  refused({{"offset", "8"}}, "external data without a location");
+  refused({{"location", "missing.bin"}}, "cannot open external data file 'missing.bin'");
+  refused({{"location", "sub"}}, "external data 'sub' is not a regular file");
+  refused({{"location", outside.string()}}, "is not a path inside the model's directory (absolute, or with '..')");
+  refused({{"location", "sub/../../x.bin"}}, "is not a path inside the model's directory");
+  refused({{"location", "link.bin"}}, "external data file 'link.bin' resolves outside the model's directory");
+  refused({{"location", "sub/w.bin"}}, "element type string is not supported in external data", onnx::TensorProto::STRING);
+  // A file name that merely starts with two dots is inside the directory.
+  EXPECT_EQ(error(model({{"location", "..secret"}})), "");
+  // A file the tuning service keeps among other users' models reads none (service/job_manager.cc).
+  const std::string kept = model({{"location", "sub/w.bin"}, {"offset", "8"}});
+  try {
+    import_onnx(kept, {}, /*external_data=*/false);
+    ADD_FAILURE() << "external data read where it must not be";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("external data) is not read here"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+  fs::remove(outside);
+}
+
 TEST(OnnxImport, HostileIntegers) {
   auto error_of = [](const ModelBuilder& b) { return b.error(); };
   {
