@@ -152,7 +152,9 @@ size_t process_threads() {
 // more in this process: the work is shared, not run alone); between calls the pool's workers
 // go to sleep (after 200 us idle) and the next call wakes them.
 TEST(KernelThreads, ParallelLoopsRunEveryIterationOnTeamsAndAlone) {
-  const char* specs[] = {"matmul(M=97,N=131,K=67)", "conv2d_nchw(N=1,C=5,H=13,W=11,K=17,R=3,S=3,pad=1)"};
+  // The last: parallel loops of fewer iterations than a team's chunks (some chunks empty).
+  const char* specs[] = {"matmul(M=97,N=131,K=67)", "conv2d_nchw(N=1,C=5,H=13,W=11,K=17,R=3,S=3,pad=1)",
+                         "conv2d_nchw(N=1,C=3,H=3,W=7,K=2,R=3,S=3,pad=1)"};
   int saved = omp_get_max_threads();
   for (const char* spec : specs) {
     Workload w = parse_workload(spec);
