@@ -63,10 +63,6 @@ class EntryGen {
     for (const EntrySpec& s : buckets) workspace = std::max(workspace, s.workspace_bytes);
     emit_tables(buckets[0], workspace);
     // Constants by content: a bucket's weights are the other buckets' too.
-    uint64_t all_bytes = 0;
-    for (const EntrySpec& s : buckets) {
-      for (const std::vector<float>* data : s.constants) all_bytes += data->size() * sizeof(float);
-    }
     std::unordered_map<std::string_view, llvm::GlobalVariable*> by_bytes;
     std::vector<std::vector<llvm::GlobalVariable*>> bucket_constants;
     for (const EntrySpec& s : buckets) {
@@ -79,11 +75,16 @@ class EntryGen {
           it->second = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init,
                                                 "tf_const" + std::to_string(by_bytes.size() - 1));
           it->second->setAlignment(llvm::Align(kAlign));
-          if (all_bytes > kLargeConstants) it->second->setCodeModel(llvm::CodeModel::Large);
         }
         mine.push_back(it->second);
       }
       bucket_constants.push_back(std::move(mine));
+    }
+    // The bytes embedded (each content once) decide the code model of all of them.
+    uint64_t embedded = 0;
+    for (const auto& [bytes, global] : by_bytes) embedded += bytes.size();
+    if (embedded > kLargeConstants) {
+      for (const auto& [bytes, global] : by_bytes) global->setCodeModel(llvm::CodeModel::Large);
     }
     cache_ = kept_buffer_slot(m_, "tf_model_workspace_cache");
     free_kept_buffers_at_unload(m_, {cache_}, "tf_model_release_workspace");
