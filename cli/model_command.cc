@@ -18,6 +18,7 @@
 #include "base/file_io.h"
 #include "graph/element_types.h"
 #include "graph/fusion.h"
+#include "graph/image_loop.h"
 #include "graph/memory_budget.h"
 #include "graph/memory_plan.h"
 #include "graph/model_compiler.h"
@@ -160,12 +161,12 @@ int run_import(const ImportArgs& a) {
   // What compile --model would refuse of a node, import refuses too.
   check_node_expressions(g);
   GraphStats after = graph_stats(g);
-  std::vector<TaskList> bucket_tasks{extract_tasks(g)};
+  std::vector<TaskList> bucket_tasks{extract_tasks(g, target)};
   for (size_t b = 1; b < bindings.size(); ++b) {
     Graph gb = load_model(a.model, a.opt_level, a.disable, opts.channel_block, opts.precision, opts.tensor_cores,
                           bindings[b]);
     check_node_expressions(gb);
-    bucket_tasks.push_back(extract_tasks(gb));
+    bucket_tasks.push_back(extract_tasks(gb, target));
   }
   TaskList tasks = merge_bucket_tasks(bucket_tasks);
   // The kernels a compile makes: the fused groups but the Concats computed in place.
@@ -204,6 +205,20 @@ int run_import(const ImportArgs& a) {
     for (const InputBinding& b : bindings) j["buckets"].push_back(b.dims);
   }
   if (!bind.shapes.empty()) j["input_shapes"] = bind.shapes;
+  // Whether a CPU library runs bucket 0 one image at a time (graph/image_loop.h), and why not.
+  std::string no_loop;
+  if (std::optional<ImageLoop> loop = image_loop(g, &no_loop)) {
+    const bool pays = target.is_cpu() && g.one_image_at_a_time;
+    j["images"] = {{"images", loop->images}, {"one_at_a_time", pays}, {"flops_per_image", loop->flops},
+                   {"kernels", loop->kernels}, {"largest_intermediate_bytes", loop->largest_bytes},
+                   {"streamed_weight_bytes", loop->streamed_weight_bytes}};
+    no_loop = pays                       ? ""
+              : !target.is_cpu()         ? "not a CPU target"
+              : !pays_per_image(*loop)   ? "it would not pay: small intermediates, little work an image, or weights read at every image"
+                                         : "the pass one-image-at-a-time did not run (--disable-pass, --opt-level)";
+  } else {
+    j["images"] = {{"one_at_a_time", false}, {"why_not", no_loop}};
+  }
   j["passes"] = json::array();
   for (const PassReport& r : reports) {
     j["passes"].push_back({{"name", r.name},
@@ -263,6 +278,14 @@ int run_import(const ImportArgs& a) {
     }
     std::printf("buckets   %zu (%s): the tasks are every bucket's (b<k>/node), the rest bucket 0's\n",
                 bindings.size(), each.c_str());
+  }
+  if (j["images"]["one_at_a_time"].get<bool>()) {
+    std::printf("images    %lld, one at a time (%.2f GFLOP and a largest intermediate of %.1f MB an image)\n",
+                static_cast<long long>(j["images"]["images"].get<int64_t>()),
+                j["images"]["flops_per_image"].get<double>() / 1e9,
+                j["images"]["largest_intermediate_bytes"].get<int64_t>() / 1e6);
+  } else {
+    std::printf("images    all at once (%s)\n", no_loop.c_str());
   }
   std::printf("params    %lld floats (%.1f MB of constants)\n",
               static_cast<long long>(after.parameters),
@@ -490,8 +513,14 @@ int compile_model_file(const ModelCompileArgs& a) {
     std::string shapes;
     for (const json& in : cm.buckets[b].inputs)
       shapes += str(shapes.empty() ? "" : ", ", in["name"].get<std::string>(), " ", graph::shape_str(in["shape"].get<graph::Shape>()));
-    std::printf("  bucket %zu: %s (workspace %.2f MiB)\n", b, shapes.c_str(),
-                cm.buckets[b].workspace_bytes / 1048576.0);
+    std::printf("  bucket %zu: %s (workspace %.2f MiB%s)\n", b, shapes.c_str(),
+                cm.buckets[b].workspace_bytes / 1048576.0,
+                cm.buckets[b].images > 1 ? str(", one image at a time").c_str() : "");
+  }
+  if (cm.buckets.empty() && cm.images > 1) {
+    std::printf("  runs one image at a time: %lld images a call, each on a workspace of one image (docs/models.md, "
+                "\"Batches one image at a time\")\n",
+                static_cast<long long>(cm.images));
   }
   if (!cm.buckets.empty()) {
     std::printf("  %zu shape buckets: a call runs the bucket of its inputs' shapes (tf_model_run_shaped; "

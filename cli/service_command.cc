@@ -123,7 +123,7 @@ json job_from_flags(const ServiceArgs& a) {
     if (!a.job_file.empty()) throw UserError("give the workloads in the job file or with --model, not both");
     Target t = a.target.empty() ? host_target() : parse_target(a.target);
     graph::TaskList list = graph::extract_tasks(load_model_for_target(
-        a.model, t, 2, {}, graph::parse_precision(a.precision), a.dims.binding()));
+        a.model, t, 2, {}, graph::parse_precision(a.precision), a.dims.binding()), t);
     if (list.tasks.empty()) {
       throw UserError(str("model ", a.model, " has no tunable task for ", t.short_str(), " (`tunefarm import ", a.model,
                           "` lists its nodes)"));

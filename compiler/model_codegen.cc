@@ -424,6 +424,8 @@ ModelCodegen::Written ModelCodegen::write(std::vector<EntrySpec>& buckets, const
       openmp |= results[k].uses_openmp;
       libm |= results[k].uses_libm;
     }
+    // An entry that runs images on a team calls the pool itself (compiler/model_entry.h).
+    for (const EntrySpec& b : buckets) openmp |= b.images > 1;
     write_file(objects.add(tmp + ".entry.o"), codegen_model_entry(buckets, code_target_));
     link_shared_library(objects.paths, library.temp_path(), code_target_, openmp, libm);
   }

@@ -18,6 +18,7 @@
 
 #include "compiler/codegen_llvm.h"
 #include "compiler/fp_control.h"
+#include "compiler/thread_pool_ir.h"
 #include "base/error.h"
 #include "runtime/gpu_model/plan.h"
 
@@ -32,10 +33,22 @@ constexpr uint64_t kAlign = 64;
 constexpr uint64_t kLargeConstants = uint64_t{1} << 30;
 constexpr int32_t kNoBucketStatus = -4;  // runtime/model_abi.h kModelNoBucket
 
+// Bytes of one element of an input or output.
+uint64_t entry_type_bytes(EntryType t) {
+  switch (t) {
+    case EntryType::Float32: return 4;
+    case EntryType::Int64: return 8;
+    case EntryType::Bool: return 1;
+    case EntryType::Float16:
+    case EntryType::BFloat16: return 2;
+  }
+  return 4;
+}
+
 class EntryGen {
  public:
   EntryGen(llvm::LLVMContext& ctx, llvm::Module& m, const Target& target)
-      : ctx_(ctx), m_(m), b_(ctx), fp_control_(target.arch_name()) {}
+      : ctx_(ctx), m_(m), b_(ctx), fp_control_(target.arch_name()), target_(target) {}
 
   // The tables describing the inputs and outputs, and the workspace's size.
   void emit_tables(const EntrySpec& s, int64_t workspace_bytes) {
@@ -314,6 +327,7 @@ class EntryGen {
   // `workspace_bytes` (the largest bucket's: one cache serves them all).
   llvm::Function* run(const EntrySpec& s, const std::string& name, int64_t workspace_bytes) {
     llvm::PointerType* ptr = b_.getPtrTy();
+    llvm::Function* slice = image_function(s, name + "_image");
     llvm::Function* fn = define(name, b_.getInt32Ty(), {ptr, ptr, ptr});
     llvm::Value *inputs = fn->getArg(0), *outputs = fn->getArg(1), *given = fn->getArg(2);
     llvm::FunctionCallee alloc = m_.getOrInsertFunction(
@@ -324,7 +338,6 @@ class EntryGen {
     auto* allocate = llvm::BasicBlock::Create(ctx_, "allocate", fn);
     auto* oom = llvm::BasicBlock::Create(ctx_, "out_of_memory", fn);
     auto* body = llvm::BasicBlock::Create(ctx_, "body", fn);
-    auto* failed = llvm::BasicBlock::Create(ctx_, "failed", fn);
     bool need = s.workspace_bytes > 0;
     b_.CreateCondBr(need ? b_.CreateIsNull(given) : b_.getFalse(), allocate, body);
     // Without a caller's workspace, the one of the last call is taken (an atomic exchange, so
@@ -357,30 +370,199 @@ class EntryGen {
     llvm::PHINode* owned = b_.CreatePHI(ptr, 2, "owned");
     owned->addIncoming(null, entry);
     owned->addIncoming(taken, got);
+    llvm::Value* status = s.images == 1 ? b_.CreateCall(slice, {inputs, outputs, ws, b_.getInt64(0)})
+                                        : run_images(s, slice, inputs, outputs, ws);
     // Gives the workspace this call took back to the cache (freeing the one a concurrent call
     // left there); nothing when the caller gave one.
-    auto give_back = [&] {
-      auto* back = llvm::BasicBlock::Create(ctx_, "give_back", fn);
-      auto* done = llvm::BasicBlock::Create(ctx_, "given_back", fn);
-      b_.CreateCondBr(b_.CreateIsNull(owned), done, back);
-      b_.SetInsertPoint(back);
-      b_.CreateCall(release, {exchange_kept_buffer(b_, cache, owned)});
-      b_.CreateBr(done);
-      b_.SetInsertPoint(done);
-    };
+    auto* back = llvm::BasicBlock::Create(ctx_, "give_back", fn);
+    auto* done = llvm::BasicBlock::Create(ctx_, "given_back", fn);
+    b_.CreateCondBr(b_.CreateIsNull(owned), done, back);
+    b_.SetInsertPoint(back);
+    b_.CreateCall(release, {exchange_kept_buffer(b_, cache, owned)});
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    b_.CreateRet(status);
+    return fn;
+  }
+
+  // The images of a bucket that runs one image at a time (EntrySpec::images): on a team of
+  // threads, each image whole on one thread with a workspace slot of its own (the pool's job
+  // claims chunks of images; a kernel called inside runs on its thread alone, the pool being
+  // busy); else one after another on slot 0, each kernel on the team. The team takes the
+  // images where there are at least as many images as threads and a slot for each thread.
+  // Returns the first failure's status (0: none).
+  llvm::Value* run_images(const EntrySpec& s, llvm::Function* slice, llvm::Value* inputs, llvm::Value* outputs,
+                          llvm::Value* ws) {
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    llvm::Type* i32 = b_.getInt32Ty();
+    llvm::Type* i64 = b_.getInt64Ty();
+    const auto images = static_cast<uint64_t>(s.images);
+    const auto slots = static_cast<uint32_t>(std::max<int64_t>(s.image_slots, 1));
+    auto* serial = llvm::BasicBlock::Create(ctx_, "images_serial", fn);
+    auto* serial_next = llvm::BasicBlock::Create(ctx_, "images_serial_next", fn);
+    auto* team = llvm::BasicBlock::Create(ctx_, "images_team", fn);
+    auto* done = llvm::BasicBlock::Create(ctx_, "images_done", fn);
+    llvm::BasicBlock* start = b_.GetInsertBlock();
+    llvm::Value* threads = b_.CreateCall(m_.getOrInsertFunction("omp_get_max_threads", llvm::FunctionType::get(i32, false)));
+    llvm::Value* by_team = b_.CreateAnd(
+        b_.CreateICmpSGT(threads, b_.getInt32(1)),
+        b_.CreateAnd(b_.CreateICmpULE(b_.CreateZExt(threads, i64), b_.getInt64(images)),
+                     b_.CreateICmpULE(threads, b_.getInt32(slots))));
+    b_.CreateCondBr(by_team, team, serial);
+    // One after another.
+    b_.SetInsertPoint(serial);
+    llvm::PHINode* image = b_.CreatePHI(i64, 2, "image");
+    image->addIncoming(b_.getInt64(0), start);
+    llvm::Value* one = b_.CreateCall(slice, {inputs, outputs, ws, image});
+    b_.CreateCondBr(b_.CreateICmpNE(one, b_.getInt32(0)), done, serial_next);
+    b_.SetInsertPoint(serial_next);
+    llvm::Value* next = b_.CreateAdd(image, b_.getInt64(1), "next_image", true, true);
+    image->addIncoming(next, serial_next);
+    b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(images)), serial, done);
+    // On the team: the job's context {inputs, outputs, workspace, status, slot flags}.
+    b_.SetInsertPoint(team);
+    llvm::StructType* context = image_context_type(slots);
+    llvm::Value* c = b_.CreateAlloca(context);
+    b_.CreateStore(inputs, b_.CreateStructGEP(context, c, 0));
+    b_.CreateStore(outputs, b_.CreateStructGEP(context, c, 1));
+    b_.CreateStore(ws, b_.CreateStructGEP(context, c, 2));
+    b_.CreateStore(b_.getInt32(0), b_.CreateStructGEP(context, c, 3));
+    b_.CreateMemSet(b_.CreateStructGEP(context, c, 4), b_.getInt8(0), 4 * slots, llvm::MaybeAlign(4));
+    b_.CreateCall(parallel_launch_function(m_, target_), {image_job(s, slice, context), c});
+    llvm::LoadInst* failed = b_.CreateAlignedLoad(i32, b_.CreateStructGEP(context, c, 3), llvm::Align(4));
+    failed->setAtomic(llvm::AtomicOrdering::Acquire);
+    llvm::BasicBlock* team_end = b_.GetInsertBlock();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    llvm::PHINode* status = b_.CreatePHI(i32, 3, "images_status");
+    status->addIncoming(one, serial);
+    status->addIncoming(b_.getInt32(0), serial_next);
+    status->addIncoming(failed, team_end);
+    return status;
+  }
+
+  llvm::StructType* image_context_type(uint32_t slots) {
+    llvm::PointerType* ptr = b_.getPtrTy();
+    return llvm::StructType::get(ctx_, {ptr, ptr, ptr, b_.getInt32Ty(), llvm::ArrayType::get(b_.getInt32Ty(), slots)});
+  }
+
+  // The pool's job `void job(ptr context, i32 chunk, i32 chunks)`: images [chunk N / chunks,
+  // (chunk + 1) N / chunks), on a workspace slot it claims (a flag it swaps from 0 to 1; at
+  // most as many chunks run at once as the team has threads, and the team has no more threads
+  // than slots); stops at the first failure (its status in the context, the first written).
+  llvm::Function* image_job(const EntrySpec& s, llvm::Function* slice, llvm::StructType* context) {
+    llvm::IRBuilderBase::InsertPointGuard keep(b_);
+    llvm::PointerType* ptr = b_.getPtrTy();
+    llvm::Type* i32 = b_.getInt32Ty();
+    llvm::Type* i64 = b_.getInt64Ty();
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i32}, false),
+                                      llvm::GlobalValue::InternalLinkage, slice->getName() + "_job", m_);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    const auto slots = static_cast<uint32_t>(std::max<int64_t>(s.image_slots, 1));
+    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
+    auto* claim = llvm::BasicBlock::Create(ctx_, "claim", fn);
+    auto* try_slot = llvm::BasicBlock::Create(ctx_, "try_slot", fn);
+    auto* next_slot = llvm::BasicBlock::Create(ctx_, "next_slot", fn);
+    auto* none_free = llvm::BasicBlock::Create(ctx_, "none_free", fn);
+    auto* claimed = llvm::BasicBlock::Create(ctx_, "claimed", fn);
+    auto* image_bb = llvm::BasicBlock::Create(ctx_, "image", fn);
+    auto* ran = llvm::BasicBlock::Create(ctx_, "ran", fn);
+    auto* fail = llvm::BasicBlock::Create(ctx_, "fail", fn);
+    auto* release = llvm::BasicBlock::Create(ctx_, "release", fn);
+    auto* out = llvm::BasicBlock::Create(ctx_, "out", fn);
+    b_.SetInsertPoint(entry);
+    llvm::Value* c = fn->getArg(0);
+    llvm::Value* chunk = b_.CreateZExt(fn->getArg(1), i64);
+    llvm::Value* chunks = b_.CreateZExt(fn->getArg(2), i64);
+    llvm::Value* n = b_.getInt64(static_cast<uint64_t>(s.images));
+    llvm::Value* begin = b_.CreateUDiv(b_.CreateMul(chunk, n), chunks);
+    llvm::Value* end = b_.CreateUDiv(b_.CreateMul(b_.CreateAdd(chunk, b_.getInt64(1)), n), chunks);
+    llvm::Value* status_at = b_.CreateStructGEP(context, c, 3);
+    b_.CreateCondBr(b_.CreateICmpULT(begin, end), claim, out);
+    // A free slot: the first flag swapped from 0 to 1 (yielding the CPU when none is free).
+    b_.SetInsertPoint(claim);
+    b_.CreateBr(try_slot);
+    b_.SetInsertPoint(try_slot);
+    llvm::PHINode* k = b_.CreatePHI(i32, 2, "slot");
+    k->addIncoming(b_.getInt32(0), claim);
+    llvm::Value* flag = b_.CreateGEP(context, c, {b_.getInt32(0), b_.getInt32(4), k});
+    llvm::Value* swapped = b_.CreateAtomicCmpXchg(flag, b_.getInt32(0), b_.getInt32(1), llvm::MaybeAlign(4),
+                                                  llvm::AtomicOrdering::Acquire, llvm::AtomicOrdering::Monotonic);
+    b_.CreateCondBr(b_.CreateExtractValue(swapped, 1), claimed, next_slot);
+    b_.SetInsertPoint(next_slot);
+    llvm::Value* k1 = b_.CreateAdd(k, b_.getInt32(1));
+    k->addIncoming(k1, next_slot);
+    b_.CreateCondBr(b_.CreateICmpULT(k1, b_.getInt32(slots)), try_slot, none_free);
+    b_.SetInsertPoint(none_free);
+    b_.CreateCall(m_.getOrInsertFunction("sched_yield", llvm::FunctionType::get(i32, false)));
+    b_.CreateBr(claim);
+    b_.SetInsertPoint(claimed);
+    llvm::LoadInst* base = b_.CreateLoad(ptr, b_.CreateStructGEP(context, c, 2));
+    llvm::Value* ws = b_.CreateInBoundsGEP(b_.getInt8Ty(), base,
+                                           b_.CreateMul(b_.CreateZExt(k, i64), b_.getInt64(static_cast<uint64_t>(s.slot_bytes))));
+    llvm::Value* inputs = b_.CreateLoad(ptr, b_.CreateStructGEP(context, c, 0));
+    llvm::Value* outputs = b_.CreateLoad(ptr, b_.CreateStructGEP(context, c, 1));
+    b_.CreateBr(image_bb);
+    b_.SetInsertPoint(image_bb);
+    llvm::PHINode* image = b_.CreatePHI(i64, 2, "image");
+    image->addIncoming(begin, claimed);
+    llvm::Value* st = b_.CreateCall(slice, {inputs, outputs, ws, image});
+    b_.CreateCondBr(b_.CreateICmpEQ(st, b_.getInt32(0)), ran, fail);
+    b_.SetInsertPoint(ran);
+    llvm::Value* next = b_.CreateAdd(image, b_.getInt64(1), "next_image", true, true);
+    image->addIncoming(next, ran);
+    b_.CreateCondBr(b_.CreateICmpULT(next, end), image_bb, release);
+    b_.SetInsertPoint(fail);
+    b_.CreateAtomicCmpXchg(status_at, b_.getInt32(0), st, llvm::MaybeAlign(4), llvm::AtomicOrdering::Release,
+                           llvm::AtomicOrdering::Monotonic);
+    b_.CreateBr(release);
+    b_.SetInsertPoint(release);
+    b_.CreateAlignedStore(b_.getInt32(0), flag, llvm::Align(4))->setAtomic(llvm::AtomicOrdering::Release);
+    b_.CreateBr(out);
+    b_.SetInsertPoint(out);
+    b_.CreateRetVoid();
+    return fn;
+  }
+
+  // `i32 name(ptr inputs, ptr outputs, ptr workspace, i64 image)`: the conversions, calls and
+  // copies of slice `image` of every input and output (the whole tensors where the bucket has
+  // one image), on `workspace`: 0; -1 when memory ran out, -2 for an int64 input out of range.
+  llvm::Function* image_function(const EntrySpec& s, const std::string& name) {
+    llvm::PointerType* ptr = b_.getPtrTy();
+    auto* fn = llvm::Function::Create(
+        llvm::FunctionType::get(b_.getInt32Ty(), {ptr, ptr, ptr, b_.getInt64Ty()}, false),
+        llvm::GlobalValue::InternalLinkage, name, m_);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    llvm::Value *inputs = fn->getArg(0), *outputs = fn->getArg(1), *ws = fn->getArg(2), *image = fn->getArg(3);
+    auto* failed = llvm::BasicBlock::Create(ctx_, "failed", fn);
     std::map<int64_t, uint64_t> converted;  // input -> workspace offset of its float32 copy
     for (const EntryInputConversion& c : s.conversions)
       converted[c.input] = static_cast<uint64_t>(c.workspace_offset);
+    TF_CHECK(s.images >= 1, "run: ", s.images, " images");
+    // Elements of one slice of a table's tensor.
+    auto slice_elements = [&](const EntryTensor& t) {
+      uint64_t n = 1;
+      for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+      return n / static_cast<uint64_t>(s.images);
+    };
+    auto sliced = [&](llvm::Value* base, const EntryTensor& t) -> llvm::Value* {
+      if (s.images == 1) return base;
+      const uint64_t bytes = slice_elements(t) * entry_type_bytes(t.dtype);
+      return b_.CreateInBoundsGEP(b_.getInt8Ty(), base, b_.CreateMul(image, b_.getInt64(bytes)));
+    };
     auto buffer = [&](const EntryBuffer& r) -> llvm::Value* {
       switch (r.kind) {
         case EntryBuffer::Kind::Input:
           if (auto it = converted.find(r.index); it != converted.end())
             return b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), ws, it->second);
-          return b_.CreateLoad(
-              ptr, b_.CreateConstInBoundsGEP1_64(ptr, inputs, static_cast<uint64_t>(r.index)));
+          return sliced(b_.CreateLoad(
+              ptr, b_.CreateConstInBoundsGEP1_64(ptr, inputs, static_cast<uint64_t>(r.index))),
+              s.inputs.at(static_cast<size_t>(r.index)));
         case EntryBuffer::Kind::Output:
-          return b_.CreateLoad(
-              ptr, b_.CreateConstInBoundsGEP1_64(ptr, outputs, static_cast<uint64_t>(r.index)));
+          return sliced(b_.CreateLoad(
+              ptr, b_.CreateConstInBoundsGEP1_64(ptr, outputs, static_cast<uint64_t>(r.index))),
+              s.outputs.at(static_cast<size_t>(r.index)));
         case EntryBuffer::Kind::Constant:
           return constants_.at(static_cast<size_t>(r.index));
         case EntryBuffer::Kind::Workspace:
@@ -392,17 +574,15 @@ class EntryGen {
       auto* bad = llvm::BasicBlock::Create(ctx_, "input_out_of_range", fn);
       for (const EntryInputConversion& c : s.conversions) {
         const EntryTensor& t = s.inputs.at(static_cast<size_t>(c.input));
-        uint64_t n = 1;
-        for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-        llvm::Value* from = b_.CreateLoad(
-            ptr, b_.CreateConstInBoundsGEP1_64(ptr, inputs, static_cast<uint64_t>(c.input)));
+        const uint64_t n = slice_elements(t);
+        llvm::Value* from = sliced(b_.CreateLoad(
+            ptr, b_.CreateConstInBoundsGEP1_64(ptr, inputs, static_cast<uint64_t>(c.input))), t);
         llvm::Value* to = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), ws,
                                                         static_cast<uint64_t>(c.workspace_offset));
         if (n > 0) convert_input_loop(to, from, n, t.dtype, bad);
       }
       llvm::BasicBlock* resume = b_.GetInsertBlock();
       b_.SetInsertPoint(bad);
-      give_back();
       b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-2)));
       b_.SetInsertPoint(resume);
     }
@@ -419,8 +599,7 @@ class EntryGen {
     }
     for (const EntryCopy& c : s.copies) {
       const EntryTensor& t = s.outputs.at(static_cast<size_t>(c.output));
-      uint64_t n = 1;
-      for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+      const uint64_t n = slice_elements(t);
       llvm::Value* out = buffer({EntryBuffer::Kind::Output, c.output});
       if (!c.literal.empty()) {
         llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(c.literal));
@@ -438,10 +617,8 @@ class EntryGen {
         convert_loop(out, buffer(c.from), n, t.dtype);
       }
     }
-    give_back();
     b_.CreateRet(b_.getInt32(0));
     b_.SetInsertPoint(failed);
-    give_back();
     b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
     return fn;
   }
@@ -467,6 +644,7 @@ class EntryGen {
   llvm::Module& m_;
   llvm::IRBuilder<> b_;
   FpControl fp_control_;
+  const Target& target_;
   std::vector<llvm::GlobalVariable*> constants_;  // the bucket being emitted's, by its index
   llvm::GlobalVariable* cache_ = nullptr;
 };

@@ -23,6 +23,9 @@
 // input must lie within +-2^24 (16777216), where float32 holds every integer. It returns 0;
 // -1 when memory ran out; -2 when an int64 input is out of that range (nothing computed).
 // The outputs are unspecified after an error. Concurrent calls need their own workspaces.
+// A bucket of a batch compiled one image at a time (EntrySpec::images, graph/image_loop.h)
+// runs its kernels once per slice of axis 0, on a team's threads (each image whole on one
+// thread, on a workspace slot of its own) or one after another; the same results either way.
 //
 // Shape buckets (compile --model --dim batch=1,8,32): one library computes the model at each
 // of several sets of input shapes, each with kernels of its own. The tables above and
@@ -102,6 +105,16 @@ struct EntrySpec {
   std::vector<EntryCall> calls;
   std::vector<EntryCopy> copies;
   int64_t workspace_bytes = 0;
+  // The conversions, calls and copies compute one slice of axis 0 of every input and output
+  // (inputs and outputs hold `images` of them, the shapes above are the whole tensors'): the
+  // run repeats them for each slice in turn on the same workspace (graph/image_loop.h).
+  int64_t images = 1;
+  // With images > 1: workspace slots of slot_bytes each (workspace_bytes covers them all). A
+  // team of threads runs the images on threads of their own, one slot a thread, where it has
+  // no more threads than slots (and than images); otherwise the images run one after another on
+  // slot 0, each kernel on the team.
+  int64_t image_slots = 1;
+  int64_t slot_bytes = 0;
 };
 
 // Object code defining the tf_model_* functions of a library serving `buckets` (one or more,

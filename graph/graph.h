@@ -117,6 +117,10 @@ struct Graph {
   // MatMul and Gemm nodes marked for a CUDA target's tensor cores at --precision
   // (kTensorCorePrecision, graph/pass.h).
   int64_t tensor_core_nodes = 0;
+  // A CPU library runs a batch of this graph one image at a time (the pass
+  // one-image-at-a-time found that the model keeps the images apart and that it pays:
+  // graph/image_loop.h).
+  bool one_image_at_a_time = false;
   // What each QuantizeLinear/DequantizeLinear output was before its float32 expansion, by
   // the output's name, for the passes that fold them into int8 kernels.
   struct Qdq {

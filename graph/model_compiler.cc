@@ -15,6 +15,7 @@
 #include "compiler/winograd.h"
 #include "graph/element_types.h"
 #include "graph/fusion.h"
+#include "graph/image_loop.h"
 #include "graph/node_te.h"
 #include "graph/onnx_import.h"
 #include "graph/pass.h"
@@ -370,11 +371,17 @@ class ModelBuilder {
   std::map<std::string, std::vector<std::string>> operands_;  // node_key (input 0 left out) -> kernel_constants
 };
 
-json tensors_json(const Graph& g, const std::vector<std::string>& names) {
+// A per-image graph's shape as the model's callers see it: `images` slices along axis 0.
+Shape whole(Shape s, int64_t images) {
+  if (images > 1) s.at(0) *= images;
+  return s;
+}
+
+json tensors_json(const Graph& g, const std::vector<std::string>& names, int64_t images = 1) {
   json out = json::array();
   for (const std::string& n : names)
     out.push_back(
-        {{"name", n}, {"shape", g.value(n).shape}, {"dtype", dtype_name(g.value(n).dtype)}});
+        {{"name", n}, {"shape", whole(g.value(n).shape, images)}, {"dtype", dtype_name(g.value(n).dtype)}});
   return out;
 }
 
@@ -424,11 +431,13 @@ json CompiledModel::sidecar(const std::string& model) const {
           {"constant_bytes", constant_bytes},
           {"kernels", ks},
           {"in_place", in_place_json(in_place)},
+          {"images", images},
           {"untuned_kernels", untuned()}};
   if (!buckets.empty()) {
     json bs = json::array();
     for (const Bucket& b : buckets)
-      bs.push_back({{"inputs", b.inputs}, {"outputs", b.outputs}, {"workspace_bytes", b.workspace_bytes}, {"in_place", b.in_place}});
+      bs.push_back({{"inputs", b.inputs}, {"outputs", b.outputs}, {"workspace_bytes", b.workspace_bytes}, {"in_place", b.in_place},
+                    {"images", b.images}});
     j["buckets"] = bs;
   }
   return j;
@@ -461,8 +470,17 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
 
 namespace {
 
+// Threads that run images of their own (one image at a time: compiler/model_entry.h) each
+// take a workspace slot: at most this many slots (the thread pool's most threads), and this
+// many bytes of them in all. Slots no thread takes are never touched.
+constexpr int64_t kMaxImageSlots = 64;
+constexpr int64_t kImageSlotsBytes = int64_t{256} << 20;
+
 // One bucket of a library on its way: its graph's kernels, memory plan and entry point.
 struct BucketBuild {
+  // The graph at one image, where the library runs the model one image at a time
+  // (graph/image_loop.h): the builder's graph, with `loop->images` slices a call.
+  std::optional<ImageLoop> loop;
   std::unique_ptr<ModelBuilder> mb;
   std::vector<InPlaceConcat> in_place;
   MemoryPlan memory;
@@ -513,16 +531,20 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
     // values as integral floats (exact within +-2^24; node_te refuses int64 arithmetic that
     // floats would round). int64 and bool inputs are converted on entry, such outputs after the
     // last kernel; constants of other types are copied as they are.
-    b.mb = std::make_unique<ModelBuilder>(*buckets[bk], target, lookup, buckets.size() > 1 ? str("tf_b", bk, "_k") : "tf_k");
-    const std::vector<FusedGroup> fused = plan_fusion(*buckets[bk]);
-    b.in_place = in_place_concats(*buckets[bk], fused);
+    if (!emulate_gpu) b.loop = image_loop_for(*buckets[bk], target);
+    const Graph& source = b.loop ? b.loop->per_image : *buckets[bk];
+    const int64_t images = b.loop ? b.loop->images : 1;
+    b.mb = std::make_unique<ModelBuilder>(source, target, lookup, buckets.size() > 1 ? str("tf_b", bk, "_k") : "tf_k");
+    const std::vector<FusedGroup> fused = plan_fusion(source);
+    b.in_place = in_place_concats(source, fused);
     for (const FusedGroup& grp : without_in_place(fused, b.in_place)) b.mb->add_group(grp);
     const Graph& graph = b.mb->graph();
     b.memory = plan_memory(graph, b.mb->kernel_groups(), b.in_place);
     EntrySpec& spec = b.spec;
+    spec.images = images;
     for (const std::string& n : graph.inputs) {
       const Value& v = graph.value(n);
-      spec.inputs.push_back({n, v.shape, entry_type(v.dtype)});
+      spec.inputs.push_back({n, whole(v.shape, images), entry_type(v.dtype)});
       if (v.dtype == DType::I64 || v.dtype == DType::Bool) {
         // Kernels read int64 and bool inputs as floats: a copy converted on entry, after the
         // planned intermediates and live all through the run.
@@ -532,15 +554,24 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
       }
     }
     for (const std::string& n : graph.outputs) {
-      spec.outputs.push_back({n, graph.value(n).shape, entry_type(graph.value(n).dtype)});
+      spec.outputs.push_back({n, whole(graph.value(n).shape, images), entry_type(graph.value(n).dtype)});
     }
     spec.workspace_bytes = b.memory.arena_bytes;
+    if (images > 1) {
+      // A workspace slot for each thread that runs images of its own (compiler/model_entry.h):
+      // up to 64, and 256 MiB in all (at least one).
+      spec.slot_bytes = (b.memory.arena_bytes + 63) / 64 * 64;
+      spec.image_slots = std::min<int64_t>(
+          {images, kMaxImageSlots, std::max<int64_t>(1, kImageSlotsBytes / std::max<int64_t>(spec.slot_bytes, 1))});
+      spec.workspace_bytes = spec.image_slots * spec.slot_bytes;
+    }
     // And a run's inputs, outputs and workspace together.
     std::vector<int64_t> run_tensors;
     for (const std::vector<std::string>* names : {&graph.inputs, &graph.outputs}) {
-      for (const std::string& n : *names) run_tensors.push_back(tensor_bytes(graph.value(n).dtype, graph.value(n).shape));
+      for (const std::string& n : *names)
+        run_tensors.push_back(tensor_bytes(graph.value(n).dtype, whole(graph.value(n).shape, images)));
     }
-    check_run_budget("a run of the model would hold", b.memory.arena_bytes, run_tensors, memory_budget);
+    check_run_budget("a run of the model would hold", spec.workspace_bytes, run_tensors, memory_budget);
     b.first_kernel = bk == 0 ? 0 : bb[bk - 1].first_kernel + bb[bk - 1].mb->builds().size();
     for (KernelBuild& k : b.mb->builds()) {
       k.info.launch = code.add_kernel(std::move(k.func), str("kernel ", k.info.function, " (nodes ", k.info.nodes.front(), ", ...)"));
@@ -620,13 +651,15 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
       if (from.kind != EntryBuffer::Kind::Output || from.index != static_cast<int64_t>(k))
         spec.copies.push_back({from, static_cast<int64_t>(k), {}});
     }
-    CompiledModel::Bucket desc{tensors_json(graph, graph.inputs), tensors_json(graph, graph.outputs),
-                               b.memory.arena_bytes, in_place_json(b.in_place)};
+    const int64_t images = b.loop ? b.loop->images : 1;
+    CompiledModel::Bucket desc{tensors_json(graph, graph.inputs, images), tensors_json(graph, graph.outputs, images),
+                               spec.workspace_bytes, in_place_json(b.in_place), images};
     if (bk == 0) {
       cm.memory = b.memory;
       cm.in_place = b.in_place;
       cm.inputs = desc.inputs;
       cm.outputs = desc.outputs;
+      cm.images = images;
     }
     if (bb.size() > 1) cm.buckets.push_back(std::move(desc));
     specs.push_back(std::move(spec));

@@ -70,6 +70,8 @@ struct CompiledModel {
   std::vector<InPlaceConcat> in_place;
   int64_t constant_bytes = 0;  // embedded (once for buckets that share them)
   nlohmann::json inputs, outputs;  // bucket 0's
+  // Bucket 0's slices of axis 0 run one at a time (graph/image_loop.h; 1: the batch at once).
+  int64_t images = 1;
   // A library of shape buckets: each bucket's inputs, outputs, workspace and in-place Concats
   // (bucket 0's are also the fields above; memory.arena_bytes is the largest bucket's).
   // Empty for a library of one set of sizes.
@@ -77,6 +79,8 @@ struct CompiledModel {
     nlohmann::json inputs, outputs;
     int64_t workspace_bytes = 0;
     nlohmann::json in_place;
+    // Slices of axis 0 a call runs one at a time (graph/image_loop.h); 1: the whole batch at once.
+    int64_t images = 1;
   };
   std::vector<Bucket> buckets;
   // Kernels with a tuned template (a workload), and those of them whose config is the

@@ -67,6 +67,14 @@ std::vector<std::string> supported_ops() {
   return out;
 }
 
+bool rows_apart_always(const Graph&, const Node&) { return true; }
+
+bool keeps_rows_apart(const Graph& g, const Node& n) {
+  const OpDef& d = check_node(n);
+  if (d.rows_apart) return d.rows_apart(g, n);
+  return d.pattern == OpKind::Elementwise || d.pattern == OpKind::Anchor;
+}
+
 void describe(OpDef& d, OpKind pattern, std::vector<std::string> attributes, bool int64_exact) {
   d.pattern = pattern;
   d.attributes = std::move(attributes);

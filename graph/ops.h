@@ -128,7 +128,19 @@ struct OpDef {
   // products. infer_node refuses uint8 inputs anywhere else (kernels would read the bytes as
   // floats).
   bool uint8_data = false;
+  // Whether a node keeps the rows of axis 0 apart: each row of its outputs computed from the
+  // same row of its inputs, where the shapes keep axis 0 (graph/image_loop.h checks the shapes;
+  // this says what shapes cannot: a Softmax over axis 0 keeps them). Null: by the pattern,
+  // elementwise operators and anchors do and the others do not (an operator that does says
+  // so: rows_apart_always, or a check of its axis).
+  bool (*rows_apart)(const Graph& g, const Node& n) = nullptr;
 };
+
+// rows_apart for operators whose shapes alone tell (pools, reshapes, reductions: any of them
+// touching axis 0 changes its size, which image_loop sees).
+bool rows_apart_always(const Graph& g, const Node& n);
+// Whether `n` keeps the rows of axis 0 apart (OpDef::rows_apart, or its pattern's default).
+bool keeps_rows_apart(const Graph& g, const Node& n);
 
 // Sets the facts of an entry just pushed: registration files call it after each push_back.
 void describe(OpDef& d, OpKind pattern, std::vector<std::string> attributes = {}, bool int64_exact = false);

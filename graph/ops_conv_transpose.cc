@@ -140,6 +140,7 @@ void register_conv_transpose_ops(std::vector<OpDef>& ops) {
                  },
                  conv_transpose_eval, te::conv_transpose_te, nullptr, nullptr, /*linear_cost=*/false});
   describe(ops.back(), OpKind::Opaque, {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"});
+  ops.back().rows_apart = rows_apart_always;
   ops.back().expand = expand_window;  // 1-D windows
 }
 

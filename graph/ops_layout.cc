@@ -183,6 +183,7 @@ std::vector<HostTensor> conv_nchwc_eval(const OpContext& c,
 void register_layout_ops(std::vector<OpDef>& ops) {
   ops.push_back({"LayoutTransform", 1, 1, transform_infer, transform_eval, te::layout_transform_te});
   describe(ops.back(), OpKind::Injective, {"dst_layout", "src_layout"});
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"ConvNCHWc", 2, 3, conv_nchwc_infer, conv_nchwc_eval, te::conv_nchwc_te, conv_nchwc_workload, nullptr, /*linear_cost=*/false});
   describe(ops.back(), OpKind::Anchor, {"dilations", "group", "pads", "strides"});
   ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;

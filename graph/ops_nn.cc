@@ -731,6 +731,17 @@ std::vector<HostTensor> arg_eval(const OpContext& c, const std::vector<const Hos
 
 }  // namespace
 
+// rows_apart: normalizing along an axis other than 0 (Softmax before opset 13 flattens from
+// its axis on, default 1; from 13 the axis alone, default -1).
+static bool softmax_rows_apart(const Graph& g, const Node& n) {
+  const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
+  return rank > 0 && normalize_axis(n, n.get_int("axis", g.opset < 13 ? 1 : -1), rank) != 0;
+}
+static bool layernorm_rows_apart(const Graph& g, const Node& n) {
+  const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
+  return rank > 0 && normalize_axis(n, n.get_int("axis", -1), rank) != 0;
+}
+
 void register_nn_ops(std::vector<OpDef>& ops) {
   ops.push_back(
       {"MatMul", 2, 2,
@@ -751,26 +762,35 @@ void register_nn_ops(std::vector<OpDef>& ops) {
   ops.back().expand = expand_window;  // 1-D and 3-D windows
   ops.push_back({"MaxPool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/true)});
   describe(ops.back(), OpKind::Opaque, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
+  ops.back().rows_apart = rows_apart_always;
   ops.back().expand = expand_window;  // 1-D and 3-D windows
   ops.push_back({"AveragePool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/false)});
   describe(ops.back(), OpKind::Opaque, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
+  ops.back().rows_apart = rows_apart_always;
   ops.back().expand = expand_window;  // 1-D and 3-D windows
   ops.push_back({"GlobalAveragePool", 1, 1, global_pool_infer, global_pool_eval, te::global_pool_te(/*max=*/false)});
   describe(ops.back(), OpKind::Reduction);
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"GlobalMaxPool", 1, 1, global_pool_infer, global_pool_eval, te::global_pool_te(/*max=*/true)});
   describe(ops.back(), OpKind::Reduction);
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"BatchNormalization", 5, 5, batchnorm_infer, batchnorm_eval, te::batchnorm_te});
   describe(ops.back(), OpKind::Elementwise, {"epsilon", "momentum", "training_mode"});
   ops.push_back({"Softmax", 1, 1, same_float, softmax_eval, te::softmax_te(/*log=*/false)});
   describe(ops.back(), OpKind::Reduction, {"axis"});
+  ops.back().rows_apart = softmax_rows_apart;
   ops.push_back({"LogSoftmax", 1, 1, same_float, softmax_eval, te::softmax_te(/*log=*/true)});
   describe(ops.back(), OpKind::Reduction, {"axis"});
+  ops.back().rows_apart = softmax_rows_apart;
   ops.push_back({"Hardmax", 1, 1, hardmax_infer, hardmax_eval, te::hardmax_te});
   describe(ops.back(), OpKind::Reduction, {"axis"});
+  ops.back().rows_apart = softmax_rows_apart;
   ops.push_back({"LayerNormalization", 2, 3, layernorm_infer, layernorm_eval, te::layernorm_te});
   describe(ops.back(), OpKind::Reduction, {"axis", "epsilon", "stash_type"});
+  ops.back().rows_apart = layernorm_rows_apart;
   ops.push_back({"InstanceNormalization", 3, 3, instancenorm_infer, instancenorm_eval, te::instancenorm_te});
   describe(ops.back(), OpKind::Reduction, {"epsilon"});
+  ops.back().rows_apart = rows_apart_always;
   using te::ReduceOp;
   for (auto [r, op] : {std::pair<const char*, ReduceOp>{"ReduceMean", ReduceOp::Mean}, {"ReduceSum", ReduceOp::Sum},
                        {"ReduceMax", ReduceOp::Max}, {"ReduceMin", ReduceOp::Min}, {"ReduceProd", ReduceOp::Prod},
@@ -779,11 +799,14 @@ void register_nn_ops(std::vector<OpDef>& ops) {
     ops.push_back({r, 1, 2, reduce_infer, reduce_eval, te::reduce_te(op)});
     describe(ops.back(), OpKind::Reduction, {"axes", "keepdims", "noop_with_empty_axes"},
              /*int64_exact=*/op == ReduceOp::Max || op == ReduceOp::Min || op == ReduceOp::Sum);
+    ops.back().rows_apart = rows_apart_always;  // a reduction over axis 0 makes it 1 or drops it
   }
   ops.push_back({"ArgMax", 1, 1, arg_infer, arg_eval, te::arg_te(/*max=*/true)});
   describe(ops.back(), OpKind::Opaque, {"axis", "keepdims", "select_last_index"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"ArgMin", 1, 1, arg_infer, arg_eval, te::arg_te(/*max=*/false)});
   describe(ops.back(), OpKind::Opaque, {"axis", "keepdims", "select_last_index"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
 }
 
 }  // namespace tf::graph

@@ -198,6 +198,11 @@ std::vector<HostTensor> resize_eval(const OpContext& c, const std::vector<const 
 
 }  // namespace
 
+// rows_apart: sizes along axis 0 show in the shapes; a crop's region of interest does not.
+static bool resize_rows_apart(const Graph&, const Node& n) {
+  return n.get_string("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize";
+}
+
 void register_resize_ops(std::vector<OpDef>& ops) {
   ops.push_back({"Resize", 1, 4,
                  [](const OpContext& c) {
@@ -205,6 +210,7 @@ void register_resize_ops(std::vector<OpDef>& ops) {
                  },
                  resize_eval, te::resize_te});
   describe(ops.back(), OpKind::Injective, {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value", "mode", "nearest_mode"});
+  ops.back().rows_apart = resize_rows_apart;
 }
 
 }  // namespace tf::graph

@@ -476,8 +476,10 @@ void register_scan_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Opaque, {"axis", "reduction"});
   ops.push_back({"DepthToSpace", 1, 1, depth_space_infer, depth_space_eval, te::depth_space_te});
   describe(ops.back(), OpKind::Injective, {"blocksize", "mode"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"SpaceToDepth", 1, 1, depth_space_infer, depth_space_eval, te::depth_space_te});
   describe(ops.back(), OpKind::Injective, {"blocksize"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
 }
 
 }  // namespace tf::graph

@@ -663,6 +663,42 @@ void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k) {
     out.i[o] = in.i[k];
 }
 
+// rows_apart: a Slice that takes axis 0 whole from its start, in order; a Pad that adds
+// nothing before or after axis 0; a Gather along another axis.
+static bool slice_rows_apart(const Graph& g, const Node& n) {
+  auto ints = [&](size_t k) -> const std::vector<int64_t>* {
+    if (k >= n.inputs.size() || n.inputs[k].empty()) return nullptr;
+    const Value& v = g.value(n.inputs[k]);
+    return v.constant && !holds_floats(v.constant->dtype) ? &v.constant->i : nullptr;
+  };
+  const Shape& x = g.value(n.inputs[0]).shape;
+  const std::vector<int64_t>* starts = ints(1);
+  if (!starts || x.empty()) return false;
+  const std::vector<int64_t>* axes = ints(3);
+  const std::vector<int64_t>* steps = ints(4);
+  if ((n.inputs.size() > 3 && !n.inputs[3].empty() && !axes) || (n.inputs.size() > 4 && !n.inputs[4].empty() && !steps))
+    return false;
+  for (size_t k = 0; k < starts->size(); ++k) {
+    const int64_t axis = axes ? (k < axes->size() ? (*axes)[k] : -1) : static_cast<int64_t>(k);
+    if (axis != 0 && axis != -static_cast<int64_t>(x.size())) continue;
+    const int64_t start = (*starts)[k] < 0 ? (*starts)[k] + x[0] : (*starts)[k];
+    if (start > 0 || (steps && (k >= steps->size() || (*steps)[k] != 1))) return false;
+  }
+  return true;
+}
+static bool pad_rows_apart(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 2 || n.inputs[1].empty() || (n.inputs.size() > 3 && !n.inputs[3].empty())) return false;
+  const Value& pads = g.value(n.inputs[1]);
+  const size_t rank = g.value(n.inputs[0]).shape.size();
+  if (!pads.constant || holds_floats(pads.constant->dtype) || pads.constant->i.size() != 2 * rank || rank == 0)
+    return false;
+  return pads.constant->i[0] == 0 && pads.constant->i[rank] == 0;
+}
+static bool gather_rows_apart(const Graph& g, const Node& n) {
+  const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
+  return rank > 0 && normalize_axis(n, n.get_int("axis", 0), rank) != 0;
+}
+
 void register_shape_ops(std::vector<OpDef>& ops) {
   ops.push_back(
       {"Shape", 1, 1,
@@ -687,18 +723,23 @@ void register_shape_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Opaque);
   ops.push_back(reshaping("Reshape", 2, 2, reshape_shape));
   describe(ops.back(), OpKind::Injective, {"allowzero"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Flatten", 1, 1, flatten_shape));
   describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Squeeze", 1, 2, squeeze_shape));
   describe(ops.back(), OpKind::Injective, {"axes"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Unsqueeze", 1, 2, unsqueeze_shape));
   describe(ops.back(), OpKind::Injective, {"axes"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.back().te = te::reshape_te;
   ops.push_back(reshaping("Identity", 1, 1, [](const OpContext& c) { return c.in(0).shape; }));
   describe(ops.back(), OpKind::Injective, {}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.back().te = te::unary_te([](ir::Expr x, const Node&) { return x; });
   // Dropout in inference is the identity, and so in training with a ratio of 0 (what
   // torchvision's Swin exports); its mask output (optional) is then all true.
@@ -723,6 +764,7 @@ void register_shape_ops(std::vector<OpDef>& ops) {
          return out;
        }, te::dropout_te()});
   describe(ops.back(), OpKind::Injective, {"seed", "ratio"});
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"Transpose", 1, 1,
                  [](const OpContext& c) {
                    Shape s;
@@ -731,22 +773,27 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                  },
                  transpose_eval, te::transpose_te});
   describe(ops.back(), OpKind::Injective, {"perm"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"Concat", 1, 1 << 20, concat_infer, concat_eval, te::concat_te, nullptr, every_input_is_data});
   describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"Slice", 3, 5,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, slice_spec(c).out}};
                  },
                  slice_eval, te::slice_te});
   describe(ops.back(), OpKind::Injective, {}, /*int64_exact=*/true);
+  ops.back().rows_apart = slice_rows_apart;
   ops.push_back({"Pad", 2, 4,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, pad_spec(c).out}};
                  },
                  pad_eval, te::pad_te, nullptr, first_and_third_are_data});
   describe(ops.back(), OpKind::Injective, {"mode"}, /*int64_exact=*/true);
+  ops.back().rows_apart = pad_rows_apart;
   ops.push_back({"Gather", 2, 2, gather_infer, gather_eval, te::gather_te, nullptr, gather_data_input});
   describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
+  ops.back().rows_apart = gather_rows_apart;
   ops.push_back({"ScatterND", 3, 3, scatter_nd_infer, scatter_nd_eval});
   describe(ops.back(), OpKind::Opaque, {"reduction"});
   ops.push_back({"Tile", 2, 2,
@@ -755,14 +802,17 @@ void register_shape_ops(std::vector<OpDef>& ops) {
                  },
                  tile_eval, te::tile_te});
   describe(ops.back(), OpKind::Injective, {}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"Split", 1, 2, split_infer, split_eval, te::split_te});
   describe(ops.back(), OpKind::Injective, {"axis", "split"}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"Expand", 2, 2,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, expand_shape(c)}};
                  },
                  expand_eval, te::expand_te});
   describe(ops.back(), OpKind::Injective, {}, /*int64_exact=*/true);
+  ops.back().rows_apart = rows_apart_always;
   ops.push_back({"Constant", 0, 0,
                  [](const OpContext& c) {
                    HostTensor t = constant_value(c.node);

@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "base/error.h"
+#include "graph/image_loop.h"
 
 namespace tf::graph {
 
@@ -98,6 +99,17 @@ const std::vector<PassInfo>& graph_passes() {
        "its "
        "producer's epilogue, and passed to them as uint8 (CPU targets)",
        [](Graph& g, const PassOptions& o) { return int8_edges(g, o.channel_block); }},
+      // Last: it judges the graph the kernels will be made of.
+      {"one-image-at-a-time", 2,
+       "a batch whose images the model keeps apart runs as the graph at one image, once per "
+       "image, where that pays: intermediates past the cache, work enough per image, few weights "
+       "read at every image (CPU targets; graph/image_loop.h)",
+       [](Graph& g, const PassOptions& o) {
+         if (o.channel_block <= 0) return false;
+         std::optional<ImageLoop> loop = image_loop(g);
+         g.one_image_at_a_time = loop && pays_per_image(*loop);
+         return g.one_image_at_a_time;
+       }},
   };
   return passes;
 }

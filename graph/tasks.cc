@@ -10,6 +10,7 @@
 #include "compiler/operators.h"
 #include "compiler/workload.h"
 #include "graph/fusion.h"
+#include "graph/image_loop.h"
 #include "graph/layout.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
@@ -221,6 +222,11 @@ TaskList extract_tasks(const Graph& g) {
     if (std::string alt = winograd_alternative(g, n, m); !alt.empty()) add(alt, direct);
   }
   return out;
+}
+
+TaskList extract_tasks(const Graph& g, const Target& t) {
+  std::optional<ImageLoop> loop = image_loop_for(g, t);
+  return extract_tasks(loop ? loop->per_image : g);
 }
 
 double tasks_time(const TaskList& list, const std::vector<double>& weights, const std::vector<double>& times,

@@ -17,6 +17,10 @@
 
 #include "graph/graph.h"
 
+namespace tf {
+struct Target;
+}
+
 namespace tf::graph {
 
 struct Task {
@@ -40,6 +44,9 @@ struct TaskList {
 // Each Conv, ConvNCHWc, MatMul and Gemm task; a 3x3 stride-1 blocked convolution with
 // constant weights also as a Winograd task (its alternative).
 TaskList extract_tasks(const Graph& g);
+// The tasks of the kernels a library for `t` compiles of `g`: the per-image graph's where the
+// library runs the model one image at a time (graph/image_loop.h image_loop_for), else g's.
+TaskList extract_tasks(const Graph& g, const Target& t);
 
 // The tasks of several shape buckets of one model (compile --model --dim batch=1,8,32) as one
 // list: a workload in several buckets is one task computing all their nodes, each node named

@@ -1,12 +1,15 @@
 // libFuzzer target: ONNX import (hostile model files), then the graph passes, task
-// extraction, the fusion and memory plans and the nodes' kernel expressions on whatever imports. Bad input must be a UserError, never
+// extraction, the fusion and memory plans and the nodes' kernel expressions on whatever imports
+// (and on its graph at one image, where it has one). Bad input must be a UserError, never
 // a crash, a hang or an allocation without bound.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/error.h"
 #include "graph/fusion.h"
+#include "graph/image_loop.h"
 #include "graph/memory_plan.h"
 #include "graph/node_te.h"
 #include "graph/onnx_import.h"
@@ -26,6 +29,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::vector<tf::graph::InPlaceConcat> in_place = tf::graph::in_place_concats(g, fused);
     tf::graph::plan_memory(g, tf::graph::without_in_place(fused, in_place), in_place);
     tf::graph::check_node_expressions(g);  // what import runs: each node's kernel expression
+    // The graph at one image, where the model keeps its images apart (graph/image_loop.h): what a
+    // CPU library of a batch may compile instead.
+    if (std::optional<tf::graph::ImageLoop> loop = tf::graph::image_loop(g)) {
+      tf::graph::extract_tasks(loop->per_image);
+      tf::graph::check_node_expressions(loop->per_image);
+    }
   } catch (const tf::UserError&) {
   }
   return 0;

@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "base/float16.h"
 #include "graph/fusion.h"
+#include "graph/image_loop.h"
 #include "graph/import_recurrent.h"
 #include "graph/model_compiler.h"
 #include "graph/model_library.h"
@@ -1862,6 +1863,166 @@ TEST(OnnxImport, DynamicDimensionsAreBoundByNameOrShape) {
   expect_error([] { parse_binding({"=8"}, {}); }, "--dim =8: expected name=size");
   expect_error([] { parse_binding({}, {"x=1,,2"}); }, "--input-shape x=1,,2: '' is not a size");
   expect_error([] { parse_binding({}, {"x"}); }, "--input-shape x: expected input=d0,d1,...");
+}
+
+// One image at a time (graph/image_loop.h): a batch of a model that keeps its images apart runs
+// as the graph at one image, once per slice of axis 0 of every input and output, on a workspace
+// of one image; the results are the batch's. image_loop refuses, naming the node or value, the
+// models that mix images, and the pass marks only models where it pays.
+TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
+  namespace fs = std::filesystem;
+  ModelBuilder b;
+  b.input("x", {-1, 3, 8, 8});
+  b.input("k", {-1, 5}, onnx::TensorProto::INT64);
+  std::vector<float> w(4 * 3 * 3 * 3), m(256 * 5);
+  for (size_t e = 0; e < w.size(); ++e) w[e] = std::sin(0.41f * static_cast<float>(e));
+  for (size_t e = 0; e < m.size(); ++e) m[e] = 0.1f * std::cos(0.23f * static_cast<float>(e));
+  b.floats_shaped("w", {4, 3, 3, 3}, w);
+  b.floats("bias", {0.1f, -0.2f, 0.3f, 0.0f});
+  b.floats_shaped("m", {256, 5}, m);
+  set_ints(b.node("Conv", {"x", "w", "bias"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c"}, {"r"});
+  b.node("Flatten", {"r"}, {"f"});
+  b.node("MatMul", {"f", "m"}, {"p"});
+  set_int(b.node("Cast", {"k"}, {"kf"}), "to", onnx::TensorProto::FLOAT);
+  b.node("Add", {"p", "kf"}, {"s"});
+  set_int(b.node("Softmax", {"s"}, {"y"}), "axis", -1);
+  b.output("y");
+  b.output("r");
+  const std::string bytes = b.m.SerializeAsString();
+  const int64_t n = 4;
+  PassOptions o;
+  o.channel_block = channel_block(tf::host_target());
+  Graph g = import_onnx_bytes(bytes, "test.onnx", {{{"batch", n}}, {}});
+  run_passes(g, o);
+  EXPECT_FALSE(g.one_image_at_a_time);  // 4 images of 1 KB: the batch fits any cache
+  std::string why;
+  std::optional<ImageLoop> loop = image_loop(g, &why);
+  ASSERT_TRUE(loop) << why;
+  EXPECT_EQ(loop->images, n);
+  EXPECT_EQ(loop->per_image.value("x").shape, (Shape{1, 3, 8, 8}));
+  EXPECT_EQ(loop->per_image.value("y").shape, (Shape{1, 5}));
+  EXPECT_FALSE(pays_per_image(*loop));
+  // Marked, a library runs one image at a time; unmarked, the batch at once. Both are the batch's.
+  Graph whole = g;
+  g.one_image_at_a_time = true;
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  fs::path so = fs::temp_directory_path() / ("tf-image-loop-test-" + std::to_string(getpid()) + ".so");
+  CompiledModel one = compile_model(g, tf::host_target(), defaults, so.string(), "test");
+  CompiledModel all = compile_model(whole, tf::host_target(), defaults, so.string() + ".all.so", "test");
+  EXPECT_EQ(one.images, n);
+  EXPECT_EQ(all.images, 1);
+  EXPECT_EQ(one.sidecar("test")["images"], n);
+  EXPECT_EQ(one.inputs[0]["shape"], nlohmann::json({4, 3, 8, 8}));
+  EXPECT_EQ(one.outputs[1]["shape"], nlohmann::json({4, 4, 8, 8}));
+  // A workspace slot of one image for each thread that may run images of its own (4 images: 4).
+  EXPECT_EQ(one.memory.arena_bytes % 4, 0);
+  EXPECT_LT(one.memory.arena_bytes / 4, all.memory.arena_bytes);
+  // The tasks of a CPU target are the per-image graph's, as the library compiles them.
+  auto has_batch = [](const TaskList& t, const std::string& size) {
+    for (const Task& task : t.tasks)
+      if (task.workload.find("(N=" + size + ",") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(has_batch(extract_tasks(g, tf::host_target()), "1"));
+  EXPECT_FALSE(has_batch(extract_tasks(g, tf::host_target()), "4"));
+  EXPECT_TRUE(has_batch(extract_tasks(whole, tf::host_target()), "4"));
+  std::vector<float> xs(static_cast<size_t>(n * 3 * 64));
+  for (size_t e = 0; e < xs.size(); ++e) xs[e] = std::cos(0.17f * static_cast<float>(e));
+  HostTensor x = HostTensor::floats({n, 3, 8, 8}, xs);
+  std::vector<int64_t> ks(static_cast<size_t>(n * 5));
+  for (size_t e = 0; e < ks.size(); ++e) ks[e] = static_cast<int64_t>(e % 7) - 3;
+  HostTensor k = HostTensor::ints({n, 5}, ks);
+  const auto want = run_reference(whole, {{"x", x}, {"k", k}});
+  // Teams of 1 (the images one after another), 2 and 4 threads (each image on a thread of its
+  // own where the machine has the CPUs; the pool caps the team at them), and 8 (more threads
+  // than images and slots: one after another again, each kernel on the team).
+  for (const fs::path& lib_path : {so, fs::path(so.string() + ".all.so")}) {
+    ModelLibrary lib(lib_path.string());
+    EXPECT_EQ(lib.inputs()[0].shape, (Shape{n, 3, 8, 8}));
+    // The team size is libgomp's (the library's pool reads omp_get_max_threads).
+    void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(gomp, nullptr) << dlerror();
+    auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads"));
+    auto get_threads = reinterpret_cast<int (*)()>(dlsym(gomp, "omp_get_max_threads"));
+    ASSERT_TRUE(set_threads && get_threads);
+    const int before = get_threads();
+    for (int threads : {1, 2, 4, 8}) {
+      set_threads(threads);
+      std::vector<HostTensor> got;
+      lib.run({&x, &k}, got);
+      ASSERT_EQ(got.size(), 2u);
+      for (size_t out = 0; out < 2; ++out) {
+        const std::vector<float>& w_out = want.at(out == 0 ? "y" : "r").f;
+        ASSERT_EQ(got[out].f.size(), w_out.size());
+        for (size_t e = 0; e < w_out.size(); ++e)
+          ASSERT_NEAR(got[out].f[e], w_out[e], 1e-4)
+              << lib_path << ", " << threads << " threads, output " << out << " element " << e;
+      }
+      // An int64 input out of range in the third image: that image's conversion fails, the
+      // call returns -2 whichever thread ran it, and the error names the element.
+      HostTensor bad = k;
+      bad.i[2 * 5 + 1] = int64_t{1} << 30;
+      expect_error([&] { lib.run({&x, &bad}, got); }, "input 'k': element 11 is 1073741824");
+    }
+    set_threads(before);
+    dlclose(gomp);
+  }
+  for (const fs::path& p : {so, fs::path(so.string() + ".json"), fs::path(so.string() + ".all.so"),
+                            fs::path(so.string() + ".all.so.json")})
+    fs::remove(p);
+  // What mixes images, refused by name.
+  auto refused = [](const std::function<void(ModelBuilder&)>& body, int64_t batch, const std::string& want) {
+    ModelBuilder mb;
+    mb.input("x", {-1, 5});
+    body(mb);
+    mb.output("y");
+    Graph mg = import_onnx_bytes(mb.m.SerializeAsString(), "test.onnx", {{{"batch", batch}}, {}});
+    std::string reason;
+    EXPECT_FALSE(image_loop(mg, &reason)) << want;
+    EXPECT_NE(reason.find(want), std::string::npos) << reason;
+  };
+  refused([](ModelBuilder& mb) { set_int(mb.node("Softmax", {"x"}, {"y"}), "axis", 0); }, 4,
+          "node 'Softmax_y' (Softmax) mixes the rows of axis 0");
+  refused([](ModelBuilder& mb) {
+    set_ints(mb.node("Transpose", {"x"}, {"t"}), "perm", {1, 0});
+    set_ints(mb.node("Transpose", {"t"}, {"y"}), "perm", {1, 0});
+  }, 4, "'t' (node 'Transpose_t' (Transpose)) is [5, 4] at 4 images and [5, 1] at one: axis 0 is not the images' alone");
+  refused([](ModelBuilder& mb) {
+    mb.floats_shaped("c", {4, 5}, std::vector<float>(20, 1.0f));
+    mb.node("Add", {"x", "c"}, {"y"});
+  }, 4, "'y' (node 'Add_y' (Add)) is [4, 5] at 4 images and [4, 5] at one");
+  refused([](ModelBuilder& mb) {
+    mb.ints("starts", {-1});
+    mb.ints("ends", {-100});
+    mb.ints("axes", {0});
+    mb.ints("steps", {-1});
+    mb.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"});
+  }, 4, "(Slice) mixes the rows of axis 0");
+  refused([](ModelBuilder& mb) {
+    mb.ints("axes", {0});
+    mb.node("ReduceSum", {"x", "axes"}, {"s"});
+    mb.node("Add", {"x", "s"}, {"y"});
+  }, 4, "'s' (node 'ReduceSum_s' (ReduceSum)) is [1, 5] at 4 images");
+  refused([](ModelBuilder& mb) { mb.node("Relu", {"x"}, {"y"}); }, 1, "axis 0 has 1 image");
+  // When it pays: a batch past the cache, work enough per kernel, few weights read per image.
+  ImageLoop big;
+  big.images = 32;
+  big.largest_bytes = 3 << 20;
+  big.kernels = 59;
+  big.flops = 8.2e9;
+  big.streamed_weight_bytes = 8 << 20;  // ResNet-50's classifier
+  EXPECT_TRUE(pays_per_image(big));
+  ImageLoop small_batch = big;
+  small_batch.images = 1;
+  EXPECT_FALSE(pays_per_image(small_batch));
+  ImageLoop little_work = big;
+  little_work.flops = 59 * 4e6;
+  little_work.streamed_weight_bytes = 0;
+  EXPECT_FALSE(pays_per_image(little_work));
+  ImageLoop mlp = big;
+  mlp.streamed_weight_bytes = int64_t{1} << 30;
+  EXPECT_FALSE(pays_per_image(mlp));
 }
 
 // Shape buckets (--dim batch=1,3,8): one library computes the model at every listed size, each

@@ -126,13 +126,15 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // recognize-composites, combine-parallel-matmuls and transform-conv-layout have their own
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block),
     // and fold-qdq and int8-edges (no QDQ model; tests/graph/import_test.cc), and
-    // auto-mixed-precision (not at fp32, the default; below).
+    // auto-mixed-precision (not at fp32, the default; below), and one-image-at-a-time (batch 1
+    // here; ImageLoop in tests/graph/import_test.cc).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
                     p.name == "fold-qdq" || p.name == "int8-edges" ||
                     p.name == "auto-mixed-precision" || p.name == "transform-conv-layout" ||
                     p.name == "pad-channels" ||
                     p.name == "lower-conv-transpose" || p.name == "pad-convs" ||
-                    p.name == "einsum-to-matmul" || p.name == "lower-scatter-nd";
+                    p.name == "einsum-to-matmul" || p.name == "lower-scatter-nd" ||
+                    p.name == "one-image-at-a-time";
     EXPECT_EQ(p.changed, !own_test) << p.name;
   }
   EXPECT_EQ(dumped.size(), r.size());

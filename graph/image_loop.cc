@@ -1,0 +1,130 @@
+#include "graph/image_loop.h"
+
+#include <algorithm>
+#include <set>
+
+#include "base/error.h"
+#include "compiler/target.h"
+#include "graph/fusion.h"
+#include "graph/memory_budget.h"
+#include "graph/ops.h"
+#include "graph/tasks.h"
+#include "compiler/operators.h"
+#include "compiler/workload.h"
+
+namespace tf::graph {
+namespace {
+
+// pays_per_image's rules of thumb (docs/models.md, "Batches one image at a time"):
+// Batched intermediates past a cache this size are read back from memory.
+constexpr int64_t kCacheBytes = int64_t{4} << 20;
+// Below this much work a kernel per image (on average), running the batch one image at a time
+// gains nothing: batch 8 on the 2-core Zen 5 VM, one image at a time (images on threads of
+// their own) against the batch at once, 1 and 2 threads: RegNetY-400MF, 4 MFLOP a kernel,
+// 0.97-1.03x and 0.96-1.03x; MobileNet-v2, 10 MFLOP, 1.07-1.15x and 1.17-1.26x; SqueezeNet 1.1,
+// 17 MFLOP, 1.14x and 1.31x; DenseNet-121, 29 MFLOP, 1.52x and 1.34x.
+constexpr double kMinFlopsPerKernel = 8e6;
+// Weights used fewer times than this per image are streamed from memory at each image...
+constexpr double kMinWeightUses = 16;
+// ... at ~10 GB/s, against ~100 GFLOPS of arithmetic: their bytes x 100 (10x the time they take)
+// must not exceed the arithmetic.
+constexpr double kFlopsPerStreamedByte = 100;
+
+}  // namespace
+
+std::optional<ImageLoop> image_loop(const Graph& g, std::string* why) {
+  auto no = [&](const std::string& reason) -> std::optional<ImageLoop> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  if (g.inputs.empty()) return no("the model has no inputs");
+  int64_t images = 0;
+  for (const std::vector<std::string>* names : {&g.inputs, &g.outputs}) {
+    for (const std::string& name : *names) {
+      const Shape& s = g.value(name).shape;
+      if (s.empty()) return no(str("'", name, "' is a scalar"));
+      if (images == 0) images = s[0];
+      if (s[0] != images)
+        return no(str("axis 0 of '", name, "' is ", s[0], ", of '", g.inputs[0], "' ", images));
+      if (g.is_constant(name)) return no(str("output '", name, "' is a constant"));
+    }
+  }
+  if (images <= 1) return no(str("axis 0 has ", images, " image"));
+  ImageLoop loop;
+  loop.images = images;
+  Graph& one = loop.per_image;
+  one = g;
+  for (const std::string& in : g.inputs) one.value(in).shape[0] = 1;
+  // The values computed from an input (the others, from constants alone, stay as they are).
+  std::set<std::string> derived(g.inputs.begin(), g.inputs.end());
+  for (const Node& node : one.nodes) {
+    bool reads_input = false;
+    for (const std::string& in : node.inputs) reads_input |= derived.count(in) > 0;
+    std::vector<TypeShape> out;
+    try {
+      out = infer_node(node, one, one.opset);
+    } catch (const std::exception& e) {
+      // Any failure, not only a UserError: these are shapes the model's author never wrote
+      // (a batch of 1 where it had N), and refusing is always safe.
+      return no(str(node.where(), " does not take one image: ", e.what()));
+    }
+    for (size_t k = out.size(); k < node.outputs.size(); ++k) {
+      if (!node.outputs[k].empty()) return no(str(node.where(), ": output '", node.outputs[k], "' is not inferred"));
+    }
+    for (size_t k = 0; k < node.outputs.size() && k < out.size(); ++k) {
+      const std::string& name = node.outputs[k];
+      if (name.empty()) continue;
+      const Shape& batched = g.value(name).shape;
+      Shape& single = one.value(name).shape;
+      single = out[k].shape;
+      if (!reads_input) {
+        if (single != batched)
+          return no(str(node.where(), " reads no input but its output '", name, "' has another shape at one image"));
+        continue;
+      }
+      derived.insert(name);
+      if (batched.empty() || single.empty() || batched[0] != images || single[0] != 1 ||
+          !std::equal(batched.begin() + 1, batched.end(), single.begin() + 1, single.end())) {
+        return no(str("'", name, "' (", node.where(), ") is ", shape_str(batched), " at ", images, " images and ",
+                      shape_str(single), " at one: axis 0 is not the images' alone"));
+      }
+    }
+    if (reads_input && !keeps_rows_apart(g, node)) return no(str(node.where(), " mixes the rows of axis 0"));
+    if (!reads_input) continue;
+    const OpKind kind = op_kind(node.op);
+    if (kind != OpKind::Elementwise) ++loop.kernels;  // elementwise nodes fuse into others
+    for (const std::string& o : node.outputs) {
+      if (!o.empty()) loop.largest_bytes = std::max(loop.largest_bytes, tensor_bytes(one.value(o).dtype, one.value(o).shape));
+    }
+    if (kind != OpKind::Anchor) continue;
+    AnchorWorkload m = anchor_workload(one, node);
+    if (m.spec.empty()) continue;
+    const double flops = static_cast<double>(build_op(parse_workload(m.spec + ",epilogue=none)")).flops);
+    int64_t weight_elements = 0, weight_bytes = 0;
+    for (const std::string& in : node.inputs) {
+      if (in.empty() || derived.count(in)) continue;
+      const Value& v = one.value(in);
+      if (!v.constant || !holds_floats(v.dtype)) continue;
+      weight_elements += num_elements(v.shape);
+      weight_bytes += tensor_bytes(v.dtype, v.shape);
+    }
+    loop.flops += flops;
+    // Each weight's uses at one image: a convolution's output positions, a product's rows.
+    if (weight_elements > 0 && flops < 2.0 * kMinWeightUses * static_cast<double>(weight_elements))
+      loop.streamed_weight_bytes += weight_bytes;
+  }
+  return loop;
+}
+
+bool pays_per_image(const ImageLoop& loop) {
+  const double flops = loop.flops;
+  return loop.images * loop.largest_bytes > kCacheBytes && flops >= kMinFlopsPerKernel * static_cast<double>(loop.kernels) &&
+         static_cast<double>(loop.streamed_weight_bytes) * kFlopsPerStreamedByte <= flops;
+}
+
+std::optional<ImageLoop> image_loop_for(const Graph& g, const Target& t) {
+  if (!t.is_cpu() || !g.one_image_at_a_time) return std::nullopt;
+  return image_loop(g);
+}
+
+}  // namespace tf::graph
