@@ -518,9 +518,9 @@ int compile_model_file(const ModelCompileArgs& a) {
                 cm.buckets[b].images > 1 ? str(", one image at a time").c_str() : "");
   }
   if (cm.buckets.empty() && cm.images > 1) {
-    std::printf("  runs one image at a time: %lld images a call, each on a workspace of one image (docs/models.md, "
-                "\"Batches one image at a time\")\n",
-                static_cast<long long>(cm.images));
+    std::printf("  runs one image at a time: %lld images a call, on up to %lld threads with a workspace slot of one "
+                "image each (docs/models.md, \"Batches one image at a time\")\n",
+                static_cast<long long>(cm.images), static_cast<long long>(cm.image_slots));
   }
   if (!cm.buckets.empty()) {
     std::printf("  %zu shape buckets: a call runs the bucket of its inputs' shapes (tf_model_run_shaped; "

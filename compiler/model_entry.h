@@ -21,7 +21,8 @@
 // 64-byte aligned); a NULL workspace is allocated and freed within the call. Kernels compute
 // in float32: int64 and bool inputs are converted into the workspace first, and an int64
 // input must lie within +-2^24 (16777216), where float32 holds every integer. It returns 0;
-// -1 when memory ran out; -2 when an int64 input is out of that range (nothing computed).
+// -1 when memory ran out; -2 when an int64 input is out of that range (nothing computed; in
+// a batch run one image at a time, nothing of that image).
 // The outputs are unspecified after an error. Concurrent calls need their own workspaces.
 // A bucket of a batch compiled one image at a time (EntrySpec::images, graph/image_loop.h)
 // runs its kernels once per slice of axis 0, on a team's threads (each image whole on one

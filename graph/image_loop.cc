@@ -113,6 +113,10 @@ std::optional<ImageLoop> image_loop(const Graph& g, std::string* why) {
     if (weight_elements > 0 && flops < 2.0 * kMinWeightUses * static_cast<double>(weight_elements))
       loop.streamed_weight_bytes += weight_bytes;
   }
+  // An output computed from constants alone would be the whole batch's in every slice.
+  for (const std::string& o : g.outputs) {
+    if (!derived.count(o)) return no(str("output '", o, "' is computed from constants alone"));
+  }
   return loop;
 }
 

@@ -656,10 +656,13 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
                                spec.workspace_bytes, in_place_json(b.in_place), images};
     if (bk == 0) {
       cm.memory = b.memory;
+      // One image at a time: a plan per workspace slot (the arena is set from the entry below).
+      cm.memory.naive_bytes *= spec.image_slots;
       cm.in_place = b.in_place;
       cm.inputs = desc.inputs;
       cm.outputs = desc.outputs;
       cm.images = images;
+      cm.image_slots = spec.image_slots;
     }
     if (bb.size() > 1) cm.buckets.push_back(std::move(desc));
     specs.push_back(std::move(spec));

@@ -70,8 +70,10 @@ struct CompiledModel {
   std::vector<InPlaceConcat> in_place;
   int64_t constant_bytes = 0;  // embedded (once for buckets that share them)
   nlohmann::json inputs, outputs;  // bucket 0's
-  // Bucket 0's slices of axis 0 run one at a time (graph/image_loop.h; 1: the batch at once).
+  // Bucket 0's slices of axis 0 run one at a time (graph/image_loop.h; 1: the batch at once),
+  // on up to image_slots threads, each with a workspace slot of one image.
   int64_t images = 1;
+  int64_t image_slots = 1;
   // A library of shape buckets: each bucket's inputs, outputs, workspace and in-place Concats
   // (bucket 0's are also the fields above; memory.arena_bytes is the largest bucket's).
   // Empty for a library of one set of sizes.

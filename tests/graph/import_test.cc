@@ -2005,6 +2005,12 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
     mb.node("Add", {"x", "s"}, {"y"});
   }, 4, "'s' (node 'ReduceSum_s' (ReduceSum)) is [1, 5] at 4 images");
   refused([](ModelBuilder& mb) { mb.node("Relu", {"x"}, {"y"}); }, 1, "axis 0 has 1 image");
+  refused([](ModelBuilder& mb) {  // a second output of the batch's size, from constants alone
+    mb.floats_shaped("c", {4, 5}, std::vector<float>(20, 1.0f));
+    mb.node("Relu", {"x"}, {"y"});
+    mb.node("Neg", {"c"}, {"z"});
+    mb.output("z");
+  }, 4, "output 'z' is computed from constants alone");
   // When it pays: a batch past the cache, work enough per kernel, few weights read per image.
   ImageLoop big;
   big.images = 32;
