@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <queue>
 
 #include "base/error.h"
@@ -106,7 +107,15 @@ const std::vector<PassInfo>& graph_passes() {
        "read at every image (CPU targets; graph/image_loop.h)",
        [](Graph& g, const PassOptions& o) {
          if (o.channel_block <= 0) return false;
+         // image_loop copies the graph; the weights' data stay out of the copy (inference reads
+         // shapes, and constants of a few elements), so a model's weights are never held twice.
+         constexpr size_t kKeptElements = 4096;
+         std::map<std::string, std::vector<float>> weights;
+         for (auto& [name, v] : g.values) {
+           if (v.constant && v.constant->f.size() > kKeptElements) weights[name] = std::move(v.constant->f);
+         }
          std::optional<ImageLoop> loop = image_loop(g);
+         for (auto& [name, f] : weights) g.value(name).constant->f = std::move(f);
          g.one_image_at_a_time = loop && pays_per_image(*loop);
          return g.one_image_at_a_time;
        }},
