@@ -4,13 +4,13 @@
 #include <set>
 
 #include "base/error.h"
+#include "compiler/operators.h"
 #include "compiler/target.h"
+#include "compiler/workload.h"
 #include "graph/fusion.h"
 #include "graph/memory_budget.h"
 #include "graph/ops.h"
 #include "graph/tasks.h"
-#include "compiler/operators.h"
-#include "compiler/workload.h"
 
 namespace tf::graph {
 namespace {
@@ -97,9 +97,14 @@ std::optional<ImageLoop> image_loop(const Graph& g, std::string* why) {
       if (!o.empty()) loop.largest_bytes = std::max(loop.largest_bytes, tensor_bytes(one.value(o).dtype, one.value(o).shape));
     }
     if (kind != OpKind::Anchor) continue;
-    AnchorWorkload m = anchor_workload(one, node);
-    if (m.spec.empty()) continue;
-    const double flops = static_cast<double>(build_op(parse_workload(m.spec + ",epilogue=none)")).flops);
+    double flops = 0;
+    try {
+      AnchorWorkload m = anchor_workload(one, node);
+      if (m.spec.empty()) continue;
+      flops = static_cast<double>(build_op(parse_workload(m.spec + ",epilogue=none)")).flops);
+    } catch (const std::exception& e) {
+      return no(str(node.where(), " has no workload at one image: ", e.what()));
+    }
     int64_t weight_elements = 0, weight_bytes = 0;
     for (const std::string& in : node.inputs) {
       if (in.empty() || derived.count(in)) continue;
