@@ -428,7 +428,7 @@ class EntryGen {
     b_.CreateStore(ws, b_.CreateStructGEP(context, c, 2));
     b_.CreateStore(b_.getInt32(0), b_.CreateStructGEP(context, c, 3));
     b_.CreateMemSet(b_.CreateStructGEP(context, c, 4), b_.getInt8(0), 4 * slots, llvm::MaybeAlign(4));
-    b_.CreateCall(parallel_launch_function(m_, target_), {image_job(s, slice, context), c});
+    b_.CreateCall(parallel_launch_function(m_, target_), {image_job(s, slice, context, slots), c});
     llvm::LoadInst* failed = b_.CreateAlignedLoad(i32, b_.CreateStructGEP(context, c, 3), llvm::Align(4));
     failed->setAtomic(llvm::AtomicOrdering::Acquire);
     llvm::BasicBlock* team_end = b_.GetInsertBlock();
@@ -450,7 +450,7 @@ class EntryGen {
   // (chunk + 1) N / chunks), on a workspace slot it claims (a flag it swaps from 0 to 1; at
   // most as many chunks run at once as the team has threads, and the team has no more threads
   // than slots); stops at the first failure (its status in the context, the first written).
-  llvm::Function* image_job(const EntrySpec& s, llvm::Function* slice, llvm::StructType* context) {
+  llvm::Function* image_job(const EntrySpec& s, llvm::Function* slice, llvm::StructType* context, uint32_t slots) {
     llvm::IRBuilderBase::InsertPointGuard keep(b_);
     llvm::PointerType* ptr = b_.getPtrTy();
     llvm::Type* i32 = b_.getInt32Ty();
@@ -458,7 +458,6 @@ class EntryGen {
     auto* fn = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr, i32, i32}, false),
                                       llvm::GlobalValue::InternalLinkage, slice->getName() + "_job", m_);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
-    const auto slots = static_cast<uint32_t>(std::max<int64_t>(s.image_slots, 1));
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
     auto* claim = llvm::BasicBlock::Create(ctx_, "claim", fn);
     auto* try_slot = llvm::BasicBlock::Create(ctx_, "try_slot", fn);

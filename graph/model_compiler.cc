@@ -651,7 +651,7 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
       if (from.kind != EntryBuffer::Kind::Output || from.index != static_cast<int64_t>(k))
         spec.copies.push_back({from, static_cast<int64_t>(k), {}});
     }
-    const int64_t images = b.loop ? b.loop->images : 1;
+    const int64_t images = spec.images;
     CompiledModel::Bucket desc{tensors_json(graph, graph.inputs, images), tensors_json(graph, graph.outputs, images),
                                spec.workspace_bytes, in_place_json(b.in_place), images};
     if (bk == 0) {

@@ -731,11 +731,11 @@ std::vector<HostTensor> arg_eval(const OpContext& c, const std::vector<const Hos
 
 }  // namespace
 
-// rows_apart: normalizing along an axis other than 0 (Softmax before opset 13 flattens from
-// its axis on, default 1; from 13 the axis alone, default -1).
+// rows_apart: normalizing along axes other than 0 (softmax_axes: a row's dimensions).
 static bool softmax_rows_apart(const Graph& g, const Node& n) {
   const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
-  return rank > 0 && normalize_axis(n, n.get_int("axis", g.opset < 13 ? 1 : -1), rank) != 0;
+  const std::vector<int64_t> axes = softmax_axes(context(n, g, g.opset), rank);
+  return rank > 0 && std::find(axes.begin(), axes.end(), 0) == axes.end();
 }
 static bool layernorm_rows_apart(const Graph& g, const Node& n) {
   const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());

@@ -663,36 +663,16 @@ void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k) {
     out.i[o] = in.i[k];
 }
 
-// rows_apart: a Slice that takes axis 0 whole from its start, in order; a Pad that adds
-// nothing before or after axis 0; a Gather along another axis.
+// rows_apart, read through the decoders inference uses: a Slice that takes axis 0 from its
+// start, in order; a Pad that adds or crops nothing before or after axis 0; a Gather along
+// another axis.
 static bool slice_rows_apart(const Graph& g, const Node& n) {
-  auto ints = [&](size_t k) -> const std::vector<int64_t>* {
-    if (k >= n.inputs.size() || n.inputs[k].empty()) return nullptr;
-    const Value& v = g.value(n.inputs[k]);
-    return v.constant && !holds_floats(v.constant->dtype) ? &v.constant->i : nullptr;
-  };
-  const Shape& x = g.value(n.inputs[0]).shape;
-  const std::vector<int64_t>* starts = ints(1);
-  if (!starts || x.empty()) return false;
-  const std::vector<int64_t>* axes = ints(3);
-  const std::vector<int64_t>* steps = ints(4);
-  if ((n.inputs.size() > 3 && !n.inputs[3].empty() && !axes) || (n.inputs.size() > 4 && !n.inputs[4].empty() && !steps))
-    return false;
-  for (size_t k = 0; k < starts->size(); ++k) {
-    const int64_t axis = axes ? (k < axes->size() ? (*axes)[k] : -1) : static_cast<int64_t>(k);
-    if (axis != 0 && axis != -static_cast<int64_t>(x.size())) continue;
-    const int64_t start = (*starts)[k] < 0 ? (*starts)[k] + x[0] : (*starts)[k];
-    if (start > 0 || (steps && (k >= steps->size() || (*steps)[k] != 1))) return false;
-  }
-  return true;
+  const SliceSpec s = slice_spec(context(n, g, g.opset));
+  return !s.start.empty() && s.start[0] == 0 && s.step[0] == 1;
 }
 static bool pad_rows_apart(const Graph& g, const Node& n) {
-  if (n.inputs.size() < 2 || n.inputs[1].empty() || (n.inputs.size() > 3 && !n.inputs[3].empty())) return false;
-  const Value& pads = g.value(n.inputs[1]);
-  const size_t rank = g.value(n.inputs[0]).shape.size();
-  if (!pads.constant || holds_floats(pads.constant->dtype) || pads.constant->i.size() != 2 * rank || rank == 0)
-    return false;
-  return pads.constant->i[0] == 0 && pads.constant->i[rank] == 0;
+  const PadSpec p = pad_spec(context(n, g, g.opset));
+  return !p.begin.empty() && p.begin[0] == 0 && p.out[0] == g.value(n.inputs[0]).shape[0];
 }
 static bool gather_rows_apart(const Graph& g, const Node& n) {
   const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());

@@ -1980,7 +1980,7 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
     Graph mg = import_onnx_bytes(mb.m.SerializeAsString(), "test.onnx", {{{"batch", batch}}, {}});
     std::string reason;
     EXPECT_FALSE(image_loop(mg, &reason)) << want;
-    EXPECT_NE(reason.find(want), std::string::npos) << reason;
+    EXPECT_NE(reason.find(want), std::string::npos) << "reason: " << reason;
   };
   refused([](ModelBuilder& mb) { set_int(mb.node("Softmax", {"x"}, {"y"}), "axis", 0); }, 4,
           "node 'Softmax_y' (Softmax) mixes the rows of axis 0");
@@ -2004,6 +2004,35 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
     mb.node("ReduceSum", {"x", "axes"}, {"s"});
     mb.node("Add", {"x", "s"}, {"y"});
   }, 4, "'s' (node 'ReduceSum_s' (ReduceSum)) is [1, 5] at 4 images");
+  refused([](ModelBuilder& mb) {  // shifted by a row: the shape stays, the images do not
+    mb.ints("pads", {1, 0, -1, 0});
+    mb.node("Pad", {"x", "pads"}, {"y"});
+  }, 4, "(Pad) mixes the rows of axis 0");
+  refused([](ModelBuilder& mb) {  // constant indices: a shape of their own
+    mb.ints("order", {3, 2, 1, 0});
+    mb.node("Gather", {"x", "order"}, {"y"});
+  }, 4, "'y' (node 'Gather_y' (Gather)) is [4, 5] at 4 images and [4, 5] at one");
+  refused([](ModelBuilder& mb) {  // indices per image, gathering along the images
+    mb.input("k", {-1}, onnx::TensorProto::INT64);
+    mb.node("Gather", {"x", "k"}, {"y"});
+  }, 4, "(Gather) mixes the rows of axis 0");
+  {  // Pad, Slice, Gather and Softmax along the other axis keep the images apart.
+    ModelBuilder mb;
+    mb.input("x", {-1, 5});
+    mb.ints("pads", {0, 1, 0, 2});
+    mb.node("Pad", {"x", "pads"}, {"p"});
+    mb.ints("starts", {1});
+    mb.ints("ends", {7});
+    mb.ints("axes", {1});
+    mb.node("Slice", {"p", "starts", "ends", "axes"}, {"s"});
+    mb.ints("cols", {4, 0, 2});
+    set_int(mb.node("Gather", {"s", "cols"}, {"t"}), "axis", 1);
+    set_int(mb.node("Softmax", {"t"}, {"y"}), "axis", 1);
+    mb.output("y");
+    Graph mg = import_onnx_bytes(mb.m.SerializeAsString(), "test.onnx", {{{"batch", 4}}, {}});
+    std::string reason;
+    EXPECT_TRUE(image_loop(mg, &reason)) << reason;
+  }
   refused([](ModelBuilder& mb) { mb.node("Relu", {"x"}, {"y"}); }, 1, "axis 0 has 1 image");
   refused([](ModelBuilder& mb) {  // a second output of the batch's size, from constants alone
     mb.floats_shaped("c", {4, 5}, std::vector<float>(20, 1.0f));
