@@ -785,7 +785,9 @@ class CodeGen {
   // Runs the iterations of `f` on the library's thread pool (compiler/thread_pool_ir.h): the
   // body is outlined into a function of (closure, c, n) that receives every value in scope
   // through a closure array of 8-byte slots and runs the c-th of the n chunks of its range
-  // (several a thread, claimed by whichever thread is free).
+  // (several a thread, claimed by whichever thread is free). A chunk is a run of consecutive
+  // iterations, or with f->parallel_inner = I the c-th slice of [0, I) for every outer
+  // iteration o in turn (iteration min + o * I + i): with n = 1 both are the whole range in order.
   void parallel_loop(const For* f) {
     uses_openmp = true;
     llvm::Value* mn = expr(f->min);
@@ -832,14 +834,42 @@ class CodeGen {
     }
     llvm::Value* tid = b_.CreateSExt(outlined->getArg(1), b_.getInt64Ty());
     llvm::Value* nth = b_.CreateSExt(outlined->getArg(2), b_.getInt64Ty());
-    llvm::Value* chunk = b_.CreateSDiv(b_.CreateAdd(oext, b_.CreateSub(nth, b_.getInt64(1))), nth);
-    llvm::Value* begin = b_.CreateMul(tid, chunk);
-    llvm::Value* end = b_.CreateAdd(begin, chunk);
-    end = b_.CreateSelect(b_.CreateICmpSLT(end, oext), end, oext);
-    begin = b_.CreateAdd(begin, omn);
-    end = b_.CreateAdd(end, omn);
+    // The k-th of n runs of [0, count): [k * ceil(count / n), min(that + ceil(count / n), count))
+    // (empty for k >= n).
+    auto run_of = [&](llvm::Value* count, llvm::Value* n, llvm::Value* k) {
+      llvm::Value* chunk = b_.CreateSDiv(b_.CreateAdd(count, b_.CreateSub(n, b_.getInt64(1))), n);
+      llvm::Value* begin = b_.CreateMul(k, chunk);
+      llvm::Value* end = b_.CreateAdd(begin, chunk);
+      end = b_.CreateSelect(b_.CreateICmpSLT(end, count), end, count);
+      return std::pair{begin, end};
+    };
     ++parallel_depth_;
-    serial_loop(f->var, begin, end, f->body);
+    if (const int64_t inner = f->parallel_inner) {
+      // P = min(n, I) slices of the inner range and Q = n / P parts of the outer one (1 unless
+      // the team has more chunks than I has iterations): chunk c runs slice c % P of part c / P
+      // (nothing for c >= P * Q), for o in its part: for i in its slice: body(min + o * I + i).
+      // The bounds enter the IR as variables bound to their values here.
+      const int64_t outer = *as_const_int(f->extent) / inner;
+      llvm::Value* parts_p = b_.CreateSelect(b_.CreateICmpSLT(nth, b_.getInt64(inner)), nth, b_.getInt64(inner));
+      llvm::Value* parts_q = b_.CreateSDiv(nth, parts_p);
+      auto [lo, hi] = run_of(b_.getInt64(inner), parts_p, b_.CreateSRem(tid, parts_p));
+      auto [olo, ohi] = run_of(b_.getInt64(outer), parts_q, b_.CreateSDiv(tid, parts_p));
+      const std::string& name = f->var.as<Var>()->name;
+      Expr o = Var::make(name + ".slices.outer"), i = Var::make(name + ".slices.inner");
+      Expr lo_v = Var::make(name + ".slice.begin"), hi_v = Var::make(name + ".slice.end");
+      Expr olo_v = Var::make(name + ".part.begin"), ohi_v = Var::make(name + ".part.end");
+      Expr mn_v = Var::make(name + ".min");
+      vars_[lo_v.get()] = lo;
+      vars_[hi_v.get()] = hi;
+      vars_[olo_v.get()] = olo;
+      vars_[ohi_v.get()] = ohi;
+      vars_[mn_v.get()] = omn;
+      Stmt body = LetStmt::make(f->var, mn_v + o * Expr(inner) + i, f->body);
+      stmt(For::make(o, olo_v, ohi_v - olo_v, ForKind::Serial, For::make(i, lo_v, hi_v - lo_v, ForKind::Serial, body)));
+    } else {
+      auto [begin, end] = run_of(oext, nth, tid);
+      serial_loop(f->var, b_.CreateAdd(begin, omn), b_.CreateAdd(end, omn), f->body);
+    }
     --parallel_depth_;
     b_.CreateRetVoid();
 

@@ -309,10 +309,15 @@ std::optional<ForKind> parse_thread_tag(const std::string& tag) {
   return std::nullopt;
 }
 
-Stmt For::make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body) {
+Stmt For::make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body, int64_t parallel_inner) {
   TF_CHECK(var.as<Var>(), "loop over a non-variable");
   TF_CHECK(body, "loop without body");
-  return Stmt(std::make_shared<For>(std::move(var), std::move(min), std::move(extent), kind, std::move(body)));
+  const int64_t* n = as_const_int(extent);
+  if (kind != ForKind::Parallel || !n || parallel_inner <= 1 || parallel_inner >= *n || *n % parallel_inner != 0) {
+    parallel_inner = 0;
+  }
+  return Stmt(std::make_shared<For>(std::move(var), std::move(min), std::move(extent), kind, std::move(body),
+                                    parallel_inner));
 }
 
 Stmt Store::make(const std::string& buffer, Expr value, Expr index) {

@@ -403,9 +403,16 @@ struct For : StmtNode {
   Expr var, min, extent;
   ForKind for_kind;
   Stmt body;
-  For(Expr v, Expr mn, Expr ext, ForKind k, Stmt b)
-      : StmtNode(kKind), var(std::move(v)), min(std::move(mn)), extent(std::move(ext)), for_kind(k), body(std::move(b)) {}
-  static Stmt make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body);
+  // A parallel loop over a fused (outer, inner) pair, iteration min + o * parallel_inner + i:
+  // when > 0, the pool's chunks are slices of i, each run for every o in order, instead of
+  // runs of consecutive iterations (Stage::parallel_slices). 0 otherwise; make() keeps it only
+  // on a parallel loop whose constant extent it divides. One thread runs the iterations in the
+  // same order either way.
+  int64_t parallel_inner = 0;
+  For(Expr v, Expr mn, Expr ext, ForKind k, Stmt b, int64_t inner)
+      : StmtNode(kKind), var(std::move(v)), min(std::move(mn)), extent(std::move(ext)), for_kind(k), body(std::move(b)),
+        parallel_inner(inner) {}
+  static Stmt make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body, int64_t parallel_inner = 0);
 };
 
 struct Store : StmtNode {

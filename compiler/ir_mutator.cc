@@ -88,7 +88,7 @@ Stmt IRMutator::mutate_stmt(const Stmt& s) {
       Expr mn = mutate_expr(n->min), ext = mutate_expr(n->extent);
       Stmt b = mutate_stmt(n->body);
       if (mn.same_as(n->min) && ext.same_as(n->extent) && b.same_as(n->body)) return s;
-      return For::make(n->var, mn, ext, n->for_kind, b);
+      return For::make(n->var, mn, ext, n->for_kind, b, n->parallel_inner);
     }
     case StmtKind::Store: {
       const Store* n = s.as<Store>();

@@ -155,7 +155,9 @@ class Printer {
         print(f->min);
         os_ << ", ";
         print(f->extent);
-        os_ << ") {\n";
+        os_ << ")";
+        if (f->parallel_inner) os_ << " slices of " << f->parallel_inner;
+        os_ << " {\n";
         nested(f->body);
         indent();
         os_ << "}\n";

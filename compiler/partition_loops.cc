@@ -15,7 +15,7 @@ class Partitioner : public IRMutator {
     const int64_t* n = as_const_int(f->extent);
     bool peelable = f->for_kind == ForKind::Serial || f->for_kind == ForKind::Parallel;
     if (!peelable || !n || *n < 2 || !has_shifted_tail(body, f->var, f->min, *n)) {
-      return body.same_as(f->body) ? s : For::make(f->var, f->min, f->extent, f->for_kind, body);
+      return body.same_as(f->body) ? s : For::make(f->var, f->min, f->extent, f->for_kind, body, f->parallel_inner);
     }
     Stmt main = For::make(f->var, f->min, IntImm::make(*n - 1), f->for_kind, body);
     Stmt tail = substitute(body, {{f->var.get(), f->min + Expr(*n - 1)}});

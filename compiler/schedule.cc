@@ -148,6 +148,23 @@ void Stage::parallel(const Expr& var) {
   kinds_[var.get()] = ForKind::Parallel;
 }
 
+void Stage::parallel_slices(const Expr& fused) {
+  auto r = std::find_if(relations_.begin(), relations_.end(), [&](const Relation& x) {
+    return x.kind == Relation::Kind::Fuse && x.fused.same_as(fused);
+  });
+  if (r == relations_.end()) {
+    throw UserError(str("parallel_slices on stage ", op_->name, ": '", var_name(fused),
+                        "' is not a loop made by fuse(outer, inner)"));
+  }
+  parallel(fused);
+  sliced_[fused.get()] = r->inner;
+}
+
+Expr Stage::sliced_inner(const Expr& var) const {
+  auto it = sliced_.find(var.get());
+  return it == sliced_.end() ? Expr() : it->second;
+}
+
 void Stage::bind(const Expr& var, const std::string& tag) {
   check_leaf(var, "bind");
   std::optional<ForKind> k = parse_thread_tag(tag);
@@ -350,6 +367,7 @@ Tensor Schedule::cache_write(const Tensor& t, const std::vector<size_t>& layout_
   s.all_vars_ = fresh.all_vars_;
   s.reduce_ = fresh.reduce_;
   s.kinds_.clear();
+  s.sliced_.clear();
   stages_.insert(it, std::make_unique<Stage>(local));
   return local;
 }

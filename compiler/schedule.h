@@ -61,6 +61,15 @@ class Stage {
   void vectorize(const Expr& var);
   void unroll(const Expr& var);
   void parallel(const Expr& var);
+  // parallel(fused) for a loop made by fuse(outer, inner), whose threads take slices of
+  // `inner` for every iteration of `outer` rather than runs of the fused range: a chunk then
+  // reads the data its slice indexes (a convolution's input positions) for all of its outer
+  // iterations (the output-channel tiles) while that data is in its core's cache, where runs
+  // of the fused range have each thread read all of it once per outer iteration. A single
+  // thread runs the same loops in the same order either way (ir::For::parallel_inner).
+  void parallel_slices(const Expr& fused);
+  // The inner loop of parallel_slices(var); null when `var` is not so marked.
+  Expr sliced_inner(const Expr& var) const;
   // Runs the loop as the GPU grid axis `tag` (blockIdx.x/y/z, threadIdx.x/y/z): each block or
   // thread of that axis runs one iteration. Only GPU targets generate code for it.
   void bind(const Expr& var, const std::string& tag);
@@ -156,6 +165,7 @@ class Stage {
   std::vector<Relation> relations_;
   std::vector<std::pair<Expr, std::string>> tensorized_;
   std::map<const ExprNode*, ForKind> kinds_;
+  std::map<const ExprNode*, Expr> sliced_;  // parallel_slices: fused -> inner
   std::map<const ExprNode*, bool> reduce_;
 };
 

@@ -408,7 +408,11 @@ class Lowerer {
     if (!leaves.empty()) nest = with_inner_stages(inner_stages, leaves.back(), nest);
     for (size_t i = leaves.size(); i-- > 0;) {
       const Expr& v = leaves[i];
-      Stmt loop = For::make(v, 0, ext.at(v.get()), s.kind_of(v), nest);
+      int64_t slices = 0;  // Stage::parallel_slices: the inner loop's extent
+      if (Expr inner = s.sliced_inner(v)) {
+        if (const int64_t* e = as_const_int(simplify(ext.at(inner.get())))) slices = *e;
+      }
+      Stmt loop = For::make(v, 0, ext.at(v.get()), s.kind_of(v), nest, slices);
       if (auto d = pipelined_stages.find(v.get()); d != pipelined_stages.end()) {
         loop = multi_buffered_loop(s, d->second, loop.as<For>());
       }

@@ -248,7 +248,7 @@ class Simplifier : public IRMutator {
     ranges_.erase(f->var.get());
     if (is_empty(body)) return body;
     if (mn.same_as(f->min) && ext.same_as(f->extent) && body.same_as(f->body)) return s;
-    return For::make(f->var, mn, ext, f->for_kind, body);
+    return For::make(f->var, mn, ext, f->for_kind, body, f->parallel_inner);
   }
 
   static bool is_empty(const Stmt& s) {

@@ -68,7 +68,16 @@ void schedule_dense_tiles(Stage& out, Stage& acc, size_t batch_axes, const json&
   schedule_dense_acc(acc, d, uk, vec, unroll);
 }
 
-void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat) {
+bool slices_positions(const OpGraph& g) {
+  auto elements = [](const ir::Tensor& t) {
+    int64_t n = 1;
+    for (int64_t d : t->shape) n *= d;
+    return n;
+  };
+  return g.inputs.size() >= 2 && elements(g.inputs[0]) > elements(g.inputs[1]);
+}
+
+void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat, bool slice_positions) {
   const int64_t tw = c["tile_w"], tkb = c["tile_kb"];
   const bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
   const auto& o = out.op()->axes;  // n, ko, oh, ow, kb
@@ -87,12 +96,12 @@ void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors
   }
   if (par) {
     Expr outer = out.fuse(o[0].var, koo);
-    if (flat) {
-      wo = out.fuse(outer, wo);
-      out.parallel(wo);
-    } else {
-      out.parallel(out.fuse(outer, row));
-    }
+    Expr fused = out.fuse(outer, flat ? wo : row);
+    if (slice_positions)
+      out.parallel_slices(fused);
+    else
+      out.parallel(fused);
+    if (flat) wo = fused;
   }
   acc.compute_at(out, wo);
   const auto& a = acc.op()->axes;         // n, ko, oh, ow, kb

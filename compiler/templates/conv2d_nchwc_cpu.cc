@@ -178,7 +178,7 @@ class Conv2dNchwcCpu final : public NchwcConvTemplate {
       }
     }
     auto [acc, out] = acc_and_writer(s, g);
-    schedule_nchwc_tiles(*out, *acc, c, block_vectors(g, t, c), flat);
+    schedule_nchwc_tiles(*out, *acc, c, block_vectors(g, t, c), flat, slices_positions(g));
   }
 };
 
