@@ -410,7 +410,8 @@ class Lowerer {
       const Expr& v = leaves[i];
       int64_t slices = 0;  // Stage::parallel_slices: the inner loop's extent
       if (Expr inner = s.sliced_inner(v)) {
-        if (const int64_t* e = as_const_int(simplify(ext.at(inner.get())))) slices = *e;
+        const Expr extent = simplify(ext.at(inner.get()));  // as_const_int points into it
+        if (const int64_t* e = as_const_int(extent)) slices = *e;
       }
       Stmt loop = For::make(v, 0, ext.at(v.get()), s.kind_of(v), nest, slices);
       if (auto d = pipelined_stages.find(v.get()); d != pipelined_stages.end()) {
