@@ -20,12 +20,6 @@ int64_t reduction_length(const ir::Operation& op) {
   return length;
 }
 
-int64_t elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // Two values combined as the reduction combines them.
 Expr combine2(ir::ReduceKind k, Expr a, Expr b) {
   if (k == ir::ReduceKind::Max) return ir::max(std::move(a), std::move(b));
@@ -111,7 +105,7 @@ const GpuReductionSplitter::BlockReduction* GpuReductionSplitter::block_reductio
 
 ir::Tensor GpuReductionSplitter::finish(ir::Tensor rebuilt) {
   if (!rebuilt->reduce()) return rebuilt;
-  const int64_t length = reduction_length(*rebuilt), outputs = elements(rebuilt->shape);
+  const int64_t length = reduction_length(*rebuilt), outputs = ir::num_elements(rebuilt->shape);
   if (length < 64 || outputs == 0 || outputs >= threads_) return rebuilt;
   if (!rebuilt->shape.empty() && length <= kMaxBlockThreads * kMaxPerThread) {
     int64_t threads = kMinBlockThreads;

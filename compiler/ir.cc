@@ -359,10 +359,12 @@ Stmt Block::make(std::vector<Stmt> stmts) {
   return Stmt(std::make_shared<Block>(std::move(flat)));
 }
 
-int64_t BufferArg::num_elements() const {
+int64_t num_elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
+
+int64_t BufferArg::num_elements() const { return ir::num_elements(shape); }
 
 }  // namespace tf::ir

@@ -486,6 +486,9 @@ struct Block : StmtNode {
 
 enum class ArgRole : uint8_t { Input, Output };
 
+// The elements of a tensor of this shape (1 for a scalar).
+int64_t num_elements(const std::vector<int64_t>& shape);
+
 // One kernel argument: a contiguous row-major tensor of `elem` (float32 unless said).
 struct BufferArg {
   std::string name;

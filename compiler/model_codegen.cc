@@ -24,11 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-int64_t num_elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+using ir::num_elements;
 
 // The default schedule of a generic kernel's stage: the innermost axis vectorized when the
 // vector width divides it (a reduction's loops moved inside the other spatial loops, around

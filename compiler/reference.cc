@@ -319,9 +319,7 @@ void reference_compute(const Workload& w, const std::vector<const float*>& input
   std::vector<std::vector<float>> rounded(2);
   std::vector<const float*> in = inputs;
   for (size_t i = 0; i < 2; ++i) {
-    int64_t n = 1;
-    for (int64_t d : g.inputs[i]->shape) n *= d;
-    rounded[i].resize(static_cast<size_t>(n));
+    rounded[i].resize(static_cast<size_t>(ir::num_elements(g.inputs[i]->shape)));
     for (size_t j = 0; j < rounded[i].size(); ++j) rounded[i][j] = round(inputs[i][j]);
     in[i] = rounded[i].data();
   }
@@ -329,16 +327,14 @@ void reference_compute(const Workload& w, const std::vector<const float*>& input
 }
 
 OutputCheck check_against_reference(const OpGraph& g, const std::vector<const float*>& inputs, const float* output) {
-  int64_t n = 1;
-  for (int64_t d : g.output->shape) n *= d;
-  std::vector<float> ref(static_cast<size_t>(n));
+  std::vector<float> ref(static_cast<size_t>(ir::num_elements(g.output->shape)));
   reference_compute(g.workload, inputs, ref.data());
   return compare_with_reference(g, ref.data(), output);
 }
 
 OutputCheck compare_with_reference(const OpGraph& g, const float* ref, const float* output) {
-  int64_t n = 1, terms = 1;
-  for (int64_t d : g.output->shape) n *= d;
+  const int64_t n = ir::num_elements(g.output->shape);
+  int64_t terms = 1;
   for (const ir::IterVar& iv : g.acc->reduce_axes) terms *= iv.extent;
   if (g.check_terms > 0) terms = g.check_terms;
   OutputCheck c;

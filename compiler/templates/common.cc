@@ -69,12 +69,7 @@ void schedule_dense_tiles(Stage& out, Stage& acc, size_t batch_axes, const json&
 }
 
 bool slices_positions(const OpGraph& g) {
-  auto elements = [](const ir::Tensor& t) {
-    int64_t n = 1;
-    for (int64_t d : t->shape) n *= d;
-    return n;
-  };
-  return g.inputs.size() >= 2 && elements(g.inputs[0]) > elements(g.inputs[1]);
+  return g.inputs.size() >= 2 && ir::num_elements(g.inputs[0]->shape) > ir::num_elements(g.inputs[1]->shape);
 }
 
 void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat, bool slice_positions) {
