@@ -574,7 +574,7 @@ int run_tune_model(const TuneArgs& a) {
     total.run_s += st.run_s;
   }
   // The tasks' best and default times (re-timed medians), weighted by their counts; the
-  // default build compiles no alternative task.
+  // default build compiles the alternative (Winograd) task where there is one.
   std::vector<double> bests, defaults;
   for (size_t i = 0; i < group.size(); ++i) {
     bests.push_back(group.summary(i).best_s);

@@ -114,11 +114,12 @@ class ModelBuilder {
     Workload w = parse_workload(aw.spec + ",epilogue=" + e.name() + ")");
     KernelConfig kc = lookup_(w, target_);
     std::string spec = aw.spec;
-    // A Winograd convolution where it was tuned and ran faster than the direct one.
+    // A Winograd convolution where the layer has one (winograd_alternative), unless the
+    // database says the direct one is faster (prefer_winograd).
     if (std::string alt = winograd_alternative(g_, a, aw); !alt.empty()) {
       Workload wa = parse_workload(alt + ",epilogue=" + e.name() + ")");
       KernelConfig ka = lookup_(wa, target_);
-      if (tuned_faster(ka, kc)) {
+      if (prefer_winograd(ka, kc)) {
         w = wa;
         kc = ka;
         spec = alt;
@@ -253,16 +254,20 @@ class ModelBuilder {
     return og;
   }
 
-  // Whether config `a` was tuned for this very workload and target (the exact tier) and ran
-  // faster than `b`, also tuned so, by more than the tuner's verdict margin (2%).
-  static bool tuned_faster(const KernelConfig& a, const KernelConfig& b) {
+  // Winograd kernel `a` or direct kernel `b` of a layer: where both were tuned for the exact
+  // workload and target, the Winograd one if it ran more than 2% faster (the verdict margin,
+  // docs/tuning.md); where only the direct one was, the direct one (what the database knows
+  // beats what it does not); otherwise the Winograd one, whose default schedule runs the
+  // layers winograd_alternative offers at 1.3-3x the direct template's (docs/models.md).
+  static bool prefer_winograd(const KernelConfig& a, const KernelConfig& b) {
     auto exact_median = [](const KernelConfig& k) {
       if (!k.tuned_from.is_object() || k.tuned_from.value("tier", "") != "exact") return 0.0;
       const nlohmann::json& m = k.tuned_from.value("median_s", nlohmann::json());
       return m.is_number() ? m.get<double>() : 0.0;
     };
     double ta = exact_median(a), tb = exact_median(b);
-    return ta > 0 && tb > 0 && ta < tb * 0.98;
+    if (ta > 0 && tb > 0) return ta < tb * 0.98;
+    return tb == 0;
   }
 
   // The constant NCHWc weights `name` transformed for Winograd workload `w`

@@ -239,10 +239,14 @@ double tasks_time(const TaskList& list, const std::vector<double>& weights, cons
   for (size_t i = 0; i < n; ++i) {
     if (known(times[i])) fastest[i] = times[i];
   }
-  if (alternatives) {
-    for (size_t i = 0; i < n; ++i) {
-      int to = list.tasks[i].alternative_to;
-      if (to >= 0 && known(times[i])) fastest[static_cast<size_t>(to)] = std::min(fastest[static_cast<size_t>(to)], times[i]);
+  for (size_t i = 0; i < n; ++i) {
+    const int to = list.tasks[i].alternative_to;
+    if (to < 0) continue;
+    double& t = fastest[static_cast<size_t>(to)];
+    if (!alternatives) {
+      t = known(times[i]) ? times[i] : std::numeric_limits<double>::infinity();
+    } else if (known(times[i])) {
+      t = std::min(t, times[i]);
     }
   }
   double total = 0;

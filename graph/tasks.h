@@ -54,9 +54,9 @@ TaskList extract_tasks(const Graph& g, const Target& t);
 TaskList merge_bucket_tasks(const std::vector<TaskList>& buckets);
 
 // The tasks' part of a model's time: sum of weight x time over the tasks, where a task and its
-// alternatives count once, at the fastest known time among them (`alternatives`; else at
-// the task's own: a default build compiles no alternative). Infinity when a task has no
-// positive finite time to count.
+// alternative count once: at the faster known time of the two (`alternatives`: a tuned build
+// compiles the faster), else at the alternative's (a default build compiles the alternative,
+// graph/model_compiler.cc). Infinity when a task has no positive finite time to count.
 double tasks_time(const TaskList& list, const std::vector<double>& weights, const std::vector<double>& times,
                   bool alternatives);
 

@@ -48,19 +48,29 @@ class Conv2dWinogradNchwcCpu final : public CpuTemplate {
   }
 
   json default_config(const OpGraph& g, const Target& t) const override {
-    // As the direct template's tiles: at most 24 accumulator vectors with 32 vector
-    // registers, 10 with 16, over two channel blocks where there are two.
+    // Register tiles of at most 20 accumulator vectors with 32 vector registers (10 with 16),
+    // as many channel blocks as divide the output's, up to four, each V value broadcast to
+    // them. Measured on Zen 5 (AVX-512, 1 thread): 4 blocks x 5 tiles ran the 28x28 and
+    // 56x56 F(4x4) layers of ResNet-50 at 1.4-1.5x, and the 14x14 F(2x2) ones at 1.9x, the
+    // direct template's 2 x 12 (24 accumulators, 12 broadcasts a step); 2 x 12 itself ran
+    // 0.75x 2 x 10 where only two blocks exist.
     const ir::Tensor m = gemm_stage(g);
     const int64_t lanes = t.vector_lanes(), blocks = m->shape[2], tiles = m->shape[3];
     const int64_t v = (m->shape[4] + lanes - 1) / lanes;
-    const int64_t budget = vector_registers(t) >= 32 ? 24 : 10;
-    int64_t kb = std::min<int64_t>(2, blocks);
-    if (kb * v > budget) kb = 1;
+    const bool wide = vector_registers(t) >= 32;
+    const int64_t budget = wide ? 20 : 10;
+    int64_t kb = 1;
+    for (int64_t b : {4, 2}) {
+      if (b <= (wide ? 4 : 2) && blocks % b == 0 && b * v <= budget) {
+        kb = b;
+        break;
+      }
+    }
     json c;
-    c["tile_p"] = std::clamp<int64_t>(budget / (kb * v), 1, tiles);
+    c["tile_p"] = std::clamp<int64_t>(budget / (kb * v), 1, std::min<int64_t>(tiles, 12));
     c["tile_kb"] = kb;
     c["unroll_k"] = std::min<int64_t>(4, g.workload.get("C"));
-    c["inline_pad"] = false;
+    c["inline_pad"] = true;
     default_annotations(c);
     return c;
   }

@@ -695,17 +695,20 @@ TEST(GraphTasks, WinogradTilesFollowTheWeightsPerTile) {
 }
 
 // A task and its alternative count once in a model's estimate, at the faster of their known
-// times (or at the task's own for a default build); a task without a time makes it infinite.
+// times (or at the alternative's for a default build, which compiles it); a task without a
+// time makes it infinite.
 TEST(GraphTasks, AnAlternativeCountsOnceAtTheFaster) {
   TaskList l;
   l.tasks = {{"a", {"n1", "n2"}, 0, -1}, {"a_winograd", {"n1", "n2"}, 0, 0}, {"b", {"n3"}, 0, -1}};
   std::vector<double> w = {2, 2, 1};
   const double inf = std::numeric_limits<double>::infinity();
   EXPECT_DOUBLE_EQ(tasks_time(l, w, {3, 1, 5}, true), 2 * 1 + 5);
-  EXPECT_DOUBLE_EQ(tasks_time(l, w, {3, 1, 5}, false), 2 * 3 + 5);
+  EXPECT_DOUBLE_EQ(tasks_time(l, w, {3, 1, 5}, false), 2 * 1 + 5);
   EXPECT_DOUBLE_EQ(tasks_time(l, w, {1, 3, 5}, true), 2 * 1 + 5);
+  EXPECT_DOUBLE_EQ(tasks_time(l, w, {1, 3, 5}, false), 2 * 3 + 5);  // the default build's Winograd kernel
   EXPECT_DOUBLE_EQ(tasks_time(l, w, {inf, 1, 5}, true), 2 * 1 + 5);  // the direct task failed
-  EXPECT_EQ(tasks_time(l, w, {inf, 1, 5}, false), inf);
+  EXPECT_DOUBLE_EQ(tasks_time(l, w, {inf, 1, 5}, false), 2 * 1 + 5);
+  EXPECT_EQ(tasks_time(l, w, {3, inf, 5}, false), inf);  // the Winograd task failed
   EXPECT_DOUBLE_EQ(tasks_time(l, w, {3, 0, 5}, true), 2 * 3 + 5);  // no Winograd time
   EXPECT_EQ(tasks_time(l, w, {3, 1, inf}, true), inf);
 }
