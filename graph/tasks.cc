@@ -120,6 +120,11 @@ std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWork
   if (w.op != "conv2d_nchwc" || w.get("R") != 3 || w.get("S") != 3 || w.get("stride") != 1 ||
       w.get("dilation") != 1 || w.get("group") != 1)
     return "";
+  // Fewer than 8 input channels: the transforms (per tile, a^2 values of each input channel
+  // in and of each output channel out) cost about what the GEMMs save. Alone on Zen 5, 1
+  // thread, Winograd / direct: 3 channels (an RGB stem, channel blocks of 3) 0.44x, 4 1.11x,
+  // 8 1.68x, 16 2.1x.
+  if (w.get("C") < 8) return "";
   // F(4x4, 3x3): a quarter of the direct multiplications on whole tiles. Its transformed
   // weights are 4x the direct ones (36 values per filter against 9) and are read once per
   // call: where few tiles share them, streaming them costs more than the multiplications
@@ -131,11 +136,6 @@ std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWork
   // Where F(4x4) fails that, F(2x2, 3x3) may pass it: 16 values per filter (1.8x the direct
   // weights), 2.25x fewer multiplications, four times the tiles (256-channel 14x14: 49 tiles
   // of 2x2, 4.2 MB).
-  // Fewer than 8 input channels: the transforms (per tile, a^2 values of each input channel
-  // in and of each output channel out) cost about what the GEMMs save. Alone on Zen 5, 1
-  // thread, Winograd / direct: 3 channels (an RGB stem, channel blocks of 3) 0.44x, 4 1.11x,
-  // 8 1.68x, 16 2.1x.
-  if (w.get("C") < 8) return "";
   const int64_t oh = conv_out(w.get("H"), 3, 1, w.get("pad"), 1), ow = conv_out(w.get("W"), 3, 1, w.get("pad"), 1);
   for (const int64_t m : {4, 2}) {
     const int64_t a = m + 2;

@@ -59,13 +59,8 @@ class Conv2dWinogradNchwcCpu final : public CpuTemplate {
     const int64_t v = (m->shape[4] + lanes - 1) / lanes;
     const bool wide = vector_registers(t) >= 32;
     const int64_t budget = wide ? 20 : 10;
-    int64_t kb = 1;
-    for (int64_t b : {4, 2}) {
-      if (b <= (wide ? 4 : 2) && blocks % b == 0 && b * v <= budget) {
-        kb = b;
-        break;
-      }
-    }
+    int64_t kb = wide ? 4 : 2;
+    while (kb > 1 && (blocks % kb != 0 || kb * v > budget)) kb /= 2;
     json c;
     c["tile_p"] = std::clamp<int64_t>(budget / (kb * v), 1, std::min<int64_t>(tiles, 12));
     c["tile_kb"] = kb;
