@@ -45,6 +45,9 @@ class PoolEmitter {
   llvm::Function* emit() {
     lock_ = global("tf_pool_lock", i32_);
     word_ = global("tf_pool_word", i64_);
+    // One word a segment, each on a cache line of its own.
+    segments_ = global("tf_pool_segments",
+                       llvm::ArrayType::get(llvm::ArrayType::get(i64_, 8), kMaxThreads));
     done_ = global("tf_pool_done", i32_);
     sleepers_ = global("tf_pool_sleepers", i32_);
     job_fn_ = global("tf_pool_job_fn", ptr_);
@@ -146,39 +149,66 @@ class PoolEmitter {
     return f;
   }
 
-  // void tf_pool_work(i32 g, ptr fn, ptr data, i32 n): claims chunks of generation g (one
-  // compare-and-swap of the job word, generation and next chunk together) and runs them until
-  // none is left or the generation has changed. A claim that succeeds proves the job is still
-  // running, so the job fields read after seeing g were g's: the launcher writes the next
-  // job's only after every chunk of this one is done.
+  // The word of segment s: generation and next chunk of the chunks [4s, 4s + 4).
+  llvm::Value* segment(llvm::Value* s) {
+    return b_.CreateInBoundsGEP(segments_->getValueType(), segments_,
+                                {b_.getInt32(0), s, b_.getInt32(0)});
+  }
+
+  // void tf_pool_work(i32 g, ptr fn, ptr data, i32 n, i32 self): runs chunks of generation g
+  // until none is left or the generation has changed. The n chunks are n / 4 segments of 4,
+  // one a thread of the team; thread `self` claims from its own segment first, then from the
+  // next ones in turn (each claim one compare-and-swap of the segment's word, generation and
+  // next chunk together). So thread t runs chunks [4t, 4t + 4) of every parallel loop unless
+  // another thread was faster: the same part of each loop's range on the same core, call
+  // after call. A claim that succeeds proves the job is still running, so the job fields
+  // read after seeing g were g's: the launcher writes the next job's only after every chunk
+  // of this one is done.
   llvm::Function* emit_work() {
-    llvm::Function* f = function("tf_pool_work", b_.getVoidTy(), {i32_, ptr_, ptr_, i32_});
+    llvm::Function* f = function("tf_pool_work", b_.getVoidTy(), {i32_, ptr_, ptr_, i32_, i32_});
     llvm::Value* g = f->getArg(0);
     llvm::Value* n = f->getArg(3);
-    auto [entry, claim, attempt, run, out] = blocks(f, "entry", "claim", "attempt", "run", "out");
+    auto [entry, segment_loop, claim, attempt, run, next_segment, out] =
+        blocks(f, "entry", "segment", "claim", "attempt", "run", "segment.next", "out");
     b_.SetInsertPoint(entry);
+    llvm::Value* count = b_.CreateUDiv(n, b_.getInt32(kChunksPerThread));
+    b_.CreateBr(segment_loop);
+
+    b_.SetInsertPoint(segment_loop);
+    llvm::PHINode* i = b_.CreatePHI(i32_, 2);
+    i->addIncoming(b_.getInt32(0), entry);
+    llvm::Value* s = b_.CreateURem(b_.CreateAdd(f->getArg(4), i), count);
+    llvm::Value* word = segment(s);
+    llvm::Value* end = b_.CreateMul(b_.CreateAdd(s, b_.getInt32(1)), b_.getInt32(kChunksPerThread));
     b_.CreateBr(claim);
+
     b_.SetInsertPoint(claim);
-    llvm::Value* w = load_atomic(word_, llvm::AtomicOrdering::Acquire);
+    llvm::LoadInst* w = b_.CreateAlignedLoad(i64_, word, llvm::Align(64));
+    w->setAtomic(llvm::AtomicOrdering::Acquire);
     llvm::Value* next = b_.CreateTrunc(w, i32_);
-    b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpEQ(generation(w), g), b_.CreateICmpSLT(next, n)),
-                    attempt, out);
+    b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpEQ(generation(w), g), b_.CreateICmpULT(next, end)),
+                    attempt, next_segment);
     b_.SetInsertPoint(attempt);
     llvm::Value* pair =
-        b_.CreateAtomicCmpXchg(word_, w, b_.CreateAdd(w, b_.getInt64(1)), word_->getAlign(),
+        b_.CreateAtomicCmpXchg(word, w, b_.CreateAdd(w, b_.getInt64(1)), llvm::Align(64),
                                llvm::AtomicOrdering::AcquireRelease, llvm::AtomicOrdering::Acquire);
     b_.CreateCondBr(b_.CreateExtractValue(pair, 1), run, claim);
     b_.SetInsertPoint(run);
     b_.CreateCall(job_type(), f->getArg(1), {f->getArg(2), next, n});
     add_atomic(done_, 1, llvm::AtomicOrdering::Release);
     b_.CreateBr(claim);
+
+    b_.SetInsertPoint(next_segment);
+    llvm::Value* more = b_.CreateAdd(i, b_.getInt32(1));
+    i->addIncoming(more, next_segment);
+    b_.CreateCondBr(b_.CreateICmpULT(more, count), segment_loop, out);
     b_.SetInsertPoint(out);
     b_.CreateRetVoid();
     return f;
   }
 
-  // ptr tf_pool_worker(ptr): waits for a generation other than the last it saw and works on
-  // it. A worker that comes late (started, woken or scheduled after the job's chunks were all
+  // ptr tf_pool_worker(ptr k): worker k (its number in the team, passed as the pointer)
+  // waits for a generation other than the last it saw and works on it. A worker that comes late (started, woken or scheduled after the job's chunks were all
   // claimed) finds nothing to claim and touches nothing of the job.
   llvm::Function* emit_worker() {
     llvm::Function* f = function("tf_pool_worker", ptr_, {ptr_});
@@ -187,6 +217,8 @@ class PoolEmitter {
                "woken", "job");
 
     b_.SetInsertPoint(entry);
+    // The worker's number in the team (1, 2, ...: the launching thread is 0).
+    llvm::Value* self = b_.CreateTrunc(b_.CreatePtrToInt(f->getArg(0), i64_), i32_);
     b_.CreateBr(wait);
 
     b_.SetInsertPoint(wait);
@@ -240,7 +272,7 @@ class PoolEmitter {
     llvm::Value* fn = load_atomic(job_fn_, llvm::AtomicOrdering::Monotonic);
     llvm::Value* data = load_atomic(job_data_, llvm::AtomicOrdering::Monotonic);
     llvm::Value* n = load_atomic(job_n_, llvm::AtomicOrdering::Monotonic);
-    b_.CreateCall(work_, {g, fn, data, n});
+    b_.CreateCall(work_, {g, fn, data, n, self});
     seen->addIncoming(g, job);
     b_.CreateBr(wait);
     return f;
@@ -284,10 +316,11 @@ class PoolEmitter {
     llvm::Value* fn = f->getArg(0);
     llvm::Value* data = f->getArg(1);
     auto [entry, serial, try_lock, locked, count, sized, create_check, create, started, team,
-          launch, wake, own, join, join_wait, join_yield, join_pause, done, unlock_serial] =
+          launch, segments, publish, wake, own, join, join_wait, join_yield, join_pause, done,
+          unlock_serial] =
         blocks(f, "entry", "serial", "try.lock", "locked", "count", "sized", "create.check",
-               "create", "started", "team", "launch", "wake", "own", "join", "join.wait",
-               "join.yield", "join.pause", "done", "unlock.serial");
+               "create", "started", "team", "launch", "segments", "publish", "wake", "own",
+               "join", "join.wait", "join.yield", "join.pause", "done", "unlock.serial");
     auto seq_cst = llvm::AtomicOrdering::SequentiallyConsistent;
 
     b_.SetInsertPoint(entry);
@@ -334,7 +367,7 @@ class PoolEmitter {
     b_.SetInsertPoint(create);
     llvm::Value* rc = b_.CreateCall(libc("pthread_create", i32_, {ptr_, ptr_, ptr_, ptr_}),
                                     {thread, llvm::ConstantPointerNull::get(ptr_), worker_,
-                                     llvm::ConstantPointerNull::get(ptr_)});
+                                     b_.CreateIntToPtr(b_.CreateZExt(k, i64_), ptr_)});
     b_.CreateCondBr(b_.CreateICmpEQ(rc, b_.getInt32(0)), started, team);
     b_.SetInsertPoint(started);
     b_.CreateCall(libc("pthread_detach", i32_, {intptr_}), {b_.CreateLoad(intptr_, thread)});
@@ -346,10 +379,10 @@ class PoolEmitter {
     llvm::Value* size = min(n, b_.CreateAdd(workers, b_.getInt32(1)));
     b_.CreateCondBr(b_.CreateICmpSGT(size, b_.getInt32(1)), launch, unlock_serial);
 
-    // Publish the job: its fields, then the word (next generation, chunk 0). Chunks go to
-    // whoever claims them first, this thread included, so workers that are asleep or not
-    // scheduled cost nothing but their wake-up: this thread waits only for chunks that were
-    // claimed and are still running.
+    // Publish the job: its fields, the segments, then the word (next generation). Each thread
+    // claims its own segment's chunks first and then the others', this thread included, so
+    // workers that are asleep or not scheduled cost nothing but their wake-up: this thread
+    // waits only for chunks that were claimed and are still running.
     b_.SetInsertPoint(launch);
     llvm::Value* chunks = b_.CreateMul(size, b_.getInt32(kChunksPerThread));
     store_atomic(fn, job_fn_, llvm::AtomicOrdering::Monotonic);
@@ -359,7 +392,21 @@ class PoolEmitter {
     store_atomic(b_.getInt32(0), done_, llvm::AtomicOrdering::Monotonic);
     llvm::Value* g = b_.CreateAdd(generation(load_atomic(word_, llvm::AtomicOrdering::Monotonic)),
                                   b_.getInt32(1));
-    store_atomic(b_.CreateShl(b_.CreateZExt(g, i64_), 32), word_, seq_cst);
+    llvm::Value* tag = b_.CreateShl(b_.CreateZExt(g, i64_), 32);
+    b_.CreateBr(segments);
+    // Each thread's segment of chunks, then the word that publishes them with the job.
+    b_.SetInsertPoint(segments);
+    llvm::PHINode* t = b_.CreatePHI(i32_, 2);
+    t->addIncoming(b_.getInt32(0), launch);
+    b_.CreateAlignedStore(
+          b_.CreateOr(tag, b_.CreateZExt(b_.CreateMul(t, b_.getInt32(kChunksPerThread)), i64_)),
+          segment(t), llvm::Align(64))
+        ->setAtomic(llvm::AtomicOrdering::Monotonic);
+    llvm::Value* t_next = b_.CreateAdd(t, b_.getInt32(1));
+    t->addIncoming(t_next, segments);
+    b_.CreateCondBr(b_.CreateICmpULT(t_next, size), segments, publish);
+    b_.SetInsertPoint(publish);
+    store_atomic(tag, word_, seq_cst);
     llvm::Value* asleep = load_atomic(sleepers_, seq_cst);
     b_.CreateCondBr(b_.CreateICmpNE(asleep, b_.getInt32(0)), wake, own);
     b_.SetInsertPoint(wake);
@@ -369,7 +416,7 @@ class PoolEmitter {
     b_.CreateBr(own);
 
     b_.SetInsertPoint(own);
-    b_.CreateCall(work_, {g, fn, data, chunks});
+    b_.CreateCall(work_, {g, fn, data, chunks, b_.getInt32(0)});
     b_.CreateBr(join);
 
     b_.SetInsertPoint(join);
@@ -410,6 +457,7 @@ class PoolEmitter {
   llvm::IntegerType* intptr_;
   llvm::GlobalVariable* lock_ = nullptr;
   llvm::GlobalVariable* word_ = nullptr;
+  llvm::GlobalVariable* segments_ = nullptr;
   llvm::GlobalVariable* done_ = nullptr;
   llvm::GlobalVariable* sleepers_ = nullptr;
   llvm::GlobalVariable* job_fn_ = nullptr;

@@ -15,13 +15,22 @@
 // kernel called from a pool thread), or when no thread could be started (the failure is not
 // an error: the work gets done).
 //
-// Chunks are not bound to threads: the caller and the workers claim them one at a time
-// (a compare-and-swap of one word that holds the job's generation and next chunk), so a
-// worker that is asleep, or not scheduled because other processes hold the CPUs, delays
-// nothing: the caller runs what nobody claimed and waits only for chunks being run. (A pool
-// that hands chunk i to worker i waits a scheduler time slice for a preempted worker: with
-// two busy processes on the 2-core VM, a 33x17x9 matmul took 75 us a call that way, 1.0-1.5
-// us this way, and a loaded `ctest -j2` hit a measurement's 10 s time limit.)
+// Chunks are bound to threads only as a preference: thread t of the team (the caller is 0,
+// the workers 1, 2, ... in the order they were started) claims the chunks of its own segment
+// [4t, 4t + 4) first, then whatever is left of the next segments in turn, one at a time (a
+// compare-and-swap of the segment's word, which holds the job's generation and the segment's
+// next chunk). So each thread runs the same part of every parallel loop's range call after
+// call, and where consecutive layers cut their ranges alike (blocked convolutions sliced by
+// positions, depthwise layers by rows: Stage::parallel_slices) a core reads what it wrote
+// itself. Models on 2 threads of the 2-core Zen 5 VM, library against library interleaved,
+// against one word that every thread claimed from in turn (2026-12-01,
+// docs/results/pool-own-segments-2026-12-01-zen5.txt): 1.04-1.13x with the machine busy,
+// 1.01-1.04x in a quieter hour; 1 thread, the same code, 0.99-1.02x. And a worker that is
+// asleep, or not scheduled because other processes hold the CPUs, delays nothing: the others
+// run what it did not claim, and the caller waits only for chunks being run. (A pool that
+// hands chunk i to worker i waits a scheduler time slice for a preempted worker: with two
+// busy processes on the 2-core VM, a 33x17x9 matmul took 75 us a call that way, 1.0-1.5 us
+// this way, and a loaded `ctest -j2` hit a measurement's 10 s time limit.)
 //
 // Why not libgomp's GOMP_parallel: its fork and join of a team cost 2.5-3 us on a 2-core
 // znver5 VM even with OMP_WAIT_POLICY=active (measured: two 7.3 us halves took 10 us), a

@@ -19,7 +19,7 @@ class DepthwiseNchwcCpu final : public CpuTemplate {
         {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
         {"vectorize", KnobType::Bool, "vectorize the channel block", 0, {}},
         {"unroll", KnobType::Bool, "unroll the register tile and the filter window", 0, {}},
-        {"parallel", KnobType::Bool, "run the outermost loops (batch, channel blocks, rows) on all threads", 0, {}},
+        {"parallel", KnobType::Bool, "run the outermost loops (batch, channel blocks, rows) on all threads, each a slice of the rows", 0, {}},
     };
     return k;
   }
@@ -48,7 +48,10 @@ class DepthwiseNchwcCpu final : public CpuTemplate {
     out->reorder({o[0].var, o[1].var, o[2].var, wo, wi, o[4].var});
     if (vec) out->vectorize(o[4].var);
     if (unroll) out->unroll(wi);
-    if (par) out->parallel(out->fuse(out->fuse(o[0].var, o[1].var), o[2].var));
+    // Each thread a slice of the rows for every channel block, as the blocked convolutions
+    // around it slice their positions: with the pool's threads taking their own chunks
+    // first, a core reads the rows it wrote (MobileNet-v2, 2 threads: 1.01-1.03x).
+    if (par) out->parallel_slices(out->fuse(out->fuse(o[0].var, o[1].var), o[2].var));
     acc->compute_at(*out, wo);
     const auto& a = acc->op()->axes;         // n, co, oh, ow, cb
     const auto& r = acc->op()->reduce_axes;  // rr, rs
