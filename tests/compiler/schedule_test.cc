@@ -1,6 +1,7 @@
 // Schedule primitives one at a time on hand-written schedules (compiled and run for real),
 // and the user errors each primitive and the config parser can raise.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "base/error.h"
 #include "compiler/ir_printer.h"
 #include "compiler/lower.h"
+#include "compiler/model_codegen.h"
 #include "compiler/operator_table.h"
 #include "compiler/schedule_templates.h"
 #include "tests/compiler/kernel_harness.h"
@@ -534,6 +536,55 @@ TEST(TemplateRegistry, BlockedConvThreadsSliceThePositionsWhereTheInputIsLarger)
   loops = loops_of("conv2d_nchwc(N=1,C=512,H=7,W=7,K=2048,R=1,S=1,ic_block=8,oc_block=8)");
   EXPECT_EQ(loops.find("slices of"), std::string::npos) << loops;
   EXPECT_NE(loops.find("parallel ("), std::string::npos) << loops;
+}
+
+// The generic kernels between blocked convolutions (pools, Concat, elementwise) cut their
+// parallel loop as the convolutions cut theirs: each thread a slice of the rows for every
+// channel block, so that a core reads the rows it wrote. A kernel that reads an image in
+// NCHW (a layout transform) keeps runs of channel blocks: its slice of rows would be short
+// runs of every channel's plane. Both compute every element on 2 threads and on 1.
+TEST(GenericKernels, BlockedImagesAreSlicedByRowsUnlessAnInputIsNchw) {
+  const Target host = host_target();
+  ir::Tensor blocked = ir::placeholder("x", {1, 6, 28, 28, 16});
+  ir::Tensor nchw = ir::placeholder("y", {1, 96, 28, 28});
+  const std::vector<std::string> names = {"n", "cb", "h", "w", "c"};
+  ir::Tensor relu = ir::compute("relu", blocked->shape, names, [&](const std::vector<ir::Expr>& i) {
+    return ir::max(ir::read(blocked, i), ir::f32(0));
+  });
+  ir::Tensor to_blocked = ir::compute("to_blocked", blocked->shape, names, [&](const std::vector<ir::Expr>& i) {
+    return ir::read(nchw, {i[0], i[1] * 16 + i[4], i[2], i[3]});
+  });
+  struct Case {
+    ir::Tensor result, input;
+    bool sliced;
+  };
+  for (const Case& c : {Case{relu, blocked, true}, Case{to_blocked, nchw, false}}) {
+    ir::LoweredFunc f = lower_generic_kernel(c.result, {c.input}, host, "k", c.result->name);
+    std::string loops = ir::to_string(f);
+    EXPECT_NE(loops.find("parallel ("), std::string::npos) << loops;
+    EXPECT_EQ(loops.find("slices of 28 {") != std::string::npos, c.sliced) << loops;
+    std::unique_ptr<KernelLibrary> lib = testing::build_for_host(f);
+    const int64_t n = ir::num_elements(c.input->shape);
+    std::vector<float> in(static_cast<size_t>(n)), expect(in.size()), out(in.size());
+    for (int64_t k = 0; k < n; ++k) in[k] = static_cast<float>((k * 7919) % 2001 - 1000) / 100.0f;
+    // The expected output, index by index: relu of x, or y's element (cb * 16 + c) at (h, w).
+    for (int64_t k = 0; k < n; ++k) {
+      if (c.sliced) {
+        expect[k] = std::max(in[k], 0.0f);
+      } else {
+        const int64_t cc = k % 16, w = k / 16 % 28, h = k / (16 * 28) % 28, cb = k / (16 * 28 * 28);
+        expect[k] = in[((cb * 16 + cc) * 28 + h) * 28 + w];
+      }
+    }
+    for (int threads : {2, 1}) {
+      int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      std::fill(out.begin(), out.end(), std::nanf(""));
+      ASSERT_EQ(lib->call({in.data(), out.data()}), 0);
+      omp_set_num_threads(saved);
+      EXPECT_EQ(out, expect) << c.result->name << " on " << threads << " thread(s)";
+    }
+  }
 }
 
 // Grouped blocked convolutions: where each output block reads channels of its own (a block
