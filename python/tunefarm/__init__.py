@@ -165,11 +165,19 @@ def compile_kernel(workload, target=None, config=None, db=None, out=None):
     arrays of its arguments' types (float32; uint8, int8 and int32 for integer workloads such
     as 'matmul(M=64,N=64,K=64,dtype=uint8,weight_dtype=int8)'), its inputs then its output
     (written in place), when it was compiled for this machine; `.metadata` is its sidecar
-    (arguments with their dtype, config, FLOPs)."""
-    if out is None:
-        out = os.path.join(tempfile.mkdtemp(prefix="tunefarm-kernel-"), "kernel.so")
+    (arguments with their dtype, config, FLOPs). The library is written to `out` (and its
+    sidecar beside it) when given, else to a temporary folder removed once it is loaded."""
     cfg = json.dumps(config) if config is not None else ""
-    return _tunefarm.Kernel(workload, target or "", cfg, os.fspath(db) if db else "", os.fspath(out))
+    if out is not None:
+        return _tunefarm.Kernel(workload, target or "", cfg, os.fspath(db) if db else "", os.fspath(out))
+    # A library of its own in a temporary folder, removed once the kernel has loaded it (the
+    # loaded code stays mapped): one folder a call would otherwise stay in /tmp for good.
+    folder = tempfile.mkdtemp(prefix="tunefarm-kernel-")
+    try:
+        return _tunefarm.Kernel(workload, target or "", cfg, os.fspath(db) if db else "",
+                                os.path.join(folder, "kernel.so"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class Database:

@@ -19,6 +19,7 @@
 #include "tuner/runner.h"
 #include "tuner/tune.h"
 #include "tuner/tuning_curve.h"
+#include "tests/temp_dir.h"
 
 namespace tf {
 namespace {
@@ -28,11 +29,8 @@ using json = nlohmann::json;
 using costmodel::kNumFeatures;
 
 std::string temp_dir() {
-  static std::string dir = [] {
-    std::string t = (fs::temp_directory_path() / "tunefarm-costmodel-XXXXXX").string();
-    return std::string(mkdtemp(t.data()));
-  }();
-  return dir;
+  static tf::testing::TempDir dir("tunefarm-costmodel");
+  return dir.path();
 }
 
 Target x86_avx512() { return parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"); }

@@ -8,6 +8,7 @@ and no data. Screenshots land in SCREENSHOT_DIR for a person to look at.
 
 usage: browser_test.py TUNEFARM TUNEFARM_TUNER TUNEFARM_TRACKER TUNEFARM_RPC_SERVER SCREENSHOT_DIR
 """
+import atexit
 import json
 import os
 import re
@@ -58,8 +59,10 @@ def median(xs):
 
 def browser():
     o = webdriver.ChromeOptions()
+    profile = tempfile.mkdtemp(prefix="tf-chromium-")
+    atexit.register(shutil.rmtree, profile, True)  # after the browser quit (tearDown)
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1400,1100", "--user-data-dir=" + tempfile.mkdtemp(prefix="tf-chromium-")):
+              "--window-size=1400,1100", "--user-data-dir=" + profile):
         o.add_argument(a)
     o.binary_location = "/usr/bin/chromium"
     o.set_capability("goog:loggingPrefs", {"browser": "ALL"})

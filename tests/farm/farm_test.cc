@@ -34,6 +34,7 @@
 #include "tests/graph/onnx_builder.h"
 #include "tuner/farm_client.h"
 #include "tuner/farm_runner.h"
+#include "tests/temp_dir.h"
 
 extern char** environ;
 
@@ -47,11 +48,8 @@ using Clock = std::chrono::steady_clock;
 const std::string kToken = "test-token-0123456789abcdef";
 
 std::string temp_dir() {
-  static std::string dir = [] {
-    std::string t = (fs::temp_directory_path() / "tunefarm-farm-XXXXXX").string();
-    return std::string(mkdtemp(t.data()));
-  }();
-  return dir;
+  static tf::testing::TempDir dir("tunefarm-farm");
+  return dir.path();
 }
 
 // Written once: daemons read it while later ones start.

@@ -14,6 +14,7 @@
 #include "proto/credentials.h"
 #include "proto/tunefarm.grpc.pb.h"
 #include "tests/farm/daemon.h"
+#include "tests/temp_dir.h"
 
 namespace tf::farm {
 namespace {
@@ -21,9 +22,11 @@ namespace {
 namespace fs = std::filesystem;
 namespace pb = tunefarm::v1;
 
+// One log a tracker, in the process's scratch directory.
 std::string log_path() {
-  std::string dir = (fs::temp_directory_path() / "tunefarm-limits-XXXXXX").string();
-  return std::string(mkdtemp(dir.data())) + "/tracker.log";
+  static tf::testing::TempDir dir("tunefarm-limits");
+  static int trackers = 0;
+  return dir.path() + "/tracker" + std::to_string(++trackers) + ".log";
 }
 
 // The tracker as a child process, loopback, no token (what a loopback tracker allows).

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tests/graph/onnx_builder.h"
+#include "tests/temp_dir.h"
 
 namespace tf::graph {
 namespace {
@@ -23,11 +24,8 @@ using testing::ModelBuilder;
 using testing::set_int;
 
 std::string temp_dir() {
-  static std::string dir = [] {
-    std::string t = (fs::temp_directory_path() / "tunefarm-hostile-XXXXXX").string();
-    return std::string(mkdtemp(t.data()));
-  }();
-  return dir;
+  static tf::testing::TempDir dir("tunefarm-hostile");
+  return dir.path();
 }
 
 struct Result {

@@ -3,11 +3,13 @@ match PyTorch, a compiled module inside a larger nn.Module, NumPy and kernel pat
 database, and every error path. Run by ctest (python_package) with PYTHONPATH=<build>/python
 and the tunefarm program in <build>/bin."""
 
+import atexit
 import ctypes.util
 import glob
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +26,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from daemon import Daemon  # noqa: E402 (tests/daemon.py)
 
 TMP = tempfile.mkdtemp(prefix="tunefarm-python-test-")
+# Removed at exit (its compiled models are 120 MB), unless TUNEFARM_KEEP_TEST_TMP is set.
+if os.environ.get("TUNEFARM_KEEP_TEST_TMP", "0") in ("", "0"):
+    atexit.register(shutil.rmtree, TMP, True)
 # Hermetic: no tuned configs from this machine's default database, compiled models cached here.
 os.environ["TUNEFARM_DB"] = os.path.join(TMP, "none.db")
 os.environ["TUNEFARM_CACHE"] = os.path.join(TMP, "cache")
@@ -202,6 +207,20 @@ class NumpyAndLibraries(unittest.TestCase):
         c = np.zeros((33, 17), np.float32)
         k(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+    def test_a_kernel_without_out_leaves_no_file(self):
+        # Its library goes to a temporary folder that is gone once the kernel loaded it, also
+        # when the compile fails; the kernel still runs.
+        scratch = os.path.join(TMP, "scratch")
+        os.makedirs(scratch)
+        with mock.patch.object(tempfile, "tempdir", scratch):
+            k = tunefarm.compile_kernel("matmul(M=5,N=6,K=7)")
+            self.assertRaises(ValueError, tunefarm.compile_kernel, "nosuchop(M=1)")
+        self.assertEqual(os.listdir(scratch), [])
+        a, b = np.ones((5, 7), np.float32), np.ones((7, 6), np.float32)
+        c = np.zeros((5, 6), np.float32)
+        k(a, b, c)
+        np.testing.assert_array_equal(c, np.full((5, 6), 7, np.float32))
 
     def test_an_int8_kernel_takes_arrays_of_its_types(self):
         k = tunefarm.compile_kernel("matmul(M=19,N=40,K=30,dtype=uint8,weight_dtype=int8)")

@@ -18,6 +18,7 @@
 
 #include "tests/farm/daemon.h"
 #include "tests/graph/onnx_builder.h"
+#include "tests/temp_dir.h"
 
 namespace tf::graph {
 namespace {
@@ -27,11 +28,8 @@ using json = nlohmann::json;
 using testing::ModelBuilder;
 
 std::string temp_dir() {
-  static std::string dir = [] {
-    std::string t = (fs::temp_directory_path() / "tunefarm-tune-model-XXXXXX").string();
-    return std::string(mkdtemp(t.data()));
-  }();
-  return dir;
+  static tf::testing::TempDir dir("tunefarm-tune-model");
+  return dir.path();
 }
 
 struct Result {

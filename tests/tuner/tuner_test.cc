@@ -27,6 +27,7 @@
 #include "tuner/search_strategy.h"
 #include "tuner/tune.h"
 #include "tuner/tuning_records.h"
+#include "tests/temp_dir.h"
 
 namespace tf {
 namespace {
@@ -35,11 +36,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 std::string temp_dir() {
-  static std::string dir = [] {
-    std::string t = (fs::temp_directory_path() / "tunefarm-tuner-XXXXXX").string();
-    return std::string(mkdtemp(t.data()));
-  }();
-  return dir;
+  static tf::testing::TempDir dir("tunefarm-tuner");
+  return dir.path();
 }
 
 Target x86_avx512() { return parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"); }
