@@ -208,8 +208,9 @@ class PoolEmitter {
   }
 
   // ptr tf_pool_worker(ptr k): worker k (its number in the team, passed as the pointer)
-  // waits for a generation other than the last it saw and works on it. A worker that comes late (started, woken or scheduled after the job's chunks were all
-  // claimed) finds nothing to claim and touches nothing of the job.
+  // waits for a generation other than the last it saw and works on it. A worker that comes
+  // late (started, woken or scheduled after the job's chunks were all claimed) finds nothing
+  // to claim and touches nothing of the job.
   llvm::Function* emit_worker() {
     llvm::Function* f = function("tf_pool_worker", ptr_, {ptr_});
     auto [entry, wait, spin, spun, clock, sleep, sleep_check, sleep_wait, woken, job] =
