@@ -834,14 +834,14 @@ class CodeGen {
     }
     llvm::Value* tid = b_.CreateSExt(outlined->getArg(1), b_.getInt64Ty());
     llvm::Value* nth = b_.CreateSExt(outlined->getArg(2), b_.getInt64Ty());
-    // The k-th of n runs of [0, count): [k * ceil(count / n), min(that + ceil(count / n), count))
-    // (empty for k >= n).
+    // The k-th of n runs of [0, count): [k * count / n, (k + 1) * count / n), sizes differing
+    // by at most one, so each thread's 4 chunks hold its share (empty for k >= n).
     auto run_of = [&](llvm::Value* count, llvm::Value* n, llvm::Value* k) {
-      llvm::Value* chunk = b_.CreateSDiv(b_.CreateAdd(count, b_.CreateSub(n, b_.getInt64(1))), n);
-      llvm::Value* begin = b_.CreateMul(k, chunk);
-      llvm::Value* end = b_.CreateAdd(begin, chunk);
-      end = b_.CreateSelect(b_.CreateICmpSLT(end, count), end, count);
-      return std::pair{begin, end};
+      auto bound = [&](llvm::Value* j) {
+        llvm::Value* v = b_.CreateSDiv(b_.CreateMul(j, count), n);
+        return b_.CreateSelect(b_.CreateICmpSLT(v, count), v, count);
+      };
+      return std::pair{bound(k), bound(b_.CreateAdd(k, b_.getInt64(1)))};
     };
     ++parallel_depth_;
     if (const int64_t inner = f->parallel_inner) {
