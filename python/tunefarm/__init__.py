@@ -168,14 +168,17 @@ def compile_kernel(workload, target=None, config=None, db=None, out=None):
     (arguments with their dtype, config, FLOPs). The library is written to `out` (and its
     sidecar beside it) when given, else to a temporary folder removed once it is loaded."""
     cfg = json.dumps(config) if config is not None else ""
+
+    def kernel(path):
+        return _tunefarm.Kernel(workload, target or "", cfg, os.fspath(db) if db else "", os.fspath(path))
+
     if out is not None:
-        return _tunefarm.Kernel(workload, target or "", cfg, os.fspath(db) if db else "", os.fspath(out))
+        return kernel(out)
     # A library of its own in a temporary folder, removed once the kernel has loaded it (the
     # loaded code stays mapped): one folder a call would otherwise stay in /tmp for good.
     folder = tempfile.mkdtemp(prefix="tunefarm-kernel-")
     try:
-        return _tunefarm.Kernel(workload, target or "", cfg, os.fspath(db) if db else "",
-                                os.path.join(folder, "kernel.so"))
+        return kernel(os.path.join(folder, "kernel.so"))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -28,6 +28,7 @@
 #include "compiler/reference.h"
 #include "compiler/schedule_templates.h"
 #include "runtime/kernel_library.h"
+#include "tests/temp_dir.h"
 
 namespace {
 // The barrier of the block the calling thread emulates (run_gpu_emulated).
@@ -99,7 +100,6 @@ extern "C" void tunefarm_emulated_mma_m16n8k16_bf16(const float* in, float* out)
 }
 
 namespace tf::testing {
-namespace fs = std::filesystem;
 
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -130,16 +130,8 @@ std::vector<nlohmann::json> sample_configs(const Workload& w, const Target& t, i
 }
 
 std::string temp_dir() {
-  static std::string dir = [] {
-    std::string tmpl = (fs::temp_directory_path() / "tunefarm-test-XXXXXX").string();
-    std::string d = mkdtemp(tmpl.data());
-    static struct Remove {
-      std::string d;
-      ~Remove() { std::error_code ec; fs::remove_all(d, ec); }
-    } remove{d};
-    return d;
-  }();
-  return dir;
+  static TempDir dir("tunefarm-test");
+  return dir.path();
 }
 
 std::unique_ptr<KernelLibrary> build_for_host(const ir::LoweredFunc& f) { return build_for(f, host_target()); }
