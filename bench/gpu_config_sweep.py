@@ -9,11 +9,13 @@ CuPy launches measures the launches. Says whether a template's space holds confi
 than its default, and which: what the defaults and the tuner's search need.
 
 Usage: bench/gpu_config_sweep.py BUILD/bin/tunefarm [--precision fp16] [--groups bert]
-                                 [-w WORKLOAD ...] [--configs '[{"tiles_m": 4}, ...]'] [--large] [--calls 20]
+                                 [-w WORKLOAD ...] [--configs '[{"tiles_m": 4}, ...]'] [--large] [--half]
+                                 [--calls 20]
 Without --configs, a grid of block tiles (32 x 32 to 128 x 64, 4 and 8 warps, K chunks and stages
 that fit 48 KiB of shared memory) and split_k 1, 2, 4 for the tensor-core templates; --large adds
 block tiles of 128 x 64 and 128 x 128 with K chunks of 32 and 64 and 3-4 stages (70-210 KiB of
-dynamic shared memory, which sm_80 and sm_90 allow a block). Needs an NVIDIA GPU, PyTorch with CUDA and CuPy (exits 2 without).
+dynamic shared memory, which sm_80 and sm_90 allow a block); --half times the default and every
+config of the grid also with half_tiles (fp16/bf16 operands' tiles held in 16 bits). Needs an NVIDIA GPU, PyTorch with CUDA and CuPy (exits 2 without).
 """
 import argparse
 import concurrent.futures
@@ -73,9 +75,13 @@ def main():
     ap.add_argument("-w", "--workload", action="append", default=[])
     ap.add_argument("--configs", help="a JSON list of configs (knobs set in the default)")
     ap.add_argument("--large", action="store_true", help="add block tiles past 48 KiB of shared memory")
+    ap.add_argument("--half", action="store_true",
+                    help="each config (and the default) also with half_tiles: the tiles in 16 bits")
     ap.add_argument("--calls", type=int, default=20)
     a = ap.parse_args()
     configs = json.loads(a.configs) if a.configs else default_grid(a.large)
+    if a.half:
+        configs = [{"half_tiles": True}] + [dict(c, half_tiles=h) for c in configs for h in (False, True)]
     workloads = list(a.workload) + [w for g in a.groups.split(",") if g for w in gpu_bench.GROUPS[g]]
     workloads = [gpu_bench.with_precision(w, a.precision) for w in workloads]
     workloads = [w for w in workloads if w]

@@ -12,7 +12,7 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated: mma,optimize,bench_fp16,model_fp16,profile_fp16,sweep_fp16,sweep_large,bench_tf32,model_tf32,
+# comma-separated: mma,optimize,bench_fp16,model_fp16,profile_fp16,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,tune_rate,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists.
 set -u
@@ -72,6 +72,10 @@ step sweep_fp16 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --
 # Issue 55: block tiles past 48 KiB (dynamic shared memory) against the defaults, on the square
 # GEMMs and BERT's: whether the defaults should use them.
 step sweep_large 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --large --calls 10
+# Issue 55: the operands' tiles in 16 bits (half_tiles: half the shared memory and its loads, the
+# rounding moved to the copy, which is then not cp.async) against float32 tiles, config by config.
+step sweep_half 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --half \
+  --calls 10
 step bench_tf32 50 python3 bench/gpu_bench.py "$bin" --precision tf32 --groups dense,bert --rounds 3 \
   --json "$WORK/bench_tf32.json"
 step model_tf32 80 python3 bench/gpu_model_bench.py "$bin" --precision tf32 --models bert_base,resnet50 \

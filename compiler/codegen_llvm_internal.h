@@ -471,6 +471,9 @@ class CodeGen {
   // Whether this target converts between float16 and float32 in one instruction (x86's F16C,
   // every aarch64 and GPU); elsewhere the conversions are integer sequences.
   virtual bool converts_float16() const { return true; }
+  // Whether float to bfloat16 is one instruction (LLVM's fptrunc to bfloat: cvt.rn.bf16.f32 on
+  // sm_80 and later, which rounds to nearest, ties to even, as the integer sequence does).
+  virtual bool converts_bfloat16() const { return false; }
 
   // A warp-level product (kMmaTF32, kMmaF16, kMmaBF16: compiler/ir.h): a float32x4. Only
   // NVIDIA GPUs of sm_80 and later and the threaded emulation of a block have them; elsewhere
@@ -552,6 +555,10 @@ class CodeGen {
   llvm::Value* float_to_bfloat16(llvm::Value* x) {
     llvm::Type* it = x->getType()->getWithNewType(b_.getInt32Ty());
     auto k = [&](uint32_t v) { return llvm::ConstantInt::get(it, v); };
+    if (converts_bfloat16()) {
+      llvm::Value* h = b_.CreateFPTrunc(x, x->getType()->getWithNewType(b_.getBFloatTy()));
+      return b_.CreateZExt(b_.CreateBitCast(h, it->getWithNewType(b_.getInt16Ty())), it);
+    }
     llvm::Value* bits = b_.CreateBitCast(x, it);
     llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), k(1));
     llvm::Value* r = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(bits, k(0x7FFF)), lsb), 16);

@@ -2,10 +2,12 @@
 // NVPTX back end.
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
 #include "compiler/codegen_gpu.h"
+#include "compiler/simplify.h"
 
 namespace tf::llvm_codegen {
 namespace {
@@ -72,6 +74,7 @@ class CodeGenNvptx final : public CodeGenGpu {
 
   // Whether this target copies global to shared memory asynchronously (cp.async: sm_80+).
   bool has_cp_async() const override { return sm() >= 80; }
+  bool converts_bfloat16() const override { return sm() >= 80; }
 
   // A store into a shared buffer of asynchronous copies (Allocate::async_copies) whose value
   // is a load of a kernel argument: cp.async (sm_80 and later) of 16 bytes where four lanes
@@ -134,12 +137,19 @@ class CodeGenNvptx final : public CodeGenGpu {
     } else {
       const bool bf16 = c->name == kMmaBF16;
       auto* pair = llvm::FixedVectorType::get(bf16 ? b_.getBFloatTy() : b_.getHalfTy(), 2);
+      const char* widen = bf16 ? kBF16ToFloat : kF16ToFloat;
       for (size_t i = 0; i < ab; i += 2) {
-        llvm::Value* v = llvm::PoisonValue::get(pair);
-        for (uint64_t h = 0; h < 2; ++h) {
-          v = b_.CreateInsertElement(v, b_.CreateFPTrunc(expr(c->args[i + h]), pair->getElementType()), h);
+        llvm::Value* v = held_pair(c->args[i], c->args[i + 1], widen);
+        if (!v) {
+          v = llvm::PoisonValue::get(pair);
+          for (uint64_t h = 0; h < 2; ++h) {
+            llvm::Value* bits = held_bits(c->args[i + h], widen);
+            llvm::Value* x = bits ? b_.CreateBitCast(bits, pair->getElementType())
+                                  : b_.CreateFPTrunc(expr(c->args[i + h]), pair->getElementType());
+            v = b_.CreateInsertElement(v, x, h);
+          }
         }
-        ops.push_back(bf16 ? b_.CreateBitCast(v, b_.getInt32Ty()) : v);
+        ops.push_back(bf16 ? b_.CreateBitCast(v, b_.getInt32Ty()) : b_.CreateBitCast(v, pair));
       }
       id = bf16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32;
     }
@@ -148,6 +158,54 @@ class CodeGenNvptx final : public CodeGenGpu {
     llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
     for (unsigned i = 0; i < 4; ++i) out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
     return out;
+  }
+
+  // A 16-bit product's operand that widens a value held in 16 bits (a half_tiles tile: `widen`
+  // of a uint16 load, kF16ToFloat or kBF16ToFloat, or that under a select against 0 for the
+  // padding): its bits as an i16, which the product takes as they are (rounding them again
+  // would change nothing). Null for any other operand.
+  llvm::Value* held_bits(const Expr& e, const char* widen) {
+    if (const Call* w = e.as<Call>(); w && w->name == widen && w->type.lanes == 1) return expr(w->args[0]);
+    const Select* sel = e.as<Select>();
+    const FloatImm* zero = sel ? sel->f.as<FloatImm>() : nullptr;
+    if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
+    const Call* w = sel->t.as<Call>();
+    if (!w || w->name != widen || w->type.lanes != 1) return nullptr;
+    // As a select of the loop IR, which loads only where its condition holds (codegen select()).
+    return expr(Select::make(sel->cond, w->args[0], IntImm::make_typed(0, Type::uint16())));
+  }
+
+  // A fragment's pair (operands e and e + 1) held as two consecutive uint16 elements of one
+  // buffer from an even element on: one 32-bit load of both (the low half the first, as the
+  // product takes them); null otherwise.
+  // Under one select against 0 (the same padding condition for both, as a tile's column or
+  // row guard is): the word or 0.
+  llvm::Value* held_pair(const Expr& lo, const Expr& hi, const char* widen) {
+    auto peel = [&](const Expr& e, Expr& cond) -> const Call* {
+      Expr x = e;
+      if (const Select* sel = e.as<Select>()) {
+        const FloatImm* zero = sel->f.as<FloatImm>();
+        if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
+        cond = sel->cond;
+        x = sel->t;
+      }
+      const Call* w = x.as<Call>();
+      return w && w->name == widen && w->type.lanes == 1 ? w : nullptr;
+    };
+    Expr c0, c1;
+    const Call* w0 = peel(lo, c0);
+    const Call* w1 = peel(hi, c1);
+    if (!w0 || !w1 || bool(c0) != bool(c1) || (c0 && !equal(c0, c1))) return nullptr;
+    const Load* l0 = w0->args[0].as<Load>();
+    const Load* l1 = w1->args[0].as<Load>();
+    if (!l0 || !l1 || l0->buffer != l1->buffer || l0->type != Type::uint16() || l1->type != Type::uint16()) return nullptr;
+    const int64_t* step = as_const_int(simplify(l1->index - l0->index));
+    if (!step || *step != 1 || known_multiple(l0->index) % 2 != 0) return nullptr;
+    // The word as an int32 element of the buffer (element index / 2: the pair starts at an even
+    // one), under the select, which loads only where its condition holds (codegen select()).
+    Expr word = Load::make(Type::int32(), l0->buffer, simplify(l0->index / Expr(int64_t{2})));
+    if (c0) word = Select::make(c0, word, IntImm::make_typed(0, Type::int32()));
+    return expr(word);
   }
 
   int sm() const { return target_.arch.rfind("sm_", 0) == 0 ? std::atoi(target_.arch.c_str() + 3) : 0; }

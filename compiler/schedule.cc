@@ -431,15 +431,47 @@ void Schedule::pack_given(const std::string& input, size_t dim, int64_t block) {
   placeholders_[packed->name] = packed;
 }
 
-Stage& Schedule::cache_read_shared(const std::string& input) {
+Stage& Schedule::cache_read_shared(const std::string& input) { return cache_shared(input, nullptr, nullptr); }
+
+Stage& Schedule::cache_read_shared_16(const std::string& input, bool bfloat16) {
+  return cache_shared(input, bfloat16 ? kFloatToBF16 : kFloatToF16, bfloat16 ? kBF16ToFloat : kF16ToFloat);
+}
+
+void Schedule::store_16_bits(Stage& s, bool bfloat16) {
+  const Tensor old = s.op();
+  if (old->reduce()) throw UserError(str("store_16_bits of stage ", old->name, ": a reduction accumulates in float32"));
+  if (old->dtype != Type::float32()) {
+    throw UserError(str("store_16_bits of stage ", old->name, ": it is ", old->dtype.str(), ", not float32"));
+  }
+  auto op = std::make_shared<Operation>(*old);
+  op->body = Call::make(bfloat16 ? kFloatToBF16 : kFloatToF16, {old->body});
+  op->dtype = op->body.type();
+  Tensor narrow = op;
+  set_op(s, narrow);
+  const char* widen = bfloat16 ? kBF16ToFloat : kF16ToFloat;
+  replace_reads(old->name, [&](const TensorRead* r) {
+    return Call::make(widen, {TensorRead::make(narrow, r->indices)});
+  });
+}
+
+Stage& Schedule::cache_shared(const std::string& input, const char* narrow, const char* widen) {
   auto pit = placeholders_.find(input);
   if (pit == placeholders_.end()) throw UserError(str("cache_read: '", input, "' is not an input of this workload"));
   if (has_stage(input + ".shared")) throw UserError(str("cache_read of ", input, ": already cached"));
   const Tensor& in = pit->second;
+  if (narrow && in->dtype != Type::float32()) {
+    throw UserError(str("cache_read of ", input, " in 16 bits: it is ", in->dtype.str(), ", not float32"));
+  }
   std::vector<std::string> names;
   for (size_t d = 0; d < in->shape.size(); ++d) names.push_back("d" + std::to_string(d));
-  Tensor copy = compute(input + ".shared", in->shape, names, [&](const std::vector<Expr>& ax) { return read(in, ax); });
-  replace_reads(input, [&](const TensorRead* r) { return TensorRead::make(copy, r->indices); });
+  Tensor copy = compute(input + ".shared", in->shape, names, [&](const std::vector<Expr>& ax) {
+    Expr v = read(in, ax);
+    return narrow ? Call::make(narrow, {v}) : v;
+  });
+  replace_reads(input, [&](const TensorRead* r) {
+    Expr v = TensorRead::make(copy, r->indices);
+    return widen ? Call::make(widen, {v}) : v;
+  });
   stages_.insert(stages_.begin(), std::make_unique<Stage>(copy));
   stages_.front()->scope_ = MemScope::Shared;
   return *stages_.front();

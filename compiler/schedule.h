@@ -214,12 +214,25 @@ class Schedule {
   // each thread copies its part. Lowering puts a barrier before the copy (the previous tile
   // is no longer read) and after it (the tile is complete).
   Stage& cache_read_shared(const std::string& input);
+  // cache_read_shared whose copy holds each value rounded to a 16-bit float (to nearest, ties to
+  // even; bfloat16 if `bfloat16`, else IEEE float16), as its uint16 bits (ir::kFloatToF16 /
+  // kFloatToBF16); every reader widens the copy back (kF16ToFloat / kBF16ToFloat, exact). Half
+  // the shared memory and the bytes each read moves, for readers that round what they read to
+  // that type anyway (a tensor-core product's operands). A float32 input only.
+  Stage& cache_read_shared_16(const std::string& input, bool bfloat16);
+  // The same for a computed stage `s` (not a reduction, float32): its values stored rounded to
+  // 16-bit floats as uint16 bits, every reader widening them back (an im2col tile computed
+  // into shared memory for a tensor-core product).
+  void store_16_bits(Stage& s, bool bfloat16);
 
  private:
   void replace_reads(const std::string& name,
                      const std::function<Expr(const TensorRead*)>& rewrite);
   void set_op(Stage& s, Tensor op);
   Tensor packed_layout(const std::string& input, size_t dim, int64_t block, bool given);
+  // cache_read_shared, the copy through `narrow` and its readers through `widen` (both null:
+  // as is).
+  Stage& cache_shared(const std::string& input, const char* narrow, const char* widen);
 
   Tensor output_;
   std::vector<std::unique_ptr<Stage>> stages_;  // in dependency order

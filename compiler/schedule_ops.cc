@@ -1,7 +1,9 @@
 #include "compiler/schedule_ops.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "base/error.h"
@@ -29,6 +31,81 @@ Expr linear_index(const std::vector<Expr>& idx, const BufferInfo& b) {
     index = index * Expr(row) + (idx[d] - b.mins[d]);
   }
   return index;
+}
+
+bool thread_loop(ForKind k) {
+  return k == ForKind::ThreadIdxX || k == ForKind::ThreadIdxY || k == ForKind::ThreadIdxZ;
+}
+
+// A copy into shared buffer `buffer` whose every store rounds what it copies (a 16-bit tile of
+// float32 data: Schedule::cache_read_shared_16), split in two at the registers: `load` keeps the
+// values in a thread's `regs` (float32, `size` of them: one per iteration of the thread's own
+// loops, constant extents), `store` rounds them into the buffer, both under the copy's guards.
+struct StagedCopy {
+  Stmt load, store;
+  int64_t size = 0;
+};
+
+std::optional<StagedCopy> stage_through_registers(const Stmt& nest, const std::string& buffer,
+                                                  const std::string& regs) {
+  // The thread's own loops around each store, outermost first; one store only.
+  std::vector<const For*> loops, at_store;
+  int stores = 0;
+  bool ok = true;
+  std::function<void(const Stmt&)> walk = [&](const Stmt& st) {
+    if (!st || !ok) return;
+    if (const For* f = st.as<For>()) {
+      const bool own = !thread_loop(f->for_kind);
+      if (own) loops.push_back(f);
+      walk(f->body);
+      if (own) loops.pop_back();
+    } else if (const Block* b = st.as<Block>()) {
+      for (const Stmt& x : b->stmts) walk(x);
+    } else if (const IfThenElse* i = st.as<IfThenElse>()) {
+      walk(i->then_case);
+      walk(i->else_case);
+    } else if (const Store* x = st.as<Store>()) {
+      const Call* c = x->value.as<Call>();
+      ok = x->buffer == buffer && c && (c->name == kFloatToF16 || c->name == kFloatToBF16) && ++stores == 1;
+      at_store = loops;
+    } else {
+      ok = false;  // anything else: not a plain copy nest
+    }
+  };
+  walk(nest);
+  if (!ok || stores != 1) return std::nullopt;
+  Expr r = 0;
+  int64_t size = 1;
+  for (const For* f : at_store) {
+    const int64_t* e = as_const_int(f->extent);
+    const int64_t* m = as_const_int(f->min);
+    if (!e || !m || *m != 0) return std::nullopt;
+    r = r * Expr(*e) + f->var;
+    size *= *e;
+  }
+  class Split : public IRMutator {
+   public:
+    Split(const std::string& b, const std::string& regs, Expr r, bool load) : b_(b), regs_(regs), r_(std::move(r)), load_(load) {}
+    Stmt mutate_stmt(const Stmt& st) override {
+      // The thread's loops unrolled, so that the registers are registers (constant indices).
+      if (const For* f = st.as<For>(); f && f->for_kind == ForKind::Serial) {
+        return For::make(f->var, f->min, f->extent, ForKind::Unrolled, mutate_stmt(f->body));
+      }
+      const Store* x = st.as<Store>();
+      if (!x || x->buffer != b_) return IRMutator::mutate_stmt(st);
+      const Call* c = x->value.as<Call>();
+      if (load_) return Store::make(regs_, c->args[0], r_);
+      return Store::make(b_, Call::make(c->name, {Load::make(Type::float32(), regs_, r_)}), x->index);
+    }
+
+   private:
+    const std::string& b_;
+    const std::string& regs_;
+    Expr r_;
+    bool load_;
+  };
+  Split load(buffer, regs, r, true), store(buffer, regs, r, false);
+  return StagedCopy{load.mutate_stmt(nest), store.mutate_stmt(nest), size};
 }
 
 // A symbolic inclusive range [lo, hi].
@@ -469,8 +546,34 @@ class Lowerer {
     for (int j = 0; j + 1 < n; ++j) prologue.insert(prologue.end(), {j < *extent ? copy(Expr(j)) : Stmt(), commit});
     Stmt body = f->body;
     for (const Stage* p : stages) body = offset_buffer(p->name(), body, (v % n) * buffer_tile(*p));
-    Stmt loop_body = Block::make({Barrier::make(Barrier::Kind::AsyncWait, n - 2), Barrier::make(),
-                                  IfThenElse::make(ahead < Expr(*extent), copy(ahead)), commit, body});
+    // A copy that rounds what it copies (cache_read_shared_16) cannot be asynchronous, and
+    // done where cp.async goes, its loads would hold the thread up before the current tile's
+    // products. It goes through registers instead (CUTLASS's mixed-input pipelines): iteration
+    // v loads tile v+n-1 into them first, computes on tile v, then rounds and stores them into
+    // the buffer. Iteration v-1, its last reader, has finished everywhere (the barrier at the
+    // top of iteration v), and the barrier at the top of iteration v+1 publishes it.
+    std::vector<Stmt> early, late;
+    std::vector<std::pair<std::string, int64_t>> registers;
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const std::string& name = stages[i]->name();
+      Stmt nest = offset_buffer(name, substitute(nests[i], {{v.get(), ahead}}), (ahead % n) * buffer_tile(*stages[i]));
+      const std::string regs = name + ".regs";
+      if (auto staged = stage_through_registers(nest, name, regs)) {
+        early.push_back(staged->load);
+        late.push_back(staged->store);
+        registers.emplace_back(regs, staged->size);
+      } else {
+        early.push_back(nest);
+      }
+    }
+    const Expr more = ahead < Expr(*extent);
+    std::vector<Stmt> steps = {Barrier::make(Barrier::Kind::AsyncWait, n - 2), Barrier::make(),
+                               IfThenElse::make(more, Block::make(early)), commit, body};
+    if (!late.empty()) steps.push_back(IfThenElse::make(more, Block::make(late)));
+    Stmt loop_body = Block::make(steps);
+    for (const auto& [regs, size] : registers) {
+      loop_body = Allocate::make(regs, Type::float32(), size, MemScope::Local, loop_body);
+    }
     Stmt result = Block::make({Block::make(prologue), For::make(v, f->min, f->extent, f->for_kind, loop_body)});
     for (auto p = stages.rbegin(); p != stages.rend(); ++p) {
       result = Allocate::make((*p)->name(), (*p)->op()->dtype, n * buffer_tile(**p), MemScope::Shared, result,
@@ -481,7 +584,10 @@ class Lowerer {
 
   // Elements of one of a multi-buffered stage's tiles: rounded up to 16 bytes, so every tile
   // is as aligned as the first (128-bit accesses and copies).
-  int64_t buffer_tile(const Stage& p) const { return (size_of(buffers_.at(p.name())) + 3) / 4 * 4; }
+  int64_t buffer_tile(const Stage& p) const {
+    const int64_t per16 = std::max<int64_t>(1, 16 / p.op()->dtype.bytes());
+    return (size_of(buffers_.at(p.name())) + per16 - 1) / per16 * per16;
+  }
 
   // `s` with every load and store of `buffer` moved `offset` elements on.
   static Stmt offset_buffer(const std::string& buffer, const Stmt& s, const Expr& offset) {

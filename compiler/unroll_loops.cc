@@ -61,6 +61,10 @@ Unrolled count(const Stmt& s, bool limit) {
         return {saturating_mul(body.size, k), saturating_mul(body.loops, k), saturating_mul(body.branches, b),
                 saturating_mul(body.all_branches, b)};
       }
+      // A loop bound to a GPU block or thread index is no loop in the code (each thread runs
+      // its iteration), so it does not count as one.
+      const bool bound = f->for_kind >= ForKind::BlockIdxX;
+      if (bound) return body;
       return {body.size, saturating_add(body.loops, 1), 0, body.all_branches};
     }
     case StmtKind::LetStmt:

@@ -33,9 +33,15 @@
 // leave multiprocessors idle (a BERT layer's 128-row GEMMs over K = 3,072, a batch-1
 // convolution's 7 x 7 layers) and each part keeps at least 16 steps of K.
 //
-// Not yet: ldmatrix (each lane reads its fragments from shared memory one by one), float16 /
-// bfloat16 storage (the operands are float32 in memory and in shared memory, rounded for the
-// product: on the H200 the 4096^3 GEMM runs at ~105 TFLOPS, 0.15x cuBLAS fp16, for that).
+// `half_tiles` (fp16, bf16) holds the operands' tiles in 16 bits, K innermost (B's tile
+// transposed), so that each pair of a fragment is one 32-bit shared load taken as it is; the
+// copy rounds, so it goes through registers instead of cp.async (Schedule::cache_read_shared_16,
+// store_16_bits for a computed operand).
+// In the space, not the default, until timed on a GPU.
+//
+// Not yet: ldmatrix (each lane reads its fragments' words one by one), 16-bit operands in global
+// memory (float32 there, rounded on the way: on the H200 the 4096^3 GEMM of float32 tiles runs at
+// ~105 TFLOPS, 0.15x cuBLAS fp16).
 #include "compiler/templates/tensor_core_gemm.h"
 
 namespace tf::templates {

@@ -1,8 +1,10 @@
 #include "compiler/templates/tensor_core_gemm.h"
 
+#include <algorithm>
 #include <set>
 
 #include "compiler/gpu.h"
+#include "compiler/ir_mutator.h"
 #include "compiler/ir_printer.h"
 #include "compiler/te_rebuild.h"
 
@@ -48,6 +50,12 @@ struct Tiles {
   int64_t block_n() const { return warps_n * 8 * tiles_n; }
   int64_t threads() const { return kWarp * warps_m * warps_n; }
 };
+
+// Shared rows' padding of 16-bit tiles (half_tiles) in elements: 4 words, so that a row holds
+// 4 (mod 8) words and the 32 lanes of a fragment's load (rows g, pairs t) are in 32 banks.
+constexpr int64_t kPadHalf = 8;
+
+bool half_tiles(const json& c) { return c.contains("half_tiles") && c["half_tiles"].get<bool>(); }
 
 Tiles tiles_of(const json& c) {
   return {c["warps_m"].get<int64_t>(), c["warps_n"].get<int64_t>(), c["tiles_m"].get<int64_t>(),
@@ -95,6 +103,12 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
        4,
        {},
        kSplit},
+      {"half_tiles",
+       KnobType::Bool,
+       "with shared and precision fp16 or bf16: the operands' tiles held in 16 bits (rounded as "
+       "they are copied or computed, K innermost), each pair of a fragment one 32-bit load",
+       0,
+       {}},
       {"split_k",
        KnobType::Int,
        "parts of K computed by blocks of their own into a workspace, then summed (with the "
@@ -158,7 +172,7 @@ json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
   // tiles are measured there too (bench/gpu_config_sweep.py).
   json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n},   {"tiles_m", d.tiles_m},
             {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k}, {"shared", true},
-            {"stages", 3},          {"split_k", parts}};
+            {"stages", 3},          {"split_k", parts},       {"half_tiles", false}};
   const int64_t most = gpu_limits(t).max_shared_bytes;
   while (shared_bytes(g, c) > most) {
     if (c["stages"].get<int64_t>() > 2)
@@ -200,6 +214,26 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   const bool shared = c["shared"].get<bool>();
   const int64_t stages = c["stages"].get<int64_t>();
   if (stages > 1 && !shared) return str("stages ", stages, " without shared (nothing to buffer)");
+  if (half_tiles(c)) {
+    if (!shared) return "half_tiles without shared (no tiles to hold)";
+    if (g.workload.types.precision != Precision::Float16 && g.workload.types.precision != Precision::BFloat16) {
+      return str("half_tiles at precision=", precision_name(g.workload.types.precision),
+                 " (16-bit tiles are for fp16 and bf16 products)");
+    }
+    // Pipelined, each thread holds its share of the next tiles in registers (they are rounded
+    // as they are stored: Schedule::cache_read_shared_16), beside its accumulators and operands.
+    if (stages > 1) {
+      const int64_t chunk = d.unroll_k * depth(g);
+      const int64_t staged = (d.block_m() * chunk + d.threads() - 1) / d.threads() +
+                             (d.block_n() * chunk + d.threads() - 1) / d.threads();
+      const int64_t regs = std::min<int64_t>(255, kRegistersPerMultiprocessor / d.threads());
+      if (4 * d.tiles_m * d.tiles_n + staged + kOperandRegisters >= regs) {
+        return str(4 * d.tiles_m * d.tiles_n, " accumulators and ", staged,
+                   " registers of the next tiles per lane (half_tiles) leave fewer than ", kOperandRegisters,
+                   " of the ", regs, " registers a thread of ", d.threads(), " can have for its operands");
+      }
+    }
+  }
   if (shared) {
     const int64_t bytes = shared_bytes(g, c), most = gpu_limits(t).max_dynamic_shared_bytes;
     if (bytes > most)
@@ -399,14 +433,32 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   const GemmShape sh = gemm_shape(g);
   const int64_t chunk = d.unroll_k * depth(g);
   std::vector<Stage*> staged;
+  // With half_tiles an input's tile is held in 16 bits with the dimensions K runs along
+  // innermost (B's tile transposed), so that each pair of a fragment (two consecutive k of one
+  // row or column) is one 32-bit word.
+  const bool half = half_tiles(c);
+  const Expr kvar = g.acc->reduce_axes[0].var;
   auto stage = [&](const Expr& operand, bool input, int64_t pad, bool vec) {
     const ir::TensorRead* r = read_of(operand);
     TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
              " is not read from an input");
-    Stage* x = input ? &s.cache_read_shared(r->op->name) : &s[r->op];
-    if (!input) x->set_scope_shared();
+    std::vector<size_t> order = as_is(r->op->shape.size());
+    const bool bf16 = g.workload.types.precision == Precision::BFloat16;
+    Stage* x = input ? (half ? &s.cache_read_shared_16(r->op->name, bf16) : &s.cache_read_shared(r->op->name))
+                     : &s[r->op];
+    if (!input) {
+      x->set_scope_shared();
+      if (half) s.store_16_bits(*x, bf16);
+    }
+    if (half) {
+      auto along_k = [&](size_t dim) { return ir::uses_var(r->indices[dim], kvar); };
+      std::stable_partition(order.begin(), order.end(), [&](size_t dim) { return !along_k(dim); });
+      // K over several dimensions (a 3x3 convolution's weights: channels, rows, columns): no
+      // padding, which would split K's consecutive elements and cost a 3-wide row 8 more.
+      pad = std::count_if(order.begin(), order.end(), along_k) > 1 ? 0 : kPadHalf;
+    }
     x->compute_at(acc, koo);
-    x->storage_layout(as_is(r->op->shape.size()), pad);
+    x->storage_layout(order, pad);
     cooperative_copy(*x, 1, d.threads(), vec);
     staged.push_back(x);
   };
@@ -424,9 +476,12 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   const Tiles d = tiles_of(c);
   const int64_t chunk = std::min(d.unroll_k * depth(g), s.k);
   const int64_t rows = std::min(d.block_m(), s.m), cols = std::min(d.block_n(), s.n);
-  auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4; };
-  return (tile(rows * (chunk + kPadA)) + tile(chunk * (cols + kPadB))) * 4 *
-         c["stages"].get<int64_t>();
+  auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4 * 4; };
+  auto half_tile = [](int64_t halves) { return (halves + 7) / 8 * 8 * 2; };
+  const bool half = half_tiles(c);
+  const int64_t a = half ? half_tile(rows * (chunk + kPadHalf)) : tile(rows * (chunk + kPadA));
+  const int64_t b = half ? half_tile(cols * (chunk + kPadHalf)) : tile(chunk * (cols + kPadB));
+  return (a + b) * c["stages"].get<int64_t>();
 }
 int64_t TensorCoreGemm::part_depth(const OpGraph& g, const json& c) const {
   const int64_t k = gemm_shape(g).k, parts = c["split_k"];

@@ -252,6 +252,47 @@ TEST(Primitives, SharedLayoutAndDoubleBuffer) {
   }
 }
 
+// cache_read_shared_16: the tiles held as float16 / bfloat16 bits, read widened. On a CPU (one
+// thread) with 1 to 4 buffers: the multi-buffered copies, which round what they copy, go
+// through registers (loaded before the step's products, stored after); an fp16 / bf16 matmul's
+// reference rounds its operands the same way, so the results match it.
+TEST(Primitives, SharedTilesIn16Bits) {
+  for (const char* p : {"fp16", "bf16"}) {
+    OpGraph g = graph((std::string("matmul(M=19,N=23,K=13,epilogue=relu,precision=") + p + ")").c_str());
+    const bool bf16 = std::string(p) == "bf16";
+    for (int buffers : {1, 2, 3, 4}) {
+      expect_correct(g, [&](Schedule& s) {
+        Stage& c = s[g.output];
+        Stage& l = s[g.acc];
+        std::vector<Expr> t = c.tile(c.axis("i"), c.axis("j"), 4, 8);
+        l.compute_at(c, t[1]);
+        auto [ko, ki] = l.split(l.axis("k"), 4);
+        l.reorder({ko, ki, l.axis("i"), l.axis("j")});
+        Stage& a = s.cache_read_shared_16("A", bf16);
+        a.compute_at(l, ko);
+        Stage& b = s.cache_read_shared_16("B", bf16);
+        b.compute_at(l, ko);
+        b.storage_layout({1, 0}, 8);
+        if (buffers > 1) {
+          a.multi_buffer(buffers);
+          b.multi_buffer(buffers);
+        }
+      });
+    }
+  }
+}
+
+TEST(PrimitiveErrors, SharedTilesIn16BitsOfFloat32Only) {
+  ir::Tensor x = ir::placeholder("X", {8}, ir::Type::uint8());
+  ir::Tensor y = ir::compute("Y", {8}, {"i"}, [&](const std::vector<Expr>& ax) {
+    return ir::Cast::make(ir::Type::float32(), ir::read(x, ax));
+  });
+  Schedule s(y);
+  expect_user_error([&] { s.cache_read_shared_16("X", false); },
+                    "cache_read of X in 16 bits: it is uint8, not float32");
+  expect_user_error([&] { s.cache_read_shared_16("Z", true); }, "'Z' is not an input of this workload");
+}
+
 TEST(PrimitiveErrors, SharedLayoutAndDoubleBuffer) {
   OpGraph g = graph("matmul(M=8,N=8,K=8,epilogue=relu)");
   Schedule s(g.output);

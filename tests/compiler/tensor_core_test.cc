@@ -232,6 +232,115 @@ TEST(TensorCore, TilesPast48KiBRunFromDynamicSharedMemory) {
   EXPECT_TRUE(r.ok()) << r.str();
 }
 
+// half_tiles: the tiles of input operands held in 16 bits (rounded as they are copied, K
+// innermost, B's tile transposed). Emulated over shapes nothing divides (the padding's selects
+// over 16-bit loads), batches, split-K, one stage and several, convolutions (the weights' tile
+// copied and the im2col tile computed in 16 bits; NHWC: the weights are B, transposed), against the
+// reference of the rounded operands; ptxas: every pair of a fragment one 32-bit shared load
+// (none of float32), no rounding but the copies', half the shared memory; and the knob refused
+// by name where it has no meaning or would not fit a lane's registers.
+TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
+  const Target sm80 = parse_target("cuda -arch=sm_80");
+  auto with = [](nlohmann::json c) {
+    c["half_tiles"] = true;
+    c["shared"] = true;
+    return c;
+  };
+  struct Case {
+    const char* workload;
+    nlohmann::json config;
+  };
+  const Case cases[] = {
+      {"matmul(M=64,N=32,K=64)", with({{"stages", 3}})},
+      {"matmul(M=50,N=37,K=40,epilogue=bias_relu)",
+       with({{"warps_m", 2}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}})},
+      {"matmul(M=1,N=72,K=48,epilogue=bias)", with({{"stages", 1}})},
+      // Ten steps of K through two and three buffers: the copies staged through registers.
+      {"matmul(M=40,N=24,K=160,epilogue=bias)",
+       with({{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 1}, {"unroll_k", 1},
+             {"stages", 2}})},
+      {"matmul(M=40,N=24,K=160)",
+       with({{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1},
+             {"stages", 3}})},
+      {"batch_matmul(B=3,M=20,N=24,K=24)", with({{"stages", 2}})},
+      {"matmul(M=50,N=37,K=150)",
+       with({{"warps_m", 2}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1},
+             {"split_k", 3}})},
+      {"conv2d_nchw(N=2,C=5,H=9,W=7,K=20,R=3,S=3,pad=1,epilogue=bias_relu)", with({})},
+      {"conv2d_nchw(N=1,C=24,H=6,W=6,K=40,R=1,S=1)", with({{"stages", 2}})},
+      {"conv2d_nhwc(N=2,H=7,W=9,C=6,K=24,R=3,S=3,pad=1,epilogue=relu)", with({})},
+  };
+  int sample = 0;
+  for (const char* p : {"fp16", "bf16"}) {
+    for (const Case& c : cases) {
+      if (!testing::sampled(sample++, 3)) continue;
+      Workload w = parse_workload(with_precision(c.workload, p));
+      CompiledKernel k = compile_kernel(w, sm80, c.config, "given", "");
+      ASSERT_TRUE(k.config["half_tiles"].get<bool>());
+      testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 13);
+      EXPECT_TRUE(r.ok()) << w.canonical() << " config " << k.config.dump() << ": " << r.str();
+    }
+  }
+  // Refused where it means nothing: TF32 products take float32 operands; no tiles without shared.
+  OpGraph tf32 = build_op(parse_workload("matmul(M=64,N=64,K=64,precision=tf32)"));
+  nlohmann::json c = complete_config(tf32, sm80, with({}));
+  EXPECT_EQ(check_constraints(tf32, sm80, c),
+            "half_tiles at precision=tf32 (16-bit tiles are for fp16 and bf16 products)");
+  OpGraph fp16 = build_op(parse_workload("matmul(M=64,N=64,K=64,precision=fp16)"));
+  c = complete_config(fp16, sm80, {{"half_tiles", true}, {"shared", false}, {"stages", 1}});
+  EXPECT_EQ(check_constraints(fp16, sm80, c), "half_tiles without shared (no tiles to hold)");
+  // Pipelined, a lane holds its share of the next tiles in registers: 32 x 128 and 128 x 64
+  // elements over 64 threads (ptxas spilled this config before the constraint).
+  OpGraph big = build_op(parse_workload("matmul(M=1024,N=1024,K=1024,precision=bf16)"));
+  c = complete_config(big, sm80,
+                      {{"half_tiles", true}, {"stages", 3}, {"tiles_m", 1}, {"tiles_n", 8},
+                       {"unroll_k", 8}, {"warps_m", 2}, {"warps_n", 1}, {"split_k", 1}});
+  EXPECT_EQ(check_constraints(big, sm80, c),
+            "32 accumulators and 192 registers of the next tiles per lane (half_tiles) leave fewer "
+            "than 64 of the 255 registers a thread of 64 can have for its operands");
+  c["half_tiles"] = false;
+  EXPECT_EQ(check_constraints(big, sm80, c), "");
+
+  const std::string ptxas = "/usr/local/cuda/bin/ptxas";
+  if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  for (const char* p : {"fp16", "bf16"}) {
+    Workload w = parse_workload(with_precision("matmul(M=128,N=768,K=3072,epilogue=bias)", p));
+    CompiledKernel full = compile_kernel(w, sm90, nullptr, "default", "");
+    nlohmann::json hc = full.config;
+    hc["half_tiles"] = true;
+    CompiledKernel half = compile_kernel(w, sm90, hc, "given", "");
+    std::string what = w.canonical() + " config " + half.config.dump();
+    std::string path = testing::temp_dir() + "/tc_half.ptx";
+    write_kernel(half, EmitKind::Asm, path);
+    CommandResult r = run_command({ptxas, "-v", "-arch=sm_90", path, "-o", path + ".cubin"});
+    ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
+    EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+              std::string::npos)
+        << what << r.output;
+    const std::string ptx = read_file(path);
+    const int64_t tm = half.config["tiles_m"], tn = half.config["tiles_n"],
+                  uk = half.config["unroll_k"];
+    EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
+    // A's fragment is 4 words a tile and step, B's 2; nothing loads a float from shared memory.
+    EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), (4 * tm + 2 * tn) * uk)
+        << what;
+    EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.v2.f32"), 0) << what;
+    // Each value is rounded once, as it is copied: as many roundings as copied floats.
+    const int64_t loads = count(ptx, "ld.global.nc.f32") + 4 * count(ptx, "ld.global.nc.v4.f32");
+    const std::string cvt = std::string("cvt.rn.") + (std::string(p) == "bf16" ? "bf16" : "f16") + ".f32";
+    EXPECT_LE(count(ptx, cvt), loads) << what;
+    // Rows of A's block and B's columns, each of the K chunk and 8 elements of padding, 2 bytes.
+    const int64_t bm = half.config["warps_m"].get<int64_t>() * 16 * tm,
+                  bn = half.config["warps_n"].get<int64_t>() * 8 * tn;
+    EXPECT_EQ(half.launch()->static_shared_bytes,
+              half.config["stages"].get<int64_t>() * (bm + bn) * (16 * uk + 8) * 2)
+        << what;
+    EXPECT_LT(2 * half.launch()->static_shared_bytes, full.launch()->static_shared_bytes + 4096)
+        << what;
+  }
+}
+
 // A sample of the tuner's space (configs that pass the constraints) assembles without spills
 // or a stack frame too: the constraints keep what would not fit a thread's registers (8 x 4
 // tiles: 128 accumulators in a 512-byte frame) out of the search.

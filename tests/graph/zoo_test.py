@@ -14,7 +14,9 @@ torchvision (the large ones too: an hour or more, for a nightly run: configure w
 -DTUNEFARM_ZOO_FULL=ON, then ctest -L zoo_full). Under the sanitizer pass (TF_SANITIZED=1,
 scripts/sanitize.sh) every fourth model of the set, CPU builds only.
 
-Usage: zoo_test.py TUNEFARM [--set ci|all] [--models a,b] [--emulate-gpu none|some|all] [--json FILE]
+`--emulate-gpu only` builds the CUDA libraries alone (every model), for a GPU pass after a CPU one.
+
+Usage: zoo_test.py TUNEFARM [--set ci|all] [--models a,b] [--emulate-gpu none|some|all|only] [--json FILE]
 """
 import argparse
 import json
@@ -98,7 +100,7 @@ def run(cmd):
     return r.stdout
 
 
-def check(tunefarm, name, d, emulate_gpu):
+def check(tunefarm, name, d, emulate_gpu, cpu=True):
     """One model: (ok, note)."""
     model, x, classifier = build(name)
     with torch.no_grad():
@@ -116,7 +118,8 @@ def check(tunefarm, name, d, emulate_gpu):
     np.save(xin, x.numpy())
     mag = float(np.abs(want).max())
     notes = []
-    for tag, flags in [("cpu", [])] + ([("gpu", ["-t", "cuda -arch=sm_90", "--emulate-gpu"])] if emulate_gpu else []):
+    builds = ([("cpu", [])] if cpu else []) + ([("gpu", ["-t", "cuda -arch=sm_90", "--emulate-gpu"])] if emulate_gpu else [])
+    for tag, flags in builds:
         lib = os.path.join(d, f"{name}_{tag}.so")
         y = os.path.join(d, "y.npy")
         t0 = time.time()
@@ -142,8 +145,9 @@ def main():
     ap.add_argument("tunefarm")
     ap.add_argument("--set", choices=["ci", "all"], default="ci")
     ap.add_argument("--models", help="comma-separated names instead of a set")
-    ap.add_argument("--emulate-gpu", choices=["none", "some", "all"], default="none",
-                    help="also the CUDA build, its kernels run serially here: of every model, or every third")
+    ap.add_argument("--emulate-gpu", choices=["none", "some", "all", "only"], default="none",
+                    help="also the CUDA build, its kernels run serially here: of every model, or every third; "
+                    "only: the CUDA build alone, of every model")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     if not hasattr(torchvision.models, "list_models"):
@@ -151,9 +155,10 @@ def main():
         return 1
     every = {**classification(), **segmentation()}
     names = a.models.split(",") if a.models else (CI_SET if a.set == "ci" else sorted(every))
-    gpu_every = {"none": 0, "some": 3, "all": 1}[a.emulate_gpu]
+    gpu_every = {"none": 0, "some": 3, "all": 1, "only": 1}[a.emulate_gpu]
+    cpu = a.emulate_gpu != "only"
     if os.environ.get("TF_SANITIZED") == "1":  # tests/sanitized.h: fewer repetitions of one check
-        names, gpu_every = names[::4], 0
+        names, gpu_every, cpu = names[::4], 0, True
     unknown = [n for n in names if n not in every]
     if unknown:
         print("zoo_test: not models of this torchvision: " + ", ".join(unknown))
@@ -162,7 +167,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         for index, name in enumerate(names):
             t0 = time.time()
-            ok, note = check(a.tunefarm, name, d, gpu_every > 0 and index % gpu_every == 0)
+            ok, note = check(a.tunefarm, name, d, gpu_every > 0 and index % gpu_every == 0, cpu)
             results[name] = {"ok": ok, "note": note, "seconds": round(time.time() - t0, 1)}
             status = "ok  " if ok else ("SKIP" if ok is None else "FAIL")
             print(f"{status} {name:30s} {time.time() - t0:6.1f} s  {note}", flush=True)
