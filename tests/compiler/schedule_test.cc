@@ -291,6 +291,16 @@ TEST(PrimitiveErrors, SharedTilesIn16BitsOfFloat32Only) {
   expect_user_error([&] { s.cache_read_shared_16("X", false); },
                     "cache_read of X in 16 bits: it is uint8, not float32");
   expect_user_error([&] { s.cache_read_shared_16("Z", true); }, "'Z' is not an input of this workload");
+  // store_16_bits: float32 stages that are not reductions.
+  ir::Tensor w = ir::compute("W", {8}, {"i"}, [&](const std::vector<Expr>& ax) { return ir::read(x, ax); });
+  ir::Tensor v = ir::compute("V", {8}, {"i"}, [&](const std::vector<Expr>& ax) {
+    return ir::Cast::make(ir::Type::float32(), ir::read(w, ax));
+  });
+  Schedule sv(v);
+  expect_user_error([&] { sv.store_16_bits(sv[w], false); }, "store_16_bits of stage W: it is uint8, not float32");
+  OpGraph g = graph("matmul(M=8,N=8,K=8)");
+  Schedule sg(g.output);
+  expect_user_error([&] { sg.store_16_bits(sg[g.acc], true); }, "a reduction accumulates in float32");
 }
 
 TEST(PrimitiveErrors, SharedLayoutAndDoubleBuffer) {
