@@ -228,8 +228,12 @@ TEST(Primitives, ParallelSlicesRunEveryIterationOnce) {
 // Shared stages run on a CPU too (one thread: the buffers on the stack, barriers nothing):
 // a transposed, padded layout and double buffering (the next tile copied before this one is
 // used, K not a multiple of the step) compute the reference's values.
-TEST(Primitives, SharedLayoutAndDoubleBuffer) {
-  OpGraph g = graph("matmul(M=19,N=23,K=13,epilogue=relu)");
+// A matmul's accumulator at the output's 4 x 8 tiles, K in steps of 4, A and B copied into
+// shared stages by `cache` at each step, laid out (order, pad) as given, in `buffers` buffers;
+// checked against the reference for 1 to 4 buffers.
+using Layout = std::pair<std::vector<size_t>, int64_t>;
+void expect_shared_tiles_correct(const OpGraph& g, const std::function<Stage&(Schedule&, const std::string&)>& cache,
+                                 const Layout& la, const Layout& lb) {
   for (int buffers : {1, 2, 3, 4}) {
     expect_correct(g, [&](Schedule& s) {
       Stage& c = s[g.output];
@@ -238,12 +242,12 @@ TEST(Primitives, SharedLayoutAndDoubleBuffer) {
       l.compute_at(c, t[1]);
       auto [ko, ki] = l.split(l.axis("k"), 4);
       l.reorder({ko, ki, l.axis("i"), l.axis("j")});
-      Stage& a = s.cache_read_shared("A");
+      Stage& a = cache(s, "A");
       a.compute_at(l, ko);
-      a.storage_layout({1, 0}, 4);
-      Stage& b = s.cache_read_shared("B");
+      a.storage_layout(la.first, la.second);
+      Stage& b = cache(s, "B");
       b.compute_at(l, ko);
-      b.storage_layout({0, 1}, 3);
+      b.storage_layout(lb.first, lb.second);
       if (buffers > 1) {
         a.multi_buffer(buffers);
         b.multi_buffer(buffers);
@@ -252,33 +256,24 @@ TEST(Primitives, SharedLayoutAndDoubleBuffer) {
   }
 }
 
+TEST(Primitives, SharedLayoutAndDoubleBuffer) {
+  expect_shared_tiles_correct(
+      graph("matmul(M=19,N=23,K=13,epilogue=relu)"),
+      [](Schedule& s, const std::string& in) -> Stage& { return s.cache_read_shared(in); }, {{1, 0}, 4},
+      {{0, 1}, 3});
+}
+
 // cache_read_shared_16: the tiles held as float16 / bfloat16 bits, read widened. On a CPU (one
 // thread) with 1 to 4 buffers: the multi-buffered copies, which round what they copy, go
 // through registers (loaded before the step's products, stored after); an fp16 / bf16 matmul's
 // reference rounds its operands the same way, so the results match it.
 TEST(Primitives, SharedTilesIn16Bits) {
   for (const char* p : {"fp16", "bf16"}) {
-    OpGraph g = graph((std::string("matmul(M=19,N=23,K=13,epilogue=relu,precision=") + p + ")").c_str());
     const bool bf16 = std::string(p) == "bf16";
-    for (int buffers : {1, 2, 3, 4}) {
-      expect_correct(g, [&](Schedule& s) {
-        Stage& c = s[g.output];
-        Stage& l = s[g.acc];
-        std::vector<Expr> t = c.tile(c.axis("i"), c.axis("j"), 4, 8);
-        l.compute_at(c, t[1]);
-        auto [ko, ki] = l.split(l.axis("k"), 4);
-        l.reorder({ko, ki, l.axis("i"), l.axis("j")});
-        Stage& a = s.cache_read_shared_16("A", bf16);
-        a.compute_at(l, ko);
-        Stage& b = s.cache_read_shared_16("B", bf16);
-        b.compute_at(l, ko);
-        b.storage_layout({1, 0}, 8);
-        if (buffers > 1) {
-          a.multi_buffer(buffers);
-          b.multi_buffer(buffers);
-        }
-      });
-    }
+    expect_shared_tiles_correct(
+        graph((std::string("matmul(M=19,N=23,K=13,epilogue=relu,precision=") + p + ")").c_str()),
+        [&](Schedule& s, const std::string& in) -> Stage& { return s.cache_read_shared_16(in, bf16); },
+        {{0, 1}, 0}, {{1, 0}, 8});
   }
 }
 

@@ -129,6 +129,21 @@ int64_t count(const std::string& text, const std::string& what) {
   return static_cast<int64_t>(testing::count_of(text, what));
 }
 
+const char* kPtxas = "/usr/local/cuda/bin/ptxas";
+
+// Kernel `k` through ptxas for sm_90: it assembles with no spills and the accumulators in
+// registers (no stack frame); its PTX.
+std::string assemble_sm90(const CompiledKernel& k, const std::string& what) {
+  std::string path = testing::temp_dir() + "/tc_sm90.ptx";
+  write_kernel(k, EmitKind::Asm, path);
+  CommandResult r = run_command({kPtxas, "-v", "-arch=sm_90", path, "-o", path + ".cubin"});
+  EXPECT_EQ(r.exit_code, 0) << what << ": " << r.output;
+  EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            std::string::npos)
+      << what << r.output;
+  return read_file(path);
+}
+
 // ptxas on the default configs of the shapes bench/gpu_bench.py measures: no spills, two
 // blocks per multiprocessor by registers, each iteration of K's loop has the
 // tiles_m x tiles_n x unroll_k products the config asks for, and pipelined tiles are copied
@@ -208,16 +223,8 @@ TEST(TensorCore, TilesPast48KiBRunFromDynamicSharedMemory) {
   CompiledKernel d = compile_kernel(big, sm90, nullptr, "default", "");
   EXPECT_EQ(d.launch()->dynamic_shared_bytes, 0);
   EXPECT_GT(d.launch()->static_shared_bytes, 0);
-  const std::string ptxas = "/usr/local/cuda/bin/ptxas";
-  if (fs::exists(ptxas)) {
-    std::string path = testing::temp_dir() + "/tc_dynamic.ptx";
-    write_kernel(k, EmitKind::Asm, path);
-    CommandResult r = run_command({ptxas, "-v", "-arch=sm_90", path, "-o", path + ".cubin"});
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
-              std::string::npos)
-        << r.output;
-    const std::string ptx = read_file(path);
+  if (fs::exists(kPtxas)) {
+    const std::string ptx = assemble_sm90(k, "the 128 x 128 block in 143,360 bytes");
     EXPECT_EQ(count(ptx, "mma.sync.aligned"), 4 * 4 * 2);
     EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0);
     EXPECT_NE(ptx.find(".extern .shared .align 16 .b8 tf_dynamic_shared[]"), std::string::npos);
@@ -301,8 +308,7 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
   c["half_tiles"] = false;
   EXPECT_EQ(check_constraints(big, sm80, c), "");
 
-  const std::string ptxas = "/usr/local/cuda/bin/ptxas";
-  if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is not installed (NVIDIA's CUDA toolkit)";
   const Target sm90 = parse_target("cuda -arch=sm_90");
   for (const char* p : {"fp16", "bf16"}) {
     Workload w = parse_workload(with_precision("matmul(M=128,N=768,K=3072,epilogue=bias)", p));
@@ -311,14 +317,7 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
     hc["half_tiles"] = true;
     CompiledKernel half = compile_kernel(w, sm90, hc, "given", "");
     std::string what = w.canonical() + " config " + half.config.dump();
-    std::string path = testing::temp_dir() + "/tc_half.ptx";
-    write_kernel(half, EmitKind::Asm, path);
-    CommandResult r = run_command({ptxas, "-v", "-arch=sm_90", path, "-o", path + ".cubin"});
-    ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
-    EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
-              std::string::npos)
-        << what << r.output;
-    const std::string ptx = read_file(path);
+    const std::string ptx = assemble_sm90(half, what);
     const int64_t tm = half.config["tiles_m"], tn = half.config["tiles_n"],
                   uk = half.config["unroll_k"];
     EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
@@ -345,22 +344,13 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
 // or a stack frame too: the constraints keep what would not fit a thread's registers (8 x 4
 // tiles: 128 accumulators in a 512-byte frame) out of the search.
 TEST(TensorCore, SampledConfigsAssembleWithoutSpills) {
-  const std::string ptxas = "/usr/local/cuda/bin/ptxas";
-  if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is not installed (NVIDIA's CUDA toolkit)";
   const Target t = parse_target("cuda -arch=sm_90");
   for (const char* p : kPrecisions) {
     Workload w = parse_workload(with_precision("matmul(M=1024,N=1024,K=1024,epilogue=bias)", p));
     for (const nlohmann::json& config : testing::sample_configs(w, t, 8)) {
       CompiledKernel k = compile_kernel(w, t, config, "given", "");
-      std::string what = w.canonical() + " config " + k.config.dump();
-      std::string path = testing::temp_dir() + "/tc_sample.ptx";
-      write_kernel(k, EmitKind::Asm, path);
-      CommandResult r = run_command({ptxas, "-v", "-arch=sm_90", path, "-o", path + ".cubin"});
-      ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
-      // No spills, and the accumulators in registers (no stack frame).
-      EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
-                std::string::npos)
-          << what << r.output;
+      assemble_sm90(k, w.canonical() + " config " + k.config.dump());
     }
   }
 }
