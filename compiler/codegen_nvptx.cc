@@ -199,7 +199,8 @@ class CodeGenNvptx final : public CodeGenGpu {
     const Load* l0 = w0->args[0].as<Load>();
     const Load* l1 = w1->args[0].as<Load>();
     if (!l0 || !l1 || l0->buffer != l1->buffer || l0->type != Type::uint16() || l1->type != Type::uint16()) return nullptr;
-    const int64_t* step = as_const_int(simplify(l1->index - l0->index));
+    const Expr gap = simplify(l1->index - l0->index);  // kept: as_const_int points into it
+    const int64_t* step = as_const_int(gap);
     if (!step || *step != 1 || known_multiple(l0->index) % 2 != 0) return nullptr;
     // The word as an int32 element of the buffer (element index / 2: the pair starts at an even
     // one), under the select, which loads only where its condition holds (codegen select()).
