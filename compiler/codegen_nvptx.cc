@@ -160,41 +160,39 @@ class CodeGenNvptx final : public CodeGenGpu {
     return out;
   }
 
-  // A 16-bit product's operand that widens a value held in 16 bits (a half_tiles tile: `widen`
-  // of a uint16 load, kF16ToFloat or kBF16ToFloat, or that under a select against 0 for the
-  // padding): its bits as an i16, which the product takes as they are (rounding them again
-  // would change nothing). Null for any other operand.
+  // A 16-bit product's operand that widens a value held in 16 bits (a half_tiles tile): `widen`
+  // (kF16ToFloat or kBF16ToFloat) of a scalar, alone or under a select against +0 (the
+  // padding), whose condition goes to `cond`. Null for any other operand.
+  static const Call* held(const Expr& e, const char* widen, Expr& cond) {
+    Expr x = e;
+    if (const Select* sel = e.as<Select>()) {
+      const FloatImm* zero = sel->f.as<FloatImm>();
+      if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
+      cond = sel->cond;
+      x = sel->t;
+    }
+    const Call* w = x.as<Call>();
+    return w && w->name == widen && w->type.lanes == 1 ? w : nullptr;
+  }
+
+  // Such an operand's bits as an i16, which the product takes as they are (rounding them again
+  // would change nothing); null for any other operand. Under its select as a select of the loop
+  // IR, which loads only where its condition holds (codegen select()).
   llvm::Value* held_bits(const Expr& e, const char* widen) {
-    if (const Call* w = e.as<Call>(); w && w->name == widen && w->type.lanes == 1) return expr(w->args[0]);
-    const Select* sel = e.as<Select>();
-    const FloatImm* zero = sel ? sel->f.as<FloatImm>() : nullptr;
-    if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
-    const Call* w = sel->t.as<Call>();
-    if (!w || w->name != widen || w->type.lanes != 1) return nullptr;
-    // As a select of the loop IR, which loads only where its condition holds (codegen select()).
-    return expr(Select::make(sel->cond, w->args[0], IntImm::make_typed(0, Type::uint16())));
+    Expr cond;
+    const Call* w = held(e, widen, cond);
+    if (!w) return nullptr;
+    return expr(cond ? Select::make(cond, w->args[0], IntImm::make_typed(0, Type::uint16())) : w->args[0]);
   }
 
   // A fragment's pair (operands e and e + 1) held as two consecutive uint16 elements of one
-  // buffer from an even element on: one 32-bit load of both (the low half the first, as the
-  // product takes them); null otherwise.
-  // Under one select against 0 (the same padding condition for both, as a tile's column or
-  // row guard is): the word or 0.
+  // buffer from an even element on, under no select or one and the same (a tile's column or row
+  // guard): one 32-bit load of both (the low half the first, as the product takes them), or 0
+  // where the select's condition fails; null otherwise.
   llvm::Value* held_pair(const Expr& lo, const Expr& hi, const char* widen) {
-    auto peel = [&](const Expr& e, Expr& cond) -> const Call* {
-      Expr x = e;
-      if (const Select* sel = e.as<Select>()) {
-        const FloatImm* zero = sel->f.as<FloatImm>();
-        if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
-        cond = sel->cond;
-        x = sel->t;
-      }
-      const Call* w = x.as<Call>();
-      return w && w->name == widen && w->type.lanes == 1 ? w : nullptr;
-    };
     Expr c0, c1;
-    const Call* w0 = peel(lo, c0);
-    const Call* w1 = peel(hi, c1);
+    const Call* w0 = held(lo, widen, c0);
+    const Call* w1 = held(hi, widen, c1);
     if (!w0 || !w1 || bool(c0) != bool(c1) || (c0 && !equal(c0, c1))) return nullptr;
     const Load* l0 = w0->args[0].as<Load>();
     const Load* l1 = w1->args[0].as<Load>();

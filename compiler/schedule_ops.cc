@@ -33,10 +33,6 @@ Expr linear_index(const std::vector<Expr>& idx, const BufferInfo& b) {
   return index;
 }
 
-bool thread_loop(ForKind k) {
-  return k == ForKind::ThreadIdxX || k == ForKind::ThreadIdxY || k == ForKind::ThreadIdxZ;
-}
-
 // A copy into shared buffer `buffer` whose every store rounds what it copies (a 16-bit tile of
 // float32 data: Schedule::cache_read_shared_16), split in two at the registers: `load` keeps the
 // values in a thread's `regs` (float32, `size` of them: one per iteration of the thread's own
@@ -55,7 +51,7 @@ std::optional<StagedCopy> stage_through_registers(const Stmt& nest, const std::s
   std::function<void(const Stmt&)> walk = [&](const Stmt& st) {
     if (!st || !ok) return;
     if (const For* f = st.as<For>()) {
-      const bool own = !thread_loop(f->for_kind);
+      const bool own = !is_gpu_binding(f->for_kind);
       if (own) loops.push_back(f);
       walk(f->body);
       if (own) loops.pop_back();
@@ -533,12 +529,12 @@ class Lowerer {
     // The copy of the tile of iteration `it` into its buffer, for every stage.
     std::vector<Stmt> nests;
     for (const Stage* p : stages) nests.push_back(make_stage(*const_cast<Stage*>(p), buffers_.at(p->name())));
+    auto tile_copy = [&](size_t i, const Expr& it) {
+      return offset_buffer(stages[i]->name(), substitute(nests[i], {{v.get(), it}}), (it % n) * buffer_tile(*stages[i]));
+    };
     auto copy = [&](const Expr& it) {
       std::vector<Stmt> out;
-      for (size_t i = 0; i < stages.size(); ++i) {
-        const std::string& name = stages[i]->name();
-        out.push_back(offset_buffer(name, substitute(nests[i], {{v.get(), it}}), (it % n) * buffer_tile(*stages[i])));
-      }
+      for (size_t i = 0; i < stages.size(); ++i) out.push_back(tile_copy(i, it));
       return Block::make(out);
     };
     // One group per prologue tile, in order.
@@ -556,7 +552,7 @@ class Lowerer {
     std::vector<std::pair<std::string, int64_t>> registers;
     for (size_t i = 0; i < stages.size(); ++i) {
       const std::string& name = stages[i]->name();
-      Stmt nest = offset_buffer(name, substitute(nests[i], {{v.get(), ahead}}), (ahead % n) * buffer_tile(*stages[i]));
+      Stmt nest = tile_copy(i, ahead);
       const std::string regs = name + ".regs";
       if (auto staged = stage_through_registers(nest, name, regs)) {
         early.push_back(staged->load);

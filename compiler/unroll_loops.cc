@@ -63,8 +63,7 @@ Unrolled count(const Stmt& s, bool limit) {
       }
       // A loop bound to a GPU block or thread index is no loop in the code (each thread runs
       // its iteration), so it does not count as one.
-      const bool bound = f->for_kind >= ForKind::BlockIdxX;
-      if (bound) return body;
+      if (is_gpu_binding(f->for_kind)) return body;
       return {body.size, saturating_add(body.loops, 1), 0, body.all_branches};
     }
     case StmtKind::LetStmt:

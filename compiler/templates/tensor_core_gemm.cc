@@ -197,8 +197,8 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   }
   // A lane's accumulators and its operands and addresses (64 registers, measured with ptxas:
   // 16 warps of 64 accumulators spill) within what a lane can have at this block size.
-  if (const int64_t regs = std::min<int64_t>(255, kRegistersPerMultiprocessor / d.threads());
-      4 * d.tiles_m * d.tiles_n + kOperandRegisters >= regs) {
+  const int64_t regs = std::min<int64_t>(255, kRegistersPerMultiprocessor / d.threads());
+  if (4 * d.tiles_m * d.tiles_n + kOperandRegisters >= regs) {
     return str(4 * d.tiles_m * d.tiles_n, " accumulators per lane leave fewer than ",
                kOperandRegisters, " of the ", regs, " registers a thread of ", d.threads(),
                " can have for its operands");
@@ -226,7 +226,6 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
       const int64_t chunk = d.unroll_k * depth(g);
       const int64_t staged = (d.block_m() * chunk + d.threads() - 1) / d.threads() +
                              (d.block_n() * chunk + d.threads() - 1) / d.threads();
-      const int64_t regs = std::min<int64_t>(255, kRegistersPerMultiprocessor / d.threads());
       if (4 * d.tiles_m * d.tiles_n + staged + kOperandRegisters >= regs) {
         return str(4 * d.tiles_m * d.tiles_n, " accumulators and ", staged,
                    " registers of the next tiles per lane (half_tiles) leave fewer than ", kOperandRegisters,
@@ -436,14 +435,13 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   // With half_tiles an input's tile is held in 16 bits with the dimensions K runs along
   // innermost (B's tile transposed), so that each pair of a fragment (two consecutive k of one
   // row or column) is one 32-bit word.
-  const bool half = half_tiles(c);
+  const bool half = half_tiles(c), bf16 = g.workload.types.precision == Precision::BFloat16;
   const Expr kvar = g.acc->reduce_axes[0].var;
   auto stage = [&](const Expr& operand, bool input, int64_t pad, bool vec) {
     const ir::TensorRead* r = read_of(operand);
     TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
              " is not read from an input");
     std::vector<size_t> order = as_is(r->op->shape.size());
-    const bool bf16 = g.workload.types.precision == Precision::BFloat16;
     Stage* x = input ? (half ? &s.cache_read_shared_16(r->op->name, bf16) : &s.cache_read_shared(r->op->name))
                      : &s[r->op];
     if (!input) {
