@@ -329,6 +329,8 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
     const int64_t loads = count(ptx, "ld.global.nc.f32") + 4 * count(ptx, "ld.global.nc.v4.f32");
     const std::string cvt = std::string("cvt.rn.") + (std::string(p) == "bf16" ? "bf16" : "f16") + ".f32";
     EXPECT_LE(count(ptx, cvt), loads) << what;
+    // One instruction each on sm_90, bfloat16 too (not an integer sequence).
+    EXPECT_GT(count(ptx, cvt), 0) << what;
     // Rows of A's block and B's columns, each of the K chunk and 8 elements of padding, 2 bytes.
     const int64_t bm = half.config["warps_m"].get<int64_t>() * 16 * tm,
                   bn = half.config["warps_n"].get<int64_t>() * 8 * tn;
