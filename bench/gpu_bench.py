@@ -24,7 +24,8 @@ missing and exits 2.
 --precision tf32|fp16|bf16 times the tensor-core kernels (dense_tc.cuda and conv2d_tc.cuda: the
 matmul, batch_matmul and convolution workloads with `precision=...`; depthwise ones have no
 tensor-core template and are skipped) against PyTorch in the same precision: TF32 allowed for tf32, the peer's
-operands .half() / .bfloat16() for fp16 / bf16 (ours read float32 operands and round them).
+operands .half() / .bfloat16() for fp16 / bf16 (ours read float32 operands and round them;
+with --half-operands ours are 16-bit too: dtype=float16 / bfloat16, matmul and batch_matmul).
 It checks ours against the float32 product of the rounded operands (fp16, bf16) or against the
 float32 product (tf32: within 2e-3 of the largest value), and prints TFLOPS and the share of the
 tensor-core peak (dense: 989 TFLOPS fp16/bf16 and 495 TF32 on an H100 or H200, 312 / 156 on an
@@ -35,7 +36,7 @@ calls it through ctypes and checks it against the same PyTorch reference, argume
 layouts included (what the GPU run relies on; the tests run it: tests/bench/gpu_bench_cpu_check).
 
 Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,grouped,other]
-                          [--precision tf32|fp16|bf16]
+                          [--precision tf32|fp16|bf16 [--half-operands]]
        bench/gpu_bench.py BUILD/bin/tunefarm --models resnet18,resnet50,mobilenet_v2,bert_base  (whole
        models: bench/gpu_model_bench.py)
 """
@@ -155,13 +156,19 @@ PEAKS = {"H100": {"tf32": 494.7, "fp16": 989.4, "bf16": 989.4}, "H200": {"tf32":
          "A100": {"tf32": 156.0, "fp16": 312.0, "bf16": 312.0}}
 
 
-def with_precision(workload, precision):
-    """The workload at `precision`, or None when no tensor-core template computes it."""
+def with_precision(workload, precision, half_operands=False):
+    """The workload at `precision`, or None when no tensor-core template computes it; with
+    half_operands (fp16, bf16) its operands in 16 bits (dtype=float16 / bfloat16: matmul and
+    batch_matmul only)."""
     if precision == "fp32":
         return workload
     op, p = params_of(workload)
     if op not in ("matmul", "batch_matmul", "conv2d_nchw", "conv2d_nhwc") or p.get("group", 1) != 1:
         return None  # depthwise and grouped: no tensor-core template
+    if half_operands:
+        if op not in ("matmul", "batch_matmul"):
+            return None
+        return workload[:-1] + ",dtype=" + {"fp16": "float16", "bf16": "bfloat16"}[precision] + ")"
     return workload[:-1] + ",precision=" + precision + ")"
 
 
@@ -316,6 +323,9 @@ def main():
                     help="no GPU: check the workloads compiled for this CPU against the PyTorch reference")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"],
                     help="tensor-core kernels (matmul, batch_matmul) against PyTorch in the same precision")
+    ap.add_argument("--half-operands", action="store_true",
+                    help="with --precision fp16|bf16: our operands in 16 bits too (dtype=float16|bfloat16 "
+                    "workloads, as the peer's; matmul and batch_matmul only)")
     ap.add_argument("--peak-tflops", type=float, help="the GPU's dense tensor-core peak at --precision "
                     "(known: H100, H200, A100)")
     ap.add_argument("--models", help="time whole models instead, e.g. resnet18,resnet50,mobilenet_v2,bert_base "
@@ -330,15 +340,18 @@ def main():
         os.execv(sys.executable, args)
     groups = [(g, w) for g in a.groups.split(",") if g for w in GROUPS.get(g) or fail("unknown group " + g)]
     groups += [("given", w) for w in a.workload]
+    if a.half_operands and a.precision not in ("fp16", "bf16"):
+        fail("--half-operands takes --precision fp16 or bf16, not %s" % a.precision)
     if a.precision != "fp32":
         if a.cpu_check:
             fail("--cpu-check compiles for this CPU, which has no tensor-core template: --precision %s kernels run "
                  "on sm_80+ GPUs only (tests/compiler/tensor_core_test.cc checks them in the emulated warps)"
                  % a.precision)
         for g, w in groups:
-            if with_precision(w, a.precision) is None:
+            if with_precision(w, a.precision, a.half_operands) is None:
                 print("skipped %s: no tensor-core template for it yet" % w)
-        groups = [(g, with_precision(w, a.precision)) for g, w in groups if with_precision(w, a.precision)]
+        groups = [(g, with_precision(w, a.precision, a.half_operands)) for g, w in groups
+                  if with_precision(w, a.precision, a.half_operands)]
         if not groups:
             fail("none of the workloads has a tensor-core template (matmul, batch_matmul, conv2d_nchw, conv2d_nhwc)")
     if a.cpu_check:
@@ -395,8 +408,10 @@ def main():
             if tag == "tuned" and k.source == "default":
                 row["tuned"] = None  # nothing tuned for it in the database
                 continue
-            args = [torch.randn(*x["shape"], device="cuda") if x["role"] == "input"
-                    else torch.empty(*x["shape"], device="cuda") for x in k.side["args"]]
+            # Inputs of their declared type (16-bit operands: dtype=float16 / bfloat16).
+            types = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+            args = [torch.randn(*x["shape"], device="cuda").to(types.get(x.get("dtype"), torch.float32))
+                    if x["role"] == "input" else torch.empty(*x["shape"], device="cuda") for x in k.side["args"]]
             ptrs = tuple(cp.uint64(t.data_ptr()) for t in args)  # raw device pointers
             # The check: float32 products (TF32 off) of the operands as the kernel rounds them
             # (fp16, bf16), or of the operands as they are (tf32: its rounding is cvt.rna's,

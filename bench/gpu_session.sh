@@ -12,7 +12,7 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated: mma,optimize,bench_fp16,model_fp16,profile_fp16,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
+# comma-separated: mma,optimize,bench_fp16,bench_half,model_fp16,profile_fp16,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,tune_rate,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists.
 set -u
@@ -62,6 +62,9 @@ step optimize 80 env PYTHONPATH="$bundle/python" python3 bench/gpu_optimize_chec
 # Issue 55: tensor-core GEMMs against cuBLAS in the same precision.
 step bench_fp16 80 python3 bench/gpu_bench.py "$bin" --precision fp16 --groups dense,bert,resnet --rounds 3 \
   --json "$WORK/bench_fp16.json"
+# The same GEMMs with 16-bit operands in global memory (dtype=float16), as cuBLAS takes them.
+step bench_half 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-operands --groups dense,bert --rounds 3 \
+  --json "$WORK/bench_half.json"
 # --realistic: MobileNet-v2's fresh initialization gives outputs of ~1e-9, which float16 flushes.
 step model_fp16 120 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --realistic \
   --models "${FP16_MODELS:-bert_base,resnet50,mobilenet_v2}" --rounds 3 --json "$WORK/model_fp16.json"

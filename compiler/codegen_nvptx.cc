@@ -77,31 +77,39 @@ class CodeGenNvptx final : public CodeGenGpu {
   bool converts_bfloat16() const override { return sm() >= 80; }
 
   // A store into a shared buffer of asynchronous copies (Allocate::async_copies) whose value
-  // is a load of a kernel argument: cp.async (sm_80 and later) of 16 bytes where four lanes
-  // are contiguous and aligned on both sides, else of 4 bytes per lane. The copy bypasses
-  // the registers; Barrier::Kind::AsyncCommit groups it and AsyncWait waits for its group.
-  // False when the store is of another form (it is then an ordinary store).
+  // is a load of a kernel argument: cp.async (sm_80 and later) of the vector's 16, 8 or 4 bytes
+  // where its lanes are contiguous and aligned on both sides (4 floats, 8 halves), else of 4
+  // bytes per lane of 4-byte elements. The copy bypasses the registers;
+  // Barrier::Kind::AsyncCommit groups it and AsyncWait waits for its group. False when the store
+  // is of another form, or of 16-bit elements in pieces under 4 bytes (it is then an ordinary
+  // store).
   bool async_copy(const Store* s) override {
     const Load* l = s->value.as<Load>();
-    if (!l || mask_ || !kernel_args_.count(l->buffer) || l->type.element_of() != Type::float32()) return false;
-    const Type f32 = Type::float32();
+    if (!l || mask_ || !kernel_args_.count(l->buffer)) return false;
+    const Type elem = l->type.element_of();
+    if (elem != Type::float32() && elem != Type::int32() && elem != Type::uint16()) return false;
+    const int64_t bytes = elem.bytes();
     int lanes = s->value.type().lanes;
     auto global = [&](llvm::Value* p) { return b_.CreateAddrSpaceCast(p, b_.getPtrTy(1)); };
     const Ramp* dr = s->index.as<Ramp>();
     const Ramp* sr = l->index.as<Ramp>();
-    if (lanes == 4 && dr && sr && is_const(dr->stride, 1) && is_const(sr->stride, 1) &&
-        known_multiple(dr->base) % 4 == 0 && known_multiple(sr->base) % 4 == 0) {
-      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16, {},
-                         {element_ptr(s->buffer, expr(dr->base), f32), global(element_ptr(l->buffer, expr(sr->base), f32))});
+    const int64_t width = lanes * bytes;
+    if ((width == 16 || width == 8 || width == 4) && dr && sr && is_const(dr->stride, 1) && is_const(sr->stride, 1) &&
+        known_multiple(dr->base) % lanes == 0 && known_multiple(sr->base) % lanes == 0) {
+      using namespace llvm::Intrinsic;  // NOLINT
+      const ID id = width == 16 ? nvvm_cp_async_cg_shared_global_16 : width == 8 ? nvvm_cp_async_ca_shared_global_8
+                                                                                   : nvvm_cp_async_ca_shared_global_4;
+      b_.CreateIntrinsic(id, {}, {element_ptr(s->buffer, expr(dr->base), elem), global(element_ptr(l->buffer, expr(sr->base), elem))});
       return true;
     }
+    if (bytes != 4) return false;
     llvm::Value* di = expr(s->index);
     llvm::Value* si = expr(l->index);
     for (int i = 0; i < lanes; ++i) {
       llvm::Value* d = lanes == 1 ? di : b_.CreateExtractElement(di, static_cast<uint64_t>(i));
       llvm::Value* src = si->getType()->isVectorTy() ? b_.CreateExtractElement(si, static_cast<uint64_t>(i)) : si;
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4, {},
-                         {element_ptr(s->buffer, d, f32), global(element_ptr(l->buffer, src, f32))});
+                         {element_ptr(s->buffer, d, elem), global(element_ptr(l->buffer, src, elem))});
     }
     return true;
   }

@@ -223,9 +223,10 @@ const std::vector<OperatorDef>& operator_table() {
       {"matmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
        check_matmul, matmul_footprint, build_matmul, reference_matmul, "matmul(M=64,N=64,K=64)",
-       types({{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}, kTensorCoreTypes}),
+       types({{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}, kTensorCoreTypes, k16BitTypes}),
        {"matmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)", "matmul(M=40,N=24,K=20,precision=tf32)",
-        "matmul(M=40,N=24,K=20,precision=fp16)", "matmul(M=40,N=24,K=20,precision=bf16)"}},
+        "matmul(M=40,N=24,K=20,precision=fp16)", "matmul(M=40,N=24,K=20,precision=bf16)",
+        "matmul(M=40,N=24,K=20,dtype=float16)", "matmul(M=40,N=24,K=20,dtype=bfloat16)"}},
       // A float A quantized to uint8 on entry times int8 B given as quads, scaled per column
       // (compiler/operators.cc build_qmatmul): a quantized model's DequantizeLinear -> MatMul
       // with the activations' QuantizeLinear folded in (graph/import_quantize.h).
@@ -248,9 +249,10 @@ const std::vector<OperatorDef>& operator_table() {
       {"batch_matmul",
        {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
        nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)",
-       types({{OperandTypes{}}, kTensorCoreTypes}),
+       types({{OperandTypes{}}, kTensorCoreTypes, k16BitTypes}),
        {"batch_matmul(B=2,M=20,N=16,K=24,precision=tf32)", "batch_matmul(B=2,M=20,N=16,K=24,precision=fp16)",
-        "batch_matmul(B=2,M=20,N=16,K=24,precision=bf16)"}},
+        "batch_matmul(B=2,M=20,N=16,K=24,precision=bf16)", "batch_matmul(B=2,M=20,N=16,K=24,dtype=float16)",
+        "batch_matmul(B=2,M=20,N=16,K=24,dtype=bfloat16)"}},
       // group=G: a grouped convolution (ONNX Conv's group): weight [K][C/G][R][S].
       {"conv2d_nchw",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},

@@ -50,6 +50,8 @@ Type ir_type(DType t) {
     case DType::Int8: return Type::int8();
     case DType::Uint8: return Type::uint8();
     case DType::Int32: return Type::int32();
+    case DType::Float16:
+    case DType::BFloat16: return Type::uint16();  // the bits (compiler/ir.h kF16ToFloat)
   }
   return Type::float32();
 }
@@ -156,6 +158,27 @@ Expr two_sided(const std::vector<double>& l, int64_t rows, int64_t n, const Expr
 
 namespace ops {
 
+namespace {
+
+// An operand as the product takes it: an integer widened to int32 (products summed in int32),
+// a 16-bit float's bits widened to its float32 value (exact), float32 as it is.
+Expr widened(const OperandTypes& t, Expr e) {
+  if (t.is_integer()) return Cast::make(Type::int32(), std::move(e));
+  if (e.type() != Type::uint16()) return e;
+  return Call::make(t.precision == Precision::BFloat16 ? kBF16ToFloat : kF16ToFloat, {std::move(e)});
+}
+
+// Boards fill 16-bit float inputs with values of their type (runtime/kernel_library.h
+// fill_typed "float16", "bfloat16"), not with uint16 integers.
+void name_16_bit_inputs(OpGraph& g) {
+  for (const Tensor& in : g.inputs) {
+    if (in->dtype != Type::uint16()) continue;
+    g.word_types[in->name] = g.workload.types.precision == Precision::BFloat16 ? kBFloat16Elements : kFloat16Elements;
+  }
+}
+
+}  // namespace
+
 void build_matmul(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
@@ -163,11 +186,9 @@ void build_matmul(OpGraph& g) {
   Tensor B = make_input(g, "B", {K, N}, ir_type(w.types.weight));
   IterVar k = reduce_axis(K, "k");
   bool fused = w.epilogue != Epilogue::None;
-  // Integer operands: each widened to int32, products summed in int32 (docs/precision.md).
-  const Type acc_type = ir_type(w.types.output());
-  auto widen = [&](Expr e) { return Cast::make(acc_type, std::move(e)); };
+  name_16_bit_inputs(g);
   g.acc = compute(fused ? "acc" : "C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
-    return sum(widen(read(A, {ax[0], k.var})) * widen(read(B, {k.var, ax[1]})), {k});
+    return sum(widened(w.types, read(A, {ax[0], k.var})) * widened(w.types, read(B, {k.var, ax[1]})), {k});
   }, {k});
   add_epilogue(g, "C", {"i", "j"}, 1);
   g.flops = 2 * M * N * K;
@@ -383,12 +404,14 @@ void build_qconv2d_nchwc(OpGraph& g) {
 void build_batch_matmul(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t Bt = w.get("B"), M = w.get("M"), N = w.get("N"), K = w.get("K");
-  Tensor A = make_input(g, "A", {Bt, M, K});
-  Tensor B = make_input(g, "B", {Bt, K, N});
+  Tensor A = make_input(g, "A", {Bt, M, K}, ir_type(w.types.data));
+  Tensor B = make_input(g, "B", {Bt, K, N}, ir_type(w.types.weight));
   IterVar k = reduce_axis(K, "k");
   bool fused = w.epilogue != Epilogue::None;
+  name_16_bit_inputs(g);
   g.acc = compute(fused ? "acc" : "C", {Bt, M, N}, {"b", "i", "j"}, [&](const std::vector<Expr>& ax) {
-    return sum(read(A, {ax[0], ax[1], k.var}) * read(B, {ax[0], k.var, ax[2]}), {k});
+    return sum(widened(w.types, read(A, {ax[0], ax[1], k.var})) * widened(w.types, read(B, {ax[0], k.var, ax[2]})),
+               {k});
   }, {k});
   add_epilogue(g, "C", {"b", "i", "j"}, 2);
   g.flops = 2 * Bt * M * N * K;

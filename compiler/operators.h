@@ -55,6 +55,9 @@ ir::Expr pack_quad(const std::function<ir::Expr(int)>& bytes);
 // The word types of int32 words holding two bfloat16 or two float16 values.
 inline constexpr const char* kBFloat16Pairs = "bfloat16x2";
 inline constexpr const char* kFloat16Pairs = "float16x2";
+// The types of 16-bit float inputs held as their bits (dtype=float16, dtype=bfloat16).
+inline constexpr const char* kFloat16Elements = "float16";
+inline constexpr const char* kBFloat16Elements = "bfloat16";
 
 // A 16-bit float format whose weights travel in pairs per int32 word (compiler/ir.h): the
 // word type boards fill, and the host's rounding, reading of halves and making of words (the

@@ -33,19 +33,24 @@ Expr linear_index(const std::vector<Expr>& idx, const BufferInfo& b) {
   return index;
 }
 
-// A copy into shared buffer `buffer` whose every store rounds what it copies (a 16-bit tile of
-// float32 data: Schedule::cache_read_shared_16), split in two at the registers: `load` keeps the
-// values in a thread's `regs` (float32, `size` of them: one per iteration of the thread's own
-// loops, constant extents), `store` rounds them into the buffer, both under the copy's guards.
+// A copy into shared buffer `buffer` that cannot be asynchronous: every store rounds what it
+// copies (a 16-bit tile of float32 data: Schedule::cache_read_shared_16), or copies 16-bit
+// elements to places that are not consecutive along the thread's innermost loop (a transposed
+// tile of float16 data: cp.async moves 4 to 16 consecutive bytes). Split in two at the
+// registers: `load` keeps the values in a thread's `regs` (`size` of them, of `type`: one per
+// iteration of the thread's own loops, constant extents), `store` (rounds and) stores them into
+// the buffer, both under the copy's guards.
 struct StagedCopy {
   Stmt load, store;
   int64_t size = 0;
+  Type type;
 };
 
 std::optional<StagedCopy> stage_through_registers(const Stmt& nest, const std::string& buffer,
                                                   const std::string& regs) {
   // The thread's own loops around each store, outermost first; one store only.
   std::vector<const For*> loops, at_store;
+  const Store* store = nullptr;
   int stores = 0;
   bool ok = true;
   std::function<void(const Stmt&)> walk = [&](const Stmt& st) {
@@ -61,8 +66,8 @@ std::optional<StagedCopy> stage_through_registers(const Stmt& nest, const std::s
       walk(i->then_case);
       walk(i->else_case);
     } else if (const Store* x = st.as<Store>()) {
-      const Call* c = x->value.as<Call>();
-      ok = x->buffer == buffer && c && (c->name == kFloatToF16 || c->name == kFloatToBF16) && ++stores == 1;
+      ok = x->buffer == buffer && ++stores == 1;
+      store = x;
       at_store = loops;
     } else {
       ok = false;  // anything else: not a plain copy nest
@@ -70,6 +75,17 @@ std::optional<StagedCopy> stage_through_registers(const Stmt& nest, const std::s
   };
   walk(nest);
   if (!ok || stores != 1) return std::nullopt;
+  const Call* c = store->value.as<Call>();
+  const bool rounds = c && (c->name == kFloatToF16 || c->name == kFloatToBF16);
+  if (!rounds) {
+    const Load* l = store->value.as<Load>();
+    if (!l || l->type.element_of().bytes() != 2 || at_store.empty()) return std::nullopt;
+    const Expr& v = at_store.back()->var;
+    const Expr step = simplify(substitute(store->index, {{v.get(), v + 1}}) - store->index);  // kept alive
+    const int64_t* s = as_const_int(step);
+    if (s && *s == 1) return std::nullopt;  // consecutive: cp.async where the load is too
+  }
+  const Type type = rounds ? Type::float32() : store->value.type().element_of();
   Expr r = 0;
   int64_t size = 1;
   for (const For* f : at_store) {
@@ -81,7 +97,8 @@ std::optional<StagedCopy> stage_through_registers(const Stmt& nest, const std::s
   }
   class Split : public IRMutator {
    public:
-    Split(const std::string& b, const std::string& regs, Expr r, bool load) : b_(b), regs_(regs), r_(std::move(r)), load_(load) {}
+    Split(const std::string& b, const std::string& regs, Expr r, Type t, bool load)
+        : b_(b), regs_(regs), r_(std::move(r)), t_(t), load_(load) {}
     Stmt mutate_stmt(const Stmt& st) override {
       // The thread's loops unrolled, so that the registers are registers (constant indices).
       if (const For* f = st.as<For>(); f && f->for_kind == ForKind::Serial) {
@@ -90,18 +107,21 @@ std::optional<StagedCopy> stage_through_registers(const Stmt& nest, const std::s
       const Store* x = st.as<Store>();
       if (!x || x->buffer != b_) return IRMutator::mutate_stmt(st);
       const Call* c = x->value.as<Call>();
-      if (load_) return Store::make(regs_, c->args[0], r_);
-      return Store::make(b_, Call::make(c->name, {Load::make(Type::float32(), regs_, r_)}), x->index);
+      const bool rounds = c && (c->name == kFloatToF16 || c->name == kFloatToBF16);
+      if (load_) return Store::make(regs_, rounds ? c->args[0] : x->value, r_);
+      Expr held = Load::make(t_, regs_, r_);
+      return Store::make(b_, rounds ? Call::make(c->name, {held}) : held, x->index);
     }
 
    private:
     const std::string& b_;
     const std::string& regs_;
     Expr r_;
+    Type t_;
     bool load_;
   };
-  Split load(buffer, regs, r, true), store(buffer, regs, r, false);
-  return StagedCopy{load.mutate_stmt(nest), store.mutate_stmt(nest), size};
+  Split load(buffer, regs, r, type, true), stored(buffer, regs, r, type, false);
+  return StagedCopy{load.mutate_stmt(nest), stored.mutate_stmt(nest), size, type};
 }
 
 // A symbolic inclusive range [lo, hi].
@@ -542,14 +562,14 @@ class Lowerer {
     for (int j = 0; j + 1 < n; ++j) prologue.insert(prologue.end(), {j < *extent ? copy(Expr(j)) : Stmt(), commit});
     Stmt body = f->body;
     for (const Stage* p : stages) body = offset_buffer(p->name(), body, (v % n) * buffer_tile(*p));
-    // A copy that rounds what it copies (cache_read_shared_16) cannot be asynchronous, and
-    // done where cp.async goes, its loads would hold the thread up before the current tile's
-    // products. It goes through registers instead (CUTLASS's mixed-input pipelines): iteration
+    // A copy that rounds what it copies (cache_read_shared_16) or transposes 16-bit elements
+    // cannot be asynchronous, and done where cp.async goes, its loads would hold the thread up
+    // before the current tile's products. It goes through registers instead (CUTLASS's mixed-input pipelines): iteration
     // v loads tile v+n-1 into them first, computes on tile v, then rounds and stores them into
     // the buffer. Iteration v-1, its last reader, has finished everywhere (the barrier at the
     // top of iteration v), and the barrier at the top of iteration v+1 publishes it.
     std::vector<Stmt> early, late;
-    std::vector<std::pair<std::string, int64_t>> registers;
+    std::vector<std::tuple<std::string, int64_t, Type>> registers;
     for (size_t i = 0; i < stages.size(); ++i) {
       const std::string& name = stages[i]->name();
       Stmt nest = tile_copy(i, ahead);
@@ -557,7 +577,7 @@ class Lowerer {
       if (auto staged = stage_through_registers(nest, name, regs)) {
         early.push_back(staged->load);
         late.push_back(staged->store);
-        registers.emplace_back(regs, staged->size);
+        registers.emplace_back(regs, staged->size, staged->type);
       } else {
         early.push_back(nest);
       }
@@ -567,8 +587,8 @@ class Lowerer {
                                IfThenElse::make(more, Block::make(early)), commit, body};
     if (!late.empty()) steps.push_back(IfThenElse::make(more, Block::make(late)));
     Stmt loop_body = Block::make(steps);
-    for (const auto& [regs, size] : registers) {
-      loop_body = Allocate::make(regs, Type::float32(), size, MemScope::Local, loop_body);
+    for (const auto& [regs, size, type] : registers) {
+      loop_body = Allocate::make(regs, type, size, MemScope::Local, loop_body);
     }
     Stmt result = Block::make({Block::make(prologue), For::make(v, f->min, f->extent, f->for_kind, loop_body)});
     for (auto p = stages.rbegin(); p != stages.rend(); ++p) {

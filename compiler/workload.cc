@@ -33,7 +33,15 @@ Epilogue parse_epilogue(const std::string& v, const std::string& spec) {
 }
 
 constexpr EnumName<DType> kDTypes[] = {
-    {DType::Float32, "float32"}, {DType::Int8, "int8"}, {DType::Uint8, "uint8"}, {DType::Int32, "int32"}};
+    {DType::Float32, "float32"}, {DType::Int8, "int8"},         {DType::Uint8, "uint8"},
+    {DType::Int32, "int32"},     {DType::Float16, "float16"}, {DType::BFloat16, "bfloat16"}};
+
+// The precision a 16-bit float type is computed in, or nullopt for other types.
+std::optional<Precision> precision_of(DType t) {
+  if (t == DType::Float16) return Precision::Float16;
+  if (t == DType::BFloat16) return Precision::BFloat16;
+  return std::nullopt;
+}
 
 constexpr EnumName<Precision> kPrecisions[] = {
     {Precision::Float32, "fp32"}, {Precision::TF32, "tf32"}, {Precision::Float16, "fp16"}, {Precision::BFloat16, "bf16"}};
@@ -113,9 +121,15 @@ float (*precision_rounding(Precision p))(float) {
   return [](float x) { return x; };
 }
 
+bool OperandTypes::is_integer() const {
+  auto integer = [](DType t) { return t == DType::Int8 || t == DType::Uint8 || t == DType::Int32; };
+  return integer(data) || integer(weight);
+}
+
 std::string OperandTypes::str() const {
   std::string s = data == weight ? dtype_name(data) : std::string(dtype_name(data)) + " x " + dtype_name(weight);
-  if (precision != Precision::Float32) s += std::string(" in ") + precision_name(precision);
+  // The precision unless it is the operands' own (float32's fp32, float16's fp16).
+  if (precision != precision_of(data).value_or(Precision::Float32)) s += std::string(" in ") + precision_name(precision);
   return s;
 }
 
@@ -153,7 +167,8 @@ std::string Workload::canonical() const {
     s += std::string("dtype=") + dtype_name(types.data) + ",";
     if (types.weight != types.data) s += std::string("weight_dtype=") + dtype_name(types.weight) + ",";
   }
-  if (types.precision != Precision::Float32) s += std::string("precision=") + precision_name(types.precision) + ",";
+  if (types.precision != Precision::Float32 && precision_of(types.data) != types.precision)
+    s += std::string("precision=") + precision_name(types.precision) + ",";
   s += std::string("epilogue=") + epilogue_name(epilogue) + ")";
   return s;
 }
@@ -237,12 +252,14 @@ Workload parse_workload(const std::string& raw) {
     if (!p) {
       throw UserError(str("workload '", spec, "': precision '", it->second, "' is not one of fp32, tf32, fp16, bf16"));
     }
-    if (!w.types.is_float32() && *p != Precision::Float32) {
+    if (!w.types.is_float32() && *p != Precision::Float32 && *p != precision_of(w.types.data)) {
       throw UserError(str("workload '", spec, "': precision=", it->second, " rounds float32 operands, and ", w.op,
                           " here takes ", w.types.str()));
     }
     w.types.precision = *p;
     given.erase(it);
+  } else if (std::optional<Precision> p = precision_of(w.types.data)) {
+    w.types.precision = *p;  // float16 operands are multiplied in float16
   }
   if (!given.empty()) {
     std::string keys;
@@ -257,7 +274,7 @@ Workload parse_workload(const std::string& raw) {
     throw UserError(str("workload '", spec, "': ", w.op, " of ", w.types.str(), " is not implemented (", w.op,
                         " takes: ", have, ")"));
   }
-  if (!w.types.is_float32() && !def->float_output && w.epilogue != Epilogue::None) {
+  if (w.types.is_integer() && !def->float_output && w.epilogue != Epilogue::None) {
     throw UserError(str("workload '", spec, "': epilogue ", epilogue_name(w.epilogue), " on ", w.types.str(),
                         " operands is not implemented yet (integer workloads take epilogue=none)"));
   }

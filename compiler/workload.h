@@ -21,8 +21,9 @@ enum class Epilogue { None, Bias, Relu, BiasRelu };
 const char* epilogue_name(Epilogue e);
 
 // Element types of a workload's operands, named as in ONNX (docs/precision.md). Integer
-// operands accumulate and produce int32.
-enum class DType { Float32, Int8, Uint8, Int32 };
+// operands accumulate and produce int32; float16 and bfloat16 operands (held as their 16 bits)
+// are multiplied in their own precision and summed in float32, producing float32.
+enum class DType { Float32, Int8, Uint8, Int32, Float16, BFloat16 };
 const char* dtype_name(DType t);
 
 // The arithmetic of float32 operands (precision=... in a workload): float32 (fp32, the
@@ -42,7 +43,9 @@ struct OperandTypes {
   Precision precision = Precision::Float32;  // float32 operands only
   bool operator==(const OperandTypes&) const = default;
   bool is_float32() const { return data == DType::Float32 && weight == DType::Float32; }
-  DType output() const { return is_float32() ? DType::Float32 : DType::Int32; }
+  // Whether an operand is an integer (the products and the output are then int32).
+  bool is_integer() const;
+  DType output() const { return is_integer() ? DType::Int32 : DType::Float32; }
   // "float32", "uint8 x int8", "float32 in tf32".
   std::string str() const;
 };
@@ -59,6 +62,13 @@ inline const std::vector<OperandTypes> kTensorCoreTypes = {
     OperandTypes{DType::Float32, DType::Float32, Precision::TF32},
     OperandTypes{DType::Float32, DType::Float32, Precision::Float16},
     OperandTypes{DType::Float32, DType::Float32, Precision::BFloat16}};
+
+// Operands given in 16 bits (dtype=float16, dtype=bfloat16: the precision is the type's, and
+// the canonical form leaves it out), products summed in float32: half the bytes of float32
+// operands, nothing rounded in the kernel.
+inline const std::vector<OperandTypes> k16BitTypes = {
+    OperandTypes{DType::Float16, DType::Float16, Precision::Float16},
+    OperandTypes{DType::BFloat16, DType::BFloat16, Precision::BFloat16}};
 
 struct Workload {
   std::string op;

@@ -345,10 +345,14 @@ grpc::Status BoardService::measure(const pb::MeasureRequest& in, pb::MeasureRepl
       n *= d;
     }
     if (tf::arg_dtype_bytes(a.dtype()) == 0) {
-      return invalid("argument dtype '" + a.dtype().substr(0, 32) + "' is not one of float32, int8, uint8, int32, bfloat16x2, float16x2");
+      return invalid("argument dtype '" + a.dtype().substr(0, 32) +
+                     "' is not one of float32, int8, uint8, int32, float16, bfloat16, bfloat16x2, float16x2");
     }
     if (!a.dtype().empty() && a.dtype() != "float32") {
-      if (!options_.gpu_device.empty()) return invalid("argument dtype " + a.dtype() + " is for CPU kernels; this board runs " + options_.gpu_device);
+      // GPU kernels take 16-bit float inputs (dtype=float16 workloads), filled as CPU boards fill them.
+      const bool gpu_type = !a.is_output() && (a.dtype() == "float16" || a.dtype() == "bfloat16");
+      if (!options_.gpu_device.empty() && !gpu_type)
+        return invalid("argument dtype " + a.dtype() + " is for CPU kernels; this board runs " + options_.gpu_device);
       // Packing moves whole 4-byte elements (runtime/pack_layout.h): int32 quads of int8 weights.
       if ((a.pack_block() != 0 || a.pack_dim() != 0) && tf::arg_dtype_bytes(a.dtype()) != 4)
         return invalid("an argument of dtype " + a.dtype() + " cannot be packed (only 4-byte elements can)");

@@ -1,5 +1,6 @@
 #include "runtime/kernel_library.h"
 
+#include "base/bfloat16.h"
 #include "base/float16.h"
 #include "runtime/gpu_runtime.h"
 
@@ -270,6 +271,7 @@ void fill_random(float* data, int64_t n, uint64_t seed) {
 
 int arg_dtype_bytes(const std::string& dtype) {
   if (dtype.empty() || dtype == "float32" || dtype == "int32" || dtype == "bfloat16x2" || dtype == "float16x2") return 4;
+  if (dtype == "float16" || dtype == "bfloat16") return 2;
   if (dtype == "int8" || dtype == "uint8") return 1;
   return 0;
 }
@@ -295,6 +297,11 @@ void fill_typed(const std::string& dtype, float* data, int64_t n, uint64_t seed)
     return;
   }
   fill_random(data, n, seed);
+  if (dtype == "float16" || dtype == "bfloat16") {
+    // Rounded to the type (to nearest, ties to even): values a reference reads exactly.
+    for (int64_t i = 0; i < n; ++i) data[i] = dtype == "float16" ? round_f16(data[i]) : round_bf16(data[i]);
+    return;
+  }
   if (arg_dtype_bytes(dtype) == 4 && dtype != "int32") return;
   const bool u8 = dtype == "uint8";
   for (int64_t i = 0; i < n; ++i) {
@@ -316,6 +323,13 @@ void store_as(const std::string& dtype, float* data, int64_t n) {
       auto v = static_cast<int32_t>(data[i]);
       std::memcpy(&data[i], &v, 4);
     }
+  } else if (dtype == "float16" || dtype == "bfloat16") {
+    auto* out = reinterpret_cast<uint16_t*>(data);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = data[i];
+      const uint16_t h = dtype == "float16" ? f16_bits(v) : bf16_bits(v);
+      std::memcpy(&out[i], &h, 2);
+    }
   }
 }
 
@@ -327,6 +341,13 @@ void load_as(const std::string& dtype, float* data, int64_t n) {
   } else if (dtype == "uint8") {
     const auto* in = reinterpret_cast<const uint8_t*>(data);
     for (int64_t i = n - 1; i >= 0; --i) data[i] = in[i];
+  } else if (dtype == "float16" || dtype == "bfloat16") {
+    const auto* in = reinterpret_cast<const uint16_t*>(data);
+    for (int64_t i = n - 1; i >= 0; --i) {
+      uint16_t h;
+      std::memcpy(&h, &in[i], 2);
+      data[i] = dtype == "float16" ? f16_value(h) : bf16_value(h);
+    }
   } else if (dtype == "int32") {
     for (int64_t i = 0; i < n; ++i) {
       int32_t v;

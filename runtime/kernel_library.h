@@ -112,13 +112,15 @@ std::string kernel_library_arch(const std::string& data);
 void fill_random(float* data, int64_t n, uint64_t seed);
 
 // Element types of a kernel argument as boards are told them (ArgSpec.dtype): "" (float32),
-// "float32", "int8", "uint8", "int32", "bfloat16x2" and "float16x2" (int32 words of two
-// bfloat16 or float16, low half first: compiler/operators.h kBFloat16Pairs, kFloat16Pairs). The
-// bytes of one element; 0 for an unknown name.
+// "float32", "int8", "uint8", "int32", "float16", "bfloat16" (each value's 16 bits), and
+// "bfloat16x2" and "float16x2" (int32 words of two bfloat16 or float16, low half first:
+// compiler/operators.h kBFloat16Pairs, kFloat16Pairs). The bytes of one element; 0 for an
+// unknown name.
 int arg_dtype_bytes(const std::string& dtype);
 // fill_random's values made values of `dtype`, still as floats: v in [-1, 1) becomes
 // floor(v * 128) for int8 and int32 and floor((v + 1) * 128) for uint8, so every int8 and
-// uint8 value occurs and a reference reading them as floats sees them exactly. bfloat16x2
+// uint8 value occurs and a reference reading them as floats sees them exactly; float16 and
+// bfloat16 rounds them to the type (to nearest, ties to even). bfloat16x2
 // words hold two of fill_random's values truncated to bfloat16, float16x2 words two rounded
 // to float16, their bits in the float (store_as and load_as leave them as they are).
 void fill_typed(const std::string& dtype, float* data, int64_t n, uint64_t seed);

@@ -8,7 +8,11 @@ namespace {
 
 class DenseCpu final : public CpuTemplate {
  public:
-  DenseCpu() : CpuTemplate("dense.cpu", 1, {"matmul", "batch_matmul"}, TargetKind::Llvm) {}
+  // Float16 and bfloat16 operands (dtype=...) are widened to float32 as they are read (F16C's
+  // vcvtph2ps where the CPU has it), their products summed in float32.
+  DenseCpu()
+      : CpuTemplate("dense.cpu", 1, {"matmul", "batch_matmul"}, TargetKind::Llvm,
+                    {OperandTypes{}, k16BitTypes[0], k16BitTypes[1]}) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

@@ -1,4 +1,5 @@
-// dense_tc.cuda (v2): matmul and batch_matmul with precision=tf32, fp16 or bf16 on NVIDIA's
+// dense_tc.cuda (v2): matmul and batch_matmul with precision=tf32, fp16 or bf16 (float32 operands)
+// or dtype=float16 / bfloat16 (16-bit operands) on NVIDIA's
 // tensor cores (sm_80 and later), one warp-level product (mma.sync m16n8k8 / m16n8k16,
 // compiler/ir.h) per 16 x 8 tile of C and step of K.
 //
@@ -39,9 +40,13 @@
 // store_16_bits for a computed operand).
 // In the space, not the default, until timed on a GPU.
 //
-// Not yet: ldmatrix (each lane reads its fragments' words one by one), 16-bit operands in global
-// memory (float32 there, rounded on the way: on the H200 the 4096^3 GEMM of float32 tiles runs at
-// ~105 TFLOPS, 0.15x cuBLAS fp16).
+// dtype=float16 / bfloat16 gives the operands in 16 bits in global memory: their tiles are
+// copies (A's rows by 16-byte cp.async, B transposed through registers), nothing rounded.
+//
+// Not yet: ldmatrix (each lane reads its fragments' words one by one), B given K-innermost, and
+// models whose tensors between kernels are 16-bit (a --precision fp16 model's products read
+// float32 and round it: on the H200 the 4096^3 GEMM of float32 tiles runs at ~105 TFLOPS, 0.15x
+// cuBLAS fp16).
 #include "compiler/templates/tensor_core_gemm.h"
 
 namespace tf::templates {
@@ -49,7 +54,9 @@ namespace {
 
 class DenseTensorCore final : public TensorCoreGemm {
  public:
-  DenseTensorCore() : TensorCoreGemm("dense_tc.cuda", 2, {"matmul", "batch_matmul"}) {}
+  DenseTensorCore()
+      : TensorCoreGemm("dense_tc.cuda", 2, {"matmul", "batch_matmul"},
+                       {kTensorCoreTypes[0], kTensorCoreTypes[1], kTensorCoreTypes[2], k16BitTypes[0], k16BitTypes[1]}) {}
 
  protected:
   GemmShape gemm_shape(const OpGraph& g) const override {

@@ -39,13 +39,13 @@ std::vector<size_t> transposed(size_t rank) {
 
 std::vector<size_t> as_is(size_t rank) { return rank == 3 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1}; }
 
-void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec) {
+void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec, int64_t lanes) {
   const auto& ax = sh.op()->axes;
   std::vector<Expr> outer;
   for (size_t i = 0; i + 1 < ax.size(); ++i) outer.push_back(ax[i].var);
   Expr inner = ax.back().var;
   if (vec) {
-    auto [io, iv] = sh.split(inner, 4);
+    auto [io, iv] = sh.split(inner, lanes);
     sh.vectorize(iv);
     inner = io;
   }

@@ -57,6 +57,13 @@ constexpr int64_t kPadHalf = 8;
 
 bool half_tiles(const json& c) { return c.contains("half_tiles") && c["half_tiles"].get<bool>(); }
 
+// Whether the operands are given in 16 bits (dtype=float16, bfloat16): their tiles are 16-bit
+// copies of them, as half_tiles makes of float32 operands.
+bool given_16_bits(const OpGraph& g) { return g.workload.types.data != DType::Float32; }
+
+// Whether the operands' shared tiles hold 16 bits.
+bool tiles_16_bits(const OpGraph& g, const json& c) { return half_tiles(c) || given_16_bits(g); }
+
 Tiles tiles_of(const json& c) {
   return {c["warps_m"].get<int64_t>(), c["warps_n"].get<int64_t>(), c["tiles_m"].get<int64_t>(),
           c["tiles_n"].get<int64_t>(), c["unroll_k"].get<int64_t>()};
@@ -64,9 +71,9 @@ Tiles tiles_of(const json& c) {
 
 }  // namespace
 
-TensorCoreGemm::TensorCoreGemm(std::string name, int version, std::vector<std::string> ops)
-    : ScheduleTemplate(std::move(name), version, std::move(ops), TargetKind::Cuda,
-                       kTensorCoreTypes) {}
+TensorCoreGemm::TensorCoreGemm(std::string name, int version, std::vector<std::string> ops,
+                               std::vector<OperandTypes> types)
+    : ScheduleTemplate(std::move(name), version, std::move(ops), TargetKind::Cuda, std::move(types)) {}
 
 const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
   static const std::vector<KnobDef> k = {
@@ -214,23 +221,27 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   const bool shared = c["shared"].get<bool>();
   const int64_t stages = c["stages"].get<int64_t>();
   if (stages > 1 && !shared) return str("stages ", stages, " without shared (nothing to buffer)");
+  if (half_tiles(c) && given_16_bits(g))
+    return str("half_tiles with ", g.workload.types.str(), " operands (their tiles are 16-bit already)");
   if (half_tiles(c)) {
     if (!shared) return "half_tiles without shared (no tiles to hold)";
     if (g.workload.types.precision != Precision::Float16 && g.workload.types.precision != Precision::BFloat16) {
       return str("half_tiles at precision=", precision_name(g.workload.types.precision),
                  " (16-bit tiles are for fp16 and bf16 products)");
     }
-    // Pipelined, each thread holds its share of the next tiles in registers (they are rounded
-    // as they are stored: Schedule::cache_read_shared_16), beside its accumulators and operands.
-    if (stages > 1) {
-      const int64_t chunk = d.unroll_k * depth(g);
-      const int64_t staged = (d.block_m() * chunk + d.threads() - 1) / d.threads() +
-                             (d.block_n() * chunk + d.threads() - 1) / d.threads();
-      if (4 * d.tiles_m * d.tiles_n + staged + kOperandRegisters >= regs) {
-        return str(4 * d.tiles_m * d.tiles_n, " accumulators and ", staged,
-                   " registers of the next tiles per lane (half_tiles) leave fewer than ", kOperandRegisters,
-                   " of the ", regs, " registers a thread of ", d.threads(), " can have for its operands");
-      }
+  }
+  // Pipelined, each thread holds its share of the next tiles in registers where their copy
+  // cannot be cp.async (Schedule::multi_buffer): both tiles rounded as they are stored
+  // (half_tiles), or B's of 16-bit operands, transposed so that K is innermost; beside its
+  // accumulators and operands.
+  if (tiles_16_bits(g, c) && shared && stages > 1) {
+    const int64_t chunk = d.unroll_k * depth(g);
+    auto share = [&](int64_t rows) { return (rows * chunk + d.threads() - 1) / d.threads(); };
+    const int64_t staged = (half_tiles(c) ? share(d.block_m()) : 0) + share(d.block_n());
+    if (4 * d.tiles_m * d.tiles_n + staged + kOperandRegisters >= regs) {
+      return str(4 * d.tiles_m * d.tiles_n, " accumulators and ", staged,
+                 " registers of the next tiles per lane (16-bit tiles) leave fewer than ", kOperandRegisters,
+                 " of the ", regs, " registers a thread of ", d.threads(), " can have for its operands");
     }
   }
   if (shared) {
@@ -352,6 +363,10 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   auto read_of = [&](const Expr& operand) {
     Expr e = operand;
     while (const ir::Select* sel = e.as<ir::Select>()) e = sel->t;
+    // A 16-bit operand's bits, widened (dtype=float16, bfloat16).
+    if (const ir::Call* w = e.as<ir::Call>(); w && w->args.size() == 1 &&
+                                             (w->name == ir::kF16ToFloat || w->name == ir::kBF16ToFloat))
+      e = w->args[0];
     const ir::TensorRead* r = e.as<ir::TensorRead>();
     TF_CHECK(r, id(), ": operand ", ir::to_string(operand), " is not a tensor read");
     return r;
@@ -435,18 +450,19 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   // With half_tiles an input's tile is held in 16 bits with the dimensions K runs along
   // innermost (B's tile transposed), so that each pair of a fragment (two consecutive k of one
   // row or column) is one 32-bit word.
-  const bool half = half_tiles(c), bf16 = g.workload.types.precision == Precision::BFloat16;
+  const bool half = tiles_16_bits(g, c), bf16 = g.workload.types.precision == Precision::BFloat16;
+  const bool narrow = half_tiles(c);  // float32 inputs rounded to 16 bits as they are copied
   const Expr kvar = g.acc->reduce_axes[0].var;
-  auto stage = [&](const Expr& operand, bool input, int64_t pad, bool vec) {
+  auto stage = [&](const Expr& operand, bool input, int64_t pad, bool vec, int64_t lanes) {
     const ir::TensorRead* r = read_of(operand);
     TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
              " is not read from an input");
     std::vector<size_t> order = as_is(r->op->shape.size());
-    Stage* x = input ? (half ? &s.cache_read_shared_16(r->op->name, bf16) : &s.cache_read_shared(r->op->name))
+    Stage* x = input ? (narrow ? &s.cache_read_shared_16(r->op->name, bf16) : &s.cache_read_shared(r->op->name))
                      : &s[r->op];
     if (!input) {
       x->set_scope_shared();
-      if (half) s.store_16_bits(*x, bf16);
+      if (narrow) s.store_16_bits(*x, bf16);
     }
     if (half) {
       auto along_k = [&](size_t dim) { return ir::uses_var(r->indices[dim], kvar); };
@@ -457,11 +473,14 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
     }
     x->compute_at(acc, koo);
     x->storage_layout(order, pad);
-    cooperative_copy(*x, 1, d.threads(), vec);
+    cooperative_copy(*x, 1, d.threads(), vec, lanes);
     staged.push_back(x);
   };
-  stage(mul->a, a_input, kPadA, a_input && sh.k % 4 == 0 && chunk % 4 == 0);
-  stage(mul->b, b_input, kPadB, b_input && sh.n % 4 == 0 && d.block_n() % 4 == 0);
+  // 16 bytes per lane where A's rows allow (4 floats; 8 halves of 16-bit A, whose tile keeps
+  // its rows, K innermost: cp.async's widest copy).
+  const int64_t a_lanes = given_16_bits(g) ? 8 : 4;
+  stage(mul->a, a_input, kPadA, a_input && sh.k % a_lanes == 0 && chunk % a_lanes == 0, a_lanes);
+  stage(mul->b, b_input, kPadB, b_input && sh.n % 4 == 0 && d.block_n() % 4 == 0, 4);
   if (int64_t n = c["stages"]; n > 1) {
     for (Stage* x : staged) x->multi_buffer(static_cast<int>(n));
   }
@@ -476,7 +495,7 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   const int64_t rows = std::min(d.block_m(), s.m), cols = std::min(d.block_n(), s.n);
   auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4 * 4; };
   auto half_tile = [](int64_t halves) { return (halves + 7) / 8 * 8 * 2; };
-  const bool half = half_tiles(c);
+  const bool half = tiles_16_bits(g, c);
   const int64_t a = half ? half_tile(rows * (chunk + kPadHalf)) : tile(rows * (chunk + kPadA));
   const int64_t b = half ? half_tile(cols * (chunk + kPadHalf)) : tile(chunk * (cols + kPadB));
   return (a + b) * c["stages"].get<int64_t>();

@@ -15,7 +15,8 @@ namespace tf::templates {
 
 class TensorCoreGemm : public ScheduleTemplate {
  public:
-  TensorCoreGemm(std::string name, int version, std::vector<std::string> ops);
+  TensorCoreGemm(std::string name, int version, std::vector<std::string> ops,
+                 std::vector<OperandTypes> types = kTensorCoreTypes);
 
   const std::vector<KnobDef>& knobs() const final;
   std::vector<json> int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const final;

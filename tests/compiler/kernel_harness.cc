@@ -252,6 +252,9 @@ Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Ta
                             int64_t max_blocks) {
   GpuProgram p = split_gpu_program(f);
   std::vector<std::vector<float>> bufs = seeded_buffers(g, seed);
+  const std::vector<std::vector<float>> values = bufs;  // the reference reads them as floats
+  for (size_t i = 0; i < g.inputs.size(); ++i)  // typed arguments as their type's elements
+    store_as(g.arg_dtype(g.inputs[i]), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
   // Workspaces after the arguments, NaN as uninitialized device memory may be.
   for (const auto& [name, size] : p.workspaces) bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
   int status = 0;
@@ -265,6 +268,7 @@ Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Ta
     if (int s = emulate_gpu_kernel(k, launch, bufs)) status = s;
   }
   bufs.resize(g.inputs.size() + 1);
+  for (size_t i = 0; i < g.inputs.size(); ++i) bufs[i] = values[i];
   return compared(g, bufs, status);
 }
 

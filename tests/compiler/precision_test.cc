@@ -72,10 +72,10 @@ TEST(TypedWorkload, DtypeKeysAreCanonicalAndFloat32StaysUnnamed) {
 
 TEST(TypedWorkload, UnsupportedTypesAreRefusedByName) {
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=int4)"); },
-                    "dtype 'int4' is not one of float32, int8, uint8, int32");
+                    "dtype 'int4' is not one of float32, int8, uint8, int32, float16, bfloat16");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=int8)"); },
                     "matmul of int8 is not implemented (matmul takes: float32, uint8 x int8, float32 in tf32, float32 in fp16, "
-                    "float32 in bf16)");
+                    "float32 in bf16, float16, bfloat16)");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,weight_dtype=int8)"); },
                     "matmul of float32 x int8 is not implemented");
   expect_user_error([] { parse_workload("conv2d_nchw(N=1,C=2,H=4,W=4,K=2,R=1,S=1,dtype=uint8,weight_dtype=int8)"); },
@@ -113,7 +113,49 @@ TEST(TypedArguments, FillCoversEachTypeAndRoundTrips) {
   }
   EXPECT_EQ(arg_dtype_bytes("int8"), 1);
   EXPECT_EQ(arg_dtype_bytes(""), 4);
-  EXPECT_EQ(arg_dtype_bytes("float16"), 0);
+  EXPECT_EQ(arg_dtype_bytes("float8"), 0);
+  // 16-bit floats: values of the type, passed as their bits.
+  for (const char* dtype : {"float16", "bfloat16"}) {
+    const bool f16 = std::string(dtype) == "float16";
+    EXPECT_EQ(arg_dtype_bytes(dtype), 2);
+    std::vector<float> v(4096);
+    fill_typed(dtype, v.data(), static_cast<int64_t>(v.size()), 3);
+    for (float x : v) ASSERT_EQ(x, f16 ? round_f16(x) : round_bf16(x)) << dtype;
+    EXPECT_GT(std::set<float>(v.begin(), v.end()).size(), 1000u) << dtype;
+    std::vector<float> w = v;
+    store_as(dtype, w.data(), static_cast<int64_t>(w.size()));
+    const auto* bits = reinterpret_cast<const uint16_t*>(w.data());
+    EXPECT_EQ(bits[5], f16 ? f16_bits(v[5]) : bf16_bits(v[5])) << dtype;
+    load_as(dtype, w.data(), static_cast<int64_t>(w.size()));
+    EXPECT_EQ(w, v) << dtype;
+  }
+}
+
+// dtype=float16 / bfloat16: 16-bit operands of their own precision (left out of the canonical
+// form), a float32 output, epilogues; other mixes refused by name.
+TEST(TypedWorkload, SixteenBitOperandsAreTheirOwnPrecision) {
+  Workload w = parse_workload("matmul(M=2,N=3,K=4,dtype=float16,epilogue=bias)");
+  EXPECT_EQ(w.canonical(), "matmul(M=2,N=3,K=4,dtype=float16,epilogue=bias)");
+  EXPECT_EQ(w.types.precision, Precision::Float16);
+  EXPECT_EQ(parse_workload("matmul(M=2,N=3,K=4,dtype=float16,precision=fp16)").canonical(),
+            "matmul(M=2,N=3,K=4,dtype=float16,epilogue=none)");
+  Workload b = parse_workload("batch_matmul(B=2,M=2,N=3,K=4,dtype=bfloat16)");
+  EXPECT_EQ(b.types.precision, Precision::BFloat16);
+  EXPECT_EQ(b.types.output(), DType::Float32);
+  OpGraph g = build_op(b);
+  EXPECT_EQ(g.inputs[0]->dtype, Type::uint16());
+  EXPECT_EQ(g.arg_dtype(g.inputs[1]), "bfloat16");
+  EXPECT_EQ(g.output->dtype, Type::float32());
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=float16,precision=bf16)"); },
+                    "precision=bf16 rounds float32 operands, and matmul here takes float16");
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=float16,precision=fp32)"); },
+                    "matmul of float16 in fp32 is not implemented");
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,weight_dtype=float16)"); },
+                    "matmul of float32 x float16 is not implemented");
+  expect_user_error([] { parse_workload("conv2d_nchw(N=1,C=2,H=4,W=4,K=2,R=1,S=1,dtype=float16)"); },
+                    "conv2d_nchw of float16 is not implemented");
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=float16,const_b=1)"); },
+                    "const_b=1 (a prepacked B) on float16 operands is not implemented yet");
 }
 
 // Those of `all` (target, the host feature it needs) this machine can run; none off x86.
@@ -605,6 +647,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, F16Kernels,
                                            "conv2d_nchwc_fp16(N=2,C=32,H=9,W=9,K=24,R=3,S=3,stride=2,pad=1,ic_block=16,"
                                            "oc_block=8,epilogue=bias_relu)",
                                            "conv2d_nchwc_fp16(N=1,C=12,H=6,W=6,K=16,R=1,S=1,ic_block=6,oc_block=16)"));
+
+// matmul and batch_matmul of float16 / bfloat16 operands (dtype=...) on CPUs: dense.cpu widens
+// them as it reads them (vcvtph2ps with F16C), default and sampled configs, odd shapes.
+class Dtype16Dense : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Dtype16Dense, MatchesTheReferenceOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_f16_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  expect_matches_on_targets(GetParam(), targets, 79);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Dtype16Dense,
+                         ::testing::Values("matmul(M=1,N=1,K=1,dtype=float16)",
+                                           "matmul(M=37,N=45,K=23,dtype=float16,epilogue=bias_relu)",
+                                           "matmul(M=16,N=32,K=64,dtype=bfloat16)",
+                                           "batch_matmul(B=3,M=9,N=20,K=17,dtype=bfloat16)"));
 
 // A's conversion in the kernel rounds as f16_bits does, on each instruction set (with F16C and
 // without): C = A[:, 0] * 1.0 exactly (B's word: 1.0 low, 0 high; A[:, 1] = 0), subnormals,

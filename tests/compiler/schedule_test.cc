@@ -388,8 +388,9 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
   EXPECT_EQ(lookup_template(conv, parse_target("cuda -arch=sm_90")), nullptr);
   expect_user_error([&] { find_template(conv, parse_target("cuda -arch=sm_90")); },
                     "no schedule template for conv2d_nchwc on cuda targets yet (cuda templates: matmul, batch_matmul, "
-                    "matmul (float32 in tf32, float32 in fp16, float32 in bf16), batch_matmul (float32 in tf32, "
-                    "float32 in fp16, float32 in bf16), conv2d_nchw, conv2d_nhwc, conv2d_nchw (float32 in tf32, "
+                    "matmul (float32 in tf32, float32 in fp16, float32 in bf16, float16, bfloat16), batch_matmul "
+                    "(float32 in tf32, float32 in fp16, float32 in bf16, float16, bfloat16), conv2d_nchw, conv2d_nhwc, "
+                    "conv2d_nchw (float32 in tf32, "
                     "float32 in fp16, float32 in bf16), conv2d_nhwc (float32 in tf32, float32 in fp16, float32 in "
                     "bf16), depthwise_conv2d_nchw)");
   expect_user_error([&] { find_template(mm8, parse_target("cuda -arch=sm_90")); },

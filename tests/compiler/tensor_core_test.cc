@@ -97,11 +97,17 @@ TEST(TensorCore, SampledConfigsMatchTheReference) {
   const Target sm90 = parse_target("cuda -arch=sm_90");
   int sample = 0;
   for (const char* p : kPrecisions) {
+    std::vector<std::string> workloads;
     for (const char* shape :
          {"matmul(M=48,N=40,K=48,epilogue=bias)", "batch_matmul(B=2,M=16,N=24,K=40)",
           "conv2d_nchw(N=1,C=6,H=8,W=8,K=24,R=3,S=3,pad=1,epilogue=bias)",
-          "conv2d_nhwc(N=1,H=6,W=8,C=8,K=16,R=3,S=3,pad=1)"}) {
-      Workload w = parse_workload(with_precision(shape, p));
+          "conv2d_nhwc(N=1,H=6,W=8,C=8,K=16,R=3,S=3,pad=1)"})
+      workloads.push_back(with_precision(shape, p));
+    // 16-bit operands, whose type is their precision.
+    if (std::string(p) != "tf32")
+      workloads.push_back(std::string("matmul(M=48,N=40,K=56,dtype=") + (std::string(p) == "bf16" ? "bfloat16" : "float16") + ")");
+    for (const std::string& text : workloads) {
+      Workload w = parse_workload(text);
       for (const nlohmann::json& config : testing::sample_configs(w, sm90, 4)) {
         if (!testing::sampled(sample++, 3)) continue;
         CompiledKernel k = compile_kernel(w, sm90, config, "given", "");
@@ -303,7 +309,7 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
                       {{"half_tiles", true}, {"stages", 3}, {"tiles_m", 1}, {"tiles_n", 8},
                        {"unroll_k", 8}, {"warps_m", 2}, {"warps_n", 1}, {"split_k", 1}});
   EXPECT_EQ(check_constraints(big, sm80, c),
-            "32 accumulators and 192 registers of the next tiles per lane (half_tiles) leave fewer "
+            "32 accumulators and 192 registers of the next tiles per lane (16-bit tiles) leave fewer "
             "than 64 of the 255 registers a thread of 64 can have for its operands");
   c["half_tiles"] = false;
   EXPECT_EQ(check_constraints(big, sm80, c), "");
@@ -342,14 +348,85 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
   }
 }
 
+// dtype=float16 / bfloat16: the operands are 16-bit in global memory, their tiles copies of
+// them (A's rows as they are, cp.async; B's transposed so that K is innermost, through
+// registers), each pair of a fragment one 32-bit load, nothing rounded in the kernel. Emulated
+// against the reference over shapes nothing divides, K not a multiple of 8 (A copied an element
+// at a time), batches, split-K, 1 to 3 stages and no shared tiles; ptxas on a BERT-sized GEMM.
+TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
+  const Target sm80 = parse_target("cuda -arch=sm_80");
+  auto with_dtype = [](const std::string& w, const char* t) {
+    return w.substr(0, w.size() - 1) + ",dtype=" + t + ")";
+  };
+  struct Case {
+    const char* workload;
+    nlohmann::json config;  // null: the default
+  };
+  const Case cases[] = {
+      {"matmul(M=64,N=32,K=64)", nullptr},
+      {"matmul(M=50,N=37,K=38,epilogue=bias_relu)", nullptr},
+      {"matmul(M=40,N=24,K=160,epilogue=bias)",
+       {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 1}, {"unroll_k", 1}, {"stages", 2}}},
+      {"matmul(M=40,N=24,K=160)",
+       {{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1}, {"stages", 3}}},
+      {"matmul(M=1,N=72,K=48,epilogue=relu)", {{"stages", 1}}},
+      {"matmul(M=33,N=16,K=32)", {{"shared", false}, {"stages", 1}}},
+      {"batch_matmul(B=3,M=20,N=24,K=24)", {{"stages", 2}}},
+      {"matmul(M=50,N=37,K=150)",
+       {{"warps_m", 2}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1}, {"split_k", 3}}},
+  };
+  int sample = 0;
+  for (const char* t : {"float16", "bfloat16"}) {
+    for (const Case& c : cases) {
+      if (!testing::sampled(sample++, 3)) continue;
+      Workload w = parse_workload(with_dtype(c.workload, t));
+      CompiledKernel k = c.config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
+                                            : compile_kernel(w, sm80, c.config, "given", "");
+      EXPECT_EQ(template_name(w, sm80), "dense_tc.cuda.v2");
+      std::string what = w.canonical() + " config " + k.config.dump();
+      testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 17);
+      EXPECT_TRUE(r.ok()) << what << ": " << r.str();
+    }
+  }
+  // half_tiles rounds float32 operands: nothing to do here.
+  OpGraph g = build_op(parse_workload("matmul(M=64,N=64,K=64,dtype=float16)"));
+  nlohmann::json c = complete_config(g, sm80, {{"half_tiles", true}});
+  EXPECT_EQ(check_constraints(g, sm80, c), "half_tiles with float16 operands (their tiles are 16-bit already)");
+
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is not installed (NVIDIA's CUDA toolkit)";
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  for (const char* t : {"float16", "bfloat16"}) {
+    Workload w = parse_workload(with_dtype("matmul(M=128,N=768,K=3072,epilogue=bias)", t));
+    CompiledKernel k = compile_kernel(w, sm90, nullptr, "default", "");
+    std::string what = w.canonical() + " config " + k.config.dump();
+    const std::string ptx = assemble_sm90(k, what);
+    const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
+    EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
+    EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), (4 * tm + 2 * tn) * uk) << what;
+    // A's tiles are 16-byte cp.async copies; nothing is rounded or loaded from shared as float.
+    EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
+    EXPECT_EQ(count(ptx, "cvt.rn.f16.f32") + count(ptx, "cvt.rn.bf16.f32") + count(ptx, "cvt.rn.f16x2.f32"), 0)
+        << what;
+    EXPECT_EQ(count(ptx, "ld.shared.f32"), 0) << what;
+    // B's next tile waits in registers, not in local memory.
+    EXPECT_EQ(count(ptx, "ld.local") + count(ptx, "st.local"), 0) << what;
+    const int64_t bm = k.config["warps_m"].get<int64_t>() * 16 * tm, bn = k.config["warps_n"].get<int64_t>() * 8 * tn;
+    EXPECT_EQ(k.launch()->static_shared_bytes, k.config["stages"].get<int64_t>() * (bm + bn) * (16 * uk + 8) * 2)
+        << what;
+  }
+}
+
 // A sample of the tuner's space (configs that pass the constraints) assembles without spills
 // or a stack frame too: the constraints keep what would not fit a thread's registers (8 x 4
 // tiles: 128 accumulators in a 512-byte frame) out of the search.
 TEST(TensorCore, SampledConfigsAssembleWithoutSpills) {
   if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is not installed (NVIDIA's CUDA toolkit)";
   const Target t = parse_target("cuda -arch=sm_90");
-  for (const char* p : kPrecisions) {
-    Workload w = parse_workload(with_precision("matmul(M=1024,N=1024,K=1024,epilogue=bias)", p));
+  std::vector<std::string> workloads;
+  for (const char* p : kPrecisions) workloads.push_back(with_precision("matmul(M=1024,N=1024,K=1024,epilogue=bias)", p));
+  workloads.push_back("matmul(M=1024,N=1024,K=1024,dtype=float16,epilogue=bias)");  // B's tiles staged
+  for (const std::string& text : workloads) {
+    Workload w = parse_workload(text);
     for (const nlohmann::json& config : testing::sample_configs(w, t, 8)) {
       CompiledKernel k = compile_kernel(w, t, config, "given", "");
       assemble_sm90(k, w.canonical() + " config " + k.config.dump());

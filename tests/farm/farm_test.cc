@@ -448,8 +448,12 @@ TEST_F(Farm, MalformedRequestsAreRejected) {
   expect_invalid(r, "an output cannot be packed");
   // Element types (ArgSpec dtype) are known ones, and typed arguments are never packed.
   r = request("scale");
+  r.mutable_args(0)->set_dtype("float8");
+  expect_invalid(r, "argument dtype 'float8' is not one of float32, int8, uint8, int32, float16, bfloat16, bfloat16x2, float16x2");
+  r = request("scale");
   r.mutable_args(0)->set_dtype("float16");
-  expect_invalid(r, "argument dtype 'float16' is not one of float32, int8, uint8, int32, bfloat16x2, float16x2");
+  r.mutable_args(0)->set_pack_block(4);
+  expect_invalid(r, "an argument of dtype float16 cannot be packed");
   r = request("scale");
   r.mutable_args(0)->set_dtype("int8");
   r.mutable_args(0)->set_pack_block(4);
@@ -1940,6 +1944,16 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
       EXPECT_NE(std::string(e.what()).find("argument dtype uint8 is for CPU kernels; this board runs cuda:0"),
                 std::string::npos)
           << e.what();
+    }
+    // But 16-bit float inputs (dtype=float16 workloads) are GPU kernels' too: this request gets
+    // past its types to the missing launch.
+    r = request("matmul");
+    r.mutable_args(0)->set_dtype("float16");
+    try {
+      b->measure(r, module);
+      ADD_FAILURE() << "a GPU measurement without a launch ran";
+    } catch (const FarmError& e) {
+      EXPECT_NE(std::string(e.what()).find("needs the kernel's launch"), std::string::npos) << e.what();
     }
     // A kernel's module measured as a compiled model: the runner finds no model in it.
     pb::MeasureRequest m;
