@@ -25,7 +25,8 @@ missing and exits 2.
 matmul, batch_matmul and convolution workloads with `precision=...`; depthwise ones have no
 tensor-core template and are skipped) against PyTorch in the same precision: TF32 allowed for tf32, the peer's
 operands .half() / .bfloat16() for fp16 / bf16 (ours read float32 operands and round them;
-with --half-operands ours are 16-bit too: dtype=float16 / bfloat16, matmul and batch_matmul).
+with --half-operands ours are 16-bit too: dtype=float16 / bfloat16 with B given as N x K,
+trans_b=1, and the peer's B the transposed view of the same tensor; matmul and batch_matmul).
 It checks ours against the float32 product of the rounded operands (fp16, bf16) or against the
 float32 product (tf32: within 2e-3 of the largest value), and prints TFLOPS and the share of the
 tensor-core peak (dense: 989 TFLOPS fp16/bf16 and 495 TF32 on an H100 or H200, 312 / 156 on an
@@ -92,7 +93,7 @@ def params_of(workload):
     p = {}
     for kv in m.group(2).split(","):
         k, v = kv.split("=")
-        p[k] = v if k in ("epilogue", "precision") else int(v)
+        p[k] = v if k in ("epilogue", "precision", "dtype") else int(v)
     return m.group(1), p
 
 
@@ -103,7 +104,8 @@ def reference(torch, op, p, args):
     ins = args[:-1]
     ep = p.get("epilogue", "none")
     if op in ("matmul", "batch_matmul"):
-        y = torch.matmul(ins[0], ins[1])
+        # trans_b=1: B given as [N][K] (a transposed view: cuBLAS's TN GEMM, no copy).
+        y = torch.matmul(ins[0], ins[1].transpose(-1, -2) if p.get("trans_b") else ins[1])
         if ep.startswith("bias"):
             y = y + ins[2]
     else:
@@ -158,8 +160,8 @@ PEAKS = {"H100": {"tf32": 494.7, "fp16": 989.4, "bf16": 989.4}, "H200": {"tf32":
 
 def with_precision(workload, precision, half_operands=False):
     """The workload at `precision`, or None when no tensor-core template computes it; with
-    half_operands (fp16, bf16) its operands in 16 bits (dtype=float16 / bfloat16: matmul and
-    batch_matmul only)."""
+    half_operands (fp16, bf16) its operands in 16 bits (dtype=float16 / bfloat16, B given as
+    [N][K]: matmul and batch_matmul only)."""
     if precision == "fp32":
         return workload
     op, p = params_of(workload)
@@ -168,7 +170,8 @@ def with_precision(workload, precision, half_operands=False):
     if half_operands:
         if op not in ("matmul", "batch_matmul"):
             return None
-        return workload[:-1] + ",dtype=" + {"fp16": "float16", "bf16": "bfloat16"}[precision] + ")"
+        # B as [N][K] (trans_b=1), so that both tiles are cp.async copies of rows along K.
+        return workload[:-1] + ",trans_b=1,dtype=" + {"fp16": "float16", "bf16": "bfloat16"}[precision] + ")"
     return workload[:-1] + ",precision=" + precision + ")"
 
 

@@ -68,10 +68,22 @@ void check_const_b(const Workload& w, const std::string& spec) {
   if (w.get("const_b") > 1) throw UserError(str("workload '", spec, "': const_b=", w.get("const_b"), " is not 0 or 1"));
 }
 
+// trans_b=1: B given as [N][K] (K innermost, as ONNX Gemm's transB and a Linear layer's weight),
+// for 16-bit operands, whose tensor-core tiles want K innermost.
+void check_trans_b(const Workload& w, const std::string& spec) {
+  const int64_t t = w.get("trans_b");
+  if (t > 1) throw UserError(str("workload '", spec, "': trans_b=", t, " is not 0 or 1"));
+  if (t == 1 && (w.types.data != DType::Float16 && w.types.data != DType::BFloat16)) {
+    throw UserError(str("workload '", spec, "': trans_b=1 (B given as N x K) on ", w.types.str(),
+                        " operands is not implemented yet (it is for dtype=float16 and bfloat16)"));
+  }
+}
+
 void check_matmul(const Workload& w, const std::string& spec) {
   check_const_b(w, spec);
   if (w.get("const_b") && !w.types.is_float32())
     throw UserError(str("workload '", spec, "': const_b=1 (a prepacked B) on ", w.types.str(), " operands is not implemented yet"));
+  check_trans_b(w, spec);
 }
 
 // A convolution's output is not empty.
@@ -221,12 +233,12 @@ const std::vector<OperatorDef>& operator_table() {
       // const_b=1: B is a constant of the caller (a model's weights), passed packed as the
       // template packs it (OpGraph::prepacked), so the kernel is timed as the model runs it.
       {"matmul",
-       {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
+       {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}, {"trans_b", 0, 0, true}},
        check_matmul, matmul_footprint, build_matmul, reference_matmul, "matmul(M=64,N=64,K=64)",
        types({{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}, kTensorCoreTypes, k16BitTypes}),
        {"matmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)", "matmul(M=40,N=24,K=20,precision=tf32)",
         "matmul(M=40,N=24,K=20,precision=fp16)", "matmul(M=40,N=24,K=20,precision=bf16)",
-        "matmul(M=40,N=24,K=20,dtype=float16)", "matmul(M=40,N=24,K=20,dtype=bfloat16)"}},
+        "matmul(M=40,N=24,K=20,dtype=float16)", "matmul(M=40,N=24,K=20,dtype=bfloat16,trans_b=1)"}},
       // A float A quantized to uint8 on entry times int8 B given as quads, scaled per column
       // (compiler/operators.cc build_qmatmul): a quantized model's DequantizeLinear -> MatMul
       // with the activations' QuantizeLinear folded in (graph/import_quantize.h).
@@ -247,11 +259,11 @@ const std::vector<OperatorDef>& operator_table() {
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}},
        check_const_b, matmul_footprint, build_matmul_fp16, reference_matmul_fp16, "matmul_fp16(M=16,N=40,K=22)"},
       {"batch_matmul",
-       {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}},
-       nullptr, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)",
+       {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"trans_b", 0, 0, true}},
+       check_trans_b, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)",
        types({{OperandTypes{}}, kTensorCoreTypes, k16BitTypes}),
        {"batch_matmul(B=2,M=20,N=16,K=24,precision=tf32)", "batch_matmul(B=2,M=20,N=16,K=24,precision=fp16)",
-        "batch_matmul(B=2,M=20,N=16,K=24,precision=bf16)", "batch_matmul(B=2,M=20,N=16,K=24,dtype=float16)",
+        "batch_matmul(B=2,M=20,N=16,K=24,precision=bf16)", "batch_matmul(B=2,M=20,N=16,K=24,dtype=float16,trans_b=1)",
         "batch_matmul(B=2,M=20,N=16,K=24,dtype=bfloat16)"}},
       // group=G: a grouped convolution (ONNX Conv's group): weight [K][C/G][R][S].
       {"conv2d_nchw",

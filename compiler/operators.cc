@@ -182,13 +182,16 @@ void name_16_bit_inputs(OpGraph& g) {
 void build_matmul(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
+  // trans_b=1: B given as [N][K].
+  const bool tb = w.get("trans_b") == 1;
   Tensor A = make_input(g, "A", {M, K}, ir_type(w.types.data));
-  Tensor B = make_input(g, "B", {K, N}, ir_type(w.types.weight));
+  Tensor B = make_input(g, "B", tb ? std::vector<int64_t>{N, K} : std::vector<int64_t>{K, N}, ir_type(w.types.weight));
   IterVar k = reduce_axis(K, "k");
   bool fused = w.epilogue != Epilogue::None;
   name_16_bit_inputs(g);
   g.acc = compute(fused ? "acc" : "C", {M, N}, {"i", "j"}, [&](const std::vector<Expr>& ax) {
-    return sum(widened(w.types, read(A, {ax[0], k.var})) * widened(w.types, read(B, {k.var, ax[1]})), {k});
+    Expr b = tb ? read(B, {ax[1], k.var}) : read(B, {k.var, ax[1]});
+    return sum(widened(w.types, read(A, {ax[0], k.var})) * widened(w.types, b), {k});
   }, {k});
   add_epilogue(g, "C", {"i", "j"}, 1);
   g.flops = 2 * M * N * K;
@@ -404,14 +407,16 @@ void build_qconv2d_nchwc(OpGraph& g) {
 void build_batch_matmul(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t Bt = w.get("B"), M = w.get("M"), N = w.get("N"), K = w.get("K");
+  const bool tb = w.get("trans_b") == 1;  // B given as [batch][N][K]
   Tensor A = make_input(g, "A", {Bt, M, K}, ir_type(w.types.data));
-  Tensor B = make_input(g, "B", {Bt, K, N}, ir_type(w.types.weight));
+  Tensor B = make_input(g, "B", tb ? std::vector<int64_t>{Bt, N, K} : std::vector<int64_t>{Bt, K, N},
+                        ir_type(w.types.weight));
   IterVar k = reduce_axis(K, "k");
   bool fused = w.epilogue != Epilogue::None;
   name_16_bit_inputs(g);
   g.acc = compute(fused ? "acc" : "C", {Bt, M, N}, {"b", "i", "j"}, [&](const std::vector<Expr>& ax) {
-    return sum(widened(w.types, read(A, {ax[0], ax[1], k.var})) * widened(w.types, read(B, {ax[0], k.var, ax[2]})),
-               {k});
+    Expr b = tb ? read(B, {ax[0], ax[2], k.var}) : read(B, {ax[0], k.var, ax[2]});
+    return sum(widened(w.types, read(A, {ax[0], ax[1], k.var})) * widened(w.types, b), {k});
   }, {k});
   add_epilogue(g, "C", {"b", "i", "j"}, 2);
   g.flops = 2 * Bt * M * N * K;

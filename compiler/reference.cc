@@ -24,6 +24,7 @@ const float* bias_of(const Workload& w, const std::vector<const float*>& in, siz
 
 void matmul(const Workload& w, const std::vector<const float*>& in, float* out, int64_t batches) {
   int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
+  const bool tb = w.has("trans_b") && w.get("trans_b") == 1;  // B given as [N][K]
   const float* bias = bias_of(w, in);
   for (int64_t b = 0; b < batches; ++b) {
     const float* A = in[0] + b * M * K;
@@ -31,7 +32,7 @@ void matmul(const Workload& w, const std::vector<const float*>& in, float* out, 
     for (int64_t i = 0; i < M; ++i) {
       for (int64_t j = 0; j < N; ++j) {
         double acc = 0;
-        for (int64_t k = 0; k < K; ++k) acc += double(A[i * K + k]) * B[k * N + j];
+        for (int64_t k = 0; k < K; ++k) acc += double(A[i * K + k]) * B[tb ? j * K + k : k * N + j];
         out[(b * M + i) * N + j] = epilogue(w.epilogue, acc, bias, j);
       }
     }

@@ -41,10 +41,11 @@
 // In the space, not the default, until timed on a GPU.
 //
 // dtype=float16 / bfloat16 gives the operands in 16 bits in global memory: their tiles are
-// copies (A's rows by 16-byte cp.async, B transposed through registers), nothing rounded.
+// copies (A's rows by 16-byte cp.async; B transposed through registers, or with trans_b=1,
+// B given as [N][K], by cp.async too), nothing rounded.
 //
-// Not yet: ldmatrix (each lane reads its fragments' words one by one), B given K-innermost, and
-// models whose tensors between kernels are 16-bit (a --precision fp16 model's products read
+// Not yet: ldmatrix (each lane reads its fragments' words one by one), and models whose tensors
+// between kernels are 16-bit (a --precision fp16 model's products read
 // float32 and round it: on the H200 the 4096^3 GEMM of float32 tiles runs at ~105 TFLOPS, 0.15x
 // cuBLAS fp16).
 #include "compiler/templates/tensor_core_gemm.h"

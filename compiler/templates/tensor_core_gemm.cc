@@ -61,6 +61,9 @@ bool half_tiles(const json& c) { return c.contains("half_tiles") && c["half_tile
 // copies of them, as half_tiles makes of float32 operands.
 bool given_16_bits(const OpGraph& g) { return g.workload.types.data != DType::Float32; }
 
+// Whether B is given as [N][K] (trans_b=1: K innermost, as its tile holds 16-bit operands).
+bool b_along_k(const OpGraph& g) { return g.workload.has("trans_b") && g.workload.get("trans_b") == 1; }
+
 // Whether the operands' shared tiles hold 16 bits.
 bool tiles_16_bits(const OpGraph& g, const json& c) { return half_tiles(c) || given_16_bits(g); }
 
@@ -232,12 +235,12 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   }
   // Pipelined, each thread holds its share of the next tiles in registers where their copy
   // cannot be cp.async (Schedule::multi_buffer): both tiles rounded as they are stored
-  // (half_tiles), or B's of 16-bit operands, transposed so that K is innermost; beside its
-  // accumulators and operands.
+  // (half_tiles), or B's of 16-bit operands given as [K][N], transposed so that K is innermost
+  // (trans_b=1 gives it as [N][K]: a cp.async copy); beside its accumulators and operands.
   if (tiles_16_bits(g, c) && shared && stages > 1) {
     const int64_t chunk = d.unroll_k * depth(g);
     auto share = [&](int64_t rows) { return (rows * chunk + d.threads() - 1) / d.threads(); };
-    const int64_t staged = (half_tiles(c) ? share(d.block_m()) : 0) + share(d.block_n());
+    const int64_t staged = (half_tiles(c) ? share(d.block_m()) : 0) + (b_along_k(g) ? 0 : share(d.block_n()));
     if (4 * d.tiles_m * d.tiles_n + staged + kOperandRegisters >= regs) {
       return str(4 * d.tiles_m * d.tiles_n, " accumulators and ", staged,
                  " registers of the next tiles per lane (16-bit tiles) leave fewer than ", kOperandRegisters,
@@ -476,11 +479,15 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
     cooperative_copy(*x, 1, d.threads(), vec, lanes);
     staged.push_back(x);
   };
-  // 16 bytes per lane where A's rows allow (4 floats; 8 halves of 16-bit A, whose tile keeps
-  // its rows, K innermost: cp.async's widest copy).
-  const int64_t a_lanes = given_16_bits(g) ? 8 : 4;
-  stage(mul->a, a_input, kPadA, a_input && sh.k % a_lanes == 0 && chunk % a_lanes == 0, a_lanes);
-  stage(mul->b, b_input, kPadB, b_input && sh.n % 4 == 0 && d.block_n() % 4 == 0, 4);
+  // 16 bytes per lane where the rows allow: 4 floats, or 8 halves of a 16-bit operand whose
+  // tile keeps its rows (A; B given as [N][K], trans_b=1), K innermost: cp.async's widest copy.
+  // B given as [K][N] is copied along N (its 16-bit tile transposed).
+  const int64_t lanes = given_16_bits(g) ? 8 : 4;
+  const bool bk = b_along_k(g);
+  stage(mul->a, a_input, kPadA, a_input && sh.k % lanes == 0 && chunk % lanes == 0, lanes);
+  stage(mul->b, b_input, kPadB,
+        b_input && (bk ? sh.k % lanes == 0 && chunk % lanes == 0 : sh.n % 4 == 0 && d.block_n() % 4 == 0),
+        bk ? lanes : 4);
   if (int64_t n = c["stages"]; n > 1) {
     for (Stage* x : staged) x->multi_buffer(static_cast<int>(n));
   }

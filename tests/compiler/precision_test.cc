@@ -156,6 +156,15 @@ TEST(TypedWorkload, SixteenBitOperandsAreTheirOwnPrecision) {
                     "conv2d_nchw of float16 is not implemented");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=float16,const_b=1)"); },
                     "const_b=1 (a prepacked B) on float16 operands is not implemented yet");
+  // trans_b=1: B given as [N][K], for 16-bit operands.
+  EXPECT_EQ(parse_workload("matmul(M=2,N=3,K=4,dtype=float16,trans_b=1)").canonical(),
+            "matmul(M=2,N=3,K=4,trans_b=1,dtype=float16,epilogue=none)");
+  EXPECT_EQ(build_op(parse_workload("batch_matmul(B=5,M=2,N=3,K=4,dtype=float16,trans_b=1)")).inputs[1]->shape,
+            (std::vector<int64_t>{5, 3, 4}));
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,trans_b=1)"); },
+                    "trans_b=1 (B given as N x K) on float32 operands is not implemented yet");
+  expect_user_error([] { parse_workload("batch_matmul(B=1,M=2,N=3,K=4,dtype=float16,trans_b=2)"); },
+                    "trans_b=2 is not 0 or 1");
 }
 
 // Those of `all` (target, the host feature it needs) this machine can run; none off x86.
@@ -662,7 +671,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Dtype16Dense,
                          ::testing::Values("matmul(M=1,N=1,K=1,dtype=float16)",
                                            "matmul(M=37,N=45,K=23,dtype=float16,epilogue=bias_relu)",
                                            "matmul(M=16,N=32,K=64,dtype=bfloat16)",
-                                           "batch_matmul(B=3,M=9,N=20,K=17,dtype=bfloat16)"));
+                                           "batch_matmul(B=3,M=9,N=20,K=17,dtype=bfloat16)",
+                                           "matmul(M=21,N=40,K=19,dtype=float16,trans_b=1,epilogue=bias)",
+                                           "batch_matmul(B=2,M=16,N=32,K=24,dtype=bfloat16,trans_b=1)"));
 
 // A's conversion in the kernel rounds as f16_bits does, on each instruction set (with F16C and
 // without): C = A[:, 0] * 1.0 exactly (B's word: 1.0 low, 0 high; A[:, 1] = 0), subnormals,

@@ -374,6 +374,13 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
       {"batch_matmul(B=3,M=20,N=24,K=24)", {{"stages", 2}}},
       {"matmul(M=50,N=37,K=150)",
        {{"warps_m", 2}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1}, {"split_k", 3}}},
+      // B given as [N][K] (trans_b=1): its tile a copy of its rows too.
+      {"matmul(M=50,N=37,K=40,trans_b=1,epilogue=bias_relu)", nullptr},
+      {"matmul(M=40,N=24,K=160,trans_b=1)",
+       {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 1}, {"unroll_k", 1}, {"stages", 3}}},
+      {"matmul(M=20,N=30,K=38,trans_b=1)", {{"stages", 2}}},
+      {"batch_matmul(B=2,M=20,N=24,K=72,trans_b=1)",
+       {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 1}, {"unroll_k", 1}, {"split_k", 2}}},
   };
   int sample = 0;
   for (const char* t : {"float16", "bfloat16"}) {
@@ -395,8 +402,11 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
 
   if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is not installed (NVIDIA's CUDA toolkit)";
   const Target sm90 = parse_target("cuda -arch=sm_90");
-  for (const char* t : {"float16", "bfloat16"}) {
-    Workload w = parse_workload(with_dtype("matmul(M=128,N=768,K=3072,epilogue=bias)", t));
+  for (const char* w16 : {"matmul(M=128,N=768,K=3072,dtype=float16,epilogue=bias)",
+                          "matmul(M=128,N=768,K=3072,dtype=bfloat16,epilogue=bias)",
+                          "matmul(M=128,N=768,K=3072,dtype=float16,trans_b=1,epilogue=bias)"}) {
+    Workload w = parse_workload(w16);
+    const bool tb = w.get("trans_b") == 1;
     CompiledKernel k = compile_kernel(w, sm90, nullptr, "default", "");
     std::string what = w.canonical() + " config " + k.config.dump();
     const std::string ptx = assemble_sm90(k, what);
@@ -408,8 +418,11 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
     EXPECT_EQ(count(ptx, "cvt.rn.f16.f32") + count(ptx, "cvt.rn.bf16.f32") + count(ptx, "cvt.rn.f16x2.f32"), 0)
         << what;
     EXPECT_EQ(count(ptx, "ld.shared.f32"), 0) << what;
-    // B's next tile waits in registers, not in local memory.
+    // B's next tile waits in registers, not in local memory; given as [N][K], it is copied as
+    // A is (cp.async, no element stored one by one).
     EXPECT_EQ(count(ptx, "ld.local") + count(ptx, "st.local"), 0) << what;
+    EXPECT_EQ(count(ptx, "st.shared.u16") == 0, tb) << what;
+    if (tb) EXPECT_EQ(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.v4.u16"), 0) << what;
     const int64_t bm = k.config["warps_m"].get<int64_t>() * 16 * tm, bn = k.config["warps_n"].get<int64_t>() * 8 * tn;
     EXPECT_EQ(k.launch()->static_shared_bytes, k.config["stages"].get<int64_t>() * (bm + bn) * (16 * uk + 8) * 2)
         << what;

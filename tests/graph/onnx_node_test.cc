@@ -559,9 +559,14 @@ TEST(ModelCompiler, TakesTheWinogradConvolutionUnlessTheDirectOneWasTunedFaster)
     double winograd_s, direct_s;
     bool winograd;
   };
-  const Case cases[] = {{1e-3, 2e-3, true},  {3e-3, 2e-3, false}, {0, 0, true},
-                        {0, 2e-3, false},    {3e-3, 0, true},     {1.99e-3, 2e-3, false}};  // within 2%
+  const Case cases[] = {{1e-3, 2e-3, true}, {3e-3, 2e-3, false}, {0, 2e-3, false},
+                        {0, 0, true},       {1.99e-3, 2e-3, false},  // within 2%
+                        {3e-3, 0, true}};
+  int index = 0;
   for (const Case& c : cases) {
+    // Under the sanitizers the 1st, 3rd and 5th (Winograd tuned faster, only the direct one
+    // tuned, a tie within 2%): each is a whole model compile there (tests/sanitized.h).
+    if (!tf::testing::sampled(index++, 2)) continue;
     std::string what = tf::str("Winograd tuned at ", c.winograd_s, " s, direct at ", c.direct_s, " s");
     ConfigLookup lookup = [&](const tf::Workload& w, const tf::Target&) {
       double s = w.op == "conv2d_winograd_nchwc" ? c.winograd_s : c.direct_s;
