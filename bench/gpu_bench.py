@@ -34,7 +34,8 @@ A100; --peak-tflops for another GPU).
 
 --cpu-check runs on any machine with PyTorch: it compiles each workload for this CPU instead,
 calls it through ctypes and checks it against the same PyTorch reference, argument order and
-layouts included (what the GPU run relies on; the tests run it: tests/bench/gpu_bench_cpu_check).
+layouts included (what the GPU run relies on; the tests run it: tests/bench/gpu_bench_cpu_check);
+with --half-operands the 16-bit workloads too (CPUs compute them: dense.cpu).
 
 Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,grouped,other]
                           [--precision tf32|fp16|bf16 [--half-operands]]
@@ -285,11 +286,13 @@ def cpu_check(a, groups):
             side = json.load(f)
         lib = ctypes.CDLL(path)
         fn = getattr(lib, side["function"])
-        args = [torch.randn(*x["shape"]) if x["role"] == "input" else torch.full(x["shape"], float("nan"))
-                for x in side["args"]]
+        # Inputs of their declared type (--half-operands: 16-bit bits, as on the GPU).
+        types = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+        args = [torch.randn(*x["shape"]).to(types.get(x.get("dtype"), torch.float32)) if x["role"] == "input"
+                else torch.full(x["shape"], float("nan")) for x in side["args"]]
         fn.restype = ctypes.c_int
         status = fn(*[ctypes.c_void_p(t.data_ptr()) for t in args])
-        ref = reference(torch, op, p, args)
+        ref = reference(torch, op, p, [t.float() for t in args])
         err = (args[-1] - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
         ok = status == 0 and err < 1e-4
         bad += not ok
@@ -346,7 +349,7 @@ def main():
     if a.half_operands and a.precision not in ("fp16", "bf16"):
         fail("--half-operands takes --precision fp16 or bf16, not %s" % a.precision)
     if a.precision != "fp32":
-        if a.cpu_check:
+        if a.cpu_check and not a.half_operands:
             fail("--cpu-check compiles for this CPU, which has no tensor-core template: --precision %s kernels run "
                  "on sm_80+ GPUs only (tests/compiler/tensor_core_test.cc checks them in the emulated warps)"
                  % a.precision)

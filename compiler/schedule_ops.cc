@@ -564,9 +564,9 @@ class Lowerer {
     for (const Stage* p : stages) body = offset_buffer(p->name(), body, (v % n) * buffer_tile(*p));
     // A copy that rounds what it copies (cache_read_shared_16) or transposes 16-bit elements
     // cannot be asynchronous, and done where cp.async goes, its loads would hold the thread up
-    // before the current tile's products. It goes through registers instead (CUTLASS's mixed-input pipelines): iteration
-    // v loads tile v+n-1 into them first, computes on tile v, then rounds and stores them into
-    // the buffer. Iteration v-1, its last reader, has finished everywhere (the barrier at the
+    // before the current tile's products. It goes through registers instead (CUTLASS's
+    // mixed-input pipelines): iteration v loads tile v+n-1 into them first, computes on tile v,
+    // then (rounds and) stores them into the buffer. Iteration v-1, its last reader, has finished everywhere (the barrier at the
     // top of iteration v), and the barrier at the top of iteration v+1 publishes it.
     std::vector<Stmt> early, late;
     std::vector<std::tuple<std::string, int64_t, Type>> registers;
