@@ -208,8 +208,12 @@ TFPY_EXPORT int tfpy_kernel_open(const char* workload, const char* target, const
     write_kernel(k, EmitKind::SharedLibrary, out);
     auto kernel = std::make_unique<Kernel>();
     nlohmann::json args = nlohmann::json::array();
-    for (const ir::Tensor& in : k.graph.inputs)
-      args.push_back({{"name", in->name}, {"shape", in->shape}, {"dtype", in->dtype.str()}});
+    for (const ir::Tensor& in : k.graph.inputs) {
+      // 16-bit float inputs by their type (NumPy's float16, or the uint16 bits of bfloat16).
+      std::string dtype = k.graph.arg_dtype(in);
+      if (dtype != kFloat16Elements && dtype != kBFloat16Elements) dtype = in->dtype.str();
+      args.push_back({{"name", in->name}, {"shape", in->shape}, {"dtype", dtype}});
+    }
     const ir::Tensor& o = k.graph.output;
     args.push_back({{"name", o->name}, {"shape", o->shape}, {"dtype", o->dtype.str()}});
     const bool here = t.is_cpu() && t.arch_name() == host_target().arch_name();

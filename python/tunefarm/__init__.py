@@ -163,7 +163,8 @@ def compile_kernel(workload, target=None, config=None, db=None, out=None):
     """Compiles one kernel (a workload spec, e.g. 'matmul(M=64,N=64,K=64)') with `config` (a
     dict), else the database's tuned config, else the default. The result is callable with
     arrays of its arguments' types (float32; uint8, int8 and int32 for integer workloads such
-    as 'matmul(M=64,N=64,K=64,dtype=uint8,weight_dtype=int8)'), its inputs then its output
+    as 'matmul(M=64,N=64,K=64,dtype=uint8,weight_dtype=int8)'; float16, or uint16 arrays of the
+    bits of bfloat16, for dtype=float16 / bfloat16), its inputs then its output
     (written in place), when it was compiled for this machine; `.metadata` is its sidecar
     (arguments with their dtype, config, FLOPs). The library is written to `out` (and its
     sidecar beside it) when given, else to a temporary folder removed once it is loaded."""

@@ -237,6 +237,28 @@ class NumpyAndLibraries(unittest.TestCase):
             k(a, b, c.astype(np.float32))
 
 
+    def test_a_16_bit_kernel_takes_float16_arrays_or_the_bits_of_bfloat16(self):
+        rng = np.random.default_rng(7)
+        k = tunefarm.compile_kernel("matmul(M=9,N=12,K=16,dtype=float16,trans_b=1)")
+        self.assertEqual([arg["dtype"] for arg in k.metadata["args"]], ["float16", "float16", "float32"])
+        a = rng.standard_normal((9, 16)).astype(np.float16)
+        b = rng.standard_normal((12, 16)).astype(np.float16)  # N x K
+        c = np.zeros((9, 12), np.float32)
+        k(a, b, c)
+        np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32).T, rtol=1e-5, atol=1e-5)
+        with self.assertRaisesRegex(TypeError, "input 'A' must be float16, not float32"):
+            k(a.astype(np.float32), b, c)
+        k = tunefarm.compile_kernel("matmul(M=5,N=6,K=8,dtype=bfloat16)")
+        bits = lambda x: (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)  # noqa: E731
+        value = lambda h: (h.astype(np.uint32) << 16).view(np.float32)  # noqa: E731
+        a, b = bits(rng.standard_normal((5, 8))), bits(rng.standard_normal((8, 6)))
+        c = np.zeros((5, 6), np.float32)
+        k(a, b, c)
+        np.testing.assert_allclose(c, value(a) @ value(b), rtol=1e-5, atol=1e-5)
+        with self.assertRaisesRegex(TypeError, "must be uint16 \\(the bits of bfloat16 values"):
+            k(value(a), b, c)
+
+
 class DatabaseFacts(unittest.TestCase):
     def test_the_same_facts_as_query_json(self):
         db = os.path.join(TMP, "tuned.db")
