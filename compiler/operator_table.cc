@@ -73,9 +73,10 @@ void check_const_b(const Workload& w, const std::string& spec) {
 void check_trans_b(const Workload& w, const std::string& spec) {
   const int64_t t = w.get("trans_b");
   if (t > 1) throw UserError(str("workload '", spec, "': trans_b=", t, " is not 0 or 1"));
-  if (t == 1 && (w.types.data != DType::Float16 && w.types.data != DType::BFloat16)) {
+  const bool b16 = w.types.weight == DType::Float16 || w.types.weight == DType::BFloat16;
+  if (t == 1 && !b16) {
     throw UserError(str("workload '", spec, "': trans_b=1 (B given as N x K) on ", w.types.str(),
-                        " operands is not implemented yet (it is for dtype=float16 and bfloat16)"));
+                        " operands is not implemented yet (it is for float16 and bfloat16 weights)"));
   }
 }
 
@@ -235,10 +236,12 @@ const std::vector<OperatorDef>& operator_table() {
       {"matmul",
        {{"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"const_b", 0, 0, true}, {"trans_b", 0, 0, true}},
        check_matmul, matmul_footprint, build_matmul, reference_matmul, "matmul(M=64,N=64,K=64)",
-       types({{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}, kTensorCoreTypes, k16BitTypes}),
+       types({{OperandTypes{}, OperandTypes{DType::Uint8, DType::Int8}}, kTensorCoreTypes, k16BitTypes,
+              k16BitWeightTypes}),
        {"matmul(M=16,N=40,K=22,dtype=uint8,weight_dtype=int8)", "matmul(M=40,N=24,K=20,precision=tf32)",
         "matmul(M=40,N=24,K=20,precision=fp16)", "matmul(M=40,N=24,K=20,precision=bf16)",
-        "matmul(M=40,N=24,K=20,dtype=float16)", "matmul(M=40,N=24,K=20,dtype=bfloat16,trans_b=1)"}},
+        "matmul(M=40,N=24,K=20,dtype=float16)", "matmul(M=40,N=24,K=20,dtype=bfloat16,trans_b=1)",
+        "matmul(M=40,N=24,K=20,weight_dtype=float16,trans_b=1)", "matmul(M=40,N=24,K=20,weight_dtype=bfloat16)"}},
       // A float A quantized to uint8 on entry times int8 B given as quads, scaled per column
       // (compiler/operators.cc build_qmatmul): a quantized model's DequantizeLinear -> MatMul
       // with the activations' QuantizeLinear folded in (graph/import_quantize.h).
@@ -261,10 +264,11 @@ const std::vector<OperatorDef>& operator_table() {
       {"batch_matmul",
        {{"B", kReq, 1}, {"M", kReq, 1}, {"N", kReq, 1}, {"K", kReq, 1}, {"trans_b", 0, 0, true}},
        check_trans_b, batch_matmul_footprint, build_batch_matmul, reference_batch_matmul, "batch_matmul(B=2,M=16,N=32,K=8)",
-       types({{OperandTypes{}}, kTensorCoreTypes, k16BitTypes}),
+       types({{OperandTypes{}}, kTensorCoreTypes, k16BitTypes, k16BitWeightTypes}),
        {"batch_matmul(B=2,M=20,N=16,K=24,precision=tf32)", "batch_matmul(B=2,M=20,N=16,K=24,precision=fp16)",
         "batch_matmul(B=2,M=20,N=16,K=24,precision=bf16)", "batch_matmul(B=2,M=20,N=16,K=24,dtype=float16,trans_b=1)",
-        "batch_matmul(B=2,M=20,N=16,K=24,dtype=bfloat16)"}},
+        "batch_matmul(B=2,M=20,N=16,K=24,dtype=bfloat16)", "batch_matmul(B=2,M=20,N=16,K=24,weight_dtype=float16)",
+        "batch_matmul(B=2,M=20,N=16,K=24,weight_dtype=bfloat16,trans_b=1)"}},
       // group=G: a grouped convolution (ONNX Conv's group): weight [K][C/G][R][S].
       {"conv2d_nchw",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"R", kReq, 1},

@@ -43,6 +43,12 @@ std::optional<Precision> precision_of(DType t) {
   return std::nullopt;
 }
 
+// The precision operands of these types imply: a 16-bit operand's (the data's, else the
+// weight's: float32 data times float16 weights is computed in fp16), else fp32.
+Precision implied_precision(DType data, DType weight) {
+  return precision_of(data).value_or(precision_of(weight).value_or(Precision::Float32));
+}
+
 constexpr EnumName<Precision> kPrecisions[] = {
     {Precision::Float32, "fp32"}, {Precision::TF32, "tf32"}, {Precision::Float16, "fp16"}, {Precision::BFloat16, "bf16"}};
 
@@ -129,7 +135,7 @@ bool OperandTypes::is_integer() const {
 std::string OperandTypes::str() const {
   std::string s = data == weight ? dtype_name(data) : std::string(dtype_name(data)) + " x " + dtype_name(weight);
   // The precision unless it is the operands' own (float32's fp32, float16's fp16).
-  if (precision != precision_of(data).value_or(Precision::Float32)) s += std::string(" in ") + precision_name(precision);
+  if (precision != implied_precision(data, weight)) s += std::string(" in ") + precision_name(precision);
   return s;
 }
 
@@ -167,7 +173,7 @@ std::string Workload::canonical() const {
     s += std::string("dtype=") + dtype_name(types.data) + ",";
     if (types.weight != types.data) s += std::string("weight_dtype=") + dtype_name(types.weight) + ",";
   }
-  if (types.precision != Precision::Float32 && precision_of(types.data) != types.precision)
+  if (types.precision != implied_precision(types.data, types.weight))
     s += std::string("precision=") + precision_name(types.precision) + ",";
   s += std::string("epilogue=") + epilogue_name(epilogue) + ")";
   return s;
@@ -252,14 +258,14 @@ Workload parse_workload(const std::string& raw) {
     if (!p) {
       throw UserError(str("workload '", spec, "': precision '", it->second, "' is not one of fp32, tf32, fp16, bf16"));
     }
-    if (!w.types.is_float32() && *p != Precision::Float32 && *p != precision_of(w.types.data)) {
+    if (!w.types.is_float32() && *p != Precision::Float32 && *p != implied_precision(w.types.data, w.types.weight)) {
       throw UserError(str("workload '", spec, "': precision=", it->second, " rounds float32 operands, and ", w.op,
                           " here takes ", w.types.str()));
     }
     w.types.precision = *p;
     given.erase(it);
-  } else if (std::optional<Precision> p = precision_of(w.types.data)) {
-    w.types.precision = *p;  // float16 operands are multiplied in float16
+  } else {
+    w.types.precision = implied_precision(w.types.data, w.types.weight);  // float16 operands in fp16
   }
   if (!given.empty()) {
     std::string keys;

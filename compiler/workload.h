@@ -70,6 +70,14 @@ inline const std::vector<OperandTypes> k16BitTypes = {
     OperandTypes{DType::Float16, DType::Float16, Precision::Float16},
     OperandTypes{DType::BFloat16, DType::BFloat16, Precision::BFloat16}};
 
+// Float32 data times 16-bit weights (dtype=float32,weight_dtype=float16 | bfloat16), computed
+// in the weights' precision as tensor cores compute precision=fp16 | bf16 (the data rounded as
+// it is read): a model's weights stored in 16 bits. Tensor-core templates only (CPUs refuse
+// the rounding by name, as they refuse precision=fp16).
+inline const std::vector<OperandTypes> k16BitWeightTypes = {
+    OperandTypes{DType::Float32, DType::Float16, Precision::Float16},
+    OperandTypes{DType::Float32, DType::BFloat16, Precision::BFloat16}};
+
 struct Workload {
   std::string op;
   // Integer parameters in the operator's declared order, defaults filled in.

@@ -57,7 +57,8 @@ class DenseTensorCore final : public TensorCoreGemm {
  public:
   DenseTensorCore()
       : TensorCoreGemm("dense_tc.cuda", 2, {"matmul", "batch_matmul"},
-                       {kTensorCoreTypes[0], kTensorCoreTypes[1], kTensorCoreTypes[2], k16BitTypes[0], k16BitTypes[1]}) {}
+                       {kTensorCoreTypes[0], kTensorCoreTypes[1], kTensorCoreTypes[2], k16BitTypes[0], k16BitTypes[1],
+                        k16BitWeightTypes[0], k16BitWeightTypes[1]}) {}
 
  protected:
   GemmShape gemm_shape(const OpGraph& g) const override {

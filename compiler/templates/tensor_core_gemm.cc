@@ -57,15 +57,26 @@ constexpr int64_t kPadHalf = 8;
 
 bool half_tiles(const json& c) { return c.contains("half_tiles") && c["half_tiles"].get<bool>(); }
 
-// Whether the operands are given in 16 bits (dtype=float16, bfloat16): their tiles are 16-bit
-// copies of them, as half_tiles makes of float32 operands.
-bool given_16_bits(const OpGraph& g) { return g.workload.types.data != DType::Float32; }
+// Whether operand A (b: B) is given in 16 bits (dtype=float16, bfloat16; weight_dtype for B):
+// its tile is a 16-bit copy of it, as half_tiles makes of a float32 operand.
+bool given_16_bits(const OpGraph& g, bool b) {
+  const DType t = b ? g.workload.types.weight : g.workload.types.data;
+  return t == DType::Float16 || t == DType::BFloat16;
+}
 
 // Whether B is given as [N][K] (trans_b=1: K innermost, as its tile holds 16-bit operands).
 bool b_along_k(const OpGraph& g) { return g.workload.has("trans_b") && g.workload.get("trans_b") == 1; }
 
-// Whether the operands' shared tiles hold 16 bits.
-bool tiles_16_bits(const OpGraph& g, const json& c) { return half_tiles(c) || given_16_bits(g); }
+// Whether operand A's (b: B's) shared tile holds 16 bits.
+bool tile_16_bits(const OpGraph& g, const json& c, bool b) { return half_tiles(c) || given_16_bits(g, b); }
+
+// Whether the copy of operand A's (b: B's) tile cannot be cp.async, so that a pipeline stages
+// it through registers: it rounds (half_tiles of a float32 operand), or transposes 16-bit
+// elements (B given as [K][N]).
+bool copied_through_registers(const OpGraph& g, const json& c, bool b) {
+  if (!given_16_bits(g, b)) return half_tiles(c);
+  return b && !b_along_k(g);
+}
 
 Tiles tiles_of(const json& c) {
   return {c["warps_m"].get<int64_t>(), c["warps_n"].get<int64_t>(), c["tiles_m"].get<int64_t>(),
@@ -224,7 +235,7 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   const bool shared = c["shared"].get<bool>();
   const int64_t stages = c["stages"].get<int64_t>();
   if (stages > 1 && !shared) return str("stages ", stages, " without shared (nothing to buffer)");
-  if (half_tiles(c) && given_16_bits(g))
+  if (half_tiles(c) && given_16_bits(g, false) && given_16_bits(g, true))
     return str("half_tiles with ", g.workload.types.str(), " operands (their tiles are 16-bit already)");
   if (half_tiles(c)) {
     if (!shared) return "half_tiles without shared (no tiles to hold)";
@@ -237,10 +248,11 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   // cannot be cp.async (Schedule::multi_buffer): both tiles rounded as they are stored
   // (half_tiles), or B's of 16-bit operands given as [K][N], transposed so that K is innermost
   // (trans_b=1 gives it as [N][K]: a cp.async copy); beside its accumulators and operands.
-  if (tiles_16_bits(g, c) && shared && stages > 1) {
+  const bool staged_a = copied_through_registers(g, c, false), staged_b = copied_through_registers(g, c, true);
+  if ((staged_a || staged_b) && shared && stages > 1) {
     const int64_t chunk = d.unroll_k * depth(g);
     auto share = [&](int64_t rows) { return (rows * chunk + d.threads() - 1) / d.threads(); };
-    const int64_t staged = (half_tiles(c) ? share(d.block_m()) : 0) + (b_along_k(g) ? 0 : share(d.block_n()));
+    const int64_t staged = (staged_a ? share(d.block_m()) : 0) + (staged_b ? share(d.block_n()) : 0);
     if (4 * d.tiles_m * d.tiles_n + staged + kOperandRegisters >= regs) {
       return str(4 * d.tiles_m * d.tiles_n, " accumulators and ", staged,
                  " registers of the next tiles per lane (16-bit tiles) leave fewer than ", kOperandRegisters,
@@ -450,13 +462,15 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   const GemmShape sh = gemm_shape(g);
   const int64_t chunk = d.unroll_k * depth(g);
   std::vector<Stage*> staged;
-  // With half_tiles an input's tile is held in 16 bits with the dimensions K runs along
-  // innermost (B's tile transposed), so that each pair of a fragment (two consecutive k of one
-  // row or column) is one 32-bit word.
-  const bool half = tiles_16_bits(g, c), bf16 = g.workload.types.precision == Precision::BFloat16;
-  const bool narrow = half_tiles(c);  // float32 inputs rounded to 16 bits as they are copied
+  // With half_tiles (float32 inputs rounded as they are copied) or operands given in 16 bits,
+  // an input's tile is held in 16 bits with the dimensions K runs along innermost (B's tile
+  // transposed unless it is given as [N][K]), so that each pair of a fragment (two consecutive
+  // k of one row or column) is one 32-bit word.
+  const bool bf16 = g.workload.types.precision == Precision::BFloat16;
   const Expr kvar = g.acc->reduce_axes[0].var;
-  auto stage = [&](const Expr& operand, bool input, int64_t pad, bool vec, int64_t lanes) {
+  auto stage = [&](const Expr& operand, bool is_b, bool input, int64_t pad, bool vec, int64_t lanes) {
+    const bool half = tile_16_bits(g, c, is_b);
+    const bool narrow = half && !given_16_bits(g, is_b);  // float32 rounded to 16 bits as it is copied
     const ir::TensorRead* r = read_of(operand);
     TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
              " is not read from an input");
@@ -482,12 +496,12 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   // 16 bytes per lane where the rows allow: 4 floats, or 8 halves of a 16-bit operand whose
   // tile keeps its rows (A; B given as [N][K], trans_b=1), K innermost: cp.async's widest copy.
   // B given as [K][N] is copied along N (its 16-bit tile transposed).
-  const int64_t lanes = given_16_bits(g) ? 8 : 4;
+  const int64_t a_lanes = given_16_bits(g, false) ? 8 : 4, b_lanes = given_16_bits(g, true) ? 8 : 4;
   const bool bk = b_along_k(g);
-  stage(mul->a, a_input, kPadA, a_input && sh.k % lanes == 0 && chunk % lanes == 0, lanes);
-  stage(mul->b, b_input, kPadB,
-        b_input && (bk ? sh.k % lanes == 0 && chunk % lanes == 0 : sh.n % 4 == 0 && d.block_n() % 4 == 0),
-        bk ? lanes : 4);
+  stage(mul->a, false, a_input, kPadA, a_input && sh.k % a_lanes == 0 && chunk % a_lanes == 0, a_lanes);
+  stage(mul->b, true, b_input, kPadB,
+        b_input && (bk ? sh.k % b_lanes == 0 && chunk % b_lanes == 0 : sh.n % 4 == 0 && d.block_n() % 4 == 0),
+        bk ? b_lanes : 4);
   if (int64_t n = c["stages"]; n > 1) {
     for (Stage* x : staged) x->multi_buffer(static_cast<int>(n));
   }
@@ -502,9 +516,8 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   const int64_t rows = std::min(d.block_m(), s.m), cols = std::min(d.block_n(), s.n);
   auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4 * 4; };
   auto half_tile = [](int64_t halves) { return (halves + 7) / 8 * 8 * 2; };
-  const bool half = tiles_16_bits(g, c);
-  const int64_t a = half ? half_tile(rows * (chunk + kPadHalf)) : tile(rows * (chunk + kPadA));
-  const int64_t b = half ? half_tile(cols * (chunk + kPadHalf)) : tile(chunk * (cols + kPadB));
+  const int64_t a = tile_16_bits(g, c, false) ? half_tile(rows * (chunk + kPadHalf)) : tile(rows * (chunk + kPadA));
+  const int64_t b = tile_16_bits(g, c, true) ? half_tile(cols * (chunk + kPadHalf)) : tile(chunk * (cols + kPadB));
   return (a + b) * c["stages"].get<int64_t>();
 }
 int64_t TensorCoreGemm::part_depth(const OpGraph& g, const json& c) const {

@@ -75,7 +75,7 @@ TEST(TypedWorkload, UnsupportedTypesAreRefusedByName) {
                     "dtype 'int4' is not one of float32, int8, uint8, int32, float16, bfloat16");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=int8)"); },
                     "matmul of int8 is not implemented (matmul takes: float32, uint8 x int8, float32 in tf32, float32 in fp16, "
-                    "float32 in bf16, float16, bfloat16)");
+                    "float32 in bf16, float16, bfloat16, float32 x float16, float32 x bfloat16)");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,weight_dtype=int8)"); },
                     "matmul of float32 x int8 is not implemented");
   expect_user_error([] { parse_workload("conv2d_nchw(N=1,C=2,H=4,W=4,K=2,R=1,S=1,dtype=uint8,weight_dtype=int8)"); },
@@ -150,8 +150,20 @@ TEST(TypedWorkload, SixteenBitOperandsAreTheirOwnPrecision) {
                     "precision=bf16 rounds float32 operands, and matmul here takes float16");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=float16,precision=fp32)"); },
                     "matmul of float16 in fp32 is not implemented");
-  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,weight_dtype=float16)"); },
-                    "matmul of float32 x float16 is not implemented");
+  // Float32 data times 16-bit weights: the weights' precision (tensor cores only).
+  Workload m = parse_workload("matmul(M=2,N=3,K=4,weight_dtype=bfloat16,trans_b=1)");
+  EXPECT_EQ(m.canonical(), "matmul(M=2,N=3,K=4,trans_b=1,dtype=float32,weight_dtype=bfloat16,epilogue=none)");
+  EXPECT_EQ(parse_workload(m.canonical()).canonical(), m.canonical());
+  EXPECT_EQ(m.types.precision, Precision::BFloat16);
+  OpGraph mg = build_op(m);
+  EXPECT_EQ(mg.inputs[0]->dtype, Type::float32());
+  EXPECT_EQ(mg.arg_dtype(mg.inputs[1]), "bfloat16");
+  expect_user_error([&] { find_template(m, host_target()); },
+                    "no schedule template for matmul of float32 x bfloat16 on llvm targets yet");
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,weight_dtype=float16,precision=bf16)"); },
+                    "precision=bf16 rounds float32 operands, and matmul here takes float32 x float16");
+  expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=float16,weight_dtype=float32)"); },
+                    "matmul of float16 x float32 is not implemented");
   expect_user_error([] { parse_workload("conv2d_nchw(N=1,C=2,H=4,W=4,K=2,R=1,S=1,dtype=float16)"); },
                     "conv2d_nchw of float16 is not implemented");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=float16,const_b=1)"); },

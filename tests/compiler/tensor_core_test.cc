@@ -103,9 +103,12 @@ TEST(TensorCore, SampledConfigsMatchTheReference) {
           "conv2d_nchw(N=1,C=6,H=8,W=8,K=24,R=3,S=3,pad=1,epilogue=bias)",
           "conv2d_nhwc(N=1,H=6,W=8,C=8,K=16,R=3,S=3,pad=1)"})
       workloads.push_back(with_precision(shape, p));
-    // 16-bit operands, whose type is their precision.
-    if (std::string(p) != "tf32")
-      workloads.push_back(std::string("matmul(M=48,N=40,K=56,dtype=") + (std::string(p) == "bf16" ? "bfloat16" : "float16") + ")");
+    // 16-bit operands, whose type is their precision; float32 data times 16-bit weights.
+    if (std::string(p) != "tf32") {
+      const std::string t = std::string(p) == "bf16" ? "bfloat16" : "float16";
+      workloads.push_back("matmul(M=48,N=40,K=56,dtype=" + t + ")");
+      workloads.push_back("matmul(M=48,N=40,K=56,weight_dtype=" + t + ",trans_b=1,epilogue=bias)");
+    }
     for (const std::string& text : workloads) {
       Workload w = parse_workload(text);
       for (const nlohmann::json& config : testing::sample_configs(w, sm90, 4)) {
@@ -355,8 +358,10 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
 // at a time), batches, split-K, 1 to 3 stages and no shared tiles; ptxas on a BERT-sized GEMM.
 TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
   const Target sm80 = parse_target("cuda -arch=sm_80");
-  auto with_dtype = [](const std::string& w, const char* t) {
-    return w.substr(0, w.size() - 1) + ",dtype=" + t + ")";
+  // Both operands in 16 bits (dtype=), or float32 data times 16-bit weights (weight_dtype=:
+  // A's tile float32, or rounded as it is copied with half_tiles).
+  auto with_dtype = [](const std::string& w, const char* key, const char* t) {
+    return w.substr(0, w.size() - 1) + "," + key + "=" + t + ")";
   };
   struct Case {
     const char* workload;
@@ -383,12 +388,19 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
        {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 1}, {"unroll_k", 1}, {"split_k", 2}}},
   };
   int sample = 0;
+  for (const char* key : {"dtype", "weight_dtype"})
   for (const char* t : {"float16", "bfloat16"}) {
     for (const Case& c : cases) {
       if (!testing::sampled(sample++, 3)) continue;
-      Workload w = parse_workload(with_dtype(c.workload, t));
-      CompiledKernel k = c.config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
-                                            : compile_kernel(w, sm80, c.config, "given", "");
+      Workload w = parse_workload(with_dtype(c.workload, key, t));
+      nlohmann::json config = c.config;
+      // Mixed: every other case rounds A into a 16-bit tile as it is copied.
+      if (std::string(key) == "weight_dtype" && sample % 2 == 0) {
+        if (config.is_null()) config = nlohmann::json::object();
+        if (config.value("shared", true)) config["half_tiles"] = true;
+      }
+      CompiledKernel k = config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
+                                          : compile_kernel(w, sm80, config, "given", "");
       EXPECT_EQ(template_name(w, sm80), "dense_tc.cuda.v2");
       std::string what = w.canonical() + " config " + k.config.dump();
       testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 17);
@@ -426,6 +438,24 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
     const int64_t bm = k.config["warps_m"].get<int64_t>() * 16 * tm, bn = k.config["warps_n"].get<int64_t>() * 8 * tn;
     EXPECT_EQ(k.launch()->static_shared_bytes, k.config["stages"].get<int64_t>() * (bm + bn) * (16 * uk + 8) * 2)
         << what;
+  }
+  // Float32 data times 16-bit weights given as [N][K] (a model's weights stored in 16 bits):
+  // B's tiles cp.async copies, never loaded an element at a time; A's tile float32 (rounded as
+  // the product reads it), or with half_tiles rounded as it is copied, every pair one word.
+  Workload mixed = parse_workload("matmul(M=128,N=768,K=3072,weight_dtype=float16,trans_b=1,epilogue=bias)");
+  for (bool half : {false, true}) {
+    nlohmann::json cfg = compile_kernel(mixed, sm90, nullptr, "default", "").config;
+    cfg["half_tiles"] = half;
+    CompiledKernel k = compile_kernel(mixed, sm90, cfg, "given", "");
+    std::string what = mixed.canonical() + " config " + k.config.dump();
+    const std::string ptx = assemble_sm90(k, what);
+    const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
+    EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
+    EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
+    EXPECT_EQ(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.v4.u16"), 0) << what;
+    const int64_t words = count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32");
+    EXPECT_EQ(words, (half ? 4 * tm + 2 * tn : 2 * tn) * uk) << what;
+    EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.v2.f32") > 0, !half) << what;
   }
 }
 
