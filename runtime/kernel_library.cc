@@ -299,7 +299,8 @@ void fill_typed(const std::string& dtype, float* data, int64_t n, uint64_t seed)
   fill_random(data, n, seed);
   if (dtype == "float16" || dtype == "bfloat16") {
     // Rounded to the type (to nearest, ties to even): values a reference reads exactly.
-    for (int64_t i = 0; i < n; ++i) data[i] = dtype == "float16" ? round_f16(data[i]) : round_bf16(data[i]);
+    float (*round)(float) = dtype == "float16" ? round_f16 : round_bf16;
+    for (int64_t i = 0; i < n; ++i) data[i] = round(data[i]);
     return;
   }
   if (arg_dtype_bytes(dtype) == 4 && dtype != "int32") return;
@@ -325,9 +326,9 @@ void store_as(const std::string& dtype, float* data, int64_t n) {
     }
   } else if (dtype == "float16" || dtype == "bfloat16") {
     auto* out = reinterpret_cast<uint16_t*>(data);
+    uint16_t (*bits)(float) = dtype == "float16" ? f16_bits : bf16_bits;
     for (int64_t i = 0; i < n; ++i) {
-      const float v = data[i];
-      const uint16_t h = dtype == "float16" ? f16_bits(v) : bf16_bits(v);
+      const uint16_t h = bits(data[i]);
       std::memcpy(&out[i], &h, 2);
     }
   }
@@ -343,10 +344,11 @@ void load_as(const std::string& dtype, float* data, int64_t n) {
     for (int64_t i = n - 1; i >= 0; --i) data[i] = in[i];
   } else if (dtype == "float16" || dtype == "bfloat16") {
     const auto* in = reinterpret_cast<const uint16_t*>(data);
+    float (*value)(uint16_t) = dtype == "float16" ? f16_value : bf16_value;
     for (int64_t i = n - 1; i >= 0; --i) {
       uint16_t h;
       std::memcpy(&h, &in[i], 2);
-      data[i] = dtype == "float16" ? f16_value(h) : bf16_value(h);
+      data[i] = value(h);
     }
   } else if (dtype == "int32") {
     for (int64_t i = 0; i < n; ++i) {
