@@ -119,11 +119,14 @@ static void print_bf16(const graph::Graph& g, const Target& t) {
              : "emulated: this target has no bfloat16 dot product, slower than float32");
   if (g.tensor_core_nodes > 0) {
     const Precision tc = graph::tensor_core_precision(g);
+    const auto sixteen_bit_weights = std::count_if(g.nodes.begin(), g.nodes.end(),
+                                                   [](const graph::Node& n) { return n.op == graph::kTensorCoreMatMul; });
     const std::string p = precision_name(tc);
-    std::printf("%-9s %lld of %lld products (MatMul, Gemm, Conv) on tensor cores (mma.sync: operands rounded to %s, "
+    std::printf("%-9s %lld of %lld products (MatMul, Gemm, Conv) on tensor cores (mma.sync: operands rounded to %s%s, "
                 "float32 sums); depthwise convolutions and the rest in float32 (docs/precision.md)\n",
                 p.c_str(), static_cast<long long>(g.tensor_core_nodes), static_cast<long long>(anchors),
-                tc == Precision::TF32 ? "TF32" : tc == Precision::Float16 ? "float16" : "bfloat16");
+                tc == Precision::TF32 ? "TF32" : tc == Precision::Float16 ? "float16" : "bfloat16",
+                sixteen_bit_weights == 0 ? "" : str(", ", sixteen_bit_weights, " of them with weights stored in it").c_str());
   }
   line("fp16", g.fp16_nodes, "float16",
        x86 && t.has_feature("f16c") ? "stored in float16, computed in float32: F16C conversions"

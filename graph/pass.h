@@ -37,6 +37,10 @@ Precision parse_precision(const std::string& name);
 // "tf32", "fp16" or "bf16", its workload's precision=... (matmul_workload, gemm_workload) and
 // the rounding of its operands in the reference evaluation.
 inline constexpr const char* kTensorCorePrecision = "tf_precision";
+// The op a marked MatMul or Gemm of constant float32 weights becomes at fp16 and bf16: x times
+// the weights [K, N] (a Gemm's bias an Add after it), computed by a kernel that reads the
+// weights as 16-bit values stored [N][K] (matmul weight_dtype=float16|bfloat16, trans_b=1).
+inline constexpr const char* kTensorCoreMatMul = "MatMulTensorCore";
 // The precision `n` is marked with (Float32 when it is not); UserError naming the node and the
 // value for one other than tf32, fp16, bf16.
 Precision tensor_core_precision(const Node& n);

@@ -26,6 +26,19 @@
 namespace tf::graph {
 namespace {
 
+// The format of op MatMulBF16 / ConvNCHWcBF16 (bfloat16) or MatMulFP16 / ConvNCHWcFP16, or of
+// a MatMulTensorCore's weights (its precision: fp16 or bf16).
+const HalfPairs& format(const Node& n) {
+  if (n.op == kTensorCoreMatMul) {
+    const Precision p = tensor_core_precision(n);
+    if (p != Precision::Float16 && p != Precision::BFloat16) {
+      throw UserError(str(n.where(), ": attribute ", kTensorCorePrecision, " '", n.get_string(kTensorCorePrecision, ""),
+                          "' is not fp16 or bf16 (the weights' 16-bit type)"));
+    }
+    return p == Precision::Float16 ? kF16Pairs : kBF16Pairs;
+  }
+  return n.op.find("FP16") != std::string::npos ? kF16Pairs : kBF16Pairs;
+}
 // MatMulBF16's parts, checked (each refusal names the node and the value).
 struct Parts {
   int64_t M = 1, K = 0, N = 0;
@@ -51,13 +64,12 @@ Parts parts(const Node& n, const std::vector<const Value*>& in) {
 
 std::vector<TypeShape> infer(const OpContext& c) {
   Parts p = parts(c.node, c.inputs);
+  format(c.node);  // a MatMulTensorCore's precision, checked
   Shape y = c.in(0).shape;
   y.back() = p.N;
   return {{DType::F32, y}};
 }
 
-// The format of op MatMulBF16 / ConvNCHWcBF16 (bfloat16) or MatMulFP16 / ConvNCHWcFP16.
-const HalfPairs& format(const Node& n) { return n.op.find("FP16") != std::string::npos ? kF16Pairs : kBF16Pairs; }
 const char* format_suffix(const HalfPairs& f) { return &f == &kF16Pairs ? "fp16" : "bf16"; }
 
 // As the kernel computes it: both operands rounded to bfloat16 (float16), the exact products
@@ -104,6 +116,31 @@ std::vector<HostTensor> constants(const Graph& g, const Node& n) {
     }
   }
   return {HostTensor::floats({P, p.N}, std::move(words))};
+}
+
+// MatMulTensorCore: dense_tc.cuda's product of float32 data and 16-bit weights given N x K
+// (compiler/workload.h weight_dtype, trans_b), the data rounded as the tensor cores round it
+// at the weights' precision: what eval computes.
+AnchorWorkload tensor_core_workload(const Graph& g, const Node& n) {
+  OpContext c = context(n, g, g.opset);
+  Parts p = parts(n, c.inputs);
+  return {str("matmul(M=", p.M, ",N=", p.N, ",K=", p.K, ",weight_dtype=", &format(n) == &kF16Pairs ? "float16" : "bfloat16",
+              ",trans_b=1"),
+          ""};
+}
+
+// Its B: the weights [K, N] as 16-bit values [N][K] (rounded to the type), element 2i in the
+// low half of word i, the words' bits carried in a float32 constant of ceil(N K / 2) values
+// (bytes exactly those of a [N][K] array of halves, whatever K's parity).
+std::vector<HostTensor> tensor_core_constants(const Graph& g, const Node& n) {
+  const HalfPairs& f = format(n);
+  OpContext c = context(n, g, g.opset);
+  Parts p = parts(n, c.inputs);
+  const int64_t count = p.N * p.K, words = (count + 1) / 2;
+  auto nk = [&](int64_t e) { return e < count ? p.w->f[static_cast<size_t>((e % p.K) * p.N + e / p.K)] : 0.0f; };
+  std::vector<float> bits(static_cast<size_t>(words));
+  for (int64_t i = 0; i < words; ++i) bits[static_cast<size_t>(i)] = f.pair(nk(2 * i), nk(2 * i + 1));
+  return {HostTensor::floats({words}, std::move(bits))};
 }
 
 // ConvNCHWcBF16 (ConvNCHWcFP16): a ConvNCHWc (graph/layout.h; group 1, an even input block,
@@ -176,11 +213,48 @@ std::vector<HostTensor> half_conv_constants(const Graph& g, const Node& n) {
 }
 
 // Whether constant weight `w` has a value float16 cannot hold (past 65504: it would become
-// infinite) at `precision`: such a product stays float32.
+// infinite) at `precision`: such a product stays float32 (on tensor cores too).
 bool beyond_range(const Value& w, Precision precision) {
   return precision == Precision::Float16 &&
          std::any_of(w.constant->f.begin(), w.constant->f.end(), [](float v) { return std::fabs(v) > 65504.0f; });
 }
+
+// A MatMul or Gemm of float32 data x[..., K] (rank 2 or more) and constant float32 weights as
+// node `op` of x and the weights [K, N] (a Gemm's bias an Add after it): false, nothing
+// appended, for any other product or weights float16 cannot hold at `precision`.
+bool weights_product(Graph& g, const Node& n, const std::string& op, Precision precision, std::vector<Node>& out) {
+  std::optional<WeightProduct> p = weight_product(g, n);
+  if (!p) return false;
+  const Value& x = g.value(n.inputs[0]);
+  const Value& wv = g.value(n.inputs[1]);
+  if (x.dtype != DType::F32 || x.shape.size() < 2 || !wv.constant || wv.dtype != DType::F32 || beyond_range(wv, precision))
+    return false;
+  const std::string bias = bias_constant(g, n.name, *p);
+  const std::string weight =
+      p->trans_b ? g.add_constant(n.name + ".weight_kn", weights_kn(*wv.constant, *p)) : n.inputs[1];
+  Node m;
+  m.name = n.name;
+  m.op = op;
+  if (n.has(kTensorCorePrecision)) m.attrs[kTensorCorePrecision] = n.attrs.at(kTensorCorePrecision);
+  m.inputs = {n.inputs[0], weight};
+  if (bias.empty()) {
+    m.outputs = n.outputs;
+    out.push_back(std::move(m));
+  } else {
+    Shape y = x.shape;
+    y.back() = p->N;
+    m.outputs = {g.add_float(n.name + ".product", y)};
+    Node add;
+    add.name = n.name + ".bias_add";
+    add.op = "Add";
+    add.inputs = {m.outputs[0], bias};
+    add.outputs = n.outputs;
+    out.push_back(std::move(m));
+    out.push_back(std::move(add));
+  }
+  return true;
+}
+
 
 // A blocked group-1 convolution with constant weights as ConvNCHWcBF16 (ConvNCHWcFP16); a
 // MatMul or Gemm of a float32 input and constant float32 weights [K, N] (Gemm: transB, beta's
@@ -198,34 +272,7 @@ bool rewrite_precision(Graph& g, const Node& n, std::vector<Node>& out, Precisio
     ++(precision == Precision::Float16 ? g.fp16_nodes : g.bf16_nodes);
     return true;
   }
-  std::optional<WeightProduct> p = weight_product(g, n);
-  if (!p) return false;
-  const Value& x = g.value(n.inputs[0]);
-  const Value& wv = g.value(n.inputs[1]);
-  if (x.dtype != DType::F32 || x.shape.size() < 2 || !wv.constant || wv.dtype != DType::F32 || beyond_range(wv, precision))
-    return false;
-  const std::string bias = bias_constant(g, n.name, *p);
-  const std::string weight =
-      p->trans_b ? g.add_constant(n.name + ".weight_kn", weights_kn(*wv.constant, *p)) : n.inputs[1];
-  Node m;
-  m.name = n.name;
-  m.op = str("MatMul", suffix);
-  m.inputs = {n.inputs[0], weight};
-  if (bias.empty()) {
-    m.outputs = n.outputs;
-    out.push_back(std::move(m));
-  } else {
-    Shape y = x.shape;
-    y.back() = p->N;
-    m.outputs = {g.add_float(n.name + ".product", y)};
-    Node add;
-    add.name = n.name + ".bias_add";
-    add.op = "Add";
-    add.inputs = {m.outputs[0], bias};
-    add.outputs = n.outputs;
-    out.push_back(std::move(m));
-    out.push_back(std::move(add));
-  }
+  if (!weights_product(g, n, str("MatMul", suffix), precision, out)) return false;
   ++(precision == Precision::Float16 ? g.fp16_nodes : g.bf16_nodes);
   return true;
 }
@@ -281,9 +328,19 @@ bool convert_precision(Graph& g, Precision p, bool tensor_cores) {
       if (spec.empty() ||
           (n.op == "Conv" && (spec.rfind("conv2d_nchw(", 0) != 0 || n.get_int("group", 1) != 1)))
         continue;
+      // Constant weights float16 cannot hold keep their product in float32, as on CPUs.
+      if (const Value& w = g.value(n.inputs[1]); w.constant && w.dtype == DType::F32 && beyond_range(w, p)) continue;
       n.attrs[kTensorCorePrecision] = std::string(precision_name(p));
       ++g.tensor_core_nodes;
       changed = true;
+    }
+    // At fp16 and bf16, a product of constant weights reads them as 16-bit values stored N x K
+    // (the type they are rounded to anyway): half the bytes of float32 weights, and both of
+    // the kernel's tiles copied asynchronously (dense_tc.cuda, weight_dtype and trans_b).
+    if (p == Precision::Float16 || p == Precision::BFloat16) {
+      expand_nodes(g, [p](Graph& gg, const Node& n, std::vector<Node>& out) {
+        return n.has(kTensorCorePrecision) && weights_product(gg, n, kTensorCoreMatMul, p, out);
+      });
     }
     return changed;
   }
@@ -304,6 +361,11 @@ void register_precision_ops(std::vector<OpDef>& ops) {
     ops.back().bias_axis = OpDef::BiasAxis::BlockedChannel;
     ops.back().kernel_constants = half_conv_constants;
   }
+  // Made by auto-mixed-precision for a cuda target at fp16 or bf16 (kTensorCorePrecision):
+  // inputs x (float32), weight [K, N] float32; the kernel reads the weights as 16-bit values.
+  ops.push_back({kTensorCoreMatMul, 2, 2, infer, eval, nullptr, tensor_core_workload, nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Anchor, {kTensorCorePrecision});
+  ops.back().kernel_constants = tensor_core_constants;
 }
 
 }  // namespace tf::graph

@@ -181,7 +181,7 @@ AnchorEpilogue anchor_epilogue(const Graph& g, const Node& n, const AnchorWorklo
   e.nodes.push_back(&n);
   e.output = n.outputs[0];
   if (aw.bias) e.bias = n.inputs[2];
-  if (n.op == "MatMul" || n.op == "QMatMul" || n.op == "MatMulBF16" || n.op == "MatMulFP16") {
+  if (n.op == "MatMul" || n.op == "QMatMul" || n.op == "MatMulBF16" || n.op == "MatMulFP16" || n.op == kTensorCoreMatMul) {
     if (const Node* add = sole_reader(e.output, "Add")) {
       const std::string& other = add->inputs[0] == e.output ? add->inputs[1] : add->inputs[0];
       const Shape& ys = g.value(e.output).shape;

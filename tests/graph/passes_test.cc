@@ -3,6 +3,8 @@
 // manager's options are checked.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cstring>
 #include <functional>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "compiler/driver.h"
 #include "compiler/lower.h"
 #include "compiler/operators.h"
 #include "graph/fusion.h"
@@ -260,13 +263,19 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
     run_passes(g, o);
     std::map<std::string, int> ops;
     for (const Node& n : g.nodes) ++ops[n.op];
-    EXPECT_EQ(ops["MatMul"], 1) << name;
+    // At fp16 and bf16 the product of constant weights reads them in 16 bits, N x K.
+    const bool sixteen = p != Precision::TF32;
+    EXPECT_EQ(ops["MatMul"], sixteen ? 0 : 1) << name;
+    EXPECT_EQ(ops[kTensorCoreMatMul], sixteen ? 1 : 0) << name;
     EXPECT_EQ(ops["Conv"], 2) << name;
     EXPECT_EQ(g.tensor_core_nodes, 3) << name;
     EXPECT_EQ(g.bf16_nodes + g.fp16_nodes, 0) << name;
     TaskList t = extract_tasks(g);
     ASSERT_EQ(t.tasks.size(), 3u);
-    EXPECT_EQ(t.tasks[2].workload, std::string("matmul(M=6,N=5,K=24,const_b=1,precision=") + name + ",epilogue=none)");
+    EXPECT_EQ(t.tasks[2].workload,
+              sixteen ? tf::str("matmul(M=6,N=5,K=24,trans_b=1,dtype=float32,weight_dtype=",
+                            p == Precision::Float16 ? "float16" : "bfloat16", ",epilogue=none)")
+                      : std::string("matmul(M=6,N=5,K=24,const_b=1,precision=") + name + ",epilogue=none)");
     EXPECT_NE(t.tasks[0].workload.find(std::string("precision=") + name), std::string::npos) << t.tasks[0].workload;
     auto got = run_reference(g, in);
     double err = 0;
@@ -306,10 +315,105 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
   }
 }
 
+// At fp16 and bf16 on a CUDA target, a MatMul or Gemm of constant weights becomes a
+// MatMulTensorCore: its kernel reads the weights as 16-bit values stored N x K (weight_dtype,
+// trans_b=1), made once at compile time. Its evaluation is the marked product's (the weights
+// rounded to the type either way); its constant holds exactly the halves of the weights,
+// transposed, whatever the parity of N K; and the kernel dense_tc.cuda compiles for its
+// workload, emulated on those bytes, computes what the node evaluates to. Products of two
+// activations stay marked MatMuls (float32 in memory).
+TEST(GraphPasses, TensorCoreProductsReadTheirConstantWeightsIn16Bits) {
+  GraphBuilder b;
+  std::string x = b.input("x", {2, 3, 7});
+  std::string v = b.input("v", {5, 8});
+  std::string m = b.node("MatMul", {x, b.weights("w", {7, 5})}, "m", {2, 3, 5});  // K 7, N K 35: odd
+  std::string gm = b.node("Gemm", {v, b.weights("wt", {6, 8}), b.weights("bias", {6})}, "gm", {5, 6},
+                          {{"transB", int64_t{1}}});
+  std::string aa = b.node("MatMul", {gm, b.node("Transpose", {gm}, "gt", {6, 5})}, "aa", {5, 5});
+  b.g.outputs = {m, gm, aa};
+  verify(b.g);
+  const tf::Target sm90 = tf::parse_target("cuda -arch=sm_90");
+  std::map<std::string, HostTensor> in = {{"x", random_floats({2, 3, 7}, 5)}, {"v", random_floats({5, 8}, 6)}};
+  for (const Precision p : {Precision::Float16, Precision::BFloat16}) {
+    const tf::HalfPairs& f = p == Precision::Float16 ? tf::kF16Pairs : tf::kBF16Pairs;
+    SCOPED_TRACE(precision_name(p));
+    // What the pass made before this step: every product marked, none rewritten.
+    Graph marked = b.g;
+    for (Node& n : marked.nodes)
+      if (n.op == "MatMul" || n.op == "Gemm") n.attrs[kTensorCorePrecision] = std::string(precision_name(p));
+    Graph g = b.g;
+    PassOptions o;
+    o.precision = p;
+    o.tensor_cores = true;
+    run_passes(g, o);
+    std::map<std::string, int> ops;
+    for (const Node& n : g.nodes) ++ops[n.op];
+    EXPECT_EQ(ops[kTensorCoreMatMul], 2);
+    EXPECT_EQ(ops["MatMul"], 1);  // the activations' product
+    EXPECT_EQ(ops["Gemm"], 0);
+    EXPECT_EQ(g.tensor_core_nodes, 3);
+    auto want = run_reference(marked, in), got = run_reference(g, in);
+    for (const auto& [name, w] : want) {
+      for (size_t k = 0; k < w.f.size(); ++k)
+        ASSERT_NEAR(got.at(name).f[k], w.f[k], 1e-6 * (1 + std::fabs(w.f[k]))) << name << " " << k;
+    }
+    TaskList t = extract_tasks(g);
+    ASSERT_EQ(t.tasks.size(), 3u);
+    const std::string type = p == Precision::Float16 ? "float16" : "bfloat16";
+    EXPECT_EQ(t.tasks[0].workload, "matmul(M=6,N=5,K=7,trans_b=1,dtype=float32,weight_dtype=" + type + ",epilogue=none)");
+    EXPECT_EQ(t.tasks[1].workload, "matmul(M=5,N=6,K=8,trans_b=1,dtype=float32,weight_dtype=" + type + ",epilogue=bias)");
+    EXPECT_EQ(t.tasks[2].workload, std::string("matmul(M=5,N=5,K=6,precision=") + precision_name(p) + ",epilogue=none)");
+    for (const Node& n : g.nodes) {
+      if (n.op != kTensorCoreMatMul) continue;
+      SCOPED_TRACE(n.name);
+      const OpDef& def = *find_op(n.op);
+      OpContext c = context(n, g, g.opset);
+      const HostTensor& w = *c.in(1).constant;  // [K, N] float32
+      const int64_t K = w.shape[0], N = w.shape[1];
+      std::vector<HostTensor> operands = def.kernel_constants(g, n);
+      ASSERT_EQ(operands.size(), 1u);
+      ASSERT_EQ(operands[0].f.size(), static_cast<size_t>((N * K + 1) / 2));
+      std::vector<uint16_t> halves(operands[0].f.size() * 2);
+      std::memcpy(halves.data(), operands[0].f.data(), halves.size() * 2);
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t k = 0; k < K; ++k)
+          ASSERT_EQ(halves[static_cast<size_t>(j * K + k)],
+                    std::bit_cast<uint32_t>(f.pair(w.f[static_cast<size_t>(k * N + j)], 0.0f)) & 0xffff)
+              << j << " " << k;
+      // The kernel of its workload, emulated on x and those bytes, against the node's evaluation.
+      const HostTensor& xv = in.at(n.inputs[0] == "x" ? "x" : "v");
+      const HostTensor y = def.eval(c, {&xv, &w}).at(0);
+      tf::CompiledKernel k = tf::compile_kernel(tf::parse_workload(def.workload(g, n).spec + ")"), sm90, nullptr, "default", "");
+      tf::GpuProgram prog = tf::split_gpu_program(k.lowered.func);
+      std::vector<std::vector<float>> bufs = {xv.f, operands[0].f, std::vector<float>(y.f.size(), std::nanf(""))};
+      for (const auto& [name, size] : prog.workspaces) bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
+      for (const tf::ir::LoweredFunc& kf : prog.kernels)
+        ASSERT_EQ(tf::testing::emulate_gpu_kernel(kf, tf::check_gpu_kernel(kf, sm90), bufs), 0);
+      for (size_t e = 0; e < y.f.size(); ++e) ASSERT_NEAR(bufs[2][e], y.f[e], 1e-5 * (1 + std::fabs(y.f[e]))) << e;
+    }
+  }
+  // A MatMulTensorCore of another precision is refused by name (the weights have no 16-bit type).
+  Graph tf32 = b.g;
+  for (Node& n : tf32.nodes) {
+    if (n.name != "MatMul_m") continue;
+    n.op = kTensorCoreMatMul;
+    n.attrs[kTensorCorePrecision] = std::string("tf32");
+  }
+  try {
+    run_reference(tf32, in);
+    ADD_FAILURE() << "a MatMulTensorCore at tf32 ran";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("node 'MatMul_m' (MatMulTensorCore): attribute tf_precision 'tf32' is not fp16 or bf16"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // --precision fp16 keeps a product whose weights float16 cannot hold (past 65504: infinity)
-// in float32; bf16, whose range is float32's, converts it.
+// in float32, on CPUs and tensor cores alike; bf16, whose range is float32's, converts it.
 TEST(GraphPasses, Float16LeavesWeightsBeyondItsRangeInFloat32) {
-  for (float big : {1e3f, 1e5f}) {
+  for (float big : {1e3f, 1e5f})
+  for (bool tensor_cores : {false, true}) {
     GraphBuilder b;
     std::string x = b.input("x", {2, 3});
     HostTensor w = random_floats({3, 4}, 5);
@@ -320,9 +424,11 @@ TEST(GraphPasses, Float16LeavesWeightsBeyondItsRangeInFloat32) {
       Graph g = b.g;
       PassOptions o;
       o.precision = p;
+      o.tensor_cores = tensor_cores;
       run_passes(g, o);
       const bool converts = p == Precision::BFloat16 || big < 65504.0f;
-      EXPECT_EQ(g.fp16_nodes + g.bf16_nodes, converts ? 1 : 0) << big;
+      EXPECT_EQ(tensor_cores ? g.tensor_core_nodes : g.fp16_nodes + g.bf16_nodes, converts ? 1 : 0) << big;
+      EXPECT_EQ(g.nodes.at(0).op, !converts ? "MatMul" : tensor_cores ? kTensorCoreMatMul : p == Precision::Float16 ? "MatMulFP16" : "MatMulBF16") << big;
       std::map<std::string, HostTensor> in = {{"x", random_floats({2, 3}, 6)}};
       const std::map<std::string, HostTensor> out = run_reference(g, in);  // kept: the loop reads into it
       for (float v : out.at("y").f) EXPECT_TRUE(std::isfinite(v)) << big;

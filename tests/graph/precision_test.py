@@ -178,9 +178,11 @@ class PrecisionTest(models_for_tests.ModelTestCase):
 
     def test_cuda_targets_run_the_products_on_tensor_cores(self):
         # Compiled, not run (no GPU here): the summary counts the products, the library's PTX
-        # has the warp-level products, the tasks say their precision.
+        # has the warp-level products, the tasks say their precision; at fp16 and bf16 the
+        # weights are stored in 16 bits (N x K), so the library holds about half the bytes.
         path = self.export("cls", Classifier(), (4, 32))
         out = os.path.join(self.d, "tc.so")
+        constant_bytes = {}
         for precision, instruction in (("tf32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
                                        ("fp16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
                                        ("bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")):
@@ -188,12 +190,19 @@ class PrecisionTest(models_for_tests.ModelTestCase):
                          "--precision", precision)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertRegex(r.stdout, precision + r" +\d+ of \d+ products \(MatMul, Gemm, Conv\) on tensor cores")
+            self.assertEqual("3 of them with weights stored in it" in r.stdout, precision != "tf32", r.stdout)
             with open(out, "rb") as f:
                 self.assertIn(instruction.encode(), f.read())
+            with open(out + ".json") as f:
+                constant_bytes[precision] = json.load(f)["constant_bytes"]
             r = tunefarm("import", path, "-t", "cuda -arch=sm_90", "--precision", precision, "--json")
             self.assertEqual(r.returncode, 0, r.stderr)
             tasks = [t["workload"] for t in json.loads(r.stdout)["tasks"]]
-            self.assertTrue(tasks and all("precision=" + precision in t for t in tasks), tasks)
+            says = ("precision=tf32" if precision == "tf32" else
+                    "trans_b=1,dtype=float32,weight_dtype=" + {"fp16": "float16", "bf16": "bfloat16"}[precision])
+            self.assertTrue(tasks and all(says in t for t in tasks), tasks)
+        for precision in ("fp16", "bf16"):
+            self.assertLess(constant_bytes[precision], 0.6 * constant_bytes["tf32"], constant_bytes)
 
     def test_tensor_core_accuracy_without_a_gpu(self):
         # run --reference --tensor-cores evaluates the products as the tensor cores round them
