@@ -28,6 +28,7 @@
 #include "compiler/codegen_llvm.h"
 #include "compiler/gpu.h"
 #include "compiler/ir_mutator.h"
+#include "compiler/simplify.h"
 #include "compiler/thread_pool_ir.h"
 
 namespace tf::llvm_codegen {
@@ -483,6 +484,20 @@ class CodeGen {
                         " does not have (cuda -arch=sm_80 and later)"));
   }
 
+  // A warp's fragment loads (kLdMatrix: compiler/ir.h): an int32 x n. NVIDIA GPUs and the
+  // threaded emulation of a block; elsewhere a UserError naming the target.
+  virtual llvm::Value* ldmatrix(const Call* c) {
+    throw UserError(str("kernel ", name_, " uses ", c->name, " (NVIDIA's warp-level fragment loads), which ",
+                        target_.str(), " does not have (cuda targets)"));
+  }
+
+  // word_half(v, j, h) (compiler/ir.h): half h of element j of int32 vector v, as an i16.
+  llvm::Value* word_half(const Call* c) {
+    llvm::Value* word = b_.CreateExtractElement(expr(c->args[0]), static_cast<uint64_t>(*as_const_int(c->args[1])));
+    if (*as_const_int(c->args[2]) == 1) word = b_.CreateLShr(word, 16);
+    return b_.CreateTrunc(word, b_.getInt16Ty());
+  }
+
   // The float16 in the low 16 bits of each int32 lane of `bits`, as float32 (exact).
   llvm::Value* float16_to_float(llvm::Value* bits, llvm::Type* ft) {
     llvm::Type* it = bits->getType();
@@ -616,6 +631,8 @@ class CodeGen {
     }
     if (c->name == kDot2F16) return dot2_f16(llvm::Constant::getNullValue(type_of(c->type)), c);
     if (is_warp_mma(c->name)) return warp_mma(c);
+    if (c->name == kLdMatrix) return ldmatrix(c);
+    if (c->name == kWordHalf) return word_half(c);
     if (c->name == kRoundF16) {
       TF_CHECK(c->args.size() == 1, "codegen: ", kRoundF16, " takes one argument");
       llvm::Value* x = expr(c->args[0]);
@@ -916,24 +933,8 @@ class CodeGen {
     vars_.erase(f->var.get());
   }
 
-  // The multiple that every value of the integer expression `e` is of (0: only the value 0).
-  static int64_t known_multiple(const Expr& e) {
-    constexpr int64_t kMost = int64_t{1} << 20;
-    if (const auto* i = e.as<IntImm>()) return std::min(std::abs(i->value), kMost);
-    const Binary* b = e.as<Binary>();
-    if (!b) return 1;
-    switch (e.kind()) {
-      case ExprKind::Add: case ExprKind::Sub: case ExprKind::Min: case ExprKind::Max:
-        return std::gcd(known_multiple(b->a), known_multiple(b->b));
-      case ExprKind::Mul:
-        return std::min(known_multiple(b->a) * known_multiple(b->b), kMost);
-      case ExprKind::Mod:
-        if (const int64_t* c = as_const_int(b->b)) return std::gcd(known_multiple(b->a), *c);
-        return 1;
-      default:
-        return 1;
-    }
-  }
+  // The multiple that every value of the integer expression `e` is of (compiler/simplify.h).
+  static int64_t known_multiple(const Expr& e) { return ir::known_multiple(e); }
 
   void allocate(const Allocate* a) {
     if (a->scope == MemScope::Shared && allocate_shared(a)) return;

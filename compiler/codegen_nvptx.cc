@@ -8,6 +8,7 @@
 
 #include "compiler/codegen_gpu.h"
 #include "compiler/simplify.h"
+#include "compiler/tensorize.h"
 
 namespace tf::llvm_codegen {
 namespace {
@@ -168,27 +169,12 @@ class CodeGenNvptx final : public CodeGenGpu {
     return out;
   }
 
-  // A 16-bit product's operand that widens a value held in 16 bits (a half_tiles tile): `widen`
-  // (kF16ToFloat or kBF16ToFloat) of a scalar, alone or under a select against +0 (the
-  // padding), whose condition goes to `cond`. Null for any other operand.
-  static const Call* held(const Expr& e, const char* widen, Expr& cond) {
-    Expr x = e;
-    if (const Select* sel = e.as<Select>()) {
-      const FloatImm* zero = sel->f.as<FloatImm>();
-      if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
-      cond = sel->cond;
-      x = sel->t;
-    }
-    const Call* w = x.as<Call>();
-    return w && w->name == widen && w->type.lanes == 1 ? w : nullptr;
-  }
-
   // Such an operand's bits as an i16, which the product takes as they are (rounding them again
   // would change nothing); null for any other operand. Under its select as a select of the loop
   // IR, which loads only where its condition holds (codegen select()).
   llvm::Value* held_bits(const Expr& e, const char* widen) {
     Expr cond;
-    const Call* w = held(e, widen, cond);
+    const Call* w = ir::held_16_bits(e, widen, cond);
     if (!w) return nullptr;
     return expr(cond ? Select::make(cond, w->args[0], IntImm::make_typed(0, Type::uint16())) : w->args[0]);
   }
@@ -199,9 +185,18 @@ class CodeGenNvptx final : public CodeGenGpu {
   // where the select's condition fails; null otherwise.
   llvm::Value* held_pair(const Expr& lo, const Expr& hi, const char* widen) {
     Expr c0, c1;
-    const Call* w0 = held(lo, widen, c0);
-    const Call* w1 = held(hi, widen, c1);
+    const Call* w0 = ir::held_16_bits(lo, widen, c0);
+    const Call* w1 = ir::held_16_bits(hi, widen, c1);
     if (!w0 || !w1 || bool(c0) != bool(c1) || (c0 && !equal(c0, c1))) return nullptr;
+    // The halves of one word of an ldmatrix fragment (tensorize): that register as it is.
+    const Call* h0 = w0->args[0].as<Call>();
+    const Call* h1 = w1->args[0].as<Call>();
+    if (h0 && h1 && h0->name == kWordHalf && h1->name == kWordHalf && equal(h0->args[0], h1->args[0]) &&
+        *as_const_int(h0->args[1]) == *as_const_int(h1->args[1]) && *as_const_int(h0->args[2]) == 0 &&
+        *as_const_int(h1->args[2]) == 1) {
+      llvm::Value* word = b_.CreateExtractElement(expr(h0->args[0]), static_cast<uint64_t>(*as_const_int(h0->args[1])));
+      return c0 ? b_.CreateSelect(expr(c0), word, b_.getInt32(0)) : word;
+    }
     const Load* l0 = w0->args[0].as<Load>();
     const Load* l1 = w1->args[0].as<Load>();
     if (!l0 || !l1 || l0->buffer != l1->buffer || l0->type != Type::uint16() || l1->type != Type::uint16()) return nullptr;
@@ -213,6 +208,27 @@ class CodeGenNvptx final : public CodeGenGpu {
     Expr word = Load::make(Type::int32(), l0->buffer, simplify(l0->index / Expr(int64_t{2})));
     if (c0) word = Select::make(c0, word, IntImm::make_typed(0, Type::int32()));
     return expr(word);
+  }
+
+  // A warp's fragment loads (compiler/ir.h kLdMatrix): ldmatrix.sync.aligned.m8n8.x{2,4}.shared.b16
+  // from the row address this lane supplies (its Load's first word, in shared memory).
+  llvm::Value* ldmatrix(const Call* c) override {
+    if (sm() < 75) {
+      throw UserError(str("kernel ", name_, " uses ", c->name, ", which ", target_.str(), " does not have: it needs sm_75 or later"));
+    }
+    const Load* row = c->args[0].as<Load>();
+    const Ramp* r = row->index.as<Ramp>();
+    TF_CHECK(r, "codegen: ", c->name, " of a row that is not a Ramp");
+    llvm::Value* p = element_ptr(row->buffer, expr(r->base), Type::int32());
+    TF_CHECK(p->getType()->getPointerAddressSpace() == 3, "codegen: ", c->name, " of ", row->buffer, ", not in shared memory");
+    const int64_t n = *as_const_int(c->args[1]);
+    using namespace llvm::Intrinsic;  // NOLINT
+    // Overloaded on the pointer's type (LLVM 19: ...x4.b16.p3).
+    llvm::Value* d = b_.CreateIntrinsic(n == 4 ? nvvm_ldmatrix_sync_aligned_m8n8_x4_b16 : nvvm_ldmatrix_sync_aligned_m8n8_x2_b16,
+                                        {p->getType()}, {p});
+    llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
+    for (unsigned i = 0; i < static_cast<unsigned>(n); ++i) out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
+    return out;
   }
 
   int sm() const { return target_.arch.rfind("sm_", 0) == 0 ? std::atoi(target_.arch.c_str() + 3) : 0; }

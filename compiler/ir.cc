@@ -108,6 +108,21 @@ MmaPlace warp_mma_c(int e, int g, int t) { return {g + 8 * (e / 2), 2 * t + e % 
 
 Expr Call::make(const std::string& name, std::vector<Expr> args) {
   TF_CHECK(!args.empty(), "call of ", name, " without arguments");
+  // The fragment loads (compiler/ir.h): their count arguments are not lanes to broadcast.
+  if (name == kLdMatrix) {
+    const int64_t* n = args.size() == 2 ? as_const_int(args[1]) : nullptr;
+    TF_CHECK(n && (*n == 2 || *n == 4) && args[0].as<Load>() && args[0].type() == Type::int32().with_lanes(4), name,
+             " takes a Load of int32x4 (a row of eight 16-bit values) and 2 or 4 matrices");
+    return Expr(std::make_shared<Call>(Type::int32().with_lanes(static_cast<int>(*n)), name, std::move(args)));
+  }
+  if (name == kWordHalf) {
+    const int64_t* j = args.size() == 3 ? as_const_int(args[1]) : nullptr;
+    const int64_t* h = args.size() == 3 ? as_const_int(args[2]) : nullptr;
+    TF_CHECK(j && h && args[0].type().element_of() == Type::int32() && *j >= 0 && *j < args[0].type().lanes &&
+                 (*h == 0 || *h == 1),
+             name, " takes an int32 vector, an element of it and a half (0 or 1)");
+    return Expr(std::make_shared<Call>(Type::uint16(), name, std::move(args)));
+  }
   // Scalars meet vectors by broadcasting, as in Binary.
   int lanes = 1;
   for (const Expr& a : args) lanes = std::max(lanes, a.type().lanes);

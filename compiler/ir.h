@@ -248,6 +248,20 @@ constexpr const char* kMmaTF32 = "mma_m16n8k8_tf32";
 //   b = B[2t][g], B[2t+1][g], B[2t+8][g], B[2t+9][g];   c and the result as kMmaTF32's.
 constexpr const char* kMmaF16 = "mma_m16n8k16_f16";
 constexpr const char* kMmaBF16 = "mma_m16n8k16_bf16";
+// A warp's fragments of 16-bit values read from shared memory by PTX's ldmatrix (sm_75 and
+// later): ldmatrix(row, n), `row` a Load of int32x4 (16 bytes: a row of eight 16-bit values of
+// one 8 x 8 matrix, at a 16-byte aligned address of a shared buffer) that each lane supplies,
+// n 2 or 4 (IntImm) the matrices: an int32 x n, whose element j on lane l (g = l / 4, t = l % 4)
+// is word t of the row supplied by lane 8 j + g: the two values of row g of matrix j at columns
+// 2t, 2t + 1, the low half the first (x2: lanes 16-31 supply rows that are not read). Every
+// lane of the warp reaches it together, as the products above. The tensorize pass makes it from
+// a product's pairs of 16-bit values it can prove are such rows (compiler/tensorize.cc); the
+// NVPTX back end emits ldmatrix.sync.aligned.m8n8.x{2,4}.shared.b16; on a CPU it runs only in
+// the threaded emulation of a block, whose lanes exchange their rows.
+constexpr const char* kLdMatrix = "ldmatrix";
+// word_half(v, j, h): the 16-bit half h (0: the low one) of element j of the int32 vector v, as
+// uint16 bits (j and h IntImm): an ldmatrix fragment's value.
+constexpr const char* kWordHalf = "word_half";
 // Whether `call` names one of the warp-level products above.
 bool is_warp_mma(const std::string& call);
 // Its K (8 or 16) and its float operands (10 or 16: K / 2 of A, K / 4 of B, 4 of C).

@@ -1,7 +1,9 @@
 #include "compiler/simplify.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <numeric>
 #include <optional>
 
 #include "compiler/ir_mutator.h"
@@ -525,6 +527,24 @@ Expr simplify(const Expr& e, const RangeMap& ranges) {
 Stmt simplify(const Stmt& st, const RangeMap& ranges) {
   Simplifier s(ranges);
   return s.mutate_stmt(st);
+}
+
+int64_t known_multiple(const Expr& e) {
+  constexpr int64_t kMost = int64_t{1} << 20;
+  if (const auto* i = e.as<IntImm>()) return std::min(std::abs(i->value), kMost);
+  const Binary* b = e.as<Binary>();
+  if (!b) return 1;
+  switch (e.kind()) {
+    case ExprKind::Add: case ExprKind::Sub: case ExprKind::Min: case ExprKind::Max:
+      return std::gcd(known_multiple(b->a), known_multiple(b->b));
+    case ExprKind::Mul:
+      return std::min(known_multiple(b->a) * known_multiple(b->b), kMost);
+    case ExprKind::Mod:
+      if (const int64_t* c = as_const_int(b->b)) return std::gcd(known_multiple(b->a), *c);
+      return 1;
+    default:
+      return 1;
+  }
 }
 
 }  // namespace tf::ir

@@ -31,6 +31,10 @@ std::optional<Interval> const_bounds(const Expr& e, const RangeMap& ranges);
 
 Expr simplify(const Expr& e, const RangeMap& ranges = {});
 
+// The multiple that every value of the integer expression `e` is of, from its constants'
+// factors (0: only the value 0; 1 when nothing is known).
+int64_t known_multiple(const Expr& e);
+
 // Simplifies a statement; loop variables get their ranges from the loops that bind them.
 // Loops of extent 1 are replaced by their body, loops of extent 0 and branches that are
 // never taken are removed.

@@ -1,5 +1,7 @@
 #include "compiler/tensorize.h"
 
+#include <cmath>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -29,6 +31,13 @@ class Tensorizer : public IRMutator {
   explicit Tensorizer(const std::vector<TensorizeMark>& marks) : marks_(marks) {}
 
   Stmt mutate_stmt(const Stmt& s) override {
+    if (const Allocate* a = s.as<Allocate>(); a && a->scope == MemScope::Shared) {
+      // The shared buffers in scope, by name: their sizes bound the rows ldmatrix may read.
+      auto [it, fresh] = shared_.emplace(a->buffer, a->size);
+      Stmt r = IRMutator::mutate_stmt(s);
+      if (fresh) shared_.erase(it);
+      return r;
+    }
     const For* f = s.as<For>();
     if (!f) return IRMutator::mutate_stmt(s);
     for (const TensorizeMark& m : marks_) {
@@ -37,14 +46,22 @@ class Tensorizer : public IRMutator {
         return replace(*f, m);
       }
     }
-    if (f->for_kind != ForKind::ThreadIdxX) return IRMutator::mutate_stmt(s);
-    Expr outer = thread_x_;
-    int64_t outer_extent = thread_x_extent_;
-    thread_x_ = f->var;
-    thread_x_extent_ = constant(f->extent).value_or(0);
-    Stmt r = IRMutator::mutate_stmt(s);
-    thread_x_ = outer;
-    thread_x_extent_ = outer_extent;
+    // The loops' ranges (where their bounds are constants), for the bounds of those rows.
+    const std::optional<int64_t> lo = constant(f->min), n = constant(f->extent);
+    if (lo && n && *n > 0) ranges_[f->var.get()] = {*lo, *lo + *n - 1};
+    Stmt r;
+    if (f->for_kind != ForKind::ThreadIdxX) {
+      r = IRMutator::mutate_stmt(s);
+    } else {
+      Expr outer = thread_x_;
+      int64_t outer_extent = thread_x_extent_;
+      thread_x_ = f->var;
+      thread_x_extent_ = n.value_or(0);
+      r = IRMutator::mutate_stmt(s);
+      thread_x_ = outer;
+      thread_x_extent_ = outer_extent;
+    }
+    ranges_.erase(f->var.get());
     return r;
   }
 
@@ -141,8 +158,93 @@ class Tensorizer : public IRMutator {
       operands.push_back(Load::make(Type::float32(), st->buffer,
                                     simplify(base + Expr(int64_t{2 * (c.row / 8) + c.col}))));
     }
-    return Store::make(st->buffer, Call::make(m.intrinsic, operands),
-                       Ramp::make(base, Expr(int64_t{1}), 4));
+    // 16-bit fragments held in shared memory as ldmatrix reads them: one instruction each.
+    std::vector<std::pair<Expr, Expr>> lets;
+    if (m.intrinsic != kMmaTF32) {
+      const char* widen = m.intrinsic == kMmaBF16 ? kBF16ToFloat : kF16ToFloat;
+      const int b_first = static_cast<int>(depth / 2);  // B's operands follow A's
+      for (auto [first, matrices, name] : {std::tuple{0, 4, "frag_a"}, std::tuple{b_first, 2, "frag_b"}}) {
+        if (std::optional<Expr> rows = fragment_rows(operands, first, matrices, widen)) {
+          Expr v = Var::make(name, Type::int32().with_lanes(matrices));
+          lets.emplace_back(v, Call::make(kLdMatrix, std::vector<Expr>{*rows, Expr(int64_t{matrices})}));
+          for (int e = 0; e < 2 * matrices; ++e) {
+            Expr cond;
+            held_16_bits(operands[static_cast<size_t>(first + e)], widen, cond);
+            Expr x = Call::make(widen, {Call::make(kWordHalf, {v, Expr(int64_t{e / 2}), Expr(int64_t{e % 2})})});
+            operands[static_cast<size_t>(first + e)] = cond ? Select::make(cond, x, FloatImm::make(0.0)) : x;
+          }
+        }
+      }
+    }
+    Stmt out = Store::make(st->buffer, Call::make(m.intrinsic, operands), Ramp::make(base, Expr(int64_t{1}), 4));
+    for (size_t i = lets.size(); i-- > 0;) out = LetStmt::make(lets[i].first, lets[i].second, out);
+    return out;
+  }
+
+  // The row each lane supplies to ldmatrix for the `matrices` pairs of 16-bit values from
+  // operand `first` on (a fragment of A: 4; of B: 2), as a Load of its 16 bytes; nothing where
+  // the pairs are not provably such rows (tensorize.h says what is proved).
+  std::optional<Expr> fragment_rows(const std::vector<Expr>& operands, int first, int matrices, const char* widen) {
+    if (!thread_x_.as<Var>() || thread_x_extent_ < kWarp) return std::nullopt;
+    std::string buffer;
+    std::vector<Expr> lo_index;  // per pair: the index of its first value
+    for (int j = 0; j < matrices; ++j) {
+      Expr c0, c1;
+      const Call* w0 = held_16_bits(operands[static_cast<size_t>(first + 2 * j)], widen, c0);
+      const Call* w1 = held_16_bits(operands[static_cast<size_t>(first + 2 * j + 1)], widen, c1);
+      const Load* l0 = w0 ? w0->args[0].as<Load>() : nullptr;
+      const Load* l1 = w1 ? w1->args[0].as<Load>() : nullptr;
+      if (!l0 || !l1 || l0->buffer != l1->buffer || (j > 0 && l0->buffer != buffer) || l0->type != Type::uint16() ||
+          l1->type != Type::uint16() || constant(l1->index - l0->index) != 1) {
+        return std::nullopt;
+      }
+      buffer = l0->buffer;
+      lo_index.push_back(l0->index);
+    }
+    auto size = shared_.find(buffer);
+    if (size == shared_.end()) return std::nullopt;
+    // The thread index as 32 w + lane, w the warp (symbolic, in range), the lane given.
+    const Expr w = Var::make("tf_warp", thread_x_.type());
+    RangeMap ranges = ranges_;
+    ranges[w.get()] = {0, thread_x_extent_ / kWarp - 1};
+    auto at_lane = [&](const Expr& e, int64_t lane) {
+      return simplify(substitute(e, VarMap{{thread_x_.get(), w * Expr(kWarp) + Expr(lane)}}), ranges);
+    };
+    // Lane (g, t)'s pair j is row g's start plus 2 t values; the row 16-byte aligned.
+    bool inside = true;  // every row provably in the buffer
+    for (int j = 0; j < matrices; ++j) {
+      for (int64_t g = 0; g < 8; ++g) {
+        const Expr row = at_lane(lo_index[static_cast<size_t>(j)], 4 * g);
+        for (int64_t t = 1; t < 4; ++t) {
+          if (constant(at_lane(lo_index[static_cast<size_t>(j)], 4 * g + t) - row) != 2 * t) return std::nullopt;
+        }
+        if (known_multiple(row) % 8 != 0) return std::nullopt;
+        const std::optional<Interval> b = const_bounds(row, ranges);
+        inside = inside && b && b->lo >= 0 && b->hi + 8 <= size->second;
+      }
+    }
+    const int64_t last_row = (size->second - 8) / 8 * 8;  // the last whole aligned row
+    if (last_row < 0) return std::nullopt;
+    // Lane l supplies row l % 8 of matrix (l / 8) % matrices: pair (l / 8) % matrices of the
+    // lane 4 (l % 8) of its warp.
+    const Expr lane = thread_x_ % Expr(kWarp);
+    const Expr supplier = thread_x_ - lane + lane % Expr(int64_t{8}) * Expr(int64_t{4});
+    const Expr which = lane / Expr(int64_t{8}) % Expr(int64_t{matrices});
+    Expr row;
+    for (int j = matrices - 1; j >= 0; --j) {
+      Expr r = substitute(lo_index[static_cast<size_t>(j)], VarMap{{thread_x_.get(), supplier}});
+      row = row ? Select::make(eq(which, Expr(int64_t{j})), r, row) : r;
+    }
+    row = simplify(row);
+    for (int64_t l = 0; l < kWarp; ++l) {  // as built, lane by lane
+      const int j = static_cast<int>(l / 8 % matrices);
+      if (constant(at_lane(row, l) - at_lane(lo_index[static_cast<size_t>(j)], 4 * (l % 8))) != 0) return std::nullopt;
+    }
+    // A row that may lie past the buffer (a tile trimmed to the matrix: rows past M) is one
+    // whose values the guards discard (the pairs read it only where they hold): read the
+    // buffer's last aligned row instead, as every lane must supply an address in it.
+    if (!inside) row = max(min(row, Expr(last_row)), Expr(int64_t{0}));
+    return Load::make(Type::int32().with_lanes(4), buffer, Ramp::make(simplify(row / Expr(int64_t{2})), Expr(int64_t{1}), 4));
   }
 
   static std::string to_string_or(const Expr& e) {
@@ -154,9 +256,23 @@ class Tensorizer : public IRMutator {
   std::set<const ExprNode*> done_;
   Expr thread_x_;
   int64_t thread_x_extent_ = 0;
+  RangeMap ranges_;                       // the enclosing loops' variables
+  std::map<std::string, int64_t> shared_;  // the shared buffers in scope: their elements
 };
 
 }  // namespace
+
+const Call* held_16_bits(const Expr& e, const char* widen, Expr& cond) {
+  Expr x = e;
+  if (const Select* sel = e.as<Select>()) {
+    const FloatImm* zero = sel->f.as<FloatImm>();
+    if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
+    cond = sel->cond;
+    x = sel->t;
+  }
+  const Call* w = x.as<Call>();
+  return w && w->name == widen && w->type.lanes == 1 ? w : nullptr;
+}
 
 Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks) {
   if (marks.empty()) return s;

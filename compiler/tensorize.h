@@ -33,6 +33,22 @@ struct TensorizeMark {
 // Replaces every marked loop of `s` (simplified first, so the nest has no guards it does not
 // need); a nest that is not of the form above is a UserError naming the stage, the loop and
 // what differs.
+//
+// A 16-bit product (kMmaF16, kMmaBF16) whose fragment of A (or B) is four (two) pairs of
+// consecutive 16-bit values of one shared buffer, each value widened (f16_to_float,
+// bf16_to_float) alone or under a select against +0 (a tile's guard), reads that fragment by
+// one ldmatrix (compiler/ir.h kLdMatrix: x4 for A, x2 for B) where the pass proves, lane by
+// lane, that pair j of lane (g, t) is word t of a 16-byte aligned row inside the buffer that
+// lane 8 j + g can supply (the row of lane 4 g's pair; the thread index taken apart as
+// 32 w + 4 g + t, every other variable left symbolic), and the values' guards, if any, select
+// from the fragment afterwards (the rows are read whole; a row that may lie past the buffer, in
+// a tile trimmed to the matrix, is one the guards discard, and its lanes read the buffer's last
+// row instead); otherwise its pairs are read as they are.
 Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks);
+
+// A 16-bit product's operand that widens a value held in 16 bits: `widen` (kF16ToFloat or
+// kBF16ToFloat) of a scalar, alone or under a select against +0 (the padding), whose condition
+// goes to `cond`. Null for any other operand.
+const Call* held_16_bits(const Expr& e, const char* widen, Expr& cond);
 
 }  // namespace tf::ir

@@ -38,10 +38,13 @@ thread_local std::barrier<>* emulated_block = nullptr;
 // barrier per warp (its 32 threads), for the calling thread (its index in the block, x fastest).
 struct EmulatedWarps {
   std::vector<std::array<float, 16>> operands;
+  // The rows each lane supplies to ldmatrix, in two sets used in turn (see emulated_ldmatrix).
+  std::array<std::vector<std::array<int32_t, 4>>, 2> rows;
   std::vector<std::unique_ptr<std::barrier<>>> meet;
 };
 thread_local EmulatedWarps* emulated_warps = nullptr;
 thread_local int64_t emulated_thread = 0;
+thread_local int emulated_ldmatrix_calls = 0;  // the calling thread's (its warp's) so far
 
 // A warp-level product of depth K (8: TF32, 16: float16 and bfloat16; compiler/ir.h) in an
 // emulated block: the 32 threads of the caller's warp meet, each leaves its fragments, A
@@ -83,7 +86,29 @@ void emulated_mma(const float* in, float* out, int K, float (*round)(float)) {
   }
   w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
 }
+
+// ldmatrix of `n` 8 x 8 matrices of 16-bit values (compiler/ir.h kLdMatrix) in an emulated
+// block: the warp's lanes meet, each having left the row of 16 bytes it supplies, and lane l
+// takes as its word j word l % 4 of the row lane 8 j + l / 4 supplied. One meeting: the rows go
+// to two sets in turn, so a lane writing its next-but-one row has passed the next meeting,
+// which every lane reaches only after reading this one's.
+void emulated_ldmatrix(const int32_t* row, int32_t* out, int n) {
+  EmulatedWarps& w = *emulated_warps;
+  const int64_t warp = emulated_thread / 32, lane = emulated_thread % 32;
+  if ((warp + 1) * 32 > static_cast<int64_t>(w.operands.size())) {
+    std::fprintf(stderr, "ldmatrix in a block of %zu threads: warp %lld is not whole (32 threads)\n",
+                 w.operands.size(), static_cast<long long>(warp));
+    std::abort();
+  }
+  std::vector<std::array<int32_t, 4>>& rows = w.rows[static_cast<size_t>(emulated_ldmatrix_calls++ % 2)];
+  std::copy(row, row + 4, rows[static_cast<size_t>(emulated_thread)].begin());
+  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
+  for (int j = 0; j < n; ++j) out[j] = rows[static_cast<size_t>(warp * 32 + 8 * j + lane / 4)][static_cast<size_t>(lane % 4)];
+}
 }  // namespace
+
+extern "C" void tunefarm_emulated_ldmatrix_x2(const int32_t* row, int32_t* out) { emulated_ldmatrix(row, out, 2); }
+extern "C" void tunefarm_emulated_ldmatrix_x4(const int32_t* row, int32_t* out) { emulated_ldmatrix(row, out, 4); }
 
 // Called by kernels built from emulate_gpu_thread at each barrier (the test programs export
 // it: ENABLE_EXPORTS).
@@ -218,6 +243,7 @@ int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::v
   // lanes that never come, so the thread count is checked where one is used).
   EmulatedWarps warps;
   warps.operands.resize(static_cast<size_t>(threads));
+  for (auto& r : warps.rows) r.resize(static_cast<size_t>(threads));
   for (int64_t t = 0; t < threads; t += 32) {
     warps.meet.push_back(std::make_unique<std::barrier<>>(std::min<int64_t>(32, threads - t)));
   }

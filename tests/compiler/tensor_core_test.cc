@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "compiler/driver.h"
+#include "compiler/ir_printer.h"
 #include "compiler/link.h"
 #include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
@@ -255,7 +256,7 @@ TEST(TensorCore, TilesPast48KiBRunFromDynamicSharedMemory) {
 // reference of the rounded operands; ptxas: every pair of a fragment one 32-bit shared load
 // (none of float32), no rounding but the copies', half the shared memory; and the knob refused
 // by name where it has no meaning or would not fit a lane's registers.
-TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
+TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadFragmentsByLdmatrix) {
   const Target sm80 = parse_target("cuda -arch=sm_80");
   auto with = [](nlohmann::json c) {
     c["half_tiles"] = true;
@@ -330,9 +331,11 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadEachPairAsOneWord) {
     const int64_t tm = half.config["tiles_m"], tn = half.config["tiles_n"],
                   uk = half.config["unroll_k"];
     EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
-    // A's fragment is 4 words a tile and step, B's 2; nothing loads a float from shared memory.
-    EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), (4 * tm + 2 * tn) * uk)
-        << what;
+    // A's fragment is one ldmatrix x4 a tile and step (4 words), B's one x2; nothing loads a
+    // float, or a word alone, from shared memory.
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
+    EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
     EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.v2.f32"), 0) << what;
     // Each value is rounded once, as it is copied: as many roundings as copied floats.
     const int64_t loads = count(ptx, "ld.global.nc.f32") + 4 * count(ptx, "ld.global.nc.v4.f32");
@@ -403,6 +406,10 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
                                           : compile_kernel(w, sm80, config, "given", "");
       EXPECT_EQ(template_name(w, sm80), "dense_tc.cuda.v2");
       std::string what = w.canonical() + " config " + k.config.dump();
+      // Shared 16-bit tiles are read by ldmatrix (guarded where the tiles overhang): the
+      // emulated warps exchange its rows as the hardware does, so a wrong row address fails.
+      EXPECT_EQ(ir::to_string(k.lowered.func).find("ldmatrix(") != std::string::npos, k.config.value("shared", true))
+          << what;
       testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 17);
       EXPECT_TRUE(r.ok()) << what << ": " << r.str();
     }
@@ -424,7 +431,10 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
     const std::string ptx = assemble_sm90(k, what);
     const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
     EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
-    EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), (4 * tm + 2 * tn) * uk) << what;
+    // Each fragment one ldmatrix (A's x4, B's x2), no word loaded alone.
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
+    EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
     // A's tiles are 16-byte cp.async copies; nothing is rounded or loaded from shared as float.
     EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
     EXPECT_EQ(count(ptx, "cvt.rn.f16.f32") + count(ptx, "cvt.rn.bf16.f32") + count(ptx, "cvt.rn.f16x2.f32"), 0)
@@ -441,7 +451,7 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
   }
   // Float32 data times 16-bit weights given as [N][K] (a model's weights stored in 16 bits):
   // B's tiles cp.async copies, never loaded an element at a time; A's tile float32 (rounded as
-  // the product reads it), or with half_tiles rounded as it is copied, every pair one word.
+  // the product reads it), or with half_tiles rounded as it is copied, read by ldmatrix.
   Workload mixed = parse_workload("matmul(M=128,N=768,K=3072,weight_dtype=float16,trans_b=1,epilogue=bias)");
   for (bool half : {false, true}) {
     nlohmann::json cfg = compile_kernel(mixed, sm90, nullptr, "default", "").config;
@@ -453,8 +463,9 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
     EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
     EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
     EXPECT_EQ(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.v4.u16"), 0) << what;
-    const int64_t words = count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32");
-    EXPECT_EQ(words, (half ? 4 * tm + 2 * tn : 2 * tn) * uk) << what;
+    EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), half ? tm * uk : 0) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
     EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.v2.f32") > 0, !half) << what;
   }
 }

@@ -452,13 +452,13 @@ class Errors(unittest.TestCase):
         # has no device entry point.
         module = tunefarm.optimize(seeded(MLP), (torch.randn(1, 64),), target="cuda -arch=sm_90")
         self.assertRaisesWith(ValueError, "compiled for a cuda GPU", module, torch.randn(1, 64))
-        # Products on the GPU's tensor cores (precision=...: the summary's kernels are the same
-        # count); tf32 is for tensor cores only, and an unknown precision is refused by name.
+        # Products on the GPU's tensor cores (the weights in 16 bits: weight_dtype=float16); tf32
+        # is for tensor cores only, and an unknown precision is refused by name.
         tc_path = tunefarm.compile_model(onnx, target="cuda -arch=sm_90", precision="fp16")
         self.assertEqual(tunefarm.load(tc_path)._model.device_kind, "cuda")
         with open(tc_path + ".json") as f:
             kernels = json.load(f)["kernels"]
-        self.assertTrue(any("precision=fp16" in k.get("workload", "") for k in kernels), kernels)
+        self.assertTrue(any("weight_dtype=float16" in k.get("workload", "") for k in kernels), kernels)
         self.assertRaisesWith(ValueError, "--precision tf32 rounds the products as NVIDIA's tensor cores do",
                               tunefarm.compile_model, onnx, precision="tf32")
         self.assertRaisesWith(ValueError, "--precision 'fp8' is not one of", tunefarm.optimize, seeded(MLP),
