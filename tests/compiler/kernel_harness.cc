@@ -46,6 +46,19 @@ thread_local EmulatedWarps* emulated_warps = nullptr;
 thread_local int64_t emulated_thread = 0;
 thread_local int emulated_ldmatrix_calls = 0;  // the calling thread's (its warp's) so far
 
+// The calling thread's block's warps, its own whole (32 threads); a warp-wide `what` in a
+// block whose last warp is partial stops the program (its lanes would wait forever).
+EmulatedWarps& whole_warp(const char* what) {
+  EmulatedWarps& w = *emulated_warps;
+  const int64_t warp = emulated_thread / 32;
+  if ((warp + 1) * 32 > static_cast<int64_t>(w.operands.size())) {
+    std::fprintf(stderr, "%s in a block of %zu threads: warp %lld is not whole (32 threads)\n", what,
+                 w.operands.size(), static_cast<long long>(warp));
+    std::abort();
+  }
+  return w;
+}
+
 // A warp-level product of depth K (8: TF32, 16: float16 and bfloat16; compiler/ir.h) in an
 // emulated block: the 32 threads of the caller's warp meet, each leaves its fragments, A
 // (16 x K) and B (K x 8) are put together from them by the instruction's layout, and each lane
@@ -53,13 +66,8 @@ thread_local int emulated_ldmatrix_calls = 0;  // the calling thread's (its warp
 // float32 in k order). A second meeting keeps a lane from overwriting its operands before the
 // others have read them.
 void emulated_mma(const float* in, float* out, int K, float (*round)(float)) {
-  EmulatedWarps& w = *emulated_warps;
+  EmulatedWarps& w = whole_warp("a warp-level product");
   const int64_t warp = emulated_thread / 32, lane = emulated_thread % 32;
-  if ((warp + 1) * 32 > static_cast<int64_t>(w.operands.size())) {
-    std::fprintf(stderr, "a warp-level product in a block of %zu threads: warp %lld is not whole (32 threads)\n",
-                 w.operands.size(), static_cast<long long>(warp));
-    std::abort();
-  }
   const int na = K / 2, nb = K / 4;  // a lane's operands of A and of B; then 4 of C
   std::copy(in, in + na + nb + 4, w.operands[static_cast<size_t>(emulated_thread)].begin());
   w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
@@ -93,13 +101,8 @@ void emulated_mma(const float* in, float* out, int K, float (*round)(float)) {
 // to two sets in turn, so a lane writing its next-but-one row has passed the next meeting,
 // which every lane reaches only after reading this one's.
 void emulated_ldmatrix(const int32_t* row, int32_t* out, int n) {
-  EmulatedWarps& w = *emulated_warps;
+  EmulatedWarps& w = whole_warp("ldmatrix");
   const int64_t warp = emulated_thread / 32, lane = emulated_thread % 32;
-  if ((warp + 1) * 32 > static_cast<int64_t>(w.operands.size())) {
-    std::fprintf(stderr, "ldmatrix in a block of %zu threads: warp %lld is not whole (32 threads)\n",
-                 w.operands.size(), static_cast<long long>(warp));
-    std::abort();
-  }
   std::vector<std::array<int32_t, 4>>& rows = w.rows[static_cast<size_t>(emulated_ldmatrix_calls++ % 2)];
   std::copy(row, row + 4, rows[static_cast<size_t>(emulated_thread)].begin());
   w.meet[static_cast<size_t>(warp)]->arrive_and_wait();

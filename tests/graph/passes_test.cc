@@ -243,6 +243,17 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   EXPECT_LT(err_half, 0.003 * most);
 }
 
+// Runs the passes on `g` at precision `p` for a CUDA target's tensor cores; its nodes by op.
+std::map<std::string, int> on_tensor_cores(Graph& g, Precision p) {
+  PassOptions o;
+  o.precision = p;
+  o.tensor_cores = true;
+  run_passes(g, o);
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes) ++ops[n.op];
+  return ops;
+}
+
 // On a CUDA target (tensor_cores) every MatMul, Gemm and group-1 Conv is marked for the tensor
 // cores instead (activations by activations too): its task is dense_tc.cuda's or
 // conv2d_tc.cuda's `precision=...` workload, and the reference evaluation rounds the marked
@@ -257,12 +268,7 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
   for (auto [p, name, bound] : {std::tuple{Precision::TF32, "tf32", 2e-3}, std::tuple{Precision::Float16, "fp16", 3e-3},
                                 std::tuple{Precision::BFloat16, "bf16", 0.02}}) {
     Graph g = original;
-    PassOptions o;
-    o.precision = p;
-    o.tensor_cores = true;
-    run_passes(g, o);
-    std::map<std::string, int> ops;
-    for (const Node& n : g.nodes) ++ops[n.op];
+    std::map<std::string, int> ops = on_tensor_cores(g, p);
     // At fp16 and bf16 the product of constant weights reads them in 16 bits, N x K.
     const bool sixteen = p != Precision::TF32;
     EXPECT_EQ(ops["MatMul"], sixteen ? 0 : 1) << name;
@@ -342,12 +348,7 @@ TEST(GraphPasses, TensorCoreProductsReadTheirConstantWeightsIn16Bits) {
     for (Node& n : marked.nodes)
       if (n.op == "MatMul" || n.op == "Gemm") n.attrs[kTensorCorePrecision] = std::string(precision_name(p));
     Graph g = b.g;
-    PassOptions o;
-    o.precision = p;
-    o.tensor_cores = true;
-    run_passes(g, o);
-    std::map<std::string, int> ops;
-    for (const Node& n : g.nodes) ++ops[n.op];
+    std::map<std::string, int> ops = on_tensor_cores(g, p);
     EXPECT_EQ(ops[kTensorCoreMatMul], 2);
     EXPECT_EQ(ops["MatMul"], 1);  // the activations' product
     EXPECT_EQ(ops["Gemm"], 0);
