@@ -228,7 +228,7 @@ class Tensorizer : public IRMutator {
     // Lane l supplies row l % 8 of matrix (l / 8) % matrices: pair (l / 8) % matrices of the
     // lane 4 (l % 8) of its warp.
     const Expr lane = thread_x_ % Expr(kWarp);
-    const Expr supplier = thread_x_ - lane + lane % Expr(int64_t{8}) * Expr(int64_t{4});
+    const Expr supplier = thread_x_ / Expr(kWarp) * Expr(kWarp) + thread_x_ % Expr(int64_t{8}) * Expr(int64_t{4});
     const Expr which = lane / Expr(int64_t{8}) % Expr(int64_t{matrices});
     Expr row;
     for (int j = matrices - 1; j >= 0; --j) {
