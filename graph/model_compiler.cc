@@ -521,6 +521,14 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
                           " tensor-core products (--precision ", precision_name(tensor_core_precision(g)), ") need the 32 lanes of a warp together: run the "
                           "library on the GPU, or emulate it without --precision"));
     }
+    // Made for a cuda target's tensor cores (auto-mixed-precision); a model could name it too.
+    if (target.kind != TargetKind::Cuda || emulate_gpu) {
+      for (const Node& n : g.nodes) {
+        if (n.op == kTensorCoreMatMul)
+          throw UserError(str(n.where(), ": ", kTensorCoreMatMul, " runs on a cuda target's tensor cores (--precision fp16 or bf16), not ",
+                              emulate_gpu ? "--emulate-gpu" : target.str()));
+      }
+    }
     // Every value must fit the budget on its own before anything is generated.
     check_input_budgets(g, memory_budget);
     for (const Node& n : g.nodes) check_output_budgets(g, n, memory_budget);

@@ -16,7 +16,9 @@
 #include "compiler/lower.h"
 #include "compiler/operators.h"
 #include "graph/fusion.h"
+#include "graph/memory_budget.h"
 #include "graph/memory_plan.h"
+#include "graph/model_compiler.h"
 #include "graph/node_te.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
@@ -391,6 +393,25 @@ TEST(GraphPasses, TensorCoreProductsReadTheirConstantWeightsIn16Bits) {
       for (const tf::ir::LoweredFunc& kf : prog.kernels)
         ASSERT_EQ(tf::testing::emulate_gpu_kernel(kf, tf::check_gpu_kernel(kf, sm90), bufs), 0);
       for (size_t e = 0; e < y.f.size(); ++e) ASSERT_NEAR(bufs[2][e], y.f[e], 1e-5 * (1 + std::fabs(y.f[e]))) << e;
+    }
+  }
+  // Compiled for another target than cuda's tensor cores (a model may name the op), refused by name.
+  {
+    Graph g = b.g;
+    on_tensor_cores(g, Precision::Float16);
+    g.tensor_core_nodes = 0;  // as a model naming the op would have it (not counted by the pass)
+    tf::graph::ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return tf::graph::KernelConfig{}; };
+    for (const auto& [target, emulate] : {std::pair{tf::host_target(), false}, std::pair{sm90, true}}) {
+      try {
+        compile_model(g, target, defaults, tf::testing::temp_dir() + "/tc.so", "tc", default_memory_budget(), emulate);
+        ADD_FAILURE() << "a MatMulTensorCore compiled for " << target.str();
+      } catch (const tf::UserError& e) {
+        EXPECT_NE(std::string(e.what()).find("(MatMulTensorCore): MatMulTensorCore runs on a cuda target's tensor cores "
+                                             "(--precision fp16 or bf16), not " +
+                                             (emulate ? std::string("--emulate-gpu") : tf::host_target().str())),
+                  std::string::npos)
+            << e.what();
+      }
     }
   }
   // A MatMulTensorCore of another precision is refused by name (the weights have no 16-bit type).
