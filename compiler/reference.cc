@@ -24,7 +24,7 @@ const float* bias_of(const Workload& w, const std::vector<const float*>& in, siz
 
 void matmul(const Workload& w, const std::vector<const float*>& in, float* out, int64_t batches) {
   int64_t M = w.get("M"), N = w.get("N"), K = w.get("K");
-  const bool tb = w.has("trans_b") && w.get("trans_b") == 1;  // B given as [N][K]
+  const bool tb = w.flag("trans_b");  // B given as [N][K]
   const float* bias = bias_of(w, in);
   for (int64_t b = 0; b < batches; ++b) {
     const float* A = in[0] + b * M * K;

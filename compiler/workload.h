@@ -89,6 +89,8 @@ struct Workload {
 
   int64_t get(const std::string& key) const;
   bool has(const std::string& key) const;  // whether the operator has the key
+  // An optional 0/1 key (trans_b, const_b): set, where the operator has it (false elsewhere).
+  bool flag(const std::string& key) const { return has(key) && get(key) != 0; }
   // The parameters the canonical form names: all but optional keys at their defaults.
   std::vector<std::pair<std::string, int64_t>> shown_params() const;
   std::string canonical() const;

@@ -60,7 +60,7 @@ class DenseCpu final : public CpuTemplate {
     auto [acc, out] = acc_and_writer(s, g);
     if (c["pack_b"].get<bool>()) {
       // Panels along N: B's last dimension, or the one before K with trans_b=1 ([N][K]).
-      const bool tb = g.workload.has("trans_b") && g.workload.get("trans_b") == 1;
+      const bool tb = g.workload.flag("trans_b");
       if (Stage* p = pack_input(s, g, "B", (batch ? 2 : 1) - (tb ? 1 : 0), c["tile_n"])) {
         const auto& ax = p->op()->axes;
         if (c["parallel"].get<bool>()) p->parallel(ax[0].var);

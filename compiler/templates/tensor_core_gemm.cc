@@ -65,7 +65,7 @@ bool given_16_bits(const OpGraph& g, bool b) {
 }
 
 // Whether B is given as [N][K] (trans_b=1: K innermost, as its tile holds 16-bit operands).
-bool b_along_k(const OpGraph& g) { return g.workload.has("trans_b") && g.workload.get("trans_b") == 1; }
+bool b_along_k(const OpGraph& g) { return g.workload.flag("trans_b"); }
 
 // Whether operand A's (b: B's) shared tile holds 16 bits.
 bool tile_16_bits(const OpGraph& g, const json& c, bool b) { return half_tiles(c) || given_16_bits(g, b); }
