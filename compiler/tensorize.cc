@@ -49,6 +49,7 @@ class Tensorizer : public IRMutator {
     // The loops' ranges (where their bounds are constants), for the bounds of those rows.
     const std::optional<int64_t> lo = constant(f->min), n = constant(f->extent);
     if (lo && n && *n > 0) ranges_[f->var.get()] = {*lo, *lo + *n - 1};
+    loop_vars_.insert(f->var.get());
     Stmt r;
     if (f->for_kind != ForKind::ThreadIdxX) {
       r = IRMutator::mutate_stmt(s);
@@ -62,6 +63,7 @@ class Tensorizer : public IRMutator {
       thread_x_extent_ = outer_extent;
     }
     ranges_.erase(f->var.get());
+    loop_vars_.erase(f->var.get());
     return r;
   }
 
@@ -198,6 +200,15 @@ class Tensorizer : public IRMutator {
           l1->type != Type::uint16() || constant(l1->index - l0->index) != 1) {
         return std::nullopt;
       }
+      // Lanes differ only in the thread index: every other variable must be an enclosing
+      // loop's (the same on all lanes of a warp: threadIdx.x runs whole warps), and nothing
+      // is read to index (a loaded index may differ per lane).
+      bool lane_only = true;
+      post_order(l0->index, [&](const Expr& x) {
+        if (x.as<Load>() || x.as<Call>() || (x.as<Var>() && !x.same_as(thread_x_) && !loop_vars_.count(x.get())))
+          lane_only = false;
+      });
+      if (!lane_only) return std::nullopt;
       buffer = l0->buffer;
       lo_index.push_back(l0->index);
     }
@@ -256,7 +267,8 @@ class Tensorizer : public IRMutator {
   std::set<const ExprNode*> done_;
   Expr thread_x_;
   int64_t thread_x_extent_ = 0;
-  RangeMap ranges_;                       // the enclosing loops' variables
+  RangeMap ranges_;                       // the enclosing loops' variables with constant bounds
+  std::set<const ExprNode*> loop_vars_;   // every enclosing loop's variable
   std::map<std::string, int64_t> shared_;  // the shared buffers in scope: their elements
 };
 

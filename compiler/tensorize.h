@@ -40,7 +40,8 @@ struct TensorizeMark {
 // one ldmatrix (compiler/ir.h kLdMatrix: x4 for A, x2 for B) where the pass proves, lane by
 // lane, that pair j of lane (g, t) is word t of a 16-byte aligned row inside the buffer that
 // lane 8 j + g can supply (the row of lane 4 g's pair; the thread index taken apart as
-// 32 w + 4 g + t, every other variable left symbolic), and the values' guards, if any, select
+// 32 w + 4 g + t, every other variable an enclosing loop's, left symbolic; no index read from
+// memory), and the values' guards, if any, select
 // from the fragment afterwards (the rows are read whole; a row that may lie past the buffer, in
 // a tile trimmed to the matrix, is one the guards discard, and its lanes read the buffer's last
 // row instead); otherwise its pairs are read as they are.
