@@ -230,25 +230,6 @@ class CodeGenCpu final : public CodeGen {
   // tunefarm_emulated_<name>(operands, result), which the emulating program defines
   // (tests/compiler/kernel_harness.cc): the threads of a warp meet there, exchange their
   // fragments and each takes its part of D.
-  // A warp's fragment loads (kLdMatrix) in the same emulation: tunefarm_emulated_ldmatrix_x<n>(row,
-  // result), where the lanes meet, each leaves the 16 bytes it supplies and takes its words.
-  llvm::Value* ldmatrix(const Call* c) override {
-    if (!kernel_args_.count("tf_emu_ids")) {
-      throw UserError(str("kernel ", name_, " uses ", c->name, " (NVIDIA's warp-level fragment loads): it runs on a GPU, "
-                          "or in the threaded emulation of a block, not on ", target_.str()));
-    }
-    const int64_t n = *as_const_int(c->args[1]);
-    llvm::IRBuilder<> entry(entry_, entry_->begin());
-    llvm::AllocaInst* row = entry.CreateAlloca(type_of(c->args[0].type()));
-    llvm::AllocaInst* out = entry.CreateAlloca(type_of(c->type));
-    row->setAlignment(llvm::Align(16));
-    out->setAlignment(llvm::Align(16));
-    b_.CreateAlignedStore(expr(c->args[0]), row, llvm::Align(16));
-    const std::string fn = str("tunefarm_emulated_", c->name, "_x", n);
-    b_.CreateCall(runtime(fn.c_str(), b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy()}), {row, out});
-    return b_.CreateAlignedLoad(type_of(c->type), out, llvm::Align(16));
-  }
-
   llvm::Value* warp_mma(const Call* c) override {
     if (!kernel_args_.count("tf_emu_ids")) {
       throw UserError(str("kernel ", name_, " uses ", c->name, " (NVIDIA tensor cores): it runs on a GPU, or in "
@@ -266,6 +247,25 @@ class CodeGenCpu final : public CodeGen {
     const std::string fn = "tunefarm_emulated_" + c->name;
     llvm::FunctionCallee mma = runtime(fn.c_str(), b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy()});
     b_.CreateCall(mma, {in, out});
+    return b_.CreateAlignedLoad(type_of(c->type), out, llvm::Align(16));
+  }
+
+  // A warp's fragment loads (kLdMatrix) in the same emulation: tunefarm_emulated_ldmatrix_x<n>(row,
+  // result), where the lanes meet, each leaves the 16 bytes it supplies and takes its words.
+  llvm::Value* ldmatrix(const Call* c) override {
+    if (!kernel_args_.count("tf_emu_ids")) {
+      throw UserError(str("kernel ", name_, " uses ", c->name, " (NVIDIA's warp-level fragment loads): it runs on a GPU, "
+                          "or in the threaded emulation of a block, not on ", target_.str()));
+    }
+    const int64_t n = *as_const_int(c->args[1]);
+    llvm::IRBuilder<> entry(entry_, entry_->begin());
+    llvm::AllocaInst* row = entry.CreateAlloca(type_of(c->args[0].type()));
+    llvm::AllocaInst* out = entry.CreateAlloca(type_of(c->type));
+    row->setAlignment(llvm::Align(16));
+    out->setAlignment(llvm::Align(16));
+    b_.CreateAlignedStore(expr(c->args[0]), row, llvm::Align(16));
+    const std::string fn = str("tunefarm_emulated_", c->name, "_x", n);
+    b_.CreateCall(runtime(fn.c_str(), b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy()}), {row, out});
     return b_.CreateAlignedLoad(type_of(c->type), out, llvm::Align(16));
   }
 
