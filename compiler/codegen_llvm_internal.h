@@ -933,9 +933,6 @@ class CodeGen {
     vars_.erase(f->var.get());
   }
 
-  // The multiple that every value of the integer expression `e` is of (compiler/simplify.h).
-  static int64_t known_multiple(const Expr& e) { return ir::known_multiple(e); }
-
   void allocate(const Allocate* a) {
     if (a->scope == MemScope::Shared && allocate_shared(a)) return;
     if (a->scope == MemScope::Local || a->scope == MemScope::Shared) {

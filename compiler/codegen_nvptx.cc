@@ -213,8 +213,10 @@ class CodeGenNvptx final : public CodeGenGpu {
   // A warp's fragment loads (compiler/ir.h kLdMatrix): ldmatrix.sync.aligned.m8n8.x{2,4}.shared.b16
   // from the row address this lane supplies (its Load's first word, in shared memory).
   llvm::Value* ldmatrix(const Call* c) override {
-    if (sm() < 75) {
-      throw UserError(str("kernel ", name_, " uses ", c->name, ", which ", target_.str(), " does not have: it needs sm_75 or later"));
+    // Only the tensor cores' products read fragments so: their limit, not ldmatrix's (sm_75).
+    if (sm() < 80) {
+      throw UserError(str("kernel ", name_, " uses ", c->name, " (tensor cores' fragment loads), which ", target_.str(),
+                          " does not have: they need sm_80 or later"));
     }
     const Load* row = c->args[0].as<Load>();
     const Ramp* r = row->index.as<Ramp>();
