@@ -26,7 +26,9 @@ matmul, batch_matmul and convolution workloads with `precision=...`; depthwise o
 tensor-core template and are skipped) against PyTorch in the same precision: TF32 allowed for tf32, the peer's
 operands .half() / .bfloat16() for fp16 / bf16 (ours read float32 operands and round them;
 with --half-operands ours are 16-bit too: dtype=float16 / bfloat16 with B given as N x K,
-trans_b=1, and the peer's B the transposed view of the same tensor; matmul and batch_matmul).
+trans_b=1, and the peer's B the transposed view of the same tensor; matmul and batch_matmul;
+convolutions read their weights in 16 bits, weight_dtype, and their data in float32, as a
+--precision fp16|bf16 cuda model's do, against the peer's 16-bit data and weights).
 It checks ours against the float32 product of the rounded operands (fp16, bf16) or against the
 float32 product (tf32: within 2e-3 of the largest value), and prints TFLOPS and the share of the
 tensor-core peak (dense: 989 TFLOPS fp16/bf16 and 495 TF32 on an H100 or H200, 312 / 156 on an
@@ -35,7 +37,8 @@ A100; --peak-tflops for another GPU).
 --cpu-check runs on any machine with PyTorch: it compiles each workload for this CPU instead,
 calls it through ctypes and checks it against the same PyTorch reference, argument order and
 layouts included (what the GPU run relies on; the tests run it: tests/bench/gpu_bench_cpu_check);
-with --half-operands the 16-bit workloads too (CPUs compute them: dense.cpu).
+with --half-operands the 16-bit workloads too (CPUs compute them: dense.cpu; the convolutions of
+16-bit weights are tensor-core only, skipped).
 
 Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,grouped,other]
                           [--precision tf32|fp16|bf16 [--half-operands]]
@@ -94,7 +97,7 @@ def params_of(workload):
     p = {}
     for kv in m.group(2).split(","):
         k, v = kv.split("=")
-        p[k] = v if k in ("epilogue", "precision", "dtype") else int(v)
+        p[k] = v if k in ("epilogue", "precision", "dtype", "weight_dtype") else int(v)
     return m.group(1), p
 
 
@@ -162,17 +165,19 @@ PEAKS = {"H100": {"tf32": 494.7, "fp16": 989.4, "bf16": 989.4}, "H200": {"tf32":
 def with_precision(workload, precision, half_operands=False):
     """The workload at `precision`, or None when no tensor-core template computes it; with
     half_operands (fp16, bf16) its operands in 16 bits (dtype=float16 / bfloat16, B given as
-    [N][K]: matmul and batch_matmul only)."""
+    [N][K]: matmul and batch_matmul), or a convolution's weights (weight_dtype, the data float32:
+    what a --precision fp16|bf16 cuda model's convolutions read)."""
     if precision == "fp32":
         return workload
     op, p = params_of(workload)
     if op not in ("matmul", "batch_matmul", "conv2d_nchw", "conv2d_nhwc") or p.get("group", 1) != 1:
         return None  # depthwise and grouped: no tensor-core template
     if half_operands:
+        t = {"fp16": "float16", "bf16": "bfloat16"}[precision]
         if op not in ("matmul", "batch_matmul"):
-            return None
+            return workload[:-1] + ",weight_dtype=" + t + ")"
         # B as [N][K] (trans_b=1), so that both tiles are cp.async copies of rows along K.
-        return workload[:-1] + ",trans_b=1,dtype=" + {"fp16": "float16", "bf16": "bfloat16"}[precision] + ")"
+        return workload[:-1] + ",trans_b=1,dtype=" + t + ")"
     return workload[:-1] + ",precision=" + precision + ")"
 
 
@@ -331,7 +336,7 @@ def main():
                     help="tensor-core kernels (matmul, batch_matmul) against PyTorch in the same precision")
     ap.add_argument("--half-operands", action="store_true",
                     help="with --precision fp16|bf16: our operands in 16 bits too (dtype=float16|bfloat16 "
-                    "workloads, as the peer's; matmul and batch_matmul only)")
+                    "workloads, as the peer's: matmul and batch_matmul; convolutions' weights only, weight_dtype)")
     ap.add_argument("--peak-tflops", type=float, help="the GPU's dense tensor-core peak at --precision "
                     "(known: H100, H200, A100)")
     ap.add_argument("--models", help="time whole models instead, e.g. resnet18,resnet50,mobilenet_v2,bert_base "
@@ -361,7 +366,11 @@ def main():
         if not groups:
             fail("none of the workloads has a tensor-core template (matmul, batch_matmul, conv2d_nchw, conv2d_nhwc)")
     if a.cpu_check:
-        return cpu_check(a, groups)
+        # Float32 data times 16-bit weights rounds the data as tensor cores do: CPUs refuse it.
+        for g, w in groups:
+            if "weight_dtype=" in w:
+                print("skipped %s: tensor cores only (no CPU template)" % w)
+        return cpu_check(a, [(g, w) for g, w in groups if "weight_dtype=" not in w])
 
     try:
         import torch

@@ -62,11 +62,13 @@ step optimize 80 env PYTHONPATH="$bundle/python" python3 bench/gpu_optimize_chec
 # Issue 55: tensor-core GEMMs against cuBLAS in the same precision.
 step bench_fp16 80 python3 bench/gpu_bench.py "$bin" --precision fp16 --groups dense,bert,resnet --rounds 3 \
   --json "$WORK/bench_fp16.json"
-# The same GEMMs with 16-bit operands in global memory (dtype=float16), as cuBLAS takes them;
+# The same GEMMs with 16-bit operands in global memory (dtype=float16), as cuBLAS takes them, and
+# convolutions of 16-bit weights (weight_dtype, as --precision fp16 cuda models read them);
 # the odd shapes check ldmatrix's guarded and trimmed tiles on the hardware (MISMATCH lines).
 step bench_half 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-operands --groups dense,bert --rounds 3 \
   -w 'matmul(M=50,N=37,K=38)' -w 'matmul(M=20,N=30,K=38)' -w 'batch_matmul(B=3,M=20,N=24,K=24)' \
-  --json "$WORK/bench_half.json"
+  -w 'conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1,epilogue=bias_relu)' -w 'conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)' \
+  -w 'conv2d_nchw(N=1,C=3,H=224,W=224,K=64,R=7,S=7,stride=2,pad=3)' --json "$WORK/bench_half.json"
 # --realistic: MobileNet-v2's fresh initialization gives outputs of ~1e-9, which float16 flushes.
 step model_fp16 120 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --realistic \
   --models "${FP16_MODELS:-bert_base,resnet50,mobilenet_v2}" --rounds 3 --json "$WORK/model_fp16.json"

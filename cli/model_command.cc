@@ -120,7 +120,7 @@ static void print_bf16(const graph::Graph& g, const Target& t) {
   if (g.tensor_core_nodes > 0) {
     const Precision tc = graph::tensor_core_precision(g);
     const auto sixteen_bit_weights = std::count_if(g.nodes.begin(), g.nodes.end(),
-                                                   [](const graph::Node& n) { return n.op == graph::kTensorCoreMatMul; });
+                                                   [](const graph::Node& n) { return graph::reads_16_bit_weights(n.op); });
     const std::string p = precision_name(tc);
     std::printf("%-9s %lld of %lld products (MatMul, Gemm, Conv) on tensor cores (mma.sync: operands rounded to %s%s, "
                 "float32 sums); depthwise convolutions and the rest in float32 (docs/precision.md)\n",

@@ -44,6 +44,12 @@ Tensor make_input(OpGraph& g, const std::string& name, std::vector<int64_t> shap
 
 }  // namespace
 
+Expr widened(const OperandTypes& t, Expr e) {
+  if (t.is_integer()) return Cast::make(Type::int32(), std::move(e));
+  if (e.type() != Type::uint16()) return e;
+  return Call::make(t.precision == Precision::BFloat16 ? kBF16ToFloat : kF16ToFloat, {std::move(e)});
+}
+
 Type ir_type(DType t) {
   switch (t) {
     case DType::Float32: return Type::float32();
@@ -159,14 +165,6 @@ Expr two_sided(const std::vector<double>& l, int64_t rows, int64_t n, const Expr
 namespace ops {
 
 namespace {
-
-// An operand as the product takes it: an integer widened to int32 (products summed in int32),
-// a 16-bit float's bits widened to its float32 value (exact), float32 as it is.
-Expr widened(const OperandTypes& t, Expr e) {
-  if (t.is_integer()) return Cast::make(Type::int32(), std::move(e));
-  if (e.type() != Type::uint16()) return e;
-  return Call::make(t.precision == Precision::BFloat16 ? kBF16ToFloat : kF16ToFloat, {std::move(e)});
-}
 
 // Boards fill 16-bit float inputs with values of their type (runtime/kernel_library.h
 // fill_typed "float16", "bfloat16"), not with uint16 integers.
@@ -433,8 +431,10 @@ void build_conv2d(OpGraph& g, bool nhwc) {
   // group=G (NCHW only): output channel k reads the C/G channels of its group k / (K/G).
   const int64_t G = nhwc ? 1 : w.get("group"), Cg = C / G, Kg = K / G;
   Tensor data = nhwc ? make_input(g, "data", {N, H, W, C}) : make_input(g, "data", {N, C, H, W});
-  Tensor weight =
-      nhwc ? make_input(g, "weight", {R, S, C, K}) : make_input(g, "weight", {K, Cg, R, S});
+  // weight_dtype=float16 | bfloat16: the weights' bits (a model's weights stored in 16 bits).
+  const Type wt = ir_type(w.types.weight);
+  Tensor weight = nhwc ? make_input(g, "weight", {R, S, C, K}, wt) : make_input(g, "weight", {K, Cg, R, S}, wt);
+  name_16_bit_inputs(g);
   Tensor src = data;
   if (pad > 0) {
     g.pad = nhwc ? pad_spatial(data, pad, 1, 2) : pad_spatial(data, pad, 2, 3);
@@ -446,7 +446,7 @@ void build_conv2d(OpGraph& g, bool nhwc) {
   if (nhwc) {
     g.acc = compute(name, {N, OH, OW, K}, {"n", "oh", "ow", "k"}, [&](const std::vector<Expr>& ax) {
       Expr h = ax[1] * st + rr.var * dil, x = ax[2] * st + rs.var * dil;
-      return sum(read(src, {ax[0], h, x, rc.var}) * read(weight, {rr.var, rs.var, rc.var, ax[3]}),
+      return sum(read(src, {ax[0], h, x, rc.var}) * widened(w.types, read(weight, {rr.var, rs.var, rc.var, ax[3]})),
                  {rr, rs, rc});
     }, {rr, rs, rc});
     add_epilogue(g, "out", {"n", "oh", "ow", "k"}, 3);
@@ -454,7 +454,7 @@ void build_conv2d(OpGraph& g, bool nhwc) {
     g.acc = compute(name, {N, K, OH, OW}, {"n", "k", "oh", "ow"}, [&](const std::vector<Expr>& ax) {
       Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
       Expr c = G == 1 ? rc.var : ax[1] / Kg * Cg + rc.var;
-      return sum(read(src, {ax[0], c, h, x}) * read(weight, {ax[1], rc.var, rr.var, rs.var}),
+      return sum(read(src, {ax[0], c, h, x}) * widened(w.types, read(weight, {ax[1], rc.var, rr.var, rs.var})),
                  {rc, rr, rs});
     }, {rc, rr, rs});
     add_epilogue(g, "out", {"n", "k", "oh", "ow"}, 1);

@@ -75,4 +75,10 @@ OpGraph build_op(const Workload& w);
 // The IR element type of a workload's element type.
 ir::Type ir_type(DType t);
 
+// Operand `e` as a product of operand types `t` takes it: an integer widened to int32
+// (products summed in int32), a 16-bit float's bits widened to its float32 value (exact),
+// float32 as it is. The templates that define the product again (an implicit GEMM) read their
+// operands through it too.
+ir::Expr widened(const OperandTypes& t, ir::Expr e);
+
 }  // namespace tf

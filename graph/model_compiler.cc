@@ -524,8 +524,8 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
     // Made for a cuda target's tensor cores (auto-mixed-precision); a model could name it too.
     if (target.kind != TargetKind::Cuda || emulate_gpu) {
       for (const Node& n : g.nodes) {
-        if (n.op == kTensorCoreMatMul)
-          throw UserError(str(n.where(), ": ", kTensorCoreMatMul, " runs on a cuda target's tensor cores (--precision fp16 or bf16), not ",
+        if (reads_16_bit_weights(n.op))
+          throw UserError(str(n.where(), ": ", n.op, " runs on a cuda target's tensor cores (--precision fp16 or bf16), not ",
                               emulate_gpu ? "--emulate-gpu" : target.str()));
       }
     }

@@ -41,6 +41,13 @@ inline constexpr const char* kTensorCorePrecision = "tf_precision";
 // the weights [K, N] (a Gemm's bias an Add after it), computed by a kernel that reads the
 // weights as 16-bit values stored [N][K] (matmul weight_dtype=float16|bfloat16, trans_b=1).
 inline constexpr const char* kTensorCoreMatMul = "MatMulTensorCore";
+// The op a marked group-1 Conv of constant float32 weights becomes at fp16 and bf16: Conv's
+// inputs and attributes, computed by conv2d_tc.cuda reading the weights [K][C][R][S] as 16-bit
+// values (conv2d_nchw weight_dtype=float16|bfloat16).
+inline constexpr const char* kTensorCoreConv = "ConvTensorCore";
+// Whether `op` is one of those: a product whose kernel reads its weights in 16 bits, made for a
+// cuda target's tensor cores.
+inline bool reads_16_bit_weights(const std::string& op) { return op == kTensorCoreMatMul || op == kTensorCoreConv; }
 // The precision `n` is marked with (Float32 when it is not); UserError naming the node and the
 // value for one other than tf32, fp16, bf16.
 Precision tensor_core_precision(const Node& n);

@@ -29,7 +29,7 @@ namespace {
 // The format of op MatMulBF16 / ConvNCHWcBF16 (bfloat16) or MatMulFP16 / ConvNCHWcFP16, or of
 // a MatMulTensorCore's weights (its precision: fp16 or bf16).
 const HalfPairs& format(const Node& n) {
-  if (n.op == kTensorCoreMatMul) {
+  if (reads_16_bit_weights(n.op)) {
     const Precision p = tensor_core_precision(n);
     if (p != Precision::Float16 && p != Precision::BFloat16) {
       throw UserError(str(n.where(), ": attribute ", kTensorCorePrecision, " '", n.get_string(kTensorCorePrecision, ""),
@@ -141,6 +141,52 @@ std::vector<HostTensor> tensor_core_constants(const Graph& g, const Node& n) {
   std::vector<float> bits(static_cast<size_t>(words));
   for (int64_t i = 0; i < words; ++i) bits[static_cast<size_t>(i)] = f.pair(nk(2 * i), nk(2 * i + 1));
   return {HostTensor::floats({words}, std::move(bits))};
+}
+
+// ConvTensorCore: a marked group-1 Conv of constant float32 weights [K][C][R][S], computed by
+// conv2d_tc.cuda with the weights given in 16 bits (weight_dtype). Inference, evaluation and
+// workload are the marked Conv's (its evaluation rounds both operands to the type as the
+// tensor cores do), with the weights' type for its precision.
+const OpDef& conv() { return *find_op("Conv"); }
+
+void check_tensor_core_conv(const Node& n, const std::vector<const Value*>& in) {
+  format(n);  // its precision: fp16 or bf16
+  if (n.get_int("group", 1) != 1) throw UserError(str(n.where(), ": group ", n.get_int("group", 1), " is not 1"));
+  if (in.size() < 2 || !in[1] || !in[1]->constant || in[1]->dtype != DType::F32 || in[1]->shape.size() != 4)
+    throw UserError(str(n.where(), ": weight must be a float32 constant [K, C, R, S]"));
+}
+
+std::vector<TypeShape> tensor_core_conv_infer(const OpContext& c) {
+  check_tensor_core_conv(c.node, c.inputs);
+  return conv().infer(c);
+}
+
+std::vector<HostTensor> tensor_core_conv_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  check_tensor_core_conv(c.node, c.inputs);
+  return conv().eval(c, in);
+}
+
+AnchorWorkload tensor_core_conv_workload(const Graph& g, const Node& n) {
+  AnchorWorkload aw = conv().workload(g, n);
+  if (aw.spec.empty()) return aw;
+  const std::string marked = str(",precision=", precision_name(tensor_core_precision(n)));
+  const size_t at = aw.spec.rfind(marked);
+  TF_CHECK(at != std::string::npos && at + marked.size() == aw.spec.size(), n.op, " of workload ", aw.spec);
+  aw.spec = str(aw.spec.substr(0, at), ",weight_dtype=", &format(n) == &kF16Pairs ? "float16" : "bfloat16");
+  return aw;
+}
+
+// Its weights: [K][C][R][S] rounded to the 16-bit type, in that order, element 2i in the low
+// half of word i (the bytes of a [K][C][R][S] array of halves), carried in a float32 constant.
+std::vector<HostTensor> tensor_core_conv_constants(const Graph& g, const Node& n) {
+  const HalfPairs& f = format(n);
+  OpContext c = context(n, g, g.opset);
+  check_tensor_core_conv(n, c.inputs);
+  const std::vector<float>& w = c.in(1).constant->f;
+  const size_t count = w.size(), words = (count + 1) / 2;
+  std::vector<float> bits(words);
+  for (size_t i = 0; i < words; ++i) bits[i] = f.pair(w[2 * i], 2 * i + 1 < count ? w[2 * i + 1] : 0.0f);
+  return {HostTensor::floats({static_cast<int64_t>(words)}, std::move(bits))};
 }
 
 // ConvNCHWcBF16 (ConvNCHWcFP16): a ConvNCHWc (graph/layout.h; group 1, an even input block,
@@ -339,7 +385,16 @@ bool convert_precision(Graph& g, Precision p, bool tensor_cores) {
     // the kernel's tiles copied asynchronously (dense_tc.cuda, weight_dtype and trans_b).
     if (p == Precision::Float16 || p == Precision::BFloat16) {
       expand_nodes(g, [p](Graph& gg, const Node& n, std::vector<Node>& out) {
-        return n.has(kTensorCorePrecision) && weights_product(gg, n, kTensorCoreMatMul, p, out);
+        if (!n.has(kTensorCorePrecision)) return false;
+        if (n.op != "Conv") return weights_product(gg, n, kTensorCoreMatMul, p, out);
+        // Marked convolutions are group 1 (conv2d_nchw); their weights [K][C][R][S] are the
+        // GEMM's A as they are (rows K, C R S innermost): stored in 16 bits, nothing transposed.
+        const Value& w = gg.value(n.inputs[1]);
+        if (!w.constant || w.dtype != DType::F32 || w.shape.size() != 4) return false;
+        Node m = n;
+        m.op = kTensorCoreConv;
+        out.push_back(std::move(m));
+        return true;
       });
     }
     return changed;
@@ -366,6 +421,13 @@ void register_precision_ops(std::vector<OpDef>& ops) {
   ops.push_back({kTensorCoreMatMul, 2, 2, infer, eval, nullptr, tensor_core_workload, nullptr, /*linear_cost=*/false});
   describe(ops.back(), OpKind::Anchor, {kTensorCorePrecision});
   ops.back().kernel_constants = tensor_core_constants;
+  // The same for a marked Conv: Conv's inputs (x, weight [K, C, R, S] float32, bias) and
+  // attributes.
+  ops.push_back({kTensorCoreConv, 2, 3, tensor_core_conv_infer, tensor_core_conv_eval, nullptr, tensor_core_conv_workload,
+                 nullptr, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Anchor, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", kTensorCorePrecision});
+  ops.back().bias_axis = OpDef::BiasAxis::Channel;
+  ops.back().kernel_constants = tensor_core_conv_constants;
 }
 
 }  // namespace tf::graph

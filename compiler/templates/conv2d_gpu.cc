@@ -20,6 +20,7 @@
 // with q over the group's C/G channels and window, weight [K][C/G][R][S] read as [G][K/G][q],
 // and the output k = g*K/G + kk (the writer's rows split by K/G: batch (n, g), rows kk).
 #include "compiler/operator_table.h"
+#include "compiler/operators.h"
 #include "compiler/templates/gpu_gemm.h"
 
 namespace tf::templates {
@@ -49,7 +50,7 @@ ConvDims conv_dims(const OpGraph& g) {
 OpGraph grouped_gemm_graph(const OpGraph& g, const ConvDims& d) {
   const int64_t G = d.group, p = d.oh * d.ow, q = d.cg() * d.r * d.s;
   const Tensor& data = g.inputs[0];
-  Tensor weight = ir::placeholder(g.inputs[1]->name, {G, d.kg(), q});
+  Tensor weight = ir::placeholder(g.inputs[1]->name, {G, d.kg(), q}, g.inputs[1]->dtype);
   ir::IterVar red = ir::reduce_axis(q, "q");
   Tensor col =
       ir::compute("col", {d.n * G, q, p}, {"b", "q", "p"}, [&](const std::vector<Expr>& ax) {
@@ -65,7 +66,7 @@ OpGraph grouped_gemm_graph(const OpGraph& g, const ConvDims& d) {
       });
   Tensor acc = ir::compute("acc", {d.n * G, d.kg(), p}, {"b", "k", "p"},
                            [&](const std::vector<Expr>& ax) {
-                             return ir::sum(ir::read(weight, {ax[0] % G, ax[1], red.var}) *
+                             return ir::sum(widened(g.workload.types, ir::read(weight, {ax[0] % G, ax[1], red.var})) *
                                                 ir::read(col, {ax[0], red.var, ax[2]}),
                                             {red});
                            },
@@ -93,9 +94,13 @@ OpGraph conv_gemm_graph(const OpGraph& g, const std::string& template_id) {
   if (d.group > 1) return grouped_gemm_graph(g, d);
   const int64_t p = d.oh * d.ow, q = d.c * d.r * d.s;
   const Tensor& data = g.inputs[0];
-  // The weights as the GEMM's matrix: the same elements, in the same order.
-  Tensor weight = ir::placeholder(g.inputs[1]->name, d.nhwc ? std::vector<int64_t>{q, d.k}
-                                                            : std::vector<int64_t>{d.k, q});
+  // The weights as the GEMM's matrix: the same elements (16-bit ones with weight_dtype, read
+  // widened), in the same order.
+  Tensor weight = ir::placeholder(g.inputs[1]->name, d.nhwc ? std::vector<int64_t>{q, d.k} : std::vector<int64_t>{d.k, q},
+                                  g.inputs[1]->dtype);
+  auto weight_at = [&](const Expr& row, const Expr& col) {
+    return widened(g.workload.types, ir::read(weight, {row, col}));
+  };
   // im2col: the input element a reduction index q meets at output position pos.
   auto im2col = [&, d](const Expr& n, const Expr& qi, const Expr& pos) {
     Expr c, rr, ss;
@@ -121,13 +126,13 @@ OpGraph conv_gemm_graph(const OpGraph& g, const std::string& template_id) {
     col = ir::compute("col", {d.n, p, q}, {"n", "p", "q"},
                       [&](const std::vector<Expr>& ax) { return im2col(ax[0], ax[2], ax[1]); });
     acc = ir::compute("acc", {d.n, p, d.k}, {"n", "p", "k"}, [&](const std::vector<Expr>& ax) {
-      return ir::sum(ir::read(col, {ax[0], ax[1], red.var}) * ir::read(weight, {red.var, ax[2]}), {red});
+      return ir::sum(ir::read(col, {ax[0], ax[1], red.var}) * weight_at(red.var, ax[2]), {red});
     }, {red});
   } else {
     col = ir::compute("col", {d.n, q, p}, {"n", "q", "p"},
                       [&](const std::vector<Expr>& ax) { return im2col(ax[0], ax[1], ax[2]); });
     acc = ir::compute("acc", {d.n, d.k, p}, {"n", "k", "p"}, [&](const std::vector<Expr>& ax) {
-      return ir::sum(ir::read(weight, {ax[1], red.var}) * ir::read(col, {ax[0], red.var, ax[2]}), {red});
+      return ir::sum(weight_at(ax[1], red.var) * ir::read(col, {ax[0], red.var, ax[2]}), {red});
     }, {red});
   }
   // The GEMM's result in the workload's layout (p = oh*OW + ow), read where the direct

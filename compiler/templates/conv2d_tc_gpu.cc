@@ -9,6 +9,9 @@
 // split_k as in dense_tc.cuda: a batch-1 ResNet-50's 14 x 14 and 7 x 7 layers are 16-28 blocks
 // of 64 x 32 without it. v1 gathered the im2col operand per lane even with `shared` (ResNet-50
 // fp16 on an H200: 7.0 ms; v2 0.92 ms, PyTorch fp16 1.05).
+// weight_dtype=float16 | bfloat16: the weights given in 16 bits (a model's, stored so at compile
+// time). NCHW's A tile is then a copy of their rows (cp.async, 8 values a lane), NHWC's B tile a
+// transposing copy through registers; read by ldmatrix either way.
 #include "compiler/templates/tensor_core_gemm.h"
 
 namespace tf::templates {
@@ -16,7 +19,10 @@ namespace {
 
 class Conv2dTensorCore final : public TensorCoreGemm {
  public:
-  Conv2dTensorCore() : TensorCoreGemm("conv2d_tc.cuda", 2, {"conv2d_nchw", "conv2d_nhwc"}) {}
+  Conv2dTensorCore()
+      : TensorCoreGemm("conv2d_tc.cuda", 2, {"conv2d_nchw", "conv2d_nhwc"},
+                       {kTensorCoreTypes[0], kTensorCoreTypes[1], kTensorCoreTypes[2], k16BitWeightTypes[0],
+                        k16BitWeightTypes[1]}) {}
 
  protected:
   GemmShape gemm_shape(const OpGraph& g) const override { return conv_gemm_shape(g); }
@@ -26,6 +32,7 @@ class Conv2dTensorCore final : public TensorCoreGemm {
     const bool nhwc = g.workload.op == "conv2d_nhwc";
     return {!nhwc, nhwc};
   }
+  bool weights_are_a(const OpGraph& g) const override { return g.workload.op == "conv2d_nchw"; }
   void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows,
                    Expr& cols) const override {
     const auto& o = out.op()->axes;

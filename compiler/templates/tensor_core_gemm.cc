@@ -57,24 +57,19 @@ constexpr int64_t kPadHalf = 8;
 
 bool half_tiles(const json& c) { return c.contains("half_tiles") && c["half_tiles"].get<bool>(); }
 
-// Whether operand A (b: B) is given in 16 bits (dtype=float16, bfloat16; weight_dtype for B):
-// its tile is a 16-bit copy of it, as half_tiles makes of a float32 operand.
-bool given_16_bits(const OpGraph& g, bool b) {
-  const DType t = b ? g.workload.types.weight : g.workload.types.data;
-  return t == DType::Float16 || t == DType::BFloat16;
-}
+bool is_16_bits(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
 // Whether B is given as [N][K] (trans_b=1: K innermost, as its tile holds 16-bit operands).
 bool b_along_k(const OpGraph& g) { return g.workload.flag("trans_b"); }
 
 // Whether operand A's (b: B's) shared tile holds 16 bits.
-bool tile_16_bits(const OpGraph& g, const json& c, bool b) { return half_tiles(c) || given_16_bits(g, b); }
+bool tile_16_bits(const Given16& given, const json& c, bool b) { return half_tiles(c) || given[b]; }
 
 // Whether the copy of operand A's (b: B's) tile cannot be cp.async, so that a pipeline stages
 // it through registers: it rounds (half_tiles of a float32 operand), or transposes 16-bit
 // elements (B given as [K][N]).
-bool copied_through_registers(const OpGraph& g, const json& c, bool b) {
-  if (!given_16_bits(g, b)) return half_tiles(c);
+bool copied_through_registers(const Given16& given, const OpGraph& g, const json& c, bool b) {
+  if (!given[b]) return half_tiles(c);
   return b && !b_along_k(g);
 }
 
@@ -235,7 +230,8 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   const bool shared = c["shared"].get<bool>();
   const int64_t stages = c["stages"].get<int64_t>();
   if (stages > 1 && !shared) return str("stages ", stages, " without shared (nothing to buffer)");
-  if (half_tiles(c) && given_16_bits(g, false) && given_16_bits(g, true))
+  const Given16 given = given_16_bits(g);
+  if (half_tiles(c) && given.a && given.b)
     return str("half_tiles with ", g.workload.types.str(), " operands (their tiles are 16-bit already)");
   if (half_tiles(c)) {
     if (!shared) return "half_tiles without shared (no tiles to hold)";
@@ -248,7 +244,8 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   // cannot be cp.async (Schedule::multi_buffer): both tiles rounded as they are stored
   // (half_tiles), or B's of 16-bit operands given as [K][N], transposed so that K is innermost
   // (trans_b=1 gives it as [N][K]: a cp.async copy); beside its accumulators and operands.
-  const bool staged_a = copied_through_registers(g, c, false), staged_b = copied_through_registers(g, c, true);
+  const bool staged_a = copied_through_registers(given, g, c, false),
+             staged_b = copied_through_registers(given, g, c, true);
   if ((staged_a || staged_b) && shared && stages > 1) {
     const int64_t chunk = d.unroll_k * depth(g);
     auto share = [&](int64_t rows) { return (rows * chunk + d.threads() - 1) / d.threads(); };
@@ -468,9 +465,10 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   // k of one row or column) is one 32-bit word.
   const bool bf16 = g.workload.types.precision == Precision::BFloat16;
   const Expr kvar = g.acc->reduce_axes[0].var;
+  const Given16 given = given_16_bits(g);
   auto stage = [&](const Expr& operand, bool is_b, bool input, int64_t pad, bool vec, int64_t lanes) {
-    const bool half = tile_16_bits(g, c, is_b);
-    const bool narrow = half && !given_16_bits(g, is_b);  // float32 rounded to 16 bits as it is copied
+    const bool half = tile_16_bits(given, c, is_b);
+    const bool narrow = half && !given[is_b];  // float32 rounded to 16 bits as it is copied
     const ir::TensorRead* r = read_of(operand);
     TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
              " is not read from an input");
@@ -496,7 +494,7 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   // 16 bytes per lane where the rows allow: 4 floats, or 8 halves of a 16-bit operand whose
   // tile keeps its rows (A; B given as [N][K], trans_b=1), K innermost: cp.async's widest copy.
   // B given as [K][N] is copied along N (its 16-bit tile transposed).
-  const int64_t a_lanes = given_16_bits(g, false) ? 8 : 4, b_lanes = given_16_bits(g, true) ? 8 : 4;
+  const int64_t a_lanes = given.a ? 8 : 4, b_lanes = given.b ? 8 : 4;
   const bool bk = b_along_k(g);
   stage(mul->a, false, a_input, kPadA, a_input && sh.k % a_lanes == 0 && chunk % a_lanes == 0, a_lanes);
   stage(mul->b, true, b_input, kPadB,
@@ -516,9 +514,15 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   const int64_t rows = std::min(d.block_m(), s.m), cols = std::min(d.block_n(), s.n);
   auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4 * 4; };
   auto half_tile = [](int64_t halves) { return (halves + 7) / 8 * 8 * 2; };
-  const int64_t a = tile_16_bits(g, c, false) ? half_tile(rows * (chunk + kPadHalf)) : tile(rows * (chunk + kPadA));
-  const int64_t b = tile_16_bits(g, c, true) ? half_tile(cols * (chunk + kPadHalf)) : tile(chunk * (cols + kPadB));
+  const Given16 given = given_16_bits(g);
+  const int64_t a = tile_16_bits(given, c, false) ? half_tile(rows * (chunk + kPadHalf)) : tile(rows * (chunk + kPadA));
+  const int64_t b = tile_16_bits(given, c, true) ? half_tile(cols * (chunk + kPadHalf)) : tile(chunk * (cols + kPadB));
   return (a + b) * c["stages"].get<int64_t>();
+}
+Given16 TensorCoreGemm::given_16_bits(const OpGraph& g) const {
+  const bool a_weights = weights_are_a(g);
+  return {is_16_bits(a_weights ? g.workload.types.weight : g.workload.types.data),
+          is_16_bits(a_weights ? g.workload.types.data : g.workload.types.weight)};
 }
 int64_t TensorCoreGemm::part_depth(const OpGraph& g, const json& c) const {
   const int64_t k = gemm_shape(g).k, parts = c["split_k"];

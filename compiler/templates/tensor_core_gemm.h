@@ -13,6 +13,14 @@
 
 namespace tf::templates {
 
+// Which of the GEMM's operands are given in 16 bits (dtype=float16, bfloat16; weight_dtype for
+// the operand that is the weights): their tiles are copies of them, as half_tiles makes of a
+// float32 operand.
+struct Given16 {
+  bool a = false, b = false;
+  bool operator[](bool is_b) const { return is_b ? b : a; }
+};
+
 class TensorCoreGemm : public ScheduleTemplate {
  public:
   TensorCoreGemm(std::string name, int version, std::vector<std::string> ops,
@@ -35,6 +43,8 @@ class TensorCoreGemm : public ScheduleTemplate {
   // Whether A and B are read straight from inputs (then staged in shared memory with `shared`),
   // not computed (an im2col matrix, inlined).
   virtual std::pair<bool, bool> inputs_ab(const OpGraph& g) const = 0;
+  // Whether A is the weights (weight_dtype's operand; B by default, as in a matmul).
+  virtual bool weights_are_a(const OpGraph&) const { return false; }
   // The output stage's loops as the GEMM's batch (null when none), rows and columns, fusing
   // its axes where a GEMM axis is several of them.
   virtual void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows,
@@ -46,6 +56,7 @@ class TensorCoreGemm : public ScheduleTemplate {
   // last part's steps past K read zeros), or K rounded up to whole iterations.
   int64_t part_depth(const OpGraph& g, const json& c) const;
   int64_t shared_bytes(const OpGraph& g, const json& c) const;
+  Given16 given_16_bits(const OpGraph& g) const;
 };
 
 }  // namespace tf::templates

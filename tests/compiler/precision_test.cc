@@ -80,7 +80,7 @@ TEST(TypedWorkload, UnsupportedTypesAreRefusedByName) {
                     "matmul of float32 x int8 is not implemented");
   expect_user_error([] { parse_workload("conv2d_nchw(N=1,C=2,H=4,W=4,K=2,R=1,S=1,dtype=uint8,weight_dtype=int8)"); },
                     "conv2d_nchw of uint8 x int8 is not implemented (conv2d_nchw takes: float32, float32 in tf32, "
-                    "float32 in fp16, float32 in bf16)");
+                    "float32 in fp16, float32 in bf16, float32 x float16, float32 x bfloat16)");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=uint8,weight_dtype=int8,epilogue=relu)"); },
                     "epilogue relu on uint8 x int8 operands is not implemented yet");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=uint8,weight_dtype=int8,const_b=1)"); },

@@ -109,6 +109,7 @@ TEST(TensorCore, SampledConfigsMatchTheReference) {
       const std::string t = std::string(p) == "bf16" ? "bfloat16" : "float16";
       workloads.push_back("matmul(M=48,N=40,K=56,dtype=" + t + ")");
       workloads.push_back("matmul(M=48,N=40,K=56,weight_dtype=" + t + ",trans_b=1,epilogue=bias)");
+      workloads.push_back("conv2d_nchw(N=1,C=8,H=8,W=8,K=24,R=3,S=3,pad=1,weight_dtype=" + t + ",epilogue=bias)");
     }
     for (const std::string& text : workloads) {
       Workload w = parse_workload(text);
@@ -467,6 +468,84 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
     EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), half ? tm * uk : 0) << what;
     EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
     EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.v2.f32") > 0, !half) << what;
+  }
+}
+
+// Convolutions of 16-bit weights (weight_dtype: a cuda model's weights stored in 16 bits) and
+// float32 data. NCHW: the weights are A, their tile a copy of their rows (cp.async where C R S
+// is a multiple of 8) read by ldmatrix, the im2col tile B float32 (rounded as the product reads
+// it) or with half_tiles rounded as it is computed; NHWC: the weights are B, transposed as they
+// are copied. Emulated against the reference over padding, strides, dilation, 1x1, odd channel
+// counts (C R S not a multiple of 8: copied an element at a time), batches, split-K, stages and
+// no shared tiles; ptxas on ResNet-50's layers.
+TEST(TensorCore, ConvolutionsOf16BitWeightsMatchTheReference) {
+  const Target sm80 = parse_target("cuda -arch=sm_80");
+  struct Case {
+    const char* workload;
+    nlohmann::json config;  // null: the default
+  };
+  const Case cases[] = {
+      {"conv2d_nchw(N=2,C=5,H=9,W=7,K=20,R=3,S=3,pad=1,epilogue=bias_relu)", nullptr},
+      {"conv2d_nchw(N=1,C=24,H=6,W=6,K=40,R=1,S=1,epilogue=bias)", nullptr},
+      {"conv2d_nchw(N=1,C=8,H=10,W=10,K=24,R=3,S=3,stride=2,pad=2,dilation=2)",
+       {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 2}, {"stages", 2},
+        {"half_tiles", true}}},
+      {"conv2d_nchw(N=2,C=9,H=7,W=7,K=24,R=3,S=3,pad=1,epilogue=bias_relu)",
+       {{"warps_m", 1}, {"warps_n", 2}, {"tiles_m", 2}, {"tiles_n", 2}, {"unroll_k", 1}, {"stages", 2},
+        {"split_k", 4}}},
+      {"conv2d_nchw(N=1,C=16,H=6,W=6,K=16,R=3,S=3,pad=1)", {{"shared", false}, {"stages", 1}}},
+      {"conv2d_nchw(N=1,C=32,H=5,W=5,K=48,R=1,S=1,epilogue=relu)",
+       {{"warps_m", 1}, {"warps_n", 1}, {"tiles_m", 2}, {"tiles_n", 2}, {"unroll_k", 1}, {"stages", 3},
+        {"half_tiles", true}}},
+      {"conv2d_nhwc(N=2,H=7,W=9,C=6,K=24,R=3,S=3,pad=1,epilogue=relu)", nullptr},
+      {"conv2d_nhwc(N=1,H=8,W=8,C=16,K=32,R=3,S=3,stride=2,pad=1,epilogue=bias)",
+       {{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1}, {"stages", 2}}},
+  };
+  int sample = 0;
+  for (const char* t : {"float16", "bfloat16"}) {
+    for (const Case& c : cases) {
+      if (!testing::sampled(sample++, 3)) continue;
+      const std::string text = c.workload;
+      Workload w = parse_workload(text.substr(0, text.size() - 1) + ",weight_dtype=" + t + ")");
+      CompiledKernel k = c.config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
+                                            : compile_kernel(w, sm80, c.config, "given", "");
+      EXPECT_EQ(template_name(w, sm80), "conv2d_tc.cuda.v2");
+      std::string what = w.canonical() + " config " + k.config.dump();
+      EXPECT_EQ(k.graph.inputs[1]->dtype, ir::Type::uint16()) << what;
+      EXPECT_EQ(ir::to_string(k.lowered.func).find("ldmatrix(") != std::string::npos, k.config.value("shared", true))
+          << what;
+      testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 23);
+      EXPECT_TRUE(r.ok()) << what << ": " << r.str();
+    }
+  }
+  // CPUs have no template for it (they refuse the rounding by name, as precision=fp16's).
+  EXPECT_THROW(compile_kernel(parse_workload("conv2d_nchw(N=1,C=8,H=6,W=6,K=16,R=3,S=3,weight_dtype=float16)"),
+                              parse_target("llvm"), nullptr, "default", ""),
+               UserError);
+
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is not installed (NVIDIA's CUDA toolkit)";
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  for (const char* conv : {"conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,weight_dtype=float16,epilogue=bias_relu)",
+                           "conv2d_nchw(N=1,C=256,H=14,W=14,K=1024,R=1,S=1,weight_dtype=bfloat16,epilogue=bias)"}) {
+    Workload w = parse_workload(conv);
+    for (bool half : {false, true}) {
+      nlohmann::json cfg = compile_kernel(w, sm90, nullptr, "default", "").config;
+      cfg["half_tiles"] = half;
+      CompiledKernel k = compile_kernel(w, sm90, cfg, "given", "");
+      std::string what = w.canonical() + " config " + k.config.dump();
+      const std::string ptx = assemble_sm90(k, what);
+      const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
+      EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
+      // The weights' tiles: 16-byte cp.async copies (C R S is a multiple of 8), never a 16-bit
+      // element loaded alone, each fragment one ldmatrix.x4.
+      EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
+      EXPECT_EQ(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.u16"), 0) << what;
+      EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
+      // The im2col tile float32 (loaded as floats), or 16-bit with half_tiles (ldmatrix.x2).
+      EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), half ? tn * uk : 0) << what;
+      EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
+      EXPECT_EQ(count(ptx, "ld.local") + count(ptx, "st.local"), 0) << what;
+    }
   }
 }
 

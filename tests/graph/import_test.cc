@@ -2897,8 +2897,8 @@ TEST(OpRegistry, EveryOperatorIsComplete) {
     expanded += d->expand != nullptr;
   }
   // MatMul, Gemm, Conv, ConvNCHWc, QMatMul, QConvNCHWc, QDepthwiseNCHWc, MatMulBF16,
-  // ConvNCHWcBF16, MatMulFP16, ConvNCHWcFP16, MatMulTensorCore
-  EXPECT_EQ(anchors, 12);
+  // ConvNCHWcBF16, MatMulFP16, ConvNCHWcFP16, MatMulTensorCore, ConvTensorCore
+  EXPECT_EQ(anchors, 13);
   EXPECT_GE(expanded, 7);  // RNN, GRU, LSTM; Conv, ConvTranspose, MaxPool, AveragePool
   // The facts that used to live in lists beside the registry, spot-checked.
   EXPECT_EQ(op_kind("Transpose"), OpKind::Injective);

@@ -223,7 +223,7 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   // int8 model inputs, which tunefarm refuses; tests/graph/import_test.cc checks them) and
   // the com.microsoft QLinear operators (no ONNX node tests; import_test.cc),
   // QMatMul, QConvNCHWc, QDepthwiseNCHWc and QuantizeU8 (fold-qdq and int8-edges make them; tests/graph/import_test.cc), and MatMulBF16, ConvNCHWcBF16,
-  // MatMulFP16, ConvNCHWcFP16 and MatMulTensorCore (auto-mixed-precision at --precision bf16 and
+  // MatMulFP16, ConvNCHWcFP16, MatMulTensorCore and ConvTensorCore (auto-mixed-precision at --precision bf16 and
   // fp16; passes_test.cc, tests/graph/precision_test.py).
   for (const std::string& op : supported_ops()) {
     if (op == "Cast" || op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Softplus" ||
@@ -232,7 +232,7 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
         op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum" ||
         op == "Not" || op == "And" || op == "Xor" || op == "CumSum" || op == "QMatMul" || op == "QConvNCHWc" || op == "QDepthwiseNCHWc" || op == "QuantizeU8" ||
         op == "MatMulBF16" || op == "ConvNCHWcBF16" || op == "MatMulFP16" || op == "ConvNCHWcFP16" ||
-        op == "MatMulTensorCore" ||
+        op == "MatMulTensorCore" || op == "ConvTensorCore" ||
         op == "QLinearMatMul" || op == "QLinearConv" ||
         op == "MatMulInteger" || op == "ConvInteger" || op.rfind("QLinear", 0) == 0) {
       continue;

@@ -271,11 +271,12 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
                                 std::tuple{Precision::BFloat16, "bf16", 0.02}}) {
     Graph g = original;
     std::map<std::string, int> ops = on_tensor_cores(g, p);
-    // At fp16 and bf16 the product of constant weights reads them in 16 bits, N x K.
+    // At fp16 and bf16 the products of constant weights read them in 16 bits (a MatMul's N x K).
     const bool sixteen = p != Precision::TF32;
     EXPECT_EQ(ops["MatMul"], sixteen ? 0 : 1) << name;
     EXPECT_EQ(ops[kTensorCoreMatMul], sixteen ? 1 : 0) << name;
-    EXPECT_EQ(ops["Conv"], 2) << name;
+    EXPECT_EQ(ops["Conv"], sixteen ? 0 : 2) << name;
+    EXPECT_EQ(ops[kTensorCoreConv], sixteen ? 2 : 0) << name;
     EXPECT_EQ(g.tensor_core_nodes, 3) << name;
     EXPECT_EQ(g.bf16_nodes + g.fp16_nodes, 0) << name;
     TaskList t = extract_tasks(g);
@@ -284,7 +285,10 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
               sixteen ? tf::str("matmul(M=6,N=5,K=24,trans_b=1,dtype=float32,weight_dtype=",
                             p == Precision::Float16 ? "float16" : "bfloat16", ",epilogue=none)")
                       : std::string("matmul(M=6,N=5,K=24,const_b=1,precision=") + name + ",epilogue=none)");
-    EXPECT_NE(t.tasks[0].workload.find(std::string("precision=") + name), std::string::npos) << t.tasks[0].workload;
+    EXPECT_NE(t.tasks[0].workload.find(sixteen ? tf::str("dtype=float32,weight_dtype=", p == Precision::Float16 ? "float16" : "bfloat16")
+                                               : std::string("precision=") + name),
+              std::string::npos)
+        << t.tasks[0].workload;
     auto got = run_reference(g, in);
     double err = 0;
     for (const auto& [out, w] : want)
@@ -427,6 +431,95 @@ TEST(GraphPasses, TensorCoreProductsReadTheirConstantWeightsIn16Bits) {
   } catch (const tf::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("node 'MatMul_m' (MatMulTensorCore): attribute tf_precision 'tf32' is not fp16 or bf16"),
               std::string::npos)
+        << e.what();
+  }
+}
+
+// The same for convolutions: at fp16 and bf16 on a cuda target a marked Conv of constant
+// weights becomes a ConvTensorCore whose kernel (conv2d_tc.cuda, weight_dtype) reads the weights
+// [K][C][R][S] as 16-bit values in their own order; its evaluation is the marked Conv's, and the
+// kernel emulated on those bytes computes it. A Conv of weights computed at run time stays a
+// marked Conv; a grouped one stays float32.
+TEST(GraphPasses, TensorCoreConvolutionsReadTheirConstantWeightsIn16Bits) {
+  GraphBuilder b;
+  std::string x = b.input("x", {2, 3, 7, 6});
+  std::string wx = b.input("wx", {4, 5, 1, 1});
+  std::map<std::string, Attr> attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}};
+  // K C R S = 5 x 3 x 3 x 3: odd, the last word half padding.
+  std::string c = b.node("Conv", {x, b.weights("w", {5, 3, 3, 3}), b.weights("bias", {5})}, "c", {2, 5, 4, 3}, attrs);
+  std::string d = b.node("Conv", {c, wx}, "d", {2, 4, 4, 3});
+  std::string gr = b.node("Conv", {d, b.weights("wg", {4, 2, 1, 1})}, "gr", {2, 4, 4, 3}, {{"group", int64_t{2}}});
+  b.g.outputs = {gr};
+  verify(b.g);
+  const tf::Target sm90 = tf::parse_target("cuda -arch=sm_90");
+  std::map<std::string, HostTensor> in = {{"x", random_floats({2, 3, 7, 6}, 7)}, {"wx", random_floats({4, 5, 1, 1}, 8)}};
+  for (const Precision p : {Precision::Float16, Precision::BFloat16}) {
+    const tf::HalfPairs& f = p == Precision::Float16 ? tf::kF16Pairs : tf::kBF16Pairs;
+    const std::string type = p == Precision::Float16 ? "float16" : "bfloat16";
+    SCOPED_TRACE(precision_name(p));
+    Graph marked = b.g;
+    for (Node& n : marked.nodes)
+      if (n.op == "Conv" && n.get_int("group", 1) == 1) n.attrs[kTensorCorePrecision] = std::string(precision_name(p));
+    Graph g = b.g;
+    std::map<std::string, int> ops = on_tensor_cores(g, p);
+    EXPECT_EQ(ops[kTensorCoreConv], 1);
+    EXPECT_EQ(ops["Conv"], 2);
+    EXPECT_EQ(g.tensor_core_nodes, 2);
+    auto want = run_reference(marked, in), got = run_reference(g, in);
+    for (const auto& [name, w] : want) {
+      for (size_t k = 0; k < w.f.size(); ++k)
+        ASSERT_NEAR(got.at(name).f[k], w.f[k], 1e-6 * (1 + std::fabs(w.f[k]))) << name << " " << k;
+    }
+    TaskList t = extract_tasks(g);
+    ASSERT_EQ(t.tasks.size(), 3u);
+    EXPECT_EQ(t.tasks[0].workload,
+              "conv2d_nchw(N=2,C=3,H=7,W=6,K=5,R=3,S=3,stride=2,pad=1,dilation=1,dtype=float32,weight_dtype=" + type + ",epilogue=bias)");
+    EXPECT_EQ(t.tasks[1].workload, std::string("conv2d_nchw(N=2,C=5,H=4,W=3,K=4,R=1,S=1,stride=1,pad=0,dilation=1,precision=") + precision_name(p) +
+                                       ",epilogue=none)");
+    EXPECT_EQ(t.tasks[2].workload.find("weight_dtype"), std::string::npos) << t.tasks[2].workload;
+    EXPECT_EQ(t.tasks[2].workload.find("precision"), std::string::npos) << t.tasks[2].workload;
+    const Node& n = *std::find_if(g.nodes.begin(), g.nodes.end(), [](const Node& m) { return m.op == kTensorCoreConv; });
+    const OpDef& def = *find_op(n.op);
+    OpContext ctx = context(n, g, g.opset);
+    const HostTensor& w = *ctx.in(1).constant;
+    std::vector<HostTensor> operands = def.kernel_constants(g, n);
+    ASSERT_EQ(operands.size(), 1u);
+    ASSERT_EQ(operands[0].f.size(), (w.f.size() + 1) / 2);
+    std::vector<uint16_t> halves(operands[0].f.size() * 2);
+    std::memcpy(halves.data(), operands[0].f.data(), halves.size() * 2);
+    for (size_t e = 0; e < w.f.size(); ++e)
+      ASSERT_EQ(halves[e], std::bit_cast<uint32_t>(f.pair(w.f[e], 0.0f)) & 0xffff) << e;
+    // Its kernel, emulated on x, those bytes and the bias, against the node's evaluation.
+    const HostTensor& bias = *ctx.in(2).constant;
+    const HostTensor y = def.eval(ctx, {&in.at("x"), &w, &bias}).at(0);
+    tf::CompiledKernel k = tf::compile_kernel(tf::parse_workload(def.workload(g, n).spec + ",epilogue=bias)"), sm90, nullptr,
+                                              "default", "");
+    tf::GpuProgram prog = tf::split_gpu_program(k.lowered.func);
+    std::vector<std::vector<float>> bufs = {in.at("x").f, operands[0].f, bias.f, std::vector<float>(y.f.size(), std::nanf(""))};
+    for (const auto& [name, size] : prog.workspaces) bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
+    for (const tf::ir::LoweredFunc& kf : prog.kernels)
+      ASSERT_EQ(tf::testing::emulate_gpu_kernel(kf, tf::check_gpu_kernel(kf, sm90), bufs), 0);
+    for (size_t e = 0; e < y.f.size(); ++e) ASSERT_NEAR(bufs[3][e], y.f[e], 1e-5 * (1 + std::fabs(y.f[e]))) << e;
+  }
+  // Compiled for a CPU, refused by name; at tf32 (no 16-bit type for the weights) too.
+  Graph g = b.g;
+  on_tensor_cores(g, Precision::Float16);
+  g.tensor_core_nodes = 0;  // as a model naming the op would have it
+  tf::graph::ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return tf::graph::KernelConfig{}; };
+  try {
+    compile_model(g, tf::host_target(), defaults, tf::testing::temp_dir() + "/tcc.so", "tcc", default_memory_budget(), false);
+    ADD_FAILURE() << "a ConvTensorCore compiled for the host";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("(ConvTensorCore): ConvTensorCore runs on a cuda target's tensor cores"), std::string::npos)
+        << e.what();
+  }
+  for (Node& n : g.nodes)
+    if (n.op == kTensorCoreConv) n.attrs[kTensorCorePrecision] = std::string("tf32");
+  try {
+    run_reference(g, in);
+    ADD_FAILURE() << "a ConvTensorCore at tf32 ran";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("(ConvTensorCore): attribute tf_precision 'tf32' is not fp16 or bf16"), std::string::npos)
         << e.what();
   }
 }

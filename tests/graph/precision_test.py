@@ -203,6 +203,18 @@ class PrecisionTest(models_for_tests.ModelTestCase):
             self.assertTrue(tasks and all(says in t for t in tasks), tasks)
         for precision in ("fp16", "bf16"):
             self.assertLess(constant_bytes[precision], 0.6 * constant_bytes["tf32"], constant_bytes)
+        # Convolutions too (group 1; the depthwise one stays float32): their weights [K][C][R][S]
+        # in 16 bits as they are, conv2d_tc.cuda's weight_dtype tasks.
+        cnn = self.export("cnn", Cnn(), (1, 3, 16, 16))
+        r = tunefarm("compile", "--model", cnn, "-o", out, "--no-db", "-t", "cuda -arch=sm_90", "--precision", "fp16")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("4 of 5 products (MatMul, Gemm, Conv) on tensor cores", r.stdout)
+        self.assertIn("4 of them with weights stored in it", r.stdout)
+        r = tunefarm("import", cnn, "-t", "cuda -arch=sm_90", "--precision", "fp16", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        convs = [t["workload"] for t in json.loads(r.stdout)["tasks"] if t["workload"].startswith("conv2d_nchw(")]
+        self.assertEqual(len(convs), 3, convs)
+        self.assertTrue(all("dtype=float32,weight_dtype=float16" in t for t in convs), convs)
 
     def test_tensor_core_accuracy_without_a_gpu(self):
         # run --reference --tensor-cores evaluates the products as the tensor cores round them
