@@ -99,7 +99,9 @@ void add_epilogue(OpGraph& g, const std::string& out_name, const std::vector<std
 
 // data_pad[n, c, h, w] (or [n, h, w, c], or [n, c, h, w, cb]) = data inside, 0 in the border
 // of width `pad`.
-Tensor pad_spatial(const Tensor& data, int64_t pad, size_t hdim, size_t wdim) {
+// The data padded with zeros along dimensions hdim and wdim, as float32 values (16-bit data
+// widened: `types`, a convolution's operand types).
+Tensor pad_spatial(const Tensor& data, int64_t pad, size_t hdim, size_t wdim, const OperandTypes& types = {}) {
   std::vector<int64_t> shape = data->shape;
   shape[hdim] += 2 * pad;
   shape[wdim] += 2 * pad;
@@ -113,7 +115,7 @@ Tensor pad_spatial(const Tensor& data, int64_t pad, size_t hdim, size_t wdim) {
     idx[wdim] = ax[wdim] - pad;
     Expr inside = logical_and(logical_and(ax[hdim] >= pad, ax[hdim] < Expr(h + pad)),
                               logical_and(ax[wdim] >= pad, ax[wdim] < Expr(w + pad)));
-    return select(inside, read(data, idx), f32(0.0));
+    return select(inside, widened(types, read(data, idx)), f32(0.0));
   });
 }
 
@@ -430,14 +432,15 @@ void build_conv2d(OpGraph& g, bool nhwc) {
   int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
   // group=G (NCHW only): output channel k reads the C/G channels of its group k / (K/G).
   const int64_t G = nhwc ? 1 : w.get("group"), Cg = C / G, Kg = K / G;
-  Tensor data = nhwc ? make_input(g, "data", {N, H, W, C}) : make_input(g, "data", {N, C, H, W});
-  // weight_dtype=float16 | bfloat16: the weights' bits (a model's weights stored in 16 bits).
-  const Type wt = ir_type(w.types.weight);
+  // dtype=float16 | bfloat16: the data's bits (a value stored in 16 bits between kernels);
+  // weight_dtype too: the weights' (a model's weights stored in 16 bits).
+  const Type dt = ir_type(w.types.data), wt = ir_type(w.types.weight);
+  Tensor data = nhwc ? make_input(g, "data", {N, H, W, C}, dt) : make_input(g, "data", {N, C, H, W}, dt);
   Tensor weight = nhwc ? make_input(g, "weight", {R, S, C, K}, wt) : make_input(g, "weight", {K, Cg, R, S}, wt);
   name_16_bit_inputs(g);
   Tensor src = data;
   if (pad > 0) {
-    g.pad = nhwc ? pad_spatial(data, pad, 1, 2) : pad_spatial(data, pad, 2, 3);
+    g.pad = nhwc ? pad_spatial(data, pad, 1, 2, w.types) : pad_spatial(data, pad, 2, 3, w.types);
     src = g.pad;
   }
   IterVar rc = reduce_axis(Cg, "rc"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs");
@@ -446,7 +449,8 @@ void build_conv2d(OpGraph& g, bool nhwc) {
   if (nhwc) {
     g.acc = compute(name, {N, OH, OW, K}, {"n", "oh", "ow", "k"}, [&](const std::vector<Expr>& ax) {
       Expr h = ax[1] * st + rr.var * dil, x = ax[2] * st + rs.var * dil;
-      return sum(read(src, {ax[0], h, x, rc.var}) * widened(w.types, read(weight, {rr.var, rs.var, rc.var, ax[3]})),
+      return sum(widened(w.types, read(src, {ax[0], h, x, rc.var})) *
+                     widened(w.types, read(weight, {rr.var, rs.var, rc.var, ax[3]})),
                  {rr, rs, rc});
     }, {rr, rs, rc});
     add_epilogue(g, "out", {"n", "oh", "ow", "k"}, 3);
@@ -454,7 +458,8 @@ void build_conv2d(OpGraph& g, bool nhwc) {
     g.acc = compute(name, {N, K, OH, OW}, {"n", "k", "oh", "ow"}, [&](const std::vector<Expr>& ax) {
       Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
       Expr c = G == 1 ? rc.var : ax[1] / Kg * Cg + rc.var;
-      return sum(read(src, {ax[0], c, h, x}) * widened(w.types, read(weight, {ax[1], rc.var, rr.var, rs.var})),
+      return sum(widened(w.types, read(src, {ax[0], c, h, x})) *
+                     widened(w.types, read(weight, {ax[1], rc.var, rr.var, rs.var})),
                  {rc, rr, rs});
     }, {rc, rr, rs});
     add_epilogue(g, "out", {"n", "k", "oh", "ow"}, 1);

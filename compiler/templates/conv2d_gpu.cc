@@ -58,7 +58,7 @@ OpGraph grouped_gemm_graph(const OpGraph& g, const ConvDims& d) {
         Expr rr = ax[1] / d.s % d.r, ss = ax[1] % d.s;
         Expr h = ax[2] / d.ow * d.stride + rr * d.dilation - d.pad;
         Expr x = ax[2] % d.ow * d.stride + ss * d.dilation - d.pad;
-        Expr v = ir::read(data, {n, c, h, x});
+        Expr v = widened(g.workload.types, ir::read(data, {n, c, h, x}));
         if (d.pad == 0) return v;
         Expr inside = ir::logical_and(ir::logical_and(h >= 0, h < Expr(d.h)),
                                       ir::logical_and(x >= 0, x < Expr(d.w)));
@@ -115,7 +115,8 @@ OpGraph conv_gemm_graph(const OpGraph& g, const std::string& template_id) {
     }
     Expr h = pos / d.ow * d.stride + rr * d.dilation - d.pad;
     Expr x = pos % d.ow * d.stride + ss * d.dilation - d.pad;
-    Expr v = d.nhwc ? ir::read(data, {n, h, x, c}) : ir::read(data, {n, c, h, x});
+    // 16-bit data (dtype=float16 | bfloat16) widened: the im2col matrix is float32 values.
+    Expr v = widened(g.workload.types, d.nhwc ? ir::read(data, {n, h, x, c}) : ir::read(data, {n, c, h, x}));
     if (d.pad == 0) return v;
     Expr inside = ir::logical_and(ir::logical_and(h >= 0, h < Expr(d.h)), ir::logical_and(x >= 0, x < Expr(d.w)));
     return ir::select(inside, v, ir::f32(0.0));

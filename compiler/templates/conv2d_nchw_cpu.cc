@@ -11,7 +11,10 @@ namespace {
 
 class Conv2dNchwCpu final : public CpuTemplate {
  public:
-  Conv2dNchwCpu() : CpuTemplate("conv2d_nchw.cpu", 2, {"conv2d_nchw"}, TargetKind::Llvm) {}
+  // dtype=float16 | bfloat16 too (16-bit data and weights, widened as they are read).
+  Conv2dNchwCpu()
+      : CpuTemplate("conv2d_nchw.cpu", 2, {"conv2d_nchw"}, TargetKind::Llvm,
+                    {OperandTypes{}, k16BitTypes[0], k16BitTypes[1]}) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

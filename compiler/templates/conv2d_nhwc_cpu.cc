@@ -7,7 +7,10 @@ namespace {
 
 class Conv2dNhwcCpu final : public CpuTemplate {
  public:
-  Conv2dNhwcCpu() : CpuTemplate("conv2d_nhwc.cpu", 1, {"conv2d_nhwc"}, TargetKind::Llvm) {}
+  // dtype=float16 | bfloat16 too (16-bit data and weights, widened as they are read).
+  Conv2dNhwcCpu()
+      : CpuTemplate("conv2d_nhwc.cpu", 1, {"conv2d_nhwc"}, TargetKind::Llvm,
+                    {OperandTypes{}, k16BitTypes[0], k16BitTypes[1]}) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {

@@ -11,7 +11,9 @@
 // fp16 on an H200: 7.0 ms; v2 0.92 ms, PyTorch fp16 1.05).
 // weight_dtype=float16 | bfloat16: the weights given in 16 bits (a model's, stored so at compile
 // time). NCHW's A tile is then a copy of their rows (cp.async, 8 values a lane), NHWC's B tile a
-// transposing copy through registers; read by ldmatrix either way.
+// transposing copy through registers; read by ldmatrix either way. dtype=float16 | bfloat16:
+// the data too (a value a model stores in 16 bits between kernels), widened as the im2col tile
+// is computed and stored into it in 16 bits (exactly).
 #include "compiler/templates/tensor_core_gemm.h"
 
 namespace tf::templates {
@@ -21,8 +23,8 @@ class Conv2dTensorCore final : public TensorCoreGemm {
  public:
   Conv2dTensorCore()
       : TensorCoreGemm("conv2d_tc.cuda", 2, {"conv2d_nchw", "conv2d_nhwc"},
-                       {kTensorCoreTypes[0], kTensorCoreTypes[1], kTensorCoreTypes[2], k16BitWeightTypes[0],
-                        k16BitWeightTypes[1]}) {}
+                       {kTensorCoreTypes[0], kTensorCoreTypes[1], kTensorCoreTypes[2], k16BitTypes[0], k16BitTypes[1],
+                        k16BitWeightTypes[0], k16BitWeightTypes[1]}) {}
 
  protected:
   GemmShape gemm_shape(const OpGraph& g) const override { return conv_gemm_shape(g); }

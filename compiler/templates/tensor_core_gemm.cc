@@ -468,7 +468,9 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   const Given16 given = given_16_bits(g);
   auto stage = [&](const Expr& operand, bool is_b, bool input, int64_t pad, bool vec, int64_t lanes) {
     const bool half = tile_16_bits(given, c, is_b);
-    const bool narrow = half && !given[is_b];  // float32 rounded to 16 bits as it is copied
+    // Rounded to 16 bits as it is copied or computed: a float32 input (half_tiles), or a computed
+    // operand (an im2col tile: of 16-bit data, exactly).
+    const bool narrow = half && (!given[is_b] || !input);
     const ir::TensorRead* r = read_of(operand);
     TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
              " is not read from an input");

@@ -80,7 +80,7 @@ TEST(TypedWorkload, UnsupportedTypesAreRefusedByName) {
                     "matmul of float32 x int8 is not implemented");
   expect_user_error([] { parse_workload("conv2d_nchw(N=1,C=2,H=4,W=4,K=2,R=1,S=1,dtype=uint8,weight_dtype=int8)"); },
                     "conv2d_nchw of uint8 x int8 is not implemented (conv2d_nchw takes: float32, float32 in tf32, "
-                    "float32 in fp16, float32 in bf16, float32 x float16, float32 x bfloat16)");
+                    "float32 in fp16, float32 in bf16, float16, bfloat16, float32 x float16, float32 x bfloat16)");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=uint8,weight_dtype=int8,epilogue=relu)"); },
                     "epilogue relu on uint8 x int8 operands is not implemented yet");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=uint8,weight_dtype=int8,const_b=1)"); },
@@ -164,8 +164,8 @@ TEST(TypedWorkload, SixteenBitOperandsAreTheirOwnPrecision) {
                     "precision=bf16 rounds float32 operands, and matmul here takes float32 x float16");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=float16,weight_dtype=float32)"); },
                     "matmul of float16 x float32 is not implemented");
-  expect_user_error([] { parse_workload("conv2d_nchw(N=1,C=2,H=4,W=4,K=2,R=1,S=1,dtype=float16)"); },
-                    "conv2d_nchw of float16 is not implemented");
+  expect_user_error([] { parse_workload("depthwise_conv2d_nchw(N=1,C=2,H=4,W=4,R=1,S=1,dtype=float16)"); },
+                    "depthwise_conv2d_nchw of float16 is not implemented");
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,dtype=float16,const_b=1)"); },
                     "const_b=1 (a prepacked B) on float16 operands is not implemented yet");
   // trans_b=1: B given as [N][K], for 16-bit operands.
@@ -686,6 +686,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Dtype16Dense,
                                            "batch_matmul(B=3,M=9,N=20,K=17,dtype=bfloat16)",
                                            "matmul(M=21,N=40,K=19,dtype=float16,trans_b=1,epilogue=bias)",
                                            "batch_matmul(B=2,M=16,N=32,K=24,dtype=bfloat16,trans_b=1)"));
+
+// Convolutions of float16 / bfloat16 data and weights (dtype=...: a cuda model's value stored in
+// 16 bits between kernels, computed here as on tensor cores' hosts): conv2d_nchw.cpu and
+// conv2d_nhwc.cpu widen them as they read them; padding, strides, the epilogues.
+class Dtype16Conv : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Dtype16Conv, MatchesTheReferenceOnEveryInstructionSet) {
+  std::vector<std::string> targets = runnable_f16_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  expect_matches_on_targets(GetParam(), targets, 83);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Dtype16Conv,
+                         ::testing::Values("conv2d_nchw(N=1,C=5,H=9,W=7,K=20,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)",
+                                           "conv2d_nchw(N=2,C=16,H=8,W=8,K=32,R=1,S=1,stride=2,dtype=bfloat16)",
+                                           "conv2d_nhwc(N=1,H=7,W=9,C=6,K=24,R=3,S=3,pad=1,dtype=float16,epilogue=bias)"));
 
 // A's conversion in the kernel rounds as f16_bits does, on each instruction set (with F16C and
 // without): C = A[:, 0] * 1.0 exactly (B's word: 1.0 low, 0 high; A[:, 1] = 0), subnormals,

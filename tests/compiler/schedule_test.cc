@@ -394,9 +394,9 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
                     "matmul (float32 in tf32, float32 in fp16, float32 in bf16, float16, bfloat16, float32 x float16, "
                     "float32 x bfloat16), batch_matmul (float32 in tf32, float32 in fp16, float32 in bf16, float16, "
                     "bfloat16, float32 x float16, float32 x bfloat16), conv2d_nchw, conv2d_nhwc, "
-                    "conv2d_nchw (float32 in tf32, "
-                    "float32 in fp16, float32 in bf16, float32 x float16, float32 x bfloat16), conv2d_nhwc (float32 in "
-                    "tf32, float32 in fp16, float32 in bf16, float32 x float16, float32 x bfloat16), depthwise_conv2d_nchw)");
+                    "conv2d_nchw (float32 in tf32, float32 in fp16, float32 in bf16, float16, bfloat16, float32 x "
+                    "float16, float32 x bfloat16), conv2d_nhwc (float32 in tf32, float32 in fp16, float32 in bf16, "
+                    "float16, bfloat16, float32 x float16, float32 x bfloat16), depthwise_conv2d_nchw)");
   expect_user_error([&] { find_template(mm8, parse_target("cuda -arch=sm_90")); },
                     "no schedule template for matmul of uint8 x int8 on cuda targets yet");
   // Reduced precision is a tensor-core template of its own; CPUs have none.

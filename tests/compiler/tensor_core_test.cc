@@ -502,16 +502,22 @@ TEST(TensorCore, ConvolutionsOf16BitWeightsMatchTheReference) {
        {{"warps_m", 2}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1}, {"stages", 2}}},
   };
   int sample = 0;
+  // weight_dtype: the weights in 16 bits; dtype: the data too (a value a model stores in 16 bits
+  // between kernels), its im2col tile computed from it and stored in 16 bits.
+  for (const char* key : {"weight_dtype", "dtype"})
   for (const char* t : {"float16", "bfloat16"}) {
     for (const Case& c : cases) {
       if (!testing::sampled(sample++, 3)) continue;
       const std::string text = c.workload;
-      Workload w = parse_workload(text.substr(0, text.size() - 1) + ",weight_dtype=" + t + ")");
-      CompiledKernel k = c.config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
-                                            : compile_kernel(w, sm80, c.config, "given", "");
+      nlohmann::json config = c.config;
+      if (std::string(key) == "dtype" && !config.is_null() && config.value("half_tiles", false)) config["half_tiles"] = false;
+      Workload w = parse_workload(text.substr(0, text.size() - 1) + "," + key + "=" + t + ")");
+      CompiledKernel k = config.is_null() ? compile_kernel(w, sm80, nullptr, "default", "")
+                                          : compile_kernel(w, sm80, config, "given", "");
       EXPECT_EQ(template_name(w, sm80), "conv2d_tc.cuda.v2");
       std::string what = w.canonical() + " config " + k.config.dump();
       EXPECT_EQ(k.graph.inputs[1]->dtype, ir::Type::uint16()) << what;
+      EXPECT_EQ(k.graph.inputs[0]->dtype, std::string(key) == "dtype" ? ir::Type::uint16() : ir::Type::float32()) << what;
       EXPECT_EQ(ir::to_string(k.lowered.func).find("ldmatrix(") != std::string::npos, k.config.value("shared", true))
           << what;
       testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 23);
@@ -547,6 +553,18 @@ TEST(TensorCore, ConvolutionsOf16BitWeightsMatchTheReference) {
       EXPECT_EQ(count(ptx, "ld.local") + count(ptx, "st.local"), 0) << what;
     }
   }
+  // 16-bit data too: the im2col tile is computed from it into 16 bits (both fragments ldmatrix),
+  // nothing rounded in the product (the tile's stores round exactly).
+  Workload both = parse_workload("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)");
+  CompiledKernel k = compile_kernel(both, sm90, nullptr, "default", "");
+  std::string what = both.canonical() + " config " + k.config.dump();
+  const std::string ptx = assemble_sm90(k, what);
+  const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
+  EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
+  EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
+  EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
+  EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
+  EXPECT_EQ(count(ptx, "ld.local") + count(ptx, "st.local"), 0) << what;
 }
 
 // A sample of the tuner's space (configs that pass the constraints) assembles without spills
