@@ -326,6 +326,26 @@ class Lowerer {
     });
   }
 
+  // The dimensions of stage `p` of extent 2 that the loops inside a tensorized loop of it run
+  // over (a warp-level product's fragment: its rows g, g + 8 and columns 2t, 2t + 1): computed
+  // whole whatever its readers read, as the instruction computes them (a reader that reads one
+  // row, as a batch-1 product's tail reads the only row at index 0, must not shrink the loops
+  // the instruction replaces). Other dimensions keep their inferred regions (a nest over
+  // anything else is the tensorize pass's to refuse).
+  static std::set<size_t> fragment_dims(const Stage& p) {
+    std::set<size_t> dims;
+    const std::vector<Expr>& leaves = p.leaves();
+    for (const auto& [var, intrinsic] : p.tensorized()) {
+      auto at = std::find_if(leaves.begin(), leaves.end(), [&](const Expr& l) { return l.same_as(var); });
+      for (auto it = at == leaves.end() ? at : at + 1; it != leaves.end(); ++it) {
+        for (size_t d = 0; d < p.op()->axes.size(); ++d) {
+          if (p.op()->axes[d].var.same_as(*it) && p.op()->shape[d] == 2) dims.insert(d);
+        }
+      }
+    }
+    return dims;
+  }
+
   // The region of `p` that one iteration of leaf `pos` of `s` reads; `body` is s's body
   // in terms of its leaves.
   BufferInfo infer_region(const Stage& p, const Expr& body, const std::vector<Expr>& leaves,
@@ -355,7 +375,13 @@ class Lowerer {
     region.order = p.storage_order();
     region.pad = p.storage_pad();
     const std::vector<int64_t>& shape = p.op()->shape;
+    const std::set<size_t> whole = fragment_dims(p);
     for (size_t d = 0; d < shape.size(); ++d) {
+      if (whole.count(d)) {
+        region.mins.push_back(0);
+        region.extents.push_back(shape[d]);
+        continue;
+      }
       Expr lo, hi;
       bool known = true;
       for (const auto& idx : reads) {

@@ -186,19 +186,21 @@ void verify(const Graph& g) {
     if (!node_names.insert(n.name).second)
       throw UserError(str("two nodes are named '", n.name, "'"));
     const bool storage_cast = n.op == "Cast" && n.has(kStorageCast);
-    for (const std::string& in : n.inputs) {
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const std::string& in = n.inputs[k];
       if (in.empty()) continue;
       if (!defined.count(in)) {
         throw UserError(
             str(n.where(), " reads '", in, "', which no earlier node, input or constant defines"));
       }
-      // 16-bit floats are a model's inputs and outputs only: read by a Cast to float32.
-      if (is_storage16(g.value(in).dtype) &&
+      // 16-bit floats are a model's inputs and outputs (read by a Cast to float32), and the
+      // data of tensor-core products of 16-bit weights (sixteen-bit-edges).
+      if (is_storage16(g.value(in).dtype) && !(k == 0 && reads_16_bit_weights(n.op)) &&
           (n.op != "Cast" || storage_cast || n.get_int("to", 0) != 1)) {
         throw UserError(
             str(n.where(), " reads the ", dtype_name(g.value(in).dtype), " value '", in,
-                "'; float16 and bfloat16 values are a model's inputs (read by a Cast to float32) "
-                "and outputs only"));
+                "'; float16 and bfloat16 values are a model's inputs (read by a Cast to float32) and "
+                "outputs, and the data of tensor-core products of 16-bit weights, only"));
       }
     }
     for (const std::string& out : n.outputs) {
@@ -212,7 +214,7 @@ void verify(const Graph& g) {
       if (is_storage16(g.value(out).dtype) != storage_cast) {
         throw UserError(str(n.where(), " writes the ", dtype_name(g.value(out).dtype), " value '",
                             out,
-                            "'; only a model output's storage Cast writes float16 or bfloat16"));
+                            "'; only a storage Cast writes float16 or bfloat16"));
       }
     }
   }

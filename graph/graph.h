@@ -38,6 +38,20 @@ inline bool is_storage16(DType t) { return t == DType::F16 || t == DType::BF16; 
 // keeps the value in float32 (docs/precision.md).
 inline constexpr const char* kStorageCast = "tf_storage";
 
+// The op a marked MatMul or Gemm of constant float32 weights becomes at fp16 and bf16 on a cuda
+// target (auto-mixed-precision, graph/pass.h): x times the weights [K, N] (a Gemm's bias an Add
+// after it), computed by a kernel that reads the weights as 16-bit values stored [N][K] (matmul
+// weight_dtype=float16|bfloat16, trans_b=1).
+inline constexpr const char* kTensorCoreMatMul = "MatMulTensorCore";
+// The same for a marked group-1 Conv of constant float32 weights: Conv's inputs and attributes,
+// computed by conv2d_tc.cuda reading the weights [K][C][R][S] as 16-bit values
+// (conv2d_nchw weight_dtype=float16|bfloat16).
+inline constexpr const char* kTensorCoreConv = "ConvTensorCore";
+// Whether `op` is one of those. Their input 0 may also be a float16 (bfloat16) value stored so
+// by its producer (sixteen-bit-edges: a value only such products read, which round it to that
+// type anyway): the only float16 values between kernels.
+inline bool reads_16_bit_weights(const std::string& op) { return op == kTensorCoreMatMul || op == kTensorCoreConv; }
+
 using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& s);
 std::string shape_str(const Shape& s);
@@ -117,6 +131,8 @@ struct Graph {
   // MatMul and Gemm nodes marked for a CUDA target's tensor cores at --precision
   // (kTensorCorePrecision, graph/pass.h).
   int64_t tensor_core_nodes = 0;
+  // Values stored in 16 bits between kernels (sixteen-bit-edges: storage Casts a producer fuses).
+  int64_t sixteen_bit_values = 0;
   // A CPU library runs a batch of this graph one image at a time (the pass
   // one-image-at-a-time found that the model keeps the images apart and that it pays:
   // graph/image_loop.h).

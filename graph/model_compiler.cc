@@ -199,10 +199,11 @@ class ModelBuilder {
     std::vector<std::string> extra;
     for (size_t k = 0; k < rest.size(); ++k) {
       const Node& n = *rest[k];
-      // Float results, and the uint8 of a QuantizeU8 (int8-edges: the requantization).
+      // Float results, the uint8 of a QuantizeU8 (int8-edges: the requantization), and the
+      // 16-bit bits of a storage Cast (sixteen-bit-edges, a float16 model's output).
       const DType t = n.outputs.size() == 1 ? g_.value(n.outputs[0]).dtype : DType::F32;
       if (op_kind(n.op) != OpKind::Elementwise || n.outputs.size() != 1 ||
-          g_.value(n.outputs[0]).shape != onnx || (t != DType::F32 && t != DType::U8)) {
+          g_.value(n.outputs[0]).shape != onnx || (t != DType::F32 && t != DType::U8 && !is_storage16(t))) {
         return std::nullopt;
       }
       std::vector<TeOperand> in;

@@ -93,6 +93,13 @@ const std::vector<PassInfo>& graph_passes() {
        }},
       {"dead-code-elimination", 0, "drop nodes and constants no output depends on",
        plain(dead_code_elimination)},
+      // After dead-code-elimination, as int8-edges: the readers it counts are the kernels'.
+      {"sixteen-bit-edges", 1,
+       "at --precision fp16 (bf16) on cuda targets, a value that only tensor-core products of 16-bit "
+       "weights read (as their data, which they round to that type anyway) is stored in 16 bits by "
+       "a storage Cast its producer's kernel fuses, and read as such (dtype=float16 workloads): half "
+       "its bytes, the same results bit for bit",
+       [](Graph& g, const PassOptions& o) { return sixteen_bit_edges(g, o.precision, o.tensor_cores); }},
       // After dead-code-elimination: the QuantizeLinear/DequantizeLinear arithmetic fold-qdq
       // left unread is gone, so the readers it counts are the kernels'.
       {"int8-edges", 1,
@@ -121,6 +128,30 @@ const std::vector<PassInfo>& graph_passes() {
        }},
   };
   return passes;
+}
+
+ValueUses::ValueUses(const Graph& g) {
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
+    for (const std::string& o : n.outputs) {
+      if (!o.empty()) producer[o] = k;
+    }
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (!n.inputs[i].empty()) readers[n.inputs[i]].push_back({k, i});
+    }
+  }
+}
+
+void insert_after(Graph& g, std::map<size_t, std::vector<Node>> after) {
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size());
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    nodes.push_back(std::move(g.nodes[k]));
+    if (auto it = after.find(k); it != after.end()) {
+      for (Node& n : it->second) nodes.push_back(std::move(n));
+    }
+  }
+  g.nodes = std::move(nodes);
 }
 
 void check_pass_options(const PassOptions& o) {

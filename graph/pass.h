@@ -37,17 +37,8 @@ Precision parse_precision(const std::string& name);
 // "tf32", "fp16" or "bf16", its workload's precision=... (matmul_workload, gemm_workload) and
 // the rounding of its operands in the reference evaluation.
 inline constexpr const char* kTensorCorePrecision = "tf_precision";
-// The op a marked MatMul or Gemm of constant float32 weights becomes at fp16 and bf16: x times
-// the weights [K, N] (a Gemm's bias an Add after it), computed by a kernel that reads the
-// weights as 16-bit values stored [N][K] (matmul weight_dtype=float16|bfloat16, trans_b=1).
-inline constexpr const char* kTensorCoreMatMul = "MatMulTensorCore";
-// The op a marked group-1 Conv of constant float32 weights becomes at fp16 and bf16: Conv's
-// inputs and attributes, computed by conv2d_tc.cuda reading the weights [K][C][R][S] as 16-bit
-// values (conv2d_nchw weight_dtype=float16|bfloat16).
-inline constexpr const char* kTensorCoreConv = "ConvTensorCore";
-// Whether `op` is one of those: a product whose kernel reads its weights in 16 bits, made for a
-// cuda target's tensor cores.
-inline bool reads_16_bit_weights(const std::string& op) { return op == kTensorCoreMatMul || op == kTensorCoreConv; }
+// kTensorCoreMatMul and kTensorCoreConv, the ops a marked product of constant weights becomes at
+// fp16 and bf16: graph/graph.h.
 // The precision `n` is marked with (Float32 when it is not); UserError naming the node and the
 // value for one other than tf32, fp16, bf16.
 Precision tensor_core_precision(const Node& n);
@@ -136,9 +127,21 @@ bool transform_conv_layout(Graph& g, int64_t channel_block, bool int8 = false);
 // (graph/pass_pad_channels.cc).
 bool pad_channels(Graph& g, int64_t channel_block, bool int8 = false);
 bool fold_qdq_matmuls(Graph& g, int64_t channel_block);
+// Each value's producing node and its readers (node, input), by value name, as indices into
+// g.nodes: what int8-edges and sixteen-bit-edges look at.
+struct ValueUses {
+  std::map<std::string, size_t> producer;
+  std::map<std::string, std::vector<std::pair<size_t, size_t>>> readers;
+  explicit ValueUses(const Graph& g);
+};
+// Puts after[k]'s nodes right after node k, in their order.
+void insert_after(Graph& g, std::map<size_t, std::vector<Node>> after);
 // uint8 values between int8 kernels (graph/pass_int8_edges.cc).
 bool int8_edges(Graph& g, int64_t channel_block);
 bool convert_precision(Graph& g, Precision p, bool tensor_cores = false);
+// float16 (bfloat16) values between the kernels of a cuda model at --precision fp16 (bf16)
+// where only tensor-core products of 16-bit weights read them (graph/pass_auto_mixed_precision.cc).
+bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores);
 
 // A MatMul or Gemm of activations x[..., K] by 2-D weights as x times w[K, N] (+ bias), the
 // shape fold-qdq and auto-mixed-precision rewrite: Gemm's transB read (the weights stored

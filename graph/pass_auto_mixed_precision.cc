@@ -39,6 +39,16 @@ const HalfPairs& format(const Node& n) {
   }
   return n.op.find("FP16") != std::string::npos ? kF16Pairs : kBF16Pairs;
 }
+// The 16-bit type a MatMulTensorCore's or ConvTensorCore's weights are stored in (F16, BF16).
+DType storage_type(const Node& n) { return &format(n) == &kF16Pairs ? DType::F16 : DType::BF16; }
+
+// The workload types of a product of 16-bit weights reading `data`: float32 data times the
+// weights' type, or (sixteen-bit-edges) both in it.
+std::string types_key(const Node& n, const Value& data) {
+  const char* t = &format(n) == &kF16Pairs ? "float16" : "bfloat16";
+  return data.dtype == DType::F32 ? str(",weight_dtype=", t) : str(",dtype=", t);
+}
+
 // MatMulBF16's parts, checked (each refusal names the node and the value).
 struct Parts {
   int64_t M = 1, K = 0, N = 0;
@@ -49,7 +59,10 @@ Parts parts(const Node& n, const std::vector<const Value*>& in) {
   auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
   Parts p;
   const Shape& x = in[0]->shape;
-  if (in[0]->dtype != DType::F32 || x.size() < 2) fail(str("input must be float32 of rank 2 or more, not ", shape_str(x)));
+  // A MatMulTensorCore's data may be stored in its weights' 16-bit type (sixteen-bit-edges).
+  const bool data_16 = reads_16_bit_weights(n.op) && in[0]->dtype == storage_type(n);
+  if ((in[0]->dtype != DType::F32 && !data_16) || x.size() < 2)
+    fail(str("input must be float32 of rank 2 or more, not ", dtype_name(in[0]->dtype), " ", shape_str(x)));
   if (!in[1] || !in[1]->constant || in[1]->dtype != DType::F32 || in[1]->shape.size() != 2 ||
       in[1]->shape[0] != x.back()) {
     fail(str("weight must be a float32 constant of shape [", x.back(), ", N], not ",
@@ -124,9 +137,7 @@ std::vector<HostTensor> constants(const Graph& g, const Node& n) {
 AnchorWorkload tensor_core_workload(const Graph& g, const Node& n) {
   OpContext c = context(n, g, g.opset);
   Parts p = parts(n, c.inputs);
-  return {str("matmul(M=", p.M, ",N=", p.N, ",K=", p.K, ",weight_dtype=", &format(n) == &kF16Pairs ? "float16" : "bfloat16",
-              ",trans_b=1"),
-          ""};
+  return {str("matmul(M=", p.M, ",N=", p.N, ",K=", p.K, types_key(n, *c.inputs[0]), ",trans_b=1"), ""};
 }
 
 // Its B: the weights [K, N] as 16-bit values [N][K] (rounded to the type), element 2i in the
@@ -151,14 +162,22 @@ const OpDef& conv() { return *find_op("Conv"); }
 
 void check_tensor_core_conv(const Node& n, const std::vector<const Value*>& in) {
   format(n);  // its precision: fp16 or bf16
+  if (in.empty() || !in[0] || (in[0]->dtype != DType::F32 && in[0]->dtype != storage_type(n)))
+    throw UserError(str(n.where(), ": input must be float32 or ", dtype_name(storage_type(n)), ", not ",
+                        in.empty() || !in[0] ? "absent" : dtype_name(in[0]->dtype)));
   if (n.get_int("group", 1) != 1) throw UserError(str(n.where(), ": group ", n.get_int("group", 1), " is not 1"));
   if (in.size() < 2 || !in[1] || !in[1]->constant || in[1]->dtype != DType::F32 || in[1]->shape.size() != 4)
     throw UserError(str(n.where(), ": weight must be a float32 constant [K, C, R, S]"));
 }
 
+// Conv's inference on data of the storage type as on the float32 values it holds.
 std::vector<TypeShape> tensor_core_conv_infer(const OpContext& c) {
   check_tensor_core_conv(c.node, c.inputs);
-  return conv().infer(c);
+  Value x = c.in(0);
+  x.dtype = DType::F32;
+  OpContext as_float = c;
+  as_float.inputs[0] = &x;
+  return conv().infer(as_float);
 }
 
 std::vector<HostTensor> tensor_core_conv_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
@@ -172,7 +191,7 @@ AnchorWorkload tensor_core_conv_workload(const Graph& g, const Node& n) {
   const std::string marked = str(",precision=", precision_name(tensor_core_precision(n)));
   const size_t at = aw.spec.rfind(marked);
   TF_CHECK(at != std::string::npos && at + marked.size() == aw.spec.size(), n.op, " of workload ", aw.spec);
-  aw.spec = str(aw.spec.substr(0, at), ",weight_dtype=", &format(n) == &kF16Pairs ? "float16" : "bfloat16");
+  aw.spec = aw.spec.substr(0, at) + types_key(n, g.value(n.inputs[0]));
   return aw;
 }
 
@@ -400,6 +419,41 @@ bool convert_precision(Graph& g, Precision p, bool tensor_cores) {
     return changed;
   }
   return expand_nodes(g, [p](Graph& gg, const Node& n, std::vector<Node>& out) { return rewrite_precision(gg, n, out, p); });
+}
+
+bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
+  if (!tensor_cores || (p != Precision::Float16 && p != Precision::BFloat16)) return false;
+  const DType type = p == Precision::Float16 ? DType::F16 : DType::BF16;
+  const ValueUses uses(g);
+  // Storage Casts to insert after each producer, in order.
+  std::map<size_t, std::vector<Node>> after;
+  for (const auto& [v, rs] : uses.readers) {
+    auto pr = uses.producer.find(v);
+    if (pr == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32) continue;
+    // Where the Cast joins its producer's kernel (graph/fusion.h: an elementwise node joins any
+    // group but an opaque one's), the product's epilogue or a generic kernel's last stage.
+    if (op_kind(g.nodes[pr->second].op) == OpKind::Opaque) continue;
+    // Every reader a product of 16-bit weights of this precision, reading it as its data.
+    const bool all = std::all_of(rs.begin(), rs.end(), [&](const std::pair<size_t, size_t>& r) {
+      const Node& n = g.nodes[r.first];
+      return r.second == 0 && reads_16_bit_weights(n.op) && tensor_core_precision(n) == p;
+    });
+    if (!all) continue;
+    Node cast;
+    cast.op = "Cast";
+    cast.name = g.fresh_name(v + ".to_" + dtype_name(type));
+    cast.inputs = {v};
+    cast.outputs = {g.fresh_name(v + "." + dtype_name(type))};
+    cast.attrs["to"] = int64_t{type == DType::F16 ? 10 : 16};
+    cast.attrs[kStorageCast] = int64_t{1};
+    g.values[cast.outputs[0]] = Value{cast.outputs[0], type, g.value(v).shape, std::nullopt};
+    for (const auto& [k, i] : rs) g.nodes[k].inputs[i] = cast.outputs[0];
+    after[pr->second].push_back(std::move(cast));
+    ++g.sixteen_bit_values;
+  }
+  if (after.empty()) return false;
+  insert_after(g, std::move(after));
+  return true;
 }
 
 void register_precision_ops(std::vector<OpDef>& ops) {

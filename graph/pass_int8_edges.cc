@@ -36,23 +36,12 @@ std::optional<std::pair<float, float>> input_quantization(const Graph& g, const 
 
 bool int8_edges(Graph& g, int64_t channel_block) {
   if (channel_block <= 0 || g.int8_nodes == 0) return false;
-  // Each value's producer and readers (node, input).
-  std::map<std::string, size_t> producer;
-  std::map<std::string, std::vector<std::pair<size_t, size_t>>> readers;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    const Node& n = g.nodes[k];
-    for (const std::string& o : n.outputs) {
-      if (!o.empty()) producer[o] = k;
-    }
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (!n.inputs[i].empty()) readers[n.inputs[i]].push_back({k, i});
-    }
-  }
+  const ValueUses uses(g);
   // QuantizeU8 nodes to insert after each producer, in order.
   std::map<size_t, std::vector<Node>> after;
-  for (const auto& [v, rs] : readers) {
-    auto p = producer.find(v);
-    if (p == producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32) continue;
+  for (const auto& [v, rs] : uses.readers) {
+    auto p = uses.producer.find(v);
+    if (p == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32) continue;
     const OpKind kind = op_kind(g.nodes[p->second].op);
     // Where QuantizeU8 joins a kernel's epilogue: after a product or an elementwise tail.
     if (kind != OpKind::Anchor && kind != OpKind::Elementwise) continue;
@@ -78,14 +67,7 @@ bool int8_edges(Graph& g, int64_t channel_block) {
     after[p->second].push_back(std::move(u));
   }
   if (after.empty()) return false;
-  std::vector<Node> nodes;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    nodes.push_back(std::move(g.nodes[k]));
-    if (auto it = after.find(k); it != after.end()) {
-      for (Node& u : it->second) nodes.push_back(std::move(u));
-    }
-  }
-  g.nodes = std::move(nodes);
+  insert_after(g, std::move(after));
   return true;
 }
 

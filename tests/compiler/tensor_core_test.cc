@@ -7,16 +7,21 @@
 // shapes.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <regex>
 
+#include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/float16.h"
 #include "base/file_io.h"
 #include "compiler/driver.h"
+#include "compiler/gpu.h"
 #include "compiler/ir_printer.h"
 #include "compiler/link.h"
 #include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
+#include "runtime/kernel_library.h"
 #include "tests/compiler/kernel_harness.h"
 
 namespace tf {
@@ -153,6 +158,23 @@ std::string assemble_sm90(const CompiledKernel& k, const std::string& what) {
             std::string::npos)
       << what << r.output;
   return read_file(path);
+}
+
+// The default config of `w` on sm_90 with `knobs` set, compiled and assembled: its PTX, a
+// description for messages, and its tiles per warp and steps of K per iteration.
+struct AssembledKernel {
+  std::string ptx, what;
+  int64_t tm, tn, uk;
+};
+AssembledKernel assemble_default(const Workload& w, const nlohmann::json& knobs) {
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  nlohmann::json cfg = compile_kernel(w, sm90, nullptr, "default", "").config;
+  for (const auto& [key, value] : knobs.items()) cfg[key] = value;
+  CompiledKernel k = compile_kernel(w, sm90, cfg, "given", "");
+  AssembledKernel a{"", w.canonical() + " config " + k.config.dump(), k.config["tiles_m"], k.config["tiles_n"],
+                    k.config["unroll_k"]};
+  a.ptx = assemble_sm90(k, a.what);
+  return a;
 }
 
 // ptxas on the default configs of the shapes bench/gpu_bench.py measures: no spills, two
@@ -455,12 +477,7 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
   // the product reads it), or with half_tiles rounded as it is copied, read by ldmatrix.
   Workload mixed = parse_workload("matmul(M=128,N=768,K=3072,weight_dtype=float16,trans_b=1,epilogue=bias)");
   for (bool half : {false, true}) {
-    nlohmann::json cfg = compile_kernel(mixed, sm90, nullptr, "default", "").config;
-    cfg["half_tiles"] = half;
-    CompiledKernel k = compile_kernel(mixed, sm90, cfg, "given", "");
-    std::string what = mixed.canonical() + " config " + k.config.dump();
-    const std::string ptx = assemble_sm90(k, what);
-    const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
+    const auto [ptx, what, tm, tn, uk] = assemble_default(mixed, {{"half_tiles", half}});
     EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
     EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
     EXPECT_EQ(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.v4.u16"), 0) << what;
@@ -530,17 +547,11 @@ TEST(TensorCore, ConvolutionsOf16BitWeightsMatchTheReference) {
                UserError);
 
   if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is not installed (NVIDIA's CUDA toolkit)";
-  const Target sm90 = parse_target("cuda -arch=sm_90");
   for (const char* conv : {"conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,weight_dtype=float16,epilogue=bias_relu)",
                            "conv2d_nchw(N=1,C=256,H=14,W=14,K=1024,R=1,S=1,weight_dtype=bfloat16,epilogue=bias)"}) {
     Workload w = parse_workload(conv);
     for (bool half : {false, true}) {
-      nlohmann::json cfg = compile_kernel(w, sm90, nullptr, "default", "").config;
-      cfg["half_tiles"] = half;
-      CompiledKernel k = compile_kernel(w, sm90, cfg, "given", "");
-      std::string what = w.canonical() + " config " + k.config.dump();
-      const std::string ptx = assemble_sm90(k, what);
-      const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
+      const auto [ptx, what, tm, tn, uk] = assemble_default(w, {{"half_tiles", half}});
       EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
       // The weights' tiles: 16-byte cp.async copies (C R S is a multiple of 8), never a 16-bit
       // element loaded alone, each fragment one ldmatrix.x4.
@@ -555,16 +566,84 @@ TEST(TensorCore, ConvolutionsOf16BitWeightsMatchTheReference) {
   }
   // 16-bit data too: the im2col tile is computed from it into 16 bits (both fragments ldmatrix),
   // nothing rounded in the product (the tile's stores round exactly).
-  Workload both = parse_workload("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)");
-  CompiledKernel k = compile_kernel(both, sm90, nullptr, "default", "");
-  std::string what = both.canonical() + " config " + k.config.dump();
-  const std::string ptx = assemble_sm90(k, what);
-  const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
+  const auto [ptx, what, tm, tn, uk] =
+      assemble_default(parse_workload("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)"),
+                       nlohmann::json::object());
   EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
   EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
   EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
   EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
   EXPECT_EQ(count(ptx, "ld.local") + count(ptx, "st.local"), 0) << what;
+}
+
+// A model's product whose output only tensor-core products read stores it in 16 bits
+// (graph sixteen-bit-edges: a storage Cast in its tail, ir kFloatToF16 / kFloatToBF16): the
+// kernel's 16-bit output is exactly the float32 kernel's output rounded, over the bias and Relu
+// epilogue, split-K (the cast in the sum's kernel) and guarded tails.
+TEST(TensorCore, AStorageCastTailStoresTheRoundedOutput) {
+  const Target sm80 = parse_target("cuda -arch=sm_80");
+  struct Case {
+    const char* workload;
+    nlohmann::json config;
+  };
+  const Case cases[] = {
+      {"conv2d_nchw(N=1,C=8,H=6,W=5,K=20,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)", nullptr},
+      {"matmul(M=40,N=26,K=32,trans_b=1,dtype=bfloat16,epilogue=bias)", nullptr},
+      // One row (a batch-1 MLP's): the default's one 16 x 8 tile a warp.
+      {"matmul(M=1,N=32,K=64,trans_b=1,weight_dtype=float16,epilogue=bias_relu)", nullptr},
+      {"matmul(M=1,N=10,K=32,trans_b=1,dtype=float16,epilogue=bias)", nullptr},
+      {"matmul(M=50,N=37,K=150,weight_dtype=float16,epilogue=relu)",
+       {{"warps_m", 2}, {"warps_n", 2}, {"tiles_m", 1}, {"tiles_n", 2}, {"unroll_k", 1}, {"split_k", 3}}},
+  };
+  int sample = 0;
+  for (const Case& c : cases) {
+    if (!testing::sampled(sample++, 2)) continue;
+    const Workload w = parse_workload(c.workload);
+    const bool bf16 = w.types.precision == Precision::BFloat16;
+    const OpGraph plain = build_op(w);
+    OpGraph cast = plain;
+    cast.tail.push_back(cast.output);
+    std::vector<std::string> names;
+    for (size_t d = 0; d < cast.output->shape.size(); ++d) names.push_back(str("s", d));
+    const ir::Tensor out = cast.output;
+    cast.output = ir::compute("stored", out->shape, names, [&](const std::vector<ir::Expr>& ax) {
+      // Read as a model's elementwise tail reads (graph/node_te.h read_broadcast): a dimension
+      // of extent 1 at index 0, so that a one-row product's tail does not depend on the row
+      // (the fragment's rows must be computed whole all the same).
+      std::vector<ir::Expr> at = ax;
+      for (size_t d = 0; d < at.size(); ++d)
+        if (out->shape[d] == 1) at[d] = ir::Expr(int64_t{0});
+      return ir::Call::make(bf16 ? ir::kFloatToBF16 : ir::kFloatToF16, {ir::read(out, at)});
+    });
+    std::vector<std::vector<float>> results;
+    for (const OpGraph* g : {&plain, static_cast<const OpGraph*>(&cast)}) {
+      CompiledKernel k = compile_op_graph(*g, sm80, c.config, c.config.is_null() ? "default" : "given", "k");
+      std::string what = w.canonical() + " config " + k.config.dump();
+      std::vector<std::vector<float>> bufs;
+      for (size_t i = 0; i < g->inputs.size(); ++i) {
+        const std::string type = g->arg_dtype(g->inputs[i]);
+        bufs.emplace_back(static_cast<size_t>(ir::num_elements(g->inputs[i]->shape)));
+        fill_typed(type, bufs.back().data(), static_cast<int64_t>(bufs.back().size()), 31 + i);
+        store_as(type, bufs.back().data(), static_cast<int64_t>(bufs.back().size()));
+      }
+      const int64_t n = ir::num_elements(g->output->shape);
+      bufs.emplace_back(static_cast<size_t>(g == &cast ? (n + 1) / 2 : n), std::nanf(""));
+      GpuProgram prog = split_gpu_program(k.lowered.func);
+      for (const auto& [name, size] : prog.workspaces) bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
+      for (const ir::LoweredFunc& kf : prog.kernels) ASSERT_EQ(testing::emulate_gpu_kernel(kf, check_gpu_kernel(kf, sm80), bufs), 0) << what;
+      std::vector<float> got(static_cast<size_t>(n));
+      if (g == &cast) {
+        std::vector<uint16_t> bits(static_cast<size_t>(n));
+        std::memcpy(bits.data(), bufs[g->inputs.size()].data(), bits.size() * 2);
+        for (int64_t e = 0; e < n; ++e) got[static_cast<size_t>(e)] = bf16 ? bf16_value(bits[static_cast<size_t>(e)]) : f16_value(bits[static_cast<size_t>(e)]);
+      } else {
+        got = bufs[g->inputs.size()];
+      }
+      results.push_back(std::move(got));
+    }
+    for (size_t e = 0; e < results[0].size(); ++e)
+      ASSERT_EQ(results[1][e], bf16 ? round_bf16(results[0][e]) : round_f16(results[0][e])) << c.workload << " at " << e;
+  }
 }
 
 // A sample of the tuner's space (configs that pass the constraints) assembles without spills

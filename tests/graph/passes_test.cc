@@ -12,6 +12,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "compiler/driver.h"
 #include "compiler/lower.h"
 #include "compiler/operators.h"
@@ -131,11 +132,11 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // recognize-composites, combine-parallel-matmuls and transform-conv-layout have their own
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block),
     // and fold-qdq and int8-edges (no QDQ model; tests/graph/import_test.cc), and
-    // auto-mixed-precision (not at fp32, the default; below), and one-image-at-a-time (batch 1
+    // auto-mixed-precision and sixteen-bit-edges (not at fp32, the default; below), and one-image-at-a-time (batch 1
     // here; ImageLoop in tests/graph/import_test.cc).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
                     p.name == "fold-qdq" || p.name == "int8-edges" ||
-                    p.name == "auto-mixed-precision" || p.name == "transform-conv-layout" ||
+                    p.name == "auto-mixed-precision" || p.name == "sixteen-bit-edges" || p.name == "transform-conv-layout" ||
                     p.name == "pad-channels" ||
                     p.name == "lower-conv-transpose" || p.name == "pad-convs" ||
                     p.name == "einsum-to-matmul" || p.name == "lower-scatter-nd" ||
@@ -245,6 +246,38 @@ TEST(GraphPasses, AutoMixedPrecisionConvertsProductsWithConstantWeights) {
   EXPECT_LT(err_half, 0.003 * most);
 }
 
+// The 16-bit values whose bits float32 constant `words` carries, two a word (low half first).
+std::vector<uint16_t> halves_of(const HostTensor& words) {
+  std::vector<uint16_t> halves(words.f.size() * 2);
+  std::memcpy(halves.data(), words.f.data(), halves.size() * 2);
+  return halves;
+}
+
+// The reference evaluations of `got` and `want` on `in` agree within `rel` of each value.
+void expect_near_reference(const Graph& want_g, const Graph& got_g, const std::map<std::string, HostTensor>& in, double rel) {
+  auto want = run_reference(want_g, in), got = run_reference(got_g, in);
+  for (const auto& [name, w] : want) {
+    for (size_t k = 0; k < w.f.size(); ++k)
+      ASSERT_NEAR(got.at(name).f[k], w.f[k], rel * (1 + std::fabs(w.f[k]))) << name << " " << k;
+  }
+}
+
+// The kernel of workload `spec` on `target` emulated on the arguments `bufs` (its inputs as
+// float32 buffers of their bytes; the output and workspaces appended here): its output.
+std::vector<float> emulated_output(const std::string& spec, const tf::Target& target, std::vector<std::vector<float>> bufs,
+                                   size_t output_elements) {
+  tf::CompiledKernel k = tf::compile_kernel(tf::parse_workload(spec), target, nullptr, "default", "");
+  tf::GpuProgram prog = tf::split_gpu_program(k.lowered.func);
+  const size_t out = bufs.size();
+  bufs.emplace_back(output_elements, std::nanf(""));
+  for (const auto& [name, size] : prog.workspaces) bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
+  for (const tf::ir::LoweredFunc& kf : prog.kernels) {
+    const int status = tf::testing::emulate_gpu_kernel(kf, tf::check_gpu_kernel(kf, target), bufs);
+    EXPECT_EQ(status, 0) << spec;
+  }
+  return bufs[out];
+}
+
 // Runs the passes on `g` at precision `p` for a CUDA target's tensor cores; its nodes by op.
 std::map<std::string, int> on_tensor_cores(Graph& g, Precision p) {
   PassOptions o;
@@ -281,9 +314,12 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
     EXPECT_EQ(g.bf16_nodes + g.fp16_nodes, 0) << name;
     TaskList t = extract_tasks(g);
     ASSERT_EQ(t.tasks.size(), 3u);
+    // ... and the values only they read are stored in 16 bits (sixteen-bit-edges): conv1's
+    // output, which conv2 reads, and the flattened features the MatMul reads.
+    EXPECT_EQ(g.sixteen_bit_values, sixteen ? 2 : 0) << name;
     EXPECT_EQ(t.tasks[2].workload,
-              sixteen ? tf::str("matmul(M=6,N=5,K=24,trans_b=1,dtype=float32,weight_dtype=",
-                            p == Precision::Float16 ? "float16" : "bfloat16", ",epilogue=none)")
+              sixteen ? tf::str("matmul(M=6,N=5,K=24,trans_b=1,dtype=", p == Precision::Float16 ? "float16" : "bfloat16",
+                            ",epilogue=none)")
                       : std::string("matmul(M=6,N=5,K=24,const_b=1,precision=") + name + ",epilogue=none)");
     EXPECT_NE(t.tasks[0].workload.find(sixteen ? tf::str("dtype=float32,weight_dtype=", p == Precision::Float16 ? "float16" : "bfloat16")
                                                : std::string("precision=") + name),
@@ -359,11 +395,7 @@ TEST(GraphPasses, TensorCoreProductsReadTheirConstantWeightsIn16Bits) {
     EXPECT_EQ(ops["MatMul"], 1);  // the activations' product
     EXPECT_EQ(ops["Gemm"], 0);
     EXPECT_EQ(g.tensor_core_nodes, 3);
-    auto want = run_reference(marked, in), got = run_reference(g, in);
-    for (const auto& [name, w] : want) {
-      for (size_t k = 0; k < w.f.size(); ++k)
-        ASSERT_NEAR(got.at(name).f[k], w.f[k], 1e-6 * (1 + std::fabs(w.f[k]))) << name << " " << k;
-    }
+    expect_near_reference(marked, g, in, 1e-6);
     TaskList t = extract_tasks(g);
     ASSERT_EQ(t.tasks.size(), 3u);
     const std::string type = p == Precision::Float16 ? "float16" : "bfloat16";
@@ -380,8 +412,7 @@ TEST(GraphPasses, TensorCoreProductsReadTheirConstantWeightsIn16Bits) {
       std::vector<HostTensor> operands = def.kernel_constants(g, n);
       ASSERT_EQ(operands.size(), 1u);
       ASSERT_EQ(operands[0].f.size(), static_cast<size_t>((N * K + 1) / 2));
-      std::vector<uint16_t> halves(operands[0].f.size() * 2);
-      std::memcpy(halves.data(), operands[0].f.data(), halves.size() * 2);
+      const std::vector<uint16_t> halves = halves_of(operands[0]);
       for (int64_t j = 0; j < N; ++j)
         for (int64_t k = 0; k < K; ++k)
           ASSERT_EQ(halves[static_cast<size_t>(j * K + k)],
@@ -390,13 +421,8 @@ TEST(GraphPasses, TensorCoreProductsReadTheirConstantWeightsIn16Bits) {
       // The kernel of its workload, emulated on x and those bytes, against the node's evaluation.
       const HostTensor& xv = in.at(n.inputs[0] == "x" ? "x" : "v");
       const HostTensor y = def.eval(c, {&xv, &w}).at(0);
-      tf::CompiledKernel k = tf::compile_kernel(tf::parse_workload(def.workload(g, n).spec + ")"), sm90, nullptr, "default", "");
-      tf::GpuProgram prog = tf::split_gpu_program(k.lowered.func);
-      std::vector<std::vector<float>> bufs = {xv.f, operands[0].f, std::vector<float>(y.f.size(), std::nanf(""))};
-      for (const auto& [name, size] : prog.workspaces) bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
-      for (const tf::ir::LoweredFunc& kf : prog.kernels)
-        ASSERT_EQ(tf::testing::emulate_gpu_kernel(kf, tf::check_gpu_kernel(kf, sm90), bufs), 0);
-      for (size_t e = 0; e < y.f.size(); ++e) ASSERT_NEAR(bufs[2][e], y.f[e], 1e-5 * (1 + std::fabs(y.f[e]))) << e;
+      const std::vector<float> out = emulated_output(def.workload(g, n).spec + ")", sm90, {xv.f, operands[0].f}, y.f.size());
+      for (size_t e = 0; e < y.f.size(); ++e) ASSERT_NEAR(out[e], y.f[e], 1e-5 * (1 + std::fabs(y.f[e]))) << e;
     }
   }
   // Compiled for another target than cuda's tensor cores (a model may name the op), refused by name.
@@ -465,11 +491,7 @@ TEST(GraphPasses, TensorCoreConvolutionsReadTheirConstantWeightsIn16Bits) {
     EXPECT_EQ(ops[kTensorCoreConv], 1);
     EXPECT_EQ(ops["Conv"], 2);
     EXPECT_EQ(g.tensor_core_nodes, 2);
-    auto want = run_reference(marked, in), got = run_reference(g, in);
-    for (const auto& [name, w] : want) {
-      for (size_t k = 0; k < w.f.size(); ++k)
-        ASSERT_NEAR(got.at(name).f[k], w.f[k], 1e-6 * (1 + std::fabs(w.f[k]))) << name << " " << k;
-    }
+    expect_near_reference(marked, g, in, 1e-6);
     TaskList t = extract_tasks(g);
     ASSERT_EQ(t.tasks.size(), 3u);
     EXPECT_EQ(t.tasks[0].workload,
@@ -485,21 +507,15 @@ TEST(GraphPasses, TensorCoreConvolutionsReadTheirConstantWeightsIn16Bits) {
     std::vector<HostTensor> operands = def.kernel_constants(g, n);
     ASSERT_EQ(operands.size(), 1u);
     ASSERT_EQ(operands[0].f.size(), (w.f.size() + 1) / 2);
-    std::vector<uint16_t> halves(operands[0].f.size() * 2);
-    std::memcpy(halves.data(), operands[0].f.data(), halves.size() * 2);
+    const std::vector<uint16_t> halves = halves_of(operands[0]);
     for (size_t e = 0; e < w.f.size(); ++e)
       ASSERT_EQ(halves[e], std::bit_cast<uint32_t>(f.pair(w.f[e], 0.0f)) & 0xffff) << e;
     // Its kernel, emulated on x, those bytes and the bias, against the node's evaluation.
     const HostTensor& bias = *ctx.in(2).constant;
     const HostTensor y = def.eval(ctx, {&in.at("x"), &w, &bias}).at(0);
-    tf::CompiledKernel k = tf::compile_kernel(tf::parse_workload(def.workload(g, n).spec + ",epilogue=bias)"), sm90, nullptr,
-                                              "default", "");
-    tf::GpuProgram prog = tf::split_gpu_program(k.lowered.func);
-    std::vector<std::vector<float>> bufs = {in.at("x").f, operands[0].f, bias.f, std::vector<float>(y.f.size(), std::nanf(""))};
-    for (const auto& [name, size] : prog.workspaces) bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
-    for (const tf::ir::LoweredFunc& kf : prog.kernels)
-      ASSERT_EQ(tf::testing::emulate_gpu_kernel(kf, tf::check_gpu_kernel(kf, sm90), bufs), 0);
-    for (size_t e = 0; e < y.f.size(); ++e) ASSERT_NEAR(bufs[3][e], y.f[e], 1e-5 * (1 + std::fabs(y.f[e]))) << e;
+    const std::vector<float> out =
+        emulated_output(def.workload(g, n).spec + ",epilogue=bias)", sm90, {in.at("x").f, operands[0].f, bias.f}, y.f.size());
+    for (size_t e = 0; e < y.f.size(); ++e) ASSERT_NEAR(out[e], y.f[e], 1e-5 * (1 + std::fabs(y.f[e]))) << e;
   }
   // Compiled for a CPU, refused by name; at tf32 (no 16-bit type for the weights) too.
   Graph g = b.g;
@@ -520,6 +536,111 @@ TEST(GraphPasses, TensorCoreConvolutionsReadTheirConstantWeightsIn16Bits) {
     ADD_FAILURE() << "a ConvTensorCore at tf32 ran";
   } catch (const tf::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("(ConvTensorCore): attribute tf_precision 'tf32' is not fp16 or bf16"), std::string::npos)
+        << e.what();
+  }
+}
+
+// sixteen-bit-edges: at fp16 and bf16 on a cuda target, a value that only tensor-core products
+// of 16-bit weights read as their data is stored in 16 bits by a storage Cast after its
+// producer (which its kernel fuses: as many kernels, the producing kernels storing 16-bit
+// values), and its readers' tasks take 16-bit data; the results are the same bit for bit (the
+// products rounded it to that type anyway). A value anything else reads, or a model output,
+// stays float32.
+TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
+  GraphBuilder b;
+  std::string x = b.input("x", {2, 3, 8, 8});
+  std::map<std::string, Attr> pad1 = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  std::string c1 = b.node("Conv", {x, b.weights("w1", {8, 3, 3, 3}), b.weights("b1", {8})}, "c1", {2, 8, 8, 8}, pad1);
+  std::string r1 = b.node("Relu", {c1}, "r1", {2, 8, 8, 8});  // read by c2 alone: 16 bits
+  std::string c2 = b.node("Conv", {r1, b.weights("w2", {8, 8, 1, 1})}, "c2", {2, 8, 8, 8});
+  std::string r2 = b.node("Relu", {c2}, "r2", {2, 8, 8, 8});  // read by c3 and the Add: float32
+  std::string c3 = b.node("Conv", {r2, b.weights("w3", {8, 8, 3, 3})}, "c3", {2, 8, 8, 8}, pad1);
+  std::string a = b.node("Add", {r2, c3}, "a", {2, 8, 8, 8});
+  std::string flat = b.node("Reshape", {a, b.constant("shape", HostTensor::ints({2}, {2, 512}))}, "flat", {2, 512});
+  std::string m = b.node("MatMul", {flat, b.weights("wm", {512, 10})}, "m", {2, 10});  // a model output
+  b.g.outputs = {m};
+  verify(b.g);
+  std::map<std::string, HostTensor> in = {{"x", random_floats({2, 3, 8, 8}, 17)}};
+  const tf::Target sm90 = tf::parse_target("cuda -arch=sm_90");
+  tf::graph::ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return tf::graph::KernelConfig{}; };
+  for (const Precision p : {Precision::Float16, Precision::BFloat16}) {
+    SCOPED_TRACE(precision_name(p));
+    const DType type = p == Precision::Float16 ? DType::F16 : DType::BF16;
+    const std::string t = dtype_name(type);
+    Graph off = b.g, on = b.g;
+    PassOptions o;
+    o.precision = p;
+    o.tensor_cores = true;
+    o.disabled = {"sixteen-bit-edges"};
+    run_passes(off, o);
+    std::map<std::string, int> ops = on_tensor_cores(on, p);
+    EXPECT_EQ(off.sixteen_bit_values, 0);
+    EXPECT_EQ(on.sixteen_bit_values, 2);
+    EXPECT_EQ(ops["Cast"], 2);
+    EXPECT_EQ(ops[kTensorCoreConv], 3);
+    verify(on);
+    for (const Node& n : on.nodes) {
+      if (n.op != "Cast") continue;
+      EXPECT_TRUE(n.has(kStorageCast)) << n.name;
+      EXPECT_EQ(on.value(n.outputs[0]).dtype, type) << n.name;
+      EXPECT_TRUE(n.inputs[0] == r1 || n.inputs[0] == flat) << n.inputs[0];
+    }
+    // Bit for bit.
+    auto want = run_reference(off, in), got = run_reference(on, in);
+    for (const auto& [name, w] : want)
+      for (size_t k = 0; k < w.f.size(); ++k) ASSERT_EQ(got.at(name).f[k], w.f[k]) << name << " " << k;
+    // The readers' tasks take 16-bit data; c3 reads r2 as float32.
+    std::vector<std::string> tasks;
+    for (const Task& task : extract_tasks(on).tasks) tasks.push_back(task.workload);
+    ASSERT_EQ(tasks.size(), 4u);
+    EXPECT_EQ(tasks[0], "conv2d_nchw(N=2,C=3,H=8,W=8,K=8,R=3,S=3,stride=1,pad=1,dilation=1,dtype=float32,weight_dtype=" + t +
+                            ",epilogue=bias_relu)");
+    EXPECT_EQ(tasks[1], "conv2d_nchw(N=2,C=8,H=8,W=8,K=8,R=1,S=1,stride=1,pad=0,dilation=1,dtype=" + t + ",epilogue=relu)");
+    EXPECT_EQ(tasks[2], "conv2d_nchw(N=2,C=8,H=8,W=8,K=8,R=3,S=3,stride=1,pad=1,dilation=1,dtype=float32,weight_dtype=" + t +
+                            ",epilogue=none)");
+    EXPECT_EQ(tasks[3], "matmul(M=2,N=10,K=512,trans_b=1,dtype=" + t + ",epilogue=none)");
+    // Compiled for the GPU: the Casts are in their producers' kernels (as many kernels), which
+    // store 16-bit values.
+    auto build = [&](const Graph& g, const std::string& file) {
+      const std::string path = tf::testing::temp_dir() + "/" + file;
+      tf::graph::CompiledModel cm = compile_model(g, sm90, defaults, path, file, default_memory_budget(), false);
+      return std::pair{cm.kernels.size(), tf::read_file(path).find("st.global.b16") != std::string::npos};
+    };
+    const auto [kernels_off, stores_off] = build(off, "off.so");
+    const auto [kernels_on, stores_on] = build(on, "on.so");
+    EXPECT_EQ(kernels_on, kernels_off);
+    EXPECT_FALSE(stores_off);
+    EXPECT_TRUE(stores_on);
+  }
+  // Not at tf32 (the weights stay float32, so do the values).
+  Graph g = b.g;
+  on_tensor_cores(g, Precision::TF32);
+  EXPECT_EQ(g.sixteen_bit_values, 0);
+  // A 16-bit value read by anything but a product of 16-bit weights, or written by anything but
+  // a storage Cast, is refused by name.
+  Graph bad = b.g;
+  on_tensor_cores(bad, Precision::Float16);
+  for (Node& n : bad.nodes) {
+    if (n.op != kTensorCoreConv || bad.value(n.inputs[0]).dtype != DType::F16) continue;
+    Node relu{"stray", "Relu", {n.inputs[0]}, {"stray_out"}, {}};
+    bad.values["stray_out"] = Value{"stray_out", DType::F32, bad.value(n.inputs[0]).shape, std::nullopt};
+    bad.nodes.push_back(relu);
+    break;
+  }
+  try {
+    verify(bad);
+    ADD_FAILURE() << "a Relu read a float16 value";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("node 'stray' (Relu) reads the float16 value"), std::string::npos) << e.what();
+  }
+  Graph writes = b.g;
+  writes.values.at(r1).dtype = DType::F16;
+  try {
+    verify(writes);
+    ADD_FAILURE() << "a Relu wrote a float16 value";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("writes the float16 value '" + r1 + "'; only a storage Cast writes float16 or bfloat16"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -198,9 +198,14 @@ class PrecisionTest(models_for_tests.ModelTestCase):
             r = tunefarm("import", path, "-t", "cuda -arch=sm_90", "--precision", precision, "--json")
             self.assertEqual(r.returncode, 0, r.stderr)
             tasks = [t["workload"] for t in json.loads(r.stdout)["tasks"]]
-            says = ("precision=tf32" if precision == "tf32" else
-                    "trans_b=1,dtype=float32,weight_dtype=" + {"fp16": "float16", "bf16": "bfloat16"}[precision])
-            self.assertTrue(tasks and all(says in t for t in tasks), tasks)
+            # The first product reads the model's input (float32 data); the others read what only
+            # they read, stored in 16 bits (sixteen-bit-edges).
+            t16 = {"fp16": "float16", "bf16": "bfloat16"}.get(precision)
+            says = ["precision=tf32"] if precision == "tf32" else [
+                "trans_b=1,dtype=float32,weight_dtype=" + t16, "trans_b=1,dtype=" + t16 + ","]
+            self.assertTrue(tasks and all(any(s in t for s in says) for t in tasks), tasks)
+            if precision != "tf32":
+                self.assertTrue(any(says[-1] in t for t in tasks), tasks)
         for precision in ("fp16", "bf16"):
             self.assertLess(constant_bytes[precision], 0.6 * constant_bytes["tf32"], constant_bytes)
         # Convolutions too (group 1; the depthwise one stays float32): their weights [K][C][R][S]
@@ -210,11 +215,14 @@ class PrecisionTest(models_for_tests.ModelTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("4 of 5 products (MatMul, Gemm, Conv) on tensor cores", r.stdout)
         self.assertIn("4 of them with weights stored in it", r.stdout)
+        # c3 alone reads the depthwise convolution's output, and fc the mean: stored in 16 bits.
+        self.assertIn("2 values they alone read too", r.stdout)
         r = tunefarm("import", cnn, "-t", "cuda -arch=sm_90", "--precision", "fp16", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         convs = [t["workload"] for t in json.loads(r.stdout)["tasks"] if t["workload"].startswith("conv2d_nchw(")]
         self.assertEqual(len(convs), 3, convs)
-        self.assertTrue(all("dtype=float32,weight_dtype=float16" in t for t in convs), convs)
+        self.assertEqual(sum("dtype=float32,weight_dtype=float16" in t for t in convs), 2, convs)
+        self.assertEqual(sum(",dtype=float16," in t for t in convs), 1, convs)
 
     def test_tensor_core_accuracy_without_a_gpu(self):
         # run --reference --tensor-cores evaluates the products as the tensor cores round them
