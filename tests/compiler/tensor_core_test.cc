@@ -655,6 +655,11 @@ TEST(TensorCore, SampledConfigsAssembleWithoutSpills) {
   std::vector<std::string> workloads;
   for (const char* p : kPrecisions) workloads.push_back(with_precision("matmul(M=1024,N=1024,K=1024,epilogue=bias)", p));
   workloads.push_back("matmul(M=1024,N=1024,K=1024,dtype=float16,epilogue=bias)");  // B's tiles staged
+  // A model's convolutions at fp16: 16-bit weights (the im2col tile float32, or 16-bit with
+  // half_tiles), 16-bit data too (the im2col tile computed into 16 bits), NHWC's weights staged.
+  workloads.push_back("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,weight_dtype=float16,epilogue=bias_relu)");
+  workloads.push_back("conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)");
+  workloads.push_back("conv2d_nhwc(N=1,H=28,W=28,C=128,K=128,R=3,S=3,pad=1,dtype=bfloat16)");
   for (const std::string& text : workloads) {
     Workload w = parse_workload(text);
     for (const nlohmann::json& config : testing::sample_configs(w, t, 8)) {
