@@ -11,6 +11,10 @@
 
 namespace tf::graph {
 
+bool reads_16_bit_input(const Node& n, size_t k) {
+  return (k == 0 && reads_16_bit_weights(n.op)) || (k < 2 && n.op == "MatMul" && n.has(kTensorCorePrecision));
+}
+
 const char* dtype_name(DType t) {
   switch (t) {
     case DType::F32:
@@ -195,7 +199,7 @@ void verify(const Graph& g) {
       }
       // 16-bit floats are a model's inputs and outputs (read by a Cast to float32), and the
       // data of tensor-core products of 16-bit weights (sixteen-bit-edges).
-      if (is_storage16(g.value(in).dtype) && !(k == 0 && reads_16_bit_weights(n.op)) &&
+      if (is_storage16(g.value(in).dtype) && !reads_16_bit_input(n, k) &&
           (n.op != "Cast" || storage_cast || n.get_int("to", 0) != 1)) {
         throw UserError(
             str(n.where(), " reads the ", dtype_name(g.value(in).dtype), " value '", in,

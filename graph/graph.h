@@ -38,6 +38,10 @@ inline bool is_storage16(DType t) { return t == DType::F16 || t == DType::BF16; 
 // keeps the value in float32 (docs/precision.md).
 inline constexpr const char* kStorageCast = "tf_storage";
 
+// The attribute auto-mixed-precision gives a MatMul, Gemm or Conv for a CUDA target's tensor
+// cores: "tf32", "fp16" or "bf16", its workload's precision=... (matmul_workload, gemm_workload)
+// and the rounding of its operands in the reference evaluation.
+inline constexpr const char* kTensorCorePrecision = "tf_precision";
 // The op a marked MatMul or Gemm of constant float32 weights becomes at fp16 and bf16 on a cuda
 // target (auto-mixed-precision, graph/pass.h): x times the weights [K, N] (a Gemm's bias an Add
 // after it), computed by a kernel that reads the weights as 16-bit values stored [N][K] (matmul
@@ -51,6 +55,12 @@ inline constexpr const char* kTensorCoreConv = "ConvTensorCore";
 // by its producer (sixteen-bit-edges: a value only such products read, which round it to that
 // type anyway): the only float16 values between kernels.
 inline bool reads_16_bit_weights(const std::string& op) { return op == kTensorCoreMatMul || op == kTensorCoreConv; }
+struct Node;
+// Whether node `n` may read a float16 (bfloat16) value as its input k (sixteen-bit-edges): the
+// data of a product of 16-bit weights (input 0), or an operand of a MatMul of two activations
+// marked for tensor cores (its own inference checks the type and that input 0 is not 16-bit
+// alone).
+bool reads_16_bit_input(const Node& n, size_t k);
 
 using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& s);

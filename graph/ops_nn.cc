@@ -40,6 +40,21 @@ Shape matmul_shape(const OpContext& c, const Shape& a0, const Shape& b0) {
 // it (kTensorCorePrecision), else not at all.
 float (*operand_rounding(const Node& n))(float) { return precision_rounding(tensor_core_precision(n)); }
 
+// MatMul's operands: float32, or (sixteen-bit-edges) values of the 16-bit type the product is
+// marked with (kTensorCorePrecision fp16, bf16), the second one or both: its kernel takes
+// float32 data times 16-bit weights, or both in 16 bits, not 16-bit data alone.
+void check_matmul_operands(const OpContext& c) {
+  const Precision p = tensor_core_precision(c.node);
+  const DType half = p == Precision::Float16 ? DType::F16 : p == Precision::BFloat16 ? DType::BF16 : DType::F32;
+  for (size_t k = 0; k < 2; ++k) {
+    if (c.in(k).dtype != DType::F32 && c.in(k).dtype != half) require_float(c, k);
+  }
+  if (c.in(0).dtype != DType::F32 && c.in(1).dtype == DType::F32) {
+    throw UserError(str(c.node.where(), ": input 0 ('", c.in(0).name, "') is ", dtype_name(c.in(0).dtype),
+                        " and input 1 float32; a 16-bit first operand needs a 16-bit second one"));
+  }
+}
+
 std::vector<HostTensor> matmul_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
   float (*r)(float) = operand_rounding(c.node);
   const Shape& a0 = in[0]->shape;
@@ -746,8 +761,7 @@ void register_nn_ops(std::vector<OpDef>& ops) {
   ops.push_back(
       {"MatMul", 2, 2,
        [](const OpContext& c) {
-         require_float(c, 0);
-         require_float(c, 1);
+         check_matmul_operands(c);
          return std::vector<TypeShape>{{DType::F32, matmul_shape(c, c.in(0).shape, c.in(1).shape)}};
        },
        matmul_eval, te::matmul_te, matmul_workload, nullptr, /*linear_cost=*/false});

@@ -33,10 +33,8 @@ using Precision = tf::Precision;
 // "fp32", "bf16", "fp16" or "tf32"; UserError naming the value for others.
 Precision parse_precision(const std::string& name);
 
-// The attribute auto-mixed-precision gives a MatMul or Gemm for a CUDA target's tensor cores:
-// "tf32", "fp16" or "bf16", its workload's precision=... (matmul_workload, gemm_workload) and
-// the rounding of its operands in the reference evaluation.
-inline constexpr const char* kTensorCorePrecision = "tf_precision";
+// kTensorCorePrecision, the attribute auto-mixed-precision marks products for a CUDA target's
+// tensor cores with: graph/graph.h.
 // kTensorCoreMatMul and kTensorCoreConv, the ops a marked product of constant weights becomes at
 // fp16 and bf16: graph/graph.h.
 // The precision `n` is marked with (Float32 when it is not); UserError naming the node and the

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "base/error.h"
 #include "compiler/operators.h"
@@ -425,20 +426,41 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
   if (!tensor_cores || (p != Precision::Float16 && p != Precision::BFloat16)) return false;
   const DType type = p == Precision::Float16 ? DType::F16 : DType::BF16;
   const ValueUses uses(g);
-  // Storage Casts to insert after each producer, in order.
-  std::map<size_t, std::vector<Node>> after;
+  // The values to store in 16 bits: computed float32 values (no model output, not made by an
+  // opaque node, whose kernel could not fuse the Cast: graph/fusion.h joins an elementwise node
+  // to any other group, the product's epilogue or a generic kernel's last stage) that only
+  // products of this precision read where they may read 16-bit values: the data of a product
+  // of 16-bit weights, or an operand of a marked MatMul of two activations that a template
+  // computes (its workload: 16-bit second operands, or both).
+  std::set<std::string> chosen;
   for (const auto& [v, rs] : uses.readers) {
     auto pr = uses.producer.find(v);
-    if (pr == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32) continue;
-    // Where the Cast joins its producer's kernel (graph/fusion.h: an elementwise node joins any
-    // group but an opaque one's), the product's epilogue or a generic kernel's last stage.
-    if (op_kind(g.nodes[pr->second].op) == OpKind::Opaque) continue;
-    // Every reader a product of 16-bit weights of this precision, reading it as its data.
+    if (pr == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32 ||
+        op_kind(g.nodes[pr->second].op) == OpKind::Opaque)
+      continue;
     const bool all = std::all_of(rs.begin(), rs.end(), [&](const std::pair<size_t, size_t>& r) {
       const Node& n = g.nodes[r.first];
-      return r.second == 0 && reads_16_bit_weights(n.op) && tensor_core_precision(n) == p;
+      return reads_16_bit_input(n, r.second) && tensor_core_precision(n) == p &&
+             (reads_16_bit_weights(n.op) || !anchor_workload(g, n).spec.empty());
     });
-    if (!all) continue;
+    if (all) chosen.insert(v);
+  }
+  // A marked MatMul's first operand only with its second (16-bit data times float32 has no
+  // kernel): drop such firsts until none is left (each drop may strand another).
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    for (const Node& n : g.nodes) {
+      if (n.op != "MatMul" || !n.has(kTensorCorePrecision)) continue;
+      if (chosen.count(n.inputs[0]) && !chosen.count(n.inputs[1])) {
+        chosen.erase(n.inputs[0]);
+        dropped = true;
+      }
+    }
+  }
+  // Storage Casts to insert after each producer, in order.
+  std::map<size_t, std::vector<Node>> after;
+  for (const std::string& v : chosen) {
+    const std::vector<std::pair<size_t, size_t>>& rs = uses.readers.at(v);
     Node cast;
     cast.op = "Cast";
     cast.name = g.fresh_name(v + ".to_" + dtype_name(type));
@@ -448,7 +470,7 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
     cast.attrs[kStorageCast] = int64_t{1};
     g.values[cast.outputs[0]] = Value{cast.outputs[0], type, g.value(v).shape, std::nullopt};
     for (const auto& [k, i] : rs) g.nodes[k].inputs[i] = cast.outputs[0];
-    after[pr->second].push_back(std::move(cast));
+    after[uses.producer.at(v)].push_back(std::move(cast));
     ++g.sixteen_bit_values;
   }
   if (after.empty()) return false;

@@ -31,6 +31,14 @@ std::string precision_key(const Node& n) {
   return p == Precision::Float32 ? "" : std::string(",precision=") + precision_name(p);
 }
 
+// The same for a MatMul whose operands may be 16-bit values (sixteen-bit-edges): both
+// (",dtype=float16"), the second (",weight_dtype=float16"), or neither.
+std::string operand_types_key(const Graph& g, const Node& n) {
+  const DType a = g.value(n.inputs[0]).dtype, b = g.value(n.inputs[1]).dtype;
+  if (!is_storage16(b)) return precision_key(n);
+  return str(is_storage16(a) ? ",dtype=" : ",weight_dtype=", dtype_name(b));
+}
+
 }  // namespace
 
 bool is_depthwise_conv(const Graph& g, const Node& n) {
@@ -82,13 +90,14 @@ AnchorWorkload matmul_workload(const Graph& g, const Node& n) {
     // [..., M, K] x [K, N]: the leading dimensions are more rows.
     for (size_t d = 0; d + 2 < a.size(); ++d) M *= a[d];
     // Constant weights are packed once when the model is compiled: tuned as it runs them.
-    return {str("matmul(M=", M, ",N=", N, ",K=", K, g.is_constant(n.inputs[1]) ? ",const_b=1" : "", precision_key(n)),
+    return {str("matmul(M=", M, ",N=", N, ",K=", K, g.is_constant(n.inputs[1]) ? ",const_b=1" : "",
+                operand_types_key(g, n)),
             ""};
   }
   Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
   if (ab != bb)
     return {"", "batch dimensions " + shape_str(ab) + " and " + shape_str(bb) + " broadcast"};
-  return {str("batch_matmul(B=", num_elements(ab), ",M=", M, ",N=", N, ",K=", K, precision_key(n)), ""};
+  return {str("batch_matmul(B=", num_elements(ab), ",M=", M, ",N=", N, ",K=", K, operand_types_key(g, n)), ""};
 }
 
 AnchorWorkload gemm_workload(const Graph& g, const Node& n) {

@@ -369,7 +369,7 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
 // rounded to the type either way); its constant holds exactly the halves of the weights,
 // transposed, whatever the parity of N K; and the kernel dense_tc.cuda compiles for its
 // workload, emulated on those bytes, computes what the node evaluates to. Products of two
-// activations stay marked MatMuls (float32 in memory).
+// activations stay marked MatMuls (their operands float32 unless only such products read them).
 TEST(GraphPasses, TensorCoreProductsReadTheirConstantWeightsIn16Bits) {
   GraphBuilder b;
   std::string x = b.input("x", {2, 3, 7});
@@ -401,7 +401,9 @@ TEST(GraphPasses, TensorCoreProductsReadTheirConstantWeightsIn16Bits) {
     const std::string type = p == Precision::Float16 ? "float16" : "bfloat16";
     EXPECT_EQ(t.tasks[0].workload, "matmul(M=6,N=5,K=7,trans_b=1,dtype=float32,weight_dtype=" + type + ",epilogue=none)");
     EXPECT_EQ(t.tasks[1].workload, "matmul(M=5,N=6,K=8,trans_b=1,dtype=float32,weight_dtype=" + type + ",epilogue=bias)");
-    EXPECT_EQ(t.tasks[2].workload, std::string("matmul(M=5,N=5,K=6,precision=") + precision_name(p) + ",epilogue=none)");
+    // The activations' product: gm is a model output (float32), its transpose only this product's
+    // second operand (16 bits: sixteen-bit-edges).
+    EXPECT_EQ(t.tasks[2].workload, "matmul(M=5,N=5,K=6,dtype=float32,weight_dtype=" + type + ",epilogue=none)");
     for (const Node& n : g.nodes) {
       if (n.op != kTensorCoreMatMul) continue;
       SCOPED_TRACE(n.name);
@@ -640,6 +642,81 @@ TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
     ADD_FAILURE() << "a Relu wrote a float16 value";
   } catch (const tf::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("writes the float16 value '" + r1 + "'; only a storage Cast writes float16 or bfloat16"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The same for marked products of two activations (attention's scores and context): both
+// operands stored in 16 bits where only such products read them (dtype=float16), or the second
+// alone (weight_dtype); a first operand whose second stays float32 stays float32 too (no kernel
+// takes 16-bit data times float32), and so does anything a model input feeds directly.
+TEST(GraphPasses, SixteenBitEdgesOfProductsOfActivations) {
+  GraphBuilder b;
+  std::string x = b.input("x", {3, 5, 8});
+  std::string q = b.node("Relu", {x}, "q", {3, 5, 8});
+  std::string k = b.node("Transpose", {b.node("Sigmoid", {x}, "ks", {3, 5, 8})}, "k", {3, 8, 5},
+                         {{"perm", std::vector<int64_t>{0, 2, 1}}});
+  std::string s = b.node("MatMul", {q, k}, "s", {3, 5, 5});
+  std::string p = b.node("Softmax", {s}, "p", {3, 5, 5}, {{"axis", int64_t{-1}}});
+  std::string v = b.node("Tanh", {x}, "v", {3, 5, 8});
+  std::string o = b.node("MatMul", {p, v}, "o", {3, 5, 8});  // both 16-bit
+  std::string u = b.node("Neg", {x}, "u", {3, 5, 8});        // first operand, second the input: float32
+  std::string xt = b.node("Transpose", {x}, "xt", {3, 8, 5}, {{"perm", std::vector<int64_t>{0, 2, 1}}});
+  std::string ux = b.node("MatMul", {u, xt}, "ux", {3, 5, 5});
+  std::string w = b.node("Abs", {xt}, "w", {3, 8, 5});  // second operand, first the input: weight_dtype
+  std::string xw = b.node("MatMul", {x, w}, "xw", {3, 5, 5});
+  b.g.outputs = {o, ux, xw};
+  verify(b.g);
+  std::map<std::string, HostTensor> in = {{"x", random_floats({3, 5, 8}, 23)}};
+  for (const Precision pr : {Precision::Float16, Precision::BFloat16}) {
+    SCOPED_TRACE(precision_name(pr));
+    const std::string t = pr == Precision::Float16 ? "float16" : "bfloat16";
+    Graph off = b.g, on = b.g;
+    PassOptions opt;
+    opt.precision = pr;
+    opt.tensor_cores = true;
+    opt.disabled = {"sixteen-bit-edges"};
+    run_passes(off, opt);
+    on_tensor_cores(on, pr);
+    verify(on);
+    std::set<std::string> stored;
+    for (const Node& n : on.nodes)
+      if (n.op == "Cast" && n.has(kStorageCast)) stored.insert(n.inputs[0]);
+    // xt (read by w's Abs too) stays float32, and so does u.
+    EXPECT_EQ(stored, (std::set<std::string>{q, k, p, v, w}));
+    EXPECT_EQ(on.sixteen_bit_values, 5);
+    auto want = run_reference(off, in), got = run_reference(on, in);
+    for (const auto& [name, ww] : want)
+      for (size_t e = 0; e < ww.f.size(); ++e) ASSERT_EQ(got.at(name).f[e], ww.f[e]) << name << " " << e;
+    std::map<std::string, std::string> by_node;
+    for (const Task& task : extract_tasks(on).tasks) by_node[task.nodes.at(0)] = task.workload;
+    auto node_of = [&](const std::string& out) {
+      for (const Node& n : on.nodes)
+        if (n.outputs[0] == out) return n.name;
+      return std::string();
+    };
+    EXPECT_EQ(by_node[node_of(s)], "batch_matmul(B=3,M=5,N=5,K=8,dtype=" + t + ",epilogue=none)");
+    EXPECT_EQ(by_node[node_of(o)], "batch_matmul(B=3,M=5,N=8,K=5,dtype=" + t + ",epilogue=none)");
+    EXPECT_EQ(by_node[node_of(ux)], std::string("batch_matmul(B=3,M=5,N=5,K=8,precision=") + precision_name(pr) + ",epilogue=none)");
+    EXPECT_EQ(by_node[node_of(xw)], "batch_matmul(B=3,M=5,N=5,K=8,dtype=float32,weight_dtype=" + t + ",epilogue=none)");
+  }
+  // Inference refuses 16-bit data times float32 by name.
+  Graph bad = b.g;
+  on_tensor_cores(bad, Precision::Float16);
+  Node* product = nullptr;
+  for (Node& n : bad.nodes) {
+    if (n.outputs[0] == ux) product = &n;
+  }
+  ASSERT_NE(product, nullptr);
+  for (const Node& c : bad.nodes)
+    if (c.op == "Cast" && c.inputs[0] == q) product->inputs[0] = c.outputs[0];
+  ASSERT_NE(product->inputs[0], u);
+  try {
+    find_op("MatMul")->infer(context(*product, bad, bad.opset));
+    ADD_FAILURE() << "16-bit data times float32 inferred";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("is float16 and input 1 float32; a 16-bit first operand needs a 16-bit second one"),
               std::string::npos)
         << e.what();
   }
