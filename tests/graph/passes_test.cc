@@ -531,14 +531,34 @@ TEST(GraphPasses, TensorCoreConvolutionsReadTheirConstantWeightsIn16Bits) {
     EXPECT_NE(std::string(e.what()).find("(ConvTensorCore): ConvTensorCore runs on a cuda target's tensor cores"), std::string::npos)
         << e.what();
   }
-  for (Node& n : g.nodes)
-    if (n.op == kTensorCoreConv) n.attrs[kTensorCorePrecision] = std::string("tf32");
-  try {
-    run_reference(g, in);
-    ADD_FAILURE() << "a ConvTensorCore at tf32 ran";
-  } catch (const tf::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("(ConvTensorCore): attribute tf_precision 'tf32' is not fp16 or bf16"), std::string::npos)
-        << e.what();
+  // A ConvTensorCore a model names with what it cannot compute is refused by name: another
+  // precision, a group, weights that are not a float32 constant, data of another type.
+  auto refused = [&](const std::function<void(Graph&, Node&)>& spoil, const std::string& message) {
+    Graph h = g;
+    for (Node& n : h.nodes)
+      if (n.op == kTensorCoreConv) spoil(h, n);
+    try {
+      run_reference(h, in);
+      ADD_FAILURE() << "ran; expected: " << message;
+    } catch (const tf::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  refused([](Graph&, Node& n) { n.attrs[kTensorCorePrecision] = std::string("tf32"); },
+          "(ConvTensorCore): attribute tf_precision 'tf32' is not fp16 or bf16");
+  refused([](Graph&, Node& n) { n.attrs["group"] = int64_t{3}; }, "(ConvTensorCore): group 3 is not 1");
+  refused([&](Graph&, Node& n) { n.inputs[1] = "wx"; }, "(ConvTensorCore): weight must be a float32 constant [K, C, R, S]");
+  Graph h = g;
+  for (const Node& n : h.nodes) {
+    if (n.op != kTensorCoreConv) continue;
+    h.value(n.inputs[0]).dtype = DType::I64;
+    try {
+      find_op(n.op)->infer(context(n, h, h.opset));
+      ADD_FAILURE() << "int64 data inferred";
+    } catch (const tf::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("(ConvTensorCore): input must be float32 or float16, not int64"), std::string::npos)
+          << e.what();
+    }
   }
 }
 
