@@ -69,8 +69,8 @@ class GpuLibrary:
             fail("tf_model_run_device returned %d: %s" % (status, self.lib.tf_model_last_error().decode()))
 
 
-def compile_model(tunefarm, onnx, out, target, db=None, emulate=False, precision="fp32"):
-    cmd = [tunefarm, "compile", "--model", onnx, "-t", target, "-o", out, "--precision", precision]
+def compile_model(tunefarm, onnx, out, target, db=None, emulate=False, precision="fp32", flags=()):
+    cmd = [tunefarm, "compile", "--model", onnx, "-t", target, "-o", out, "--precision", precision, *flags]
     cmd += ["--db", db] if db else ["--no-db"]
     cmd += ["--emulate-gpu"] if emulate else []
     t0 = time.time()
@@ -121,6 +121,9 @@ def main():
     ap.add_argument("--db", help="tuning database: also time each model compiled with its tuned configs")
     ap.add_argument("--calls", type=int, default=20, help="calls per timed block")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of every variant")
+    ap.add_argument("--without-pass", action="append", default=[], metavar="PASS",
+                    help="also time a default build with this graph pass disabled (repeatable), e.g. "
+                    "sixteen-bit-edges: what the pass gains, and whether it changes the accuracy")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--cpu-check", action="store_true",
                     help="no GPU: check the models' GPU kernels, emulated on this CPU, against PyTorch")
@@ -183,12 +186,14 @@ def main():
             with torch.no_grad():
                 want = model(xg)  # float32, TF32 off: what every build is compared with
             bound = 1e-3 if a.precision in ("fp32", "tf32") else 1e-2
-            builds = [("ours", None)] + ([("tuned", a.db)] if a.db else [])
+            builds = [("ours", None, ())] + ([("tuned", a.db, ())] if a.db else [])
+            builds += [("without_" + p.replace("-", "_"), None, ("--disable-pass", p)) for p in a.without_pass]
             row = {"model": name}
             variants = {}
-            for tag, db in builds:
+            for tag, db, flags in builds:
                 path = os.path.join(d, "%s-%s.so" % (name, tag))
-                row[tag + "_compile_s"] = compile_model(a.tunefarm, onnx, path, target, db, precision=a.precision)
+                row[tag + "_compile_s"] = compile_model(a.tunefarm, onnx, path, target, db, precision=a.precision,
+                                                        flags=flags)
                 lib = GpuLibrary(path, device)
                 y = torch.empty_like(want)
                 run = (lambda lib=lib, y=y: lib.run([xg], [y], torch.cuda.current_stream().cuda_stream))
@@ -239,6 +244,11 @@ def main():
                    "  tuned %8.3f (graph %8.3f, ratio %5.2f)" %
                    (row["tuned_ms"], row["tuned_graph_ms"], row["torch_graph_ms"] / row["tuned_graph_ms"])
                    if a.db else ""), flush=True)
+            for p in a.without_pass:
+                tag = "without_" + p.replace("-", "_")
+                print("%-13s without %s: graph %8.3f ms (ours / it %5.2f), error vs fp32 %.2g" %
+                      (name, p, row[tag + "_graph_ms"], row[tag + "_graph_ms"] / row["ours_graph_ms"],
+                       row[tag + "_max_rel_error"]), flush=True)
             del variants
             torch.cuda.empty_cache()
     print("geomean ratio (PyTorch graph / ours graph) %.2f, eager %.2f" %
