@@ -278,11 +278,13 @@ std::vector<float> emulated_output(const std::string& spec, const tf::Target& ta
   return bufs[out];
 }
 
-// Runs the passes on `g` at precision `p` for a CUDA target's tensor cores; its nodes by op.
-std::map<std::string, int> on_tensor_cores(Graph& g, Precision p) {
+// Runs the passes (but `disabled`) on `g` at precision `p` for a CUDA target's tensor cores;
+// its nodes by op.
+std::map<std::string, int> on_tensor_cores(Graph& g, Precision p, const std::set<std::string>& disabled = {}) {
   PassOptions o;
   o.precision = p;
   o.tensor_cores = true;
+  o.disabled = disabled;
   run_passes(g, o);
   std::map<std::string, int> ops;
   for (const Node& n : g.nodes) ++ops[n.op];
@@ -590,11 +592,7 @@ TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
     const DType type = p == Precision::Float16 ? DType::F16 : DType::BF16;
     const std::string t = dtype_name(type);
     Graph off = b.g, on = b.g;
-    PassOptions o;
-    o.precision = p;
-    o.tensor_cores = true;
-    o.disabled = {"sixteen-bit-edges"};
-    run_passes(off, o);
+    on_tensor_cores(off, p, {"sixteen-bit-edges"});
     std::map<std::string, int> ops = on_tensor_cores(on, p);
     EXPECT_EQ(off.sixteen_bit_values, 0);
     EXPECT_EQ(on.sixteen_bit_values, 2);
@@ -607,10 +605,7 @@ TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
       EXPECT_EQ(on.value(n.outputs[0]).dtype, type) << n.name;
       EXPECT_TRUE(n.inputs[0] == r1 || n.inputs[0] == flat) << n.inputs[0];
     }
-    // Bit for bit.
-    auto want = run_reference(off, in), got = run_reference(on, in);
-    for (const auto& [name, w] : want)
-      for (size_t k = 0; k < w.f.size(); ++k) ASSERT_EQ(got.at(name).f[k], w.f[k]) << name << " " << k;
+    expect_near_reference(off, on, in, 0.0);  // bit for bit
     // The readers' tasks take 16-bit data; c3 reads r2 as float32.
     std::vector<std::string> tasks;
     for (const Task& task : extract_tasks(on).tasks) tasks.push_back(task.workload);
@@ -693,11 +688,7 @@ TEST(GraphPasses, SixteenBitEdgesOfProductsOfActivations) {
     SCOPED_TRACE(precision_name(pr));
     const std::string t = pr == Precision::Float16 ? "float16" : "bfloat16";
     Graph off = b.g, on = b.g;
-    PassOptions opt;
-    opt.precision = pr;
-    opt.tensor_cores = true;
-    opt.disabled = {"sixteen-bit-edges"};
-    run_passes(off, opt);
+    on_tensor_cores(off, pr, {"sixteen-bit-edges"});
     on_tensor_cores(on, pr);
     verify(on);
     std::set<std::string> stored;
@@ -706,9 +697,7 @@ TEST(GraphPasses, SixteenBitEdgesOfProductsOfActivations) {
     // xt (read by w's Abs too) stays float32, and so does u.
     EXPECT_EQ(stored, (std::set<std::string>{q, k, p, v, w}));
     EXPECT_EQ(on.sixteen_bit_values, 5);
-    auto want = run_reference(off, in), got = run_reference(on, in);
-    for (const auto& [name, ww] : want)
-      for (size_t e = 0; e < ww.f.size(); ++e) ASSERT_EQ(got.at(name).f[e], ww.f[e]) << name << " " << e;
+    expect_near_reference(off, on, in, 0.0);  // bit for bit
     std::map<std::string, std::string> by_node;
     for (const Task& task : extract_tasks(on).tasks) by_node[task.nodes.at(0)] = task.workload;
     auto node_of = [&](const std::string& out) {
