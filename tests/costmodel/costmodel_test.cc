@@ -87,10 +87,12 @@ TEST(Features, SameIrSameFeaturesAndKnobsThatChangeTheLoopsChangeThem) {
   std::vector<float> t0 = costmodel::config_features(tc.graph(), tc.target(), tc_def);
   ASSERT_EQ(t0.size(), kNumFeatures);
   for (float v : t0) EXPECT_TRUE(std::isfinite(v));
-  for (const auto& [knob, value] : std::vector<std::pair<std::string, json>>{{"tiles_m", 1}, {"unroll_k", 4},
-                                                                             {"stages", 1}}) {
+  for (const auto& [knob, value] : std::vector<std::pair<std::string, json>>{
+           {"tiles_m", 1}, {"unroll_k", 4}, {"stages", 1}, {"warps_m", 1}, {"warps_n", 1}, {"split_k", 2},
+           {"half_tiles", true}, {"shared", false}}) {
     json c = tc_def;
     c[knob] = value;
+    if (knob == "shared") c["stages"] = 1;
     EXPECT_NE(t0, costmodel::config_features(tc.graph(), tc.target(), c)) << knob << " changed nothing";
   }
 }
