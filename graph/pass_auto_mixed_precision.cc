@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "base/error.h"
@@ -141,18 +142,25 @@ AnchorWorkload tensor_core_workload(const Graph& g, const Node& n) {
   return {str("matmul(M=", p.M, ",N=", p.N, ",K=", p.K, types_key(n, *c.inputs[0]), ",trans_b=1"), ""};
 }
 
+// `count` values at(0), at(1), ... rounded to format f's 16-bit type, element 2i in the low half
+// of word i (a zero high half past an odd count), the words' bits carried in a float32
+// constant of ceil(count / 2) values: the bytes of an array of `count` halves.
+HostTensor halves_in_words(const HalfPairs& f, int64_t count, const std::function<float(int64_t)>& at) {
+  const int64_t words = (count + 1) / 2;
+  std::vector<float> bits(static_cast<size_t>(words));
+  for (int64_t i = 0; i < words; ++i)
+    bits[static_cast<size_t>(i)] = f.pair(at(2 * i), 2 * i + 1 < count ? at(2 * i + 1) : 0.0f);
+  return HostTensor::floats({words}, std::move(bits));
+}
+
 // Its B: the weights [K, N] as 16-bit values [N][K] (rounded to the type), element 2i in the
 // low half of word i, the words' bits carried in a float32 constant of ceil(N K / 2) values
 // (bytes exactly those of a [N][K] array of halves, whatever K's parity).
 std::vector<HostTensor> tensor_core_constants(const Graph& g, const Node& n) {
-  const HalfPairs& f = format(n);
   OpContext c = context(n, g, g.opset);
   Parts p = parts(n, c.inputs);
-  const int64_t count = p.N * p.K, words = (count + 1) / 2;
-  auto nk = [&](int64_t e) { return e < count ? p.w->f[static_cast<size_t>((e % p.K) * p.N + e / p.K)] : 0.0f; };
-  std::vector<float> bits(static_cast<size_t>(words));
-  for (int64_t i = 0; i < words; ++i) bits[static_cast<size_t>(i)] = f.pair(nk(2 * i), nk(2 * i + 1));
-  return {HostTensor::floats({words}, std::move(bits))};
+  return {halves_in_words(format(n), p.N * p.K,
+                          [&](int64_t e) { return p.w->f[static_cast<size_t>((e % p.K) * p.N + e / p.K)]; })};
 }
 
 // ConvTensorCore: a marked group-1 Conv of constant float32 weights [K][C][R][S], computed by
@@ -199,14 +207,10 @@ AnchorWorkload tensor_core_conv_workload(const Graph& g, const Node& n) {
 // Its weights: [K][C][R][S] rounded to the 16-bit type, in that order, element 2i in the low
 // half of word i (the bytes of a [K][C][R][S] array of halves), carried in a float32 constant.
 std::vector<HostTensor> tensor_core_conv_constants(const Graph& g, const Node& n) {
-  const HalfPairs& f = format(n);
   OpContext c = context(n, g, g.opset);
   check_tensor_core_conv(n, c.inputs);
   const std::vector<float>& w = c.in(1).constant->f;
-  const size_t count = w.size(), words = (count + 1) / 2;
-  std::vector<float> bits(words);
-  for (size_t i = 0; i < words; ++i) bits[i] = f.pair(w[2 * i], 2 * i + 1 < count ? w[2 * i + 1] : 0.0f);
-  return {HostTensor::floats({static_cast<int64_t>(words)}, std::move(bits))};
+  return {halves_in_words(format(n), static_cast<int64_t>(w.size()), [&](int64_t e) { return w[static_cast<size_t>(e)]; })};
 }
 
 // ConvNCHWcBF16 (ConvNCHWcFP16): a ConvNCHWc (graph/layout.h; group 1, an even input block,
