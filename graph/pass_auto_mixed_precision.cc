@@ -44,11 +44,10 @@ const HalfPairs& format(const Node& n) {
 // The 16-bit type a MatMulTensorCore's or ConvTensorCore's weights are stored in (F16, BF16).
 DType storage_type(const Node& n) { return &format(n) == &kF16Pairs ? DType::F16 : DType::BF16; }
 
-// The workload types of a product of 16-bit weights reading `data`: float32 data times the
-// weights' type, or (sixteen-bit-edges) both in it.
-std::string types_key(const Node& n, const Value& data) {
-  const char* t = &format(n) == &kF16Pairs ? "float16" : "bfloat16";
-  return data.dtype == DType::F32 ? str(",weight_dtype=", t) : str(",dtype=", t);
+// Whether node `n` takes data of type t: float32, or for a product of 16-bit weights its
+// weights' type too (a value stored so by sixteen-bit-edges).
+bool takes_as_data(const Node& n, DType t) {
+  return t == DType::F32 || (reads_16_bit_weights(n.op) && t == storage_type(n));
 }
 
 // MatMulBF16's parts, checked (each refusal names the node and the value).
@@ -61,9 +60,7 @@ Parts parts(const Node& n, const std::vector<const Value*>& in) {
   auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
   Parts p;
   const Shape& x = in[0]->shape;
-  // A MatMulTensorCore's data may be stored in its weights' 16-bit type (sixteen-bit-edges).
-  const bool data_16 = reads_16_bit_weights(n.op) && in[0]->dtype == storage_type(n);
-  if ((in[0]->dtype != DType::F32 && !data_16) || x.size() < 2)
+  if (!takes_as_data(n, in[0]->dtype) || x.size() < 2)
     fail(str("input must be float32 of rank 2 or more, not ", dtype_name(in[0]->dtype), " ", shape_str(x)));
   if (!in[1] || !in[1]->constant || in[1]->dtype != DType::F32 || in[1]->shape.size() != 2 ||
       in[1]->shape[0] != x.back()) {
@@ -139,7 +136,7 @@ std::vector<HostTensor> constants(const Graph& g, const Node& n) {
 AnchorWorkload tensor_core_workload(const Graph& g, const Node& n) {
   OpContext c = context(n, g, g.opset);
   Parts p = parts(n, c.inputs);
-  return {str("matmul(M=", p.M, ",N=", p.N, ",K=", p.K, types_key(n, *c.inputs[0]), ",trans_b=1"), ""};
+  return {str("matmul(M=", p.M, ",N=", p.N, ",K=", p.K, sixteen_bit_types_key(c.inputs[0]->dtype, storage_type(n)), ",trans_b=1"), ""};
 }
 
 // `count` values at(0), at(1), ... rounded to format f's 16-bit type, element 2i in the low half
@@ -171,7 +168,7 @@ const OpDef& conv() { return *find_op("Conv"); }
 
 void check_tensor_core_conv(const Node& n, const std::vector<const Value*>& in) {
   format(n);  // its precision: fp16 or bf16
-  if (in.empty() || !in[0] || (in[0]->dtype != DType::F32 && in[0]->dtype != storage_type(n)))
+  if (in.empty() || !in[0] || !takes_as_data(n, in[0]->dtype))
     throw UserError(str(n.where(), ": input must be float32 or ", dtype_name(storage_type(n)), ", not ",
                         in.empty() || !in[0] ? "absent" : dtype_name(in[0]->dtype)));
   if (n.get_int("group", 1) != 1) throw UserError(str(n.where(), ": group ", n.get_int("group", 1), " is not 1"));
@@ -200,7 +197,7 @@ AnchorWorkload tensor_core_conv_workload(const Graph& g, const Node& n) {
   const std::string marked = str(",precision=", precision_name(tensor_core_precision(n)));
   const size_t at = aw.spec.rfind(marked);
   TF_CHECK(at != std::string::npos && at + marked.size() == aw.spec.size(), n.op, " of workload ", aw.spec);
-  aw.spec = aw.spec.substr(0, at) + types_key(n, g.value(n.inputs[0]));
+  aw.spec = aw.spec.substr(0, at) + sixteen_bit_types_key(g.value(n.inputs[0]).dtype, storage_type(n));
   return aw;
 }
 

@@ -31,15 +31,19 @@ std::string precision_key(const Node& n) {
   return p == Precision::Float32 ? "" : std::string(",precision=") + precision_name(p);
 }
 
-// The same for a MatMul whose operands may be 16-bit values (sixteen-bit-edges): both
-// (",dtype=float16"), the second (",weight_dtype=float16"), or neither.
+// The same for a MatMul whose operands may be 16-bit values (sixteen-bit-edges): both, the
+// second, or neither (its marked precision).
 std::string operand_types_key(const Graph& g, const Node& n) {
-  const DType a = g.value(n.inputs[0]).dtype, b = g.value(n.inputs[1]).dtype;
-  if (!is_storage16(b)) return precision_key(n);
-  return str(is_storage16(a) ? ",dtype=" : ",weight_dtype=", dtype_name(b));
+  const std::string key = sixteen_bit_types_key(g.value(n.inputs[0]).dtype, g.value(n.inputs[1]).dtype);
+  return key.empty() ? precision_key(n) : key;
 }
 
 }  // namespace
+
+std::string sixteen_bit_types_key(DType data, DType weights) {
+  if (!is_storage16(weights)) return "";
+  return str(is_storage16(data) ? ",dtype=" : ",weight_dtype=", dtype_name(weights));
+}
 
 bool is_depthwise_conv(const Graph& g, const Node& n) {
   const Shape& x = g.value(n.inputs[0]).shape;

@@ -83,6 +83,10 @@ std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWork
 bool is_depthwise_conv(const Graph& g, const Node& n);
 
 // The anchors' own mappings, as their registry entries name them (graph/ops.h, OpDef::workload).
+// The workload types of a product of `data` and `weights` where either may be stored in 16 bits
+// (sixteen-bit-edges, 16-bit weights): ",dtype=T" with both in the 16-bit type T,
+// ",weight_dtype=T" with the weights alone, "" with neither.
+std::string sixteen_bit_types_key(DType data, DType weights);
 AnchorWorkload conv_workload(const Graph& g, const Node& n);
 AnchorWorkload conv_nchwc_workload(const Graph& g, const Node& n);
 AnchorWorkload matmul_workload(const Graph& g, const Node& n);
