@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The warp-level tensor-core products (compiler/ir.h: mma_m16n8k8_tf32, mma_m16n8k16_f16,
-mma_m16n8k16_bf16) on a real NVIDIA GPU: runs the hand-written GEMM kernels whose PTX
+mma_m16n8k16_bf16) and Hopper's warpgroup-level ones (wgmma_m64k16_f16, wgmma_m64k16_bf16: their
+PTX is for sm_90a, which runs on sm_90 GPUs only) on a real NVIDIA GPU: runs the hand-written GEMM kernels whose PTX
 tests/compiler/warp_mma_test.cc writes (with TF_WARP_MMA_PTX_DIR=DIR) and compares C with
 NumPy's product of the operands rounded as each instruction rounds them (TF32: to nearest, ties
 away; float16 and bfloat16: to nearest even). The same check the CPU emulation makes in the
-tests, against the hardware: a fragment layout that this project read wrong from the PTX
-manual passes the emulator but fails here.
+tests, against the hardware: a fragment layout (or, for wgmma, a shared-memory descriptor or
+core-matrix layout) that this project read wrong from the PTX manual passes the emulator but
+fails here.
 
 Prepare here (no GPU needed):
     TF_WARP_MMA_PTX_DIR=build-gpubundle/mma build/tests/test_compiler_warp_mma --gtest_filter='*Ptx*'
@@ -43,7 +45,16 @@ def bf16(x):
     return np.where(np.isfinite(x), r, x).astype(np.float32)
 
 
-ROUND = {"mma_m16n8k8_tf32": tf32, "mma_m16n8k16_f16": f16, "mma_m16n8k16_bf16": bf16}
+ROUND = {"mma_m16n8k8_tf32": tf32, "mma_m16n8k16_f16": f16, "mma_m16n8k16_bf16": bf16,
+         "wgmma_m64k16_f16": f16, "wgmma_m64k16_bf16": bf16}
+
+
+def runs_on(arch, sm):
+    """Whether PTX for `arch` (sm_80, sm_90a) runs on a GPU of compute capability `sm`: an
+    architecture-specific target (its "a") only on that architecture."""
+    if arch.endswith("a"):
+        return int(arch[3:-1]) == sm
+    return int(arch[3:]) <= sm
 
 
 def main():
@@ -64,7 +75,7 @@ def main():
     worst = 0.0
     ran = 0
     for k in manifest:
-        if int(k["arch"][3:]) > sm:
+        if not runs_on(k["arch"], sm):
             print("%-20s %s: skipped (this GPU is sm_%d)" % (k["product"], k["arch"], sm))
             continue
         M, N, K = k["M"], k["N"], k["K"]
@@ -81,8 +92,8 @@ def main():
         want = r(a).astype(np.float64) @ r(b).astype(np.float64)
         err = float(np.nanmax(np.abs(got - want)) / np.abs(want).max()) if not np.isnan(got).any() else float("inf")
         vs_float = float(np.abs(got - a.astype(np.float64) @ b).max() / np.abs(want).max())
-        print("%-20s %s: largest difference from the product of rounded operands %.2g, from the float32 one %.2g"
-              % (k["product"], k["arch"], err, vs_float), flush=True)
+        print("%-34s %s: largest difference from the product of rounded operands %.2g, from the float32 one %.2g"
+              % (k["kernel"], k["arch"], err, vs_float), flush=True)
         worst = max(worst, err)
         ran += 1
     if ran == 0:

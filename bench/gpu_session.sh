@@ -55,7 +55,8 @@ bin=$bundle/bin/tunefarm
 nvidia-smi >"$WORK/nvidia-smi.txt" 2>&1
 python3 -c 'import sys, torch; print(sys.version, torch.__version__, torch.cuda.get_device_name())' >"$WORK/python.txt" 2>&1
 
-# Issue 55: the fragment layouts on hardware first (the emulator's reading of the PTX manual).
+# Issue 55: the fragment layouts and wgmma's shared-memory descriptors on hardware first (the
+# emulator's reading of the PTX manual; the wgmma kernels run on sm_90 only).
 step mma 60 python3 bench/gpu_mma_check.py build-gpubundle/mma
 # Issue 55: the package under the server's Python and PyTorch, fp32 and .half().
 step optimize 80 env PYTHONPATH="$bundle/python" python3 bench/gpu_optimize_check.py

@@ -250,6 +250,41 @@ class CodeGenCpu final : public CodeGen {
     return b_.CreateAlignedLoad(type_of(c->type), out, llvm::Align(16));
   }
 
+  // A warpgroup-level product (kWgmmaF16, kWgmmaBF16) in the same emulation: a call of
+  // tunefarm_emulated_<name>(a, b, descriptors, accumulators, result, N): the addresses of A's
+  // and B's first elements, their descriptors as the GPU's (wgmma_descriptor: the emulator
+  // decodes the address's low bits and the byte offsets from them), the thread's N / 2
+  // accumulators, where its N / 2 elements of D go, and N. The warpgroup's threads meet there.
+  llvm::Value* wgmma(const Call* c) override {
+    if (!kernel_args_.count("tf_emu_ids")) {
+      throw UserError(str("kernel ", name_, " uses ", c->name, " (Hopper's warpgroup-level tensor cores): it runs on a "
+                          "GPU, or in the threaded emulation of a block, not on ", target_.str(),
+                          " (nor serialized, as --emulate-gpu runs kernels)"));
+    }
+    const unsigned h = static_cast<unsigned>(wgmma_n(*c) / 2);
+    llvm::IRBuilder<> entry(entry_, entry_->begin());
+    llvm::AllocaInst* desc = entry.CreateAlloca(llvm::ArrayType::get(b_.getInt64Ty(), 2));
+    llvm::AllocaInst* in = entry.CreateAlloca(llvm::ArrayType::get(b_.getFloatTy(), h));
+    llvm::AllocaInst* out = entry.CreateAlloca(type_of(c->type));
+    out->setAlignment(llvm::Align(16));
+    for (unsigned i = 0; i < 2; ++i) {
+      b_.CreateStore(wgmma_descriptor(c, 3 * i), b_.CreateConstInBoundsGEP2_32(desc->getAllocatedType(), desc, 0, i));
+    }
+    for (unsigned i = 0; i < h; ++i) {
+      b_.CreateStore(expr(c->args[6 + i]), b_.CreateConstInBoundsGEP2_32(in->getAllocatedType(), in, 0, i));
+    }
+    auto address = [&](size_t at) {
+      const Load* l = c->args[at].as<Load>();
+      return element_ptr(l->buffer, expr(l->index), l->type);
+    };
+    const std::string fn = "tunefarm_emulated_" + c->name;
+    llvm::FunctionCallee mma = runtime(fn.c_str(), b_.getVoidTy(),
+                                       {b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy(),
+                                        b_.getInt64Ty()});
+    b_.CreateCall(mma, {address(0), address(3), desc, in, out, b_.getInt64(2 * h)});
+    return b_.CreateAlignedLoad(type_of(c->type), out, llvm::Align(16));
+  }
+
   // A warp's fragment loads (kLdMatrix) in the same emulation: tunefarm_emulated_ldmatrix_x<n>(row,
   // result), where the lanes meet, each leaves the 16 bytes it supplies and takes its words.
   llvm::Value* ldmatrix(const Call* c) override {

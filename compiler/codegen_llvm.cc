@@ -149,6 +149,24 @@ std::string llvm_ir_key(const LoweredFunc& f, const Target& target) {
   return text;
 }
 
+namespace {
+// The target LLVM compiles `kernels` for: `target`, except that sm_90's warpgroup-level
+// products (compiler/ir.h kWgmmaF16) are sm_90a instructions, which PTX allows only in a
+// module for sm_90a (such a module runs on sm_90 GPUs alone, as the instruction does).
+Target ptx_target(const std::vector<LoweredFunc>& kernels, const Target& target) {
+  if (target.kind != TargetKind::Cuda || target.arch != "sm_90") return target;
+  bool wgmma = false;
+  for (const LoweredFunc& k : kernels) {
+    ir::post_order(k.body, [&](const ir::Expr& e) {
+      if (const ir::Call* c = e.as<ir::Call>(); c && ir::is_wgmma(c->name)) wgmma = true;
+    });
+  }
+  Target t = target;
+  if (wgmma) t.arch = "sm_90a";
+  return t;
+}
+}  // namespace
+
 CodegenResult codegen_llvm(const LoweredFunc& f, const Target& target, CodegenOutput out) {
   return codegen_llvm(std::vector<LoweredFunc>{f}, target, out);
 }
@@ -172,7 +190,7 @@ CodegenResult codegen_llvm(const std::vector<LoweredFunc>& fs, const Target& tar
   }
   llvm::LLVMContext ctx;
   auto m = std::make_unique<llvm::Module>(fs.front().name, ctx);
-  std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target);
+  std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(ptx_target(kernels, target));
   m->setTargetTriple(target.triple);
   m->setDataLayout(tm->createDataLayout());
   CodegenResult result;

@@ -67,6 +67,7 @@ class CodeGen {
   // `launch`: for GPU targets, the kernel's launch configuration.
   void emit(const LoweredFunc& f, const GpuLaunch* launch = nullptr) {
     name_ = f.name;
+    begin_kernel(f);
     std::vector<llvm::Type*> params(f.args.size(), b_.getPtrTy(arg_address_space()));
     auto* fty = llvm::FunctionType::get(return_type(), params, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, f.name, m_);
@@ -95,6 +96,8 @@ class CodeGen {
   // ---- what each kind of target does its own way (codegen_cpu.cc, codegen_nvptx.cc,
   // codegen_amdgpu.cc) ----
 
+  // Called first by emit(): what the target wants to know of the whole kernel before it is emitted.
+  virtual void begin_kernel(const LoweredFunc& f) {}
   // The address space of the kernel's buffer arguments.
   virtual unsigned arg_address_space() const { return 0; }
   // A CPU kernel returns a status (0, or -1 when out of memory); a GPU kernel nothing.
@@ -491,6 +494,32 @@ class CodeGen {
                         target_.str(), " does not have (cuda targets)"));
   }
 
+  // A warpgroup-level product (kWgmmaF16, kWgmmaBF16: compiler/ir.h): a float32 x N/2. Only
+  // NVIDIA's sm_90 and the threaded emulation of a block have it; elsewhere a UserError naming
+  // the target.
+  virtual llvm::Value* wgmma(const Call* c) {
+    throw UserError(str("kernel ", name_, " uses ", c->name, " (Hopper's warpgroup-level tensor cores), which ",
+                        target_.str(), " does not have (cuda -arch=sm_90 only)"));
+  }
+
+  // The 64-bit shared-memory matrix descriptor of a wgmma operand (arguments `at` .. `at` + 2 of
+  // `c`: the Load of its first element, its leading and stride byte offsets), as PTX defines it:
+  // bits 0-13 the start address, 16-29 the leading byte offset, 32-45 the stride byte offset,
+  // each as (x & 0x3FFFF) >> 4; no base offset, no swizzling (bits 62-63 zero). On a CPU (the
+  // threaded emulation) the address is the element's, of which only the low 18 bits are kept,
+  // as on the GPU, where they are the shared window's.
+  llvm::Value* wgmma_descriptor(const Call* c, size_t at) {
+    const Load* l = c->args[at].as<Load>();
+    llvm::Value* p = element_ptr(l->buffer, expr(l->index), l->type);
+    llvm::Value* addr = b_.CreatePtrToInt(p, b_.getInt64Ty());
+    auto field = [&](llvm::Value* x, unsigned shift) {
+      return b_.CreateShl(b_.CreateLShr(b_.CreateAnd(x, b_.getInt64(0x3FFFF)), 4), shift);
+    };
+    llvm::Value* lbo = b_.getInt64(static_cast<uint64_t>(*as_const_int(c->args[at + 1])));
+    llvm::Value* sbo = b_.getInt64(static_cast<uint64_t>(*as_const_int(c->args[at + 2])));
+    return b_.CreateOr(b_.CreateOr(field(addr, 0), field(lbo, 16)), field(sbo, 32));
+  }
+
   // word_half(v, j, h) (compiler/ir.h): half h of element j of int32 vector v, as an i16.
   llvm::Value* word_half(const Call* c) {
     llvm::Value* word = b_.CreateExtractElement(expr(c->args[0]), static_cast<uint64_t>(*as_const_int(c->args[1])));
@@ -631,6 +660,7 @@ class CodeGen {
     }
     if (c->name == kDot2F16) return dot2_f16(llvm::Constant::getNullValue(type_of(c->type)), c);
     if (is_warp_mma(c->name)) return warp_mma(c);
+    if (is_wgmma(c->name)) return wgmma(c);
     if (c->name == kLdMatrix) return ldmatrix(c);
     if (c->name == kWordHalf) return word_half(c);
     if (c->name == kRoundF16) {

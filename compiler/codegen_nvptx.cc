@@ -1,5 +1,6 @@
 // The code generator's NVIDIA kind (compiler/codegen_llvm_internal.h): PTX through LLVM's
 // NVPTX back end.
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include <cmath>
@@ -124,7 +125,67 @@ class CodeGenNvptx final : public CodeGenGpu {
     }
   }
 
-  void block_barrier() override { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+  // A kernel with warpgroup-level products (wgmma) reads shared memory through the async
+  // proxy: each thread fences its generic-proxy writes (stores, cp.async) before the barrier
+  // that publishes them (compiler/ir.h kWgmmaF16).
+  void begin_kernel(const LoweredFunc& f) override {
+    uses_wgmma_ = false;
+    ir::post_order(f.body, [&](const Expr& e) {
+      if (const Call* c = e.as<Call>(); c && is_wgmma(c->name)) uses_wgmma_ = true;
+    });
+  }
+
+  void block_barrier() override {
+    if (uses_wgmma_) asm_statement("fence.proxy.async.shared::cta;");
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+  }
+
+  // An inline PTX statement of no operands that orders memory (a compiler barrier too).
+  void asm_statement(const std::string& text) {
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), false);
+    b_.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {});
+  }
+
+  // A warpgroup-level product (compiler/ir.h kWgmmaF16, kWgmmaBF16), sm_90 only (PTX's
+  // wgmma.mma_async is an sm_90a instruction; the module's target becomes sm_90a:
+  // codegen_llvm). LLVM 19 has no intrinsic for it: inline PTX, as MLIR's NVGPU and Triton
+  // emit it, the accumulators tied in and out, the two operand descriptors in 64-bit registers,
+  // and the product waited for before the statement ends (the IR's call is synchronous).
+  llvm::Value* wgmma(const Call* c) override {
+    if (sm() != 90) {
+      throw UserError(str("kernel ", name_, " uses ", c->name, " (Hopper's warpgroup-level tensor cores), which ",
+                          target_.str(), " does not have: only sm_90 has it"));
+    }
+    const int n = wgmma_n(*c), h = n / 2;
+    const char* type = c->name == kWgmmaBF16 ? "bf16" : "f16";
+    std::string text = str("{\n.reg .pred p;\nsetp.ne.b32 p, $", h + 2, ", 0;\nwgmma.fence.sync.aligned;\n",
+                           "wgmma.mma_async.sync.aligned.m64n", n, "k16.f32.", type, ".", type, " {");
+    std::string constraints;
+    for (int i = 0; i < h; ++i) {
+      text += str(i ? ", $" : "$", i);
+      constraints += "=f,";
+    }
+    text += str("}, $", h, ", $", h + 1, ", p, 1, 1, 0, 0;\nwgmma.commit_group.sync.aligned;\n",
+                "wgmma.wait_group.sync.aligned 0;\n}");
+    constraints += "l,l,r";
+    std::vector<llvm::Type*> in_types = {b_.getInt64Ty(), b_.getInt64Ty(), b_.getInt32Ty()};
+    std::vector<llvm::Value*> in = {wgmma_descriptor(c, 0), wgmma_descriptor(c, 3), b_.getInt32(1)};
+    for (int i = 0; i < h; ++i) {
+      constraints += str(",", i);  // C tied to D
+      in_types.push_back(b_.getFloatTy());
+      in.push_back(expr(c->args[static_cast<size_t>(6 + i)]));
+    }
+    constraints += ",~{memory}";
+    auto* out_type = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(static_cast<size_t>(h), b_.getFloatTy()));
+    auto* fty = llvm::FunctionType::get(out_type, in_types, false);
+    llvm::Value* d = b_.CreateCall(llvm::InlineAsm::get(fty, text, constraints, /*hasSideEffects=*/true), in);
+    llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
+    for (unsigned i = 0; i < static_cast<unsigned>(h); ++i) {
+      out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
+    }
+    return out;
+  }
+
 
   // A warp-level product (compiler/ir.h), sm_80 and later. TF32: each of A's and B's operands
   // rounded by cvt.rna.tf32.f32 into a 32-bit register, then
@@ -234,12 +295,17 @@ class CodeGenNvptx final : public CodeGenGpu {
   }
 
   int sm() const { return target_.arch.rfind("sm_", 0) == 0 ? std::atoi(target_.arch.c_str() + 3) : 0; }
+
+ private:
+  bool uses_wgmma_ = false;
 };
 
 }  // namespace
 
 std::string ptx_feature(const std::string& arch) {
   int sm = std::atoi(arch.c_str() + 3);
+  // sm_90a (warpgroup-level products: codegen_llvm ptx_target) needs PTX 8.0, wgmma's.
+  if (arch == "sm_90a") return "+ptx80";
   int ptx = sm >= 100 ? 86 : sm >= 90 ? 78 : sm >= 89 ? 78 : sm >= 87 ? 74 : sm >= 86 ? 71 : sm >= 80 ? 70
           : sm >= 75 ? 63 : sm >= 72 ? 61 : 60;
   return "+ptx" + std::to_string(ptx);

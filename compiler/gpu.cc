@@ -311,13 +311,19 @@ GpuLaunch check_gpu_kernel(const LoweredFunc& f, const Target& t) {
   TF_CHECK(t.is_gpu(), "check_gpu_kernel for ", t.str());
   GpuLaunch launch = GpuChecker(f, t).run();
   // A warp-level product needs whole warps (every lane of each: mma.sync.aligned).
-  std::string product;
+  // A warpgroup-level product, whole warpgroups (4 warps: wgmma.mma_async.sync.aligned).
+  std::string product, group_product;
   post_order(f.body, [&](const Expr& e) {
     if (const Call* c = e.as<Call>(); c && is_warp_mma(c->name)) product = c->name;
+    if (const Call* c = e.as<Call>(); c && is_wgmma(c->name)) group_product = c->name;
   });
   if (!product.empty() && launch.threads_per_block() % 32 != 0) {
     throw UserError(str("kernel ", f.name, " uses ", product, " (a warp-level product) in blocks of ",
                         launch.threads_per_block(), " threads: it needs whole warps, a multiple of 32"));
+  }
+  if (!group_product.empty() && launch.threads_per_block() % 128 != 0) {
+    throw UserError(str("kernel ", f.name, " uses ", group_product, " (a warpgroup-level product) in blocks of ",
+                        launch.threads_per_block(), " threads: it needs whole warpgroups, a multiple of 128"));
   }
   return launch;
 }

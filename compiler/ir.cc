@@ -106,6 +106,18 @@ MmaPlace warp_mma_b(const std::string& call, int e, int g, int t) {
 
 MmaPlace warp_mma_c(int e, int g, int t) { return {g + 8 * (e / 2), 2 * t + e % 2}; }
 
+bool is_wgmma(const std::string& call) { return call == kWgmmaF16 || call == kWgmmaBF16; }
+
+int wgmma_n(const Call& c) {
+  TF_CHECK(is_wgmma(c.name), c.name, " is not a warpgroup-level product");
+  return static_cast<int>(c.args.size() - 6) * 2;
+}
+
+MmaPlace wgmma_c(int e, int l) {
+  const int w = l / 32, g = l % 32 / 4, t = l % 4;
+  return {16 * w + g + 8 * (e % 4 / 2), 8 * (e / 4) + 2 * t + e % 2};
+}
+
 Expr Call::make(const std::string& name, std::vector<Expr> args) {
   TF_CHECK(!args.empty(), "call of ", name, " without arguments");
   // The fragment loads (compiler/ir.h): their count arguments are not lanes to broadcast.
@@ -114,6 +126,23 @@ Expr Call::make(const std::string& name, std::vector<Expr> args) {
     TF_CHECK(n && (*n == 2 || *n == 4) && args[0].as<Load>() && args[0].type() == Type::int32().with_lanes(4), name,
              " takes a Load of int32x4 (a row of eight 16-bit values) and 2 or 4 matrices");
     return Expr(std::make_shared<Call>(Type::int32().with_lanes(static_cast<int>(*n)), name, std::move(args)));
+  }
+  if (is_wgmma(name)) {
+    // a, a_lbo, a_sbo, b, b_lbo, b_sbo, then N / 2 accumulators (N = 8, 16, ..., 256).
+    const size_t acc = args.size() >= 6 ? args.size() - 6 : 0;
+    bool ok = acc >= 4 && acc <= 128 && acc % 4 == 0;
+    for (size_t i : {size_t{0}, size_t{3}}) {
+      ok = ok && args[i].as<Load>() && args[i].type() == Type::uint16();
+    }
+    for (size_t i : {size_t{1}, size_t{2}, size_t{4}, size_t{5}}) {
+      const int64_t* v = ok ? as_const_int(args[i]) : nullptr;
+      ok = ok && v && *v > 0 && *v % 16 == 0 && *v < (int64_t{1} << 18);
+    }
+    for (size_t i = 6; ok && i < args.size(); ++i) ok = args[i].type() == Type::float32();
+    TF_CHECK(ok, name, " takes a uint16 Load of A in shared memory, its leading and stride byte offsets (multiples "
+             "of 16 below 2^18), the same of B, and N / 2 float32 accumulators (N a multiple of 8 up to 256); got ",
+             args.size(), " arguments");
+    return Expr(std::make_shared<Call>(Type::float32().with_lanes(static_cast<int>(acc)), name, std::move(args)));
   }
   if (name == kWordHalf) {
     const int64_t* j = args.size() == 3 ? as_const_int(args[1]) : nullptr;

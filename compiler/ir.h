@@ -277,6 +277,34 @@ MmaPlace warp_mma_a(const std::string& call, int e, int g, int t);
 MmaPlace warp_mma_b(const std::string& call, int e, int g, int t);
 MmaPlace warp_mma_c(int e, int g, int t);
 
+// One warpgroup-level matrix product on Hopper's tensor cores (cuda -arch=sm_90 only: PTX's
+// wgmma.mma_async, an sm_90a instruction; no other architecture has it), in float16 or
+// bfloat16 with float32 sums: wgmma_m64k16_f16 / wgmma_m64k16_bf16(a, a_lbo, a_sbo, b, b_lbo,
+// b_sbo, c_0 .. c_{N/2-1}), a float32 x N/2: D = C + A x B for A 64 x 16 and B 16 x N read
+// from shared memory and C, D 64 x N (N a multiple of 8 up to 256) held by the 128 threads of
+// a warpgroup (warps 4q .. 4q + 3 of the block). `a` and `b` are uint16 Loads of the first
+// element of each operand in a shared buffer (16-byte aligned; only their addresses are
+// used), whose values are 16-bit floats of the call's type, stored K-major without swizzling
+// (PTX's "no-swizzle canonical layout"): core matrices of 8 rows x 8 consecutive k (a row's 16
+// bytes contiguous, 128 bytes a matrix), the one of rows 8i .. 8i + 7 and k 8j .. 8j + 7 at
+// byte i * sbo + j * lbo from the start (A's rows are m, B's are its columns n); the byte
+// offsets are IntImm multiples of 16 below 2^18, as the instruction's descriptor encodes them.
+// Thread l of the warpgroup (its index in the block modulo 128), w = l / 32, g = l % 32 / 4,
+// t = l % 4, holds c_e and its element e of D at row 16 w + g + 8 (e % 4 / 2) and column
+// 8 (e / 4) + 2 t + e % 2 (wgmma_c). The call is synchronous in the IR: it returns with its
+// product done (the NVPTX back end emits wgmma.fence, the mma_async, commit_group and
+// wait_group 0; a kernel that calls it puts fence.proxy.async before each block barrier, so
+// shared memory written before the barrier is visible to the tensor cores). Every thread of
+// the warpgroup reaches it together with the same a, b and offsets. On a CPU it runs only in
+// the threaded emulation of a block, whose warpgroups meet there.
+constexpr const char* kWgmmaF16 = "wgmma_m64k16_f16";
+constexpr const char* kWgmmaBF16 = "wgmma_m64k16_bf16";
+bool is_wgmma(const std::string& call);
+// N of such a call (from its operands: 6 + N / 2).
+int wgmma_n(const Call& c);
+// Where element e of a warpgroup thread `l`'s accumulators lies in C and D.
+MmaPlace wgmma_c(int e, int l);
+
 struct Let : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Let;
   Expr var, value, body;

@@ -41,6 +41,10 @@ struct EmulatedWarps {
   // The rows each lane supplies to ldmatrix, in two sets used in turn (see emulated_ldmatrix).
   std::array<std::vector<std::array<int32_t, 4>>, 2> rows;
   std::vector<std::unique_ptr<std::barrier<>>> meet;
+  // Each thread's operand addresses and descriptors of a warpgroup-level product, and one
+  // barrier per warpgroup (its 128 threads).
+  std::vector<std::array<uint64_t, 4>> groups;
+  std::vector<std::unique_ptr<std::barrier<>>> group_meet;
 };
 thread_local EmulatedWarps* emulated_warps = nullptr;
 thread_local int64_t emulated_thread = 0;
@@ -108,7 +112,72 @@ void emulated_ldmatrix(const int32_t* row, int32_t* out, int n) {
   w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
   for (int j = 0; j < n; ++j) out[j] = rows[static_cast<size_t>(warp * 32 + 8 * j + lane / 4)][static_cast<size_t>(lane % 4)];
 }
+// A warpgroup-level product (compiler/ir.h kWgmmaF16, kWgmmaBF16) in an emulated block: the
+// 128 threads of the caller's warpgroup meet, each having left A's and B's addresses and
+// descriptors (which must be the same for all: the instruction's), A (64 x 16) and B (16 x N)
+// are read from shared memory where the descriptors say (the start address from its low 18
+// bits, as the GPU's shared window, the byte offsets decoded from their fields: a descriptor
+// built wrong reads the wrong elements), and each thread takes its N / 2 elements of C + A x B
+// (16-bit operands widened exactly, products summed in float32 in k order). A second meeting
+// keeps a thread from leaving its next product's descriptors before the others have read these.
+void emulated_wgmma(const uint16_t* a, const uint16_t* b, const uint64_t* desc, const float* in, float* out,
+                    int64_t n, float (*widen)(uint16_t)) {
+  EmulatedWarps& w = *emulated_warps;
+  const int64_t group = emulated_thread / 128, l = emulated_thread % 128;
+  if ((group + 1) * 128 > static_cast<int64_t>(w.operands.size())) {
+    std::fprintf(stderr, "a warpgroup-level product in a block of %zu threads: warpgroup %lld is not whole (128)\n",
+                 w.operands.size(), static_cast<long long>(group));
+    std::abort();
+  }
+  w.groups[static_cast<size_t>(emulated_thread)] = {reinterpret_cast<uint64_t>(a), reinterpret_cast<uint64_t>(b), desc[0],
+                                                    desc[1]};
+  w.group_meet[static_cast<size_t>(group)]->arrive_and_wait();
+  for (int64_t o = group * 128; o < group * 128 + 128; ++o) {
+    if (w.groups[static_cast<size_t>(o)] != w.groups[static_cast<size_t>(group * 128)]) {
+      std::fprintf(stderr, "a warpgroup-level product whose threads %lld and %lld give different operands\n",
+                   static_cast<long long>(group * 128), static_cast<long long>(o));
+      std::abort();
+    }
+  }
+  struct Operand {
+    const unsigned char* start;
+    uint64_t lbo, sbo;
+    // Element k of row r (A's m, B's n): core matrix (r / 8, k / 8), its row r % 8 of 16 bytes.
+    uint16_t at(int r, int k) const {
+      uint16_t v;
+      std::memcpy(&v, start + (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2, sizeof v);
+      return v;
+    }
+  };
+  auto operand = [](const uint16_t* p, uint64_t d) {
+    const uint64_t address = reinterpret_cast<uint64_t>(p);
+    const uint64_t decoded = (address & ~uint64_t{0x3FFFF}) | ((d & 0x3FFF) << 4);
+    if (decoded != address) {
+      std::fprintf(stderr, "a warpgroup-level product's operand at %p, not 16-byte aligned (the descriptor says %p)\n",
+                   static_cast<const void*>(p), reinterpret_cast<const void*>(decoded));
+      std::abort();
+    }
+    return Operand{reinterpret_cast<const unsigned char*>(decoded), (d >> 16 & 0x3FFF) << 4, (d >> 32 & 0x3FFF) << 4};
+  };
+  const Operand A = operand(a, desc[0]), B = operand(b, desc[1]);
+  for (int e = 0; e < n / 2; ++e) {
+    const tf::ir::MmaPlace p = tf::ir::wgmma_c(e, static_cast<int>(l));
+    float d = in[e];
+    for (int k = 0; k < 16; ++k) d = std::fma(widen(A.at(p.row, k)), widen(B.at(p.col, k)), d);
+    out[e] = d;
+  }
+  w.group_meet[static_cast<size_t>(group)]->arrive_and_wait();
+}
 }  // namespace
+
+extern "C" void tunefarm_emulated_wgmma_m64k16_f16(const uint16_t* a, const uint16_t* b, const uint64_t* desc,
+                                                   const float* in, float* out, int64_t n) {
+  emulated_wgmma(a, b, desc, in, out, n, tf::f16_value);
+}
+extern "C" void tunefarm_emulated_wgmma_m64k16_bf16(const uint16_t* a, const uint16_t* b, const uint64_t* desc,
+                                                    const float* in, float* out, int64_t n) {
+  emulated_wgmma(a, b, desc, in, out, n, tf::bf16_value);
+}
 
 extern "C" void tunefarm_emulated_ldmatrix_x2(const int32_t* row, int32_t* out) { emulated_ldmatrix(row, out, 2); }
 extern "C" void tunefarm_emulated_ldmatrix_x4(const int32_t* row, int32_t* out) { emulated_ldmatrix(row, out, 4); }
@@ -249,6 +318,10 @@ int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::v
   for (auto& r : warps.rows) r.resize(static_cast<size_t>(threads));
   for (int64_t t = 0; t < threads; t += 32) {
     warps.meet.push_back(std::make_unique<std::barrier<>>(std::min<int64_t>(32, threads - t)));
+  }
+  warps.groups.resize(static_cast<size_t>(threads));
+  for (int64_t t = 0; t < threads; t += 128) {
+    warps.group_meet.push_back(std::make_unique<std::barrier<>>(std::min<int64_t>(128, threads - t)));
   }
   for (int64_t bz = 0; bz < grid[2]; ++bz) {
     for (int64_t by = 0; by < grid[1]; ++by) {

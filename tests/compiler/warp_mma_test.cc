@@ -120,7 +120,8 @@ const char* kProducts[] = {ir::kMmaTF32, ir::kMmaF16, ir::kMmaBF16};
 struct Errors {
   double vs_rounded = 0, vs_float = 0;
 };
-Errors run(const std::string& mma, const ir::LoweredFunc& f, int64_t M, int64_t N, int64_t K) {
+Errors run_with(float (*round)(float), const ir::LoweredFunc& f, int64_t M, int64_t N, int64_t K,
+                const char* target = "cuda -arch=sm_80") {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<std::vector<float>> bufs = {std::vector<float>(static_cast<size_t>(M * K)),
@@ -129,9 +130,8 @@ Errors run(const std::string& mma, const ir::LoweredFunc& f, int64_t M, int64_t 
   for (int i = 0; i < 2; ++i) {
     for (float& v : bufs[i]) v = u(rng);
   }
-  GpuLaunch launch = check_gpu_kernel(f, parse_target("cuda -arch=sm_80"));
+  GpuLaunch launch = check_gpu_kernel(f, parse_target(target));
   EXPECT_EQ(testing::emulate_gpu_kernel(f, launch, bufs), 0);
-  float (*round)(float) = rounding(mma);
   Errors r;
   double most = 0;
   for (int64_t i = 0; i < M; ++i) {
@@ -153,6 +153,9 @@ Errors run(const std::string& mma, const ir::LoweredFunc& f, int64_t M, int64_t 
   r.vs_rounded /= most;
   r.vs_float /= most;
   return r;
+}
+Errors run(const std::string& mma, const ir::LoweredFunc& f, int64_t M, int64_t N, int64_t K) {
+  return run_with(rounding(mma), f, M, N, K);
 }
 
 TEST(WarpMma, EmulatedWarpsComputeTheRoundedProduct) {
@@ -176,6 +179,156 @@ TEST(WarpMma, EmulatedWarpsComputeTheRoundedProduct) {
     EXPECT_GT(run(mma, mma_gemm(mma, 32, 16, 3 * d, 2, true), 32, 16, 3 * d).vs_rounded, 0.05)
         << mma;
   }
+}
+
+// ---- Hopper's warpgroup-level products (ir::kWgmmaF16, kWgmmaBF16) ----
+
+// Where an operand's core matrices lie (compiler/ir.h kWgmmaF16): along K next to each other
+// (lbo 128 bytes, sbo the 8-row groups' stride) or along the rows (sbo 128, lbo the K groups').
+enum class CoreOrder { KFirst, RowsFirst };
+struct CoreLayout {
+  int64_t lbo, sbo;  // bytes
+};
+CoreLayout core_layout(CoreOrder o, int64_t rows, int64_t K) {
+  if (o == CoreOrder::KFirst) return {128, 128 * (K / 8)};
+  return {128 * (rows / 8), 128};
+}
+// The element index of (row r, k) in a buffer of uint16 laid out so.
+Expr core_index(const CoreLayout& c, Expr r, Expr k) {
+  auto i = [](int64_t v) { return Expr(v); };
+  return r / i(8) * i(c.sbo / 2) + k / i(8) * i(c.lbo / 2) + r % i(8) * i(8) + k % i(8);
+}
+
+// C (M x N) = A (M x K) x B (K x N) (float32, row-major) with the warpgroup-level product
+// `wgmma`: M = 64 x `groups` (warpgroup q computes rows 64q .. 64q + 63), N a multiple of 8 up
+// to 256, K of 16. The block's threads round A and B to the product's type into shared buffers
+// laid out by `order` (B by its columns: K-major), wait at a barrier, and each warpgroup takes
+// one product per 16 of K into its threads' N / 2 accumulators, which go to C by the
+// instruction's layout (ir::wgmma_c). With `wrong`, A's descriptor has its byte offsets
+// swapped (a layout the buffer does not have).
+ir::LoweredFunc wgmma_gemm(const std::string& wgmma, int64_t N, int64_t K, int64_t groups, CoreOrder order,
+                           bool wrong = false, int64_t threads = 0) {
+  const int64_t M = 64 * groups, T = threads > 0 ? threads : 128 * groups, h = N / 2;
+  auto i = [](int64_t v) { return Expr(v); };
+  const ir::Type f32 = ir::Type::float32(), u16 = ir::Type::uint16();
+  const char* narrow = wgmma == ir::kWgmmaBF16 ? ir::kFloatToBF16 : ir::kFloatToF16;
+  Expr tx = ir::Var::make("tx"), e = ir::Var::make("e"), ks = ir::Var::make("ks");
+  const CoreLayout la = core_layout(order, M, K), lb = core_layout(order, N, K);
+  std::vector<Stmt> body;
+  // Copies: element x = e * T + tx of A (m = x / K, k = x % K) and of B's transpose.
+  auto copy = [&](const std::string& from, const std::string& to, int64_t rows, const CoreLayout& c, bool by_columns) {
+    Expr x = e * i(T) + tx, r = x / i(K), k = x % i(K);
+    Expr src = by_columns ? ir::Load::make(f32, from, k * i(N) + r) : ir::Load::make(f32, from, r * i(K) + k);
+    Stmt st = ir::Store::make(to, ir::Call::make(narrow, {src}), core_index(c, r, k));
+    return ir::For::make(e, i(0), i((rows * K + T - 1) / T), ir::ForKind::Serial,
+                         ir::IfThenElse::make(x < i(rows * K), st));
+  };
+  body.push_back(copy("A", "As", M, la, false));
+  body.push_back(copy("B", "Bs", N, lb, true));
+  body.push_back(ir::Barrier::make());
+  Expr group = tx / i(128), l = tx % i(128);
+  std::vector<Stmt> tile;
+  for (int64_t c = 0; c < h; ++c) tile.push_back(ir::Store::make("acc", ir::f32(0), i(c)));
+  std::vector<Expr> args = {
+      ir::Load::make(u16, "As", core_index(la, group * i(64), ks * i(16))), i(wrong ? la.sbo : la.lbo),
+      i(wrong ? la.lbo : la.sbo), ir::Load::make(u16, "Bs", core_index(lb, i(0), ks * i(16))), i(lb.lbo), i(lb.sbo)};
+  for (int64_t c = 0; c < h; ++c) args.push_back(ir::Load::make(f32, "acc", i(c)));
+  tile.push_back(ir::For::make(ks, i(0), i(K / 16), ir::ForKind::Serial,
+                               ir::Store::make("acc", ir::Call::make(wgmma, args), ir::Ramp::make(i(0), i(1), static_cast<int>(h)))));
+  // Element c of the thread's accumulators: row 16 w + g + 8 (c % 4 / 2), column 8 (c / 4) + 2 t + c % 2
+  // (constant indices: the accumulators stay in registers).
+  Expr w = l / i(32), g = l % i(32) / i(4), t = l % i(4);
+  for (int64_t c = 0; c < h; ++c) {
+    Expr row = group * i(64) + w * i(16) + g + i(c % 4 / 2 * 8), col = i(c / 4 * 8) + t * i(2) + i(c % 2);
+    tile.push_back(ir::Store::make("C", ir::Load::make(f32, "acc", i(c)), row * i(N) + col));
+  }
+  body.push_back(ir::Allocate::make("acc", f32, h, ir::MemScope::Local, ir::Block::make(tile)));
+  Stmt kernel = ir::Allocate::make(
+      "As", u16, M * K, ir::MemScope::Shared,
+      ir::Allocate::make("Bs", u16, N * K, ir::MemScope::Shared, ir::Block::make(body)));
+  ir::LoweredFunc f;
+  f.name = str("gemm_", wgmma, "_n", N, wrong ? "_wrong" : "");
+  f.args = {{"A", {M, K}, ir::ArgRole::Input}, {"B", {K, N}, ir::ArgRole::Input}, {"C", {M, N}, ir::ArgRole::Output}};
+  f.body = ir::For::make(tx, i(0), i(T), ir::ForKind::ThreadIdxX, kernel);
+  return f;
+}
+
+float (*wgmma_rounding(const std::string& wgmma))(float) {
+  return wgmma == ir::kWgmmaBF16 ? static_cast<float (*)(float)>(round_bf16) : static_cast<float (*)(float)>(round_f16);
+}
+
+const char* kGroupProducts[] = {ir::kWgmmaF16, ir::kWgmmaBF16};
+
+TEST(Wgmma, EmulatedWarpgroupsComputeTheRoundedProduct) {
+  for (const char* wgmma : kGroupProducts) {
+    for (CoreOrder order : {CoreOrder::KFirst, CoreOrder::RowsFirst}) {
+      for (auto [N, K, groups] : {std::array<int64_t, 3>{8, 16, 1}, {64, 48, 2}, {256, 32, 1}}) {
+        const int64_t M = 64 * groups;
+        Errors r = run_with(wgmma_rounding(wgmma), wgmma_gemm(wgmma, N, K, groups, order), M, N, K, "cuda -arch=sm_90");
+        std::string what = str(wgmma, " ", M, "x", N, "x", K, order == CoreOrder::KFirst ? " k-first" : " rows-first");
+        std::printf("figure: %s: largest difference from the product of rounded operands %.2g, from the float32 one "
+                    "%.2g (of the largest |C|)\n",
+                    what.c_str(), r.vs_rounded, r.vs_float);
+        EXPECT_LT(r.vs_rounded, 1e-5) << what;
+        EXPECT_GT(r.vs_float, 1e-5) << what;
+      }
+    }
+    // A descriptor whose byte offsets are swapped reads other elements: the emulator decodes it.
+    EXPECT_GT(run_with(wgmma_rounding(wgmma), wgmma_gemm(wgmma, 64, 48, 2, CoreOrder::KFirst, true), 128, 64, 48,
+                       "cuda -arch=sm_90")
+                  .vs_rounded,
+              0.05)
+        << wgmma;
+  }
+}
+
+TEST(Wgmma, TargetsWithoutItRefuseByName) {
+  auto refusal = [](const ir::LoweredFunc& f, const Target& t) {
+    try {
+      codegen_llvm(f, t, CodegenOutput::Asm);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("compiled");
+  };
+  for (const char* wgmma : kGroupProducts) {
+    ir::LoweredFunc f = wgmma_gemm(wgmma, 64, 16, 1, CoreOrder::KFirst);
+    // sm_80 and sm_89 have warp-level products only.
+    for (const char* arch : {"sm_80", "sm_89"}) {
+      std::string old_gpu = refusal(f, parse_target(str("cuda -arch=", arch)));
+      EXPECT_NE(old_gpu.find(str("uses ", wgmma, " (Hopper's warpgroup-level tensor cores), which cuda -arch=", arch,
+                                 " does not have: only sm_90 has it")),
+                std::string::npos)
+          << old_gpu;
+    }
+    std::string amd = refusal(f, parse_target("rocm -mcpu=gfx90a"));
+    EXPECT_NE(amd.find(str("uses ", wgmma, " (Hopper's warpgroup-level tensor cores), which rocm")), std::string::npos)
+        << amd;
+    std::string partial = refusal(wgmma_gemm(wgmma, 64, 16, 1, CoreOrder::KFirst, false, 96), parse_target("cuda -arch=sm_90"));
+    EXPECT_NE(partial.find("(a warpgroup-level product) in blocks of 96 threads: it needs whole warpgroups, a "
+                           "multiple of 128"),
+              std::string::npos)
+        << partial;
+    ir::LoweredFunc serial = f;
+    serial.body = serialize_gpu_bindings(f.body);
+    std::string cpu = refusal(serial, host_target());
+    EXPECT_NE(cpu.find("it runs on a GPU, or in the threaded emulation of a block"), std::string::npos) << cpu;
+  }
+  // Operands the instruction cannot take: an internal error (the compiler makes these calls)
+  // that says which.
+  Expr a = ir::Load::make(ir::Type::uint16(), "As", Expr(int64_t{0}));
+  Expr f32 = ir::Load::make(ir::Type::float32(), "As", Expr(int64_t{0}));
+  auto args = [&](Expr x, int64_t lbo, int64_t sbo, int accumulators) {
+    std::vector<Expr> v = {x, Expr(lbo), Expr(sbo), a, Expr(int64_t{128}), Expr(int64_t{256})};
+    for (int i = 0; i < accumulators; ++i) v.push_back(ir::f32(0));
+    return v;
+  };
+  EXPECT_EQ(ir::Call::make(ir::kWgmmaF16, args(a, 128, 256, 4)).type(), ir::Type::float32().with_lanes(4));
+  const char* want = "takes a uint16 Load of A in shared memory, its leading and stride byte offsets";
+  EXPECT_DEATH(ir::Call::make(ir::kWgmmaF16, args(a, 120, 256, 4)), want);  // not a multiple of 16
+  EXPECT_DEATH(ir::Call::make(ir::kWgmmaF16, args(a, 128, int64_t{1} << 18, 4)), want);  // past the field
+  EXPECT_DEATH(ir::Call::make(ir::kWgmmaF16, args(f32, 128, 256, 4)), want);  // not 16-bit
+  EXPECT_DEATH(ir::Call::make(ir::kWgmmaF16, args(a, 128, 256, 2)), "got 8 arguments");  // N = 4
 }
 
 // With $TF_WARP_MMA_PTX_DIR set, the PTX of each product's GEMM is also written there, with
@@ -221,6 +374,38 @@ TEST(WarpMma, PtxHasTheInstructionAndPtxasTakesIt) {
       EXPECT_EQ(r.exit_code, 0) << what << ": " << r.output;
       EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos)
           << what << ": " << r.output;
+    }
+  }
+  // The warpgroup-level products: sm_90 alone, whose module becomes sm_90a (the instruction's).
+  for (const char* wgmma : kGroupProducts) {
+    const char* type = wgmma == std::string(ir::kWgmmaBF16) ? "bf16" : "f16";
+    for (auto [N, K, groups] : {std::array<int64_t, 3>{64, 48, 2}, {256, 32, 1}}) {
+      ir::LoweredFunc f = wgmma_gemm(wgmma, N, K, groups, CoreOrder::KFirst);
+      std::string what = str(wgmma, " N ", N);
+      std::string ptx = codegen_llvm(f, parse_target("cuda -arch=sm_90"), CodegenOutput::Asm).data;
+      EXPECT_NE(ptx.find(".target sm_90a"), std::string::npos) << what << "\n" << ptx;
+      EXPECT_EQ(count_of(ptx, str("wgmma.mma_async.sync.aligned.m64n", N, "k16.f32.", type, ".", type)), 1)
+          << what << "\n" << ptx;
+      EXPECT_EQ(count_of(ptx, "wgmma.wait_group.sync.aligned 0"), 1) << what;
+      // Each thread's stores to shared memory fenced for the async proxy before the barrier.
+      EXPECT_EQ(count_of(ptx, "fence.proxy.async.shared::cta"), 1) << what;
+      EXPECT_EQ(count_of(ptx, "bar.sync"), 1) << what;
+      if (dump && *dump) {
+        std::string file = str(f.name, "_sm_90a.ptx");
+        std::ofstream(fs::path(dump) / file) << ptx;
+        manifest.push_back({{"ptx", file}, {"kernel", f.name}, {"product", wgmma}, {"arch", "sm_90a"},
+                            {"M", 64 * groups}, {"N", N}, {"K", K}, {"threads", 128 * groups}});
+      }
+      if (!fs::exists(ptxas)) continue;
+      std::string path = testing::temp_dir() + "/" + f.name + ".ptx";
+      std::ofstream(path) << ptx;
+      CommandResult r = run_command({ptxas, "-v", "-arch=sm_90a", path, "-o", path + ".cubin"});
+      EXPECT_EQ(r.exit_code, 0) << what << ": " << r.output;
+      EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos) << what << ": " << r.output;
+      // The accumulators in registers (no stack frame); ptxas serializes a wgmma it cannot
+      // prove safe, and says so.
+      EXPECT_NE(r.output.find(" 0 bytes stack frame"), std::string::npos) << what << ": " << r.output;
+      EXPECT_EQ(r.output.find("erializ"), std::string::npos) << what << ": " << r.output;
     }
   }
   if (!fs::exists(ptxas))
