@@ -129,9 +129,10 @@ void Stage::unroll(const Expr& var) {
 }
 void Stage::tensorize(const Expr& var, const std::string& intrinsic) {
   check_leaf(var, "tensorize");
-  if (!is_warp_mma(intrinsic)) {
+  if (!is_warp_mma(intrinsic) && !is_wgmma(intrinsic)) {
     throw UserError(str("tensorize on stage ", op_->name, ": '", intrinsic, "' is not a warp-level product (",
-                        kMmaTF32, ", ", kMmaF16, ", ", kMmaBF16, ")"));
+                        kMmaTF32, ", ", kMmaF16, ", ", kMmaBF16, ") nor a warpgroup-level one (", kWgmmaF16, ", ",
+                        kWgmmaBF16, ")"));
   }
   if (!is_reduce_var(var)) {
     throw UserError(str("tensorize on stage ", op_->name, ": '", var_name(var),
@@ -199,7 +200,7 @@ void Stage::set_scope_shared(bool one_thread_reduces) {
   scope_ = MemScope::Shared;
 }
 
-void Stage::storage_layout(std::vector<size_t> order, int64_t pad) {
+void Stage::storage_layout(std::vector<size_t> order, int64_t pad, bool core_matrices) {
   if (scope_ != MemScope::Shared) {
     throw UserError(str("storage_layout of stage ", name(), ": only shared stages (cache_read_shared) have one"));
   }
@@ -212,8 +213,13 @@ void Stage::storage_layout(std::vector<size_t> order, int64_t pad) {
                         op_->shape.size(), " dimensions"));
   }
   if (pad < 0 || pad > 64) throw UserError(str("storage_layout of stage ", name(), ": pad ", pad, " is not in 0..64"));
+  if (core_matrices && (pad != 0 || order.size() < 2)) {
+    throw UserError(str("storage_layout of stage ", name(), ": core matrices need two dimensions and no pad (pad ", pad,
+                        ", ", order.size(), " dimensions)"));
+  }
   storage_order_ = std::move(order);
   storage_pad_ = pad;
+  storage_core_matrices_ = core_matrices;
 }
 
 void Stage::multi_buffer(int n) {

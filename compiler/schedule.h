@@ -97,10 +97,17 @@ class Stage {
   // lists the tensor's dimensions from the outermost in memory to the innermost (a
   // permutation; e.g. {1, 0} keeps a tile of A[M][K] K-major, so that a thread's rows at one
   // k are contiguous), and each row of the innermost dimension gets `pad` unused elements
-  // after it (shifting the rows across shared-memory banks).
-  void storage_layout(std::vector<size_t> order, int64_t pad = 0);
+  // after it (shifting the rows across shared-memory banks). With `core_matrices` (no pad),
+  // the two innermost stored dimensions (rows r, then columns c: a tensor-core operand's
+  // K-major tile) are held as 8 x 8 core matrices, each 64 consecutive elements (row r % 8 at
+  // 8 (r % 8)), the matrix of rows 8i.. and columns 8j.. at 64 (i C + j) for C the columns
+  // rounded up to 8 (rows likewise): Hopper's wgmma reads such tiles by descriptor
+  // (compiler/ir.h kWgmmaF16; its no-swizzle layout with leading byte offset 128 for 16-bit
+  // elements and stride byte offset 16 C).
+  void storage_layout(std::vector<size_t> order, int64_t pad = 0, bool core_matrices = false);
   const std::vector<size_t>& storage_order() const { return storage_order_; }
   int64_t storage_pad() const { return storage_pad_; }
+  bool storage_core_matrices() const { return storage_core_matrices_; }
   // Shared stages computed at a loop only: `n` buffers (2 to 4), the tile of iteration i+n-1
   // copied while iteration i computes on tile i, one barrier per iteration instead of two
   // (TVM's double_buffer for n = 2; CUTLASS's multistage pipelines). On sm_80 and later the
@@ -156,6 +163,7 @@ class Stage {
   MemScope scope_ = MemScope::Local;
   std::vector<size_t> storage_order_;
   int64_t storage_pad_ = 0;
+  bool storage_core_matrices_ = false;
   int buffers_ = 1;
   bool guard_tails_ = false;
   const Stage* attach_stage_ = nullptr;

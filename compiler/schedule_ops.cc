@@ -16,21 +16,32 @@ namespace {
 // Where a tensor's elements live: element `idx` is at linear((idx - mins), extents), its
 // dimensions stored in `order` (outermost first; empty: as the tensor), each row of the
 // innermost stored one followed by `pad` unused elements (Stage::storage_layout).
+// With `core`, the two innermost stored dimensions are 8 x 8 core matrices
+// (Stage::storage_layout's core_matrices).
 struct BufferInfo {
   std::vector<Expr> mins;
   std::vector<int64_t> extents;
   std::vector<size_t> order;
   int64_t pad = 0;
+  bool core = false;
 };
+
+int64_t round_up_8(int64_t v) { return (v + 7) / 8 * 8; }
 
 Expr linear_index(const std::vector<Expr>& idx, const BufferInfo& b) {
   Expr index = 0;
-  for (size_t i = 0; i < idx.size(); ++i) {
+  const size_t plain = b.core ? idx.size() - 2 : idx.size();
+  for (size_t i = 0; i < plain; ++i) {
     size_t d = b.order.empty() ? i : b.order[i];
     int64_t row = b.extents[d] + (i + 1 == idx.size() ? b.pad : 0);
     index = index * Expr(row) + (idx[d] - b.mins[d]);
   }
-  return index;
+  if (!b.core) return index;
+  const size_t dr = b.order.empty() ? plain : b.order[plain], dc = b.order.empty() ? plain + 1 : b.order[plain + 1];
+  const int64_t rows = round_up_8(b.extents[dr]), cols = round_up_8(b.extents[dc]);
+  const Expr r = idx[dr] - b.mins[dr], c = idx[dc] - b.mins[dc], eight(int64_t{8});
+  return index * Expr(rows * cols) + r / eight * Expr(8 * cols) + c / eight * Expr(int64_t{64}) + r % eight * eight +
+         c % eight;
 }
 
 // A copy into shared buffer `buffer` that cannot be asynchronous: every store rounds what it
@@ -234,6 +245,11 @@ class Lowerer {
   static int64_t size_of(const BufferInfo& b) {
     int64_t n = 1;
     for (int64_t e : b.extents) n *= e;
+    if (b.core) {
+      const size_t k = b.extents.size();
+      const size_t dr = b.order.empty() ? k - 2 : b.order[k - 2], dc = b.order.empty() ? k - 1 : b.order[k - 1];
+      n = n / b.extents[dr] / b.extents[dc] * round_up_8(b.extents[dr]) * round_up_8(b.extents[dc]);
+    }
     if (b.pad && !b.extents.empty()) {
       size_t inner = b.order.empty() ? b.extents.size() - 1 : b.order.back();
       n = n / b.extents[inner] * (b.extents[inner] + b.pad);
@@ -374,6 +390,7 @@ class Lowerer {
     BufferInfo region;
     region.order = p.storage_order();
     region.pad = p.storage_pad();
+    region.core = p.storage_core_matrices();
     const std::vector<int64_t>& shape = p.op()->shape;
     const std::set<size_t> whole = fragment_dims(p);
     for (size_t d = 0; d < shape.size(); ++d) {
@@ -494,7 +511,7 @@ class Lowerer {
 
     // The innermost statement: the update, or the plain store.
     Expr index =
-        linear_index(rel_idx, BufferInfo{std::vector<Expr>(rel_idx.size(), Expr(0)), b.extents, b.order, b.pad});
+        linear_index(rel_idx, BufferInfo{std::vector<Expr>(rel_idx.size(), Expr(0)), b.extents, b.order, b.pad, b.core});
     const Reduce* red = body_te.as<Reduce>();
     Stmt update;
     Stmt init;

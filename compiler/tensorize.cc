@@ -75,6 +75,7 @@ class Tensorizer : public IRMutator {
   }
 
   Stmt replace(const For& k, const TensorizeMark& m) {
+    if (is_wgmma(m.intrinsic)) return replace_wgmma(k, m);
     const int64_t depth = warp_mma_k(m.intrinsic);
     if (constant(k.extent) != depth) {
       refuse(m, str("the loop runs ", to_string_or(k.extent), " times; the product's depth is ",
@@ -181,6 +182,170 @@ class Tensorizer : public IRMutator {
     Stmt out = Store::make(st->buffer, Call::make(m.intrinsic, operands), Ramp::make(base, Expr(int64_t{1}), 4));
     for (size_t i = lets.size(); i-- > 0;) out = LetStmt::make(lets[i].first, lets[i].second, out);
     return out;
+  }
+
+  // A warpgroup-level product (tensorize.h): the marked loop of depth 16 over, optionally, the
+  // warpgroup's 8-column tiles (accumulator stride 4), the rows g, g + 8 (stride 2) and the
+  // columns 2t, 2t + 1 (stride 1) of a thread's accumulators; the factors 16-bit values of two
+  // shared buffers in core matrices. Proves the layout, warpgroup by warpgroup, at every row and
+  // k of A and column and k of B, and replaces the nest by one call on the tiles' first elements.
+  Stmt replace_wgmma(const For& k, const TensorizeMark& m) {
+    constexpr int64_t kGroup = 128;
+    if (constant(k.extent) != 16) {
+      refuse(m, str("the loop runs ", to_string_or(k.extent), " times; the product's depth is 16"));
+    }
+    if (!thread_x_ || !thread_x_.as<Var>()) refuse(m, "it is not inside a loop bound to threadIdx.x (the threads of a warpgroup)");
+    if (thread_x_extent_ % kGroup != 0) {
+      refuse(m, str("threadIdx.x runs ", thread_x_extent_,
+                    " threads; a warpgroup-level product needs whole warpgroups along x (a multiple of 128)"));
+    }
+    // The loops inside, outermost first, down to the update.
+    std::vector<const For*> loops;
+    Stmt body = k.body;
+    while (const For* f = body.as<For>()) {
+      loops.push_back(f);
+      body = f->body;
+    }
+    const Store* st = body.as<Store>();
+    if (!st || loops.size() < 2 || loops.size() > 3) {
+      refuse(m, "its body is not two or three loops (the warpgroup's 8-column tiles, rows g, g + 8, columns 2t, 2t + 1) "
+                "around one store (a guard left by a tile that does not divide?)");
+    }
+    const Binary* add = st->value.kind() == ExprKind::Add ? st->value.as<Binary>() : nullptr;
+    const Load* old = add ? add->a.as<Load>() : nullptr;
+    const Binary* mul = add && add->b.kind() == ExprKind::Mul ? add->b.as<Binary>() : nullptr;
+    if (!old || !mul || old->buffer != st->buffer || !equal(old->index, st->index) || old->type != Type::float32()) {
+      refuse(m, str("the update of ", st->buffer, " is not ", st->buffer, "[i] = ", st->buffer, "[i] + a * b in float32"));
+    }
+    // Which loop is which, from the accumulator's strides: 4 (tiles), 2 (rows), 1 (columns).
+    VarMap zero;
+    for (const For* f : loops) zero[f->var.get()] = Expr(int64_t{0});
+    const Expr base = simplify(substitute(st->index, zero));
+    Expr tiles_var, h, p;
+    int64_t tiles = 1;
+    for (const For* f : loops) {
+      VarMap one = zero;
+      one[f->var.get()] = Expr(int64_t{1});
+      const std::optional<int64_t> stride = constant(substitute(st->index, one) - base);
+      const std::optional<int64_t> n = constant(f->extent);
+      if (stride == 4 && n && !tiles_var) {
+        tiles_var = f->var;
+        tiles = *n;
+      } else if (stride == 2 && n == 2 && !h) {
+        h = f->var;
+      } else if (stride == 1 && n == 2 && !p) {
+        p = f->var;
+      } else {
+        refuse(m, str(st->buffer, "'s values are not the warpgroup's layout (loop '", f->var.as<Var>()->name,
+                      "' of extent ", to_string_or(f->extent), " has stride ", stride ? std::to_string(*stride) : "?",
+                      "; the tiles' must be 4, the rows' 2 and the columns' 1)"));
+      }
+    }
+    if (!h || !p) refuse(m, "no loops of the rows g, g + 8 and columns 2t, 2t + 1 inside it");
+    for (int64_t j = 0; j < tiles; ++j) {  // every accumulator where the product's layout has it
+      for (int64_t e = 0; e < 4; ++e) {
+        VarMap v{{h.get(), Expr(e / 2)}, {p.get(), Expr(e % 2)}};
+        if (tiles_var) v[tiles_var.get()] = Expr(j);
+        if (constant(substitute(st->index, v) - base) != 4 * j + e) {
+          refuse(m, str(st->buffer, "'s values of tile ", j, " are not 4 consecutive ones at ", 4 * j));
+        }
+      }
+    }
+    if (tiles > 32) refuse(m, str(tiles, " tiles of 8 columns; the product's N is at most 256"));
+    Expr a = mul->a, b = mul->b;
+    auto free_of_columns = [&](const Expr& e) { return !uses_var(e, p) && !(tiles_var && uses_var(e, tiles_var)); };
+    if (!free_of_columns(a) || uses_var(b, h)) std::swap(a, b);
+    if (!free_of_columns(a) || uses_var(b, h)) {
+      refuse(m, "neither factor of the product is free of the column loops with the other free of the row loop");
+    }
+    // Each factor: a 16-bit value of a shared buffer, widened; a select against zero around it
+    // is dropped (the tensor cores read whole tiles), which is sound for guards of A's rows and
+    // B's columns past the matrix (they reach only rows and columns of C that are not stored),
+    // not for guards along K.
+    const char* widen = m.intrinsic == kWgmmaBF16 ? kBF16ToFloat : kF16ToFloat;
+    auto operand = [&](const Expr& e, const char* what) {
+      Expr cond;
+      const Call* w = held_16_bits(e, widen, cond);
+      const Load* l = w ? w->args[0].as<Load>() : nullptr;
+      if (!l || l->type != Type::uint16() || !shared_.count(l->buffer)) {
+        refuse(m, str(what, " is not a ", widen == kBF16ToFloat ? "bfloat16" : "float16",
+                      " value of a shared buffer: ", to_string(e)));
+      }
+      if (cond && uses_var(cond, k.var)) refuse(m, str(what, "'s guard depends on k: ", to_string(cond)));
+      return l;
+    };
+    const Load* la = operand(a, "A's factor");
+    const Load* lb = operand(b, "B's factor");
+    // Thread l of warpgroup q: 128 q + l. Row r of A is warp r / 16's row g = r % 8 at h =
+    // r % 16 / 8; column n of B is the thread with t = n % 8 / 2 (any warp of the group) at
+    // p = n % 2, tile n / 8.
+    const Expr x = thread_x_;
+    auto a_at = [&](int64_t q, int64_t r, int64_t kk) {
+      return simplify(substitute(la->index, VarMap{{x.get(), Expr(kGroup * q + r / 16 * 32 + r % 8 * 4)},
+                                                   {h.get(), Expr(r % 16 / 8)},
+                                                   {k.var.get(), Expr(kk)}}),
+                      ranges_);
+    };
+    auto b_at = [&](int64_t q, int64_t n, int64_t kk) {
+      VarMap v{{x.get(), Expr(kGroup * q + n % 8 / 2)}, {p.get(), Expr(n % 2)}, {k.var.get(), Expr(kk)}};
+      if (tiles_var) v[tiles_var.get()] = Expr(n / 8);
+      return simplify(substitute(lb->index, v), ranges_);
+    };
+    struct Layout {
+      int64_t lbo = 0, sbo = 0;  // elements
+    };
+    // The core-matrix layout of an operand of `rows` rows at every warpgroup: its byte offsets,
+    // the same for all, or a refusal naming the element that is not where they put it.
+    auto layout = [&](const auto& at, int64_t rows, const char* what) {
+      Layout out;
+      for (int64_t q = 0; q < thread_x_extent_ / kGroup; ++q) {
+        const Expr start = at(q, 0, 0);
+        auto offset = [&](int64_t r, int64_t kk) { return constant(at(q, r, kk) - start); };
+        const std::optional<int64_t> lbo = offset(0, 8), sbo = rows > 8 ? offset(8, 0) : std::optional<int64_t>(8 * 8);
+        if (!lbo || !sbo || *lbo <= 0 || *sbo <= 0 || *lbo % 8 != 0 || *sbo % 8 != 0 || 2 * *lbo >= (1 << 18) ||
+            2 * *sbo >= (1 << 18)) {
+          refuse(m, str(what, " is not in core matrices: its second 8 of k are ", lbo ? std::to_string(*lbo) : "?",
+                        " and its second 8 rows ", sbo ? std::to_string(*sbo) : "?",
+                        " elements on (multiples of 8, below 2^17)"));
+        }
+        if (q > 0 && (*lbo != out.lbo || *sbo != out.sbo)) refuse(m, str(what, "'s layout differs between warpgroups"));
+        out = {*lbo, *sbo};
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t kk = 0; kk < 16; ++kk) {
+            const int64_t want = r / 8 * out.sbo + kk / 8 * out.lbo + r % 8 * 8 + kk % 8;
+            if (offset(r, kk) != want) {
+              refuse(m, str(what, "'s row ", r, ", k ", kk, " is not at element ", want,
+                            " of its core matrices (warpgroup ", q, ")"));
+            }
+          }
+        }
+        if (known_multiple(start) % 8 != 0) refuse(m, str(what, "'s first element is not 16-byte aligned: ", to_string(start)));
+      }
+      return out;
+    };
+    const int64_t n_cols = 8 * tiles;
+    const Layout A = layout(a_at, 64, "A"), B = layout(b_at, n_cols, "B");
+    // The warpgroup's first elements, and the tiles inside their buffers.
+    const Expr group_first = x / Expr(kGroup) * Expr(kGroup);
+    auto first = [&](const Load* l, const VarMap& at) { return simplify(substitute(l->index, at), ranges_); };
+    VarMap a0{{x.get(), group_first}, {h.get(), Expr(int64_t{0})}, {k.var.get(), Expr(int64_t{0})}};
+    VarMap b0{{x.get(), group_first}, {p.get(), Expr(int64_t{0})}, {k.var.get(), Expr(int64_t{0})}};
+    if (tiles_var) b0[tiles_var.get()] = Expr(int64_t{0});
+    const Expr a_first = first(la, a0), b_first = first(lb, b0);
+    RangeMap ranges = ranges_;
+    ranges[x.get()] = {0, thread_x_extent_ - 1};
+    for (auto [l, start, lay, rows] : {std::tuple{la, a_first, A, int64_t{64}}, std::tuple{lb, b_first, B, n_cols}}) {
+      const int64_t last = (rows - 1) / 8 * lay.sbo + lay.lbo + (rows - 1) % 8 * 8 + 7;
+      const std::optional<Interval> in = const_bounds(start, ranges);
+      if (!in || in->lo < 0 || in->hi + last >= shared_.at(l->buffer)) {
+        refuse(m, str("the tile of ", l->buffer, " read from ", to_string(start), " may pass its ",
+                      shared_.at(l->buffer), " elements (the product reads whole tiles)"));
+      }
+    }
+    std::vector<Expr> args = {Load::make(Type::uint16(), la->buffer, a_first), Expr(2 * A.lbo), Expr(2 * A.sbo),
+                              Load::make(Type::uint16(), lb->buffer, b_first), Expr(2 * B.lbo), Expr(2 * B.sbo)};
+    for (int64_t e = 0; e < 4 * tiles; ++e) args.push_back(Load::make(Type::float32(), st->buffer, simplify(base + Expr(e))));
+    return Store::make(st->buffer, Call::make(m.intrinsic, args), Ramp::make(base, Expr(int64_t{1}), static_cast<int>(4 * tiles)));
   }
 
   // The row each lane supplies to ldmatrix for the `matrices` pairs of 16-bit values from

@@ -21,6 +21,9 @@ constexpr int64_t kRegistersPerMultiprocessor = 65536;
 constexpr int64_t kOperandRegisters = 64;
 // Products unrolled per iteration of K (tiles_m * tiles_n * unroll_k).
 constexpr int64_t kMaxUnrolledProducts = 256;
+// A warpgroup-level product's accumulators per thread (its N / 2, N up to 256: in registers,
+// tied to the instruction's operands).
+constexpr int64_t kMaxWgmmaAccumulators = 128;
 
 // Shared rows' padding in floats: A's rows (its K chunk) by 4 and B's (its columns) by 8 put a
 // TF32 product's 32 operand loads of A, and of B (blocks of 32 or 64 columns), in 32 banks.
@@ -56,6 +59,10 @@ struct Tiles {
 constexpr int64_t kPadHalf = 8;
 
 bool half_tiles(const json& c) { return c.contains("half_tiles") && c["half_tiles"].get<bool>(); }
+// Whether a warpgroup's tile is one wgmma per 16 of K (configs before the knob have none).
+bool wgmma(const json& c) { return c.contains("wgmma") && c["wgmma"].get<bool>(); }
+
+const char* wgmma_intrinsic(Precision p) { return p == Precision::BFloat16 ? ir::kWgmmaBF16 : ir::kWgmmaF16; }
 
 bool is_16_bits(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
@@ -96,8 +103,8 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
        kSplit},
       {"tiles_n",
        KnobType::Int,
-       "8-column tiles of C per warp (one product each per step of K)",
-       8,
+       "8-column tiles of C per warp (one product each per step of K; with wgmma, the warpgroup's N / 8)",
+       32,
        {},
        kSplit},
       {"unroll_k",
@@ -123,6 +130,13 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
        KnobType::Bool,
        "with shared and precision fp16 or bf16: the operands' tiles held in 16 bits (rounded as "
        "they are copied or computed, K innermost), each pair of a fragment one 32-bit load",
+       0,
+       {}},
+      {"wgmma",
+       KnobType::Bool,
+       "sm_90, fp16 or bf16, 16-bit tiles: each warpgroup (4 warps along the rows, tiles_m 1) computes its 64 x "
+       "8*tiles_n tile by one warpgroup-level product (wgmma) per 16 of K, reading both tiles from shared memory, "
+       "held in 8 x 8 core matrices",
        0,
        {}},
       {"split_k",
@@ -188,7 +202,8 @@ json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
   // tiles are measured there too (bench/gpu_config_sweep.py).
   json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n},   {"tiles_m", d.tiles_m},
             {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k}, {"shared", true},
-            {"stages", 3},          {"split_k", parts},       {"half_tiles", false}};
+            {"stages", 3},          {"split_k", parts},       {"half_tiles", false},
+            {"wgmma", false}};
   const int64_t most = gpu_limits(t).max_shared_bytes;
   while (shared_bytes(g, c) > most) {
     if (c["stages"].get<int64_t>() > 2)
@@ -201,13 +216,52 @@ json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
   return c;
 }
 
+// What a wgmma config needs beyond the others' constraints ("" when it has it).
+std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t, const json& c) const {
+  const GemmShape s = gemm_shape(g);
+  const Tiles d = tiles_of(c);
+  if (t.arch != "sm_90") return str("wgmma on ", t.chip(), " (Hopper's warpgroup-level products: sm_90 only)");
+  const Precision p = g.workload.types.precision;
+  if (p != Precision::Float16 && p != Precision::BFloat16) {
+    return str("wgmma at precision=", precision_name(p), " (its products here are fp16 and bf16)");
+  }
+  if (!takes_wgmma()) return str("wgmma with ", id(), " (its tiles are not held in core matrices yet)");
+  if (!c["shared"].get<bool>()) return "wgmma without shared (it reads its operands from shared memory)";
+  const Given16 given = given_16_bits(g);
+  if (!tile_16_bits(given, c, false) || !tile_16_bits(given, c, true)) {
+    return str("wgmma with ", g.workload.types.str(), " operands and no half_tiles (it reads 16-bit tiles)");
+  }
+  if (d.warps_m % 4 != 0 || d.tiles_m != 1) {
+    return str("wgmma with warps_m ", d.warps_m, " and tiles_m ", d.tiles_m,
+               " (a warpgroup is 4 warps along the rows, 16 rows each: warps_m a multiple of 4, tiles_m 1)");
+  }
+  if (4 * d.tiles_n > kMaxWgmmaAccumulators) {
+    return str("wgmma with tiles_n ", d.tiles_n, " (N ", 8 * d.tiles_n, "; the product's N is at most 256)");
+  }
+  // Whole tiles: a tile trimmed to C (a block larger than it) would be read past its buffer,
+  // and steps past K would read unwritten elements (the product reads whole tiles; rows and
+  // columns past C's reach only what is not stored).
+  if (d.block_m() > s.m || d.block_n() > s.n) {
+    return str("wgmma with a block tile of ", d.block_m(), " x ", d.block_n(), " for C of ", s.m, " x ", s.n,
+               " (its tiles would be trimmed)");
+  }
+  const int64_t parts = c["split_k"], part = part_depth(g, c);
+  if (parts * part != s.k) {
+    return str("wgmma with a K of ", s.k, " that ", parts, " parts of ", part,
+               " do not cover exactly (steps past K would read unwritten tiles)");
+  }
+  return "";
+}
+
 std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
                                               const json& c) const {
   const GemmShape s = gemm_shape(g);
   const Tiles d = tiles_of(c);
   const int64_t limit = gpu_limits(t).max_threads_per_block;
   if (d.threads() > limit) return str(d.threads(), " threads per block (the limit is ", limit, ")");
-  if (4 * d.tiles_m * d.tiles_n > kMaxLaneAccumulators) {
+  if (wgmma(c)) {
+    if (std::string why = wgmma_constraints(g, t, c); !why.empty()) return why;
+  } else if (4 * d.tiles_m * d.tiles_n > kMaxLaneAccumulators) {
     return str(4 * d.tiles_m * d.tiles_n, " accumulators per lane (over ", kMaxLaneAccumulators,
                ")");
   }
@@ -219,7 +273,7 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
                kOperandRegisters, " of the ", regs, " registers a thread of ", d.threads(),
                " can have for its operands");
   }
-  if (d.tiles_m * d.tiles_n * d.unroll_k > kMaxUnrolledProducts) {
+  if (!wgmma(c) && d.tiles_m * d.tiles_n * d.unroll_k > kMaxUnrolledProducts) {
     return str(d.tiles_m * d.tiles_n * d.unroll_k, " unrolled products per iteration of K (over ",
                kMaxUnrolledProducts, ")");
   }
@@ -421,11 +475,17 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   auto [wn, c2] = writer.split(c1, 8 * d.tiles_n);
   auto [ni, c3] = writer.split(c2, 8);
   auto [lt, p] = writer.split(c3, 2);
+  // With wgmma the warps go along the rows first, so that warps 4q .. 4q + 3 (a warpgroup) are
+  // 4 consecutive 16-row slices beside each other's columns.
+  const bool wg = wgmma(c);
   std::vector<Expr> order;
   if (batch) order.push_back(batch);
-  order.insert(order.end(), {bm, bn, wm, wn, lg, lt, mi, h, ni, p});
+  if (wg)
+    order.insert(order.end(), {bm, bn, wn, wm, lg, lt, mi, h, ni, p});
+  else
+    order.insert(order.end(), {bm, bn, wm, wn, lg, lt, mi, h, ni, p});
   writer.reorder(order);
-  Expr warp = writer.fuse(wm, wn);
+  Expr warp = wg ? writer.fuse(wn, wm) : writer.fuse(wm, wn);
   Expr lane = writer.fuse(lg, lt);
   Expr thread = writer.fuse(warp, lane);
   if (batch) writer.bind(batch, "blockIdx.z");
@@ -440,9 +500,18 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
   const size_t d0 = aax.size() - 4;  // after the part and batch axes
   auto [ko, ki] = acc.split(acc.op()->reduce_axes[0].var, depth(g));
   auto [koo, koi] = acc.split(ko, d.unroll_k);
-  acc.reorder({koo, koi, aax[d0].var, aax[d0 + 1].var, ki, aax[d0 + 2].var, aax[d0 + 3].var});
-  for (const Expr& v : {koi, aax[d0].var, aax[d0 + 1].var}) acc.unroll(v);
-  acc.tensorize(ki, intrinsic(g.workload.types.precision));
+  if (wg) {
+    // One product per 16 of K over the warpgroup's whole tile: the tiles' loop inside K's.
+    acc.reorder({koo, koi, ki, aax[d0].var, aax[d0 + 1].var, aax[d0 + 2].var, aax[d0 + 3].var});
+    // Unrolled: the accumulators' initialization, whose loops are the same (constant indices
+    // keep them in registers); inside the product they are gone.
+    for (const Expr& v : {koi, aax[d0].var, aax[d0 + 1].var}) acc.unroll(v);
+    acc.tensorize(ki, wgmma_intrinsic(g.workload.types.precision));
+  } else {
+    acc.reorder({koo, koi, aax[d0].var, aax[d0 + 1].var, ki, aax[d0 + 2].var, aax[d0 + 3].var});
+    for (const Expr& v : {koi, aax[d0].var, aax[d0 + 1].var}) acc.unroll(v);
+    acc.tensorize(ki, intrinsic(g.workload.types.precision));
+  }
   if (!shared) {
     if (c["stages"].get<int64_t>() > 1) {
       throw UserError(str("config knob stages=", c["stages"].get<int64_t>(),
@@ -487,9 +556,14 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
       // K over several dimensions (a 3x3 convolution's weights: channels, rows, columns): no
       // padding, which would split K's consecutive elements and cost a 3-wide row 8 more.
       pad = std::count_if(order.begin(), order.end(), along_k) > 1 ? 0 : kPadHalf;
+      // wgmma: K innermost and alone, the rows beside it, in core matrices, no padding.
+      if (wg && std::count_if(order.begin(), order.end(), along_k) != 1) {
+        throw UserError(str(id(), ": wgmma with operand ", r->op->name, ", whose tile's K is not one dimension"));
+      }
+      if (wg) pad = 0;
     }
     x->compute_at(acc, koo);
-    x->storage_layout(order, pad);
+    x->storage_layout(order, pad, wg);
     cooperative_copy(*x, 1, d.threads(), vec, lanes);
     staged.push_back(x);
   };
@@ -517,8 +591,11 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4 * 4; };
   auto half_tile = [](int64_t halves) { return (halves + 7) / 8 * 8 * 2; };
   const Given16 given = given_16_bits(g);
-  const int64_t a = tile_16_bits(given, c, false) ? half_tile(rows * (chunk + kPadHalf)) : tile(rows * (chunk + kPadA));
-  const int64_t b = tile_16_bits(given, c, true) ? half_tile(cols * (chunk + kPadHalf)) : tile(chunk * (cols + kPadB));
+  // wgmma's core matrices: no padding, rows and K rounded up to 8.
+  const int64_t half_pad = wgmma(c) ? 0 : kPadHalf;
+  auto r8 = [&](int64_t v) { return wgmma(c) ? round_up(v, 8) : v; };
+  const int64_t a = tile_16_bits(given, c, false) ? half_tile(r8(rows) * (r8(chunk) + half_pad)) : tile(rows * (chunk + kPadA));
+  const int64_t b = tile_16_bits(given, c, true) ? half_tile(r8(cols) * (r8(chunk) + half_pad)) : tile(chunk * (cols + kPadB));
   return (a + b) * c["stages"].get<int64_t>();
 }
 Given16 TensorCoreGemm::given_16_bits(const OpGraph& g) const {

@@ -45,6 +45,10 @@ class TensorCoreGemm : public ScheduleTemplate {
   virtual std::pair<bool, bool> inputs_ab(const OpGraph& g) const = 0;
   // Whether A is the weights (weight_dtype's operand; B by default, as in a matmul).
   virtual bool weights_are_a(const OpGraph&) const { return false; }
+  // Whether the operands' tiles can be held in core matrices for Hopper's warpgroup-level
+  // products (the wgmma knob): each tile's K one dimension of it (a GEMM's; not yet a
+  // convolution's weights or im2col tile, whose K is channels x kernel rows x columns).
+  virtual bool takes_wgmma() const { return false; }
   // The output stage's loops as the GEMM's batch (null when none), rows and columns, fusing
   // its axes where a GEMM axis is several of them.
   virtual void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows,
@@ -56,6 +60,7 @@ class TensorCoreGemm : public ScheduleTemplate {
   // last part's steps past K read zeros), or K rounded up to whole iterations.
   int64_t part_depth(const OpGraph& g, const json& c) const;
   int64_t shared_bytes(const OpGraph& g, const json& c) const;
+  std::string wgmma_constraints(const OpGraph& g, const Target& t, const json& c) const;
   Given16 given_16_bits(const OpGraph& g) const;
 };
 

@@ -147,12 +147,13 @@ int64_t count(const std::string& text, const std::string& what) {
 
 const char* kPtxas = "/usr/local/cuda/bin/ptxas";
 
-// Kernel `k` through ptxas for sm_90: it assembles with no spills and the accumulators in
-// registers (no stack frame); its PTX.
+// Kernel `k` through ptxas for sm_90 (sm_90a where its PTX is, for wgmma): it assembles with
+// no spills and the accumulators in registers (no stack frame); its PTX.
 std::string assemble_sm90(const CompiledKernel& k, const std::string& what) {
   std::string path = testing::temp_dir() + "/tc_sm90.ptx";
   write_kernel(k, EmitKind::Asm, path);
-  CommandResult r = run_command({kPtxas, "-v", "-arch=sm_90", path, "-o", path + ".cubin"});
+  const bool hopper_only = read_file(path).find(".target sm_90a") != std::string::npos;
+  CommandResult r = run_command({kPtxas, "-v", hopper_only ? "-arch=sm_90a" : "-arch=sm_90", path, "-o", path + ".cubin"});
   EXPECT_EQ(r.exit_code, 0) << what << ": " << r.output;
   EXPECT_NE(r.output.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
             std::string::npos)
@@ -644,6 +645,79 @@ TEST(TensorCore, AStorageCastTailStoresTheRoundedOutput) {
     for (size_t e = 0; e < results[0].size(); ++e)
       ASSERT_EQ(results[1][e], bf16 ? round_bf16(results[0][e]) : round_f16(results[0][e])) << c.workload << " at " << e;
   }
+}
+
+// wgmma (Hopper's warpgroup-level products, sm_90): a warpgroup's 64 x 8*tiles_n tile by one
+// product per 16 of K, both 16-bit tiles read from shared memory in core matrices. Emulated
+// (each warpgroup's 128 threads meet; the product reads the tiles where the descriptors say)
+// over tails of C, epilogues, batches, split-K, stages, several warpgroups, 16-bit operands
+// given (B transposed as it is copied) and float32 ones rounded (half_tiles); ptxas for sm_90a:
+// unroll_k products an iteration, no spills; and the configs it cannot take refused by name.
+TEST(TensorCore, WgmmaTilesMatchTheReferenceAndAssemble) {
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  const nlohmann::json base = {{"warps_m", 4}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 4},   {"unroll_k", 2},
+                               {"shared", true}, {"stages", 1}, {"split_k", 1}, {"half_tiles", true}, {"wgmma", true}};
+  auto with = [&](const nlohmann::json& knobs) {
+    nlohmann::json c = base;
+    for (const auto& [key, value] : knobs.items()) c[key] = value;
+    return c;
+  };
+  struct Case {
+    const char* workload;
+    nlohmann::json knobs;
+  };
+  const Case cases[] = {
+      {"matmul(M=64,N=32,K=32,precision=fp16)", nlohmann::json::object()},
+      // Tails of C past the blocks (guarded; the tiles' rows past it reach only those).
+      {"matmul(M=100,N=72,K=64,precision=bf16,epilogue=bias_relu)", nlohmann::json::object()},
+      {"matmul(M=64,N=64,K=192,precision=fp16,epilogue=bias)", {{"tiles_n", 8}, {"stages", 3}}},
+      {"matmul(M=128,N=40,K=96,precision=fp16)", {{"warps_m", 8}, {"tiles_n", 5}, {"unroll_k", 1}, {"stages", 2}}},
+      {"matmul(M=64,N=64,K=128,precision=bf16)", {{"warps_n", 2}, {"split_k", 2}}},
+      {"batch_matmul(B=2,M=64,N=48,K=64,precision=fp16)", {{"tiles_n", 6}}},
+      // 16-bit operands given: B as [K][N] transposed through registers, or [N][K] as it is.
+      {"matmul(M=64,N=64,K=64,dtype=float16)", {{"half_tiles", false}, {"stages", 2}, {"tiles_n", 8}}},
+      {"matmul(M=70,N=48,K=64,dtype=bfloat16,trans_b=1,epilogue=bias)", {{"half_tiles", false}, {"tiles_n", 6}}},
+      {"matmul(M=64,N=32,K=96,weight_dtype=float16,trans_b=1)", {{"unroll_k", 3}}},
+  };
+  int sample = 0;
+  for (const Case& c : cases) {
+    Workload w = parse_workload(c.workload);
+    CompiledKernel k = compile_kernel(w, sm90, with(c.knobs), "given", "");
+    const std::string what = w.canonical() + " config " + k.config.dump();
+    if (testing::sampled(sample++, 3)) {
+      testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 7);
+      EXPECT_TRUE(r.ok()) << what << ": " << r.str();
+    }
+    if (!fs::exists(kPtxas)) continue;
+    const std::string ptx = assemble_sm90(k, what);
+    EXPECT_NE(ptx.find(".target sm_90a"), std::string::npos) << what;
+    const int64_t n = 8 * k.config["tiles_n"].get<int64_t>();
+    EXPECT_EQ(count(ptx, str("wgmma.mma_async.sync.aligned.m64n", n, "k16.f32.")),
+              k.config["unroll_k"].get<int64_t>())
+        << what;
+    EXPECT_EQ(count(ptx, "mma.sync"), 0) << what;
+  }
+  // Refused by name where it cannot run or would read what it must not.
+  auto refusal = [&](const std::string& workload, const nlohmann::json& knobs, const char* target = "cuda -arch=sm_90") {
+    OpGraph g = build_op(parse_workload(workload));
+    const Target t = parse_target(target);
+    return check_constraints(g, t, complete_config(g, t, with(knobs)));
+  };
+  const std::string m = "matmul(M=64,N=64,K=64,precision=fp16)";
+  const std::pair<std::string, std::string> refused[] = {
+      {refusal(m, nlohmann::json::object(), "cuda -arch=sm_80"), "wgmma on sm_80 (Hopper's warpgroup-level products: sm_90 only)"},
+      {refusal("matmul(M=64,N=64,K=64,precision=tf32)", {{"half_tiles", false}}), "wgmma at precision=tf32"},
+      {refusal(m, {{"half_tiles", false}}), "wgmma with float32 in fp16 operands and no half_tiles (it reads 16-bit tiles)"},
+      {refusal(m, {{"tiles_m", 2}}), "wgmma with warps_m 4 and tiles_m 2"},
+      {refusal(m, {{"warps_m", 2}, {"warps_n", 2}}), "wgmma with warps_m 2 and tiles_m 1"},
+      {refusal("matmul(M=48,N=64,K=64,precision=fp16)", nlohmann::json::object()),
+       "wgmma with a block tile of 64 x 32 for C of 48 x 64 (its tiles would be trimmed)"},
+      {refusal("matmul(M=64,N=64,K=72,precision=fp16)", nlohmann::json::object()),
+       "wgmma with a K of 72 that 1 parts of 96 do not cover exactly"},
+      {refusal("conv2d_nchw(N=1,C=64,H=8,W=8,K=64,R=3,S=3,pad=1,precision=fp16)", nlohmann::json::object()),
+       "wgmma with conv2d_tc.cuda.v2 (its tiles are not held in core matrices yet)"},
+  };
+  for (const auto& [got, want] : refused) EXPECT_NE(got.find(want), std::string::npos) << got;
 }
 
 // A sample of the tuner's space (configs that pass the constraints) assembles without spills
