@@ -502,6 +502,14 @@ class CodeGen {
                         target_.str(), " does not have (cuda -arch=sm_90 only)"));
   }
 
+  // kWgmmaWait: the accumulators once the warpgroup-level products are complete; on targets
+  // whose products are synchronous (the threaded emulation), the values themselves.
+  virtual llvm::Value* wgmma_wait(const Call* c) {
+    llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
+    for (size_t i = 0; i < c->args.size(); ++i) out = b_.CreateInsertElement(out, expr(c->args[i]), uint64_t{i});
+    return out;
+  }
+
   // The 64-bit shared-memory matrix descriptor of a wgmma operand (arguments `at` .. `at` + 2 of
   // `c`: the Load of its first element, its leading and stride byte offsets), as PTX defines it:
   // bits 0-13 the start address, 16-29 the leading byte offset, 32-45 the stride byte offset,
@@ -661,6 +669,7 @@ class CodeGen {
     if (c->name == kDot2F16) return dot2_f16(llvm::Constant::getNullValue(type_of(c->type)), c);
     if (is_warp_mma(c->name)) return warp_mma(c);
     if (is_wgmma(c->name)) return wgmma(c);
+    if (c->name == kWgmmaWait) return wgmma_wait(c);
     if (c->name == kLdMatrix) return ldmatrix(c);
     if (c->name == kWordHalf) return word_half(c);
     if (c->name == kRoundF16) {

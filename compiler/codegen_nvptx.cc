@@ -149,8 +149,8 @@ class CodeGenNvptx final : public CodeGenGpu {
   // A warpgroup-level product (compiler/ir.h kWgmmaF16, kWgmmaBF16), sm_90 only (PTX's
   // wgmma.mma_async is an sm_90a instruction; the module's target becomes sm_90a:
   // codegen_llvm). LLVM 19 has no intrinsic for it: inline PTX, as MLIR's NVGPU and Triton
-  // emit it, the accumulators tied in and out, the two operand descriptors in 64-bit registers,
-  // and the product waited for before the statement ends (the IR's call is synchronous).
+  // emit it, the accumulators tied in and out, the two operand descriptors in 64-bit registers;
+  // fence, product and commit, not waited for (wgmma_wait below).
   llvm::Value* wgmma(const Call* c) override {
     if (sm() != 90) {
       throw UserError(str("kernel ", name_, " uses ", c->name, " (Hopper's warpgroup-level tensor cores), which ",
@@ -165,8 +165,7 @@ class CodeGenNvptx final : public CodeGenGpu {
       text += str(i ? ", $" : "$", i);
       constraints += "=f,";
     }
-    text += str("}, $", h, ", $", h + 1, ", p, 1, 1, 0, 0;\nwgmma.commit_group.sync.aligned;\n",
-                "wgmma.wait_group.sync.aligned 0;\n}");
+    text += str("}, $", h, ", $", h + 1, ", p, 1, 1, 0, 0;\nwgmma.commit_group.sync.aligned;\n}");
     constraints += "l,l,r";
     std::vector<llvm::Type*> in_types = {b_.getInt64Ty(), b_.getInt64Ty(), b_.getInt32Ty()};
     std::vector<llvm::Value*> in = {wgmma_descriptor(c, 0), wgmma_descriptor(c, 3), b_.getInt32(1)};
@@ -291,6 +290,28 @@ class CodeGenNvptx final : public CodeGenGpu {
                                         {p->getType()}, {p});
     llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
     for (unsigned i = 0; i < static_cast<unsigned>(n); ++i) out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
+    return out;
+  }
+
+  // The accumulators through wgmma.wait_group 0, tied in and out: every product issued before
+  // is complete, and nothing reads its results earlier.
+  llvm::Value* wgmma_wait(const Call* c) override {
+    const unsigned h = static_cast<unsigned>(c->args.size());
+    std::string constraints;
+    for (unsigned i = 0; i < h; ++i) constraints += "=f,";
+    std::vector<llvm::Type*> in_types(h, b_.getFloatTy());
+    std::vector<llvm::Value*> in;
+    for (unsigned i = 0; i < h; ++i) {
+      constraints += str(i, ",");
+      in.push_back(expr(c->args[i]));
+    }
+    constraints += "~{memory}";
+    auto* out_type = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(h, b_.getFloatTy()));
+    auto* fty = llvm::FunctionType::get(out_type, in_types, false);
+    llvm::Value* d =
+        b_.CreateCall(llvm::InlineAsm::get(fty, "wgmma.wait_group.sync.aligned 0;", constraints, /*hasSideEffects=*/true), in);
+    llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
+    for (unsigned i = 0; i < h; ++i) out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
     return out;
   }
 

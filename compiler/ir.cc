@@ -144,6 +144,12 @@ Expr Call::make(const std::string& name, std::vector<Expr> args) {
              args.size(), " arguments");
     return Expr(std::make_shared<Call>(Type::float32().with_lanes(static_cast<int>(acc)), name, std::move(args)));
   }
+  if (name == kWgmmaWait) {
+    bool ok = !args.empty() && args.size() <= 128;
+    for (const Expr& a : args) ok = ok && a.type() == Type::float32();
+    TF_CHECK(ok, name, " takes 1 to 128 float32 accumulators; got ", args.size(), " arguments");
+    return Expr(std::make_shared<Call>(Type::float32().with_lanes(static_cast<int>(args.size())), name, std::move(args)));
+  }
   if (name == kWordHalf) {
     const int64_t* j = args.size() == 3 ? as_const_int(args[1]) : nullptr;
     const int64_t* h = args.size() == 3 ? as_const_int(args[2]) : nullptr;

@@ -291,14 +291,20 @@ MmaPlace warp_mma_c(int e, int g, int t);
 // offsets are IntImm multiples of 16 below 2^18, as the instruction's descriptor encodes them.
 // Thread l of the warpgroup (its index in the block modulo 128), w = l / 32, g = l % 32 / 4,
 // t = l % 4, holds c_e and its element e of D at row 16 w + g + 8 (e % 4 / 2) and column
-// 8 (e / 4) + 2 t + e % 2 (wgmma_c). The call is synchronous in the IR: it returns with its
-// product done (the NVPTX back end emits wgmma.fence, the mma_async, commit_group and
-// wait_group 0; a kernel that calls it puts fence.proxy.async before each block barrier, so
-// shared memory written before the barrier is visible to the tensor cores). Every thread of
-// the warpgroup reaches it together with the same a, b and offsets. On a CPU it runs only in
-// the threaded emulation of a block, whose warpgroups meet there.
+// 8 (e / 4) + 2 t + e % 2 (wgmma_c). On the GPU the product is asynchronous (the NVPTX back
+// end emits wgmma.fence, the mma_async and commit_group): its results may be the C of the next
+// such product (the hardware orders products into the same accumulators), but anything else
+// reads them only through kWgmmaWait, which the lowering pass wgmma_waits puts after each run
+// of products (compiler/lower.cc). A kernel that calls it puts fence.proxy.async before each
+// block barrier, so shared memory written before the barrier is visible to the tensor cores.
+// Every thread of the warpgroup reaches it together with the same a, b and offsets. On a CPU it
+// runs only in the threaded emulation of a block, whose warpgroups meet there (synchronously).
 constexpr const char* kWgmmaF16 = "wgmma_m64k16_f16";
 constexpr const char* kWgmmaBF16 = "wgmma_m64k16_bf16";
+// wgmma_wait(c_0 .. c_{n-1}): the float32 accumulators of warpgroup-level products, once every
+// product the thread issued is complete (PTX's wgmma.wait_group 0, the values tied through it
+// so that nothing reads them earlier); the values as they are on a CPU.
+constexpr const char* kWgmmaWait = "wgmma_wait";
 bool is_wgmma(const std::string& call);
 // N of such a call (from its operands: 6 + N / 2).
 int wgmma_n(const Call& c);

@@ -451,6 +451,50 @@ const Call* held_16_bits(const Expr& e, const char* widen, Expr& cond) {
   return w && w->name == widen && w->type.lanes == 1 ? w : nullptr;
 }
 
+namespace {
+// A store of a warpgroup-level product's results, or null.
+const Store* wgmma_store(const Stmt& s) {
+  const Store* st = s.as<Store>();
+  const Call* c = st ? st->value.as<Call>() : nullptr;
+  return c && is_wgmma(c->name) ? st : nullptr;
+}
+
+// The wait for the accumulators `st` stored: acc[ramp] = wgmma_wait(acc[base] .. acc[base + n - 1]).
+Stmt wait_after(const Store& st) {
+  const Ramp* r = st.index.as<Ramp>();
+  TF_CHECK(r, "wgmma_waits: a product stored at a non-ramp index");
+  std::vector<Expr> accs;
+  for (int e = 0; e < r->lanes; ++e) accs.push_back(Load::make(Type::float32(), st.buffer, simplify(r->base + Expr(int64_t{e}))));
+  return Store::make(st.buffer, Call::make(kWgmmaWait, accs), st.index);
+}
+
+class WgmmaWaits : public IRMutator {
+ public:
+  Stmt mutate_stmt(const Stmt& s) override {
+    if (const Store* st = wgmma_store(s)) return Block::make({s, wait_after(*st)});
+    const Block* b = s.as<Block>();
+    if (!b) return IRMutator::mutate_stmt(s);
+    std::vector<Stmt> out;
+    for (size_t i = 0; i < b->stmts.size(); ++i) {
+      const Store* st = wgmma_store(b->stmts[i]);
+      if (!st) {
+        out.push_back(mutate_stmt(b->stmts[i]));
+        continue;
+      }
+      out.push_back(b->stmts[i]);
+      const Store* next = i + 1 < b->stmts.size() ? wgmma_store(b->stmts[i + 1]) : nullptr;
+      if (!next || next->buffer != st->buffer || !equal(next->index, st->index)) out.push_back(wait_after(*st));
+    }
+    return Block::make(out);
+  }
+};
+}  // namespace
+
+Stmt insert_wgmma_waits(const Stmt& s) {
+  WgmmaWaits w;
+  return w.mutate_stmt(s);
+}
+
 Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks) {
   if (marks.empty()) return s;
   Tensorizer t(marks);

@@ -47,6 +47,12 @@ struct TensorizeMark {
 // row instead); otherwise its pairs are read as they are.
 Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks);
 
+// After unrolling: each run of warpgroup-level products into one accumulator (consecutive
+// stores of kWgmmaF16 / kWgmmaBF16 calls to the same elements, as an unrolled K chunk leaves
+// them) is followed by the accumulators' kWgmmaWait, so that the products are issued back to
+// back and waited for once before anything else reads them (compiler/ir.h).
+Stmt insert_wgmma_waits(const Stmt& s);
+
 // A 16-bit product's operand that widens a value held in 16 bits: `widen` (kF16ToFloat or
 // kBF16ToFloat) of a scalar, alone or under a select against +0 (the padding), whose condition
 // goes to `cond`. Null for any other operand.

@@ -203,8 +203,8 @@ Expr core_index(const CoreLayout& c, Expr r, Expr k) {
 // `wgmma`: M = 64 x `groups` (warpgroup q computes rows 64q .. 64q + 63), N a multiple of 8 up
 // to 256, K of 16. The block's threads round A and B to the product's type into shared buffers
 // laid out by `order` (B by its columns: K-major), wait at a barrier, and each warpgroup takes
-// one product per 16 of K into its threads' N / 2 accumulators, which go to C by the
-// instruction's layout (ir::wgmma_c). With `wrong`, A's descriptor has its byte offsets
+// one product per 16 of K into its threads' N / 2 accumulators (issued back to back, waited
+// for after the last), which go to C by the instruction's layout (ir::wgmma_c). With `wrong`, A's descriptor has its byte offsets
 // swapped (a layout the buffer does not have).
 ir::LoweredFunc wgmma_gemm(const std::string& wgmma, int64_t N, int64_t K, int64_t groups, CoreOrder order,
                            bool wrong = false, int64_t threads = 0) {
@@ -233,8 +233,12 @@ ir::LoweredFunc wgmma_gemm(const std::string& wgmma, int64_t N, int64_t K, int64
       ir::Load::make(u16, "As", core_index(la, group * i(64), ks * i(16))), i(wrong ? la.sbo : la.lbo),
       i(wrong ? la.lbo : la.sbo), ir::Load::make(u16, "Bs", core_index(lb, i(0), ks * i(16))), i(lb.lbo), i(lb.sbo)};
   for (int64_t c = 0; c < h; ++c) args.push_back(ir::Load::make(f32, "acc", i(c)));
-  tile.push_back(ir::For::make(ks, i(0), i(K / 16), ir::ForKind::Serial,
-                               ir::Store::make("acc", ir::Call::make(wgmma, args), ir::Ramp::make(i(0), i(1), static_cast<int>(h)))));
+  const Expr all = ir::Ramp::make(i(0), i(1), static_cast<int>(h));
+  tile.push_back(ir::For::make(ks, i(0), i(K / 16), ir::ForKind::Serial, ir::Store::make("acc", ir::Call::make(wgmma, args), all)));
+  // The products are asynchronous on the GPU: their results are read after the wait.
+  std::vector<Expr> accs;
+  for (int64_t c = 0; c < h; ++c) accs.push_back(ir::Load::make(f32, "acc", i(c)));
+  tile.push_back(ir::Store::make("acc", ir::Call::make(ir::kWgmmaWait, accs), all));
   // Element c of the thread's accumulators: row 16 w + g + 8 (c % 4 / 2), column 8 (c / 4) + 2 t + c % 2
   // (constant indices: the accumulators stay in registers).
   Expr w = l / i(32), g = l % i(32) / i(4), t = l % i(4);
@@ -386,7 +390,8 @@ TEST(WarpMma, PtxHasTheInstructionAndPtxasTakesIt) {
       EXPECT_NE(ptx.find(".target sm_90a"), std::string::npos) << what << "\n" << ptx;
       EXPECT_EQ(count_of(ptx, str("wgmma.mma_async.sync.aligned.m64n", N, "k16.f32.", type, ".", type)), 1)
           << what << "\n" << ptx;
-      EXPECT_EQ(count_of(ptx, "wgmma.wait_group.sync.aligned 0"), 1) << what;
+      EXPECT_EQ(count_of(ptx, "wgmma.commit_group.sync.aligned"), 1) << what;  // in the loop
+      EXPECT_EQ(count_of(ptx, "wgmma.wait_group.sync.aligned 0"), 1) << what;  // after it
       // Each thread's stores to shared memory fenced for the async proxy before the barrier.
       EXPECT_EQ(count_of(ptx, "fence.proxy.async.shared::cta"), 1) << what;
       EXPECT_EQ(count_of(ptx, "bar.sync"), 1) << what;
