@@ -15,7 +15,9 @@ Without --configs, a grid of block tiles (32 x 32 to 128 x 64, 4 and 8 warps, K 
 that fit 48 KiB of shared memory) and split_k 1, 2, 4 for the tensor-core templates; --large adds
 block tiles of 128 x 64 and 128 x 128 with K chunks of 32 and 64 and 3-4 stages (70-210 KiB of
 dynamic shared memory, which sm_80 and sm_90 allow a block); --half times the default and every
-config of the grid also with half_tiles (fp16/bf16 operands' tiles held in 16 bits). Needs an NVIDIA GPU, PyTorch with CUDA and CuPy (exits 2 without).
+config of the grid also with half_tiles (fp16/bf16 operands' tiles held in 16 bits); --wgmma times
+a grid of Hopper's warpgroup-level products instead (sm_90 only: blocks of 64 x 64 to 128 x 256,
+K chunks of 64, 3-4 stages, split_k 1, 2, 4; elsewhere each is listed as refused). Needs an NVIDIA GPU, PyTorch with CUDA and CuPy (exits 2 without).
 """
 import argparse
 import concurrent.futures
@@ -54,6 +56,22 @@ LARGE_TILES = [{"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_
                {"warps_m": 4, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 4}]
 
 
+# Hopper's warpgroup-level products (wgmma, sm_90; fp16/bf16 with half_tiles): warpgroups of 4
+# warps along the rows, each a 64 x 8*tiles_n tile, K chunks of 64, 3-4 stages; blocks of 64 x 64
+# to 128 x 256 (CUTLASS's sm90 tiles are 128 x 128 to 128 x 256).
+WGMMA_TILES = [{"warps_m": 4, "warps_n": 1, "tiles_m": 1, "tiles_n": 8, "unroll_k": 4, "stages": 3},
+               {"warps_m": 4, "warps_n": 1, "tiles_m": 1, "tiles_n": 16, "unroll_k": 4, "stages": 3},
+               {"warps_m": 4, "warps_n": 2, "tiles_m": 1, "tiles_n": 16, "unroll_k": 4, "stages": 3},
+               {"warps_m": 8, "warps_n": 1, "tiles_m": 1, "tiles_n": 16, "unroll_k": 4, "stages": 3},
+               {"warps_m": 8, "warps_n": 1, "tiles_m": 1, "tiles_n": 16, "unroll_k": 4, "stages": 4},
+               {"warps_m": 8, "warps_n": 1, "tiles_m": 1, "tiles_n": 32, "unroll_k": 4, "stages": 3},
+               {"warps_m": 4, "warps_n": 1, "tiles_m": 1, "tiles_n": 32, "unroll_k": 2, "stages": 3}]
+
+
+def wgmma_grid():
+    return [dict(t, split_k=s, shared=True, half_tiles=True, wgmma=True) for t in WGMMA_TILES for s in (1, 2, 4)]
+
+
 def default_grid(large=False):
     grid = [dict(t, split_k=s) for t in TILES for s in (1, 2, 4)]
     return grid + ([dict(t, split_k=s) for t in LARGE_TILES for s in (1, 2)] if large else [])
@@ -77,9 +95,11 @@ def main():
     ap.add_argument("--large", action="store_true", help="add block tiles past 48 KiB of shared memory")
     ap.add_argument("--half", action="store_true",
                     help="each config (and the default) also with half_tiles: the tiles in 16 bits")
+    ap.add_argument("--wgmma", action="store_true",
+                    help="the grid of wgmma configs instead (sm_90, fp16/bf16; half_tiles)")
     ap.add_argument("--calls", type=int, default=20)
     a = ap.parse_args()
-    configs = json.loads(a.configs) if a.configs else default_grid(a.large)
+    configs = json.loads(a.configs) if a.configs else wgmma_grid() if a.wgmma else default_grid(a.large)
     if a.half:
         configs = [{"half_tiles": True}] + [dict(c, half_tiles=h) for c in configs for h in (False, True)]
     workloads = list(a.workload) + [w for g in a.groups.split(",") if g for w in gpu_bench.GROUPS[g]]

@@ -12,7 +12,7 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated: mma,optimize,bench_fp16,bench_half,model_fp16,profile_fp16,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
+# comma-separated: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,profile_fp16,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,tune_rate,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists.
 set -u
@@ -78,6 +78,13 @@ step model_fp16 150 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --r
   --json "$WORK/model_fp16.json"
 step profile_fp16 60 python3 bench/gpu_profile.py "$bin" --precision fp16 --models bert_base --calls 5 --top 12
 # Issue 55/57: does the tensor-core space hold configs better than the default? (kernel time)
+# Issue 55: Hopper's wgmma (off by default until this measures it): one 128 x 128 config on every
+# GEMM with 16-bit operands (as cuBLAS takes them) against cuBLAS, then the grid of wgmma configs
+# (MISMATCH lines: the core-matrix layouts or descriptors differ from the hardware's).
+step bench_wgmma 80 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-operands --groups dense,bert --rounds 3 \
+  -c '{"warps_m":8,"warps_n":1,"tiles_m":1,"tiles_n":16,"unroll_k":4,"stages":3,"split_k":1,"shared":true,"wgmma":true}' \
+  --json "$WORK/bench_wgmma.json"
+step sweep_wgmma 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --wgmma --calls 10
 step sweep_fp16 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups bert --calls 10 \
   -w 'conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1)' -w 'conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)'
 # Issue 55: block tiles past 48 KiB (dynamic shared memory) against the defaults, on the square
