@@ -66,7 +66,6 @@ class DenseTensorCore final : public TensorCoreGemm {
     return {batch_dim(g) == 1 ? w.get("B") : 1, w.get("M"), w.get("N"), w.get("K")};
   }
   std::pair<bool, bool> inputs_ab(const OpGraph&) const override { return {true, true}; }
-  bool takes_wgmma() const override { return true; }
   void output_axes(Stage& out, const OpGraph&, Expr& batch, Expr& rows, Expr& cols) const override {
     const auto& ax = out.op()->axes;
     const size_t d0 = ax.size() == 3 ? 1 : 0;

@@ -225,7 +225,6 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
   if (p != Precision::Float16 && p != Precision::BFloat16) {
     return str("wgmma at precision=", precision_name(p), " (its products here are fp16 and bf16)");
   }
-  if (!takes_wgmma()) return str("wgmma with ", id(), " (its tiles are not held in core matrices yet)");
   if (!c["shared"].get<bool>()) return "wgmma without shared (it reads its operands from shared memory)";
   const Given16 given = given_16_bits(g);
   if (!tile_16_bits(given, c, false) || !tile_16_bits(given, c, true)) {

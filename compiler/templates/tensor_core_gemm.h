@@ -45,10 +45,6 @@ class TensorCoreGemm : public ScheduleTemplate {
   virtual std::pair<bool, bool> inputs_ab(const OpGraph& g) const = 0;
   // Whether A is the weights (weight_dtype's operand; B by default, as in a matmul).
   virtual bool weights_are_a(const OpGraph&) const { return false; }
-  // Whether the operands' tiles can be held in core matrices for Hopper's warpgroup-level
-  // products (the wgmma knob): each tile's K one dimension of it (a GEMM's; not yet a
-  // convolution's weights or im2col tile, whose K is channels x kernel rows x columns).
-  virtual bool takes_wgmma() const { return false; }
   // The output stage's loops as the GEMM's batch (null when none), rows and columns, fusing
   // its axes where a GEMM axis is several of them.
   virtual void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows,

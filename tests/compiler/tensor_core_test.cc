@@ -678,6 +678,11 @@ TEST(TensorCore, WgmmaTilesMatchTheReferenceAndAssemble) {
       {"matmul(M=64,N=64,K=64,dtype=float16)", {{"half_tiles", false}, {"stages", 2}, {"tiles_n", 8}}},
       {"matmul(M=70,N=48,K=64,dtype=bfloat16,trans_b=1,epilogue=bias)", {{"half_tiles", false}, {"tiles_n", 6}}},
       {"matmul(M=64,N=32,K=96,weight_dtype=float16,trans_b=1)", {{"unroll_k", 3}}},
+      // Convolutions: the weights as the GEMM's [K][C R S] matrix, the im2col tile computed
+      // into core matrices (NCHW: B; NHWC: A), 3x3 and 1x1, two images.
+      {"conv2d_nchw(N=1,C=64,H=8,W=8,K=64,R=3,S=3,pad=1,precision=fp16,epilogue=bias_relu)", {{"stages", 2}}},
+      {"conv2d_nchw(N=2,C=32,H=6,W=6,K=64,R=1,S=1,weight_dtype=float16,epilogue=bias)", nlohmann::json::object()},
+      {"conv2d_nhwc(N=1,H=8,W=8,C=32,K=64,R=3,S=3,pad=1,dtype=bfloat16)", {{"half_tiles", false}, {"tiles_n", 8}}},
   };
   int sample = 0;
   for (const Case& c : cases) {
@@ -714,8 +719,9 @@ TEST(TensorCore, WgmmaTilesMatchTheReferenceAndAssemble) {
        "wgmma with a block tile of 64 x 32 for C of 48 x 64 (its tiles would be trimmed)"},
       {refusal("matmul(M=64,N=64,K=72,precision=fp16)", nlohmann::json::object()),
        "wgmma with a K of 72 that 1 parts of 96 do not cover exactly"},
-      {refusal("conv2d_nchw(N=1,C=64,H=8,W=8,K=64,R=3,S=3,pad=1,precision=fp16)", nlohmann::json::object()),
-       "wgmma with conv2d_tc.cuda.v2 (its tiles are not held in core matrices yet)"},
+      // A ResNet stem's 3 x 7 x 7 = 147 of K.
+      {refusal("conv2d_nchw(N=1,C=3,H=32,W=32,K=64,R=7,S=7,stride=2,pad=3,precision=fp16)", nlohmann::json::object()),
+       "wgmma with a K of 147 that 1 parts of"},
   };
   for (const auto& [got, want] : refused) EXPECT_NE(got.find(want), std::string::npos) << got;
 }

@@ -95,6 +95,17 @@ TEST(Features, SameIrSameFeaturesAndKnobsThatChangeTheLoopsChangeThem) {
     if (knob == "shared") c["stages"] = 1;
     EXPECT_NE(t0, costmodel::config_features(tc.graph(), tc.target(), c)) << knob << " changed nothing";
   }
+  // Hopper's wgmma (one product per warpgroup and 16 of K): the same tiles with and without it.
+  json wg = tc_def;
+  const json warpgroups = {{"warps_m", 4}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 8},       {"unroll_k", 2},
+                           {"stages", 2},  {"split_k", 1}, {"shared", true}, {"half_tiles", true}};
+  for (const auto& [knob, value] : warpgroups.items()) wg[knob] = value;
+  wg["wgmma"] = false;
+  std::vector<float> without = costmodel::config_features(tc.graph(), tc.target(), wg);
+  wg["wgmma"] = true;
+  std::vector<float> with = costmodel::config_features(tc.graph(), tc.target(), wg);
+  for (float v : with) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_NE(without, with) << "wgmma changed nothing";
 }
 
 // ---- The model --------------------------------------------------------------------------
