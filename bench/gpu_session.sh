@@ -84,7 +84,8 @@ step profile_fp16 60 python3 bench/gpu_profile.py "$bin" --precision fp16 --mode
 step bench_wgmma 80 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-operands --groups dense,bert --rounds 3 \
   -c '{"warps_m":8,"warps_n":1,"tiles_m":1,"tiles_n":16,"unroll_k":4,"stages":3,"split_k":1,"shared":true,"wgmma":true}' \
   --json "$WORK/bench_wgmma.json"
-step sweep_wgmma 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --wgmma --calls 10
+step sweep_wgmma 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --wgmma --calls 10 \
+  -w 'conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1,epilogue=bias_relu)' -w 'conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)'
 step sweep_fp16 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups bert --calls 10 \
   -w 'conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1)' -w 'conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)'
 # Issue 55: block tiles past 48 KiB (dynamic shared memory) against the defaults, on the square
