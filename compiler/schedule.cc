@@ -213,9 +213,9 @@ void Stage::storage_layout(std::vector<size_t> order, int64_t pad, bool core_mat
                         op_->shape.size(), " dimensions"));
   }
   if (pad < 0 || pad > 64) throw UserError(str("storage_layout of stage ", name(), ": pad ", pad, " is not in 0..64"));
-  if (core_matrices && (pad != 0 || order.size() < 2)) {
-    throw UserError(str("storage_layout of stage ", name(), ": core matrices need two dimensions and no pad (pad ", pad,
-                        ", ", order.size(), " dimensions)"));
+  if (core_matrices && (order.size() < 2 || pad * op_->dtype.bytes() % 16 != 0)) {
+    throw UserError(str("storage_layout of stage ", name(), ": core matrices need two dimensions and a pad of whole ",
+                        "16 bytes (pad ", pad, ", ", order.size(), " dimensions)"));
   }
   storage_order_ = std::move(order);
   storage_pad_ = pad;

@@ -97,13 +97,14 @@ class Stage {
   // lists the tensor's dimensions from the outermost in memory to the innermost (a
   // permutation; e.g. {1, 0} keeps a tile of A[M][K] K-major, so that a thread's rows at one
   // k are contiguous), and each row of the innermost dimension gets `pad` unused elements
-  // after it (shifting the rows across shared-memory banks). With `core_matrices` (no pad),
-  // the two innermost stored dimensions (rows r, then columns c: a tensor-core operand's
-  // K-major tile) are held as 8 x 8 core matrices, each 64 consecutive elements (row r % 8 at
-  // 8 (r % 8)), the matrix of rows 8i.. and columns 8j.. at 64 (i C + j) for C the columns
-  // rounded up to 8 (rows likewise): Hopper's wgmma reads such tiles by descriptor
-  // (compiler/ir.h kWgmmaF16; its no-swizzle layout with leading byte offset 128 for 16-bit
-  // elements and stride byte offset 16 C).
+  // after it (shifting the rows across shared-memory banks). With `core_matrices`, the two
+  // innermost stored dimensions (rows r, then columns c: a tensor-core operand's K-major tile)
+  // are held as 8 x 8 core matrices, each 64 consecutive elements (row r % 8 at 8 (r % 8)),
+  // each followed by `pad` unused elements (whole 16 bytes): the matrix of rows 8i.. and
+  // columns 8j.. at (64 + pad) (i C / 8 + j) for C the columns rounded up to 8 (rows likewise).
+  // Hopper's wgmma reads such tiles by descriptor (compiler/ir.h kWgmmaF16: its no-swizzle
+  // layout, leading byte offset 2 (64 + pad) for 16-bit elements, stride byte offset C / 8
+  // times that); the pad spreads the rows a warp copies over the banks.
   void storage_layout(std::vector<size_t> order, int64_t pad = 0, bool core_matrices = false);
   const std::vector<size_t>& storage_order() const { return storage_order_; }
   int64_t storage_pad() const { return storage_pad_; }

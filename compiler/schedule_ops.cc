@@ -37,11 +37,12 @@ Expr linear_index(const std::vector<Expr>& idx, const BufferInfo& b) {
     index = index * Expr(row) + (idx[d] - b.mins[d]);
   }
   if (!b.core) return index;
+  // Core matrices of 64 elements and `pad` after each (Stage::storage_layout).
   const size_t dr = b.order.empty() ? plain : b.order[plain], dc = b.order.empty() ? plain + 1 : b.order[plain + 1];
-  const int64_t rows = round_up_8(b.extents[dr]), cols = round_up_8(b.extents[dc]);
+  const int64_t rows = round_up_8(b.extents[dr]), cols = round_up_8(b.extents[dc]), matrix = 64 + b.pad;
   const Expr r = idx[dr] - b.mins[dr], c = idx[dc] - b.mins[dc], eight(int64_t{8});
-  return index * Expr(rows * cols) + r / eight * Expr(8 * cols) + c / eight * Expr(int64_t{64}) + r % eight * eight +
-         c % eight;
+  return index * Expr(rows / 8 * cols / 8 * matrix) + r / eight * Expr(cols / 8 * matrix) + c / eight * Expr(matrix) +
+         r % eight * eight + c % eight;
 }
 
 // A copy into shared buffer `buffer` that cannot be asynchronous: every store rounds what it
@@ -248,7 +249,8 @@ class Lowerer {
     if (b.core) {
       const size_t k = b.extents.size();
       const size_t dr = b.order.empty() ? k - 2 : b.order[k - 2], dc = b.order.empty() ? k - 1 : b.order[k - 1];
-      n = n / b.extents[dr] / b.extents[dc] * round_up_8(b.extents[dr]) * round_up_8(b.extents[dc]);
+      return n / b.extents[dr] / b.extents[dc] * (round_up_8(b.extents[dr]) / 8) * (round_up_8(b.extents[dc]) / 8) *
+             (64 + b.pad);
     }
     if (b.pad && !b.extents.empty()) {
       size_t inner = b.order.empty() ? b.extents.size() - 1 : b.order.back();

@@ -57,6 +57,10 @@ struct Tiles {
 // Shared rows' padding of 16-bit tiles (half_tiles) in elements: 4 words, so that a row holds
 // 4 (mod 8) words and the 32 lanes of a fragment's load (rows g, pairs t) are in 32 banks.
 constexpr int64_t kPadHalf = 8;
+// wgmma's core matrices (128 bytes of 16-bit elements each) padded by 16 bytes: a warp's 16-byte
+// copies of 4 rows x 8 chunks of K (a K chunk of 64) then fall in 8 bank groups (row + chunk
+// mod 8), 4 wavefronts, instead of 4 groups (the row alone), 8 wavefronts.
+constexpr int64_t kPadCore = 8;
 
 bool half_tiles(const json& c) { return c.contains("half_tiles") && c["half_tiles"].get<bool>(); }
 // Whether a warpgroup's tile is one wgmma per 16 of K (configs before the knob have none).
@@ -555,11 +559,11 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const j
       // K over several dimensions (a 3x3 convolution's weights: channels, rows, columns): no
       // padding, which would split K's consecutive elements and cost a 3-wide row 8 more.
       pad = std::count_if(order.begin(), order.end(), along_k) > 1 ? 0 : kPadHalf;
-      // wgmma: K innermost and alone, the rows beside it, in core matrices, no padding.
+      // wgmma: K innermost and alone, the rows beside it, in core matrices (each padded).
       if (wg && std::count_if(order.begin(), order.end(), along_k) != 1) {
         throw UserError(str(id(), ": wgmma with operand ", r->op->name, ", whose tile's K is not one dimension"));
       }
-      if (wg) pad = 0;
+      if (wg) pad = kPadCore;
     }
     x->compute_at(acc, koo);
     x->storage_layout(order, pad, wg);
@@ -590,11 +594,12 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4 * 4; };
   auto half_tile = [](int64_t halves) { return (halves + 7) / 8 * 8 * 2; };
   const Given16 given = given_16_bits(g);
-  // wgmma's core matrices: no padding, rows and K rounded up to 8.
-  const int64_t half_pad = wgmma(c) ? 0 : kPadHalf;
-  auto r8 = [&](int64_t v) { return wgmma(c) ? round_up(v, 8) : v; };
-  const int64_t a = tile_16_bits(given, c, false) ? half_tile(r8(rows) * (r8(chunk) + half_pad)) : tile(rows * (chunk + kPadA));
-  const int64_t b = tile_16_bits(given, c, true) ? half_tile(r8(cols) * (r8(chunk) + half_pad)) : tile(chunk * (cols + kPadB));
+  // wgmma's core matrices: rows and K rounded up to 8, each 8 x 8 matrix followed by its pad.
+  auto half_rows = [&](int64_t n) {
+    return wgmma(c) ? round_up(n, 8) / 8 * (round_up(chunk, 8) / 8) * (64 + kPadCore) : n * (chunk + kPadHalf);
+  };
+  const int64_t a = tile_16_bits(given, c, false) ? half_tile(half_rows(rows)) : tile(rows * (chunk + kPadA));
+  const int64_t b = tile_16_bits(given, c, true) ? half_tile(half_rows(cols)) : tile(chunk * (cols + kPadB));
   return (a + b) * c["stages"].get<int64_t>();
 }
 Given16 TensorCoreGemm::given_16_bits(const OpGraph& g) const {
