@@ -5,7 +5,8 @@ python3-torchvision (scripts/install-deps.sh installs them); run it with /usr/bi
 
 Usage: export_model.py NAME -o FILE.onnx [--input FILE.npy] [--expect FILE.npy] [--dynamic-batch]
   NAME: resnet18, resnet50, mobilenet_v2 (batch 1, 3x224x224), bert2 (2 BERT-base encoder
-        layers, sequence 128, hidden 768), bert_base (the 12 layers), mlp (784-512-256-10),
+        layers, sequence 128, hidden 768), bert_base (the 12 layers), bert_base_b8 and
+        bert_base_b8_s384 (8 sequences of 128 and 384 tokens), mlp (784-512-256-10),
         resnext50, regnet_y_400mf, squeezenet1_1; or any classification model of torchvision
         by its name (convnext_tiny, efficientnet_b0, ...: 3x224x224, Inception-v3 3x299x299;
         ZOO lists those bench/model_bench.py --zoo times)
@@ -50,6 +51,9 @@ MODELS = {
     "resnet50": (lambda: torchvision.models.resnet50(), (1, 3, 224, 224), 13),
     "bert2": (Encoder, (1, 128, 768), 17),
     "bert_base": (lambda: Encoder(layers=12), (1, 128, 768), 17),
+    # Batched BERT-base (issue 56: servers batch): 8 sequences of 128 and of 384 tokens.
+    "bert_base_b8": (lambda: Encoder(layers=12), (8, 128, 768), 17),
+    "bert_base_b8_s384": (lambda: Encoder(layers=12), (8, 384, 768), 17),
     "mlp": (MLP, (1, 784), 13),
     # Grouped convolutions (ResNeXt: 32 groups; RegNetY: groups of 8 channels) and fire
     # modules (SqueezeNet).
