@@ -92,8 +92,17 @@ std::optional<StagedCopy> stage_through_registers(const Stmt& nest, const std::s
   if (!rounds) {
     const Load* l = store->value.as<Load>();
     if (!l || l->type.element_of().bytes() != 2 || at_store.empty()) return std::nullopt;
+    // The step along the thread's innermost loop, from each iteration to the next (its last
+    // has none: a tile in core matrices, compiler/schedule.h, moves on to the next matrix there).
+    RangeMap ranges;
+    for (const For* f : at_store) {
+      const int64_t* lo = as_const_int(f->min);
+      const int64_t* n = as_const_int(f->extent);
+      const bool inner = f == at_store.back();
+      if (lo && n && *n > (inner ? 1 : 0)) ranges[f->var.get()] = Interval{*lo, *lo + *n - (inner ? 2 : 1)};
+    }
     const Expr& v = at_store.back()->var;
-    const Expr step = simplify(substitute(store->index, {{v.get(), v + 1}}) - store->index);  // kept alive
+    const Expr step = simplify(substitute(store->index, {{v.get(), v + 1}}) - store->index, ranges);  // kept alive
     const int64_t* s = as_const_int(step);
     if (s && *s == 1) return std::nullopt;  // consecutive: cp.async where the load is too
   }

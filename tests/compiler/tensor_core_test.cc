@@ -702,6 +702,16 @@ TEST(TensorCore, WgmmaTilesMatchTheReferenceAndAssemble) {
         << what;
     EXPECT_EQ(count(ptx, "mma.sync"), 0) << what;
   }
+  // 16-bit operands given as [M][K] and [N][K], pipelined: both tiles' copies are cp.async
+  // into the core matrices (16 bytes a lane, consecutive within each), none through registers.
+  if (fs::exists(kPtxas)) {
+    Workload w = parse_workload("matmul(M=128,N=128,K=256,dtype=float16,trans_b=1)");
+    CompiledKernel k = compile_kernel(w, sm90, with({{"half_tiles", false}, {"tiles_n", 16}, {"unroll_k", 4}, {"stages", 3}}),
+                                      "given", "");
+    const std::string ptx = assemble_sm90(k, w.canonical());
+    EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << ptx;
+    EXPECT_EQ(count(ptx, "st.shared"), 0) << ptx;
+  }
   // Refused by name where it cannot run or would read what it must not.
   auto refusal = [&](const std::string& workload, const nlohmann::json& knobs, const char* target = "cuda -arch=sm_90") {
     OpGraph g = build_op(parse_workload(workload));
