@@ -158,6 +158,16 @@ Errors run(const std::string& mma, const ir::LoweredFunc& f, int64_t M, int64_t 
   return run_with(rounding(mma), f, M, N, K);
 }
 
+// Why code generation for `t` refuses `f` (its UserError), or "compiled".
+std::string codegen_refusal(const ir::LoweredFunc& f, const Target& t) {
+  try {
+    codegen_llvm(f, t, CodegenOutput::Asm);
+  } catch (const UserError& e) {
+    return std::string(e.what());
+  }
+  return std::string("compiled");
+}
+
 TEST(WarpMma, EmulatedWarpsComputeTheRoundedProduct) {
   for (const char* mma : kProducts) {
     const int64_t d = ir::warp_mma_k(mma);
@@ -287,35 +297,27 @@ TEST(Wgmma, EmulatedWarpgroupsComputeTheRoundedProduct) {
 }
 
 TEST(Wgmma, TargetsWithoutItRefuseByName) {
-  auto refusal = [](const ir::LoweredFunc& f, const Target& t) {
-    try {
-      codegen_llvm(f, t, CodegenOutput::Asm);
-    } catch (const UserError& e) {
-      return std::string(e.what());
-    }
-    return std::string("compiled");
-  };
   for (const char* wgmma : kGroupProducts) {
     ir::LoweredFunc f = wgmma_gemm(wgmma, 64, 16, 1, CoreOrder::KFirst);
     // sm_80 and sm_89 have warp-level products only.
     for (const char* arch : {"sm_80", "sm_89"}) {
-      std::string old_gpu = refusal(f, parse_target(str("cuda -arch=", arch)));
+      std::string old_gpu = codegen_refusal(f, parse_target(str("cuda -arch=", arch)));
       EXPECT_NE(old_gpu.find(str("uses ", wgmma, " (Hopper's warpgroup-level tensor cores), which cuda -arch=", arch,
                                  " does not have: only sm_90 has it")),
                 std::string::npos)
           << old_gpu;
     }
-    std::string amd = refusal(f, parse_target("rocm -mcpu=gfx90a"));
+    std::string amd = codegen_refusal(f, parse_target("rocm -mcpu=gfx90a"));
     EXPECT_NE(amd.find(str("uses ", wgmma, " (Hopper's warpgroup-level tensor cores), which rocm")), std::string::npos)
         << amd;
-    std::string partial = refusal(wgmma_gemm(wgmma, 64, 16, 1, CoreOrder::KFirst, false, 96), parse_target("cuda -arch=sm_90"));
+    std::string partial = codegen_refusal(wgmma_gemm(wgmma, 64, 16, 1, CoreOrder::KFirst, false, 96), parse_target("cuda -arch=sm_90"));
     EXPECT_NE(partial.find("(a warpgroup-level product) in blocks of 96 threads: it needs whole warpgroups, a "
                            "multiple of 128"),
               std::string::npos)
         << partial;
     ir::LoweredFunc serial = f;
     serial.body = serialize_gpu_bindings(f.body);
-    std::string cpu = refusal(serial, host_target());
+    std::string cpu = codegen_refusal(serial, host_target());
     EXPECT_NE(cpu.find("it runs on a GPU, or in the threaded emulation of a block"), std::string::npos) << cpu;
   }
   // Operands the instruction cannot take: an internal error (the compiler makes these calls)
@@ -419,29 +421,21 @@ TEST(WarpMma, PtxHasTheInstructionAndPtxasTakesIt) {
 }
 
 TEST(WarpMma, TargetsWithoutTensorCoresRefuseByName) {
-  auto refusal = [](const ir::LoweredFunc& f, const Target& t) {
-    try {
-      codegen_llvm(f, t, CodegenOutput::Asm);
-    } catch (const UserError& e) {
-      return std::string(e.what());
-    }
-    return std::string("compiled");
-  };
   for (const char* mma : kProducts) {
     const int64_t d = ir::warp_mma_k(mma);
     ir::LoweredFunc f = mma_gemm(mma, 16, 8, d, 1);
-    std::string old_gpu = refusal(f, parse_target("cuda -arch=sm_75"));
+    std::string old_gpu = codegen_refusal(f, parse_target("cuda -arch=sm_75"));
     EXPECT_NE(old_gpu.find(str("uses ", mma,
                                " (tensor cores), which cuda -arch=sm_75 does not have: they need "
                                "sm_80 or later")),
               std::string::npos)
         << old_gpu;
-    std::string amd = refusal(f, parse_target("rocm -mcpu=gfx90a"));
+    std::string amd = codegen_refusal(f, parse_target("rocm -mcpu=gfx90a"));
     EXPECT_NE(amd.find(str("uses ", mma, " (NVIDIA tensor cores), which rocm")), std::string::npos)
         << amd;
     // A block that is not whole warps.
     std::string partial =
-        refusal(mma_gemm(mma, 16, 8, d, 1, false, 48), parse_target("cuda -arch=sm_90"));
+        codegen_refusal(mma_gemm(mma, 16, 8, d, 1, false, 48), parse_target("cuda -arch=sm_90"));
     EXPECT_NE(partial.find("(a warp-level product) in blocks of 48 threads: it needs whole warps, "
                            "a multiple of 32"),
               std::string::npos)
@@ -449,7 +443,7 @@ TEST(WarpMma, TargetsWithoutTensorCoresRefuseByName) {
     // Serialized, as --emulate-gpu runs a model's kernels, the lanes cannot meet.
     ir::LoweredFunc serial = f;
     serial.body = serialize_gpu_bindings(f.body);
-    std::string cpu = refusal(serial, host_target());
+    std::string cpu = codegen_refusal(serial, host_target());
     EXPECT_NE(cpu.find("it runs on a GPU, or in the threaded emulation of a block"),
               std::string::npos)
         << cpu;
