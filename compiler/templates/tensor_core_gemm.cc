@@ -423,7 +423,14 @@ OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Targ
   return r;
 }
 
-void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const {
+void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const {
+  // A config given by hand (compile -c) is not filtered by the constraints: say why wgmma cannot
+  // take it before the tensorize pass finds its nest is not a warpgroup's.
+  if (wgmma(c)) {
+    if (std::string why = wgmma_constraints(g, t, c); !why.empty()) {
+      throw UserError(str("config knob wgmma=true for ", g.workload.canonical(), ": ", why));
+    }
+  }
   const Tiles d = tiles_of(c);
   Stage& out = s[g.output];
   // The operands' tensors: inputs, or stages computing them (an im2col matrix), each read
