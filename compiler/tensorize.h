@@ -34,6 +34,17 @@ struct TensorizeMark {
 // need); a nest that is not of the form above is a UserError naming the stage, the loop and
 // what differs.
 //
+// Marked with a warpgroup-level product (kWgmmaF16, kWgmmaBF16), the loop of depth 16 holds,
+// inside it, the warpgroup's 8-column tiles (accumulator stride 4; absent for one tile), the
+// rows g, g + 8 (stride 2) and the columns 2t, 2t + 1 (stride 1), around the same update, its
+// factors 16-bit values of two shared buffers (a select against +0 around one is dropped unless
+// its condition uses k). The pass proves, for every warpgroup of the block (the thread index
+// 128 q + l, q taken in turn, every other variable symbolic), that row r and k of A and column n
+// and k of B lie at r / 8 SBO + k / 8 LBO + r % 8 * 8 + k % 8 elements from the warpgroup's first
+// one (core matrices: compiler/ir.h kWgmmaF16), the same offsets for all warpgroups, 16-byte
+// aligned and inside the buffer, and the accumulators at 4 j + 2 h + p; then the nest becomes
+// one call on the two first elements with those byte offsets.
+//
 // A 16-bit product (kMmaF16, kMmaBF16) whose fragment of A (or B) is four (two) pairs of
 // consecutive 16-bit values of one shared buffer, each value widened (f16_to_float,
 // bf16_to_float) alone or under a select against +0 (a tile's guard), reads that fragment by
