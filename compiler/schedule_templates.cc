@@ -112,6 +112,12 @@ std::string check_constraints(const OpGraph& g, const Target& t, const json& c) 
 
 json default_config(const OpGraph& g, const Target& t) { return find_template(g.workload, t).default_config(g, t); }
 
+std::vector<json> seed_configs(const OpGraph& g, const Target& t) {
+  std::vector<json> out;
+  for (const json& c : find_template(g.workload, t).seed_configs(g, t)) out.push_back(complete_config(g, t, c));
+  return out;
+}
+
 std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t) {
   const ScheduleTemplate& tpl = find_template(g.workload, t);
   // The default config is always a point of the space: the tuner measures it first, and

@@ -85,6 +85,10 @@ class ScheduleTemplate {
   virtual std::vector<nlohmann::json> int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const = 0;
   // Every knob's value when nothing was tuned.
   virtual nlohmann::json default_config(const OpGraph& g, const Target& t) const = 0;
+  // Configs worth measuring right after the default (knobs set in the default; the tuner
+  // completes them and skips those its space prunes): corners of the space where several knobs
+  // must agree, which a random start would rarely reach. None by default.
+  virtual std::vector<nlohmann::json> seed_configs(const OpGraph&, const Target&) const { return {}; }
   // Why a complete config is not worth building, or "" (see check_constraints below).
   virtual std::string check_constraints(const OpGraph& g, const Target& t, const nlohmann::json& c) const = 0;
   // The operator graph the template schedules for config `c`: `g` itself, or another
@@ -112,6 +116,9 @@ std::string template_name(const Workload& w, const Target& t);
 std::vector<KnobSpec> knob_space(const OpGraph& g, const Target& t);
 
 nlohmann::json default_config(const OpGraph& g, const Target& t);
+
+// The template's seed configs for `g` on `t` (ScheduleTemplate::seed_configs), completed.
+std::vector<nlohmann::json> seed_configs(const OpGraph& g, const Target& t);
 
 // Fills in defaults and validates; the result names every knob.
 nlohmann::json complete_config(const OpGraph& g, const Target& t, const nlohmann::json& config);

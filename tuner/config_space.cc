@@ -84,6 +84,8 @@ uint64_t ConfigSpace::valid_size() const {
 
 std::optional<uint64_t> ConfigSpace::default_index() const { return index_of(default_config(graph_, target_)); }
 
+std::vector<json> ConfigSpace::template_seeds() const { return seed_configs(graph_, target_); }
+
 json ConfigSpace::to_json() const {
   json knobs = json::array();
   for (const KnobSpec& k : knobs_) {

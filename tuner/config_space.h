@@ -57,6 +57,8 @@ class ConfigSpace {
 
   // The template's default config, as an index when it lies in the space.
   std::optional<uint64_t> default_index() const;
+  // The template's seed configs (ScheduleTemplate::seed_configs), complete.
+  std::vector<nlohmann::json> template_seeds() const;
 
   // {"template", "size", "valid_size", "knobs": [{name, kind, help, candidates}]}.
   nlohmann::json to_json() const;

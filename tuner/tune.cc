@@ -115,6 +115,8 @@ TuneLoop::TuneLoop(const ConfigSpace& space, SearchStrategy& strategy, Builder& 
   st.known = static_cast<int>(prior.size());
   strategy.observe(prior);
   default_ = space.default_index();
+  // The template's corners of the space first (those the space prunes are skipped).
+  seed(space.template_seeds());
 }
 
 TuneLoop::~TuneLoop() = default;

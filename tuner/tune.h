@@ -181,11 +181,13 @@ class TuneLoop {
   // alone first) and tells the callbacks. Returns false, measuring nothing, once the search
   // is over (trials, time budget, early stop, exhausted, stop flag): stop_reason() says why.
   bool step(int max_new = std::numeric_limits<int>::max());
-  // Configs to measure before the strategy's next proposals, after the default (tune --model
-  // passes a task's sibling's new best: the same operator and shape with another epilogue).
-  // Configs of another space, pruned ones, the default and ones already measured or queued
-  // are skipped; returns how many were queued.
+  // Configs to measure before the strategy's next proposals, after the default (the template's
+  // seed configs, queued when the loop starts; tune --model passes a task's sibling's new best:
+  // the same operator and shape with another epilogue). Configs of another space, pruned ones,
+  // the default and ones already measured or queued are skipped; returns how many were queued.
   int seed(const std::vector<nlohmann::json>& configs);
+  // How many seeds wait to be measured.
+  size_t seeds_queued() const { return seeds_.size(); }
   // Ends the search for a reason of the caller's (e.g. the group's budget is spent), unless it
   // has ended already.
   void end_search(StopReason reason);

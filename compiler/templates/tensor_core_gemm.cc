@@ -256,6 +256,30 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
   return "";
 }
 
+// On sm_90 at fp16 or bf16: wgmma configs (off by default until timed on a GPU), whose knobs
+// must agree (warps in warpgroups, tiles_m 1, 16-bit tiles, K chunks covering K) so that the
+// space's random start would rarely reach one: blocks of 128 x 128, 64 x 128 and 64 x 64, K
+// chunks of 64, 3 stages, each split along K until the blocks give every multiprocessor one
+// (parts of at least 4 iterations). Those the constraints refuse are skipped by the tuner.
+std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t) const {
+  const Precision p = g.workload.types.precision;
+  if (t.arch != "sm_90" || (p != Precision::Float16 && p != Precision::BFloat16)) return {};
+  const GemmShape s = gemm_shape(g);
+  const Given16 given = given_16_bits(g);
+  const int64_t sms = gpu_arch(t).multiprocessors, chunk = 4 * depth(g);
+  std::vector<json> out;
+  for (auto [warps_m, tiles_n] : {std::pair<int64_t, int64_t>{8, 16}, {4, 16}, {4, 8}}) {
+    const int64_t bm = 16 * warps_m, bn = 8 * tiles_n;
+    const int64_t blocks = s.batches * ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
+    int64_t parts = 1;
+    while (parts < 16 && blocks * parts < sms && s.k / (chunk * parts * 2) >= 4) parts *= 2;
+    out.push_back({{"warps_m", warps_m}, {"warps_n", 1},    {"tiles_m", 1},    {"tiles_n", tiles_n},
+                   {"unroll_k", 4},      {"shared", true},  {"stages", 3},     {"split_k", parts},
+                   {"wgmma", true},      {"half_tiles", !(given.a && given.b)}});
+  }
+  return out;
+}
+
 std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
                                               const json& c) const {
   const GemmShape s = gemm_shape(g);

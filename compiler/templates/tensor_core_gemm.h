@@ -29,6 +29,7 @@ class TensorCoreGemm : public ScheduleTemplate {
   const std::vector<KnobDef>& knobs() const final;
   std::vector<json> int_candidates(const OpGraph& g, const Target& t, const KnobDef& k) const final;
   json default_config(const OpGraph& g, const Target& t) const final;
+  std::vector<json> seed_configs(const OpGraph& g, const Target& t) const final;
   std::string check_constraints(const OpGraph& g, const Target& t, const json& c) const final;
   OpGraph schedule_graph(const OpGraph& g, const Target& t, const json& c) const final;
   void apply(Schedule& s, const OpGraph& g, const Target& t, const json& c) const final;

@@ -618,6 +618,32 @@ TEST(Tune, SeedsAreMeasuredFirstAfterTheDefault) {
   EXPECT_EQ(loop.state().trials_done, 4);
 }
 
+// A template's seed configs (ScheduleTemplate::seed_configs) are queued when a loop starts:
+// on sm_90 at fp16, dense_tc.cuda's wgmma corners (several knobs that must agree), those its
+// constraints take; none elsewhere (sm_80, tf32, CPUs).
+TEST(Tune, TemplateSeedsAreQueuedWhenTheLoopStarts) {
+  LocalBuilder b = builder();
+  LocalRunner r = runner();
+  TuneOptions o;
+  auto queued = [&](const std::string& workload, const Target& t) {
+    ConfigSpace space(parse_workload(workload), t);
+    for (const nlohmann::json& c : space.template_seeds()) EXPECT_TRUE(c["wgmma"].get<bool>()) << c.dump();
+    auto st = make_search_strategy("random", space, 7);
+    TuneLoop loop(space, *st, b, r, nullptr, o, {});
+    return loop.seeds_queued();
+  };
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  // BERT's 128-row products: all three block shapes fit (split along K to fill the GPU).
+  EXPECT_EQ(queued("matmul(M=128,N=768,K=768,precision=fp16,epilogue=bias)", sm90), 3u);
+  EXPECT_EQ(queued("matmul(M=128,N=3072,K=768,dtype=bfloat16,trans_b=1)", sm90), 3u);
+  // 64 rows: the 128-row block would be trimmed; K of 40: no whole 64-deep chunk.
+  EXPECT_EQ(queued("matmul(M=64,N=256,K=256,precision=fp16)", sm90), 2u);
+  EXPECT_EQ(queued("matmul(M=128,N=128,K=40,precision=fp16)", sm90), 0u);
+  EXPECT_EQ(queued("matmul(M=128,N=768,K=768,precision=fp16)", parse_target("cuda -arch=sm_80")), 0u);
+  EXPECT_EQ(queued("matmul(M=128,N=768,K=768,precision=tf32)", sm90), 0u);
+  EXPECT_EQ(queued("matmul(M=128,N=768,K=768)", host_target()), 0u);
+}
+
 // A tuner killed with -9 leaves its build folder: the next builder removes the folders of
 // processes that are gone, and keeps those of live ones (its own, another tuner's).
 TEST(Builder, RemovesTheBuildFoldersOfDeadTuners) {
