@@ -155,14 +155,10 @@ namespace {
 // module for sm_90a (such a module runs on sm_90 GPUs alone, as the instruction does).
 Target ptx_target(const std::vector<LoweredFunc>& kernels, const Target& target) {
   if (target.kind != TargetKind::Cuda || target.arch != "sm_90") return target;
-  bool wgmma = false;
-  for (const LoweredFunc& k : kernels) {
-    ir::post_order(k.body, [&](const ir::Expr& e) {
-      if (const ir::Call* c = e.as<ir::Call>(); c && ir::is_wgmma(c->name)) wgmma = true;
-    });
-  }
   Target t = target;
-  if (wgmma) t.arch = "sm_90a";
+  for (const LoweredFunc& k : kernels) {
+    if (!ir::call_named(k.body, ir::is_wgmma).empty()) t.arch = "sm_90a";
+  }
   return t;
 }
 }  // namespace

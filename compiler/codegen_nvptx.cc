@@ -128,12 +128,7 @@ class CodeGenNvptx final : public CodeGenGpu {
   // A kernel with warpgroup-level products (wgmma) reads shared memory through the async
   // proxy: each thread fences its generic-proxy writes (stores, cp.async) before the barrier
   // that publishes them (compiler/ir.h kWgmmaF16).
-  void begin_kernel(const LoweredFunc& f) override {
-    uses_wgmma_ = false;
-    ir::post_order(f.body, [&](const Expr& e) {
-      if (const Call* c = e.as<Call>(); c && is_wgmma(c->name)) uses_wgmma_ = true;
-    });
-  }
+  void begin_kernel(const LoweredFunc& f) override { uses_wgmma_ = !call_named(f.body, is_wgmma).empty(); }
 
   void block_barrier() override {
     if (uses_wgmma_) asm_statement("fence.proxy.async.shared::cta;");
@@ -160,28 +155,34 @@ class CodeGenNvptx final : public CodeGenGpu {
     const char* type = c->name == kWgmmaBF16 ? "bf16" : "f16";
     std::string text = str("{\n.reg .pred p;\nsetp.ne.b32 p, $", h + 2, ", 0;\nwgmma.fence.sync.aligned;\n",
                            "wgmma.mma_async.sync.aligned.m64n", n, "k16.f32.", type, ".", type, " {");
-    std::string constraints;
-    for (int i = 0; i < h; ++i) {
-      text += str(i ? ", $" : "$", i);
-      constraints += "=f,";
-    }
+    for (int i = 0; i < h; ++i) text += str(i ? ", $" : "$", i);
     text += str("}, $", h, ", $", h + 1, ", p, 1, 1, 0, 0;\nwgmma.commit_group.sync.aligned;\n}");
-    constraints += "l,l,r";
-    std::vector<llvm::Type*> in_types = {b_.getInt64Ty(), b_.getInt64Ty(), b_.getInt32Ty()};
-    std::vector<llvm::Value*> in = {wgmma_descriptor(c, 0), wgmma_descriptor(c, 3), b_.getInt32(1)};
-    for (int i = 0; i < h; ++i) {
-      constraints += str(",", i);  // C tied to D
+    // Then the two descriptors and the scale of D (1: D = C + A x B).
+    return on_accumulators(text, c, 6, {wgmma_descriptor(c, 0), wgmma_descriptor(c, 3), b_.getInt32(1)}, "l,l,r,");
+  }
+
+  // Inline PTX `text` whose outputs $0 .. $(h-1) are the float accumulators `c->args[first ..]`
+  // (h of them: c's lanes), each tied to its input, after the inputs `in` ($h on, with
+  // `in_constraints`, each followed by a comma); c's value is the outputs as a vector.
+  llvm::Value* on_accumulators(const std::string& text, const Call* c, size_t first, std::vector<llvm::Value*> in,
+                               const std::string& in_constraints) {
+    const unsigned h = static_cast<unsigned>(c->type.lanes);
+    std::string constraints;
+    for (unsigned i = 0; i < h; ++i) constraints += "=f,";
+    constraints += in_constraints;
+    std::vector<llvm::Type*> in_types;
+    for (llvm::Value* v : in) in_types.push_back(v->getType());
+    for (unsigned i = 0; i < h; ++i) {
+      constraints += str(i, ",");  // tied to output i
       in_types.push_back(b_.getFloatTy());
-      in.push_back(expr(c->args[static_cast<size_t>(6 + i)]));
+      in.push_back(expr(c->args[first + i]));
     }
-    constraints += ",~{memory}";
-    auto* out_type = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(static_cast<size_t>(h), b_.getFloatTy()));
+    constraints += "~{memory}";
+    auto* out_type = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(h, b_.getFloatTy()));
     auto* fty = llvm::FunctionType::get(out_type, in_types, false);
     llvm::Value* d = b_.CreateCall(llvm::InlineAsm::get(fty, text, constraints, /*hasSideEffects=*/true), in);
     llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
-    for (unsigned i = 0; i < static_cast<unsigned>(h); ++i) {
-      out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
-    }
+    for (unsigned i = 0; i < h; ++i) out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
     return out;
   }
 
@@ -296,23 +297,7 @@ class CodeGenNvptx final : public CodeGenGpu {
   // The accumulators through wgmma.wait_group 0, tied in and out: every product issued before
   // is complete, and nothing reads its results earlier.
   llvm::Value* wgmma_wait(const Call* c) override {
-    const unsigned h = static_cast<unsigned>(c->args.size());
-    std::string constraints;
-    for (unsigned i = 0; i < h; ++i) constraints += "=f,";
-    std::vector<llvm::Type*> in_types(h, b_.getFloatTy());
-    std::vector<llvm::Value*> in;
-    for (unsigned i = 0; i < h; ++i) {
-      constraints += str(i, ",");
-      in.push_back(expr(c->args[i]));
-    }
-    constraints += "~{memory}";
-    auto* out_type = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(h, b_.getFloatTy()));
-    auto* fty = llvm::FunctionType::get(out_type, in_types, false);
-    llvm::Value* d =
-        b_.CreateCall(llvm::InlineAsm::get(fty, "wgmma.wait_group.sync.aligned 0;", constraints, /*hasSideEffects=*/true), in);
-    llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
-    for (unsigned i = 0; i < h; ++i) out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
-    return out;
+    return on_accumulators("wgmma.wait_group.sync.aligned 0;", c, 0, {}, "");
   }
 
   int sm() const { return target_.arch.rfind("sm_", 0) == 0 ? std::atoi(target_.arch.c_str() + 3) : 0; }

@@ -312,11 +312,7 @@ GpuLaunch check_gpu_kernel(const LoweredFunc& f, const Target& t) {
   GpuLaunch launch = GpuChecker(f, t).run();
   // A warp-level product needs whole warps (every lane of each: mma.sync.aligned).
   // A warpgroup-level product, whole warpgroups (4 warps: wgmma.mma_async.sync.aligned).
-  std::string product, group_product;
-  post_order(f.body, [&](const Expr& e) {
-    if (const Call* c = e.as<Call>(); c && is_warp_mma(c->name)) product = c->name;
-    if (const Call* c = e.as<Call>(); c && is_wgmma(c->name)) group_product = c->name;
-  });
+  const std::string product = call_named(f.body, is_warp_mma), group_product = call_named(f.body, is_wgmma);
   if (!product.empty() && launch.threads_per_block() % 32 != 0) {
     throw UserError(str("kernel ", f.name, " uses ", product, " (a warp-level product) in blocks of ",
                         launch.threads_per_block(), " threads: it needs whole warps, a multiple of 32"));

@@ -184,6 +184,14 @@ void post_order(const Stmt& s, const std::function<void(const Expr&)>& fe,
   w.mutate_stmt(s);
 }
 
+std::string call_named(const Stmt& s, bool (*is)(const std::string&)) {
+  std::string name;
+  post_order(s, [&](const Expr& e) {
+    if (const Call* c = e.as<Call>(); c && is(c->name)) name = c->name;
+  });
+  return name;
+}
+
 Expr substitute(const Expr& e, const VarMap& vars) {
   if (vars.empty()) return e;
   Substituter s(vars);

@@ -24,6 +24,10 @@ void post_order(const Expr& e, const std::function<void(const Expr&)>& f);
 void post_order(const Stmt& s, const std::function<void(const Expr&)>& fe,
                 const std::function<void(const Stmt&)>& fs = nullptr);
 
+// The name of a call under `s` whose name `is` accepts (the last one post_order meets), or ""
+// when there is none: which warp- or warpgroup-level product a kernel uses, if any.
+std::string call_named(const Stmt& s, bool (*is)(const std::string&));
+
 // Replaces variables (by node identity) with expressions.
 using VarMap = std::map<const ExprNode*, Expr>;
 Expr substitute(const Expr& e, const VarMap& vars);
