@@ -106,6 +106,10 @@ class Stage {
   // layout, leading byte offset 2 (64 + pad) for 16-bit elements, stride byte offset C / 8
   // times that); the pad spreads the rows a warp copies over the banks.
   void storage_layout(std::vector<size_t> order, int64_t pad = 0, bool core_matrices = false);
+  // Elements of a `rows` x `cols` tile so laid out (both rounded up to 8, each matrix padded).
+  static int64_t core_matrix_elements(int64_t rows, int64_t cols, int64_t pad) {
+    return (rows + 7) / 8 * ((cols + 7) / 8) * (64 + pad);
+  }
   const std::vector<size_t>& storage_order() const { return storage_order_; }
   int64_t storage_pad() const { return storage_pad_; }
   bool storage_core_matrices() const { return storage_core_matrices_; }

@@ -26,7 +26,11 @@ struct BufferInfo {
   bool core = false;
 };
 
-int64_t round_up_8(int64_t v) { return (v + 7) / 8 * 8; }
+// The two innermost stored dimensions of a buffer in core matrices: its rows, then its columns.
+std::pair<size_t, size_t> core_dims(const BufferInfo& b) {
+  const size_t k = b.extents.size();
+  return b.order.empty() ? std::pair{k - 2, k - 1} : std::pair{b.order[k - 2], b.order[k - 1]};
+}
 
 Expr linear_index(const std::vector<Expr>& idx, const BufferInfo& b) {
   Expr index = 0;
@@ -38,10 +42,10 @@ Expr linear_index(const std::vector<Expr>& idx, const BufferInfo& b) {
   }
   if (!b.core) return index;
   // Core matrices of 64 elements and `pad` after each (Stage::storage_layout).
-  const size_t dr = b.order.empty() ? plain : b.order[plain], dc = b.order.empty() ? plain + 1 : b.order[plain + 1];
-  const int64_t rows = round_up_8(b.extents[dr]), cols = round_up_8(b.extents[dc]), matrix = 64 + b.pad;
+  const auto [dr, dc] = core_dims(b);
+  const int64_t tile = Stage::core_matrix_elements(b.extents[dr], b.extents[dc], b.pad), matrix = 64 + b.pad;
   const Expr r = idx[dr] - b.mins[dr], c = idx[dc] - b.mins[dc], eight(int64_t{8});
-  return index * Expr(rows / 8 * cols / 8 * matrix) + r / eight * Expr(cols / 8 * matrix) + c / eight * Expr(matrix) +
+  return index * Expr(tile) + r / eight * Expr((b.extents[dc] + 7) / 8 * matrix) + c / eight * Expr(matrix) +
          r % eight * eight + c % eight;
 }
 
@@ -256,10 +260,8 @@ class Lowerer {
     int64_t n = 1;
     for (int64_t e : b.extents) n *= e;
     if (b.core) {
-      const size_t k = b.extents.size();
-      const size_t dr = b.order.empty() ? k - 2 : b.order[k - 2], dc = b.order.empty() ? k - 1 : b.order[k - 1];
-      return n / b.extents[dr] / b.extents[dc] * (round_up_8(b.extents[dr]) / 8) * (round_up_8(b.extents[dc]) / 8) *
-             (64 + b.pad);
+      const auto [dr, dc] = core_dims(b);
+      return n / b.extents[dr] / b.extents[dc] * Stage::core_matrix_elements(b.extents[dr], b.extents[dc], b.pad);
     }
     if (b.pad && !b.extents.empty()) {
       size_t inner = b.order.empty() ? b.extents.size() - 1 : b.order.back();

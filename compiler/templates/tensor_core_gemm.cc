@@ -69,6 +69,8 @@ bool wgmma(const json& c) { return c.contains("wgmma") && c["wgmma"].get<bool>()
 const char* wgmma_intrinsic(Precision p) { return p == Precision::BFloat16 ? ir::kWgmmaBF16 : ir::kWgmmaF16; }
 
 bool is_16_bits(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+// Whether the products round their operands to 16 bits (fp16, bf16: 16-bit tiles and wgmma).
+bool products_16_bits(Precision p) { return p == Precision::Float16 || p == Precision::BFloat16; }
 
 // Whether B is given as [N][K] (trans_b=1: K innermost, as its tile holds 16-bit operands).
 bool b_along_k(const OpGraph& g) { return g.workload.flag("trans_b"); }
@@ -226,7 +228,7 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
   const Tiles d = tiles_of(c);
   if (t.arch != "sm_90") return str("wgmma on ", t.chip(), " (Hopper's warpgroup-level products: sm_90 only)");
   const Precision p = g.workload.types.precision;
-  if (p != Precision::Float16 && p != Precision::BFloat16) {
+  if (!products_16_bits(p)) {
     return str("wgmma at precision=", precision_name(p), " (its products here are fp16 and bf16)");
   }
   if (!c["shared"].get<bool>()) return "wgmma without shared (it reads its operands from shared memory)";
@@ -263,7 +265,7 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
 // (parts of at least 4 iterations). Those the constraints refuse are skipped by the tuner.
 std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t) const {
   const Precision p = g.workload.types.precision;
-  if (t.arch != "sm_90" || (p != Precision::Float16 && p != Precision::BFloat16)) return {};
+  if (t.arch != "sm_90" || !products_16_bits(p)) return {};
   const GemmShape s = gemm_shape(g);
   const Given16 given = given_16_bits(g);
   const int64_t sms = gpu_arch(t).multiprocessors, chunk = 4 * depth(g);
@@ -316,7 +318,7 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
     return str("half_tiles with ", g.workload.types.str(), " operands (their tiles are 16-bit already)");
   if (half_tiles(c)) {
     if (!shared) return "half_tiles without shared (no tiles to hold)";
-    if (g.workload.types.precision != Precision::Float16 && g.workload.types.precision != Precision::BFloat16) {
+    if (!products_16_bits(g.workload.types.precision)) {
       return str("half_tiles at precision=", precision_name(g.workload.types.precision),
                  " (16-bit tiles are for fp16 and bf16 products)");
     }
@@ -512,14 +514,12 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   // With wgmma the warps go along the rows first, so that warps 4q .. 4q + 3 (a warpgroup) are
   // 4 consecutive 16-row slices beside each other's columns.
   const bool wg = wgmma(c);
+  const Expr warp_outer = wg ? wn : wm, warp_inner = wg ? wm : wn;
   std::vector<Expr> order;
   if (batch) order.push_back(batch);
-  if (wg)
-    order.insert(order.end(), {bm, bn, wn, wm, lg, lt, mi, h, ni, p});
-  else
-    order.insert(order.end(), {bm, bn, wm, wn, lg, lt, mi, h, ni, p});
+  order.insert(order.end(), {bm, bn, warp_outer, warp_inner, lg, lt, mi, h, ni, p});
   writer.reorder(order);
-  Expr warp = wg ? writer.fuse(wn, wm) : writer.fuse(wm, wn);
+  Expr warp = writer.fuse(warp_outer, warp_inner);
   Expr lane = writer.fuse(lg, lt);
   Expr thread = writer.fuse(warp, lane);
   if (batch) writer.bind(batch, "blockIdx.z");
@@ -534,18 +534,15 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   const size_t d0 = aax.size() - 4;  // after the part and batch axes
   auto [ko, ki] = acc.split(acc.op()->reduce_axes[0].var, depth(g));
   auto [koo, koi] = acc.split(ko, d.unroll_k);
-  if (wg) {
-    // One product per 16 of K over the warpgroup's whole tile: the tiles' loop inside K's.
-    acc.reorder({koo, koi, ki, aax[d0].var, aax[d0 + 1].var, aax[d0 + 2].var, aax[d0 + 3].var});
-    // Unrolled: the accumulators' initialization, whose loops are the same (constant indices
-    // keep them in registers); inside the product they are gone.
-    for (const Expr& v : {koi, aax[d0].var, aax[d0 + 1].var}) acc.unroll(v);
-    acc.tensorize(ki, wgmma_intrinsic(g.workload.types.precision));
-  } else {
-    acc.reorder({koo, koi, aax[d0].var, aax[d0 + 1].var, ki, aax[d0 + 2].var, aax[d0 + 3].var});
-    for (const Expr& v : {koi, aax[d0].var, aax[d0 + 1].var}) acc.unroll(v);
-    acc.tensorize(ki, intrinsic(g.workload.types.precision));
-  }
+  // A warp-level product per 16 x 8 tile inside the tiles' loops; with wgmma one per 16 of K
+  // over the warpgroup's whole tile, the tiles' loops inside K's (unrolled all the same: the
+  // accumulators' initialization runs over them, and constant indices keep it in registers).
+  std::vector<Expr> korder = {koo, koi, aax[d0].var, aax[d0 + 1].var, aax[d0 + 2].var, aax[d0 + 3].var};
+  korder.insert(korder.begin() + (wg ? 2 : 4), ki);
+  acc.reorder(korder);
+  for (const Expr& v : {koi, aax[d0].var, aax[d0 + 1].var}) acc.unroll(v);
+  const Precision precision = g.workload.types.precision;
+  acc.tensorize(ki, wg ? wgmma_intrinsic(precision) : intrinsic(precision));
   if (!shared) {
     if (c["stages"].get<int64_t>() > 1) {
       throw UserError(str("config knob stages=", c["stages"].get<int64_t>(),
@@ -589,9 +586,10 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
       std::stable_partition(order.begin(), order.end(), [&](size_t dim) { return !along_k(dim); });
       // K over several dimensions (a 3x3 convolution's weights: channels, rows, columns): no
       // padding, which would split K's consecutive elements and cost a 3-wide row 8 more.
-      pad = std::count_if(order.begin(), order.end(), along_k) > 1 ? 0 : kPadHalf;
+      const auto k_dims = std::count_if(order.begin(), order.end(), along_k);
+      pad = k_dims > 1 ? 0 : kPadHalf;
       // wgmma: K innermost and alone, the rows beside it, in core matrices (each padded).
-      if (wg && std::count_if(order.begin(), order.end(), along_k) != 1) {
+      if (wg && k_dims != 1) {
         throw UserError(str(id(), ": wgmma with operand ", r->op->name, ", whose tile's K is not one dimension"));
       }
       if (wg) pad = kPadCore;
@@ -625,9 +623,9 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   auto tile = [](int64_t floats) { return (floats + 3) / 4 * 4 * 4; };
   auto half_tile = [](int64_t halves) { return (halves + 7) / 8 * 8 * 2; };
   const Given16 given = given_16_bits(g);
-  // wgmma's core matrices: rows and K rounded up to 8, each 8 x 8 matrix followed by its pad.
+  // wgmma's tiles are in core matrices (Stage::storage_layout).
   auto half_rows = [&](int64_t n) {
-    return wgmma(c) ? round_up(n, 8) / 8 * (round_up(chunk, 8) / 8) * (64 + kPadCore) : n * (chunk + kPadHalf);
+    return wgmma(c) ? Stage::core_matrix_elements(n, chunk, kPadCore) : n * (chunk + kPadHalf);
   };
   const int64_t a = tile_16_bits(given, c, false) ? half_tile(half_rows(rows)) : tile(rows * (chunk + kPadA));
   const int64_t b = tile_16_bits(given, c, true) ? half_tile(half_rows(cols)) : tile(chunk * (cols + kPadB));
