@@ -2,13 +2,16 @@
 // on seeded inputs and compare with the reference implementation.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "compiler/gpu.h"
 #include "compiler/ir.h"
 #include "compiler/operators.h"
@@ -61,6 +64,16 @@ std::vector<nlohmann::json> sample_configs(const Workload& w, const Target& t, i
 
 // How often `what` occurs in `text` (instructions in assembly).
 size_t count_of(const std::string& text, const std::string& what);
+
+// Expects `f` to throw a UserError whose message contains `part`.
+inline void expect_user_error(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no UserError; expected one containing: " << part;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
 
 // A fresh directory for one test's files, removed at exit.
 std::string temp_dir();

@@ -27,14 +27,7 @@ namespace {
 
 using ir::Type;
 
-void expect_user_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no UserError; expected one containing: " << part;
-  } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using testing::expect_user_error;
 
 TEST(IrTypes, IntegerTypesPrintAndHaveTheirIdentities) {
   EXPECT_EQ(Type::int8().str(), "int8");

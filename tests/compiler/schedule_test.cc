@@ -159,14 +159,7 @@ TEST(Primitives, PaddedCopyComputedAtRow) {
   });
 }
 
-void expect_user_error(const std::function<void()>& f, const std::string& message) {
-  try {
-    f();
-    FAIL() << "no error; expected: " << message;
-  } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-  }
-}
+using testing::expect_user_error;
 
 TEST(PrimitiveErrors, EachNamesTheProblem) {
   OpGraph g = graph("matmul(M=8,N=8,K=8,epilogue=relu)");
