@@ -507,7 +507,18 @@ int compile_model_file(const ModelCompileArgs& a) {
               a.out.c_str(), (a.out + ".json").c_str(), cm.kernels.size(), tunable, tunable - cm.untuned(),
               cm.memory.arena_bytes / 1048576.0, cm.memory.naive_bytes / 1048576.0, cm.constant_bytes / 1048576.0,
               seconds,
-              !cm.emulates.empty() ? str("; the kernels of ", cm.emulates, " run serially on this machine (emulated)").c_str()
+              !cm.emulates.empty()
+                  ? str("; the kernels of ", cm.emulates, " run serially on this machine (emulated",
+                        cm.emulated_products == 0
+                            ? std::string()
+                            : cm.emulated_products == 1
+                                ? std::string("; its 1 tensor-core kernel as a generic kernel of the same rounding, "
+                                              "not its warp-level code")
+                                : str("; its ", cm.emulated_products,
+                                      " tensor-core kernels as generic kernels of the same rounding, not their "
+                                      "warp-level code"),
+                        ")")
+                        .c_str()
               : cm.device_modules > 0
                   ? str("; ", cm.target.info().module_noun, " in ", cm.device_modules,
                         " module(s) for ", cm.target.short_str(), ", launched through the ", cm.target.kind_name(),

@@ -677,6 +677,16 @@ class CodeGen {
       llvm::Value* x = expr(c->args[0]);
       return float16_to_float(float_to_float16(x), x->getType());
     }
+    if (c->name == kRoundTF32) {
+      TF_CHECK(c->args.size() == 1, "codegen: ", kRoundTF32, " takes one argument");
+      llvm::Value* x = expr(c->args[0]);
+      llvm::Type* it = x->getType()->getWithNewType(b_.getInt32Ty());
+      auto k = [&](uint32_t v) { return llvm::ConstantInt::get(it, v); };
+      llvm::Value* bits = b_.CreateAnd(b_.CreateAdd(b_.CreateBitCast(x, it), k(0x1000)), k(~0x1FFFu));
+      llvm::Value* finite = b_.CreateFCmpOLT(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x),
+                                             llvm::ConstantFP::getInfinity(x->getType()));
+      return b_.CreateSelect(finite, b_.CreateBitCast(bits, x->getType()), x);
+    }
     if (c->name == kF16ToFloat || c->name == kBF16ToFloat || c->name == kFloatToF16 ||
         c->name == kFloatToBF16)
       return storage16(c);

@@ -216,6 +216,9 @@ constexpr const char* kDot4U8S8 = "dot4_u8s8";
 constexpr const char* kBF16x2 = "bf16x2";
 constexpr const char* kDot2BF16 = "dot2_bf16";
 constexpr const char* kRoundF16 = "round_f16";
+// round_tf32(x): x rounded to TF32 (10 bits of mantissa, to nearest, ties away from zero, as
+// cvt.rna.tf32.f32 and base/tf32.h round_tf32 round; infinities and NaNs as they are), a float.
+constexpr const char* kRoundTF32 = "round_tf32";
 constexpr const char* kDot2F16 = "dot2_f16";
 // Single 16-bit floats held as their bits in uint16 lanes (a float16 model's inputs and
 // outputs): f16_to_float(h) / bf16_to_float(h), the value as float32 (exact);

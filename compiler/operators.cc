@@ -4,11 +4,13 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <set>
 
 #include "base/bfloat16.h"
 #include "base/error.h"
 #include "base/float16.h"
 #include "compiler/operator_table.h"
+#include "compiler/te_rebuild.h"
 #include "compiler/winograd.h"
 
 namespace tf {
@@ -49,6 +51,40 @@ Expr widened(const OperandTypes& t, Expr e) {
   if (e.type() != Type::uint16()) return e;
   return Call::make(t.precision == Precision::BFloat16 ? kBF16ToFloat : kF16ToFloat, {std::move(e)});
 }
+
+Expr rounded(Precision p, Expr e) {
+  switch (p) {
+    case Precision::TF32: return Call::make(kRoundTF32, {std::move(e)});
+    case Precision::Float16: return Call::make(kRoundF16, {std::move(e)});
+    case Precision::BFloat16: return Call::make(kBF16ToFloat, {Call::make(kFloatToBF16, {std::move(e)})});
+    case Precision::Float32: break;
+  }
+  return e;
+}
+
+namespace {
+
+class OperandRounder : public ir::StageRebuilder {
+ public:
+  OperandRounder(const OpGraph& g) : precision_(g.workload.types.precision) {
+    for (size_t k = 0; k < 2 && k < g.inputs.size(); ++k) operands_.insert(g.inputs[k].get());
+  }
+
+  Expr mutate_expr(const Expr& e) override {
+    Expr m = StageRebuilder::mutate_expr(e);
+    const TensorRead* r = m.as<TensorRead>();
+    if (r && operands_.count(r->op.get()) && m.type() == Type::float32()) return rounded(precision_, m);
+    return m;
+  }
+
+ private:
+  Precision precision_;
+  std::set<const ir::Operation*> operands_;
+};
+
+}  // namespace
+
+ir::Tensor with_operands_rounded(const OpGraph& g) { return OperandRounder(g).rebuild(g.output); }
 
 Type ir_type(DType t) {
   switch (t) {

@@ -81,4 +81,15 @@ ir::Type ir_type(DType t);
 // operands through it too.
 ir::Expr widened(const OperandTypes& t, ir::Expr e);
 
+// Float32 `e` rounded to precision `p` as NVIDIA's tensor cores round their operands (TF32:
+// cvt.rna; float16 and bfloat16: to nearest, ties to even), still a float32; `e` itself at fp32.
+ir::Expr rounded(Precision p, ir::Expr e);
+
+// The output of `g` with its float32 operands (data/A and weight/B) rounded to the workload's
+// precision wherever they are read: what a tensor-core template computes, as a definition any
+// schedule computes (16-bit operands are exact already; the sums stay float32). --emulate-gpu
+// lowers a kernel of warp-level products, which a serialized grid cannot run, from this
+// (graph/model_compiler.cc).
+ir::Tensor with_operands_rounded(const OpGraph& g);
+
 }  // namespace tf

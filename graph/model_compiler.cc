@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "compiler/driver.h"
+#include "compiler/ir_mutator.h"
 #include "compiler/model_codegen.h"
 #include "compiler/schedule_templates.h"
 #include "compiler/winograd.h"
@@ -41,8 +42,9 @@ std::string identifier(const std::string& s) {
 class ModelBuilder {
  public:
   // `prefix` starts every kernel's name: "tf_k", or "tf_b<bucket>_k" in a library of buckets.
-  ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup, std::string prefix = "tf_k")
-      : g_(g), target_(t), lookup_(lookup), readers_(g_), prefix_(std::move(prefix)) {
+  // `emulate_gpu`: kernels for a GPU target that --emulate-gpu runs serially here.
+  ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup, bool emulate_gpu, std::string prefix = "tf_k")
+      : g_(g), target_(t), lookup_(lookup), emulate_gpu_(emulate_gpu), readers_(g_), prefix_(std::move(prefix)) {
     for (size_t k = 0; k < g_.nodes.size(); ++k) node_index_[g_.nodes[k].name] = k;
   }
 
@@ -63,6 +65,8 @@ class ModelBuilder {
   }
 
   Graph& graph() { return g_; }
+  // Kernels of warp-level products that were lowered as generic kernels (emulate_gpu).
+  int emulated_products() const { return emulated_products_; }
   std::vector<KernelBuild>& builds() { return builds_; }
   const std::vector<FusedGroup>& kernel_groups() const { return groups_; }
 
@@ -146,6 +150,17 @@ class ModelBuilder {
     b.info.config.config = k.config;
     b.info.args.push_back(tail ? group_out : y);
     b.func = k.lowered.func;
+    if (emulate_gpu_ && uses_warp_products(b.func.body)) {
+      // Warp-level products need a warp's 32 lanes at once, which the serialized grid of
+      // --emulate-gpu does not have: the same function as a generic kernel instead, its
+      // operands rounded as the tensor cores round them (float32 sums in another order). The
+      // tensor-core kernels themselves are checked by the threaded emulation of their warps
+      // (tests/compiler/tensor_core_test.cc).
+      b.func = lower_generic_kernel(with_operands_rounded(og), og.inputs, target_, k.name,
+                                    str("node '", a.name, "' (", a.op, ")"));
+      b.info.template_name = "generic, emulating " + b.info.template_name;
+      ++emulated_products_;
+    }
     record(
         std::move(b), OpKind::Anchor,
         tail ? nodes
@@ -365,9 +380,15 @@ class ModelBuilder {
     record(std::move(b), op_kind(nodes[0]->op), nodes);
   }
 
+  static bool uses_warp_products(const ir::Stmt& body) {
+    return !ir::call_named(body, [](const std::string& c) { return ir::is_warp_mma(c) || ir::is_wgmma(c); }).empty();
+  }
+
   Graph g_;
   Target target_;
   const ConfigLookup& lookup_;
+  bool emulate_gpu_ = false;
+  int emulated_products_ = 0;
   Readers readers_;
   std::string prefix_;
   std::map<std::string, size_t> node_index_;
@@ -427,6 +448,7 @@ json CompiledModel::sidecar(const std::string& model) const {
           {"model", model},
           {"target", target.str()},
           {"emulates", emulates.empty() ? json() : json(emulates)},
+          {"emulated_products", emulated_products},
           {"device_code", device_modules == 0 ? json()
                                               : json{{"modules", device_modules},
                                                      {"format", target.info().module_format}}},
@@ -517,17 +539,12 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
                               " is implemented for CPU targets and cuda's tensor cores, not ", target.str()));
       }
     }
-    if (emulate_gpu && g.tensor_core_nodes > 0) {
-      throw UserError(str("--emulate-gpu runs a model's kernels serially, and its ", g.tensor_core_nodes,
-                          " tensor-core products (--precision ", precision_name(tensor_core_precision(g)), ") need the 32 lanes of a warp together: run the "
-                          "library on the GPU, or emulate it without --precision"));
-    }
     // Made for a cuda target's tensor cores (auto-mixed-precision); a model could name it too.
-    if (target.kind != TargetKind::Cuda || emulate_gpu) {
+    if (target.kind != TargetKind::Cuda) {
       for (const Node& n : g.nodes) {
         if (reads_16_bit_weights(n.op))
           throw UserError(str(n.where(), ": ", n.op, " runs on a cuda target's tensor cores (--precision fp16 or bf16), not ",
-                              emulate_gpu ? "--emulate-gpu" : target.str()));
+                              target.str()));
       }
     }
     // Every value must fit the budget on its own before anything is generated.
@@ -548,7 +565,8 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
     if (!emulate_gpu) b.loop = image_loop_for(*buckets[bk], target);
     const Graph& source = b.loop ? b.loop->per_image : *buckets[bk];
     const int64_t images = b.loop ? b.loop->images : 1;
-    b.mb = std::make_unique<ModelBuilder>(source, target, lookup, buckets.size() > 1 ? str("tf_b", bk, "_k") : "tf_k");
+    b.mb = std::make_unique<ModelBuilder>(source, target, lookup, emulate_gpu,
+                                          buckets.size() > 1 ? str("tf_b", bk, "_k") : "tf_k");
     const std::vector<FusedGroup> fused = plan_fusion(source);
     b.in_place = in_place_concats(source, fused);
     for (const FusedGroup& grp : without_in_place(fused, b.in_place)) b.mb->add_group(grp);
@@ -593,6 +611,7 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
   }
   if (emulate_gpu) {
     cm.emulates = target.str();
+    for (const BucketBuild& b : bb) cm.emulated_products += b.mb->emulated_products();
     cm.target = code.code_target();
   }
   // Kernels whose code is the same but for their names are generated once, and the model

@@ -62,6 +62,9 @@ struct CompiledModel {
   // A GPU target whose kernels this library runs serially on the CPU (compile_model's
   // emulate_gpu), or "".
   std::string emulates;
+  // Emulated: the kernels of warp-level products (tensor cores) it runs as generic kernels of
+  // the same rounding instead (a serialized grid has no warps).
+  int emulated_products = 0;
   // A GPU library: how many code modules hold its kernels (0 for CPU and emulated libraries).
   int64_t device_modules = 0;
   std::vector<ModelKernel> kernels;
@@ -120,7 +123,10 @@ bool tensor_cores(const Target& t);
 // templates, a 1-D grid for generic kernels), checked as the GPU would take it (UserError
 // otherwise), and run serially, its grid as loops (compiler/gpu.h serialize_gpu_bindings),
 // in a library for this machine: the GPU path's kernels and memory plan checked on a CPU.
-// Without it, GPU targets are a UserError (not implemented yet).
+// A kernel of warp-level products (tensor cores: --precision tf32, fp16, bf16), which needs a
+// warp's lanes at once, is lowered as a generic kernel of the same function instead, its
+// operands rounded as the tensor cores round them (compiler/operators.h with_operands_rounded;
+// CompiledModel::emulated_products counts them).
 CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLookup& lookup,
                             const std::string& out, const std::string& model_name,
                             int64_t memory_budget = default_memory_budget(), bool emulate_gpu = false);

@@ -809,6 +809,40 @@ TEST(Storage16, ConversionsMatchTheHostOnEveryInstructionSet) {
   }
 }
 
+// rounded(p, x) (compiler/operators.h: how --emulate-gpu's generic kernels round a tensor-core
+// product's float32 operands) rounds as the host's precision_rounding does, at TF32 (round_tf32:
+// to nearest, ties away from zero, carries into the exponent, infinities and NaN kept), float16
+// and bfloat16, on every x86 instruction set this machine runs, vectors and a scalar tail.
+TEST(Rounded, EveryPrecisionRoundsAsTheHostDoes) {
+  std::vector<std::string> targets = runnable_x86_targets();
+  if (targets.empty()) GTEST_SKIP() << "not an x86_64 machine";
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> xs = {1.0f + 0x1p-11f,  1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-12f, -(1.0f + 0x1p-11f),
+                           0x1.fffffep127f,  -0x1.fffffep127f,    inf,             -inf,
+                           std::nanf(""),    0.0f,                -0.0f,           1e-40f,
+                           0x1.ffep-1f,      65520.0f,            0.1f,            -1.0f / 3,
+                           1.00390625f,      3e38f,               0x1p-24f,        123.456f};
+  while (xs.size() % 16 != 5) xs.push_back(static_cast<float>(xs.size()) * -37.3f + 0.001f);
+  const int64_t n = static_cast<int64_t>(xs.size());
+  for (Precision p : {Precision::TF32, Precision::Float16, Precision::BFloat16}) {
+    ir::Tensor x = ir::placeholder("x", {n});
+    ir::Tensor y = ir::compute("y", {n}, {"i"}, [&](const std::vector<ir::Expr>& i) { return rounded(p, ir::read(x, i)); });
+    ir::Schedule s(y);
+    auto [o, in] = s[y].split(s[y].axis("i"), 16);
+    s[y].vectorize(in);
+    const ir::LoweredFunc f = lower(s, {x}, "round").func;
+    for (const std::string& ts : targets) {
+      std::vector<float> got(static_cast<size_t>(n), -7.0f);
+      ASSERT_EQ(testing::build_for(f, parse_target(ts))->call({xs.data(), got.data()}), 0);
+      for (size_t k = 0; k < xs.size(); ++k)
+        expect_same_value(got[k], precision_rounding(p)(xs[k]), str(precision_name(p), " ", xs[k], " on ", ts));
+    }
+  }
+  // TF32's carry: 1 + 2^-11 (a tie) rounds away to 1 + 2^-10, the largest float to infinity.
+  EXPECT_EQ(precision_rounding(Precision::TF32)(1.0f + 0x1p-11f), 1.0f + 0x1p-10f);
+  EXPECT_EQ(precision_rounding(Precision::TF32)(0x1.fffffep127f), inf);
+}
+
 TEST(BF16Matmul, GpuTargetsSayTheyHaveNoTemplateYet) {
   Workload w = parse_workload("matmul_bf16(M=16,N=64,K=64)");
   expect_user_error([&] { compile_kernel(w, parse_target("cuda -arch=sm_90"), nullptr, "default", ""); },

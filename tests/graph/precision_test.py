@@ -150,8 +150,6 @@ class PrecisionTest(models_for_tests.ModelTestCase):
                 (["--precision", "tf32"], "--precision tf32 rounds the products as NVIDIA's tensor cores do: it is "
                                            "for cuda targets"),
                 (["--precision", "int4"], "--precision 'int4' is not one of fp32, bf16, fp16, tf32"),
-                (["--precision", "bf16", "-t", "cuda -arch=sm_90", "--emulate-gpu"],
-                 "--emulate-gpu runs a model's kernels serially, and its 3 tensor-core products (--precision bf16)"),
                 (["--precision", "fp16", "-t", "rocm -mcpu=gfx90a"],
                  "--precision fp16 is implemented for CPU targets and cuda's tensor cores, not rocm")):
             r = tunefarm("compile", "--model", path, "-o", out, "--no-db", *flags)
@@ -223,6 +221,48 @@ class PrecisionTest(models_for_tests.ModelTestCase):
         self.assertEqual(len(convs), 3, convs)
         self.assertEqual(sum("dtype=float32,weight_dtype=float16" in t for t in convs), 2, convs)
         self.assertEqual(sum(",dtype=float16," in t for t in convs), 1, convs)
+
+    def test_emulated_cuda_builds_round_as_the_tensor_cores(self):
+        # --emulate-gpu runs a cuda build's kernels serially here, its tensor-core kernels (which
+        # need a warp's 32 lanes at once) as generic kernels of the same function, operands
+        # rounded as the tensor cores round them: the whole library (16-bit weights, values stored
+        # in 16 bits between kernels, the memory plan) checked without a GPU. One product: what
+        # the reference evaluation of the same rounding computes, but for the order of float32
+        # sums, and not the float32 product.
+        lin = self.export("lin", torch.nn.Linear(200, 70), (33, 200))
+        x = self.save("x", np.random.default_rng(4).standard_normal((33, 200)))
+        fp32 = self.outputs(lin, x, "--reference")
+        mag = np.abs(fp32).max()
+        lib = os.path.join(self.d, "emulated.so")
+        for precision in ("tf32", "fp16", "bf16"):
+            text = run("compile", "--model", lin, "-o", lib, "--no-db", "-t", "cuda -arch=sm_90", "--precision",
+                       precision, "--emulate-gpu")
+            self.assertIn("(emulated; its 1 tensor-core kernel as a generic kernel of the same rounding", text)
+            with open(lib + ".json") as f:
+                sidecar = json.load(f)
+            self.assertEqual(sidecar["emulated_products"], 1)
+            self.assertIn("generic, emulating dense_tc.cuda", [k["template"] for k in sidecar["kernels"]][0])
+            got = self.outputs(lib, x)
+            ref = self.outputs(lin, x, "--reference", "--tensor-cores", "--precision", precision)
+            self.assertLess(np.abs(got - ref).max() / mag, 1e-5, precision)
+            self.assertGreater(np.abs(ref - fp32).max() / mag, 1e-4, precision)  # it did round
+        # A CNN (16-bit weights, a value stored in 16 bits; the depthwise convolution float32)
+        # and a transformer layer (attention's products of activations on tensor cores too):
+        # within the bounds of the float32 model (1e-3 of the largest value for tf32,
+        # 1e-2 for fp16 and bf16).
+        for name, model, shape in (("cnn", Cnn(), (2, 3, 24, 24)), ("enc", Encoder(head=True), (1, 16, 64))):
+            path = self.export(name, model, shape)
+            x = self.save("x", np.random.default_rng(6).uniform(-1, 1, shape))
+            want = self.outputs(path, x)
+            for precision, bound in (("tf32", 1e-3), ("fp16", 1e-2), ("bf16", 1e-2)):
+                run("compile", "--model", path, "-o", lib, "--no-db", "-t", "cuda -arch=sm_90", "--precision", precision,
+                    "--emulate-gpu")
+                got = self.outputs(lib, x)
+                err = float(np.abs(want - got).max() / np.abs(want).max())
+                print(f"figure: emulated cuda build of the {name} at {precision} / float32: max error {err:.2g} of the "
+                      "output's magnitude", flush=True)
+                self.assertLess(err, bound, (name, precision))
+                self.assertGreater(err, 0, (name, precision))
 
     def test_tensor_core_accuracy_without_a_gpu(self):
         # run --reference --tensor-cores evaluates the products as the tensor cores round them
