@@ -56,12 +56,13 @@ class GpuModel : public ::testing::Test {
 
   // Compiles `b` for `target` twice: the GPU library (`name`.so) and its emulation
   // (`name`.emu.so), with the aliases file the fake reads. Returns the graph compiled.
-  // `configs`: the kernels' configs (default: every kernel's default).
+  // `configs`: the kernels' configs (default: every kernel's default); `precision`: the
+  // products' (tf32, fp16, bf16: on tensor cores, emulated as generic kernels of their rounding).
   Graph compile_both(const ModelBuilder& b, const std::string& name, const std::string& target = "cuda -arch=sm_80",
-                     ConfigLookup configs = nullptr) {
+                     ConfigLookup configs = nullptr, tf::Precision precision = tf::Precision::Float32) {
     b.save(path(name + ".onnx"));
     tf::Target t = tf::parse_target(target);
-    Graph g = load_model(path(name + ".onnx"), 2, {}, channel_block(t));
+    Graph g = load_model(path(name + ".onnx"), 2, {}, channel_block(t), precision, tensor_cores(t));
     if (!configs) configs = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
     compile_model(g, t, configs, path(name + ".so"), name);
     compile_model(g, t, configs, path(name + ".emu.so"), name, default_memory_budget(), true);
@@ -213,6 +214,32 @@ TEST_F(GpuModel, RunsThroughTheDriverAndMatchesTheReference) {
     size_t allocs = 0;
     for (size_t at = 0; (at = text.find("alloc ", at)) != std::string::npos; ++at) ++allocs;
     EXPECT_EQ(allocs, 4u) << text;
+  }
+}
+
+// A model at --precision fp16 and bf16 (convolutions and the Gemm on tensor cores, their weights
+// and the values only they read stored in 16 bits): the GPU library's own work on 16-bit
+// constants and edges, through the fake driver running the emulation (each tensor-core kernel a
+// generic kernel of the same rounding), matches the reference evaluation of the same rounding.
+TEST_F(GpuModel, TensorCoreModelsRunThroughTheDriverAndMatchTheReference) {
+  for (tf::Precision p : {tf::Precision::Float16, tf::Precision::BFloat16}) {
+    const std::string name = std::string("cnn_") + tf::precision_name(p);
+    Graph g = compile_both(conv_net(), name, "cuda -arch=sm_90", nullptr, p);
+    EXPECT_EQ(g.tensor_core_nodes, 3) << name;
+    const json emu = sidecar(name + ".emu.so");
+    EXPECT_EQ(emu["emulated_products"], 3) << name;
+    HostTensor x = random_floats({1, 3, 16, 16}, 7);
+    write_npy(path("x.npy"), x);
+    HostTensor want = run_reference(g, {{"x", x}}).at("y");
+    tf::CommandResult r =
+        tunefarm(name, {"run", "--model", path(name + ".so"), "--input", path("x.npy"), "--output", path("y.npy"),
+                        "--repeat", "1", "--warmup-ms", "0"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(compare(want, read_npy(path("y.npy"))), "") << name;
+    std::ifstream log(path(name + ".log"));
+    std::string text((std::istreambuf_iterator<char>(log)), {});
+    for (const json& k : sidecar(name + ".so")["kernels"])
+      EXPECT_NE(text.find("launch " + k["function"].get<std::string>() + " "), std::string::npos) << text;
   }
 }
 
