@@ -364,7 +364,8 @@ int main(int argc, char** argv) {
   compile->add_option("--disable-pass", ca.disable, "--model: do not run this graph pass (repeatable)");
   compile->add_flag("--emulate-gpu", ca.emulate_gpu,
                     "--model with a GPU target: schedule every kernel for that GPU, then run its grid serially in a "
-                    "library for this machine (a check of the GPU path's kernels and memory plan without a GPU)");
+                    "library for this machine (a check of the GPU path's kernels and memory plan without a GPU; tensor-core "
+                    "kernels, whose warps a serial grid cannot run, as generic kernels of the same rounding)");
   tf::cli::add_max_memory_option(compile, ca.max_memory);
   tf::cli::add_precision_option(compile, ca.precision);
   tf::cli::add_dim_options(compile, ca.dims);
