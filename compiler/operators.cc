@@ -66,7 +66,7 @@ namespace {
 
 class OperandRounder : public ir::StageRebuilder {
  public:
-  OperandRounder(const OpGraph& g) : precision_(g.workload.types.precision) {
+  explicit OperandRounder(const OpGraph& g) : precision_(g.workload.types.precision) {
     for (size_t k = 0; k < 2 && k < g.inputs.size(); ++k) operands_.insert(g.inputs[k].get());
   }
 
