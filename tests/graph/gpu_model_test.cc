@@ -238,7 +238,8 @@ TEST_F(GpuModel, TensorCoreModelsRunThroughTheDriverAndMatchTheReference) {
     EXPECT_EQ(compare(want, read_npy(path("y.npy"))), "") << name;
     std::ifstream log(path(name + ".log"));
     std::string text((std::istreambuf_iterator<char>(log)), {});
-    for (const json& k : sidecar(name + ".so")["kernels"])
+    const json sc = sidecar(name + ".so");
+    for (const json& k : sc["kernels"])
       EXPECT_NE(text.find("launch " + k["function"].get<std::string>() + " "), std::string::npos) << text;
   }
 }
