@@ -511,12 +511,11 @@ int compile_model_file(const ModelCompileArgs& a) {
                   ? str("; the kernels of ", cm.emulates, " run serially on this machine (emulated",
                         cm.emulated_products == 0
                             ? std::string()
-                            : cm.emulated_products == 1
-                                ? std::string("; its 1 tensor-core kernel as a generic kernel of the same rounding, "
-                                              "not its warp-level code")
-                                : str("; its ", cm.emulated_products,
-                                      " tensor-core kernels as generic kernels of the same rounding, not their "
-                                      "warp-level code"),
+                            : str("; its ", cm.emulated_products,
+                                  cm.emulated_products == 1 ? " tensor-core kernel as a generic kernel"
+                                                            : " tensor-core kernels as generic kernels",
+                                  " of the same rounding, not ", cm.emulated_products == 1 ? "its" : "their",
+                                  " warp-level code"),
                         ")")
                         .c_str()
               : cm.device_modules > 0
