@@ -56,6 +56,75 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     }
     return false;
   };
+  std::map<std::string, size_t> node_order;
+  for (size_t k = 0; k < g.nodes.size(); ++k) node_order[g.nodes[k].name] = k;
+  std::map<std::string, const Node*> by_name;
+  for (const Node& n : g.nodes) by_name[n.name] = &n;
+  // Whether every value group k computes is read inside it or by node `n` alone, and not
+  // returned: the group can become part of n's kernel.
+  auto read_only_by = [&](size_t k, const Node& n) {
+    std::map<std::string, int> inside;
+    for (const std::string& name : groups[k].nodes) {
+      for (const std::string& in : by_name.at(name)->inputs) ++inside[in];
+    }
+    for (const std::string& in : n.inputs) ++inside[in];
+    for (const std::string& name : groups[k].nodes) {
+      for (const std::string& o : by_name.at(name)->outputs) {
+        if (!o.empty() && (outputs.count(o) || inside[o] != uses[o])) return false;
+      }
+    }
+    return true;
+  };
+  // fuses_operands (FusedAttention): the elementwise and injective groups computing n's
+  // inputs for it alone merge into one group, which n then joins; its kind becomes n's. Returns
+  // the group n joins (groups.size(): a new one). Merged groups are left empty and dropped.
+  auto take_operands = [&](const Node& n, std::set<size_t>& reads) {
+    size_t target = groups.size();
+    for (const std::string& in : n.inputs) {
+      auto it = group_of_value.find(in);
+      if (it == group_of_value.end()) continue;
+      const size_t k = it->second;
+      if (k == target || (groups[k].kind != OpKind::Elementwise && groups[k].kind != OpKind::Injective) ||
+          !read_only_by(k, n))
+        continue;
+      if (target == groups.size()) {
+        if (groups[k].nodes.size() >= kMaxGroupNodes) continue;
+        target = k;
+        continue;
+      }
+      if (groups[target].nodes.size() + groups[k].nodes.size() > kMaxGroupNodes) continue;
+      // Merging must not close a cycle through a group outside both.
+      bool cycle = false;
+      for (size_t r : deps[k]) cycle = cycle || (r != target && depends(r, target));
+      for (size_t r : deps[target]) cycle = cycle || (r != k && depends(r, k));
+      if (cycle) continue;
+      for (const std::string& name : groups[k].nodes) {
+        groups[target].nodes.push_back(name);
+        for (const std::string& o : by_name.at(name)->outputs) group_of_value[o] = target;
+      }
+      groups[k].nodes.clear();
+      for (size_t r : deps[k]) {
+        readers[r].erase(k);
+        if (r != target) {
+          deps[target].insert(r);
+          readers[r].insert(target);
+        }
+      }
+      deps[k].clear();
+      deps[target].erase(k);
+      readers[k].clear();
+      reads.erase(k);
+    }
+    if (target == groups.size()) return target;
+    // The node's other reads must not wait for the merged group.
+    for (size_t r : reads) {
+      if (r != target && depends(r, target)) return groups.size();
+    }
+    std::sort(groups[target].nodes.begin(), groups[target].nodes.end(),
+              [&](const std::string& a, const std::string& b) { return node_order.at(a) < node_order.at(b); });
+    groups[target].kind = op_kind(n.op);
+    return target;
+  };
   for (const Node& n : g.nodes) {
     OpKind kind = op_kind(n.op);
     // The groups of the computed inputs; the node joins the group of the first input that is
@@ -67,6 +136,9 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
       if (it != group_of_value.end()) reads.insert(it->second);
     }
     size_t target = groups.size();
+    if (find_op(n.op)->fuses_operands) {
+      target = take_operands(n, reads);
+    } else {
     for (const std::string& in : n.inputs) {
       auto it = group_of_value.find(in);
       if (it == group_of_value.end() || uses[in] != 1 || outputs.count(in)) continue;
@@ -84,6 +156,7 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
         if (kind == OpKind::Reduction) groups[target].kind = OpKind::Reduction;
         break;
       }
+    }
     }
     if (target == groups.size()) {
       groups.push_back(FusedGroup{kind, {}, {}, {}});
@@ -137,6 +210,8 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     }
   }
   TF_CHECK(ordered.size() == groups.size(), "fusion: the groups form a cycle");
+  ordered.erase(std::remove_if(ordered.begin(), ordered.end(), [](const FusedGroup& f) { return f.nodes.empty(); }),
+                ordered.end());
   return ordered;
 }
 

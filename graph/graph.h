@@ -51,6 +51,9 @@ inline constexpr const char* kTensorCoreMatMul = "MatMulTensorCore";
 // computed by conv2d_tc.cuda reading the weights [K][C][R][S] as 16-bit values
 // (conv2d_nchw weight_dtype=float16|bfloat16).
 inline constexpr const char* kTensorCoreConv = "ConvTensorCore";
+// The op fuse-attention makes of MatMul, scaling, mask Add, Softmax and MatMul on cuda targets
+// (graph/pass_fuse_attention.cc): one kernel, compiler/attention.h.
+inline constexpr const char* kFusedAttention = "FusedAttention";
 // Whether `op` is one of those. Their input 0 may also be a float16 (bfloat16) value stored so
 // by its producer (sixteen-bit-edges: a value only such products read, which round it to that
 // type anyway): the only float16 values between kernels.

@@ -357,10 +357,17 @@ class ModelBuilder {
       env[name] = o;
       return o;
     };
+    // A GPU kernel ending in attention schedules its stages together (compiler/attention.h).
+    std::optional<Attention> attention;
     for (size_t k = 0; k < nodes.size(); ++k) {
       const Node& n = *nodes[k];
       std::vector<TeOperand> in;
       for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back(operand(n, i));
+      if (n.op == kFusedAttention && k + 1 == nodes.size() && target_.is_gpu()) {
+        attention = fused_attention_te(n, in, str("n", k, "_"));
+        env[n.outputs[0]] = TeOperand{g_.value(n.outputs[0]).shape, attention->out, std::nullopt};
+        continue;
+      }
       std::vector<ir::Tensor> ts = node_te(g_, n, in, str("n", k, "_"), nullptr, target_.is_gpu());
       for (size_t j = 0; j < ts.size() && j < n.outputs.size(); ++j) {
         if (!n.outputs[j].empty())
@@ -375,8 +382,13 @@ class ModelBuilder {
     b.info.template_name = "generic";
     b.info.args = args;
     b.info.args.push_back(out);
-    b.func = lower_generic_kernel(result, placeholders, target_, b.info.function,
-                                  str("node '", nodes.back()->name, "' (", nodes.back()->op, ")"));
+    if (attention && result == attention->out) {
+      b.info.template_name = "attention";
+      b.func = lower_attention_gpu(*attention, placeholders, target_, b.info.function);
+    } else {
+      b.func = lower_generic_kernel(result, placeholders, target_, b.info.function,
+                                    str("node '", nodes.back()->name, "' (", nodes.back()->op, ")"));
+    }
     record(std::move(b), op_kind(nodes[0]->op), nodes);
   }
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/attention.h"
 #include "compiler/te.h"
 #include "graph/graph.h"
 
@@ -74,5 +75,10 @@ std::vector<ir::Tensor> node_te(const Graph& g, const Node& n, const std::vector
 // Anchors (Conv, MatMul, Gemm) are left to their workloads; a node the compiler cannot compile
 // yet ("not implemented") passes, as the reference evaluation runs it.
 void check_node_expressions(const Graph& g);
+
+// The stages of FusedAttention node `n` (graph/pass_fuse_attention.cc) over its operands `in`
+// (q, kt, v, mask): node_te's output is their `out`; a GPU kernel schedules them together
+// (compiler/attention.h lower_attention_gpu).
+Attention fused_attention_te(const Node& n, const std::vector<TeOperand>& in, const std::string& name);
 
 }  // namespace tf::graph

@@ -38,6 +38,7 @@ const std::map<std::string, OpDef>& registry() {
     register_recurrent_ops(all);
     register_quantize_ops(all);
     register_precision_ops(all);
+    register_attention_ops(all);
     std::map<std::string, OpDef> m;
     for (OpDef& d : all) m.emplace(d.type, std::move(d));
     for (const auto& [name, d] : m) {

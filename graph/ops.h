@@ -134,6 +134,11 @@ struct OpDef {
   // elementwise operators and anchors do and the others do not (an operator that does says
   // so: rows_apart_always, or a check of its axis).
   bool (*rows_apart)(const Graph& g, const Node& n) = nullptr;
+  // Whether the fuser takes into the node's kernel every elementwise or injective group that
+  // computes one of its inputs for it alone (FusedAttention: the layout operators that cut Q,
+  // K and V out of a projection), as prologues of its operand reads; the node's pattern is
+  // otherwise its own.
+  bool fuses_operands = false;
 };
 
 // rows_apart for operators whose shapes alone tell (pools, reshapes, reductions: any of them
@@ -176,6 +181,7 @@ void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum, Trilu, Gath
 void register_recurrent_ops(std::vector<OpDef>& ops);  // graph/import_recurrent.h
 void register_quantize_ops(std::vector<OpDef>& ops);   // graph/import_quantize.h
 void register_precision_ops(std::vector<OpDef>& ops);  // graph/pass_auto_mixed_precision.cc
+void register_attention_ops(std::vector<OpDef>& ops);  // graph/pass_fuse_attention.cc
 
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.

@@ -51,6 +51,12 @@ const std::vector<PassInfo>& graph_passes() {
        "MatMuls of one input and constant weights (attention's Q, K, V) as one wide MatMul (and "
        "bias Add) and a Split",
        plain(combine_parallel_matmuls)},
+      // After recognize-composites (the Softmax) and einsum-to-matmul (MaxViT's products).
+      {"fuse-attention", 2,
+       "MatMul(Q, K^T), a scaling, a mask Add, Softmax and MatMul(., V) as one FusedAttention "
+       "kernel that keeps a block's scores in shared memory and reads Q, K and V through the "
+       "layout operators that made them (cuda targets; compiler/attention.h)",
+       [](Graph& g, const PassOptions& o) { return o.tensor_cores && fuse_attention(g); }},
       {"lower-scatter-nd", 0,
        "ScatterND (in-place slice assignment) and ScatterElements with constant indices as a "
        "Gather of their updates and a Where over their data, which compiled kernels run",

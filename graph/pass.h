@@ -117,6 +117,8 @@ bool pad_convs(Graph& g);
 bool einsum_to_matmul(Graph& g);
 bool recognize_composites(Graph& g);
 bool combine_parallel_matmuls(Graph& g);
+// Scaled dot-product attention written as operators as one FusedAttention node (cuda targets).
+bool fuse_attention(Graph& g);
 bool eliminate_common_subexpressions(Graph& g);
 // int8: QDQ convolutions (qdq_operands) become QConvNCHWc (depthwise ones QDepthwiseNCHWc), int8
 // kernels (fold-qdq's part).

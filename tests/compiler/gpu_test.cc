@@ -19,6 +19,7 @@
 #include <regex>
 #include <set>
 
+#include "compiler/attention.h"
 #include "compiler/codegen_llvm.h"
 #include "compiler/driver.h"
 #include "base/error.h"
@@ -1072,6 +1073,80 @@ TEST(GpuReduction, LongRowsAndScalarsAreSplitWithinTheBudget) {
   ir::Tensor all = ir::compute("S", {}, {}, [&](const std::vector<ir::Expr>&) { return ir::sum(ir::read(x, {a.var, b.var}), {a, b}); }, {a, b});
   GpuReductionSplitter scalar(1 << 20, 1);
   EXPECT_EQ(ir::inputs_of(scalar.rebuild(all))[0]->name, "S_part");
+}
+
+
+// Attention as one kernel (compiler/attention.h): the scores, the rows' max and sum and the
+// probabilities of a block's query rows in shared memory, barriers between them. Run with a CPU
+// thread per GPU thread (each computes only its share of every shared stage; shared memory
+// starts as NaN, so a stage read before it is whole shows) against attention in doubles: 10
+// queries at 4 rows a block (a tail), 37 keys (fewer than the 128 threads), a mask broadcast
+// over heads and queries, and a scale; the PTX has its barriers and assembles.
+TEST(GpuAttention, OneKernelMatchesAttentionInDoubles) {
+  const int64_t B = 2, H = 3, Sq = 10, Sk = 37, D = 8, Dv = 6;
+  ir::Tensor q = ir::placeholder("q", {B, H, Sq, D}), kt = ir::placeholder("kt", {B, H, D, Sk}),
+             v = ir::placeholder("v", {B, H, Sk, Dv}), mask = ir::placeholder("mask", {B, 1, 1, Sk});
+  AttentionSpec spec;
+  spec.batch = {B, H};
+  spec.queries = Sq;
+  spec.keys = Sk;
+  spec.depth = D;
+  spec.value_depth = Dv;
+  auto reader = [](const ir::Tensor& t) {
+    return [t](const std::vector<ir::Expr>& i) { return ir::read(t, i); };
+  };
+  spec.q = reader(q);
+  spec.kt = reader(kt);
+  spec.v = reader(v);
+  spec.mask = [&](const std::vector<ir::Expr>& i) { return ir::read(mask, {i[0], 0, 0, i[3]}); };
+  spec.scale = 0.5;
+  const Target t = parse_target("cuda -arch=sm_80");
+  EXPECT_EQ(attention_rows_per_block(spec.batch, Sq, Sk, t), 4);
+  ir::LoweredFunc f = lower_attention_gpu(attention(spec, "att"), {q, kt, v, mask}, t, "attention");
+  GpuLaunch l = check_gpu_kernel(f, t);
+  EXPECT_EQ(l.grid[0], B * H * 3);
+  EXPECT_EQ(l.block[0], kAttentionThreads);
+  EXPECT_EQ(l.static_shared_bytes, 4 * (2 * 4 * Sk + 2 * 4));  // scores, probabilities, max, sum
+  const std::string ptx = codegen_llvm(f, t, CodegenOutput::Asm).data;
+  EXPECT_GE(count_of(ptx, "bar.sync"), 4);
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  if (fs::exists(ptxas)) {
+    const std::string dir = testing::temp_dir();
+    std::ofstream(dir + "/att.ptx") << ptx;
+    CommandResult r = run_command({ptxas, "-arch=sm_80", dir + "/att.ptx", "-o", dir + "/att.cubin"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  std::vector<std::vector<float>> bufs(5);
+  const std::vector<int64_t> sizes = {B * H * Sq * D, B * H * D * Sk, B * H * Sk * Dv, B * Sk};
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    bufs[k].resize(static_cast<size_t>(sizes[k]));
+    fill_random(bufs[k].data(), sizes[k], 11 + static_cast<uint32_t>(k));
+  }
+  for (int64_t j = 0; j < Sk; j += 4) bufs[3][static_cast<size_t>(j)] = -1e4f;  // masked keys
+  bufs[4].assign(static_cast<size_t>(B * H * Sq * Dv), std::nanf(""));
+  ASSERT_EQ(testing::emulate_gpu_kernel(f, l, bufs), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t bh = b * H + h;
+      for (int64_t i = 0; i < Sq; ++i) {
+        std::vector<double> x(static_cast<size_t>(Sk));
+        double top = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < Sk; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d)
+            s += double(bufs[0][static_cast<size_t>((bh * Sq + i) * D + d)]) * bufs[1][static_cast<size_t>((bh * D + d) * Sk + j)];
+          x[static_cast<size_t>(j)] = s * 0.5 + bufs[3][static_cast<size_t>(b * Sk + j)];
+          top = std::max(top, x[static_cast<size_t>(j)]);
+        }
+        for (double& e : x) sum += (e = std::exp(e - top));
+        for (int64_t e = 0; e < Dv; ++e) {
+          double want = 0;
+          for (int64_t j = 0; j < Sk; ++j) want += x[static_cast<size_t>(j)] / sum * bufs[2][static_cast<size_t>((bh * Sk + j) * Dv + e)];
+          EXPECT_NEAR(bufs[4][static_cast<size_t>((bh * Sq + i) * Dv + e)], want, 1e-5) << b << " " << h << " " << i << " " << e;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "compiler/attention.h"
 #include "compiler/link.h"
 #include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
@@ -767,4 +768,119 @@ TEST_F(GpuModel, ElementwiseKernelsUseVectorAccesses) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(compare(want.at("out"), read_npy(path("out.npy"))), "");
   EXPECT_EQ(compare(want.at("odd_out"), read_npy(path("odd_out.npy"))), "");
+}
+
+// Multi-head attention as exporters write it (projections, Reshape and Transpose into heads,
+// MatMul(Q, K^T), a scaling, a mask, Softmax, MatMul(., V), Transpose and Reshape back) is one
+// attention kernel (graph fuse-attention, compiler/attention.h) that reads Q, K and V through
+// the layout operators; through the fake driver against the reference of the unfused graph,
+// each module assembling with ptxas where CUDA is installed. Self-attention with a mask and a
+// Div (13 tokens: a tail of query rows), cross-attention with a Mul (5 queries, 70 keys: fewer
+// keys than threads), and a bare 4-D product chain of many heads (32 rows a block).
+TEST_F(GpuModel, AttentionIsOneKernelThatReadsThroughTheHeadSplit) {
+  struct Case {
+    std::string name;
+    int64_t queries, keys, heads, depth;
+    bool mask, divide, projections;
+    int64_t batch = 1;
+  };
+  for (const Case& c : {Case{"self", 13, 13, 3, 8, true, true, true}, Case{"cross", 5, 70, 2, 16, false, false, true},
+                        Case{"bare", 128, 128, 32, 4, false, true, false, 2}}) {
+    SCOPED_TRACE(c.name);
+    const int64_t width = c.heads * c.depth;
+    ModelBuilder b;
+    auto perm = [&](const std::string& in, const std::string& out, std::vector<int64_t> p) {
+      tf::graph::testing::set_ints(b.node("Transpose", {in}, {out}), "perm", std::move(p));
+    };
+    std::map<std::string, HostTensor> inputs;
+    auto input = [&](const std::string& name, const Shape& s, uint32_t seed) {
+      b.input(name, s);
+      inputs[name] = random_floats(s, seed);
+    };
+    std::string q = "q", kt = "kt", v = "v";
+    if (c.projections) {
+      input("x", {1, c.queries, width}, 61);
+      const std::string kv = c.keys == c.queries ? "x" : "y";
+      if (kv == "y") input("y", {1, c.keys, width}, 62);
+      for (const char* w : {"wq", "wk", "wv"}) initializer(b, w, {width, width}, static_cast<uint32_t>(w[1]));
+      b.ints("q_heads", {1, c.queries, c.heads, c.depth});
+      b.ints("kv_heads", {1, c.keys, c.heads, c.depth});
+      b.ints("back", {1, c.queries, width});
+      b.node("MatMul", {"x", "wq"}, {"xq"});
+      b.node("MatMul", {kv, "wk"}, {"xk"});
+      b.node("MatMul", {kv, "wv"}, {"xv"});
+      b.node("Reshape", {"xq", "q_heads"}, {"q4"});
+      b.node("Reshape", {"xk", "kv_heads"}, {"k4"});
+      b.node("Reshape", {"xv", "kv_heads"}, {"v4"});
+      perm("q4", "q", {0, 2, 1, 3});
+      perm("k4", "kt", {0, 2, 3, 1});
+      perm("v4", "v", {0, 2, 1, 3});
+    } else {
+      input("q", {c.batch, c.heads, c.queries, c.depth}, 63);
+      input("kt", {c.batch, c.heads, c.depth, c.keys}, 64);
+      input("v", {c.batch, c.heads, c.keys, c.depth}, 65);
+    }
+    b.node("MatMul", {q, kt}, {"s"});
+    b.floats("c", {c.divide ? std::sqrt(float(c.depth)) : 0.25f});
+    b.node(c.divide ? "Div" : "Mul", {"s", "c"}, {"scaled"});
+    std::string scores = "scaled";
+    if (c.mask) {
+      input("mask", {1, 1, 1, c.keys}, 66);
+      for (int64_t k = 0; k < c.keys; k += 3) inputs["mask"].f[k] = -10000.0f;  // masked keys
+      b.node("Add", {"scaled", "mask"}, {"masked"});
+      scores = "masked";
+    }
+    tf::graph::testing::set_int(b.node("Softmax", {scores}, {"p"}), "axis", -1);
+    b.node("MatMul", {"p", v}, {"o"});
+    std::string out = "o";
+    if (c.projections) {
+      perm("o", "o2", {0, 2, 1, 3});
+      b.node("Reshape", {"o2", "back"}, {"y_out"});
+      out = "y_out";
+      b.output(out, {1, c.queries, width});
+    } else {
+      b.output(out, {c.batch, c.heads, c.queries, c.depth});
+    }
+    Graph g = compile_both(b, c.name);
+    int fused = 0;
+    for (const Node& n : g.nodes) fused += n.op == kFusedAttention;
+    EXPECT_EQ(fused, 1);
+    // The reference of the graph as written (no target: nothing fused).
+    Graph unfused = load_model(path(c.name + ".onnx"), 2, {}, 0, tf::Precision::Float32, false);
+    for (const Node& n : unfused.nodes) EXPECT_NE(n.op, kFusedAttention);
+    const json sc = sidecar(c.name + ".so");
+    int attention = 0;
+    for (const json& k : sc["kernels"]) {
+      if (k["template"] != "attention") continue;
+      ++attention;
+      // Q, K and V's Reshapes and Transposes are inside it.
+      int layout = 0;
+      for (const json& n : k["nodes"]) layout += n.get<std::string>().rfind("Transpose", 0) == 0;
+      EXPECT_EQ(layout, c.projections ? 3 : 0) << k.dump();
+      EXPECT_EQ(k["launch"]["block"][0], tf::kAttentionThreads) << k.dump();
+      EXPECT_GT(k["launch"]["static_shared_bytes"].get<int64_t>(), 0) << k.dump();
+    }
+    EXPECT_EQ(attention, 1) << sc.dump(1);
+    // Projections: Q, K and V (two or three kernels), attention, the transpose back.
+    if (c.projections) EXPECT_LE(sc["kernels"].size(), 5u) << sc.dump(1);
+    std::ifstream f(path(c.name + ".so"), std::ios::binary);
+    tf::GpuModelImage image;
+    ASSERT_EQ(tf::read_gpu_model_image(std::string((std::istreambuf_iterator<char>(f)), {}), image), "");
+    const char* ptxas = "/usr/local/cuda/bin/ptxas";
+    for (size_t m = 0; fs::exists(ptxas) && m < image.modules.size(); ++m) {
+      std::string file = path(c.name + std::to_string(m) + ".ptx");
+      std::ofstream(file) << image.modules[m];
+      tf::CommandResult r = tf::run_command({ptxas, "-arch=sm_80", file, "-o", path(c.name + ".cubin")});
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+    }
+    std::vector<std::string> args{"run", "--model", path(c.name + ".so"), "--warmup-ms", "0", "--output",
+                                  path(c.name + ".out.npy")};
+    for (const auto& [name, t] : inputs) {
+      write_npy(path(name + ".npy"), t);
+      args.insert(args.end(), {"--input", name + "=" + path(name + ".npy")});
+    }
+    tf::CommandResult r = tunefarm(c.name, args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(compare(run_reference(unfused, inputs).at(out), read_npy(path(c.name + ".out.npy"))), "");
+  }
 }

@@ -133,8 +133,8 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block),
     // and fold-qdq and int8-edges (no QDQ model; tests/graph/import_test.cc), and
     // auto-mixed-precision and sixteen-bit-edges (not at fp32, the default; below), and one-image-at-a-time (batch 1
-    // here; ImageLoop in tests/graph/import_test.cc).
-    bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" ||
+    // here; ImageLoop in tests/graph/import_test.cc), and fuse-attention (cuda targets; no attention here).
+    bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" || p.name == "fuse-attention" ||
                     p.name == "fold-qdq" || p.name == "int8-edges" ||
                     p.name == "auto-mixed-precision" || p.name == "sixteen-bit-edges" || p.name == "transform-conv-layout" ||
                     p.name == "pad-channels" ||
@@ -639,7 +639,7 @@ TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
   // A 16-bit value read by anything but a product of 16-bit weights, or written by anything but
   // a storage Cast, is refused by name.
   Graph bad = b.g;
-  on_tensor_cores(bad, Precision::Float16);
+  on_tensor_cores(bad, Precision::Float16, {"fuse-attention"});
   for (Node& n : bad.nodes) {
     if (n.op != kTensorCoreConv || bad.value(n.inputs[0]).dtype != DType::F16) continue;
     Node relu{"stray", "Relu", {n.inputs[0]}, {"stray_out"}, {}};
@@ -690,9 +690,11 @@ TEST(GraphPasses, SixteenBitEdgesOfProductsOfActivations) {
   for (const Precision pr : {Precision::Float16, Precision::BFloat16}) {
     SCOPED_TRACE(precision_name(pr));
     const std::string t = pr == Precision::Float16 ? "float16" : "bfloat16";
+    // s, Softmax and o are an attention, which fuse-attention would make one float32 kernel
+    // of: the products of activations as they are where it does not apply.
     Graph off = b.g, on = b.g;
-    on_tensor_cores(off, pr, {"sixteen-bit-edges"});
-    on_tensor_cores(on, pr);
+    on_tensor_cores(off, pr, {"sixteen-bit-edges", "fuse-attention"});
+    on_tensor_cores(on, pr, {"fuse-attention"});
     verify(on);
     std::set<std::string> stored;
     for (const Node& n : on.nodes)
@@ -715,7 +717,7 @@ TEST(GraphPasses, SixteenBitEdgesOfProductsOfActivations) {
   }
   // Inference refuses 16-bit data times float32 by name.
   Graph bad = b.g;
-  on_tensor_cores(bad, Precision::Float16);
+  on_tensor_cores(bad, Precision::Float16, {"fuse-attention"});
   Node* product = nullptr;
   for (Node& n : bad.nodes) {
     if (n.outputs[0] == ux) product = &n;
@@ -2420,4 +2422,99 @@ TEST(GraphPasses, GroupedConvolutionsAreOneTaskEach) {
     EXPECT_NO_THROW(tf::parse_workload(t.tasks[0].workload));
     expect_same_outputs(b.g, g, c.x);
   }
+}
+
+namespace {
+
+// Q [2, 3, Sq, 4] and K^T [2, 3, 4, Sk] (graph inputs), scores scaled by `scaling` (Mul or Div
+// by 2, or none), a mask [1, 1, 1, Sk] added (or not), Softmax along `axis`, times V
+// [2, 3, Sk, 5]. `returned`: the scores are an output too.
+Graph attention_graph(int64_t queries, int64_t keys, const std::string& scaling, bool mask, int64_t axis = -1,
+                      bool returned = false) {
+  GraphBuilder b;
+  std::string q = b.input("q", {2, 3, queries, 4}), kt = b.input("kt", {2, 3, 4, keys}),
+              v = b.input("v", {2, 3, keys, 5});
+  Shape scores = {2, 3, queries, keys};
+  std::string s = b.node("MatMul", {q, kt}, "s", scores);
+  if (!scaling.empty()) s = b.node(scaling, {s, b.constant("two", HostTensor::floats({}, {2.0f}))}, "scaled", scores);
+  if (mask) s = b.node("Add", {b.input("mask", {1, 1, 1, keys}), s}, "masked", scores);
+  std::string p = b.node("Softmax", {s}, "p", scores, {{"axis", axis}});
+  b.node("MatMul", {p, v}, "o", {2, 3, queries, 5});
+  b.g.outputs = {"o"};
+  if (returned) b.g.outputs.push_back(s);
+  verify(b.g);
+  return b.g;
+}
+
+int count_op(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const Node& node : g.nodes) n += node.op == op;
+  return n;
+}
+
+}  // namespace
+
+// fuse-attention: the chain becomes one FusedAttention node on cuda targets, whose reference
+// evaluation is the chain's (the same outputs bit for bit); with the scaling as a Mul or a Div
+// (the mask on either side of the Add) or neither. Not where the scores are read elsewhere, the
+// softmax is along another axis, a row of scores would not fit a block's shared memory, or the
+// target is a CPU.
+TEST(GraphPasses, FusesAttentionOnCudaTargets) {
+  PassOptions cuda;
+  cuda.tensor_cores = true;
+  for (const char* scaling : {"Mul", "Div", ""}) {
+    for (bool mask : {true, false}) {
+      SCOPED_TRACE(std::string(scaling) + (mask ? " mask" : ""));
+      Graph before = attention_graph(7, 9, scaling, mask);
+      Graph g = before;
+      run_passes(g, cuda);
+      ASSERT_EQ(count_op(g, kFusedAttention), 1);
+      EXPECT_EQ(count_op(g, "Softmax") + count_op(g, "MatMul"), 0);
+      const Node& a = g.nodes.back();
+      EXPECT_EQ(a.inputs.size(), mask ? 4u : 3u);
+      EXPECT_EQ(a.get_float("scale", 1.0f), std::string(scaling) == "Mul" ? 2.0f : 1.0f);
+      EXPECT_EQ(a.get_float("divisor", 1.0f), std::string(scaling) == "Div" ? 2.0f : 1.0f);
+      std::map<std::string, HostTensor> in = {{"q", random_floats({2, 3, 7, 4}, 1)},
+                                              {"kt", random_floats({2, 3, 4, 9}, 2)},
+                                              {"v", random_floats({2, 3, 9, 5}, 3)}};
+      if (mask) in["mask"] = random_floats({1, 1, 1, 9}, 4, -3, 0);
+      EXPECT_EQ(run_reference(g, in).at("o").f, run_reference(before, in).at("o").f);
+    }
+  }
+  auto fused = [&](Graph g, const PassOptions& o) {
+    run_passes(g, o);
+    return count_op(g, kFusedAttention);
+  };
+  EXPECT_EQ(fused(attention_graph(7, 9, "Div", true), PassOptions{2, {}, {}, nullptr, 16}), 0) << "a CPU target";
+  EXPECT_EQ(fused(attention_graph(7, 9, "Div", true, /*axis=*/2), cuda), 0) << "softmax along the queries";
+  EXPECT_EQ(fused(attention_graph(7, 9, "Div", true, -1, /*returned=*/true), cuda), 0) << "the scores returned";
+  EXPECT_EQ(fused(attention_graph(7, 9, "Div", true), PassOptions{2, {"fuse-attention"}, {}, nullptr, 0, tf::Precision::Float32, true}), 0)
+      << "disabled";
+  // A block's row of scores and probabilities, and the next row a thread's tile of the output
+  // may reach: 16 bytes a key, 48 KiB of static shared memory at 3071 keys.
+  EXPECT_EQ(fused(attention_graph(2, 3100, "Div", true), cuda), 0) << "too many keys";
+  EXPECT_EQ(fused(attention_graph(2, 3000, "Div", true), cuda), 1) << "keys that fit";
+}
+
+// FusedAttention's shape inference refuses what its kernel cannot take, naming the value.
+TEST(GraphPasses, FusedAttentionRefusesOperandsItCannotTake) {
+  auto infer = [](const std::vector<Shape>& shapes, DType t = DType::F32) {
+    Graph g;
+    Node n{"att", kFusedAttention, {}, {"o"}, {}};
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const std::string name = "in" + std::to_string(k);
+      g.values[name] = Value{name, k == 0 ? t : DType::F32, shapes[k], std::nullopt};
+      n.inputs.push_back(name);
+    }
+    return infer_node(n, g, 17).at(0).shape;
+  };
+  EXPECT_EQ(infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}}), (Shape{2, 5, 3}));
+  EXPECT_EQ(infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}, {1, 6}}), (Shape{2, 5, 3}));
+  using tf::testing::expect_user_error;
+  expect_user_error([&] { infer({{5, 4}, {4, 6}, {6, 3}}); }, "rank of at least 3");
+  expect_user_error([&] { infer({{2, 5, 4}, {3, 4, 6}, {2, 6, 3}}); }, "the same leading dimensions");
+  expect_user_error([&] { infer({{2, 5, 4}, {2, 8, 6}, {2, 6, 3}}); }, "does not have q's depth 4");
+  expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 7, 3}}); }, "does not have kt's 6 keys");
+  expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}, {5, 7}}); }, "mask [5, 7] does not broadcast");
+  expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}}, DType::F16); }, "is float16, not float32");
 }

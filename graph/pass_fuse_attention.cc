@@ -1,0 +1,240 @@
+// fuse-attention (cuda targets): scaled dot-product attention written as operators,
+//   MatMul(Q, K^T) [Mul or Div by a one-element constant] [Add(mask)] Softmax(last axis) MatMul(., V),
+// becomes one FusedAttention node, whose kernel (compiler/attention.h) keeps the scores and
+// probabilities of a block's query rows in shared memory instead of writing them out, and
+// whose fusion group takes in the layout and scaling operators that cut Q, K and V out of the
+// projection (graph/fusion.h): BERT's seven kernels a layer between the QKV projection and the
+// output projection become one. Where the scores of one query row do not fit a block's shared
+// memory (more keys than attention_fits allows), the chain stays as it is.
+//
+// FusedAttention: inputs q [..., Sq, D], kt [..., D, Sk], v [..., Sk, Dv] (the same leading
+// dimensions, at least one), mask (optional; broadcasts to [..., Sq, Sk]); attributes scale and
+// divisor (floats, default 1: the scores are (q kt) * scale / divisor + mask); output
+// [..., Sq, Dv]. Its reference evaluation is the unfused operators' (MatMul, Mul, Div, Add,
+// Softmax), run one after another.
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "base/error.h"
+#include "compiler/attention.h"
+#include "graph/node_te.h"
+#include "graph/ops.h"
+#include "graph/pass.h"
+
+namespace tf::graph {
+namespace {
+
+std::vector<TypeShape> attention_infer(const OpContext& c) {
+  auto fail = [&](const std::string& why) { throw UserError(str(c.node.where(), ": ", why)); };
+  for (size_t k = 0; k < c.count(); ++k) {
+    if (c.present(k) && c.in(k).dtype != DType::F32)
+      fail(str("input ", k, " ('", c.in(k).name, "') is ", dtype_name(c.in(k).dtype), ", not float32"));
+  }
+  const Shape &q = c.in(0).shape, &kt = c.in(1).shape, &v = c.in(2).shape;
+  const size_t r = q.size();
+  if (r < 3 || kt.size() != r || v.size() != r)
+    fail(str("q, kt and v must have one rank of at least 3 (leading dimensions, then a matrix): ", shape_str(q), ", ",
+             shape_str(kt), ", ", shape_str(v)));
+  if (!std::equal(q.begin(), q.end() - 2, kt.begin()) || !std::equal(q.begin(), q.end() - 2, v.begin()))
+    fail(str("q, kt and v must have the same leading dimensions: ", shape_str(q), ", ", shape_str(kt), ", ",
+             shape_str(v)));
+  if (kt[r - 2] != q[r - 1]) fail(str("kt ", shape_str(kt), " does not have q's depth ", q[r - 1]));
+  if (v[r - 2] != kt[r - 1]) fail(str("v ", shape_str(v), " does not have kt's ", kt[r - 1], " keys"));
+  Shape scores(q.begin(), q.end() - 1);
+  scores.push_back(kt[r - 1]);
+  if (c.present(3)) {
+    const Shape& m = c.in(3).shape;
+    bool fits = m.size() <= r;
+    for (size_t d = 0; fits && d < m.size(); ++d) {
+      const int64_t want = scores[r - m.size() + d];
+      fits = m[d] == 1 || m[d] == want;
+    }
+    if (!fits) fail(str("mask ", shape_str(m), " does not broadcast to the scores ", shape_str(scores)));
+  }
+  Shape out(q.begin(), q.end() - 1);
+  out.push_back(v[r - 1]);
+  return {TypeShape{DType::F32, out}};
+}
+
+// One unfused operator's reference evaluation on host tensors.
+HostTensor run_op(const OpContext& c, const std::string& op, const std::vector<const HostTensor*>& in,
+                  std::map<std::string, Attr> attrs = {}) {
+  std::vector<Value> values;
+  std::vector<std::string> names;
+  for (size_t k = 0; k < in.size(); ++k) {
+    names.push_back(str("in", k));
+    values.push_back(Value{names.back(), in[k]->dtype, in[k]->shape, std::nullopt});
+  }
+  Node n{c.node.name, op, names, {"out"}, std::move(attrs)};
+  OpContext sub{n, c.opset, {}, false};
+  for (const Value& v : values) sub.inputs.push_back(&v);
+  return find_op(op)->eval(sub, in).at(0);
+}
+
+std::vector<HostTensor> attention_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  HostTensor s = run_op(c, "MatMul", {in[0], in[1]});
+  for (const auto& [attr, op] : {std::pair{"scale", "Mul"}, std::pair{"divisor", "Div"}}) {
+    const float f = c.node.get_float(attr, 1.0f);
+    if (f == 1.0f) continue;
+    HostTensor k = HostTensor::floats({}, {f});
+    s = run_op(c, op, {&s, &k});
+  }
+  if (c.present(3)) s = run_op(c, "Add", {&s, in[3]});
+  HostTensor p = run_op(c, "Softmax", {&s}, {{"axis", int64_t{-1}}});
+  return {run_op(c, "MatMul", {&p, in[2]})};
+}
+
+std::vector<ir::Tensor> attention_node_te(const Graph&, const Node& n, const OpContext&, const std::vector<TeOperand>& in,
+                                          const Shape&, const std::string& name) {
+  return {fused_attention_te(n, in, name).out};
+}
+
+}  // namespace
+
+Attention fused_attention_te(const Node& n, const std::vector<TeOperand>& in, const std::string& name) {
+  for (size_t k = 0; k < 3; ++k) {
+    if (!in[k].tensor)
+      throw UserError(str(n.where(), ": compiling attention of a one-element constant input ", k, " is not implemented"));
+  }
+  const Shape& q = in[0].shape;
+  const size_t r = q.size();
+  AttentionSpec s;
+  s.batch.assign(q.begin(), q.end() - 2);
+  s.queries = q[r - 2];
+  s.depth = q[r - 1];
+  s.keys = in[1].shape[r - 1];
+  s.value_depth = in[2].shape[r - 1];
+  auto reader = [](const TeOperand& x) -> AttentionRead {
+    return [x](const std::vector<ir::Expr>& i) { return read_broadcast(x, i); };
+  };
+  s.q = reader(in[0]);
+  s.kt = reader(in[1]);
+  s.v = reader(in[2]);
+  if (in.size() > 3 && in[3].present()) s.mask = reader(in[3]);
+  s.scale = n.get_float("scale", 1.0f);
+  s.divisor = n.get_float("divisor", 1.0f);
+  return attention(s, name);
+}
+
+namespace {
+// Whether one query row's scores fit a block (the kernel's shared memory is static: the same
+// limit on every GPU).
+bool attention_fits(int64_t keys) { return attention_rows_per_block({1}, 1, keys, parse_target("cuda -arch=sm_80")) > 0; }
+}  // namespace
+
+void register_attention_ops(std::vector<OpDef>& ops) {
+  ops.push_back({kFusedAttention, 3, 4, attention_infer, attention_eval, attention_node_te, nullptr,
+                 every_input_is_data, /*linear_cost=*/false});
+  describe(ops.back(), OpKind::Opaque, {"divisor", "scale"});
+  ops.back().fuses_operands = true;
+}
+
+bool fuse_attention(Graph& g) {
+  std::map<std::string, int> uses = use_counts(g);
+  std::map<std::string, size_t> producer;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    for (const std::string& o : g.nodes[k].outputs) producer[o] = k;
+  }
+  // The node computing `v`, where `v` has that one reader and is not returned.
+  auto single = [&](const std::string& v) -> Node* {
+    if (uses[v] != 1 || g.is_output(v)) return nullptr;
+    auto it = producer.find(v);
+    return it == producer.end() ? nullptr : &g.nodes[it->second];
+  };
+  auto scalar = [&](const std::string& v) -> std::optional<float> {
+    const Value& x = g.value(v);
+    if (!x.constant || x.dtype != DType::F32 || x.constant->size() != 1) return std::nullopt;
+    return x.constant->f[0];
+  };
+  std::map<size_t, Node> replace;  // the second MatMul's index -> the fused node
+  std::set<size_t> drop;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& mm2 = g.nodes[k];
+    if (mm2.op != "MatMul") continue;
+    Node* sm = single(mm2.inputs[0]);
+    if (!sm || sm->op != "Softmax") continue;
+    const Shape& scores_shape = g.value(sm->outputs[0]).shape;
+    const auto rank = static_cast<int64_t>(scores_shape.size());
+    int64_t axis = sm->get_int("axis", g.opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += rank;
+    if (rank < 3 || axis != rank - 1) continue;
+    std::vector<size_t> chain = {k, static_cast<size_t>(sm - g.nodes.data())};
+    // The scores' product, through at most one scaling by a one-element constant.
+    struct Scores {
+      Node* product = nullptr;
+      float scale = 1.0f, divisor = 1.0f;
+      std::vector<size_t> nodes;
+    };
+    auto trace = [&](const std::string& v) -> std::optional<Scores> {
+      Node* p = single(v);
+      if (!p || g.value(v).shape != scores_shape) return std::nullopt;
+      Scores s;
+      if (p->op == "Mul" || p->op == "Div") {
+        Node* mm = nullptr;
+        for (int side = 0; side < 2 && !mm; ++side) {
+          if (p->op == "Div" && side == 1) break;  // c / scores is no scaling
+          std::optional<float> c = scalar(p->inputs[1 - side]);
+          Node* q = c ? single(p->inputs[side]) : nullptr;
+          if (q && q->op == "MatMul") {
+            mm = q;
+            (p->op == "Mul" ? s.scale : s.divisor) = *c;
+          }
+        }
+        if (!mm) return std::nullopt;
+        s.nodes.push_back(static_cast<size_t>(p - g.nodes.data()));
+        p = mm;
+      }
+      if (p->op != "MatMul") return std::nullopt;
+      s.product = p;
+      s.nodes.push_back(static_cast<size_t>(p - g.nodes.data()));
+      return s;
+    };
+    std::optional<Scores> found = trace(sm->inputs[0]);
+    std::string mask;
+    if (Node* add = single(sm->inputs[0]); !found && add && add->op == "Add") {
+      for (int side = 0; side < 2 && !found; ++side) {
+        if ((found = trace(add->inputs[side]))) {
+          mask = add->inputs[1 - side];
+          chain.push_back(static_cast<size_t>(add - g.nodes.data()));
+        }
+      }
+    }
+    if (!found) continue;
+    Node* at = found->product;
+    const float scale = found->scale, divisor = found->divisor;
+    chain.insert(chain.end(), found->nodes.begin(), found->nodes.end());
+    Node fused{mm2.name + ".attention", kFusedAttention, {at->inputs[0], at->inputs[1], mm2.inputs[1]},
+               mm2.outputs, {}};
+    if (!mask.empty()) fused.inputs.push_back(mask);
+    if (scale != 1.0f) fused.attrs["scale"] = scale;
+    if (divisor != 1.0f) fused.attrs["divisor"] = divisor;
+    // Operand shapes the kernel takes (no broadcast batch), keys a block holds.
+    try {
+      OpContext c{fused, g.opset, {}, false};
+      for (const std::string& in : fused.inputs) c.inputs.push_back(&g.value(in));
+      attention_infer(c);
+    } catch (const UserError&) {
+      continue;
+    }
+    if (!attention_fits(g.value(at->inputs[1]).shape.back())) continue;
+    for (size_t j : chain) {
+      if (j != k) drop.insert(j);
+    }
+    replace.emplace(k, std::move(fused));
+  }
+  if (replace.empty()) return false;
+  std::vector<Node> out;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    if (auto it = replace.find(k); it != replace.end())
+      out.push_back(std::move(it->second));
+    else if (!drop.count(k))
+      out.push_back(std::move(g.nodes[k]));
+  }
+  g.nodes = std::move(out);
+  drop_unused_values(g);
+  return true;
+}
+
+}  // namespace tf::graph
