@@ -73,9 +73,11 @@ step bench_half 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-ope
 # --realistic: MobileNet-v2's fresh initialization gives outputs of ~1e-9, which float16 flushes.
 # --without-pass sixteen-bit-edges: the same builds with float32 values between the kernels too,
 # interleaved (what the 16-bit values gain; the same accuracy, as they change no result).
+# --without-pass fuse-attention: BERT's attention as the unfused chain on tensor cores (14 kernels
+# a layer) against the one float32 attention kernel (9 a layer; session 75, never timed).
 step model_fp16 150 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --realistic \
   --models "${FP16_MODELS:-bert_base,resnet50,mobilenet_v2}" --rounds 3 --without-pass sixteen-bit-edges \
-  --json "$WORK/model_fp16.json"
+  --without-pass fuse-attention --json "$WORK/model_fp16.json"
 step profile_fp16 60 python3 bench/gpu_profile.py "$bin" --precision fp16 --models bert_base --calls 5 --top 12
 # Issue 55/57: does the tensor-core space hold configs better than the default? (kernel time)
 # Issue 55: Hopper's wgmma (off by default until this measures it): one 128 x 128 config on every

@@ -72,6 +72,8 @@ Attention attention(const AttentionSpec& s, const std::string& name) {
   return a;
 }
 
+int64_t max_attention_keys() { return kGpuStaticSharedBytes / 16 - 1; }
+
 int64_t attention_rows_per_block(const std::vector<int64_t>& batch, int64_t queries, int64_t keys,
                                  const Target& target) {
   if (keys <= 0 || queries <= 0) return 0;
@@ -95,7 +97,10 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
   const int64_t queries = a.out->shape[nb], keys = a.scores->shape[nb + 1];
   const std::vector<int64_t> batch(a.out->shape.begin(), a.out->shape.begin() + static_cast<int64_t>(nb));
   const int64_t rows = attention_rows_per_block(batch, queries, keys, target);
-  TF_CHECK(rows > 0, "attention of ", keys, " keys does not fit a block's shared memory");
+  if (rows == 0) {
+    throw UserError(str(function, ": attention over ", keys, " keys: one row of its scores does not fit a block's ",
+                        kGpuStaticSharedBytes / 1024, " KiB of shared memory (at most ", max_attention_keys(), ")"));
+  }
   const int64_t threads = kAttentionThreads;
 
   ir::Schedule sch(a.out);
@@ -113,7 +118,12 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     Expr block = l[0];
     for (size_t k = 1; k < nb; ++k) block = o.fuse(block, l[k]);
     block = o.fuse(block, io);
-    auto [step, thread] = o.split(o.fuse(ii, l[nb + 1]), threads);
+    // As many threads as divide the tile's (row, column) pairs: a thread count that does not
+    // would reach past the tile's last row, and the probabilities' region with it.
+    const int64_t pairs = rows * a.out->shape[nb + 1];
+    int64_t out_threads = std::min(threads, pairs);
+    while (pairs % out_threads != 0) --out_threads;
+    auto [step, thread] = o.split(o.fuse(ii, l[nb + 1]), out_threads);
     o.reorder({block, thread, step, l[nb + 2]});
     o.bind(block, "blockIdx.x");
     o.bind(thread, "threadIdx.x");

@@ -52,11 +52,14 @@ struct Attention {
 Attention attention(const AttentionSpec& spec, const std::string& name);
 
 // Query rows one block computes on `target`: a power of two whose stages fit the block's
-// shared memory (scores and probabilities of rows + 1 rows: a thread tile may reach one row
-// past), at most 32, fewer while that leaves the GPU's multiprocessors less than two blocks
+// shared memory (scores and probabilities of rows + 1 rows, a margin), at most 32, fewer while
+// that leaves the GPU's multiprocessors less than two blocks
 // each. 0 when not even one row of `keys` fits: no fused kernel.
 int64_t attention_rows_per_block(const std::vector<int64_t>& batch, int64_t queries, int64_t keys,
                                  const Target& target);
+
+// The most keys a block's rows of scores can hold (3,071: one row and the next, 16 bytes a key).
+int64_t max_attention_keys();
 
 // The threads of an attention block.
 constexpr int64_t kAttentionThreads = 128;

@@ -5,7 +5,7 @@
 // whose fusion group takes in the layout and scaling operators that cut Q, K and V out of the
 // projection (graph/fusion.h): BERT's seven kernels a layer between the QKV projection and the
 // output projection become one. Where the scores of one query row do not fit a block's shared
-// memory (more keys than attention_fits allows), the chain stays as it is.
+// memory (more keys than max_attention_keys), the chain stays as it is.
 //
 // FusedAttention: inputs q [..., Sq, D], kt [..., D, Sk], v [..., Sk, Dv] (the same leading
 // dimensions, at least one), mask (optional; broadcasts to [..., Sq, Sk]); attributes scale and
@@ -118,11 +118,6 @@ Attention fused_attention_te(const Node& n, const std::vector<TeOperand>& in, co
   return attention(s, name);
 }
 
-namespace {
-// Whether one query row's scores fit a block (the kernel's shared memory is static: the same
-// limit on every GPU).
-bool attention_fits(int64_t keys) { return attention_rows_per_block({1}, 1, keys, parse_target("cuda -arch=sm_80")) > 0; }
-}  // namespace
 
 void register_attention_ops(std::vector<OpDef>& ops) {
   ops.push_back({kFusedAttention, 3, 4, attention_infer, attention_eval, attention_node_te, nullptr,
@@ -218,7 +213,7 @@ bool fuse_attention(Graph& g) {
     } catch (const UserError&) {
       continue;
     }
-    if (!attention_fits(g.value(at->inputs[1]).shape.back())) continue;
+    if (g.value(at->inputs[1]).shape.back() > max_attention_keys()) continue;  // a row of scores past a block
     for (size_t j : chain) {
       if (j != k) drop.insert(j);
     }

@@ -1147,6 +1147,18 @@ TEST(GpuAttention, OneKernelMatchesAttentionInDoubles) {
       }
     }
   }
+  // Keys whose one row of scores a block cannot hold are refused by name (the graph pass keeps
+  // such chains unfused; a model naming FusedAttention itself meets this).
+  EXPECT_EQ(max_attention_keys(), 3071);
+  AttentionSpec wide = spec;
+  wide.keys = 3072;
+  ir::Tensor kw = ir::placeholder("kt", {B, H, D, 3072}), vw = ir::placeholder("v", {B, H, 3072, Dv});
+  wide.kt = reader(kw);
+  wide.v = reader(vw);
+  wide.mask = nullptr;
+  EXPECT_EQ(attention_rows_per_block(wide.batch, Sq, 3072, t), 0);
+  testing::expect_user_error([&] { lower_attention_gpu(attention(wide, "att"), {q, kw, vw}, t, "wide"); },
+                             "wide: attention over 3072 keys: one row of its scores does not fit a block's 48 KiB");
 }
 
 }  // namespace

@@ -224,7 +224,8 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   // the com.microsoft QLinear operators (no ONNX node tests; import_test.cc),
   // QMatMul, QConvNCHWc, QDepthwiseNCHWc and QuantizeU8 (fold-qdq and int8-edges make them; tests/graph/import_test.cc), and MatMulBF16, ConvNCHWcBF16,
   // MatMulFP16, ConvNCHWcFP16, MatMulTensorCore and ConvTensorCore (auto-mixed-precision at --precision bf16 and
-  // fp16; passes_test.cc, tests/graph/precision_test.py).
+  // fp16; passes_test.cc, tests/graph/precision_test.py), and FusedAttention (fuse-attention on cuda
+  // targets; passes_test.cc, gpu_model_test.cc, tests/compiler/gpu_test.cc).
   for (const std::string& op : supported_ops()) {
     if (op == "Cast" || op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Softplus" ||
         op == "ReduceLogSumExp" || op == "ConstantOfShape" || op == "Gelu" || op == "ConvNCHWc" ||
@@ -232,7 +233,7 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
         op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum" ||
         op == "Not" || op == "And" || op == "Xor" || op == "CumSum" || op == "QMatMul" || op == "QConvNCHWc" || op == "QDepthwiseNCHWc" || op == "QuantizeU8" ||
         op == "MatMulBF16" || op == "ConvNCHWcBF16" || op == "MatMulFP16" || op == "ConvNCHWcFP16" ||
-        op == "MatMulTensorCore" || op == "ConvTensorCore" ||
+        op == "MatMulTensorCore" || op == "ConvTensorCore" || op == kFusedAttention ||
         op == "QLinearMatMul" || op == "QLinearConv" ||
         op == "MatMulInteger" || op == "ConvInteger" || op.rfind("QLinear", 0) == 0) {
       continue;

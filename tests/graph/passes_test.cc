@@ -2490,8 +2490,8 @@ TEST(GraphPasses, FusesAttentionOnCudaTargets) {
   EXPECT_EQ(fused(attention_graph(7, 9, "Div", true, -1, /*returned=*/true), cuda), 0) << "the scores returned";
   EXPECT_EQ(fused(attention_graph(7, 9, "Div", true), PassOptions{2, {"fuse-attention"}, {}, nullptr, 0, tf::Precision::Float32, true}), 0)
       << "disabled";
-  // A block's row of scores and probabilities, and the next row a thread's tile of the output
-  // may reach: 16 bytes a key, 48 KiB of static shared memory at 3071 keys.
+  // A block's row of scores and probabilities and a row's margin (compiler/attention.h): 16 bytes
+  // a key, 48 KiB of static shared memory at 3071 keys.
   EXPECT_EQ(fused(attention_graph(2, 3100, "Div", true), cuda), 0) << "too many keys";
   EXPECT_EQ(fused(attention_graph(2, 3000, "Div", true), cuda), 1) << "keys that fit";
 }
