@@ -92,7 +92,7 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
         target = k;
         continue;
       }
-      if (groups[target].nodes.size() + groups[k].nodes.size() > kMaxGroupNodes) continue;
+      if (groups[target].nodes.size() + groups[k].nodes.size() >= kMaxGroupNodes) continue;
       // Merging must not close a cycle through a group outside both.
       bool cycle = false;
       for (size_t r : deps[k]) cycle = cycle || (r != target && depends(r, target));
@@ -136,10 +136,10 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
       if (it != group_of_value.end()) reads.insert(it->second);
     }
     size_t target = groups.size();
-    if (find_op(n.op)->fuses_operands) {
-      target = take_operands(n, reads);
-    } else {
+    const bool takes_operands = find_op(n.op)->fuses_operands;
+    if (takes_operands) target = take_operands(n, reads);
     for (const std::string& in : n.inputs) {
+      if (takes_operands) break;
       auto it = group_of_value.find(in);
       if (it == group_of_value.end() || uses[in] != 1 || outputs.count(in)) continue;
       const size_t producer = it->second;
@@ -156,7 +156,6 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
         if (kind == OpKind::Reduction) groups[target].kind = OpKind::Reduction;
         break;
       }
-    }
     }
     if (target == groups.size()) {
       groups.push_back(FusedGroup{kind, {}, {}, {}});

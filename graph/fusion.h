@@ -20,7 +20,11 @@
 //   reduction   (Reduce*, Softmax, LogSoftmax, LayerNormalization, global pooling): starts a
 //               group, which first takes in the elementwise/injective group computing its
 //               input when nothing else reads it; elementwise ops after it join it
-//   opaque      (MaxPool, AveragePool, anything else): a group of its own
+//   opaque      (MaxPool, AveragePool, anything else): a group of its own; an operator whose
+//               entry says fuses_operands (FusedAttention) first takes in every elementwise or
+//               injective group that computes one of its inputs for it alone (its values read
+//               by that group or the node only, none returned), merged into one
+//               group when no outside group sits between them
 // and no group has more than kMaxGroupNodes nodes.
 #pragma once
 

@@ -2518,3 +2518,30 @@ TEST(GraphPasses, FusedAttentionRefusesOperandsItCannotTake) {
   expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}, {5, 7}}); }, "mask [5, 7] does not broadcast");
   expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}}, DType::F16); }, "is float16, not float32");
 }
+
+// FusedAttention's group takes in the groups computing its operands for it alone (Q's and
+// K^T's Transposes), not one whose value is read elsewhere too (V's Relu, also returned
+// negated), and nothing joins it after (its kind is opaque).
+TEST(GraphFusion, AttentionTakesInTheLayoutOfItsOwnOperands) {
+  GraphBuilder b;
+  std::string x = b.input("x", {2, 4, 3}), y = b.input("y", {2, 5, 4});
+  std::map<std::string, Attr> swap = {{"perm", std::vector<int64_t>{0, 2, 1}}};
+  std::string q = b.node("Transpose", {b.node("Sigmoid", {x}, "xs", {2, 4, 3})}, "q", {2, 3, 4}, swap);
+  std::string kt = b.node("Transpose", {y}, "kt", {2, 4, 5}, swap);
+  std::string v = b.node("Relu", {y}, "v", {2, 5, 4});
+  std::string o = b.node(kFusedAttention, {q, kt, v}, "o", {2, 3, 4});
+  std::string after = b.node("Tanh", {o}, "after", {2, 3, 4});
+  std::string neg = b.node("Neg", {v}, "neg", {2, 5, 4});
+  b.g.outputs = {after, neg};
+  verify(b.g);
+  std::vector<FusedGroup> plan = plan_fusion(b.g);
+  expect_runnable(b.g, plan);
+  const FusedGroup* a = group_with(plan, "FusedAttention_o");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->kind, OpKind::Opaque);
+  EXPECT_EQ(a->nodes, (std::vector<std::string>{"Sigmoid_xs", "Transpose_q", "Transpose_kt", "FusedAttention_o"}));
+  EXPECT_EQ(a->outputs, std::vector<std::string>{o});
+  EXPECT_NE(group_with(plan, "Relu_v"), a);
+  EXPECT_NE(group_with(plan, "Tanh_after"), a);
+  for (const FusedGroup& f : plan) EXPECT_FALSE(f.nodes.empty());
+}
