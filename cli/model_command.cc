@@ -321,9 +321,15 @@ int run_import(const ImportArgs& a) {
               groups.size(), kinds.c_str(),
               fused_nodes - std::count_if(groups.begin(), groups.end(),
                                           [](const FusedGroup& f) { return f.nodes.size() > 1; }));
-  if (!in_place.empty())
-    std::printf("in place  %zu Concat%s (their inputs written into their outputs: no kernel)\n",
-                in_place.size(), in_place.size() == 1 ? "" : "s");
+  if (!in_place.empty()) {
+    // A view has one part, a Concat two or more.
+    const auto views = std::count_if(in_place.begin(), in_place.end(), [](const InPlaceConcat& c) { return c.parts.size() == 1; });
+    const auto concats = static_cast<std::ptrdiff_t>(in_place.size()) - views;
+    std::string what;
+    if (concats) what = str(concats, " Concat", concats == 1 ? "" : "s");
+    if (views) what += str(what.empty() ? "" : ", ", views, views == 1 ? " view" : " views", " (Reshape, Flatten, Squeeze, Unsqueeze)");
+    std::printf("in place  %s (their inputs written into their outputs: no kernel)\n", what.c_str());
+  }
   std::printf("memory    %.2f MB arena for %zu intermediates (%.2f MB without reuse)\n",
               static_cast<double>(memory.arena_bytes) / 1e6, memory.buffers.size(),
               static_cast<double>(memory.naive_bytes) / 1e6);

@@ -65,10 +65,25 @@ Attention attention(const AttentionSpec& s, const std::string& name) {
     return ir::exp(x(i) - ir::read(a.max, row)) / ir::read(a.sum, row);
   });
   ir::IterVar jo = ir::reduce_axis(s.keys, "j");
-  a.out = ir::compute(name, out_shape, names(nb, {"i", "e"}), [&](const Index& i) {
+  const std::vector<std::string> out_names = names(nb, {"i", "e"});
+  std::vector<int64_t> perm = s.out_perm;
+  if (perm.empty()) {
+    for (size_t d = 0; d < out_shape.size(); ++d) perm.push_back(static_cast<int64_t>(d));
+  }
+  TF_CHECK(perm.size() == out_shape.size(), "attention: out_perm of ", perm.size(), " dimensions for ", out_shape.size());
+  std::vector<int64_t> shape;
+  std::vector<std::string> axis_names;
+  for (int64_t d : perm) {
+    shape.push_back(out_shape[static_cast<size_t>(d)]);
+    axis_names.push_back(out_names[static_cast<size_t>(d)]);
+  }
+  a.out = ir::compute(name, shape, axis_names, [&](const Index& at) {
+    Index i(at.size());  // [batch..., i, e] from the output's order
+    for (size_t k = 0; k < at.size(); ++k) i[static_cast<size_t>(perm[k])] = at[k];
     const Index b = batch_of(i, nb);
     return ir::sum(ir::read(a.probs, with(b, {i[nb], jo.var})) * s.v(with(b, {jo.var, i[nb + 1]})), {jo});
   }, {jo});
+  a.out_perm = perm;
   return a;
 }
 
@@ -93,9 +108,9 @@ int64_t attention_rows_per_block(const std::vector<int64_t>& batch, int64_t quer
 ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Tensor>& args, const Target& target,
                                     const std::string& function) {
   TF_CHECK(target.is_gpu(), "lower_attention_gpu: ", target.str(), " is not a GPU target");
-  const size_t nb = a.out->shape.size() - 2;
-  const int64_t queries = a.out->shape[nb], keys = a.scores->shape[nb + 1];
-  const std::vector<int64_t> batch(a.out->shape.begin(), a.out->shape.begin() + static_cast<int64_t>(nb));
+  const size_t nb = a.scores->shape.size() - 2;
+  const int64_t queries = a.scores->shape[nb], keys = a.scores->shape[nb + 1];
+  const std::vector<int64_t> batch(a.scores->shape.begin(), a.scores->shape.begin() + static_cast<int64_t>(nb));
   const int64_t rows = attention_rows_per_block(batch, queries, keys, target);
   if (rows == 0) {
     throw UserError(str(function, ": attention over ", keys, " keys: one row of its scores does not fit a block's ",
@@ -113,14 +128,19 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
   // pairs, each summing over the keys.
   ir::Stage& o = sch[a.out];
   {
-    const std::vector<Expr> l = o.leaves();  // batch..., i, e, j
+    // The output's loops in [batch..., i, e] order (out_perm may have permuted them), then j.
+    std::vector<Expr> l(a.out_perm.size() + 1);
+    for (size_t k = 0; k < a.out_perm.size(); ++k) l[static_cast<size_t>(a.out_perm[k])] = o.leaves()[k];
+    l.back() = o.leaves().back();
+    o.reorder(l);
     auto [io, ii] = o.split(l[nb], rows);
     Expr block = l[0];
     for (size_t k = 1; k < nb; ++k) block = o.fuse(block, l[k]);
     block = o.fuse(block, io);
     // As many threads as divide the tile's (row, column) pairs: a thread count that does not
     // would reach past the tile's last row, and the probabilities' region with it.
-    const int64_t pairs = rows * a.out->shape[nb + 1];
+    const auto e_at = std::find(a.out_perm.begin(), a.out_perm.end(), static_cast<int64_t>(nb + 1)) - a.out_perm.begin();
+    const int64_t pairs = rows * a.out->shape[static_cast<size_t>(e_at)];  // rows x value_depth
     int64_t out_threads = std::min(threads, pairs);
     while (pairs % out_threads != 0) --out_threads;
     auto [step, thread] = o.split(o.fuse(ii, l[nb + 1]), out_threads);

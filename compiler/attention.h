@@ -42,10 +42,14 @@ struct AttentionSpec {
   AttentionRead v;     // [batch..., keys, value_depth]
   AttentionRead mask;  // [batch..., queries, keys], added to the scaled scores; null: none
   double scale = 1.0, divisor = 1.0;  // scores * scale / divisor (an exporter's Mul or Div)
+  // The output's dimensions as a Transpose's perm of [batch..., queries, value_depth] (the
+  // Transpose that merges the heads back, written by this kernel); empty: that order.
+  std::vector<int64_t> out_perm;
 };
 
 struct Attention {
   ir::Tensor scores, max, sum, probs, out;
+  std::vector<int64_t> out_perm;  // out's dimensions as a perm of [batch..., queries, value_depth]
 };
 
 // The stages above; `name` names the output, the others name_scores, name_max, ...

@@ -6,6 +6,10 @@
 
 namespace tf::graph {
 
+bool is_view(const std::string& op) {
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+}
+
 std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<FusedGroup>& groups) {
   std::set<std::string> written, outputs(g.outputs.begin(), g.outputs.end()),
       inputs(g.inputs.begin(), g.inputs.end());
@@ -14,9 +18,24 @@ std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<Fu
   for (const Node& n : g.nodes) nodes[n.name] = &n;
   std::set<std::string> taken;  // parts and outputs of the in-place Concats so far
   std::vector<InPlaceConcat> found;
+  // Whether value `in` may be a part: float32, written by a kernel, no model input, output or
+  // constant, no other in-place node's part or output.
+  auto part_ok = [&](const std::string& in) {
+    return !in.empty() && written.count(in) && !inputs.count(in) && !outputs.count(in) && !g.is_constant(in) &&
+           !taken.count(in) && g.value(in).dtype == DType::F32;
+  };
   for (const FusedGroup& grp : groups) {
     if (grp.nodes.size() != 1) continue;
     const Node& n = *nodes.at(grp.nodes[0]);
+    // A view (Reshape, Flatten, Squeeze, Unsqueeze: the same elements in the same order, another
+    // shape) of one part at offset 0: its input's kernel writes what it returns.
+    if (is_view(n.op) && n.outputs.size() == 1 && !n.outputs[0].empty()) {
+      const Value& y = g.value(n.outputs[0]);
+      if (y.dtype != DType::F32 || outputs.count(y.name) || taken.count(y.name) || !part_ok(n.inputs[0])) continue;
+      taken.insert({n.inputs[0], y.name});
+      found.push_back(InPlaceConcat{n.name, y.name, {{n.inputs[0], 0}}});
+      continue;
+    }
     if (n.op != "Concat" || n.outputs.size() != 1 || n.inputs.size() < 2) continue;
     const Value& y = g.value(n.outputs[0]);
     if (y.dtype != DType::F32 || outputs.count(y.name) || taken.count(y.name)) continue;
@@ -30,9 +49,7 @@ std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<Fu
     int64_t offset = 0;
     for (const std::string& in : n.inputs) {
       if (!ok) break;
-      ok = !in.empty() && written.count(in) && !inputs.count(in) && !outputs.count(in) &&
-           !g.is_constant(in) && !taken.count(in) && mine.insert(in).second &&
-           g.value(in).dtype == DType::F32 && offset % kArenaAlignment == 0;
+      ok = part_ok(in) && mine.insert(in).second && offset % kArenaAlignment == 0;
       c.parts.emplace_back(in, offset);
       offset += ok ? num_elements(g.value(in).shape) * 4 : 0;
     }

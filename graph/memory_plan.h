@@ -42,9 +42,14 @@ struct InPlaceConcat {
   std::vector<std::pair<std::string, int64_t>> parts;  // value, byte offset in the output
 };
 
+// A view too: a Reshape, Flatten, Squeeze or Unsqueeze alone in its group is one part at offset
+// 0 of its output (the same elements in the same order), so no kernel copies it.
+bool is_view(const std::string& op);
+
 // The Concat nodes of `groups` (plan_fusion's, in order) computed in place: alone in their
 // group, float32, not a model output, each input a float32 intermediate some kernel writes (not a
-// model input, output or constant; no other in-place Concat's input or output), each once.
+// model input, output or constant; no other in-place Concat's input or output), each once; and
+// the views of such an intermediate (is_view) alone in their group.
 std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<FusedGroup>& groups);
 
 // `groups` without the in-place Concats' (the kernels a model runs), and those Concats as JSON

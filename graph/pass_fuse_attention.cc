@@ -9,8 +9,9 @@
 //
 // FusedAttention: inputs q [..., Sq, D], kt [..., D, Sk], v [..., Sk, Dv] (the same leading
 // dimensions, at least one), mask (optional; broadcasts to [..., Sq, Sk]); attributes scale and
-// divisor (floats, default 1: the scores are (q kt) * scale / divisor + mask); output
-// [..., Sq, Dv]. Its reference evaluation is the unfused operators' (MatMul, Mul, Div, Add,
+// divisor (floats, default 1: the scores are (q kt) * scale / divisor + mask) and perm (ints,
+// optional: a Transpose after it, which merged the heads back, taken in); output [..., Sq, Dv]
+// in perm's order. The Reshape usually after that Transpose is then a view (no kernel: graph/memory_plan.h). Its reference evaluation is the unfused operators' (MatMul, Mul, Div, Add,
 // Softmax), run one after another.
 #include <algorithm>
 #include <map>
@@ -55,6 +56,17 @@ std::vector<TypeShape> attention_infer(const OpContext& c) {
   }
   Shape out(q.begin(), q.end() - 1);
   out.push_back(v[r - 1]);
+  if (c.node.has("perm")) {
+    const std::vector<int64_t> perm = c.node.get_ints("perm", {});
+    std::vector<int64_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    bool ok = sorted.size() == r;
+    for (size_t k = 0; ok && k < r; ++k) ok = sorted[k] == static_cast<int64_t>(k);
+    if (!ok) fail(str("perm ", shape_str(perm), " is not a permutation of the output's ", r, " dimensions"));
+    Shape permuted;
+    for (int64_t d : perm) permuted.push_back(out[static_cast<size_t>(d)]);
+    out = permuted;
+  }
   return {TypeShape{DType::F32, out}};
 }
 
@@ -83,7 +95,9 @@ std::vector<HostTensor> attention_eval(const OpContext& c, const std::vector<con
   }
   if (c.present(3)) s = run_op(c, "Add", {&s, in[3]});
   HostTensor p = run_op(c, "Softmax", {&s}, {{"axis", int64_t{-1}}});
-  return {run_op(c, "MatMul", {&p, in[2]})};
+  HostTensor o = run_op(c, "MatMul", {&p, in[2]});
+  if (c.node.has("perm")) o = run_op(c, "Transpose", {&o}, {{"perm", c.node.get_ints("perm", {})}});
+  return {o};
 }
 
 std::vector<ir::Tensor> attention_node_te(const Graph&, const Node& n, const OpContext&, const std::vector<TeOperand>& in,
@@ -115,6 +129,7 @@ Attention fused_attention_te(const Node& n, const std::vector<TeOperand>& in, co
   if (in.size() > 3 && in[3].present()) s.mask = reader(in[3]);
   s.scale = n.get_float("scale", 1.0f);
   s.divisor = n.get_float("divisor", 1.0f);
+  s.out_perm = n.get_ints("perm", {});
   return attention(s, name);
 }
 
@@ -122,7 +137,7 @@ Attention fused_attention_te(const Node& n, const std::vector<TeOperand>& in, co
 void register_attention_ops(std::vector<OpDef>& ops) {
   ops.push_back({kFusedAttention, 3, 4, attention_infer, attention_eval, attention_node_te, nullptr,
                  every_input_is_data, /*linear_cost=*/false});
-  describe(ops.back(), OpKind::Opaque, {"divisor", "scale"});
+  describe(ops.back(), OpKind::Opaque, {"divisor", "perm", "scale"});
   ops.back().fuses_operands = true;
 }
 
@@ -205,6 +220,20 @@ bool fuse_attention(Graph& g) {
     if (!mask.empty()) fused.inputs.push_back(mask);
     if (scale != 1.0f) fused.attrs["scale"] = scale;
     if (divisor != 1.0f) fused.attrs["divisor"] = divisor;
+    // A Transpose merging the heads back: the kernel writes its output in that order.
+    std::optional<size_t> merge;
+    if (uses[mm2.outputs[0]] == 1 && !g.is_output(mm2.outputs[0])) {
+      for (size_t j = k + 1; j < g.nodes.size() && !merge; ++j) {
+        const Node& t = g.nodes[j];
+        if (t.op == "Transpose" && t.inputs[0] == mm2.outputs[0]) {
+          std::vector<int64_t> perm(static_cast<size_t>(rank));
+          for (int64_t d = 0; d < rank; ++d) perm[static_cast<size_t>(d)] = rank - 1 - d;  // ONNX's default: reversed
+          fused.attrs["perm"] = t.get_ints("perm", perm);
+          fused.outputs = t.outputs;
+          merge = j;
+        }
+      }
+    }
     // Operand shapes the kernel takes (no broadcast batch), keys a block holds.
     try {
       OpContext c{fused, g.opset, {}, false};
@@ -217,6 +246,7 @@ bool fuse_attention(Graph& g) {
     for (size_t j : chain) {
       if (j != k) drop.insert(j);
     }
+    if (merge) drop.insert(*merge);
     replace.emplace(k, std::move(fused));
   }
   if (replace.empty()) return false;
@@ -228,6 +258,7 @@ bool fuse_attention(Graph& g) {
       out.push_back(std::move(g.nodes[k]));
   }
   g.nodes = std::move(out);
+  topological_sort(g);  // a merged Transpose's readers may sit before it was
   drop_unused_values(g);
   return true;
 }

@@ -1147,6 +1147,20 @@ TEST(GpuAttention, OneKernelMatchesAttentionInDoubles) {
       }
     }
   }
+  // The same written in another order (out_perm: [Sq, B, Dv, H], the Transpose merging heads
+  // back taken in): the same values, moved.
+  AttentionSpec permuted = spec;
+  permuted.out_perm = {2, 0, 3, 1};
+  ir::LoweredFunc fp = lower_attention_gpu(attention(permuted, "att"), {q, kt, v, mask}, t, "permuted");
+  std::vector<std::vector<float>> pbufs = bufs;
+  pbufs[4].assign(pbufs[4].size(), std::nanf(""));
+  ASSERT_EQ(testing::emulate_gpu_kernel(fp, check_gpu_kernel(fp, t), pbufs), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Sq; ++i)
+        for (int64_t e = 0; e < Dv; ++e)
+          EXPECT_EQ(pbufs[4][static_cast<size_t>(((i * B + b) * Dv + e) * H + h)], bufs[4][static_cast<size_t>(((b * H + h) * Sq + i) * Dv + e)])
+              << b << " " << h << " " << i << " " << e;
   // Keys whose one row of scores a block cannot hold are refused by name (the graph pass keeps
   // such chains unfused; a model naming FusedAttention itself meets this).
   EXPECT_EQ(max_attention_keys(), 3071);

@@ -619,8 +619,9 @@ TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
     EXPECT_EQ(tasks[2], "conv2d_nchw(N=2,C=8,H=8,W=8,K=8,R=3,S=3,stride=1,pad=1,dilation=1,dtype=float32,weight_dtype=" + t +
                             ",epilogue=none)");
     EXPECT_EQ(tasks[3], "matmul(M=2,N=10,K=512,trans_b=1,dtype=" + t + ",epilogue=none)");
-    // Compiled for the GPU: the Casts are in their producers' kernels (as many kernels), which
-    // store 16-bit values.
+    // Compiled for the GPU: the Casts are in their producers' kernels, which store 16-bit
+    // values: as many kernels but one, the float32 build's Reshape, a view there (no kernel:
+    // graph/memory_plan.h), whose group converts to 16 bits here.
     auto build = [&](const Graph& g, const std::string& file) {
       const std::string path = tf::testing::temp_dir() + "/" + file;
       tf::graph::CompiledModel cm = compile_model(g, sm90, defaults, path, file, default_memory_budget(), false);
@@ -628,7 +629,7 @@ TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
     };
     const auto [kernels_off, stores_off] = build(off, "off.so");
     const auto [kernels_on, stores_on] = build(on, "on.so");
-    EXPECT_EQ(kernels_on, kernels_off);
+    EXPECT_EQ(kernels_on, kernels_off + 1);
     EXPECT_FALSE(stores_off);
     EXPECT_TRUE(stores_on);
   }
@@ -2481,6 +2482,48 @@ TEST(GraphPasses, FusesAttentionOnCudaTargets) {
       EXPECT_EQ(run_reference(g, in).at("o").f, run_reference(before, in).at("o").f);
     }
   }
+  {
+    // A Transpose merging the heads back is taken in (perm), and the Reshape after it is then a
+    // view: no kernel copies it (graph/memory_plan.h).
+    Graph before = attention_graph(7, 9, "Div", true);
+    GraphBuilder b;
+    b.g = before;
+    b.g.outputs.clear();
+    std::string t = b.node("Transpose", {"o"}, "t", {2, 7, 3, 5}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+    b.node("Reshape", {t, b.constant("merged", HostTensor::ints({3}, {2, 7, 15}))}, "r", {2, 7, 15});
+    b.node("MatMul", {"r", b.weights("wo", {15, 6})}, "y", {2, 7, 6});  // the output projection
+    b.g.outputs = {"y"};
+    verify(b.g);
+    before = b.g;
+    Graph g = before;
+    run_passes(g, cuda);
+    ASSERT_EQ(count_op(g, kFusedAttention), 1);
+    EXPECT_EQ(count_op(g, "Transpose"), 0);
+    for (const Node& n : g.nodes) {
+      if (n.op == kFusedAttention) EXPECT_EQ(n.get_ints("perm", {}), (std::vector<int64_t>{0, 2, 1, 3}));
+    }
+    std::map<std::string, HostTensor> in = {{"q", random_floats({2, 3, 7, 4}, 1)},
+                                            {"kt", random_floats({2, 3, 4, 9}, 2)},
+                                            {"v", random_floats({2, 3, 9, 5}, 3)},
+                                            {"mask", random_floats({1, 1, 1, 9}, 4, -3, 0)}};
+    EXPECT_EQ(run_reference(g, in).at("y").f, run_reference(before, in).at("y").f);
+    std::vector<FusedGroup> plan = plan_fusion(g);
+    std::vector<InPlaceConcat> views = in_place_concats(g, plan);
+    ASSERT_EQ(views.size(), 1u);
+    EXPECT_EQ(views[0].output, "r");
+    EXPECT_EQ(views[0].parts, (std::vector<std::pair<std::string, int64_t>>{{"t", 0}}));
+    MemoryPlan m = plan_memory(g, without_in_place(plan, views), views);
+    EXPECT_EQ(m.buffers.at("r").offset, m.buffers.at("t").offset);
+    // At fp16 the output projection reads the view as float32: stored in 16 bits, it would need
+    // a kernel of its own (a Cast cannot join the attention's kernel).
+    Graph half = before;
+    PassOptions fp16 = cuda;
+    fp16.precision = Precision::Float16;
+    run_passes(half, fp16);
+    EXPECT_EQ(count_op(half, kTensorCoreMatMul), 1);
+    EXPECT_EQ(half.sixteen_bit_values, 0);
+    EXPECT_EQ(in_place_concats(half, plan_fusion(half)).size(), 1u);
+  }
   auto fused = [&](Graph g, const PassOptions& o) {
     run_passes(g, o);
     return count_op(g, kFusedAttention);
@@ -2517,6 +2560,16 @@ TEST(GraphPasses, FusedAttentionRefusesOperandsItCannotTake) {
   expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 7, 3}}); }, "does not have kt's 6 keys");
   expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}, {5, 7}}); }, "mask [5, 7] does not broadcast");
   expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}}, DType::F16); }, "is float16, not float32");
+  auto with_perm = [](std::vector<int64_t> perm) {
+    Graph g;
+    Node n{"att", kFusedAttention, {"q", "kt", "v"}, {"o"}, {{"perm", std::move(perm)}}};
+    for (const auto& [name, s] : {std::pair{"q", Shape{2, 5, 4}}, {"kt", Shape{2, 4, 6}}, {"v", Shape{2, 6, 3}}})
+      g.values[name] = Value{name, DType::F32, s, std::nullopt};
+    return infer_node(n, g, 17).at(0).shape;
+  };
+  EXPECT_EQ(with_perm({1, 0, 2}), (Shape{5, 2, 3}));
+  expect_user_error([&] { with_perm({0, 0, 2}); }, "perm [0, 0, 2] is not a permutation of the output's 3 dimensions");
+  expect_user_error([&] { with_perm({0, 1}); }, "perm [0, 1] is not a permutation");
 }
 
 // FusedAttention's group takes in the groups computing its operands for it alone (Q's and
