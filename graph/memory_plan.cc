@@ -6,8 +6,23 @@
 
 namespace tf::graph {
 
-bool is_view(const std::string& op) {
-  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+bool is_view(const Graph& g, const Node& n) {
+  if (n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze") return true;
+  if (n.op != "Transpose" || n.inputs.empty()) return false;
+  const Shape& in = g.value(n.inputs[0]).shape;
+  std::vector<int64_t> perm = n.get_ints("perm", {});
+  if (perm.empty()) {
+    for (size_t d = in.size(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+  }
+  // The dimensions of more than one element keep their order.
+  int64_t last = -1;
+  for (int64_t d : perm) {
+    if (d < 0 || d >= static_cast<int64_t>(in.size())) return false;
+    if (in[static_cast<size_t>(d)] == 1) continue;
+    if (d < last) return false;
+    last = d;
+  }
+  return true;
 }
 
 std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<FusedGroup>& groups) {
@@ -29,7 +44,7 @@ std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<Fu
     const Node& n = *nodes.at(grp.nodes[0]);
     // A view (Reshape, Flatten, Squeeze, Unsqueeze: the same elements in the same order, another
     // shape) of one part at offset 0: its input's kernel writes what it returns.
-    if (is_view(n.op) && n.outputs.size() == 1 && !n.outputs[0].empty()) {
+    if (is_view(g, n) && n.outputs.size() == 1 && !n.outputs[0].empty()) {
       const Value& y = g.value(n.outputs[0]);
       if (y.dtype != DType::F32 || outputs.count(y.name) || taken.count(y.name) || !part_ok(n.inputs[0])) continue;
       taken.insert({n.inputs[0], y.name});

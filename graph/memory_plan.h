@@ -42,9 +42,11 @@ struct InPlaceConcat {
   std::vector<std::pair<std::string, int64_t>> parts;  // value, byte offset in the output
 };
 
-// A view too: a Reshape, Flatten, Squeeze or Unsqueeze alone in its group is one part at offset
-// 0 of its output (the same elements in the same order), so no kernel copies it.
-bool is_view(const std::string& op);
+// A view too: a node whose output holds its input's elements in the same order, another shape
+// (Reshape, Flatten, Squeeze, Unsqueeze, and a Transpose that moves only dimensions of extent
+// 1: batch-first to sequence-first at batch 1), alone in its group, is one part at offset 0 of
+// its output, so no kernel copies it.
+bool is_view(const Graph& g, const Node& n);
 
 // The Concat nodes of `groups` (plan_fusion's, in order) computed in place: alone in their
 // group, float32, not a model output, each input a float32 intermediate some kernel writes (not a

@@ -434,20 +434,26 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
   // products of this precision read where they may read 16-bit values: the data of a product
   // of 16-bit weights, or an operand of a marked MatMul of two activations that a template
   // computes (its workload: 16-bit second operands, or both).
-  // Nor a view (a Reshape: graph/memory_plan.h is_view) of a value an opaque node makes (an
-  // attention's heads merged back): the view costs no kernel, the Cast would.
-  auto made_by_opaque = [&](const std::string& v) {
+  // Nor a view (a Reshape: graph/memory_plan.h is_view) of a value that a node a view does not
+  // join makes (an anchor, reduction or opaque node: an attention's heads merged back, a
+  // LayerNorm's output turned sequence-first): the view costs no kernel, the Cast would.
+  auto keeps_float32 = [&](const std::string& v) {
+    bool view = false;
     for (auto pr = uses.producer.find(v); pr != uses.producer.end(); pr = uses.producer.find(g.nodes[pr->second].inputs[0])) {
       const Node& n = g.nodes[pr->second];
-      if (op_kind(n.op) == OpKind::Opaque) return true;
-      if (!is_view(n.op)) return false;
+      if (is_view(g, n)) {
+        view = true;
+        continue;
+      }
+      const OpKind k = op_kind(n.op);
+      return k == OpKind::Opaque || (view && k != OpKind::Elementwise && k != OpKind::Injective);
     }
     return false;
   };
   std::set<std::string> chosen;
   for (const auto& [v, rs] : uses.readers) {
     auto pr = uses.producer.find(v);
-    if (pr == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32 || made_by_opaque(v))
+    if (pr == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32 || keeps_float32(v))
       continue;
     const bool all = std::all_of(rs.begin(), rs.end(), [&](const std::pair<size_t, size_t>& r) {
       const Node& n = g.nodes[r.first];

@@ -19,6 +19,7 @@
 #include "graph/fusion.h"
 #include "graph/memory_budget.h"
 #include "graph/memory_plan.h"
+#include "graph/model_library.h"
 #include "graph/model_compiler.h"
 #include "graph/node_te.h"
 #include "graph/ops.h"
@@ -2597,4 +2598,76 @@ TEST(GraphFusion, AttentionTakesInTheLayoutOfItsOwnOperands) {
   EXPECT_NE(group_with(plan, "Relu_v"), a);
   EXPECT_NE(group_with(plan, "Tanh_after"), a);
   for (const FusedGroup& f : plan) EXPECT_FALSE(f.nodes.empty());
+}
+
+// Views in place: a Reshape, and a Transpose that moves only dimensions of extent 1, alone in
+// their groups, are parts at offset 0 of their outputs (no kernel; their buffers one); a
+// Transpose that moves data, or a view of a model input or into a model output, is a kernel.
+TEST(GraphMemory, ViewsAreComputedInPlace) {
+  auto model = [](std::vector<int64_t> perm, bool input_view, bool output_view) {
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 4, 6, 8});
+    std::map<std::string, Attr> pool = {{"kernel_shape", std::vector<int64_t>{1, 1}}};
+    std::string a = input_view ? x : b.node("MaxPool", {x}, "a", {1, 4, 6, 8}, pool);
+    Shape ts = {1, 4, 6, 8};
+    for (size_t d = 0; d < perm.size(); ++d) ts[d] = Shape{1, 4, 6, 8}[static_cast<size_t>(perm[d])];
+    std::string t = b.node("Transpose", {a}, "t", ts, {{"perm", perm}});
+    std::string r = b.node("Reshape", {b.node("MaxPool", {t}, "p", ts, pool), b.constant("s", HostTensor::ints({2}, {ts[0] * ts[1], 48}))},
+                           "r", {ts[0] * ts[1], 48});
+    std::string out = output_view ? r : b.node("MatMul", {r, b.weights("w", {48, 3})}, "out", {ts[0] * ts[1], 3});
+    b.g.outputs = {out};
+    verify(b.g);
+    return b.g;
+  };
+  auto views = [](const Graph& g) {
+    std::set<std::string> v;
+    for (const InPlaceConcat& c : in_place_concats(g, plan_fusion(g))) v.insert(c.output);
+    return v;
+  };
+  Graph g = model({1, 0, 2, 3}, false, false);
+  EXPECT_EQ(views(g), (std::set<std::string>{"t", "r"}));
+  std::vector<FusedGroup> groups = plan_fusion(g);
+  std::vector<InPlaceConcat> in_place = in_place_concats(g, groups);
+  MemoryPlan m = plan_memory(g, without_in_place(groups, in_place), in_place);
+  EXPECT_EQ(m.buffers.at("t").offset, m.buffers.at("a").offset);
+  EXPECT_EQ(m.buffers.at("r").offset, m.buffers.at("p").offset);
+  EXPECT_EQ(views(model({0, 1, 3, 2}, false, false)), std::set<std::string>{"r"}) << "a Transpose that moves data";
+  EXPECT_EQ(views(model({1, 0, 2, 3}, true, false)), std::set<std::string>{"r"}) << "a view of the model's input";
+  EXPECT_EQ(views(model({1, 0, 2, 3}, false, true)), std::set<std::string>{"t"}) << "a view that is the model's output";
+  // Compiled and run: the same outputs as the reference.
+  const std::string so = tf::testing::temp_dir() + "/views.so";
+  tf::graph::ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return tf::graph::KernelConfig{}; };
+  tf::graph::CompiledModel cm = compile_model(g, tf::host_target(), defaults, so, "views", default_memory_budget(), false);
+  EXPECT_EQ(cm.kernels.size(), 3u);  // the pools and the product
+  std::map<std::string, HostTensor> in = {{"x", random_floats({1, 4, 6, 8}, 5)}};
+  ModelLibrary lib(so);
+  std::vector<HostTensor> got;
+  lib.run({&in.at("x")}, got);
+  const HostTensor want = run_reference(g, in).at("out");
+  ASSERT_EQ(got.at(0).shape, want.shape);
+  for (int64_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[0].f[k], want.f[k], 1e-5) << k;
+}
+
+// At fp16 on cuda, a value a tensor-core product reads is stored in 16 bits unless it is a view
+// of what a reduction (or anchor, or opaque node) makes: the view is free, the Cast would be a
+// kernel. A LayerNorm's output turned sequence-first at batch 1 (PyTorch's batch-first
+// attention) stays float32 and in place; the same after an elementwise node is stored.
+TEST(GraphPasses, SixteenBitEdgesLeaveFreeViewsInFloat32) {
+  for (bool after_reduction : {true, false}) {
+    SCOPED_TRACE(after_reduction ? "after a LayerNorm" : "after a Relu");
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 8, 16});
+    std::string h = after_reduction
+                        ? b.node("LayerNormalization", {x, b.weights("gamma", {16}), b.weights("beta", {16})}, "h", {1, 8, 16},
+                                 {{"axis", int64_t{-1}}})
+                        : b.node("Relu", {x}, "h", {1, 8, 16});
+    std::string t = b.node("Transpose", {h}, "t", {8, 1, 16}, {{"perm", std::vector<int64_t>{1, 0, 2}}});
+    b.node("MatMul", {t, b.weights("w", {16, 4})}, "y", {8, 1, 4});
+    b.g.outputs = {"y"};
+    verify(b.g);
+    Graph g = b.g;
+    on_tensor_cores(g, Precision::Float16);
+    EXPECT_EQ(g.sixteen_bit_values, after_reduction ? 0 : 1);
+    if (after_reduction) EXPECT_EQ(in_place_concats(g, plan_fusion(g)).size(), 1u);
+  }
 }
