@@ -74,7 +74,7 @@ step bench_half 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-ope
 # --without-pass sixteen-bit-edges: the same builds with float32 values between the kernels too,
 # interleaved (what the 16-bit values gain; the same accuracy, as they change no result).
 # --without-pass fuse-attention: BERT's attention as the unfused chain on tensor cores (14 kernels
-# a layer) against the one float32 attention kernel (8 a layer; session 75, never timed).
+# a layer; 13 with session 75's views) against the one float32 attention kernel (7 a layer; never timed).
 step model_fp16 150 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --realistic \
   --models "${FP16_MODELS:-bert_base,resnet50,mobilenet_v2}" --rounds 3 --without-pass sixteen-bit-edges \
   --without-pass fuse-attention --json "$WORK/model_fp16.json"

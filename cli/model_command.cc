@@ -327,8 +327,8 @@ int run_import(const ImportArgs& a) {
     const auto concats = static_cast<std::ptrdiff_t>(in_place.size()) - views;
     std::string what;
     if (concats) what = str(concats, " Concat", concats == 1 ? "" : "s");
-    if (views) what += str(what.empty() ? "" : ", ", views, views == 1 ? " view" : " views", " (reshapes: the elements in their order)");
-    std::printf("in place  %s (their inputs written into their outputs: no kernel)\n", what.c_str());
+    if (views) what += str(what.empty() ? "" : " and ", views, views == 1 ? " view" : " views", " (reshapes keeping the order)");
+    std::printf("in place  %s: their inputs written into their outputs, no kernel\n", what.c_str());
   }
   std::printf("memory    %.2f MB arena for %zu intermediates (%.2f MB without reuse)\n",
               static_cast<double>(memory.arena_bytes) / 1e6, memory.buffers.size(),
