@@ -45,6 +45,9 @@ std::vector<TypeShape> attention_infer(const OpContext& c) {
   if (v[r - 2] != kt[r - 1]) fail(str("v ", shape_str(v), " does not have kt's ", kt[r - 1], " keys"));
   Shape scores(q.begin(), q.end() - 1);
   scores.push_back(kt[r - 1]);
+  // The scores are a tensor of the kernel's (and of the reference's) though not of the graph:
+  // bounded as the graph's are, so a hostile model cannot make them unbounded.
+  check_tensor_size(str(c.node.where(), ": the scores"), scores);
   if (c.present(3)) {
     const Shape& m = c.in(3).shape;
     bool fits = m.size() <= r;

@@ -2561,6 +2561,9 @@ TEST(GraphPasses, FusedAttentionRefusesOperandsItCannotTake) {
   expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 7, 3}}); }, "does not have kt's 6 keys");
   expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}, {5, 7}}); }, "mask [5, 7] does not broadcast");
   expect_user_error([&] { infer({{2, 5, 4}, {2, 4, 6}, {2, 6, 3}}, DType::F16); }, "is float16, not float32");
+  // Scores of 2^17 x 2^17 from a 2^17-row output: bounded like any tensor (2^32 elements).
+  expect_user_error([&] { infer({{1, 131072, 1}, {1, 1, 131072}, {1, 131072, 1}}); },
+                    "node 'att' (FusedAttention): the scores: shape [1, 131072, 131072] has more than 4294967296 elements");
   auto with_perm = [](std::vector<int64_t> perm) {
     Graph g;
     Node n{"att", kFusedAttention, {"q", "kt", "v"}, {"o"}, {{"perm", std::move(perm)}}};
