@@ -2674,3 +2674,18 @@ TEST(GraphPasses, SixteenBitEdgesLeaveFreeViewsInFloat32) {
     if (after_reduction) EXPECT_EQ(in_place_concats(g, plan_fusion(g)).size(), 1u);
   }
 }
+
+// A FusedAttention a model names itself with a one-element constant operand (read as a scalar,
+// no tensor to index) is refused by name as not implemented.
+TEST(GraphNodeTe, AttentionOfAOneElementConstantIsNotImplemented) {
+  GraphBuilder b;
+  std::string q = b.constant("q", HostTensor::floats({1, 1, 1}, {0.5f}));
+  std::string kt = b.input("kt", {1, 1, 4}), v = b.input("v", {1, 4, 2});
+  b.node(kFusedAttention, {q, kt, v}, "o", {1, 1, 2});
+  b.g.outputs = {"o"};
+  verify(b.g);
+  tf::graph::ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return tf::graph::KernelConfig{}; };
+  tf::testing::expect_user_error(
+      [&] { compile_model(b.g, tf::host_target(), defaults, tf::testing::temp_dir() + "/one.so", "one", default_memory_budget(), false); },
+      "compiling attention of a one-element constant input 0 is not implemented");
+}
