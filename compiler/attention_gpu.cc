@@ -87,8 +87,7 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     r.reorder(order);
     r.bind(thread, "threadIdx.x");
   }
-  std::vector<ir::Tensor> inputs = args;
-  return lower(sch, inputs, function).func;
+  return lower(sch, args, function).func;
 }
 
 }  // namespace tf

@@ -10,14 +10,11 @@ bool is_view(const Graph& g, const Node& n) {
   if (n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze") return true;
   if (n.op != "Transpose" || n.inputs.empty()) return false;
   const Shape& in = g.value(n.inputs[0]).shape;
-  std::vector<int64_t> perm = n.get_ints("perm", {});
-  if (perm.empty()) {
-    for (size_t d = in.size(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
-  }
+  const std::vector<int64_t> perm = transpose_perm(n, in.size());
+  if (!is_permutation(perm, in.size())) return false;
   // The dimensions of more than one element keep their order.
   int64_t last = -1;
   for (int64_t d : perm) {
-    if (d < 0 || d >= static_cast<int64_t>(in.size())) return false;
     if (in[static_cast<size_t>(d)] == 1) continue;
     if (d < last) return false;
     last = d;

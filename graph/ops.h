@@ -183,6 +183,12 @@ void register_quantize_ops(std::vector<OpDef>& ops);   // graph/import_quantize.
 void register_precision_ops(std::vector<OpDef>& ops);  // graph/pass_auto_mixed_precision.cc
 void register_attention_ops(std::vector<OpDef>& ops);  // graph/pass_fuse_attention.cc
 
+// A Transpose's perm: its attribute, or (absent or empty) ONNX's default for an input of rank
+// `rank`, the dimensions reversed. Not checked (shape inference checks it: is_permutation).
+std::vector<int64_t> transpose_perm(const Node& n, size_t rank);
+// Whether `perm` is a permutation of 0 .. rank-1.
+bool is_permutation(const std::vector<int64_t>& perm, size_t rank);
+
 // The most elements one tensor may have (16 GiB of float32): larger shapes, or shapes whose
 // product overflows, are the node's error before anything is allocated.
 constexpr int64_t kMaxGraphTensorElements = int64_t{1} << 32;

@@ -10,6 +10,24 @@
 #include "graph/ops.h"
 
 namespace tf::graph {
+
+std::vector<int64_t> transpose_perm(const Node& n, size_t rank) {
+  std::vector<int64_t> perm = n.get_ints("perm", {});
+  if (perm.empty()) {
+    for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+  }
+  return perm;
+}
+
+bool is_permutation(const std::vector<int64_t>& perm, size_t rank) {
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t d = 0; d < sorted.size(); ++d) {
+    if (sorted[d] != static_cast<int64_t>(d)) return false;
+  }
+  return sorted.size() == rank;
+}
+
 namespace {
 
 std::vector<int64_t> ints_of(const HostTensor& t) {
@@ -87,19 +105,10 @@ Shape flatten_shape(const OpContext& c) {
 }
 
 std::vector<int64_t> perm_of(const OpContext& c) {
-  auto rank = static_cast<int64_t>(c.in(0).shape.size());
-  std::vector<int64_t> perm = c.node.get_ints("perm", {});
-  if (perm.empty()) {
-    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
-  }
-  std::vector<int64_t> sorted = perm;
-  std::sort(sorted.begin(), sorted.end());
-  for (int64_t d = 0; d < static_cast<int64_t>(sorted.size()); ++d) {
-    if (static_cast<int64_t>(sorted.size()) != rank || sorted[d] != d) {
-      throw UserError(
-          str(c.node.where(), ": perm ", shape_str(perm), " is not a permutation of rank ", rank));
-    }
-  }
+  const size_t rank = c.in(0).shape.size();
+  std::vector<int64_t> perm = transpose_perm(c.node, rank);
+  if (!is_permutation(perm, rank))
+    throw UserError(str(c.node.where(), ": perm ", shape_str(perm), " is not a permutation of rank ", rank));
   return perm;
 }
 

@@ -61,11 +61,7 @@ std::vector<TypeShape> attention_infer(const OpContext& c) {
   out.push_back(v[r - 1]);
   if (c.node.has("perm")) {
     const std::vector<int64_t> perm = c.node.get_ints("perm", {});
-    std::vector<int64_t> sorted = perm;
-    std::sort(sorted.begin(), sorted.end());
-    bool ok = sorted.size() == r;
-    for (size_t k = 0; ok && k < r; ++k) ok = sorted[k] == static_cast<int64_t>(k);
-    if (!ok) fail(str("perm ", shape_str(perm), " is not a permutation of the output's ", r, " dimensions"));
+    if (!is_permutation(perm, r)) fail(str("perm ", shape_str(perm), " is not a permutation of the output's ", r, " dimensions"));
     Shape permuted;
     for (int64_t d : perm) permuted.push_back(out[static_cast<size_t>(d)]);
     out = permuted;
@@ -229,9 +225,7 @@ bool fuse_attention(Graph& g) {
       for (size_t j = k + 1; j < g.nodes.size() && !merge; ++j) {
         const Node& t = g.nodes[j];
         if (t.op == "Transpose" && t.inputs[0] == mm2.outputs[0]) {
-          std::vector<int64_t> perm(static_cast<size_t>(rank));
-          for (int64_t d = 0; d < rank; ++d) perm[static_cast<size_t>(d)] = rank - 1 - d;  // ONNX's default: reversed
-          fused.attrs["perm"] = t.get_ints("perm", perm);
+          fused.attrs["perm"] = transpose_perm(t, static_cast<size_t>(rank));
           fused.outputs = t.outputs;
           merge = j;
         }

@@ -26,9 +26,7 @@ std::vector<Tensor> expand_te(const Graph& g, const Node& n, const OpContext& c,
 std::vector<Tensor> transpose_te(const Graph& g, const Node& n, const OpContext& c, const std::vector<TeOperand>& in, const Shape& out,
                                const std::string& name) {
   const TeOperand& x = need(n, in, 0);
-  std::vector<int64_t> perm;
-  for (size_t d = x.shape.size(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
-  perm = n.get_ints("perm", perm);
+  const std::vector<int64_t> perm = transpose_perm(n, x.shape.size());
   return {elementwise(name, out, [&](const Index& i) {
     Index src(perm.size());
     for (size_t d = 0; d < perm.size(); ++d) src[perm[d]] = i[d];
