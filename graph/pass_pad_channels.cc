@@ -5,10 +5,18 @@
 // channels, and what reads them keeps reading padded values where it can, so the layout pass
 // (transform-conv-layout) runs the whole chain in blocks:
 //   - the padded Conv's extra channels are exactly 0 (zero filters, zero bias);
-//   - Relu, LeakyRelu, HardSwish, and Clip whose range holds 0, keep them 0;
-//   - a depthwise Conv of the value is padded alike (zero filters and bias: 0 stays 0);
+//   - Relu, Tanh, HardSwish, LeakyRelu, global pooling, and Clip whose range holds 0, keep
+//     them 0; Sigmoid, HardSigmoid and other Clips make them another constant (Sigmoid's 0.5);
+//   - a depthwise Conv of the value, or a grouped one of a filter a channel whose groups the
+//     padding is a whole number of (RegNet's groups of 8 at 104 and 440 channels: a 14th and a
+//     56th group), is padded alike: zero filters and bias for the extra channels, 0 out;
 //   - a dense Conv reading the value gets zero weights for the extra input channels (then
-//     whatever the extra channels held, as long as it is finite, adds nothing; here it is 0).
+//     whatever the extra channels held, as long as it is finite, adds nothing);
+//   - Add and Mul of two padded values, one of them 0 there (a residual sum; a
+//     squeeze-and-excitation scale; SiLU), give the other's constant and 0.
+// The extra channels thus hold one constant computed from the zero filters, never from the
+// model's data, of magnitude at most 1 or a Clip's bound (nothing in the chain lets it grow),
+// and whatever reads them keeps them apart (per channel) or multiplies them by zero weights.
 // Each padded value's model channels are also given under the value's old name by a Slice,
 // which whatever else reads it reads (a Concat, a Reshape, the model's output); unread ones
 // are dropped. ShuffleNet-v2's branch (1x1 conv, ReLU, depthwise 3x3, 1x1 conv, ReLU) thus runs
@@ -17,10 +25,16 @@
 // blocks of 8, 1.5 ms padded to 1008 in blocks of 16; ShuffleNet-v2 x1.0 with its filters
 // padded (58 -> 64, 116 -> 128) 8.5 -> 6.0 ms at 1 thread, and with the padded channels carried
 // through its ReLUs and depthwise convs 6.0 -> 5.1 ms (2026-11-30,
-// docs/results/shufflenet-padding-2026-11-30-intel.txt).
+// docs/results/shufflenet-padding-2026-11-30-intel.txt). RegNetY-400MF's 104- and 440-channel
+// stages, whose grouped convs and squeeze-and-excitation ended the chain, converted to NCHW and
+// back around every block (76 LayoutTransforms, 159 kernels; now 22 and 125): 1.13x faster at
+// 1 thread, 1.23x at 2; MobileNet-v3-large (HardSigmoid excitation at 72, 120 channels) 1.09x
+// and 1.08x (2026-12-02, docs/results/pad-channels-groups-se-2026-12-02-zen5.txt).
 // Runs on CPU targets (a channel block of at least 4); int8 convolutions (QDQ) are left to
 // fold-qdq's kernels.
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "graph/layout.h"
@@ -67,6 +81,9 @@ class ChannelPadder {
   struct Padded {
     std::string value;  // the padded value: [N, Kp, H, W]
     int64_t channels = 0, padded = 0;
+    // Its extra channels are 0; else they hold one constant of magnitude at most 1 or a
+    // Clip's bound (Sigmoid's 0.5), which no operator of the chain lets grow.
+    bool zeros = true;
   };
 
   std::string node_name(const std::string& base) {
@@ -90,7 +107,7 @@ class ChannelPadder {
 
   // `n`'s output `y` (of `channels`) as a padded value of `padded` channels written by `n`,
   // and the model's channels under the old name by a Slice after it.
-  void emit_padded(Node n, int64_t channels, int64_t padded) {
+  void emit_padded(Node n, int64_t channels, int64_t padded, bool zeros = true) {
     const std::string y = n.outputs[0];
     const Shape& s = g_.value(y).shape;
     const std::string yp = g_.add_float(y + "_chpad", {s[0], padded, s[2], s[3]});
@@ -104,7 +121,7 @@ class ChannelPadder {
                {y},
                {}};
     g_.nodes.push_back(std::move(slice));
-    padded_[y] = {yp, channels, padded};
+    padded_[y] = {yp, channels, padded, zeros};
   }
 
   // A constant [K] (or [K, ...]) padded with zeros along its first axis to `padded`.
@@ -131,44 +148,74 @@ class ChannelPadder {
     return true;
   }
 
-  // Whether `n` keeps an input's zero channels zero (and reads nothing else computed).
-  bool keeps_zeros(const Node& n) const {
-    if (n.op == "Relu" || n.op == "HardSwish") return n.inputs.size() == 1;
-    if (n.op == "LeakyRelu") return n.inputs.size() == 1;
+  // What an operator of one computed input makes of the extra channels' constant (0 if
+  // `zeros`, else a constant of magnitude at most 1 or a Clip's bound): std::nullopt where it
+  // may make it anything (a slope could grow it) or reads something else computed, else
+  // whether they hold 0 after it.
+  std::optional<bool> unary(const Node& n, bool zeros) const {
+    const bool one = n.inputs.size() == 1;
+    // 0 stays 0, and no constant grows: |f(c)| <= |c|.
+    if (n.op == "Relu" || n.op == "Tanh" || n.op == "HardSwish") return one ? std::optional(zeros) : std::nullopt;
+    if (n.op == "LeakyRelu") return one && zeros ? std::optional(true) : std::nullopt;
+    // Global pooling: each channel's mean or largest value is its constant.
+    if (n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool") return one ? std::optional(zeros) : std::nullopt;
+    if (n.op == "Sigmoid" || n.op == "HardSigmoid") return one ? std::optional(false) : std::nullopt;  // in [0, 1]
     if (n.op == "Clip") {
-      // Clip(x, min, max) with constant bounds around 0, or the attributes of opset < 11.
+      // Clip(x, min, max) with constant bounds, or the attributes of opset < 11: the constant
+      // ends up in [min, max], and 0 stays 0 where that holds it.
+      bool around_zero = n.get_float("min", -1) <= 0 && n.get_float("max", 1) >= 0;
       for (size_t k = 1; k < n.inputs.size(); ++k) {
         if (n.inputs[k].empty()) continue;
         const Value& v = g_.value(n.inputs[k]);
-        if (!v.constant || v.constant->size() != 1) return false;
+        if (!v.constant || v.constant->size() != 1) return std::nullopt;
         const float bound = v.constant->f.empty() ? 0.0f : v.constant->f[0];
-        if (k == 1 ? bound > 0 : bound < 0) return false;
+        if (!std::isfinite(bound)) return std::nullopt;
+        around_zero &= k == 1 ? bound <= 0 : bound >= 0;
       }
-      return n.get_float("min", -1) <= 0 && n.get_float("max", 1) >= 0;
+      return zeros && around_zero;
     }
-    return false;
+    return std::nullopt;
+  }
+
+  // Add or Mul of two padded values alike (4-D, broadcasting only height and width), one of
+  // them with zeros in its extra channels: the operator on their padded values. Add's extra
+  // channels hold the other's constant (0 where both are 0), Mul's 0.
+  bool binary_padded(Node& n) {
+    if ((n.op != "Add" && n.op != "Mul") || n.inputs.size() != 2) return false;
+    auto a = padded_.find(n.inputs[0]), b = padded_.find(n.inputs[1]);
+    if (a == padded_.end() || b == padded_.end()) return false;
+    const Padded pa = a->second, pb = b->second;
+    if (pa.channels != pb.channels || pa.padded != pb.padded || !(pa.zeros || pb.zeros)) return false;
+    if (g_.value(n.outputs[0]).shape.size() != 4) return false;
+    const bool zeros = n.op == "Mul" || (pa.zeros && pb.zeros);
+    n.inputs = {pa.value, pb.value};
+    emit_padded(std::move(n), pa.channels, pa.padded, zeros);
+    return true;
   }
 
   // `n` rewritten to read the padded value of its first input where it can.
   Read read_padded(Node& n) {
     if (n.inputs.empty() || n.outputs.size() != 1) return Read::No;
+    if (binary_padded(n)) return Read::Emitted;
     auto it = padded_.find(n.inputs[0]);
     if (it == padded_.end()) return Read::No;
     const Padded p = it->second;
-    if (keeps_zeros(n)) {
+    if (const std::optional<bool> zeros = unary(n, p.zeros)) {
       n.inputs[0] = p.value;
-      emit_padded(std::move(n), p.channels, p.padded);
+      emit_padded(std::move(n), p.channels, p.padded, *zeros);
       return Read::Emitted;
     }
     if (n.op != "Conv" || !plain_conv(n)) return Read::No;
     const Shape& w = g_.value(n.inputs[1]).shape;
     const int64_t group = n.get_int("group", 1);
-    if (group == p.channels && w[0] == p.channels && w[1] == 1) {
-      // Depthwise: its filters and bias padded alike.
+    // Depthwise (a channel a group) or grouped with a filter a channel, the padding whole
+    // groups: zero filters (and bias) for the extra groups, which read only the extra channels.
+    const int64_t width = w[1];  // channels a group
+    if (group > 1 && w[0] == p.channels && width * group == p.channels && (p.padded - p.channels) % width == 0) {
       n.inputs[0] = p.value;
       n.inputs[1] = padded_constant(n.inputs[1], p.padded);
       if (n.inputs.size() > 2 && !n.inputs[2].empty()) n.inputs[2] = padded_constant(n.inputs[2], p.padded);
-      n.attrs["group"] = p.padded;
+      n.attrs["group"] = p.padded / width;
       emit_padded(std::move(n), p.channels, p.padded);
       return Read::Emitted;
     }

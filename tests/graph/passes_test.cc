@@ -2303,8 +2303,10 @@ TEST(GraphPasses, FiltersArePaddedToWholeBlocksWhereThatIsCheap) {
 // carries the zero channels through the ReLU and the depthwise conv into the last conv (zero
 // weights for them), so every convolution is a blocked task of 64 channels and the chain
 // converts back to NCHW only where the model's 58 channels are read (the ReLU's output is a
-// model output here). An activation that does not keep zeros (Sigmoid, a Clip from 0.5) ends
-// the chain: what follows reads the model's 58 channels. Outputs stay the same either way.
+// model output here). An activation that makes the zeros another constant (Sigmoid's 0.5, a
+// Clip from 0.5) carries the chain too: the depthwise conv's zero filters read the constant
+// and make 0 again. One pad-channels does not know (Elu) ends the chain: what follows reads the
+// model's 58 channels. Outputs stay the same either way.
 TEST(GraphPasses, PaddedChannelsFlowThroughActivationsAndDepthwiseConvs) {
   struct Case {
     const char* act;
@@ -2315,8 +2317,9 @@ TEST(GraphPasses, PaddedChannelsFlowThroughActivationsAndDepthwiseConvs) {
   for (const Case& c :
        {Case{"Relu", {}, "depthwise_conv2d_nchwc(N=1,C=64,", "conv2d_nchwc(N=1,C=64,H=6,W=6,K=24,"},
         Case{"Clip", {0.0f, 6.0f}, "depthwise_conv2d_nchwc(N=1,C=64,", "conv2d_nchwc(N=1,C=64,H=6,W=6,K=24,"},
-        Case{"Sigmoid", {}, "depthwise_conv2d_nchw(N=1,C=58,", "conv2d_nchwc(N=1,C=58,H=6,W=6,K=24,"},
-        Case{"Clip", {0.5f, 6.0f}, "depthwise_conv2d_nchw(N=1,C=58,", "conv2d_nchwc(N=1,C=58,H=6,W=6,K=24,"}}) {
+        Case{"Sigmoid", {}, "depthwise_conv2d_nchwc(N=1,C=64,", "conv2d_nchwc(N=1,C=64,H=6,W=6,K=24,"},
+        Case{"Clip", {0.5f, 6.0f}, "depthwise_conv2d_nchwc(N=1,C=64,", "conv2d_nchwc(N=1,C=64,H=6,W=6,K=24,"},
+        Case{"Elu", {}, "depthwise_conv2d_nchw(N=1,C=58,", "conv2d_nchwc(N=1,C=58,H=6,W=6,K=24,"}}) {
     SCOPED_TRACE(std::string(c.act) + (c.clip.empty() ? "" : " from " + std::to_string(c.clip[0])));
     GraphBuilder b;
     std::string x = b.input("x", {1, 8, 6, 6});
@@ -2345,6 +2348,107 @@ TEST(GraphPasses, PaddedChannelsFlowThroughActivationsAndDepthwiseConvs) {
     EXPECT_EQ(tasks[2].rfind(c.last, 0), 0u) << tasks[2];
     EXPECT_EQ(g.value("a").shape, (Shape{1, 58, 6, 6}));
     expect_same_outputs(b.g, g, {1, 8, 6, 6});
+  }
+}
+
+// RegNetY's block at 104 channels (no block of 16 divides them; groups of 8): 1x1 conv + ReLU,
+// grouped 3x3 conv + ReLU, squeeze-and-excitation (global pool, 1x1 convs, Sigmoid, Mul), 1x1
+// conv, a residual Add of a projection, ReLU. pad-channels carries 112 channels through all of
+// it (the grouped conv gains a 14th group of zero filters; the pool, Sigmoid, Mul and Add keep
+// the extra channels constant), so the layout pass converts only the input, the output and
+// the squeeze's pooled channels: before, the chain ended at the grouped conv and every block
+// converted to NCHW and back around it. Groups of 24 at 120 channels: 128 would split a group,
+// so the grouped conv reads the model's 120 channels and the chain ends there. (Padding to
+// whole groups and blocks, 144, would add 1/5; and a grouped conv whose groups are 8 more than
+// a multiple of 16 runs in blocks of 8 anyway, converting from the 1x1 convs' blocks of 16.)
+// Outputs stay the same in each case.
+TEST(GraphPasses, PaddedChannelsFlowThroughGroupedConvsAndExcitation) {
+  struct Case {
+    int64_t channels, width;  // the block's channels, and channels a group
+    int64_t padded;           // the channels the convs making them pad to
+    int64_t padded_tasks;     // tasks reading or writing the padded channels (6: all)
+  };
+  for (const Case& c : {Case{104, 8, 112, 6}, Case{120, 24, 128, 4}}) {
+    SCOPED_TRACE(c.channels);
+    const int64_t C = c.channels;
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 48, 6, 6});
+    auto conv = [&](const std::string& in, int64_t k, int64_t cin, int64_t r, const std::string& out,
+                    int64_t group = 1) {
+      std::map<std::string, Attr> a;
+      if (r == 3) a["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+      if (group > 1) a["group"] = group;
+      return b.inferred("Conv", {in, b.weights("w_" + out, {k, cin / group, r, r}), b.weights("b_" + out, {k})}, out, a);
+    };
+    std::string a = b.inferred("Relu", {conv(x, C, 48, 1, "a")}, "ar", {});
+    std::string g = b.inferred("Relu", {conv(a, C, C, 3, "g", C / c.width)}, "gr", {});
+    std::string p = b.inferred("GlobalAveragePool", {g}, "pool", {});
+    std::string f1 = b.inferred("Relu", {conv(p, 26, C, 1, "fc1")}, "f1r", {});
+    std::string s = b.inferred("Sigmoid", {conv(f1, C, 26, 1, "fc2")}, "s", {});
+    std::string m = b.inferred("Mul", {s, g}, "m", {});
+    std::string sum = b.inferred("Add", {conv(m, C, C, 1, "c"), conv(x, C, 48, 1, "proj")}, "sum", {});
+    b.g.outputs = {b.inferred("Relu", {sum}, "y", {})};
+    verify(b.g);
+    Graph gr = b.g;
+    PassOptions o;
+    o.channel_block = 16;
+    run_passes(gr, o);
+    verify(gr);
+    int64_t padded = 0;
+    std::string grouped;
+    for (const Task& t : extract_tasks(gr).tasks) {
+      padded += t.workload.find("C=" + std::to_string(c.padded) + ",") != std::string::npos ||
+                t.workload.find("K=" + std::to_string(c.padded) + ",") != std::string::npos;
+      if (t.workload.find("group=") != std::string::npos) grouped = t.workload;
+    }
+    EXPECT_EQ(padded, c.padded_tasks);
+    int transforms = 0;
+    for (const Node& n : gr.nodes) transforms += n.op == "LayoutTransform";
+    if (c.padded_tasks == 6) {
+      const std::string P = std::to_string(c.padded);
+      EXPECT_EQ(grouped.rfind("conv2d_nchwc(N=1,C=" + P + ",H=6,W=6,K=" + P + ",R=3,S=3,", 0), 0u) << grouped;
+      EXPECT_NE(grouped.find("group=" + std::to_string(c.padded / c.width)), std::string::npos) << grouped;
+      // The input to blocks and the output back; the pooled [1, 112, 1, 1] to NCHW for the
+      // 26-filter conv no block divides, and its output to one block of 26.
+      EXPECT_EQ(transforms, 4) << graph_to_text(gr);
+    } else {
+      EXPECT_NE(grouped.find("C=120,"), std::string::npos) << grouped;
+      EXPECT_NE(grouped.find("group=5"), std::string::npos) << grouped;
+    }
+    EXPECT_EQ(gr.value("y").shape, (Shape{1, C, 6, 6}));
+    expect_same_outputs(b.g, gr, {1, 48, 6, 6});
+  }
+}
+
+// The extra channels' constant never grows: Sigmoid makes them 0.5, and what could grow a
+// constant that is not 0 (the sum of two such values; LeakyRelu's slope) ends the chain, so the
+// last conv reads the model's 58 channels. Outputs stay the same.
+TEST(GraphPasses, PaddedChannelsNeverGrowTheirConstant) {
+  for (const std::string tail : {"Add", "LeakyRelu"}) {
+    SCOPED_TRACE(tail);
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 8, 5, 5});
+    auto sig = [&](const std::string& out) {
+      std::string c = b.inferred("Conv", {x, b.weights("w_" + out, {58, 8, 1, 1}), b.weights("b_" + out, {58})},
+                                 "c_" + out, {});
+      return b.inferred("Sigmoid", {c}, out, {});
+    };
+    std::string s1 = sig("s1");
+    std::string t = tail == "Add" ? b.inferred("Add", {s1, sig("s2")}, "t", {})
+                                  : b.inferred("LeakyRelu", {s1}, "t", {{"alpha", 3.0f}});
+    b.g.outputs = {b.inferred("Conv", {t, b.weights("w3", {24, 58, 1, 1})}, "y", {})};
+    verify(b.g);
+    Graph g = b.g;
+    PassOptions o;
+    o.channel_block = 16;
+    run_passes(g, o);
+    verify(g);
+    std::vector<std::string> tasks;
+    for (const Task& k : extract_tasks(g).tasks) tasks.push_back(k.workload);
+    ASSERT_FALSE(tasks.empty());
+    EXPECT_EQ(tasks.front().rfind("conv2d_nchwc(N=1,C=8,H=5,W=5,K=64,", 0), 0u) << tasks.front();
+    EXPECT_EQ(tasks.back().rfind("conv2d_nchwc(N=1,C=58,H=5,W=5,K=24,", 0), 0u) << tasks.back();
+    expect_same_outputs(b.g, g, {1, 8, 5, 5});
   }
 }
 
