@@ -50,6 +50,19 @@ void schedule_loops(ir::Stage& s, int lanes, bool blocked) {
   std::vector<int64_t> extent(op.shape.begin(), op.shape.end());
   int64_t work = num_elements(op.shape);
   for (const ir::IterVar& r : op.reduce_axes) work *= r.extent;
+  // Lanes: the vector's, or half or a quarter of it (at least 4) where that divides an
+  // innermost axis shorter than the vector (blocks of 8 channels on AVX-512: a pooling of them
+  // left to LLVM gathered across columns, 16 lanes of a stride-2 window, instead of one 8-lane
+  // load per window element).
+  const int64_t inner_extent = op.shape.back();
+  if (inner_extent < lanes && inner_extent % lanes != 0) {
+    for (int v = lanes / 2; v >= 4; v /= 2) {
+      if (inner_extent % v == 0) {
+        lanes = v;
+        break;
+      }
+    }
+  }
   if (op.shape.back() % lanes == 0 || (!op.reduce() && op.shape.back() > lanes)) {
     auto [outer, inner] = s.split(spatial.back(), lanes);
     s.vectorize(inner);

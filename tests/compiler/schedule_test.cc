@@ -631,6 +631,41 @@ TEST(GenericKernels, BlockedImagesAreSlicedByRowsUnlessAnInputIsNchw) {
   }
 }
 
+// A generic kernel whose innermost axis is shorter than the vector (a pool of blocks of 8
+// channels on AVX-512, 16 lanes) vectorizes it at half or a quarter of the vector: one 8-lane
+// load per window element, where LLVM alone gathered 16 columns of a stride-2 window
+// (ShuffleNet-v2's stem pool). The same kernel computes every element on this machine.
+TEST(GenericKernels, BlocksNarrowerThanTheVectorAreVectorizedWhole) {
+  ir::Tensor x = ir::placeholder("x", {1, 3, 12, 12, 8});
+  ir::IterVar r = ir::reduce_axis(2, "r"), q = ir::reduce_axis(2, "q");
+  ir::Tensor pool = ir::compute(
+      "pool", {1, 3, 6, 6, 8}, {"n", "cb", "h", "w", "c"},
+      [&](const std::vector<ir::Expr>& i) {
+        return ir::max_reduce(ir::read(x, {i[0], i[1], i[2] * 2 + r.var, i[3] * 2 + q.var, i[4]}), {r, q});
+      },
+      {r, q});
+  const Target avx512 = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4");
+  ASSERT_EQ(avx512.vector_lanes(), 16);
+  const std::string loops = ir::to_string(lower_generic_kernel(pool, {x}, avx512, "k", "pool"));
+  // Each window element of x read as 8 contiguous lanes, into 8 lanes of the output.
+  EXPECT_TRUE(std::regex_search(loops, std::regex(R"(= max\(pool\[ramp\([^\]]+, 1, 8\)\], x\[ramp\([^\]]+, 1, 8\)\]\))")))
+      << loops;
+  std::unique_ptr<KernelLibrary> lib = testing::build_for_host(lower_generic_kernel(pool, {x}, host_target(), "k", "pool"));
+  std::vector<float> in(3 * 12 * 12 * 8), out(3 * 6 * 6 * 8, std::nanf("")), expect(out.size());
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>((k * 7919) % 2001 - 1000) / 100.0f;
+  for (int64_t cb = 0; cb < 3; ++cb)
+    for (int64_t h = 0; h < 6; ++h)
+      for (int64_t w = 0; w < 6; ++w)
+        for (int64_t c = 0; c < 8; ++c) {
+          float m = -INFINITY;
+          for (int64_t dr = 0; dr < 2; ++dr)
+            for (int64_t dq = 0; dq < 2; ++dq) m = std::max(m, in[((cb * 12 + 2 * h + dr) * 12 + 2 * w + dq) * 8 + c]);
+          expect[((cb * 6 + h) * 6 + w) * 8 + c] = m;
+        }
+  ASSERT_EQ(lib->call({in.data(), out.data()}), 0);
+  EXPECT_EQ(out, expect);
+}
+
 // Grouped blocked convolutions: where each output block reads channels of its own (a block
 // is one group, or holds whole groups), two blocks share no broadcasts, so the tile takes one
 // block. Blocks within one larger group keep two.
