@@ -33,6 +33,85 @@ OpKind op_kind(const std::string& op) {
   return *def->pattern;
 }
 
+namespace {
+
+// A value read by several elementwise nodes whose paths meet again in one node, each path's
+// values read once, by the next node of the path: SiLU (Mul(x, Sigmoid(x))), a GELU written
+// out (Mul(x, Add(Erf(Div(x, c)), 1))), Mul(x, x). `nodes`: the paths up to and including the
+// node where they meet; every input of those is the value, one of theirs, or a constant.
+struct Diamond {
+  std::set<std::string> nodes;
+};
+
+// How many nodes a path of a diamond may have: real ones have a few (GELU's longest, 4).
+constexpr size_t kMaxDiamondPath = 8;
+
+std::map<std::string, Diamond> find_diamonds(const Graph& g, const std::map<std::string, int>& uses,
+                                             const std::set<std::string>& outputs) {
+  std::map<std::string, std::vector<const Node*>> readers;
+  for (const Node& n : g.nodes) {
+    for (const std::string& in : n.inputs) {
+      auto& r = readers[in];
+      if (!in.empty() && (r.empty() || r.back() != &n)) r.push_back(&n);
+    }
+  }
+  auto elementwise = [](const Node& n) { return find_op(n.op) && op_kind(n.op) == OpKind::Elementwise; };
+  // The nodes from `n` on while each one's single output is read once, by the next.
+  auto path = [&](const Node* n) {
+    std::vector<const Node*> p = {n};
+    while (p.size() < kMaxDiamondPath && elementwise(*p.back()) && p.back()->outputs.size() == 1) {
+      const std::string& o = p.back()->outputs[0];
+      auto u = uses.find(o);
+      if (o.empty() || outputs.count(o) || u == uses.end() || u->second != 1) break;
+      p.push_back(readers.at(o).front());
+    }
+    return p;
+  };
+  std::map<std::string, Diamond> found;
+  for (const auto& [v, rs] : readers) {
+    auto u = uses.find(v);
+    if (v.empty() || outputs.count(v) || u == uses.end() || u->second < 2 || g.is_constant(v)) continue;
+    std::vector<std::vector<const Node*>> paths;
+    for (const Node* r : rs) paths.push_back(path(r));
+    // Where they meet: the first node of the first path on every other path.
+    const Node* meet = nullptr;
+    for (const Node* n : paths[0]) {
+      bool everywhere = true;
+      for (size_t k = 1; k < paths.size() && everywhere; ++k)
+        everywhere = std::find(paths[k].begin(), paths[k].end(), n) != paths[k].end();
+      if (everywhere) {
+        meet = n;
+        break;
+      }
+    }
+    if (!meet || !elementwise(*meet)) continue;
+    Diamond d;
+    for (const auto& p : paths) {
+      for (const Node* n : p) {
+        d.nodes.insert(n->name);
+        if (n == meet) break;
+      }
+    }
+    std::set<std::string> made = {v};
+    std::vector<const Node*> members;
+    for (const auto& p : paths) {
+      for (const Node* n : p) {
+        members.push_back(n);
+        made.insert(n->outputs.begin(), n->outputs.end());
+        if (n == meet) break;
+      }
+    }
+    bool closed = true;
+    for (const Node* n : members) {
+      for (const std::string& in : n->inputs) closed = closed && (in.empty() || made.count(in) || g.is_constant(in));
+    }
+    if (closed) found.emplace(v, std::move(d));
+  }
+  return found;
+}
+
+}  // namespace
+
 std::vector<FusedGroup> plan_fusion(const Graph& g) {
   std::map<std::string, int> uses = use_counts(g);
   std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
@@ -60,6 +139,8 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
   for (size_t k = 0; k < g.nodes.size(); ++k) node_order[g.nodes[k].name] = k;
   std::map<std::string, const Node*> by_name;
   for (const Node& n : g.nodes) by_name[n.name] = &n;
+  const std::map<std::string, Diamond> diamonds = find_diamonds(g, uses, outputs);
+  std::map<std::string, size_t> diamond_group;  // a diamond's source -> the group it joined
   // Whether every value group k computes is read inside it or by node `n` alone, and not
   // returned: the group can become part of n's kernel.
   auto read_only_by = [&](size_t k, const Node& n) {
@@ -141,9 +222,19 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     for (const std::string& in : n.inputs) {
       if (takes_operands) break;
       auto it = group_of_value.find(in);
-      if (it == group_of_value.end() || uses[in] != 1 || outputs.count(in)) continue;
+      if (it == group_of_value.end() || outputs.count(in)) continue;
       const size_t producer = it->second;
-      if (groups[producer].nodes.size() >= kMaxGroupNodes) continue;
+      // A diamond's nodes join its source's group all together, or none of them: room for
+      // all of them when the first one joins, the later ones then follow it.
+      auto d = diamonds.find(in);
+      const bool in_diamond = d != diamonds.end() && d->second.nodes.count(n.name);
+      if (uses[in] != 1 && !in_diamond) continue;
+      auto joined = in_diamond ? diamond_group.find(in) : diamond_group.end();
+      if (in_diamond && joined == diamond_group.end() &&
+          groups[producer].nodes.size() + d->second.nodes.size() > kMaxGroupNodes)
+        continue;
+      if (joined != diamond_group.end() && joined->second != producer) continue;
+      if (joined == diamond_group.end() && groups[producer].nodes.size() >= kMaxGroupNodes) continue;
       OpKind pk = groups[producer].kind;
       bool joins =
           (kind == OpKind::Elementwise && pk != OpKind::Opaque) ||
@@ -154,6 +245,7 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
       if (joins) {
         target = producer;
         if (kind == OpKind::Reduction) groups[target].kind = OpKind::Reduction;
+        if (in_diamond) diamond_group.emplace(in, producer);
         break;
       }
     }

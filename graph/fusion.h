@@ -13,7 +13,9 @@
 //               group of its first computed input that has no other reader and is not a
 //               model output, when that group is an anchor, elementwise, injective or
 //               reduction group (Add(skip, conv(...)) joins the conv's group though the skip
-//               comes first)
+//               comes first); a value read by several elementwise nodes whose paths meet
+//               again (SiLU: Mul(y, Sigmoid(y))), reading nothing else computed, counts as
+//               read once, and the whole diamond joins its group or none of it does
 //   injective   (Reshape, Transpose, Slice, Concat, Gather, Split, LayoutTransform, ...):
 //               joins an elementwise or injective group the same way (not an anchor's: it
 //               would change the anchor's output layout)

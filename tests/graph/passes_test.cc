@@ -1428,7 +1428,9 @@ TEST(GraphFusion, GroupsFollowTheRules) {
       b.node("Add", {"s1", c}, "sum", {1, 2, 2, 2});  // s1 from the Relu's group, c waits for it
   std::string sq = b.node("Mul", {sum, sum}, "sq", {1, 2, 2, 2});
   b.node("ReduceSum", {sq}, "r", {1, 1, 1, 1}, {{"axes", std::vector<int64_t>{1, 2, 3}}});
-  b.g.outputs = {"r"};
+  std::string t = b.node("Sigmoid", {x}, "t", {1, 4, 2, 2});
+  b.node("ReduceSum", {t}, "r2", {1, 1, 1, 1}, {{"axes", std::vector<int64_t>{1, 2, 3}}});
+  b.g.outputs = {"r", "r2"};
   verify(b.g);
   std::vector<FusedGroup> p2 = plan_fusion(b.g);
   expect_runnable(b.g, p2);
@@ -1438,9 +1440,63 @@ TEST(GraphFusion, GroupsFollowTheRules) {
   // Its first input, s1, cannot take it; the next, the conv's output, read by it alone, can:
   // a residual Add written with the skip first (MobileNet-v2) joins the conv.
   EXPECT_EQ(group_with(p2, "Add_sum"), group_with(p2, "Conv_c"));
-  // The reduction takes in the Mul computing its input (read by nothing else).
-  ASSERT_EQ(group_with(p2, "ReduceSum_r"), group_with(p2, "Mul_sq"));
-  EXPECT_EQ(group_with(p2, "ReduceSum_r")->kind, OpKind::Reduction);
+  // Mul(sum, sum) reads one value twice, as one reader: it joins the conv's group too; the
+  // reduction after it starts its own.
+  EXPECT_EQ(group_with(p2, "Mul_sq"), group_with(p2, "Conv_c"));
+  EXPECT_NE(group_with(p2, "ReduceSum_r"), group_with(p2, "Mul_sq"));
+  // A reduction takes in the elementwise group computing its input (read by nothing else).
+  ASSERT_EQ(group_with(p2, "ReduceSum_r2"), group_with(p2, "Sigmoid_t"));
+  EXPECT_EQ(group_with(p2, "ReduceSum_r2")->kind, OpKind::Reduction);
+}
+
+// A value read by several elementwise nodes whose paths meet again (SiLU: Mul(y,
+// Sigmoid(y)); a GELU written out) joins its producer's group whole: one kernel with the conv.
+// Not where a node of the diamond reads something else computed, where one of its values is
+// returned or read elsewhere, or where the paths never meet (a squeeze-and-excitation: a pool
+// and a Mul read the value); then every node stays where the old rule put it, and no group
+// computes a value for another group halfway through a diamond.
+TEST(GraphFusion, DiamondsJoinTheirSourcesGroupWhole) {
+  enum class Variant { Silu, Gelu, OtherInput, Returned, NoMeet };
+  for (Variant v : {Variant::Silu, Variant::Gelu, Variant::OtherInput, Variant::Returned, Variant::NoMeet}) {
+    SCOPED_TRACE(static_cast<int>(v));
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 4, 3, 3});
+    std::string y = b.node("Conv", {x, b.weights("w", {4, 4, 1, 1})}, "y", {1, 4, 3, 3});
+    std::string z = b.node("Relu", {x}, "z", {1, 4, 3, 3});  // another group's value
+    std::string out;
+    std::vector<std::string> diamond;
+    if (v == Variant::Gelu) {
+      std::string d = b.node("Div", {y, b.constant("c", HostTensor::floats({}, {1.4142135f}))}, "d", {1, 4, 3, 3});
+      std::string e = b.node("Erf", {d}, "e", {1, 4, 3, 3});
+      std::string a = b.node("Add", {e, b.constant("one", HostTensor::floats({}, {1.0f}))}, "a", {1, 4, 3, 3});
+      out = b.node("Mul", {y, a}, "m", {1, 4, 3, 3});
+      diamond = {"Div_d", "Erf_e", "Add_a", "Mul_m"};
+    } else if (v == Variant::NoMeet) {
+      std::string p = b.node("GlobalAveragePool", {y}, "p", {1, 4, 1, 1});
+      out = b.node("Mul", {y, p}, "m", {1, 4, 3, 3});
+      diamond = {"Mul_m"};
+    } else {
+      std::string s = b.node("Sigmoid", {y}, "s", {1, 4, 3, 3});
+      std::string s2 = v == Variant::OtherInput ? b.node("Add", {s, z}, "s2", {1, 4, 3, 3}) : s;
+      out = b.node("Mul", {y, s2}, "m", {1, 4, 3, 3});
+      diamond = {"Sigmoid_s", "Mul_m"};
+      if (v == Variant::OtherInput) diamond.insert(diamond.begin() + 1, "Add_s2");
+    }
+    b.g.outputs = {b.node("Relu", {out}, "r", {1, 4, 3, 3})};
+    if (v == Variant::Returned) b.g.outputs.push_back("s");
+    verify(b.g);
+    std::vector<FusedGroup> plan = plan_fusion(b.g);
+    expect_runnable(b.g, plan);
+    const FusedGroup* conv = group_with(plan, "Conv_y");
+    ASSERT_NE(conv, nullptr);
+    const bool joins = v == Variant::Silu || v == Variant::Gelu;
+    for (const std::string& n : diamond) EXPECT_EQ(group_with(plan, n) == conv, joins) << n;
+    if (joins) {
+      EXPECT_EQ(group_with(plan, "Relu_r"), conv);
+      EXPECT_EQ(conv->outputs, (std::vector<std::string>{"r"}));
+    }
+    for (const FusedGroup& f : plan) EXPECT_LE(f.outputs.size(), v == Variant::Returned ? 2u : 1u) << f.nodes[0];
+  }
 }
 
 // Intermediates share the arena where their lifetimes do not overlap, never where they do.
