@@ -118,6 +118,24 @@ void expect_same_outputs(const Graph& before, const Graph& after, const Shape& s
   }
 }
 
+// `model` after the passes for a CPU of 16-float vectors (channel blocks of 16), both verified.
+Graph with_blocks_of_16(const Graph& model) {
+  verify(model);
+  Graph g = model;
+  PassOptions o;
+  o.channel_block = 16;
+  run_passes(g, o);
+  verify(g);
+  return g;
+}
+
+// The workloads of g's tasks, in order.
+std::vector<std::string> task_workloads(const Graph& g) {
+  std::vector<std::string> w;
+  for (const Task& t : extract_tasks(g).tasks) w.push_back(t.workload);
+  return w;
+}
+
 }  // namespace
 
 TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
@@ -1190,11 +1208,7 @@ TEST(GraphPasses, HalvesTheBlockWhereTheTargetsDoesNotDivide) {
   std::string r = b.node("Relu", {d}, "r", {1, 24, 6, 6});
   b.node("Conv", {r, b.weights("wc", {32, 24, 1, 1})}, "y", {1, 32, 6, 6});
   b.g.outputs = {"y"};
-  verify(b.g);
-  Graph g = b.g;
-  PassOptions o;
-  o.channel_block = 16;
-  run_passes(g, o);
+  Graph g = with_blocks_of_16(b.g);
   expect_same_outputs(b.g, g, {1, 16, 6, 6});
   std::map<std::string, int> ops;
   for (const Node& n : g.nodes) ++ops[n.op];
@@ -1225,11 +1239,7 @@ TEST(GraphPasses, RoundingAndOtherElementwiseOpsFollowBlockedLayouts) {
   v = b.node("Gelu", {v}, "q6", s);
   b.node("Conv", {v, b.weights("wc", {16, 16, 1, 1})}, "y", {1, 16, 6, 6});
   b.g.outputs = {"y"};
-  verify(b.g);
-  Graph g = b.g;
-  PassOptions o;
-  o.channel_block = 16;
-  run_passes(g, o);
+  Graph g = with_blocks_of_16(b.g);
   expect_same_outputs(b.g, g, {1, 16, 6, 6});
   std::map<std::string, int> ops;
   for (const Node& n : g.nodes) ++ops[n.op];
@@ -2336,12 +2346,7 @@ TEST(GraphPasses, FiltersArePaddedToWholeBlocksWhereThatIsCheap) {
     std::string x = b.input("x", {1, 8, 5, 6});
     b.g.outputs = {b.inferred("Conv", {x, b.weights("w", {c.K, 8, 3, 3}), b.weights("b", {c.K})},
                               "y", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}})};
-    verify(b.g);
-    Graph g = b.g;
-    PassOptions o;
-    o.channel_block = 16;
-    run_passes(g, o);
-    verify(g);
+    Graph g = with_blocks_of_16(b.g);
     TaskList t = extract_tasks(g);
     ASSERT_GE(t.tasks.size(), 1u);
     const std::string& w = t.tasks[0].workload;
@@ -2390,14 +2395,8 @@ TEST(GraphPasses, PaddedChannelsFlowThroughActivationsAndDepthwiseConvs) {
                                {{"group", int64_t{58}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
     std::string y = b.inferred("Conv", {d, b.weights("w3", {24, 58, 1, 1}), b.weights("b3", {24})}, "y", {});
     b.g.outputs = {y, a};
-    verify(b.g);
-    Graph g = b.g;
-    PassOptions o;
-    o.channel_block = 16;
-    run_passes(g, o);
-    verify(g);
-    std::vector<std::string> tasks;
-    for (const Task& t : extract_tasks(g).tasks) tasks.push_back(t.workload);
+    Graph g = with_blocks_of_16(b.g);
+    std::vector<std::string> tasks = task_workloads(g);
     ASSERT_EQ(tasks.size(), 3u);
     EXPECT_EQ(tasks[0].rfind("conv2d_nchwc(N=1,C=8,H=6,W=6,K=64,", 0), 0u) << tasks[0];
     EXPECT_EQ(tasks[1].rfind(c.depthwise, 0), 0u) << tasks[1];
@@ -2444,12 +2443,7 @@ TEST(GraphPasses, PaddedChannelsFlowThroughGroupedConvsAndExcitation) {
     std::string m = b.inferred("Mul", {s, g}, "m", {});
     std::string sum = b.inferred("Add", {conv(m, C, C, 1, "c"), conv(x, C, 48, 1, "proj")}, "sum", {});
     b.g.outputs = {b.inferred("Relu", {sum}, "y", {})};
-    verify(b.g);
-    Graph gr = b.g;
-    PassOptions o;
-    o.channel_block = 16;
-    run_passes(gr, o);
-    verify(gr);
+    Graph gr = with_blocks_of_16(b.g);
     int64_t padded = 0;
     std::string grouped;
     for (const Task& t : extract_tasks(gr).tasks) {
@@ -2493,14 +2487,8 @@ TEST(GraphPasses, PaddedChannelsNeverGrowTheirConstant) {
     std::string t = tail == "Add" ? b.inferred("Add", {s1, sig("s2")}, "t", {})
                                   : b.inferred("LeakyRelu", {s1}, "t", {{"alpha", 3.0f}});
     b.g.outputs = {b.inferred("Conv", {t, b.weights("w3", {24, 58, 1, 1})}, "y", {})};
-    verify(b.g);
-    Graph g = b.g;
-    PassOptions o;
-    o.channel_block = 16;
-    run_passes(g, o);
-    verify(g);
-    std::vector<std::string> tasks;
-    for (const Task& k : extract_tasks(g).tasks) tasks.push_back(k.workload);
+    Graph g = with_blocks_of_16(b.g);
+    std::vector<std::string> tasks = task_workloads(g);
     ASSERT_FALSE(tasks.empty());
     EXPECT_EQ(tasks.front().rfind("conv2d_nchwc(N=1,C=8,H=5,W=5,K=64,", 0), 0u) << tasks.front();
     EXPECT_EQ(tasks.back().rfind("conv2d_nchwc(N=1,C=58,H=5,W=5,K=24,", 0), 0u) << tasks.back();
@@ -2571,12 +2559,7 @@ TEST(GraphPasses, GroupedConvolutionsAreOneTaskEach) {
     std::vector<std::string> in = {x, b.weights("w", c.w)};
     if (c.bias) in.push_back(b.weights("b", {c.w[0]}));
     b.g.outputs = {b.inferred("Conv", in, "y", c.attrs)};
-    verify(b.g);
-    Graph g = b.g;
-    PassOptions o;
-    o.channel_block = 16;
-    run_passes(g, o);
-    verify(g);
+    Graph g = with_blocks_of_16(b.g);
     TaskList t = extract_tasks(g);
     EXPECT_TRUE(t.untunable.empty());
     ASSERT_EQ(t.tasks.size(), 1u);  // no Winograd alternative for groups
