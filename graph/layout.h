@@ -27,8 +27,10 @@ int64_t parse_layout(const Node& n, const std::string& attr);
 std::string layout_name(int64_t block);
 // `K` filters padded with zero filters to the next multiple of the target's channel block
 // `block`, where the block does not divide them and that adds at most 1/8 of them (blocks of
-// at least 4 lanes); 0 where they are not padded (pad-channels' rule).
-int64_t padded_filters(int64_t K, int64_t block);
+// at least 4 lanes), or, with `half_blocks_up_to_a_third`, at most a third where half the
+// block (at least 8) divides them (they would run in half vectors: MobileNet-v2's 24 -> 32);
+// 0 where they are not padded (pad-channels' rule).
+int64_t padded_filters(int64_t K, int64_t block, bool half_blocks_up_to_a_third = false);
 
 // The workload (compiler/workload.h) of a ConvNCHWc node with input shape x and weight shape
 // w, without its epilogue and closing parenthesis (as tasks.h's AnchorWorkload::spec):

@@ -24,9 +24,13 @@ int64_t parse_layout(const Node& n, const std::string& attr) {
 
 std::string layout_name(int64_t block) { return block == 0 ? "NCHW" : str("NCHW", block, "c"); }
 
-int64_t padded_filters(int64_t K, int64_t block) {
+int64_t padded_filters(int64_t K, int64_t block, bool half_blocks_up_to_a_third) {
   if (block < 4 || K < 1 || K % block == 0) return 0;
   const int64_t padded = (K + block - 1) / block * block;
+  // Filters half a block divides would run in half blocks (half vectors): up to a third more
+  // filters in whole blocks instead, where the caller says the padding carries on.
+  if (half_blocks_up_to_a_third && K % (block / 2) == 0 && block / 2 >= 8)
+    return (padded - K) * 3 > padded ? 0 : padded;
   return (padded - K) * 8 > padded ? 0 : padded;
 }
 

@@ -1,12 +1,15 @@
 // pad-channels: a dense Conv (one a workload expresses) whose filters the target's channel
 // block does not divide (an ImageNet head's 1000: blocks of 8, half an AVX-512 vector;
 // ShuffleNet-v2's 58 and 116: no block), where padding them with zero filters to the next
-// multiple of the block adds at most 1/8 (graph/layout.h padded_filters), computes the padded
+// multiple of the block adds at most 1/8, or a third where half the block divides them and
+// their readers carry the padding on (graph/layout.h padded_filters: 24 -> 32, 40 -> 48 on
+// AVX-512; readers_take_padding), computes the padded
 // channels, and what reads them keeps reading padded values where it can, so the layout pass
 // (transform-conv-layout) runs the whole chain in blocks:
 //   - the padded Conv's extra channels are exactly 0 (zero filters, zero bias);
-//   - Relu, Tanh, HardSwish, LeakyRelu, global pooling, and Clip whose range holds 0, keep
-//     them 0; Sigmoid, HardSigmoid and other Clips make them another constant (Sigmoid's 0.5);
+//   - Relu, Tanh, HardSwish, LeakyRelu, max and average pooling, global pooling, and Clip
+//     whose range holds 0, keep them 0; Sigmoid, HardSigmoid and other Clips make them another
+//     constant (Sigmoid's 0.5);
 //   - a depthwise Conv of the value, or a grouped one of a filter a channel whose groups the
 //     padding is a whole number of (RegNet's groups of 8 at 104 and 440 channels: a 14th and a
 //     56th group), is padded alike: zero filters and bias for the extra channels, 0 out;
@@ -29,7 +32,9 @@
 // stages, whose grouped convs and squeeze-and-excitation ended the chain, converted to NCHW and
 // back around every block (76 LayoutTransforms, 159 kernels; now 22 and 125): 1.13x faster at
 // 1 thread, 1.23x at 2; MobileNet-v3-large (HardSigmoid excitation at 72, 120 channels) 1.09x
-// and 1.08x (2026-12-02, docs/results/pad-channels-groups-se-2026-12-02-zen5.txt).
+// and 1.08x (2026-12-02, docs/results/pad-channels-groups-se-2026-12-02-zen5.txt). Then 24 and
+// 40 filters padded to 32 and 48 (whole AVX-512 vectors instead of halves, pools carrying the
+// padding): MNASNet-1.0, MobileNet-v2/v3, EfficientNet-B0 and ShuffleNet-v2 1.03-1.05x.
 // Runs on CPU targets (a channel block of at least 4); int8 convolutions (QDQ) are left to
 // fold-qdq's kernels.
 #include <cmath>
@@ -47,7 +52,10 @@ namespace {
 class ChannelPadder {
  public:
   ChannelPadder(Graph& g, int64_t block, bool int8) : g_(g), block_(block), int8_(int8) {
-    for (const Node& n : g_.nodes) node_names_.insert(n.name);
+    for (const Node& n : g_.nodes) {
+      node_names_.insert(n.name);
+      for (const std::string& in : n.inputs) readers_[in].push_back(&n);
+    }
   }
 
   bool run() {
@@ -139,7 +147,8 @@ class ChannelPadder {
   // (graph/layout.h padded_filters: the layout pass's rule).
   bool start_chain(const Node& n) {
     if (!dense_conv(n) || !plain_conv(n) || anchor_workload(g_, n).spec.empty()) return false;
-    const int64_t K = g_.value(n.inputs[1]).shape[0], Kp = padded_filters(K, block_);
+    const int64_t K = g_.value(n.inputs[1]).shape[0],
+                  Kp = padded_filters(K, block_, readers_take_padding(n.outputs[0], 4));
     if (!Kp) return false;
     Node c = n;
     c.inputs[1] = padded_constant(n.inputs[1], Kp);
@@ -157,6 +166,9 @@ class ChannelPadder {
     // 0 stays 0, and no constant grows: |f(c)| <= |c|.
     if (n.op == "Relu" || n.op == "Tanh" || n.op == "HardSwish") return one ? std::optional(zeros) : std::nullopt;
     if (n.op == "LeakyRelu") return one && zeros ? std::optional(true) : std::nullopt;
+    // Pooling windows of 0 give 0 (a window holds at least one position of the image; an
+    // average counting padded positions would scale another constant).
+    if (n.op == "MaxPool" || n.op == "AveragePool") return one && zeros ? std::optional(true) : std::nullopt;
     // Global pooling: each channel's mean or largest value is its constant.
     if (n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool") return one ? std::optional(zeros) : std::nullopt;
     if (n.op == "Sigmoid" || n.op == "HardSigmoid") return one ? std::optional(false) : std::nullopt;  // in [0, 1]
@@ -190,6 +202,29 @@ class ChannelPadder {
     const bool zeros = n.op == "Mul" || (pa.zeros && pb.zeros);
     n.inputs = {pa.value, pb.value};
     emit_padded(std::move(n), pa.channels, pa.padded, zeros);
+    return true;
+  }
+
+  // Whether everything reading `v` (through up to `depth` activations) would read its padded
+  // channels: dense or depthwise convs, pools, activations, Add and Mul; not a model output, a
+  // Concat, a reshape, or a grouped conv of other widths (they would read a Slice of it).
+  // Padding by more than 1/8 only pays where the padding carries on.
+  bool readers_take_padding(const std::string& v, int depth) const {
+    if (g_.is_output(v)) return false;
+    auto it = readers_.find(v);
+    if (it == readers_.end()) return false;
+    for (const Node* r : it->second) {
+      if (r->op == "Add" || r->op == "Mul") continue;
+      if (r->op == "Conv") {
+        const int64_t group = r->get_int("group", 1);
+        if (r->inputs[0] != v || !plain_conv(*r)) return false;
+        const Shape& w = g_.value(r->inputs[1]).shape;
+        if (group == 1 || w[1] == 1) continue;  // dense or depthwise
+        return false;
+      }
+      if (depth == 0 || !unary(*r, true) || r->outputs.size() != 1 || !readers_take_padding(r->outputs[0], depth - 1))
+        return false;
+    }
     return true;
   }
 
@@ -237,6 +272,7 @@ class ChannelPadder {
   bool int8_;
   std::set<std::string> node_names_;
   std::map<std::string, Padded> padded_;  // a model value -> its padded value
+  std::map<std::string, std::vector<const Node*>> readers_;  // of each value in the graph as given
 };
 
 }  // namespace

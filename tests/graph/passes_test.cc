@@ -1196,17 +1196,18 @@ TEST(GraphTasks, WinogradAlternativesWhereTheTransformedWeightsPayOff) {
   EXPECT_EQ(alternatives(16, 28, 3, 1, true, 3), 0);
 }
 
-// Filters the target's block does not divide but half of it does (24 under 16) take blocks of
-// 8; the next convolution reads that layout as it is (ic_block 8, no conversion between), and
-// a depthwise layer on 24 channels runs in blocks of 8 too.
+// Filters the target's block does not divide but half of it does, where padding them to whole
+// blocks would add more than a third (8 under 16; 24 pads to 32), take blocks of 8; the next
+// convolution reads that layout as it is (ic_block 8, no conversion between), and a depthwise
+// layer on 8 channels runs in blocks of 8 too.
 TEST(GraphPasses, HalvesTheBlockWhereTheTargetsDoesNotDivide) {
   GraphBuilder b;
   std::string x = b.input("x", {1, 16, 6, 6});
-  std::string a = b.node("Conv", {x, b.weights("wa", {24, 16, 1, 1})}, "a", {1, 24, 6, 6});
-  std::string d = b.node("Conv", {a, b.weights("wd", {24, 1, 3, 3})}, "d", {1, 24, 6, 6},
-                         {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{24}}});
-  std::string r = b.node("Relu", {d}, "r", {1, 24, 6, 6});
-  b.node("Conv", {r, b.weights("wc", {32, 24, 1, 1})}, "y", {1, 32, 6, 6});
+  std::string a = b.node("Conv", {x, b.weights("wa", {8, 16, 1, 1})}, "a", {1, 8, 6, 6});
+  std::string d = b.node("Conv", {a, b.weights("wd", {8, 1, 3, 3})}, "d", {1, 8, 6, 6},
+                         {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{8}}});
+  std::string r = b.node("Relu", {d}, "r", {1, 8, 6, 6});
+  b.node("Conv", {r, b.weights("wc", {32, 8, 1, 1})}, "y", {1, 32, 6, 6});
   b.g.outputs = {"y"};
   Graph g = with_blocks_of_16(b.g);
   expect_same_outputs(b.g, g, {1, 16, 6, 6});
@@ -2329,7 +2330,9 @@ TEST(GraphPasses, EinsumsThatAreMatrixProductsBecomeMatMuls) {
 
 // A convolution whose filters the block does not divide, where padding them to a whole block
 // adds at most 1/8 (31 -> 32, ShuffleNet's 58 -> 64), runs on padded filters in whole blocks,
-// its output sliced back; past that (24 -> 32) it takes half blocks, or (10 -> 16) stays NCHW.
+// its output sliced back; past that it takes half blocks (24, 40: padding them by up to a third
+// is only for values whose readers carry the padding on, PaddedChannelsFlowThroughPools; these
+// are model outputs), or (10 -> 16) stays NCHW.
 TEST(GraphPasses, FiltersArePaddedToWholeBlocksWhereThatIsCheap) {
   struct Case {
     int64_t K;
@@ -2340,6 +2343,7 @@ TEST(GraphPasses, FiltersArePaddedToWholeBlocksWhereThatIsCheap) {
        {Case{31, "K=32,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block=16,epilogue=bias)", 1},
         Case{58, "K=64,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block=16,epilogue=bias)", 1},
         Case{24, "K=24,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block=8,epilogue=bias)", 0},
+        Case{40, "K=40,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=8,oc_block=8,epilogue=bias)", 0},
         Case{10, "K=10,R=3,S=3,stride=1,pad=1,dilation=1,epilogue=bias)", 0}}) {
     SCOPED_TRACE(c.K);
     GraphBuilder b;
@@ -2467,6 +2471,41 @@ TEST(GraphPasses, PaddedChannelsFlowThroughGroupedConvsAndExcitation) {
     }
     EXPECT_EQ(gr.value("y").shape, (Shape{1, C, 6, 6}));
     expect_same_outputs(b.g, gr, {1, 48, 6, 6});
+  }
+}
+
+// A stem's 24 filters, whose readers carry padding on (a ReLU, a max or average pool -- a
+// window of zeros gives 0 -- then ShuffleNet-v2's branches: a depthwise conv, 1x1 convs), are
+// padded to 32 (a third more, whole vectors of 16 instead of halves), and the pool and
+// everything after it run in blocks of 16. A pool of a constant that is
+// not 0 (Sigmoid's) ends the chain: an average pool would mix it with its padded positions, and
+// the rule takes neither pool there.
+TEST(GraphPasses, PaddedChannelsFlowThroughPools) {
+  for (const std::string pool : {"MaxPool", "AveragePool", "SigmoidThenMaxPool"}) {
+    SCOPED_TRACE(pool);
+    GraphBuilder b;
+    std::string x = b.input("x", {1, 3, 12, 12});
+    std::string c = b.inferred("Conv", {x, b.weights("w", {24, 3, 3, 3}), b.weights("b", {24})}, "c",
+                               {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}});
+    const bool sigmoid = pool == "SigmoidThenMaxPool";
+    std::string r = b.inferred(sigmoid ? "Sigmoid" : "Relu", {c}, "r", {});
+    std::string p = b.inferred(sigmoid ? "MaxPool" : pool, {r}, "p",
+                               {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                                {"strides", std::vector<int64_t>{2, 2}},
+                                {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    std::string d = b.inferred("Conv", {p, b.weights("wd", {24, 1, 3, 3}), b.weights("bd", {24})}, "d",
+                               {{"group", int64_t{24}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    b.g.outputs = {b.inferred("Conv", {d, b.weights("w2", {16, 24, 1, 1})}, "y", {})};
+    Graph g = with_blocks_of_16(b.g);
+    std::vector<std::string> tasks = task_workloads(g);
+    ASSERT_EQ(tasks.size(), 3u);
+    EXPECT_EQ(tasks[0].rfind("conv2d_nchwc(N=1,C=3,H=12,W=12,K=32,", 0), 0u) << tasks[0];
+    const char* depthwise = sigmoid ? "depthwise_conv2d_nchwc(N=1,C=24," : "depthwise_conv2d_nchwc(N=1,C=32,";
+    EXPECT_EQ(tasks[1].rfind(depthwise, 0), 0u) << tasks[1];
+    int slices = 0;
+    for (const Node& n : g.nodes) slices += n.op == "Slice";
+    EXPECT_EQ(slices, sigmoid ? 1 : 0);
+    expect_same_outputs(b.g, g, {1, 3, 12, 12});
   }
 }
 
