@@ -55,7 +55,7 @@ void schedule_loops(ir::Stage& s, int lanes, bool blocked) {
   // left to LLVM gathered across columns, 16 lanes of a stride-2 window, instead of one 8-lane
   // load per window element).
   const int64_t inner_extent = op.shape.back();
-  if (inner_extent < lanes && inner_extent % lanes != 0) {
+  if (inner_extent > 0 && inner_extent < lanes) {
     for (int v = lanes / 2; v >= 4; v /= 2) {
       if (inner_extent % v == 0) {
         lanes = v;
@@ -63,7 +63,7 @@ void schedule_loops(ir::Stage& s, int lanes, bool blocked) {
       }
     }
   }
-  if (op.shape.back() % lanes == 0 || (!op.reduce() && op.shape.back() > lanes)) {
+  if (inner_extent % lanes == 0 || (!op.reduce() && inner_extent > lanes)) {
     auto [outer, inner] = s.split(spatial.back(), lanes);
     s.vectorize(inner);
     spatial.back() = outer;

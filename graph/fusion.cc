@@ -86,16 +86,11 @@ std::map<std::string, Diamond> find_diamonds(const Graph& g, const std::map<std:
     }
     if (!meet || !elementwise(*meet)) continue;
     Diamond d;
-    for (const auto& p : paths) {
-      for (const Node* n : p) {
-        d.nodes.insert(n->name);
-        if (n == meet) break;
-      }
-    }
     std::set<std::string> made = {v};
     std::vector<const Node*> members;
     for (const auto& p : paths) {
       for (const Node* n : p) {
+        d.nodes.insert(n->name);
         members.push_back(n);
         made.insert(n->outputs.begin(), n->outputs.end());
         if (n == meet) break;
