@@ -136,21 +136,11 @@ void check_grouped_conv(const Workload& w, const std::string& spec) {
   check_groups(w, spec);
 }
 
-// A grouped blocked convolution's output blocks lie in one group or hold whole groups, and
-// the input channels a block reads are whole input blocks (NchwcGroups).
+// A grouped blocked convolution: any blocks the channels take (NchwcGroups: a block that
+// straddles two groups reads both).
 void check_grouped_conv_nchwc(const Workload& w, const std::string& spec) {
   check_conv_nchwc(w, spec);
   check_groups(w, spec);
-  const NchwcGroups gr = nchwc_groups(w);
-  if (!gr.fits()) {
-    throw UserError(str("workload '", spec, "': oc_block=", gr.ob, " and the ", gr.filters(),
-                        " filters of a group (K/group) do not divide one another (an output block lies in one group "
-                        "or holds whole groups)"));
-  }
-  if (gr.span() % w.get("ic_block") != 0) {
-    throw UserError(str("workload '", spec, "': ic_block=", w.get("ic_block"), " does not divide the ", gr.span(),
-                        " input channels an output block reads (group=", gr.group, ", oc_block=", gr.ob, ")"));
-  }
 }
 // Winograd: tiles of F(2x2,3x3) or F(4x4,3x3) (compiler/winograd.h).
 void check_winograd(const Workload& w, const std::string& spec) {
@@ -343,8 +333,29 @@ const std::vector<OperatorDef>& operator_table() {
 }
 // clang-format on
 
+NchwcGroups::NchwcGroups(int64_t C, int64_t K, int64_t group, int64_t ob, int64_t ib)
+    : C(C), K(K), group(group), ob(ob), ib(ib) {
+  TF_CHECK(C > 0 && K > 0 && group > 0 && ob > 0 && ib > 0 && C % group == 0 && K % group == 0 && K % ob == 0 &&
+               C % ib == 0,
+           "grouped blocks of C=", C, " K=", K, " group=", group, " oc_block=", ob, " ic_block=", ib,
+           " were not checked");
+  // The input blocks from block ko's first group's first channel to its last group's last
+  // (in 64 bits: K * C/G is bounded by the workload's footprint).
+  for (int64_t ko = 0; ko < K / ob; ++ko) {
+    const int64_t end = ((ko * ob + ob - 1) / filters() + 1) * channels();
+    blocks_ = std::max(blocks_, (end + ib - 1) / ib - first_block(ko));
+  }
+}
+
+ir::Expr NchwcGroups::start_block(const ir::Expr& ko) const {
+  using ir::Expr;
+  if (group == 1) return Expr(int64_t{0});
+  if (exact()) return block_in_group() ? ko / (filters() / ob) * (channels() / ib) : ko * (span() / ib);
+  return ir::min(ko * ob / filters() * channels() / ib, Expr(C / ib - blocks_));
+}
+
 NchwcGroups nchwc_groups(const Workload& w) {
-  return {w.get("C"), w.get("K"), w.get("group"), w.get("oc_block")};
+  return {w.get("C"), w.get("K"), w.get("group"), w.get("oc_block"), w.get("ic_block")};
 }
 
 const OperatorDef* find_operator(const std::string& op) {

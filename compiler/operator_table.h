@@ -6,6 +6,7 @@
 // (compiler/templates/all.def).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -73,22 +74,41 @@ inline int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int6
 
 // A grouped convolution (group=G: output channel k reads only the C/G input channels of its
 // group k / (K/G)) in the blocked layout (conv2d_nchwc): output block ko (oc_block channels)
-// reads the `span` input channels from channel start(ko). Where the block lies in one group
-// (oc_block divides K/G) the span is that group's C/G channels; where it holds several (K/G
-// divides oc_block: RegNet's and ResNeXt's narrow groups on 16-lane vectors) it is the C/G
-// channels of each, and the weights [K/ob][span/ib][R][S][ib][ob] hold zeros where a channel
-// of one group meets a filter of another: the kernel multiplies them as any other (a vector
-// of filters, each input channel broadcast), at most oc_block/(K/G) times the group's work.
-// group=1 is the dense convolution (span C, start 0).
-struct NchwcGroups {
-  int64_t C, K, group, ob;
+// reads the `span` input channels from channel start(ko), whole input blocks (ic_block) that
+// hold the channels of every group the block's filters belong to. Where the block lies in
+// one group (oc_block divides K/G) the span is that group's C/G channels; where it holds
+// several (K/G divides oc_block: RegNet's and ResNeXt's narrow groups on 16-lane vectors) it
+// is the C/G channels of each; where it straddles two (RegNet's groups of 24 in blocks of 16)
+// it is the input blocks from the first group's first channel to the last group's last, as
+// many for every block as the most any block needs (a block near the end starting early
+// enough to stay inside C). The weights [K/ob][span/ib][R][S][ib][ob] hold zeros where a
+// channel of one group meets a filter of another: the kernel multiplies them as any other (a
+// vector of filters, each input channel broadcast). group=1 is the dense convolution (span
+// C, start 0).
+class NchwcGroups {
+ public:
+  NchwcGroups(int64_t C, int64_t K, int64_t group, int64_t ob, int64_t ib);
+  int64_t C, K, group, ob, ib;
   int64_t channels() const { return C / group; }  // input channels of one group
   int64_t filters() const { return K / group; }   // output channels of one group
   bool block_in_group() const { return filters() % ob == 0; }
-  int64_t span() const { return block_in_group() ? channels() : ob / filters() * channels(); }
-  int64_t start(int64_t ko) const { return ko * ob / filters() * channels(); }
-  // Whether blocks of ob output channels fit the groups (ob divides K/G or K/G divides ob).
-  bool fits() const { return filters() % ob == 0 || ob % filters() == 0; }
+  // Whether blocks of ob output channels fit the groups exactly (ob divides K/G or K/G
+  // divides ob): no block straddles two groups, and a block reads only its groups' channels.
+  bool whole() const { return filters() % ob == 0 || ob % filters() == 0; }
+  int64_t span() const { return blocks_ * ib; }
+  // The first input channel output block ko reads (a multiple of ib).
+  int64_t start(int64_t ko) const { return std::min(first_block(ko), C / ib - blocks_) * ib; }
+  // Whether every block reads only its own groups' channels (whole(), and those channels are
+  // whole input blocks): the start is then the closed form of the layouts before straddling.
+  bool exact() const { return whole() && span() == (block_in_group() ? channels() : ob / filters() * channels()); }
+  // The first input block output block `ko` reads, as an expression of it.
+  ir::Expr start_block(const ir::Expr& ko) const;
+  // The share of the channels a block reads that its filters compute with: (C/G) / span.
+  double useful() const { return double(channels()) / double(span()); }
+
+ private:
+  int64_t first_block(int64_t ko) const { return ko * ob / filters() * channels() / ib; }
+  int64_t blocks_ = 0;  // input blocks a block reads (span / ib)
 };
 NchwcGroups nchwc_groups(const Workload& w);
 

@@ -551,18 +551,11 @@ void build_conv2d_nchwc(OpGraph& g) {
   if (pad > 0) src = g.pad = pad_spatial(data, pad, 2, 3);
   IterVar rco = reduce_axis(span / ib, "rco"), rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"),
           rci = reduce_axis(ib, "rci");
-  // The first input block of output block ko: its group's (blocks per group = filters / ob),
-  // or that of the first of the groups it holds (start(ko) = ko * span).
-  auto first_block = [&](const Expr& ko) -> Expr {
-    if (gr.group == 1) return Expr(0);
-    if (gr.block_in_group()) return ko / (gr.filters() / ob) * (gr.channels() / ib);
-    return ko * (span / ib);
-  };
   std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
   g.acc = compute(w.epilogue != Epilogue::None ? "acc" : "out", {N, K / ob, OH, OW, ob}, names,
                   [&](const std::vector<Expr>& ax) {
                     Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
-                    Expr cb = gr.group == 1 ? Expr(rco.var) : first_block(ax[1]) + rco.var;
+                    Expr cb = gr.group == 1 ? Expr(rco.var) : gr.start_block(ax[1]) + rco.var;
                     return sum(read(src, {ax[0], cb, h, x, rci.var}) *
                                    read(weight, {ax[1], rco.var, rr.var, rs.var, rci.var, ax[4]}),
                                {rco, rr, rs, rci});

@@ -42,7 +42,7 @@ std::string conv_nchwc_spec(const Node& n, const Shape& x, const Shape& w);
 struct ConvNchwcDims {
   bool depthwise = false;
   int64_t group = 1, ib = 1, ob = 1, C = 0, K = 0, R = 0, S = 0;
-  NchwcGroups groups() const { return {C, K, group, ob}; }
+  NchwcGroups groups() const { return {C, K, group, ob, ib}; }
 };
 ConvNchwcDims conv_nchwc_dims(const Node& n, const Shape& x, const Shape& w);
 

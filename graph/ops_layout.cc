@@ -145,8 +145,7 @@ std::vector<TypeShape> conv_nchwc_infer(const OpContext& c) {
   }
   bool fits = d.depthwise ? w[0] == x[1] && w[3] == ib : w[4] == ib;
   if (fits && !d.depthwise) {
-    const NchwcGroups gr = d.groups();
-    fits = d.K % group == 0 && gr.fits() && gr.span() % ib == 0 && w[1] * ib == gr.span();
+    fits = d.K % group == 0 && w[1] * ib == d.groups().span();  // K and C: whole blocks by construction
   }
   if (!fits) {
     throw UserError(str(n.where(), ": weight ", shape_str(w), " does not fit input ", shape_str(x),

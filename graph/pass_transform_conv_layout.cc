@@ -17,6 +17,7 @@
 // height and width; elementwise operators take per-channel computed operands ([N, C, 1, 1])
 // too. What is left converts activations only where an operator needs NCHW (reshapes, the
 // model's outputs). Output values keep their names and NCHW shapes.
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -183,31 +184,37 @@ class LayoutRewriter {
   }
 
   // A grouped (not depthwise) Conv as a grouped ConvNCHWc: output blocks of the target's
-  // block or half of it (at least 8) that lie in one group or hold whole groups; input blocks
-  // of the input's own block, or the output's rule, dividing the channels a block reads
-  // (NchwcGroups::span). The weights [K][C/G][R][S] become [K/ob][span/ib][R][S][ib][ob],
-  // zero where a filter meets another group's channel. Where no blocks fit, it stays NCHW
-  // (the conv2d_nchw template's group=G).
+  // block or half of it (at least 8), input blocks of the input's own block or the output's
+  // rule, the pair that multiplies the fewest channels per output channel (NchwcGroups::span
+  // / ob: a vector instruction each, whatever its width), ties to the wider output block and
+  // the input's own: RegNet's groups of 24 run in blocks of 16 that straddle two groups
+  // (48 channels a block, as many instructions as blocks of 8 reading 24) and convert
+  // nothing on either side. A block that straddles groups and computes with under a quarter
+  // of what it reads is not taken. The weights [K][C/G][R][S] become
+  // [K/ob][span/ib][R][S][ib][ob], zero where a filter meets another group's channel. Where
+  // no blocks are taken, it stays NCHW (the conv2d_nchw template's group=G).
   bool convert_grouped_conv(const Node& n, const Shape& x, const Value& wv) {
     const Shape& w = wv.shape;
     const int64_t C = x[1], K = w[0], R = w[2], S = w[3], group = n.get_int("group", 1);
-    auto fits = [&](int64_t b) {
-      return b >= 1 && K % b == 0 && NchwcGroups{C, K, group, b}.fits();
-    };
-    int64_t ob = 0;
-    for (int64_t b = block_; b >= std::min<int64_t>(block_, 8) && !ob; b /= 2) {
-      if (fits(b)) ob = b;
+    std::vector<int64_t> input_blocks;
+    if (auto it = back_.find(n.inputs[0]); it != back_.end() && C % it->second.second == 0)
+      input_blocks.push_back(it->second.second);
+    for (int64_t b = block_; b >= std::min<int64_t>(block_, 8); b /= 2) {
+      if (C % b == 0 && std::find(input_blocks.begin(), input_blocks.end(), b) == input_blocks.end())
+        input_blocks.push_back(b);
     }
-    if (!ob) return false;
-    const NchwcGroups gr{C, K, group, ob};
-    const int64_t span = gr.span();
-    int64_t ib = 0;
-    if (auto it = back_.find(n.inputs[0]); it != back_.end() && span % it->second.second == 0)
-      ib = it->second.second;
-    for (int64_t b = block_; b >= std::min<int64_t>(block_, 8) && !ib; b /= 2) {
-      if (span % b == 0) ib = b;
+    std::optional<NchwcGroups> best;
+    for (int64_t ob = block_; ob >= std::min<int64_t>(block_, 8); ob /= 2) {
+      if (K % ob != 0) continue;
+      for (int64_t ib : input_blocks) {
+        const NchwcGroups gr{C, K, group, ob, ib};
+        if (!gr.whole() && gr.useful() < 0.25) continue;
+        if (!best || gr.span() * best->ob < best->span() * ob) best = gr;
+      }
     }
-    if (!ib) return false;
+    if (!best) return false;
+    const NchwcGroups gr = *best;
+    const int64_t ob = gr.ob, ib = gr.ib, span = gr.span();
     const std::vector<float>& wf = wv.constant->f;
     const int64_t Cg = gr.channels(), Kg = gr.filters();
     HostTensor wb = HostTensor::floats({K / ob, span / ib, R, S, ib, ob},

@@ -351,7 +351,8 @@ Tensor conv_nchwc_expr(const Node& n, const OpContext& c, const std::vector<TeOp
         // The input channel: depthwise, the output's; else the span's from start(ko).
         Expr ch = depthwise      ? k
                   : d.group == 1 ? Expr(rv[0].var)
-                                 : i[1] * ob / gr.filters() * gr.channels() + rv[0].var;
+                  : gr.exact()   ? i[1] * ob / gr.filters() * gr.channels() + rv[0].var
+                                 : gr.start_block(i[1]) * ib + rv[0].var;
         Expr v = ir::select(wr.inside, ir::read(x.tensor, {i[0], ch / ib, wr.iy, wr.ix, ch % ib}),
                             ir::f32(0.0));
         Expr wv = depthwise ? ir::read(wt.tensor, {i[1], rv[1].var, rv[2].var, i[4]})

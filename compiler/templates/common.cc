@@ -1,6 +1,7 @@
 #include "compiler/templates/common.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "base/error.h"
@@ -316,20 +317,41 @@ std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool
   // blocked ones (bench_conv, 1 thread), 14 x 14 1x1 1024 -> 256 1.35x, 7 x 7 1x1 2048 -> 512
   // 1.1x (docs/results/conv-tile-2026-11-30-znver3.txt).
   //
-  // Grouped convolutions whose output blocks each read channels of their own (a block holds
-  // whole groups, or is a whole group) share no broadcasts between blocks: a block more adds
-  // its w broadcasts too, so one block is best (Zen 3, 1 thread: RegNetY's 208-channel 14x14
-  // grouped 3x3 1.3x, ResNeXt's 256-channel 28x28 one 1.6x); two blocks of one group share
-  // them as ungrouped ones do.
+  // Grouped convolutions: a tile's blocks share the broadcasts of the input blocks they read
+  // from the same first block (NchwcGroups::start): blocks of one group share them as
+  // ungrouped ones do, blocks that each hold whole groups or are a whole group share none
+  // (a block more adds its w broadcasts too, so one block is best: Zen 3, 1 thread, RegNetY's
+  // 208-channel 14x14 grouped 3x3 1.3x, ResNeXt's 256-channel 28x28 one 1.6x). A tile of
+  // three blocks that holds whole groups or lies in one is a candidate too (RegNet's groups
+  // of 24: three blocks of 8 are a group, three of 16 two straddled groups reading from two
+  // first blocks; Zen 5, 1 thread, 1.2-1.4x the best of one or two blocks on 3x3 layers of
+  // 7x7 to 56x56; a tile of three that a group boundary cuts ran 0.7x two blocks).
   const int64_t lanes = t.vector_lanes();
   int64_t v = (out_extent(g, 4) + lanes - 1) / lanes, ow = positions > 0 ? positions : out_extent(g, 3);
   const int64_t regs = vector_registers(t), budget = regs >= 32 ? 24 : 10, enough = 8;
-  const bool shared_broadcasts = !blocks_read_own_channels(g);
+  const int64_t blocks = out_extent(g, 1);
+  std::optional<NchwcGroups> groups;
+  if (g.workload.has("group") && g.workload.get("group") > 1) groups = nchwc_groups(g.workload);
+  // The most distinct first input blocks among a tile's b blocks (tiles start at multiples of b).
+  auto broadcast_sets = [&](int64_t b) -> int64_t {
+    if (!groups) return 1;
+    int64_t most = 1;
+    for (int64_t k0 = 0; k0 < blocks; k0 += b) {
+      std::set<int64_t> starts;
+      for (int64_t k = k0; k < std::min(k0 + b, blocks); ++k) starts.insert(groups->start(k));
+      most = std::max<int64_t>(most, static_cast<int64_t>(starts.size()));
+    }
+    return most;
+  };
+  int64_t most_blocks = 2;
+  if (groups && (3 * groups->ob % groups->filters() == 0 || groups->filters() % (3 * groups->ob) == 0))
+    most_blocks = 3;
   int64_t kb = 1, tw = 1, best_acc = 0;
   double best = -1;
-  for (int64_t b = depthwise ? 1 : std::min<int64_t>(2, out_extent(g, 1)); b >= 1; --b) {
+  for (int64_t b = depthwise ? 1 : std::min<int64_t>(most_blocks, blocks); b >= 1; --b) {
+    const int64_t sets = broadcast_sets(b);
     for (int64_t w = 1; w <= ow && b * v * w <= std::max(budget, v); ++w) {
-      const int64_t acc = b * v * w, loads = b * v + (shared_broadcasts ? w : b * w);
+      const int64_t acc = b * v * w, loads = b * v + sets * w;
       // The accumulators, the fewer of the weight vectors and the broadcasts, and one of the
       // other kind must fit (schedule_nchwc_tiles, check_constraints).
       if (w > 1 && acc + std::min(w, b * v) + 1 > regs) break;

@@ -58,6 +58,10 @@ const char* kWorkloads[] = {
     "conv2d_nchwc(N=2,C=16,H=7,W=6,K=16,R=3,S=3,stride=2,pad=1,ic_block=8,oc_block=8,group=4,"
     "epilogue=relu)",
     "conv2d_nchwc(N=1,C=8,H=5,W=9,K=16,R=1,S=1,ic_block=4,oc_block=16,group=8)",
+    // Blocks straddling two groups (groups of 24 in blocks of 16; the last block starting
+    // early), and 12 filters of 6 channels a group in blocks of 16 reading blocks of 8.
+    "conv2d_nchwc(N=1,C=96,H=7,W=9,K=96,R=3,S=3,pad=1,ic_block=16,oc_block=16,group=4,epilogue=bias_relu)",
+    "conv2d_nchwc(N=1,C=48,H=5,W=6,K=96,R=1,S=1,ic_block=8,oc_block=16,group=8)",
     "depthwise_conv2d_nchwc(N=1,C=24,H=11,W=13,R=3,S=3,pad=1,block=8,epilogue=bias_relu)",
     "depthwise_conv2d_nchwc(N=2,C=6,H=17,W=9,R=5,S=3,stride=2,pad=2,dilation=2,block=3)",
     "depthwise_conv2d_nchwc(N=1,C=32,H=7,W=7,R=3,S=3,stride=2,pad=1,block=16,epilogue=relu)",

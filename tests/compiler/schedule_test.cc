@@ -668,7 +668,8 @@ TEST(GenericKernels, BlocksNarrowerThanTheVectorAreVectorizedWhole) {
 
 // Grouped blocked convolutions: where each output block reads channels of its own (a block
 // is one group, or holds whole groups), two blocks share no broadcasts, so the tile takes one
-// block. Blocks within one larger group keep two.
+// block. Blocks within one larger group keep two; three where three hold whole groups or lie
+// in one.
 TEST(TemplateRegistry, GroupedBlockedConvTileFollowsWhatBlocksShare) {
   Target t = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver3");
   auto config = [&](const char* spec) { return default_config(graph(spec), t); };
@@ -683,6 +684,24 @@ TEST(TemplateRegistry, GroupedBlockedConvTileFollowsWhatBlocksShare) {
   EXPECT_EQ(resnext["tile_kb"], 2);
   nlohmann::json plain = config("conv2d_nchwc(N=1,C=208,H=14,W=14,K=208,R=3,S=3,stride=1,pad=1,ic_block=8,oc_block=8)");
   EXPECT_EQ(plain["tile_kb"], 2);
+
+  // Groups of 24 (RegNet's) on AVX-512: three blocks of 8 are one group, sharing every
+  // broadcast; three straddling blocks of 16 are two groups, reading from two first blocks;
+  // both take three. Two blocks of 8 would cross a group in every other tile (two first
+  // blocks), and three of 8 in groups of 32 would too: two.
+  Target avx512 = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver5");
+  auto config512 = [&](const char* spec) { return default_config(graph(spec), avx512); };
+  EXPECT_EQ(config512("conv2d_nchwc(N=1,C=408,H=14,W=14,K=408,R=3,S=3,pad=1,ic_block=8,oc_block=8,group=17)")["tile_kb"],
+            3);
+  EXPECT_EQ(
+      config512("conv2d_nchwc(N=1,C=336,H=14,W=14,K=336,R=3,S=3,pad=1,ic_block=16,oc_block=16,group=14)")["tile_kb"], 3);
+  EXPECT_EQ(config512("conv2d_nchwc(N=1,C=256,H=28,W=28,K=256,R=3,S=3,pad=1,ic_block=8,oc_block=8,group=8)")["tile_kb"],
+            2);
+  // Blocks of 16 holding two groups of 8 (ResNeXt's) share nothing: one block.
+  EXPECT_EQ(
+      config512("conv2d_nchwc(N=1,C=256,H=28,W=28,K=256,R=3,S=3,pad=1,ic_block=16,oc_block=16,group=32)")["tile_kb"], 1);
+  // Ungrouped convolutions keep at most two.
+  EXPECT_EQ(config512("conv2d_nchwc(N=1,C=408,H=14,W=14,K=408,R=3,S=3,pad=1,ic_block=8,oc_block=8)")["tile_kb"], 2);
 }
 
 TEST(ConfigErrors, EachNamesTheKnobAndValue) {

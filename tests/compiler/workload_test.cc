@@ -129,10 +129,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"conv2d_nchw(N=1,C=8,H=4,W=4,K=8,R=1,S=1,group=0)", "group=0 must be at least 1"},
         BadSpec{"conv2d_nchw(N=1,C=8,H=4,W=4,K=8,R=1,S=1,group=2,precision=fp16)",
                 "group=2 at precision=fp16 is not implemented yet"},
-        BadSpec{"conv2d_nchwc(N=1,C=24,H=4,W=4,K=24,R=1,S=1,ic_block=8,oc_block=8,group=4)",
-                "oc_block=8 and the 6 filters of a group (K/group) do not divide one another"},
-        BadSpec{"conv2d_nchwc(N=1,C=16,H=4,W=4,K=32,R=1,S=1,ic_block=16,oc_block=8,group=4)",
-                "ic_block=16 does not divide the 4 input channels an output block reads"}));
+        BadSpec{"conv2d_nchwc(N=1,C=24,H=4,W=4,K=24,R=1,S=1,ic_block=16,oc_block=8,group=4)",
+                "ic_block=16 does not divide C=24"},
+        BadSpec{"conv2d_nchwc(N=1,C=24,H=4,W=4,K=20,R=1,S=1,ic_block=8,oc_block=8,group=4)",
+                "oc_block=8 does not divide K=20"}));
 
 // group=G: each filter reads C/G channels (weights [K][C/G][R][S]; FLOPs by C/G); blocked, an
 // output block reads its groups' channels: one group's, or (blocks holding several groups)
@@ -156,6 +156,29 @@ TEST(Workload, GroupedConvolutionsReadTheirGroupsChannels) {
       parse_workload("conv2d_nchwc(N=1,C=32,H=5,W=5,K=64,R=1,S=1,ic_block=8,oc_block=16,group=8)"));
   EXPECT_EQ(gr.span(), 8);  // two groups of 8 filters and 4 channels
   EXPECT_EQ(gr.start(3), 24);
+  EXPECT_TRUE(gr.exact());
+  // Blocks of 16 over groups of 24 (RegNet's): block 1 (filters 16-31) straddles groups 0
+  // and 1, so every block reads 48 channels (3 input blocks) from its first group's first
+  // input block; the last (filters 80-95, group 3 from channel 72) starts at 48 to stay in C.
+  const NchwcGroups straddle = nchwc_groups(
+      parse_workload("conv2d_nchwc(N=1,C=96,H=5,W=5,K=96,R=3,S=3,ic_block=16,oc_block=16,group=4)"));
+  EXPECT_FALSE(straddle.whole());
+  EXPECT_EQ(straddle.span(), 48);
+  EXPECT_DOUBLE_EQ(straddle.useful(), 0.5);
+  std::vector<int64_t> starts;
+  for (int64_t ko = 0; ko < 6; ++ko) starts.push_back(straddle.start(ko));
+  EXPECT_EQ(starts, (std::vector<int64_t>{0, 0, 16, 48, 48, 48}));
+  EXPECT_EQ(build_op(parse_workload("conv2d_nchwc(N=1,C=96,H=5,W=5,K=96,R=3,S=3,ic_block=16,oc_block=16,group=4)"))
+                .inputs[1]
+                ->shape,
+            (std::vector<int64_t>{6, 3, 3, 3, 16, 16}));
+  // Input blocks narrower than a group's channels at the block's start: 4 channels a group,
+  // blocks of 16, so a block in one group still reads a whole input block.
+  const NchwcGroups narrow = nchwc_groups(
+      parse_workload("conv2d_nchwc(N=1,C=16,H=4,W=4,K=32,R=1,S=1,ic_block=16,oc_block=8,group=4)"));
+  EXPECT_EQ(narrow.span(), 16);
+  EXPECT_FALSE(narrow.exact());
+  EXPECT_EQ(narrow.start(3), 0);
 }
 
 TEST(Workload, LargestAcceptedSizesAreExact) {

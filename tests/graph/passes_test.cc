@@ -1597,7 +1597,9 @@ TEST(GraphLayoutOps, GenericConvKernelsMatchTheWorkloadReference) {
         // Grouped: blocks holding two groups (block-diagonal weights), blocks within a group.
         "conv2d_nchwc(N=1,C=16,H=5,W=6,K=16,R=3,S=3,pad=1,ic_block=8,oc_block=8,group=4,epilogue="
         "bias)",
-        "conv2d_nchwc(N=2,C=16,H=5,W=5,K=32,R=1,S=1,stride=2,ic_block=4,oc_block=4,group=2)"}) {
+        "conv2d_nchwc(N=2,C=16,H=5,W=5,K=32,R=1,S=1,stride=2,ic_block=4,oc_block=4,group=2)",
+        // Blocks straddling two groups of 24 (the last block starting early).
+        "conv2d_nchwc(N=1,C=96,H=5,W=4,K=96,R=3,S=3,pad=1,ic_block=16,oc_block=16,group=4,epilogue=bias)"}) {
     SCOPED_TRACE(spec);
     tf::Workload w = tf::parse_workload(spec);
     tf::OpGraph og = tf::build_op(w);
@@ -2582,6 +2584,14 @@ TEST(GraphPasses, GroupedConvolutionsAreOneTaskEach) {
        false,
        "conv2d_nchwc(N=1,C=48,H=5,W=5,K=48,R=1,S=1,stride=1,pad=0,dilation=1,ic_block=16,oc_block="
        "16,group=6"},
+      // RegNet's groups of 24 (K/G = C/G = 24): blocks of 16 straddle two groups, each
+      // reading the 48 channels (3 input blocks of 16) of both.
+      {{1, 96, 5, 5},
+       {96, 24, 3, 3},
+       {{"group", int64_t{4}}, {"pads", V{1, 1, 1, 1}}},
+       true,
+       "conv2d_nchwc(N=1,C=96,H=5,W=5,K=96,R=3,S=3,stride=1,pad=1,dilation=1,ic_block=16,oc_block="
+       "16,group=4"},
       // Many groups (past the 256 the old per-group split took).
       {{1, 514, 2, 2},
        {514, 2, 1, 1},
