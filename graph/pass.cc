@@ -65,6 +65,12 @@ const std::vector<PassInfo>& graph_passes() {
        "ConvTranspose with constant weights as a Conv over the input with zeros inserted (Pad, "
        "Reshape), so the conv templates run it",
        plain(lower_conv_transpose)},
+      // Before pad-convs: a trimmed kernel's pads may differ side to side.
+      {"trim-conv-taps", 2,
+       "a Conv's kernel taps that read only padding at every output position (atrous rates past "
+       "the feature map's size: DeepLabv3's ASPP) are dropped from its weights and pads; a 3x3 "
+       "kernel whose outer taps all miss becomes 1x1",
+       plain(trim_conv_taps)},
       {"pad-convs", 2,
        "a Conv whose pads differ (1x7, 7x1, 1-D, SAME) pads its input explicitly by the part "
        "that differs, so its schedule template runs it",

@@ -114,6 +114,7 @@ bool fold_scale_into_conv(Graph& g);
 bool lower_conv_transpose(Graph& g);
 bool lower_scatter_nd(Graph& g);
 bool pad_convs(Graph& g);
+bool trim_conv_taps(Graph& g);
 bool einsum_to_matmul(Graph& g);
 bool recognize_composites(Graph& g);
 bool combine_parallel_matmuls(Graph& g);

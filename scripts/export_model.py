@@ -9,7 +9,9 @@ Usage: export_model.py NAME -o FILE.onnx [--input FILE.npy] [--expect FILE.npy] 
         bert_base_b8_s384 (8 sequences of 128 and 384 tokens), mlp (784-512-256-10),
         resnext50, regnet_y_400mf, squeezenet1_1; or any classification model of torchvision
         by its name (convnext_tiny, efficientnet_b0, ...: 3x224x224, Inception-v3 3x299x299;
-        ZOO lists those bench/model_bench.py --zoo times)
+        ZOO lists those bench/model_bench.py --zoo times), or segmentation model
+        (fcn_resnet50, deeplabv3_mobilenet_v3_large, lraspp_mobilenet_v3_large, ...: 3x320x320,
+        21 classes, the "out" tensor)
   --input/--expect: also save a random input and PyTorch's output for it.
   --dynamic-batch: the batch axis symbolic ('batch': compile --model --dim batch=1,8,32).
 """
@@ -91,9 +93,26 @@ def realistic(model):
     return model
 
 
+class SegmentationOutput(torch.nn.Module):
+    """A torchvision segmentation model returning its "out" tensor (it returns a dict)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
 def torchvision_model(name):
-    """(constructor, input shape, opset) of a torchvision classification model, or None."""
-    names = torchvision.models.list_models(module=torchvision.models) if hasattr(torchvision.models, "list_models") else []
+    """(constructor, input shape, opset) of a torchvision classification or segmentation model
+    (segmentation: 21 classes, no auxiliary head, 3x320x320), or None."""
+    m = torchvision.models
+    if hasattr(m, "list_models") and name in m.list_models(module=m.segmentation):
+        make = getattr(m.segmentation, name)
+        return (lambda: SegmentationOutput(realistic(make(weights=None, weights_backbone=None, aux_loss=False).eval())),
+                (1, 3, 320, 320), 13)
+    names = m.list_models(module=m) if hasattr(m, "list_models") else []
     if name not in names:
         return None
     kwargs = {"weights": None}
@@ -109,7 +128,7 @@ def build(name):
     make, shape, opset = MODELS.get(name) or torchvision_model(name) or (None, None, None)
     if make is None:
         raise SystemExit(f"export_model: no model named {name} (known: {', '.join(sorted(MODELS))}, or a torchvision "
-                         "classification model)")
+                         "classification or segmentation model)")
     torch.manual_seed(0)
     model = make().eval()
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
@@ -139,7 +158,8 @@ def export(name, path, dynamic_batch=False, realistic_weights=False):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", help="one of " + ", ".join(sorted(MODELS)) + ", or a torchvision classification model")
+    p.add_argument("name", help="one of " + ", ".join(sorted(MODELS)) + ", or a torchvision classification or "
+                   "segmentation model")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--input")
     p.add_argument("--expect")

@@ -2038,6 +2038,47 @@ TEST(GraphNodeTe, PadMatchesNumpy) {
          {0, 1, 2, 3, 3, 4, 5, 6, 7, 7, 8, 9, 10, 11, 11});
 }
 
+// Resize interpolating the innermost axis and another (bilinear and bicubic upsampling of an
+// image, a downsampling) computes the innermost first, into a stage of its own (`_rows`), then
+// the others from whole rows of it; compiled and in the reference (one pass over the product
+// of the taps), the same within float32 rounding. Nearest and one-axis resizes stay one stage.
+TEST(GraphNodeTe, ResizeInterpolatesTheInnermostAxisFirst) {
+  const Shape shape = {1, 2, 5, 7};
+  HostTensor x = random_floats(shape, 13, -2, 3);
+  struct Case {
+    const char* mode;
+    std::vector<float> scales;
+    bool rows;  // a separate stage for the innermost axis
+  };
+  for (const Case& c : {Case{"linear", {1, 1, 2.4f, 2}, true}, Case{"cubic", {1, 1, 2.4f, 2}, true},
+                        Case{"linear", {1, 1, 0.6f, 0.5f}, true}, Case{"nearest", {1, 1, 2.4f, 2}, false},
+                        Case{"linear", {1, 1, 2.4f, 1}, false}}) {
+    SCOPED_TRACE(std::string(c.mode) + " " + std::to_string(c.scales[2]) + " x " + std::to_string(c.scales[3]));
+    std::map<std::string, Attr> attrs = {{"mode", std::string(c.mode)}};
+    auto [compiled, reference] =
+        compile_one("Resize", attrs, {x}, {{2, HostTensor::floats({4}, c.scales)}});  // no roi
+    ASSERT_EQ(compiled.size(), reference.size());
+    for (size_t k = 0; k < compiled.size(); ++k)
+      ASSERT_NEAR(compiled[k], reference[k], 2e-6 * (1 + std::abs(reference[k]))) << "element " << k;
+    // The stages node_te makes.
+    Graph g;
+    g.opset = 13;
+    g.values["x"] = Value{"x", DType::F32, shape, std::nullopt};
+    g.values["scales"] = Value{"scales", DType::F32, {4}, HostTensor::floats({4}, c.scales)};
+    g.inputs = {"x"};
+    Node n{"r", "Resize", {"x", "", "scales"}, {"y"}, attrs};
+    TypeShape y = infer_node(n, g, g.opset).at(0);
+    g.values["y"] = Value{"y", DType::F32, y.shape, std::nullopt};
+    g.nodes.push_back(n);
+    tf::ir::Tensor xt = tf::ir::placeholder("x", shape);
+    tf::ir::Tensor out = node_te(g, n, {TeOperand{shape, xt, std::nullopt}, TeOperand{}, TeOperand{}}, "t_")[0];
+    tf::ir::Schedule sch(out);
+    bool rows = false;
+    for (tf::ir::Stage* st : sch.stages()) rows |= st->op()->name.find("_rows") != std::string::npos;
+    EXPECT_EQ(rows, c.rows);
+  }
+}
+
 // InstanceNormalization (its node tests are of opset 6), compiled and in the reference, against
 // its formula: per (n, c) the spatial mean and variance, then the channel's scale and bias.
 TEST(GraphNodeTe, InstanceNormalizationMatchesItsFormula) {
@@ -2281,6 +2322,59 @@ TEST(GraphPasses, PadsConvolutionsWhosePadsDiffer) {
     EXPECT_EQ(extract_tasks(b.g).untunable.size(), k == 4 ? 0u : 1u);
     TaskList after = extract_tasks(g);
     EXPECT_EQ(after.untunable.size(), k == 5 ? 1u : 0u) << (after.untunable.empty() ? "" : after.untunable[0].reason);
+    expect_same_outputs(b.g, g, c.x);
+  }
+}
+
+// trim-conv-taps: taps that read only padding at every output position are dropped from the
+// weights and the pads, the output the same. DeepLabv3's atrous rates past the feature map
+// make a 3x3 kernel 1x1; a side whose pads the trim would make negative keeps its taps;
+// a kernel all of whose taps read the image somewhere, and a grouped one at a rate under the
+// map, stay as they are.
+TEST(GraphPasses, ConvTapsThatReadOnlyPaddingAreDropped) {
+  using V = std::vector<int64_t>;
+  struct Case {
+    Shape x, w;
+    std::map<std::string, Attr> attrs;
+    bool fires;
+    V kernel, pads, dilations;  // after, where it fires
+  };
+  std::vector<Case> cases = {
+      // Rate 24 over 20x20: only the centre tap meets the image.
+      {{1, 8, 20, 20}, {4, 8, 3, 3}, {{"pads", V{24, 24, 24, 24}}, {"dilations", V{24, 24}}}, true, {1, 1},
+       {0, 0, 0, 0}, {1, 1}},
+      // Rows 4 high at rate 4: one tap; columns 6 wide padded by 2: only the centre tap meets
+      // them too, but dropping the outer ones would make those pads -2, so the columns keep
+      // all three.
+      {{1, 3, 4, 6}, {2, 3, 3, 3}, {{"pads", V{4, 2, 4, 2}}, {"dilations", V{4, 4}}}, true, {1, 3},
+       {0, 2, 0, 2}, {4, 4}},
+      // Rate 12 over 20x20: every tap meets the image at some position.
+      {{1, 4, 20, 20}, {4, 4, 3, 3}, {{"pads", V{12, 12, 12, 12}}, {"dilations", V{12, 12}}}, false, {}, {}, {}},
+      {{1, 4, 7, 7}, {4, 4, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, false, {}, {}, {}},
+      // Grouped and strided, rate 5 over 4x4 padded by 5: the centre tap only.
+      {{1, 4, 4, 4}, {4, 2, 3, 3}, {{"pads", V{5, 5, 5, 5}}, {"dilations", V{5, 5}}, {"strides", V{2, 2}},
+       {"group", int64_t{2}}}, true, {1, 1}, {0, 0, 0, 0}, {1, 1}},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(k);
+    const Case& c = cases[k];
+    GraphBuilder b;
+    b.seed = static_cast<uint32_t>(60 + k);
+    std::string x = b.input("x", c.x);
+    std::vector<std::string> in = {x, b.weights("w", c.w), b.weights("b", {c.w[0]})};
+    b.g.outputs = {b.inferred("Conv", in, "y", c.attrs)};
+    verify(b.g);
+    Graph g = b.g;
+    EXPECT_EQ(trim_conv_taps(g), c.fires);
+    verify(g);
+    if (c.fires) {
+      const Node& n = g.nodes.back();
+      EXPECT_EQ(n.get_ints("kernel_shape", {}), c.kernel);
+      EXPECT_EQ(n.get_ints("pads", {}), c.pads);
+      EXPECT_EQ(n.get_ints("dilations", {}), c.dilations);
+      EXPECT_EQ(g.value(n.inputs[1]).shape, (Shape{c.w[0], c.w[1], c.kernel[0], c.kernel[1]}));
+    }
+    EXPECT_EQ(g.value("y").shape, b.g.value("y").shape);
     expect_same_outputs(b.g, g, c.x);
   }
 }
