@@ -152,12 +152,13 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block),
     // and fold-qdq and int8-edges (no QDQ model; tests/graph/import_test.cc), and
     // auto-mixed-precision and sixteen-bit-edges (not at fp32, the default; below), and one-image-at-a-time (batch 1
-    // here; ImageLoop in tests/graph/import_test.cc), and fuse-attention (cuda targets; no attention here).
+    // here; ImageLoop in tests/graph/import_test.cc), and fuse-attention (cuda targets; no attention here), and
+    // trim-conv-taps (no atrous convolution here; ConvTapsThatReadOnlyPaddingAreDropped).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" || p.name == "fuse-attention" ||
                     p.name == "fold-qdq" || p.name == "int8-edges" ||
                     p.name == "auto-mixed-precision" || p.name == "sixteen-bit-edges" || p.name == "transform-conv-layout" ||
                     p.name == "pad-channels" ||
-                    p.name == "lower-conv-transpose" || p.name == "pad-convs" ||
+                    p.name == "lower-conv-transpose" || p.name == "pad-convs" || p.name == "trim-conv-taps" ||
                     p.name == "einsum-to-matmul" || p.name == "lower-scatter-nd" ||
                     p.name == "one-image-at-a-time";
     EXPECT_EQ(p.changed, !own_test) << p.name;
