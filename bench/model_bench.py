@@ -215,7 +215,8 @@ def main():
     p.add_argument("tunefarm")
     p.add_argument("--models", default="resnet18,mobilenet_v2,bert2,mlp")
     p.add_argument("--zoo", action="store_true",
-                   help="time the zoo instead: one torchvision classification model of each family at 224x224 "
+                   help="time the zoo instead: one torchvision classification model of each family at 224x224 and two "
+                        "segmentation models at 320x320 "
                         "(scripts/export_model.py ZOO), with the geometric mean and lowest ratio at the end")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=10)

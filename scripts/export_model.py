@@ -66,10 +66,13 @@ MODELS = {
 
 
 # The zoo bench/model_bench.py --zoo times against ONNX Runtime: one classification model of each
-# torchvision family (tests/graph/zoo_test.py checks them, and the segmentation ones, for accuracy).
+# torchvision family, a RegNet with groups of 24, and the two MobileNet-v3 segmentation models
+# (FCN-ResNet50 at 320x320 takes half a second a call: time it with --models)
+# (tests/graph/zoo_test.py checks them, and every other one, for accuracy).
 ZOO = ["resnet50", "resnext50_32x4d", "wide_resnet50_2", "mobilenet_v2", "mobilenet_v3_large", "mnasnet1_0",
-       "efficientnet_b0", "regnet_y_400mf", "regnet_x_400mf", "densenet121", "shufflenet_v2_x1_0", "squeezenet1_1",
-       "googlenet", "inception_v3", "convnext_tiny", "swin_t", "vit_b_16", "alexnet", "vgg11"]
+       "efficientnet_b0", "regnet_y_400mf", "regnet_x_400mf", "regnet_y_1_6gf", "densenet121", "shufflenet_v2_x1_0",
+       "squeezenet1_1", "googlenet", "inception_v3", "convnext_tiny", "swin_t", "vit_b_16", "alexnet", "vgg11",
+       "lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large"]
 
 
 def realistic(model):
