@@ -73,7 +73,8 @@ bool slices_positions(const OpGraph& g) {
   return g.inputs.size() >= 2 && ir::num_elements(g.inputs[0]->shape) > ir::num_elements(g.inputs[1]->shape);
 }
 
-void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat, bool slice_positions) {
+void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat, bool slice_positions,
+                          int64_t chunk_positions) {
   const int64_t tw = c["tile_w"], tkb = c["tile_kb"];
   const bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
   const auto& o = out.op()->axes;  // n, ko, oh, ow, kb
@@ -81,17 +82,26 @@ void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors
   // Flat: the rows and columns are one run of positions, tiled by tile_w.
   Expr row = flat ? Expr() : o[2].var;
   auto [wo, wi] = out.split(flat ? out.fuse(o[2].var, o[3].var) : o[3].var, tw);
-  if (flat)
+  // Chunks of the run outside the channel tiles, each channel tile reading a chunk of the input.
+  Expr chunk;
+  const int64_t tiles = (out.op()->shape[2] * out.op()->shape[3] + tw - 1) / tw;
+  if (flat && chunk_positions > 0 && chunk_positions / tw >= 1 && chunk_positions / tw < tiles) {
+    auto [outer, inner] = out.split(wo, chunk_positions / tw);
+    chunk = outer;
+    wo = inner;
+    out.reorder({o[0].var, chunk, koo, wo, koi, wi, o[4].var});
+  } else if (flat) {
     out.reorder({o[0].var, koo, wo, koi, wi, o[4].var});
-  else
+  } else {
     out.reorder({o[0].var, koo, row, wo, koi, wi, o[4].var});
+  }
   if (vec) out.vectorize(o[4].var);
   if (unroll) {
     out.unroll(koi);
     out.unroll(wi);
   }
   if (par) {
-    Expr outer = out.fuse(o[0].var, koo);
+    Expr outer = chunk ? out.fuse(out.fuse(o[0].var, chunk), koo) : out.fuse(o[0].var, koo);
     Expr fused = out.fuse(outer, flat ? wo : row);
     if (slice_positions)
       out.parallel_slices(fused);

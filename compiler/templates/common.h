@@ -105,8 +105,11 @@ class CpuTemplate : public ScheduleTemplate {
 // weight vectors of one channel block (block_vectors). `slice_positions`: the threads take
 // slices of the positions (rows, or the flat run's tiles) for every channel tile
 // (Stage::parallel_slices) instead of runs of channel tiles (slices_positions says when).
+// `chunk_positions` > 0: the flat run in chunks of about that many positions (whole tiles),
+// outside the channel tiles, so that each channel tile reads a chunk of the input from the
+// cache rather than the whole input from memory (conv2d_nchwc.cpu says when).
 void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat = false,
-                          bool slice_positions = false);
+                          bool slice_positions = false, int64_t chunk_positions = 0);
 
 // Whether a blocked convolution's threads should take slices of its positions rather than
 // runs of its output-channel tiles (schedule_nchwc_tiles): where its input is larger than its

@@ -704,6 +704,30 @@ TEST(TemplateRegistry, GroupedBlockedConvTileFollowsWhatBlocksShare) {
   EXPECT_EQ(config512("conv2d_nchwc(N=1,C=408,H=14,W=14,K=408,R=3,S=3,pad=1,ic_block=8,oc_block=8)")["tile_kb"], 2);
 }
 
+// A flat (1x1) blocked convolution whose input rows take more than 4 MB runs its positions in
+// chunks outside the output-channel tiles (each tile reads a chunk from the cache, not the whole
+// input from memory); a smaller one keeps the channel tiles outermost. Both match the reference.
+TEST(TemplateRegistry, LargeFlatConvolutionsRunTheirPositionsInChunks) {
+  Target t = host_target();
+  struct Case {
+    const char* spec;
+    const char* loop;  // the fused parallel loop's name: chunks (oh.ow.o.o) before channel tiles (ko.o), or not
+  };
+  for (const Case& c : {Case{"conv2d_nchwc(N=1,C=1040,H=33,W=31,K=16,R=1,S=1,ic_block=16,oc_block=16,epilogue=relu)",
+                             "(n.oh.ow.o.o.ko.o"},
+                        Case{"conv2d_nchwc(N=1,C=1040,H=16,W=31,K=16,R=1,S=1,ic_block=16,oc_block=16,epilogue=relu)",
+                             "(n.ko.o.oh.ow.o"}}) {
+    SCOPED_TRACE(c.spec);
+    OpGraph g = graph(c.spec);
+    Schedule s = apply_config(g, t, nlohmann::json());
+    LowerResult r = lower(s, g.inputs, "kernel");
+    const std::string loops = ir::to_string(r.func);
+    EXPECT_NE(loops.find(c.loop), std::string::npos) << loops;
+    testing::Comparison cmp = testing::run_and_compare(g, r.func);
+    EXPECT_TRUE(cmp.ok()) << cmp.str();
+  }
+}
+
 TEST(ConfigErrors, EachNamesTheKnobAndValue) {
   OpGraph g = graph("matmul(M=8,N=8,K=8)");
   Target t = host_target();
