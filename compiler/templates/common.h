@@ -198,7 +198,8 @@ OpGraph with_reduction_viewed(const OpGraph& g, const ir::Tensor& acc, const std
 std::pair<int64_t, int64_t> blocked_tile(const OpGraph& g, const Target& t, bool depthwise, int64_t positions = 0);
 
 // Whether a grouped NCHWc convolution's output blocks each read input channels no other
-// block reads (a block holds whole groups, or is exactly one group): false when ungrouped.
+// block reads from the same start (a block holds whole groups, is exactly one group, or
+// straddles groups): false when ungrouped.
 bool blocks_read_own_channels(const OpGraph& g);
 
 }  // namespace tf::templates

@@ -129,6 +129,19 @@ Graph with_blocks_of_16(const Graph& model) {
   return g;
 }
 
+// A graph of one Conv of input x (a graph input) and seeded weights w (and a bias, unless
+// `bias` is false) with `attrs`, its output y.
+Graph one_conv(const Shape& x, const Shape& w, const std::map<std::string, Attr>& attrs, uint32_t seed,
+               bool bias = true) {
+  GraphBuilder b;
+  b.seed = seed;
+  std::vector<std::string> in = {b.input("x", x), b.weights("w", w)};
+  if (bias) in.push_back(b.weights("b", {w[0]}));
+  b.g.outputs = {b.inferred("Conv", in, "y", attrs)};
+  verify(b.g);
+  return b.g;
+}
+
 // The workloads of g's tasks, in order.
 std::vector<std::string> task_workloads(const Graph& g) {
   std::vector<std::string> w;
@@ -2310,28 +2323,22 @@ TEST(GraphPasses, PadsConvolutionsWhosePadsDiffer) {
   for (size_t k = 0; k < cases.size(); ++k) {
     SCOPED_TRACE(k);
     const Case& c = cases[k];
-    GraphBuilder b;
-    b.seed = static_cast<uint32_t>(40 + k);
-    std::string x = b.input("x", c.x);
-    std::vector<std::string> in = {x, b.weights("w", c.w), b.weights("b", {c.w[0]})};
-    b.g.outputs = {b.inferred("Conv", in, "y", c.attrs)};
-    verify(b.g);
-    Graph g = b.g;
+    const Graph before = one_conv(c.x, c.w, c.attrs, static_cast<uint32_t>(40 + k));
+    Graph g = before;
     EXPECT_EQ(pad_convs(g), c.fires);
     verify(g);
     // Before: untunable unless the pads were already one (case 4).
-    EXPECT_EQ(extract_tasks(b.g).untunable.size(), k == 4 ? 0u : 1u);
+    EXPECT_EQ(extract_tasks(before).untunable.size(), k == 4 ? 0u : 1u);
     TaskList after = extract_tasks(g);
     EXPECT_EQ(after.untunable.size(), k == 5 ? 1u : 0u) << (after.untunable.empty() ? "" : after.untunable[0].reason);
-    expect_same_outputs(b.g, g, c.x);
+    expect_same_outputs(before, g, c.x);
   }
 }
 
 // trim-conv-taps: taps that read only padding at every output position are dropped from the
 // weights and the pads, the output the same. DeepLabv3's atrous rates past the feature map
-// make a 3x3 kernel 1x1; a side whose pads the trim would make negative keeps its taps;
-// a kernel all of whose taps read the image somewhere, and a grouped one at a rate under the
-// map, stay as they are.
+// make a 3x3 kernel 1x1 (grouped and strided ones too); a side whose pads the trim would make
+// negative keeps its taps; a kernel all of whose taps read the image somewhere stays as it is.
 TEST(GraphPasses, ConvTapsThatReadOnlyPaddingAreDropped) {
   using V = std::vector<int64_t>;
   struct Case {
@@ -2359,13 +2366,8 @@ TEST(GraphPasses, ConvTapsThatReadOnlyPaddingAreDropped) {
   for (size_t k = 0; k < cases.size(); ++k) {
     SCOPED_TRACE(k);
     const Case& c = cases[k];
-    GraphBuilder b;
-    b.seed = static_cast<uint32_t>(60 + k);
-    std::string x = b.input("x", c.x);
-    std::vector<std::string> in = {x, b.weights("w", c.w), b.weights("b", {c.w[0]})};
-    b.g.outputs = {b.inferred("Conv", in, "y", c.attrs)};
-    verify(b.g);
-    Graph g = b.g;
+    const Graph before = one_conv(c.x, c.w, c.attrs, static_cast<uint32_t>(60 + k));
+    Graph g = before;
     EXPECT_EQ(trim_conv_taps(g), c.fires);
     verify(g);
     if (c.fires) {
@@ -2375,8 +2377,8 @@ TEST(GraphPasses, ConvTapsThatReadOnlyPaddingAreDropped) {
       EXPECT_EQ(n.get_ints("dilations", {}), c.dilations);
       EXPECT_EQ(g.value(n.inputs[1]).shape, (Shape{c.w[0], c.w[1], c.kernel[0], c.kernel[1]}));
     }
-    EXPECT_EQ(g.value("y").shape, b.g.value("y").shape);
-    expect_same_outputs(b.g, g, c.x);
+    EXPECT_EQ(g.value("y").shape, before.value("y").shape);
+    expect_same_outputs(before, g, c.x);
   }
 }
 
@@ -2697,19 +2699,14 @@ TEST(GraphPasses, GroupedConvolutionsAreOneTaskEach) {
   for (size_t k = 0; k < cases.size(); ++k) {
     SCOPED_TRACE(k);
     const Case& c = cases[k];
-    GraphBuilder b;
-    b.seed = static_cast<uint32_t>(80 + k);
-    std::string x = b.input("x", c.x);
-    std::vector<std::string> in = {x, b.weights("w", c.w)};
-    if (c.bias) in.push_back(b.weights("b", {c.w[0]}));
-    b.g.outputs = {b.inferred("Conv", in, "y", c.attrs)};
-    Graph g = with_blocks_of_16(b.g);
+    const Graph before = one_conv(c.x, c.w, c.attrs, static_cast<uint32_t>(80 + k), c.bias);
+    Graph g = with_blocks_of_16(before);
     TaskList t = extract_tasks(g);
     EXPECT_TRUE(t.untunable.empty());
     ASSERT_EQ(t.tasks.size(), 1u);  // no Winograd alternative for groups
     EXPECT_EQ(t.tasks[0].workload.substr(0, t.tasks[0].workload.find(",epilogue=")), c.workload);
     EXPECT_NO_THROW(tf::parse_workload(t.tasks[0].workload));
-    expect_same_outputs(b.g, g, c.x);
+    expect_same_outputs(before, g, c.x);
   }
 }
 
