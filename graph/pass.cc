@@ -78,6 +78,13 @@ const std::vector<PassInfo>& graph_passes() {
       {"fold-scale-into-conv", 2,
        "fold a per-channel Mul and Add after a Conv into its weights and bias",
        plain(fold_scale_into_conv)},
+      // After fold-scale-into-conv (a BatchNorm's scale folds into the one Conv) and before
+      // pad-channels and transform-conv-layout (which convert the rectangles' Convs).
+      {"split-conv-regions", 2,
+       "a Conv whose taps read padding at many outputs (atrous rates near the feature map's size: "
+       "DeepLabv3's ASPP) computes its output as rectangles, each a Conv of the taps that read the "
+       "image there over the pixels they read, concatenated back",
+       plain(split_conv_regions)},
       {"pad-channels", 2,
        "a Conv whose filters no channel block divides computes zero filters up to the next block "
        "(at most 1/8 more), and the activations and depthwise and dense convolutions reading it "

@@ -115,6 +115,7 @@ bool lower_conv_transpose(Graph& g);
 bool lower_scatter_nd(Graph& g);
 bool pad_convs(Graph& g);
 bool trim_conv_taps(Graph& g);
+bool split_conv_regions(Graph& g);
 bool einsum_to_matmul(Graph& g);
 bool recognize_composites(Graph& g);
 bool combine_parallel_matmuls(Graph& g);

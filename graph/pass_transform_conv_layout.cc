@@ -12,8 +12,9 @@
 // (Relu, Clip, a residual Add, ...) run in that layout too, with scalar and per-channel
 // constants converted; and a conversion to a layout straight after the conversion from it
 // cancels. MaxPool and AveragePool of a blocked value pool its blocks; a Concat along the
-// channels concatenates blocks when the block divides every input's channels; a Pad of height
-// and width pads blocks; global pooling becomes a ReduceMean or ReduceMax of the blocks'
+// channels concatenates blocks when the block divides every input's channels, one along the
+// height or width concatenates them there; a Pad or a Slice of height and width pads or
+// slices blocks; global pooling becomes a ReduceMean or ReduceMax of the blocks'
 // height and width; elementwise operators take per-channel computed operands ([N, C, 1, 1])
 // too. What is left converts activations only where an operator needs NCHW (reshapes, the
 // model's outputs). Output values keep their names and NCHW shapes.
@@ -64,6 +65,8 @@ class LayoutRewriter {
                  follow_global_pool(n)) {
         changed = true;
       } else if (n.op == "Concat" && follow_concat(n)) {
+        changed = true;
+      } else if (n.op == "Slice" && follow_slice(n)) {
         changed = true;
       } else if (n.op == "Pad" && follow_pad(n)) {
         changed = true;
@@ -387,11 +390,13 @@ class LayoutRewriter {
 
   // A Concat along the channels of values one of which comes back from a blocked layout, all
   // of channel counts the block divides, concatenates the blocks (DenseNet's feature maps,
-  // Inception's branches); the others are converted.
+  // Inception's branches); the others are converted. Along the height or width likewise
+  // (split-conv-regions' rectangles).
   bool follow_concat(Node& n) {
     if (n.outputs.size() != 1 || g_.value(n.outputs[0]).shape.size() != 4) return false;
     int64_t axis = n.get_int("axis", 0);
-    if (axis != 1 && axis != -3) return false;
+    if (axis < 0) axis += 4;
+    if (axis < 1 || axis > 3) return false;
     int64_t b = 0;
     for (const std::string& in : n.inputs) {
       if (auto it = back_.find(in); it != back_.end()) {
@@ -409,7 +414,31 @@ class LayoutRewriter {
       auto it = back_.find(in);
       in = it != back_.end() ? it->second.first : to_blocked(in, b);
     }
-    n.attrs["axis"] = int64_t{1};
+    n.attrs["axis"] = axis;  // the channel blocks, the height or the width: the same axis blocked
+    emit_blocked(std::move(n), b);
+    return true;
+  }
+
+  // A Slice of a blocked value's height and width only (constant starts, ends, axes and
+  // steps) slices the blocks: those axes keep their places in the blocked layout.
+  bool follow_slice(Node& n) {
+    if (n.outputs.size() != 1 || n.inputs.size() < 4 || n.inputs.size() > 5) return false;
+    auto it = back_.find(n.inputs[0]);
+    if (it == back_.end() || g_.value(n.inputs[0]).shape.size() != 4) return false;
+    for (size_t k = 1; k < n.inputs.size(); ++k) {
+      if (n.inputs[k].empty() || !g_.value(n.inputs[k]).constant) return false;
+    }
+    const HostTensor& a = *g_.value(n.inputs[3]).constant;
+    std::vector<int64_t> axes;
+    for (int64_t k = 0; k < a.size(); ++k) {
+      int64_t axis = a.as_int(k);
+      if (axis < 0) axis += 4;
+      if (axis != 2 && axis != 3) return false;
+      axes.push_back(axis);
+    }
+    const auto [blocked_in, b] = it->second;
+    n.inputs[0] = blocked_in;
+    n.inputs[3] = g_.add_ints(n.inputs[3] + "_" + layout_name(b), axes);
     emit_blocked(std::move(n), b);
     return true;
   }

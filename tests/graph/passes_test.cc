@@ -166,12 +166,13 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // and fold-qdq and int8-edges (no QDQ model; tests/graph/import_test.cc), and
     // auto-mixed-precision and sixteen-bit-edges (not at fp32, the default; below), and one-image-at-a-time (batch 1
     // here; ImageLoop in tests/graph/import_test.cc), and fuse-attention (cuda targets; no attention here), and
-    // trim-conv-taps (no atrous convolution here; ConvTapsThatReadOnlyPaddingAreDropped).
+    // trim-conv-taps and split-conv-regions (no atrous convolution here;
+    // ConvTapsThatReadOnlyPaddingAreDropped, ConvsReadingMuchPaddingSplitIntoRegions).
     bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" || p.name == "fuse-attention" ||
                     p.name == "fold-qdq" || p.name == "int8-edges" ||
                     p.name == "auto-mixed-precision" || p.name == "sixteen-bit-edges" || p.name == "transform-conv-layout" ||
                     p.name == "pad-channels" ||
-                    p.name == "lower-conv-transpose" || p.name == "pad-convs" || p.name == "trim-conv-taps" ||
+                    p.name == "lower-conv-transpose" || p.name == "pad-convs" || p.name == "trim-conv-taps" || p.name == "split-conv-regions" ||
                     p.name == "einsum-to-matmul" || p.name == "lower-scatter-nd" ||
                     p.name == "one-image-at-a-time";
     EXPECT_EQ(p.changed, !own_test) << p.name;
@@ -2380,6 +2381,82 @@ TEST(GraphPasses, ConvTapsThatReadOnlyPaddingAreDropped) {
     EXPECT_EQ(g.value("y").shape, before.value("y").shape);
     expect_same_outputs(before, g, c.x);
   }
+}
+
+// split-conv-regions: a Conv whose taps read padding at many outputs (atrous rates near the map's
+// size) becomes rectangles, each a Conv of only the taps that read the image at all its
+// positions over the pixels they read (a Slice, or the input itself), concatenated back; the
+// outputs the same. Under 20% of the products on padding (dilation 2 over 40x40: 7%), or too few
+// products saved, it stays one Conv. Blocked (channel blocks of 16), the Slices and the
+// Concats along height and width stay in the blocked layout, and the compiled model matches.
+TEST(GraphPasses, ConvsReadingMuchPaddingSplitIntoRegions) {
+  using V = std::vector<int64_t>;
+  struct Case {
+    Shape x, w;
+    std::map<std::string, Attr> attrs;
+    size_t pieces;  // 0: not split
+    size_t slices;
+  };
+  std::vector<Case> cases = {
+      // Rate 12 over 20x20: bands [0, 8) (taps 1-2), [8, 12) (tap 1), [12, 20) (taps 0-1) each
+      // way; the corners read the whole input, the other five a Slice.
+      {{1, 256, 20, 20}, {64, 256, 3, 3}, {{"pads", V{12, 12, 12, 12}}, {"dilations", V{12, 12}}}, 9, 5},
+      // Strided: rate 12 over 40x40 at stride 2 (20x20 outputs), grouped.
+      {{1, 512, 40, 40}, {128, 256, 3, 3}, {{"pads", V{12, 12, 12, 12}}, {"dilations", V{12, 12}}, {"strides", V{2, 2}},
+        {"group", int64_t{2}}}, 9, 9},
+      // Pads that differ, a map not square: columns [0, 6) (taps 0-2, every column), [6, 18)
+      // (taps 0-1), [18, 30) (tap 0).
+      {{1, 256, 20, 30}, {64, 256, 3, 3}, {{"pads", V{12, 0, 12, 24}}, {"dilations", V{12, 12}}}, 9, 7},
+      // Dilation 2 over 40x40: 7% of the products on padding.
+      {{1, 64, 40, 40}, {64, 64, 3, 3}, {{"pads", V{2, 2, 2, 2}}, {"dilations", V{2, 2}}}, 0, 0},
+      // Rate 12 over 20x20 but 8 channels: 1 MFLOP saved.
+      {{1, 8, 20, 20}, {8, 8, 3, 3}, {{"pads", V{12, 12, 12, 12}}, {"dilations", V{12, 12}}}, 0, 0},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(k);
+    const Case& c = cases[k];
+    const Graph before = one_conv(c.x, c.w, c.attrs, static_cast<uint32_t>(70 + k));
+    Graph g = before;
+    EXPECT_EQ(split_conv_regions(g), c.pieces > 0);
+    verify(g);
+    std::map<std::string, int> ops;
+    for (const Node& n : g.nodes) {
+      ++ops[n.op];
+      if (n.op == "Conv" && c.pieces) EXPECT_EQ(n.get_ints("pads", {}), (V{0, 0, 0, 0})) << n.name;
+    }
+    EXPECT_EQ(ops["Conv"], c.pieces ? static_cast<int>(c.pieces) : 1);
+    EXPECT_EQ(ops["Slice"], static_cast<int>(c.slices));
+    EXPECT_EQ(g.value("y").shape, before.value("y").shape);
+    expect_same_outputs(before, g, c.x);
+  }
+  // Blocked and compiled, after a 1x1 Conv (as after a backbone): the rectangles' Slices and
+  // Concats in blocks of 16 (a conversion in and one out only); the library's outputs the
+  // reference's.
+  GraphBuilder b;
+  b.seed = 80;
+  const std::string x = b.input("x", cases[0].x);
+  const std::string h = b.inferred("Conv", {x, b.weights("w0", {256, 256, 1, 1})}, "h", {});
+  b.g.outputs = {b.inferred("Conv", {h, b.weights("w", cases[0].w), b.weights("b", {64})}, "y", cases[0].attrs)};
+  const Graph model = b.g;
+  const Graph g = with_blocks_of_16(model);
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes) ++ops[n.op];
+  EXPECT_EQ(ops["ConvNCHWc"], 10);
+  EXPECT_EQ(ops["LayoutTransform"], 2);
+  EXPECT_EQ(ops["Slice"], 5);
+  EXPECT_EQ(ops["Concat"], 4);  // three rows, then the rows
+  const std::string so = tf::testing::temp_dir() + "/regions.so";
+  tf::graph::ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return tf::graph::KernelConfig{}; };
+  compile_model(g, tf::host_target(), defaults, so, "regions", default_memory_budget(), false);
+  std::map<std::string, HostTensor> in = {{"x", random_floats(cases[0].x, 7)}};
+  ModelLibrary lib(so);
+  std::vector<HostTensor> got;
+  lib.run({&in.at("x")}, got);
+  const HostTensor want = run_reference(model, in).at("y");
+  ASSERT_EQ(got.at(0).shape, want.shape);
+  float most = 0;  // sums of 256 x 256 and 256 x 9 products: rounding relative to their scale
+  for (float v : want.f) most = std::max(most, std::fabs(v));
+  for (int64_t k = 0; k < want.size(); ++k) ASSERT_NEAR(got[0].f[k], want.f[k], 1e-4 * (1 + most)) << k;
 }
 
 // einsum-to-matmul: two-operand Einsums that are matrix products become MatMul nodes (with
