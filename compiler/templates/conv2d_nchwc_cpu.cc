@@ -51,16 +51,28 @@ bool flat_positions(const OpGraph& g, const Target& t) {
 }
 
 // A flat convolution whose input rows (C channels x its OH x OW positions, float32) take
-// more than kChunkedInput runs them in chunks of about kChunk of them: each tile of output
-// channels sweeps every position through all C channels, so past the caches every tile read
-// the whole input again from memory, in C / ic_block streams a block's plane apart.
-// FCN-ResNet50's 2048 -> 512 1x1 layer at 40x40 (13 MB of input), 1 thread on Zen 5: 47-51
-// GF/s in most runs (the same layer at 20x20: 220-236); in chunks of 40-400 positions 176-219.
-constexpr int64_t kChunkedInput = int64_t{4} << 20, kChunk = int64_t{2} << 20;
-int64_t chunk_positions(const OpGraph& g) {
+// more than kChunkedInput runs them (knob chunk=auto) in chunks of about kChunk of them: each
+// tile of output channels sweeps every position through all C channels, so past the caches
+// every tile read the whole input again from memory, in C / ic_block streams a block's plane
+// apart. FCN-ResNet50's 2048 -> 512 1x1 layer at 40x40 (13 MB of input), 1 thread on Zen 5:
+// 47-51 GF/s in most runs (the same layer at 20x20: 220-236); in chunks of 40-400 positions
+// 176-219. Chunks of 512 KB, inside the L2 cache, over chunks of 2 MB (DeepLabv3-ResNet50's
+// 1x1 layers at 40x40 and 32x32, 10 runs each, GF/s): 2048 -> 256 152 against 149, 1024 -> 256
+// 180 against 119, 1024 -> 2048 224 against 177, 2048 -> 256 at 32x32 227 against 179.
+// Explicit sizes chunk any flat convolution; none never does.
+constexpr int64_t kChunkedInput = int64_t{4} << 20, kChunk = int64_t{512} << 10;
+const std::vector<std::string> kChunkChoices = {"auto", "none", "128K", "256K", "512K", "1M", "2M"};
+int64_t chunk_positions(const OpGraph& g, const json& c) {
+  const std::string choice = c.value("chunk", std::string("auto"));
   const int64_t C = g.workload.get("C"), positions = out_extent(g, 2) * out_extent(g, 3);
-  if (C * positions * 4 <= kChunkedInput) return 0;
-  return std::max<int64_t>(1, kChunk / (C * 4));
+  int64_t bytes = 0;
+  if (choice == "auto") {
+    if (C * positions * 4 <= kChunkedInput) return 0;
+    bytes = kChunk;
+  } else if (choice != "none") {
+    bytes = std::stoll(choice) << (choice.back() == 'M' ? 20 : 10);
+  }
+  return bytes ? std::max<int64_t>(1, bytes / (C * 4)) : 0;
 }
 
 // The unit-stride copy's stage name for input `data`.
@@ -153,6 +165,10 @@ class Conv2dNchwcCpu final : public NchwcConvTemplate {
          "(the window outermost)",
          0, {"crs", "rsc"}, kReorder},
         {"inline_pad", KnobType::Bool, "read padding through a select instead of a padded copy", 0, {}},
+        {"chunk", KnobType::Choice,
+         "where the positions are one run: run them in chunks of about this many bytes of input (each "
+         "channel tile reading a chunk, not the whole input); auto: 512K where the input takes over 4 MB",
+         0, kChunkChoices, KnobKind::Choice},
         {"vectorize", KnobType::Bool, "vectorize the output channel block", 0, {}},
         {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
         {"parallel", KnobType::Bool, "run the outermost loops (batch, channel tiles, rows) on all threads", 0, {}},
@@ -168,6 +184,7 @@ class Conv2dNchwcCpu final : public NchwcConvTemplate {
     c["tile_kb"] = kb;
     c["reduce_order"] = "crs";
     c["inline_pad"] = false;
+    c["chunk"] = "auto";
     default_annotations(c);
     return c;
   }
@@ -192,7 +209,7 @@ class Conv2dNchwcCpu final : public NchwcConvTemplate {
     }
     auto [acc, out] = acc_and_writer(s, g);
     schedule_nchwc_tiles(*out, *acc, c, block_vectors(g, t, c), flat, slices_positions(g),
-                         flat ? chunk_positions(g) : 0);
+                         flat ? chunk_positions(g, c) : 0);
   }
 };
 

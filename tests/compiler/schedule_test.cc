@@ -706,20 +706,23 @@ TEST(TemplateRegistry, GroupedBlockedConvTileFollowsWhatBlocksShare) {
 
 // A flat (1x1) blocked convolution whose input rows take more than 4 MB runs its positions in
 // chunks outside the output-channel tiles (each tile reads a chunk from the cache, not the whole
-// input from memory); a smaller one keeps the channel tiles outermost. Both match the reference.
+// input from memory); a smaller one keeps the channel tiles outermost. The knob chunk chooses
+// otherwise: none, or a size for any flat one. All match the reference.
 TEST(TemplateRegistry, LargeFlatConvolutionsRunTheirPositionsInChunks) {
   Target t = host_target();
   struct Case {
     const char* spec;
-    const char* loop;  // the fused parallel loop's name: chunks (oh.ow.o.o) before channel tiles (ko.o), or not
+    const char* chunk;  // the knob (auto: the default)
+    const char* loop;   // the fused parallel loop's name: chunks (oh.ow.o.o) before channel tiles (ko.o), or not
   };
-  for (const Case& c : {Case{"conv2d_nchwc(N=1,C=1040,H=33,W=31,K=16,R=1,S=1,ic_block=16,oc_block=16,epilogue=relu)",
-                             "(n.oh.ow.o.o.ko.o"},
-                        Case{"conv2d_nchwc(N=1,C=1040,H=16,W=31,K=16,R=1,S=1,ic_block=16,oc_block=16,epilogue=relu)",
-                             "(n.ko.o.oh.ow.o"}}) {
-    SCOPED_TRACE(c.spec);
+  const char* large = "conv2d_nchwc(N=1,C=1040,H=33,W=31,K=16,R=1,S=1,ic_block=16,oc_block=16,epilogue=relu)";
+  const char* small = "conv2d_nchwc(N=1,C=1040,H=16,W=31,K=16,R=1,S=1,ic_block=16,oc_block=16,epilogue=relu)";
+  for (const Case& c : {Case{large, "auto", "(n.oh.ow.o.o.ko.o"}, Case{small, "auto", "(n.ko.o.oh.ow.o"},
+                        Case{large, "none", "(n.ko.o.oh.ow.o"}, Case{small, "128K", "(n.oh.ow.o.o.ko.o"}}) {
+    SCOPED_TRACE(std::string(c.spec) + " chunk=" + c.chunk);
     OpGraph g = graph(c.spec);
-    Schedule s = apply_config(g, t, nlohmann::json());
+    EXPECT_EQ(default_config(g, t)["chunk"], "auto");
+    Schedule s = apply_config(g, t, nlohmann::json{{"chunk", c.chunk}});
     LowerResult r = lower(s, g.inputs, "kernel");
     const std::string loops = ir::to_string(r.func);
     EXPECT_NE(loops.find(c.loop), std::string::npos) << loops;
@@ -739,6 +742,8 @@ TEST(ConfigErrors, EachNamesTheKnobAndValue) {
   expect_user_error([&] { complete_config(g, t, json{{"pack_b", 1}}); }, "must be true or false");
   expect_user_error([&] { complete_config(g, t, json{{"order", "km"}}); }, "must be one of mn, nm");
   expect_user_error([&] { complete_config(g, t, json::array({1, 2})); }, "is not a JSON object");
+  OpGraph conv = graph("conv2d_nchwc(N=1,C=32,H=8,W=8,K=16,R=1,S=1,ic_block=16,oc_block=16)");
+  expect_user_error([&] { complete_config(conv, t, json{{"chunk", "3M"}}); }, "must be one of auto, none, 128K");
 }
 
 TEST(Passes, SkippingAPassKeepsResults) {
