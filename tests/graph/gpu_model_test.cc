@@ -218,6 +218,32 @@ TEST_F(GpuModel, RunsThroughTheDriverAndMatchesTheReference) {
   }
 }
 
+// An atrous convolution whose taps read padding at most outputs (rate 12 over 20x20) runs as
+// split-conv-regions' rectangles on GPUs too: nine Convs, Slices and Concats along the height
+// and width, each a kernel of its own, matching the reference.
+TEST_F(GpuModel, AtrousConvolutionRegionsRunThroughTheDriver) {
+  ModelBuilder b;
+  b.input("x", {1, 256, 20, 20});
+  initializer(b, "w", {64, 256, 3, 3}, 11, 0.05f);
+  initializer(b, "b", {64}, 12);
+  onnx::NodeProto* conv = b.node("Conv", {"x", "w", "b"}, {"c"});
+  tf::graph::testing::set_ints(conv, "pads", {12, 12, 12, 12});
+  tf::graph::testing::set_ints(conv, "dilations", {12, 12});
+  b.node("Relu", {"c"}, {"y"});
+  b.output("y", {1, 64, 20, 20});
+  Graph g = compile_both(b, "aspp");
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes) ++ops[n.op];
+  EXPECT_EQ(ops["Conv"], 9);
+  EXPECT_EQ(ops["Concat"], 4);
+  HostTensor x = random_floats({1, 256, 20, 20}, 8);
+  write_npy(path("x.npy"), x);
+  tf::CommandResult r = tunefarm("aspp", {"run", "--model", path("aspp.so"), "--input", path("x.npy"), "--output",
+                                          path("y.npy"), "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(run_reference(g, {{"x", x}}).at("y"), read_npy(path("y.npy"))), "");
+}
+
 // A model at --precision fp16 and bf16 (convolutions and the Gemm on tensor cores, their weights
 // and the values only they read stored in 16 bits): the GPU library's own work on 16-bit
 // constants and edges, through the fake driver running the emulation (each tensor-core kernel a
