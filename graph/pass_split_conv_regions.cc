@@ -20,6 +20,7 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "graph/ops.h"
 #include "graph/pass.h"
@@ -107,6 +108,15 @@ bool split(Graph& g, const Node& n, std::vector<Node>& out) {
                               HostTensor::floats({w[0], w[1], R, S}, std::move(sliced)));
   };
 
+  // Node names the graph does not use yet (a model may name its nodes anything).
+  std::set<std::string> names;
+  for (const Node& m : g.nodes) names.insert(m.name);
+  auto fresh = [&](const std::string& base) {
+    std::string name = base;
+    for (int k = 1; !names.insert(name).second; ++k) name = str(base, "_", k);
+    return name;
+  };
+
   std::vector<std::string> rows;
   for (size_t i = 0; i < bh.size(); ++i) {
     const Band& a = bh[i];
@@ -120,14 +130,14 @@ bool split(Graph& g, const Node& n, std::vector<Node>& out) {
       std::string in = n.inputs[0];
       if (h0 != 0 || w0 != 0 || h1 != x[2] || w1 != x[3]) {
         in = g.add_float(n.outputs[0] + at + ".in", {x[0], x[1], h1 - h0, w1 - w0});
-        out.push_back(Node{n.name + at + ".slice", "Slice",
+        out.push_back(Node{fresh(n.name + at + ".slice"), "Slice",
                            {n.inputs[0], g.add_ints(n.name + at + ".starts", {h0, w0}),
                             g.add_ints(n.name + at + ".ends", {h1, w1}), g.add_ints(n.name + at + ".axes", {2, 3})},
                            {in}, {}});
       }
       const int64_t R = a.t1 - a.t0 + 1, S = b.t1 - b.t0 + 1;
       Node c = n;
-      c.name = n.name + at;
+      c.name = fresh(n.name + at);
       c.inputs[0] = in;
       c.inputs[1] = taps(a, b);
       c.attrs.erase("auto_pad");
@@ -146,13 +156,13 @@ bool split(Graph& g, const Node& n, std::vector<Node>& out) {
     }
     const std::string row = bh.size() == 1 ? n.outputs[0]
                                            : g.add_float(str(n.outputs[0], ".r", i), {x[0], w[0], a.o1 - a.o0, win.ow});
-    Node cat{str(n.name, ".r", i, ".concat"), "Concat", pieces, {row}, {}};
+    Node cat{fresh(str(n.name, ".r", i, ".concat")), "Concat", pieces, {row}, {}};
     cat.attrs["axis"] = int64_t{3};
     out.push_back(std::move(cat));
     rows.push_back(row);
   }
   if (rows.size() > 1) {
-    Node cat{n.name + ".concat", "Concat", rows, {n.outputs[0]}, {}};
+    Node cat{fresh(n.name + ".concat"), "Concat", rows, {n.outputs[0]}, {}};
     cat.attrs["axis"] = int64_t{2};
     out.push_back(std::move(cat));
   }
