@@ -105,6 +105,11 @@ void drop_unused_values(Graph& g);
 // the node's place (`expand` adds the values they need to g); returns whether any was. The
 // shared loop of the passes that lower one node into several.
 bool expand_nodes(Graph& g, const std::function<bool(Graph&, const Node&, std::vector<Node>&)>& expand);
+// Whether Conv n's weights are a constant float32 [K][C/group][R][S] held whole (not
+// narrowed) that no QDQ record names: what trim-conv-taps and split-conv-regions slice.
+bool plain_conv_weights(const Graph& g, const Node& n);
+// Taps [r0, r0 + R) x [s0, s0 + S) of such weights `w`, as a constant [K][C/group][R][S].
+HostTensor conv_weight_taps(const HostTensor& w, int64_t r0, int64_t R, int64_t s0, int64_t S);
 
 // The passes (one file each).
 bool dead_code_elimination(Graph& g);

@@ -69,14 +69,8 @@ double reading_share(const std::vector<Band>& b, int64_t out, int64_t k) {
 bool split(Graph& g, const Node& n, std::vector<Node>& out) {
   if (n.op != "Conv" || n.inputs.size() < 2 || n.outputs.size() != 1) return false;
   const Value& xv = g.value(n.inputs[0]);
-  const Value& wv = g.value(n.inputs[1]);
-  if (xv.shape.size() != 4 || xv.dtype != DType::F32 || wv.shape.size() != 4 || !wv.constant ||
-      wv.dtype != DType::F32 || wv.constant->narrow != Narrow::None ||
-      wv.constant->f.size() != static_cast<size_t>(num_elements(wv.shape)) || g.qdq.count(n.inputs[1]) ||
-      g.qdq.count(n.inputs[0])) {
-    return false;
-  }
-  const Shape x = xv.shape, w = wv.shape;
+  if (xv.shape.size() != 4 || xv.dtype != DType::F32 || g.qdq.count(n.inputs[0]) || !plain_conv_weights(g, n)) return false;
+  const Shape x = xv.shape, w = g.value(n.inputs[1]).shape;
   const OpContext ctx = context(n, g, g.opset);
   std::vector<int64_t> k = kernel_shape(ctx, {w[2], w[3]});
   if (k != std::vector<int64_t>{w[2], w[3]}) return false;  // inference reports the mismatch
@@ -95,17 +89,9 @@ bool split(Graph& g, const Node& n, std::vector<Node>& out) {
     const std::array<int64_t, 4> key{a.t0, a.t1, b.t0, b.t1};
     if (a.t0 == 0 && a.t1 == k[0] - 1 && b.t0 == 0 && b.t1 == k[1] - 1) return n.inputs[1];
     if (auto it = weights.find(key); it != weights.end()) return it->second;
-    const int64_t R = a.t1 - a.t0 + 1, S = b.t1 - b.t0 + 1;
-    const std::vector<float>& f = g.value(n.inputs[1]).constant->f;
-    std::vector<float> sliced(static_cast<size_t>(w[0] * w[1] * R * S));
-    for (int64_t o = 0; o < w[0] * w[1]; ++o)
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t s = 0; s < S; ++s)
-          sliced[static_cast<size_t>((o * R + r) * S + s)] =
-              f[static_cast<size_t>((o * k[0] + a.t0 + r) * k[1] + b.t0 + s)];
-    return weights[key] =
-               g.add_constant(str(n.inputs[1], ".taps", a.t0, a.t1, b.t0, b.t1),
-                              HostTensor::floats({w[0], w[1], R, S}, std::move(sliced)));
+    return weights[key] = g.add_constant(
+               str(n.inputs[1], ".taps", a.t0, a.t1, b.t0, b.t1),
+               conv_weight_taps(*g.value(n.inputs[1]).constant, a.t0, a.t1 - a.t0 + 1, b.t0, b.t1 - b.t0 + 1));
   };
 
   // Node names the graph does not use yet (a model may name its nodes anything).

@@ -40,12 +40,8 @@ std::optional<Taps> reading_taps(int64_t in, int64_t out, int64_t k, int64_t str
 bool trim(Graph& g, Node& n) {
   if (n.op != "Conv" || n.inputs.size() < 2) return false;
   const Value& x = g.value(n.inputs[0]);
+  if (x.shape.size() != 4 || !plain_conv_weights(g, n)) return false;
   const Value& wv = g.value(n.inputs[1]);
-  if (x.shape.size() != 4 || wv.shape.size() != 4 || !wv.constant || wv.dtype != DType::F32 ||
-      wv.constant->narrow != Narrow::None || wv.constant->f.size() != static_cast<size_t>(num_elements(wv.shape)) ||
-      g.qdq.count(n.inputs[1])) {
-    return false;
-  }
   const Shape w = wv.shape;
   std::vector<int64_t> k = kernel_shape(context(n, g, g.opset), {w[2], w[3]});
   if (k != std::vector<int64_t>{w[2], w[3]}) return false;  // inference reports the mismatch
@@ -67,14 +63,7 @@ bool trim(Graph& g, Node& n) {
   }
   const int64_t R = th->hi - th->lo + 1, S = tw->hi - tw->lo + 1;
   if (R == k[0] && S == k[1]) return false;
-  const std::vector<float>& f = wv.constant->f;
-  std::vector<float> sliced(static_cast<size_t>(w[0] * w[1] * R * S));
-  for (int64_t o = 0; o < w[0] * w[1]; ++o)
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t s = 0; s < S; ++s)
-        sliced[static_cast<size_t>((o * R + r) * S + s)] =
-            f[static_cast<size_t>((o * k[0] + th->lo + r) * k[1] + tw->lo + s)];
-  n.inputs[1] = g.add_constant(n.inputs[1] + ".taps", HostTensor::floats({w[0], w[1], R, S}, std::move(sliced)));
+  n.inputs[1] = g.add_constant(n.inputs[1] + ".taps", conv_weight_taps(*wv.constant, th->lo, R, tw->lo, S));
   n.attrs.erase("auto_pad");
   n.attrs["kernel_shape"] = std::vector<int64_t>{R, S};
   n.attrs["pads"] = std::vector<int64_t>{pt, pl, pb, pr};
@@ -84,6 +73,22 @@ bool trim(Graph& g, Node& n) {
 }
 
 }  // namespace
+
+bool plain_conv_weights(const Graph& g, const Node& n) {
+  const Value& w = g.value(n.inputs[1]);
+  return w.shape.size() == 4 && w.constant && w.dtype == DType::F32 && w.constant->narrow == Narrow::None &&
+         w.constant->f.size() == static_cast<size_t>(num_elements(w.shape)) && !g.qdq.count(n.inputs[1]);
+}
+
+HostTensor conv_weight_taps(const HostTensor& w, int64_t r0, int64_t R, int64_t s0, int64_t S) {
+  const Shape& s = w.shape;
+  std::vector<float> taps(static_cast<size_t>(s[0] * s[1] * R * S));
+  for (int64_t o = 0; o < s[0] * s[1]; ++o)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < S; ++c)
+        taps[static_cast<size_t>((o * R + r) * S + c)] = w.f[static_cast<size_t>((o * s[2] + r0 + r) * s[3] + s0 + c)];
+  return HostTensor::floats({s[0], s[1], R, S}, std::move(taps));
+}
 
 bool trim_conv_taps(Graph& g) {
   bool changed = false;
