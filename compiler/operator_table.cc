@@ -142,16 +142,17 @@ void check_grouped_conv_nchwc(const Workload& w, const std::string& spec) {
   check_conv_nchwc(w, spec);
   check_groups(w, spec);
 }
-// Winograd: tiles of F(2x2,3x3) or F(4x4,3x3) (compiler/winograd.h).
+// Winograd: tiles of F(2x2,3x3) or F(4x4,3x3) (compiler/winograd.h), of each residue class
+// of a dilated convolution.
 void check_winograd(const Workload& w, const std::string& spec) {
   int64_t m = w.get("tile");
   if (!winograd_matrices(static_cast<int>(m))) {
     throw UserError(str("workload '", spec, "': tile=", m, " is not a Winograd output tile this compiler has (2 or 4)"));
   }
-  int64_t oh = conv_out(w.get("H"), 3, 1, w.get("pad"), 1), ow = conv_out(w.get("W"), 3, 1, w.get("pad"), 1);
-  if (oh < 1 || ow < 1) {
-    throw UserError(str("workload '", spec, "': output size ", oh, "x", ow, " is empty (H=", w.get("H"), " W=", w.get("W"),
-                        " pad=", w.get("pad"), ", a 3x3 window)"));
+  const WinogradTiling t = winograd_tiling(w.get("H"), w.get("W"), w.get("pad"), w.get("dilation"), m);
+  if (t.oh < 1 || t.ow < 1) {
+    throw UserError(str("workload '", spec, "': output size ", t.oh, "x", t.ow, " is empty (H=", w.get("H"), " W=",
+                        w.get("W"), " pad=", w.get("pad"), " dilation=", w.get("dilation"), ", a 3x3 window)"));
   }
   check_block(w, spec, "C", "ic_block");
   check_block(w, spec, "K", "oc_block");
@@ -159,18 +160,17 @@ void check_winograd(const Workload& w, const std::string& spec) {
 
 Footprint winograd_footprint(const Workload& w) {
   auto g = [&](const char* k) { return w.get(k); };
-  int64_t m = g("tile"), a = m + 2;
-  int64_t oh = conv_out(g("H"), 3, 1, g("pad"), 1), ow = conv_out(g("W"), 3, 1, g("pad"), 1);
-  int64_t th = (oh + m - 1) / m, tw = (ow + m - 1) / m;
-  std::optional<int64_t> tiles = checked_product({g("N"), th, tw});
+  int64_t m = g("tile"), a = m + 2, d = g("dilation");
+  const WinogradTiling t = winograd_tiling(g("H"), g("W"), g("pad"), d, m);
+  std::optional<int64_t> tiles = checked_product({g("N"), t.nh, t.nw});
   Footprint f;
   f.tensors = {{"data", checked_product({g("N"), g("C"), g("H"), g("W")})},
-               {"data_pad", checked_product({g("N"), g("C"), th * m + 2, tw * m + 2})},
+               {"data_pad", checked_product({g("N"), g("C"), d * (t.per_h * m + 2), d * (t.per_w * m + 2)})},
                {"weight", checked_product({a, a, g("K"), g("C")})},
                {"winograd_V", tiles ? checked_product({a, a, *tiles, g("C")}) : std::nullopt},
                {"winograd_M", tiles ? checked_product({a, a, *tiles, g("K")}) : std::nullopt},
-               {"out", checked_product({g("N"), g("K"), oh, ow})}};
-  f.flops = checked_product({2, g("N"), g("K"), oh, ow, g("C"), 9});
+               {"out", checked_product({g("N"), g("K"), t.oh, t.ow})}};
+  f.flops = checked_product({2, g("N"), g("K"), t.oh, t.ow, g("C"), 9});
   return f;
 }
 
@@ -321,11 +321,11 @@ const std::vector<OperatorDef>& operator_table() {
        "qdepthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)", kQuantizedInputTypes,
        {"qdepthwise_conv2d_nchwc(N=1,C=32,H=9,W=7,R=3,S=3,stride=2,pad=1,block=16,dtype=uint8,weight_dtype=int8)"},
        /*float_output=*/true},
-      // 3x3 stride-1 NCHWc convolutions by Winograd's minimal filtering, the weights given
+      // 3x3 stride-1 NCHWc convolutions (dilated or not) by Winograd's minimal filtering, the weights given
       // transformed (compiler/winograd.h): [a][a][K/oc_block][C][oc_block], a = tile + 2.
       {"conv2d_winograd_nchwc",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"K", kReq, 1}, {"pad", 1, 0},
-        {"ic_block", 8, 1}, {"oc_block", 8, 1}, {"tile", 4, 2}},
+        {"ic_block", 8, 1}, {"oc_block", 8, 1}, {"tile", 4, 2}, {"dilation", 1, 1, true}},
        check_winograd, winograd_footprint, build_conv2d_winograd_nchwc, reference_conv2d_winograd_nchwc,
        "conv2d_winograd_nchwc(N=1,C=16,H=9,W=11,K=24,ic_block=8,oc_block=8)"},
   };

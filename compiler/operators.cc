@@ -627,29 +627,37 @@ void build_qdepthwise_conv2d_nchwc(OpGraph& g) {
 // data [N][C/ib][H][W][ib], weight U [a][a][K/ob][C][ob] (a = m + 2), out [N][K/ob][OH][OW][ob].
 // Stages: data_pad (zero border and tail rows to whole tiles), winograd_V [a][a][P][C] (the
 // input tiles transformed; P = N x tiles), winograd_M [a][a][K/ob][P][ob] (a batched GEMM over
-// C: the reduction), then acc = the output transform, which reads M.
+// C: the reduction), then acc = the output transform, which reads M. With dilation d the
+// tiles are those of winograd_tiling: tile row th reads padded rows rh + d (sh m + i) of its
+// residue class rh = th / per_h (sh = th % per_h), and writes output rows rh + d (sh m + i).
 void build_conv2d_winograd_nchwc(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
   int64_t pad = w.get("pad"), ib = w.get("ic_block"), ob = w.get("oc_block"), m = w.get("tile");
+  const int64_t d = w.get("dilation");
   const WinogradMatrices& wm = *winograd_matrices(static_cast<int>(m));
   const int64_t a = wm.alpha;
-  int64_t OH = conv_out(H, 3, 1, pad, 1), OW = conv_out(W, 3, 1, pad, 1);
-  int64_t nH = (OH + m - 1) / m, nW = (OW + m - 1) / m, P = N * nH * nW;
+  const WinogradTiling tl = winograd_tiling(H, W, pad, d, m);
+  const int64_t OH = tl.oh, OW = tl.ow, nH = tl.nh, nW = tl.nw, P = N * nH * nW;
   Tensor data = make_input(g, "data", {N, C / ib, H, W, ib});
   Tensor weight = make_input(g, "weight", {a, a, K / ob, C, ob});
-  int64_t PH = nH * m + 2, PW = nW * m + 2;
+  int64_t PH = d * (tl.per_h * m + 2), PW = d * (tl.per_w * m + 2);
   g.pad = compute("data_pad", {N, C / ib, PH, PW, ib}, {"n", "c", "h", "w", "cb"}, [&](const std::vector<Expr>& ax) {
     Expr h = ax[2] - pad, x = ax[3] - pad;
     Expr inside = logical_and(logical_and(h >= 0, h < Expr(H)), logical_and(x >= 0, x < Expr(W)));
     return select(inside, read(data, {ax[0], ax[1], h, x, ax[4]}), f32(0.0));
   });
   Tensor dp = g.pad;
+  // The padded row of tile row t's i-th input row (and column likewise).
+  auto tile_row = [&](const Expr& t, int64_t per, int64_t i) -> Expr {
+    if (d == 1) return t * m + i;
+    return t / per + (t % per) * (d * m) + d * i;
+  };
   Tensor v = compute("winograd_V", {a, a, P, C}, {"xi", "nu", "p", "c"}, [&](const std::vector<Expr>& ax) {
     Expr p = ax[2], c = ax[3];
     Expr n = p / (nH * nW), th = p / nW % nH, tw = p % nW;
     return two_sided(wm.bt, a, a, ax[0], ax[1], [&](int64_t i, int64_t j) {
-      return read(dp, {n, c / ib, th * m + i, tw * m + j, c % ib});
+      return read(dp, {n, c / ib, tile_row(th, tl.per_h, i), tile_row(tw, tl.per_w, j), c % ib});
     });
   });
   IterVar rc = reduce_axis(C, "rc");
@@ -663,8 +671,12 @@ void build_conv2d_winograd_nchwc(OpGraph& g) {
   std::vector<std::string> names = {"n", "ko", "oh", "ow", "kb"};
   bool fused = w.epilogue != Epilogue::None;
   g.acc = compute(fused ? "acc" : "out", {N, K / ob, OH, OW, ob}, names, [&](const std::vector<Expr>& ax) {
-    Expr p = (ax[0] * nH + ax[2] / m) * nW + ax[3] / m;
-    return two_sided(wm.at, m, a, ax[2] % m, ax[3] % m,
+    // Output row o: class o % d, position o / d of it: tile (o / d) / m, row (o / d) % m.
+    Expr uh = d == 1 ? ax[2] : ax[2] / d, uw = d == 1 ? ax[3] : ax[3] / d;
+    Expr th = d == 1 ? uh / m : (ax[2] % d) * tl.per_h + uh / m;
+    Expr tw = d == 1 ? uw / m : (ax[3] % d) * tl.per_w + uw / m;
+    Expr p = (ax[0] * nH + th) * nW + tw;
+    return two_sided(wm.at, m, a, uh % m, uw % m,
                      [&](int64_t xi, int64_t nu) { return read(mm, {Expr(xi), Expr(nu), ax[1], p, ax[4]}); });
   });
   add_epilogue(g, "out", names, [ob](const std::vector<Expr>& ax) { return ax[1] * ob + ax[4]; }, K);

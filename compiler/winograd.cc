@@ -44,6 +44,24 @@ const WinogradMatrices* winograd_matrices(int m) {
   return nullptr;
 }
 
+double WinogradTiling::useful() const {
+  if (nh == 0 || nw == 0) return 0;
+  return double(oh) / double(nh * m) * (double(ow) / double(nw * m));
+}
+
+WinogradTiling winograd_tiling(int64_t H, int64_t W, int64_t pad, int64_t dilation, int64_t m) {
+  WinogradTiling t;
+  t.m = m;
+  t.oh = conv_out(H, 3, 1, pad, dilation);
+  t.ow = conv_out(W, 3, 1, pad, dilation);
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  t.per_h = ceil_div(ceil_div(t.oh, dilation), m);
+  t.per_w = ceil_div(ceil_div(t.ow, dilation), m);
+  t.nh = dilation * t.per_h;
+  t.nw = dilation * t.per_w;
+  return t;
+}
+
 std::vector<float> winograd_weight_transform(const float* weight, int64_t K, int64_t C, int64_t ib, int64_t ob,
                                              int m) {
   const WinogradMatrices* wm = winograd_matrices(m);
@@ -77,31 +95,36 @@ namespace ops {
 void reference_conv2d_winograd_nchwc(const Workload& w, const Inputs& in, float* out) {
   int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W"), K = w.get("K");
   int64_t pad = w.get("pad"), ib = w.get("ic_block"), ob = w.get("oc_block"), m = w.get("tile");
+  int64_t d = w.get("dilation");
   const WinogradMatrices& wm = *winograd_matrices(static_cast<int>(m));
   const int64_t a = wm.alpha;
-  int64_t OH = conv_out(H, 3, 1, pad, 1), OW = conv_out(W, 3, 1, pad, 1);
+  const WinogradTiling t = winograd_tiling(H, W, pad, d, m);
+  const int64_t OH = t.oh, OW = t.ow;
   const float *data = in[0], *u = in[1];
   bool bias = w.epilogue == Epilogue::Bias || w.epilogue == Epilogue::BiasRelu;
   bool relu = w.epilogue == Epilogue::Relu || w.epilogue == Epilogue::BiasRelu;
   std::vector<double> vt(static_cast<size_t>(C * a * a)), acc(static_cast<size_t>(a * a));
+  // Tile (th, tw): residue class (rh, rw), tile (sh, sw) of it; its output (i, j) is row
+  // rh + d (sh m + i), its input (i, j) row rh - pad + d (sh m + i), columns likewise.
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t th = 0; th * m < OH; ++th)
-      for (int64_t tw = 0; tw * m < OW; ++tw) {
+    for (int64_t th = 0; th < t.nh; ++th)
+      for (int64_t tw = 0; tw < t.nw; ++tw) {
+        const int64_t rh = th / t.per_h, sh = th % t.per_h, rw = tw / t.per_w, sw = tw % t.per_w;
         for (int64_t c = 0; c < C; ++c) {  // V = B^T d B
-          double d[8][8], t[8][8] = {};
+          double dt[8][8], tt[8][8] = {};
           for (int64_t i = 0; i < a; ++i)
             for (int64_t j = 0; j < a; ++j) {
-              int64_t h = th * m + i - pad, x = tw * m + j - pad;
+              int64_t h = rh - pad + d * (sh * m + i), x = rw - pad + d * (sw * m + j);
               bool in_image = h >= 0 && h < H && x >= 0 && x < W;
-              d[i][j] = in_image ? data[(((n * (C / ib) + c / ib) * H + h) * W + x) * ib + c % ib] : 0.0;
+              dt[i][j] = in_image ? data[(((n * (C / ib) + c / ib) * H + h) * W + x) * ib + c % ib] : 0.0;
             }
           for (int64_t xi = 0; xi < a; ++xi)
             for (int64_t j = 0; j < a; ++j)
-              for (int64_t i = 0; i < a; ++i) t[xi][j] += wm.bt[static_cast<size_t>(xi * a + i)] * d[i][j];
+              for (int64_t i = 0; i < a; ++i) tt[xi][j] += wm.bt[static_cast<size_t>(xi * a + i)] * dt[i][j];
           for (int64_t xi = 0; xi < a; ++xi)
             for (int64_t nu = 0; nu < a; ++nu) {
               double s = 0;
-              for (int64_t j = 0; j < a; ++j) s += t[xi][j] * wm.bt[static_cast<size_t>(nu * a + j)];
+              for (int64_t j = 0; j < a; ++j) s += tt[xi][j] * wm.bt[static_cast<size_t>(nu * a + j)];
               vt[static_cast<size_t>((c * a + xi) * a + nu)] = s;
             }
         }
@@ -113,8 +136,10 @@ void reference_conv2d_winograd_nchwc(const Workload& w, const Inputs& in, float*
                 acc[static_cast<size_t>(xi * a + nu)] +=
                     double(u[(((xi * a + nu) * (K / ob) + k / ob) * C + c) * ob + k % ob]) *
                     vt[static_cast<size_t>((c * a + xi) * a + nu)];
-          for (int64_t i = 0; i < m && th * m + i < OH; ++i)
-            for (int64_t j = 0; j < m && tw * m + j < OW; ++j) {
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < m; ++j) {
+              const int64_t oh = rh + d * (sh * m + i), ow = rw + d * (sw * m + j);
+              if (oh >= OH || ow >= OW) continue;
               double y = 0;
               for (int64_t xi = 0; xi < a; ++xi)
                 for (int64_t nu = 0; nu < a; ++nu)
@@ -122,7 +147,6 @@ void reference_conv2d_winograd_nchwc(const Workload& w, const Inputs& in, float*
                        acc[static_cast<size_t>(xi * a + nu)];
               if (bias) y += in[2][k];
               if (relu) y = std::max(y, 0.0);
-              int64_t oh = th * m + i, ow = tw * m + j;
               out[(((n * (K / ob) + k / ob) * OH + oh) * OW + ow) * ob + k % ob] = static_cast<float>(y);
             }
         }

@@ -72,10 +72,11 @@ AnchorWorkload anchor_workload(const Graph& g, const Node& n);
 
 // The Winograd workload (conv2d_winograd_nchwc, without its epilogue, open as `aw.spec`) that
 // computes ConvNCHWc node `n` with workload `aw`, or "" when none does: the window is not 3x3,
-// the stride or dilation not 1, the weights are not constants (they are transformed at
-// compile time), or too few tiles share too many transformed weights (fewer than 32 output
-// tiles and more than 2 MB: streaming them would cost more than the multiplications saved)
-// for both F(4x4, 3x3) and F(2x2, 3x3) (tile=4 where it passes, else tile=2).
+// the stride not 1, the weights are not constants (they are transformed at compile time), or
+// too few tiles share too many transformed weights (fewer than 32 output tiles and more than
+// 2 MB: streaming them would cost more than the multiplications saved) for both F(4x4, 3x3)
+// and F(2x2, 3x3) (tile=4 where it passes, else tile=2); a dilated one's tiles must also not
+// cover much more than its output (80% of their outputs real for tile=4, 60% for tile=2).
 std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWorkload& aw);
 
 // Whether Conv node `n` is depthwise (group = channels = filters, one channel a filter): a

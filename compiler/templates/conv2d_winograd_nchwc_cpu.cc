@@ -11,6 +11,8 @@
 //                unrolled unroll_k deep;
 //   output       Y = A^T M A per m x m output tile, unrolled, with the epilogue and the fused
 //                tail applied while the tile is in registers.
+// A dilated convolution's tiles are those of its residue classes (compiler/winograd.h): the
+// stages are the same, the input tiles' rows and the output tiles' rows d apart.
 #include "compiler/templates/common.h"
 
 #include <algorithm>
@@ -125,13 +127,28 @@ class Conv2dWinogradNchwcCpu final : public CpuTemplate {
     if (g.acc != g.output) s.stage(g.acc->name).compute_inline();
     Stage& out = s.stage(g.output->name);
     const auto& o = out.op()->axes;  // n, ko, oh, ow, kb
-    auto [ho, hi] = out.split(o[2].var, m);
-    auto [wo, wi] = out.split(o[3].var, m);
-    out.reorder({o[0].var, o[1].var, ho, wo, hi, wi, o[4].var});
-    out.unroll(hi);
-    out.unroll(wi);
-    if (vec) out.vectorize(o[4].var);
-    if (par) out.parallel(out.fuse(out.fuse(o[0].var, o[1].var), ho));
+    const int64_t d = g.workload.get("dilation");
+    if (d == 1) {
+      auto [ho, hi] = out.split(o[2].var, m);
+      auto [wo, wi] = out.split(o[3].var, m);
+      out.reorder({o[0].var, o[1].var, ho, wo, hi, wi, o[4].var});
+      out.unroll(hi);
+      out.unroll(wi);
+      if (vec) out.vectorize(o[4].var);
+      if (par) out.parallel(out.fuse(out.fuse(o[0].var, o[1].var), ho));
+    } else {
+      // Output row (ho m + hi) d + rh: tile ho of residue class rh, its row hi (a constant
+      // once unrolled, as for dilation 1).
+      auto [hq, rh] = out.split(o[2].var, d);
+      auto [ho, hi] = out.split(hq, m);
+      auto [wq, rw] = out.split(o[3].var, d);
+      auto [wo, wi] = out.split(wq, m);
+      out.reorder({o[0].var, o[1].var, rh, ho, rw, wo, hi, wi, o[4].var});
+      out.unroll(hi);
+      out.unroll(wi);
+      if (vec) out.vectorize(o[4].var);
+      if (par) out.parallel(out.fuse(out.fuse(out.fuse(o[0].var, o[1].var), rh), ho));
+    }
   }
 
  protected:

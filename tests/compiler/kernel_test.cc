@@ -70,6 +70,12 @@ const char* kWorkloads[] = {
     "conv2d_winograd_nchwc(N=2,C=6,H=8,W=7,K=10,pad=0,ic_block=3,oc_block=5,tile=2,epilogue=bias)",
     "conv2d_winograd_nchwc(N=1,C=32,H=7,W=7,K=32,pad=2,ic_block=16,oc_block=16,epilogue=relu)",
     "conv2d_winograd_nchwc(N=1,C=4,H=1,W=1,K=4,ic_block=4,oc_block=4)",
+    // Dilated: residue classes of unequal sizes (13 rows at dilation 2: 7 and 6), classes
+    // that hold part of a tile, a dilation wider than the output, different pads.
+    "conv2d_winograd_nchwc(N=1,C=16,H=13,W=10,K=16,pad=2,ic_block=8,oc_block=8,dilation=2,epilogue=bias_relu)",
+    "conv2d_winograd_nchwc(N=2,C=6,H=12,W=11,K=10,pad=3,ic_block=3,oc_block=5,tile=2,dilation=3,epilogue=bias)",
+    "conv2d_winograd_nchwc(N=1,C=8,H=9,W=14,K=8,pad=1,ic_block=8,oc_block=8,dilation=4)",
+    "conv2d_winograd_nchwc(N=1,C=8,H=5,W=6,K=8,pad=6,ic_block=8,oc_block=8,dilation=7,epilogue=relu)",
 };
 
 class KernelMatchesReference : public ::testing::TestWithParam<const char*> {};
@@ -379,12 +385,15 @@ TEST(Codegen, BatchMatmulTailColumnsReadWholeVectors) {
 }
 
 // The Winograd operator with weights transformed by winograd_weight_transform computes the
-// direct convolution (both references, in double): the matrices, the transform and the
-// operator's definition agree.
+// direct convolution (both references, in double), dilated or not: the matrices, the
+// transform, the tiling of residue classes and the operator's definition agree.
 TEST(Winograd, TransformedWeightsGiveTheDirectConvolution) {
   const char* shapes[] = {"N=1,C=8,H=9,W=11,K=12,pad=1,ic_block=4,oc_block=4",
                           "N=2,C=3,H=6,W=5,K=5,pad=0,ic_block=3,oc_block=5",
-                          "N=1,C=16,H=7,W=7,K=16,pad=2,ic_block=8,oc_block=16"};
+                          "N=1,C=16,H=7,W=7,K=16,pad=2,ic_block=8,oc_block=16",
+                          "N=1,C=8,H=13,W=10,K=8,pad=2,ic_block=4,oc_block=4,dilation=2",
+                          "N=2,C=4,H=11,W=16,K=4,pad=4,ic_block=4,oc_block=4,dilation=4",
+                          "N=1,C=4,H=9,W=8,K=4,pad=0,ic_block=4,oc_block=4,dilation=3"};
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> unit(-1, 1);
   for (const char* shape : shapes) {

@@ -593,6 +593,79 @@ TEST(ModelCompiler, TakesTheWinogradConvolutionUnlessTheDirectOneWasTunedFaster)
   fs::remove_all(tmp);
 }
 
+// Atrous (dilated) 3x3 convolutions take Winograd kernels of their residue classes: DeepLab's
+// rate-2 layer over 16x16 in tiles of 4 (8 rows a class, whole tiles), a rate-3 one in tiles
+// of 2 (6 rows a class: tiles of 4 would cover 24 rows for 16), and a rate-6 one over the
+// same map none (3 rows a class: tiles of 2 would cover 24, tiles of 4 48); the model
+// matches the reference evaluation (conv + bias + Relu, conv + residual Add + Relu, conv).
+TEST(ModelCompiler, DilatedConvolutionsRunAsWinogradTilesOfTheirResidueClasses) {
+  Graph g;
+  uint32_t seed = 23;
+  auto value = [&](const std::string& n, const Shape& s) { g.values[n] = Value{n, DType::F32, s, std::nullopt}; };
+  auto weights = [&](const std::string& n, const Shape& s) {
+    HostTensor t = HostTensor::floats(s, std::vector<float>(num_elements(s)));
+    for (float& v : t.f) v = static_cast<float>((seed = seed * 1103515245u + 12345u) >> 16 & 1023) / 2048.0f - 0.25f;
+    g.values[n] = Value{n, DType::F32, s, t};
+  };
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out, const Shape& s,
+                  std::map<std::string, Attr> attrs = {}) {
+    value(out, s);
+    g.nodes.push_back(Node{op + "_" + out, op, std::move(in), {out}, std::move(attrs)});
+  };
+  auto atrous = [](int64_t d) -> std::map<std::string, Attr> {
+    return {{"pads", std::vector<int64_t>(4, d)}, {"dilations", std::vector<int64_t>{d, d}}};
+  };
+  const Shape act = {1, 32, 16, 16};
+  value("x", {1, 16, 16, 16});
+  g.inputs = {"x"};
+  weights("w1", {32, 16, 3, 3});
+  weights("b1", {32});
+  weights("w2", {32, 32, 3, 3});
+  weights("b2", {32});
+  weights("w3", {32, 32, 3, 3});
+  node("Conv", {"x", "w1", "b1"}, "c1", act, atrous(2));
+  node("Relu", {"c1"}, "r1", act);
+  node("Conv", {"r1", "w2", "b2"}, "c2", act, atrous(3));
+  node("Add", {"c2", "r1"}, "s", act);
+  node("Relu", {"s"}, "r2", act);
+  node("Conv", {"r2", "w3"}, "y", act, atrous(6));
+  g.outputs = {"y"};
+  verify(g);
+  HostTensor x = HostTensor::floats({1, 16, 16, 16}, std::vector<float>(16 * 16 * 16));
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(static_cast<float>(k));
+  HostTensor want = run_reference(g, {{"x", x}}).at("y");
+
+  tf::Target host = tf::host_target();
+  run_passes(g, PassOptions{2, {}, {}, nullptr, host.vector_lanes()});
+  fs::path tmp = fs::temp_directory_path() / ("tf-atrous-" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  std::string so = (tmp / "m.so").string();
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) {
+    return KernelConfig{nlohmann::json(), "default", nullptr};
+  };
+  CompiledModel cm = compile_model(g, host, defaults, so, "atrous");
+  std::vector<std::string> wino, direct;
+  for (const ModelKernel& k : cm.kernels) {
+    if (k.workload.rfind("conv2d_winograd_nchwc(", 0) == 0) wino.push_back(k.workload);
+    if (k.workload.rfind("conv2d_nchwc(", 0) == 0) direct.push_back(k.workload);
+  }
+  ASSERT_EQ(wino.size(), 2u);
+  EXPECT_NE(wino[0].find(",tile=4,dilation=2,"), std::string::npos) << wino[0];
+  EXPECT_NE(wino[1].find(",tile=2,dilation=3,"), std::string::npos) << wino[1];
+  ASSERT_EQ(direct.size(), 1u);
+  EXPECT_NE(direct[0].find(",dilation=6,"), std::string::npos) << direct[0];
+  ModelLibrary lib(so);
+  std::vector<HostTensor> got;
+  lib.run({&x}, got);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].shape, want.shape);
+  double worst = 0;
+  for (int64_t k = 0; k < want.size(); ++k)
+    worst = std::max(worst, std::fabs(want.as_double(k) - got[0].as_double(k)) / (1 + std::fabs(want.as_double(k))));
+  EXPECT_LT(worst, 1e-4);
+  fs::remove_all(tmp);
+}
+
 // NaN in, NaN out, as in PyTorch and ONNX Runtime, for every max/min-like operator, compiled
 // (Relu fused into a convolution's epilogue too) and in the reference evaluators: Relu made
 // NaN 0 (maxnum) and the pools and clamps dropped it.

@@ -1181,16 +1181,19 @@ TEST(GraphTasks, AnAlternativeCountsOnceAtTheFaster) {
 // A 3x3 stride-1 blocked convolution gets a Winograd alternative where enough tiles share its
 // transformed weights or they are small: not at 7x7 with 256 channels (4 tiles, 9.4 MB), yes
 // at 7x7 with 16 channels and at 28x28 with 256; never for a 1x1, strided, or computed-weight
-// convolution, nor one of fewer than 8 input channels.
+// convolution, nor one of fewer than 8 input channels; dilated where its residue classes'
+// tiles hold mostly real outputs.
 TEST(GraphTasks, WinogradAlternativesWhereTheTransformedWeightsPayOff) {
-  auto alternatives = [](int64_t c, int64_t hw, int64_t r, int64_t stride, bool constant_weights, int64_t cin = 0) {
+  auto alternatives = [](int64_t c, int64_t hw, int64_t r, int64_t stride, bool constant_weights, int64_t cin = 0,
+                         int64_t dilation = 1) {
     if (cin == 0) cin = c;
     GraphBuilder b;
     std::string x = b.input("x", {1, cin, hw, hw});
     std::string w = constant_weights ? b.weights("w", {c, cin, r, r}, -0.1f, 0.1f) : b.input("w", {c, cin, r, r});
-    int64_t pad = r / 2, out = (hw + 2 * pad - r) / stride + 1;
+    int64_t pad = r / 2 * dilation, out = (hw + 2 * pad - dilation * (r - 1) - 1) / stride + 1;
     b.node("Conv", {x, w}, "y", {1, c, out, out},
-           {{"pads", std::vector<int64_t>(4, pad)}, {"strides", std::vector<int64_t>{stride, stride}}});
+           {{"pads", std::vector<int64_t>(4, pad)}, {"strides", std::vector<int64_t>{stride, stride}},
+            {"dilations", std::vector<int64_t>{dilation, dilation}}});
     b.g.outputs = {"y"};
     verify(b.g);
     PassOptions o;
@@ -1209,6 +1212,12 @@ TEST(GraphTasks, WinogradAlternativesWhereTheTransformedWeightsPayOff) {
   EXPECT_EQ(alternatives(16, 28, 3, 1, true, 8), 1);
   EXPECT_EQ(alternatives(16, 28, 3, 1, true, 4), 0);
   EXPECT_EQ(alternatives(16, 28, 3, 1, true, 3), 0);
+  // Dilated: DeepLab's rates 2 and 4 over 40x40, and rates whose residue classes hold too
+  // few rows for whole tiles (12 over 16x16: 2 rows, 1 for most classes; 5 over 12: 3).
+  EXPECT_EQ(alternatives(256, 40, 3, 1, true, 0, 2), 1);
+  EXPECT_EQ(alternatives(512, 40, 3, 1, true, 0, 4), 1);
+  EXPECT_EQ(alternatives(64, 16, 3, 1, true, 0, 12), 0);
+  EXPECT_EQ(alternatives(64, 12, 3, 1, true, 0, 5), 0);
 }
 
 // Filters the target's block does not divide but half of it does, where padding them to whole
