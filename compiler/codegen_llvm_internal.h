@@ -16,10 +16,12 @@
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,6 +40,9 @@ using namespace ir;  // NOLINT
 // Strided vector loads up to this stride load the whole span and shuffle; wider strides
 // gather lane by lane.
 constexpr int64_t kMaxShuffleStride = 4;
+// Vector loads whose lanes lie at other constant offsets within this many vectors' span load
+// the span and shuffle.
+constexpr int64_t kMaxShuffleSpanVectors = 2;
 
 // The alignment GPU kernels assume of their buffers (the drivers give 256).
 constexpr uint64_t kGpuBufferAlign = 16;
@@ -281,6 +286,41 @@ class CodeGen {
         llvm::Value* wide = tag(b_.CreateAlignedLoad(llvm::FixedVectorType::get(et, span), p, align), l->buffer);
         std::vector<int> pick;
         for (int i = 0; i < lanes; ++i) pick.push_back(static_cast<int>(i * *s));
+        return b_.CreateShuffleVector(wide, pick);
+      }
+    }
+    if (std::optional<LaneOffsets> lo = lane_offsets(l->index)) {
+      // Lanes at constant offsets within a short span (a group's channels repeated across a
+      // block: lane k reads (k / g) * g + i): one contiguous load of the span, then a shuffle.
+      // The first lane's constant part joins the offsets: lanes that lie in one aligned
+      // vector of the buffer (its scalar part a multiple of the lanes) load that vector, so
+      // that loads differing only there (a group's channel i) are one load, shuffled apart.
+      // The vector may hold elements no lane reads; it lies inside one 64-byte line of the
+      // buffer's (buffers are 64-byte aligned: the arena, aligned_alloc, the GPU drivers'),
+      // so it reads no page the lanes do not.
+      Expr base = lo->first;
+      int64_t c = 0;
+      if (const Binary* add = base.kind() == ExprKind::Add ? base.as<Binary>() : nullptr) {
+        if (const int64_t* k = as_const_int(add->b)) {
+          c = *k;
+          base = add->a;
+        }
+      }
+      std::vector<int64_t> offs = lo->offsets;
+      for (int64_t& o : offs) o += c;
+      const auto [lo_it, hi_it] = std::minmax_element(offs.begin(), offs.end());
+      int64_t first = *lo_it, span = *hi_it - *lo_it + 1;
+      const int64_t block = (first >= 0 ? first : first - lanes + 1) / lanes * lanes;
+      if (known_multiple(base) % lanes == 0 && *hi_it < block + lanes && lanes * elem.bytes() <= 64) {
+        first = block;
+        span = lanes;
+      }
+      if (span <= kMaxShuffleSpanVectors * lanes) {
+        llvm::Value* p = element_ptr(l->buffer, expr(simplify(base + IntImm::make(first))), elem);
+        auto* vt = llvm::FixedVectorType::get(et, static_cast<unsigned>(span));
+        llvm::Value* wide = tag(b_.CreateAlignedLoad(vt, p, align), l->buffer);
+        std::vector<int> pick;
+        for (int64_t o : offs) pick.push_back(static_cast<int>(o - first));
         return b_.CreateShuffleVector(wide, pick);
       }
     }

@@ -52,12 +52,13 @@ Footprint conv_footprint(const Workload& w, bool depthwise) {
   // Input channels each filter computes with (C/G grouped) and reads (a blocked group's span).
   const int64_t per_group = w.has("group") ? g("C") / g("group") : g("C");
   const int64_t reads = w.has("group") && w.has("oc_block") ? nchwc_groups(w).span() : per_group;
+  const int64_t width = depthwise && w.has("width") ? g("width") : 1;  // depthwise_conv2d_nchwc's groups
   Footprint f;
   f.tensors = {{"data", checked_product({g("N"), g("C"), g("H"), g("W")})},
                {"data_pad", checked_product({g("N"), g("C"), g("H") + 2 * g("pad"), g("W") + 2 * g("pad")})},
-               {"weight", checked_product({k, depthwise ? 1 : reads, g("R"), g("S")})},
+               {"weight", checked_product({k, depthwise ? width : reads, g("R"), g("S")})},
                {"out", checked_product({g("N"), k, oh, ow})}};
-  f.flops = depthwise ? checked_product({2, g("N"), g("C"), oh, ow, g("R"), g("S")})
+  f.flops = depthwise ? checked_product({2, g("N"), g("C"), oh, ow, g("R"), g("S"), width})
                       : checked_product({2, g("N"), k, oh, ow, per_group, g("R"), g("S")});
   return f;
 }
@@ -194,6 +195,11 @@ void check_pairs_conv_nchwc(const Workload& w, const std::string& spec) {
 void check_depthwise_nchwc(const Workload& w, const std::string& spec) {
   check_conv(w, spec);
   check_block(w, spec, "C", "block");
+  // A group's channels lie in one block (its lanes read each other's).
+  if (w.has("width") && w.get("block") % w.get("width") != 0) {
+    throw UserError(str("workload '", spec, "': width=", w.get("width"), " does not divide block=", w.get("block"),
+                        " (a group's channels must lie in one block)"));
+  }
 }
 
 // The keys of the blocked (NCHWc) convolutions: float32, int8, bfloat16 and float16 alike.
@@ -307,9 +313,10 @@ const std::vector<OperatorDef>& operator_table() {
       {"conv2d_nchwc_fp16", kNchwcConvKeys,
        check_pairs_conv_nchwc, conv2d_footprint, build_conv2d_nchwc_fp16, reference_conv2d_nchwc_fp16,
        "conv2d_nchwc_fp16(N=1,C=16,H=9,W=11,K=32,R=3,S=3,pad=1,ic_block=8,oc_block=16)"},
+      // width=g: groups of g channels in and out, each in one block (weight [C/b][g][R][S][b]).
       {"depthwise_conv2d_nchwc",
        {{"N", kReq, 1}, {"C", kReq, 1}, {"H", kReq, 1}, {"W", kReq, 1}, {"R", kReq, 1}, {"S", kReq, 1},
-        {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}},
+        {"stride", 1, 1}, {"pad", 0, 0}, {"dilation", 1, 1}, {"block", 8, 1}, {"width", 1, 1, true}},
        check_depthwise_nchwc, depthwise_footprint, build_depthwise_conv2d_nchwc, reference_depthwise_conv2d_nchwc,
        "depthwise_conv2d_nchwc(N=1,C=32,H=14,W=14,R=3,S=3,pad=1,block=16)"},
       // A quantized model's depthwise Conv (graph/import_quantize.h): uint8 data (given, or

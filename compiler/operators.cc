@@ -566,30 +566,40 @@ void build_conv2d_nchwc(OpGraph& g) {
   g.flops = 2 * N * K * OH * OW * gr.channels() * R * S;
 }
 
-// data [N][C/b][H][W][b], weight [C/b][R][S][b], out [N][C/b][OH][OW][b].
+// data [N][C/b][H][W][b], weight [C/b][R][S][b], out [N][C/b][OH][OW][b]. With width g > 1
+// (groups of g channels in and out, whole groups in a block: ResNeXt's and RegNet's grouped
+// layers), weight [C/b][g][R][S][b]: lane k of block co sums the g input channels of its
+// group, lanes (k / g) * g + i of the same block, i < g (the reduction's innermost axis, "ri").
 void build_depthwise_conv2d_nchwc(OpGraph& g) {
   const Workload& w = g.workload;
   int64_t N = w.get("N"), C = w.get("C"), H = w.get("H"), W = w.get("W");
   int64_t R = w.get("R"), S = w.get("S"), st = w.get("stride"), pad = w.get("pad");
-  int64_t dil = w.get("dilation"), b = w.get("block");
+  int64_t dil = w.get("dilation"), b = w.get("block"), gw = w.get("width");
   int64_t OH = conv_out(H, R, st, pad, dil), OW = conv_out(W, S, st, pad, dil);
   Tensor data = make_input(g, "data", {N, C / b, H, W, b});
-  Tensor weight = make_input(g, "weight", {C / b, R, S, b});
+  Tensor weight = make_input(g, "weight", gw == 1 ? std::vector<int64_t>{C / b, R, S, b}
+                                                    : std::vector<int64_t>{C / b, gw, R, S, b});
   Tensor src = data;
   if (pad > 0) src = g.pad = pad_spatial(data, pad, 2, 3);
-  IterVar rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs");
+  IterVar rr = reduce_axis(R, "rr"), rs = reduce_axis(S, "rs"), ri = reduce_axis(gw, "ri");
+  std::vector<IterVar> red = {rr, rs};
+  if (gw > 1) red.push_back(ri);
   std::vector<std::string> names = {"n", "co", "oh", "ow", "cb"};
   g.acc = compute(w.epilogue != Epilogue::None ? "acc" : "out", {N, C / b, OH, OW, b}, names,
                   [&](const std::vector<Expr>& ax) {
                     Expr h = ax[2] * st + rr.var * dil, x = ax[3] * st + rs.var * dil;
-                    return sum(read(src, {ax[0], ax[1], h, x, ax[4]}) *
-                                   read(weight, {ax[1], rr.var, rs.var, ax[4]}),
-                               {rr, rs});
+                    if (gw == 1) {
+                      return sum(read(src, {ax[0], ax[1], h, x, ax[4]}) * read(weight, {ax[1], rr.var, rs.var, ax[4]}),
+                                 red);
+                    }
+                    return sum(read(src, {ax[0], ax[1], h, x, ax[4] / gw * gw + ri.var}) *
+                                   read(weight, {ax[1], ri.var, rr.var, rs.var, ax[4]}),
+                               red);
                   },
-                  {rr, rs});
+                  red);
   add_epilogue(
       g, "out", names, [b](const std::vector<Expr>& ax) { return ax[1] * b + ax[4]; }, C);
-  g.flops = 2 * N * C * OH * OW * R * S;
+  g.flops = 2 * N * C * OH * OW * R * S * gw;
 }
 
 // qdepthwise_conv2d_nchwc: the blocked depthwise convolution of uint8 data (given, dtype=uint8,

@@ -263,19 +263,21 @@ void reference_qconv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
         }
 }
 
-// data [N][C/b][H][W][b], weight [C/b][R][S][b], out [N][C/b][OH][OW][b].
+// data [N][C/b][H][W][b], weight [C/b][width][R][S][b], out [N][C/b][OH][OW][b]: output
+// channel c sums input channels c / width * width + i, i < width.
 void reference_depthwise_conv2d_nchwc(const Workload& w, const Inputs& in, float* out) {
   ConvDims d = conv_dims(w, true);
-  int64_t b = w.get("block");
+  int64_t b = w.get("block"), g = w.get("width");
   const float *data = in[0], *wt = in[1], *bias = bias_of(w, in);
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t c = 0; c < d.C; ++c)
       for (int64_t oh = 0; oh < d.OH; ++oh)
         for (int64_t ow = 0; ow < d.OW; ++ow) {
+          const int64_t c0 = c / g * g;
           double acc = conv_point(
-              d, oh, ow, c, c + 1, [&](int64_t cc, int64_t r, int64_t s, int64_t h, int64_t x) {
+              d, oh, ow, c0, c0 + g, [&](int64_t cc, int64_t r, int64_t s, int64_t h, int64_t x) {
                 double v = data[(((n * (d.C / b) + cc / b) * d.H + h) * d.W + x) * b + cc % b];
-                return v * wt[(((cc / b) * d.R + r) * d.S + s) * b + cc % b];
+                return v * wt[((((c / b) * g + cc - c0) * d.R + r) * d.S + s) * b + c % b];
               });
           out[(((n * (d.C / b) + c / b) * d.OH + oh) * d.OW + ow) * b + c % b] =
               epilogue(w.epilogue, acc, bias, c);

@@ -547,4 +547,54 @@ int64_t known_multiple(const Expr& e) {
   }
 }
 
+namespace {
+
+// Lane k of a vector integer expression as a scalar one; ok false where it holds a vector
+// value this cannot take apart.
+class LaneOf final : public IRMutator {
+ public:
+  explicit LaneOf(int64_t k) : k_(k) {}
+  bool ok = true;
+  Expr mutate_expr(const Expr& e) override {
+    if (!e.type().is_vector()) return e;
+    switch (e.kind()) {
+      case ExprKind::Ramp: {
+        const Ramp* r = e.as<Ramp>();
+        return r->base + IntImm::make(k_) * r->stride;
+      }
+      case ExprKind::Broadcast: return e.as<Broadcast>()->value;
+      case ExprKind::Add:
+      case ExprKind::Sub:
+      case ExprKind::Mul:
+      case ExprKind::Div:
+      case ExprKind::Mod:
+      case ExprKind::Min:
+      case ExprKind::Max: return IRMutator::mutate_expr(e);
+      default: ok = false; return e;
+    }
+  }
+
+ private:
+  int64_t k_;
+};
+
+}  // namespace
+
+std::optional<LaneOffsets> lane_offsets(const Expr& index) {
+  if (!index.type().is_vector() || !index.type().is_index()) return std::nullopt;
+  const int lanes = index.type().lanes;
+  LaneOf first(0);
+  LaneOffsets out{simplify(first.mutate_expr(index)), {0}};
+  if (!first.ok) return std::nullopt;
+  for (int k = 1; k < lanes; ++k) {
+    LaneOf lane(k);
+    Expr e = lane.mutate_expr(index);
+    if (!lane.ok) return std::nullopt;
+    const int64_t* d = as_const_int(simplify(e - out.first));
+    if (!d) return std::nullopt;
+    out.offsets.push_back(*d);
+  }
+  return out;
+}
+
 }  // namespace tf::ir

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "compiler/ir.h"
 
@@ -34,6 +35,16 @@ Expr simplify(const Expr& e, const RangeMap& ranges = {});
 // The multiple that every value of the integer expression `e` is of, from its constants'
 // factors (0: only the value 0; 1 when nothing is known).
 int64_t known_multiple(const Expr& e);
+
+// A vector index whose lanes differ from its first by constants (a Ramp divided and scaled:
+// the channels of a group, lane k reading (k / g) * g + i): the first lane's index, scalar, and
+// each lane's offset from it. nullopt where a lane's offset is not a constant, or the index
+// holds vector values other than Ramps and Broadcasts (loads, calls).
+struct LaneOffsets {
+  Expr first;
+  std::vector<int64_t> offsets;
+};
+std::optional<LaneOffsets> lane_offsets(const Expr& index);
 
 // Simplifies a statement; loop variables get their ranges from the loops that bind them.
 // Loops of extent 1 are replaced by their body, loops of extent 0 and branches that are

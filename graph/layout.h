@@ -38,9 +38,12 @@ int64_t padded_filters(int64_t K, int64_t block, bool half_blocks_up_to_a_third 
 std::string conv_nchwc_spec(const Node& n, const Shape& x, const Shape& w);
 
 // A ConvNCHWc's channels and window from its input and weight shapes: depthwise when its
-// weights have rank 4, else a (grouped) convolution of `group` groups.
+// weights have rank 4 ([C/b][R][S][b]) or 5 ([C/b][width][R][S][b]: groups of `width`
+// channels in and out, each in one block, computed lane by lane as depthwise_conv2d_nchwc's
+// width), else a (grouped) convolution of `group` groups ([K/ob][span/ib][R][S][ib][ob]).
 struct ConvNchwcDims {
   bool depthwise = false;
+  int64_t width = 1;
   int64_t group = 1, ib = 1, ob = 1, C = 0, K = 0, R = 0, S = 0;
   NchwcGroups groups() const { return {C, K, group, ob, ib}; }
 };

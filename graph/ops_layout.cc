@@ -36,12 +36,13 @@ int64_t padded_filters(int64_t K, int64_t block, bool half_blocks_up_to_a_third)
 
 ConvNchwcDims conv_nchwc_dims(const Node& n, const Shape& x, const Shape& w) {
   ConvNchwcDims d;
-  d.depthwise = w.size() == 4;
+  d.depthwise = w.size() == 4 || w.size() == 5;
+  d.width = w.size() == 5 ? w[1] : 1;
   d.ib = x[4];
   d.C = x[1] * d.ib;
   d.group = n.get_int("group", 1);
-  d.R = d.depthwise ? w[1] : w[2];
-  d.S = d.depthwise ? w[2] : w[3];
+  d.R = w.size() == 4 ? w[1] : w[2];
+  d.S = w.size() == 4 ? w[2] : w[3];
   d.ob = d.depthwise ? d.ib : w[5];
   d.K = d.depthwise ? d.C : w[0] * d.ob;
   return d;
@@ -56,7 +57,7 @@ std::string conv_nchwc_spec(const Node& n, const Shape& x, const Shape& w) {
       str(",R=", d.R, ",S=", d.S, ",stride=", strides[0], ",pad=", pads[0], ",dilation=", dil[0]);
   if (d.depthwise)
     return str("depthwise_conv2d_nchwc(N=", x[0], ",C=", d.C, ",H=", x[2], ",W=", x[3], tail,
-               ",block=", d.ib);
+               ",block=", d.ib, d.width != 1 ? str(",width=", d.width) : "");
   return str("conv2d_nchwc(N=", x[0], ",C=", d.C, ",H=", x[2], ",W=", x[3], ",K=", d.K, tail,
              ",ic_block=", d.ib, ",oc_block=", d.ob, d.group != 1 ? str(",group=", d.group) : "");
 }
@@ -131,26 +132,38 @@ std::vector<TypeShape> conv_nchwc_infer(const OpContext& c) {
       if (d < 1) throw UserError(str(n.where(), ": an empty dimension in ", shape_str(*s)));
     }
   }
-  if (w.size() != 4 && w.size() != 6) {
+  if (w.size() != 4 && w.size() != 5 && w.size() != 6) {
     throw UserError(
         str(n.where(), ": weight ", shape_str(w),
-            " is neither [K/ob][span/ib][R][S][ib][ob] nor [C/b][R][S][b] (depthwise)"));
+            " is neither [K/ob][span/ib][R][S][ib][ob] nor [C/b][R][S][b] (depthwise) nor [C/b][width][R][S][b] "
+            "(groups of width channels)"));
   }
   const ConvNchwcDims d = conv_nchwc_dims(n, x, w);
   const int64_t ib = d.ib, C = d.C, group = d.group;
-  if (group < 1 || C % group != 0 || (d.depthwise && group != C)) {
+  if (d.width < 1 || ib % d.width != 0) {
+    throw UserError(str(n.where(), ": weight ", shape_str(w), ": groups of ", d.width,
+                        " channels do not divide the input block ", ib));
+  }
+  if (d.width > 1 && group != C / d.width) {
+    throw UserError(str(n.where(), ": group ", group, " is not the ", C, " channels over groups of ", d.width,
+                        " (", C / d.width, ": weights [C/b][width][R][S][b])"));
+  }
+  if (group < 1 || C % group != 0 || (d.depthwise && d.width == 1 && group != C)) {
     throw UserError(str(n.where(), ": group ", group,
                         d.depthwise ? " is not the " : " does not divide the ", C, " channels",
                         d.depthwise ? " (depthwise weights)" : ""));
   }
-  bool fits = d.depthwise ? w[0] == x[1] && w[3] == ib : w[4] == ib;
+  bool fits = d.depthwise ? w[0] == x[1] && w.back() == ib : w[4] == ib;
   if (fits && !d.depthwise) {
     fits = d.K % group == 0 && w[1] * ib == d.groups().span();  // K and C: whole blocks by construction
   }
   if (!fits) {
     throw UserError(str(n.where(), ": weight ", shape_str(w), " does not fit input ", shape_str(x),
                         " and group ", group, " (expected ",
-                        d.depthwise ? "[C/b][R][S][b]" : "[K/ob][span/ib][R][S][ib][ob]", ")"));
+                        w.size() == 5  ? "[C/b][width][R][S][b]"
+                        : d.depthwise ? "[C/b][R][S][b]"
+                                      : "[K/ob][span/ib][R][S][ib][ob]",
+                        ")"));
   }
   if (n.get_string("auto_pad", "NOTSET") != "NOTSET")
     throw UserError(str(n.where(), ": auto_pad is not taken"));

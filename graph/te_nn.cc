@@ -342,20 +342,23 @@ Tensor conv_nchwc_expr(const Node& n, const OpContext& c, const std::vector<TeOp
   const NchwcGroups gr = d.groups();
   Window w = window_of(c, {x.shape[0], C, x.shape[2], x.shape[3]}, d.R, d.S);
   int64_t H = x.shape[2], W = x.shape[3];
-  std::vector<IterVar> rv = reduce_vars({depthwise ? 1 : gr.span(), w.kh, w.kw}, "r");
+  // Depthwise of width g: the g channels of the output's group (the same block's lanes).
+  const int64_t gw = d.width;
+  std::vector<IterVar> rv = reduce_vars({depthwise ? gw : gr.span(), w.kh, w.kw}, "r");
   Tensor acc = ir::compute(
       name + (in.size() > 2 && in[2].present() ? "_acc" : ""), out, axis_names(5),
       [&](const Index& i) {
         WindowRead wr = window_read(w, i[2], i[3], rv[1].var, rv[2].var, H, W);
         Expr k = i[1] * ob + i[4];
         // The input channel: depthwise, the output's; else the span's from start(ko).
-        Expr ch = depthwise      ? k
+        Expr ch = depthwise      ? (gw == 1 ? k : k / gw * gw + rv[0].var)
                   : d.group == 1 ? Expr(rv[0].var)
                   : gr.exact()   ? i[1] * ob / gr.filters() * gr.channels() + rv[0].var
                                  : gr.start_block(i[1]) * ib + rv[0].var;
         Expr v = ir::select(wr.inside, ir::read(x.tensor, {i[0], ch / ib, wr.iy, wr.ix, ch % ib}),
                             ir::f32(0.0));
-        Expr wv = depthwise ? ir::read(wt.tensor, {i[1], rv[1].var, rv[2].var, i[4]})
+        Expr wv = depthwise ? (gw == 1 ? ir::read(wt.tensor, {i[1], rv[1].var, rv[2].var, i[4]})
+                                       : ir::read(wt.tensor, {i[1], rv[0].var, rv[1].var, rv[2].var, i[4]}))
                             : ir::read(wt.tensor, {i[1], rv[0].var / ib, rv[1].var, rv[2].var,
                                                    rv[0].var % ib, i[4]});
         return ir::sum(v * wv, rv);

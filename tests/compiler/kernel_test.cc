@@ -65,6 +65,11 @@ const char* kWorkloads[] = {
     "depthwise_conv2d_nchwc(N=1,C=24,H=11,W=13,R=3,S=3,pad=1,block=8,epilogue=bias_relu)",
     "depthwise_conv2d_nchwc(N=2,C=6,H=17,W=9,R=5,S=3,stride=2,pad=2,dilation=2,block=3)",
     "depthwise_conv2d_nchwc(N=1,C=32,H=7,W=7,R=3,S=3,stride=2,pad=1,block=16,epilogue=relu)",
+    // Groups of width channels, lane by lane: groups of 4 and 8 in blocks of 16, of 2 in
+    // blocks of 8, strided and dilated, rows no tile divides.
+    "depthwise_conv2d_nchwc(N=1,C=32,H=9,W=13,R=3,S=3,pad=1,block=16,width=4,epilogue=bias_relu)",
+    "depthwise_conv2d_nchwc(N=2,C=48,H=11,W=10,R=3,S=3,stride=2,pad=1,block=16,width=8,epilogue=bias)",
+    "depthwise_conv2d_nchwc(N=1,C=16,H=9,W=9,R=3,S=2,pad=2,dilation=2,block=8,width=2)",
     // Winograd: output sizes that are not whole tiles, both tiles, no padding and wide padding.
     "conv2d_winograd_nchwc(N=1,C=16,H=9,W=11,K=24,ic_block=8,oc_block=8,epilogue=bias_relu)",
     "conv2d_winograd_nchwc(N=2,C=6,H=8,W=7,K=10,pad=0,ic_block=3,oc_block=5,tile=2,epilogue=bias)",
@@ -418,6 +423,51 @@ TEST(Winograd, TransformedWeightsGiveTheDirectConvolution) {
       for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(want[i] - got[i])));
       EXPECT_LT(worst, 1e-4) << wino.canonical();
     }
+  }
+}
+
+// A depthwise convolution of width g computes the grouped convolution of groups of g
+// channels in and out (conv2d_nchwc group=C/g, blocks holding whole groups, its weights zero
+// where a filter meets another group's channel), from the same filters laid out
+// [C/b][g][R][S][b] (both references, in double; the layouts graph/pass_transform_conv_layout
+// makes).
+TEST(DepthwiseWidth, GivesTheGroupedConvolution) {
+  struct Case {
+    const char* shape;  // N, C, H, W, window, stride, pad, dilation
+    int64_t b, g;
+  };
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> unit(-1, 1);
+  for (const Case& k : {Case{"N=1,C=32,H=7,W=9,R=3,S=3,pad=1", 16, 4}, Case{"N=2,C=16,H=8,W=6,R=3,S=3,stride=2,pad=1", 16, 8},
+                        Case{"N=1,C=16,H=9,W=9,R=3,S=2,pad=2,dilation=2", 8, 2}}) {
+    Workload lanes = parse_workload(str("depthwise_conv2d_nchwc(", k.shape, ",block=", k.b, ",width=", k.g, ",epilogue=bias)"));
+    Workload grouped = parse_workload(str("conv2d_nchwc(", k.shape, ",K=", lanes.get("C"), ",ic_block=", k.b, ",oc_block=", k.b,
+                                          ",group=", lanes.get("C") / k.g, ",epilogue=bias)"));
+    const int64_t N = lanes.get("N"), C = lanes.get("C"), H = lanes.get("H"), W = lanes.get("W");
+    const int64_t R = lanes.get("R"), S = lanes.get("S"), b = k.b, g = k.g;
+    std::vector<float> data(static_cast<size_t>(N * C * H * W)), filters(static_cast<size_t>(C * g * R * S)),
+        bias(static_cast<size_t>(C));
+    for (auto* v : {&data, &filters, &bias})
+      for (float& x : *v) x = unit(rng);
+    // [C][g][R][S] as [C/b][g][R][S][b], and as [K/b][1][R][S][b][b] zero off the groups.
+    std::vector<float> wl(filters.size()), wg(static_cast<size_t>(C * b * R * S), 0.0f);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < g; ++i)
+        for (int64_t p = 0; p < R * S; ++p) {
+          const float f = filters[static_cast<size_t>((c * g + i) * R * S + p)];
+          wl[static_cast<size_t>((((c / b) * g + i) * R * S + p) * b + c % b)] = f;
+          const int64_t ci = c % b / g * g + i;  // the input lane within the block
+          wg[static_cast<size_t>((((c / b) * R * S + p) * b + ci) * b + c % b)] = f;
+        }
+    OpGraph og = build_op(lanes);
+    int64_t outs = 1;
+    for (int64_t d : og.output->shape) outs *= d;
+    std::vector<float> want(static_cast<size_t>(outs)), got(static_cast<size_t>(outs));
+    reference_compute(grouped, {data.data(), wg.data(), bias.data()}, want.data());
+    reference_compute(lanes, {data.data(), wl.data(), bias.data()}, got.data());
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(want[i] - got[i])));
+    EXPECT_LT(worst, 1e-5) << lanes.canonical();
   }
 }
 

@@ -1,6 +1,9 @@
 // The simplifier and range analysis on hand-built expressions.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <vector>
+
 #include "compiler/ir_mutator.h"
 #include "compiler/ir_printer.h"
 #include "compiler/simplify.h"
@@ -77,6 +80,22 @@ TEST(Simplify, FoldsRamps) {
   EXPECT_EQ(to_string(simplify(Ramp::make(b * 32, 1, 8) / Broadcast::make(Expr(32), 8), r)), "x8(b)");
   EXPECT_EQ(to_string(simplify(Ramp::make(b * 32, 1, 8) % Broadcast::make(Expr(32), 8), r)),
             "ramp(0, 1, 8)");
+}
+
+// A vector index whose lanes differ by constants (a group's channel i spread over its lanes:
+// (lane / 4) * 4 + i) is its first lane's scalar index and the constant offsets; one whose
+// lanes differ by a variable, or read through a load, is not.
+TEST(LaneOffsets, ConstantPerLane) {
+  Expr x = Var::make("x"), i = Var::make("i");
+  Expr lanes = Ramp::make(x * 16, Expr(1), 8) / Broadcast::make(Expr(4), 8) * Broadcast::make(Expr(4), 8) +
+               Broadcast::make(i, 8);
+  std::optional<LaneOffsets> lo = lane_offsets(lanes);
+  ASSERT_TRUE(lo.has_value());
+  EXPECT_EQ(to_string(simplify(lo->first - (x * 16 + i))), "0");
+  EXPECT_EQ(lo->offsets, (std::vector<int64_t>{0, 0, 0, 0, 4, 4, 4, 4}));
+  EXPECT_FALSE(lane_offsets(Ramp::make(x, i, 4)).has_value());  // a variable stride
+  EXPECT_FALSE(lane_offsets(Load::make(Type::int64(), "b", Ramp::make(x, Expr(1), 4))).has_value());
+  EXPECT_FALSE(lane_offsets(x).has_value());  // a scalar
 }
 
 TEST(Simplify, DropsUnitAndEmptyLoops) {

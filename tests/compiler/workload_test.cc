@@ -132,7 +132,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"conv2d_nchwc(N=1,C=24,H=4,W=4,K=24,R=1,S=1,ic_block=16,oc_block=8,group=4)",
                 "ic_block=16 does not divide C=24"},
         BadSpec{"conv2d_nchwc(N=1,C=24,H=4,W=4,K=20,R=1,S=1,ic_block=8,oc_block=8,group=4)",
-                "oc_block=8 does not divide K=20"}));
+                "oc_block=8 does not divide K=20"},
+        // Depthwise of width g: a group's channels in one block.
+        BadSpec{"depthwise_conv2d_nchwc(N=1,C=24,H=4,W=4,R=3,S=3,block=8,width=3)",
+                "width=3 does not divide block=8 (a group's channels must lie in one block)"},
+        BadSpec{"depthwise_conv2d_nchwc(N=1,C=16,H=4,W=4,R=3,S=3,block=8,width=0)", "width=0 must be at least 1"},
+        // Winograd's dilation: an output that is empty at that rate.
+        BadSpec{"conv2d_winograd_nchwc(N=1,C=8,H=4,W=4,K=8,pad=1,dilation=3,ic_block=8,oc_block=8)",
+                "output size 0x0 is empty (H=4 W=4 pad=1 dilation=3"}));
 
 // group=G: each filter reads C/G channels (weights [K][C/G][R][S]; FLOPs by C/G); blocked, an
 // output block reads its groups' channels: one group's, or (blocks holding several groups)

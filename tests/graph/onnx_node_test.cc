@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -593,77 +594,133 @@ TEST(ModelCompiler, TakesTheWinogradConvolutionUnlessTheDirectOneWasTunedFaster)
   fs::remove_all(tmp);
 }
 
+// A small graph of convolutions over a float input x [shape], built by `body` with seeded
+// weights (`weights`, `node`), compiled with default schedules for the host after the passes:
+// its kernels' workloads, and the largest difference of the library's output from the
+// reference evaluation of the graph as built (relative to 1 + |value|).
+struct SmallConvModel {
+  Graph g;
+  uint32_t seed = 23;
+  void value(const std::string& n, const Shape& s) { g.values[n] = Value{n, DType::F32, s, std::nullopt}; }
+  void weights(const std::string& n, const Shape& s) {
+    HostTensor t = HostTensor::floats(s, std::vector<float>(num_elements(s)));
+    for (float& v : t.f) v = static_cast<float>((seed = seed * 1103515245u + 12345u) >> 16 & 1023) / 2048.0f - 0.25f;
+    g.values[n] = Value{n, DType::F32, s, t};
+  }
+  void node(const std::string& op, std::vector<std::string> in, const std::string& out, const Shape& s,
+            std::map<std::string, Attr> attrs = {}) {
+    value(out, s);
+    g.nodes.push_back(Node{op + "_" + out, op, std::move(in), {out}, std::move(attrs)});
+  }
+  // Compiles (g's input "x" of `shape`, output "y") and runs it.
+  std::pair<std::vector<std::string>, double> compile_and_compare(const Shape& shape, const std::string& name) {
+    value("x", shape);
+    g.inputs = {"x"};
+    g.outputs = {"y"};
+    verify(g);
+    HostTensor x = HostTensor::floats(shape, std::vector<float>(num_elements(shape)));
+    for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(static_cast<float>(k));
+    HostTensor want = run_reference(g, {{"x", x}}).at("y");
+    tf::Target host = tf::host_target();
+    run_passes(g, PassOptions{2, {}, {}, nullptr, host.vector_lanes()});
+    fs::path tmp = fs::temp_directory_path() / ("tf-" + name + "-" + std::to_string(getpid()));
+    fs::create_directories(tmp);
+    std::string so = (tmp / "m.so").string();
+    ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) {
+      return KernelConfig{nlohmann::json(), "default", nullptr};
+    };
+    CompiledModel cm = compile_model(g, host, defaults, so, name);
+    std::vector<std::string> workloads;
+    for (const ModelKernel& k : cm.kernels) workloads.push_back(k.workload);
+    ModelLibrary lib(so);
+    std::vector<HostTensor> got;
+    lib.run({&x}, got);
+    double worst = std::numeric_limits<double>::infinity();
+    if (got.size() == 1 && got[0].shape == want.shape) {
+      worst = 0;
+      for (int64_t k = 0; k < want.size(); ++k)
+        worst = std::max(worst, std::fabs(want.as_double(k) - got[0].as_double(k)) / (1 + std::fabs(want.as_double(k))));
+    }
+    fs::remove_all(tmp);
+    return {workloads, worst};
+  }
+};
+
+std::vector<std::string> starting_with(const std::vector<std::string>& all, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const std::string& s : all)
+    if (s.rfind(prefix, 0) == 0) out.push_back(s);
+  return out;
+}
+
 // Atrous (dilated) 3x3 convolutions take Winograd kernels of their residue classes: DeepLab's
 // rate-2 layer over 16x16 in tiles of 4 (8 rows a class, whole tiles), a rate-3 one in tiles
 // of 2 (6 rows a class: tiles of 4 would cover 24 rows for 16), and a rate-6 one over the
 // same map none (3 rows a class: tiles of 2 would cover 24, tiles of 4 48); the model
 // matches the reference evaluation (conv + bias + Relu, conv + residual Add + Relu, conv).
 TEST(ModelCompiler, DilatedConvolutionsRunAsWinogradTilesOfTheirResidueClasses) {
-  Graph g;
-  uint32_t seed = 23;
-  auto value = [&](const std::string& n, const Shape& s) { g.values[n] = Value{n, DType::F32, s, std::nullopt}; };
-  auto weights = [&](const std::string& n, const Shape& s) {
-    HostTensor t = HostTensor::floats(s, std::vector<float>(num_elements(s)));
-    for (float& v : t.f) v = static_cast<float>((seed = seed * 1103515245u + 12345u) >> 16 & 1023) / 2048.0f - 0.25f;
-    g.values[n] = Value{n, DType::F32, s, t};
-  };
-  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out, const Shape& s,
-                  std::map<std::string, Attr> attrs = {}) {
-    value(out, s);
-    g.nodes.push_back(Node{op + "_" + out, op, std::move(in), {out}, std::move(attrs)});
-  };
+  SmallConvModel m;
   auto atrous = [](int64_t d) -> std::map<std::string, Attr> {
     return {{"pads", std::vector<int64_t>(4, d)}, {"dilations", std::vector<int64_t>{d, d}}};
   };
   const Shape act = {1, 32, 16, 16};
-  value("x", {1, 16, 16, 16});
-  g.inputs = {"x"};
-  weights("w1", {32, 16, 3, 3});
-  weights("b1", {32});
-  weights("w2", {32, 32, 3, 3});
-  weights("b2", {32});
-  weights("w3", {32, 32, 3, 3});
-  node("Conv", {"x", "w1", "b1"}, "c1", act, atrous(2));
-  node("Relu", {"c1"}, "r1", act);
-  node("Conv", {"r1", "w2", "b2"}, "c2", act, atrous(3));
-  node("Add", {"c2", "r1"}, "s", act);
-  node("Relu", {"s"}, "r2", act);
-  node("Conv", {"r2", "w3"}, "y", act, atrous(6));
-  g.outputs = {"y"};
-  verify(g);
-  HostTensor x = HostTensor::floats({1, 16, 16, 16}, std::vector<float>(16 * 16 * 16));
-  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::sin(static_cast<float>(k));
-  HostTensor want = run_reference(g, {{"x", x}}).at("y");
-
-  tf::Target host = tf::host_target();
-  run_passes(g, PassOptions{2, {}, {}, nullptr, host.vector_lanes()});
-  fs::path tmp = fs::temp_directory_path() / ("tf-atrous-" + std::to_string(getpid()));
-  fs::create_directories(tmp);
-  std::string so = (tmp / "m.so").string();
-  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) {
-    return KernelConfig{nlohmann::json(), "default", nullptr};
-  };
-  CompiledModel cm = compile_model(g, host, defaults, so, "atrous");
-  std::vector<std::string> wino, direct;
-  for (const ModelKernel& k : cm.kernels) {
-    if (k.workload.rfind("conv2d_winograd_nchwc(", 0) == 0) wino.push_back(k.workload);
-    if (k.workload.rfind("conv2d_nchwc(", 0) == 0) direct.push_back(k.workload);
-  }
+  m.weights("w1", {32, 16, 3, 3});
+  m.weights("b1", {32});
+  m.weights("w2", {32, 32, 3, 3});
+  m.weights("b2", {32});
+  m.weights("w3", {32, 32, 3, 3});
+  m.node("Conv", {"x", "w1", "b1"}, "c1", act, atrous(2));
+  m.node("Relu", {"c1"}, "r1", act);
+  m.node("Conv", {"r1", "w2", "b2"}, "c2", act, atrous(3));
+  m.node("Add", {"c2", "r1"}, "s", act);
+  m.node("Relu", {"s"}, "r2", act);
+  m.node("Conv", {"r2", "w3"}, "y", act, atrous(6));
+  auto [workloads, worst] = m.compile_and_compare({1, 16, 16, 16}, "atrous");
+  std::vector<std::string> wino = starting_with(workloads, "conv2d_winograd_nchwc("),
+                           direct = starting_with(workloads, "conv2d_nchwc(");
   ASSERT_EQ(wino.size(), 2u);
   EXPECT_NE(wino[0].find(",tile=4,dilation=2,"), std::string::npos) << wino[0];
   EXPECT_NE(wino[1].find(",tile=2,dilation=3,"), std::string::npos) << wino[1];
   ASSERT_EQ(direct.size(), 1u);
   EXPECT_NE(direct[0].find(",dilation=6,"), std::string::npos) << direct[0];
-  ModelLibrary lib(so);
-  std::vector<HostTensor> got;
-  lib.run({&x}, got);
-  ASSERT_EQ(got.size(), 1u);
-  ASSERT_EQ(got[0].shape, want.shape);
-  double worst = 0;
-  for (int64_t k = 0; k < want.size(); ++k)
-    worst = std::max(worst, std::fabs(want.as_double(k) - got[0].as_double(k)) / (1 + std::fabs(want.as_double(k))));
   EXPECT_LT(worst, 1e-4);
-  fs::remove_all(tmp);
+}
+
+// Grouped convolutions whose groups have as many filters as channels, whole in a block (ResNeXt's
+// 4 and 8, RegNet's 8), compile lane by lane (depthwise_conv2d_nchwc of their width), with the
+// epilogue and a residual tail fused, and match the reference evaluation: groups of 4 (3x3,
+// bias + Relu), groups of 8 (3x3 strided, then an Add of a 1x1 projection, Relu), and groups
+// of 16 (a block each: the blocked conv2d_nchwc).
+TEST(ModelCompiler, GroupedConvolutionsRunLaneByLane) {
+  SmallConvModel m;
+  std::map<std::string, Attr> pad1 = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  auto grouped = [&](int64_t g, int64_t stride) {
+    std::map<std::string, Attr> a = pad1;
+    a["group"] = g;
+    a["strides"] = std::vector<int64_t>{stride, stride};
+    return a;
+  };
+  m.weights("w1", {64, 4, 3, 3});
+  m.weights("b1", {64});
+  m.weights("w2", {64, 8, 3, 3});
+  m.weights("wp", {64, 64, 1, 1});
+  m.weights("w3", {64, 16, 3, 3});
+  m.node("Conv", {"x", "w1", "b1"}, "c1", {1, 64, 12, 10}, grouped(16, 1));
+  m.node("Relu", {"c1"}, "r1", {1, 64, 12, 10});
+  m.node("Conv", {"r1", "w2"}, "c2", {1, 64, 6, 5}, grouped(8, 2));
+  m.node("Conv", {"r1", "wp"}, "p", {1, 64, 6, 5}, {{"strides", std::vector<int64_t>{2, 2}}});
+  m.node("Add", {"c2", "p"}, "s", {1, 64, 6, 5});
+  m.node("Relu", {"s"}, "r2", {1, 64, 6, 5});
+  m.node("Conv", {"r2", "w3"}, "y", {1, 64, 6, 5}, grouped(4, 1));
+  auto [workloads, worst] = m.compile_and_compare({1, 64, 12, 10}, "lanes");
+  std::vector<std::string> lanes = starting_with(workloads, "depthwise_conv2d_nchwc(");
+  ASSERT_EQ(lanes.size(), 2u);
+  EXPECT_NE(lanes[0].find(",block=16,width=4,epilogue=bias_relu)"), std::string::npos) << lanes[0];
+  EXPECT_NE(lanes[1].find("stride=2,pad=1,dilation=1,block=16,width=8,"), std::string::npos) << lanes[1];
+  std::vector<std::string> blocked = starting_with(workloads, "conv2d_nchwc(");
+  ASSERT_EQ(blocked.size(), 2u);  // the projection, and the groups of 16
+  EXPECT_NE(blocked[1].find(",group=4,"), std::string::npos) << blocked[1];
+  EXPECT_LT(worst, 1e-4);
 }
 
 // NaN in, NaN out, as in PyTorch and ONNX Runtime, for every max/min-like operator, compiled

@@ -1393,7 +1393,16 @@ TEST(GraphLayoutOps, BadAttributesAndShapesAreErrors) {
             std::string::npos);
   EXPECT_NE(error(conv({3, 1, 3, 3, 4, 4}, 2, {1, 1, 1, 1})).find("does not fit"),
             std::string::npos);  // 6 a group
-  EXPECT_NE(error(conv({2, 1, 3, 3, 4}, 2, {1, 1, 1, 1}))
+  // Groups of width channels lane by lane: weights [C/b][width][R][S][b].
+  EXPECT_EQ(error(conv({2, 2, 3, 3, 4}, 4, {1, 1, 1, 1})), "");
+  EXPECT_NE(error(conv({2, 2, 3, 3, 4}, 2, {1, 1, 1, 1}))
+                .find("group 2 is not the 8 channels over groups of 2 (4: weights [C/b][width][R][S][b])"),
+            std::string::npos);
+  EXPECT_NE(error(conv({2, 3, 3, 3, 4}, 2, {1, 1, 1, 1})).find("groups of 3 channels do not divide the input block 4"),
+            std::string::npos);
+  EXPECT_NE(error(conv({3, 2, 3, 3, 4}, 4, {1, 1, 1, 1})).find("does not fit input [1, 2, 5, 5, 4] and group 4"),
+            std::string::npos);
+  EXPECT_NE(error(conv({2, 3, 3, 4, 4, 4, 4}, 2, {1, 1, 1, 1}))
                 .find("is neither [K/ob][span/ib][R][S][ib][ob]"),
             std::string::npos);
   EXPECT_NE(error(conv({2, 1, 3, 3, 4, 4}, 0, {1, 1, 1, 1})).find("group 0"), std::string::npos);
@@ -2603,7 +2612,7 @@ TEST(GraphPasses, PaddedChannelsFlowThroughActivationsAndDepthwiseConvs) {
 // RegNetY's block at 104 channels (no block of 16 divides them; groups of 8): 1x1 conv + ReLU,
 // grouped 3x3 conv + ReLU, squeeze-and-excitation (global pool, 1x1 convs, Sigmoid, Mul), 1x1
 // conv, a residual Add of a projection, ReLU. pad-channels carries 112 channels through all of
-// it (the grouped conv gains a 14th group of zero filters; the pool, Sigmoid, Mul and Add keep
+// it (the grouped conv, lane by lane, gains a 14th group of zero filters; the pool, Sigmoid, Mul and Add keep
 // the extra channels constant), so the layout pass converts only the input, the output and
 // the squeeze's pooled channels: before, the chain ended at the grouped conv and every block
 // converted to NCHW and back around it. Groups of 24 at 120 channels: 128 would split a group,
@@ -2643,15 +2652,17 @@ TEST(GraphPasses, PaddedChannelsFlowThroughGroupedConvsAndExcitation) {
     for (const Task& t : extract_tasks(gr).tasks) {
       padded += t.workload.find("C=" + std::to_string(c.padded) + ",") != std::string::npos ||
                 t.workload.find("K=" + std::to_string(c.padded) + ",") != std::string::npos;
-      if (t.workload.find("group=") != std::string::npos) grouped = t.workload;
+      if (t.workload.find("group=") != std::string::npos || t.workload.find("width=") != std::string::npos)
+        grouped = t.workload;
     }
     EXPECT_EQ(padded, c.padded_tasks);
     int transforms = 0;
     for (const Node& n : gr.nodes) transforms += n.op == "LayoutTransform";
     if (c.padded_tasks == 6) {
       const std::string P = std::to_string(c.padded);
-      EXPECT_EQ(grouped.rfind("conv2d_nchwc(N=1,C=" + P + ",H=6,W=6,K=" + P + ",R=3,S=3,", 0), 0u) << grouped;
-      EXPECT_NE(grouped.find("group=" + std::to_string(c.padded / c.width)), std::string::npos) << grouped;
+      // Groups of 8 in blocks of 16: lane by lane (a depthwise convolution of width 8).
+      EXPECT_EQ(grouped.rfind("depthwise_conv2d_nchwc(N=1,C=" + P + ",H=6,W=6,R=3,S=3,", 0), 0u) << grouped;
+      EXPECT_NE(grouped.find(",width=" + std::to_string(c.width)), std::string::npos) << grouped;
       // The input to blocks and the output back; the pooled [1, 112, 1, 1] to NCHW for the
       // 26-filter conv no block divides, and its output to one block of 26.
       EXPECT_EQ(transforms, 4) << graph_to_text(gr);
@@ -2725,10 +2736,12 @@ TEST(GraphPasses, PaddedChannelsNeverGrowTheirConstant) {
   }
 }
 
-// Grouped convolutions (ResNeXt's, RegNet's) are one tunable task each: blocked
-// (conv2d_nchwc group=G) where an output block lies in one group or holds whole groups and an
-// input block divides the channels it reads, the weights made block-diagonal; else NCHW
-// (conv2d_nchw group=G). Either way they compute what the Conv does.
+// Grouped convolutions (ResNeXt's, RegNet's) are one tunable task each: lane by lane
+// (depthwise_conv2d_nchwc width=C/G) where groups have as many filters as channels and a
+// block holds whole groups; blocked (conv2d_nchwc group=G) where an output block lies in one
+// group or holds whole groups and an input block divides the channels it reads, the weights
+// made block-diagonal; else NCHW (conv2d_nchw group=G). Either way they compute what the
+// Conv does.
 TEST(GraphPasses, GroupedConvolutionsAreOneTaskEach) {
   using V = std::vector<int64_t>;
   struct Case {
@@ -2765,13 +2778,19 @@ TEST(GraphPasses, GroupedConvolutionsAreOneTaskEach) {
        true,
        "conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=3,S=3,stride=2,pad=1,dilation=1,ic_block=16,oc_block="
        "16,group=2"},
-      // RegNet's groups of 8 at 48 channels, 1x1.
+      // RegNet's groups of 8 at 48 channels, 1x1: groups of equal width in and out that a
+      // block holds whole run lane by lane (a depthwise convolution of width 8).
       {{1, 48, 5, 5},
        {48, 8, 1, 1},
        {{"group", int64_t{6}}},
        false,
-       "conv2d_nchwc(N=1,C=48,H=5,W=5,K=48,R=1,S=1,stride=1,pad=0,dilation=1,ic_block=16,oc_block="
-       "16,group=6"},
+       "depthwise_conv2d_nchwc(N=1,C=48,H=5,W=5,R=1,S=1,stride=1,pad=0,dilation=1,block=16,width=8"},
+      // ResNeXt's groups of 4, 3x3 strided: lane by lane too.
+      {{1, 64, 9, 9},
+       {64, 4, 3, 3},
+       {{"group", int64_t{16}}, {"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}},
+       true,
+       "depthwise_conv2d_nchwc(N=1,C=64,H=9,W=9,R=3,S=3,stride=2,pad=1,dilation=1,block=16,width=4"},
       // RegNet's groups of 24 (K/G = C/G = 24): blocks of 16 straddle two groups, each
       // reading the 48 channels (3 input blocks of 16) of both.
       {{1, 96, 5, 5},

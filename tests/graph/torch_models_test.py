@@ -334,8 +334,8 @@ class Qdq(torch.nn.Module):
 
 class Grouped(torch.nn.Module):
     """Grouped convolutions of every shape a model has them (ResNeXt's, RegNet's, a channel
-    multiplier, groups no channel block fits), each one kernel: blocks of 16 filters holding four
-    groups of 4 (block-diagonal weights), groups of 16 filters over 8 channels, two blocks a
+    multiplier, groups no channel block fits), each one kernel: groups of 4 channels in and out
+    (lane by lane: a depthwise convolution of width 4), groups of 16 filters over 8 channels, two blocks a
     group, a channel multiplier of 2, and 3 groups of 6 filters (NCHW). And a head of 31 filters,
     computed on 32 (padded) and sliced back."""
 
@@ -578,9 +578,11 @@ def main():
                 wide = json.loads(run([tunefarm, "import", path, "--json", "--target",
                                        "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"]))
                 for i, blocked in ((wide, {4}), (info, {3, 4})):
-                    grouped = [t["workload"] for t in i["tasks"] if ",group=" in t["workload"]]
+                    grouped = [t["workload"] for t in i["tasks"] if ",group=" in t["workload"] or ",width=" in t["workload"]]
                     ok = ok and len(grouped) == 5 and not i["untunable"]
-                    ok = ok and sum(w.startswith("conv2d_nchwc(") for w in grouped) in blocked
+                    ok = ok and sum(w.startswith(("conv2d_nchwc(", "depthwise_conv2d_nchwc(")) for w in grouped) in blocked
+                    # The groups of 4 (as many filters as channels) lane by lane.
+                    ok = ok and sum(w.startswith("depthwise_conv2d_nchwc(") and ",width=4," in w for w in grouped) == 1
                     ok = ok and "Concat" not in i["ops"] and i["ops"].get("Slice") == 1  # the head's
             if not folding:
                 # BatchNormalization split and folded into the convolutions.
