@@ -590,7 +590,8 @@ std::optional<LaneOffsets> lane_offsets(const Expr& index) {
     LaneOf lane(k);
     Expr e = lane.mutate_expr(index);
     if (!lane.ok) return std::nullopt;
-    const int64_t* d = as_const_int(simplify(e - out.first));
+    const Expr diff = simplify(e - out.first);  // kept alive: as_const_int points into it
+    const int64_t* d = as_const_int(diff);
     if (!d) return std::nullopt;
     out.offsets.push_back(*d);
   }
