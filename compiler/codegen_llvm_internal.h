@@ -295,9 +295,11 @@ class CodeGen {
       // The first lane's constant part joins the offsets: lanes that lie in one aligned
       // vector of the buffer (its scalar part a multiple of the lanes) load that vector, so
       // that loads differing only there (a group's channel i) are one load, shuffled apart.
-      // The vector may hold elements no lane reads; it lies inside one 64-byte line of the
-      // buffer's (buffers are 64-byte aligned: the arena, aligned_alloc, the GPU drivers'),
-      // so it reads no page the lanes do not.
+      // The vector may hold elements no lane of this load reads: it is the buffer's vector of
+      // `lanes` elements from a multiple of `lanes` (at most 64 bytes), which the loads that
+      // make such indices read whole among them (a blocked layout whose block is the vector:
+      // the group's other channels i), and which buffers hold whole (the arena's slots and
+      // heap buffers are 64-byte aligned and blocked tensors whole blocks long).
       Expr base = lo->first;
       int64_t c = 0;
       if (const Binary* add = base.kind() == ExprKind::Add ? base.as<Binary>() : nullptr) {
