@@ -16,6 +16,8 @@
 #include "compiler/templates/common.h"
 
 #include <algorithm>
+#include <tuple>
+#include <vector>
 
 #include "base/error.h"
 
@@ -127,27 +129,27 @@ class Conv2dWinogradNchwcCpu final : public CpuTemplate {
     if (g.acc != g.output) s.stage(g.acc->name).compute_inline();
     Stage& out = s.stage(g.output->name);
     const auto& o = out.op()->axes;  // n, ko, oh, ow, kb
+    // Dilated: output row (ho m + hi) d + rh is tile ho of residue class rh, its row hi (a
+    // constant once unrolled, as without dilation); columns likewise.
     const int64_t d = g.workload.get("dilation");
-    if (d == 1) {
-      auto [ho, hi] = out.split(o[2].var, m);
-      auto [wo, wi] = out.split(o[3].var, m);
-      out.reorder({o[0].var, o[1].var, ho, wo, hi, wi, o[4].var});
-      out.unroll(hi);
-      out.unroll(wi);
-      if (vec) out.vectorize(o[4].var);
-      if (par) out.parallel(out.fuse(out.fuse(o[0].var, o[1].var), ho));
-    } else {
-      // Output row (ho m + hi) d + rh: tile ho of residue class rh, its row hi (a constant
-      // once unrolled, as for dilation 1).
-      auto [hq, rh] = out.split(o[2].var, d);
-      auto [ho, hi] = out.split(hq, m);
-      auto [wq, rw] = out.split(o[3].var, d);
-      auto [wo, wi] = out.split(wq, m);
-      out.reorder({o[0].var, o[1].var, rh, ho, rw, wo, hi, wi, o[4].var});
-      out.unroll(hi);
-      out.unroll(wi);
-      if (vec) out.vectorize(o[4].var);
-      if (par) out.parallel(out.fuse(out.fuse(out.fuse(o[0].var, o[1].var), rh), ho));
+    Expr h = o[2].var, rh, w = o[3].var, rw;
+    if (d > 1) std::tie(h, rh) = out.split(h, d);
+    auto [ho, hi] = out.split(h, m);
+    if (d > 1) std::tie(w, rw) = out.split(w, d);
+    auto [wo, wi] = out.split(w, m);
+    std::vector<Expr> order = {o[0].var, o[1].var};
+    if (d > 1) order.push_back(rh);
+    order.push_back(ho);
+    if (d > 1) order.push_back(rw);
+    order.insert(order.end(), {wo, hi, wi, o[4].var});
+    out.reorder(order);
+    out.unroll(hi);
+    out.unroll(wi);
+    if (vec) out.vectorize(o[4].var);
+    if (par) {
+      Expr outer = out.fuse(o[0].var, o[1].var);
+      if (d > 1) outer = out.fuse(outer, rh);
+      out.parallel(out.fuse(outer, ho));
     }
   }
 
