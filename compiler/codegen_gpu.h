@@ -19,6 +19,7 @@ class CodeGenGpu : public CodeGen {
   void mark_loop(llvm::BranchInst* latch, LoopUnroll unroll) override;
   llvm::Align vector_align(const Expr& base) const override;
   void barrier(const Barrier* s) override;
+  void prefetch(const Prefetch*) override {}  // a CPU cache hint; GPU kernels go without
   bool allocate_shared(const Allocate* a) override;
   uint64_t local_align() const override { return 16; }
   llvm::Value* grid_index(ForKind k) override;

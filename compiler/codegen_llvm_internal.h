@@ -134,6 +134,13 @@ class CodeGen {
   // it is of another form (an ordinary store then).
   virtual bool async_copy(const Store* s) { return false; }
   virtual void barrier(const Barrier* s) = 0;
+  // A cache hint (ir::Prefetch): llvm.prefetch of the element's address, a read kept in
+  // every cache level. GPU targets override it with nothing.
+  virtual void prefetch(const Prefetch* p) {
+    llvm::Value* ptr = element_ptr(p->buffer, expr(p->index), p->elem);
+    b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
+                       {ptr, b_.getInt32(0), b_.getInt32(3), b_.getInt32(1)});
+  }
   // A shared buffer (one per block) for `a`, or false where this target has no shared memory.
   virtual bool allocate_shared(const Allocate* a) { return false; }
   // The alignment of a local (stack or private) buffer.
@@ -1111,6 +1118,7 @@ class CodeGen {
       }
       case StmtKind::Allocate: return allocate(s.as<Allocate>());
       case StmtKind::Barrier: return barrier(s.as<Barrier>());
+      case StmtKind::Prefetch: return prefetch(s.as<Prefetch>());
       case StmtKind::Block:
         for (const Stmt& c : s.as<Block>()->stmts) stmt(c);
         return;

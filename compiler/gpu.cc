@@ -181,6 +181,8 @@ class GpuChecker {
       case StmtKind::Block:
         for (const Stmt& c : s.as<Block>()->stmts) stmt(c, bound);
         return;
+      case StmtKind::Prefetch:  // a hint GPU targets drop
+        return;
     }
   }
 

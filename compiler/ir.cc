@@ -395,6 +395,11 @@ Stmt Allocate::make(const std::string& buffer, Type elem, int64_t size, MemScope
 
 Stmt Barrier::make(Kind k, int pending) { return Stmt(std::make_shared<const Barrier>(k, pending)); }
 
+Stmt Prefetch::make(const std::string& buffer, Type elem, Expr index) {
+  TF_CHECK(index.type().lanes == 1, "prefetch of ", buffer, " at a vector index ", index.type().str());
+  return Stmt(std::make_shared<const Prefetch>(buffer, elem, std::move(index)));
+}
+
 Stmt Block::make(std::vector<Stmt> stmts) {
   std::vector<Stmt> flat;
   for (Stmt& s : stmts) {

@@ -397,7 +397,7 @@ int64_t floor_mod(int64_t a, int64_t b);
 
 // ---- statements ----
 
-enum class StmtKind : uint8_t { For, Store, LetStmt, IfThenElse, Allocate, Block, Barrier };
+enum class StmtKind : uint8_t { For, Store, LetStmt, IfThenElse, Allocate, Block, Barrier, Prefetch };
 // GPU kernels bind loops to the launch grid: a loop bound to blockIdx.x runs its iterations
 // as the blocks of the grid's x dimension, one bound to threadIdx.x as the threads of a block
 // (its extent is the launch size; the loop itself disappears in code generation).
@@ -523,6 +523,19 @@ struct Barrier : StmtNode {
   int pending = 0;  // AsyncWait
   Barrier(Kind k, int p) : StmtNode(kKind), sync(k), pending(p) {}
   static Stmt make(Kind k = Kind::Block, int pending = 0);
+};
+
+// A hint: the cache line holding element `index` (a scalar) of `buffer`, whose elements are
+// `elem`, is wanted soon (Stage::prefetch). CPUs bring it into the caches (llvm.prefetch: a
+// read, kept in all levels); it never faults, reads nothing into the program and changes no
+// result. GPU targets emit nothing for it.
+struct Prefetch : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Prefetch;
+  std::string buffer;
+  Type elem;
+  Expr index;
+  Prefetch(std::string b, Type t, Expr i) : StmtNode(kKind), buffer(std::move(b)), elem(t), index(std::move(i)) {}
+  static Stmt make(const std::string& buffer, Type elem, Expr index);
 };
 
 struct Block : StmtNode {

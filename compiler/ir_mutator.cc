@@ -128,6 +128,11 @@ Stmt IRMutator::mutate_stmt(const Stmt& s) {
     }
     case StmtKind::Barrier:
       return s;
+    case StmtKind::Prefetch: {
+      const Prefetch* n = s.as<Prefetch>();
+      Expr i = mutate_expr(n->index);
+      return i.same_as(n->index) ? s : Prefetch::make(n->buffer, n->elem, i);
+    }
   }
   TF_CHECK(false, "unhandled statement kind");
   return s;

@@ -219,6 +219,14 @@ class Printer {
           case Barrier::Kind::Emulated: os_ << "emulated_barrier\n"; break;
         }
         return;
+      case StmtKind::Prefetch: {
+        const Prefetch* p = s.as<Prefetch>();
+        indent();
+        os_ << "prefetch " << p->buffer << "[";
+        print(p->index);
+        os_ << "]\n";
+        return;
+      }
     }
   }
 

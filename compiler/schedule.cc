@@ -127,6 +127,15 @@ void Stage::unroll(const Expr& var) {
   check_leaf(var, "unroll");
   kinds_[var.get()] = ForKind::Unrolled;
 }
+void Stage::prefetch(const std::string& input, const Expr& at, const Expr& from, int64_t offset) {
+  check_leaf(at, "prefetch");
+  if (!from || !from.as<Var>()) throw UserError(str("prefetch on stage ", op_->name, ": 'from' is not a loop"));
+  if (offset < 1) {
+    throw UserError(str("prefetch on stage ", op_->name, " of ", input, ": offset ", offset, " must be at least 1"));
+  }
+  prefetches_.push_back({input, at, from, offset});
+}
+
 void Stage::tensorize(const Expr& var, const std::string& intrinsic) {
   check_leaf(var, "tensorize");
   if (!is_warp_mma(intrinsic) && !is_wgmma(intrinsic)) {

@@ -7,6 +7,7 @@
 //   tensorize                              replace a loop nest by a warp-level product
 //   bind                                   run a loop as a GPU grid axis (blockIdx.x, threadIdx.y...)
 //   compute_at / compute_inline / compute_root   place the stage relative to its consumer
+//   prefetch                               ask the caches for what a later iteration reads
 //   cache_write                            accumulate a reduction in a local buffer, then store
 //   pack                                   copy an input into a blocked layout first
 //   cache_read                             copy an input tile into GPU shared memory first
@@ -146,6 +147,24 @@ class Stage {
   // The loops tensorize marked, with their products.
   const std::vector<std::pair<Expr, std::string>>& tensorized() const { return tensorized_; }
 
+  // Software prefetching (Halide's prefetch): at the top of each iteration of leaf `at`, a
+  // prefetch (ir::Prefetch) of every cache line of `input` that this iteration of `at` reads,
+  // taken `offset` (> 0) iterations of loop `from` further on: `from` is `at` or a loop around
+  // it, of this stage or of the stages it is computed at. Skipped where that iteration does
+  // not exist. The lines are those of the box of elements the iteration reads (its bounds
+  // inferred as compute_at's regions are), whose outer dimensions are looped over and whose
+  // inner run is one range of lines. For data that a loop's next tile will read from memory
+  // while this one computes from the caches (a convolution's next output-channel tile of
+  // weights, which every position tile of that channel tile then reuses): the hardware's
+  // prefetchers see only the stream being read now. A hint: results are the same without it.
+  struct Prefetching {
+    std::string input;
+    Expr at, from;
+    int64_t offset;
+  };
+  void prefetch(const std::string& input, const Expr& at, const Expr& from, int64_t offset);
+  const std::vector<Prefetching>& prefetches() const { return prefetches_; }
+
   Attach attach() const { return attach_; }
   const Stage* attach_stage() const { return attach_stage_; }
   const Expr& attach_var() const { return attach_var_; }
@@ -177,6 +196,7 @@ class Stage {
   std::vector<Expr> all_vars_;
   std::vector<Relation> relations_;
   std::vector<std::pair<Expr, std::string>> tensorized_;
+  std::vector<Prefetching> prefetches_;
   std::map<const ExprNode*, ForKind> kinds_;
   std::map<const ExprNode*, Expr> sliced_;  // parallel_slices: fused -> inner
   std::map<const ExprNode*, bool> reduce_;

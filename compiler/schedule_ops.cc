@@ -13,6 +13,9 @@
 namespace tf::ir {
 namespace {
 
+// Stage::prefetch: a run of at most this many cache lines is prefetched by unrolled code.
+constexpr int64_t kUnrolledLines = 32;
+
 // Where a tensor's elements live: element `idx` is at linear((idx - mins), extents), its
 // dimensions stored in `order` (outermost first; empty: as the tensor), each row of the
 // innermost stored one followed by `pad` unused elements (Stage::storage_layout).
@@ -375,18 +378,42 @@ class Lowerer {
     return dims;
   }
 
-  // The region of `p` that one iteration of leaf `pos` of `s` reads; `body` is s's body
-  // in terms of its leaves.
-  BufferInfo infer_region(const Stage& p, const Expr& body, const std::vector<Expr>& leaves,
-                          const std::map<const ExprNode*, int64_t>& extents, size_t pos) {
+  // The ranges of the leaves inside leaf `pos` (of extents `extents`): what one iteration of
+  // that loop runs over.
+  static RangeMap inside(const std::vector<Expr>& leaves, const std::map<const ExprNode*, int64_t>& extents,
+                         size_t pos) {
     RangeMap varying;
     for (size_t i = pos + 1; i < leaves.size(); ++i) {
       varying[leaves[i].get()] = Interval{0, extents.at(leaves[i].get()) - 1};
     }
+    return varying;
+  }
+
+  // The region of `p` that one iteration of leaf `pos` of `s` reads; `body` is s's body
+  // in terms of its leaves.
+  BufferInfo infer_region(const Stage& p, const Expr& body, const std::vector<Expr>& leaves,
+                          const std::map<const ExprNode*, int64_t>& extents, size_t pos) {
+    RangeMap varying = inside(leaves, extents, pos);
     // A shared buffer serves every thread of the block: its region spans all their indices.
     if (p.scope() == MemScope::Shared) {
       for (const ExprNode* v : thread_vars_) varying[v] = ranges_.at(v);
     }
+    BufferInfo region;
+    region.order = p.storage_order();
+    region.pad = p.storage_pad();
+    region.core = p.storage_core_matrices();
+    TF_CHECK(read_box(p.name(), p.op()->shape, body, varying, fragment_dims(p), region),
+             "stage ", p.name(), " is attached where it is not read");
+    return region;
+  }
+
+  // The box of `name`'s elements (a tensor of `shape`) that `body` reads while the variables
+  // in `varying` take every value of their ranges: its first index (an expression of the
+  // variables around) and extent per dimension, into `box`'s mins and extents; a dimension in
+  // `whole`, or whose bounds are not understood or not constant, whole. False when `body`
+  // does not read `name`.
+  bool read_box(const std::string& name, const std::vector<int64_t>& shape, const Expr& body, RangeMap varying,
+                const std::set<size_t>& whole, BufferInfo& box) {
     // A loop of one iteration varies nothing: its variable is its value (a split by 1).
     VarMap single;
     for (auto it = varying.begin(); it != varying.end();) {
@@ -398,14 +425,9 @@ class Lowerer {
       }
     }
     std::vector<std::vector<Expr>> reads;
-    collect_reads(single.empty() ? body : substitute(body, single), p.name(), reads);
-    TF_CHECK(!reads.empty(), "stage ", p.name(), " is attached where it is not read");
-    BufferInfo region;
-    region.order = p.storage_order();
-    region.pad = p.storage_pad();
-    region.core = p.storage_core_matrices();
-    const std::vector<int64_t>& shape = p.op()->shape;
-    const std::set<size_t> whole = fragment_dims(p);
+    collect_reads(single.empty() ? body : substitute(body, single), name, reads);
+    if (reads.empty()) return false;
+    BufferInfo& region = box;
     for (size_t d = 0; d < shape.size(); ++d) {
       if (whole.count(d)) {
         region.mins.push_back(0);
@@ -437,8 +459,88 @@ class Lowerer {
         region.extents.push_back(shape[d]);
       }
     }
-    return region;
+    return true;
   }
+
+  // Stage::prefetch `p` of stage `s`, at the top of an iteration of its leaf `pos`: a prefetch
+  // of each line of the box of p.input that the iteration of `pos` reads `p.offset` iterations
+  // of p.from further on, under the guard that that iteration exists.
+  Stmt prefetch_lines(const Stage& s, const Stage::Prefetching& p, const Expr& body, const std::vector<Expr>& leaves,
+                      const std::map<const ExprNode*, int64_t>& extents, size_t pos) {
+    auto info = buffers_.find(p.input);
+    Type elem;
+    if (auto ph = sch_.placeholders().find(p.input); ph != sch_.placeholders().end()) {
+      elem = ph->second->dtype;
+    } else if (auto st = by_name_.find(p.input); st != by_name_.end()) {
+      elem = st->second->op()->dtype;
+    }
+    if (info == buffers_.end() || !elem.bits) {
+      throw UserError(str("stage ", s.name(), " prefetches ", p.input, ", which is no buffer of this kernel"));
+    }
+    const BufferInfo& buf = info->second;
+    if (!buf.order.empty() || buf.pad || buf.core) {
+      throw UserError(str("stage ", s.name(), " prefetches ", p.input, ", which is not stored row-major"));
+    }
+    // The loops around leaf `pos`: this stage's up to it, and those of the stages it is computed
+    // at, up to each one's attachment.
+    bool around = false;
+    for (size_t i = 0; i <= pos; ++i) around |= leaves[i].same_as(p.from);
+    for (const Stage* at = &s; at->attach() == Stage::Attach::At; at = at->attach_stage()) {
+      const std::vector<Expr>& outer = at->attach_stage()->leaves();
+      for (const Expr& v : outer) {
+        around |= v.same_as(p.from);
+        if (v.same_as(at->attach_var())) break;
+      }
+    }
+    auto from = ranges_.find(p.from.get());
+    if (!around || from == ranges_.end()) {
+      throw UserError(str("stage ", s.name(), " prefetches ", p.input, " from loop '", p.from.as<Var>()->name,
+                          "', which is not a loop around its loop '", s.var_name(leaves[pos]), "'"));
+    }
+    BufferInfo box;
+    if (!read_box(p.input, buf.extents, body, inside(leaves, extents, pos), {}, box)) {
+      throw UserError(str("stage ", s.name(), " prefetches ", p.input, ", which it does not read inside its loop '",
+                          s.var_name(leaves[pos]), "'"));
+    }
+    const Expr later = p.from + Expr(p.offset);
+    for (Expr& m : box.mins) m = substitute(m, {{p.from.get(), later}});
+    // The innermost dimension the box does not span: the dimensions inside it are whole, so it
+    // and they are one run of elements; the dimensions outside it are looped over.
+    size_t k = box.extents.size();
+    int64_t run = 1;
+    for (size_t d = box.extents.size(); d-- > 0;) {
+      run *= box.extents[d];
+      k = d;
+      if (box.extents[d] != buf.extents[d]) break;
+    }
+    constexpr int64_t kLine = 64;
+    const int64_t bytes = elem.bytes() * elem.lanes, per_line = std::max<int64_t>(1, kLine / bytes);
+    std::vector<Expr> idx(box.mins.size(), Expr(0));
+    std::vector<std::pair<Expr, int64_t>> loops;  // outside k, outermost first
+    for (size_t d = 0; d < box.mins.size(); ++d) {
+      if (d < k && box.extents[d] > 1) {
+        Expr v = Var::make(str(s.name(), ".prefetch.", d), Type::int64());
+        loops.emplace_back(v, box.extents[d]);
+        idx[d] = box.mins[d] + v;
+      } else if (d <= k) {
+        idx[d] = box.mins[d];
+      }
+    }
+    const Expr base = simplify(linear_index(idx, buf), ranges_);
+    const int64_t lines = (run * bytes + kLine - 1) / kLine;
+    Expr j = Var::make(str(s.name(), ".prefetch.line"), Type::int64());
+    Stmt nest = For::make(j, 0, lines, lines <= kUnrolledLines ? ForKind::Unrolled : ForKind::Serial,
+                          Prefetch::make(p.input, elem, base + j * Expr(per_line)));
+    // A run that may start inside a line ends inside one more.
+    if ((known_multiple(base) * bytes) % kLine != 0 || (run * bytes) % kLine != 0) {
+      nest = Block::make({nest, Prefetch::make(p.input, elem, base + Expr(run - 1))});
+    }
+    for (auto it = loops.rbegin(); it != loops.rend(); ++it) {
+      nest = For::make(it->first, 0, it->second, ForKind::Unrolled, nest);
+    }
+    return IfThenElse::make(later < Expr(from->second.hi + 1), nest);
+  }
+
 
   // The loop nest of stage `s` computing the region `b` of its output.
   Stmt make_stage(Stage& s, const BufferInfo& b) {
@@ -561,6 +663,9 @@ class Lowerer {
       if (Expr inner = s.sliced_inner(v)) {
         const Expr extent = simplify(ext.at(inner.get()));  // as_const_int points into it
         if (const int64_t* e = as_const_int(extent)) slices = *e;
+      }
+      for (const Stage::Prefetching& p : s.prefetches()) {
+        if (p.at.same_as(v)) nest = Block::make({prefetch_lines(s, p, body_te, leaves, ext, i), nest});
       }
       Stmt loop = For::make(v, 0, ext.at(v.get()), s.kind_of(v), nest, slices);
       if (auto d = pipelined_stages.find(v.get()); d != pipelined_stages.end()) {

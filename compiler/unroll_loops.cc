@@ -45,6 +45,7 @@ Unrolled count(const Stmt& s, bool limit) {
   switch (s.kind()) {
     case StmtKind::Store:
     case StmtKind::Barrier:
+    case StmtKind::Prefetch:
       return {1, 0, 0, 0};
     case StmtKind::For: {
       const For* f = s.as<For>();

@@ -68,6 +68,16 @@ class LaneRewriter : public IRMutator {
       case StmtKind::Barrier:
         failure = "barrier inside the loop";
         return s;
+      case StmtKind::Prefetch: {
+        // One line for all lanes when the address does not vary; else the loop stays scalar.
+        const Prefetch* p = s.as<Prefetch>();
+        Expr i = mutate_expr(p->index);
+        if (i.type().is_vector()) {
+          failure = "prefetch of " + p->buffer + " varies across lanes";
+          return s;
+        }
+        return Prefetch::make(p->buffer, p->elem, i);
+      }
       case StmtKind::Block:
         return IRMutator::mutate_stmt(s);
     }

@@ -63,6 +63,13 @@ class Verifier {
         return;
       case StmtKind::Barrier:
         return;
+      case StmtKind::Prefetch: {
+        const Prefetch* p = s.as<Prefetch>();
+        check(buffers_.count(p->buffer), "prefetch of unknown buffer ", p->buffer);
+        check(!p->index.type().is_vector(), "prefetch at a vector index");
+        expr(p->index);
+        return;
+      }
     }
   }
 

@@ -164,10 +164,17 @@ class Walker {
         return;
       case ir::StmtKind::Barrier:
         return;
+      case ir::StmtKind::Prefetch: {
+        double n = 1;
+        for (const Loop& l : loops_) n *= static_cast<double>(l.extent);
+        prefetches += n;
+        return;
+      }
     }
   }
 
   double total_iterations = 0;
+  double prefetches = 0;  // executions of prefetch statements (guards ignored)
   int stores = 0;
   StoreSite hottest;
   double heap_bytes_ = 0, local_bytes_ = 0;
@@ -267,7 +274,7 @@ const std::vector<std::string>& feature_names() {
         "flops",           "iterations.all",  "iterations.hot", "iterations.other", "stores",
         "nests",           "parallel.extent", "parallel.work",  "bytes.heap",       "bytes.local",
         "vector.width",    "unrolled.body",   "hot.float_ops",  "hot.intensity",    "hot.guards",
-        "target.lanes",    "implicit.vector",
+        "target.lanes",    "implicit.vector", "prefetches",
     };
     for (size_t l = 0; l < kLoopSlots; ++l) {
       for (const char* f : {"extent", "serial", "parallel", "vectorized", "unrolled"}) {
@@ -329,6 +336,7 @@ std::vector<float> extract_features(const ir::LoweredFunc& f, double flops, int 
   out.push_back(static_cast<float>(hot.guards));
   out.push_back(static_cast<float>(lanes));
   out.push_back(lg(implicit_vector_width(hot, lanes) / lanes));
+  out.push_back(lg(w.prefetches));
 
   for (size_t l = 0; l < kLoopSlots; ++l) {
     if (l >= loops.size()) {

@@ -33,7 +33,7 @@ constexpr size_t kAccessSlots = 4;
 // levels and the whole nest).
 constexpr size_t kFootprintLevels = 6;
 
-constexpr size_t kGlobalFeatures = 17;
+constexpr size_t kGlobalFeatures = 18;
 constexpr size_t kLoopFeatures = 5;
 constexpr size_t kAccessFeatures = 3 + 2 * kFootprintLevels;
 constexpr size_t kNumFeatures = kGlobalFeatures + kLoopSlots * kLoopFeatures + kAccessSlots * kAccessFeatures;

@@ -74,7 +74,7 @@ bool slices_positions(const OpGraph& g) {
 }
 
 void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat, bool slice_positions,
-                          int64_t chunk_positions) {
+                          int64_t chunk_positions, const std::string& prefetch_weights) {
   const int64_t tw = c["tile_w"], tkb = c["tile_kb"];
   const bool vec = c["vectorize"], unroll = c["unroll"], par = c["parallel"];
   const auto& o = out.op()->axes;  // n, ko, oh, ow, kb
@@ -85,7 +85,11 @@ void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors
   // Chunks of the run outside the channel tiles, each channel tile reading a chunk of the input.
   Expr chunk;
   const int64_t tiles = (out.op()->shape[2] * out.op()->shape[3] + tw - 1) / tw;
+  // The iterations of the loops inside the channel tiles' loop, once fused with it: the
+  // distance to the next channel tile.
+  int64_t per_channel_tile = flat ? tiles : out.op()->shape[2];
   if (flat && chunk_positions > 0 && chunk_positions / tw >= 1 && chunk_positions / tw < tiles) {
+    per_channel_tile = chunk_positions / tw;
     auto [outer, inner] = out.split(wo, chunk_positions / tw);
     chunk = outer;
     wo = inner;
@@ -100,9 +104,14 @@ void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors
     out.unroll(koi);
     out.unroll(wi);
   }
+  // The loop whose next iteration, `distance` on, is the next channel tile.
+  Expr tile_loop = koo;
+  int64_t distance = 1;
   if (par) {
     Expr outer = chunk ? out.fuse(out.fuse(o[0].var, chunk), koo) : out.fuse(o[0].var, koo);
     Expr fused = out.fuse(outer, flat ? wo : row);
+    tile_loop = fused;
+    distance = per_channel_tile;
     if (slice_positions)
       out.parallel_slices(fused);
     else
@@ -132,6 +141,7 @@ void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors
     acc.unroll(a[1].var);
     acc.unroll(a[3].var);
   }
+  if (!prefetch_weights.empty()) acc.prefetch(prefetch_weights, order[2], tile_loop, distance);
 }
 
 SplitAxis NchwcConvTemplate::split_axis(const OpGraph& g, const Target&, const std::string& knob) const {

@@ -108,8 +108,12 @@ class CpuTemplate : public ScheduleTemplate {
 // `chunk_positions` > 0: the flat run in chunks of about that many positions (whole tiles),
 // outside the channel tiles, so that each channel tile reads a chunk of the input from the
 // cache rather than the whole input from memory (conv2d_nchwc.cpu says when).
+// `prefetch_weights`: the name of the weights input, which each step of the outermost
+// reduction loop then also prefetches as the next output-channel tile reads it at that step
+// (Stage::prefetch; empty: no prefetching).
 void schedule_nchwc_tiles(Stage& out, Stage& acc, const json& c, int64_t vectors, bool flat = false,
-                          bool slice_positions = false, int64_t chunk_positions = 0);
+                          bool slice_positions = false, int64_t chunk_positions = 0,
+                          const std::string& prefetch_weights = "");
 
 // Whether a blocked convolution's threads should take slices of its positions rather than
 // runs of its output-channel tiles (schedule_nchwc_tiles): where its input is larger than its

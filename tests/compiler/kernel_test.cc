@@ -292,6 +292,25 @@ TEST(Codegen, LoopsOverARegisterTileAreMarkedForFullUnrolling) {
   EXPECT_EQ(unroll_requests(14, 5, false), 0u);  // 14 x 5 x 16 = 1120 floats: no register tile
 }
 
+// A prefetching kernel's prefetches are instructions on x86 (prefetcht0, one per line of the
+// next channel tile's weights at each step); none without the knob.
+TEST(Codegen, PrefetchesAreInstructions) {
+  Workload w = parse_workload("conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,ic_block=16,oc_block=16)");
+  Target t = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4");
+  for (bool prefetch : {true, false}) {
+    CompiledKernel k = compile_kernel(w, t, nlohmann::json{{"prefetch", prefetch}, {"tile_w", 7}, {"tile_kb", 2}},
+                                      "given", "");
+    std::string path = testing::temp_dir() + "/prefetch.s";
+    write_kernel(k, EmitKind::Asm, path);
+    const size_t n = testing::count_of(read_file(path), "prefetcht0");
+    if (prefetch) {
+      EXPECT_GE(n, 32u);
+    } else {
+      EXPECT_EQ(n, 0u);
+    }
+  }
+}
+
 // Loops around a register tile's updates that enclose further loops (a convolution's channel
 // blocks and window, around its block's channels) are kept rolled: LLVM unrolled the 3-tap
 // window, GVN kept each broadcast input alive for the next tap reading the same element, and

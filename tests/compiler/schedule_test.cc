@@ -186,6 +186,95 @@ TEST(PrimitiveErrors, EachNamesTheProblem) {
   (void)ii;
 }
 
+// prefetch: at each iteration of `at`, the lines of the input the same iteration reads
+// `offset` iterations of `from` later, under a guard that that iteration exists. A row of A
+// (one run of 40 floats, 3 lines) read at row i + 1; a tile of 8 rows of B, each a run of 4
+// floats, at k.o + 1 (one loop over the rows). Results unchanged.
+TEST(Primitives, PrefetchAsksForWhatALaterIterationReads) {
+  OpGraph g = graph("matmul(M=6,N=12,K=40)");
+  std::string ir;
+  expect_correct(g, [&](Schedule& s) {
+    Stage& c = s[g.output];
+    c.prefetch("A", c.axis("j"), c.axis("i"), 1);
+  });
+  {
+    Schedule s(g.output);
+    Stage& c = s[g.output];
+    c.prefetch("A", c.axis("j"), c.axis("i"), 1);
+    ir = ir::to_string(lower(s, g.inputs, "kernel").func);
+  }
+  EXPECT_NE(ir.find("if (((i + 1) < 6))"), std::string::npos) << ir;
+  EXPECT_EQ(testing::count_of(ir, "prefetch A["), 3u + 1u) << ir;  // 3 lines, and the last element's
+  EXPECT_EQ(testing::count_of(ir, "prefetch"), testing::count_of(ir, "prefetch A[")) << ir;
+
+  OpGraph g2 = graph("matmul(M=5,N=9,K=16,epilogue=relu)");
+  expect_correct(g2, [&](Schedule& s) {
+    Stage& acc = s[g2.acc];
+    auto [ko, ki] = acc.split(acc.axis("k"), 8);
+    auto [jo, ji] = acc.split(acc.axis("j"), 4);
+    acc.reorder({acc.axis("i"), jo, ko, ki, ji});
+    acc.prefetch("B", ko, ko, 1);
+    ir = ir::to_string(lower(s, g2.inputs, "kernel").func);
+  });
+  // 8 rows of 4 floats at j.o * 4: a line each, and the line of its last element.
+  EXPECT_NE(ir.find("if (((k.o + 1) < 2))"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("prefetch B[(((k.o*72) + (j.o*4)) + 138)]"), std::string::npos) << ir;
+
+  // In a vectorized loop: one scalar prefetch where every lane wants the same line (A's row);
+  // where the lanes want their own (B's column j), the loop stays serial and says why.
+  for (const char* input : {"A", "B"}) {
+    SCOPED_TRACE(input);
+    std::vector<std::string> notes;
+    expect_correct(g, [&](Schedule& s) {
+      Stage& c = s[g.output];
+      c.vectorize(c.axis("j"));
+      c.prefetch(input, c.axis("j"), c.axis("i"), 1);
+      notes = lower(s, g.inputs, "kernel").notes;
+    });
+    const bool serial = std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+      return n.find("loop j not vectorized: prefetch of B varies across lanes") != std::string::npos;
+    });
+    EXPECT_EQ(serial, std::string(input) == "B");
+  }
+}
+
+TEST(PrimitiveErrors, PrefetchNamesItsInputAndLoops) {
+  OpGraph g = graph("matmul(M=8,N=8,K=8,epilogue=relu)");
+  auto lowering = [&](const std::function<void(Schedule&)>& f) {
+    return [&g, f] {
+      Schedule s(g.output);
+      f(s);
+      lower(s, g.inputs, "kernel");
+    };
+  };
+  expect_user_error(lowering([&](Schedule& s) {
+                      Stage& acc = s[g.acc];
+                      acc.prefetch("B", acc.axis("k"), acc.axis("i"), 0);
+                    }),
+                    "offset 0 must be at least 1");
+  expect_user_error(lowering([&](Schedule& s) {
+                      Stage& acc = s[g.acc];
+                      auto [ko, ki] = acc.split(acc.axis("k"), 2);
+                      acc.prefetch("B", acc.axis("k"), ko, 1);
+                    }),
+                    "is not a loop of this stage");
+  expect_user_error(lowering([&](Schedule& s) {
+                      Stage& out = s[g.output];
+                      out.prefetch("B", out.axis("j"), out.axis("i"), 1);
+                    }),
+                    "prefetches B, which it does not read inside its loop 'j'");
+  expect_user_error(lowering([&](Schedule& s) {
+                      Stage& acc = s[g.acc];
+                      acc.prefetch("Q", acc.axis("k"), acc.axis("i"), 1);
+                    }),
+                    "prefetches Q, which is no buffer of this kernel");
+  expect_user_error(lowering([&](Schedule& s) {
+                      Stage& acc = s[g.acc];
+                      acc.prefetch("B", acc.axis("i"), acc.axis("k"), 1);
+                    }),
+                    "from loop 'k', which is not a loop around its loop 'i'");
+}
+
 // parallel_slices: the pool's chunks take slices of the fused loop's inner part for every
 // outer iteration. Every iteration runs once whether the team has fewer chunks than the inner
 // extent (slices of several iterations) or more (3 of them: slices of one, the outer range
@@ -729,6 +818,48 @@ TEST(TemplateRegistry, LargeFlatConvolutionsRunTheirPositionsInChunks) {
     testing::Comparison cmp = testing::run_and_compare(g, r.func);
     EXPECT_TRUE(cmp.ok()) << cmp.str();
   }
+}
+
+// Knob prefetch: each step over the input channel blocks prefetches the weights the next
+// channel tile reads at that step (tile_kb blocks of one 16 x 16 row: 16 lines each), the
+// default where a channel tile has at most 8 position tiles and its weights fit 256 KB. Results
+// unchanged, prefetching or not: flat (7 x 7, and strided over its unit-stride copy), 3x3
+// rows, grouped, chunked, serial. (A layer of one channel tile has no next one to prefetch.)
+TEST(TemplateRegistry, BlockedConvPrefetchesTheNextChannelTilesWeights) {
+  Target t = host_target();
+  struct Case {
+    const char* spec;
+    bool by_default;
+  };
+  for (const Case& c : {Case{"conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,ic_block=16,oc_block=16,epilogue=bias)", true},
+                        Case{"conv2d_nchwc(N=1,C=32,H=14,W=13,K=48,R=1,S=1,stride=2,ic_block=16,oc_block=16)", true},
+                        Case{"conv2d_nchwc(N=1,C=32,H=28,W=28,K=32,R=1,S=1,ic_block=16,oc_block=16)", false},
+                        Case{"conv2d_nchwc(N=1,C=32,H=5,W=6,K=32,R=3,S=3,pad=1,ic_block=16,oc_block=16)", true},
+                        Case{"conv2d_nchwc(N=1,C=1024,H=7,W=7,K=32,R=3,S=3,pad=1,ic_block=16,oc_block=16)", false},
+                        Case{"conv2d_nchwc(N=1,C=64,H=6,W=6,K=64,R=3,S=3,pad=1,group=2,ic_block=16,oc_block=16)", true},
+                        Case{"conv2d_nchwc(N=1,C=1040,H=33,W=31,K=48,R=1,S=1,ic_block=16,oc_block=16)", false}}) {
+    SCOPED_TRACE(c.spec);
+    OpGraph g = graph(c.spec);
+    EXPECT_EQ(default_config(g, t)["prefetch"], c.by_default);
+    for (bool prefetch : {true, false}) {
+      for (bool parallel : {true, false}) {
+        // One block a channel tile: several tiles, so that there is a next one.
+        Schedule s = apply_config(g, t, nlohmann::json{{"prefetch", prefetch}, {"parallel", parallel}, {"tile_kb", 1}});
+        LowerResult r = lower(s, g.inputs, "kernel");
+        const std::string loops = ir::to_string(r.func);
+        EXPECT_EQ(loops.find("prefetch weight[") != std::string::npos, prefetch) << loops;
+        testing::Comparison cmp = testing::run_and_compare(g, r.func);
+        EXPECT_TRUE(cmp.ok()) << cmp.str() << " prefetch=" << prefetch << " parallel=" << parallel;
+      }
+    }
+  }
+  // A 1x1 layer's step reads tile_kb rows of 16 x 16 weights: 16 lines each, all prefetched
+  // for the channel tile 7 position tiles on (its 7 x 7 positions in tiles of 7), if it exists.
+  OpGraph g = graph("conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,ic_block=16,oc_block=16)");
+  Schedule s = apply_config(g, t, nlohmann::json{{"prefetch", true}, {"tile_w", 7}, {"tile_kb", 2}});
+  const std::string loops = ir::to_string(lower(s, g.inputs, "kernel").func);
+  EXPECT_EQ(testing::count_of(loops, "prefetch weight["), 32u) << loops;
+  EXPECT_NE(loops.find("(n.ko.o.oh.ow.o + 7) < 14)"), std::string::npos) << loops;
 }
 
 TEST(ConfigErrors, EachNamesTheKnobAndValue) {

@@ -80,6 +80,18 @@ TEST(Features, SameIrSameFeaturesAndKnobsThatChangeTheLoopsChangeThem) {
     std::vector<float> f = costmodel::config_features(c.graph(), c.target(), c.to_config(*c.default_index()));
     EXPECT_EQ(f.size(), kNumFeatures) << w;
   }
+  // Prefetching changes no loop around the hot store: its own feature counts the prefetches.
+  {
+    ConfigSpace c(parse_workload("conv2d_nchwc(N=1,C=64,H=7,W=7,K=64,R=1,S=1,ic_block=16,oc_block=16)"), x86_avx512());
+    json on = c.to_config(*c.default_index()), off = on;
+    on["prefetch"] = true;
+    off["prefetch"] = false;
+    std::vector<float> p = costmodel::config_features(c.graph(), c.target(), on);
+    std::vector<float> q = costmodel::config_features(c.graph(), c.target(), off);
+    const size_t at = std::find(names.begin(), names.end(), "prefetches") - names.begin();
+    EXPECT_GT(p[at], 0.0f);
+    EXPECT_EQ(q[at], 0.0f);
+  }
   // Tensor-core kernels (warp-level products after the tensorize pass) have features too, and
   // their knobs move them.
   ConfigSpace tc(parse_workload("matmul(M=256,N=128,K=64,precision=fp16)"), parse_target("cuda -arch=sm_90"));
