@@ -249,6 +249,9 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   t->add_option("--workers", a.build.workers, "parallel compile processes (0: one per core)")->capture_default_str();
   t->add_option("--build-timeout-s", a.build.timeout_s, "time limit of one compile")->capture_default_str();
   add_measure_options(t, o.measure, kSampling);
+  t->add_flag("--flush", o.measure.flush,
+              "overwrite 64 MiB of memory before each sample (with --number 1 --min-repeat-ms 0: before each call), "
+              "so that kernels read their data from memory, as in a model whose weights do not fit the caches");
   t->add_option("--max-spread", o.max_spread, "re-measure when (max - min) / median of the samples exceeds this")
       ->capture_default_str();
   t->add_option("--slow-factor", o.slow_factor, "stop a candidate whose call takes this many times the best so far "

@@ -822,6 +822,23 @@ TEST(Measure, EveryErrorCodeIsADatabaseErrorCode) {
 
 // Ctrl-C on the command line: exit 130, what was measured is on record, and the same
 // command resumes without measuring those configs again.
+// tune --flush: every sample starts with the caches overwritten, and the records say so
+// (with --number 1 and no minimum duration, every call is such a sample).
+TEST(TuneCli, FlushIsRecordedWithEachMeasurement) {
+  std::string dir = temp_dir();
+  for (bool flush : {true, false}) {
+    std::string db = dir + (flush ? "/flush.db" : "/warm.db");
+    std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=16,N=16,K=16)' --local --trials 3 --repeat 2 " +
+                      "--number 1 --min-repeat-ms 0 --retime-rounds 0 --strategy random --db " + db +
+                      (flush ? " --flush" : "") + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    auto database = db::open_database(db, db::OpenMode::ReadOnly);
+    std::vector<db::MeasureRecord> records = database->history({});
+    ASSERT_FALSE(records.empty());
+    for (const auto& r : records) EXPECT_EQ(r.settings.flush, flush);
+  }
+}
+
 TEST(TuneCli, InterruptCommitsAndTheSameCommandResumes) {
   std::string dir = temp_dir(), db = dir + "/cli.db", out = dir + "/cli.jsonl";
   std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=40,N=24,K=16)' --local --batch 4 " +
