@@ -541,7 +541,6 @@ class Lowerer {
     return IfThenElse::make(later < Expr(from->second.hi + 1), nest);
   }
 
-
   // The loop nest of stage `s` computing the region `b` of its output.
   Stmt make_stage(Stage& s, const BufferInfo& b) {
     const Operation& op = *s.op();
