@@ -196,7 +196,7 @@ class Conv2dNchwcCpu final : public NchwcConvTemplate {
          0, kChunkChoices, KnobKind::Choice},
         {"prefetch", KnobType::Bool,
          "each step over the input channel blocks also prefetches the weights the next output channel tile reads "
-         "at that step (default: where a channel tile has at most 8 position tiles)",
+         "at that step (default: where a channel tile has at most 8 position tiles and 256 KB of weights)",
          0, {}},
         {"vectorize", KnobType::Bool, "vectorize the output channel block", 0, {}},
         {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
