@@ -120,8 +120,8 @@ class ReadsAtOutputPosition final : public ir::IRMutator {
 bool prefetches_by_default(const OpGraph& g, const Target& t, int64_t tw, int64_t tkb) {
   const int64_t oh = out_extent(g, 2), ow = out_extent(g, 3);
   const int64_t tiles = flat_positions(g, t) ? (oh * ow + tw - 1) / tw : oh * ((ow + tw - 1) / tw);
-  const std::vector<int64_t>& w = g.inputs[1]->shape;  // [K / ob][...]: a channel block's weights
-  return tiles <= kPrefetchTiles && ir::num_elements(w) / w[0] * tkb * 4 <= kPrefetchBytes;
+  const ir::Tensor& w = g.inputs[1];  // [K / ob][...]: a channel block's weights
+  return tiles <= kPrefetchTiles && ir::num_elements(w->shape) / w->shape[0] * tkb * w->dtype.bytes() <= kPrefetchBytes;
 }
 
 class Conv2dNchwcCpu final : public NchwcConvTemplate {

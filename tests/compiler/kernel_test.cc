@@ -26,6 +26,21 @@
 namespace tf {
 namespace {
 
+// The largest difference between two references of one output (`a`'s shape), each on its own
+// inputs: two layouts or algorithms of the same computation.
+double reference_difference(const Workload& a, const std::vector<const float*>& ia, const Workload& b,
+                            const std::vector<const float*>& ib) {
+  OpGraph g = build_op(a);
+  int64_t outs = 1;
+  for (int64_t d : g.output->shape) outs *= d;
+  std::vector<float> want(static_cast<size_t>(outs)), got(static_cast<size_t>(outs));
+  reference_compute(a, ia, want.data());
+  reference_compute(b, ib, got.data());
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(want[i] - got[i])));
+  return worst;
+}
+
 const char* kWorkloads[] = {
     "matmul(M=1,N=1,K=1)",
     "matmul(M=97,N=131,K=67)",
@@ -432,15 +447,10 @@ TEST(Winograd, TransformedWeightsGiveTheDirectConvolution) {
       std::vector<float> u = winograd_weight_transform(weight.data(), K, C, direct.get("ic_block"),
                                                        direct.get("oc_block"), m);
       EXPECT_EQ(u.size(), static_cast<size_t>((m + 2) * (m + 2) * K * C));
-      OpGraph g = build_op(direct);
-      int64_t outs = 1;
-      for (int64_t d : g.output->shape) outs *= d;
-      std::vector<float> want(static_cast<size_t>(outs)), got(static_cast<size_t>(outs));
-      reference_compute(direct, {data.data(), weight.data(), bias.data()}, want.data());
-      reference_compute(wino, {data.data(), u.data(), bias.data()}, got.data());
-      double worst = 0;
-      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(want[i] - got[i])));
-      EXPECT_LT(worst, 1e-4) << wino.canonical();
+      EXPECT_LT(reference_difference(direct, {data.data(), weight.data(), bias.data()}, wino,
+                                     {data.data(), u.data(), bias.data()}),
+                1e-4)
+          << wino.canonical();
     }
   }
 }
@@ -478,15 +488,10 @@ TEST(DepthwiseWidth, GivesTheGroupedConvolution) {
           const int64_t ci = c % b / g * g + i;  // the input lane within the block
           wg[static_cast<size_t>((((c / b) * R * S + p) * b + ci) * b + c % b)] = f;
         }
-    OpGraph og = build_op(lanes);
-    int64_t outs = 1;
-    for (int64_t d : og.output->shape) outs *= d;
-    std::vector<float> want(static_cast<size_t>(outs)), got(static_cast<size_t>(outs));
-    reference_compute(grouped, {data.data(), wg.data(), bias.data()}, want.data());
-    reference_compute(lanes, {data.data(), wl.data(), bias.data()}, got.data());
-    double worst = 0;
-    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(want[i] - got[i])));
-    EXPECT_LT(worst, 1e-5) << lanes.canonical();
+    EXPECT_LT(reference_difference(grouped, {data.data(), wg.data(), bias.data()}, lanes,
+                                   {data.data(), wl.data(), bias.data()}),
+              1e-5)
+        << lanes.canonical();
   }
 }
 
