@@ -254,6 +254,11 @@ TEST(PrimitiveErrors, PrefetchNamesItsInputAndLoops) {
                     "offset 0 must be at least 1");
   expect_user_error(lowering([&](Schedule& s) {
                       Stage& acc = s[g.acc];
+                      acc.prefetch("B", acc.axis("k"), Expr(3), 1);
+                    }),
+                    "prefetch on stage acc: 'from' is not a loop");
+  expect_user_error(lowering([&](Schedule& s) {
+                      Stage& acc = s[g.acc];
                       auto [ko, ki] = acc.split(acc.axis("k"), 2);
                       acc.prefetch("B", acc.axis("k"), ko, 1);
                     }),
@@ -273,6 +278,20 @@ TEST(PrimitiveErrors, PrefetchNamesItsInputAndLoops) {
                       acc.prefetch("B", acc.axis("i"), acc.axis("k"), 1);
                     }),
                     "from loop 'k', which is not a loop around its loop 'i'");
+  // A tile whose storage is reordered (Stage::storage_layout) is no run of lines to prefetch.
+  expect_user_error(lowering([&](Schedule& s) {
+                      Stage& c = s[g.output];
+                      Stage& acc = s[g.acc];
+                      std::vector<Expr> t = c.tile(c.axis("i"), c.axis("j"), 4, 4);
+                      acc.compute_at(c, t[1]);
+                      auto [ko, ki] = acc.split(acc.axis("k"), 4);
+                      acc.reorder({ko, ki, acc.axis("i"), acc.axis("j")});
+                      Stage& a = s.cache_read_shared("A");
+                      a.compute_at(acc, ko);
+                      a.storage_layout({1, 0});
+                      acc.prefetch("A.shared", ki, ki, 1);
+                    }),
+                    "prefetches A.shared, which is not stored row-major");
 }
 
 // parallel_slices: the pool's chunks take slices of the fused loop's inner part for every
