@@ -42,6 +42,14 @@ class Encoder(torch.nn.Module):
         super().__init__()
         layer = torch.nn.TransformerEncoderLayer(d, heads, ff, dropout=0.1, batch_first=True, activation="gelu")
         self.enc = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        # TransformerEncoder deep-copies one layer, and the ONNX exporter stores equal
+        # initializers once: every layer would then read the same 28 MB of weights (which a
+        # GPU's 50 MB L2 holds), where a trained BERT-base has 12 layers of their own (340 MB).
+        # Each layer gets its own draw.
+        for lay in self.enc.layers:
+            lay.self_attn._reset_parameters()
+            lay.linear1.reset_parameters()
+            lay.linear2.reset_parameters()
 
     def forward(self, x):
         return self.enc(x)
