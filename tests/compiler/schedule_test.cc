@@ -774,6 +774,43 @@ TEST(GenericKernels, BlocksNarrowerThanTheVectorAreVectorizedWhole) {
   EXPECT_EQ(out, expect);
 }
 
+// A generic reduction whose innermost axis is longer than the vector but not a multiple of it
+// (an NCHW max pool over 28 columns, padded: clamped reads under a select) is vectorized along
+// that axis, its last vector guarded, and computes what the pool does at every column.
+TEST(GenericKernels, ReductionVectorizesAnAxisTheVectorDoesNotDivide) {
+  const int64_t C = 3, H = 28, W = 28;
+  ir::Tensor x = ir::placeholder("x", {1, C, H, W});
+  ir::IterVar r = ir::reduce_axis(3, "r"), q = ir::reduce_axis(3, "q");
+  auto clamp = [](const Expr& e, int64_t hi) { return ir::min(ir::max(e, Expr(int64_t{0})), Expr(hi)); };
+  ir::Tensor pool = ir::compute(
+      "pool", {1, C, H, W}, {"n", "c", "h", "w"},
+      [&](const std::vector<Expr>& i) {
+        Expr iy = i[2] - int64_t{1} + r.var, ix = i[3] - int64_t{1} + q.var;
+        Expr inside = ir::logical_and(ir::logical_and(iy >= int64_t{0}, iy < Expr(H)),
+                                      ir::logical_and(ix >= int64_t{0}, ix < Expr(W)));
+        Expr v = ir::read(x, {i[0], i[1], clamp(iy, H - 1), clamp(ix, W - 1)});
+        return ir::max_reduce(ir::select(inside, v, ir::f32(-INFINITY)), {r, q});
+      },
+      {r, q});
+  const Target avx512 = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4");
+  const std::string loops = ir::to_string(lower_generic_kernel(pool, {x}, avx512, "k", "pool"));
+  EXPECT_NE(loops.find(", 1, 16)]"), std::string::npos) << loops;
+  std::unique_ptr<KernelLibrary> lib = testing::build_for_host(lower_generic_kernel(pool, {x}, host_target(), "k", "pool"));
+  std::vector<float> in(C * H * W), out(in.size(), std::nanf("")), expect(in.size());
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>((k * 7919) % 2001 - 1000) / 100.0f;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w) {
+        float m = -INFINITY;
+        for (int64_t y = std::max<int64_t>(h - 1, 0); y <= std::min(h + 1, H - 1); ++y)
+          for (int64_t z = std::max<int64_t>(w - 1, 0); z <= std::min(w + 1, W - 1); ++z)
+            m = std::max(m, in[(c * H + y) * W + z]);
+        expect[(c * H + h) * W + w] = m;
+      }
+  ASSERT_EQ(lib->call({in.data(), out.data()}), 0);
+  EXPECT_EQ(out, expect);
+}
+
 // Grouped blocked convolutions: where each output block reads channels of its own (a block
 // is one group, or holds whole groups), two blocks share no broadcasts, so the tile takes one
 // block. Blocks within one larger group keep two; three where three hold whole groups or lie
