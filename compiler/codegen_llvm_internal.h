@@ -351,6 +351,28 @@ class CodeGen {
     if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
       return b_.CreateMaskedLoad(vt, element_ptr(l->buffer, expr(r->base), elem), elem_align(elem), mask_, zero);
     }
+    // A small constant stride (a stride-2 window over columns): a masked load of lanes x stride
+    // elements from the first lane's, the mask's lane k at element k * stride (the elements
+    // between and after are not read), then a shuffle that keeps every stride-th one.
+    if (const Ramp* r = l->index.as<Ramp>()) {
+      const int64_t* st = as_const_int(r->stride);
+      const int lanes = l->type.lanes;
+      if (st && *st > 1 && *st <= kMaxShuffleStride) {
+        const auto span = static_cast<unsigned>(lanes * *st);  // a power of two: not scalarized
+        std::vector<int> spread(span, lanes);  // index `lanes`: the false of the second operand
+        std::vector<int> pick;
+        for (int i = 0; i < lanes; ++i) {
+          spread[static_cast<size_t>(i * *st)] = i;
+          pick.push_back(static_cast<int>(i * *st));
+        }
+        llvm::Value* wide_mask = b_.CreateShuffleVector(
+            mask_, llvm::Constant::getNullValue(mask_->getType()), spread);
+        auto* wt = llvm::FixedVectorType::get(type_of(elem), span);
+        llvm::Value* wide = b_.CreateMaskedLoad(wt, element_ptr(l->buffer, expr(r->base), elem), elem_align(elem),
+                                                wide_mask, llvm::Constant::getNullValue(wt));
+        return b_.CreateShuffleVector(wide, pick);
+      }
+    }
     llvm::Value* idx = expr(l->index);
     if (!idx->getType()->isVectorTy()) idx = b_.CreateVectorSplat(static_cast<unsigned>(l->type.lanes), idx);
     llvm::Value* ptrs = element_ptr(l->buffer, idx, elem);

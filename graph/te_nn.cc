@@ -202,7 +202,11 @@ std::vector<Tensor> layernorm_expr(const Node& n, const OpContext& c, const std:
   return outs;
 }
 
-// MaxPool, AveragePool, and the windows of Conv: positions inside the image, clamped reads.
+// MaxPool, AveragePool, and the windows of Conv: the input position a window element reads
+// and whether it is inside the image. The position is not clamped: every read of it is under
+// a select on `inside`, which reads only the lanes it picks (a masked load: codegen_llvm's
+// select), so a window over consecutive columns stays one contiguous load. Clamped, the
+// columns of a vector were a gather (an NCHW 3x3 max pool over 8x480x28x28: 9.2 -> 2.2 ms).
 struct WindowRead {
   Expr inside;
   Expr iy, ix;
@@ -212,7 +216,7 @@ WindowRead window_read(const Window& w, const Expr& oy, const Expr& ox, const Ex
   Expr iy = oy * w.sh - w.pt + r * w.dh, ix = ox * w.sw - w.pl + q * w.dw;
   Expr inside = ir::logical_and(ir::logical_and(iy >= int64_t{0}, iy < Expr(H)),
                                 ir::logical_and(ix >= int64_t{0}, ix < Expr(W)));
-  return {inside, clamp(iy, 0, H - 1), clamp(ix, 0, W - 1)};
+  return {inside, iy, ix};
 }
 
 Tensor pool_expr(const Node& n, const OpContext& c, const TeOperand& x, const std::string& name, bool is_max) {

@@ -9,6 +9,9 @@
 #include <functional>
 #include <iostream>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #endif
@@ -199,6 +202,56 @@ TEST(TensorExpressions, SelectReadingWhatItsConditionReadsIsOneValue) {
       double want = cases[c].second(xs, i);
       EXPECT_NEAR(ys[i], want, 1e-5 * (1 + std::fabs(want))) << "case " << c << " x = " << xs[i];
     }
+  }
+}
+
+// A window over columns, as a padded pool or convolution reads it: x[o * stride - 1 + q] for
+// q < 3 where that is inside [0, n), -inf outside, the index unclamped (graph/te_nn.cc's
+// window_read). Vectorized over o, each window element is one masked load, contiguous at
+// stride 1 and a masked load of lanes x stride elements shuffled at stride 2, never a gather
+// (clamped indices were: an NCHW 3x3 max pool 4x slower). x lies between two inaccessible
+// pages, so a lane read outside it faults.
+TEST(TensorExpressions, WindowReadOutsideItsInputIsMaskedNotGathered) {
+  const long page = sysconf(_SC_PAGESIZE);
+  for (int64_t stride : {1, 2}) {
+    const int64_t n = 45, out_n = (n + 2 - 3) / stride + 1;
+    Tensor x = placeholder("x", {n});
+    IterVar q = reduce_axis(3, "q");
+    Tensor y = compute("y", {out_n}, {"o"}, [&](const std::vector<Expr>& o) {
+      Expr at = o[0] * stride - int64_t{1} + q.var;
+      Expr inside = logical_and(at >= int64_t{0}, at < Expr(n));
+      return max_reduce(select(inside, read(x, {at}), f32(-INFINITY)), {q});
+    }, {q});
+    Schedule s(y);
+    auto [oo, oi] = s[y].split(s[y].axis("o"), 16);
+    s[y].reorder({oo, s[y].axis("q"), oi});
+    s[y].vectorize(oi);
+    LoweredFunc f = lower(s, {x}, "window").func;
+    std::string ll = codegen_llvm(f, host_target(), CodegenOutput::LLVM).data;
+    EXPECT_NE(ll.find("masked.load"), std::string::npos) << "stride " << stride;
+    EXPECT_EQ(ll.find("masked.gather"), std::string::npos) << "stride " << stride << ": the columns gathered";
+    auto lib = testing::build_for_host(f);
+    // [guard page][... x ends here][guard page], x's first element right after a guard too
+    // when the window reads before it: two arrangements.
+    void* mem = mmap(nullptr, static_cast<size_t>(3 * page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mem, MAP_FAILED);
+    char* base = static_cast<char*>(mem);
+    ASSERT_EQ(mprotect(base, static_cast<size_t>(page), PROT_NONE), 0);
+    ASSERT_EQ(mprotect(base + 2 * page, static_cast<size_t>(page), PROT_NONE), 0);
+    for (float* xs : {reinterpret_cast<float*>(base + page), reinterpret_cast<float*>(base + 2 * page) - n}) {
+      for (int64_t i = 0; i < n; ++i) xs[i] = static_cast<float>((i * 7) % 11) - 5.0f;
+      std::vector<float> ys(static_cast<size_t>(out_n), NAN);
+      ASSERT_EQ(lib->call({xs, ys.data()}), 0);
+      for (int64_t o = 0; o < out_n; ++o) {
+        float want = -INFINITY;
+        for (int64_t k = 0; k < 3; ++k) {
+          int64_t at = o * stride - 1 + k;
+          if (at >= 0 && at < n) want = std::max(want, xs[at]);
+        }
+        EXPECT_EQ(ys[static_cast<size_t>(o)], want) << "stride " << stride << " output " << o;
+      }
+    }
+    munmap(mem, static_cast<size_t>(3 * page));
   }
 }
 
