@@ -82,9 +82,11 @@ std::vector<Tensor> pad_te(const Graph& g, const Node& n, const OpContext& c, co
         Expr m = at % period;  // the IR's Mod floors: in [0, period) for negative `at` too
         src.push_back(ir::select(m < Expr(extent), m, Expr(period) - m));
       } else {
+        // Unclamped: read only under the select on `inside` (a masked load, where clamped
+        // columns were a gather; graph/te_nn.cc window_read).
         Expr ok = ir::logical_and(at >= int64_t{0}, at < Expr(extent));
         inside = inside ? ir::logical_and(inside, ok) : ok;
-        src.push_back(clamp(at, 0, extent - 1));
+        src.push_back(at);
       }
     }
     Expr v = operand(x, src);
@@ -237,8 +239,10 @@ std::vector<Tensor> concat_te(const Graph& g, const Node& n, const OpContext& c,
     Expr v;
     for (size_t k = in.size(); k-- > 0;) {
       if (in[k].shape[axis] == 0) continue;
+      // Unclamped: input k is read only under the selects that pick it (i in [start, end):
+      // the chain's conditions), masked loads where clamped positions were gathers.
       Index src = i;
-      src[axis] = clamp(i[axis] - start[k], 0, in[k].shape[axis] - 1);
+      src[axis] = i[axis] - start[k];
       Expr here = operand(in[k], src);
       v = v ? ir::select(i[axis] < Expr(start[k] + in[k].shape[axis]), here, v) : here;
     }

