@@ -27,7 +27,7 @@ using nlohmann::json;
 using ir::num_elements;
 
 // The default schedule of a generic kernel's stage: the innermost axis vectorized when the
-// vector width divides it or it is longer than the vector (its last vector guarded; a
+// vector width divides it or it is longer than the vector (its last vector shifted inwards, or guarded; a
 // reduction's loops moved inside the other spatial loops, around the lanes), the outer spatial loops fused into one of at least kFusedIterations iterations
 // (the rest stay loops of their own: an index into a fused loop costs a division per axis in
 // every iteration, and a layout transform of MobileNet-v2's input spent 8% of the model's
@@ -65,9 +65,11 @@ void schedule_loops(ir::Stage& s, int lanes, bool blocked) {
   }
   // Reductions too where the vector does not divide the axis: an NCHW 3x3 max pool over 28
   // columns ran 2.3x faster so than one column at a time (S3D's 3-D pools: the model 1.05x).
-  // A reduction's last vector along an axis the vector does not divide is guarded (lane by
-  // lane): its loop stays outside the fused one, so that partition_loops peels that vector off
-  // and the others vectorize (fused, the guard is in every iteration and the loop stays serial).
+  // Such a reduction's vector loop stays out of the fused one: as a loop of its own around the
+  // reduction's loops, its last vector shifts inwards to overlap the one before (each vector
+  // computes its outputs whole: schedule_ops' shift_inwards), so every vector is whole. Fused,
+  // the last vector was guarded lane by lane and vectorize_loops left the loop serial (an
+  // NCHW pool of 19 output columns ran as scalar code).
   bool guarded = false;
   if (inner_extent % lanes == 0 || inner_extent > lanes) {
     guarded = op.reduce() && inner_extent % lanes != 0;
