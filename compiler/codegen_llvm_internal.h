@@ -291,9 +291,7 @@ class CodeGen {
         auto span = static_cast<unsigned>((lanes - 1) * *s + 1);
         llvm::Value* p = element_ptr(l->buffer, expr(r->base), elem);
         llvm::Value* wide = tag(b_.CreateAlignedLoad(llvm::FixedVectorType::get(et, span), p, align), l->buffer);
-        std::vector<int> pick;
-        for (int i = 0; i < lanes; ++i) pick.push_back(static_cast<int>(i * *s));
-        return b_.CreateShuffleVector(wide, pick);
+        return b_.CreateShuffleVector(wide, every_stride(lanes, *s));
       }
     }
     if (std::optional<LaneOffsets> lo = lane_offsets(l->index)) {
@@ -343,35 +341,36 @@ class CodeGen {
     return out;
   }
 
+  // The shuffle indices 0, stride, 2 stride, ...: lane i of a strided load from a contiguous one.
+  static std::vector<int> every_stride(int lanes, int64_t stride) {
+    std::vector<int> pick;
+    for (int i = 0; i < lanes; ++i) pick.push_back(static_cast<int>(i * stride));
+    return pick;
+  }
+
   // A vector load under a select: lanes outside mask_ are not read (they may be out of bounds).
   llvm::Value* masked_load(const Load* l) {
     llvm::Type* vt = type_of(l->type);
     const Type elem = l->type.element_of();
     llvm::Value* zero = llvm::Constant::getNullValue(vt);
-    if (const Ramp* r = l->index.as<Ramp>(); r && is_const(r->stride, 1)) {
-      return b_.CreateMaskedLoad(vt, element_ptr(l->buffer, expr(r->base), elem), elem_align(elem), mask_, zero);
-    }
-    // A small constant stride (a stride-2 window over columns): a masked load of lanes x stride
-    // elements from the first lane's, the mask's lane k at element k * stride (the elements
-    // between and after are not read), then a shuffle that keeps every stride-th one.
-    if (const Ramp* r = l->index.as<Ramp>()) {
-      const int64_t* st = as_const_int(r->stride);
+    const Ramp* r = l->index.as<Ramp>();
+    const int64_t* st = r ? as_const_int(r->stride) : nullptr;
+    if (st && *st >= 1 && *st <= kMaxShuffleStride) {
+      llvm::Value* p = element_ptr(l->buffer, expr(r->base), elem);
+      if (*st == 1) return b_.CreateMaskedLoad(vt, p, elem_align(elem), mask_, zero);
+      // A small constant stride (a stride-2 window over columns): a masked load of lanes x
+      // stride elements from the first lane's, the mask's lane k at element k * stride (the
+      // elements between and after are not read), then a shuffle that keeps every stride-th.
+      // Lanes x stride, not (lanes - 1) x stride + 1: at strides 2 and 4 a power of two, which
+      // LLVM loads masked whole (the 31 elements of 16 lanes at stride 2 were scalarized).
       const int lanes = l->type.lanes;
-      if (st && *st > 1 && *st <= kMaxShuffleStride) {
-        const auto span = static_cast<unsigned>(lanes * *st);  // a power of two: not scalarized
-        std::vector<int> spread(span, lanes);  // index `lanes`: the false of the second operand
-        std::vector<int> pick;
-        for (int i = 0; i < lanes; ++i) {
-          spread[static_cast<size_t>(i * *st)] = i;
-          pick.push_back(static_cast<int>(i * *st));
-        }
-        llvm::Value* wide_mask = b_.CreateShuffleVector(
-            mask_, llvm::Constant::getNullValue(mask_->getType()), spread);
-        auto* wt = llvm::FixedVectorType::get(type_of(elem), span);
-        llvm::Value* wide = b_.CreateMaskedLoad(wt, element_ptr(l->buffer, expr(r->base), elem), elem_align(elem),
-                                                wide_mask, llvm::Constant::getNullValue(wt));
-        return b_.CreateShuffleVector(wide, pick);
-      }
+      const std::vector<int> pick = every_stride(lanes, *st);
+      std::vector<int> spread(static_cast<size_t>(lanes * *st), lanes);  // `lanes`: a false lane
+      for (int i = 0; i < lanes; ++i) spread[static_cast<size_t>(pick[static_cast<size_t>(i)])] = i;
+      llvm::Value* wide_mask = b_.CreateShuffleVector(mask_, llvm::Constant::getNullValue(mask_->getType()), spread);
+      auto* wt = llvm::FixedVectorType::get(vt->getScalarType(), static_cast<unsigned>(spread.size()));
+      llvm::Value* wide = b_.CreateMaskedLoad(wt, p, elem_align(elem), wide_mask, llvm::Constant::getNullValue(wt));
+      return b_.CreateShuffleVector(wide, pick);
     }
     llvm::Value* idx = expr(l->index);
     if (!idx->getType()->isVectorTy()) idx = b_.CreateVectorSplat(static_cast<unsigned>(l->type.lanes), idx);

@@ -27,8 +27,9 @@ using nlohmann::json;
 using ir::num_elements;
 
 // The default schedule of a generic kernel's stage: the innermost axis vectorized when the
-// vector width divides it or it is longer than the vector (its last vector shifted inwards, or guarded; a
-// reduction's loops moved inside the other spatial loops, around the lanes), the outer spatial loops fused into one of at least kFusedIterations iterations
+// vector width divides it or it is longer than the vector (its last vector shifted inwards to
+// overlap the one before; a reduction's loops moved inside the other spatial loops, around the
+// lanes), the outer spatial loops fused into one of at least kFusedIterations iterations
 // (the rest stay loops of their own: an index into a fused loop costs a division per axis in
 // every iteration, and a layout transform of MobileNet-v2's input spent 8% of the model's
 // time on them), parallel when the stage has enough work to pay for waking the thread pool.
@@ -70,9 +71,9 @@ void schedule_loops(ir::Stage& s, int lanes, bool blocked) {
   // computes its outputs whole: schedule_ops' shift_inwards), so every vector is whole. Fused,
   // the last vector was guarded lane by lane and vectorize_loops left the loop serial (an
   // NCHW pool of 19 output columns ran as scalar code).
-  bool guarded = false;
+  bool own_vector_loop = false;
   if (inner_extent % lanes == 0 || inner_extent > lanes) {
-    guarded = op.reduce() && inner_extent % lanes != 0;
+    own_vector_loop = op.reduce() && inner_extent % lanes != 0;
     auto [outer, inner] = s.split(spatial.back(), lanes);
     s.vectorize(inner);
     spatial.back() = outer;
@@ -94,7 +95,7 @@ void schedule_loops(ir::Stage& s, int lanes, bool blocked) {
   }
   ir::Expr fused = spatial[0];
   int64_t iterations = extent[0];
-  for (size_t d = 1; d + (guarded ? 1 : 0) < spatial.size() && iterations < kFusedIterations; ++d) {
+  for (size_t d = 1; d + (own_vector_loop ? 1 : 0) < spatial.size() && iterations < kFusedIterations; ++d) {
     fused = s.fuse(fused, spatial[d]);
     iterations *= extent[d];
   }

@@ -1673,9 +1673,45 @@ TEST(GraphLayoutOps, GenericConvKernelsMatchTheWorkloadReference) {
   }
 }
 
+namespace {
+
+// Node `n` of `g` (its inputs declared, its output "y" not yet) compiled as a generic kernel
+// of `args` (`in`, node_te's view of the inputs): the kernel's LLVM IR for AVX-512 (znver4),
+// and its output on this machine for `feeds` (the inputs of `args`, by name) with the
+// reference evaluation's.
+struct GenericNodeRun {
+  std::string ll;
+  std::vector<float> got, want;
+};
+GenericNodeRun run_generic_node(Graph& g, const Node& n, const std::vector<TeOperand>& in,
+                                const std::vector<tf::ir::Tensor>& args,
+                                const std::map<std::string, HostTensor>& feeds) {
+  const Shape out = infer_node(n, g, g.opset)[0].shape;
+  g.values["y"] = Value{"y", DType::F32, out, std::nullopt};
+  g.nodes.push_back(n);
+  g.outputs = {"y"};
+  verify(g);
+  tf::ir::Tensor y = node_te(g, n, in, "t_")[0];
+  const tf::Target avx512 = tf::parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4");
+  GenericNodeRun r;
+  r.ll = tf::codegen_llvm(tf::lower_generic_kernel(y, args, avx512, "k", n.op), avx512, tf::CodegenOutput::LLVM).data;
+  auto lib = tf::testing::build_for_host(tf::lower_generic_kernel(y, args, tf::host_target(), "k", n.op));
+  std::vector<std::vector<float>> data;
+  for (const tf::ir::Tensor& a : args) data.push_back(feeds.at(a->name).f);
+  r.got.assign(static_cast<size_t>(num_elements(out)), NAN);
+  std::vector<float*> ptrs;
+  for (std::vector<float>& d : data) ptrs.push_back(d.data());
+  ptrs.push_back(r.got.data());
+  EXPECT_EQ(lib->call(ptrs), 0);
+  r.want = run_reference(g, feeds).at("y").f;
+  return r;
+}
+
+}  // namespace
+
 // NCHW pools as compiled by the generic schedule (vectorized over output columns): a window
 // element's columns are one masked load (a stride-2 window's a masked load shuffled), not a
-// gather of clamped columns (an NCHW 3x3 max pool over 8x480x28x28 9.3 -> 2.2 ms, S3D's 3-D
+// gather of clamped columns (an NCHW 3x3 max pool over 8x480x28x28 9.2 -> 2.2 ms, S3D's 3-D
 // pools), and the results are the reference's at every border, ceil mode and dilation too.
 TEST(GraphNodeTe, NchwPoolsReadWindowColumnsContiguously) {
   struct Case {
@@ -1699,25 +1735,16 @@ TEST(GraphNodeTe, NchwPoolsReadWindowColumnsContiguously) {
             {"ceil_mode", c.ceil}}};
     if (c.dilation > 1) n.attrs["dilations"] = std::vector<int64_t>{c.dilation, c.dilation};
     if (std::string(c.op) == "AveragePool") n.attrs["count_include_pad"] = c.include_pad;
-    const Shape out = infer_node(n, g, g.opset)[0].shape;
-    g.values["y"] = Value{"y", DType::F32, out, std::nullopt};
-    g.nodes.push_back(n);
-    g.outputs = {"y"};
-    verify(g);
     tf::ir::Tensor x = tf::ir::placeholder("x", shape);
-    tf::ir::Tensor y = node_te(g, n, {TeOperand{shape, x, std::nullopt}}, "t_")[0];
-    const tf::Target avx512 = tf::parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4");
-    std::string ll = tf::codegen_llvm(tf::lower_generic_kernel(y, {x}, avx512, "k", "pool"), avx512,
-                                      tf::CodegenOutput::LLVM).data;
-    if (c.pad > 0) EXPECT_NE(ll.find("masked.load"), std::string::npos) << "the padded columns read under a mask";
-    EXPECT_EQ(ll.find("gather"), std::string::npos) << "the window's columns gathered";
-    auto lib = tf::testing::build_for_host(tf::lower_generic_kernel(y, {x}, tf::host_target(), "k", "pool"));
-    HostTensor in = random_floats(shape, 11, -3.0f, 3.0f);
-    std::vector<float> xs = in.f, got(static_cast<size_t>(num_elements(out)), NAN);
-    ASSERT_EQ(lib->call({xs.data(), got.data()}), 0);
-    const std::vector<float> want = run_reference(g, {{"x", in}}).at("y").f;
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-6f * (1 + std::fabs(want[k]))) << k;
+    GenericNodeRun r = run_generic_node(g, n, {TeOperand{shape, x, std::nullopt}}, {x},
+                                        {{"x", random_floats(shape, 11, -3.0f, 3.0f)}});
+    if (c.pad > 0) {
+      EXPECT_NE(r.ll.find("masked.load"), std::string::npos) << "the padded columns read under a mask";
+    }
+    EXPECT_EQ(r.ll.find("gather"), std::string::npos) << "the window's columns gathered";
+    ASSERT_EQ(r.got.size(), r.want.size());
+    for (size_t k = 0; k < r.got.size(); ++k)
+      EXPECT_NEAR(r.got[k], r.want[k], 1e-6f * (1 + std::fabs(r.want[k]))) << k;
   }
 }
 
@@ -1733,10 +1760,10 @@ TEST(GraphNodeTe, PadAndConcatAlongColumnsReadContiguously) {
     g.values["x"] = Value{"x", DType::F32, shape, std::nullopt};
     g.inputs = {"x"};
     Node n{"n", op, {"x"}, {"y"}, {}};
-    std::vector<TeOperand> in;
     tf::ir::Tensor x = tf::ir::placeholder("x", shape), z = tf::ir::placeholder("z", other);
-    in.push_back(TeOperand{shape, x, std::nullopt});
+    std::vector<TeOperand> in = {TeOperand{shape, x, std::nullopt}};
     std::vector<tf::ir::Tensor> args = {x};
+    std::map<std::string, HostTensor> feeds = {{"x", random_floats(shape, 3, -3.0f, 3.0f)}};
     if (std::string(op) == "Pad") {
       g.values["pads"] = Value{"pads", DType::I64, {8}, HostTensor::ints({8}, {0, 0, 1, 2, 0, 0, 2, 19})};
       n.inputs.push_back("pads");
@@ -1748,28 +1775,12 @@ TEST(GraphNodeTe, PadAndConcatAlongColumnsReadContiguously) {
       n.attrs["axis"] = int64_t{3};
       in.push_back(TeOperand{other, z, std::nullopt});
       args.push_back(z);
+      feeds["z"] = random_floats(other, 4, -3.0f, 3.0f);
     }
-    const Shape out = infer_node(n, g, g.opset)[0].shape;
-    g.values["y"] = Value{"y", DType::F32, out, std::nullopt};
-    g.nodes.push_back(n);
-    g.outputs = {"y"};
-    verify(g);
-    tf::ir::Tensor y = node_te(g, n, in, "t_")[0];
-    const tf::Target avx512 = tf::parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4");
-    std::string ll = tf::codegen_llvm(tf::lower_generic_kernel(y, args, avx512, "k", op), avx512,
-                                      tf::CodegenOutput::LLVM).data;
-    EXPECT_NE(ll.find("masked.load"), std::string::npos);
-    EXPECT_EQ(ll.find("gather"), std::string::npos) << "the columns gathered";
-    auto lib = tf::testing::build_for_host(tf::lower_generic_kernel(y, args, tf::host_target(), "k", op));
-    HostTensor hx = random_floats(shape, 3, -3.0f, 3.0f), hz = random_floats(other, 4, -3.0f, 3.0f);
-    std::vector<float> xs = hx.f, zs = hz.f, got(static_cast<size_t>(num_elements(out)), NAN);
-    std::map<std::string, HostTensor> feeds = {{"x", hx}};
-    if (args.size() > 1) feeds["z"] = hz;
-    std::vector<float*> ptrs = {xs.data()};
-    if (args.size() > 1) ptrs.push_back(zs.data());
-    ptrs.push_back(got.data());
-    ASSERT_EQ(lib->call(ptrs), 0);
-    EXPECT_EQ(got, run_reference(g, feeds).at("y").f);
+    GenericNodeRun r = run_generic_node(g, n, in, args, feeds);
+    EXPECT_NE(r.ll.find("masked.load"), std::string::npos);
+    EXPECT_EQ(r.ll.find("gather"), std::string::npos) << "the columns gathered";
+    EXPECT_EQ(r.got, r.want);
   }
 }
 
