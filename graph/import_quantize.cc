@@ -391,6 +391,11 @@ bool expand_quantize(const Node& n, ImportSink& sink) {
   const size_t rank = x.shape.size();
   if (n.get_int("block_size", 0) != 0)
     fail(str("block_size ", n.get_int("block_size", 0), " (blocked quantization) is not supported"));
+  // QuantizeLinear's precision and DequantizeLinear's output_dtype (opset 23): float32 (1), or
+  // 0, the scale's type, which must be float32 (below).
+  const char* precision = quantize ? "precision" : "output_dtype";
+  if (int64_t p = n.get_int(precision, 0); p != 0 && p != 1)
+    fail(str(precision, " ", p, " is not supported (1: float32)"));
   int64_t axis = n.get_int("axis", 1);
   if (!g.is_constant(n.inputs[1])) {
     fail(str("scale '", n.inputs[1], "' is not a constant (computed scales, as DynamicQuantizeLinear makes, are not "
@@ -691,10 +696,10 @@ std::set<std::string> microsoft_quantized_ops() {
 
 void register_quantize_ops(std::vector<OpDef>& ops) {
   ops.push_back({"QuantizeLinear", 2, 3, nullptr, nullptr});
-  describe(ops.back(), OpKind::Elementwise, {"axis", "block_size", "output_dtype", "saturate"});
+  describe(ops.back(), OpKind::Elementwise, {"axis", "block_size", "output_dtype", "precision", "saturate"});
   ops.back().expand = expand_quantize;
   ops.push_back({"DequantizeLinear", 2, 3, nullptr, nullptr});
-  describe(ops.back(), OpKind::Elementwise, {"axis", "block_size"});
+  describe(ops.back(), OpKind::Elementwise, {"axis", "block_size", "output_dtype"});
   ops.back().expand = expand_quantize;
   // ONNX Runtime's QOperator format and dynamic quantization, as Q/DQ arithmetic (always
   // expanded: never in a graph, so their fusion pattern is never asked).

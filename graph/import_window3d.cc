@@ -220,7 +220,7 @@ bool add_pool_3d_as_2d(const Node& n, Graph& g, const std::string& file,
 
   NodeBuilder b(n, g, add);
   // Each depth pooled in 2-D, then the depth window's taps combined.
-  std::string p2 = b.node(n.op, {depth_into_batch(b, n.inputs[0], x)}, attrs_2d(n, win, is_max));
+  std::string p2 = b.node(n.op, {depth_into_batch(b, n.inputs[0], x)}, attrs_2d(n, win, is_max || n.has("dilations")));
   const Shape s2 = g.value(p2).shape;  // [N * D, C, H_out, W_out]
   std::string pooled = depth_out_of_batch(b, p2, x[0], x[2], s2);
   const std::string xp = pad_depth(b, pooled, win, is_max ? -std::numeric_limits<float>::infinity() : 0.0f);

@@ -22,7 +22,7 @@
 namespace tf::graph {
 namespace {
 
-constexpr int64_t kMinOpset = 11, kMaxOpset = 17;
+constexpr int64_t kMinOpset = 11, kMaxOpset = 25;
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -1,7 +1,7 @@
 // onnx_import: an ONNX model file into a graph (graph/graph.h).
 //
 // What it promises:
-//   - Models of opsets 11 to 17 (default domain), float32 computation, static shapes, as
+//   - Models of opsets 11 to 25 (default domain), float32 computation, static shapes, as
 //     PyTorch's exporter writes them, import; shape arithmetic (Shape, Gather, Slice, Concat,
 //     Unsqueeze, Cast, ... on int64) is evaluated at import, so every value gets a static
 //     shape and int64 tensors end up as constants. Some nodes are expanded into several:

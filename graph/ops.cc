@@ -37,6 +37,7 @@ const std::map<std::string, OpDef>& registry() {
     register_scan_ops(all);
     register_recurrent_ops(all);
     register_quantize_ops(all);
+    register_norm_ops(all);
     register_precision_ops(all);
     register_attention_ops(all);
     std::map<std::string, OpDef> m;

@@ -10,8 +10,9 @@
 //     inputs that decide a shape (Reshape's shape, Slice's starts, ...) must be constants.
 //   - eval() is the reference: plain loops, float32 elements with wide accumulators. Constant
 //     folding runs it, and tests compare compiled models against it. It is not fast.
-// Semantics follow the ONNX operator documents for opsets 11 to 17 (`opset` selects between
-// versions where they differ: Softmax before 13, axes as attribute or input).
+// Semantics follow the ONNX operator documents for opsets 11 to 25 (`opset` selects between
+// versions where they differ: Softmax before 13, axes as attribute or input, GroupNormalization's
+// scale per group before 21; what a later opset adds is refused before it).
 #pragma once
 
 #include <array>
@@ -105,7 +106,7 @@ struct OpDef {
   // fuser stops (TF_CHECK) rather than guess: a wrong guess fuses an injective or opaque
   // operator into an anchor's epilogue.
   std::optional<OpKind> pattern{};
-  // The attributes it understands (the ONNX spec's, opsets 11 to 17); any other attribute is
+  // The attributes it understands (the ONNX spec's, opsets 11 to 25); any other attribute is
   // refused rather than ignored, so a model never computes something else silently. Those that
   // only matter in training or for outputs tunefarm refuses are accepted (BatchNormalization's
   // momentum, MaxPool's storage_order). Their kinds and defaults are where they are read
@@ -180,6 +181,7 @@ void register_einsum_ops(std::vector<OpDef>& ops);
 void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum, Trilu, GatherElements, ...
 void register_recurrent_ops(std::vector<OpDef>& ops);  // graph/import_recurrent.h
 void register_quantize_ops(std::vector<OpDef>& ops);   // graph/import_quantize.h
+void register_norm_ops(std::vector<OpDef>& ops);  // graph/import_norms.cc: GroupNormalization, RMSNormalization, LRN
 void register_precision_ops(std::vector<OpDef>& ops);  // graph/pass_auto_mixed_precision.cc
 void register_attention_ops(std::vector<OpDef>& ops);  // graph/pass_fuse_attention.cc
 
@@ -241,8 +243,11 @@ void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k);
 // with the axis's coordinate replaced by the index. The reference evaluations and
 // lower-scatter-nd both ask here.
 std::vector<int64_t> scatter_targets(const Node& n, const Shape& data, const HostTensor& indices);
-// out[o] = update[k] under ScatterND's and ScatterElements' reduction (none, add, mul; int64
-// wrapping as int64 does).
+// ScatterND's and ScatterElements' reduction: none, add, mul, and from opset 18 max and min;
+// else the node's error.
+void check_scatter_reduction(const OpContext& c);
+// out[o] = update[k] under ScatterND's and ScatterElements' reduction (none, add, mul, max,
+// min; int64 add and mul wrapping as int64 does).
 void scatter_combine(HostTensor& out, int64_t o, const HostTensor& update, int64_t k,
                      const std::string& reduction);
 // Input k must be float32, else the node's error naming the input and its type.
@@ -285,7 +290,7 @@ SliceSpec slice_spec(const OpContext& c);
 // cropped) and the output shape; `source` maps an output position on a dimension of size n to
 // the input position it copies, or -1 where constant mode writes the constant value.
 struct PadSpec {
-  enum Mode { Constant, Reflect, Edge } mode = Constant;
+  enum Mode { Constant, Reflect, Edge, Wrap } mode = Constant;
   std::vector<int64_t> begin;
   Shape out;
   int64_t source(int64_t at, size_t dim, int64_t n) const;
@@ -349,7 +354,7 @@ GatherNDSpec gather_nd_spec(const OpContext& c);
 // an output position maps to (`source`; the scale is the given one, or out / in from sizes)
 // and nearest mode's rounding of it. Reads outside the input clamp to its edge.
 struct ResizeSpec {
-  enum Coord { HalfPixel, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalfPixelForNn } coord = HalfPixel;
+  enum Coord { HalfPixel, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalfPixelForNn, HalfPixelSymmetric } coord = HalfPixel;
   enum Nearest { RoundPreferFloor, RoundPreferCeil, Floor, Ceil } nearest = RoundPreferFloor;
   bool linear = false;
   bool cubic = false;            // mode cubic: 4 taps per axis, Keys' kernel with cubic_a
@@ -357,9 +362,12 @@ struct ResizeSpec {
   bool exclude_outside = false;  // cubic: taps outside the input weigh 0, the rest renormalised
   Shape in, out;
   // The scale, and the resized length the coordinate transformation uses: in * scale when
-  // scales are given (not rounded, as in the ONNX reference), else the size.
+  // scales are given (not rounded, as in the ONNX reference), else the size (keep_aspect_ratio_policy
+  // not_larger or not_smaller, opset 18: in * the one scale, out its rounding).
   std::vector<double> scale, length;
   double source(int64_t at, size_t dim) const;
+  // half_pixel_symmetric's shift of the input position (opset 19): in / 2 * (1 - out / length).
+  double symmetric_offset(size_t dim) const;
   int64_t round(double x) const;
   // The cubic weights of the taps at floor(x) - 1 .. floor(x) + 2 for x - floor(x) = t.
   std::array<double, 4> cubic_weights(double t) const;

@@ -36,6 +36,14 @@ void for_each_broadcast(const Shape& out, const std::array<const Shape*, N>& ins
   }
 }
 
+// Gelu's approximate: "none" (default) or "tanh"; anything else is the node's error.
+bool gelu_tanh(const Node& n) {
+  const std::string a = n.get_string("approximate", "none");
+  if (a != "none" && a != "tanh")
+    throw UserError(str(n.where(), ": approximate '", a, "' is not one of none, tanh"));
+  return a == "tanh";
+}
+
 OpDef unary(const std::string& type, std::function<float(float, const Node&)> f, te::UnaryExpr expr) {
   OpDef d{type, 1, 1, nullptr, nullptr};
   d.te = te::unary_te(std::move(expr));
@@ -355,15 +363,28 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(unary("Reciprocal", [](float x, const Node&) { return 1.0f / x; },
       [](ir::Expr x, const Node&) { return ir::f32(1.0) / x; }));
   describe(ops.back(), OpKind::Elementwise);
-  // GELU (ONNX opset 20's Gelu, approximate="none"): what recognize-composites makes of the
-  // Erf form exporters write.
-  ops.push_back(unary("Gelu", [](float x, const Node&) {
-    return static_cast<float>(0.5 * x * (1 + std::erf(double(x) / std::sqrt(2.0))));
+  // GELU (ONNX opset 20's Gelu): exact (approximate="none", what recognize-composites makes of
+  // the Erf form exporters write), or approximate="tanh",
+  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+  ops.push_back(unary("Gelu", [](float x, const Node& n) {
+    const double v = x;
+    if (gelu_tanh(n))
+      return static_cast<float>(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
+    return static_cast<float>(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
   },
-      [](ir::Expr x, const Node&) {
+      [](ir::Expr x, const Node& n) {
+         if (gelu_tanh(n)) {
+           ir::Expr u = ir::f32(std::sqrt(2 / M_PI)) * (x + ir::f32(0.044715) * x * x * x);
+           return ir::f32(0.5) * x * (ir::f32(1.0) + ir::tanh(u));
+         }
          return ir::f32(0.5) * x * (ir::f32(1.0) + te::erf(x * ir::f32(1.0 / std::sqrt(2.0))));
        }));
-  describe(ops.back(), OpKind::Elementwise);
+  ops.back().infer = [](const OpContext& c) {
+    require_float(c, 0);
+    gelu_tanh(c.node);  // checks the attribute
+    return std::vector<TypeShape>{{DType::F32, c.in(0).shape}};
+  };
+  describe(ops.back(), OpKind::Elementwise, {"approximate"});
   ops.push_back(unary("Sign", [](float x, const Node&) { return float((x > 0) - (x < 0)); },
       [](ir::Expr x, const Node&) {
          return ir::select(te::gt(x, ir::f32(0.0)), ir::f32(1.0),
@@ -521,7 +542,8 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(clip_op());
   describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);
   ops.push_back(cast_op());
-  describe(ops.back(), OpKind::Elementwise, {"to", kStorageCast}, /*int64_exact=*/true);
+  // saturate (opset 19): how casts to float8 types saturate; those are refused (cast_target).
+  describe(ops.back(), OpKind::Elementwise, {"to", "saturate", kStorageCast}, /*int64_exact=*/true);
 }
 
 }  // namespace tf::graph

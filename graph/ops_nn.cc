@@ -304,6 +304,8 @@ std::vector<TypeShape> pool_infer(const OpContext& c) {
   require_float(c, 0);
   if (c.node.outputs.size() > 1)
     throw UserError(str(c.node.where(), ": the Indices output is not supported"));
+  if (c.node.op == "AveragePool" && c.opset < 19 && c.node.has("dilations"))
+    throw UserError(str(c.node.where(), ": AveragePool takes dilations from opset 19 (the model's is ", c.opset, ")"));
   return {{DType::F32, pool_window(c, c.in(0).shape).out}};
 }
 
@@ -779,7 +781,7 @@ void register_nn_ops(std::vector<OpDef>& ops) {
   ops.back().rows_apart = rows_apart_always;
   ops.back().expand = expand_window;  // 1-D and 3-D windows
   ops.push_back({"AveragePool", 1, 1, pool_infer, pool_eval, te::pool_te(/*max=*/false)});
-  describe(ops.back(), OpKind::Opaque, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
+  describe(ops.back(), OpKind::Opaque, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"});
   ops.back().rows_apart = rows_apart_always;
   ops.back().expand = expand_window;  // 1-D and 3-D windows
   ops.push_back({"GlobalAveragePool", 1, 1, global_pool_infer, global_pool_eval, te::global_pool_te(/*max=*/false)});

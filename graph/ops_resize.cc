@@ -1,11 +1,13 @@
-// Resize (opsets 11 to 17) in the nearest, linear and cubic modes: the output shape from constant
-// scales or sizes, where each output position reads in the input (ResizeSpec, shared with
+// Resize (opsets 11 to 25) in the nearest, linear and cubic modes: the output shape from constant
+// scales or sizes (of every axis, or from opset 18 of `axes`; sizes kept to the input's aspect
+// ratio by keep_aspect_ratio_policy), where each output position reads in the input (ResizeSpec, shared with
 // the compiled kernels in node_te.cc), and the reference evaluation. Semantics follow the ONNX
 // spec and its reference implementation: the coordinate transformation maps an output
 // position to a fractional input one; nearest rounds it (nearest_mode), linear interpolates
 // between its two neighbours on each resized axis, cubic between its four (Keys' kernel with
 // cubic_coeff_a; exclude_outside gives taps outside the input weight 0 and renormalises);
-// positions outside the input read its edge. tf_crop_and_resize is refused.
+// positions outside the input read its edge. tf_crop_and_resize is refused, and antialias where
+// it changes the result (a linear or cubic axis made smaller).
 #include <algorithm>
 #include <cmath>
 
@@ -31,12 +33,12 @@ ResizeSpec resize_spec(const OpContext& c) {
   s.exclude_outside = n.get_int("exclude_outside", 0) != 0;
   std::string coord = n.get_string("coordinate_transformation_mode", "half_pixel");
   const std::vector<std::string> coords = {"half_pixel", "pytorch_half_pixel", "align_corners",
-                                           "asymmetric", "tf_half_pixel_for_nn"};
+                                           "asymmetric", "tf_half_pixel_for_nn", "half_pixel_symmetric"};
   auto it = std::find(coords.begin(), coords.end(), coord);
-  if (it == coords.end())
+  if (it == coords.end() || (coord == "half_pixel_symmetric" && c.opset < 19))
     throw UserError(str(n.where(), ": coordinate_transformation_mode '", coord,
                         "' is not supported (half_pixel, pytorch_half_pixel, align_corners, "
-                        "asymmetric, tf_half_pixel_for_nn are)"));
+                        "asymmetric, tf_half_pixel_for_nn are; half_pixel_symmetric from opset 19)"));
   s.coord = static_cast<ResizeSpec::Coord>(it - coords.begin());
   std::string nearest = n.get_string("nearest_mode", "round_prefer_floor");
   const std::vector<std::string> nearests = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
@@ -52,14 +54,34 @@ ResizeSpec resize_spec(const OpContext& c) {
   s.in = x;
   s.out = x;
   s.scale.assign(x.size(), 1.0);
-  s.length.assign(x.size(), 0.0);
+  for (size_t d = 0; d < x.size(); ++d) s.length.push_back(static_cast<double>(x[d]));
+  // The axes scales and sizes hold values for (opset 18): all of them by default.
+  std::vector<size_t> axes;
+  if (n.has("axes")) {
+    if (c.opset < 18) throw UserError(str(n.where(), ": axes is an attribute from opset 18 (the model's is ", c.opset, ")"));
+    std::vector<bool> seen(x.size(), false);
+    for (int64_t a : n.get_ints("axes", {})) {
+      auto d = static_cast<size_t>(normalize_axis(n, a, static_cast<int64_t>(x.size())));
+      if (seen[d]) throw UserError(str(n.where(), ": axis ", a, " appears twice in axes"));
+      seen[d] = true;
+      axes.push_back(d);
+    }
+  } else {
+    for (size_t d = 0; d < x.size(); ++d) axes.push_back(d);
+  }
+  const std::string policy = n.get_string("keep_aspect_ratio_policy", "stretch");
+  if ((policy != "stretch" && policy != "not_larger" && policy != "not_smaller") ||
+      (policy != "stretch" && c.opset < 18))
+    throw UserError(str(n.where(), ": keep_aspect_ratio_policy '", policy,
+                        "' is not supported (stretch, not_larger and not_smaller from opset 18 are)"));
   if (has_scales) {
     const HostTensor& t = c.constant(2, "scales");
-    if (t.dtype != DType::F32 || t.size() != static_cast<int64_t>(x.size()))
+    if (t.dtype != DType::F32 || t.size() != static_cast<int64_t>(axes.size()))
       throw UserError(str(n.where(), ": scales ", shape_str(t.shape), " must hold one float per axis of ",
-                          shape_str(x)));
-    for (size_t d = 0; d < x.size(); ++d) {
-      double v = t.f[d];
+                          n.has("axes") ? str("axes ", shape_str(n.get_ints("axes", {}))) : shape_str(x)));
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const size_t d = axes[k];
+      double v = t.f[k];
       if (!(v > 0) || !std::isfinite(v) || x[d] * v >= double(kMaxGraphTensorElements))
         throw UserError(str(n.where(), ": scale ", v, " on axis ", d, " is not a positive size factor"));
       s.scale[d] = v;
@@ -68,24 +90,51 @@ ResizeSpec resize_spec(const OpContext& c) {
     }
   } else {
     const HostTensor& t = c.constant(3, "sizes");
-    if (t.dtype != DType::I64 || t.size() != static_cast<int64_t>(x.size()))
+    if (t.dtype != DType::I64 || t.size() != static_cast<int64_t>(axes.size()))
       throw UserError(str(n.where(), ": sizes ", shape_str(t.shape), " must hold one integer per axis of ",
-                          shape_str(x)));
-    for (size_t d = 0; d < x.size(); ++d) {
-      int64_t v = t.i[d];
+                          n.has("axes") ? str("axes ", shape_str(n.get_ints("axes", {}))) : shape_str(x)));
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const size_t d = axes[k];
+      int64_t v = t.i[k];
       if (v < 0 || v > kMaxGraphTensorElements)
         throw UserError(str(n.where(), ": size ", v, " on axis ", d, " is out of range"));
       s.out[d] = v;
       s.length[d] = static_cast<double>(v);
       s.scale[d] = x[d] > 0 ? double(v) / double(x[d]) : 1.0;
     }
+    if (policy != "stretch" && !axes.empty()) {
+      // One scale for every given axis, the smallest (not_larger) or largest of theirs; sizes
+      // round half up.
+      double one = s.scale[axes[0]];
+      for (size_t d : axes) one = policy == "not_larger" ? std::min(one, s.scale[d]) : std::max(one, s.scale[d]);
+      for (size_t d : axes) {
+        s.scale[d] = one;
+        s.length[d] = x[d] * one;
+        if (s.length[d] >= double(kMaxGraphTensorElements))
+          throw UserError(str(n.where(), ": the size on axis ", d, " kept to the aspect ratio is out of range"));
+        s.out[d] = static_cast<int64_t>(std::floor(s.length[d] + 0.5));
+      }
+    }
   }
   for (size_t d = 0; d < x.size(); ++d) {
     if (x[d] == 0 && s.out[d] > 0)
       throw UserError(str(n.where(), ": cannot resize the empty axis ", d, " to ", s.out[d]));
   }
+  // antialias (opset 18) widens linear and cubic filters on the axes made smaller; elsewhere it
+  // changes nothing.
+  if (n.get_int("antialias", 0) != 0) {
+    for (size_t d = 0; d < x.size(); ++d) {
+      if ((s.linear || s.cubic) && s.scale[d] < 1.0 && !s.identity(d))
+        throw UserError(str(n.where(), ": antialias when ", s.linear ? "linear" : "cubic", " interpolation makes axis ", d,
+                            " smaller (", x[d], " -> ", s.out[d], ") is not implemented"));
+    }
+  }
   check_tensor_size(n.where(), s.out);
   return s;
+}
+
+double ResizeSpec::symmetric_offset(size_t d) const {
+  return length[d] > 0 ? double(in[d]) / 2 * (1 - double(out[d]) / length[d]) : 0.0;
 }
 
 bool ResizeSpec::identity(size_t d) const {
@@ -100,6 +149,7 @@ double ResizeSpec::source(int64_t at, size_t d) const {
     case AlignCorners: return length[d] != 1 ? x * double(in[d] - 1) / (length[d] - 1) : 0.0;
     case Asymmetric: return x / s;
     case TfHalfPixelForNn: return (x + 0.5) / s;
+    case HalfPixelSymmetric: return symmetric_offset(d) + (x + 0.5) / s - 0.5;
   }
   return x;
 }
@@ -209,7 +259,8 @@ void register_resize_ops(std::vector<OpDef>& ops) {
                    return std::vector<TypeShape>{{DType::F32, resize_spec(c).out}};
                  },
                  resize_eval, te::resize_te});
-  describe(ops.back(), OpKind::Injective, {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value", "mode", "nearest_mode"});
+  describe(ops.back(), OpKind::Injective, {"antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+                                          "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode"});
   ops.back().rows_apart = resize_rows_apart;
 }
 

@@ -267,10 +267,7 @@ std::vector<TypeShape> scatter_elements_infer(const OpContext& c) {
       throw UserError(str(c.node.where(), ": indices ", shape_str(idx), " are larger than data ",
                           shape_str(x)));
   }
-  std::string red = c.node.get_string("reduction", "none");
-  if (red != "none" && red != "add" && red != "mul")
-    throw UserError(
-        str(c.node.where(), ": reduction '", red, "' is not supported (none, add and mul are)"));
+  check_scatter_reduction(c);
   return {{c.in(0).dtype, x}};
 }
 
@@ -321,14 +318,25 @@ std::vector<int64_t> scatter_targets(const Node& n, const Shape& x, const HostTe
   return targets;
 }
 
+void check_scatter_reduction(const OpContext& c) {
+  std::string red = c.node.get_string("reduction", "none");
+  const bool from18 = red == "max" || red == "min";
+  if ((red != "none" && red != "add" && red != "mul" && !from18) || (from18 && c.opset < 18)) {
+    throw UserError(str(c.node.where(), ": reduction '", red, "' is not supported (none, add and mul are",
+                        c.opset >= 18 ? ", and max and min" : "; max and min from opset 18", ")"));
+  }
+}
+
 void scatter_combine(HostTensor& out, int64_t o, const HostTensor& update, int64_t k,
                      const std::string& red) {
   if (out.dtype == DType::F32) {
-    float v = update.f[k];
-    out.f[o] = red == "add" ? out.f[o] + v : red == "mul" ? out.f[o] * v : v;
+    float a = out.f[o], v = update.f[k];
+    out.f[o] = red == "add" ? a + v : red == "mul" ? a * v : red == "max" ? std::max(a, v) : red == "min" ? std::min(a, v) : v;
   } else {
     auto a = static_cast<uint64_t>(out.i[o]), b = static_cast<uint64_t>(update.i[k]);  // wrapping
-    out.i[o] = static_cast<int64_t>(red == "add" ? a + b : red == "mul" ? a * b : b);
+    int64_t sa = out.i[o], sb = update.i[k];
+    out.i[o] = red == "max" ? std::max(sa, sb) : red == "min" ? std::min(sa, sb)
+                            : static_cast<int64_t>(red == "add" ? a + b : red == "mul" ? a * b : b);
   }
 }
 

@@ -244,9 +244,11 @@ PadSpec pad_spec(const OpContext& c) {
     s.mode = PadSpec::Reflect;
   else if (mode == "edge")
     s.mode = PadSpec::Edge;
+  else if (mode == "wrap" && c.opset >= 19)
+    s.mode = PadSpec::Wrap;
   else if (mode != "constant")
-    throw UserError(str(c.node.where(), ": mode '", mode,
-                        "' is not supported (constant, reflect and edge are)"));
+    throw UserError(str(c.node.where(), ": mode '", mode, "' is not supported (constant, reflect and edge are",
+                        c.opset >= 19 ? ", and wrap" : "; wrap from opset 19", ")"));
   std::vector<int64_t> pads = ints_of(c.constant(1, "pads")), axes;
   if (c.present(3)) {
     for (int64_t a : ints_of(c.constant(3, "axes"))) axes.push_back(normalize_axis(c.node, a, rank));
@@ -287,6 +289,7 @@ int64_t PadSpec::source(int64_t at, size_t dim, int64_t n) const {
   if (i >= 0 && i < n) return i;
   if (mode == Constant) return -1;
   if (mode == Edge || n == 1) return i < 0 ? 0 : n - 1;
+  if (mode == Wrap) return ((i % n) + n) % n;  // a torus: ..., n-1, [0, ..., n-1], 0, ...
   int64_t period = 2 * (n - 1);  // reflect: ..., 2, 1, [0, 1, ..., n-1], n-2, ...
   i = ((i % period) + period) % period;
   return i < n ? i : period - i;
@@ -318,7 +321,7 @@ std::vector<HostTensor> pad_eval(const OpContext& c, const std::vector<const Hos
   return {out};
 }
 
-// ---- ScatterND (opset 11+; reduction none, add or mul from opset 16): a copy of data with
+// ---- ScatterND (opset 11+; reduction none, add or mul from opset 16, max or min from 18): a copy of data with
 // the slices that indices [..., k] address replaced by (or combined with) updates. Reference
 // only: compiled models get it folded when its inputs are constants (masks built by slice
 // assignment, as Swin's), else compiling it is not implemented.
@@ -327,9 +330,7 @@ std::vector<TypeShape> scatter_nd_infer(const OpContext& c) {
   if (c.in(1).dtype != DType::I64) throw UserError(str(c.node.where(), ": indices must be integers"));
   if (c.in(2).dtype != c.in(0).dtype)
     throw UserError(str(c.node.where(), ": updates are ", dtype_name(c.in(2).dtype), ", data ", dtype_name(c.in(0).dtype)));
-  std::string red = c.node.get_string("reduction", "none");
-  if (red != "none" && red != "add" && red != "mul")
-    throw UserError(str(c.node.where(), ": reduction '", red, "' is not supported (none, add and mul are)"));
+  check_scatter_reduction(c);
   if (idx.empty() || idx.back() < 1 || idx.back() > static_cast<int64_t>(x.size()))
     throw UserError(str(c.node.where(), ": indices ", shape_str(idx), " must end in 1 to ", x.size(),
                         " (the rank of data ", shape_str(x), ")"));
@@ -579,7 +580,8 @@ HostTensor range_of(const OpContext& c) {
 }  // namespace
 
 // ---- Split along `axis`: sizes from the `split` input (opset 13+) or attribute, else equal
-// parts (one per output).
+// parts (one per output; from opset 18 num_outputs parts of ceil(size / num_outputs), the last
+// smaller).
 std::vector<int64_t> split_sizes(const OpContext& c) {
   const Shape& x = c.in(0).shape;
   int64_t axis = normalize_axis(c.node, c.node.get_int("axis", 0), static_cast<int64_t>(x.size()));
@@ -589,6 +591,22 @@ std::vector<int64_t> split_sizes(const OpContext& c) {
   else
     sizes = c.node.get_ints("split", {});
   auto parts = static_cast<int64_t>(c.node.outputs.size());
+  if (c.node.has("num_outputs")) {  // opset 18: parts of ceil(size / num_outputs), the last smaller
+    const int64_t n = c.node.get_int("num_outputs", 0);
+    if (c.opset < 18 || c.present(1) || c.node.has("split") || n != parts || n < 1) {
+      throw UserError(str(c.node.where(), ": num_outputs ", n,
+                          c.opset < 18 ? str(" is an attribute from opset 18 (the model's is ", c.opset, ")")
+                          : n != parts || n < 1 ? str(" differs from the node's ", parts, " outputs")
+                                                : std::string(" and split are given both")));
+    }
+    const int64_t chunk = (x[axis] + n - 1) / n, last = x[axis] - chunk * (n - 1);
+    if (last < 0 || (last == 0 && x[axis] > 0)) {
+      throw UserError(str(c.node.where(), ": axis of size ", x[axis], " does not split into ", n,
+                          " parts of ", chunk, " (the last smaller but not empty)"));
+    }
+    sizes.assign(n - 1, chunk);
+    sizes.push_back(last);
+  }
   if (sizes.empty()) {
     if (parts == 0 || x[axis] % parts != 0) {
       throw UserError(str(c.node.where(), ": axis of size ", x[axis], " does not split into ",
@@ -793,7 +811,7 @@ void register_shape_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Injective, {}, /*int64_exact=*/true);
   ops.back().rows_apart = rows_apart_always;
   ops.push_back({"Split", 1, 2, split_infer, split_eval, te::split_te});
-  describe(ops.back(), OpKind::Injective, {"axis", "split"}, /*int64_exact=*/true);
+  describe(ops.back(), OpKind::Injective, {"axis", "num_outputs", "split"}, /*int64_exact=*/true);
   ops.back().rows_apart = rows_apart_always;
   ops.push_back({"Expand", 2, 2,
                  [](const OpContext& c) {

@@ -11,7 +11,9 @@
 //   out  = Where(mask, Gather(rows, map), data)       reduction none: the last row wins
 // For reduction add and mul every row counts: rows writing the same position are spread over
 // layers (the d-th row writing each p is in layer d), and each layer is added in
-//   out = Add(out, Where(mask_d, Gather(rows, map_d), 0))     (Mul and 1 for mul).
+//   out = Add(out, Where(mask_d, Gather(rows, map_d), 0))     (Mul and 1 for mul),
+// and for max and min (opset 18)
+//   out = Where(mask_d, Max(out, Gather(rows, map_d)), out)   (Min for min).
 // More than kMaxLayers rows on one position, computed indices, or an index out of range (the
 // node's error, as in the reference evaluation) leave the node as it is.
 #include "base/error.h"
@@ -108,10 +110,18 @@ bool rewrite_scatter_nd(Graph& g, const Node& n, std::vector<Node>& out) {
       out.push_back(Node{n.name, "Where", {cond, gathered, acc}, {y}, {}});
       break;  // one layer
     }
+    std::string next = last ? y : computed(tag + "_acc", x);
+    if (reduction == "max" || reduction == "min") {  // the row where the mask says, else acc
+      std::string combined = computed(tag + "_combined", x);
+      out.push_back(Node{n.name + "." + tag + "_" + reduction, reduction == "max" ? "Max" : "Min",
+                         {acc, gathered}, {combined}, {}});
+      out.push_back(Node{last ? n.name : n.name + "." + tag, "Where", {cond, combined, acc}, {next}, {}});
+      acc = next;
+      continue;
+    }
     std::string picked = computed(tag + "_picked", x);
     out.push_back(Node{n.name + "." + tag + "_where", "Where",
                        {cond, gathered, scalar(reduction == "add" ? 0 : 1)}, {picked}, {}});
-    std::string next = last ? y : computed(tag + "_acc", x);
     out.push_back(Node{last ? n.name : n.name + "." + tag, reduction == "add" ? "Add" : "Mul",
                        {acc, picked}, {next}, {}});
     acc = next;

@@ -77,6 +77,8 @@ std::vector<Tensor> pad_te(const Graph& g, const Node& n, const OpContext& c, co
       }
       if (s.mode == PadSpec::Edge || (s.mode == PadSpec::Reflect && extent == 1)) {
         src.push_back(clamp(at, 0, extent - 1));
+      } else if (s.mode == PadSpec::Wrap) {
+        src.push_back(at % extent);  // floored, as below
       } else if (s.mode == PadSpec::Reflect) {  // PadSpec::source, in index arithmetic
         int64_t period = 2 * (extent - 1);
         Expr m = at % period;  // the IR's Mod floors: in [0, period) for negative `at` too
@@ -126,6 +128,9 @@ std::vector<Tensor> resize_te(const Graph& g, const Node& n, const OpContext& c,
         break;
       case ResizeSpec::Asymmetric: src = at / scale; break;
       case ResizeSpec::TfHalfPixelForNn: src = (at + ir::f32(0.5)) / scale; break;
+      case ResizeSpec::HalfPixelSymmetric:
+        src = (at + ir::f32(0.5)) / scale + ir::f32(s.symmetric_offset(d) - 0.5);
+        break;
     }
     if (!s.linear && !s.cubic) {
       Expr r;
