@@ -34,10 +34,13 @@ struct Expansion {
     if (v.dtype != DType::F32) fail(str(what, " '", v.name, "' is ", dtype_name(v.dtype), "; it must be float32"));
     return v;
   }
+  void one_output() const {
+    if (n.outputs.size() != 1 || n.outputs[0].empty()) fail("must have one output");
+  }
   void check(int64_t since) const {
     if (sink.g.opset < since)
       fail(str(n.op, " is an operator of opset ", since, " and later (the model's is ", sink.g.opset, ")"));
-    if (n.outputs.size() != 1 || n.outputs[0].empty()) fail("must have one output");
+    one_output();
     if (int64_t t = n.get_int("stash_type", 1); t != 1)
       fail(str("stash_type ", t, " is not supported (1: stage one in float32)"));
   }
@@ -64,10 +67,9 @@ bool expand_group_norm(const Node& n, ImportSink& s) {
   std::string v = b.reshape(n.inputs[0], {x[0], groups, rest});
   v = b.node("LayerNormalization", {v, b.scalar(1.0f)},
              {{"axis", int64_t{-1}}, {"epsilon", n.get_float("epsilon", 1e-5f)}});
-  // The affine step along the axis scale and bias run along: channels, or groups.
-  Shape along = per_channel ? x : Shape{x[0], groups, rest};
+  // The affine step along the axis scale and bias run along: x's channels, or the view's groups.
   if (per_channel) v = b.reshape(v, x);
-  Shape param(along.size() - 1, 1);
+  Shape param(per_channel ? x.size() - 1 : 2, 1);
   param[0] = want[0];
   v = b.node("Mul", {v, b.reshape(n.inputs[1], param)});
   if (per_channel) {
@@ -106,7 +108,7 @@ bool expand_rms_norm(const Node& n, ImportSink& s) {
 
 bool expand_lrn(const Node& n, ImportSink& s) {
   const Expansion e{n, s};
-  if (n.outputs.size() != 1 || n.outputs[0].empty()) e.fail("must have one output");
+  e.one_output();
   const Shape x = e.input(0, "X").shape;
   if (x.size() < 2) e.fail(str("X ", shape_str(x), " must have rank 2 or more ([N, C, ...])"));
   if (!n.has("size")) e.fail("attribute 'size' is required");
