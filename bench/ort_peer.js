@@ -8,7 +8,9 @@
 //       a session with T intra-op threads, one inter-op thread, sequential execution and
 //       graph optimisation LEVEL (ONNX Runtime's: disabled, basic, extended, all; default
 //       all); RAW files hold float32 data: the input is read from one,
-//       and the first output of one call is written to the other (for the error check).
+//       and the first output of one call is written to the other (for the error check);
+//       with "outputs_dir": DIR, every output is also written, as DIR/<k>.raw in the session's
+//       output order, and the reply lists them: "outputs": [{"name", "dims", "type", "file"}].
 //   {"op": "time", "id": K, "calls": N, "warmup_ms": W}
 //       calls for W ms untimed, then N calls, each timed: {"ok": true, "times_s": [...]}
 // Errors answer {"ok": false, "error": "..."}; the process stays up for the next request.
@@ -33,10 +35,19 @@ async function load(req) {
   const data = new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4);
   const feeds = {[session.inputNames[0]]: new ort.Tensor('float32', data, req.dims)};
   const out = await session.run(feeds);
+  const bytes = (t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
   const first = out[session.outputNames[0]];
-  fs.writeFileSync(req.output, Buffer.from(first.data.buffer, first.data.byteOffset, first.data.byteLength));
+  fs.writeFileSync(req.output, bytes(first));
+  const reply = {ok: true, version: ort.env.versions ? ort.env.versions.common : undefined, dims: first.dims};
+  if (req.outputs_dir) {
+    reply.outputs = session.outputNames.map((name, k) => {
+      const t = out[name], file = `${req.outputs_dir}/${k}.raw`;
+      fs.writeFileSync(file, bytes(t));
+      return {name, dims: t.dims, type: t.type, file};
+    });
+  }
   sessions.set(req.id, {session, feeds});
-  return {ok: true, version: ort.env.versions ? ort.env.versions.common : undefined, dims: first.dims};
+  return reply;
 }
 
 async function time(req) {

@@ -1472,8 +1472,8 @@ TEST(OnnxImport, RowReductionsWithARestMatchTheReference) {
 // (reference evaluation) and compiled (against the reference): Split's num_outputs (the last
 // part smaller), Pad's wrap mode, ScatterElements' max and min, AveragePool's dilations, Gelu's
 // tanh form, GroupNormalization per group (18) and per channel (21), RMSNormalization (23), LRN,
-// and Resize's axes. (Not yet compared with ONNX Runtime: TF_OPSET_MODELS_DIR=dir saves the
-// model for that; ONNX Runtime refuses LRN of even size, which the spec allows.)
+// and Resize's axes. TF_OPSET_MODELS_DIR=dir saves the model as dir/newer_opsets.onnx: the
+// test graph_ort (ort_test.py) runs it in ONNX Runtime and compares every output with ours.
 TEST(OnnxImport, NewerOpsetsMatchTheirDefinitions) {
   const int64_t N = 2, C = 6, H = 3, W = 5;
   std::vector<float> xs(static_cast<size_t>(N * C * H * W));
@@ -1504,7 +1504,7 @@ TEST(OnnxImport, NewerOpsetsMatchTheirDefinitions) {
   b.floats("wscale", {1, 2, 3, 4, 5});
   set_int(b.node("RMSNormalization", {"x", "wscale"}, {"rms"}), "axis", 2);
   auto* lrn = b.node("LRN", {"x"}, {"lrn"});
-  set_int(lrn, "size", 4);
+  set_int(lrn, "size", 3);  // odd: ONNX Runtime refuses even sizes (LrnOfEvenSize, below)
   set_float(lrn, "alpha", 0.5f);
   b.floats("rscales", {2.0f, 0.5f});
   auto* rs = b.node("Resize", {"x", "", "rscales"}, {"rs"});
@@ -1557,9 +1557,9 @@ TEST(OnnxImport, NewerOpsetsMatchTheirDefinitions) {
     return at(n, c, h, w) / std::sqrt(ms + 1e-5) * double(w + 1);
   }, 1e-5);
   expect_all("lrn", {N, C, H, W}, [&](int64_t n, int64_t c, int64_t h, int64_t w) {
-    double sq = 0;  // channels c - 1 .. c + 2 (size 4)
-    for (int64_t cc = std::max<int64_t>(0, c - 1); cc <= std::min<int64_t>(C - 1, c + 2); ++cc) sq += std::pow(at(n, cc, h, w), 2);
-    return at(n, c, h, w) / std::pow(1.0 + 0.5 / 4 * sq, 0.75);
+    double sq = 0;  // channels c - 1 .. c + 1 (size 3)
+    for (int64_t cc = std::max<int64_t>(0, c - 1); cc <= std::min<int64_t>(C - 1, c + 1); ++cc) sq += std::pow(at(n, cc, h, w), 2);
+    return at(n, c, h, w) / std::pow(1.0 + 0.5 / 3 * sq, 0.75);
   }, 1e-5);
   // axes [2, 1]: H doubled, C halved (nearest, half_pixel, round_prefer_floor).
   expect_all("rs", {N, C / 2, 2 * H, W}, [&](int64_t n, int64_t c, int64_t h, int64_t w) {
@@ -1577,6 +1577,105 @@ TEST(OnnxImport, NewerOpsetsMatchTheirDefinitions) {
     for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got[o].f[k], w[k], 2e-5 * (1 + std::fabs(w[k]))) << outs[o] << " element " << k;
   }
   if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/newer_opsets.onnx");
+}
+
+// Opset 19's other forms, compiled against the reference evaluation here and compared with ONNX
+// Runtime by graph_ort (TF_OPSET_MODELS_DIR=dir saves dir/opset19_forms.onnx): GroupNormalization
+// with scale and bias per group (18), ScatterND and ScatterElements min, Resize to sizes kept to
+// the aspect ratio (not_larger, not_smaller) and linear half_pixel_symmetric, AveragePool
+// dilations with padding not counted, Split num_outputs along another axis.
+TEST(OnnxImport, Opset19FormsCompileAsTheReference) {
+  const int64_t N = 1, C = 4, H = 6, W = 7;
+  std::vector<float> xs(static_cast<size_t>(N * C * H * W));
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = std::sin(0.29f * static_cast<float>(k) + 0.3f) * 1.7f;
+  ModelBuilder b(19);
+  b.input("x", {N, C, H, W});
+  b.floats("gscale", {0.5f, 2.0f});
+  b.floats("gbias", {-1.0f, 3.0f});
+  set_int(b.node("GroupNormalization", {"x", "gscale", "gbias"}, {"gn"}), "num_groups", 2);
+  b.ints("ndidx", {0, 2, 0, 2, 0, 1});  // [3, 2]: x[0, 2] twice and x[0, 1]
+  b.ints("nd_shape", {3, 2});
+  b.node("Reshape", {"ndidx", "nd_shape"}, {"ndidx2"});
+  std::vector<float> upd;
+  for (int64_t k = 0; k < 3 * H * W; ++k) upd.push_back(std::cos(0.7f * static_cast<float>(k)) * 1.2f);
+  b.floats_shaped("ndupd", {3, H, W}, upd);
+  set_string(b.node("ScatterND", {"x", "ndidx2", "ndupd"}, {"ndmin"}), "reduction", "min");
+  b.ints("eidx", {1, 0, 6});
+  b.floats("eupd", {-9.0f, 0.0f, 9.0f});
+  b.ints("flat_shape", {-1});
+  b.node("Reshape", {"x", "flat_shape"}, {"flat"});
+  set_string(b.node("ScatterElements", {"flat", "eidx", "eupd"}, {"emin"}), "reduction", "min");
+  b.ints("sizes", {9, 20});
+  auto* keep = b.node("Resize", {"x", "", "", "sizes"}, {"keep_small"});
+  set_ints(keep, "axes", {2, 3});
+  set_string(keep, "mode", "linear");
+  set_string(keep, "keep_aspect_ratio_policy", "not_larger");
+  auto* big = b.node("Resize", {"x", "", "", "sizes"}, {"keep_big"});
+  set_ints(big, "axes", {2, 3});
+  set_string(big, "keep_aspect_ratio_policy", "not_smaller");
+  b.floats("sym_scales", {1.0f, 1.0f, 1.5f, 0.6f});
+  auto* sym = b.node("Resize", {"x", "", "sym_scales"}, {"symmetric"});
+  set_string(sym, "mode", "linear");
+  set_string(sym, "coordinate_transformation_mode", "half_pixel_symmetric");
+  auto* avg = b.node("AveragePool", {"x"}, {"avg_pad"});
+  set_ints(avg, "kernel_shape", {3, 2});
+  set_ints(avg, "dilations", {2, 2});
+  set_ints(avg, "pads", {2, 1, 1, 1});
+  auto* split = b.node("Split", {"x"}, {"p0", "p1", "p2"});
+  set_int(split, "axis", 3);
+  set_int(split, "num_outputs", 3);  // 7 -> 3, 3, 1
+  const char* outs[] = {"gn", "ndmin", "emin", "keep_small", "keep_big", "symmetric", "avg_pad", "p1", "p2"};
+  for (const char* o : outs) b.output(o);
+  Graph g = b.import();
+  HostTensor x = HostTensor::floats({N, C, H, W}, xs);
+  auto want = run_reference(g, {{"x", x}});
+  // One scale for both axes: the smaller of 9 / 6 and 20 / 7 (7 * 1.5 = 10.5 rounds up), or the larger.
+  EXPECT_EQ(want.at("keep_small").shape, (Shape{N, C, 9, 11}));
+  EXPECT_EQ(want.at("keep_big").shape, (Shape{N, C, 17, 20}));
+  EXPECT_EQ(want.at("p2").shape, (Shape{N, C, H, 1}));
+  Graph optimized = g;
+  run_passes(optimized, PassOptions{2, {}, {}, nullptr});
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
+  ASSERT_EQ(got.size(), std::size(outs));
+  for (size_t o = 0; o < got.size(); ++o) {
+    const std::vector<float>& w = want.at(outs[o]).f;
+    ASSERT_EQ(got[o].f.size(), w.size()) << outs[o];
+    for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got[o].f[k], w[k], 2e-5 * (1 + std::fabs(w[k]))) << outs[o] << " element " << k;
+  }
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/opset19_forms.onnx");
+}
+
+// LRN of even size, which ONNX allows (and ONNX Runtime refuses): the window of channel c is
+// [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)], one channel more after c than before.
+TEST(OnnxImport, LrnOfEvenSize) {
+  const int64_t C = 7, HW = 3;
+  std::vector<float> xs(static_cast<size_t>(C * HW));
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = std::cos(0.61f * static_cast<float>(k)) * 1.5f;
+  ModelBuilder b(13);
+  b.input("x", {1, C, HW});
+  auto* lrn = b.node("LRN", {"x"}, {"y"});
+  set_int(lrn, "size", 4);
+  set_float(lrn, "alpha", 0.5f);
+  set_float(lrn, "beta", 0.6f);
+  set_float(lrn, "bias", 2.0f);
+  b.output("y");
+  Graph g = b.import();
+  HostTensor x = HostTensor::floats({1, C, HW}, xs);
+  const std::vector<float> want = run_reference(g, {{"x", x}}).at("y").f;
+  ASSERT_EQ(want.size(), xs.size());
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t p = 0; p < HW; ++p) {
+      double sq = 0;  // channels c - 1 .. c + 2
+      for (int64_t cc = std::max<int64_t>(0, c - 1); cc <= std::min<int64_t>(C - 1, c + 2); ++cc)
+        sq += std::pow(double(xs[static_cast<size_t>(cc * HW + p)]), 2);
+      const double v = xs[static_cast<size_t>(c * HW + p)] / std::pow(2.0 + 0.5 / 4 * sq, 0.6);
+      EXPECT_NEAR(want[static_cast<size_t>(c * HW + p)], v, 1e-5) << "channel " << c << " position " << p;
+    }
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(g, {&x}, "generic", from_template);
+  ASSERT_EQ(got.size(), 1u);
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[0].f[k], want[k], 2e-5 * (1 + std::fabs(want[k]))) << k;
 }
 
 // What those opsets add is refused before them, and what tunefarm does not implement says so.

@@ -16,7 +16,10 @@ float32 models agree to float32 rounding.
 ONNX Runtime comes from scripts/install-ort.sh (scripts/test.sh runs it): $TUNEFARM_ORT_DIR, else
 ~/.cache/tunefarm/ort, else bench/ort. Without it the test fails saying how to install it.
 
-Usage: ort_test.py TUNEFARM_BINARY
+And the operators of ONNX opsets 18 to 23, in the models test_graph_import builds for them:
+every output against ONNX Runtime's (test_newer_opsets).
+
+Usage: ort_test.py TUNEFARM_BINARY [TEST_GRAPH_IMPORT_BINARY]
 """
 import json
 import os
@@ -141,7 +144,55 @@ class OrtTest(models_for_tests.ModelTestCase):
     def test_a_transformer_layer(self):
         self.check("enc", Encoder(), (1, 16, 64), 7)
 
+    def test_newer_opsets(self):
+        """The operators of opsets 18 to 23 (Split num_outputs, Pad wrap, Scatter max/min,
+        AveragePool dilations, Gelu tanh, GroupNormalization per group and per channel,
+        RMSNormalization, LRN, Resize axes / keep_aspect_ratio_policy / half_pixel_symmetric):
+        the models test_graph_import builds for them (checked there against their definitions
+        and compiled against the reference), every output here against ONNX Runtime's, both our
+        reference evaluation and our compiled library."""
+        if IMPORT_TEST is None:
+            self.skipTest("no test_graph_import binary given (ort_test.py TUNEFARM TEST_GRAPH_IMPORT)")
+        env = dict(os.environ, TF_OPSET_MODELS_DIR=self.d)
+        subprocess.run([IMPORT_TEST, "--gtest_filter=OnnxImport.NewerOpsetsMatchTheirDefinitions:"
+                        "OnnxImport.Opset19FormsCompileAsTheReference"], check=True, env=env, stdout=subprocess.DEVNULL)
+        # The inputs the C++ tests feed.
+        models = {"newer_opsets": (np.sin(0.37 * np.arange(180)) * 2 + 0.1).reshape(2, 6, 3, 5),
+                  "opset19_forms": np.sin(0.29 * np.arange(168) + 0.3).reshape(1, 4, 6, 7) * 1.7}
+        for name, x in models.items():
+            model = os.path.join(self.d, name + ".onnx")
+            x = x.astype(np.float32)
+            folder = os.path.join(self.d, name + "_ort")
+            os.makedirs(folder, exist_ok=True)
+            raw_in = os.path.join(self.d, "in.raw")
+            x.tofile(raw_in)
+            req = {"op": "load", "id": name, "model": model, "threads": 1, "input": raw_in, "dims": list(x.shape),
+                   "output": os.path.join(self.d, "out.raw"), "outputs_dir": folder}
+            self.peer.stdin.write(json.dumps(req) + "\n")
+            self.peer.stdin.flush()
+            reply = json.loads(self.peer.stdout.readline())
+            self.assertTrue(reply["ok"], reply)
+            xp = os.path.join(self.d, "x.npy")
+            np.save(xp, x)
+            for how in ("--reference", "--no-check"):  # the reference evaluation; the compiled library
+                args = ["run", "--model", model, "--input", f"x={xp}", "--repeat", "1", "--no-db", how]
+                for o in reply["outputs"]:
+                    args += ["--output", f"{o['name']}={os.path.join(folder, o['name'] + '.npy')}"]
+                run(*args)
+                for o in reply["outputs"]:
+                    self.assertEqual(o["type"], "float32", o)
+                    want = np.fromfile(o["file"], dtype=np.float32).reshape(o["dims"])
+                    got = np.load(os.path.join(folder, o["name"] + ".npy"))
+                    self.assertEqual(want.shape, got.shape, f"{name} {o['name']} {how}")
+                    err = float(np.abs(want - got).max())
+                    self.assertLess(err, 2e-6 * max(1.0, float(np.abs(want).max())), f"{name} {o['name']} {how}")
+                print(f"figure: {name} ({how}): {len(reply['outputs'])} outputs match ONNX Runtime", flush=True)
+
+
+IMPORT_TEST = None
 
 if __name__ == "__main__":
     TUNEFARM = sys.argv.pop(1)
+    if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
+        IMPORT_TEST = sys.argv.pop(1)
     unittest.main(verbosity=2)
