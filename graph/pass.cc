@@ -254,7 +254,8 @@ void replace_uses(Graph& g, const std::string& from, const std::string& to) {
   }
 }
 
-bool bypass(Graph& g, const std::string& out, const std::string& replacement) {
+// By value: callers pass a node's own names, which the renaming below rewrites.
+bool bypass(Graph& g, std::string out, std::string replacement) {
   if (!g.is_output(out)) {
     replace_uses(g, out, replacement);
     return true;

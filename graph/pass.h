@@ -92,7 +92,7 @@ void replace_uses(Graph& g, const std::string& from, const std::string& to);
 // `out` read `replacement`, or where `out` is a graph output renames `replacement` to `out`
 // (outputs keep their names). False, changing nothing, when neither is possible (the
 // replacement is itself a graph input, output or constant).
-bool bypass(Graph& g, const std::string& out, const std::string& replacement);
+bool bypass(Graph& g, std::string out, std::string replacement);
 // A key that two nodes share exactly when they compute the same thing: operator, inputs,
 // output count and attributes (eliminate-common-subexpressions).
 std::string node_key(const Node& n);

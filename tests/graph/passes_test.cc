@@ -120,6 +120,25 @@ void expect_same_outputs(const Graph& before, const Graph& after, const Shape& s
   }
 }
 
+// An Identity that writes a graph output from a value later nodes also read: bypassing it
+// renames that value to the output's name in every node, the later readers too (bypass once
+// took the Identity's own input name by reference, which its first rename changed, so readers
+// after the Identity kept a name no node defined any more).
+TEST(GraphPasses, IdentityToAnOutputKeepsLaterReadersOfItsInput) {
+  GraphBuilder b;
+  std::string x = b.input("x", {2, 3});
+  std::string r = b.node("Relu", {x}, "r", {2, 3});
+  std::string out1 = b.node("Identity", {r}, "out1", {2, 3});
+  std::string out2 = b.node("Neg", {r}, "out2", {2, 3});
+  b.g.outputs = {out1, out2};
+  verify(b.g);
+  Graph g = b.g;
+  EXPECT_TRUE(simplify_inference(g));
+  verify(g);
+  for (const Node& n : g.nodes) EXPECT_NE(n.op, "Identity");
+  expect_same_outputs(b.g, g, {2, 3});
+}
+
 // `model` after the passes for a CPU of 16-float vectors (channel blocks of 16), both verified.
 Graph with_blocks_of_16(const Graph& model) {
   verify(model);
