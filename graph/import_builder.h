@@ -15,8 +15,35 @@
 
 #include "base/error.h"
 #include "graph/graph.h"
+#include "graph/ops.h"
 
 namespace tf::graph {
+
+// The checks an expansion makes of the node it expands, failing with UserErrors that name the
+// file and the node.
+struct Expansion {
+  const Node& n;
+  ImportSink& sink;
+  [[noreturn]] void fail(const std::string& why) const {
+    throw UserError(str(sink.file, ": ", n.where(), ": ", why));
+  }
+  bool present(size_t k) const { return k < n.inputs.size() && !n.inputs[k].empty(); }
+  // Input k (named `what` in messages), which must be there and be float32.
+  const Value& input(size_t k, const char* what) const {
+    if (!present(k)) fail(str("input ", what, " is missing"));
+    const Value& v = sink.g.value(n.inputs[k]);
+    if (v.dtype != DType::F32) fail(str(what, " '", v.name, "' is ", dtype_name(v.dtype), "; it must be float32"));
+    return v;
+  }
+  void one_output() const {
+    if (n.outputs.size() != 1 || n.outputs[0].empty()) fail("must have one output");
+  }
+  // An operator ONNX defines from opset `since`.
+  void since(int64_t opset) const {
+    if (sink.g.opset < opset)
+      fail(str(n.op, " is an operator of opset ", opset, " and later (the model's is ", sink.g.opset, ")"));
+  }
+};
 
 // Builds the expansion of node n into g.
 class NodeBuilder {
@@ -38,6 +65,12 @@ class NodeBuilder {
   std::string scalar(float v) {
     std::string name = g_.fresh_name(str(n_.name, "/scalar_", count_++));
     g_.values[name] = Value{name, DType::F32, {}, HostTensor::floats({}, {v})};
+    return name;
+  }
+  // A float32 constant of shape s holding v (row-major).
+  std::string floats(const Shape& s, std::vector<float> v) {
+    std::string name = g_.fresh_name(str(n_.name, "/floats_", count_++));
+    g_.values[name] = Value{name, DType::F32, s, HostTensor::floats(s, std::move(v))};
     return name;
   }
   std::string zeros(const Shape& s) {

@@ -22,33 +22,17 @@
 namespace tf::graph {
 namespace {
 
-struct Expansion {
-  const Node& n;
-  ImportSink& sink;
-  [[noreturn]] void fail(const std::string& why) const {
-    throw UserError(str(sink.file, ": ", n.where(), ": ", why));
-  }
-  const Value& input(size_t k, const char* what) const {
-    if (k >= n.inputs.size() || n.inputs[k].empty()) fail(str("input ", what, " is missing"));
-    const Value& v = sink.g.value(n.inputs[k]);
-    if (v.dtype != DType::F32) fail(str(what, " '", v.name, "' is ", dtype_name(v.dtype), "; it must be float32"));
-    return v;
-  }
-  void one_output() const {
-    if (n.outputs.size() != 1 || n.outputs[0].empty()) fail("must have one output");
-  }
-  void check(int64_t since) const {
-    if (sink.g.opset < since)
-      fail(str(n.op, " is an operator of opset ", since, " and later (the model's is ", sink.g.opset, ")"));
-    one_output();
-    if (int64_t t = n.get_int("stash_type", 1); t != 1)
-      fail(str("stash_type ", t, " is not supported (1: stage one in float32)"));
-  }
-};
+// The normalizations' common checks: the opset that defines them, one output, stash_type 1.
+void check_norm(const Expansion& e, int64_t since) {
+  e.since(since);
+  e.one_output();
+  if (int64_t t = e.n.get_int("stash_type", 1); t != 1)
+    e.fail(str("stash_type ", t, " is not supported (1: stage one in float32)"));
+}
 
 bool expand_group_norm(const Node& n, ImportSink& s) {
   const Expansion e{n, s};
-  e.check(18);
+  check_norm(e, 18);
   const Shape x = e.input(0, "X").shape;
   if (x.size() < 2) e.fail(str("X ", shape_str(x), " must have rank 2 or more ([N, C, ...])"));
   if (!n.has("num_groups")) e.fail("attribute 'num_groups' is required");
@@ -82,7 +66,7 @@ bool expand_group_norm(const Node& n, ImportSink& s) {
 
 bool expand_rms_norm(const Node& n, ImportSink& s) {
   const Expansion e{n, s};
-  e.check(23);
+  check_norm(e, 23);
   const Shape x = e.input(0, "X").shape;
   const Shape scale = e.input(1, "scale").shape;
   const auto rank = static_cast<int64_t>(x.size());
@@ -90,12 +74,7 @@ bool expand_rms_norm(const Node& n, ImportSink& s) {
   if (axis < -rank || axis >= rank) e.fail(str("axis ", axis, " is out of range for X ", shape_str(x)));
   if (axis < 0) axis += rank;
   const Shape norm(x.begin() + axis, x.end());
-  bool fits = scale.size() <= norm.size();
-  for (size_t d = 0; fits && d < scale.size(); ++d) {
-    int64_t have = scale[scale.size() - 1 - d], of = norm[norm.size() - 1 - d];
-    fits = have == 1 || have == of;
-  }
-  if (!fits) e.fail(str("scale ", shape_str(scale), " does not broadcast to the normalized shape ", shape_str(norm)));
+  if (!broadcasts_to(scale, norm)) e.fail(str("scale ", shape_str(scale), " does not broadcast to the normalized shape ", shape_str(norm)));
   NodeBuilder b(n, s.g, s.add);
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < rank; ++d) axes.push_back(d);

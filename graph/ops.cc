@@ -38,6 +38,7 @@ const std::map<std::string, OpDef>& registry() {
     register_recurrent_ops(all);
     register_quantize_ops(all);
     register_norm_ops(all);
+    register_function_ops(all);
     register_precision_ops(all);
     register_attention_ops(all);
     std::map<std::string, OpDef> m;
@@ -173,6 +174,15 @@ Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b) {
     out[k] = x == 1 ? y : x;
   }
   return out;
+}
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t d = 0; d < from.size(); ++d) {
+    const int64_t have = from[from.size() - 1 - d], want = to[to.size() - 1 - d];
+    if (have != 1 && have != want) return false;
+  }
+  return true;
 }
 
 std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out) {

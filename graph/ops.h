@@ -182,6 +182,7 @@ void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum, Trilu, Gath
 void register_recurrent_ops(std::vector<OpDef>& ops);  // graph/import_recurrent.h
 void register_quantize_ops(std::vector<OpDef>& ops);   // graph/import_quantize.h
 void register_norm_ops(std::vector<OpDef>& ops);  // graph/import_norms.cc: GroupNormalization, RMSNormalization, LRN
+void register_function_ops(std::vector<OpDef>& ops);  // graph/import_attention.cc: Attention, Swish
 void register_precision_ops(std::vector<OpDef>& ops);  // graph/pass_auto_mixed_precision.cc
 void register_attention_ops(std::vector<OpDef>& ops);  // graph/pass_fuse_attention.cc
 
@@ -217,6 +218,9 @@ constexpr float kSeluGamma = 1.05070102214813232421875f;
 
 // Helpers shared by the op files.
 Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b);
+// Whether `from` broadcasts to `to` unchanged (aligned on the right, each dimension 1 or
+// `to`'s; no higher rank): a mask or scale that must fit a given shape.
+bool broadcasts_to(const Shape& from, const Shape& to);
 // Row-major strides of `s`, with 0 for dimensions broadcast to `out` (aligned on the right).
 std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out);
 // A negative axis counts from the end; out of [-rank, rank) is the node's error.

@@ -50,12 +50,7 @@ std::vector<TypeShape> attention_infer(const OpContext& c) {
   check_tensor_size(str(c.node.where(), ": the scores"), scores);
   if (c.present(3)) {
     const Shape& m = c.in(3).shape;
-    bool fits = m.size() <= r;
-    for (size_t d = 0; fits && d < m.size(); ++d) {
-      const int64_t want = scores[r - m.size() + d];
-      fits = m[d] == 1 || m[d] == want;
-    }
-    if (!fits) fail(str("mask ", shape_str(m), " does not broadcast to the scores ", shape_str(scores)));
+    if (!broadcasts_to(m, scores)) fail(str("mask ", shape_str(m), " does not broadcast to the scores ", shape_str(scores)));
   }
   Shape out(q.begin(), q.end() - 1);
   out.push_back(v[r - 1]);

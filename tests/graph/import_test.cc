@@ -1646,6 +1646,197 @@ TEST(OnnxImport, Opset19FormsCompileAsTheReference) {
   if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/opset19_forms.onnx");
 }
 
+// Attention as ONNX's reference computes it (onnx/reference/ops/op_attention.py), naively:
+// q [B, Hq, Sq, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] (row-major), bias(b, h, i, j) added to
+// the scaled (and soft-capped) scores; a row whose bias is -inf throughout gives zeros.
+std::vector<double> naive_attention(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                                    int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t T, int64_t D, int64_t Dv,
+                                    double scale, double softcap, const std::function<double(int64_t, int64_t, int64_t, int64_t)>& bias) {
+  std::vector<double> y(static_cast<size_t>(B * Hq * Sq * Dv), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t kh = h / (Hq / Hkv);
+      for (int64_t i = 0; i < Sq; ++i) {
+        std::vector<double> sc(static_cast<size_t>(T));
+        double top = -INFINITY, bias_top = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += q[static_cast<size_t>(((b * Hq + h) * Sq + i) * D + d)] * k[static_cast<size_t>(((b * Hkv + kh) * T + j) * D + d)];
+          dot *= scale;
+          if (softcap > 0) dot = softcap * std::tanh(dot / softcap);
+          const double bj = bias(b, h, i, j);
+          bias_top = std::max(bias_top, bj);
+          sc[static_cast<size_t>(j)] = dot + bj;
+          top = std::max(top, sc[static_cast<size_t>(j)]);
+        }
+        if (bias_top == -INFINITY) continue;  // every key masked: zeros
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - top));
+        for (int64_t j = 0; j < T; ++j)
+          for (int64_t d = 0; d < Dv; ++d)
+            y[static_cast<size_t>(((b * Hq + h) * Sq + i) * Dv + d)] +=
+                sc[static_cast<size_t>(j)] / sum * v[static_cast<size_t>(((b * Hkv + kh) * T + j) * Dv + d)];
+      }
+    }
+  return y;
+}
+
+// Attention (opset 23) in three forms, each against naive_attention, then compiled against the
+// reference evaluation; TF_OPSET_MODELS_DIR=dir saves dir/attention.onnx for graph_ort, which
+// compares every output with ONNX Runtime's:
+//   gqa: rank 3, 4 query heads over 2 key/value heads, is_causal with a past of 3 keys (the
+//        causal limit offset by it), softcap 2, present_key and present_value written;
+//   bmask: rank 4, a bool mask, one query row masked throughout (zeros), scale 0.3;
+//   fmask: rank 4, a float mask [B, 1, Sq, T] added, -inf in places.
+TEST(OnnxImport, AttentionMatchesItsDefinition) {
+  const int64_t B = 2, S = 5, E = 24;
+  std::vector<float> xs(static_cast<size_t>(B * S * E));
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = std::sin(0.53f * static_cast<float>(k) + 0.2f) * 1.3f;
+  auto x_at = [&](int64_t b, int64_t s, int64_t e) { return double(xs[static_cast<size_t>((b * S + s) * E + e)]); };
+  ModelBuilder b(23);
+  b.input("x", {B, S, E});
+  // gqa: K = x[..., 0:12], V = x[..., 12:24] as 2 heads of 6; past [2, 2, 3, 6].
+  b.ints("c0", {0});
+  b.ints("c12", {12});
+  b.ints("c24", {24});
+  b.ints("c2", {2});
+  b.node("Slice", {"x", "c0", "c12", "c2"}, {"k3"});
+  b.node("Slice", {"x", "c12", "c24", "c2"}, {"v3"});
+  std::vector<float> pk, pv;
+  for (int64_t k = 0; k < B * 2 * 3 * 6; ++k) {
+    pk.push_back(std::cos(0.31f * static_cast<float>(k)));
+    pv.push_back(std::sin(0.17f * static_cast<float>(k)) * 2.0f);
+  }
+  b.floats_shaped("past_k", {B, 2, 3, 6}, pk);
+  b.floats_shaped("past_v", {B, 2, 3, 6}, pv);
+  auto* gqa = b.node("Attention", {"x", "k3", "v3", "", "past_k", "past_v"}, {"gqa", "present_k", "present_v"});
+  set_int(gqa, "q_num_heads", 4);
+  set_int(gqa, "kv_num_heads", 2);
+  set_int(gqa, "is_causal", 1);
+  set_float(gqa, "softcap", 2.0f);
+  // bmask: Q = x as [2, 4, 5, 6]; K = x[:, 0:3] as [2, 4, 3, 6]; V = -K.
+  b.ints("q4_shape", {B, 4, S, 6});
+  b.node("Reshape", {"x", "q4_shape"}, {"q4"});
+  b.ints("c3", {3});
+  b.ints("c1", {1});
+  b.node("Slice", {"x", "c0", "c3", "c1"}, {"x3"});
+  b.ints("k4_shape", {B, 4, 3, 6});
+  b.node("Reshape", {"x3", "k4_shape"}, {"k4"});
+  b.node("Neg", {"k4"}, {"v4"});
+  b.bytes("bool_mask", {S, 3}, {1, 0, 1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0}, onnx::TensorProto::BOOL);  // row 1: no key
+  auto* bm = b.node("Attention", {"q4", "k4", "v4", "bool_mask"}, {"bmask"});
+  set_float(bm, "scale", 0.3f);
+  std::vector<float> fm;  // [B, 1, S, 3] (ONNX Runtime wants the mask's rows to be Q's)
+  for (int64_t k = 0; k < B * S * 3; ++k) fm.push_back(k % 7 == 5 ? -INFINITY : std::sin(1.3f * static_cast<float>(k)) * 2.0f);
+  b.floats_shaped("float_mask", {B, 1, S, 3}, fm);
+  b.node("Attention", {"q4", "k4", "v4", "float_mask"}, {"fmask"});
+  const char* outs[] = {"gqa", "present_k", "present_v", "bmask", "fmask"};
+  for (const char* o : outs) b.output(o);
+  Graph g = b.import();
+  HostTensor x = HostTensor::floats({B, S, E}, xs);
+  auto want = run_reference(g, {{"x", x}});
+  auto expect_near = [&](const char* name, const Shape& shape, const std::vector<double>& w) {
+    const HostTensor& t = want.at(name);
+    ASSERT_EQ(t.shape, shape) << name;
+    ASSERT_EQ(t.f.size(), w.size()) << name;
+    for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(t.f[k], w[k], 1e-5 * (1 + std::fabs(w[k]))) << name << " element " << k;
+  };
+  {  // gqa: heads split from the features; K and V after the past.
+    std::vector<double> q, k, v;
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t h = 0; h < 4; ++h)
+        for (int64_t i = 0; i < S; ++i)
+          for (int64_t d = 0; d < 6; ++d) q.push_back(x_at(bb, i, h * 6 + d));
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t j = 0; j < 8; ++j)
+          for (int64_t d = 0; d < 6; ++d) {
+            const size_t p = static_cast<size_t>(((bb * 2 + h) * 3 + j) * 6 + d);
+            k.push_back(j < 3 ? pk[p] : x_at(bb, j - 3, h * 6 + d));
+            v.push_back(j < 3 ? pv[p] : x_at(bb, j - 3, 12 + h * 6 + d));
+          }
+    std::vector<double> y = naive_attention(q, k, v, B, 4, 2, S, 8, 6, 6, 1 / std::sqrt(6.0), 2.0,
+                                            [](int64_t, int64_t, int64_t i, int64_t j) { return j <= i + 3 ? 0.0 : -INFINITY; });
+    std::vector<double> merged;  // [B, S, heads * 6]
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t h = 0; h < 4; ++h)
+          for (int64_t d = 0; d < 6; ++d) merged.push_back(y[static_cast<size_t>(((bb * 4 + h) * S + i) * 6 + d)]);
+    expect_near("gqa", {B, S, E}, merged);
+    expect_near("present_k", {B, 2, 8, 6}, k);
+    expect_near("present_v", {B, 2, 8, 6}, v);
+  }
+  std::vector<double> q4(xs.begin(), xs.end()), k4, v4;
+  for (int64_t bb = 0; bb < B; ++bb)
+    for (int64_t p = 0; p < 3 * E; ++p) {
+      k4.push_back(xs[static_cast<size_t>(bb * S * E + p)]);
+      v4.push_back(-k4.back());
+    }
+  const bool mask[S][3] = {{true, false, true}, {false, false, false}, {true, true, false}, {false, true, true}, {true, false, false}};
+  expect_near("bmask", {B, 4, S, 6}, naive_attention(q4, k4, v4, B, 4, 4, S, 3, 6, 6, 0.3, 0, [&](int64_t, int64_t, int64_t i, int64_t j) {
+    return mask[i][j] ? 0.0 : -INFINITY;
+  }));
+  expect_near("fmask", {B, 4, S, 6}, naive_attention(q4, k4, v4, B, 4, 4, S, 3, 6, 6, 1 / std::sqrt(6.0), 0, [&](int64_t bb, int64_t, int64_t i, int64_t j) {
+    return double(fm[static_cast<size_t>((bb * S + i) * 3 + j)]);
+  }));
+  for (int64_t bb = 0; bb < B; ++bb)  // the masked row is zeros, not NaN
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t d = 0; d < 6; ++d) EXPECT_EQ(want.at("bmask").f[static_cast<size_t>(((bb * 4 + h) * S + 1) * 6 + d)], 0.0f);
+  Graph optimized = g;
+  run_passes(optimized, PassOptions{2, {}, {}, nullptr});
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
+  ASSERT_EQ(got.size(), std::size(outs));
+  for (size_t o = 0; o < got.size(); ++o) {
+    const std::vector<float>& w = want.at(outs[o]).f;
+    ASSERT_EQ(got[o].f.size(), w.size()) << outs[o];
+    for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got[o].f[k], w[k], 2e-5 * (1 + std::fabs(w[k]))) << outs[o] << " element " << k;
+  }
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/attention.onnx");
+}
+
+// Opset 25's sliding windows (left 1, right 1, with is_causal: the key before and the query's
+// own), a float mask of fewer keys than there are (the rest padded with -inf: ONNX Runtime
+// refuses such masks) and Swish (24), against their definitions.
+TEST(OnnxImport, AttentionWindowsAndSwish) {
+  const int64_t S = 4, D = 3;
+  std::vector<float> xs(static_cast<size_t>(S * D));
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = std::cos(0.9f * static_cast<float>(k)) * 2.0f;
+  ModelBuilder b(25);
+  b.input("x", {1, 1, S, D});
+  auto* att = b.node("Attention", {"x", "x", "x"}, {"win"});
+  set_int(att, "is_causal", 1);
+  set_int(att, "left_window_size", 1);
+  set_int(att, "right_window_size", 1);
+  set_float(b.node("Swish", {"x"}, {"swish"}), "alpha", 0.7f);
+  const std::vector<float> short_mask{0.5f, -1.0f, 0.25f, 2.0f, -0.5f, 0.0f, 1.0f, -2.0f};  // [S, 2] of 4 keys
+  b.floats_shaped("short_mask", {S, 2}, short_mask);
+  b.node("Attention", {"x", "x", "x", "short_mask"}, {"short"});
+  b.output("win");
+  b.output("swish");
+  b.output("short");
+  Graph g = b.import();
+  HostTensor x = HostTensor::floats({1, 1, S, D}, xs);
+  auto want = run_reference(g, {{"x", x}});
+  std::vector<double> xd(xs.begin(), xs.end());
+  std::vector<double> w = naive_attention(xd, xd, xd, 1, 1, 1, S, S, D, D, 1 / std::sqrt(double(D)), 0,
+                                          [](int64_t, int64_t, int64_t i, int64_t j) { return j <= i && i - j <= 1 ? 0.0 : -INFINITY; });
+  for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(want.at("win").f[k], w[k], 1e-5) << k;
+  for (size_t k = 0; k < xs.size(); ++k) EXPECT_NEAR(want.at("swish").f[k], xs[k] / (1 + std::exp(-0.7 * xs[k])), 1e-6) << k;
+  std::vector<double> s = naive_attention(xd, xd, xd, 1, 1, 1, S, S, D, D, 1 / std::sqrt(double(D)), 0,
+                                          [&](int64_t, int64_t, int64_t i, int64_t j) {
+                                            return j < 2 ? double(short_mask[static_cast<size_t>(i * 2 + j)]) : -INFINITY;
+                                          });
+  for (size_t k = 0; k < s.size(); ++k) EXPECT_NEAR(want.at("short").f[k], s[k], 1e-5) << k;
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(g, {&x}, "generic", from_template);
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t k = 0; k < s.size(); ++k) EXPECT_NEAR(got[2].f[k], s[k], 2e-5) << k;
+  for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got[0].f[k], w[k], 2e-5) << k;
+  for (size_t k = 0; k < xs.size(); ++k) EXPECT_NEAR(got[1].f[k], want.at("swish").f[k], 2e-6) << k;
+}
+
 // LRN of even size, which ONNX allows (and ONNX Runtime refuses): the window of channel c is
 // [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)], one channel more after c than before.
 TEST(OnnxImport, LrnOfEvenSize) {
@@ -1686,7 +1877,7 @@ TEST(OnnxImport, NewerOpsetRefusalsNameWhatIsAtFault) {
     build(b);
     b.output("y");
     std::string e = b.error();
-    EXPECT_NE(e.find(want), std::string::npos) << "got: " << e;
+    EXPECT_NE(e.find(want), std::string::npos) << "want: " << want << "\ngot: " << e;
   };
   expect(26, [](ModelBuilder& b) { b.node("Relu", {"x"}, {"y"}); }, "opset 26 is not supported (11 to 25");
   expect(17, [](ModelBuilder& b) {
@@ -1723,6 +1914,66 @@ TEST(OnnxImport, NewerOpsetRefusalsNameWhatIsAtFault) {
     b.node("RMSNormalization", {"x", "s"}, {"y"});
   }, "scale [2] does not broadcast to the normalized shape [3]");
   expect(13, [](ModelBuilder& b) { b.node("LRN", {"x"}, {"y"}); }, "attribute 'size' is required");
+  expect(22, [](ModelBuilder& b) { b.node("Attention", {"x", "x", "x"}, {"y"}); },
+         "Attention is an operator of opset 23 and later (the model's is 22)");
+  expect(23, [](ModelBuilder& b) {
+    b.ints("s", {1, 3, 12});
+    b.node("Reshape", {"x", "s"}, {"x3"});
+    b.node("Attention", {"x3", "x3", "x3"}, {"y"});
+  }, "Q, K and V of rank 3 need the attributes q_num_heads and kv_num_heads");
+  expect(23, [](ModelBuilder& b) {
+    b.ints("s", {1, 3, 12});
+    b.node("Reshape", {"x", "s"}, {"x3"});
+    auto* a = b.node("Attention", {"x3", "x3", "x3"}, {"y"});
+    set_int(a, "q_num_heads", 5);
+    set_int(a, "kv_num_heads", 5);
+  }, "Q [1, 3, 12]: its 12 features do not split into 5 heads");
+  expect(23, [](ModelBuilder& b) {
+    b.ints("s", {1, 3, 12});
+    b.node("Reshape", {"x", "s"}, {"x3"});
+    auto* a = b.node("Attention", {"x3", "x3", "x3"}, {"y"});
+    set_int(a, "q_num_heads", 3);
+    set_int(a, "kv_num_heads", 2);
+  }, "K's head size 6 differs from Q's 4");
+  expect(23, [](ModelBuilder& b) {
+    b.ints("s", {1, 3, 4, 3});
+    b.node("Reshape", {"x", "s"}, {"k"});
+    b.node("Attention", {"x", "k", "k"}, {"y"});
+  }, "Q's 4 heads are not a multiple of K's and V's 3");
+  expect(24, [](ModelBuilder& b) {
+    b.ints("len", {3});
+    b.node("Attention", {"x", "x", "x", "", "", "", "len"}, {"y"});
+  }, "nonpad_kv_seqlen (a length per sequence, known at run time) is not supported");
+  expect(23, [](ModelBuilder& b) { b.node("Attention", {"x", "x", "x"}, {"y", "", "", "qk"}); },
+         "output qk_matmul_output is not supported");
+  expect(23, [](ModelBuilder& b) { set_int(b.node("Attention", {"x", "x", "x"}, {"y"}), "softmax_precision", 10); },
+         "softmax_precision 10 is not supported (1: float32)");
+  expect(23, [](ModelBuilder& b) { b.node("Attention", {"x", "x", "x", "", "x"}, {"y"}); },
+         "past_key and past_value must be given together");
+  expect(24, [](ModelBuilder& b) { set_int(b.node("Attention", {"x", "x", "x"}, {"y"}), "left_window_size", 2); },
+         "left_window_size is an attribute from opset 25 (the model's is 24)");
+  expect(25, [](ModelBuilder& b) { set_int(b.node("Attention", {"x", "x", "x"}, {"y"}), "right_window_size", -3); },
+         "right_window_size -3 must be -1 (unbounded) or more");
+  expect(23, [](ModelBuilder& b) { set_int(b.node("Attention", {"x", "x", "x"}, {"y"}), "is_causal", 2); },
+         "is_causal 2 must be 0 or 1");
+  expect(23, [](ModelBuilder& b) {
+    b.ints("m", {0, 1, 0});
+    b.node("Attention", {"x", "x", "x", "m"}, {"y"});
+  }, "attn_mask 'm' is int64; it must be bool or float32");
+  expect(23, [](ModelBuilder& b) {
+    b.floats("m", {0, 0, 0, 0});
+    b.node("Attention", {"x", "x", "x", "m"}, {"y"});
+  }, "attn_mask [4] has more keys than the 3 there are");
+  expect(23, [](ModelBuilder& b) {
+    b.floats_shaped("m", {2, 3}, {0, 0, 0, 0, 0, 0});
+    b.node("Attention", {"x", "x", "x", "m"}, {"y"});
+  }, "attn_mask [2, 3] does not broadcast to the scores [1, 4, 3, 3]");
+  expect(23, [](ModelBuilder& b) {
+    b.ints("s", {1, 4, 3, 3, 1});
+    b.node("Reshape", {"x", "s"}, {"x5"});
+    b.node("Attention", {"x5", "x5", "x5"}, {"y"});
+  }, "Q [1, 4, 3, 3, 1] must have rank 3 or 4");
+  expect(23, [](ModelBuilder& b) { b.node("Swish", {"x"}, {"y"}); }, "Swish is an operator of opset 24 and later (the model's is 23)");
   expect(20, [](ModelBuilder& b) { set_string(b.node("Gelu", {"x"}, {"y"}), "approximate", "erf"); },
          "approximate 'erf' is not one of none, tanh");
   expect(19, [](ModelBuilder& b) {

@@ -219,8 +219,9 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   // passes_test.cc's GraphNodeTe tests check those, InstanceNormalization, Sin, Cos and
   // Einsum and CumSum, whose node tests are of float64, and Not, And and Xor, of opset 7 or 1), and
   // Gelu (opset 20; recognize-composites makes it, tests/graph/torch_models_test.py checks it),
-  // GroupNormalization and RMSNormalization (opsets 18 and 23, newer than these node tests:
-  // import_test.cc's NewerOpsetsMatchTheirDefinitions), and
+  // GroupNormalization, RMSNormalization, Attention and Swish (opsets 18, 23 and 24, newer than
+  // these node tests: import_test.cc's NewerOpsetsMatchTheirDefinitions,
+  // AttentionMatchesItsDefinition, AttentionWindowsAndSwish; graph_ort against ONNX Runtime), and
   // tunefarm's own blocked-layout operators (graph/layout.h; tests/graph/passes_test.cc) and
   // QLinearMatMul, QLinearConv, MatMulInteger and ConvInteger (their node tests take uint8 and
   // int8 model inputs, which tunefarm refuses; tests/graph/import_test.cc checks them) and
@@ -232,7 +233,7 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   for (const std::string& op : supported_ops()) {
     if (op == "Cast" || op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Softplus" ||
         op == "ReduceLogSumExp" || op == "ConstantOfShape" || op == "Gelu" || op == "ConvNCHWc" ||
-        op == "GroupNormalization" || op == "RMSNormalization" ||
+        op == "GroupNormalization" || op == "RMSNormalization" || op == "Attention" || op == "Swish" ||
         op == "LayoutTransform" || op == "Selu" || op == "Softsign" || op == "ThresholdedRelu" ||
         op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum" ||
         op == "Not" || op == "And" || op == "Xor" || op == "CumSum" || op == "QMatMul" || op == "QConvNCHWc" || op == "QDepthwiseNCHWc" || op == "QuantizeU8" ||

@@ -147,7 +147,8 @@ class OrtTest(models_for_tests.ModelTestCase):
     def test_newer_opsets(self):
         """The operators of opsets 18 to 23 (Split num_outputs, Pad wrap, Scatter max/min,
         AveragePool dilations, Gelu tanh, GroupNormalization per group and per channel,
-        RMSNormalization, LRN, Resize axes / keep_aspect_ratio_policy / half_pixel_symmetric):
+        RMSNormalization, LRN, Resize axes / keep_aspect_ratio_policy / half_pixel_symmetric,
+        Attention with grouped heads, a past, causal limits, softcap and masks):
         the models test_graph_import builds for them (checked there against their definitions
         and compiled against the reference), every output here against ONNX Runtime's, both our
         reference evaluation and our compiled library."""
@@ -155,10 +156,11 @@ class OrtTest(models_for_tests.ModelTestCase):
             self.skipTest("no test_graph_import binary given (ort_test.py TUNEFARM TEST_GRAPH_IMPORT)")
         env = dict(os.environ, TF_OPSET_MODELS_DIR=self.d)
         subprocess.run([IMPORT_TEST, "--gtest_filter=OnnxImport.NewerOpsetsMatchTheirDefinitions:"
-                        "OnnxImport.Opset19FormsCompileAsTheReference"], check=True, env=env, stdout=subprocess.DEVNULL)
+                        "OnnxImport.Opset19FormsCompileAsTheReference:OnnxImport.AttentionMatchesItsDefinition"], check=True, env=env, stdout=subprocess.DEVNULL)
         # The inputs the C++ tests feed.
         models = {"newer_opsets": (np.sin(0.37 * np.arange(180)) * 2 + 0.1).reshape(2, 6, 3, 5),
-                  "opset19_forms": np.sin(0.29 * np.arange(168) + 0.3).reshape(1, 4, 6, 7) * 1.7}
+                  "opset19_forms": np.sin(0.29 * np.arange(168) + 0.3).reshape(1, 4, 6, 7) * 1.7,
+                  "attention": np.sin(0.53 * np.arange(240) + 0.2).reshape(2, 5, 24) * 1.3}
         for name, x in models.items():
             model = os.path.join(self.d, name + ".onnx")
             x = x.astype(np.float32)
