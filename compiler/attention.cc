@@ -1,6 +1,7 @@
 #include "compiler/attention.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "base/error.h"
@@ -61,7 +62,9 @@ Attention attention(const AttentionSpec& s, const std::string& name) {
   }, {js});
   a.probs = ir::compute(name + "_probs", scores_shape, names(nb, {"i", "j"}), [&](const Index& i) {
     const Index row = batch_of(i, nb + 1);
-    return ir::exp(x(i) - ir::read(a.max, row)) / ir::read(a.sum, row);
+    Expr p = ir::exp(x(i) - ir::read(a.max, row)) / ir::read(a.sum, row);
+    if (s.zero_masked_rows) p = ir::select(ir::read(a.max, row) < ir::f32(-std::numeric_limits<float>::max()), ir::f32(0), p);
+    return p;
   });
   ir::IterVar jo = ir::reduce_axis(s.keys, "j");
   const std::vector<std::string> out_names = names(nb, {"i", "e"});

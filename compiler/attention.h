@@ -42,6 +42,9 @@ struct AttentionSpec {
   AttentionRead v;     // [batch..., keys, value_depth]
   AttentionRead mask;  // [batch..., queries, keys], added to the scaled scores; null: none
   double scale = 1.0, divisor = 1.0;  // scores * scale / divisor (an exporter's Mul or Div)
+  // A row whose masked scores are -inf throughout gives zero probabilities (ONNX Attention's
+  // fully masked rows), not the NaN of exp(-inf - -inf).
+  bool zero_masked_rows = false;
   // The output's dimensions as a Transpose's perm of [batch..., queries, value_depth] (the
   // Transpose that merges the heads back, written by this kernel); empty: that order.
   std::vector<int64_t> out_perm;

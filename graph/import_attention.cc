@@ -20,6 +20,7 @@
 // float32 mask), ranks or shapes that do not fit each other, heads that do not divide,
 // nonpad_kv_seqlen (a per-sequence length known only at run time), the qk_matmul_output
 // output, softmax_precision other than float32, only one of past_key and past_value.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -169,6 +170,10 @@ bool expand_attention(const Node& n, ImportSink& s) {
     bias = bias.empty() ? c : b.node("Add", {bias, c});
   }
   if (!bias.empty()) scores = b.node("Add", {scores, bias});
+  if (!bias.empty() && s.g.value(bias).constant) {  // known now: a guard only where it acts
+    const std::vector<int64_t> rows = fully_masked_rows(*s.g.value(bias).constant);
+    may_mask_rows = std::find(rows.begin(), rows.end(), 1) != rows.end();
+  }
   std::string probs = b.node("Softmax", {scores}, {{"axis", int64_t{-1}}});
   if (may_mask_rows) {  // a row whose bias is -inf throughout: zeros, as ONNX's reference
     const std::string row_max = b.node("ReduceMax", {bias, b.ints({-1})}, {{"keepdims", int64_t{1}}});

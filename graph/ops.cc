@@ -1,6 +1,7 @@
 #include "graph/ops.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "base/error.h"
@@ -183,6 +184,18 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
     if (have != 1 && have != want) return false;
   }
   return true;
+}
+
+std::vector<int64_t> fully_masked_rows(const HostTensor& mask) {
+  const int64_t keys = mask.shape.empty() ? 1 : mask.shape.back();
+  std::vector<int64_t> rows(static_cast<size_t>(keys == 0 ? 0 : mask.size() / keys), 0);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    bool all = true;
+    for (int64_t j = 0; j < keys && all; ++j)
+      all = mask.f[r * static_cast<size_t>(keys) + static_cast<size_t>(j)] == -std::numeric_limits<float>::infinity();
+    rows[r] = all ? 1 : 0;
+  }
+  return rows;
 }
 
 std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out) {

@@ -7,13 +7,19 @@
 // output projection become one. Where the scores of one query row do not fit a block's shared
 // memory (more keys than max_attention_keys), the chain stays as it is.
 //
+// Also with the guard ONNX Attention's import puts after the Softmax where a row may be masked
+// throughout: Where(Equal(ReduceMax(mask, last axis), -inf), 0, probabilities).
+//
 // FusedAttention: inputs q [..., Sq, D], kt [..., D, Sk], v [..., Sk, Dv] (the same leading
 // dimensions, at least one), mask (optional; broadcasts to [..., Sq, Sk]); attributes scale and
-// divisor (floats, default 1: the scores are (q kt) * scale / divisor + mask) and perm (ints,
-// optional: a Transpose after it, which merged the heads back, taken in); output [..., Sq, Dv]
-// in perm's order. The Reshape usually after that Transpose is then a view (no kernel: graph/memory_plan.h). Its reference evaluation is the unfused operators' (MatMul, Mul, Div, Add,
+// divisor (floats, default 1: the scores are (q kt) * scale / divisor + mask), perm (ints,
+// optional: a Transpose after it, which merged the heads back, taken in) and zero_masked_rows
+// (int, default 0; 1: a row whose mask is -inf throughout has zero probabilities, not NaN);
+// output [..., Sq, Dv] in perm's order. The Reshape usually after that Transpose is then a view (no kernel: graph/memory_plan.h). Its reference evaluation is the unfused operators' (MatMul, Mul, Div, Add,
 // Softmax), run one after another.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -89,6 +95,13 @@ std::vector<HostTensor> attention_eval(const OpContext& c, const std::vector<con
   }
   if (c.present(3)) s = run_op(c, "Add", {&s, in[3]});
   HostTensor p = run_op(c, "Softmax", {&s}, {{"axis", int64_t{-1}}});
+  if (c.present(3) && c.node.get_int("zero_masked_rows", 0) != 0) {
+    Shape rows_shape = in[3]->shape;  // the mask's rows that are -inf throughout
+    if (!rows_shape.empty()) rows_shape.back() = 1;
+    const HostTensor cond = HostTensor::ints(rows_shape, fully_masked_rows(*in[3]), DType::Bool);
+    const HostTensor zero = HostTensor::floats({}, {0.0f});
+    p = run_op(c, "Where", {&cond, &zero, &p});
+  }
   HostTensor o = run_op(c, "MatMul", {&p, in[2]});
   if (c.node.has("perm")) o = run_op(c, "Transpose", {&o}, {{"perm", c.node.get_ints("perm", {})}});
   return {o};
@@ -123,6 +136,7 @@ Attention fused_attention_te(const Node& n, const std::vector<TeOperand>& in, co
   if (in.size() > 3 && in[3].present()) s.mask = reader(in[3]);
   s.scale = n.get_float("scale", 1.0f);
   s.divisor = n.get_float("divisor", 1.0f);
+  s.zero_masked_rows = s.mask && n.get_int("zero_masked_rows", 0) != 0;
   s.out_perm = n.get_ints("perm", {});
   return attention(s, name);
 }
@@ -131,7 +145,7 @@ Attention fused_attention_te(const Node& n, const std::vector<TeOperand>& in, co
 void register_attention_ops(std::vector<OpDef>& ops) {
   ops.push_back({kFusedAttention, 3, 4, attention_infer, attention_eval, attention_node_te, nullptr,
                  every_input_is_data, /*linear_cost=*/false});
-  describe(ops.back(), OpKind::Opaque, {"divisor", "perm", "scale"});
+  describe(ops.back(), OpKind::Opaque, {"divisor", "perm", "scale", "zero_masked_rows"});
   ops.back().fuses_operands = true;
 }
 
@@ -158,6 +172,31 @@ bool fuse_attention(Graph& g) {
     const Node& mm2 = g.nodes[k];
     if (mm2.op != "MatMul") continue;
     Node* sm = single(mm2.inputs[0]);
+    // Attention's guard of fully masked rows: Where(Equal(ReduceMax(mask), -inf), 0, Softmax).
+    std::vector<size_t> guard;
+    std::string guarded_mask;
+    std::string guard_cond;  // a guard folded to a constant (a constant mask): checked below
+    if (sm && sm->op == "Where" && scalar(sm->inputs[1]) == 0.0f && g.is_constant(sm->inputs[0]) &&
+        g.value(sm->inputs[0]).dtype == DType::Bool) {
+      guard = {static_cast<size_t>(sm - g.nodes.data())};
+      guard_cond = sm->inputs[0];
+      sm = single(sm->inputs[2]);
+    } else if (sm && sm->op == "Where" && scalar(sm->inputs[1]) == 0.0f) {
+      Node* eq = single(sm->inputs[0]);
+      std::optional<float> inf = eq && eq->op == "Equal" ? scalar(eq->inputs[1]) : std::nullopt;
+      Node* rmax = inf && std::isinf(*inf) && *inf < 0 ? single(eq->inputs[0]) : nullptr;
+      if (rmax && rmax->op == "ReduceMax" && rmax->get_int("keepdims", 1) == 1 && rmax->inputs.size() == 2) {
+        const Value& axes = g.value(rmax->inputs[1]);
+        const auto mask_rank = static_cast<int64_t>(g.value(rmax->inputs[0]).shape.size());
+        if (axes.constant && axes.constant->size() == 1 && mask_rank > 0 &&
+            (axes.constant->i[0] == -1 || axes.constant->i[0] == mask_rank - 1)) {
+          guard = {static_cast<size_t>(sm - g.nodes.data()), static_cast<size_t>(eq - g.nodes.data()),
+                   static_cast<size_t>(rmax - g.nodes.data())};
+          guarded_mask = rmax->inputs[0];
+          sm = single(sm->inputs[2]);
+        }
+      }
+    }
     if (!sm || sm->op != "Softmax") continue;
     const Shape& scores_shape = g.value(sm->outputs[0]).shape;
     const auto rank = static_cast<int64_t>(scores_shape.size());
@@ -206,6 +245,18 @@ bool fuse_attention(Graph& g) {
       }
     }
     if (!found) continue;
+    if (!guard_cond.empty()) {  // the constant guard must be the constant mask's rows
+      const Value& m = g.value(mask.empty() ? guard_cond : mask);
+      const HostTensor& cond = *g.value(guard_cond).constant;
+      Shape rows_shape = m.shape;
+      if (!rows_shape.empty()) rows_shape.back() = 1;
+      if (mask.empty() || !m.constant || m.dtype != DType::F32 || cond.shape != rows_shape ||
+          cond.i != fully_masked_rows(*m.constant))
+        continue;
+    } else if (!guard.empty() && mask != guarded_mask) {
+      continue;  // the guard reads another mask
+    }
+    chain.insert(chain.end(), guard.begin(), guard.end());
     Node* at = found->product;
     const float scale = found->scale, divisor = found->divisor;
     chain.insert(chain.end(), found->nodes.begin(), found->nodes.end());
@@ -214,6 +265,7 @@ bool fuse_attention(Graph& g) {
     if (!mask.empty()) fused.inputs.push_back(mask);
     if (scale != 1.0f) fused.attrs["scale"] = scale;
     if (divisor != 1.0f) fused.attrs["divisor"] = divisor;
+    if (!guard.empty()) fused.attrs["zero_masked_rows"] = int64_t{1};
     // A Transpose merging the heads back: the kernel writes its output in that order.
     std::optional<size_t> merge;
     if (uses[mm2.outputs[0]] == 1 && !g.is_output(mm2.outputs[0])) {

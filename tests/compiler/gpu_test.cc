@@ -1161,6 +1161,28 @@ TEST(GpuAttention, OneKernelMatchesAttentionInDoubles) {
         for (int64_t e = 0; e < Dv; ++e)
           EXPECT_EQ(pbufs[4][static_cast<size_t>(((i * B + b) * Dv + e) * H + h)], bufs[4][static_cast<size_t>(((b * H + h) * Sq + i) * Dv + e)])
               << b << " " << h << " " << i << " " << e;
+  // zero_masked_rows (ONNX Attention's fully masked rows): batch 1's mask -inf at every key gives
+  // zeros there, not NaN; batch 0 as before.
+  AttentionSpec guarded = spec;
+  guarded.zero_masked_rows = true;
+  ir::LoweredFunc fg = lower_attention_gpu(attention(guarded, "att"), {q, kt, v, mask}, t, "guarded");
+  if (fs::exists(ptxas)) {  // the select assembles
+    const std::string dir = testing::temp_dir();
+    std::ofstream(dir + "/guarded.ptx") << codegen_llvm(fg, t, CodegenOutput::Asm).data;
+    CommandResult r = run_command({ptxas, "-arch=sm_80", dir + "/guarded.ptx", "-o", dir + "/guarded.cubin"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  std::vector<std::vector<float>> gbufs = bufs;
+  for (int64_t j = 0; j < Sk; ++j) gbufs[3][static_cast<size_t>(Sk + j)] = -INFINITY;
+  gbufs[4].assign(gbufs[4].size(), std::nanf(""));
+  ASSERT_EQ(testing::emulate_gpu_kernel(fg, check_gpu_kernel(fg, t), gbufs), 0);
+  for (int64_t k = 0; k < B * H * Sq * Dv; ++k) {
+    const size_t at = static_cast<size_t>(k);
+    if (k < H * Sq * Dv)
+      EXPECT_EQ(gbufs[4][at], bufs[4][at]) << k;
+    else
+      EXPECT_EQ(gbufs[4][at], 0.0f) << k;
+  }
   // Keys whose one row of scores a block cannot hold are refused by name (the graph pass keeps
   // such chains unfused; a model naming FusedAttention itself meets this).
   EXPECT_EQ(max_attention_keys(), 3071);

@@ -1688,7 +1688,7 @@ std::vector<double> naive_attention(const std::vector<double>& q, const std::vec
 //   gqa: rank 3, 4 query heads over 2 key/value heads, is_causal with a past of 3 keys (the
 //        causal limit offset by it), softcap 2, present_key and present_value written;
 //   bmask: rank 4, a bool mask, one query row masked throughout (zeros), scale 0.3;
-//   fmask: rank 4, a float mask [B, 1, Sq, T] added, -inf in places.
+//   fmask: rank 4, -Q, a float mask [B, 1, Sq, T] added, -inf in places.
 TEST(OnnxImport, AttentionMatchesItsDefinition) {
   const int64_t B = 2, S = 5, E = 24;
   std::vector<float> xs(static_cast<size_t>(B * S * E));
@@ -1730,7 +1730,8 @@ TEST(OnnxImport, AttentionMatchesItsDefinition) {
   std::vector<float> fm;  // [B, 1, S, 3] (ONNX Runtime wants the mask's rows to be Q's)
   for (int64_t k = 0; k < B * S * 3; ++k) fm.push_back(k % 7 == 5 ? -INFINITY : std::sin(1.3f * static_cast<float>(k)) * 2.0f);
   b.floats_shaped("float_mask", {B, 1, S, 3}, fm);
-  b.node("Attention", {"q4", "k4", "v4", "float_mask"}, {"fmask"});
+  b.node("Neg", {"q4"}, {"nq4"});  // its own scores (the same product twice would be one)
+  b.node("Attention", {"nq4", "k4", "v4", "float_mask"}, {"fmask"});
   const char* outs[] = {"gqa", "present_k", "present_v", "bmask", "fmask"};
   for (const char* o : outs) b.output(o);
   Graph g = b.import();
@@ -1777,7 +1778,9 @@ TEST(OnnxImport, AttentionMatchesItsDefinition) {
   expect_near("bmask", {B, 4, S, 6}, naive_attention(q4, k4, v4, B, 4, 4, S, 3, 6, 6, 0.3, 0, [&](int64_t, int64_t, int64_t i, int64_t j) {
     return mask[i][j] ? 0.0 : -INFINITY;
   }));
-  expect_near("fmask", {B, 4, S, 6}, naive_attention(q4, k4, v4, B, 4, 4, S, 3, 6, 6, 1 / std::sqrt(6.0), 0, [&](int64_t bb, int64_t, int64_t i, int64_t j) {
+  std::vector<double> nq4;
+  for (double e : q4) nq4.push_back(-e);
+  expect_near("fmask", {B, 4, S, 6}, naive_attention(nq4, k4, v4, B, 4, 4, S, 3, 6, 6, 1 / std::sqrt(6.0), 0, [&](int64_t bb, int64_t, int64_t i, int64_t j) {
     return double(fm[static_cast<size_t>((bb * S + i) * 3 + j)]);
   }));
   for (int64_t bb = 0; bb < B; ++bb)  // the masked row is zeros, not NaN
@@ -1835,6 +1838,58 @@ TEST(OnnxImport, AttentionWindowsAndSwish) {
   for (size_t k = 0; k < s.size(); ++k) EXPECT_NEAR(got[2].f[k], s[k], 2e-5) << k;
   for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got[0].f[k], w[k], 2e-5) << k;
   for (size_t k = 0; k < xs.size(); ++k) EXPECT_NEAR(got[1].f[k], want.at("swish").f[k], 2e-6) << k;
+}
+
+// On cuda targets fuse-attention takes Attention's chain whole: with the guard of fully masked
+// rows where the mask is a model input (zero_masked_rows), where a constant mask masks a row
+// throughout (the guard folded to a constant, checked against the mask), and with no guard
+// where none can act (causal, no past). The fused graph evaluates as the imported one.
+TEST(OnnxImport, AttentionFusesOnCudaTargets) {
+  const int64_t H = 2, S = 4, D = 3;
+  std::vector<float> xs(static_cast<size_t>(H * S * D));
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = std::sin(0.7f * static_cast<float>(k)) * 1.5f;
+  const HostTensor x = HostTensor::floats({1, H, S, D}, xs);
+  const HostTensor m = HostTensor::ints({S, S}, {1, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1, 1, 1}, DType::Bool);  // row 1: none
+  for (const char* form : {"input mask", "constant mask", "causal"}) {
+    SCOPED_TRACE(form);
+    const std::string f = form;
+    ModelBuilder b(23);
+    b.input("x", {1, H, S, D});
+    std::vector<std::string> in = {"x", "x", "x"};
+    if (f == "input mask") {
+      b.input("m", {S, S}, onnx::TensorProto::BOOL);
+      in.push_back("m");
+    } else if (f == "constant mask") {
+      b.bytes("m", {S, S}, {1, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1, 1, 1}, onnx::TensorProto::BOOL);
+      in.push_back("m");
+    }
+    auto* a = b.node("Attention", in, {"y"});
+    if (f == "causal") set_int(a, "is_causal", 1);
+    b.output("y");
+    const Graph imported = b.import();
+    Graph g = imported;
+    PassOptions cuda;
+    cuda.tensor_cores = true;
+    run_passes(g, cuda);
+    int fused = 0, guarded = 0, softmaxes = 0;
+    for (const Node& n : g.nodes) {
+      fused += n.op == kFusedAttention;
+      guarded += n.op == kFusedAttention && n.get_int("zero_masked_rows", 0) == 1;
+      softmaxes += n.op == "Softmax";
+    }
+    EXPECT_EQ(fused, 1);
+    EXPECT_EQ(softmaxes, 0);
+    EXPECT_EQ(guarded, f == "causal" ? 0 : 1);
+    std::map<std::string, HostTensor> inputs = {{"x", x}};
+    if (f == "input mask") inputs.emplace("m", m);
+    const std::vector<float> want = run_reference(imported, inputs).at("y").f, got = run_reference(g, inputs).at("y").f;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-6) << k;
+    if (f != "causal") {  // query row 1 attends no key: zeros
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) EXPECT_EQ(got[static_cast<size_t>((h * S + 1) * D + d)], 0.0f);
+    }
+  }
 }
 
 // LRN of even size, which ONNX allows (and ONNX Runtime refuses): the window of channel c is

@@ -150,8 +150,8 @@ class OrtTest(models_for_tests.ModelTestCase):
         RMSNormalization, LRN, Resize axes / keep_aspect_ratio_policy / half_pixel_symmetric,
         Attention with grouped heads, a past, causal limits, softcap and masks):
         the models test_graph_import builds for them (checked there against their definitions
-        and compiled against the reference), every output here against ONNX Runtime's, both our
-        reference evaluation and our compiled library."""
+        and compiled against the reference), every output here against ONNX Runtime's: our
+        reference evaluation, our library for this CPU and our CUDA library run emulated."""
         if IMPORT_TEST is None:
             self.skipTest("no test_graph_import binary given (ort_test.py TUNEFARM TEST_GRAPH_IMPORT)")
         env = dict(os.environ, TF_OPSET_MODELS_DIR=self.d)
@@ -176,8 +176,12 @@ class OrtTest(models_for_tests.ModelTestCase):
             self.assertTrue(reply["ok"], reply)
             xp = os.path.join(self.d, "x.npy")
             np.save(xp, x)
-            for how in ("--reference", "--no-check"):  # the reference evaluation; the compiled library
-                args = ["run", "--model", model, "--input", f"x={xp}", "--repeat", "1", "--no-db", how]
+            emulated = os.path.join(self.d, name + ".cuda.so")
+            run("compile", "--model", model, "-t", "cuda -arch=sm_90", "--emulate-gpu", "-o", emulated, "--no-db")
+            # Our reference evaluation, the library for this CPU, and the library for a CUDA GPU
+            # (its kernels scheduled for sm_90, fused attention included, run serially here).
+            for how, lib in (("--reference", model), ("--no-check", model), ("--no-check", emulated)):
+                args = ["run", "--model", lib, "--input", f"x={xp}", "--repeat", "1", "--no-db", how]
                 for o in reply["outputs"]:
                     args += ["--output", f"{o['name']}={os.path.join(folder, o['name'] + '.npy')}"]
                 run(*args)
@@ -185,10 +189,12 @@ class OrtTest(models_for_tests.ModelTestCase):
                     self.assertEqual(o["type"], "float32", o)
                     want = np.fromfile(o["file"], dtype=np.float32).reshape(o["dims"])
                     got = np.load(os.path.join(folder, o["name"] + ".npy"))
-                    self.assertEqual(want.shape, got.shape, f"{name} {o['name']} {how}")
+                    what = f"{name} {o['name']} {how} {os.path.basename(lib)}"
+                    self.assertEqual(want.shape, got.shape, what)
                     err = float(np.abs(want - got).max())
-                    self.assertLess(err, 2e-6 * max(1.0, float(np.abs(want).max())), f"{name} {o['name']} {how}")
-                print(f"figure: {name} ({how}): {len(reply['outputs'])} outputs match ONNX Runtime", flush=True)
+                    self.assertLess(err, 2e-6 * max(1.0, float(np.abs(want).max())), what)
+                print(f"figure: {name} ({how} {os.path.basename(lib)}): {len(reply['outputs'])} outputs match ONNX Runtime",
+                      flush=True)
 
 
 IMPORT_TEST = None
