@@ -79,6 +79,13 @@ class NodeBuilder {
                             HostTensor::floats(s, std::vector<float>(num_elements(s), 0.0f))};
     return name;
   }
+  // A reduction (ReduceMean, ReduceMax, ReduceL2, ...) of x over `axes`, dimensions kept: axes
+  // as an input from opset 18 (ReduceSum from 13), an attribute before, as the model's opset says.
+  std::string reduce(const std::string& op, const std::string& x, const std::vector<int64_t>& axes) {
+    if (g_.opset >= 18 || (op == "ReduceSum" && g_.opset >= 13))
+      return node(op, {x, ints(axes)}, {{"keepdims", int64_t{1}}});
+    return node(op, {x}, {{"axes", axes}, {"keepdims", int64_t{1}}});
+  }
   std::string slice(const std::string& x, int64_t axis, int64_t begin, int64_t end,
                     int64_t step = 1) {
     if (step == 1) return node("Slice", {x, ints({begin}), ints({end}), ints({axis})});

@@ -78,8 +78,7 @@ bool expand_rms_norm(const Node& n, ImportSink& s) {
   NodeBuilder b(n, s.g, s.add);
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
-  std::string mean = b.node("ReduceMean", {b.node("Mul", {n.inputs[0], n.inputs[0]}), b.ints(axes)},
-                            {{"keepdims", int64_t{1}}});
+  std::string mean = b.reduce("ReduceMean", b.node("Mul", {n.inputs[0], n.inputs[0]}), axes);
   std::string rms = b.node("Sqrt", {b.node("Add", {mean, b.scalar(n.get_float("epsilon", 1e-5f))})});
   b.node("Mul", {b.node("Div", {n.inputs[0], rms}), n.inputs[1]}, {}, n.outputs[0]);
   return true;

@@ -47,6 +47,7 @@ TF_TE_FN(slice_te);
 TF_TE_FN(tile_te);
 TF_TE_FN(pad_te);
 TF_TE_FN(resize_te);
+TF_TE_FN(grid_sample_te);
 TF_TE_FN(concat_te);
 TF_TE_FN(split_te);
 TF_TE_FN(gather_te);

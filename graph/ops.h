@@ -182,7 +182,7 @@ void register_scan_ops(std::vector<OpDef>& ops);  // OneHot, CumSum, Trilu, Gath
 void register_recurrent_ops(std::vector<OpDef>& ops);  // graph/import_recurrent.h
 void register_quantize_ops(std::vector<OpDef>& ops);   // graph/import_quantize.h
 void register_norm_ops(std::vector<OpDef>& ops);  // graph/import_norms.cc: GroupNormalization, RMSNormalization, LRN
-void register_function_ops(std::vector<OpDef>& ops);  // graph/import_attention.cc: Attention, Swish
+void register_function_ops(std::vector<OpDef>& ops);  // graph/import_functions.cc: Attention, Swish, CastLike, MeanVarianceNormalization, LpNormalization
 void register_precision_ops(std::vector<OpDef>& ops);  // graph/pass_auto_mixed_precision.cc
 void register_attention_ops(std::vector<OpDef>& ops);  // graph/pass_fuse_attention.cc
 
@@ -383,6 +383,30 @@ struct ResizeSpec {
   bool identity(size_t dim) const;
 };
 ResizeSpec resize_spec(const OpContext& c);
+// GridSample (graph/ops_resize.cc; opset 16: 2 spatial axes, 20: 1 to 3): X [N, C, d1..dr]
+// sampled at grid [N, o1..or, r] (normalized positions, the innermost axis first). The
+// input position of spatial axis d (0-based) for a normalized coordinate g, each tap's weight
+// and where an index outside the input reads, as PyTorch's grid_sample and ONNX Runtime have
+// them (ONNX's Python reference also clamps or reflects cubic's position before its taps:
+// different results for cubic with border or reflection); the reference evaluation and the
+// compiled kernel (te_shape.cc) both follow it.
+struct GridSampleSpec {
+  enum Mode { Linear, Nearest, Cubic } mode = Linear;
+  enum Padding { Zeros, Border, Reflection } padding = Zeros;
+  bool align_corners = false;
+  Shape x, grid, out;
+  size_t spatial = 0;  // r
+  // The input position g maps to along spatial axis d (before padding and rounding).
+  double denormalize(double g, size_t d) const;
+  // The interval positions are reflected into: [0, size - 1] aligned, [-0.5, size - 0.5] not.
+  double low(size_t d) const { return align_corners ? 0.0 : -0.5; }
+  double high(size_t d) const;
+};
+GridSampleSpec grid_sample_spec(const OpContext& c);
+// x reflected by the borders of [lo, hi] until inside (lo when the interval is empty).
+double grid_sample_reflect(double x, double lo, double hi);
+// Keys' cubic weights (a = -0.75) of the taps at floor(x) - 1 .. floor(x) + 2, t = x - floor(x).
+std::array<double, 4> grid_sample_cubic_weights(double t);
 // ConvTranspose (graph/ops_conv_transpose.cc): kernel, strides, dilations, the pads actually
 // applied (from pads, auto_pad or output_shape; negative where output_shape asks for more
 // than the full output), the output size and channels.

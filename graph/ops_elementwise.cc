@@ -2,6 +2,7 @@
 // Clip, Cast.
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "base/error.h"
 #include "graph/element_types.h"
@@ -57,6 +58,21 @@ OpDef unary(const std::string& type, std::function<float(float, const Node&)> f,
     return std::vector<HostTensor>{out};
   };
   return d;
+}
+
+// atan for compiled kernels (no IR intrinsic): Cephes' atanf, |x| reduced to [0, tan(pi/8)]
+// (x > tan(3 pi/8): pi/2 + atan(-1/x); x > tan(pi/8): pi/4 + atan((x-1)/(x+1))), then its
+// odd polynomial; within 2 float ulps. NaN gives NaN (every comparison false).
+ir::Expr atan_expr(ir::Expr x) {
+  ir::Expr ax = ir::fabs(x);
+  ir::Expr big = te::gt(ax, ir::f32(2.414213562373095)), mid = te::gt(ax, ir::f32(0.4142135623730950));
+  ir::Expr r = ir::select(big, ir::f32(-1.0) / ax, ir::select(mid, (ax - ir::f32(1.0)) / (ax + ir::f32(1.0)), ax));
+  ir::Expr base = ir::select(big, ir::f32(M_PI / 2), ir::select(mid, ir::f32(M_PI / 4), ir::f32(0.0)));
+  ir::Expr z = r * r;
+  ir::Expr p = (((ir::f32(8.05374449538e-2) * z - ir::f32(1.38776856032e-1)) * z + ir::f32(1.99777106478e-1)) * z -
+                ir::f32(3.33329491539e-1)) * z * r + r;
+  ir::Expr y = base + p;
+  return ir::select(x < ir::f32(0.0), te::neg(y), y);
 }
 
 // Not, And, Or, Xor: bool inputs (broadcast), a bool result.
@@ -469,6 +485,94 @@ void register_elementwise_ops(std::vector<OpDef>& ops) {
                 ir::max(ir::f32(0.0), ir::min(ir::f32(1.0), x * ir::f32(1.0 / 6) + ir::f32(0.5)));
        }));
   describe(ops.back(), OpKind::Elementwise);
+  // Trigonometric and hyperbolic functions (opsets 7 and 9) from exp, log, sqrt, sin, cos and
+  // atan_expr in compiled kernels; the reference evaluation calls libm's.
+  ops.push_back(unary("Tan", [](float x, const Node&) { return std::tan(x); },
+      [](ir::Expr x, const Node&) { return ir::sin(x) / ir::cos(x); }));
+  describe(ops.back(), OpKind::Elementwise);
+  ops.push_back(unary("Sinh", [](float x, const Node&) { return std::sinh(x); },
+      [](ir::Expr x, const Node&) { return ir::f32(0.5) * (ir::exp(x) - ir::exp(te::neg(x))); }));
+  describe(ops.back(), OpKind::Elementwise);
+  ops.push_back(unary("Cosh", [](float x, const Node&) { return std::cosh(x); },
+      [](ir::Expr x, const Node&) { return ir::f32(0.5) * (ir::exp(x) + ir::exp(te::neg(x))); }));
+  describe(ops.back(), OpKind::Elementwise);
+  ops.push_back(unary("Atan", [](float x, const Node&) { return std::atan(x); },
+      [](ir::Expr x, const Node&) { return atan_expr(x); }));
+  describe(ops.back(), OpKind::Elementwise);
+  // asin(x) = atan(x / sqrt((1 - x)(1 + x))); acos(x) = 2 atan(sqrt((1 - x) / (1 + x))): no
+  // cancellation near |x| = 1. Past [-1, 1] the square roots give NaN, as asin's domain says.
+  ops.push_back(unary("Asin", [](float x, const Node&) { return std::asin(x); },
+      [](ir::Expr x, const Node&) {
+         return atan_expr(x / ir::sqrt((ir::f32(1.0) - x) * (ir::f32(1.0) + x)));
+       }));
+  describe(ops.back(), OpKind::Elementwise);
+  ops.push_back(unary("Acos", [](float x, const Node&) { return std::acos(x); },
+      [](ir::Expr x, const Node&) {
+         return ir::f32(2.0) * atan_expr(ir::sqrt((ir::f32(1.0) - x) / (ir::f32(1.0) + x)));
+       }));
+  describe(ops.back(), OpKind::Elementwise);
+  ops.push_back(unary("Asinh", [](float x, const Node&) { return std::asinh(x); },
+      [](ir::Expr x, const Node&) {  // odd: log(|x| + sqrt(x^2 + 1)) with x's sign
+         ir::Expr ax = ir::fabs(x);
+         ir::Expr y = ir::log(ax + ir::sqrt(ax * ax + ir::f32(1.0)));
+         return ir::select(x < ir::f32(0.0), te::neg(y), y);
+       }));
+  describe(ops.back(), OpKind::Elementwise);
+  ops.push_back(unary("Acosh", [](float x, const Node&) { return std::acosh(x); },
+      [](ir::Expr x, const Node&) { return ir::log(x + ir::sqrt((x - ir::f32(1.0)) * (x + ir::f32(1.0)))); }));
+  describe(ops.back(), OpKind::Elementwise);
+  ops.push_back(unary("Atanh", [](float x, const Node&) { return std::atanh(x); },
+      [](ir::Expr x, const Node&) {
+         return ir::f32(0.5) * ir::log((ir::f32(1.0) + x) / (ir::f32(1.0) - x));
+       }));
+  describe(ops.back(), OpKind::Elementwise);
+  // Mish (opset 18): x tanh(softplus(x)).
+  ops.push_back(unary("Mish", [](float x, const Node&) {
+    return static_cast<float>(x * std::tanh(std::log1p(std::exp(double(x)))));
+  },
+      [](ir::Expr x, const Node&) {
+         ir::Expr sp = ir::max(x, ir::f32(0.0)) + ir::log(ir::f32(1.0) + ir::exp(te::neg(ir::fabs(x))));
+         return x * ir::tanh(sp);
+       }));
+  describe(ops.back(), OpKind::Elementwise);
+  // Shrink (opset 9): x + bias below -lambd, x - bias above lambd, 0 between.
+  ops.push_back(unary("Shrink", [](float x, const Node& n) {
+    const float l = n.get_float("lambd", 0.5f), b = n.get_float("bias", 0.0f);
+    return x < -l ? x + b : x > l ? x - b : 0.0f;
+  },
+      [](ir::Expr x, const Node& n) {
+         const float l = n.get_float("lambd", 0.5f), b = n.get_float("bias", 0.0f);
+         return ir::select(x < ir::f32(-l), x + ir::f32(b), ir::select(te::gt(x, ir::f32(l)), x - ir::f32(b), ir::f32(0.0)));
+       }));
+  describe(ops.back(), OpKind::Elementwise, {"bias", "lambd"});
+  // IsNaN and IsInf (detect_negative, detect_positive): float32 in, bool out.
+  for (const char* op : {"IsNaN", "IsInf"}) {
+    const bool nan = std::string(op) == "IsNaN";
+    OpDef d{op, 1, 1, nullptr, nullptr};
+    d.infer = [](const OpContext& c) {
+      require_float(c, 0);
+      return std::vector<TypeShape>{{DType::Bool, c.in(0).shape}};
+    };
+    auto test = [nan](double v, const Node& n) {
+      if (nan) return std::isnan(v);
+      return std::isinf(v) && (v > 0 ? n.get_int("detect_positive", 1) != 0 : n.get_int("detect_negative", 1) != 0);
+    };
+    d.eval = [test](const OpContext& c, const std::vector<const HostTensor*>& in) {
+      HostTensor out = make_like(DType::Bool, in[0]->shape);
+      for (int64_t k = 0; k < out.size(); ++k) out.i[static_cast<size_t>(k)] = test(in[0]->as_double(k), c.node);
+      return std::vector<HostTensor>{out};
+    };
+    d.te = te::unary_te([nan](ir::Expr x, const Node& n) {
+      if (nan) return ir::select(ir::eq(x, x), ir::f32(0.0), ir::f32(1.0));
+      const float inf = std::numeric_limits<float>::infinity();
+      ir::Expr hit = ir::f32(0.0);
+      if (n.get_int("detect_positive", 1) != 0) hit = ir::select(ir::eq(x, ir::f32(inf)), ir::f32(1.0), hit);
+      if (n.get_int("detect_negative", 1) != 0) hit = ir::select(ir::eq(x, ir::f32(-inf)), ir::f32(1.0), hit);
+      return hit;
+    });
+    ops.push_back(std::move(d));
+    describe(ops.back(), OpKind::Elementwise, nan ? std::vector<std::string>{} : std::vector<std::string>{"detect_negative", "detect_positive"});
+  }
   ops.push_back(binary("Add", BinKind::Arith, [](double a, double b) { return a + b; },
       te::binary_te([](ir::Expr a, ir::Expr b) { return a + b; })));
   describe(ops.back(), OpKind::Elementwise, {}, /*int64_exact=*/true);

@@ -246,7 +246,148 @@ std::vector<HostTensor> resize_eval(const OpContext& c, const std::vector<const 
   return {out};
 }
 
+// GridSample's reference evaluation: every output position's taps (per spatial axis: the
+// input index and weight), read through the padding mode, in doubles.
+std::vector<HostTensor> grid_sample_eval(const OpContext& c, const std::vector<const HostTensor*>& in) {
+  const GridSampleSpec s = grid_sample_spec(c);
+  const HostTensor &x = *in[0], &grid = *in[1];
+  HostTensor out = make_like(DType::F32, s.out);
+  const size_t r = s.spatial;
+  const int64_t N = s.x[0], C = s.x[1];
+  int64_t positions = 1, plane = 1;
+  for (size_t d = 0; d < r; ++d) {
+    positions *= s.out[2 + d];
+    plane *= s.x[2 + d];
+  }
+  struct Tap {
+    int64_t index;
+    double weight;
+  };
+  std::vector<std::vector<Tap>> taps(r);
+  std::vector<size_t> pick(r);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < positions; ++p) {
+      for (size_t d = 0; d < r; ++d) {
+        const int64_t size = s.x[2 + d];
+        // grid's last axis lists the innermost spatial axis first.
+        double v = s.denormalize(grid.f[static_cast<size_t>((n * positions + p) * int64_t(r) + int64_t(r - 1 - d))], d);
+        if (s.mode == GridSampleSpec::Nearest) v = std::nearbyint(v);  // half to even
+        // Cubic keeps the position and maps each tap (PyTorch's grid_sample and ONNX Runtime;
+        // ONNX's Python reference clamps or reflects the position first for cubic too).
+        if (s.mode != GridSampleSpec::Cubic && (v < s.low(d) || v > s.high(d))) {
+          if (s.padding == GridSampleSpec::Border) v = std::clamp(v, 0.0, double(size - 1));
+          if (s.padding == GridSampleSpec::Reflection) v = grid_sample_reflect(v, s.low(d), s.high(d));
+        }
+        taps[d].clear();
+        if (s.mode == GridSampleSpec::Nearest) {
+          taps[d].push_back({std::isfinite(v) ? static_cast<int64_t>(v) : 0, 1.0});  // toward zero, as the reference's astype
+        } else {
+          const double f = std::floor(v), t = v - f;
+          const int64_t k = std::isfinite(f) ? static_cast<int64_t>(std::clamp(f, -1e9, 1e9)) : 0;
+          if (s.mode == GridSampleSpec::Linear) {
+            taps[d].push_back({k, 1 - t});
+            taps[d].push_back({k + 1, t});
+          } else {
+            const std::array<double, 4> w = grid_sample_cubic_weights(t);
+            for (int64_t j = 0; j < 4; ++j) taps[d].push_back({k - 1 + j, w[static_cast<size_t>(j)]});
+          }
+        }
+        for (Tap& t : taps[d]) {  // where an index outside the input reads
+          if (t.index >= 0 && t.index < size) continue;
+          if (s.padding == GridSampleSpec::Zeros) t.weight = 0, t.index = 0;
+          else if (s.padding == GridSampleSpec::Border) t.index = std::clamp<int64_t>(t.index, 0, size - 1);
+          else t.index = std::clamp<int64_t>(static_cast<int64_t>(grid_sample_reflect(double(t.index), s.low(d), s.high(d))), 0, size - 1);
+        }
+      }
+      for (int64_t ch = 0; ch < C; ++ch) {
+        const float* plane_at = x.f.data() + (n * C + ch) * plane;
+        double sum = 0;
+        std::fill(pick.begin(), pick.end(), 0);
+        for (;;) {
+          double w = 1;
+          int64_t at = 0;
+          for (size_t d = 0; d < r; ++d) {
+            w *= taps[d][pick[d]].weight;
+            at = at * s.x[2 + d] + taps[d][pick[d]].index;
+          }
+          if (w != 0) sum += w * plane_at[at];
+          size_t d = r;
+          while (d-- > 0) {
+            if (++pick[d] < taps[d].size()) break;
+            pick[d] = 0;
+          }
+          if (d == static_cast<size_t>(-1)) break;
+        }
+        out.f[static_cast<size_t>((n * C + ch) * positions + p)] = static_cast<float>(sum);
+      }
+    }
+  return {out};
+}
+
 }  // namespace
+
+double GridSampleSpec::denormalize(double g, size_t d) const {
+  const double size = static_cast<double>(x[2 + d]);
+  return align_corners ? (g + 1) / 2 * (size - 1) : ((g + 1) * size - 1) / 2;
+}
+
+double GridSampleSpec::high(size_t d) const {
+  const double size = static_cast<double>(x[2 + d]);
+  return align_corners ? size - 1 : size - 0.5;
+}
+
+double grid_sample_reflect(double x, double lo, double hi) {
+  const double range = hi - lo;
+  if (!(range > 0)) return lo;
+  if (x >= lo && x <= hi) return x;
+  const bool below = x < lo;
+  const double dx = below ? lo - x : x - hi;
+  const double turns = std::floor(dx / range), rest = dx - turns * range;
+  const bool even = std::fmod(turns, 2.0) == 0;
+  return below == even ? lo + rest : hi - rest;
+}
+
+std::array<double, 4> grid_sample_cubic_weights(double t) {
+  const double A = -0.75, t1 = t + 1, u = 1 - t, u1 = 2 - t;
+  return {((A * t1 - 5 * A) * t1 + 8 * A) * t1 - 4 * A, ((A + 2) * t - (A + 3)) * t * t + 1,
+          ((A + 2) * u - (A + 3)) * u * u + 1, ((A * u1 - 5 * A) * u1 + 8 * A) * u1 - 4 * A};
+}
+
+GridSampleSpec grid_sample_spec(const OpContext& c) {
+  const Node& n = c.node;
+  auto fail = [&](const std::string& why) { throw UserError(str(n.where(), ": ", why)); };
+  GridSampleSpec s;
+  s.x = c.in(0).shape;
+  s.grid = c.in(1).shape;
+  if (c.in(0).dtype != DType::F32) fail(str("X '", c.in(0).name, "' is ", dtype_name(c.in(0).dtype), "; float32 is supported"));
+  if (c.in(1).dtype != DType::F32) fail(str("grid '", c.in(1).name, "' is ", dtype_name(c.in(1).dtype), "; it must be float32"));
+  const size_t max_spatial = c.opset >= 20 ? 3 : 2;
+  if (s.x.size() < 3 || s.x.size() - 2 > max_spatial || (c.opset < 20 && s.x.size() != 4))
+    fail(str("X ", shape_str(s.x), ": ", c.opset < 20 ? "opset 16's GridSample takes rank 4 (N, C, H, W)"
+                                                       : "1 to 3 spatial axes are supported (rank 3 to 5)"));
+  s.spatial = s.x.size() - 2;
+  if (s.grid.size() != s.x.size() || s.grid[0] != s.x[0] || s.grid.back() != static_cast<int64_t>(s.spatial))
+    fail(str("grid ", shape_str(s.grid), " must be [", s.x[0], ", output positions..., ", s.spatial, "] for X ", shape_str(s.x)));
+  const std::string mode = n.get_string("mode", c.opset >= 20 ? "linear" : "bilinear");
+  const bool new_names = c.opset >= 20;
+  if (mode == (new_names ? "linear" : "bilinear")) s.mode = GridSampleSpec::Linear;
+  else if (mode == "nearest") s.mode = GridSampleSpec::Nearest;
+  else if (mode == (new_names ? "cubic" : "bicubic")) s.mode = GridSampleSpec::Cubic;
+  else
+    fail(str("mode '", mode, "' is not one of ", new_names ? "linear, nearest, cubic (opset 20)" : "bilinear, nearest, bicubic (opset 16)"));
+  const std::string padding = n.get_string("padding_mode", "zeros");
+  if (padding == "zeros") s.padding = GridSampleSpec::Zeros;
+  else if (padding == "border") s.padding = GridSampleSpec::Border;
+  else if (padding == "reflection") s.padding = GridSampleSpec::Reflection;
+  else fail(str("padding_mode '", padding, "' is not one of zeros, border, reflection"));
+  const int64_t align = n.get_int("align_corners", 0);
+  if (align != 0 && align != 1) fail(str("align_corners ", align, " must be 0 or 1"));
+  s.align_corners = align == 1;
+  s.out = {s.x[0], s.x[1]};
+  s.out.insert(s.out.end(), s.grid.begin() + 1, s.grid.end() - 1);
+  check_tensor_size(str(n.where(), ": the output"), s.out);
+  return s;
+}
 
 // rows_apart: sizes along axis 0 show in the shapes; a crop's region of interest does not.
 static bool resize_rows_apart(const Graph&, const Node& n) {
@@ -262,6 +403,13 @@ void register_resize_ops(std::vector<OpDef>& ops) {
   describe(ops.back(), OpKind::Injective, {"antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
                                           "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode"});
   ops.back().rows_apart = resize_rows_apart;
+  ops.push_back({"GridSample", 2, 2,
+                 [](const OpContext& c) {
+                   return std::vector<TypeShape>{{DType::F32, grid_sample_spec(c).out}};
+                 },
+                 grid_sample_eval, te::grid_sample_te});
+  describe(ops.back(), OpKind::Injective, {"align_corners", "mode", "padding_mode"});
+  ops.back().data_input = every_input_is_data;
 }
 
 }  // namespace tf::graph

@@ -104,6 +104,113 @@ std::vector<Tensor> pad_te(const Graph& g, const Node& n, const OpContext& c, co
 // axes then read whole rows of it: the gathers along the innermost axis happen once per input
 // row instead of once per output row and tap of the others (DeepLabv3's 20x20 -> 320x320
 // upsampling of 21 classes 3.8 -> about 1 ms). The weights multiply as before, axis by axis.
+// GridSample as grid_sample_eval (graph/ops_resize.cc) computes it: per spatial axis the
+// position read from the grid, rounded (nearest) and kept or reflected inside (border,
+// reflection), its taps' indices and weights; an index outside the input reads 0 (zeros) or
+// moves inside. Every read index is clamped into the input, so no grid value (inf, NaN)
+// reads outside it.
+std::vector<Tensor> grid_sample_te(const Graph&, const Node& n, const OpContext& c, const std::vector<TeOperand>& in,
+                                   const Shape& out, const std::string& name) {
+  const TeOperand &x = need(n, in, 0), &grid = need(n, in, 1);
+  if (!x.tensor || !grid.tensor) not_implemented(n, "GridSample of a one-element constant");
+  const GridSampleSpec s = grid_sample_spec(c);
+  const size_t r = s.spatial;
+  auto to_int = [](Expr f) { return ir::Cast::make(ir::Type::int64(), std::move(f)); };
+  auto reflect = [](Expr v, double lo, double hi) {  // grid_sample_reflect
+    const double range = hi - lo;
+    if (!(range > 0)) return ir::f32(lo);
+    Expr below = v < ir::f32(lo);
+    Expr dx = ir::select(below, ir::f32(lo) - v, v - ir::f32(hi));
+    Expr turns = ir::floor(dx / ir::f32(range)), rest = dx - turns * ir::f32(range);
+    Expr even = ir::eq(turns - ir::f32(2.0) * ir::floor(turns * ir::f32(0.5)), ir::f32(0.0));
+    // Below and an even number of turns, or above and an odd one: from the low border.
+    Expr from_low = ir::eq(to_float(below), to_float(even));
+    Expr outside = ir::select(from_low, ir::f32(lo) + rest, ir::f32(hi) - rest);
+    return ir::select(below, outside, ir::select(gt(v, ir::f32(hi)), outside, v));
+  };
+  // Per spatial axis, the position every output position reads around (rounded, and kept or
+  // reflected inside), a stage of its own [N, o1..or]: the taps read it several times.
+  Shape positions(out.begin(), out.end());
+  positions.erase(positions.begin() + 1);  // no channel axis
+  std::vector<Tensor> position(r);
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t size = s.x[2 + d];
+    position[d] = elementwise(str(name, "_pos", d), positions, [&](const Index& p) {
+      Index at = p;
+      at.push_back(Expr(static_cast<int64_t>(r - 1 - d)));  // the grid lists the innermost axis first
+      Expr g = read_broadcast(grid, at);
+      Expr v = s.align_corners ? (g + ir::f32(1.0)) * ir::f32(0.5 * double(size - 1))
+                               : ((g + ir::f32(1.0)) * ir::f32(double(size)) - ir::f32(1.0)) * ir::f32(0.5);
+      if (s.mode == GridSampleSpec::Nearest) v = ir::round_even(v);
+      if (s.mode == GridSampleSpec::Cubic) return v;  // its taps are mapped (grid_sample_eval)
+      if (s.padding == GridSampleSpec::Border) {
+        Expr clamped = ir::min(ir::max(v, ir::f32(0.0)), ir::f32(double(size - 1)));
+        v = ir::select(v < ir::f32(s.low(d)), clamped, ir::select(gt(v, ir::f32(s.high(d))), clamped, v));
+      } else if (s.padding == GridSampleSpec::Reflection) {
+        v = reflect(v, s.low(d), s.high(d));
+      }
+      return v;
+    });
+  }
+  return {elementwise(name, out, [&](const Index& i) {
+    struct Tap {
+      Expr index, weight;  // weight null: 1
+    };
+    std::vector<std::vector<Tap>> taps(r);
+    Index p = {i[0]};
+    p.insert(p.end(), i.begin() + 2, i.end());
+    for (size_t d = 0; d < r; ++d) {
+      const int64_t size = s.x[2 + d];
+      Expr v = ir::read(position[d], p);
+      if (s.mode == GridSampleSpec::Nearest) {
+        taps[d].push_back({to_int(v), Expr()});
+      } else {
+        Expr f = ir::floor(v), t = v - f, k = to_int(f);
+        if (s.mode == GridSampleSpec::Linear) {
+          taps[d].push_back({k, ir::f32(1.0) - t});
+          taps[d].push_back({k + int64_t{1}, t});
+        } else {
+          const Expr A = ir::f32(-0.75), one = ir::f32(1.0), t1 = t + one, u = one - t, u1 = ir::f32(2.0) - t;
+          const Expr w[4] = {((A * t1 - ir::f32(5.0) * A) * t1 + ir::f32(8.0) * A) * t1 - ir::f32(4.0) * A,
+                             ((A + ir::f32(2.0)) * t - (A + ir::f32(3.0))) * t * t + one,
+                             ((A + ir::f32(2.0)) * u - (A + ir::f32(3.0))) * u * u + one,
+                             ((A * u1 - ir::f32(5.0) * A) * u1 + ir::f32(8.0) * A) * u1 - ir::f32(4.0) * A};
+          for (int64_t j = 0; j < 4; ++j) taps[d].push_back({k + (j - 1), w[j]});
+        }
+      }
+      for (Tap& tap : taps[d]) {  // where an index outside the input reads
+        Expr inside = ir::logical_and(tap.index >= int64_t{0}, tap.index < size);
+        if (s.padding == GridSampleSpec::Zeros) {
+          tap.weight = ir::select(inside, tap.weight ? tap.weight : ir::f32(1.0), ir::f32(0.0));
+        } else if (s.padding == GridSampleSpec::Reflection) {
+          tap.index = ir::select(inside, tap.index, to_int(reflect(to_float(tap.index), s.low(d), s.high(d))));
+        }
+        tap.index = clamp(tap.index, 0, size - 1);
+      }
+    }
+    Expr sum;
+    std::vector<size_t> pick(r, 0);
+    for (;;) {
+      Index at = {i[0], i[1]};
+      Expr weight;
+      for (size_t d = 0; d < r; ++d) {
+        const Tap& tap = taps[d][pick[d]];
+        at.push_back(tap.index);
+        if (tap.weight) weight = weight ? weight * tap.weight : tap.weight;
+      }
+      Expr term = weight ? weight * read_broadcast(x, at) : read_broadcast(x, at);
+      sum = sum ? sum + term : term;
+      size_t d = r;
+      while (d-- > 0) {
+        if (++pick[d] < taps[d].size()) break;
+        pick[d] = 0;
+      }
+      if (d == static_cast<size_t>(-1)) break;
+    }
+    return sum;
+  })};
+}
+
 std::vector<Tensor> resize_te(const Graph& g, const Node& n, const OpContext& c, const std::vector<TeOperand>& in, const Shape& out,
                                const std::string& name) {
   const TeOperand& x = need(n, in, 0);

@@ -168,7 +168,7 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     b.output("y");
     expect(
         b,
-        "test.onnx: node 'nz' (NonZero): operator NonZero is not supported (supported: Abs, Add");
+        "test.onnx: node 'nz' (NonZero): operator NonZero is not supported (supported: Abs, Acos, Acosh, Add");
   }
   {
     ModelBuilder b;
@@ -1892,6 +1892,245 @@ TEST(OnnxImport, AttentionFusesOnCudaTargets) {
   }
 }
 
+// Elementwise and normalizing operators added in session 84, each output against its
+// definition (libm in doubles), then compiled against the reference evaluation; NaN and inf
+// made by the model (Sqrt of negatives, 1 / (x * 0)). TF_OPSET_MODELS_DIR=dir saves
+// dir/functions.onnx for graph_ort (ONNX Runtime).
+TEST(OnnxImport, MathAndNormalizingOperatorsMatchTheirDefinitions) {
+  const int64_t N = 2, C = 3, H = 4, W = 5, total = N * C * H * W;
+  std::vector<float> xs(static_cast<size_t>(total));
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = std::sin(0.41f * static_cast<float>(k) + 0.1f) * 0.95f;
+  ModelBuilder b(18);
+  b.input("x", {N, C, H, W});
+  b.floats("five", {5.0f});
+  b.floats("three", {3.0f});
+  b.floats("one", {1.0f});
+  b.floats("zero", {0.0f});
+  b.node("Mul", {"x", "five"}, {"x5"});
+  b.node("Abs", {"x"}, {"ax"});
+  b.node("Mul", {"ax", "three"}, {"ax3"});
+  b.node("Add", {"ax3", "one"}, {"x_ge1"});
+  const char* unary[][2] = {{"Tan", "x"}, {"Sinh", "x5"}, {"Cosh", "x5"}, {"Asin", "x"}, {"Acos", "x"}, {"Atan", "x5"},
+                            {"Asinh", "x5"}, {"Acosh", "x_ge1"}, {"Atanh", "x"}, {"Mish", "x5"}};
+  std::vector<std::string> outs;
+  for (const auto& [op, in] : unary) {
+    outs.push_back(str(op, "_out"));
+    b.node(op, {in}, {outs.back()});
+  }
+  auto* shrink = b.node("Shrink", {"x"}, {"shrink"});
+  set_float(shrink, "lambd", 0.3f);
+  set_float(shrink, "bias", 0.1f);
+  b.node("Sqrt", {"x"}, {"sqrt"});  // NaN where x < 0
+  b.node("IsNaN", {"sqrt"}, {"isnan"});
+  b.node("Mul", {"x", "zero"}, {"zeros"});
+  b.node("Reciprocal", {"zeros"}, {"infs"});  // +inf and -inf by x's sign
+  b.node("IsInf", {"infs"}, {"isinf"});
+  set_int(b.node("IsInf", {"infs"}, {"isinf_pos"}), "detect_negative", 0);
+  b.ints("int_like", {0});
+  b.node("Mul", {"x", "three"}, {"x3"});
+  b.node("CastLike", {"x3", "int_like"}, {"castlike"});
+  b.node("MeanVarianceNormalization", {"x"}, {"mvn"});
+  set_int(b.node("LpNormalization", {"x"}, {"l2"}), "axis", 1);
+  set_int(b.node("LpNormalization", {"x"}, {"l1"}), "p", 1);
+  for (const char* o : {"shrink", "isnan", "isinf", "isinf_pos", "castlike", "mvn", "l2", "l1"}) outs.emplace_back(o);
+  for (const std::string& o : outs) b.output(o);
+  Graph g = b.import();
+  HostTensor x = HostTensor::floats({N, C, H, W}, xs);
+  auto want = run_reference(g, {{"x", x}});
+  std::function<double(double)> defs[] = {
+      [](double v) { return std::tan(v); }, [](double v) { return std::sinh(5 * v); }, [](double v) { return std::cosh(5 * v); },
+      [](double v) { return std::asin(v); }, [](double v) { return std::acos(v); }, [](double v) { return std::atan(5 * v); },
+      [](double v) { return std::asinh(5 * v); }, [](double v) { return std::acosh(3 * std::fabs(v) + 1); },
+      [](double v) { return std::atanh(v); }, [](double v) { return 5 * v * std::tanh(std::log1p(std::exp(5 * v))); }};
+  for (size_t o = 0; o < std::size(defs); ++o)
+    for (int64_t k = 0; k < total; ++k) {
+      const double w = defs[o](xs[static_cast<size_t>(k)]);
+      EXPECT_NEAR(want.at(outs[o]).f[static_cast<size_t>(k)], w, 1e-5 * (1 + std::fabs(w))) << outs[o] << " element " << k;
+    }
+  double l2[N][H][W] = {}, l1[N][C][H] = {}, mean[C] = {}, sq[C] = {};
+  for (int64_t k = 0; k < total; ++k) {
+    const double v = xs[static_cast<size_t>(k)];
+    const int64_t n = k / (C * H * W), c = k / (H * W) % C, h = k / W % H, w = k % W;
+    l2[n][h][w] += v * v;
+    l1[n][c][h] += std::fabs(v);
+    mean[c] += v / (N * H * W);
+    sq[c] += v * v / (N * H * W);
+  }
+  for (int64_t k = 0; k < total; ++k) {
+    const size_t i = static_cast<size_t>(k);
+    const double v = xs[i];
+    const int64_t n = k / (C * H * W), c = k / (H * W) % C, h = k / W % H, w = k % W;
+    EXPECT_NEAR(want.at("shrink").f[i], v < -0.3 ? v + 0.1 : v > 0.3 ? v - 0.1 : 0.0, 1e-6) << k;
+    EXPECT_EQ(want.at("isnan").i[i], v < 0 ? 1 : 0) << k;
+    EXPECT_EQ(want.at("isinf").i[i], 1) << k;
+    EXPECT_EQ(want.at("isinf_pos").i[i], std::signbit(xs[i]) ? 0 : 1) << k;
+    EXPECT_EQ(want.at("castlike").i[i], static_cast<int64_t>(xs[i] * 3.0f)) << k;  // toward zero
+    EXPECT_NEAR(want.at("mvn").f[i], (v - mean[c]) / (std::sqrt(sq[c] - mean[c] * mean[c]) + 1e-9), 1e-4) << k;
+    EXPECT_NEAR(want.at("l2").f[i], v / std::sqrt(l2[n][h][w]), 1e-6) << k;
+    EXPECT_NEAR(want.at("l1").f[i], v / l1[n][c][h], 1e-6) << k;
+  }
+  EXPECT_EQ(want.at("castlike").dtype, DType::I64);
+  Graph optimized = g;
+  run_passes(optimized, PassOptions{2, {}, {}, nullptr});
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
+  ASSERT_EQ(got.size(), outs.size());
+  for (size_t o = 0; o < got.size(); ++o) {
+    const HostTensor& w = want.at(outs[o]);
+    ASSERT_EQ(got[o].size(), w.size()) << outs[o];
+    for (int64_t k = 0; k < w.size(); ++k) {
+      const double wv = w.as_double(k), gv = got[o].as_double(k);
+      EXPECT_NEAR(gv, wv, 2e-5 * (1 + std::fabs(wv))) << outs[o] << " element " << k;
+    }
+  }
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/functions.onnx");
+}
+
+// RotaryEmbedding (opset 23) against ONNX's definition written out: rank 3 with num_heads 4,
+// half the head (4 of 6 features) rotated as halves, caches read at position_ids; and rank 4,
+// the whole head rotated interleaved, caches [B, S, D / 2] without position_ids. Compiled
+// against the reference; TF_OPSET_MODELS_DIR=dir saves dir/rotary.onnx for graph_ort.
+TEST(OnnxImport, RotaryEmbeddingMatchesItsDefinition) {
+  const int64_t B = 2, S = 5, H = 4, D = 6, P = 7;
+  std::vector<float> xs(static_cast<size_t>(B * S * H * D));
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = std::sin(0.37f * static_cast<float>(k) + 0.5f) * 1.1f;
+  ModelBuilder b(23);
+  b.input("x", {B, S, H * D});
+  std::vector<float> cos_p, sin_p, cos_b, sin_b;
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t j = 0; j < 2; ++j) {
+      cos_p.push_back(std::cos(0.3f * static_cast<float>(p * (j + 1))));
+      sin_p.push_back(std::sin(0.3f * static_cast<float>(p * (j + 1))));
+    }
+  for (int64_t k = 0; k < B * S * 3; ++k) {
+    cos_b.push_back(std::cos(0.21f * static_cast<float>(k)));
+    sin_b.push_back(std::sin(0.21f * static_cast<float>(k)));
+  }
+  const std::vector<int64_t> pos = {0, 1, 2, 3, 4, 6, 5, 4, 3, 2};
+  b.floats_shaped("cos_p", {P, 2}, cos_p);
+  b.floats_shaped("sin_p", {P, 2}, sin_p);
+  b.floats_shaped("cos_b", {B, S, 3}, cos_b);
+  b.floats_shaped("sin_b", {B, S, 3}, sin_b);
+  b.ints("pos_flat", pos);
+  b.ints("pos_shape", {B, S});
+  b.node("Reshape", {"pos_flat", "pos_shape"}, {"pos"});
+  auto* r3 = b.node("RotaryEmbedding", {"x", "cos_p", "sin_p", "pos"}, {"rot3"});
+  set_int(r3, "num_heads", H);
+  set_int(r3, "rotary_embedding_dim", 4);
+  b.ints("x4_shape", {B, H, S, D});  // not the heads of x: another tensor of that shape
+  b.node("Reshape", {"x", "x4_shape"}, {"x4"});
+  set_int(b.node("RotaryEmbedding", {"x4", "cos_b", "sin_b"}, {"rot4"}), "interleaved", 1);
+  b.output("rot3");
+  b.output("rot4");
+  Graph g = b.import();
+  HostTensor x = HostTensor::floats({B, S, H * D}, xs);
+  auto want = run_reference(g, {{"x", x}});
+  // rot3: x[b, s, h * D + d]; features 0..1 with 2..3 rotated, 4..5 kept.
+  for (int64_t bb = 0; bb < B; ++bb)
+    for (int64_t ss = 0; ss < S; ++ss)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          auto at = [&](int64_t f) { return double(xs[static_cast<size_t>((bb * S + ss) * H * D + h * D + f)]); };
+          const int64_t p = pos[static_cast<size_t>(bb * S + ss)], j = d % 2;
+          const double c = cos_p[static_cast<size_t>(p * 2 + j)], sn = sin_p[static_cast<size_t>(p * 2 + j)];
+          const double w = d >= 4 ? at(d) : d < 2 ? c * at(d) - sn * at(d + 2) : sn * at(d - 2) + c * at(d);
+          EXPECT_NEAR(want.at("rot3").f[static_cast<size_t>((bb * S + ss) * H * D + h * D + d)], w, 1e-5) << bb << ss << h << d;
+        }
+  // rot4: x4[b, h, s, d] = xs in order; pairs (2j, 2j + 1) rotated by cos_b[b, s, j].
+  for (int64_t bb = 0; bb < B; ++bb)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t ss = 0; ss < S; ++ss)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t base = static_cast<size_t>(((bb * H + h) * S + ss) * D);
+          const int64_t j = d / 2;
+          const double c = cos_b[static_cast<size_t>((bb * S + ss) * 3 + j)], sn = sin_b[static_cast<size_t>((bb * S + ss) * 3 + j)];
+          const double x1 = xs[base + static_cast<size_t>(2 * j)], x2 = xs[base + static_cast<size_t>(2 * j + 1)];
+          EXPECT_NEAR(want.at("rot4").f[base + static_cast<size_t>(d)], d % 2 == 0 ? c * x1 - sn * x2 : sn * x1 + c * x2, 1e-5)
+              << bb << h << ss << d;
+        }
+  Graph optimized = g;
+  run_passes(optimized, PassOptions{2, {}, {}, nullptr});
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t o = 0; o < 2; ++o) {
+    const std::vector<float>& w = want.at(o == 0 ? "rot3" : "rot4").f;
+    ASSERT_EQ(got[o].f.size(), w.size());
+    for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got[o].f[k], w[k], 2e-6 * (1 + std::fabs(w[k]))) << o << " element " << k;
+  }
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/rotary.onnx");
+}
+
+// GridSample of opset 20 (opset 16's 2-D forms run as ONNX's node tests): volumes (3 spatial
+// axes) linear with zeros and nearest with reflection, images cubic with border and linear
+// with reflection far outside the input, and one spatial axis; positions from -1.6 to 1.6.
+// Compiled against the reference here; TF_OPSET_MODELS_DIR=dir saves dir/gridsample.onnx
+// (all but the one-axis form, which ONNX Runtime does not take) for graph_ort.
+TEST(OnnxImport, GridSampleCompilesAsTheReference) {
+  const int64_t N = 2, C = 3, D = 3, H = 4, W = 5;
+  std::vector<float> xs(static_cast<size_t>(N * C * D * H * W));
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = std::sin(0.23f * static_cast<float>(k) + 0.7f) * 2.0f;
+  auto grid = [](const std::string& name, ModelBuilder& b, std::vector<int64_t> shape, float phase) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    std::vector<float> g;
+    for (int64_t k = 0; k < count; ++k) g.push_back(std::sin(0.77f * static_cast<float>(k) + phase) * 1.6f);
+    b.floats_shaped(name, shape, g);
+  };
+  for (bool one_axis : {false, true}) {
+    SCOPED_TRACE(one_axis ? "one spatial axis" : "two and three");
+    ModelBuilder b(20);
+    b.input("x", {N, C, D, H, W});
+    std::vector<std::string> outs;
+    auto sample = [&](const std::string& out, const std::string& in, const std::string& g, const char* mode, const char* padding,
+                      int64_t align) {
+      auto* n = b.node("GridSample", {in, g}, {out});
+      set_string(n, "mode", mode);
+      set_string(n, "padding_mode", padding);
+      set_int(n, "align_corners", align);
+      outs.push_back(out);
+    };
+    if (one_axis) {
+      b.ints("x1_shape", {N, C, D * H * W});
+      b.node("Reshape", {"x", "x1_shape"}, {"x1"});
+      grid("g1", b, {N, 7, 1}, 0.2f);
+      sample("lin1", "x1", "g1", "linear", "reflection", 0);
+      sample("cub1", "x1", "g1", "cubic", "zeros", 1);
+    } else {
+      grid("g3", b, {N, 2, 3, 4, 3}, 0.1f);
+      sample("vol_lin", "x", "g3", "linear", "zeros", 0);
+      sample("vol_near", "x", "g3", "nearest", "reflection", 1);
+      b.ints("x2_shape", {N, C * D, H, W});
+      b.node("Reshape", {"x", "x2_shape"}, {"x2"});
+      grid("g2", b, {N, 3, 6, 2}, 0.4f);
+      sample("img_cubic", "x2", "g2", "cubic", "border", 0);
+      sample("img_lin", "x2", "g2", "linear", "reflection", 0);
+      sample("img_cubic_refl", "x2", "g2", "cubic", "reflection", 1);
+      sample("img_near", "x2", "g2", "nearest", "zeros", 0);
+    }
+    for (const std::string& o : outs) b.output(o);
+    Graph g = b.import();
+    HostTensor x = HostTensor::floats({N, C, D, H, W}, xs);
+    auto want = run_reference(g, {{"x", x}});
+    Graph optimized = g;
+    run_passes(optimized, PassOptions{2, {}, {}, nullptr});
+    int from_template = 0;
+    std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
+    ASSERT_EQ(got.size(), outs.size());
+    for (size_t o = 0; o < got.size(); ++o) {
+      const std::vector<float>& w = want.at(outs[o]).f;
+      ASSERT_EQ(got[o].f.size(), w.size()) << outs[o];
+      double largest = 0;
+      for (size_t k = 0; k < w.size(); ++k) {
+        largest = std::max(largest, std::fabs(double(w[k])));
+        EXPECT_NEAR(got[o].f[k], w[k], 2e-5 * (1 + std::fabs(w[k]))) << outs[o] << " element " << k;
+      }
+      EXPECT_GT(largest, 0.1) << outs[o] << " samples something";
+    }
+    if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR"); dir && !one_axis) b.save(std::string(dir) + "/gridsample.onnx");
+  }
+}
+
 // LRN of even size, which ONNX allows (and ONNX Runtime refuses): the window of channel c is
 // [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)], one channel more after c than before.
 TEST(OnnxImport, LrnOfEvenSize) {
@@ -2029,6 +2268,46 @@ TEST(OnnxImport, NewerOpsetRefusalsNameWhatIsAtFault) {
     b.node("Attention", {"x5", "x5", "x5"}, {"y"});
   }, "Q [1, 4, 3, 3, 1] must have rank 3 or 4");
   expect(23, [](ModelBuilder& b) { b.node("Swish", {"x"}, {"y"}); }, "Swish is an operator of opset 24 and later (the model's is 23)");
+  expect(23, [](ModelBuilder& b) {
+    b.floats_shaped("c", {3, 2}, {1, 1, 1, 1, 1, 1});
+    set_int(b.node("RotaryEmbedding", {"x", "c", "c"}, {"y"}), "rotary_embedding_dim", 3);
+  }, "rotary_embedding_dim 3 must be even and in [2, 3] (the head size)");
+  expect(23, [](ModelBuilder& b) {
+    b.floats_shaped("c", {1, 3, 2}, {1, 1, 1, 1, 1, 1});
+    set_int(b.node("RotaryEmbedding", {"x", "c", "c"}, {"y"}), "rotary_embedding_dim", 2);
+  }, "cos_cache [1, 3, 2] must be [1, 3, 1] (without position_ids)");
+  expect(23, [](ModelBuilder& b) {
+    b.ints("s", {1, 3, 12});
+    b.node("Reshape", {"x", "s"}, {"x3"});
+    b.floats_shaped("c", {1, 3, 1}, {1, 1, 1});
+    b.node("RotaryEmbedding", {"x3", "c", "c"}, {"y"});
+  }, "X [1, 3, 12] of rank 3 needs num_heads dividing its 12 features (num_heads 0)");
+  expect(23, [](ModelBuilder& b) {
+    b.floats_shaped("c", {4, 1}, {1, 1, 1, 1});
+    b.floats("p", {0, 1, 2});
+    set_int(b.node("RotaryEmbedding", {"x", "c", "c", "p"}, {"y"}), "rotary_embedding_dim", 2);
+  }, "position_ids 'p' is float32 [3]; it must be int64 [1, 3]");
+  expect(11, [](ModelBuilder& b) { set_int(b.node("LpNormalization", {"x"}, {"y"}), "p", 3); }, "p 3 is not 1 or 2");
+  expect(13, [](ModelBuilder& b) { set_ints(b.node("MeanVarianceNormalization", {"x"}, {"y"}), "axes", {0, 4}); },
+         "axis 4 is out of range for X [1, 4, 3, 3]");
+  expect(16, [](ModelBuilder& b) {
+    b.floats_shaped("g", {1, 2, 2, 2}, std::vector<float>(8, 0.0f));
+    set_string(b.node("GridSample", {"x", "g"}, {"y"}), "mode", "linear");
+  }, "mode 'linear' is not one of bilinear, nearest, bicubic (opset 16)");
+  expect(20, [](ModelBuilder& b) {
+    b.floats_shaped("g", {1, 2, 2, 2}, std::vector<float>(8, 0.0f));
+    set_string(b.node("GridSample", {"x", "g"}, {"y"}), "padding_mode", "wrap");
+  }, "padding_mode 'wrap' is not one of zeros, border, reflection");
+  expect(20, [](ModelBuilder& b) {
+    b.floats_shaped("g", {1, 2, 2, 3}, std::vector<float>(12, 0.0f));
+    b.node("GridSample", {"x", "g"}, {"y"});
+  }, "grid [1, 2, 2, 3] must be [1, output positions..., 2] for X [1, 4, 3, 3]");
+  expect(16, [](ModelBuilder& b) {
+    b.ints("s", {1, 4, 9});
+    b.node("Reshape", {"x", "s"}, {"x3"});
+    b.floats_shaped("g", {1, 2, 1}, std::vector<float>(2, 0.0f));
+    b.node("GridSample", {"x3", "g"}, {"y"});
+  }, "X [1, 4, 9]: opset 16's GridSample takes rank 4 (N, C, H, W)");
   expect(20, [](ModelBuilder& b) { set_string(b.node("Gelu", {"x"}, {"y"}), "approximate", "erf"); },
          "approximate 'erf' is not one of none, tanh");
   expect(19, [](ModelBuilder& b) {

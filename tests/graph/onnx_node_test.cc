@@ -219,9 +219,13 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
   // passes_test.cc's GraphNodeTe tests check those, InstanceNormalization, Sin, Cos and
   // Einsum and CumSum, whose node tests are of float64, and Not, And and Xor, of opset 7 or 1), and
   // Gelu (opset 20; recognize-composites makes it, tests/graph/torch_models_test.py checks it),
-  // GroupNormalization, RMSNormalization, Attention and Swish (opsets 18, 23 and 24, newer than
-  // these node tests: import_test.cc's NewerOpsetsMatchTheirDefinitions,
-  // AttentionMatchesItsDefinition, AttentionWindowsAndSwish; graph_ort against ONNX Runtime), and
+  // GroupNormalization, RMSNormalization, Attention, Swish, RotaryEmbedding and Mish (opsets 18
+  // to 24, newer than these node tests) and LpNormalization (no node test): import_test.cc's
+  // NewerOpsetsMatchTheirDefinitions, AttentionMatchesItsDefinition, AttentionWindowsAndSwish,
+  // RotaryEmbeddingMatchesItsDefinition, MathAndNormalizingOperatorsMatchTheirDefinitions;
+  // graph_ort against ONNX Runtime), and Tan, Sinh, Cosh, Asin, Acos, Atan, Asinh, Acosh, Atanh,
+  // Shrink and IsInf (their node tests are of opsets 7 to 10, which the importer refuses:
+  // MathAndNormalizingOperatorsMatchTheirDefinitions and graph_ort), and
   // tunefarm's own blocked-layout operators (graph/layout.h; tests/graph/passes_test.cc) and
   // QLinearMatMul, QLinearConv, MatMulInteger and ConvInteger (their node tests take uint8 and
   // int8 model inputs, which tunefarm refuses; tests/graph/import_test.cc checks them) and
@@ -234,6 +238,9 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
     if (op == "Cast" || op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Softplus" ||
         op == "ReduceLogSumExp" || op == "ConstantOfShape" || op == "Gelu" || op == "ConvNCHWc" ||
         op == "GroupNormalization" || op == "RMSNormalization" || op == "Attention" || op == "Swish" ||
+        op == "RotaryEmbedding" || op == "Mish" || op == "LpNormalization" || op == "Tan" || op == "Sinh" ||
+        op == "Cosh" || op == "Asin" || op == "Acos" || op == "Atan" || op == "Asinh" || op == "Acosh" ||
+        op == "Atanh" || op == "Shrink" || op == "IsInf" ||
         op == "LayoutTransform" || op == "Selu" || op == "Softsign" || op == "ThresholdedRelu" ||
         op == "InstanceNormalization" || op == "Sin" || op == "Cos" || op == "Einsum" ||
         op == "Not" || op == "And" || op == "Xor" || op == "CumSum" || op == "QMatMul" || op == "QConvNCHWc" || op == "QDepthwiseNCHWc" || op == "QuantizeU8" ||

@@ -148,7 +148,9 @@ class OrtTest(models_for_tests.ModelTestCase):
         """The operators of opsets 18 to 23 (Split num_outputs, Pad wrap, Scatter max/min,
         AveragePool dilations, Gelu tanh, GroupNormalization per group and per channel,
         RMSNormalization, LRN, Resize axes / keep_aspect_ratio_policy / half_pixel_symmetric,
-        Attention with grouped heads, a past, causal limits, softcap and masks):
+        Attention with grouped heads, a past, causal limits, softcap and masks, the trigonometric
+        and hyperbolic functions, Mish, Shrink, IsNaN, IsInf, CastLike, MeanVarianceNormalization,
+        LpNormalization, RotaryEmbedding, GridSample of volumes and images):
         the models test_graph_import builds for them (checked there against their definitions
         and compiled against the reference), every output here against ONNX Runtime's: our
         reference evaluation, our library for this CPU and our CUDA library run emulated."""
@@ -156,11 +158,17 @@ class OrtTest(models_for_tests.ModelTestCase):
             self.skipTest("no test_graph_import binary given (ort_test.py TUNEFARM TEST_GRAPH_IMPORT)")
         env = dict(os.environ, TF_OPSET_MODELS_DIR=self.d)
         subprocess.run([IMPORT_TEST, "--gtest_filter=OnnxImport.NewerOpsetsMatchTheirDefinitions:"
-                        "OnnxImport.Opset19FormsCompileAsTheReference:OnnxImport.AttentionMatchesItsDefinition"], check=True, env=env, stdout=subprocess.DEVNULL)
+                        "OnnxImport.Opset19FormsCompileAsTheReference:OnnxImport.AttentionMatchesItsDefinition:"
+                        "OnnxImport.MathAndNormalizingOperatorsMatchTheirDefinitions:"
+                        "OnnxImport.RotaryEmbeddingMatchesItsDefinition:OnnxImport.GridSampleCompilesAsTheReference"],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
         # The inputs the C++ tests feed.
         models = {"newer_opsets": (np.sin(0.37 * np.arange(180)) * 2 + 0.1).reshape(2, 6, 3, 5),
                   "opset19_forms": np.sin(0.29 * np.arange(168) + 0.3).reshape(1, 4, 6, 7) * 1.7,
-                  "attention": np.sin(0.53 * np.arange(240) + 0.2).reshape(2, 5, 24) * 1.3}
+                  "attention": np.sin(0.53 * np.arange(240) + 0.2).reshape(2, 5, 24) * 1.3,
+                  "functions": (np.sin(0.41 * np.arange(120, dtype=np.float32) + 0.1) * 0.95).reshape(2, 3, 4, 5),
+                  "rotary": np.sin(0.37 * np.arange(240) + 0.5).reshape(2, 5, 24) * 1.1,
+                  "gridsample": np.sin(0.23 * np.arange(360) + 0.7).reshape(2, 3, 3, 4, 5) * 2.0}
         for name, x in models.items():
             model = os.path.join(self.d, name + ".onnx")
             x = x.astype(np.float32)
@@ -186,13 +194,20 @@ class OrtTest(models_for_tests.ModelTestCase):
                     args += ["--output", f"{o['name']}={os.path.join(folder, o['name'] + '.npy')}"]
                 run(*args)
                 for o in reply["outputs"]:
-                    self.assertEqual(o["type"], "float32", o)
-                    want = np.fromfile(o["file"], dtype=np.float32).reshape(o["dims"])
+                    kinds = {"float32": np.float32, "bool": np.uint8, "int64": np.int64}
+                    self.assertIn(o["type"], kinds, o)
+                    want = np.fromfile(o["file"], dtype=kinds[o["type"]]).reshape(o["dims"])
                     got = np.load(os.path.join(folder, o["name"] + ".npy"))
                     what = f"{name} {o['name']} {how} {os.path.basename(lib)}"
                     self.assertEqual(want.shape, got.shape, what)
-                    err = float(np.abs(want - got).max())
-                    self.assertLess(err, 2e-6 * max(1.0, float(np.abs(want).max())), what)
+                    if o["type"] != "float32":  # bool and int64: equal
+                        self.assertEqual(want.astype(np.int64).tolist(), got.astype(np.int64).tolist(), what)
+                        continue
+                    self.assertTrue(np.array_equal(np.isnan(want), np.isnan(got)), what)
+                    self.assertTrue(np.array_equal(want[np.isinf(want)], got[np.isinf(want)]), what)
+                    finite = np.isfinite(want)
+                    err = float(np.abs(want - got)[finite].max(initial=0.0))
+                    self.assertLess(err, 2e-6 * max(1.0, float(np.abs(want[finite]).max(initial=0.0))), what)
                 print(f"figure: {name} ({how} {os.path.basename(lib)}): {len(reply['outputs'])} outputs match ONNX Runtime",
                       flush=True)
 

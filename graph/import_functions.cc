@@ -16,6 +16,15 @@
 //     The chain is the one fuse-attention (graph/pass_fuse_attention.cc) recognises on cuda
 //     targets.
 //   Swish (opset 24): y = x * Sigmoid(alpha * x).
+//   RotaryEmbedding (opset 23): X [B, heads, S, D] (or [B, S, heads * D] with num_heads) with its
+//     first rotary_embedding_dim (R, default D) features of each head rotated by position: halves
+//     (or, interleaved, even and odd features) x1, x2 become cos x1 - sin x2 and sin x1 + cos x2,
+//     cos and sin [B, S, R / 2] gathered from the caches by position_ids when given; Slice,
+//     Gather, Mul, Sub, Add, Concat and the layout operators.
+//   CastLike (opset 15): Cast to the element type of input 1 (saturate as Cast's).
+//   MeanVarianceNormalization (opset 9, 13): (x - mean) / (sqrt(mean(x^2) - mean^2) + 1e-9)
+//     over `axes` (default [0, 2, 3]), as ONNX's function body writes it.
+//   LpNormalization (opset 1): x / ReduceL1 or ReduceL2 of x along `axis` (p 1 or 2).
 // Refused (UserError naming the node and the value): inputs that are not float32 (a bool or
 // float32 mask), ranks or shapes that do not fit each other, heads that do not divide,
 // nonpad_kv_seqlen (a per-sequence length known only at run time), the qk_matmul_output
@@ -23,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -176,7 +186,7 @@ bool expand_attention(const Node& n, ImportSink& s) {
   }
   std::string probs = b.node("Softmax", {scores}, {{"axis", int64_t{-1}}});
   if (may_mask_rows) {  // a row whose bias is -inf throughout: zeros, as ONNX's reference
-    const std::string row_max = b.node("ReduceMax", {bias, b.ints({-1})}, {{"keepdims", int64_t{1}}});
+    const std::string row_max = b.reduce("ReduceMax", bias, {-1});
     probs = b.node("Where", {b.node("Equal", {row_max, b.scalar(kNegInf)}), b.scalar(0.0f), probs});
   }
   if (rank == 4) {
@@ -199,9 +209,133 @@ bool expand_swish(const Node& n, ImportSink& s) {
   return true;
 }
 
+bool expand_rotary_embedding(const Node& n, ImportSink& s) {
+  const Expansion e{n, s};
+  e.since(23);
+  e.one_output();
+  const Shape& x = e.input(0, "X").shape;
+  if (x.size() != 3 && x.size() != 4) e.fail(str("X ", shape_str(x), " must have rank 3 or 4"));
+  int64_t heads = x.size() == 4 ? x[1] : n.get_int("num_heads", 0);
+  if (x.size() == 3 && (heads < 1 || x[2] % heads != 0))
+    e.fail(str("X ", shape_str(x), " of rank 3 needs num_heads dividing its ", x[2], " features (num_heads ", heads, ")"));
+  const int64_t B = x[0], S = x.size() == 4 ? x[2] : x[1], D = x.size() == 4 ? x[3] : x[2] / heads;
+  int64_t R = n.get_int("rotary_embedding_dim", 0);
+  if (R == 0) R = D;
+  if (R < 2 || R > D || R % 2 != 0) e.fail(str("rotary_embedding_dim ", R, " must be even and in [2, ", D, "] (the head size)"));
+  const int64_t interleaved = n.get_int("interleaved", 0);
+  if (interleaved != 0 && interleaved != 1) e.fail(str("interleaved ", interleaved, " must be 0 or 1"));
+  const Shape want_cache = e.present(3) ? Shape{-1, R / 2} : Shape{B, S, R / 2};
+  NodeBuilder b(n, s.g, s.add);
+  std::string cache[2];
+  for (size_t k : {size_t{1}, size_t{2}}) {
+    const char* what = k == 1 ? "cos_cache" : "sin_cache";
+    const Value& c = e.input(k, what);
+    if (e.present(3)) {  // [positions, R / 2], read at position_ids [B, S]
+      const Value& p = s.g.value(n.inputs[3]);
+      if (p.dtype != DType::I64 || p.shape != Shape{B, S})
+        e.fail(str("position_ids '", p.name, "' is ", dtype_name(p.dtype), " ", shape_str(p.shape), "; it must be int64 [", B, ", ", S, "]"));
+      if (c.shape.size() != 2 || c.shape[1] != R / 2)
+        e.fail(str(what, " ", shape_str(c.shape), " must be [positions, ", R / 2, "] (with position_ids)"));
+      cache[k - 1] = b.node("Gather", {c.name, p.name}, {{"axis", int64_t{0}}});
+    } else {
+      if (c.shape != want_cache) e.fail(str(what, " ", shape_str(c.shape), " must be ", shape_str(want_cache), " (without position_ids)"));
+      cache[k - 1] = c.name;
+    }
+    cache[k - 1] = b.node("Unsqueeze", {cache[k - 1], b.ints({2})});  // [B, S, 1, R / 2]
+  }
+  // [B, S, heads, D]
+  std::string v = x.size() == 4 ? b.transpose(n.inputs[0], {0, 2, 1, 3}) : b.reshape(n.inputs[0], {B, S, heads, D});
+  const std::string rotate = R == D ? v : b.slice(v, 3, 0, R);
+  const std::string x1 = interleaved ? b.slice(rotate, 3, 0, R, 2) : b.slice(rotate, 3, 0, R / 2);
+  const std::string x2 = interleaved ? b.slice(rotate, 3, 1, R, 2) : b.slice(rotate, 3, R / 2, R);
+  const std::string real = b.node("Sub", {b.node("Mul", {cache[0], x1}), b.node("Mul", {cache[1], x2})});
+  const std::string imag = b.node("Add", {b.node("Mul", {cache[1], x1}), b.node("Mul", {cache[0], x2})});
+  std::string rotated;
+  if (interleaved) {  // [.., R / 2, 2] -> [.., R]: real and imag alternate
+    rotated = b.reshape(b.concat({b.node("Unsqueeze", {real, b.ints({-1})}), b.node("Unsqueeze", {imag, b.ints({-1})})}, -1),
+                        {B, S, heads, R});
+  } else {
+    rotated = b.concat({real, imag}, -1);
+  }
+  if (R < D) rotated = b.concat({rotated, b.slice(v, 3, R, D)}, -1);
+  if (x.size() == 4) {
+    b.transpose(rotated, {0, 2, 1, 3}, n.outputs[0]);
+  } else {
+    b.reshape(rotated, x, n.outputs[0]);
+  }
+  return true;
+}
+
+bool expand_cast_like(const Node& n, ImportSink& s) {
+  const Expansion e{n, s};
+  e.since(15);
+  e.one_output();
+  const Value& like = s.g.value(n.inputs[1]);
+  int64_t to = 0;
+  switch (like.dtype) {
+    case DType::F32: to = 1; break;
+    case DType::I64: to = 7; break;
+    case DType::Bool: to = 9; break;
+    case DType::F16: to = 10; break;
+    case DType::BF16: to = 16; break;
+    default: e.fail(str("target_type '", like.name, "' is ", dtype_name(like.dtype), ", which Cast does not make"));
+  }
+  std::map<std::string, Attr> attrs{{"to", to}};
+  if (n.has("saturate")) attrs["saturate"] = n.get_int("saturate", 1);
+  NodeBuilder b(n, s.g, s.add);
+  b.node("Cast", {n.inputs[0]}, std::move(attrs), n.outputs[0]);
+  return true;
+}
+
+bool expand_mean_variance_normalization(const Node& n, ImportSink& s) {
+  const Expansion e{n, s};
+  e.one_output();
+  const Shape& x = e.input(0, "X").shape;
+  const auto rank = static_cast<int64_t>(x.size());
+  std::vector<int64_t> axes = n.get_ints("axes", {0, 2, 3});
+  for (int64_t& a : axes) {
+    if (a < -rank || a >= rank) e.fail(str("axis ", a, " is out of range for X ", shape_str(x)));
+    if (a < 0) a += rank;
+  }
+  NodeBuilder b(n, s.g, s.add);
+  auto mean = [&](const std::string& v) { return b.reduce("ReduceMean", v, axes); };
+  const std::string x_mean = mean(n.inputs[0]);
+  const std::string variance = b.node("Sub", {mean(b.node("Mul", {n.inputs[0], n.inputs[0]})), b.node("Mul", {x_mean, x_mean})});
+  const std::string std_dev = b.node("Add", {b.node("Sqrt", {variance}), b.scalar(1e-9f)});
+  b.node("Div", {b.node("Sub", {n.inputs[0], x_mean}), std_dev}, {}, n.outputs[0]);
+  return true;
+}
+
+bool expand_lp_normalization(const Node& n, ImportSink& s) {
+  const Expansion e{n, s};
+  e.one_output();
+  const Shape& x = e.input(0, "input").shape;
+  const auto rank = static_cast<int64_t>(x.size());
+  int64_t axis = n.get_int("axis", -1);
+  if (axis < -rank || axis >= rank) e.fail(str("axis ", axis, " is out of range for input ", shape_str(x)));
+  const int64_t p = n.get_int("p", 2);
+  if (p != 1 && p != 2) e.fail(str("p ", p, " is not 1 or 2"));
+  NodeBuilder b(n, s.g, s.add);
+  const std::string norm = b.reduce(p == 1 ? "ReduceL1" : "ReduceL2", n.inputs[0], {axis < 0 ? axis + rank : axis});
+  b.node("Div", {n.inputs[0], norm}, {}, n.outputs[0]);
+  return true;
+}
+
 }  // namespace
 
 void register_function_ops(std::vector<OpDef>& ops) {
+  ops.push_back({"RotaryEmbedding", 3, 4, nullptr, nullptr});
+  describe(ops.back(), OpKind::Injective, {"interleaved", "num_heads", "rotary_embedding_dim"});
+  ops.back().expand = expand_rotary_embedding;
+  ops.push_back({"CastLike", 2, 2, nullptr, nullptr});
+  describe(ops.back(), OpKind::Elementwise, {"saturate"});
+  ops.back().expand = expand_cast_like;
+  ops.push_back({"MeanVarianceNormalization", 1, 1, nullptr, nullptr});
+  describe(ops.back(), OpKind::Reduction, {"axes"});
+  ops.back().expand = expand_mean_variance_normalization;
+  ops.push_back({"LpNormalization", 1, 1, nullptr, nullptr});
+  describe(ops.back(), OpKind::Reduction, {"axis", "p"});
+  ops.back().expand = expand_lp_normalization;
   ops.push_back({"Attention", 3, 7, nullptr, nullptr});
   describe(ops.back(), OpKind::Opaque,
            {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap", "softmax_precision",
