@@ -278,12 +278,15 @@ std::vector<HostTensor> grid_sample_eval(const OpContext& c, const std::vector<c
           if (s.padding == GridSampleSpec::Border) v = std::clamp(v, 0.0, double(size - 1));
           if (s.padding == GridSampleSpec::Reflection) v = grid_sample_reflect(v, s.low(d), s.high(d));
         }
+        // Far outside, every position reads as the input's edge or nothing: kept within 2^24 so
+        // that indices stay integers (a NaN position reads index 0's neighbourhood).
+        v = std::isnan(v) ? 0.0 : std::clamp(v, -16777216.0, 16777216.0);
         taps[d].clear();
         if (s.mode == GridSampleSpec::Nearest) {
-          taps[d].push_back({std::isfinite(v) ? static_cast<int64_t>(v) : 0, 1.0});  // toward zero, as the reference's astype
+          taps[d].push_back({static_cast<int64_t>(v), 1.0});  // toward zero, as the reference's astype
         } else {
           const double f = std::floor(v), t = v - f;
-          const int64_t k = std::isfinite(f) ? static_cast<int64_t>(std::clamp(f, -1e9, 1e9)) : 0;
+          const auto k = static_cast<int64_t>(f);
           if (s.mode == GridSampleSpec::Linear) {
             taps[d].push_back({k, 1 - t});
             taps[d].push_back({k + 1, t});

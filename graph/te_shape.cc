@@ -142,14 +142,18 @@ std::vector<Tensor> grid_sample_te(const Graph&, const Node& n, const OpContext&
       Expr v = s.align_corners ? (g + ir::f32(1.0)) * ir::f32(0.5 * double(size - 1))
                                : ((g + ir::f32(1.0)) * ir::f32(double(size)) - ir::f32(1.0)) * ir::f32(0.5);
       if (s.mode == GridSampleSpec::Nearest) v = ir::round_even(v);
-      if (s.mode == GridSampleSpec::Cubic) return v;  // its taps are mapped (grid_sample_eval)
+      // Far outside, within 2^24 (grid_sample_eval); NaN to 0 (a select: max and min may drop it).
+      auto bounded = [](Expr p) {
+        return ir::select(ir::eq(p, p), ir::min(ir::max(p, ir::f32(-16777216.0)), ir::f32(16777216.0)), ir::f32(0.0));
+      };
+      if (s.mode == GridSampleSpec::Cubic) return bounded(v);  // its taps are mapped (grid_sample_eval)
       if (s.padding == GridSampleSpec::Border) {
         Expr clamped = ir::min(ir::max(v, ir::f32(0.0)), ir::f32(double(size - 1)));
         v = ir::select(v < ir::f32(s.low(d)), clamped, ir::select(gt(v, ir::f32(s.high(d))), clamped, v));
       } else if (s.padding == GridSampleSpec::Reflection) {
         v = reflect(v, s.low(d), s.high(d));
       }
-      return v;
+      return bounded(v);
     });
   }
   return {elementwise(name, out, [&](const Index& i) {

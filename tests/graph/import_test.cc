@@ -2129,6 +2129,39 @@ TEST(OnnxImport, GridSampleCompilesAsTheReference) {
     }
     if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR"); dir && !one_axis) b.save(std::string(dir) + "/gridsample.onnx");
   }
+  // Hostile positions (huge, infinite, NaN): every mode and padding reads inside the input,
+  // the reference and the kernel alike: finite results within what weights summing to 1 (cubic:
+  // whose magnitudes sum to at most 1.5 an axis) make of X's values. (They need not agree: a
+  // reflection of 1e30 in float32 and in doubles lands in different places.)
+  ModelBuilder b(20);
+  b.input("x", {1, 2, 3, 4});
+  const float inf = std::numeric_limits<float>::infinity();
+  b.floats_shaped("g", {1, 1, 6, 2}, {1e30f, -1e30f, inf, -inf, std::nanf(""), 0.5f, -3e9f, 7e12f, 0.25f, -inf, 2.0f, 1e20f});
+  std::vector<std::string> outs;
+  for (const char* mode : {"linear", "nearest", "cubic"})
+    for (const char* padding : {"zeros", "border", "reflection"}) {
+      outs.push_back(str(mode, "_", padding));
+      auto* n = b.node("GridSample", {"x", "g"}, {outs.back()});
+      set_string(n, "mode", mode);
+      set_string(n, "padding_mode", padding);
+    }
+  for (const std::string& o : outs) b.output(o);
+  Graph g = b.import();
+  std::vector<float> small(24);
+  for (size_t k = 0; k < small.size(); ++k) small[k] = static_cast<float>(k) - 10.0f;
+  HostTensor x = HostTensor::floats({1, 2, 3, 4}, small);
+  auto want = run_reference(g, {{"x", x}});
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(g, {&x}, "generic", from_template);
+  ASSERT_EQ(got.size(), outs.size());
+  for (size_t o = 0; o < outs.size(); ++o) {
+    ASSERT_EQ(got[o].f.size(), 12u);
+    for (size_t k = 0; k < got[o].f.size(); ++k)
+      for (float v : {got[o].f[k], want.at(outs[o]).f[k]}) {
+        EXPECT_TRUE(std::isfinite(v)) << outs[o] << " " << k;
+        EXPECT_LE(std::fabs(v), 13.0f * 1.5f * 1.5f) << outs[o] << " " << k;
+      }
+  }
 }
 
 // LRN of even size, which ONNX allows (and ONNX Runtime refuses): the window of channel c is
