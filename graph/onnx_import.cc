@@ -508,6 +508,92 @@ std::map<std::string, int64_t> symbolic_dims(const onnx::GraphProto& gp) {
   return out;
 }
 
+// Model-local functions (ModelProto.functions, IR 8: what exporters write for modules kept
+// whole, e.g. PyTorch's dynamo exporter unoptimized, onnxscript) are inlined into the graph
+// before import: each call becomes the function's nodes, its formal inputs and outputs renamed
+// to the call's, its other values to new names under the call's name, attributes referenced
+// by ref_attr_name taken from the call (left out when the call has none, as IR 8 says).
+// Functions calling functions inline in turn, at most kMaxFunctionDepth deep and
+// kMaxInlinedFunctionNodes nodes and kMaxFunctionCalls calls in all; a function whose default-domain opset differs from the
+// model's is refused (its operators would be read at the wrong version).
+constexpr int kMaxFunctionDepth = 32;
+constexpr int64_t kMaxInlinedFunctionNodes = 1'000'000;
+constexpr int64_t kMaxFunctionCalls = 100'000;
+
+void inline_local_functions(onnx::ModelProto& model, const std::string& file, int64_t opset) {
+  if (model.functions_size() == 0) return;
+  std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> functions;
+  for (const onnx::FunctionProto& f : model.functions()) {
+    if (!functions.emplace(std::pair{f.domain(), f.name()}, &f).second)
+      throw UserError(str(file, ": function '", f.domain(), ".", f.name(), "' is defined twice"));
+    for (const auto& os : f.opset_import()) {
+      if ((os.domain().empty() || os.domain() == "ai.onnx") && os.version() != opset)
+        throw UserError(str(file, ": function '", f.domain(), ".", f.name(), "' imports opset ", os.version(),
+                            " of the default domain; the model's is ", opset, " (one opset throughout is supported)"));
+    }
+  }
+  auto lookup = [&](const onnx::NodeProto& n) -> const onnx::FunctionProto* {
+    auto it = functions.find({n.domain(), n.op_type()});
+    return it == functions.end() ? nullptr : it->second;
+  };
+  int64_t made = 0;
+  int64_t calls = 0;
+  std::function<void(const onnx::NodeProto&, int, google::protobuf::RepeatedPtrField<onnx::NodeProto>&)> expand =
+      [&](const onnx::NodeProto& call, int depth, google::protobuf::RepeatedPtrField<onnx::NodeProto>& out) {
+        const onnx::FunctionProto* f = lookup(call);
+        if (!f) {
+          if (++made > kMaxInlinedFunctionNodes)
+            throw UserError(str(file, ": inlining the model's functions makes more than ", kMaxInlinedFunctionNodes, " nodes"));
+          *out.Add() = call;
+          return;
+        }
+        const std::string where = str("node '", call.name(), "' (", call.domain(), ".", call.op_type(), ")");
+        if (++calls > kMaxFunctionCalls)
+          throw UserError(str(file, ": the model's functions make more than ", kMaxFunctionCalls, " calls"));
+        if (depth >= kMaxFunctionDepth)
+          throw UserError(str(file, ": ", where, ": functions call each other more than ", kMaxFunctionDepth,
+                              " deep (recursion is not allowed)"));
+        if (call.input_size() > f->input_size() || call.output_size() > f->output_size())
+          throw UserError(str(file, ": ", where, " has ", call.input_size(), " inputs and ", call.output_size(),
+                              " outputs; the function takes ", f->input_size(), " and ", f->output_size()));
+        const std::string prefix = str(call.name().empty() ? call.op_type() : call.name(), "/", calls, "/");
+        // Inputs the call leaves out are absent inside; outputs it leaves out are still computed
+        // (the function's other nodes may read them), under names of their own.
+        std::map<std::string, std::string> rename;
+        for (int k = 0; k < f->input_size(); ++k) rename[f->input(k)] = k < call.input_size() ? call.input(k) : "";
+        for (int k = 0; k < f->output_size(); ++k)
+          rename[f->output(k)] = k < call.output_size() && !call.output(k).empty() ? call.output(k) : prefix + f->output(k);
+        auto renamed = [&](const std::string& v) {
+          if (v.empty()) return v;
+          auto it = rename.find(v);
+          return it != rename.end() ? it->second : prefix + v;
+        };
+        std::map<std::string, const onnx::AttributeProto*> given;
+        for (const auto& a : call.attribute()) given[a.name()] = &a;
+        for (const onnx::NodeProto& body : f->node()) {
+          onnx::NodeProto n = body;
+          n.set_name(prefix + (body.name().empty() ? body.op_type() : body.name()));
+          for (std::string& in : *n.mutable_input()) in = renamed(in);
+          for (std::string& o : *n.mutable_output()) o = renamed(o);
+          google::protobuf::RepeatedPtrField<onnx::AttributeProto> attrs;
+          for (const onnx::AttributeProto& a : body.attribute()) {
+            if (a.ref_attr_name().empty()) {
+              *attrs.Add() = a;
+            } else if (auto it = given.find(a.ref_attr_name()); it != given.end()) {
+              onnx::AttributeProto* copy = attrs.Add();
+              *copy = *it->second;
+              copy->set_name(a.name());
+            }
+          }
+          *n.mutable_attribute() = attrs;
+          expand(n, depth + 1, out);
+        }
+      };
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (const onnx::NodeProto& n : model.graph().node()) expand(n, 0, nodes);
+  *model.mutable_graph()->mutable_node() = std::move(nodes);
+}
+
 }  // namespace
 
 Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const InputBinding& bind,
@@ -529,6 +615,7 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
     throw UserError(str(file, ": opset ", g.opset, " is not supported (", kMinOpset, " to ",
                         kMaxOpset, "; re-export with opset_version in that range)"));
   }
+  inline_local_functions(model, file, g.opset);
   const onnx::GraphProto& gp = model.graph();
   g.name = gp.name();
   for (const auto& init : gp.initializer()) {

@@ -2164,6 +2164,137 @@ TEST(OnnxImport, GridSampleCompilesAsTheReference) {
   }
 }
 
+// Model-local functions are inlined: a function calling another twice, an attribute passed
+// by ref_attr_name (and left out where the call has none: the operator's default), an output
+// the call leaves out, and the function's names kept apart from the graph's and each call's. Refusals name
+// the function and what is wrong. TF_OPSET_MODELS_DIR=dir saves dir/local_functions.onnx for
+// graph_ort.
+namespace {
+onnx::FunctionProto* add_function(ModelBuilder& b, const std::string& name, std::vector<std::string> in,
+                                  std::vector<std::string> out, int64_t opset = 17) {
+  onnx::FunctionProto* f = b.m.add_functions();
+  f->set_name(name);
+  f->set_domain("custom");
+  for (const auto& i : in) f->add_input(i);
+  for (const auto& o : out) f->add_output(o);
+  auto* os = f->add_opset_import();
+  os->set_domain("");
+  os->set_version(opset);
+  auto* own = f->add_opset_import();  // its calls of the domain's functions (ONNX Runtime wants it)
+  own->set_domain("custom");
+  own->set_version(1);
+  return f;
+}
+onnx::NodeProto* function_node(onnx::FunctionProto* f, const std::string& op, std::vector<std::string> in,
+                               std::vector<std::string> out, const std::string& domain = "") {
+  onnx::NodeProto* n = f->add_node();
+  n->set_op_type(op);
+  n->set_domain(domain);
+  for (const auto& i : in) n->add_input(i);
+  for (const auto& o : out) n->add_output(o);
+  return n;
+}
+void ref_attribute(onnx::NodeProto* n, const std::string& name, const std::string& ref) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_ref_attr_name(ref);
+  a->set_type(onnx::AttributeProto::FLOAT);
+}
+void custom_domain(ModelBuilder& b) {
+  auto* os = b.m.add_opset_import();
+  os->set_domain("custom");
+  os->set_version(1);
+}
+}  // namespace
+
+TEST(OnnxImport, ModelLocalFunctionsAreInlined) {
+  ModelBuilder b(17);
+  custom_domain(b);
+  b.input("x", {2, 3});
+  b.floats("s", {0.5f, -2.0f, 4.0f});
+  // Scaled(X, S) -> (Y, Unused): Y = LeakyRelu(X * S, alpha = the call's "slope"); t is a name
+  // the graph also uses.
+  auto* scaled = add_function(b, "Scaled", {"X", "S"}, {"Y", "Unused"});
+  function_node(scaled, "Mul", {"X", "S"}, {"t"});
+  ref_attribute(function_node(scaled, "LeakyRelu", {"t"}, {"Y"}), "alpha", "slope");
+  function_node(scaled, "Neg", {"t"}, {"Unused"});
+  // Twice(X, S) -> Z: Scaled(Scaled(X, S), S) with slope 0.25, then without a slope.
+  auto* twice = add_function(b, "Twice", {"X", "S"}, {"Z"});
+  auto* inner = function_node(twice, "Scaled", {"X", "S"}, {"a", "unused1"}, "custom");
+  auto* slope = inner->add_attribute();
+  slope->set_name("slope");
+  slope->set_f(0.25f);
+  slope->set_type(onnx::AttributeProto::FLOAT);
+  function_node(twice, "Scaled", {"a", "S"}, {"Z", "unused2"}, "custom");
+  b.node("Relu", {"x"}, {"t"});  // the graph's own "t"
+  b.node("Twice", {"t", "s"}, {"y"})->set_domain("custom");
+  b.output("y");
+  Graph g = b.import();
+  std::vector<float> xs = {-1.0f, 2.0f, -3.0f, 4.0f, 0.5f, -0.25f};
+  HostTensor x = HostTensor::floats({2, 3}, xs);
+  const std::vector<float> got = run_reference(g, {{"x", x}}).at("y").f;
+  const float sc[3] = {0.5f, -2.0f, 4.0f};
+  for (size_t k = 0; k < xs.size(); ++k) {
+    float v = std::max(xs[k], 0.0f) * sc[k % 3];
+    v = v < 0 ? v * 0.25f : v;  // the first call's slope
+    v *= sc[k % 3];
+    v = v < 0 ? v * 0.01f : v;  // the second call: LeakyRelu's default
+    EXPECT_FLOAT_EQ(got[k], v) << k;
+  }
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/local_functions.onnx");
+  {  // a call that leaves out the function's second output (ONNX Runtime refuses such calls)
+    ModelBuilder m(17);
+    custom_domain(m);
+    m.input("x", {3});
+    auto* f = add_function(m, "Two", {"X"}, {"Y", "W"});
+    function_node(f, "Neg", {"X"}, {"W"});
+    function_node(f, "Abs", {"W"}, {"Y"});
+    m.node("Two", {"x"}, {"y"})->set_domain("custom");
+    m.output("y");
+    Graph one = m.import();
+    EXPECT_EQ(run_reference(one, {{"x", HostTensor::floats({3}, {-1.5f, 0.0f, 2.0f})}}).at("y").f,
+              (std::vector<float>{1.5f, 0.0f, 2.0f}));
+  }
+  auto refused = [](const std::function<void(ModelBuilder&)>& build, const std::string& want) {
+    ModelBuilder m(17);
+    custom_domain(m);
+    m.input("x", {2});
+    build(m);
+    m.output("y");
+    const std::string e = m.error();
+    EXPECT_NE(e.find(want), std::string::npos) << "want: " << want << "\ngot: " << e;
+  };
+  refused([](ModelBuilder& m) {
+    function_node(add_function(m, "F", {"X"}, {"Y"}, 13), "Relu", {"X"}, {"Y"});
+    m.node("F", {"x"}, {"y"})->set_domain("custom");
+  }, "test.onnx: function 'custom.F' imports opset 13 of the default domain; the model's is 17");
+  refused([](ModelBuilder& m) {
+    function_node(add_function(m, "Loop", {"X"}, {"Y"}), "Loop", {"X"}, {"Y"}, "custom");
+    m.node("Loop", {"x"}, {"y"}, "call")->set_domain("custom");
+  }, "functions call each other more than 32 deep (recursion is not allowed)");
+  refused([](ModelBuilder& m) {
+    function_node(add_function(m, "F", {"X"}, {"Y"}), "Relu", {"X"}, {"Y"});
+    function_node(add_function(m, "F", {"X"}, {"Y"}), "Relu", {"X"}, {"Y"});
+    m.node("F", {"x"}, {"y"})->set_domain("custom");
+  }, "test.onnx: function 'custom.F' is defined twice");
+  refused([](ModelBuilder& m) {
+    function_node(add_function(m, "F", {"X"}, {"Y"}), "Relu", {"X"}, {"Y"});
+    m.node("F", {"x", "x"}, {"y"}, "two")->set_domain("custom");
+  }, "node 'two' (custom.F) has 2 inputs and 1 outputs; the function takes 1 and 1");
+  refused([](ModelBuilder& m) {  // calls doubling at every level: bounded, not a hang
+    for (int level = 0; level < 24; ++level) {
+      auto* f = add_function(m, str("L", level), {"X"}, {"Y"});
+      if (level == 23) {
+        function_node(f, "Relu", {"X"}, {"Y"});
+        continue;
+      }
+      function_node(f, str("L", level + 1), {"X"}, {"a"}, "custom");
+      function_node(f, str("L", level + 1), {"a"}, {"Y"}, "custom");
+    }
+    m.node("L0", {"x"}, {"y"})->set_domain("custom");
+  }, "test.onnx: the model's functions make more than 100000 calls");
+}
+
 // LRN of even size, which ONNX allows (and ONNX Runtime refuses): the window of channel c is
 // [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)], one channel more after c than before.
 TEST(OnnxImport, LrnOfEvenSize) {
