@@ -38,6 +38,13 @@ struct Expansion {
   void one_output() const {
     if (n.outputs.size() != 1 || n.outputs[0].empty()) fail("must have one output");
   }
+  // Axis a of a tensor (named `what`) of shape `of`, counted from 0 (a negative one from the
+  // end); out of range, the node's error.
+  int64_t axis(int64_t a, const Shape& of, const char* what) const {
+    const auto rank = static_cast<int64_t>(of.size());
+    if (a < -rank || a >= rank) fail(str("axis ", a, " is out of range for ", what, " ", shape_str(of)));
+    return a < 0 ? a + rank : a;
+  }
   // An operator ONNX defines from opset `since`.
   void since(int64_t opset) const {
     if (sink.g.opset < opset)

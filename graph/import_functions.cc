@@ -291,12 +291,8 @@ bool expand_mean_variance_normalization(const Node& n, ImportSink& s) {
   const Expansion e{n, s};
   e.one_output();
   const Shape& x = e.input(0, "X").shape;
-  const auto rank = static_cast<int64_t>(x.size());
   std::vector<int64_t> axes = n.get_ints("axes", {0, 2, 3});
-  for (int64_t& a : axes) {
-    if (a < -rank || a >= rank) e.fail(str("axis ", a, " is out of range for X ", shape_str(x)));
-    if (a < 0) a += rank;
-  }
+  for (int64_t& a : axes) a = e.axis(a, x, "X");
   NodeBuilder b(n, s.g, s.add);
   auto mean = [&](const std::string& v) { return b.reduce("ReduceMean", v, axes); };
   const std::string x_mean = mean(n.inputs[0]);
@@ -310,13 +306,11 @@ bool expand_lp_normalization(const Node& n, ImportSink& s) {
   const Expansion e{n, s};
   e.one_output();
   const Shape& x = e.input(0, "input").shape;
-  const auto rank = static_cast<int64_t>(x.size());
-  int64_t axis = n.get_int("axis", -1);
-  if (axis < -rank || axis >= rank) e.fail(str("axis ", axis, " is out of range for input ", shape_str(x)));
+  const int64_t axis = e.axis(n.get_int("axis", -1), x, "input");
   const int64_t p = n.get_int("p", 2);
   if (p != 1 && p != 2) e.fail(str("p ", p, " is not 1 or 2"));
   NodeBuilder b(n, s.g, s.add);
-  const std::string norm = b.reduce(p == 1 ? "ReduceL1" : "ReduceL2", n.inputs[0], {axis < 0 ? axis + rank : axis});
+  const std::string norm = b.reduce(p == 1 ? "ReduceL1" : "ReduceL2", n.inputs[0], {axis});
   b.node("Div", {n.inputs[0], norm}, {}, n.outputs[0]);
   return true;
 }

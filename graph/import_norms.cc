@@ -70,9 +70,7 @@ bool expand_rms_norm(const Node& n, ImportSink& s) {
   const Shape x = e.input(0, "X").shape;
   const Shape scale = e.input(1, "scale").shape;
   const auto rank = static_cast<int64_t>(x.size());
-  int64_t axis = n.get_int("axis", -1);
-  if (axis < -rank || axis >= rank) e.fail(str("axis ", axis, " is out of range for X ", shape_str(x)));
-  if (axis < 0) axis += rank;
+  const int64_t axis = e.axis(n.get_int("axis", -1), x, "X");
   const Shape norm(x.begin() + axis, x.end());
   if (!broadcasts_to(scale, norm)) e.fail(str("scale ", shape_str(scale), " does not broadcast to the normalized shape ", shape_str(norm)));
   NodeBuilder b(n, s.g, s.add);

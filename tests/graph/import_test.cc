@@ -1468,6 +1468,25 @@ TEST(OnnxImport, RowReductionsWithARestMatchTheReference) {
   }
 }
 
+// The graph after the passes (-O2, as compile --model), compiled for this CPU and run on x:
+// every output in `outs` within 2e-5 of the reference evaluation's (`want`).
+static void expect_compiled_as_reference(const Graph& g, const HostTensor& x, const std::map<std::string, HostTensor>& want,
+                                  const std::vector<std::string>& outs) {
+  Graph optimized = g;
+  run_passes(optimized, PassOptions{2, {}, {}, nullptr});
+  int from_template = 0;
+  std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
+  ASSERT_EQ(got.size(), outs.size());
+  for (size_t o = 0; o < got.size(); ++o) {  // as doubles: float, int64 and bool outputs alike
+    const HostTensor& w = want.at(outs[o]);
+    ASSERT_EQ(got[o].size(), w.size()) << outs[o];
+    for (int64_t k = 0; k < w.size(); ++k) {
+      const double wv = w.as_double(k), gv = got[o].as_double(k);
+      EXPECT_NEAR(gv, wv, 2e-5 * (1 + std::fabs(wv))) << outs[o] << " element " << k;
+    }
+  }
+}
+
 // Operators and attributes of opsets 18 to 25 against their definitions written out here
 // (reference evaluation) and compiled (against the reference): Split's num_outputs (the last
 // part smaller), Pad's wrap mode, ScatterElements' max and min, AveragePool's dilations, Gelu's
@@ -1566,16 +1585,8 @@ TEST(OnnxImport, NewerOpsetsMatchTheirDefinitions) {
     auto src = [](int64_t o, double s) { return static_cast<int64_t>(std::ceil((o + 0.5) / s - 0.5 - 0.5)); };
     return at(n, std::clamp<int64_t>(src(c, 0.5), 0, C - 1), std::clamp<int64_t>(src(h, 2.0), 0, H - 1), w);
   }, 0);
-  Graph optimized = g;  // as compile --model: lower-scatter-nd makes the ScatterElements a Where
-  run_passes(optimized, PassOptions{2, {}, {}, nullptr});
-  int from_template = 0;
-  std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
-  ASSERT_EQ(got.size(), std::size(outs));
-  for (size_t o = 0; o < got.size(); ++o) {
-    const std::vector<float>& w = want.at(outs[o]).f;
-    ASSERT_EQ(got[o].f.size(), w.size()) << outs[o];
-    for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got[o].f[k], w[k], 2e-5 * (1 + std::fabs(w[k]))) << outs[o] << " element " << k;
-  }
+  // As compile --model: the passes (lower-scatter-nd makes a ScatterElements a Where), compiled.
+  expect_compiled_as_reference(g, x, want, {std::begin(outs), std::end(outs)});
   if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/newer_opsets.onnx");
 }
 
@@ -1633,16 +1644,8 @@ TEST(OnnxImport, Opset19FormsCompileAsTheReference) {
   EXPECT_EQ(want.at("keep_small").shape, (Shape{N, C, 9, 11}));
   EXPECT_EQ(want.at("keep_big").shape, (Shape{N, C, 17, 20}));
   EXPECT_EQ(want.at("p2").shape, (Shape{N, C, H, 1}));
-  Graph optimized = g;
-  run_passes(optimized, PassOptions{2, {}, {}, nullptr});
-  int from_template = 0;
-  std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
-  ASSERT_EQ(got.size(), std::size(outs));
-  for (size_t o = 0; o < got.size(); ++o) {
-    const std::vector<float>& w = want.at(outs[o]).f;
-    ASSERT_EQ(got[o].f.size(), w.size()) << outs[o];
-    for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got[o].f[k], w[k], 2e-5 * (1 + std::fabs(w[k]))) << outs[o] << " element " << k;
-  }
+  // As compile --model: the passes (lower-scatter-nd makes a ScatterElements a Where), compiled.
+  expect_compiled_as_reference(g, x, want, {std::begin(outs), std::end(outs)});
   if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/opset19_forms.onnx");
 }
 
@@ -1786,16 +1789,8 @@ TEST(OnnxImport, AttentionMatchesItsDefinition) {
   for (int64_t bb = 0; bb < B; ++bb)  // the masked row is zeros, not NaN
     for (int64_t h = 0; h < 4; ++h)
       for (int64_t d = 0; d < 6; ++d) EXPECT_EQ(want.at("bmask").f[static_cast<size_t>(((bb * 4 + h) * S + 1) * 6 + d)], 0.0f);
-  Graph optimized = g;
-  run_passes(optimized, PassOptions{2, {}, {}, nullptr});
-  int from_template = 0;
-  std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
-  ASSERT_EQ(got.size(), std::size(outs));
-  for (size_t o = 0; o < got.size(); ++o) {
-    const std::vector<float>& w = want.at(outs[o]).f;
-    ASSERT_EQ(got[o].f.size(), w.size()) << outs[o];
-    for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(got[o].f[k], w[k], 2e-5 * (1 + std::fabs(w[k]))) << outs[o] << " element " << k;
-  }
+  // As compile --model: the passes (lower-scatter-nd makes a ScatterElements a Where), compiled.
+  expect_compiled_as_reference(g, x, want, {std::begin(outs), std::end(outs)});
   if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/attention.onnx");
 }
 
@@ -1970,19 +1965,7 @@ TEST(OnnxImport, MathAndNormalizingOperatorsMatchTheirDefinitions) {
     EXPECT_NEAR(want.at("l1").f[i], v / l1[n][c][h], 1e-6) << k;
   }
   EXPECT_EQ(want.at("castlike").dtype, DType::I64);
-  Graph optimized = g;
-  run_passes(optimized, PassOptions{2, {}, {}, nullptr});
-  int from_template = 0;
-  std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
-  ASSERT_EQ(got.size(), outs.size());
-  for (size_t o = 0; o < got.size(); ++o) {
-    const HostTensor& w = want.at(outs[o]);
-    ASSERT_EQ(got[o].size(), w.size()) << outs[o];
-    for (int64_t k = 0; k < w.size(); ++k) {
-      const double wv = w.as_double(k), gv = got[o].as_double(k);
-      EXPECT_NEAR(gv, wv, 2e-5 * (1 + std::fabs(wv))) << outs[o] << " element " << k;
-    }
-  }
+  expect_compiled_as_reference(g, x, want, outs);
   if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/functions.onnx");
 }
 
@@ -2112,21 +2095,12 @@ TEST(OnnxImport, GridSampleCompilesAsTheReference) {
     Graph g = b.import();
     HostTensor x = HostTensor::floats({N, C, D, H, W}, xs);
     auto want = run_reference(g, {{"x", x}});
-    Graph optimized = g;
-    run_passes(optimized, PassOptions{2, {}, {}, nullptr});
-    int from_template = 0;
-    std::vector<HostTensor> got = compile_and_run(optimized, {&x}, "generic", from_template);
-    ASSERT_EQ(got.size(), outs.size());
-    for (size_t o = 0; o < got.size(); ++o) {
-      const std::vector<float>& w = want.at(outs[o]).f;
-      ASSERT_EQ(got[o].f.size(), w.size()) << outs[o];
+    for (const std::string& o : outs) {
       double largest = 0;
-      for (size_t k = 0; k < w.size(); ++k) {
-        largest = std::max(largest, std::fabs(double(w[k])));
-        EXPECT_NEAR(got[o].f[k], w[k], 2e-5 * (1 + std::fabs(w[k]))) << outs[o] << " element " << k;
-      }
-      EXPECT_GT(largest, 0.1) << outs[o] << " samples something";
+      for (float v : want.at(o).f) largest = std::max(largest, std::fabs(double(v)));
+      EXPECT_GT(largest, 0.1) << o << " samples something";
     }
+    expect_compiled_as_reference(g, x, want, outs);
     if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR"); dir && !one_axis) b.save(std::string(dir) + "/gridsample.onnx");
   }
   // Hostile positions (huge, infinite, NaN): every mode and padding reads inside the input,
@@ -2374,25 +2348,19 @@ TEST(OnnxImport, NewerOpsetRefusalsNameWhatIsAtFault) {
   expect(13, [](ModelBuilder& b) { b.node("LRN", {"x"}, {"y"}); }, "attribute 'size' is required");
   expect(22, [](ModelBuilder& b) { b.node("Attention", {"x", "x", "x"}, {"y"}); },
          "Attention is an operator of opset 23 and later (the model's is 22)");
-  expect(23, [](ModelBuilder& b) {
-    b.ints("s", {1, 3, 12});
-    b.node("Reshape", {"x", "s"}, {"x3"});
-    b.node("Attention", {"x3", "x3", "x3"}, {"y"});
-  }, "Q, K and V of rank 3 need the attributes q_num_heads and kv_num_heads");
-  expect(23, [](ModelBuilder& b) {
-    b.ints("s", {1, 3, 12});
-    b.node("Reshape", {"x", "s"}, {"x3"});
-    auto* a = b.node("Attention", {"x3", "x3", "x3"}, {"y"});
-    set_int(a, "q_num_heads", 5);
-    set_int(a, "kv_num_heads", 5);
-  }, "Q [1, 3, 12]: its 12 features do not split into 5 heads");
-  expect(23, [](ModelBuilder& b) {
-    b.ints("s", {1, 3, 12});
-    b.node("Reshape", {"x", "s"}, {"x3"});
-    auto* a = b.node("Attention", {"x3", "x3", "x3"}, {"y"});
-    set_int(a, "q_num_heads", 3);
-    set_int(a, "kv_num_heads", 2);
-  }, "K's head size 6 differs from Q's 4");
+  // Attention of x as [1, 3, 12] (rank 3) with these head counts (0: the attribute left out).
+  auto rank3_attention = [](int64_t q_heads, int64_t kv_heads) {
+    return [=](ModelBuilder& b) {
+      b.ints("s", {1, 3, 12});
+      b.node("Reshape", {"x", "s"}, {"x3"});
+      auto* a = b.node("Attention", {"x3", "x3", "x3"}, {"y"});
+      if (q_heads) set_int(a, "q_num_heads", q_heads);
+      if (kv_heads) set_int(a, "kv_num_heads", kv_heads);
+    };
+  };
+  expect(23, rank3_attention(0, 0), "Q, K and V of rank 3 need the attributes q_num_heads and kv_num_heads");
+  expect(23, rank3_attention(5, 5), "Q [1, 3, 12]: its 12 features do not split into 5 heads");
+  expect(23, rank3_attention(3, 2), "K's head size 6 differs from Q's 4");
   expect(23, [](ModelBuilder& b) {
     b.ints("s", {1, 3, 4, 3});
     b.node("Reshape", {"x", "s"}, {"k"});
