@@ -389,6 +389,10 @@ GridSampleSpec grid_sample_spec(const OpContext& c) {
   s.out = {s.x[0], s.x[1]};
   s.out.insert(s.out.end(), s.grid.begin() + 1, s.grid.end() - 1);
   check_tensor_size(str(n.where(), ": the output"), s.out);
+  for (size_t d = 0; d < s.spatial; ++d) {
+    if (s.x[2 + d] == 0 && num_elements(s.out) > 0)
+      fail(str("X ", shape_str(s.x), " has no positions along spatial axis ", d, " to sample ", shape_str(s.out), " from"));
+  }
   return s;
 }
 

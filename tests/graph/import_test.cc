@@ -2440,6 +2440,14 @@ TEST(OnnxImport, NewerOpsetRefusalsNameWhatIsAtFault) {
     b.floats_shaped("g", {1, 2, 1}, std::vector<float>(2, 0.0f));
     b.node("GridSample", {"x3", "g"}, {"y"});
   }, "X [1, 4, 9]: opset 16's GridSample takes rank 4 (N, C, H, W)");
+  expect(20, [](ModelBuilder& b) {
+    b.ints("starts", {0});
+    b.ints("ends", {0});
+    b.ints("axes", {2});
+    b.node("Slice", {"x", "starts", "ends", "axes"}, {"empty"});
+    b.floats_shaped("g", {1, 2, 2, 2}, std::vector<float>(8, 0.0f));
+    b.node("GridSample", {"empty", "g"}, {"y"});
+  }, "X [1, 4, 0, 3] has no positions along spatial axis 0 to sample [1, 4, 2, 2] from");
   expect(20, [](ModelBuilder& b) { set_string(b.node("Gelu", {"x"}, {"y"}), "approximate", "erf"); },
          "approximate 'erf' is not one of none, tanh");
   expect(19, [](ModelBuilder& b) {
