@@ -49,6 +49,7 @@ Attention attention(const AttentionSpec& s, const std::string& name) {
     Expr v = ir::read(a.scores, at);
     if (s.scale != 1.0) v = v * ir::f32(s.scale);
     if (s.divisor != 1.0) v = v / ir::f32(s.divisor);
+    if (s.softcap > 0) v = ir::f32(s.softcap) * ir::tanh(v / ir::f32(s.softcap));
     if (s.mask) v = v + s.mask(at);
     return v;
   };

@@ -6,7 +6,8 @@
 // the layout kernels that cut Q, K and V out of the projection (graph fuse-attention folds those
 // into this kernel's operand reads). Here one block computes `rows` query rows of one head:
 //   scores[b, i, j] = sum_d q[b, i, d] * kt[b, d, j]        (shared memory, rows x keys)
-//   x = scores * scale / divisor + mask                       (inlined where read)
+//   x = cap(scores * scale / divisor) + mask                  (inlined where read; cap: the
+//       identity, or softcap * tanh(. / softcap))
 //   max[b, i] = max_j x,  sum[b, i] = sum_j exp(x - max)     (shared, a thread per row)
 //   probs[b, i, j] = exp(x - max) / sum                       (shared, rows x keys)
 //   out[b, i, e] = sum_j probs[b, i, j] * v[b, j, e]          (global)
@@ -42,6 +43,7 @@ struct AttentionSpec {
   AttentionRead v;     // [batch..., keys, value_depth]
   AttentionRead mask;  // [batch..., queries, keys], added to the scaled scores; null: none
   double scale = 1.0, divisor = 1.0;  // scores * scale / divisor (an exporter's Mul or Div)
+  double softcap = 0.0;                // > 0: softcap * tanh(scaled scores / softcap), before the mask
   // A row whose masked scores are -inf throughout gives zero probabilities (ONNX Attention's
   // fully masked rows), not the NaN of exp(-inf - -inf).
   bool zero_masked_rows = false;

@@ -7,12 +7,14 @@
 // output projection become one. Where the scores of one query row do not fit a block's shared
 // memory (more keys than max_attention_keys), the chain stays as it is.
 //
-// Also with the guard ONNX Attention's import puts after the Softmax where a row may be masked
+// Also with a soft cap, Mul(Tanh(Div(scores, c)), c) before the mask, and the guard ONNX
+// Attention's import puts after the Softmax where a row may be masked
 // throughout: Where(Equal(ReduceMax(mask, last axis), -inf), 0, probabilities).
 //
 // FusedAttention: inputs q [..., Sq, D], kt [..., D, Sk], v [..., Sk, Dv] (the same leading
 // dimensions, at least one), mask (optional; broadcasts to [..., Sq, Sk]); attributes scale and
-// divisor (floats, default 1: the scores are (q kt) * scale / divisor + mask), perm (ints,
+// divisor (floats, default 1: the scores are (q kt) * scale / divisor + mask; softcap, default
+// 0: none, else softcap * tanh(scores / softcap) before the mask), perm (ints,
 // optional: a Transpose after it, which merged the heads back, taken in) and zero_masked_rows
 // (int, default 0; 1: a row whose mask is -inf throughout has zero probabilities, not NaN);
 // output [..., Sq, Dv] in perm's order. The Reshape usually after that Transpose is then a view (no kernel: graph/memory_plan.h). Its reference evaluation is the unfused operators' (MatMul, Mul, Div, Add,
@@ -93,6 +95,12 @@ std::vector<HostTensor> attention_eval(const OpContext& c, const std::vector<con
     HostTensor k = HostTensor::floats({}, {f});
     s = run_op(c, op, {&s, &k});
   }
+  if (const float cap = c.node.get_float("softcap", 0.0f); cap > 0) {  // cap * tanh(s / cap)
+    HostTensor k = HostTensor::floats({}, {cap});
+    HostTensor scaled = run_op(c, "Div", {&s, &k});
+    HostTensor t = run_op(c, "Tanh", {&scaled});
+    s = run_op(c, "Mul", {&t, &k});
+  }
   if (c.present(3)) s = run_op(c, "Add", {&s, in[3]});
   HostTensor p = run_op(c, "Softmax", {&s}, {{"axis", int64_t{-1}}});
   if (c.present(3) && c.node.get_int("zero_masked_rows", 0) != 0) {
@@ -137,6 +145,7 @@ Attention fused_attention_te(const Node& n, const std::vector<TeOperand>& in, co
   s.scale = n.get_float("scale", 1.0f);
   s.divisor = n.get_float("divisor", 1.0f);
   s.zero_masked_rows = s.mask && n.get_int("zero_masked_rows", 0) != 0;
+  s.softcap = n.get_float("softcap", 0.0f);
   s.out_perm = n.get_ints("perm", {});
   return attention(s, name);
 }
@@ -145,7 +154,7 @@ Attention fused_attention_te(const Node& n, const std::vector<TeOperand>& in, co
 void register_attention_ops(std::vector<OpDef>& ops) {
   ops.push_back({kFusedAttention, 3, 4, attention_infer, attention_eval, attention_node_te, nullptr,
                  every_input_is_data, /*linear_cost=*/false});
-  describe(ops.back(), OpKind::Opaque, {"divisor", "perm", "scale", "zero_masked_rows"});
+  describe(ops.back(), OpKind::Opaque, {"divisor", "perm", "scale", "softcap", "zero_masked_rows"});
   ops.back().fuses_operands = true;
 }
 
@@ -204,16 +213,30 @@ bool fuse_attention(Graph& g) {
     if (axis < 0) axis += rank;
     if (rank < 3 || axis != rank - 1) continue;
     std::vector<size_t> chain = {k, static_cast<size_t>(sm - g.nodes.data())};
-    // The scores' product, through at most one scaling by a one-element constant.
+    // The scores' product, through at most one scaling by a one-element constant, and at most
+    // one soft cap after it: Mul(Tanh(Div(scores, c)), c), as ONNX Attention's import writes it.
     struct Scores {
       Node* product = nullptr;
-      float scale = 1.0f, divisor = 1.0f;
+      float scale = 1.0f, divisor = 1.0f, softcap = 0.0f;
       std::vector<size_t> nodes;
     };
     auto trace = [&](const std::string& v) -> std::optional<Scores> {
       Node* p = single(v);
       if (!p || g.value(v).shape != scores_shape) return std::nullopt;
       Scores s;
+      if (p->op == "Mul") {
+        for (int side = 0; side < 2 && s.softcap == 0.0f; ++side) {
+          std::optional<float> cap = scalar(p->inputs[1 - side]);
+          Node* tanh = cap && *cap > 0 ? single(p->inputs[side]) : nullptr;
+          Node* div = tanh && tanh->op == "Tanh" ? single(tanh->inputs[0]) : nullptr;
+          if (!div || div->op != "Div" || scalar(div->inputs[1]) != cap) continue;
+          Node* below = single(div->inputs[0]);
+          if (!below || g.value(div->inputs[0]).shape != scores_shape) continue;
+          s.softcap = *cap;
+          for (const Node* m : {p, tanh, div}) s.nodes.push_back(static_cast<size_t>(m - g.nodes.data()));
+          p = below;
+        }
+      }
       if (p->op == "Mul" || p->op == "Div") {
         Node* mm = nullptr;
         for (int side = 0; side < 2 && !mm; ++side) {
@@ -265,6 +288,7 @@ bool fuse_attention(Graph& g) {
     if (!mask.empty()) fused.inputs.push_back(mask);
     if (scale != 1.0f) fused.attrs["scale"] = scale;
     if (divisor != 1.0f) fused.attrs["divisor"] = divisor;
+    if (found->softcap > 0) fused.attrs["softcap"] = found->softcap;
     if (!guard.empty()) fused.attrs["zero_masked_rows"] = int64_t{1};
     // A Transpose merging the heads back: the kernel writes its output in that order.
     std::optional<size_t> merge;

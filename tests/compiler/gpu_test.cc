@@ -1183,6 +1183,33 @@ TEST(GpuAttention, OneKernelMatchesAttentionInDoubles) {
     else
       EXPECT_EQ(gbufs[4][at], 0.0f) << k;
   }
+  // A soft cap (ONNX Attention's softcap): scores * 0.5 as 2 tanh(. / 2), then the mask.
+  AttentionSpec capped = spec;
+  capped.softcap = 2.0;
+  ir::LoweredFunc fc = lower_attention_gpu(attention(capped, "att"), {q, kt, v, mask}, t, "capped");
+  std::vector<std::vector<float>> cbufs = bufs;
+  cbufs[4].assign(cbufs[4].size(), std::nanf(""));
+  ASSERT_EQ(testing::emulate_gpu_kernel(fc, check_gpu_kernel(fc, t), cbufs), 0);
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t b = bh / H;
+    for (int64_t i = 0; i < Sq; ++i) {
+      std::vector<double> x(static_cast<size_t>(Sk));
+      double top = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < Sk; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d)
+          s += double(bufs[0][static_cast<size_t>((bh * Sq + i) * D + d)]) * bufs[1][static_cast<size_t>((bh * D + d) * Sk + j)];
+        x[static_cast<size_t>(j)] = 2.0 * std::tanh(s * 0.5 / 2.0) + bufs[3][static_cast<size_t>(b * Sk + j)];
+        top = std::max(top, x[static_cast<size_t>(j)]);
+      }
+      for (double& e : x) sum += (e = std::exp(e - top));
+      for (int64_t e = 0; e < Dv; ++e) {
+        double want = 0;
+        for (int64_t j = 0; j < Sk; ++j) want += x[static_cast<size_t>(j)] / sum * bufs[2][static_cast<size_t>((bh * Sk + j) * Dv + e)];
+        EXPECT_NEAR(cbufs[4][static_cast<size_t>((bh * Sq + i) * Dv + e)], want, 1e-5) << bh << " " << i << " " << e;
+      }
+    }
+  }
   // Keys whose one row of scores a block cannot hold are refused by name (the graph pass keeps
   // such chains unfused; a model naming FusedAttention itself meets this).
   EXPECT_EQ(max_attention_keys(), 3071);

@@ -1838,14 +1838,15 @@ TEST(OnnxImport, AttentionWindowsAndSwish) {
 // On cuda targets fuse-attention takes Attention's chain whole: with the guard of fully masked
 // rows where the mask is a model input (zero_masked_rows), where a constant mask masks a row
 // throughout (the guard folded to a constant, checked against the mask), and with no guard
-// where none can act (causal, no past). The fused graph evaluates as the imported one.
+// where none can act (causal, no past); with a soft cap (FusedAttention softcap). The fused
+// graph evaluates as the imported one.
 TEST(OnnxImport, AttentionFusesOnCudaTargets) {
   const int64_t H = 2, S = 4, D = 3;
   std::vector<float> xs(static_cast<size_t>(H * S * D));
   for (size_t k = 0; k < xs.size(); ++k) xs[k] = std::sin(0.7f * static_cast<float>(k)) * 1.5f;
   const HostTensor x = HostTensor::floats({1, H, S, D}, xs);
   const HostTensor m = HostTensor::ints({S, S}, {1, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1, 1, 1}, DType::Bool);  // row 1: none
-  for (const char* form : {"input mask", "constant mask", "causal"}) {
+  for (const char* form : {"input mask", "constant mask", "causal", "softcap"}) {
     SCOPED_TRACE(form);
     const std::string f = form;
     ModelBuilder b(23);
@@ -1859,28 +1860,31 @@ TEST(OnnxImport, AttentionFusesOnCudaTargets) {
       in.push_back("m");
     }
     auto* a = b.node("Attention", in, {"y"});
-    if (f == "causal") set_int(a, "is_causal", 1);
+    if (f == "causal" || f == "softcap") set_int(a, "is_causal", 1);
+    if (f == "softcap") set_float(a, "softcap", 1.5f);
     b.output("y");
     const Graph imported = b.import();
     Graph g = imported;
     PassOptions cuda;
     cuda.tensor_cores = true;
     run_passes(g, cuda);
-    int fused = 0, guarded = 0, softmaxes = 0;
+    int fused = 0, guarded = 0, capped = 0, softmaxes = 0;
     for (const Node& n : g.nodes) {
       fused += n.op == kFusedAttention;
       guarded += n.op == kFusedAttention && n.get_int("zero_masked_rows", 0) == 1;
-      softmaxes += n.op == "Softmax";
+      capped += n.op == kFusedAttention && n.get_float("softcap", 0.0f) == 1.5f;
+      softmaxes += n.op == "Softmax" || n.op == "Tanh";
     }
     EXPECT_EQ(fused, 1);
     EXPECT_EQ(softmaxes, 0);
-    EXPECT_EQ(guarded, f == "causal" ? 0 : 1);
+    EXPECT_EQ(guarded, f == "causal" || f == "softcap" ? 0 : 1);
+    EXPECT_EQ(capped, f == "softcap" ? 1 : 0);
     std::map<std::string, HostTensor> inputs = {{"x", x}};
     if (f == "input mask") inputs.emplace("m", m);
     const std::vector<float> want = run_reference(imported, inputs).at("y").f, got = run_reference(g, inputs).at("y").f;
     ASSERT_EQ(got.size(), want.size());
     for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-6) << k;
-    if (f != "causal") {  // query row 1 attends no key: zeros
+    if (f == "input mask" || f == "constant mask") {  // query row 1 attends no key: zeros
       for (int64_t h = 0; h < H; ++h)
         for (int64_t d = 0; d < D; ++d) EXPECT_EQ(got[static_cast<size_t>((h * S + 1) * D + d)], 0.0f);
     }
