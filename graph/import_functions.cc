@@ -181,7 +181,7 @@ bool expand_attention(const Node& n, ImportSink& s) {
   }
   if (!bias.empty()) scores = b.node("Add", {scores, bias});
   if (!bias.empty() && s.g.value(bias).constant) {  // known now: a guard only where it acts
-    const std::vector<int64_t> rows = fully_masked_rows(*s.g.value(bias).constant);
+    const std::vector<int64_t> rows = fully_masked_rows(*s.g.value(bias).constant).i;
     may_mask_rows = std::find(rows.begin(), rows.end(), 1) != rows.end();
   }
   std::string probs = b.node("Softmax", {scores}, {{"axis", int64_t{-1}}});

@@ -186,7 +186,7 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
   return true;
 }
 
-std::vector<int64_t> fully_masked_rows(const HostTensor& mask) {
+HostTensor fully_masked_rows(const HostTensor& mask) {
   const int64_t keys = mask.shape.empty() ? 1 : mask.shape.back();
   std::vector<int64_t> rows(static_cast<size_t>(keys == 0 ? 0 : mask.size() / keys), 0);
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -195,7 +195,9 @@ std::vector<int64_t> fully_masked_rows(const HostTensor& mask) {
       all = mask.f[r * static_cast<size_t>(keys) + static_cast<size_t>(j)] == -std::numeric_limits<float>::infinity();
     rows[r] = all ? 1 : 0;
   }
-  return rows;
+  Shape shape = mask.shape;
+  if (!shape.empty()) shape.back() = 1;
+  return HostTensor::ints(shape, std::move(rows), DType::Bool);
 }
 
 std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out) {

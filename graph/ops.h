@@ -221,10 +221,10 @@ Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b);
 // Whether `from` broadcasts to `to` unchanged (aligned on the right, each dimension 1 or
 // `to`'s; no higher rank): a mask or scale that must fit a given shape.
 bool broadcasts_to(const Shape& from, const Shape& to);
-// For attention masks: per row of `mask`'s last axis (float32; a scalar is one row), 1 where
-// the row is -inf throughout (a query that may attend no key), else 0; row-major, the shape
-// `mask`'s with its last dimension 1.
-std::vector<int64_t> fully_masked_rows(const HostTensor& mask);
+// For attention masks: per row of `mask`'s last axis (float32; a scalar is one row), true where
+// the row is -inf throughout (a query that may attend no key); a bool tensor of `mask`'s shape
+// with its last dimension 1.
+HostTensor fully_masked_rows(const HostTensor& mask);
 // Row-major strides of `s`, with 0 for dimensions broadcast to `out` (aligned on the right).
 std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out);
 // A negative axis counts from the end; out of [-rank, rank) is the node's error.

@@ -21,7 +21,6 @@
 // Softmax), run one after another.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -104,9 +103,7 @@ std::vector<HostTensor> attention_eval(const OpContext& c, const std::vector<con
   if (c.present(3)) s = run_op(c, "Add", {&s, in[3]});
   HostTensor p = run_op(c, "Softmax", {&s}, {{"axis", int64_t{-1}}});
   if (c.present(3) && c.node.get_int("zero_masked_rows", 0) != 0) {
-    Shape rows_shape = in[3]->shape;  // the mask's rows that are -inf throughout
-    if (!rows_shape.empty()) rows_shape.back() = 1;
-    const HostTensor cond = HostTensor::ints(rows_shape, fully_masked_rows(*in[3]), DType::Bool);
+    const HostTensor cond = fully_masked_rows(*in[3]);
     const HostTensor zero = HostTensor::floats({}, {0.0f});
     p = run_op(c, "Where", {&cond, &zero, &p});
   }
@@ -269,13 +266,9 @@ bool fuse_attention(Graph& g) {
     }
     if (!found) continue;
     if (!guard_cond.empty()) {  // the constant guard must be the constant mask's rows
-      const Value& m = g.value(mask.empty() ? guard_cond : mask);
-      const HostTensor& cond = *g.value(guard_cond).constant;
-      Shape rows_shape = m.shape;
-      if (!rows_shape.empty()) rows_shape.back() = 1;
-      if (mask.empty() || !m.constant || m.dtype != DType::F32 || cond.shape != rows_shape ||
-          cond.i != fully_masked_rows(*m.constant))
-        continue;
+      if (mask.empty() || !g.is_constant(mask) || g.value(mask).dtype != DType::F32) continue;
+      const HostTensor &cond = *g.value(guard_cond).constant, rows = fully_masked_rows(*g.value(mask).constant);
+      if (cond.shape != rows.shape || cond.i != rows.i) continue;
     } else if (!guard.empty() && mask != guarded_mask) {
       continue;  // the guard reads another mask
     }

@@ -1125,9 +1125,11 @@ TEST(GpuAttention, OneKernelMatchesAttentionInDoubles) {
   for (int64_t j = 0; j < Sk; j += 4) bufs[3][static_cast<size_t>(j)] = -1e4f;  // masked keys
   bufs[4].assign(static_cast<size_t>(B * H * Sq * Dv), std::nanf(""));
   ASSERT_EQ(testing::emulate_gpu_kernel(f, l, bufs), 0);
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t bh = b * H + h;
+  // The attention of bufs' operands in doubles, the scaled scores soft-capped when softcap > 0
+  // (before the mask), compared with `got` [B, H, Sq, Dv].
+  auto expect_attention = [&](const std::vector<float>& got, double softcap) {
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      const int64_t b = bh / H;
       for (int64_t i = 0; i < Sq; ++i) {
         std::vector<double> x(static_cast<size_t>(Sk));
         double top = -INFINITY, sum = 0;
@@ -1135,18 +1137,21 @@ TEST(GpuAttention, OneKernelMatchesAttentionInDoubles) {
           double s = 0;
           for (int64_t d = 0; d < D; ++d)
             s += double(bufs[0][static_cast<size_t>((bh * Sq + i) * D + d)]) * bufs[1][static_cast<size_t>((bh * D + d) * Sk + j)];
-          x[static_cast<size_t>(j)] = s * 0.5 + bufs[3][static_cast<size_t>(b * Sk + j)];
+          s *= 0.5;
+          if (softcap > 0) s = softcap * std::tanh(s / softcap);
+          x[static_cast<size_t>(j)] = s + bufs[3][static_cast<size_t>(b * Sk + j)];
           top = std::max(top, x[static_cast<size_t>(j)]);
         }
         for (double& e : x) sum += (e = std::exp(e - top));
         for (int64_t e = 0; e < Dv; ++e) {
           double want = 0;
           for (int64_t j = 0; j < Sk; ++j) want += x[static_cast<size_t>(j)] / sum * bufs[2][static_cast<size_t>((bh * Sk + j) * Dv + e)];
-          EXPECT_NEAR(bufs[4][static_cast<size_t>((bh * Sq + i) * Dv + e)], want, 1e-5) << b << " " << h << " " << i << " " << e;
+          EXPECT_NEAR(got[static_cast<size_t>((bh * Sq + i) * Dv + e)], want, 1e-5) << bh << " " << i << " " << e;
         }
       }
     }
-  }
+  };
+  expect_attention(bufs[4], 0);
   // The same written in another order (out_perm: [Sq, B, Dv, H], the Transpose merging heads
   // back taken in): the same values, moved.
   AttentionSpec permuted = spec;
@@ -1190,26 +1195,7 @@ TEST(GpuAttention, OneKernelMatchesAttentionInDoubles) {
   std::vector<std::vector<float>> cbufs = bufs;
   cbufs[4].assign(cbufs[4].size(), std::nanf(""));
   ASSERT_EQ(testing::emulate_gpu_kernel(fc, check_gpu_kernel(fc, t), cbufs), 0);
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t b = bh / H;
-    for (int64_t i = 0; i < Sq; ++i) {
-      std::vector<double> x(static_cast<size_t>(Sk));
-      double top = -INFINITY, sum = 0;
-      for (int64_t j = 0; j < Sk; ++j) {
-        double s = 0;
-        for (int64_t d = 0; d < D; ++d)
-          s += double(bufs[0][static_cast<size_t>((bh * Sq + i) * D + d)]) * bufs[1][static_cast<size_t>((bh * D + d) * Sk + j)];
-        x[static_cast<size_t>(j)] = 2.0 * std::tanh(s * 0.5 / 2.0) + bufs[3][static_cast<size_t>(b * Sk + j)];
-        top = std::max(top, x[static_cast<size_t>(j)]);
-      }
-      for (double& e : x) sum += (e = std::exp(e - top));
-      for (int64_t e = 0; e < Dv; ++e) {
-        double want = 0;
-        for (int64_t j = 0; j < Sk; ++j) want += x[static_cast<size_t>(j)] / sum * bufs[2][static_cast<size_t>((bh * Sk + j) * Dv + e)];
-        EXPECT_NEAR(cbufs[4][static_cast<size_t>((bh * Sq + i) * Dv + e)], want, 1e-5) << bh << " " << i << " " << e;
-      }
-    }
-  }
+  expect_attention(cbufs[4], 2.0);
   // Keys whose one row of scores a block cannot hold are refused by name (the graph pass keeps
   // such chains unfused; a model naming FusedAttention itself meets this).
   EXPECT_EQ(max_attention_keys(), 3071);
