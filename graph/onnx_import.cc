@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "graph/import_control_flow.h"
 #include "graph/import_quantize.h"
 #include "graph/import_recurrent.h"
 #include "graph/ops.h"
@@ -309,7 +310,7 @@ Attr attribute(const onnx::AttributeProto& a, const std::string& where) {
       return std::vector<std::string>(a.strings().begin(), a.strings().end());
     default:
       throw UserError(
-          str(what, ": subgraphs (If, Loop, Scan bodies), sparse tensors and type protos are not "
+          str(what, ": subgraphs (but If's, Loop's and Scan's), sparse tensors and type protos are not "
                     "supported"));
   }
 }
@@ -676,12 +677,16 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
   }
   int64_t recurrent_steps_left = kMaxRecurrentSteps;
   ImportSink sink{g, file, [&](Node m) { add_node(std::move(m), g, file, fold_budget); }, recurrent_steps_left};
-  for (int k = 0; k < gp.node_size(); ++k) {
-    const onnx::NodeProto& np = gp.node(k);
+  int64_t iterations_left = kMaxUnrolledIterations;
+  // One node of the model's graph or of a subgraph (If, Loop and Scan bodies, written out by
+  // import_control_flow in `scope`).
+  ControlFlowImport control_flow{g, file, nullptr, sink.add, unused, iterations_left};
+  control_flow.import_node = [&](const onnx::NodeProto& np, Scope& scope, int k) {
     Node n;
     n.op = np.op_type();
-    n.name = np.name().empty() ? str(n.op, "_", k) : np.name();
-    if (!node_names.insert(n.name).second) n.name = str(n.name, "_", k);
+    n.name = scope.prefix + (np.name().empty() ? str(n.op, "_", k) : np.name());
+    for (int again = 0; !node_names.insert(n.name).second; ++again)
+      n.name = str(scope.prefix, np.name().empty() ? n.op : np.name(), "_", k, again ? str("_", again) : "");
     // ONNX Runtime's quantized operators (QOperator format) come from its com.microsoft
     // domain, which also has QuantizeLinear and DequantizeLinear of the same meaning.
     static const std::set<std::string> microsoft = microsoft_quantized_ops();
@@ -703,15 +708,17 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
     }
     n.inputs.assign(np.input().begin(), np.input().end());
     for (std::string& in : n.inputs) {
+      in = scope.resolve(in);
       if (auto it = read_as.find(in); it != read_as.end()) in = it->second;
     }
-    n.outputs.assign(np.output().begin(), np.output().end());
     for (const std::string& in : n.inputs) {
       if (!in.empty() && !g.values.count(in)) {
         throw UserError(
             str(file, ": ", n.where(), " reads '", in, "', which is not defined before it"));
       }
     }
+    if (default_domain && import_control_flow(np, n.name, scope, control_flow)) return;
+    for (const std::string& o : np.output()) n.outputs.push_back(define_in(scope, o, control_flow));
     for (const auto& a : np.attribute())
       n.attrs[a.name()] = attribute(a, str(file, ": ", n.where()));
     if (n.has(kStorageCast)) {
@@ -742,10 +749,12 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
       } catch (const UserError& e) {
         throw UserError(str(file, ": ", e.what()));
       }
-      if (d->expand(n, sink)) continue;
+      if (d->expand(n, sink)) return;
     }
     add_node(std::move(n), g, file, fold_budget);
-  }
+  };
+  Scope model_scope;
+  for (int k = 0; k < gp.node_size(); ++k) control_flow.import_node(gp.node(k), model_scope, k);
   for (const auto& vi : gp.output()) {
     if (!g.values.count(vi.name()))
       throw UserError(str(file, ": graph output '", vi.name(), "' is never computed"));

@@ -7,7 +7,9 @@
 //     shape and int64 tensors end up as constants. Some nodes are expanded into several:
 //     1-D windows run as 2-D ones of height 1, 3-D convolutions as 2-D ones over the depth
 //     folded into the batch (graph/import_window3d.h), LSTM, GRU and RNN as their time steps
-//     written out (graph/import_recurrent.h).
+//     written out (graph/import_recurrent.h), If, Loop and Scan as the branch taken and the
+//     iterations run, their conditions and trip counts constants after import
+//     (graph/import_control_flow.h).
 //   - Anything else is refused with UserError naming the file, and the node (name and op
 //     type), input, attribute or tensor at fault: a malformed file, another opset, an
 //     unsupported operator or attribute, a dynamic dimension without a size (InputBinding

@@ -3935,3 +3935,245 @@ TEST(OpRegistry, ExpandedOperatorsAreCheckedByTheirEntry) {
     EXPECT_NE(std::string(e.what()).find("takes from 3 to 8 inputs, not 2"), std::string::npos) << e.what();
   }
 }
+
+// If, Loop and Scan are written out at import (graph/import_control_flow.h): an If on a test
+// of the input's shape (its condition folds) takes its branch, whose initializer and reads of
+// the graph's values resolve; a Loop of a constant trip count carries its value through three
+// iterations with an If inside whose condition folds per iteration (Relu in the first, Neg
+// after), its scan output stacked; a while Loop stops when its condition folds false; a Scan
+// runs its input in reverse, its scan output stacked along axis 1. Checked against the
+// definitions written out here (reference evaluation) and compiled against the reference;
+// TF_OPSET_MODELS_DIR=dir saves dir/control_flow.onnx for graph_ort (ONNX Runtime runs the
+// If, Loops and Scan as they are).
+namespace {
+onnx::GraphProto* graph_attribute(onnx::NodeProto* n, const std::string& name) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::GRAPH);
+  onnx::GraphProto* g = a->mutable_g();
+  g->set_name(n->name() + "_" + name);
+  return g;
+}
+void typed(onnx::ValueInfoProto* vi, const std::string& name, int32_t type, std::vector<int64_t> dims = {},
+           bool ranked = true) {
+  vi->set_name(name);
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(type);
+  if (!ranked) return;
+  auto* shape = tt->mutable_shape();
+  for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+}
+onnx::NodeProto* sub_node(onnx::GraphProto* g, const std::string& op, std::vector<std::string> in,
+                          std::vector<std::string> out) {
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(op + "_" + out[0]);
+  for (const auto& s : in) n->add_input(s);
+  for (const auto& s : out) n->add_output(s);
+  return n;
+}
+void scalar_initializer(onnx::GraphProto* g, const std::string& name, int32_t type, int64_t v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(type);
+  if (type == onnx::TensorProto::FLOAT) {
+    t->add_float_data(static_cast<float>(v) / 2);  // halves: 0.5 for 1
+  } else if (type == onnx::TensorProto::BOOL) {
+    t->add_int32_data(static_cast<int32_t>(v));
+  } else {
+    t->add_int64_data(v);
+  }
+}
+constexpr int32_t kF32 = onnx::TensorProto::FLOAT, kI64 = onnx::TensorProto::INT64, kBool = onnx::TensorProto::BOOL;
+}  // namespace
+
+TEST(OnnxImport, ControlFlowIsWrittenOut) {
+  const std::vector<float> xs = {-1.5f, 2.0f, -0.25f, 3.0f, -4.0f, 0.75f};
+  const float ks[3] = {1.5f, -2.0f, 0.5f};
+  ModelBuilder b(17);
+  b.input("x", {2, 3});
+  b.ints("zero", {0});
+  b.ints("two", {2});
+  scalar_initializer(b.g, "three", kI64, 3);
+  scalar_initializer(b.g, "yes", kBool, 1);
+  scalar_initializer(b.g, "one_i", kI64, 1);
+  scalar_initializer(b.g, "two_i", kI64, 2);
+  scalar_initializer(b.g, "half", kF32, 1);
+  b.floats_shaped("s0", {3}, {0.0f, 0.0f, 0.0f});
+  b.node("Shape", {"x"}, {"shape"});
+  b.node("Gather", {"shape", "zero"}, {"rows"});
+  b.node("Equal", {"rows", "two"}, {"two_rows"});
+  auto* if_node = b.node("If", {"two_rows"}, {"a"}, "choose");
+  onnx::GraphProto* then_g = graph_attribute(if_node, "then_branch");
+  auto* k = then_g->add_initializer();
+  k->set_name("k");
+  k->set_data_type(kF32);
+  k->add_dims(3);
+  for (float v : ks) k->add_float_data(v);
+  sub_node(then_g, "Mul", {"x", "k"}, {"scaled"});
+  typed(then_g->add_output(), "scaled", kF32, {2, 3});
+  onnx::GraphProto* else_g = graph_attribute(if_node, "else_branch");
+  sub_node(else_g, "Neg", {"x"}, {"negated"});
+  typed(else_g->add_output(), "negated", kF32, {2, 3});
+  // for i in 0..2: v2 = v + i; r = i < 1 ? Relu(v2) : -v2; scan r * 0.5; v = r.
+  auto* loop = b.node("Loop", {"three", "yes", "a"}, {"final", "trace"}, "for_loop");
+  onnx::GraphProto* body = graph_attribute(loop, "body");
+  typed(body->add_input(), "i", kI64);
+  typed(body->add_input(), "c", kBool);
+  typed(body->add_input(), "v", kF32, {2, 3});
+  set_int(sub_node(body, "Cast", {"i"}, {"fi"}), "to", kF32);
+  sub_node(body, "Add", {"v", "fi"}, {"v2"});
+  sub_node(body, "Less", {"i", "one_i"}, {"first"});
+  auto* inner = sub_node(body, "If", {"first"}, {"r"});
+  onnx::GraphProto* relu_g = graph_attribute(inner, "then_branch");
+  sub_node(relu_g, "Relu", {"v2"}, {"relu"});
+  typed(relu_g->add_output(), "relu", kF32, {2, 3});
+  onnx::GraphProto* neg_g = graph_attribute(inner, "else_branch");
+  sub_node(neg_g, "Neg", {"v2"}, {"neg"});
+  typed(neg_g->add_output(), "neg", kF32, {2, 3});
+  sub_node(body, "Mul", {"r", "half"}, {"w"});
+  sub_node(body, "Identity", {"c"}, {"c2"});
+  typed(body->add_output(), "c2", kBool);
+  typed(body->add_output(), "r", kF32, {2, 3});
+  typed(body->add_output(), "w", kF32, {2, 3});
+  // while (j < 2 after the step): u doubled three times.
+  auto* while_loop = b.node("Loop", {"", "yes", "final"}, {"doubled"}, "while_loop");
+  onnx::GraphProto* wbody = graph_attribute(while_loop, "body");
+  typed(wbody->add_input(), "j", kI64);
+  typed(wbody->add_input(), "c", kBool);
+  typed(wbody->add_input(), "u", kF32, {2, 3});
+  sub_node(wbody, "Add", {"u", "u"}, {"u2"});
+  sub_node(wbody, "Less", {"j", "two_i"}, {"more"});
+  typed(wbody->add_output(), "more", kBool);
+  typed(wbody->add_output(), "u2", kF32, {2, 3});
+  // Scan over x's rows in reverse: s += row; out = s * row, stacked along axis 1.
+  auto* scan = b.node("Scan", {"s0", "x"}, {"sum", "prods"}, "scan");
+  set_int(scan, "num_scan_inputs", 1);
+  set_ints(scan, "scan_input_directions", {1});
+  set_ints(scan, "scan_output_axes", {1});
+  onnx::GraphProto* sbody = graph_attribute(scan, "body");
+  typed(sbody->add_input(), "s", kF32, {3});
+  typed(sbody->add_input(), "row", kF32, {3});
+  sub_node(sbody, "Add", {"s", "row"}, {"s2"});
+  sub_node(sbody, "Mul", {"s2", "row"}, {"o"});
+  typed(sbody->add_output(), "s2", kF32, {3});
+  typed(sbody->add_output(), "o", kF32, {3});
+  const char* outs[] = {"a", "final", "trace", "doubled", "sum", "prods"};
+  for (const char* o : outs) b.output(o);
+  Graph g = b.import();
+  for (const Node& n : g.nodes) EXPECT_TRUE(n.op != "If" && n.op != "Loop" && n.op != "Scan") << n.where();
+  EXPECT_EQ(g.value("trace").shape, (Shape{3, 2, 3}));
+  EXPECT_EQ(g.value("prods").shape, (Shape{3, 2}));
+
+  // The definitions.
+  std::vector<float> a(6), v(6), trace, doubled(6), sum(3, 0.0f), prods(6);
+  for (size_t e = 0; e < 6; ++e) a[e] = xs[e] * ks[e % 3];
+  v = a;
+  for (int i = 0; i < 3; ++i) {
+    for (size_t e = 0; e < 6; ++e) {
+      const float v2 = v[e] + static_cast<float>(i);
+      v[e] = i < 1 ? std::max(v2, 0.0f) : -v2;
+      trace.push_back(v[e] * 0.5f);
+    }
+  }
+  for (size_t e = 0; e < 6; ++e) doubled[e] = v[e] * 8.0f;
+  for (int t = 0; t < 2; ++t) {
+    const int row = 1 - t;
+    for (int c = 0; c < 3; ++c) {
+      sum[static_cast<size_t>(c)] += xs[static_cast<size_t>(row * 3 + c)];
+      prods[static_cast<size_t>(c * 2 + t)] = sum[static_cast<size_t>(c)] * xs[static_cast<size_t>(row * 3 + c)];
+    }
+  }
+  const std::map<std::string, std::vector<float>> defs = {{"a", a},          {"final", v},  {"trace", trace},
+                                                          {"doubled", doubled}, {"sum", sum}, {"prods", prods}};
+  HostTensor x = HostTensor::floats({2, 3}, xs);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}});
+  for (const auto& [name, def] : defs) {
+    ASSERT_EQ(want.at(name).f.size(), def.size()) << name;
+    for (size_t e = 0; e < def.size(); ++e) EXPECT_FLOAT_EQ(want.at(name).f[e], def[e]) << name << " " << e;
+  }
+  expect_compiled_as_reference(g, x, want, {std::begin(outs), std::end(outs)});
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/control_flow.onnx");
+}
+
+// What cannot be written out is refused by name: conditions known only at run time (an If's, a
+// Loop's after some iteration), loops without an end, too many iterations, scan outputs of no
+// iteration, bodies that do not fit their node, a condition that is not one bool.
+TEST(OnnxImport, ControlFlowRefusals) {
+  auto refused = [](const std::function<void(ModelBuilder&)>& build, const std::string& want) {
+    ModelBuilder m(17);
+    m.input("x", {2});
+    scalar_initializer(m.g, "yes", kBool, 1);
+    build(m);
+    m.output("y");
+    const std::string e = m.error();
+    EXPECT_NE(e.find(want), std::string::npos) << "want: " << want << "\ngot: " << e;
+  };
+  auto branches = [](onnx::NodeProto* n, const std::string& out = "y") {
+    for (const char* which : {"then_branch", "else_branch"}) {
+      onnx::GraphProto* g = graph_attribute(n, which);
+      sub_node(g, "Relu", {"x"}, {str(which, "_r")});
+      typed(g->add_output(), str(which, "_r"), kF32);
+    }
+    (void)out;
+  };
+  refused([&](ModelBuilder& m) {
+    m.node("ReduceSum", {"x"}, {"total"});
+    m.floats("zero", {0.0f});
+    m.node("Greater", {"total", "zero"}, {"positive"});
+    branches(m.node("If", {"positive"}, {"y"}, "data_if"));
+  }, "test.onnx: node 'data_if' (If): its condition 'positive' is computed at run time; tunefarm compiles one "
+     "static graph, so an If needs it to be a constant after import");
+  refused([&](ModelBuilder& m) {
+    m.ints("n", {1});
+    branches(m.node("If", {"n"}, {"y"}, "int_if"));
+  }, "node 'int_if' (If): its condition 'n' is int64[1]; it must be one bool");
+  refused([&](ModelBuilder& m) {
+    auto* n = m.node("If", {"yes"}, {"y"}, "one_branch");
+    graph_attribute(n, "else_branch");
+  }, "node 'one_branch' (If): has no attribute 'then_branch'");
+  auto loop_body = [](onnx::NodeProto* n, const std::string& cond_from) {
+    onnx::GraphProto* body = graph_attribute(n, "body");
+    typed(body->add_input(), "i", kI64);
+    typed(body->add_input(), "c", kBool);
+    typed(body->add_input(), "v", kF32);
+    sub_node(body, "Neg", {"v"}, {"v2"});
+    if (cond_from == "data") {
+      sub_node(body, "ReduceMax", {"v2"}, {"big"});
+      sub_node(body, "Cast", {"big"}, {"c2"});
+      set_int(body->mutable_node(body->node_size() - 1), "to", kBool);
+    } else {
+      sub_node(body, "Identity", {"c"}, {"c2"});
+    }
+    typed(body->add_output(), "c2", kBool);
+    typed(body->add_output(), "v2", kF32);
+    typed(body->add_output(), "v2", kF32);  // a scan output too
+    return body;
+  };
+  refused([&](ModelBuilder& m) { loop_body(m.node("Loop", {"", "", "x"}, {"y"}, "forever"), "c"); },
+          "node 'forever' (Loop): has neither a trip count M nor a condition: it would run forever");
+  refused([&](ModelBuilder& m) { loop_body(m.node("Loop", {"", "yes", "x"}, {"y"}, "data_loop"), "data"); },
+          "node 'data_loop' (Loop): iteration 0's condition 'data_loop/iter0/c2' is computed at run time");
+  refused([&](ModelBuilder& m) {
+    scalar_initializer(m.g, "many", kI64, 5000);
+    loop_body(m.node("Loop", {"many", "", "x"}, {"y"}, "long_loop"), "c");
+  }, "node 'long_loop' (Loop): unrolling Loops and Scans makes more than 4096 iterations in the model");
+  refused([&](ModelBuilder& m) {
+    scalar_initializer(m.g, "none", kI64, 0);
+    loop_body(m.node("Loop", {"none", "", "x"}, {"last", "y"}, "empty_loop"), "c");
+  }, "node 'empty_loop' (Loop): runs no iteration, so its scan output 'y' would be empty");
+  refused([&](ModelBuilder& m) {
+    scalar_initializer(m.g, "one", kI64, 1);
+    onnx::GraphProto* body = loop_body(m.node("Loop", {"one", "", "x", "x"}, {"y"}, "misfit"), "c");
+    (void)body;
+  }, "node 'misfit' (Loop): its body has 3 inputs; with 2 loop-carried values it must have 4");
+  refused([&](ModelBuilder& m) {
+    auto* scan = m.node("Scan", {"x"}, {"y"}, "scan");
+    set_int(scan, "num_scan_inputs", 2);
+    graph_attribute(scan, "body");
+  }, "node 'scan' (Scan): num_scan_inputs 2 is not between 1 and its 1 inputs");
+  refused([&](ModelBuilder& m) {  // a graph attribute on another operator
+    auto* n = m.node("Relu", {"x"}, {"y"}, "odd");
+    graph_attribute(n, "body");
+  }, "node 'odd' (Relu): attribute 'body': subgraphs (but If's, Loop's and Scan's)");
+}

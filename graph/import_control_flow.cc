@@ -1,0 +1,308 @@
+#include "graph/import_control_flow.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "base/error.h"
+#include "graph/import_builder.h"
+#include "graph/onnx_import.h"
+
+namespace tf::graph {
+
+std::string define_in(Scope& scope, const std::string& v, const ControlFlowImport& cf) {
+  if (scope.prefix.empty() || v.empty()) return v;
+  std::string name = cf.unused(scope.prefix + v);
+  scope.names[v] = name;
+  return name;
+}
+
+namespace {
+
+// One control-flow node's expansion: its checks, its subgraphs' imports, the nodes joining them.
+class Unroller {
+ public:
+  Unroller(const onnx::NodeProto& np, const std::string& name, Scope& scope, ControlFlowImport& cf)
+      : np_(np), scope_(scope), cf_(cf), node_{name, np.op_type(), {}, {}, {}}, b_(node_, cf.g, cf.add) {}
+
+  void if_node() {
+    if (np_.input_size() != 1 || np_.input(0).empty()) fail("takes one input, the condition");
+    const bool c = constant_bool(scope_.resolve(np_.input(0)), "its condition", "If");
+    const onnx::GraphProto& branch = graph_attribute(c ? "then_branch" : "else_branch");
+    if (branch.input_size() != 0) fail(str(c ? "then_branch" : "else_branch", " has inputs; a branch has none"));
+    if (branch.output_size() != np_.output_size()) {
+      fail(str(c ? "then_branch" : "else_branch", " has ", branch.output_size(), " outputs; the node has ",
+               np_.output_size()));
+    }
+    Scope body = child(c ? "then/" : "else/");
+    import_body(branch, body);
+    for (int k = 0; k < np_.output_size(); ++k) give(body.resolve(branch.output(k).name()), np_.output(k));
+  }
+
+  void loop_node() {
+    if (np_.input_size() < 2) fail("takes at least two inputs (M and cond, either may be empty)");
+    const onnx::GraphProto& body = graph_attribute("body");
+    const int carried = np_.input_size() - 2;
+    if (body.input_size() != 2 + carried) {
+      fail(str("its body has ", body.input_size(), " inputs; with ", carried,
+               " loop-carried values it must have ", 2 + carried, " (iteration number, condition, the values)"));
+    }
+    if (body.output_size() < 1 + carried) {
+      fail(str("its body has ", body.output_size(), " outputs; with ", carried,
+               " loop-carried values it must have at least ", 1 + carried));
+    }
+    const int scans = body.output_size() - 1 - carried;
+    if (np_.output_size() > carried + scans) {
+      fail(str("has ", np_.output_size(), " outputs; its body gives ", carried, " loop-carried values and ", scans,
+               " scan outputs"));
+    }
+    const bool has_m = !np_.input(0).empty(), has_cond = !np_.input(1).empty();
+    if (!has_m && !has_cond) fail("has neither a trip count M nor a condition: it would run forever");
+    int64_t trips = std::numeric_limits<int64_t>::max();
+    if (has_m) {
+      const Value& m = constant(scope_.resolve(np_.input(0)), "its trip count M", "Loop");
+      if (m.dtype != DType::I64 || m.constant->size() != 1)
+        fail(str("its trip count M '", m.name, "' is ", dtype_name(m.dtype), shape_str(m.shape), "; it must be one int64"));
+      trips = m.constant->as_int(0);
+    }
+    bool go = has_cond ? constant_bool(scope_.resolve(np_.input(1)), "its condition", "Loop") : true;
+    std::vector<std::string> values;
+    for (int k = 0; k < carried; ++k) {
+      if (np_.input(2 + k).empty()) fail(str("loop-carried input ", k, " is empty"));
+      values.push_back(scope_.resolve(np_.input(2 + k)));
+    }
+    std::vector<std::vector<std::string>> stacked(static_cast<size_t>(scans));
+    int64_t t = 0;
+    for (; t < trips && go; ++t) {
+      step();
+      Scope it = child(str("iter", t, "/"));
+      bind(it, body.input(0).name(), constant_of(str(node_.name, "/iteration_", t), HostTensor::ints({}, {t})));
+      bind(it, body.input(1).name(),
+           constant_of(str(node_.name, "/condition_", t), HostTensor::ints({}, {int64_t{1}}, DType::Bool)));
+      for (int k = 0; k < carried; ++k) bind(it, body.input(2 + k).name(), values[static_cast<size_t>(k)]);
+      import_body(body, it);
+      for (int k = 0; k < carried; ++k) values[static_cast<size_t>(k)] = it.resolve(body.output(1 + k).name());
+      for (int k = 0; k < scans; ++k)
+        stacked[static_cast<size_t>(k)].push_back(it.resolve(body.output(1 + carried + k).name()));
+      // Without a condition input the body's condition is ignored (ONNX: a for loop).
+      if (has_cond) go = constant_bool(it.resolve(body.output(0).name()), str("iteration ", t, "'s condition"), "Loop");
+    }
+    for (int k = 0; k < np_.output_size(); ++k) {
+      if (k < carried) {
+        give(values[static_cast<size_t>(k)], np_.output(k));
+      } else if (!np_.output(k).empty()) {
+        if (t == 0) fail(str("runs no iteration, so its scan output '", np_.output(k), "' would be empty"));
+        give(stack(stacked[static_cast<size_t>(k - carried)], 0), np_.output(k));
+      }
+    }
+  }
+
+  void scan_node() {
+    const onnx::GraphProto& body = graph_attribute("body");
+    const int64_t m = int_attribute("num_scan_inputs", -1);
+    const int inputs = np_.input_size();
+    if (m < 1 || m > inputs) fail(str("num_scan_inputs ", m, " is not between 1 and its ", inputs, " inputs"));
+    const int states = inputs - static_cast<int>(m);
+    if (body.input_size() != inputs)
+      fail(str("its body has ", body.input_size(), " inputs; the node has ", inputs, " (states and scan inputs)"));
+    if (body.output_size() < states)
+      fail(str("its body has ", body.output_size(), " outputs; it must have at least the ", states, " states"));
+    const int scans = body.output_size() - states;
+    if (np_.output_size() > states + scans)
+      fail(str("has ", np_.output_size(), " outputs; its body gives ", states, " states and ", scans, " scan outputs"));
+    const std::vector<int64_t> in_axes = ints_attribute("scan_input_axes", std::vector<int64_t>(m, 0), m);
+    const std::vector<int64_t> in_dirs = ints_attribute("scan_input_directions", std::vector<int64_t>(m, 0), m);
+    const std::vector<int64_t> out_axes = ints_attribute("scan_output_axes", std::vector<int64_t>(scans, 0), scans);
+    const std::vector<int64_t> out_dirs =
+        ints_attribute("scan_output_directions", std::vector<int64_t>(scans, 0), scans);
+    for (int64_t d : in_dirs) {
+      if (d != 0 && d != 1) fail(str("scan_input_directions has ", d, "; directions are 0 (forward) or 1 (reverse)"));
+    }
+    for (int64_t d : out_dirs) {
+      if (d != 0 && d != 1) fail(str("scan_output_directions has ", d, "; directions are 0 (forward) or 1 (reverse)"));
+    }
+    std::vector<std::string> values, xs;
+    std::vector<int64_t> axes;
+    int64_t length = -1;
+    for (int k = 0; k < inputs; ++k) {
+      if (np_.input(k).empty()) fail(str("input ", k, " is empty"));
+      const std::string v = scope_.resolve(np_.input(k));
+      if (!cf_.g.values.count(v)) fail(str("reads '", v, "', which is not defined before it"));
+      if (k < states) {
+        values.push_back(v);
+        continue;
+      }
+      const Value& x = cf_.g.value(v);
+      const size_t j = static_cast<size_t>(k - states);
+      const auto rank = static_cast<int64_t>(x.shape.size());
+      if (in_axes[j] < -rank || in_axes[j] >= rank)
+        fail(str("scan_input_axes has ", in_axes[j], ", out of range for scan input '", v, "' ", shape_str(x.shape)));
+      const int64_t a = in_axes[j] < 0 ? in_axes[j] + rank : in_axes[j];
+      if (length >= 0 && x.shape[static_cast<size_t>(a)] != length) {
+        fail(str("its scan inputs' sequences differ in length: '", v, "' ", shape_str(x.shape), " has ",
+                 x.shape[static_cast<size_t>(a)], " along axis ", a, ", the first ", length));
+      }
+      length = x.shape[static_cast<size_t>(a)];
+      xs.push_back(v);
+      axes.push_back(a);
+    }
+    if (length == 0 && scans > 0) fail("its scan inputs are empty, so its scan outputs would be");
+    std::vector<std::vector<std::string>> stacked(static_cast<size_t>(scans));
+    for (int64_t t = 0; t < length; ++t) {
+      step();
+      Scope it = child(str("step", t, "/"));
+      for (int k = 0; k < states; ++k) bind(it, body.input(k).name(), values[static_cast<size_t>(k)]);
+      for (size_t j = 0; j < xs.size(); ++j) {
+        const int64_t at = in_dirs[j] == 1 ? length - 1 - t : t;
+        const std::string index = constant_of(str(node_.name, "/index_", t), HostTensor::ints({}, {at}));
+        bind(it, body.input(states + static_cast<int>(j)).name(),
+             b_.node("Gather", {xs[j], index}, {{"axis", axes[j]}}));
+      }
+      import_body(body, it);
+      for (int k = 0; k < states; ++k) values[static_cast<size_t>(k)] = it.resolve(body.output(k).name());
+      for (int k = 0; k < scans; ++k) stacked[static_cast<size_t>(k)].push_back(it.resolve(body.output(states + k).name()));
+    }
+    for (int k = 0; k < np_.output_size(); ++k) {
+      if (k < states) {
+        give(values[static_cast<size_t>(k)], np_.output(k));
+        continue;
+      }
+      if (np_.output(k).empty()) continue;
+      const size_t j = static_cast<size_t>(k - states);
+      std::vector<std::string> parts = stacked[j];
+      if (out_dirs[j] == 1) std::reverse(parts.begin(), parts.end());
+      // The axis counts in the output's rank: a step's rank plus one.
+      const int64_t rank = static_cast<int64_t>(cf_.g.value(parts[0]).shape.size()) + 1;
+      if (out_axes[j] < -rank || out_axes[j] >= rank)
+        fail(str("scan_output_axes has ", out_axes[j], ", out of range for scan output ", j, " of rank ", rank));
+      give(stack(parts, out_axes[j] < 0 ? out_axes[j] + rank : out_axes[j]), np_.output(k));
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const {
+    throw UserError(str(cf_.file, ": ", node_.where(), ": ", why));
+  }
+
+  const onnx::GraphProto& graph_attribute(const std::string& name) const {
+    for (const onnx::AttributeProto& a : np_.attribute()) {
+      if (a.name() != name) continue;
+      if (a.type() != onnx::AttributeProto::GRAPH || !a.has_g()) fail(str("attribute '", name, "' is not a graph"));
+      return a.g();
+    }
+    fail(str("has no attribute '", name, "'"));
+  }
+  int64_t int_attribute(const std::string& name, int64_t fallback) const {
+    for (const onnx::AttributeProto& a : np_.attribute()) {
+      if (a.name() != name) continue;
+      if (a.type() != onnx::AttributeProto::INT) fail(str("attribute '", name, "' is not an integer"));
+      return a.i();
+    }
+    return fallback;
+  }
+  std::vector<int64_t> ints_attribute(const std::string& name, std::vector<int64_t> fallback, int64_t count) const {
+    for (const onnx::AttributeProto& a : np_.attribute()) {
+      if (a.name() != name) continue;
+      if (a.type() != onnx::AttributeProto::INTS) fail(str("attribute '", name, "' is not a list of integers"));
+      if (a.ints_size() != count) fail(str("attribute '", name, "' has ", a.ints_size(), " entries; it needs ", count));
+      return {a.ints().begin(), a.ints().end()};
+    }
+    return fallback;
+  }
+
+  const Value& constant(const std::string& v, const std::string& what, const char* op) const {
+    if (!cf_.g.values.count(v)) fail(str("reads '", v, "', which is not defined before it"));
+    const Value& x = cf_.g.value(v);
+    if (!x.constant) {
+      fail(str(what, " '", v, "' is computed at run time; tunefarm compiles one static graph, so a", op[0] == 'I' ? "n " : " ",
+               op, " needs it to be a constant after import (as tests of shapes are once --dim or --input-shape fix "
+               "the inputs')"));
+    }
+    return x;
+  }
+  bool constant_bool(const std::string& v, const std::string& what, const char* op) const {
+    const Value& x = constant(v, what, op);
+    if (x.dtype != DType::Bool || x.constant->size() != 1)
+      fail(str(what, " '", v, "' is ", dtype_name(x.dtype), shape_str(x.shape), "; it must be one bool"));
+    return x.constant->as_int(0) != 0;
+  }
+
+  // A constant holding t, under a new name from `base`.
+  std::string constant_of(const std::string& base, HostTensor t) {
+    const std::string name = cf_.unused(base);
+    cf_.g.values[name] = Value{name, t.dtype, t.shape, std::move(t)};
+    return name;
+  }
+
+  Scope child(const std::string& tag) const {
+    Scope s = scope_;
+    s.prefix = str(node_.name, "/", tag);
+    return s;
+  }
+  // A subgraph's input `formal` is the graph's value `actual` in scope s.
+  static void bind(Scope& s, const std::string& formal, const std::string& actual) {
+    if (!formal.empty()) s.names[formal] = actual;
+  }
+
+  // Counts an iteration (Loop) or a step (Scan) against the model's budgets.
+  void step() {
+    if (--cf_.iterations_left < 0) {
+      fail(str("unrolling Loops and Scans makes more than ", kMaxUnrolledIterations,
+               " iterations in the model (each is written out: tunefarm compiles one static graph)"));
+    }
+    if (static_cast<int64_t>(cf_.g.nodes.size()) > kMaxUnrolledNodes)
+      fail(str("unrolling makes more than ", kMaxUnrolledNodes, " nodes"));
+  }
+
+  void import_body(const onnx::GraphProto& body, Scope& s) {
+    for (const onnx::TensorProto& init : body.initializer()) {
+      if (init.name().empty()) fail("an initializer of its body has no name");
+      HostTensor t = tensor_from_onnx(init, str(cf_.file, ": ", node_.where(), ": initializer '", init.name(), "'"));
+      bind(s, init.name(), constant_of(s.prefix + init.name(), std::move(t)));
+    }
+    if (body.sparse_initializer_size() > 0) fail("its body has sparse initializers, which are not supported");
+    for (int k = 0; k < body.node_size(); ++k) cf_.import_node(body.node(k), s, k);
+  }
+
+  // The node's output `out` (in its scope) is `v`.
+  void give(const std::string& v, const std::string& out) {
+    if (out.empty()) return;
+    if (!cf_.g.values.count(v)) fail(str("its body's output '", v, "' is never computed"));
+    b_.node("Identity", {v}, {}, define_in(scope_, out, cf_));
+  }
+
+  // The values `parts`, one per iteration, stacked along a new axis.
+  std::string stack(const std::vector<std::string>& parts, int64_t axis) {
+    std::vector<std::string> rows;
+    for (const std::string& p : parts) {
+      if (cf_.g.opset >= 13) {
+        rows.push_back(b_.node("Unsqueeze", {p, b_.ints({axis})}));
+      } else {
+        rows.push_back(b_.node("Unsqueeze", {p}, {{"axes", std::vector<int64_t>{axis}}}));
+      }
+    }
+    return rows.size() == 1 ? rows[0] : b_.node("Concat", rows, {{"axis", axis}});
+  }
+
+  const onnx::NodeProto& np_;
+  Scope& scope_;
+  ControlFlowImport& cf_;
+  Node node_;
+  NodeBuilder b_;
+};
+
+}  // namespace
+
+bool import_control_flow(const onnx::NodeProto& np, const std::string& name, Scope& scope, ControlFlowImport& cf) {
+  const std::string& op = np.op_type();
+  if (op != "If" && op != "Loop" && op != "Scan") return false;
+  Unroller u(np, name, scope, cf);
+  if (op == "If") u.if_node();
+  if (op == "Loop") u.loop_node();
+  if (op == "Scan") u.scan_node();
+  return true;
+}
+
+}  // namespace tf::graph

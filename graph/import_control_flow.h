@@ -1,0 +1,75 @@
+// import_control_flow: ONNX's If, Loop and Scan, whose bodies are subgraphs, written out into
+// the one static graph tunefarm compiles:
+//   If    the branch its condition picks, when the condition is a constant after import (a
+//         test of shapes, which are static once --dim / --input-shape fix the inputs'): the
+//         branch's nodes are imported in the If's place and its outputs become the If's.
+//   Loop  unrolled: iteration after iteration while the trip count M (a constant) and the
+//         condition (a constant, and each iteration's condition folding to one) say so; the
+//         loop-carried values flow from iteration to iteration, the scan outputs are each
+//         iteration's values stacked along a new first axis (Unsqueeze, Concat).
+//   Scan  unrolled over its scan inputs' sequence axis (scan_input_axes, directions forward
+//         or reversed): each step reads its slice (Gather), the states flow from step to step,
+//         the scan outputs stacked along scan_output_axes (in reverse for direction 1).
+// A subgraph's nodes read the enclosing graphs' values by name (Scope::resolve); the values
+// they make get names of their own under the node's name and iteration, so iterations and
+// branches never collide with each other or with the model's names.
+//
+// Refused (UserError naming the file, the node and the value): a condition computed at run
+// time (If's, or a Loop's that does not fold in some iteration), a trip count that is not a
+// constant, a Loop with neither trip count nor condition, a Loop whose scan outputs would be
+// empty (no iteration), bodies whose inputs or outputs do not match the node's, a sparse
+// initializer in a body, and more than kMaxUnrolledIterations iterations (Loop iterations and
+// Scan steps, nested ones counted each time) or kMaxUnrolledNodes nodes in one model, so a
+// hostile model cannot make the graph explode.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "graph/graph.h"
+
+namespace onnx {
+class NodeProto;
+}
+
+namespace tf::graph {
+
+constexpr int64_t kMaxUnrolledIterations = 4096;
+constexpr int64_t kMaxUnrolledNodes = 1'000'000;
+
+// Where a (sub)graph's nodes are imported: the model's graph (an empty prefix: names as they
+// are) or a subgraph, whose own values are renamed (`names`: its name -> the graph's), names
+// it does not define resolving to the enclosing scopes' (inherited in `names`) or the model's.
+struct Scope {
+  std::string prefix;
+  std::map<std::string, std::string> names;
+  std::string resolve(const std::string& v) const {
+    auto it = names.find(v);
+    return it == names.end() ? v : it->second;
+  }
+};
+
+struct ControlFlowImport {
+  Graph& g;
+  const std::string& file;
+  // The importer's import of one node proto into `scope` (the model's nodes' path: checks,
+  // expansions, shape inference, folding); `index` names an unnamed node.
+  std::function<void(const onnx::NodeProto& np, Scope& scope, int index)> import_node;
+  // Adds a node the expansion builds (the importer's add_node).
+  std::function<void(Node)> add;
+  // A name no value of the model has or had (the importer's), from `base`.
+  std::function<std::string(const std::string& base)> unused;
+  int64_t& iterations_left;  // start at kMaxUnrolledIterations
+};
+
+// A value `v` that a node in `scope` defines: its name in the graph (v itself in the model's
+// graph, a new name under the scope's prefix in a subgraph, recorded in scope.names).
+std::string define_in(Scope& scope, const std::string& v, const ControlFlowImport& cf);
+
+// Imports np (of the default domain) when it is an If, a Loop or a Scan, named `name` in
+// the graph, and returns true; returns false, importing nothing, for any other operator.
+bool import_control_flow(const onnx::NodeProto& np, const std::string& name, Scope& scope, ControlFlowImport& cf);
+
+}  // namespace tf::graph
