@@ -4158,6 +4158,25 @@ TEST(OnnxImport, ControlFlowRefusals) {
     scalar_initializer(m.g, "many", kI64, 5000);
     loop_body(m.node("Loop", {"many", "", "x"}, {"y"}, "long_loop"), "c");
   }, "node 'long_loop' (Loop): unrolling Loops and Scans makes more than 4096 iterations in the model");
+  refused([&](ModelBuilder& m) {  // nested loops count every inner iteration: 100 x 100 is refused
+    scalar_initializer(m.g, "hundred", kI64, 100);
+    auto* outer = m.node("Loop", {"hundred", "", "x"}, {"y"}, "outer");
+    onnx::GraphProto* body = graph_attribute(outer, "body");
+    typed(body->add_input(), "i", kI64);
+    typed(body->add_input(), "c", kBool);
+    typed(body->add_input(), "v", kF32);
+    onnx::GraphProto* inner = graph_attribute(sub_node(body, "Loop", {"hundred", "", "v"}, {"v2"}), "body");
+    typed(inner->add_input(), "j", kI64);
+    typed(inner->add_input(), "d", kBool);
+    typed(inner->add_input(), "u", kF32);
+    sub_node(inner, "Neg", {"u"}, {"u2"});
+    sub_node(inner, "Identity", {"d"}, {"d2"});
+    typed(inner->add_output(), "d2", kBool);
+    typed(inner->add_output(), "u2", kF32);
+    sub_node(body, "Identity", {"c"}, {"c2"});
+    typed(body->add_output(), "c2", kBool);
+    typed(body->add_output(), "v2", kF32);
+  }, "unrolling Loops and Scans makes more than 4096 iterations in the model");
   refused([&](ModelBuilder& m) {
     scalar_initializer(m.g, "none", kI64, 0);
     loop_body(m.node("Loop", {"none", "", "x"}, {"last", "y"}, "empty_loop"), "c");
