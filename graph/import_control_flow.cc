@@ -38,7 +38,7 @@ class Unroller {
     }
     Scope body = child(c ? "then/" : "else/");
     import_body(branch, body);
-    for (int k = 0; k < np_.output_size(); ++k) give(body.resolve(branch.output(k).name()), np_.output(k));
+    for (int k = 0; k < np_.output_size(); ++k) give(output(branch, body, k), np_.output(k));
   }
 
   void loop_node() {
@@ -83,11 +83,11 @@ class Unroller {
            constant_of(str(node_.name, "/condition_", t), HostTensor::ints({}, {int64_t{1}}, DType::Bool)));
       for (int k = 0; k < carried; ++k) bind(it, body.input(2 + k).name(), values[static_cast<size_t>(k)]);
       import_body(body, it);
-      for (int k = 0; k < carried; ++k) values[static_cast<size_t>(k)] = it.resolve(body.output(1 + k).name());
+      for (int k = 0; k < carried; ++k) values[static_cast<size_t>(k)] = output(body, it, 1 + k);
       for (int k = 0; k < scans; ++k)
-        stacked[static_cast<size_t>(k)].push_back(it.resolve(body.output(1 + carried + k).name()));
+        stacked[static_cast<size_t>(k)].push_back(output(body, it, 1 + carried + k));
       // Without a condition input the body's condition is ignored (ONNX: a for loop).
-      if (has_cond) go = constant_bool(it.resolve(body.output(0).name()), str("iteration ", t, "'s condition"), "Loop");
+      if (has_cond) go = constant_bool(output(body, it, 0), str("iteration ", t, "'s condition"), "Loop");
     }
     for (int k = 0; k < np_.output_size(); ++k) {
       if (k < carried) {
@@ -161,8 +161,8 @@ class Unroller {
              b_.node("Gather", {xs[j], index}, {{"axis", axes[j]}}));
       }
       import_body(body, it);
-      for (int k = 0; k < states; ++k) values[static_cast<size_t>(k)] = it.resolve(body.output(k).name());
-      for (int k = 0; k < scans; ++k) stacked[static_cast<size_t>(k)].push_back(it.resolve(body.output(states + k).name()));
+      for (int k = 0; k < states; ++k) values[static_cast<size_t>(k)] = output(body, it, k);
+      for (int k = 0; k < scans; ++k) stacked[static_cast<size_t>(k)].push_back(output(body, it, states + k));
     }
     for (int k = 0; k < np_.output_size(); ++k) {
       if (k < states) {
@@ -264,6 +264,13 @@ class Unroller {
     }
     if (body.sparse_initializer_size() > 0) fail("its body has sparse initializers, which are not supported");
     for (int k = 0; k < body.node_size(); ++k) cf_.import_node(body.node(k), s, k);
+  }
+
+  // Body output k's value in scope s, which the body must compute (or read from outside).
+  std::string output(const onnx::GraphProto& body, const Scope& s, int k) const {
+    const std::string v = s.resolve(body.output(k).name());
+    if (!cf_.g.values.count(v)) fail(str("its body's output '", body.output(k).name(), "' is never computed"));
+    return v;
   }
 
   // The node's output `out` (in its scope) is `v`.

@@ -4191,6 +4191,16 @@ TEST(OnnxImport, ControlFlowRefusals) {
     set_int(scan, "num_scan_inputs", 2);
     graph_attribute(scan, "body");
   }, "node 'scan' (Scan): num_scan_inputs 2 is not between 1 and its 1 inputs");
+  refused([&](ModelBuilder& m) {  // a body output nothing computes (found by fuzz_onnx)
+    auto* scan = m.node("Scan", {"x", "x"}, {"last", "y"}, "lost");
+    set_int(scan, "num_scan_inputs", 1);
+    onnx::GraphProto* body = graph_attribute(scan, "body");
+    typed(body->add_input(), "s", kF32);
+    typed(body->add_input(), "e", kF32);
+    sub_node(body, "Add", {"s", "e"}, {"s2"});
+    typed(body->add_output(), "s2", kF32);
+    typed(body->add_output(), "nowhere", kF32);
+  }, "node 'lost' (Scan): its body's output 'nowhere' is never computed");
   refused([&](ModelBuilder& m) {  // a graph attribute on another operator
     auto* n = m.node("Relu", {"x"}, {"y"}, "odd");
     graph_attribute(n, "body");
