@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "base/error.h"
@@ -72,6 +73,7 @@ class Unroller {
     for (int k = 0; k < carried; ++k) {
       if (np_.input(2 + k).empty()) fail(str("loop-carried input ", k, " is empty"));
       values.push_back(scope_.resolve(np_.input(2 + k)));
+      if (!cf_.defined(values.back())) fail(str("reads '", values.back(), "', which is not defined before it"));
     }
     std::vector<std::vector<std::string>> stacked(static_cast<size_t>(scans));
     int64_t t = 0;
@@ -129,11 +131,12 @@ class Unroller {
     for (int k = 0; k < inputs; ++k) {
       if (np_.input(k).empty()) fail(str("input ", k, " is empty"));
       const std::string v = scope_.resolve(np_.input(k));
-      if (!cf_.g.values.count(v)) fail(str("reads '", v, "', which is not defined before it"));
+      if (!cf_.defined(v)) fail(str("reads '", v, "', which is not defined before it"));
       if (k < states) {
         values.push_back(v);
         continue;
       }
+      if (cf_.sequences.count(v)) fail(str("scan input '", v, "' is a sequence; scan inputs are tensors"));
       const Value& x = cf_.g.value(v);
       const size_t j = static_cast<size_t>(k - states);
       const auto rank = static_cast<int64_t>(x.shape.size());
@@ -181,7 +184,170 @@ class Unroller {
     }
   }
 
+  void sequence_op() {
+    const std::string& op = np_.op_type();
+    auto outputs = [&](int n) {
+      if (np_.output_size() != n || np_.output(0).empty()) fail(str("must have ", n, " output"));
+    };
+    outputs(1);
+    if (op == "SequenceEmpty") {
+      if (np_.input_size() != 0) fail("takes no inputs");
+      return define_sequence(Sequence{});
+    }
+    if (op == "SequenceConstruct") {
+      if (np_.input_size() < 1) fail("takes at least one tensor");
+      Sequence s;
+      for (int k = 0; k < np_.input_size(); ++k) s.items->push_back(tensor_input(k));
+      s.size = s.items->size();
+      charge(s.size);
+      return define_sequence(std::move(s));
+    }
+    if (op == "SequenceLength") {
+      inputs(1, 1);
+      const std::string out = define_in(scope_, np_.output(0), cf_);
+      HostTensor n = HostTensor::ints({}, {static_cast<int64_t>(sequence_input(0).size)});
+      cf_.g.values[out] = Value{out, DType::I64, {}, std::move(n)};
+      return;
+    }
+    if (op == "SequenceAt") {
+      inputs(2, 2);
+      const Sequence& s = sequence_input(0);
+      return give(s.at(static_cast<size_t>(position(1, s.size, false))), np_.output(0));
+    }
+    if (op == "SequenceInsert") {
+      inputs(2, 3);
+      const Sequence s = sequence_input(0);
+      const std::string v = tensor_input(1);
+      const size_t at = np_.input_size() > 2 && !np_.input(2).empty() ? static_cast<size_t>(position(2, s.size, true))
+                                                                      : s.size;
+      if (at == s.size && s.items->size() == s.size) {  // appending to the newest of its chain: shared
+        s.items->push_back(v);
+        return define_sequence(Sequence{s.items, s.size + 1});
+      }
+      Sequence copy = copied(s, at, at);
+      copy.items->insert(copy.items->begin() + static_cast<std::ptrdiff_t>(at), v);
+      copy.size = copy.items->size();
+      return define_sequence(std::move(copy));
+    }
+    if (op == "SequenceErase") {
+      inputs(1, 2);
+      const Sequence& s = sequence_input(0);
+      if (s.size == 0) fail(str("erases from the empty sequence '", scope_.resolve(np_.input(0)), "'"));
+      const size_t at = np_.input_size() > 1 && !np_.input(1).empty() ? static_cast<size_t>(position(1, s.size, false))
+                                                                      : s.size - 1;
+      return define_sequence(copied(s, at, at + 1));
+    }
+    if (op == "ConcatFromSequence") {
+      inputs(1, 1);
+      const Sequence& s = sequence_input(0);
+      if (s.size == 0) fail(str("concatenates the empty sequence '", scope_.resolve(np_.input(0)), "'"));
+      const int64_t new_axis = int_attribute("new_axis", 0), axis = int_attribute("axis", kNoAxis);
+      if (axis == kNoAxis) fail("has no attribute 'axis'");
+      if (new_axis != 0 && new_axis != 1) fail(str("new_axis ", new_axis, " is not 0 or 1"));
+      std::vector<std::string> parts(s.items->begin(), s.items->begin() + static_cast<std::ptrdiff_t>(s.size));
+      const int64_t rank = static_cast<int64_t>(cf_.g.value(parts[0]).shape.size()) + new_axis;
+      if (axis < -rank || axis >= rank)
+        fail(str("axis ", axis, " is out of range for ", new_axis ? "a new axis of " : "", "tensors of rank ",
+                 rank - new_axis));
+      const int64_t a = axis < 0 ? axis + rank : axis;
+      if (new_axis) return give(stack(parts, a), np_.output(0));
+      return give(parts.size() == 1 ? parts[0] : b_.node("Concat", parts, {{"axis", a}}), np_.output(0));
+    }
+    // SplitToSequence: pieces of the split's sizes (one size: pieces of it, the last smaller),
+    // or of one, without the axis when keepdims is 0.
+    inputs(1, 2);
+    const std::string x = tensor_input(0);
+    const Shape& shape = cf_.g.value(x).shape;
+    const auto rank = static_cast<int64_t>(shape.size());
+    const int64_t axis = int_attribute("axis", 0), keep = int_attribute("keepdims", 1);
+    if (axis < -rank || axis >= rank) fail(str("axis ", axis, " is out of range for '", x, "' ", shape_str(shape)));
+    const int64_t a = axis < 0 ? axis + rank : axis, extent = shape[static_cast<size_t>(a)];
+    std::vector<int64_t> sizes;
+    const bool given = np_.input_size() > 1 && !np_.input(1).empty();
+    if (given) {
+      const Value& sp = constant(scope_.resolve(np_.input(1)), "its split", "SplitToSequence");
+      if (sp.dtype != DType::I64 || sp.shape.size() > 1) fail(str("its split '", sp.name, "' must be int64 of rank 0 or 1"));
+      if (sp.shape.empty()) {
+        const int64_t c = sp.constant->as_int(0);
+        if (c < 1) fail(str("its split '", sp.name, "' is ", c, "; a piece's size must be positive"));
+        for (int64_t at = 0; at < extent; at += c) sizes.push_back(std::min(c, extent - at));
+      } else {
+        int64_t total = 0;
+        for (int64_t k = 0; k < sp.constant->size(); ++k) {
+          const int64_t c = sp.constant->as_int(k);
+          if (c < 0) fail(str("its split '", sp.name, "' has the size ", c));
+          sizes.push_back(c);
+          total += c;
+        }
+        if (total != extent) fail(str("its split '", sp.name, "' sums to ", total, "; axis ", a, " of '", x, "' has ", extent));
+      }
+    } else {
+      sizes.assign(static_cast<size_t>(extent), 1);
+    }
+    charge(sizes.size());
+    Sequence s;
+    int64_t at = 0;
+    for (int64_t c : sizes) {
+      if (!given && keep == 0) {
+        s.items->push_back(b_.node("Gather", {x, constant_of(str(node_.name, "/index_", at), HostTensor::ints({}, {at}))},
+                                   {{"axis", a}}));
+      } else {
+        s.items->push_back(b_.slice(x, a, at, at + c));
+      }
+      at += c;
+    }
+    s.size = s.items->size();
+    define_sequence(std::move(s));
+  }
+
  private:
+  static constexpr int64_t kNoAxis = std::numeric_limits<int64_t>::min();
+
+  void inputs(int least, int most) const {
+    if (np_.input_size() < least || np_.input_size() > most || np_.input(0).empty())
+      fail(str("takes ", least == most ? str(least) : str(least, " to ", most), " inputs, not ", np_.input_size()));
+  }
+  const Sequence& sequence_input(int k) const {
+    const std::string v = scope_.resolve(np_.input(k));
+    auto it = cf_.sequences.find(v);
+    if (it == cf_.sequences.end())
+      fail(str("input ", k, " '", v, "' is ", cf_.g.values.count(v) ? "a tensor" : "not defined before it", "; it must be a sequence"));
+    return it->second;
+  }
+  std::string tensor_input(int k) const {
+    const std::string v = scope_.resolve(np_.input(k));
+    if (!cf_.g.values.count(v))
+      fail(str("input ", k, " '", v, "' is ", cf_.sequences.count(v) ? "a sequence" : "not defined before it",
+               "; it must be a tensor"));
+    return v;
+  }
+  // A constant position (input k) in a sequence of `size` (negative from the end); `end`: size too.
+  int64_t position(int k, size_t size, bool end) const {
+    const Value& p = constant(scope_.resolve(np_.input(k)), "its position", np_.op_type().c_str());
+    if (p.dtype != DType::I64 || p.constant->size() != 1) fail(str("its position '", p.name, "' must be one int64"));
+    const int64_t n = static_cast<int64_t>(size), at = p.constant->as_int(0);
+    const int64_t k_at = at < 0 ? at + n : at;
+    if (k_at < 0 || k_at > n - (end ? 0 : 1))
+      fail(str("its position ", at, " is out of range for a sequence of ", size, " tensors"));
+    return k_at;
+  }
+  // The first `from` entries of s and those after `to`, in a list of their own.
+  Sequence copied(const Sequence& s, size_t from, size_t to) {
+    charge(s.size);
+    Sequence c;
+    c.items->assign(s.items->begin(), s.items->begin() + static_cast<std::ptrdiff_t>(from));
+    c.items->insert(c.items->end(), s.items->begin() + static_cast<std::ptrdiff_t>(to),
+                    s.items->begin() + static_cast<std::ptrdiff_t>(s.size));
+    c.size = c.items->size();
+    return c;
+  }
+  void charge(size_t entries) {
+    cf_.sequence_copies_left -= static_cast<int64_t>(entries);
+    if (cf_.sequence_copies_left < 0)
+      fail(str("the sequence operators copy more than ", kMaxSequenceCopies, " entries in the model"));
+  }
+  void define_sequence(Sequence s) { cf_.sequences[define_in(scope_, np_.output(0), cf_)] = std::move(s); }
+
   [[noreturn]] void fail(const std::string& why) const {
     throw UserError(str(cf_.file, ": ", node_.where(), ": ", why));
   }
@@ -269,14 +435,19 @@ class Unroller {
   // Body output k's value in scope s, which the body must compute (or read from outside).
   std::string output(const onnx::GraphProto& body, const Scope& s, int k) const {
     const std::string v = s.resolve(body.output(k).name());
-    if (!cf_.g.values.count(v)) fail(str("its body's output '", body.output(k).name(), "' is never computed"));
+    if (!cf_.defined(v)) fail(str("its body's output '", body.output(k).name(), "' is never computed"));
     return v;
   }
 
   // The node's output `out` (in its scope) is `v`.
   void give(const std::string& v, const std::string& out) {
     if (out.empty()) return;
-    if (!cf_.g.values.count(v)) fail(str("its body's output '", v, "' is never computed"));
+    if (!cf_.defined(v)) fail(str("its body's output '", v, "' is never computed"));
+    if (auto it = cf_.sequences.find(v); it != cf_.sequences.end()) {
+      const Sequence same = it->second;
+      cf_.sequences[define_in(scope_, out, cf_)] = same;
+      return;
+    }
     b_.node("Identity", {v}, {}, define_in(scope_, out, cf_));
   }
 
@@ -284,6 +455,7 @@ class Unroller {
   std::string stack(const std::vector<std::string>& parts, int64_t axis) {
     std::vector<std::string> rows;
     for (const std::string& p : parts) {
+      if (cf_.sequences.count(p)) fail(str("'", p, "' is a sequence; it cannot be stacked into a tensor here"));
       if (cf_.g.opset >= 13) {
         rows.push_back(b_.node("Unsqueeze", {p, b_.ints({axis})}));
       } else {
@@ -303,12 +475,16 @@ class Unroller {
 }  // namespace
 
 bool import_control_flow(const onnx::NodeProto& np, const std::string& name, Scope& scope, ControlFlowImport& cf) {
+  static const std::set<std::string> sequence_ops = {"SequenceEmpty", "SequenceConstruct", "SequenceInsert",
+                                                     "SequenceAt", "SequenceErase", "SequenceLength",
+                                                     "ConcatFromSequence", "SplitToSequence"};
   const std::string& op = np.op_type();
-  if (op != "If" && op != "Loop" && op != "Scan") return false;
+  if (op != "If" && op != "Loop" && op != "Scan" && !sequence_ops.count(op)) return false;
   Unroller u(np, name, scope, cf);
   if (op == "If") u.if_node();
   if (op == "Loop") u.loop_node();
   if (op == "Scan") u.scan_node();
+  if (sequence_ops.count(op)) u.sequence_op();
   return true;
 }
 

@@ -7,6 +7,10 @@
 //         condition (a constant, and each iteration's condition folding to one) say so; the
 //         loop-carried values flow from iteration to iteration, the scan outputs are each
 //         iteration's values stacked along a new first axis (Unsqueeze, Concat).
+//   Sequences (SequenceEmpty, SequenceInsert, ConcatFromSequence, ...: what a scripted
+//         PyTorch loop appending to a list and stacking it exports) are lists of the graph's
+//         values at import (Sequence below): positions must be constants, and a sequence may be
+//         a Loop-carried value or an If's output, never a model's input or output.
 //   Scan  unrolled over its scan inputs' sequence axis (scan_input_axes, directions forward
 //         or reversed): each step reads its slice (Gather), the states flow from step to step,
 //         the scan outputs stacked along scan_output_axes (in reverse for direction 1).
@@ -26,7 +30,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -51,6 +57,20 @@ struct Scope {
   }
 };
 
+// A sequence (ONNX's seq(tensor)): the graph's values it holds, in order. Sequences exist only
+// at import: the sequence operators work on these lists, and every tensor they give is a value
+// of the graph. Appending to the newest sequence of a chain shares the list (`size` of
+// `items` are this sequence's), so a Loop appending one value an iteration costs one entry each.
+struct Sequence {
+  std::shared_ptr<std::vector<std::string>> items = std::make_shared<std::vector<std::string>>();
+  size_t size = 0;
+  const std::string& at(size_t k) const { return (*items)[k]; }
+};
+
+// The most entries sequence operators may copy in one model (an insertion elsewhere than at the
+// end copies the list), so a hostile model cannot make the import quadratic.
+constexpr int64_t kMaxSequenceCopies = 1'000'000;
+
 struct ControlFlowImport {
   Graph& g;
   const std::string& file;
@@ -62,14 +82,19 @@ struct ControlFlowImport {
   // A name no value of the model has or had (the importer's), from `base`.
   std::function<std::string(const std::string& base)> unused;
   int64_t& iterations_left;  // start at kMaxUnrolledIterations
+  std::map<std::string, Sequence> sequences = {};  // the sequences made so far, by the graph's name
+  int64_t sequence_copies_left = kMaxSequenceCopies;
+  bool defined(const std::string& v) const { return g.values.count(v) || sequences.count(v); }
 };
 
 // A value `v` that a node in `scope` defines: its name in the graph (v itself in the model's
 // graph, a new name under the scope's prefix in a subgraph, recorded in scope.names).
 std::string define_in(Scope& scope, const std::string& v, const ControlFlowImport& cf);
 
-// Imports np (of the default domain) when it is an If, a Loop or a Scan, named `name` in
-// the graph, and returns true; returns false, importing nothing, for any other operator.
+// Imports np (of the default domain) when it is an If, a Loop, a Scan or a sequence operator
+// (SequenceEmpty, SequenceConstruct, SequenceInsert, SequenceAt, SequenceErase,
+// SequenceLength, ConcatFromSequence, SplitToSequence), named `name` in the graph, and returns
+// true; returns false, importing nothing, for any other operator.
 bool import_control_flow(const onnx::NodeProto& np, const std::string& name, Scope& scope, ControlFlowImport& cf);
 
 }  // namespace tf::graph

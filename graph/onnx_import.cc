@@ -711,13 +711,18 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
       in = scope.resolve(in);
       if (auto it = read_as.find(in); it != read_as.end()) in = it->second;
     }
+    // If, Loop, Scan and the sequence operators check their own inputs (sequences among them).
+    if (default_domain && import_control_flow(np, n.name, scope, control_flow)) return;
     for (const std::string& in : n.inputs) {
+      if (!in.empty() && control_flow.sequences.count(in)) {
+        throw UserError(str(file, ": ", n.where(), " reads the sequence '", in,
+                            "'; sequences are not supported as its inputs (only the sequence operators, If, Loop and Scan take them)"));
+      }
       if (!in.empty() && !g.values.count(in)) {
         throw UserError(
             str(file, ": ", n.where(), " reads '", in, "', which is not defined before it"));
       }
     }
-    if (default_domain && import_control_flow(np, n.name, scope, control_flow)) return;
     for (const std::string& o : np.output()) n.outputs.push_back(define_in(scope, o, control_flow));
     for (const auto& a : np.attribute())
       n.attrs[a.name()] = attribute(a, str(file, ": ", n.where()));
@@ -756,6 +761,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
   Scope model_scope;
   for (int k = 0; k < gp.node_size(); ++k) control_flow.import_node(gp.node(k), model_scope, k);
   for (const auto& vi : gp.output()) {
+    if (control_flow.sequences.count(vi.name()))
+      throw UserError(str(file, ": graph output '", vi.name(), "' is a sequence; sequences are not supported as a model's outputs (only inside it)"));
     if (!g.values.count(vi.name()))
       throw UserError(str(file, ": graph output '", vi.name(), "' is never computed"));
     const int32_t declared = vi.type().has_tensor_type() ? vi.type().tensor_type().elem_type() : 0;

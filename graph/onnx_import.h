@@ -9,7 +9,7 @@
 //     folded into the batch (graph/import_window3d.h), LSTM, GRU and RNN as their time steps
 //     written out (graph/import_recurrent.h), If, Loop and Scan as the branch taken and the
 //     iterations run, their conditions and trip counts constants after import
-//     (graph/import_control_flow.h).
+//     (graph/import_control_flow.h), and the sequence operators as lists of values at import.
 //   - Anything else is refused with UserError naming the file, and the node (name and op
 //     type), input, attribute or tensor at fault: a malformed file, another opset, an
 //     unsupported operator or attribute, a dynamic dimension without a size (InputBinding

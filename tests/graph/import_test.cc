@@ -4206,3 +4206,116 @@ TEST(OnnxImport, ControlFlowRefusals) {
     graph_attribute(n, "body");
   }, "node 'odd' (Relu): attribute 'body': subgraphs (but If's, Loop's and Scan's)");
 }
+
+// Sequences are lists of the graph's values at import: a Loop appends Tanh(v) to a
+// loop-carried sequence three times and ConcatFromSequence stacks it (new_axis, as a scripted
+// PyTorch list append and torch.stack export); SplitToSequence into pieces of 2 and SequenceAt
+// of the last; SequenceConstruct, SequenceInsert at the front, SequenceErase and a
+// concatenation; SequenceLength; an If whose branches give sequences. Checked against the
+// definitions and compiled; TF_OPSET_MODELS_DIR=dir saves dir/sequences.onnx for graph_ort.
+TEST(OnnxImport, SequencesAreListsAtImport) {
+  const std::vector<float> xs = {-1.5f, 2.0f, -0.25f, 3.0f, -4.0f, 0.75f};
+  ModelBuilder b(17);
+  b.input("x", {2, 3});
+  scalar_initializer(b.g, "three", kI64, 3);
+  scalar_initializer(b.g, "two_i", kI64, 2);
+  scalar_initializer(b.g, "one_i", kI64, 1);
+  scalar_initializer(b.g, "last", kI64, -1);
+  scalar_initializer(b.g, "front", kI64, 0);
+  scalar_initializer(b.g, "yes", kBool, 1);
+  b.node("SequenceEmpty", {}, {"empty"});
+  auto* loop = b.node("Loop", {"three", "", "x", "empty"}, {"v_final", "seq_final"}, "appends");
+  onnx::GraphProto* body = graph_attribute(loop, "body");
+  typed(body->add_input(), "i", kI64);
+  typed(body->add_input(), "c", kBool);
+  typed(body->add_input(), "v", kF32, {2, 3});
+  auto* seq_in = body->add_input();
+  seq_in->set_name("s");
+  seq_in->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(kF32);
+  sub_node(body, "Tanh", {"v"}, {"t"});
+  sub_node(body, "SequenceInsert", {"s", "t"}, {"s2"});
+  sub_node(body, "Identity", {"c"}, {"c2"});
+  typed(body->add_output(), "c2", kBool);
+  typed(body->add_output(), "t", kF32, {2, 3});
+  *body->add_output() = *seq_in;
+  body->mutable_output(2)->set_name("s2");
+  auto* stack = b.node("ConcatFromSequence", {"seq_final"}, {"stacked"});
+  set_int(stack, "axis", 1);
+  set_int(stack, "new_axis", 1);
+  auto* split = b.node("SplitToSequence", {"x", "two_i"}, {"pieces"});
+  set_int(split, "axis", 1);
+  b.node("SequenceAt", {"pieces", "last"}, {"last_piece"});
+  b.node("Mul", {"x", "x"}, {"x2"});
+  b.node("SequenceConstruct", {"x", "x2"}, {"pair"});
+  b.node("Neg", {"x"}, {"nx"});
+  b.node("SequenceInsert", {"pair", "nx", "front"}, {"three_seq"});
+  b.node("SequenceErase", {"three_seq", "one_i"}, {"two_seq"});
+  set_int(b.node("ConcatFromSequence", {"two_seq"}, {"joined"}), "axis", 0);
+  b.node("SequenceLength", {"three_seq"}, {"count"});
+  auto* choose = b.node("If", {"yes"}, {"chosen"}, "choose_seq");
+  for (const char* which : {"then_branch", "else_branch"}) {
+    onnx::GraphProto* g = graph_attribute(choose, which);
+    sub_node(g, "SequenceConstruct", {std::string(which) == "then_branch" ? "x2" : "x"}, {"one"});
+    auto* o = g->add_output();
+    o->set_name("one");
+    o->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(kF32);
+  }
+  set_int(b.node("ConcatFromSequence", {"chosen"}, {"from_if"}), "axis", 0);
+  const char* outs[] = {"stacked", "last_piece", "joined", "count", "from_if"};
+  for (const char* o : outs) b.output(o);
+  Graph g = b.import();
+  EXPECT_EQ(g.value("stacked").shape, (Shape{2, 3, 3}));
+  EXPECT_EQ(g.value("last_piece").shape, (Shape{2, 1}));
+  EXPECT_EQ(g.value("joined").shape, (Shape{4, 3}));
+  HostTensor x = HostTensor::floats({2, 3}, xs);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}});
+  // stacked[r][k][c]: tanh applied k + 1 times to x[r][c].
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c) {
+      float v = xs[static_cast<size_t>(r * 3 + c)];
+      for (int k = 0; k < 3; ++k) {
+        v = std::tanh(v);
+        EXPECT_FLOAT_EQ(want.at("stacked").f[static_cast<size_t>((r * 3 + k) * 3 + c)], v) << r << " " << k << " " << c;
+      }
+      const float xv = xs[static_cast<size_t>(r * 3 + c)];
+      EXPECT_FLOAT_EQ(want.at("joined").f[static_cast<size_t>(r * 3 + c)], -xv);            // Neg, front
+      EXPECT_FLOAT_EQ(want.at("joined").f[static_cast<size_t>((2 + r) * 3 + c)], xv * xv);  // x erased
+      EXPECT_FLOAT_EQ(want.at("from_if").f[static_cast<size_t>(r * 3 + c)], xv * xv);
+    }
+  EXPECT_FLOAT_EQ(want.at("last_piece").f[0], xs[2]);
+  EXPECT_FLOAT_EQ(want.at("last_piece").f[1], xs[5]);
+  EXPECT_EQ(want.at("count").i, (std::vector<int64_t>{3}));
+  expect_compiled_as_reference(g, x, want, {std::begin(outs), std::end(outs)});
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/sequences.onnx");
+
+  auto refused = [](const std::function<void(ModelBuilder&)>& build, const std::string& want) {
+    ModelBuilder m(17);
+    m.input("x", {2});
+    scalar_initializer(m.g, "five", kI64, 5);
+    build(m);
+    m.output("y");
+    const std::string e = m.error();
+    EXPECT_NE(e.find(want), std::string::npos) << "want: " << want << "\ngot: " << e;
+  };
+  refused([](ModelBuilder& m) { m.node("SequenceConstruct", {"x"}, {"y"}); },
+          "graph output 'y' is a sequence; sequences are not supported as a model's outputs");
+  refused([](ModelBuilder& m) {
+    m.node("SequenceConstruct", {"x"}, {"s"});
+    m.node("Relu", {"s"}, {"y"}, "relu_of_seq");
+  }, "node 'relu_of_seq' (Relu) reads the sequence 's'; sequences are not supported as its inputs (only the sequence operators, If, Loop and "
+     "Scan take them)");
+  refused([](ModelBuilder& m) {
+    m.node("SequenceConstruct", {"x"}, {"s"});
+    m.node("SequenceAt", {"s", "five"}, {"y"}, "far");
+  }, "node 'far' (SequenceAt): its position 5 is out of range for a sequence of 1 tensors");
+  refused([](ModelBuilder& m) {
+    m.node("SequenceEmpty", {}, {"s"});
+    set_int(m.node("ConcatFromSequence", {"s"}, {"y"}, "nothing"), "axis", 0);
+  }, "node 'nothing' (ConcatFromSequence): concatenates the empty sequence 's'");
+  refused([](ModelBuilder& m) { m.node("SequenceAt", {"x", "five"}, {"y"}, "not_seq"); },
+          "node 'not_seq' (SequenceAt): input 0 'x' is a tensor; it must be a sequence");
+  refused([](ModelBuilder& m) {
+    m.node("SequenceEmpty", {}, {"s"});
+    m.node("SequenceErase", {"s"}, {"y"}, "erase_empty");
+  }, "node 'erase_empty' (SequenceErase): erases from the empty sequence 's'");
+}
