@@ -91,7 +91,10 @@ const OpDef& check_node(const Node& n) {
     std::string have;
     for (const std::string& s : supported_ops()) have += (have.empty() ? "" : ", ") + s;
     throw UserError(
-        str(n.where(), ": operator ", n.op, " is not supported (supported: ", have, ")"));
+        str(n.where(), ": operator ", n.op, " is not supported (supported: ", have,
+            "; and, written out at import, If, Loop, Scan and the sequence operators SequenceEmpty, "
+            "SequenceConstruct, SequenceInsert, SequenceAt, SequenceErase, SequenceLength, ConcatFromSequence, "
+            "SplitToSequence)"));
   }
   int count = static_cast<int>(n.inputs.size());
   while (count > 0 && n.inputs[count - 1].empty()) --count;

@@ -19,6 +19,7 @@ import tempfile
 
 import numpy as np
 import torch
+from typing import List
 import torchvision
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
@@ -373,6 +374,34 @@ def randomize_batchnorm(model):
             m.bias.data.copy_(torch.randn(c, generator=g) * 0.1)
 
 
+class Scripted(torch.nn.Module):
+    """Python control flow kept by torch.jit.script, exported as ONNX If, Loop and sequence
+    operators: a loop over the input's first axis (a Loop whose trip count is a shape) whose
+    steps append to a list (SequenceEmpty, SequenceInsert) that torch.stack joins
+    (ConcatFromSequence), a fixed loop of three refinements, and an `if` on a shape (an If
+    whose condition folds at import)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = torch.nn.Linear(8, 8)
+        self.refine = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.zeros(x.shape[1], 8)
+        outs: List[torch.Tensor] = []
+        for t in range(x.shape[0]):
+            h = torch.tanh(self.cell(x[t]) + h)
+            outs.append(h)
+        y = torch.stack(outs)
+        for i in range(3):
+            y = torch.relu(self.refine(y)) + i
+        if x.shape[1] > 1:
+            y = y * 2
+        else:
+            y = y - 1
+        return y
+
+
 def models():
     torch.manual_seed(0)
     # name, module, input shape, classifier, opset, constant folding at export
@@ -411,6 +440,8 @@ def models():
     yield "decoder", Decoder(), Decoder.inputs(), False, 14, True
     # QuantizeLinear / DequantizeLinear (computed in float32 on the quantized values).
     yield "qdq", Qdq(), (2, 8, 12, 12), True, 13, True
+    # Scripted control flow: If, Loop and sequences written out at import.
+    yield "scripted", torch.jit.script(Scripted()), (5, 2, 8), False, 17, True
 
 
 def run(cmd, env=None):
@@ -635,6 +666,10 @@ def main():
                 ok = ok and [i["dtype"] for i in sidecar["inputs"]] == ["int64", "int64", "bool"]
             if name == "tokens":
                 ok = ok and all(info["ops"].get(op) for op in ("ArgMax", "TopK", "CumSum", "OneHot", "Div", "Mod", "Gather"))
+            if name == "scripted":
+                # Two Loops, an If and the list's sequence operators in the file; none after import.
+                ok = ok and all(info["ops_imported"].get(op, 0) == 0 for op in ("If", "Loop", "SequenceInsert"))
+                ok = ok and info["ops"].get("Gemm", 0) + info["ops"].get("MatMul", 0) >= 8
             if name == "mlp_argmax":
                 ok = ok and len(set(want.tolist())) > 1  # not one class everywhere
             ok = ok and len(info["tasks"]) > 0 and len(info["fused_kernels"]) < info["nodes"]
