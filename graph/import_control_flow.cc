@@ -402,11 +402,7 @@ class Unroller {
     return name;
   }
 
-  Scope child(const std::string& tag) const {
-    Scope s = scope_;
-    s.prefix = str(node_.name, "/", tag);
-    return s;
-  }
+  Scope child(const std::string& tag) const { return Scope{str(node_.name, "/", tag), {}, &scope_}; }
   // A subgraph's input `formal` is the graph's value `actual` in scope s.
   static void bind(Scope& s, const std::string& formal, const std::string& actual) {
     if (!formal.empty()) s.names[formal] = actual;

@@ -47,13 +47,18 @@ constexpr int64_t kMaxUnrolledNodes = 1'000'000;
 
 // Where a (sub)graph's nodes are imported: the model's graph (an empty prefix: names as they
 // are) or a subgraph, whose own values are renamed (`names`: its name -> the graph's), names
-// it does not define resolving to the enclosing scopes' (inherited in `names`) or the model's.
+// it does not define resolving to the enclosing scope's (`parent`, which outlives it) or the
+// model's. A scope holds only its own names, so an iteration's costs nothing of its parents'.
 struct Scope {
   std::string prefix;
   std::map<std::string, std::string> names;
+  const Scope* parent = nullptr;
   std::string resolve(const std::string& v) const {
-    auto it = names.find(v);
-    return it == names.end() ? v : it->second;
+    for (const Scope* s = this; s; s = s->parent) {
+      auto it = s->names.find(v);
+      if (it != s->names.end()) return it->second;
+    }
+    return v;
   }
 };
 
