@@ -203,7 +203,10 @@ int run_import(const ImportArgs& a) {
             {"bf16_nodes", g.bf16_nodes},
             {"fp16_nodes", g.fp16_nodes},
             {"tensor_core_nodes", g.tensor_core_nodes},
-            {"sixteen_bit_values", g.sixteen_bit_values}};
+            {"sixteen_bit_values", g.sixteen_bit_values},
+            {"written_out", {{"ifs", g.written_out.ifs}, {"loops", g.written_out.loops},
+                             {"scans", g.written_out.scans}, {"iterations", g.written_out.iterations},
+                             {"sequence_ops", g.written_out.sequence_ops}}}};
   if (!bind.dims.empty()) j["dims"] = bind.dims;
   if (bindings.size() > 1) {
     j["buckets"] = json::array();
@@ -296,6 +299,13 @@ int run_import(const ImportArgs& a) {
               static_cast<long long>(after.parameters),
               static_cast<double>(after.constant_bytes) / 1e6);
   std::printf("nodes     %zu imported, %zu after passes\n", nodes_imported, g.nodes.size());
+  if (const graph::Graph::WrittenOut& w = g.written_out; w.ifs + w.loops + w.scans + w.sequence_ops > 0) {
+    std::printf("control   written out at import, for these input shapes: If x%lld (the branch taken), Loop x%lld, "
+                "Scan x%lld (%lld iterations unrolled), sequence operators x%lld (lists at import); nodes inside "
+                "loops count once an iteration\n",
+                static_cast<long long>(w.ifs), static_cast<long long>(w.loops), static_cast<long long>(w.scans),
+                static_cast<long long>(w.iterations), static_cast<long long>(w.sequence_ops));
+  }
   print_quantized(g, target);
   print_bf16(g, target);
   std::string ops;

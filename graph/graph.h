@@ -146,6 +146,11 @@ struct Graph {
   int64_t tensor_core_nodes = 0;
   // Values stored in 16 bits between kernels (sixteen-bit-edges: storage Casts a producer fuses).
   int64_t sixteen_bit_values = 0;
+  // If, Loop, Scan and sequence nodes the model had, written out at import
+  // (graph/import_control_flow.h): the iterations are those of the shapes imported.
+  struct WrittenOut {
+    int64_t ifs = 0, loops = 0, scans = 0, iterations = 0, sequence_ops = 0;
+  } written_out;
   // A CPU library runs a batch of this graph one image at a time (the pass
   // one-image-at-a-time found that the model keeps the images apart and that it pays:
   // graph/image_loop.h).

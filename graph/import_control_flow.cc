@@ -477,10 +477,21 @@ bool import_control_flow(const onnx::NodeProto& np, const std::string& name, Sco
   const std::string& op = np.op_type();
   if (op != "If" && op != "Loop" && op != "Scan" && !sequence_ops.count(op)) return false;
   Unroller u(np, name, scope, cf);
-  if (op == "If") u.if_node();
-  if (op == "Loop") u.loop_node();
-  if (op == "Scan") u.scan_node();
-  if (sequence_ops.count(op)) u.sequence_op();
+  Graph::WrittenOut& w = cf.g.written_out;
+  if (op == "If") {
+    u.if_node();
+    ++w.ifs;
+  } else if (op == "Loop") {
+    u.loop_node();
+    ++w.loops;
+  } else if (op == "Scan") {
+    u.scan_node();
+    ++w.scans;
+  } else {
+    u.sequence_op();
+    ++w.sequence_ops;
+  }
+  w.iterations = kMaxUnrolledIterations - cf.iterations_left;  // every Loop's and Scan's, nested ones too
   return true;
 }
 

@@ -4074,6 +4074,12 @@ TEST(OnnxImport, ControlFlowIsWrittenOut) {
   for (const char* o : outs) b.output(o);
   Graph g = b.import();
   for (const Node& n : g.nodes) EXPECT_TRUE(n.op != "If" && n.op != "Loop" && n.op != "Scan") << n.where();
+  // The If, the inner If once an iteration, two Loops (3 + 3 iterations) and the Scan (2 steps).
+  EXPECT_EQ(g.written_out.ifs, 4);
+  EXPECT_EQ(g.written_out.loops, 2);
+  EXPECT_EQ(g.written_out.scans, 1);
+  EXPECT_EQ(g.written_out.iterations, 8);
+  EXPECT_EQ(g.written_out.sequence_ops, 0);
   EXPECT_EQ(g.value("trace").shape, (Shape{3, 2, 3}));
   EXPECT_EQ(g.value("prods").shape, (Shape{3, 2}));
 
