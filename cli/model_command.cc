@@ -206,7 +206,8 @@ int run_import(const ImportArgs& a) {
             {"sixteen_bit_values", g.sixteen_bit_values},
             {"written_out", {{"ifs", g.written_out.ifs}, {"loops", g.written_out.loops},
                              {"scans", g.written_out.scans}, {"iterations", g.written_out.iterations},
-                             {"sequence_ops", g.written_out.sequence_ops}}}};
+                             {"sequence_ops", g.written_out.sequence_ops},
+                             {"ifs_selected", g.written_out.ifs_selected}}}};
   if (!bind.dims.empty()) j["dims"] = bind.dims;
   if (bindings.size() > 1) {
     j["buckets"] = json::array();
@@ -300,10 +301,12 @@ int run_import(const ImportArgs& a) {
               static_cast<double>(after.constant_bytes) / 1e6);
   std::printf("nodes     %zu imported, %zu after passes\n", nodes_imported, g.nodes.size());
   if (const graph::Graph::WrittenOut& w = g.written_out; w.ifs + w.loops + w.scans + w.sequence_ops > 0) {
-    std::printf("control   written out at import, for these input shapes: If x%lld (the branch taken), Loop x%lld, "
+    std::printf("control   written out at import, for these input shapes: If x%lld (the branch taken; %lld of "
+                "them on a run-time condition: both branches computed, outputs selected), Loop x%lld, "
                 "Scan x%lld (%lld iterations unrolled), sequence operators x%lld (lists at import); nodes inside "
                 "loops count once an iteration\n",
-                static_cast<long long>(w.ifs), static_cast<long long>(w.loops), static_cast<long long>(w.scans),
+                static_cast<long long>(w.ifs), static_cast<long long>(w.ifs_selected), static_cast<long long>(w.loops),
+                static_cast<long long>(w.scans),
                 static_cast<long long>(w.iterations), static_cast<long long>(w.sequence_ops));
   }
   print_quantized(g, target);

@@ -150,6 +150,7 @@ struct Graph {
   // (graph/import_control_flow.h): the iterations are those of the shapes imported.
   struct WrittenOut {
     int64_t ifs = 0, loops = 0, scans = 0, iterations = 0, sequence_ops = 0;
+    int64_t ifs_selected = 0;  // Ifs of a run-time condition: both branches computed, outputs selected
   } written_out;
   // A CPU library runs a batch of this graph one image at a time (the pass
   // one-image-at-a-time found that the model keeps the images apart and that it pays:

@@ -30,16 +30,52 @@ class Unroller {
 
   void if_node() {
     if (np_.input_size() != 1 || np_.input(0).empty()) fail("takes one input, the condition");
-    const bool c = constant_bool(scope_.resolve(np_.input(0)), "its condition", "If");
-    const onnx::GraphProto& branch = graph_attribute(c ? "then_branch" : "else_branch");
-    if (branch.input_size() != 0) fail(str(c ? "then_branch" : "else_branch", " has inputs; a branch has none"));
-    if (branch.output_size() != np_.output_size()) {
-      fail(str(c ? "then_branch" : "else_branch", " has ", branch.output_size(), " outputs; the node has ",
-               np_.output_size()));
+    const std::string cond = scope_.resolve(np_.input(0));
+    if (!cf_.g.values.count(cond)) fail(str("its condition '", cond, "' is not a tensor defined before it"));
+    const Value& c = cf_.g.value(cond);
+    if (c.dtype != DType::Bool || num_elements(c.shape) != 1)
+      fail(str("its condition '", cond, "' is ", dtype_name(c.dtype), shape_str(c.shape), "; it must be one bool"));
+    if (c.constant) {
+      const bool taken = c.constant->as_int(0) != 0;
+      const char* which = taken ? "then_branch" : "else_branch";
+      Scope body = child(taken ? "then/" : "else/");
+      const onnx::GraphProto& branch = import_branch(which, body);
+      for (int k = 0; k < np_.output_size(); ++k) give(output(branch, body, k), np_.output(k));
+      return;
     }
-    Scope body = child(c ? "then/" : "else/");
+    // A condition known only at run time: both branches computed, each output selected by
+    // it (Where), which needs each output of the two branches to be tensors of one type and
+    // shape. Every kernel bounds its reads whatever the data (computed indices are clamped),
+    // so computing the branch not taken is safe; its values are dropped.
+    Scope then_scope = child("then/"), else_scope = child("else/");
+    const onnx::GraphProto& then_g = import_branch("then_branch", then_scope);
+    const onnx::GraphProto& else_g = import_branch("else_branch", else_scope);
+    const std::string scalar = b_.reshape(cond, {});
+    for (int k = 0; k < np_.output_size(); ++k) {
+      const std::string t = output(then_g, then_scope, k), e = output(else_g, else_scope, k);
+      if (np_.output(k).empty()) continue;
+      if (cf_.sequences.count(t) || cf_.sequences.count(e))
+        fail(str("its condition '", cond, "' is computed at run time and output ", k, " is a sequence; ",
+                 "only tensors can be selected at run time"));
+      const Value &tv = cf_.g.value(t), &ev = cf_.g.value(e);
+      if (tv.dtype != ev.dtype || tv.shape != ev.shape) {
+        fail(str("its condition '", cond, "' is computed at run time, so both branches are computed and each output "
+                 "selected, but output ", k, " is ", dtype_name(tv.dtype), shape_str(tv.shape), " in then_branch and ",
+                 dtype_name(ev.dtype), shape_str(ev.shape), " in else_branch"));
+      }
+      b_.node("Where", {scalar, t, e}, {}, define_in(scope_, np_.output(k), cf_));
+    }
+    ++cf_.g.written_out.ifs_selected;
+  }
+
+  // Imports If's branch `which` into `body`, checking that it fits the node.
+  const onnx::GraphProto& import_branch(const char* which, Scope& body) {
+    const onnx::GraphProto& branch = graph_attribute(which);
+    if (branch.input_size() != 0) fail(str(which, " has inputs; a branch has none"));
+    if (branch.output_size() != np_.output_size())
+      fail(str(which, " has ", branch.output_size(), " outputs; the node has ", np_.output_size()));
     import_body(branch, body);
-    for (int k = 0; k < np_.output_size(); ++k) give(output(branch, body, k), np_.output(k));
+    return branch;
   }
 
   void loop_node() {

@@ -3,6 +3,9 @@
 //   If    the branch its condition picks, when the condition is a constant after import (a
 //         test of shapes, which are static once --dim / --input-shape fix the inputs'): the
 //         branch's nodes are imported in the If's place and its outputs become the If's.
+//         A condition known only at run time: both branches imported, each output selected by
+//         it (Where), outputs of one type and shape in both (kernels bound their reads whatever
+//         the data, so computing the branch not taken is safe).
 //   Loop  unrolled: iteration after iteration while the trip count M (a constant) and the
 //         condition (a constant, and each iteration's condition folding to one) say so; the
 //         loop-carried values flow from iteration to iteration, the scan outputs are each
@@ -18,8 +21,9 @@
 // they make get names of their own under the node's name and iteration, so iterations and
 // branches never collide with each other or with the model's names.
 //
-// Refused (UserError naming the file, the node and the value): a condition computed at run
-// time (If's, or a Loop's that does not fold in some iteration), a trip count that is not a
+// Refused (UserError naming the file, the node and the value): a Loop's condition that does
+// not fold in some iteration, an If of a run-time condition whose branches' outputs differ in
+// type or shape (or are sequences), a trip count that is not a
 // constant, a Loop with neither trip count nor condition, a Loop whose scan outputs would be
 // empty (no iteration), bodies whose inputs or outputs do not match the node's, a sparse
 // initializer in a body, and more than kMaxUnrolledIterations iterations (Loop iterations and

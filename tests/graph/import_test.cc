@@ -4126,17 +4126,27 @@ TEST(OnnxImport, ControlFlowRefusals) {
       typed(g->add_output(), str(which, "_r"), kF32);
     }
   };
-  refused([&](ModelBuilder& m) {
+  refused([&](ModelBuilder& m) {  // a run-time condition selects, but only outputs of one shape
     m.node("ReduceSum", {"x"}, {"total"});
     m.floats("zero", {0.0f});
     m.node("Greater", {"total", "zero"}, {"positive"});
-    branches(m.node("If", {"positive"}, {"y"}, "data_if"));
-  }, "test.onnx: node 'data_if' (If): its condition 'positive' is computed at run time; tunefarm compiles one "
-     "static graph, so an If needs it to be a constant after import");
+    auto* n = m.node("If", {"positive"}, {"y"}, "data_if");
+    onnx::GraphProto* then_g = graph_attribute(n, "then_branch");
+    sub_node(then_g, "Relu", {"x"}, {"r"});
+    typed(then_g->add_output(), "r", kF32);
+    onnx::GraphProto* else_g = graph_attribute(n, "else_branch");
+    sub_node(else_g, "ReduceSum", {"x"}, {"s"});
+    typed(else_g->add_output(), "s", kF32);
+  }, "test.onnx: node 'data_if' (If): its condition 'positive' is computed at run time, so both branches are computed "
+     "and each output selected, but output 0 is float32[2] in then_branch and float32[1] in else_branch");
   refused([&](ModelBuilder& m) {
     m.ints("n", {1});
     branches(m.node("If", {"n"}, {"y"}, "int_if"));
   }, "node 'int_if' (If): its condition 'n' is int64[1]; it must be one bool");
+  refused([&](ModelBuilder& m) {
+    m.node("SequenceConstruct", {"x"}, {"s"});
+    branches(m.node("If", {"s"}, {"y"}, "seq_if"));
+  }, "node 'seq_if' (If): its condition 's' is not a tensor defined before it");
   refused([&](ModelBuilder& m) {
     auto* n = m.node("If", {"yes"}, {"y"}, "one_branch");
     graph_attribute(n, "else_branch");
@@ -4319,4 +4329,37 @@ TEST(OnnxImport, SequencesAreListsAtImport) {
     m.node("SequenceEmpty", {}, {"s"});
     m.node("SequenceErase", {"s"}, {"y"}, "erase_empty");
   }, "node 'erase_empty' (SequenceErase): erases from the empty sequence 's'");
+}
+
+// An If whose condition is known only at run time (a scripted `if x.sum() > 0`): both branches
+// are computed and the output selected by the condition (Where), so the library gives each
+// input its branch's result: then (x * 2) for a positive sum, else (-x) otherwise; compiled
+// against the reference for both. TF_OPSET_MODELS_DIR=dir saves dir/runtime_if.onnx for graph_ort.
+TEST(OnnxImport, IfOnARunTimeConditionSelectsItsBranch) {
+  ModelBuilder b(17);
+  b.input("x", {3});
+  b.floats("zero", {0.0f});
+  b.floats("two", {2.0f});
+  b.node("ReduceSum", {"x"}, {"total"});
+  set_int(b.g->mutable_node(0), "keepdims", 0);
+  b.node("Greater", {"total", "zero"}, {"positive"});
+  auto* n = b.node("If", {"positive"}, {"y"}, "data_if");
+  onnx::GraphProto* then_g = graph_attribute(n, "then_branch");
+  sub_node(then_g, "Mul", {"x", "two"}, {"doubled"});
+  typed(then_g->add_output(), "doubled", kF32, {3});
+  onnx::GraphProto* else_g = graph_attribute(n, "else_branch");
+  sub_node(else_g, "Neg", {"x"}, {"negated"});
+  typed(else_g->add_output(), "negated", kF32, {3});
+  b.output("y");
+  Graph g = b.import();
+  EXPECT_EQ(g.written_out.ifs, 1);
+  EXPECT_EQ(g.written_out.ifs_selected, 1);
+  for (const std::vector<float>& xs : {std::vector<float>{1.0f, 2.0f, -0.5f}, std::vector<float>{-1.0f, 0.25f, 0.5f}}) {
+    HostTensor x = HostTensor::floats({3}, xs);
+    std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}});
+    const bool positive = xs[0] + xs[1] + xs[2] > 0;
+    for (size_t k = 0; k < 3; ++k) EXPECT_FLOAT_EQ(want.at("y").f[k], positive ? xs[k] * 2 : -xs[k]) << k;
+    expect_compiled_as_reference(g, x, want, {"y"});
+  }
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/runtime_if.onnx");
 }
