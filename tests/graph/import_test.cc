@@ -4329,6 +4329,24 @@ TEST(OnnxImport, SequencesAreListsAtImport) {
     m.node("SequenceEmpty", {}, {"s"});
     m.node("SequenceErase", {"s"}, {"y"}, "erase_empty");
   }, "node 'erase_empty' (SequenceErase): erases from the empty sequence 's'");
+  refused([](ModelBuilder& m) {  // inserting at the front copies the list: 2,000 of them are bounded
+    scalar_initializer(m.g, "many", kI64, 2000);
+    scalar_initializer(m.g, "front", kI64, 0);
+    m.node("SequenceEmpty", {}, {"empty"});
+    auto* loop = m.node("Loop", {"many", "", "empty"}, {"filled"}, "fronts");
+    onnx::GraphProto* body = graph_attribute(loop, "body");
+    typed(body->add_input(), "i", kI64);
+    typed(body->add_input(), "c", kBool);
+    auto* s = body->add_input();
+    s->set_name("s");
+    s->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(kF32);
+    sub_node(body, "SequenceInsert", {"s", "x", "front"}, {"s2"});
+    sub_node(body, "Identity", {"c"}, {"c2"});
+    typed(body->add_output(), "c2", kBool);
+    *body->add_output() = *s;
+    body->mutable_output(1)->set_name("s2");
+    set_int(m.node("ConcatFromSequence", {"filled"}, {"y"}), "axis", 0);
+  }, "the sequence operators copy more than 1000000 entries in the model");
 }
 
 // An If whose condition is known only at run time (a scripted `if x.sum() > 0`): both branches
