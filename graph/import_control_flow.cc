@@ -68,6 +68,21 @@ class Unroller {
     ++cf_.g.written_out.ifs_selected;
   }
 
+  // Loop-carried value k of an iteration under a run-time condition: its new value `next`
+  // where the condition holds, else the last one.
+  std::string select(const std::string& running, const std::string& next, const std::string& last, int k) {
+    if (cf_.sequences.count(next) || cf_.sequences.count(last))
+      fail(str("its condition is computed at run time and loop-carried value ", k, " is a sequence; only tensors "
+               "can be selected at run time"));
+    const Value &nv = cf_.g.value(next), &lv = cf_.g.value(last);
+    if (nv.dtype != lv.dtype || nv.shape != lv.shape) {
+      fail(str("its condition is computed at run time, so each iteration's values are selected by it, but "
+               "loop-carried value ", k, " is ", dtype_name(lv.dtype), shape_str(lv.shape), " before an iteration and ",
+               dtype_name(nv.dtype), shape_str(nv.shape), " after it"));
+    }
+    return b_.node("Where", {running, next, last});
+  }
+
   // Imports If's branch `which` into `body`, checking that it fits the node.
   const onnx::GraphProto& import_branch(const char* which, Scope& body) {
     const onnx::GraphProto& branch = graph_attribute(which);
@@ -104,7 +119,36 @@ class Unroller {
         fail(str("its trip count M '", m.name, "' is ", dtype_name(m.dtype), shape_str(m.shape), "; it must be one int64"));
       trips = m.constant->as_int(0);
     }
-    bool go = has_cond ? constant_bool(scope_.resolve(np_.input(1)), "its condition", "Loop") : true;
+    // The condition: a constant, or (`running`, a scalar bool) one known only at run time.
+    // From the iteration it becomes a run-time value on, each iteration's carried values are
+    // selected by it (Where: the values of the iterations after it turned false are dropped),
+    // which needs a constant trip count, carried tensors of one type and shape through the
+    // iterations and no scan outputs (their length would be known only at run time).
+    bool go = true;
+    std::string running;
+    auto take_condition = [&](const std::string& c, const std::string& what) {
+      if (!cf_.g.values.count(c)) fail(str(what, " '", c, "' is not a tensor defined before it"));
+      const Value& v = cf_.g.value(c);
+      if (v.dtype != DType::Bool || num_elements(v.shape) != 1)
+        fail(str(what, " '", c, "' is ", dtype_name(v.dtype), shape_str(v.shape), "; it must be one bool"));
+      if (v.constant) {  // false stops the loop; true changes nothing of a run-time condition
+        go = v.constant->as_int(0) != 0;
+        return;
+      }
+      if (!has_m || trips > kMaxUnrolledIterations) {
+        fail(str(what, " '", c, "' is computed at run time and the trip count is ",
+                 has_m ? str(trips) : std::string("not given"),
+                 "; tunefarm compiles one static graph, so such a loop needs a constant trip count of at most ",
+                 kMaxUnrolledIterations, " (each iteration runs, its values selected while the condition holds)"));
+      }
+      if (scans > 0) {
+        fail(str(what, " '", c, "' is computed at run time, so its ", scans,
+                 " scan outputs would have a length known only at run time"));
+      }
+      const std::string scalar = b_.reshape(c, {});
+      running = running.empty() ? scalar : b_.node("And", {running, scalar});
+    };
+    if (has_cond) take_condition(scope_.resolve(np_.input(1)), "its condition");
     std::vector<std::string> values;
     for (int k = 0; k < carried; ++k) {
       if (np_.input(2 + k).empty()) fail(str("loop-carried input ", k, " is empty"));
@@ -118,14 +162,19 @@ class Unroller {
       Scope it = child(str("iter", t, "/"));
       bind(it, body.input(0).name(), constant_of(str(node_.name, "/iteration_", t), HostTensor::ints({}, {t})));
       bind(it, body.input(1).name(),
-           constant_of(str(node_.name, "/condition_", t), HostTensor::ints({}, {int64_t{1}}, DType::Bool)));
+           running.empty()
+               ? constant_of(str(node_.name, "/condition_", t), HostTensor::ints({}, {int64_t{1}}, DType::Bool))
+               : running);
       for (int k = 0; k < carried; ++k) bind(it, body.input(2 + k).name(), values[static_cast<size_t>(k)]);
       import_body(body, it);
-      for (int k = 0; k < carried; ++k) values[static_cast<size_t>(k)] = output(body, it, 1 + k);
+      for (int k = 0; k < carried; ++k) {
+        const std::string next = output(body, it, 1 + k), &last = values[static_cast<size_t>(k)];
+        values[static_cast<size_t>(k)] = running.empty() ? next : select(running, next, last, k);
+      }
       for (int k = 0; k < scans; ++k)
         stacked[static_cast<size_t>(k)].push_back(output(body, it, 1 + carried + k));
       // Without a condition input the body's condition is ignored (ONNX: a for loop).
-      if (has_cond) go = constant_bool(output(body, it, 0), str("iteration ", t, "'s condition"), "Loop");
+      if (has_cond) take_condition(output(body, it, 0), str("iteration ", t, "'s condition"));
     }
     for (int k = 0; k < np_.output_size(); ++k) {
       if (k < carried) {

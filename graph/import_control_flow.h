@@ -9,7 +9,10 @@
 //   Loop  unrolled: iteration after iteration while the trip count M (a constant) and the
 //         condition (a constant, and each iteration's condition folding to one) say so; the
 //         loop-carried values flow from iteration to iteration, the scan outputs are each
-//         iteration's values stacked along a new first axis (Unsqueeze, Concat).
+//         iteration's values stacked along a new first axis (Unsqueeze, Concat). A condition
+//         that becomes a run-time value (a `break` on the data) needs a constant trip count of
+//         at most kMaxUnrolledIterations and no scan outputs: every iteration is computed and
+//         the carried values selected by the condition so far (And, Where).
 //   Sequences (SequenceEmpty, SequenceInsert, ConcatFromSequence, ...: what a scripted
 //         PyTorch loop appending to a list and stacking it exports) are lists of the graph's
 //         values at import (Sequence below): positions must be constants, and a sequence may be
@@ -21,8 +24,9 @@
 // they make get names of their own under the node's name and iteration, so iterations and
 // branches never collide with each other or with the model's names.
 //
-// Refused (UserError naming the file, the node and the value): a Loop's condition that does
-// not fold in some iteration, an If of a run-time condition whose branches' outputs differ in
+// Refused (UserError naming the file, the node and the value): a Loop's run-time condition
+// without a constant trip count or with scan outputs, or whose carried values change type or
+// shape, an If of a run-time condition whose branches' outputs differ in
 // type or shape (or are sequences), a trip count that is not a
 // constant, a Loop with neither trip count nor condition, a Loop whose scan outputs would be
 // empty (no iteration), bodies whose inputs or outputs do not match the node's, a sparse

@@ -4172,7 +4172,13 @@ TEST(OnnxImport, ControlFlowRefusals) {
   refused([&](ModelBuilder& m) { loop_body(m.node("Loop", {"", "", "x"}, {"y"}, "forever"), "c"); },
           "node 'forever' (Loop): has neither a trip count M nor a condition: it would run forever");
   refused([&](ModelBuilder& m) { loop_body(m.node("Loop", {"", "yes", "x"}, {"y"}, "data_loop"), "data"); },
-          "node 'data_loop' (Loop): iteration 0's condition 'data_loop/iter0/c2' is computed at run time");
+          "node 'data_loop' (Loop): iteration 0's condition 'data_loop/iter0/c2' is computed at run time and the trip "
+          "count is not given; tunefarm compiles one static graph, so such a loop needs a constant trip count of at "
+          "most 4096");
+  refused([&](ModelBuilder& m) {  // a run-time condition with a scan output (loop_body has one)
+    loop_body(m.node("Loop", {"five", "yes", "x"}, {"last", "y"}, "data_scan"), "data");
+  }, "node 'data_scan' (Loop): iteration 0's condition 'data_scan/iter0/c2' is computed at run time, so its 1 scan "
+     "outputs would have a length known only at run time");
   refused([&](ModelBuilder& m) {
     scalar_initializer(m.g, "many", kI64, 5000);
     loop_body(m.node("Loop", {"many", "", "x"}, {"y"}, "long_loop"), "c");
@@ -4380,4 +4386,43 @@ TEST(OnnxImport, IfOnARunTimeConditionSelectsItsBranch) {
     expect_compiled_as_reference(g, x, want, {"y"});
   }
   if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/runtime_if.onnx");
+}
+
+// A Loop whose condition is known only at run time (a `break` in a scripted for loop), under a
+// constant trip count: every iteration is computed and its carried value selected while the
+// condition holds. v halves while its largest element is over 1, at most 5 times; an input
+// that stops after 2 halvings and one that runs all 5. Compiled against the reference;
+// TF_OPSET_MODELS_DIR=dir saves dir/runtime_loop.onnx for graph_ort.
+TEST(OnnxImport, LoopOfARunTimeConditionSelectsItsIterations) {
+  ModelBuilder b(17);
+  b.input("x", {3});
+  scalar_initializer(b.g, "five", kI64, 5);
+  scalar_initializer(b.g, "yes", kBool, 1);
+  b.floats("half", {0.5f});
+  b.floats("one", {1.0f});
+  auto* loop = b.node("Loop", {"five", "yes", "x"}, {"y"}, "halving");
+  onnx::GraphProto* body = graph_attribute(loop, "body");
+  typed(body->add_input(), "i", kI64);
+  typed(body->add_input(), "c", kBool);
+  typed(body->add_input(), "v", kF32, {3});
+  sub_node(body, "Mul", {"v", "half"}, {"v2"});
+  set_int(sub_node(body, "ReduceMax", {"v2"}, {"big"}), "keepdims", 0);
+  sub_node(body, "Greater", {"big", "one"}, {"more"});
+  typed(body->add_output(), "more", kBool, {1});
+  typed(body->add_output(), "v2", kF32, {3});
+  b.output("y");
+  Graph g = b.import();
+  EXPECT_EQ(g.written_out.iterations, 5);
+  for (const std::vector<float>& xs : {std::vector<float>{3.0f, -1.0f, 0.5f}, std::vector<float>{100.0f, 7.0f, -2.0f}}) {
+    std::vector<float> v = xs;
+    for (int i = 0; i < 5; ++i) {
+      for (float& e : v) e *= 0.5f;
+      if (*std::max_element(v.begin(), v.end()) <= 1.0f) break;
+    }
+    HostTensor x = HostTensor::floats({3}, xs);
+    std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}});
+    for (size_t k = 0; k < 3; ++k) EXPECT_FLOAT_EQ(want.at("y").f[k], v[k]) << xs[0] << " " << k;
+    expect_compiled_as_reference(g, x, want, {"y"});
+  }
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/runtime_loop.onnx");
 }

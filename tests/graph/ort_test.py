@@ -153,7 +153,8 @@ class OrtTest(models_for_tests.ModelTestCase):
         LpNormalization, RotaryEmbedding, GridSample of volumes and images, a model of
         model-local functions calling each other, inlined at import, one of If, Loop and
         Scan nodes, written out at import, one of sequences, lists at import, and an If on a
-        run-time condition, both branches computed and selected):
+        run-time condition, both branches computed and selected, and a Loop of a run-time
+        condition under a constant trip count, its iterations selected):
         the models test_graph_import builds for them (checked there against their definitions
         and compiled against the reference), every output here against ONNX Runtime's: our
         reference evaluation, our library for this CPU and our CUDA library run emulated."""
@@ -165,7 +166,8 @@ class OrtTest(models_for_tests.ModelTestCase):
                         "OnnxImport.MathAndNormalizingOperatorsMatchTheirDefinitions:"
                         "OnnxImport.RotaryEmbeddingMatchesItsDefinition:OnnxImport.GridSampleCompilesAsTheReference:"
                         "OnnxImport.ModelLocalFunctionsAreInlined:OnnxImport.ControlFlowIsWrittenOut:OnnxImport.SequencesAreListsAtImport:"
-                        "OnnxImport.IfOnARunTimeConditionSelectsItsBranch"],
+                        "OnnxImport.IfOnARunTimeConditionSelectsItsBranch:"
+                        "OnnxImport.LoopOfARunTimeConditionSelectsItsIterations"],
                        check=True, env=env, stdout=subprocess.DEVNULL)
         # The inputs the C++ tests feed.
         models = {"newer_opsets": (np.sin(0.37 * np.arange(180)) * 2 + 0.1).reshape(2, 6, 3, 5),
@@ -177,7 +179,8 @@ class OrtTest(models_for_tests.ModelTestCase):
                   "local_functions": np.sin(0.9 * np.arange(6) + 0.3).reshape(2, 3) * 3.0,
                   "control_flow": np.sin(1.3 * np.arange(6) + 0.2).reshape(2, 3) * 2.5,
                   "sequences": np.sin(0.7 * np.arange(6) + 0.4).reshape(2, 3) * 1.5,
-                  "runtime_if": np.array([0.5, -2.0, 0.75])}
+                  "runtime_if": np.array([0.5, -2.0, 0.75]),
+                  "runtime_loop": np.array([6.0, -1.0, 0.5])}
         for name, x in models.items():
             model = os.path.join(self.d, name + ".onnx")
             x = x.astype(np.float32)
