@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -467,8 +468,7 @@ class Unroller {
     if (!cf_.g.values.count(v)) fail(str("reads '", v, "', which is not defined before it"));
     const Value& x = cf_.g.value(v);
     if (!x.constant) {
-      fail(str(what, " '", v, "' is computed at run time; tunefarm compiles one static graph, so a", op[0] == 'I' ? "n " : " ",
-               op, " needs it to be a constant after import (as tests of shapes are once --dim or --input-shape fix "
+      fail(str(what, " '", v, "' is computed at run time; tunefarm compiles one static graph, so a ", op, " needs it to be a constant after import (as tests of shapes are once --dim or --input-shape fix "
                "the inputs')"));
     }
     return x;
@@ -561,6 +561,25 @@ bool import_control_flow(const onnx::NodeProto& np, const std::string& name, Sco
                                                      "ConcatFromSequence", "SplitToSequence"};
   const std::string& op = np.op_type();
   if (op != "If" && op != "Loop" && op != "Scan" && !sequence_ops.count(op)) return false;
+  // Every attribute is one the operator takes: nothing is ignored.
+  static const std::map<std::string, std::set<std::string>> attributes = {
+      {"If", {"then_branch", "else_branch"}},
+      {"Loop", {"body"}},
+      {"Scan", {"body", "num_scan_inputs", "scan_input_axes", "scan_input_directions", "scan_output_axes",
+                "scan_output_directions"}},
+      {"SequenceEmpty", {"dtype"}},
+      {"ConcatFromSequence", {"axis", "new_axis"}},
+      {"SplitToSequence", {"axis", "keepdims"}}};
+  auto takes = attributes.find(op);
+  for (const onnx::AttributeProto& a : np.attribute()) {
+    if (takes == attributes.end() || !takes->second.count(a.name())) {
+      std::string list;
+      if (takes != attributes.end())
+        for (const std::string& k : takes->second) list += (list.empty() ? "" : ", ") + k;
+      throw UserError(str(cf.file, ": node '", name, "' (", op, "): attribute '", a.name(), "' is not supported (", op,
+                          " takes ", list.empty() ? "none" : list, ")"));
+    }
+  }
   Unroller u(np, name, scope, cf);
   Graph::WrittenOut& w = cf.g.written_out;
   if (op == "If") {

@@ -4226,6 +4226,11 @@ TEST(OnnxImport, ControlFlowRefusals) {
     typed(body->add_output(), "s2", kF32);
     typed(body->add_output(), "nowhere", kF32);
   }, "node 'lost' (Scan): its body's output 'nowhere' is never computed");
+  refused([&](ModelBuilder& m) {  // an attribute If does not take: not ignored
+    auto* n = m.node("If", {"yes"}, {"y"}, "extra");
+    branches(n);
+    set_int(n, "unroll", 1);
+  }, "test.onnx: node 'extra' (If): attribute 'unroll' is not supported (If takes else_branch, then_branch)");
   refused([&](ModelBuilder& m) {  // a graph attribute on another operator
     auto* n = m.node("Relu", {"x"}, {"y"}, "odd");
     graph_attribute(n, "body");
