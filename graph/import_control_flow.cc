@@ -32,10 +32,7 @@ class Unroller {
   void if_node() {
     if (np_.input_size() != 1 || np_.input(0).empty()) fail("takes one input, the condition");
     const std::string cond = scope_.resolve(np_.input(0));
-    if (!cf_.g.values.count(cond)) fail(str("its condition '", cond, "' is not a tensor defined before it"));
-    const Value& c = cf_.g.value(cond);
-    if (c.dtype != DType::Bool || num_elements(c.shape) != 1)
-      fail(str("its condition '", cond, "' is ", dtype_name(c.dtype), shape_str(c.shape), "; it must be one bool"));
+    const Value& c = condition(cond, "its condition");
     if (c.constant) {
       const bool taken = c.constant->as_int(0) != 0;
       const char* which = taken ? "then_branch" : "else_branch";
@@ -55,33 +52,31 @@ class Unroller {
     for (int k = 0; k < np_.output_size(); ++k) {
       const std::string t = output(then_g, then_scope, k), e = output(else_g, else_scope, k);
       if (np_.output(k).empty()) continue;
-      if (cf_.sequences.count(t) || cf_.sequences.count(e))
-        fail(str("its condition '", cond, "' is computed at run time and output ", k, " is a sequence; ",
-                 "only tensors can be selected at run time"));
-      const Value &tv = cf_.g.value(t), &ev = cf_.g.value(e);
-      if (tv.dtype != ev.dtype || tv.shape != ev.shape) {
-        fail(str("its condition '", cond, "' is computed at run time, so both branches are computed and each output "
-                 "selected, but output ", k, " is ", dtype_name(tv.dtype), shape_str(tv.shape), " in then_branch and ",
-                 dtype_name(ev.dtype), shape_str(ev.shape), " in else_branch"));
-      }
-      b_.node("Where", {scalar, t, e}, {}, define_in(scope_, np_.output(k), cf_));
+      const Selection what{str("its condition '", cond, "'"), "both branches are computed and each output selected",
+                           str("output ", k), "in then_branch", "in else_branch"};
+      selected(scalar, t, e, what, define_in(scope_, np_.output(k), cf_));
     }
     ++cf_.g.written_out.ifs_selected;
   }
 
-  // Loop-carried value k of an iteration under a run-time condition: its new value `next`
-  // where the condition holds, else the last one.
-  std::string select(const std::string& running, const std::string& next, const std::string& last, int k) {
-    if (cf_.sequences.count(next) || cf_.sequences.count(last))
-      fail(str("its condition is computed at run time and loop-carried value ", k, " is a sequence; only tensors "
-               "can be selected at run time"));
-    const Value &nv = cf_.g.value(next), &lv = cf_.g.value(last);
-    if (nv.dtype != lv.dtype || nv.shape != lv.shape) {
-      fail(str("its condition is computed at run time, so each iteration's values are selected by it, but "
-               "loop-carried value ", k, " is ", dtype_name(lv.dtype), shape_str(lv.shape), " before an iteration and ",
-               dtype_name(nv.dtype), shape_str(nv.shape), " after it"));
+  // A selection by a condition known only at run time, as its messages name it: the
+  // condition, how the node computes under it, the value selected, and where its two sides come from.
+  struct Selection {
+    std::string condition, how, value;
+    const char *first, *second;
+  };
+  // Where(cond, a, b) (into `out` when given): a and b must be tensors of one type and shape.
+  std::string selected(const std::string& cond, const std::string& a, const std::string& b, const Selection& s,
+                       const std::string& out = "") {
+    if (cf_.sequences.count(a) || cf_.sequences.count(b))
+      fail(str(s.condition, " is computed at run time and ", s.value, " is a sequence; only tensors can be selected at "
+               "run time"));
+    const Value &av = cf_.g.value(a), &bv = cf_.g.value(b);
+    if (av.dtype != bv.dtype || av.shape != bv.shape) {
+      fail(str(s.condition, " is computed at run time, so ", s.how, ", but ", s.value, " is ", dtype_name(av.dtype),
+               shape_str(av.shape), " ", s.first, " and ", dtype_name(bv.dtype), shape_str(bv.shape), " ", s.second));
     }
-    return b_.node("Where", {running, next, last});
+    return b_.node("Where", {cond, a, b}, {}, out);
   }
 
   // Imports If's branch `which` into `body`, checking that it fits the node.
@@ -128,10 +123,7 @@ class Unroller {
     bool go = true;
     std::string running;
     auto take_condition = [&](const std::string& c, const std::string& what) {
-      if (!cf_.g.values.count(c)) fail(str(what, " '", c, "' is not a tensor defined before it"));
-      const Value& v = cf_.g.value(c);
-      if (v.dtype != DType::Bool || num_elements(v.shape) != 1)
-        fail(str(what, " '", c, "' is ", dtype_name(v.dtype), shape_str(v.shape), "; it must be one bool"));
+      const Value& v = condition(c, what);
       if (v.constant) {  // false stops the loop; true changes nothing of a run-time condition
         go = v.constant->as_int(0) != 0;
         return;
@@ -170,7 +162,9 @@ class Unroller {
       import_body(body, it);
       for (int k = 0; k < carried; ++k) {
         const std::string next = output(body, it, 1 + k), &last = values[static_cast<size_t>(k)];
-        values[static_cast<size_t>(k)] = running.empty() ? next : select(running, next, last, k);
+        const Selection what{"its condition", "each iteration's values are selected by it",
+                             str("loop-carried value ", k), "after an iteration", "before it"};
+        values[static_cast<size_t>(k)] = running.empty() ? next : selected(running, next, last, what);
       }
       for (int k = 0; k < scans; ++k)
         stacked[static_cast<size_t>(k)].push_back(output(body, it, 1 + carried + k));
@@ -473,11 +467,13 @@ class Unroller {
     }
     return x;
   }
-  bool constant_bool(const std::string& v, const std::string& what, const char* op) const {
-    const Value& x = constant(v, what, op);
-    if (x.dtype != DType::Bool || x.constant->size() != 1)
-      fail(str(what, " '", v, "' is ", dtype_name(x.dtype), shape_str(x.shape), "; it must be one bool"));
-    return x.constant->as_int(0) != 0;
+  // An If's or a Loop's condition `c` (named `what` in messages): one bool, constant or not.
+  const Value& condition(const std::string& c, const std::string& what) const {
+    if (!cf_.g.values.count(c)) fail(str(what, " '", c, "' is not a tensor defined before it"));
+    const Value& v = cf_.g.value(c);
+    if (v.dtype != DType::Bool || num_elements(v.shape) != 1)
+      fail(str(what, " '", c, "' is ", dtype_name(v.dtype), shape_str(v.shape), "; it must be one bool"));
+    return v;
   }
 
   // A constant holding t, under a new name from `base`.
@@ -555,27 +551,32 @@ class Unroller {
 
 }  // namespace
 
-bool import_control_flow(const onnx::NodeProto& np, const std::string& name, Scope& scope, ControlFlowImport& cf) {
-  static const std::set<std::string> sequence_ops = {"SequenceEmpty", "SequenceConstruct", "SequenceInsert",
-                                                     "SequenceAt", "SequenceErase", "SequenceLength",
-                                                     "ConcatFromSequence", "SplitToSequence"};
-  const std::string& op = np.op_type();
-  if (op != "If" && op != "Loop" && op != "Scan" && !sequence_ops.count(op)) return false;
-  // Every attribute is one the operator takes: nothing is ignored.
-  static const std::map<std::string, std::set<std::string>> attributes = {
+const std::map<std::string, std::set<std::string>>& written_out_operators() {
+  static const std::map<std::string, std::set<std::string>> ops = {
       {"If", {"then_branch", "else_branch"}},
       {"Loop", {"body"}},
       {"Scan", {"body", "num_scan_inputs", "scan_input_axes", "scan_input_directions", "scan_output_axes",
                 "scan_output_directions"}},
       {"SequenceEmpty", {"dtype"}},
+      {"SequenceConstruct", {}},
+      {"SequenceInsert", {}},
+      {"SequenceAt", {}},
+      {"SequenceErase", {}},
+      {"SequenceLength", {}},
       {"ConcatFromSequence", {"axis", "new_axis"}},
       {"SplitToSequence", {"axis", "keepdims"}}};
-  auto takes = attributes.find(op);
+  return ops;
+}
+
+bool import_control_flow(const onnx::NodeProto& np, const std::string& name, Scope& scope, ControlFlowImport& cf) {
+  const std::string& op = np.op_type();
+  auto takes = written_out_operators().find(op);
+  if (takes == written_out_operators().end()) return false;
+  // Every attribute is one the operator takes: nothing is ignored.
   for (const onnx::AttributeProto& a : np.attribute()) {
-    if (takes == attributes.end() || !takes->second.count(a.name())) {
+    if (!takes->second.count(a.name())) {
       std::string list;
-      if (takes != attributes.end())
-        for (const std::string& k : takes->second) list += (list.empty() ? "" : ", ") + k;
+      for (const std::string& k : takes->second) list += (list.empty() ? "" : ", ") + k;
       throw UserError(str(cf.file, ": node '", name, "' (", op, "): attribute '", a.name(), "' is not supported (", op,
                           " takes ", list.empty() ? "none" : list, ")"));
     }

@@ -39,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,10 @@ struct ControlFlowImport {
 // A value `v` that a node in `scope` defines: its name in the graph (v itself in the model's
 // graph, a new name under the scope's prefix in a subgraph, recorded in scope.names).
 std::string define_in(Scope& scope, const std::string& v, const ControlFlowImport& cf);
+
+// The operators written out here rather than registered (If, Loop, Scan and the sequence
+// operators), each with the attributes it takes.
+const std::map<std::string, std::set<std::string>>& written_out_operators();
 
 // Imports np (of the default domain) when it is an If, a Loop, a Scan or a sequence operator
 // (SequenceEmpty, SequenceConstruct, SequenceInsert, SequenceAt, SequenceErase,

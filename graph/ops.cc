@@ -5,6 +5,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "graph/import_control_flow.h"
 
 namespace tf::graph {
 
@@ -88,13 +89,11 @@ void describe(OpDef& d, OpKind pattern, std::vector<std::string> attributes, boo
 const OpDef& check_node(const Node& n) {
   const OpDef* d = find_op(n.op);
   if (!d) {
-    std::string have;
+    std::string have, written;
     for (const std::string& s : supported_ops()) have += (have.empty() ? "" : ", ") + s;
-    throw UserError(
-        str(n.where(), ": operator ", n.op, " is not supported (supported: ", have,
-            "; and, written out at import, If, Loop, Scan and the sequence operators SequenceEmpty, "
-            "SequenceConstruct, SequenceInsert, SequenceAt, SequenceErase, SequenceLength, ConcatFromSequence, "
-            "SplitToSequence)"));
+    for (const auto& [op, attributes] : written_out_operators()) written += (written.empty() ? "" : ", ") + op;
+    throw UserError(str(n.where(), ": operator ", n.op, " is not supported (supported: ", have,
+                        "; and, written out at import, ", written, ")"));
   }
   int count = static_cast<int>(n.inputs.size());
   while (count > 0 && n.inputs[count - 1].empty()) --count;

@@ -4226,6 +4226,34 @@ TEST(OnnxImport, ControlFlowRefusals) {
     typed(body->add_output(), "s2", kF32);
     typed(body->add_output(), "nowhere", kF32);
   }, "node 'lost' (Scan): its body's output 'nowhere' is never computed");
+  refused([&](ModelBuilder& m) {  // a run-time If selects tensors only
+    m.node("ReduceSum", {"x"}, {"total"});
+    m.floats("zero", {0.0f});
+    m.node("Greater", {"total", "zero"}, {"positive"});
+    auto* n = m.node("If", {"positive"}, {"s"}, "seq_out");
+    for (const char* which : {"then_branch", "else_branch"}) {
+      onnx::GraphProto* g = graph_attribute(n, which);
+      sub_node(g, "SequenceConstruct", {"x"}, {str(which, "_s")});
+      g->add_output()->set_name(str(which, "_s"));
+    }
+    set_int(m.node("ConcatFromSequence", {"s"}, {"y"}), "axis", 0);
+  }, "node 'seq_out' (If): its condition 'positive' is computed at run time and output 0 is a sequence; only tensors "
+     "can be selected at run time");
+  refused([&](ModelBuilder& m) {  // a run-time Loop condition selects carried values of one shape only
+    auto* loop = m.node("Loop", {"five", "yes", "x"}, {"y"}, "growing");
+    onnx::GraphProto* body = graph_attribute(loop, "body");
+    typed(body->add_input(), "i", kI64);
+    typed(body->add_input(), "c", kBool);
+    typed(body->add_input(), "v", kF32);
+    sub_node(body, "Concat", {"v", "v"}, {"v2"});
+    set_int(body->mutable_node(0), "axis", 0);
+    sub_node(body, "ReduceMax", {"v2"}, {"big"});
+    sub_node(body, "Cast", {"big"}, {"more"});
+    set_int(body->mutable_node(2), "to", kBool);
+    typed(body->add_output(), "more", kBool);
+    typed(body->add_output(), "v2", kF32);
+  }, "node 'growing' (Loop): its condition is computed at run time, so each iteration's values are selected by it, "
+     "but loop-carried value 0 is float32[8] after an iteration and float32[4] before it");
   refused([&](ModelBuilder& m) {  // an attribute If does not take: not ignored
     auto* n = m.node("If", {"yes"}, {"y"}, "extra");
     branches(n);
