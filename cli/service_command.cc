@@ -61,8 +61,9 @@ void print_tasks(const pb::JobInfo& j) {
   }
   // Where its time went, over its tasks (docs/service.md).
   double build = 0, measure = 0, upload = 0, load = 0, run = 0;
-  int measurements = 0;
+  int measurements = 0, cubins = 0;
   for (const pb::TaskInfo& t : j.tasks()) {
+    cubins += t.cubin_loads();
     build += t.build_s();
     measure += t.measure_s();
     measurements += t.measurements();
@@ -72,9 +73,11 @@ void print_tasks(const pb::JobInfo& j) {
   }
   if (measurements > 0) {
     const double per = 1e3 / measurements;
-    std::printf("time      building %.1f s, measuring %.1f s (%d measurements; one: upload %.1f ms, module load %.1f ms, "
+    char cubin_note[64] = "";
+    if (cubins > 0) std::snprintf(cubin_note, sizeof cubin_note, " (cubins: %d)", cubins);
+    std::printf("time      building %.1f s, measuring %.1f s (%d measurements; one: upload %.1f ms, module load %.1f ms%s, "
                 "timing %.0f ms)\n",
-                build, measure, measurements, upload * per, load * per, run * per);
+                build, measure, measurements, upload * per, load * per, cubin_note, run * per);
   }
   if (j.has_model_timing()) {
     const pb::ModelTiming& m = j.model_timing();

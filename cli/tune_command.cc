@@ -66,19 +66,22 @@ json time_report(const TuneState& st) {
           {"measurements", st.measured},
           {"upload_ms", per_measurement_ms(st, st.upload_s)},
           {"load_ms", per_measurement_ms(st, st.load_s)},
+          {"cubin_loads", st.cubin_loads},
           {"run_ms", per_measurement_ms(st, st.run_s)}};
 }
 
 // The same as a line: "12.3 s: building 4.0 s, measuring 8.0 s (2.0 s of it beside builds; a
 // measurement: upload 3 ms, module load 40 ms, timing 120 ms), search and database 2.3 s; 6.5
-// candidates/s".
+// candidates/s"; the load says "(cubins: 12 of 12)" where CUDA boards loaded machine code.
 std::string time_line(const TuneState& st) {
-  char buf[320];
+  char buf[360], cubins[64] = "";
+  if (st.cubin_loads > 0) std::snprintf(cubins, sizeof cubins, " (cubins: %d of %d)", st.cubin_loads, st.measured);
   std::snprintf(buf, sizeof buf,
                 "%.1f s: building %.1f s, measuring %.1f s (%.1f s of it beside builds; a measurement: upload %.1f ms, "
-                "module load %.1f ms, timing %.0f ms), search and database %.1f s; %.2f candidates/s",
+                "module load %.1f ms%s, timing %.0f ms), search and database %.1f s; %.2f candidates/s",
                 st.elapsed_s, st.build_s, st.measure_s, st.overlap_s, per_measurement_ms(st, st.upload_s),
-                per_measurement_ms(st, st.load_s), per_measurement_ms(st, st.run_s), other_s(st), candidates_per_s(st));
+                per_measurement_ms(st, st.load_s), cubins, per_measurement_ms(st, st.run_s), other_s(st),
+                candidates_per_s(st));
   return buf;
 }
 
@@ -307,6 +310,7 @@ int run_tune_impl(const TuneArgs& a) {
   std::unique_ptr<SearchStrategy>& strategy = found.strategy;
   const std::string& transfer_note = found.transfer_note;
   LocalBuilder builder(a.build);
+  const std::string assembly = builder.assembly_note(t);
 
   TuneOptions opts = a.tune;
   opts.time_budget_s = a.time_budget_min * 60;
@@ -323,7 +327,7 @@ int run_tune_impl(const TuneArgs& a) {
     std::printf("%s\n", json{{"event", "start"}, {"workload", w.canonical()}, {"target", t.str()},
                              {"device", runner->device_key()}, {"template", space.template_id()},
                              {"space_size", space.size()}, {"strategy", a.search.strategy}, {"trials", a.tune.trials},
-                             {"run", opts.run_uuid}, {"model", transfer_note}}
+                             {"run", opts.run_uuid}, {"model", transfer_note}, {"assembly", assembly}}
                             .dump()
                             .c_str());
   } else {
@@ -331,6 +335,7 @@ int run_tune_impl(const TuneArgs& a) {
                  t.short_str().c_str(), runner->device_key().c_str(), space.template_id().c_str(),
                  static_cast<unsigned long long>(space.size()), a.search.strategy.c_str(), a.tune.trials);
     if (!transfer_note.empty()) std::fprintf(stderr, "%s\n", transfer_note.c_str());
+    if (!assembly.empty()) std::fprintf(stderr, "%s\n", assembly.c_str());
   }
 
   stop_on_signals();
@@ -482,6 +487,7 @@ int run_tune_model(const TuneArgs& a) {
                         " anchors no workload expresses; `tunefarm import ", a.model, "` lists them)"));
   }
   LocalBuilder builder(a.build);
+  const std::string assembly = builder.assembly_note(t);
   const int budget = a.tune.trials;
   std::vector<GroupTask> specs;
   std::vector<double> weights;
@@ -549,13 +555,14 @@ int run_tune_model(const TuneArgs& a) {
     }
     std::printf("%s\n", json{{"event", "start"}, {"model", a.model}, {"target", t.str()},
                              {"device", session.runner->device_key()}, {"tasks", ts},
-                             {"untunable", list.untunable.size()}, {"trials", budget}}
+                             {"untunable", list.untunable.size()}, {"trials", budget}, {"assembly", assembly}}
                             .dump()
                             .c_str());
   } else {
     std::fprintf(stderr, "tuning %s on %s (%s): %zu tasks (%zu anchors untunable), %d trials in all\n", a.model.c_str(),
                  t.short_str().c_str(), session.runner->device_key().c_str(), group.size(), list.untunable.size(),
                  budget);
+    if (!assembly.empty()) std::fprintf(stderr, "%s\n", assembly.c_str());
   }
 
   stop_on_signals();
@@ -575,6 +582,7 @@ int run_tune_model(const TuneArgs& a) {
     total.upload_s += st.upload_s;
     total.load_s += st.load_s;
     total.run_s += st.run_s;
+    total.cubin_loads += st.cubin_loads;
   }
   // The tasks' best and default times (re-timed medians), weighted by their counts; the
   // default build compiles the alternative (Winograd) task where there is one.

@@ -327,6 +327,7 @@ int main(int argc, char** argv) {
         b.opts.device.set_gpu_name(tf::farm::truncate_utf8(gpu.name(), tf::farm::kMaxDeviceNameBytes));
         b.opts.device.set_gpu_memory_bytes(gpu.memory_bytes());
         b.opts.device.set_gpu_arch(tf::farm::truncate_utf8(gpu.arch(), tf::farm::kMaxDeviceShortBytes));
+        b.opts.device.set_gpu_driver_version(gpu.driver_version());
         std::printf("device %s: %s, %s, %.1f GiB\n", b.device.c_str(), gpu.name().c_str(), gpu.arch().c_str(),
                     static_cast<double>(gpu.memory_bytes()) / (1 << 30));
       }

@@ -278,6 +278,12 @@ grpc::ServerUnaryReactor* BoardService::Measure(grpc::CallbackServerContext* ctx
 std::string BoardService::check_gpu_upload(const std::string& data) const {
   const TargetKind kind = parse_gpu_device(options_.gpu_device).kind;
   std::string why = check_gpu_module(data, kind);
+  if (why.empty() && gpu_module_kind(data) == "cubin") {
+    // Machine code runs on its own architecture only: refused here with the reason, not left
+    // to the driver's "no kernel image is available".
+    std::string not_here = cubin_runs_on(cubin_sm(data), options_.device.gpu_arch());
+    return not_here.empty() ? "" : "a cubin whose code does not run here: " + not_here + " (upload PTX, or assemble for it)";
+  }
   if (why.empty() || data.compare(0, 4, "\x7f" "ELF") != 0) return why;
   GpuModelImage image;
   std::string model_why = read_gpu_model_image(data, image);

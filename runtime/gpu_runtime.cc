@@ -85,6 +85,7 @@ class CudaRuntime : public GpuRuntime {
     lib_.get(cuEventSynchronize, "cuEventSynchronize");
     lib_.get(cuEventElapsedTime, "cuEventElapsedTime");
     lib_.get(cuGetErrorName, "cuGetErrorName");
+    lib_.get(cuDriverGetVersion, "cuDriverGetVersion");
     check(cuInit(0), "cuInit");
     int count = 0;
     check(cuDeviceGetCount(&count), "cuDeviceGetCount");
@@ -99,7 +100,9 @@ class CudaRuntime : public GpuRuntime {
     int major = 0, minor = 0;
     check(cuDeviceGetAttribute(&major, kCcMajor, dev_), "cuDeviceGetAttribute");
     check(cuDeviceGetAttribute(&minor, kCcMinor, dev_), "cuDeviceGetAttribute");
-    info_ = {name, static_cast<int64_t>(mem), "sm_" + std::to_string(major * 10 + minor), count};
+    int driver = 0;
+    check(cuDriverGetVersion(&driver), "cuDriverGetVersion");
+    info_ = {name, static_cast<int64_t>(mem), "sm_" + std::to_string(major * 10 + minor), count, driver};
     check(cuDevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain");
     check(cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
   }
@@ -210,6 +213,7 @@ class CudaRuntime : public GpuRuntime {
   CUresult (*cuEventSynchronize)(CUevent) = nullptr;
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;
   CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
+  CUresult (*cuDriverGetVersion)(int*) = nullptr;
 };
 
 // ---- HIP (and HSA for the gfx name) ----------------------------------------------------
@@ -650,11 +654,11 @@ std::unique_ptr<GpuRuntime> open_gpu_runtime(const std::string& spec) {
 }
 
 std::string gpu_module_kind(const std::string& data) {
-  // ELF, little-endian, e_machine EM_AMDGPU (224) at byte 18.
+  // ELF, little-endian, e_machine at byte 18: EM_CUDA (190) or EM_AMDGPU (224).
   if (data.size() >= 20 && data.compare(0, 4, "\x7f" "ELF") == 0) {
     uint16_t m;
     std::memcpy(&m, data.data() + 18, sizeof m);
-    return m == 224 ? "hsaco" : "";
+    return m == 224 ? "hsaco" : m == 190 ? "cubin" : "";
   }
   // PTX: text with a .version and a .target directive, no NUL bytes.
   if (data.find('\0') == std::string::npos && data.find(".version ") != std::string::npos &&
@@ -664,11 +668,33 @@ std::string gpu_module_kind(const std::string& data) {
   return "";
 }
 
+int cubin_sm(const std::string& data) {
+  // A 64-bit little-endian ELF header (64 bytes): EI_OSABI at 7, e_flags at 48. NVIDIA's
+  // ABI of CUDA 13 (EI_OSABI 0x41) keeps the SM in bits 8-15 of e_flags, the older one
+  // (0x33) in bits 0-7.
+  if (data.size() < 64 || gpu_module_kind(data) != "cubin" || data[4] != 2 || data[5] != 1) return 0;
+  uint32_t flags;
+  std::memcpy(&flags, data.data() + 48, sizeof flags);
+  const auto osabi = static_cast<unsigned char>(data[7]);
+  const int sm = osabi == 0x41 ? static_cast<int>((flags >> 8) & 0xff) : osabi == 0x33 ? static_cast<int>(flags & 0xff) : 0;
+  return sm >= 10 ? sm : 0;
+}
+
+std::string cubin_runs_on(int sm, const std::string& device_arch) {
+  int device = 0;
+  if (device_arch.rfind("sm_", 0) == 0) device = std::atoi(device_arch.c_str() + 3);
+  if (sm <= 0) return "its ELF header names no SM";
+  if (device <= 0) return "this device (" + device_arch + ") is not an NVIDIA one";
+  if (sm / 10 == device / 10 && sm % 10 <= device % 10) return "";
+  return "it holds machine code for sm_" + std::to_string(sm) + ", which does not run on " + device_arch;
+}
+
 std::string check_gpu_module(const std::string& data, TargetKind kind) {
   std::string have = gpu_module_kind(data), want(kind_info(kind).module_format);
-  if (have == want) return "";
+  // CUDA boards take machine code (cubins: no JIT on the board) as well as PTX.
+  if (have == want || (kind == TargetKind::Cuda && have == "cubin")) return "";
   return "not a " + want + " module for a " + std::string(kind_name(kind)) + " board (it is " +
-         (have.empty() ? std::string("neither PTX nor an AMDGPU code object") : have) + ")";
+         (have.empty() ? std::string("neither PTX, a cubin nor an AMDGPU code object") : have) + ")";
 }
 
 }  // namespace tf

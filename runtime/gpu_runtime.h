@@ -48,6 +48,7 @@ struct GpuDeviceInfo {
   int64_t memory_bytes = 0;
   std::string arch;          // sm_90, gfx90a
   int devices = 0;           // the platform's devices on this machine (the driver's count)
+  int driver_version = 0;    // CUDA: the driver's CUDA version, 1000 x major + 10 x minor (13000); 0 for ROCm
   std::string target() const;  // the compile target: cuda -arch=sm_90, rocm -mcpu=gfx90a
   std::string key() const;     // the default board key: cuda-sm90, rocm-gfx90a
 };
@@ -146,8 +147,18 @@ class GpuRuntime {
 // (...)"), when it fails to start, or when there is no such device.
 std::unique_ptr<GpuRuntime> open_gpu_runtime(const std::string& spec);
 
-// "ptx" for PTX text, "hsaco" for an AMDGPU code object, "" for anything else.
+// "ptx" for PTX text, "cubin" for an NVIDIA ELF of machine code (ptxas's output), "hsaco" for
+// an AMDGPU code object, "" for anything else.
 std::string gpu_module_kind(const std::string& data);
+
+// The SM a cubin holds machine code for (90 for sm_90 and sm_90a), read from its ELF header
+// (both the ELF ABI of CUDA 12 and that of CUDA 13); 0 when `data` is not a cubin whose
+// header says.
+int cubin_sm(const std::string& data);
+
+// Why a cubin for `sm` does not run on a device of `device_arch` (sm_90), or "" when it does:
+// machine code runs on devices of its major version and a minor version at least its own.
+std::string cubin_runs_on(int sm, const std::string& device_arch);
 
 // Why `data` is not a module for a `kind` (cuda, rocm) board, or "" when it is.
 std::string check_gpu_module(const std::string& data, TargetKind kind);

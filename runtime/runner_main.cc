@@ -188,6 +188,7 @@ int probe(const std::string& device) {
     p.set_target(i.target());
     p.set_key(i.key());
     p.set_devices(i.devices);
+    p.set_driver_version(i.driver_version);
   } catch (const std::exception& e) {
     p.set_error(e.what());
   }

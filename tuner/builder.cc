@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "compiler/driver.h"
+#include "compiler/ptxas.h"
 #include "base/error.h"
 #include "costmodel/features.h"
 #include "base/json_limits.h"
@@ -81,6 +82,11 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
   while (static_cast<int>(workers_.size()) < n) {
     workers_.push_back(std::make_unique<ChildWorker>(std::vector<std::string>{opts_.worker_path, "--serve"}));
   }
+  json ptxas;
+  if (t.kind == TargetKind::Cuda && opts_.assemble_cuda) {
+    look_up_ptxas();
+    if (!ptxas_path_.empty()) ptxas = {{"path", ptxas_path_}, {"cuda_version", ptxas_version_}};
+  }
   std::atomic<size_t> next{0};
   auto work = [&](ChildWorker& worker) {
     for (size_t i; (i = next++) < configs.size();) {
@@ -88,6 +94,7 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
       r.config = configs[i];
       std::string so = batch_dir + "/" + std::to_string(i) + ".so";
       json req = {{"workload", w.canonical()}, {"target", t.str()}, {"config", configs[i]}, {"output", so}};
+      if (!ptxas.is_null()) req["ptxas"] = ptxas;
       auto start = std::chrono::steady_clock::now();
       std::string line, err;
       bool answered = worker.ask(req.dump(), opts_.timeout_s, &line, &err);
@@ -113,6 +120,10 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
           r.error_code = "ok";
           r.so_path = so;
           r.compile_s = reply.value("compile_s", r.compile_s);
+          if (reply.contains("cubin") && reply["cubin"].is_string()) {
+            r.cubin_path = reply["cubin"].get<std::string>();
+            r.cubin_cuda_version = ptxas_version_;
+          }
         }
       }
       // A fresh process now and then bounds what LLVM's and lld's global state may keep.
@@ -123,6 +134,26 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
   for (int i = 0; i < n; ++i) threads.emplace_back(work, std::ref(*workers_[i]));
   for (std::thread& th : threads) th.join();
   return out;
+}
+
+void LocalBuilder::look_up_ptxas() {
+  if (ptxas_looked_up_) return;
+  ptxas_looked_up_ = true;
+  if (!opts_.assemble_cuda) {
+    no_ptxas_ = "assembling turned off";
+  } else if (std::optional<Ptxas> p = find_ptxas(&no_ptxas_)) {
+    ptxas_path_ = p->path;
+    ptxas_version_ = p->cuda_version;
+  }
+}
+
+std::string LocalBuilder::assembly_note(const Target& t) {
+  if (t.kind != TargetKind::Cuda) return "";
+  look_up_ptxas();
+  if (ptxas_path_.empty()) return "kernels go to the boards as PTX, which their drivers JIT: " + no_ptxas_;
+  return "kernels are assembled for " + t.arch + " by " + ptxas_path_ + " (CUDA " + std::to_string(ptxas_version_ / 1000) +
+         "." + std::to_string(ptxas_version_ % 1000 / 10) + "): boards of that architecture and a CUDA " +
+         std::to_string(ptxas_version_ / 1000) + " driver or newer load the machine code without their PTX JIT";
 }
 
 int LocalBuilder::worker_starts() const {
@@ -150,9 +181,17 @@ json build_worker_main(const std::string& request) {
     }
     auto start = std::chrono::steady_clock::now();
     CompiledKernel k = compile_kernel(w, t, req.at("config"), "tuning", "");
-    write_kernel(k, EmitKind::SharedLibrary, req.at("output").get<std::string>());
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return {{"ok", true}, {"compile_s", s}};
+    const std::string output = req.at("output").get<std::string>();
+    write_kernel(k, EmitKind::SharedLibrary, output);
+    json reply = {{"ok", true}};
+    if (req.contains("ptxas") && t.kind == TargetKind::Cuda) {
+      Ptxas ptxas{req["ptxas"].at("path").get<std::string>(), req["ptxas"].at("cuda_version").get<int>()};
+      AssembleResult a = assemble_ptx(ptxas, output, t.arch, output + ".cubin");
+      if (a.status == AssembleStatus::Failed) return {{"ok", false}, {"error", a.message}};
+      if (a.status == AssembleStatus::Ok) reply["cubin"] = output + ".cubin";
+    }
+    reply["compile_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return reply;
   } catch (const std::exception& e) {
     return {{"ok", false}, {"error", e.what()}};
   }

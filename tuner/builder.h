@@ -30,6 +30,10 @@ struct BuildResult {
   std::string error_code = "ok"; // ok or compile_error
   std::string error_msg;
   double compile_s = 0;
+  // CUDA targets where the tuner has ptxas (compiler/ptxas.h): the kernel's machine code, which
+  // boards that can run it load instead of the PTX at so_path (no JIT there); "" otherwise.
+  std::string cubin_path;
+  int cubin_cuda_version = 0;  // of the ptxas that assembled it (13000)
   bool ok() const { return error_code == "ok"; }
 };
 
@@ -46,6 +50,9 @@ struct LocalBuilderOptions {
   int workers = 0;           // 0: as many as cores
   double timeout_s = 60;     // per candidate
   std::string worker_path;   // "": tunefarm-build-worker next to this program
+  // CUDA targets: also assemble each kernel with ptxas (compiler/ptxas.h find_ptxas), in the
+  // build's time limit; a kernel ptxas refuses is a COMPILE_ERROR.
+  bool assemble_cuda = true;
 };
 
 class ChildWorker;
@@ -61,6 +68,9 @@ class LocalBuilder : public Builder {
   int parallelism() const override { return opts_.workers; }
   // Worker processes started so far (a crash, a hang or kBuildsPerWorker builds start another).
   int worker_starts() const;
+  // For a CUDA target, a line saying how its kernels reach the boards: assembled by ptxas too
+  // (which one), or as PTX alone and why; "" for other targets.
+  std::string assembly_note(const Target& t);
 
  private:
   static constexpr int kBuildsPerWorker = 200;
@@ -68,11 +78,17 @@ class LocalBuilder : public Builder {
   std::vector<std::unique_ptr<ChildWorker>> workers_;
   std::string dir_;
   int batch_ = 0;
+  void look_up_ptxas();
+  bool ptxas_looked_up_ = false;
+  std::string ptxas_path_, no_ptxas_;
+  int ptxas_version_ = 0;
 };
 
 // The worker's side, for tunefarm-build-worker: reads {"workload", "target", "config",
 // "output"} and writes the library and sidecar; returns the reply {"ok", "error",
-// "compile_s"}. With {"workload", "target", "features": [config, ...]} it lowers each config
+// "compile_s"}. With "ptxas": {"path", "cuda_version"} (CUDA targets) it assembles the PTX
+// into output + ".cubin" too: the reply's "cubin" names it (absent where this ptxas lacks the
+// architecture); a kernel ptxas refuses is an error. With {"workload", "target", "features": [config, ...]} it lowers each config
 // for the cost model instead and replies {"ok", "features": [[f, ...] or null, ...]} (null:
 // the template refused that config).
 nlohmann::json build_worker_main(const std::string& request);

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "compiler/target.h"
 #include "runtime/gpu_model/image.h"
+#include "runtime/gpu_runtime.h"
 #include "runtime/kernel_library.h"
 #include "runtime/measure_limits.h"
 #include "runtime/model_abi.h"
@@ -242,6 +243,14 @@ pb::MeasureReply upload_and_measure(farm::LeasedBoard& board, const std::string&
   return reply;
 }
 
+// Whether `board` runs the cubin `code` that a ptxas of `cuda_version` assembled: its GPU's
+// architecture, and a driver of that CUDA major version or newer (compiler/ptxas.h).
+bool board_runs_cubin(const std::string& code, int cuda_version, const farm::LeasedBoard& board) {
+  const pb::DeviceInfo& d = board.lease().device();
+  return cubin_runs_on(cubin_sm(code), d.gpu_arch()).empty() && cuda_version > 0 &&
+         d.gpu_driver_version() / 1000 >= cuda_version / 1000;
+}
+
 void set_board(RunResult& r, farm::LeasedBoard& board) {
   r.board_id = board.lease().board_id();
   r.device_model = board.lease().device().cpu_model();
@@ -342,6 +351,15 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
         queue.pop_front();
       }
       std::string data = read_all(builds[i].so_path);
+      // A CUDA kernel's machine code where the board runs it: no JIT there.
+      bool cubin = false;
+      if (!builds[i].cubin_path.empty()) {
+        std::string code = read_all(builds[i].cubin_path);
+        if (board_runs_cubin(code, builds[i].cubin_cuda_version, *slot->board)) {
+          data = std::move(code);
+          cubin = true;
+        }
+      }
       // The sidecar, read once where it is needed: a GPU kernel's launch (without one it cannot
       // run), inputs passed packed. A sidecar it cannot use is a result, not an exception: this
       // is a worker thread.
@@ -366,6 +384,7 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
         RunResult r = measure_on(*slot->board, ctx, data, name, ctx.graph().workload.op, &ctx_mu,
                                  launch ? &*launch : nullptr, nullptr, side);
         r.board_target = slot->target;
+        r.cubin = cubin;
         out[i] = std::move(r);
       } catch (const UserError& e) {
         out[i].error = pb::LOAD_ERROR;

@@ -60,6 +60,7 @@ struct RunResult {
   // machine), loading it in the measuring process (the GPU driver's PTX JIT there), and the
   // rest of the measuring process's work (MeasureReply's load_s and run_s).
   double upload_s = 0, load_s = 0, run_s = 0;
+  bool cubin = false;  // a CUDA board loaded the kernel's machine code, not its PTX (no JIT)
   bool ok() const { return error == tunefarm::v1::OK; }
   double median_s() const;  // 0 when not timed
   double baseline_median_s() const;  // 0 without a baseline

@@ -133,6 +133,7 @@ void TuneLoop::add_parts(const RunResult& r) {
   sum_.state.upload_s += r.upload_s;
   sum_.state.load_s += r.load_s;
   sum_.state.run_s += r.run_s;
+  sum_.state.cubin_loads += r.cubin ? 1 : 0;
 }
 
 std::vector<BuildResult> TuneLoop::timed_build(const std::vector<json>& configs, Interval* took) {

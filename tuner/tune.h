@@ -123,6 +123,7 @@ struct TuneState {
   // the measuring process, the network and waits for a board.
   int measured = 0;
   double upload_s = 0, load_s = 0, run_s = 0;
+  int cubin_loads = 0;  // measurements whose module was a cubin (RunResult::cubin)
 };
 
 class MeasureCallback {

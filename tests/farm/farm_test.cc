@@ -27,6 +27,7 @@
 
 #include "base/hash.h"
 #include "proto/credentials.h"
+#include "compiler/ptxas.h"
 #include "compiler/target.h"
 #include "rpc_server/board_service.h"
 #include "tests/farm/daemon.h"
@@ -2066,6 +2067,115 @@ TEST(FarmGpu, FakeCudaBoardCarriesPtxAndItsLaunch) {
   EXPECT_NE(results[0].error_msg.find("has no launch in its sidecar"), std::string::npos) << results[0].error_msg;
   // A GPU board's timings are not the host's cores: the tuner builds while it measures.
   EXPECT_TRUE(runner.overlaps_builds()) << runner.board_target();
+}
+
+// A CUDA board takes a kernel's machine code (a cubin, ptxas's ELF) as well as its PTX, and
+// loads it without the driver's JIT; a cubin of another architecture is refused at upload. The
+// tuner assembles its candidates where it has ptxas and uploads cubins to the boards that run
+// them (their architecture, a driver of ptxas's CUDA version or newer), PTX to the others.
+TEST(FarmGpu, CudaBoardsLoadCubinsWithoutTheirJit) {
+  auto tracker = start_tracker(0);
+  int port = tracker->port();
+  ASSERT_GT(port, 0) << tracker->log();
+  std::string dir = temp_dir() + "/cubins";
+  fs::create_directories(dir);
+  auto start_board = [&](const std::string& key, const std::string& driver) {
+    return std::make_unique<Daemon>(
+        std::vector<std::string>{"/usr/bin/env", std::string("LD_LIBRARY_PATH=") + TF_FAKE_CUDA_DIR,
+                                 "TF_FAKE_CUDA_LOG=" + dir + "/" + key + ".fake", "TF_FAKE_CUDA_JIT_MS=20",
+                                 "TF_FAKE_CUDA_DRIVER_VERSION=" + driver, TF_RPC_SERVER, "--tracker",
+                                 "127.0.0.1:" + std::to_string(port), "--device", "cuda:0", "--port", "0",
+                                 "--token-file", token_file(), "--board-id", key, "--key", key},
+        dir + "/" + key + ".log");
+  };
+  std::unique_ptr<Daemon> board = start_board("new-driver", "13000");
+  ASSERT_GT(board->port(), 0) << board->log();
+  FarmClient c({"127.0.0.1:" + std::to_string(port), kToken, {}});
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "new-driver") == 1; }, 10000))
+      << board->log();
+  {
+    std::unique_ptr<LeasedBoard> b = c.lease("new-driver", "test", 0, 5000);
+    EXPECT_EQ(b->lease().device().gpu_driver_version(), 13000);
+    // An ELF header of CUDA 13's ABI for sm_90 (SM in bits 8-15 of e_flags), then nothing.
+    std::string sm90(256, '\0');
+    std::memcpy(sm90.data(), "\x7f" "ELF\x02\x01\x01\x41\x08", 9);
+    const uint16_t machine = 190;
+    const uint32_t flags = 0x6005a04;
+    std::memcpy(sm90.data() + 18, &machine, 2);
+    std::memcpy(sm90.data() + 48, &flags, 4);
+    try {
+      b->upload(sm90, "other.cubin");
+      ADD_FAILURE() << "a cubin for sm_90 was taken by an sm_80 board";
+    } catch (const FarmError& e) {
+      EXPECT_NE(std::string(e.what()).find("a cubin whose code does not run here: it holds machine code for sm_90, which "
+                                           "does not run on sm_80"),
+                std::string::npos)
+          << e.what();
+    }
+    b->release();
+  }
+  std::string why;
+  std::optional<tf::Ptxas> ptxas = tf::find_ptxas(&why);
+  if (!ptxas) {
+    std::printf("note: %s: cubins not loaded (the refusal above was checked)\n", why.c_str());
+    return;
+  }
+  std::string ptx = dir + "/mm.ptx", cubin = dir + "/mm.cubin";
+  ASSERT_EQ(run_shell(std::string(TF_TUNEFARM) + " compile -w 'matmul(M=64,N=48,K=32)' -t 'cuda -arch=sm_80' --no-db -o " +
+                      ptx + " > /dev/null"),
+            0);
+  ASSERT_EQ(tf::assemble_ptx(*ptxas, ptx, "sm_80", cubin).status, tf::AssembleStatus::Ok);
+  {
+    std::unique_ptr<LeasedBoard> b = c.lease("new-driver", "test", 0, 5000);
+    pb::MeasureReply reply = b->measure(gpu_request(ptx, "matmul"), b->upload(read_file(cubin), "mm.cubin"));
+    EXPECT_EQ(reply.error(), pb::OK) << reply.error_msg();
+    EXPECT_EQ(reply.samples_s_size(), 2);
+    b->release();
+  }
+  // Loaded as machine code, its function and its three parameters found in the ELF (the
+  // FAKE driver reads .nv.info), and launched.
+  std::string fake = read_file(dir + "/new-driver.fake");
+  EXPECT_EQ(count_prefixed(fake, "cubin "), 1) << fake;
+  EXPECT_EQ(count_prefixed(fake, "module "), 0) << fake;
+  EXPECT_NE(fake.find("launch matmul "), std::string::npos) << fake;
+
+  // tune on both kinds of board: cubins where the driver is CUDA 13, PTX where it is 12.4.
+  std::unique_ptr<Daemon> old_board = start_board("old-driver", "12040");
+  ASSERT_GT(old_board->port(), 0) << old_board->log();
+  ASSERT_TRUE(wait_summary(c, [](const pb::SummaryReply& s) { return boards_with_key(s, "old-driver") == 1; }, 10000))
+      << old_board->log();
+  for (const char* key : {"new-driver", "old-driver"}) {
+    const std::string out = dir + "/" + key + ".jsonl", fake_log = dir + "/" + key + ".fake";
+    std::ofstream(fake_log, std::ios::trunc).close();
+    ASSERT_EQ(run_shell(std::string(TF_TUNEFARM) + " tune -w 'matmul(M=64,N=48,K=32)' -t 'cuda -arch=sm_80' --key " + key +
+                        " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() +
+                        " --trials 3 --batch 3 --repeat 2 --no-db --json > " + out + " 2>&1"),
+              1)
+        << read_file(out);
+    // The FAKE driver computes nothing: every candidate is a wrong answer, measured all the same.
+    EXPECT_NE(read_file(out).find("no candidate of matmul(M=64,N=48,K=32,epilogue=none) ran correctly"), std::string::npos);
+    nlohmann::json start, done;
+    std::istringstream lines(read_file(out));
+    for (std::string l; std::getline(lines, l);) {
+      nlohmann::json e = nlohmann::json::parse(l, nullptr, false);
+      if (e.is_object() && e.value("event", "") == "start") start = e;
+      if (e.is_object() && e.value("event", "") == "done") done = e;
+    }
+    ASSERT_TRUE(done.is_object()) << read_file(out);
+    EXPECT_NE(start.value("assembly", "").find("by " + ptxas->path), std::string::npos) << start.dump();
+    const int measured = done["time"]["measurements"].get<int>();
+    EXPECT_GE(measured, 3) << done.dump();
+    const std::string log = read_file(fake_log);
+    if (std::string(key) == "new-driver") {
+      EXPECT_EQ(done["time"]["cubin_loads"].get<int>(), measured) << done.dump();
+      EXPECT_EQ(count_prefixed(log, "cubin "), measured) << log;
+      EXPECT_EQ(count_prefixed(log, "module "), 0) << log;
+    } else {
+      EXPECT_EQ(done["time"]["cubin_loads"].get<int>(), 0) << done.dump();
+      EXPECT_EQ(count_prefixed(log, "module "), measured) << log;
+      EXPECT_EQ(count_prefixed(log, "cubin "), 0) << log;
+    }
+  }
 }
 
 // A model compiled for cuda, timed on a (FAKE) CUDA board: the board reads the library as

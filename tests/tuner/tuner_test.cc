@@ -18,6 +18,8 @@
 #include <sstream>
 
 #include "compiler/driver.h"
+#include "compiler/ptxas.h"
+#include "runtime/gpu_runtime.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "db/database.h"
@@ -317,6 +319,82 @@ TEST(Builder, AMissingWorkerIsAClearError) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("tunefarm-build-worker"), std::string::npos) << e.what();
   }
+}
+
+// A stand-in for ptxas (a script): says its version, then `then` for each kernel (shell).
+std::string stand_in_ptxas(const std::string& name, const std::string& then) {
+  std::string path = temp_dir() + "/" + name;
+  std::ofstream f(path);
+  f << "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Cuda compilation tools, release 12.4, V12.4.131'; exit 0; fi\n"
+    << then << "\n";
+  f.close();
+  fs::permissions(path, fs::perms::owner_all);
+  return path;
+}
+
+// CUDA kernels are assembled into cubins in the build (its workers, its time limit) where the
+// tuner has ptxas; a kernel ptxas refuses is that candidate's compile error, an architecture
+// it lacks leaves the PTX, and no ptxas (or TF_PTXAS=off) says why.
+TEST(Builder, CudaKernelsAreAssembledWhereTheTunerHasPtxas) {
+  EXPECT_EQ(ptxas_cuda_version("Cuda compilation tools, release 13.0, V13.0.88"), 13000);
+  EXPECT_EQ(ptxas_cuda_version("release 12.4, V12.4.131"), 12040);
+  EXPECT_EQ(ptxas_cuda_version("ptxas: unknown option"), 0);
+  Workload w = parse_workload("matmul(M=64,N=48,K=32)");
+  const Target sm80 = parse_target("cuda -arch=sm_80");
+  const char* before = std::getenv("TF_PTXAS");
+  const std::string saved = before ? before : "";
+  struct Case {
+    std::string ptxas;  // TF_PTXAS
+    std::string note;   // in assembly_note
+    const char* error;  // the candidate's compile error; nullptr: it builds
+    bool cubin;
+  };
+  const std::vector<Case> cases = {
+      {"off", "as PTX, which their drivers JIT: TF_PTXAS=off", nullptr, false},
+      {temp_dir() + "/no-such-ptxas", "does not say its version", nullptr, false},
+      {stand_in_ptxas("refusing-ptxas", "echo \"ptxas error   : Entry function 'matmul' uses too much shared data\"; exit 255"),
+       "by " + temp_dir() + "/refusing-ptxas (CUDA 12.4)", "refused the kernel: ptxas error   : Entry function 'matmul' uses too much shared data", false},
+      {stand_in_ptxas("archless-ptxas", "echo \"ptxas fatal   : Value 'sm_80' is not defined for option 'gpu-name'\"; exit 255"),
+       "CUDA 12.4", nullptr, false},
+  };
+  for (const Case& k : cases) {
+    setenv("TF_PTXAS", k.ptxas.c_str(), 1);
+    LocalBuilder b = builder();
+    EXPECT_NE(b.assembly_note(sm80).find(k.note), std::string::npos) << b.assembly_note(sm80);
+    EXPECT_EQ(b.assembly_note(x86_avx512()), "");
+    std::vector<BuildResult> r = b.build(w, sm80, {json::object()});
+    if (k.error) {
+      EXPECT_EQ(r[0].error_code, "compile_error") << k.ptxas;
+      EXPECT_NE(r[0].error_msg.find(k.error), std::string::npos) << r[0].error_msg;
+    } else {
+      EXPECT_TRUE(r[0].ok()) << r[0].error_msg;
+      EXPECT_EQ(r[0].cubin_path, "") << k.ptxas;
+    }
+  }
+  if (before) setenv("TF_PTXAS", saved.c_str(), 1); else unsetenv("TF_PTXAS");
+  // The real ptxas, where this machine has NVIDIA's toolkit.
+  std::string why;
+  std::optional<Ptxas> ptxas = find_ptxas(&why);
+  if (!ptxas) {
+    std::printf("note: %s: no cubin assembled\n", why.c_str());
+    return;
+  }
+  LocalBuilder b = builder();
+  EXPECT_NE(b.assembly_note(sm80).find("by " + ptxas->path), std::string::npos) << b.assembly_note(sm80);
+  std::vector<BuildResult> r = b.build(w, sm80, {json::object()});
+  ASSERT_TRUE(r[0].ok()) << r[0].error_msg;
+  ASSERT_NE(r[0].cubin_path, "");
+  EXPECT_EQ(r[0].cubin_cuda_version, ptxas->cuda_version);
+  auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const std::string code = bytes(r[0].cubin_path);
+  EXPECT_EQ(gpu_module_kind(code), "cubin");
+  EXPECT_EQ(cubin_sm(code), 80);
+  EXPECT_EQ(cubin_runs_on(80, "sm_86"), "");
+  EXPECT_NE(cubin_runs_on(80, "sm_90").find("holds machine code for sm_80, which does not run on sm_90"), std::string::npos);
+  EXPECT_EQ(gpu_module_kind(bytes(r[0].so_path)), "ptx");  // the PTX stays, for boards that JIT it
 }
 
 // ---- Local runner ----------------------------------------------------------------------

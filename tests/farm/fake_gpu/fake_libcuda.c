@@ -15,7 +15,10 @@
 // way. $TF_FAKE_CUDA_HANG_LAUNCH=name: a launch of that kernel never returns (a kernel that
 // never ends). Module unloads and frees are logged ("unload", "free") for leak checks.
 // $TF_FAKE_CUDA_MEMORY=bytes: larger allocations fail (CUDA_ERROR_OUT_OF_MEMORY).
-// $TF_FAKE_CUDA_JIT_MS=N: a module load takes N ms more, as the driver's PTX JIT does.
+// $TF_FAKE_CUDA_JIT_MS=N: a PTX module's load takes N ms more, as the driver's PTX JIT does.
+// A cubin (ptxas's ELF) loads without it, logged as "cubin BYTES" (PTX as "module BYTES"); its
+// functions are those with a .text.NAME section, their parameters counted in .nv.info.NAME.
+// $TF_FAKE_CUDA_DRIVER_VERSION=N: what cuDriverGetVersion says (default 13000, CUDA 13.0).
 // $TF_FAKE_CUDA_DEVICES=N: N devices (default 1; a host with several GPUs), each named with
 // its ordinal; the context's device (cuDevicePrimaryCtxRetain) is logged ("context N").
 // A launch with more than 48 KiB of dynamic shared memory fails (CUDA_ERROR_INVALID_VALUE) unless
@@ -58,6 +61,8 @@ static void log_line(const char* format, ...) {
 }
 struct FakeModule {
   struct FakeModule* next;
+  size_t size;  // of text, a cubin's bytes or PTX with its NUL
+  int cubin;
   char text[];
 };
 struct FakeModule* tf_fake_cuda_modules;
@@ -102,27 +107,93 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int d) {
 }
 CUresult cuCtxSetCurrent(void* ctx) { return 0; }
 CUresult cuCtxSynchronize(void) { POISON_CHECK(); return 0; }
+// A cubin's size: the furthest end of its section headers, program headers and sections
+// (ELF64, little-endian), as a driver finds it from the header; 0 when the header is not one.
+static size_t cubin_size(const char* elf) {
+  unsigned long long shoff, phoff, end;
+  unsigned short phentsize, phnum, shentsize, shnum;
+  if (elf[4] != 2 || elf[5] != 1) return 0;
+  memcpy(&phoff, elf + 0x20, 8);
+  memcpy(&shoff, elf + 0x28, 8);
+  memcpy(&phentsize, elf + 0x36, 2);
+  memcpy(&phnum, elf + 0x38, 2);
+  memcpy(&shentsize, elf + 0x3a, 2);
+  memcpy(&shnum, elf + 0x3c, 2);
+  if (shentsize != 64 || shnum == 0 || shoff > (1ull << 30) || phoff > (1ull << 30)) return 0;
+  end = shoff + shnum * 64ull;
+  if (phnum && phoff + (unsigned long long)phnum * phentsize > end) end = phoff + (unsigned long long)phnum * phentsize;
+  for (unsigned i = 0; i < shnum; ++i) {
+    unsigned type;
+    unsigned long long o, l;
+    memcpy(&type, elf + shoff + i * 64ull + 4, 4);
+    memcpy(&o, elf + shoff + i * 64ull + 24, 8);
+    memcpy(&l, elf + shoff + i * 64ull + 32, 8);
+    if (type == 8 || o > (1ull << 30) || l > (1ull << 30)) continue;  // SHT_NOBITS: no bytes in the file
+    if (o + l > end) end = o + l;
+  }
+  return (size_t)end;
+}
+// The section of `name` in a cubin of `size` bytes: its offset and size, or 0 when it has none.
+static int cubin_section(const char* elf, size_t size, const char* name, size_t* off, size_t* len) {
+  unsigned long long shoff;
+  unsigned short shnum, shstrndx;
+  memcpy(&shoff, elf + 0x28, 8);
+  memcpy(&shnum, elf + 0x3c, 2);
+  memcpy(&shstrndx, elf + 0x3e, 2);
+  if (shstrndx >= shnum) return 0;
+  unsigned long long strings, strings_size;
+  memcpy(&strings, elf + shoff + shstrndx * 64ull + 24, 8);
+  memcpy(&strings_size, elf + shoff + shstrndx * 64ull + 32, 8);
+  if (strings > size || strings_size > size - strings) return 0;
+  for (unsigned i = 0; i < shnum; ++i) {
+    const char* h = elf + shoff + i * 64ull;
+    unsigned at;
+    unsigned long long o, l;
+    memcpy(&at, h, 4);
+    memcpy(&o, h + 24, 8);
+    memcpy(&l, h + 32, 8);
+    if (at >= strings_size || strnlen(elf + strings + at, strings_size - at) != strlen(name) ||
+        strcmp(elf + strings + at, name) != 0)
+      continue;
+    if (o > size || l > size - o) return 0;
+    *off = (size_t)o;
+    *len = (size_t)l;
+    return 1;
+  }
+  return 0;
+}
+
+CUresult cuDriverGetVersion(int* v) {
+  const char* version = getenv("TF_FAKE_CUDA_DRIVER_VERSION");
+  *v = version ? atoi(version) : 13000;
+  return 0;
+}
+
 CUresult cuModuleLoadData(void** m, const void* image) {
   POISON_CHECK();
   const char* jit_ms = getenv("TF_FAKE_CUDA_JIT_MS");
-  if (jit_ms) {
+  const char* text = (const char*)image;
+  const int cubin = memcmp(text, "\x7f" "ELF", 4) == 0;
+  size_t n = cubin ? cubin_size(text) : strlen(text) + 1;
+  if (cubin && n == 0) return 200;  // CUDA_ERROR_INVALID_IMAGE
+  if (!cubin && (strncmp(text, "//", 2) != 0 || !strstr(text, ".version ") || !strstr(text, ".target sm_"))) return 218;  // CUDA_ERROR_INVALID_PTX
+  if (!cubin && jit_ms) {
     long ms = atol(jit_ms);
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&t, NULL);
   }
-  const char* text = (const char*)image;
-  if (strncmp(text, "//", 2) != 0 || !strstr(text, ".version ") || !strstr(text, ".target sm_")) return 218;  // CUDA_ERROR_INVALID_PTX
   // Kept (reachable from a global list the compiler cannot drop, for LeakSanitizer) as a
   // driver keeps its modules until the context ends.
-  size_t n = strlen(text) + 1;
   struct FakeModule* kept = malloc(sizeof *kept + n);
   if (!kept) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
   memcpy(kept->text, text, n);
+  kept->size = n;
+  kept->cubin = cubin;
   kept->next = tf_fake_cuda_modules;
   tf_fake_cuda_modules = kept;
   g_module = kept->text;
   *m = g_module;
-  log_line("module %zu", n - 1);
+  log_line(cubin ? "cubin %zu" : "module %zu", cubin ? n : n - 1);
   return 0;
 }
 CUresult cuModuleUnload(void* m) {
@@ -150,16 +221,45 @@ typedef struct Function {
 struct Function* tf_fake_cuda_functions;
 
 CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
+  const struct FakeModule* module = NULL;
+  for (const struct FakeModule* k = tf_fake_cuda_modules; k; k = k->next)
+    if (k->text == m) module = k;
+  if (!module) return 400;  // CUDA_ERROR_INVALID_HANDLE
+  int params = 0;
+  const char* at = NULL;
   char want[300];
-  snprintf(want, sizeof want, ".visible .entry %s(", name);
-  const char* at = strstr((const char*)m, want);
-  if (!at) return 500;  // CUDA_ERROR_NOT_FOUND
+  if (module->cubin) {
+    size_t off, len;
+    snprintf(want, sizeof want, ".text.%s", name);
+    if (!cubin_section(module->text, module->size, want, &off, &len)) return 500;  // CUDA_ERROR_NOT_FOUND
+    // EIATTR_KPARAM_INFO records (attribute 0x17, of a 2-byte size) in .nv.info.NAME, one a parameter.
+    snprintf(want, sizeof want, ".nv.info.%s", name);
+    if (cubin_section(module->text, module->size, want, &off, &len)) {
+      for (size_t p = off; p + 2 <= off + len;) {
+        unsigned char format = (unsigned char)module->text[p], attribute = (unsigned char)module->text[p + 1];
+        if (format == 4) {
+          unsigned short bytes;
+          if (p + 4 > off + len) break;
+          memcpy(&bytes, module->text + p + 2, 2);
+          params += attribute == 0x17;
+          p += 4 + bytes;
+        } else {
+          p += format == 3 ? 4 : 2;
+        }
+      }
+    }
+  } else {
+    snprintf(want, sizeof want, ".visible .entry %s(", name);
+    at = strstr((const char*)m, want);
+    if (!at) return 500;  // CUDA_ERROR_NOT_FOUND
+  }
   Function* fn = calloc(1, sizeof(Function));
   if (!fn) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
   fn->next = tf_fake_cuda_functions;
   tf_fake_cuda_functions = fn;
   snprintf(fn->name, sizeof fn->name, "%s", name);
-  const char* end = strchr(at, ')');
+  fn->params = params;
+  const char* end = at ? strchr(at, ')') : NULL;
   for (const char* p = at; end && (p = strstr(p, ".param")) && p < end; p += 6) ++fn->params;
   *f = fn;
   return 0;
