@@ -1,6 +1,8 @@
 #include "graph/onnx_import.h"
 
 #include <onnx/onnx_pb.h>
+#include <onnx/defs/schema.h>
+#include <onnx/version_converter/convert.h>
 
 #include <algorithm>
 #include <bit>
@@ -24,6 +26,9 @@ namespace tf::graph {
 namespace {
 
 constexpr int64_t kMinOpset = 11, kMaxOpset = 25;
+// Models of opsets kMinConvertedOpset to kMinOpset - 1 are converted to kMinOpset at import
+// (ONNX's version converter; every ONNX node test of those opsets imports and matches).
+constexpr int64_t kMinConvertedOpset = 1;
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -595,6 +600,53 @@ void inline_local_functions(onnx::ModelProto& model, const std::string& file, in
   *model.mutable_graph()->mutable_node() = std::move(nodes);
 }
 
+// What ONNX's version converter assumes of a model and does not check (it dereferences what
+// is missing), checked before a model of an older opset is converted: an IR version, graph
+// outputs that something defines, and nodes (subgraphs' too) of ONNX's operators of that
+// opset, each as its schema says (inputs, outputs, attributes). Opset 8's Scan (a batch axis,
+// sequence_lens) is another operator than opset 9's, which the converter would not make of it.
+void check_for_conversion(const onnx::ModelProto& model, int64_t opset, const std::string& file) {
+  const std::string redo = str("; re-export with opset_version ", kMinOpset, " to ", kMaxOpset);
+  if (!model.has_ir_version() || model.ir_version() < 2)
+    throw UserError(str(file, ": a model of opset ", opset, " without an IR version of 2 or more (it has ",
+                        model.ir_version(), ") is not supported", redo));
+  std::function<void(const onnx::GraphProto&)> check_graph = [&](const onnx::GraphProto& gp) {
+    for (const onnx::NodeProto& n : gp.node()) {
+      const std::string where = str(file, ": node '", n.name(), "' (", n.op_type(), "): ");
+      if (!n.domain().empty() && n.domain() != "ai.onnx")
+        throw UserError(str(where, "operators of domain '", n.domain(), "' in a model of opset ", opset,
+                            " are not supported (such models are converted to opset ", kMinOpset,
+                            ", which takes ONNX's own operators)", redo));
+      const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset));
+      if (!schema)
+        throw UserError(str(where, "operator ", n.op_type(), " is not supported: ONNX has no such operator at opset ",
+                            opset));
+      if (opset < 9 && n.op_type() == "Scan")
+        throw UserError(str(where, "Scan of opset ", opset, " (a batch axis and sequence_lens) is not supported", redo));
+      try {
+        schema->Verify(n);
+      } catch (const std::exception& e) {
+        std::string why = e.what();
+        throw UserError(str(where, "not ONNX's ", n.op_type(), " of opset ", opset, ": ",
+                            why.substr(0, std::min<size_t>(why.find('\n'), 300))));
+      }
+      for (const onnx::AttributeProto& a : n.attribute()) {
+        if (a.has_g()) check_graph(a.g());
+        for (const onnx::GraphProto& sub : a.graphs()) check_graph(sub);
+      }
+    }
+  };
+  const onnx::GraphProto& gp = model.graph();
+  check_graph(gp);
+  std::set<std::string> defined;
+  for (const auto& vi : gp.input()) defined.insert(vi.name());
+  for (const auto& init : gp.initializer()) defined.insert(init.name());
+  for (const onnx::NodeProto& n : gp.node()) defined.insert(n.output().begin(), n.output().end());
+  for (const auto& vi : gp.output()) {
+    if (!defined.count(vi.name())) throw UserError(str(file, ": graph output '", vi.name(), "' is never computed"));
+  }
+}
+
 }  // namespace
 
 Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const InputBinding& bind,
@@ -612,9 +664,27 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
     throw UserError(str(file,
                         ": the model imports no opset of the default ONNX domain (training and ML "
                         "domains are not supported)"));
+  if (g.opset >= kMinConvertedOpset && g.opset < kMinOpset) {
+    // Older exports (the ONNX Model Zoo's classics are of opsets 3 to 9) are raised to the first
+    // opset taken by ONNX's own version converter, which rewrites what changed on the way
+    // (Upsample to Resize, attributes that became inputs, broadcasting rules).
+    check_for_conversion(model, g.opset, file);
+    try {
+      model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOpset));
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      why = why.substr(0, std::min<size_t>(why.find('\n'), 300));
+      throw UserError(str(file, ": this model of opset ", g.opset, " is not supported: ONNX's version converter ",
+                          "could not raise it to opset ", kMinOpset, " (", why, "); re-export with opset_version ",
+                          kMinOpset, " to ", kMaxOpset));
+    }
+    g.opset_converted_from = g.opset;
+    g.opset = kMinOpset;
+  }
   if (g.opset < kMinOpset || g.opset > kMaxOpset) {
-    throw UserError(str(file, ": opset ", g.opset, " is not supported (", kMinOpset, " to ",
-                        kMaxOpset, "; re-export with opset_version in that range)"));
+    throw UserError(str(file, ": opset ", g.opset, " is not supported (", kMinConvertedOpset, " to ", kMaxOpset,
+                        ", those below ", kMinOpset, " converted to ", kMinOpset,
+                        "; re-export with opset_version in that range)"));
   }
   inline_local_functions(model, file, g.opset);
   const onnx::GraphProto& gp = model.graph();
@@ -766,6 +836,13 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
     if (!g.values.count(vi.name()))
       throw UserError(str(file, ": graph output '", vi.name(), "' is never computed"));
     const int32_t declared = vi.type().has_tensor_type() ? vi.type().tensor_type().elem_type() : 0;
+    if (declared == onnx::TensorProto::INT32 && holds_floats(g.value(vi.name()).dtype)) {
+      // MatMulInteger's and ConvInteger's int32 results are float32 values inside (exact below
+      // 2^24); int32 computed as such (a Cast to it) is given as int64.
+      throw UserError(str(file, ": graph output '", vi.name(), "' is declared int32 but computed as ",
+                          dtype_name(g.value(vi.name()).dtype), " (MatMulInteger, ConvInteger): int32 results as ",
+                          "a model's outputs are not supported; cast them to float or int64 in the model"));
+    }
     if (declared == onnx::TensorProto::FLOAT16 || declared == onnx::TensorProto::BFLOAT16) {
       store_as_16_bits(g, vi.name(),
                        declared == onnx::TensorProto::FLOAT16 ? DType::F16 : DType::BF16, unused,

@@ -155,11 +155,11 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
     EXPECT_NE(e.find(want), std::string::npos) << "got: " << e;
   };
   {
-    ModelBuilder b(9);
+    ModelBuilder b(0);
     b.input("x", {2});
     b.node("Relu", {"x"}, {"y"});
     b.output("y");
-    expect(b, "test.onnx: opset 9 is not supported (11 to 25");
+    expect(b, "test.onnx: opset 0 is not supported (1 to 25, those below 11 converted to 11; re-export");
   }
   {
     ModelBuilder b;
@@ -2315,7 +2315,7 @@ TEST(OnnxImport, NewerOpsetRefusalsNameWhatIsAtFault) {
     std::string e = b.error();
     EXPECT_NE(e.find(want), std::string::npos) << "want: " << want << "\ngot: " << e;
   };
-  expect(26, [](ModelBuilder& b) { b.node("Relu", {"x"}, {"y"}); }, "opset 26 is not supported (11 to 25");
+  expect(26, [](ModelBuilder& b) { b.node("Relu", {"x"}, {"y"}); }, "opset 26 is not supported (1 to 25, those below 11 converted to 11");
   expect(17, [](ModelBuilder& b) {
     auto* s = b.node("Split", {"x"}, {"y", "z"});
     set_int(s, "num_outputs", 2);
@@ -4419,6 +4419,128 @@ TEST(OnnxImport, IfOnARunTimeConditionSelectsItsBranch) {
     expect_compiled_as_reference(g, x, want, {"y"});
   }
   if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/runtime_if.onnx");
+}
+
+// What the conversion of older opsets refuses, by name: a model the converter cannot take,
+// opset 8's Scan (another operator than opset 9's), and int32 results of MatMulInteger as a
+// model's output (float32 values inside).
+TEST(OnnxImport, OlderOpsetRefusals) {
+  auto expect = [](const ModelBuilder& b, const std::string& want) {
+    std::string e = b.error();
+    EXPECT_NE(e.find(want), std::string::npos) << "got: " << e;
+  };
+  {
+    ModelBuilder b(9);
+    b.input("x", {2, 3});
+    b.node("NoSuchOp", {"x"}, {"y"}, "odd");
+    b.output("y");
+    expect(b, "test.onnx: node 'odd' (NoSuchOp): operator NoSuchOp is not supported: ONNX has no such operator at opset 9");
+  }
+  {
+    ModelBuilder b(10);
+    b.input("x", {2, 3});
+    b.node("Relu", {"undefined_value"}, {"y"});
+    b.output("y");
+    expect(b, "test.onnx: this model of opset 10 is not supported: ONNX's version converter could not raise it to "
+              "opset 11 (Input undefined_value is undefined!); re-export with opset_version 11 to 25");
+  }
+  {
+    ModelBuilder b(8);
+    b.input("x", {2, 3});
+    b.node("Relu", {"x", "x"}, {"y"});
+    b.output("y");
+    expect(b, "test.onnx: node 'Relu_y' (Relu): not ONNX's Relu of opset 8: Node (Relu_y) has input size 2 not in "
+              "range [min=1, max=1]");
+  }
+  {
+    // What the converter would dereference unchecked: a missing IR version, an output nothing
+    // computes.
+    ModelBuilder b(9);
+    b.input("x", {2, 3});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    b.m.clear_ir_version();
+    expect(b, "test.onnx: a model of opset 9 without an IR version of 2 or more (it has 0) is not supported");
+    ModelBuilder c(9);
+    c.input("x", {2, 3});
+    c.node("Relu", {"x"}, {"y"});
+    c.output("nowhere");
+    expect(c, "test.onnx: graph output 'nowhere' is never computed");
+  }
+  {
+    ModelBuilder b(8);
+    b.input("x", {1, 3, 2});
+    b.node("Scan", {"", "x"}, {"y"}, "scan8");
+    b.output("y");
+    expect(b, "test.onnx: node 'scan8' (Scan): Scan of opset 8 (a batch axis and sequence_lens) is not supported");
+  }
+  {
+    ModelBuilder b(10);
+    b.bytes("a", {2, 3}, {1, 2, 3, 4, 5, 6}, onnx::TensorProto::UINT8);
+    b.bytes("w", {3, 4}, {1, -2, 3, -4, 5, -6, 7, -8, 9, -10, 11, -12}, onnx::TensorProto::INT8);
+    b.node("MatMulInteger", {"a", "w"}, {"y"});
+    b.output("y", {2, 4}, onnx::TensorProto::INT32);
+    expect(b, "test.onnx: graph output 'y' is declared int32 but computed as float32 (MatMulInteger, ConvInteger): "
+              "int32 results as a model's outputs are not supported");
+  }
+  {
+    ModelBuilder b(9);
+    b.input("x", {2, 3});
+    auto* n = b.node("Relu", {"x"}, {"y"}, "elsewhere");
+    n->set_domain("com.microsoft");
+    b.output("y");
+    expect(b, "test.onnx: node 'elsewhere' (Relu): operators of domain 'com.microsoft' in a model of opset 9 are not supported");
+  }
+}
+
+// Models of opsets 1 to 10 are raised to opset 11 by ONNX's version converter at import:
+// Upsample becomes Resize, and the attributes that later became inputs (Slice's starts and
+// ends, Pad's pads and value, Clip's min and max, TopK's k) become constants. An opset 9
+// model of each is compiled against the reference; TF_OPSET_MODELS_DIR=dir saves it as
+// dir/old_opset.onnx, which graph_ort runs through ONNX Runtime as written (opset 9).
+TEST(OnnxImport, OlderOpsetsAreConvertedAtImport) {
+  ModelBuilder b(9);
+  b.input("x", {1, 2, 3, 4});
+  b.floats("scales", {1.0f, 1.0f, 2.0f, 2.0f});
+  set_string(b.node("Upsample", {"x", "scales"}, {"up"}), "mode", "nearest");
+  auto* slice = b.node("Slice", {"up"}, {"cut"});
+  set_ints(slice, "starts", {1, 1});
+  set_ints(slice, "ends", {5, 7});
+  set_ints(slice, "axes", {2, 3});
+  auto* pad = b.node("Pad", {"cut"}, {"padded"});
+  set_ints(pad, "pads", {0, 0, 1, 0, 0, 0, 0, 1});
+  set_float(pad, "value", 0.5f);
+  auto* clip = b.node("Clip", {"padded"}, {"clipped"});
+  set_float(clip, "min", -0.75f);
+  set_float(clip, "max", 1.25f);
+  b.floats("gamma", {1.5f, 0.5f});
+  b.floats("beta", {0.1f, -0.2f});
+  b.floats("mean", {0.2f, -0.1f});
+  b.floats("var", {0.8f, 1.3f});
+  b.node("BatchNormalization", {"clipped", "gamma", "beta", "mean", "var"}, {"normed"});
+  set_int(b.node("TopK", {"normed"}, {"top", "where"}), "k", 3);
+  set_ints(b.node("Unsqueeze", {"top"}, {"y"}), "axes", {0});
+  b.output("y");
+  b.output("where");
+  Graph g = b.import();
+  EXPECT_EQ(g.opset, 11);
+  EXPECT_EQ(g.opset_converted_from, 9);
+  std::vector<float> xs(24);
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = 1.6f * std::sin(0.7f * static_cast<float>(k) + 0.3f);
+  HostTensor x = HostTensor::floats({1, 2, 3, 4}, xs);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}});
+  ASSERT_EQ(want.at("y").shape, (Shape{1, 1, 2, 5, 3}));
+  // One row by hand: channel 0, padded row 1 (the Slice's row 0, the upsampled row 1: x's row
+  // 0), columns 1..6 of the upsampled row then the pad: x[0][0][0][0,1,1,2,2,3] and 0.5.
+  std::vector<float> row;
+  for (int c : {0, 1, 1, 2, 2, 3}) row.push_back(xs[static_cast<size_t>(c)]);
+  row.push_back(0.5f);
+  for (float& v : row) v = (std::clamp(v, -0.75f, 1.25f) - 0.2f) / std::sqrt(0.8f + 1e-5f) * 1.5f + 0.1f;
+  std::vector<float> sorted = row;
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(want.at("y").f[static_cast<size_t>(3 + k)], sorted[static_cast<size_t>(k)], 1e-5f) << k;
+  expect_compiled_as_reference(g, x, want, {"y", "where"});
+  if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/old_opset.onnx");
 }
 
 // A Loop whose condition is known only at run time (a `break` in a scripted for loop), under a

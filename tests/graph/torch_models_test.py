@@ -111,6 +111,20 @@ class Audio1d(torch.nn.Module):
         return self.fc(self.features(x).flatten(1))
 
 
+class NearestUpsampler(torch.nn.Module):
+    """Nearest upsampling between convolutions, as opset 9 exports it (Upsample with a scales
+    input; its linear mode is not PyTorch's bilinear, so nearest alone)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        f = torch.relu(self.a(x))
+        return self.b(torch.nn.functional.interpolate(f, scale_factor=2, mode="nearest"))
+
+
 class Upsampler(torch.nn.Module):
     """A decoder as segmentation and generative models have it: Resize by bilinear (scale
     factor), nearest (to a size), bilinear with align_corners and bicubic, a grouped
@@ -442,6 +456,10 @@ def models():
     yield "qdq", Qdq(), (2, 8, 12, 12), True, 13, True
     # Scripted control flow: If, Loop and sequences written out at import.
     yield "scripted", torch.jit.script(Scripted()), (5, 2, 8), False, 17, True
+    # Older opsets, raised to 11 by ONNX's version converter at import: SqueezeNet 1.1 as the
+    # ONNX Model Zoo has it (opset 7), Upsample (opset 9) where Resize is now.
+    yield "squeezenet_o7", torchvision.models.squeezenet1_1(num_classes=10), (1, 3, 64, 64), True, 7, True
+    yield "nearest_o9", NearestUpsampler(), (1, 3, 7, 9), False, 9, True
 
 
 def run(cmd, env=None):
