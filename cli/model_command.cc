@@ -190,6 +190,7 @@ int run_import(const ImportArgs& a) {
   json j = {{"model", a.model},
             {"graph", g.name},
             {"opset", g.opset},
+            {"opset_converted_from", g.opset_converted_from},
             {"inputs", tensors(g.inputs)},
             {"outputs", tensors(g.outputs)},
             {"parameters", after.parameters},
@@ -262,8 +263,11 @@ int run_import(const ImportArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model     %s (graph '%s', opset %lld)\n", a.model.c_str(), g.name.c_str(),
-              static_cast<long long>(g.opset));
+  std::printf("model     %s (graph '%s', opset %lld%s)\n", a.model.c_str(), g.name.c_str(),
+              static_cast<long long>(g.opset),
+              g.opset_converted_from ? str(", converted from opset ", g.opset_converted_from,
+                                           " by ONNX's version converter").c_str()
+                                     : "");
   for (const char* side : {"inputs", "outputs"}) {
     for (const json& t : j[side]) {
       std::printf("%-9s %s %s %s\n", side == std::string("inputs") ? "input" : "output",
