@@ -263,6 +263,9 @@ def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=()):
             for line in r.stdout.splitlines():
                 if line.startswith("time "):  # tune's own account: building, measuring, overlap
                     print("  " + line, flush=True)
+            for line in r.stderr.splitlines():
+                if line.startswith("kernels "):  # cubins assembled by ptxas, or PTX and why
+                    print("  " + line, flush=True)
             log.write(r.stdout + r.stderr)
             if r.returncode != 0:
                 print(r.stderr[-2000:], file=sys.stderr)

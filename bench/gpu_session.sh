@@ -108,8 +108,12 @@ step model_grouped 70 python3 bench/gpu_model_bench.py "$bin" --models resnext50
   --json "$WORK/model_grouped.json"
 step bench_grouped 40 python3 bench/gpu_bench.py "$bin" --groups grouped --rounds 3 --json "$WORK/bench_grouped.json"
 # Issue 57: candidates a second through a loopback board, its measuring process kept (today's
-# default) and a runner per candidate (as before session 57); tune prints where the time went.
-step tune_rate 150 bash -c "python3 bench/gpu_bench.py '$bin' --groups '' --tune 48 --rounds 1 \
+# default: cubins where this machine has ptxas, session 86), the same with PTX the driver JITs
+# (TF_PTXAS=off), and a runner per candidate (as before session 57); tune prints where the time
+# went ("module load ... (cubins: N of M)") and which way kernels went ("kernels are assembled").
+step tune_rate 200 bash -c "python3 bench/gpu_bench.py '$bin' --groups '' --tune 48 --rounds 1 \
+    -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)' &&
+  TF_PTXAS=off python3 bench/gpu_bench.py '$bin' --groups '' --tune 48 --rounds 1 \
     -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)' &&
   python3 bench/gpu_bench.py '$bin' --groups '' --tune 48 --rounds 1 --board-flag=--runner-per-measurement \
     -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)'"
