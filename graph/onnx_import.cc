@@ -414,7 +414,7 @@ bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>
   for (const TypeShape& t : out) elements += num_elements(t.shape);
   if (elements > budget) return false;
   if (n.op == "Shape" || n.op == "Size" || n.op == "Constant" || n.op == "ConstantOfShape" ||
-      n.op == "Range")
+      n.op == "Range" || n.op == "EyeLike")
     return true;
   for (const std::string& in : n.inputs) {
     if (!in.empty() && !g.is_constant(in)) return false;

@@ -543,6 +543,43 @@ HostTensor constant_of_shape(const OpContext& c) {
   return out;
 }
 
+// EyeLike's result type: its dtype attribute (float32, float16 and bfloat16 held as float32;
+// int32 and int64 as int64; bool), else its input's (16-bit floats as float32).
+DType eye_like_type(const OpContext& c) {
+  if (!c.node.has("dtype")) return holds_floats(c.in(0).dtype) ? DType::F32 : c.in(0).dtype;
+  const int64_t t = c.node.get_int("dtype", 1);
+  if (t == 1 || t == 10 || t == 16) return DType::F32;
+  if (t == 6 || t == 7) return DType::I64;
+  if (t == 9) return DType::Bool;
+  throw UserError(str(c.node.where(), ": dtype ", t,
+                      " is not supported (float32, float16 and bfloat16 as float32, int32 and int64 as int64, bool are)"));
+}
+
+// EyeLike: ones on the diagonal shifted by k (columns right for k > 0), zeros elsewhere, of
+// its rank-2 input's shape. Its shape is static, so it folds at import.
+TypeShape eye_like_shape(const OpContext& c) {
+  if (c.in(0).shape.size() != 2)
+    throw UserError(str(c.node.where(), ": input must be rank 2, not ", shape_str(c.in(0).shape)));
+  return {eye_like_type(c), c.in(0).shape};
+}
+
+HostTensor eye_like(const OpContext& c) {
+  TypeShape t = eye_like_shape(c);
+  HostTensor out = make_like(t.dtype, t.shape);
+  const int64_t rows = t.shape[0], cols = t.shape[1], k = c.node.get_int("k", 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    // Compared in 128 bits: k may be any int64.
+    const __int128 col = static_cast<__int128>(r) + k;
+    if (col < 0 || col >= cols) continue;
+    const int64_t at = r * cols + static_cast<int64_t>(col);
+    if (holds_floats(out.dtype))
+      out.f[static_cast<size_t>(at)] = 1.0f;
+    else
+      out.i[static_cast<size_t>(at)] = 1;
+  }
+  return out;
+}
+
 int64_t range_count(const OpContext& c) {
   double start = c.constant(0, "start").as_double(0), limit = c.constant(1, "limit").as_double(0);
   double delta = c.constant(2, "delta").as_double(0);
@@ -836,6 +873,12 @@ void register_shape_ops(std::vector<OpDef>& ops) {
          return std::vector<HostTensor>{constant_of_shape(c)};
        }});
   describe(ops.back(), OpKind::Opaque, {"value"});
+  ops.push_back({"EyeLike", 1, 1,
+                 [](const OpContext& c) { return std::vector<TypeShape>{eye_like_shape(c)}; },
+                 [](const OpContext& c, const std::vector<const HostTensor*>&) {
+                   return std::vector<HostTensor>{eye_like(c)};
+                 }});
+  describe(ops.back(), OpKind::Opaque, {"dtype", "k"});
   ops.push_back({"Range", 3, 3,
                  [](const OpContext& c) {
                    return std::vector<TypeShape>{{c.in(0).dtype, {range_count(c)}}};

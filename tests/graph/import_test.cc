@@ -4421,6 +4421,51 @@ TEST(OnnxImport, IfOnARunTimeConditionSelectsItsBranch) {
   if (const char* dir = std::getenv("TF_OPSET_MODELS_DIR")) b.save(std::string(dir) + "/runtime_if.onnx");
 }
 
+// EyeLike folds at import (its shape is its input's): ones on the diagonal shifted by k, of the
+// input's type or its dtype attribute; refusals name the rank and the type.
+TEST(OnnxImport, EyeLikeFoldsToItsDiagonal) {
+  ModelBuilder b(17);
+  b.input("x", {3, 4});
+  set_int(b.node("EyeLike", {"x"}, {"eye"}), "k", 1);
+  b.node("Mul", {"x", "eye"}, {"y"});
+  auto* below = b.node("EyeLike", {"x"}, {"below"});
+  set_int(below, "k", -2);
+  set_int(below, "dtype", 7);
+  auto* none = b.node("EyeLike", {"x"}, {"none"});
+  set_int(none, "k", int64_t{1} << 62);
+  set_int(none, "dtype", 9);
+  b.output("y");
+  b.output("below");
+  b.output("none");
+  Graph g = b.import();
+  EXPECT_TRUE(g.value("below").constant.has_value());
+  EXPECT_EQ(g.value("below").dtype, DType::I64);
+  EXPECT_EQ(g.value("none").dtype, DType::Bool);
+  std::vector<float> xs(12);
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = static_cast<float>(k) + 1.0f;
+  HostTensor x = HostTensor::floats({3, 4}, xs);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}});
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      const size_t at = static_cast<size_t>(r * 4 + c);
+      EXPECT_EQ(want.at("y").f[at], c == r + 1 ? xs[at] : 0.0f) << r << " " << c;
+      EXPECT_EQ(want.at("below").i[at], c == r - 2 ? 1 : 0) << r << " " << c;
+      EXPECT_EQ(want.at("none").i[at], 0);
+    }
+  }
+  expect_compiled_as_reference(g, x, want, {"y", "below", "none"});
+  auto refused = [](int64_t rank, int64_t dtype, const std::string& why) {
+    ModelBuilder m(17);
+    m.input("x", rank == 2 ? std::vector<int64_t>{2, 2} : std::vector<int64_t>{2, 2, 2});
+    auto* n = m.node("EyeLike", {"x"}, {"y"}, "eye");
+    if (dtype) set_int(n, "dtype", dtype);
+    m.output("y");
+    EXPECT_NE(m.error().find(why), std::string::npos) << m.error();
+  };
+  refused(3, 0, "node 'eye' (EyeLike): input must be rank 2, not [2, 2, 2]");
+  refused(2, 11, "node 'eye' (EyeLike): dtype 11 is not supported");
+}
+
 // What the conversion of older opsets refuses, by name: a model the converter cannot take,
 // opset 8's Scan (another operator than opset 9's), and int32 results of MatMulInteger as a
 // model's output (float32 values inside).
