@@ -23,11 +23,14 @@ struct TargetKindInfo {
   std::string_view module_noun;     // the same for people: "shared libraries", "PTX", "code objects"
   std::string_view driver;          // the driver library a board loads at run time; "" for CPUs
   int warp = 1;                     // threads that run in lock step (AMD: wave32 chips say so in gpu.cc)
+  // GPUs whose module_format is compiled by the driver at load time: the format of machine code
+  // it loads as it is (cuda: cubin, what ptxas makes); "" where module_format is that already.
+  std::string_view machine_code_format = "";
 };
 
 inline constexpr TargetKindInfo kTargetKinds[] = {
     {TargetKind::Llvm, "llvm", false, "", "mcpu", "so", "shared libraries", "", 1},
-    {TargetKind::Cuda, "cuda", true, "nvptx64-nvidia-cuda", "arch", "ptx", "PTX", "libcuda.so.1", 32},
+    {TargetKind::Cuda, "cuda", true, "nvptx64-nvidia-cuda", "arch", "ptx", "PTX", "libcuda.so.1", 32, "cubin"},
     {TargetKind::Rocm, "rocm", true, "amdgcn-amd-amdhsa", "mcpu", "hsaco", "code objects", "libamdhip64.so", 64},
 };
 
@@ -42,10 +45,11 @@ inline std::optional<TargetKind> parse_target_kind(std::string_view name) {
   return std::nullopt;
 }
 
-// The GPU kind whose modules are in `format` ("ptx", "hsaco"), or nullopt.
+// The GPU kind whose modules are in `format` ("ptx", "cubin", "hsaco"), or nullopt.
 inline std::optional<TargetKind> kind_of_module_format(std::string_view format) {
   for (const TargetKindInfo& i : kTargetKinds) {
-    if (i.gpu && i.module_format == format) return i.kind;
+    if (i.gpu && (i.module_format == format || (!i.machine_code_format.empty() && i.machine_code_format == format)))
+      return i.kind;
   }
   return std::nullopt;
 }

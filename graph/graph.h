@@ -129,7 +129,7 @@ struct Graph {
   std::string name;
   int64_t opset = 17;                // of the default ONNX domain
   // The model's own opset where ONNX's version converter raised it to `opset` at import
-  // (models of opsets 7 to 10: graph/onnx_import.h); 0 when it was imported as it is.
+  // (models of opsets 1 to 10: graph/onnx_import.cc); 0 when it was imported as it is.
   int64_t opset_converted_from = 0;
   std::vector<std::string> inputs;   // runtime inputs (not constants), in the model's order
   std::vector<std::string> outputs;  // in the model's order

@@ -600,6 +600,9 @@ void inline_local_functions(onnx::ModelProto& model, const std::string& file, in
   *model.mutable_graph()->mutable_node() = std::move(nodes);
 }
 
+// The first line of a library's exception message, at most 300 characters.
+std::string first_line(const std::string& what) { return what.substr(0, std::min<size_t>(what.find('\n'), 300)); }
+
 // What ONNX's version converter assumes of a model and does not check (it dereferences what
 // is missing), checked before a model of an older opset is converted: an IR version, graph
 // outputs that something defines, and nodes (subgraphs' too) of ONNX's operators of that
@@ -626,9 +629,7 @@ void check_for_conversion(const onnx::ModelProto& model, int64_t opset, const st
       try {
         schema->Verify(n);
       } catch (const std::exception& e) {
-        std::string why = e.what();
-        throw UserError(str(where, "not ONNX's ", n.op_type(), " of opset ", opset, ": ",
-                            why.substr(0, std::min<size_t>(why.find('\n'), 300))));
+        throw UserError(str(where, "not ONNX's ", n.op_type(), " of opset ", opset, ": ", first_line(e.what())));
       }
       for (const onnx::AttributeProto& a : n.attribute()) {
         if (a.has_g()) check_graph(a.g());
@@ -672,10 +673,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
     try {
       model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOpset));
     } catch (const std::exception& e) {
-      std::string why = e.what();
-      why = why.substr(0, std::min<size_t>(why.find('\n'), 300));
       throw UserError(str(file, ": this model of opset ", g.opset, " is not supported: ONNX's version converter ",
-                          "could not raise it to opset ", kMinOpset, " (", why, "); re-export with opset_version ",
+                          "could not raise it to opset ", kMinOpset, " (", first_line(e.what()), "); re-export with opset_version ",
                           kMinOpset, " to ", kMaxOpset));
     }
     g.opset_converted_from = g.opset;

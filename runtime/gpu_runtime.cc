@@ -692,7 +692,7 @@ std::string cubin_runs_on(int sm, const std::string& device_arch) {
 std::string check_gpu_module(const std::string& data, TargetKind kind) {
   std::string have = gpu_module_kind(data), want(kind_info(kind).module_format);
   // CUDA boards take machine code (cubins: no JIT on the board) as well as PTX.
-  if (have == want || (kind == TargetKind::Cuda && have == "cubin")) return "";
+  if (kind_of_module_format(have) == kind) return "";
   return "not a " + want + " module for a " + std::string(kind_name(kind)) + " board (it is " +
          (have.empty() ? std::string("neither PTX, a cubin nor an AMDGPU code object") : have) + ")";
 }

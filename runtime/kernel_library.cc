@@ -361,9 +361,7 @@ void load_as(const std::string& dtype, float* data, int64_t n) {
 
 std::string kernel_library_arch(const std::string& data) {
   // A GPU module: the kind of GPU it is for (PTX and cubins: cuda).
-  const std::string module = gpu_module_kind(data);
-  if (module == "cubin") return std::string(kind_name(TargetKind::Cuda));
-  if (std::optional<TargetKind> k = kind_of_module_format(module)) return std::string(kind_name(*k));
+  if (std::optional<TargetKind> k = kind_of_module_format(gpu_module_kind(data))) return std::string(kind_name(*k));
   // e_machine sits at byte 18 in both ELF classes.
   if (data.size() < 20 || data.compare(0, 4, "\x7f" "ELF") != 0 || data[5] != ELFDATA2LSB) return "";
   uint16_t m;

@@ -83,8 +83,8 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
     workers_.push_back(std::make_unique<ChildWorker>(std::vector<std::string>{opts_.worker_path, "--serve"}));
   }
   json ptxas;
-  if (t.kind == TargetKind::Cuda && opts_.assemble_cuda) {
-    look_up_ptxas();
+  if (t.kind == TargetKind::Cuda) {
+    look_up_ptxas();  // none when assembling is off
     if (!ptxas_path_.empty()) ptxas = {{"path", ptxas_path_}, {"cuda_version", ptxas_version_}};
   }
   std::atomic<size_t> next{0};

@@ -350,16 +350,12 @@ std::vector<RunResult> FarmRunner::run(MeasureContext& ctx, const std::vector<Bu
         i = queue.front();
         queue.pop_front();
       }
-      std::string data = read_all(builds[i].so_path);
-      // A CUDA kernel's machine code where the board runs it: no JIT there.
-      bool cubin = false;
-      if (!builds[i].cubin_path.empty()) {
-        std::string code = read_all(builds[i].cubin_path);
-        if (board_runs_cubin(code, builds[i].cubin_cuda_version, *slot->board)) {
-          data = std::move(code);
-          cubin = true;
-        }
-      }
+      // A CUDA kernel's machine code where the board runs it (no JIT there), else its PTX or
+      // library.
+      std::string data;
+      if (!builds[i].cubin_path.empty()) data = read_all(builds[i].cubin_path);
+      const bool cubin = !data.empty() && board_runs_cubin(data, builds[i].cubin_cuda_version, *slot->board);
+      if (!cubin) data = read_all(builds[i].so_path);
       // The sidecar, read once where it is needed: a GPU kernel's launch (without one it cannot
       // run), inputs passed packed. A sidecar it cannot use is a result, not an exception: this
       // is a worker thread.
