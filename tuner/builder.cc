@@ -84,7 +84,7 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
   }
   json ptxas;
   if (t.kind == TargetKind::Cuda) {
-    look_up_ptxas();  // none when assembling is off
+    look_up_ptxas();
     if (!ptxas_path_.empty()) ptxas = {{"path", ptxas_path_}, {"cuda_version", ptxas_version_}};
   }
   std::atomic<size_t> next{0};
@@ -139,9 +139,7 @@ std::vector<BuildResult> LocalBuilder::build(const Workload& w, const Target& t,
 void LocalBuilder::look_up_ptxas() {
   if (ptxas_looked_up_) return;
   ptxas_looked_up_ = true;
-  if (!opts_.assemble_cuda) {
-    no_ptxas_ = "assembling turned off";
-  } else if (std::optional<Ptxas> p = find_ptxas(&no_ptxas_)) {
+  if (std::optional<Ptxas> p = find_ptxas(&no_ptxas_)) {
     ptxas_path_ = p->path;
     ptxas_version_ = p->cuda_version;
   }

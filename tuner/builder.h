@@ -50,9 +50,6 @@ struct LocalBuilderOptions {
   int workers = 0;           // 0: as many as cores
   double timeout_s = 60;     // per candidate
   std::string worker_path;   // "": tunefarm-build-worker next to this program
-  // CUDA targets: also assemble each kernel with ptxas (compiler/ptxas.h find_ptxas), in the
-  // build's time limit; a kernel ptxas refuses is a COMPILE_ERROR.
-  bool assemble_cuda = true;
 };
 
 class ChildWorker;
