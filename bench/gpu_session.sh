@@ -12,9 +12,9 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,profile_fp16,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
+# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,profile_fp16,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,tune_rate,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
-# replace those steps' model lists.
+# replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
 WORK=${WORK:-/tmp/gpu-session}
@@ -31,12 +31,19 @@ collect() {
   (cd "$WORK" && ls ./*.json >/dev/null 2>&1 && tar -cf "$OUT/json.tar" ./*.json)
 }
 left() { echo $((BUDGET - ($(date +%s) - start))); }
-# step NAME SECONDS COMMAND...: runs COMMAND for at most SECONDS (or what is left).
+# step NAME SECONDS COMMAND...: declares a step, run later for at most SECONDS (or what is left).
+# Steps run in the order of ONLY where it is given (what matters most first), else as declared.
+names=()
+declare -A limits commands
 step() {
   local name=$1 limit=$2
   shift 2
-  [[ -n "$ONLY" && ",$ONLY," != *",$name,"* ]] && return
-  local rest
+  names+=("$name")
+  limits[$name]=$limit
+  commands[$name]=$(printf '%q ' "$@")
+}
+run_step() {
+  local name=$1 limit=${limits[$1]} rest
   rest=$(left)
   if ((rest < 15)); then
     log "skip $name (${rest} s left)"
@@ -44,7 +51,7 @@ step() {
   fi
   ((limit > rest)) && limit=$rest
   log "start $name (limit $limit s)"
-  timeout "$limit" "$@" >"$WORK/$name.txt" 2>&1
+  eval "timeout $limit ${commands[$name]}" >"$WORK/$name.txt" 2>&1
   log "end $name rc=$?"
   collect
 }
@@ -54,6 +61,16 @@ tar -xJf build-gpubundle/tf.tar.xz -C /tmp || { log "cannot unpack the bundle"; 
 bin=$bundle/bin/tunefarm
 nvidia-smi >"$WORK/nvidia-smi.txt" 2>&1
 python3 -c 'import sys, torch; print(sys.version, torch.__version__, torch.cuda.get_device_name())' >"$WORK/python.txt" 2>&1
+# The tuner assembles CUDA candidates with NVIDIA's ptxas where it finds one (compiler/ptxas.h):
+# PATH, /usr/local/cuda/bin, else the one Triton ships with PyTorch (named by TF_PTXAS).
+if [[ -z "${TF_PTXAS:-}" ]] && ! command -v ptxas >/dev/null && [[ ! -x /usr/local/cuda/bin/ptxas ]]; then
+  triton_ptxas=$(python3 -c 'import os, triton; print(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas"))' 2>/dev/null)
+  [[ -x "$triton_ptxas" ]] && export TF_PTXAS=$triton_ptxas
+fi
+{
+  echo "TF_PTXAS=${TF_PTXAS:-} ptxas in PATH: $(command -v ptxas)"
+  "${TF_PTXAS:-ptxas}" --version 2>&1 | tail -2
+} >"$WORK/ptxas.txt" 2>&1
 
 # Issue 55: the fragment layouts and wgmma's shared-memory descriptors on hardware first (the
 # emulator's reading of the PTX manual; the wgmma kernels run on sm_90 only).
@@ -111,14 +128,26 @@ step bench_grouped 40 python3 bench/gpu_bench.py "$bin" --groups grouped --round
 # default: cubins where this machine has ptxas, session 86), the same with PTX the driver JITs
 # (TF_PTXAS=off), and a runner per candidate (as before session 57); tune prints where the time
 # went ("module load ... (cubins: N of M)") and which way kernels went ("kernels are assembled").
-step tune_rate 200 bash -c "python3 bench/gpu_bench.py '$bin' --groups '' --tune 48 --rounds 1 \
+step tune_rate 200 bash -c "python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 \
     -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)' &&
-  TF_PTXAS=off python3 bench/gpu_bench.py '$bin' --groups '' --tune 48 --rounds 1 \
+  TF_PTXAS=off python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 \
     -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)' &&
-  python3 bench/gpu_bench.py '$bin' --groups '' --tune 48 --rounds 1 --board-flag=--runner-per-measurement \
+  python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 --board-flag=--runner-per-measurement \
     -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)'"
 # Issue 56: the zoo against PyTorch, fp32, as far as the budget goes (rows print as they finish).
 step zoo 600 python3 bench/gpu_model_bench.py "$bin" --rounds 3 --json "$WORK/zoo.json" \
   --models "${ZOO_MODELS:-squeezenet1_1,shufflenet_v2_x1_0,efficientnet_b0,densenet121,mnasnet1_0,googlenet,convnext_tiny,mobilenet_v3_large,regnet_x_400mf,inception_v3,swin_t,vit_b_16,wide_resnet50_2}"
+if [[ -n "$ONLY" ]]; then
+  IFS=, read -ra order <<<"$ONLY"
+else
+  order=("${names[@]}")
+fi
+for name in "${order[@]}"; do
+  if [[ -z "${limits[$name]+set}" ]]; then
+    log "no step named '$name' (steps: ${names[*]})"
+    continue
+  fi
+  run_step "$name"
+done
 log "done"
 collect
