@@ -1867,6 +1867,7 @@ TEST(OnnxImport, AttentionFusesOnCudaTargets) {
     Graph g = imported;
     PassOptions cuda;
     cuda.tensor_cores = true;
+    cuda.opt_level = 3;  // fuse-attention's level
     run_passes(g, cuda);
     int fused = 0, guarded = 0, capped = 0, softmaxes = 0;
     for (const Node& n : g.nodes) {

@@ -177,6 +177,7 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
   Graph g = original;
   std::vector<std::string> dumped;
   PassOptions o;
+  o.opt_level = 3;  // every pass (fuse-attention runs at -O3 only)
   o.dump = {"all"};
   o.dump_sink = [&](const std::string& pass, const Graph&) { dumped.push_back(pass); };
   std::vector<PassReport> r = run_passes(g, o);
@@ -2990,6 +2991,7 @@ int count_op(const Graph& g, const std::string& op) {
 TEST(GraphPasses, FusesAttentionOnCudaTargets) {
   PassOptions cuda;
   cuda.tensor_cores = true;
+  cuda.opt_level = 3;  // fuse-attention's level (slower than the chain on an H200)
   for (const char* scaling : {"Mul", "Div", ""}) {
     for (bool mask : {true, false}) {
       SCOPED_TRACE(std::string(scaling) + (mask ? " mask" : ""));
@@ -3058,8 +3060,10 @@ TEST(GraphPasses, FusesAttentionOnCudaTargets) {
   EXPECT_EQ(fused(attention_graph(7, 9, "Div", true), PassOptions{2, {}, {}, nullptr, 16}), 0) << "a CPU target";
   EXPECT_EQ(fused(attention_graph(7, 9, "Div", true, /*axis=*/2), cuda), 0) << "softmax along the queries";
   EXPECT_EQ(fused(attention_graph(7, 9, "Div", true, -1, /*returned=*/true), cuda), 0) << "the scores returned";
-  EXPECT_EQ(fused(attention_graph(7, 9, "Div", true), PassOptions{2, {"fuse-attention"}, {}, nullptr, 0, tf::Precision::Float32, true}), 0)
+  EXPECT_EQ(fused(attention_graph(7, 9, "Div", true), PassOptions{3, {"fuse-attention"}, {}, nullptr, 0, tf::Precision::Float32, true}), 0)
       << "disabled";
+  EXPECT_EQ(fused(attention_graph(7, 9, "Div", true), PassOptions{2, {}, {}, nullptr, 0, tf::Precision::Float32, true}), 0)
+      << "-O2";
   // A block's row of scores and probabilities and a row's margin (compiler/attention.h): 16 bytes
   // a key, 48 KiB of static shared memory at 3071 keys.
   EXPECT_EQ(fused(attention_graph(2, 3100, "Div", true), cuda), 0) << "too many keys";
