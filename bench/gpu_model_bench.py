@@ -94,22 +94,26 @@ def cpu_check(a, models):
         for name in models:
             onnx = os.path.join(d, name + ".onnx")
             model, x = export_model.export(name, onnx)
-            compile_model(a.tunefarm, onnx, os.path.join(d, name + ".gpu.so"), "cuda -arch=sm_90")
-            lib_path = os.path.join(d, name + ".emu.so")
-            seconds = compile_model(a.tunefarm, onnx, lib_path, "cuda -arch=sm_90", emulate=True)
-            lib = ctypes.CDLL(lib_path)
             with torch.no_grad():
                 want = model(x)
-            got = np.zeros(tuple(want.shape), np.float32)
-            xs = np.ascontiguousarray(x.numpy())
-            ins = (ctypes.c_void_p * 1)(xs.ctypes.data)
-            outs = (ctypes.c_void_p * 1)(got.ctypes.data)
-            status = lib.tf_model_run(ins, outs, None)
-            err = max_rel_error(torch.from_numpy(got), want)
-            ok = status == 0 and err < 1e-3
-            bad += not ok
-            print("%-5s %-14s max error %.2g of the largest value (compiled in %.1f s)%s" %
-                  ("ok" if ok else "BAD", name, err, seconds, "" if status == 0 else " status %d" % status), flush=True)
+            for level in [None] + a.also_opt_level:
+                flags = () if level is None else ("-O", str(level))
+                tag = name + ("" if level is None else "-O%d" % level)
+                compile_model(a.tunefarm, onnx, os.path.join(d, tag + ".gpu.so"), "cuda -arch=sm_90", flags=flags)
+                lib_path = os.path.join(d, tag + ".emu.so")
+                seconds = compile_model(a.tunefarm, onnx, lib_path, "cuda -arch=sm_90", emulate=True, flags=flags)
+                lib = ctypes.CDLL(lib_path)
+                got = np.zeros(tuple(want.shape), np.float32)
+                xs = np.ascontiguousarray(x.numpy())
+                ins = (ctypes.c_void_p * 1)(xs.ctypes.data)
+                outs = (ctypes.c_void_p * 1)(got.ctypes.data)
+                status = lib.tf_model_run(ins, outs, None)
+                err = max_rel_error(torch.from_numpy(got), want)
+                ok = status == 0 and err < 1e-3
+                bad += not ok
+                print("%-5s %-14s max error %.2g of the largest value (compiled in %.1f s)%s" %
+                      ("ok" if ok else "BAD", tag, err, seconds, "" if status == 0 else " status %d" % status),
+                      flush=True)
     if bad:
         fail("%d of %d models do not match PyTorch" % (bad, len(models)))
 
@@ -124,6 +128,9 @@ def main():
     ap.add_argument("--without-pass", action="append", default=[], metavar="PASS",
                     help="also time a default build with this graph pass disabled (repeatable), e.g. "
                     "sixteen-bit-edges: what the pass gains, and whether it changes the accuracy")
+    ap.add_argument("--also-opt-level", action="append", type=int, default=[], metavar="N",
+                    help="also time a build at -O N (repeatable), e.g. 3: the passes that are off by default "
+                    "(fuse-attention), against the default build")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--cpu-check", action="store_true",
                     help="no GPU: check the models' GPU kernels, emulated on this CPU, against PyTorch")
@@ -188,6 +195,7 @@ def main():
             bound = 1e-3 if a.precision in ("fp32", "tf32") else 1e-2
             builds = [("ours", None, ())] + ([("tuned", a.db, ())] if a.db else [])
             builds += [("without_" + p.replace("-", "_"), None, ("--disable-pass", p)) for p in a.without_pass]
+            builds += [("o%d" % n, None, ("-O", str(n))) for n in a.also_opt_level]
             row = {"model": name}
             variants = {}
             for tag, db, flags in builds:
@@ -248,6 +256,11 @@ def main():
                 tag = "without_" + p.replace("-", "_")
                 print("%-13s without %s: graph %8.3f ms (ours / it %5.2f), error vs fp32 %.2g" %
                       (name, p, row[tag + "_graph_ms"], row[tag + "_graph_ms"] / row["ours_graph_ms"],
+                       row[tag + "_max_rel_error"]), flush=True)
+            for n in a.also_opt_level:
+                tag = "o%d" % n
+                print("%-13s at -O%d: graph %8.3f ms (ours / it %5.2f), error vs fp32 %.2g" %
+                      (name, n, row[tag + "_graph_ms"], row[tag + "_graph_ms"] / row["ours_graph_ms"],
                        row[tag + "_max_rel_error"]), flush=True)
             del variants
             torch.cuda.empty_cache()

@@ -60,6 +60,7 @@ def main():
     ap.add_argument("--db", help="tuning database to compile with (default: none, the default configs)")
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--opt-level", type=int, help="compile at this -O (3: with fuse-attention); default: tunefarm's")
     a = ap.parse_args()
     try:
         import torch
@@ -81,7 +82,8 @@ def main():
             model, x = export_model.export(name, onnx)
             model, xg = model.cuda(), x.cuda()
             path = os.path.join(d, name + ".so")
-            gpu_model_bench.compile_model(a.tunefarm, onnx, path, target, a.db, precision=a.precision)
+            gpu_model_bench.compile_model(a.tunefarm, onnx, path, target, a.db, precision=a.precision,
+                                          flags=() if a.opt_level is None else ("-O", str(a.opt_level)))
             with open(path + ".json") as f:
                 sidecar = json.load(f)
             about = {}

@@ -12,7 +12,7 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,profile_fp16,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
+# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,tune_rate,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
@@ -90,12 +90,18 @@ step bench_half 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-ope
 # --realistic: MobileNet-v2's fresh initialization gives outputs of ~1e-9, which float16 flushes.
 # --without-pass sixteen-bit-edges: the same builds with float32 values between the kernels too,
 # interleaved (what the 16-bit values gain; the same accuracy, as they change no result).
-# --without-pass fuse-attention: BERT's attention as the unfused chain on tensor cores (14 kernels
-# a layer; 13 with session 75's views) against the one float32 attention kernel (7 a layer; never timed).
+# --also-opt-level 3: the same with fuse-attention (-O3 only since session 87, which timed its first
+# kernel at 100 us a layer, 2.08 ms against the chain's 1.06; its second, the rows' max and sum
+# spread over 32 lanes and the products unrolled, is untimed).
 step model_fp16 150 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --realistic \
   --models "${FP16_MODELS:-bert_base,resnet50,mobilenet_v2}" --rounds 3 --without-pass sixteen-bit-edges \
-  --without-pass fuse-attention --json "$WORK/model_fp16.json"
+  --also-opt-level 3 --json "$WORK/model_fp16.json"
+# Issue 55: the attention models in float32 at -O2 (the chain) and -O3 (fuse-attention's kernel).
+step model_o3 120 python3 bench/gpu_model_bench.py "$bin" --models bert_base,vit_b_16,swin_t --rounds 3 \
+  --also-opt-level 3 --json "$WORK/model_o3.json"
 step profile_fp16 60 python3 bench/gpu_profile.py "$bin" --precision fp16 --models bert_base --calls 5 --top 12
+# The float32 BERT-base's kernels at -O3: what fuse-attention's kernel costs a layer (100 us in session 87).
+step profile_o3 60 python3 bench/gpu_profile.py "$bin" --opt-level 3 --models bert_base --calls 5 --top 12
 # Issue 55/57: does the tensor-core space hold configs better than the default? (kernel time)
 # Issue 55: Hopper's wgmma (off by default until this measures it): one 128 x 128 config on every
 # GEMM with 16-bit operands (as cuBLAS takes them) against cuBLAS, then the grid of wgmma configs

@@ -53,14 +53,35 @@ Attention attention(const AttentionSpec& s, const std::string& name) {
     if (s.mask) v = v + s.mask(at);
     return v;
   };
-  ir::IterVar jm = ir::reduce_axis(s.keys, "j");
+  // The rows' max and sum of exponentials in two steps, so that a row's keys are spread over
+  // kAttentionRowLanes threads: lane l reduces keys l, l + lanes, ... (`_max_part`,
+  // `_sum_part`), then one thread a row combines the lanes' results. Lanes past the last key
+  // read it again (harmless to a max) and add nothing to the sum.
+  const int64_t lanes = kAttentionRowLanes, chunks = (s.keys + lanes - 1) / lanes;
+  std::vector<int64_t> parts_shape = rows_shape;
+  parts_shape.push_back(lanes);
+  auto key_of = [&](const Expr& lane, const Expr& chunk) { return lane + chunk * lanes; };
+  auto clamped = [&](const Expr& j) { return chunks * lanes > s.keys ? ir::min(j, Expr(s.keys - 1)) : j; };
+  ir::IterVar km = ir::reduce_axis(chunks, "k");
+  a.max_part = ir::compute(name + "_max_part", parts_shape, names(nb, {"i", "l"}), [&](const Index& i) {
+    return ir::max_reduce(x(with(batch_of(i, nb + 1), {clamped(key_of(i[nb + 1], km.var))})), {km});
+  }, {km});
+  ir::IterVar lm = ir::reduce_axis(lanes, "l");
   a.max = ir::compute(name + "_max", rows_shape, names(nb, {"i"}), [&](const Index& i) {
-    return ir::max_reduce(x(with(i, {jm.var})), {jm});
-  }, {jm});
-  ir::IterVar js = ir::reduce_axis(s.keys, "j");
+    return ir::max_reduce(ir::read(a.max_part, with(i, {lm.var})), {lm});
+  }, {lm});
+  ir::IterVar ks = ir::reduce_axis(chunks, "k");
+  a.sum_part = ir::compute(name + "_sum_part", parts_shape, names(nb, {"i", "l"}), [&](const Index& i) {
+    const Index row = batch_of(i, nb + 1);
+    const Expr j = key_of(i[nb + 1], ks.var);
+    Expr e = ir::exp(x(with(row, {clamped(j)})) - ir::read(a.max, row));
+    if (chunks * lanes > s.keys) e = ir::select(j < Expr(s.keys), e, ir::f32(0));
+    return ir::sum(e, {ks});
+  }, {ks});
+  ir::IterVar ls = ir::reduce_axis(lanes, "l");
   a.sum = ir::compute(name + "_sum", rows_shape, names(nb, {"i"}), [&](const Index& i) {
-    return ir::sum(ir::exp(x(with(i, {js.var})) - ir::read(a.max, i)), {js});
-  }, {js});
+    return ir::sum(ir::read(a.sum_part, with(i, {ls.var})), {ls});
+  }, {ls});
   a.probs = ir::compute(name + "_probs", scores_shape, names(nb, {"i", "j"}), [&](const Index& i) {
     const Index row = batch_of(i, nb + 1);
     Expr p = ir::exp(x(i) - ir::read(a.max, row)) / ir::read(a.sum, row);
@@ -90,14 +111,15 @@ Attention attention(const AttentionSpec& s, const std::string& name) {
   return a;
 }
 
-int64_t max_attention_keys() { return kGpuStaticSharedBytes / 16 - 1; }
+int64_t max_attention_keys() { return (kGpuStaticSharedBytes - 8 * kAttentionRowLanes) / 16 - 1; }
 
 int64_t attention_rows_per_block(const std::vector<int64_t>& batch, int64_t queries, int64_t keys,
                                  const Target& target) {
   if (keys <= 0 || queries <= 0) return 0;
   const GpuArch arch = gpu_arch(target);
-  // Scores and probabilities (rows + 1 rows of keys) and the rows' max and sum, float32.
-  auto bytes = [&](int64_t rows) { return 4 * (rows + 1) * (2 * keys + 2); };
+  // Scores and probabilities (rows + 1 rows of keys), the rows' max and sum and their lanes'
+  // parts, float32.
+  auto bytes = [&](int64_t rows) { return 4 * (rows + 1) * (2 * keys + 2) + 8 * rows * kAttentionRowLanes; };
   const int64_t limit = kGpuStaticSharedBytes;  // static shared memory, which every GPU allows
   int64_t rows = 32;
   while (rows > 1 && (bytes(rows) > limit || rows / 2 >= queries)) rows /= 2;

@@ -8,7 +8,8 @@
 //   scores[b, i, j] = sum_d q[b, i, d] * kt[b, d, j]        (shared memory, rows x keys)
 //   x = cap(scores * scale / divisor) + mask                  (inlined where read; cap: the
 //       identity, or softcap * tanh(. / softcap))
-//   max[b, i] = max_j x,  sum[b, i] = sum_j exp(x - max)     (shared, a thread per row)
+//   max[b, i] = max_j x,  sum[b, i] = sum_j exp(x - max)     (shared: each row's keys spread
+//       over kAttentionRowLanes threads, max_part / sum_part, then a thread a row combines them)
 //   probs[b, i, j] = exp(x - max) / sum                       (shared, rows x keys)
 //   out[b, i, e] = sum_j probs[b, i, j] * v[b, j, e]          (global)
 // with barriers between the stages. The softmax is the unfused one's (the row's largest
@@ -53,7 +54,7 @@ struct AttentionSpec {
 };
 
 struct Attention {
-  ir::Tensor scores, max, sum, probs, out;
+  ir::Tensor scores, max_part, max, sum_part, sum, probs, out;
   std::vector<int64_t> out_perm;  // out's dimensions as a perm of [batch..., queries, value_depth]
 };
 
@@ -67,11 +68,13 @@ Attention attention(const AttentionSpec& spec, const std::string& name);
 int64_t attention_rows_per_block(const std::vector<int64_t>& batch, int64_t queries, int64_t keys,
                                  const Target& target);
 
-// The most keys a block's rows of scores can hold (3,071: one row and the next, 16 bytes a key).
+// The most keys a block's rows of scores can hold (3,055: one row and the next, 16 bytes a key,
+// and the lanes' parts of a row's max and sum).
 int64_t max_attention_keys();
 
-// The threads of an attention block.
+// The threads of an attention block, and the threads (lanes) that share a row's max and sum.
 constexpr int64_t kAttentionThreads = 128;
+constexpr int64_t kAttentionRowLanes = 32;
 
 // The kernel on a GPU target (cuda, rocm): `args` its inputs as placeholders, in order.
 ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Tensor>& args, const Target& target,

@@ -11,6 +11,25 @@ namespace tf {
 
 using ir::Expr;
 
+namespace {
+
+// Reduction axis `axis` of `s` (extent `extent`) split so that its inner part, of 8, 4 or 2
+// iterations (the most that divide it), is unrolled: the loads of the unrolled iterations
+// are independent, so a thread has them in flight together. The axes in order (the axis
+// itself where no factor divides it).
+std::vector<Expr> unrolled(ir::Stage& s, const Expr& axis, int64_t extent) {
+  for (int64_t f : {8, 4, 2}) {
+    if (extent >= f && extent % f == 0) {
+      auto [outer, inner] = s.split(axis, f);
+      s.unroll(inner);
+      return {outer, inner};
+    }
+  }
+  return {axis};
+}
+
+}  // namespace
+
 ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Tensor>& args, const Target& target,
                                     const std::string& function) {
   TF_CHECK(target.is_gpu(), "lower_attention_gpu: ", target.str(), " is not a GPU target");
@@ -27,7 +46,8 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
   ir::Schedule sch(a.out);
   for (ir::Stage* s : sch.stages()) {
     const ir::Operation* op = s->op().get();
-    if (op != a.scores.get() && op != a.max.get() && op != a.sum.get() && op != a.probs.get() && op != a.out.get())
+    if (op != a.scores.get() && op != a.max_part.get() && op != a.max.get() && op != a.sum_part.get() &&
+        op != a.sum.get() && op != a.probs.get() && op != a.out.get())
       s->compute_inline();  // the operands' producers (layout, scale)
   }
   // The output: a block per `rows` query rows of one head; its threads take (row, column)
@@ -50,7 +70,10 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     int64_t out_threads = std::min(threads, pairs);
     while (pairs % out_threads != 0) --out_threads;
     auto [step, thread] = o.split(o.fuse(ii, l[nb + 1]), out_threads);
-    o.reorder({block, thread, step, l[nb + 2]});
+    // The sum over the keys unrolled, so that a thread's loads of V are in flight together.
+    std::vector<Expr> order{block, thread, step};
+    for (const Expr& e : unrolled(o, l[nb + 2], keys)) order.push_back(e);
+    o.reorder(order);
     o.bind(block, "blockIdx.x");
     o.bind(thread, "threadIdx.x");
     // The probabilities of the block's rows, in shared memory.
@@ -58,13 +81,16 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     p.compute_at(o, block);
     p.set_scope_shared();
   }
-  // A [batch..., rows, keys] stage in shared memory: each thread a column (key) of every row.
+  // A [batch..., rows, keys] stage in shared memory: each thread a column (key) of every row
+  // (the scores' sum over the depth unrolled).
   auto by_columns = [&](ir::Stage& s) {
     const std::vector<Expr> l = s.leaves();  // batch..., i, j[, d]
     auto [step, thread] = s.split(l[nb + 1], threads);
     std::vector<Expr> order(l.begin(), l.begin() + static_cast<int64_t>(nb));
     order.insert(order.end(), {thread, l[nb], step});
-    if (l.size() > nb + 2) order.push_back(l[nb + 2]);
+    if (l.size() > nb + 2) {
+      for (const Expr& e : unrolled(s, l[nb + 2], s.op()->reduce_axes.at(0).extent)) order.push_back(e);
+    }
     s.reorder(order);
     s.bind(thread, "threadIdx.x");
   };
@@ -81,9 +107,25 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     r.compute_at(p, at);
     r.set_scope_shared(/*one_thread_reduces=*/true);
     const std::vector<Expr> l = r.leaves();  // batch..., i, j
-    auto [step, thread] = r.split(l[nb], threads);
+    // A thread a row: as many threads as the block has rows, so that the parts above them
+    // cover those rows alone.
+    auto [step, thread] = r.split(l[nb], std::min(threads, rows));
     std::vector<Expr> order(l.begin(), l.begin() + static_cast<int64_t>(nb));
     order.insert(order.end(), {thread, step, l[nb + 1]});
+    r.reorder(order);
+    r.bind(thread, "threadIdx.x");
+  }
+  // The lanes' parts of the rows' max and sum, before the max and the sum that read them (at
+  // their last batch loop): a thread each (row, lane), reducing every lanes-th key.
+  for (const auto& [t, reader] : {std::pair{a.max_part, a.max}, std::pair{a.sum_part, a.sum}}) {
+    ir::Stage& r = sch[t];
+    ir::Stage& consumer = sch[reader];
+    r.compute_at(consumer, consumer.leaves()[nb - 1]);
+    r.set_scope_shared(/*one_thread_reduces=*/true);
+    const std::vector<Expr> l = r.leaves();  // batch..., i, l, k
+    auto [step, thread] = r.split(r.fuse(l[nb], l[nb + 1]), threads);
+    std::vector<Expr> order(l.begin(), l.begin() + static_cast<int64_t>(nb));
+    order.insert(order.end(), {thread, step, l[nb + 2]});
     r.reorder(order);
     r.bind(thread, "threadIdx.x");
   }
