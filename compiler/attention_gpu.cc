@@ -11,24 +11,6 @@ namespace tf {
 
 using ir::Expr;
 
-namespace {
-
-// Reduction axis `axis` of `s` (extent `extent`) split so that its inner part, of 8, 4 or 2
-// iterations (the most that divide it), is unrolled: the loads of the unrolled iterations
-// are independent, so a thread has them in flight together. The axes in order (the axis
-// itself where no factor divides it).
-std::vector<Expr> unrolled(ir::Stage& s, const Expr& axis, int64_t extent) {
-  for (int64_t f : {8, 4, 2}) {
-    if (extent >= f && extent % f == 0) {
-      auto [outer, inner] = s.split(axis, f);
-      s.unroll(inner);
-      return {outer, inner};
-    }
-  }
-  return {axis};
-}
-
-}  // namespace
 
 ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Tensor>& args, const Target& target,
                                     const std::string& function) {
@@ -72,7 +54,7 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     auto [step, thread] = o.split(o.fuse(ii, l[nb + 1]), out_threads);
     // The sum over the keys unrolled, so that a thread's loads of V are in flight together.
     std::vector<Expr> order{block, thread, step};
-    for (const Expr& e : unrolled(o, l[nb + 2], keys)) order.push_back(e);
+    for (const Expr& e : ir::unroll_up_to_8(o, l[nb + 2], keys)) order.push_back(e);
     o.reorder(order);
     o.bind(block, "blockIdx.x");
     o.bind(thread, "threadIdx.x");
@@ -89,7 +71,7 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     std::vector<Expr> order(l.begin(), l.begin() + static_cast<int64_t>(nb));
     order.insert(order.end(), {thread, l[nb], step});
     if (l.size() > nb + 2) {
-      for (const Expr& e : unrolled(s, l[nb + 2], s.op()->reduce_axes.at(0).extent)) order.push_back(e);
+      for (const Expr& e : ir::unroll_up_to_8(s, l[nb + 2], s.op()->reduce_axes.at(0).extent)) order.push_back(e);
     }
     s.reorder(order);
     s.bind(thread, "threadIdx.x");
@@ -111,7 +93,8 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     // cover those rows alone.
     auto [step, thread] = r.split(l[nb], std::min(threads, rows));
     std::vector<Expr> order(l.begin(), l.begin() + static_cast<int64_t>(nb));
-    order.insert(order.end(), {thread, step, l[nb + 1]});
+    order.insert(order.end(), {thread, step});
+    for (const Expr& e : ir::unroll_up_to_8(r, l[nb + 1], kAttentionRowLanes)) order.push_back(e);
     r.reorder(order);
     r.bind(thread, "threadIdx.x");
   }
@@ -125,7 +108,8 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     const std::vector<Expr> l = r.leaves();  // batch..., i, l, k
     auto [step, thread] = r.split(r.fuse(l[nb], l[nb + 1]), threads);
     std::vector<Expr> order(l.begin(), l.begin() + static_cast<int64_t>(nb));
-    order.insert(order.end(), {thread, step, l[nb + 2]});
+    order.insert(order.end(), {thread, step});
+    for (const Expr& e : ir::unroll_up_to_8(r, l[nb + 2], t->reduce_axes.at(0).extent)) order.push_back(e);
     r.reorder(order);
     r.bind(thread, "threadIdx.x");
   }

@@ -176,7 +176,10 @@ void schedule_block_parts(ir::Schedule& sch, ir::Stage& r, const Expr& at,
     reader = &st;
     where = st.leaves()[rank - 1];
   }
-  sch[b.acc].compute_at(*reader, reader->leaves()[rank]);
+  ir::Stage& acc = sch[b.acc];
+  acc.compute_at(*reader, reader->leaves()[rank]);
+  // A thread's elements (every threads-th) unrolled: their loads in flight together.
+  ir::unroll_up_to_8(acc, acc.leaves().back(), b.acc->reduce_axes.at(0).extent);
 }
 
 }  // namespace tf

@@ -492,4 +492,19 @@ Stage& Schedule::cache_shared(const std::string& input, const char* narrow, cons
   return *stages_.front();
 }
 
+std::vector<Expr> unroll_up_to_8(Stage& s, const Expr& var, int64_t extent) {
+  if (extent <= 8) {
+    s.unroll(var);
+    return {var};
+  }
+  for (int64_t f : {8, 4, 2}) {
+    if (extent % f == 0) {
+      auto [outer, inner] = s.split(var, f);
+      s.unroll(inner);
+      return {outer, inner};
+    }
+  }
+  return {var};
+}
+
 }  // namespace tf::ir
