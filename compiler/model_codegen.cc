@@ -130,6 +130,9 @@ void schedule_loops_gpu(ir::Stage& s) {
   auto [block, thread] = s.split(fused, std::clamp<int64_t>(threads, 1, 256));
   s.bind(block, "blockIdx.x");
   s.bind(thread, "threadIdx.x");
+  // A thread's reduction (a pool's window, a short mean) with its innermost axis unrolled:
+  // its loads in flight together (GPU codegen unrolls nothing the schedule does not).
+  if (op.reduce() && !op.reduce_axes.empty()) ir::unroll_up_to_8(s, s.leaves().back(), op.reduce_axes.back().extent);
 }
 
 // How many reductions the TE graph of `t` holds (each a kernel of a GPU call).
@@ -216,6 +219,7 @@ bool schedule_rows_gpu(ir::Schedule& sch, const ir::Tensor& result, const std::v
   out.reorder({row, thread, step});
   out.bind(row, "blockIdx.x");
   out.bind(thread, "threadIdx.x");
+  ir::unroll_up_to_8(out, step, (shape.back() + threads - 1) / threads);  // a thread's elements of the row
   for (ir::Stage* s : reductions) {
     const auto& b = *splitter.block_reduction(s->op().get());
     const size_t rank = s->op()->shape.size();
