@@ -15,6 +15,7 @@ means per group.
 `tunefarm-rpc-server --device cuda:0` on loopback, `tunefarm tune --tracker`), into --db (a
 temporary database when none is given), so one call measures default and tuned. Each tune
 prints its candidates a second and tune's own `time` line (building, measuring, the overlap);
+--tune-flag passes flags to `tune` (--tune-flag=--repeat=3: the protocol's share of the time);
 --board-flag=--runner-per-measurement starts the board with a runner per candidate, as before
 its measuring process was kept (issue 57's comparison; bench/gpu_session.sh step tune_rate).
 
@@ -237,7 +238,7 @@ def wait_for(proc, pattern, seconds):
     fail("daemon did not print %r in %d s:\n%s" % (pattern, seconds, "".join(seen)))
 
 
-def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=()):
+def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=(), tune_flags=()):
     """Tunes every workload `trials` trials on this GPU through a loopback farm (the board started
     with `board_flags` too), printing each run's rate and where its time went."""
     bindir = os.path.dirname(os.path.abspath(tunefarm))
@@ -256,7 +257,7 @@ def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=()):
         for w in workloads:
             t0 = time.time()
             r = subprocess.run([tunefarm, "tune", "-w", w, "--tracker", "127.0.0.1:%d" % port, "--key", key,
-                                "--trials", str(trials), "--db", db], capture_output=True, text=True)
+                                "--trials", str(trials), "--db", db, *tune_flags], capture_output=True, text=True)
             rate = trials / max(time.time() - t0, 1e-9)
             print("tuned %s: %d trials in %.0f s (%.2f candidates/s)%s" %
                   (w, trials, time.time() - t0, rate, "" if r.returncode == 0 else " FAILED"), flush=True)
@@ -323,6 +324,9 @@ def main():
     ap.add_argument("--db", help="tuning database: also time each workload's tuned config")
     ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
                     help="first tune every workload this many trials on this GPU (into --db, or a temporary one)")
+    ap.add_argument("--tune-flag", action="append", default=[],
+                    help="with --tune: a flag for `tunefarm tune` (repeatable), e.g. --tune-flag=--repeat=3 "
+                         "--tune-flag=--min-repeat-ms=5: what a measurement's protocol costs in candidates a second")
     ap.add_argument("--board-flag", action="append", default=[],
                     help="with --tune: a flag for the loopback board (repeatable), e.g. --board-flag=--runner-per-measurement "
                          "to compare with a runner started per candidate")
@@ -408,7 +412,7 @@ def main():
     if a.tune:
         db = db or os.path.join(tmp, "tuning.db")
         with open(os.path.join(tmp, "tune.log"), "w") as log:
-            tune_all(a.tunefarm, [w for _, w in groups], target, db, a.tune, log, a.board_flag)
+            tune_all(a.tunefarm, [w for _, w in groups], target, db, a.tune, log, a.board_flag, a.tune_flag)
 
     results = []
     torch.manual_seed(0)
