@@ -943,6 +943,10 @@ TEST(GpuReduction, BlockPerOutputMatchesAPlainLoop) {
     ir::Schedule sch(r);
     schedule_block_reduction(sch, sch[r], *b);
     ir::LoweredFunc f = lower(sch, {x}, "k").func;
+    // A thread's elements unrolled (ir::unroll_up_to_8): whole up to 8, else an inner 8.
+    const std::string ir_text = ir::to_string(f);
+    EXPECT_EQ(ir_text.find("for (rstep,"), std::string::npos) << ir_text;
+    EXPECT_EQ(ir_text.find("for (rstep.i,"), std::string::npos) << ir_text;
     GpuLaunch l = check_gpu_kernel(f, t);
     int64_t outputs = 1;
     for (int64_t d : out_shape) outputs *= d;
@@ -1022,6 +1026,13 @@ TEST(GpuReduction, RowsWithTheirReductionsAreOneKernel) {
     for (const ir::Tensor& result : {softmax, norm}) {
       const std::string what = str(result->name, " of ", rows, " rows of ", c);
       ir::LoweredFunc f = lower_generic_kernel(result, {x}, t, "k", what);
+      // The per-thread loops unrolled (whole up to 8, else an inner 8): the reductions' elements
+      // and the row's elements of the output pass.
+      const std::string ir_text = ir::to_string(f);
+      for (const std::string& loop : {std::string("for (rstep,"), std::string("for (rstep.i,"), str("for (i", rank - 1, ".o,"),
+                                      str("for (i", rank - 1, ".o.i,")}) {
+        EXPECT_EQ(ir_text.find(loop), std::string::npos) << what << ": " << loop << "\n" << ir_text;
+      }
       GpuPlan plan = plan_gpu_program(f, t);
       ASSERT_EQ(plan.kernels.size(), 1u) << what << ": " << plan.to_json().dump();
       const GpuLaunch& l = plan.kernels[0].launch;
@@ -1051,6 +1062,37 @@ TEST(GpuReduction, RowsWithTheirReductionsAreOneKernel) {
       EXPECT_LT(worst, 1e-4) << what;
     }
   }
+}
+
+// A short reduction stays a thread per output (a 3x3 max pool over 4 x 12 x 12),
+// its innermost axis unrolled (the window's row: ir::unroll_up_to_8) and the outer one a
+// loop; against a plain loop.
+TEST(GpuReduction, AThreadsShortReductionIsUnrolled) {
+  const Target t = parse_target("cuda -arch=sm_90");
+  const int64_t C = 4, H = 12, W = 12;
+  ir::Tensor x = ir::placeholder("X", {C, H + 2, W + 2});
+  ir::IterVar r = ir::reduce_axis(3, "r"), s = ir::reduce_axis(3, "s");
+  ir::Tensor pool = ir::compute("pool", {C, H, W}, {"c", "h", "w"}, [&](const std::vector<ir::Expr>& i) {
+    return ir::max_reduce(ir::read(x, {i[0], i[1] + r.var, i[2] + s.var}), {r, s});
+  }, {r, s});
+  ir::LoweredFunc f = lower_generic_kernel(pool, {x}, t, "pool", "pool");
+  const std::string ir_text = ir::to_string(f);
+  EXPECT_EQ(ir_text.find("for (s,"), std::string::npos) << ir_text;
+  EXPECT_NE(ir_text.find("for (r, 0, 3)"), std::string::npos) << ir_text;
+  std::vector<std::vector<float>> bufs(2);
+  bufs[0].resize(static_cast<size_t>(C * (H + 2) * (W + 2)));
+  fill_random(bufs[0].data(), static_cast<int64_t>(bufs[0].size()), 13);
+  bufs[1].assign(static_cast<size_t>(C * H * W), std::nanf(""));
+  ASSERT_EQ(testing::emulate_gpu_kernel(f, check_gpu_kernel(f, t), bufs), 0);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w) {
+        float want = -INFINITY;
+        for (int64_t dr = 0; dr < 3; ++dr)
+          for (int64_t ds = 0; ds < 3; ++ds)
+            want = std::max(want, bufs[0][static_cast<size_t>((c * (H + 2) + h + dr) * (W + 2) + w + ds)]);
+        ASSERT_EQ(bufs[1][static_cast<size_t>((c * H + h) * W + w)], want) << c << " " << h << " " << w;
+      }
 }
 
 // Outputs of rank 0 and rows longer than a block's threads take (256 each) are split in two
@@ -1103,6 +1145,11 @@ TEST(GpuAttention, OneKernelMatchesAttentionInDoubles) {
   const Target t = parse_target("cuda -arch=sm_80");
   EXPECT_EQ(attention_rows_per_block(spec.batch, Sq, Sk, t), 4);
   ir::LoweredFunc f = lower_attention_gpu(attention(spec, "att"), {q, kt, v, mask}, t, "attention");
+  // Unrolled: the scores' 8 depths, each lane's 2 chunks of keys, an inner 8 of the 32 lanes a
+  // row's max and sum combine (the output's 37 keys divide by nothing: a loop).
+  const std::string ir_text = ir::to_string(f);
+  for (const char* loop : {"for (d", "for (k", "for (l,", "for (l.i,"}) EXPECT_EQ(ir_text.find(loop), std::string::npos) << loop << "\n" << ir_text;
+  EXPECT_EQ(count_of(ir_text, "for (l.o, 0, 4)"), 2) << ir_text;
   GpuLaunch l = check_gpu_kernel(f, t);
   EXPECT_EQ(l.grid[0], B * H * 3);
   EXPECT_EQ(l.block[0], kAttentionThreads);
