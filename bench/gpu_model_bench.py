@@ -96,6 +96,8 @@ def cpu_check(a, models):
             model, x = export_model.export(name, onnx)
             with torch.no_grad():
                 want = model(x)
+            xs = np.ascontiguousarray(x.numpy())
+            ins = (ctypes.c_void_p * 1)(xs.ctypes.data)
             for level in [None] + a.also_opt_level:
                 flags = () if level is None else ("-O", str(level))
                 tag = name + ("" if level is None else "-O%d" % level)
@@ -104,8 +106,6 @@ def cpu_check(a, models):
                 seconds = compile_model(a.tunefarm, onnx, lib_path, "cuda -arch=sm_90", emulate=True, flags=flags)
                 lib = ctypes.CDLL(lib_path)
                 got = np.zeros(tuple(want.shape), np.float32)
-                xs = np.ascontiguousarray(x.numpy())
-                ins = (ctypes.c_void_p * 1)(xs.ctypes.data)
                 outs = (ctypes.c_void_p * 1)(got.ctypes.data)
                 status = lib.tf_model_run(ins, outs, None)
                 err = max_rel_error(torch.from_numpy(got), want)
@@ -194,8 +194,10 @@ def main():
                 want = model(xg)  # float32, TF32 off: what every build is compared with
             bound = 1e-3 if a.precision in ("fp32", "tf32") else 1e-2
             builds = [("ours", None, ())] + ([("tuned", a.db, ())] if a.db else [])
-            builds += [("without_" + p.replace("-", "_"), None, ("--disable-pass", p)) for p in a.without_pass]
-            builds += [("o%d" % n, None, ("-O", str(n))) for n in a.also_opt_level]
+            # The variants beside the default build: (tag, what its line calls it, compile flags).
+            others = [("without_" + p.replace("-", "_"), "without " + p, ("--disable-pass", p)) for p in a.without_pass]
+            others += [("o%d" % n, "at -O%d" % n, ("-O", str(n))) for n in a.also_opt_level]
+            builds += [(tag, None, flags) for tag, _, flags in others]
             row = {"model": name}
             variants = {}
             for tag, db, flags in builds:
@@ -252,15 +254,9 @@ def main():
                    "  tuned %8.3f (graph %8.3f, ratio %5.2f)" %
                    (row["tuned_ms"], row["tuned_graph_ms"], row["torch_graph_ms"] / row["tuned_graph_ms"])
                    if a.db else ""), flush=True)
-            for p in a.without_pass:
-                tag = "without_" + p.replace("-", "_")
-                print("%-13s without %s: graph %8.3f ms (ours / it %5.2f), error vs fp32 %.2g" %
-                      (name, p, row[tag + "_graph_ms"], row[tag + "_graph_ms"] / row["ours_graph_ms"],
-                       row[tag + "_max_rel_error"]), flush=True)
-            for n in a.also_opt_level:
-                tag = "o%d" % n
-                print("%-13s at -O%d: graph %8.3f ms (ours / it %5.2f), error vs fp32 %.2g" %
-                      (name, n, row[tag + "_graph_ms"], row[tag + "_graph_ms"] / row["ours_graph_ms"],
+            for tag, label, _ in others:
+                print("%-13s %s: graph %8.3f ms (ours / it %5.2f), error vs fp32 %.2g" %
+                      (name, label, row[tag + "_graph_ms"], row[tag + "_graph_ms"] / row["ours_graph_ms"],
                        row[tag + "_max_rel_error"]), flush=True)
             del variants
             torch.cuda.empty_cache()

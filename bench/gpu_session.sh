@@ -134,17 +134,12 @@ step bench_grouped 40 python3 bench/gpu_bench.py "$bin" --groups grouped --round
 # default: cubins where this machine has ptxas, session 86), the same with PTX the driver JITs
 # (TF_PTXAS=off), and a runner per candidate (as before session 57); tune prints where the time
 # went ("module load ... (cubins: N of M)") and which way kernels went ("kernels are assembled").
-step tune_rate 200 bash -c "python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 \
-    -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)' &&
-  TF_PTXAS=off python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 \
-    -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)' &&
-  python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 --board-flag=--runner-per-measurement \
-    -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)'"
+tune_w="-w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)'"
+tune="python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 $tune_w"
+step tune_rate 200 bash -c "$tune && TF_PTXAS=off $tune && $tune --board-flag=--runner-per-measurement"
 # Issue 57: what the measurement protocol costs: 3 samples of 5 ms and a 50 ms re-timing warm-up
 # (defaults 5, 10 ms and 300 ms), cubins, against tune_rate's first run (session 87: 1.86 / 2.71 a second).
-step tune_fast 90 python3 bench/gpu_bench.py "$bin" --groups '' --tune "${TUNE_TRIALS:-48}" --rounds 1 \
-  --tune-flag=--repeat=3 --tune-flag=--min-repeat-ms=5 --tune-flag=--retime-warmup-ms=50 \
-  -w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)'
+step tune_fast 90 bash -c "$tune --tune-flag=--repeat=3 --tune-flag=--min-repeat-ms=5 --tune-flag=--retime-warmup-ms=50"
 # Issue 56: the zoo against PyTorch, fp32, as far as the budget goes (rows print as they finish).
 step zoo 600 python3 bench/gpu_model_bench.py "$bin" --rounds 3 --json "$WORK/zoo.json" \
   --models "${ZOO_MODELS:-squeezenet1_1,shufflenet_v2_x1_0,efficientnet_b0,densenet121,mnasnet1_0,googlenet,convnext_tiny,mobilenet_v3_large,regnet_x_400mf,inception_v3,swin_t,vit_b_16,wide_resnet50_2}"

@@ -11,7 +11,6 @@ namespace tf {
 
 using ir::Expr;
 
-
 ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Tensor>& args, const Target& target,
                                     const std::string& function) {
   TF_CHECK(target.is_gpu(), "lower_attention_gpu: ", target.str(), " is not a GPU target");
