@@ -52,6 +52,12 @@ std::string duration(double s) {
 // A run's time neither building nor measuring (the search, the database), and its rate.
 double other_s(const TuneState& st) { return std::max(0.0, st.elapsed_s - st.build_s - st.measure_s + st.overlap_s); }
 double candidates_per_s(const TuneState& st) { return st.elapsed_s > 0 ? st.trials_done / st.elapsed_s : 0.0; }
+// The rate of the search alone (the run less its re-timing at the end, which takes the same
+// time whatever the trials).
+double search_candidates_per_s(const TuneState& st) {
+  const double search_s = st.elapsed_s - st.retime_s;
+  return search_s > 0 ? st.trials_done / search_s : 0.0;
+}
 
 // A measurement's parts on average, in milliseconds (TuneState: upload, load, run).
 double per_measurement_ms(const TuneState& st, double sum_s) { return st.measured > 0 ? 1e3 * sum_s / st.measured : 0.0; }
@@ -63,6 +69,8 @@ json time_report(const TuneState& st) {
           {"overlap_s", st.overlap_s},
           {"other_s", other_s(st)},
           {"candidates_per_s", candidates_per_s(st)},
+          {"search_candidates_per_s", search_candidates_per_s(st)},
+          {"retime_s", st.retime_s},
           {"measurements", st.measured},
           {"upload_ms", per_measurement_ms(st, st.upload_s)},
           {"load_ms", per_measurement_ms(st, st.load_s)},
@@ -72,16 +80,21 @@ json time_report(const TuneState& st) {
 
 // The same as a line: "12.3 s: building 4.0 s, measuring 8.0 s (2.0 s of it beside builds; a
 // measurement: upload 3 ms, module load 40 ms, timing 120 ms), search and database 2.3 s; 6.5
-// candidates/s"; the load says "(cubins: 12 of 12)" where CUDA boards loaded machine code.
+// candidates/s (the search 8.1/s, the re-timing 2.5 s)"; the load says "(cubins: 12 of 12)"
+// where CUDA boards loaded machine code.
 std::string time_line(const TuneState& st) {
-  char buf[360], cubins[64] = "";
+  char buf[420], cubins[64] = "", retime[80] = "";
   if (st.cubin_loads > 0) std::snprintf(cubins, sizeof cubins, " (cubins: %d of %d)", st.cubin_loads, st.measured);
+  if (st.retime_s > 0) {
+    std::snprintf(retime, sizeof retime, " (the search %.2f/s, the re-timing %.1f s)", search_candidates_per_s(st),
+                  st.retime_s);
+  }
   std::snprintf(buf, sizeof buf,
                 "%.1f s: building %.1f s, measuring %.1f s (%.1f s of it beside builds; a measurement: upload %.1f ms, "
-                "module load %.1f ms%s, timing %.0f ms), search and database %.1f s; %.2f candidates/s",
+                "module load %.1f ms%s, timing %.0f ms), search and database %.1f s; %.2f candidates/s%s",
                 st.elapsed_s, st.build_s, st.measure_s, st.overlap_s, per_measurement_ms(st, st.upload_s),
                 per_measurement_ms(st, st.load_s), cubins, per_measurement_ms(st, st.run_s), other_s(st),
-                candidates_per_s(st));
+                candidates_per_s(st), retime);
   return buf;
 }
 
@@ -99,10 +112,15 @@ class Progress : public MeasureCallback {
                   {"board", t.result.board_id},
                   {"remeasure", t.remeasure},
                   {"cut", t.result.cut},
-                  {"compile_s", t.build.compile_s}};
+                  {"compile_s", t.build.compile_s},
+                  {"upload_ms", 1e3 * t.result.upload_s},
+                  {"load_ms", 1e3 * t.result.load_s},
+                  {"run_ms", 1e3 * t.result.run_s}};
         if (t.result.ok()) {
           e["median_s"] = t.result.median_s();
           e["gflops"] = gflops(space_, t.result.median_s());
+          e["number"] = t.result.number;
+          e["warmup_calls"] = t.result.warmup_calls;
         } else {
           e["error_msg"] = t.result.error_msg;
         }
@@ -578,6 +596,7 @@ int run_tune_model(const TuneArgs& a) {
     total.build_s += st.build_s;
     total.measure_s += st.measure_s;
     total.overlap_s += st.overlap_s;
+    total.retime_s += st.retime_s;
     total.measured += st.measured;
     total.upload_s += st.upload_s;
     total.load_s += st.load_s;

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "proto/message_limits.h"
+
 namespace tf::farm {
 
 // A mistake in how a daemon or client was started (bad flag, unreadable file). Daemons print
@@ -66,8 +68,5 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const Tl
 
 // 128 random bits, hex.
 std::string random_token();
-
-// The largest message either side accepts: uploads are at most this big.
-constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
 
 }  // namespace tf::farm

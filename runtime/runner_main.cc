@@ -59,7 +59,7 @@
 #include "base/bfloat16.h"
 #include "base/float16.h"
 #include "base/hash.h"
-#include "proto/credentials.h"
+#include "proto/message_limits.h"
 #include "proto/tunefarm.pb.h"
 #include "runtime/gpu_model/image.h"
 #include "runtime/child_process.h"

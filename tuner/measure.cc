@@ -76,6 +76,7 @@ RunResult result_of(const pb::MeasureReply& reply) {
   r.error = reply.error();
   r.error_msg = reply.error_msg();
   r.number = reply.number();
+  r.warmup_calls = reply.warmup_calls();
   r.load_s = reply.load_s();
   r.run_s = reply.run_s();
   if (!r.ok()) return r;

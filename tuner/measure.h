@@ -48,6 +48,7 @@ struct RunResult {
   std::string error_msg;
   std::vector<double> samples_s;   // empty unless timed
   int number = 0;
+  int warmup_calls = 0;            // calls before the samples (MeasureReply.warmup_calls)
   std::string correctness = "unchecked";  // ok, wrong, unchecked
   bool cut = false;                // one sample only (MeasureOptions::cut_slower_than_s)
   double max_abs_error = 0;

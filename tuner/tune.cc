@@ -405,6 +405,7 @@ TuneSummary TuneLoop::finish() {
   bool paired = false;  // best_s and default_s were timed in the same rounds
   if (!sum_.interrupted && opts_.retime_rounds > 0 && top.size() > 1) {
     st.phase = "retime";
+    const double retime_start = steady_seconds();
     std::map<uint64_t, std::vector<double>> fresh;
     std::vector<json> configs;
     for (uint64_t i : top) configs.push_back(space_.to_config(i));
@@ -424,6 +425,7 @@ TuneSummary TuneLoop::finish() {
       rounds.push_back(std::move(row));
       notify(trials);
     }
+    st.retime_s = steady_seconds() - retime_start;
     sum_.interrupted = stopped();
     const auto d = def ? std::find(top.begin(), top.end(), *def) : top.end();
     for (size_t k = 0; k < top.size(); ++k) {

@@ -116,6 +116,9 @@ struct TuneState {
   // boards' work and the waits for boards), and how much of the measuring had builds going
   // on beside it; the rest of elapsed_s is the search (cost model) and the database.
   double build_s = 0, measure_s = 0, overlap_s = 0;
+  // The re-timing of the best at the end (its builds and measurements), part of elapsed_s:
+  // the search's own rate is trials_done over elapsed_s less this.
+  double retime_s = 0;
   // The measuring's parts, summed over the measurements (`measured`, retimings included;
   // several boards measure at once, so these can add up to more than measure_s): uploads to
   // the boards, the measuring processes' module loads (the GPU driver's PTX JIT) and the rest

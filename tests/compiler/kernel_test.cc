@@ -426,6 +426,36 @@ TEST(Codegen, BatchMatmulTailColumnsReadWholeVectors) {
 // The Winograd operator with weights transformed by winograd_weight_transform computes the
 // direct convolution (both references, in double), dilated or not: the matrices, the
 // transform, the tiling of residue classes and the operator's definition agree.
+// The product references sum each output's terms over k in order, in double, whatever order
+// they visit the outputs in (row by row, rows over threads): bit for bit a plain dot product,
+// batched, with a bias and ReLU, and with more rows than cores and fewer.
+TEST(Reference, ProductsAreThePlainDotProductsBitForBit) {
+  for (const char* spec : {"matmul(M=37,N=29,K=53,epilogue=bias_relu)", "matmul(M=1,N=7,K=300)",
+                           "batch_matmul(B=3,M=9,N=11,K=13)"}) {
+    Workload w = parse_workload(spec);
+    OpGraph g = build_op(w);
+    std::vector<std::vector<float>> in;
+    std::vector<const float*> ptrs;
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      in.emplace_back(static_cast<size_t>(ir::num_elements(g.inputs[i]->shape)));
+      fill_random(in.back().data(), static_cast<int64_t>(in.back().size()), 7 + i);
+      ptrs.push_back(in.back().data());
+    }
+    const int64_t B = w.has("B") ? w.get("B") : 1, M = w.get("M"), N = w.get("N"), K = w.get("K");
+    std::vector<float> got(static_cast<size_t>(B * M * N));
+    reference_compute(w, ptrs, got.data());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double acc = 0;
+          for (int64_t k = 0; k < K; ++k)
+            acc += double(in[0][(b * M + i) * K + k]) * in[1][(b * K + k) * N + j];
+          if (w.epilogue == Epilogue::BiasRelu) acc = std::max(acc + in[2][j], 0.0);
+          ASSERT_EQ(got[(b * M + i) * N + j], static_cast<float>(acc)) << spec << " at " << b << "," << i << "," << j;
+        }
+  }
+}
+
 TEST(Winograd, TransformedWeightsGiveTheDirectConvolution) {
   const char* shapes[] = {"N=1,C=8,H=9,W=11,K=12,pad=1,ic_block=4,oc_block=4",
                           "N=2,C=3,H=6,W=5,K=5,pad=0,ic_block=3,oc_block=5",

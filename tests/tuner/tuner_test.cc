@@ -917,6 +917,43 @@ TEST(TuneCli, FlushIsRecordedWithEachMeasurement) {
   }
 }
 
+// --json: each measurement says where its time went and how it was sampled, and the summary
+// splits the re-timing at the end from the search (whose rate is the higher one).
+TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
+  std::string dir = temp_dir(), out = dir + "/time.jsonl";
+  std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=32,N=32,K=32)' --local --trials 6 --batch 3 " +
+                    "--repeat 2 --min-repeat-ms 1 --retime-top 2 --retime-rounds 2 --retime-warmup-ms 20 " +
+                    "--strategy random --no-db --json > " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(out);
+  json done;
+  int trials = 0, retimes = 0;
+  for (std::string line; std::getline(f, line);) {
+    json e = json::parse(line);
+    if (e["event"] == "done") done = e;
+    if (e["event"] != "trial" && e["event"] != "retime") continue;
+    (e["event"] == "trial" ? trials : retimes) += 1;
+    EXPECT_GT(e["run_ms"].get<double>(), 0) << line;
+    EXPECT_GE(e["load_ms"].get<double>(), 0) << line;
+    if (e["error_code"] == "ok") {
+      EXPECT_GE(e["number"].get<int>(), 1) << line;
+      EXPECT_GE(e["warmup_calls"].get<int>(), 2) << line;  // at least two calls, always
+    }
+    // The re-timing's warm-up lasts --retime-warmup-ms at least.
+    if (e["event"] == "retime") EXPECT_GE(e["run_ms"].get<double>(), 20) << line;
+  }
+  ASSERT_TRUE(done.is_object());
+  EXPECT_GE(trials, 6);
+  EXPECT_GE(retimes, 4);  // 2 rounds of the best 2 (and the default, unless it is one of them)
+  const json& t = done["time"];
+  const double elapsed = done["elapsed_s"].get<double>(), retime = t.at("retime_s").get<double>();
+  EXPECT_GT(retime, 0) << t.dump();
+  EXPECT_LT(retime, elapsed) << t.dump();
+  EXPECT_NEAR(t.at("search_candidates_per_s").get<double>(), 6 / (elapsed - retime), 1e-6 * 6 / (elapsed - retime))
+      << t.dump();
+  EXPECT_GT(t.at("search_candidates_per_s").get<double>(), t.at("candidates_per_s").get<double>()) << t.dump();
+}
+
 TEST(TuneCli, InterruptCommitsAndTheSameCommandResumes) {
   std::string dir = temp_dir(), db = dir + "/cli.db", out = dir + "/cli.jsonl";
   std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=40,N=24,K=16)' --local --batch 4 " +
