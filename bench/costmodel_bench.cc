@@ -14,6 +14,13 @@
 //   With --within yes: train on a random half of each workload's configs and rank the other
 //   half (how well the features describe one shape, the case of a run without transfer).
 //
+//   bench_costmodel blind --workload W [--target T] [--samples 200] [--seed 1]
+//     What the features do not see: valid configs of W's space on T (default this machine)
+//     drawn at random, and for each, each knob moved to each other candidate value that keeps
+//     the config valid; prints per knob how many such moves left the feature vector
+//     unchanged (a knob the model cannot tell apart), and the distinct feature vectors among
+//     the sampled configs. No database.
+//
 //   bench_costmodel overhead --db D --workload W [--rows 200,2000] [--batch-s S]
 //     The time xgb spends per batch (refit, annealing, features of new points) with a
 //     training set of N database records, and its share of a batch of S seconds.
@@ -228,6 +235,51 @@ int overhead(int argc, char** argv) {
   return 0;
 }
 
+int blind(int argc, char** argv) {
+  const std::string spec = arg(argc, argv, "--workload", "");
+  if (spec.empty()) throw std::runtime_error("blind needs --workload");
+  const std::string tspec = arg(argc, argv, "--target", "");
+  const Target t = tspec.empty() ? host_target() : parse_target(tspec);
+  const int samples = static_cast<int>(number(argc, argv, "--samples", 200));
+  if (samples < 1 || samples > 100000) throw std::runtime_error("--samples " + std::to_string(samples) + ": not in [1, 100000]");
+  ConfigSpace space(parse_workload(spec), t);
+  std::mt19937_64 rng(static_cast<uint64_t>(number(argc, argv, "--seed", 1)));
+  std::uniform_int_distribution<uint64_t> pick(0, space.size() - 1);
+  std::vector<uint64_t> points;
+  for (int tries = 0; points.size() < static_cast<size_t>(samples) && tries < 200 * samples; ++tries) {
+    uint64_t i = pick(rng);
+    if (space.valid(i)) points.push_back(i);
+  }
+  if (points.empty()) throw std::runtime_error("no valid config of " + spec + " found in " + std::to_string(200 * samples) + " draws");
+  auto features = [&](uint64_t i) { return costmodel::config_features(space.graph(), t, space.to_config(i)); };
+  const std::vector<KnobSpec>& knobs = space.knobs();
+  std::vector<int> moves(knobs.size(), 0), unseen(knobs.size(), 0);
+  std::set<std::vector<float>> distinct;
+  for (uint64_t i : points) {
+    const std::vector<float> f = features(i);
+    distinct.insert(f);
+    const std::vector<size_t> d = space.digits(i);
+    for (size_t k = 0; k < knobs.size(); ++k) {
+      for (size_t v = 0; v < knobs[k].candidates.size(); ++v) {
+        if (v == d[k]) continue;
+        std::vector<size_t> moved = d;
+        moved[k] = v;
+        const uint64_t j = space.index_of(moved);
+        if (!space.valid(j)) continue;
+        ++moves[k];
+        if (features(j) == f) ++unseen[k];
+      }
+    }
+  }
+  std::printf("%s on %s: %s, %zu valid configs sampled, %zu distinct feature vectors\n", space.workload().canonical().c_str(),
+              t.str().c_str(), space.template_id().c_str(), points.size(), distinct.size());
+  for (size_t k = 0; k < knobs.size(); ++k) {
+    std::printf("  %-12s %5d moves, %5d unseen by the features (%.0f%%)\n", knobs[k].name.c_str(), moves[k], unseen[k],
+                moves[k] ? 100.0 * unseen[k] / moves[k] : 0.0);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -235,7 +287,10 @@ int main(int argc, char** argv) {
     std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "quality") return quality(argc, argv);
     if (cmd == "overhead") return overhead(argc, argv);
-    std::fprintf(stderr, "usage: bench_costmodel quality --db D [--template T] | overhead --db D --workload W\n");
+    if (cmd == "blind") return blind(argc, argv);
+    std::fprintf(stderr,
+                 "usage: bench_costmodel quality --db D [--template T] | overhead --db D --workload W | blind --workload W "
+                 "[--target T]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_costmodel: %s\n", e.what());

@@ -1,6 +1,7 @@
 #include "costmodel/features.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -123,14 +124,25 @@ class Walker {
     switch (s.kind()) {
       case ir::StmtKind::For: {
         const auto* f = s.as<ir::For>();
+        // A GPU stage's loop bound to a thread index that an enclosing loop binds already (a
+        // cooperative copy inside the block's threads) is the same threads, one iteration
+        // each, not a loop of its own: counted, it multiplied the copy's iterations by the
+        // block's size and made it the hottest statement instead of the products.
+        if (ir::is_gpu_binding(f->for_kind) && bound_[static_cast<size_t>(ir::gpu_binding_index(f->for_kind))]) {
+          stmt(f->body);
+          return;
+        }
         int64_t ext = const_upper(f->extent);
         if (f->for_kind == ForKind::Parallel && parallel_depth_ == 0) {
           max_parallel_ = std::max(max_parallel_, ext);
         }
         parallel_depth_ += f->for_kind == ForKind::Parallel;
+        const bool binds = ir::is_gpu_binding(f->for_kind);
+        if (binds) bound_[static_cast<size_t>(ir::gpu_binding_index(f->for_kind))] = true;
         loops_.push_back({f->var.get(), ext, f->for_kind});
         stmt(f->body);
         loops_.pop_back();
+        if (binds) bound_[static_cast<size_t>(ir::gpu_binding_index(f->for_kind))] = false;
         parallel_depth_ -= f->for_kind == ForKind::Parallel;
         return;
       }
@@ -225,6 +237,7 @@ class Walker {
   }
 
   std::vector<Loop> loops_;
+  std::array<bool, 6> bound_{};  // blockIdx.x .. threadIdx.z bound by an enclosing loop
   Lets lets_;
   std::vector<Expr> conds_;  // of the enclosing ifs
   int parallel_depth_ = 0;
