@@ -17,7 +17,10 @@ temporary database when none is given), so one call measures default and tuned. 
 prints its candidates a second and tune's own `time` line (building, measuring, the overlap);
 --tune-flag passes flags to `tune` (--tune-flag=--repeat=3: the protocol's share of the time);
 --board-flag=--runner-per-measurement starts the board with a runner per candidate, as before
-its measuring process was kept (issue 57's comparison; bench/gpu_session.sh step tune_rate).
+its measuring process was kept (issue 57's comparison; bench/gpu_session.sh step tune_rate);
+--tune-model M.onnx also tunes a model there (`tune --model`, N trials over its tasks) and prints
+its tasks' estimate and the model timed on the board, tuned against its default build (step
+tune_model).
 
 Needs: an NVIDIA GPU with its driver, PyTorch with CUDA, CuPy. Without them it says which is
 missing and exits 2.
@@ -238,9 +241,10 @@ def wait_for(proc, pattern, seconds):
     fail("daemon did not print %r in %d s:\n%s" % (pattern, seconds, "".join(seen)))
 
 
-def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=(), tune_flags=()):
-    """Tunes every workload `trials` trials on this GPU through a loopback farm (the board started
-    with `board_flags` too), printing each run's rate and where its time went."""
+def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=(), tune_flags=(), models=()):
+    """Tunes every workload, then every ONNX model (tune --model), `trials` trials each on this GPU
+    through a loopback farm (the board started with `board_flags` too), printing each run's rate,
+    where its time went and what it found against the default."""
     bindir = os.path.dirname(os.path.abspath(tunefarm))
     port = free_port()
     tracker = subprocess.Popen([os.path.join(bindir, "tunefarm-tracker"), "--port", str(port)],
@@ -254,15 +258,19 @@ def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=(), tune_
         line = wait_for(board, r"registered", 90)
         m = re.search(r"\(key ([^)]+)\)", line)
         key = m.group(1) if m else "cuda-sm%s" % target.split("sm_")[1]
-        for w in workloads:
+        for w in [["-w", w] for w in workloads] + [["--model", m] for m in models]:
             t0 = time.time()
-            r = subprocess.run([tunefarm, "tune", "-w", w, "--tracker", "127.0.0.1:%d" % port, "--key", key,
+            r = subprocess.run([tunefarm, "tune", *w, "--tracker", "127.0.0.1:%d" % port, "--key", key,
                                 "--trials", str(trials), "--db", db, *tune_flags], capture_output=True, text=True)
+            w = w[1]
             rate = trials / max(time.time() - t0, 1e-9)
             print("tuned %s: %d trials in %.0f s (%.2f candidates/s)%s" %
                   (w, trials, time.time() - t0, rate, "" if r.returncode == 0 else " FAILED"), flush=True)
             for line in r.stdout.splitlines():
-                if line.startswith("time "):  # tune's own account: building, measuring, overlap
+                # tune's own account: building, measuring, overlap; and what the tuning found
+                # against the default, re-timed side by side ("default ... speedup 1.08x").
+                # A model's: its tasks' estimate and the model timed on the board, tuned against default.
+                if line.startswith(("time ", "default ", "tasks ", "model ", "estimate ")):
                     print("  " + line, flush=True)
             for line in r.stderr.splitlines():
                 if line.startswith("kernels "):  # cubins assembled by ptxas, or PTX and why
@@ -324,6 +332,9 @@ def main():
     ap.add_argument("--db", help="tuning database: also time each workload's tuned config")
     ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
                     help="first tune every workload this many trials on this GPU (into --db, or a temporary one)")
+    ap.add_argument("--tune-model", action="append", default=[], metavar="ONNX",
+                    help="with --tune: also tune this model (tune --model, the trials shared by its tasks) on the same "
+                         "loopback board, which then times it tuned against its default build (repeatable)")
     ap.add_argument("--tune-flag", action="append", default=[],
                     help="with --tune: a flag for `tunefarm tune` (repeatable), e.g. --tune-flag=--repeat=3 "
                          "--tune-flag=--min-repeat-ms=5: what a measurement's protocol costs in candidates a second")
@@ -358,6 +369,11 @@ def main():
         os.execv(sys.executable, args)
     groups = [(g, w) for g in a.groups.split(",") if g for w in GROUPS.get(g) or fail("unknown group " + g)]
     groups += [("given", w) for w in a.workload]
+    if a.tune_model and not a.tune:
+        fail("--tune-model tunes through --tune's loopback board: give --tune TRIALS too")
+    for m in a.tune_model:
+        if not os.path.isfile(m):
+            fail("--tune-model %s: no such file" % m)
     if a.half_operands and a.precision not in ("fp16", "bf16"):
         fail("--half-operands takes --precision fp16 or bf16, not %s" % a.precision)
     if a.precision != "fp32":
@@ -412,7 +428,8 @@ def main():
     if a.tune:
         db = db or os.path.join(tmp, "tuning.db")
         with open(os.path.join(tmp, "tune.log"), "w") as log:
-            tune_all(a.tunefarm, [w for _, w in groups], target, db, a.tune, log, a.board_flag, a.tune_flag)
+            tune_all(a.tunefarm, [w for _, w in groups], target, db, a.tune, log, a.board_flag, a.tune_flag,
+                     a.tune_model)
 
     results = []
     torch.manual_seed(0)

@@ -13,7 +13,7 @@
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
 # comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
-# model_bf16,model_grouped,bench_grouped,tune_rate,tune_fast,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
+# model_bf16,model_grouped,bench_grouped,tune_rate,tune_fast,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
@@ -140,6 +140,11 @@ step tune_rate 200 bash -c "$tune && TF_PTXAS=off $tune && $tune --board-flag=--
 # Issue 57: what the measurement protocol costs: 3 samples of 5 ms and a 50 ms re-timing warm-up
 # (defaults 5, 10 ms and 300 ms), cubins, against tune_rate's first run (session 87: 1.86 / 2.71 a second).
 step tune_fast 90 bash -c "$tune --tune-flag=--repeat=3 --tune-flag=--min-repeat-ms=5 --tune-flag=--retime-warmup-ms=50"
+# Issue 57: whether tuning pays on a GPU model now that the cost model sees the products (session
+# 88: the features described the shared-memory copy): a 2-layer BERT tuned 120 trials, then timed
+# on the board tuned against its default build (the "model" line; session 57: 1.00x after 40).
+step tune_model 240 bash -c "python3 scripts/export_model.py bert2 -o '$WORK/bert2.onnx' > /dev/null && \
+  python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_MODEL_TRIALS:-120} --rounds 1 --tune-model '$WORK/bert2.onnx'"
 # Issue 56: the zoo against PyTorch, fp32, as far as the budget goes (rows print as they finish).
 step zoo 600 python3 bench/gpu_model_bench.py "$bin" --rounds 3 --json "$WORK/zoo.json" \
   --models "${ZOO_MODELS:-squeezenet1_1,shufflenet_v2_x1_0,efficientnet_b0,densenet121,mnasnet1_0,googlenet,convnext_tiny,mobilenet_v3_large,regnet_x_400mf,inception_v3,swin_t,vit_b_16,wide_resnet50_2}"
