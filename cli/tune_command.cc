@@ -106,6 +106,13 @@ class Progress : public MeasureCallback {
   void on_results(const TuneState& st, const std::vector<Trial>& trials) override {
     if (json_) {
       for (const Trial& t : trials) {
+        if (t.same_code_as) {
+          std::printf("%s\n", json{{"event", "same_code"}, {"config", t.config},
+                                    {"same_code_as", space_.to_config(*t.same_code_as)}, {"compile_s", t.build.compile_s}}
+                                   .dump()
+                                   .c_str());
+          continue;
+        }
         json e = {{"event", t.lost() ? "board_lost" : t.retime ? "retime" : "trial"},
                   {"config", t.config},
                   {"error_code", error_code_name(t.result.error)},
@@ -401,7 +408,7 @@ int run_tune_impl(const TuneArgs& a) {
     }
     std::printf("%s\n", json{{"event", "done"}, {"status", status}, {"stop_reason", stop_reason_name(sum.stop_reason)},
                              {"trials", st.trials_done}, {"errors", st.errors}, {"known", st.known},
-                             {"boards_lost", st.boards_lost}, {"best_config", sum.best_config}, {"best_s", sum.best_s},
+                             {"same_code", st.same_code}, {"boards_lost", st.boards_lost}, {"best_config", sum.best_config}, {"best_s", sum.best_s},
                              {"best_gflops", gflops(space, sum.best_s)}, {"best_measurements", sum.best_measurements},
                              {"default_s", sum.default_s},
                              {"speedup_over_default", speedup}, {"retimed", retimed},
@@ -413,6 +420,10 @@ int run_tune_impl(const TuneArgs& a) {
     std::printf("workload  %s\ntarget    %s (%s)\ntrials    %d new (%d failed), %d known from earlier runs; stopped: %s\n",
                 w.canonical().c_str(), t.short_str().c_str(), runner->device_key().c_str(), st.trials_done, st.errors,
                 st.known, stop_reason_name(sum.stop_reason));
+    if (st.same_code > 0) {
+      std::printf("          %d of the new built to the code of a config measured before, not measured again\n",
+                  st.same_code);
+    }
     if (!sum.best_config.is_null()) {
       std::string how = sum.best_measurements > 0
                             ? str(" (median of its ", sum.best_measurements, " measurements, as compile will pick it)")
@@ -593,6 +604,7 @@ int run_tune_model(const TuneArgs& a) {
   for (size_t i = 0; i < group.size(); ++i) {
     const TuneState& st = group.summary(i).state;
     total.trials_done += st.trials_done;
+    total.same_code += st.same_code;
     total.build_s += st.build_s;
     total.measure_s += st.measure_s;
     total.overlap_s += st.overlap_s;
@@ -661,7 +673,8 @@ int run_tune_model(const TuneArgs& a) {
   }
   if (a.json) {
     std::printf("%s\n", json{{"event", "done"}, {"status", interrupted ? "cancelled" : "done"},
-                             {"stop_reason", reason}, {"tasks", rows}, {"model_estimate_s", model_estimate},
+                             {"stop_reason", reason}, {"tasks", rows}, {"same_code", total.same_code},
+                             {"model_estimate_s", model_estimate},
                              {"estimate_s", all_tuned ? tuned : 0.0}, {"default_estimate_s", all_default ? deflt : 0.0},
                              {"speedup_over_default", all_tuned && all_default && tuned > 0 ? deflt / tuned : 0.0},
                              {"time", time_report(total)},
@@ -684,6 +697,10 @@ int run_tune_model(const TuneArgs& a) {
                   sum.state.trials_done, sum.best_s * 1e3, sum.default_s * 1e3, speedup, rate);
     }
     std::printf("time      %s\n", time_line(total).c_str());
+    if (total.same_code > 0) {
+      std::printf("          %d of the trials built to the code of a config measured before, not measured again\n",
+                  total.same_code);
+    }
     if (all_tuned && all_default) {
       std::printf("tasks     %s tuned, %s with default schedules (%.2fx), summed by count; the rest of the model "
                   "(untunable kernels, joins) is not in it\n", fmt_ms(tuned).c_str(), fmt_ms(deflt).c_str(), deflt / tuned);

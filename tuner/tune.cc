@@ -8,6 +8,8 @@
 
 #include "base/clock.h"
 #include "base/enum_names.h"
+#include "base/file_io.h"
+#include "base/hash.h"
 #include "tuner/tuning_records.h"
 
 namespace tf {
@@ -43,7 +45,7 @@ void CommitRecords::on_results(const TuneState&, const std::vector<Trial>& trial
   if (!db_) return;
   std::vector<db::MeasureRecord> recs;
   for (const Trial& t : trials) {
-    if (t.lost()) continue;
+    if (t.lost() || t.same_code_as) continue;  // nothing was measured
     CandidateInfo c{space_.target().str(), space_.template_id(), t.config, t.build.compile_s, device_key_, run_uuid_};
     recs.push_back(make_record(space_.graph(), c, t.result, opts_));
   }
@@ -61,6 +63,24 @@ double paired_ratio(const std::vector<std::vector<double>>& rounds, size_t k, si
     if (std::isfinite(row[k]) && std::isfinite(row[d]) && row[d] > 0) ratios.push_back(row[k] / row[d]);
   }
   return ratios.empty() ? 0 : db::median_of(ratios);
+}
+
+// What a build runs, as a digest: its library's bytes (the PTX of a CUDA kernel, whose cubin is
+// made from it) and its description less the config that asked for it (launch, arguments);
+// "" for a failed build or an unreadable library.
+std::string code_digest(const BuildResult& b) {
+  if (!b.ok() || b.so_path.empty()) return "";
+  std::string code;
+  try {
+    code = read_file(b.so_path);
+  } catch (const std::exception&) {
+    return "";
+  }
+  json sidecar = read_sidecar_json(b.so_path);
+  if (sidecar.is_object()) {
+    for (const char* k : {"config", "config_source", "tuned_from"}) sidecar.erase(k);
+  }
+  return sha256_hex(code) + sha256_hex(sidecar.dump());
 }
 
 // The records of earlier runs for this space: per index, the medians of its correct
@@ -155,14 +175,57 @@ std::vector<RunResult> TuneLoop::timed_run(const std::vector<BuildResult>& build
   return r;
 }
 
+std::vector<RunResult> TuneLoop::run_new_code(const std::vector<BuildResult>& builds,
+                                              std::vector<std::optional<uint64_t>>& same_code, Interval* took) {
+  std::vector<RunResult> out(builds.size());
+  same_code.assign(builds.size(), std::nullopt);
+  std::vector<BuildResult> todo;
+  std::vector<size_t> todo_at;
+  std::vector<std::string> digests(builds.size());
+  std::map<std::string, size_t> here;        // digest -> the position measured for it now
+  std::vector<std::pair<size_t, size_t>> copies;  // (position, the position of its twin here)
+  for (size_t k = 0; k < builds.size(); ++k) {
+    digests[k] = code_digest(builds[k]);
+    if (!digests[k].empty()) {
+      if (auto it = code_.find(digests[k]); it != code_.end()) {
+        same_code[k] = it->second;
+        continue;
+      }
+      if (auto it = here.find(digests[k]); it != here.end()) {
+        copies.push_back({k, it->second});
+        continue;
+      }
+      here[digests[k]] = k;
+    }
+    todo.push_back(builds[k]);
+    todo_at.push_back(k);
+  }
+  std::vector<RunResult> measured = timed_run(todo, took);
+  for (size_t i = 0; i < todo_at.size(); ++i) out[todo_at[i]] = std::move(measured[i]);
+  auto index_at = [&](size_t k) { return space_.index_of(builds[k].config); };
+  for (const auto& [digest, k] : here) {
+    // A lost board measured nothing: the code is measured again when it comes up again.
+    if (out[k].error != pb::BOARD_LOST && index_at(k)) code_[digest] = *index_at(k);
+  }
+  for (const auto& [k, twin] : copies) {
+    if (out[twin].error == pb::BOARD_LOST || !index_at(twin)) {
+      out[k] = out[twin];  // lost with it
+    } else {
+      same_code[k] = *index_at(twin);
+    }
+  }
+  return out;
+}
+
 void TuneLoop::build_and_run(const std::vector<json>& configs, std::vector<BuildResult>& builds,
-                             std::vector<RunResult>& results) {
+                             std::vector<RunResult>& results, std::vector<std::optional<uint64_t>>& same_code) {
   const size_t n = configs.size();
+  same_code.assign(n, std::nullopt);
   // A chunk keeps every builder worker and every board busy.
   const size_t chunk = static_cast<size_t>(std::max({1, builder_.parallelism(), runner_.parallelism()}));
   if (!runner_.overlaps_builds() || n <= chunk) {
     builds = timed_build(configs);
-    results = timed_run(builds);
+    results = run_new_code(builds, same_code);
     return;
   }
   // Chunk k measures while chunk k+1 builds (on another thread: one build() at a time, and
@@ -187,8 +250,9 @@ void TuneLoop::build_and_run(const std::vector<json>& configs, std::vector<Build
       });
     }
     std::vector<RunResult> measured;
+    std::vector<std::optional<uint64_t>> twins;
     try {
-      measured = timed_run(ready, &measuring);
+      measured = run_new_code(ready, twins, &measuring);
     } catch (...) {
       if (builder.joinable()) builder.join();
       throw;
@@ -200,6 +264,7 @@ void TuneLoop::build_and_run(const std::vector<json>& configs, std::vector<Build
     for (size_t k = 0; k < ready.size(); ++k) {
       builds[from + k] = std::move(ready[k]);
       results[from + k] = std::move(measured[k]);
+      same_code[from + k] = twins[k];
     }
     ready = std::move(next);
   }
@@ -217,12 +282,14 @@ std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
   for (uint64_t i : indices) configs.push_back(space_.to_config(i));
   std::vector<BuildResult> builds(configs.size());
   std::vector<RunResult> results(configs.size());
-  build_and_run(configs, builds, results);
+  std::vector<std::optional<uint64_t>> same_code(configs.size());
+  build_and_run(configs, builds, results, same_code);
   std::vector<Trial> trials;
   std::vector<BuildResult> again;
   std::vector<size_t> again_at;
   for (size_t k = 0; k < indices.size(); ++k) {
-    trials.push_back({indices[k], configs[k], builds[k], results[k], false, false});
+    trials.push_back({indices[k], configs[k], builds[k], results[k], false, false, same_code[k]});
+    if (same_code[k]) continue;
     // Noise only matters for contenders: a disturbed measurement is redone when it is
     // within 2x of the best so far.
     bool contender = !std::isfinite(st.best_s) || results[k].median_s() <= 2 * st.best_s;
@@ -311,7 +378,7 @@ bool TuneLoop::step(int max_new) {
     while (!seeds_.empty() && batch.size() < n) {
       uint64_t i = seeds_.front();
       seeds_.erase(seeds_.begin());
-      if (medians_.count(i)) continue;
+      if (medians_.count(i) || same_code_.count(i)) continue;
       strategy_.observe({{i, std::numeric_limits<double>::infinity()}});
       batch.push_back(i);
     }
@@ -328,7 +395,12 @@ bool TuneLoop::step(int max_new) {
   std::vector<Trial> trials = measure(batch);
   std::vector<Observation> obs;
   std::set<uint64_t> counted;
+  std::vector<const Trial*> twins;  // same code as a measured config: counted after them
   for (const Trial& t : trials) {
+    if (t.same_code_as) {
+      twins.push_back(&t);
+      continue;
+    }
     if (t.lost()) {
       ++st.boards_lost;
       continue;
@@ -351,6 +423,19 @@ bool TuneLoop::step(int max_new) {
       ++st.since_improvement;
     }
   }
+  // A config built to a measured config's code costs what that one does (never better: its
+  // twin was counted first).
+  for (const Trial* t : twins) {
+    auto m = medians_.find(*t->same_code_as);
+    const double c = m == medians_.end() ? std::numeric_limits<double>::infinity() : combined_cost(m->second);
+    obs.push_back({t->index, c});
+    counted.insert(t->index);
+    same_code_.insert(t->index);
+    ++st.trials_done;
+    ++st.same_code;
+    if (!std::isfinite(c)) ++st.errors;
+    ++st.since_improvement;
+  }
   // The strategy learns of every proposed point, lost ones included (as failures), so
   // they are not proposed again in this run; a later run measures them.
   for (uint64_t i : batch) {
@@ -365,7 +450,7 @@ int TuneLoop::seed(const std::vector<nlohmann::json>& configs) {
   int queued = 0;
   for (const nlohmann::json& c : configs) {
     std::optional<uint64_t> i = space_.index_of(c);  // none: not a point of this space
-    if (!i || !space_.valid(*i) || medians_.count(*i) || i == default_ ||
+    if (!i || !space_.valid(*i) || medians_.count(*i) || same_code_.count(*i) || i == default_ ||
         std::find(seeds_.begin(), seeds_.end(), *i) != seeds_.end())
       continue;
     seeds_.push_back(*i);

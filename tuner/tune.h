@@ -35,13 +35,18 @@
 //   chunk building while the last one measures; elsewhere
 //   (this CPU, CPU boards) nothing builds while something measures. TuneState says where the
 //   time went.
+// - Same code: a config whose build is byte for byte the library (and launch) of one this run
+//   measured already (knobs that change nothing for this workload: a 3x3 NCHWc convolution's
+//   `chunk`, `unroll` of loops of extent 1) is not measured again. It counts as a trial, its
+//   cost is that config's, it is not recorded (no measurement took place) and never re-timed.
 #pragma once
 
 #include <atomic>
 #include <limits>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -97,6 +102,9 @@ struct Trial {
   RunResult result;
   bool retime = false;      // a re-timing at the end, not a new config
   bool remeasure = false;   // the second measurement of a disturbed one
+  // A config whose build is the code of one measured before in this run (TuneLoop's "Same
+  // code"): not measured, its cost that config's; `result` is empty.
+  std::optional<uint64_t> same_code_as;
   bool lost() const { return result.error == tunefarm::v1::BOARD_LOST; }
 };
 
@@ -106,6 +114,7 @@ struct TuneState {
   int trials_done = 0;       // new configs measured this run
   int errors = 0;            // of those, failed (compile, run, wrong answer)
   int known = 0;             // configs found measured in the database
+  int same_code = 0;         // of trials_done, built to the code of one measured before (not measured)
   int boards_lost = 0;
   double best_s = std::numeric_limits<double>::infinity();  // best median so far
   nlohmann::json best_config;
@@ -208,7 +217,7 @@ class TuneLoop {
   // Builds `configs` and measures them into `builds` and `results` (sized as configs),
   // overlapping the two where the runner allows (the header's "Pipelining").
   void build_and_run(const std::vector<nlohmann::json>& configs, std::vector<BuildResult>& builds,
-                     std::vector<RunResult>& results);
+                     std::vector<RunResult>& results, std::vector<std::optional<uint64_t>>& same_code);
   // The builder's and runner's calls, their time added to the state's (and their start and
   // end in `took`).
   struct Interval {
@@ -216,6 +225,11 @@ class TuneLoop {
   };
   std::vector<BuildResult> timed_build(const std::vector<nlohmann::json>& configs, Interval* took = nullptr);
   std::vector<RunResult> timed_run(const std::vector<BuildResult>& builds, Interval* took = nullptr);
+  // timed_run of the builds whose code this run has not measured yet: a build that is byte for
+  // byte (library and launch, its config aside) one measured before in this run, or earlier in
+  // `builds`, is not measured; same_code[k] names that config (sized as builds).
+  std::vector<RunResult> run_new_code(const std::vector<BuildResult>& builds,
+                                      std::vector<std::optional<uint64_t>>& same_code, Interval* took = nullptr);
   // A measurement's parts (RunResult's upload_s, load_s, run_s) added to the state's.
   void add_parts(const RunResult& r);
   // Drops from `batch` the configs another run measured since this one started (a job on the
@@ -233,6 +247,8 @@ class TuneLoop {
   double start_;
   std::unique_ptr<MeasureContext> ctx_;
   std::map<uint64_t, std::vector<double>> medians_;  // per config: its measurements' costs
+  std::map<std::string, uint64_t> code_;  // digest of a measured build (code_digest) -> its config
+  std::set<uint64_t> same_code_;          // configs not measured: their code was (Trial::same_code_as)
   std::optional<uint64_t> default_;
   std::vector<uint64_t> seeds_;  // queued by seed(), measured first in order
   TuneSummary sum_;

@@ -22,6 +22,7 @@
 #include "runtime/gpu_runtime.h"
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/file_io.h"
 #include "db/database.h"
 #include "tuner/builder.h"
 #include "tuner/config_space.h"
@@ -952,6 +953,58 @@ TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
   EXPECT_NEAR(t.at("search_candidates_per_s").get<double>(), 6 / (elapsed - retime), 1e-6 * 6 / (elapsed - retime))
       << t.dump();
   EXPECT_GT(t.at("search_candidates_per_s").get<double>(), t.at("candidates_per_s").get<double>()) << t.dump();
+}
+
+// Configs that build to the code of a config measured before (a 3x3 NCHWc convolution's knobs
+// that change nothing here: unroll of a 1-wide tile, chunk of a small input) are not measured
+// again: each is a same_code event naming its twin, counts as a trial, and leaves no record.
+// Each pair compiles, on its own, to the same library byte for byte.
+TEST(TuneCli, ConfigsBuiltToMeasuredCodeAreNotMeasuredAgain) {
+  const std::string dir = temp_dir(), db = dir + "/same.db", out = dir + "/same.jsonl";
+  const std::string w = "conv2d_nchwc(N=1,C=16,H=16,W=16,K=16,R=3,S=3,pad=1,ic_block=16,oc_block=16)";
+  std::string cmd = std::string(TF_TUNEFARM) + " tune -w '" + w + "' --local --trials 12 --strategy grid --repeat 2 " +
+                    "--min-repeat-ms 1 --retime-rounds 0 --json --db " + db + " > " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(out);
+  json done;
+  std::vector<std::pair<json, json>> pairs;
+  std::set<std::string> measured;
+  int trials = 0, remeasured = 0;
+  for (std::string line; std::getline(f, line);) {
+    json e = json::parse(line);
+    if (e["event"] == "done") done = e;
+    if (e["event"] == "trial") {
+      (e["remeasure"].get<bool>() ? remeasured : trials) += 1;
+      measured.insert(e["config"].dump());
+    }
+    if (e["event"] == "same_code") pairs.push_back({e["config"], e["same_code_as"]});
+  }
+  ASSERT_TRUE(done.is_object());
+  ASSERT_FALSE(pairs.empty()) << "no same-code config among the first 12 of the grid";
+  EXPECT_EQ(done["same_code"].get<int>(), static_cast<int>(pairs.size()));
+  EXPECT_EQ(trials + static_cast<int>(pairs.size()), 12);
+  EXPECT_EQ(done["trials"].get<int>(), 12);
+  // Only what was measured is on record.
+  EXPECT_EQ(done["records"].get<int>(), trials + remeasured);
+  auto database = db::open_database(db, db::OpenMode::ReadOnly);
+  EXPECT_EQ(database->history({}).size(), static_cast<size_t>(trials + remeasured));
+  for (const auto& [config, twin] : pairs) {
+    EXPECT_NE(config, twin);
+    EXPECT_EQ(measured.count(twin.dump()), 1u) << "its twin was not measured: " << twin.dump();
+    EXPECT_EQ(measured.count(config.dump()), 0u) << config.dump();
+  }
+  const auto& [config, twin] = pairs.front();
+  std::string libs[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::string so = dir + "/same" + std::to_string(k) + ".so";
+    const std::string c = (k == 0 ? config : twin).dump();
+    ASSERT_EQ(std::system((std::string(TF_TUNEFARM) + " compile -w '" + w + "' --no-db -c '" + c + "' -o " + so +
+                           " > /dev/null").c_str()),
+              0);
+    libs[k] = read_file(so);
+  }
+  EXPECT_FALSE(libs[0].empty());
+  EXPECT_EQ(libs[0], libs[1]) << config.dump() << " vs " << twin.dump();
 }
 
 TEST(TuneCli, InterruptCommitsAndTheSameCommandResumes) {
