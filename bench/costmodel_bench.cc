@@ -241,7 +241,9 @@ int blind(int argc, char** argv) {
   const std::string tspec = arg(argc, argv, "--target", "");
   const Target t = tspec.empty() ? host_target() : parse_target(tspec);
   const int samples = static_cast<int>(number(argc, argv, "--samples", 200));
-  if (samples < 1 || samples > 100000) throw std::runtime_error("--samples " + std::to_string(samples) + ": not in [1, 100000]");
+  if (samples < 1 || samples > 100000) {
+    throw std::runtime_error("--samples " + std::to_string(samples) + ": not in [1, 100000]");
+  }
   ConfigSpace space(parse_workload(spec), t);
   std::mt19937_64 rng(static_cast<uint64_t>(number(argc, argv, "--seed", 1)));
   std::uniform_int_distribution<uint64_t> pick(0, space.size() - 1);
@@ -250,7 +252,9 @@ int blind(int argc, char** argv) {
     uint64_t i = pick(rng);
     if (space.valid(i)) points.push_back(i);
   }
-  if (points.empty()) throw std::runtime_error("no valid config of " + spec + " found in " + std::to_string(200 * samples) + " draws");
+  if (points.empty()) {
+    throw std::runtime_error("no valid config of " + spec + " found in " + std::to_string(200 * samples) + " draws");
+  }
   auto features = [&](uint64_t i) { return costmodel::config_features(space.graph(), t, space.to_config(i)); };
   const std::vector<KnobSpec>& knobs = space.knobs();
   std::vector<int> moves(knobs.size(), 0), unseen(knobs.size(), 0);
@@ -271,8 +275,9 @@ int blind(int argc, char** argv) {
       }
     }
   }
-  std::printf("%s on %s: %s, %zu valid configs sampled, %zu distinct feature vectors\n", space.workload().canonical().c_str(),
-              t.str().c_str(), space.template_id().c_str(), points.size(), distinct.size());
+  std::printf("%s on %s: %s, %zu valid configs sampled, %zu distinct feature vectors\n",
+              space.workload().canonical().c_str(), t.str().c_str(), space.template_id().c_str(), points.size(),
+              distinct.size());
   for (size_t k = 0; k < knobs.size(); ++k) {
     std::printf("  %-12s %5d moves, %5d unseen by the features (%.0f%%)\n", knobs[k].name.c_str(), moves[k], unseen[k],
                 moves[k] ? 100.0 * unseen[k] / moves[k] : 0.0);

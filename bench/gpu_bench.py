@@ -258,14 +258,13 @@ def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=(), tune_
         line = wait_for(board, r"registered", 90)
         m = re.search(r"\(key ([^)]+)\)", line)
         key = m.group(1) if m else "cuda-sm%s" % target.split("sm_")[1]
-        for w in [["-w", w] for w in workloads] + [["--model", m] for m in models]:
+        for what, name in [("-w", w) for w in workloads] + [("--model", m) for m in models]:
             t0 = time.time()
-            r = subprocess.run([tunefarm, "tune", *w, "--tracker", "127.0.0.1:%d" % port, "--key", key,
+            r = subprocess.run([tunefarm, "tune", what, name, "--tracker", "127.0.0.1:%d" % port, "--key", key,
                                 "--trials", str(trials), "--db", db, *tune_flags], capture_output=True, text=True)
-            w = w[1]
             rate = trials / max(time.time() - t0, 1e-9)
             print("tuned %s: %d trials in %.0f s (%.2f candidates/s)%s" %
-                  (w, trials, time.time() - t0, rate, "" if r.returncode == 0 else " FAILED"), flush=True)
+                  (name, trials, time.time() - t0, rate, "" if r.returncode == 0 else " FAILED"), flush=True)
             for line in r.stdout.splitlines():
                 # tune's own account: building, measuring, overlap; and what the tuning found
                 # against the default, re-timed side by side ("default ... speedup 1.08x").

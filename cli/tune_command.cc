@@ -408,7 +408,8 @@ int run_tune_impl(const TuneArgs& a) {
     }
     std::printf("%s\n", json{{"event", "done"}, {"status", status}, {"stop_reason", stop_reason_name(sum.stop_reason)},
                              {"trials", st.trials_done}, {"errors", st.errors}, {"known", st.known},
-                             {"same_code", st.same_code}, {"boards_lost", st.boards_lost}, {"best_config", sum.best_config}, {"best_s", sum.best_s},
+                             {"same_code", st.same_code}, {"boards_lost", st.boards_lost},
+                             {"best_config", sum.best_config}, {"best_s", sum.best_s},
                              {"best_gflops", gflops(space, sum.best_s)}, {"best_measurements", sum.best_measurements},
                              {"default_s", sum.default_s},
                              {"speedup_over_default", speedup}, {"retimed", retimed},

@@ -128,7 +128,8 @@ class Walker {
         // cooperative copy inside the block's threads) is the same threads, one iteration
         // each, not a loop of its own: counted, it multiplied the copy's iterations by the
         // block's size and made it the hottest statement instead of the products.
-        if (ir::is_gpu_binding(f->for_kind) && bound_[static_cast<size_t>(ir::gpu_binding_index(f->for_kind))]) {
+        const int axis = ir::is_gpu_binding(f->for_kind) ? ir::gpu_binding_index(f->for_kind) : -1;
+        if (axis >= 0 && bound_[static_cast<size_t>(axis)]) {
           stmt(f->body);
           return;
         }
@@ -137,12 +138,11 @@ class Walker {
           max_parallel_ = std::max(max_parallel_, ext);
         }
         parallel_depth_ += f->for_kind == ForKind::Parallel;
-        const bool binds = ir::is_gpu_binding(f->for_kind);
-        if (binds) bound_[static_cast<size_t>(ir::gpu_binding_index(f->for_kind))] = true;
+        if (axis >= 0) bound_[static_cast<size_t>(axis)] = true;
         loops_.push_back({f->var.get(), ext, f->for_kind});
         stmt(f->body);
         loops_.pop_back();
-        if (binds) bound_[static_cast<size_t>(ir::gpu_binding_index(f->for_kind))] = false;
+        if (axis >= 0) bound_[static_cast<size_t>(axis)] = false;
         parallel_depth_ -= f->for_kind == ForKind::Parallel;
         return;
       }

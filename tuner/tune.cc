@@ -181,21 +181,20 @@ std::vector<RunResult> TuneLoop::run_new_code(const std::vector<BuildResult>& bu
   same_code.assign(builds.size(), std::nullopt);
   std::vector<BuildResult> todo;
   std::vector<size_t> todo_at;
-  std::vector<std::string> digests(builds.size());
-  std::map<std::string, size_t> here;        // digest -> the position measured for it now
+  std::map<std::string, size_t> here;             // digest -> the position measured for it now
   std::vector<std::pair<size_t, size_t>> copies;  // (position, the position of its twin here)
   for (size_t k = 0; k < builds.size(); ++k) {
-    digests[k] = code_digest(builds[k]);
-    if (!digests[k].empty()) {
-      if (auto it = code_.find(digests[k]); it != code_.end()) {
+    const std::string digest = code_digest(builds[k]);
+    if (!digest.empty()) {
+      if (auto it = code_.find(digest); it != code_.end()) {
         same_code[k] = it->second;
         continue;
       }
-      if (auto it = here.find(digests[k]); it != here.end()) {
+      if (auto it = here.find(digest); it != here.end()) {
         copies.push_back({k, it->second});
         continue;
       }
-      here[digests[k]] = k;
+      here[digest] = k;
     }
     todo.push_back(builds[k]);
     todo_at.push_back(k);
@@ -282,7 +281,7 @@ std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
   for (uint64_t i : indices) configs.push_back(space_.to_config(i));
   std::vector<BuildResult> builds(configs.size());
   std::vector<RunResult> results(configs.size());
-  std::vector<std::optional<uint64_t>> same_code(configs.size());
+  std::vector<std::optional<uint64_t>> same_code;  // sized by build_and_run
   build_and_run(configs, builds, results, same_code);
   std::vector<Trial> trials;
   std::vector<BuildResult> again;
@@ -304,7 +303,7 @@ std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
     std::vector<RunResult> redo = timed_run(again);
     for (size_t k = 0; k < redo.size(); ++k) {
       size_t at = again_at[k];
-      trials.push_back({indices[at], configs[at], builds[at], redo[k], false, true});
+      trials.push_back({indices[at], configs[at], builds[at], redo[k], false, true, std::nullopt});
     }
   }
   return trials;
@@ -504,7 +503,7 @@ TuneSummary TuneLoop::finish() {
       std::vector<Trial> trials;
       std::vector<double> row(top.size(), std::numeric_limits<double>::quiet_NaN());
       for (size_t k = 0; k < top.size(); ++k) {
-        trials.push_back({top[k], configs[k], builds[k], results[k], true, false});
+        trials.push_back({top[k], configs[k], builds[k], results[k], true, false, std::nullopt});
         if (results[k].error != pb::BOARD_LOST) fresh[top[k]].push_back(row[k] = cost_of(results[k]));
       }
       rounds.push_back(std::move(row));
