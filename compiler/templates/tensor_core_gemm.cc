@@ -174,6 +174,13 @@ std::vector<json> TensorCoreGemm::int_candidates(const OpGraph& g, const Target&
 
 json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
   const GemmShape s = gemm_shape(g);
+  // GEMMs of 16-bit products (fp16, bf16) whose operands are read straight from inputs
+  // (dense_tc: matmul, batch_matmul), "direct" below, take the adjustments below, timed on an
+  // H200 (session 89, bench/gpu_config_sweep.py, kernel time by CUPTI, docs/compiler.md);
+  // TF32 and a convolution's computed im2col tile keep the rules they were timed with (session
+  // 61) until their own sweeps.
+  const auto [a_input, b_input] = inputs_ab(g);
+  const bool direct = a_input && b_input && products_16_bits(g.workload.types.precision);
   // A 64 x 32 warp tile in a 2 x 2 block (CUTLASS's 128 x 64 with 4 warps), halved along an
   // axis while it is more than C's padded extent, then smaller warp tiles (down to 2 x 2) while
   // the blocks would not give every multiprocessor one.
@@ -196,21 +203,55 @@ json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
       d.tiles_n /= 2;
   }
   const int64_t steps = round_up(s.k, depth(g)) / depth(g);
+  int64_t stages = 3;
+  // Direct GEMMs over a short K whose blocks would not give every multiprocessor three take
+  // four stages and, rather than splitting K, 16 x 16 warp tiles (32 x 32 blocks) where K has 9
+  // to 64 steps (a BERT layer's 128-row GEMMs over K = 768: 128 x 3,072 x 768 9.4 us against
+  // 14.9, with half_tiles below; 128 x 768 x 768 4.9 against 5.6 as 2 x 2 tiles split in two),
+  // one step an iteration where it has at most 8 (its attention's batched products over K = 64
+  // and 128: 2.3 and 3.0 us against 2.5 and 3.4). Over K = 3,072 the 2 x 2 tiles split in four
+  // stay (1 x 2 tiles 0.90-0.92x of them).
+  if (direct && steps <= 64 && d.tiles_m == 2 && d.tiles_n == 2 && blocks() < 3 * sms) {
+    if (steps <= 8)
+      d.unroll_k = 1;
+    else
+      d.tiles_m = 1;
+    stages = 4;
+  }
+  // Direct GEMMs of 16-bit operands whose 128 x 128 blocks (8 warps, warps_n 4) still give
+  // every multiprocessor one: 4096^3 552 us against 700 (128 x 64 blocks), 2048^3 82 against 91.
+  // (Not with float32 operands: their 16-bit tiles' copies staged through registers take 156 a
+  // thread there, one block a multiprocessor; unmeasured.)
+  const Given16 given = given_16_bits(g);
+  bool wide = false;
+  if (direct && given.a && given.b && d.warps_m == 2 && d.warps_n == 2 && d.tiles_m == 4 && d.tiles_n == 4) {
+    d.warps_n = 4;
+    wide = blocks() >= sms;
+    if (!wide) d.warps_n = 2;
+  }
   while (d.unroll_k > 1 && d.unroll_k > steps) d.unroll_k /= 2;
   // Split-K while the blocks would not give every multiprocessor one and each part keeps at
   // least 16 steps of K (a batch-1 convolution's 7 x 7 and 14 x 14 layers: 16-28 blocks for
-  // 132 multiprocessors, each over the whole K of 2,304-4,608).
+  // 132 multiprocessors, each over the whole K of 2,304-4,608); direct GEMMs at least 32 (parts
+  // of 24 steps: 0.90x of one part).
+  const int64_t least_steps = direct ? 32 : 16;
   int64_t parts = 1;
-  while (parts < 16 && blocks() * parts < sms && steps / (parts * 2) >= 16) parts *= 2;
+  while (parts < 16 && blocks() * parts < sms && steps / (parts * 2) >= least_steps) parts *= 2;
+  // 16-bit products of a float32 operand read from an input beside a 16-bit one (weights in
+  // fp16 or bf16 with float32 activations, as a --precision fp16 model's LayerNorm output):
+  // its tiles held in 16 bits, rounded as they are copied (1.09-1.13x alone; 1.55-1.60x with
+  // the tiles above). Not where both are float32 (unmeasured; both tiles' copies staged through
+  // registers spill at 2 x 2 tiles over K = 3,072).
+  const bool half = direct && given.a != given.b;
   // Three tiles in flight where 48 KiB of shared memory hold them, else two, else shallower
   // ones. The space goes up to the architecture's opt-in limit (dynamic shared memory: 227 KiB
-  // on sm_90), but the default stays within the static 48 KiB measured on an H200 until larger
-  // tiles are measured there too (bench/gpu_config_sweep.py).
+  // on sm_90); the defaults stay within the static 48 KiB but the 128 x 128 blocks above, timed
+  // with 60 KiB.
   json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n},   {"tiles_m", d.tiles_m},
             {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k}, {"shared", true},
-            {"stages", 3},          {"split_k", parts},       {"half_tiles", false},
+            {"stages", stages},     {"split_k", parts},       {"half_tiles", half},
             {"wgmma", false}};
-  const int64_t most = gpu_limits(t).max_shared_bytes;
+  const int64_t most = wide ? gpu_limits(t).max_dynamic_shared_bytes : gpu_limits(t).max_shared_bytes;
   while (shared_bytes(g, c) > most) {
     if (c["stages"].get<int64_t>() > 2)
       c["stages"] = c["stages"].get<int64_t>() - 1;

@@ -273,6 +273,50 @@ TEST(TensorCore, TilesPast48KiBRunFromDynamicSharedMemory) {
   EXPECT_TRUE(r.ok()) << r.str();
 }
 
+// The defaults of 16-bit products whose operands are inputs (dense_tc) are those an H200 timed
+// fastest of the sweep's grid (session 89, compiler/templates/tensor_core_gemm.cc): a BERT
+// layer's 128-row GEMMs over K = 768 in 32 x 32 blocks of four stages, float32 activations beside
+// 16-bit weights held in 16-bit tiles, its batched products over K <= 128 one step an iteration,
+// K = 3,072 still split in four, and 128 x 128 blocks for the large squares of 16-bit operands,
+// past the static 48 KiB. TF32 and convolutions keep theirs. Each runs in the emulator over a
+// shape nothing divides, and assembles without spills.
+TEST(TensorCore, DefaultsOfSixteenBitProductsOfInputsAreTheTimedOnes) {
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  auto config = [&](const char* w) {
+    const nlohmann::json c = compile_kernel(parse_workload(w), sm90, nullptr, "default", "").config;
+    return std::vector<int64_t>{c["warps_m"].get<int64_t>(), c["warps_n"].get<int64_t>(), c["tiles_m"].get<int64_t>(),
+                                c["tiles_n"].get<int64_t>(), c["unroll_k"].get<int64_t>(), c["stages"].get<int64_t>(),
+                                c["split_k"].get<int64_t>(),  c["half_tiles"].get<bool>()};
+  };
+  using V = std::vector<int64_t>;
+  //        warps_m, warps_n, tiles_m, tiles_n, unroll_k, stages, split_k, half_tiles
+  EXPECT_EQ(config("matmul(M=128,N=3072,K=768,trans_b=1,dtype=float32,weight_dtype=float16,epilogue=bias)"),
+            (V{2, 2, 1, 2, 2, 4, 1, 1}));
+  EXPECT_EQ(config("matmul(M=128,N=768,K=768,trans_b=1,dtype=float16,epilogue=bias)"), (V{2, 2, 1, 2, 2, 4, 1, 0}));
+  EXPECT_EQ(config("matmul(M=128,N=768,K=3072,trans_b=1,dtype=float16,epilogue=bias)"), (V{2, 2, 2, 2, 2, 3, 4, 0}));
+  EXPECT_EQ(config("batch_matmul(B=12,M=128,N=64,K=128,dtype=float16)"), (V{2, 2, 2, 2, 1, 4, 1, 0}));
+  EXPECT_EQ(config("matmul(M=4096,N=4096,K=4096,trans_b=1,dtype=bfloat16)"), (V{2, 4, 4, 4, 2, 3, 1, 0}));
+  // Unchanged: both operands float32 (float32 tiles, 128 x 64 blocks within 48 KiB), TF32, a
+  // convolution's computed tile (split in 8 parts of 18 steps).
+  EXPECT_EQ(config("matmul(M=4096,N=4096,K=4096,precision=fp16)"), (V{2, 2, 4, 4, 1, 2, 1, 0}));
+  EXPECT_EQ(config("matmul(M=128,N=768,K=768,precision=tf32)"), (V{2, 2, 2, 2, 2, 3, 4, 0}));
+  EXPECT_EQ(config("conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1,precision=fp16)"), (V{2, 2, 2, 2, 2, 3, 8, 0}));
+  CompiledKernel wide = compile_kernel(parse_workload("matmul(M=4096,N=4096,K=4096,trans_b=1,dtype=float16)"), sm90,
+                                       nullptr, "default", "");
+  EXPECT_GT(wide.launch()->dynamic_shared_bytes, 48 * 1024);
+  EXPECT_EQ(wide.launch()->static_shared_bytes, 0);
+  // The same rules over shapes nothing divides, emulated.
+  for (const char* w : {"matmul(M=50,N=300,K=200,trans_b=1,dtype=float32,weight_dtype=float16,epilogue=bias)",
+                        "matmul(M=70,N=90,K=100,dtype=bfloat16,epilogue=bias_relu)",
+                        "batch_matmul(B=3,M=50,N=40,K=40,dtype=float16)"}) {
+    CompiledKernel k = compile_kernel(parse_workload(w), sm90, nullptr, "default", "");
+    EXPECT_EQ(k.config["stages"], 4) << w << " " << k.config.dump();
+    testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 11);
+    EXPECT_TRUE(r.ok()) << w << " " << k.config.dump() << ": " << r.str();
+  }
+  if (fs::exists(kPtxas)) assemble_sm90(wide, "the 4096^3 default of 16-bit operands");
+}
+
 // half_tiles: the tiles of input operands held in 16 bits (rounded as they are copied, K
 // innermost, B's tile transposed). Emulated over shapes nothing divides (the padding's selects
 // over 16-bit loads), batches, split-K, one stage and several, convolutions (the weights' tile
