@@ -15,7 +15,8 @@ means per group.
 `tunefarm-rpc-server --device cuda:0` on loopback, `tunefarm tune --tracker`), into --db (a
 temporary database when none is given), so one call measures default and tuned. Each tune
 prints its candidates a second and tune's own `time` line (building, measuring, the overlap);
---tune-flag passes flags to `tune` (--tune-flag=--repeat=3: the protocol's share of the time);
+--tune-flag passes flags to `tune` (--tune-flag=--repeat=3: the protocol's share of the time;
+--tune-flag=--json with --tune-log FILE keeps every measurement's event: where its time went);
 --board-flag=--runner-per-measurement starts the board with a runner per candidate, as before
 its measuring process was kept (issue 57's comparison; bench/gpu_session.sh step tune_rate);
 --tune-model M.onnx also tunes a model there (`tune --model`, N trials over its tasks) and prints
@@ -170,10 +171,12 @@ def with_precision(workload, precision, half_operands=False):
     """The workload at `precision`, or None when no tensor-core template computes it; with
     half_operands (fp16, bf16) its operands in 16 bits (dtype=float16 / bfloat16, B given as
     [N][K]: matmul and batch_matmul), or a convolution's weights (weight_dtype, the data float32:
-    what a --precision fp16|bf16 cuda model's convolutions read)."""
-    if precision == "fp32":
-        return workload
+    what a --precision fp16|bf16 cuda model's convolutions read). A workload that names its types
+    (dtype=, weight_dtype= or precision=: a model's kernel as `compile --model` lists it) is
+    returned as it is."""
     op, p = params_of(workload)
+    if precision == "fp32" or any(k in p for k in ("dtype", "weight_dtype", "precision")):
+        return workload
     if op not in ("matmul", "batch_matmul", "conv2d_nchw", "conv2d_nhwc") or p.get("group", 1) != 1:
         return None  # depthwise and grouped: no tensor-core template
     if half_operands:
@@ -334,6 +337,8 @@ def main():
     ap.add_argument("--tune-model", action="append", default=[], metavar="ONNX",
                     help="with --tune: also tune this model (tune --model, the trials shared by its tasks) on the same "
                          "loopback board, which then times it tuned against its default build (repeatable)")
+    ap.add_argument("--tune-log", metavar="FILE",
+                    help="with --tune: write every tune's whole output here (with --tune-flag=--json, its events)")
     ap.add_argument("--tune-flag", action="append", default=[],
                     help="with --tune: a flag for `tunefarm tune` (repeatable), e.g. --tune-flag=--repeat=3 "
                          "--tune-flag=--min-repeat-ms=5: what a measurement's protocol costs in candidates a second")
@@ -370,6 +375,8 @@ def main():
     groups += [("given", w) for w in a.workload]
     if a.tune_model and not a.tune:
         fail("--tune-model tunes through --tune's loopback board: give --tune TRIALS too")
+    if a.tune_log and not a.tune:
+        fail("--tune-log keeps --tune's output: give --tune TRIALS too")
     for m in a.tune_model:
         if not os.path.isfile(m):
             fail("--tune-model %s: no such file" % m)
@@ -426,7 +433,7 @@ def main():
     db = a.db
     if a.tune:
         db = db or os.path.join(tmp, "tuning.db")
-        with open(os.path.join(tmp, "tune.log"), "w") as log:
+        with open(a.tune_log or os.path.join(tmp, "tune.log"), "w") as log:
             tune_all(a.tunefarm, [w for _, w in groups], target, db, a.tune, log, a.board_flag, a.tune_flag,
                      a.tune_model)
 

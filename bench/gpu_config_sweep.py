@@ -8,7 +8,7 @@ either side: for kernels of a few microseconds (a BERT layer's 128-row GEMMs) ev
 CuPy launches measures the launches. Says whether a template's space holds configs better
 than its default, and which: what the defaults and the tuner's search need.
 
-Usage: bench/gpu_config_sweep.py BUILD/bin/tunefarm [--precision fp16] [--groups bert]
+Usage: bench/gpu_config_sweep.py BUILD/bin/tunefarm [--precision fp16 [--half-operands]] [--groups bert]
                                  [-w WORKLOAD ...] [--configs '[{"tiles_m": 4}, ...]'] [--large] [--half]
                                  [--calls 20]
 Without --configs, a grid of block tiles (32 x 32 to 128 x 64, 4 and 8 warps, K chunks and stages
@@ -17,7 +17,12 @@ block tiles of 128 x 64 and 128 x 128 with K chunks of 32 and 64 and 3-4 stages 
 dynamic shared memory, which sm_80 and sm_90 allow a block); --half times the default and every
 config of the grid also with half_tiles (fp16/bf16 operands' tiles held in 16 bits); --wgmma times
 a grid of Hopper's warpgroup-level products instead (sm_90 only: blocks of 64 x 64 to 128 x 256,
-K chunks of 64, 3-4 stages, split_k 1, 2, 4; elsewhere each is listed as refused). Needs an NVIDIA GPU, PyTorch with CUDA and CuPy (exits 2 without).
+K chunks of 64, 3-4 stages, split_k 1, 2, 4; elsewhere each is listed as refused).
+--half-operands gives the groups' products 16-bit operands as gpu_bench.py's flag does; a -w
+workload that names its types (dtype=, weight_dtype=, precision=: a model's kernels, e.g.
+matmul(...,dtype=float32,weight_dtype=float16) for float32 activations and 16-bit weights) is
+timed as it is. Each argument has its declared type. Needs an NVIDIA GPU, PyTorch with CUDA and
+CuPy (exits 2 without).
 """
 import argparse
 import concurrent.futures
@@ -97,13 +102,17 @@ def main():
                     help="each config (and the default) also with half_tiles: the tiles in 16 bits")
     ap.add_argument("--wgmma", action="store_true",
                     help="the grid of wgmma configs instead (sm_90, fp16/bf16; half_tiles)")
+    ap.add_argument("--half-operands", action="store_true",
+                    help="with --precision fp16|bf16: the groups' operands in 16 bits (as gpu_bench.py's flag)")
     ap.add_argument("--calls", type=int, default=20)
     a = ap.parse_args()
+    if a.half_operands and a.precision not in ("fp16", "bf16"):
+        gpu_bench.fail("--half-operands takes --precision fp16 or bf16, not %s" % a.precision)
     configs = json.loads(a.configs) if a.configs else wgmma_grid() if a.wgmma else default_grid(a.large)
     if a.half:
         configs = [{"half_tiles": True}] + [dict(c, half_tiles=h) for c in configs for h in (False, True)]
-    workloads = list(a.workload) + [w for g in a.groups.split(",") if g for w in gpu_bench.GROUPS[g]]
-    workloads = [gpu_bench.with_precision(w, a.precision) for w in workloads]
+    workloads = [gpu_bench.with_precision(w, a.precision, a.half_operands)
+                 for w in list(a.workload) + [w for g in a.groups.split(",") if g for w in gpu_bench.GROUPS[g]]]
     workloads = [w for w in workloads if w]
     try:
         import torch
@@ -118,6 +127,7 @@ def main():
     peer_type = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
     print("GPU: %s (%s); PyTorch %s; %s; kernel time by CUPTI (us a call)" %
           (torch.cuda.get_device_name(), target, torch.__version__, a.precision), flush=True)
+    halves = {"float16": torch.float16, "bfloat16": torch.bfloat16}
     tmp = tempfile.mkdtemp(prefix="gpu_sweep.")
     torch.manual_seed(0)
     for wi, w in enumerate(workloads):
@@ -134,18 +144,21 @@ def main():
                 rows.append((float("inf"), label, "refused: " + refusal[:100]))
                 continue
             k = gpu_bench.Kernel(cp, torch, path)
-            args = [torch.randn(*x["shape"], device="cuda") if x["role"] == "input"
-                    else torch.empty(*x["shape"], device="cuda") for x in k.side["args"]]
+            types = [halves.get(x.get("dtype"), torch.float32) for x in k.side["args"]]
+            args = [torch.randn(*x["shape"], device="cuda").to(t) if x["role"] == "input"
+                    else torch.empty(*x["shape"], device="cuda", dtype=t) for x, t in zip(k.side["args"], types)]
             ptrs = tuple(cp.uint64(t.data_ptr()) for t in args)
-            checked = [t.to(peer_type).float() if peer_type and i < 2 else t for i, t in enumerate(args)]
+            checked = [(t.to(peer_type) if peer_type and i < 2 else t).float() for i, t in enumerate(args)]
             ref = gpu_bench.reference(torch, op, p, checked)
             k(ptrs)
             torch.cuda.synchronize()
-            err = (args[-1] - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
+            err = (args[-1].float() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
             times = gpu_profile.kernel_times(torch, lambda: k(ptrs), a.calls)
             us = sum(t for t, _ in times.values())
             full = json.dumps(k.config, separators=(",", ":"))
-            bad = "" if err < (2e-3 if a.precision == "tf32" else 1e-4) else "  MISMATCH %.2g" % err
+            # A 16-bit output is rounded once more (2^-11 of the value for fp16, 2^-8 for bf16).
+            tol = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(types[-1], 2e-3 if a.precision == "tf32" else 1e-4)
+            bad = "" if err < tol else "  MISMATCH %.2g" % err
             rows.append((us, label, full + bad))
             if peer_us is None:
                 peer_args = [t.to(peer_type) if peer_type and i < len(args) - 1 else t for i, t in enumerate(args)]

@@ -13,7 +13,7 @@
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
 # comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
-# model_bf16,model_grouped,bench_grouped,tune_rate,tune_fast,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
+# model_bf16,model_grouped,bench_grouped,sweep_bert16,sweep_large16,bench_bert16,tune_rate,tune_once,tune_json,tune_fast,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
@@ -116,6 +116,24 @@ step sweep_fp16 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --
 # Issue 55: block tiles past 48 KiB (dynamic shared memory) against the defaults, on the square
 # GEMMs and BERT's: whether the defaults should use them.
 step sweep_large 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --large --calls 10
+# Issue 55: a --precision fp16 BERT-base's own GEMMs (compile --model lists them): float32
+# activations with 16-bit weights (a LayerNorm's output, also read by the residual add) with and
+# without half_tiles, then those of 16-bit operands; whether a better default is in the space.
+bert16_a="-w 'matmul(M=128,N=3072,K=768,trans_b=1,dtype=float32,weight_dtype=float16,epilogue=bias)' \
+  -w 'matmul(M=128,N=2304,K=768,trans_b=1,dtype=float32,weight_dtype=float16,epilogue=bias)'"
+bert16_b="-w 'matmul(M=128,N=768,K=3072,trans_b=1,dtype=float16,epilogue=bias)' \
+  -w 'matmul(M=128,N=768,K=768,trans_b=1,dtype=float16,epilogue=bias)' \
+  -w 'batch_matmul(B=12,M=128,N=128,K=64,dtype=float16)' -w 'batch_matmul(B=12,M=128,N=64,K=128,dtype=float16)'"
+sweep="python3 bench/gpu_config_sweep.py '$bin' --precision fp16 --groups '' --calls 10"
+step sweep_bert16 130 bash -c "$sweep --half $bert16_a && $sweep $bert16_b"
+# Issue 55: the square GEMMs as cuBLAS takes them (16-bit operands, B as [N][K]) against block
+# tiles past 48 KiB: whether the large GEMMs' default should use them.
+step sweep_large16 90 bash -c "$sweep --large -w 'matmul(M=4096,N=4096,K=4096,trans_b=1,dtype=float16)' \
+  -w 'matmul(M=2048,N=2048,K=2048,trans_b=1,dtype=float16)'"
+# Issue 55: the defaults timed by those sweeps (session 89: 16-bit products of inputs) against
+# cuBLAS: the square GEMMs and BERT's as cuBLAS takes them, and the float32-activation ones.
+step bench_bert16 60 bash -c "python3 bench/gpu_bench.py '$bin' --precision fp16 --half-operands --groups dense,bert \
+  --rounds 3 $bert16_a --json '$WORK/bench_bert16.json'"
 # Issue 55: the operands' tiles in 16 bits (half_tiles: half the shared memory and its loads, the
 # rounding moved to the copy, which is then not cp.async) against float32 tiles, config by config.
 step sweep_half 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --half \
@@ -137,6 +155,24 @@ step bench_grouped 40 python3 bench/gpu_bench.py "$bin" --groups grouped --round
 tune_w="-w 'matmul(M=1024,N=1024,K=1024)' -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)'"
 tune="python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 $tune_w"
 step tune_rate 200 bash -c "$tune && TF_PTXAS=off $tune && $tune --board-flag=--runner-per-measurement"
+# tune_rate's first run alone (the default protocol: candidates a second since session 88's same-code twins).
+step tune_once 70 bash -c "$tune"
+# Issue 57: where a search measurement's ~130 ms go (session 89: 131 ms of "timing" for a 77 us
+# kernel, 5 samples of 10 ms): tune --json's events of the matmul, summarized by kind.
+summarize='import json, statistics as s, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for kind in ("trial", "retime"):
+    e = [x for x in ev if x.get("event") == kind and "run_ms" in x]
+    if not e: continue
+    med = lambda k: s.median(x.get(k, 0) for x in e)
+    print("%-6s %3d: run %.1f ms, upload %.1f, load %.2f, warm-up calls %d, calls a sample %d, cut %d, remeasured %d, median %.4f ms"
+          % (kind, len(e), med("run_ms"), med("upload_ms"), med("load_ms"), med("warmup_calls"), med("number"),
+             sum(x.get("cut", False) for x in e), sum(x.get("remeasure", False) for x in e), 1e3 * med("median_s")))
+for x in ev:
+    if x.get("event") == "done": print("done:", json.dumps(x.get("time", x))[:600])'
+step tune_json 60 bash -c "python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 \
+  -w 'matmul(M=1024,N=1024,K=1024)' --tune-flag=--json --tune-log '$WORK/tune.jsonl' > /dev/null && \
+  python3 -c '$summarize' '$WORK/tune.jsonl'"
 # Issue 57: what the measurement protocol costs: 3 samples of 5 ms and a 50 ms re-timing warm-up
 # (defaults 5, 10 ms and 300 ms), cubins, against tune_rate's first run (session 87: 1.86 / 2.71 a second).
 step tune_fast 90 bash -c "$tune --tune-flag=--repeat=3 --tune-flag=--min-repeat-ms=5 --tune-flag=--retime-warmup-ms=50"
