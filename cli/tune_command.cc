@@ -193,6 +193,9 @@ void check_args(const TuneArgs& a) {
   if (a.farm.boards < 1) throw UserError(str("--boards ", a.farm.boards, " must be at least 1"));
   if (o.early_stop < 0) throw UserError(str("--early-stop ", o.early_stop, " must be 0 (never) or more"));
   check_measure_options(o.measure, "--retime-warmup-ms");
+  if (o.retime_warmup_ms && !(*o.retime_warmup_ms >= 0 && *o.retime_warmup_ms <= 60000)) {
+    throw UserError(str("--retime-warmup-ms ", *o.retime_warmup_ms, " is not in [0, 60000]"));
+  }
   if (o.retime_top < 0 || o.retime_rounds < 0) throw UserError("--retime-top and --retime-rounds must be 0 or more");
   for (auto [name, v] : {std::pair<const char*, double>{"--time-budget", a.time_budget_min},
                          {"--max-spread", o.max_spread}, {"--slow-factor", o.slow_factor}}) {
@@ -289,8 +292,9 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   t->add_option("--retime-top", o.retime_top, "best configs re-timed at the end, with the default")->capture_default_str();
   t->add_option("--retime-rounds", o.retime_rounds, "interleaved rounds of the re-timing, each in fresh processes")
       ->capture_default_str();
-  t->add_option("--retime-warmup-ms", o.measure.min_warmup_ms, "shortest warm-up of each re-timing (docs/tuning.md)")
-      ->capture_default_str();
+  t->add_option_function<double>(
+      "--retime-warmup-ms", [&o](const double& ms) { o.retime_warmup_ms = ms; },
+      "shortest warm-up of each re-timing (default: 300 on CPU boards, 50 on GPU boards; docs/tuning.md)");
   t->add_option("--db", a.db, "tuning database (default: $TUNEFARM_DB, else ~/.local/share/tunefarm/tuning.db)");
   t->add_flag("--no-db", a.no_db, "record nothing (and resume nothing)");
   t->add_flag("--json", a.json, "print one JSON event per line on stdout");
@@ -352,7 +356,8 @@ int run_tune_impl(const TuneArgs& a) {
     std::printf("%s\n", json{{"event", "start"}, {"workload", w.canonical()}, {"target", t.str()},
                              {"device", runner->device_key()}, {"template", space.template_id()},
                              {"space_size", space.size()}, {"strategy", a.search.strategy}, {"trials", a.tune.trials},
-                             {"run", opts.run_uuid}, {"model", transfer_note}, {"assembly", assembly}}
+                             {"run", opts.run_uuid}, {"model", transfer_note}, {"assembly", assembly},
+                             {"retime_warmup_ms", opts.retime_warmup_ms.value_or(retime_warmup_ms_for(t))}}
                             .dump()
                             .c_str());
   } else {
@@ -585,7 +590,8 @@ int run_tune_model(const TuneArgs& a) {
     }
     std::printf("%s\n", json{{"event", "start"}, {"model", a.model}, {"target", t.str()},
                              {"device", session.runner->device_key()}, {"tasks", ts},
-                             {"untunable", list.untunable.size()}, {"trials", budget}, {"assembly", assembly}}
+                             {"untunable", list.untunable.size()}, {"trials", budget}, {"assembly", assembly},
+                             {"retime_warmup_ms", a.tune.retime_warmup_ms.value_or(retime_warmup_ms_for(t))}}
                             .dump()
                             .c_str());
   } else {

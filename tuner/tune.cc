@@ -116,7 +116,7 @@ TuneLoop::TuneLoop(const ConfigSpace& space, SearchStrategy& strategy, Builder& 
       start_(steady_seconds()),
       ctx_(std::make_unique<MeasureContext>(space.graph(), opts.measure)) {
   // The search compares hundreds of candidates timed alike: it skips the warm-up, which only
-  // the re-timing of the best pays (TuneOptions::measure.min_warmup_ms).
+  // the re-timing of the best pays (TuneOptions::retime_warmup_ms).
   ctx_->set_min_warmup_ms(0);
   TuneState& st = sum_.state;
   st.space = &space;
@@ -496,7 +496,7 @@ TuneSummary TuneLoop::finish() {
     std::vector<BuildResult> builds = timed_build(configs);
     ctx_->set_timeout_s(opts_.measure.timeout_s);  // the re-timed are all fast: the runner's own limit
     ctx_->set_cut_slower_than_s(0);                 // and all are timed in full, the default too
-    ctx_->set_min_warmup_ms(opts_.measure.min_warmup_ms);
+    ctx_->set_min_warmup_ms(opts_.retime_warmup_ms.value_or(retime_warmup_ms_for(space_.target())));
     std::vector<std::vector<double>> rounds;  // [round][k]: the cost, NaN where the board was lost
     for (int round = 0; round < opts_.retime_rounds && !stopped(); ++round) {
       std::vector<RunResult> results = timed_run(builds);
@@ -584,6 +584,8 @@ TuneSummary TuneLoop::finish() {
   st.elapsed_s = steady_seconds() - start_;
   return sum_;
 }
+
+double retime_warmup_ms_for(const Target& t) { return t.is_gpu() ? 50 : 300; }
 
 TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner,
                  db::Database* db, const TuneOptions& opts, const std::vector<MeasureCallback*>& callbacks,

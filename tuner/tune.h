@@ -89,10 +89,20 @@ struct TuneOptions {
   // so far is not a contender: it gets one sample instead of `repeat` (and is re-measured in
   // full if that sample says it is a contender after all). 0: never cut.
   double cut_factor = 2;
-  // How candidates are timed; the search takes no warm-up, the re-timing min_warmup_ms.
+  // How candidates are timed; the search takes no warm-up (measure.min_warmup_ms is not
+  // used), the re-timing retime_warmup_ms.
   MeasureOptions measure;
+  // The re-timing's shortest warm-up, ms; empty: the target's (retime_warmup_ms_for).
+  std::optional<double> retime_warmup_ms;
   std::string run_uuid;
 };
+
+// The re-timing's shortest warm-up on `t` by default, ms. CPUs: 300 (a fresh runner process
+// ran a 1.4 ms matmul 20-70% slow for its first 100-300 ms, docs/tuning.md). GPUs: 50; their
+// board keeps one measuring process, warm from the search's kernels, and the runner's steadiness
+// test still runs (on an H200, bert2's `tune --model` spent 20.2 of 25.9 s in 72 re-timings
+// at 300 ms, session 89).
+double retime_warmup_ms_for(const Target& t);
 
 // One measured candidate.
 struct Trial {

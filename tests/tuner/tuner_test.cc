@@ -927,10 +927,11 @@ TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
                     "--strategy random --no-db --json > " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(out);
-  json done;
+  json start, done;
   int trials = 0, retimes = 0;
   for (std::string line; std::getline(f, line);) {
     json e = json::parse(line);
+    if (e["event"] == "start") start = e;
     if (e["event"] == "done") done = e;
     if (e["event"] != "trial" && e["event"] != "retime") continue;
     (e["event"] == "trial" ? trials : retimes) += 1;
@@ -944,6 +945,7 @@ TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
     if (e["event"] == "retime") EXPECT_GE(e["run_ms"].get<double>(), 20) << line;
   }
   ASSERT_TRUE(done.is_object());
+  EXPECT_EQ(start.value("retime_warmup_ms", 0.0), 20) << start.dump();
   EXPECT_GE(trials, 6);
   EXPECT_GE(retimes, 4);  // 2 rounds of the best 2 (and the default, unless it is one of them)
   const json& t = done["time"];
@@ -953,6 +955,30 @@ TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
   EXPECT_NEAR(t.at("search_candidates_per_s").get<double>(), 6 / (elapsed - retime), 1e-6 * 6 / (elapsed - retime))
       << t.dump();
   EXPECT_GT(t.at("search_candidates_per_s").get<double>(), t.at("candidates_per_s").get<double>()) << t.dump();
+}
+
+// The re-timing's warm-up by default: 300 ms on CPUs (a fresh runner process is slow for its
+// first 100-300 ms), 50 on GPUs (their board's one measuring process is warm from the search).
+TEST(Tune, RetimingWarmsUpByTheTargetUnlessTold) {
+  EXPECT_EQ(retime_warmup_ms_for(parse_target("llvm")), 300);
+  EXPECT_EQ(retime_warmup_ms_for(parse_target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")), 300);
+  EXPECT_EQ(retime_warmup_ms_for(parse_target("cuda -arch=sm_90")), 50);
+  EXPECT_EQ(retime_warmup_ms_for(parse_target("rocm -mcpu=gfx90a")), 50);
+  // A local tune without the flag says 300 and re-times with it (each re-timing runs that long).
+  std::string out = temp_dir() + "/warm.jsonl";
+  std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=16,N=16,K=16)' --local --trials 2 --batch 2 " +
+                    "--repeat 1 --min-repeat-ms 1 --retime-top 1 --retime-rounds 1 --strategy random --no-db --json > " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(out);
+  int retimes = 0;
+  for (std::string line; std::getline(f, line);) {
+    json e = json::parse(line);
+    if (e["event"] == "start") EXPECT_EQ(e.value("retime_warmup_ms", 0.0), 300) << line;
+    if (e["event"] != "retime") continue;
+    ++retimes;
+    EXPECT_GE(e["run_ms"].get<double>(), 300) << line;
+  }
+  EXPECT_GE(retimes, 1);
 }
 
 // Configs that build to the code of a config measured before (a 3x3 NCHWc convolution's knobs
