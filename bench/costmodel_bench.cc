@@ -24,8 +24,17 @@
 //   bench_costmodel overhead --db D --workload W [--rows 200,2000] [--batch-s S]
 //     The time xgb spends per batch (refit, annealing, features of new points) with a
 //     training set of N database records, and its share of a batch of S seconds.
+//
+//   bench_costmodel overhead --workload W --target T [--observed 16,64,256] [--batch-s S]
+//                            [--feature-worker BUILD/bin/tunefarm-build-worker [--workers N]]
+//     Without a database: the run's own batches, after N observations of W's own configs
+//     on T (any target: cuda, rocm), each with a synthetic cost (the config's hash: a cost
+//     model fit on noise costs as much as one fit on times), one batch of 8 proposed after
+//     them: what a tuner spends between a GPU board's measurements. With --feature-worker the
+//     features are computed as tune computes them, in N worker processes (0: tune's default).
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <algorithm>
 #include <map>
 #include <random>
@@ -198,8 +207,47 @@ int quality(int argc, char** argv) {
   return 0;
 }
 
+// overhead without a database: the search's own observations (synthetic costs) on any target.
+int overhead_observed(int argc, char** argv) {
+  const Workload w = parse_workload(arg(argc, argv, "--workload", "matmul(M=97,N=131,K=67)"));
+  const std::string tspec = arg(argc, argv, "--target", "");
+  const Target t = tspec.empty() ? host_target() : parse_target(tspec);
+  const double batch_s = number(argc, argv, "--batch-s", 0);
+  ConfigSpace space(w, t);
+  std::stringstream observed_arg(arg(argc, argv, "--observed", "16,64,256"));
+  for (std::string item; std::getline(observed_arg, item, ',');) {
+    const size_t want = std::stoul(item);
+    if (want < 1 || want > 100000) throw std::runtime_error("--observed " + item + ": not in [1, 100000]");
+    CostModelSearchOptions mo;
+    mo.feature_worker = arg(argc, argv, "--feature-worker", "");
+    mo.feature_workers = static_cast<size_t>(number(argc, argv, "--workers", 0));
+    CostModelSearch ms(space, 1, mo);
+    std::mt19937_64 rng(7);
+    std::uniform_int_distribution<uint64_t> pick(0, space.size() - 1);
+    std::vector<Observation> obs;
+    for (size_t tries = 0; obs.size() < want && tries < 200 * want; ++tries) {
+      const uint64_t i = pick(rng);
+      if (space.valid(i)) obs.push_back({i, 1e-4 * (1 + static_cast<double>(std::hash<uint64_t>{}(i) % 1000) / 100)});
+    }
+    ms.observe(obs);
+    const SearchOverhead before = ms.overhead();
+    const double b0 = steady_seconds();
+    ms.propose(8);
+    const double per_batch = steady_seconds() - b0;
+    const SearchOverhead& o = ms.overhead();
+    std::printf("%s on %s after %zu observations: a batch of 8 %.3f s (fit %.3f s, annealing %.3f s, features %.3f s, "
+                "%zu configs scored)",
+                w.canonical().c_str(), t.short_str().c_str(), obs.size(), per_batch, o.fit_s - before.fit_s,
+                o.anneal_s - before.anneal_s, o.features_s - before.features_s, o.points_scored - before.points_scored);
+    if (batch_s > 0) std::printf(" = %.1f%% of a %.2f s batch", 100 * per_batch / (batch_s + per_batch), batch_s);
+    std::printf("\n");
+  }
+  return 0;
+}
+
 int overhead(int argc, char** argv) {
   std::string path = arg(argc, argv, "--db", "");
+  if (path.empty()) return overhead_observed(argc, argv);
   Workload w = parse_workload(arg(argc, argv, "--workload", "matmul(M=97,N=131,K=67)"));
   double batch_s = std::stod(arg(argc, argv, "--batch-s", "0"));
   auto db = db::open_database(path, db::OpenMode::ReadOnly);
@@ -294,7 +342,7 @@ int main(int argc, char** argv) {
     if (cmd == "overhead") return overhead(argc, argv);
     if (cmd == "blind") return blind(argc, argv);
     std::fprintf(stderr,
-                 "usage: bench_costmodel quality --db D [--template T] | overhead --db D --workload W | blind --workload W "
+                 "usage: bench_costmodel quality --db D [--template T] | overhead [--db D] --workload W [--target T] | blind --workload W "
                  "[--target T]\n");
     return 2;
   } catch (const std::exception& e) {

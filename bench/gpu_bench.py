@@ -275,7 +275,9 @@ def tune_all(tunefarm, workloads, target, db, trials, log, board_flags=(), tune_
                 if line.startswith(("time ", "default ", "tasks ", "model ", "estimate ")):
                     print("  " + line, flush=True)
             for line in r.stderr.splitlines():
-                if line.startswith("kernels "):  # cubins assembled by ptxas, or PTX and why
+                # cubins assembled by ptxas, or PTX and why; the cost model's share of the run
+                # (features of the configs its annealing visits, fits, annealing)
+                if line.startswith(("kernels ", "cost model: ")):
                     print("  " + line, flush=True)
             log.write(r.stdout + r.stderr)
             if r.returncode != 0:

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <map>
+#include <thread>
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -111,7 +113,7 @@ void CostModelSearch::compute_features(const std::vector<uint64_t>& points) {
   if (missing.empty()) return;
   double start = steady_seconds();
   if (!opts_.feature_worker.empty()) {
-    features_in_worker(missing);
+    features_in_workers(missing);
   } else {
     for (uint64_t i : missing) {
       try {
@@ -125,36 +127,79 @@ void CostModelSearch::compute_features(const std::vector<uint64_t>& points) {
   overhead_.features_s += steady_seconds() - start;
 }
 
-void CostModelSearch::features_in_worker(const std::vector<uint64_t>& points) {
-  nlohmann::json configs = nlohmann::json::array();
-  for (uint64_t i : points) configs.push_back(space_.to_config(i));
-  nlohmann::json req = {{"workload", space_.workload().canonical()}, {"target", space_.target().str()},
-                        {"features", configs}};
-  if (!worker_) worker_ = std::make_unique<ChildWorker>(std::vector<std::string>{opts_.feature_worker, "--serve"});
-  std::string out, err;
-  bool answered = worker_->ask(req.dump(), opts_.feature_timeout_s, &out, &err);
-  if (!answered && worker_->starts() == 0) throw std::runtime_error("cannot start the feature worker: " + err);
-  nlohmann::json reply = answered ? nlohmann::json::parse(out, nullptr, false) : nlohmann::json();
+namespace {
+
+// The features of `configs` (points[k]'s config is configs[k]) computed by `worker` into
+// `out`; a crash, hang or nonsense answer is narrowed down by halves to the configs that cause
+// it, which get an empty vector (counted in *unlowerable). Throws when the worker cannot start.
+void features_by(ChildWorker& worker, const CostModelSearchOptions& o, const nlohmann::json& head,
+                 const std::vector<uint64_t>& points, const std::vector<nlohmann::json>& configs,
+                 std::vector<std::pair<uint64_t, std::vector<float>>>& out, size_t* unlowerable) {
+  nlohmann::json req = head;
+  req["features"] = configs;
+  std::string reply_text, err;
+  bool answered = worker.ask(req.dump(), o.feature_timeout_s, &reply_text, &err);
+  if (!answered && worker.starts() == 0) throw std::runtime_error("cannot start the feature worker: " + err);
+  nlohmann::json reply = answered ? nlohmann::json::parse(reply_text, nullptr, false) : nlohmann::json();
   const nlohmann::json* f = reply.is_object() && reply.contains("features") ? &reply["features"] : nullptr;
   if (f && f->is_array() && f->size() == points.size()) {
     for (size_t k = 0; k < points.size(); ++k) {
-      std::vector<float>& v = features_[points[k]];
-      v.clear();
+      std::vector<float> v;
       if ((*f)[k].is_array() && (*f)[k].size() == costmodel::kNumFeatures) {
         for (const auto& x : (*f)[k]) v.push_back(x.is_number() ? x.get<float>() : 0.0f);
       }
+      out.emplace_back(points[k], std::move(v));
     }
     return;
   }
-  // The worker crashed, hung or answered nonsense: find the configs that cause it.
   if (points.size() == 1) {
-    features_[points[0]] = {};
-    ++overhead_.unlowerable;
+    out.emplace_back(points[0], std::vector<float>{});
+    ++*unlowerable;
     return;
   }
-  size_t half = points.size() / 2;
-  features_in_worker(std::vector<uint64_t>(points.begin(), points.begin() + static_cast<long>(half)));
-  features_in_worker(std::vector<uint64_t>(points.begin() + static_cast<long>(half), points.end()));
+  const auto half = static_cast<std::ptrdiff_t>(points.size() / 2);
+  features_by(worker, o, head, {points.begin(), points.begin() + half}, {configs.begin(), configs.begin() + half}, out,
+              unlowerable);
+  features_by(worker, o, head, {points.begin() + half, points.end()}, {configs.begin() + half, configs.end()}, out,
+              unlowerable);
+}
+
+}  // namespace
+
+void CostModelSearch::features_in_workers(const std::vector<uint64_t>& points) {
+  const nlohmann::json head = {{"workload", space_.workload().canonical()}, {"target", space_.target().str()}};
+  size_t most = opts_.feature_workers;
+  if (most == 0) most = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  // At least 4 points a worker: fewer would spend more on the round trip than on lowering.
+  const size_t shards = std::clamp<size_t>(points.size() / 4, 1, most);
+  while (workers_.size() < shards) {
+    workers_.push_back(std::make_unique<ChildWorker>(std::vector<std::string>{opts_.feature_worker, "--serve"}));
+  }
+  std::vector<std::vector<uint64_t>> shard_points(shards);
+  std::vector<std::vector<nlohmann::json>> shard_configs(shards);
+  for (size_t k = 0; k < points.size(); ++k) {
+    shard_points[k % shards].push_back(points[k]);
+    shard_configs[k % shards].push_back(space_.to_config(points[k]));
+  }
+  std::vector<std::vector<std::pair<uint64_t, std::vector<float>>>> got(shards);
+  std::vector<size_t> unlowerable(shards, 0);
+  std::vector<std::exception_ptr> errors(shards);
+  auto work = [&](size_t w) {
+    try {
+      features_by(*workers_[w], opts_, head, shard_points[w], shard_configs[w], got[w], &unlowerable[w]);
+    } catch (...) {
+      errors[w] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < shards; ++w) threads.emplace_back(work, w);
+  work(0);
+  for (std::thread& t : threads) t.join();
+  for (size_t w = 0; w < shards; ++w) {
+    if (errors[w]) std::rethrow_exception(errors[w]);
+    for (auto& [i, v] : got[w]) features_[i] = std::move(v);
+    overhead_.unlowerable += unlowerable[w];
+  }
 }
 
 std::vector<double> CostModelSearch::score(const std::vector<uint64_t>& points) {

@@ -58,6 +58,11 @@ struct CostModelSearchOptions {
   // this process (tests, benchmarks).
   std::string feature_worker;
   double feature_timeout_s = 60;
+  // Feature workers run at once, each on its share of an annealing step's new points (each
+  // started when first needed); 0: the machine's hardware threads, at most 8. A GPU template's
+  // configs take ~0.7 ms each to lower for their features, and a batch's annealing visits ~700:
+  // on one worker that was most of the tuner's time between a GPU board's measurements.
+  size_t feature_workers = 0;
 };
 
 struct SearchOverhead {
@@ -85,16 +90,16 @@ class CostModelSearch : public SearchBase {
  private:
   // Computes the features of the points not cached yet (in the worker when there is one).
   void compute_features(const std::vector<uint64_t>& points);
-  // In the worker; a crash or hang is narrowed down to the configs that cause it, which get
-  // no features (an empty vector) and are never scored.
-  void features_in_worker(const std::vector<uint64_t>& points);
+  // In the workers, the points split among them; a crash or hang is narrowed down to the
+  // configs that cause it, which get no features (an empty vector) and are never scored.
+  void features_in_workers(const std::vector<uint64_t>& points);
   std::vector<double> score(const std::vector<uint64_t>& points);
   void refit();
 
   CostModelSearchOptions opts_;
   std::unique_ptr<costmodel::XGBoostModel> model_;
   std::unordered_map<uint64_t, std::vector<float>> features_;  // empty: cannot be lowered
-  std::unique_ptr<ChildWorker> worker_;
+  std::vector<std::unique_ptr<ChildWorker>> workers_;
   std::unordered_map<uint64_t, double> scores_;  // of the current fit
   std::unordered_map<uint64_t, double> costs_;   // latest observed cost per point
   bool dirty_ = false;

@@ -303,24 +303,30 @@ TEST(CostModelSearch, AConfigThatCrashesTheCompilerIsNeverProposedAndTheTunerLiv
     json c = s.to_config(i);
     seen.push_back({i, 1e-3 * (1 + std::abs(c["tile_m"].get<int>() - 3)) * (c["vectorize"].get<bool>() ? 1 : 4)});
   }
-  CostModelSearchOptions o;
-  o.epsilon = 0;
-  o.feature_worker = worker;
-  CostModelSearch ms(s, 3, o);
-  ms.observe(seen);
-  std::vector<uint64_t> p = ms.propose(16);
-  EXPECT_EQ(p.size(), 16u);
-  EXPECT_EQ(ms.overhead().fits, 1);
-  EXPECT_GT(ms.overhead().unlowerable, 0u) << "the annealer never met a crashing config";
-  for (uint64_t i : p) EXPECT_NE(s.to_config(i)["tile_m"], 3) << s.to_config(i).dump();
-  // The same with the real worker: features equal to the in-process ones.
-  CostModelSearchOptions real = o;
-  real.feature_worker = TF_BUILD_WORKER;
-  CostModelSearch a(s, 3, real), b(s, 3, plain);
-  a.observe(seen);
-  b.observe(seen);
-  EXPECT_EQ(a.propose(8), b.propose(8));
-  EXPECT_EQ(a.overhead().unlowerable, 0u);
+  // One worker, and three sharing each annealing step's points (each crash narrowed down
+  // within its worker's share).
+  for (size_t workers : {1, 3}) {
+    CostModelSearchOptions o;
+    o.epsilon = 0;
+    o.feature_worker = worker;
+    o.feature_workers = workers;
+    CostModelSearch ms(s, 3, o);
+    ms.observe(seen);
+    std::vector<uint64_t> p = ms.propose(16);
+    EXPECT_EQ(p.size(), 16u) << workers << " workers";
+    EXPECT_EQ(ms.overhead().fits, 1);
+    EXPECT_GT(ms.overhead().unlowerable, 0u) << "the annealer never met a crashing config";
+    for (uint64_t i : p) EXPECT_NE(s.to_config(i)["tile_m"], 3) << s.to_config(i).dump();
+    // The same with the real worker: features equal to the in-process ones, so the same
+    // proposals.
+    CostModelSearchOptions real = o;
+    real.feature_worker = TF_BUILD_WORKER;
+    CostModelSearch a(s, 3, real), b(s, 3, plain);
+    a.observe(seen);
+    b.observe(seen);
+    EXPECT_EQ(a.propose(8), b.propose(8)) << workers << " workers";
+    EXPECT_EQ(a.overhead().unlowerable, 0u);
+  }
 }
 
 TEST(CostModelSearch, TheTransferSetHelpsOnlyUntilTheWorkloadHasResultsOfItsOwn) {
