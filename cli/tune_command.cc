@@ -234,6 +234,14 @@ void check_args(const TuneArgs& a) {
 
 }  // namespace
 
+namespace {
+// Whether the command line asks for the sampling (--repeat or --min-repeat-ms): else the
+// target's (tuner/tune.h sample_by_target).
+bool sampling_given(const TuneArgs& a) {
+  return a.cmd && (a.cmd->count("--repeat") > 0 || a.cmd->count("--min-repeat-ms") > 0);
+}
+}  // namespace
+
 void add_tune_command(CLI::App& app, TuneArgs& a) {
   CLI::App* t = app.add_subcommand("tune", "Search a workload's schedules on this machine (--local) or on farm boards, "
                                            "recording every measurement");
@@ -280,6 +288,9 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   t->add_option("--workers", a.build.workers, "parallel compile processes (0: one per core)")->capture_default_str();
   t->add_option("--build-timeout-s", a.build.timeout_s, "time limit of one compile")->capture_default_str();
   add_measure_options(t, o.measure, kSampling);
+  // GPU boards sample less unless asked (tuner/tune.h sample_by_target).
+  t->get_option("--repeat")->description("timed samples per measurement (GPU boards: 3 unless this or --min-repeat-ms is given)");
+  t->get_option("--min-repeat-ms")->description("minimum duration of one sample (GPU boards: 5 unless this or --repeat is given)");
   t->add_flag("--flush", o.measure.flush,
               "overwrite 64 MiB of memory before each sample (with --number 1 --min-repeat-ms 0: before each call), "
               "so that kernels read their data from memory, as in a model whose weights do not fit the caches");
@@ -342,6 +353,8 @@ int run_tune_impl(const TuneArgs& a) {
   const std::string assembly = builder.assembly_note(t);
 
   TuneOptions opts = a.tune;
+  opts.sampling_by_target = !sampling_given(a);
+  sample_by_target(opts, t);
   opts.time_budget_s = a.time_budget_min * 60;
   opts.run_uuid = database ? new_run_uuid() : "";
 
@@ -357,7 +370,8 @@ int run_tune_impl(const TuneArgs& a) {
                              {"device", runner->device_key()}, {"template", space.template_id()},
                              {"space_size", space.size()}, {"strategy", a.search.strategy}, {"trials", a.tune.trials},
                              {"run", opts.run_uuid}, {"model", transfer_note}, {"assembly", assembly},
-                             {"retime_warmup_ms", opts.retime_warmup_ms.value_or(retime_warmup_ms_for(t))}}
+                             {"retime_warmup_ms", opts.retime_warmup_ms.value_or(retime_warmup_ms_for(t))},
+                             {"repeat", opts.measure.repeat}, {"min_repeat_ms", opts.measure.min_repeat_ms}}
                             .dump()
                             .c_str());
   } else {
@@ -534,6 +548,7 @@ int run_tune_model(const TuneArgs& a) {
   go.search = a.search;
   go.search.model.transfer_until = static_cast<size_t>(a.transfer_until);
   go.tune = a.tune;
+  go.tune.sampling_by_target = !sampling_given(a);
   go.time_budget_s = a.time_budget_min * 60;
   const char* user_env = std::getenv("USER");
   go.user = user_env ? user_env : "";
@@ -583,6 +598,8 @@ int run_tune_model(const TuneArgs& a) {
   TaskGroup group(std::move(specs), t, builder, *session.runner, database.get(), go, hooks, &g_stop);
   hooks.group = &group;
   if (a.json) {
+    TuneOptions sampled = go.tune;  // as each task's run samples (TaskGroup)
+    sample_by_target(sampled, t);
     json ts = json::array();
     for (size_t i = 0; i < group.size(); ++i) {
       ts.push_back({{"workload", group.task(i).workload}, {"weight", group.task(i).weight},
@@ -591,7 +608,8 @@ int run_tune_model(const TuneArgs& a) {
     std::printf("%s\n", json{{"event", "start"}, {"model", a.model}, {"target", t.str()},
                              {"device", session.runner->device_key()}, {"tasks", ts},
                              {"untunable", list.untunable.size()}, {"trials", budget}, {"assembly", assembly},
-                             {"retime_warmup_ms", a.tune.retime_warmup_ms.value_or(retime_warmup_ms_for(t))}}
+                             {"retime_warmup_ms", a.tune.retime_warmup_ms.value_or(retime_warmup_ms_for(t))},
+                             {"repeat", sampled.measure.repeat}, {"min_repeat_ms", sampled.measure.min_repeat_ms}}
                             .dump()
                             .c_str());
   } else {

@@ -159,6 +159,8 @@ JobSpec parse_job_spec(const json& j) {
   if (j.contains("batch")) s.tune.batch = get_int(j, "batch", 1, 256);
   if (j.contains("boards")) s.boards = get_int(j, "boards", 1, 256);
   if (j.contains("seed")) s.seed = static_cast<uint64_t>(get_int(j, "seed", 0, 2147483647));
+  // Sampling asked for (either) is kept; else the target's (tuner/tune.h sample_by_target).
+  s.tune.sampling_by_target = !j.contains("repeat") && !j.contains("min_repeat_ms");
   if (j.contains("repeat")) s.tune.measure.repeat = get_int(j, "repeat", 1, 1000);
   if (j.contains("number")) s.tune.measure.number = get_int(j, "number", 1, 1000000);
   if (j.contains("min_repeat_ms")) s.tune.measure.min_repeat_ms = get_number(j, "min_repeat_ms", 0, 60000);
@@ -170,27 +172,31 @@ JobSpec parse_job_spec(const json& j) {
 json to_json(const JobSpec& s) {
   json ws = json::array();
   for (const JobTask& t : s.tasks) ws.push_back({{"workload", t.workload}, {"weight", t.weight}});
-  return {{"workloads", ws},
-          {"model", s.model},
-          {"target", s.target},
-          {"key", s.key},
-          {"trials", s.tune.trials},
-          {"strategy", s.strategy},
-          {"early_stop", s.tune.early_stop},
-          {"priority", s.priority},
-          {"time_budget_min", s.time_budget_min},
-          {"batch", s.tune.batch},
-          {"boards", s.boards},
-          {"seed", s.seed},
-          {"repeat", s.tune.measure.repeat},
-          {"number", s.tune.measure.number},
-          {"min_repeat_ms", s.tune.measure.min_repeat_ms},
-          {"retime_top", s.tune.retime_top},
-          {"retime_rounds", s.tune.retime_rounds},
-          {"model_sha256", s.model_sha256},
-          {"precision", s.precision},
-          {"dims", s.dims.dims},
-          {"input_shapes", s.dims.shapes}};
+  json out = {{"workloads", ws},
+              {"model", s.model},
+              {"target", s.target},
+              {"key", s.key},
+              {"trials", s.tune.trials},
+              {"strategy", s.strategy},
+              {"early_stop", s.tune.early_stop},
+              {"priority", s.priority},
+              {"time_budget_min", s.time_budget_min},
+              {"batch", s.tune.batch},
+              {"boards", s.boards},
+              {"seed", s.seed},
+              {"number", s.tune.measure.number},
+              {"retime_top", s.tune.retime_top},
+              {"retime_rounds", s.tune.retime_rounds},
+              {"model_sha256", s.model_sha256},
+              {"precision", s.precision},
+              {"dims", s.dims.dims},
+              {"input_shapes", s.dims.shapes}};
+  // Sampling asked for only: without it the board's target decides when the job runs.
+  if (!s.tune.sampling_by_target) {
+    out["repeat"] = s.tune.measure.repeat;
+    out["min_repeat_ms"] = s.tune.measure.min_repeat_ms;
+  }
+  return out;
 }
 
 }  // namespace tf

@@ -36,6 +36,7 @@ TaskGroup::TaskGroup(std::vector<GroupTask> specs, const Target& target, Builder
       hooks_.on_run(i, k.run);
     }
     TuneOptions o = opts_.tune;
+    sample_by_target(o, target);
     o.run_uuid = k.run;
     k.commit = std::make_unique<CommitRecords>(db_, *k.space, runner.device_key(), k.run, o.measure);
     k.loop = std::make_unique<TuneLoop>(*k.space, *k.search.strategy, builder, runner, db_, o,

@@ -587,6 +587,15 @@ TuneSummary TuneLoop::finish() {
 
 double retime_warmup_ms_for(const Target& t) { return t.is_gpu() ? 50 : 300; }
 
+void sample_by_target(TuneOptions& o, const Target& t) {
+  if (!o.sampling_by_target) return;
+  if (t.is_gpu()) {
+    o.measure.repeat = 3;
+    o.measure.min_repeat_ms = 5;
+  }
+  o.sampling_by_target = false;
+}
+
 TuneSummary tune(const ConfigSpace& space, SearchStrategy& strategy, Builder& builder, Runner& runner,
                  db::Database* db, const TuneOptions& opts, const std::vector<MeasureCallback*>& callbacks,
                  const std::atomic<bool>* stop) {

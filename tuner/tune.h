@@ -94,6 +94,10 @@ struct TuneOptions {
   MeasureOptions measure;
   // The re-timing's shortest warm-up, ms; empty: the target's (retime_warmup_ms_for).
   std::optional<double> retime_warmup_ms;
+  // measure.repeat and measure.min_repeat_ms are the defaults, which the target's replace
+  // (sample_by_target); false where they were asked for (tune's --repeat or --min-repeat-ms,
+  // a job file's repeat or min_repeat_ms).
+  bool sampling_by_target = true;
   std::string run_uuid;
 };
 
@@ -103,6 +107,13 @@ struct TuneOptions {
 // test still runs (on an H200, bert2's `tune --model` spent 20.2 of 25.9 s in 72 re-timings
 // at 300 ms, session 89).
 double retime_warmup_ms_for(const Target& t);
+
+// Samples of a measurement where none were asked for (o.sampling_by_target), set in o.measure:
+// on CPUs the defaults, 5 of at least 10 ms; on GPUs 3 of at least 5 ms, as their boards time
+// a kernel by events over many calls (on an H200, 32-trial runs of a 1024^3 matmul and a 3x3
+// convolution went from 3.1 to 4.3 and 4.9 candidates a second with the same verdicts, session
+// 89). Called before a run's records are made, which say how they were sampled.
+void sample_by_target(TuneOptions& o, const Target& t);
 
 // One measured candidate.
 struct Trial {

@@ -2157,7 +2157,8 @@ TEST(FarmGpu, CudaBoardsLoadCubinsWithoutTheirJit) {
     std::ofstream(fake_log, std::ios::trunc).close();
     ASSERT_EQ(run_shell(std::string(TF_TUNEFARM) + " tune -w 'matmul(M=64,N=48,K=32)' -t 'cuda -arch=sm_80' --key " + key +
                         " --tracker 127.0.0.1:" + std::to_string(port) + " --token-file " + token_file() +
-                        " --trials 3 --batch 3 --repeat 2 --no-db --json > " + out + " 2>&1"),
+                        " --trials 3 --batch 3" + (std::string(key) == "new-driver" ? " --repeat 2" : "") +
+                        " --no-db --json > " + out + " 2>&1"),
               1)
         << read_file(out);
     // The FAKE driver computes nothing: every candidate is a wrong answer, measured all the same.
@@ -2173,6 +2174,14 @@ TEST(FarmGpu, CudaBoardsLoadCubinsWithoutTheirJit) {
     EXPECT_NE(start.value("assembly", "").find("by " + ptxas->path), std::string::npos) << start.dump();
     // A GPU board's re-timing warms each kernel up for 50 ms by default, not a CPU's 300.
     EXPECT_EQ(start.value("retime_warmup_ms", 0.0), 50) << start.dump();
+    // Its samples: 3 of at least 5 ms unless --repeat or --min-repeat-ms asks (then the rest as on CPUs).
+    if (std::string(key) == "new-driver") {
+      EXPECT_EQ(start.value("repeat", 0), 2) << start.dump();
+      EXPECT_EQ(start.value("min_repeat_ms", 0.0), 10) << start.dump();
+    } else {
+      EXPECT_EQ(start.value("repeat", 0), 3) << start.dump();
+      EXPECT_EQ(start.value("min_repeat_ms", 0.0), 5) << start.dump();
+    }
     const int measured = done["time"]["measurements"].get<int>();
     EXPECT_GE(measured, 3) << done.dump();
     const std::string log = read_file(fake_log);

@@ -20,6 +20,8 @@
 #include "service/job.h"
 #include "proto/credentials.h"
 #include "service/job_manager.h"
+#include "compiler/target.h"
+#include "tuner/tune.h"
 #include "tuner/task_scheduler.h"
 #include "runtime/spawn.h"
 
@@ -80,8 +82,11 @@ TEST(JobSpec, ParsesEveryFieldAndRoundTrips) {
   EXPECT_EQ(s.boards, 2);
   EXPECT_EQ(s.tune.retime_rounds, 0);
   EXPECT_NE(s.target.find("x86_64"), std::string::npos);
+  EXPECT_FALSE(s.tune.sampling_by_target);  // repeat and min_repeat_ms asked for
   JobSpec again = parse_job_spec(to_json(s));
   EXPECT_EQ(to_json(again), to_json(s));
+  EXPECT_EQ(again.tune.measure.repeat, 3);
+  EXPECT_EQ(again.tune.measure.min_repeat_ms, 1);
 }
 
 TEST(JobSpec, DefaultsAreTuneDefaults) {
@@ -93,6 +98,23 @@ TEST(JobSpec, DefaultsAreTuneDefaults) {
   EXPECT_EQ(s.tune.measure.min_repeat_ms, MeasureOptions{}.min_repeat_ms);
   EXPECT_EQ(s.tune.measure.repeat, 5);
   EXPECT_EQ(s.tune.measure.min_repeat_ms, 10);
+  // Not asked for: the board's target decides when the job runs (a GPU's 3 of 5 ms), also
+  // after a restart of the service (the stored spec leaves them out).
+  EXPECT_TRUE(s.tune.sampling_by_target);
+  EXPECT_FALSE(to_json(s).contains("repeat"));
+  EXPECT_TRUE(parse_job_spec(to_json(s)).tune.sampling_by_target);
+  TuneOptions gpu = s.tune, cpu = s.tune;
+  sample_by_target(gpu, parse_target("cuda -arch=sm_90"));
+  sample_by_target(cpu, parse_target("llvm"));
+  EXPECT_EQ(gpu.measure.repeat, 3);
+  EXPECT_EQ(gpu.measure.min_repeat_ms, 5);
+  EXPECT_EQ(cpu.measure.repeat, 5);
+  EXPECT_EQ(cpu.measure.min_repeat_ms, 10);
+  // Either asked for: both kept as they are.
+  TuneOptions asked = parse_job_spec({{"workloads", {"matmul(M=8,N=8,K=8)"}}, {"min_repeat_ms", 2}}).tune;
+  sample_by_target(asked, parse_target("cuda -arch=sm_90"));
+  EXPECT_EQ(asked.measure.repeat, 5);
+  EXPECT_EQ(asked.measure.min_repeat_ms, 2);
   EXPECT_TRUE(s.key.empty());
   EXPECT_TRUE(s.target.empty());
   EXPECT_EQ(s.precision, "fp32");
