@@ -13,7 +13,7 @@
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
 # comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
-# model_bf16,model_grouped,bench_grouped,sweep_bert16,sweep_large16,bench_bert16,tune_rate,tune_once,tune_json,tune_fast,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
+# model_bf16,model_grouped,bench_grouped,sweep_bert16,sweep_large16,bench_bert16,tune_rate,tune_once,tune_json,tune_fast,tune_old,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
@@ -173,9 +173,12 @@ for x in ev:
 step tune_json 60 bash -c "python3 bench/gpu_bench.py '$bin' --groups '' --tune ${TUNE_TRIALS:-48} --rounds 1 \
   -w 'matmul(M=1024,N=1024,K=1024)' --tune-flag=--json --tune-log '$WORK/tune.jsonl' > /dev/null && \
   python3 -c '$summarize' '$WORK/tune.jsonl'"
-# Issue 57: what the measurement protocol costs: 3 samples of 5 ms and a 50 ms re-timing warm-up
-# (defaults 5, 10 ms and 300 ms), cubins, against tune_rate's first run (session 87: 1.86 / 2.71 a second).
+# Issue 57: what the measurement protocol costs. Since session 89 GPU boards' defaults are 3 samples
+# of 5 ms and a 50 ms re-timing warm-up (session 89 measured them here as tune_fast: 4.25 / 4.92 a
+# second against 3.11 / 3.10, the same verdicts); tune_old times the CPU protocol (5 of 10 ms, 300 ms)
+# for the A/B the next session can repeat (run it beside tune_once).
 step tune_fast 90 bash -c "$tune --tune-flag=--repeat=3 --tune-flag=--min-repeat-ms=5 --tune-flag=--retime-warmup-ms=50"
+step tune_old 90 bash -c "$tune --tune-flag=--repeat=5 --tune-flag=--min-repeat-ms=10 --tune-flag=--retime-warmup-ms=300"
 # Issue 57: whether tuning pays on a GPU model now that the cost model sees the products (session
 # 88: the features described the shared-memory copy): a 2-layer BERT tuned 120 trials, then timed
 # on the board tuned against its default build (the "model" line; session 57: 1.00x after 40).
