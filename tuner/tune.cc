@@ -220,8 +220,14 @@ void TuneLoop::build_and_run(const std::vector<json>& configs, std::vector<Build
                              std::vector<RunResult>& results, std::vector<std::optional<uint64_t>>& same_code) {
   const size_t n = configs.size();
   same_code.assign(n, std::nullopt);
-  // A chunk keeps every builder worker and every board busy.
-  const size_t chunk = static_cast<size_t>(std::max({1, builder_.parallelism(), runner_.parallelism()}));
+  // A chunk keeps every builder worker and every board busy; where builds overlap
+  // measurements, at most half the batch (but a chunk a board), so that a builder with more
+  // workers than the batch has candidates (16 cores, batches of 8) still builds the second
+  // half while the first measures.
+  size_t chunk = static_cast<size_t>(std::max({1, builder_.parallelism(), runner_.parallelism()}));
+  if (runner_.overlaps_builds()) {
+    chunk = std::min(chunk, std::max<size_t>(static_cast<size_t>(std::max(1, runner_.parallelism())), (n + 1) / 2));
+  }
   if (!runner_.overlaps_builds() || n <= chunk) {
     builds = timed_build(configs);
     results = run_new_code(builds, same_code);

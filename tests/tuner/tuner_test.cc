@@ -779,7 +779,8 @@ struct Intervals {
 
 class RecordingBuilder : public Builder {
  public:
-  RecordingBuilder(Builder& inner, Intervals& iv) : inner_(inner), iv_(iv) {}
+  // `workers`: the parallelism it reports (0: the inner builder's).
+  RecordingBuilder(Builder& inner, Intervals& iv, int workers = 0) : inner_(inner), iv_(iv), workers_(workers) {}
   std::vector<BuildResult> build(const Workload& w, const Target& t, const std::vector<json>& configs) override {
     double start = tf::steady_seconds();
     std::vector<BuildResult> r = inner_.build(w, t, configs);
@@ -787,11 +788,12 @@ class RecordingBuilder : public Builder {
     iv_.builds.emplace_back(start, tf::steady_seconds());
     return r;
   }
-  int parallelism() const override { return inner_.parallelism(); }
+  int parallelism() const override { return workers_ > 0 ? workers_ : inner_.parallelism(); }
 
  private:
   Builder& inner_;
   Intervals& iv_;
+  int workers_;
 };
 
 // Measures on this machine, but says (as a GPU board's runner would) that builds may overlap,
@@ -823,9 +825,10 @@ class SlowRunner : public Runner {
 };
 
 // Where the runner allows it (GPU boards), a batch's next candidates build while the last ones
-// measure, in chunks that keep every builder worker and every board busy; each result stays
-// with its config, and the state says how long they overlapped. Where it does not (this CPU,
-// CPU boards), nothing builds while something measures.
+// measure, in chunks that keep every builder worker and every board busy, at most half the
+// batch (a builder of 16 workers still overlaps a batch of 8); each result stays with its
+// config, and the state says how long they overlapped. Where it does not (this CPU, CPU
+// boards), nothing builds while something measures.
 TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
   Workload w = parse_workload("matmul(M=32,N=32,K=16)");
   ConfigSpace space(w, host_target());
@@ -838,12 +841,13 @@ TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
     bool overlaps;
     int boards;
     size_t runs;  // the default alone, then the batch of eight in chunks
+    int workers;  // the builder's parallelism as it reports it (0: its two workers)
   };
-  for (const Case& c : {Case{true, 1, 1 + 4}, Case{true, 4, 1 + 2}, Case{false, 1, 2}}) {
+  for (const Case& c : {Case{true, 1, 1 + 4, 0}, Case{true, 4, 1 + 2, 0}, Case{false, 1, 2, 0}, Case{true, 1, 1 + 2, 16}}) {
     const bool overlaps = c.overlaps;
-    SCOPED_TRACE(c.boards);
+    SCOPED_TRACE(str(c.boards, " boards, ", c.workers, " workers"));
     Intervals iv;
-    RecordingBuilder b(lb, iv);
+    RecordingBuilder b(lb, iv, c.workers);
     SlowRunner r(lr, iv, overlaps, c.boards);
     TuneOptions o;
     o.trials = 9;
@@ -863,7 +867,7 @@ TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
       EXPECT_TRUE(t.result.ok()) << t.result.error_msg;
     }
     EXPECT_EQ(iv.overlapped(), overlaps) << "overlaps_builds " << overlaps;
-    // Chunks of the builder's two workers, or of the runner's four boards.
+    // Chunks of the builder's two workers, or of the runner's four boards, or half the batch.
     EXPECT_EQ(iv.runs.size(), c.runs);
     if (overlaps) {
       EXPECT_GT(s.state.overlap_s, 0);
