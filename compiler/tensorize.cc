@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "compiler/ir_mutator.h"
+#include "compiler/ir_printer.h"
 #include "compiler/simplify.h"
 
 namespace tf::ir {
@@ -379,6 +380,28 @@ class Tensorizer : public IRMutator {
     }
     auto size = shared_.find(buffer);
     if (size == shared_.end()) return std::nullopt;
+    // The answer depends only on these indices (their variables and those variables' ranges),
+    // the buffer's size and the thread index: the products of one step share their fragments
+    // (A's across a warp's column tiles, B's across its row tiles), so each is proved once.
+    std::string key = str(buffer, '|', size->second, '|', matrices, '|', thread_x_.get(), '|', thread_x_extent_);
+    for (const Expr& index : lo_index) {
+      key += '|' + to_string(index);
+      post_order(index, [&](const Expr& x) {
+        if (!x.as<Var>()) return;
+        auto r = ranges_.find(x.get());
+        key += str(':', x.get(), r == ranges_.end() ? std::string("-") : str(r->second.lo, ',', r->second.hi));
+      });
+    }
+    if (auto memo = fragment_memo_.find(key); memo != fragment_memo_.end()) return memo->second;
+    std::optional<Expr> rows = prove_fragment_rows(lo_index, buffer, size->second, matrices);
+    fragment_memo_.emplace(std::move(key), rows);
+    return rows;
+  }
+
+  // fragment_rows's proof: each lane's pairs at the rows ldmatrix gives it, and the row address
+  // each lane supplies.
+  std::optional<Expr> prove_fragment_rows(const std::vector<Expr>& lo_index, const std::string& buffer,
+                                          int64_t buffer_size, int matrices) {
     // The thread index as 32 w + lane, w the warp (symbolic, in range), the lane given.
     const Expr w = Var::make("tf_warp", thread_x_.type());
     RangeMap ranges = ranges_;
@@ -396,10 +419,10 @@ class Tensorizer : public IRMutator {
         }
         if (known_multiple(row) % 8 != 0) return std::nullopt;
         const std::optional<Interval> b = const_bounds(row, ranges);
-        inside = inside && b && b->lo >= 0 && b->hi + 8 <= size->second;
+        inside = inside && b && b->lo >= 0 && b->hi + 8 <= buffer_size;
       }
     }
-    const int64_t last_row = (size->second - 8) / 8 * 8;  // the last whole aligned row
+    const int64_t last_row = (buffer_size - 8) / 8 * 8;  // the last whole aligned row
     if (last_row < 0) return std::nullopt;
     // Lane l supplies row l % 8 of matrix (l / 8) % matrices: pair (l / 8) % matrices of the
     // lane 4 (l % 8) of its warp.
@@ -435,6 +458,7 @@ class Tensorizer : public IRMutator {
   RangeMap ranges_;                       // the enclosing loops' variables with constant bounds
   std::set<const ExprNode*> loop_vars_;   // every enclosing loop's variable
   std::map<std::string, int64_t> shared_;  // the shared buffers in scope: their elements
+  std::map<std::string, std::optional<Expr>> fragment_memo_;  // fragment_rows's answers by their inputs
 };
 
 }  // namespace
