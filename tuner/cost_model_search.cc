@@ -4,6 +4,7 @@
 #include <cmath>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "base/clock.h"
@@ -164,6 +165,23 @@ void features_by(ChildWorker& worker, const CostModelSearchOptions& o, const nlo
               unlowerable);
 }
 
+// The feature workers of one program, shared by every search of this process (a model's tasks,
+// the service's jobs), one search at a time: each request names its workload and target, so any
+// worker serves any search, and a model of 60 tasks keeps 8 processes, not 480.
+struct WorkerPool {
+  std::mutex mu;
+  std::vector<std::unique_ptr<ChildWorker>> workers;
+};
+
+WorkerPool& feature_pool(const std::string& program) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<WorkerPool>> pools;
+  std::lock_guard<std::mutex> l(mu);
+  std::unique_ptr<WorkerPool>& p = pools[program];
+  if (!p) p = std::make_unique<WorkerPool>();
+  return *p;
+}
+
 }  // namespace
 
 void CostModelSearch::features_in_workers(const std::vector<uint64_t>& points) {
@@ -172,8 +190,11 @@ void CostModelSearch::features_in_workers(const std::vector<uint64_t>& points) {
   if (most == 0) most = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
   // At least 4 points a worker: fewer would spend more on the round trip than on lowering.
   const size_t shards = std::clamp<size_t>(points.size() / 4, 1, most);
-  while (workers_.size() < shards) {
-    workers_.push_back(std::make_unique<ChildWorker>(std::vector<std::string>{opts_.feature_worker, "--serve"}));
+  WorkerPool& pool = feature_pool(opts_.feature_worker);
+  std::lock_guard<std::mutex> held(pool.mu);
+  std::vector<std::unique_ptr<ChildWorker>>& workers = pool.workers;
+  while (workers.size() < shards) {
+    workers.push_back(std::make_unique<ChildWorker>(std::vector<std::string>{opts_.feature_worker, "--serve"}));
   }
   std::vector<std::vector<uint64_t>> shard_points(shards);
   std::vector<std::vector<nlohmann::json>> shard_configs(shards);
@@ -186,7 +207,7 @@ void CostModelSearch::features_in_workers(const std::vector<uint64_t>& points) {
   std::vector<std::exception_ptr> errors(shards);
   auto work = [&](size_t w) {
     try {
-      features_by(*workers_[w], opts_, head, shard_points[w], shard_configs[w], got[w], &unlowerable[w]);
+      features_by(*workers[w], opts_, head, shard_points[w], shard_configs[w], got[w], &unlowerable[w]);
     } catch (...) {
       errors[w] = std::current_exception();
     }

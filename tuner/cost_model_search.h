@@ -21,7 +21,6 @@
 #include "costmodel/cost_model.h"
 #include "costmodel/xgboost_model.h"
 #include "tuner/search_strategy.h"
-#include "runtime/child_process.h"
 
 namespace tf {
 
@@ -59,7 +58,8 @@ struct CostModelSearchOptions {
   std::string feature_worker;
   double feature_timeout_s = 60;
   // Feature workers run at once, each on its share of an annealing step's new points (each
-  // started when first needed); 0: the machine's hardware threads, at most 8. A GPU template's
+  // started when first needed, and shared by every search of the process that names the same
+  // program, one search at a time); 0: the machine's hardware threads, at most 8. A GPU template's
   // configs take ~0.7 ms each to lower for their features, and a batch's annealing visits ~700:
   // on one worker that was most of the tuner's time between a GPU board's measurements.
   size_t feature_workers = 0;
@@ -99,7 +99,6 @@ class CostModelSearch : public SearchBase {
   CostModelSearchOptions opts_;
   std::unique_ptr<costmodel::XGBoostModel> model_;
   std::unordered_map<uint64_t, std::vector<float>> features_;  // empty: cannot be lowered
-  std::vector<std::unique_ptr<ChildWorker>> workers_;
   std::unordered_map<uint64_t, double> scores_;  // of the current fit
   std::unordered_map<uint64_t, double> costs_;   // latest observed cost per point
   bool dirty_ = false;
