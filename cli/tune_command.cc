@@ -240,6 +240,13 @@ namespace {
 bool sampling_given(const TuneArgs& a) {
   return a.cmd && (a.cmd->count("--repeat") > 0 || a.cmd->count("--min-repeat-ms") > 0);
 }
+
+// How a run times its candidates (o resolved by sample_by_target), for its first lines.
+std::string sampling_line(const TuneOptions& o, const Target& t) {
+  return str("measuring ", o.measure.repeat, " samples of at least ", o.measure.min_repeat_ms,
+             " ms each; the re-timing warms up ", o.retime_warmup_ms.value_or(retime_warmup_ms_for(t)), " ms",
+             t.is_gpu() ? " (GPU board defaults unless given: 3, 5 ms, 50 ms)" : "");
+}
 }  // namespace
 
 void add_tune_command(CLI::App& app, TuneArgs& a) {
@@ -379,6 +386,7 @@ int run_tune_impl(const TuneArgs& a) {
                  t.short_str().c_str(), runner->device_key().c_str(), space.template_id().c_str(),
                  static_cast<unsigned long long>(space.size()), a.search.strategy.c_str(), a.tune.trials);
     if (!transfer_note.empty()) std::fprintf(stderr, "%s\n", transfer_note.c_str());
+    std::fprintf(stderr, "%s\n", sampling_line(opts, t).c_str());
     if (!assembly.empty()) std::fprintf(stderr, "%s\n", assembly.c_str());
   }
 
@@ -616,6 +624,9 @@ int run_tune_model(const TuneArgs& a) {
     std::fprintf(stderr, "tuning %s on %s (%s): %zu tasks (%zu anchors untunable), %d trials in all\n", a.model.c_str(),
                  t.short_str().c_str(), session.runner->device_key().c_str(), group.size(), list.untunable.size(),
                  budget);
+    TuneOptions sampled = go.tune;
+    sample_by_target(sampled, t);
+    std::fprintf(stderr, "%s\n", sampling_line(sampled, t).c_str());
     if (!assembly.empty()) std::fprintf(stderr, "%s\n", assembly.c_str());
   }
 
