@@ -342,7 +342,8 @@ int main(int argc, char** argv) {
     if (cmd == "overhead") return overhead(argc, argv);
     if (cmd == "blind") return blind(argc, argv);
     std::fprintf(stderr,
-                 "usage: bench_costmodel quality --db D [--template T] | overhead [--db D] --workload W [--target T] | blind --workload W "
+                 "usage: bench_costmodel quality --db D [--template T] | overhead [--db D] --workload W "
+                 "[--target T] | blind --workload W "
                  "[--target T]\n");
     return 2;
   } catch (const std::exception& e) {

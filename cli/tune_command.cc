@@ -296,8 +296,10 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   t->add_option("--build-timeout-s", a.build.timeout_s, "time limit of one compile")->capture_default_str();
   add_measure_options(t, o.measure, kSampling);
   // GPU boards sample less unless asked (tuner/tune.h sample_by_target).
-  t->get_option("--repeat")->description("timed samples per measurement (GPU boards: 3 unless this or --min-repeat-ms is given)");
-  t->get_option("--min-repeat-ms")->description("minimum duration of one sample (GPU boards: 5 unless this or --repeat is given)");
+  t->get_option("--repeat")->description(
+      "timed samples per measurement (GPU boards: 3 unless this or --min-repeat-ms is given)");
+  t->get_option("--min-repeat-ms")->description(
+      "minimum duration of one sample (GPU boards: 5 unless this or --repeat is given)");
   t->add_flag("--flush", o.measure.flush,
               "overwrite 64 MiB of memory before each sample (with --number 1 --min-repeat-ms 0: before each call), "
               "so that kernels read their data from memory, as in a model whose weights do not fit the caches");

@@ -843,7 +843,8 @@ TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
     size_t runs;  // the default alone, then the batch of eight in chunks
     int workers;  // the builder's parallelism as it reports it (0: its two workers)
   };
-  for (const Case& c : {Case{true, 1, 1 + 4, 0}, Case{true, 4, 1 + 2, 0}, Case{false, 1, 2, 0}, Case{true, 1, 1 + 2, 16}}) {
+  for (const Case& c :
+       {Case{true, 1, 1 + 4, 0}, Case{true, 4, 1 + 2, 0}, Case{false, 1, 2, 0}, Case{true, 1, 1 + 2, 16}}) {
     const bool overlaps = c.overlaps;
     SCOPED_TRACE(str(c.boards, " boards, ", c.workers, " workers"));
     Intervals iv;
@@ -971,7 +972,8 @@ TEST(Tune, RetimingWarmsUpByTheTargetUnlessTold) {
   // A local tune without the flag says 300 and re-times with it (each re-timing runs that long).
   std::string out = temp_dir() + "/warm.jsonl";
   std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=16,N=16,K=16)' --local --trials 2 --batch 2 " +
-                    "--repeat 1 --min-repeat-ms 1 --retime-top 1 --retime-rounds 1 --strategy random --no-db --json > " + out;
+                    "--repeat 1 --min-repeat-ms 1 --retime-top 1 --retime-rounds 1 --strategy random --no-db --json > " +
+                    out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(out);
   int retimes = 0;
