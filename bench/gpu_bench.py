@@ -167,6 +167,11 @@ PEAKS = {"H100": {"tf32": 494.7, "fp16": 989.4, "bf16": 989.4}, "H200": {"tf32":
          "A100": {"tf32": 156.0, "fp16": 312.0, "bf16": 312.0}}
 
 
+def torch_dtype(torch, name):
+    """The torch dtype of a kernel argument's declared `dtype` (a sidecar's; float32 when none)."""
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(name, torch.float32)
+
+
 def with_precision(workload, precision, half_operands=False):
     """The workload at `precision`, or None when no tensor-core template computes it; with
     half_operands (fp16, bf16) its operands in 16 bits (dtype=float16 / bfloat16, B given as
@@ -308,8 +313,7 @@ def cpu_check(a, groups):
         lib = ctypes.CDLL(path)
         fn = getattr(lib, side["function"])
         # Inputs of their declared type (--half-operands: 16-bit bits, as on the GPU).
-        types = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-        args = [torch.randn(*x["shape"]).to(types.get(x.get("dtype"), torch.float32)) if x["role"] == "input"
+        args = [torch.randn(*x["shape"]).to(torch_dtype(torch, x.get("dtype"))) if x["role"] == "input"
                 else torch.full(x["shape"], float("nan")) for x in side["args"]]
         fn.restype = ctypes.c_int
         status = fn(*[ctypes.c_void_p(t.data_ptr()) for t in args])
@@ -456,8 +460,7 @@ def main():
                 row["tuned"] = None  # nothing tuned for it in the database
                 continue
             # Inputs of their declared type (16-bit operands: dtype=float16 / bfloat16).
-            types = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-            args = [torch.randn(*x["shape"], device="cuda").to(types.get(x.get("dtype"), torch.float32))
+            args = [torch.randn(*x["shape"], device="cuda").to(torch_dtype(torch, x.get("dtype")))
                     if x["role"] == "input" else torch.empty(*x["shape"], device="cuda") for x in k.side["args"]]
             ptrs = tuple(cp.uint64(t.data_ptr()) for t in args)  # raw device pointers
             # The check: float32 products (TF32 off) of the operands as the kernel rounds them

@@ -127,7 +127,6 @@ def main():
     peer_type = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
     print("GPU: %s (%s); PyTorch %s; %s; kernel time by CUPTI (us a call)" %
           (torch.cuda.get_device_name(), target, torch.__version__, a.precision), flush=True)
-    halves = {"float16": torch.float16, "bfloat16": torch.bfloat16}
     tmp = tempfile.mkdtemp(prefix="gpu_sweep.")
     torch.manual_seed(0)
     for wi, w in enumerate(workloads):
@@ -144,7 +143,7 @@ def main():
                 rows.append((float("inf"), label, "refused: " + refusal[:100]))
                 continue
             k = gpu_bench.Kernel(cp, torch, path)
-            types = [halves.get(x.get("dtype"), torch.float32) for x in k.side["args"]]
+            types = [gpu_bench.torch_dtype(torch, x.get("dtype")) for x in k.side["args"]]
             args = [torch.randn(*x["shape"], device="cuda").to(t) if x["role"] == "input"
                     else torch.empty(*x["shape"], device="cuda", dtype=t) for x, t in zip(k.side["args"], types)]
             ptrs = tuple(cp.uint64(t.data_ptr()) for t in args)

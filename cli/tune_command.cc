@@ -232,9 +232,6 @@ void check_args(const TuneArgs& a) {
   }
 }
 
-}  // namespace
-
-namespace {
 // Whether the command line asks for the sampling (--repeat or --min-repeat-ms): else the
 // target's (tuner/tune.h sample_by_target).
 bool sampling_given(const TuneArgs& a) {
@@ -244,9 +241,10 @@ bool sampling_given(const TuneArgs& a) {
 // How a run times its candidates (o resolved by sample_by_target), for its first lines.
 std::string sampling_line(const TuneOptions& o, const Target& t) {
   return str("measuring ", o.measure.repeat, " samples of at least ", o.measure.min_repeat_ms,
-             " ms each; the re-timing warms up ", o.retime_warmup_ms.value_or(retime_warmup_ms_for(t)), " ms",
+             " ms each; the re-timing warms up ", *o.retime_warmup_ms, " ms",
              t.is_gpu() ? " (GPU board defaults unless given: 3, 5 ms, 50 ms)" : "");
 }
+
 }  // namespace
 
 void add_tune_command(CLI::App& app, TuneArgs& a) {
@@ -379,7 +377,7 @@ int run_tune_impl(const TuneArgs& a) {
                              {"device", runner->device_key()}, {"template", space.template_id()},
                              {"space_size", space.size()}, {"strategy", a.search.strategy}, {"trials", a.tune.trials},
                              {"run", opts.run_uuid}, {"model", transfer_note}, {"assembly", assembly},
-                             {"retime_warmup_ms", opts.retime_warmup_ms.value_or(retime_warmup_ms_for(t))},
+                             {"retime_warmup_ms", *opts.retime_warmup_ms},
                              {"repeat", opts.measure.repeat}, {"min_repeat_ms", opts.measure.min_repeat_ms}}
                             .dump()
                             .c_str());
@@ -607,9 +605,9 @@ int run_tune_model(const TuneArgs& a) {
   } hooks(a, list, weights, budget);
   TaskGroup group(std::move(specs), t, builder, *session.runner, database.get(), go, hooks, &g_stop);
   hooks.group = &group;
+  TuneOptions sampled = go.tune;  // as each task's run measures (TaskGroup)
+  sample_by_target(sampled, t);
   if (a.json) {
-    TuneOptions sampled = go.tune;  // as each task's run samples (TaskGroup)
-    sample_by_target(sampled, t);
     json ts = json::array();
     for (size_t i = 0; i < group.size(); ++i) {
       ts.push_back({{"workload", group.task(i).workload}, {"weight", group.task(i).weight},
@@ -618,7 +616,7 @@ int run_tune_model(const TuneArgs& a) {
     std::printf("%s\n", json{{"event", "start"}, {"model", a.model}, {"target", t.str()},
                              {"device", session.runner->device_key()}, {"tasks", ts},
                              {"untunable", list.untunable.size()}, {"trials", budget}, {"assembly", assembly},
-                             {"retime_warmup_ms", a.tune.retime_warmup_ms.value_or(retime_warmup_ms_for(t))},
+                             {"retime_warmup_ms", *sampled.retime_warmup_ms},
                              {"repeat", sampled.measure.repeat}, {"min_repeat_ms", sampled.measure.min_repeat_ms}}
                             .dump()
                             .c_str());
@@ -626,8 +624,6 @@ int run_tune_model(const TuneArgs& a) {
     std::fprintf(stderr, "tuning %s on %s (%s): %zu tasks (%zu anchors untunable), %d trials in all\n", a.model.c_str(),
                  t.short_str().c_str(), session.runner->device_key().c_str(), group.size(), list.untunable.size(),
                  budget);
-    TuneOptions sampled = go.tune;
-    sample_by_target(sampled, t);
     std::fprintf(stderr, "%s\n", sampling_line(sampled, t).c_str());
     if (!assembly.empty()) std::fprintf(stderr, "%s\n", assembly.c_str());
   }

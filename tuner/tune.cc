@@ -224,11 +224,11 @@ void TuneLoop::build_and_run(const std::vector<json>& configs, std::vector<Build
   // measurements, at most half the batch (but a chunk a board), so that a builder with more
   // workers than the batch has candidates (16 cores, batches of 8) still builds the second
   // half while the first measures.
-  size_t chunk = static_cast<size_t>(std::max({1, builder_.parallelism(), runner_.parallelism()}));
-  if (runner_.overlaps_builds()) {
-    chunk = std::min(chunk, std::max<size_t>(static_cast<size_t>(std::max(1, runner_.parallelism())), (n + 1) / 2));
-  }
-  if (!runner_.overlaps_builds() || n <= chunk) {
+  const bool overlap = runner_.overlaps_builds();
+  const size_t boards = static_cast<size_t>(std::max(1, runner_.parallelism()));
+  size_t chunk = std::max(boards, static_cast<size_t>(std::max(1, builder_.parallelism())));
+  if (overlap) chunk = std::min(chunk, std::max(boards, (n + 1) / 2));
+  if (!overlap || n <= chunk) {
     builds = timed_build(configs);
     results = run_new_code(builds, same_code);
     return;
@@ -594,6 +594,7 @@ TuneSummary TuneLoop::finish() {
 double retime_warmup_ms_for(const Target& t) { return t.is_gpu() ? 50 : 300; }
 
 void sample_by_target(TuneOptions& o, const Target& t) {
+  if (!o.retime_warmup_ms) o.retime_warmup_ms = retime_warmup_ms_for(t);
   if (!o.sampling_by_target) return;
   if (t.is_gpu()) {
     o.measure.repeat = 3;

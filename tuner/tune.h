@@ -108,7 +108,8 @@ struct TuneOptions {
 // at 300 ms, session 89).
 double retime_warmup_ms_for(const Target& t);
 
-// Samples of a measurement where none were asked for (o.sampling_by_target), set in o.measure:
+// How `t` measures what was not asked for: the re-timing's warm-up (retime_warmup_ms_for) where
+// o.retime_warmup_ms is empty, and where o.sampling_by_target the samples, set in o.measure:
 // on CPUs the defaults, 5 of at least 10 ms; on GPUs 3 of at least 5 ms, as their boards time
 // a kernel by events over many calls (on an H200, 32-trial runs of a 1024^3 matmul and a 3x3
 // convolution went from 3.1 to 4.3 and 4.9 candidates a second with the same verdicts, session

@@ -110,11 +110,14 @@ TEST(JobSpec, DefaultsAreTuneDefaults) {
   EXPECT_EQ(gpu.measure.min_repeat_ms, 5);
   EXPECT_EQ(cpu.measure.repeat, 5);
   EXPECT_EQ(cpu.measure.min_repeat_ms, 10);
+  EXPECT_EQ(gpu.retime_warmup_ms, 50);  // and the re-timing's warm-up, whether or not sampling was asked for
+  EXPECT_EQ(cpu.retime_warmup_ms, 300);
   // Either asked for: both kept as they are.
   TuneOptions asked = parse_job_spec({{"workloads", {"matmul(M=8,N=8,K=8)"}}, {"min_repeat_ms", 2}}).tune;
   sample_by_target(asked, parse_target("cuda -arch=sm_90"));
   EXPECT_EQ(asked.measure.repeat, 5);
   EXPECT_EQ(asked.measure.min_repeat_ms, 2);
+  EXPECT_EQ(asked.retime_warmup_ms, 50);
   EXPECT_TRUE(s.key.empty());
   EXPECT_TRUE(s.target.empty());
   EXPECT_EQ(s.precision, "fp32");
