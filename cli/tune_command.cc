@@ -71,6 +71,8 @@ json time_report(const TuneState& st) {
           {"candidates_per_s", candidates_per_s(st)},
           {"search_candidates_per_s", search_candidates_per_s(st)},
           {"retime_s", st.retime_s},
+          {"retime_dropped", st.retime_dropped},
+          {"search_ahead_s", st.search_ahead_s},
           {"measurements", st.measured},
           {"upload_ms", per_measurement_ms(st, st.upload_s)},
           {"load_ms", per_measurement_ms(st, st.load_s)},
@@ -81,19 +83,22 @@ json time_report(const TuneState& st) {
 // The same as a line: "12.3 s: building 4.0 s, measuring 8.0 s (2.0 s of it beside builds; a
 // measurement: upload 3 ms, module load 40 ms, timing 120 ms), search and database 2.3 s; 6.5
 // candidates/s (the search 8.1/s, the re-timing 2.5 s)"; the load says "(cubins: 12 of 12)"
-// where CUDA boards loaded machine code.
+// where CUDA boards loaded machine code, the search "(and 1.9 s beside the measuring)" where it
+// proposed ahead, the re-timing ", 3 configs dropped after a round" where it did.
 std::string time_line(const TuneState& st) {
-  char buf[420], cubins[64] = "", retime[80] = "";
+  char buf[560], cubins[64] = "", retime[140] = "", dropped[64] = "", ahead[64] = "";
+  if (st.search_ahead_s > 0) std::snprintf(ahead, sizeof ahead, " (and %.1f s beside the measuring)", st.search_ahead_s);
   if (st.cubin_loads > 0) std::snprintf(cubins, sizeof cubins, " (cubins: %d of %d)", st.cubin_loads, st.measured);
+  if (st.retime_dropped > 0) std::snprintf(dropped, sizeof dropped, ", %d configs dropped after a round", st.retime_dropped);
   if (st.retime_s > 0) {
-    std::snprintf(retime, sizeof retime, " (the search %.2f/s, the re-timing %.1f s)", search_candidates_per_s(st),
-                  st.retime_s);
+    std::snprintf(retime, sizeof retime, " (the search %.2f/s, the re-timing %.1f s%s)", search_candidates_per_s(st),
+                  st.retime_s, dropped);
   }
   std::snprintf(buf, sizeof buf,
                 "%.1f s: building %.1f s, measuring %.1f s (%.1f s of it beside builds; a measurement: upload %.1f ms, "
-                "module load %.1f ms%s, timing %.0f ms), search and database %.1f s; %.2f candidates/s%s",
+                "module load %.1f ms%s, timing %.0f ms), search and database %.1f s%s; %.2f candidates/s%s",
                 st.elapsed_s, st.build_s, st.measure_s, st.overlap_s, per_measurement_ms(st, st.upload_s),
-                per_measurement_ms(st, st.load_s), cubins, per_measurement_ms(st, st.run_s), other_s(st),
+                per_measurement_ms(st, st.load_s), cubins, per_measurement_ms(st, st.run_s), other_s(st), ahead,
                 candidates_per_s(st), retime);
   return buf;
 }
@@ -200,6 +205,9 @@ void check_args(const TuneArgs& a) {
   for (auto [name, v] : {std::pair<const char*, double>{"--time-budget", a.time_budget_min},
                          {"--max-spread", o.max_spread}, {"--slow-factor", o.slow_factor}}) {
     if (!std::isfinite(v) || v < 0) throw UserError(str(name, " ", v, " must be a finite number >= 0"));
+  }
+  if (!std::isfinite(o.retime_drop) || (o.retime_drop != 0 && o.retime_drop < 1)) {
+    throw UserError(str("--retime-drop ", o.retime_drop, " must be 0 (time every round in full) or a finite number >= 1"));
   }
   if (!std::isfinite(o.cut_factor) || (o.cut_factor != 0 && o.cut_factor < 1)) {
     throw UserError(str("--cut-factor ", o.cut_factor, " must be 0 (never cut) or a finite number >= 1"));
@@ -310,6 +318,8 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   t->add_option("--retime-top", o.retime_top, "best configs re-timed at the end, with the default")->capture_default_str();
   t->add_option("--retime-rounds", o.retime_rounds, "interleaved rounds of the re-timing, each in fresh processes")
       ->capture_default_str();
+  t->add_option("--retime-drop", o.retime_drop, "after a round of the re-timing, stop timing configs this many times "
+                                               "slower than the default (0: never)")->capture_default_str();
   t->add_option_function<double>(
       "--retime-warmup-ms", [&o](const double& ms) { o.retime_warmup_ms = ms; },
       "shortest warm-up of each re-timing (default: 300 on CPU boards, 50 on GPU boards; docs/tuning.md)");
@@ -643,6 +653,8 @@ int run_tune_model(const TuneArgs& a) {
     total.measure_s += st.measure_s;
     total.overlap_s += st.overlap_s;
     total.retime_s += st.retime_s;
+    total.retime_dropped += st.retime_dropped;
+    total.search_ahead_s += st.search_ahead_s;
     total.measured += st.measured;
     total.upload_s += st.upload_s;
     total.load_s += st.load_s;

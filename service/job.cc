@@ -73,7 +73,7 @@ JobSpec parse_job_spec(const json& j) {
   static const std::set<std::string> known = {
       "workloads",  "model",    "target",          "key",        "trials",        "strategy",
       "early_stop", "priority", "time_budget_min", "batch",      "boards",        "seed",
-      "repeat",     "number",   "min_repeat_ms",   "retime_top", "retime_rounds", "model_sha256",
+      "repeat",     "number",   "min_repeat_ms",   "retime_top", "retime_rounds", "retime_drop", "model_sha256",
       "precision",  "dims",     "input_shapes"};
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) throw UserError(str("unknown job field \"", k, "\" (docs/service.md lists them)"));
@@ -166,6 +166,12 @@ JobSpec parse_job_spec(const json& j) {
   if (j.contains("min_repeat_ms")) s.tune.measure.min_repeat_ms = get_number(j, "min_repeat_ms", 0, 60000);
   if (j.contains("retime_top")) s.tune.retime_top = get_int(j, "retime_top", 0, 100);
   if (j.contains("retime_rounds")) s.tune.retime_rounds = get_int(j, "retime_rounds", 0, 100);
+  if (j.contains("retime_drop")) {
+    s.tune.retime_drop = get_number(j, "retime_drop", 0, 1000);
+    if (s.tune.retime_drop != 0 && s.tune.retime_drop < 1) {
+      throw UserError(str("job field \"retime_drop\" is ", s.tune.retime_drop, ": must be 0 (never) or 1..1000"));
+    }
+  }
   return s;
 }
 
@@ -187,6 +193,7 @@ json to_json(const JobSpec& s) {
               {"number", s.tune.measure.number},
               {"retime_top", s.tune.retime_top},
               {"retime_rounds", s.tune.retime_rounds},
+              {"retime_drop", s.tune.retime_drop},
               {"model_sha256", s.model_sha256},
               {"precision", s.precision},
               {"dims", s.dims.dims},

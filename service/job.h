@@ -57,8 +57,8 @@ struct JobSpec {
   int boards = 1;             // farm boards leased at once (with key)
   uint64_t seed = 1;
   // As `tunefarm tune`'s flags of the same names, with their defaults: trials (new configs
-  // over all workloads), early_stop (per workload), batch, retime_top, retime_rounds, and the
-  // measurement's repeat, number and min_repeat_ms.
+  // over all workloads), early_stop (per workload), batch, retime_top, retime_rounds,
+  // retime_drop, and the measurement's repeat, number and min_repeat_ms.
   TuneOptions tune;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -315,6 +316,37 @@ std::vector<Trial> TuneLoop::measure(const std::vector<uint64_t>& indices) {
   return trials;
 }
 
+std::vector<Trial> TuneLoop::measure_looking_ahead(const std::vector<uint64_t>& batch) {
+  TuneState& st = sum_.state;
+  const int left = opts_.trials - st.trials_done - static_cast<int>(batch.size());
+  const size_t want = static_cast<size_t>(std::max(0, std::min(opts_.batch, left)));
+  if (!runner_.overlaps_builds() || !seeds_.empty() || ahead_.size() >= want || stopped()) return measure(batch);
+  std::vector<uint64_t> proposed;
+  std::exception_ptr error;
+  Interval proposing{0, 0};
+  std::thread ahead([&] {
+    try {
+      proposing.start = steady_seconds();
+      proposed = strategy_.propose(want - ahead_.size());
+      proposing.end = steady_seconds();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  std::vector<Trial> trials;
+  try {
+    trials = measure(batch);
+  } catch (...) {
+    ahead.join();
+    throw;
+  }
+  ahead.join();
+  if (error) std::rethrow_exception(error);
+  st.search_ahead_s += proposing.end - proposing.start;
+  ahead_.insert(ahead_.end(), proposed.begin(), proposed.end());
+  return trials;
+}
+
 std::vector<uint64_t> TuneLoop::skip_measured_elsewhere(const std::vector<uint64_t>& batch) {
   if (!db_) return batch;
   const std::string workload = space_.workload().canonical(), target = space_.target().str();
@@ -387,6 +419,11 @@ bool TuneLoop::step(int max_new) {
       strategy_.observe({{i, std::numeric_limits<double>::infinity()}});
       batch.push_back(i);
     }
+    // Then what the strategy proposed while the last batch measured, then new proposals.
+    while (!ahead_.empty() && batch.size() < n) {
+      batch.push_back(ahead_.front());
+      ahead_.erase(ahead_.begin());
+    }
     if (batch.size() < n) {
       for (uint64_t i : strategy_.propose(n - batch.size())) batch.push_back(i);
     }
@@ -397,7 +434,7 @@ bool TuneLoop::step(int max_new) {
   }
   batch = skip_measured_elsewhere(batch);
   if (batch.empty()) return true;  // all were known; the strategy has learnt them
-  std::vector<Trial> trials = measure(batch);
+  std::vector<Trial> trials = measure_looking_ahead(batch);
   std::vector<Observation> obs;
   std::set<uint64_t> counted;
   std::vector<const Trial*> twins;  // same code as a measured config: counted after them
@@ -503,21 +540,37 @@ TuneSummary TuneLoop::finish() {
     ctx_->set_timeout_s(opts_.measure.timeout_s);  // the re-timed are all fast: the runner's own limit
     ctx_->set_cut_slower_than_s(0);                 // and all are timed in full, the default too
     ctx_->set_min_warmup_ms(opts_.retime_warmup_ms.value_or(retime_warmup_ms_for(space_.target())));
-    std::vector<std::vector<double>> rounds;  // [round][k]: the cost, NaN where the board was lost
+    const auto d = def ? std::find(top.begin(), top.end(), *def) : top.end();
+    // [round][k]: the cost, NaN where the board was lost or k was not timed in that round
+    std::vector<std::vector<double>> rounds;
+    std::vector<size_t> live(top.size());  // the positions timed in the next round
+    std::iota(live.begin(), live.end(), size_t{0});
     for (int round = 0; round < opts_.retime_rounds && !stopped(); ++round) {
-      std::vector<RunResult> results = timed_run(builds);
+      std::vector<BuildResult> timed;
+      for (size_t k : live) timed.push_back(builds[k]);
+      std::vector<RunResult> results = timed_run(timed);
       std::vector<Trial> trials;
       std::vector<double> row(top.size(), std::numeric_limits<double>::quiet_NaN());
-      for (size_t k = 0; k < top.size(); ++k) {
-        trials.push_back({top[k], configs[k], builds[k], results[k], true, false, std::nullopt});
-        if (results[k].error != pb::BOARD_LOST) fresh[top[k]].push_back(row[k] = cost_of(results[k]));
+      for (size_t j = 0; j < live.size(); ++j) {
+        const size_t k = live[j];
+        trials.push_back({top[k], configs[k], builds[k], results[j], true, false, std::nullopt});
+        if (results[j].error != pb::BOARD_LOST) fresh[top[k]].push_back(row[k] = cost_of(results[j]));
       }
       rounds.push_back(std::move(row));
       notify(trials);
+      // Sequential: a config the rounds so far put retime_drop x the default or slower is not
+      // timed again, and once only the default is left the re-timing ends.
+      if (d == top.end() || opts_.retime_drop <= 0 || round + 1 >= opts_.retime_rounds) continue;
+      const size_t dk = static_cast<size_t>(d - top.begin());
+      std::erase_if(live, [&](size_t k) {
+        const bool drop = k != dk && paired_ratio(rounds, k, dk) > opts_.retime_drop;
+        st.retime_dropped += drop ? 1 : 0;
+        return drop;
+      });
+      if (live.size() <= 1) break;
     }
     st.retime_s = steady_seconds() - retime_start;
     sum_.interrupted = stopped();
-    const auto d = def ? std::find(top.begin(), top.end(), *def) : top.end();
     for (size_t k = 0; k < top.size(); ++k) {
       RetimeResult r;
       r.config = configs[k];

@@ -62,6 +62,7 @@ TEST(JobSpec, ParsesEveryFieldAndRoundTrips) {
       {"min_repeat_ms", 1},
       {"retime_top", 2},
       {"retime_rounds", 0},
+      {"retime_drop", 1.5},
       {"model_sha256", std::string(64, 'c')},
       {"precision", "bf16"},
       {"dims", {{"batch", 8}}},
@@ -81,6 +82,7 @@ TEST(JobSpec, ParsesEveryFieldAndRoundTrips) {
   EXPECT_EQ(s.priority, -5);
   EXPECT_EQ(s.boards, 2);
   EXPECT_EQ(s.tune.retime_rounds, 0);
+  EXPECT_EQ(s.tune.retime_drop, 1.5);
   EXPECT_NE(s.target.find("x86_64"), std::string::npos);
   EXPECT_FALSE(s.tune.sampling_by_target);  // repeat and min_repeat_ms asked for
   JobSpec again = parse_job_spec(to_json(s));
@@ -94,6 +96,7 @@ TEST(JobSpec, DefaultsAreTuneDefaults) {
   EXPECT_EQ(s.tune.trials, 200);
   EXPECT_EQ(s.strategy, "xgb");
   EXPECT_EQ(s.tune.batch, 8);
+  EXPECT_EQ(s.tune.retime_drop, TuneOptions{}.retime_drop);
   // The measurement's defaults are tune's, from the one struct that declares them.
   EXPECT_EQ(s.tune.measure.min_repeat_ms, MeasureOptions{}.min_repeat_ms);
   EXPECT_EQ(s.tune.measure.repeat, 5);
@@ -184,6 +187,9 @@ TEST(JobSpec, RefusalsNameTheFieldAndTheValue) {
   EXPECT_NE(with("target", "gpu9000").find("gpu9000"), std::string::npos);
   EXPECT_NE(with("key", 7).find("must be a string"), std::string::npos);
   EXPECT_NE(with("time_budget_min", -1).find("time_budget_min"), std::string::npos);
+  EXPECT_NE(with("retime_drop", 0.5).find("\"retime_drop\" is 0.5: must be 0 (never) or 1..1000"), std::string::npos)
+      << with("retime_drop", 0.5);
+  EXPECT_NE(with("retime_drop", "1.2").find("must be a number"), std::string::npos);
   EXPECT_NE(with("model", std::string(5000, 'x')).find("longer than 4096"), std::string::npos);
   EXPECT_NE(with("model_sha256", std::string(64, 'C')).find("not 64 lower-case hex digits"), std::string::npos);
   EXPECT_NE(with("model_sha256", "../etc/passwd").find("not 64 lower-case hex digits"), std::string::npos);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <chrono>
@@ -888,6 +889,160 @@ TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
   }
 }
 
+// Records when the inner strategy proposed and what it had observed by then.
+class RecordingStrategy : public SearchStrategy {
+ public:
+  explicit RecordingStrategy(SearchStrategy& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  std::vector<uint64_t> propose(size_t n) override {
+    const double start = tf::steady_seconds();
+    std::vector<uint64_t> r = inner_.propose(n);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a cost model's time
+    std::lock_guard<std::mutex> l(mu);
+    proposals.emplace_back(start, tf::steady_seconds());
+    for (uint64_t i : r) EXPECT_TRUE(proposed.insert(i).second) << "proposed twice: " << i;
+    return r;
+  }
+  void observe(const std::vector<Observation>& r) override {
+    std::lock_guard<std::mutex> l(mu);
+    inner_.observe(r);
+  }
+  std::mutex mu;
+  std::vector<std::pair<double, double>> proposals;
+  std::set<uint64_t> proposed;
+
+ private:
+  SearchStrategy& inner_;
+};
+
+// Where the runner's timings cannot be disturbed by this machine's work (GPU boards), the
+// strategy proposes the next batch while a batch measures; every proposal is measured once, in
+// order, and the trials come out as asked. Elsewhere nothing is proposed while something measures.
+TEST(Tune, TheNextBatchIsProposedWhileABatchMeasuresOnlyWhereTheRunnerAllows) {
+  Workload w = parse_workload("matmul(M=32,N=32,K=16)");
+  ConfigSpace space(w, host_target());
+  LocalBuilder lb = builder();
+  LocalRunner lr = runner();
+  for (bool overlaps : {true, false}) {
+    SCOPED_TRACE(str("overlaps_builds ", overlaps));
+    Intervals iv;
+    RecordingBuilder b(lb, iv);
+    SlowRunner r(lr, iv, overlaps, 1);
+    TuneOptions o;
+    o.trials = 21;  // the default alone, then batches of 8, 8 and 4
+    o.batch = 8;
+    o.measure.repeat = 2;
+    o.measure.min_repeat_ms = 0;
+    o.retime_rounds = 0;
+    o.max_spread = 1e9;
+    Collect seen;
+    auto inner = make_search_strategy("xgb", space, 4);  // its cost model fits in the proposing thread
+    RecordingStrategy st(*inner);
+    TuneSummary s = tune(space, st, b, r, nullptr, o, {&seen});
+    EXPECT_EQ(s.state.trials_done, 21);
+    EXPECT_EQ(s.state.errors, 0);
+    std::set<uint64_t> measured;
+    for (const Trial& t : seen.trials) {
+      EXPECT_TRUE(measured.insert(t.index).second) << "measured twice: " << t.config.dump();
+      EXPECT_TRUE(t.index == space.default_index() || st.proposed.count(t.index)) << t.config.dump();
+    }
+    EXPECT_EQ(measured.size(), 21u);
+    // The proposals beside the measuring (its builds or runs): batch 1's during the default's,
+    // 2's during batch 1's, 3's during batch 2's.
+    int beside = 0;
+    for (auto [p0, p1] : st.proposals) {
+      bool any = false;
+      for (const auto* calls : {&iv.builds, &iv.runs})
+        for (auto [c0, c1] : *calls) any = any || std::min(p1, c1) > std::max(p0, c0);
+      beside += any ? 1 : 0;
+    }
+    EXPECT_EQ(st.proposals.size(), 3u);
+    if (overlaps) {
+      EXPECT_EQ(beside, 3);
+      EXPECT_GE(s.state.search_ahead_s, 0.3);
+      EXPECT_EQ(st.proposed.size(), 20u) << "nothing proposed beyond the trials";
+    } else {
+      EXPECT_EQ(beside, 0);
+      EXPECT_EQ(s.state.search_ahead_s, 0);
+    }
+  }
+}
+
+// Measures on this machine (a real, checked run), then reports each config's time as scripted:
+// the first config it sees (the default) 1 ms, the second `second` ms, every other 2 ms.
+class ScriptedTimes : public Runner {
+ public:
+  ScriptedTimes(LocalRunner& inner, double second) : inner_(inner), second_(second) {}
+  std::string device_key() const override { return "local"; }
+  std::vector<RunResult> run(MeasureContext& ctx, const std::vector<BuildResult>& builds) override {
+    std::vector<RunResult> r = inner_.run(ctx, builds);
+    for (size_t k = 0; k < r.size(); ++k) {
+      const std::string c = builds[k].config.dump();
+      if (!ms_.count(c)) ms_[c] = ms_.empty() ? 1.0 : ms_.size() == 1 ? second_ : 2.0;
+      if (r[k].ok()) r[k].samples_s.assign(r[k].samples_s.size(), ms_[c] / 1e3);
+    }
+    return r;
+  }
+  std::map<std::string, double> ms_;
+
+ private:
+  LocalRunner& inner_;
+  double second_;
+};
+
+// The re-timing is sequential: after a round, configs whose ratio to the default is above
+// retime_drop are not timed again, and it ends once only the default is left; with
+// retime_drop 0 every round times every config.
+TEST(Tune, TheRetimingStopsTimingConfigsThatCannotWin) {
+  Workload w = parse_workload("matmul(M=48,N=40,K=32)");
+  ConfigSpace space(w, host_target());
+  LocalBuilder b = builder();
+  LocalRunner lr = runner();
+  struct Case {
+    double second;      // the second config's ms (the default's is 1, the others' 2)
+    double drop;        // retime_drop
+    size_t retimings;   // measurements in the re-timing
+    int dropped;
+    bool default_wins;
+  };
+  // The re-timed: the search's three best (the default among them) and the default.
+  for (const Case& c : {Case{0.9, 1.25, 3 + 2 + 2, 1, false}, Case{1.1, 1.25, 3 + 2 + 2, 1, true},
+                        Case{2.5, 1.25, 3, 2, true}, Case{2.5, 0, 3 * 3, 0, true}}) {
+    SCOPED_TRACE(str("second ", c.second, " ms, retime_drop ", c.drop));
+    ScriptedTimes r(lr, c.second);
+    TuneOptions o;
+    o.trials = 12;  // a few build to the same code, never to fewer than three
+    o.batch = 11;
+    o.measure.repeat = 2;
+    o.measure.min_repeat_ms = 0;
+    o.retime_warmup_ms = 0;
+    o.retime_drop = c.drop;
+    o.cut_factor = 0;
+    o.max_spread = 1e9;
+    Collect seen;
+    auto st = make_search_strategy("random", space, 4);
+    TuneSummary s = tune(space, *st, b, r, nullptr, o, {&seen});
+    size_t retimings = 0;
+    for (const Trial& t : seen.trials) retimings += t.retime ? 1 : 0;
+    EXPECT_EQ(retimings, c.retimings);
+    EXPECT_EQ(s.state.retime_dropped, c.dropped);
+    ASSERT_EQ(s.retimed.size(), 3u);
+    EXPECT_EQ(s.retimed[0].is_default, c.default_wins);
+    const size_t rounds = c.retimings == 3 ? 1 : 3;  // the default's: as long as anything else is timed
+    for (const RetimeResult& rt : s.retimed) {
+      const double ms = r.ms_.at(rt.config.dump());
+      const bool dropped = c.drop > 0 && ms / 1.0 > c.drop;
+      EXPECT_EQ(rt.medians_s.size(), dropped ? 1 : rounds) << rt.config.dump() << " " << ms << " ms";
+      EXPECT_NEAR(rt.ratio_to_default, ms, 1e-9);
+    }
+    if (!c.default_wins) {
+      EXPECT_NEAR(s.best_s, 0.9e-3, 1e-12);
+    } else {
+      EXPECT_EQ(s.best_config, space.to_config(*space.default_index()));
+    }
+  }
+}
+
 TEST(Measure, EveryErrorCodeIsADatabaseErrorCode) {
   const auto& codes = db::error_codes();
   for (int c = tunefarm::v1::ErrorCode_MIN; c <= tunefarm::v1::ErrorCode_MAX; ++c) {
@@ -929,7 +1084,7 @@ TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
   std::string dir = temp_dir(), out = dir + "/time.jsonl";
   std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=32,N=32,K=32)' --local --trials 6 --batch 3 " +
                     "--repeat 2 --min-repeat-ms 1 --retime-top 2 --retime-rounds 2 --retime-warmup-ms 20 " +
-                    "--strategy random --no-db --json > " + out;
+                    "--retime-drop 0 --strategy random --no-db --json > " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(out);
   json start, done;
@@ -957,6 +1112,8 @@ TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
   const double elapsed = done["elapsed_s"].get<double>(), retime = t.at("retime_s").get<double>();
   EXPECT_GT(retime, 0) << t.dump();
   EXPECT_LT(retime, elapsed) << t.dump();
+  EXPECT_EQ(t.at("retime_dropped").get<int>(), 0) << t.dump();  // --retime-drop 0: every round times all
+  EXPECT_EQ(t.at("search_ahead_s").get<double>(), 0) << t.dump();  // nothing searches beside a CPU's timing
   EXPECT_NEAR(t.at("search_candidates_per_s").get<double>(), 6 / (elapsed - retime), 1e-6 * 6 / (elapsed - retime))
       << t.dump();
   EXPECT_GT(t.at("search_candidates_per_s").get<double>(), t.at("candidates_per_s").get<double>()) << t.dump();
