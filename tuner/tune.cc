@@ -421,8 +421,10 @@ bool TuneLoop::step(int max_new) {
     }
     // Then what the strategy proposed while the last batch measured, then new proposals.
     while (!ahead_.empty() && batch.size() < n) {
-      batch.push_back(ahead_.front());
+      uint64_t i = ahead_.front();
       ahead_.erase(ahead_.begin());
+      if (medians_.count(i) || same_code_.count(i) || std::find(batch.begin(), batch.end(), i) != batch.end()) continue;
+      batch.push_back(i);
     }
     if (batch.size() < n) {
       for (uint64_t i : strategy_.propose(n - batch.size())) batch.push_back(i);
@@ -493,7 +495,8 @@ int TuneLoop::seed(const std::vector<nlohmann::json>& configs) {
   for (const nlohmann::json& c : configs) {
     std::optional<uint64_t> i = space_.index_of(c);  // none: not a point of this space
     if (!i || !space_.valid(*i) || medians_.count(*i) || same_code_.count(*i) || i == default_ ||
-        std::find(seeds_.begin(), seeds_.end(), *i) != seeds_.end())
+        std::find(seeds_.begin(), seeds_.end(), *i) != seeds_.end() ||
+        std::find(ahead_.begin(), ahead_.end(), *i) != ahead_.end())
       continue;
     seeds_.push_back(*i);
     ++queued;

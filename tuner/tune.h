@@ -231,7 +231,8 @@ class TuneLoop {
   // Configs to measure before the strategy's next proposals, after the default (the template's
   // seed configs, queued when the loop starts; tune --model passes a task's sibling's new best:
   // the same operator and shape with another epilogue). Configs of another space, pruned ones,
-  // the default and ones already measured or queued are skipped; returns how many were queued.
+  // the default and ones already measured or queued (proposed ahead too) are skipped; returns
+  // how many were queued.
   int seed(const std::vector<nlohmann::json>& configs);
   // How many seeds wait to be measured.
   size_t seeds_queued() const { return seeds_.size(); }
