@@ -179,6 +179,9 @@ step tune_json 60 bash -c "python3 bench/gpu_bench.py '$bin' --groups '' --tune 
 # for the A/B the next session can repeat (run it beside tune_once).
 step tune_fast 90 bash -c "$tune --tune-flag=--repeat=3 --tune-flag=--min-repeat-ms=5 --tune-flag=--retime-warmup-ms=50"
 step tune_old 90 bash -c "$tune --tune-flag=--repeat=5 --tune-flag=--min-repeat-ms=10 --tune-flag=--retime-warmup-ms=300"
+# Issue 57: session 90's search one batch ahead and sequential re-timing, against neither (run it
+# beside tune_once: candidates a second, "beside the measuring", the re-timing's seconds, verdicts).
+step tune_serial 90 bash -c "$tune --tune-flag=--no-search-ahead --tune-flag=--retime-drop=0"
 # Issue 57: whether tuning pays on a GPU model now that the cost model sees the products (session
 # 88: the features described the shared-memory copy): a 2-layer BERT tuned 120 trials, then timed
 # on the board tuned against its default build (the "model" line; session 57: 1.00x after 40).

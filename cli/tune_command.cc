@@ -320,6 +320,9 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
       ->capture_default_str();
   t->add_option("--retime-drop", o.retime_drop, "after a round of the re-timing, stop timing configs this many times "
                                                "slower than the default (0: never)")->capture_default_str();
+  t->add_flag("!--no-search-ahead", o.search_ahead,
+              "on GPU boards, propose the next batch only after a batch measured, not while it measures "
+              "(docs/tuning.md, Pipelining)");
   t->add_option_function<double>(
       "--retime-warmup-ms", [&o](const double& ms) { o.retime_warmup_ms = ms; },
       "shortest warm-up of each re-timing (default: 300 on CPU boards, 50 on GPU boards; docs/tuning.md)");

@@ -320,7 +320,8 @@ std::vector<Trial> TuneLoop::measure_looking_ahead(const std::vector<uint64_t>& 
   TuneState& st = sum_.state;
   const int left = opts_.trials - st.trials_done - static_cast<int>(batch.size());
   const size_t want = static_cast<size_t>(std::max(0, std::min(opts_.batch, left)));
-  if (!runner_.overlaps_builds() || !seeds_.empty() || ahead_.size() >= want || stopped()) return measure(batch);
+  if (!opts_.search_ahead || !runner_.overlaps_builds() || !seeds_.empty() || ahead_.size() >= want || stopped())
+    return measure(batch);
   std::vector<uint64_t> proposed;
   std::exception_ptr error;
   Interval proposing{0, 0};
@@ -561,7 +562,7 @@ TuneSummary TuneLoop::finish() {
       }
       rounds.push_back(std::move(row));
       notify(trials);
-      // Sequential: a config the rounds so far put retime_drop x the default or slower is not
+      // Sequential: a config the rounds so far put above retime_drop x the default is not
       // timed again, and once only the default is left the re-timing ends.
       if (d == top.end() || opts_.retime_drop <= 0 || round + 1 >= opts_.retime_rounds) continue;
       const size_t dk = static_cast<size_t>(d - top.begin());

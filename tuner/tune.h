@@ -89,6 +89,9 @@ struct TuneOptions {
   // config moved at most 21% on this 2-core VM in a 150-trial ResNet-18 tune --model (session
   // 90), and 21 of its 34 re-timed configs were 1.25x the default or slower in the first round.
   double retime_drop = 1.25;
+  // Where the runner overlaps builds (GPU boards), propose the next batch while a batch measures
+  // (the header's "Pipelining"); false: propose only between batches (tune --no-search-ahead).
+  bool search_ahead = true;
   double max_spread = 0.10;    // (max - min) / median of samples above which a measurement is redone
   // Once something ran, a candidate is stopped (TIMEOUT) when one call takes this many times
   // the best median so far: it cannot win, and measuring it to the end would cost more than

@@ -917,18 +917,21 @@ class RecordingStrategy : public SearchStrategy {
 
 // Where the runner's timings cannot be disturbed by this machine's work (GPU boards), the
 // strategy proposes the next batch while a batch measures; every proposal is measured once, in
-// order, and the trials come out as asked. Elsewhere nothing is proposed while something measures.
+// order, and the trials come out as asked. Elsewhere, or with search_ahead false (tune
+// --no-search-ahead), nothing is proposed while something measures.
 TEST(Tune, TheNextBatchIsProposedWhileABatchMeasuresOnlyWhereTheRunnerAllows) {
   Workload w = parse_workload("matmul(M=32,N=32,K=16)");
   ConfigSpace space(w, host_target());
   LocalBuilder lb = builder();
   LocalRunner lr = runner();
-  for (bool overlaps : {true, false}) {
-    SCOPED_TRACE(str("overlaps_builds ", overlaps));
+  for (auto [runner_overlaps, ahead] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+    const bool overlaps = runner_overlaps && ahead;
+    SCOPED_TRACE(str("overlaps_builds ", runner_overlaps, ", search_ahead ", ahead));
     Intervals iv;
     RecordingBuilder b(lb, iv);
-    SlowRunner r(lr, iv, overlaps, 1);
+    SlowRunner r(lr, iv, runner_overlaps, 1);
     TuneOptions o;
+    o.search_ahead = ahead;
     o.trials = 21;  // the default alone, then batches of 8, 8 and 4
     o.batch = 8;
     o.measure.repeat = 2;
