@@ -61,9 +61,10 @@ void print_tasks(const pb::JobInfo& j) {
   }
   // Where its time went, over its tasks (docs/service.md).
   double build = 0, measure = 0, upload = 0, load = 0, run = 0;
-  int measurements = 0, cubins = 0;
+  int measurements = 0, cubins = 0, same_code = 0;
   for (const pb::TaskInfo& t : j.tasks()) {
     cubins += t.cubin_loads();
+    same_code += t.same_code();
     build += t.build_s();
     measure += t.measure_s();
     measurements += t.measurements();
@@ -78,6 +79,7 @@ void print_tasks(const pb::JobInfo& j) {
     std::printf("time      building %.1f s, measuring %.1f s (%d measurements; one: upload %.1f ms, module load %.1f ms%s, "
                 "timing %.0f ms)\n",
                 build, measure, measurements, upload * per, load * per, cubin_note, run * per);
+    if (same_code > 0) std::printf("          %d trials built to the code of a config measured before, not measured again\n", same_code);
   }
   if (j.has_model_timing()) {
     const pb::ModelTiming& m = j.model_timing();

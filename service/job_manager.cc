@@ -450,6 +450,7 @@ pb::JobInfo JobManager::info(const Job& job) const {
         ti->set_load_s(tm.value("load_s", 0.0));
         ti->set_timing_s(tm.value("timing_s", 0.0));
         ti->set_cubin_loads(tm.value("cubin_loads", 0));
+        ti->set_same_code(tm.value("same_code", 0));
       }
       ti->set_stop_reason(t.value("stop_reason", std::string()));
       if (t.contains("runs") && t["runs"].is_array()) {
@@ -705,7 +706,8 @@ void JobManager::run_job_body(Job* job, db::Database& db) {
                     {"upload_s", before.value("upload_s", 0.0) + st.upload_s},
                     {"load_s", before.value("load_s", 0.0) + st.load_s},
                     {"timing_s", before.value("timing_s", 0.0) + st.run_s},
-                    {"cubin_loads", before.value("cubin_loads", 0) + st.cubin_loads}};
+                    {"cubin_loads", before.value("cubin_loads", 0) + st.cubin_loads},
+                    {"same_code", before.value("same_code", 0) + st.same_code}};
       tp["errors"] = st.errors;
       if (std::isfinite(st.best_s)) {
         tp["best_s"] = st.best_s;
