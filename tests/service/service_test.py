@@ -186,6 +186,25 @@ class ServiceTest(DaemonTest):
         p = self.tf("query", "models", "--server")
         self.assertIn("(no models", p.stdout)
 
+    def test_a_job_counts_the_trials_built_to_code_it_measured_before(self):
+        """A job whose candidates often build to the same code (a 4 x 4 depthwise convolution:
+        most knobs change nothing there) says how many of its trials were not measured, as tune
+        does; its measurements are the rest and the re-timing's."""
+        self.service("--local-boards", "1")
+        w = "depthwise_conv2d_nchw(N=1,C=2,H=4,W=4,R=3,S=3)"
+        job = self.submit([w], trials=12, batch=4, strategy="random", seed=1)
+        js = self.wait(lambda js: js[job]["state"] in ("done", "failed"), 300, "the job's end")
+        self.assertEqual(js[job]["state"], "done", js[job])
+        t = js[job]["tasks"][0]
+        self.assertEqual(t["trials"], 12, t)
+        self.assertGreater(t["same_code"], 0, t)
+        self.assertLess(t["same_code"], 12, t)
+        self.assertGreaterEqual(t["measurements"], 12 - t["same_code"], t)
+        self.assertEqual(len(self.records()), t["measurements"], "a record per measurement, none for the twins")
+        plain = self.tf("watch", str(job))
+        self.assertIn(f"{t['same_code']} trials built to the code of a config measured before, not measured again",
+                      plain.stdout)
+
     def sibling_model(self, kernel=3):
         """A model of two convolutions of one shape, the first with its Relu: two tasks that
         differ only in the epilogue (siblings); 3x3 ones also have Winograd alternatives (four
