@@ -10,14 +10,19 @@ than its default, and which: what the defaults and the tuner's search need.
 
 Usage: bench/gpu_config_sweep.py BUILD/bin/tunefarm [--precision fp16 [--half-operands]] [--groups bert]
                                  [-w WORKLOAD ...] [--configs '[{"tiles_m": 4}, ...]'] [--large] [--half]
-                                 [--calls 20]
+                                 [--random N [--seed S]] [--list [--target T]] [--calls 20]
 Without --configs, a grid of block tiles (32 x 32 to 128 x 64, 4 and 8 warps, K chunks and stages
 that fit 48 KiB of shared memory) and split_k 1, 2, 4 for the tensor-core templates; --large adds
 block tiles of 128 x 64 and 128 x 128 with K chunks of 32 and 64 and 3-4 stages (70-210 KiB of
 dynamic shared memory, which sm_80 and sm_90 allow a block); --half times the default and every
 config of the grid also with half_tiles (fp16/bf16 operands' tiles held in 16 bits); --wgmma times
 a grid of Hopper's warpgroup-level products instead (sm_90 only: blocks of 64 x 64 to 128 x 256,
-K chunks of 64, 3-4 stages, split_k 1, 2, 4; elsewhere each is listed as refused).
+K chunks of 64, 3-4 stages, split_k 1, 2, 4; elsewhere each is listed as refused). --random N times
+N configs of each workload's own template drawn at random from its knobs' candidates (`tunefarm
+describe`'s space; --seed), those the template refuses drawn again (up to 8 N draws): any
+template, fp32's dense.cuda and conv2d.cuda too, and a sample of the space rather than a grid around
+the default (for bench/sweep_records.py and `bench_costmodel quality`). --list prints each
+workload's configs (--target's, default sm_90, checked by compiling) and exits: no GPU needed.
 --half-operands gives the groups' products 16-bit operands as gpu_bench.py's flag does; a -w
 workload that names its types (dtype=, weight_dtype=, precision=: a model's kernels, e.g.
 matmul(...,dtype=float32,weight_dtype=float16) for float32 activations and 16-bit weights) is
@@ -28,6 +33,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -90,6 +96,42 @@ def compile_one(tunefarm, workload, target, out, config):
     return (out, None) if r.returncode == 0 else (None, r.stderr.strip().splitlines()[-1] if r.stderr else "failed")
 
 
+def random_draws(tunefarm, workload, target, n, seed):
+    """Up to n distinct configs of `workload`'s template on `target`, each knob drawn uniformly
+    from its candidates (tunefarm describe's space), in a seeded order."""
+    r = subprocess.run([tunefarm, "describe", "-w", workload, "-t", target, "--json"], capture_output=True, text=True)
+    if r.returncode != 0:
+        gpu_bench.fail("tunefarm describe %s: %s" % (workload, (r.stderr.strip().splitlines() or ["failed"])[-1]))
+    knobs = json.loads(r.stdout)["space"]["knobs"]
+    size = 1
+    for k in knobs:
+        size *= len(k["candidates"])
+    rng = random.Random("%s:%s" % (seed, workload))
+    seen, out = set(), []
+    while len(out) < min(n, size):
+        c = {k["name"]: rng.choice(k["candidates"]) for k in knobs}
+        if json.dumps(c, sort_keys=True) not in seen:
+            seen.add(json.dumps(c, sort_keys=True))
+            out.append(c)
+    return out
+
+
+def build_configs(a, workload, target, configs, tmp, wi):
+    """[(config or None for the default, path or None, refusal)]: the default and `configs` compiled,
+    or with --random, the default and the first a.random of up to 8 x a.random random draws that
+    the template takes."""
+    draws = random_draws(a.tunefarm, workload, target, 8 * a.random, a.seed) if a.random else configs
+    jobs = [None] + draws
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+        built = list(pool.map(lambda jc: compile_one(a.tunefarm, workload, target,
+                                                     os.path.join(tmp, "w%dc%d.ptx" % (wi, jc[0])), jc[1]),
+                              enumerate(jobs)))
+    out = [(c, path, refusal) for c, (path, refusal) in zip(jobs, built)]
+    if a.random:
+        out = out[:1] + [x for x in out[1:] if x[1] is not None][:a.random]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("tunefarm")
@@ -104,8 +146,17 @@ def main():
                     help="the grid of wgmma configs instead (sm_90, fp16/bf16; half_tiles)")
     ap.add_argument("--half-operands", action="store_true",
                     help="with --precision fp16|bf16: the groups' operands in 16 bits (as gpu_bench.py's flag)")
+    ap.add_argument("--random", type=int, default=0, metavar="N",
+                    help="N configs of each workload's template drawn at random (any template, fp32 too)")
+    ap.add_argument("--seed", type=int, default=1, help="with --random: the draws' seed")
+    ap.add_argument("--list", action="store_true", help="print each workload's configs and exit (no GPU needed)")
+    ap.add_argument("--target", default="cuda -arch=sm_90", help="with --list: the target the configs are for")
     ap.add_argument("--calls", type=int, default=20)
     a = ap.parse_args()
+    if a.random < 0 or a.random > 10000:
+        gpu_bench.fail("--random %d: give a count of configs from 1 to 10000" % a.random)
+    if a.random and (a.configs or a.wgmma or a.large or a.half):
+        gpu_bench.fail("--random draws the configs itself: not with --configs, --wgmma, --large or --half")
     if a.half_operands and a.precision not in ("fp16", "bf16"):
         gpu_bench.fail("--half-operands takes --precision fp16 or bf16, not %s" % a.precision)
     configs = json.loads(a.configs) if a.configs else wgmma_grid() if a.wgmma else default_grid(a.large)
@@ -114,6 +165,14 @@ def main():
     workloads = [gpu_bench.with_precision(w, a.precision, a.half_operands)
                  for w in list(a.workload) + [w for g in a.groups.split(",") if g for w in gpu_bench.GROUPS[g]]]
     workloads = [w for w in workloads if w]
+    if a.list:
+        tmp = tempfile.mkdtemp(prefix="gpu_sweep.")
+        for wi, w in enumerate(workloads):
+            built = build_configs(a, w, a.target, configs, tmp, wi)
+            print("%s: %d configs on %s" % (w, len(built) - 1, a.target))
+            for c, path, refusal in built[1:]:
+                print("  %s%s" % (json.dumps(c, separators=(",", ":")), "" if path else "  refused: " + refusal[:100]))
+        return
     try:
         import torch
         import cupy as cp
@@ -131,13 +190,9 @@ def main():
     torch.manual_seed(0)
     for wi, w in enumerate(workloads):
         op, p = gpu_bench.params_of(w)
-        jobs = [None] + configs
-        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
-            built = list(pool.map(lambda jc: compile_one(a.tunefarm, w, target, os.path.join(tmp, "w%dc%d.ptx" % (wi, jc[0])),
-                                                         jc[1]), enumerate(jobs)))
         rows = []
         peer_us = None
-        for config, (path, refusal) in zip(jobs, built):
+        for config, path, refusal in build_configs(a, w, target, configs, tmp, wi):
             label = "default" if config is None else json.dumps(config, separators=(",", ":"))
             if path is None:
                 rows.append((float("inf"), label, "refused: " + refusal[:100]))

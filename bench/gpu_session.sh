@@ -136,6 +136,12 @@ step bench_bert16 60 bash -c "python3 bench/gpu_bench.py '$bin' --precision fp16
   --rounds 3 $bert16_a --json '$WORK/bench_bert16.json'"
 # Issue 55: the operands' tiles in 16 bits (half_tiles: half the shared memory and its loads, the
 # rounding moved to the copy, which is then not cp.async) against float32 tiles, config by config.
+# Issues 57 and 55: configs drawn at random from the whole space (not a grid around the default) of
+# BERT-base's fp32 GEMMs (dense.cuda: whether its space holds better configs than the default, and
+# whether the cost model ranks them: bench/sweep_records.py, then bench_costmodel quality here) and
+# of its fp16 GEMMs with 16-bit operands (dense_tc).
+step sweep_random 200 bash -c "python3 bench/gpu_config_sweep.py '$bin' --precision fp32 --groups bert --random 40 --calls 10 && \
+  python3 bench/gpu_config_sweep.py '$bin' --precision fp16 --half-operands --groups bert --random 40 --calls 10"
 step sweep_half 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --half \
   --calls 10
 step bench_tf32 50 python3 bench/gpu_bench.py "$bin" --precision tf32 --groups dense,bert --rounds 3 \
