@@ -142,6 +142,9 @@ step bench_bert16 60 bash -c "python3 bench/gpu_bench.py '$bin' --precision fp16
 # of its fp16 GEMMs with 16-bit operands (dense_tc).
 step sweep_random 200 bash -c "python3 bench/gpu_config_sweep.py '$bin' --precision fp32 --groups bert --random 40 --calls 10 && \
   python3 bench/gpu_config_sweep.py '$bin' --precision fp16 --half-operands --groups bert --random 40 --calls 10"
+# Issue 56: the grouped 3x3 convolutions (0.49-0.81x cuDNN, ~34 us whatever their size: the default
+# launches one warp a block, 104 blocks for C=208 group 26) against configs drawn from their space.
+step sweep_grouped 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp32 --groups grouped --random 40 --calls 10
 step sweep_half 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --half \
   --calls 10
 step bench_tf32 50 python3 bench/gpu_bench.py "$bin" --precision tf32 --groups dense,bert --rounds 3 \
