@@ -318,7 +318,7 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   t->add_option("--retime-top", o.retime_top, "best configs re-timed at the end, with the default")->capture_default_str();
   t->add_option("--retime-rounds", o.retime_rounds, "interleaved rounds of the re-timing, each in fresh processes")
       ->capture_default_str();
-  t->add_option("--retime-drop", o.retime_drop, "after a round of the re-timing, stop timing configs this many times "
+  t->add_option("--retime-drop", o.retime_drop, "after a round of the re-timing, stop timing configs more than this many times "
                                                "slower than the default (0: never)")->capture_default_str();
   t->add_flag("!--no-search-ahead", o.search_ahead,
               "on GPU boards, propose the next batch only after a batch measured, not while it measures "
