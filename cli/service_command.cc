@@ -79,7 +79,10 @@ void print_tasks(const pb::JobInfo& j) {
     std::printf("time      building %.1f s, measuring %.1f s (%d measurements; one: upload %.1f ms, module load %.1f ms%s, "
                 "timing %.0f ms)\n",
                 build, measure, measurements, upload * per, load * per, cubin_note, run * per);
-    if (same_code > 0) std::printf("          %d trials built to the code of a config measured before, not measured again\n", same_code);
+    if (same_code > 0)
+      std::printf(
+          "          %d trials built to the code of a config measured before, not measured again\n",
+          same_code);
   }
   if (j.has_model_timing()) {
     const pb::ModelTiming& m = j.model_timing();

@@ -87,19 +87,23 @@ json time_report(const TuneState& st) {
 // proposed ahead, the re-timing ", 3 configs dropped after a round" where it did.
 std::string time_line(const TuneState& st) {
   char buf[560], cubins[64] = "", retime[140] = "", dropped[64] = "", ahead[64] = "";
-  if (st.search_ahead_s > 0) std::snprintf(ahead, sizeof ahead, " (and %.1f s beside the measuring)", st.search_ahead_s);
+  if (st.search_ahead_s > 0)
+    std::snprintf(ahead, sizeof ahead, " (and %.1f s beside the measuring)", st.search_ahead_s);
   if (st.cubin_loads > 0) std::snprintf(cubins, sizeof cubins, " (cubins: %d of %d)", st.cubin_loads, st.measured);
-  if (st.retime_dropped > 0) std::snprintf(dropped, sizeof dropped, ", %d configs dropped after a round", st.retime_dropped);
+  if (st.retime_dropped > 0)
+    std::snprintf(dropped, sizeof dropped, ", %d configs dropped after a round", st.retime_dropped);
   if (st.retime_s > 0) {
-    std::snprintf(retime, sizeof retime, " (the search %.2f/s, the re-timing %.1f s%s)", search_candidates_per_s(st),
-                  st.retime_s, dropped);
+    std::snprintf(retime, sizeof retime, " (the search %.2f/s, the re-timing %.1f s%s)",
+                  search_candidates_per_s(st), st.retime_s, dropped);
   }
-  std::snprintf(buf, sizeof buf,
-                "%.1f s: building %.1f s, measuring %.1f s (%.1f s of it beside builds; a measurement: upload %.1f ms, "
-                "module load %.1f ms%s, timing %.0f ms), search and database %.1f s%s; %.2f candidates/s%s",
-                st.elapsed_s, st.build_s, st.measure_s, st.overlap_s, per_measurement_ms(st, st.upload_s),
-                per_measurement_ms(st, st.load_s), cubins, per_measurement_ms(st, st.run_s), other_s(st), ahead,
-                candidates_per_s(st), retime);
+  std::snprintf(
+      buf, sizeof buf,
+      "%.1f s: building %.1f s, measuring %.1f s (%.1f s of it beside builds; a measurement: "
+      "upload %.1f ms, module load %.1f ms%s, timing %.0f ms), search and database %.1f s%s; "
+      "%.2f candidates/s%s",
+      st.elapsed_s, st.build_s, st.measure_s, st.overlap_s, per_measurement_ms(st, st.upload_s),
+      per_measurement_ms(st, st.load_s), cubins, per_measurement_ms(st, st.run_s), other_s(st),
+      ahead, candidates_per_s(st), retime);
   return buf;
 }
 
@@ -207,7 +211,8 @@ void check_args(const TuneArgs& a) {
     if (!std::isfinite(v) || v < 0) throw UserError(str(name, " ", v, " must be a finite number >= 0"));
   }
   if (!std::isfinite(o.retime_drop) || (o.retime_drop != 0 && o.retime_drop < 1)) {
-    throw UserError(str("--retime-drop ", o.retime_drop, " must be 0 (time every round in full) or a finite number >= 1"));
+    throw UserError(str("--retime-drop ", o.retime_drop,
+                        " must be 0 (time every round in full) or a finite number >= 1"));
   }
   if (!std::isfinite(o.cut_factor) || (o.cut_factor != 0 && o.cut_factor < 1)) {
     throw UserError(str("--cut-factor ", o.cut_factor, " must be 0 (never cut) or a finite number >= 1"));
@@ -318,11 +323,14 @@ void add_tune_command(CLI::App& app, TuneArgs& a) {
   t->add_option("--retime-top", o.retime_top, "best configs re-timed at the end, with the default")->capture_default_str();
   t->add_option("--retime-rounds", o.retime_rounds, "interleaved rounds of the re-timing, each in fresh processes")
       ->capture_default_str();
-  t->add_option("--retime-drop", o.retime_drop, "after a round of the re-timing, stop timing configs more than this many times "
-                                               "slower than the default (0: never)")->capture_default_str();
-  t->add_flag("!--no-search-ahead", o.search_ahead,
-              "on GPU boards, propose the next batch only after a batch measured, not while it measures "
-              "(docs/tuning.md, Pipelining)");
+  t->add_option("--retime-drop", o.retime_drop,
+                "after a round of the re-timing, stop timing configs more than this many times "
+                "slower than the default (0: never)")
+      ->capture_default_str();
+  t->add_flag(
+      "!--no-search-ahead", o.search_ahead,
+      "on GPU boards, propose the next batch only after a batch measured, not while it measures "
+      "(docs/tuning.md, Pipelining)");
   t->add_option_function<double>(
       "--retime-warmup-ms", [&o](const double& ms) { o.retime_warmup_ms = ms; },
       "shortest warm-up of each re-timing (default: 300 on CPU boards, 50 on GPU boards; docs/tuning.md)");

@@ -169,7 +169,8 @@ JobSpec parse_job_spec(const json& j) {
   if (j.contains("retime_drop")) {
     s.tune.retime_drop = get_number(j, "retime_drop", 0, 1000);
     if (s.tune.retime_drop != 0 && s.tune.retime_drop < 1) {
-      throw UserError(str("job field \"retime_drop\" is ", s.tune.retime_drop, ": must be 0 (never) or 1..1000"));
+      throw UserError(
+          str("job field \"retime_drop\" is ", s.tune.retime_drop, ": must be 0 (never) or 1..1000"));
     }
   }
   return s;

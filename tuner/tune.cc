@@ -320,7 +320,8 @@ std::vector<Trial> TuneLoop::measure_looking_ahead(const std::vector<uint64_t>& 
   TuneState& st = sum_.state;
   const int left = opts_.trials - st.trials_done - static_cast<int>(batch.size());
   const size_t want = static_cast<size_t>(std::max(0, std::min(opts_.batch, left)));
-  if (!opts_.search_ahead || !runner_.overlaps_builds() || !seeds_.empty() || ahead_.size() >= want || stopped())
+  if (!opts_.search_ahead || !runner_.overlaps_builds() || !seeds_.empty() ||
+      ahead_.size() >= want || stopped())
     return measure(batch);
   std::vector<uint64_t> proposed;
   std::exception_ptr error;
@@ -424,7 +425,9 @@ bool TuneLoop::step(int max_new) {
     while (!ahead_.empty() && batch.size() < n) {
       uint64_t i = ahead_.front();
       ahead_.erase(ahead_.begin());
-      if (medians_.count(i) || same_code_.count(i) || std::find(batch.begin(), batch.end(), i) != batch.end()) continue;
+      if (medians_.count(i) || same_code_.count(i) ||
+          std::find(batch.begin(), batch.end(), i) != batch.end())
+        continue;
       batch.push_back(i);
     }
     if (batch.size() < n) {
@@ -558,7 +561,8 @@ TuneSummary TuneLoop::finish() {
       for (size_t j = 0; j < live.size(); ++j) {
         const size_t k = live[j];
         trials.push_back({top[k], configs[k], builds[k], results[j], true, false, std::nullopt});
-        if (results[j].error != pb::BOARD_LOST) fresh[top[k]].push_back(row[k] = cost_of(results[j]));
+        if (results[j].error != pb::BOARD_LOST)
+          fresh[top[k]].push_back(row[k] = cost_of(results[j]));
       }
       rounds.push_back(std::move(row));
       notify(trials);

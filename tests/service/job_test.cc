@@ -187,7 +187,8 @@ TEST(JobSpec, RefusalsNameTheFieldAndTheValue) {
   EXPECT_NE(with("target", "gpu9000").find("gpu9000"), std::string::npos);
   EXPECT_NE(with("key", 7).find("must be a string"), std::string::npos);
   EXPECT_NE(with("time_budget_min", -1).find("time_budget_min"), std::string::npos);
-  EXPECT_NE(with("retime_drop", 0.5).find("\"retime_drop\" is 0.5: must be 0 (never) or 1..1000"), std::string::npos)
+  EXPECT_NE(with("retime_drop", 0.5).find("\"retime_drop\" is 0.5: must be 0 (never) or 1..1000"),
+            std::string::npos)
       << with("retime_drop", 0.5);
   EXPECT_NE(with("retime_drop", "1.2").find("must be a number"), std::string::npos);
   EXPECT_NE(with("model", std::string(5000, 'x')).find("longer than 4096"), std::string::npos);

@@ -8,30 +8,30 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <thread>
-#include <chrono>
 #include <set>
 #include <sstream>
+#include <thread>
 
-#include "compiler/driver.h"
-#include "compiler/ptxas.h"
-#include "runtime/gpu_runtime.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/file_io.h"
+#include "compiler/driver.h"
+#include "compiler/ptxas.h"
 #include "db/database.h"
+#include "runtime/gpu_runtime.h"
+#include "tests/temp_dir.h"
 #include "tuner/builder.h"
 #include "tuner/config_space.h"
 #include "tuner/runner.h"
 #include "tuner/search_strategy.h"
 #include "tuner/tune.h"
 #include "tuner/tuning_records.h"
-#include "tests/temp_dir.h"
 
 namespace tf {
 namespace {
@@ -924,7 +924,8 @@ TEST(Tune, TheNextBatchIsProposedWhileABatchMeasuresOnlyWhereTheRunnerAllows) {
   ConfigSpace space(w, host_target());
   LocalBuilder lb = builder();
   LocalRunner lr = runner();
-  for (auto [runner_overlaps, ahead] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+  for (auto [runner_overlaps, ahead] :
+       {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
     const bool overlaps = runner_overlaps && ahead;
     SCOPED_TRACE(str("overlaps_builds ", runner_overlaps, ", search_ahead ", ahead));
     Intervals iv;
@@ -939,7 +940,8 @@ TEST(Tune, TheNextBatchIsProposedWhileABatchMeasuresOnlyWhereTheRunnerAllows) {
     o.retime_rounds = 0;
     o.max_spread = 1e9;
     Collect seen;
-    auto inner = make_search_strategy("xgb", space, 4);  // its cost model fits in the proposing thread
+    auto inner =
+        make_search_strategy("xgb", space, 4);  // its cost model fits in the proposing thread
     RecordingStrategy st(*inner);
     TuneSummary s = tune(space, st, b, r, nullptr, o, {&seen});
     EXPECT_EQ(s.state.trials_done, 21);
@@ -947,7 +949,8 @@ TEST(Tune, TheNextBatchIsProposedWhileABatchMeasuresOnlyWhereTheRunnerAllows) {
     std::set<uint64_t> measured;
     for (const Trial& t : seen.trials) {
       EXPECT_TRUE(measured.insert(t.index).second) << "measured twice: " << t.config.dump();
-      EXPECT_TRUE(t.index == space.default_index() || st.proposed.count(t.index)) << t.config.dump();
+      EXPECT_TRUE(t.index == space.default_index() || st.proposed.count(t.index))
+          << t.config.dump();
     }
     EXPECT_EQ(measured.size(), 21u);
     // The proposals beside the measuring (its builds or runs): batch 1's during the default's,
@@ -1002,9 +1005,9 @@ TEST(Tune, TheRetimingStopsTimingConfigsThatCannotWin) {
   LocalBuilder b = builder();
   LocalRunner lr = runner();
   struct Case {
-    double second;      // the second config's ms (the default's is 1, the others' 2)
-    double drop;        // retime_drop
-    size_t retimings;   // measurements in the re-timing
+    double second;     // the second config's ms (the default's is 1, the others' 2)
+    double drop;       // retime_drop
+    size_t retimings;  // measurements in the re-timing
     int dropped;
     bool default_wins;
   };
@@ -1031,11 +1034,13 @@ TEST(Tune, TheRetimingStopsTimingConfigsThatCannotWin) {
     EXPECT_EQ(s.state.retime_dropped, c.dropped);
     ASSERT_EQ(s.retimed.size(), 3u);
     EXPECT_EQ(s.retimed[0].is_default, c.default_wins);
-    const size_t rounds = c.retimings == 3 ? 1 : 3;  // the default's: as long as anything else is timed
+    const size_t rounds =
+        c.retimings == 3 ? 1 : 3;  // the default's: as long as anything else is timed
     for (const RetimeResult& rt : s.retimed) {
       const double ms = r.ms_.at(rt.config.dump());
       const bool dropped = c.drop > 0 && ms / 1.0 > c.drop;
-      EXPECT_EQ(rt.medians_s.size(), dropped ? 1 : rounds) << rt.config.dump() << " " << ms << " ms";
+      EXPECT_EQ(rt.medians_s.size(), dropped ? 1 : rounds)
+          << rt.config.dump() << " " << ms << " ms";
       EXPECT_NEAR(rt.ratio_to_default, ms, 1e-9);
     }
     if (!c.default_wins) {
@@ -1085,9 +1090,10 @@ TEST(TuneCli, FlushIsRecordedWithEachMeasurement) {
 // splits the re-timing at the end from the search (whose rate is the higher one).
 TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
   std::string dir = temp_dir(), out = dir + "/time.jsonl";
-  std::string cmd = std::string(TF_TUNEFARM) + " tune -w 'matmul(M=32,N=32,K=32)' --local --trials 6 --batch 3 " +
-                    "--repeat 2 --min-repeat-ms 1 --retime-top 2 --retime-rounds 2 --retime-warmup-ms 20 " +
-                    "--retime-drop 0 --strategy random --no-db --json > " + out;
+  std::string cmd =
+      std::string(TF_TUNEFARM) + " tune -w 'matmul(M=32,N=32,K=32)' --local --trials 6 --batch 3 " +
+      "--repeat 2 --min-repeat-ms 1 --retime-top 2 --retime-rounds 2 --retime-warmup-ms 20 " +
+      "--retime-drop 0 --strategy random --no-db --json > " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(out);
   json start, done;
@@ -1115,8 +1121,10 @@ TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
   const double elapsed = done["elapsed_s"].get<double>(), retime = t.at("retime_s").get<double>();
   EXPECT_GT(retime, 0) << t.dump();
   EXPECT_LT(retime, elapsed) << t.dump();
-  EXPECT_EQ(t.at("retime_dropped").get<int>(), 0) << t.dump();  // --retime-drop 0: every round times all
-  EXPECT_EQ(t.at("search_ahead_s").get<double>(), 0) << t.dump();  // nothing searches beside a CPU's timing
+  EXPECT_EQ(t.at("retime_dropped").get<int>(), 0)
+      << t.dump();  // --retime-drop 0: every round times all
+  EXPECT_EQ(t.at("search_ahead_s").get<double>(), 0)
+      << t.dump();  // nothing searches beside a CPU's timing
   EXPECT_NEAR(t.at("search_candidates_per_s").get<double>(), 6 / (elapsed - retime), 1e-6 * 6 / (elapsed - retime))
       << t.dump();
   EXPECT_GT(t.at("search_candidates_per_s").get<double>(), t.at("candidates_per_s").get<double>()) << t.dump();
