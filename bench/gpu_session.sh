@@ -13,7 +13,8 @@
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
 # comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
-# model_bf16,model_grouped,bench_grouped,sweep_bert16,sweep_large16,bench_bert16,tune_rate,tune_once,tune_json,tune_fast,tune_old,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
+# model_bf16,model_grouped,bench_grouped,sweep_bert16,sweep_large16,bench_bert16,sweep_random,sweep_grouped,tune_rate,
+# tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
 OUT=${OUT:-/tmp/gpu-session-out}
