@@ -14,6 +14,7 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <tuple>
 
 #include "base/error.h"
 #include "costmodel/transfer.h"
@@ -210,12 +211,12 @@ void check_args(const TuneArgs& a) {
                          {"--max-spread", o.max_spread}, {"--slow-factor", o.slow_factor}}) {
     if (!std::isfinite(v) || v < 0) throw UserError(str(name, " ", v, " must be a finite number >= 0"));
   }
-  if (!std::isfinite(o.retime_drop) || (o.retime_drop != 0 && o.retime_drop < 1)) {
-    throw UserError(str("--retime-drop ", o.retime_drop,
-                        " must be 0 (time every round in full) or a finite number >= 1"));
-  }
-  if (!std::isfinite(o.cut_factor) || (o.cut_factor != 0 && o.cut_factor < 1)) {
-    throw UserError(str("--cut-factor ", o.cut_factor, " must be 0 (never cut) or a finite number >= 1"));
+  // Factors that are off at 0.
+  for (auto [name, v, off] : {std::tuple<const char*, double, const char*>{"--retime-drop", o.retime_drop,
+                                                                            "time every round in full"},
+                              {"--cut-factor", o.cut_factor, "never cut"}}) {
+    if (!std::isfinite(v) || (v != 0 && v < 1))
+      throw UserError(str(name, " ", v, " must be 0 (", off, ") or a finite number >= 1"));
   }
   if (!std::isfinite(a.build.timeout_s) || a.build.timeout_s <= 0) {
     throw UserError(str("--build-timeout-s ", a.build.timeout_s, " must be a positive number"));

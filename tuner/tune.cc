@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -56,6 +57,30 @@ void CommitRecords::on_results(const TuneState&, const std::vector<Trial>& trial
 namespace {
 
 double cost_of(const RunResult& r) { return r.ok() ? r.median_s() : std::numeric_limits<double>::infinity(); }
+
+// Runs `side` (when given) on a thread of its own while `main` runs on this one, and returns
+// once both have ended, rethrowing main's exception, else side's.
+void beside(const std::function<void()>& side, const std::function<void()>& main) {
+  std::exception_ptr side_error;
+  std::thread t;
+  if (side) {
+    t = std::thread([&] {
+      try {
+        side();
+      } catch (...) {
+        side_error = std::current_exception();
+      }
+    });
+  }
+  try {
+    main();
+  } catch (...) {
+    if (t.joinable()) t.join();
+    throw;
+  }
+  if (t.joinable()) t.join();
+  if (side_error) std::rethrow_exception(side_error);
+}
 
 // The median over the rounds of config k's time over config d's (0 when no round timed both).
 double paired_ratio(const std::vector<std::vector<double>>& rounds, size_t k, size_t d) {
@@ -243,28 +268,12 @@ void TuneLoop::build_and_run(const std::vector<json>& configs, std::vector<Build
   std::vector<BuildResult> ready = timed_build(slice(0));
   for (size_t from = 0; from < n; from += chunk) {
     std::vector<BuildResult> next;
-    std::exception_ptr build_error;
     Interval building{0, 0}, measuring{0, 0};
-    std::thread builder;
-    if (from + chunk < n) {
-      builder = std::thread([&] {
-        try {
-          next = timed_build(slice(from + chunk), &building);
-        } catch (...) {
-          build_error = std::current_exception();
-        }
-      });
-    }
     std::vector<RunResult> measured;
     std::vector<std::optional<uint64_t>> twins;
-    try {
-      measured = run_new_code(ready, twins, &measuring);
-    } catch (...) {
-      if (builder.joinable()) builder.join();
-      throw;
-    }
-    if (builder.joinable()) builder.join();
-    if (build_error) std::rethrow_exception(build_error);
+    std::function<void()> build_next;
+    if (from + chunk < n) build_next = [&] { next = timed_build(slice(from + chunk), &building); };
+    beside(build_next, [&] { measured = run_new_code(ready, twins, &measuring); });
     sum_.state.overlap_s +=
         std::max(0.0, std::min(measuring.end, building.end) - std::max(measuring.start, building.start));
     for (size_t k = 0; k < ready.size(); ++k) {
@@ -324,26 +333,15 @@ std::vector<Trial> TuneLoop::measure_looking_ahead(const std::vector<uint64_t>& 
       ahead_.size() >= want || stopped())
     return measure(batch);
   std::vector<uint64_t> proposed;
-  std::exception_ptr error;
   Interval proposing{0, 0};
-  std::thread ahead([&] {
-    try {
-      proposing.start = steady_seconds();
-      proposed = strategy_.propose(want - ahead_.size());
-      proposing.end = steady_seconds();
-    } catch (...) {
-      error = std::current_exception();
-    }
-  });
   std::vector<Trial> trials;
-  try {
-    trials = measure(batch);
-  } catch (...) {
-    ahead.join();
-    throw;
-  }
-  ahead.join();
-  if (error) std::rethrow_exception(error);
+  beside(
+      [&] {
+        proposing.start = steady_seconds();
+        proposed = strategy_.propose(want - ahead_.size());
+        proposing.end = steady_seconds();
+      },
+      [&] { trials = measure(batch); });
   st.search_ahead_s += proposing.end - proposing.start;
   ahead_.insert(ahead_.end(), proposed.begin(), proposed.end());
   return trials;
