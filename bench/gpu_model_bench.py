@@ -26,9 +26,16 @@ same GPU kernels, run serially on this CPU) through the library's host entry poi
 PyTorch on the CPU, and compiled for the GPU target to check that it builds. Slow for the
 large models (every kernel's grid runs on one core): use it with --models resnet18 or bert2.
 
+--buckets 1,8,32 (issue 56's shape buckets): each model exported with a symbolic batch, compiled
+once with `--dim batch=1,8,32` (one library, a launch plan per size) and once per size alone
+(`--dim batch=N`); per size, both outputs checked against PyTorch at that batch and the
+CUDA-graph replays of the bucket (tf_model_run_device_bucket), the static build and PyTorch
+timed interleaved: "static / bucket" is the goal's ratio (within 5%). With --cpu-check: each
+bucket of the emulated library (tf_model_run_bucket) against PyTorch on the CPU.
+
 Usage: bench/gpu_model_bench.py BUILD/bin/tunefarm [--models resnet18,resnet50,mobilenet_v2,bert_base]
                                 [--db DB] [--calls 20] [--rounds 5] [--json FILE] [--cpu-check]
-                                [--precision tf32|fp16|bf16]
+                                [--precision tf32|fp16|bf16] [--buckets 1,8,32]
 """
 import argparse
 import ctypes
@@ -57,16 +64,24 @@ class GpuLibrary:
         self.lib.tf_model_run_device.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
                                                  ctypes.c_void_p]
         self.lib.tf_model_run_device.restype = ctypes.c_int32
+        self.lib.tf_model_run_device_bucket.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),
+                                                        ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p]
+        self.lib.tf_model_run_device_bucket.restype = ctypes.c_int32
         self.lib.tf_model_last_error.restype = ctypes.c_char_p
         if self.lib.tf_model_set_device(device) != 0:
             fail("tf_model_set_device: " + self.lib.tf_model_last_error().decode())
 
-    def run(self, inputs, outputs, stream):
+    def run(self, inputs, outputs, stream, bucket=None):
+        """tf_model_run_device, or tf_model_run_device_bucket for shape bucket `bucket`."""
         ins = (ctypes.c_uint64 * len(inputs))(*[t.data_ptr() for t in inputs])
         outs = (ctypes.c_uint64 * len(outputs))(*[t.data_ptr() for t in outputs])
-        status = self.lib.tf_model_run_device(ins, outs, ctypes.c_void_p(stream))
+        if bucket is None:
+            status = self.lib.tf_model_run_device(ins, outs, ctypes.c_void_p(stream))
+        else:
+            status = self.lib.tf_model_run_device_bucket(bucket, ins, outs, ctypes.c_void_p(stream))
         if status != 0:
-            fail("tf_model_run_device returned %d: %s" % (status, self.lib.tf_model_last_error().decode()))
+            fail("tf_model_run_device%s returned %d: %s" % ("" if bucket is None else "_bucket(%d)" % bucket, status,
+                                                           self.lib.tf_model_last_error().decode()))
 
 
 def compile_model(tunefarm, onnx, out, target, db=None, emulate=False, precision="fp32", flags=()):
@@ -118,6 +133,118 @@ def cpu_check(a, models):
         fail("%d of %d models do not match PyTorch" % (bad, len(models)))
 
 
+def time_interleaved(variants, a, time_ms, row):
+    """Each of `variants` (name: function) timed in a.rounds interleaved rounds of a.calls calls
+    after one untimed block each (cuDNN picks its algorithms): row[name_ms], the median, and
+    row[name_spread], (max - min) / median."""
+    for fn in variants.values():
+        time_ms(fn, a.calls)
+    samples = {k: [] for k in variants}
+    for _ in range(a.rounds):
+        for k, fn in variants.items():
+            samples[k].append(time_ms(fn, a.calls))
+    for k, v in samples.items():
+        row[k + "_ms"] = statistics.median(v)
+        row[k + "_spread"] = (max(v) - min(v)) / statistics.median(v)
+
+
+def batch_of(x, n):
+    """A seeded input like `x` with batch n."""
+    import torch
+    return torch.randn(n, *x.shape[1:], generator=torch.Generator().manual_seed(n)).to(x.dtype)
+
+
+def cpu_check_buckets(a, models, sizes):
+    """Each bucket of the models' emulated libraries against PyTorch on the CPU."""
+    import export_model
+    import numpy as np
+    import torch
+    bad = 0
+    dim = ("--dim", "batch=" + ",".join(map(str, sizes)))
+    with tempfile.TemporaryDirectory() as d:
+        for name in models:
+            onnx = os.path.join(d, name + ".onnx")
+            model, x = export_model.export(name, onnx, dynamic_batch=True)
+            compile_model(a.tunefarm, onnx, os.path.join(d, name + ".gpu.so"), "cuda -arch=sm_90", flags=dim)
+            lib_path = os.path.join(d, name + ".emu.so")
+            seconds = compile_model(a.tunefarm, onnx, lib_path, "cuda -arch=sm_90", emulate=True, flags=dim)
+            lib = ctypes.CDLL(lib_path)
+            lib.tf_model_run_bucket.argtypes = [ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            if lib.tf_model_num_buckets() != len(sizes):
+                fail("%s has %d buckets, not %d" % (lib_path, lib.tf_model_num_buckets(), len(sizes)))
+            for b, n in enumerate(sizes):
+                xn = batch_of(x, n)
+                with torch.no_grad():
+                    want = model(xn)
+                xs = np.ascontiguousarray(xn.numpy())
+                got = np.zeros(tuple(want.shape), np.float32)
+                ins = (ctypes.c_void_p * 1)(xs.ctypes.data)
+                outs = (ctypes.c_void_p * 1)(got.ctypes.data)
+                status = lib.tf_model_run_bucket(b, ins, outs, None)
+                err = max_rel_error(torch.from_numpy(got), want)
+                ok = status == 0 and err < 1e-3
+                bad += not ok
+                print("%-5s %-14s bucket %d (batch %d): max error %.2g of the largest value (compiled in %.1f s)%s" %
+                      ("ok" if ok else "BAD", name, b, n, err, seconds, "" if status == 0 else " status %d" % status),
+                      flush=True)
+    if bad:
+        fail("%d buckets do not match PyTorch" % bad)
+
+
+def bench_buckets(a, models, sizes, torch, target, device, time_ms, graphed):
+    """Per model and size: a bucket of the --dim batch=SIZES library against the static build
+    of that size and PyTorch, CUDA-graph replays timed interleaved."""
+    import export_model
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for name in models:
+            onnx = os.path.join(d, name + ".onnx")
+            model, x = export_model.export(name, onnx, dynamic_batch=True, realistic_weights=a.realistic)
+            model = model.cuda()
+            path = os.path.join(d, name + "-buckets.so")
+            compile_s = compile_model(a.tunefarm, onnx, path, target, a.db, flags=("--dim", "batch=" + ",".join(map(str, sizes))))
+            buckets = GpuLibrary(path, device)
+            for b, n in enumerate(sizes):
+                static_path = os.path.join(d, "%s-%d.so" % (name, n))
+                static_s = compile_model(a.tunefarm, onnx, static_path, target, a.db, flags=("--dim", "batch=%d" % n))
+                static = GpuLibrary(static_path, device)
+                xg = batch_of(x, n).cuda()
+                with torch.no_grad():
+                    want = model(xg)
+                row = {"model": name, "batch": n, "bucket": b, "buckets_compile_s": compile_s, "static_compile_s": static_s}
+                variants = {}
+                for tag, lib, bucket in (("bucket", buckets, b), ("static", static, None)):
+                    y = torch.empty_like(want)
+                    run = (lambda lib=lib, y=y, bucket=bucket:
+                           lib.run([xg], [y], torch.cuda.current_stream().cuda_stream, bucket))
+                    run()
+                    torch.cuda.synchronize()
+                    row[tag + "_max_rel_error"] = max_rel_error(y, want)
+                    if not row[tag + "_max_rel_error"] < 1e-3:
+                        print("MISMATCH %s batch %d %s: max error %.3g of the output's largest value" %
+                              (name, n, tag, row[tag + "_max_rel_error"]), flush=True)
+                    variants[tag] = graphed(run)
+
+                def eager():
+                    with torch.no_grad():
+                        model(xg)
+
+                with torch.no_grad():
+                    variants["torch"] = graphed(eager)
+                time_interleaved(variants, a, time_ms, row)
+                row["static_over_bucket"] = row["static_ms"] / row["bucket_ms"]
+                row["torch_over_bucket"] = row["torch_ms"] / row["bucket_ms"]
+                rows.append(row)
+                print("%-13s batch %3d  bucket %d %8.3f ms  static %8.3f (static / bucket %5.3f)  torch graph %8.3f "
+                      "(ratio %5.2f)  errors %.2g %.2g  spreads %.2f %.2f %.2f" %
+                      (name, n, b, row["bucket_ms"], row["static_ms"], row["static_over_bucket"], row["torch_ms"],
+                       row["torch_over_bucket"], row["bucket_max_rel_error"], row["static_max_rel_error"],
+                       row["bucket_spread"], row["static_spread"], row["torch_spread"]), flush=True)
+                del variants
+                torch.cuda.empty_cache()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("tunefarm", help="the tunefarm program (build/bin/tunefarm)")
@@ -140,15 +267,22 @@ def main():
                     help="random BatchNorm statistics and no zero parameters for every model (scripts/export_model.py "
                          "realistic(); the zoo's models have them anyway): fresh initializations shrink some "
                          "models' outputs below float16's range, which makes accuracy figures meaningless")
+    ap.add_argument("--buckets", metavar="SIZES",
+                    help="comma-separated batch sizes: a shape-bucket library against static builds of each size")
     a = ap.parse_args()
     models = [m for m in a.models.split(",") if m]
+    sizes = []
+    for s in (a.buckets or "").split(","):
+        if s and (not s.isdigit() or int(s) < 1):
+            fail("--buckets %s: '%s' is not a batch size" % (a.buckets, s))
+        sizes += [int(s)] if s else []
     if not os.path.exists(a.tunefarm):
         fail("no tunefarm program at " + a.tunefarm)
     if a.cpu_check:
         if a.precision != "fp32":
             fail("--cpu-check emulates the kernels serially, and tensor-core products need a warp's lanes together: "
                  "--precision %s builds run on a GPU only" % a.precision)
-        return cpu_check(a, models)
+        return cpu_check_buckets(a, models, sizes) if sizes else cpu_check(a, models)
     try:
         import torch
         import export_model
@@ -183,6 +317,13 @@ def main():
             fn()
         return g.replay
 
+    if sizes:
+        rows = bench_buckets(a, models, sizes, torch, target, device, time_ms, graphed)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"gpu": torch.cuda.get_device_name(), "target": target, "buckets": sizes, "results": rows},
+                          f, indent=1)
+        return
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for name in models:
@@ -233,15 +374,7 @@ def main():
             variants["torch"] = eager
             with torch.no_grad():
                 variants["torch_graph"] = graphed(eager)
-            for fn in variants.values():  # warm-up (cuDNN picks its algorithms)
-                time_ms(fn, a.calls)
-            samples = {k: [] for k in variants}
-            for _ in range(a.rounds):
-                for k, fn in variants.items():
-                    samples[k].append(time_ms(fn, a.calls))
-            for k, v in samples.items():
-                row[k + "_ms"] = statistics.median(v)
-                row[k + "_spread"] = (max(v) - min(v)) / statistics.median(v)
+            time_interleaved(variants, a, time_ms, row)
             row["ratio_graph"] = row["torch_graph_ms"] / row["ours_graph_ms"]
             row["ratio_eager"] = row["torch_ms"] / row["ours_ms"]
             rows.append(row)

@@ -13,7 +13,7 @@
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
 # comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
-# model_bf16,model_grouped,bench_grouped,sweep_bert16,sweep_large16,bench_bert16,sweep_random,sweep_grouped,tune_rate,
+# model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_bert16,sweep_random,sweep_grouped,tune_rate,
 # tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
@@ -158,6 +158,10 @@ step model_bf16 60 python3 bench/gpu_model_bench.py "$bin" --precision bf16 --re
 step model_grouped 70 python3 bench/gpu_model_bench.py "$bin" --models resnext50,regnet_y_400mf --rounds 3 \
   --json "$WORK/model_grouped.json"
 step bench_grouped 40 python3 bench/gpu_bench.py "$bin" --groups grouped --rounds 3 --json "$WORK/bench_grouped.json"
+# Issue 56: a --dim batch=1,8,32 library (a launch plan per bucket) against static builds of each
+# size and PyTorch, CUDA-graph replays (the goal: within 5% of static at every size).
+step buckets 150 python3 bench/gpu_model_bench.py "$bin" --models resnet50,bert_base --buckets 1,8,32 --rounds 3 \
+  --json "$WORK/buckets.json"
 # Issue 57: candidates a second through a loopback board, its measuring process kept (today's
 # default: cubins where this machine has ptxas, session 86), the same with PTX the driver JITs
 # (TF_PTXAS=off), and a runner per candidate (as before session 57); tune prints where the time

@@ -66,17 +66,17 @@ class ModelCodegen {
     int64_t workspace_bytes = 0;  // the largest bucket's, with a GPU library's split-K scratch after it
   };
   // Generates every kernel whose code is its own, the entry point (`buckets`, usually one, whose
-  // calls name the kernels that share_code chose; a GPU library's workspace grows by the
-  // kernels' scratch; GPU libraries have one bucket), links them into `out` and writes
-  // `out + ".json"`, the text `sidecar` returns, before the library appears. Nothing is left
+  // calls name the kernels that share_code chose, in the order add_kernel took them: bucket 0's
+  // first; a GPU library's workspaces grow by the kernels' scratch), links them into `out` and
+  // writes `out + ".json"`, the text `sidecar` returns, before the library appears. Nothing is left
   // at `out` when anything fails.
   Written write(std::vector<EntrySpec>& buckets, const std::string& out,
                 const std::function<std::string(const Written&)>& sidecar);
 
  private:
   void on_all_cores(const std::function<void(size_t)>& work, size_t count) const;
-  void write_gpu_objects(EntrySpec& spec, const std::string& tmp, std::vector<std::string>& objects,
-                         Written& written);
+  void write_gpu_objects(std::vector<EntrySpec>& buckets, const std::string& tmp,
+                         std::vector<std::string>& objects, Written& written);
 
   Target target_, code_target_;
   bool emulate_ = false, gpu_library_ = false;

@@ -119,6 +119,32 @@ class EntryGen {
   void bucket_entries(const std::vector<EntrySpec>& buckets, const std::vector<llvm::Function*>& runs) {
     llvm::PointerType* ptr = b_.getPtrTy();
     const auto count = static_cast<uint32_t>(buckets.size());
+    llvm::Function* of = bucket_tables(buckets);
+    // tf_model_run_bucket(b, inputs, outputs, workspace): a switch over the buckets' runs.
+    llvm::Function* rb =
+        define("tf_model_run_bucket", b_.getInt32Ty(), {b_.getInt32Ty(), ptr, ptr, ptr});
+    {
+      auto* bad = llvm::BasicBlock::Create(ctx_, "no_such_bucket", rb);
+      llvm::SwitchInst* sw = b_.CreateSwitch(rb->getArg(0), bad, count);
+      for (size_t bk = 0; bk < runs.size(); ++bk) {
+        auto* bb = llvm::BasicBlock::Create(ctx_, str("bucket_", bk), rb);
+        sw->addCase(b_.getInt32(static_cast<uint32_t>(bk)), bb);
+        b_.SetInsertPoint(bb);
+        b_.CreateRet(b_.CreateCall(runs[bk], {rb->getArg(1), rb->getArg(2), rb->getArg(3)}));
+      }
+      b_.SetInsertPoint(bad);
+      b_.CreateRet(b_.getInt32(static_cast<uint32_t>(kNoBucketStatus)));
+    }
+    llvm::Function* rs = define("tf_model_run_shaped", b_.getInt32Ty(), {ptr, ptr, ptr, ptr});
+    llvm::Value* bucket = b_.CreateCall(of, {rs->getArg(0)});
+    b_.CreateRet(b_.CreateCall(rb, {bucket, rs->getArg(1), rs->getArg(2), rs->getArg(3)}));
+  }
+
+  // The bucket table: tf_model_num_buckets, tf_model_bucket_input_shape and _output_shape, and
+  // tf_model_bucket_of, which it returns. (A GPU library's runtime defines the runs.)
+  llvm::Function* bucket_tables(const std::vector<EntrySpec>& buckets) {
+    llvm::PointerType* ptr = b_.getPtrTy();
+    const auto count = static_cast<uint32_t>(buckets.size());
     constant_fn("tf_model_num_buckets", b_.getInt32(count));
     for (const char* role : {"input", "output"}) {
       const bool in = std::string(role) == "input";
@@ -180,23 +206,7 @@ class EntryGen {
       b_.SetInsertPoint(none);
       b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
     }
-    // tf_model_run_bucket(b, inputs, outputs, workspace): a switch over the buckets' runs.
-    llvm::Function* rb = define("tf_model_run_bucket", b_.getInt32Ty(), {b_.getInt32Ty(), ptr, ptr, ptr});
-    {
-      auto* bad = llvm::BasicBlock::Create(ctx_, "no_such_bucket", rb);
-      llvm::SwitchInst* sw = b_.CreateSwitch(rb->getArg(0), bad, count);
-      for (size_t bk = 0; bk < runs.size(); ++bk) {
-        auto* bb = llvm::BasicBlock::Create(ctx_, str("bucket_", bk), rb);
-        sw->addCase(b_.getInt32(static_cast<uint32_t>(bk)), bb);
-        b_.SetInsertPoint(bb);
-        b_.CreateRet(b_.CreateCall(runs[bk], {rb->getArg(1), rb->getArg(2), rb->getArg(3)}));
-      }
-      b_.SetInsertPoint(bad);
-      b_.CreateRet(b_.getInt32(static_cast<uint32_t>(kNoBucketStatus)));
-    }
-    llvm::Function* rs = define("tf_model_run_shaped", b_.getInt32Ty(), {ptr, ptr, ptr, ptr});
-    llvm::Value* bucket = b_.CreateCall(of, {rs->getArg(0)});
-    b_.CreateRet(b_.CreateCall(rb, {bucket, rs->getArg(1), rs->getArg(2), rs->getArg(3)}));
+    return of;
   }
 
  private:
@@ -654,87 +664,125 @@ struct GpuPlanData {
   std::string blob, constants;
 };
 
-GpuPlanData encode_gpu_plan(const EntrySpec& s, const GpuEntrySpec& gpu) {
-  TF_CHECK(gpu.calls.size() == s.calls.size(), "codegen_gpu_model_entry: ", gpu.calls.size(), " GPU calls for ",
-           s.calls.size(), " calls");
+// The plans of `buckets` (one each, back to back), whose calls are `gpu.calls` in order, and
+// the blob and constants they share: modules, kernel names and constants each once.
+GpuPlanData encode_gpu_plans(const std::vector<EntrySpec>& buckets, const GpuEntrySpec& gpu) {
+  size_t calls = 0;
+  for (const EntrySpec& s : buckets) calls += s.calls.size();
+  TF_CHECK(gpu.calls.size() == calls, "codegen_gpu_model_entry: ", gpu.calls.size(),
+           " GPU calls for ", calls, " calls");
+  TF_CHECK(!buckets.empty() && buckets.size() <= TF_GPU_MAX_PLANS,
+           "codegen_gpu_model_entry: ", buckets.size(), " buckets");
   TF_CHECK(kind_info(gpu.platform).gpu, "codegen_gpu_model_entry: platform ", kind_name(gpu.platform));
   GpuPlanData d;
-  std::vector<int64_t>& p = d.plan;
-  p.assign(TF_GPU_PLAN_HEADER_WORDS, 0);
   auto blob = [&](const std::string& bytes, bool terminate) {
     auto at = static_cast<int64_t>(d.blob.size());
     d.blob += bytes;
     if (terminate) d.blob.push_back('\0');
     return at;
   };
-  std::vector<int64_t> constant_at;
-  for (const std::vector<float>* c : s.constants) {
-    d.constants.resize((d.constants.size() + TF_GPU_CONSTANT_ALIGN - 1) / TF_GPU_CONSTANT_ALIGN * TF_GPU_CONSTANT_ALIGN);
-    constant_at.push_back(static_cast<int64_t>(d.constants.size()));
-    d.constants.append(reinterpret_cast<const char*>(c->data()), c->size() * sizeof(float));
-  }
-  auto elements = [](const EntryTensor& t) {
-    int64_t n = 1;
-    for (int64_t x : t.shape) n *= x;
-    return n;
-  };
-  for (const std::vector<EntryTensor>* side : {&s.inputs, &s.outputs}) {
-    for (const EntryTensor& t : *side) p.insert(p.end(), {elements(t), static_cast<int64_t>(t.dtype)});
-  }
+  std::vector<int64_t> module_at;
   for (const std::string& m : gpu.modules)
-    p.insert(p.end(), {blob(m, gpu.platform == TargetKind::Cuda), static_cast<int64_t>(m.size())});
-  std::map<int64_t, int64_t> converted;  // input -> arena offset of its float32 copy
-  for (const EntryInputConversion& c : s.conversions) converted[c.input] = c.workspace_offset;
-  auto arg = [&](const EntryBuffer& r) -> std::array<int64_t, 2> {
-    switch (r.kind) {
-      case EntryBuffer::Kind::Input:
-        if (auto it = converted.find(r.index); it != converted.end()) return {TF_GPU_ARG_ARENA, it->second};
-        return {TF_GPU_ARG_INPUT, r.index};
-      case EntryBuffer::Kind::Output:
-        return {TF_GPU_ARG_OUTPUT, r.index};
-      case EntryBuffer::Kind::Constant:
-        return {TF_GPU_ARG_CONSTANT, constant_at.at(static_cast<size_t>(r.index))};
-      case EntryBuffer::Kind::Workspace:
-        return {TF_GPU_ARG_ARENA, r.index};
-    }
-    return {};
+    module_at.push_back(blob(m, gpu.platform == TargetKind::Cuda));
+  std::map<std::string, int64_t> name_at;
+  auto name = [&](const std::string& n) {
+    auto [it, fresh] = name_at.emplace(n, 0);
+    if (fresh) it->second = blob(n, true);
+    return it->second;
   };
-  int64_t launches = 0;
-  for (size_t c = 0; c < s.calls.size(); ++c) {
-    const GpuEntryCall& g = gpu.calls[c];
-    TF_CHECK(g.module >= 0 && g.module < static_cast<int64_t>(gpu.modules.size()), "codegen_gpu_model_entry: call ", c,
-             " of module ", g.module);
-    for (const GpuEntryKernel& k : g.kernels) {
-      p.insert(p.end(), {g.module, blob(k.function, true), k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
-                         k.block[2], k.dynamic_shared_bytes,
-                         static_cast<int64_t>(s.calls[c].args.size() + g.workspace_offsets.size())});
-      for (const EntryBuffer& a : s.calls[c].args) {
-        std::array<int64_t, 2> w = arg(a);
-        p.insert(p.end(), w.begin(), w.end());
+  std::unordered_map<std::string_view, int64_t> constant_bytes_at;  // by content
+  std::vector<size_t> plan_at;
+  size_t first_call = 0;
+  for (const EntrySpec& s : buckets) {
+    std::vector<int64_t> p(TF_GPU_PLAN_HEADER_WORDS, 0);
+    std::vector<int64_t> constant_at;
+    for (const std::vector<float>* c : s.constants) {
+      auto [it, fresh] = constant_bytes_at.emplace(
+          std::string_view(reinterpret_cast<const char*>(c->data()), c->size() * sizeof(float)), 0);
+      if (fresh) {
+        d.constants.resize((d.constants.size() + TF_GPU_CONSTANT_ALIGN - 1) /
+                           TF_GPU_CONSTANT_ALIGN * TF_GPU_CONSTANT_ALIGN);
+        it->second = static_cast<int64_t>(d.constants.size());
+        d.constants.append(it->first);
       }
-      for (int64_t off : g.workspace_offsets) p.insert(p.end(), {TF_GPU_ARG_ARENA, off});
-      ++launches;
+      constant_at.push_back(it->second);
     }
+    auto elements = [](const EntryTensor& t) {
+      int64_t n = 1;
+      for (int64_t x : t.shape) n *= x;
+      return n;
+    };
+    for (const std::vector<EntryTensor>* side : {&s.inputs, &s.outputs}) {
+      for (const EntryTensor& t : *side)
+        p.insert(p.end(), {elements(t), static_cast<int64_t>(t.dtype)});
+    }
+    for (size_t m = 0; m < gpu.modules.size(); ++m)
+      p.insert(p.end(), {module_at[m], static_cast<int64_t>(gpu.modules[m].size())});
+    std::map<int64_t, int64_t> converted;  // input -> arena offset of its float32 copy
+    for (const EntryInputConversion& c : s.conversions) converted[c.input] = c.workspace_offset;
+    auto arg = [&](const EntryBuffer& r) -> std::array<int64_t, 2> {
+      switch (r.kind) {
+        case EntryBuffer::Kind::Input:
+          if (auto it = converted.find(r.index); it != converted.end())
+            return {TF_GPU_ARG_ARENA, it->second};
+          return {TF_GPU_ARG_INPUT, r.index};
+        case EntryBuffer::Kind::Output:
+          return {TF_GPU_ARG_OUTPUT, r.index};
+        case EntryBuffer::Kind::Constant:
+          return {TF_GPU_ARG_CONSTANT, constant_at.at(static_cast<size_t>(r.index))};
+        case EntryBuffer::Kind::Workspace:
+          return {TF_GPU_ARG_ARENA, r.index};
+      }
+      return {};
+    };
+    int64_t launches = 0;
+    for (size_t c = 0; c < s.calls.size(); ++c) {
+      const GpuEntryCall& g = gpu.calls[first_call + c];
+      TF_CHECK(g.module >= 0 && g.module < static_cast<int64_t>(gpu.modules.size()),
+               "codegen_gpu_model_entry: call ", first_call + c, " of module ", g.module);
+      for (const GpuEntryKernel& k : g.kernels) {
+        p.insert(p.end(),
+                 {g.module, name(k.function), k.grid[0], k.grid[1], k.grid[2], k.block[0],
+                  k.block[1], k.block[2], k.dynamic_shared_bytes,
+                  static_cast<int64_t>(s.calls[c].args.size() + g.workspace_offsets.size())});
+        for (const EntryBuffer& a : s.calls[c].args) {
+          std::array<int64_t, 2> w = arg(a);
+          p.insert(p.end(), w.begin(), w.end());
+        }
+        for (int64_t off : g.workspace_offsets) p.insert(p.end(), {TF_GPU_ARG_ARENA, off});
+        ++launches;
+      }
+    }
+    first_call += s.calls.size();
+    for (const EntryInputConversion& c : s.conversions)
+      p.insert(p.end(), {c.input, c.workspace_offset});
+    for (const EntryCopy& c : s.copies) {
+      std::array<int64_t, 2> from = c.literal.empty() ? arg(c.from) : std::array<int64_t, 2>{0, 0};
+      int64_t literal = -1;
+      if (!c.literal.empty())
+        literal = blob(std::string(c.literal.begin(), c.literal.end()), false);
+      p.insert(p.end(),
+               {from[0], from[1], c.output, literal, static_cast<int64_t>(c.literal.size())});
+    }
+    p[TF_GPU_PLAN_MAGIC_WORD] = TF_GPU_PLAN_MAGIC;
+    p[TF_GPU_PLAN_PLATFORM] =
+        gpu.platform == TargetKind::Cuda ? TF_GPU_PLATFORM_CUDA : TF_GPU_PLATFORM_ROCM;
+    p[TF_GPU_PLAN_INPUTS] = static_cast<int64_t>(s.inputs.size());
+    p[TF_GPU_PLAN_OUTPUTS] = static_cast<int64_t>(s.outputs.size());
+    p[TF_GPU_PLAN_MODULES] = static_cast<int64_t>(gpu.modules.size());
+    p[TF_GPU_PLAN_LAUNCHES] = launches;
+    p[TF_GPU_PLAN_CONVERSIONS] = static_cast<int64_t>(s.conversions.size());
+    p[TF_GPU_PLAN_COPIES] = static_cast<int64_t>(s.copies.size());
+    p[TF_GPU_PLAN_ARENA_BYTES] = s.workspace_bytes;
+    p[TF_GPU_PLAN_WORDS] = static_cast<int64_t>(p.size());
+    plan_at.push_back(d.plan.size());
+    d.plan.insert(d.plan.end(), p.begin(), p.end());
   }
-  for (const EntryInputConversion& c : s.conversions) p.insert(p.end(), {c.input, c.workspace_offset});
-  for (const EntryCopy& c : s.copies) {
-    std::array<int64_t, 2> from = c.literal.empty() ? arg(c.from) : std::array<int64_t, 2>{0, 0};
-    int64_t literal = -1;
-    if (!c.literal.empty()) literal = blob(std::string(c.literal.begin(), c.literal.end()), false);
-    p.insert(p.end(), {from[0], from[1], c.output, literal, static_cast<int64_t>(c.literal.size())});
+  // The shared sections' sizes, known once every plan is written.
+  for (size_t at : plan_at) {
+    d.plan[at + TF_GPU_PLAN_CONSTANT_BYTES] = static_cast<int64_t>(d.constants.size());
+    d.plan[at + TF_GPU_PLAN_BLOB_BYTES] = static_cast<int64_t>(d.blob.size());
   }
-  p[TF_GPU_PLAN_MAGIC_WORD] = TF_GPU_PLAN_MAGIC;
-  p[TF_GPU_PLAN_PLATFORM] = gpu.platform == TargetKind::Cuda ? TF_GPU_PLATFORM_CUDA : TF_GPU_PLATFORM_ROCM;
-  p[TF_GPU_PLAN_INPUTS] = static_cast<int64_t>(s.inputs.size());
-  p[TF_GPU_PLAN_OUTPUTS] = static_cast<int64_t>(s.outputs.size());
-  p[TF_GPU_PLAN_MODULES] = static_cast<int64_t>(gpu.modules.size());
-  p[TF_GPU_PLAN_LAUNCHES] = launches;
-  p[TF_GPU_PLAN_CONVERSIONS] = static_cast<int64_t>(s.conversions.size());
-  p[TF_GPU_PLAN_COPIES] = static_cast<int64_t>(s.copies.size());
-  p[TF_GPU_PLAN_ARENA_BYTES] = s.workspace_bytes;
-  p[TF_GPU_PLAN_CONSTANT_BYTES] = static_cast<int64_t>(d.constants.size());
-  p[TF_GPU_PLAN_BLOB_BYTES] = static_cast<int64_t>(d.blob.size());
-  p[TF_GPU_PLAN_WORDS] = static_cast<int64_t>(p.size());
   return d;
 }
 
@@ -755,9 +803,10 @@ static std::string emit_entry_object(const Target& target, const char* name, con
   return emit_object(m, *tm);
 }
 
-std::string codegen_gpu_model_entry(const EntrySpec& spec, const GpuEntrySpec& gpu, const Target& host) {
+std::string codegen_gpu_model_entry(const std::vector<EntrySpec>& buckets, const GpuEntrySpec& gpu,
+                                    const Target& host) {
   TF_CHECK(host.is_cpu(), "codegen_gpu_model_entry: the host is a CPU target, not ", host.str());
-  GpuPlanData d = encode_gpu_plan(spec, gpu);
+  GpuPlanData d = encode_gpu_plans(buckets, gpu);
   // One array: header, plan, blob, constants (runtime/gpu_model/plan.h).
   std::string image(TF_GPU_MODEL_HEADER_BYTES, '\0');
   std::memcpy(image.data(), TF_GPU_MODEL_MAGIC, 8);
@@ -773,7 +822,8 @@ std::string codegen_gpu_model_entry(const EntrySpec& spec, const GpuEntrySpec& g
   append(d.constants, TF_GPU_CONSTANT_ALIGN, 2);
   std::memcpy(image.data() + 8, header, sizeof header);
   return emit_entry_object(host, "tf_gpu_model", [&](EntryGen& gen) {
-    gen.emit_tables(spec, 0);
+    gen.emit_tables(buckets.at(0), 0);
+    gen.bucket_tables(buckets);
     gen.bytes_global("tf_gpu_model", image, TF_GPU_CONSTANT_ALIGN, TF_GPU_MODEL_SECTION);
   });
 }

@@ -139,14 +139,16 @@ struct GpuEntryCall {
 struct GpuEntrySpec {
   TargetKind platform = TargetKind::Cuda;  // cuda, rocm
   std::vector<std::string> modules;   // PTX text, or .hsaco code objects
-  std::vector<GpuEntryCall> calls;   // one per EntrySpec call
+  std::vector<GpuEntryCall> calls;    // one per EntrySpec call, every bucket's in order
 };
 
-// Object code for `host` (the machine the library runs on): the tf_model_* tables of `spec`
-// (tf_model_workspace_bytes 0: the spec's workspace_bytes is the device arena) and the launch
-// plan, code modules and constants of runtime/gpu_model/plan.h. Linked with
-// gpu_model_runtime_object(), which defines tf_model_run.
-std::string codegen_gpu_model_entry(const EntrySpec& spec, const GpuEntrySpec& gpu, const Target& host);
+// Object code for `host` (the machine the library runs on): the tf_model_* tables of `buckets`
+// (bucket 0's, and the bucket table of every bucket; tf_model_workspace_bytes 0: a bucket's
+// workspace_bytes is its device arena) and the launch plans (one per bucket), code modules and
+// constants of runtime/gpu_model/plan.h. `gpu.calls` are every bucket's calls in order. Linked
+// with gpu_model_runtime_object(), which defines tf_model_run and the other runs.
+std::string codegen_gpu_model_entry(const std::vector<EntrySpec>& buckets, const GpuEntrySpec& gpu,
+                                    const Target& host);
 
 // The object file of runtime/gpu_model/runtime.c for this machine (embedded at build time).
 std::string_view gpu_model_runtime_object();

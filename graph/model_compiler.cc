@@ -534,10 +534,6 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
                             const ConfigLookup& lookup, const std::string& out, const std::string& model_name,
                             int64_t memory_budget, bool emulate_gpu) {
   TF_CHECK(!buckets.empty(), "compile_model: no graph");
-  if (buckets.size() > 1 && target.is_gpu() && !emulate_gpu) {
-    throw UserError(str("shape buckets (", buckets.size(), " sets of sizes) are implemented for CPU libraries and --emulate-gpu, not for ",
-                        target.str(), ": compile one library per size"));
-  }
   if (buckets.size() > kMaxShapeBuckets)
     throw UserError(str(buckets.size(), " shape buckets: a library holds at most ", kMaxShapeBuckets));
   for (const Graph* gp : buckets) {

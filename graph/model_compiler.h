@@ -134,8 +134,9 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
 // One library of shape buckets: the same model imported at several sets of sizes
 // (`buckets`, bucket 0 first; the same inputs and outputs but for their sizes), each compiled
 // as above with kernels of its own (named tf_b<bucket>_k...; the same code shared across
-// buckets), one entry point choosing the bucket by the inputs' shapes (compiler/model_entry.h).
-// UserError for more than kMaxShapeBuckets, or buckets on a GPU target without emulate_gpu.
+// buckets), one entry point choosing the bucket by the inputs' shapes (compiler/model_entry.h;
+// a GPU library's: one launch plan per bucket, runtime/gpu_model/plan.h).
+// UserError for more than kMaxShapeBuckets.
 CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Target& target,
                             const ConfigLookup& lookup, const std::string& out, const std::string& model_name,
                             int64_t memory_budget = default_memory_budget(), bool emulate_gpu = false);

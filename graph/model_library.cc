@@ -134,11 +134,14 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
   }
 }
 
-void ModelLibrary::run_device(const std::vector<uint64_t>& inputs, const std::vector<uint64_t>& outputs,
-                              void* stream) const {
+void ModelLibrary::run_device(const std::vector<uint64_t>& inputs,
+                              const std::vector<uint64_t>& outputs, void* stream,
+                              int bucket) const {
   TF_CHECK(inputs.size() == inputs_.size() && outputs.size() == outputs_.size(), "run_device: ", inputs.size(),
            " inputs and ", outputs.size(), " outputs for a model of ", inputs_.size(), " and ", outputs_.size());
-  int status = abi_->run_device(inputs.data(), outputs.data(), stream);
+  TF_CHECK(bucket >= 0 && bucket < num_buckets(), "run_device: bucket ", bucket, " of ",
+           num_buckets());
+  int status = abi_->run_device(inputs.data(), outputs.data(), stream, bucket);
   check_status(status);
 }
 

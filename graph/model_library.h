@@ -55,8 +55,10 @@ class ModelLibrary {
                void* workspace = nullptr, int bucket = 0) const;
 
   // A GPU library's call on device buffers and a stream (tf_model_run_device: PyTorch's CUDA
-  // tensors, no copies); returns once the kernels are queued. Errors as run_raw's.
-  void run_device(const std::vector<uint64_t>& inputs, const std::vector<uint64_t>& outputs, void* stream) const;
+  // tensors, no copies), whose shapes are `bucket`'s; returns once the kernels are queued.
+  // Errors as run_raw's.
+  void run_device(const std::vector<uint64_t>& inputs, const std::vector<uint64_t>& outputs,
+                  void* stream, int bucket = 0) const;
 
   // A GPU library's kind ("cuda", "rocm"; "" for CPU libraries) and device (before the first
   // run; std::runtime_error with the library's reason when it refuses).

@@ -117,13 +117,18 @@ TFPY_EXPORT int tfpy_model_run(void* handle, const void* const* inputs, void* co
   });
 }
 
-// A GPU library's call on device addresses and a stream; queued, not waited for.
+// A GPU library's call on device addresses of shape bucket `bucket` and a stream; queued, not
+// waited for.
 TFPY_EXPORT int tfpy_model_run_device(void* handle, const uint64_t* inputs, const uint64_t* outputs,
-                                      void* stream) {
+                                      void* stream, int bucket) {
   return guarded([&] {
     const Model& m = *static_cast<Model*>(handle);
+    if (bucket < 0 || bucket >= m.lib->num_buckets())
+      throw UserError(
+          str(m.path, ": no shape bucket ", bucket, " (it has ", m.lib->num_buckets(), ")"));
     m.lib->run_device(std::vector<uint64_t>(inputs, inputs + m.lib->inputs().size()),
-                      std::vector<uint64_t>(outputs, outputs + m.lib->outputs().size()), stream);
+                      std::vector<uint64_t>(outputs, outputs + m.lib->outputs().size()), stream,
+                      bucket);
   });
 }
 

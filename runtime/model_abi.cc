@@ -140,6 +140,9 @@ ModelAbi::ModelAbi(const std::string& path) : path_(path) {
     set_device_ = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(handle_, "tf_model_set_device"));
     run_device_ =
         reinterpret_cast<int32_t (*)(const uint64_t*, const uint64_t*, void*)>(dlsym(handle_, "tf_model_run_device"));
+    run_device_bucket_ =
+        reinterpret_cast<int32_t (*)(int32_t, const uint64_t*, const uint64_t*, void*)>(
+            dlsym(handle_, "tf_model_run_device_bucket"));
     if (auto kind = reinterpret_cast<const char* (*)()>(dlsym(handle_, "tf_model_device_kind"))) {
       const char* k = kind();
       device_kind_ = k ? std::string(k).substr(0, 16) : "";
@@ -182,9 +185,15 @@ std::vector<ModelTensor> ModelAbi::bucket_outputs(int b) const {
   return out;
 }
 
-int ModelAbi::run_device(const uint64_t* inputs, const uint64_t* outputs, void* stream) const {
+int ModelAbi::run_device(const uint64_t* inputs, const uint64_t* outputs, void* stream,
+                         int b) const {
   if (!run_device_) throw std::runtime_error(path_ + ": a CPU model takes host buffers, not device ones");
-  return run_device_(inputs, outputs, stream);
+  if (b < 0 || b >= static_cast<int>(buckets_.size())) return kModelNoBucket;
+  if (b == 0) return run_device_(inputs, outputs, stream);
+  // (A library of several buckets has it: describe_buckets found them.)
+  if (!run_device_bucket_)
+    throw std::runtime_error(path_ + ": the library has no tf_model_run_device_bucket");
+  return run_device_bucket_(b, inputs, outputs, stream);
 }
 
 std::string ModelAbi::last_error() const {

@@ -95,8 +95,10 @@ class ModelAbi {
   int run_bucket(int b, const void* const* inputs, void* const* outputs, void* workspace = nullptr) const;
 
   // A GPU library's call on device buffers (CUdeviceptr / hipDeviceptr_t) and a stream
-  // (tf_model_run_device): its status; std::runtime_error for a CPU library.
-  int run_device(const uint64_t* inputs, const uint64_t* outputs, void* stream) const;
+  // (tf_model_run_device, or tf_model_run_device_bucket for bucket `b` > 0): its status
+  // (kModelNoBucket for a bucket the library does not have); std::runtime_error for a CPU
+  // library.
+  int run_device(const uint64_t* inputs, const uint64_t* outputs, void* stream, int b = 0) const;
 
   // GPU model libraries (runtime/gpu_model/runtime.c): "cuda" or "rocm"; "" for a CPU one.
   const std::string& device_kind() const { return device_kind_; }
@@ -115,6 +117,7 @@ class ModelAbi {
   const char* (*last_error_)() = nullptr;
   int32_t (*set_device_)(int32_t) = nullptr;
   int32_t (*run_device_)(const uint64_t*, const uint64_t*, void*) = nullptr;
+  int32_t (*run_device_bucket_)(int32_t, const uint64_t*, const uint64_t*, void*) = nullptr;
   std::string device_kind_;
   std::vector<ModelTensor> inputs_, outputs_;
   uint64_t workspace_bytes_ = 0;

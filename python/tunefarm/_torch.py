@@ -33,8 +33,10 @@ class TorchModule(torch.nn.Module):
         self._device = None
         self._specs = [(spec["name"], _DTYPES[spec["dtype"]], torch.Size(spec["shape"])) for spec in compiled.inputs]
         self._outs = [(_DTYPES[spec["dtype"]], torch.Size(spec["shape"])) for spec in compiled.outputs]
-        # Shape buckets (a CPU library compiled with a list of sizes): each bucket's input shapes.
+        # Shape buckets (a library compiled with a list of sizes): each bucket's input shapes, and
+        # its output shapes (a GPU library's outputs are allocated here).
         self._buckets = [[torch.Size(s["shape"]) for s in b["inputs"]] for b in compiled._model.buckets]
+        self._bucket_outs = [[torch.Size(s["shape"]) for s in b["outputs"]] for b in compiled._model.buckets]
 
     def forward(self, *inputs):
         if len(inputs) != len(self._specs):
@@ -63,13 +65,13 @@ class TorchModule(torch.nn.Module):
                 raise ValueError("input '%s' must have shape %s, not %s" % (name, list(shape), list(x.shape)))
             keep.append(x if x.is_contiguous() else x.contiguous())
         if self._gpu:
-            return self._forward_device(keep)
+            return self._forward_device(keep, bucket)
         # The library reads the tensors' memory in place (kept alive by `keep` for the call).
         out = self._run([x.data_ptr() for x in keep], torch.get_num_threads(), bucket)
         tensors = [_tensor(a, dtype) for a, (dtype, _) in zip(out, self._outs)]
         return tensors[0] if len(tensors) == 1 else tuple(tensors)
 
-    def _forward_device(self, inputs):
+    def _forward_device(self, inputs, bucket):
         device = inputs[0].device if inputs else torch.device("cuda", torch.cuda.current_device())
         if any(x.device != device for x in inputs):
             raise ValueError("the inputs are on %s: a model runs on one GPU" % sorted({str(x.device) for x in inputs}))
@@ -81,9 +83,10 @@ class TorchModule(torch.nn.Module):
                              (device, self._device))
         # The kernels' vector accesses need 16-byte aligned buffers: a view that is not is copied.
         inputs = [x if x.data_ptr() % 16 == 0 else x.clone() for x in inputs]
-        outs = [torch.empty(shape, dtype=dtype, device=device) for dtype, shape in self._outs]
+        outs = [torch.empty(shape, dtype=dtype, device=device)
+                for (dtype, _), shape in zip(self._outs, self._bucket_outs[bucket])]
         self.compiled._model.run_device([x.data_ptr() for x in inputs], [y.data_ptr() for y in outs],
-                                        torch.cuda.current_stream(device).cuda_stream)
+                                        torch.cuda.current_stream(device).cuda_stream, bucket)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def extra_repr(self):

@@ -34,7 +34,7 @@ def _load():
         "tfpy_error": ([], c), "tfpy_result": ([], c),
         "tfpy_model_open": ([c, pp], i), "tfpy_model_close": ([p], None),
         "tfpy_model_run": ([p, pp, pp, i, i], i),
-        "tfpy_model_run_device": ([p, ctypes.POINTER(u64), ctypes.POINTER(u64), p], i),
+        "tfpy_model_run_device": ([p, ctypes.POINTER(u64), ctypes.POINTER(u64), p, i], i),
         "tfpy_model_set_device": ([p, i], i),
         "tfpy_model_time_calls": ([p, pp, pp, i, i, i, i, ctypes.POINTER(ctypes.c_double)], i),
         "tfpy_compile_model": ([c, c, c, c, i, ctypes.c_int64, c, c], i),
@@ -202,15 +202,16 @@ class Model:
         self._call(inputs, outs, threads, bucket)
         return outs
 
-    def run_device(self, inputs, outputs, stream):
+    def run_device(self, inputs, outputs, stream, bucket=0):
         """A GPU library's call on device addresses (CUDA tensors' data_ptr(), checked by the
-        caller) and a stream; queued, not waited for."""
+        caller against shape bucket `bucket`) and a stream; queued, not waited for."""
         if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
             raise ValueError("the model takes %s and %s, not %d and %d" % (
                 _count(len(self.inputs), "input"), _count(len(self.outputs), "output"), len(inputs), len(outputs)))
         u64 = ctypes.c_uint64
         _check(_lib.tfpy_model_run_device(self._h, (u64 * max(len(inputs), 1))(*inputs),
-                                          (u64 * max(len(outputs), 1))(*outputs), ctypes.c_void_p(stream)))
+                                          (u64 * max(len(outputs), 1))(*outputs), ctypes.c_void_p(stream),
+                                          int(bucket)))
 
     def set_device(self, index):
         _check(_lib.tfpy_model_set_device(self._h, int(index)))

@@ -63,33 +63,15 @@ class Words {
   size_t at_ = 0;
 };
 
-}  // namespace
-
-std::string read_gpu_model_image(const std::string& library, GpuModelImage& m) {
-  std::string s;
-  if (std::string why = find_section(library, TF_GPU_MODEL_SECTION, s); !why.empty()) return why;
-  return read_gpu_model_section(s, m);
-}
-
-std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
-  if (s.size() < TF_GPU_MODEL_HEADER_BYTES || std::memcmp(s.data(), TF_GPU_MODEL_MAGIC, 8) != 0)
-    return "its " TF_GPU_MODEL_SECTION " section is not a GPU model (no magic number)";
-  uint64_t h[6];
-  std::memcpy(h, s.data() + 8, sizeof h);
-  for (int k = 0; k < 3; ++k) {
-    if (!within(h[2 * k], h[2 * k + 1], s.size())) return "its " TF_GPU_MODEL_SECTION " section is truncated";
-  }
-  if (h[1] % 8 != 0 || h[1] < 8 * TF_GPU_PLAN_HEADER_WORDS) return "its plan is truncated";
-  std::vector<int64_t> plan(h[1] / 8);
-  std::memcpy(plan.data(), s.data() + h[0], h[1]);
-  const std::string blob = s.substr(h[2], h[3]);
-  m = GpuModelImage();
-  m.constants = s.substr(h[4], h[5]);
+// One plan (its words, from its header), reading modules, names and literals in `blob` and
+// checking constants' offsets against the constants' bytes: "" or what is damaged.
+std::string read_plan(std::vector<int64_t> plan, const std::string& blob, size_t constant_bytes,
+                      GpuModelImage& m) {
   Words w(std::move(plan));
-  auto damaged = [](const std::string& what) { return "its plan is damaged: " + what; };
-  if (w.header(TF_GPU_PLAN_MAGIC_WORD) != TF_GPU_PLAN_MAGIC) return damaged("no magic number");
+  if (w.header(TF_GPU_PLAN_MAGIC_WORD) != TF_GPU_PLAN_MAGIC) return "no magic number";
   int64_t platform = w.header(TF_GPU_PLAN_PLATFORM);
-  if (platform != TF_GPU_PLATFORM_CUDA && platform != TF_GPU_PLATFORM_ROCM) return damaged("platform " + std::to_string(platform));
+  if (platform != TF_GPU_PLATFORM_CUDA && platform != TF_GPU_PLATFORM_ROCM)
+    return "platform " + std::to_string(platform);
   m.platform = platform == TF_GPU_PLATFORM_CUDA ? TargetKind::Cuda : TargetKind::Rocm;
   const int64_t counts[6] = {w.header(TF_GPU_PLAN_INPUTS), w.header(TF_GPU_PLAN_OUTPUTS), w.header(TF_GPU_PLAN_MODULES),
                              w.header(TF_GPU_PLAN_LAUNCHES), w.header(TF_GPU_PLAN_CONVERSIONS), w.header(TF_GPU_PLAN_COPIES)};
@@ -97,20 +79,22 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
   const char* names[6] = {"inputs", "outputs", "modules", "launches", "conversions", "copies"};
   for (int k = 0; k < 6; ++k) {
     if (counts[k] < 0 || counts[k] > limits[k])
-      return damaged(std::to_string(counts[k]) + " " + names[k] + " (at most " + std::to_string(limits[k]) + ")");
+      return std::to_string(counts[k]) + " " + names[k] + " (at most " + std::to_string(limits[k]) +
+             ")";
   }
   m.arena_bytes = w.header(TF_GPU_PLAN_ARENA_BYTES);
   if (m.arena_bytes < 0 || m.arena_bytes > kGpuModelMaxArenaBytes)
-    return damaged("an arena of " + std::to_string(m.arena_bytes) + " bytes");
+    return "an arena of " + std::to_string(m.arena_bytes) + " bytes";
   w.skip_header();
-  const std::string truncated = damaged("it ends early");
+  const std::string truncated = "it ends early";
   for (int side = 0; side < 2; ++side) {
     for (int64_t k = 0; k < counts[side]; ++k) {
       GpuModelImage::Tensor t;
       int64_t dtype;
       if (!w.next(t.elements) || !w.next(dtype)) return truncated;
-      if (t.elements < 0 || t.elements > (int64_t{1} << 36)) return damaged("a tensor of " + std::to_string(t.elements) + " elements");
-      if (!tf_dtype_known(dtype)) return damaged("element type " + std::to_string(dtype));
+      if (t.elements < 0 || t.elements > (int64_t{1} << 36))
+        return "a tensor of " + std::to_string(t.elements) + " elements";
+      if (!tf_dtype_known(dtype)) return "element type " + std::to_string(dtype);
       t.dtype = static_cast<int32_t>(dtype);
       (side == 0 ? m.inputs : m.outputs).push_back(t);
     }
@@ -119,10 +103,10 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
     int64_t at, bytes;
     if (!w.next(at) || !w.next(bytes)) return truncated;
     if (at < 0 || bytes <= 0 || !within(static_cast<uint64_t>(at), static_cast<uint64_t>(bytes), blob.size()))
-      return damaged("module " + std::to_string(k) + " lies outside the library's data");
+      return "module " + std::to_string(k) + " lies outside the library's data";
     m.modules.push_back(blob.substr(static_cast<size_t>(at), static_cast<size_t>(bytes)));
     if (std::string why = check_gpu_module(m.modules.back(), m.platform); !why.empty())
-      return damaged("module " + std::to_string(k) + " is " + why);
+      return "module " + std::to_string(k) + " is " + why;
   }
   // Whether `n` bytes at `a` lie in what the argument names.
   auto arg_ok = [&](const GpuModelImage::Arg& a, int64_t n) {
@@ -130,7 +114,8 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
       case GpuModelImage::ArgKind::Input: return a.index >= 0 && a.index < counts[0];
       case GpuModelImage::ArgKind::Output: return a.index >= 0 && a.index < counts[1];
       case GpuModelImage::ArgKind::Constant:
-        return a.index >= 0 && within(static_cast<uint64_t>(a.index), static_cast<uint64_t>(n), m.constants.size());
+        return a.index >= 0 &&
+               within(static_cast<uint64_t>(a.index), static_cast<uint64_t>(n), constant_bytes);
       case GpuModelImage::ArgKind::Arena:
         return a.index >= 0 && within(static_cast<uint64_t>(a.index), static_cast<uint64_t>(n), static_cast<uint64_t>(m.arena_bytes));
     }
@@ -148,33 +133,40 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
     for (int64_t& x : v)
       if (!w.next(x)) return truncated;
     std::string where = "launch " + std::to_string(l);
-    if (v[0] < 0 || v[0] >= counts[2]) return damaged(where + " of module " + std::to_string(v[0]));
+    if (v[0] < 0 || v[0] >= counts[2]) return where + " of module " + std::to_string(v[0]);
     launch.module = v[0];
-    if (v[1] < 0 || static_cast<uint64_t>(v[1]) >= blob.size()) return damaged(where + " has no kernel name");
+    if (v[1] < 0 || static_cast<uint64_t>(v[1]) >= blob.size())
+      return where + " has no kernel name";
     const char* name = blob.data() + v[1];
     size_t room = blob.size() - static_cast<size_t>(v[1]), len = strnlen(name, std::min<size_t>(room, 256));
-    if (len == 0 || len == std::min<size_t>(room, 256)) return damaged(where + " has no kernel name");
+    if (len == 0 || len == std::min<size_t>(room, 256)) return where + " has no kernel name";
     launch.function.assign(name, len);
     for (char c : launch.function) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return damaged(where + " names a kernel that is not a C identifier");
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
+        return where + " names a kernel that is not a C identifier";
     }
     int64_t threads = 1;
     for (int d = 0; d < 3; ++d) {
       launch.dims.grid[static_cast<size_t>(d)] = v[2 + d];
       launch.dims.block[static_cast<size_t>(d)] = v[5 + d];
       if (v[2 + d] < 1 || v[2 + d] > 2147483647 || v[5 + d] < 1 || v[5 + d] > 1024)
-        return damaged(where + " (" + launch.function + ") has a grid or block dimension out of range");
+        return where + " (" + launch.function + ") has a grid or block dimension out of range";
       threads *= v[5 + d];
     }
-    if (threads > 1024) return damaged(where + " (" + launch.function + ") has " + std::to_string(threads) + " threads per block");
-    if (v[8] < 0 || v[8] > 256 * 1024) return damaged(where + " asks " + std::to_string(v[8]) + " bytes of shared memory");
+    if (threads > 1024)
+      return where + " (" + launch.function + ") has " + std::to_string(threads) +
+             " threads per block";
+    if (v[8] < 0 || v[8] > 256 * 1024)
+      return where + " asks " + std::to_string(v[8]) + " bytes of shared memory";
     launch.dims.dynamic_shared_bytes = v[8];
-    if (v[9] < 0 || v[9] > kGpuModelMaxArgs) return damaged(where + " takes " + std::to_string(v[9]) + " arguments");
+    if (v[9] < 0 || v[9] > kGpuModelMaxArgs)
+      return where + " takes " + std::to_string(v[9]) + " arguments";
     for (int64_t a = 0; a < v[9]; ++a) {
       GpuModelImage::Arg arg;
       if (!read_arg(arg)) return truncated;
       if (!arg_ok(arg, 1))
-        return damaged(where + " (" + launch.function + ") argument " + std::to_string(a) + " lies outside the model's buffers");
+        return where + " (" + launch.function + ") argument " + std::to_string(a) +
+               " lies outside the model's buffers";
       launch.args.push_back(arg);
     }
     m.launches.push_back(std::move(launch));
@@ -188,7 +180,7 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
          m.inputs[static_cast<size_t>(conv.input)].dtype != TF_DTYPE_BOOL) ||
         !arg_ok({GpuModelImage::ArgKind::Arena, conv.arena_offset},
                 m.inputs[static_cast<size_t>(conv.input)].elements * 4)) {
-      return damaged("conversion " + std::to_string(c) + " is out of range");
+      return "conversion " + std::to_string(c) + " is out of range";
     }
     m.conversions.push_back(conv);
   }
@@ -197,11 +189,12 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
     int64_t literal, bytes;
     if (!read_arg(copy.from) || !w.next(copy.output) || !w.next(literal) || !w.next(bytes)) return truncated;
     std::string where = "copy " + std::to_string(c);
-    if (copy.output < 0 || copy.output >= counts[1]) return damaged(where + " writes output " + std::to_string(copy.output));
+    if (copy.output < 0 || copy.output >= counts[1])
+      return where + " writes output " + std::to_string(copy.output);
     const GpuModelImage::Tensor& out = m.outputs[static_cast<size_t>(copy.output)];
     if (literal >= 0) {
       if (bytes != out.bytes() || !within(static_cast<uint64_t>(literal), static_cast<uint64_t>(bytes), blob.size()))
-        return damaged(where + " has a literal out of range");
+        return where + " has a literal out of range";
       copy.literal = true;
       copy.bytes = blob.substr(static_cast<size_t>(literal), static_cast<size_t>(bytes));
     } else {
@@ -218,11 +211,66 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
         ok = ok && source_ok(m.inputs[static_cast<size_t>(copy.from.index)]);
       if (copy.from.kind == GpuModelImage::ArgKind::Output)
         ok = ok && source_ok(m.outputs[static_cast<size_t>(copy.from.index)]);
-      if (!ok) return damaged(where + " reads outside the model's buffers");
+      if (!ok) return where + " reads outside the model's buffers";
     }
     m.copies.push_back(std::move(copy));
   }
-  if (w.at() != w.size()) return damaged("it has " + std::to_string(w.size() - w.at()) + " words past its end");
+  if (w.at() != w.size())
+    return "it has " + std::to_string(w.size() - w.at()) + " words past its end";
+  return "";
+}
+
+}  // namespace
+
+std::string read_gpu_model_image(const std::string& library, GpuModelImage& m) {
+  std::string s;
+  if (std::string why = find_section(library, TF_GPU_MODEL_SECTION, s); !why.empty()) return why;
+  return read_gpu_model_section(s, m);
+}
+
+std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
+  if (s.size() < TF_GPU_MODEL_HEADER_BYTES || std::memcmp(s.data(), TF_GPU_MODEL_MAGIC, 8) != 0)
+    return "its " TF_GPU_MODEL_SECTION " section is not a GPU model (no magic number)";
+  uint64_t h[6];
+  std::memcpy(h, s.data() + 8, sizeof h);
+  for (int k = 0; k < 3; ++k) {
+    if (!within(h[2 * k], h[2 * k + 1], s.size()))
+      return "its " TF_GPU_MODEL_SECTION " section is truncated";
+  }
+  if (h[1] % 8 != 0 || h[1] < 8 * TF_GPU_PLAN_HEADER_WORDS) return "its plan is truncated";
+  std::vector<int64_t> words(h[1] / 8);
+  std::memcpy(words.data(), s.data() + h[0], h[1]);
+  const std::string blob = s.substr(h[2], h[3]);
+  const std::string constants = s.substr(h[4], h[5]);
+  // The plans, one per shape bucket, back to back: each read and checked, bucket 0 kept.
+  std::vector<GpuModelImage> plans;
+  for (size_t at = 0; at < words.size();) {
+    const std::string which =
+        plans.empty() ? "" : "bucket " + std::to_string(plans.size()) + "'s plan: ";
+    if (plans.size() == TF_GPU_MAX_PLANS)
+      return "its plan is damaged: more than " + std::to_string(TF_GPU_MAX_PLANS) + " plans";
+    if (words.size() - at < TF_GPU_PLAN_HEADER_WORDS)
+      return "its plan is damaged: " + which + "it ends early";
+    const int64_t size = words[at + TF_GPU_PLAN_WORDS];
+    if (size < TF_GPU_PLAN_HEADER_WORDS || static_cast<uint64_t>(size) > words.size() - at)
+      return "its plan is damaged: " + which + "a plan of " + std::to_string(size) + " words";
+    GpuModelImage plan;
+    const std::string why =
+        read_plan(std::vector<int64_t>(words.begin() + static_cast<std::ptrdiff_t>(at),
+                                       words.begin() + static_cast<std::ptrdiff_t>(at + size)),
+                  blob, constants.size(), plan);
+    if (!why.empty()) return "its plan is damaged: " + which + why;
+    if (!plans.empty() && (plan.platform != plans[0].platform || plan.modules != plans[0].modules ||
+                           plan.inputs.size() != plans[0].inputs.size() ||
+                           plan.outputs.size() != plans[0].outputs.size()))
+      return "its plan is damaged: " + which +
+             "its platform, modules, inputs or outputs are not bucket 0's";
+    plans.push_back(std::move(plan));
+    at += static_cast<size_t>(size);
+  }
+  m = std::move(plans[0]);
+  m.constants = constants;
+  m.buckets = static_cast<int>(plans.size());
   return "";
 }
 

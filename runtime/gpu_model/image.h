@@ -50,6 +50,9 @@ struct GpuModelImage {
   std::vector<Copy> copies;
   int64_t arena_bytes = 0;
   std::string constants;
+  // The plans (shape buckets) in the library, each checked; the fields above are bucket 0's,
+  // which is what a board times.
+  int buckets = 1;
 };
 
 // The most a model may ask of a board: launches, arguments per launch, modules, arena.

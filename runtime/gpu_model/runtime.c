@@ -19,10 +19,14 @@
  *       device buffers (CUdeviceptr / hipDeviceptr_t) and stream, without copies: returns once
  *       the kernels are queued (a model with int64 or bool inputs or outputs converts them
  *       through the host, waiting for the stream). Device buffers must be 16-byte aligned.
- * Both return 0; -1 when device memory ran out; -2 when an int64 input is out of +-2^24;
- * -3 when the driver is missing or failed (a faulting kernel included): tf_model_last_error()
- * says what. Calls are serialized by a lock (one arena); calls on different streams must not
- * overlap on the device. */
+ *   tf_model_run_bucket(b, ...), tf_model_run_device_bucket(b, ...)  the same for shape
+ *       bucket b (compile --model --dim batch=1,8,32: one launch plan per bucket, the same
+ *       modules and constants; the two above run bucket 0); tf_model_run_shaped(input shapes,
+ *       ...) the bucket of those shapes (tf_model_bucket_of, from the library's tables).
+ * All return 0; -1 when device memory ran out; -2 when an int64 input is out of +-2^24;
+ * -3 when the driver is missing or failed (a faulting kernel included); -4 for a bucket the
+ * library has not: tf_model_last_error() says what. Calls are serialized by a lock (one
+ * arena, the largest bucket's); calls on different streams must not overlap on the device. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -68,16 +72,24 @@ static char g_error[1024];
 static int g_device = 0;
 static int g_ready = 0;
 static void* g_context;
-static void** g_modules;         /* loaded ones, kept across a failed first call */
-static void** g_functions;       /* per launch */
-static int64_t* g_launch_at;     /* word of each launch in the plan */
+static void** g_modules; /* loaded ones, kept across a failed first call */
 static devptr g_arena, g_constants;
-static devptr* g_io;             /* tf_model_run's device buffers: inputs, then outputs */
+/* Per plan (shape bucket). */
+static struct {
+  void** functions;   /* per launch */
+  int64_t* launch_at; /* word of each launch in the plan */
+  devptr* io;         /* tf_model_run's device buffers: inputs, then outputs */
+} g_bucket[TF_GPU_MAX_PLANS];
 
 enum { OUT_OF_MEMORY = 2 }; /* CUDA_ERROR_OUT_OF_MEMORY, hipErrorOutOfMemory */
 
-/* The plan, blob and constants in tf_gpu_model (plan.h). */
-static const int64_t* P;
+/* The plans (one per shape bucket, back to back), blob and constants in tf_gpu_model
+   (plan.h). A plan section too short for one plan leaves a header of zeros, which
+   initialize() finds damaged. */
+static const int64_t* g_plan[TF_GPU_MAX_PLANS];
+static int g_plans;
+static const int64_t kNoPlan[TF_GPU_PLAN_HEADER_WORDS];
+static const int64_t* P; /* plan 0 */
 static const char* tf_gpu_blob;
 static const unsigned char* tf_gpu_constants;
 
@@ -85,19 +97,31 @@ static void locate(void) {
   if (P) return;
   uint64_t h[7];
   memcpy(h, tf_gpu_model + 8, sizeof h);
-  P = (const int64_t*)(const void*)(tf_gpu_model + h[0]);
+  const int64_t* words = (const int64_t*)(const void*)(tf_gpu_model + h[0]);
+  uint64_t n = h[1] / 8, at = 0;
+  while (g_plans < TF_GPU_MAX_PLANS && at + TF_GPU_PLAN_HEADER_WORDS <= n) {
+    int64_t size = words[at + TF_GPU_PLAN_WORDS];
+    if (size < TF_GPU_PLAN_HEADER_WORDS || (uint64_t)size > n - at) break;
+    g_plan[g_plans++] = words + at;
+    at += (uint64_t)size;
+  }
   tf_gpu_blob = (const char*)tf_gpu_model + h[2];
   tf_gpu_constants = tf_gpu_model + h[4];
+  P = g_plans ? g_plan[0] : kNoPlan;
 }
 
 static int64_t H(int word) {
   locate();
   return P[word];
 }
-static int64_t inputs_at(void) { return TF_GPU_PLAN_HEADER_WORDS; }
-static int64_t outputs_at(void) { return inputs_at() + 2 * H(TF_GPU_PLAN_INPUTS); }
-static int64_t modules_at(void) { return outputs_at() + 2 * H(TF_GPU_PLAN_OUTPUTS); }
-static int64_t launches_at(void) { return modules_at() + 2 * H(TF_GPU_PLAN_MODULES); }
+/* Where each section of plan p starts (in words from p). */
+static int64_t inputs_at(const int64_t* p) {
+  (void)p;
+  return TF_GPU_PLAN_HEADER_WORDS;
+}
+static int64_t outputs_at(const int64_t* p) { return inputs_at(p) + 2 * p[TF_GPU_PLAN_INPUTS]; }
+static int64_t modules_at(const int64_t* p) { return outputs_at(p) + 2 * p[TF_GPU_PLAN_OUTPUTS]; }
+static int64_t launches_at(const int64_t* p) { return modules_at(p) + 2 * p[TF_GPU_PLAN_MODULES]; }
 
 static int platform_cuda(void) { return H(TF_GPU_PLAN_PLATFORM) == TF_GPU_PLATFORM_CUDA; }
 static const char* platform_name(void) { return platform_cuda() ? "cuda" : "rocm"; }
@@ -207,41 +231,19 @@ static int enter_device(void) {
 static size_t dtype_bytes(int64_t dtype) { return (size_t)tf_dtype_bytes(dtype); }
 static size_t padded(size_t bytes) { return bytes < 256 ? 256 : bytes; } /* drivers refuse 0 */
 
-static int initialize(void) {
-  if (g_ready) return 0;
-  locate();
-  if (memcmp(tf_gpu_model, TF_GPU_MODEL_MAGIC, 8) != 0 || P[TF_GPU_PLAN_MAGIC_WORD] != TF_GPU_PLAN_MAGIC) return fail(TF_GPU_STATUS_DRIVER_ERROR, "the library's launch plan is damaged");
-  int status = open_driver();
-  if (status) return status;
-  CHECK(drv.init(0), platform_cuda() ? "cuInit" : "hipInit");
-  if (platform_cuda() && !g_context) {
-    int dev = 0;
-    CHECK(drv.device_get(&dev, g_device), "cuDeviceGet");
-    CHECK(drv.primary_ctx_retain(&g_context, dev), "cuDevicePrimaryCtxRetain");
-  }
-  if ((status = enter_device())) return status;
-  int64_t modules = H(TF_GPU_PLAN_MODULES), launches = H(TF_GPU_PLAN_LAUNCHES);
-  /* Modules stay loaded for the life of the process (the driver keeps them until the context
-     ends): a call after a failed first one loads only those still missing. */
-  if (!g_modules && !(g_modules = calloc((size_t)modules + 1, sizeof(void*)))) return fail(-1, "out of host memory");
+/* The kernels of plan b, found in the loaded modules: g_bucket[b]'s functions and launch_at. */
+static int find_kernels(int b) {
+  const int64_t* p = g_plan[b];
+  int64_t launches = p[TF_GPU_PLAN_LAUNCHES];
   void** functions = calloc((size_t)launches + 1, sizeof(void*));
   int64_t* at = calloc((size_t)launches + 1, sizeof(int64_t));
   if (!functions || !at) {
     free(functions), free(at);
     return fail(-1, "out of host memory");
   }
-  for (int64_t m = 0; m < modules; ++m) {
-    const int64_t* w = P + modules_at() + 2 * m;
-    int r = g_modules[m] ? 0 : drv.module_load_data(&g_modules[m], tf_gpu_blob + w[0]);
-    if (r) {
-      g_modules[m] = NULL;
-      free(functions), free(at);
-      return driver_failed(r, platform_cuda() ? "loading the model's PTX (cuModuleLoadData)" : "loading the model's code object (hipModuleLoadData)");
-    }
-  }
-  int64_t word = launches_at();
+  int64_t word = launches_at(p);
   for (int64_t l = 0; l < launches; ++l) {
-    const int64_t* w = P + word;
+    const int64_t* w = p + word;
     at[l] = word;
     const char* name = tf_gpu_blob + w[1];
     int r = drv.module_get_function(&functions[l], g_modules[w[0]], name);
@@ -262,30 +264,82 @@ static int initialize(void) {
     }
     word += TF_GPU_LAUNCH_FIXED_WORDS + 2 * w[9];
   }
+  g_bucket[b].functions = functions;
+  g_bucket[b].launch_at = at;
+  return 0;
+}
+
+static void forget_kernels(void) {
+  for (int b = 0; b < g_plans; ++b) {
+    free(g_bucket[b].functions), free(g_bucket[b].launch_at);
+    g_bucket[b].functions = NULL;
+    g_bucket[b].launch_at = NULL;
+  }
+}
+
+static int initialize(void) {
+  if (g_ready) return 0;
+  locate();
+  if (memcmp(tf_gpu_model, TF_GPU_MODEL_MAGIC, 8) != 0 ||
+      P[TF_GPU_PLAN_MAGIC_WORD] != TF_GPU_PLAN_MAGIC)
+    return fail(TF_GPU_STATUS_DRIVER_ERROR, "the library's launch plan is damaged");
+  int status = open_driver();
+  if (status) return status;
+  CHECK(drv.init(0), platform_cuda() ? "cuInit" : "hipInit");
+  if (platform_cuda() && !g_context) {
+    int dev = 0;
+    CHECK(drv.device_get(&dev, g_device), "cuDeviceGet");
+    CHECK(drv.primary_ctx_retain(&g_context, dev), "cuDevicePrimaryCtxRetain");
+  }
+  if ((status = enter_device())) return status;
+  /* Every plan lists the same modules (plan.h): plan 0's are loaded. */
+  int64_t modules = H(TF_GPU_PLAN_MODULES);
+  /* Modules stay loaded for the life of the process (the driver keeps them until the context
+     ends): a call after a failed first one loads only those still missing. */
+  if (!g_modules && !(g_modules = calloc((size_t)modules + 1, sizeof(void*))))
+    return fail(-1, "out of host memory");
+  for (int64_t m = 0; m < modules; ++m) {
+    const int64_t* w = P + modules_at(P) + 2 * m;
+    int r = g_modules[m] ? 0 : drv.module_load_data(&g_modules[m], tf_gpu_blob + w[0]);
+    if (r) {
+      g_modules[m] = NULL;
+      return driver_failed(r, platform_cuda()
+                                  ? "loading the model's PTX (cuModuleLoadData)"
+                                  : "loading the model's code object (hipModuleLoadData)");
+    }
+  }
+  int64_t arena_bytes = 0;
+  for (int b = 0; b < g_plans; ++b) {
+    if ((status = find_kernels(b))) {
+      forget_kernels();
+      return status;
+    }
+    if (g_plan[b][TF_GPU_PLAN_ARENA_BYTES] > arena_bytes)
+      arena_bytes = g_plan[b][TF_GPU_PLAN_ARENA_BYTES];
+  }
+  /* One arena, the largest plan's: one call runs at a time. */
   devptr arena = 0, constants = 0;
-  int r = drv.mem_alloc(&arena, padded((size_t)H(TF_GPU_PLAN_ARENA_BYTES)));
+  int r = drv.mem_alloc(&arena, padded((size_t)arena_bytes));
   if (!r) r = drv.mem_alloc(&constants, padded((size_t)H(TF_GPU_PLAN_CONSTANT_BYTES)));
   if (!r && H(TF_GPU_PLAN_CONSTANT_BYTES) > 0)
     r = drv.memcpy_htod(constants, tf_gpu_constants, (size_t)H(TF_GPU_PLAN_CONSTANT_BYTES));
   if (r) {
     if (arena) drv.mem_free(arena);
     if (constants) drv.mem_free(constants);
-    free(functions), free(at);
+    forget_kernels();
     return driver_failed(r, "allocating the model's device memory (arena and constants)");
   }
-  g_functions = functions;
-  g_launch_at = at;
   g_arena = arena;
   g_constants = constants;
   g_ready = 1;
   return 0;
 }
 
-static int64_t tensor_elements(int output, int64_t k) {
-  return P[(output ? outputs_at() : inputs_at()) + 2 * k];
+static int64_t tensor_elements(const int64_t* p, int output, int64_t k) {
+  return p[(output ? outputs_at(p) : inputs_at(p)) + 2 * k];
 }
-static int64_t tensor_dtype(int output, int64_t k) {
-  return P[(output ? outputs_at() : inputs_at()) + 2 * k + 1];
+static int64_t tensor_dtype(const int64_t* p, int output, int64_t k) {
+  return p[(output ? outputs_at(p) : inputs_at(p)) + 2 * k + 1];
 }
 
 static devptr where(int64_t kind, int64_t index, const devptr* in, const devptr* out) {
@@ -298,8 +352,9 @@ static devptr where(int64_t kind, int64_t index, const devptr* in, const devptr*
 }
 
 /* An int64 or bool input of the caller, on the device, as float32 in the arena. */
-static int convert_input(int64_t input, int64_t offset, const devptr* in, void* stream) {
-  int64_t n = tensor_elements(0, input), dtype = tensor_dtype(0, input);
+static int convert_input(const int64_t* p, int64_t input, int64_t offset, const devptr* in,
+                         void* stream) {
+  int64_t n = tensor_elements(p, 0, input), dtype = tensor_dtype(p, 0, input);
   if (n == 0) return 0;
   size_t from_bytes = (size_t)n * dtype_bytes(dtype);
   unsigned char* host = malloc(from_bytes + (size_t)n * 4);
@@ -329,8 +384,9 @@ static int convert_input(int64_t input, int64_t offset, const devptr* in, void* 
 }
 
 /* Output `output` (not float32) from the float32 values at `from`, converted on the host. */
-static int convert_output(int64_t output, devptr from, const devptr* out, void* stream) {
-  int64_t n = tensor_elements(1, output), dtype = tensor_dtype(1, output);
+static int convert_output(const int64_t* p, int64_t output, devptr from, const devptr* out,
+                          void* stream) {
+  int64_t n = tensor_elements(p, 1, output), dtype = tensor_dtype(p, 1, output);
   if (n == 0) return 0;
   size_t to_bytes = (size_t)n * dtype_bytes(dtype);
   unsigned char* host = malloc((size_t)n * 4 + to_bytes);
@@ -359,16 +415,19 @@ static int convert_output(int64_t output, devptr from, const devptr* out, void* 
   return status;
 }
 
-static int run_on_device(const devptr* in, const devptr* out, void* stream) {
-  int64_t word = launches_at();
-  for (int64_t l = 0; l < H(TF_GPU_PLAN_LAUNCHES); ++l) word += TF_GPU_LAUNCH_FIXED_WORDS + 2 * P[word + 9];
-  for (int64_t c = 0; c < H(TF_GPU_PLAN_CONVERSIONS); ++c, word += 2) {
-    int status = convert_input(P[word], P[word + 1], in, stream);
+/* Plan b on the device buffers in and out, queued on stream. */
+static int run_on_device(int b, const devptr* in, const devptr* out, void* stream) {
+  const int64_t* p = g_plan[b];
+  int64_t word = launches_at(p);
+  for (int64_t l = 0; l < p[TF_GPU_PLAN_LAUNCHES]; ++l)
+    word += TF_GPU_LAUNCH_FIXED_WORDS + 2 * p[word + 9];
+  for (int64_t c = 0; c < p[TF_GPU_PLAN_CONVERSIONS]; ++c, word += 2) {
+    int status = convert_input(p, p[word], p[word + 1], in, stream);
     if (status) return status;
   }
   int64_t copies_at = word;
-  for (int64_t l = 0; l < H(TF_GPU_PLAN_LAUNCHES); ++l) {
-    const int64_t* w = P + g_launch_at[l];
+  for (int64_t l = 0; l < p[TF_GPU_PLAN_LAUNCHES]; ++l) {
+    const int64_t* w = p + g_bucket[b].launch_at[l];
     int64_t nargs = w[9];
     devptr values[256];
     void* params[256];
@@ -377,8 +436,9 @@ static int run_on_device(const devptr* in, const devptr* out, void* stream) {
       values[a] = where(w[10 + 2 * a], w[11 + 2 * a], in, out);
       params[a] = &values[a];
     }
-    int r = drv.launch(g_functions[l], (unsigned)w[2], (unsigned)w[3], (unsigned)w[4], (unsigned)w[5], (unsigned)w[6],
-                       (unsigned)w[7], (unsigned)w[8], stream, params, NULL);
+    int r = drv.launch(g_bucket[b].functions[l], (unsigned)w[2], (unsigned)w[3], (unsigned)w[4],
+                       (unsigned)w[5], (unsigned)w[6], (unsigned)w[7], (unsigned)w[8], stream,
+                       params, NULL);
     if (r) {
       driver_failed(r, "launch");
       return fail(TF_GPU_STATUS_DRIVER_ERROR, "%s:%d: launching kernel %s failed: %s (error %d)", platform_name(), g_device,
@@ -386,9 +446,9 @@ static int run_on_device(const devptr* in, const devptr* out, void* stream) {
     }
   }
   word = copies_at;
-  for (int64_t c = 0; c < H(TF_GPU_PLAN_COPIES); ++c, word += 5) {
-    const int64_t* w = P + word;
-    int64_t output = w[2], n = tensor_elements(1, output), dtype = tensor_dtype(1, output);
+  for (int64_t c = 0; c < p[TF_GPU_PLAN_COPIES]; ++c, word += 5) {
+    const int64_t* w = p + word;
+    int64_t output = w[2], n = tensor_elements(p, 1, output), dtype = tensor_dtype(p, 1, output);
     int r = 0;
     if (w[3] >= 0) {
       if (w[4] > 0) r = drv.memcpy_htod_async(out[output], tf_gpu_blob + w[3], (size_t)w[4], stream);
@@ -400,7 +460,7 @@ static int run_on_device(const devptr* in, const devptr* out, void* stream) {
         r = drv.memcpy_dtod_async(out[output], where(w[0], w[1], in, out),
                                   (size_t)n * dtype_bytes(dtype), stream);
     } else {
-      int status = convert_output(output, where(w[0], w[1], in, out), out, stream);
+      int status = convert_output(p, output, where(w[0], w[1], in, out), out, stream);
       if (status) return status;
     }
     if (r) return driver_failed(r, "copying an output");
@@ -419,53 +479,107 @@ static int check_aligned(const unsigned long long* p, int64_t n, const char* wha
   return 0;
 }
 
-EXPORT int32_t tf_model_run_device(const unsigned long long* inputs, const unsigned long long* outputs, void* stream) {
+/* Whether the library has plan b; the status of a call for one it has not. */
+static int no_bucket(int32_t b) {
+  locate();
+  if (b >= 0 && b < g_plans) return 0;
+  return fail(TF_GPU_STATUS_NO_BUCKET, "no shape bucket %d: the library has %d (0 to %d)", (int)b,
+              g_plans, g_plans - 1);
+}
+
+EXPORT int32_t tf_model_run_device_bucket(int32_t b, const unsigned long long* inputs,
+                                          const unsigned long long* outputs, void* stream) {
   pthread_mutex_lock(&g_lock);
-  int status = initialize();
-  if (!status) status = check_aligned(inputs, H(TF_GPU_PLAN_INPUTS), "input");
-  if (!status) status = check_aligned(outputs, H(TF_GPU_PLAN_OUTPUTS), "output");
+  int status = no_bucket(b);
+  if (!status) status = initialize();
+  if (!status) status = check_aligned(inputs, g_plan[b][TF_GPU_PLAN_INPUTS], "input");
+  if (!status) status = check_aligned(outputs, g_plan[b][TF_GPU_PLAN_OUTPUTS], "output");
   if (!status) status = enter_device();
-  if (!status) status = run_on_device(inputs, outputs, stream);
+  if (!status) status = run_on_device(b, inputs, outputs, stream);
+  pthread_mutex_unlock(&g_lock);
+  return status;
+}
+
+EXPORT int32_t tf_model_run_device(const unsigned long long* inputs,
+                                   const unsigned long long* outputs, void* stream) {
+  return tf_model_run_device_bucket(0, inputs, outputs, stream);
+}
+
+/* tf_model_run's device buffers of plan b, allocated at its first call. */
+static int host_buffers(int b) {
+  if (g_bucket[b].io) return 0;
+  const int64_t* p = g_plan[b];
+  int64_t ni = p[TF_GPU_PLAN_INPUTS], no = p[TF_GPU_PLAN_OUTPUTS];
+  devptr* io = calloc((size_t)(ni + no) + 1, sizeof(devptr));
+  if (!io) return fail(-1, "out of host memory");
+  for (int64_t k = 0; k < ni + no; ++k) {
+    int output = k >= ni;
+    int64_t t = output ? k - ni : k;
+    int r = drv.mem_alloc(&io[k], padded((size_t)tensor_elements(p, output, t) *
+                                         dtype_bytes(tensor_dtype(p, output, t))));
+    if (r) {
+      for (int64_t j = 0; j < k; ++j) drv.mem_free(io[j]);
+      free(io);
+      return driver_failed(r, "allocating the model's input and output buffers");
+    }
+  }
+  g_bucket[b].io = io;
+  return 0;
+}
+
+/* Plan b on host buffers: the inputs copied to its device buffers, run, the outputs copied back. */
+static int run_on_host_buffers(int b, const void* const* inputs, void* const* outputs) {
+  int status = host_buffers(b);
+  if (status) return status;
+  const int64_t* p = g_plan[b];
+  int64_t ni = p[TF_GPU_PLAN_INPUTS], no = p[TF_GPU_PLAN_OUTPUTS];
+  devptr* io = g_bucket[b].io;
+  for (int64_t k = 0; k < ni; ++k) {
+    size_t bytes = (size_t)tensor_elements(p, 0, k) * dtype_bytes(tensor_dtype(p, 0, k));
+    int r = bytes ? drv.memcpy_htod(io[k], inputs[k], bytes) : 0;
+    if (r) return driver_failed(r, "copying an input to the device");
+  }
+  if ((status = run_on_device(b, io, io + ni, NULL))) return status;
+  for (int64_t k = 0; k < no; ++k) {
+    size_t bytes = (size_t)tensor_elements(p, 1, k) * dtype_bytes(tensor_dtype(p, 1, k));
+    /* Synchronous: a kernel's fault surfaces here. */
+    int r = bytes ? drv.memcpy_dtoh(outputs[k], io[ni + k], bytes) : drv.stream_synchronize(NULL);
+    if (r) return driver_failed(r, "running the model (copying an output back)");
+  }
+  return 0;
+}
+
+EXPORT int32_t tf_model_run_bucket(int32_t b, const void* const* inputs, void* const* outputs,
+                                   void* workspace) {
+  (void)workspace;
+  pthread_mutex_lock(&g_lock);
+  int status = no_bucket(b);
+  if (!status) status = initialize();
+  if (!status) status = enter_device();
+  if (!status) status = run_on_host_buffers(b, inputs, outputs);
   pthread_mutex_unlock(&g_lock);
   return status;
 }
 
 EXPORT int32_t tf_model_run(const void* const* inputs, void* const* outputs, void* workspace) {
-  (void)workspace;
-  pthread_mutex_lock(&g_lock);
-  int status = initialize();
-  if (!status) status = enter_device();
-  int64_t ni = H(TF_GPU_PLAN_INPUTS), no = H(TF_GPU_PLAN_OUTPUTS);
-  if (!status && !g_io) {
-    devptr* io = calloc((size_t)(ni + no) + 1, sizeof(devptr));
-    if (!io) status = fail(-1, "out of host memory");
-    for (int64_t k = 0; !status && k < ni + no; ++k) {
-      int output = k >= ni;
-      int64_t t = output ? k - ni : k;
-      int r = drv.mem_alloc(&io[k], padded((size_t)tensor_elements(output, t) * dtype_bytes(tensor_dtype(output, t))));
-      if (r) {
-        status = driver_failed(r, "allocating the model's input and output buffers");
-        for (int64_t j = 0; j < k; ++j) drv.mem_free(io[j]);
-        free(io);
-        io = NULL;
-      }
-    }
-    g_io = io;
+  return tf_model_run_bucket(0, inputs, outputs, workspace);
+}
+
+/* The bucket table's (compiler/model_entry.cc, in the library's other object). */
+extern int32_t tf_model_bucket_of(const int64_t* const* input_shapes);
+
+EXPORT int32_t tf_model_run_shaped(const int64_t* const* input_shapes, const void* const* inputs,
+                                   void* const* outputs, void* workspace) {
+  int32_t b = tf_model_bucket_of(input_shapes);
+  if (b < 0) {
+    pthread_mutex_lock(&g_lock);
+    locate();
+    fail(TF_GPU_STATUS_NO_BUCKET, "no shape bucket of the library's %d has these input shapes",
+         g_plans);
+    pthread_mutex_unlock(&g_lock);
+    return TF_GPU_STATUS_NO_BUCKET;
   }
-  for (int64_t k = 0; !status && k < ni; ++k) {
-    size_t bytes = (size_t)tensor_elements(0, k) * dtype_bytes(tensor_dtype(0, k));
-    int r = bytes ? drv.memcpy_htod(g_io[k], inputs[k], bytes) : 0;
-    if (r) status = driver_failed(r, "copying an input to the device");
-  }
-  if (!status) status = run_on_device(g_io, g_io + ni, NULL);
-  for (int64_t k = 0; !status && k < no; ++k) {
-    size_t bytes = (size_t)tensor_elements(1, k) * dtype_bytes(tensor_dtype(1, k));
-    /* Synchronous: a kernel's fault surfaces here. */
-    int r = bytes ? drv.memcpy_dtoh(outputs[k], g_io[ni + k], bytes) : drv.stream_synchronize(NULL);
-    if (r) status = driver_failed(r, "running the model (copying an output back)");
-  }
-  pthread_mutex_unlock(&g_lock);
-  return status;
+  return tf_model_run_bucket(b, inputs, outputs, workspace);
 }
 
 EXPORT int32_t tf_model_set_device(int32_t ordinal) {

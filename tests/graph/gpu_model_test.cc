@@ -68,12 +68,27 @@ class GpuModel : public ::testing::Test {
     if (!configs) configs = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
     compile_model(g, t, configs, path(name + ".so"), name);
     compile_model(g, t, configs, path(name + ".emu.so"), name, default_memory_budget(), true);
-    std::ofstream aliases(path(name + ".aliases"));
-    const json emulated = sidecar(name + ".emu.so");
-    for (const json& k : emulated["kernels"]) {
-      if (k.contains("same_code_as")) aliases << k["function"].get<std::string>() << " " << k["same_code_as"].get<std::string>() << "\n";
-    }
+    write_aliases(name);
     return g;
+  }
+  // The aliases file the fake reads for `name`.so and its emulation `name`.emu.so: kernels the
+  // emulation generated once under another's name, and launches of code the GPU library shares
+  // on a grid of its own (which the emulation's kernel of that grid computes).
+  void write_aliases(const std::string& name) const {
+    std::ofstream aliases(path(name + ".aliases"));
+    std::map<std::string, std::string> code;  // emulated kernel -> the function that has its code
+    const json emulated = sidecar(name + ".emu.so"), gpu = sidecar(name + ".so");
+    for (const json& k : emulated["kernels"]) {
+      const std::string f = k["function"];
+      code[f] = k.value("same_code_as", f);
+      if (k.contains("same_code_as")) aliases << f << " " << code[f] << "\n";
+    }
+    for (const json& k : gpu["kernels"]) {
+      if (!k.contains("same_code_as") || !k["launch"].contains("grid")) continue;
+      const json& g = k["launch"]["grid"];
+      aliases << k["same_code_as"].get<std::string>() << "@" << g[0] << "," << g[1] << "," << g[2]
+              << " " << code.at(k["function"]) << "\n";
+    }
   }
   json sidecar(const std::string& so) const { return json::parse(std::ifstream(path(so + ".json"))); }
 
@@ -147,6 +162,22 @@ ModelBuilder conv_net() {
   b.node("Softmax", {"d"}, {"y"});
   b.output("y", {1, 10});
   return b;
+}
+
+// The place and size of a GPU library's .tf_gpu_model section in its bytes, from its section
+// headers ({0, 0} when it has none).
+std::pair<size_t, size_t> model_section(const std::string& lib) {
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, lib.data(), sizeof eh);
+  Elf64_Shdr names;
+  std::memcpy(&names, lib.data() + eh.e_shoff + eh.e_shstrndx * sizeof(Elf64_Shdr), sizeof names);
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, lib.data() + eh.e_shoff + i * sizeof sh, sizeof sh);
+    if (std::string(lib.data() + names.sh_offset + sh.sh_name) == ".tf_gpu_model")
+      return {sh.sh_offset, sh.sh_size};
+  }
+  return {0, 0};
 }
 
 // Runs `lib` in this process on `inputs` (in the model's order).
@@ -533,6 +564,162 @@ TEST_F(GpuModel, IntegerAndBoolTensorsAndTheDeviceEntryPoint) {
   unsetenv("TF_FAKE_CUDA_ALIASES");
 }
 
+// Shape buckets on a GPU (compile --model --dim batch=1,3 for cuda): one library, one launch
+// plan per bucket over the same modules and the weights uploaded once; tf_model_run and
+// tf_model_run_device are bucket 0's, tf_model_run_bucket / _device_bucket / _shaped and
+// ModelLibrary::run take the others, each matching the reference at its size through the
+// driver; a bucket or shapes the library has not are refused (-4) by name, and `tunefarm run`
+// takes the bucket of its input's shape.
+TEST_F(GpuModel, ShapeBucketsRunTheirOwnPlansThroughTheDriver) {
+  ModelBuilder b;
+  b.input("x", {-1, 3, 12, 12});
+  initializer(b, "w1", {8, 3, 3, 3}, 31);
+  initializer(b, "b1", {8}, 32);
+  initializer(b, "wd", {8, 10}, 33);
+  tf::graph::testing::set_ints(b.node("Conv", {"x", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  b.node("GlobalAveragePool", {"r1"}, {"p"});
+  b.node("Flatten", {"p"}, {"f"});
+  b.node("MatMul", {"f", "wd"}, {"y"});
+  b.output("y");
+  b.save(path("bk.onnx"));
+  const tf::Target t = tf::parse_target("cuda -arch=sm_80");
+  const std::vector<int64_t> sizes = {1, 3};
+  std::vector<Graph> graphs;
+  for (int64_t n : sizes) {
+    graphs.push_back(load_model(path("bk.onnx"), 2, {}, channel_block(t), tf::Precision::Float32,
+                                tensor_cores(t), InputBinding{{{"batch", n}}, {}}));
+  }
+  std::vector<const Graph*> buckets;
+  for (const Graph& g : graphs) buckets.push_back(&g);
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  CompiledModel cm = compile_model(buckets, t, defaults, path("bk.so"), "bk");
+  compile_model(buckets, t, defaults, path("bk.emu.so"), "bk", default_memory_budget(), true);
+  CompiledModel one = compile_model(graphs[1], t, defaults, path("one.so"), "one");
+  write_aliases("bk");
+  ASSERT_EQ(cm.buckets.size(), 2u);
+  EXPECT_EQ(cm.constant_bytes, one.constant_bytes);  // the weights once
+  EXPECT_EQ(sidecar("bk.so")["buckets"][1]["inputs"][0]["shape"], json({3, 3, 12, 12}));
+  // The board's reader: two plans, bucket 0's read; the constants once.
+  std::ifstream f(path("bk.so"), std::ios::binary);
+  const std::string lib((std::istreambuf_iterator<char>(f)), {});
+  tf::GpuModelImage image, image_one;
+  ASSERT_EQ(tf::read_gpu_model_image(lib, image), "");
+  EXPECT_EQ(image.buckets, 2);
+  EXPECT_EQ(image.inputs.at(0).elements, 1 * 3 * 12 * 12);
+  std::ifstream f1(path("one.so"), std::ios::binary);
+  ASSERT_EQ(
+      tf::read_gpu_model_image(std::string((std::istreambuf_iterator<char>(f1)), {}), image_one),
+      "");
+  EXPECT_EQ(image_one.buckets, 1);
+  EXPECT_EQ(image.constants.size(), image_one.constants.size());
+  {
+    // Every plan is checked: bucket 1's with its module table swapped is not bucket 0's; one
+    // past the section's plans is cut short.
+    const auto [at, size] = model_section(lib);
+    ASSERT_GT(size, 0u);
+    uint64_t plan_at, plan_bytes;
+    std::memcpy(&plan_at, lib.data() + at + 8, 8);
+    std::memcpy(&plan_bytes, lib.data() + at + 16, 8);
+    int64_t words0;
+    std::memcpy(&words0, lib.data() + at + plan_at + 8 * 11, 8);
+    ASSERT_LT(static_cast<uint64_t>(8 * words0), plan_bytes);
+    std::string bad = lib;
+    tf::GpuModelImage out;
+    if (image.modules.size() >= 2) {  // (one module per core, up to 8)
+      const size_t modules1 =
+          at + plan_at + 8 * (static_cast<size_t>(words0) + 12 + 2 * 2);  // plan 1's module table
+      std::swap_ranges(bad.begin() + static_cast<std::ptrdiff_t>(modules1),
+                       bad.begin() + static_cast<std::ptrdiff_t>(modules1 + 16),
+                       bad.begin() + static_cast<std::ptrdiff_t>(modules1 + 16));
+      EXPECT_NE(tf::read_gpu_model_image(bad, out).find(
+                    "bucket 1's plan: its platform, modules, inputs or outputs are not bucket 0's"),
+                std::string::npos)
+          << tf::read_gpu_model_image(bad, out);
+    }
+    bad = lib;
+    const int64_t more = words0 + 1;  // plan 1 starts a word late: a plan past the section's end
+    std::memcpy(bad.data() + at + plan_at + 8 * 11, &more, 8);
+    EXPECT_NE(tf::read_gpu_model_image(bad, out).find("its plan is damaged"), std::string::npos);
+  }
+
+  void* fake = dlopen((kFakeCudaDir + "/libcuda.so.1").c_str(), RTLD_NOW | RTLD_GLOBAL);
+  ASSERT_NE(fake, nullptr) << dlerror();
+  setenv("TF_FAKE_CUDA_KERNELS", path("bk.emu.so").c_str(), 1);
+  setenv("TF_FAKE_CUDA_ALIASES", path("bk.aliases").c_str(), 1);
+  std::vector<HostTensor> xs, want;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    xs.push_back(random_floats({sizes[k], 3, 12, 12}, 40 + static_cast<uint32_t>(k)));
+    want.push_back(run_reference(graphs[k], {{"x", xs[k]}}).at("y"));
+  }
+  {
+    ModelLibrary ml(path("bk.so"));
+    ASSERT_EQ(ml.num_buckets(), 2);
+    for (size_t k : {1, 0, 1}) {  // each bucket, and back: the plans share the arena
+      std::vector<HostTensor> got;
+      ml.run({&xs[k]}, got);
+      ASSERT_EQ(got.size(), 1u);
+      EXPECT_EQ(compare(want[k], got[0]), "") << "batch " << sizes[k];
+    }
+  }
+  // The C ABI: by bucket and by shape, on host buffers and on "device" ones.
+  void* h = dlopen(path("bk.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto num = reinterpret_cast<int32_t (*)()>(dlsym(h, "tf_model_num_buckets"));
+  auto shaped =
+      reinterpret_cast<int32_t (*)(const int64_t* const*, const void* const*, void* const*, void*)>(
+          dlsym(h, "tf_model_run_shaped"));
+  auto by_bucket = reinterpret_cast<int32_t (*)(int32_t, const void* const*, void* const*, void*)>(
+      dlsym(h, "tf_model_run_bucket"));
+  auto device_bucket =
+      reinterpret_cast<int32_t (*)(int32_t, const uint64_t*, const uint64_t*, void*)>(
+          dlsym(h, "tf_model_run_device_bucket"));
+  auto last_error = reinterpret_cast<const char* (*)()>(dlsym(h, "tf_model_last_error"));
+  ASSERT_TRUE(num && shaped && by_bucket && device_bucket && last_error);
+  EXPECT_EQ(num(), 2);
+  std::vector<float> y(30, NAN);
+  const void* ins[1] = {xs[1].f.data()};
+  void* outs[1] = {y.data()};
+  const int64_t dims3[4] = {3, 3, 12, 12}, dims2[4] = {2, 3, 12, 12};
+  const int64_t* at3[1] = {dims3};
+  const int64_t* at2[1] = {dims2};
+  ASSERT_EQ(shaped(at3, ins, outs, nullptr), 0) << last_error();
+  EXPECT_EQ(compare(want[1], HostTensor::floats({3, 10}, y)), "");
+  std::fill(y.begin(), y.end(), NAN);
+  const uint64_t din[1] = {reinterpret_cast<uint64_t>(xs[1].f.data())};
+  const uint64_t dout[1] = {reinterpret_cast<uint64_t>(y.data())};
+  ASSERT_EQ(device_bucket(1, din, dout, nullptr), 0) << last_error();
+  EXPECT_EQ(compare(want[1], HostTensor::floats({3, 10}, y)), "");
+  EXPECT_EQ(shaped(at2, ins, outs, nullptr), -4);
+  EXPECT_NE(
+      std::string(last_error()).find("no shape bucket of the library's 2 has these input shapes"),
+      std::string::npos)
+      << last_error();
+  EXPECT_EQ(by_bucket(2, ins, outs, nullptr), -4);
+  EXPECT_NE(std::string(last_error()).find("no shape bucket 2: the library has 2 (0 to 1)"),
+            std::string::npos)
+      << last_error();
+  EXPECT_EQ(device_bucket(-1, din, dout, nullptr), -4);
+  dlclose(h);
+  unsetenv("TF_FAKE_CUDA_KERNELS");
+  unsetenv("TF_FAKE_CUDA_ALIASES");
+
+  // The command line runs the bucket of the input's shape through the driver.
+  write_npy(path("x3.npy"), xs[1]);
+  tf::CommandResult r = tunefarm("bk", {"run", "--model", path("bk.so"), "--input", path("x3.npy"),
+                                        "--output", path("y3.npy"), "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(want[1], read_npy(path("y3.npy"))), "");
+  std::ifstream log(path("bk.log"));
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  const json sc = sidecar("bk.so");
+  for (const json& k : sc["kernels"]) {
+    const std::string launched = "launch " + k["function"].get<std::string>() + " ";
+    if (k["bucket"] == 1 && !k.contains("same_code_as"))
+      EXPECT_NE(text.find(launched), std::string::npos) << text;
+  }
+}
+
 // rocm: the kernels as one .hsaco code object per module inside the library, which HIP
 // loads; without ROCm here, running it says the HIP library did not load.
 TEST_F(GpuModel, CompilesForRocmWithCodeObjectsInside) {
@@ -570,17 +757,7 @@ TEST_F(GpuModel, BoardsRefuseDamagedModelImages) {
   const json sc = sidecar("cnn.so");
   for (const json& k : sc["kernels"]) launches += 1 + k["launch"].value("then", json::array()).size();
   EXPECT_EQ(image.launches.size(), launches);
-  // The section's place in the file, from its section headers.
-  Elf64_Ehdr eh;
-  std::memcpy(&eh, lib.data(), sizeof eh);
-  Elf64_Shdr names;
-  std::memcpy(&names, lib.data() + eh.e_shoff + eh.e_shstrndx * sizeof(Elf64_Shdr), sizeof names);
-  size_t at = 0, size = 0;
-  for (size_t i = 0; i < eh.e_shnum; ++i) {
-    Elf64_Shdr sh;
-    std::memcpy(&sh, lib.data() + eh.e_shoff + i * sizeof sh, sizeof sh);
-    if (std::string(lib.data() + names.sh_offset + sh.sh_name) == ".tf_gpu_model") at = sh.sh_offset, size = sh.sh_size;
-  }
+  const auto [at, size] = model_section(lib);
   ASSERT_GT(size, 0u);
   uint64_t plan_at;
   std::memcpy(&plan_at, lib.data() + at + 8, 8);
@@ -611,6 +788,8 @@ TEST_F(GpuModel, BoardsRefuseDamagedModelImages) {
       {first_launch + 9, 100000, "takes 100000 arguments"},
       {first_launch + 10, 9, "it ends early"},
       {first_launch + 11, int64_t{1} << 40, "argument 0 lies outside the model's buffers"},
+      {11, 5, "a plan of 5 words"},
+      {11, int64_t{1} << 40, "a plan of 1099511627776 words"},
   };
   for (const Case& c : cases) {
     std::string why = with_word(c.word, c.value);

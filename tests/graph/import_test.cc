@@ -3183,10 +3183,6 @@ TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
                "--dim: the sizes given make more than 64 shape buckets (one per combination); give fewer");
   expect_error([] { parse_binding({"batch=1,8"}, {}); },
                "--dim batch=1,8: several sizes (shape buckets) are for compile --model and tune --model; give one size here");
-  // Buckets for a GPU are refused by name (one library per size there).
-  expect_error([&] { compile_model(buckets, tf::parse_target("cuda -arch=sm_80"), defaults, so.string(), "test"); },
-               "shape buckets (3 sets of sizes) are implemented for CPU libraries and --emulate-gpu, not for cuda");
-  EXPECT_FALSE(fs::exists(so));
 }
 
 // A model's entry points run its kernels with denormals flushed to zero (compiler/fp_control.h):

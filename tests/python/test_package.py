@@ -448,6 +448,17 @@ class Errors(unittest.TestCase):
         if ctypes.util.find_library("cuda") is None:
             self.assertRaisesWith(RuntimeError, "the driver's library (libcuda.so.1) did not load", gpu,
                                   np.zeros((1, 64), np.float32))
+        # Shape buckets for a GPU: one library, each bucket's shapes; a bucket it has not is
+        # refused by name before the driver is needed.
+        dyn = os.path.join(TMP, "errors_mlp_dyn.onnx")
+        torch.onnx.export(seeded(MLP), (torch.randn(1, 64),), dyn, opset_version=13, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+        gpu_buckets = tunefarm.load(tunefarm.compile_model(dyn, target="cuda -arch=sm_90", dims={"batch": [1, 4]}))
+        self.assertEqual([tuple(b["inputs"][0]["shape"]) for b in gpu_buckets.buckets], [(1, 64), (4, 64)])
+        self.assertRaisesWith(ValueError, "no shape bucket 5 (it has 2)", gpu_buckets._model.run_device, [0], [0], 0, 5)
+        if ctypes.util.find_library("cuda") is None:
+            self.assertRaisesWith(RuntimeError, "the driver's library (libcuda.so.1) did not load",
+                                  gpu_buckets._model.run_device, [0], [0], 0, 1)
         # As a PyTorch module it takes CUDA tensors (and runs on their stream); a CPU library
         # has no device entry point.
         module = tunefarm.optimize(seeded(MLP), (torch.randn(1, 64),), target="cuda -arch=sm_90")

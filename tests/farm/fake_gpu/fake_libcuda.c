@@ -9,7 +9,9 @@
 // steps included, in one call): then a launch calls the function of that name there with the
 // launch's arguments (their number read from the PTX's .entry), and a <name>_stepN launch does
 // nothing. $TF_FAKE_CUDA_ALIASES names a file of "name other" lines: kernels the emulated
-// library generated once under the other's name (its sidecar's same_code_as).
+// library generated once under the other's name (its sidecar's same_code_as); a line
+// "name@GX,GY,GZ other" applies to launches of that grid only, and before the plain ones (a GPU
+// library's kernels sharing code on grids of their own: the shape buckets' batch in the grid).
 // $TF_FAKE_CUDA_FAIL_LAUNCH=name: launches of that kernel fail (CUDA_ERROR_LAUNCH_FAILED) and
 // poison the context, as a real fault does: every later call of the process fails the same
 // way. $TF_FAKE_CUDA_HANG_LAUNCH=name: a launch of that kernel never returns (a kernel that
@@ -299,8 +301,8 @@ CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* stream
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* stream) { memmove((void*)dst, (void*)src, n); return 0; }
 CUresult cuStreamSynchronize(void* stream) { return 0; }
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void*)p, v, n); return 0; }
-// The emulated kernel named `name` (after the aliases), or NULL.
-static void* emulated(const char* name) {
+// The emulated kernel named `name` (after the aliases), launched on grid gx x gy x gz, or NULL.
+static void* emulated(const char* name, unsigned gx, unsigned gy, unsigned gz) {
   // The library of the path the variable names now (a test may change it between models).
   static void* lib;
   static char loaded[4096];
@@ -314,25 +316,33 @@ static void* emulated(const char* name) {
     }
     snprintf(loaded, sizeof loaded, "%s", path);
   }
-  char target[256];
+  char target[256], on_grid[300];
   snprintf(target, sizeof target, "%s", name);
+  snprintf(on_grid, sizeof on_grid, "%s@%u,%u,%u", name, gx, gy, gz);
   const char* aliases = getenv("TF_FAKE_CUDA_ALIASES");
   FILE* f = aliases ? fopen(aliases, "r") : NULL;
-  char a[256], b[256];
-  while (f && fscanf(f, "%255s %255s", a, b) == 2) {
-    if (strcmp(a, name) == 0) snprintf(target, sizeof target, "%s", b);
+  char a[300], b[256];
+  int grid_matched = 0;
+  while (f && fscanf(f, "%299s %255s", a, b) == 2) {
+    if (strcmp(a, on_grid) == 0) {
+      snprintf(target, sizeof target, "%s", b);
+      grid_matched = 1;
+    } else if (!grid_matched && strcmp(a, name) == 0) {
+      snprintf(target, sizeof target, "%s", b);
+    }
   }
   if (f) fclose(f);
   return dlsym(lib, target);
 }
 
 // Runs the emulated kernel of `fn` on the launch's arguments (device pointers are host ones).
-static CUresult run_emulated(const Function* fn, void** params) {
+static CUresult run_emulated(const Function* fn, unsigned gx, unsigned gy, unsigned gz,
+                             void** params) {
   const char* step = strstr(fn->name, "_step");
   if (step && step[5] >= '2' && step[5] <= '9') return 0;  // the first launch computed it all
   typedef int (*Kernel)(void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*,
                         void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*);
-  Kernel k = (Kernel)emulated(fn->name);
+  Kernel k = (Kernel)emulated(fn->name, gx, gy, gz);
   if (!k || fn->params > 24) {
     fprintf(stderr, "fake libcuda: no emulated kernel %s of %d parameters\n", fn->name, fn->params);
     return 719;  // CUDA_ERROR_LAUNCH_FAILED
@@ -360,7 +370,7 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
     for (;;) pause();
   }
   if (getenv("TF_FAKE_CUDA_KERNELS")) {
-    CUresult r = run_emulated(fn, params);
+    CUresult r = run_emulated(fn, gx, gy, gz, params);
     if (r) return r;
   }
   // Each function's first launch (a call of a split-K kernel launches two).
