@@ -17,7 +17,7 @@ fuzz_one() {
   local t=$1 max_len=4096 status=0
   mkdir -p "build-fuzz/corpus/$t"
   [ "$t" = onnx ] && max_len=8192  # model files: the seed models are up to 6 KB
-  [ "$t" = gpu_model ] && max_len=2048  # the seed section is 1.3 KB
+  [ "$t" = gpu_model ] && max_len=3072  # the seed sections are 1.3 KB and 2.3 KB (two shape buckets)
   [ "$t" = model_library ] && max_len=4096  # the seed libraries (a 2x2 matmul kernel) are under 2 KB
   # -rss_limit_mb bounds a single input's memory; -timeout flags an input that hangs.
   (cd build-fuzz && ./tests/fuzz/fuzz_$t -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \

@@ -479,10 +479,11 @@ static int check_aligned(const unsigned long long* p, int64_t n, const char* wha
   return 0;
 }
 
-/* Whether the library has plan b; the status of a call for one it has not. */
+/* Whether the library has plan b; the status of a call for one it has not. (Bucket 0 of a
+   library without a plan is initialize()'s to refuse: its plan is damaged.) */
 static int no_bucket(int32_t b) {
   locate();
-  if (b >= 0 && b < g_plans) return 0;
+  if ((b >= 0 && b < g_plans) || (b == 0 && g_plans == 0)) return 0;
   return fail(TF_GPU_STATUS_NO_BUCKET, "no shape bucket %d: the library has %d (0 to %d)", (int)b,
               g_plans, g_plans - 1);
 }
