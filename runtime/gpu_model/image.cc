@@ -63,10 +63,15 @@ class Words {
   size_t at_ = 0;
 };
 
+// Where each module of a plan lies in the blob: (offset, bytes).
+using ModuleTable = std::vector<std::pair<int64_t, int64_t>>;
+
 // One plan (its words, from its header), reading modules, names and literals in `blob` and
-// checking constants' offsets against the constants' bytes: "" or what is damaged.
+// checking constants' offsets against the constants' bytes: "" or what is damaged. Its module
+// table goes to `table`; given `first` (bucket 0's), the table must be that one and the modules
+// are not copied again (m.modules stays empty: plans must not multiply the modules' bytes).
 std::string read_plan(std::vector<int64_t> plan, const std::string& blob, size_t constant_bytes,
-                      GpuModelImage& m) {
+                      GpuModelImage& m, const ModuleTable* first, ModuleTable& table) {
   Words w(std::move(plan));
   if (w.header(TF_GPU_PLAN_MAGIC_WORD) != TF_GPU_PLAN_MAGIC) return "no magic number";
   int64_t platform = w.header(TF_GPU_PLAN_PLATFORM);
@@ -102,6 +107,12 @@ std::string read_plan(std::vector<int64_t> plan, const std::string& blob, size_t
   for (int64_t k = 0; k < counts[2]; ++k) {
     int64_t at, bytes;
     if (!w.next(at) || !w.next(bytes)) return truncated;
+    table.emplace_back(at, bytes);
+    if (first) {
+      if (static_cast<size_t>(k) >= first->size() || (*first)[static_cast<size_t>(k)] != table.back())
+        return "its modules are not bucket 0's";
+      continue;
+    }
     if (at < 0 || bytes <= 0 || !within(static_cast<uint64_t>(at), static_cast<uint64_t>(bytes), blob.size()))
       return "module " + std::to_string(k) + " lies outside the library's data";
     m.modules.push_back(blob.substr(static_cast<size_t>(at), static_cast<size_t>(bytes)));
@@ -242,12 +253,14 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
   std::memcpy(words.data(), s.data() + h[0], h[1]);
   const std::string blob = s.substr(h[2], h[3]);
   const std::string constants = s.substr(h[4], h[5]);
-  // The plans, one per shape bucket, back to back: each read and checked, bucket 0 kept.
-  std::vector<GpuModelImage> plans;
+  // The plans, one per shape bucket, back to back: each read and checked, bucket 0 kept (the
+  // others' modules are bucket 0's, compared by their places in the blob, not copied).
+  m = GpuModelImage();
+  int buckets = 0;
+  ModuleTable first_modules;
   for (size_t at = 0; at < words.size();) {
-    const std::string which =
-        plans.empty() ? "" : "bucket " + std::to_string(plans.size()) + "'s plan: ";
-    if (plans.size() == TF_GPU_MAX_PLANS)
+    const std::string which = buckets == 0 ? "" : "bucket " + std::to_string(buckets) + "'s plan: ";
+    if (buckets == TF_GPU_MAX_PLANS)
       return "its plan is damaged: more than " + std::to_string(TF_GPU_MAX_PLANS) + " plans";
     if (words.size() - at < TF_GPU_PLAN_HEADER_WORDS)
       return "its plan is damaged: " + which + "it ends early";
@@ -255,22 +268,25 @@ std::string read_gpu_model_section(const std::string& s, GpuModelImage& m) {
     if (size < TF_GPU_PLAN_HEADER_WORDS || static_cast<uint64_t>(size) > words.size() - at)
       return "its plan is damaged: " + which + "a plan of " + std::to_string(size) + " words";
     GpuModelImage plan;
+    ModuleTable table;
     const std::string why =
         read_plan(std::vector<int64_t>(words.begin() + static_cast<std::ptrdiff_t>(at),
                                        words.begin() + static_cast<std::ptrdiff_t>(at + size)),
-                  blob, constants.size(), plan);
+                  blob, constants.size(), plan, buckets == 0 ? nullptr : &first_modules, table);
     if (!why.empty()) return "its plan is damaged: " + which + why;
-    if (!plans.empty() && (plan.platform != plans[0].platform || plan.modules != plans[0].modules ||
-                           plan.inputs.size() != plans[0].inputs.size() ||
-                           plan.outputs.size() != plans[0].outputs.size()))
+    if (buckets == 0) {
+      m = std::move(plan);
+      first_modules = std::move(table);
+    } else if (plan.platform != m.platform || table.size() != first_modules.size() ||
+               plan.inputs.size() != m.inputs.size() || plan.outputs.size() != m.outputs.size()) {
       return "its plan is damaged: " + which +
              "its platform, modules, inputs or outputs are not bucket 0's";
-    plans.push_back(std::move(plan));
+    }
+    ++buckets;
     at += static_cast<size_t>(size);
   }
-  m = std::move(plans[0]);
   m.constants = constants;
-  m.buckets = static_cast<int>(plans.size());
+  m.buckets = buckets;
   return "";
 }
 
