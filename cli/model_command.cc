@@ -477,10 +477,12 @@ int64_t memory_budget(const std::string& flag) {
 }
 
 // `dims`: the model's dynamic dimensions as given, repeated in the hint to import it.
-graph::CompiledModel compile_to(const std::vector<const graph::Graph*>& buckets, const Target& t, db::Database* db,
-                                const std::string& out, const std::string& model, bool warn,
-                                int64_t budget, bool emulate_gpu, const DimArgs& dims) {
-  graph::CompiledModel cm = compile_model_with(buckets, t, db, out, model, budget, emulate_gpu);
+graph::CompiledModel compile_to(const std::vector<const graph::Graph*>& buckets, const Target& t,
+                                db::Database* db, const std::string& out, const std::string& model,
+                                bool warn, int64_t budget, bool emulate_gpu, const DimArgs& dims,
+                                bool pad_batch = false) {
+  graph::CompiledModel cm =
+      compile_model_with(buckets, t, db, out, model, budget, emulate_gpu, pad_batch);
   if (warn && cm.untuned() > 0) {
     std::string flags;
     for (const std::string& d : dims.dims) flags += " --dim " + d;
@@ -511,8 +513,8 @@ int compile_model_file(const ModelCompileArgs& a) {
   std::vector<const graph::Graph*> buckets;
   for (const graph::Graph& b : graphs) buckets.push_back(&b);
   auto start = std::chrono::steady_clock::now();
-  graph::CompiledModel cm =
-      compile_to(buckets, t, a.db, a.out, a.model, !a.quiet_untuned, budget, a.emulate_gpu, a.dims);
+  graph::CompiledModel cm = compile_to(buckets, t, a.db, a.out, a.model, !a.quiet_untuned, budget,
+                                       a.emulate_gpu, a.dims, a.pad_batch);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (a.json) {
     json j = cm.sidecar(a.model);
@@ -564,6 +566,19 @@ int compile_model_file(const ModelCompileArgs& a) {
     std::printf("  %zu shape buckets: a call runs the bucket of its inputs' shapes (tf_model_run_shaped; "
                 "tf_model_run is bucket 0's)\n",
                 cm.buckets.size());
+  }
+  if (cm.pad_batch) {
+    std::string sizes;
+    for (size_t b = 0; b < std::max<size_t>(cm.buckets.size(), 1); ++b) {
+      const json& in = cm.buckets.empty() ? cm.inputs : cm.buckets[b].inputs;
+      if (cm.buckets.empty() || cm.buckets[b].padded)
+        sizes += str(sizes.empty() ? "" : ", ", in[0]["shape"][0].get<int64_t>());
+    }
+    std::printf(
+        "  fewer rows of axis 0 run padded up to the next of %s (--pad-batch: run --model and the "
+        "Python "
+        "package pad; the C ABI's callers pad themselves where tf_model_bucket_padded says so)\n",
+        sizes.c_str());
   }
   return 0;
 }
@@ -656,17 +671,23 @@ int run_model(const ModelRunArgs& a) {
     inputs[name] = read_npy(file, budget);
   }
   int bucket = 0;
+  int64_t padded_rows = 0;  // inputs of fewer rows than the bucket's, run padded (--pad-batch)
   if (lib) {
     // A library of shape buckets runs --bucket's, or the one whose shapes the given inputs
-    // have (random inputs take its shapes).
+    // have (random inputs take its shapes), or one it may run them padded in.
     bucket = std::max(a.bucket, 0);
-    if (a.bucket < 0 && lib->num_buckets() > 1 && !inputs.empty()) {
+    if (a.bucket < 0 && (lib->num_buckets() > 1 || lib->bucket_padded(0)) && !inputs.empty()) {
       bucket = -1;
       for (int b = 0; b < lib->num_buckets() && bucket < 0; ++b) {
         bool fits = true;
         for (const TensorInfo& t : lib->bucket_inputs(b))
           fits &= !inputs.count(t.name) || inputs.at(t.name).shape == t.shape;
         if (fits) bucket = b;
+      }
+      if (bucket < 0 && inputs.size() == in_names.size()) {
+        std::vector<Shape> shapes;
+        for (const std::string& n : in_names) shapes.push_back(inputs.at(n).shape);
+        bucket = lib->padded_bucket_of(shapes, &padded_rows);
       }
       if (bucket < 0) {
         std::string have, served;
@@ -675,11 +696,23 @@ int run_model(const ModelRunArgs& a) {
           served += str(b == 0 ? "" : "; ", b, ":");
           for (const TensorInfo& t : lib->bucket_inputs(b)) served += str(" ", t.name, " ", shape_str(t.shape));
         }
-        throw UserError(str("--input: no shape bucket of ", a.model, " takes ", have, "; its buckets: ", served));
+        std::string pads;
+        for (int b = 0; b < lib->num_buckets(); ++b)
+          if (lib->bucket_padded(b))
+            pads += str(pads.empty() ? "" : ", ", lib->bucket_inputs(b)[0].shape.at(0));
+        if (!pads.empty())
+          pads = str("; fewer rows of axis 0 than ", pads, " run padded (all inputs given)");
+        throw UserError(str("--input: no shape bucket of ", a.model, " takes ", have,
+                            "; its buckets: ", served, pads));
       }
     }
     in_info = lib->bucket_inputs(bucket);
     out_info = lib->bucket_outputs(bucket);
+    if (padded_rows > 0) {
+      // What the caller gives and gets: the bucket's shapes with the inputs' rows.
+      for (std::vector<TensorInfo>* side : {&in_info, &out_info})
+        for (TensorInfo& t : *side) t.shape.at(0) = padded_rows;
+    }
     // A library compiled elsewhere (or with a larger --max-memory) is checked here too.
     std::vector<int64_t> run_tensors;
     for (const std::vector<TensorInfo>* side : {&in_info, &out_info}) {
@@ -742,6 +775,7 @@ int run_model(const ModelRunArgs& a) {
   }
   json j = {{"model", a.model}, {"mode", lib ? "compiled" : "reference"}, {"median_ms", median}, {"repeat", a.repeat}};
   if (lib && lib->num_buckets() > 1) j["bucket"] = bucket;
+  if (padded_rows > 0) j["padded_from_rows"] = padded_rows;
   int status = 0;
   if (!a.expect.empty()) {
     HostTensor want = read_npy(a.expect, budget);
@@ -763,10 +797,15 @@ int run_model(const ModelRunArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("model     %s (%s)\n", a.model.c_str(), mode.c_str());
-    if (lib && lib->num_buckets() > 1) {
+    if (lib && (lib->num_buckets() > 1 || padded_rows > 0)) {
       std::string shapes;
-      for (const TensorInfo& t : in_info) shapes += str(shapes.empty() ? "" : ", ", t.name, " ", shape_str(t.shape));
-      std::printf("bucket    %d of %d (%s)\n", bucket, lib->num_buckets(), shapes.c_str());
+      for (const TensorInfo& t : lib->bucket_inputs(bucket))
+        shapes += str(shapes.empty() ? "" : ", ", t.name, " ", shape_str(t.shape));
+      std::printf("bucket    %d of %d (%s)%s\n", bucket, lib->num_buckets(), shapes.c_str(),
+                  padded_rows > 0 ? str(": ", padded_rows, " rows padded to its ",
+                                        lib->bucket_inputs(bucket)[0].shape[0])
+                                        .c_str()
+                                  : "");
     }
     std::printf("latency   %.3f ms (median of %d)\n", median, a.repeat);
     if (j.contains("max_abs_error")) {

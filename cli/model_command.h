@@ -95,6 +95,7 @@ struct ModelCompileArgs {
   bool emulate_gpu = false;  // --emulate-gpu: graph::compile_model's emulate_gpu
   std::string precision = "fp32";  // --precision
   DimArgs dims;                    // --dim, --input-shape
+  bool pad_batch = false;          // --pad-batch: graph::compile_model's pad_batch
 };
 // The --max-memory option, on `run` and `compile`.
 void add_max_memory_option(CLI::App* cmd, std::string& value);

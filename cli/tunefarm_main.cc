@@ -74,6 +74,7 @@ struct CompileArgs {
   std::vector<std::string> skip, dump;
   bool time_passes = false, list_passes = false, no_db = false, as_json = false;
   bool emulate_gpu = false;  // --model for a GPU target: its kernels run serially here
+  bool pad_batch = false;    // --model: fewer rows of axis 0 may run a bucket padded
   cli::ServerArgs server;  // --server: the tuning service's database instead of a file
   std::string max_memory;  // --model: the memory budget
   std::string precision = "fp32";  // --model: --precision
@@ -133,8 +134,9 @@ int cmd_compile(const CompileArgs& a) {
     }
     std::unique_ptr<db::Database> db = a.server.given() ? open_remote_database(cli::service_endpoint(a.server))
                                                         : lookup_database(a.db, a.no_db);
-    cli::ModelCompileArgs m{a.model, a.target, a.out,        a.disable,     a.opt_level, a.as_json,
-                            a.no_db, db.get(), a.max_memory, a.emulate_gpu, a.precision, a.dims};
+    cli::ModelCompileArgs m{a.model,     a.target, a.out,      a.disable,    a.opt_level,
+                            a.as_json,   a.no_db,  db.get(),   a.max_memory, a.emulate_gpu,
+                            a.precision, a.dims,   a.pad_batch};
     return cli::compile_model_file(m);
   }
   if (a.workload.empty()) throw UserError("--workload (or --model) is required");
@@ -143,6 +145,7 @@ int cmd_compile(const CompileArgs& a) {
     throw UserError("--dim and --input-shape are for --model (a workload's sizes are in its spec)");
   if (!a.max_memory.empty()) throw UserError("--max-memory is for --model (a whole model)");
   if (a.emulate_gpu) throw UserError("--emulate-gpu is for --model (a whole model)");
+  if (a.pad_batch) throw UserError("--pad-batch is for --model (a whole model)");
   if (a.out.empty()) throw UserError("-o OUT is required");
   // Both are read by code generation.
   if (!a.libdevice.empty()) setenv("TUNEFARM_LIBDEVICE", a.libdevice.c_str(), 1);
@@ -366,6 +369,12 @@ int main(int argc, char** argv) {
                     "--model with a GPU target: schedule every kernel for that GPU, then run its grid serially in a "
                     "library for this machine (a check of the GPU path's kernels and memory plan without a GPU; tensor-core "
                     "kernels, whose warps a serial grid cannot run, as generic kernels of the same rounding)");
+  compile->add_flag(
+      "--pad-batch", ca.pad_batch,
+      "--model: calls with fewer rows of axis 0 than a shape bucket's run it padded (zero rows "
+      "after theirs, the outputs' first rows kept: run --model and the Python package do it), "
+      "where "
+      "the model keeps those rows apart; refused by name where it does not");
   tf::cli::add_max_memory_option(compile, ca.max_memory);
   tf::cli::add_precision_option(compile, ca.precision);
   tf::cli::add_dim_options(compile, ca.dims);

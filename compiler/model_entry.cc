@@ -146,6 +146,24 @@ class EntryGen {
     llvm::PointerType* ptr = b_.getPtrTy();
     const auto count = static_cast<uint32_t>(buckets.size());
     constant_fn("tf_model_num_buckets", b_.getInt32(count));
+    {
+      // tf_model_bucket_padded(b): a table of 0 / 1, 0 out of range.
+      std::vector<uint8_t> padded;
+      for (const EntrySpec& s : buckets) padded.push_back(s.padded ? 1 : 0);
+      llvm::Constant* init = llvm::ConstantDataArray::get(ctx_, padded);
+      auto* table = new llvm::GlobalVariable(
+          m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, "tf_bucket_padded");
+      llvm::Function* fn = define("tf_model_bucket_padded", b_.getInt32Ty(), {b_.getInt32Ty()});
+      auto* yes = llvm::BasicBlock::Create(ctx_, "in_range", fn);
+      auto* no = llvm::BasicBlock::Create(ctx_, "out_of_range", fn);
+      b_.CreateCondBr(b_.CreateICmpULT(fn->getArg(0), b_.getInt32(count)), yes, no);
+      b_.SetInsertPoint(no);
+      b_.CreateRet(b_.getInt32(0));
+      b_.SetInsertPoint(yes);
+      llvm::Value* at = b_.CreateInBoundsGEP(
+          init->getType(), table, {b_.getInt64(0), b_.CreateZExt(fn->getArg(0), b_.getInt64Ty())});
+      b_.CreateRet(b_.CreateZExt(b_.CreateLoad(b_.getInt8Ty(), at), b_.getInt32Ty()));
+    }
     for (const char* role : {"input", "output"}) {
       const bool in = std::string(role) == "input";
       const size_t n = (in ? buckets[0].inputs : buckets[0].outputs).size();

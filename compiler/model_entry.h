@@ -44,6 +44,12 @@
 //
 // tf_model_run_shaped runs the bucket whose input shapes are exactly the given ones (each
 // input's dimensions, its rank as in the tables); both return -4 when no bucket has them.
+//
+//   int32_t        tf_model_bucket_padded(int32_t b);   1: bucket b may run fewer rows of
+//                                                      axis 0 padded (--pad-batch), else 0
+//
+// The library does not pad itself: its callers (graph/model_library.h, the Python package)
+// copy the rows into a zero-filled batch of the bucket's size and take the outputs' first rows.
 #pragma once
 
 #include <array>
@@ -116,6 +122,9 @@ struct EntrySpec {
   // slot 0, each kernel on the team.
   int64_t image_slots = 1;
   int64_t slot_bytes = 0;
+  // Calls with fewer rows of axis 0 (every input's and output's) may run this bucket padded:
+  // compiled with --pad-batch, where the model keeps those rows apart (graph/image_loop.h).
+  bool padded = false;
 };
 
 // Object code defining the tf_model_* functions of a library serving `buckets` (one or more,

@@ -473,11 +473,16 @@ json CompiledModel::sidecar(const std::string& model) const {
           {"in_place", in_place_json(in_place)},
           {"images", images},
           {"untuned_kernels", untuned()}};
+  if (pad_batch) j["pad_batch"] = true;
   if (!buckets.empty()) {
     json bs = json::array();
     for (const Bucket& b : buckets)
-      bs.push_back({{"inputs", b.inputs}, {"outputs", b.outputs}, {"workspace_bytes", b.workspace_bytes}, {"in_place", b.in_place},
-                    {"images", b.images}});
+      bs.push_back({{"inputs", b.inputs},
+                    {"outputs", b.outputs},
+                    {"workspace_bytes", b.workspace_bytes},
+                    {"in_place", b.in_place},
+                    {"images", b.images},
+                    {"padded", b.padded}});
     j["buckets"] = bs;
   }
   return j;
@@ -531,9 +536,33 @@ struct BucketBuild {
 }  // namespace
 
 CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Target& target,
-                            const ConfigLookup& lookup, const std::string& out, const std::string& model_name,
-                            int64_t memory_budget, bool emulate_gpu) {
+                            const ConfigLookup& lookup, const std::string& out,
+                            const std::string& model_name, int64_t memory_budget, bool emulate_gpu,
+                            bool pad_batch) {
   TF_CHECK(!buckets.empty(), "compile_model: no graph");
+  // With pad_batch, which buckets fewer rows may run padded: every bucket of more than one row
+  // of axis 0, where the model keeps the rows apart.
+  std::vector<bool> padded(buckets.size(), false);
+  if (pad_batch) {
+    for (size_t bk = 0; bk < buckets.size(); ++bk) {
+      const Graph& g = *buckets[bk];
+      if (g.inputs.empty()) throw UserError("--pad-batch: the model has no input to pad");
+      const Shape& first = g.value(g.inputs[0]).shape;
+      if (first.empty() || first[0] <= 1) continue;
+      std::string why;
+      if (!image_loop(g, &why)) {
+        throw UserError(str("--pad-batch: bucket ", bk, " (", g.inputs[0], " ", shape_str(first),
+                            ") cannot be padded up to: the rows of axis 0 are not kept apart (",
+                            why, ")"));
+      }
+      padded[bk] = true;
+    }
+    if (std::find(padded.begin(), padded.end(), true) == padded.end()) {
+      throw UserError(
+          "--pad-batch: no bucket has more than one row of axis 0 to pad up to (give sizes: "
+          "--dim batch=1,8,32)");
+    }
+  }
   if (buckets.size() > kMaxShapeBuckets)
     throw UserError(str(buckets.size(), " shape buckets: a library holds at most ", kMaxShapeBuckets));
   for (const Graph* gp : buckets) {
@@ -562,6 +591,7 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
   ModelCodegen code(target, emulate_gpu);
   CompiledModel cm;
   cm.target = target;
+  cm.pad_batch = pad_batch;
   std::vector<BucketBuild> bb(buckets.size());
   auto entry_type = [](DType t) { return static_cast<EntryType>(onnx_element_type(t)); };
   for (size_t bk = 0; bk < buckets.size(); ++bk) {
@@ -582,6 +612,7 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
     b.memory = plan_memory(graph, b.mb->kernel_groups(), b.in_place);
     EntrySpec& spec = b.spec;
     spec.images = images;
+    spec.padded = padded[bk];
     for (const std::string& n : graph.inputs) {
       const Value& v = graph.value(n);
       spec.inputs.push_back({n, whole(v.shape, images), entry_type(v.dtype)});
@@ -693,8 +724,12 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
         spec.copies.push_back({from, static_cast<int64_t>(k), {}});
     }
     const int64_t images = spec.images;
-    CompiledModel::Bucket desc{tensors_json(graph, graph.inputs, images), tensors_json(graph, graph.outputs, images),
-                               spec.workspace_bytes, in_place_json(b.in_place), images};
+    CompiledModel::Bucket desc{tensors_json(graph, graph.inputs, images),
+                               tensors_json(graph, graph.outputs, images),
+                               spec.workspace_bytes,
+                               in_place_json(b.in_place),
+                               images,
+                               spec.padded};
     if (bk == 0) {
       cm.memory = b.memory;
       // One image at a time: a plan per workspace slot (the arena is set from the entry below).

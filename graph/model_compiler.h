@@ -86,8 +86,12 @@ struct CompiledModel {
     nlohmann::json in_place;
     // Slices of axis 0 a call runs one at a time (graph/image_loop.h); 1: the whole batch at once.
     int64_t images = 1;
+    // Fewer rows of axis 0 may run this bucket padded (pad_batch).
+    bool padded = false;
   };
   std::vector<Bucket> buckets;
+  // Compiled with pad_batch: fewer rows of axis 0 run a larger bucket padded (Bucket::padded).
+  bool pad_batch = false;
   // Kernels with a tuned template (a workload), and those of them whose config is the
   // default (not tuned).
   int tunable() const;
@@ -136,9 +140,15 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
 // as above with kernels of its own (named tf_b<bucket>_k...; the same code shared across
 // buckets), one entry point choosing the bucket by the inputs' shapes (compiler/model_entry.h;
 // a GPU library's: one launch plan per bucket, runtime/gpu_model/plan.h).
+// `pad_batch` (compile --pad-batch): calls with fewer rows of axis 0 than a bucket's may run
+// it padded (EntrySpec::padded), for every bucket of more than one row; UserError, naming the
+// bucket and why, where the model does not keep those rows apart (graph/image_loop.h), or no
+// bucket has more than one.
 // UserError for more than kMaxShapeBuckets.
 CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Target& target,
-                            const ConfigLookup& lookup, const std::string& out, const std::string& model_name,
-                            int64_t memory_budget = default_memory_budget(), bool emulate_gpu = false);
+                            const ConfigLookup& lookup, const std::string& out,
+                            const std::string& model_name,
+                            int64_t memory_budget = default_memory_budget(),
+                            bool emulate_gpu = false, bool pad_batch = false);
 
 }  // namespace tf::graph

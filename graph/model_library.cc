@@ -40,12 +40,18 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
     throw UserError(
         str(path_, ": the model takes ", inputs_.size(), " inputs, not ", inputs.size()));
   }
-  // The bucket whose shapes the inputs have (a library of one: bucket 0, checked below).
+  // The bucket whose shapes the inputs have (a library of one that pads nothing: bucket 0,
+  // checked below), or the one they run padded.
   int bucket = 0;
-  if (num_buckets() > 1) {
+  if (num_buckets() > 1 || abi_->buckets()[0].padded) {
     std::vector<Shape> shapes;
     for (const HostTensor* t : inputs) shapes.push_back(t->shape);
     bucket = bucket_of(shapes);
+    int64_t rows = 0;
+    if (int padded = bucket < 0 ? padded_bucket_of(shapes, &rows) : -1; padded >= 0) {
+      run_padded(inputs, outputs, workspace, padded, rows);
+      return;
+    }
     if (bucket < 0) {
       std::string have, served;
       for (const HostTensor* t : inputs) have += (have.empty() ? "" : ", ") + shape_str(t->shape);
@@ -54,7 +60,14 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
         for (const TensorInfo& t : bucket_inputs(b)) one += (one.empty() ? "" : ", ") + shape_str(t.shape);
         served += str(b == 0 ? "" : "; ", one);
       }
-      throw UserError(str(path_, ": no shape bucket takes inputs of shapes ", have, "; its buckets take ", served));
+      std::string pads;
+      for (int b = 0; b < num_buckets(); ++b) {
+        if (abi_->buckets()[static_cast<size_t>(b)].padded)
+          pads += str(pads.empty() ? "" : ", ", bucket_inputs(b)[0].shape.at(0));
+      }
+      if (!pads.empty()) pads = str(" (and fewer rows of axis 0 than ", pads, ", padded)");
+      throw UserError(str(path_, ": no shape bucket takes inputs of shapes ", have,
+                          "; its buckets take ", served, pads));
     }
   }
   const std::vector<TensorInfo> want_in = bucket == 0 ? inputs_ : bucket_inputs(bucket);
@@ -173,6 +186,61 @@ int ModelLibrary::num_buckets() const { return static_cast<int>(abi_->buckets().
 std::vector<TensorInfo> ModelLibrary::bucket_inputs(int b) const { return tensor_infos(abi_->bucket_inputs(b)); }
 
 std::vector<TensorInfo> ModelLibrary::bucket_outputs(int b) const { return tensor_infos(abi_->bucket_outputs(b)); }
+
+int ModelLibrary::padded_bucket_of(const std::vector<Shape>& shapes, int64_t* rows) const {
+  if (shapes.empty() || shapes.size() != inputs_.size()) return -1;
+  const int64_t n = shapes[0].empty() ? 0 : shapes[0][0];
+  int best = -1;
+  for (int b = 0; b < num_buckets(); ++b) {
+    const ModelBucket& bucket = abi_->buckets()[static_cast<size_t>(b)];
+    if (!bucket.padded) continue;
+    bool fits = n >= 1;
+    for (size_t k = 0; fits && k < shapes.size(); ++k) {
+      const std::vector<int64_t>& want = bucket.inputs[k];
+      fits = !shapes[k].empty() && shapes[k].size() == want.size() && shapes[k][0] == n &&
+             want[0] >= n && std::equal(shapes[k].begin() + 1, shapes[k].end(), want.begin() + 1);
+    }
+    if (fits &&
+        (best < 0 || bucket.inputs[0][0] < abi_->buckets()[static_cast<size_t>(best)].inputs[0][0]))
+      best = b;
+  }
+  if (best >= 0 && rows) *rows = n;
+  return best;
+}
+
+// The first `rows` rows of axis 0 of `t` in a zero-filled tensor of `shape` (more rows), or
+// (shape with fewer rows) the first rows of `t`.
+static HostTensor rows_of(const HostTensor& t, const Shape& shape, int64_t rows) {
+  const int64_t row = t.shape[0] > 0 ? num_elements(t.shape) / t.shape[0] : 0;
+  const auto n = static_cast<std::ptrdiff_t>(rows * row);
+  if (holds_floats(t.dtype)) {
+    std::vector<float> f(static_cast<size_t>(num_elements(shape)), 0.0f);
+    std::copy(t.f.begin(), t.f.begin() + n, f.begin());
+    return HostTensor::floats(shape, std::move(f), t.dtype);
+  }
+  std::vector<int64_t> i(static_cast<size_t>(num_elements(shape)), 0);
+  std::copy(t.i.begin(), t.i.begin() + n, i.begin());
+  return HostTensor::ints(shape, std::move(i), t.dtype);
+}
+
+void ModelLibrary::run_padded(const std::vector<const HostTensor*>& inputs,
+                              std::vector<HostTensor>& outputs, void* workspace, int bucket,
+                              int64_t rows) const {
+  const std::vector<TensorInfo> want = bucket_inputs(bucket);
+  std::vector<HostTensor> padded;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    padded.push_back(rows_of(*inputs[k], want[k].shape, rows));
+  std::vector<const HostTensor*> in;
+  for (const HostTensor& t : padded) in.push_back(&t);
+  std::vector<HostTensor> out;
+  run(in, out, workspace);
+  outputs.resize(out.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    Shape shape = out[k].shape;
+    shape.at(0) = rows;
+    outputs[k] = rows_of(out[k], shape, rows);
+  }
+}
 
 int ModelLibrary::bucket_of(const std::vector<Shape>& shapes) const {
   std::vector<std::vector<int64_t>> s;

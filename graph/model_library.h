@@ -39,9 +39,16 @@ class ModelLibrary {
   std::vector<TensorInfo> bucket_inputs(int b) const;
   std::vector<TensorInfo> bucket_outputs(int b) const;
   int bucket_of(const std::vector<Shape>& input_shapes) const;
+  // The bucket inputs of these shapes run padded (compile --pad-batch): of the buckets that
+  // may run padded, whose inputs have these shapes but for more rows of axis 0 (the same
+  // count in every input), the one of fewest rows; -1 when none. `rows`: the inputs' rows.
+  int padded_bucket_of(const std::vector<Shape>& input_shapes, int64_t* rows = nullptr) const;
+  // Whether fewer rows may run bucket `b` padded.
+  bool bucket_padded(int b) const { return abi_->buckets().at(static_cast<size_t>(b)).padded; }
 
-  // Runs the model on inputs in the model's order, in the bucket of their shapes (UserError
-  // naming the shapes and the buckets' when none takes them); `outputs` are resized to fit.
+  // Runs the model on inputs in the model's order, in the bucket of their shapes, or padded up
+  // to padded_bucket_of's (zero rows after the inputs'; the outputs' first rows kept); UserError
+  // naming the shapes and the buckets' when none takes them. `outputs` are resized to fit.
   void run(const std::vector<const HostTensor*>& inputs, std::vector<HostTensor>& outputs,
            void* workspace = nullptr) const;
 
@@ -69,6 +76,8 @@ class ModelLibrary {
   // Nothing for status 0; else throws what the run's status means: UserError for an int64
   // input out of range, std::runtime_error (the library's own message where it has one).
   void check_status(int status) const;
+  void run_padded(const std::vector<const HostTensor*>& inputs, std::vector<HostTensor>& outputs,
+                  void* workspace, int bucket, int64_t rows) const;
 
   std::string path_;
   std::unique_ptr<ModelAbi> abi_;

@@ -90,7 +90,9 @@ TFPY_EXPORT int tfpy_model_open(const char* path, void** handle) {
     m->path = path;
     nlohmann::json buckets = nlohmann::json::array();
     for (int b = 0; b < m->lib->num_buckets(); ++b)
-      buckets.push_back({{"inputs", describe(m->lib->bucket_inputs(b))}, {"outputs", describe(m->lib->bucket_outputs(b))}});
+      buckets.push_back({{"inputs", describe(m->lib->bucket_inputs(b))},
+                         {"outputs", describe(m->lib->bucket_outputs(b))},
+                         {"padded", m->lib->bucket_padded(b)}});
     last_result = nlohmann::json{{"inputs", describe(m->lib->inputs())},
                                  {"outputs", describe(m->lib->outputs())},
                                  {"buckets", buckets},
@@ -159,8 +161,8 @@ TFPY_EXPORT int tfpy_model_time_calls(void* handle, const void* const* inputs, v
 
 // Compiles an ONNX model into `out` ("" target: this machine; "" db: default schedules);
 // `dims_json` sizes its dynamic dimensions: {"dims": {name: size}, "input_shapes": {input:
-// [sizes]}} ("" or {}: none). The result is JSON: library, target, kernels, tunable, tuned,
-// workspace_bytes.
+// [sizes]}} ("" or {}: none), and "pad_batch": true is compile --pad-batch. The result is JSON:
+// library, target, kernels, tunable, tuned, workspace_bytes.
 TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char* target,
                                    const char* db, int opt_level, int64_t max_memory,
                                    const char* precision, const char* dims_json) {
@@ -168,16 +170,19 @@ TFPY_EXPORT int tfpy_compile_model(const char* onnx, const char* out, const char
     Target t = *target ? parse_target(target) : host_target();
     const graph::Precision p = graph::parse_precision(*precision ? precision : "fp32");
     // One graph per shape bucket ({"dims": {"batch": [1, 8, 32]}}), usually one.
-    const std::vector<graph::InputBinding> binds = graph::bindings_from_json(
-        *dims_json ? nlohmann::json::parse(dims_json) : nlohmann::json::object(), "dims_json");
+    nlohmann::json dims = *dims_json ? nlohmann::json::parse(dims_json) : nlohmann::json::object();
+    const bool pad_batch = dims.is_object() && dims.value("pad_batch", false);
+    if (dims.is_object()) dims.erase("pad_batch");
+    const std::vector<graph::InputBinding> binds = graph::bindings_from_json(dims, "dims_json");
     std::unique_ptr<db::Database> database =
         *db ? db::open_database(db, db::OpenMode::ReadOnly) : nullptr;
     std::vector<graph::Graph> graphs;
     for (const graph::InputBinding& bind : binds) graphs.push_back(load_model_for_target(onnx, t, opt_level, {}, p, bind));
     std::vector<const graph::Graph*> buckets;
     for (const graph::Graph& g : graphs) buckets.push_back(&g);
-    graph::CompiledModel cm = compile_model_with(buckets, t, database.get(), out, onnx,
-                                                 max_memory > 0 ? max_memory : graph::default_memory_budget());
+    graph::CompiledModel cm = compile_model_with(
+        buckets, t, database.get(), out, onnx,
+        max_memory > 0 ? max_memory : graph::default_memory_budget(), false, pad_batch);
     last_result = nlohmann::json{{"library", out},
                                  {"target", t.str()},
                                  {"kernels", cm.kernels.size()},

@@ -51,6 +51,7 @@ std::vector<ModelBucket> describe_buckets(void* h, const std::string& path, cons
   auto in_shape = entry<const int64_t* (*)(int32_t, int32_t)>(h, path, "tf_model_bucket_input_shape");
   auto out_shape = entry<const int64_t* (*)(int32_t, int32_t)>(h, path, "tf_model_bucket_output_shape");
   entry<int32_t (*)(int32_t, const void* const*, void* const*, void*)>(h, path, "tf_model_run_bucket");
+  auto padded = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(h, "tf_model_bucket_padded"));
   const int32_t n = count();
   if (n < 1 || n > kModelMaxBuckets) {
     throw ModelLoadError(path + ": declares " + std::to_string(n) + " shape buckets (1 to " +
@@ -67,6 +68,7 @@ std::vector<ModelBucket> describe_buckets(void* h, const std::string& path, cons
       bucket.outputs.push_back(checked_shape(out_shape(b, static_cast<int32_t>(i)), static_cast<int32_t>(outputs[i].shape.size()),
                                              path + ": bucket " + std::to_string(b) + " output " + std::to_string(i)));
     }
+    bucket.padded = padded && padded(b) == 1;
     out.push_back(std::move(bucket));
   }
   if (out[0].inputs != first.inputs || out[0].outputs != first.outputs)

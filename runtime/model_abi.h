@@ -57,6 +57,9 @@ constexpr int kModelMaxBuckets = 64;
 // outputs' shapes, in the model's order (names and types are the library's tables').
 struct ModelBucket {
   std::vector<std::vector<int64_t>> inputs, outputs;
+  // Fewer rows of axis 0 may run this bucket padded (tf_model_bucket_padded: compile
+  // --pad-batch); false for libraries without that entry point.
+  bool padded = false;
 };
 
 // A library that cannot be a model, or does not load; the message names the file.

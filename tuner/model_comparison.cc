@@ -27,14 +27,16 @@ graph::CompiledModel compile_model_with(const graph::Graph& g, const Target& t, 
   return compile_model_with(std::vector<const graph::Graph*>{&g}, t, db, out, model, memory_budget, emulate_gpu);
 }
 
-graph::CompiledModel compile_model_with(const std::vector<const graph::Graph*>& buckets, const Target& t,
-                                        db::Database* db, const std::string& out, const std::string& model,
-                                        int64_t memory_budget, bool emulate_gpu) {
+graph::CompiledModel compile_model_with(const std::vector<const graph::Graph*>& buckets,
+                                        const Target& t, db::Database* db, const std::string& out,
+                                        const std::string& model, int64_t memory_budget,
+                                        bool emulate_gpu, bool pad_batch) {
   graph::ConfigLookup lookup = [db](const Workload& w, const Target& target) {
     ConfigChoice c = choose_config(db, w, target);
     return graph::KernelConfig{c.config, c.source, c.tuned_from};
   };
-  return graph::compile_model(buckets, t, lookup, out, model, memory_budget, emulate_gpu);
+  return graph::compile_model(buckets, t, lookup, out, model, memory_budget, emulate_gpu,
+                              pad_batch);
 }
 
 ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,

@@ -124,7 +124,7 @@ def _dim_args(dims, input_shapes):
 
 
 def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_level=2, precision="fp32", dims=None,
-                  input_shapes=None):
+                  input_shapes=None, pad_batch=False):
     """Compiles an .onnx model with the tuned configs of `db` (a database file; None: the
     default database, $TUNEFARM_DB or ~/.local/share/tunefarm/tuning.db, when it exists) or of
     the tuning service at `server` (HOST:PORT), its products at `precision` (fp32; bf16 or fp16
@@ -132,7 +132,9 @@ def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_le
     with dynamic input dimensions needs their sizes: `dims` by name ({"batch": 8}), or
     `input_shapes` ({"x": (1, 3, 224, 224)}), as --dim and --input-shape (docs/models.md); a
     list of sizes ({"batch": [1, 8, 32]}) makes one shape bucket per size, and the library runs
-    the bucket of its inputs' shapes. Returns the library's path."""
+    the bucket of its inputs' shapes; `pad_batch` (--pad-batch) runs fewer rows of axis 0 in the
+    next larger bucket, padded, where the model keeps those rows apart (ValueError where it
+    does not). Returns the library's path."""
     dim_args = _dim_args(dims, input_shapes)
     onnx_path = os.fspath(onnx_path)
     if out is None:
@@ -140,13 +142,14 @@ def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_le
         h = hashlib.sha256()
         with open(onnx_path, "rb") as f:
             h.update(f.read())
-        h.update(repr((target, os.fspath(db) if db else db, server, opt_level, precision, dim_args)).encode())
+        h.update(repr((target, os.fspath(db) if db else db, server, opt_level, precision, dim_args,
+                       bool(pad_batch))).encode())
         out = os.path.join(_cache_dir(None), "%s-%s.so" % (os.path.basename(onnx_path).rsplit(".", 1)[0],
                                                             h.hexdigest()[:16]))
     out = os.fspath(out)
     if server is not None:
         args = ["compile", "--model", onnx_path, "-o", out, "-O", str(opt_level), "--server", server,
-                "--precision", precision] + dim_args
+                "--precision", precision] + dim_args + (["--pad-batch"] if pad_batch else [])
         if target:
             args += ["-t", target]
         _run_cli(args)
@@ -155,7 +158,7 @@ def compile_model(onnx_path, out=None, target=None, db=None, server=None, opt_le
         default = _tunefarm.default_database()
         db = default if os.path.exists(default) else ""
     _tunefarm.compile_model(onnx_path, out, target or "", os.fspath(db), opt_level, precision=precision, dims=dims,
-                            input_shapes=input_shapes)
+                            input_shapes=input_shapes, pad_batch=pad_batch)
     return out
 
 
@@ -278,7 +281,7 @@ def _target_for(torch, devices, target):
 
 
 def optimize(model, example_inputs=None, target=None, db=None, tune=None, server=None, cache_dir=None,
-             opset=13, precision="fp32", dims=None, input_shapes=None):
+             opset=13, precision="fp32", dims=None, input_shapes=None, pad_batch=False):
     """A compiled version of `model`: an .onnx path, or a torch.nn.Module (exported to ONNX with
     `example_inputs`, a tensor or a tuple of them). For a Module the result is an nn.Module
     taking and returning torch tensors; for a path, a CompiledModel taking NumPy arrays.
@@ -290,7 +293,8 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
     "fp16" or "bf16" runs the products on its tensor cores. A .half() or .bfloat16() model with
     inputs of that type takes and returns tensors of that type (computed in float32 between
     them, its products in `precision`). `dims` and `input_shapes` size an .onnx model's dynamic
-    dimensions (compile_model; a list of sizes makes one shape bucket per size)."""
+    dimensions (compile_model; a list of sizes makes one shape bucket per size, and `pad_batch`
+    runs fewer rows of axis 0 in the next larger one, padded)."""
     cache = _cache_dir(cache_dir)
     torch_module = None
     if isinstance(model, (str, os.PathLike)):
@@ -330,7 +334,7 @@ def optimize(model, example_inputs=None, target=None, db=None, tune=None, server
     if tune is not None:
         _tune(onnx_path, tune, target, db, server, precision, _dim_args(dims, input_shapes))
     lib = compile_model(onnx_path, target=target, db=db, server=server, precision=precision, dims=dims,
-                        input_shapes=input_shapes)
+                        input_shapes=input_shapes, pad_batch=pad_batch)
     compiled = CompiledModel(lib)
     if torch_module:
         from ._torch import TorchModule

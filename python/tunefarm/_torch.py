@@ -34,7 +34,8 @@ class TorchModule(torch.nn.Module):
         self._specs = [(spec["name"], _DTYPES[spec["dtype"]], torch.Size(spec["shape"])) for spec in compiled.inputs]
         self._outs = [(_DTYPES[spec["dtype"]], torch.Size(spec["shape"])) for spec in compiled.outputs]
         # Shape buckets (a library compiled with a list of sizes): each bucket's input shapes, and
-        # its output shapes (a GPU library's outputs are allocated here).
+        # its output shapes (a GPU library's outputs are allocated here); a library compiled with
+        # --pad-batch runs fewer rows of axis 0 in a larger bucket, padded.
         self._buckets = [[torch.Size(s["shape"]) for s in b["inputs"]] for b in compiled._model.buckets]
         self._bucket_outs = [[torch.Size(s["shape"]) for s in b["outputs"]] for b in compiled._model.buckets]
 
@@ -43,14 +44,21 @@ class TorchModule(torch.nn.Module):
             n = len(self._specs)
             raise ValueError("the model takes %d input%s, not %d" % (n, "" if n == 1 else "s", len(inputs)))
         keep = []
-        bucket = 0
-        if len(self._buckets) > 1:
+        bucket, rows = 0, None
+        model = self.compiled._model
+        if len(self._buckets) > 1 or model.buckets[0]["padded"]:
             shapes = [getattr(x, "shape", None) for x in inputs]
             found = [k for k, b in enumerate(self._buckets) if b == shapes]
-            if not found:
-                raise ValueError("no shape bucket takes inputs of shapes %s; its buckets take %s" % (
-                    ", ".join(str(list(s)) for s in shapes), "; ".join(", ".join(str(list(s)) for s in b) for b in self._buckets)))
-            bucket = found[0]
+            if found:
+                bucket = found[0]
+            else:
+                # A library compiled with --pad-batch runs fewer rows of axis 0 in a larger
+                # bucket: the rows in a zero-filled batch of its size, the outputs' first rows.
+                padded = model.padded_bucket([tuple(s) for s in shapes]) if all(s is not None for s in shapes) else None
+                if padded is None:
+                    raise ValueError(model.no_bucket_message([tuple(s) if s is not None else () for s in shapes]))
+                bucket, rows = padded, shapes[0][0]
+                inputs = [self._padded(x, self._buckets[bucket][k]) for k, x in enumerate(inputs)]
         for x, (name, dtype, _), shape in zip(inputs, self._specs, self._buckets[bucket]):
             if not isinstance(x, torch.Tensor):
                 raise TypeError("input '%s' must be a torch.Tensor, not %s" % (name, type(x).__name__))
@@ -65,11 +73,24 @@ class TorchModule(torch.nn.Module):
                 raise ValueError("input '%s' must have shape %s, not %s" % (name, list(shape), list(x.shape)))
             keep.append(x if x.is_contiguous() else x.contiguous())
         if self._gpu:
-            return self._forward_device(keep, bucket)
-        # The library reads the tensors' memory in place (kept alive by `keep` for the call).
-        out = self._run([x.data_ptr() for x in keep], torch.get_num_threads(), bucket)
-        tensors = [_tensor(a, dtype) for a, (dtype, _) in zip(out, self._outs)]
-        return tensors[0] if len(tensors) == 1 else tuple(tensors)
+            outs = self._forward_device(keep, bucket)
+        else:
+            # The library reads the tensors' memory in place (kept alive by `keep` for the call).
+            out = self._run([x.data_ptr() for x in keep], torch.get_num_threads(), bucket)
+            outs = [_tensor(a, dtype) for a, (dtype, _) in zip(out, self._outs)]
+        if rows is not None:
+            outs = [y[:rows] for y in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @staticmethod
+    def _padded(x, shape):
+        """`x`'s rows in a zero-filled tensor of `shape` (its type and device), or `x` as it is
+        when it is not a tensor (the checks below say so)."""
+        if not isinstance(x, torch.Tensor):
+            return x
+        full = torch.zeros(shape, dtype=x.dtype, device=x.device)
+        full[:x.shape[0]] = x
+        return full
 
     def _forward_device(self, inputs, bucket):
         device = inputs[0].device if inputs else torch.device("cuda", torch.cuda.current_device())
@@ -87,7 +108,7 @@ class TorchModule(torch.nn.Module):
                 for (dtype, _), shape in zip(self._outs, self._bucket_outs[bucket])]
         self.compiled._model.run_device([x.data_ptr() for x in inputs], [y.data_ptr() for y in outs],
                                         torch.cuda.current_stream(device).cuda_stream, bucket)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return outs
 
     def extra_repr(self):
         return "library=%s" % self.compiled.path

@@ -140,9 +140,11 @@ class Model:
         self.buckets = [{"inputs": [{"name": s["name"], "shape": tuple(s["shape"]), "dtype": s["dtype"]}
                                     for s in b["inputs"]],
                          "outputs": [{"name": s["name"], "shape": tuple(s["shape"]), "dtype": s["dtype"]}
-                                     for s in b["outputs"]]} for b in info.get("buckets", [info])]
+                                     for s in b["outputs"]],
+                         "padded": bool(b.get("padded", False))} for b in info.get("buckets", [info])]
         self._args = None  # per bucket (_Arg inputs, _Arg outputs), made with NumPy at the first call
         self._bucket = 0   # the bucket of the last inputs checked
+        self._rows = None  # their rows of axis 0 where they run that bucket padded
         self._in_t = ctypes.c_void_p * max(len(self.inputs), 1)
         self._out_t = ctypes.c_void_p * max(len(self.outputs), 1)
 
@@ -157,19 +159,55 @@ class Model:
                           for b in self._info.get("buckets", [self._info])]
         return self._args[bucket]
 
+    def padded_bucket(self, shapes):
+        """The bucket inputs of these shapes run padded (compile --pad-batch): of the buckets
+        that may, whose inputs have these shapes but for more rows of axis 0 (as many in every
+        input), the one of fewest rows; None when none."""
+        shapes = [tuple(s) for s in shapes]
+        if not shapes or any(len(s) == 0 for s in shapes):
+            return None
+        n, best = shapes[0][0], None
+        for k, b in enumerate(self.buckets):
+            want = [s["shape"] for s in b["inputs"]]
+            if b["padded"] and n >= 1 and len(want) == len(shapes) and all(
+                    len(s) == len(w) and s[0] == n and w[0] >= n and s[1:] == w[1:] for s, w in zip(shapes, want)):
+                if best is None or want[0][0] < self.buckets[best]["inputs"][0]["shape"][0]:
+                    best = k
+        return best
+
+    def no_bucket_message(self, shapes):
+        pads = [str(b["inputs"][0]["shape"][0]) for b in self.buckets if b["padded"]]
+        return "no shape bucket takes inputs of shapes %s; its buckets take %s%s" % (
+            ", ".join(_shape_str(s) for s in shapes),
+            "; ".join(", ".join(_shape_str(s["shape"]) for s in b["inputs"]) for b in self.buckets),
+            " (and fewer rows of axis 0 than %s, padded)" % ", ".join(pads) if pads else "")
+
     def _inputs(self, inputs):
-        """`inputs` checked against the bucket whose shapes they have (self._bucket)."""
+        """`inputs` checked against the bucket whose shapes they have (self._bucket), or padded
+        up to the one they run padded (self._rows: their rows)."""
+        import numpy as np
         ins = self._specs()[0]
         if len(inputs) != len(ins):
             raise ValueError("the model takes %s, not %d" % (_count(len(ins), "input"), len(inputs)))
-        self._bucket = 0
-        if len(self.buckets) > 1:
+        self._bucket, self._rows = 0, None
+        if len(self.buckets) > 1 or self.buckets[0]["padded"]:
             shapes = [tuple(getattr(a, "shape", ())) for a in inputs]
             found = [k for k, b in enumerate(self.buckets) if [s["shape"] for s in b["inputs"]] == shapes]
             if not found:
-                raise ValueError("no shape bucket takes inputs of shapes %s; its buckets take %s" % (
-                    ", ".join(_shape_str(s) for s in shapes),
-                    "; ".join(", ".join(_shape_str(s["shape"]) for s in b["inputs"]) for b in self.buckets)))
+                padded = self.padded_bucket(shapes)
+                if padded is None:
+                    raise ValueError(self.no_bucket_message(shapes))
+                self._bucket, self._rows = padded, shapes[0][0]
+                ins = self._specs(padded)[0]
+                # The rows in a zero-filled batch of the bucket's size (types checked first).
+                out = []
+                for a, s in zip(inputs, ins):
+                    if isinstance(a, np.ndarray) and a.dtype == s.dtype:
+                        full = np.zeros(s.shape, dtype=s.dtype)
+                        full[:self._rows] = a
+                        a = full
+                    out.append(s.checked(a, "input"))
+                return out
             self._bucket = found[0]
             ins = self._specs(self._bucket)[0]
         return [s.checked(a, "input") for a, s in zip(inputs, ins)]
@@ -179,6 +217,21 @@ class Model:
         into, else new ones. `threads` > 0 sets this thread's OpenMP team size first."""
         keep = self._inputs(inputs)
         outs_spec = self._specs(self._bucket)[1]
+        if self._rows is not None:
+            # Run padded: the outputs' first rows, into `outputs` where given.
+            rows = self._rows
+            outs = [s.new() for s in outs_spec]
+            self._call([a.ctypes.data for a in keep], outs, threads, self._bucket)
+            if outputs is None:
+                return [o[:rows].copy() for o in outs]
+            if len(outputs) != len(outs):
+                raise ValueError("the model has %s, not %d" % (_count(len(outs), "output"), len(outputs)))
+            for o, given in zip(outs, outputs):
+                want = (rows,) + tuple(o.shape[1:])
+                if getattr(given, "shape", None) != want or getattr(given, "dtype", None) != o.dtype:
+                    raise ValueError("an output of %d rows must be a %s array of shape %s" % (rows, o.dtype, _shape_str(want)))
+                given[...] = o[:rows]
+            return list(outputs)
         if outputs is None:
             outs = [s.new() for s in outs_spec]
         else:
@@ -292,11 +345,13 @@ class Database:
 
 
 def compile_model(onnx, out, target="", db="", opt_level=2, max_memory=0, precision="fp32", dims=None,
-                  input_shapes=None):
+                  input_shapes=None, pad_batch=False):
     """Compiles an ONNX model into the library `out` with its products at `precision`
     (--precision) and its dynamic dimensions sized by `dims` ({name: size}) and `input_shapes`
-    ({input: shape}): library, target, kernels, tunable, tuned, workspace_bytes."""
-    binding = json.dumps({"dims": dims or {}, "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()}})
+    ({input: shape}), `pad_batch` as --pad-batch: library, target, kernels, tunable, tuned,
+    workspace_bytes."""
+    binding = json.dumps({"dims": dims or {}, "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+                          "pad_batch": bool(pad_batch)})
     _check(_lib.tfpy_compile_model(_text(os.fspath(onnx)), _text(os.fspath(out)), _text(target), _text(os.fspath(db)),
                                    int(opt_level), int(max_memory), _text(precision), _text(binding)))
     return _result()

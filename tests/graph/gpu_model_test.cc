@@ -661,6 +661,21 @@ TEST_F(GpuModel, ShapeBucketsRunTheirOwnPlansThroughTheDriver) {
       EXPECT_EQ(compare(want[k], got[0]), "") << "batch " << sizes[k];
     }
   }
+  {
+    // --pad-batch: 2 rows run bucket 1 (3 rows) padded, the same kernels (bk.so's, compiled
+    // alike), its first two rows the model's at batch 2.
+    compile_model(buckets, t, defaults, path("bkp.so"), "bk", default_memory_budget(), false,
+                  /*pad_batch=*/true);
+    ModelLibrary ml(path("bkp.so"));
+    EXPECT_TRUE(ml.bucket_padded(1));
+    HostTensor x2 = random_floats({2, 3, 12, 12}, 44);
+    const Graph g2 = load_model(path("bk.onnx"), 2, {}, channel_block(t), tf::Precision::Float32,
+                                tensor_cores(t), InputBinding{{{"batch", 2}}, {}});
+    std::vector<HostTensor> got;
+    ml.run({&x2}, got);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(compare(run_reference(g2, {{"x", x2}}).at("y"), got[0]), "");
+  }
   // The C ABI: by bucket and by shape, on host buffers and on "device" ones.
   void* h = dlopen(path("bk.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(h, nullptr) << dlerror();

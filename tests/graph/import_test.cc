@@ -3185,6 +3185,107 @@ TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
                "--dim batch=1,8: several sizes (shape buckets) are for compile --model and tune --model; give one size here");
 }
 
+// compile --pad-batch: fewer rows of axis 0 than a bucket's run the next larger bucket padded
+// (ModelLibrary::run pads with zero rows and keeps the outputs' first rows), matching the model
+// at their own size; the library says which buckets may (tf_model_bucket_padded: not batch 1's);
+// more rows than any bucket's are refused naming the padded sizes; a model that mixes the rows
+// of axis 0 (a softmax over them) and a library of batch 1 alone are refused by name.
+TEST(ModelLibrary, PadBatchRunsFewerRowsInTheNextBucketWhereTheRowsAreApart) {
+  namespace fs = std::filesystem;
+  auto model = [](const char* softmax_axis) {
+    ModelBuilder b;
+    b.input("x", {-1, 16});
+    std::vector<float> w(16 * 24);
+    for (size_t k = 0; k < w.size(); ++k) w[k] = std::sin(0.29f * static_cast<float>(k));
+    b.floats_shaped("w", {16, 24}, w);
+    b.node("MatMul", {"x", "w"}, {"m"});
+    tf::graph::testing::set_int(b.node("Softmax", {"m"}, {"y"}), "axis", std::atoi(softmax_axis));
+    b.output("y");
+    return b.m.SerializeAsString();
+  };
+  auto graphs_at = [](const std::string& bytes, const std::vector<int64_t>& sizes) {
+    std::vector<Graph> graphs;
+    for (int64_t n : sizes)
+      graphs.push_back(import_onnx_bytes(bytes, "test.onnx", {{{"batch", n}}, {}}));
+    return graphs;
+  };
+  auto pointers = [](const std::vector<Graph>& graphs) {
+    std::vector<const Graph*> out;
+    for (const Graph& g : graphs) out.push_back(&g);
+    return out;
+  };
+  fs::path so =
+      fs::temp_directory_path() / ("tf-pad-batch-test-" + std::to_string(getpid()) + ".so");
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  const std::vector<Graph> graphs = graphs_at(model("1"), {1, 3, 8});
+  CompiledModel cm = compile_model(pointers(graphs), tf::host_target(), defaults, so.string(),
+                                   "test", default_memory_budget(), false, /*pad_batch=*/true);
+  ASSERT_EQ(cm.buckets.size(), 3u);
+  EXPECT_FALSE(cm.buckets[0].padded);
+  EXPECT_TRUE(cm.buckets[1].padded && cm.buckets[2].padded);
+  EXPECT_EQ(cm.sidecar("test")["pad_batch"], true);
+  {
+    ModelLibrary lib(so.string());
+    EXPECT_FALSE(lib.bucket_padded(0));
+    EXPECT_TRUE(lib.bucket_padded(2));
+    int64_t rows = 0;
+    EXPECT_EQ(lib.padded_bucket_of({{2, 16}}, &rows), 1);
+    EXPECT_EQ(rows, 2);
+    EXPECT_EQ(lib.padded_bucket_of({{5, 16}}), 2);
+    EXPECT_EQ(lib.padded_bucket_of({{5, 17}}), -1);
+    EXPECT_EQ(lib.padded_bucket_of({{9, 16}}), -1);
+    for (int64_t n : {2, 5, 3}) {
+      std::vector<float> xs(static_cast<size_t>(n * 16));
+      for (size_t e = 0; e < xs.size(); ++e)
+        xs[e] = std::cos(0.07f * static_cast<float>(e) + static_cast<float>(n));
+      HostTensor x = HostTensor::floats({n, 16}, xs);
+      std::vector<HostTensor> got;
+      lib.run({&x}, got);
+      ASSERT_EQ(got.size(), 1u);
+      ASSERT_EQ(got[0].shape, (Shape{n, 24}));
+      const std::vector<Graph> at_n = graphs_at(model("1"), {n});
+      const std::vector<float> want = run_reference(at_n[0], {{"x", x}}).at("y").f;
+      for (size_t e = 0; e < want.size(); ++e)
+        EXPECT_NEAR(got[0].f[e], want[e], 1e-5) << "batch " << n << " element " << e;
+    }
+    HostTensor x9 = HostTensor::floats({9, 16}, std::vector<float>(9 * 16, 1.0f));
+    std::vector<HostTensor> got;
+    expect_error([&] { lib.run({&x9}, got); },
+                 "no shape bucket takes inputs of shapes [9, 16]; its buckets take [1, 16]; "
+                 "[3, 16]; [8, 16] (and fewer rows of axis 0 than 3, 8, padded)");
+  }
+  // The C ABI's table.
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto padded = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(h, "tf_model_bucket_padded"));
+  ASSERT_NE(padded, nullptr);
+  EXPECT_EQ(padded(0), 0);
+  EXPECT_EQ(padded(1), 1);
+  EXPECT_EQ(padded(2), 1);
+  EXPECT_EQ(padded(3), 0);
+  EXPECT_EQ(padded(-1), 0);
+  dlclose(h);
+  fs::remove(so);
+  fs::remove(so.string() + ".json");
+  // A softmax over the rows mixes them: padding would change every row's result.
+  const std::vector<Graph> mixing = graphs_at(model("0"), {1, 4});
+  expect_error(
+      [&] {
+        compile_model(pointers(mixing), tf::host_target(), defaults, so.string(), "test",
+                      default_memory_budget(), false, true);
+      },
+      "--pad-batch: bucket 1 (x [4, 16]) cannot be padded up to: the rows of axis 0 are not kept "
+      "apart (");
+  const std::vector<Graph> one = graphs_at(model("1"), {1});
+  expect_error(
+      [&] {
+        compile_model(pointers(one), tf::host_target(), defaults, so.string(), "test",
+                      default_memory_budget(), false, true);
+      },
+      "--pad-batch: no bucket has more than one row of axis 0 to pad up to");
+  EXPECT_FALSE(fs::exists(so));
+}
+
 // A model's entry points run its kernels with denormals flushed to zero (compiler/fp_control.h):
 // a product below 2^-126 is 0 and a denormal input reads as 0, on the caller's thread and on
 // the pool's workers alike (the elementwise kernels here are parallel loops; each call is

@@ -170,24 +170,57 @@ class NumpyAndLibraries(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "size 3 is given twice"):
             tunefarm.compile_model(path, dims={"batch": [3, 3]})
 
-    def test_a_list_of_sizes_makes_shape_buckets(self):
-        # dims={"batch": [1, 3, 8]}: one library, each call runs the bucket of its inputs' shapes.
-        path = os.path.join(TMP, "mlp_buckets.onnx")
+    def dynamic_batch_onnx(self, name):
+        """The test's MLP exported with a symbolic batch ('batch'), at TMP/name."""
+        path = os.path.join(TMP, name)
         torch.onnx.export(self.model, (torch.randn(2, 64),), path, opset_version=13, input_names=["x"],
                           output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
-        cm = tunefarm.optimize(path, dims={"batch": [1, 3, 8]})
+        return path
+
+    def input_and_output(self, rng, n):
+        """A random input of n rows and the MLP's output for it (PyTorch's)."""
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        with torch.no_grad():
+            return x, self.model(torch.from_numpy(x)).numpy()
+
+    def test_a_list_of_sizes_makes_shape_buckets(self):
+        # dims={"batch": [1, 3, 8]}: one library, each call runs the bucket of its inputs' shapes.
+        cm = tunefarm.optimize(self.dynamic_batch_onnx("mlp_buckets.onnx"), dims={"batch": [1, 3, 8]})
         self.assertEqual(cm.inputs[0]["shape"], (1, 64))  # bucket 0's
         rng = np.random.default_rng(5)
         for n in (8, 1, 3):
-            x = rng.standard_normal((n, 64)).astype(np.float32)
-            with torch.no_grad():
-                want = self.model(torch.from_numpy(x)).numpy()
+            x, want = self.input_and_output(rng, n)
             got = cm(x)
             self.assertEqual(got.shape, want.shape)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
         with self.assertRaisesRegex(ValueError, r"no shape bucket takes inputs of shapes \[5, 64\]; its buckets take "
                                                 r"\[1, 64\]; \[3, 64\]; \[8, 64\]"):
             cm(np.zeros((5, 64), np.float32))
+
+    def test_pad_batch_runs_fewer_rows_in_the_next_bucket(self):
+        # pad_batch=True: 2 and 5 rows run the buckets of 3 and 8 padded, through the NumPy model
+        # (into given outputs too) and a TorchModule; 9 rows are refused naming the padded sizes.
+        cm = tunefarm.optimize(self.dynamic_batch_onnx("mlp_pad.onnx"), dims={"batch": [1, 3, 8]}, pad_batch=True)
+        self.assertEqual([b["padded"] for b in cm._model.buckets], [False, True, True])
+        from tunefarm._torch import TorchModule
+        module = TorchModule(cm)
+        rng = np.random.default_rng(6)
+        for n in (2, 5, 1):
+            x, want = self.input_and_output(rng, n)
+            got = cm(x)
+            self.assertEqual(got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+            out = np.full(want.shape, np.nan, np.float32)
+            cm._model.run([x], [out])
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+            y = module(torch.from_numpy(x))
+            self.assertEqual(tuple(y.shape), want.shape)
+            np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
+        with self.assertRaisesRegex(ValueError, r"no shape bucket takes inputs of shapes \[9, 64\]; its buckets take "
+                                                r"\[1, 64\]; \[3, 64\]; \[8, 64\] \(and fewer rows of axis 0 than 3, 8, padded\)"):
+            cm(np.zeros((9, 64), np.float32))
+        with self.assertRaisesRegex(ValueError, "no shape bucket takes inputs of shapes"):
+            module(torch.zeros(9, 64))
 
     def test_load_a_library_written_by_the_command_line(self):
         lib = os.path.join(TMP, "mlp_cli.so")
