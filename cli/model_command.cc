@@ -575,9 +575,8 @@ int compile_model_file(const ModelCompileArgs& a) {
         sizes += str(sizes.empty() ? "" : ", ", in[0]["shape"][0].get<int64_t>());
     }
     std::printf(
-        "  fewer rows of axis 0 run padded up to the next of %s (--pad-batch: run --model and the "
-        "Python "
-        "package pad; the C ABI's callers pad themselves where tf_model_bucket_padded says so)\n",
+        "  fewer rows of axis 0 run padded up to the next of %s (--pad-batch: tf_model_run_shaped, "
+        "run --model and the Python package pad)\n",
         sizes.c_str());
   }
   return 0;

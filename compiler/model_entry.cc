@@ -137,7 +137,153 @@ class EntryGen {
     }
     llvm::Function* rs = define("tf_model_run_shaped", b_.getInt32Ty(), {ptr, ptr, ptr, ptr});
     llvm::Value* bucket = b_.CreateCall(of, {rs->getArg(0)});
+    if (std::none_of(buckets.begin(), buckets.end(), [](const EntrySpec& s) { return s.padded; })) {
+      b_.CreateRet(b_.CreateCall(rb, {bucket, rs->getArg(1), rs->getArg(2), rs->getArg(3)}));
+      return;
+    }
+    auto* exact = llvm::BasicBlock::Create(ctx_, "exact", rs);
+    auto* look = llvm::BasicBlock::Create(ctx_, "look_padded", rs);
+    b_.CreateCondBr(b_.CreateICmpSGE(bucket, b_.getInt32(0)), exact, look);
+    b_.SetInsertPoint(exact);
     b_.CreateRet(b_.CreateCall(rb, {bucket, rs->getArg(1), rs->getArg(2), rs->getArg(3)}));
+    b_.SetInsertPoint(look);
+    run_padded(buckets, rs, rb);
+  }
+
+  // The rest of tf_model_run_shaped (`fn`, at its insert point) in a library compiled with
+  // --pad-batch, for shapes no bucket has: the padded bucket of fewest rows whose inputs have
+  // the shapes but for more rows of axis 0 (as many in every input), run on copies of the
+  // inputs in zero-filled buffers of its size, whose outputs' first rows are copied out; -4
+  // when there is none, -1 when the copies do not fit in memory.
+  void run_padded(const std::vector<EntrySpec>& buckets, llvm::Function* fn, llvm::Function* rb) {
+    llvm::PointerType* ptr = b_.getPtrTy();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::Value *shapes = fn->getArg(0), *in = fn->getArg(1), *out = fn->getArg(2),
+                *ws = fn->getArg(3);
+    const size_t ni = buckets[0].inputs.size(), no = buckets[0].outputs.size();
+    auto* none = llvm::BasicBlock::Create(ctx_, "no_padded_bucket", fn);
+    auto block = [&](const std::string& name) { return llvm::BasicBlock::Create(ctx_, name, fn); };
+    // Every input's dimensions, and the rows of the first.
+    auto* have = block("have_shapes");
+    b_.CreateCondBr(b_.CreateIsNull(shapes), none, have);
+    b_.SetInsertPoint(have);
+    std::vector<llvm::Value*> dims;
+    for (size_t k = 0; k < ni; ++k) {
+      dims.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, shapes, k)));
+      auto* next = block(str("have_shape_", k));
+      b_.CreateCondBr(b_.CreateIsNull(dims.back()), none, next);
+      b_.SetInsertPoint(next);
+    }
+    if (ni == 0) {
+      b_.CreateBr(none);
+    } else {
+      llvm::Value* n = b_.CreateLoad(i64, dims[0]);
+      // The padded buckets by their rows, fewest first.
+      std::vector<size_t> order;
+      for (size_t bk = 0; bk < buckets.size(); ++bk)
+        if (buckets[bk].padded) order.push_back(bk);
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return buckets[a].inputs[0].shape.at(0) < buckets[b].inputs[0].shape.at(0);
+      });
+      for (size_t bk : order) {
+        const EntrySpec& s = buckets[bk];
+        const int64_t rows = s.inputs[0].shape.at(0);
+        auto* next = block(str("not_padded_", bk));
+        auto* pad = block(str("pad_to_", bk));
+        llvm::Value* fits = b_.CreateAnd(b_.CreateICmpSGE(n, b_.getInt64(1)),
+                                         b_.CreateICmpSLE(n, b_.getInt64(rows)));
+        for (size_t k = 0; k < ni; ++k) {
+          const std::vector<int64_t>& shape = s.inputs[k].shape;
+          for (size_t d = 0; d < shape.size(); ++d) {
+            llvm::Value* v = b_.CreateLoad(i64, b_.CreateConstInBoundsGEP1_64(i64, dims[k], d));
+            fits = b_.CreateAnd(
+                fits,
+                b_.CreateICmpEQ(v, d == 0 ? n : b_.getInt64(static_cast<uint64_t>(shape[d]))));
+          }
+        }
+        b_.CreateCondBr(fits, pad, next);
+        b_.SetInsertPoint(pad);
+        padded_call(s, static_cast<int32_t>(bk), rb, n, in, out, ws);
+        b_.SetInsertPoint(next);
+      }
+      b_.CreateBr(none);
+    }
+    b_.SetInsertPoint(none);
+    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(kNoBucketStatus)));
+    (void)no;
+  }
+
+  // Bucket `bk` (`s`) run on `n` rows of the caller's inputs in zero-filled buffers of its
+  // size, the outputs' first `n` rows copied to the caller's; returns its status.
+  void padded_call(const EntrySpec& s, int32_t bk, llvm::Function* rb, llvm::Value* n,
+                   llvm::Value* in, llvm::Value* out, llvm::Value* ws) {
+    llvm::PointerType* ptr = b_.getPtrTy();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    llvm::FunctionCallee alloc =
+        m_.getOrInsertFunction("aligned_alloc", llvm::FunctionType::get(ptr, {i64, i64}, false));
+    llvm::FunctionCallee release =
+        m_.getOrInsertFunction("free", llvm::FunctionType::get(b_.getVoidTy(), {ptr}, false));
+    const int64_t rows = s.inputs[0].shape.at(0);
+    auto bytes = [](const EntryTensor& t) {
+      uint64_t e = entry_type_bytes(t.dtype);
+      for (int64_t d : t.shape) e *= static_cast<uint64_t>(d);
+      return e;
+    };
+    // Buffers of the bucket's size, inputs then outputs, zero-filled (64-byte aligned, at least
+    // 64 bytes).
+    std::vector<const EntryTensor*> tensors;
+    for (const EntryTensor& t : s.inputs) tensors.push_back(&t);
+    for (const EntryTensor& t : s.outputs) tensors.push_back(&t);
+    auto* array_ty = llvm::ArrayType::get(ptr, std::max<size_t>(tensors.size(), 1));
+    llvm::Value* buffers = b_.CreateAlloca(array_ty);
+    llvm::Value* missing = b_.getFalse();
+    std::vector<llvm::Value*> buf;
+    for (const EntryTensor* t : tensors) {
+      const uint64_t size = std::max<uint64_t>((bytes(*t) + kAlign - 1) / kAlign * kAlign, kAlign);
+      llvm::Value* p = b_.CreateCall(alloc, {b_.getInt64(kAlign), b_.getInt64(size)});
+      b_.CreateStore(p, b_.CreateConstInBoundsGEP2_64(array_ty, buffers, 0, buf.size()));
+      missing = b_.CreateOr(missing, b_.CreateIsNull(p));
+      buf.push_back(p);
+    }
+    auto* oom = llvm::BasicBlock::Create(ctx_, str("pad_out_of_memory_", bk), fn);
+    auto* fill = llvm::BasicBlock::Create(ctx_, str("pad_fill_", bk), fn);
+    auto free_all = [&] {
+      for (llvm::Value* p : buf) b_.CreateCall(release, {p});
+    };
+    b_.CreateCondBr(missing, oom, fill);
+    b_.SetInsertPoint(oom);
+    free_all();
+    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
+    b_.SetInsertPoint(fill);
+    // A tensor's bytes per row of axis 0, and n rows of them.
+    auto rows_bytes = [&](const EntryTensor& t) {
+      return b_.CreateMul(n, b_.getInt64(bytes(t) / static_cast<uint64_t>(rows)));
+    };
+    for (size_t k = 0; k < s.inputs.size(); ++k) {
+      b_.CreateMemSet(buf[k], b_.getInt8(0), b_.getInt64(bytes(s.inputs[k])),
+                      llvm::MaybeAlign(kAlign));
+      llvm::Value* from = b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, in, k));
+      b_.CreateMemCpy(buf[k], llvm::MaybeAlign(kAlign), from, llvm::MaybeAlign(1),
+                      rows_bytes(s.inputs[k]));
+    }
+    llvm::Value* ins = b_.CreateConstInBoundsGEP2_64(array_ty, buffers, 0, 0);
+    llvm::Value* outs = b_.CreateConstInBoundsGEP2_64(array_ty, buffers, 0, s.inputs.size());
+    llvm::Value* status =
+        b_.CreateCall(rb, {b_.getInt32(static_cast<uint32_t>(bk)), ins, outs, ws});
+    auto* copy = llvm::BasicBlock::Create(ctx_, str("pad_copy_out_", bk), fn);
+    auto* done = llvm::BasicBlock::Create(ctx_, str("pad_done_", bk), fn);
+    b_.CreateCondBr(b_.CreateICmpEQ(status, b_.getInt32(0)), copy, done);
+    b_.SetInsertPoint(copy);
+    for (size_t k = 0; k < s.outputs.size(); ++k) {
+      llvm::Value* to = b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, out, k));
+      b_.CreateMemCpy(to, llvm::MaybeAlign(1), buf[s.inputs.size() + k], llvm::MaybeAlign(kAlign),
+                      rows_bytes(s.outputs[k]));
+    }
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    free_all();
+    b_.CreateRet(status);
   }
 
   // The bucket table: tf_model_num_buckets, tf_model_bucket_input_shape and _output_shape, and

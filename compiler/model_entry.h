@@ -48,8 +48,9 @@
 //   int32_t        tf_model_bucket_padded(int32_t b);   1: bucket b may run fewer rows of
 //                                                      axis 0 padded (--pad-batch), else 0
 //
-// The library does not pad itself: its callers (graph/model_library.h, the Python package)
-// copy the rows into a zero-filled batch of the bucket's size and take the outputs' first rows.
+// tf_model_run_shaped then runs fewer rows in the padded bucket of fewest rows that has the
+// inputs' other dimensions: copies of the rows in zero-filled buffers of its size (64-byte
+// aligned), the outputs' first rows copied back (-1 when the copies do not fit in memory).
 #pragma once
 
 #include <array>

@@ -22,7 +22,9 @@
  *   tf_model_run_bucket(b, ...), tf_model_run_device_bucket(b, ...)  the same for shape
  *       bucket b (compile --model --dim batch=1,8,32: one launch plan per bucket, the same
  *       modules and constants; the two above run bucket 0); tf_model_run_shaped(input shapes,
- *       ...) the bucket of those shapes (tf_model_bucket_of, from the library's tables).
+ *       ...) the bucket of those shapes (tf_model_bucket_of, from the library's tables), or,
+ *       compiled with --pad-batch, fewer rows of axis 0 in the next larger bucket, padded on
+ *       the host (the device entry points do not pad).
  * All return 0; -1 when device memory ran out; -2 when an int64 input is out of +-2^24;
  * -3 when the driver is missing or failed (a faulting kernel included); -4 for a bucket the
  * library has not: tf_model_last_error() says what. Calls are serialized by a lock (one
@@ -568,10 +570,77 @@ EXPORT int32_t tf_model_run(const void* const* inputs, void* const* outputs, voi
 
 /* The bucket table's (compiler/model_entry.cc, in the library's other object). */
 extern int32_t tf_model_bucket_of(const int64_t* const* input_shapes);
+extern int32_t tf_model_bucket_padded(int32_t b);
+extern const int64_t* tf_model_bucket_input_shape(int32_t b, int32_t i);
+extern int32_t tf_model_input_ndim(int32_t i);
+
+/* Compiled with --pad-batch: the padded bucket of fewest rows whose inputs have these shapes
+   but for more rows of axis 0 (as many in every input), or -1; *rows: the inputs' rows. */
+static int padded_bucket(const int64_t* const* shapes, int64_t* rows) {
+  locate();
+  int64_t ni = H(TF_GPU_PLAN_INPUTS);
+  if (!shapes || ni == 0 || g_plans == 0) return -1;
+  for (int64_t k = 0; k < ni; ++k)
+    if (!shapes[k] || tf_model_input_ndim((int32_t)k) < 1) return -1;
+  int64_t n = shapes[0][0], best_rows = 0;
+  int best = -1;
+  for (int b = 0; b < g_plans; ++b) {
+    if (tf_model_bucket_padded(b) != 1) continue;
+    int fits = n >= 1;
+    for (int64_t k = 0; fits && k < ni; ++k) {
+      const int64_t* want = tf_model_bucket_input_shape(b, (int32_t)k);
+      fits = want && shapes[k][0] == n && want[0] >= n;
+      for (int32_t d = 1; fits && d < tf_model_input_ndim((int32_t)k); ++d)
+        fits = shapes[k][d] == want[d];
+    }
+    const int64_t* first = tf_model_bucket_input_shape(b, 0);
+    if (fits && (best < 0 || first[0] < best_rows)) best = b, best_rows = first[0];
+  }
+  *rows = n;
+  return best;
+}
+
+/* Bucket b on `rows` rows of the caller's host buffers, through zero-filled copies of its size:
+   the outputs' first rows copied back. */
+static int32_t run_padded(int b, int64_t rows, const void* const* inputs, void* const* outputs,
+                          void* workspace) {
+  const int64_t* p = g_plan[b];
+  int64_t ni = p[TF_GPU_PLAN_INPUTS], no = p[TF_GPU_PLAN_OUTPUTS];
+  int64_t bucket_rows = tf_model_bucket_input_shape(b, 0)[0];
+  void** buffers = calloc((size_t)(ni + no) + 1, sizeof(void*));
+  int status = buffers ? 0 : -1;
+  for (int64_t k = 0; !status && k < ni + no; ++k) {
+    int output = k >= ni;
+    int64_t t = output ? k - ni : k;
+    size_t bytes = (size_t)tensor_elements(p, output, t) * dtype_bytes(tensor_dtype(p, output, t));
+    if (!(buffers[k] = calloc(bytes ? bytes : 1, 1)))
+      status = -1;
+    else if (!output)
+      memcpy(buffers[k], inputs[k], bytes / (size_t)bucket_rows * (size_t)rows);
+  }
+  if (status) {
+    pthread_mutex_lock(&g_lock);
+    fail(-1, "out of host memory (padding %lld rows up to %lld)", (long long)rows,
+         (long long)bucket_rows);
+    pthread_mutex_unlock(&g_lock);
+  } else {
+    status = tf_model_run_bucket(b, (const void* const*)buffers, buffers + ni, workspace);
+  }
+  for (int64_t k = 0; !status && k < no; ++k) {
+    size_t bytes = (size_t)tensor_elements(p, 1, k) * dtype_bytes(tensor_dtype(p, 1, k));
+    memcpy(outputs[k], buffers[ni + k], bytes / (size_t)bucket_rows * (size_t)rows);
+  }
+  for (int64_t k = 0; buffers && k < ni + no; ++k) free(buffers[k]);
+  free(buffers);
+  return status;
+}
 
 EXPORT int32_t tf_model_run_shaped(const int64_t* const* input_shapes, const void* const* inputs,
                                    void* const* outputs, void* workspace) {
   int32_t b = tf_model_bucket_of(input_shapes);
+  int64_t rows = 0;
+  int padded = b < 0 ? padded_bucket(input_shapes, &rows) : -1;
+  if (padded >= 0) return run_padded(padded, rows, inputs, outputs, workspace);
   if (b < 0) {
     pthread_mutex_lock(&g_lock);
     locate();

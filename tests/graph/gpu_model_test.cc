@@ -674,7 +674,28 @@ TEST_F(GpuModel, ShapeBucketsRunTheirOwnPlansThroughTheDriver) {
     std::vector<HostTensor> got;
     ml.run({&x2}, got);
     ASSERT_EQ(got.size(), 1u);
-    EXPECT_EQ(compare(run_reference(g2, {{"x", x2}}).at("y"), got[0]), "");
+    const HostTensor want2 = run_reference(g2, {{"x", x2}}).at("y");
+    EXPECT_EQ(compare(want2, got[0]), "");
+    // The C ABI's tf_model_run_shaped pads on the host the same way.
+    void* hp = dlopen(path("bkp.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(hp, nullptr) << dlerror();
+    auto shaped_p =
+        reinterpret_cast<int32_t (*)(const int64_t* const*, const void* const*, void* const*,
+                                     void*)>(dlsym(hp, "tf_model_run_shaped"));
+    ASSERT_NE(shaped_p, nullptr);
+    std::vector<float> y2(21, -7.0f);
+    const void* in2[1] = {x2.f.data()};
+    void* out2[1] = {y2.data()};
+    const int64_t d2[4] = {2, 3, 12, 12}, d4[4] = {4, 3, 12, 12};
+    const int64_t* s2[1] = {d2};
+    const int64_t* s4[1] = {d4};
+    ASSERT_EQ(shaped_p(s2, in2, out2, nullptr), 0);
+    EXPECT_EQ(compare(want2,
+                      HostTensor::floats({2, 10}, std::vector<float>(y2.begin(), y2.begin() + 20))),
+              "");
+    EXPECT_EQ(y2[20], -7.0f);
+    EXPECT_EQ(shaped_p(s4, in2, out2, nullptr), -4);
+    dlclose(hp);
   }
   // The C ABI: by bucket and by shape, on host buffers and on "device" ones.
   void* h = dlopen(path("bk.so").c_str(), RTLD_NOW | RTLD_LOCAL);

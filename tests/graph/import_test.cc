@@ -3264,6 +3264,32 @@ TEST(ModelLibrary, PadBatchRunsFewerRowsInTheNextBucketWhereTheRowsAreApart) {
   EXPECT_EQ(padded(2), 1);
   EXPECT_EQ(padded(3), 0);
   EXPECT_EQ(padded(-1), 0);
+  // tf_model_run_shaped pads too: 2 rows in bucket 1, the caller's buffers of 2 rows.
+  auto shaped =
+      reinterpret_cast<int32_t (*)(const int64_t* const*, const void* const*, void* const*, void*)>(
+          dlsym(h, "tf_model_run_shaped"));
+  ASSERT_NE(shaped, nullptr);
+  {
+    std::vector<float> xs(2 * 16);
+    for (size_t e = 0; e < xs.size(); ++e) xs[e] = std::sin(0.13f * static_cast<float>(e));
+    std::vector<float> y(2 * 24 + 1, -7.0f);  // one float past the rows: left alone
+    const void* ins[1] = {xs.data()};
+    void* outs[1] = {y.data()};
+    const int64_t dims2[2] = {2, 16}, dims9[2] = {9, 16}, dims2w[2] = {2, 17};
+    const int64_t* at2[1] = {dims2};
+    ASSERT_EQ(shaped(at2, ins, outs, nullptr), 0);
+    const std::vector<float> want =
+        run_reference(graphs_at(model("1"), {2})[0], {{"x", HostTensor::floats({2, 16}, xs)}})
+            .at("y")
+            .f;
+    for (size_t e = 0; e < want.size(); ++e) EXPECT_NEAR(y[e], want[e], 1e-5) << e;
+    EXPECT_EQ(y.back(), -7.0f);
+    const int64_t* at9[1] = {dims9};
+    const int64_t* at2w[1] = {dims2w};
+    EXPECT_EQ(shaped(at9, ins, outs, nullptr), -4);
+    EXPECT_EQ(shaped(at2w, ins, outs, nullptr), -4);
+    EXPECT_EQ(shaped(nullptr, ins, outs, nullptr), -4);
+  }
   dlclose(h);
   fs::remove(so);
   fs::remove(so.string() + ".json");
