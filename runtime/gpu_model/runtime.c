@@ -572,14 +572,15 @@ EXPORT int32_t tf_model_run(const void* const* inputs, void* const* outputs, voi
 extern int32_t tf_model_bucket_of(const int64_t* const* input_shapes);
 extern int32_t tf_model_bucket_padded(int32_t b);
 extern const int64_t* tf_model_bucket_input_shape(int32_t b, int32_t i);
-extern int32_t tf_model_input_ndim(int32_t i);
+/* (Weak: a model without inputs has no input tables, and nothing to pad.) */
+extern int32_t tf_model_input_ndim(int32_t i) __attribute__((weak));
 
 /* Compiled with --pad-batch: the padded bucket of fewest rows whose inputs have these shapes
    but for more rows of axis 0 (as many in every input), or -1; *rows: the inputs' rows. */
 static int padded_bucket(const int64_t* const* shapes, int64_t* rows) {
   locate();
   int64_t ni = H(TF_GPU_PLAN_INPUTS);
-  if (!shapes || ni == 0 || g_plans == 0) return -1;
+  if (!shapes || ni == 0 || g_plans == 0 || !tf_model_input_ndim) return -1;
   for (int64_t k = 0; k < ni; ++k)
     if (!shapes[k] || tf_model_input_ndim((int32_t)k) < 1) return -1;
   int64_t n = shapes[0][0], best_rows = 0;
