@@ -695,10 +695,7 @@ int run_model(const ModelRunArgs& a) {
           served += str(b == 0 ? "" : "; ", b, ":");
           for (const TensorInfo& t : lib->bucket_inputs(b)) served += str(" ", t.name, " ", shape_str(t.shape));
         }
-        std::string pads;
-        for (int b = 0; b < lib->num_buckets(); ++b)
-          if (lib->bucket_padded(b))
-            pads += str(pads.empty() ? "" : ", ", lib->bucket_inputs(b)[0].shape.at(0));
+        std::string pads = lib->padded_sizes();
         if (!pads.empty())
           pads = str("; fewer rows of axis 0 than ", pads, " run padded (all inputs given)");
         throw UserError(str("--input: no shape bucket of ", a.model, " takes ", have,

@@ -160,7 +160,9 @@ class EntryGen {
     llvm::Type* i64 = b_.getInt64Ty();
     llvm::Value *shapes = fn->getArg(0), *in = fn->getArg(1), *out = fn->getArg(2),
                 *ws = fn->getArg(3);
-    const size_t ni = buckets[0].inputs.size(), no = buckets[0].outputs.size();
+    // (compile_model pads only models with inputs.)
+    const size_t ni = buckets[0].inputs.size();
+    TF_CHECK(ni > 0, "codegen_model_entry: --pad-batch for a model without inputs");
     auto* none = llvm::BasicBlock::Create(ctx_, "no_padded_bucket", fn);
     auto block = [&](const std::string& name) { return llvm::BasicBlock::Create(ctx_, name, fn); };
     // Every input's dimensions, and the rows of the first.
@@ -174,43 +176,37 @@ class EntryGen {
       b_.CreateCondBr(b_.CreateIsNull(dims.back()), none, next);
       b_.SetInsertPoint(next);
     }
-    if (ni == 0) {
-      b_.CreateBr(none);
-    } else {
-      llvm::Value* n = b_.CreateLoad(i64, dims[0]);
-      // The padded buckets by their rows, fewest first.
-      std::vector<size_t> order;
-      for (size_t bk = 0; bk < buckets.size(); ++bk)
-        if (buckets[bk].padded) order.push_back(bk);
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return buckets[a].inputs[0].shape.at(0) < buckets[b].inputs[0].shape.at(0);
-      });
-      for (size_t bk : order) {
-        const EntrySpec& s = buckets[bk];
-        const int64_t rows = s.inputs[0].shape.at(0);
-        auto* next = block(str("not_padded_", bk));
-        auto* pad = block(str("pad_to_", bk));
-        llvm::Value* fits = b_.CreateAnd(b_.CreateICmpSGE(n, b_.getInt64(1)),
-                                         b_.CreateICmpSLE(n, b_.getInt64(rows)));
-        for (size_t k = 0; k < ni; ++k) {
-          const std::vector<int64_t>& shape = s.inputs[k].shape;
-          for (size_t d = 0; d < shape.size(); ++d) {
-            llvm::Value* v = b_.CreateLoad(i64, b_.CreateConstInBoundsGEP1_64(i64, dims[k], d));
-            fits = b_.CreateAnd(
-                fits,
-                b_.CreateICmpEQ(v, d == 0 ? n : b_.getInt64(static_cast<uint64_t>(shape[d]))));
-          }
+    llvm::Value* n = b_.CreateLoad(i64, dims[0]);
+    // The padded buckets by their rows, fewest first.
+    std::vector<size_t> order;
+    for (size_t bk = 0; bk < buckets.size(); ++bk)
+      if (buckets[bk].padded) order.push_back(bk);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return buckets[a].inputs[0].shape.at(0) < buckets[b].inputs[0].shape.at(0);
+    });
+    for (size_t bk : order) {
+      const EntrySpec& s = buckets[bk];
+      const int64_t rows = s.inputs[0].shape.at(0);
+      auto* next = block(str("not_padded_", bk));
+      auto* pad = block(str("pad_to_", bk));
+      llvm::Value* fits =
+          b_.CreateAnd(b_.CreateICmpSGE(n, b_.getInt64(1)), b_.CreateICmpSLE(n, b_.getInt64(rows)));
+      for (size_t k = 0; k < ni; ++k) {
+        const std::vector<int64_t>& shape = s.inputs[k].shape;
+        for (size_t d = 0; d < shape.size(); ++d) {
+          llvm::Value* v = b_.CreateLoad(i64, b_.CreateConstInBoundsGEP1_64(i64, dims[k], d));
+          fits = b_.CreateAnd(
+              fits, b_.CreateICmpEQ(v, d == 0 ? n : b_.getInt64(static_cast<uint64_t>(shape[d]))));
         }
-        b_.CreateCondBr(fits, pad, next);
-        b_.SetInsertPoint(pad);
-        padded_call(s, static_cast<int32_t>(bk), rb, n, in, out, ws);
-        b_.SetInsertPoint(next);
       }
-      b_.CreateBr(none);
+      b_.CreateCondBr(fits, pad, next);
+      b_.SetInsertPoint(pad);
+      padded_call(s, static_cast<int32_t>(bk), rb, n, in, out, ws);
+      b_.SetInsertPoint(next);
     }
+    b_.CreateBr(none);
     b_.SetInsertPoint(none);
     b_.CreateRet(b_.getInt32(static_cast<uint32_t>(kNoBucketStatus)));
-    (void)no;
   }
 
   // Bucket `bk` (`s`) run on `n` rows of the caller's inputs in zero-filled buffers of its

@@ -60,11 +60,7 @@ void ModelLibrary::run(const std::vector<const HostTensor*>& inputs,
         for (const TensorInfo& t : bucket_inputs(b)) one += (one.empty() ? "" : ", ") + shape_str(t.shape);
         served += str(b == 0 ? "" : "; ", one);
       }
-      std::string pads;
-      for (int b = 0; b < num_buckets(); ++b) {
-        if (abi_->buckets()[static_cast<size_t>(b)].padded)
-          pads += str(pads.empty() ? "" : ", ", bucket_inputs(b)[0].shape.at(0));
-      }
+      std::string pads = padded_sizes();
       if (!pads.empty()) pads = str(" (and fewer rows of axis 0 than ", pads, ", padded)");
       throw UserError(str(path_, ": no shape bucket takes inputs of shapes ", have,
                           "; its buckets take ", served, pads));
@@ -206,6 +202,15 @@ int ModelLibrary::padded_bucket_of(const std::vector<Shape>& shapes, int64_t* ro
   }
   if (best >= 0 && rows) *rows = n;
   return best;
+}
+
+std::string ModelLibrary::padded_sizes() const {
+  std::string out;
+  for (int b = 0; b < num_buckets(); ++b)
+    if (bucket_padded(b))
+      out +=
+          str(out.empty() ? "" : ", ", abi_->buckets()[static_cast<size_t>(b)].inputs.at(0).at(0));
+  return out;
 }
 
 // The first `rows` rows of axis 0 of `t` in a zero-filled tensor of `shape` (more rows), or

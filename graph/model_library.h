@@ -45,6 +45,9 @@ class ModelLibrary {
   int padded_bucket_of(const std::vector<Shape>& input_shapes, int64_t* rows = nullptr) const;
   // Whether fewer rows may run bucket `b` padded.
   bool bucket_padded(int b) const { return abi_->buckets().at(static_cast<size_t>(b)).padded; }
+  // The rows of axis 0 of the buckets fewer rows may run padded, "3, 8" ("" for none): what
+  // messages refusing a shape list.
+  std::string padded_sizes() const;
 
   // Runs the model on inputs in the model's order, in the bucket of their shapes, or padded up
   // to padded_bucket_of's (zero rows after the inputs'; the outputs' first rows kept); UserError
