@@ -80,7 +80,12 @@ WGMMA_TILES = [{"warps_m": 4, "warps_n": 1, "tiles_m": 1, "tiles_n": 8, "unroll_
 
 
 def wgmma_grid():
-    return [dict(t, split_k=s, shared=True, half_tiles=True, wgmma=True) for t in WGMMA_TILES for s in (1, 2, 4)]
+    # Each tile as it is (every K chunk's products waited for before the next chunk's copies), and
+    # with 4 stages and each chunk's products in flight across the next (wgmma_in_flight).
+    plain = [dict(t, split_k=s, shared=True, half_tiles=True, wgmma=True) for t in WGMMA_TILES for s in (1, 2, 4)]
+    flight = [dict(t, stages=4, split_k=s, shared=True, half_tiles=True, wgmma=True, wgmma_in_flight=True)
+              for t in WGMMA_TILES for s in (1, 4)]
+    return plain + flight
 
 
 def default_grid(large=False):

@@ -12,7 +12,7 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
+# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_bert16,sweep_random,sweep_grouped,tune_rate,
 # tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
@@ -110,6 +110,11 @@ step profile_o3 60 python3 bench/gpu_profile.py "$bin" --opt-level 3 --models be
 step bench_wgmma 80 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-operands --groups dense,bert --rounds 3 \
   -c '{"warps_m":8,"warps_n":1,"tiles_m":1,"tiles_n":16,"unroll_k":4,"stages":3,"split_k":1,"shared":true,"wgmma":true}' \
   --json "$WORK/bench_wgmma.json"
+# The same tile with 4 stages and each K chunk's products in flight across the next (issue 55:
+# every wgmma config of session 87 waited for its products before the next chunk's copies).
+step bench_wgmma_flight 80 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-operands --groups dense,bert --rounds 3 \
+  -c '{"warps_m":8,"warps_n":1,"tiles_m":1,"tiles_n":16,"unroll_k":4,"stages":4,"split_k":1,"shared":true,"wgmma":true,"wgmma_in_flight":true}' \
+  --json "$WORK/bench_wgmma_flight.json"
 step sweep_wgmma 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --wgmma --calls 10 \
   -w 'conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1,epilogue=bias_relu)' -w 'conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)'
 step sweep_fp16 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups bert --calls 10 \

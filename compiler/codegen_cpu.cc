@@ -285,6 +285,19 @@ class CodeGenCpu final : public CodeGen {
     return b_.CreateAlignedLoad(type_of(c->type), out, llvm::Align(16));
   }
 
+  // The wait for warpgroup-level products (kWgmmaWait) in the same emulation: a call of
+  // tunefarm_emulated_wgmma_wait(pending), where the emulator retires the thread's products but
+  // the `pending` latest (and checks that nothing wrote what they read while they were in
+  // flight, as the GPU may read it until then); the accumulators as they are.
+  llvm::Value* wgmma_wait(const Call* c) override {
+    if (kernel_args_.count("tf_emu_ids")) {
+      llvm::FunctionCallee wait =
+          runtime("tunefarm_emulated_wgmma_wait", b_.getVoidTy(), {b_.getInt64Ty()});
+      b_.CreateCall(wait, {b_.getInt64(*as_const_int(c->args[0]))});
+    }
+    return CodeGen::wgmma_wait(c);
+  }
+
   // A warp's fragment loads (kLdMatrix) in the same emulation: tunefarm_emulated_ldmatrix_x<n>(row,
   // result), where the lanes meet, each leaves the 16 bytes it supplies and takes its words.
   llvm::Value* ldmatrix(const Call* c) override {

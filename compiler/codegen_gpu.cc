@@ -51,6 +51,8 @@ llvm::Align CodeGenGpu::vector_align(const Expr& base) const {
 
 void CodeGenGpu::barrier(const Barrier* s) {
   TF_CHECK(s->sync != Barrier::Kind::Emulated, "codegen: an emulated barrier in a GPU kernel");
+  TF_CHECK(s->sync != Barrier::Kind::AsyncReads,
+           "codegen: an async_reads mark the wgmma_waits pass left");
   if (s->sync == Barrier::Kind::AsyncCommit || s->sync == Barrier::Kind::AsyncWait) return async_group(s);
   block_barrier();
 }

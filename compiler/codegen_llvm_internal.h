@@ -576,7 +576,8 @@ class CodeGen {
   // whose products are synchronous (the threaded emulation), the values themselves.
   virtual llvm::Value* wgmma_wait(const Call* c) {
     llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
-    for (size_t i = 0; i < c->args.size(); ++i) out = b_.CreateInsertElement(out, expr(c->args[i]), uint64_t{i});
+    for (size_t i = 1; i < c->args.size(); ++i)
+      out = b_.CreateInsertElement(out, expr(c->args[i]), uint64_t{i - 1});
     return out;
   }
 

@@ -294,10 +294,11 @@ class CodeGenNvptx final : public CodeGenGpu {
     return out;
   }
 
-  // The accumulators through wgmma.wait_group 0, tied in and out: every product issued before
-  // is complete, and nothing reads its results earlier.
+  // The accumulators through wgmma.wait_group N, tied in and out: every product issued before
+  // but the N most recent is complete, and nothing reads its results earlier.
   llvm::Value* wgmma_wait(const Call* c) override {
-    return on_accumulators("wgmma.wait_group.sync.aligned 0;", c, 0, {}, "");
+    return on_accumulators(str("wgmma.wait_group.sync.aligned ", *as_const_int(c->args[0]), ";"), c,
+                           1, {}, "");
   }
 
   int sm() const { return target_.arch.rfind("sm_", 0) == 0 ? std::atoi(target_.arch.c_str() + 3) : 0; }

@@ -145,10 +145,16 @@ Expr Call::make(const std::string& name, std::vector<Expr> args) {
     return Expr(std::make_shared<Call>(Type::float32().with_lanes(static_cast<int>(acc)), name, std::move(args)));
   }
   if (name == kWgmmaWait) {
-    bool ok = !args.empty() && args.size() <= 128;
-    for (const Expr& a : args) ok = ok && a.type() == Type::float32();
-    TF_CHECK(ok, name, " takes 1 to 128 float32 accumulators; got ", args.size(), " arguments");
-    return Expr(std::make_shared<Call>(Type::float32().with_lanes(static_cast<int>(args.size())), name, std::move(args)));
+    const int64_t* pending = args.empty() ? nullptr : as_const_int(args[0]);
+    bool ok = pending && *pending >= 0 && *pending < 64 && args.size() >= 2 && args.size() <= 129;
+    for (size_t i = 1; ok && i < args.size(); ++i) ok = args[i].type() == Type::float32();
+    TF_CHECK(
+        ok, name,
+        " takes the products it leaves pending (an integer constant, 0 to 63) and 1 to 128 float32 "
+        "accumulators; got ",
+        args.size(), " arguments");
+    return Expr(std::make_shared<Call>(
+        Type::float32().with_lanes(static_cast<int>(args.size() - 1)), name, std::move(args)));
   }
   if (name == kWordHalf) {
     const int64_t* j = args.size() == 3 ? as_const_int(args[1]) : nullptr;

@@ -304,9 +304,12 @@ MmaPlace warp_mma_c(int e, int g, int t);
 // runs only in the threaded emulation of a block, whose warpgroups meet there (synchronously).
 constexpr const char* kWgmmaF16 = "wgmma_m64k16_f16";
 constexpr const char* kWgmmaBF16 = "wgmma_m64k16_bf16";
-// wgmma_wait(c_0 .. c_{n-1}): the float32 accumulators of warpgroup-level products, once every
-// product the thread issued is complete (PTX's wgmma.wait_group 0, the values tied through it
-// so that nothing reads them earlier); the values as they are on a CPU.
+// wgmma_wait(pending, c_0 .. c_{n-1}): the float32 accumulators of warpgroup-level products,
+// once at most `pending` (an integer constant) of the most recent products the thread issued are
+// incomplete (PTX's wgmma.wait_group, each product its own group; the values tied through it so
+// that nothing reads them earlier). With `pending` 0 every product is complete and the values
+// may be read; with more, only the next products may take them (a pipelined loop keeping an
+// iteration's products in flight: Barrier::Kind::AsyncReads). The values as they are on a CPU.
 constexpr const char* kWgmmaWait = "wgmma_wait";
 bool is_wgmma(const std::string& call);
 // N of such a call (from its operands: 6 + N / 2).
@@ -516,11 +519,17 @@ struct Allocate : StmtNode {
 //                incomplete (cp.async.wait_group); a Block barrier after it publishes them.
 //   Emulated     a Block barrier where CPU threads emulate a GPU block (tests only:
 //                compiler/gpu.h emulate_gpu_thread): a call to tunefarm_emulated_barrier().
+//   AsyncReads   a mark, not an instruction: at the end of an iteration of a pipelined loop
+//                (Stage::multi_buffer with reads in flight), the asynchronous readers of its
+//                shared buffers this iteration issued (warpgroup-level products) may still run
+//                for `pending` more iterations, those of earlier ones must be complete; with
+//                `pending` 0, right after the loop, every one must be. The lowering pass
+//                wgmma_waits turns each into the waits it says and removes it.
 struct Barrier : StmtNode {
-  enum class Kind : uint8_t { Block, AsyncCommit, AsyncWait, Emulated };
+  enum class Kind : uint8_t { Block, AsyncCommit, AsyncWait, Emulated, AsyncReads };
   static constexpr StmtKind kKind = StmtKind::Barrier;
   Kind sync;
-  int pending = 0;  // AsyncWait
+  int pending = 0;  // AsyncWait, AsyncReads
   Barrier(Kind k, int p) : StmtNode(kKind), sync(k), pending(p) {}
   static Stmt make(Kind k = Kind::Block, int pending = 0);
 };

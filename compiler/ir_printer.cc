@@ -217,6 +217,9 @@ class Printer {
           case Barrier::Kind::AsyncCommit: os_ << "async_commit\n"; break;
           case Barrier::Kind::AsyncWait: os_ << "async_wait(" << s.as<Barrier>()->pending << ")\n"; break;
           case Barrier::Kind::Emulated: os_ << "emulated_barrier\n"; break;
+          case Barrier::Kind::AsyncReads:
+            os_ << "async_reads(" << s.as<Barrier>()->pending << ")\n";
+            break;
         }
         return;
       case StmtKind::Prefetch: {

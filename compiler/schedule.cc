@@ -231,12 +231,22 @@ void Stage::storage_layout(std::vector<size_t> order, int64_t pad, bool core_mat
   storage_core_matrices_ = core_matrices;
 }
 
-void Stage::multi_buffer(int n) {
+void Stage::multi_buffer(int n, int reads_in_flight) {
   if (scope_ != MemScope::Shared) {
     throw UserError(str("multi_buffer of stage ", name(), ": only shared stages (cache_read_shared) can be"));
   }
   if (n < 2 || n > 4) throw UserError(str("multi_buffer of stage ", name(), ": ", n, " buffers (2 to 4)"));
+  if (reads_in_flight < 0 || reads_in_flight > 1) {
+    throw UserError(str("multi_buffer of stage ", name(), ": ", reads_in_flight,
+                        " iterations of reads in flight (0 or 1)"));
+  }
+  if (n - 1 - reads_in_flight < 1) {
+    throw UserError(str("multi_buffer of stage ", name(), ": ", n,
+                        " buffers with reads in flight (it needs 3 or more: ",
+                        "one read, one still read by the iteration before, one being copied)"));
+  }
   buffers_ = n;
+  reads_in_flight_ = reads_in_flight;
 }
 
 void Stage::compute_inline() {

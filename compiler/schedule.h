@@ -118,9 +118,14 @@ class Stage {
   // copied while iteration i computes on tile i, one barrier per iteration instead of two
   // (TVM's double_buffer for n = 2; CUTLASS's multistage pipelines). On sm_80 and later the
   // copies are asynchronous (cp.async): the thread goes on computing while n-1 tiles arrive.
-  void multi_buffer(int n);
+  // With `reads_in_flight` 1, the tile's readers are asynchronous too (warpgroup-level
+  // products, which the lowering waits for one iteration late: Barrier::Kind::AsyncReads), so
+  // iteration i's reads may run on while iteration i+1 copies and computes: the copy runs one
+  // tile less ahead (tile i+n-2, into the buffer iteration i-2 read), and n must be 3 or more.
+  void multi_buffer(int n, int reads_in_flight = 0);
   void double_buffer() { multi_buffer(2); }
   int buffers() const { return buffers_; }
+  int reads_in_flight() const { return reads_in_flight_; }
 
   // Splits of this stage that do not divide their extent guard their last tile (Halide's
   // GuardWithIf) instead of shifting it inwards to overlap the previous one (the default for
@@ -189,6 +194,7 @@ class Stage {
   int64_t storage_pad_ = 0;
   bool storage_core_matrices_ = false;
   int buffers_ = 1;
+  int reads_in_flight_ = 0;
   bool guard_tails_ = false;
   const Stage* attach_stage_ = nullptr;
   Expr attach_var_;

@@ -680,13 +680,16 @@ class Lowerer {
   }
 
   // The loop `f` with the multi-buffered shared stages `stages` computed at it (n buffers,
-  // Stage::multi_buffer): tiles 0..n-2 are copied before the loop, and iteration v first
-  // copies tile v+n-1 into the buffer tile v-1 used, then computes on tile v. One barrier per
-  // iteration, at its top, both publishes tile v and makes sure no thread still reads the
-  // buffer about to be overwritten (the one iteration v-1 read). The copies may be
-  // asynchronous: each tile's copies are one group (committed even when empty, so that the
-  // count stays uniform), and before the barrier each thread waits until at most the n-2
-  // groups after tile v's are pending.
+  // Stage::multi_buffer): the copies run d = n-1 tiles ahead: tiles 0..d-1 are copied before
+  // the loop, and iteration v first copies tile v+d into the buffer tile v-1 used, then
+  // computes on tile v. One barrier per iteration, at its top, both publishes tile v and makes
+  // sure no thread still reads the buffer about to be overwritten (the one iteration v-1 read).
+  // The copies may be asynchronous: each tile's copies are one group (committed even when
+  // empty, so that the count stays uniform), and before the barrier each thread waits until at
+  // most the d-1 groups after tile v's are pending. With reads in flight (r = 1: asynchronous
+  // readers, waited for one iteration late), d = n-2: iteration v overwrites the buffer of
+  // iteration v-2, whose reads the end of iteration v-1 waited for (Barrier::Kind::AsyncReads
+  // closes each iteration, and the loop, for the lowering pass that places those waits).
   Stmt multi_buffered_loop(const Stage& s, const std::vector<Stage*>& stages, const For* f) {
     const int64_t* extent = as_const_int(f->extent);
     if (f->for_kind != ForKind::Serial && f->for_kind != ForKind::Unrolled) {
@@ -703,8 +706,19 @@ class Lowerer {
                             "' of ", s.name(), ": they must have as many buffers"));
       }
     }
+    const int lag = stages.front()->reads_in_flight();
+    for (const Stage* p : stages) {
+      if (p->reads_in_flight() != lag) {
+        throw UserError(str("multi_buffer: ", stages.front()->name(), " (", lag,
+                            " iterations of reads in flight) and ", p->name(), " (",
+                            p->reads_in_flight(), ") are computed at the same loop '",
+                            f->var.as<Var>()->name, "' of ", s.name(),
+                            ": they must keep as many in flight"));
+      }
+    }
+    const int ahead_tiles = n - 1 - lag;
     const Expr& v = f->var;
-    Expr ahead = v + (n - 1);
+    Expr ahead = v + ahead_tiles;
     Stmt commit = Barrier::make(Barrier::Kind::AsyncCommit);
     // The copy of the tile of iteration `it` into its buffer, for every stage.
     std::vector<Stmt> nests;
@@ -719,7 +733,8 @@ class Lowerer {
     };
     // One group per prologue tile, in order.
     std::vector<Stmt> prologue;
-    for (int j = 0; j + 1 < n; ++j) prologue.insert(prologue.end(), {j < *extent ? copy(Expr(j)) : Stmt(), commit});
+    for (int j = 0; j < ahead_tiles; ++j)
+      prologue.insert(prologue.end(), {j < *extent ? copy(Expr(j)) : Stmt(), commit});
     Stmt body = f->body;
     for (const Stage* p : stages) body = offset_buffer(p->name(), body, (v % n) * buffer_tile(*p));
     // A copy that rounds what it copies (cache_read_shared_16) or transposes 16-bit elements
@@ -743,14 +758,18 @@ class Lowerer {
       }
     }
     const Expr more = ahead < Expr(*extent);
-    std::vector<Stmt> steps = {Barrier::make(Barrier::Kind::AsyncWait, n - 2), Barrier::make(),
-                               IfThenElse::make(more, Block::make(early)), commit, body};
+    std::vector<Stmt> steps = {Barrier::make(Barrier::Kind::AsyncWait, ahead_tiles - 1),
+                               Barrier::make(), IfThenElse::make(more, Block::make(early)), commit,
+                               body};
     if (!late.empty()) steps.push_back(IfThenElse::make(more, Block::make(late)));
+    if (lag > 0) steps.push_back(Barrier::make(Barrier::Kind::AsyncReads, lag));
     Stmt loop_body = Block::make(steps);
     for (const auto& [regs, size, type] : registers) {
       loop_body = Allocate::make(regs, type, size, MemScope::Local, loop_body);
     }
-    Stmt result = Block::make({Block::make(prologue), For::make(v, f->min, f->extent, f->for_kind, loop_body)});
+    Stmt result =
+        Block::make({Block::make(prologue), For::make(v, f->min, f->extent, f->for_kind, loop_body),
+                     lag > 0 ? Barrier::make(Barrier::Kind::AsyncReads, 0) : Stmt()});
     for (auto p = stages.rbegin(); p != stages.rend(); ++p) {
       result = Allocate::make((*p)->name(), (*p)->op()->dtype, n * buffer_tile(**p), MemScope::Shared, result,
                               /*async_copies=*/true);

@@ -483,34 +483,123 @@ const Store* wgmma_store(const Stmt& s) {
   return c && is_wgmma(c->name) ? st : nullptr;
 }
 
-// The wait for the accumulators `st` stored: acc[ramp] = wgmma_wait(acc[base] .. acc[base + n - 1]).
-Stmt wait_after(const Store& st) {
+// The wait for the accumulators `st` stored, `pending` of the thread's latest products left
+// incomplete: acc[ramp] = wgmma_wait(pending, acc[base] .. acc[base + n - 1]).
+Stmt wait_after(const Store& st, int64_t pending = 0) {
   const Ramp* r = st.index.as<Ramp>();
   TF_CHECK(r, "wgmma_waits: a product stored at a non-ramp index");
-  std::vector<Expr> accs;
-  for (int e = 0; e < r->lanes; ++e) accs.push_back(Load::make(Type::float32(), st.buffer, simplify(r->base + Expr(int64_t{e}))));
-  return Store::make(st.buffer, Call::make(kWgmmaWait, accs), st.index);
+  std::vector<Expr> args = {Expr(pending)};
+  for (int e = 0; e < r->lanes; ++e)
+    args.push_back(Load::make(Type::float32(), st.buffer, simplify(r->base + Expr(int64_t{e}))));
+  return Store::make(st.buffer, Call::make(kWgmmaWait, args), st.index);
 }
 
+const Barrier* async_reads(const Stmt& s) {
+  const Barrier* b = s.as<Barrier>();
+  return b && b->sync == Barrier::Kind::AsyncReads ? b : nullptr;
+}
+
+// Whether `s` loads or stores any of `buffers`.
+bool touches(const Stmt& s, const std::set<std::string>& buffers) {
+  bool hit = false;
+  post_order(
+      s, [&](const Expr& e) { hit = hit || (e.as<Load>() && buffers.count(e.as<Load>()->buffer)); },
+      [&](const Stmt& x) { hit = hit || (x.as<Store>() && buffers.count(x.as<Store>()->buffer)); });
+  return hit;
+}
+
+// Each run of products into one accumulator is waited for (0 pending) right after it, unless
+// the run is part of an iteration of a pipelined loop that keeps its products in flight: the
+// statements of a block up to an AsyncReads mark of p > 0 iterations, in which every product is
+// a statement of the block itself and nothing else touches their accumulators. Then the mark
+// becomes the waits for each accumulator with the iteration's products times p pending (each
+// product is a group of its own), and the AsyncReads mark of 0 after the loop the waits with
+// none pending. Marks without such products (an iteration that reads its accumulators, or
+// products inside a loop of its own) go: their runs are waited for at once.
 class WgmmaWaits : public IRMutator {
  public:
   Stmt mutate_stmt(const Stmt& s) override {
     if (const Store* st = wgmma_store(s)) return Block::make({s, wait_after(*st)});
+    if (async_reads(s)) return Block::make({});  // alone: no products before it in its block
     const Block* b = s.as<Block>();
     if (!b) return IRMutator::mutate_stmt(s);
+    const std::vector<Stmt>& in = b->stmts;
     std::vector<Stmt> out;
-    for (size_t i = 0; i < b->stmts.size(); ++i) {
-      const Store* st = wgmma_store(b->stmts[i]);
-      if (!st) {
-        out.push_back(mutate_stmt(b->stmts[i]));
+    size_t segment = 0;  // first statement after the last mark
+    for (size_t i = 0; i < in.size(); ++i) {
+      const Barrier* mark = async_reads(in[i]);
+      if (!mark) continue;
+      if (mark->pending > 0 && in_flight(in, segment, i, out, mark->pending)) {
+        segment = i + 1;
         continue;
       }
-      out.push_back(b->stmts[i]);
-      const Store* next = i + 1 < b->stmts.size() ? wgmma_store(b->stmts[i + 1]) : nullptr;
-      if (!next || next->buffer != st->buffer || !equal(next->index, st->index)) out.push_back(wait_after(*st));
+      waited(in, segment, i, out);
+      if (mark->pending == 0) {  // after a loop that kept its products in flight: all complete now
+        for (const Stmt& st : pending_) out.push_back(wait_after(*st.as<Store>()));
+        pending_.clear();
+      }
+      segment = i + 1;
     }
+    waited(in, segment, in.size(), out);
     return Block::make(out);
   }
+
+ private:
+  // Statements [from, to) of `in` onto `out`, each run of products waited for at its end.
+  void waited(const std::vector<Stmt>& in, size_t from, size_t to, std::vector<Stmt>& out) {
+    for (size_t i = from; i < to; ++i) {
+      const Store* st = wgmma_store(in[i]);
+      if (!st) {
+        out.push_back(mutate_stmt(in[i]));
+        continue;
+      }
+      out.push_back(in[i]);
+      const Store* next = i + 1 < to ? wgmma_store(in[i + 1]) : nullptr;
+      if (!next || next->buffer != st->buffer || !equal(next->index, st->index)) out.push_back(wait_after(*st));
+    }
+  }
+
+  // Statements [from, to) of `in` onto `out` with their products left in flight and waited for
+  // at `to` (the mark) with `iterations` iterations' products pending, if that is sound; false
+  // (nothing written) otherwise.
+  bool in_flight(const std::vector<Stmt>& in, size_t from, size_t to, std::vector<Stmt>& out,
+                 int iterations) {
+    std::vector<Stmt> products;  // one store of each accumulator
+    std::set<std::string> accumulators;
+    int64_t count = 0;
+    for (size_t i = from; i < to; ++i) {
+      const Store* st = wgmma_store(in[i]);
+      if (!st) continue;
+      ++count;
+      accumulators.insert(st->buffer);
+      add_once(products, in[i]);
+    }
+    if (count == 0) return false;
+    for (size_t i = from; i < to; ++i) {
+      if (wgmma_store(in[i])) continue;
+      if (!call_named(in[i], is_wgmma).empty() || touches(in[i], accumulators)) return false;
+    }
+    for (size_t i = from; i < to; ++i)
+      out.push_back(wgmma_store(in[i]) ? in[i] : mutate_stmt(in[i]));
+    for (const Stmt& p : products) {
+      out.push_back(wait_after(*p.as<Store>(), count * iterations));
+      add_once(pending_, p);
+    }
+    return true;
+  }
+
+  // Adds the product `s` to `stores` unless one of them stores the same accumulators.
+  static void add_once(std::vector<Stmt>& stores, const Stmt& s) {
+    const Store* st = s.as<Store>();
+    for (const Stmt& x : stores) {
+      if (x.as<Store>()->buffer == st->buffer && equal(x.as<Store>()->index, st->index)) return;
+    }
+    stores.push_back(s);
+  }
+
+  // Products left in flight by the loop just lowered (one store of each accumulator), for the
+  // mark after it.
+  std::vector<Stmt> pending_;
 };
 }  // namespace
 

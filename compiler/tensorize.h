@@ -61,7 +61,10 @@ Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks);
 // After unrolling: each run of warpgroup-level products into one accumulator (consecutive
 // stores of kWgmmaF16 / kWgmmaBF16 calls to the same elements, as an unrolled K chunk leaves
 // them) is followed by the accumulators' kWgmmaWait, so that the products are issued back to
-// back and waited for once before anything else reads them (compiler/ir.h).
+// back and waited for once before anything else reads them (compiler/ir.h). In a pipelined
+// loop that keeps its reads in flight (Barrier::Kind::AsyncReads marks, Stage::multi_buffer),
+// an iteration's products are waited for at its end with themselves still pending (so they run
+// on beside the next iteration's copies), and all of them after the loop; the marks go.
 Stmt insert_wgmma_waits(const Stmt& s);
 
 // A 16-bit product's operand that widens a value held in 16 bits: `widen` (kF16ToFloat or

@@ -65,6 +65,21 @@ constexpr int64_t kPadCore = 8;
 bool half_tiles(const json& c) { return c.contains("half_tiles") && c["half_tiles"].get<bool>(); }
 // Whether a warpgroup's tile is one wgmma per 16 of K (configs before the knob have none).
 bool wgmma(const json& c) { return c.contains("wgmma") && c["wgmma"].get<bool>(); }
+// Whether its products stay in flight across the next iteration (configs before the knob: no).
+bool wgmma_in_flight(const json& c) {
+  return c.contains("wgmma_in_flight") && c["wgmma_in_flight"].get<bool>();
+}
+// What wgmma_in_flight needs that config `c` has not ("" when it has it, or the knob is off).
+std::string in_flight_constraints(const json& c) {
+  if (!wgmma_in_flight(c)) return "";
+  if (!wgmma(c)) return "wgmma_in_flight without wgmma (only its products run asynchronously)";
+  if (const int64_t n = c["stages"]; n < 3) {
+    return str("wgmma_in_flight with stages ", n,
+               " (it needs 3 or more: the tile read, the one the products before still read, the "
+               "one copied)");
+  }
+  return "";
+}
 
 const char* wgmma_intrinsic(Precision p) { return p == Precision::BFloat16 ? ir::kWgmmaBF16 : ir::kWgmmaF16; }
 
@@ -109,7 +124,8 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
        kSplit},
       {"tiles_n",
        KnobType::Int,
-       "8-column tiles of C per warp (one product each per step of K; with wgmma, the warpgroup's N / 8)",
+       "8-column tiles of C per warp (one product each per step of K; with wgmma, the warpgroup's "
+       "N / 8)",
        32,
        {},
        kSplit},
@@ -140,9 +156,20 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
        {}},
       {"wgmma",
        KnobType::Bool,
-       "sm_90, fp16 or bf16, 16-bit tiles: each warpgroup (4 warps along the rows, tiles_m 1) computes its 64 x "
-       "8*tiles_n tile by one warpgroup-level product (wgmma) per 16 of K, reading both tiles from shared memory, "
+       "sm_90, fp16 or bf16, 16-bit tiles: each warpgroup (4 warps along the rows, tiles_m 1) "
+       "computes its 64 x "
+       "8*tiles_n tile by one warpgroup-level product (wgmma) per 16 of K, reading both tiles from "
+       "shared memory, "
        "held in 8 x 8 core matrices",
+       0,
+       {}},
+      {"wgmma_in_flight",
+       KnobType::Bool,
+       "with wgmma and 3 or more stages: each iteration's products run on while the next iteration "
+       "copies and "
+       "issues its own (waited for one iteration late, as CUTLASS's Hopper main loops do); the "
+       "copies run stages - 2 "
+       "iterations ahead instead of stages - 1",
        0,
        {}},
       {"split_k",
@@ -247,10 +274,10 @@ json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
   // ones. The space goes up to the architecture's opt-in limit (dynamic shared memory: 227 KiB
   // on sm_90); the defaults stay within the static 48 KiB but the 128 x 128 blocks above, timed
   // with 60 KiB.
-  json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n},   {"tiles_m", d.tiles_m},
-            {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k}, {"shared", true},
-            {"stages", stages},     {"split_k", parts},       {"half_tiles", half},
-            {"wgmma", false}};
+  json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n},    {"tiles_m", d.tiles_m},
+            {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k},  {"shared", true},
+            {"stages", stages},     {"split_k", parts},        {"half_tiles", half},
+            {"wgmma", false},       {"wgmma_in_flight", false}};
   const int64_t most = wide ? gpu_limits(t).max_dynamic_shared_bytes : gpu_limits(t).max_shared_bytes;
   while (shared_bytes(g, c) > most) {
     if (c["stages"].get<int64_t>() > 2)
@@ -302,8 +329,9 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
 // On sm_90 at fp16 or bf16: wgmma configs (off by default until timed on a GPU), whose knobs
 // must agree (warps in warpgroups, tiles_m 1, 16-bit tiles, K chunks covering K) so that the
 // space's random start would rarely reach one: blocks of 128 x 128, 64 x 128 and 64 x 64, K
-// chunks of 64, 3 stages, each split along K until the blocks give every multiprocessor one
-// (parts of at least 4 iterations). Those the constraints refuse are skipped by the tuner.
+// chunks of 64, 4 stages with each iteration's products in flight across the next (the copies
+// two chunks ahead), each split along K until the blocks give every multiprocessor one (parts
+// of at least 4 iterations). Those the constraints refuse are skipped by the tuner.
 std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t) const {
   const Precision p = g.workload.types.precision;
   if (t.arch != "sm_90" || !products_16_bits(p)) return {};
@@ -316,9 +344,17 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
     const int64_t blocks = s.batches * ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
     int64_t parts = 1;
     while (parts < 16 && blocks * parts < sms && s.k / (chunk * parts * 2) >= 4) parts *= 2;
-    out.push_back({{"warps_m", warps_m}, {"warps_n", 1},    {"tiles_m", 1},    {"tiles_n", tiles_n},
-                   {"unroll_k", 4},      {"shared", true},  {"stages", 3},     {"split_k", parts},
-                   {"wgmma", true},      {"half_tiles", !(given.a && given.b)}});
+    out.push_back({{"warps_m", warps_m},
+                   {"warps_n", 1},
+                   {"tiles_m", 1},
+                   {"tiles_n", tiles_n},
+                   {"unroll_k", 4},
+                   {"shared", true},
+                   {"stages", 4},
+                   {"split_k", parts},
+                   {"wgmma", true},
+                   {"wgmma_in_flight", true},
+                   {"half_tiles", !(given.a && given.b)}});
   }
   return out;
 }
@@ -329,6 +365,7 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   const Tiles d = tiles_of(c);
   const int64_t limit = gpu_limits(t).max_threads_per_block;
   if (d.threads() > limit) return str(d.threads(), " threads per block (the limit is ", limit, ")");
+  if (std::string why = in_flight_constraints(c); !why.empty()) return why;
   if (wgmma(c)) {
     if (std::string why = wgmma_constraints(g, t, c); !why.empty()) return why;
   } else if (4 * d.tiles_m * d.tiles_n > kMaxLaneAccumulators) {
@@ -366,10 +403,14 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   }
   // Pipelined, each thread holds its share of the next tiles in registers where their copy
   // cannot be cp.async (Schedule::multi_buffer): both tiles rounded as they are stored
-  // (half_tiles), or B's of 16-bit operands given as [K][N], transposed so that K is innermost
-  // (trans_b=1 gives it as [N][K]: a cp.async copy); beside its accumulators and operands.
-  const bool staged_a = copied_through_registers(given, g, c, false),
-             staged_b = copied_through_registers(given, g, c, true);
+  // (half_tiles), B's of 16-bit operands given as [K][N], transposed so that K is innermost
+  // (trans_b=1 gives it as [N][K]: a cp.async copy), or a tile computed rather than read (a
+  // convolution's im2col tile, whose padding is a select: conv2d_nhwc of bfloat16 data in 8 x 2
+  // warps of 1 x 4 tiles over 8 steps of K spilled 76 bytes at 128 registers); beside its
+  // accumulators and operands.
+  const auto [a_input, b_input] = inputs_ab(g);
+  const bool staged_a = copied_through_registers(given, g, c, false) || !a_input,
+             staged_b = copied_through_registers(given, g, c, true) || !b_input;
   if ((staged_a || staged_b) && shared && stages > 1) {
     const int64_t chunk = d.unroll_k * depth(g);
     auto share = [&](int64_t rows) { return (rows * chunk + d.threads() - 1) / d.threads(); };
@@ -497,6 +538,10 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
     if (std::string why = wgmma_constraints(g, t, c); !why.empty()) {
       throw UserError(str("config knob wgmma=true for ", g.workload.canonical(), ": ", why));
     }
+  }
+  if (std::string why = in_flight_constraints(c); !why.empty()) {
+    throw UserError(
+        str("config knob wgmma_in_flight=true for ", g.workload.canonical(), ": ", why));
   }
   const Tiles d = tiles_of(c);
   Stage& out = s[g.output];
@@ -650,7 +695,7 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
         b_input && (bk ? sh.k % b_lanes == 0 && chunk % b_lanes == 0 : sh.n % 4 == 0 && d.block_n() % 4 == 0),
         bk ? b_lanes : 4);
   if (int64_t n = c["stages"]; n > 1) {
-    for (Stage* x : staged) x->multi_buffer(static_cast<int>(n));
+    for (Stage* x : staged) x->multi_buffer(static_cast<int>(n), wg && wgmma_in_flight(c) ? 1 : 0);
   }
 }
 

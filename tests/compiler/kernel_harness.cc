@@ -10,13 +10,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <thread>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "base/bfloat16.h"
 #include "base/float16.h"
@@ -112,6 +113,38 @@ void emulated_ldmatrix(const int32_t* row, int32_t* out, int n) {
   w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
   for (int j = 0; j < n; ++j) out[j] = rows[static_cast<size_t>(warp * 32 + 8 * j + lane / 4)][static_cast<size_t>(lane % 4)];
 }
+// An operand of a warpgroup-level product in shared memory, as its descriptor says.
+struct WgmmaOperand {
+  const unsigned char* start;
+  uint64_t lbo, sbo;
+  // Element k of row r (A's m, B's n): core matrix (r / 8, k / 8), its row r % 8 of 16 bytes.
+  uint16_t at(int r, int k) const {
+    uint16_t v;
+    std::memcpy(&v, start + (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2, sizeof v);
+    return v;
+  }
+};
+
+// A warpgroup-level product the calling thread issued and no wait has retired yet: what it
+// read (A's 64 rows and B's n, 16 k each, hashed when it was issued). The GPU may read them at
+// any time until the wait that retires it, so they must not change until then.
+struct WgmmaInFlight {
+  WgmmaOperand a, b;
+  int64_t n;
+  uint64_t hash;
+};
+thread_local std::deque<WgmmaInFlight> wgmma_in_flight;
+
+uint64_t operands_hash(const WgmmaOperand& a, const WgmmaOperand& b, int64_t n) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the 16-bit elements
+  auto add = [&](uint16_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (int k = 0; k < 16; ++k) {
+    for (int r = 0; r < 64; ++r) add(a.at(r, k));
+    for (int c = 0; c < n; ++c) add(b.at(c, k));
+  }
+  return h;
+}
+
 // A warpgroup-level product (compiler/ir.h kWgmmaF16, kWgmmaBF16) in an emulated block: the
 // 128 threads of the caller's warpgroup meet, each having left A's and B's addresses and
 // descriptors (which must be the same for all: the instruction's), A (64 x 16) and B (16 x N)
@@ -139,16 +172,6 @@ void emulated_wgmma(const uint16_t* a, const uint16_t* b, const uint64_t* desc, 
       std::abort();
     }
   }
-  struct Operand {
-    const unsigned char* start;
-    uint64_t lbo, sbo;
-    // Element k of row r (A's m, B's n): core matrix (r / 8, k / 8), its row r % 8 of 16 bytes.
-    uint16_t at(int r, int k) const {
-      uint16_t v;
-      std::memcpy(&v, start + (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2, sizeof v);
-      return v;
-    }
-  };
   auto operand = [](const uint16_t* p, uint64_t d) {
     const uint64_t address = reinterpret_cast<uint64_t>(p);
     const uint64_t decoded = (address & ~uint64_t{0x3FFFF}) | ((d & 0x3FFF) << 4);
@@ -157,9 +180,11 @@ void emulated_wgmma(const uint16_t* a, const uint16_t* b, const uint64_t* desc, 
                    static_cast<const void*>(p), reinterpret_cast<const void*>(decoded));
       std::abort();
     }
-    return Operand{reinterpret_cast<const unsigned char*>(decoded), (d >> 16 & 0x3FFF) << 4, (d >> 32 & 0x3FFF) << 4};
+    return WgmmaOperand{reinterpret_cast<const unsigned char*>(decoded), (d >> 16 & 0x3FFF) << 4,
+                        (d >> 32 & 0x3FFF) << 4};
   };
-  const Operand A = operand(a, desc[0]), B = operand(b, desc[1]);
+  const WgmmaOperand A = operand(a, desc[0]), B = operand(b, desc[1]);
+  wgmma_in_flight.push_back({A, B, n, operands_hash(A, B, n)});
   for (int e = 0; e < n / 2; ++e) {
     const tf::ir::MmaPlace p = tf::ir::wgmma_c(e, static_cast<int>(l));
     float d = in[e];
@@ -177,6 +202,26 @@ extern "C" void tunefarm_emulated_wgmma_m64k16_f16(const uint16_t* a, const uint
 extern "C" void tunefarm_emulated_wgmma_m64k16_bf16(const uint16_t* a, const uint16_t* b, const uint64_t* desc,
                                                     const float* in, float* out, int64_t n) {
   emulated_wgmma(a, b, desc, in, out, n, tf::bf16_value);
+}
+
+// A wait for the calling thread's warpgroup-level products (compiler/ir.h kWgmmaWait): all but
+// the `pending` latest are retired, each checked to have read what is still there (a pipeline
+// that overwrote a tile its products in flight read would compute garbage on a GPU; here the
+// products read at once, so the check is what catches it).
+extern "C" void tunefarm_emulated_wgmma_wait(int64_t pending) {
+  while (static_cast<int64_t>(wgmma_in_flight.size()) > pending) {
+    const WgmmaInFlight& p = wgmma_in_flight.front();
+    if (operands_hash(p.a, p.b, p.n) != p.hash) {
+      std::fprintf(stderr,
+                   "a warpgroup-level product's operands in shared memory (A at %p, B at %p) were "
+                   "written while it was "
+                   "in flight (before the wait that retires it, %zu products after it issued)\n",
+                   static_cast<const void*>(p.a.start), static_cast<const void*>(p.b.start),
+                   wgmma_in_flight.size() - 1);
+      std::abort();
+    }
+    wgmma_in_flight.pop_front();
+  }
 }
 
 extern "C" void tunefarm_emulated_ldmatrix_x2(const int32_t* row, int32_t* out) { emulated_ldmatrix(row, out, 2); }
@@ -341,6 +386,14 @@ int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::v
             emulated_warps = &warps;
             emulated_thread = t;
             if (int s = lib->call(args)) status = s;
+            if (!wgmma_in_flight.empty()) {
+              std::fprintf(stderr,
+                           "thread %lld of an emulated block ended with %zu warpgroup-level "
+                           "products no wait "
+                           "retired (their results were never waited for)\n",
+                           static_cast<long long>(t), wgmma_in_flight.size());
+              std::abort();
+            }
           });
         }
         for (std::thread& w : workers) w.join();

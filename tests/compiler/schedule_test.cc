@@ -331,11 +331,13 @@ TEST(Primitives, ParallelSlicesRunEveryIterationOnce) {
 // used, K not a multiple of the step) compute the reference's values.
 // A matmul's accumulator at the output's 4 x 8 tiles, K in steps of 4, A and B copied into
 // shared stages by `cache` at each step, laid out (order, pad) as given, in `buffers` buffers;
-// checked against the reference for 1 to 4 buffers.
+// checked against the reference for 1 to 4 buffers, and 3 and 4 with reads in flight (the
+// copies one tile less ahead).
 using Layout = std::pair<std::vector<size_t>, int64_t>;
 void expect_shared_tiles_correct(const OpGraph& g, const std::function<Stage&(Schedule&, const std::string&)>& cache,
                                  const Layout& la, const Layout& lb) {
-  for (int buffers : {1, 2, 3, 4}) {
+  for (auto [buffers, in_flight] : {std::pair{1, 0}, {2, 0}, {3, 0}, {4, 0}, {3, 1}, {4, 1}}) {
+    SCOPED_TRACE(str(buffers, " buffers, ", in_flight, " iterations of reads in flight"));
     expect_correct(g, [&](Schedule& s) {
       Stage& c = s[g.output];
       Stage& l = s[g.acc];
@@ -350,8 +352,8 @@ void expect_shared_tiles_correct(const OpGraph& g, const std::function<Stage&(Sc
       b.compute_at(l, ko);
       b.storage_layout(lb.first, lb.second);
       if (buffers > 1) {
-        a.multi_buffer(buffers);
-        b.multi_buffer(buffers);
+        a.multi_buffer(buffers, in_flight);
+        b.multi_buffer(buffers, in_flight);
       }
     });
   }
@@ -431,6 +433,13 @@ TEST(PrimitiveErrors, SharedLayoutAndDoubleBuffer) {
     expect_user_error([&] { b3.multi_buffer(5); }, "5 buffers (2 to 4)");
     b3.multi_buffer(3);
     expect_user_error([&] { lower(s3, g.inputs, "k"); }, "they must have as many buffers");
+    // Reads in flight: one iteration at most, and a buffer for the reads still running.
+    expect_user_error([&] { b3.multi_buffer(3, 2); }, "2 iterations of reads in flight (0 or 1)");
+    expect_user_error([&] { b3.multi_buffer(2, 1); },
+                      "2 buffers with reads in flight (it needs 3 or more");
+    a3.multi_buffer(3);
+    b3.multi_buffer(3, 1);
+    expect_user_error([&] { lower(s3, g.inputs, "k"); }, "they must keep as many in flight");
   }
   Schedule s2(g.output);
   s2.cache_read_shared("A");

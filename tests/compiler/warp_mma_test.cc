@@ -246,7 +246,7 @@ ir::LoweredFunc wgmma_gemm(const std::string& wgmma, int64_t N, int64_t K, int64
   const Expr all = ir::Ramp::make(i(0), i(1), static_cast<int>(h));
   tile.push_back(ir::For::make(ks, i(0), i(K / 16), ir::ForKind::Serial, ir::Store::make("acc", ir::Call::make(wgmma, args), all)));
   // The products are asynchronous on the GPU: their results are read after the wait.
-  std::vector<Expr> accs;
+  std::vector<Expr> accs = {Expr(int64_t{0})};  // none pending
   for (int64_t c = 0; c < h; ++c) accs.push_back(ir::Load::make(f32, "acc", i(c)));
   tile.push_back(ir::Store::make("acc", ir::Call::make(ir::kWgmmaWait, accs), all));
   // Element c of the thread's accumulators: row 16 w + g + 8 (c % 4 / 2), column 8 (c / 4) + 2 t + c % 2

@@ -699,15 +699,19 @@ TEST(Tune, SeedsAreMeasuredFirstAfterTheDefault) {
 }
 
 // A template's seed configs (ScheduleTemplate::seed_configs) are queued when a loop starts:
-// on sm_90 at fp16, dense_tc.cuda's wgmma corners (several knobs that must agree), those its
-// constraints take; none elsewhere (sm_80, tf32, CPUs).
+// on sm_90 at fp16, dense_tc.cuda's wgmma corners (several knobs that must agree, products in
+// flight), those its constraints take; none elsewhere (sm_80, tf32, CPUs).
 TEST(Tune, TemplateSeedsAreQueuedWhenTheLoopStarts) {
   LocalBuilder b = builder();
   LocalRunner r = runner();
   TuneOptions o;
   auto queued = [&](const std::string& workload, const Target& t) {
     ConfigSpace space(parse_workload(workload), t);
-    for (const nlohmann::json& c : space.template_seeds()) EXPECT_TRUE(c["wgmma"].get<bool>()) << c.dump();
+    for (const nlohmann::json& c : space.template_seeds()) {
+      EXPECT_TRUE(c["wgmma"].get<bool>()) << c.dump();
+      EXPECT_TRUE(c["wgmma_in_flight"].get<bool>())
+          << c.dump();  // 4 stages, a chunk's products in flight
+    }
     auto st = make_search_strategy("random", space, 7);
     TuneLoop loop(space, *st, b, r, nullptr, o, {});
     return loop.seeds_queued();
