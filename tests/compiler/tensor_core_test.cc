@@ -703,6 +703,16 @@ TEST(TensorCore, AStorageCastTailStoresTheRoundedOutput) {
   }
 }
 
+// A config: `base` with `knobs` set over it; a workload with the knobs of its case.
+nlohmann::json with_knobs(nlohmann::json base, const nlohmann::json& knobs) {
+  for (const auto& [key, value] : knobs.items()) base[key] = value;
+  return base;
+}
+struct KnobCase {
+  const char* workload;
+  nlohmann::json knobs;
+};
+
 // wgmma (Hopper's warpgroup-level products, sm_90): a warpgroup's 64 x 8*tiles_n tile by one
 // product per 16 of K, both 16-bit tiles read from shared memory in core matrices. Emulated
 // (each warpgroup's 128 threads meet; the product reads the tiles where the descriptors say)
@@ -713,35 +723,33 @@ TEST(TensorCore, WgmmaTilesMatchTheReferenceAndAssemble) {
   const Target sm90 = parse_target("cuda -arch=sm_90");
   const nlohmann::json base = {{"warps_m", 4}, {"warps_n", 1}, {"tiles_m", 1}, {"tiles_n", 4},   {"unroll_k", 2},
                                {"shared", true}, {"stages", 1}, {"split_k", 1}, {"half_tiles", true}, {"wgmma", true}};
-  auto with = [&](const nlohmann::json& knobs) {
-    nlohmann::json c = base;
-    for (const auto& [key, value] : knobs.items()) c[key] = value;
-    return c;
-  };
-  struct Case {
-    const char* workload;
-    nlohmann::json knobs;
-  };
-  const Case cases[] = {
+  auto with = [&](const nlohmann::json& knobs) { return with_knobs(base, knobs); };
+  const KnobCase cases[] = {
       {"matmul(M=64,N=32,K=32,precision=fp16)", nlohmann::json::object()},
       // Tails of C past the blocks (guarded; the tiles' rows past it reach only those).
       {"matmul(M=100,N=72,K=64,precision=bf16,epilogue=bias_relu)", nlohmann::json::object()},
       {"matmul(M=64,N=64,K=192,precision=fp16,epilogue=bias)", {{"tiles_n", 8}, {"stages", 3}}},
-      {"matmul(M=128,N=40,K=96,precision=fp16)", {{"warps_m", 8}, {"tiles_n", 5}, {"unroll_k", 1}, {"stages", 2}}},
+      {"matmul(M=128,N=40,K=96,precision=fp16)",
+       {{"warps_m", 8}, {"tiles_n", 5}, {"unroll_k", 1}, {"stages", 2}}},
       {"matmul(M=64,N=64,K=128,precision=bf16)", {{"warps_n", 2}, {"split_k", 2}}},
       {"batch_matmul(B=2,M=64,N=48,K=64,precision=fp16)", {{"tiles_n", 6}}},
       // 16-bit operands given: B as [K][N] transposed through registers, or [N][K] as it is.
-      {"matmul(M=64,N=64,K=64,dtype=float16)", {{"half_tiles", false}, {"stages", 2}, {"tiles_n", 8}}},
-      {"matmul(M=70,N=48,K=64,dtype=bfloat16,trans_b=1,epilogue=bias)", {{"half_tiles", false}, {"tiles_n", 6}}},
+      {"matmul(M=64,N=64,K=64,dtype=float16)",
+       {{"half_tiles", false}, {"stages", 2}, {"tiles_n", 8}}},
+      {"matmul(M=70,N=48,K=64,dtype=bfloat16,trans_b=1,epilogue=bias)",
+       {{"half_tiles", false}, {"tiles_n", 6}}},
       {"matmul(M=64,N=32,K=96,weight_dtype=float16,trans_b=1)", {{"unroll_k", 3}}},
       // Convolutions: the weights as the GEMM's [K][C R S] matrix, the im2col tile computed
       // into core matrices (NCHW: B; NHWC: A), 3x3 and 1x1, two images.
-      {"conv2d_nchw(N=1,C=64,H=8,W=8,K=64,R=3,S=3,pad=1,precision=fp16,epilogue=bias_relu)", {{"stages", 2}}},
-      {"conv2d_nchw(N=2,C=32,H=6,W=6,K=64,R=1,S=1,weight_dtype=float16,epilogue=bias)", nlohmann::json::object()},
-      {"conv2d_nhwc(N=1,H=8,W=8,C=32,K=64,R=3,S=3,pad=1,dtype=bfloat16)", {{"half_tiles", false}, {"tiles_n", 8}}},
+      {"conv2d_nchw(N=1,C=64,H=8,W=8,K=64,R=3,S=3,pad=1,precision=fp16,epilogue=bias_relu)",
+       {{"stages", 2}}},
+      {"conv2d_nchw(N=2,C=32,H=6,W=6,K=64,R=1,S=1,weight_dtype=float16,epilogue=bias)",
+       nlohmann::json::object()},
+      {"conv2d_nhwc(N=1,H=8,W=8,C=32,K=64,R=3,S=3,pad=1,dtype=bfloat16)",
+       {{"half_tiles", false}, {"tiles_n", 8}}},
   };
   int sample = 0;
-  for (const Case& c : cases) {
+  for (const KnobCase& c : cases) {
     Workload w = parse_workload(c.workload);
     CompiledKernel k = compile_kernel(w, sm90, with(c.knobs), "given", "");
     const std::string what = w.canonical() + " config " + k.config.dump();
@@ -813,16 +821,8 @@ TEST(TensorCore, WgmmaProductsStayInFlightAcrossTheNextIteration) {
                                {"tiles_n", 4},  {"unroll_k", 2},          {"shared", true},
                                {"stages", 3},   {"split_k", 1},           {"half_tiles", true},
                                {"wgmma", true}, {"wgmma_in_flight", true}};
-  auto with = [&](const nlohmann::json& knobs) {
-    nlohmann::json c = base;
-    for (const auto& [key, value] : knobs.items()) c[key] = value;
-    return c;
-  };
-  struct Case {
-    const char* workload;
-    nlohmann::json knobs;
-  };
-  const Case cases[] = {
+  auto with = [&](const nlohmann::json& knobs) { return with_knobs(base, knobs); };
+  const KnobCase cases[] = {
       {"matmul(M=64,N=64,K=192,precision=fp16,epilogue=bias)", {{"tiles_n", 8}}},
       {"matmul(M=100,N=72,K=256,precision=bf16,epilogue=bias_relu)",
        {{"stages", 4}, {"unroll_k", 1}}},
@@ -834,7 +834,7 @@ TEST(TensorCore, WgmmaProductsStayInFlightAcrossTheNextIteration) {
       {"conv2d_nchw(N=1,C=64,H=8,W=8,K=64,R=3,S=3,pad=1,precision=fp16,epilogue=bias_relu)",
        {{"stages", 4}}},
   };
-  for (const Case& c : cases) {
+  for (const KnobCase& c : cases) {
     Workload w = parse_workload(c.workload);
     CompiledKernel k = compile_kernel(w, sm90, with(c.knobs), "given", "");
     const std::string what = w.canonical() + " config " + k.config.dump();
