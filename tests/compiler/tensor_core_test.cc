@@ -831,6 +831,8 @@ TEST(TensorCore, WgmmaProductsStayInFlightAcrossTheNextIteration) {
       // B given as [K][N]: its tiles transposed through registers, stored after the products.
       {"matmul(M=64,N=64,K=128,dtype=bfloat16)", {{"half_tiles", false}, {"tiles_n", 8}}},
       {"matmul(M=64,N=64,K=256,precision=fp16)", {{"warps_n", 2}, {"split_k", 2}}},
+      // K of one chunk: the loop of one iteration is inlined, its marks and waits stay.
+      {"batch_matmul(B=2,M=64,N=64,K=32,precision=fp16)", {{"tiles_n", 8}}},
       {"conv2d_nchw(N=1,C=64,H=8,W=8,K=64,R=3,S=3,pad=1,precision=fp16,epilogue=bias_relu)",
        {{"stages", 4}}},
   };
