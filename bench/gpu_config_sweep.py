@@ -17,7 +17,8 @@ block tiles of 128 x 64 and 128 x 128 with K chunks of 32 and 64 and 3-4 stages 
 dynamic shared memory, which sm_80 and sm_90 allow a block); --half times the default and every
 config of the grid also with half_tiles (fp16/bf16 operands' tiles held in 16 bits); --wgmma times
 a grid of Hopper's warpgroup-level products instead (sm_90 only: blocks of 64 x 64 to 128 x 256,
-K chunks of 64, 3-4 stages, split_k 1, 2, 4; elsewhere each is listed as refused). --random N times
+K chunks of 64, 3-4 stages, split_k 1, 2, 4; and each tile with its products in flight across
+the next chunk, wgmma_in_flight, at 3 and 4 stages; elsewhere each is listed as refused). --random N times
 N configs of each workload's own template drawn at random from its knobs' candidates (`tunefarm
 describe`'s space; --seed), those the template refuses drawn again (up to 8 N draws): any
 template, fp32's dense.cuda and conv2d.cuda too, and a sample of the space rather than a grid around
@@ -81,10 +82,12 @@ WGMMA_TILES = [{"warps_m": 4, "warps_n": 1, "tiles_m": 1, "tiles_n": 8, "unroll_
 
 def wgmma_grid():
     # Each tile as it is (every K chunk's products waited for before the next chunk's copies), and
-    # with 4 stages and each chunk's products in flight across the next (wgmma_in_flight).
+    # with each chunk's products in flight across the next (wgmma_in_flight): 3 stages (the copies
+    # one chunk ahead; 128 x 128 blocks of 16-bit tiles then fit two a multiprocessor) and 4 (two
+    # ahead, one block).
     plain = [dict(t, split_k=s, shared=True, half_tiles=True, wgmma=True) for t in WGMMA_TILES for s in (1, 2, 4)]
-    flight = [dict(t, stages=4, split_k=s, shared=True, half_tiles=True, wgmma=True, wgmma_in_flight=True)
-              for t in WGMMA_TILES for s in (1, 4)]
+    flight = [dict(t, stages=st, split_k=s, shared=True, half_tiles=True, wgmma=True, wgmma_in_flight=True)
+              for t in WGMMA_TILES for st, s in ((3, 1), (4, 1), (4, 4))]
     return plain + flight
 
 
