@@ -299,7 +299,8 @@ class CodeGenCpu final : public CodeGen {
   }
 
   // A warp's fragment loads (kLdMatrix) in the same emulation: tunefarm_emulated_ldmatrix_x<n>(row,
-  // result), where the lanes meet, each leaves the 16 bytes it supplies and takes its words.
+  // result) (_x<n>_trans transposed), where the lanes meet, each leaves the 16 bytes it supplies
+  // and takes its words.
   llvm::Value* ldmatrix(const Call* c) override {
     if (!kernel_args_.count("tf_emu_ids")) {
       throw UserError(str("kernel ", name_, " uses ", c->name, " (NVIDIA's warp-level fragment loads): it runs on a GPU, "
@@ -312,7 +313,8 @@ class CodeGenCpu final : public CodeGen {
     row->setAlignment(llvm::Align(16));
     out->setAlignment(llvm::Align(16));
     b_.CreateAlignedStore(expr(c->args[0]), row, llvm::Align(16));
-    const std::string fn = str("tunefarm_emulated_", c->name, "_x", n);
+    const std::string fn =
+        str("tunefarm_emulated_", c->name, "_x", n, ldmatrix_transposed(*c) ? "_trans" : "");
     b_.CreateCall(runtime(fn.c_str(), b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy()}), {row, out});
     return b_.CreateAlignedLoad(type_of(c->type), out, llvm::Align(16));
   }

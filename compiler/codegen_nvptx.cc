@@ -271,8 +271,9 @@ class CodeGenNvptx final : public CodeGenGpu {
     return expr(word);
   }
 
-  // A warp's fragment loads (compiler/ir.h kLdMatrix): ldmatrix.sync.aligned.m8n8.x{2,4}.shared.b16
-  // from the row address this lane supplies (its Load's first word, in shared memory).
+  // A warp's fragment loads (compiler/ir.h kLdMatrix):
+  // ldmatrix.sync.aligned.m8n8.x{2,4}[.trans].shared.b16 from the row address this lane supplies
+  // (its Load's first word, in shared memory).
   llvm::Value* ldmatrix(const Call* c) override {
     // Only the tensor cores' products read fragments so: their limit, not ldmatrix's (sm_75).
     if (sm() < 80) {
@@ -287,8 +288,11 @@ class CodeGenNvptx final : public CodeGenGpu {
     const int64_t n = *as_const_int(c->args[1]);
     using namespace llvm::Intrinsic;  // NOLINT
     // Overloaded on the pointer's type (LLVM 19: ...x4.b16.p3).
-    llvm::Value* d = b_.CreateIntrinsic(n == 4 ? nvvm_ldmatrix_sync_aligned_m8n8_x4_b16 : nvvm_ldmatrix_sync_aligned_m8n8_x2_b16,
-                                        {p->getType()}, {p});
+    const ID id = ldmatrix_transposed(*c) ? (n == 4 ? nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16
+                                                    : nvvm_ldmatrix_sync_aligned_m8n8_x2_trans_b16)
+                                          : (n == 4 ? nvvm_ldmatrix_sync_aligned_m8n8_x4_b16
+                                                    : nvvm_ldmatrix_sync_aligned_m8n8_x2_b16);
+    llvm::Value* d = b_.CreateIntrinsic(id, {p->getType()}, {p});
     llvm::Value* out = llvm::PoisonValue::get(type_of(c->type));
     for (unsigned i = 0; i < static_cast<unsigned>(n); ++i) out = b_.CreateInsertElement(out, b_.CreateExtractValue(d, {i}), uint64_t{i});
     return out;

@@ -106,6 +106,10 @@ MmaPlace warp_mma_b(const std::string& call, int e, int g, int t) {
 
 MmaPlace warp_mma_c(int e, int g, int t) { return {g + 8 * (e / 2), 2 * t + e % 2}; }
 
+bool ldmatrix_transposed(const Call& c) {
+  return c.name == kLdMatrix && c.args.size() == 3 && *as_const_int(c.args[2]) == 1;
+}
+
 bool is_wgmma(const std::string& call) { return call == kWgmmaF16 || call == kWgmmaBF16; }
 
 int wgmma_n(const Call& c) {
@@ -121,10 +125,16 @@ MmaPlace wgmma_c(int e, int l) {
 Expr Call::make(const std::string& name, std::vector<Expr> args) {
   TF_CHECK(!args.empty(), "call of ", name, " without arguments");
   // The fragment loads (compiler/ir.h): their count arguments are not lanes to broadcast.
-  if (name == kLdMatrix) {
-    const int64_t* n = args.size() == 2 ? as_const_int(args[1]) : nullptr;
-    TF_CHECK(n && (*n == 2 || *n == 4) && args[0].as<Load>() && args[0].type() == Type::int32().with_lanes(4), name,
-             " takes a Load of int32x4 (a row of eight 16-bit values) and 2 or 4 matrices");
+  if (name == kLdMatrix) {  // (ldmatrix_transposed below)
+    const int64_t* n = args.size() == 2 || args.size() == 3 ? as_const_int(args[1]) : nullptr;
+    const int64_t* trans = args.size() == 3 ? as_const_int(args[2]) : nullptr;
+    TF_CHECK(n && (*n == 2 || *n == 4) && args[0].as<Load>() &&
+                 args[0].type() == Type::int32().with_lanes(4) &&
+                 (args.size() == 2 || (trans && (*trans == 0 || *trans == 1))),
+             name,
+             " takes a Load of int32x4 (a row of eight 16-bit values), 2 or 4 matrices and, "
+             "optionally, ",
+             "whether they are read transposed (0 or 1)");
     return Expr(std::make_shared<Call>(Type::int32().with_lanes(static_cast<int>(*n)), name, std::move(args)));
   }
   if (is_wgmma(name)) {

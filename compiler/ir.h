@@ -256,12 +256,17 @@ constexpr const char* kMmaBF16 = "mma_m16n8k16_bf16";
 // one 8 x 8 matrix, at a 16-byte aligned address of a shared buffer) that each lane supplies,
 // n 2 or 4 (IntImm) the matrices: an int32 x n, whose element j on lane l (g = l / 4, t = l % 4)
 // is word t of the row supplied by lane 8 j + g: the two values of row g of matrix j at columns
-// 2t, 2t + 1, the low half the first (x2: lanes 16-31 supply rows that are not read). Every
+// 2t, 2t + 1, the low half the first (x2: lanes 16-31 supply rows that are not read).
+// ldmatrix(row, n, 1) reads the matrices transposed (.trans): element j on lane l holds the
+// values of rows 2t and 2t + 1 of matrix j at column g, the low half row 2t's (a fragment of B
+// kept as [K][N], N innermost: its pairs along K are a row apart). Every
 // lane of the warp reaches it together, as the products above. The tensorize pass makes it from
 // a product's pairs of 16-bit values it can prove are such rows (compiler/tensorize.cc); the
-// NVPTX back end emits ldmatrix.sync.aligned.m8n8.x{2,4}.shared.b16; on a CPU it runs only in
-// the threaded emulation of a block, whose lanes exchange their rows.
+// NVPTX back end emits ldmatrix.sync.aligned.m8n8.x{2,4}[.trans].shared.b16; on a CPU it runs
+// only in the threaded emulation of a block, whose lanes exchange their rows.
 constexpr const char* kLdMatrix = "ldmatrix";
+// Whether such a call reads its matrices transposed.
+bool ldmatrix_transposed(const Call& c);
 // word_half(v, j, h): the 16-bit half h (0: the low one) of element j of the int32 vector v, as
 // uint16 bits (j and h IntImm): an ldmatrix fragment's value.
 constexpr const char* kWordHalf = "word_half";

@@ -168,9 +168,11 @@ class Tensorizer : public IRMutator {
       const char* widen = m.intrinsic == kMmaBF16 ? kBF16ToFloat : kF16ToFloat;
       const int b_first = static_cast<int>(depth / 2);  // B's operands follow A's
       for (auto [first, matrices, name] : {std::tuple{0, 4, "frag_a"}, std::tuple{b_first, 2, "frag_b"}}) {
-        if (std::optional<Expr> rows = fragment_rows(operands, first, matrices, widen)) {
+        if (std::optional<FragmentRows> rows = fragment_rows(operands, first, matrices, widen)) {
           Expr v = Var::make(name, Type::int32().with_lanes(matrices));
-          lets.emplace_back(v, Call::make(kLdMatrix, std::vector<Expr>{*rows, Expr(int64_t{matrices})}));
+          std::vector<Expr> args = {rows->row, Expr(int64_t{matrices})};
+          if (rows->transposed) args.push_back(Expr(int64_t{1}));
+          lets.emplace_back(v, Call::make(kLdMatrix, args));
           for (int e = 0; e < 2 * matrices; ++e) {
             Expr cond;
             held_16_bits(operands[static_cast<size_t>(first + e)], widen, cond);
@@ -350,22 +352,33 @@ class Tensorizer : public IRMutator {
   }
 
   // The row each lane supplies to ldmatrix for the `matrices` pairs of 16-bit values from
-  // operand `first` on (a fragment of A: 4; of B: 2), as a Load of its 16 bytes; nothing where
-  // the pairs are not provably such rows (tensorize.h says what is proved).
-  std::optional<Expr> fragment_rows(const std::vector<Expr>& operands, int first, int matrices, const char* widen) {
+  // operand `first` on (a fragment of A: 4; of B: 2), as a Load of its 16 bytes, and whether the
+  // matrices are read transposed (each pair's values a row apart, the pitch, rather than
+  // consecutive); nothing where the pairs are not provably such rows (tensorize.h says what is
+  // proved).
+  struct FragmentRows {
+    Expr row;
+    bool transposed = false;
+  };
+  std::optional<FragmentRows> fragment_rows(const std::vector<Expr>& operands, int first,
+                                            int matrices, const char* widen) {
     if (!thread_x_.as<Var>() || thread_x_extent_ < kWarp) return std::nullopt;
     std::string buffer;
     std::vector<Expr> lo_index;  // per pair: the index of its first value
+    int64_t pitch = 0;           // the distance from a pair's first value to its second
     for (int j = 0; j < matrices; ++j) {
       Expr c0, c1;
       const Call* w0 = held_16_bits(operands[static_cast<size_t>(first + 2 * j)], widen, c0);
       const Call* w1 = held_16_bits(operands[static_cast<size_t>(first + 2 * j + 1)], widen, c1);
       const Load* l0 = w0 ? w0->args[0].as<Load>() : nullptr;
       const Load* l1 = w1 ? w1->args[0].as<Load>() : nullptr;
-      if (!l0 || !l1 || l0->buffer != l1->buffer || (j > 0 && l0->buffer != buffer) || l0->type != Type::uint16() ||
-          l1->type != Type::uint16() || constant(l1->index - l0->index) != 1) {
+      if (!l0 || !l1 || l0->buffer != l1->buffer || (j > 0 && l0->buffer != buffer) ||
+          l0->type != Type::uint16() || l1->type != Type::uint16()) {
         return std::nullopt;
       }
+      const std::optional<int64_t> gap = constant(l1->index - l0->index);
+      if (!gap || *gap < 1 || (j > 0 && *gap != pitch)) return std::nullopt;
+      pitch = *gap;
       // Lanes differ only in the thread index: every other variable must be an enclosing
       // loop's (the same on all lanes of a warp: threadIdx.x runs whole warps), and nothing
       // is read to index (a loaded index may differ per lane).
@@ -383,7 +396,8 @@ class Tensorizer : public IRMutator {
     // The answer depends only on these indices (their variables and those variables' ranges),
     // the buffer's size and the thread index: the products of one step share their fragments
     // (A's across a warp's column tiles, B's across its row tiles), so each is proved once.
-    std::string key = str(buffer, '|', size->second, '|', matrices, '|', thread_x_.get(), '|', thread_x_extent_);
+    std::string key = str(buffer, '|', size->second, '|', matrices, '|', pitch, '|',
+                          thread_x_.get(), '|', thread_x_extent_);
     for (const Expr& index : lo_index) {
       key += '|' + to_string(index);
       post_order(index, [&](const Expr& x) {
@@ -393,9 +407,69 @@ class Tensorizer : public IRMutator {
       });
     }
     if (auto memo = fragment_memo_.find(key); memo != fragment_memo_.end()) return memo->second;
-    std::optional<Expr> rows = prove_fragment_rows(lo_index, buffer, size->second, matrices);
+    std::optional<FragmentRows> rows;
+    if (pitch == 1) {
+      if (std::optional<Expr> row = prove_fragment_rows(lo_index, buffer, size->second, matrices))
+        rows = {*row, false};
+    } else if (std::optional<Expr> row =
+                   prove_transposed_rows(lo_index, buffer, size->second, matrices, pitch)) {
+      rows = {*row, true};
+    }
     fragment_memo_.emplace(std::move(key), rows);
     return rows;
+  }
+
+  // fragment_rows's proof for matrices read transposed: lane (g, t)'s pair j is matrix j's
+  // first row R_j plus 2 t rows (of `pitch` elements) and g values, its second value a row
+  // further (what ldmatrix.trans gives it: rows 2t and 2t + 1 at column g); lane l supplies row
+  // l % 8 of matrix (l / 8) % matrices, R_j + (l % 8) pitch, every row 16-byte aligned.
+  std::optional<Expr> prove_transposed_rows(const std::vector<Expr>& lo_index,
+                                            const std::string& buffer, int64_t buffer_size,
+                                            int matrices, int64_t pitch) {
+    if (pitch % 8 != 0) return std::nullopt;
+    const Expr w = Var::make("tf_warp", thread_x_.type());
+    RangeMap ranges = ranges_;
+    ranges[w.get()] = {0, thread_x_extent_ / kWarp - 1};
+    auto at_lane = [&](const Expr& e, int64_t lane) {
+      return simplify(substitute(e, VarMap{{thread_x_.get(), w * Expr(kWarp) + Expr(lane)}}),
+                      ranges);
+    };
+    bool inside = true;
+    for (int j = 0; j < matrices; ++j) {
+      const Expr& lo = lo_index[static_cast<size_t>(j)];
+      const Expr first_row = at_lane(lo, 0);
+      for (int64_t g = 0; g < 8; ++g) {
+        for (int64_t t = 0; t < 4; ++t) {
+          if (constant(at_lane(lo, 4 * g + t) - first_row) != 2 * t * pitch + g)
+            return std::nullopt;
+        }
+      }
+      if (known_multiple(first_row) % 8 != 0) return std::nullopt;
+      const std::optional<Interval> b = const_bounds(first_row, ranges);
+      inside = inside && b && b->lo >= 0 && b->hi + 7 * pitch + 8 <= buffer_size;
+    }
+    const int64_t last_row = (buffer_size - 8) / 8 * 8;
+    if (last_row < 0) return std::nullopt;
+    // Lane l: matrix j = (l / 8) % matrices, row r = l % 8 of it: pair j of the lane (g 0,
+    // t r / 2) of its warp, plus a row where r is odd.
+    const Expr lane = thread_x_ % Expr(kWarp);
+    const Expr supplier =
+        thread_x_ / Expr(kWarp) * Expr(kWarp) + thread_x_ % Expr(int64_t{8}) / Expr(int64_t{2});
+    const Expr which = lane / Expr(int64_t{8}) % Expr(int64_t{matrices});
+    Expr row;
+    for (int j = matrices - 1; j >= 0; --j) {
+      Expr r = substitute(lo_index[static_cast<size_t>(j)], VarMap{{thread_x_.get(), supplier}});
+      row = row ? Select::make(eq(which, Expr(int64_t{j})), r, row) : r;
+    }
+    row = simplify(row + thread_x_ % Expr(int64_t{2}) * Expr(pitch));
+    for (int64_t l = 0; l < kWarp; ++l) {  // as built, lane by lane
+      const int j = static_cast<int>(l / 8 % matrices);
+      const Expr want = at_lane(lo_index[static_cast<size_t>(j)], l % 8 / 2) + Expr(l % 2 * pitch);
+      if (constant(at_lane(row, l) - want) != 0) return std::nullopt;
+    }
+    if (!inside) row = max(min(row, Expr(last_row)), Expr(int64_t{0}));
+    return Load::make(Type::int32().with_lanes(4), buffer,
+                      Ramp::make(simplify(row / Expr(int64_t{2})), Expr(int64_t{1}), 4));
   }
 
   // fragment_rows's proof: each lane's pairs at the rows ldmatrix gives it, and the row address
@@ -458,7 +532,8 @@ class Tensorizer : public IRMutator {
   RangeMap ranges_;                       // the enclosing loops' variables with constant bounds
   std::set<const ExprNode*> loop_vars_;   // every enclosing loop's variable
   std::map<std::string, int64_t> shared_;  // the shared buffers in scope: their elements
-  std::map<std::string, std::optional<Expr>> fragment_memo_;  // fragment_rows's answers by their inputs
+  std::map<std::string, std::optional<FragmentRows>>
+      fragment_memo_;  // fragment_rows's answers by their inputs
 };
 
 }  // namespace

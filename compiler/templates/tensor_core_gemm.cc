@@ -93,12 +93,20 @@ bool b_along_k(const OpGraph& g) { return g.workload.flag("trans_b"); }
 // Whether operand A's (b: B's) shared tile holds 16 bits.
 bool tile_16_bits(const Given16& given, const json& c, bool b) { return half_tiles(c) || given[b]; }
 
+// Whether B's 16-bit tile keeps the layout B is given in, [K][N] (N innermost, its rows
+// padded): a B given in 16 bits as [K][N], read from an input, without wgmma (whose tiles are
+// K-major core matrices). Its copy is then a cp.async of rows, and its fragments' pairs along K,
+// a row apart, are read by ldmatrix.trans (compiler/ir.h kLdMatrix).
+bool b_tile_as_given(const Given16& given, bool b_input, const OpGraph& g, const json& c) {
+  return given.b && b_input && !b_along_k(g) && !wgmma(c);
+}
+
 // Whether the copy of operand A's (b: B's) tile cannot be cp.async, so that a pipeline stages
 // it through registers: it rounds (half_tiles of a float32 operand), or transposes 16-bit
-// elements (B given as [K][N]).
+// elements (B given as [K][N], for wgmma).
 bool copied_through_registers(const Given16& given, const OpGraph& g, const json& c, bool b) {
   if (!given[b]) return half_tiles(c);
-  return b && !b_along_k(g);
+  return b && !b_along_k(g) && wgmma(c);
 }
 
 Tiles tiles_of(const json& c) {
@@ -403,18 +411,22 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   }
   // Pipelined, each thread holds its share of the next tiles in registers where their copy
   // cannot be cp.async (Schedule::multi_buffer): both tiles rounded as they are stored
-  // (half_tiles), B's of 16-bit operands given as [K][N], transposed so that K is innermost
-  // (trans_b=1 gives it as [N][K]: a cp.async copy), or a tile computed rather than read (a
-  // convolution's im2col tile, whose padding is a select: conv2d_nhwc of bfloat16 data in 8 x 2
-  // warps of 1 x 4 tiles over 8 steps of K spilled 76 bytes at 128 registers); beside its
-  // accumulators and operands.
+  // (half_tiles), B's of 16-bit operands given as [K][N] for wgmma, transposed so that K is
+  // innermost, or a tile computed rather than read (a convolution's im2col tile, whose padding
+  // is a select), each of whose values also keeps its place and guard until it is stored: two
+  // registers a value (conv2d_nhwc of bfloat16 data in 8 x 2 warps of 1 x 4 tiles, 512 threads
+  // of at most 128 registers: 112, 121 at 2 and 4 steps of K, 128 and a 24-byte spill at 8);
+  // beside its accumulators and operands.
   const auto [a_input, b_input] = inputs_ab(g);
   const bool staged_a = copied_through_registers(given, g, c, false) || !a_input,
              staged_b = copied_through_registers(given, g, c, true) || !b_input;
   if ((staged_a || staged_b) && shared && stages > 1) {
     const int64_t chunk = d.unroll_k * depth(g);
-    auto share = [&](int64_t rows) { return (rows * chunk + d.threads() - 1) / d.threads(); };
-    const int64_t staged = (staged_a ? share(d.block_m()) : 0) + (staged_b ? share(d.block_n()) : 0);
+    auto share = [&](int64_t rows, bool computed) {
+      return (computed ? 2 : 1) * ((rows * chunk + d.threads() - 1) / d.threads());
+    };
+    const int64_t staged = (staged_a ? share(d.block_m(), !a_input) : 0) +
+                           (staged_b ? share(d.block_n(), !b_input) : 0);
     if (4 * d.tiles_m * d.tiles_n + staged + kOperandRegisters >= regs) {
       return str(4 * d.tiles_m * d.tiles_n, " accumulators and ", staged,
                  " registers of the next tiles per lane (16-bit tiles) leave fewer than ", kOperandRegisters,
@@ -667,7 +679,11 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
       x->set_scope_shared();
       if (narrow) s.store_16_bits(*x, bf16);
     }
-    if (half) {
+    if (is_b && b_tile_as_given(given, input, g, c)) {
+      // Rows padded by 16 bytes: ldmatrix.trans's 8 rows in distinct 16-byte bank groups
+      // where the tile is an even number of 8 columns wide.
+      pad = kPadHalf;
+    } else if (half) {
       auto along_k = [&](size_t dim) { return ir::uses_var(r->indices[dim], kvar); };
       std::stable_partition(order.begin(), order.end(), [&](size_t dim) { return !along_k(dim); });
       // K over several dimensions (a 3x3 convolution's weights: channels, rows, columns): no
@@ -687,13 +703,16 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   };
   // 16 bytes per lane where the rows allow: 4 floats, or 8 halves of a 16-bit operand whose
   // tile keeps its rows (A; B given as [N][K], trans_b=1), K innermost: cp.async's widest copy.
-  // B given as [K][N] is copied along N (its 16-bit tile transposed).
+  // B given as [K][N] is copied along N: 8 halves a lane where its tile keeps that layout
+  // (b_tile_as_given), else (wgmma: its 16-bit tile transposed) 4 values.
   const int64_t a_lanes = given.a ? 8 : 4, b_lanes = given.b ? 8 : 4;
   const bool bk = b_along_k(g);
+  const int64_t b_row_lanes = b_tile_as_given(given, b_input, g, c) ? 8 : 4;
   stage(mul->a, false, a_input, kPadA, a_input && sh.k % a_lanes == 0 && chunk % a_lanes == 0, a_lanes);
   stage(mul->b, true, b_input, kPadB,
-        b_input && (bk ? sh.k % b_lanes == 0 && chunk % b_lanes == 0 : sh.n % 4 == 0 && d.block_n() % 4 == 0),
-        bk ? b_lanes : 4);
+        b_input && (bk ? sh.k % b_lanes == 0 && chunk % b_lanes == 0
+                       : sh.n % b_row_lanes == 0 && d.block_n() % b_row_lanes == 0),
+        bk ? b_lanes : b_row_lanes);
   if (int64_t n = c["stages"]; n > 1) {
     for (Stage* x : staged) x->multi_buffer(static_cast<int>(n), wg && wgmma_in_flight(c) ? 1 : 0);
   }
@@ -714,7 +733,10 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
     return wgmma(c) ? Stage::core_matrix_elements(n, chunk, kPadCore) : n * (chunk + kPadHalf);
   };
   const int64_t a = tile_16_bits(given, c, false) ? half_tile(half_rows(rows)) : tile(rows * (chunk + kPadA));
-  const int64_t b = tile_16_bits(given, c, true) ? half_tile(half_rows(cols)) : tile(chunk * (cols + kPadB));
+  const int64_t b = b_tile_as_given(given, inputs_ab(g).second, g, c)
+                        ? half_tile(chunk * (cols + kPadHalf))
+                    : tile_16_bits(given, c, true) ? half_tile(half_rows(cols))
+                                                   : tile(chunk * (cols + kPadB));
   return (a + b) * c["stages"].get<int64_t>();
 }
 Given16 TensorCoreGemm::given_16_bits(const OpGraph& g) const {

@@ -105,13 +105,31 @@ void emulated_mma(const float* in, float* out, int K, float (*round)(float)) {
 // takes as its word j word l % 4 of the row lane 8 j + l / 4 supplied. One meeting: the rows go
 // to two sets in turn, so a lane writing its next-but-one row has passed the next meeting,
 // which every lane reaches only after reading this one's.
-void emulated_ldmatrix(const int32_t* row, int32_t* out, int n) {
+// Transposed (.trans), word j of lane l holds rows 2t and 2t + 1 of matrix j at column g (value g
+// of the rows lanes 8 j + 2t and 8 j + 2t + 1 supplied), the low half row 2t's.
+void emulated_ldmatrix(const int32_t* row, int32_t* out, int n, bool trans) {
   EmulatedWarps& w = whole_warp("ldmatrix");
   const int64_t warp = emulated_thread / 32, lane = emulated_thread % 32;
   std::vector<std::array<int32_t, 4>>& rows = w.rows[static_cast<size_t>(emulated_ldmatrix_calls++ % 2)];
   std::copy(row, row + 4, rows[static_cast<size_t>(emulated_thread)].begin());
   w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
-  for (int j = 0; j < n; ++j) out[j] = rows[static_cast<size_t>(warp * 32 + 8 * j + lane / 4)][static_cast<size_t>(lane % 4)];
+  const int64_t g = lane / 4, t = lane % 4;
+  for (int j = 0; j < n; ++j) {
+    if (!trans) {
+      out[j] = rows[static_cast<size_t>(warp * 32 + 8 * j + g)][static_cast<size_t>(t)];
+      continue;
+    }
+    auto value = [&](int64_t r) {  // value g of row r of matrix j
+      uint16_t v;
+      std::memcpy(
+          &v,
+          reinterpret_cast<const char*>(rows[static_cast<size_t>(warp * 32 + 8 * j + r)].data()) +
+              2 * g,
+          2);
+      return static_cast<uint32_t>(v);
+    };
+    out[j] = static_cast<int32_t>(value(2 * t) | value(2 * t + 1) << 16);
+  }
 }
 // An operand of a warpgroup-level product in shared memory, as its descriptor says.
 struct WgmmaOperand {
@@ -224,8 +242,18 @@ extern "C" void tunefarm_emulated_wgmma_wait(int64_t pending) {
   }
 }
 
-extern "C" void tunefarm_emulated_ldmatrix_x2(const int32_t* row, int32_t* out) { emulated_ldmatrix(row, out, 2); }
-extern "C" void tunefarm_emulated_ldmatrix_x4(const int32_t* row, int32_t* out) { emulated_ldmatrix(row, out, 4); }
+extern "C" void tunefarm_emulated_ldmatrix_x2(const int32_t* row, int32_t* out) {
+  emulated_ldmatrix(row, out, 2, false);
+}
+extern "C" void tunefarm_emulated_ldmatrix_x4(const int32_t* row, int32_t* out) {
+  emulated_ldmatrix(row, out, 4, false);
+}
+extern "C" void tunefarm_emulated_ldmatrix_x2_trans(const int32_t* row, int32_t* out) {
+  emulated_ldmatrix(row, out, 2, true);
+}
+extern "C" void tunefarm_emulated_ldmatrix_x4_trans(const int32_t* row, int32_t* out) {
+  emulated_ldmatrix(row, out, 4, true);
+}
 
 // Called by kernels built from emulate_gpu_thread at each barrier (the test programs export
 // it: ENABLE_EXPORTS).

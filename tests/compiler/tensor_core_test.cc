@@ -10,11 +10,12 @@
 #include <cstring>
 #include <filesystem>
 #include <regex>
+#include <sstream>
 
 #include "base/bfloat16.h"
 #include "base/error.h"
-#include "base/float16.h"
 #include "base/file_io.h"
+#include "base/float16.h"
 #include "compiler/driver.h"
 #include "compiler/gpu.h"
 #include "compiler/ir_printer.h"
@@ -435,8 +436,8 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadFragmentsByLdmatrix) {
 }
 
 // dtype=float16 / bfloat16: the operands are 16-bit in global memory, their tiles copies of
-// them (A's rows as they are, cp.async; B's transposed so that K is innermost, through
-// registers), each pair of a fragment one 32-bit load, nothing rounded in the kernel. Emulated
+// them as they are (cp.async: A's rows, B's rows of N or of K, whichever it is given as), each
+// fragment one ldmatrix (B's given as [K][N] transposed), nothing rounded in the kernel. Emulated
 // against the reference over shapes nothing divides, K not a multiple of 8 (A copied an element
 // at a time), batches, split-K, 1 to 3 stages and no shared tiles; ptxas on a BERT-sized GEMM.
 TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
@@ -488,8 +489,20 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
       std::string what = w.canonical() + " config " + k.config.dump();
       // Shared 16-bit tiles are read by ldmatrix (guarded where the tiles overhang): the
       // emulated warps exchange its rows as the hardware does, so a wrong row address fails.
-      EXPECT_EQ(ir::to_string(k.lowered.func).find("ldmatrix(") != std::string::npos, k.config.value("shared", true))
-          << what;
+      const std::string ir = ir::to_string(k.lowered.func);
+      EXPECT_EQ(ir.find("ldmatrix(") != std::string::npos, k.config.value("shared", true)) << what;
+      // B's fragments: B given as [K][N] keeps that layout, read transposed (ldmatrix(row, 2, 1)).
+      int64_t b_loads = 0, transposed = 0;
+      std::istringstream lines(ir);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find("let frag_b = ldmatrix(") == std::string::npos) continue;
+        ++b_loads;
+        const std::string trans = ", 2, 1)";
+        transposed += line.size() > trans.size() &&
+                      line.compare(line.size() - trans.size(), trans.size(), trans) == 0;
+      }
+      EXPECT_EQ(b_loads > 0, k.config.value("shared", true)) << what;
+      EXPECT_EQ(transposed, w.get("trans_b") == 1 ? 0 : b_loads) << what;
       testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 17);
       EXPECT_TRUE(r.ok()) << what << ": " << r.str();
     }
@@ -511,22 +524,28 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
     const std::string ptx = assemble_sm90(k, what);
     const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
     EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
-    // Each fragment one ldmatrix (A's x4, B's x2), no word loaded alone.
+    // Each fragment one ldmatrix (A's x4, B's x2; transposed where B is kept as given, [K][N]),
+    // no word loaded alone.
     EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
-    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tb ? tn * uk : 0) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16"), tb ? 0 : tn * uk)
+        << what;
     EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
     // A's tiles are 16-byte cp.async copies; nothing is rounded or loaded from shared as float.
     EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
     EXPECT_EQ(count(ptx, "cvt.rn.f16.f32") + count(ptx, "cvt.rn.bf16.f32") + count(ptx, "cvt.rn.f16x2.f32"), 0)
         << what;
     EXPECT_EQ(count(ptx, "ld.shared.f32"), 0) << what;
-    // B's next tile waits in registers, not in local memory; given as [N][K], it is copied as
-    // A is (cp.async, no element stored one by one).
+    // B's tiles, given as [N][K] or as [K][N] (kept so: rows of N padded by 8, read
+    // transposed), are copied as A's are (cp.async, no element loaded or stored one by one,
+    // nothing in local memory).
     EXPECT_EQ(count(ptx, "ld.local") + count(ptx, "st.local"), 0) << what;
-    EXPECT_EQ(count(ptx, "st.shared.u16") == 0, tb) << what;
-    if (tb) EXPECT_EQ(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.v4.u16"), 0) << what;
+    EXPECT_EQ(count(ptx, "st.shared.u16"), 0) << what;
+    EXPECT_EQ(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.v4.u16"), 0) << what;
     const int64_t bm = k.config["warps_m"].get<int64_t>() * 16 * tm, bn = k.config["warps_n"].get<int64_t>() * 8 * tn;
-    EXPECT_EQ(k.launch()->static_shared_bytes, k.config["stages"].get<int64_t>() * (bm + bn) * (16 * uk + 8) * 2)
+    const int64_t b_tile = tb ? bn * (16 * uk + 8) : 16 * uk * (bn + 8);
+    EXPECT_EQ(k.launch()->static_shared_bytes,
+              k.config["stages"].get<int64_t>() * (bm * (16 * uk + 8) + b_tile) * 2)
         << what;
   }
   // Float32 data times 16-bit weights given as [N][K] (a model's weights stored in 16 bits):
