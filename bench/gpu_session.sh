@@ -12,7 +12,7 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
+# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_bert16,sweep_random,sweep_grouped,tune_rate,
 # tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
@@ -88,6 +88,13 @@ step bench_half 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-ope
   -w 'matmul(M=50,N=37,K=38)' -w 'matmul(M=20,N=30,K=38)' -w 'batch_matmul(B=3,M=20,N=24,K=24)' \
   -w 'conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1,epilogue=bias_relu)' -w 'conv2d_nchw(N=1,C=1024,H=14,W=14,K=256,R=1,S=1)' \
   -w 'conv2d_nchw(N=1,C=3,H=224,W=224,K=64,R=7,S=7,stride=2,pad=3)' --json "$WORK/bench_half.json"
+# Issue 55: 16-bit B given as [K][N] (no trans_b), kept so in shared memory and read by
+# ldmatrix.trans since session 92 (transposed through registers before), against cuBLAS's NN
+# GEMM on the same tensors; NHWC convolutions of 16-bit weights ([C R S][K]).
+step bench_kn16 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --groups '' --rounds 3 \
+  -w 'matmul(M=4096,N=4096,K=4096,dtype=float16)' -w 'matmul(M=128,N=768,K=3072,dtype=float16,epilogue=bias)' \
+  -w 'batch_matmul(B=12,M=128,N=64,K=128,dtype=float16)' \
+  -w 'conv2d_nhwc(N=1,H=56,W=56,C=64,K=64,R=3,S=3,pad=1,weight_dtype=float16)' --json "$WORK/bench_kn16.json"
 # --realistic: MobileNet-v2's fresh initialization gives outputs of ~1e-9, which float16 flushes.
 # --without-pass sixteen-bit-edges: the same builds with float32 values between the kernels too,
 # interleaved (what the 16-bit values gain; the same accuracy, as they change no result).
