@@ -408,74 +408,24 @@ class Tensorizer : public IRMutator {
     }
     if (auto memo = fragment_memo_.find(key); memo != fragment_memo_.end()) return memo->second;
     std::optional<FragmentRows> rows;
-    if (pitch == 1) {
-      if (std::optional<Expr> row = prove_fragment_rows(lo_index, buffer, size->second, matrices))
-        rows = {*row, false};
-    } else if (std::optional<Expr> row =
-                   prove_transposed_rows(lo_index, buffer, size->second, matrices, pitch)) {
-      rows = {*row, true};
-    }
+    if (std::optional<Expr> row =
+            prove_fragment_rows(lo_index, buffer, size->second, matrices, pitch))
+      rows = {*row, pitch != 1};
     fragment_memo_.emplace(std::move(key), rows);
     return rows;
   }
 
-  // fragment_rows's proof for matrices read transposed: lane (g, t)'s pair j is matrix j's
-  // first row R_j plus 2 t rows (of `pitch` elements) and g values, its second value a row
-  // further (what ldmatrix.trans gives it: rows 2t and 2t + 1 at column g); lane l supplies row
-  // l % 8 of matrix (l / 8) % matrices, R_j + (l % 8) pitch, every row 16-byte aligned.
-  std::optional<Expr> prove_transposed_rows(const std::vector<Expr>& lo_index,
-                                            const std::string& buffer, int64_t buffer_size,
-                                            int matrices, int64_t pitch) {
-    if (pitch % 8 != 0) return std::nullopt;
-    const Expr w = Var::make("tf_warp", thread_x_.type());
-    RangeMap ranges = ranges_;
-    ranges[w.get()] = {0, thread_x_extent_ / kWarp - 1};
-    auto at_lane = [&](const Expr& e, int64_t lane) {
-      return simplify(substitute(e, VarMap{{thread_x_.get(), w * Expr(kWarp) + Expr(lane)}}),
-                      ranges);
-    };
-    bool inside = true;
-    for (int j = 0; j < matrices; ++j) {
-      const Expr& lo = lo_index[static_cast<size_t>(j)];
-      const Expr first_row = at_lane(lo, 0);
-      for (int64_t g = 0; g < 8; ++g) {
-        for (int64_t t = 0; t < 4; ++t) {
-          if (constant(at_lane(lo, 4 * g + t) - first_row) != 2 * t * pitch + g)
-            return std::nullopt;
-        }
-      }
-      if (known_multiple(first_row) % 8 != 0) return std::nullopt;
-      const std::optional<Interval> b = const_bounds(first_row, ranges);
-      inside = inside && b && b->lo >= 0 && b->hi + 7 * pitch + 8 <= buffer_size;
-    }
-    const int64_t last_row = (buffer_size - 8) / 8 * 8;
-    if (last_row < 0) return std::nullopt;
-    // Lane l: matrix j = (l / 8) % matrices, row r = l % 8 of it: pair j of the lane (g 0,
-    // t r / 2) of its warp, plus a row where r is odd.
-    const Expr lane = thread_x_ % Expr(kWarp);
-    const Expr supplier =
-        thread_x_ / Expr(kWarp) * Expr(kWarp) + thread_x_ % Expr(int64_t{8}) / Expr(int64_t{2});
-    const Expr which = lane / Expr(int64_t{8}) % Expr(int64_t{matrices});
-    Expr row;
-    for (int j = matrices - 1; j >= 0; --j) {
-      Expr r = substitute(lo_index[static_cast<size_t>(j)], VarMap{{thread_x_.get(), supplier}});
-      row = row ? Select::make(eq(which, Expr(int64_t{j})), r, row) : r;
-    }
-    row = simplify(row + thread_x_ % Expr(int64_t{2}) * Expr(pitch));
-    for (int64_t l = 0; l < kWarp; ++l) {  // as built, lane by lane
-      const int j = static_cast<int>(l / 8 % matrices);
-      const Expr want = at_lane(lo_index[static_cast<size_t>(j)], l % 8 / 2) + Expr(l % 2 * pitch);
-      if (constant(at_lane(row, l) - want) != 0) return std::nullopt;
-    }
-    if (!inside) row = max(min(row, Expr(last_row)), Expr(int64_t{0}));
-    return Load::make(Type::int32().with_lanes(4), buffer,
-                      Ramp::make(simplify(row / Expr(int64_t{2})), Expr(int64_t{1}), 4));
-  }
-
   // fragment_rows's proof: each lane's pairs at the rows ldmatrix gives it, and the row address
-  // each lane supplies.
-  std::optional<Expr> prove_fragment_rows(const std::vector<Expr>& lo_index, const std::string& buffer,
-                                          int64_t buffer_size, int matrices) {
+  // each lane supplies. Plain (pitch 1): lane (g, t)'s pair j is row g of matrix j plus 2 t
+  // values, row r supplied by lane 4 r. Transposed (ldmatrix.trans, a pair's values `pitch`
+  // apart): lane (g, t)'s pair j is column g of rows 2 t and 2 t + 1 of matrix j, row 2 t supplied
+  // by lane t and row 2 t + 1 a pitch after it. Lane l supplies row l % 8 of matrix
+  // (l / 8) % matrices; every row 16-byte aligned.
+  std::optional<Expr> prove_fragment_rows(const std::vector<Expr>& lo_index,
+                                          const std::string& buffer, int64_t buffer_size,
+                                          int matrices, int64_t pitch) {
+    const bool transposed = pitch != 1;
+    if (transposed && pitch % 8 != 0) return std::nullopt;
     // The thread index as 32 w + lane, w the warp (symbolic, in range), the lane given.
     const Expr w = Var::make("tf_warp", thread_x_.type());
     RangeMap ranges = ranges_;
@@ -483,35 +433,44 @@ class Tensorizer : public IRMutator {
     auto at_lane = [&](const Expr& e, int64_t lane) {
       return simplify(substitute(e, VarMap{{thread_x_.get(), w * Expr(kWarp) + Expr(lane)}}), ranges);
     };
-    // Lane (g, t)'s pair j is row g's start plus 2 t values; the row 16-byte aligned.
+    auto row_of = [&](int j, int64_t r) {  // where row r of matrix j starts
+      const Expr& lo = lo_index[static_cast<size_t>(j)];
+      return transposed ? simplify(at_lane(lo, r / 2) + Expr(r % 2 * pitch), ranges)
+                        : at_lane(lo, 4 * r);
+    };
     bool inside = true;  // every row provably in the buffer
     for (int j = 0; j < matrices; ++j) {
-      for (int64_t g = 0; g < 8; ++g) {
-        const Expr row = at_lane(lo_index[static_cast<size_t>(j)], 4 * g);
-        for (int64_t t = 1; t < 4; ++t) {
-          if (constant(at_lane(lo_index[static_cast<size_t>(j)], 4 * g + t) - row) != 2 * t) return std::nullopt;
-        }
+      for (int64_t r = 0; r < 8; ++r) {
+        const Expr row = row_of(j, r);
         if (known_multiple(row) % 8 != 0) return std::nullopt;
         const std::optional<Interval> b = const_bounds(row, ranges);
         inside = inside && b && b->lo >= 0 && b->hi + 8 <= buffer_size;
       }
+      for (int64_t g = 0; g < 8; ++g) {
+        for (int64_t t = 0; t < 4; ++t) {
+          const Expr want = transposed ? row_of(j, 2 * t) + Expr(g) : row_of(j, g) + Expr(2 * t);
+          if (constant(at_lane(lo_index[static_cast<size_t>(j)], 4 * g + t) - want) != 0)
+            return std::nullopt;
+        }
+      }
     }
     const int64_t last_row = (buffer_size - 8) / 8 * 8;  // the last whole aligned row
     if (last_row < 0) return std::nullopt;
-    // Lane l supplies row l % 8 of matrix (l / 8) % matrices: pair (l / 8) % matrices of the
-    // lane 4 (l % 8) of its warp.
     const Expr lane = thread_x_ % Expr(kWarp);
-    const Expr supplier = thread_x_ / Expr(kWarp) * Expr(kWarp) + thread_x_ % Expr(int64_t{8}) * Expr(int64_t{4});
+    const Expr r = thread_x_ % Expr(int64_t{8});
+    const Expr supplier = thread_x_ / Expr(kWarp) * Expr(kWarp) +
+                          (transposed ? r / Expr(int64_t{2}) : r * Expr(int64_t{4}));
     const Expr which = lane / Expr(int64_t{8}) % Expr(int64_t{matrices});
     Expr row;
     for (int j = matrices - 1; j >= 0; --j) {
-      Expr r = substitute(lo_index[static_cast<size_t>(j)], VarMap{{thread_x_.get(), supplier}});
-      row = row ? Select::make(eq(which, Expr(int64_t{j})), r, row) : r;
+      Expr at = substitute(lo_index[static_cast<size_t>(j)], VarMap{{thread_x_.get(), supplier}});
+      row = row ? Select::make(eq(which, Expr(int64_t{j})), at, row) : at;
     }
+    if (transposed) row = row + thread_x_ % Expr(int64_t{2}) * Expr(pitch);
     row = simplify(row);
     for (int64_t l = 0; l < kWarp; ++l) {  // as built, lane by lane
-      const int j = static_cast<int>(l / 8 % matrices);
-      if (constant(at_lane(row, l) - at_lane(lo_index[static_cast<size_t>(j)], 4 * (l % 8))) != 0) return std::nullopt;
+      if (constant(at_lane(row, l) - row_of(static_cast<int>(l / 8 % matrices), l % 8)) != 0)
+        return std::nullopt;
     }
     // A row that may lie past the buffer (a tile trimmed to the matrix: rows past M) is one
     // whose values the guards discard (the pairs read it only where they hold): read the
