@@ -668,7 +668,14 @@ class Lowerer {
       }
       Stmt loop = For::make(v, 0, ext.at(v.get()), s.kind_of(v), nest, slices);
       if (auto d = pipelined_stages.find(v.get()); d != pipelined_stages.end()) {
-        loop = multi_buffered_loop(s, d->second, loop.as<For>());
+        // It runs more than once where an enclosing loop of the stage is not a GPU binding (a
+        // block's groups, its tiles of C), or the stage is computed at another one's loop.
+        bool repeats = !runs_once_per_thread(s);
+        for (size_t j = 0; j < i; ++j) {
+          const int64_t* e = as_const_int(ext.at(leaves[j].get()));
+          repeats = repeats || (!is_gpu_binding(s.kind_of(leaves[j])) && (!e || *e > 1));
+        }
+        loop = multi_buffered_loop(s, d->second, loop.as<For>(), repeats);
       }
       if (i == first_reduce) loop = Block::make({init_nest, loop});
       nest = loop;
@@ -677,6 +684,20 @@ class Lowerer {
     }
     if (init && leaves.empty()) nest = Block::make({init_nest, nest});
     return nest;
+  }
+
+  // Whether each GPU thread computes stage `s`'s nest once: a root stage, or one computed at
+  // a loop of such a stage inside whose every enclosing loop is a GPU binding (a cache_write's
+  // local stage at threadIdx.x); false where that is not known.
+  static bool runs_once_per_thread(const Stage& s) {
+    if (s.attach() == Stage::Attach::Root) return true;
+    const Stage* at = s.attach_stage();
+    if (s.attach() != Stage::Attach::At || !at || !runs_once_per_thread(*at)) return false;
+    for (const Expr& leaf : at->leaves()) {
+      if (!is_gpu_binding(at->kind_of(leaf))) return false;
+      if (leaf.same_as(s.attach_var())) return true;
+    }
+    return false;
   }
 
   // The loop `f` with the multi-buffered shared stages `stages` computed at it (n buffers,
@@ -690,7 +711,8 @@ class Lowerer {
   // readers, waited for one iteration late), d = n-2: iteration v overwrites the buffer of
   // iteration v-2, whose reads the end of iteration v-1 waited for (Barrier::Kind::AsyncReads
   // closes each iteration, and the loop, for the lowering pass that places those waits).
-  Stmt multi_buffered_loop(const Stage& s, const std::vector<Stage*>& stages, const For* f) {
+  Stmt multi_buffered_loop(const Stage& s, const std::vector<Stage*>& stages, const For* f,
+                           bool repeats) {
     const int64_t* extent = as_const_int(f->extent);
     if (f->for_kind != ForKind::Serial && f->for_kind != ForKind::Unrolled) {
       throw UserError(str("multi_buffer of ", stages.front()->name(), ": it is computed at loop '",
@@ -731,8 +753,12 @@ class Lowerer {
       for (size_t i = 0; i < stages.size(); ++i) out.push_back(tile_copy(i, it));
       return Block::make(out);
     };
-    // One group per prologue tile, in order.
+    // One group per prologue tile, in order. Where the loop runs again (`repeats`: an enclosing
+    // loop, a block's next group or tile of C), after a barrier: the prologue overwrites the
+    // buffers the last run's last iterations read, and no thread may get there before every
+    // thread has finished reading them (its products waited for: the mark after the loop).
     std::vector<Stmt> prologue;
+    if (repeats) prologue.push_back(Barrier::make());
     for (int j = 0; j < ahead_tiles; ++j)
       prologue.insert(prologue.end(), {j < *extent ? copy(Expr(j)) : Stmt(), commit});
     Stmt body = f->body;

@@ -270,6 +270,32 @@ TEST(GpuShared, MultiBufferedTilesAreCopiedAhead) {
   EXPECT_EQ(count_of(ptx4, "bar.sync"), 1u) << ptx4;
 }
 
+// A multi-buffered loop that runs more than once in a thread (a block whose rows straddle
+// groups of a grouped convolution: the whole pipeline again for each group) waits at a barrier
+// before its prologue copies, which overwrite the buffers the last run's last iterations read. Run
+// with each block's threads at once (a thread ahead of the others would overwrite what they still
+// read); a loop that runs once has no such barrier.
+TEST(GpuShared, ALoopRunAgainWaitsBeforeItsPrologueOverwritesItsBuffers) {
+  const Target sm80 = parse_target("cuda -arch=sm_80");
+  for (const char* w :
+       {"conv2d_nchw(N=1,C=12,H=9,W=8,K=18,R=3,S=3,pad=1,group=3,epilogue=bias_relu)",
+        "conv2d_nchw(N=2,C=8,H=6,W=6,K=20,R=3,S=3,pad=1,group=4)"}) {
+    CompiledKernel k = compile_kernel(parse_workload(w), sm80, nullptr, "default", "");
+    const std::string ir = ir::to_string(k.lowered.func);
+    const size_t groups = ir.find("for (b, 0, ");
+    ASSERT_NE(groups, std::string::npos) << w << ": no loop over a block's groups\n" << ir;
+    EXPECT_NE(ir.find("barrier", groups), std::string::npos) << ir;
+    EXPECT_LT(ir.find("barrier", groups), ir.find("async_commit", groups))
+        << ir;  // before the prologue's copies
+    testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm80, 5);
+    EXPECT_TRUE(r.ok()) << w << " config " << k.config.dump() << ": " << r.str();
+  }
+  CompiledKernel once = compile_kernel(parse_workload("matmul(M=64,N=64,K=64)"), sm80,
+                                       {{"shared", true}, {"stages", 2}}, "given", "");
+  const std::string ir = ir::to_string(once.lowered.func);
+  EXPECT_EQ(count_of(ir, "barrier"), 1u) << ir;
+}
+
 // Split-K: one call, two kernels in one module (the partial sums into a workspace, then
 // their sum in order and the epilogue), listed in the sidecar with the workspace's size; the
 // whole function run serially matches the reference; a split that does not divide K is
