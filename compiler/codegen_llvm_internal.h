@@ -79,10 +79,16 @@ class CodeGen {
     set_attributes(fn_);
     launch_ = launch;
     if (launch) mark_kernel(*launch);
+    // A block's threads emulated at once (compiler/gpu.h emulate_gpu_thread: the argument
+    // tf_emu_ids) share the buffers, which the other threads write while this one waits at an
+    // emulated barrier: noalias would let LLVM keep a value loaded before the barrier, or move a
+    // load above it, as if the call could not change it.
+    const bool threads_share = std::any_of(f.args.begin(), f.args.end(),
+                                           [](const auto& a) { return a.name == "tf_emu_ids"; });
     for (size_t i = 0; i < f.args.size(); ++i) {
       llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
       a->setName(f.args[i].name);
-      a->addAttr(llvm::Attribute::NoAlias);
+      if (!threads_share) a->addAttr(llvm::Attribute::NoAlias);
       a->addAttr(llvm::Attribute::NoCapture);
       annotate_arg(a);
       buffers_[f.args[i].name] = a;

@@ -82,6 +82,20 @@ TEST_P(GpuWorkload, ScheduleLoweringMatchesReferenceOnCpu) {
   }
 }
 
+// The same with each block's threads at once (tests/compiler/kernel_harness.h
+// run_gpu_emulated): a thread that runs ahead of the others where a barrier is missing reads or
+// overwrites what they have not finished, which the serialized run above cannot show.
+TEST_P(GpuWorkload, ThreadsOfABlockAtOnceMatchTheReference) {
+  Workload w = parse_workload(GetParam());
+  const Target t = parse_target("cuda -arch=sm_80");
+  int i = 0;
+  for (const nlohmann::json& config : testing::sample_configs(w, t, 2)) {
+    CompiledKernel k = compile_kernel(w, t, config, "given", "");
+    testing::Comparison c = testing::run_gpu_emulated(k.graph, k.lowered.func, t, 60 + i++, 4096);
+    EXPECT_TRUE(c.ok()) << w.canonical() << " config " << config.dump() << ": " << c.str();
+  }
+}
+
 // What ptxas says about an architecture it does not have (CUDA 13 dropped sm_70).
 bool ptxas_lacks(const std::string& out) { return out.find("is not defined for option 'gpu-name'") != std::string::npos; }
 
