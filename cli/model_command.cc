@@ -122,12 +122,20 @@ static void print_bf16(const graph::Graph& g, const Target& t) {
     const auto sixteen_bit_weights = std::count_if(g.nodes.begin(), g.nodes.end(),
                                                    [](const graph::Node& n) { return graph::reads_16_bit_weights(n.op); });
     const std::string p = precision_name(tc);
-    std::printf("%-9s %lld of %lld products (MatMul, Gemm, Conv) on tensor cores (mma.sync: operands rounded to %s%s%s, "
-                "float32 sums); depthwise convolutions and the rest in float32 (docs/precision.md)\n",
-                p.c_str(), static_cast<long long>(g.tensor_core_nodes), static_cast<long long>(anchors),
-                tc == Precision::TF32 ? "TF32" : tc == Precision::Float16 ? "float16" : "bfloat16",
-                sixteen_bit_weights == 0 ? "" : str(", ", sixteen_bit_weights, " of them with weights stored in it").c_str(),
-                g.sixteen_bit_values == 0 ? "" : str(", ", g.sixteen_bit_values, " values they alone read too").c_str());
+    std::printf(
+        "%-9s %lld of %lld products (MatMul, Gemm, Conv) on tensor cores (mma.sync: operands "
+        "rounded to %s%s%s, "
+        "float32 sums); depthwise convolutions and the rest in float32 (docs/precision.md)\n",
+        p.c_str(), static_cast<long long>(g.tensor_core_nodes), static_cast<long long>(anchors),
+        tc == Precision::TF32      ? "TF32"
+        : tc == Precision::Float16 ? "float16"
+                                   : "bfloat16",
+        sixteen_bit_weights == 0
+            ? ""
+            : str(", ", sixteen_bit_weights, " of them with weights stored in it").c_str(),
+        g.sixteen_bit_values == 0
+            ? ""
+            : str(", ", g.sixteen_bit_values, " values stored in it between kernels").c_str());
   }
   line("fp16", g.fp16_nodes, "float16",
        x86 && t.has_feature("f16c") ? "stored in float16, computed in float32: F16C conversions"

@@ -151,6 +151,47 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     }
     return true;
   };
+  // Group k's nodes moved into group `target` (k left empty, dropped at the end), unless that
+  // would close a cycle through a group outside both: false then, nothing changed.
+  auto merge = [&](size_t k, size_t target, std::set<size_t>& reads) {
+    for (size_t r : deps[k]) {
+      if (r != target && depends(r, target)) return false;
+    }
+    for (size_t r : deps[target]) {
+      if (r != k && depends(r, k)) return false;
+    }
+    for (const std::string& name : groups[k].nodes) {
+      groups[target].nodes.push_back(name);
+      for (const std::string& o : by_name.at(name)->outputs) group_of_value[o] = target;
+    }
+    groups[k].nodes.clear();
+    for (size_t r : deps[k]) {
+      readers[r].erase(k);
+      if (r != target) {
+        deps[target].insert(r);
+        readers[r].insert(target);
+      }
+    }
+    deps[k].clear();
+    deps[target].erase(k);
+    readers[k].clear();
+    reads.erase(k);
+    std::sort(groups[target].nodes.begin(), groups[target].nodes.end(),
+              [&](const std::string& a, const std::string& b) {
+                return node_order.at(a) < node_order.at(b);
+              });
+    return true;
+  };
+  // Whether group k is one Cast to float32 of a computed 16-bit value (sixteen-bit-edges'
+  // widening Casts): such a group joins its reader's group rather than the reverse, so that
+  // the reader may still join a product's epilogue.
+  auto widening = [&](size_t k) {
+    if (groups[k].nodes.size() != 1) return false;
+    const Node& c = *by_name.at(groups[k].nodes[0]);
+    return c.op == "Cast" && !c.has(kStorageCast) && c.get_int("to", 0) == 1 &&
+           g.values.count(c.inputs[0]) && is_storage16(g.value(c.inputs[0]).dtype) &&
+           group_of_value.count(c.inputs[0]);
+  };
   // fuses_operands (FusedAttention): the elementwise and injective groups computing n's
   // inputs for it alone merge into one group, which n then joins; its kind becomes n's. Returns
   // the group n joins (groups.size(): a new one). Merged groups are left empty and dropped.
@@ -169,35 +210,13 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
         continue;
       }
       if (groups[target].nodes.size() + groups[k].nodes.size() >= kMaxGroupNodes) continue;
-      // Merging must not close a cycle through a group outside both.
-      bool cycle = false;
-      for (size_t r : deps[k]) cycle = cycle || (r != target && depends(r, target));
-      for (size_t r : deps[target]) cycle = cycle || (r != k && depends(r, k));
-      if (cycle) continue;
-      for (const std::string& name : groups[k].nodes) {
-        groups[target].nodes.push_back(name);
-        for (const std::string& o : by_name.at(name)->outputs) group_of_value[o] = target;
-      }
-      groups[k].nodes.clear();
-      for (size_t r : deps[k]) {
-        readers[r].erase(k);
-        if (r != target) {
-          deps[target].insert(r);
-          readers[r].insert(target);
-        }
-      }
-      deps[k].clear();
-      deps[target].erase(k);
-      readers[k].clear();
-      reads.erase(k);
+      merge(k, target, reads);
     }
     if (target == groups.size()) return target;
     // The node's other reads must not wait for the merged group.
     for (size_t r : reads) {
       if (r != target && depends(r, target)) return groups.size();
     }
-    std::sort(groups[target].nodes.begin(), groups[target].nodes.end(),
-              [&](const std::string& a, const std::string& b) { return node_order.at(a) < node_order.at(b); });
     groups[target].kind = op_kind(n.op);
     return target;
   };
@@ -214,7 +233,15 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     size_t target = groups.size();
     const bool takes_operands = find_op(n.op)->fuses_operands;
     if (takes_operands) target = take_operands(n, reads);
-    for (const std::string& in : n.inputs) {
+    // Inputs widened from 16 bits last (below).
+    std::vector<std::string> candidates;
+    for (bool widened : {false, true}) {
+      for (const std::string& in : n.inputs) {
+        auto it = group_of_value.find(in);
+        if (it != group_of_value.end() && widening(it->second) == widened) candidates.push_back(in);
+      }
+    }
+    for (const std::string& in : candidates) {
       if (takes_operands) break;
       auto it = group_of_value.find(in);
       if (it == group_of_value.end() || outputs.count(in)) continue;
@@ -243,6 +270,16 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
         if (in_diamond) diamond_group.emplace(in, producer);
         break;
       }
+    }
+    // The widening Casts that feed the node alone join its group (a residual Add's 16-bit
+    // skip read in the product's epilogue).
+    for (const std::string& in : n.inputs) {
+      auto it = group_of_value.find(in);
+      if (target == groups.size() || kind != OpKind::Elementwise || it == group_of_value.end() ||
+          it->second == target || !widening(it->second) || uses[in] != 1 || outputs.count(in) ||
+          groups[target].nodes.size() >= kMaxGroupNodes)
+        continue;
+      merge(it->second, target, reads);
     }
     if (target == groups.size()) {
       groups.push_back(FusedGroup{kind, {}, {}, {}});

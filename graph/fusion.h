@@ -15,7 +15,10 @@
 //               reduction group (Add(skip, conv(...)) joins the conv's group though the skip
 //               comes first); a value read by several elementwise nodes whose paths meet
 //               again (SiLU: Mul(y, Sigmoid(y))), reading nothing else computed, counts as
-//               read once, and the whole diamond joins its group or none of it does
+//               read once, and the whole diamond joins its group or none of it does; a
+//               widening Cast of a computed 16-bit value (sixteen-bit-edges) read by one
+//               elementwise node is joined last and joins that node's group instead (a
+//               residual Add's 16-bit skip read in its product's epilogue)
 //   injective   (Reshape, Transpose, Slice, Concat, Gather, Split, LayoutTransform, ...):
 //               joins an elementwise or injective group the same way (not an anchor's: it
 //               would change the anchor's output layout)

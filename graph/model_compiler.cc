@@ -232,7 +232,9 @@ class ModelBuilder {
           continue;
         }
         const Value& val = g_.value(v);
-        if (val.dtype != DType::F32) return std::nullopt;
+        // Float32 values, and the 16-bit values a widening Cast reads (sixteen-bit-edges).
+        if (val.dtype != DType::F32 && !(is_storage16(val.dtype) && n.op == "Cast"))
+          return std::nullopt;
         if (val.constant && val.constant->size() == 1) {
           in.push_back(TeOperand{val.shape, nullptr, val.constant->f[0]});
           continue;
@@ -244,7 +246,7 @@ class ModelBuilder {
           while (!shape.empty() && shape[0] == 1) shape.erase(shape.begin());
           if (shape.size() > 1) return std::nullopt;
         }
-        ir::Tensor t = ir::placeholder(str("tail", extra.size()), shape);
+        ir::Tensor t = ir::placeholder(str("tail", extra.size()), shape, kernel_type(val.dtype));
         og.inputs.push_back(t);
         extra.push_back(v);
         in.push_back(TeOperand{shape, t, std::nullopt});

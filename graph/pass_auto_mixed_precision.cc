@@ -450,17 +450,29 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
     }
     return false;
   };
+  auto product_reader = [&](const std::pair<size_t, size_t>& r) {
+    const Node& n = g.nodes[r.first];
+    return reads_16_bit_input(n, r.second) && tensor_core_precision(n) == p &&
+           (reads_16_bit_weights(n.op) || !anchor_workload(g, n).spec.empty());
+  };
+  // Elementwise readers beside the products (a post-norm transformer's residual Add reading
+  // the LayerNorm output its next products read, a ResNet block's output read by the next
+  // block's Add) read the 16-bit value through a Cast to float32 just before them, which
+  // graph/fusion.h puts in their kernel: the value rounded as PyTorch's .half() rounds it, the
+  // producer writing and every reader reading half the bytes.
+  auto widening_reader = [&](const std::pair<size_t, size_t>& r) {
+    const Node& n = g.nodes[r.first];
+    return op_kind(n.op) == OpKind::Elementwise && n.op != "Cast" && n.outputs.size() == 1;
+  };
   std::set<std::string> chosen;
   for (const auto& [v, rs] : uses.readers) {
     auto pr = uses.producer.find(v);
     if (pr == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32 || keeps_float32(v))
       continue;
-    const bool all = std::all_of(rs.begin(), rs.end(), [&](const std::pair<size_t, size_t>& r) {
-      const Node& n = g.nodes[r.first];
-      return reads_16_bit_input(n, r.second) && tensor_core_precision(n) == p &&
-             (reads_16_bit_weights(n.op) || !anchor_workload(g, n).spec.empty());
+    const bool all = std::all_of(rs.begin(), rs.end(), [&](const auto& r) {
+      return product_reader(r) || widening_reader(r);
     });
-    if (all) chosen.insert(v);
+    if (all && std::any_of(rs.begin(), rs.end(), product_reader)) chosen.insert(v);
   }
   // A marked MatMul's first operand only with its second (16-bit data times float32 has no
   // kernel): drop such firsts until none is left (each drop may strand another).
@@ -474,8 +486,12 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
       }
     }
   }
-  // Storage Casts to insert after each producer, in order.
+  // Storage Casts to insert after each producer, in order, then the widening Casts before
+  // their readers (after the node before each: after any storage Cast placed there).
   std::map<size_t, std::vector<Node>> after;
+  std::vector<std::pair<size_t, Node>> widening;
+  std::set<std::string> node_names;
+  for (const Node& n : g.nodes) node_names.insert(n.name);
   for (const std::string& v : chosen) {
     const std::vector<std::pair<size_t, size_t>>& rs = uses.readers.at(v);
     Node cast;
@@ -486,10 +502,30 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
     cast.attrs["to"] = int64_t{type == DType::F16 ? 10 : 16};
     cast.attrs[kStorageCast] = int64_t{1};
     g.values[cast.outputs[0]] = Value{cast.outputs[0], type, g.value(v).shape, std::nullopt};
-    for (const auto& [k, i] : rs) g.nodes[k].inputs[i] = cast.outputs[0];
+    for (const auto& [k, i] : rs) {
+      if (product_reader({k, i})) {
+        g.nodes[k].inputs[i] = cast.outputs[0];
+        continue;
+      }
+      Node widen;
+      widen.op = "Cast";
+      widen.inputs = {cast.outputs[0]};
+      widen.outputs = {g.fresh_name(v + ".widened")};
+      widen.name = widen.outputs[0];  // a fresh value's name; fresh among the nodes too
+      for (int suffix = 1; !node_names.insert(widen.name).second; ++suffix)
+        widen.name = str(widen.outputs[0], "#", suffix);
+      widen.attrs["to"] = int64_t{1};
+      g.values[widen.outputs[0]] =
+          Value{widen.outputs[0], DType::F32, g.value(v).shape, std::nullopt};
+      g.nodes[k].inputs[i] = widen.outputs[0];
+      TF_CHECK(k > uses.producer.at(v), "sixteen-bit-edges: a reader of '", v,
+               "' before its producer");
+      widening.emplace_back(k - 1, std::move(widen));
+    }
     after[uses.producer.at(v)].push_back(std::move(cast));
     ++g.sixteen_bit_values;
   }
+  for (auto& [k, widen] : widening) after[k].push_back(std::move(widen));
   if (after.empty()) return false;
   insert_after(g, std::move(after));
   return true;

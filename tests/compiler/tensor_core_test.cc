@@ -722,6 +722,92 @@ TEST(TensorCore, AStorageCastTailStoresTheRoundedOutput) {
   }
 }
 
+// A model's product whose tail reads a 16-bit value beside its result (graph sixteen-bit-edges:
+// a residual Add reading the skip through a widening Cast, ir kF16ToFloat / kBF16ToFloat):
+// each output is exactly the plain kernel's plus the widened value, over mma.sync and wgmma,
+// bias epilogues, split-K (the tail in the sum's kernel), NCHW and NHWC convolutions, guarded
+// tails of C and the float32 GPU templates.
+TEST(TensorCore, ATailReadsASixteenBitResidual) {
+  struct Case {
+    const char* target;
+    const char* workload;
+    nlohmann::json config;
+  };
+  const nlohmann::json wgmma = {{"warps_m", 4},        {"warps_n", 1},           {"tiles_m", 1},
+                                {"tiles_n", 4},        {"unroll_k", 2},          {"shared", true},
+                                {"stages", 4},         {"split_k", 1},           {"wgmma", true},
+                                {"half_tiles", false}, {"wgmma_in_flight", true}};
+  const Case cases[] = {
+      {"cuda -arch=sm_80", "matmul(M=40,N=26,K=32,trans_b=1,dtype=float16,epilogue=bias)", nullptr},
+      {"cuda -arch=sm_80",
+       "conv2d_nchw(N=1,C=8,H=6,W=5,K=20,R=3,S=3,pad=1,dtype=bfloat16,epilogue=bias)", nullptr},
+      {"cuda -arch=sm_80", "conv2d_nhwc(N=1,H=5,W=6,C=16,K=24,R=1,S=1,dtype=float16)", nullptr},
+      {"cuda -arch=sm_80",
+       "matmul(M=50,N=37,K=150,weight_dtype=float16,epilogue=bias)",
+       {{"warps_m", 2},
+        {"warps_n", 2},
+        {"tiles_m", 1},
+        {"tiles_n", 2},
+        {"unroll_k", 1},
+        {"split_k", 3}}},
+      {"cuda -arch=sm_90", "matmul(M=100,N=64,K=128,trans_b=1,dtype=bfloat16,epilogue=bias)",
+       wgmma},
+      // float32 templates beside them (a depthwise convolution, grouped, products whose weights
+      // float16 cannot hold): the skip read the same way.
+      {"cuda -arch=sm_80",
+       "depthwise_conv2d_nchw(N=1,C=9,H=10,W=9,R=3,S=3,stride=2,pad=1,epilogue=bias)", nullptr},
+      {"cuda -arch=sm_80",
+       "conv2d_nchw(N=1,C=12,H=9,W=8,K=18,R=3,S=3,pad=1,group=3,epilogue=bias_relu)", nullptr},
+      {"cuda -arch=sm_80", "matmul(M=33,N=70,K=40,epilogue=bias)", nullptr},
+  };
+  int sample = 0;
+  for (const Case& c : cases) {
+    if (!testing::sampled(sample++, 2)) continue;
+    const Target target = parse_target(c.target);
+    const Workload w = parse_workload(c.workload);
+    const bool bf16 = w.types.precision == Precision::BFloat16 || sample % 2 == 0;
+    const OpGraph plain = build_op(w);
+    OpGraph res = plain;
+    res.tail.push_back(res.output);
+    const ir::Tensor out = res.output;
+    const ir::Tensor skip = ir::placeholder("skip", out->shape, ir::Type::uint16());
+    res.inputs.push_back(skip);
+    res.word_types[skip->name] = bf16 ? "bfloat16" : "float16";
+    std::vector<std::string> names;
+    for (size_t d = 0; d < out->shape.size(); ++d) names.push_back(str("s", d));
+    res.output = ir::compute("residual", out->shape, names, [&](const std::vector<ir::Expr>& ax) {
+      return ir::read(out, ax) +
+             ir::Call::make(bf16 ? ir::kBF16ToFloat : ir::kF16ToFloat, {ir::read(skip, ax)});
+    });
+    std::vector<std::vector<float>> results;
+    std::vector<float> skip_values;
+    for (const OpGraph* g : {&plain, static_cast<const OpGraph*>(&res)}) {
+      CompiledKernel k =
+          compile_op_graph(*g, target, c.config, c.config.is_null() ? "default" : "given", "k");
+      const std::string what = w.canonical() + " config " + k.config.dump();
+      std::vector<std::vector<float>> bufs;
+      for (size_t i = 0; i < g->inputs.size(); ++i) {
+        const std::string type = g->arg_dtype(g->inputs[i]);
+        bufs.emplace_back(static_cast<size_t>(ir::num_elements(g->inputs[i]->shape)));
+        fill_typed(type, bufs.back().data(), static_cast<int64_t>(bufs.back().size()), 31 + i);
+        if (g->inputs[i] == skip) skip_values = bufs.back();
+        store_as(type, bufs.back().data(), static_cast<int64_t>(bufs.back().size()));
+      }
+      const int64_t n = ir::num_elements(g->output->shape);
+      bufs.emplace_back(static_cast<size_t>(n), std::nanf(""));
+      GpuProgram prog = split_gpu_program(k.lowered.func);
+      for (const auto& [name, size] : prog.workspaces)
+        bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
+      for (const ir::LoweredFunc& kf : prog.kernels)
+        ASSERT_EQ(testing::emulate_gpu_kernel(kf, check_gpu_kernel(kf, target), bufs), 0) << what;
+      results.push_back(bufs[g->inputs.size()]);
+    }
+    ASSERT_EQ(skip_values.size(), results[0].size());
+    for (size_t e = 0; e < results[0].size(); ++e)
+      ASSERT_EQ(results[1][e], results[0][e] + skip_values[e]) << c.workload << " at " << e;
+  }
+}
+
 // A config: `base` with `knobs` set over it; a workload with the knobs of its case.
 nlohmann::json with_knobs(nlohmann::json base, const nlohmann::json& knobs) {
   for (const auto& [key, value] : knobs.items()) base[key] = value;

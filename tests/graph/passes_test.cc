@@ -623,12 +623,14 @@ TEST(GraphPasses, TensorCoreConvolutionsReadTheirConstantWeightsIn16Bits) {
   }
 }
 
-// sixteen-bit-edges: at fp16 and bf16 on a cuda target, a value that only tensor-core products
+// sixteen-bit-edges: at fp16 and bf16 on a cuda target, a value that tensor-core products
 // of 16-bit weights read as their data is stored in 16 bits by a storage Cast after its
 // producer (which its kernel fuses: as many kernels, the producing kernels storing 16-bit
-// values), and its readers' tasks take 16-bit data; the results are the same bit for bit (the
-// products rounded it to that type anyway). A value anything else reads, or a model output,
-// stays float32.
+// values), and its readers' tasks take 16-bit data. Where only such products read it the
+// results are the same bit for bit (the products rounded it to that type anyway); an
+// elementwise reader beside them (a residual Add) reads it through a widening Cast that its
+// kernel fuses (the value rounded, as PyTorch's .half() rounds it). A value anything else
+// reads, or a model output, stays float32.
 TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
   GraphBuilder b;
   std::string x = b.input("x", {2, 3, 8, 8});
@@ -636,7 +638,8 @@ TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
   std::string c1 = b.node("Conv", {x, b.weights("w1", {8, 3, 3, 3}), b.weights("b1", {8})}, "c1", {2, 8, 8, 8}, pad1);
   std::string r1 = b.node("Relu", {c1}, "r1", {2, 8, 8, 8});  // read by c2 alone: 16 bits
   std::string c2 = b.node("Conv", {r1, b.weights("w2", {8, 8, 1, 1})}, "c2", {2, 8, 8, 8});
-  std::string r2 = b.node("Relu", {c2}, "r2", {2, 8, 8, 8});  // read by c3 and the Add: float32
+  std::string r2 =
+      b.node("Relu", {c2}, "r2", {2, 8, 8, 8});  // read by c3 and the Add: 16 bits, widened
   std::string c3 = b.node("Conv", {r2, b.weights("w3", {8, 8, 3, 3})}, "c3", {2, 8, 8, 8}, pad1);
   std::string a = b.node("Add", {r2, c3}, "a", {2, 8, 8, 8});
   std::string flat = b.node("Reshape", {a, b.constant("shape", HostTensor::ints({2}, {2, 512}))}, "flat", {2, 512});
@@ -654,26 +657,54 @@ TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
     on_tensor_cores(off, p, {"sixteen-bit-edges"});
     std::map<std::string, int> ops = on_tensor_cores(on, p);
     EXPECT_EQ(off.sixteen_bit_values, 0);
-    EXPECT_EQ(on.sixteen_bit_values, 2);
-    EXPECT_EQ(ops["Cast"], 2);
+    EXPECT_EQ(on.sixteen_bit_values, 3);
+    EXPECT_EQ(ops["Cast"], 4);
     EXPECT_EQ(ops[kTensorCoreConv], 3);
     verify(on);
+    std::string widened;  // what the Add reads
     for (const Node& n : on.nodes) {
+      if (n.op == "Add") widened = n.inputs[0];
       if (n.op != "Cast") continue;
-      EXPECT_TRUE(n.has(kStorageCast)) << n.name;
+      if (!n.has(kStorageCast)) {  // the Add's widening Cast, just before it
+        EXPECT_EQ(n.get_int("to", 0), 1) << n.name;
+        EXPECT_EQ(on.value(n.inputs[0]).dtype, type) << n.name;
+        EXPECT_EQ(on.value(n.outputs[0]).dtype, DType::F32) << n.name;
+        EXPECT_EQ(&n + 1 < on.nodes.data() + on.nodes.size() ? (&n + 1)->op : "", "Add") << n.name;
+        continue;
+      }
       EXPECT_EQ(on.value(n.outputs[0]).dtype, type) << n.name;
-      EXPECT_TRUE(n.inputs[0] == r1 || n.inputs[0] == flat) << n.inputs[0];
+      EXPECT_TRUE(n.inputs[0] == r1 || n.inputs[0] == r2 || n.inputs[0] == flat) << n.inputs[0];
     }
-    expect_near_reference(off, on, in, 0.0);  // bit for bit
-    // The readers' tasks take 16-bit data; c3 reads r2 as float32.
+    EXPECT_NE(widened, r2);
+    EXPECT_EQ(on.value(widened).dtype, DType::F32);
+    // The same bit for bit as the float32 graph whose Add reads r2 rounded to the type.
+    Graph rounded = off;
+    Node store{"r2.stored",
+               "Cast",
+               {r2},
+               {"r2.half"},
+               {{"to", int64_t{p == Precision::Float16 ? 10 : 16}}, {kStorageCast, int64_t{1}}}};
+    Node widen{"r2.wide", "Cast", {"r2.half"}, {"r2.wide"}, {{"to", int64_t{1}}}};
+    rounded.values["r2.half"] = Value{"r2.half", type, rounded.value(r2).shape, std::nullopt};
+    rounded.values["r2.wide"] = Value{"r2.wide", DType::F32, rounded.value(r2).shape, std::nullopt};
+    for (size_t k = 0; k < rounded.nodes.size(); ++k) {
+      if (rounded.nodes[k].op != "Add") continue;
+      ASSERT_EQ(rounded.nodes[k].inputs[0], r2);
+      rounded.nodes[k].inputs[0] = "r2.wide";
+      rounded.nodes.insert(rounded.nodes.begin() + static_cast<std::ptrdiff_t>(k), {store, widen});
+      break;
+    }
+    verify(rounded);
+    expect_near_reference(rounded, on, in, 0.0);
+    // The readers' tasks take 16-bit data.
     std::vector<std::string> tasks;
     for (const Task& task : extract_tasks(on).tasks) tasks.push_back(task.workload);
     ASSERT_EQ(tasks.size(), 4u);
     EXPECT_EQ(tasks[0], "conv2d_nchw(N=2,C=3,H=8,W=8,K=8,R=3,S=3,stride=1,pad=1,dilation=1,dtype=float32,weight_dtype=" + t +
                             ",epilogue=bias_relu)");
     EXPECT_EQ(tasks[1], "conv2d_nchw(N=2,C=8,H=8,W=8,K=8,R=1,S=1,stride=1,pad=0,dilation=1,dtype=" + t + ",epilogue=relu)");
-    EXPECT_EQ(tasks[2], "conv2d_nchw(N=2,C=8,H=8,W=8,K=8,R=3,S=3,stride=1,pad=1,dilation=1,dtype=float32,weight_dtype=" + t +
-                            ",epilogue=none)");
+    EXPECT_EQ(tasks[2], "conv2d_nchw(N=2,C=8,H=8,W=8,K=8,R=3,S=3,stride=1,pad=1,dilation=1,dtype=" +
+                            t + ",epilogue=none)");
     EXPECT_EQ(tasks[3], "matmul(M=2,N=10,K=512,trans_b=1,dtype=" + t + ",epilogue=none)");
     // Compiled for the GPU: the Casts are in their producers' kernels, which store 16-bit
     // values: as many kernels but one, the float32 build's Reshape, a view there (no kernel:
@@ -681,6 +712,26 @@ TEST(GraphPasses, SixteenBitEdgesStoreWhatOnlyTensorCoreProductsRead) {
     auto build = [&](const Graph& g, const std::string& file) {
       const std::string path = tf::testing::temp_dir() + "/" + file;
       tf::graph::CompiledModel cm = compile_model(g, sm90, defaults, path, file, default_memory_budget(), false);
+      // c3's kernel (the template's) computes the Add too; here with its widening Cast,
+      // reading r2's 16 bits.
+      bool add_in_c3 = false;
+      for (const tf::graph::ModelKernel& k : cm.kernels) {
+        if (std::find(k.nodes.begin(), k.nodes.end(), "Conv_c3") == k.nodes.end()) continue;
+        add_in_c3 = std::find(k.nodes.begin(), k.nodes.end(), "Add_a") != k.nodes.end() &&
+                    k.template_name != "generic";
+        const bool widens = std::any_of(
+            k.nodes.begin(), k.nodes.end(),
+            [&](const std::string& name) { return name.find(".widened") != std::string::npos; });
+        EXPECT_EQ(widens, &g == &on) << k.function;
+        EXPECT_EQ(std::any_of(k.args.begin(), k.args.end(),
+                              [&](const std::string& v) {
+                                return g.values.count(v) && g.value(v).dtype == type;
+                              }),
+                  &g == &on)
+            << k.function;
+      }
+      EXPECT_TRUE(add_in_c3) << file;
+
       return std::pair{cm.kernels.size(), tf::read_file(path).find("st.global.b16") != std::string::npos};
     };
     const auto [kernels_off, stores_off] = build(off, "off.so");
@@ -739,7 +790,8 @@ TEST(GraphPasses, SixteenBitEdgesOfProductsOfActivations) {
   std::string u = b.node("Neg", {x}, "u", {3, 5, 8});        // first operand, second the input: float32
   std::string xt = b.node("Transpose", {x}, "xt", {3, 8, 5}, {{"perm", std::vector<int64_t>{0, 2, 1}}});
   std::string ux = b.node("MatMul", {u, xt}, "ux", {3, 5, 5});
-  std::string w = b.node("Abs", {xt}, "w", {3, 8, 5});  // second operand, first the input: weight_dtype
+  // Second operand, first the input: weight_dtype (a Softmax, not elementwise, reads xt too).
+  std::string w = b.node("Softmax", {xt}, "w", {3, 8, 5}, {{"axis", int64_t{-1}}});
   std::string xw = b.node("MatMul", {x, w}, "xw", {3, 5, 5});
   b.g.outputs = {o, ux, xw};
   verify(b.g);
@@ -756,7 +808,7 @@ TEST(GraphPasses, SixteenBitEdgesOfProductsOfActivations) {
     std::set<std::string> stored;
     for (const Node& n : on.nodes)
       if (n.op == "Cast" && n.has(kStorageCast)) stored.insert(n.inputs[0]);
-    // xt (read by w's Abs too) stays float32, and so does u.
+    // xt (read by w's Softmax too) stays float32, and so does u.
     EXPECT_EQ(stored, (std::set<std::string>{q, k, p, v, w}));
     EXPECT_EQ(on.sixteen_bit_values, 5);
     expect_near_reference(off, on, in, 0.0);  // bit for bit

@@ -213,14 +213,16 @@ class PrecisionTest(models_for_tests.ModelTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("4 of 5 products (MatMul, Gemm, Conv) on tensor cores", r.stdout)
         self.assertIn("4 of them with weights stored in it", r.stdout)
-        # c3 alone reads the depthwise convolution's output, and fc the mean: stored in 16 bits.
-        self.assertIn("2 values they alone read too", r.stdout)
+        # c3 alone reads the depthwise convolution's output, and fc the mean; c2 and the residual
+        # Add read c1's (the Add through a widening Cast): stored in 16 bits.
+        self.assertIn("3 values stored in it between kernels", r.stdout)
         r = tunefarm("import", cnn, "-t", "cuda -arch=sm_90", "--precision", "fp16", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         convs = [t["workload"] for t in json.loads(r.stdout)["tasks"] if t["workload"].startswith("conv2d_nchw(")]
         self.assertEqual(len(convs), 3, convs)
-        self.assertEqual(sum("dtype=float32,weight_dtype=float16" in t for t in convs), 2, convs)
-        self.assertEqual(sum(",dtype=float16," in t for t in convs), 1, convs)
+        # c1 reads the model's input; c2 the residual skip (16 bits), c3 the depthwise output.
+        self.assertEqual(sum("dtype=float32,weight_dtype=float16" in t for t in convs), 1, convs)
+        self.assertEqual(sum(",dtype=float16," in t for t in convs), 2, convs)
 
     def test_emulated_cuda_builds_round_as_the_tensor_cores(self):
         # --emulate-gpu runs a cuda build's kernels serially here, its tensor-core kernels (which
