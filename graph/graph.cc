@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "base/error.h"
+#include "graph/memory_plan.h"
 
 namespace tf::graph {
 
@@ -190,6 +191,9 @@ void verify(const Graph& g) {
     if (!node_names.insert(n.name).second)
       throw UserError(str("two nodes are named '", n.name, "'"));
     const bool storage_cast = n.op == "Cast" && n.has(kStorageCast);
+    // A view (memory_plan.h is_view) passes 16-bit values on (sixteen-bit-edges).
+    const bool view16 = !n.inputs.empty() && !n.inputs[0].empty() && defined.count(n.inputs[0]) &&
+                        is_storage16(g.value(n.inputs[0]).dtype) && is_view(g, n);
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const std::string& in = n.inputs[k];
       if (in.empty()) continue;
@@ -198,8 +202,9 @@ void verify(const Graph& g) {
             str(n.where(), " reads '", in, "', which no earlier node, input or constant defines"));
       }
       // 16-bit floats are a model's inputs and outputs (read by a Cast to float32), and the
-      // data of tensor-core products of 16-bit weights (sixteen-bit-edges).
-      if (is_storage16(g.value(in).dtype) && !reads_16_bit_input(n, k) &&
+      // data of tensor-core products of 16-bit weights and of the views before them
+      // (sixteen-bit-edges).
+      if (is_storage16(g.value(in).dtype) && !reads_16_bit_input(n, k) && !(view16 && k == 0) &&
           (n.op != "Cast" || storage_cast || n.get_int("to", 0) != 1)) {
         throw UserError(
             str(n.where(), " reads the ", dtype_name(g.value(in).dtype), " value '", in,
@@ -215,10 +220,12 @@ void verify(const Graph& g) {
         throw UserError(str(n.where(), " writes the constant '", out, "'"));
       if (!defined.insert(out).second)
         throw UserError(str(n.where(), " writes '", out, "', which is already defined"));
-      if (is_storage16(g.value(out).dtype) != storage_cast) {
+      if (is_storage16(g.value(out).dtype) != (storage_cast || view16) ||
+          (view16 && g.value(out).dtype != g.value(n.inputs[0]).dtype)) {
         throw UserError(str(n.where(), " writes the ", dtype_name(g.value(out).dtype), " value '",
                             out,
-                            "'; only a storage Cast writes float16 or bfloat16"));
+                            "'; only a storage Cast writes float16 or bfloat16 (and a view of such "
+                            "a value, the same type)"));
       }
     }
   }

@@ -43,7 +43,13 @@ std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<Fu
     // shape) of one part at offset 0: its input's kernel writes what it returns.
     if (is_view(g, n) && n.outputs.size() == 1 && !n.outputs[0].empty()) {
       const Value& y = g.value(n.outputs[0]);
-      if (y.dtype != DType::F32 || outputs.count(y.name) || taken.count(y.name) || !part_ok(n.inputs[0])) continue;
+      // Float32, or 16-bit values passed on (sixteen-bit-edges) as their input is.
+      const std::string& x = n.inputs[0];
+      const bool sixteen = is_storage16(y.dtype) && g.value(x).dtype == y.dtype;
+      const bool ok =
+          sixteen ? written.count(x) && !inputs.count(x) && !outputs.count(x) && !taken.count(x)
+                  : y.dtype == DType::F32 && part_ok(x);
+      if (!ok || outputs.count(y.name) || taken.count(y.name)) continue;
       taken.insert({n.inputs[0], y.name});
       found.push_back(InPlaceConcat{n.name, y.name, {{n.inputs[0], 0}}});
       continue;

@@ -721,7 +721,7 @@ OpDef reshaping(const std::string& type, int min_in, int max_in,
 }  // namespace
 
 void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k) {
-  if (out.dtype == DType::F32)
+  if (out.dtype == DType::F32 || is_storage16(out.dtype))
     out.f[o] = in.f[k];
   else
     out.i[o] = in.i[k];

@@ -464,15 +464,44 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
     const Node& n = g.nodes[r.first];
     return op_kind(n.op) == OpKind::Elementwise && n.op != "Cast" && n.outputs.size() == 1;
   };
+  // A view (graph/memory_plan.h is_view: no kernel) whose output only products of 16-bit
+  // weights read passes the 16 bits on, reading and writing them: a post-norm transformer's
+  // LayerNorm output turned sequence-first for its Q, K, V product, where a Cast after the view
+  // would be a kernel of its own (keeps_float32), and one after the LayerNorm is in its kernel.
+  auto view_reader = [&](const std::pair<size_t, size_t>& r) {
+    const Node& n = g.nodes[r.first];
+    if (r.second != 0 || !is_view(g, n) || n.outputs.size() != 1 || g.is_output(n.outputs[0]))
+      return false;
+    auto rs = uses.readers.find(n.outputs[0]);
+    return rs != uses.readers.end() &&
+           std::all_of(rs->second.begin(), rs->second.end(), [&](const auto& q) {
+             return product_reader(q) && reads_16_bit_weights(g.nodes[q.first].op);
+           });
+  };
+  auto takes_16_bits = [&](const std::pair<size_t, size_t>& r) {
+    return product_reader(r) || view_reader(r);
+  };
   std::set<std::string> chosen;
+  std::set<std::pair<size_t, size_t>> sixteen_bit_readers;  // the rest of a chosen value's widen
   for (const auto& [v, rs] : uses.readers) {
     auto pr = uses.producer.find(v);
     if (pr == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32 || keeps_float32(v))
       continue;
     const bool all = std::all_of(rs.begin(), rs.end(), [&](const auto& r) {
-      return product_reader(r) || widening_reader(r);
+      return takes_16_bits(r) || widening_reader(r);
     });
-    if (all && std::any_of(rs.begin(), rs.end(), product_reader)) chosen.insert(v);
+    if (!all || !std::any_of(rs.begin(), rs.end(), takes_16_bits)) continue;
+    chosen.insert(v);
+    for (const auto& r : rs) {
+      if (takes_16_bits(r)) sixteen_bit_readers.insert(r);
+    }
+  }
+  // A view's output whose input is chosen is 16 bits through the view, not by a Cast of its own.
+  for (auto v = chosen.begin(); v != chosen.end();) {
+    const Node& n = g.nodes[uses.producer.at(*v)];
+    const bool passed =
+        is_view(g, n) && chosen.count(n.inputs[0]) && view_reader({uses.producer.at(*v), 0});
+    v = passed ? chosen.erase(v) : std::next(v);
   }
   // A marked MatMul's first operand only with its second (16-bit data times float32 has no
   // kernel): drop such firsts until none is left (each drop may strand another).
@@ -503,8 +532,10 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
     cast.attrs[kStorageCast] = int64_t{1};
     g.values[cast.outputs[0]] = Value{cast.outputs[0], type, g.value(v).shape, std::nullopt};
     for (const auto& [k, i] : rs) {
-      if (product_reader({k, i})) {
+      if (sixteen_bit_readers.count({k, i})) {
         g.nodes[k].inputs[i] = cast.outputs[0];
+        if (is_view(g, g.nodes[k]))
+          g.values.at(g.nodes[k].outputs[0]).dtype = type;  // 16 bits through
         continue;
       }
       Node widen;

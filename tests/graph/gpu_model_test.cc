@@ -303,6 +303,60 @@ TEST_F(GpuModel, TensorCoreModelsRunThroughTheDriverAndMatchTheReference) {
   }
 }
 
+// A post-norm transformer's pattern at --precision fp16: a LayerNorm output that products read
+// through views (turned sequence-first; reshaped) and a residual Add reads too, stored in 16
+// bits by the LayerNorm's kernel; the views pass the 16 bits on (the first in place, no
+// kernel; the second a kernel copying them, as the first took the place), the Add reads them
+// through a widening Cast in its kernel. Through the fake driver running the emulation: the
+// reference evaluation of the same rounding, exactly.
+TEST_F(GpuModel, SixteenBitValuesPassThroughViewsAndWideningCasts) {
+  ModelBuilder b;
+  b.input("x", {1, 8, 16});
+  initializer(b, "gamma", {16}, 1);
+  initializer(b, "beta", {16}, 2);
+  initializer(b, "w1", {16, 12}, 3);
+  initializer(b, "w2", {16, 10}, 4);
+  b.ints("shape", {8, 16});
+  tf::graph::testing::set_int(b.node("LayerNormalization", {"x", "gamma", "beta"}, {"ln"}), "axis",
+                              -1);
+  tf::graph::testing::set_ints(b.node("Transpose", {"ln"}, {"t"}), "perm", {1, 0, 2});
+  b.node("MatMul", {"t", "w1"}, {"q"});
+  b.node("Reshape", {"ln", "shape"}, {"r"});
+  b.node("MatMul", {"r", "w2"}, {"k"});
+  b.node("Add", {"ln", "x"}, {"y"});
+  b.output("q", {8, 1, 12});
+  b.output("k", {8, 10});
+  b.output("y", {1, 8, 16});
+  Graph g = compile_both(b, "ln16", "cuda -arch=sm_90", nullptr, tf::Precision::Float16);
+  EXPECT_EQ(g.sixteen_bit_values, 1);
+  int views16 = 0, widening = 0;
+  for (const Node& n : g.nodes) {
+    if ((n.op == "Transpose" || n.op == "Reshape") && g.value(n.outputs[0]).dtype == DType::F16)
+      ++views16;
+    if (n.op == "Cast" && !n.has(kStorageCast)) ++widening;
+  }
+  EXPECT_EQ(views16, 2);
+  EXPECT_EQ(widening, 1);
+  const json sc = sidecar("ln16.so");
+  EXPECT_EQ(sc["in_place"].size(), 1u) << sc["in_place"].dump();
+  for (const json& k : sc["kernels"]) {
+    if (k.value("workload", "").rfind("matmul(", 0) == 0)
+      EXPECT_NE(k["workload"].get<std::string>().find(",dtype=float16,"), std::string::npos)
+          << k.dump();
+  }
+  HostTensor x = random_floats({1, 8, 16}, 9);
+  write_npy(path("x.npy"), x);
+  auto want = run_reference(g, {{"x", x}});
+  tf::CommandResult r =
+      tunefarm("ln16", {"run", "--model", path("ln16.so"), "--input", path("x.npy"), "--output",
+                        "q=" + path("q.npy"), "--output", "k=" + path("k.npy"), "--output",
+                        "y=" + path("y.npy"), "--repeat", "1", "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* o : {"q", "k", "y"})
+    EXPECT_EQ(compare(want.at(o), read_npy(path(std::string(o) + ".npy"))), "") << o << "\n"
+                                                                                << r.output;
+}
+
 // The failures a user can meet say what happened: no driver, a device that does not exist,
 // a kernel that fails, the wrong kind of device.
 TEST_F(GpuModel, DriverFailuresAreClearErrors) {
