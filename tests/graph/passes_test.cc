@@ -3259,6 +3259,20 @@ TEST(GraphPasses, SixteenBitEdgesPassThroughFreeViews) {
     // After the LayerNorm in place; after the Relu in its kernel (an injective node joins it).
     EXPECT_EQ(in_place_concats(g, plan_fusion(g)).size(), after_reduction ? 1u : 0u);
     EXPECT_EQ(plan_fusion(g).size(), after_reduction ? 3u : 2u);
+    // A view of 16-bit values writes the same type, nothing else (refused by name).
+    for (DType wrong : {DType::F32, DType::BF16}) {
+      Graph bad = g;
+      bad.value(t).dtype = wrong;
+      try {
+        verify(bad);
+        ADD_FAILURE() << "a view of float16 values wrote " << dtype_name(wrong);
+      } catch (const tf::UserError& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string("writes the ") + dtype_name(wrong) +
+                                             " value '" + t + "'"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
   }
 }
 
