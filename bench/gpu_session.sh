@@ -97,7 +97,9 @@ step bench_kn16 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --groups '
   -w 'conv2d_nhwc(N=1,H=56,W=56,C=64,K=64,R=3,S=3,pad=1,weight_dtype=float16)' --json "$WORK/bench_kn16.json"
 # --realistic: MobileNet-v2's fresh initialization gives outputs of ~1e-9, which float16 flushes.
 # --without-pass sixteen-bit-edges: the same builds with float32 values between the kernels too,
-# interleaved (what the 16-bit values gain; the same accuracy, as they change no result).
+# interleaved (what the 16-bit values gain; since session 93 they also reach the elementwise
+# readers beside the products, rounded, and pass through views: BERT's Q, K, V and first
+# feed-forward products read 16-bit data; the accuracy line says what that costs).
 # --also-opt-level 3: the same with fuse-attention (-O3 only since session 87, which timed its first
 # kernel at 100 us a layer, 2.08 ms against the chain's 1.06; its second, the rows' max and sum
 # spread over 32 lanes and the products unrolled, is untimed).
