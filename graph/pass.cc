@@ -117,11 +117,16 @@ const std::vector<PassInfo>& graph_passes() {
        plain(dead_code_elimination)},
       // After dead-code-elimination, as int8-edges: the readers it counts are the kernels'.
       {"sixteen-bit-edges", 1,
-       "at --precision fp16 (bf16) on cuda targets, a value that only tensor-core products of 16-bit "
-       "weights read (as their data, which they round to that type anyway) is stored in 16 bits by "
-       "a storage Cast its producer's kernel fuses, and read as such (dtype=float16 workloads): half "
-       "its bytes, the same results bit for bit",
-       [](Graph& g, const PassOptions& o) { return sixteen_bit_edges(g, o.precision, o.tensor_cores); }},
+       "at --precision fp16 (bf16) on cuda targets, a value that tensor-core products read (as "
+       "their "
+       "data, which they round to that type anyway; directly or through a view) is stored in 16 "
+       "bits "
+       "by a storage Cast its producer's kernel fuses, and read as such (dtype=float16 workloads): "
+       "half its bytes; its other readers, elementwise nodes, read it through a widening Cast in "
+       "their kernels (rounded, as PyTorch's .half() computes)",
+       [](Graph& g, const PassOptions& o) {
+         return sixteen_bit_edges(g, o.precision, o.tensor_cores);
+       }},
       // After dead-code-elimination: the QuantizeLinear/DequantizeLinear arithmetic fold-qdq
       // left unread is gone, so the readers it counts are the kernels'.
       {"int8-edges", 1,
@@ -141,7 +146,8 @@ const std::vector<PassInfo>& graph_passes() {
          constexpr size_t kKeptElements = 4096;
          std::map<std::string, std::vector<float>> weights;
          for (auto& [name, v] : g.values) {
-           if (v.constant && v.constant->f.size() > kKeptElements) weights[name] = std::move(v.constant->f);
+           if (v.constant && v.constant->f.size() > kKeptElements)
+             weights[name] = std::move(v.constant->f);
          }
          std::optional<ImageLoop> loop = image_loop(g);
          for (auto& [name, f] : weights) g.value(name).constant->f = std::move(f);

@@ -147,7 +147,8 @@ void insert_after(Graph& g, std::map<size_t, std::vector<Node>> after);
 bool int8_edges(Graph& g, int64_t channel_block);
 bool convert_precision(Graph& g, Precision p, bool tensor_cores = false);
 // float16 (bfloat16) values between the kernels of a cuda model at --precision fp16 (bf16)
-// where only tensor-core products of 16-bit weights read them (graph/pass_auto_mixed_precision.cc).
+// where tensor-core products read them, directly or through views, beside elementwise readers
+// that widen them (graph/pass_auto_mixed_precision.cc).
 bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores);
 
 // A MatMul or Gemm of activations x[..., K] by 2-D weights as x times w[K, N] (+ bias), the

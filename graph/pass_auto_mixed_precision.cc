@@ -430,10 +430,11 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
   const ValueUses uses(g);
   // The values to store in 16 bits: computed float32 values (no model output, not made by an
   // opaque node, whose kernel could not fuse the Cast: graph/fusion.h joins an elementwise node
-  // to any other group, the product's epilogue or a generic kernel's last stage) that only
-  // products of this precision read where they may read 16-bit values: the data of a product
-  // of 16-bit weights, or an operand of a marked MatMul of two activations that a template
-  // computes (its workload: 16-bit second operands, or both).
+  // to any other group, the product's epilogue or a generic kernel's last stage) that products
+  // of this precision read where they may read 16-bit values (the data of a product of 16-bit
+  // weights, or an operand of a marked MatMul of two activations that a template computes: its
+  // workload, 16-bit second operands or both), directly or through a view, and that nothing
+  // else reads but elementwise nodes (which widen it).
   // Nor a view (a Reshape: graph/memory_plan.h is_view) of a value that a node a view does not
   // join makes (an anchor, reduction or opaque node: an attention's heads merged back, a
   // LayerNorm's output turned sequence-first): the view costs no kernel, the Cast would.
@@ -482,7 +483,7 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
     return product_reader(r) || view_reader(r);
   };
   std::set<std::string> chosen;
-  std::set<std::pair<size_t, size_t>> sixteen_bit_readers;  // the rest of a chosen value's widen
+  std::set<std::pair<size_t, size_t>> sixteen_bit_readers;  // the other readers widen
   for (const auto& [v, rs] : uses.readers) {
     auto pr = uses.producer.find(v);
     if (pr == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32 || keeps_float32(v))
