@@ -672,7 +672,8 @@ class Lowerer {
         // block's groups, its tiles of C), or the stage is computed at another one's loop.
         bool repeats = !runs_once_per_thread(s);
         for (size_t j = 0; j < i; ++j) {
-          const int64_t* e = as_const_int(ext.at(leaves[j].get()));
+          const Expr extent = ext.at(leaves[j].get());  // as_const_int points into it
+          const int64_t* e = as_const_int(extent);
           repeats = repeats || (!is_gpu_binding(s.kind_of(leaves[j])) && (!e || *e > 1));
         }
         loop = multi_buffered_loop(s, d->second, loop.as<For>(), repeats);
