@@ -30,11 +30,12 @@ std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<Fu
   for (const Node& n : g.nodes) nodes[n.name] = &n;
   std::set<std::string> taken;  // parts and outputs of the in-place Concats so far
   std::vector<InPlaceConcat> found;
-  // Whether value `in` may be a part: float32, written by a kernel, no model input, output or
-  // constant, no other in-place node's part or output.
-  auto part_ok = [&](const std::string& in) {
-    return !in.empty() && written.count(in) && !inputs.count(in) && !outputs.count(in) && !g.is_constant(in) &&
-           !taken.count(in) && g.value(in).dtype == DType::F32;
+  // Whether value `in` may be a part: of type `dtype` (float32; a view's 16-bit values too),
+  // written by a kernel, no model input, output or constant, no other in-place node's part or
+  // output.
+  auto part_ok = [&](const std::string& in, DType dtype = DType::F32) {
+    return !in.empty() && written.count(in) && !inputs.count(in) && !outputs.count(in) &&
+           !g.is_constant(in) && !taken.count(in) && g.value(in).dtype == dtype;
   };
   for (const FusedGroup& grp : groups) {
     if (grp.nodes.size() != 1) continue;
@@ -44,12 +45,9 @@ std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<Fu
     if (is_view(g, n) && n.outputs.size() == 1 && !n.outputs[0].empty()) {
       const Value& y = g.value(n.outputs[0]);
       // Float32, or 16-bit values passed on (sixteen-bit-edges) as their input is.
-      const std::string& x = n.inputs[0];
-      const bool sixteen = is_storage16(y.dtype) && g.value(x).dtype == y.dtype;
-      const bool ok =
-          sixteen ? written.count(x) && !inputs.count(x) && !outputs.count(x) && !taken.count(x)
-                  : y.dtype == DType::F32 && part_ok(x);
-      if (!ok || outputs.count(y.name) || taken.count(y.name)) continue;
+      const bool typed = y.dtype == DType::F32 || is_storage16(y.dtype);
+      if (!typed || !part_ok(n.inputs[0], y.dtype) || outputs.count(y.name) || taken.count(y.name))
+        continue;
       taken.insert({n.inputs[0], y.name});
       found.push_back(InPlaceConcat{n.name, y.name, {{n.inputs[0], 0}}});
       continue;

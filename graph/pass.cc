@@ -118,12 +118,10 @@ const std::vector<PassInfo>& graph_passes() {
       // After dead-code-elimination, as int8-edges: the readers it counts are the kernels'.
       {"sixteen-bit-edges", 1,
        "at --precision fp16 (bf16) on cuda targets, a value that tensor-core products read (as "
-       "their "
-       "data, which they round to that type anyway; directly or through a view) is stored in 16 "
-       "bits "
-       "by a storage Cast its producer's kernel fuses, and read as such (dtype=float16 workloads): "
-       "half its bytes; its other readers, elementwise nodes, read it through a widening Cast in "
-       "their kernels (rounded, as PyTorch's .half() computes)",
+       "their data, which they round to that type anyway; directly or through a view) is stored "
+       "in 16 bits by a storage Cast its producer's kernel fuses, and read as such (dtype=float16 "
+       "workloads): half its bytes; its other readers, elementwise nodes, read it through a "
+       "widening Cast in their kernels (rounded, as PyTorch's .half() computes)",
        [](Graph& g, const PassOptions& o) {
          return sixteen_bit_edges(g, o.precision, o.tensor_cores);
        }},

@@ -479,30 +479,31 @@ bool sixteen_bit_edges(Graph& g, Precision p, bool tensor_cores) {
              return product_reader(q) && reads_16_bit_weights(g.nodes[q.first].op);
            });
   };
-  auto takes_16_bits = [&](const std::pair<size_t, size_t>& r) {
-    return product_reader(r) || view_reader(r);
-  };
   std::set<std::string> chosen;
   std::set<std::pair<size_t, size_t>> sixteen_bit_readers;  // the other readers widen
   for (const auto& [v, rs] : uses.readers) {
     auto pr = uses.producer.find(v);
     if (pr == uses.producer.end() || g.is_output(v) || g.value(v).dtype != DType::F32 || keeps_float32(v))
       continue;
-    const bool all = std::all_of(rs.begin(), rs.end(), [&](const auto& r) {
-      return takes_16_bits(r) || widening_reader(r);
-    });
-    if (!all || !std::any_of(rs.begin(), rs.end(), takes_16_bits)) continue;
-    chosen.insert(v);
+    // Each reader classified once: 16 bits (a product or a view before products), widened, or
+    // neither (the value stays float32).
+    std::vector<std::pair<size_t, size_t>> sixteen;
+    bool all = true;
     for (const auto& r : rs) {
-      if (takes_16_bits(r)) sixteen_bit_readers.insert(r);
+      if (product_reader(r) || view_reader(r))
+        sixteen.push_back(r);
+      else
+        all = all && widening_reader(r);
     }
+    if (!all || sixteen.empty()) continue;
+    chosen.insert(v);
+    sixteen_bit_readers.insert(sixteen.begin(), sixteen.end());
   }
   // A view's output whose input is chosen is 16 bits through the view, not by a Cast of its own.
   for (auto v = chosen.begin(); v != chosen.end();) {
-    const Node& n = g.nodes[uses.producer.at(*v)];
-    const bool passed =
-        is_view(g, n) && chosen.count(n.inputs[0]) && view_reader({uses.producer.at(*v), 0});
-    v = passed ? chosen.erase(v) : std::next(v);
+    const size_t k = uses.producer.at(*v);
+    v = is_view(g, g.nodes[k]) && sixteen_bit_readers.count({k, 0}) ? chosen.erase(v)
+                                                                    : std::next(v);
   }
   // A marked MatMul's first operand only with its second (16-bit data times float32 has no
   // kernel): drop such firsts until none is left (each drop may strand another).
