@@ -58,8 +58,13 @@ TILES = [{"warps_m": 2, "warps_n": 2, "tiles_m": 2, "tiles_n": 2, "unroll_k": 1,
 
 
 # Past 48 KiB (dynamic shared memory): CUTLASS's 128 x 128 and 128 x 64 blocks with deeper K
-# chunks and more stages in flight.
-LARGE_TILES = [{"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 3},
+# chunks and more stages in flight, and its 64 x 64 warp tiles (4 x 8 tiles, 128 accumulators a
+# lane: in registers since session 94) in blocks of 128 x 128, 128 x 256 and 256 x 128.
+LARGE_TILES = [{"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 8, "unroll_k": 2, "stages": 4},
+               {"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 8, "unroll_k": 4, "stages": 3},
+               {"warps_m": 2, "warps_n": 4, "tiles_m": 4, "tiles_n": 8, "unroll_k": 2, "stages": 3},
+               {"warps_m": 4, "warps_n": 2, "tiles_m": 4, "tiles_n": 8, "unroll_k": 2, "stages": 3},
+               {"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 3},
                {"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 4},
                {"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 4, "stages": 3},
                {"warps_m": 2, "warps_n": 4, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 3},

@@ -13,7 +13,7 @@
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
 # comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
-# model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_bert16,sweep_random,sweep_grouped,tune_rate,
+# model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_warp64,bench_bert16,sweep_random,sweep_grouped,tune_rate,
 # tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
@@ -145,6 +145,13 @@ step sweep_bert16 130 bash -c "$sweep --half $bert16_a && $sweep $bert16_b"
 # tiles past 48 KiB: whether the large GEMMs' default should use them.
 step sweep_large16 90 bash -c "$sweep --large -w 'matmul(M=4096,N=4096,K=4096,trans_b=1,dtype=float16)' \
   -w 'matmul(M=2048,N=2048,K=2048,trans_b=1,dtype=float16)'"
+# Issue 55: mma.sync's 64 x 64 warp tiles (the tuner's seeds for large 16-bit GEMMs since session
+# 94, when their 128 accumulators a lane left a 512-byte stack frame for registers): 128 x 256
+# blocks of 8 warps, 3 stages, against cuBLAS on the square GEMMs (the default: 128 x 128 blocks
+# of 64 x 32 warp tiles, 0.28-0.32x cuBLAS at 4096^3 in sessions 87-89).
+step bench_warp64 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-operands --groups dense --rounds 3 \
+  -c '{"warps_m":2,"warps_n":4,"tiles_m":4,"tiles_n":8,"unroll_k":2,"stages":3,"split_k":1,"shared":true}' \
+  --json "$WORK/bench_warp64.json"
 # Issue 55: the defaults timed by those sweeps (session 89: 16-bit products of inputs) against
 # cuBLAS: the square GEMMs and BERT's as cuBLAS takes them, and the float32-activation ones.
 step bench_bert16 60 bash -c "python3 bench/gpu_bench.py '$bin' --precision fp16 --half-operands --groups dense,bert \

@@ -12,9 +12,10 @@ namespace tf::templates {
 namespace {
 
 constexpr int64_t kWarp = 32;
-// Accumulators per lane (4 per 16 x 8 tile). At 128 (8 x 4 tiles) ptxas keeps them in a 512-byte
-// stack frame (local memory) instead of registers; at 64 and below in registers.
-constexpr int64_t kMaxLaneAccumulators = 64;
+// Accumulators per lane (4 per 16 x 8 tile): up to a 64 x 64 warp tile (4 x 8 or 8 x 4 tiles,
+// CUTLASS's warp tile for mma.sync), in registers (ptxas for sm_90: 226-238 registers, no stack
+// frame, since their initialization is unrolled; before, 128 sat in a 512-byte stack frame).
+constexpr int64_t kMaxLaneAccumulators = 128;
 // Registers of a multiprocessor (every CUDA GPU since sm_50), and what a lane needs beside its
 // accumulators (operands of a step, addresses, indices).
 constexpr int64_t kRegistersPerMultiprocessor = 65536;
@@ -334,24 +335,51 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
   return "";
 }
 
-// On sm_90 at fp16 or bf16: wgmma configs (off by default until timed on a GPU), whose knobs
-// must agree (warps in warpgroups, tiles_m 1, 16-bit tiles, K chunks covering K) so that the
-// space's random start would rarely reach one: blocks of 128 x 128, 64 x 128 and 64 x 64, K
-// chunks of 64, 4 stages with each iteration's products in flight across the next (the copies
-// two chunks ahead), each split along K until the blocks give every multiprocessor one (parts
-// of at least 4 iterations). Those the constraints refuse are skipped by the tuner.
+// At fp16 or bf16, configs a random start would rarely reach (several knobs must agree), each
+// measured right after the default; those the constraints refuse are skipped by the tuner.
+// - GEMMs of 16-bit operands read from inputs whose blocks of 128 x 256 (128 x 128) give every
+//   multiprocessor one unsplit: mma.sync in 64 x 64 warp tiles (4 x 8 tiles, CUTLASS's warp
+//   tile: 128 accumulators a lane, twice the products per operand read of the default's 64 x
+//   32), 2 x 4 warps over 3 stages (2 x 2 over 4), K chunks of 32. Unmeasured on a GPU yet (the
+//   space reached them only once their accumulators stayed in registers, session 94).
+// - sm_90: wgmma configs (off by default until timed on a GPU): blocks of 128 x 256 (two
+//   warpgroups of 64 x 256, CUTLASS's Hopper tile), 128 x 128, 64 x 128 and 64 x 64, K chunks of
+//   64, 4 stages with each iteration's products in flight across the next (the copies two
+//   chunks ahead), each split along K until the blocks give every multiprocessor one (parts of
+//   at least 4 iterations).
 std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t) const {
   const Precision p = g.workload.types.precision;
-  if (t.arch != "sm_90" || !products_16_bits(p)) return {};
+  if (!products_16_bits(p)) return {};
   const GemmShape s = gemm_shape(g);
   const Given16 given = given_16_bits(g);
-  const int64_t sms = gpu_arch(t).multiprocessors, chunk = 4 * depth(g);
+  const auto [a_input, b_input] = inputs_ab(g);
+  const int64_t sms = gpu_arch(t).multiprocessors;
+  auto blocks = [&](int64_t bm, int64_t bn) {
+    return s.batches * ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
+  };
   std::vector<json> out;
-  for (auto [warps_m, tiles_n] : {std::pair<int64_t, int64_t>{8, 16}, {4, 16}, {4, 8}}) {
-    const int64_t bm = 16 * warps_m, bn = 8 * tiles_n;
-    const int64_t blocks = s.batches * ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
+  if (given.a && given.b && a_input && b_input) {
+    for (auto [warps_n, stages] : {std::pair<int64_t, int64_t>{4, 3}, {2, 4}}) {
+      if (blocks(128, 64 * warps_n) < sms) continue;
+      out.push_back({{"warps_m", 2},
+                     {"warps_n", warps_n},
+                     {"tiles_m", 4},
+                     {"tiles_n", 8},
+                     {"unroll_k", 2},
+                     {"shared", true},
+                     {"stages", stages},
+                     {"split_k", 1},
+                     {"wgmma", false},
+                     {"wgmma_in_flight", false},
+                     {"half_tiles", false}});
+    }
+  }
+  if (t.arch != "sm_90") return out;
+  const int64_t chunk = 4 * depth(g);
+  for (auto [warps_m, tiles_n] : {std::pair<int64_t, int64_t>{8, 32}, {8, 16}, {4, 16}, {4, 8}}) {
+    const int64_t n = blocks(16 * warps_m, 8 * tiles_n);
     int64_t parts = 1;
-    while (parts < 16 && blocks * parts < sms && s.k / (chunk * parts * 2) >= 4) parts *= 2;
+    while (parts < 16 && n * parts < sms && s.k / (chunk * parts * 2) >= 4) parts *= 2;
     out.push_back({{"warps_m", warps_m},
                    {"warps_n", 1},
                    {"tiles_m", 1},
@@ -638,7 +666,12 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   std::vector<Expr> korder = {koo, koi, aax[d0].var, aax[d0 + 1].var, aax[d0 + 2].var, aax[d0 + 3].var};
   korder.insert(korder.begin() + (wg ? 2 : 4), ki);
   acc.reorder(korder);
-  for (const Expr& v : {koi, aax[d0].var, aax[d0 + 1].var}) acc.unroll(v);
+  // Every tile loop unrolled, the 16 x 8 tile's two inner ones too (the product consumes them; the
+  // accumulators' initialization loops over all four): an initialization left a loop indexes
+  // the accumulators by a variable, which puts them in local memory (a 4 x 8 warp tile's 128 in
+  // a 512-byte stack frame; wgmma's N = 256 spilled 1,520 bytes).
+  for (const Expr& v : {koi, aax[d0].var, aax[d0 + 1].var, aax[d0 + 2].var, aax[d0 + 3].var})
+    acc.unroll(v);
   const Precision precision = g.workload.types.precision;
   acc.tensorize(ki, wg ? wgmma_intrinsic(precision) : intrinsic(precision));
   if (!shared) {

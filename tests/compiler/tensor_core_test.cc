@@ -1009,10 +1009,61 @@ TEST(TensorCore, WgmmaProductsStayInFlightAcrossTheNextIteration) {
       "stages 1");
 }
 
+// The largest warp tiles the space holds, 64 x 64 (4 x 8 or 8 x 4 tiles of mma.sync: 128
+// accumulators a lane, CUTLASS's warp tile) and wgmma's N = 256: the constraints take them,
+// they match the reference emulated, and ptxas keeps every accumulator in registers: no stack
+// frame, no spill (their initialization, a loop over the tiles before, indexed them by a
+// variable: a 512-byte stack frame, and 1,520 bytes of spills for wgmma's N = 256).
+TEST(TensorCore, LargestWarpTilesKeepTheirAccumulatorsInRegisters) {
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  const nlohmann::json warp64 = {{"warps_m", 2},  {"warps_n", 2},   {"tiles_m", 4}, {"tiles_n", 8},
+                                 {"unroll_k", 2}, {"shared", true}, {"stages", 3},  {"split_k", 1}};
+  const nlohmann::json wide = {{"warps_m", 4},  {"warps_n", 1},  {"tiles_m", 1},
+                               {"tiles_n", 32}, {"unroll_k", 2}, {"shared", true},
+                               {"stages", 3},   {"split_k", 1},  {"wgmma", true}};
+  const KnobCase cases[] = {
+      {"matmul(M=128,N=128,K=96,dtype=float16,trans_b=1,epilogue=bias)", warp64},
+      {"matmul(M=128,N=256,K=64,dtype=bfloat16,trans_b=1)", with_knobs(warp64, {{"warps_n", 4}})},
+      {"matmul(M=128,N=128,K=64,precision=tf32)",
+       with_knobs(warp64, {{"tiles_m", 8}, {"tiles_n", 4}, {"stages", 2}})},
+      {"batch_matmul(B=2,M=128,N=64,K=64,dtype=float16,trans_b=1)",
+       with_knobs(warp64, {{"warps_n", 1}, {"unroll_k", 1}})},
+      {"matmul(M=64,N=256,K=64,dtype=float16,trans_b=1)", wide},
+      {"matmul(M=128,N=256,K=128,dtype=bfloat16,trans_b=1,epilogue=bias_relu)",
+       with_knobs(wide,
+                  {{"warps_m", 8}, {"unroll_k", 4}, {"stages", 4}, {"wgmma_in_flight", true}})},
+  };
+  for (const KnobCase& c : cases) {
+    Workload w = parse_workload(c.workload);
+    OpGraph g = build_op(w);
+    EXPECT_EQ(check_constraints(g, sm90, complete_config(g, sm90, c.knobs)), "")
+        << c.workload << " " << c.knobs.dump();
+    CompiledKernel k = compile_kernel(w, sm90, c.knobs, "given", "");
+    const std::string what = w.canonical() + " config " + k.config.dump();
+    testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 7);
+    EXPECT_TRUE(r.ok()) << what << ": " << r.str();
+    if (fs::exists(kPtxas)) assemble_sm90(k, what);
+  }
+  // Past a lane's registers: 128 accumulators beside the next tiles a float32 operand's rounding
+  // copy holds (half_tiles, pipelined), or 8 x 8 tiles.
+  auto refusal = [&](const std::string& workload, const nlohmann::json& knobs) {
+    OpGraph g = build_op(parse_workload(workload));
+    return check_constraints(g, sm90, complete_config(g, sm90, knobs));
+  };
+  EXPECT_EQ(refusal("matmul(M=128,N=128,K=128,precision=fp16)",
+                    with_knobs(warp64, {{"half_tiles", true}})),
+            "128 accumulators and 64 registers of the next tiles per lane (16-bit tiles) leave "
+            "fewer than 64 of the "
+            "255 registers a thread of 128 can have for its operands");
+  EXPECT_EQ(
+      refusal("matmul(M=256,N=128,K=128,dtype=float16)", with_knobs(warp64, {{"tiles_m", 8}})),
+      "256 accumulators per lane (over 128)");
+}
+
 // A sample of the tuner's space (configs that pass the constraints) assembles without spills
 // or a stack frame too, but where ptxas chose to (assemble_sm90): the constraints keep what
-// would not fit a thread's registers (8 x 4 tiles: 128 accumulators in a 512-byte frame; a
-// pipelined im2col tile's next values beside its accumulators) out of the search.
+// would not fit a thread's registers (more than 128 accumulators; a pipelined im2col tile's
+// next values beside its accumulators) out of the search.
 TEST(TensorCore, SampledConfigsAssembleWithoutSpills) {
   if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is not installed (NVIDIA's CUDA toolkit)";
   const Target t = parse_target("cuda -arch=sm_90");

@@ -699,8 +699,9 @@ TEST(Tune, SeedsAreMeasuredFirstAfterTheDefault) {
 }
 
 // A template's seed configs (ScheduleTemplate::seed_configs) are queued when a loop starts:
-// on sm_90 at fp16, dense_tc.cuda's wgmma corners (several knobs that must agree, products in
-// flight), those its constraints take; none elsewhere (sm_80, tf32, CPUs).
+// at fp16 or bf16, dense_tc.cuda's mma.sync 64 x 64 warp tiles where both operands are 16-bit
+// inputs and the blocks fill the GPU, and on sm_90 its wgmma corners (several knobs that must
+// agree, products in flight), those its constraints take; none elsewhere (tf32, CPUs).
 TEST(Tune, TemplateSeedsAreQueuedWhenTheLoopStarts) {
   LocalBuilder b = builder();
   LocalRunner r = runner();
@@ -708,22 +709,30 @@ TEST(Tune, TemplateSeedsAreQueuedWhenTheLoopStarts) {
   auto queued = [&](const std::string& workload, const Target& t) {
     ConfigSpace space(parse_workload(workload), t);
     for (const nlohmann::json& c : space.template_seeds()) {
-      EXPECT_TRUE(c["wgmma"].get<bool>()) << c.dump();
-      EXPECT_TRUE(c["wgmma_in_flight"].get<bool>())
-          << c.dump();  // 4 stages, a chunk's products in flight
+      if (c["wgmma"].get<bool>()) {
+        EXPECT_TRUE(c["wgmma_in_flight"].get<bool>())
+            << c.dump();  // 4 stages, a chunk's products in flight
+      } else {
+        EXPECT_EQ(4 * c["tiles_m"].get<int64_t>() * c["tiles_n"].get<int64_t>(), 128) << c.dump();
+      }
     }
     auto st = make_search_strategy("random", space, 7);
     TuneLoop loop(space, *st, b, r, nullptr, o, {});
     return loop.seeds_queued();
   };
-  const Target sm90 = parse_target("cuda -arch=sm_90");
-  // BERT's 128-row products: all three block shapes fit (split along K to fill the GPU).
+  const Target sm90 = parse_target("cuda -arch=sm_90"), sm80 = parse_target("cuda -arch=sm_80");
+  // BERT's 128-row products: the wgmma blocks fit (split along K to fill the GPU); 128 x 256 not
+  // where the float32 operands' rounding copies take a lane's registers; no mma.sync seed (too
+  // few blocks).
   EXPECT_EQ(queued("matmul(M=128,N=768,K=768,precision=fp16,epilogue=bias)", sm90), 3u);
-  EXPECT_EQ(queued("matmul(M=128,N=3072,K=768,dtype=bfloat16,trans_b=1)", sm90), 3u);
-  // 64 rows: the 128-row block would be trimmed; K of 40: no whole 64-deep chunk.
+  EXPECT_EQ(queued("matmul(M=128,N=3072,K=768,dtype=bfloat16,trans_b=1)", sm90), 4u);
+  // 64 rows: the 128-row blocks would be trimmed; K of 40: no whole 64-deep chunk.
   EXPECT_EQ(queued("matmul(M=64,N=256,K=256,precision=fp16)", sm90), 2u);
   EXPECT_EQ(queued("matmul(M=128,N=128,K=40,precision=fp16)", sm90), 0u);
-  EXPECT_EQ(queued("matmul(M=128,N=768,K=768,precision=fp16)", parse_target("cuda -arch=sm_80")), 0u);
+  // A large GEMM of 16-bit operands: both mma.sync seeds, on sm_80 too.
+  EXPECT_EQ(queued("matmul(M=4096,N=4096,K=4096,dtype=float16,trans_b=1)", sm90), 6u);
+  EXPECT_EQ(queued("matmul(M=4096,N=4096,K=4096,dtype=float16,trans_b=1)", sm80), 2u);
+  EXPECT_EQ(queued("matmul(M=128,N=768,K=768,precision=fp16)", sm80), 0u);
   EXPECT_EQ(queued("matmul(M=128,N=768,K=768,precision=tf32)", sm90), 0u);
   EXPECT_EQ(queued("matmul(M=128,N=768,K=768)", host_target()), 0u);
 }
