@@ -206,6 +206,7 @@ class Simplifier : public IRMutator {
         if (const Broadcast* b = s->cond.as<Broadcast>()) {
           if (auto c = as_const_bool(b->value)) return *c ? s->t : s->f;
         }
+        if (is_scalar_int(x)) return hoist_shared_addend(s, x);
         return x;
       }
       case ExprKind::Ramp: {
@@ -274,6 +275,39 @@ class Simplifier : public IRMutator {
     Expr body = mutate_expr(l->body);
     ranges_.erase(l->var.get());
     return Let::make(l->var, v, body);
+  }
+
+  // select(c, A + k, B + k) == select(c, A, B) + k: the terms both branches have with the same
+  // coefficient, and the smaller of their constants, added outside the select. A fragment's lane
+  // addresses (ldmatrix: a select over the lane's row) differ from tile to tile and from step to
+  // step only by such terms: once outside, every tile's select is the same one (computed once a
+  // kernel), and the division by the word size that follows distributes over what was taken
+  // out (each iteration's buffer offset, each tile's constant), leaving an address register
+  // plus an immediate per load where each load had a chain of a dozen integer operations.
+  Expr hoist_shared_addend(const Select* s, const Expr& x) {
+    Linear t, f;
+    linearize(s->t, 1, t);
+    linearize(s->f, 1, f);
+    Linear shared;
+    shared.constant = std::min(t.constant, f.constant);
+    for (const auto& [atom, coef] : t.terms) {
+      if (coef == 0) continue;
+      for (const auto& [other, c] : f.terms) {
+        if (c == coef && equal(atom, other)) {
+          shared.add(atom, coef);
+          break;
+        }
+      }
+    }
+    if (shared.terms.empty() && shared.constant == 0) return x;
+    auto without_shared = [&](Linear l) {
+      for (const auto& [atom, coef] : shared.terms) l.add(atom, -coef);
+      l.constant -= shared.constant;
+      return rebuild(l);
+    };
+    Linear out = shared;
+    out.add(Select::make(s->cond, without_shared(t), without_shared(f)), 1);
+    return rebuild(out);
   }
 
   // Add, Sub, Mul.

@@ -63,6 +63,42 @@ TEST(Simplify, DivModSplitAtADivisorOfTheDivisor) {
       }
 }
 
+// A select of two sums takes out the terms both branches share (and the smaller constant):
+// a fragment's lane addresses (ldmatrix: a select over the lane's row) for each tile and step
+// of K differ by such terms only, so that every tile's select is one value, and the division
+// by the word size that follows distributes over what was taken out. Checked by evaluation.
+TEST(Simplify, SelectTakesOutWhatItsBranchesShare) {
+  Expr l = Var::make("l"), t = Var::make("t"), k = Var::make("k");
+  auto lanes = [&](int64_t tile) {  // the rows of four 8 x 8 matrices, 40 halves a row
+    Expr row = t * 40 + k * 5120 + Expr(tile * 640);
+    return select(eq(l, Expr(0)), row,
+                  select(eq(l, Expr(1)), row + 320, select(eq(l, Expr(2)), row + 8, row + 328)));
+  };
+  const Expr a0 = simplify(lanes(0)), a1 = simplify(lanes(1));
+  EXPECT_EQ(to_string(a0),
+            "(((t*40) + (k*5120)) + select((l == 0), 0, (select((l == 1), 312, select((l == 2), 0, "
+            "320)) + 8)))");
+  EXPECT_EQ(to_string(simplify(a1 - a0)), "640");  // the same select, another constant
+  // Words of two halves: the division reaches only the select.
+  EXPECT_EQ(to_string(simplify(lanes(1) / 2)),
+            "((((t*20) + (k*2560)) + (select((l == 0), 0, (select((l == 1), 312, select((l == 2), "
+            "0, 320)) + 8))/2)) + 320)");
+  // Branches sharing nothing but a variable's different multiples stay as they are.
+  EXPECT_EQ(to_string(simplify(select(eq(l, Expr(0)), t * 2, t * 3))),
+            "select((l == 0), (t*2), (t*3))");
+  for (int64_t lv = 0; lv < 5; ++lv)
+    for (int64_t tv : {-3, 0, 7})
+      for (int64_t kv : {0, 2}) {
+        VarMap at = {{l.get(), Expr(lv)}, {t.get(), Expr(tv)}, {k.get(), Expr(kv)}};
+        for (int64_t tile : {0, 1}) {
+          EXPECT_EQ(to_string(simplify(substitute(simplify(lanes(tile)), at))),
+                    to_string(simplify(substitute(lanes(tile), at))));
+          EXPECT_EQ(to_string(simplify(substitute(simplify(lanes(tile) / 2), at))),
+                    to_string(simplify(substitute(lanes(tile) / 2, at))));
+        }
+      }
+}
+
 TEST(Simplify, ProvesGuards) {
   Expr i = Var::make("i");
   RangeMap r = {{i.get(), {0, 7}}};
