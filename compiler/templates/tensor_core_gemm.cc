@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "compiler/gpu.h"
 #include "compiler/ir_mutator.h"
@@ -110,9 +111,24 @@ bool copied_through_registers(const Given16& given, const OpGraph& g, const json
   return b && !b_along_k(g) && wgmma(c);
 }
 
+// Rows of blocks launched together, column by column (configs before the knob: 1).
+int64_t block_swizzle(const json& c) {
+  return c.contains("block_swizzle") ? c["block_swizzle"].get<int64_t>() : 1;
+}
+
 Tiles tiles_of(const json& c) {
   return {c["warps_m"].get<int64_t>(), c["warps_n"].get<int64_t>(), c["tiles_m"].get<int64_t>(),
           c["tiles_n"].get<int64_t>(), c["unroll_k"].get<int64_t>()};
+}
+
+// What block_swizzle needs that config `c` has not ("" when it has it): groups that divide the
+// rows of blocks (a last group past C would be blocks of guards around whole tiles).
+std::string swizzle_constraints(const GemmShape& s, const json& c) {
+  const int64_t group = block_swizzle(c), block_m = tiles_of(c).block_m();
+  const int64_t rows = (s.m + block_m - 1) / block_m;
+  if (group == 1 || rows % group == 0) return "";
+  return str("block_swizzle ", group, " with ", rows, " rows of blocks (M ", s.m, ", ", block_m,
+             " rows a block): the groups must divide them");
 }
 
 }  // namespace
@@ -188,6 +204,14 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
        16,
        {},
        kSplit},
+      {"block_swizzle",
+       KnobType::Int,
+       "the blocks' launch order: groups of this many rows of blocks, each group column by "
+       "column (1: row by row), so that the blocks running at once share rows of A and columns "
+       "of B in L2",
+       8,
+       {},
+       kSplit},
   };
   return k;
 }
@@ -202,6 +226,15 @@ std::vector<json> TensorCoreGemm::int_candidates(const OpGraph& g, const Target&
                                                             : round_up(s.k, depth(g)) / depth(g);
   std::vector<json> out;
   if (name == "stages") return {1, 2, 3, 4};
+  if (name == "block_swizzle") {
+    // Group sizes that divide the rows of blocks (of the smallest block tile, 16 rows, up to
+    // the largest, 512: check_constraints refuses those that do not divide a config's).
+    std::vector<json> sizes;
+    for (int64_t v = 1; v <= k.max; v *= 2) {
+      if (v == 1 || (s.m + 15) / 16 >= 2 * v) sizes.push_back(v);
+    }
+    return sizes;
+  }
   for (int64_t v = 1; v <= k.max; v *= 2) {
     if (v == 1 || v < 2 * extent) out.push_back(v);
   }
@@ -283,10 +316,10 @@ json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
   // ones. The space goes up to the architecture's opt-in limit (dynamic shared memory: 227 KiB
   // on sm_90); the defaults stay within the static 48 KiB but the 128 x 128 blocks above, timed
   // with 60 KiB.
-  json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n},    {"tiles_m", d.tiles_m},
-            {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k},  {"shared", true},
-            {"stages", stages},     {"split_k", parts},        {"half_tiles", half},
-            {"wgmma", false},       {"wgmma_in_flight", false}};
+  json c = {{"warps_m", d.warps_m}, {"warps_n", d.warps_n},     {"tiles_m", d.tiles_m},
+            {"tiles_n", d.tiles_n}, {"unroll_k", d.unroll_k},   {"shared", true},
+            {"stages", stages},     {"split_k", parts},         {"half_tiles", half},
+            {"wgmma", false},       {"wgmma_in_flight", false}, {"block_swizzle", 1}};
   const int64_t most = wide ? gpu_limits(t).max_dynamic_shared_bytes : gpu_limits(t).max_shared_bytes;
   while (shared_bytes(g, c) > most) {
     if (c["stages"].get<int64_t>() > 2)
@@ -466,6 +499,7 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
     if (bytes > most)
       return str(bytes, " bytes of shared memory per block (the limit of ", t.chip(), " is ", most, ")");
   }
+  if (std::string why = swizzle_constraints(s, c); !why.empty()) return why;
   if (const int64_t parts = c["split_k"]; parts > 1) {
     const int64_t part = part_depth(g, c);
     if ((parts - 1) * part >= s.k) {
@@ -583,6 +617,10 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
     throw UserError(
         str("config knob wgmma_in_flight=true for ", g.workload.canonical(), ": ", why));
   }
+  if (std::string why = swizzle_constraints(gemm_shape(g), c); !why.empty()) {
+    throw UserError(str("config knob block_swizzle=", block_swizzle(c), " for ",
+                        g.workload.canonical(), ": ", why));
+  }
   const Tiles d = tiles_of(c);
   Stage& out = s[g.output];
   // The operands' tensors: inputs, or stages computing them (an im2col matrix), each read
@@ -629,7 +667,7 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   } else {
     output_axes(out, g, batch, rows, cols);
   }
-  auto [bm, r1] = writer.split(rows, d.block_m());
+  auto [bm0, r1] = writer.split(rows, d.block_m());
   auto [wm, r2] = writer.split(r1, 16 * d.tiles_m);
   auto [mi, r3] = writer.split(r2, 16);
   auto [h, lg] = writer.split(r3, 8);
@@ -641,16 +679,27 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   // 4 consecutive 16-row slices beside each other's columns.
   const bool wg = wgmma(c);
   const Expr warp_outer = wg ? wn : wm, warp_inner = wg ? wm : wn;
+  // block_swizzle: the rows of blocks in groups (bm = group * size + row in it), each group's
+  // blocks launched column by column, its rows innermost: one index over the three.
+  const int64_t group = block_swizzle(c);
+  Expr bm = bm0, bm_in;
+  if (group > 1) std::tie(bm, bm_in) = writer.split(bm0, group);
   std::vector<Expr> order;
   if (batch) order.push_back(batch);
-  order.insert(order.end(), {bm, bn, warp_outer, warp_inner, lg, lt, mi, h, ni, p});
+  order.insert(order.end(), {bm, bn});
+  if (bm_in) order.push_back(bm_in);
+  order.insert(order.end(), {warp_outer, warp_inner, lg, lt, mi, h, ni, p});
   writer.reorder(order);
   Expr warp = writer.fuse(warp_outer, warp_inner);
   Expr lane = writer.fuse(lg, lt);
   Expr thread = writer.fuse(warp, lane);
   if (batch) writer.bind(batch, "blockIdx.z");
-  writer.bind(bm, "blockIdx.y");
-  writer.bind(bn, "blockIdx.x");
+  if (bm_in) {
+    writer.bind(writer.fuse(writer.fuse(bm, bn), bm_in), "blockIdx.x");
+  } else {
+    writer.bind(bm, "blockIdx.y");
+    writer.bind(bn, "blockIdx.x");
+  }
   writer.bind(thread, "threadIdx.x");
   for (const Expr& v : {mi, h, ni, p}) writer.unroll(v);
 

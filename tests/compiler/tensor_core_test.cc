@@ -1009,6 +1009,78 @@ TEST(TensorCore, WgmmaProductsStayInFlightAcrossTheNextIteration) {
       "stages 1");
 }
 
+// block_swizzle: the rows of blocks in groups, each group's blocks launched column by column
+// (one blockIdx.x over the three: row group, column, row in the group). Emulated against the
+// reference with groups of 2 to 8 rows (mma.sync, TF32, wgmma, batches, split-K), ptxas on one;
+// a group size that does not divide the rows of blocks refused by name, given by hand too.
+TEST(TensorCore, SwizzledBlocksMatchTheReference) {
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  const nlohmann::json small = {{"warps_m", 1},  {"warps_n", 2},   {"tiles_m", 1}, {"tiles_n", 2},
+                                {"unroll_k", 1}, {"shared", true}, {"stages", 2},  {"split_k", 1}};
+  const KnobCase cases[] = {
+      {"matmul(M=128,N=48,K=64,dtype=float16,trans_b=1,epilogue=bias)",
+       with_knobs(small, {{"block_swizzle", 4}})},
+      {"matmul(M=96,N=40,K=48,precision=tf32)",
+       with_knobs(small, {{"block_swizzle", 2}, {"tiles_n", 1}})},
+      {"batch_matmul(B=2,M=64,N=32,K=32,dtype=bfloat16)",
+       with_knobs(small, {{"block_swizzle", 2}})},
+      {"matmul(M=128,N=32,K=128,dtype=float16,trans_b=1)",
+       with_knobs(small, {{"block_swizzle", 8}, {"split_k", 2}})},
+      {"matmul(M=128,N=64,K=64,dtype=float16,trans_b=1)",
+       {{"warps_m", 4},
+        {"warps_n", 1},
+        {"tiles_m", 1},
+        {"tiles_n", 4},
+        {"unroll_k", 2},
+        {"shared", true},
+        {"stages", 2},
+        {"split_k", 1},
+        {"wgmma", true},
+        {"block_swizzle", 2}}},
+  };
+  for (const KnobCase& c : cases) {
+    Workload w = parse_workload(c.workload);
+    OpGraph g = build_op(w);
+    EXPECT_EQ(check_constraints(g, sm90, complete_config(g, sm90, c.knobs)), "") << c.workload;
+    CompiledKernel k = compile_kernel(w, sm90, c.knobs, "given", "");
+    const std::string what = w.canonical() + " config " + k.config.dump();
+    const std::string ir = ir::to_string(k.lowered.func.body);
+    EXPECT_EQ(count(ir, "blockIdx.y"), 0) << what << ir;
+    testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 7);
+    EXPECT_TRUE(r.ok()) << what << ": " << r.str();
+  }
+  // The first case's order: block b computes rows of blocks (b / 8) * 4 + b % 4 (16 rows, 768
+  // elements of C each) and column (b / 4) % 2 (32 columns): 4 rows of a column, then the next.
+  {
+    CompiledKernel k =
+        compile_kernel(parse_workload(cases[0].workload), sm90, cases[0].knobs, "given", "");
+    const std::string ir = ir::to_string(k.lowered.func.body);
+    std::smatch b;
+    ASSERT_TRUE(std::regex_search(ir, b, std::regex(R"(blockIdx\.x \(([a-z.]+), 0, 16\))"))) << ir;
+    const std::string v = b[1];
+    for (const std::string& term :
+         {"((" + v + "/8)*3072)", "((" + v + " % 4)*768)", "(((" + v + "/4) % 2)*32)"})
+      EXPECT_NE(ir.find(term), std::string::npos) << term << " in " << ir;
+  }
+  if (fs::exists(kPtxas)) {
+    Workload w = parse_workload("matmul(M=4096,N=4096,K=4096,dtype=float16,trans_b=1)");
+    assemble_sm90(compile_kernel(w, sm90, {{"block_swizzle", 8}}, "given", ""),
+                  w.canonical() + " block_swizzle 8");
+  }
+  const std::string m = "matmul(M=300,N=256,K=64,dtype=float16)";
+  OpGraph g = build_op(parse_workload(m));
+  EXPECT_EQ(check_constraints(g, sm90, complete_config(g, sm90, {{"block_swizzle", 4}})),
+            "block_swizzle 4 with 5 rows of blocks (M 300, 64 rows a block): the groups must "
+            "divide them");
+  testing::expect_user_error(
+      [&] {
+        compile_kernel(parse_workload(m), sm90, {{"block_swizzle", 4}}, "given", "");
+      },
+      "config knob block_swizzle=4 for matmul(M=300,N=256,K=64,dtype=float16,epilogue=none): "
+      "block_swizzle 4 "
+      "with 5 rows of blocks (M 300, 64 rows a block): the groups must divide them");
+}
+
 // The largest warp tiles the space holds, 64 x 64 (4 x 8 or 8 x 4 tiles of mma.sync: 128
 // accumulators a lane, CUTLASS's warp tile) and wgmma's N = 256: the constraints take them,
 // they match the reference emulated, and ptxas keeps every accumulator in registers: no stack
