@@ -39,7 +39,7 @@ std::vector<size_t> transposed(size_t rank) {
 
 std::vector<size_t> as_is(size_t rank) { return rank == 3 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1}; }
 
-void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec, int64_t lanes) {
+Expr cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec, int64_t lanes) {
   const auto& ax = sh.op()->axes;
   std::vector<Expr> outer;
   for (size_t i = 0; i + 1 < ax.size(); ++i) outer.push_back(ax[i].var);
@@ -56,7 +56,7 @@ void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec,
   auto [y, x] = sh.split(lane, threads_x);
   sh.bind(y, "threadIdx.y");
   sh.bind(x, "threadIdx.x");
-  (void)rounds;
+  return rounds;
 }
 
 int64_t gpu_warp_size(const Target& t) { return gpu_arch(t).warp; }

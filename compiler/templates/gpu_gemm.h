@@ -54,8 +54,9 @@ void schedule_split_k_sum(Schedule& s, const OpGraph& g);
 // Loops of a shared stage (the region one step of K needs for the whole block) as copies by
 // all threads: the innermost dimension split by `lanes` and vectorized (4 floats or 8 halves:
 // 128-bit loads, and with cp.async 128-bit copies, where the rows allow: `vec`), the rest fused
-// and dealt to the threads, consecutive threads on consecutive vectors (coalesced).
-void cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec, int64_t lanes = 4);
+// and dealt to the threads, consecutive threads on consecutive vectors (coalesced). Returns the
+// loop of rounds each thread runs (serial: a caller may unroll it).
+Expr cooperative_copy(Stage& sh, int64_t threads_y, int64_t threads_x, bool vec, int64_t lanes = 4);
 // The storage order of a GEMM operand ([M][K] or [batch][M][K]) kept as in memory.
 std::vector<size_t> as_is(size_t rank);
 

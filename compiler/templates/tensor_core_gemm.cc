@@ -780,7 +780,12 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
     }
     x->compute_at(acc, koo);
     x->storage_layout(order, pad, wg);
-    cooperative_copy(*x, 1, d.threads(), vec, lanes);
+    const Expr rounds = cooperative_copy(*x, 1, d.threads(), vec, lanes);
+    // An input's plain copy (cp.async where pipelined) unrolled: its rounds an add and a copy
+    // each, without a loop's counter, compare and branch in every iteration of K (a 128 x 256
+    // block's B tile: 4 rounds). Rounding, transposing and computed copies keep their loops
+    // (multi_buffer stages those through registers).
+    if (input && !copied_through_registers(given, g, c, is_b)) x->unroll(rounds);
     staged.push_back(x);
   };
   // 16 bytes per lane where the rows allow: 4 floats, or 8 halves of a 16-bit operand whose
