@@ -13,7 +13,7 @@
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
 # comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
-# model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_warp64,sweep_swizzle,bench_bert16,sweep_random,sweep_grouped,tune_rate,
+# model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_warp64,sweep_swizzle,sweep_conv9,bench_bert16,sweep_random,sweep_grouped,tune_rate,
 # tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
@@ -159,6 +159,16 @@ swz64='{"warps_m":2,"warps_n":4,"tiles_m":4,"tiles_n":8,"unroll_k":2,"stages":3,
 step sweep_swizzle 90 bash -c "$sweep -w 'matmul(M=4096,N=4096,K=4096,trans_b=1,dtype=float16)' \
   -w 'matmul(M=8192,N=8192,K=4096,trans_b=1,dtype=float16)' --configs '[$swz,\"block_swizzle\":1}, \
   $swz,\"block_swizzle\":4}, $swz,\"block_swizzle\":8}, $swz64,\"block_swizzle\":1}, $swz64,\"block_swizzle\":8}]'"
+# Issue 55: ResNet-50's 3x3 convolutions at fp16 (16-bit data and weights, as a --precision fp16
+# model stores them) with K chunks of their 9 filter taps (unroll_k 9: the im2col rows decoded
+# once a kernel, 40 -> 9 PTX instructions a product in the main loop; the tuner's seed since
+# session 94) against the default's 2 steps: whether the conv default should take them.
+conv9='[{"unroll_k":9},{"unroll_k":9,"stages":2},{"unroll_k":9,"split_k":1},{"unroll_k":9,"warps_n":1}]'
+step sweep_conv9 120 bash -c "$sweep --configs '$conv9' \
+  -w 'conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)' \
+  -w 'conv2d_nchw(N=1,C=128,H=28,W=28,K=128,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)' \
+  -w 'conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)' \
+  -w 'conv2d_nchw(N=1,C=512,H=7,W=7,K=512,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)'"
 # Issue 55: the defaults timed by those sweeps (session 89: 16-bit products of inputs) against
 # cuBLAS: the square GEMMs and BERT's as cuBLAS takes them, and the float32-activation ones.
 step bench_bert16 60 bash -c "python3 bench/gpu_bench.py '$bin' --precision fp16 --half-operands --groups dense,bert \

@@ -35,6 +35,10 @@ class Conv2dTensorCore final : public TensorCoreGemm {
     return {!nhwc, nhwc};
   }
   bool weights_are_a(const OpGraph& g) const override { return g.workload.op == "conv2d_nchw"; }
+  // K runs over (channel, r, s), s innermost, in both layouts.
+  int64_t k_taps(const OpGraph& g) const override {
+    return g.workload.get("R") * g.workload.get("S");
+  }
   void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows,
                    Expr& cols) const override {
     const auto& o = out.op()->axes;

@@ -156,8 +156,9 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
        kSplit},
       {"unroll_k",
        KnobType::Int,
-       "steps of the product's depth per iteration of K (unrolled)",
-       8,
+       "steps of the product's depth per iteration of K (unrolled): 1, 2, 4, 8, or a convolution's "
+       "R x S (its im2col rows decoded once a kernel instead of every iteration)",
+       16,
        {},
        kSplit},
       {"shared",
@@ -226,6 +227,16 @@ std::vector<json> TensorCoreGemm::int_candidates(const OpGraph& g, const Target&
                                                             : round_up(s.k, depth(g)) / depth(g);
   std::vector<json> out;
   if (name == "stages") return {1, 2, 3, 4};
+  if (name == "unroll_k") {
+    for (int64_t v = 1; v <= 8; v *= 2) {
+      if (v == 1 || v < 2 * extent) out.push_back(v);
+    }
+    const int64_t taps = k_taps(g);
+    if (taps > 1 && taps <= k.max && taps < 2 * extent &&
+        std::find(out.begin(), out.end(), json(taps)) == out.end())
+      out.push_back(taps);
+    return out;
+  }
   if (name == "block_swizzle") {
     // Group sizes that divide the rows of blocks (of the smallest block tile, 16 rows, up to
     // the largest, 512: check_constraints refuses those that do not divide a config's).
@@ -382,7 +393,22 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
 //   at least 4 iterations).
 std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t) const {
   const Precision p = g.workload.types.precision;
-  if (!products_16_bits(p)) return {};
+  std::vector<json> out;
+  // A convolution's K chunks of its R x S filter taps (unroll_k = R x S): each im2col element's
+  // channel and tap decoded once a kernel, not every iteration (conv2d_nchw fp16 3x3: 40 PTX
+  // instructions a product in the main loop at 2 steps, 9 at 9). The default otherwise, with
+  // fewer stages where the deeper tiles would not fit.
+  if (const int64_t taps = k_taps(g); taps > 1 && taps <= 16) {
+    json c = default_config(g, t);
+    if (c["unroll_k"].get<int64_t>() < taps) {
+      c["unroll_k"] = taps;
+      while (c["stages"].get<int64_t>() > 2 &&
+             shared_bytes(g, c) > gpu_limits(t).max_dynamic_shared_bytes)
+        c["stages"] = c["stages"].get<int64_t>() - 1;
+      out.push_back(c);
+    }
+  }
+  if (!products_16_bits(p)) return out;
   const GemmShape s = gemm_shape(g);
   const Given16 given = given_16_bits(g);
   const auto [a_input, b_input] = inputs_ab(g);
@@ -390,7 +416,6 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
   auto blocks = [&](int64_t bm, int64_t bn) {
     return s.batches * ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
   };
-  std::vector<json> out;
   if (given.a && given.b && a_input && b_input) {
     for (auto [warps_n, stages] : {std::pair<int64_t, int64_t>{4, 3}, {2, 4}}) {
       if (blocks(128, 64 * warps_n) < sms) continue;

@@ -46,6 +46,10 @@ class TensorCoreGemm : public ScheduleTemplate {
   virtual std::pair<bool, bool> inputs_ab(const OpGraph& g) const = 0;
   // Whether A is the weights (weight_dtype's operand; B by default, as in a matmul).
   virtual bool weights_are_a(const OpGraph&) const { return false; }
+  // K's elements per outer index of K (a convolution's R x S filter taps per channel, 1 for a
+  // GEMM): K chunks of a multiple of it decode each element's (channel, tap) of the im2col tile
+  // once a kernel (the chunk's start a whole channel), not in every iteration.
+  virtual int64_t k_taps(const OpGraph&) const { return 1; }
   // The output stage's loops as the GEMM's batch (null when none), rows and columns, fusing
   // its axes where a GEMM axis is several of them.
   virtual void output_axes(Stage& out, const OpGraph& g, Expr& batch, Expr& rows,

@@ -1009,6 +1009,68 @@ TEST(TensorCore, WgmmaProductsStayInFlightAcrossTheNextIteration) {
       "stages 1");
 }
 
+// A convolution's K chunks of its R x S filter taps (unroll_k = R x S): each im2col element's
+// channel and tap are decoded once a kernel, so the K loop's variable appears once in an
+// element's computation (the chunk's channel offset), where 2 steps an iteration divide it by
+// R x S, S and W in every element. Emulated against the reference: NCHW and NHWC, 16-bit data,
+// 16-bit weights, TF32, stride 2, split-K; ptxas on one.
+TEST(TensorCore, FilterAlignedChunksDecodeTheirRowsOnce) {
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  const KnobCase cases[] = {
+      {"conv2d_nchw(N=1,C=32,H=8,W=8,K=32,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)",
+       {{"unroll_k", 9}}},
+      {"conv2d_nhwc(N=2,H=6,W=6,C=32,K=32,R=3,S=3,pad=1,dtype=bfloat16)",
+       {{"unroll_k", 9}, {"stages", 2}}},
+      {"conv2d_nchw(N=1,C=16,H=9,W=9,K=32,R=3,S=3,stride=2,pad=1,weight_dtype=float16)",
+       {{"unroll_k", 9}}},
+      {"conv2d_nchw(N=1,C=32,H=6,W=6,K=32,R=3,S=3,pad=1,precision=tf32)",
+       {{"unroll_k", 9}, {"split_k", 2}}},
+  };
+  for (const KnobCase& c : cases) {
+    Workload w = parse_workload(c.workload);
+    OpGraph g = build_op(w);
+    EXPECT_EQ(check_constraints(g, sm90, complete_config(g, sm90, c.knobs)), "") << c.workload;
+    CompiledKernel k = compile_kernel(w, sm90, c.knobs, "given", "");
+    const std::string what = w.canonical() + " config " + k.config.dump();
+    testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 7);
+    EXPECT_TRUE(r.ok()) << what << ": " << r.str();
+  }
+  // The im2col elements each iteration computes (into registers, stored after its products):
+  // the K loop's variable once in each (the chunk's 16 channels of 64 values: q*1024), at 9
+  // steps; more than once at 2.
+  auto k_var_uses = [&](int64_t steps) {
+    Workload w = parse_workload("conv2d_nchw(N=1,C=64,H=8,W=8,K=32,R=3,S=3,pad=1,dtype=float16)");
+    CompiledKernel k =
+        compile_kernel(w, sm90, {{"unroll_k", steps}, {"split_k", 1}, {"stages", 2}}, "given", "");
+    const std::string ir = ir::to_string(k.lowered.func.body);
+    std::smatch loop;
+    EXPECT_TRUE(std::regex_search(
+        ir, loop,
+        std::regex(R"(for \(([a-z.]+), 0, [0-9]+\) \{\s*(allocate [^\n]*\s*)?async_wait)")))
+        << ir;
+    std::vector<int64_t> uses;
+    std::istringstream lines(ir);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t at = line.find("col.regs[");
+      if (at != std::string::npos && at == line.find_first_not_of(' '))  // an element computed
+        uses.push_back(count(line, std::string(loop[1]) + ")") +
+                       count(line, std::string(loop[1]) + "*"));
+    }
+    return uses;
+  };
+  const std::vector<int64_t> aligned = k_var_uses(9), plain = k_var_uses(2);
+  ASSERT_FALSE(aligned.empty());
+  for (int64_t n : aligned) EXPECT_EQ(n, 1);
+  ASSERT_FALSE(plain.empty());
+  for (int64_t n : plain) EXPECT_GT(n, 1);
+  if (fs::exists(kPtxas)) {
+    Workload w =
+        parse_workload("conv2d_nchw(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1,dtype=float16)");
+    assemble_sm90(compile_kernel(w, sm90, {{"unroll_k", 9}}, "given", ""),
+                  w.canonical() + " unroll_k 9");
+  }
+}
+
 // block_swizzle: the rows of blocks in groups, each group's blocks launched column by column
 // (one blockIdx.x over the three: row group, column, row in the group). Emulated against the
 // reference with groups of 2 to 8 rows (mma.sync, TF32, wgmma, batches, split-K), ptxas on one;

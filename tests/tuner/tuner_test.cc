@@ -701,7 +701,8 @@ TEST(Tune, SeedsAreMeasuredFirstAfterTheDefault) {
 // A template's seed configs (ScheduleTemplate::seed_configs) are queued when a loop starts:
 // at fp16 or bf16, dense_tc.cuda's mma.sync 64 x 64 warp tiles where both operands are 16-bit
 // inputs and the blocks fill the GPU, and on sm_90 its wgmma corners (several knobs that must
-// agree, products in flight), those its constraints take; none elsewhere (tf32, CPUs).
+// agree, products in flight), those its constraints take; conv2d_tc.cuda's K chunks of a
+// filter's taps at any precision; none elsewhere (tf32 GEMMs, CPUs).
 TEST(Tune, TemplateSeedsAreQueuedWhenTheLoopStarts) {
   LocalBuilder b = builder();
   LocalRunner r = runner();
@@ -712,6 +713,8 @@ TEST(Tune, TemplateSeedsAreQueuedWhenTheLoopStarts) {
       if (c["wgmma"].get<bool>()) {
         EXPECT_TRUE(c["wgmma_in_flight"].get<bool>())
             << c.dump();  // 4 stages, a chunk's products in flight
+      } else if (c["unroll_k"].get<int64_t>() == 9) {
+        EXPECT_EQ(space.workload().op.rfind("conv2d", 0), 0u) << c.dump();  // a 3x3 filter's taps
       } else {
         EXPECT_EQ(4 * c["tiles_m"].get<int64_t>() * c["tiles_n"].get<int64_t>(), 128) << c.dump();
       }
@@ -734,6 +737,10 @@ TEST(Tune, TemplateSeedsAreQueuedWhenTheLoopStarts) {
   EXPECT_EQ(queued("matmul(M=4096,N=4096,K=4096,dtype=float16,trans_b=1)", sm80), 2u);
   EXPECT_EQ(queued("matmul(M=128,N=768,K=768,precision=fp16)", sm80), 0u);
   EXPECT_EQ(queued("matmul(M=128,N=768,K=768,precision=tf32)", sm90), 0u);
+  // A 3x3 convolution: K chunks of its 9 taps (at tf32 and on sm_80 too), beside wgmma's on sm_90.
+  EXPECT_EQ(queued("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,precision=tf32)", sm90), 1u);
+  EXPECT_EQ(queued("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,dtype=float16)", sm80), 1u);
+  EXPECT_EQ(queued("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=1,S=1,dtype=float16)", sm80), 0u);
   EXPECT_EQ(queued("matmul(M=128,N=768,K=768)", host_target()), 0u);
 }
 
