@@ -379,14 +379,15 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
   return "";
 }
 
-// At fp16 or bf16, configs a random start would rarely reach (several knobs must agree), each
-// measured right after the default; those the constraints refuse are skipped by the tuner.
-// - GEMMs of 16-bit operands read from inputs whose blocks of 128 x 256 (128 x 128) give every
+// Configs a random start would rarely reach (several knobs must agree), each measured right
+// after the default; those the constraints refuse are skipped by the tuner.
+// - Convolutions, any precision: the default with K chunks of the filter's taps (below).
+// - fp16 or bf16 GEMMs of 16-bit operands read from inputs whose blocks of 128 x 256 (128 x 128) give every
 //   multiprocessor one unsplit: mma.sync in 64 x 64 warp tiles (4 x 8 tiles, CUTLASS's warp
 //   tile: 128 accumulators a lane, twice the products per operand read of the default's 64 x
 //   32), 2 x 4 warps over 3 stages (2 x 2 over 4), K chunks of 32. Unmeasured on a GPU yet (the
 //   space reached them only once their accumulators stayed in registers, session 94).
-// - sm_90: wgmma configs (off by default until timed on a GPU): blocks of 128 x 256 (two
+// - fp16 or bf16 on sm_90: wgmma configs (off by default until timed on a GPU): blocks of 128 x 256 (two
 //   warpgroups of 64 x 256, CUTLASS's Hopper tile), 128 x 128, 64 x 128 and 64 x 64, K chunks of
 //   64, 4 stages with each iteration's products in flight across the next (the copies two
 //   chunks ahead), each split along K until the blocks give every multiprocessor one (parts of
@@ -395,9 +396,9 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
   const Precision p = g.workload.types.precision;
   std::vector<json> out;
   // A convolution's K chunks of its R x S filter taps (unroll_k = R x S): each im2col element's
-  // channel and tap decoded once a kernel, not every iteration (conv2d_nchw fp16 3x3: 40 PTX
-  // instructions a product in the main loop at 2 steps, 9 at 9). The default otherwise, with
-  // fewer stages where the deeper tiles would not fit.
+  // channel and tap decoded once a kernel, not every iteration (conv2d_nchw fp16 3x3: 90 PTX
+  // instructions a product at 2 steps, 17 at 9). The default otherwise, with fewer stages
+  // where the deeper tiles would not fit.
   if (const int64_t taps = k_taps(g); taps > 1 && taps <= 16) {
     json c = default_config(g, t);
     if (c["unroll_k"].get<int64_t>() < taps) {
