@@ -1147,11 +1147,34 @@ class CodeGen {
       case StmtKind::Allocate: return allocate(s.as<Allocate>());
       case StmtKind::Barrier: return barrier(s.as<Barrier>());
       case StmtKind::Prefetch: return prefetch(s.as<Prefetch>());
-      case StmtKind::Block:
-        for (const Stmt& c : s.as<Block>()->stmts) stmt(c);
+      case StmtKind::Block: {
+        const std::vector<Stmt>& stmts = s.as<Block>()->stmts;
+        note_wgmma_runs(stmts);
+        for (const Stmt& c : stmts) stmt(c);
         return;
+      }
     }
   }
+
+  // The warpgroup-level products (compiler/ir.h kWgmmaF16) of `stmts` that continue a run: each
+  // stores the accumulators the statement before it stored by such a product (as an unrolled K
+  // chunk leaves them). PTX orders products of one shape into the same accumulators by itself,
+  // so only a run's first product needs wgmma.fence (codegen_nvptx.cc).
+  void note_wgmma_runs(const std::vector<Stmt>& stmts) {
+    auto product = [](const Stmt& s) -> const Store* {
+      const Store* st = s.as<Store>();
+      const Call* c = st ? st->value.as<Call>() : nullptr;
+      return c && is_wgmma(c->name) ? st : nullptr;
+    };
+    for (size_t i = 1; i < stmts.size(); ++i) {
+      const Store* prev = product(stmts[i - 1]);
+      const Store* st = product(stmts[i]);
+      if (prev && st && prev->buffer == st->buffer && equal(prev->index, st->index))
+        wgmma_run_continues_.insert(st->value.get());
+    }
+  }
+  // Products that continue a run (note_wgmma_runs).
+  std::set<const ExprNode*> wgmma_run_continues_;
 
   llvm::LLVMContext& ctx_;
   llvm::Module& m_;

@@ -145,7 +145,10 @@ class CodeGenNvptx final : public CodeGenGpu {
   // wgmma.mma_async is an sm_90a instruction; the module's target becomes sm_90a:
   // codegen_llvm). LLVM 19 has no intrinsic for it: inline PTX, as MLIR's NVGPU and Triton
   // emit it, the accumulators tied in and out, the two operand descriptors in 64-bit registers;
-  // fence, product and commit, not waited for (wgmma_wait below).
+  // fence, product and commit, not waited for (wgmma_wait below). The fence orders the
+  // warpgroup's earlier register accesses before the product's; a product that continues a run
+  // into the same accumulators (note_wgmma_runs) goes without it, as PTX orders products of
+  // one shape into the same accumulators (CUTLASS fences once per K chunk).
   llvm::Value* wgmma(const Call* c) override {
     if (sm() != 90) {
       throw UserError(str("kernel ", name_, " uses ", c->name, " (Hopper's warpgroup-level tensor cores), which ",
@@ -153,8 +156,11 @@ class CodeGenNvptx final : public CodeGenGpu {
     }
     const int n = wgmma_n(*c), h = n / 2;
     const char* type = c->name == kWgmmaBF16 ? "bf16" : "f16";
-    std::string text = str("{\n.reg .pred p;\nsetp.ne.b32 p, $", h + 2, ", 0;\nwgmma.fence.sync.aligned;\n",
-                           "wgmma.mma_async.sync.aligned.m64n", n, "k16.f32.", type, ".", type, " {");
+    const bool fence = !wgmma_run_continues_.count(c);
+    std::string text =
+        str("{\n.reg .pred p;\nsetp.ne.b32 p, $", h + 2, ", 0;\n",
+            fence ? "wgmma.fence.sync.aligned;\n" : "", "wgmma.mma_async.sync.aligned.m64n", n,
+            "k16.f32.", type, ".", type, " {");
     for (int i = 0; i < h; ++i) text += str(i ? ", $" : "$", i);
     text += str("}, $", h, ", $", h + 1, ", p, 1, 1, 0, 0;\nwgmma.commit_group.sync.aligned;\n}");
     // Then the two descriptors and the scale of D (1: D = C + A x B).

@@ -926,7 +926,8 @@ TEST(TensorCore, WgmmaTilesMatchTheReferenceAndAssemble) {
 // products it retires read is still there (kernel_harness.cc tunefarm_emulated_wgmma_wait: a
 // copy into a tile still in flight stops the program, as the copies run stages - 1 ahead do);
 // ptxas assembles each without injecting waits of its own (it does, and says so, where
-// anything but a product touches accumulators in flight) and with the two waits in the PTX.
+// anything but a product touches accumulators in flight) and with the two waits in the PTX, and
+// one wgmma.fence an iteration (before its first product; none between products since session 94).
 // Refused by name without wgmma or with fewer than 3 stages.
 TEST(TensorCore, WgmmaProductsStayInFlightAcrossTheNextIteration) {
   const Target sm90 = parse_target("cuda -arch=sm_90");
@@ -973,6 +974,11 @@ TEST(TensorCore, WgmmaProductsStayInFlightAcrossTheNextIteration) {
     const std::string ptx = read_file(path);
     EXPECT_EQ(count(ptx, str("wgmma.wait_group.sync.aligned ", uk, ";")), 1) << what;
     EXPECT_EQ(count(ptx, "wgmma.wait_group.sync.aligned 0;"), 1) << what;
+    // One fence for the iteration's run of unroll_k products (PTX orders products of one shape
+    // into the same accumulators), before its first.
+    EXPECT_EQ(count(ptx, "wgmma.mma_async"), uk) << what;
+    EXPECT_EQ(count(ptx, "wgmma.fence.sync.aligned;"), 1) << what;
+    EXPECT_LT(ptx.find("wgmma.fence.sync.aligned;"), ptx.find("wgmma.mma_async")) << what;
   }
   // ptxas's check is a real one: a product's accumulator added to while in flight gets a wait.
   if (fs::exists(kPtxas)) {
