@@ -1015,6 +1015,18 @@ TEST(TensorCore, WgmmaProductsStayInFlightAcrossTheNextIteration) {
       "stages 1");
 }
 
+// Config `c.knobs` of `c.workload` on `t`: the constraints take it (the tuner may reach it) and
+// its kernel matches the reference emulated. The kernel, for more checks.
+CompiledKernel admitted_and_matching(const KnobCase& c, const Target& t) {
+  Workload w = parse_workload(c.workload);
+  OpGraph g = build_op(w);
+  EXPECT_EQ(check_constraints(g, t, complete_config(g, t, c.knobs)), "") << c.workload;
+  CompiledKernel k = compile_kernel(w, t, c.knobs, "given", "");
+  testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, t, 7);
+  EXPECT_TRUE(r.ok()) << w.canonical() << " config " << k.config.dump() << ": " << r.str();
+  return k;
+}
+
 // A convolution's K chunks of its R x S filter taps (unroll_k = R x S): each im2col element's
 // channel and tap are decoded once a kernel, so the K loop's variable appears once in an
 // element's computation (the chunk's channel offset), where 2 steps an iteration divide it by
@@ -1032,15 +1044,7 @@ TEST(TensorCore, FilterAlignedChunksDecodeTheirRowsOnce) {
       {"conv2d_nchw(N=1,C=32,H=6,W=6,K=32,R=3,S=3,pad=1,precision=tf32)",
        {{"unroll_k", 9}, {"split_k", 2}}},
   };
-  for (const KnobCase& c : cases) {
-    Workload w = parse_workload(c.workload);
-    OpGraph g = build_op(w);
-    EXPECT_EQ(check_constraints(g, sm90, complete_config(g, sm90, c.knobs)), "") << c.workload;
-    CompiledKernel k = compile_kernel(w, sm90, c.knobs, "given", "");
-    const std::string what = w.canonical() + " config " + k.config.dump();
-    testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 7);
-    EXPECT_TRUE(r.ok()) << what << ": " << r.str();
-  }
+  for (const KnobCase& c : cases) admitted_and_matching(c, sm90);
   // The im2col elements each iteration computes (into registers, stored after its products):
   // the K loop's variable once in each (the chunk's 16 channels of 64 values: q*1024), at 9
   // steps; more than once at 2.
@@ -1107,15 +1111,9 @@ TEST(TensorCore, SwizzledBlocksMatchTheReference) {
         {"block_swizzle", 2}}},
   };
   for (const KnobCase& c : cases) {
-    Workload w = parse_workload(c.workload);
-    OpGraph g = build_op(w);
-    EXPECT_EQ(check_constraints(g, sm90, complete_config(g, sm90, c.knobs)), "") << c.workload;
-    CompiledKernel k = compile_kernel(w, sm90, c.knobs, "given", "");
-    const std::string what = w.canonical() + " config " + k.config.dump();
+    CompiledKernel k = admitted_and_matching(c, sm90);
     const std::string ir = ir::to_string(k.lowered.func.body);
-    EXPECT_EQ(count(ir, "blockIdx.y"), 0) << what << ir;
-    testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 7);
-    EXPECT_TRUE(r.ok()) << what << ": " << r.str();
+    EXPECT_EQ(count(ir, "blockIdx.y"), 0) << c.workload << ir;
   }
   // The first case's order: block b computes rows of blocks (b / 8) * 4 + b % 4 (16 rows, 768
   // elements of C each) and column (b / 4) % 2 (32 columns): 4 rows of a column, then the next.
