@@ -21,9 +21,12 @@ const std::vector<PassInfo>& lowering_passes() {
       {"schedule_ops", "build loop nests from the schedule, infer bounds, flatten buffers", false},
       {"simplify", "fold constants, cancel index terms, drop proven guards and unit loops", true},
       {"tensorize", "replace loops marked by Stage::tensorize with warp-level products", false},
-      {"partition_loops", "peel shifted last tiles off loops so the main part indexes aligned", true},
+      {"partition_loops", "peel shifted last tiles off loops so the main part indexes aligned",
+       true},
       {"unroll_loops", "replace loops marked unrolled by copies of their body", true},
-      {"wgmma_waits", "wait for runs of warpgroup-level products (wgmma) before anything else reads them", false},
+      {"pair_fragments", "load two tiles' 16-bit fragments of B by one four-matrix ldmatrix", true},
+      {"wgmma_waits",
+       "wait for runs of warpgroup-level products (wgmma) before anything else reads them", false},
       {"vectorize_loops", "turn loops marked vectorized into vector operations", true},
       {"simplify_vectors", "simplify again, folding ramps into contiguous accesses", true},
   };
@@ -92,6 +95,8 @@ LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, cons
   // vector code with constant offsets, which LLVM keeps in registers.
   run("unroll_loops", [](const ir::Stmt& s) { return ir::unroll_loops(s); });
   if (done("unroll_loops")) return r;
+  run("pair_fragments", [](const ir::Stmt& s) { return ir::pair_fragment_loads(s); });
+  if (done("pair_fragments")) return r;
   run("wgmma_waits", [](const ir::Stmt& s) { return ir::insert_wgmma_waits(s); });
   if (done("wgmma_waits")) return r;
   if (options.skip.count("vectorize_loops")) r.func.body = ir::devectorize_loops(r.func.body);

@@ -1,5 +1,6 @@
 #include "compiler/tensorize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -636,6 +637,243 @@ class WgmmaWaits : public IRMutator {
   std::vector<Stmt> pending_;
 };
 }  // namespace
+
+namespace {
+// The two-matrix fragment load `s` lets, or null.
+const Call* ldmatrix_x2(const Expr& value) {
+  const Call* c = value.as<Call>();
+  return c && c->name == kLdMatrix && c->args.size() >= 2 && as_const_int(c->args[1]) &&
+                 *as_const_int(c->args[1]) == 2
+             ? c
+             : nullptr;
+}
+
+// The buffer a fragment load reads.
+const std::string& fragment_buffer(const Call& c) { return c.args[0].as<Load>()->buffer; }
+
+// Rewrites each word_half(v, j, h) of `var` to word_half(`into`, j + `offset`, h); false where
+// `var` has any other use.
+class FragmentWords : public IRMutator {
+ public:
+  FragmentWords(Expr var, Expr into, int64_t offset)
+      : var_(std::move(var)), into_(std::move(into)), offset_(offset) {}
+  Expr mutate_expr(const Expr& e) override {
+    if (const Call* c = e.as<Call>(); c && c->name == kWordHalf && c->args[0].same_as(var_)) {
+      return Call::make(kWordHalf, {into_, Expr(*as_const_int(c->args[1]) + offset_), c->args[2]});
+    }
+    return IRMutator::mutate_expr(e);
+  }
+
+ private:
+  Expr var_, into_;
+  int64_t offset_;
+};
+
+// pair_fragment_loads (tensorize.h): in each block, the distinct two-matrix loads of the same
+// shared buffer, paired in the order they first appear.
+class FragmentPairs : public IRMutator {
+ public:
+  Stmt mutate_stmt(const Stmt& s) override {
+    if (const For* f = s.as<For>()) {
+      const std::optional<int64_t> lo = constant(f->min), n = constant(f->extent);
+      if (lo && n && *n > 0) ranges_[f->var.get()] = {*lo, *lo + *n - 1};
+      loop_vars_.insert(f->var.get());
+      const Expr outer = thread_x_;
+      const int64_t outer_extent = thread_x_extent_;
+      if (f->for_kind == ForKind::ThreadIdxX) {
+        thread_x_ = f->var;
+        thread_x_extent_ = n.value_or(0);
+      }
+      Stmt r = IRMutator::mutate_stmt(s);
+      thread_x_ = outer;
+      thread_x_extent_ = outer_extent;
+      ranges_.erase(f->var.get());
+      loop_vars_.erase(f->var.get());
+      return r;
+    }
+    const Block* b = s.as<Block>();
+    if (!b) return IRMutator::mutate_stmt(s);
+    std::vector<Stmt> stmts;
+    for (const Stmt& x : b->stmts) stmts.push_back(mutate_stmt(x));
+    if (!thread_x_ || thread_x_extent_ < kWarp || thread_x_extent_ % kWarp != 0)
+      return Block::make(stmts);
+    return paired(stmts);
+  }
+
+ private:
+  struct Candidate {
+    Expr call;           // an ldmatrix x2
+    size_t first, last;  // the statements that let it
+  };
+
+  // The lets at the head of statement `s`, outermost first.
+  static std::vector<const LetStmt*> head_lets(const Stmt& s) {
+    std::vector<const LetStmt*> lets;
+    for (const LetStmt* l = s.as<LetStmt>(); l; l = l->body.as<LetStmt>()) lets.push_back(l);
+    return lets;
+  }
+
+  // Whether `call` reads only through the thread index and enclosing loops' variables (so it
+  // may move anywhere in the block), of the same value on lanes l and l + 16 of every warp
+  // (as a two-matrix load's second half of lanes supplies no rows, its rows can be those of
+  // the upper half of a four-matrix one unchanged).
+  bool movable(const Call& call) const {
+    bool ok = true;
+    post_order(call.args[0], [&](const Expr& x) {
+      if (x.as<Load>() != nullptr && !x.same_as(call.args[0])) ok = false;
+      if (x.as<Call>() || (x.as<Var>() && !x.same_as(thread_x_) && !loop_vars_.count(x.get())))
+        ok = false;
+    });
+    return ok;
+  }
+  bool repeats_every_16_lanes(const Expr& row) const {
+    const Expr w = Var::make("tf_warp", thread_x_.type());
+    RangeMap ranges = ranges_;
+    ranges[w.get()] = {0, thread_x_extent_ / kWarp - 1};
+    for (int64_t l = 0; l < 16; ++l) {
+      auto at = [&](int64_t lane) {
+        return substitute(row, VarMap{{thread_x_.get(), w * Expr(kWarp) + Expr(lane)}});
+      };
+      const Expr gap = simplify(at(l + 16) - at(l), ranges);
+      const IntImm* zero = gap.as<IntImm>();
+      if (!zero || zero->value != 0) return false;
+    }
+    return true;
+  }
+
+  // Nothing in statements [from, to] writes `buffer`, waits or synchronizes.
+  static bool quiet(const std::vector<Stmt>& stmts, size_t from, size_t to,
+                    const std::string& buffer) {
+    bool ok = true;
+    for (size_t i = from; i <= to && ok; ++i) {
+      post_order(
+          stmts[i], [](const Expr&) {},
+          [&](const Stmt& x) {
+            if (x.as<Barrier>() || x.as<Prefetch>() ||
+                (x.as<Store>() && x.as<Store>()->buffer == buffer))
+              ok = false;
+          });
+    }
+    return ok;
+  }
+
+  // Statement `s` with its lets of `call` dropped and their words read from `into` at `offset`;
+  // null where such a let's variable has another use.
+  static Stmt reread(const Stmt& s, const Expr& call, const Expr& into, int64_t offset) {
+    if (const Block* b = s.as<Block>()) {  // a later pair's load around the rest
+      std::vector<Stmt> stmts;
+      for (const Stmt& x : b->stmts) {
+        stmts.push_back(reread(x, call, into, offset));
+        if (!stmts.back()) return Stmt();
+      }
+      return Block::make(stmts);
+    }
+    const LetStmt* l = s.as<LetStmt>();
+    if (!l) return s;
+    Stmt body = reread(l->body, call, into, offset);
+    if (!body) return Stmt();
+    if (!equal(l->value, call))
+      return body.same_as(l->body) ? s : LetStmt::make(l->var, l->value, body);
+    FragmentWords words(l->var, into, offset);
+    body = words.mutate_stmt(body);
+    return uses_var(body, l->var) ? Stmt() : body;
+  }
+
+  Stmt paired(std::vector<Stmt> stmts) {
+    std::vector<Candidate> found;
+    for (size_t i = 0; i < stmts.size(); ++i) {
+      for (const LetStmt* l : head_lets(stmts[i])) {
+        if (!ldmatrix_x2(l->value)) continue;
+        auto same = std::find_if(found.begin(), found.end(),
+                                 [&](const Candidate& c) { return equal(c.call, l->value); });
+        if (same == found.end()) {
+          found.push_back({l->value, i, i});
+        } else {
+          same->last = i;
+        }
+      }
+    }
+    // Greedily, in order of first appearance: each with the next one it can pair with.
+    std::vector<bool> used(found.size(), false);
+    struct Pair {
+      size_t a, b, first, last;
+    };
+    std::vector<Pair> pairs;
+    for (size_t i = 0; i < found.size(); ++i) {
+      if (used[i]) continue;
+      const Call& ca = *found[i].call.as<Call>();
+      if (!movable(ca)) continue;
+      for (size_t j = i + 1; j < found.size(); ++j) {
+        const Call& cb = *found[j].call.as<Call>();
+        if (used[j] || fragment_buffer(ca) != fragment_buffer(cb) ||
+            ldmatrix_transposed(ca) != ldmatrix_transposed(cb) || !movable(cb)) {
+          continue;
+        }
+        const size_t first = std::min(found[i].first, found[j].first),
+                     last = std::max(found[i].last, found[j].last);
+        if (!quiet(stmts, first, last, fragment_buffer(ca))) continue;
+        used[i] = used[j] = true;
+        pairs.push_back({i, j, first, last});
+        break;
+      }
+    }
+    // From the last pair's first statement back, each pair's load wraps the rest of the block.
+    std::sort(pairs.begin(), pairs.end(),
+              [](const Pair& x, const Pair& y) { return x.first < y.first; });
+    std::vector<Stmt> tail;
+    size_t end = stmts.size();
+    for (size_t p = pairs.size(); p-- > 0;) {
+      const Pair& pr = pairs[p];
+      const Call& ca = *found[pr.a].call.as<Call>();
+      const Call& cb = *found[pr.b].call.as<Call>();
+      const Expr var = Var::make("frag_b4", Type::int32().with_lanes(4));
+      std::vector<Stmt> rest(stmts.begin() + static_cast<std::ptrdiff_t>(pr.first),
+                             stmts.begin() + static_cast<std::ptrdiff_t>(end));
+      for (const Stmt& t : tail) rest.push_back(t);
+      bool ok = true;
+      for (Stmt& x : rest) {
+        x = reread(x, found[pr.a].call, var, 0);
+        if (x) x = reread(x, found[pr.b].call, var, 2);
+        ok = ok && static_cast<bool>(x);
+        if (!ok) break;
+      }
+      if (!ok) continue;  // (tail keeps what the later pairs made of it)
+      // Lanes 0-15 supply the first load's rows, 16-31 the second's: as its own lanes 0-15 do
+      // where its row repeats every 16 lanes, else read at lane - 16.
+      const Load* ra = ca.args[0].as<Load>();
+      const Load* rb = cb.args[0].as<Load>();
+      const Ramp* a_ramp = ra->index.as<Ramp>();
+      const Ramp* b_ramp = rb->index.as<Ramp>();
+      if (!a_ramp || !b_ramp) continue;
+      Expr upper = b_ramp->base;
+      if (!repeats_every_16_lanes(upper)) {
+        upper = substitute(upper, VarMap{{thread_x_.get(), thread_x_ - Expr(int64_t{16})}});
+      }
+      const Expr low_half = thread_x_ % Expr(kWarp) < Expr(int64_t{16});
+      const Expr row = Load::make(
+          ra->type, ra->buffer,
+          Ramp::make(simplify(Select::make(low_half, a_ramp->base, upper)), Expr(int64_t{1}), 4));
+      std::vector<Expr> args = {row, Expr(int64_t{4})};
+      if (ldmatrix_transposed(ca)) args.push_back(Expr(int64_t{1}));
+      tail = {LetStmt::make(var, Call::make(kLdMatrix, args), Block::make(rest))};
+      end = pr.first;
+    }
+    std::vector<Stmt> out(stmts.begin(), stmts.begin() + static_cast<std::ptrdiff_t>(end));
+    for (const Stmt& t : tail) out.push_back(t);
+    return Block::make(out);
+  }
+
+  Expr thread_x_;
+  int64_t thread_x_extent_ = 0;
+  RangeMap ranges_;
+  std::set<const ExprNode*> loop_vars_;
+};
+}  // namespace
+
+Stmt pair_fragment_loads(const Stmt& s) {
+  FragmentPairs p;
+  return p.mutate_stmt(s);
+}
 
 Stmt insert_wgmma_waits(const Stmt& s) {
   WgmmaWaits w;

@@ -67,6 +67,16 @@ Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks);
 // on beside the next iteration's copies), and all of them after the loop; the marks go.
 Stmt insert_wgmma_waits(const Stmt& s);
 
+// After unrolling: in each block of statements, two distinct two-matrix fragment loads (ldmatrix
+// x2: B's fragments of two column tiles, or of two steps of K) of the same shared buffer become
+// one four-matrix load (x4, CUTLASS's pairing of B tiles), its lanes 0-15 supplying the first's
+// rows and 16-31 the second's; the products read words 0-1 and 2-3 of it. The pair's load is put
+// before the first statement that let either, and each of those statements reads it instead;
+// only where the loads' rows depend on nothing but the thread index and enclosing loops, and
+// no statement from the first to the last that let either writes their buffer, synchronizes
+// or prefetches. Loads are paired in the order they first appear; an odd one out stays as it is.
+Stmt pair_fragment_loads(const Stmt& s);
+
 // A 16-bit product's operand that widens a value held in 16 bits: `widen` (kF16ToFloat or
 // kBF16ToFloat) of a scalar, alone or under a select against +0 (the padding), whose condition
 // goes to `cond`. Null for any other operand.

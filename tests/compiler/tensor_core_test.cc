@@ -18,10 +18,13 @@
 #include "base/float16.h"
 #include "compiler/driver.h"
 #include "compiler/gpu.h"
+#include "compiler/ir_mutator.h"
 #include "compiler/ir_printer.h"
 #include "compiler/link.h"
 #include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
+#include "compiler/simplify.h"
+#include "compiler/tensorize.h"
 #include "runtime/kernel_library.h"
 #include "tests/compiler/kernel_harness.h"
 
@@ -412,10 +415,11 @@ TEST(TensorCore, HalfTilesMatchTheReferenceAndLoadFragmentsByLdmatrix) {
     const int64_t tm = half.config["tiles_m"], tn = half.config["tiles_n"],
                   uk = half.config["unroll_k"];
     EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
-    // A's fragment is one ldmatrix x4 a tile and step (4 words), B's one x2; nothing loads a
-    // float, or a word alone, from shared memory.
-    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
-    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
+    // A's fragment is one ldmatrix x4 a tile and step (4 words), B's two tiles' one x4 (an odd
+    // one out an x2: pair_fragments); nothing loads a float, or a word alone, from shared memory.
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk + tn * uk / 2)
+        << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk % 2) << what;
     EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
     EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.v2.f32"), 0) << what;
     // Each value is rounded once, as it is copied: as many roundings as copied floats.
@@ -491,13 +495,16 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
       // emulated warps exchange its rows as the hardware does, so a wrong row address fails.
       const std::string ir = ir::to_string(k.lowered.func);
       EXPECT_EQ(ir.find("ldmatrix(") != std::string::npos, k.config.value("shared", true)) << what;
-      // B's fragments: B given as [K][N] keeps that layout, read transposed (ldmatrix(row, 2, 1)).
+      // B's fragments (two tiles' paired: frag_b4): B given as [K][N] keeps that layout, read
+      // transposed (ldmatrix(row, 2, 1), ldmatrix(row, 4, 1)).
       int64_t b_loads = 0, transposed = 0;
       std::istringstream lines(ir);
       for (std::string line; std::getline(lines, line);) {
-        if (line.find("let frag_b = ldmatrix(") == std::string::npos) continue;
+        if (line.find("let frag_b = ldmatrix(") == std::string::npos &&
+            line.find("let frag_b4 = ldmatrix(") == std::string::npos)
+          continue;
         ++b_loads;
-        const std::string trans = ", 2, 1)";
+        const std::string trans = ", 1)";
         transposed += line.size() > trans.size() &&
                       line.compare(line.size() - trans.size(), trans.size(), trans) == 0;
       }
@@ -524,12 +531,14 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
     const std::string ptx = assemble_sm90(k, what);
     const int64_t tm = k.config["tiles_m"], tn = k.config["tiles_n"], uk = k.config["unroll_k"];
     EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
-    // Each fragment one ldmatrix (A's x4, B's x2; transposed where B is kept as given, [K][N]),
-    // no word loaded alone.
-    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
-    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tb ? tn * uk : 0) << what;
-    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16"), tb ? 0 : tn * uk)
+    // Each fragment one ldmatrix (A's x4, two of B's one x4, an odd one out an x2; transposed
+    // where B is kept as given, [K][N]), no word loaded alone.
+    const int64_t b4 = tn * uk / 2, b2 = tn * uk % 2;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk + (tb ? b4 : 0))
         << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), tb ? 0 : b4) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tb ? b2 : 0) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16"), tb ? 0 : b2) << what;
     EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
     // A's tiles are 16-byte cp.async copies; nothing is rounded or loaded from shared as float.
     EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
@@ -558,8 +567,10 @@ TEST(TensorCore, SixteenBitOperandsAreCopiedAsTheyAreAndMatchTheReference) {
     EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
     EXPECT_EQ(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.v4.u16"), 0) << what;
     EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
-    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), half ? tm * uk : 0) << what;
-    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+              (half ? tm * uk : 0) + tn * uk / 2)
+        << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk % 2) << what;
     EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.v2.f32") > 0, !half) << what;
   }
 }
@@ -633,9 +644,13 @@ TEST(TensorCore, ConvolutionsOf16BitWeightsMatchTheReference) {
       // element loaded alone, each fragment one ldmatrix.x4.
       EXPECT_GT(count(ptx, "cp.async.cg.shared.global"), 0) << what;
       EXPECT_EQ(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.u16"), 0) << what;
-      EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
-      // The im2col tile float32 (loaded as floats), or 16-bit with half_tiles (ldmatrix.x2).
-      EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), half ? tn * uk : 0) << what;
+      // The im2col tile float32 (loaded as floats), or 16-bit with half_tiles (two tiles'
+      // fragments one ldmatrix.x4, an odd one out an x2).
+      EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+                tm * uk + (half ? tn * uk / 2 : 0))
+          << what;
+      EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), half ? tn * uk % 2 : 0)
+          << what;
       EXPECT_EQ(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
       EXPECT_EQ(count(ptx, "ld.local") + count(ptx, "st.local"), 0) << what;
     }
@@ -646,8 +661,8 @@ TEST(TensorCore, ConvolutionsOf16BitWeightsMatchTheReference) {
       assemble_default(parse_workload("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,dtype=float16,epilogue=bias_relu)"),
                        nlohmann::json::object());
   EXPECT_EQ(count(ptx, "mma.sync.aligned"), tm * tn * uk) << what;
-  EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
-  EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk) << what;
+  EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk + tn * uk / 2) << what;
+  EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.shared.b16"), tn * uk % 2) << what;
   EXPECT_EQ(count(ptx, "ld.shared.f32") + count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 0) << what;
   EXPECT_EQ(count(ptx, "ld.local") + count(ptx, "st.local"), 0) << what;
 }
@@ -1152,6 +1167,99 @@ TEST(TensorCore, SwizzledBlocksMatchTheReference) {
 // they match the reference emulated, and ptxas keeps every accumulator in registers: no stack
 // frame, no spill (their initialization, a loop over the tiles before, indexed them by a
 // variable: a 512-byte stack frame, and 1,520 bytes of spills for wgmma's N = 256).
+// pair_fragment_loads on a block as unrolling leaves it: two distinct two-matrix loads of B's
+// tile become one four-matrix load whose lanes 0-15 supply the first's rows and 16-31 the
+// second's (a row that does not repeat every 16 lanes taken at lane - 16), each product reading
+// its words from it; a store to the tile or a barrier between them keeps them apart.
+TEST(TensorCore, PairedFragmentLoadsTakeEachHalfOfTheLanes) {
+  using namespace ir;  // NOLINT
+  const Expr x = Var::make("tx");
+  const Expr t = x % Expr(int64_t{32});
+  // As tensorize builds them: lane l supplies row l % 8 of matrix l / 8 % 2 (periodic), and one
+  // whose upper lanes' rows differ from the lower lanes' (they supply none for an x2).
+  const Expr row_a = t % Expr(int64_t{8}) * Expr(int64_t{40}) +
+                     t / Expr(int64_t{8}) % Expr(int64_t{2}) * Expr(int64_t{8});
+  const Expr row_b = t * Expr(int64_t{8}) + Expr(int64_t{640});
+  auto load = [](const Expr& row, int64_t trans, const char* buffer = "B.shared") {
+    std::vector<Expr> args = {Load::make(Type::int32().with_lanes(4), buffer,
+                                         Ramp::make(row / Expr(int64_t{2}), Expr(int64_t{1}), 4)),
+                              Expr(int64_t{2})};
+    if (trans) args.push_back(Expr(trans));
+    return Call::make(kLdMatrix, args);
+  };
+  auto product = [&](const Expr& call, int64_t acc,
+                     int64_t word) {  // acc[a] = f16(word_half(v, word, 0))
+    const Expr v = Var::make("frag_b", Type::int32().with_lanes(2));
+    return LetStmt::make(
+        v, call,
+        Store::make(
+            "acc",
+            Call::make(kF16ToFloat, {Call::make(kWordHalf, {v, Expr(word), Expr(int64_t{0})})}),
+            Expr(acc)));
+  };
+  auto kernel = [&](std::vector<Stmt> body) {
+    return For::make(x, Expr(int64_t{0}), Expr(int64_t{64}), ForKind::ThreadIdxX,
+                     Block::make(std::move(body)));
+  };
+  auto calls = [](const Stmt& s, int64_t matrices) {
+    int n = 0;
+    post_order(s, [&](const Expr& e) {
+      const Call* c = e.as<Call>();
+      n += c && c->name == kLdMatrix && *as_const_int(c->args[1]) == matrices;
+    });
+    return n;
+  };
+  for (int64_t trans : {0, 1}) {
+    const Expr a = load(row_a, trans), b = load(row_b, trans);
+    const Stmt paired =
+        pair_fragment_loads(kernel({product(a, 0, 0), product(b, 1, 1), product(a, 2, 1)}));
+    EXPECT_EQ(calls(paired, 4), 1) << to_string(paired);
+    EXPECT_EQ(calls(paired, 2), 0) << to_string(paired);
+    // The products read words 0, 2 + 1 and 1 of it.
+    std::vector<int64_t> words;
+    const Call* x4 = nullptr;
+    post_order(paired, [&](const Expr& e) {
+      const Call* c = e.as<Call>();
+      if (c && c->name == kWordHalf) words.push_back(*as_const_int(c->args[1]));
+      if (c && c->name == kLdMatrix) x4 = c;
+    });
+    EXPECT_EQ(words, (std::vector<int64_t>{0, 3, 1})) << to_string(paired);
+    ASSERT_NE(x4, nullptr);
+    EXPECT_EQ(ldmatrix_transposed(*x4), trans == 1);
+    // Lane by lane (warps 0 and 1): the first load's rows, then the second's at lane - 16.
+    const Expr row = x4->args[0].as<Load>()->index.as<Ramp>()->base;
+    for (int64_t w : {0, 1}) {
+      for (int64_t l = 0; l < 32; ++l) {
+        const Expr at = Expr(32 * w + l);
+        const Expr want = l < 16 ? substitute(row_a, VarMap{{x.get(), at}})
+                                 : substitute(row_b, VarMap{{x.get(), Expr(32 * w + l - 16)}});
+        EXPECT_EQ(to_string(simplify(substitute(row, VarMap{{x.get(), at}}))),
+                  to_string(simplify(want / Expr(int64_t{2}))))
+            << "lane " << l << " of warp " << w;
+      }
+    }
+    // A store to the tile, or a barrier, between them: each keeps its own load.
+    for (const Stmt& between :
+         {Store::make("B.shared", IntImm::make_typed(0, Type::int32()), x), Barrier::make()}) {
+      const Stmt apart = pair_fragment_loads(kernel({product(a, 0, 0), between, product(b, 1, 1)}));
+      EXPECT_EQ(calls(apart, 4), 0) << to_string(apart);
+      EXPECT_EQ(calls(apart, 2), 2) << to_string(apart);
+    }
+    // Loads of another buffer, or one transposed and one not, stay apart; an odd one stays.
+    const Stmt other = pair_fragment_loads(
+        kernel({product(a, 0, 0), product(load(row_b, trans, "A.shared"), 1, 1)}));
+    EXPECT_EQ(calls(other, 2), 2) << to_string(other);
+    const Stmt mixed =
+        pair_fragment_loads(kernel({product(a, 0, 0), product(load(row_b, 1 - trans), 1, 1)}));
+    EXPECT_EQ(calls(mixed, 2), 2) << to_string(mixed);
+    const Stmt odd =
+        pair_fragment_loads(kernel({product(a, 0, 0), product(b, 1, 0),
+                                    product(load(row_a + Expr(int64_t{16}), trans), 2, 0)}));
+    EXPECT_EQ(calls(odd, 4), 1) << to_string(odd);
+    EXPECT_EQ(calls(odd, 2), 1) << to_string(odd);
+  }
+}
+
 TEST(TensorCore, LargestWarpTilesKeepTheirAccumulatorsInRegisters) {
   const Target sm90 = parse_target("cuda -arch=sm_90");
   const nlohmann::json warp64 = {{"warps_m", 2},  {"warps_n", 2},   {"tiles_m", 4}, {"tiles_n", 8},
