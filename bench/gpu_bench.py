@@ -46,7 +46,7 @@ with --half-operands the 16-bit workloads too (CPUs compute them: dense.cpu; the
 16-bit weights are tensor-core only, skipped).
 
 Usage: bench/gpu_bench.py BUILD/bin/tunefarm [--db DB] [--tune 200] [--groups dense,bert,resnet,grouped,other]
-                          [--precision tf32|fp16|bf16 [--half-operands]]
+                          [--precision tf32|fp16|bf16 [--half-operands]] [--without-pass PASS]
        bench/gpu_bench.py BUILD/bin/tunefarm --models resnet18,resnet50,mobilenet_v2,bert_base  (whole
        models: bench/gpu_model_bench.py)
 """
@@ -204,10 +204,11 @@ def flops_of(op, p):
     return 0
 
 
-def compile_kernel(tunefarm, workload, target, out, db, config=None):
+def compile_kernel(tunefarm, workload, target, out, db, config=None, skip_pass=None):
     """Compiles for `target` (None: this machine) with the default config (knobs of `config`
-    set as given), or the best in `db`."""
+    set as given), or the best in `db`; without the lowering pass `skip_pass` if given."""
     cmd = [tunefarm, "compile", "-w", workload, "--emit", "so", "-o", out, "--json"]
+    cmd += ["--skip-pass", skip_pass] if skip_pass else []
     cmd += ["-t", target] if target else []
     cmd += ["--db", db] if db else ["--no-db"]
     cmd += ["-c", config] if config and not db else []
@@ -355,6 +356,9 @@ def main():
     ap.add_argument("-w", "--workload", action="append", default=[], help="a workload of your own (repeatable)")
     ap.add_argument("-c", "--config", help="knobs (JSON) to set in the default config of every workload, e.g. "
                     "'{\"lanes_n\": 4}' (the rest default): experiments with one knob")
+    ap.add_argument("--without-pass", metavar="PASS",
+                    help="also time each default built without this lowering pass (tunefarm compile --skip-pass), "
+                         "interleaved with the peer as the default is: an A/B of the pass, e.g. pair_fragments")
     ap.add_argument("--calls", type=int, default=20, help="launches per timed block")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved (ours, peer) blocks per kernel")
     ap.add_argument("--json", help="write the results here")
@@ -453,6 +457,9 @@ def main():
         builds = [("default", compile_kernel(a.tunefarm, w, target, os.path.join(tmp, "d%d.ptx" % n), None, a.config))]
         if db:
             builds.append(("tuned", compile_kernel(a.tunefarm, w, target, os.path.join(tmp, "t%d.ptx" % n), db)))
+        if a.without_pass:
+            builds.append(("without", compile_kernel(a.tunefarm, w, target, os.path.join(tmp, "w%d.ptx" % n), None,
+                                                     a.config, a.without_pass)))
         row = {"group": group, "workload": w}
         for tag, path in builds:
             k = Kernel(cp, torch, path)
@@ -497,7 +504,7 @@ def main():
             if tag == "default":
                 row["peer_ms"] = t
         results.append(row)
-        d, tu = row["default"], row.get("tuned")
+        d, tu, wo = row["default"], row.get("tuned"), row.get("without")
         tflops = ""
         if a.precision != "fp32" and d["tflops"]:
             tflops = "  %6.1f vs %6.1f TFLOPS" % (d["tflops"], d["peer_tflops"])
@@ -506,6 +513,9 @@ def main():
         print("%-7s %-62s ours %8.4f ms  peer %8.4f ms  ratio %5.2f%s%s" %
               (group, w, d["ms"], d["peer_ms"], d["ratio"],
                "  tuned %8.4f ms ratio %5.2f" % (tu["ms"], tu["ratio"]) if tu else "", tflops), flush=True)
+        if wo:
+            print("        without %-54s ours %8.4f ms  peer %8.4f ms  ratio %5.2f  (default / without: %.3f)" %
+                  (a.without_pass, wo["ms"], wo["peer_ms"], wo["ratio"], d["ratio"] / wo["ratio"]), flush=True)
 
     print()
     for g in dict.fromkeys(r["group"] for r in results):

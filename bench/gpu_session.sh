@@ -13,7 +13,7 @@
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
 # comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
-# model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_warp64,sweep_swizzle,sweep_conv9,bench_bert16,sweep_random,sweep_grouped,tune_rate,
+# model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_warp64,bench_pairs,sweep_swizzle,sweep_conv9,bench_bert16,sweep_random,sweep_grouped,tune_rate,
 # tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
 set -u
@@ -152,6 +152,11 @@ step sweep_large16 90 bash -c "$sweep --large -w 'matmul(M=4096,N=4096,K=4096,tr
 step bench_warp64 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --half-operands --groups dense --rounds 3 \
   -c '{"warps_m":2,"warps_n":4,"tiles_m":4,"tiles_n":8,"unroll_k":2,"stages":3,"split_k":1,"shared":true}' \
   --json "$WORK/bench_warp64.json"
+# Issue 55: B's fragments two tiles an ldmatrix.x4 (lowering pass pair_fragments, session 95)
+# against one .x2 a tile, the default and the 64 x 64 warp tiles, fp16 and the BERT GEMMs.
+step bench_pairs 90 bash -c "python3 bench/gpu_bench.py '$bin' --precision fp16 --half-operands --groups dense,bert \
+  --rounds 3 --without-pass pair_fragments && python3 bench/gpu_bench.py '$bin' --precision fp16 --half-operands \
+  --groups dense --rounds 3 --without-pass pair_fragments -c '{\"warps_m\":2,\"warps_n\":4,\"tiles_m\":4,\"tiles_n\":8,\"unroll_k\":2,\"stages\":3,\"split_k\":1,\"shared\":true}'"
 # Issue 55: the blocks' launch order (block_swizzle: groups of 4 or 8 rows of blocks launched
 # column by column) on the square GEMMs' 128 x 128 default and the 64 x 64 warp tiles' 128 x 256.
 swz='{"warps_m":2,"warps_n":4,"tiles_m":4,"tiles_n":4,"unroll_k":2,"stages":3,"split_k":1,"shared":true'
