@@ -151,62 +151,96 @@ class EntryGen {
   }
 
   // The rest of tf_model_run_shaped (`fn`, at its insert point) in a library compiled with
-  // --pad-batch, for shapes no bucket has: the padded bucket of fewest rows whose inputs have
-  // the shapes but for more rows of axis 0 (as many in every input), run on copies of the
-  // inputs in zero-filled buffers of its size, whose outputs' first rows are copied out; -4
-  // when there is none, -1 when the copies do not fit in memory.
+  // --pad-batch, for shapes no bucket has: the bucket tf_model_padded_bucket_of chooses, run on
+  // copies of the inputs in zero-filled buffers of its size, whose outputs' first rows are
+  // copied out; -4 when there is none, -1 when the copies do not fit in memory.
   void run_padded(const std::vector<EntrySpec>& buckets, llvm::Function* fn, llvm::Function* rb) {
-    llvm::PointerType* ptr = b_.getPtrTy();
-    llvm::Type* i64 = b_.getInt64Ty();
     llvm::Value *shapes = fn->getArg(0), *in = fn->getArg(1), *out = fn->getArg(2),
                 *ws = fn->getArg(3);
-    // (compile_model pads only models with inputs.)
+    llvm::IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    llvm::AllocaInst* rows = entry.CreateAlloca(b_.getInt64Ty());
+    llvm::Value* chosen = b_.CreateCall(padded_of_, {shapes, rows});
+    auto* none = llvm::BasicBlock::Create(ctx_, "no_padded_bucket", fn);
+    llvm::SwitchInst* sw = b_.CreateSwitch(chosen, none);
+    for (size_t bk = 0; bk < buckets.size(); ++bk) {
+      if (!buckets[bk].padded) continue;
+      auto* pad = llvm::BasicBlock::Create(ctx_, str("pad_to_", bk), fn);
+      sw->addCase(b_.getInt32(static_cast<uint32_t>(bk)), pad);
+      b_.SetInsertPoint(pad);
+      padded_call(buckets[bk], static_cast<int32_t>(bk), rb, b_.CreateLoad(b_.getInt64Ty(), rows),
+                  in, out, ws);
+    }
+    b_.SetInsertPoint(none);
+    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(kNoBucketStatus)));
+  }
+
+  // tf_model_padded_bucket_of(shapes, rows): of the buckets that may run fewer rows padded, the
+  // one of fewest rows whose inputs have the given shapes but for more rows of axis 0 (as many
+  // in every input, at least 1), its rows' count to *rows (unless null); -1 when none (always,
+  // in a library without padded buckets or inputs). The one definition of that choice: the
+  // GPU runtime, ModelLibrary and Python call it.
+  llvm::Function* padded_bucket_of(const std::vector<EntrySpec>& buckets) {
+    llvm::PointerType* ptr = b_.getPtrTy();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::Function* fn = define("tf_model_padded_bucket_of", b_.getInt32Ty(), {ptr, ptr});
+    llvm::Value *shapes = fn->getArg(0), *rows_out = fn->getArg(1);
     const size_t ni = buckets[0].inputs.size();
-    TF_CHECK(ni > 0, "codegen_model_entry: --pad-batch for a model without inputs");
     auto* none = llvm::BasicBlock::Create(ctx_, "no_padded_bucket", fn);
     auto block = [&](const std::string& name) { return llvm::BasicBlock::Create(ctx_, name, fn); };
-    // Every input's dimensions, and the rows of the first.
-    auto* have = block("have_shapes");
-    b_.CreateCondBr(b_.CreateIsNull(shapes), none, have);
-    b_.SetInsertPoint(have);
-    std::vector<llvm::Value*> dims;
-    for (size_t k = 0; k < ni; ++k) {
-      dims.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, shapes, k)));
-      auto* next = block(str("have_shape_", k));
-      b_.CreateCondBr(b_.CreateIsNull(dims.back()), none, next);
-      b_.SetInsertPoint(next);
-    }
-    llvm::Value* n = b_.CreateLoad(i64, dims[0]);
-    // The padded buckets by their rows, fewest first.
-    std::vector<size_t> order;
-    for (size_t bk = 0; bk < buckets.size(); ++bk)
+    std::vector<size_t> order;  // the padded buckets by their rows, fewest first
+    for (size_t bk = 0; bk < buckets.size() && ni > 0; ++bk)
       if (buckets[bk].padded) order.push_back(bk);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return buckets[a].inputs[0].shape.at(0) < buckets[b].inputs[0].shape.at(0);
     });
-    for (size_t bk : order) {
-      const EntrySpec& s = buckets[bk];
-      const int64_t rows = s.inputs[0].shape.at(0);
-      auto* next = block(str("not_padded_", bk));
-      auto* pad = block(str("pad_to_", bk));
-      llvm::Value* fits =
-          b_.CreateAnd(b_.CreateICmpSGE(n, b_.getInt64(1)), b_.CreateICmpSLE(n, b_.getInt64(rows)));
+    if (order.empty()) {
+      b_.CreateBr(none);
+    } else {
+      // Every input's dimensions, and the rows of the first.
+      auto* have = block("have_shapes");
+      b_.CreateCondBr(b_.CreateIsNull(shapes), none, have);
+      b_.SetInsertPoint(have);
+      std::vector<llvm::Value*> dims;
       for (size_t k = 0; k < ni; ++k) {
-        const std::vector<int64_t>& shape = s.inputs[k].shape;
-        for (size_t d = 0; d < shape.size(); ++d) {
-          llvm::Value* v = b_.CreateLoad(i64, b_.CreateConstInBoundsGEP1_64(i64, dims[k], d));
-          fits = b_.CreateAnd(
-              fits, b_.CreateICmpEQ(v, d == 0 ? n : b_.getInt64(static_cast<uint64_t>(shape[d]))));
-        }
+        dims.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, shapes, k)));
+        auto* next = block(str("have_shape_", k));
+        b_.CreateCondBr(b_.CreateIsNull(dims.back()), none, next);
+        b_.SetInsertPoint(next);
       }
-      b_.CreateCondBr(fits, pad, next);
-      b_.SetInsertPoint(pad);
-      padded_call(s, static_cast<int32_t>(bk), rb, n, in, out, ws);
-      b_.SetInsertPoint(next);
+      llvm::Value* n = b_.CreateLoad(i64, dims[0]);
+      for (size_t bk : order) {
+        const EntrySpec& s = buckets[bk];
+        const int64_t rows = s.inputs[0].shape.at(0);
+        auto* next = block(str("not_padded_", bk));
+        auto* found = block(str("padded_", bk));
+        llvm::Value* fits = b_.CreateAnd(b_.CreateICmpSGE(n, b_.getInt64(1)),
+                                         b_.CreateICmpSLE(n, b_.getInt64(rows)));
+        for (size_t k = 0; k < ni; ++k) {
+          const std::vector<int64_t>& shape = s.inputs[k].shape;
+          for (size_t d = 0; d < shape.size(); ++d) {
+            llvm::Value* v = b_.CreateLoad(i64, b_.CreateConstInBoundsGEP1_64(i64, dims[k], d));
+            fits = b_.CreateAnd(
+                fits,
+                b_.CreateICmpEQ(v, d == 0 ? n : b_.getInt64(static_cast<uint64_t>(shape[d]))));
+          }
+        }
+        b_.CreateCondBr(fits, found, next);
+        b_.SetInsertPoint(found);
+        auto* store = block(str("rows_to_", bk));
+        auto* done = block(str("chose_", bk));
+        b_.CreateCondBr(b_.CreateIsNull(rows_out), done, store);
+        b_.SetInsertPoint(store);
+        b_.CreateStore(n, rows_out);
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
+        b_.CreateRet(b_.getInt32(static_cast<uint32_t>(bk)));
+        b_.SetInsertPoint(next);
+      }
+      b_.CreateBr(none);
     }
-    b_.CreateBr(none);
     b_.SetInsertPoint(none);
-    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(kNoBucketStatus)));
+    b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
+    return fn;
   }
 
   // Bucket `bk` (`s`) run on `n` rows of the caller's inputs in zero-filled buffers of its
@@ -366,6 +400,7 @@ class EntryGen {
       b_.SetInsertPoint(none);
       b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
     }
+    padded_of_ = padded_bucket_of(buckets);
     return of;
   }
 
@@ -816,6 +851,7 @@ class EntryGen {
   const Target& target_;
   std::vector<llvm::GlobalVariable*> constants_;  // the bucket being emitted's, by its index
   llvm::GlobalVariable* cache_ = nullptr;
+  llvm::Function* padded_of_ = nullptr;  // tf_model_padded_bucket_of (bucket_tables)
 };
 
 // The launch plan, blob and constants of runtime/gpu_model/plan.h.

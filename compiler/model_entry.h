@@ -48,9 +48,15 @@
 //   int32_t        tf_model_bucket_padded(int32_t b);   1: bucket b may run fewer rows of
 //                                                      axis 0 padded (--pad-batch), else 0
 //
-// tf_model_run_shaped then runs fewer rows in the padded bucket of fewest rows that has the
-// inputs' other dimensions: copies of the rows in zero-filled buffers of its size (64-byte
-// aligned), the outputs' first rows copied back (-1 when the copies do not fit in memory).
+//   int32_t        tf_model_padded_bucket_of(const int64_t* const* input_shapes, int64_t* rows);
+//
+// tf_model_padded_bucket_of is that bucket: of the padded ones, the one of fewest rows whose
+// inputs have the given shapes but for more rows of axis 0 (as many in every input, at least 1;
+// each input's dimensions of its rank in the tables), the rows to *rows (unless NULL); -1 when
+// none. tf_model_run_shaped then runs fewer rows in it: copies of the rows in zero-filled
+// buffers of its size (64-byte aligned), the outputs' first rows copied back (-1 when the
+// copies do not fit in memory). (The GPU runtime, ModelLibrary and Python ask it, not a copy of
+// the rule.)
 #pragma once
 
 #include <array>

@@ -184,24 +184,7 @@ std::vector<TensorInfo> ModelLibrary::bucket_inputs(int b) const { return tensor
 std::vector<TensorInfo> ModelLibrary::bucket_outputs(int b) const { return tensor_infos(abi_->bucket_outputs(b)); }
 
 int ModelLibrary::padded_bucket_of(const std::vector<Shape>& shapes, int64_t* rows) const {
-  if (shapes.empty() || shapes.size() != inputs_.size()) return -1;
-  const int64_t n = shapes[0].empty() ? 0 : shapes[0][0];
-  int best = -1;
-  for (int b = 0; b < num_buckets(); ++b) {
-    const ModelBucket& bucket = abi_->buckets()[static_cast<size_t>(b)];
-    if (!bucket.padded) continue;
-    bool fits = n >= 1;
-    for (size_t k = 0; fits && k < shapes.size(); ++k) {
-      const std::vector<int64_t>& want = bucket.inputs[k];
-      fits = !shapes[k].empty() && shapes[k].size() == want.size() && shapes[k][0] == n &&
-             want[0] >= n && std::equal(shapes[k].begin() + 1, shapes[k].end(), want.begin() + 1);
-    }
-    if (fits &&
-        (best < 0 || bucket.inputs[0][0] < abi_->buckets()[static_cast<size_t>(best)].inputs[0][0]))
-      best = b;
-  }
-  if (best >= 0 && rows) *rows = n;
-  return best;
+  return abi_->padded_bucket_of(shapes, rows);
 }
 
 std::string ModelLibrary::padded_sizes() const {

@@ -42,6 +42,7 @@ class ModelLibrary {
   // The bucket inputs of these shapes run padded (compile --pad-batch): of the buckets that
   // may run padded, whose inputs have these shapes but for more rows of axis 0 (the same
   // count in every input), the one of fewest rows; -1 when none. `rows`: the inputs' rows.
+  // The library's own choice (tf_model_padded_bucket_of: ModelAbi::padded_bucket_of).
   int padded_bucket_of(const std::vector<Shape>& input_shapes, int64_t* rows = nullptr) const;
   // Whether fewer rows may run bucket `b` padded.
   bool bucket_padded(int b) const { return abi_->buckets().at(static_cast<size_t>(b)).padded; }

@@ -134,6 +134,30 @@ TFPY_EXPORT int tfpy_model_run_device(void* handle, const uint64_t* inputs, cons
   });
 }
 
+// The shape bucket inputs of `shapes_json` ([[2, 3, 224, 224], ...], one per input) run padded
+// in (compile --pad-batch), as the library chooses it, to *bucket; -1 when none.
+TFPY_EXPORT int tfpy_model_padded_bucket(void* handle, const char* shapes_json, int* bucket) {
+  return guarded([&] {
+    const Model& m = *static_cast<Model*>(handle);
+    const nlohmann::json j = nlohmann::json::parse(shapes_json, nullptr, false);
+    std::vector<graph::Shape> shapes;
+    bool ok = j.is_array();
+    for (const nlohmann::json& s : ok ? j : nlohmann::json::array()) {
+      ok = ok && s.is_array();
+      graph::Shape shape;
+      for (const nlohmann::json& d : ok ? s : nlohmann::json::array()) {
+        ok = ok && d.is_number_integer();
+        if (ok) shape.push_back(d.get<int64_t>());
+      }
+      shapes.push_back(std::move(shape));
+    }
+    if (!ok)
+      throw UserError(str("input shapes are not a list of lists of integers: ",
+                          std::string(shapes_json).substr(0, 200)));
+    *bucket = m.lib->padded_bucket_of(shapes);
+  });
+}
+
 TFPY_EXPORT int tfpy_model_set_device(void* handle, int index) {
   return guarded([&] { static_cast<Model*>(handle)->lib->set_device(index); });
 }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
@@ -138,6 +139,15 @@ ModelAbi::ModelAbi(const std::string& path) : path_(path) {
     buckets_ = describe_buckets(handle_, path, inputs_, outputs_);
     run_bucket_ = reinterpret_cast<int32_t (*)(int32_t, const void* const*, void* const*, void*)>(
         dlsym(handle_, "tf_model_run_bucket"));
+    padded_bucket_of_ = reinterpret_cast<int32_t (*)(const int64_t* const*, int64_t*)>(
+        dlsym(handle_, "tf_model_padded_bucket_of"));
+    if (!padded_bucket_of_ && std::any_of(buckets_.begin(), buckets_.end(),
+                                          [](const ModelBucket& b) { return b.padded; })) {
+      throw ModelLoadError(
+          path +
+          ": has padded shape buckets but no tf_model_padded_bucket_of (built by an older "
+          "tunefarm): compile it again");
+    }
     last_error_ = reinterpret_cast<const char* (*)()>(dlsym(handle_, "tf_model_last_error"));
     set_device_ = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(handle_, "tf_model_set_device"));
     run_device_ =
@@ -173,6 +183,21 @@ int ModelAbi::bucket_of(const std::vector<std::vector<int64_t>>& shapes) const {
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (buckets_[b].inputs == shapes) return static_cast<int>(b);
   return -1;
+}
+
+int ModelAbi::padded_bucket_of(const std::vector<std::vector<int64_t>>& shapes,
+                               int64_t* rows) const {
+  if (!padded_bucket_of_ || shapes.size() != inputs_.size() || shapes.empty()) return -1;
+  std::vector<const int64_t*> dims;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    if (shapes[k].size() != inputs_[k].shape.size() || shapes[k].empty())
+      return -1;  // the ABI reads its rank
+    dims.push_back(shapes[k].data());
+  }
+  int64_t n = 0;
+  const int b = padded_bucket_of_(dims.data(), &n);
+  if (b >= 0 && rows) *rows = n;
+  return b >= 0 && b < static_cast<int>(buckets_.size()) ? b : -1;
 }
 
 std::vector<ModelTensor> ModelAbi::bucket_inputs(int b) const {

@@ -85,6 +85,11 @@ class ModelAbi {
   const std::vector<ModelBucket>& buckets() const { return buckets_; }
   // The bucket whose input shapes are exactly `shapes` (one per input), or -1.
   int bucket_of(const std::vector<std::vector<int64_t>>& shapes) const;
+  // The bucket that inputs of `shapes` run padded in (compile --pad-batch), as the library's
+  // tf_model_padded_bucket_of chooses it (compiler/model_entry.h), its rows to *rows; -1 when
+  // none (shapes of another count or rank than the inputs' too).
+  int padded_bucket_of(const std::vector<std::vector<int64_t>>& shapes,
+                       int64_t* rows = nullptr) const;
   // The inputs and outputs of bucket `b` (names and types as inputs()' and outputs()').
   std::vector<ModelTensor> bucket_inputs(int b) const;
   std::vector<ModelTensor> bucket_outputs(int b) const;
@@ -116,6 +121,7 @@ class ModelAbi {
   void* handle_ = nullptr;
   int (*run_)(const void* const*, void* const*, void*) = nullptr;
   int32_t (*run_bucket_)(int32_t, const void* const*, void* const*, void*) = nullptr;
+  int32_t (*padded_bucket_of_)(const int64_t* const*, int64_t*) = nullptr;
   std::vector<ModelBucket> buckets_;
   const char* (*last_error_)() = nullptr;
   int32_t (*set_device_)(int32_t) = nullptr;

@@ -36,6 +36,7 @@ def _load():
         "tfpy_model_run": ([p, pp, pp, i, i], i),
         "tfpy_model_run_device": ([p, ctypes.POINTER(u64), ctypes.POINTER(u64), p, i], i),
         "tfpy_model_set_device": ([p, i], i),
+        "tfpy_model_padded_bucket": ([p, c, ctypes.POINTER(i)], i),
         "tfpy_model_time_calls": ([p, pp, pp, i, i, i, i, ctypes.POINTER(ctypes.c_double)], i),
         "tfpy_compile_model": ([c, c, c, c, i, ctypes.c_int64, c, c], i),
         "tfpy_kernel_open": ([c, c, c, c, c, pp], i), "tfpy_kernel_close": ([p], None),
@@ -162,18 +163,13 @@ class Model:
     def padded_bucket(self, shapes):
         """The bucket inputs of these shapes run padded (compile --pad-batch): of the buckets
         that may, whose inputs have these shapes but for more rows of axis 0 (as many in every
-        input), the one of fewest rows; None when none."""
-        shapes = [tuple(s) for s in shapes]
-        if not shapes or any(len(s) == 0 for s in shapes):
+        input), the one of fewest rows, as the library chooses it; None when none."""
+        if not any(b["padded"] for b in self.buckets):
             return None
-        n, best = shapes[0][0], None
-        for k, b in enumerate(self.buckets):
-            want = [s["shape"] for s in b["inputs"]]
-            if b["padded"] and n >= 1 and len(want) == len(shapes) and all(
-                    len(s) == len(w) and s[0] == n and w[0] >= n and s[1:] == w[1:] for s, w in zip(shapes, want)):
-                if best is None or want[0][0] < self.buckets[best]["inputs"][0]["shape"][0]:
-                    best = k
-        return best
+        bucket = ctypes.c_int(-1)
+        _check(_lib.tfpy_model_padded_bucket(self._h, _text(json.dumps([[int(d) for d in s] for s in shapes])),
+                                             ctypes.byref(bucket)))
+        return bucket.value if bucket.value >= 0 else None
 
     def no_bucket_message(self, shapes):
         pads = [str(b["inputs"][0]["shape"][0]) for b in self.buckets if b["padded"]]

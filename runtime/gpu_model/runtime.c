@@ -570,41 +570,19 @@ EXPORT int32_t tf_model_run(const void* const* inputs, void* const* outputs, voi
 
 /* The bucket table's (compiler/model_entry.cc, in the library's other object). */
 extern int32_t tf_model_bucket_of(const int64_t* const* input_shapes);
-extern int32_t tf_model_bucket_padded(int32_t b);
 extern const int64_t* tf_model_bucket_input_shape(int32_t b, int32_t i);
-/* (Weak: a model without inputs has no input tables, and nothing to pad.) */
-extern int32_t tf_model_input_ndim(int32_t i) __attribute__((weak));
-
-/* Compiled with --pad-batch: the padded bucket of fewest rows whose inputs have these shapes
-   but for more rows of axis 0 (as many in every input), or -1; *rows: the inputs' rows. */
-static int padded_bucket(const int64_t* const* shapes, int64_t* rows) {
-  locate();
-  int64_t ni = H(TF_GPU_PLAN_INPUTS);
-  if (!shapes || ni == 0 || g_plans == 0 || !tf_model_input_ndim) return -1;
-  for (int64_t k = 0; k < ni; ++k)
-    if (!shapes[k] || tf_model_input_ndim((int32_t)k) < 1) return -1;
-  int64_t n = shapes[0][0], best_rows = 0;
-  int best = -1;
-  for (int b = 0; b < g_plans; ++b) {
-    if (tf_model_bucket_padded(b) != 1) continue;
-    int fits = n >= 1;
-    for (int64_t k = 0; fits && k < ni; ++k) {
-      const int64_t* want = tf_model_bucket_input_shape(b, (int32_t)k);
-      fits = want && shapes[k][0] == n && want[0] >= n;
-      for (int32_t d = 1; fits && d < tf_model_input_ndim((int32_t)k); ++d)
-        fits = shapes[k][d] == want[d];
-    }
-    const int64_t* first = tf_model_bucket_input_shape(b, 0);
-    if (fits && (best < 0 || first[0] < best_rows)) best = b, best_rows = first[0];
-  }
-  *rows = n;
-  return best;
-}
+/* Compiled with --pad-batch: the padded bucket these shapes run in, or -1; *rows: the inputs'
+   rows (the library's own choice, compiler/model_entry.h). */
+extern int32_t tf_model_padded_bucket_of(const int64_t* const* input_shapes, int64_t* rows);
 
 /* Bucket b on `rows` rows of the caller's host buffers, through zero-filled copies of its size:
    the outputs' first rows copied back. */
 static int32_t run_padded(int b, int64_t rows, const void* const* inputs, void* const* outputs,
                           void* workspace) {
+  pthread_mutex_lock(&g_lock);
+  locate();
+  pthread_mutex_unlock(&g_lock);
+  if (b >= g_plans) return tf_model_run_bucket(b, inputs, outputs, workspace); /* its error */
   const int64_t* p = g_plan[b];
   int64_t ni = p[TF_GPU_PLAN_INPUTS], no = p[TF_GPU_PLAN_OUTPUTS];
   int64_t bucket_rows = tf_model_bucket_input_shape(b, 0)[0];
@@ -640,7 +618,7 @@ EXPORT int32_t tf_model_run_shaped(const int64_t* const* input_shapes, const voi
                                    void* const* outputs, void* workspace) {
   int32_t b = tf_model_bucket_of(input_shapes);
   int64_t rows = 0;
-  int padded = b < 0 ? padded_bucket(input_shapes, &rows) : -1;
+  int padded = b < 0 ? tf_model_padded_bucket_of(input_shapes, &rows) : -1;
   if (padded >= 0) return run_padded(padded, rows, inputs, outputs, workspace);
   if (b < 0) {
     pthread_mutex_lock(&g_lock);

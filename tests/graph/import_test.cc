@@ -3190,6 +3190,62 @@ TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
 // at their own size; the library says which buckets may (tf_model_bucket_padded: not batch 1's);
 // more rows than any bucket's are refused naming the padded sizes; a model that mixes the rows
 // of axis 0 (a softmax over them) and a library of batch 1 alone are refused by name.
+// A library whose buckets may run padded but that cannot say which one (built before
+// tf_model_padded_bucket_of, the one definition of that choice) is refused by name at load: the
+// runtime has no copy of the rule to fall back on. Made here by the C compiler, the ABI's tables
+// by hand.
+TEST(ModelLibrary, PaddedBucketsWithoutTheirChoiceAreRefusedAtLoad) {
+  namespace fs = std::filesystem;
+  if (std::system("cc --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no C compiler (cc)";
+  const fs::path dir = fs::temp_directory_path() / ("tf-old-padded-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto build = [&](const std::string& name, bool choice) {
+    std::ofstream(dir / (name + ".c"))
+        << R"(#include <stdint.h>
+static const int64_t in[2] = {3, 16}, out[2] = {3, 24};
+int32_t tf_model_run(const void* const* i, void* const* o, void* w) { return 0; }
+uint64_t tf_model_workspace_bytes(void) { return 0; }
+int32_t tf_model_num_inputs(void) { return 1; }
+const char* tf_model_input_name(int32_t i) { return "x"; }
+int32_t tf_model_input_ndim(int32_t i) { return 2; }
+const int64_t* tf_model_input_shape(int32_t i) { return in; }
+int32_t tf_model_num_outputs(void) { return 1; }
+const char* tf_model_output_name(int32_t i) { return "y"; }
+int32_t tf_model_output_ndim(int32_t i) { return 2; }
+const int64_t* tf_model_output_shape(int32_t i) { return out; }
+int32_t tf_model_num_buckets(void) { return 1; }
+const int64_t* tf_model_bucket_input_shape(int32_t b, int32_t i) { return b == 0 && i == 0 ? in : 0; }
+const int64_t* tf_model_bucket_output_shape(int32_t b, int32_t i) { return b == 0 && i == 0 ? out : 0; }
+int32_t tf_model_run_bucket(int32_t b, const void* const* i, void* const* o, void* w) { return 0; }
+int32_t tf_model_bucket_padded(int32_t b) { return b == 0; }
+)"
+        << (choice ? "int32_t tf_model_padded_bucket_of(const int64_t* const* s, int64_t* r) { *r "
+                     "= s[0][0]; return s[0][0] == 2 ? 0 : -1; }\n"
+                   : "");
+    const fs::path so = dir / (name + ".so");
+    const std::string cmd =
+        "cc -shared -fPIC -o " + so.string() + " " + (dir / (name + ".c")).string();
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return so.string();
+  };
+  const std::string old = build("old", false);
+  expect_error([&] { ModelLibrary lib(old); },
+               old +
+                   ": has padded shape buckets but no tf_model_padded_bucket_of (built by an older "
+                   "tunefarm): "
+                   "compile it again");
+  // With it, the library's answer is ModelLibrary's (the rows too), whatever the tables say.
+  const std::string now = build("now", true);
+  ModelLibrary lib(now);
+  int64_t rows = 0;
+  EXPECT_EQ(lib.padded_bucket_of({{2, 16}}, &rows), 0);
+  EXPECT_EQ(rows, 2);
+  EXPECT_EQ(lib.padded_bucket_of({{1, 16}}), -1);
+  EXPECT_EQ(lib.padded_bucket_of({{2, 16, 1}}), -1);        // another rank: not asked
+  EXPECT_EQ(lib.padded_bucket_of({{2, 16}, {2, 16}}), -1);  // another count of inputs
+  fs::remove_all(dir);
+}
+
 TEST(ModelLibrary, PadBatchRunsFewerRowsInTheNextBucketWhereTheRowsAreApart) {
   namespace fs = std::filesystem;
   auto model = [](const char* softmax_axis) {
@@ -3264,6 +3320,36 @@ TEST(ModelLibrary, PadBatchRunsFewerRowsInTheNextBucketWhereTheRowsAreApart) {
   EXPECT_EQ(padded(2), 1);
   EXPECT_EQ(padded(3), 0);
   EXPECT_EQ(padded(-1), 0);
+  // tf_model_padded_bucket_of: the choice itself (ModelLibrary, the GPU runtime and Python ask
+  // it): the padded bucket of fewest rows that holds them, the rows to *rows; 1 row has its
+  // own bucket but may also run padded; none for other widths, more rows, 0 rows, no shapes.
+  auto choose = reinterpret_cast<int32_t (*)(const int64_t* const*, int64_t*)>(
+      dlsym(h, "tf_model_padded_bucket_of"));
+  ASSERT_NE(choose, nullptr);
+  {
+    int64_t rows = -1;
+    const int64_t d1[2] = {1, 16}, d3[2] = {3, 16}, d4[2] = {4, 16}, d8[2] = {8, 16},
+                  d9[2] = {9, 16}, d0[2] = {0, 16}, dw[2] = {2, 17};
+    auto of = [&](const int64_t* d, int64_t* r) {
+      const int64_t* at[1] = {d};
+      return choose(at, r);
+    };
+    EXPECT_EQ(of(d3, &rows), 1);
+    EXPECT_EQ(rows, 3);
+    EXPECT_EQ(of(d4, &rows), 2);
+    EXPECT_EQ(rows, 4);
+    EXPECT_EQ(of(d8, nullptr), 2);
+    EXPECT_EQ(of(d1, &rows), 1);
+    EXPECT_EQ(rows, 1);
+    rows = -1;
+    EXPECT_EQ(of(d9, &rows), -1);
+    EXPECT_EQ(of(d0, &rows), -1);
+    EXPECT_EQ(of(dw, &rows), -1);
+    EXPECT_EQ(rows, -1);  // untouched when none
+    const int64_t* missing[1] = {nullptr};
+    EXPECT_EQ(choose(missing, &rows), -1);
+    EXPECT_EQ(choose(nullptr, &rows), -1);
+  }
   // tf_model_run_shaped pads too: 2 rows in bucket 1, the caller's buffers of 2 rows.
   auto shaped =
       reinterpret_cast<int32_t (*)(const int64_t* const*, const void* const*, void* const*, void*)>(

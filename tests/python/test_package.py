@@ -221,6 +221,15 @@ class NumpyAndLibraries(unittest.TestCase):
             cm(np.zeros((9, 64), np.float32))
         with self.assertRaisesRegex(ValueError, "no shape bucket takes inputs of shapes"):
             module(torch.zeros(9, 64))
+        # The choice is the library's (tf_model_padded_bucket_of, through the C API): shapes it
+        # is not given as lists of integers are refused by name.
+        self.assertEqual(cm._model.padded_bucket([(4, 64)]), 2)
+        self.assertIsNone(cm._model.padded_bucket([(4, 65)]))
+        from tunefarm import _tunefarm
+        import ctypes
+        b = ctypes.c_int(-1)
+        self.assertNotEqual(_tunefarm._lib.tfpy_model_padded_bucket(cm._model._h, b"[[4, \"x\"]]", ctypes.byref(b)), 0)
+        self.assertIn("input shapes are not a list of lists of integers", _tunefarm._lib.tfpy_error().decode())
 
     def test_load_a_library_written_by_the_command_line(self):
         lib = os.path.join(TMP, "mlp_cli.so")
