@@ -612,6 +612,13 @@ class CodeGen {
     return b_.CreateTrunc(word, b_.getInt16Ty());
   }
 
+  // word_float(v, j) (compiler/ir.h): element j of int32 vector v, its bits as a float.
+  llvm::Value* word_float(const Call* c) {
+    return b_.CreateBitCast(
+        b_.CreateExtractElement(expr(c->args[0]), static_cast<uint64_t>(*as_const_int(c->args[1]))),
+        b_.getFloatTy());
+  }
+
   // The float16 in the low 16 bits of each int32 lane of `bits`, as float32 (exact).
   llvm::Value* float16_to_float(llvm::Value* bits, llvm::Type* ft) {
     llvm::Type* it = bits->getType();
@@ -749,6 +756,7 @@ class CodeGen {
     if (c->name == kWgmmaWait) return wgmma_wait(c);
     if (c->name == kLdMatrix) return ldmatrix(c);
     if (c->name == kWordHalf) return word_half(c);
+    if (c->name == kWordFloat) return word_float(c);
     if (c->name == kRoundF16) {
       TF_CHECK(c->args.size() == 1, "codegen: ", kRoundF16, " takes one argument");
       llvm::Value* x = expr(c->args[0]);

@@ -166,6 +166,13 @@ Expr Call::make(const std::string& name, std::vector<Expr> args) {
     return Expr(std::make_shared<Call>(
         Type::float32().with_lanes(static_cast<int>(args.size() - 1)), name, std::move(args)));
   }
+  if (name == kWordFloat) {
+    const int64_t* j = args.size() == 2 ? as_const_int(args[1]) : nullptr;
+    TF_CHECK(
+        j && args[0].type().element_of() == Type::int32() && *j >= 0 && *j < args[0].type().lanes,
+        name, " takes an int32 vector and an element of it");
+    return Expr(std::make_shared<Call>(Type::float32(), name, std::move(args)));
+  }
   if (name == kWordHalf) {
     const int64_t* j = args.size() == 3 ? as_const_int(args[1]) : nullptr;
     const int64_t* h = args.size() == 3 ? as_const_int(args[2]) : nullptr;

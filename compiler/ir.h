@@ -270,6 +270,10 @@ bool ldmatrix_transposed(const Call& c);
 // word_half(v, j, h): the 16-bit half h (0: the low one) of element j of the int32 vector v, as
 // uint16 bits (j and h IntImm): an ldmatrix fragment's value.
 constexpr const char* kWordHalf = "word_half";
+// word_float(v, j): the bits of element j of the int32 vector v as a float32 (j an IntImm): a
+// TF32 product's operand read by ldmatrix (a row of 16 bytes is four float32 values, lane
+// (g, t) taking word t of row g, as the m16n8k8 TF32 fragments lie).
+constexpr const char* kWordFloat = "word_float";
 // Whether `call` names one of the warp-level products above.
 bool is_warp_mma(const std::string& call);
 // Its K (8 or 16) and its float operands (10 or 16: K / 2 of A, K / 4 of B, 4 of C).

@@ -183,6 +183,26 @@ class Tensorizer : public IRMutator {
         }
       }
     }
+    // TF32: each operand a float32 of a shared tile, its own 32-bit word: ldmatrix's 16-byte rows
+    // are four of them, lane (g, t) taking word t of row g as the m16n8k8 fragments lie (A's
+    // four operands its four matrices, B's two its two), the bits as they are (the product
+    // rounds them).
+    if (m.intrinsic == kMmaTF32) {
+      for (auto [first, matrices, name] :
+           {std::tuple{0, 4, "frag_a"}, std::tuple{4, 2, "frag_b"}}) {
+        if (std::optional<FragmentRows> rows = fragment_rows(operands, first, matrices, nullptr)) {
+          Expr v = Var::make(name, Type::int32().with_lanes(matrices));
+          lets.emplace_back(v, Call::make(kLdMatrix, {rows->row, Expr(int64_t{matrices})}));
+          for (int e = 0; e < matrices; ++e) {
+            Expr cond;
+            held_32_bits(operands[static_cast<size_t>(first + e)], cond);
+            Expr x = Call::make(kWordFloat, {v, Expr(int64_t{e})});
+            operands[static_cast<size_t>(first + e)] =
+                cond ? Select::make(cond, x, FloatImm::make(0.0)) : x;
+          }
+        }
+      }
+    }
     Stmt out = Store::make(st->buffer, Call::make(m.intrinsic, operands), Ramp::make(base, Expr(int64_t{1}), 4));
     for (size_t i = lets.size(); i-- > 0;) out = LetStmt::make(lets[i].first, lets[i].second, out);
     return out;
@@ -361,25 +381,35 @@ class Tensorizer : public IRMutator {
     Expr row;
     bool transposed = false;
   };
+  // `widen` null: TF32's operands, each one float32 value (a word of its own) of a shared
+  // buffer, alone or under a select against +0.
   std::optional<FragmentRows> fragment_rows(const std::vector<Expr>& operands, int first,
                                             int matrices, const char* widen) {
     if (!thread_x_.as<Var>() || thread_x_extent_ < kWarp) return std::nullopt;
+    const int64_t per_word = widen ? 2 : 1;  // elements of the buffer in a 32-bit word
     std::string buffer;
     std::vector<Expr> lo_index;  // per pair: the index of its first value
-    int64_t pitch = 0;           // the distance from a pair's first value to its second
+    int64_t pitch = 1;           // the distance from a pair's first value to its second
     for (int j = 0; j < matrices; ++j) {
-      Expr c0, c1;
-      const Call* w0 = held_16_bits(operands[static_cast<size_t>(first + 2 * j)], widen, c0);
-      const Call* w1 = held_16_bits(operands[static_cast<size_t>(first + 2 * j + 1)], widen, c1);
-      const Load* l0 = w0 ? w0->args[0].as<Load>() : nullptr;
-      const Load* l1 = w1 ? w1->args[0].as<Load>() : nullptr;
-      if (!l0 || !l1 || l0->buffer != l1->buffer || (j > 0 && l0->buffer != buffer) ||
-          l0->type != Type::uint16() || l1->type != Type::uint16()) {
-        return std::nullopt;
+      const Load* l0 = nullptr;
+      if (!widen) {
+        Expr c;
+        l0 = held_32_bits(operands[static_cast<size_t>(first + j)], c);
+        if (!l0 || (j > 0 && l0->buffer != buffer)) return std::nullopt;
+      } else {
+        Expr c0, c1;
+        const Call* w0 = held_16_bits(operands[static_cast<size_t>(first + 2 * j)], widen, c0);
+        const Call* w1 = held_16_bits(operands[static_cast<size_t>(first + 2 * j + 1)], widen, c1);
+        l0 = w0 ? w0->args[0].as<Load>() : nullptr;
+        const Load* l1 = w1 ? w1->args[0].as<Load>() : nullptr;
+        if (!l0 || !l1 || l0->buffer != l1->buffer || (j > 0 && l0->buffer != buffer) ||
+            l0->type != Type::uint16() || l1->type != Type::uint16()) {
+          return std::nullopt;
+        }
+        const std::optional<int64_t> gap = constant(l1->index - l0->index);
+        if (!gap || *gap < 1 || (j > 0 && *gap != pitch)) return std::nullopt;
+        pitch = *gap;
       }
-      const std::optional<int64_t> gap = constant(l1->index - l0->index);
-      if (!gap || *gap < 1 || (j > 0 && *gap != pitch)) return std::nullopt;
-      pitch = *gap;
       // Lanes differ only in the thread index: every other variable must be an enclosing
       // loop's (the same on all lanes of a warp: threadIdx.x runs whole warps), and nothing
       // is read to index (a loaded index may differ per lane).
@@ -397,7 +427,7 @@ class Tensorizer : public IRMutator {
     // The answer depends only on these indices (their variables and those variables' ranges),
     // the buffer's size and the thread index: the products of one step share their fragments
     // (A's across a warp's column tiles, B's across its row tiles), so each is proved once.
-    std::string key = str(buffer, '|', size->second, '|', matrices, '|', pitch, '|',
+    std::string key = str(buffer, '|', size->second, '|', matrices, '|', pitch, '|', per_word, '|',
                           thread_x_.get(), '|', thread_x_extent_);
     for (const Expr& index : lo_index) {
       key += '|' + to_string(index);
@@ -410,7 +440,7 @@ class Tensorizer : public IRMutator {
     if (auto memo = fragment_memo_.find(key); memo != fragment_memo_.end()) return memo->second;
     std::optional<FragmentRows> rows;
     if (std::optional<Expr> row =
-            prove_fragment_rows(lo_index, buffer, size->second, matrices, pitch))
+            prove_fragment_rows(lo_index, buffer, size->second, matrices, pitch, per_word))
       rows = {*row, pitch != 1};
     fragment_memo_.emplace(std::move(key), rows);
     return rows;
@@ -424,9 +454,10 @@ class Tensorizer : public IRMutator {
   // (l / 8) % matrices; every row 16-byte aligned.
   std::optional<Expr> prove_fragment_rows(const std::vector<Expr>& lo_index,
                                           const std::string& buffer, int64_t buffer_size,
-                                          int matrices, int64_t pitch) {
+                                          int matrices, int64_t pitch, int64_t per_word) {
     const bool transposed = pitch != 1;
-    if (transposed && pitch % 8 != 0) return std::nullopt;
+    const int64_t row_elements = 4 * per_word;  // 16 bytes
+    if (transposed && (pitch % 8 != 0 || per_word != 2)) return std::nullopt;
     // The thread index as 32 w + lane, w the warp (symbolic, in range), the lane given.
     const Expr w = Var::make("tf_warp", thread_x_.type());
     RangeMap ranges = ranges_;
@@ -443,19 +474,21 @@ class Tensorizer : public IRMutator {
     for (int j = 0; j < matrices; ++j) {
       for (int64_t r = 0; r < 8; ++r) {
         const Expr row = row_of(j, r);
-        if (known_multiple(row) % 8 != 0) return std::nullopt;
+        if (known_multiple(row) % row_elements != 0) return std::nullopt;
         const std::optional<Interval> b = const_bounds(row, ranges);
-        inside = inside && b && b->lo >= 0 && b->hi + 8 <= buffer_size;
+        inside = inside && b && b->lo >= 0 && b->hi + row_elements <= buffer_size;
       }
       for (int64_t g = 0; g < 8; ++g) {
         for (int64_t t = 0; t < 4; ++t) {
-          const Expr want = transposed ? row_of(j, 2 * t) + Expr(g) : row_of(j, g) + Expr(2 * t);
+          const Expr want =
+              transposed ? row_of(j, 2 * t) + Expr(g) : row_of(j, g) + Expr(per_word * t);
           if (constant(at_lane(lo_index[static_cast<size_t>(j)], 4 * g + t) - want) != 0)
             return std::nullopt;
         }
       }
     }
-    const int64_t last_row = (buffer_size - 8) / 8 * 8;  // the last whole aligned row
+    const int64_t last_row =
+        (buffer_size - row_elements) / row_elements * row_elements;  // the last whole aligned row
     if (last_row < 0) return std::nullopt;
     const Expr lane = thread_x_ % Expr(kWarp);
     const Expr r = thread_x_ % Expr(int64_t{8});
@@ -477,7 +510,9 @@ class Tensorizer : public IRMutator {
     // whose values the guards discard (the pairs read it only where they hold): read the
     // buffer's last aligned row instead, as every lane must supply an address in it.
     if (!inside) row = max(min(row, Expr(last_row)), Expr(int64_t{0}));
-    return Load::make(Type::int32().with_lanes(4), buffer, Ramp::make(simplify(row / Expr(int64_t{2})), Expr(int64_t{1}), 4));
+    return Load::make(
+        Type::int32().with_lanes(4), buffer,
+        Ramp::make(simplify(per_word == 1 ? row : row / Expr(per_word)), Expr(int64_t{1}), 4));
   }
 
   static std::string to_string_or(const Expr& e) {
@@ -508,6 +543,18 @@ const Call* held_16_bits(const Expr& e, const char* widen, Expr& cond) {
   }
   const Call* w = x.as<Call>();
   return w && w->name == widen && w->type.lanes == 1 ? w : nullptr;
+}
+
+const Load* held_32_bits(const Expr& e, Expr& cond) {
+  Expr x = e;
+  if (const Select* sel = e.as<Select>()) {
+    const FloatImm* zero = sel->f.as<FloatImm>();
+    if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
+    cond = sel->cond;
+    x = sel->t;
+  }
+  const Load* l = x.as<Load>();
+  return l && l->type == Type::float32() ? l : nullptr;
 }
 
 namespace {
@@ -651,15 +698,19 @@ const Call* ldmatrix_x2(const Expr& value) {
 // The buffer a fragment load reads.
 const std::string& fragment_buffer(const Call& c) { return c.args[0].as<Load>()->buffer; }
 
-// Rewrites each word_half(v, j, h) of `var` to word_half(`into`, j + `offset`, h); false where
-// `var` has any other use.
+// Rewrites each word_half(v, j, h) / word_float(v, j) of `var` to read `into` at j + `offset`;
+// false where the caller checks that nothing else uses `var`.
 class FragmentWords : public IRMutator {
  public:
   FragmentWords(Expr var, Expr into, int64_t offset)
       : var_(std::move(var)), into_(std::move(into)), offset_(offset) {}
   Expr mutate_expr(const Expr& e) override {
-    if (const Call* c = e.as<Call>(); c && c->name == kWordHalf && c->args[0].same_as(var_)) {
-      return Call::make(kWordHalf, {into_, Expr(*as_const_int(c->args[1]) + offset_), c->args[2]});
+    if (const Call* c = e.as<Call>();
+        c && (c->name == kWordHalf || c->name == kWordFloat) && c->args[0].same_as(var_)) {
+      std::vector<Expr> args = c->args;
+      args[0] = into_;
+      args[1] = Expr(*as_const_int(c->args[1]) + offset_);
+      return Call::make(c->name, args);
     }
     return IRMutator::mutate_expr(e);
   }

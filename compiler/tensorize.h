@@ -55,7 +55,11 @@ struct TensorizeMark {
 // memory), and the values' guards, if any, select
 // from the fragment afterwards (the rows are read whole; a row that may lie past the buffer, in
 // a tile trimmed to the matrix, is one the guards discard, and its lanes read the buffer's last
-// row instead); otherwise its pairs are read as they are.
+// row instead); otherwise its pairs are read as they are. A TF32 product (kMmaTF32) whose
+// operands of A (B) are float32 values of one shared buffer, each its own 32-bit word, reads
+// them by one ldmatrix x4 (x2) where the same proof holds with a word a value (operand j of
+// lane (g, t) at word t of a 16-byte row that lane 8 j + g can supply; not transposed: .trans
+// moves 16-bit halves), each operand then word_float of the fragment (compiler/ir.h kWordFloat).
 Stmt tensorize(const Stmt& s, const std::vector<TensorizeMark>& marks);
 
 // After unrolling: each run of warpgroup-level products into one accumulator (consecutive
@@ -81,5 +85,8 @@ Stmt pair_fragment_loads(const Stmt& s);
 // kBF16ToFloat) of a scalar, alone or under a select against +0 (the padding), whose condition
 // goes to `cond`. Null for any other operand.
 const Call* held_16_bits(const Expr& e, const char* widen, Expr& cond);
+// A TF32 product's operand held as a float32 Load, alone or under a select against +0 (its
+// condition to `cond`); null for any other operand.
+const Load* held_32_bits(const Expr& e, Expr& cond);
 
 }  // namespace tf::ir

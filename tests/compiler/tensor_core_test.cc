@@ -1167,6 +1167,42 @@ TEST(TensorCore, SwizzledBlocksMatchTheReference) {
 // they match the reference emulated, and ptxas keeps every accumulator in registers: no stack
 // frame, no spill (their initialization, a loop over the tiles before, indexed them by a
 // variable: a 512-byte stack frame, and 1,520 bytes of spills for wgmma's N = 256).
+// TF32's fragments of K-major shared tiles are read by ldmatrix too: a 16-byte row holds four
+// float32 values and lane (g, t) takes word t of row g, as the m16n8k8 TF32 fragments lie (A's
+// four operands one x4, word_float taking each as it is; the product rounds it). Emulated (a
+// wrong word fails: tiles that overhang M and N guard the words and clamp the rows) and in PTX:
+// A's tiles one ldmatrix.x4 a tile and step instead of four ld.shared.f32 a lane; B kept as
+// [K][N] (its values a row apart: ldmatrix.trans moves 16-bit halves, not 32-bit words) keeps its
+// two loads.
+TEST(TensorCore, Tf32FragmentsOfKMajorTilesAreReadByLdmatrix) {
+  const Target sm90 = parse_target("cuda -arch=sm_90");
+  for (const char* text : {"matmul(M=50,N=37,K=40,precision=tf32,epilogue=bias)",
+                           "batch_matmul(B=2,M=32,N=24,K=48,precision=tf32)",
+                           "conv2d_nchw(N=1,C=8,H=7,W=7,K=40,R=3,S=3,pad=1,precision=tf32)",
+                           "conv2d_nhwc(N=1,H=6,W=6,C=8,K=24,R=3,S=3,pad=1,precision=tf32)"}) {
+    Workload w = parse_workload(text);
+    CompiledKernel k = compile_kernel(w, sm90, nullptr, "default", "");
+    const std::string ir = ir::to_string(k.lowered.func);
+    EXPECT_NE(ir.find("word_float(frag_a, 3)"), std::string::npos) << text << "\n" << ir;
+    testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 23);
+    EXPECT_TRUE(r.ok()) << text << ": " << r.str();
+  }
+  if (!fs::exists(kPtxas)) GTEST_SKIP() << kPtxas << " is not installed (NVIDIA's CUDA toolkit)";
+  {
+    const auto [ptx, what, tm, tn, uk] =
+        assemble_default(parse_workload("matmul(M=4096,N=4096,K=4096,precision=tf32)"), {});
+    EXPECT_EQ(count(ptx, "mma.sync.aligned.m16n8k8"), tm * tn * uk) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
+    EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2"), 0) << what;
+    EXPECT_EQ(count(ptx, "ld.shared.f32"), 2 * tn * uk) << what;
+  }
+  const auto [ptx, what, tm, tn, uk] = assemble_default(
+      parse_workload("conv2d_nchw(N=1,C=128,H=28,W=28,K=128,R=3,S=3,pad=1,precision=tf32)"), {});
+  EXPECT_EQ(count(ptx, "mma.sync.aligned.m16n8k8"), tm * tn * uk) << what;
+  EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk)
+      << what;  // the weights
+}
+
 // pair_fragment_loads on a block as unrolling leaves it: two distinct two-matrix loads of B's
 // tile become one four-matrix load whose lanes 0-15 supply the first's rows and 16-31 the
 // second's (a row that does not repeat every 16 lanes taken at lane - 16), each product reading
