@@ -533,27 +533,28 @@ class Tensorizer : public IRMutator {
 
 }  // namespace
 
+namespace {
+// `e` without a select against +0 around it (its condition to `cond`: a tile's guard), or null
+// under a select of anything else.
+Expr unless_padding(const Expr& e, Expr& cond) {
+  const Select* sel = e.as<Select>();
+  if (!sel) return e;
+  const FloatImm* zero = sel->f.as<FloatImm>();
+  if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return Expr();
+  cond = sel->cond;
+  return sel->t;
+}
+}  // namespace
+
 const Call* held_16_bits(const Expr& e, const char* widen, Expr& cond) {
-  Expr x = e;
-  if (const Select* sel = e.as<Select>()) {
-    const FloatImm* zero = sel->f.as<FloatImm>();
-    if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
-    cond = sel->cond;
-    x = sel->t;
-  }
-  const Call* w = x.as<Call>();
+  const Expr x = unless_padding(e, cond);
+  const Call* w = x ? x.as<Call>() : nullptr;
   return w && w->name == widen && w->type.lanes == 1 ? w : nullptr;
 }
 
 const Load* held_32_bits(const Expr& e, Expr& cond) {
-  Expr x = e;
-  if (const Select* sel = e.as<Select>()) {
-    const FloatImm* zero = sel->f.as<FloatImm>();
-    if (!zero || zero->value != 0.0 || std::signbit(zero->value)) return nullptr;
-    cond = sel->cond;
-    x = sel->t;
-  }
-  const Load* l = x.as<Load>();
+  const Expr x = unless_padding(e, cond);
+  const Load* l = x ? x.as<Load>() : nullptr;
   return l && l->type == Type::float32() ? l : nullptr;
 }
 
