@@ -1169,16 +1169,10 @@ class CodeGen {
   // chunk leaves them). PTX orders products of one shape into the same accumulators by itself,
   // so only a run's first product needs wgmma.fence (codegen_nvptx.cc).
   void note_wgmma_runs(const std::vector<Stmt>& stmts) {
-    auto product = [](const Stmt& s) -> const Store* {
-      const Store* st = s.as<Store>();
-      const Call* c = st ? st->value.as<Call>() : nullptr;
-      return c && is_wgmma(c->name) ? st : nullptr;
-    };
     for (size_t i = 1; i < stmts.size(); ++i) {
-      const Store* prev = product(stmts[i - 1]);
-      const Store* st = product(stmts[i]);
-      if (prev && st && prev->buffer == st->buffer && equal(prev->index, st->index))
-        wgmma_run_continues_.insert(st->value.get());
+      const Store* prev = wgmma_store(stmts[i - 1]);
+      const Store* st = wgmma_store(stmts[i]);
+      if (prev && st && same_accumulators(*prev, *st)) wgmma_run_continues_.insert(st->value.get());
     }
   }
   // Products that continue a run (note_wgmma_runs).

@@ -112,6 +112,16 @@ bool ldmatrix_transposed(const Call& c) {
 
 bool is_wgmma(const std::string& call) { return call == kWgmmaF16 || call == kWgmmaBF16; }
 
+const Store* wgmma_store(const Stmt& s) {
+  const Store* st = s.as<Store>();
+  const Call* c = st ? st->value.as<Call>() : nullptr;
+  return c && is_wgmma(c->name) ? st : nullptr;
+}
+
+bool same_accumulators(const Store& a, const Store& b) {
+  return a.buffer == b.buffer && equal(a.index, b.index);
+}
+
 int wgmma_n(const Call& c) {
   TF_CHECK(is_wgmma(c.name), c.name, " is not a warpgroup-level product");
   return static_cast<int>(c.args.size() - 6) * 2;

@@ -566,6 +566,14 @@ struct Block : StmtNode {
 
 // ---- functions ----
 
+// The store of a warpgroup-level product's results (kWgmmaF16 / kWgmmaBF16) that `s` is, or
+// null.
+const Store* wgmma_store(const Stmt& s);
+// Whether two products' stores write the same accumulators (buffer and index). Consecutive
+// such products are a run, which PTX orders by itself: the lowering (wgmma_waits) waits once a
+// run, and the NVPTX code generator fences once a run.
+bool same_accumulators(const Store& a, const Store& b);
+
 enum class ArgRole : uint8_t { Input, Output };
 
 // The elements of a tensor of this shape (1 for a scalar).

@@ -24,7 +24,7 @@ const std::vector<PassInfo>& lowering_passes() {
       {"partition_loops", "peel shifted last tiles off loops so the main part indexes aligned",
        true},
       {"unroll_loops", "replace loops marked unrolled by copies of their body", true},
-      {"pair_fragments", "load two tiles' 16-bit fragments of B by one four-matrix ldmatrix", true},
+      {"pair_fragments", "load two tiles' fragments of B by one four-matrix ldmatrix", true},
       {"wgmma_waits",
        "wait for runs of warpgroup-level products (wgmma) before anything else reads them", false},
       {"vectorize_loops", "turn loops marked vectorized into vector operations", true},

@@ -28,6 +28,65 @@ std::optional<int64_t> constant(const Expr& e) {
   return std::nullopt;
 }
 
+// What the lanes of a warp share down a loop nest: the loop bound to threadIdx.x (the lanes'
+// index) and its extent, every enclosing loop's variable, and the ranges of those whose bounds
+// are constants. Tensorizer and FragmentPairs keep one.
+struct LaneScope {
+  Expr thread_x;
+  int64_t thread_x_extent = 0;
+  RangeMap ranges;
+  std::set<const ExprNode*> loop_vars;
+
+  // `body()` inside loop `f`: its variable enclosing, threadIdx.x's if it is bound to it.
+  template <typename F>
+  Stmt inside(const For& f, F body) {
+    const std::optional<int64_t> lo = constant(f.min), n = constant(f.extent);
+    if (lo && n && *n > 0) ranges[f.var.get()] = {*lo, *lo + *n - 1};
+    loop_vars.insert(f.var.get());
+    const Expr outer = thread_x;
+    const int64_t outer_extent = thread_x_extent;
+    if (f.for_kind == ForKind::ThreadIdxX) {
+      thread_x = f.var;
+      thread_x_extent = n.value_or(0);
+    }
+    Stmt r = body();
+    thread_x = outer;
+    thread_x_extent = outer_extent;
+    ranges.erase(f.var.get());
+    loop_vars.erase(f.var.get());
+    return r;
+  }
+
+  // Whether `index` differs between the lanes of a warp only through the thread index: every
+  // other variable an enclosing loop's (the same on all lanes: threadIdx.x runs whole warps),
+  // nothing read or called to compute it (a loaded index may differ per lane).
+  bool lane_only(const Expr& index) const {
+    bool ok = true;
+    post_order(index, [&](const Expr& x) {
+      if (x.as<Load>() || x.as<Call>() ||
+          (x.as<Var>() && !x.same_as(thread_x) && !loop_vars.count(x.get())))
+        ok = false;
+    });
+    return ok;
+  }
+
+  // The thread index taken apart as 32 w + lane: w, a fresh variable over the block's warps,
+  // and the ranges with it.
+  struct Warp {
+    Expr w;
+    RangeMap ranges;
+  };
+  Warp warp() const {
+    Warp out{Var::make("tf_warp", thread_x.type()), ranges};
+    out.ranges[out.w.get()] = {0, thread_x_extent / kWarp - 1};
+    return out;
+  }
+  // `e` at lane `lane` of warp `wp.w` (unsimplified).
+  Expr at_lane(const Expr& e, const Warp& wp, int64_t lane) const {
+    return substitute(e, VarMap{{thread_x.get(), wp.w * Expr(kWarp) + Expr(lane)}});
+  }
+};
+
 class Tensorizer : public IRMutator {
  public:
   explicit Tensorizer(const std::vector<TensorizeMark>& marks) : marks_(marks) {}
@@ -49,24 +108,7 @@ class Tensorizer : public IRMutator {
       }
     }
     // The loops' ranges (where their bounds are constants), for the bounds of those rows.
-    const std::optional<int64_t> lo = constant(f->min), n = constant(f->extent);
-    if (lo && n && *n > 0) ranges_[f->var.get()] = {*lo, *lo + *n - 1};
-    loop_vars_.insert(f->var.get());
-    Stmt r;
-    if (f->for_kind != ForKind::ThreadIdxX) {
-      r = IRMutator::mutate_stmt(s);
-    } else {
-      Expr outer = thread_x_;
-      int64_t outer_extent = thread_x_extent_;
-      thread_x_ = f->var;
-      thread_x_extent_ = n.value_or(0);
-      r = IRMutator::mutate_stmt(s);
-      thread_x_ = outer;
-      thread_x_extent_ = outer_extent;
-    }
-    ranges_.erase(f->var.get());
-    loop_vars_.erase(f->var.get());
-    return r;
+    return scope_.inside(*f, [&] { return IRMutator::mutate_stmt(s); });
   }
 
   bool replaced(const TensorizeMark& m) const { return done_.count(m.var.get()) > 0; }
@@ -83,9 +125,10 @@ class Tensorizer : public IRMutator {
       refuse(m, str("the loop runs ", to_string_or(k.extent), " times; the product's depth is ",
                     depth));
     }
-    if (!thread_x_) refuse(m, "it is not inside a loop bound to threadIdx.x (the lanes of a warp)");
-    if (thread_x_extent_ % kWarp != 0) {
-      refuse(m, str("threadIdx.x runs ", thread_x_extent_,
+    if (!scope_.thread_x)
+      refuse(m, "it is not inside a loop bound to threadIdx.x (the lanes of a warp)");
+    if (scope_.thread_x_extent % kWarp != 0) {
+      refuse(m, str("threadIdx.x runs ", scope_.thread_x_extent,
                     " threads; a warp-level product needs whole warps along x (a multiple of 32)"));
     }
     const For* l1 = k.body.as<For>();
@@ -136,7 +179,7 @@ class Tensorizer : public IRMutator {
              "neither factor of the product is free of the column loop with the other free of the "
              "row loop");
     }
-    const Expr lane = thread_x_ % Expr(kWarp), g = lane / Expr(int64_t{4}),
+    const Expr lane = scope_.thread_x % Expr(kWarp), g = lane / Expr(int64_t{4}),
                t = lane % Expr(int64_t{4});
     auto f32 = [](const Expr& e) {
       return e.type() == Type::float32() ? e : Cast::make(Type::float32(), e);
@@ -150,12 +193,12 @@ class Tensorizer : public IRMutator {
       operands.push_back(f32(simplify(substitute(a, v))));
     }
     // B's column g is held by the lane with t = g / 2, at p = g % 2, in the same warp.
-    const Expr holder = thread_x_ / Expr(kWarp) * Expr(kWarp) + g / Expr(int64_t{2});
+    const Expr holder = scope_.thread_x / Expr(kWarp) * Expr(kWarp) + g / Expr(int64_t{2});
     for (int e = 0; e < depth / 4; ++e) {
       MmaPlace p0 = warp_mma_b(m.intrinsic, e, 0, 0), p1 = warp_mma_b(m.intrinsic, e, 0, 1);
       VarMap v{{k.var.get(), k_of(p0.row, p1.row)},
                {p.get(), g % Expr(int64_t{2})},
-               {thread_x_.get(), holder}};
+               {scope_.thread_x.get(), holder}};
       operands.push_back(f32(simplify(substitute(b, v))));
     }
     for (int e = 0; e < 4; ++e) {
@@ -218,10 +261,12 @@ class Tensorizer : public IRMutator {
     if (constant(k.extent) != 16) {
       refuse(m, str("the loop runs ", to_string_or(k.extent), " times; the product's depth is 16"));
     }
-    if (!thread_x_ || !thread_x_.as<Var>()) refuse(m, "it is not inside a loop bound to threadIdx.x (the threads of a warpgroup)");
-    if (thread_x_extent_ % kGroup != 0) {
-      refuse(m, str("threadIdx.x runs ", thread_x_extent_,
-                    " threads; a warpgroup-level product needs whole warpgroups along x (a multiple of 128)"));
+    if (!scope_.thread_x || !scope_.thread_x.as<Var>())
+      refuse(m, "it is not inside a loop bound to threadIdx.x (the threads of a warpgroup)");
+    if (scope_.thread_x_extent % kGroup != 0) {
+      refuse(m, str("threadIdx.x runs ", scope_.thread_x_extent,
+                    " threads; a warpgroup-level product needs whole warpgroups along x (a "
+                    "multiple of 128)"));
     }
     // The loops inside, outermost first, down to the update.
     std::vector<const For*> loops;
@@ -303,17 +348,18 @@ class Tensorizer : public IRMutator {
     // Thread l of warpgroup q: 128 q + l. Row r of A is warp r / 16's row g = r % 8 at h =
     // r % 16 / 8; column n of B is the thread with t = n % 8 / 2 (any warp of the group) at
     // p = n % 2, tile n / 8.
-    const Expr x = thread_x_;
+    const Expr x = scope_.thread_x;
     auto a_at = [&](int64_t q, int64_t r, int64_t kk) {
-      return simplify(substitute(la->index, VarMap{{x.get(), Expr(kGroup * q + r / 16 * 32 + r % 8 * 4)},
-                                                   {h.get(), Expr(r % 16 / 8)},
-                                                   {k.var.get(), Expr(kk)}}),
-                      ranges_);
+      return simplify(
+          substitute(la->index, VarMap{{x.get(), Expr(kGroup * q + r / 16 * 32 + r % 8 * 4)},
+                                       {h.get(), Expr(r % 16 / 8)},
+                                       {k.var.get(), Expr(kk)}}),
+          scope_.ranges);
     };
     auto b_at = [&](int64_t q, int64_t n, int64_t kk) {
       VarMap v{{x.get(), Expr(kGroup * q + n % 8 / 2)}, {p.get(), Expr(n % 2)}, {k.var.get(), Expr(kk)}};
       if (tiles_var) v[tiles_var.get()] = Expr(n / 8);
-      return simplify(substitute(lb->index, v), ranges_);
+      return simplify(substitute(lb->index, v), scope_.ranges);
     };
     struct Layout {
       int64_t lbo = 0, sbo = 0;  // elements
@@ -322,7 +368,7 @@ class Tensorizer : public IRMutator {
     // the same for all, or a refusal naming the element that is not where they put it.
     auto layout = [&](const auto& at, int64_t rows, const char* what) {
       Layout out;
-      for (int64_t q = 0; q < thread_x_extent_ / kGroup; ++q) {
+      for (int64_t q = 0; q < scope_.thread_x_extent / kGroup; ++q) {
         const Expr start = at(q, 0, 0);
         auto offset = [&](int64_t r, int64_t kk) { return constant(at(q, r, kk) - start); };
         const std::optional<int64_t> lbo = offset(0, 8), sbo = rows > 8 ? offset(8, 0) : std::optional<int64_t>(8 * 8);
@@ -351,13 +397,15 @@ class Tensorizer : public IRMutator {
     const Layout A = layout(a_at, 64, "A"), B = layout(b_at, n_cols, "B");
     // The warpgroup's first elements, and the tiles inside their buffers.
     const Expr group_first = x / Expr(kGroup) * Expr(kGroup);
-    auto first = [&](const Load* l, const VarMap& at) { return simplify(substitute(l->index, at), ranges_); };
+    auto first = [&](const Load* l, const VarMap& at) {
+      return simplify(substitute(l->index, at), scope_.ranges);
+    };
     VarMap a0{{x.get(), group_first}, {h.get(), Expr(int64_t{0})}, {k.var.get(), Expr(int64_t{0})}};
     VarMap b0{{x.get(), group_first}, {p.get(), Expr(int64_t{0})}, {k.var.get(), Expr(int64_t{0})}};
     if (tiles_var) b0[tiles_var.get()] = Expr(int64_t{0});
     const Expr a_first = first(la, a0), b_first = first(lb, b0);
-    RangeMap ranges = ranges_;
-    ranges[x.get()] = {0, thread_x_extent_ - 1};
+    RangeMap ranges = scope_.ranges;
+    ranges[x.get()] = {0, scope_.thread_x_extent - 1};
     for (auto [l, start, lay, rows] : {std::tuple{la, a_first, A, int64_t{64}}, std::tuple{lb, b_first, B, n_cols}}) {
       const int64_t last = (rows - 1) / 8 * lay.sbo + lay.lbo + (rows - 1) % 8 * 8 + 7;
       const std::optional<Interval> in = const_bounds(start, ranges);
@@ -385,7 +433,7 @@ class Tensorizer : public IRMutator {
   // buffer, alone or under a select against +0.
   std::optional<FragmentRows> fragment_rows(const std::vector<Expr>& operands, int first,
                                             int matrices, const char* widen) {
-    if (!thread_x_.as<Var>() || thread_x_extent_ < kWarp) return std::nullopt;
+    if (!scope_.thread_x.as<Var>() || scope_.thread_x_extent < kWarp) return std::nullopt;
     const int64_t per_word = widen ? 2 : 1;  // elements of the buffer in a 32-bit word
     std::string buffer;
     std::vector<Expr> lo_index;  // per pair: the index of its first value
@@ -410,15 +458,7 @@ class Tensorizer : public IRMutator {
         if (!gap || *gap < 1 || (j > 0 && *gap != pitch)) return std::nullopt;
         pitch = *gap;
       }
-      // Lanes differ only in the thread index: every other variable must be an enclosing
-      // loop's (the same on all lanes of a warp: threadIdx.x runs whole warps), and nothing
-      // is read to index (a loaded index may differ per lane).
-      bool lane_only = true;
-      post_order(l0->index, [&](const Expr& x) {
-        if (x.as<Load>() || x.as<Call>() || (x.as<Var>() && !x.same_as(thread_x_) && !loop_vars_.count(x.get())))
-          lane_only = false;
-      });
-      if (!lane_only) return std::nullopt;
+      if (!scope_.lane_only(l0->index)) return std::nullopt;
       buffer = l0->buffer;
       lo_index.push_back(l0->index);
     }
@@ -428,13 +468,15 @@ class Tensorizer : public IRMutator {
     // the buffer's size and the thread index: the products of one step share their fragments
     // (A's across a warp's column tiles, B's across its row tiles), so each is proved once.
     std::string key = str(buffer, '|', size->second, '|', matrices, '|', pitch, '|', per_word, '|',
-                          thread_x_.get(), '|', thread_x_extent_);
+                          scope_.thread_x.get(), '|', scope_.thread_x_extent);
     for (const Expr& index : lo_index) {
       key += '|' + to_string(index);
       post_order(index, [&](const Expr& x) {
         if (!x.as<Var>()) return;
-        auto r = ranges_.find(x.get());
-        key += str(':', x.get(), r == ranges_.end() ? std::string("-") : str(r->second.lo, ',', r->second.hi));
+        auto r = scope_.ranges.find(x.get());
+        key +=
+            str(':', x.get(),
+                r == scope_.ranges.end() ? std::string("-") : str(r->second.lo, ',', r->second.hi));
       });
     }
     if (auto memo = fragment_memo_.find(key); memo != fragment_memo_.end()) return memo->second;
@@ -459,11 +501,10 @@ class Tensorizer : public IRMutator {
     const int64_t row_elements = 4 * per_word;  // 16 bytes
     if (transposed && (pitch % 8 != 0 || per_word != 2)) return std::nullopt;
     // The thread index as 32 w + lane, w the warp (symbolic, in range), the lane given.
-    const Expr w = Var::make("tf_warp", thread_x_.type());
-    RangeMap ranges = ranges_;
-    ranges[w.get()] = {0, thread_x_extent_ / kWarp - 1};
+    const LaneScope::Warp wp = scope_.warp();
+    const RangeMap& ranges = wp.ranges;
     auto at_lane = [&](const Expr& e, int64_t lane) {
-      return simplify(substitute(e, VarMap{{thread_x_.get(), w * Expr(kWarp) + Expr(lane)}}), ranges);
+      return simplify(scope_.at_lane(e, wp, lane), ranges);
     };
     auto row_of = [&](int j, int64_t r) {  // where row r of matrix j starts
       const Expr& lo = lo_index[static_cast<size_t>(j)];
@@ -490,17 +531,18 @@ class Tensorizer : public IRMutator {
     const int64_t last_row =
         (buffer_size - row_elements) / row_elements * row_elements;  // the last whole aligned row
     if (last_row < 0) return std::nullopt;
-    const Expr lane = thread_x_ % Expr(kWarp);
-    const Expr r = thread_x_ % Expr(int64_t{8});
-    const Expr supplier = thread_x_ / Expr(kWarp) * Expr(kWarp) +
+    const Expr lane = scope_.thread_x % Expr(kWarp);
+    const Expr r = scope_.thread_x % Expr(int64_t{8});
+    const Expr supplier = scope_.thread_x / Expr(kWarp) * Expr(kWarp) +
                           (transposed ? r / Expr(int64_t{2}) : r * Expr(int64_t{4}));
     const Expr which = lane / Expr(int64_t{8}) % Expr(int64_t{matrices});
     Expr row;
     for (int j = matrices - 1; j >= 0; --j) {
-      Expr at = substitute(lo_index[static_cast<size_t>(j)], VarMap{{thread_x_.get(), supplier}});
+      Expr at =
+          substitute(lo_index[static_cast<size_t>(j)], VarMap{{scope_.thread_x.get(), supplier}});
       row = row ? Select::make(eq(which, Expr(int64_t{j})), at, row) : at;
     }
-    if (transposed) row = row + thread_x_ % Expr(int64_t{2}) * Expr(pitch);
+    if (transposed) row = row + scope_.thread_x % Expr(int64_t{2}) * Expr(pitch);
     row = simplify(row);
     for (int64_t l = 0; l < kWarp; ++l) {  // as built, lane by lane
       if (constant(at_lane(row, l) - row_of(static_cast<int>(l / 8 % matrices), l % 8)) != 0)
@@ -522,10 +564,7 @@ class Tensorizer : public IRMutator {
 
   const std::vector<TensorizeMark>& marks_;
   std::set<const ExprNode*> done_;
-  Expr thread_x_;
-  int64_t thread_x_extent_ = 0;
-  RangeMap ranges_;                       // the enclosing loops' variables with constant bounds
-  std::set<const ExprNode*> loop_vars_;   // every enclosing loop's variable
+  LaneScope scope_;
   std::map<std::string, int64_t> shared_;  // the shared buffers in scope: their elements
   std::map<std::string, std::optional<FragmentRows>>
       fragment_memo_;  // fragment_rows's answers by their inputs
@@ -559,13 +598,6 @@ const Load* held_32_bits(const Expr& e, Expr& cond) {
 }
 
 namespace {
-// A store of a warpgroup-level product's results, or null.
-const Store* wgmma_store(const Stmt& s) {
-  const Store* st = s.as<Store>();
-  const Call* c = st ? st->value.as<Call>() : nullptr;
-  return c && is_wgmma(c->name) ? st : nullptr;
-}
-
 // The wait for the accumulators `st` stored, `pending` of the thread's latest products left
 // incomplete: acc[ramp] = wgmma_wait(pending, acc[base] .. acc[base + n - 1]).
 Stmt wait_after(const Store& st, int64_t pending = 0) {
@@ -638,7 +670,7 @@ class WgmmaWaits : public IRMutator {
       }
       out.push_back(in[i]);
       const Store* next = i + 1 < to ? wgmma_store(in[i + 1]) : nullptr;
-      if (!next || next->buffer != st->buffer || !equal(next->index, st->index)) out.push_back(wait_after(*st));
+      if (!next || !same_accumulators(*st, *next)) out.push_back(wait_after(*st));
     }
   }
 
@@ -675,7 +707,7 @@ class WgmmaWaits : public IRMutator {
   static void add_once(std::vector<Stmt>& stores, const Stmt& s) {
     const Store* st = s.as<Store>();
     for (const Stmt& x : stores) {
-      if (x.as<Store>()->buffer == st->buffer && equal(x.as<Store>()->index, st->index)) return;
+      if (same_accumulators(*x.as<Store>(), *st)) return;
     }
     stores.push_back(s);
   }
@@ -699,8 +731,8 @@ const Call* ldmatrix_x2(const Expr& value) {
 // The buffer a fragment load reads.
 const std::string& fragment_buffer(const Call& c) { return c.args[0].as<Load>()->buffer; }
 
-// Rewrites each word_half(v, j, h) / word_float(v, j) of `var` to read `into` at j + `offset`;
-// false where the caller checks that nothing else uses `var`.
+// Rewrites each word_half(v, j, h) / word_float(v, j) of `var` to read `into` at j + `offset`
+// (any other use of `var` stays: the caller checks that none is left).
 class FragmentWords : public IRMutator {
  public:
   FragmentWords(Expr var, Expr into, int64_t offset)
@@ -726,28 +758,13 @@ class FragmentWords : public IRMutator {
 class FragmentPairs : public IRMutator {
  public:
   Stmt mutate_stmt(const Stmt& s) override {
-    if (const For* f = s.as<For>()) {
-      const std::optional<int64_t> lo = constant(f->min), n = constant(f->extent);
-      if (lo && n && *n > 0) ranges_[f->var.get()] = {*lo, *lo + *n - 1};
-      loop_vars_.insert(f->var.get());
-      const Expr outer = thread_x_;
-      const int64_t outer_extent = thread_x_extent_;
-      if (f->for_kind == ForKind::ThreadIdxX) {
-        thread_x_ = f->var;
-        thread_x_extent_ = n.value_or(0);
-      }
-      Stmt r = IRMutator::mutate_stmt(s);
-      thread_x_ = outer;
-      thread_x_extent_ = outer_extent;
-      ranges_.erase(f->var.get());
-      loop_vars_.erase(f->var.get());
-      return r;
-    }
+    if (const For* f = s.as<For>())
+      return scope_.inside(*f, [&] { return IRMutator::mutate_stmt(s); });
     const Block* b = s.as<Block>();
     if (!b) return IRMutator::mutate_stmt(s);
     std::vector<Stmt> stmts;
     for (const Stmt& x : b->stmts) stmts.push_back(mutate_stmt(x));
-    if (!thread_x_ || thread_x_extent_ < kWarp || thread_x_extent_ % kWarp != 0)
+    if (!scope_.thread_x || scope_.thread_x_extent < kWarp || scope_.thread_x_extent % kWarp != 0)
       return Block::make(stmts);
     return paired(stmts);
   }
@@ -765,28 +782,20 @@ class FragmentPairs : public IRMutator {
     return lets;
   }
 
-  // Whether `call` reads only through the thread index and enclosing loops' variables (so it
-  // may move anywhere in the block), of the same value on lanes l and l + 16 of every warp
-  // (as a two-matrix load's second half of lanes supplies no rows, its rows can be those of
-  // the upper half of a four-matrix one unchanged).
+  // Whether `call` reads a row (a Ramp) that only the thread index and enclosing loops'
+  // variables select, so that its load may move anywhere in the block.
   bool movable(const Call& call) const {
-    bool ok = true;
-    post_order(call.args[0], [&](const Expr& x) {
-      if (x.as<Load>() != nullptr && !x.same_as(call.args[0])) ok = false;
-      if (x.as<Call>() || (x.as<Var>() && !x.same_as(thread_x_) && !loop_vars_.count(x.get())))
-        ok = false;
-    });
-    return ok;
+    const Ramp* row = call.args[0].as<Load>()->index.as<Ramp>();
+    return row && scope_.lane_only(row->base) && scope_.lane_only(row->stride);
   }
+  // Whether `row` is the same on lanes l and l + 16 of every warp (then a two-matrix load's
+  // rows, which only its lanes 0-15 supply, serve the upper half of a four-matrix one as they
+  // are).
   bool repeats_every_16_lanes(const Expr& row) const {
-    const Expr w = Var::make("tf_warp", thread_x_.type());
-    RangeMap ranges = ranges_;
-    ranges[w.get()] = {0, thread_x_extent_ / kWarp - 1};
+    const LaneScope::Warp wp = scope_.warp();
     for (int64_t l = 0; l < 16; ++l) {
-      auto at = [&](int64_t lane) {
-        return substitute(row, VarMap{{thread_x_.get(), w * Expr(kWarp) + Expr(lane)}});
-      };
-      const Expr gap = simplify(at(l + 16) - at(l), ranges);
+      const Expr gap =
+          simplify(scope_.at_lane(row, wp, l + 16) - scope_.at_lane(row, wp, l), wp.ranges);
       const IntImm* zero = gap.as<IntImm>();
       if (!zero || zero->value != 0) return false;
     }
@@ -891,17 +900,16 @@ class FragmentPairs : public IRMutator {
       }
       if (!ok) continue;  // (tail keeps what the later pairs made of it)
       // Lanes 0-15 supply the first load's rows, 16-31 the second's: as its own lanes 0-15 do
-      // where its row repeats every 16 lanes, else read at lane - 16.
+      // where its row repeats every 16 lanes, else read at lane - 16. (Both rows are Ramps:
+      // movable.)
       const Load* ra = ca.args[0].as<Load>();
-      const Load* rb = cb.args[0].as<Load>();
       const Ramp* a_ramp = ra->index.as<Ramp>();
-      const Ramp* b_ramp = rb->index.as<Ramp>();
-      if (!a_ramp || !b_ramp) continue;
+      const Ramp* b_ramp = cb.args[0].as<Load>()->index.as<Ramp>();
+      const Expr& x = scope_.thread_x;
       Expr upper = b_ramp->base;
-      if (!repeats_every_16_lanes(upper)) {
-        upper = substitute(upper, VarMap{{thread_x_.get(), thread_x_ - Expr(int64_t{16})}});
-      }
-      const Expr low_half = thread_x_ % Expr(kWarp) < Expr(int64_t{16});
+      if (!repeats_every_16_lanes(upper))
+        upper = substitute(upper, VarMap{{x.get(), x - Expr(int64_t{16})}});
+      const Expr low_half = x % Expr(kWarp) < Expr(int64_t{16});
       const Expr row = Load::make(
           ra->type, ra->buffer,
           Ramp::make(simplify(Select::make(low_half, a_ramp->base, upper)), Expr(int64_t{1}), 4));
@@ -915,10 +923,7 @@ class FragmentPairs : public IRMutator {
     return Block::make(out);
   }
 
-  Expr thread_x_;
-  int64_t thread_x_extent_ = 0;
-  RangeMap ranges_;
-  std::set<const ExprNode*> loop_vars_;
+  LaneScope scope_;
 };
 }  // namespace
 
