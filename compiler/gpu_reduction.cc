@@ -127,16 +127,32 @@ ir::Tensor GpuReductionSplitter::block_reduce(const ir::Tensor& op, int64_t thre
   auto keep = [&](const ir::Tensor& acc) {
     b.shared = ir::compute(op->name + "_shared", acc->shape, axis_names(*acc),
                            [&](const std::vector<Expr>& ax) { return ir::read(acc, ax); });
+    // Levels of fan-in kTreeFanIn while more than kMaxFirstThread values are left: element
+    // j of a level combines elements j, j + h, ..., j + 7h of the one before (neighbouring
+    // threads read neighbouring words: no bank conflicts), balanced, so that its reads are in
+    // flight together; a barrier after each level. 32 to 128 threads: one level.
     ir::Tensor level = b.shared;
-    for (int64_t h = threads / 2; h >= 2; h /= 2) {
+    for (int64_t n = threads; n > kMaxFirstThread; n /= kTreeFanIn) {
+      const int64_t h = n / kTreeFanIn;
       std::vector<int64_t> shape = acc->shape;
       shape.back() = h;
       const ir::Tensor prev = level;
-      level = ir::compute(str(op->name, "_tree", h), shape, axis_names(*acc), [&](const std::vector<Expr>& ax) {
-        std::vector<Expr> far = ax;
-        far.back() = ax.back() + Expr(h);
-        return combine2(kind, ir::read(prev, ax), ir::read(prev, far));
-      });
+      level = ir::compute(str(op->name, "_tree", h), shape, axis_names(*acc),
+                          [&](const std::vector<Expr>& ax) {
+                            std::vector<Expr> values;
+                            for (int64_t r = 0; r < kTreeFanIn; ++r) {
+                              std::vector<Expr> at = ax;
+                              at.back() = ax.back() + Expr(r * h);
+                              values.push_back(ir::read(prev, at));
+                            }
+                            while (values.size() > 1) {
+                              std::vector<Expr> next;
+                              for (size_t i = 0; i + 1 < values.size(); i += 2)
+                                next.push_back(combine2(kind, values[i], values[i + 1]));
+                              values = std::move(next);
+                            }
+                            return values[0];
+                          });
       b.tree.push_back(level);
     }
     return level;
@@ -157,7 +173,7 @@ void schedule_block_reduction(ir::Schedule& sch, ir::Stage& r, const GpuReductio
   auto [block, first] = r.split(fused, 1);
   r.bind(block, "blockIdx.x");
   r.bind(first, "threadIdx.x");  // one thread: the block's first
-  r.unroll(r.leaves().back());   // its loads of the last two values issued at once
+  r.unroll(r.leaves().back());   // its loads of the last level's values issued at once
   schedule_block_parts(sch, r, block, b, rank);
 }
 
@@ -178,8 +194,10 @@ void schedule_block_parts(ir::Schedule& sch, ir::Stage& r, const Expr& at,
   }
   ir::Stage& acc = sch[b.acc];
   acc.compute_at(*reader, reader->leaves()[rank]);
-  // A thread's elements (every threads-th) unrolled: their loads in flight together.
-  ir::unroll_up_to_8(acc, acc.leaves().back(), b.acc->reduce_axes.at(0).extent);
+  // A thread's elements (every threads-th) unrolled: their loads in flight together, all of
+  // them up to 16 (a loop of a few unrolled iterations waits for each iteration's loads
+  // before it issues the next's).
+  ir::unroll_up_to(acc, acc.leaves().back(), b.acc->reduce_axes.at(0).extent, 16);
 }
 
 }  // namespace tf

@@ -8,13 +8,14 @@
 //
 //  - A block per output (its row): `name_acc` gives each of the block's threads every
 //    threads-th element of the flattened reduction axes (thread t reads t, t + threads, ...:
-//    neighbouring threads read neighbouring elements), accumulated in a register and kept in
-//    shared memory by `name_shared`; then a tree in shared memory, `name_treeH` for H =
-//    threads/2, ..., 2, each level's thread j combining elements j and j + H of the one
-//    before (a barrier between levels), and the block's first thread combines the last two
-//    (deterministic: no atomics; log2(threads) steps instead of the first thread reading all
-//    the partial results one by one). One kernel, as before; schedule_block_reduction gives
-//    it its schedule.
+//    neighbouring threads read neighbouring elements; up to 16 of them unrolled, their loads
+//    in flight at once), accumulated in a register and kept in shared memory by
+//    `name_shared`; then a tree in shared memory, `name_treeH`, each level's thread j < H
+//    combining elements j, j + H, ..., j + 7H of the one before (fan-in 8: a barrier a level,
+//    one level for 32 to 128 threads), and the block's first thread combines the last H <= 16
+//    (deterministic: no atomics; two barriers from the partial results to the result where a
+//    tree of halving levels took log2(threads)). One kernel, as before;
+//    schedule_block_reduction gives it its schedule.
 //  - Outputs of rank 0 (no row to give a block) and rows too long for one block: split as
 //    split-K splits a GEMM: `name_part` reduces `parts` slices of the flattened reduction
 //    axes per output element (a kernel of outputs x parts threads), and `name` reduces the
@@ -55,8 +56,11 @@ class GpuReductionSplitter : public ir::StageRebuilder {
   bool is_block_part(const ir::Operation* op) const { return parts_.count(op) > 0; }
 
   // A block has 32 to 128 threads (a power of two), each reducing at least 8 elements and at
-  // most 256: longer rows are split instead. The first thread then combines at most 128 values.
+  // most 256: longer rows are split instead. The tree's levels combine kTreeFanIn values each
+  // until at most kMaxFirstThread are left, which the first thread combines: with 32 to 128
+  // threads, one level (to 4, 8 or 16 values).
   static constexpr int64_t kMinBlockThreads = 32, kMaxBlockThreads = 128, kMaxPerThread = 256;
+  static constexpr int64_t kTreeFanIn = 8, kMaxFirstThread = 16;
 
  protected:
   ir::Tensor finish(ir::Tensor rebuilt) override;

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "compiler/ir_printer.h"
+#include "compiler/merge_barriers.h"
 #include "compiler/partition_loops.h"
 #include "compiler/schedule_ops.h"
 #include "compiler/simplify.h"
@@ -27,6 +28,8 @@ const std::vector<PassInfo>& lowering_passes() {
       {"pair_fragments", "load two tiles' fragments of B by one four-matrix ldmatrix", true},
       {"wgmma_waits",
        "wait for runs of warpgroup-level products (wgmma) before anything else reads them", false},
+      {"merge_barriers", "drop a block barrier right after another, with nothing between them",
+       true},
       {"vectorize_loops", "turn loops marked vectorized into vector operations", true},
       {"simplify_vectors", "simplify again, folding ramps into contiguous accesses", true},
   };
@@ -99,6 +102,8 @@ LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, cons
   if (done("pair_fragments")) return r;
   run("wgmma_waits", [](const ir::Stmt& s) { return ir::insert_wgmma_waits(s); });
   if (done("wgmma_waits")) return r;
+  run("merge_barriers", [](const ir::Stmt& s) { return ir::merge_barriers(s); });
+  if (done("merge_barriers")) return r;
   if (options.skip.count("vectorize_loops")) r.func.body = ir::devectorize_loops(r.func.body);
   vectors_lowered = true;
   run("vectorize_loops", [&](const ir::Stmt& s) { return ir::vectorize_loops(s, &r.notes); });

@@ -219,7 +219,8 @@ bool schedule_rows_gpu(ir::Schedule& sch, const ir::Tensor& result, const std::v
   out.reorder({row, thread, step});
   out.bind(row, "blockIdx.x");
   out.bind(thread, "threadIdx.x");
-  ir::unroll_up_to_8(out, step, (shape.back() + threads - 1) / threads);  // a thread's elements of the row
+  ir::unroll_up_to(out, step, (shape.back() + threads - 1) / threads,
+                   16);  // a thread's elements of the row
   for (ir::Stage* s : reductions) {
     const auto& b = *splitter.block_reduction(s->op().get());
     const size_t rank = s->op()->shape.size();
@@ -228,7 +229,8 @@ bool schedule_rows_gpu(ir::Schedule& sch, const ir::Tensor& result, const std::v
     ir::Expr fused = s->leaves()[0];
     for (size_t d = 1; d < rank; ++d) fused = s->fuse(fused, s->leaves()[1]);
     auto [each, first] = s->split(fused, 1);
-    s->bind(first, "threadIdx.x");  // the block's first thread combines the tree's last two
+    s->bind(first, "threadIdx.x");  // the block's first thread combines the tree's last level
+    s->unroll(s->leaves().back());  // its loads of that level's values issued at once
     schedule_block_parts(sch, *s, each, b, rank);
   }
   return true;

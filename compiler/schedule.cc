@@ -502,8 +502,8 @@ Stage& Schedule::cache_shared(const std::string& input, const char* narrow, cons
   return *stages_.front();
 }
 
-std::vector<Expr> unroll_up_to_8(Stage& s, const Expr& var, int64_t extent) {
-  if (extent <= 8) {
+std::vector<Expr> unroll_up_to(Stage& s, const Expr& var, int64_t extent, int64_t whole) {
+  if (extent <= whole) {
     s.unroll(var);
     return {var};
   }

@@ -279,11 +279,14 @@ class Schedule {
   std::vector<Packing> packs_;
 };
 
-// Loop `var` of stage `s` (`extent` iterations) unrolled: whole up to 8 iterations, else its
-// inner part of 8, 4 or 2 iterations (the most that divide it; none: left as it is). GPU
-// codegen unrolls nothing the schedule does not (compiler/codegen_gpu.cc), and a thread's loads
-// in an unrolled loop are in flight together instead of one after another. The loops that
-// replace `var`, outermost first.
-std::vector<Expr> unroll_up_to_8(Stage& s, const Expr& var, int64_t extent);
+// Loop `var` of stage `s` (`extent` iterations) unrolled: whole up to `whole` iterations (8
+// for unroll_up_to_8), else its inner part of 8, 4 or 2 iterations (the most that divide it;
+// none: left as it is). GPU codegen unrolls nothing the schedule does not
+// (compiler/codegen_gpu.cc), and a thread's loads in an unrolled loop are in flight together
+// instead of one after another. The loops that replace `var`, outermost first.
+std::vector<Expr> unroll_up_to(Stage& s, const Expr& var, int64_t extent, int64_t whole);
+inline std::vector<Expr> unroll_up_to_8(Stage& s, const Expr& var, int64_t extent) {
+  return unroll_up_to(s, var, extent, 8);
+}
 
 }  // namespace tf::ir

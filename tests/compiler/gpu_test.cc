@@ -8,6 +8,8 @@
 //     stays within each architecture's register and LDS limits with no spills.
 //   - check_gpu_kernel rejects what a GPU cannot run, naming the limit and the value.
 // Numeric tests on a real GPU need the board runtime (issue 12, not written yet).
+#include "compiler/gpu.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,16 +21,16 @@
 #include <regex>
 #include <set>
 
+#include "base/error.h"
 #include "compiler/attention.h"
 #include "compiler/codegen_llvm.h"
 #include "compiler/driver.h"
-#include "base/error.h"
-#include "compiler/gpu.h"
 #include "compiler/gpu_reduction.h"
-#include "compiler/lower.h"
-#include "compiler/model_codegen.h"
 #include "compiler/ir_printer.h"
 #include "compiler/link.h"
+#include "compiler/lower.h"
+#include "compiler/merge_barriers.h"
+#include "compiler/model_codegen.h"
 #include "compiler/schedule_templates.h"
 #include "tests/compiler/kernel_harness.h"
 
@@ -943,11 +945,11 @@ TEST(GpuErrors, UnknownArchitectures) {
 }
 
 // GpuReductionSplitter gives a reduction with few outputs over long rows a block per output:
-// the threads' strided partial results in shared memory, combined by a tree of halving levels
-// (a barrier between each) and the first thread. Run with every thread of a block at once (real barriers; shared memory starts as
-// NaN, so a combination before all partial results are in shows), against a plain loop: sums
-// and maxima over one and two axes, with and without a tail, a row that needs the most
-// threads, and a function of the row's values (its source is rebuilt with the element).
+// the threads' strided partial results in shared memory, combined by a level of fan-in 8 and
+// the first thread. Run with every thread of a block at once (real barriers; shared memory starts
+// as NaN, so a combination before all partial results are in shows), against a plain loop: sums and
+// maxima over one and two axes, with and without a tail, a row that needs the most threads, and a
+// function of the row's values (its source is rebuilt with the element).
 TEST(GpuReduction, BlockPerOutputMatchesAPlainLoop) {
   const Target t = parse_target("cuda -arch=sm_90");
   struct Case {
@@ -992,12 +994,15 @@ TEST(GpuReduction, BlockPerOutputMatchesAPlainLoop) {
     for (int64_t d : out_shape) outputs *= d;
     EXPECT_EQ(l.grid[0], outputs);
     EXPECT_EQ(l.block[0], b->threads);
-    // The partial results and the tree's levels (threads/2, ..., 2), all live at its last step.
-    EXPECT_EQ(l.static_shared_bytes, 4 * (2 * b->threads - 2));
-    EXPECT_EQ(b->tree.size(), static_cast<size_t>(std::log2(b->threads)) - 1);
+    // The partial results and the tree's one level of fan-in 8 (threads/8 values: 4 to 16,
+    // which the first thread combines), all live at its last step.
+    EXPECT_EQ(l.static_shared_bytes, 4 * (b->threads + b->threads / 8));
+    EXPECT_EQ(b->tree.size(), 1u);
     std::string ptx = codegen_llvm(f, t, CodegenOutput::Asm).data;
-    EXPECT_NE(ptx.find("bar.sync"), std::string::npos);
     EXPECT_NE(ptx.find("st.shared.f32"), std::string::npos);
+    // Barriers: after the partial results, after the level, after the result (merge_barriers
+    // left none right after another; a halving tree had a barrier a level).
+    EXPECT_EQ(count_of(ptx, "bar.sync"), 3u) << ptx;
 
     std::vector<std::vector<float>> bufs(2);
     bufs[0].resize(static_cast<size_t>(outputs * length));
@@ -1013,6 +1018,44 @@ TEST(GpuReduction, BlockPerOutputMatchesAPlainLoop) {
       EXPECT_NEAR(bufs[1][static_cast<size_t>(o)], want, 1e-4 * (1 + std::abs(want))) << "output " << o << " of " << length;
     }
   }
+}
+
+// merge_barriers drops a block barrier right after another in straight-line code (across
+// blocks, allocations and lets reading no memory) and keeps every other one: the first in a
+// loop's body or a branch, one after a store, an asynchronous copy's wait or a let that loads.
+TEST(Barriers, AdjacentBlockBarriersMerge) {
+  using namespace ir;
+  auto bar = [] { return Barrier::make(); };
+  auto store = [](int64_t at) { return Store::make("s", f32(1.0), Expr(at)); };
+  const Expr v = Var::make("v"), i = Var::make("i");
+  // Kept barriers numbered; "goes" marks the six that follow one.
+  const Stmt nest = Block::make({
+      bar(), bar(),  // 1, goes
+      Allocate::make("t", Type::float32(), 4, MemScope::Shared,
+                     Block::make({bar(), store(0), bar()})),  // goes, 2
+      bar(),                                                  // goes
+      LetStmt::make(v, Expr(int64_t{3}),
+                    Block::make({bar(), store(1)})),  // goes: the let reads nothing
+      bar(),                                          // 3
+      LetStmt::make(v, Load::make(Type::float32(), "t", Expr(int64_t{0})),
+                    Block::make({bar(), store(2)})),  // 4
+      bar(),                                          // 5
+      For::make(i, Expr(int64_t{0}), Expr(int64_t{2}), ForKind::Serial,
+                Block::make({bar(), bar(), store(3), bar()})),              // 6, goes, 7
+      bar(),                                                                // 8
+      Barrier::make(Barrier::Kind::AsyncWait, 0), bar(),                    // 9
+      IfThenElse::make(i < Expr(int64_t{1}), Block::make({bar(), bar()})),  // 10, goes
+      bar(),                                                                // 11
+  });
+  const std::string before = to_string(nest), after = to_string(merge_barriers(nest));
+  auto barriers = [](const std::string& text) { return count_of(text, "barrier\n"); };
+  EXPECT_EQ(barriers(before), 17u) << before;
+  EXPECT_EQ(barriers(after), 11u) << after;
+  EXPECT_EQ(count_of(after, "async_wait(0)"), 1u) << after;
+  EXPECT_EQ(count_of(after, "s["), 4u) << after;
+  // Nothing to merge: the same statement back.
+  const Stmt plain = Block::make({bar(), store(0), bar()});
+  EXPECT_TRUE(merge_barriers(plain).same_as(plain));
 }
 
 // A kernel of rows whose reductions are rows of its result (a softmax: the row's max, the sum

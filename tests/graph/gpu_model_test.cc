@@ -944,10 +944,11 @@ TEST_F(GpuModel, LongReductionsAreSpreadOverThreads) {
       if (l["static_shared_bytes"].get<int64_t>() > 0) {
         ++blocks;
         EXPECT_GE(l["block"][0].get<int64_t>(), 32) << l.dump();
-        // The threads' partial results and their tree's levels (one reduction's at a time:
-        // 2 x threads - 2 floats), and the softmax's max and sum of its row.
+        // The threads' partial results and their tree's level of fan-in 8 (one reduction's at
+        // a time: threads + threads / 8 floats), and the softmax's max and sum of its row.
+        const int64_t threads = l["block"][0].get<int64_t>();
         EXPECT_EQ(l["static_shared_bytes"].get<int64_t>(),
-                  4 * (2 * l["block"][0].get<int64_t>() - 2) + (node.find("Softmax") != std::string::npos ? 8 : 0))
+                  4 * (threads + threads / 8) + (node.find("Softmax") != std::string::npos ? 8 : 0))
             << l.dump();
       }
     }
