@@ -75,9 +75,13 @@ void check_trans_b(const Workload& w, const std::string& spec) {
   const int64_t t = w.get("trans_b");
   if (t > 1) throw UserError(str("workload '", spec, "': trans_b=", t, " is not 0 or 1"));
   const bool b16 = w.types.weight == DType::Float16 || w.types.weight == DType::BFloat16;
-  if (t == 1 && !b16) {
-    throw UserError(str("workload '", spec, "': trans_b=1 (B given as N x K) on ", w.types.str(),
-                        " operands is not implemented yet (it is for float16 and bfloat16 weights)"));
+  // TF32 products read float32 B given as [N][K] by ldmatrix, as they read A (dense_tc.cuda).
+  const bool tf32 = w.types.is_float32() && w.types.precision == Precision::TF32;
+  if (t == 1 && !b16 && !tf32) {
+    throw UserError(
+        str("workload '", spec, "': trans_b=1 (B given as N x K) on ", w.types.str(),
+            " operands is not implemented yet (it is for float16 and bfloat16 weights, and float32 "
+            "ones at precision=tf32)"));
   }
 }
 

@@ -101,7 +101,10 @@ class ModelBuilder {
     if (used == nodes.size() ? y != group_out : g_.is_output(y)) return false;
     std::vector<std::string> args{a.inputs[0], a.inputs[1]};
     const OpDef& def = *find_op(a.op);
-    if (def.transposed_weight && a.get_int(def.transposed_weight, 0)) args[1] = transposed(a.inputs[1]);
+    // The constant weights as the workload reads them: [K][N], or [N][K] for a TF32 product
+    // (trans_b=1); a Gemm's transB gives them [N][K].
+    const bool given_nk = def.transposed_weight && a.get_int(def.transposed_weight, 0);
+    if (given_nk != tf32_weights_along_k(g_, a)) args[1] = transposed(a.inputs[1]);
     if (def.kernel_constants) {
       args.resize(1);
       // Made once for nodes that share their operands after input 0 (layers sharing weights).
@@ -318,7 +321,8 @@ class ModelBuilder {
     return fresh;
   }
 
-  // A constant [K, N] made of a constant [N, K] (Gemm's transB), added to the graph.
+  // A constant [K, N] made of a constant [N, K] (Gemm's transB; the other way for a TF32
+  // product's weights), added to the graph.
   std::string transposed(const std::string& name) {
     const Value& v = g_.value(name);
     const HostTensor& t = *v.constant;

@@ -46,6 +46,14 @@ std::string sixteen_bit_types_key(DType data, DType weights) {
   return str(is_storage16(data) ? ",dtype=" : ",weight_dtype=", dtype_name(weights));
 }
 
+bool tf32_weights_along_k(const Graph& g, const Node& n) {
+  if ((n.op != "MatMul" && n.op != "Gemm") || n.inputs.size() < 2 ||
+      tensor_core_precision(n) != Precision::TF32)
+    return false;
+  const Value& w = g.value(n.inputs[1]);
+  return w.constant && w.dtype == DType::F32 && w.shape.size() == 2;
+}
+
 bool is_depthwise_conv(const Graph& g, const Node& n) {
   const Shape& x = g.value(n.inputs[0]).shape;
   const Shape& w = g.value(n.inputs[1]).shape;
@@ -95,9 +103,10 @@ AnchorWorkload matmul_workload(const Graph& g, const Node& n) {
     // [..., M, K] x [K, N]: the leading dimensions are more rows.
     for (size_t d = 0; d + 2 < a.size(); ++d) M *= a[d];
     // Constant weights are packed once when the model is compiled: tuned as it runs them.
-    return {str("matmul(M=", M, ",N=", N, ",K=", K, g.is_constant(n.inputs[1]) ? ",const_b=1" : "",
-                operand_types_key(g, n)),
-            ""};
+    const char* b_key = tf32_weights_along_k(g, n)   ? ",trans_b=1"
+                        : g.is_constant(n.inputs[1]) ? ",const_b=1"
+                                                     : "";
+    return {str("matmul(M=", M, ",N=", N, ",K=", K, b_key, operand_types_key(g, n)), ""};
   }
   Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
   if (ab != bb)
@@ -117,9 +126,12 @@ AnchorWorkload gemm_workload(const Graph& g, const Node& n) {
   if (bias && (n.get_float("beta", 1) != 1.0f || num_elements(g.value(n.inputs[2]).shape) != N)) {
     return {"", "a C that is not a bias of N values"};
   }
-  // transB: the constant weights are transposed at compile time (and packed, as above).
-  return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1], g.is_constant(n.inputs[1]) ? ",const_b=1" : "", precision_key(n)),
-          "", bias};
+  // transB: the constant weights are transposed at compile time (and packed, as above), or
+  // kept [N][K] for a TF32 product (tf32_weights_along_k).
+  const char* b_key = tf32_weights_along_k(g, n)   ? ",trans_b=1"
+                      : g.is_constant(n.inputs[1]) ? ",const_b=1"
+                                                   : "";
+  return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1], b_key, precision_key(n)), "", bias};
 }
 
 // Its operator checked everything a workload needs (graph/layout.h).

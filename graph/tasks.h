@@ -83,6 +83,12 @@ std::string winograd_alternative(const Graph& g, const Node& n, const AnchorWork
 // depthwise_conv2d_nchw; every other group > 1 is a grouped conv2d_nchw.
 bool is_depthwise_conv(const Graph& g, const Node& n);
 
+// Whether MatMul or Gemm node `n`, marked for TF32 tensor cores (--precision tf32), has
+// constant float32 weights its kernel reads given as [N][K] (workload trans_b=1, the constant
+// transposed so where it is [K][N]): dense_tc.cuda then reads B's fragments by ldmatrix as it
+// reads A's, where a [K][N] tile took scalar shared loads.
+bool tf32_weights_along_k(const Graph& g, const Node& n);
+
 // The anchors' own mappings, as their registry entries name them (graph/ops.h, OpDef::workload).
 // The workload types of a product of `data` and `weights` where either may be stored in 16 bits
 // (sixteen-bit-edges, 16-bit weights): ",dtype=T" with both in the 16-bit type T,

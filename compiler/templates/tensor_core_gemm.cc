@@ -822,7 +822,9 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   const bool bk = b_along_k(g);
   const int64_t b_row_lanes = b_tile_as_given(given, b_input, g, c) ? 8 : 4;
   stage(mul->a, false, a_input, kPadA, a_input && sh.k % a_lanes == 0 && chunk % a_lanes == 0, a_lanes);
-  stage(mul->b, true, b_input, kPadB,
+  // B given as [N][K] in float32 (TF32): its tile keeps that layout, K innermost, padded as A's
+  // (ldmatrix's eight 16-byte rows in distinct bank groups).
+  stage(mul->b, true, b_input, bk && !tile_16_bits(given, c, true) ? kPadA : kPadB,
         b_input && (bk ? sh.k % b_lanes == 0 && chunk % b_lanes == 0
                        : sh.n % b_row_lanes == 0 && d.block_n() % b_row_lanes == 0),
         bk ? b_lanes : b_row_lanes);
@@ -849,6 +851,7 @@ int64_t TensorCoreGemm::shared_bytes(const OpGraph& g, const json& c) const {
   const int64_t b = b_tile_as_given(given, inputs_ab(g).second, g, c)
                         ? half_tile(chunk * (cols + kPadHalf))
                     : tile_16_bits(given, c, true) ? half_tile(half_rows(cols))
+                    : b_along_k(g)                 ? tile(cols * (chunk + kPadA))
                                                    : tile(chunk * (cols + kPadB));
   return (a + b) * c["stages"].get<int64_t>();
 }

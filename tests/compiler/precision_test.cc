@@ -168,6 +168,13 @@ TEST(TypedWorkload, SixteenBitOperandsAreTheirOwnPrecision) {
             (std::vector<int64_t>{5, 3, 4}));
   expect_user_error([] { parse_workload("matmul(M=2,N=3,K=4,trans_b=1)"); },
                     "trans_b=1 (B given as N x K) on float32 operands is not implemented yet");
+  expect_user_error(
+      [] { parse_workload("matmul(M=2,N=3,K=4,trans_b=1,precision=fp16)"); },
+      "trans_b=1 (B given as N x K) on float32 in fp16 operands is not implemented yet");
+  // ... and for float32 weights of TF32 products (a model's constant weights at --precision tf32).
+  EXPECT_EQ(
+      build_op(parse_workload("matmul(M=2,N=3,K=4,trans_b=1,precision=tf32)")).inputs[1]->shape,
+      (std::vector<int64_t>{3, 4}));
   expect_user_error([] { parse_workload("batch_matmul(B=1,M=2,N=3,K=4,dtype=float16,trans_b=2)"); },
                     "trans_b=2 is not 0 or 1");
 }

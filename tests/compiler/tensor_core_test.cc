@@ -1179,11 +1179,16 @@ TEST(TensorCore, Tf32FragmentsOfKMajorTilesAreReadByLdmatrix) {
   for (const char* text : {"matmul(M=50,N=37,K=40,precision=tf32,epilogue=bias)",
                            "batch_matmul(B=2,M=32,N=24,K=48,precision=tf32)",
                            "conv2d_nchw(N=1,C=8,H=7,W=7,K=40,R=3,S=3,pad=1,precision=tf32)",
-                           "conv2d_nhwc(N=1,H=6,W=6,C=8,K=24,R=3,S=3,pad=1,precision=tf32)"}) {
+                           "conv2d_nhwc(N=1,H=6,W=6,C=8,K=24,R=3,S=3,pad=1,precision=tf32)",
+                           // B given as [N][K] (a model's TF32 weights): its tile K-major too.
+                           "matmul(M=50,N=37,K=40,trans_b=1,precision=tf32,epilogue=bias)",
+                           "batch_matmul(B=2,M=32,N=24,K=44,trans_b=1,precision=tf32)"}) {
     Workload w = parse_workload(text);
     CompiledKernel k = compile_kernel(w, sm90, nullptr, "default", "");
     const std::string ir = ir::to_string(k.lowered.func);
     EXPECT_NE(ir.find("word_float(frag_a, 3)"), std::string::npos) << text << "\n" << ir;
+    if (w.flag("trans_b"))
+      EXPECT_NE(ir.find("word_float(frag_b"), std::string::npos) << text << "\n" << ir;
     testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 23);
     EXPECT_TRUE(r.ok()) << text << ": " << r.str();
   }
@@ -1195,6 +1200,18 @@ TEST(TensorCore, Tf32FragmentsOfKMajorTilesAreReadByLdmatrix) {
     EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), tm * uk) << what;
     EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2"), 0) << what;
     EXPECT_EQ(count(ptx, "ld.shared.f32"), 2 * tn * uk) << what;
+  }
+  {
+    // B given as [N][K]: both operands' fragments by ldmatrix (B's two matrices a tile paired
+    // into fours), no scalar shared load.
+    const auto [ptx, what, tm, tn, uk] = assemble_default(
+        parse_workload("matmul(M=4096,N=4096,K=4096,trans_b=1,precision=tf32)"), {});
+    EXPECT_EQ(count(ptx, "mma.sync.aligned.m16n8k8"), tm * tn * uk) << what;
+    EXPECT_EQ(4 * count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16") +
+                  2 * count(ptx, "ldmatrix.sync.aligned.m8n8.x2"),
+              4 * tm * uk + 2 * tn * uk)
+        << what;
+    EXPECT_EQ(count(ptx, "ld.shared.f32"), 0) << what;
   }
   const auto [ptx, what, tm, tn, uk] = assemble_default(
       parse_workload("conv2d_nchw(N=1,C=128,H=28,W=28,K=128,R=3,S=3,pad=1,precision=tf32)"), {});

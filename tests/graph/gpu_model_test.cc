@@ -303,6 +303,55 @@ TEST_F(GpuModel, TensorCoreModelsRunThroughTheDriverAndMatchTheReference) {
   }
 }
 
+// At --precision tf32 a product's constant float32 weights are read as [N][K] (trans_b=1, so
+// dense_tc.cuda reads B's fragments by ldmatrix): a MatMul's [K][N] weights and a Gemm's
+// transB=0 ones transposed once, a Gemm's transB=1 ones kept as they are. Through the fake
+// driver running the emulation (which reads the weights as the workload says): the reference
+// evaluation of the same rounding; a weight transposed the wrong way fails it.
+TEST_F(GpuModel, Tf32ProductsReadTheirWeightsAlongK) {
+  ModelBuilder b;
+  b.input("x", {2, 5, 24});
+  initializer(b, "w1", {24, 40}, 1);  // MatMul [K][N]
+  initializer(b, "w2", {16, 40}, 2);  // Gemm transB=1: [N][K]
+  initializer(b, "b2", {16}, 3);
+  initializer(b, "w3", {16, 12}, 4);  // Gemm transB=0: [K][N]
+  b.node("MatMul", {"x", "w1"}, {"h"});
+  b.node("Relu", {"h"}, {"r"});
+  b.node("Reshape", {"r", "shape"}, {"r2"});
+  tf::graph::testing::set_int(b.node("Gemm", {"r2", "w2", "b2"}, {"g"}), "transB", 1);
+  b.node("Gemm", {"g", "w3"}, {"y"});
+  b.output("y", {10, 12});
+  {
+    auto* t = b.g->add_initializer();
+    t->set_name("shape");
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(2);
+    t->add_int64_data(10);
+    t->add_int64_data(40);
+  }
+  Graph g = compile_both(b, "tf32w", "cuda -arch=sm_90", nullptr, tf::Precision::TF32);
+  EXPECT_EQ(g.tensor_core_nodes, 3);
+  int along_k = 0;
+  const json sc = sidecar("tf32w.so");
+  for (const json& k : sc["kernels"]) {
+    const std::string w = k.value("workload", "");
+    if (w.rfind("matmul(", 0) != 0) continue;
+    EXPECT_NE(w.find("trans_b=1"), std::string::npos) << w;
+    EXPECT_NE(w.find("precision=tf32"), std::string::npos) << w;
+    EXPECT_EQ(w.find("const_b"), std::string::npos) << w;
+    ++along_k;
+  }
+  EXPECT_EQ(along_k, 3);
+  HostTensor x = random_floats({2, 5, 24}, 7);
+  write_npy(path("x.npy"), x);
+  HostTensor want = run_reference(g, {{"x", x}}).at("y");
+  tf::CommandResult r =
+      tunefarm("tf32w", {"run", "--model", path("tf32w.so"), "--input", path("x.npy"), "--output",
+                         path("y.npy"), "--repeat", "1", "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(want, read_npy(path("y.npy"))), "");
+}
+
 // A post-norm transformer's pattern at --precision fp16: a LayerNorm output that products read
 // through views (turned sequence-first; reshaped) and a residual Add reads too, stored in 16
 // bits by the LayerNorm's kernel; the views pass the 16 bits on (the first in place, no

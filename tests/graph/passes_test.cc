@@ -375,10 +375,12 @@ TEST(GraphPasses, TensorCorePrecisionMarksProductsForCudaTargets) {
     // ... and the values only they read are stored in 16 bits (sixteen-bit-edges): conv1's
     // output, which conv2 reads, and the flattened features the MatMul reads.
     EXPECT_EQ(g.sixteen_bit_values, sixteen ? 2 : 0) << name;
-    EXPECT_EQ(t.tasks[2].workload,
-              sixteen ? tf::str("matmul(M=6,N=5,K=24,trans_b=1,dtype=", p == Precision::Float16 ? "float16" : "bfloat16",
-                            ",epilogue=none)")
-                      : std::string("matmul(M=6,N=5,K=24,const_b=1,precision=") + name + ",epilogue=none)");
+    EXPECT_EQ(t.tasks[2].workload, sixteen
+                                       ? tf::str("matmul(M=6,N=5,K=24,trans_b=1,dtype=",
+                                                 p == Precision::Float16 ? "float16" : "bfloat16",
+                                                 ",epilogue=none)")
+                                       : std::string("matmul(M=6,N=5,K=24,trans_b=1,precision=") +
+                                             name + ",epilogue=none)");  // TF32: [N][K]
     EXPECT_NE(t.tasks[0].workload.find(sixteen ? tf::str("dtype=float32,weight_dtype=", p == Precision::Float16 ? "float16" : "bfloat16")
                                                : std::string("precision=") + name),
               std::string::npos)
