@@ -12,7 +12,7 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
+# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_fp32,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_warp64,bench_pairs,sweep_swizzle,sweep_conv9,bench_bert16,sweep_random,sweep_grouped,tune_rate,
 # tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
@@ -110,6 +110,10 @@ step model_fp16 150 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --r
 step model_o3 120 python3 bench/gpu_model_bench.py "$bin" --models bert_base,vit_b_16,swin_t --rounds 3 \
   --also-opt-level 3 --json "$WORK/model_o3.json"
 step profile_fp16 60 python3 bench/gpu_profile.py "$bin" --precision fp16 --models bert_base --calls 5 --top 12
+# The float32 BERT-base's kernels at -O2: its LayerNorms and softmaxes are block reductions
+# (session 96: one tree level, merged barriers; session 87 timed its LayerNorms at 7.3 us each
+# against PyTorch's 3.3).
+step profile_fp32 60 python3 bench/gpu_profile.py "$bin" --models bert_base --calls 5 --top 14
 # The float32 BERT-base's kernels at -O3: what fuse-attention's kernel costs a layer (100 us in session 87).
 step profile_o3 60 python3 bench/gpu_profile.py "$bin" --opt-level 3 --models bert_base --calls 5 --top 12
 # Issue 55/57: does the tensor-core space hold configs better than the default? (kernel time)
@@ -191,8 +195,11 @@ step sweep_random 200 bash -c "python3 bench/gpu_config_sweep.py '$bin' --precis
 step sweep_grouped 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp32 --groups grouped --random 40 --calls 10
 step sweep_half 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --half \
   --calls 10
-step bench_tf32 50 python3 bench/gpu_bench.py "$bin" --precision tf32 --groups dense,bert --rounds 3 \
-  --json "$WORK/bench_tf32.json"
+# The trans_b=1 rows: B given as [N][K], as --precision tf32 models give their weights since
+# session 96 (both operands' fragments by ldmatrix), beside the [K][N] rows of the groups.
+step bench_tf32 60 python3 bench/gpu_bench.py "$bin" --precision tf32 --groups dense,bert --rounds 3 \
+  -w 'matmul(M=4096,N=4096,K=4096,trans_b=1,precision=tf32)' \
+  -w 'matmul(M=128,N=3072,K=768,trans_b=1,precision=tf32,epilogue=bias)' --json "$WORK/bench_tf32.json"
 step model_tf32 80 python3 bench/gpu_model_bench.py "$bin" --precision tf32 --models bert_base,resnet50 \
   --rounds 3 --json "$WORK/model_tf32.json"
 step model_bf16 60 python3 bench/gpu_model_bench.py "$bin" --precision bf16 --realistic --models bert_base,resnet50 \
