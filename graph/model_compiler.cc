@@ -322,15 +322,17 @@ class ModelBuilder {
   }
 
   // A constant [K, N] made of a constant [N, K] (Gemm's transB; the other way for a TF32
-  // product's weights), added to the graph.
+  // product's weights), added to the graph once (layers sharing weights share it).
   std::string transposed(const std::string& name) {
+    const std::string key = name + "/transposed";
+    if (auto it = packed_.find(key); it != packed_.end()) return it->second;
     const Value& v = g_.value(name);
     const HostTensor& t = *v.constant;
     int64_t N = v.shape[0], K = v.shape[1];
     HostTensor out = HostTensor::floats({K, N}, std::vector<float>(t.f.size()));
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k) out.f[k * N + n] = t.f[n * K + k];
-    return add_constant(name + "_T", std::move(out));
+    return packed_[key] = add_constant(name + "_T", std::move(out));
   }
 
   void add_generic(const std::vector<const Node*>& nodes, const std::string& out) {
@@ -412,7 +414,8 @@ class ModelBuilder {
   std::map<std::string, size_t> node_index_;
   std::vector<KernelBuild> builds_;
   std::vector<FusedGroup> groups_;
-  std::map<std::string, std::string> packed_;  // name/dim/block -> packed constant
+  // name/dim/block, name/winograd/tile, name/transposed -> the constant made of it
+  std::map<std::string, std::string> packed_;
   std::map<std::string, std::vector<std::string>> operands_;  // node_key (input 0 left out) -> kernel_constants
 };
 

@@ -39,6 +39,14 @@ std::string operand_types_key(const Graph& g, const Node& n) {
   return key.empty() ? precision_key(n) : key;
 }
 
+// How a MatMul's or Gemm's matrix product reads its weights: given as [N][K] (a TF32
+// product's constant weights, tf32_weights_along_k), packed once when the model is compiled
+// (other constant weights: tuned as the model runs them), or as computed.
+const char* weights_key(const Graph& g, const Node& n) {
+  if (tf32_weights_along_k(g, n)) return ",trans_b=1";
+  return g.is_constant(n.inputs[1]) ? ",const_b=1" : "";
+}
+
 }  // namespace
 
 std::string sixteen_bit_types_key(DType data, DType weights) {
@@ -102,11 +110,8 @@ AnchorWorkload matmul_workload(const Graph& g, const Node& n) {
   if (b.size() == 2) {
     // [..., M, K] x [K, N]: the leading dimensions are more rows.
     for (size_t d = 0; d + 2 < a.size(); ++d) M *= a[d];
-    // Constant weights are packed once when the model is compiled: tuned as it runs them.
-    const char* b_key = tf32_weights_along_k(g, n)   ? ",trans_b=1"
-                        : g.is_constant(n.inputs[1]) ? ",const_b=1"
-                                                     : "";
-    return {str("matmul(M=", M, ",N=", N, ",K=", K, b_key, operand_types_key(g, n)), ""};
+    return {str("matmul(M=", M, ",N=", N, ",K=", K, weights_key(g, n), operand_types_key(g, n)),
+            ""};
   }
   Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
   if (ab != bb)
@@ -126,12 +131,10 @@ AnchorWorkload gemm_workload(const Graph& g, const Node& n) {
   if (bias && (n.get_float("beta", 1) != 1.0f || num_elements(g.value(n.inputs[2]).shape) != N)) {
     return {"", "a C that is not a bias of N values"};
   }
-  // transB: the constant weights are transposed at compile time (and packed, as above), or
-  // kept [N][K] for a TF32 product (tf32_weights_along_k).
-  const char* b_key = tf32_weights_along_k(g, n)   ? ",trans_b=1"
-                      : g.is_constant(n.inputs[1]) ? ",const_b=1"
-                                                   : "";
-  return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1], b_key, precision_key(n)), "", bias};
+  // transB: the constant weights are transposed at compile time (and packed), or kept [N][K]
+  // for a TF32 product (weights_key).
+  return {str("matmul(M=", a[0], ",N=", N, ",K=", a[1], weights_key(g, n), precision_key(n)), "",
+          bias};
 }
 
 // Its operator checked everything a workload needs (graph/layout.h).

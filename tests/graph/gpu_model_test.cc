@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -305,7 +306,8 @@ TEST_F(GpuModel, TensorCoreModelsRunThroughTheDriverAndMatchTheReference) {
 
 // At --precision tf32 a product's constant float32 weights are read as [N][K] (trans_b=1, so
 // dense_tc.cuda reads B's fragments by ldmatrix): a MatMul's [K][N] weights and a Gemm's
-// transB=0 ones transposed once, a Gemm's transB=1 ones kept as they are. Through the fake
+// transB=0 ones transposed once (once for two products sharing them), a Gemm's transB=1 ones
+// kept as they are. Through the fake
 // driver running the emulation (which reads the weights as the workload says): the reference
 // evaluation of the same rounding; a weight transposed the wrong way fails it.
 TEST_F(GpuModel, Tf32ProductsReadTheirWeightsAlongK) {
@@ -315,7 +317,10 @@ TEST_F(GpuModel, Tf32ProductsReadTheirWeightsAlongK) {
   initializer(b, "w2", {16, 40}, 2);  // Gemm transB=1: [N][K]
   initializer(b, "b2", {16}, 3);
   initializer(b, "w3", {16, 12}, 4);  // Gemm transB=0: [K][N]
-  b.node("MatMul", {"x", "w1"}, {"h"});
+  b.node("MatMul", {"x", "w1"}, {"h1"});
+  b.node("Relu", {"x"}, {"rx"});
+  b.node("MatMul", {"rx", "w1"}, {"h2"});  // the same weights
+  b.node("Add", {"h1", "h2"}, {"h"});
   b.node("Relu", {"h"}, {"r"});
   b.node("Reshape", {"r", "shape"}, {"r2"});
   tf::graph::testing::set_int(b.node("Gemm", {"r2", "w2", "b2"}, {"g"}), "transB", 1);
@@ -330,8 +335,9 @@ TEST_F(GpuModel, Tf32ProductsReadTheirWeightsAlongK) {
     t->add_int64_data(40);
   }
   Graph g = compile_both(b, "tf32w", "cuda -arch=sm_90", nullptr, tf::Precision::TF32);
-  EXPECT_EQ(g.tensor_core_nodes, 3);
+  EXPECT_EQ(g.tensor_core_nodes, 4);
   int along_k = 0;
+  std::set<std::string> w1_given;  // the constants the two products of w1 read
   const json sc = sidecar("tf32w.so");
   for (const json& k : sc["kernels"]) {
     const std::string w = k.value("workload", "");
@@ -339,9 +345,11 @@ TEST_F(GpuModel, Tf32ProductsReadTheirWeightsAlongK) {
     EXPECT_NE(w.find("trans_b=1"), std::string::npos) << w;
     EXPECT_NE(w.find("precision=tf32"), std::string::npos) << w;
     EXPECT_EQ(w.find("const_b"), std::string::npos) << w;
+    if (w.find("N=40,K=24") != std::string::npos) w1_given.insert(k["args"][1].get<std::string>());
     ++along_k;
   }
-  EXPECT_EQ(along_k, 3);
+  EXPECT_EQ(along_k, 4);
+  EXPECT_EQ(w1_given.size(), 1u);  // transposed once
   HostTensor x = random_floats({2, 5, 24}, 7);
   write_npy(path("x.npy"), x);
   HostTensor want = run_reference(g, {{"x", x}}).at("y");
