@@ -103,12 +103,15 @@ step bench_kn16 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --groups '
 # --also-opt-level 3: the same with fuse-attention (-O3 only since session 87, which timed its first
 # kernel at 100 us a layer, 2.08 ms against the chain's 1.06; its second, the rows' max and sum
 # spread over 32 lanes and the products unrolled, is untimed).
-step model_fp16 150 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --realistic \
+# --without-pass read-views-in-products: the same with the attention's Q, K, V and merged heads
+# copied by kernels of their own (session 97 made the products read them through the views: BERT
+# 4 kernels a layer fewer; untimed).
+step model_fp16 180 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --realistic \
   --models "${FP16_MODELS:-bert_base,resnet50,mobilenet_v2}" --rounds 3 --without-pass sixteen-bit-edges \
-  --also-opt-level 3 --json "$WORK/model_fp16.json"
+  --without-pass read-views-in-products --also-opt-level 3 --json "$WORK/model_fp16.json"
 # Issue 55: the attention models in float32 at -O2 (the chain) and -O3 (fuse-attention's kernel).
-step model_o3 120 python3 bench/gpu_model_bench.py "$bin" --models bert_base,vit_b_16,swin_t --rounds 3 \
-  --also-opt-level 3 --json "$WORK/model_o3.json"
+step model_o3 150 python3 bench/gpu_model_bench.py "$bin" --models bert_base,vit_b_16,swin_t --rounds 3 \
+  --without-pass read-views-in-products --also-opt-level 3 --json "$WORK/model_o3.json"
 step profile_fp16 60 python3 bench/gpu_profile.py "$bin" --precision fp16 --models bert_base --calls 5 --top 12
 # The float32 BERT-base's kernels at -O2: its LayerNorms and softmaxes are block reductions
 # (session 96: one tree level, merged barriers; session 87 timed its LayerNorms at 7.3 us each
@@ -200,8 +203,8 @@ step sweep_half 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --
 step bench_tf32 60 python3 bench/gpu_bench.py "$bin" --precision tf32 --groups dense,bert --rounds 3 \
   -w 'matmul(M=4096,N=4096,K=4096,trans_b=1,precision=tf32)' \
   -w 'matmul(M=128,N=3072,K=768,trans_b=1,precision=tf32,epilogue=bias)' --json "$WORK/bench_tf32.json"
-step model_tf32 80 python3 bench/gpu_model_bench.py "$bin" --precision tf32 --models bert_base,resnet50 \
-  --rounds 3 --json "$WORK/model_tf32.json"
+step model_tf32 100 python3 bench/gpu_model_bench.py "$bin" --precision tf32 --models bert_base,resnet50 \
+  --rounds 3 --without-pass read-views-in-products --json "$WORK/model_tf32.json"
 step model_bf16 60 python3 bench/gpu_model_bench.py "$bin" --precision bf16 --realistic --models bert_base,resnet50 \
   --rounds 3 --json "$WORK/model_bf16.json"
 # Issue 56: grouped convolutions as one kernel a layer (were 26x / 10x behind PyTorch).

@@ -66,25 +66,56 @@ namespace {
 
 class OperandRounder : public ir::StageRebuilder {
  public:
+  // The product's operands where the reduction reads them (an operand a model's views compute
+  // is rounded as the template rounds it, once, after the views), else data and weight; by
+  // name, as the rebuilt stages are new ones.
   explicit OperandRounder(const OpGraph& g) : precision_(g.workload.types.precision) {
-    for (size_t k = 0; k < 2 && k < g.inputs.size(); ++k) operands_.insert(g.inputs[k].get());
+    const auto [a, b] =
+        g.acc ? product_reads(g.acc) : std::pair<const TensorRead*, const TensorRead*>{};
+    if (a && b) {
+      operands_ = {a->op->name, b->op->name};
+      return;
+    }
+    for (size_t k = 0; k < 2 && k < g.inputs.size(); ++k) operands_.insert(g.inputs[k]->name);
   }
 
   Expr mutate_expr(const Expr& e) override {
     Expr m = StageRebuilder::mutate_expr(e);
     const TensorRead* r = m.as<TensorRead>();
-    if (r && operands_.count(r->op.get()) && m.type() == Type::float32()) return rounded(precision_, m);
+    if (r && operands_.count(r->op->name) && m.type() == Type::float32())
+      return rounded(precision_, m);
     return m;
   }
 
  private:
   Precision precision_;
-  std::set<const ir::Operation*> operands_;
+  std::set<std::string> operands_;
 };
 
 }  // namespace
 
 ir::Tensor with_operands_rounded(const OpGraph& g) { return OperandRounder(g).rebuild(g.output); }
+
+std::pair<const TensorRead*, const TensorRead*> product_reads(const Tensor& acc) {
+  const ir::Reduce* red = acc->reduce();
+  const ir::Binary* mul = red ? red->source.as<ir::Binary>() : nullptr;
+  if (!mul || mul->kind != ExprKind::Mul) return {};
+  auto read_of = [](Expr e) -> const TensorRead* {
+    for (;;) {
+      if (const ir::Select* sel = e.as<ir::Select>()) {
+        e = sel->t;
+      } else if (const ir::Call* c = e.as<ir::Call>();
+                 c && c->args.size() == 1 && (c->name == kF16ToFloat || c->name == kBF16ToFloat)) {
+        e = c->args[0];
+      } else if (const ir::Cast* c = e.as<ir::Cast>()) {
+        e = c->value;
+      } else {
+        return e.as<TensorRead>();
+      }
+    }
+  };
+  return {read_of(mul->a), read_of(mul->b)};
+}
 
 Type ir_type(DType t) {
   switch (t) {

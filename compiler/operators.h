@@ -29,6 +29,10 @@ struct OpGraph {
   // Elementwise stages between acc and output that a whole-model compile fuses in (a residual
   // add, a clip: graph/model_compiler.h); every template inlines them into the output.
   std::vector<ir::Tensor> tail;
+  // Stages computing an operand from the inputs (a model's layout views of a value, its Casts
+  // and scalings: graph/model_compiler.cc), read through one stage in the operand's shape that
+  // the templates stage as a computed operand; every template inlines these into it.
+  std::vector<ir::Tensor> prologue;
   // Inputs the caller passes already packed (a compiled model's constant weights): the
   // templates then read `<input>.pack` instead of packing on every call.
   std::set<std::string> prepacked;
@@ -91,5 +95,10 @@ ir::Expr rounded(Precision p, ir::Expr e);
 // lowers a kernel of warp-level products, which a serialized grid cannot run, from this
 // (graph/model_compiler.cc).
 ir::Tensor with_operands_rounded(const OpGraph& g);
+
+// The reads that reduction `acc` multiplies (a matmul's A and B, a convolution's padded data
+// and weights), past selects, widening calls and casts; nulls where its sum is no product of two
+// reads.
+std::pair<const ir::TensorRead*, const ir::TensorRead*> product_reads(const ir::Tensor& acc);
 
 }  // namespace tf

@@ -180,6 +180,7 @@ ir::Schedule apply_config(const OpGraph& g, const Target& t, const json& config)
   OpGraph sg = tpl.schedule_graph(g, t, c);
   ir::Schedule s(sg.output);
   for (const ir::Tensor& tail : sg.tail) s.stage(tail->name).compute_inline();
+  for (const ir::Tensor& p : sg.prologue) s.stage(p->name).compute_inline();
   tpl.apply(s, sg, t, c);
   return s;
 }

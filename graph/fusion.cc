@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "graph/memory_plan.h"
 #include "graph/ops.h"
 #include "graph/pass.h"
 
@@ -107,6 +108,27 @@ std::map<std::string, Diamond> find_diamonds(const Graph& g, const std::map<std:
 
 }  // namespace
 
+bool reads_operand_views(const Node& n) {
+  return n.op == "MatMul" || n.op == "Gemm" || n.op == kTensorCoreMatMul;
+}
+
+bool recomputed_in_operand(const Graph& g, const Node& n) {
+  static const std::set<std::string> views = {"Reshape",   "Transpose", "Slice",    "Squeeze",
+                                              "Unsqueeze", "Flatten",   "Identity", "Cast"};
+  if (views.count(n.op)) return n.outputs.size() == 1;
+  // A scaling (attention's division of Q by sqrt(d)): a float binary step with a scalar
+  // constant operand.
+  static const std::set<std::string> scalings = {"Mul", "Div", "Add", "Sub"};
+  if (!scalings.count(n.op) || n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+  int scalars = 0;
+  for (const std::string& in : n.inputs) {
+    const Value& v = g.value(in);
+    if (v.dtype != DType::F32) return false;
+    scalars += v.constant && v.constant->size() == 1;
+  }
+  return scalars == 1;
+}
+
 std::vector<FusedGroup> plan_fusion(const Graph& g) {
   std::map<std::string, int> uses = use_counts(g);
   std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
@@ -195,7 +217,26 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
   // fuses_operands (FusedAttention): the elementwise and injective groups computing n's
   // inputs for it alone merge into one group, which n then joins; its kind becomes n's. Returns
   // the group n joins (groups.size(): a new one). Merged groups are left empty and dropped.
-  auto take_operands = [&](const Node& n, std::set<size_t>& reads) {
+  // Whether group k is views that memory planning computes in place (graph/memory_plan.h
+  // is_view, of a computed value): no kernel to save, and the product copies their source as
+  // an input (cp.async) rather than computing a view of it.
+  auto in_place_views = [&](size_t k) {
+    std::set<std::string> made;
+    for (const std::string& m : groups[k].nodes) {
+      for (const std::string& o : by_name.at(m)->outputs) made.insert(o);
+    }
+    for (const std::string& m : groups[k].nodes) {
+      const Node& v = *by_name.at(m);
+      if (!is_view(g, v) || v.inputs.empty()) return false;
+      if (!made.count(v.inputs[0]) &&
+          std::find(g.inputs.begin(), g.inputs.end(), v.inputs[0]) != g.inputs.end())
+        return false;
+    }
+    return true;
+  };
+  // `views_only` (a product reading views, products_read_views): only groups of layout views
+  // and cheap steps (recomputed_in_operand), not ones computed in place.
+  auto take_operands = [&](const Node& n, std::set<size_t>& reads, bool views_only) {
     size_t target = groups.size();
     for (const std::string& in : n.inputs) {
       auto it = group_of_value.find(in);
@@ -203,6 +244,12 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
       const size_t k = it->second;
       if (k == target || (groups[k].kind != OpKind::Elementwise && groups[k].kind != OpKind::Injective) ||
           !read_only_by(k, n))
+        continue;
+      if (views_only && (!std::all_of(groups[k].nodes.begin(), groups[k].nodes.end(),
+                                      [&](const std::string& m) {
+                                        return recomputed_in_operand(g, *by_name.at(m));
+                                      }) ||
+                         in_place_views(k)))
         continue;
       if (target == groups.size()) {
         if (groups[k].nodes.size() >= kMaxGroupNodes) continue;
@@ -231,8 +278,9 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
       if (it != group_of_value.end()) reads.insert(it->second);
     }
     size_t target = groups.size();
-    const bool takes_operands = find_op(n.op)->fuses_operands;
-    if (takes_operands) target = take_operands(n, reads);
+    const bool takes_views = g.products_read_views && reads_operand_views(n);
+    const bool takes_operands = find_op(n.op)->fuses_operands || takes_views;
+    if (takes_operands) target = take_operands(n, reads, takes_views);
     // Inputs widened from 16 bits last (below).
     std::vector<std::string> candidates;
     for (bool widened : {false, true}) {

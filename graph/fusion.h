@@ -29,7 +29,13 @@
 //               entry says fuses_operands (FusedAttention) first takes in every elementwise or
 //               injective group that computes one of its inputs for it alone (its values read
 //               by that group or the node only, none returned), merged into one
-//               group when no outside group sits between them
+//               group when no outside group sits between them; so does a MatMul or Gemm
+//               of a graph marked products_read_views (pass read-views-in-products, cuda
+//               targets; MatMulTensorCore too), taking only groups of layout views and scalings
+//               (recomputed_in_operand), not views computed in place (Reshapes of a computed
+//               value: graph/memory_plan.h): the product reads its operand tiles through them
+//               (attention's Q, K and V sliced out of one wide product, its heads merged),
+//               and the kernels that only copied them are gone
 // and no group has more than kMaxGroupNodes nodes.
 #pragma once
 
@@ -56,5 +62,13 @@ struct FusedGroup {
 };
 
 std::vector<FusedGroup> plan_fusion(const Graph& g);
+
+// Whether node `n` is a product that reads its operands through views where the graph says
+// products_read_views (MatMul, Gemm, and MatMulTensorCore: either at fp16 and bf16).
+bool reads_operand_views(const Node& n);
+// Whether node `n` is cheap enough for a product to recompute while it reads an operand tile:
+// a layout view (Reshape, Transpose, Slice, Squeeze, Unsqueeze, Flatten, Identity), a Cast, or a
+// float Mul, Div, Add or Sub by a scalar constant.
+bool recomputed_in_operand(const Graph& g, const Node& n);
 
 }  // namespace tf::graph

@@ -159,6 +159,9 @@ struct Graph {
   // one-image-at-a-time found that the model keeps the images apart and that it pays:
   // graph/image_loop.h).
   bool one_image_at_a_time = false;
+  // Products (MatMul, Gemm) read operands that layout views and scalings compute inside their
+  // kernels (pass read-views-in-products, cuda targets: graph/fusion.h).
+  bool products_read_views = false;
   // What each QuantizeLinear/DequantizeLinear output was before its float32 expansion, by
   // the output's name, for the passes that fold them into int8 kernels.
   struct Qdq {

@@ -13,6 +13,7 @@
 #include "compiler/ir_mutator.h"
 #include "compiler/model_codegen.h"
 #include "compiler/schedule_templates.h"
+#include "compiler/te_rebuild.h"
 #include "compiler/winograd.h"
 #include "graph/element_types.h"
 #include "graph/fusion.h"
@@ -52,7 +53,16 @@ class ModelBuilder {
     std::vector<const Node*> nodes;
     for (const std::string& name : grp.nodes) nodes.push_back(&g_.nodes[node_index_.at(name)]);
     if (grp.outputs.size() == 1) {
-      if (grp.kind == OpKind::Anchor && try_anchor(nodes, grp.outputs[0])) return;
+      if (grp.kind == OpKind::Anchor) {
+        if (try_anchor(nodes, grp.outputs[0])) return;
+        // A product that cannot read its operands through the views that make them: the views
+        // are kernels of their own (as without products_read_views), the product the rest.
+        if (const size_t p = anchor_position(nodes); p > 0) {
+          add_prologue_kernels(nodes, p);
+          nodes.erase(nodes.begin(), nodes.begin() + static_cast<int64_t>(p));
+          if (try_anchor(nodes, grp.outputs[0])) return;
+        }
+      }
       add_generic(nodes, grp.outputs[0]);
       return;
     }
@@ -86,7 +96,144 @@ class ModelBuilder {
     builds_.push_back(std::move(b));
   }
 
-  bool try_anchor(const std::vector<const Node*>& nodes, const std::string& group_out) {
+  // Where a group's anchor is: after the views it reads its operands through, if any
+  // (products_read_views: graph/fusion.h).
+  static size_t anchor_position(const std::vector<const Node*>& nodes) {
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      if (op_kind(nodes[k]->op) == OpKind::Anchor) return k;
+    }
+    return 0;
+  }
+
+  // The views before a group's anchor (nodes[0, p)) as generic kernels, one per operand of the
+  // anchor they compute, each of the nodes that operand needs.
+  void add_prologue_kernels(const std::vector<const Node*>& nodes, size_t p) {
+    std::map<std::string, size_t> producer;
+    for (size_t k = 0; k < p; ++k) {
+      for (const std::string& o : nodes[k]->outputs) producer[o] = k;
+    }
+    std::set<std::string> done;
+    for (const std::string& v : nodes[p]->inputs) {
+      if (!producer.count(v) || !done.insert(v).second) continue;
+      std::set<size_t> needed;
+      std::vector<std::string> stack{v};
+      while (!stack.empty()) {
+        auto it = producer.find(stack.back());
+        stack.pop_back();
+        if (it == producer.end() || !needed.insert(it->second).second) continue;
+        for (const std::string& in : nodes[it->second]->inputs) stack.push_back(in);
+      }
+      std::vector<const Node*> chain;
+      for (size_t k : needed) chain.push_back(nodes[k]);
+      add_generic(chain, v);
+    }
+  }
+
+  // Indices, in a tensor of shape `to`, of the element at `at` in a tensor of shape `from` that
+  // holds the same elements in the same order with the same last dimension (a MatMul's operand
+  // as its workload sees it: leading dimensions flattened into the batch or the rows).
+  static std::vector<ir::Expr> same_element(const std::vector<ir::Expr>& at, const Shape& from,
+                                            const Shape& to) {
+    auto lead = [](const Shape& s) {
+      size_t k = 0;
+      while (k + 1 < s.size() && s[k] == 1) ++k;
+      return k;
+    };
+    const size_t f0 = lead(from), t0 = lead(to);
+    if (Shape(from.begin() + static_cast<int64_t>(f0), from.end()) ==
+        Shape(to.begin() + static_cast<int64_t>(t0), to.end())) {
+      std::vector<ir::Expr> out(t0, ir::Expr(0));
+      out.insert(out.end(), at.begin() + static_cast<int64_t>(f0), at.end());
+      return out;
+    }
+    ir::Expr row(0);
+    for (size_t d = 0; d + 1 < from.size(); ++d) row = row * ir::Expr(from[d]) + at[d];
+    std::vector<ir::Expr> out(to.size());
+    out.back() = at.back();
+    for (size_t d = to.size() - 1; d-- > 0;) {
+      out[d] = d == 0 ? row : row % ir::Expr(to[d]);
+      row = row / ir::Expr(to[d]);
+    }
+    return out;
+  }
+
+  // Product `og` of anchor `a` reading the operands that `prologue` computes (layout views,
+  // Casts, scalings: graph/fusion.h) through that computation: each such operand's placeholder
+  // is replaced by a view in its shape (<operand>_view) of the value the prologue's stages
+  // compute, which the templates stage as a computed operand; those stages are og.prologue,
+  // inlined into the view. `args` (og.inputs' values, in order) loses the operands and gains
+  // the values the prologue reads. False (nothing changed) where an operand's value does not
+  // hold the workload operand's elements in order, in its type.
+  bool read_through_views(OpGraph& og, const Node& a, const std::vector<const Node*>& prologue,
+                          std::vector<std::string>& args) {
+    TeEnv e{"view_arg", {}, {}, {}};
+    std::set<std::string> made;
+    for (size_t k = 0; k < prologue.size(); ++k) {
+      evaluate(e, *prologue[k], str("v", k, "_"));
+      for (const std::string& o : prologue[k]->outputs) made.insert(o);
+    }
+    std::map<const ir::Operation*, ir::Tensor> views;
+    std::vector<ir::Tensor> sources;
+    for (size_t i = 0; i < 2 && i < og.inputs.size() && i < a.inputs.size(); ++i) {
+      if (!made.count(a.inputs[i])) continue;
+      const ir::Tensor from = e.env.at(a.inputs[i]).tensor;
+      const ir::Tensor& p = og.inputs[i];
+      if (!from || from->dtype != p->dtype || from->shape.empty() || p->shape.empty() ||
+          ir::num_elements(from->shape) != ir::num_elements(p->shape) ||
+          from->shape.back() != p->shape.back())
+        return false;
+      std::vector<std::string> names;
+      for (size_t d = 0; d < p->shape.size(); ++d) names.push_back(str("d", d));
+      views[p.get()] =
+          ir::compute(p->name + "_view", p->shape, names, [&](const std::vector<ir::Expr>& at) {
+            return ir::read(from, same_element(at, p->shape, from->shape));
+          });
+      sources.push_back(from);
+    }
+    if (views.empty()) return false;
+    // The prologue's stages: what the views read, down to the placeholders.
+    std::set<const ir::Operation*> seen;
+    while (!sources.empty()) {
+      ir::Tensor t = sources.back();
+      sources.pop_back();
+      if (t->is_placeholder() || !seen.insert(t.get()).second) continue;
+      og.prologue.push_back(t);
+      for (const ir::Tensor& in : ir::inputs_of(t)) sources.push_back(in);
+    }
+    ir::StageRebuilder rebuild(views);
+    og.output = rebuild.rebuild(og.output);
+    for (ir::Tensor& t : og.tail) t = rebuild.rebuild(t);
+    og.acc = rebuild.rebuild(og.acc);
+    if (og.pad) og.pad = rebuild.rebuild(og.pad);
+    std::vector<ir::Tensor> inputs;
+    std::vector<std::string> kept;
+    for (size_t i = 0; i < og.inputs.size(); ++i) {
+      if (views.count(og.inputs[i].get())) {
+        og.word_types.erase(og.inputs[i]->name);
+        continue;
+      }
+      inputs.push_back(og.inputs[i]);
+      kept.push_back(args[i]);
+    }
+    // 16-bit values the views read are 16-bit elements, as the workload's operands are.
+    for (size_t k = 0; k < e.args.size(); ++k) {
+      const DType t = g_.value(e.args[k]).dtype;
+      if (is_storage16(t))
+        og.word_types[e.placeholders[k]->name] =
+            t == DType::BF16 ? kBFloat16Elements : kFloat16Elements;
+    }
+    inputs.insert(inputs.end(), e.placeholders.begin(), e.placeholders.end());
+    kept.insert(kept.end(), e.args.begin(), e.args.end());
+    og.inputs = std::move(inputs);
+    args = std::move(kept);
+    return true;
+  }
+
+  bool try_anchor(const std::vector<const Node*>& group, const std::string& group_out) {
+    const size_t at = anchor_position(group);
+    const std::vector<const Node*> prologue(group.begin(),
+                                            group.begin() + static_cast<int64_t>(at));
+    const std::vector<const Node*> nodes(group.begin() + static_cast<int64_t>(at), group.end());
     const Node& a = *nodes[0];
     AnchorWorkload aw = anchor_workload(g_, a);
     if (aw.spec.empty()) return false;
@@ -141,6 +288,7 @@ class ModelBuilder {
     OpGraph og = tail ? std::move(*fused) : build_op(w);
     // Constant weights are packed here, once, if the template packs them (CPU templates).
     if (g_.is_constant(args[1]) && target_.is_cpu()) og.prepacked.insert(og.inputs[1]->name);
+    if (!prologue.empty() && !read_through_views(og, a, prologue, args)) return false;
     CompiledKernel k = compile_op_graph(og, target_, kc.config, kc.source, name);
     for (const ir::Schedule::Packing& p : k.packed) {
       for (size_t i = 0; i < og.inputs.size(); ++i) {
@@ -164,10 +312,10 @@ class ModelBuilder {
       b.info.template_name = "generic, emulating " + b.info.template_name;
       ++emulated_products_;
     }
-    record(
-        std::move(b), OpKind::Anchor,
-        tail ? nodes
-             : std::vector<const Node*>(nodes.begin(), nodes.begin() + static_cast<int64_t>(used)));
+    std::vector<const Node*> made = prologue;
+    made.insert(made.end(), nodes.begin(),
+                tail ? nodes.end() : nodes.begin() + static_cast<int64_t>(used));
+    record(std::move(b), OpKind::Anchor, made);
     if (!tail && !rest.empty()) add_generic(rest, group_out);
     return true;
   }
@@ -335,52 +483,73 @@ class ModelBuilder {
     return packed_[key] = add_constant(name + "_T", std::move(out));
   }
 
-  void add_generic(const std::vector<const Node*>& nodes, const std::string& out) {
+  // Nodes' tensor expressions, evaluated in order over placeholders for the values they read
+  // from outside the kernel (`args`, in call order, named <prefix>0, <prefix>1, ...).
+  struct TeEnv {
+    std::string prefix;
     std::map<std::string, TeOperand> env;
     std::vector<std::string> args;
     std::vector<ir::Tensor> placeholders;
-    auto operand = [&](const Node& n, size_t input) -> TeOperand {
-      const std::string& name = n.inputs[input];
-      if (name.empty()) return {};
-      if (auto it = env.find(name); it != env.end()) return it->second;
-      if (std::optional<TeOperand> c = constant_operand(g_, n, input)) {
-        // A parameter depends on the reading node (reads_as_data): only scalars are kept.
-        if (c->scalar) env[name] = *c;
-        return *c;
+  };
+
+  // How node n's input `input` is read in the kernel of `e`: an earlier node's tensor, a
+  // folded constant, or a new placeholder (and argument).
+  TeOperand operand(TeEnv& e, const Node& n, size_t input) {
+    const std::string& name = n.inputs[input];
+    if (name.empty()) return {};
+    if (auto it = e.env.find(name); it != e.env.end()) return it->second;
+    if (std::optional<TeOperand> c = constant_operand(g_, n, input)) {
+      // A parameter depends on the reading node (reads_as_data): only scalars are kept.
+      if (c->scalar) e.env[name] = *c;
+      return *c;
+    }
+    const Value& v = g_.value(name);
+    std::string arg = name;
+    if (v.constant && v.dtype != DType::F32) {  // int64 and bool values are floats in kernels
+      std::vector<float> f(static_cast<size_t>(v.constant->size()));
+      for (size_t k = 0; k < f.size(); ++k) {
+        int64_t x = v.constant->as_int(static_cast<int64_t>(k));
+        f[k] = v.dtype == DType::Bool ? (x != 0 ? 1.0f : 0.0f) : static_cast<float>(x);
       }
-      const Value& v = g_.value(name);
-      std::string arg = name;
-      if (v.constant && v.dtype != DType::F32) {  // int64 and bool values are floats in kernels
-        std::vector<float> f(static_cast<size_t>(v.constant->size()));
-        for (size_t k = 0; k < f.size(); ++k) {
-          int64_t x = v.constant->as_int(static_cast<int64_t>(k));
-          f[k] = v.dtype == DType::Bool ? (x != 0 ? 1.0f : 0.0f) : static_cast<float>(x);
-        }
-        arg = add_constant(name + "_f32", HostTensor::floats(v.shape, std::move(f)));
-      }
-      TeOperand o{v.shape, ir::placeholder(str("arg", args.size()), v.shape, kernel_type(v.dtype)),
-                  std::nullopt};
-      args.push_back(arg);
-      placeholders.push_back(o.tensor);
-      env[name] = o;
-      return o;
-    };
+      arg = add_constant(name + "_f32", HostTensor::floats(v.shape, std::move(f)));
+    }
+    TeOperand o{v.shape,
+                ir::placeholder(str(e.prefix, e.args.size()), v.shape, kernel_type(v.dtype)),
+                std::nullopt};
+    e.args.push_back(arg);
+    e.placeholders.push_back(o.tensor);
+    e.env[name] = o;
+    return o;
+  }
+
+  // Node n's stages in `e`, named <stage_prefix>...
+  void evaluate(TeEnv& e, const Node& n, const std::string& stage_prefix) {
+    std::vector<TeOperand> in;
+    for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back(operand(e, n, i));
+    std::vector<ir::Tensor> ts = node_te(g_, n, in, stage_prefix, nullptr, target_.is_gpu());
+    for (size_t j = 0; j < ts.size() && j < n.outputs.size(); ++j) {
+      if (!n.outputs[j].empty())
+        e.env[n.outputs[j]] = TeOperand{g_.value(n.outputs[j]).shape, ts[j], std::nullopt};
+    }
+  }
+
+  void add_generic(const std::vector<const Node*>& nodes, const std::string& out) {
+    TeEnv e{"arg", {}, {}, {}};
+    std::map<std::string, TeOperand>& env = e.env;
+    std::vector<std::string>& args = e.args;
+    std::vector<ir::Tensor>& placeholders = e.placeholders;
     // A GPU kernel ending in attention schedules its stages together (compiler/attention.h).
     std::optional<Attention> attention;
     for (size_t k = 0; k < nodes.size(); ++k) {
       const Node& n = *nodes[k];
-      std::vector<TeOperand> in;
-      for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back(operand(n, i));
       if (n.op == kFusedAttention && k + 1 == nodes.size() && target_.is_gpu()) {
+        std::vector<TeOperand> in;
+        for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back(operand(e, n, i));
         attention = fused_attention_te(n, in, str("n", k, "_"));
         env[n.outputs[0]] = TeOperand{g_.value(n.outputs[0]).shape, attention->out, std::nullopt};
         continue;
       }
-      std::vector<ir::Tensor> ts = node_te(g_, n, in, str("n", k, "_"), nullptr, target_.is_gpu());
-      for (size_t j = 0; j < ts.size() && j < n.outputs.size(); ++j) {
-        if (!n.outputs[j].empty())
-          env[n.outputs[j]] = TeOperand{g_.value(n.outputs[j]).shape, ts[j], std::nullopt};
-      }
+      evaluate(e, n, str("n", k, "_"));
     }
     ir::Tensor result = env.at(out).tensor;
     TF_CHECK(result && result->kind == ir::Operation::Kind::Compute, "generic kernel of ", out,

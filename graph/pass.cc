@@ -125,6 +125,17 @@ const std::vector<PassInfo>& graph_passes() {
        [](Graph& g, const PassOptions& o) {
          return sixteen_bit_edges(g, o.precision, o.tensor_cores);
        }},
+      // After sixteen-bit-edges: the storage Casts it adds are part of the views.
+      {"read-views-in-products", 2,
+       "on cuda targets, a MatMul or Gemm reads an operand that only layout operators (Slice, "
+       "Reshape, Transpose, Squeeze, Unsqueeze, Flatten), Casts and scalings by a constant make "
+       "of another value through them, in its own kernel, instead of a kernel copying it "
+       "(attention's Q, K and V sliced out of one wide product and its heads merged; "
+       "graph/fusion.h)",
+       [](Graph& g, const PassOptions& o) {
+         g.products_read_views = o.tensor_cores;
+         return o.tensor_cores;
+       }},
       // After dead-code-elimination: the QuantizeLinear/DequantizeLinear arithmetic fold-qdq
       // left unread is gone, so the readers it counts are the kernels'.
       {"int8-edges", 1,

@@ -22,6 +22,8 @@
 // Tiles that do not divide C shift inwards (two blocks then write the same values to the
 // overlap) or, for extents smaller than a tile, are guarded; a K that block_k does not divide
 // is guarded in the reduction (and in the copies).
+#include <tuple>
+
 #include "compiler/templates/gpu_gemm.h"
 
 namespace tf::templates {
@@ -32,10 +34,20 @@ class DenseGpu final : public GemmTemplate {
   explicit DenseGpu(TargetKind kind) : GemmTemplate(std::string("dense.").append(kind_name(kind)), 3, {"matmul", "batch_matmul"}, kind) {}
 
  protected:
-  GemmStages gemm_operands(Schedule&, const OpGraph& g, const json&) const override {
+  // An operand a model's views compute (OpGraph::prologue) is a computed operand, staged in
+  // shared memory as a convolution's im2col matrix is (inlined without `shared`).
+  GemmStages gemm_operands(Schedule& s, const OpGraph& g, const json& c) const override {
     GemmStages st;
-    st.a = g.inputs[0]->name;
-    st.b = g.inputs[1]->name;
+    const auto [a, b] = product_reads(g.acc);
+    TF_CHECK(a && b, id(), ": ", g.acc->name, " is no product of two reads");
+    for (auto [read, name, input, contiguous] :
+         {std::tuple{a, &st.a, &st.a_input, &st.a_contiguous},
+          std::tuple{b, &st.b, &st.b_input, &st.b_contiguous}}) {
+      *name = read->op->name;
+      if (read->op->is_placeholder()) continue;
+      *input = *contiguous = false;
+      if (!c["shared"].get<bool>()) s.stage(*name).compute_inline();
+    }
     return st;
   }
 

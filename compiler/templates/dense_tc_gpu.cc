@@ -65,7 +65,12 @@ class DenseTensorCore final : public TensorCoreGemm {
     const Workload& w = g.workload;
     return {batch_dim(g) == 1 ? w.get("B") : 1, w.get("M"), w.get("N"), w.get("K")};
   }
-  std::pair<bool, bool> inputs_ab(const OpGraph&) const override { return {true, true}; }
+  // An operand a model's views compute (OpGraph::prologue) is a computed operand.
+  std::pair<bool, bool> inputs_ab(const OpGraph& g) const override {
+    const auto [a, b] = product_reads(g.acc);
+    return {!a || a->op->is_placeholder(), !b || b->op->is_placeholder()};
+  }
+  bool matrix_operands(const OpGraph&) const override { return true; }
   void output_axes(Stage& out, const OpGraph&, Expr& batch, Expr& rows, Expr& cols) const override {
     const auto& ax = out.op()->axes;
     const size_t d0 = ax.size() == 3 ? 1 : 0;

@@ -259,8 +259,7 @@ json TensorCoreGemm::default_config(const OpGraph& g, const Target& t) const {
   // H200 (session 89, bench/gpu_config_sweep.py, kernel time by CUPTI, docs/compiler.md);
   // TF32 and a convolution's computed im2col tile keep the rules they were timed with (session
   // 61) until their own sweeps.
-  const auto [a_input, b_input] = inputs_ab(g);
-  const bool direct = a_input && b_input && products_16_bits(g.workload.types.precision);
+  const bool direct = matrix_operands(g) && products_16_bits(g.workload.types.precision);
   // A 64 x 32 warp tile in a 2 x 2 block (CUTLASS's 128 x 64 with 4 warps), halved along an
   // axis while it is more than C's padded extent, then smaller warp tiles (down to 2 x 2) while
   // the blocks would not give every multiprocessor one.
@@ -775,9 +774,10 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   auto stage = [&](const Expr& operand, bool is_b, bool input, int64_t pad, bool vec, int64_t lanes) {
     const bool half = tile_16_bits(given, c, is_b);
     // Rounded to 16 bits as it is copied or computed: a float32 input (half_tiles), or a computed
-    // operand (an im2col tile: of 16-bit data, exactly).
-    const bool narrow = half && (!given[is_b] || !input);
+    // float32 operand (an im2col tile: of 16-bit data, exactly); one a model's views compute in
+    // 16 bits (its storage Cast) is stored as it is.
     const ir::TensorRead* r = read_of(operand);
+    const bool narrow = half && (input ? !given[is_b] : r->op->dtype == ir::Type::float32());
     TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
              " is not read from an input");
     std::vector<size_t> order = as_is(r->op->shape.size());

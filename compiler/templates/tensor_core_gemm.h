@@ -44,6 +44,13 @@ class TensorCoreGemm : public ScheduleTemplate {
   // Whether A and B are read straight from inputs (then staged in shared memory with `shared`),
   // not computed (an im2col matrix, inlined).
   virtual std::pair<bool, bool> inputs_ab(const OpGraph& g) const = 0;
+  // Whether the defaults are those of A and B read as matrices (timed with both read from
+  // inputs): both inputs by default; a model's views of them too (dense_tc), so that reading
+  // an operand through views changes the kernel count, not its tiles.
+  virtual bool matrix_operands(const OpGraph& g) const {
+    const auto [a, b] = inputs_ab(g);
+    return a && b;
+  }
   // Whether A is the weights (weight_dtype's operand; B by default, as in a matmul).
   virtual bool weights_are_a(const OpGraph&) const { return false; }
   // K's elements per outer index of K (a convolution's R x S filter taps per channel, 1 for a

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -24,6 +25,7 @@
 #include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
 #include "compiler/simplify.h"
+#include "compiler/te_rebuild.h"
 #include "compiler/tensorize.h"
 #include "runtime/kernel_library.h"
 #include "tests/compiler/kernel_harness.h"
@@ -1380,6 +1382,136 @@ TEST(TensorCore, SampledConfigsAssembleWithoutSpills) {
       CompiledKernel k = compile_kernel(w, t, config, "given", "");
       assemble_sm90(k, w.canonical() + " config " + k.config.dump(), /*unless_by_choice=*/true);
     }
+  }
+}
+
+// A model's product reading its operands through the views that make them (graph pass
+// read-views-in-products: attention's Q and K^T sliced out of wider values, a scaling between;
+// the heads merged back before a projection): the operands are views in the workload's shapes
+// over other tensors, their stages (OpGraph::prologue) inlined into them, and the templates
+// stage them as computed operands. Emulated (tensor cores with the warps' real fragment
+// layouts; the float32 template too), every element equals that of the same product given the
+// same operands whole, under the same config: a view read at the wrong element, or a 16-bit
+// operand rounded twice or widened wrongly, fails it.
+TEST(TensorCore, OperandsReadThroughViewsEqualTheSameOperandsGivenWhole) {
+  const Target sm80 = parse_target("cuda -arch=sm_80");
+  struct Case {
+    const char* workload;
+    nlohmann::json knobs;
+  };
+  const Case cases[] = {
+      {"batch_matmul(B=3,M=20,N=24,K=16,dtype=float16)", nullptr},
+      {"batch_matmul(B=3,M=20,N=24,K=16,dtype=bfloat16)", {{"split_k", 1}, {"stages", 2}}},
+      {"batch_matmul(B=3,M=20,N=24,K=16,precision=tf32)", nullptr},
+      {"batch_matmul(B=3,M=20,N=24,K=16,precision=fp16)", {{"half_tiles", true}}},
+      {"batch_matmul(B=3,M=20,N=24,K=16)", nullptr},  // float32: dense.cuda
+      {"batch_matmul(B=3,M=20,N=24,K=16)", {{"shared", false}, {"stages", 1}}},
+      {"matmul(M=20,N=24,K=48,dtype=float16)", nullptr},
+      {"matmul(M=20,N=24,K=48)", {{"split_k", 2}}},
+  };
+  int sample = 0;
+  for (const Case& c : cases) {
+    if (!testing::sampled(sample++, 2)) continue;
+    const Workload w = parse_workload(c.workload);
+    const bool batched = w.op == "batch_matmul";
+    const int64_t B = batched ? w.get("B") : 1, M = w.get("M"), N = w.get("N"), K = w.get("K");
+    const OpGraph whole = build_op(w);
+    const ir::Tensor& a = whole.inputs[0];
+    const ir::Tensor& b = whole.inputs[1];
+    const std::string type = whole.arg_dtype(a);
+    const bool bits = a->dtype != ir::Type::float32();
+    // Sources: S [M][2BK] (A's K-wide slices at column b*K, a scaling by 2 computed first, in
+    // float32, then stored back to the operands' type); batched, T [N][BK] holds B transposed
+    // (K^T's view); else O [3][M][K/3] holds A's rows split in three heads and B is given.
+    const int64_t sw = batched ? 2 * B * K : K;
+    const ir::Tensor S = ir::placeholder(
+        "S", batched ? std::vector<int64_t>{M, sw} : std::vector<int64_t>{3, M, K / 3}, a->dtype);
+    const ir::Tensor T = batched ? ir::placeholder("T", {N, B * K}, b->dtype) : b;
+    const bool bf16 = w.types.data == DType::BFloat16;
+    std::vector<std::string> sn;
+    for (size_t d = 0; d < S->shape.size(); ++d) sn.push_back(str("s", d));
+    const ir::Tensor scaled =
+        ir::compute("scaled", S->shape, sn, [&](const std::vector<ir::Expr>& i) {
+          ir::Expr v = widened(w.types, ir::read(S, i)) * ir::f32(2.0);
+          return bits ? ir::Call::make(bf16 ? ir::kFloatToBF16 : ir::kFloatToF16, {v}) : v;
+        });
+    const ir::Tensor av = ir::compute(
+        "A_view", a->shape,
+        batched ? std::vector<std::string>{"b", "m", "k"} : std::vector<std::string>{"m", "k"},
+        [&](const std::vector<ir::Expr>& i) {
+          if (batched) return ir::read(scaled, {i[1], i[0] * ir::Expr(K) + i[2]});
+          return ir::read(scaled, {i[1] / ir::Expr(K / 3), i[0], i[1] % ir::Expr(K / 3)});
+        });
+    OpGraph viewed = whole;
+    std::map<const ir::Operation*, ir::Tensor> views{{a.get(), av}};
+    if (batched) {
+      views[b.get()] =
+          ir::compute("B_view", b->shape, {"b", "k", "n"}, [&](const std::vector<ir::Expr>& i) {
+            return ir::read(T, {i[2], i[0] * ir::Expr(K) + i[1]});
+          });
+    }
+    ir::StageRebuilder rebuild(views);
+    viewed.output = rebuild.rebuild(whole.output);
+    viewed.acc = rebuild.rebuild(whole.acc);
+    viewed.inputs = {S, T};
+    viewed.prologue = {scaled};
+    viewed.word_types.erase(a->name);
+    if (bits) viewed.word_types[S->name] = type;
+    if (batched && bits) {
+      viewed.word_types.erase(b->name);
+      viewed.word_types[T->name] = whole.arg_dtype(b);
+    }
+    // The same values both ways: S and T random, A and B made of them on the host.
+    std::vector<float> sv(static_cast<size_t>(ir::num_elements(S->shape))),
+        tv(static_cast<size_t>(ir::num_elements(T->shape)));
+    fill_typed(type, sv.data(), static_cast<int64_t>(sv.size()), 41);
+    fill_typed(whole.arg_dtype(b), tv.data(), static_cast<int64_t>(tv.size()), 43);
+    std::vector<float> av_host(static_cast<size_t>(B * M * K)),
+        bv_host(static_cast<size_t>(ir::num_elements(b->shape)));
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t from =
+              batched ? m * sw + bb * K + k : ((k / (K / 3)) * M + m) * (K / 3) + k % (K / 3);
+          av_host[static_cast<size_t>((bb * M + m) * K + k)] = 2.0f * sv[static_cast<size_t>(from)];
+        }
+    if (batched) {
+      for (int64_t bb = 0; bb < B; ++bb)
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n)
+            bv_host[static_cast<size_t>((bb * K + k) * N + n)] =
+                tv[static_cast<size_t>(n * B * K + bb * K + k)];
+    } else {
+      bv_host = tv;
+    }
+    CompiledKernel kw =
+        compile_op_graph(whole, sm80, c.knobs, c.knobs.is_null() ? "default" : "given", "k");
+    CompiledKernel kv = compile_op_graph(viewed, sm80, kw.config, "given", "k");
+    const std::string what = w.canonical() + " config " + kw.config.dump();
+    std::vector<std::vector<float>> results;
+    for (auto [g, k, ins] :
+         {std::tuple{&whole, &kw, std::vector<std::vector<float>>{av_host, bv_host}},
+          std::tuple{static_cast<const OpGraph*>(&viewed), &kv,
+                     std::vector<std::vector<float>>{sv, tv}}}) {
+      std::vector<std::vector<float>> bufs = ins;
+      for (size_t i = 0; i < bufs.size(); ++i)
+        store_as(g->arg_dtype(g->inputs[i]), bufs[i].data(), static_cast<int64_t>(bufs[i].size()));
+      const int64_t n = ir::num_elements(g->output->shape);
+      bufs.emplace_back(static_cast<size_t>(n), std::nanf(""));
+      GpuProgram prog = split_gpu_program(k->lowered.func);
+      for (const auto& [name, size] : prog.workspaces)
+        bufs.emplace_back(static_cast<size_t>(size), std::nanf(""));
+      for (const ir::LoweredFunc& kf : prog.kernels)
+        ASSERT_EQ(testing::emulate_gpu_kernel(kf, check_gpu_kernel(kf, sm80), bufs), 0) << what;
+      results.push_back(bufs[g->inputs.size()]);
+    }
+    for (size_t e = 0; e < results[0].size(); ++e) {
+      ASSERT_FALSE(std::isnan(results[0][e])) << what << " at " << e;
+      ASSERT_EQ(results[1][e], results[0][e]) << what << " at " << e;
+    }
+    // The operands' views are staged as computed operands (no input is read as A or B), and the
+    // scaling is inlined into them: no kernel computes it apart.
+    EXPECT_EQ(ir::to_string(kv.lowered.func.body).find("scaled"), std::string::npos) << what;
   }
 }
 

@@ -27,6 +27,7 @@
 #include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
 #include "compiler/target.h"
+#include "graph/fusion.h"
 #include "graph/memory_budget.h"
 #include "graph/model_compiler.h"
 #include "graph/model_library.h"
@@ -60,12 +61,14 @@ class GpuModel : public ::testing::Test {
   // (`name`.emu.so), with the aliases file the fake reads. Returns the graph compiled.
   // `configs`: the kernels' configs (default: every kernel's default); `precision`: the
   // products' (tf32, fp16, bf16: on tensor cores, emulated as generic kernels of their rounding).
-  Graph compile_both(const ModelBuilder& b, const std::string& name, const std::string& target = "cuda -arch=sm_80",
-                     ConfigLookup configs = nullptr, tf::Precision precision = tf::Precision::Float32,
-                     int opt_level = 2) {
+  Graph compile_both(const ModelBuilder& b, const std::string& name,
+                     const std::string& target = "cuda -arch=sm_80", ConfigLookup configs = nullptr,
+                     tf::Precision precision = tf::Precision::Float32, int opt_level = 2,
+                     const std::vector<std::string>& disabled = {}) {
     b.save(path(name + ".onnx"));
     tf::Target t = tf::parse_target(target);
-    Graph g = load_model(path(name + ".onnx"), opt_level, {}, channel_block(t), precision, tensor_cores(t));
+    Graph g = load_model(path(name + ".onnx"), opt_level, disabled, channel_block(t), precision,
+                         tensor_cores(t));
     if (!configs) configs = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
     compile_model(g, t, configs, path(name + ".so"), name);
     compile_model(g, t, configs, path(name + ".emu.so"), name, default_memory_budget(), true);
@@ -384,7 +387,9 @@ TEST_F(GpuModel, SixteenBitValuesPassThroughViewsAndWideningCasts) {
   b.output("q", {8, 1, 12});
   b.output("k", {8, 10});
   b.output("y", {1, 8, 16});
-  Graph g = compile_both(b, "ln16", "cuda -arch=sm_90", nullptr, tf::Precision::Float16);
+  // The views as kernels and in place, as without read-views-in-products (below: with it).
+  Graph g = compile_both(b, "ln16", "cuda -arch=sm_90", nullptr, tf::Precision::Float16, 2,
+                         {"read-views-in-products"});
   EXPECT_EQ(g.sixteen_bit_values, 1);
   int views16 = 0, widening = 0;
   for (const Node& n : g.nodes) {
@@ -412,6 +417,22 @@ TEST_F(GpuModel, SixteenBitValuesPassThroughViewsAndWideningCasts) {
   for (const char* o : {"q", "k", "y"})
     EXPECT_EQ(compare(want.at(o), read_npy(path(std::string(o) + ".npy"))), "") << o << "\n"
                                                                                 << r.output;
+  // With read-views-in-products (the default) the same kernels: views computed in place are
+  // left to memory planning (no kernel to save; the products copy the LayerNorm's output as an
+  // input), and the second view's copy kernel is as it was.
+  Graph gv = compile_both(b, "ln16v", "cuda -arch=sm_90", nullptr, tf::Precision::Float16);
+  EXPECT_TRUE(gv.products_read_views);
+  const json sv = sidecar("ln16v.so");
+  EXPECT_EQ(sv["in_place"], sc["in_place"]);
+  EXPECT_EQ(sv["kernels"].size(), sc["kernels"].size()) << sv.dump(1);
+  auto want_v = run_reference(gv, {{"x", x}});
+  r = tunefarm("ln16v", {"run", "--model", path("ln16v.so"), "--input", path("x.npy"), "--output",
+                         "q=" + path("qv.npy"), "--output", "k=" + path("kv.npy"), "--output",
+                         "y=" + path("yv.npy"), "--repeat", "1", "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* o : {"q", "k", "y"})
+    EXPECT_EQ(compare(want_v.at(o), read_npy(path(std::string(o) + "v.npy"))), "") << o << "\n"
+                                                                                   << r.output;
 }
 
 // The failures a user can meet say what happened: no driver, a device that does not exist,
@@ -1124,6 +1145,140 @@ TEST_F(GpuModel, ElementwiseKernelsUseVectorAccesses) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(compare(want.at("out"), read_npy(path("out.npy"))), "");
   EXPECT_EQ(compare(want.at("odd_out"), read_npy(path("odd_out.npy"))), "");
+}
+
+// Self-attention as BERT's exporters write it: one wide product for Q, K and V sliced apart,
+// each split into heads by Reshape and Transpose, Q scaled, the scores' product, Softmax, the
+// values' product, the heads merged back by Transpose and Reshape before the output projection.
+// At -O2 on cuda (graph read-views-in-products) the products read Q, K^T, V and the merged heads
+// through those views inside their own kernels: the four kernels that only copied them are gone,
+// in float32 (dense.cuda), TF32 and float16 (dense_tc.cuda; Q, K and V stored in 16 bits); through
+// the fake driver against the reference, each module assembling with ptxas where CUDA is
+// installed.
+TEST_F(GpuModel, ProductsReadAttentionsOperandsThroughTheHeadSplit) {
+  const int64_t tokens = 13, heads = 3, depth = 8, width = heads * depth;
+  ModelBuilder b;
+  b.input("x", {1, tokens, width});
+  initializer(b, "wqkv", {width, 3 * width}, 71);
+  initializer(b, "bqkv", {3 * width}, 72);
+  initializer(b, "wo", {width, width}, 73);
+  initializer(b, "bo", {width}, 74);
+  b.ints("heads", {1, tokens, heads, depth});
+  b.ints("back", {1, tokens, width});
+  b.ints("axis2", {2});
+  b.floats("scale", {std::sqrt(float(depth))});
+  b.node("MatMul", {"x", "wqkv"}, {"qkv0"});
+  b.node("Add", {"qkv0", "bqkv"}, {"qkv"});
+  const char* parts[] = {"q", "k", "v"};
+  for (int64_t p = 0; p < 3; ++p) {
+    const std::string n = parts[p];
+    b.ints(n + "_from", {p * width});
+    b.ints(n + "_to", {(p + 1) * width});
+    b.node("Slice", {"qkv", n + "_from", n + "_to", "axis2"}, {n + "2"});
+    b.node("Reshape", {n + "2", "heads"}, {n + "4"});
+    tf::graph::testing::set_ints(
+        b.node("Transpose", {n + "4"}, {n + "h"}), "perm",
+        p == 1 ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1, 3});
+  }
+  b.node("Div", {"qh", "scale"}, {"qs"});
+  b.node("MatMul", {"qs", "kh"}, {"scores"});
+  tf::graph::testing::set_int(b.node("Softmax", {"scores"}, {"p"}), "axis", -1);
+  b.node("MatMul", {"p", "vh"}, {"o"});
+  tf::graph::testing::set_ints(b.node("Transpose", {"o"}, {"o2"}), "perm", {0, 2, 1, 3});
+  b.node("Reshape", {"o2", "back"}, {"merged"});
+  b.node("MatMul", {"merged", "wo"}, {"y0"});
+  b.node("Add", {"y0", "bo"}, {"y"});
+  b.output("y", {1, tokens, width});
+  const HostTensor x = random_floats({1, tokens, width}, 75);
+  write_npy(path("x.npy"), x);
+  for (tf::Precision p : {tf::Precision::Float32, tf::Precision::TF32, tf::Precision::Float16}) {
+    const std::string name = std::string("heads_") + tf::precision_name(p);
+    SCOPED_TRACE(name);
+    Graph g = compile_both(b, name, "cuda -arch=sm_80", nullptr, p);
+    EXPECT_TRUE(g.products_read_views);
+    // The same model without the pass: the views are kernels of their own.
+    const tf::Target t = tf::parse_target("cuda -arch=sm_80");
+    Graph apart = load_model(path(name + ".onnx"), 2, {"read-views-in-products"}, 0, p, true);
+    EXPECT_FALSE(apart.products_read_views);
+    compile_model(
+        apart, t, [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; },
+        path(name + ".apart.so"), name);
+    const json sc = sidecar(name + ".so"), sa = sidecar(name + ".apart.so");
+    EXPECT_EQ(sc["kernels"].size() + 4, sa["kernels"].size()) << sc.dump(1);
+    int viewing = 0;
+    for (const json& k : sc["kernels"]) {
+      bool views = false;
+      for (const json& n : k["nodes"]) {
+        const std::string node = n;
+        views = views || node.rfind("Slice", 0) == 0 || node.rfind("Transpose", 0) == 0;
+      }
+      if (!views) continue;
+      ++viewing;
+      // Every view is read by a product: the scores' (Q, K^T), the values' (V) and the
+      // projection's (the merged heads).
+      EXPECT_NE(k.value("workload", ""), "") << k.dump();
+      EXPECT_EQ(k["template"].get<std::string>().rfind("dense", 0), 0u) << k.dump();
+    }
+    EXPECT_EQ(viewing, 3) << sc.dump(1);
+    std::ifstream f(path(name + ".so"), std::ios::binary);
+    tf::GpuModelImage image;
+    ASSERT_EQ(tf::read_gpu_model_image(std::string((std::istreambuf_iterator<char>(f)), {}), image),
+              "");
+    const char* ptxas = "/usr/local/cuda/bin/ptxas";
+    for (size_t m = 0; fs::exists(ptxas) && m < image.modules.size(); ++m) {
+      std::string file = path(name + std::to_string(m) + ".ptx");
+      std::ofstream(file) << image.modules[m];
+      tf::CommandResult r =
+          tf::run_command({ptxas, "-arch=sm_80", file, "-o", path(name + ".cubin")});
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+    }
+    tf::CommandResult r =
+        tunefarm(name, {"run", "--model", path(name + ".so"), "--input", path("x.npy"), "--output",
+                        path(name + ".y.npy"), "--repeat", "1", "--warmup-ms", "0"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(compare(run_reference(g, {{"x", x}}).at("y"), read_npy(path(name + ".y.npy"))), "")
+        << r.output;
+  }
+}
+
+// Views of a product no template computes stay kernels of their own: a batch product whose
+// second operand is broadcast over the batch has no workload, so the fusion group that took
+// both operands' views in (read-views-in-products) is compiled as the views' kernels, each for
+// the operand it makes, and the product's generic kernel. Through the fake driver against the
+// reference.
+TEST_F(GpuModel, ViewsOfAProductNoTemplateTakesStayKernels) {
+  ModelBuilder b;
+  b.input("x", {1, 3, 5, 4});
+  b.input("y", {1, 1, 6, 5});
+  tf::graph::testing::set_ints(b.node("Transpose", {"x"}, {"xt"}), "perm",
+                               {0, 1, 3, 2});  // [1,3,4,5]
+  tf::graph::testing::set_ints(b.node("Transpose", {"y"}, {"yt"}), "perm",
+                               {0, 1, 3, 2});  // [1,1,5,6]
+  b.node("MatMul", {"xt", "yt"}, {"z"});       // [1,3,4,6]
+  b.output("z", {1, 3, 4, 6});
+  Graph g = compile_both(b, "broadcast_view", "cuda -arch=sm_80");
+  EXPECT_TRUE(g.products_read_views);
+  const std::vector<FusedGroup> plan = plan_fusion(g);
+  ASSERT_EQ(plan.size(), 1u);  // the views in the product's group
+  EXPECT_EQ(plan[0].nodes, (std::vector<std::string>{"Transpose_xt", "Transpose_yt", "MatMul_z"}));
+  const json sc = sidecar("broadcast_view.so");
+  ASSERT_EQ(sc["kernels"].size(), 3u) << sc.dump(1);
+  EXPECT_EQ(sc["kernels"][0]["nodes"], json::array({"Transpose_xt"})) << sc.dump(1);
+  EXPECT_EQ(sc["kernels"][1]["nodes"], json::array({"Transpose_yt"})) << sc.dump(1);
+  EXPECT_EQ(sc["kernels"][2]["nodes"], json::array({"MatMul_z"})) << sc.dump(1);
+  for (const json& k : sc["kernels"]) EXPECT_EQ(k["template"], "generic") << k.dump();
+  std::map<std::string, HostTensor> in{{"x", random_floats({1, 3, 5, 4}, 81)},
+                                       {"y", random_floats({1, 1, 6, 5}, 82)}};
+  std::vector<std::string> args{"run",      "--model",     path("broadcast_view.so"),
+                                "--output", path("z.npy"), "--repeat",
+                                "1",        "--warmup-ms", "0"};
+  for (const auto& [name, t] : in) {
+    write_npy(path(name + ".npy"), t);
+    args.insert(args.end(), {"--input", name + "=" + path(name + ".npy")});
+  }
+  tf::CommandResult r = tunefarm("broadcast_view", args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(run_reference(g, in).at("z"), read_npy(path("z.npy"))), "") << r.output;
 }
 
 // Multi-head attention as exporters write it (projections, Reshape and Transpose into heads,

@@ -186,15 +186,19 @@ TEST(GraphPasses, EachFiresAndOutputsStayTheSame) {
     // recognize-composites, combine-parallel-matmuls and transform-conv-layout have their own
     // tests (no LayerNorm, GELU or parallel projections here, and no target: no channel block),
     // and fold-qdq and int8-edges (no QDQ model; tests/graph/import_test.cc), and
-    // auto-mixed-precision and sixteen-bit-edges (not at fp32, the default; below), and one-image-at-a-time (batch 1
-    // here; ImageLoop in tests/graph/import_test.cc), and fuse-attention (cuda targets; no attention here), and
-    // trim-conv-taps and split-conv-regions (no atrous convolution here;
-    // ConvTapsThatReadOnlyPaddingAreDropped, ConvsReadingMuchPaddingSplitIntoRegions).
-    bool own_test = p.name == "recognize-composites" || p.name == "combine-parallel-matmuls" || p.name == "fuse-attention" ||
+    // auto-mixed-precision and sixteen-bit-edges (not at fp32, the default; below), and
+    // one-image-at-a-time (batch 1 here; ImageLoop in tests/graph/import_test.cc), and
+    // fuse-attention (cuda targets; no attention here), and trim-conv-taps and split-conv-regions
+    // (no atrous convolution here; ConvTapsThatReadOnlyPaddingAreDropped,
+    // ConvsReadingMuchPaddingSplitIntoRegions), and read-views-in-products (cuda targets;
+    // GraphFusion.ProductsTakeInTheViewsOfTheirOperands).
+    bool own_test = p.name == "recognize-composites" || p.name == "read-views-in-products" ||
+                    p.name == "combine-parallel-matmuls" || p.name == "fuse-attention" ||
                     p.name == "fold-qdq" || p.name == "int8-edges" ||
-                    p.name == "auto-mixed-precision" || p.name == "sixteen-bit-edges" || p.name == "transform-conv-layout" ||
-                    p.name == "pad-channels" ||
-                    p.name == "lower-conv-transpose" || p.name == "pad-convs" || p.name == "trim-conv-taps" || p.name == "split-conv-regions" ||
+                    p.name == "auto-mixed-precision" || p.name == "sixteen-bit-edges" ||
+                    p.name == "transform-conv-layout" || p.name == "pad-channels" ||
+                    p.name == "lower-conv-transpose" || p.name == "pad-convs" ||
+                    p.name == "trim-conv-taps" || p.name == "split-conv-regions" ||
                     p.name == "einsum-to-matmul" || p.name == "lower-scatter-nd" ||
                     p.name == "one-image-at-a-time";
     EXPECT_EQ(p.changed, !own_test) << p.name;
@@ -1520,6 +1524,53 @@ TEST(GraphLayoutOps, BadAttributesAndShapesAreErrors) {
   EXPECT_NE(error(pool({1, 2, 5, 5, 4, 1}, {{"kernel_shape", Ints{2, 2, 1}}}))
                 .find("must have rank 4 (NCHW) or 5 (channel-blocked), not [1, 2, 5, 5, 4, 1]"),
             std::string::npos);
+}
+
+// A product of a graph marked products_read_views (pass read-views-in-products: cuda targets)
+// takes in the groups of layout views, Casts and scalings that compute its operands for it
+// alone: not a group with other arithmetic, not views that another node reads too, and nothing
+// without the mark. The pass marks only for cuda.
+TEST(GraphFusion, ProductsTakeInTheViewsOfTheirOperands) {
+  using Ints = std::vector<int64_t>;
+  GraphBuilder b;
+  std::string x = b.input("x", {4, 6});
+  std::string two = b.constant("two", HostTensor::floats({1}, {2.0f}));
+  std::string t = b.node("Transpose", {x}, "t", {6, 4}, {{"perm", Ints{1, 0}}});
+  std::string s = b.node("Mul", {t, two}, "s", {6, 4});
+  std::string e = b.node("Exp", {x}, "e", {4, 6});
+  std::string m = b.node("MatMul", {s, e}, "m", {6, 6});
+  std::string u = b.node("Transpose", {x}, "u", {6, 4}, {{"perm", Ints{1, 0}}});
+  std::string p1 = b.node("MatMul", {u, b.weights("w1", {4, 3})}, "p1", {6, 3});
+  std::string p2 = b.node("MatMul", {u, b.weights("w2", {4, 5})}, "p2", {6, 5});
+  std::string r =
+      b.node("Reshape", {m, b.constant("shape", HostTensor::ints({1}, {36}))}, "r", {36});
+  b.g.outputs = {r, p1, p2};
+  verify(b.g);
+  for (bool marked : {false, true}) {
+    SCOPED_TRACE(marked);
+    b.g.products_read_views = marked;
+    std::vector<FusedGroup> plan = plan_fusion(b.g);
+    expect_runnable(b.g, plan);
+    const FusedGroup* product = group_with(plan, "MatMul_m");
+    ASSERT_NE(product, nullptr);
+    EXPECT_EQ(product->kind, OpKind::Anchor);
+    if (marked) {
+      EXPECT_EQ(product->nodes, (std::vector<std::string>{"Transpose_t", "Mul_s", "MatMul_m"}));
+    } else {
+      EXPECT_EQ(product->nodes, (std::vector<std::string>{"MatMul_m"}));
+    }
+    EXPECT_NE(group_with(plan, "Exp_e"), product);  // arithmetic: its own kernel
+    EXPECT_NE(group_with(plan, "Transpose_u"), group_with(plan, "MatMul_p1"));  // read twice
+    EXPECT_NE(group_with(plan, "Transpose_u"), group_with(plan, "MatMul_p2"));
+  }
+  for (bool cuda : {false, true}) {
+    Graph g = b.g;
+    g.products_read_views = false;
+    PassOptions o;
+    o.tensor_cores = cuda;
+    run_passes(g, o);
+    EXPECT_EQ(g.products_read_views, cuda);
+  }
 }
 
 // conv + bias + residual add + relu is one kernel, whichever operand of the Add the conv is; a
