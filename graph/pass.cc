@@ -125,7 +125,8 @@ const std::vector<PassInfo>& graph_passes() {
        [](Graph& g, const PassOptions& o) {
          return sixteen_bit_edges(g, o.precision, o.tensor_cores);
        }},
-      // After sixteen-bit-edges: the storage Casts it adds are part of the views.
+      // It only marks the graph: plan_fusion, after every pass, takes the views in (the
+      // storage Casts sixteen-bit-edges adds among them).
       {"read-views-in-products", 2,
        "on cuda targets, a MatMul or Gemm reads an operand that only layout operators (Slice, "
        "Reshape, Transpose, Squeeze, Unsqueeze, Flatten), Casts and scalings by a constant make "

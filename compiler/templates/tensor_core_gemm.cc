@@ -648,27 +648,17 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   }
   const Tiles d = tiles_of(c);
   Stage& out = s[g.output];
-  // The operands' tensors: inputs, or stages computing them (an im2col matrix), each read
-  // under the select of the padding, if any.
-  const ir::Binary* mul = g.acc->reduce()->source.as<ir::Binary>();
-  auto read_of = [&](const Expr& operand) {
-    Expr e = operand;
-    while (const ir::Select* sel = e.as<ir::Select>()) e = sel->t;
-    // A 16-bit operand's bits, widened (dtype=float16, bfloat16).
-    if (const ir::Call* w = e.as<ir::Call>(); w && w->args.size() == 1 &&
-                                             (w->name == ir::kF16ToFloat || w->name == ir::kBF16ToFloat))
-      e = w->args[0];
-    const ir::TensorRead* r = e.as<ir::TensorRead>();
-    TF_CHECK(r, id(), ": operand ", ir::to_string(operand), " is not a tensor read");
-    return r;
-  };
+  // The operands' tensors: inputs, or stages computing them (an im2col matrix, a model's
+  // views), each read under the select of the padding, if any.
+  const auto [read_a, read_b] = product_reads(g.acc);
+  TF_CHECK(read_a && read_b, id(), ": ", g.acc->name, " is no product of two tensor reads");
   const bool shared = c["shared"].get<bool>();
   const auto [a_input, b_input] = inputs_ab(g);
   // With `shared`, a computed operand is a shared stage of its own (below); else inlined, as
   // are the view, the epilogue and the tail.
   std::set<const ir::Operation*> kept{out.op().get(), g.acc.get()};
-  if (shared && !a_input) kept.insert(read_of(mul->a)->op.get());
-  if (shared && !b_input) kept.insert(read_of(mul->b)->op.get());
+  if (shared && !a_input) kept.insert(read_a->op.get());
+  if (shared && !b_input) kept.insert(read_b->op.get());
   // Split-K: the GEMM's kernel writes the parts' workspace (axes: part, batch?, rows, columns),
   // and the output's kernel sums them.
   const int64_t parts = c["split_k"];
@@ -771,15 +761,15 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   const bool bf16 = g.workload.types.precision == Precision::BFloat16;
   const Expr kvar = g.acc->reduce_axes[0].var;
   const Given16 given = given_16_bits(g);
-  auto stage = [&](const Expr& operand, bool is_b, bool input, int64_t pad, bool vec, int64_t lanes) {
+  auto stage = [&](const ir::TensorRead* r, bool is_b, bool input, int64_t pad, bool vec,
+                   int64_t lanes) {
     const bool half = tile_16_bits(given, c, is_b);
     // Rounded to 16 bits as it is copied or computed: a float32 input (half_tiles), or a computed
     // float32 operand (an im2col tile: of 16-bit data, exactly); one a model's views compute in
     // 16 bits (its storage Cast) is stored as it is.
-    const ir::TensorRead* r = read_of(operand);
     const bool narrow = half && (input ? !given[is_b] : r->op->dtype == ir::Type::float32());
-    TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", ir::to_string(operand),
-             " is not read from an input");
+    TF_CHECK(!input || r->op->is_placeholder(), id(), ": operand ", r->op->name,
+             " is not an input");
     std::vector<size_t> order = as_is(r->op->shape.size());
     Stage* x = input ? (narrow ? &s.cache_read_shared_16(r->op->name, bf16) : &s.cache_read_shared(r->op->name))
                      : &s[r->op];
@@ -821,10 +811,11 @@ void TensorCoreGemm::apply(Schedule& s, const OpGraph& g, const Target& t, const
   const int64_t a_lanes = given.a ? 8 : 4, b_lanes = given.b ? 8 : 4;
   const bool bk = b_along_k(g);
   const int64_t b_row_lanes = b_tile_as_given(given, b_input, g, c) ? 8 : 4;
-  stage(mul->a, false, a_input, kPadA, a_input && sh.k % a_lanes == 0 && chunk % a_lanes == 0, a_lanes);
+  stage(read_a, false, a_input, kPadA, a_input && sh.k % a_lanes == 0 && chunk % a_lanes == 0,
+        a_lanes);
   // B given as [N][K] in float32 (TF32): its tile keeps that layout, K innermost, padded as A's
   // (ldmatrix's eight 16-byte rows in distinct bank groups).
-  stage(mul->b, true, b_input, bk && !tile_16_bits(given, c, true) ? kPadA : kPadB,
+  stage(read_b, true, b_input, bk && !tile_16_bits(given, c, true) ? kPadA : kPadB,
         b_input && (bk ? sh.k % b_lanes == 0 && chunk % b_lanes == 0
                        : sh.n % b_row_lanes == 0 && d.block_n() % b_row_lanes == 0),
         bk ? b_lanes : b_row_lanes);
