@@ -9,7 +9,7 @@ CuPy launches measures the launches. Says whether a template's space holds confi
 than its default, and which: what the defaults and the tuner's search need.
 
 Usage: bench/gpu_config_sweep.py BUILD/bin/tunefarm [--precision fp16 [--half-operands]] [--groups bert]
-                                 [-w WORKLOAD ...] [--configs '[{"tiles_m": 4}, ...]'] [--large] [--half]
+                                 [-w WORKLOAD ...] [--configs '[{"tiles_m": 4}, ...]'] [--large] [--half] [--deep]
                                  [--random N [--seed S]] [--list [--target T]] [--calls 20]
 Without --configs, a grid of block tiles (32 x 32 to 128 x 64, 4 and 8 warps, K chunks and stages
 that fit 48 KiB of shared memory) and split_k 1, 2, 4 for the tensor-core templates; --large adds
@@ -18,7 +18,8 @@ dynamic shared memory, which sm_80 and sm_90 allow a block); --half times the de
 config of the grid also with half_tiles (fp16/bf16 operands' tiles held in 16 bits); --wgmma times
 a grid of Hopper's warpgroup-level products instead (sm_90 only: blocks of 64 x 64 to 128 x 256,
 K chunks of 64, 3-4 stages, split_k 1, 2, 4; and each tile with its products in flight across
-the next chunk, wgmma_in_flight, at 3 and 4 stages; elsewhere each is listed as refused). --random N times
+the next chunk, wgmma_in_flight, at 3 and 4 stages; elsewhere each is listed as refused); --deep a grid of
+deep pipelines (6 to 12 stages: 32 x 32 to 64 x 64 blocks, K chunks of 32 and 64, split_k 1, 2, 4). --random N times
 N configs of each workload's own template drawn at random from its knobs' candidates (`tunefarm
 describe`'s space; --seed), those the template refuses drawn again (up to 8 N draws): any
 template, fp32's dense.cuda and conv2d.cuda too, and a sample of the space rather than a grid around
@@ -71,6 +72,24 @@ LARGE_TILES = [{"warps_m": 2, "warps_n": 2, "tiles_m": 4, "tiles_n": 8, "unroll_
                {"warps_m": 2, "warps_n": 4, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 4},
                {"warps_m": 2, "warps_n": 4, "tiles_m": 4, "tiles_n": 4, "unroll_k": 4, "stages": 3},
                {"warps_m": 4, "warps_n": 2, "tiles_m": 4, "tiles_n": 4, "unroll_k": 2, "stages": 4}]
+
+
+# Deep pipelines (6 to 12 stages, session 98): a short K's chunks all or mostly in flight, as
+# cuBLAS runs a BERT layer's 128-row GEMMs on Hopper (64 x 64 blocks, K chunks of 64, 13 stages):
+# the 16-bit default's 32 x 32 and 64 x 32 blocks deeper, and 64 x 64 blocks of K chunks of 32 and
+# 64 (4 and 8 warps) at 4 to 12 stages. Configs with more stages than a workload's K has chunks
+# for are refused by name (listed as such).
+DEEP_TILES = [dict(t, stages=s) for t, depths in (
+    ({"warps_m": 2, "warps_n": 2, "tiles_m": 1, "tiles_n": 2, "unroll_k": 2}, (6, 8, 12)),
+    ({"warps_m": 2, "warps_n": 2, "tiles_m": 2, "tiles_n": 2, "unroll_k": 2}, (6, 8, 12)),
+    ({"warps_m": 2, "warps_n": 2, "tiles_m": 2, "tiles_n": 4, "unroll_k": 2}, (4, 8, 12)),
+    ({"warps_m": 2, "warps_n": 2, "tiles_m": 2, "tiles_n": 4, "unroll_k": 4}, (4, 6, 8, 12)),
+    ({"warps_m": 2, "warps_n": 4, "tiles_m": 2, "tiles_n": 2, "unroll_k": 4}, (6, 12)),
+) for s in depths]
+
+
+def deep_grid():
+    return [dict(t, split_k=s) for t in DEEP_TILES for s in (1, 2, 4)]
 
 
 # Hopper's warpgroup-level products (wgmma, sm_90; fp16/bf16 with half_tiles): warpgroups of 4
@@ -155,6 +174,8 @@ def main():
     ap.add_argument("--large", action="store_true", help="add block tiles past 48 KiB of shared memory")
     ap.add_argument("--half", action="store_true",
                     help="each config (and the default) also with half_tiles: the tiles in 16 bits")
+    ap.add_argument("--deep", action="store_true",
+                    help="the grid of deep pipelines instead (6 to 12 stages; tensor-core templates)")
     ap.add_argument("--wgmma", action="store_true",
                     help="the grid of wgmma configs instead (sm_90, fp16/bf16; half_tiles)")
     ap.add_argument("--half-operands", action="store_true",
@@ -168,11 +189,14 @@ def main():
     a = ap.parse_args()
     if a.random < 0 or a.random > 10000:
         gpu_bench.fail("--random %d: give a count of configs from 1 to 10000" % a.random)
-    if a.random and (a.configs or a.wgmma or a.large or a.half):
-        gpu_bench.fail("--random draws the configs itself: not with --configs, --wgmma, --large or --half")
+    if a.random and (a.configs or a.wgmma or a.deep or a.large or a.half):
+        gpu_bench.fail("--random draws the configs itself: not with --configs, --wgmma, --deep, --large or --half")
+    if a.deep and (a.configs or a.wgmma):
+        gpu_bench.fail("--deep is a grid of its own: not with --configs or --wgmma")
     if a.half_operands and a.precision not in ("fp16", "bf16"):
         gpu_bench.fail("--half-operands takes --precision fp16 or bf16, not %s" % a.precision)
-    configs = json.loads(a.configs) if a.configs else wgmma_grid() if a.wgmma else default_grid(a.large)
+    configs = (json.loads(a.configs) if a.configs else wgmma_grid() if a.wgmma else deep_grid() if a.deep
+               else default_grid(a.large))
     if a.half:
         configs = [{"half_tiles": True}] + [dict(c, half_tiles=h) for c in configs for h in (False, True)]
     workloads = [gpu_bench.with_precision(w, a.precision, a.half_operands)

@@ -12,7 +12,7 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_fp32,profile_o3,sweep_fp16,sweep_large,sweep_half,bench_tf32,model_tf32,
+# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_fp32,profile_o3,sweep_fp16,sweep_large,sweep_deep,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_warp64,bench_pairs,sweep_swizzle,sweep_conv9,bench_bert16,sweep_random,sweep_grouped,tune_rate,
 # tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
@@ -138,6 +138,12 @@ step sweep_fp16 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --
 # Issue 55: block tiles past 48 KiB (dynamic shared memory) against the defaults, on the square
 # GEMMs and BERT's: whether the defaults should use them.
 step sweep_large 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --large --calls 10
+# Issue 55: deep pipelines (6 to 12 stages, session 98; the tuner's seeds for GEMMs of 16-bit
+# inputs) on BERT's GEMMs as a --precision fp16 model now gives them (16-bit operands): whether a
+# short K's chunks all in flight (cuBLAS's 64 x 64 blocks, K chunks of 64, 13 stages) beat the
+# default's 4 stages, and which should become the default.
+step sweep_deep 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --half-operands --groups bert --deep \
+  --calls 10
 # Issue 55: a --precision fp16 BERT-base's own GEMMs (compile --model lists them): float32
 # activations with 16-bit weights (a LayerNorm's output, also read by the residual add) with and
 # without half_tiles, then those of 16-bit operands; whether a better default is in the space.

@@ -235,7 +235,10 @@ void Stage::multi_buffer(int n, int reads_in_flight) {
   if (scope_ != MemScope::Shared) {
     throw UserError(str("multi_buffer of stage ", name(), ": only shared stages (cache_read_shared) can be"));
   }
-  if (n < 2 || n > 4) throw UserError(str("multi_buffer of stage ", name(), ": ", n, " buffers (2 to 4)"));
+  if (n < 2 || n > kMaxBuffers) {
+    throw UserError(
+        str("multi_buffer of stage ", name(), ": ", n, " buffers (2 to ", kMaxBuffers, ")"));
+  }
   if (reads_in_flight < 0 || reads_in_flight > 1) {
     throw UserError(str("multi_buffer of stage ", name(), ": ", reads_in_flight,
                         " iterations of reads in flight (0 or 1)"));

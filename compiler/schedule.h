@@ -114,8 +114,8 @@ class Stage {
   const std::vector<size_t>& storage_order() const { return storage_order_; }
   int64_t storage_pad() const { return storage_pad_; }
   bool storage_core_matrices() const { return storage_core_matrices_; }
-  // Shared stages computed at a loop only: `n` buffers (2 to 4), the tile of iteration i+n-1
-  // copied while iteration i computes on tile i, one barrier per iteration instead of two
+  // Shared stages computed at a loop only: `n` buffers (2 to kMaxBuffers), the tile of iteration
+  // i+n-1 copied while iteration i computes on tile i, one barrier per iteration instead of two
   // (TVM's double_buffer for n = 2; CUTLASS's multistage pipelines). On sm_80 and later the
   // copies are asynchronous (cp.async): the thread goes on computing while n-1 tiles arrive.
   // With `reads_in_flight` 1, the tile's readers are asynchronous too (warpgroup-level
@@ -123,6 +123,9 @@ class Stage {
   // iteration i's reads may run on while iteration i+1 copies and computes: the copy runs one
   // tile less ahead (tile i+n-2, into the buffer iteration i-2 read), and n must be 3 or more.
   void multi_buffer(int n, int reads_in_flight = 0);
+  // Enough for a GEMM of a short K to have all its tiles in flight at once (cuBLAS's Hopper
+  // kernels for a BERT layer's 128-row GEMMs keep 13 K chunks of 64 in flight).
+  static constexpr int kMaxBuffers = 16;
   void double_buffer() { multi_buffer(2); }
   int buffers() const { return buffers_; }
   int reads_in_flight() const { return reads_in_flight_; }

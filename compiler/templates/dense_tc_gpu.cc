@@ -25,8 +25,9 @@
 //
 // With `shared`, each iteration's tiles of A (block_m x unroll_k * depth) and B are copied into
 // shared memory by all the block's threads first (128-bit copies where the rows allow), rows
-// padded against bank conflicts; `stages` (2 to 4) keeps that many tiles in flight, the next
-// iterations' copied with cp.async while the current one is used (Stage::multi_buffer).
+// padded against bank conflicts; `stages` (2 to 4, and 6, 8 or 12 where the loop has a tile for
+// each) keeps that many tiles in flight, the next iterations' copied with cp.async while the
+// current one is used (Stage::multi_buffer).
 //
 // `split_k` (v2) cuts K into parts computed by blocks of their own (blockIdx.z, after any
 // batch) into a workspace, the parts' C tiles written through the inverse permutation; a second

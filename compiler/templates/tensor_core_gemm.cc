@@ -168,10 +168,10 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
        {}},
       {"stages",
        KnobType::Int,
-       "with shared: tiles in flight: 1, or 2 to 4 buffers, the next iterations' copied (cp.async) "
-       "while the "
-       "current one is used",
-       4,
+       "with shared: tiles in flight: 1, or 2 to 12 buffers, the next iterations' copied "
+       "(cp.async) "
+       "while the current one is used (more than 4 only where the loop has a tile for each)",
+       12,
        {},
        kSplit},
       {"half_tiles",
@@ -226,7 +226,15 @@ std::vector<json> TensorCoreGemm::int_candidates(const OpGraph& g, const Target&
                    : name == "warps_n" || name == "tiles_n" ? round_up(s.n, 8) / 8
                                                             : round_up(s.k, depth(g)) / depth(g);
   std::vector<json> out;
-  if (name == "stages") return {1, 2, 3, 4};
+  // Deep pipelines (6 to 12 buffers) for GEMMs whose few blocks each run a short K: a BERT
+  // layer's 128-row GEMMs, which cuBLAS runs with all of K's chunks in flight. Not where an
+  // operand is computed (a convolution's im2col tile, a model's views): its tile is staged
+  // through registers, loaded one iteration ahead whatever the depth.
+  if (name == "stages") {
+    const auto [a_input, b_input] = inputs_ab(g);
+    if (a_input && b_input) return {1, 2, 3, 4, 6, 8, 12};
+    return {1, 2, 3, 4};
+  }
   if (name == "unroll_k") {
     for (int64_t v = 1; v <= 8; v *= 2) {
       if (v == 1 || v < 2 * extent) out.push_back(v);
@@ -381,12 +389,16 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
 // Configs a random start would rarely reach (several knobs must agree), each measured right
 // after the default; those the constraints refuse are skipped by the tuner.
 // - Convolutions, any precision: the default with K chunks of the filter's taps (below).
-// - fp16 or bf16 GEMMs of 16-bit operands read from inputs whose blocks of 128 x 256 (128 x 128) give every
+// - fp16 or bf16 GEMMs of 16-bit operands read from inputs whose blocks of 128 x 256 (128 x 128)
+// give every
 //   multiprocessor one unsplit: mma.sync in 64 x 64 warp tiles (4 x 8 tiles, CUTLASS's warp
 //   tile: 128 accumulators a lane, twice the products per operand read of the default's 64 x
 //   32), 2 x 4 warps over 3 stages (2 x 2 over 4), K chunks of 32. Unmeasured on a GPU yet (the
 //   space reached them only once their accumulators stayed in registers, session 94).
-// - fp16 or bf16 on sm_90: wgmma configs (off by default until timed on a GPU): blocks of 128 x 256 (two
+// - fp16 or bf16 GEMMs of 16-bit operands read from inputs (both tiles cp.async copies): deep
+//   pipelines (deep_pipelines, below).
+// - fp16 or bf16 on sm_90: wgmma configs (off by default until timed on a GPU): blocks of 128 x 256
+// (two
 //   warpgroups of 64 x 256, CUTLASS's Hopper tile), 128 x 128, 64 x 128 and 64 x 64, K chunks of
 //   64, 4 stages with each iteration's products in flight across the next (the copies two
 //   chunks ahead), each split along K until the blocks give every multiprocessor one (parts of
@@ -432,6 +444,9 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
                      {"half_tiles", false}});
     }
   }
+  if (given.a && given.b && a_input && b_input) {
+    for (json c : deep_pipelines(g, t)) out.push_back(std::move(c));
+  }
   if (t.arch != "sm_90") return out;
   const int64_t chunk = 4 * depth(g);
   for (auto [warps_m, tiles_n] : {std::pair<int64_t, int64_t>{8, 32}, {8, 16}, {4, 16}, {4, 8}}) {
@@ -450,6 +465,55 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
                    {"wgmma_in_flight", true},
                    {"half_tiles", !(given.a && given.b)}});
   }
+  return out;
+}
+
+// Deep pipelines, as cuBLAS runs a BERT layer's 128-row GEMMs on Hopper (blocks of 64 x 64, K
+// chunks of 64, up to 13 of them in flight), for GEMMs whose 64 x 64 blocks are at most one a
+// multiprocessor: the default with as many buffers as the loop has
+// tiles for (up to 12) and shared memory holds, and 64 x 64 blocks of 2 x 2 warps with K chunks
+// of 4 steps as deep, split along K while twice the blocks would still give a multiprocessor at
+// most one and each part keeps 4 chunks (cuBLAS splits 128 x 768 x 768, not 128 x 3,072 x 768).
+// Both operands' tiles must be cp.async copies: a tile staged through registers is loaded one
+// iteration ahead whatever the depth. Unmeasured on a GPU yet (gpu_session.sh sweep_deep times them
+// against the default).
+std::vector<json> TensorCoreGemm::deep_pipelines(const OpGraph& g, const Target& t) const {
+  const GemmShape s = gemm_shape(g);
+  const int64_t sms = gpu_arch(t).multiprocessors, most = gpu_limits(t).max_dynamic_shared_bytes;
+  // The deepest pipeline of 6 or more buffers whose tiles the loop copies and shared memory
+  // holds; false where none is.
+  auto deepen = [&](json& c) {
+    const int64_t chunk = c["unroll_k"].get<int64_t>() * depth(g),
+                  iterations = part_depth(g, c) / chunk;
+    for (int64_t n : {12, 8, 6}) {
+      c["stages"] = n;
+      if (n - 1 <= iterations && shared_bytes(g, c) <= most) return true;
+    }
+    return false;
+  };
+  // Only GEMMs that 64 x 64 blocks cover in one wave (the latency of a short K's copies, not
+  // the products, bounds them; a 4096^3 GEMM's blocks keep the multiprocessors busy anyway).
+  const int64_t blocks = s.batches * ((s.m + 63) / 64) * ((s.n + 63) / 64);
+  if (blocks > sms) return {};
+  std::vector<json> out;
+  if (json c = default_config(g, t); c["stages"].get<int64_t>() > 1 && deepen(c)) out.push_back(c);
+  json c = {{"warps_m", 2},
+            {"warps_n", 2},
+            {"tiles_m", 2},
+            {"tiles_n", 4},
+            {"unroll_k", 4},
+            {"shared", true},
+            {"stages", 4},
+            {"split_k", 1},
+            {"half_tiles", false},
+            {"wgmma", false},
+            {"wgmma_in_flight", false},
+            {"block_swizzle", 1}};
+  const int64_t chunks = (s.k + 4 * depth(g) - 1) / (4 * depth(g));
+  int64_t parts = 1;
+  while (parts < 16 && 2 * blocks * parts <= sms && chunks / (parts * 2) >= 4) parts *= 2;
+  c["split_k"] = parts;
+  if (deepen(c)) out.push_back(c);
   return out;
 }
 
@@ -506,6 +570,12 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   const auto [a_input, b_input] = inputs_ab(g);
   const bool staged_a = copied_through_registers(given, g, c, false) || !a_input,
              staged_b = copied_through_registers(given, g, c, true) || !b_input;
+  if ((staged_a || staged_b) && shared && stages > 4) {
+    return str("stages ", stages, " with ", staged_a ? "A" : "B",
+               "'s tile staged through registers (loaded one iteration ahead whatever the depth: "
+               "more than 4 "
+               "buffers only where both tiles are cp.async copies)");
+  }
   if ((staged_a || staged_b) && shared && stages > 1) {
     const int64_t chunk = d.unroll_k * depth(g);
     auto share = [&](int64_t rows, bool computed) {
@@ -529,6 +599,17 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
     const int64_t part = part_depth(g, c);
     if ((parts - 1) * part >= s.k) {
       return str("split_k ", parts, " parts of ", part, " for a K of ", s.k, " (the last one empty)");
+    }
+  }
+  // More than 4 buffers only where the loop has a tile for each beyond the first (the rest would
+  // be shared memory never written).
+  if (shared && stages > 4) {
+    const int64_t chunk = d.unroll_k * depth(g),
+                  iterations = (part_depth(g, c) + chunk - 1) / chunk;
+    if (stages - 1 > iterations) {
+      return str("stages ", stages, " for ", iterations, " iterations of K (", part_depth(g, c),
+                 " in chunks of ", chunk,
+                 "): more than 4 buffers only where each is a tile the loop copies");
     }
   }
   if (d.unroll_k > 1 && d.unroll_k >= 2 * (round_up(s.k, depth(g)) / depth(g))) {

@@ -430,7 +430,7 @@ TEST(PrimitiveErrors, SharedLayoutAndDoubleBuffer) {
     a3.multi_buffer(2);
     Stage& b3 = s3.cache_read_shared("B");
     b3.compute_at(l, ko);
-    expect_user_error([&] { b3.multi_buffer(5); }, "5 buffers (2 to 4)");
+    expect_user_error([&] { b3.multi_buffer(17); }, "17 buffers (2 to 16)");
     b3.multi_buffer(3);
     expect_user_error([&] { lower(s3, g.inputs, "k"); }, "they must have as many buffers");
     // Reads in flight: one iteration at most, and a buffer for the reads still running.

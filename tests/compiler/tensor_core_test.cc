@@ -1044,6 +1044,108 @@ CompiledKernel admitted_and_matching(const KnobCase& c, const Target& t) {
   return k;
 }
 
+// Deep pipelines (6 to 12 buffers, as cuBLAS keeps a short K's chunks in flight): the copies
+// run stages - 1 tiles ahead (the loop waits for all but stages - 2 groups), the buffers rotate
+// through every tile, and the kernels match the reference emulated: 16-bit operands given
+// either way, TF32, split-K, a batch; ptxas assembles them without spills. More than 4 buffers
+// are refused where the loop has fewer tiles to fill them, and where a tile is staged through
+// registers (loaded one iteration ahead whatever the depth); a convolution's space has none.
+// The tuner's seeds carry them for GEMMs of 16-bit inputs.
+TEST(TensorCore, DeepPipelinesKeepAShortKsChunksInFlight) {
+  const Target sm80 = parse_target("cuda -arch=sm_80"), sm90 = parse_target("cuda -arch=sm_90");
+  const nlohmann::json base = {{"warps_m", 2},  {"warps_n", 2},   {"tiles_m", 1}, {"tiles_n", 2},
+                               {"unroll_k", 1}, {"shared", true}, {"stages", 8},  {"split_k", 1}};
+  const KnobCase cases[] = {
+      {"matmul(M=50,N=37,K=200,dtype=float16,trans_b=1,epilogue=bias)", {{"stages", 12}}},
+      {"matmul(M=40,N=24,K=160,dtype=bfloat16)", {}},
+      {"matmul(M=64,N=64,K=832,dtype=float16,trans_b=1)",
+       {{"tiles_m", 2}, {"tiles_n", 4}, {"unroll_k", 4}, {"stages", 6}, {"split_k", 2}}},
+      {"batch_matmul(B=2,M=20,N=24,K=120,precision=tf32)", {{"stages", 12}}},
+  };
+  for (const Target& t : {sm80, sm90}) {
+    for (const KnobCase& c : cases) {
+      CompiledKernel k = admitted_and_matching({c.workload, with_knobs(base, c.knobs)}, t);
+      const std::string what = std::string(c.workload) + " config " + k.config.dump();
+      const int64_t stages = k.config["stages"];
+      const std::string ir = ir::to_string(k.lowered.func);
+      EXPECT_EQ(count(ir, str("async_wait(", stages - 2, ")")), 1) << what << "\n" << ir;
+      // One group committed per tile copied ahead, and one an iteration.
+      EXPECT_EQ(count(ir, "async_commit"), stages) << what << "\n" << ir;
+      if (t.arch == "sm_90" && fs::exists(kPtxas)) {
+        const std::string ptx = assemble_sm90(k, what);
+        EXPECT_EQ(count(ptx, str("cp.async.wait_group ", stages - 2, ";")), 1) << what;
+      }
+    }
+  }
+  auto refusal = [&](const char* workload, const nlohmann::json& knobs) {
+    OpGraph g = build_op(parse_workload(workload));
+    return check_constraints(g, sm90, complete_config(g, sm90, with_knobs(base, knobs)));
+  };
+  EXPECT_EQ(refusal("matmul(M=64,N=64,K=96,dtype=float16)", {}),
+            "stages 8 for 6 iterations of K (96 in chunks of 16): more than 4 buffers only where "
+            "each is a "
+            "tile the loop copies");
+  EXPECT_EQ(refusal("matmul(M=64,N=64,K=256,dtype=float16)", {{"stages", 12}, {"split_k", 2}}),
+            "stages 12 for 8 iterations of K (128 in chunks of 16): more than 4 buffers only where "
+            "each is a "
+            "tile the loop copies");
+  EXPECT_EQ(refusal("matmul(M=64,N=64,K=112,dtype=float16)", {}), "");
+  // A tile staged through registers (rounded as it is copied, or computed) is loaded one
+  // iteration ahead at any depth.
+  EXPECT_EQ(refusal("matmul(M=64,N=64,K=256,weight_dtype=float16)", {{"half_tiles", true}}),
+            "stages 8 with A's tile staged through registers (loaded one iteration ahead whatever "
+            "the depth: "
+            "more than 4 buffers only where both tiles are cp.async copies)");
+  auto stage_candidates = [&](const char* workload) {
+    OpGraph g = build_op(parse_workload(workload));
+    const ScheduleTemplate& tpl = find_template(g.workload, sm90);
+    for (const KnobDef& k : tpl.knobs()) {
+      if (std::string(k.name) == "stages")
+        return nlohmann::json(tpl.int_candidates(g, sm90, k)).dump();
+    }
+    return std::string("no stages knob");
+  };
+  EXPECT_EQ(stage_candidates("matmul(M=128,N=768,K=768,precision=tf32)"), "[1,2,3,4,6,8,12]");
+  EXPECT_EQ(stage_candidates("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1,dtype=float16)"),
+            "[1,2,3,4]");
+  // Four buffers stay where they were: more than the loop's tiles, as before deep pipelines.
+  EXPECT_EQ(refusal("matmul(M=64,N=64,K=32,dtype=float16)", {{"stages", 4}}), "");
+
+  // The seeds: a BERT layer's 128-row GEMMs of 16-bit inputs get the default made deep and 64 x
+  // 64 blocks of K chunks of 64 as deep as shared memory holds (split along K where 24 blocks
+  // would leave the multiprocessors idle); with float32 activations (rounded through
+  // registers) none.
+  auto deep_seeds = [&](const char* workload) {
+    OpGraph g = build_op(parse_workload(workload));
+    std::vector<nlohmann::json> out;
+    for (const nlohmann::json& c : seed_configs(g, sm90)) {
+      EXPECT_EQ(check_constraints(g, sm90, c), "") << workload << " " << c.dump();
+      if (c["stages"].get<int64_t>() > 4) out.push_back(c);
+    }
+    return out;
+  };
+  std::vector<nlohmann::json> wide =
+      deep_seeds("matmul(M=128,N=3072,K=768,trans_b=1,dtype=float16,epilogue=bias)");
+  ASSERT_EQ(wide.size(), 2u);
+  EXPECT_EQ(wide[0]["stages"], 12) << wide[0].dump();
+  EXPECT_EQ(wide[1]["tiles_n"], 4) << wide[1].dump();
+  EXPECT_EQ(wide[1]["unroll_k"], 4) << wide[1].dump();
+  EXPECT_EQ(wide[1]["split_k"], 1) << wide[1].dump();
+  EXPECT_EQ(wide[1]["stages"], 12) << wide[1].dump();  // K's 12 chunks, 221,184 bytes
+  std::vector<nlohmann::json> narrow =
+      deep_seeds("matmul(M=128,N=768,K=768,trans_b=1,dtype=float16,epilogue=bias)");
+  ASSERT_FALSE(narrow.empty());
+  EXPECT_EQ(narrow.back()["split_k"], 2) << narrow.back().dump();
+  EXPECT_EQ(narrow.back()["stages"], 6) << narrow.back().dump();
+  EXPECT_TRUE(
+      deep_seeds(
+          "matmul(M=128,N=3072,K=768,trans_b=1,dtype=float32,weight_dtype=float16,epilogue=bias)")
+          .empty());
+  // Nor where 64 x 64 blocks would be more than one a multiprocessor (BERT at batch 8).
+  EXPECT_TRUE(
+      deep_seeds("matmul(M=1024,N=3072,K=768,trans_b=1,dtype=float16,epilogue=bias)").empty());
+}
+
 // A convolution's K chunks of its R x S filter taps (unroll_k = R x S): each im2col element's
 // channel and tap are decoded once a kernel, so the K loop's variable appears once in an
 // element's computation (the chunk's channel offset), where 2 steps an iteration divide it by
