@@ -395,8 +395,7 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
 //   tile: 128 accumulators a lane, twice the products per operand read of the default's 64 x
 //   32), 2 x 4 warps over 3 stages (2 x 2 over 4), K chunks of 32. Unmeasured on a GPU yet (the
 //   space reached them only once their accumulators stayed in registers, session 94).
-// - fp16 or bf16 GEMMs of 16-bit operands read from inputs (both tiles cp.async copies): deep
-//   pipelines (deep_pipelines, below).
+// - GEMMs of operands read from inputs, any precision: deep pipelines (deep_pipelines, below).
 // - fp16 or bf16 on sm_90: wgmma configs (off by default until timed on a GPU): blocks of 128 x 256
 // (two
 //   warpgroups of 64 x 256, CUTLASS's Hopper tile), 128 x 128, 64 x 128 and 64 x 64, K chunks of
@@ -420,6 +419,7 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
       out.push_back(c);
     }
   }
+  for (json c : deep_pipelines(g, t)) out.push_back(std::move(c));
   if (!products_16_bits(p)) return out;
   const GemmShape s = gemm_shape(g);
   const Given16 given = given_16_bits(g);
@@ -443,9 +443,6 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
                      {"wgmma_in_flight", false},
                      {"half_tiles", false}});
     }
-  }
-  if (given.a && given.b && a_input && b_input) {
-    for (json c : deep_pipelines(g, t)) out.push_back(std::move(c));
   }
   if (t.arch != "sm_90") return out;
   const int64_t chunk = 4 * depth(g);
@@ -474,9 +471,10 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
 // tiles for (up to 12) and shared memory holds, and 64 x 64 blocks of 2 x 2 warps with K chunks
 // of 4 steps as deep, split along K while twice the blocks would still give a multiprocessor at
 // most one and each part keeps 4 chunks (cuBLAS splits 128 x 768 x 768, not 128 x 3,072 x 768).
-// Both operands' tiles must be cp.async copies: a tile staged through registers is loaded one
-// iteration ahead whatever the depth. Unmeasured on a GPU yet (gpu_session.sh sweep_deep times them
-// against the default).
+// Both operands read from inputs, and only configs the constraints take: both tiles cp.async
+// copies (a tile staged through registers, as a float32 operand's rounded into 16 bits by
+// half_tiles, is loaded one iteration ahead whatever the depth). Unmeasured on a GPU yet
+// (gpu_session.sh sweep_deep times them against the default).
 std::vector<json> TensorCoreGemm::deep_pipelines(const OpGraph& g, const Target& t) const {
   const GemmShape s = gemm_shape(g);
   const int64_t sms = gpu_arch(t).multiprocessors, most = gpu_limits(t).max_dynamic_shared_bytes;
@@ -494,9 +492,13 @@ std::vector<json> TensorCoreGemm::deep_pipelines(const OpGraph& g, const Target&
   // Only GEMMs that 64 x 64 blocks cover in one wave (the latency of a short K's copies, not
   // the products, bounds them; a 4096^3 GEMM's blocks keep the multiprocessors busy anyway).
   const int64_t blocks = s.batches * ((s.m + 63) / 64) * ((s.n + 63) / 64);
-  if (blocks > sms) return {};
+  const auto [a_input, b_input] = inputs_ab(g);
+  if (blocks > sms || !a_input || !b_input) return {};
   std::vector<json> out;
-  if (json c = default_config(g, t); c["stages"].get<int64_t>() > 1 && deepen(c)) out.push_back(c);
+  auto keep = [&](json& c) {
+    if (deepen(c) && check_constraints(g, t, c).empty()) out.push_back(c);
+  };
+  if (json c = default_config(g, t); c["stages"].get<int64_t>() > 1) keep(c);
   json c = {{"warps_m", 2},
             {"warps_n", 2},
             {"tiles_m", 2},
@@ -513,7 +515,7 @@ std::vector<json> TensorCoreGemm::deep_pipelines(const OpGraph& g, const Target&
   int64_t parts = 1;
   while (parts < 16 && 2 * blocks * parts <= sms && chunks / (parts * 2) >= 4) parts *= 2;
   c["split_k"] = parts;
-  if (deepen(c)) out.push_back(c);
+  keep(c);
   return out;
 }
 
