@@ -1301,8 +1301,9 @@ TEST(TensorCore, Tf32FragmentsOfKMajorTilesAreReadByLdmatrix) {
     CompiledKernel k = compile_kernel(w, sm90, nullptr, "default", "");
     const std::string ir = ir::to_string(k.lowered.func);
     EXPECT_NE(ir.find("word_float(frag_a, 3)"), std::string::npos) << text << "\n" << ir;
-    if (w.flag("trans_b"))
+    if (w.flag("trans_b")) {
       EXPECT_NE(ir.find("word_float(frag_b"), std::string::npos) << text << "\n" << ir;
+    }
     testing::Comparison r = testing::run_gpu_emulated(k.graph, k.lowered.func, sm90, 23);
     EXPECT_TRUE(r.ok()) << text << ": " << r.str();
   }
