@@ -138,8 +138,8 @@ step sweep_fp16 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --
 # Issue 55: block tiles past 48 KiB (dynamic shared memory) against the defaults, on the square
 # GEMMs and BERT's: whether the defaults should use them.
 step sweep_large 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --groups dense,bert --large --calls 10
-# Issue 55: deep pipelines (6 to 12 stages, session 98; the tuner's seeds for GEMMs of 16-bit
-# inputs) on BERT's GEMMs as a --precision fp16 model now gives them (16-bit operands): whether a
+# Issue 55: deep pipelines (6 to 12 stages, session 98; the tuner's seeds for GEMMs of operands
+# read from inputs) on BERT's GEMMs as a --precision fp16 model now gives them (16-bit operands): whether a
 # short K's chunks all in flight (cuBLAS's 64 x 64 blocks, K chunks of 64, 13 stages) beat the
 # default's 4 stages, and which should become the default.
 step sweep_deep 150 python3 bench/gpu_config_sweep.py "$bin" --precision fp16 --half-operands --groups bert --deep \

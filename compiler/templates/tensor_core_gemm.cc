@@ -169,8 +169,8 @@ const std::vector<KnobDef>& TensorCoreGemm::knobs() const {
       {"stages",
        KnobType::Int,
        "with shared: tiles in flight: 1, or 2 to 12 buffers, the next iterations' copied "
-       "(cp.async) "
-       "while the current one is used (more than 4 only where the loop has a tile for each)",
+       "(cp.async) while the current one is used (more than 4 only where the loop has a tile "
+       "for each)",
        12,
        {},
        kSplit},
@@ -389,17 +389,15 @@ std::string TensorCoreGemm::wgmma_constraints(const OpGraph& g, const Target& t,
 // Configs a random start would rarely reach (several knobs must agree), each measured right
 // after the default; those the constraints refuse are skipped by the tuner.
 // - Convolutions, any precision: the default with K chunks of the filter's taps (below).
-// - fp16 or bf16 GEMMs of 16-bit operands read from inputs whose blocks of 128 x 256 (128 x 128)
-// give every
-//   multiprocessor one unsplit: mma.sync in 64 x 64 warp tiles (4 x 8 tiles, CUTLASS's warp
-//   tile: 128 accumulators a lane, twice the products per operand read of the default's 64 x
-//   32), 2 x 4 warps over 3 stages (2 x 2 over 4), K chunks of 32. Unmeasured on a GPU yet (the
-//   space reached them only once their accumulators stayed in registers, session 94).
+// - fp16 or bf16 GEMMs of 16-bit operands read from inputs whose blocks of 128 x 256 (128 x
+//   128) give every multiprocessor one unsplit: mma.sync in 64 x 64 warp tiles (4 x 8 tiles,
+//   CUTLASS's warp tile: 128 accumulators a lane, twice the products per operand read of the
+//   default's 64 x 32), 2 x 4 warps over 3 stages (2 x 2 over 4), K chunks of 32. Unmeasured on a
+//   GPU yet (the space reached them only once their accumulators stayed in registers, session 94).
 // - GEMMs of operands read from inputs, any precision: deep pipelines (deep_pipelines, below).
-// - fp16 or bf16 on sm_90: wgmma configs (off by default until timed on a GPU): blocks of 128 x 256
-// (two
-//   warpgroups of 64 x 256, CUTLASS's Hopper tile), 128 x 128, 64 x 128 and 64 x 64, K chunks of
-//   64, 4 stages with each iteration's products in flight across the next (the copies two
+// - fp16 or bf16 on sm_90: wgmma configs (off by default until timed on a GPU): blocks of 128 x
+//   256 (two warpgroups of 64 x 256, CUTLASS's Hopper tile), 128 x 128, 64 x 128 and 64 x 64, K
+//   chunks of 64, 4 stages with each iteration's products in flight across the next (the copies two
 //   chunks ahead), each split along K until the blocks give every multiprocessor one (parts of
 //   at least 4 iterations).
 std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t) const {
@@ -467,8 +465,8 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
 
 // Deep pipelines, as cuBLAS runs a BERT layer's 128-row GEMMs on Hopper (blocks of 64 x 64, K
 // chunks of 64, up to 13 of them in flight), for GEMMs whose 64 x 64 blocks are at most one a
-// multiprocessor: the default with as many buffers as the loop has
-// tiles for (up to 12) and shared memory holds, and 64 x 64 blocks of 2 x 2 warps with K chunks
+// multiprocessor: the default with as many buffers as the loop has tiles for (up to 12) and
+// shared memory holds, and 64 x 64 blocks of 2 x 2 warps with K chunks
 // of 4 steps as deep, split along K while twice the blocks would still give a multiprocessor at
 // most one and each part keeps 4 chunks (cuBLAS splits 128 x 768 x 768, not 128 x 3,072 x 768).
 // Both operands read from inputs, and only configs the constraints take: both tiles cp.async
@@ -477,26 +475,23 @@ std::vector<json> TensorCoreGemm::seed_configs(const OpGraph& g, const Target& t
 // (gpu_session.sh sweep_deep times them against the default).
 std::vector<json> TensorCoreGemm::deep_pipelines(const OpGraph& g, const Target& t) const {
   const GemmShape s = gemm_shape(g);
-  const int64_t sms = gpu_arch(t).multiprocessors, most = gpu_limits(t).max_dynamic_shared_bytes;
-  // The deepest pipeline of 6 or more buffers whose tiles the loop copies and shared memory
-  // holds; false where none is.
-  auto deepen = [&](json& c) {
-    const int64_t chunk = c["unroll_k"].get<int64_t>() * depth(g),
-                  iterations = part_depth(g, c) / chunk;
-    for (int64_t n : {12, 8, 6}) {
-      c["stages"] = n;
-      if (n - 1 <= iterations && shared_bytes(g, c) <= most) return true;
-    }
-    return false;
-  };
+  const int64_t sms = gpu_arch(t).multiprocessors;
   // Only GEMMs that 64 x 64 blocks cover in one wave (the latency of a short K's copies, not
   // the products, bounds them; a 4096^3 GEMM's blocks keep the multiprocessors busy anyway).
   const int64_t blocks = s.batches * ((s.m + 63) / 64) * ((s.n + 63) / 64);
   const auto [a_input, b_input] = inputs_ab(g);
   if (blocks > sms || !a_input || !b_input) return {};
   std::vector<json> out;
-  auto keep = [&](json& c) {
-    if (deepen(c) && check_constraints(g, t, c).empty()) out.push_back(c);
+  // `c` at the most of 12, 8 or 6 buffers the constraints take (a tile for each buffer, shared
+  // memory, both tiles cp.async copies), if any.
+  auto keep = [&](json c) {
+    for (int64_t n : {12, 8, 6}) {
+      c["stages"] = n;
+      if (check_constraints(g, t, c).empty()) {
+        out.push_back(c);
+        return;
+      }
+    }
   };
   if (json c = default_config(g, t); c["stages"].get<int64_t>() > 1) keep(c);
   json c = {{"warps_m", 2},
@@ -575,8 +570,7 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   if ((staged_a || staged_b) && shared && stages > 4) {
     return str("stages ", stages, " with ", staged_a ? "A" : "B",
                "'s tile staged through registers (loaded one iteration ahead whatever the depth: "
-               "more than 4 "
-               "buffers only where both tiles are cp.async copies)");
+               "more than 4 buffers only where both tiles are cp.async copies)");
   }
   if ((staged_a || staged_b) && shared && stages > 1) {
     const int64_t chunk = d.unroll_k * depth(g);
@@ -606,8 +600,7 @@ std::string TensorCoreGemm::check_constraints(const OpGraph& g, const Target& t,
   // More than 4 buffers only where the loop has a tile for each beyond the first (the rest would
   // be shared memory never written).
   if (shared && stages > 4) {
-    const int64_t chunk = d.unroll_k * depth(g),
-                  iterations = (part_depth(g, c) + chunk - 1) / chunk;
+    const int64_t chunk = d.unroll_k * depth(g), iterations = part_depth(g, c) / chunk;
     if (stages - 1 > iterations) {
       return str("stages ", stages, " for ", iterations, " iterations of K (", part_depth(g, c),
                  " in chunks of ", chunk,

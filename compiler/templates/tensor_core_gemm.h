@@ -67,7 +67,7 @@ class TensorCoreGemm : public ScheduleTemplate {
   // The extent of K each part covers (split_k: K / parts rounded up to whole iterations; the
   // last part's steps past K read zeros), or K rounded up to whole iterations.
   int64_t part_depth(const OpGraph& g, const json& c) const;
-  // Seeds of 6 to 12 buffers for GEMMs of 16-bit inputs (seed_configs).
+  // Seeds of 6 to 12 buffers for GEMMs of operands read from inputs (seed_configs).
   std::vector<json> deep_pipelines(const OpGraph& g, const Target& t) const;
   int64_t shared_bytes(const OpGraph& g, const json& c) const;
   std::string wgmma_constraints(const OpGraph& g, const Target& t, const json& c) const;
