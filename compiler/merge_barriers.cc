@@ -51,6 +51,14 @@ Stmt merge(const Stmt& s, bool& after) {
     return LetStmt::make(l->var, l->value, body ? body : Block::make({}));
   }
   if (const For* f = s.as<For>()) {
+    if (is_gpu_binding(f->for_kind) && !is_thread_binding(f->for_kind)) {
+      // A loop bound to the grid's blocks: each block runs its own iteration once, so the
+      // body follows what came before it, and what follows it follows the body's end.
+      Stmt body = merge(f->body, after);
+      if (body.same_as(f->body)) return s;
+      return For::make(f->var, f->min, f->extent, f->for_kind, body ? body : Block::make({}),
+                       f->parallel_inner);
+    }
     // The body starts after what came before or after its own end: merged inside alone.
     bool inside = false;
     Stmt body = merge(f->body, inside);
@@ -74,7 +82,8 @@ Stmt merge(const Stmt& s, bool& after) {
 }  // namespace
 
 Stmt merge_barriers(const Stmt& s) {
-  bool after = false;
+  // A kernel's first barrier, before its threads have done anything, waits for nothing.
+  bool after = true;
   Stmt merged = merge(s, after);
   return merged ? merged : Block::make({});
 }

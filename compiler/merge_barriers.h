@@ -8,10 +8,15 @@
 // (a block reduction's partial results, its tree, its result) runs of them at the top of a
 // kernel: a LayerNorm's kernel had 28 barriers, 13 of them right after another.
 //
+// A barrier before anything else the kernel does (the first of a block reduction's, at the top
+// of the loop bound to blockIdx, whose each iteration is one block's whole run) waits for
+// nothing either, and is dropped too.
+//
 // "Right after" is in straight-line code: across the structure of statements (blocks and
-// allocations, which do nothing at run time) and lets whose values read no memory, not across
-// loops or branches (a barrier at the start of a loop's body follows the end of the previous
-// iteration, and one in a branch may not be reached by every thread). Only Barrier::Kind::Block;
+// allocations, which do nothing at run time), lets whose values read no memory and into loops
+// bound to blockIdx (a block runs its iteration once), not across other loops or branches (a
+// barrier at the start of a loop's body follows the end of the previous iteration, and one in a
+// branch may not be reached by every thread). Only Barrier::Kind::Block;
 // the asynchronous copies' commits and waits and every other statement are kept, and a barrier
 // after any of them is kept too.
 #pragma once

@@ -1000,9 +1000,10 @@ TEST(GpuReduction, BlockPerOutputMatchesAPlainLoop) {
     EXPECT_EQ(b->tree.size(), 1u);
     std::string ptx = codegen_llvm(f, t, CodegenOutput::Asm).data;
     EXPECT_NE(ptx.find("st.shared.f32"), std::string::npos);
-    // Barriers: after the partial results, after the level, after the result (merge_barriers
-    // left none right after another; a halving tree had a barrier a level).
-    EXPECT_EQ(count_of(ptx, "bar.sync"), 3u) << ptx;
+    // Barriers: after the partial results and after the level (merge_barriers left none right
+    // after another, nor the one before the partial results, at the top of the kernel; a
+    // halving tree had a barrier a level).
+    EXPECT_EQ(count_of(ptx, "bar.sync"), 2u) << ptx;
 
     std::vector<std::vector<float>> bufs(2);
     bufs[0].resize(static_cast<size_t>(outputs * length));
@@ -1021,40 +1022,53 @@ TEST(GpuReduction, BlockPerOutputMatchesAPlainLoop) {
 }
 
 // merge_barriers drops a block barrier right after another in straight-line code (across
-// blocks, allocations and lets reading no memory) and keeps every other one: the first in a
-// loop's body or a branch, one after a store, an asynchronous copy's wait or a let that loads.
+// blocks, allocations, lets reading no memory and into a loop bound to blockIdx) and one
+// before anything the kernel does, and keeps every other one: the first in another loop's body
+// or a branch, one after a store, an asynchronous copy's wait or a let that loads.
 TEST(Barriers, AdjacentBlockBarriersMerge) {
   using namespace ir;
   auto bar = [] { return Barrier::make(); };
   auto store = [](int64_t at) { return Store::make("s", f32(1.0), Expr(at)); };
-  const Expr v = Var::make("v"), i = Var::make("i");
-  // Kept barriers numbered; "goes" marks the six that follow one.
+  const Expr v = Var::make("v"), i = Var::make("i"), b = Var::make("b");
+  // Kept barriers numbered; "goes" marks the eight that follow one or start the kernel.
   const Stmt nest = Block::make({
-      bar(), bar(),  // 1, goes
+      bar(), bar(),  // goes, goes: the kernel has done nothing yet
       Allocate::make("t", Type::float32(), 4, MemScope::Shared,
-                     Block::make({bar(), store(0), bar()})),  // goes, 2
+                     Block::make({bar(), store(0), bar()})),  // goes, 1
       bar(),                                                  // goes
       LetStmt::make(v, Expr(int64_t{3}),
                     Block::make({bar(), store(1)})),  // goes: the let reads nothing
-      bar(),                                          // 3
+      bar(),                                          // 2
       LetStmt::make(v, Load::make(Type::float32(), "t", Expr(int64_t{0})),
-                    Block::make({bar(), store(2)})),  // 4
-      bar(),                                          // 5
+                    Block::make({bar(), store(2)})),  // 3
+      bar(),                                          // 4
       For::make(i, Expr(int64_t{0}), Expr(int64_t{2}), ForKind::Serial,
-                Block::make({bar(), bar(), store(3), bar()})),              // 6, goes, 7
-      bar(),                                                                // 8
-      Barrier::make(Barrier::Kind::AsyncWait, 0), bar(),                    // 9
-      IfThenElse::make(i < Expr(int64_t{1}), Block::make({bar(), bar()})),  // 10, goes
-      bar(),                                                                // 11
+                Block::make({bar(), bar(), store(3), bar()})),              // 5, goes, 6
+      bar(),                                                                // 7
+      Barrier::make(Barrier::Kind::AsyncWait, 0), bar(),                    // 8
+      IfThenElse::make(i < Expr(int64_t{1}), Block::make({bar(), bar()})),  // 9, goes
+      bar(),                                                                // 10
   });
   const std::string before = to_string(nest), after = to_string(merge_barriers(nest));
   auto barriers = [](const std::string& text) { return count_of(text, "barrier\n"); };
   EXPECT_EQ(barriers(before), 17u) << before;
-  EXPECT_EQ(barriers(after), 11u) << after;
+  EXPECT_EQ(barriers(after), 10u) << after;
   EXPECT_EQ(count_of(after, "async_wait(0)"), 1u) << after;
   EXPECT_EQ(count_of(after, "s["), 4u) << after;
+  // A block's loop: its body follows what came before it (here nothing: its first barrier
+  // goes), and what follows it, its end; a thread's loop starts afresh.
+  const Stmt grid = Block::make({
+      For::make(b, Expr(int64_t{0}), Expr(int64_t{4}), ForKind::BlockIdxX,
+                Block::make({bar(), store(0), bar(),  // goes, 1
+                             For::make(i, Expr(int64_t{0}), Expr(int64_t{32}), ForKind::ThreadIdxX,
+                                       Block::make({bar(), store(1)})),  // 2
+                             bar()})),                                   // 3
+      bar(),                                                             // goes
+  });
+  const std::string grid_after = to_string(merge_barriers(grid));
+  EXPECT_EQ(barriers(grid_after), 3u) << grid_after;
   // Nothing to merge: the same statement back.
-  const Stmt plain = Block::make({bar(), store(0), bar()});
+  const Stmt plain = Block::make({store(0), bar(), store(1), bar()});
   EXPECT_TRUE(merge_barriers(plain).same_as(plain));
 }
 
