@@ -202,13 +202,100 @@ class GpuChecker {
   bool single_thread_ = false;  // binds nothing and writes only scalars: one thread
 };
 
+// A thread's buffer allocated in a block outside its thread loops (compiler/early_loads.h:
+// registers one loop bound to threadIdx.x fills and a later one reads): each thread of the
+// block has its own on a GPU, so serialized, where one thread runs every thread's iterations,
+// it gets a copy per iteration of those loops, element i of thread t's at t * size + i.
+class PerThread : public IRMutator {
+ public:
+  PerThread(const Allocate& a) : a_(a) {}
+
+  // The threads whose copies the buffer needs: the most iterations of a loop over threadIdx.x
+  // that reads or writes it; 0 when none does.
+  int64_t threads(const Stmt& body) {
+    int64_t most = 0;
+    post_order(
+        body, [](const Expr&) {},
+        [&](const Stmt& s) {
+          const For* f = s.as<For>();
+          if (!f || !is_thread_binding(f->for_kind) || !touches(f->body)) return;
+          const int64_t* e = as_const_int(f->extent);
+          TF_CHECK(f->for_kind == ForKind::ThreadIdxX && e, "serialize_gpu_bindings: buffer ",
+                   a_.buffer, " is a thread's, read in a loop over ", for_kind_name(f->for_kind),
+                   " of extent ", f->extent);
+          most = std::max(most, *e);
+        });
+    return most;
+  }
+
+  Stmt mutate_stmt(const Stmt& s) override {
+    if (const For* f = s.as<For>(); f && f->for_kind == ForKind::ThreadIdxX) {
+      const Expr outer = thread_;
+      thread_ = f->var - f->min;
+      Stmt r = IRMutator::mutate_stmt(s);
+      thread_ = outer;
+      return r;
+    }
+    const Store* st = s.as<Store>();
+    if (!st || st->buffer != a_.buffer) return IRMutator::mutate_stmt(s);
+    return Store::make(st->buffer, mutate_expr(st->value), moved(st->index));
+  }
+  Expr mutate_expr(const Expr& e) override {
+    Expr x = IRMutator::mutate_expr(e);
+    const Load* l = x.as<Load>();
+    if (!l || l->buffer != a_.buffer) return x;
+    return Load::make(l->type.element_of(), l->buffer, moved(l->index));
+  }
+
+ private:
+  bool touches(const Stmt& s) const {
+    bool found = false;
+    post_order(
+        s,
+        [&](const Expr& x) {
+          const Load* l = x.as<Load>();
+          found = found || (l && l->buffer == a_.buffer);
+        },
+        [&](const Stmt& x) {
+          const Store* st = x.as<Store>();
+          found = found || (st && st->buffer == a_.buffer);
+        });
+    return found;
+  }
+  Expr moved(const Expr& index) const {
+    TF_CHECK(static_cast<bool>(thread_), "serialize_gpu_bindings: buffer ", a_.buffer,
+             " is a thread's, used outside every loop over threadIdx.x");
+    const Expr at = thread_ * Expr(a_.size);
+    const int lanes = index.type().lanes;
+    return index + (lanes > 1 ? Broadcast::make(at, lanes) : at);
+  }
+
+  const Allocate& a_;
+  Expr thread_;
+};
+
 class Serializer : public IRMutator {
  public:
   Stmt mutate_stmt(const Stmt& s) override {
+    if (const Allocate* a = s.as<Allocate>();
+        a && a->scope == MemScope::Local && blocks_ > 0 && threads_ == 0) {
+      PerThread copies(*a);
+      if (const int64_t n = copies.threads(a->body); n > 0) {
+        return Allocate::make(a->buffer, a->elem, a->size * n, a->scope,
+                              mutate_stmt(copies.mutate_stmt(a->body)), a->async_copies);
+      }
+    }
     const For* f = s.as<For>();
     if (!f || !is_gpu_binding(f->for_kind)) return IRMutator::mutate_stmt(s);
-    return For::make(f->var, f->min, f->extent, ForKind::Serial, mutate_stmt(f->body));
+    int& depth = is_thread_binding(f->for_kind) ? threads_ : blocks_;
+    ++depth;
+    Stmt body = mutate_stmt(f->body);
+    --depth;
+    return For::make(f->var, f->min, f->extent, ForKind::Serial, body);
   }
+
+ private:
+  int blocks_ = 0, threads_ = 0;
 };
 
 }  // namespace

@@ -121,7 +121,9 @@ GpuPlan plan_gpu_program(const ir::LoweredFunc& f, const Target& t);
 // The kernel with every loop bound to the grid turned back into a serial loop: what the whole
 // grid computes, as one CPU thread would run it (blocks and threads in order). Tests use it
 // to check a GPU schedule's lowering (indices, tails, guards) against the reference on a
-// machine without a GPU; it says nothing about the GPU code generator.
+// machine without a GPU; it says nothing about the GPU code generator. A thread's local buffer
+// allocated in a block outside its loops over threadIdx.x (compiler/early_loads.h) gets a copy
+// per iteration of those loops.
 ir::Stmt serialize_gpu_bindings(const ir::Stmt& s);
 
 // The kernel as one thread of one block runs it, for tests that emulate a block with as many

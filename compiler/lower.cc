@@ -5,6 +5,8 @@
 #include <functional>
 
 #include "base/error.h"
+#include "compiler/early_loads.h"
+#include "compiler/ir_mutator.h"
 #include "compiler/ir_printer.h"
 #include "compiler/merge_barriers.h"
 #include "compiler/partition_loops.h"
@@ -32,6 +34,8 @@ const std::vector<PassInfo>& lowering_passes() {
        true},
       {"vectorize_loops", "turn loops marked vectorized into vector operations", true},
       {"simplify_vectors", "simplify again, folding ramps into contiguous accesses", true},
+      {"early_loads", "load a GPU block's inputs that its barriers hold up before the barriers",
+       true},
   };
   return passes;
 }
@@ -109,6 +113,18 @@ LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, cons
   run("vectorize_loops", [&](const ir::Stmt& s) { return ir::vectorize_loops(s, &r.notes); });
   // Vectorizing leaves Ramp arithmetic behind; folding it exposes contiguous accesses.
   run("simplify_vectors", [](const ir::Stmt& s) { return ir::simplify(s); });
+  if (done("simplify_vectors")) return r;
+  // The inputs the kernel reads and never writes.
+  std::set<std::string> read_only;
+  for (const ir::BufferArg& a : r.func.args) {
+    if (a.role == ir::ArgRole::Input) read_only.insert(a.name);
+  }
+  ir::post_order(
+      r.func.body, [](const ir::Expr&) {},
+      [&](const ir::Stmt& s) {
+        if (const ir::Store* st = s.as<ir::Store>()) read_only.erase(st->buffer);
+      });
+  run("early_loads", [&](const ir::Stmt& s) { return ir::early_loads(s, read_only); });
   ir::verify(r.func, "lower", vectors_lowered);
   return r;
 }

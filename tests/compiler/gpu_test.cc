@@ -25,6 +25,7 @@
 #include "compiler/attention.h"
 #include "compiler/codegen_llvm.h"
 #include "compiler/driver.h"
+#include "compiler/early_loads.h"
 #include "compiler/gpu_reduction.h"
 #include "compiler/ir_printer.h"
 #include "compiler/link.h"
@@ -1070,6 +1071,164 @@ TEST(Barriers, AdjacentBlockBarriersMerge) {
   // Nothing to merge: the same statement back.
   const Stmt plain = Block::make({store(0), bar(), store(1), bar()});
   EXPECT_TRUE(merge_barriers(plain).same_as(plain));
+}
+
+// early_loads moves to the top of a block the loads of a thread loop after a barrier that read
+// inputs nothing before it read, by indices of the loop's variable and what is defined outside
+// the block, unconditional or under conditions as movable (then under the same conditions), at
+// most kMaxEarlyValues; equal loads share a register. Everything else stays.
+TEST(EarlyLoads, OnlyLoadsThatWaitForNothingMove) {
+  using namespace ir;
+  const Expr b = Var::make("b"), t = Var::make("t"), u = Var::make("u"), w = Var::make("w");
+  auto ld = [](const char* buffer, const Expr& at) {
+    return Load::make(Type::float32(), buffer, at);
+  };
+  auto out = [&](int64_t k, const Expr& value) {
+    return Store::make("out", value, b * Expr(int64_t{64}) + u + Expr(k));
+  };
+  auto tloop = [](const Expr& v, const Stmt& body) {
+    return For::make(v, Expr(int64_t{0}), Expr(int64_t{64}), ForKind::ThreadIdxX, body);
+  };
+  std::vector<Stmt> last = {
+      // G twice (one register), X read before the barrier (stays), a select's branch (stays).
+      out(0,
+          ld("G", u) + ld("G", u) + ld("X", u) + select(u < Expr(int64_t{3}), ld("H", u), f32(0))),
+      // Under a movable condition: moved under it; under a loaded one: stays.
+      IfThenElse::make(u < Expr(int64_t{60}), out(1, ld("C", u + Expr(int64_t{1})))),
+      IfThenElse::make(ld("s", Expr(int64_t{0})) < f32(0), out(2, ld("D", u))),
+      // An index of a variable the block defines: stays.
+      LetStmt::make(w, u * Expr(int64_t{2}), out(3, ld("E", w))),
+  };
+  // 40 more of one input: 30 move (32 in all with G's and C's), 10 stay.
+  for (int64_t k = 0; k < 40; ++k) last.push_back(out(4 + k, ld("F", u + Expr(64 * k))));
+  const Stmt kernel = For::make(
+      b, Expr(int64_t{0}), Expr(int64_t{4}), ForKind::BlockIdxX,
+      Allocate::make("s", Type::float32(), 64, MemScope::Shared,
+                     Block::make({tloop(t, Store::make("s", ld("X", b * Expr(int64_t{64}) + t), t)),
+                                  Barrier::make(), tloop(u, Block::make(last))})));
+  const std::set<std::string> inputs = {"X", "G", "H", "C", "D", "E", "F"};
+  const std::string after = to_string(early_loads(kernel, inputs));
+  EXPECT_EQ(count_of(after, "G.early["), 4u) << after;  // allocated, stored once, read twice
+  EXPECT_NE(after.find("G.early[0] = G[u.early]"), std::string::npos) << after;
+  EXPECT_NE(after.find("if ((u.early < 60))"), std::string::npos) << after;
+  EXPECT_NE(after.find("C.early[0] = C[(u.early + 1)]"), std::string::npos) << after;
+  EXPECT_EQ(count_of(after, "F.early["), 61u) << after;      // allocated, 30 stored, 30 read
+  EXPECT_EQ(count_of(after, "= F[(u.early"), 29u) << after;  // and F[u.early]
+  for (const char* stays : {"X.early", "H.early", "D.early", "E.early"}) {
+    EXPECT_EQ(after.find(stays), std::string::npos) << stays << "\n" << after;
+  }
+  // The copy comes first in the block, before the barrier and the loads of X.
+  EXPECT_LT(after.find("G.early[0] = G["), after.find("barrier")) << after;
+  EXPECT_LT(after.find("G.early[0] = G["), after.find("X[")) << after;
+  // Nothing moves without a barrier before the loop, after a store outside the kernel's own
+  // buffers, or for loads of what is not an input.
+  const Stmt no_barrier = For::make(b, Expr(int64_t{0}), Expr(int64_t{4}), ForKind::BlockIdxX,
+                                    tloop(u, out(0, ld("G", u))));
+  EXPECT_TRUE(early_loads(no_barrier, inputs).same_as(no_barrier));
+  const Stmt stored = For::make(b, Expr(int64_t{0}), Expr(int64_t{4}), ForKind::BlockIdxX,
+                                Block::make({tloop(t, Store::make("out", f32(0), t)),
+                                             Barrier::make(), tloop(u, out(0, ld("G", u)))}));
+  EXPECT_TRUE(early_loads(stored, inputs).same_as(stored));
+  EXPECT_TRUE(early_loads(kernel, {"Y"}).same_as(kernel));
+}
+
+// A LayerNorm's scale and bias, which its reductions do not read, are loaded at the top of its
+// kernel, before the barriers (early_loads): in the loop IR and the PTX, with the values of plain
+// loops, emulated with every thread of a block at once and serially (where the registers the
+// loads fill become a copy per thread), for rows of 200 (a guarded tail: its loads move under
+// their guard) and 768.
+TEST(GpuReduction, ALayerNormsScaleAndBiasAreLoadedBeforeItsBarriers) {
+  const Target target = parse_target("cuda -arch=sm_90");
+  for (const int64_t c : {int64_t{200}, int64_t{768}}) {
+    const int64_t rows = 6;
+    const std::string what = str("a LayerNorm of ", rows, " rows of ", c);
+    ir::Tensor x = ir::placeholder("X", {rows, c}), g = ir::placeholder("G", {c}),
+               be = ir::placeholder("B", {c});
+    auto reduce = [&](const std::string& name,
+                      const std::function<ir::Expr(ir::Expr, ir::Expr)>& f) {
+      ir::IterVar k = ir::reduce_axis(c, name + "_k");
+      return ir::compute(
+          name, {rows}, {"i"},
+          [&](const std::vector<ir::Expr>& i) { return ir::sum(f(i[0], k.var), {k}); }, {k});
+    };
+    ir::Tensor mean = reduce("mean", [&](ir::Expr i, ir::Expr k) {
+      return ir::read(x, {i, k}) * ir::f32(1.0f / c);
+    });
+    ir::Tensor var = reduce("var", [&](ir::Expr i, ir::Expr k) {
+      ir::Expr d = ir::read(x, {i, k}) - ir::read(mean, {i});
+      return d * d * ir::f32(1.0f / c);
+    });
+    ir::Tensor norm =
+        ir::compute("norm", {rows, c}, {"i", "j"}, [&](const std::vector<ir::Expr>& i) {
+          return (ir::read(x, i) - ir::read(mean, {i[0]})) /
+                     ir::sqrt(ir::read(var, {i[0]}) + ir::f32(1e-5f)) * ir::read(g, {i[1]}) +
+                 ir::read(be, {i[1]});
+        });
+    ir::LoweredFunc f = lower_generic_kernel(norm, {x, g, be}, target, "k", what);
+    const std::string ir_text = ir::to_string(f);
+    ASSERT_NE(ir_text.find("G.early[0] = G["), std::string::npos) << what << "\n" << ir_text;
+    EXPECT_LT(ir_text.find("B.early[0] = B["), ir_text.find("barrier")) << what << "\n" << ir_text;
+    // Each thread's elements of the scale and the bias through registers, each read once, and
+    // no other load of them.
+    const size_t per_thread = count_of(ir_text, "= G[");
+    EXPECT_EQ(count_of(ir_text, "G["), per_thread) << what << "\n" << ir_text;
+    EXPECT_EQ(count_of(ir_text, "*G.early["), per_thread) << what << "\n" << ir_text;
+    EXPECT_EQ(count_of(ir_text, "= B["), per_thread) << what << "\n" << ir_text;
+    const GpuLaunch l = check_gpu_kernel(f, target);
+    EXPECT_EQ(static_cast<int64_t>(per_thread), (c + l.block[0] - 1) / l.block[0]) << what;
+    // In the PTX, no global load after the first barrier where the row's own elements are kept
+    // in registers from the partial results to the output (768 = 12 x 64: the same elements;
+    // 200's output tile shifted inwards reads a few again), and nothing in local memory.
+    const std::string ptx = codegen_llvm(f, target, CodegenOutput::Asm).data;
+    const size_t first_barrier = ptx.find("bar.sync");
+    ASSERT_NE(first_barrier, std::string::npos) << what;
+    if (c == 768)
+      EXPECT_EQ(count_of(ptx.substr(first_barrier), "ld.global"), 0u) << what << "\n" << ptx;
+    EXPECT_EQ(count_of(ptx, "ld.local"), 0u) << what;
+    auto filled = [&] {
+      std::vector<std::vector<float>> bufs(4);
+      bufs[0].resize(static_cast<size_t>(rows * c));
+      fill_random(bufs[0].data(), rows * c, 9);
+      bufs[1].resize(static_cast<size_t>(c));
+      fill_random(bufs[1].data(), c, 10);
+      bufs[2].resize(static_cast<size_t>(c));
+      fill_random(bufs[2].data(), c, 11);
+      bufs[3].assign(static_cast<size_t>(rows * c), std::nanf(""));
+      return bufs;
+    };
+    auto check = [&](const std::vector<std::vector<float>>& bufs, const char* how) {
+      double worst = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* in = bufs[0].data() + r * c;
+        double m = 0, v = 0;
+        for (int64_t k = 0; k < c; ++k) m += in[k] / double(c);
+        for (int64_t k = 0; k < c; ++k) v += (in[k] - m) * (in[k] - m) / c;
+        for (int64_t k = 0; k < c; ++k) {
+          const double want = (in[k] - m) / std::sqrt(v + 1e-5) * bufs[1][static_cast<size_t>(k)] +
+                              bufs[2][static_cast<size_t>(k)];
+          worst = std::max(worst, std::abs(bufs[3][static_cast<size_t>(r * c + k)] - want) /
+                                      (1e-3 + std::abs(want)));
+        }
+      }
+      EXPECT_LT(worst, 1e-4) << what << " (" << how << ")";
+    };
+    std::vector<std::vector<float>> threaded = filled();
+    ASSERT_EQ(testing::emulate_gpu_kernel(f, l, threaded), 0) << what;
+    check(threaded, "a block's threads at once");
+    ir::LoweredFunc serial = f;
+    serial.body = serialize_gpu_bindings(f.body);
+    const std::string serial_text = ir::to_string(serial);
+    EXPECT_NE(serial_text.find(str("allocate G.early[float32 * ",
+                                   l.block[0] * static_cast<int64_t>(per_thread), "]")),
+              std::string::npos)
+        << what << "\n"
+        << serial_text;
+    std::vector<std::vector<float>> serialized = filled();
+    std::vector<float*> args;
+    for (auto& b : serialized) args.push_back(b.data());
+    ASSERT_EQ(testing::build_for_host(serial)->call(args), 0) << what;
+    check(serialized, "serially");
+  }
 }
 
 // A kernel of rows whose reductions are rows of its result (a softmax: the row's max, the sum
