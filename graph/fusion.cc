@@ -214,26 +214,29 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
            g.values.count(c.inputs[0]) && is_storage16(g.value(c.inputs[0]).dtype) &&
            group_of_value.count(c.inputs[0]);
   };
-  // fuses_operands (FusedAttention): the elementwise and injective groups computing n's
-  // inputs for it alone merge into one group, which n then joins; its kind becomes n's. Returns
-  // the group n joins (groups.size(): a new one). Merged groups are left empty and dropped.
-  // Whether group k is views that memory planning computes in place (graph/memory_plan.h
-  // is_view, of a computed value): no kernel to save, and the product copies their source as
-  // an input (cp.async) rather than computing a view of it.
+  // Whether group k is a view that memory planning computes in place (graph/memory_plan.h
+  // in_place_concats): alone in its group, in place by itself (view_in_place_by_itself), and no
+  // other node planning may compute in place (a view or a Concat) makes its input or reads it
+  // too, which could take it first. No kernel to save then, and the product copies the view's
+  // source as an input (cp.async) rather than computing a view of it. A view planning could copy
+  // (a second view of one value, a view of a view) is the product's to read.
   auto in_place_views = [&](size_t k) {
-    std::set<std::string> made;
-    for (const std::string& m : groups[k].nodes) {
-      for (const std::string& o : by_name.at(m)->outputs) made.insert(o);
-    }
-    for (const std::string& m : groups[k].nodes) {
-      const Node& v = *by_name.at(m);
-      if (!is_view(g, v) || v.inputs.empty()) return false;
-      if (!made.count(v.inputs[0]) &&
-          std::find(g.inputs.begin(), g.inputs.end(), v.inputs[0]) != g.inputs.end())
-        return false;
+    if (groups[k].nodes.size() != 1) return false;
+    const Node& v = *by_name.at(groups[k].nodes[0]);
+    if (!view_in_place_by_itself(g, v)) return false;
+    const std::string& in = v.inputs[0];
+    auto has = [](const std::vector<std::string>& names, const std::string& x) {
+      return std::find(names.begin(), names.end(), x) != names.end();
+    };
+    for (const Node& n : g.nodes) {
+      if (&n == &v || (!is_view(g, n) && n.op != "Concat")) continue;
+      if (has(n.outputs, in) || has(n.inputs, in)) return false;
     }
     return true;
   };
+  // fuses_operands (FusedAttention): the elementwise and injective groups computing n's
+  // inputs for it alone merge into one group, which n then joins; its kind becomes n's. Returns
+  // the group n joins (groups.size(): a new one). Merged groups are left empty and dropped.
   // `views_only` (a product reading views, products_read_views): only groups of layout views
   // and cheap steps (recomputed_in_operand), not ones computed in place.
   auto take_operands = [&](const Node& n, std::set<size_t>& reads, bool views_only) {

@@ -22,6 +22,21 @@ bool is_view(const Graph& g, const Node& n) {
   return true;
 }
 
+bool view_in_place_by_itself(const Graph& g, const Node& n) {
+  if (!is_view(g, n) || n.outputs.size() != 1 || n.outputs[0].empty() || n.inputs.empty() ||
+      n.inputs[0].empty())
+    return false;
+  const Value& y = g.value(n.outputs[0]);
+  const std::string& in = n.inputs[0];
+  auto listed = [](const std::vector<std::string>& names, const std::string& v) {
+    return std::find(names.begin(), names.end(), v) != names.end();
+  };
+  // Float32, or 16-bit values passed on (sixteen-bit-edges) as their input is.
+  return (y.dtype == DType::F32 || is_storage16(y.dtype)) && !listed(g.outputs, y.name) &&
+         !listed(g.inputs, in) && !listed(g.outputs, in) && !g.is_constant(in) &&
+         g.value(in).dtype == y.dtype;
+}
+
 std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<FusedGroup>& groups) {
   std::set<std::string> written, outputs(g.outputs.begin(), g.outputs.end()),
       inputs(g.inputs.begin(), g.inputs.end());
@@ -44,9 +59,7 @@ std::vector<InPlaceConcat> in_place_concats(const Graph& g, const std::vector<Fu
     // shape) of one part at offset 0: its input's kernel writes what it returns.
     if (is_view(g, n) && n.outputs.size() == 1 && !n.outputs[0].empty()) {
       const Value& y = g.value(n.outputs[0]);
-      // Float32, or 16-bit values passed on (sixteen-bit-edges) as their input is.
-      const bool typed = y.dtype == DType::F32 || is_storage16(y.dtype);
-      if (!typed || !part_ok(n.inputs[0], y.dtype) || outputs.count(y.name) || taken.count(y.name))
+      if (!view_in_place_by_itself(g, n) || !part_ok(n.inputs[0], y.dtype) || taken.count(y.name))
         continue;
       taken.insert({n.inputs[0], y.name});
       found.push_back(InPlaceConcat{n.name, y.name, {{n.inputs[0], 0}}});

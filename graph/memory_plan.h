@@ -48,6 +48,14 @@ struct InPlaceConcat {
 // its output, so no kernel copies it.
 bool is_view(const Graph& g, const Node& n);
 
+// Whether view `n` (is_view) may be computed in place as far as the graph alone says: one
+// output, float32 or 16-bit values passed on as its input is (sixteen-bit-edges), not a model
+// output, whose input is computed by a node (not a model input, output or constant) of the same
+// type. in_place_concats takes such a view alone in its group unless its input or output is
+// already another in-place node's; plan_fusion asks it which views to leave to memory planning
+// (graph/fusion.cc, products reading their operands' views).
+bool view_in_place_by_itself(const Graph& g, const Node& n);
+
 // The Concat nodes of `groups` (plan_fusion's, in order) computed in place: alone in their
 // group, float32, not a model output, each input a float32 intermediate some kernel writes (not a
 // model input, output or constant; no other in-place Concat's input or output), each once; and

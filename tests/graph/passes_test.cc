@@ -1573,6 +1573,58 @@ TEST(GraphFusion, ProductsTakeInTheViewsOfTheirOperands) {
   }
 }
 
+// The views a product leaves to memory planning are the ones planning computes in place
+// (graph/memory_plan.h view_in_place_by_itself, one predicate for both): a lone view of a
+// computed value stays a view in place; two views of one value, or a view of a view, which
+// planning would not both compute in place (the second would be a copy kernel), are the
+// products' to read. With the mark (products_read_views), no group is a view copied by a
+// kernel.
+TEST(GraphFusion, ProductsLeaveToMemoryPlanningOnlyTheViewsItComputesInPlace) {
+  GraphBuilder b;
+  std::string x = b.input("x", {4, 6});
+  std::string shape = b.constant("shape", HostTensor::ints({2}, {6, 4}));
+  std::string same = b.constant("same", HostTensor::ints({2}, {6, 4}));
+  // A lone view of a computed value (read by another node too, so that the view does not join
+  // its group): in place, the product reads its source.
+  std::string e = b.node("Exp", {x}, "e", {4, 6});
+  std::string q = b.node("Neg", {e}, "q", {4, 6});
+  std::string lone = b.node("Reshape", {e, shape}, "lone", {6, 4});
+  std::string p0 = b.node("MatMul", {lone, b.weights("w0", {4, 3})}, "p0", {6, 3});
+  // Two views of one value.
+  std::string y = b.node("Sigmoid", {x}, "y", {4, 6});
+  std::string a = b.node("Reshape", {y, shape}, "a", {6, 4});
+  std::string c = b.node("Reshape", {y, shape}, "c", {6, 4});
+  std::string p1 = b.node("MatMul", {a, b.weights("w1", {4, 3})}, "p1", {6, 3});
+  std::string p2 = b.node("MatMul", {c, b.weights("w2", {4, 5})}, "p2", {6, 5});
+  // A view of a view, and the first view also read by a product.
+  std::string z = b.node("Tanh", {x}, "z", {4, 6});
+  std::string r = b.node("Relu", {z}, "r", {4, 6});
+  std::string v1 = b.node("Reshape", {z, shape}, "v1", {6, 4});
+  std::string v2 = b.node("Reshape", {v1, same}, "v2", {6, 4});
+  std::string p3 = b.node("MatMul", {v2, b.weights("w3", {4, 2})}, "p3", {6, 2});
+  std::string p4 = b.node("MatMul", {v1, b.weights("w4", {4, 2})}, "p4", {6, 2});
+  b.g.outputs = {p0, p1, p2, p3, p4, q, r};
+  verify(b.g);
+  b.g.products_read_views = true;
+  const std::vector<FusedGroup> plan = plan_fusion(b.g);
+  expect_runnable(b.g, plan);
+  EXPECT_NE(group_with(plan, "Reshape_lone"), group_with(plan, "MatMul_p0"));
+  EXPECT_EQ(group_with(plan, "Reshape_a"), group_with(plan, "MatMul_p1"));
+  EXPECT_EQ(group_with(plan, "Reshape_c"), group_with(plan, "MatMul_p2"));
+  EXPECT_EQ(group_with(plan, "Reshape_v2"), group_with(plan, "MatMul_p3"));
+  // Every view left in a group of its own is computed in place: no kernel copies a view.
+  const std::vector<InPlaceConcat> in_place = in_place_concats(b.g, plan);
+  std::set<std::string> planned;
+  for (const InPlaceConcat& v : in_place) planned.insert(v.node);
+  for (const FusedGroup& grp : plan) {
+    if (grp.nodes.size() != 1) continue;
+    const std::string& node = grp.nodes[0];
+    if (node.rfind("Reshape_", 0) == 0)
+      EXPECT_TRUE(planned.count(node)) << node << " is a kernel copying a view";
+  }
+  EXPECT_TRUE(planned.count("Reshape_lone"));
+}
+
 // conv + bias + residual add + relu is one kernel, whichever operand of the Add the conv is; a
 // reduction takes in the elementwise group computing its input; joining never makes two
 // groups wait for each other.
