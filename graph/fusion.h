@@ -32,8 +32,10 @@
 //               group when no outside group sits between them; so does a MatMul or Gemm
 //               of a graph marked products_read_views (pass read-views-in-products, cuda
 //               targets; MatMulTensorCore too), taking only groups of layout views and scalings
-//               (recomputed_in_operand), not views computed in place (Reshapes of a computed
-//               value: graph/memory_plan.h): the product reads its operand tiles through them
+//               (recomputed_in_operand), not a view that memory planning computes in place
+//               (a lone Reshape of a computed value: graph/memory_plan.h
+//               view_in_place_by_itself, its input no other view's or Concat's to take
+//               first): the product reads its operand tiles through them
 //               (attention's Q, K and V sliced out of one wide product, its heads merged),
 //               and the kernels that only copied them are gone
 // and no group has more than kMaxGroupNodes nodes.
