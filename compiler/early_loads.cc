@@ -1,6 +1,5 @@
 #include "compiler/early_loads.h"
 
-#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -41,18 +40,18 @@ class BlockBody {
     Stmt rewritten = scan(body);
     if (early_.empty()) return body;
     Stmt result = Block::make({Block::make(early_), rewritten});
-    for (auto it = slots_.rbegin(); it != slots_.rend(); ++it) {
-      const Type type = std::find_if(registers_.begin(), registers_.end(), [&](const Register& r) {
-                          return r.buffer == it->first;
-                        })->type;
-      result = Allocate::make(str(it->first, ".early"), type, it->second, MemScope::Local, result);
+    for (auto it = registers_.rbegin(); it != registers_.rend(); ++it) {
+      result = Allocate::make(early_name(it->first), it->second.type, it->second.count,
+                              MemScope::Local, result);
     }
     return result;
   }
 
  private:
+  // The buffer of an input's registers.
+  static std::string early_name(const std::string& input) { return str(input, ".early"); }
+  // A load moved: element `slot` of early_name(buffer).
   struct Register {
-    std::string name;  // <buffer>.early, element `slot`
     int slot;
     std::string buffer;
     Type type;
@@ -161,14 +160,16 @@ class BlockBody {
         for (const Register& r : regs_) {
           if (r.buffer == l->buffer && equal(r.index, l->index) &&
               (r.guard && guard ? equal(r.guard, guard) : !r.guard && !guard)) {
-            return Load::make(r.type, r.name, Expr(int64_t{r.slot}));
+            return Load::make(r.type, early_name(r.buffer), Expr(int64_t{r.slot}));
           }
         }
         if (b_.values_ >= kMaxEarlyValues) return e;
         ++b_.values_;
-        const int slot = b_.slots_[l->buffer]++;
-        regs_.push_back({str(l->buffer, ".early"), slot, l->buffer, l->type, l->index, guard});
-        return Load::make(l->type, regs_.back().name, Expr(int64_t{slot}));
+        Registers& input = b_.registers_[l->buffer];
+        input.type = l->type;
+        const int slot = input.count++;
+        regs_.push_back({slot, l->buffer, l->type, l->index, guard});
+        return Load::make(l->type, early_name(l->buffer), Expr(int64_t{slot}));
       }
 
      private:
@@ -184,23 +185,27 @@ class BlockBody {
     const VarMap to_copy = {{f.var.get(), v}};
     std::vector<Stmt> loads;
     for (const Register& r : mine) {
-      Stmt st = Store::make(r.name, Load::make(r.type, r.buffer, substitute(r.index, to_copy)),
+      Stmt st = Store::make(early_name(r.buffer),
+                            Load::make(r.type, r.buffer, substitute(r.index, to_copy)),
                             Expr(int64_t{r.slot}));
       loads.push_back(r.guard ? IfThenElse::make(substitute(r.guard, to_copy), st) : st);
-      registers_.push_back(r);
     }
     early_.push_back(For::make(v, f.min, f.extent, f.for_kind, Block::make(std::move(loads))));
     return For::make(f.var, f.min, f.extent, f.for_kind, body, f.parallel_inner);
   }
 
   const std::set<std::string>& inputs_;
-  std::map<std::string, int> slots_;  // registers per input
+  // Each input's registers: how many, of its loads' type.
+  struct Registers {
+    int count = 0;
+    Type type;
+  };
+  std::map<std::string, Registers> registers_;
   std::set<const ExprNode*> inner_vars_;
   std::set<std::string> own_buffers_, read_;
   bool after_barrier_ = false, blocked_ = false;
   int values_ = 0;
   std::vector<Stmt> early_;
-  std::vector<Register> registers_;
 };
 
 class Blocks : public IRMutator {

@@ -218,7 +218,7 @@ class PerThread : public IRMutator {
         body, [](const Expr&) {},
         [&](const Stmt& s) {
           const For* f = s.as<For>();
-          if (!f || !is_thread_binding(f->for_kind) || !touches(f->body)) return;
+          if (!f || !is_thread_binding(f->for_kind) || !touches(f->body, {a_.buffer})) return;
           const int64_t* e = as_const_int(f->extent);
           TF_CHECK(f->for_kind == ForKind::ThreadIdxX && e, "serialize_gpu_bindings: buffer ",
                    a_.buffer, " is a thread's, read in a loop over ", for_kind_name(f->for_kind),
@@ -248,20 +248,6 @@ class PerThread : public IRMutator {
   }
 
  private:
-  bool touches(const Stmt& s) const {
-    bool found = false;
-    post_order(
-        s,
-        [&](const Expr& x) {
-          const Load* l = x.as<Load>();
-          found = found || (l && l->buffer == a_.buffer);
-        },
-        [&](const Stmt& x) {
-          const Store* st = x.as<Store>();
-          found = found || (st && st->buffer == a_.buffer);
-        });
-    return found;
-  }
   Expr moved(const Expr& index) const {
     TF_CHECK(static_cast<bool>(thread_), "serialize_gpu_bindings: buffer ", a_.buffer,
              " is a thread's, used outside every loop over threadIdx.x");

@@ -226,4 +226,12 @@ bool uses_var(const Stmt& s, const Expr& var) {
   return found;
 }
 
+bool touches(const Stmt& s, const std::set<std::string>& buffers) {
+  bool hit = false;
+  post_order(
+      s, [&](const Expr& e) { hit = hit || (e.as<Load>() && buffers.count(e.as<Load>()->buffer)); },
+      [&](const Stmt& x) { hit = hit || (x.as<Store>() && buffers.count(x.as<Store>()->buffer)); });
+  return hit;
+}
+
 }  // namespace tf::ir

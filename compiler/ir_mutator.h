@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <map>
+#include <set>
+#include <string>
 
 #include "compiler/ir.h"
 
@@ -36,5 +38,8 @@ Stmt substitute(const Stmt& s, const VarMap& vars);
 // Whether `e` uses the variable `var`.
 bool uses_var(const Expr& e, const Expr& var);
 bool uses_var(const Stmt& s, const Expr& var);
+
+// Whether `s` loads or stores any of `buffers`.
+bool touches(const Stmt& s, const std::set<std::string>& buffers);
 
 }  // namespace tf::ir

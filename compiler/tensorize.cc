@@ -614,15 +614,6 @@ const Barrier* async_reads(const Stmt& s) {
   return b && b->sync == Barrier::Kind::AsyncReads ? b : nullptr;
 }
 
-// Whether `s` loads or stores any of `buffers`.
-bool touches(const Stmt& s, const std::set<std::string>& buffers) {
-  bool hit = false;
-  post_order(
-      s, [&](const Expr& e) { hit = hit || (e.as<Load>() && buffers.count(e.as<Load>()->buffer)); },
-      [&](const Stmt& x) { hit = hit || (x.as<Store>() && buffers.count(x.as<Store>()->buffer)); });
-  return hit;
-}
-
 // Each run of products into one accumulator is waited for (0 pending) right after it, unless
 // the run is part of an iteration of a pipelined loop that keeps its products in flight: the
 // statements of a block up to an AsyncReads mark of p > 0 iterations, in which every product is
