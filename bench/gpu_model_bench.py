@@ -255,6 +255,10 @@ def main():
     ap.add_argument("--without-pass", action="append", default=[], metavar="PASS",
                     help="also time a default build with this graph pass disabled (repeatable), e.g. "
                     "sixteen-bit-edges: what the pass gains, and whether it changes the accuracy")
+    ap.add_argument("--skip-lowering-pass", action="append", default=[], metavar="PASS",
+                    help="also time a default build whose kernels are lowered without this lowering pass "
+                    "(compile --model --skip-pass; repeatable), e.g. early_loads: what the pass gains on a "
+                    "whole model")
     ap.add_argument("--also-opt-level", action="append", type=int, default=[], metavar="N",
                     help="also time a build at -O N (repeatable), e.g. 3: the passes that are off by default "
                     "(fuse-attention), against the default build")
@@ -337,6 +341,7 @@ def main():
             builds = [("ours", None, ())] + ([("tuned", a.db, ())] if a.db else [])
             # The variants beside the default build: (tag, what its line calls it, compile flags).
             others = [("without_" + p.replace("-", "_"), "without " + p, ("--disable-pass", p)) for p in a.without_pass]
+            others += [("skip_" + p, "lowered without " + p, ("--skip-pass", p)) for p in a.skip_lowering_pass]
             others += [("o%d" % n, "at -O%d" % n, ("-O", str(n))) for n in a.also_opt_level]
             builds += [(tag, None, flags) for tag, _, flags in others]
             row = {"model": name}

@@ -12,7 +12,7 @@
 # OUT/all.txt (every text, in order) and OUT/json.tar are refreshed: the device tool brings back
 # only a few files, and a step cut short still leaves what came before. Steps that would start
 # past the budget are skipped, and the last one (the zoo) gets what is left. ONLY (names,
-# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,model_o3,profile_fp16,profile_fp32,profile_o3,sweep_fp16,sweep_large,sweep_deep,sweep_half,bench_tf32,model_tf32,
+# comma-separated, run in that order: mma,optimize,bench_fp16,bench_half,bench_kn16,bench_wgmma,bench_wgmma_flight,sweep_wgmma,model_fp16,ab_lowering,model_o3,profile_fp16,profile_fp32,profile_o3,sweep_fp16,sweep_large,sweep_deep,sweep_half,bench_tf32,model_tf32,
 # model_bf16,model_grouped,bench_grouped,buckets,sweep_bert16,sweep_large16,bench_warp64,bench_pairs,sweep_swizzle,sweep_conv9,bench_bert16,sweep_random,sweep_grouped,tune_rate,
 # tune_once,tune_json,tune_fast,tune_old,tune_serial,tune_model,zoo) runs those steps alone; FP16_MODELS and ZOO_MODELS
 # replace those steps' model lists, TUNE_TRIALS tune_rate's trials per workload (48).
@@ -109,6 +109,13 @@ step bench_kn16 60 python3 bench/gpu_bench.py "$bin" --precision fp16 --groups '
 step model_fp16 180 python3 bench/gpu_model_bench.py "$bin" --precision fp16 --realistic \
   --models "${FP16_MODELS:-bert_base,resnet50,mobilenet_v2}" --rounds 3 --without-pass sixteen-bit-edges \
   --without-pass read-views-in-products --also-opt-level 3 --json "$WORK/model_fp16.json"
+# What sessions 96-99's row-kernel lowering passes gain on whole models, each kernel lowered
+# without it (compile --model --skip-pass): early_loads (a LayerNorm's scale and bias loaded
+# before its barriers) and merge_barriers (7 -> 6 bar.sync a LayerNorm); untimed so far.
+step ab_lowering 150 bash -c "python3 bench/gpu_model_bench.py '$bin' --models bert_base --rounds 3 \
+  --skip-lowering-pass early_loads --skip-lowering-pass merge_barriers --json '$WORK/ab_lowering.json' && \
+  python3 bench/gpu_model_bench.py '$bin' --precision fp16 --realistic --models bert_base --rounds 3 \
+  --skip-lowering-pass early_loads --json '$WORK/ab_lowering16.json'"
 # Issue 55: the attention models in float32 at -O2 (the chain) and -O3 (fuse-attention's kernel).
 step model_o3 150 python3 bench/gpu_model_bench.py "$bin" --models bert_base,vit_b_16,swin_t --rounds 3 \
   --without-pass read-views-in-products --also-opt-level 3 --json "$WORK/model_o3.json"

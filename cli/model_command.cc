@@ -488,9 +488,9 @@ int64_t memory_budget(const std::string& flag) {
 graph::CompiledModel compile_to(const std::vector<const graph::Graph*>& buckets, const Target& t,
                                 db::Database* db, const std::string& out, const std::string& model,
                                 bool warn, int64_t budget, bool emulate_gpu, const DimArgs& dims,
-                                bool pad_batch = false) {
+                                bool pad_batch = false, const LowerOptions& lowering = {}) {
   graph::CompiledModel cm =
-      compile_model_with(buckets, t, db, out, model, budget, emulate_gpu, pad_batch);
+      compile_model_with(buckets, t, db, out, model, budget, emulate_gpu, pad_batch, lowering);
   if (warn && cm.untuned() > 0) {
     std::string flags;
     for (const std::string& d : dims.dims) flags += " --dim " + d;
@@ -511,6 +511,9 @@ int compile_model_file(const ModelCompileArgs& a) {
   if (a.out == "-") throw UserError("compile --model writes a library: name a file for -o, not -");
   Target t = parse_target(a.target);
   int64_t budget = memory_budget(a.max_memory);
+  LowerOptions lowering;
+  lowering.skip = {a.skip.begin(), a.skip.end()};
+  check_lower_options(lowering);  // before the model is imported
   // One graph per shape bucket (--dim batch=1,8,32), usually one.
   std::vector<graph::Graph> graphs;
   for (const graph::InputBinding& bind : a.dims.bindings()) {
@@ -522,7 +525,7 @@ int compile_model_file(const ModelCompileArgs& a) {
   for (const graph::Graph& b : graphs) buckets.push_back(&b);
   auto start = std::chrono::steady_clock::now();
   graph::CompiledModel cm = compile_to(buckets, t, a.db, a.out, a.model, !a.quiet_untuned, budget,
-                                       a.emulate_gpu, a.dims, a.pad_batch);
+                                       a.emulate_gpu, a.dims, a.pad_batch, lowering);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (a.json) {
     json j = cm.sidecar(a.model);
@@ -534,6 +537,11 @@ int compile_model_file(const ModelCompileArgs& a) {
   }
   print_quantized(g, t);
   print_bf16(g, t);
+  if (!cm.skipped_passes.empty()) {
+    std::string names;
+    for (const std::string& p : cm.skipped_passes) names += (names.empty() ? "" : ", ") + p;
+    std::printf("note: every kernel lowered without %s (--skip-pass)\n", names.c_str());
+  }
   int tunable = cm.tunable();
   std::printf("wrote %s and %s: %zu kernels (%d tunable, %d tuned), workspace %.2f MiB (%.2f MiB unplanned), "
               "weights %.2f MiB, in %.1f s%s\n",

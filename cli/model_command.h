@@ -96,6 +96,7 @@ struct ModelCompileArgs {
   std::string precision = "fp32";  // --precision
   DimArgs dims;                    // --dim, --input-shape
   bool pad_batch = false;          // --pad-batch: graph::compile_model's pad_batch
+  std::vector<std::string> skip;   // --skip-pass: lowering passes skipped in every kernel
 };
 // The --max-memory option, on `run` and `compile`.
 void add_max_memory_option(CLI::App* cmd, std::string& value);

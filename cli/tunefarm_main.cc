@@ -121,22 +121,22 @@ int cmd_compile(const CompileArgs& a) {
   }
   if (!a.model.empty()) {
     if (!a.workload.empty()) throw UserError("compile: give --workload or --model, not both");
-    if (!a.config.empty() || a.emit != "so" || !a.name.empty() || !a.skip.empty() || !a.dump.empty() ||
+    if (!a.config.empty() || a.emit != "so" || !a.name.empty() || !a.dump.empty() ||
         a.time_passes) {
       throw UserError(
           "compile --model takes --target, --db/--no-db or --server, -O, --disable-pass, "
-          "--precision, --dim, "
-          "--input-shape, --json and -o "
-          "(--config, --emit, --name and the lowering-pass options are for single workloads)");
+          "--skip-pass, "
+          "--precision, --dim, --input-shape, --json and -o "
+          "(--config, --emit, --name, --dump-pass and --time-passes are for single workloads)");
     }
     if (a.server.given() && (!a.db.empty() || a.no_db)) {
       throw UserError("--server names the database to take the configs from: it excludes --db and --no-db");
     }
     std::unique_ptr<db::Database> db = a.server.given() ? open_remote_database(cli::service_endpoint(a.server))
                                                         : lookup_database(a.db, a.no_db);
-    cli::ModelCompileArgs m{a.model,     a.target, a.out,      a.disable,    a.opt_level,
-                            a.as_json,   a.no_db,  db.get(),   a.max_memory, a.emulate_gpu,
-                            a.precision, a.dims,   a.pad_batch};
+    cli::ModelCompileArgs m{a.model,     a.target, a.out,       a.disable,    a.opt_level,
+                            a.as_json,   a.no_db,  db.get(),    a.max_memory, a.emulate_gpu,
+                            a.precision, a.dims,   a.pad_batch, a.skip};
     return cli::compile_model_file(m);
   }
   if (a.workload.empty()) throw UserError("--workload (or --model) is required");
@@ -394,7 +394,8 @@ int main(int argc, char** argv) {
                       "for rocm, the .hsaco code object and its sidecar)")
       ->capture_default_str();
   compile->add_option("-o,--output", ca.out, "output file; - writes text outputs (loop-ir, llvm, asm) to stdout");
-  compile->add_option("--skip-pass", ca.skip, "skip a lowering pass (repeatable)");
+  compile->add_option("--skip-pass", ca.skip,
+                      "skip a lowering pass (repeatable; with --model, in every kernel)");
   compile->add_option("--dump-pass", ca.dump, "print loop IR after a pass to stderr, or 'all' (repeatable)");
   compile->add_flag("--time-passes", ca.time_passes, "print the time of each lowering pass");
   compile->add_flag("--list-passes", ca.list_passes, "list the lowering passes and exit");

@@ -76,8 +76,10 @@ int64_t max_attention_keys();
 constexpr int64_t kAttentionThreads = 128;
 constexpr int64_t kAttentionRowLanes = 32;
 
-// The kernel on a GPU target (cuda, rocm): `args` its inputs as placeholders, in order.
-ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Tensor>& args, const Target& target,
-                                    const std::string& function);
+// The kernel on a GPU target (cuda, rocm): `args` its inputs as placeholders, in order;
+// `options` the lowering's (compiler/lower.h: passes skipped).
+ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Tensor>& args,
+                                    const Target& target, const std::string& function,
+                                    const LowerOptions& options = {});
 
 }  // namespace tf

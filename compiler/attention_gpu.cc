@@ -11,8 +11,9 @@ namespace tf {
 
 using ir::Expr;
 
-ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Tensor>& args, const Target& target,
-                                    const std::string& function) {
+ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Tensor>& args,
+                                    const Target& target, const std::string& function,
+                                    const LowerOptions& options) {
   TF_CHECK(target.is_gpu(), "lower_attention_gpu: ", target.str(), " is not a GPU target");
   const size_t nb = a.scores->shape.size() - 2;
   const int64_t queries = a.scores->shape[nb], keys = a.scores->shape[nb + 1];
@@ -112,7 +113,7 @@ ir::LoweredFunc lower_attention_gpu(const Attention& a, const std::vector<ir::Te
     r.reorder(order);
     r.bind(thread, "threadIdx.x");
   }
-  return lower(sch, args, function).func;
+  return lower(sch, args, function, options).func;
 }
 
 }  // namespace tf

@@ -40,23 +40,30 @@ const std::vector<PassInfo>& lowering_passes() {
   return passes;
 }
 
+void check_lower_options(const LowerOptions& options) {
+  auto find = [](const std::string& name) -> const PassInfo* {
+    for (const PassInfo& p : lowering_passes()) {
+      if (name == p.name) return &p;
+    }
+    return nullptr;
+  };
+  for (const std::string& s : options.skip) {
+    const PassInfo* p = find(s);
+    if (!p) throw UserError(str("unknown pass '", s, "' (see tunefarm compile --list-passes)"));
+    if (!p->skippable) throw UserError(str("pass ", s, " cannot be skipped"));
+  }
+  for (const std::string& s : options.dump) {
+    if (s != "all" && !find(s))
+      throw UserError(
+          str("unknown pass '", s, "' to dump (see tunefarm compile --list-passes, or all)"));
+  }
+  if (!options.stop_after.empty() && !find(options.stop_after))
+    throw UserError(str("unknown pass '", options.stop_after, "' to stop after"));
+}
+
 LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, const std::string& name,
                   const LowerOptions& options) {
-  for (const std::string& s : options.skip) {
-    bool known = false;
-    for (const PassInfo& p : lowering_passes()) {
-      if (s == p.name) {
-        if (!p.skippable) throw UserError(str("pass ", s, " cannot be skipped"));
-        known = true;
-      }
-    }
-    if (!known) throw UserError(str("unknown pass '", s, "' (see tunefarm compile --list-passes)"));
-  }
-  if (!options.stop_after.empty() &&
-      std::none_of(lowering_passes().begin(), lowering_passes().end(),
-                   [&](const PassInfo& p) { return options.stop_after == p.name; })) {
-    throw UserError(str("unknown pass '", options.stop_after, "' to stop after"));
-  }
+  check_lower_options(options);
 
   LowerResult r;
   bool vectors_lowered = false;

@@ -47,6 +47,11 @@ struct LowerResult {
   std::vector<std::string> notes;  // e.g. loops left serial, with the reason
 };
 
+// UserError naming the first pass name in `options` (skip, dump, stop_after) that is not a
+// pass ("all" aside for dump), or a skip of a pass that always runs. lower() checks its options;
+// callers that lower many kernels with one set (a model) check it once, up front.
+void check_lower_options(const LowerOptions& options);
+
 LowerResult lower(ir::Schedule& sch, const std::vector<ir::Tensor>& inputs, const std::string& name,
                   const LowerOptions& options = {});
 

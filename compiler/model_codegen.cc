@@ -238,8 +238,9 @@ bool schedule_rows_gpu(ir::Schedule& sch, const ir::Tensor& result, const std::v
 
 }  // namespace
 
-ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Tensor>& args, const Target& target,
-                                     const std::string& function, const std::string& what) {
+ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Tensor>& args,
+                                     const Target& target, const std::string& function,
+                                     const std::string& what, const LowerOptions& options) {
   const bool blocked = std::all_of(args.begin(), args.end(), [&](const ir::Tensor& a) {
     return a->shape.size() < 4 || a->shape.size() == 5;
   }) && result->shape.size() == 5;
@@ -281,12 +282,12 @@ ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Te
     throw UserError(str(what, ": ", e.what()));
   }
   if (splitter && rooted.empty() && schedule_rows_gpu(sch, result, reductions, *splitter)) {
-    return lower(sch, args, function).func;
+    return lower(sch, args, function, options).func;
   }
   for (ir::Stage* s : reductions) schedule(*s);
   for (ir::Stage* s : rooted) schedule_stage(*s);
   schedule(sch[result]);
-  return lower(sch, args, function).func;
+  return lower(sch, args, function, options).func;
 }
 
 bool within_inline_budget(const std::vector<ir::Tensor>& stages) {

@@ -13,15 +13,15 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "compiler/model_entry.h"
 #include "compiler/gpu.h"
 #include "compiler/ir.h"
+#include "compiler/lower.h"
+#include "compiler/model_entry.h"
 #include "compiler/schedule.h"
 #include "compiler/target.h"
 #include "compiler/te.h"
@@ -32,9 +32,11 @@ namespace tf {
 // tensor expressions): producers inlined into their consumer (stages past the inline budget
 // computed apart), reductions computed first, the outer loops parallel and the innermost
 // vectorized where it divides (CPUs), or the spatial axes dealt to a 1-D grid (GPUs, long
-// reductions spread over threads). `what` names the kernel's node in UserErrors.
-ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Tensor>& args, const Target& target,
-                                     const std::string& function, const std::string& what);
+// reductions spread over threads). `what` names the kernel's node in UserErrors; `options` are
+// the lowering's (compiler/lower.h: passes skipped).
+ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Tensor>& args,
+                                     const Target& target, const std::string& function,
+                                     const std::string& what, const LowerOptions& options = {});
 
 // Whether stages inlined one into the next (an anchor's fused tail) stay within the
 // compiler's bounds on an expression's depth and size (compiler/inline_budget.h).

@@ -43,9 +43,17 @@ std::string identifier(const std::string& s) {
 class ModelBuilder {
  public:
   // `prefix` starts every kernel's name: "tf_k", or "tf_b<bucket>_k" in a library of buckets.
-  // `emulate_gpu`: kernels for a GPU target that --emulate-gpu runs serially here.
-  ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup, bool emulate_gpu, std::string prefix = "tf_k")
-      : g_(g), target_(t), lookup_(lookup), emulate_gpu_(emulate_gpu), readers_(g_), prefix_(std::move(prefix)) {
+  // `emulate_gpu`: kernels for a GPU target that --emulate-gpu runs serially here; `lowering`:
+  // every kernel's lowering options (passes skipped).
+  ModelBuilder(const Graph& g, const Target& t, const ConfigLookup& lookup, bool emulate_gpu,
+               const LowerOptions& lowering, std::string prefix = "tf_k")
+      : g_(g),
+        target_(t),
+        lookup_(lookup),
+        emulate_gpu_(emulate_gpu),
+        lowering_(lowering),
+        readers_(g_),
+        prefix_(std::move(prefix)) {
     for (size_t k = 0; k < g_.nodes.size(); ++k) node_index_[g_.nodes[k].name] = k;
   }
 
@@ -289,7 +297,7 @@ class ModelBuilder {
     // Constant weights are packed here, once, if the template packs them (CPU templates).
     if (g_.is_constant(args[1]) && target_.is_cpu()) og.prepacked.insert(og.inputs[1]->name);
     if (!prologue.empty() && !read_through_views(og, a, prologue, args)) return false;
-    CompiledKernel k = compile_op_graph(og, target_, kc.config, kc.source, name);
+    CompiledKernel k = compile_op_graph(og, target_, kc.config, kc.source, name, lowering_);
     for (const ir::Schedule::Packing& p : k.packed) {
       for (size_t i = 0; i < og.inputs.size(); ++i) {
         if (og.inputs[i]->name == p.input)
@@ -308,7 +316,7 @@ class ModelBuilder {
       // tensor-core kernels themselves are checked by the threaded emulation of their warps
       // (tests/compiler/tensor_core_test.cc).
       b.func = lower_generic_kernel(with_operands_rounded(og), og.inputs, target_, k.name,
-                                    str("node '", a.name, "' (", a.op, ")"));
+                                    str("node '", a.name, "' (", a.op, ")"), lowering_);
       b.info.template_name = "generic, emulating " + b.info.template_name;
       ++emulated_products_;
     }
@@ -561,10 +569,11 @@ class ModelBuilder {
     b.info.args.push_back(out);
     if (attention && result == attention->out) {
       b.info.template_name = "attention";
-      b.func = lower_attention_gpu(*attention, placeholders, target_, b.info.function);
+      b.func = lower_attention_gpu(*attention, placeholders, target_, b.info.function, lowering_);
     } else {
       b.func = lower_generic_kernel(result, placeholders, target_, b.info.function,
-                                    str("node '", nodes.back()->name, "' (", nodes.back()->op, ")"));
+                                    str("node '", nodes.back()->name, "' (", nodes.back()->op, ")"),
+                                    lowering_);
     }
     record(std::move(b), op_kind(nodes[0]->op), nodes);
   }
@@ -577,6 +586,7 @@ class ModelBuilder {
   Target target_;
   const ConfigLookup& lookup_;
   bool emulate_gpu_ = false;
+  LowerOptions lowering_;
   int emulated_products_ = 0;
   Readers readers_;
   std::string prefix_;
@@ -652,6 +662,7 @@ json CompiledModel::sidecar(const std::string& model) const {
           {"images", images},
           {"untuned_kernels", untuned()}};
   if (pad_batch) j["pad_batch"] = true;
+  if (!skipped_passes.empty()) j["skipped_passes"] = skipped_passes;
   if (!buckets.empty()) {
     json bs = json::array();
     for (const Bucket& b : buckets)
@@ -716,8 +727,9 @@ struct BucketBuild {
 CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Target& target,
                             const ConfigLookup& lookup, const std::string& out,
                             const std::string& model_name, int64_t memory_budget, bool emulate_gpu,
-                            bool pad_batch) {
+                            bool pad_batch, const LowerOptions& lowering) {
   TF_CHECK(!buckets.empty(), "compile_model: no graph");
+  check_lower_options(lowering);
   // With pad_batch, which buckets fewer rows may run padded: every bucket of more than one row
   // of axis 0, where the model keeps the rows apart.
   std::vector<bool> padded(buckets.size(), false);
@@ -770,6 +782,7 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
   CompiledModel cm;
   cm.target = target;
   cm.pad_batch = pad_batch;
+  cm.skipped_passes = {lowering.skip.begin(), lowering.skip.end()};
   std::vector<BucketBuild> bb(buckets.size());
   auto entry_type = [](DType t) { return static_cast<EntryType>(onnx_element_type(t)); };
   for (size_t bk = 0; bk < buckets.size(); ++bk) {
@@ -781,7 +794,7 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
     if (!emulate_gpu) b.loop = image_loop_for(*buckets[bk], target);
     const Graph& source = b.loop ? b.loop->per_image : *buckets[bk];
     const int64_t images = b.loop ? b.loop->images : 1;
-    b.mb = std::make_unique<ModelBuilder>(source, target, lookup, emulate_gpu,
+    b.mb = std::make_unique<ModelBuilder>(source, target, lookup, emulate_gpu, lowering,
                                           buckets.size() > 1 ? str("tf_b", bk, "_k") : "tf_k");
     const std::vector<FusedGroup> fused = plan_fusion(source);
     b.in_place = in_place_concats(source, fused);

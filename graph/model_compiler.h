@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/lower.h"
 #include "compiler/target.h"
 #include "compiler/workload.h"
 #include "graph/graph.h"
@@ -92,6 +93,9 @@ struct CompiledModel {
   std::vector<Bucket> buckets;
   // Compiled with pad_batch: fewer rows of axis 0 run a larger bucket padded (Bucket::padded).
   bool pad_batch = false;
+  // Lowering passes skipped in every kernel (compile --model --skip-pass: what a pass gains,
+  // measured on a whole model); empty for a normal build.
+  std::vector<std::string> skipped_passes;
   // Kernels with a tuned template (a workload), and those of them whose config is the
   // default (not tuned).
   int tunable() const;
@@ -144,11 +148,14 @@ CompiledModel compile_model(const Graph& g, const Target& target, const ConfigLo
 // it padded (EntrySpec::padded), for every bucket of more than one row; UserError, naming the
 // bucket and why, where the model does not keep those rows apart (graph/image_loop.h), or no
 // bucket has more than one.
+// `lowering`: every kernel's lowering options (compiler/lower.h; compile --model --skip-pass),
+// checked before anything is compiled (UserError naming a pass that is not one).
 // UserError for more than kMaxShapeBuckets.
 CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Target& target,
                             const ConfigLookup& lookup, const std::string& out,
                             const std::string& model_name,
                             int64_t memory_budget = default_memory_budget(),
-                            bool emulate_gpu = false, bool pad_batch = false);
+                            bool emulate_gpu = false, bool pad_batch = false,
+                            const LowerOptions& lowering = {});
 
 }  // namespace tf::graph

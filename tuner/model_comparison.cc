@@ -30,13 +30,14 @@ graph::CompiledModel compile_model_with(const graph::Graph& g, const Target& t, 
 graph::CompiledModel compile_model_with(const std::vector<const graph::Graph*>& buckets,
                                         const Target& t, db::Database* db, const std::string& out,
                                         const std::string& model, int64_t memory_budget,
-                                        bool emulate_gpu, bool pad_batch) {
+                                        bool emulate_gpu, bool pad_batch,
+                                        const LowerOptions& lowering) {
   graph::ConfigLookup lookup = [db](const Workload& w, const Target& target) {
     ConfigChoice c = choose_config(db, w, target);
     return graph::KernelConfig{c.config, c.source, c.tuned_from};
   };
-  return graph::compile_model(buckets, t, lookup, out, model, memory_budget, emulate_gpu,
-                              pad_batch);
+  return graph::compile_model(buckets, t, lookup, out, model, memory_budget, emulate_gpu, pad_batch,
+                              lowering);
 }
 
 ModelComparison compare_tuned_and_default(const graph::Graph& g, const Target& t, db::Database* db,

@@ -33,11 +33,12 @@ graph::CompiledModel compile_model_with(const graph::Graph& g, const Target& t, 
                                         const std::string& out, const std::string& model, int64_t memory_budget,
                                         bool emulate_gpu = false);
 // The same for a library of shape buckets (graph/model_compiler.h): each bucket's kernels
-// with their own tuned configs; `pad_batch` as compile_model's.
+// with their own tuned configs; `pad_batch` and `lowering` as compile_model's.
 graph::CompiledModel compile_model_with(const std::vector<const graph::Graph*>& buckets,
                                         const Target& t, db::Database* db, const std::string& out,
                                         const std::string& model, int64_t memory_budget,
-                                        bool emulate_gpu = false, bool pad_batch = false);
+                                        bool emulate_gpu = false, bool pad_batch = false,
+                                        const LowerOptions& lowering = {});
 
 // The model compiled twice for `t` — with the database's tuned configs and with default
 // schedules — and both timed by `runner` (this machine in an isolated process, or a leased

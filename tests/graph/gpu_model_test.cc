@@ -24,6 +24,7 @@
 #include "base/error.h"
 #include "compiler/attention.h"
 #include "compiler/link.h"
+#include "compiler/lower.h"
 #include "compiler/operators.h"
 #include "compiler/schedule_templates.h"
 #include "compiler/target.h"
@@ -1062,6 +1063,92 @@ TEST_F(GpuModel, LongReductionsAreSpreadOverThreads) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* o : {"p", "m", "t", "all", "rows"})
     EXPECT_EQ(compare(want.at(o), read_npy(path(std::string(o) + ".npy"))), "") << o;
+}
+
+// compile --model --skip-pass: every kernel of a model is lowered without the passes named
+// (what a lowering pass gains, measured on a whole model), the sidecar says which, and the
+// results do not change. A LayerNorm (a block reduction whose scale and bias early_loads moves
+// before its barriers) and a product (a template): early_loads skipped changes the LayerNorm's
+// PTX and not the product's; every skippable pass skipped changes the product's too (the
+// template's lowering takes the options), and that build runs through the driver and matches
+// the reference. A name that is no pass is refused before anything is written.
+TEST_F(GpuModel, KernelsAreLoweredWithoutTheSkippedPasses) {
+  ModelBuilder b;
+  b.input("x", {4, 768});
+  initializer(b, "gamma", {768}, 1);
+  initializer(b, "beta", {768}, 2);
+  initializer(b, "w", {768, 24}, 3);
+  tf::graph::testing::set_int(b.node("LayerNormalization", {"x", "gamma", "beta"}, {"ln"}), "axis",
+                              -1);
+  b.node("MatMul", {"ln", "w"}, {"y"});
+  b.output("y", {4, 24});
+  b.save(path("m.onnx"));
+  const tf::Target t = tf::parse_target("cuda -arch=sm_90");
+  Graph g = load_model(path("m.onnx"), 2, {}, channel_block(t));
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  const int64_t budget = default_memory_budget();
+  tf::LowerOptions early, all;
+  early.skip = {"early_loads"};
+  for (const tf::PassInfo& p : tf::lowering_passes()) {
+    if (p.skippable) all.skip.insert(p.name);
+  }
+  ASSERT_GE(all.skip.size(), 8u);
+  compile_model({&g}, t, defaults, path("base.so"), "m");
+  compile_model({&g}, t, defaults, path("early.so"), "m", budget, false, false, early);
+  compile_model({&g}, t, defaults, path("all.so"), "all", budget, false, false, all);
+  compile_model({&g}, t, defaults, path("all.emu.so"), "all", budget, true, false, all);
+  write_aliases("all");
+  EXPECT_FALSE(sidecar("base.so").contains("skipped_passes"));
+  EXPECT_EQ(sidecar("early.so")["skipped_passes"], json::array({"early_loads"}));
+  EXPECT_EQ(sidecar("all.so")["skipped_passes"].size(), all.skip.size());
+  EXPECT_EQ(sidecar("all.emu.so")["skipped_passes"].size(), all.skip.size());
+
+  // Each kernel's PTX entry, by the kernel's role: "product" (a workload's) or "rows".
+  auto entries = [&](const std::string& so) {
+    std::ifstream f(path(so), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    std::map<std::string, std::string> out;
+    const json sc = sidecar(so);
+    for (const json& k : sc["kernels"]) {
+      const std::string fn = k["function"];
+      const size_t at = bytes.find(".entry " + fn + "(");
+      if (at == std::string::npos) continue;
+      const size_t end = bytes.find("\n}\n", at);
+      out[k.contains("workload") ? "product" : "rows"] = bytes.substr(at, end - at);
+    }
+    return out;
+  };
+  auto base = entries("base.so"), no_early = entries("early.so"), none = entries("all.so");
+  ASSERT_EQ(base.size(), 2u) << sidecar("base.so").dump(1);
+  ASSERT_EQ(no_early.size(), 2u);
+  ASSERT_EQ(none.size(), 2u);
+  EXPECT_TRUE(base["product"] == no_early["product"])
+      << "early_loads skipped changed the product's PTX";
+  EXPECT_TRUE(base["rows"] != no_early["rows"])
+      << "early_loads skipped left the LayerNorm's PTX as it was";
+  EXPECT_TRUE(base["product"] != none["product"])
+      << "every pass skipped left the product's PTX as it was";
+
+  HostTensor x = random_floats({4, 768}, 5);
+  write_npy(path("x.npy"), x);
+  const HostTensor want = run_reference(g, {{"x", x}}).at("y");
+  tf::CommandResult r =
+      tunefarm("all", {"run", "--model", path("all.so"), "--input", path("x.npy"), "--output",
+                       path("y.npy"), "--repeat", "1", "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(want, read_npy(path("y.npy"))), "");
+
+  tf::LowerOptions bad;
+  bad.skip = {"early_load"};
+  try {
+    compile_model({&g}, t, defaults, path("bad.so"), "m", budget, false, false, bad);
+    ADD_FAILURE() << "a pass that does not exist was taken";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown pass 'early_load'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path("bad.so")));
+  EXPECT_FALSE(fs::exists(path("bad.so.json")));
 }
 
 // Kernels whose GPU code is the same but for their names (two dense layers of one shape, other
