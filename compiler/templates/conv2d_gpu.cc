@@ -157,7 +157,9 @@ OpGraph conv_gemm_graph(const OpGraph& g, const std::string& template_id) {
 GemmShape conv_gemm_shape(const OpGraph& g) {
   ConvDims d = conv_dims(g);
   int64_t p = d.oh * d.ow, q = d.cg() * d.r * d.s;
-  return d.nhwc ? GemmShape{d.n, p, d.k, q} : GemmShape{d.n * d.group, d.kg(), p, q};
+  // Grouped: a block's rows stay within one group's filters (GemmShape::max_block_m).
+  return d.nhwc ? GemmShape{d.n, p, d.k, q}
+                : GemmShape{d.n * d.group, d.kg(), p, q, d.group > 1 ? d.kg() : 0};
 }
 
 namespace {

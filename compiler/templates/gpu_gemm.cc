@@ -1,6 +1,7 @@
 #include "compiler/templates/gpu_gemm.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -115,7 +116,20 @@ std::vector<json> gemm_int_candidates(const std::string& name, const GemmShape& 
   return out;
 }
 
-GemmShape split_shape(const GemmShape& g, int64_t parts) { return {g.batches * parts, g.m, g.n, g.k / parts}; }
+namespace {
+
+// The most rows a block of `g` may take: GemmShape::max_block_m, or the fewest any block of a
+// warp of `warp` lanes has (lanes_n is at most 32: 2 rows on a 64-lane wavefront).
+int64_t most_block_rows(const GemmShape& g, int64_t warp) {
+  return g.max_block_m > 0 ? std::max(g.max_block_m, warp / 32)
+                           : std::numeric_limits<int64_t>::max();
+}
+
+}  // namespace
+
+GemmShape split_shape(const GemmShape& g, int64_t parts) {
+  return {g.batches * parts, g.m, g.n, g.k / parts, g.max_block_m};
+}
 
 GemmHierarchy gemm_hierarchy(const Target& t, const json& c) {
   GemmHierarchy h;
@@ -153,6 +167,10 @@ std::string gemm_check(const GemmShape& whole, const Target& t, const json& c) {
   }
   if (c["unroll"].get<bool>() && h.tile_m * h.tile_n * h.block_k > kMaxTileStatements) {
     return str("an unrolled body of ", h.tile_m * h.tile_n * h.block_k, " statements (over ", kMaxTileStatements, ")");
+  }
+  if (h.block_m() > most_block_rows(g, h.warp)) {
+    return str("a block of ", h.block_m(), " rows spans more than a group's ", g.max_block_m,
+               " filters: its shared tiles would hold the next groups' filters and images");
   }
   // A block tile far past C is threads that only test their guards.
   if (h.block_m() >= 2 * g.m + h.lanes_m * h.tile_m || h.block_n() >= 2 * g.n + h.lanes_n * h.tile_n) {
@@ -193,7 +211,8 @@ int64_t bank_conflicts(int64_t tile, int64_t lanes_m, int64_t lanes_n, bool rows
   return static_cast<int64_t>(most);
 }
 
-Choice best_hierarchy(const GemmShape& g, const GpuArch& arch, bool shared) {
+// `max_shared`: the bytes of shared memory a block may have (gpu_limits).
+Choice best_hierarchy(const GemmShape& g, const GpuArch& arch, bool shared, int64_t max_shared) {
   const int64_t warp = arch.warp, sms = arch.multiprocessors;
   GemmHierarchy best;
   double best_time = 0;
@@ -217,6 +236,7 @@ Choice best_hierarchy(const GemmShape& g, const GpuArch& arch, bool shared) {
             for (int64_t wn : {1, 2, 4, 8}) {
               GemmHierarchy h{warp, warp / ln, ln, wm, wn, tm, tn, std::min<int64_t>(8, g.k)};
               if (h.threads() > 256 || (fit && (h.block_m() > 2 * g.m || h.block_n() > 2 * g.n))) continue;
+              if (h.block_m() > most_block_rows(g, warp)) continue;
               int64_t blocks = ((g.m + h.block_m() - 1) / h.block_m()) * ((g.n + h.block_n() - 1) / h.block_n()) *
                                g.batches;
               // Blocks resident per multiprocessor, as its threads, registers (the tile's
@@ -225,6 +245,7 @@ Choice best_hierarchy(const GemmShape& g, const GpuArch& arch, bool shared) {
               int64_t regs = std::min(arch.registers_per_thread, (tm * tn + tm + tn + 40 + 7) / 8 * 8);
               json staged = {{"stages", shared ? 2 : 1}};
               int64_t smem = shared ? shared_bytes(g, staged, h) : 0;
+              if (smem > max_shared) continue;
               int64_t per_sm = std::min({arch.threads_per_sm / h.threads(),
                                          arch.registers_per_sm / (regs * h.threads()),
                                          smem ? arch.shared_per_sm / smem : int64_t{16}, int64_t{16}});
@@ -261,12 +282,13 @@ Choice best_hierarchy(const GemmShape& g, const GpuArch& arch, bool shared) {
 void gemm_default(const GemmShape& g, const Target& t, json& c) {
   const GpuArch arch = gpu_arch(t);
   const bool shared = g.m > 1 && g.k >= 8;
-  Choice best = best_hierarchy(g, arch, shared);
+  const int64_t max_shared = gpu_limits(t).max_dynamic_shared_bytes;
+  Choice best = best_hierarchy(g, arch, shared, max_shared);
   int64_t parts = 1;
   for (const json& v : gemm_int_candidates("split_k", g, t)) {
     int64_t n = v;
     if (n == 1) continue;
-    Choice split = best_hierarchy(split_shape(g, n), arch, shared);
+    Choice split = best_hierarchy(split_shape(g, n), arch, shared, max_shared);
     double bytes = double(2 * n) * double(g.batches * g.m * g.n) * 4;
     double cycles = split.cycles + bytes / double(16 * arch.multiprocessors) + 4000;
     if (cycles < best.cycles * 0.9) {

@@ -23,6 +23,10 @@ struct GemmHierarchy {
 // A GEMM's extents: `batches` independent (M x K) * (K x N) products.
 struct GemmShape {
   int64_t batches = 1, m = 1, n = 1, k = 1;
+  // The most rows a block may take (0: no bound other than C's): a grouped convolution's rows
+  // are a group's filters split off the output channels, and a block of more reaches, for bound
+  // inference, into the next groups (its shared tiles would hold their filters and images).
+  int64_t max_block_m = 0;
 };
 
 // The GEMM each part of a split-K schedule computes: `parts` times as many products, each
@@ -77,7 +81,7 @@ const std::vector<KnobDef>& gemm_knobs();
 bool is_gemm_knob(const std::string& name);
 std::vector<json> gemm_int_candidates(const std::string& knob, const GemmShape& g, const Target& t);
 // Every gemm knob of `c` set to the default for the shape and target (a model of waves over
-// the target's multiprocessors; see dense_gpu.cc).
+// the target's multiprocessors; see dense_gpu.cc), among the configs gemm_check takes.
 void gemm_default(const GemmShape& g, const Target& t, json& c);
 GemmHierarchy gemm_hierarchy(const Target& t, const json& c);
 std::string gemm_check(const GemmShape& g, const Target& t, const json& c);

@@ -291,13 +291,19 @@ TEST(GpuShared, MultiBufferedTilesAreCopiedAhead) {
 // groups of a grouped convolution: the whole pipeline again for each group) waits at a barrier
 // before its prologue copies, which overwrite the buffers the last run's last iterations read. Run
 // with each block's threads at once (a thread ahead of the others would overwrite what they still
-// read); a loop that runs once has no such barrier.
+// read); a loop that runs once has no such barrier. (Such blocks are no longer in the tuner's
+// space nor defaults, GpuGrouped below, but a given config may still ask for one.)
 TEST(GpuShared, ALoopRunAgainWaitsBeforeItsPrologueOverwritesItsBuffers) {
   const Target sm80 = parse_target("cuda -arch=sm_80");
+  // Blocks of 8 rows, for groups of 6 and 5 filters.
+  const nlohmann::json straddling = {{"block_k", 8}, {"lanes_n", 16},  {"shared", true},
+                                     {"split_k", 1}, {"stages", 2},    {"tile_m", 4},
+                                     {"tile_n", 4},  {"unroll", true}, {"vectorize", true},
+                                     {"warps_m", 1}, {"warps_n", 1}};
   for (const char* w :
        {"conv2d_nchw(N=1,C=12,H=9,W=8,K=18,R=3,S=3,pad=1,group=3,epilogue=bias_relu)",
         "conv2d_nchw(N=2,C=8,H=6,W=6,K=20,R=3,S=3,pad=1,group=4)"}) {
-    CompiledKernel k = compile_kernel(parse_workload(w), sm80, nullptr, "default", "");
+    CompiledKernel k = compile_kernel(parse_workload(w), sm80, straddling, "given", "");
     const std::string ir = ir::to_string(k.lowered.func);
     const size_t groups = ir.find("for (b, 0, ");
     ASSERT_NE(groups, std::string::npos) << w << ": no loop over a block's groups\n" << ir;
@@ -311,6 +317,56 @@ TEST(GpuShared, ALoopRunAgainWaitsBeforeItsPrologueOverwritesItsBuffers) {
                                        {{"shared", true}, {"stages", 2}}, "given", "");
   const std::string ir = ir::to_string(once.lowered.func);
   EXPECT_EQ(count_of(ir, "barrier"), 1u) << ir;
+}
+
+// A block of a grouped convolution (NCHW) takes at most a group's filters as its rows: the rows
+// are the group's filters split off the output channels, and a block of more reaches, for bound
+// inference, into the next groups, whose filters and images its shared tiles then held (group=32
+// of 4 filters in 8-row blocks: 4,096 floats of weights instead of 128, twice the image data).
+// Defaults respect it, and the shared memory a target gives a block (gfx90a's 48 KiB: defaults
+// that needed 67-91 KiB failed to compile); the tuner's constraints refuse such a block by name.
+TEST(GpuGrouped, ABlocksRowsStayWithinOneGroup) {
+  std::mt19937 rng(56);
+  auto r = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::string> workloads = {
+      "conv2d_nchw(N=2,C=416,H=32,W=32,K=832,R=3,S=3,pad=1,group=52)",
+      "conv2d_nchw(N=1,C=92,H=6,W=6,K=1242,R=3,S=3,pad=1,group=46)",
+      "conv2d_nchw(N=2,C=8,H=6,W=6,K=20,R=3,S=3,pad=1,group=4)"};
+  for (int i = 0; i < testing::sweep(24, 6); ++i) {
+    const int g = r(2, 64), h = r(3, 40);
+    workloads.push_back(str("conv2d_nchw(N=", r(1, 2), ",C=", g * r(1, 40), ",H=", h, ",W=", h,
+                            ",K=", g * r(1, 40), ",R=3,S=3,pad=1,group=", g, ")"));
+  }
+  for (const char* target : {"cuda -arch=sm_80", "rocm -mcpu=gfx90a"}) {
+    const Target t = parse_target(target);
+    for (const std::string& text : workloads) {
+      const Workload w = parse_workload(text);
+      const OpGraph og = build_op(w);
+      const nlohmann::json c = default_config(og, t);
+      EXPECT_EQ(check_constraints(og, t, c), "") << text << " on " << target << ": " << c.dump();
+      CompiledKernel k =
+          compile_kernel(w, t, c, "default", "");  // within the target's shared memory
+      EXPECT_EQ(ir::to_string(k.lowered.func).find("for (b, 0, "), std::string::npos)
+          << text << ": a block that loops over groups";
+    }
+  }
+  const Target sm80 = parse_target("cuda -arch=sm_80");
+  const OpGraph og =
+      build_op(parse_workload("conv2d_nchw(N=1,C=128,H=56,W=56,K=128,R=3,S=3,pad=1,group=32)"));
+  nlohmann::json c = default_config(og, sm80);
+  c["tile_m"] = 2;
+  c["lanes_n"] = 8;
+  c["warps_m"] = 1;
+  EXPECT_NE(
+      check_constraints(og, sm80, c).find("a block of 8 rows spans more than a group's 4 filters"),
+      std::string::npos)
+      << check_constraints(og, sm80, c);
+  for (const nlohmann::json& sampled : testing::sample_configs(og.workload, sm80, 8)) {
+    EXPECT_LE(sampled["tile_m"].get<int64_t>() * sampled["warps_m"].get<int64_t>() *
+                  (32 / sampled["lanes_n"].get<int64_t>()),
+              4)
+        << sampled.dump();
+  }
 }
 
 // Split-K: one call, two kernels in one module (the partial sums into a workspace, then
