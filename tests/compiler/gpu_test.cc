@@ -33,6 +33,7 @@
 #include "compiler/merge_barriers.h"
 #include "compiler/model_codegen.h"
 #include "compiler/schedule_templates.h"
+#include "compiler/templates/gpu_gemm.h"
 #include "tests/compiler/kernel_harness.h"
 
 namespace tf {
@@ -362,10 +363,7 @@ TEST(GpuGrouped, ABlocksRowsStayWithinOneGroup) {
       std::string::npos)
       << check_constraints(og, sm80, c);
   for (const nlohmann::json& sampled : testing::sample_configs(og.workload, sm80, 8)) {
-    EXPECT_LE(sampled["tile_m"].get<int64_t>() * sampled["warps_m"].get<int64_t>() *
-                  (32 / sampled["lanes_n"].get<int64_t>()),
-              4)
-        << sampled.dump();
+    EXPECT_LE(templates::gemm_hierarchy(sm80, sampled).block_m(), 4) << sampled.dump();
   }
 }
 
