@@ -71,6 +71,10 @@ farm::FarmEndpoint farm_endpoint(const std::string& tracker, const std::string& 
   return e;
 }
 
+void print_warnings(const std::vector<std::string>& lines) {
+  for (const std::string& l : lines) std::fprintf(stderr, "warning: %s\n", l.c_str());
+}
+
 int farm_error_exit(const farm::FarmError& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   // A wrong token, an unknown key, a malformed request: the user's mistake (2). A well-formed

@@ -46,6 +46,10 @@ int farm_error_exit(const farm::FarmError& e);
 // shows (the database refuses them, but an old or hand-edited file may hold any number).
 std::string utc_time(double t);
 
+// Each line as "warning: LINE" on stderr (what import took differently from the model's own
+// declarations: graph::Graph::import_warnings).
+void print_warnings(const std::vector<std::string>& lines);
+
 // The measurement flags, bound to `m` (their defaults are MeasureOptions'): --repeat, --number
 // and --min-repeat-ms on every subcommand that times kernels, and what else it takes:
 enum MeasureFlags : unsigned {

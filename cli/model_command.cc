@@ -164,6 +164,7 @@ int run_import(const ImportArgs& a) {
   const std::vector<InputBinding> bindings = a.dims.bindings();
   const InputBinding& bind = bindings[0];
   Graph g = import_onnx(a.model, bind);
+  print_warnings(g.import_warnings);
   GraphStats imported = graph_stats(g);
   size_t nodes_imported = g.nodes.size();
   opts.dump_sink = [](const std::string& pass, const Graph& gr) {
@@ -199,6 +200,7 @@ int run_import(const ImportArgs& a) {
             {"graph", g.name},
             {"opset", g.opset},
             {"opset_converted_from", g.opset_converted_from},
+            {"warnings", g.import_warnings},
             {"inputs", tensors(g.inputs)},
             {"outputs", tensors(g.outputs)},
             {"parameters", after.parameters},
@@ -213,10 +215,13 @@ int run_import(const ImportArgs& a) {
             {"fp16_nodes", g.fp16_nodes},
             {"tensor_core_nodes", g.tensor_core_nodes},
             {"sixteen_bit_values", g.sixteen_bit_values},
-            {"written_out", {{"ifs", g.written_out.ifs}, {"loops", g.written_out.loops},
-                             {"scans", g.written_out.scans}, {"iterations", g.written_out.iterations},
-                             {"sequence_ops", g.written_out.sequence_ops},
-                             {"ifs_selected", g.written_out.ifs_selected}}}};
+            {"written_out",
+             {{"ifs", g.written_out.ifs},
+              {"loops", g.written_out.loops},
+              {"scans", g.written_out.scans},
+              {"iterations", g.written_out.iterations},
+              {"sequence_ops", g.written_out.sequence_ops},
+              {"ifs_selected", g.written_out.ifs_selected}}}};
   if (!bind.dims.empty()) j["dims"] = bind.dims;
   if (bindings.size() > 1) {
     j["buckets"] = json::array();
@@ -521,6 +526,7 @@ int compile_model_file(const ModelCompileArgs& a) {
                                 graph::tensor_cores(t), bind));
   }
   const graph::Graph& g = graphs[0];
+  print_warnings(g.import_warnings);
   std::vector<const graph::Graph*> buckets;
   for (const graph::Graph& b : graphs) buckets.push_back(&b);
   auto start = std::chrono::steady_clock::now();
@@ -653,6 +659,7 @@ int run_model(const ModelRunArgs& a) {
                        ? 0
                        : channel_block(host_target()),
                    precision, a.tensor_cores, a.dims.binding());
+    print_warnings(g->import_warnings);
     if (!a.reference) {
       tmp_dir = std::filesystem::temp_directory_path() / ("tunefarm-model-" + std::to_string(::getpid()));
       std::filesystem::create_directories(tmp_dir);

@@ -555,6 +555,7 @@ int run_tune_model(const TuneArgs& a) {
   // several buckets share tuned once; the timed comparison at the end is bucket 0's.
   const std::vector<graph::InputBinding> bindings = a.dims.bindings();
   graph::Graph g = load_model_for_target(a.model, t, 2, {}, graph::parse_precision(a.precision), bindings[0]);
+  print_warnings(g.import_warnings);
   std::vector<graph::TaskList> bucket_tasks{graph::extract_tasks(g, t)};
   for (size_t b = 1; b < bindings.size(); ++b) {
     bucket_tasks.push_back(graph::extract_tasks(

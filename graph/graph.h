@@ -131,6 +131,9 @@ struct Graph {
   // The model's own opset where ONNX's version converter raised it to `opset` at import
   // (models of opsets 1 to 10: graph/onnx_import.cc); 0 when it was imported as it is.
   int64_t opset_converted_from = 0;
+  // What import took from the model that it says otherwise (a graph output declared with other
+  // sizes than it computes: the computed ones are used), a line each, for the caller to print.
+  std::vector<std::string> import_warnings;
   std::vector<std::string> inputs;   // runtime inputs (not constants), in the model's order
   std::vector<std::string> outputs;  // in the model's order
   std::vector<Node> nodes;           // topological order

@@ -663,6 +663,7 @@ json CompiledModel::sidecar(const std::string& model) const {
           {"untuned_kernels", untuned()}};
   if (pad_batch) j["pad_batch"] = true;
   if (!skipped_passes.empty()) j["skipped_passes"] = skipped_passes;
+  if (!import_warnings.empty()) j["import_warnings"] = import_warnings;
   if (!buckets.empty()) {
     json bs = json::array();
     for (const Bucket& b : buckets)
@@ -783,6 +784,7 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
   cm.target = target;
   cm.pad_batch = pad_batch;
   cm.skipped_passes = {lowering.skip.begin(), lowering.skip.end()};
+  cm.import_warnings = buckets[0]->import_warnings;
   std::vector<BucketBuild> bb(buckets.size());
   auto entry_type = [](DType t) { return static_cast<EntryType>(onnx_element_type(t)); };
   for (size_t bk = 0; bk < buckets.size(); ++bk) {

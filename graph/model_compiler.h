@@ -96,6 +96,8 @@ struct CompiledModel {
   // Lowering passes skipped in every kernel (compile --model --skip-pass: what a pass gains,
   // measured on a whole model); empty for a normal build.
   std::vector<std::string> skipped_passes;
+  // Bucket 0's Graph::import_warnings (a declared output size import did not keep).
+  std::vector<std::string> import_warnings;
   // Kernels with a tuned template (a workload), and those of them whose config is the
   // default (not tuned).
   int tunable() const;

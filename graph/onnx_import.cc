@@ -851,12 +851,22 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& file, const
     if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape()) {
       const auto& shape = vi.type().tensor_type().shape();
       bool static_dims = shape.dim_size() == static_cast<int>(v.shape.size());
+      // A size that differs is used as computed, with a warning, as ONNX Runtime does:
+      // exporters declare sizes from their own shape inference, which for ceil_mode pooling
+      // predates ONNX's rule that a last window starting in the right padding is left out
+      // (PyTorch 1.13's declares AvgPool2d(2, 2, padding=1, ceil_mode=True) of 1 row as 2).
+      bool differs = false;
+      std::string declared;
       for (int d = 0; static_dims && d < shape.dim_size(); ++d) {
-        if (shape.dim(d).has_dim_value() && shape.dim(d).dim_value() != v.shape[d]) {
-          throw UserError(str(file, ": graph output '", vi.name(), "' is declared with dimension ",
-                              d, " = ", shape.dim(d).dim_value(), " but computes ",
-                              shape_str(v.shape)));
-        }
+        const bool sized = shape.dim(d).has_dim_value();
+        differs |= sized && shape.dim(d).dim_value() != v.shape[d];
+        declared +=
+            str(d ? ", " : "", sized ? std::to_string(shape.dim(d).dim_value()) : std::string("?"));
+      }
+      if (differs) {
+        g.import_warnings.push_back(str(file, ": graph output '", vi.name(), "' is declared as [",
+                                        declared, "] but computes ", shape_str(v.shape),
+                                        "; the computed shape is used"));
       }
       if (shape.dim_size() != static_cast<int>(v.shape.size())) {
         throw UserError(str(file, ": graph output '", vi.name(), "' is declared with rank ",

@@ -15,7 +15,8 @@
 //     unsupported operator or attribute, a dynamic dimension without a size (InputBinding
 //     below), an element type other than float32, float16 or bfloat16 in the model's inputs
 //     (int64 and bool only for shape arithmetic and comparisons), external tensor data, a
-//     declared output shape that differs from the computed one.
+//     declared output rank that differs from the computed one. Declared output sizes that
+//     differ are a warning (Graph::import_warnings): the computed shape is used.
 #pragma once
 
 #include <map>

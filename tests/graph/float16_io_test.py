@@ -100,11 +100,10 @@ class Float16ModelTest(models_for_tests.ModelTestCase):
             device = self.compiled(path, name + "_device", "-t", "cuda -arch=sm_90")
             with open(os.path.join(self.d, name + "_gpu.so.json")) as f:
                 sidecar = json.load(f)
+            with open(device + ".json") as f:
+                device_sidecar = json.load(f)
             aliases = os.path.join(self.d, name + ".aliases")
-            with open(aliases, "w") as f:
-                for k in sidecar["kernels"]:
-                    if "same_code_as" in k:
-                        f.write("%s %s\n" % (k["function"], k["same_code_as"]))
+            models_for_tests.write_fake_cuda_aliases(sidecar, device_sidecar, aliases)
             env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, TF_FAKE_CUDA_ALIASES=aliases,
                        TF_FAKE_CUDA_KERNELS=libs["gpu_emulated"])
             outs["gpu_fake_driver"] = self.run_library(device, x_file, "device", env=env)

@@ -349,11 +349,30 @@ TEST(OnnxImport, RefusalsNameWhatIsAtFault) {
            "needs static shapes");
   }
   {
+    // Declared sizes that differ are a warning, the computed shape kept (as ONNX Runtime
+    // does: exporters' shape inference of ceil_mode pooling predates ONNX's rule); a declared
+    // rank that differs is refused.
     ModelBuilder b;
     b.input("x", {2, 3});
     b.node("Relu", {"x"}, {"y"});
     b.output("y", {3, 2});
-    expect(b, "graph output 'y' is declared with dimension 0 = 3 but computes [2, 3]");
+    EXPECT_EQ(b.error(), "");
+    Graph g = b.import();
+    EXPECT_EQ(g.value("y").shape, (Shape{2, 3}));
+    ASSERT_EQ(g.import_warnings.size(), 1u);
+    EXPECT_EQ(g.import_warnings[0],
+              "test.onnx: graph output 'y' is declared as [3, 2] but computes [2, 3]; the computed "
+              "shape is used");
+    ModelBuilder r;
+    r.input("x", {2, 3});
+    r.node("Relu", {"x"}, {"y"});
+    r.output("y", {2, 3, 1});
+    expect(r, "graph output 'y' is declared with rank 3 but computes [2, 3]");
+    ModelBuilder ok;  // as declared: no warning
+    ok.input("x", {2, 3});
+    ok.node("Relu", {"x"}, {"y"});
+    ok.output("y", {2, 3});
+    EXPECT_TRUE(ok.import().import_warnings.empty());
   }
   {
     ModelBuilder b;

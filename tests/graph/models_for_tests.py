@@ -90,6 +90,25 @@ def tunefarm(binary, *args):
     return subprocess.run([binary, *args], capture_output=True, text=True)
 
 
+def write_fake_cuda_aliases(emulated_sidecar, gpu_sidecar, path):
+    """The aliases file the FAKE libcuda (tests/farm/fake_gpu, TF_FAKE_CUDA_ALIASES) reads to run a
+    GPU library's launches with its emulated build's kernels: kernels the emulation generated once
+    under another's name, and launches of code the GPU library shares on a grid of its own, which
+    the emulation's kernel of that launch computes (the emulated code has its grid built in: two
+    softmaxes of other row counts are one PTX function and two emulated ones). Sidecars as dicts,
+    as gpu_model_test.cc's write_aliases."""
+    code = {}  # emulated kernel -> the function that has its code
+    with open(path, "w") as f:
+        for k in emulated_sidecar["kernels"]:
+            code[k["function"]] = k.get("same_code_as", k["function"])
+            if "same_code_as" in k:
+                f.write("%s %s\n" % (k["function"], k["same_code_as"]))
+        for k in gpu_sidecar["kernels"]:
+            grid = k.get("launch", {}).get("grid")
+            if "same_code_as" in k and grid:
+                f.write("%s@%d,%d,%d %s\n" % (k["same_code_as"], grid[0], grid[1], grid[2], code[k["function"]]))
+
+
 def run(binary, *args):
     """The binary's stdout; AssertionError with its output when it exits non-zero."""
     r = tunefarm(binary, *args)
