@@ -173,6 +173,21 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     }
     return true;
   };
+  // How many values (computed or constant: each a kernel argument) group k and node n read
+  // from outside them.
+  auto inputs_with = [&](size_t k, const Node& n) {
+    std::set<std::string> made, read;
+    auto add = [&](const Node& m) {
+      made.insert(m.outputs.begin(), m.outputs.end());
+      for (const std::string& in : m.inputs) {
+        if (!in.empty()) read.insert(in);
+      }
+    };
+    for (const std::string& name : groups[k].nodes) add(*by_name.at(name));
+    add(n);
+    return static_cast<size_t>(std::count_if(read.begin(), read.end(),
+                                             [&](const std::string& v) { return !made.count(v); }));
+  };
   // Group k's nodes moved into group `target` (k left empty, dropped at the end), unless that
   // would close a cycle through a group outside both: false then, nothing changed.
   auto merge = [&](size_t k, size_t target, std::set<size_t>& reads) {
@@ -315,6 +330,7 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
           (kind == OpKind::Reduction && (pk == OpKind::Elementwise || pk == OpKind::Injective));
       // Joining must not make the group wait for a group that waits for it.
       for (size_t r : reads) joins = joins && (r == producer || !depends(r, producer));
+      joins = joins && inputs_with(producer, n) <= kMaxGroupInputs;
       if (joins) {
         target = producer;
         if (kind == OpKind::Reduction) groups[target].kind = OpKind::Reduction;

@@ -38,7 +38,8 @@
 //               first): the product reads its operand tiles through them
 //               (attention's Q, K and V sliced out of one wide product, its heads merged),
 //               and the kernels that only copied them are gone
-// and no group has more than kMaxGroupNodes nodes.
+// and no group has more than kMaxGroupNodes nodes, nor a node join a group that would then read
+// more than kMaxGroupInputs values.
 #pragma once
 
 #include <string>
@@ -53,6 +54,12 @@ namespace tf::graph {
 // several kernels, so no kernel's expression, schedule or lowering walks thousands of levels.
 // Real models' largest groups have tens of nodes.
 constexpr size_t kMaxGroupNodes = 128;
+// The most values (computed or constant) a node joining a group may make it read: each is a
+// buffer parameter of its kernel, as is each output (a group of kMaxGroupNodes nodes has at
+// most about as many), and a GPU library's kernel takes at most 256 (runtime/gpu_model; PTX
+// before ISA 8.1 holds 4,352 bytes of parameters, 544 pointers). A node that reads more by
+// itself (at most kMaxVariadicInputs since import: graph/onnx_import.h) is a group of its own.
+constexpr size_t kMaxGroupInputs = 128;
 const char* op_kind_name(OpKind k);
 OpKind op_kind(const std::string& op);
 

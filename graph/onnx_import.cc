@@ -429,8 +429,43 @@ bool folds_at_import(const Node& n, const Graph& g, const std::vector<TypeShape>
 }
 
 // Infers node n's outputs and adds it to g, or, where its outputs are shape arithmetic on
-// constants, evaluates it into constants.
+// constants, evaluates it into constants. A Concat, Sum, Max, Min or Mean of more than
+// kMaxVariadicInputs inputs is added as a tree of such nodes of at most that many each (a Mean
+// as a tree of Sums divided by the count).
 void add_node(Node n, Graph& g, const std::string& file, int64_t& budget) {
+  static const std::set<std::string> variadic = {"Concat", "Sum", "Max", "Min", "Mean"};
+  if (n.inputs.size() > kMaxVariadicInputs && n.outputs.size() == 1 && variadic.count(n.op)) {
+    const size_t count = n.inputs.size();
+    const bool mean = n.op == "Mean";
+    const std::string out = n.outputs[0];
+    if (mean) {
+      n.op = "Sum";
+      n.outputs[0] = g.fresh_name(out + ".sum");
+    }
+    // Each part joins a run of the inputs in order (Concat's axis order, Sum's order of
+    // addition within the run); the node then joins the parts.
+    std::vector<std::string> parts;
+    for (size_t at = 0; at < n.inputs.size(); at += kMaxVariadicInputs) {
+      const size_t end = std::min(n.inputs.size(), at + kMaxVariadicInputs);
+      const std::string part_out = g.fresh_name(str(out, ".part", at / kMaxVariadicInputs));
+      Node part{part_out,
+                n.op,
+                std::vector<std::string>(n.inputs.begin() + at, n.inputs.begin() + end),
+                {part_out},
+                n.attrs};
+      parts.push_back(part_out);
+      add_node(std::move(part), g, file, budget);
+    }
+    n.inputs = std::move(parts);
+    const std::string sum = n.outputs[0], name = n.name;
+    add_node(std::move(n), g, file, budget);
+    if (mean) {
+      const std::string divisor =
+          g.add_constant(out + ".count", HostTensor::floats({}, {static_cast<float>(count)}));
+      add_node(Node{name + ".mean", "Div", {sum, divisor}, {out}, {}}, g, file, budget);
+    }
+    return;
+  }
   std::vector<TypeShape> types;
   try {
     types = infer_node(n, g, g.opset);

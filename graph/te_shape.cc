@@ -351,18 +351,27 @@ std::vector<Tensor> concat_te(const Graph& g, const Node& n, const OpContext& c,
     start.push_back(at);
     at += in[k].shape[axis];
   }
+  std::vector<size_t> parts;  // the inputs with elements along the axis
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (in[k].shape[axis] > 0) parts.push_back(k);
+  }
   return {elementwise(name, out, [&](const Index& i) {
-    Expr v;
-    for (size_t k = in.size(); k-- > 0;) {
-      if (in[k].shape[axis] == 0) continue;
-      // Unclamped: input k is read only under the selects that pick it (i in [start, end):
-      // the chain's conditions), masked loads where clamped positions were gathers.
-      Index src = i;
-      src[axis] = i[axis] - start[k];
-      Expr here = operand(in[k], src);
-      v = v ? ir::select(i[axis] < Expr(start[k] + in[k].shape[axis]), here, v) : here;
-    }
-    return v;
+    // A balanced tree of selects on the position along the axis: log2(inputs) deep, where a
+    // chain was one level an input (an unrolled GRU of 400 steps, whose outputs one Concat
+    // joins, was past the compiler's 256 levels) and a lane-invariant position branched once
+    // an input before it. Unclamped: input k is read only under the selects that pick it (i in
+    // [start, end): the tree's conditions), masked loads where clamped positions were gathers.
+    std::function<Expr(size_t, size_t)> tree = [&](size_t lo, size_t hi) -> Expr {
+      if (hi - lo == 1) {
+        const size_t k = parts[lo];
+        Index src = i;
+        src[axis] = i[axis] - start[k];
+        return operand(in[k], src);
+      }
+      const size_t mid = lo + (hi - lo) / 2;
+      return ir::select(i[axis] < Expr(start[parts[mid]]), tree(lo, mid), tree(mid, hi));
+    };
+    return parts.empty() ? Expr() : tree(0, parts.size());
   })};
 }
 

@@ -33,6 +33,7 @@
 #include "graph/model_compiler.h"
 #include "graph/model_library.h"
 #include "graph/npy.h"
+#include "graph/onnx_import.h"
 #include "graph/reference_run.h"
 #include "runtime/gpu_model/image.h"
 #include "tests/graph/onnx_builder.h"
@@ -1155,6 +1156,80 @@ TEST_F(GpuModel, KernelsAreLoweredWithoutTheSkippedPasses) {
 // weights) are generated once: the second launches the first's code with its own arguments
 // (same_code_as in the sidecar, no PTX entry of its own). Through the fake driver against the
 // reference.
+// A kernel's buffers are its GPU kernel's parameters, which hold 4,352 bytes (PTX before ISA
+// 8.1: 544 pointers; ptxas refuses more and the driver would not load the model). Wide nodes
+// (a Concat, Sum, Max, Min and Mean of 600 values, as an unrolled GRU of 600 steps joins its
+// outputs) are imported as trees of at most kMaxVariadicInputs inputs, and a chain of Concats
+// that each add 60 values stops taking nodes at kMaxGroupInputs: every kernel stays within
+// its parameters, and the library runs through the driver and matches the reference.
+TEST_F(GpuModel, WideNodesStayWithinAKernelsParameters) {
+  constexpr int kValues = 600;
+  ModelBuilder b;
+  b.input("x", {2, 3});
+  std::vector<std::string> m;
+  for (int k = 0; k < kValues; ++k) {
+    b.floats("c" + std::to_string(k), {0.01f * static_cast<float>(k % 97) - 0.5f});
+    m.push_back("m" + std::to_string(k));
+    b.node("Mul", {"x", "c" + std::to_string(k)}, {m.back()});
+  }
+  tf::graph::testing::set_int(b.node("Concat", m, {"cat"}), "axis", 0);
+  b.node("Relu", {"cat"}, {"y0"});
+  b.node("Sum", m, {"y1"});
+  b.node("Max", m, {"y2"});
+  b.node("Min", std::vector<std::string>(m.begin(), m.begin() + 100), {"y3"});
+  b.node("Mean", m, {"y4"});
+  std::string chain;
+  for (int j = 0; j < kValues / 60; ++j) {
+    std::vector<std::string> in;
+    if (!chain.empty()) in.push_back(chain);
+    in.insert(in.end(), m.begin() + 60 * j, m.begin() + 60 * (j + 1));
+    chain = "chain" + std::to_string(j);
+    tf::graph::testing::set_int(b.node("Concat", in, {chain}), "axis", 0);
+  }
+  b.node("Relu", {chain}, {"y5"});
+  const std::vector<std::string> outs = {"y0", "y1", "y2", "y3", "y4", "y5"};
+  for (const std::string& o : outs) b.output(o);
+  Graph g = compile_both(b, "wide");
+  for (const tf::graph::Node& n : g.nodes)
+    EXPECT_LE(n.inputs.size(), tf::graph::kMaxVariadicInputs) << n.where();
+  const json sc = sidecar("wide.so");
+  size_t widest = 0;
+  for (const json& k : sc["kernels"]) {
+    EXPECT_LE(k["args"].size() * sizeof(void*), 4352u)
+        << k["function"] << " takes " << k["args"].size();
+    widest = std::max(widest, k["args"].size());
+  }
+  EXPECT_GE(widest, 60u) << "the Concats' kernels";
+  HostTensor x = random_floats({2, 3}, 11);
+  write_npy(path("x.npy"), x);
+  std::map<std::string, HostTensor> want = run_reference(g, {{"x", x}});
+  std::vector<std::string> args = {"run",      "--model", path("wide.so"), "--input", path("x.npy"),
+                                   "--repeat", "1"};
+  for (const std::string& o : outs) {
+    args.push_back("--output");
+    args.push_back(o + "=" + path(o + ".npy"));
+  }
+  tf::CommandResult r = tunefarm("wide", args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string& o : outs)
+    EXPECT_EQ(compare(want.at(o), read_npy(path(o + ".npy"))), "") << o;
+  // And compiled for this CPU (a Concat's inputs picked by a balanced tree of selects).
+  const tf::Target cpu = tf::host_target();
+  Graph gc =
+      load_model(path("wide.onnx"), 2, {}, channel_block(cpu), tf::Precision::Float32, false);
+  compile_model(
+      gc, cpu, [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; },
+      path("wide_cpu.so"), "wide");
+  std::vector<HostTensor> got = run_library(path("wide_cpu.so"), {x});
+  ASSERT_EQ(got.size(), outs.size());
+  for (size_t o = 0; o < outs.size(); ++o)
+    EXPECT_EQ(compare(want.at(outs[o]), got[o]), "") << outs[o];
+  // The mean divides the tree's sum by the count.
+  double mean = 0;
+  for (int k = 0; k < kValues; ++k) mean += x.f[0] * (0.01 * (k % 97) - 0.5);
+  EXPECT_NEAR(want.at("y4").f[0], mean / kValues, 1e-5);
+}
+
 TEST_F(GpuModel, RepeatedLayersShareTheirCode) {
   ModelBuilder b;
   b.input("x", {4, 64});

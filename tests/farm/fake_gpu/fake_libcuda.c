@@ -335,22 +335,30 @@ static void* emulated(const char* name, unsigned gx, unsigned gy, unsigned gz) {
   return dlsym(lib, target);
 }
 
+// Every emulated kernel is called with kMaxParams pointers, its own first (the x86-64 calling
+// convention leaves the rest unread): as many as a GPU library's kernel may take
+// (runtime/gpu_model: 256; graph/fusion.h kMaxGroupInputs inputs and the outputs).
+enum { kMaxParams = 256 };
+#define TF_P8 void*, void*, void*, void*, void*, void*, void*, void*
+#define TF_P32 TF_P8, TF_P8, TF_P8, TF_P8
+#define TF_A8(i) a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5], a[i + 6], a[i + 7]
+#define TF_A32(i) TF_A8(i), TF_A8(i + 8), TF_A8(i + 16), TF_A8(i + 24)
+
 // Runs the emulated kernel of `fn` on the launch's arguments (device pointers are host ones).
 static CUresult run_emulated(const Function* fn, unsigned gx, unsigned gy, unsigned gz,
                              void** params) {
   const char* step = strstr(fn->name, "_step");
   if (step && step[5] >= '2' && step[5] <= '9') return 0;  // the first launch computed it all
-  typedef int (*Kernel)(void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*,
-                        void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*);
+  typedef int (*Kernel)(TF_P32, TF_P32, TF_P32, TF_P32, TF_P32, TF_P32, TF_P32, TF_P32);
   Kernel k = (Kernel)emulated(fn->name, gx, gy, gz);
-  if (!k || fn->params > 24) {
+  if (!k || fn->params > kMaxParams) {
     fprintf(stderr, "fake libcuda: no emulated kernel %s of %d parameters\n", fn->name, fn->params);
     return 719;  // CUDA_ERROR_LAUNCH_FAILED
   }
-  void* a[24] = {0};
+  void* a[kMaxParams] = {0};
   for (int i = 0; i < fn->params; ++i) a[i] = (void*)*(CUdeviceptr*)params[i];
-  int r = k(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
-            a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
+  int r = k(TF_A32(0), TF_A32(32), TF_A32(64), TF_A32(96), TF_A32(128), TF_A32(160), TF_A32(192),
+            TF_A32(224));
   return r == 0 ? 0 : 719;
 }
 
