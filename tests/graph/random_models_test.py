@@ -1,0 +1,648 @@
+#!/usr/bin/env python3
+"""Random PyTorch modules (seeded: layers, shapes, weights and inputs from the seed) exported to
+ONNX and compiled by tunefarm: the CPU library, the cuda build emulated on this machine
+(`--emulate-gpu`) and, given the FAKE libcuda's folder, the GPU library itself through it (its
+PTX launch plan running the emulation's kernels); each output within 1e-4 of the largest of
+PyTorch's output and 1 (as torch_models_test.py compares).
+
+Two kinds of module: image (convolutions of any groups, strides, dilations and paddings,
+pools with ceil_mode, norms, resizes, pads, branches) and sequence (attention, recurrent
+layers, gathers, scatters, sorts, cumulative sums, 1-D and 3-D convolutions). Where a seed
+fails, the module is printed with the command that repeats it, and, where ONNX Runtime is
+installed (scripts/install-ort.sh), what it computes of the same file: an exporter's mistake
+shows as ONNX Runtime agreeing with tunefarm. Layers whose export by PyTorch 1.13 is not the
+module (circular padding; AvgPool2d with ceil_mode, padding and count_include_pad) are not
+generated.
+
+Usage: random_models_test.py TUNEFARM [FAKE_CUDA_DIR] [--seeds A:B] [--kinds image,sequence]
+  (TF_SANITIZED=1: the first 3 seeds of each kind, as the sanitizer pass runs it.)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models_for_tests  # noqa: E402
+
+class Lambda(nn.Module):
+    def __init__(self, f, desc):
+        super().__init__()
+        self.f, self.desc = f, desc
+
+    def forward(self, x):
+        return self.f(x)
+
+    def extra_repr(self):
+        return self.desc
+
+
+def out_size(h, k, s, p0, p1, d, ceil=False):
+    eff = d * (k - 1) + 1
+    num = h + p0 + p1 - eff
+    if num < 0:
+        return 0
+    if ceil:
+        o = -(-num // s) + 1
+        if (o - 1) * s >= h + p0:
+            o -= 1
+        return o
+    return num // s + 1
+
+
+class ImageGen:
+    """Random layers over an (N, C, H, W) tensor: convolutions (groups, strides, dilations,
+    paddings), pools, norms, activations, broadcasts, branches, resizes, reshapes."""
+    def __init__(self, rng):
+        self.r = rng
+
+    def choice(self, xs):
+        return xs[self.r.integers(len(xs))]
+
+    def layer(self, c, h, w):
+        """a random layer for an (N, c, h, w) tensor: (module, c', h', w') or None"""
+        r = self.r
+        kind = self.choice(["conv", "conv", "conv", "convT", "maxpool", "avgpool", "act", "act", "norm",
+                            "const", "residual", "concat", "pad", "interp", "shuffle", "reduce", "slice",
+                            "softmax", "matmul", "pixel", "adaptive", "channel_shuffle", "transpose"])
+        if kind == "conv":
+            k = int(self.choice([1, 1, 3, 3, 5, 7, 2]))
+            s = int(self.choice([1, 1, 2, 3]))
+            d = int(self.choice([1, 1, 1, 2]))
+            p = int(r.integers(0, k // 2 * d + 1)) if r.random() < 0.9 else 0
+            divs = [g for g in range(1, c + 1) if c % g == 0]
+            g = int(self.choice(divs)) if r.random() < 0.5 else 1
+            if r.random() < 0.15:
+                g = c
+            mult = int(self.choice([1, 1, 2, 3]))
+            cout = g * max(1, int(r.integers(1, 17)) // g if g > 1 else int(r.integers(1, 33)))
+            if g == c and r.random() < 0.5:
+                cout = c * mult
+            if cout % g:
+                cout = g * (cout // g + 1)
+            # Not "circular": PyTorch 1.13 exports it wrongly (ONNX Runtime agrees with tunefarm).
+            mode = self.choice(["zeros"] * 6 + ["reflect", "replicate"])
+            if mode != "zeros" and (p >= h or p >= w or p == 0):
+                mode = "zeros"
+            ho, wo = out_size(h, k, s, p, p, d), out_size(w, k, s, p, p, d)
+            if ho < 1 or wo < 1:
+                return None
+            m = nn.Conv2d(c, cout, k, s, p, d, g, bias=bool(r.random() < 0.7), padding_mode=mode)
+            return m, cout, ho, wo
+        if kind == "convT":
+            k = int(self.choice([1, 2, 3, 4]))
+            s = int(self.choice([1, 2, 2, 3]))
+            d = int(self.choice([1, 1, 2]))
+            p = int(r.integers(0, (k - 1) * d // 2 + 1))
+            op = int(r.integers(0, max(s, d))) if r.random() < 0.3 else 0
+            op = min(op, max(s, d) - 1)
+            divs = [g for g in range(1, c + 1) if c % g == 0]
+            g = int(self.choice(divs)) if r.random() < 0.4 else 1
+            cout = g * int(r.integers(1, 9))
+            ho = (h - 1) * s - 2 * p + d * (k - 1) + op + 1
+            wo = (w - 1) * s - 2 * p + d * (k - 1) + op + 1
+            if ho < 1 or wo < 1 or ho * wo > 4096:
+                return None
+            m = nn.ConvTranspose2d(c, cout, k, s, p, op, g, bool(r.random() < 0.7), d)
+            return m, cout, ho, wo
+        if kind in ("maxpool", "avgpool"):
+            k = int(self.choice([2, 3, 3, 5]))
+            s = int(self.choice([1, 2, 2, 3]))
+            p = int(r.integers(0, k // 2 + 1))
+            ceil = bool(r.random() < 0.4)
+            if kind == "maxpool":
+                d = int(self.choice([1, 1, 2]))
+                ho, wo = out_size(h, k, s, p, p, d, ceil), out_size(w, k, s, p, p, d, ceil)
+                if ho < 1 or wo < 1:
+                    return None
+                return nn.MaxPool2d(k, s, p, d, ceil_mode=ceil), c, ho, wo
+            cip = bool(r.random() < 0.5)
+            if ceil and p > 0 and cip:
+                # PyTorch 1.13 exports this as a Pad and an AveragePool with ceil_mode over the
+                # padded image, which keeps a last window PyTorch leaves out (ONNX Runtime
+                # computes that window too): the exported model is not the module.
+                cip = False
+            ho, wo = out_size(h, k, s, p, p, 1, ceil), out_size(w, k, s, p, p, 1, ceil)
+            if ho < 1 or wo < 1:
+                return None
+            return nn.AvgPool2d(k, s, p, ceil_mode=ceil, count_include_pad=cip), c, ho, wo
+        if kind == "act":
+            a = self.choice(["relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "hardswish", "hardsigmoid",
+                             "leaky", "elu", "softplus", "prelu", "abs", "neg_exp", "sqrt_abs", "clamp", "erf",
+                             "selu", "mish", "log_sigmoid", "floor", "sign", "recip"])
+            f = {
+                "relu": nn.ReLU(), "relu6": nn.ReLU6(), "gelu": nn.GELU(), "silu": nn.SiLU(),
+                "sigmoid": nn.Sigmoid(), "tanh": nn.Tanh(), "hardswish": nn.Hardswish(),
+                "hardsigmoid": nn.Hardsigmoid(), "leaky": nn.LeakyReLU(0.13), "elu": nn.ELU(0.7),
+                "softplus": nn.Softplus(), "prelu": nn.PReLU(c), "selu": nn.SELU(), "mish": nn.Mish(),
+                "log_sigmoid": nn.LogSigmoid(),
+                "abs": Lambda(torch.abs, "abs"), "neg_exp": Lambda(lambda x: torch.exp(-x.abs()), "exp(-|x|)"),
+                "sqrt_abs": Lambda(lambda x: torch.sqrt(x.abs() + 0.1), "sqrt"),
+                "clamp": Lambda(lambda x: torch.clamp(x, -0.3, 0.5), "clamp"),
+                "erf": Lambda(torch.erf, "erf"), "floor": Lambda(lambda x: torch.floor(x * 4.0 + 0.5), "floor"),
+                "sign": Lambda(torch.sign, "sign"), "recip": Lambda(lambda x: 1.0 / (x.abs() + 0.5), "recip"),
+            }[a]
+            if a == "prelu":
+                with torch.no_grad():
+                    f.weight.uniform_(-0.5, 0.5)
+            return f, c, h, w
+        if kind == "norm":
+            n = self.choice(["bn", "bn", "in", "gn", "ln"])
+            if n == "bn":
+                m = nn.BatchNorm2d(c)
+                with torch.no_grad():
+                    m.running_mean.uniform_(-1, 1)
+                    m.running_var.uniform_(0.5, 2)
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.uniform_(-0.5, 0.5)
+                return m, c, h, w
+            if n == "in":
+                if h * w < 2:
+                    return None
+                return nn.InstanceNorm2d(c, affine=bool(r.random() < 0.5)), c, h, w
+            if n == "gn":
+                divs = [g for g in range(1, c + 1) if c % g == 0]
+                if h * w * c < 4:
+                    return None
+                return nn.GroupNorm(int(self.choice(divs)), c), c, h, w
+            shape = [w] if r.random() < 0.5 else [h, w]
+            if int(np.prod(shape)) < 2:
+                return None
+            return nn.LayerNorm(shape), c, h, w
+        if kind == "const":
+            op = self.choice(["add", "mul", "sub", "div", "max", "min", "pow2"])
+            bshape = self.choice([(1, c, 1, 1), (1, 1, h, w), (1, c, h, w), (1, 1, 1, w), (1,), (1, c, h, 1)])
+            t = torch.from_numpy(r.uniform(0.5, 1.5, bshape).astype(np.float32))
+            f = {"add": lambda x: x + t, "mul": lambda x: x * t, "sub": lambda x: t - x,
+                 "div": lambda x: x / t, "max": lambda x: torch.maximum(x, t - 1), "min": lambda x: torch.minimum(x, t - 1),
+                 "pow2": lambda x: x * x}[op]
+            return Lambda(f, f"{op} {bshape}"), c, h, w
+        if kind == "residual":
+            inner = self.layer(c, h, w)
+            if inner is None or inner[1:] != (c, h, w):
+                return None
+            m = inner[0]
+            return Lambda(lambda x: x + m(x), f"residual({m})"), c, h, w
+        if kind == "concat":
+            a, b = self.layer(c, h, w), self.layer(c, h, w)
+            if a is None or b is None or a[2:] != b[2:]:
+                return None
+            ma, mb = a[0], b[0]
+            holder = nn.ModuleList([ma, mb]) if isinstance(ma, nn.Module) else None
+            mod = Lambda(lambda x: torch.cat([ma(x), mb(x)], 1), f"concat({ma}, {mb})")
+            mod.holder = holder
+            return mod, a[1] + b[1], a[2], a[3]
+        if kind == "pad":
+            pads = [int(r.integers(0, 3)) for _ in range(4)]
+            mode = self.choice(["constant", "reflect", "replicate"])
+            if mode == "reflect" and (max(pads[:2]) >= w or max(pads[2:]) >= h):
+                mode = "constant"
+            val = float(r.uniform(-1, 1)) if mode == "constant" else 0.0
+            kw = {"value": val} if mode == "constant" else {}
+            return Lambda(lambda x: F.pad(x, pads, mode=mode, **kw), f"pad {pads} {mode} {val}"), c, h + pads[2] + pads[3], w + pads[0] + pads[1]
+        if kind == "interp":
+            mode = self.choice(["nearest", "bilinear", "bicubic"])
+            ac = bool(r.random() < 0.5) if mode != "nearest" else None
+            if r.random() < 0.5:
+                sf = int(self.choice([2, 3]))
+                ho, wo = h * sf, w * sf
+                if ho * wo > 4096:
+                    return None
+                return Lambda(lambda x: F.interpolate(x, scale_factor=sf, mode=mode, align_corners=ac),
+                              f"interp x{sf} {mode} ac={ac}"), c, ho, wo
+            ho, wo = int(r.integers(1, 2 * h + 2)), int(r.integers(1, 2 * w + 2))
+            return Lambda(lambda x: F.interpolate(x, size=(ho, wo), mode=mode, align_corners=ac),
+                          f"interp {ho}x{wo} {mode} ac={ac}"), c, ho, wo
+        if kind == "shuffle":
+            if h % 2 or w % 2:
+                return None
+            return nn.PixelUnshuffle(2), c * 4, h // 2, w // 2
+        if kind == "pixel":
+            if c % 4:
+                return None
+            return nn.PixelShuffle(2), c // 4, h * 2, w * 2
+        if kind == "reduce":
+            op = self.choice(["mean", "sum", "amax", "amin", "l2"])
+            dims = self.choice([(2, 3), (1,), (3,), (2,), (1, 2)])
+            f = {"mean": lambda x: x.mean(dims, keepdim=True), "sum": lambda x: x.sum(dims, keepdim=True),
+                 "amax": lambda x: x.amax(dims, keepdim=True), "amin": lambda x: x.amin(dims, keepdim=True),
+                 "l2": lambda x: x.norm(dim=dims, keepdim=True)}[op]
+            shp = [1, c, h, w]
+            for dd in dims:
+                shp[dd] = 1
+            return Lambda(f, f"{op} {dims}"), shp[1], shp[2], shp[3]
+        if kind == "slice":
+            h0 = int(r.integers(0, h))
+            h1 = int(r.integers(h0 + 1, h + 1))
+            sh = int(self.choice([1, 1, 2]))
+            c0 = int(r.integers(0, c))
+            c1 = int(r.integers(c0 + 1, c + 1))
+            ho = len(range(h0, h1, sh))
+            return Lambda(lambda x: x[:, c0:c1, h0:h1:sh, :], f"slice c{c0}:{c1} h{h0}:{h1}:{sh}"), c1 - c0, ho, w
+        if kind == "softmax":
+            dim = int(self.choice([1, 2, 3, -1]))
+            f = self.choice([F.softmax, F.log_softmax])
+            return Lambda(lambda x: f(x, dim=dim), f"{f.__name__} {dim}"), c, h, w
+        if kind == "matmul":
+            # (N, c, h, w) @ (N, c, w, h) -> (N, c, h, h), scaled
+            if h * h > 4096:
+                return None
+            wt = torch.from_numpy(r.uniform(-1, 1, (w, int(r.integers(1, 24)))).astype(np.float32))
+            if r.random() < 0.5:
+                return Lambda(lambda x: torch.matmul(x, x.transpose(-1, -2)) * 0.1, "x@xT"), c, h, h
+            return Lambda(lambda x: torch.matmul(x, wt), f"x@w{tuple(wt.shape)}"), c, h, wt.shape[1]
+        if kind == "adaptive":
+            ho, wo = int(r.integers(1, h + 1)), int(r.integers(1, w + 1))
+            if h % ho or w % wo:
+                ho, wo = 1, 1
+            f = self.choice([nn.AdaptiveAvgPool2d((ho, wo)), nn.AdaptiveMaxPool2d((ho, wo))])
+            return f, c, ho, wo
+        if kind == "channel_shuffle":
+            divs = [g for g in range(2, c + 1) if c % g == 0]
+            if not divs:
+                return None
+            g = int(self.choice(divs))
+            return Lambda(lambda x: x.view(x.shape[0], g, c // g, h, w).transpose(1, 2).reshape(x.shape[0], c, h, w),
+                          f"channel_shuffle {g}"), c, h, w
+        if kind == "transpose":
+            return Lambda(lambda x: x.transpose(2, 3).contiguous(), "transpose hw"), c, w, h
+        return None
+
+    def model(self):
+        r = self.r
+        n = int(self.choice([1, 1, 1, 2, 3]))
+        c, h, w = int(r.integers(1, 17)), int(r.integers(1, 33)), int(r.integers(1, 33))
+        shape = (n, c, h, w)
+        layers = []
+        depth = int(r.integers(1, 7))
+        tries = 0
+        while len(layers) < depth and tries < 100:
+            tries += 1
+            got = self.layer(c, h, w)
+            if got is None or got[1] * got[2] * got[3] < 1 or got[1] * got[2] * got[3] > 65536:
+                continue
+            m, c, h, w = got
+            layers.append(m)
+        if r.random() < 0.3:
+            layers.append(nn.Flatten())
+            layers.append(nn.Linear(c * h * w, int(r.integers(1, 20))))
+        return nn.Sequential(*layers), shape
+
+
+
+class Attn(nn.Module):
+    def __init__(self, r, d, heads, mask_kind, written, scale_where, s, kv_from_linear, causal):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.o = nn.Linear(d, d) if r.random() < 0.7 else nn.Identity()
+        self.h, self.written, self.scale_where, self.causal = heads, written, scale_where, causal
+        self.mask_kind = mask_kind
+        if mask_kind == "additive":
+            m = np.where(r.random((1, 1, 1, s)) < 0.3, -10000.0, 0.0).astype(np.float32)
+            self.register_buffer("mask", torch.from_numpy(m))
+        elif mask_kind == "full":
+            self.register_buffer("mask", torch.from_numpy(r.uniform(-1, 1, (1, heads, s, s)).astype(np.float32)))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.h
+        def split(t):
+            return t.view(b, s, h, d // h).transpose(1, 2)
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        sc = 1.0 / (d // h) ** 0.5
+        if self.scale_where == "q":
+            q = q * sc
+            a = q @ k.transpose(-1, -2)
+        elif self.scale_where == "div":
+            a = (q @ k.transpose(-1, -2)) / (d // h) ** 0.5
+        else:
+            a = (q @ k.transpose(-1, -2)) * sc
+        if self.mask_kind != "none":
+            a = a + self.mask
+        if self.causal:
+            a = a.masked_fill(torch.triu(torch.ones(s, s, dtype=torch.bool), 1), float("-inf"))
+        if self.written:
+            e = torch.exp(a - a.max(dim=-1, keepdim=True).values)
+            p = e / e.sum(dim=-1, keepdim=True)
+        else:
+            p = torch.softmax(a, dim=-1)
+        return self.o((p @ v).transpose(1, 2).reshape(b, s, d))
+
+
+class SequenceGen:
+    """Random layers over a (B, S, D) tensor: attention (heads, masks, scalings, causal), MLPs,
+    norms, 1-D and 3-D convolutions, recurrent layers, gathers, scatters, sorts, reductions."""
+    def __init__(self, r):
+        self.r = r
+
+    def choice(self, xs):
+        return xs[self.r.integers(len(xs))]
+
+    def layer(self, s, d):
+        r = self.r
+        kind = self.choice(["linear", "linear", "ln", "act", "attn", "attn", "attn", "residual", "conv1d", "softmax",
+                            "reduce", "mlp", "rms", "slice", "transpose_mm", "misc", "misc", "misc", "misc"])
+        if kind == "linear":
+            e = int(r.integers(1, 97))
+            return nn.Linear(d, e, bias=bool(r.random() < 0.8)), s, e
+        if kind == "ln":
+            return nn.LayerNorm(d, eps=float(self.choice([1e-5, 1e-12, 1e-6]))), s, d
+        if kind == "rms":
+            return Lambda(lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), "rmsnorm"), s, d
+        if kind == "act":
+            a = self.choice([nn.GELU(), nn.GELU("tanh"), nn.ReLU(), nn.SiLU(), nn.Tanh(), nn.Sigmoid()])
+            return a, s, d
+        if kind == "attn":
+            divs = [h for h in range(1, d + 1) if d % h == 0 and d // h <= 128]
+            if not divs:
+                return None
+            m = Attn(r, d, int(self.choice(divs)), self.choice(["none", "none", "additive", "full"]),
+                     bool(r.random() < 0.3), self.choice(["q", "div", "mul"]), s, True, bool(r.random() < 0.25))
+            return m, s, d
+        if kind == "residual":
+            inner = self.layer(s, d)
+            if inner is None or inner[1:] != (s, d):
+                return None
+            m = inner[0]
+            mod = Lambda(lambda x: x + m(x), f"residual({m})")
+            mod.inner = m if isinstance(m, nn.Module) else None
+            return mod, s, d
+        if kind == "mlp":
+            e = int(r.integers(1, 4)) * d
+            return nn.Sequential(nn.Linear(d, e), nn.GELU(), nn.Linear(e, d)), s, d
+        if kind == "conv1d":
+            k = int(self.choice([1, 3, 5]))
+            e = int(r.integers(1, 65))
+            divs = [g for g in range(1, min(d, e) + 1) if d % g == 0 and e % g == 0]
+            g = int(self.choice(divs))
+            c = nn.Conv1d(d, e, k, padding=k // 2, groups=g)
+            mod = Lambda(lambda x: c(x.transpose(1, 2)).transpose(1, 2), f"conv1d {d}->{e} k{k} g{g}")
+            mod.c = c
+            return mod, s, e
+        if kind == "softmax":
+            return Lambda(lambda x: torch.softmax(x, -1), "softmax"), s, d
+        if kind == "reduce":
+            return Lambda(lambda x: x - x.mean(1, keepdim=True), "center over seq"), s, d
+        if kind == "slice":
+            if s < 2:
+                return None
+            a = int(r.integers(0, s - 1))
+            return Lambda(lambda x: x[:, a:, :], f"seq[{a}:]"), s - a, d
+        if kind == "transpose_mm":
+            return Lambda(lambda x: (x @ x.transpose(1, 2) * 0.05).softmax(-1) @ x, "x xT x"), s, d
+        if kind == "misc":
+            op = self.choice(["gather", "gather_el", "cumsum", "topk", "sort", "flip", "roll", "repeat", "where",
+                              "normalize", "lstm", "gru", "einsum", "argmax", "maxpool1d", "avgpool1d", "conv3d",
+                              "scatter", "tile", "cos", "erf_gelu", "pow", "std", "var", "prod", "logsumexp",
+                              "hardtanh", "expm1", "atan", "round", "nonzero_mask", "cummax_like"])
+            if op == "gather":
+                idx = torch.from_numpy(r.integers(0, d, int(r.integers(1, 2 * d + 1))))
+                return Lambda(lambda x: x[:, :, idx], f"gather {idx.numel()}"), s, idx.numel()
+            if op == "gather_el":
+                k = int(r.integers(1, d + 1))
+                idx = torch.from_numpy(r.integers(0, d, (1, s, k)))
+                return Lambda(lambda x: torch.gather(x, 2, idx.expand(x.shape[0], s, k)), f"gather_elements {k}"), s, k
+            if op == "scatter":
+                idx = torch.from_numpy(np.stack([r.permutation(d) for _ in range(s)])[None])
+                return Lambda(lambda x: torch.zeros_like(x).scatter(2, idx.expand(x.shape[0], s, d), x), "scatter perm"), s, d
+            if op == "cumsum":
+                ax = int(self.choice([1, 2]))
+                rev = bool(r.random() < 0.3)
+                f = (lambda x: torch.flip(torch.cumsum(torch.flip(x, [ax]), ax), [ax])) if rev else (lambda x: torch.cumsum(x, ax))
+                return Lambda(f, f"cumsum {ax} rev={rev}"), s, d
+            if op == "topk":
+                k = int(r.integers(1, d + 1))
+                big = bool(r.random() < 0.5)
+                return Lambda(lambda x: torch.topk(x, k, -1, largest=big)[0], f"topk {k} {big}"), s, k
+            if op == "sort":
+                return Lambda(lambda x: torch.sort(x, -1, descending=True)[0], "sort"), s, d
+            if op == "flip":
+                return Lambda(lambda x: torch.flip(x, [1, 2]), "flip"), s, d
+            if op == "roll":
+                sh = int(r.integers(-d, d))
+                return Lambda(lambda x: torch.roll(x, sh, 2), f"roll {sh}"), s, d
+            if op in ("repeat", "tile"):
+                if s * 2 * d > 65536:
+                    return None
+                return Lambda(lambda x: x.repeat(1, 2, 1), "repeat"), s * 2, d
+            if op == "where":
+                t = float(r.uniform(-0.5, 0.5))
+                return Lambda(lambda x: torch.where(x > t, x, x * 0.1 - 1), f"where {t}"), s, d
+            if op == "normalize":
+                return Lambda(lambda x: F.normalize(x, dim=-1), "normalize"), s, d
+            if op in ("lstm", "gru"):
+                hdim = int(r.integers(1, 33))
+                bi = bool(r.random() < 0.4)
+                m = (nn.LSTM if op == "lstm" else nn.GRU)(d, hdim, batch_first=True, bidirectional=bi,
+                                                           num_layers=int(self.choice([1, 1, 2])))
+                mod = Lambda(lambda x: m(x)[0], f"{op} {d}->{hdim} bi={bi} layers={m.num_layers}")
+                mod.m = m
+                return mod, s, hdim * (2 if bi else 1)
+            if op == "einsum":
+                w = torch.from_numpy(r.uniform(-1, 1, (d, 7)).astype(np.float32))
+                return Lambda(lambda x: torch.einsum("bsd,de->bse", x, w), "einsum"), s, 7
+            if op == "argmax":
+                return Lambda(lambda x: torch.cat([x, x.argmax(-1, keepdim=True).float()], -1), "argmax cat"), s, d + 1
+            if op in ("maxpool1d", "avgpool1d"):
+                k = int(self.choice([2, 3]))
+                st = int(self.choice([1, 2]))
+                if d < k:
+                    return None
+                ceil = bool(r.random() < 0.5)
+                if op == "maxpool1d":
+                    m = nn.MaxPool1d(k, st, ceil_mode=ceil)
+                else:
+                    m = nn.AvgPool1d(k, st, ceil_mode=ceil, count_include_pad=False)
+                ow = (d - k + (st - 1 if ceil else 0)) // st + 1
+                if ceil and (ow - 1) * st >= d:
+                    ow -= 1
+                return Lambda(lambda x: m(x), f"{op} k{k} s{st} ceil={ceil}"), s, ow
+            if op == "conv3d":
+                if d % 4 or s < 2:
+                    return None
+                c = nn.Conv3d(1, 2, (2, 3, 1), padding=(0, 1, 0))
+                mod = Lambda(lambda x: c(x.reshape(x.shape[0], 1, s, 4, d // 4)).reshape(x.shape[0], s - 1, 2 * d),
+                             "conv3d")
+                mod.c = c
+                return mod, s - 1, 2 * d
+            if op == "cos":
+                return Lambda(lambda x: torch.cos(x) + torch.sin(2 * x), "cos sin"), s, d
+            if op == "erf_gelu":
+                return Lambda(lambda x: 0.5 * x * (1 + torch.erf(x / 1.41421356)), "erf gelu"), s, d
+            if op == "pow":
+                return Lambda(lambda x: torch.pow(x.abs() + 0.1, 1.7), "pow"), s, d
+            if op == "std":
+                return Lambda(lambda x: (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-3), "std"), s, d
+            if op == "var":
+                return Lambda(lambda x: x * x.var(1, keepdim=True, unbiased=False), "var"), s, d
+            if op == "prod":
+                return Lambda(lambda x: torch.cat([x, torch.prod(torch.tanh(x[:, :, :4]), -1, keepdim=True)], -1), "prod"), s, d + 1
+            if op == "logsumexp":
+                return Lambda(lambda x: x - torch.logsumexp(x, -1, keepdim=True), "logsumexp"), s, d
+            if op == "hardtanh":
+                return nn.Hardtanh(-0.4, 0.6), s, d
+            if op == "expm1":
+                return Lambda(lambda x: torch.expm1(x.clamp(max=3)), "expm1"), s, d
+            if op == "atan":
+                return Lambda(lambda x: torch.atan(x) + torch.asinh(x), "atan"), s, d
+            if op == "round":
+                return Lambda(lambda x: torch.round(x * 3) + torch.trunc(x * 2), "round"), s, d
+            if op == "nonzero_mask":
+                return Lambda(lambda x: x * (x.abs() > 0.5).float() + (x < 0).logical_and(x > -0.2).float(), "masks"), s, d
+            if op == "cummax_like":
+                return Lambda(lambda x: torch.amax(x, 1, keepdim=True).expand(-1, s, -1) - x, "amax expand"), s, d
+        return None
+
+    def model(self):
+        r = self.r
+        b = int(self.choice([1, 1, 2, 3]))
+        s = int(self.choice([1, 2, 5, 8, 16, 31, 64, 77, 128]))
+        d = int(self.choice([8, 12, 16, 32, 48, 64, 96, 128, 192, 256]))
+        shape = (b, s, d)
+        layers = []
+        depth = int(r.integers(1, 6))
+        tries = 0
+        while len(layers) < depth and tries < 100:
+            tries += 1
+            got = self.layer(s, d)
+            if got is None:
+                continue
+            m, s, d = got
+            layers.append(m)
+        return nn.Sequential(*layers), shape
+
+
+def ort_verdict(d, path, x, want, got):
+    """What ONNX Runtime computes of the exported file, against PyTorch and tunefarm."""
+    folder = os.environ.get("TUNEFARM_ORT_DIR", os.path.join(os.path.expanduser("~"), ".cache", "tunefarm", "ort"))
+    if not os.path.isdir(os.path.join(folder, "node_modules", "onnxruntime-node")):
+        return "(ONNX Runtime not installed)"
+    script = os.path.join(d, "ort1.js")
+    with open(script, "w") as f:
+        f.write("""const fs = require('fs'); const ort = require('onnxruntime-node');
+(async () => {
+  const [model, input, dims, output] = process.argv.slice(2);
+  const s = await ort.InferenceSession.create(model, {intraOpNumThreads: 1, graphOptimizationLevel: 'disabled'});
+  const raw = fs.readFileSync(input);
+  const data = new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4);
+  const out = await s.run({[s.inputNames[0]]: new ort.Tensor('float32', data, JSON.parse(dims))});
+  const t = out[s.outputNames[0]];
+  fs.writeFileSync(output, Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength));
+})().catch(e => { console.error(String(e)); process.exit(1); });
+""")
+    raw, out = os.path.join(d, "x.raw"), os.path.join(d, "ort.raw")
+    x.tofile(raw)
+    env = dict(os.environ, NODE_PATH=os.path.join(folder, "node_modules"))
+    r = subprocess.run(["node", script, path, raw, json.dumps(list(x.shape)), out], capture_output=True, text=True,
+                       env=env)
+    if r.returncode:
+        return "ONNX Runtime fails: " + r.stderr.strip()[-300:]
+    o = np.fromfile(out, np.float32)
+    if o.size != want.size:
+        return f"ONNX Runtime computes {o.size} elements, PyTorch {want.size}"
+    o = o.reshape(want.shape)
+    vs_tf = f"{float(np.abs(o - got).max()):.3g}" if got is not None and got.shape == want.shape else "-"
+    return f"ONNX Runtime against PyTorch {float(np.abs(o - want).max()):.3g}, against tunefarm {vs_tf}"
+
+
+def check(tunefarm, fake_cuda, kind, seed, d):
+    """One seed: ("ok", ""), ("skip", why) where PyTorch cannot run or export the module, or
+    ("FAIL", what went wrong)."""
+    torch.manual_seed(seed)
+    gen = (ImageGen if kind == "image" else SequenceGen)(np.random.default_rng(seed))
+    model, shape = gen.model()
+    model.eval()
+    x = np.random.default_rng(seed + 1).uniform(-2, 2, shape).astype(np.float32)
+    opset = int(gen.choice([11, 13, 17]))
+    path = os.path.join(d, "m.onnx")
+    try:
+        with torch.no_grad():
+            want = model(torch.from_numpy(x)).numpy()
+        torch.onnx.export(model, (torch.from_numpy(x),), path, opset_version=opset, input_names=["x"],
+                          output_names=["y"])
+    except Exception as e:  # a module PyTorch cannot run or export at this shape: no model to check
+        return "skip", f"PyTorch: {str(e).splitlines()[0][:200]}"
+    x_file = os.path.join(d, "x.npy")
+    np.save(x_file, x)
+    mag = max(float(np.abs(want).max()), 1.0) if want.size else 1.0
+
+    def build_and_run(tag, flags, env=None, before_run=None):
+        lib = os.path.join(d, tag + ".so")
+        c = subprocess.run([tunefarm, "compile", "--model", path, "--no-db", *flags, "-o", lib], capture_output=True,
+                           text=True, timeout=600)
+        if c.returncode:
+            return None, f"{tag}: compile exited {c.returncode}: {(c.stderr or c.stdout).strip()[-400:]}"
+        if before_run:
+            before_run(lib)
+        y = os.path.join(d, tag + ".npy")
+        r = subprocess.run([tunefarm, "run", "--model", lib, "--input", "x=" + x_file, "--output", y, "--repeat", "1"],
+                           capture_output=True, text=True, env=env, timeout=600)
+        if r.returncode:
+            return None, f"{tag}: run exited {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}"
+        got = np.load(y)
+        if got.shape != want.shape:
+            return got, f"{tag}: shape {got.shape}, PyTorch's {want.shape}"
+        err = float(np.abs(got.astype(np.float64) - want).max()) if want.size else 0.0
+        if not err <= 1e-4 * mag:
+            return got, f"{tag}: max error {err:.3g} of magnitude {mag:.3g}"
+        return got, None
+
+    problems = []
+    got = None
+    for tag, flags in (("cpu", []), ("gpu_emulated", ["-t", "cuda -arch=sm_90", "--emulate-gpu"])):
+        out, why = build_and_run(tag, flags)
+        got = out if out is not None else got
+        if why:
+            problems.append(why)
+    if fake_cuda and not problems:
+        aliases = os.path.join(d, "aliases")
+        emulated = os.path.join(d, "gpu_emulated.so")
+        env = dict(os.environ, LD_LIBRARY_PATH=fake_cuda, TF_FAKE_CUDA_ALIASES=aliases, TF_FAKE_CUDA_KERNELS=emulated)
+
+        def aliases_for(lib):
+            with open(emulated + ".json") as e, open(lib + ".json") as g:
+                models_for_tests.write_fake_cuda_aliases(json.load(e), json.load(g), aliases)
+
+        _, why = build_and_run("gpu_device", ["-t", "cuda -arch=sm_90"], env=env, before_run=aliases_for)
+        if why:
+            problems.append(why)
+    if not problems:
+        return "ok", ""
+    return "FAIL", (f"{kind} seed {seed} (input {list(shape)}, opset {opset}):\n  " + "\n  ".join(problems) +
+            f"\n  {ort_verdict(d, path, x, want, got)}\n{model}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tunefarm")
+    ap.add_argument("fake_cuda", nargs="?")
+    ap.add_argument("--seeds", default="0:10", help="A:B, the seeds of each kind")
+    ap.add_argument("--kinds", default="image,sequence")
+    a = ap.parse_args()
+    first, last = (int(v) for v in a.seeds.split(":"))
+    if os.environ.get("TF_SANITIZED") == "1":
+        last = min(last, first + 3)
+    failures = 0
+    for kind in a.kinds.split(","):
+        for seed in range(first, last):
+            with tempfile.TemporaryDirectory() as d:
+                verdict, why = check(a.tunefarm, a.fake_cuda, kind, seed, d)
+            if verdict == "FAIL":
+                failures += 1
+                print("FAIL " + why + f"\n  repeat: {sys.argv[0]} {a.tunefarm} {a.fake_cuda or ''} --seeds {seed}:{seed + 1}"
+                      f" --kinds {kind}", flush=True)
+            else:
+                print(f"{verdict:4} {kind} seed {seed} {why}", flush=True)
+    print(f"{failures} of {len(a.kinds.split(',')) * (last - first)} random models failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
