@@ -304,6 +304,8 @@ class Attn(nn.Module):
         self.o = nn.Linear(d, d) if r.random() < 0.7 else nn.Identity()
         self.h, self.written, self.scale_where, self.causal = heads, written, scale_where, causal
         self.mask_kind = mask_kind
+        # The causal mask as a constant (torch.triu exports from opset 14 only).
+        self.register_buffer("future", torch.from_numpy(np.triu(np.ones((s, s), dtype=bool), 1)))
         if mask_kind == "additive":
             m = np.where(r.random((1, 1, 1, s)) < 0.3, -10000.0, 0.0).astype(np.float32)
             self.register_buffer("mask", torch.from_numpy(m))
@@ -327,7 +329,7 @@ class Attn(nn.Module):
         if self.mask_kind != "none":
             a = a + self.mask
         if self.causal:
-            a = a.masked_fill(torch.triu(torch.ones(s, s, dtype=torch.bool), 1), float("-inf"))
+            a = a.masked_fill(self.future[:s, :s], float("-inf"))
         if self.written:
             e = torch.exp(a - a.max(dim=-1, keepdim=True).values)
             p = e / e.sum(dim=-1, keepdim=True)
@@ -491,9 +493,9 @@ class SequenceGen:
             if op == "expm1":
                 return Lambda(lambda x: torch.expm1(x.clamp(max=3)), "expm1"), s, d
             if op == "atan":
-                return Lambda(lambda x: torch.atan(x) + torch.asinh(x), "atan"), s, d
+                return Lambda(lambda x: torch.atan(x) + torch.atan(2 * x), "atan"), s, d
             if op == "round":
-                return Lambda(lambda x: torch.round(x * 3) + torch.trunc(x * 2), "round"), s, d
+                return Lambda(lambda x: torch.round(x * 3) + torch.floor(x * 2), "round"), s, d
             if op == "nonzero_mask":
                 return Lambda(lambda x: x * (x.abs() > 0.5).float() + (x < 0).logical_and(x > -0.2).float(), "masks"), s, d
             if op == "cummax_like":
