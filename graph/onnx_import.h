@@ -47,10 +47,11 @@ struct InputBinding {
 InputBinding parse_binding(const std::vector<std::string>& dims,
                            const std::vector<std::string>& shapes);
 
-// The most inputs an imported Concat, Sum, Max or Min keeps: one of more is imported as a tree
-// of such nodes of at most this many inputs each (a GRU of 700 steps written out joins them
-// with one Concat), so that no kernel takes more buffers than a GPU kernel's parameters hold
-// (PTX before ISA 8.1: 4,352 bytes, 544 pointers; graph/fusion.h kMaxGroupInputs).
+// The most inputs an imported Concat, Sum, Max, Min or Mean keeps: one of more is imported as a
+// tree of such nodes of at most this many inputs each (a Mean: of Sums, divided by the count;
+// a GRU of 700 steps written out joins them with one Concat), so that no kernel takes more
+// buffers than a GPU kernel's parameters hold (PTX before ISA 8.1: 4,352 bytes, 544 pointers;
+// graph/fusion.h kMaxGroupInputs).
 constexpr size_t kMaxVariadicInputs = 64;
 
 // The most shape buckets --dim's lists may make (graph/model_compiler.h kMaxBuckets).
