@@ -173,9 +173,9 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
     }
     return true;
   };
-  // How many values (computed or constant: each a kernel argument) group k and node n read
-  // from outside them.
-  auto inputs_with = [&](size_t k, const Node& n) {
+  // How many values (computed or constant: each a kernel argument) groups ks and node n read
+  // from outside them: whether they may be one kernel (kMaxGroupInputs).
+  auto fits_inputs = [&](std::initializer_list<size_t> ks, const Node& n) {
     std::set<std::string> made, read;
     auto add = [&](const Node& m) {
       made.insert(m.outputs.begin(), m.outputs.end());
@@ -183,10 +183,13 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
         if (!in.empty()) read.insert(in);
       }
     };
-    for (const std::string& name : groups[k].nodes) add(*by_name.at(name));
+    for (size_t k : ks) {
+      for (const std::string& name : groups[k].nodes) add(*by_name.at(name));
+    }
     add(n);
-    return static_cast<size_t>(std::count_if(read.begin(), read.end(),
-                                             [&](const std::string& v) { return !made.count(v); }));
+    return static_cast<size_t>(std::count_if(read.begin(), read.end(), [&](const std::string& v) {
+             return !made.count(v);
+           })) <= kMaxGroupInputs;
   };
   // Group k's nodes moved into group `target` (k left empty, dropped at the end), unless that
   // would close a cycle through a group outside both: false then, nothing changed.
@@ -270,11 +273,13 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
                          in_place_views(k)))
         continue;
       if (target == groups.size()) {
-        if (groups[k].nodes.size() >= kMaxGroupNodes) continue;
+        if (groups[k].nodes.size() >= kMaxGroupNodes || !fits_inputs({k}, n)) continue;
         target = k;
         continue;
       }
-      if (groups[target].nodes.size() + groups[k].nodes.size() >= kMaxGroupNodes) continue;
+      if (groups[target].nodes.size() + groups[k].nodes.size() >= kMaxGroupNodes ||
+          !fits_inputs({target, k}, n))
+        continue;
       merge(k, target, reads);
     }
     if (target == groups.size()) return target;
@@ -330,7 +335,7 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
           (kind == OpKind::Reduction && (pk == OpKind::Elementwise || pk == OpKind::Injective));
       // Joining must not make the group wait for a group that waits for it.
       for (size_t r : reads) joins = joins && (r == producer || !depends(r, producer));
-      joins = joins && inputs_with(producer, n) <= kMaxGroupInputs;
+      joins = joins && fits_inputs({producer}, n);
       if (joins) {
         target = producer;
         if (kind == OpKind::Reduction) groups[target].kind = OpKind::Reduction;
@@ -344,7 +349,7 @@ std::vector<FusedGroup> plan_fusion(const Graph& g) {
       auto it = group_of_value.find(in);
       if (target == groups.size() || kind != OpKind::Elementwise || it == group_of_value.end() ||
           it->second == target || !widening(it->second) || uses[in] != 1 || outputs.count(in) ||
-          groups[target].nodes.size() >= kMaxGroupNodes)
+          groups[target].nodes.size() >= kMaxGroupNodes || !fits_inputs({target, it->second}, n))
         continue;
       merge(it->second, target, reads);
     }

@@ -38,8 +38,9 @@
 //               first): the product reads its operand tiles through them
 //               (attention's Q, K and V sliced out of one wide product, its heads merged),
 //               and the kernels that only copied them are gone
-// and no group has more than kMaxGroupNodes nodes, nor a node join a group that would then read
-// more than kMaxGroupInputs values.
+// and no group has more than kMaxGroupNodes nodes, nor a node join a group (or an attention take
+// in its operands' groups, or a widening Cast's group) that would then read more than
+// kMaxGroupInputs values.
 #pragma once
 
 #include <string>

@@ -1230,6 +1230,67 @@ TEST_F(GpuModel, WideNodesStayWithinAKernelsParameters) {
   EXPECT_NEAR(want.at("y4").f[0], mean / kValues, 1e-5);
 }
 
+// The groups an attention kernel takes in (Q, K and V computed for it alone, fusion.h
+// take_operands) count toward kMaxGroupInputs too: Q, K and V each a Sum of 64 inputs plus 30
+// more added one by one (one group of 94 inputs, 31 nodes) made one kernel of 283 parameters,
+// past the GPU runtime's 256 (and the fake's).
+TEST_F(GpuModel, AnAttentionTakesInOperandsWithinAKernelsParameters) {
+  constexpr int kSummed = 64, kAdded = 30;
+  const Shape qs = {1, 2, 8, 4}, ks = {1, 2, 4, 8}, vs = {1, 2, 8, 4};
+  ModelBuilder b;
+  std::map<std::string, HostTensor> inputs;
+  auto sum_of = [&](const std::string& name, const Shape& s, uint32_t seed) {
+    std::vector<std::string> terms;
+    for (int k = 0; k < kSummed + kAdded; ++k) {
+      terms.push_back(name + std::to_string(k));
+      b.input(terms.back(), s);
+      inputs[terms.back()] = random_floats(s, seed + static_cast<uint32_t>(k));
+    }
+    std::string acc = name + "_sum";
+    b.node("Sum", std::vector<std::string>(terms.begin(), terms.begin() + kSummed), {acc});
+    for (int k = kSummed; k < kSummed + kAdded; ++k) {
+      const std::string next = name + "_add" + std::to_string(k);
+      b.node("Add", {acc, terms[k]}, {next});
+      acc = next;
+    }
+    return acc;
+  };
+  const std::string q = sum_of("q", qs, 1000), kt = sum_of("k", ks, 2000),
+                    v = sum_of("v", vs, 3000);
+  b.node("MatMul", {q, kt}, {"s"});
+  b.floats("c", {0.125f});
+  b.node("Mul", {"s", "c"}, {"scaled"});
+  tf::graph::testing::set_int(b.node("Softmax", {"scaled"}, {"p"}), "axis", -1);
+  b.node("MatMul", {"p", v}, {"o"});
+  b.output("o", {1, 2, 8, 4});
+  Graph g =
+      compile_both(b, "wide_attention", "cuda -arch=sm_80", nullptr, tf::Precision::Float32, 3);
+  int fused = 0;
+  for (const Node& n : g.nodes) fused += n.op == kFusedAttention;
+  EXPECT_EQ(fused, 1);
+  const json sc = sidecar("wide_attention.so");
+  size_t widest = 0;
+  size_t taken_in = 0;
+  for (const json& k : sc["kernels"]) {
+    widest = std::max(widest, k["args"].size());
+    if (k["template"] == "attention") taken_in = k["nodes"].size() - 1;
+  }
+  EXPECT_LE(widest, tf::graph::kMaxGroupInputs + 1) << "inputs and the output";
+  EXPECT_GE(taken_in, 31u) << "one operand's group is still taken in: " << sc.dump(1);
+  std::vector<std::string> args{"run",         "--model",  path("wide_attention.so"),
+                                "--warmup-ms", "0",        "--repeat",
+                                "1",           "--output", path("wide_attention.out.npy")};
+  for (const auto& [name, t] : inputs) {
+    write_npy(path(name + ".npy"), t);
+    args.push_back("--input");
+    args.push_back(name + "=" + path(name + ".npy"));
+  }
+  tf::CommandResult r = tunefarm("wide_attention", args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(compare(run_reference(g, inputs).at("o"), read_npy(path("wide_attention.out.npy"))), "")
+      << r.output;
+}
+
 TEST_F(GpuModel, RepeatedLayersShareTheirCode) {
   ModelBuilder b;
   b.input("x", {4, 64});
