@@ -30,6 +30,15 @@ constexpr double kMinWeightUses = 16;
 // must not exceed the arithmetic.
 constexpr double kFlopsPerStreamedByte = 100;
 
+// The shape operand of a node that takes one (Reshape's and Expand's shape, Resize's sizes), or
+// -1. Such a constant was often computed from the input's shape and folded when the batch was
+// bound (an exporter's Concat(Shape(x)[0], ...)), so it names the batch in its element 0.
+int shape_operand(const Node& n) {
+  if (n.op == "Reshape" || n.op == "Expand") return 1;
+  if (n.op == "Resize" && !n.has("axes")) return 3;
+  return -1;
+}
+
 }  // namespace
 
 std::optional<ImageLoop> image_loop(const Graph& g, std::string* why) {
@@ -57,9 +66,26 @@ std::optional<ImageLoop> image_loop(const Graph& g, std::string* why) {
   for (const std::string& in : g.inputs) one.value(in).shape[0] = 1;
   // The values computed from an input (the others, from constants alone, stay as they are).
   std::set<std::string> derived(g.inputs.begin(), g.inputs.end());
-  for (const Node& node : one.nodes) {
+  for (Node& node : one.nodes) {
     bool reads_input = false;
     for (const std::string& in : node.inputs) reads_input |= derived.count(in) > 0;
+    // A shape operand naming the batch in element 0, for data of the batch in axis 0 (the
+    // output's rows are then the data's rows, reshaped, broadcast or resized alone): one
+    // image's graph reads it with 1 there.
+    const int shape_at = shape_operand(node);
+    if (shape_at > 0 && static_cast<size_t>(shape_at) < node.inputs.size() &&
+        derived.count(node.inputs[0])) {
+      const std::string& operand = node.inputs[static_cast<size_t>(shape_at)];
+      const Value* v = operand.empty() || derived.count(operand) ? nullptr : &one.value(operand);
+      if (v && v->constant && v->constant->dtype == DType::I64 && v->shape.size() == 1 &&
+          !v->constant->i.empty() && v->constant->i[0] == images &&
+          g.value(node.inputs[0]).shape.size() >= 1 && g.value(node.inputs[0]).shape[0] == images) {
+        std::vector<int64_t> single = v->constant->i;
+        single[0] = 1;
+        node.inputs[static_cast<size_t>(shape_at)] =
+            one.add_ints(operand + ".one_image", std::move(single));
+      }
+    }
     std::vector<TypeShape> out;
     try {
       out = infer_node(node, one, one.opset);

@@ -12,18 +12,21 @@
 //   - image_loop(g) returns a loop only when running `per_image` `images` times on
 //     consecutive slices of axis 0 computes what `g` computes: every input and output of g has
 //     axis 0 of the same size N > 1; the graph rebuilt with axis 0 of its inputs set to 1 infers
-//     (every node's shape inference, as import ran it); every value computed from an input is
-//     [N, rest...] in g and [1, rest...] in the copy (values that read no input are the same in
-//     both); and every node keeps the rows of axis 0 apart (OpDef::rows_apart: elementwise
-//     operators and the products do; the others say how, and the unknown ones do not).
+//     (every node's shape inference, as import ran it; a Reshape's or Expand's shape or a
+//     Resize's sizes that is a constant with N in element 0, for data with N in axis 0, read
+//     with 1 there: the exporter's Concat(Shape(x)[0], ...) folded at --dim); every value computed
+//     from an input is [N, rest...] in g and [1, rest...] in the copy (values that read no input
+//     are the same in both); and every node keeps the rows of axis 0 apart (OpDef::rows_apart:
+//     elementwise operators and the products do; the others say how, and the unknown ones do not).
 //     Otherwise nullopt, with the reason in `why`.
 //   - It is a CPU-library choice (compile_model and extract_tasks for CPU targets), taken where
 //     it pays (pays_per_image): the batch's intermediates outgrow a cache (images x the largest
 //     per-image intermediate > 4 MiB), each image's kernels have work enough to gain from it
-//     (8 MFLOP a kernel on average: RegNetY-400MF's 4 do not), and weights that one image uses fewer than 16 times each (a product
-//     whose rows are the images: an MLP; a classifier) would take at most a tenth of the
-//     arithmetic's time to read at every image. ResNets, DenseNets, SqueezeNet and MobileNet-v2 take it; RegNetY-400MF and MLPs do not.
-//     The pass one-image-at-a-time marks the graphs that take it (Graph::one_image_at_a_time;
+//     (8 MFLOP a kernel on average: RegNetY-400MF's 4 do not), and weights that one image uses
+//     fewer than 16 times each (a product whose rows are the images: an MLP; a classifier) would
+//     take at most a tenth of the arithmetic's time to read at every image. ResNets, DenseNets,
+//     SqueezeNet and MobileNet-v2 take it; RegNetY-400MF and MLPs do not. The pass
+//     one-image-at-a-time marks the graphs that take it (Graph::one_image_at_a_time;
 //     --disable-pass one-image-at-a-time and --opt-level below 2 leave the batch whole).
 #pragma once
 

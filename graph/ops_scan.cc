@@ -467,17 +467,40 @@ CumSumSpec cumsum_spec(const OpContext& c) {
   return s;
 }
 
+// rows_apart (graph/image_loop.h): along an axis other than 0 (a CumSum's, a TopK's, a
+// GatherElements' axis; Trilu's last two of at least three).
+static bool axis_not_first(const Graph& g, const Node& n, int64_t axis) {
+  const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
+  return rank > 0 && normalize_axis(n, axis, rank) != 0;
+}
+static bool cumsum_rows_apart(const Graph& g, const Node& n) {
+  return cumsum_spec(context(n, g, g.opset)).axis != 0;
+}
+static bool topk_rows_apart(const Graph& g, const Node& n) {
+  return axis_not_first(g, n, n.get_int("axis", -1));
+}
+static bool gather_elements_rows_apart(const Graph& g, const Node& n) {
+  return axis_not_first(g, n, n.get_int("axis", 0));
+}
+static bool trilu_rows_apart(const Graph& g, const Node& n) {
+  return g.value(n.inputs[0]).shape.size() >= 3;
+}
+
 void register_scan_ops(std::vector<OpDef>& ops) {
   ops.push_back({"OneHot", 3, 3, onehot_infer, onehot_eval, te::onehot_te, nullptr, first_and_third_are_data});
   describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
   ops.push_back({"CumSum", 2, 2, cumsum_infer, cumsum_eval, te::cumsum_te});
   describe(ops.back(), OpKind::Opaque, {"exclusive", "reverse"}, /*int64_exact=*/true);
+  ops.back().rows_apart = cumsum_rows_apart;
   ops.push_back({"Trilu", 1, 2, trilu_infer, trilu_eval, te::trilu_te});
   describe(ops.back(), OpKind::Injective, {"upper"}, /*int64_exact=*/true);
+  ops.back().rows_apart = trilu_rows_apart;
   ops.push_back({"GatherElements", 2, 2, gather_elements_infer, gather_elements_eval, te::gather_elements_te, nullptr, every_input_is_data});
   describe(ops.back(), OpKind::Injective, {"axis"}, /*int64_exact=*/true);
+  ops.back().rows_apart = gather_elements_rows_apart;
   ops.push_back({"TopK", 2, 2, topk_infer, topk_eval, te::topk_te});
   describe(ops.back(), OpKind::Opaque, {"axis", "largest", "sorted"}, /*int64_exact=*/true);
+  ops.back().rows_apart = topk_rows_apart;
   ops.push_back({"GatherND", 2, 2, gather_nd_infer, gather_nd_eval, te::gather_nd_te, nullptr, every_input_is_data});
   describe(ops.back(), OpKind::Injective, {"batch_dims"}, /*int64_exact=*/true);
   ops.push_back({"ScatterElements", 3, 3, scatter_elements_infer, scatter_elements_eval});

@@ -3058,6 +3058,73 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
     std::string reason;
     EXPECT_TRUE(image_loop(mg, &reason)) << reason;
   }
+  {  // Shapes folded from the batch's (an exporter's Concat(Shape(x)[0], ...) at --dim batch=4):
+     // one image's graph reads them with 1 in element 0. Reshape, Expand and Resize's sizes; a
+     // CumSum and a TopK along another axis. Each image's rows are the batch's.
+    ModelBuilder mb;
+    mb.input("x", {-1, 6});
+    mb.ints("split", {4, 1, 2, 3});
+    mb.node("Reshape", {"x", "split"}, {"r"});
+    mb.ints("wide", {4, 2, 2, 3});
+    mb.node("Expand", {"r", "wide"}, {"e"});
+    mb.ints("sizes", {4, 2, 4, 6});
+    mb.node("Resize", {"e", "", "", "sizes"}, {"z"});
+    mb.ints("last", {3});
+    mb.node("CumSum", {"z", "last"}, {"c"});
+    mb.ints("k", {2});
+    mb.node("TopK", {"c", "k"}, {"y", "idx"});
+    mb.output("y");
+    Graph mg = import_onnx_bytes(mb.m.SerializeAsString(), "test.onnx", {{{"batch", 4}}, {}});
+    std::string reason;
+    std::optional<ImageLoop> folded = image_loop(mg, &reason);
+    ASSERT_TRUE(folded) << reason;
+    EXPECT_EQ(folded->per_image.value("y").shape, (Shape{1, 2, 4, 2}));
+    std::vector<float> xs(24);
+    for (size_t e = 0; e < xs.size(); ++e) xs[e] = std::sin(0.7f * static_cast<float>(e));
+    const HostTensor batch = run_reference(mg, {{"x", HostTensor::floats({4, 6}, xs)}}).at("y");
+    const size_t row = batch.f.size() / 4;
+    for (size_t i = 0; i < 4; ++i) {
+      std::vector<float> one_x(xs.begin() + static_cast<std::ptrdiff_t>(6 * i),
+                               xs.begin() + static_cast<std::ptrdiff_t>(6 * i + 6));
+      const HostTensor one =
+          run_reference(folded->per_image, {{"x", HostTensor::floats({1, 6}, one_x)}}).at("y");
+      EXPECT_EQ(one.f,
+                std::vector<float>(batch.f.begin() + static_cast<std::ptrdiff_t>(row * i),
+                                   batch.f.begin() + static_cast<std::ptrdiff_t>(row * (i + 1))))
+          << "image " << i;
+    }
+  }
+  {  // A strided ConvTranspose, lowered to zeros inserted by Reshapes and Pads (whose shapes
+     // name the batch), keeps the images apart.
+    ModelBuilder mb;
+    mb.input("x", {-1, 2, 3, 3});
+    mb.floats_shaped("w", {2, 3, 2, 2}, std::vector<float>(24, 0.5f));
+    set_ints(mb.node("ConvTranspose", {"x", "w"}, {"y"}), "strides", {2, 2});
+    mb.output("y");
+    Graph mg = import_onnx_bytes(mb.m.SerializeAsString(), "test.onnx", {{{"batch", 4}}, {}});
+    PassOptions po;
+    po.channel_block = channel_block(tf::host_target());
+    run_passes(mg, po);
+    bool lowered = true;
+    for (const Node& n : mg.nodes) lowered = lowered && n.op != "ConvTranspose";
+    EXPECT_TRUE(lowered);
+    std::string reason;
+    EXPECT_TRUE(image_loop(mg, &reason)) << reason;
+  }
+  refused(
+      [](ModelBuilder& mb) {  // the rows of two images as one, then apart again
+        mb.ints("pairs", {2, 10});
+        mb.node("Reshape", {"x", "pairs"}, {"t"});
+        mb.ints("back", {4, 5});
+        mb.node("Reshape", {"t", "back"}, {"y"});
+      },
+      4, "node 'Reshape_t' (Reshape) does not take one image");
+  refused(
+      [](ModelBuilder& mb) {
+        mb.ints("first", {0});
+        mb.node("CumSum", {"x", "first"}, {"y"});
+      },
+      4, "(CumSum) mixes the rows of axis 0");
   refused([](ModelBuilder& mb) { mb.node("Relu", {"x"}, {"y"}); }, 1, "axis 0 has 1 image");
   refused([](ModelBuilder& mb) {  // a second output of the batch's size, from constants alone
     mb.floats_shaped("c", {4, 5}, std::vector<float>(20, 1.0f));
