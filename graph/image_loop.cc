@@ -1,6 +1,7 @@
 #include "graph/image_loop.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "base/error.h"
@@ -37,6 +38,28 @@ int shape_operand(const Node& n) {
   if (n.op == "Reshape" || n.op == "Expand") return 1;
   if (n.op == "Resize" && !n.has("axes")) return 3;
   return -1;
+}
+
+// A constant of `images` equal rows along axis 0 (token type ids of zeros made for the bound
+// batch, indices expanded to it): its first row, which an elementwise operator broadcasts to
+// the same values; nullopt where rows differ (a NaN differs from itself: refused, never wrong).
+std::optional<HostTensor> first_of_equal_rows(const HostTensor& t, int64_t images) {
+  if (t.shape.empty() || t.shape[0] != images || images < 2) return std::nullopt;
+  auto rows_equal = [&](const auto& data) {
+    if (data.empty()) return false;
+    const size_t row = data.size() / static_cast<size_t>(images);
+    for (size_t e = row; e < data.size(); ++e) {
+      if (!(data[e] == data[e % row])) return false;
+    }
+    return true;
+  };
+  if (!(t.f.empty() ? rows_equal(t.i) : rows_equal(t.f))) return std::nullopt;
+  HostTensor one = t;
+  one.shape[0] = 1;
+  const int64_t row = t.size() / images;
+  if (!one.f.empty()) one.f.resize(static_cast<size_t>(row));
+  if (!one.i.empty()) one.i.resize(static_cast<size_t>(row));
+  return one;
 }
 
 }  // namespace
@@ -84,6 +107,21 @@ std::optional<ImageLoop> image_loop(const Graph& g, std::string* why) {
         single[0] = 1;
         node.inputs[static_cast<size_t>(shape_at)] =
             one.add_ints(operand + ".one_image", std::move(single));
+      }
+    }
+    // A constant operand of equal rows for the batch, read by an elementwise operator (which
+    // broadcasts one row to the same values) or as GatherElements' indices along another axis
+    // (each row gathers with the first's indices): one image reads its first row.
+    if (reads_input) {
+      const bool elementwise = op_kind(node.op) == OpKind::Elementwise;
+      for (size_t k = 0; k < node.inputs.size(); ++k) {
+        const std::string operand = node.inputs[k];
+        if (operand.empty() || derived.count(operand) || !one.value(operand).constant) continue;
+        if (!elementwise && !(node.op == "GatherElements" && k == 1 && keeps_rows_apart(g, node)))
+          continue;
+        if (std::optional<HostTensor> row =
+                first_of_equal_rows(*one.value(operand).constant, images))
+          node.inputs[k] = one.add_constant(operand + ".one_image", std::move(*row));
       }
     }
     std::vector<TypeShape> out;

@@ -729,7 +729,7 @@ void copy_elem(HostTensor& out, int64_t o, const HostTensor& in, int64_t k) {
 
 // rows_apart, read through the decoders inference uses: a Slice that takes axis 0 from its
 // start, in order; a Pad that adds or crops nothing before or after axis 0; a Gather along
-// another axis.
+// another axis, or from a constant table.
 static bool slice_rows_apart(const Graph& g, const Node& n) {
   const SliceSpec s = slice_spec(context(n, g, g.opset));
   return !s.start.empty() && s.start[0] == 0 && s.step[0] == 1;
@@ -740,7 +740,9 @@ static bool pad_rows_apart(const Graph& g, const Node& n) {
 }
 static bool gather_rows_apart(const Graph& g, const Node& n) {
   const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
-  return rank > 0 && normalize_axis(n, n.get_int("axis", 0), rank) != 0;
+  // Along axis 0 of a constant table (an embedding), the output's rows are the indices' rows.
+  return rank > 0 &&
+         (normalize_axis(n, n.get_int("axis", 0), rank) != 0 || g.is_constant(n.inputs[0]));
 }
 
 void register_shape_ops(std::vector<OpDef>& ops) {

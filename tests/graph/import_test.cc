@@ -3013,10 +3013,14 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
     set_ints(mb.node("Transpose", {"x"}, {"t"}), "perm", {1, 0});
     set_ints(mb.node("Transpose", {"t"}, {"y"}), "perm", {1, 0});
   }, 4, "'t' (node 'Transpose_t' (Transpose)) is [5, 4] at 4 images and [5, 1] at one: axis 0 is not the images' alone");
-  refused([](ModelBuilder& mb) {
-    mb.floats_shaped("c", {4, 5}, std::vector<float>(20, 1.0f));
-    mb.node("Add", {"x", "c"}, {"y"});
-  }, 4, "'y' (node 'Add_y' (Add)) is [4, 5] at 4 images and [4, 5] at one");
+  refused(
+      [](ModelBuilder& mb) {  // a constant of the batch's rows, each its own
+        std::vector<float> c(20, 1.0f);
+        c[17] = 2.0f;
+        mb.floats_shaped("c", {4, 5}, c);
+        mb.node("Add", {"x", "c"}, {"y"});
+      },
+      4, "'y' (node 'Add_y' (Add)) is [4, 5] at 4 images and [4, 5] at one");
   refused([](ModelBuilder& mb) {
     mb.ints("starts", {-1});
     mb.ints("ends", {-100});
@@ -3072,13 +3076,25 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
     mb.ints("last", {3});
     mb.node("CumSum", {"z", "last"}, {"c"});
     mb.ints("k", {2});
-    mb.node("TopK", {"c", "k"}, {"y", "idx"});
+    mb.node("TopK", {"c", "k"}, {"t", "idx"});
+    // Constants of the batch's equal rows (zeros made for the bound batch, indices expanded to
+    // it): an elementwise operator's, and GatherElements' indices along another axis.
+    std::vector<float> bias(4 * 2 * 4 * 2);
+    for (size_t e = 0; e < bias.size(); ++e) bias[e] = 0.25f * static_cast<float>(e % 16);
+    mb.floats_shaped("bias", {4, 2, 4, 2}, bias);
+    mb.node("Add", {"t", "bias"}, {"b"});
+    std::vector<int64_t> pick(4 * 2 * 4 * 3);
+    for (size_t e = 0; e < pick.size(); ++e) pick[e] = static_cast<int64_t>((e % 24) * 7 / 3 % 2);
+    mb.ints("pick_flat", pick);
+    mb.ints("pick_shape", {4, 2, 4, 3});
+    mb.node("Reshape", {"pick_flat", "pick_shape"}, {"pick"});  // folded at import
+    set_int(mb.node("GatherElements", {"b", "pick"}, {"y"}), "axis", 3);
     mb.output("y");
     Graph mg = import_onnx_bytes(mb.m.SerializeAsString(), "test.onnx", {{{"batch", 4}}, {}});
     std::string reason;
     std::optional<ImageLoop> folded = image_loop(mg, &reason);
     ASSERT_TRUE(folded) << reason;
-    EXPECT_EQ(folded->per_image.value("y").shape, (Shape{1, 2, 4, 2}));
+    EXPECT_EQ(folded->per_image.value("y").shape, (Shape{1, 2, 4, 3}));
     std::vector<float> xs(24);
     for (size_t e = 0; e < xs.size(); ++e) xs[e] = std::sin(0.7f * static_cast<float>(e));
     const HostTensor batch = run_reference(mg, {{"x", HostTensor::floats({4, 6}, xs)}}).at("y");
@@ -3110,6 +3126,20 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
     EXPECT_TRUE(lowered);
     std::string reason;
     EXPECT_TRUE(image_loop(mg, &reason)) << reason;
+  }
+  {  // An embedding: Gather along axis 0 of a constant table by each image's indices.
+    ModelBuilder mb;
+    mb.input("ids", {-1, 3}, onnx::TensorProto::INT64);
+    std::vector<float> table(40);
+    for (size_t e = 0; e < table.size(); ++e) table[e] = 0.1f * static_cast<float>(e);
+    mb.floats_shaped("table", {10, 4}, table);
+    mb.node("Gather", {"table", "ids"}, {"y"});
+    mb.output("y");
+    Graph mg = import_onnx_bytes(mb.m.SerializeAsString(), "test.onnx", {{{"batch", 4}}, {}});
+    std::string reason;
+    std::optional<ImageLoop> embedding = image_loop(mg, &reason);
+    ASSERT_TRUE(embedding) << reason;
+    EXPECT_EQ(embedding->per_image.value("y").shape, (Shape{1, 3, 4}));
   }
   refused(
       [](ModelBuilder& mb) {  // the rows of two images as one, then apart again
