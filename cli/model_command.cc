@@ -44,11 +44,11 @@ using graph::load_model;
 void add_dim_options(CLI::App* cmd, DimArgs& a) {
   cmd->add_option(
       "--dim", a.dims,
-      "--model: the size of a dynamic input dimension by its name, as name=size (--dim batch=8; "
+      "the size of a model's dynamic input dimension by its name, as name=size (--dim batch=8; "
       "repeatable; `import` lists a model's); compile, tune and import take several sizes, "
       "name=s1,s2,... (--dim batch=1,8,32): one shape bucket per size in one library");
   cmd->add_option("--input-shape", a.shapes,
-                  "--model: an input's whole shape, as input=d0,d1,... (--input-shape "
+                  "a model input's whole shape, as input=d0,d1,... (--input-shape "
                   "x=1,3,224,224), for dynamic "
                   "dimensions without a name (repeatable)");
 }
