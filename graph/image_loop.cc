@@ -100,9 +100,9 @@ std::optional<ImageLoop> image_loop(const Graph& g, std::string* why) {
         derived.count(node.inputs[0])) {
       const std::string& operand = node.inputs[static_cast<size_t>(shape_at)];
       const Value* v = operand.empty() || derived.count(operand) ? nullptr : &one.value(operand);
+      // (node.inputs[0], derived, is [images, ...]: every derived value is checked below.)
       if (v && v->constant && v->constant->dtype == DType::I64 && v->shape.size() == 1 &&
-          !v->constant->i.empty() && v->constant->i[0] == images &&
-          g.value(node.inputs[0]).shape.size() >= 1 && g.value(node.inputs[0]).shape[0] == images) {
+          !v->constant->i.empty() && v->constant->i[0] == images) {
         std::vector<int64_t> single = v->constant->i;
         single[0] = 1;
         node.inputs[static_cast<size_t>(shape_at)] =

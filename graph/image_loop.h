@@ -14,7 +14,9 @@
 //     axis 0 of the same size N > 1; the graph rebuilt with axis 0 of its inputs set to 1 infers
 //     (every node's shape inference, as import ran it; a Reshape's or Expand's shape or a
 //     Resize's sizes that is a constant with N in element 0, for data with N in axis 0, read
-//     with 1 there: the exporter's Concat(Shape(x)[0], ...) folded at --dim); every value computed
+//     with 1 there: the exporter's Concat(Shape(x)[0], ...) folded at --dim; a constant of N
+//     equal rows read by an elementwise operator or as GatherElements' indices, read as its
+//     first row); every value computed
 //     from an input is [N, rest...] in g and [1, rest...] in the copy (values that read no input
 //     are the same in both); and every node keeps the rows of axis 0 apart (OpDef::rows_apart:
 //     elementwise operators and the products do; the others say how, and the unknown ones do not).

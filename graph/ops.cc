@@ -74,6 +74,11 @@ std::vector<std::string> supported_ops() {
 
 bool rows_apart_always(const Graph&, const Node&) { return true; }
 
+bool axis_is_not_first(const Graph& g, const Node& n, int64_t default_axis) {
+  const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
+  return rank > 0 && normalize_axis(n, n.get_int("axis", default_axis), rank) != 0;
+}
+
 bool keeps_rows_apart(const Graph& g, const Node& n) {
   const OpDef& d = check_node(n);
   if (d.rows_apart) return d.rows_apart(g, n);

@@ -145,6 +145,9 @@ struct OpDef {
 // rows_apart for operators whose shapes alone tell (pools, reshapes, reductions: any of them
 // touching axis 0 changes its size, which image_loop sees).
 bool rows_apart_always(const Graph& g, const Node& n);
+// For rows_apart: whether n's "axis" attribute (default_axis where absent), of input 0's rank,
+// is not axis 0 (a LayerNormalization's, a Gather's, a TopK's).
+bool axis_is_not_first(const Graph& g, const Node& n, int64_t default_axis);
 // Whether `n` keeps the rows of axis 0 apart (OpDef::rows_apart, or its pattern's default).
 bool keeps_rows_apart(const Graph& g, const Node& n);
 

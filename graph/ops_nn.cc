@@ -755,8 +755,7 @@ static bool softmax_rows_apart(const Graph& g, const Node& n) {
   return rank > 0 && std::find(axes.begin(), axes.end(), 0) == axes.end();
 }
 static bool layernorm_rows_apart(const Graph& g, const Node& n) {
-  const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
-  return rank > 0 && normalize_axis(n, n.get_int("axis", -1), rank) != 0;
+  return axis_is_not_first(g, n, -1);
 }
 
 void register_nn_ops(std::vector<OpDef>& ops) {

@@ -469,18 +469,12 @@ CumSumSpec cumsum_spec(const OpContext& c) {
 
 // rows_apart (graph/image_loop.h): along an axis other than 0 (a CumSum's, a TopK's, a
 // GatherElements' axis; Trilu's last two of at least three).
-static bool axis_not_first(const Graph& g, const Node& n, int64_t axis) {
-  const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
-  return rank > 0 && normalize_axis(n, axis, rank) != 0;
-}
 static bool cumsum_rows_apart(const Graph& g, const Node& n) {
   return cumsum_spec(context(n, g, g.opset)).axis != 0;
 }
-static bool topk_rows_apart(const Graph& g, const Node& n) {
-  return axis_not_first(g, n, n.get_int("axis", -1));
-}
+static bool topk_rows_apart(const Graph& g, const Node& n) { return axis_is_not_first(g, n, -1); }
 static bool gather_elements_rows_apart(const Graph& g, const Node& n) {
-  return axis_not_first(g, n, n.get_int("axis", 0));
+  return axis_is_not_first(g, n, 0);
 }
 static bool trilu_rows_apart(const Graph& g, const Node& n) {
   return g.value(n.inputs[0]).shape.size() >= 3;

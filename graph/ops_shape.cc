@@ -739,10 +739,9 @@ static bool pad_rows_apart(const Graph& g, const Node& n) {
   return !p.begin.empty() && p.begin[0] == 0 && p.out[0] == g.value(n.inputs[0]).shape[0];
 }
 static bool gather_rows_apart(const Graph& g, const Node& n) {
-  const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
   // Along axis 0 of a constant table (an embedding), the output's rows are the indices' rows.
-  return rank > 0 &&
-         (normalize_axis(n, n.get_int("axis", 0), rank) != 0 || g.is_constant(n.inputs[0]));
+  return axis_is_not_first(g, n, 0) ||
+         (!g.value(n.inputs[0]).shape.empty() && g.is_constant(n.inputs[0]));
 }
 
 void register_shape_ops(std::vector<OpDef>& ops) {

@@ -17,13 +17,16 @@ whose export by PyTorch 1.13 is not the module (circular padding; AvgPool2d with
 padding and count_include_pad) are not generated.
 
 Each seed also checks one variant, in turn (--every-variant: all three):
-  precision  the CPU library at --precision bf16 and fp16 against PyTorch's float32 output
-             (PRECISION_TOL; not for modules with a discontinuous layer);
+  precision  the CPU library at --precision bf16 and fp16 and the emulated cuda build at one of
+             fp16, bf16 and tf32, against PyTorch's float32 output (PRECISION_TOL plus the
+             module's rounding_noise; not for modules with a discontinuous layer);
   qdq        `tunefarm quantize` of the model (random method, per tensor or channel, uint8 or
-             symmetric int8), its int8 CPU build (fold-qdq) against its float32 build (QDQ_TOL);
-  dims       the module exported with a dynamic batch axis, compiled with --dim buckets (the
-             input's batch; two sizes, both run; or a larger one with --pad-batch where the
-             compiler finds the rows kept apart), run against PyTorch.
+             symmetric int8), its int8 CPU build (fold-qdq) and its emulated cuda build against
+             its float32 CPU build (QDQ_TOL);
+  dims       the module exported with a dynamic batch axis (a sequence's length too, at
+             random), compiled with --dim buckets (the input's batch; two sizes, both run; or a
+             larger one with --pad-batch where the compiler finds the rows kept apart), CPU and
+             emulated cuda, run against PyTorch.
 
 Usage: random_models_test.py TUNEFARM [FAKE_CUDA_DIR] [--seeds A:B] [--kinds image,sequence]
                              [--variants precision,qdq,dims|none] [--every-variant]
@@ -596,9 +599,17 @@ def ort_verdict(d, path, x, want, got):
     return f"ONNX Runtime against PyTorch {max_error(o, want):.3g}, against tunefarm {vs_tf}", o
 
 
+# The cuda build of a model, scheduled for the GPU and run serially on this CPU.
+EMULATED_CUDA = ["-t", "cuda -arch=sm_90", "--emulate-gpu"]
+
 # Layers whose output jumps where their input crosses a value: a reduced-precision build may land
 # on the other side, so such modules are not compared at bf16 or fp16.
 DISCONTINUOUS = ("floor", "sign", "round", "masks", "argmax", "where")
+
+
+def discontinuous(model):
+    """whether the module has a layer of DISCONTINUOUS (by its printed description)"""
+    return any(w in str(model) for w in DISCONTINUOUS)
 
 # bf16 and fp16 CPU builds (convolutions and MatMul/Gemm with constant weights on operands rounded
 # to 16 bits, float32 sums) against PyTorch's float32 output: the largest error of the relative
@@ -634,8 +645,7 @@ def rounding_noise(model, x, want, eps):
 def check_precisions(build_and_run, model, x, want, r, notes):
     """The CPU library at --precision bf16 and fp16, and the emulated cuda build at one of fp16,
     bf16 and tf32, within PRECISION_TOL of PyTorch's float32."""
-    text = str(model)
-    if any(w in text for w in DISCONTINUOUS):
+    if discontinuous(model):
         notes.append("(precision: not compared, a discontinuous layer)")
         return []
     problems = []
@@ -645,7 +655,7 @@ def check_precisions(build_and_run, model, x, want, r, notes):
     mag = magnitude(want)
     notes.append(f"(rounding noise bf16 {noise['bf16'] / mag:.2g} fp16 {noise['fp16'] / mag:.2g})")
     for tag, prec, flags in (("cpu_bf16", "bf16", []), ("cpu_fp16", "fp16", []),
-                             ("gpu_emulated_" + gpu, gpu, ["-t", "cuda -arch=sm_90", "--emulate-gpu"])):
+                             ("gpu_emulated_" + gpu, gpu, EMULATED_CUDA)):
         _, why = build_and_run(tag, ["--precision", prec, *flags], tol=PRECISION_TOL[prec], slack=10 * noise[prec])
         if why:
             problems.append(why)
@@ -683,7 +693,7 @@ def check_dims(build_and_run, model, x, opset, r, d, notes):
             want = model(torch.from_numpy(xi)).numpy()
         x_in = os.path.join(d, f"x_dims{i}.npy")
         np.save(x_in, xi)
-        for tag, target in (("dims", []), ("dims_gpu_emulated", ["-t", "cuda -arch=sm_90", "--emulate-gpu"])):
+        for tag, target in (("dims", []), ("dims_gpu_emulated", EMULATED_CUDA)):
             _, why = build_and_run(tag, flags + target, model_file=path, x_in=x_in, want=want,
                                    lib=os.path.join(d, tag + ".so") if i else None)
             if why and i == 0 and how == "pad" and "are not kept apart" in why:
@@ -702,13 +712,12 @@ def check_dims(build_and_run, model, x, opset, r, d, notes):
 QDQ_TOL = 2e-2
 
 
-def check_qdq(tunefarm, build_and_run, x, x_file, r, d, notes):
+def check_qdq(tunefarm, build_and_run, path, x, x_file, r, d, notes):
     """`tunefarm quantize` of the model (calibrated on the input and two seeded samples, a random
     method, per tensor or per channel, uint8 or symmetric int8 activations), its int8 CPU build
     and its emulated cuda build (QuantizeLinear/DequantizeLinear as float32 arithmetic) against
     its float32 CPU build."""
     q = os.path.join(d, "q.onnx")
-    path = os.path.join(d, "m.onnx")
     calib = os.path.join(d, "calib.npy")
     np.save(calib, np.random.default_rng(int(r.integers(1 << 30))).uniform(-2, 2, x.shape).astype(np.float32))
     flags = ["--method", str(r.choice(["minmax", "percentile", "entropy"]))]
@@ -727,7 +736,7 @@ def check_qdq(tunefarm, build_and_run, x, x_file, r, d, notes):
     info = subprocess.run([tunefarm, "import", q, "--json"], capture_output=True, text=True, timeout=600)
     folded = json.loads(info.stdout).get("int8_nodes", 0) if info.returncode == 0 else "?"
     problems = []
-    for tag, build in (("qdq_int8", []), ("qdq_gpu_emulated", ["-t", "cuda -arch=sm_90", "--emulate-gpu"])):
+    for tag, build in (("qdq_int8", []), ("qdq_gpu_emulated", EMULATED_CUDA)):
         _, why = build_and_run(tag, build, model_file=q, want=floats.astype(np.float64), tol=QDQ_TOL)
         if why:
             problems.append(f"{why} (against the float32 build of the QDQ model) [quantize {' '.join(flags)}]")
@@ -741,7 +750,7 @@ def float32_noise(model, x, want):
     answer float32 rounding decides, and another order of the same sums is as right. 0 where
     the module does not run in float64 (constants of float32 it mixes with its input) and where a
     layer's output jumps (float64 may land on the other side: not noise)."""
-    if any(w in str(model) for w in DISCONTINUOUS):
+    if discontinuous(model):
         return 0.0
     try:
         with torch.no_grad():
@@ -811,7 +820,7 @@ def check(tunefarm, fake_cuda, kind, seed, d, variants=()):
     errors = {}
     outputs = {}  # the float32 builds' outputs
     got = None
-    for tag, flags in (("cpu", []), ("gpu_emulated", ["-t", "cuda -arch=sm_90", "--emulate-gpu"])):
+    for tag, flags in (("cpu", []), ("gpu_emulated", EMULATED_CUDA)):
         out, why = build_and_run(tag, flags)
         got = out if out is not None else got
         if why:
@@ -833,7 +842,7 @@ def check(tunefarm, fake_cuda, kind, seed, d, variants=()):
     if not problems and "precision" in variants:
         problems += check_precisions(build_and_run, model, x, want, np.random.default_rng(seed + 4), notes)
     if not problems and "qdq" in variants:
-        problems += check_qdq(tunefarm, build_and_run, x, x_file, np.random.default_rng(seed + 3), d, notes)
+        problems += check_qdq(tunefarm, build_and_run, path, x, x_file, np.random.default_rng(seed + 3), d, notes)
     if not problems and "dims" in variants:
         problems += check_dims(build_and_run, model, x, opset, np.random.default_rng(seed + 2), d, notes)
     notes += [f"{tag} {e:.2g}" for tag, e in errors.items() if tag.startswith(("cpu_", "qdq", "gpu_emulated_"))]
