@@ -31,11 +31,23 @@ constexpr int64_t kMinOpset = 11, kMaxOpset = 25;
 constexpr int64_t kMinConvertedOpset = 1;
 
 std::string read_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw UserError(str("cannot read ", path, ": it is a directory, not a model file"));
   std::ifstream f(path, std::ios::binary);
   if (!f) throw UserError(str("cannot open ", path));
-  std::ostringstream os;
-  os << f.rdbuf();
-  return os.str();
+  const uintmax_t size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
+  if (size == 0 || ec) {  // not a regular file (a pipe): as it comes
+    std::ostringstream os;
+    os << f.rdbuf();
+    return os.str();
+  }
+  // Read in place: a model is mostly its weights (hundreds of MB), copied once here.
+  std::string bytes(static_cast<size_t>(size), '\0');
+  if (!f.read(bytes.data(), static_cast<std::streamsize>(size)))
+    throw UserError(str("cannot read ", path, " (", size, " bytes)"));
+  return bytes;
 }
 
 const char* onnx_type_name(int t) {

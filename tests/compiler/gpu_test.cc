@@ -20,6 +20,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <utility>
 
 #include "base/error.h"
 #include "compiler/attention.h"
@@ -27,6 +28,7 @@
 #include "compiler/driver.h"
 #include "compiler/early_loads.h"
 #include "compiler/gpu_reduction.h"
+#include "compiler/ir_mutator.h"
 #include "compiler/ir_printer.h"
 #include "compiler/link.h"
 #include "compiler/lower.h"
@@ -98,6 +100,65 @@ TEST_P(GpuWorkload, ThreadsOfABlockAtOnceMatchTheReference) {
     testing::Comparison c = testing::run_gpu_emulated(k.graph, k.lowered.func, t, 60 + i++, 4096);
     EXPECT_TRUE(c.ok()) << w.canonical() << " config " << config.dump() << ": " << c.str();
   }
+}
+
+// The block's barriers of a kernel taken out, or (`reached_by_some`) reached by the threads of
+// threadIdx.x below 16 only, where the barrier is inside that loop.
+class TamperedBarriers : public ir::IRMutator {
+ public:
+  explicit TamperedBarriers(bool reached_by_some) : reached_by_some_(reached_by_some) {}
+  ir::Stmt mutate_stmt(const ir::Stmt& s) override {
+    if (const ir::For* f = s.as<ir::For>(); f && f->for_kind == ir::ForKind::ThreadIdxX) {
+      ir::Expr outer = std::exchange(thread_x_, f->var);
+      ir::Stmt out = ir::IRMutator::mutate_stmt(s);
+      thread_x_ = outer;
+      return out;
+    }
+    const ir::Barrier* b = s.as<ir::Barrier>();
+    if (!b || b->sync != ir::Barrier::Kind::Block) return ir::IRMutator::mutate_stmt(s);
+    ++tampered;
+    if (!reached_by_some_) return ir::Block::make({});
+    return thread_x_ ? ir::IfThenElse::make(thread_x_ < ir::Expr(16), s) : s;
+  }
+  int tampered = 0;
+
+ private:
+  bool reached_by_some_;
+  ir::Expr thread_x_;
+};
+
+// The emulation itself: the threads of a block run as fibers, one after another between
+// barriers, so a kernel whose barriers are missing reads shared tiles its block has not
+// written (they start as NaN) and fails, and one whose barrier some threads never reach stops
+// the program naming the barrier instead of hanging.
+TEST(GpuEmulation, AMissingBarrierFailsAndABarrierSomeThreadsSkipIsADeadlock) {
+  Workload w = parse_workload("matmul(M=64,N=64,K=64)");
+  const Target t = parse_target("cuda -arch=sm_80");
+  CompiledKernel k =
+      compile_kernel(w, t, nlohmann::json{{"shared", true}, {"stages", 1}}, "given", "");
+  EXPECT_TRUE(testing::run_gpu_emulated(k.graph, k.lowered.func, t).ok());
+  TamperedBarriers dropped(false);
+  ir::LoweredFunc without = k.lowered.func;
+  without.body = dropped.mutate_stmt(without.body);
+  ASSERT_GE(dropped.tampered, 2);
+  testing::Comparison c = testing::run_gpu_emulated(k.graph, without, t);
+  EXPECT_FALSE(c.ok()) << "a kernel without its barriers matched: " << c.str();
+  TamperedBarriers skipped(true);
+  ir::LoweredFunc some = k.lowered.func;
+  some.body = skipped.mutate_stmt(some.body);
+  // Past check_gpu_kernel, which refuses a barrier under a condition: the emulation alone. In a
+  // child that runs the test again (the linker's thread pool is not in a forked one).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GpuProgram p = split_gpu_program(some);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  GpuLaunch launch = check_gpu_kernel(split_gpu_program(k.lowered.func).kernels.at(0), t);
+  std::vector<std::vector<float>> bufs = {std::vector<float>(64 * 64, 1.f),
+                                          std::vector<float>(64 * 64, 1.f),
+                                          std::vector<float>(64 * 64)};
+  EXPECT_DEATH(testing::emulate_gpu_kernel(p.kernels[0], launch, bufs),
+               "an emulated block deadlocked: thread [0-9]+ waits at a barrier of the block, which "
+               "[0-9]+ of its 32 "
+               "threads reached");
 }
 
 // What ptxas says about an architecture it does not have (CUDA 13 dropped sm_70).

@@ -1,11 +1,12 @@
 #include "tests/compiler/kernel_harness.h"
 
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +18,12 @@
 #include <memory>
 #include <random>
 #include <sstream>
-#include <thread>
+#include <stdexcept>
+#include <utility>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include "base/bfloat16.h"
 #include "base/float16.h"
@@ -32,30 +38,79 @@
 #include "tests/temp_dir.h"
 
 namespace {
-// The barrier of the block the calling thread emulates (run_gpu_emulated).
-thread_local std::barrier<>* emulated_block = nullptr;
+// An emulated block's threads are fibers (ucontext) on the calling thread, switched at their
+// barriers: a block of 256 threads costs 256 stacks, not 256 OS threads created per block and
+// futexes at every barrier (the threads of 2,000 blocks at once took a minute, most of it in
+// the kernel). The order is deterministic: at a block's start, and after every barrier, the
+// threads run one after another (each until its next barrier), in increasing index in even
+// blocks and decreasing in odd ones, so where a barrier is missing one thread runs ahead of the
+// others both ways and reads or overwrites what they have not finished. A barrier some thread
+// never reaches (a deadlock: threads hung on a GPU) stops the program with the barrier's name.
+// Under AddressSanitizer the switches are annotated (__sanitizer_start_switch_fiber); it still
+// warns once a process that it does not fully support swapcontext.
+class Fibers;
+
+// A barrier of `expected` fibers (__syncthreads: the block's; a warp's or warpgroup's meeting).
+struct FiberBarrier {
+  const char* what;
+  int64_t expected;
+  int64_t arrived = 0;
+  uint64_t phase = 0;
+  void arrive_and_wait();
+};
+
+// An operand of a warpgroup-level product in shared memory, as its descriptor says.
+struct WgmmaOperand {
+  const unsigned char* start;
+  uint64_t lbo, sbo;
+  // Element k of row r (A's m, B's n): core matrix (r / 8, k / 8), its row r % 8 of 16 bytes.
+  uint16_t at(int r, int k) const {
+    uint16_t v;
+    std::memcpy(&v, start + (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2, sizeof v);
+    return v;
+  }
+};
+
+// A warpgroup-level product the calling thread issued and no wait has retired yet: what it
+// read (A's 64 rows and B's n, 16 k each, hashed when it was issued). The GPU may read them at
+// any time until the wait that retires it, so they must not change until then.
+struct WgmmaInFlight {
+  WgmmaOperand a, b;
+  int64_t n;
+  uint64_t hash;
+};
+
+// What each emulated thread keeps of its own.
+struct EmulatedThread {
+  int64_t index = 0;       // in its block, x fastest
+  int ldmatrix_calls = 0;  // its (its warp's) so far
+  std::deque<WgmmaInFlight> wgmma_in_flight;
+};
 
 // The warps of the emulated block: each lane's operands of a warp-level product, and one
-// barrier per warp (its 32 threads), for the calling thread (its index in the block, x fastest).
+// barrier per warp (its 32 threads).
 struct EmulatedWarps {
   std::vector<std::array<float, 16>> operands;
   // The rows each lane supplies to ldmatrix, in two sets used in turn (see emulated_ldmatrix).
   std::array<std::vector<std::array<int32_t, 4>>, 2> rows;
-  std::vector<std::unique_ptr<std::barrier<>>> meet;
+  std::vector<FiberBarrier> meet;
   // Each thread's operand addresses and descriptors of a warpgroup-level product, and one
   // barrier per warpgroup (its 128 threads).
   std::vector<std::array<uint64_t, 4>> groups;
-  std::vector<std::unique_ptr<std::barrier<>>> group_meet;
+  std::vector<FiberBarrier> group_meet;
 };
+
+// The block being emulated on this (OS) thread and the fiber running in it.
+thread_local Fibers* emulated_fibers = nullptr;
+thread_local FiberBarrier* emulated_block = nullptr;
 thread_local EmulatedWarps* emulated_warps = nullptr;
-thread_local int64_t emulated_thread = 0;
-thread_local int emulated_ldmatrix_calls = 0;  // the calling thread's (its warp's) so far
+thread_local EmulatedThread* emulated_self = nullptr;
 
 // The calling thread's block's warps, its own whole (32 threads); a warp-wide `what` in a
 // block whose last warp is partial stops the program (its lanes would wait forever).
 EmulatedWarps& whole_warp(const char* what) {
   EmulatedWarps& w = *emulated_warps;
-  const int64_t warp = emulated_thread / 32;
+  const int64_t warp = emulated_self->index / 32;
   if ((warp + 1) * 32 > static_cast<int64_t>(w.operands.size())) {
     std::fprintf(stderr, "%s in a block of %zu threads: warp %lld is not whole (32 threads)\n", what,
                  w.operands.size(), static_cast<long long>(warp));
@@ -72,10 +127,10 @@ EmulatedWarps& whole_warp(const char* what) {
 // others have read them.
 void emulated_mma(const float* in, float* out, int K, float (*round)(float)) {
   EmulatedWarps& w = whole_warp("a warp-level product");
-  const int64_t warp = emulated_thread / 32, lane = emulated_thread % 32;
+  const int64_t warp = emulated_self->index / 32, lane = emulated_self->index % 32;
   const int na = K / 2, nb = K / 4;  // a lane's operands of A and of B; then 4 of C
-  std::copy(in, in + na + nb + 4, w.operands[static_cast<size_t>(emulated_thread)].begin());
-  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
+  std::copy(in, in + na + nb + 4, w.operands[static_cast<size_t>(emulated_self->index)].begin());
+  w.meet[static_cast<size_t>(warp)].arrive_and_wait();
   float a[16][16], b[16][8];
   const std::string call = K == 8 ? tf::ir::kMmaTF32 : tf::ir::kMmaF16;  // the layout of its depth
   for (int l = 0; l < 32; ++l) {
@@ -97,7 +152,7 @@ void emulated_mma(const float* in, float* out, int K, float (*round)(float)) {
     for (int k = 0; k < K; ++k) d = std::fma(a[p.row][k], b[k][p.col], d);
     out[i] = d;
   }
-  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
+  w.meet[static_cast<size_t>(warp)].arrive_and_wait();
 }
 
 // ldmatrix of `n` 8 x 8 matrices of 16-bit values (compiler/ir.h kLdMatrix) in an emulated
@@ -109,10 +164,11 @@ void emulated_mma(const float* in, float* out, int K, float (*round)(float)) {
 // of the rows lanes 8 j + 2t and 8 j + 2t + 1 supplied), the low half row 2t's.
 void emulated_ldmatrix(const int32_t* row, int32_t* out, int n, bool trans) {
   EmulatedWarps& w = whole_warp("ldmatrix");
-  const int64_t warp = emulated_thread / 32, lane = emulated_thread % 32;
-  std::vector<std::array<int32_t, 4>>& rows = w.rows[static_cast<size_t>(emulated_ldmatrix_calls++ % 2)];
-  std::copy(row, row + 4, rows[static_cast<size_t>(emulated_thread)].begin());
-  w.meet[static_cast<size_t>(warp)]->arrive_and_wait();
+  const int64_t warp = emulated_self->index / 32, lane = emulated_self->index % 32;
+  std::vector<std::array<int32_t, 4>>& rows =
+      w.rows[static_cast<size_t>(emulated_self->ldmatrix_calls++ % 2)];
+  std::copy(row, row + 4, rows[static_cast<size_t>(emulated_self->index)].begin());
+  w.meet[static_cast<size_t>(warp)].arrive_and_wait();
   const int64_t g = lane / 4, t = lane % 4;
   for (int j = 0; j < n; ++j) {
     if (!trans) {
@@ -131,28 +187,6 @@ void emulated_ldmatrix(const int32_t* row, int32_t* out, int n, bool trans) {
     out[j] = static_cast<int32_t>(value(2 * t) | value(2 * t + 1) << 16);
   }
 }
-// An operand of a warpgroup-level product in shared memory, as its descriptor says.
-struct WgmmaOperand {
-  const unsigned char* start;
-  uint64_t lbo, sbo;
-  // Element k of row r (A's m, B's n): core matrix (r / 8, k / 8), its row r % 8 of 16 bytes.
-  uint16_t at(int r, int k) const {
-    uint16_t v;
-    std::memcpy(&v, start + (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2, sizeof v);
-    return v;
-  }
-};
-
-// A warpgroup-level product the calling thread issued and no wait has retired yet: what it
-// read (A's 64 rows and B's n, 16 k each, hashed when it was issued). The GPU may read them at
-// any time until the wait that retires it, so they must not change until then.
-struct WgmmaInFlight {
-  WgmmaOperand a, b;
-  int64_t n;
-  uint64_t hash;
-};
-thread_local std::deque<WgmmaInFlight> wgmma_in_flight;
-
 uint64_t operands_hash(const WgmmaOperand& a, const WgmmaOperand& b, int64_t n) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the 16-bit elements
   auto add = [&](uint16_t v) { h = (h ^ v) * 1099511628211ull; };
@@ -174,15 +208,15 @@ uint64_t operands_hash(const WgmmaOperand& a, const WgmmaOperand& b, int64_t n) 
 void emulated_wgmma(const uint16_t* a, const uint16_t* b, const uint64_t* desc, const float* in, float* out,
                     int64_t n, float (*widen)(uint16_t)) {
   EmulatedWarps& w = *emulated_warps;
-  const int64_t group = emulated_thread / 128, l = emulated_thread % 128;
+  const int64_t group = emulated_self->index / 128, l = emulated_self->index % 128;
   if ((group + 1) * 128 > static_cast<int64_t>(w.operands.size())) {
     std::fprintf(stderr, "a warpgroup-level product in a block of %zu threads: warpgroup %lld is not whole (128)\n",
                  w.operands.size(), static_cast<long long>(group));
     std::abort();
   }
-  w.groups[static_cast<size_t>(emulated_thread)] = {reinterpret_cast<uint64_t>(a), reinterpret_cast<uint64_t>(b), desc[0],
-                                                    desc[1]};
-  w.group_meet[static_cast<size_t>(group)]->arrive_and_wait();
+  w.groups[static_cast<size_t>(emulated_self->index)] = {
+      reinterpret_cast<uint64_t>(a), reinterpret_cast<uint64_t>(b), desc[0], desc[1]};
+  w.group_meet[static_cast<size_t>(group)].arrive_and_wait();
   for (int64_t o = group * 128; o < group * 128 + 128; ++o) {
     if (w.groups[static_cast<size_t>(o)] != w.groups[static_cast<size_t>(group * 128)]) {
       std::fprintf(stderr, "a warpgroup-level product whose threads %lld and %lld give different operands\n",
@@ -202,14 +236,14 @@ void emulated_wgmma(const uint16_t* a, const uint16_t* b, const uint64_t* desc, 
                         (d >> 32 & 0x3FFF) << 4};
   };
   const WgmmaOperand A = operand(a, desc[0]), B = operand(b, desc[1]);
-  wgmma_in_flight.push_back({A, B, n, operands_hash(A, B, n)});
+  emulated_self->wgmma_in_flight.push_back({A, B, n, operands_hash(A, B, n)});
   for (int e = 0; e < n / 2; ++e) {
     const tf::ir::MmaPlace p = tf::ir::wgmma_c(e, static_cast<int>(l));
     float d = in[e];
     for (int k = 0; k < 16; ++k) d = std::fma(widen(A.at(p.row, k)), widen(B.at(p.col, k)), d);
     out[e] = d;
   }
-  w.group_meet[static_cast<size_t>(group)]->arrive_and_wait();
+  w.group_meet[static_cast<size_t>(group)].arrive_and_wait();
 }
 }  // namespace
 
@@ -227,6 +261,7 @@ extern "C" void tunefarm_emulated_wgmma_m64k16_bf16(const uint16_t* a, const uin
 // that overwrote a tile its products in flight read would compute garbage on a GPU; here the
 // products read at once, so the check is what catches it).
 extern "C" void tunefarm_emulated_wgmma_wait(int64_t pending) {
+  std::deque<WgmmaInFlight>& wgmma_in_flight = emulated_self->wgmma_in_flight;
   while (static_cast<int64_t>(wgmma_in_flight.size()) > pending) {
     const WgmmaInFlight& p = wgmma_in_flight.front();
     if (operands_hash(p.a, p.b, p.n) != p.hash) {
@@ -268,6 +303,156 @@ extern "C" void tunefarm_emulated_mma_m16n8k16_f16(const float* in, float* out) 
 extern "C" void tunefarm_emulated_mma_m16n8k16_bf16(const float* in, float* out) {
   emulated_mma(in, out, 16, tf::round_bf16);
 }
+
+namespace {
+
+// The fibers of an emulated block (see EmulatedThread): run(body) runs body on each thread,
+// as a fiber of its own, until every one has returned.
+class Fibers {
+ public:
+  explicit Fibers(int64_t threads) : fibers_(static_cast<size_t>(threads)) {
+    for (Fiber& f : fibers_) {
+      f.memory = mmap(nullptr, kGuard + kStack, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+      if (f.memory == MAP_FAILED)
+        throw std::runtime_error(tf::str("emulated threads: no memory for ", threads, " stacks"));
+      mprotect(f.memory, kGuard, PROT_NONE);  // an overflow faults instead of writing a neighbour
+    }
+  }
+  ~Fibers() {
+    for (Fiber& f : fibers_) {
+      if (f.memory != MAP_FAILED) munmap(f.memory, kGuard + kStack);
+    }
+  }
+  Fibers(const Fibers&) = delete;
+  Fibers& operator=(const Fibers&) = delete;
+
+  // Runs body(thread) on every thread of a block, fresh (index set, nothing else), from thread 0
+  // up, or down from the last (`downwards`), until each returns; a pass over the threads in
+  // which none arrives at a barrier or returns is a deadlock, which stops the program.
+  void run(const std::function<void(EmulatedThread&)>& body, bool downwards) {
+    body_ = &body;
+    Fibers* outer = std::exchange(emulated_fibers, this);
+    const int64_t n = static_cast<int64_t>(fibers_.size());
+    for (int64_t i = 0; i < n; ++i) {
+      Fiber& f = fibers_[static_cast<size_t>(i)];
+      f.thread = EmulatedThread{};
+      f.thread.index = i;
+      f.done = false;
+      f.waiting = nullptr;
+      getcontext(&f.context);
+      f.context.uc_stack.ss_sp = static_cast<char*>(f.memory) + kGuard;
+      f.context.uc_stack.ss_size = kStack;
+      f.context.uc_link = &scheduler_;
+      makecontext(&f.context, &Fibers::entry, 0);
+    }
+    for (int64_t live = n; live > 0;) {
+      const uint64_t before = progress_;
+      for (int64_t k = 0; k < n; ++k) {
+        Fiber& f = fibers_[static_cast<size_t>(downwards ? n - 1 - k : k)];
+        if (f.done) continue;
+        resume(f);
+        if (f.done) --live;
+      }
+      if (live > 0 && progress_ == before) deadlocked();
+    }
+    emulated_fibers = outer;
+    emulated_self = nullptr;
+  }
+
+  // At a barrier: `b` counts an arrival; the caller goes on after the others have arrived.
+  void arrive_and_wait(FiberBarrier& b) {
+    ++progress_;
+    const uint64_t mine = b.phase;
+    if (++b.arrived == b.expected) {
+      b.arrived = 0;
+      ++b.phase;
+    }
+    current_->waiting = &b;
+    do suspend();  // the last to arrive too: the threads go on in the order of the pass
+    while (b.phase == mine);
+    current_->waiting = nullptr;
+  }
+
+ private:
+  static constexpr size_t kStack = size_t{2} << 20;  // a GPU thread's locals are a few KB
+  static constexpr size_t kGuard = 4096;
+
+  struct Fiber {
+    void* memory = MAP_FAILED;
+    ucontext_t context;
+    EmulatedThread thread;
+    bool done = false;
+    const FiberBarrier* waiting = nullptr;
+    void* fake_stack = nullptr;  // AddressSanitizer's, while switched away
+  };
+
+  static void entry() {
+    Fibers& self = *emulated_fibers;
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(nullptr, &self.scheduler_bottom_, &self.scheduler_size_);
+#endif
+    (*self.body_)(self.current_->thread);
+    self.current_->done = true;
+    ++self.progress_;
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_start_switch_fiber(nullptr, self.scheduler_bottom_, self.scheduler_size_);
+#endif
+  }  // to uc_link: the scheduler
+
+  // From the scheduler to `f` until it suspends or returns.
+  void resume(Fiber& f) {
+    current_ = &f;
+    emulated_self = &f.thread;
+#if defined(__SANITIZE_ADDRESS__)
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, static_cast<char*>(f.memory) + kGuard, kStack);
+#endif
+    swapcontext(&scheduler_, &f.context);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  }
+
+  // From the running fiber back to the scheduler.
+  void suspend() {
+    Fiber& f = *current_;
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_start_switch_fiber(&f.fake_stack, scheduler_bottom_, scheduler_size_);
+#endif
+    swapcontext(&f.context, &scheduler_);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(f.fake_stack, &scheduler_bottom_, &scheduler_size_);
+#endif
+  }
+
+  [[noreturn]] void deadlocked() const {
+    for (size_t i = 0; i < fibers_.size(); ++i) {
+      const Fiber& f = fibers_[i];
+      if (f.done || !f.waiting) continue;
+      std::fprintf(
+          stderr,
+          "an emulated block deadlocked: thread %zu waits at %s, which %lld of its %lld threads "
+          "reached (on a GPU the block would hang)\n",
+          i, f.waiting->what, static_cast<long long>(f.waiting->arrived),
+          static_cast<long long>(f.waiting->expected));
+      break;
+    }
+    std::abort();
+  }
+
+  std::vector<Fiber> fibers_;
+  ucontext_t scheduler_;
+  Fiber* current_ = nullptr;
+  const std::function<void(EmulatedThread&)>* body_ = nullptr;
+  uint64_t progress_ = 0;  // arrivals at barriers and returns: a pass without any is a deadlock
+  const void* scheduler_bottom_ = nullptr;
+  size_t scheduler_size_ = 0;
+};
+
+void FiberBarrier::arrive_and_wait() { emulated_fibers->arrive_and_wait(*this); }
+
+}  // namespace
 
 namespace tf::testing {
 
@@ -383,51 +568,55 @@ int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::v
   const auto& grid = launch.grid;
   const auto& block = launch.block;
   const int64_t threads = launch.threads_per_block();
-  std::atomic<int> status{0};
+  int status = 0;
   // Warps of 32 threads (a warp-level product needs whole warps: a partial last one waits for
   // lanes that never come, so the thread count is checked where one is used).
   EmulatedWarps warps;
   warps.operands.resize(static_cast<size_t>(threads));
   for (auto& r : warps.rows) r.resize(static_cast<size_t>(threads));
-  for (int64_t t = 0; t < threads; t += 32) {
-    warps.meet.push_back(std::make_unique<std::barrier<>>(std::min<int64_t>(32, threads - t)));
-  }
+  for (int64_t t = 0; t < threads; t += 32)
+    warps.meet.push_back({"its warp's meeting", std::min<int64_t>(32, threads - t)});
   warps.groups.resize(static_cast<size_t>(threads));
   for (int64_t t = 0; t < threads; t += 128) {
-    warps.group_meet.push_back(std::make_unique<std::barrier<>>(std::min<int64_t>(128, threads - t)));
+    warps.group_meet.push_back({"its warpgroup's meeting", std::min<int64_t>(128, threads - t)});
   }
+  FiberBarrier sync{"a barrier of the block", threads};
+  Fibers fibers(threads);
+  emulated_block = &sync;
+  emulated_warps = &warps;
+  int64_t blocks = 0;
   for (int64_t bz = 0; bz < grid[2]; ++bz) {
     for (int64_t by = 0; by < grid[1]; ++by) {
       for (int64_t bx = 0; bx < grid[0]; ++bx) {
         for (std::vector<float>& s : shared) std::fill(s.begin(), s.end(), std::nanf(""));
-        std::barrier<> sync(threads);
-        std::vector<std::thread> workers;
-        for (int64_t t = 0; t < threads; ++t) {
-          workers.emplace_back([&, t] {
-            std::vector<float> ids = {float(bx), float(by), float(bz), float(t % block[0]),
-                                      float(t / block[0] % block[1]), float(t / (block[0] * block[1]))};
-            std::vector<float*> args;
-            for (auto& b : bufs) args.push_back(b.data());
-            for (auto& s : shared) args.push_back(s.data());
-            args.push_back(ids.data());
-            emulated_block = &sync;
-            emulated_warps = &warps;
-            emulated_thread = t;
-            if (int s = lib->call(args)) status = s;
-            if (!wgmma_in_flight.empty()) {
-              std::fprintf(stderr,
-                           "thread %lld of an emulated block ended with %zu warpgroup-level "
-                           "products no wait "
-                           "retired (their results were never waited for)\n",
-                           static_cast<long long>(t), wgmma_in_flight.size());
-              std::abort();
-            }
-          });
-        }
-        for (std::thread& w : workers) w.join();
+        fibers.run(
+            [&](EmulatedThread& self) {
+              const int64_t t = self.index;
+              std::vector<float> ids = {float(bx),
+                                        float(by),
+                                        float(bz),
+                                        float(t % block[0]),
+                                        float(t / block[0] % block[1]),
+                                        float(t / (block[0] * block[1]))};
+              std::vector<float*> args;
+              for (auto& b : bufs) args.push_back(b.data());
+              for (auto& s : shared) args.push_back(s.data());
+              args.push_back(ids.data());
+              if (int s = lib->call(args)) status = s;
+              if (!self.wgmma_in_flight.empty()) {
+                std::fprintf(stderr,
+                             "thread %lld of an emulated block ended with %zu warpgroup-level "
+                             "products no wait retired (their results were never waited for)\n",
+                             static_cast<long long>(t), self.wgmma_in_flight.size());
+                std::abort();
+              }
+            },
+            blocks++ % 2 == 1);
       }
     }
   }
+  emulated_block = nullptr;
+  emulated_warps = nullptr;
   return status;
 }
 

@@ -43,17 +43,20 @@ Comparison run_and_compare(const OpGraph& g, KernelLibrary& lib, uint64_t seed =
                            const std::vector<ir::Schedule::Packing>& packed = {});
 
 // Runs the GPU function `f` for target `t` on the CPU: each of its kernels in turn
-// (compiler/gpu.h split_gpu_program; workspaces start as NaN), with one thread per GPU thread
-// of a block, all of a block's threads at once, blocks one after another (emulate_gpu_thread):
-// each thread copies only its share of shared tiles, barriers synchronize, and shared memory
-// starts as NaN at each block (a read of an element no thread wrote shows in the output);
-// compares with the reference. Small grids only (the threads are real): a kernel of more than
-// `max_blocks` blocks is a std::runtime_error.
+// (compiler/gpu.h split_gpu_program; workspaces start as NaN), a block's GPU threads as fibers
+// on the calling thread (emulate_gpu_thread), blocks one after another: each thread copies only
+// its share of shared tiles, barriers synchronize (the threads run one after another between
+// them, upwards in even blocks and downwards in odd ones: where a barrier is missing, a thread
+// reads what the others have not written yet, or overwrites what they have not read), shared
+// memory starts as NaN at each block (a read of an element no thread wrote shows in the output),
+// and a barrier some threads never reach stops the program (a deadlock, named); compares with
+// the reference. Small grids only: a kernel of more than `max_blocks` blocks is a
+// std::runtime_error.
 Comparison run_gpu_emulated(const OpGraph& g, const ir::LoweredFunc& f, const Target& t, uint64_t seed = 7,
                             int64_t max_blocks = 64);
 
 // One kernel of a GPU program on the CPU, as run_gpu_emulated runs each: blocks one after
-// another, each with its threads at once; `bufs` are the kernel's arguments. Returns its status.
+// another, each with its threads as fibers; `bufs` are the kernel's arguments. Returns its status.
 int emulate_gpu_kernel(const ir::LoweredFunc& f, const GpuLaunch& launch, std::vector<std::vector<float>>& bufs);
 
 // The default config of `w` on `t` and up to `n` random ones from its knob space that pass the

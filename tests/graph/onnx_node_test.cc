@@ -257,12 +257,15 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
 // runs each launched kernel's emulation from a second, emulated build of the model: the GPU
 // library's launch plan (constants, arena offsets, workspaces, conversions, copies, literal
 // outputs) on every node test.
-static int compile_node_tests(const tf::Target* gpu, int* refused_out, bool through_driver = false) {
+// The node tests that compile for `gpu` (this machine without one), each run and matched; with
+// `through_driver`, GPU libraries too (their number in *driven_out).
+static int compile_node_tests(const tf::Target* gpu, int* refused_out, bool through_driver = false,
+                              int* driven_out = nullptr) {
   fs::path tmp = fs::temp_directory_path() / ("tf-node-compile-" + std::to_string(getpid()));
   fs::create_directories(tmp);
   tf::Target host = tf::host_target();
   ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
-  int compiled = 0, refused = 0;
+  int compiled = 0, refused = 0, driven_count = 0;
   std::map<std::string, int> refusals;
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(kNodeTests)) dirs.push_back(e.path());
@@ -273,10 +276,12 @@ static int compile_node_tests(const tf::Target* gpu, int* refused_out, bool thro
     fs::path set = dir / "test_data_set_0";
     if (!fs::exists(set)) continue;
     // Under the sanitizers the CPU builds take every other test (a family's variants run the
-    // same host code: test_add, test_add_bcast, ...), the GPU builds every sixth, and the GPU
-    // libraries through the driver (two compiles a test) every twelfth (tests/sanitized.h); the
-    // release pass all of them.
-    if (!tf::testing::sampled(index++, through_driver ? 12 : gpu ? 6 : 2)) continue;
+    // same host code: test_add, test_add_bcast, ...), the emulated GPU builds every sixth, and
+    // the GPU libraries through the driver every twelfth (tests/sanitized.h); the release pass
+    // all of them.
+    const int k = index++;
+    if (!tf::testing::sampled(k, gpu ? 6 : 2)) continue;
+    const bool driven = through_driver && tf::testing::sampled(k, 12);
     std::vector<std::string> float_inputs;
     std::string bytes = with_constant_int_inputs(dir / "model.onnx", set, float_inputs);
     Graph g;
@@ -289,19 +294,21 @@ static int compile_node_tests(const tf::Target* gpu, int* refused_out, bool thro
     // on GPUs).
     const tf::Target& t = gpu ? *gpu : host;
     run_passes(g, PassOptions{2, {}, {}, nullptr, channel_block(t)});
-    std::string so = (tmp / (name + ".so")).string();
+    // The library for this machine, or for a GPU, emulated (its grid run serially here); then,
+    // where `driven`, the GPU library itself through the fake driver, which runs the emulated
+    // library's kernels at its launches.
+    std::vector<std::string> libraries = {(tmp / (name + ".so")).string()};
     try {
-      compile_model(g, t, defaults, so, name, default_memory_budget(), gpu != nullptr);
-      if (through_driver) {
-        std::string emulated = so;
-        so = (tmp / (name + ".gpu.so")).string();
-        compile_model(g, t, defaults, so, name, default_memory_budget(), false);
+      compile_model(g, t, defaults, libraries[0], name, default_memory_budget(), gpu != nullptr);
+      if (driven) {
+        libraries.push_back((tmp / (name + ".gpu.so")).string());
+        compile_model(g, t, defaults, libraries[1], name, default_memory_budget(), false);
         std::ofstream aliases(tmp / (name + ".aliases"));
-        const nlohmann::json side = nlohmann::json::parse(std::ifstream(emulated + ".json"));
+        const nlohmann::json side = nlohmann::json::parse(std::ifstream(libraries[0] + ".json"));
         for (const nlohmann::json& k : side["kernels"]) {
           if (k.contains("same_code_as")) aliases << k["function"].get<std::string>() << " " << k["same_code_as"].get<std::string>() << "\n";
         }
-        setenv("TF_FAKE_CUDA_KERNELS", emulated.c_str(), 1);
+        setenv("TF_FAKE_CUDA_KERNELS", libraries[0].c_str(), 1);
         setenv("TF_FAKE_CUDA_ALIASES", (tmp / (name + ".aliases")).c_str(), 1);
       }
     } catch (const tf::UserError& e) {
@@ -312,29 +319,35 @@ static int compile_node_tests(const tf::Target* gpu, int* refused_out, bool thro
       ++refusals[at == std::string::npos ? why.substr(0, 60) : why.substr(at, 40)];
       continue;
     }
-    ModelLibrary lib(so);
-    std::vector<HostTensor> inputs;
-    for (size_t k = 0; k < float_inputs.size(); ++k)
-      inputs.push_back(read_as(float_inputs[k], lib.inputs()[k].dtype));
-    std::vector<const HostTensor*> in;
-    for (const HostTensor& t : inputs) in.push_back(&t);
-    std::vector<HostTensor> got;
-    lib.run(in, got);
-    for (size_t k = 0; k < got.size(); ++k) {
-      HostTensor want =
-          read_as((set / ("output_" + std::to_string(k) + ".pb")).string(), lib.outputs()[k].dtype);
-      if (!inputs.empty()) expect_current_definition(name, inputs[0], want);
-      EXPECT_EQ(compare(want, got[k]), "") << name << " output " << k << " (compiled" << (gpu ? " for " + gpu->str() : "")
-                                           << ")";
+    for (const std::string& so : libraries) {
+      const char* how = !gpu ? "" : so == libraries[0] ? ", emulated" : ", through the fake driver";
+      ModelLibrary lib(so);
+      std::vector<HostTensor> inputs;
+      for (size_t k = 0; k < float_inputs.size(); ++k)
+        inputs.push_back(read_as(float_inputs[k], lib.inputs()[k].dtype));
+      std::vector<const HostTensor*> in;
+      for (const HostTensor& t : inputs) in.push_back(&t);
+      std::vector<HostTensor> got;
+      lib.run(in, got);
+      for (size_t k = 0; k < got.size(); ++k) {
+        HostTensor want = read_as((set / ("output_" + std::to_string(k) + ".pb")).string(),
+                                  lib.outputs()[k].dtype);
+        if (!inputs.empty()) expect_current_definition(name, inputs[0], want);
+        EXPECT_EQ(compare(want, got[k]), "") << name << " output " << k << " (compiled"
+                                             << (gpu ? " for " + gpu->str() : "") << how << ")";
+      }
     }
     ++compiled;
+    if (driven) ++driven_count;
   }
   fs::remove_all(tmp);
   std::printf("ONNX node tests compiled%s: %d ran, %d refused as not implemented\n",
-              gpu ? (" for " + gpu->str() + (through_driver ? ", through the fake driver" : ", emulated")).c_str() : "",
-              compiled, refused);
+              gpu ? (" for " + gpu->str() + ", emulated").c_str() : "", compiled, refused);
+  if (through_driver)
+    std::printf("  of them, %d also as GPU libraries through the fake driver\n", driven_count);
   for (const auto& [reason, count] : refusals) std::printf("  %4d x %s\n", count, reason.c_str());
   if (refused_out) *refused_out = refused;
+  if (driven_out) *driven_out = driven_count;
   return compiled;
 }
 
@@ -347,30 +360,24 @@ TEST(OnnxNodeTests, CompiledModelsMatchTheExpectedOutputs) {
 
 // The same models with their kernels scheduled for a CUDA GPU (the dense and convolution
 // templates' hierarchy, a 1-D grid for every other kernel) and run serially here: the GPU
-// path's kernels and memory plan against the ONNX expected outputs.
-// The same through the GPU library's own runtime: compiled for cuda (PTX and launch plan), run
-// through the FAKE driver, which runs the emulated build's kernels where the library launches
-// them, on the library's device buffers.
-TEST(OnnxNodeTests, GpuLibrariesMatchTheExpectedOutputsThroughTheFakeDriver) {
+// path's kernels and memory plan against the ONNX expected outputs. Then the same through the
+// GPU library's own runtime: compiled for cuda (PTX and launch plan), run through the FAKE
+// driver, which runs the emulated build's kernels where the library launches them, on the
+// library's device buffers.
+TEST(OnnxNodeTests, GpuLibrariesMatchTheExpectedOutputsEmulatedAndThroughTheFakeDriver) {
   if (!fs::exists(kNodeTests))
     GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
   // Loaded first, by its path: the libraries' dlopen("libcuda.so.1") finds it by its soname.
   void* fake = dlopen(TF_FAKE_CUDA_DIR "/libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   ASSERT_NE(fake, nullptr) << dlerror();
   tf::Target cuda = tf::parse_target("cuda -arch=sm_90");
-  int compiled = compile_node_tests(&cuda, nullptr, /*through_driver=*/true);
+  int driven = 0;
+  int compiled = compile_node_tests(&cuda, nullptr, /*through_driver=*/true, &driven);
   unsetenv("TF_FAKE_CUDA_KERNELS");
   unsetenv("TF_FAKE_CUDA_ALIASES");
-  EXPECT_GE(compiled, tf::testing::kSanitized ? 15 : 190)
-      << "too few node tests compile for a GPU for this to mean much";
-}
-
-TEST(OnnxNodeTests, GpuScheduledModelsMatchTheExpectedOutputsEmulated) {
-  if (!fs::exists(kNodeTests))
-    GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
-  tf::Target cuda = tf::parse_target("cuda -arch=sm_90");
-  int compiled = compile_node_tests(&cuda, nullptr);
   EXPECT_GE(compiled, tf::testing::kSanitized ? 30 : 190) << "too few node tests compile for a GPU for this to mean much";
+  EXPECT_GE(driven, tf::testing::kSanitized ? 15 : 190)
+      << "too few GPU libraries ran through the driver";
 }
 
 // Models cross-compiled for aarch64 (a Raspberry Pi 4's cortex-a72) run under qemu-aarch64
