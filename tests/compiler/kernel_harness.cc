@@ -314,16 +314,14 @@ class Fibers {
     for (Fiber& f : fibers_) {
       f.memory = mmap(nullptr, kGuard + kStack, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-      if (f.memory == MAP_FAILED)
+      if (f.memory == MAP_FAILED) {
+        unmap();  // the stacks mapped so far
         throw std::runtime_error(tf::str("emulated threads: no memory for ", threads, " stacks"));
+      }
       mprotect(f.memory, kGuard, PROT_NONE);  // an overflow faults instead of writing a neighbour
     }
   }
-  ~Fibers() {
-    for (Fiber& f : fibers_) {
-      if (f.memory != MAP_FAILED) munmap(f.memory, kGuard + kStack);
-    }
-  }
+  ~Fibers() { unmap(); }
   Fibers(const Fibers&) = delete;
   Fibers& operator=(const Fibers&) = delete;
 
@@ -386,6 +384,13 @@ class Fibers {
     const FiberBarrier* waiting = nullptr;
     void* fake_stack = nullptr;  // AddressSanitizer's, while switched away
   };
+
+  void unmap() {
+    for (Fiber& f : fibers_) {
+      if (f.memory != MAP_FAILED) munmap(f.memory, kGuard + kStack);
+      f.memory = MAP_FAILED;
+    }
+  }
 
   static void entry() {
     Fibers& self = *emulated_fibers;
