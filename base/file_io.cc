@@ -23,9 +23,20 @@ void write_file(const std::string& path, const std::string& data) {
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  std::ostringstream data;
-  if (!f || !(data << f.rdbuf())) throw std::runtime_error(str("cannot read ", path, ": ", std::strerror(errno)));
-  return data.str();
+  if (!f) throw std::runtime_error(str("cannot read ", path, ": ", std::strerror(errno)));
+  std::error_code ec;
+  const uintmax_t size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
+  if (size == 0 || ec) {  // not a regular file (a pipe, a directory): as it comes
+    std::ostringstream data;
+    if (!(data << f.rdbuf()))
+      throw std::runtime_error(str("cannot read ", path, ": ", std::strerror(errno)));
+    return data.str();
+  }
+  // In place: models and libraries are mostly weights (hundreds of MB), copied once here.
+  std::string data(static_cast<size_t>(size), '\0');
+  if (!f.read(data.data(), static_cast<std::streamsize>(size)))
+    throw std::runtime_error(str("cannot read ", path, ": ", std::strerror(errno)));
+  return data;
 }
 
 AtomicFile::AtomicFile(const fs::path& final_path, const std::string& suffix) : final_(final_path.string()) {

@@ -1,7 +1,7 @@
 #include "graph/onnx_import.h"
 
-#include <onnx/onnx_pb.h>
 #include <onnx/defs/schema.h>
+#include <onnx/onnx_pb.h>
 #include <onnx/version_converter/convert.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "graph/import_control_flow.h"
 #include "graph/import_quantize.h"
 #include "graph/import_recurrent.h"
@@ -30,24 +31,17 @@ constexpr int64_t kMinOpset = 11, kMaxOpset = 25;
 // (ONNX's version converter; every ONNX node test of those opsets imports and matches).
 constexpr int64_t kMinConvertedOpset = 1;
 
+// tf::read_file (base/file_io.h), its failures the user's to mend.
 std::string read_file(const std::string& path) {
-  namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::is_directory(path, ec))
+  if (std::filesystem::is_directory(path, ec))
     throw UserError(str("cannot read ", path, ": it is a directory, not a model file"));
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw UserError(str("cannot open ", path));
-  const uintmax_t size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
-  if (size == 0 || ec) {  // not a regular file (a pipe): as it comes
-    std::ostringstream os;
-    os << f.rdbuf();
-    return os.str();
+  if (!std::ifstream(path, std::ios::binary)) throw UserError(str("cannot open ", path));
+  try {
+    return tf::read_file(path);
+  } catch (const std::runtime_error& e) {
+    throw UserError(e.what());
   }
-  // Read in place: a model is mostly its weights (hundreds of MB), copied once here.
-  std::string bytes(static_cast<size_t>(size), '\0');
-  if (!f.read(bytes.data(), static_cast<std::streamsize>(size)))
-    throw UserError(str("cannot read ", path, " (", size, " bytes)"));
-  return bytes;
 }
 
 const char* onnx_type_name(int t) {

@@ -116,9 +116,10 @@ class TamperedBarriers : public ir::IRMutator {
     }
     const ir::Barrier* b = s.as<ir::Barrier>();
     if (!b || b->sync != ir::Barrier::Kind::Block) return ir::IRMutator::mutate_stmt(s);
+    if (reached_by_some_ && !thread_x_) return s;
     ++tampered;
     if (!reached_by_some_) return ir::Block::make({});
-    return thread_x_ ? ir::IfThenElse::make(thread_x_ < ir::Expr(16), s) : s;
+    return ir::IfThenElse::make(thread_x_ < ir::Expr(16), s);
   }
   int tampered = 0;
 
@@ -146,19 +147,22 @@ TEST(GpuEmulation, AMissingBarrierFailsAndABarrierSomeThreadsSkipIsADeadlock) {
   TamperedBarriers skipped(true);
   ir::LoweredFunc some = k.lowered.func;
   some.body = skipped.mutate_stmt(some.body);
+  ASSERT_GE(skipped.tampered, 1);
   // Past check_gpu_kernel, which refuses a barrier under a condition: the emulation alone. In a
   // child that runs the test again (the linker's thread pool is not in a forked one).
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
   GpuProgram p = split_gpu_program(some);
   ASSERT_EQ(p.kernels.size(), 1u);
   GpuLaunch launch = check_gpu_kernel(split_gpu_program(k.lowered.func).kernels.at(0), t);
   std::vector<std::vector<float>> bufs = {std::vector<float>(64 * 64, 1.f),
                                           std::vector<float>(64 * 64, 1.f),
                                           std::vector<float>(64 * 64)};
+  const std::string style = GTEST_FLAG_GET(death_test_style);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(testing::emulate_gpu_kernel(p.kernels[0], launch, bufs),
                "an emulated block deadlocked: thread [0-9]+ waits at a barrier of the block, which "
                "[0-9]+ of its 32 "
                "threads reached");
+  GTEST_FLAG_SET(death_test_style, style);
 }
 
 // What ptxas says about an architecture it does not have (CUDA 13 dropped sm_70).

@@ -40,14 +40,15 @@
 namespace {
 // An emulated block's threads are fibers (ucontext) on the calling thread, switched at their
 // barriers: a block of 256 threads costs 256 stacks, not 256 OS threads created per block and
-// futexes at every barrier (the threads of 2,000 blocks at once took a minute, most of it in
-// the kernel). The order is deterministic: at a block's start, and after every barrier, the
-// threads run one after another (each until its next barrier), in increasing index in even
-// blocks and decreasing in odd ones, so where a barrier is missing one thread runs ahead of the
-// others both ways and reads or overwrites what they have not finished. A barrier some thread
-// never reaches (a deadlock: threads hung on a GPU) stops the program with the barrier's name.
-// Under AddressSanitizer the switches are annotated (__sanitizer_start_switch_fiber); it still
-// warns once a process that it does not fully support swapcontext.
+// futexes at every barrier (a batched matmul's 2,000 blocks of 256 threads took 33 s, two
+// thirds of it in the kernel; 10 s as fibers). The order is deterministic: at a block's start, and
+// after every barrier, the threads run one after another (each until its next barrier), in
+// increasing index in even blocks and decreasing in odd ones, so where a barrier is missing one
+// thread runs ahead of the others both ways and reads or overwrites what they have not finished. A
+// barrier some thread never reaches (a deadlock: threads hung on a GPU) stops the program with the
+// barrier's name. Under AddressSanitizer the switches are annotated
+// (__sanitizer_start_switch_fiber); it still warns once a process that it does not fully support
+// swapcontext.
 class Fibers;
 
 // A barrier of `expected` fibers (__syncthreads: the block's; a warp's or warpgroup's meeting).

@@ -254,11 +254,9 @@ TEST(OnnxNodeTests, SupportedOnesMatchTheExpectedOutputs) {
 //
 // `through_driver` (with `gpu`): the library compiled for the GPU itself (runtime/gpu_model),
 // run through its C ABI in this process against the FAKE libcuda (tests/farm/fake_gpu), which
-// runs each launched kernel's emulation from a second, emulated build of the model: the GPU
-// library's launch plan (constants, arena offsets, workspaces, conversions, copies, literal
-// outputs) on every node test.
-// The node tests that compile for `gpu` (this machine without one), each run and matched; with
-// `through_driver`, GPU libraries too (their number in *driven_out).
+// runs each launched kernel's emulation from the emulated build (which runs and is matched
+// itself first): the GPU library's launch plan (constants, arena offsets, workspaces,
+// conversions, copies, literal outputs) on every node test; how many in *driven_out.
 static int compile_node_tests(const tf::Target* gpu, int* refused_out, bool through_driver = false,
                               int* driven_out = nullptr) {
   fs::path tmp = fs::temp_directory_path() / ("tf-node-compile-" + std::to_string(getpid()));
