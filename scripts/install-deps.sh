@@ -7,6 +7,8 @@ set -euo pipefail
 PACKAGES=(
   # build
   cmake ninja-build g++ pkg-config
+  # the linker the build uses (CMakeLists.txt, TUNEFARM_LLD): 20x GNU ld's speed on programs linked to LLVM
+  lld
   # compiler
   llvm-19 llvm-19-dev lld-19 liblld-19-dev llvm-19-tools libzstd-dev zlib1g-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
   # rocm kernels' math (tanh) from ROCm's ocml bitcode

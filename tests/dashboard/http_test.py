@@ -79,14 +79,15 @@ class DashboardHttpTest(DaemonTest):
     def submit_and_finish(self, s, workloads, token=None, trials=6):
         job = self.write("job.json", json.dumps({"workloads": workloads, "trials": trials, **FAST}))
         jid = int(json.loads(self.tf(s, "submit", job, "--json", token=token).stdout)["job_id"])
-        deadline = time.time() + 240
+        deadline, pause = time.time() + 240, 0.2
         while time.time() < deadline:
             jobs = json.loads(self.tf(s, "jobs", "--json", token=token).stdout)["jobs"]
             state = [j for j in jobs if int(j["id"]) == jid][0]["state"]
             if state in ("done", "failed", "cancelled"):
                 self.assertEqual(state, "done", jobs)
                 return jid
-            time.sleep(0.3)
+            time.sleep(pause)  # growing to 1 s: each poll starts the CLI (slow under ASan)
+            pause = min(pause * 1.5, 1.0)
         self.fail("the job did not finish")
 
     # --- who may see what ---------------------------------------------------------------
