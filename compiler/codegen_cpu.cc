@@ -157,6 +157,7 @@ class CodeGenCpu final : public CodeGen {
 
   llvm::Value* math_call(const Call* c, llvm::Intrinsic::ID id) override {
     if (c->name == "exp") return exp_inline(expr(c->args[0]));
+    if (c->name == "tanh") return tanh_inline(expr(c->args[0]));
     // floor, ceil, roundeven: libm calls where the CPU lacks the instruction (x86 before SSE4.1).
     if (c->name != "sqrt" && c->name != "fabs") uses_libm = true;
     return b_.CreateUnaryIntrinsic(id, expr(c->args[0]));
@@ -202,6 +203,30 @@ class CodeGenCpu final : public CodeGen {
       return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, i(127)), i(23)), ft);
     };
     return b_.CreateFMul(b_.CreateFMul(y, pow2(k1)), pow2(k2));
+  }
+
+  // tanh on CPUs, inline for the same reason as exp (LSTM and GRU gates, GELU's tanh form,
+  // Mish: an LSTM's steps spent an eighth of their time in libm's tanhf and expm1f, lane by
+  // lane). Cephes' tanhf: for |x| < 0.625 its odd polynomial x + x^3 P(x^2), else
+  // 1 - 2 / (e^2|x| + 1) (exp_inline: e^2|x| overflows to infinity past |x| ~ 44, giving 1),
+  // both of |x|, one selected and given the sign of x: -0 stays -0, and a NaN takes the
+  // second, which keeps it NaN.
+  llvm::Value* tanh_inline(llvm::Value* x) {
+    llvm::Type* ft = x->getType();
+    auto f = [&](double v) { return llvm::ConstantFP::get(ft, v); };
+    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {a, b, c});
+    };
+    llvm::Value* ax = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+    llvm::Value* z = b_.CreateFMul(ax, ax);
+    llvm::Value* p = f(-5.70498872745e-3);
+    for (double c : {2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1})
+      p = fma(p, z, f(c));
+    llvm::Value* small = fma(b_.CreateFMul(p, z), ax, ax);
+    llvm::Value* e = exp_inline(b_.CreateFAdd(ax, ax));
+    llvm::Value* large = b_.CreateFSub(f(1.0), b_.CreateFDiv(f(2.0), b_.CreateFAdd(e, f(1.0))));
+    llvm::Value* t = b_.CreateSelect(b_.CreateFCmpOLT(ax, f(0.625)), small, large);
+    return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, t, x);
   }
 
   bool unrolls_register_tiles() const override { return true; }

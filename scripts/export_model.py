@@ -6,7 +6,8 @@ python3-torchvision (scripts/install-deps.sh installs them); run it with /usr/bi
 Usage: export_model.py NAME -o FILE.onnx [--input FILE.npy] [--expect FILE.npy] [--dynamic-batch]
   NAME: resnet18, resnet50, mobilenet_v2 (batch 1, 3x224x224), bert2 (2 BERT-base encoder
         layers, sequence 128, hidden 768), bert_base (the 12 layers), bert_base_b8 and
-        bert_base_b8_s384 (8 sequences of 128 and 384 tokens), mlp (784-512-256-10),
+        bert_base_b8_s384 (8 sequences of 128 and 384 tokens), mlp (784-512-256-10), lstm (a
+        2-layer LSTM, hidden 512, over 64 steps of 256 features, and a linear head),
         resnext50, regnet_y_400mf, squeezenet1_1; or any classification model of torchvision
         by its name (convnext_tiny, efficientnet_b0, ...: 3x224x224, Inception-v3 3x299x299;
         ZOO lists those bench/model_bench.py --zoo times), or segmentation model
@@ -32,6 +33,20 @@ class MLP(torch.nn.Module):
 
     def forward(self, x):
         return self.net(x)
+
+
+class Recurrent(torch.nn.Module):
+    """A sequence classifier: a 2-layer LSTM (hidden 512) over 64 steps of 256 features, and a
+    linear head on the last step's output."""
+
+    def __init__(self, features=256, hidden=512, layers=2, classes=10):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(features, hidden, num_layers=layers, batch_first=True)
+        self.head = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out[:, -1])
 
 
 class Encoder(torch.nn.Module):
@@ -65,6 +80,7 @@ MODELS = {
     "bert_base_b8": (lambda: Encoder(layers=12), (8, 128, 768), 17),
     "bert_base_b8_s384": (lambda: Encoder(layers=12), (8, 384, 768), 17),
     "mlp": (MLP, (1, 784), 13),
+    "lstm": (Recurrent, (1, 64, 256), 13),
     # Grouped convolutions (ResNeXt: 32 groups; RegNetY: groups of 8 channels) and fire
     # modules (SqueezeNet).
     "resnext50": (lambda: torchvision.models.resnext50_32x4d(), (1, 3, 224, 224), 13),

@@ -122,6 +122,50 @@ TEST(TensorExpressions, ExpIsWithinTwoUlpEverywhere) {
   EXPECT_NE(asm_text.find("cvttps2dq"), std::string::npos) << "no vector float to int conversion";
 }
 
+// tanh is inlined on CPUs too (compiler/codegen_cpu.cc tanh_inline): within 3 ulp of the exact
+// value everywhere (both forms and the switch between them at |x| = 0.625, tiny values and
+// denormals, the saturation to +-1), -0 stays -0, NaN stays NaN, and no libm call is left.
+TEST(TensorExpressions, TanhIsWithinThreeUlpEverywhere) {
+  std::vector<float> xs = {0.0f,    -0.0f,       1e-30f,   -1e-30f,  1e-40f,    0.625f,
+                           -0.625f, 0.62499994f, 9.0f,     -9.0f,    44.0f,     45.0f,
+                           89.0f,   1000.0f,     -1000.0f, INFINITY, -INFINITY, NAN};
+  for (int k = 0; k <= 200000; ++k) xs.push_back(-12.0f + 24.0f * static_cast<float>(k) / 200000);
+  for (int k = 0; k <= 20000; ++k)
+    xs.push_back(std::ldexp(1.0f, -(k % 140)) * (k % 2 ? -1.0f : 1.0f) * (1.0f + k / 20000.0f));
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Tensor x = placeholder("x", {n});
+  Tensor y = compute("y", {n}, {"i"}, [&](const std::vector<Expr>& i) { return tanh(read(x, i)); });
+  Schedule s(y);
+  auto [o, in] = s[y].split(s[y].axis("i"), 16);
+  s[y].vectorize(in);
+  auto lib = testing::build_for_host(lower(s, {x}, "th").func);
+  std::vector<float> ys(xs.size(), -2.0f);
+  ASSERT_EQ(lib->call({xs.data(), ys.data()}), 0);
+  double worst = 0;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    if (std::isnan(xs[k])) {
+      EXPECT_TRUE(std::isnan(ys[k]));
+      continue;
+    }
+    const double exact = std::tanh(static_cast<double>(xs[k]));
+    const float want = static_cast<float>(exact);
+    if (want == 0.0f) {
+      EXPECT_EQ(ys[k], xs[k]) << "x = " << xs[k];  // tanh(x) = x there, -0 included
+      EXPECT_EQ(std::signbit(ys[k]), std::signbit(xs[k])) << "x = " << xs[k];
+      continue;
+    }
+    double ulp = std::max(std::ldexp(1.0, std::ilogb(want) - 23), std::ldexp(1.0, -149));
+    double err = std::fabs(static_cast<double>(ys[k]) - exact) / ulp;
+    worst = std::max(worst, err);
+    EXPECT_LE(err, 3.0) << "x = " << xs[k] << " tanh = " << want << " got " << ys[k];
+  }
+  RecordProperty("worst_ulp", std::to_string(worst));
+  std::cout << "worst error " << worst << " ulp\n";
+  std::string asm_text =
+      codegen_llvm(lower(s, {x}, "th").func, host_target(), CodegenOutput::Asm).data;
+  EXPECT_EQ(asm_text.find("tanhf"), std::string::npos) << "a libm call";
+}
+
 // A gather by a computed index (a float read, cast to an integer, a select and a clamp) in one
 // branch of a vectorized select, as a Concat of an embedding lookup compiles: the index is
 // lane-invariant, so its select is scalar inside the vector one (codegen once built a
