@@ -158,6 +158,7 @@ class CodeGenCpu final : public CodeGen {
   llvm::Value* math_call(const Call* c, llvm::Intrinsic::ID id) override {
     if (c->name == "exp") return exp_inline(expr(c->args[0]));
     if (c->name == "tanh") return tanh_inline(expr(c->args[0]));
+    if (c->name == "log") return log_inline(expr(c->args[0]));
     // floor, ceil, roundeven: libm calls where the CPU lacks the instruction (x86 before SSE4.1).
     if (c->name != "sqrt" && c->name != "fabs") uses_libm = true;
     return b_.CreateUnaryIntrinsic(id, expr(c->args[0]));
@@ -227,6 +228,50 @@ class CodeGenCpu final : public CodeGen {
     llvm::Value* large = b_.CreateFSub(f(1.0), b_.CreateFDiv(f(2.0), b_.CreateFAdd(e, f(1.0))));
     llvm::Value* t = b_.CreateSelect(b_.CreateFCmpOLT(ax, f(0.625)), small, large);
     return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, t, x);
+  }
+
+  // log on CPUs, inline too (Softplus and Mish per element, LogSoftmax, Pow of a fractional
+  // exponent). Cephes' logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)) (a denormal x scaled by
+  // 2^23 first), log(m) = f - f^2/2 + f^3 P(f) for f = m - 1, plus e ln2 in two parts. The
+  // exponent and mantissa come from the bits, so vector lanes stay vectors. log(0) = -inf,
+  // log(inf) = inf, and a negative x or NaN gives NaN.
+  llvm::Value* log_inline(llvm::Value* x) {
+    llvm::Type* ft = x->getType();
+    llvm::Type* it = ft->getWithNewType(b_.getInt32Ty());
+    auto f = [&](double v) { return llvm::ConstantFP::get(ft, v); };
+    auto i = [&](int64_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v), true); };
+    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {a, b, c});
+    };
+    llvm::Value* denormal = b_.CreateFCmpOLT(x, f(0x1p-126));
+    llvm::Value* xs = b_.CreateSelect(denormal, b_.CreateFMul(x, f(0x1p23)), x);
+    llvm::Value* bits = b_.CreateBitCast(xs, it);
+    // m in [0.5, 1) and its exponent, then [sqrt(1/2), sqrt(2)).
+    llvm::Value* e = b_.CreateSub(b_.CreateLShr(bits, i(23)), i(126));
+    e = b_.CreateSub(e, b_.CreateSelect(denormal, i(23), i(0)));
+    llvm::Value* m =
+        b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, i(0x007fffff)), i(0x3f000000)), ft);
+    llvm::Value* low = b_.CreateFCmpOLT(m, f(0.707106781186547524));
+    e = b_.CreateSub(e, b_.CreateZExt(low, it));
+    llvm::Value* fr = b_.CreateFSub(b_.CreateSelect(low, b_.CreateFAdd(m, m), m), f(1.0));
+    llvm::Value* ef = b_.CreateSIToFP(e, ft);
+    llvm::Value* z = b_.CreateFMul(fr, fr);
+    llvm::Value* p = f(7.0376836292e-2);
+    for (double c : {-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+                     -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1})
+      p = fma(p, fr, f(c));
+    llvm::Value* y = b_.CreateFMul(b_.CreateFMul(p, fr), z);
+    y = fma(ef, f(-2.12194440e-4), y);
+    y = fma(z, f(-0.5), y);
+    llvm::Value* r = fma(ef, f(0.693359375), b_.CreateFAdd(fr, y));
+    // x > 0 and finite takes r; +inf (and the largest exponent's NaNs) take x itself, 0 takes
+    // -inf, and a negative x or NaN takes NaN.
+    llvm::Value* finite_positive = b_.CreateAnd(
+        b_.CreateFCmpOGT(x, f(0.0)), b_.CreateFCmpOLT(x, llvm::ConstantFP::getInfinity(ft)));
+    llvm::Value* other = b_.CreateSelect(
+        b_.CreateFCmpOEQ(x, f(0.0)), llvm::ConstantFP::getInfinity(ft, true),
+        b_.CreateSelect(b_.CreateFCmpOGE(x, f(0.0)), x, llvm::ConstantFP::getNaN(ft)));
+    return b_.CreateSelect(finite_positive, r, other);
   }
 
   bool unrolls_register_tiles() const override { return true; }

@@ -166,6 +166,51 @@ TEST(TensorExpressions, TanhIsWithinThreeUlpEverywhere) {
   EXPECT_EQ(asm_text.find("tanhf"), std::string::npos) << "a libm call";
 }
 
+// log is inlined on CPUs too (compiler/codegen_cpu.cc log_inline): within 2 ulp of the exact
+// value over the positive floats (denormals, the range around 1 where the result is small, the
+// largest), log(+-0) = -inf, log(inf) = inf, a negative x or NaN is NaN, no libm call left.
+TEST(TensorExpressions, LogIsWithinTwoUlpEverywhere) {
+  std::vector<float> xs = {1.0f,          2.0f,      0.5f,   0.70710677f,     0.70710683f,
+                           1.4142135f,    1e-45f,    1e-40f, 1.17549435e-38f, 1.1754942e-38f,
+                           3.4028235e38f, 0.0f,      -0.0f,  -1.0f,           -1e-40f,
+                           INFINITY,      -INFINITY, NAN};
+  for (int k = 0; k <= 100000; ++k)
+    xs.push_back(0.5f + 1.5f * static_cast<float>(k) / 100000);  // around 1
+  for (int k = 0; k <= 100000; ++k)
+    xs.push_back(std::ldexp(1.0f + static_cast<float>(k % 1000) / 1000, k % 277 - 149));
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Tensor x = placeholder("x", {n});
+  Tensor y = compute("y", {n}, {"i"}, [&](const std::vector<Expr>& i) { return log(read(x, i)); });
+  Schedule s(y);
+  auto [o, in] = s[y].split(s[y].axis("i"), 16);
+  s[y].vectorize(in);
+  auto lib = testing::build_for_host(lower(s, {x}, "lg").func);
+  std::vector<float> ys(xs.size(), -2.0f);
+  ASSERT_EQ(lib->call({xs.data(), ys.data()}), 0);
+  double worst = 0;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    if (std::isnan(xs[k]) || xs[k] < 0.0f) {
+      EXPECT_TRUE(std::isnan(ys[k])) << "x = " << xs[k] << " got " << ys[k];
+      continue;
+    }
+    const double exact = std::log(static_cast<double>(xs[k]));
+    const float want = static_cast<float>(exact);
+    if (std::isinf(want) || want == 0.0f) {
+      EXPECT_EQ(ys[k], want) << "x = " << xs[k];
+      continue;
+    }
+    double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+    double err = std::fabs(static_cast<double>(ys[k]) - exact) / ulp;
+    worst = std::max(worst, err);
+    EXPECT_LE(err, 2.0) << "x = " << xs[k] << " log = " << want << " got " << ys[k];
+  }
+  RecordProperty("worst_ulp", std::to_string(worst));
+  std::cout << "worst error " << worst << " ulp\n";
+  std::string asm_text =
+      codegen_llvm(lower(s, {x}, "lg").func, host_target(), CodegenOutput::Asm).data;
+  EXPECT_EQ(asm_text.find("logf"), std::string::npos) << "a libm call";
+}
+
 // A gather by a computed index (a float read, cast to an integer, a select and a clamp) in one
 // branch of a vectorized select, as a Concat of an embedding lookup compiles: the index is
 // lane-invariant, so its select is scalar inside the vector one (codegen once built a
