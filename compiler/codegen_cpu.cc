@@ -1,12 +1,13 @@
 // The code generator's CPU kind (compiler/codegen_llvm_internal.h): x86_64, aarch64, arm.
-#include "compiler/codegen_llvm_internal.h"
-
 #include <llvm/Analysis/VectorUtils.h>
 #include <llvm/IR/IntrinsicsAArch64.h>
 #include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/TargetParser/Triple.h>
 
 #include <functional>
+#include <initializer_list>
+
+#include "compiler/codegen_llvm_internal.h"
 
 namespace tf::llvm_codegen {
 namespace {
@@ -164,6 +165,29 @@ class CodeGenCpu final : public CodeGen {
     return b_.CreateUnaryIntrinsic(id, expr(c->args[0]));
   }
 
+  // Constants and fused multiply-adds of one float type (a scalar or a vector of lanes) and
+  // its same-shaped int32 type, for the inline math below.
+  struct FloatMath {
+    llvm::IRBuilder<>& b;
+    llvm::Type* ft;
+    llvm::Type* it;
+    FloatMath(llvm::IRBuilder<>& builder, llvm::Type* t)
+        : b(builder), ft(t), it(t->getWithNewType(builder.getInt32Ty())) {}
+    llvm::Constant* f(double v) const { return llvm::ConstantFP::get(ft, v); }
+    llvm::Constant* i(int64_t v) const {
+      return llvm::ConstantInt::get(it, static_cast<uint64_t>(v), true);
+    }
+    llvm::Value* fma(llvm::Value* a, llvm::Value* m, llvm::Value* c) const {
+      return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {a, m, c});
+    }
+    // c[0] x^(n-1) + c[1] x^(n-2) + ... + c[n-1], by Horner's rule.
+    llvm::Value* horner(llvm::Value* x, std::initializer_list<double> c) const {
+      llvm::Value* p = f(*c.begin());
+      for (auto k = c.begin() + 1; k != c.end(); ++k) p = fma(p, x, f(*k));
+      return p;
+    }
+  };
+
   // exp on CPUs, inline, so a vector of lanes stays a vector: LLVM's llvm.exp becomes one
   // libm expf call per lane there (softmax, GELU's erf and sigmoid spent most of their time in
   // those calls). Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, Cephes' degree-5
@@ -172,13 +196,11 @@ class CodeGenCpu final : public CodeGen {
   // as infinity. x is clamped to [-104, 89] first (beyond, the result is 0 or infinity
   // anyway) with compares that let a NaN through; a NaN n is made 0 before its conversion.
   llvm::Value* exp_inline(llvm::Value* x) {
-    llvm::Type* ft = x->getType();
-    llvm::Type* it = ft->getWithNewType(b_.getInt32Ty());
-    auto f = [&](double v) { return llvm::ConstantFP::get(ft, v); };
-    auto i = [&](int64_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v), true); };
-    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) {
-      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {a, b, c});
-    };
+    const FloatMath m(b_, x->getType());
+    llvm::Type* ft = m.ft;
+    auto f = [&](double v) { return m.f(v); };
+    auto i = [&](int64_t v) { return m.i(v); };
+    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) { return m.fma(a, b, c); };
     x = b_.CreateSelect(b_.CreateFCmpOLT(x, f(-104.0)), f(-104.0), x);
     x = b_.CreateSelect(b_.CreateFCmpOGT(x, f(89.0)), f(89.0), x);
     // n = x / ln2 rounded to nearest by adding and subtracting 1.5 * 2^23 (no floor: that is a
@@ -187,17 +209,15 @@ class CodeGenCpu final : public CodeGen {
         b_.CreateFSub(fma(x, f(1.44269504088896341), f(12582912.0)), f(12582912.0));
     llvm::Value* r = fma(n, f(-0.693359375), x);
     r = fma(n, f(2.12194440e-4), r);
-    llvm::Value* p = f(1.9875691500e-4);
-    for (double c : {1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                     5.0000001201e-1})
-      p = fma(p, r, f(c));
+    llvm::Value* p = m.horner(r, {1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                                  4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1});
     llvm::Value* y = fma(b_.CreateFMul(p, r), r, b_.CreateFAdd(r, f(1.0)));
     // n is within [-150, 128] after the clamps, or NaN: a NaN becomes 0 (the result is NaN
     // anyway), so a plain conversion is defined. (llvm.fptosi.sat, which also keeps NaN from
     // being poison, is done lane by lane on x86, two compares and a move per lane: a third of
     // BERT's FFN matmul with its fused GELU went to it.)
     llvm::Value* n_defined = b_.CreateSelect(b_.CreateFCmpUNO(n, n), f(0.0), n);
-    llvm::Value* k = b_.CreateFPToSI(n_defined, it);
+    llvm::Value* k = b_.CreateFPToSI(n_defined, m.it);
     llvm::Value* k1 = b_.CreateAShr(k, i(1));
     llvm::Value* k2 = b_.CreateSub(k, k1);
     auto pow2 = [&](llvm::Value* e) {
@@ -213,17 +233,13 @@ class CodeGenCpu final : public CodeGen {
   // both of |x|, one selected and given the sign of x: -0 stays -0, and a NaN takes the
   // second, which keeps it NaN.
   llvm::Value* tanh_inline(llvm::Value* x) {
-    llvm::Type* ft = x->getType();
-    auto f = [&](double v) { return llvm::ConstantFP::get(ft, v); };
-    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) {
-      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {a, b, c});
-    };
+    const FloatMath m(b_, x->getType());
+    auto f = [&](double v) { return m.f(v); };
     llvm::Value* ax = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
     llvm::Value* z = b_.CreateFMul(ax, ax);
-    llvm::Value* p = f(-5.70498872745e-3);
-    for (double c : {2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1})
-      p = fma(p, z, f(c));
-    llvm::Value* small = fma(b_.CreateFMul(p, z), ax, ax);
+    llvm::Value* p = m.horner(z, {-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
+                                  1.33314422036e-1, -3.33332819422e-1});
+    llvm::Value* small = m.fma(b_.CreateFMul(p, z), ax, ax);
     llvm::Value* e = exp_inline(b_.CreateFAdd(ax, ax));
     llvm::Value* large = b_.CreateFSub(f(1.0), b_.CreateFDiv(f(2.0), b_.CreateFAdd(e, f(1.0))));
     llvm::Value* t = b_.CreateSelect(b_.CreateFCmpOLT(ax, f(0.625)), small, large);
@@ -236,13 +252,12 @@ class CodeGenCpu final : public CodeGen {
   // exponent and mantissa come from the bits, so vector lanes stay vectors. log(0) = -inf,
   // log(inf) = inf, and a negative x or NaN gives NaN.
   llvm::Value* log_inline(llvm::Value* x) {
-    llvm::Type* ft = x->getType();
-    llvm::Type* it = ft->getWithNewType(b_.getInt32Ty());
-    auto f = [&](double v) { return llvm::ConstantFP::get(ft, v); };
-    auto i = [&](int64_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v), true); };
-    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) {
-      return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {ft}, {a, b, c});
-    };
+    const FloatMath fm(b_, x->getType());
+    llvm::Type* ft = fm.ft;
+    llvm::Type* it = fm.it;
+    auto f = [&](double v) { return fm.f(v); };
+    auto i = [&](int64_t v) { return fm.i(v); };
+    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) { return fm.fma(a, b, c); };
     llvm::Value* denormal = b_.CreateFCmpOLT(x, f(0x1p-126));
     llvm::Value* xs = b_.CreateSelect(denormal, b_.CreateFMul(x, f(0x1p23)), x);
     llvm::Value* bits = b_.CreateBitCast(xs, it);
@@ -256,10 +271,9 @@ class CodeGenCpu final : public CodeGen {
     llvm::Value* fr = b_.CreateFSub(b_.CreateSelect(low, b_.CreateFAdd(m, m), m), f(1.0));
     llvm::Value* ef = b_.CreateSIToFP(e, ft);
     llvm::Value* z = b_.CreateFMul(fr, fr);
-    llvm::Value* p = f(7.0376836292e-2);
-    for (double c : {-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
-                     -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1})
-      p = fma(p, fr, f(c));
+    llvm::Value* p = fm.horner(
+        fr, {7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+             -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1});
     llvm::Value* y = b_.CreateFMul(b_.CreateFMul(p, fr), z);
     y = fma(ef, f(-2.12194440e-4), y);
     y = fma(z, f(-0.5), y);

@@ -26,6 +26,34 @@ namespace {
 
 using namespace ir;  // NOLINT
 
+// fn(x) of every x, compiled for this machine in vectors of 16 lanes (the tail after the last
+// whole vector scalar), and the kernel's assembly (named `name`).
+struct Unary {
+  std::vector<float> ys;
+  std::string asm_text;
+};
+Unary run_unary(const std::vector<float>& xs, Expr (*fn)(Expr), const std::string& name) {
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Tensor x = placeholder("x", {n});
+  Tensor y = compute("y", {n}, {"i"}, [&](const std::vector<Expr>& i) { return fn(read(x, i)); });
+  Schedule s(y);
+  auto [o, in] = s[y].split(s[y].axis("i"), 16);
+  s[y].vectorize(in);
+  auto lib = testing::build_for_host(lower(s, {x}, name).func);
+  Unary u{std::vector<float>(xs.size(), -2.0f), ""};
+  EXPECT_EQ(lib->call({const_cast<float*>(xs.data()), u.ys.data()}), 0);
+  u.asm_text = codegen_llvm(lower(s, {x}, name).func, host_target(), CodegenOutput::Asm).data;
+  return u;
+}
+
+// |got - exact| in units in the last place of the float nearest `exact` (the smallest
+// denormal's below the normal range).
+double ulps(float got, double exact) {
+  const float want = static_cast<float>(exact);
+  const double ulp = std::max(std::ldexp(1.0, std::ilogb(want) - 23), std::ldexp(1.0, -149));
+  return std::fabs(static_cast<double>(got) - exact) / ulp;
+}
+
 TEST(TensorExpressions, ElementwiseMathVectorized) {
   const int64_t n = 37;
   Tensor x = placeholder("x", {n});
@@ -86,40 +114,30 @@ TEST(TensorExpressions, ExpIsWithinTwoUlpEverywhere) {
                            -87.33f, -87.34f, -100.0f, -103.9f, -104.0f, -110.0f, 1e-8f, -1e-8f,
                            0.34657359f, -0.34657359f, 0.34657360f, INFINITY, -INFINITY, NAN};
   for (int k = 0; k <= 200000; ++k) xs.push_back(-104.0f + 193.0f * static_cast<float>(k) / 200000);
-  const int64_t n = static_cast<int64_t>(xs.size());
-  Tensor x = placeholder("x", {n});
-  Tensor y = compute("y", {n}, {"i"}, [&](const std::vector<Expr>& i) { return exp(read(x, i)); });
-  Schedule s(y);
-  auto [o, in] = s[y].split(s[y].axis("i"), 16);
-  s[y].vectorize(in);
-  auto lib = testing::build_for_host(lower(s, {x}, "expf").func);
-  std::vector<float> ys(xs.size(), -1.0f);
-  ASSERT_EQ(lib->call({xs.data(), ys.data()}), 0);
+  Unary u = run_unary(xs, exp, "expf");
   double worst = 0;
   for (size_t k = 0; k < xs.size(); ++k) {
     float want = static_cast<float>(std::exp(static_cast<double>(xs[k])));
     if (std::isnan(xs[k])) {
-      EXPECT_TRUE(std::isnan(ys[k]));
+      EXPECT_TRUE(std::isnan(u.ys[k]));
       continue;
     }
     if (std::isinf(want) || want == 0.0f) {
-      EXPECT_EQ(ys[k], want) << "x = " << xs[k];
+      EXPECT_EQ(u.ys[k], want) << "x = " << xs[k];
       continue;
     }
-    // Ulps at the exact value's scale (the smallest denormal's for denormal results).
-    double ulp = std::max(std::ldexp(1.0, std::ilogb(want) - 23), std::ldexp(1.0, -149));
-    double err = std::fabs(static_cast<double>(ys[k]) - std::exp(static_cast<double>(xs[k]))) / ulp;
+    const double err = ulps(u.ys[k], std::exp(static_cast<double>(xs[k])));
     worst = std::max(worst, err);
-    EXPECT_LE(err, 2.0) << "x = " << xs[k] << " exp = " << want << " got " << ys[k];
+    EXPECT_LE(err, 2.0) << "x = " << xs[k] << " exp = " << want << " got " << u.ys[k];
   }
   RecordProperty("worst_ulp", std::to_string(worst));
   std::cout << "worst error " << worst << " ulp\n";
   // Its vector code stays vector: no conversion done lane by lane. llvm.fptosi.sat, which the
   // reduction's integer part once used, is scalarized on x86 (a compare, a move and a
   // conversion per lane: a third of a matmul with a fused GELU went to it).
-  std::string asm_text = codegen_llvm(lower(s, {x}, "expf").func, host_target(), CodegenOutput::Asm).data;
-  EXPECT_EQ(asm_text.find("cvttss2si"), std::string::npos) << "a lane-by-lane float to int conversion";
-  EXPECT_NE(asm_text.find("cvttps2dq"), std::string::npos) << "no vector float to int conversion";
+  EXPECT_EQ(u.asm_text.find("cvttss2si"), std::string::npos)
+      << "a lane-by-lane float to int conversion";
+  EXPECT_NE(u.asm_text.find("cvttps2dq"), std::string::npos) << "no vector float to int conversion";
 }
 
 // tanh is inlined on CPUs too (compiler/codegen_cpu.cc tanh_inline): within 3 ulp of the exact
@@ -132,38 +150,26 @@ TEST(TensorExpressions, TanhIsWithinThreeUlpEverywhere) {
   for (int k = 0; k <= 200000; ++k) xs.push_back(-12.0f + 24.0f * static_cast<float>(k) / 200000);
   for (int k = 0; k <= 20000; ++k)
     xs.push_back(std::ldexp(1.0f, -(k % 140)) * (k % 2 ? -1.0f : 1.0f) * (1.0f + k / 20000.0f));
-  const int64_t n = static_cast<int64_t>(xs.size());
-  Tensor x = placeholder("x", {n});
-  Tensor y = compute("y", {n}, {"i"}, [&](const std::vector<Expr>& i) { return tanh(read(x, i)); });
-  Schedule s(y);
-  auto [o, in] = s[y].split(s[y].axis("i"), 16);
-  s[y].vectorize(in);
-  auto lib = testing::build_for_host(lower(s, {x}, "th").func);
-  std::vector<float> ys(xs.size(), -2.0f);
-  ASSERT_EQ(lib->call({xs.data(), ys.data()}), 0);
+  Unary u = run_unary(xs, tanh, "th");
   double worst = 0;
   for (size_t k = 0; k < xs.size(); ++k) {
     if (std::isnan(xs[k])) {
-      EXPECT_TRUE(std::isnan(ys[k]));
+      EXPECT_TRUE(std::isnan(u.ys[k]));
       continue;
     }
     const double exact = std::tanh(static_cast<double>(xs[k]));
-    const float want = static_cast<float>(exact);
-    if (want == 0.0f) {
-      EXPECT_EQ(ys[k], xs[k]) << "x = " << xs[k];  // tanh(x) = x there, -0 included
-      EXPECT_EQ(std::signbit(ys[k]), std::signbit(xs[k])) << "x = " << xs[k];
+    if (static_cast<float>(exact) == 0.0f) {
+      EXPECT_EQ(u.ys[k], xs[k]) << "x = " << xs[k];  // tanh(x) = x there, -0 included
+      EXPECT_EQ(std::signbit(u.ys[k]), std::signbit(xs[k])) << "x = " << xs[k];
       continue;
     }
-    double ulp = std::max(std::ldexp(1.0, std::ilogb(want) - 23), std::ldexp(1.0, -149));
-    double err = std::fabs(static_cast<double>(ys[k]) - exact) / ulp;
+    const double err = ulps(u.ys[k], exact);
     worst = std::max(worst, err);
-    EXPECT_LE(err, 3.0) << "x = " << xs[k] << " tanh = " << want << " got " << ys[k];
+    EXPECT_LE(err, 3.0) << "x = " << xs[k] << " tanh = " << exact << " got " << u.ys[k];
   }
   RecordProperty("worst_ulp", std::to_string(worst));
   std::cout << "worst error " << worst << " ulp\n";
-  std::string asm_text =
-      codegen_llvm(lower(s, {x}, "th").func, host_target(), CodegenOutput::Asm).data;
-  EXPECT_EQ(asm_text.find("tanhf"), std::string::npos) << "a libm call";
+  EXPECT_EQ(u.asm_text.find("tanhf"), std::string::npos) << "a libm call";
 }
 
 // log is inlined on CPUs too (compiler/codegen_cpu.cc log_inline): within 2 ulp of the exact
@@ -178,37 +184,26 @@ TEST(TensorExpressions, LogIsWithinTwoUlpEverywhere) {
     xs.push_back(0.5f + 1.5f * static_cast<float>(k) / 100000);  // around 1
   for (int k = 0; k <= 100000; ++k)
     xs.push_back(std::ldexp(1.0f + static_cast<float>(k % 1000) / 1000, k % 277 - 149));
-  const int64_t n = static_cast<int64_t>(xs.size());
-  Tensor x = placeholder("x", {n});
-  Tensor y = compute("y", {n}, {"i"}, [&](const std::vector<Expr>& i) { return log(read(x, i)); });
-  Schedule s(y);
-  auto [o, in] = s[y].split(s[y].axis("i"), 16);
-  s[y].vectorize(in);
-  auto lib = testing::build_for_host(lower(s, {x}, "lg").func);
-  std::vector<float> ys(xs.size(), -2.0f);
-  ASSERT_EQ(lib->call({xs.data(), ys.data()}), 0);
+  Unary u = run_unary(xs, log, "lg");
   double worst = 0;
   for (size_t k = 0; k < xs.size(); ++k) {
     if (std::isnan(xs[k]) || xs[k] < 0.0f) {
-      EXPECT_TRUE(std::isnan(ys[k])) << "x = " << xs[k] << " got " << ys[k];
+      EXPECT_TRUE(std::isnan(u.ys[k])) << "x = " << xs[k] << " got " << u.ys[k];
       continue;
     }
     const double exact = std::log(static_cast<double>(xs[k]));
     const float want = static_cast<float>(exact);
     if (std::isinf(want) || want == 0.0f) {
-      EXPECT_EQ(ys[k], want) << "x = " << xs[k];
+      EXPECT_EQ(u.ys[k], want) << "x = " << xs[k];
       continue;
     }
-    double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
-    double err = std::fabs(static_cast<double>(ys[k]) - exact) / ulp;
+    const double err = ulps(u.ys[k], exact);
     worst = std::max(worst, err);
-    EXPECT_LE(err, 2.0) << "x = " << xs[k] << " log = " << want << " got " << ys[k];
+    EXPECT_LE(err, 2.0) << "x = " << xs[k] << " log = " << want << " got " << u.ys[k];
   }
   RecordProperty("worst_ulp", std::to_string(worst));
   std::cout << "worst error " << worst << " ulp\n";
-  std::string asm_text =
-      codegen_llvm(lower(s, {x}, "lg").func, host_target(), CodegenOutput::Asm).data;
-  EXPECT_EQ(asm_text.find("logf"), std::string::npos) << "a libm call";
+  EXPECT_EQ(u.asm_text.find("logf"), std::string::npos) << "a libm call";
 }
 
 // A gather by a computed index (a float read, cast to an integer, a select and a clamp) in one
