@@ -1,4 +1,6 @@
 // The code generator's CPU kind (compiler/codegen_llvm_internal.h): x86_64, aarch64, arm.
+#include "compiler/codegen_llvm_internal.h"
+
 #include <llvm/Analysis/VectorUtils.h>
 #include <llvm/IR/IntrinsicsAArch64.h>
 #include <llvm/IR/IntrinsicsX86.h>
@@ -6,8 +8,6 @@
 
 #include <functional>
 #include <initializer_list>
-
-#include "compiler/codegen_llvm_internal.h"
 
 namespace tf::llvm_codegen {
 namespace {
