@@ -197,31 +197,27 @@ class CodeGenCpu final : public CodeGen {
   // anyway) with compares that let a NaN through; a NaN n is made 0 before its conversion.
   llvm::Value* exp_inline(llvm::Value* x) {
     const FloatMath m(b_, x->getType());
-    llvm::Type* ft = m.ft;
-    auto f = [&](double v) { return m.f(v); };
-    auto i = [&](int64_t v) { return m.i(v); };
-    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) { return m.fma(a, b, c); };
-    x = b_.CreateSelect(b_.CreateFCmpOLT(x, f(-104.0)), f(-104.0), x);
-    x = b_.CreateSelect(b_.CreateFCmpOGT(x, f(89.0)), f(89.0), x);
+    x = b_.CreateSelect(b_.CreateFCmpOLT(x, m.f(-104.0)), m.f(-104.0), x);
+    x = b_.CreateSelect(b_.CreateFCmpOGT(x, m.f(89.0)), m.f(89.0), x);
     // n = x / ln2 rounded to nearest by adding and subtracting 1.5 * 2^23 (no floor: that is a
     // libm call on x86 without SSE4.1).
     llvm::Value* n =
-        b_.CreateFSub(fma(x, f(1.44269504088896341), f(12582912.0)), f(12582912.0));
-    llvm::Value* r = fma(n, f(-0.693359375), x);
-    r = fma(n, f(2.12194440e-4), r);
+        b_.CreateFSub(m.fma(x, m.f(1.44269504088896341), m.f(12582912.0)), m.f(12582912.0));
+    llvm::Value* r = m.fma(n, m.f(-0.693359375), x);
+    r = m.fma(n, m.f(2.12194440e-4), r);
     llvm::Value* p = m.horner(r, {1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
                                   4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1});
-    llvm::Value* y = fma(b_.CreateFMul(p, r), r, b_.CreateFAdd(r, f(1.0)));
+    llvm::Value* y = m.fma(b_.CreateFMul(p, r), r, b_.CreateFAdd(r, m.f(1.0)));
     // n is within [-150, 128] after the clamps, or NaN: a NaN becomes 0 (the result is NaN
     // anyway), so a plain conversion is defined. (llvm.fptosi.sat, which also keeps NaN from
     // being poison, is done lane by lane on x86, two compares and a move per lane: a third of
     // BERT's FFN matmul with its fused GELU went to it.)
-    llvm::Value* n_defined = b_.CreateSelect(b_.CreateFCmpUNO(n, n), f(0.0), n);
+    llvm::Value* n_defined = b_.CreateSelect(b_.CreateFCmpUNO(n, n), m.f(0.0), n);
     llvm::Value* k = b_.CreateFPToSI(n_defined, m.it);
-    llvm::Value* k1 = b_.CreateAShr(k, i(1));
+    llvm::Value* k1 = b_.CreateAShr(k, m.i(1));
     llvm::Value* k2 = b_.CreateSub(k, k1);
     auto pow2 = [&](llvm::Value* e) {
-      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, i(127)), i(23)), ft);
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, m.i(127)), m.i(23)), m.ft);
     };
     return b_.CreateFMul(b_.CreateFMul(y, pow2(k1)), pow2(k2));
   }
@@ -234,15 +230,15 @@ class CodeGenCpu final : public CodeGen {
   // second, which keeps it NaN.
   llvm::Value* tanh_inline(llvm::Value* x) {
     const FloatMath m(b_, x->getType());
-    auto f = [&](double v) { return m.f(v); };
     llvm::Value* ax = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
     llvm::Value* z = b_.CreateFMul(ax, ax);
     llvm::Value* p = m.horner(z, {-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
                                   1.33314422036e-1, -3.33332819422e-1});
     llvm::Value* small = m.fma(b_.CreateFMul(p, z), ax, ax);
     llvm::Value* e = exp_inline(b_.CreateFAdd(ax, ax));
-    llvm::Value* large = b_.CreateFSub(f(1.0), b_.CreateFDiv(f(2.0), b_.CreateFAdd(e, f(1.0))));
-    llvm::Value* t = b_.CreateSelect(b_.CreateFCmpOLT(ax, f(0.625)), small, large);
+    llvm::Value* large =
+        b_.CreateFSub(m.f(1.0), b_.CreateFDiv(m.f(2.0), b_.CreateFAdd(e, m.f(1.0))));
+    llvm::Value* t = b_.CreateSelect(b_.CreateFCmpOLT(ax, m.f(0.625)), small, large);
     return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, t, x);
   }
 
@@ -252,39 +248,35 @@ class CodeGenCpu final : public CodeGen {
   // exponent and mantissa come from the bits, so vector lanes stay vectors. log(0) = -inf,
   // log(inf) = inf, and a negative x or NaN gives NaN.
   llvm::Value* log_inline(llvm::Value* x) {
-    const FloatMath fm(b_, x->getType());
-    llvm::Type* ft = fm.ft;
-    llvm::Type* it = fm.it;
-    auto f = [&](double v) { return fm.f(v); };
-    auto i = [&](int64_t v) { return fm.i(v); };
-    auto fma = [&](llvm::Value* a, llvm::Value* b, llvm::Value* c) { return fm.fma(a, b, c); };
-    llvm::Value* denormal = b_.CreateFCmpOLT(x, f(0x1p-126));
-    llvm::Value* xs = b_.CreateSelect(denormal, b_.CreateFMul(x, f(0x1p23)), x);
-    llvm::Value* bits = b_.CreateBitCast(xs, it);
-    // m in [0.5, 1) and its exponent, then [sqrt(1/2), sqrt(2)).
-    llvm::Value* e = b_.CreateSub(b_.CreateLShr(bits, i(23)), i(126));
-    e = b_.CreateSub(e, b_.CreateSelect(denormal, i(23), i(0)));
-    llvm::Value* m =
-        b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, i(0x007fffff)), i(0x3f000000)), ft);
-    llvm::Value* low = b_.CreateFCmpOLT(m, f(0.707106781186547524));
-    e = b_.CreateSub(e, b_.CreateZExt(low, it));
-    llvm::Value* fr = b_.CreateFSub(b_.CreateSelect(low, b_.CreateFAdd(m, m), m), f(1.0));
-    llvm::Value* ef = b_.CreateSIToFP(e, ft);
+    const FloatMath m(b_, x->getType());
+    llvm::Value* denormal = b_.CreateFCmpOLT(x, m.f(0x1p-126));
+    llvm::Value* xs = b_.CreateSelect(denormal, b_.CreateFMul(x, m.f(0x1p23)), x);
+    llvm::Value* bits = b_.CreateBitCast(xs, m.it);
+    // The mantissa in [0.5, 1) and its exponent, then [sqrt(1/2), sqrt(2)).
+    llvm::Value* e = b_.CreateSub(b_.CreateLShr(bits, m.i(23)), m.i(126));
+    e = b_.CreateSub(e, b_.CreateSelect(denormal, m.i(23), m.i(0)));
+    llvm::Value* mant =
+        b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, m.i(0x007fffff)), m.i(0x3f000000)), m.ft);
+    llvm::Value* low = b_.CreateFCmpOLT(mant, m.f(0.707106781186547524));
+    e = b_.CreateSub(e, b_.CreateZExt(low, m.it));
+    llvm::Value* fr =
+        b_.CreateFSub(b_.CreateSelect(low, b_.CreateFAdd(mant, mant), mant), m.f(1.0));
+    llvm::Value* ef = b_.CreateSIToFP(e, m.ft);
     llvm::Value* z = b_.CreateFMul(fr, fr);
-    llvm::Value* p = fm.horner(
+    llvm::Value* p = m.horner(
         fr, {7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
              -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1});
     llvm::Value* y = b_.CreateFMul(b_.CreateFMul(p, fr), z);
-    y = fma(ef, f(-2.12194440e-4), y);
-    y = fma(z, f(-0.5), y);
-    llvm::Value* r = fma(ef, f(0.693359375), b_.CreateFAdd(fr, y));
+    y = m.fma(ef, m.f(-2.12194440e-4), y);
+    y = m.fma(z, m.f(-0.5), y);
+    llvm::Value* r = m.fma(ef, m.f(0.693359375), b_.CreateFAdd(fr, y));
     // x > 0 and finite takes r; +inf (and the largest exponent's NaNs) take x itself, 0 takes
     // -inf, and a negative x or NaN takes NaN.
     llvm::Value* finite_positive = b_.CreateAnd(
-        b_.CreateFCmpOGT(x, f(0.0)), b_.CreateFCmpOLT(x, llvm::ConstantFP::getInfinity(ft)));
+        b_.CreateFCmpOGT(x, m.f(0.0)), b_.CreateFCmpOLT(x, llvm::ConstantFP::getInfinity(m.ft)));
     llvm::Value* other = b_.CreateSelect(
-        b_.CreateFCmpOEQ(x, f(0.0)), llvm::ConstantFP::getInfinity(ft, true),
-        b_.CreateSelect(b_.CreateFCmpOGE(x, f(0.0)), x, llvm::ConstantFP::getNaN(ft)));
+        b_.CreateFCmpOEQ(x, m.f(0.0)), llvm::ConstantFP::getInfinity(m.ft, true),
+        b_.CreateSelect(b_.CreateFCmpOGE(x, m.f(0.0)), x, llvm::ConstantFP::getNaN(m.ft)));
     return b_.CreateSelect(finite_positive, r, other);
   }
 

@@ -34,6 +34,17 @@ class DaemonTest(unittest.TestCase):
         return path
 
 
+def polls(timeout):
+    """Yields until `timeout` seconds have passed, pausing between yields: 0.2 s at first,
+    growing to 1 s. For loops that poll the CLI, which takes 0.3-0.4 s of a core to start
+    under AddressSanitizer: a long wait polls once a second, a short one still ends promptly."""
+    deadline, pause = time.time() + timeout, 0.2
+    while time.time() < deadline:
+        yield
+        time.sleep(pause)
+        pause = min(pause * 1.5, 1.0)
+
+
 def make_pki(d):
     """A CA, a server certificate for 127.0.0.1 and a client certificate (CN alice) in folder
     `d` (created), made with openssl; returns {file name: path} of ca.pem, server.pem,

@@ -39,10 +39,11 @@ Unary run_unary(const std::vector<float>& xs, Expr (*fn)(Expr), const std::strin
   Schedule s(y);
   auto [o, in] = s[y].split(s[y].axis("i"), 16);
   s[y].vectorize(in);
-  auto lib = testing::build_for_host(lower(s, {x}, name).func);
+  const LoweredFunc func = lower(s, {x}, name).func;
+  auto lib = testing::build_for_host(func);
   Unary u{std::vector<float>(xs.size(), -2.0f), ""};
   EXPECT_EQ(lib->call({const_cast<float*>(xs.data()), u.ys.data()}), 0);
-  u.asm_text = codegen_llvm(lower(s, {x}, name).func, host_target(), CodegenOutput::Asm).data;
+  u.asm_text = codegen_llvm(func, host_target(), CodegenOutput::Asm).data;
   return u;
 }
 

@@ -19,7 +19,7 @@ import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from daemon import Daemon, DaemonTest, make_pki  # noqa: E402 (tests/daemon.py)
+from daemon import Daemon, DaemonTest, make_pki, polls  # noqa: E402 (tests/daemon.py)
 
 TUNEFARM = TUNER = None
 ALICE = "alice-token-0123456789"
@@ -79,15 +79,12 @@ class DashboardHttpTest(DaemonTest):
     def submit_and_finish(self, s, workloads, token=None, trials=6):
         job = self.write("job.json", json.dumps({"workloads": workloads, "trials": trials, **FAST}))
         jid = int(json.loads(self.tf(s, "submit", job, "--json", token=token).stdout)["job_id"])
-        deadline, pause = time.time() + 240, 0.2
-        while time.time() < deadline:
+        for _ in polls(240):
             jobs = json.loads(self.tf(s, "jobs", "--json", token=token).stdout)["jobs"]
             state = [j for j in jobs if int(j["id"]) == jid][0]["state"]
             if state in ("done", "failed", "cancelled"):
                 self.assertEqual(state, "done", jobs)
                 return jid
-            time.sleep(pause)  # growing to 1 s: each poll starts the CLI (slow under ASan)
-            pause = min(pause * 1.5, 1.0)
         self.fail("the job did not finish")
 
     # --- who may see what ---------------------------------------------------------------

@@ -18,7 +18,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from daemon import Daemon, DaemonTest, make_pki  # noqa: E402 (tests/daemon.py)
+from daemon import Daemon, DaemonTest, make_pki, polls  # noqa: E402 (tests/daemon.py)
 
 TUNEFARM = TUNER = TRACKER = RPC_SERVER = None
 SMALL = ["matmul(M=16,N=16,K=16)", "matmul(M=8,N=32,K=16)", "matmul(M=24,N=8,K=8)"]
@@ -75,15 +75,10 @@ class ServiceTest(DaemonTest):
         return {int(j["id"]): j for j in json.loads(self.tf("jobs", "--json", token=token).stdout).get("jobs", [])}
 
     def wait(self, pred, timeout, what, token=None):
-        # Each poll starts the CLI (0.3-0.4 s of a core under ASan): the pause grows from 0.2 s
-        # to 1 s, so a long wait polls once a second and a short one still ends promptly.
-        deadline, pause = time.time() + timeout, 0.2
-        while time.time() < deadline:
+        for _ in polls(timeout):
             js = self.jobs(token)
             if pred(js):
                 return js
-            time.sleep(pause)
-            pause = min(pause * 1.5, 1.0)
         self.fail(f"timed out waiting for {what}: {json.dumps(self.jobs(token), indent=1)[:3000]}")
 
     def records(self):
