@@ -12,10 +12,14 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <regex>
 #include <set>
 
 #include "base/error.h"
 #include "base/file_io.h"
+#include "base/json_limits.h"
+#include "compiler/operators.h"
+#include "compiler/workload.h"
 #include "graph/element_types.h"
 #include "graph/fusion.h"
 #include "graph/image_loop.h"
@@ -425,6 +429,12 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
   add_max_memory_option(run, a.max_memory);
   add_precision_option(run, a.precision);
   add_dim_options(run, a.dims);
+  run->add_flag("--profile", a.profile,
+                "--model on a CPU: after the timed calls, as many again with each kernel timed: a "
+                "table of the kernels "
+                "by their time (with the sidecar's workloads and nodes), and their time by kind "
+                "(docs/models.md, "
+                "\"Profiling\")");
   run->add_flag("--tensor-cores", a.tensor_cores,
                 "with --reference and --precision tf32/fp16/bf16: evaluate every MatMul and Gemm as a cuda target's "
                 "tensor cores compute it (what `compile --model -t cuda... --precision` builds): their accuracy "
@@ -604,6 +614,197 @@ int compile_model_file(const ModelCompileArgs& a) {
   return 0;
 }
 
+namespace {
+
+// `run --model --profile` (docs/models.md, "Profiling"): the kernels of the calls profiled, by
+// their time.
+struct ModelProfile {
+  struct Kernel {
+    // The kernel's name (the sidecar's: a kernel with another's code calls that one), its kind
+    // (the name less tf_k<n>_ / tf_b<b>_k<n>_) and what it computes (its workload, or nodes).
+    std::string function, kind, what;
+    int bucket = 0;
+    int64_t calls = 0;
+    double seconds = 0;  // in all the profiled runs
+    int64_t flops = 0;   // of one call, where its workload says (0: not known)
+    double gflops() const {
+      return flops > 0 && seconds > 0 ? 1e-9 * static_cast<double>(flops) * calls / seconds : 0;
+    }
+  };
+  int runs = 0;
+  double wall_s = 0;            // the profiled runs' time, end to end
+  std::vector<Kernel> kernels;  // those that ran, longest first
+  bool sidecar = false;         // `what` from the library's sidecar (workloads, nodes)
+
+  double kernel_s() const {
+    double t = 0;
+    for (const Kernel& k : kernels) t += k.seconds;
+    return t;
+  }
+  // Kinds by their time, longest first: {kind, {kernels, seconds}}.
+  std::vector<std::pair<std::string, std::pair<int, double>>> kinds() const {
+    std::map<std::string, std::pair<int, double>> by;
+    for (const Kernel& k : kernels) {
+      by[k.kind].first += 1;
+      by[k.kind].second += k.seconds;
+    }
+    std::vector<std::pair<std::string, std::pair<int, double>>> out(by.begin(), by.end());
+    std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) {
+      return x.second.second > y.second.second;
+    });
+    return out;
+  }
+
+  json to_json() const {
+    json ks = json::array();
+    for (const Kernel& k : kernels) {
+      ks.push_back({{"function", k.function},
+                    {"kind", k.kind},
+                    {"bucket", k.bucket},
+                    {"calls", k.calls},
+                    {"ms_per_run", 1e3 * k.seconds / runs},
+                    {"what", k.what}});
+      if (k.gflops() > 0) ks.back()["gflops"] = k.gflops();
+    }
+    json kd = json::array();
+    for (const auto& [kind, v] : kinds())
+      kd.push_back({{"kind", kind}, {"kernels", v.first}, {"ms_per_run", 1e3 * v.second / runs}});
+    return {{"runs", runs},
+            {"ms_per_run", 1e3 * wall_s / runs},
+            {"kernel_ms_per_run", 1e3 * kernel_s() / runs},
+            {"kernels", ks},
+            {"kinds", kd}};
+  }
+
+  void print(size_t top = 25) const {
+    const double total = kernel_s(), per = 1e3 / runs;
+    std::printf(
+        "profile   %d runs with each kernel timed: %.3f ms a run, %.3f ms of it in %zu kernels",
+        runs, wall_s * per, total * per, kernels.size());
+    if (total > wall_s) {
+      std::printf(" (summed over the threads that ran images side by side)\n");
+    } else {
+      std::printf(", %.3f ms outside them (conversions, copies, the calls)\n",
+                  (wall_s - total) * per);
+    }
+    std::printf("  %9s %6s %7s  %-32s %s\n", "ms/run", "share", "GFLOPS", "kernel",
+                sidecar ? "workload or nodes" : "");
+    for (size_t i = 0; i < kernels.size() && i < top; ++i) {
+      const Kernel& k = kernels[i];
+      const std::string gf = k.gflops() > 0 ? str(std::lround(k.gflops())) : "";
+      std::printf("  %9.3f %5.1f%% %7s  %-32s %s\n", k.seconds * per,
+                  total > 0 ? 100 * k.seconds / total : 0.0, gf.c_str(), k.function.c_str(),
+                  k.what.c_str());
+    }
+    if (kernels.size() > top) {
+      double rest = 0;
+      for (size_t i = top; i < kernels.size(); ++i) rest += kernels[i].seconds;
+      std::printf("  %9.3f %5.1f%% %7s  (%zu more kernels; --json lists them all)\n", rest * per,
+                  total > 0 ? 100 * rest / total : 0.0, "", kernels.size() - top);
+    }
+    std::printf("by kind\n");
+    for (const auto& [kind, v] : kinds()) {
+      std::printf("  %9.3f %5.1f%% %7s  %-32s %d kernel%s\n", v.second * per,
+                  total > 0 ? 100 * v.second / total : 0.0, "", kind.c_str(), v.first,
+                  v.first == 1 ? "" : "s");
+    }
+  }
+};
+
+// "tf_k12_conv2d_nchwc" / "tf_b1_k3_MatMul" -> "conv2d_nchwc" / "MatMul"; others as they are.
+std::string kernel_kind(const std::string& function) {
+  static const std::regex prefix("^tf_(b[0-9]+_)?k[0-9]+_");
+  return std::regex_replace(function, prefix, "", std::regex_constants::format_first_only);
+}
+
+// What the sidecar says of each call: the kernel's name, what it computes (its workload, else
+// its nodes) and the workload's FLOPs (0 when none or not a workload of this tunefarm).
+struct SidecarKernel {
+  std::string function, what;
+  int64_t flops = 0;
+};
+
+// The sidecar's kernels, by call; empty when there is no sidecar or it does not describe these
+// calls (a warning says so).
+std::vector<SidecarKernel> sidecar_kernels(const std::string& path,
+                                           const std::vector<graph::KernelTime>& calls) {
+  if (path.empty() || !std::filesystem::exists(path)) return {};
+  json j;
+  try {
+    j = parse_json_bounded(read_file(path));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "warning: %s: not a model sidecar (%s); kernels are named by function only\n",
+                 path.c_str(), e.what());
+    return {};
+  }
+  const json* ks =
+      j.is_object() && j.contains("kernels") && j["kernels"].is_array() ? &j["kernels"] : nullptr;
+  if (!ks || ks->size() != calls.size()) {
+    std::fprintf(stderr,
+                 "warning: %s does not list the library's %zu kernel calls; kernels are named by "
+                 "function only\n",
+                 path.c_str(), calls.size());
+    return {};
+  }
+  std::vector<SidecarKernel> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& k = (*ks)[i];
+    auto text = [&](const char* key) {
+      return k.is_object() && k.contains(key) && k[key].is_string() ? k[key].get<std::string>()
+                                                                    : "";
+    };
+    // The call is the kernel's function, or the function of the kernel with its code.
+    if (text("function") != calls[i].function && text("same_code_as") != calls[i].function) {
+      std::fprintf(stderr,
+                   "warning: %s: kernel %zu is not %s; kernels are named by function only\n",
+                   path.c_str(), i, calls[i].function.c_str());
+      return {};
+    }
+    SidecarKernel sk{text("function"), text("workload")};
+    if (!sk.what.empty()) {
+      try {
+        sk.flops = build_op(parse_workload(sk.what)).flops;
+      } catch (const std::exception&) {
+        sk.flops = 0;  // a workload this build does not know: no rate
+      }
+    } else if (k.contains("nodes") && k["nodes"].is_array()) {
+      for (const json& n : k["nodes"])
+        if (n.is_string()) sk.what += (sk.what.empty() ? "" : ", ") + n.get<std::string>();
+    }
+    if (sk.what.size() > 160) sk.what = sk.what.substr(0, 157) + "...";
+    out.push_back(std::move(sk));
+  }
+  return out;
+}
+
+// `runs` more calls of the model (`once`), each kernel timed (graph::ModelLibrary::profile).
+ModelProfile profile_model(const graph::ModelLibrary& lib, const std::string& sidecar, int runs,
+                           const std::function<void()>& once) {
+  ModelProfile p;
+  p.runs = runs;
+  std::vector<graph::KernelTime> times = lib.profile([&] {
+    auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < runs; ++r) once();
+    p.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  std::vector<SidecarKernel> side = sidecar_kernels(sidecar, times);
+  p.sidecar = !side.empty();
+  for (size_t i = 0; i < times.size(); ++i) {
+    if (times[i].calls == 0) continue;  // another bucket's
+    const std::string name = p.sidecar ? side[i].function : times[i].function;
+    p.kernels.push_back({name, kernel_kind(name), p.sidecar ? side[i].what : "", times[i].bucket,
+                         times[i].calls, times[i].seconds, p.sidecar ? side[i].flops : 0});
+  }
+  std::stable_sort(p.kernels.begin(), p.kernels.end(),
+                   [](const ModelProfile::Kernel& x, const ModelProfile::Kernel& y) {
+                     return x.seconds > y.seconds;
+                   });
+  return p;
+}
+
+}  // namespace
+
 int run_model(const ModelRunArgs& a) {
   using namespace graph;  // NOLINT
   if (a.repeat < 1) throw UserError(str("--repeat ", a.repeat, " must be at least 1"));
@@ -629,10 +830,15 @@ int run_model(const ModelRunArgs& a) {
   }
   if (!a.device.empty() && !library)
     throw UserError(str("--device ", a.device, " is for a library compiled for a GPU; ", a.model, " is not a library"));
+  if (a.profile && a.reference)
+    throw UserError(
+        "--profile times a compiled model's kernels; --reference evaluates the model operator by "
+        "operator");
   if (library && a.dims.given()) {
     throw UserError(str("--dim and --input-shape size an .onnx model's dynamic dimensions; ",
                         a.model, " is a library, compiled for fixed shapes"));
   }
+  std::string lib_path = a.model;  // the library run (its sidecar beside it)
   if (library) {
     lib = std::make_unique<ModelLibrary>(a.model);
     mode = "compiled library";
@@ -666,6 +872,7 @@ int run_model(const ModelRunArgs& a) {
       std::string so = (tmp_dir / "model.so").string();
       compile_to({&*g}, host_target(), a.db, so, a.model, true, budget, false, a.dims);
       lib = std::make_unique<ModelLibrary>(so);
+      lib_path = so;
       mode = "compiled for this machine";
     }
   }
@@ -675,6 +882,7 @@ int run_model(const ModelRunArgs& a) {
     throw UserError(str("--bucket ", a.bucket, ": ", a.model, " has ", lib->num_buckets(), " shape bucket",
                         lib->num_buckets() == 1 ? " (0)" : str("s (0 to ", lib->num_buckets() - 1, ")")));
   }
+  if (lib && a.profile) (void)lib->profile([] {});  // refused before the timed calls
   if (lib) {
     in_info = lib->inputs();
     out_info = lib->outputs();
@@ -788,12 +996,15 @@ int run_model(const ModelRunArgs& a) {
   }
   std::sort(ms.begin(), ms.end());
   double median = ms[ms.size() / 2];
+  std::optional<ModelProfile> profile;
+  if (a.profile) profile = profile_model(*lib, lib_path + ".json", a.repeat, once);
   for (const std::string& arg : a.outputs) {
     auto [name, file] = named_file(arg, out_names, "--output");
     write_npy(file, outs.at(name));
   }
   json j = {{"model", a.model}, {"mode", lib ? "compiled" : "reference"}, {"median_ms", median}, {"repeat", a.repeat}};
   if (lib && lib->num_buckets() > 1) j["bucket"] = bucket;
+  if (profile) j["profile"] = profile->to_json();
   if (padded_rows > 0) j["padded_from_rows"] = padded_rows;
   int status = 0;
   if (!a.expect.empty()) {
@@ -827,6 +1038,7 @@ int run_model(const ModelRunArgs& a) {
                                   : "");
     }
     std::printf("latency   %.3f ms (median of %d)\n", median, a.repeat);
+    if (profile) profile->print();
     if (j.contains("max_abs_error")) {
       std::printf("max error %.3g (largest expected magnitude %.3g)%s\n",
                   j["max_abs_error"].get<double>(), j["max_abs_expected"].get<double>(),

@@ -67,6 +67,7 @@ struct ModelRunArgs {
   std::vector<std::string> inputs, outputs;  // name=file.npy, or file.npy for the only one
   std::vector<std::string> disable;          // graph passes
   bool reference = false, json = false;
+  bool profile = false;  // --profile: each kernel's time (graph::ModelLibrary::profile)
   int repeat = 1, opt_level = 2;
   int bucket = -1;  // --bucket: a library's shape bucket (-1: by the inputs' shapes, else 0)
   double warmup_ms = 300;  // untimed calls of a compiled model first (--warmup-ms), after one call

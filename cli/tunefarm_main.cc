@@ -462,6 +462,8 @@ int main(int argc, char** argv) {
     }
     if (*run) {
       if (!mra.max_memory.empty()) throw tf::UserError("--max-memory is for --model (a whole model)");
+      if (mra.profile)
+        throw tf::UserError("--profile times the kernels of a whole model: it is for --model");
       if (mra.dims.given())
         throw tf::UserError(
             "--dim and --input-shape are for --model (a workload's sizes are in its spec)");

@@ -104,11 +104,15 @@ class EntryGen {
     }
     cache_ = kept_buffer_slot(m_, "tf_model_workspace_cache");
     free_kept_buffers_at_unload(m_, {cache_}, "tf_model_release_workspace");
+    profiler_tables(buckets);
     std::vector<llvm::Function*> runs;
+    int64_t first_call = 0;
     for (size_t b = 0; b < buckets.size(); ++b) {
       constants_ = bucket_constants[b];
       const std::string name = b == 0 ? "tf_model_run" : "tf_model_run_bucket_" + std::to_string(b);
-      runs.push_back(flushing_denormals(run(buckets[b], name + "_kernels", workspace), name));
+      runs.push_back(
+          flushing_denormals(run(buckets[b], name + "_kernels", workspace, first_call), name));
+      first_call += static_cast<int64_t>(buckets[b].calls.size());
       if (b > 0) runs.back()->setLinkage(llvm::GlobalValue::InternalLinkage);
     }
     bucket_entries(buckets, runs);
@@ -317,6 +321,49 @@ class EntryGen {
     b_.SetInsertPoint(done);
     free_all();
     b_.CreateRet(status);
+  }
+
+  // Per-kernel profiling (docs/models.md, "Profiling"): the kernel calls of every bucket,
+  // numbered in order across the buckets (tf_model_num_calls; tf_model_call_function(i) and
+  // tf_model_call_bucket(i): the called function's name and its bucket, NULL / -1 out of range),
+  // and tf_model_set_profiler(fn, ctx), after which every call i runs between fn(ctx, i, 0) and
+  // fn(ctx, i, 1), on the thread that runs it (NULL fn: none; set it between runs, not during
+  // one). Off, a call costs one test of a register.
+  void profiler_tables(const std::vector<EntrySpec>& buckets) {
+    llvm::PointerType* ptr = b_.getPtrTy();
+    std::vector<llvm::Constant*> names, of_bucket;
+    std::map<std::string, llvm::Constant*> name_strings;  // a function called in several buckets
+    for (size_t bk = 0; bk < buckets.size(); ++bk) {
+      for (const EntryCall& c : buckets[bk].calls) {
+        llvm::Constant*& n = name_strings[c.function];
+        if (!n) n = b_.CreateGlobalString(c.function, "tf_call_name", 0, &m_);
+        names.push_back(n);
+        of_bucket.push_back(b_.getInt32(static_cast<uint32_t>(bk)));
+      }
+    }
+    constant_fn("tf_model_num_calls", b_.getInt32(static_cast<uint32_t>(names.size())));
+    if (!names.empty()) {
+      table_fn("tf_model_call_function", ptr, names, llvm::ConstantPointerNull::get(ptr));
+      table_fn("tf_model_call_bucket", b_.getInt32Ty(), of_bucket,
+               b_.getInt32(static_cast<uint32_t>(-1)));
+    } else {
+      define("tf_model_call_function", ptr, {b_.getInt32Ty()});
+      b_.CreateRet(llvm::ConstantPointerNull::get(ptr));
+      define("tf_model_call_bucket", b_.getInt32Ty(), {b_.getInt32Ty()});
+      b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-1)));
+    }
+    auto slot = [&](const char* name) {
+      return new llvm::GlobalVariable(m_, ptr, false, llvm::GlobalValue::InternalLinkage,
+                                      llvm::ConstantPointerNull::get(ptr), name);
+    };
+    profiler_ = slot("tf_profiler_fn");
+    profiler_ctx_ = slot("tf_profiler_ctx");
+    llvm::Function* set = define("tf_model_set_profiler", b_.getVoidTy(), {ptr, ptr});
+    b_.CreateAlignedStore(set->getArg(1), profiler_ctx_, llvm::Align(8))
+        ->setAtomic(llvm::AtomicOrdering::Monotonic);
+    b_.CreateAlignedStore(set->getArg(0), profiler_, llvm::Align(8))
+        ->setAtomic(llvm::AtomicOrdering::Release);
+    b_.CreateRetVoid();
   }
 
   // The bucket table: tf_model_num_buckets, tf_model_bucket_input_shape and _output_shape, and
@@ -533,9 +580,10 @@ class EntryGen {
 
   // The run of one bucket, `name(inputs, outputs, workspace)`; a workspace it allocates has
   // `workspace_bytes` (the largest bucket's: one cache serves them all).
-  llvm::Function* run(const EntrySpec& s, const std::string& name, int64_t workspace_bytes) {
+  llvm::Function* run(const EntrySpec& s, const std::string& name, int64_t workspace_bytes,
+                      int64_t first_call) {
     llvm::PointerType* ptr = b_.getPtrTy();
-    llvm::Function* slice = image_function(s, name + "_image");
+    llvm::Function* slice = image_function(s, name + "_image", first_call);
     llvm::Function* fn = define(name, b_.getInt32Ty(), {ptr, ptr, ptr});
     llvm::Value *inputs = fn->getArg(0), *outputs = fn->getArg(1), *given = fn->getArg(2);
     llvm::FunctionCallee alloc = m_.getOrInsertFunction(
@@ -734,7 +782,8 @@ class EntryGen {
   // `i32 name(ptr inputs, ptr outputs, ptr workspace, i64 image)`: the conversions, calls and
   // copies of slice `image` of every input and output (the whole tensors where the bucket has
   // one image), on `workspace`: 0; -1 when memory ran out, -2 for an int64 input out of range.
-  llvm::Function* image_function(const EntrySpec& s, const std::string& name) {
+  // Its calls are the library's calls first_call, first_call + 1, ... (profiler_tables).
+  llvm::Function* image_function(const EntrySpec& s, const std::string& name, int64_t first_call) {
     llvm::PointerType* ptr = b_.getPtrTy();
     auto* fn = llvm::Function::Create(
         llvm::FunctionType::get(b_.getInt32Ty(), {ptr, ptr, ptr, b_.getInt64Ty()}, false),
@@ -793,13 +842,36 @@ class EntryGen {
       b_.CreateRet(b_.getInt32(static_cast<uint32_t>(-2)));
       b_.SetInsertPoint(resume);
     }
-    for (const EntryCall& c : s.calls) {
+    // The profiler, read once a run (tf_model_set_profiler).
+    llvm::LoadInst* profiler = b_.CreateAlignedLoad(ptr, profiler_, llvm::Align(8), "profiler");
+    profiler->setAtomic(llvm::AtomicOrdering::Acquire);
+    llvm::LoadInst* profiler_ctx =
+        b_.CreateAlignedLoad(ptr, profiler_ctx_, llvm::Align(8), "profiler_ctx");
+    profiler_ctx->setAtomic(llvm::AtomicOrdering::Monotonic);
+    llvm::Value* profiling = b_.CreateIsNotNull(profiler);
+    llvm::FunctionType* hook_type =
+        llvm::FunctionType::get(b_.getVoidTy(), {ptr, b_.getInt32Ty(), b_.getInt32Ty()}, false);
+    auto tell_profiler = [&](int64_t call, int end) {
+      auto* tell = llvm::BasicBlock::Create(ctx_, end ? "profile_end" : "profile_start", fn);
+      auto* on = llvm::BasicBlock::Create(ctx_, end ? "profiled_end" : "profiled_start", fn);
+      b_.CreateCondBr(profiling, tell, on);
+      b_.SetInsertPoint(tell);
+      b_.CreateCall(hook_type, profiler,
+                    {profiler_ctx, b_.getInt32(static_cast<uint32_t>(call)),
+                     b_.getInt32(static_cast<uint32_t>(end))});
+      b_.CreateBr(on);
+      b_.SetInsertPoint(on);
+    };
+    for (size_t k = 0; k < s.calls.size(); ++k) {
+      const EntryCall& c = s.calls[k];
       std::vector<llvm::Type*> params(c.args.size(), ptr);
       llvm::FunctionCallee kernel = m_.getOrInsertFunction(
           c.function, llvm::FunctionType::get(b_.getInt32Ty(), params, false));
       std::vector<llvm::Value*> args;
       for (const EntryBuffer& a : c.args) args.push_back(buffer(a));
+      tell_profiler(first_call + static_cast<int64_t>(k), 0);
       llvm::Value* status = b_.CreateCall(kernel, args);
+      tell_profiler(first_call + static_cast<int64_t>(k), 1);
       auto* next = llvm::BasicBlock::Create(ctx_, "after_" + c.function, fn);
       b_.CreateCondBr(b_.CreateICmpNE(status, b_.getInt32(0)), failed, next);
       b_.SetInsertPoint(next);
@@ -854,6 +926,7 @@ class EntryGen {
   const Target& target_;
   std::vector<llvm::GlobalVariable*> constants_;  // the bucket being emitted's, by its index
   llvm::GlobalVariable* cache_ = nullptr;
+  llvm::GlobalVariable *profiler_ = nullptr, *profiler_ctx_ = nullptr;  // profiler_tables
   llvm::Function* padded_of_ = nullptr;  // tf_model_padded_bucket_of (bucket_tables)
 };
 

@@ -1,5 +1,8 @@
 #include "graph/model_library.h"
 
+#include <atomic>
+#include <chrono>
+
 #include "base/error.h"
 #include "compiler/model_entry.h"
 #include "graph/element_types.h"
@@ -20,7 +23,55 @@ std::vector<TensorInfo> tensor_infos(const std::vector<ModelTensor>& ts) {
   return out;
 }
 
+// ModelLibrary::profile's tally: each kernel call's nanoseconds and count, added to by the
+// thread that made it, which noted the call's start (kernel calls do not nest).
+struct KernelTally {
+  std::vector<std::atomic<int64_t>> ns, calls;
+  explicit KernelTally(size_t n) : ns(n), calls(n) {}
+};
+
+thread_local int64_t kernel_started_ns = 0;
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void tally_kernel(void* ctx, int32_t call, int32_t end) {
+  if (!end) {
+    kernel_started_ns = steady_ns();
+    return;
+  }
+  auto* t = static_cast<KernelTally*>(ctx);
+  if (call < 0 || static_cast<size_t>(call) >= t->ns.size()) return;
+  t->ns[static_cast<size_t>(call)].fetch_add(steady_ns() - kernel_started_ns,
+                                             std::memory_order_relaxed);
+  t->calls[static_cast<size_t>(call)].fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace
+
+std::vector<KernelTime> ModelLibrary::profile(const std::function<void()>& run) const {
+  const std::vector<ModelCall>& calls = abi_->calls();
+  KernelTally tally(calls.size());
+  try {
+    abi_->set_profiler(&tally_kernel, &tally);
+  } catch (const std::runtime_error& e) {
+    throw UserError(e.what());
+  }
+  struct Off {
+    const ModelAbi& abi;
+    ~Off() { abi.set_profiler(nullptr, nullptr); }
+  } off{*abi_};
+  run();
+  std::vector<KernelTime> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    out.push_back({calls[i].function, calls[i].bucket, tally.calls[i].load(),
+                   static_cast<double>(tally.ns[i].load()) * 1e-9});
+  }
+  return out;
+}
 
 ModelLibrary::ModelLibrary(const std::string& path) : path_(path) {
   try {

@@ -7,6 +7,8 @@
 // model's own description before calling it, and turns a failed call into an error.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +22,16 @@ struct TensorInfo {
   std::string name;
   Shape shape;
   DType dtype = DType::F32;
+};
+
+// One kernel call of a library as ModelLibrary::profile timed it: in all `runs` calls of the
+// model, `calls` of it (0: its bucket did not run) took `seconds` in all, summed over the
+// threads that made them (a bucket whose images run side by side makes them on several).
+struct KernelTime {
+  std::string function;
+  int bucket = 0;
+  int64_t calls = 0;
+  double seconds = 0;
 };
 
 class ModelLibrary {
@@ -75,6 +87,11 @@ class ModelLibrary {
   // run; std::runtime_error with the library's reason when it refuses).
   const std::string& device_kind() const { return abi_->device_kind(); }
   void set_device(int index) const { abi_->set_device(index); }
+
+  // Calls `run` (which runs the model) with the library's per-kernel profiler on, and returns
+  // the time of each of its kernel calls (tf_model_call_function's order: every bucket's in
+  // turn). UserError for a library without the profiler (a GPU one, one compiled before it).
+  std::vector<KernelTime> profile(const std::function<void()>& run) const;
 
  private:
   // Nothing for status 0; else throws what the run's status means: UserError for an int64

@@ -99,6 +99,29 @@ std::vector<ModelTensor> describe(void* h, const std::string& path, const std::s
   return out;
 }
 
+// The library's kernel calls (tf_model_num_calls, tf_model_call_function, tf_model_call_bucket),
+// each named and of one of its `buckets`: ModelLoadError otherwise.
+std::vector<ModelCall> describe_calls(void* h, const std::string& path, size_t buckets) {
+  auto count = entry<int32_t (*)()>(h, path, "tf_model_num_calls");
+  auto function = entry<const char* (*)(int32_t)>(h, path, "tf_model_call_function");
+  auto bucket = entry<int32_t (*)(int32_t)>(h, path, "tf_model_call_bucket");
+  const int32_t n = count();
+  if (n < 0 || n > kModelMaxCalls) {
+    throw ModelLoadError(path + ": declares " + std::to_string(n) + " kernel calls (at most " +
+                         std::to_string(kModelMaxCalls) + ")");
+  }
+  std::vector<ModelCall> out;
+  for (int32_t i = 0; i < n; ++i) {
+    const char* f = function(i);
+    const int32_t b = bucket(i);
+    if (!f || b < 0 || static_cast<size_t>(b) >= buckets)
+      throw ModelLoadError(path + ": kernel call " + std::to_string(i) +
+                           " has no function or bucket");
+    out.push_back({std::string(f, strnlen(f, 256)), b});
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t ModelTensor::elements() const {
@@ -159,6 +182,10 @@ ModelAbi::ModelAbi(const std::string& path) : path_(path) {
       const char* k = kind();
       device_kind_ = k ? std::string(k).substr(0, 16) : "";
     }
+    if (dlsym(handle_, "tf_model_set_profiler") != nullptr)
+      calls_ = describe_calls(handle_, path, buckets_.size());
+    set_profiler_ =
+        reinterpret_cast<void (*)(ModelProfilerFn, void*)>(dlsym(handle_, "tf_model_set_profiler"));
   } catch (...) {
     dlclose(handle_);
     throw;
@@ -226,6 +253,19 @@ int ModelAbi::run_device(const uint64_t* inputs, const uint64_t* outputs, void* 
 std::string ModelAbi::last_error() const {
   const char* e = last_error_ ? last_error_() : nullptr;
   return e ? std::string(e, strnlen(e, 1024)) : "";
+}
+
+void ModelAbi::set_profiler(ModelProfilerFn fn, void* ctx) const {
+  if (!set_profiler_) {
+    throw std::runtime_error(
+        path_ +
+        (device_kind_.empty()
+             ? std::string(": has no per-kernel profiler (compiled before it): compile it again")
+             : ": per-kernel profiles of " + device_kind_ +
+                   " libraries are not implemented (bench/gpu_profile.py profiles them on the "
+                   "GPU)"));
+  }
+  set_profiler_(fn, ctx);
 }
 
 void ModelAbi::set_device(int index) const {

@@ -68,6 +68,20 @@ class ModelLoadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One kernel call of a library (tf_model_call_function, tf_model_call_bucket): the called
+// function's name and the bucket whose run makes it.
+struct ModelCall {
+  std::string function;
+  int bucket = 0;
+};
+
+// The most kernel calls a library may list (every bucket's).
+constexpr int32_t kModelMaxCalls = 1 << 20;
+
+// A library's profiler: fn(ctx, call, 0) before kernel call `call` (an index into
+// ModelAbi::calls()), fn(ctx, call, 1) after it, on the thread that makes the call.
+using ModelProfilerFn = void (*)(void* ctx, int32_t call, int32_t end);
+
 class ModelAbi {
  public:
   explicit ModelAbi(const std::string& path);  // throws ModelLoadError
@@ -108,6 +122,14 @@ class ModelAbi {
   // library.
   int run_device(const uint64_t* inputs, const uint64_t* outputs, void* stream, int b = 0) const;
 
+  // Per-kernel profiling (docs/models.md, "Profiling"): CPU libraries compiled since it
+  // (2026-12-07) have it; GPU libraries do not. calls(): empty without it.
+  bool can_profile() const { return set_profiler_ != nullptr; }
+  const std::vector<ModelCall>& calls() const { return calls_; }
+  // `fn` called around every kernel call from now on (nullptr: none); set it between runs,
+  // not during one. std::runtime_error when !can_profile().
+  void set_profiler(ModelProfilerFn fn, void* ctx) const;
+
   // GPU model libraries (runtime/gpu_model/runtime.c): "cuda" or "rocm"; "" for a CPU one.
   const std::string& device_kind() const { return device_kind_; }
   // What went wrong in the last failed call, as the library says it ("" when it does not).
@@ -127,6 +149,8 @@ class ModelAbi {
   int32_t (*set_device_)(int32_t) = nullptr;
   int32_t (*run_device_)(const uint64_t*, const uint64_t*, void*) = nullptr;
   int32_t (*run_device_bucket_)(int32_t, const uint64_t*, const uint64_t*, void*) = nullptr;
+  void (*set_profiler_)(ModelProfilerFn, void*) = nullptr;
+  std::vector<ModelCall> calls_;
   std::string device_kind_;
   std::vector<ModelTensor> inputs_, outputs_;
   uint64_t workspace_bytes_ = 0;

@@ -226,7 +226,19 @@ TEST_F(GpuModel, CompilesForCudaWithPtxInsideAndALaunchPerKernel) {
   auto ws = reinterpret_cast<uint64_t (*)()>(dlsym(h, "tf_model_workspace_bytes"));
   EXPECT_EQ(ws(), 0u);
   EXPECT_NE(dlsym(h, "tf_model_run_device"), nullptr);
+  EXPECT_EQ(dlsym(h, "tf_model_set_profiler"), nullptr);
   dlclose(h);
+  // Per-kernel profiles are for CPU libraries (bench/gpu_profile.py times GPU kernels).
+  ModelLibrary lib(path("cnn.so"));
+  try {
+    lib.profile([] {});
+    ADD_FAILURE() << "a GPU library was profiled";
+  } catch (const tf::UserError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("per-kernel profiles of cuda libraries are not implemented"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 // Through `tunefarm run --model` (the host entry point): the fake driver runs the emulated
@@ -254,6 +266,56 @@ TEST_F(GpuModel, RunsThroughTheDriverAndMatchesTheReference) {
     for (size_t at = 0; (at = text.find("alloc ", at)) != std::string::npos; ++at) ++allocs;
     EXPECT_EQ(allocs, 4u) << text;
   }
+}
+
+// `run --model --profile` (docs/models.md, "Profiling"): the emulated library (a CPU one) times
+// each kernel, named as its sidecar names it; the GPU library is refused by name before any call.
+TEST_F(GpuModel, ProfileTimesTheEmulatedLibrarysKernelsAndRefusesTheGpuOne) {
+  compile_both(conv_net(), "cnn");
+  tf::CommandResult r = tunefarm("cnn", {"run", "--model", path("cnn.emu.so"), "--profile",
+                                         "--json", "--repeat", "3", "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json out = json::parse(r.output.substr(r.output.find('{')));
+  const json& p = out["profile"];
+  EXPECT_EQ(p["runs"], 3);
+  const json sc = sidecar("cnn.emu.so");
+  ASSERT_EQ(p["kernels"].size(), sc["kernels"].size()) << p.dump(1);
+  std::set<std::string> workloads, seen;
+  for (const json& k : sc["kernels"])
+    if (k.contains("workload")) workloads.insert(k["workload"].get<std::string>());
+  double kinds = 0, kernels = 0;
+  for (const json& k : p["kernels"]) {
+    EXPECT_EQ(k["calls"], 3) << k.dump();
+    EXPECT_FALSE(k["what"].get<std::string>().empty()) << k.dump();
+    EXPECT_EQ(k["function"].get<std::string>().find(k["kind"].get<std::string>()),
+              k["function"].get<std::string>().size() - k["kind"].get<std::string>().size())
+        << k.dump();
+    if (workloads.count(k["what"].get<std::string>())) seen.insert(k["what"].get<std::string>());
+    kernels += k["ms_per_run"].get<double>();
+  }
+  EXPECT_EQ(seen, workloads);
+  for (const json& k : p["kinds"]) kinds += k["ms_per_run"].get<double>();
+  EXPECT_NEAR(kinds, kernels, 1e-9 + 1e-9 * kernels);
+  EXPECT_NEAR(p["kernel_ms_per_run"].get<double>(), kernels, 1e-9 + 1e-9 * kernels);
+  r = tunefarm("cnn", {"run", "--model", path("cnn.emu.so"), "--profile", "--repeat", "2",
+                       "--warmup-ms", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("profile   2 runs with each kernel timed"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\nby kind\n"), std::string::npos) << r.output;
+  fs::remove(path("cnn.log"));
+  r = tunefarm("cnn", {"run", "--model", path("cnn.so"), "--profile", "--warmup-ms", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("per-kernel profiles of cuda libraries are not implemented "
+                          "(bench/gpu_profile.py profiles "
+                          "them on the GPU)"),
+            std::string::npos)
+      << r.output;
+  std::ifstream log(path("cnn.log"));
+  const std::string launched((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_EQ(launched.find("launch "), std::string::npos)
+      << "the GPU library ran before the refusal:\n"
+      << launched;
 }
 
 // An atrous convolution whose taps read padding at most outputs (rate 12 over 20x20) runs as

@@ -2984,6 +2984,12 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
           ASSERT_NEAR(got[out].f[e], w_out[e], 1e-4)
               << lib_path << ", " << threads << " threads, output " << out << " element " << e;
       }
+      // Profiled: each kernel called once an image, on whichever thread runs the image.
+      std::vector<KernelTime> times = lib.profile([&] { lib.run({&x, &k}, got); });
+      ASSERT_EQ(times.size(), (lib_path == so ? one : all).kernels.size());
+      for (const KernelTime& t : times)
+        EXPECT_EQ(t.calls, lib_path == so ? n : 1)
+            << lib_path << ", " << threads << " threads, " << t.function;
       // An int64 input out of range in the third image: that image's conversion fails, the
       // call returns -2 whichever thread ran it, and the error names the element.
       HostTensor bad = k;
@@ -3301,6 +3307,100 @@ TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
                "--dim batch=1,8: several sizes (shape buckets) are for compile --model and tune --model; give one size here");
 }
 
+// Per-kernel profiles (docs/models.md, "Profiling"): the library lists its kernel calls, every
+// bucket's in order, as the sidecar lists its kernels; its profiler is called around each call
+// of the bucket that runs, and not at all once it is off.
+TEST(ModelLibrary, ProfileTimesEveryKernelCallAndIsOffOtherwise) {
+  namespace fs = std::filesystem;
+  ModelBuilder b;
+  b.input("x", {-1, 16});
+  std::vector<float> w(16 * 24);
+  for (size_t k = 0; k < w.size(); ++k) w[k] = std::sin(0.37f * static_cast<float>(k));
+  b.floats_shaped("w", {16, 24}, w);
+  b.node("MatMul", {"x", "w"}, {"m"});
+  b.node("Relu", {"m"}, {"r"});
+  set_int(b.node("Softmax", {"r"}, {"y"}), "axis", -1);
+  b.output("y");
+  const std::string bytes = b.m.SerializeAsString();
+  std::vector<Graph> graphs;
+  for (int64_t n : {1, 3})
+    graphs.push_back(import_onnx_bytes(bytes, "test.onnx", {{{"batch", n}}, {}}));
+  fs::path so = fs::temp_directory_path() / ("tf-profile-test-" + std::to_string(getpid()) + ".so");
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  CompiledModel cm =
+      compile_model({&graphs[0], &graphs[1]}, tf::host_target(), defaults, so.string(), "test");
+  ASSERT_GE(cm.kernels.size(), 4u);  // two kernels or more a bucket
+  HostTensor x = HostTensor::floats({3, 16}, std::vector<float>(48, 0.25f));
+  std::vector<HostTensor> got;
+  {
+    ModelLibrary lib(so.string());
+    std::vector<KernelTime> times = lib.profile([&] {
+      for (int r = 0; r < 3; ++r) lib.run({&x}, got);  // bucket 1
+    });
+    ASSERT_EQ(times.size(), cm.kernels.size());
+    double total = 0;
+    for (size_t i = 0; i < times.size(); ++i) {
+      const ModelKernel& k = cm.kernels[i];
+      EXPECT_EQ(times[i].function, k.same_code_as.empty() ? k.function : k.same_code_as);
+      EXPECT_EQ(times[i].bucket, k.bucket);
+      EXPECT_EQ(times[i].calls, k.bucket == 1 ? 3 : 0) << k.function;
+      if (k.bucket != 1) {
+        EXPECT_EQ(times[i].seconds, 0.0);
+      }
+      total += times[i].seconds;
+    }
+    EXPECT_GT(total, 0.0);
+    // Off after it, also when the run throws.
+    std::vector<KernelTime> again = lib.profile([] {});
+    for (const KernelTime& t : again) EXPECT_EQ(t.calls, 0) << t.function;
+    HostTensor wrong = HostTensor::floats({4, 16}, std::vector<float>(64, 0.25f));
+    expect_error([&] { (void)lib.profile([&] { lib.run({&wrong}, got); }); },
+                 "no shape bucket takes inputs");
+  }
+  // The C ABI: the calls' table, and a profiler set, then taken away.
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto num_calls = reinterpret_cast<int32_t (*)()>(dlsym(h, "tf_model_num_calls"));
+  auto function = reinterpret_cast<const char* (*)(int32_t)>(dlsym(h, "tf_model_call_function"));
+  auto bucket = reinterpret_cast<int32_t (*)(int32_t)>(dlsym(h, "tf_model_call_bucket"));
+  auto set =
+      reinterpret_cast<void (*)(tf::ModelProfilerFn, void*)>(dlsym(h, "tf_model_set_profiler"));
+  auto by_bucket = reinterpret_cast<int32_t (*)(int32_t, const void* const*, void* const*, void*)>(
+      dlsym(h, "tf_model_run_bucket"));
+  ASSERT_TRUE(num_calls && function && bucket && set && by_bucket);
+  const auto n = static_cast<int32_t>(cm.kernels.size());
+  EXPECT_EQ(num_calls(), n);
+  EXPECT_EQ(function(n), nullptr);
+  EXPECT_EQ(function(-1), nullptr);
+  EXPECT_EQ(bucket(n), -1);
+  EXPECT_EQ(bucket(0), 0);
+  EXPECT_EQ(bucket(n - 1), 1);
+  struct Seen {
+    std::vector<std::pair<int32_t, int32_t>> events;
+  } seen;
+  set(
+      [](void* ctx, int32_t call, int32_t end) {
+        static_cast<Seen*>(ctx)->events.push_back({call, end});
+      },
+      &seen);
+  std::vector<float> y(3 * 24);
+  const void* ins[] = {x.f.data()};
+  void* outs[] = {y.data()};
+  ASSERT_EQ(by_bucket(1, ins, outs, nullptr), 0);
+  std::vector<std::pair<int32_t, int32_t>> want;
+  for (int32_t i = 0; i < n; ++i) {
+    if (cm.kernels[static_cast<size_t>(i)].bucket != 1) continue;
+    want.push_back({i, 0});
+    want.push_back({i, 1});
+  }
+  EXPECT_EQ(seen.events, want);
+  set(nullptr, nullptr);
+  ASSERT_EQ(by_bucket(1, ins, outs, nullptr), 0);
+  EXPECT_EQ(seen.events.size(), want.size());
+  dlclose(h);
+  for (const fs::path& p : {so, fs::path(so.string() + ".json")}) fs::remove(p);
+}
+
 // compile --pad-batch: fewer rows of axis 0 than a bucket's run the next larger bucket padded
 // (ModelLibrary::run pads with zero rows and keeps the outputs' first rows), matching the model
 // at their own size; the library says which buckets may (tf_model_bucket_padded: not batch 1's);
@@ -3309,13 +3409,14 @@ TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
 // A library whose buckets may run padded but that cannot say which one (built before
 // tf_model_padded_bucket_of, the one definition of that choice) is refused by name at load: the
 // runtime has no copy of the rule to fall back on. Made here by the C compiler, the ABI's tables
-// by hand.
+// by hand. So are libraries without a per-kernel profiler (built before it: refused by name
+// when profiled) and with a table of kernel calls that is not one (refused at load).
 TEST(ModelLibrary, PaddedBucketsWithoutTheirChoiceAreRefusedAtLoad) {
   namespace fs = std::filesystem;
   if (std::system("cc --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no C compiler (cc)";
   const fs::path dir = fs::temp_directory_path() / ("tf-old-padded-" + std::to_string(getpid()));
   fs::create_directories(dir);
-  auto build = [&](const std::string& name, bool choice) {
+  auto build = [&](const std::string& name, bool choice, const std::string& more = "") {
     std::ofstream(dir / (name + ".c"))
         << R"(#include <stdint.h>
 static const int64_t in[2] = {3, 16}, out[2] = {3, 24};
@@ -3337,7 +3438,8 @@ int32_t tf_model_bucket_padded(int32_t b) { return b == 0; }
 )"
         << (choice ? "int32_t tf_model_padded_bucket_of(const int64_t* const* s, int64_t* r) { *r "
                      "= s[0][0]; return s[0][0] == 2 ? 0 : -1; }\n"
-                   : "");
+                   : "")
+        << more;
     const fs::path so = dir / (name + ".so");
     const std::string cmd =
         "cc -shared -fPIC -o " + so.string() + " " + (dir / (name + ".c")).string();
@@ -3359,6 +3461,39 @@ int32_t tf_model_bucket_padded(int32_t b) { return b == 0; }
   EXPECT_EQ(lib.padded_bucket_of({{1, 16}}), -1);
   EXPECT_EQ(lib.padded_bucket_of({{2, 16, 1}}), -1);        // another rank: not asked
   EXPECT_EQ(lib.padded_bucket_of({{2, 16}, {2, 16}}), -1);  // another count of inputs
+  expect_error([&] { (void)lib.profile([] {}); },
+               now + ": has no per-kernel profiler (compiled before it): compile it again");
+  const std::string profiler =
+      "typedef void (*hook)(void*, int32_t, int32_t);\n"
+      "void tf_model_set_profiler(hook f, void* c) {}\n"
+      "const char* tf_model_call_function(int32_t i) { return i == 0 ? \"tf_k0_MatMul\" : 0; }\n";
+  expect_error(
+      [&] {
+        ModelLibrary l(build("many", true,
+                             profiler + "int32_t tf_model_num_calls(void) { return 1 << 21; }\n"
+                                        "int32_t tf_model_call_bucket(int32_t i) { return 0; }\n"));
+      },
+      ": declares 2097152 kernel calls (at most 1048576)");
+  expect_error(
+      [&] {
+        ModelLibrary l(build("nameless", true,
+                             profiler + "int32_t tf_model_num_calls(void) { return 2; }\n"
+                                        "int32_t tf_model_call_bucket(int32_t i) { return 0; }\n"));
+      },
+      ": kernel call 1 has no function or bucket");
+  expect_error(
+      [&] {
+        ModelLibrary l(build("elsewhere", true,
+                             profiler + "int32_t tf_model_num_calls(void) { return 1; }\n"
+                                        "int32_t tf_model_call_bucket(int32_t i) { return 1; }\n"));
+      },
+      ": kernel call 0 has no function or bucket");
+  expect_error(
+      [&] {
+        ModelLibrary l(
+            build("untabled", true, "void tf_model_set_profiler(void* f, void* c) {}\n"));
+      },
+      ": not a tunefarm model library (no tf_model_num_calls)");
   fs::remove_all(dir);
 }
 
