@@ -12,14 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <regex>
 #include <set>
 
 #include "base/error.h"
 #include "base/file_io.h"
-#include "base/json_limits.h"
-#include "compiler/operators.h"
-#include "compiler/workload.h"
 #include "graph/element_types.h"
 #include "graph/fusion.h"
 #include "graph/image_loop.h"
@@ -618,33 +614,28 @@ namespace {
 
 // `run --model --profile` (docs/models.md, "Profiling"): the kernels of the calls profiled, by
 // their time.
+// A kernel's rate: its workload's arithmetic over its time (0 where either is not known).
+double gflops(const graph::KernelTime& k) {
+  return k.flops > 0 && k.seconds > 0
+             ? 1e-9 * static_cast<double>(k.flops) * static_cast<double>(k.calls) / k.seconds
+             : 0;
+}
+
 struct ModelProfile {
-  struct Kernel {
-    // The kernel's name (the sidecar's: a kernel with another's code calls that one), its kind
-    // (the name less tf_k<n>_ / tf_b<b>_k<n>_) and what it computes (its workload, or nodes).
-    std::string function, kind, what;
-    int bucket = 0;
-    int64_t calls = 0;
-    double seconds = 0;  // in all the profiled runs
-    int64_t flops = 0;   // of one call, where its workload says (0: not known)
-    double gflops() const {
-      return flops > 0 && seconds > 0 ? 1e-9 * static_cast<double>(flops) * calls / seconds : 0;
-    }
-  };
   int runs = 0;
   double wall_s = 0;            // the profiled runs' time, end to end
-  std::vector<Kernel> kernels;  // those that ran, longest first
+  std::vector<graph::KernelTime> kernels;  // those that ran, longest first
   bool sidecar = false;         // `what` from the library's sidecar (workloads, nodes)
 
   double kernel_s() const {
     double t = 0;
-    for (const Kernel& k : kernels) t += k.seconds;
+    for (const graph::KernelTime& k : kernels) t += k.seconds;
     return t;
   }
   // Kinds by their time, longest first: {kind, {kernels, seconds}}.
   std::vector<std::pair<std::string, std::pair<int, double>>> kinds() const {
     std::map<std::string, std::pair<int, double>> by;
-    for (const Kernel& k : kernels) {
+    for (const graph::KernelTime& k : kernels) {
       by[k.kind].first += 1;
       by[k.kind].second += k.seconds;
     }
@@ -657,14 +648,14 @@ struct ModelProfile {
 
   json to_json() const {
     json ks = json::array();
-    for (const Kernel& k : kernels) {
+    for (const graph::KernelTime& k : kernels) {
       ks.push_back({{"function", k.function},
                     {"kind", k.kind},
                     {"bucket", k.bucket},
                     {"calls", k.calls},
                     {"ms_per_run", 1e3 * k.seconds / runs},
                     {"what", k.what}});
-      if (k.gflops() > 0) ks.back()["gflops"] = k.gflops();
+      if (gflops(k) > 0) ks.back()["gflops"] = gflops(k);
     }
     json kd = json::array();
     for (const auto& [kind, v] : kinds())
@@ -690,8 +681,8 @@ struct ModelProfile {
     std::printf("  %9s %6s %7s  %-32s %s\n", "ms/run", "share", "GFLOPS", "kernel",
                 sidecar ? "workload or nodes" : "");
     for (size_t i = 0; i < kernels.size() && i < top; ++i) {
-      const Kernel& k = kernels[i];
-      const std::string gf = k.gflops() > 0 ? str(std::lround(k.gflops())) : "";
+      const graph::KernelTime& k = kernels[i];
+      const std::string gf = gflops(k) > 0 ? str(std::lround(gflops(k))) : "";
       std::printf("  %9.3f %5.1f%% %7s  %-32s %s\n", k.seconds * per,
                   total > 0 ? 100 * k.seconds / total : 0.0, gf.c_str(), k.function.c_str(),
                   k.what.c_str());
@@ -711,95 +702,30 @@ struct ModelProfile {
   }
 };
 
-// "tf_k12_conv2d_nchwc" / "tf_b1_k3_MatMul" -> "conv2d_nchwc" / "MatMul"; others as they are.
-std::string kernel_kind(const std::string& function) {
-  static const std::regex prefix("^tf_(b[0-9]+_)?k[0-9]+_");
-  return std::regex_replace(function, prefix, "", std::regex_constants::format_first_only);
-}
-
-// What the sidecar says of each call: the kernel's name, what it computes (its workload, else
-// its nodes) and the workload's FLOPs (0 when none or not a workload of this tunefarm).
-struct SidecarKernel {
-  std::string function, what;
-  int64_t flops = 0;
-};
-
-// The sidecar's kernels, by call; empty when there is no sidecar or it does not describe these
-// calls (a warning says so).
-std::vector<SidecarKernel> sidecar_kernels(const std::string& path,
-                                           const std::vector<graph::KernelTime>& calls) {
-  if (path.empty() || !std::filesystem::exists(path)) return {};
-  json j;
-  try {
-    j = parse_json_bounded(read_file(path));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr,
-                 "warning: %s: not a model sidecar (%s); kernels are named by function only\n",
-                 path.c_str(), e.what());
-    return {};
-  }
-  const json* ks =
-      j.is_object() && j.contains("kernels") && j["kernels"].is_array() ? &j["kernels"] : nullptr;
-  if (!ks || ks->size() != calls.size()) {
-    std::fprintf(stderr,
-                 "warning: %s does not list the library's %zu kernel calls; kernels are named by "
-                 "function only\n",
-                 path.c_str(), calls.size());
-    return {};
-  }
-  std::vector<SidecarKernel> out;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const json& k = (*ks)[i];
-    auto text = [&](const char* key) {
-      return k.is_object() && k.contains(key) && k[key].is_string() ? k[key].get<std::string>()
-                                                                    : "";
-    };
-    // The call is the kernel's function, or the function of the kernel with its code.
-    if (text("function") != calls[i].function && text("same_code_as") != calls[i].function) {
-      std::fprintf(stderr,
-                   "warning: %s: kernel %zu is not %s; kernels are named by function only\n",
-                   path.c_str(), i, calls[i].function.c_str());
-      return {};
-    }
-    SidecarKernel sk{text("function"), text("workload")};
-    if (!sk.what.empty()) {
-      try {
-        sk.flops = build_op(parse_workload(sk.what)).flops;
-      } catch (const std::exception&) {
-        sk.flops = 0;  // a workload this build does not know: no rate
-      }
-    } else if (k.contains("nodes") && k["nodes"].is_array()) {
-      for (const json& n : k["nodes"])
-        if (n.is_string()) sk.what += (sk.what.empty() ? "" : ", ") + n.get<std::string>();
-    }
-    if (sk.what.size() > 160) sk.what = sk.what.substr(0, 157) + "...";
-    out.push_back(std::move(sk));
-  }
-  return out;
-}
-
 // `runs` more calls of the model (`once`), each kernel timed (graph::ModelLibrary::profile).
-ModelProfile profile_model(const graph::ModelLibrary& lib, const std::string& sidecar, int runs,
+ModelProfile profile_model(const graph::ModelLibrary& lib, int runs,
                            const std::function<void()>& once) {
   ModelProfile p;
   p.runs = runs;
-  std::vector<graph::KernelTime> times = lib.profile([&] {
-    auto start = std::chrono::steady_clock::now();
-    for (int r = 0; r < runs; ++r) once();
-    p.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  });
-  std::vector<SidecarKernel> side = sidecar_kernels(sidecar, times);
-  p.sidecar = !side.empty();
-  for (size_t i = 0; i < times.size(); ++i) {
-    if (times[i].calls == 0) continue;  // another bucket's
-    const std::string name = p.sidecar ? side[i].function : times[i].function;
-    p.kernels.push_back({name, kernel_kind(name), p.sidecar ? side[i].what : "", times[i].bucket,
-                         times[i].calls, times[i].seconds, p.sidecar ? side[i].flops : 0});
+  std::string problem;
+  std::vector<graph::KernelTime> times = lib.profile(
+      [&] {
+        auto start = std::chrono::steady_clock::now();
+        for (int r = 0; r < runs; ++r) once();
+        p.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      },
+      &problem);
+  if (!problem.empty())
+    std::fprintf(stderr, "warning: %s; kernels are named by function only\n", problem.c_str());
+  for (graph::KernelTime& t : times) {
+    if (t.calls == 0) continue;  // another bucket's
+    p.sidecar = p.sidecar || !t.what.empty();
+    if (t.what.size() > 160) t.what = t.what.substr(0, 157) + "...";
+    p.kernels.push_back(std::move(t));
   }
-  std::stable_sort(p.kernels.begin(), p.kernels.end(),
-                   [](const ModelProfile::Kernel& x, const ModelProfile::Kernel& y) {
-                     return x.seconds > y.seconds;
-                   });
+  std::stable_sort(
+      p.kernels.begin(), p.kernels.end(),
+      [](const graph::KernelTime& x, const graph::KernelTime& y) { return x.seconds > y.seconds; });
   return p;
 }
 
@@ -838,7 +764,6 @@ int run_model(const ModelRunArgs& a) {
     throw UserError(str("--dim and --input-shape size an .onnx model's dynamic dimensions; ",
                         a.model, " is a library, compiled for fixed shapes"));
   }
-  std::string lib_path = a.model;  // the library run (its sidecar beside it)
   if (library) {
     lib = std::make_unique<ModelLibrary>(a.model);
     mode = "compiled library";
@@ -872,7 +797,6 @@ int run_model(const ModelRunArgs& a) {
       std::string so = (tmp_dir / "model.so").string();
       compile_to({&*g}, host_target(), a.db, so, a.model, true, budget, false, a.dims);
       lib = std::make_unique<ModelLibrary>(so);
-      lib_path = so;
       mode = "compiled for this machine";
     }
   }
@@ -997,7 +921,7 @@ int run_model(const ModelRunArgs& a) {
   std::sort(ms.begin(), ms.end());
   double median = ms[ms.size() / 2];
   std::optional<ModelProfile> profile;
-  if (a.profile) profile = profile_model(*lib, lib_path + ".json", a.repeat, once);
+  if (a.profile) profile = profile_model(*lib, a.repeat, once);
   for (const std::string& arg : a.outputs) {
     auto [name, file] = named_file(arg, out_names, "--output");
     write_npy(file, outs.at(name));

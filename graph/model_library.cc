@@ -2,9 +2,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
 
 #include "base/error.h"
+#include "base/file_io.h"
+#include "base/json_limits.h"
 #include "compiler/model_entry.h"
+#include "compiler/operators.h"
+#include "compiler/workload.h"
 #include "graph/element_types.h"
 #include "graph/onnx_import.h"
 
@@ -50,9 +57,59 @@ void tally_kernel(void* ctx, int32_t call, int32_t end) {
   t->calls[static_cast<size_t>(call)].fetch_add(1, std::memory_order_relaxed);
 }
 
+// "tf_k12_conv2d_nchwc" / "tf_b1_k3_MatMul" -> "conv2d_nchwc" / "MatMul"; others as they are.
+std::string kernel_kind(const std::string& function) {
+  static const std::regex prefix("^tf_(b[0-9]+_)?k[0-9]+_");
+  return std::regex_replace(function, prefix, "", std::regex_constants::format_first_only);
+}
+
+// Fills `calls`' names, workloads (or nodes) and FLOPs from the sidecar at `path` (its
+// "kernels", one per call in order); "" when it did, else why not (nothing is changed).
+std::string describe_from_sidecar(const std::string& path, std::vector<KernelTime>& calls) {
+  using nlohmann::json;
+  json j;
+  try {
+    j = parse_json_bounded(read_file(path));
+  } catch (const std::exception& e) {
+    return str(path, " is not a model sidecar (", e.what(), ")");
+  }
+  const json* ks =
+      j.is_object() && j.contains("kernels") && j["kernels"].is_array() ? &j["kernels"] : nullptr;
+  if (!ks || ks->size() != calls.size())
+    return str(path, " does not list the library's ", calls.size(), " kernel calls");
+  std::vector<KernelTime> out = calls;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& k = (*ks)[i];
+    auto text = [&](const char* key) {
+      return k.is_object() && k.contains(key) && k[key].is_string() ? k[key].get<std::string>()
+                                                                    : "";
+    };
+    // The call is the kernel's function, or the function of the kernel with its code.
+    if (text("function") != calls[i].function && text("same_code_as") != calls[i].function)
+      return str(path, ": kernel ", i, " is not ", calls[i].function);
+    KernelTime& t = out[i];
+    t.function = text("function");
+    t.kind = kernel_kind(t.function);
+    t.what = text("workload");
+    if (!t.what.empty()) {
+      try {
+        t.flops = build_op(parse_workload(t.what)).flops;
+      } catch (const std::exception&) {
+        t.flops = 0;  // a workload this build does not know: no rate
+      }
+    } else if (k.contains("nodes") && k["nodes"].is_array()) {
+      for (const json& n : k["nodes"])
+        if (n.is_string()) t.what += (t.what.empty() ? "" : ", ") + n.get<std::string>();
+    }
+  }
+  calls = std::move(out);
+  return "";
+}
+
 }  // namespace
 
-std::vector<KernelTime> ModelLibrary::profile(const std::function<void()>& run) const {
+std::vector<KernelTime> ModelLibrary::profile(const std::function<void()>& run,
+                                              std::string* sidecar_problem) const {
   const std::vector<ModelCall>& calls = abi_->calls();
   KernelTally tally(calls.size());
   try {
@@ -67,9 +124,13 @@ std::vector<KernelTime> ModelLibrary::profile(const std::function<void()>& run) 
   run();
   std::vector<KernelTime> out;
   for (size_t i = 0; i < calls.size(); ++i) {
-    out.push_back({calls[i].function, calls[i].bucket, tally.calls[i].load(),
-                   static_cast<double>(tally.ns[i].load()) * 1e-9});
+    out.push_back({calls[i].function, kernel_kind(calls[i].function), "", 0, calls[i].bucket,
+                   tally.calls[i].load(), static_cast<double>(tally.ns[i].load()) * 1e-9});
   }
+  const std::string sidecar = path_ + ".json";
+  std::string problem;
+  if (std::filesystem::exists(sidecar)) problem = describe_from_sidecar(sidecar, out);
+  if (sidecar_problem) *sidecar_problem = problem;
   return out;
 }
 

@@ -24,11 +24,17 @@ struct TensorInfo {
   DType dtype = DType::F32;
 };
 
-// One kernel call of a library as ModelLibrary::profile timed it: in all `runs` calls of the
-// model, `calls` of it (0: its bucket did not run) took `seconds` in all, summed over the
+// One kernel call of a library as ModelLibrary::profile timed it: in all the model's calls it
+// profiled, `calls` of it (0: its bucket did not run) took `seconds` in all, summed over the
 // threads that made them (a bucket whose images run side by side makes them on several).
+// Where the library's sidecar (<library>.json) describes its calls: `function` is the kernel's
+// own name (a kernel built to another's code calls that one), `what` its workload or else the
+// nodes it computes, and `flops` the workload's arithmetic a call (0: none, or not known).
+// Without it, `function` is the function called and the rest empty.
 struct KernelTime {
-  std::string function;
+  std::string function, kind;  // kind: the name less tf_k<n>_ / tf_b<b>_k<n>_ ("conv2d_nchwc")
+  std::string what;
+  int64_t flops = 0;
   int bucket = 0;
   int64_t calls = 0;
   double seconds = 0;
@@ -90,8 +96,11 @@ class ModelLibrary {
 
   // Calls `run` (which runs the model) with the library's per-kernel profiler on, and returns
   // the time of each of its kernel calls (tf_model_call_function's order: every bucket's in
-  // turn). UserError for a library without the profiler (a GPU one, one compiled before it).
-  std::vector<KernelTime> profile(const std::function<void()>& run) const;
+  // turn), described by the sidecar where it can be (`sidecar_problem`, when given: why a
+  // sidecar beside the library could not, else ""). UserError for a library without the
+  // profiler (a GPU one, one compiled before it).
+  std::vector<KernelTime> profile(const std::function<void()>& run,
+                                  std::string* sidecar_problem = nullptr) const;
 
  private:
   // Nothing for status 0; else throws what the run's status means: UserError for an int64

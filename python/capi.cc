@@ -12,6 +12,7 @@
 // the thread's next call. Handles are freed by their close function.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -180,6 +181,58 @@ TFPY_EXPORT int tfpy_model_time_calls(void* handle, const void* const* inputs, v
       m.lib->run_raw(in, out, nullptr, bucket);
       seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     }
+  });
+}
+
+// `calls` calls of bucket `bucket` after `warmup` untimed ones, each kernel timed
+// (graph::ModelLibrary::profile). The result is JSON: runs, seconds (the calls' own, end to
+// end), sidecar_problem, and kernels: each kernel call that ran (function, kind, what, flops,
+// bucket, calls, seconds over all runs), the longest first.
+TFPY_EXPORT int tfpy_model_profile(void* handle, const void* const* inputs, void* const* outputs,
+                                   int calls, int warmup, int threads, int bucket) {
+  return guarded([&] {
+    const Model& m = *static_cast<Model*>(handle);
+    if (bucket < 0 || bucket >= m.lib->num_buckets())
+      throw UserError(
+          str(m.path, ": no shape bucket ", bucket, " (it has ", m.lib->num_buckets(), ")"));
+    if (calls < 1 || warmup < 0)
+      throw UserError(
+          str("calls must be at least 1 (", calls, ") and warmup 0 or more (", warmup, ")"));
+    std::vector<const void*> in(inputs, inputs + m.lib->inputs().size());
+    std::vector<void*> out(outputs, outputs + m.lib->outputs().size());
+    if (threads > 0) omp_set_num_threads(threads);
+    (void)m.lib->profile([] {});  // refused before any call
+    for (int k = 0; k < warmup; ++k) m.lib->run_raw(in, out, nullptr, bucket);
+    double seconds = 0;
+    std::string problem;
+    std::vector<graph::KernelTime> times = m.lib->profile(
+        [&] {
+          auto t = std::chrono::steady_clock::now();
+          for (int k = 0; k < calls; ++k) m.lib->run_raw(in, out, nullptr, bucket);
+          seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+        },
+        &problem);
+    std::stable_sort(times.begin(), times.end(),
+                     [](const graph::KernelTime& x, const graph::KernelTime& y) {
+                       return x.seconds > y.seconds;
+                     });
+    nlohmann::json ks = nlohmann::json::array();
+    for (const graph::KernelTime& t : times) {
+      if (t.calls == 0) continue;  // another bucket's
+      ks.push_back({{"function", t.function},
+                    {"kind", t.kind},
+                    {"what", t.what},
+                    {"flops", t.flops},
+                    {"bucket", t.bucket},
+                    {"calls", t.calls},
+                    {"seconds", t.seconds}});
+    }
+    last_result = nlohmann::json{
+        {"runs", calls},
+        {"seconds", seconds},
+        {"sidecar_problem", problem},
+        {"kernels",
+         ks}}.dump();
   });
 }
 

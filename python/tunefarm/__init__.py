@@ -94,6 +94,14 @@ class CompiledModel:
         process), after `warmup` untimed calls."""
         return self._model.time_calls(list(inputs), int(calls), int(warmup), int(threads))
 
+    def profile(self, inputs, calls=10, warmup=10, threads=0):
+        """Each kernel's time over `calls` calls (after `warmup` untimed ones), as `tunefarm run
+        --model --profile` prints it (docs/models.md, "Profiling"): {"runs", "seconds" (the
+        calls', end to end), "kernels": [{"function", "kind", "what" (its workload or nodes),
+        "flops" (a call; 0: not known), "bucket", "calls", "seconds" (in all)}, ...], longest
+        first}. CPU libraries only."""
+        return self._model.profile(list(inputs), int(calls), int(warmup), int(threads))
+
 
 def load(path):
     """A compiled model library (`tunefarm compile --model` or `compile_model`)."""

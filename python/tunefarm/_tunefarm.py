@@ -38,6 +38,7 @@ def _load():
         "tfpy_model_set_device": ([p, i], i),
         "tfpy_model_padded_bucket": ([p, c, ctypes.POINTER(i)], i),
         "tfpy_model_time_calls": ([p, pp, pp, i, i, i, i, ctypes.POINTER(ctypes.c_double)], i),
+        "tfpy_model_profile": ([p, pp, pp, i, i, i, i], i),
         "tfpy_compile_model": ([c, c, c, c, i, ctypes.c_int64, c, c], i),
         "tfpy_kernel_open": ([c, c, c, c, c, pp], i), "tfpy_kernel_close": ([p], None),
         "tfpy_kernel_call": ([p, pp, i], i),
@@ -277,6 +278,20 @@ class Model:
                                           self._out_t(*[a.ctypes.data for a in outs]), int(calls), int(warmup),
                                           int(threads), int(self._bucket), seconds))
         return list(seconds)
+
+    def profile(self, inputs, calls=10, warmup=10, threads=0):
+        """`calls` calls on `inputs` with each kernel timed, after `warmup` untimed ones: a dict of
+        runs, seconds (the calls' own) and kernels, each kernel call that ran (function, kind,
+        what: its workload or nodes, flops a call, bucket, calls, seconds over all runs), the
+        longest first."""
+        if calls < 1 or warmup < 0:
+            raise ValueError("calls must be at least 1 (%d) and warmup 0 or more (%d)" % (calls, warmup))
+        keep = self._inputs(inputs)
+        outs = [s.new() for s in self._specs(self._bucket)[1]]
+        _check(_lib.tfpy_model_profile(self._h, self._in_t(*[a.ctypes.data for a in keep]),
+                                       self._out_t(*[a.ctypes.data for a in outs]), int(calls), int(warmup),
+                                       int(threads), int(self._bucket)))
+        return _result()
 
 
 class Kernel:

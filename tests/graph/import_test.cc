@@ -3341,7 +3341,11 @@ TEST(ModelLibrary, ProfileTimesEveryKernelCallAndIsOffOtherwise) {
     double total = 0;
     for (size_t i = 0; i < times.size(); ++i) {
       const ModelKernel& k = cm.kernels[i];
-      EXPECT_EQ(times[i].function, k.same_code_as.empty() ? k.function : k.same_code_as);
+      EXPECT_EQ(times[i].function, k.function);  // as the sidecar names it
+      std::string nodes;
+      for (const std::string& node : k.nodes) nodes += (nodes.empty() ? "" : ", ") + node;
+      EXPECT_EQ(times[i].what, k.workload.empty() ? nodes : k.workload);
+      EXPECT_EQ(times[i].flops > 0, !k.workload.empty()) << k.function;
       EXPECT_EQ(times[i].bucket, k.bucket);
       EXPECT_EQ(times[i].calls, k.bucket == 1 ? 3 : 0) << k.function;
       if (k.bucket != 1) {
@@ -3353,6 +3357,20 @@ TEST(ModelLibrary, ProfileTimesEveryKernelCallAndIsOffOtherwise) {
     // Off after it, also when the run throws.
     std::vector<KernelTime> again = lib.profile([] {});
     for (const KernelTime& t : again) EXPECT_EQ(t.calls, 0) << t.function;
+    // Without a sidecar that describes the calls: the functions called, and why not.
+    std::ofstream(so.string() + ".json") << "{\"kernels\": []}";
+    std::string problem;
+    again = lib.profile([] {}, &problem);
+    EXPECT_EQ(problem, so.string() + ".json does not list the library's " +
+                           std::to_string(cm.kernels.size()) + " kernel calls");
+    for (size_t i = 0; i < again.size(); ++i) {
+      const ModelKernel& k = cm.kernels[i];
+      EXPECT_EQ(again[i].function, k.same_code_as.empty() ? k.function : k.same_code_as);
+      EXPECT_EQ(again[i].what, "");
+    }
+    fs::remove(so.string() + ".json");
+    (void)lib.profile([] {}, &problem);
+    EXPECT_EQ(problem, "");
     HostTensor wrong = HostTensor::floats({4, 16}, std::vector<float>(64, 0.25f));
     expect_error([&] { (void)lib.profile([&] { lib.run({&wrong}, got); }); },
                  "no shape bucket takes inputs");

@@ -144,6 +144,19 @@ class NumpyAndLibraries(unittest.TestCase):
         wide = np.zeros((1, 128), np.float32)
         wide[:, ::2] = x
         np.testing.assert_allclose(cm(wide[:, ::2]), want, rtol=1e-4, atol=1e-5)
+        # Each kernel's time, named by the sidecar (docs/models.md, "Profiling").
+        with open(cm.path + ".json") as f:
+            sidecar = json.load(f)
+        p = cm.profile([x], calls=4, warmup=1)
+        self.assertEqual(p["runs"], 4)
+        self.assertEqual(p["sidecar_problem"], "")
+        self.assertEqual(sorted(k["function"] for k in p["kernels"]), sorted(k["function"] for k in sidecar["kernels"]))
+        self.assertEqual([k["calls"] for k in p["kernels"]], [4] * len(sidecar["kernels"]))
+        self.assertEqual([k["seconds"] for k in p["kernels"]], sorted((k["seconds"] for k in p["kernels"]), reverse=True))
+        workloads = {k["function"]: k.get("workload", ", ".join(k["nodes"])) for k in sidecar["kernels"]}
+        for k in p["kernels"]:
+            self.assertEqual(k["what"], workloads[k["function"]])
+            self.assertEqual(k["flops"] > 0, k["what"].startswith("matmul("), k)
 
     def test_dynamic_dimensions_are_sized_by_dims_or_input_shapes(self):
         # An export with a dynamic batch axis, as most exported models have one.
@@ -461,6 +474,8 @@ class Errors(unittest.TestCase):
         strided = np.zeros((1, 20), np.float32)[:, ::2]
         self.assertRaisesWith(ValueError, "C-contiguous", self.cm.run, [x], [strided])
 
+        self.assertRaisesWith(ValueError, "calls must be at least 1 (0) and warmup 0 or more (10)", self.cm.profile,
+                              [np.zeros((1, 64), np.float32)], 0)
     def test_bad_files_and_arguments(self):
         self.assertRaisesWith(ValueError, "no such model library", tunefarm.load, os.path.join(TMP, "missing.so"))
         not_a_model = os.path.join(TMP, "kernel.so")
@@ -487,6 +502,8 @@ class Errors(unittest.TestCase):
         gpu = tunefarm.load(tunefarm.compile_model(onnx, target="cuda -arch=sm_90"))
         self.assertEqual([tuple(i["shape"]) for i in gpu.inputs], [(1, 64)])
         self.assertEqual(gpu._model.device_kind, "cuda")
+        self.assertRaisesWith(ValueError, "per-kernel profiles of cuda libraries are not implemented", gpu.profile,
+                              [np.zeros((1, 64), np.float32)])
         if ctypes.util.find_library("cuda") is None:
             self.assertRaisesWith(RuntimeError, "the driver's library (libcuda.so.1) did not load", gpu,
                                   np.zeros((1, 64), np.float32))
