@@ -3188,6 +3188,17 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
   EXPECT_FALSE(pays_per_image(mlp));
 }
 
+// Input x [batch, 16] (batch a named dynamic dimension) times constant weights [16, 24], then a
+// Relu into `relu`: the start of the shape-bucket tests' models.
+void add_batch_matmul_relu(ModelBuilder& b, const std::string& relu) {
+  b.input("x", {-1, 16});
+  std::vector<float> w(16 * 24);
+  for (size_t k = 0; k < w.size(); ++k) w[k] = std::sin(0.37f * static_cast<float>(k));
+  b.floats_shaped("w", {16, 24}, w);
+  b.node("MatMul", {"x", "w"}, {"m"});
+  b.node("Relu", {"m"}, {relu});
+}
+
 // Shape buckets (--dim batch=1,3,8): one library computes the model at every listed size, each
 // bucket with kernels of its own and the weights embedded once; tf_model_run is bucket 0's,
 // tf_model_run_shaped and ModelLibrary::run take the bucket of the inputs' shapes and refuse
@@ -3196,12 +3207,7 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
 TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
   namespace fs = std::filesystem;
   ModelBuilder b;
-  b.input("x", {-1, 16});
-  std::vector<float> w(16 * 24);
-  for (size_t k = 0; k < w.size(); ++k) w[k] = std::sin(0.37f * static_cast<float>(k));
-  b.floats_shaped("w", {16, 24}, w);
-  b.node("MatMul", {"x", "w"}, {"m"});
-  b.node("Relu", {"m"}, {"y"});
+  add_batch_matmul_relu(b, "y");
   b.output("y");
   const std::string bytes = b.m.SerializeAsString();
   const std::vector<int64_t> sizes = {1, 3, 8};
@@ -3313,12 +3319,7 @@ TEST(ModelLibrary, ShapeBucketsRunTheBucketOfTheInputsShapes) {
 TEST(ModelLibrary, ProfileTimesEveryKernelCallAndIsOffOtherwise) {
   namespace fs = std::filesystem;
   ModelBuilder b;
-  b.input("x", {-1, 16});
-  std::vector<float> w(16 * 24);
-  for (size_t k = 0; k < w.size(); ++k) w[k] = std::sin(0.37f * static_cast<float>(k));
-  b.floats_shaped("w", {16, 24}, w);
-  b.node("MatMul", {"x", "w"}, {"m"});
-  b.node("Relu", {"m"}, {"r"});
+  add_batch_matmul_relu(b, "r");
   set_int(b.node("Softmax", {"r"}, {"y"}), "axis", -1);
   b.output("y");
   const std::string bytes = b.m.SerializeAsString();
