@@ -67,6 +67,12 @@ std::string kernel_kind(const std::string& function) {
 // "kernels", one per call in order); "" when it did, else why not (nothing is changed).
 std::string describe_from_sidecar(const std::string& path, std::vector<KernelTime>& calls) {
   using nlohmann::json;
+  // A 64-bucket library of 2,000 kernels a bucket has a sidecar of about 40 MB.
+  constexpr uintmax_t kMaxSidecarBytes = uintmax_t{256} << 20;
+  std::error_code ec;
+  if (const uintmax_t bytes = std::filesystem::file_size(path, ec); !ec && bytes > kMaxSidecarBytes)
+    return str(path, " is ", bytes, " bytes, over the ", kMaxSidecarBytes >> 20,
+               " MiB a sidecar may have");
   json j;
   try {
     j = parse_json_bounded(read_file(path));

@@ -3369,6 +3369,10 @@ TEST(ModelLibrary, ProfileTimesEveryKernelCallAndIsOffOtherwise) {
       EXPECT_EQ(again[i].function, k.same_code_as.empty() ? k.function : k.same_code_as);
       EXPECT_EQ(again[i].what, "");
     }
+    fs::resize_file(so.string() + ".json", (uintmax_t{256} << 20) + 1);  // sparse
+    (void)lib.profile([] {}, &problem);
+    EXPECT_EQ(problem,
+              so.string() + ".json is 268435457 bytes, over the 256 MiB a sidecar may have");
     fs::remove(so.string() + ".json");
     (void)lib.profile([] {}, &problem);
     EXPECT_EQ(problem, "");
