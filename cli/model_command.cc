@@ -426,11 +426,9 @@ void add_model_run_options(CLI::App* run, ModelRunArgs& a) {
   add_precision_option(run, a.precision);
   add_dim_options(run, a.dims);
   run->add_flag("--profile", a.profile,
-                "--model on a CPU: after the timed calls, as many again with each kernel timed: a "
-                "table of the kernels "
-                "by their time (with the sidecar's workloads and nodes), and their time by kind "
-                "(docs/models.md, "
-                "\"Profiling\")");
+                "--model on a CPU: after the timed calls, as many again with each kernel timed: "
+                "the kernels by their time (GFLOPS, the sidecar's workloads or nodes), then the "
+                "time by kind (docs/models.md, \"Profiling\")");
   run->add_flag("--tensor-cores", a.tensor_cores,
                 "with --reference and --precision tf32/fp16/bf16: evaluate every MatMul and Gemm as a cuda target's "
                 "tensor cores compute it (what `compile --model -t cuda... --precision` builds): their accuracy "
