@@ -619,11 +619,10 @@ double gflops(const graph::KernelTime& k) {
              : 0;
 }
 
-struct ModelProfile {
+struct ProfileReport {
   int runs = 0;
-  double wall_s = 0;            // the profiled runs' time, end to end
+  double wall_s = 0;                       // the profiled runs' time, end to end
   std::vector<graph::KernelTime> kernels;  // those that ran, longest first
-  bool sidecar = false;         // `what` from the library's sidecar (workloads, nodes)
 
   double kernel_s() const {
     double t = 0;
@@ -676,8 +675,10 @@ struct ModelProfile {
       std::printf(", %.3f ms outside them (conversions, copies, the calls)\n",
                   (wall_s - total) * per);
     }
+    const bool described = std::any_of(kernels.begin(), kernels.end(),
+                                       [](const graph::KernelTime& k) { return !k.what.empty(); });
     std::printf("  %9s %6s %7s  %-32s %s\n", "ms/run", "share", "GFLOPS", "kernel",
-                sidecar ? "workload or nodes" : "");
+                described ? "workload or nodes" : "");
     for (size_t i = 0; i < kernels.size() && i < top; ++i) {
       const graph::KernelTime& k = kernels[i];
       const std::string gf = gflops(k) > 0 ? str(std::lround(gflops(k))) : "";
@@ -701,30 +702,19 @@ struct ModelProfile {
 };
 
 // `runs` more calls of the model (`once`), each kernel timed (graph::ModelLibrary::profile).
-ModelProfile profile_model(const graph::ModelLibrary& lib, int runs,
-                           const std::function<void()>& once) {
-  ModelProfile p;
-  p.runs = runs;
-  std::string problem;
-  std::vector<graph::KernelTime> times = lib.profile(
-      [&] {
-        auto start = std::chrono::steady_clock::now();
-        for (int r = 0; r < runs; ++r) once();
-        p.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      },
-      &problem);
-  if (!problem.empty())
-    std::fprintf(stderr, "warning: %s; kernels are named by function only\n", problem.c_str());
-  for (graph::KernelTime& t : times) {
-    if (t.calls == 0) continue;  // another bucket's
-    p.sidecar = p.sidecar || !t.what.empty();
-    if (t.what.size() > 160) t.what = t.what.substr(0, 157) + "...";
-    p.kernels.push_back(std::move(t));
+ProfileReport profile_model(const graph::ModelLibrary& lib, int runs,
+                            const std::function<void()>& once) {
+  graph::ModelProfile p = lib.profile([&] {
+    for (int r = 0; r < runs; ++r) once();
+  });
+  if (!p.sidecar_problem.empty()) {
+    std::fprintf(stderr, "warning: %s; kernels are named by function only\n",
+                 p.sidecar_problem.c_str());
   }
-  std::stable_sort(
-      p.kernels.begin(), p.kernels.end(),
-      [](const graph::KernelTime& x, const graph::KernelTime& y) { return x.seconds > y.seconds; });
-  return p;
+  ProfileReport r{runs, p.seconds, p.ran_longest_first()};
+  for (graph::KernelTime& k : r.kernels)
+    if (k.what.size() > 160) k.what = k.what.substr(0, 157) + "...";
+  return r;
 }
 
 }  // namespace
@@ -804,7 +794,7 @@ int run_model(const ModelRunArgs& a) {
     throw UserError(str("--bucket ", a.bucket, ": ", a.model, " has ", lib->num_buckets(), " shape bucket",
                         lib->num_buckets() == 1 ? " (0)" : str("s (0 to ", lib->num_buckets() - 1, ")")));
   }
-  if (lib && a.profile) (void)lib->profile([] {});  // refused before the timed calls
+  if (lib && a.profile) lib->check_profiler();  // refused before the timed calls
   if (lib) {
     in_info = lib->inputs();
     out_info = lib->outputs();
@@ -918,7 +908,7 @@ int run_model(const ModelRunArgs& a) {
   }
   std::sort(ms.begin(), ms.end());
   double median = ms[ms.size() / 2];
-  std::optional<ModelProfile> profile;
+  std::optional<ProfileReport> profile;
   if (a.profile) profile = profile_model(*lib, a.repeat, once);
   for (const std::string& arg : a.outputs) {
     auto [name, file] = named_file(arg, out_names, "--output");

@@ -1,5 +1,6 @@
 #include "graph/model_library.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -114,30 +115,39 @@ std::string describe_from_sidecar(const std::string& path, std::vector<KernelTim
 
 }  // namespace
 
-std::vector<KernelTime> ModelLibrary::profile(const std::function<void()>& run,
-                                              std::string* sidecar_problem) const {
+std::vector<KernelTime> ModelProfile::ran_longest_first() const {
+  std::vector<KernelTime> out;
+  for (const KernelTime& t : calls)
+    if (t.calls > 0) out.push_back(t);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const KernelTime& x, const KernelTime& y) { return x.seconds > y.seconds; });
+  return out;
+}
+
+void ModelLibrary::check_profiler() const {
+  if (std::string why = abi_->why_no_profiler(); !why.empty()) throw UserError(why);
+}
+
+ModelProfile ModelLibrary::profile(const std::function<void()>& run) const {
+  check_profiler();
   const std::vector<ModelCall>& calls = abi_->calls();
   KernelTally tally(calls.size());
-  try {
-    abi_->set_profiler(&tally_kernel, &tally);
-  } catch (const std::runtime_error& e) {
-    throw UserError(e.what());
-  }
+  abi_->set_profiler(&tally_kernel, &tally);
   struct Off {
     const ModelAbi& abi;
     ~Off() { abi.set_profiler(nullptr, nullptr); }
   } off{*abi_};
+  ModelProfile p;
+  const auto start = std::chrono::steady_clock::now();
   run();
-  std::vector<KernelTime> out;
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (size_t i = 0; i < calls.size(); ++i) {
-    out.push_back({calls[i].function, kernel_kind(calls[i].function), "", 0, calls[i].bucket,
-                   tally.calls[i].load(), static_cast<double>(tally.ns[i].load()) * 1e-9});
+    p.calls.push_back({calls[i].function, kernel_kind(calls[i].function), "", 0, calls[i].bucket,
+                       tally.calls[i].load(), static_cast<double>(tally.ns[i].load()) * 1e-9});
   }
   const std::string sidecar = path_ + ".json";
-  std::string problem;
-  if (std::filesystem::exists(sidecar)) problem = describe_from_sidecar(sidecar, out);
-  if (sidecar_problem) *sidecar_problem = problem;
-  return out;
+  if (std::filesystem::exists(sidecar)) p.sidecar_problem = describe_from_sidecar(sidecar, p.calls);
+  return p;
 }
 
 ModelLibrary::ModelLibrary(const std::string& path) : path_(path) {

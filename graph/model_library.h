@@ -40,6 +40,17 @@ struct KernelTime {
   double seconds = 0;
 };
 
+// What ModelLibrary::profile measured.
+struct ModelProfile {
+  double seconds = 0;             // the profiled `run`'s own time, end to end
+  std::vector<KernelTime> calls;  // every kernel call, in tf_model_call_function's order
+  // Why a sidecar beside the library could not describe the calls ("" when it did, or there is
+  // none).
+  std::string sidecar_problem;
+  // The calls that ran (a bucket that did not run made none), the longest first.
+  std::vector<KernelTime> ran_longest_first() const;
+};
+
 class ModelLibrary {
  public:
   explicit ModelLibrary(const std::string& path);  // throws UserError
@@ -94,13 +105,13 @@ class ModelLibrary {
   const std::string& device_kind() const { return abi_->device_kind(); }
   void set_device(int index) const { abi_->set_device(index); }
 
+  // Nothing for a library with a per-kernel profiler; UserError naming why for one without
+  // (a GPU one, one compiled before it).
+  void check_profiler() const;
   // Calls `run` (which runs the model) with the library's per-kernel profiler on, and returns
-  // the time of each of its kernel calls (tf_model_call_function's order: every bucket's in
-  // turn), described by the sidecar where it can be (`sidecar_problem`, when given: why a
-  // sidecar beside the library could not, else ""). UserError for a library without the
-  // profiler (a GPU one, one compiled before it).
-  std::vector<KernelTime> profile(const std::function<void()>& run,
-                                  std::string* sidecar_problem = nullptr) const;
+  // the time of each of its kernel calls (every bucket's in turn), described by the sidecar
+  // where it can be. UserError as check_profiler says.
+  ModelProfile profile(const std::function<void()>& run) const;
 
  private:
   // Nothing for status 0; else throws what the run's status means: UserError for an int64

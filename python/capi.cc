@@ -12,7 +12,6 @@
 // the thread's next call. Handles are freed by their close function.
 #include <omp.h>
 
-#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -201,24 +200,13 @@ TFPY_EXPORT int tfpy_model_profile(void* handle, const void* const* inputs, void
     std::vector<const void*> in(inputs, inputs + m.lib->inputs().size());
     std::vector<void*> out(outputs, outputs + m.lib->outputs().size());
     if (threads > 0) omp_set_num_threads(threads);
-    (void)m.lib->profile([] {});  // refused before any call
+    m.lib->check_profiler();  // refused before any call
     for (int k = 0; k < warmup; ++k) m.lib->run_raw(in, out, nullptr, bucket);
-    double seconds = 0;
-    std::string problem;
-    std::vector<graph::KernelTime> times = m.lib->profile(
-        [&] {
-          auto t = std::chrono::steady_clock::now();
-          for (int k = 0; k < calls; ++k) m.lib->run_raw(in, out, nullptr, bucket);
-          seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-        },
-        &problem);
-    std::stable_sort(times.begin(), times.end(),
-                     [](const graph::KernelTime& x, const graph::KernelTime& y) {
-                       return x.seconds > y.seconds;
-                     });
+    graph::ModelProfile p = m.lib->profile([&] {
+      for (int k = 0; k < calls; ++k) m.lib->run_raw(in, out, nullptr, bucket);
+    });
     nlohmann::json ks = nlohmann::json::array();
-    for (const graph::KernelTime& t : times) {
-      if (t.calls == 0) continue;  // another bucket's
+    for (const graph::KernelTime& t : p.ran_longest_first()) {
       ks.push_back({{"function", t.function},
                     {"kind", t.kind},
                     {"what", t.what},
@@ -229,8 +217,8 @@ TFPY_EXPORT int tfpy_model_profile(void* handle, const void* const* inputs, void
     }
     last_result = nlohmann::json{
         {"runs", calls},
-        {"seconds", seconds},
-        {"sidecar_problem", problem},
+        {"seconds", p.seconds},
+        {"sidecar_problem", p.sidecar_problem},
         {"kernels",
          ks}}.dump();
   });

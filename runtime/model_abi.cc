@@ -255,16 +255,18 @@ std::string ModelAbi::last_error() const {
   return e ? std::string(e, strnlen(e, 1024)) : "";
 }
 
+std::string ModelAbi::why_no_profiler() const {
+  if (set_profiler_) return "";
+  return path_ +
+         (device_kind_.empty()
+              ? std::string(": has no per-kernel profiler (compiled before it): compile it again")
+              : ": per-kernel profiles of " + device_kind_ +
+                    " libraries are not implemented (bench/gpu_profile.py profiles them on the "
+                    "GPU)");
+}
+
 void ModelAbi::set_profiler(ModelProfilerFn fn, void* ctx) const {
-  if (!set_profiler_) {
-    throw std::runtime_error(
-        path_ +
-        (device_kind_.empty()
-             ? std::string(": has no per-kernel profiler (compiled before it): compile it again")
-             : ": per-kernel profiles of " + device_kind_ +
-                   " libraries are not implemented (bench/gpu_profile.py profiles them on the "
-                   "GPU)"));
-  }
+  if (!set_profiler_) throw std::runtime_error(why_no_profiler());
   set_profiler_(fn, ctx);
 }
 

@@ -126,8 +126,10 @@ class ModelAbi {
   // (2026-12-07) have it; GPU libraries do not. calls(): empty without it.
   bool can_profile() const { return set_profiler_ != nullptr; }
   const std::vector<ModelCall>& calls() const { return calls_; }
+  // Why the library cannot be profiled, naming it ("" when it can).
+  std::string why_no_profiler() const;
   // `fn` called around every kernel call from now on (nullptr: none); set it between runs,
-  // not during one. std::runtime_error when !can_profile().
+  // not during one. std::runtime_error (why_no_profiler) when !can_profile().
   void set_profiler(ModelProfilerFn fn, void* ctx) const;
 
   // GPU model libraries (runtime/gpu_model/runtime.c): "cuda" or "rocm"; "" for a CPU one.

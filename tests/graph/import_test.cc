@@ -2985,7 +2985,7 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
               << lib_path << ", " << threads << " threads, output " << out << " element " << e;
       }
       // Profiled: each kernel called once an image, on whichever thread runs the image.
-      std::vector<KernelTime> times = lib.profile([&] { lib.run({&x, &k}, got); });
+      std::vector<KernelTime> times = lib.profile([&] { lib.run({&x, &k}, got); }).calls;
       ASSERT_EQ(times.size(), (lib_path == so ? one : all).kernels.size());
       for (const KernelTime& t : times)
         EXPECT_EQ(t.calls, lib_path == so ? n : 1)
@@ -3335,9 +3335,10 @@ TEST(ModelLibrary, ProfileTimesEveryKernelCallAndIsOffOtherwise) {
   std::vector<HostTensor> got;
   {
     ModelLibrary lib(so.string());
-    std::vector<KernelTime> times = lib.profile([&] {
+    const ModelProfile p = lib.profile([&] {
       for (int r = 0; r < 3; ++r) lib.run({&x}, got);  // bucket 1
     });
+    const std::vector<KernelTime>& times = p.calls;
     ASSERT_EQ(times.size(), cm.kernels.size());
     double total = 0;
     for (size_t i = 0; i < times.size(); ++i) {
@@ -3355,27 +3356,35 @@ TEST(ModelLibrary, ProfileTimesEveryKernelCallAndIsOffOtherwise) {
       total += times[i].seconds;
     }
     EXPECT_GT(total, 0.0);
+    EXPECT_GE(p.seconds, total);  // the run's own time holds its kernels' (one thread)
+    // The calls that ran, longest first.
+    const std::vector<KernelTime> ran = p.ran_longest_first();
+    size_t in_bucket_1 = 0;
+    for (const ModelKernel& k : cm.kernels) in_bucket_1 += k.bucket == 1;
+    ASSERT_EQ(ran.size(), in_bucket_1);
+    for (size_t i = 0; i < ran.size(); ++i) {
+      EXPECT_EQ(ran[i].bucket, 1) << ran[i].function;
+      if (i > 0) EXPECT_GE(ran[i - 1].seconds, ran[i].seconds);
+    }
     // Off after it, also when the run throws.
-    std::vector<KernelTime> again = lib.profile([] {});
+    std::vector<KernelTime> again = lib.profile([] {}).calls;
     for (const KernelTime& t : again) EXPECT_EQ(t.calls, 0) << t.function;
     // Without a sidecar that describes the calls: the functions called, and why not.
     std::ofstream(so.string() + ".json") << "{\"kernels\": []}";
-    std::string problem;
-    again = lib.profile([] {}, &problem);
-    EXPECT_EQ(problem, so.string() + ".json does not list the library's " +
-                           std::to_string(cm.kernels.size()) + " kernel calls");
+    const ModelProfile undescribed = lib.profile([] {});
+    again = undescribed.calls;
+    EXPECT_EQ(undescribed.sidecar_problem, so.string() + ".json does not list the library's " +
+                                               std::to_string(cm.kernels.size()) + " kernel calls");
     for (size_t i = 0; i < again.size(); ++i) {
       const ModelKernel& k = cm.kernels[i];
       EXPECT_EQ(again[i].function, k.same_code_as.empty() ? k.function : k.same_code_as);
       EXPECT_EQ(again[i].what, "");
     }
     fs::resize_file(so.string() + ".json", (uintmax_t{256} << 20) + 1);  // sparse
-    (void)lib.profile([] {}, &problem);
-    EXPECT_EQ(problem,
+    EXPECT_EQ(lib.profile([] {}).sidecar_problem,
               so.string() + ".json is 268435457 bytes, over the 256 MiB a sidecar may have");
     fs::remove(so.string() + ".json");
-    (void)lib.profile([] {}, &problem);
-    EXPECT_EQ(problem, "");
+    EXPECT_EQ(lib.profile([] {}).sidecar_problem, "");
     HostTensor wrong = HostTensor::floats({4, 16}, std::vector<float>(64, 0.25f));
     expect_error([&] { (void)lib.profile([&] { lib.run({&wrong}, got); }); },
                  "no shape bucket takes inputs");
@@ -3485,6 +3494,8 @@ int32_t tf_model_bucket_padded(int32_t b) { return b == 0; }
   EXPECT_EQ(lib.padded_bucket_of({{2, 16, 1}}), -1);        // another rank: not asked
   EXPECT_EQ(lib.padded_bucket_of({{2, 16}, {2, 16}}), -1);  // another count of inputs
   expect_error([&] { (void)lib.profile([] {}); },
+               now + ": has no per-kernel profiler (compiled before it): compile it again");
+  expect_error([&] { lib.check_profiler(); },
                now + ": has no per-kernel profiler (compiled before it): compile it again");
   const std::string profiler =
       "typedef void (*hook)(void*, int32_t, int32_t);\n"
