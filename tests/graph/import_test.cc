@@ -3364,7 +3364,9 @@ TEST(ModelLibrary, ProfileTimesEveryKernelCallAndIsOffOtherwise) {
     ASSERT_EQ(ran.size(), in_bucket_1);
     for (size_t i = 0; i < ran.size(); ++i) {
       EXPECT_EQ(ran[i].bucket, 1) << ran[i].function;
-      if (i > 0) EXPECT_GE(ran[i - 1].seconds, ran[i].seconds);
+      if (i > 0) {
+        EXPECT_GE(ran[i - 1].seconds, ran[i].seconds);
+      }
     }
     // Off after it, also when the run throws.
     std::vector<KernelTime> again = lib.profile([] {}).calls;
