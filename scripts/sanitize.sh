@@ -11,5 +11,9 @@ BUILD_DIR=build-asan bash scripts/build.sh -DTUNEFARM_SANITIZE=ON
 cd build-asan
 # TF_SANITIZED: the Python-driven tests take fewer repetitions of one check here, as the C++
 # ones do (tests/sanitized.h); the release pass (scripts/test.sh) runs them all.
-TF_SANITIZED=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$PWD/../tests/lsan.supp \
+# malloc_context_size=10: reports show 10 frames of where a block was allocated and freed
+# (ASan's default, 30, records and hashes 30 frames at every malloc: a sixth of the time of
+# an allocating run such as `tune --model`, 16.0 -> 13.4 s).
+TF_SANITIZED=1 ASAN_OPTIONS=${ASAN_OPTIONS:-malloc_context_size=10} UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  LSAN_OPTIONS=suppressions=$PWD/../tests/lsan.supp \
   ctest -j"${JOBS:-2}" --output-on-failure --timeout 900
