@@ -31,6 +31,11 @@ CompiledKernel compile_kernel(const Workload& w, const Target& t, const nlohmann
 CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json& config,
                                 const std::string& config_source, const std::string& name,
                                 const LowerOptions& options) {
+  return lower_prepared(prepare_op_graph(std::move(g), t, config, config_source, name), options);
+}
+
+PreparedKernel prepare_op_graph(OpGraph g, const Target& t, const nlohmann::json& config,
+                                const std::string& config_source, const std::string& name) {
   CompiledKernel k;
   k.graph = std::move(g);
   k.target = t;
@@ -54,9 +59,15 @@ CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json
     }
     k.packed.push_back(p);
   }
-  k.lowered = lower(sch, args, k.name, options);
-  if (t.is_gpu() && options.stop_after.empty()) k.gpu = plan_gpu_program(k.lowered.func, t);
-  return k;
+  return PreparedKernel{std::move(k), std::move(sch), std::move(args)};
+}
+
+CompiledKernel lower_prepared(PreparedKernel p, const LowerOptions& options) {
+  CompiledKernel& k = p.kernel;
+  k.lowered = lower(p.schedule, p.args, k.name, options);
+  if (k.target.is_gpu() && options.stop_after.empty())
+    k.gpu = plan_gpu_program(k.lowered.func, k.target);
+  return std::move(k);
 }
 
 nlohmann::json describe_args(const OpGraph& g) {

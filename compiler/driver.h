@@ -6,9 +6,9 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "compiler/gpu.h"
 #include "compiler/lower.h"
@@ -47,6 +47,20 @@ CompiledKernel compile_kernel(const Workload& w, const Target& t, const nlohmann
 CompiledKernel compile_op_graph(OpGraph g, const Target& t, const nlohmann::json& config,
                                 const std::string& config_source, const std::string& name,
                                 const LowerOptions& options = {});
+
+// compile_op_graph in two steps, for callers that lower many kernels at once (a model's, on
+// all cores: graph/model_compiler.cc): everything before the lowering (the name checked, the
+// config completed, the schedule applied, the inputs it packs: `kernel` but its `lowered` and
+// `gpu`), then the lowering, which reads nothing but `p` and `options` and may run on another
+// thread.
+struct PreparedKernel {
+  CompiledKernel kernel;
+  ir::Schedule schedule;
+  std::vector<ir::Tensor> args;  // the lowered function's, the packed inputs as packed
+};
+PreparedKernel prepare_op_graph(OpGraph g, const Target& t, const nlohmann::json& config,
+                                const std::string& config_source, const std::string& name);
+CompiledKernel lower_prepared(PreparedKernel p, const LowerOptions& options = {});
 
 // Writes the requested output to `out_path`. For a shared library it also writes
 // `out_path + ".json"`, the sidecar describing the kernel's arguments and config. On GPU

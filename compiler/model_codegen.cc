@@ -307,18 +307,26 @@ ModelCodegen::ModelCodegen(const Target& target, bool emulate_gpu)
   }
   gpu_library_ = target.is_gpu() && !emulate_gpu;
   code_target_ = target.is_gpu() ? host_target() : target;
-  threads_ = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
+  threads_ = model_compile_threads();
 }
 
-void ModelCodegen::on_all_cores(const std::function<void(size_t)>& work, size_t count) const {
+unsigned model_compile_threads() {
+  return std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
+}
+
+void run_on_threads(size_t count, unsigned threads, const std::function<void(size_t)>& work) {
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t k; (k = next++) < count;) work(k);
   };
   std::vector<std::thread> pool;
-  for (unsigned k = 1; k < threads_; ++k) pool.emplace_back(worker);
+  for (size_t k = 1; k < std::min<size_t>(threads, count); ++k) pool.emplace_back(worker);
   worker();
   for (std::thread& t : pool) t.join();
+}
+
+void ModelCodegen::on_all_cores(const std::function<void(size_t)>& work, size_t count) const {
+  run_on_threads(count, threads_, work);
 }
 
 json ModelCodegen::add_kernel(ir::LoweredFunc func, const std::string& what) {

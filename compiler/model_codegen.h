@@ -38,6 +38,12 @@ ir::LoweredFunc lower_generic_kernel(ir::Tensor result, const std::vector<ir::Te
                                      const Target& target, const std::string& function,
                                      const std::string& what, const LowerOptions& options = {});
 
+// Runs work(0), ..., work(count - 1), each once, on up to `threads` threads (this one among
+// them). `work` catches what it throws.
+void run_on_threads(size_t count, unsigned threads, const std::function<void(size_t)>& work);
+// The threads a model's compile lowers and generates code on: this machine's cores, at most 8.
+unsigned model_compile_threads();
+
 // Whether stages inlined one into the next (an anchor's fused tail) stay within the
 // compiler's bounds on an expression's depth and size (compiler/inline_budget.h).
 bool within_inline_budget(const std::vector<ir::Tensor>& stages);

@@ -1,6 +1,7 @@
 #include "graph/model_compiler.h"
 
 #include <algorithm>
+#include <exception>
 #include <functional>
 #include <map>
 #include <optional>
@@ -32,6 +33,10 @@ using nlohmann::json;
 struct KernelBuild {
   ModelKernel info;
   ir::LoweredFunc func;
+  // The lowering, left to ModelBuilder::lower_all, which lowers a model's kernels on all cores
+  // at once: sets `func` (and, for a tensor-core product emulated as a generic kernel, says so).
+  std::function<void(KernelBuild&)> lower;
+  bool emulated = false;
 };
 
 std::string identifier(const std::string& s) {
@@ -82,9 +87,31 @@ class ModelBuilder {
     }
   }
 
+  // Lowers the kernels added since the last call, on up to `threads` threads (their lowerings
+  // read only their own schedules and tensor expressions), each into its build; then throws
+  // the error of the first of them, in the model's order, whose lowering failed.
+  void lower_all(unsigned threads) {
+    std::vector<std::exception_ptr> errors(builds_.size());
+    run_on_threads(builds_.size(), threads, [&](size_t k) {
+      if (!builds_[k].lower) return;
+      try {
+        builds_[k].lower(builds_[k]);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+      builds_[k].lower = nullptr;
+    });
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+
   Graph& graph() { return g_; }
   // Kernels of warp-level products that were lowered as generic kernels (emulate_gpu).
-  int emulated_products() const { return emulated_products_; }
+  int emulated_products() const {
+    return static_cast<int>(std::count_if(builds_.begin(), builds_.end(),
+                                          [](const KernelBuild& b) { return b.emulated; }));
+  }
   std::vector<KernelBuild>& builds() { return builds_; }
   const std::vector<FusedGroup>& kernel_groups() const { return groups_; }
 
@@ -297,29 +324,35 @@ class ModelBuilder {
     // Constant weights are packed here, once, if the template packs them (CPU templates).
     if (g_.is_constant(args[1]) && target_.is_cpu()) og.prepacked.insert(og.inputs[1]->name);
     if (!prologue.empty() && !read_through_views(og, a, prologue, args)) return false;
-    CompiledKernel k = compile_op_graph(og, target_, kc.config, kc.source, name, lowering_);
-    for (const ir::Schedule::Packing& p : k.packed) {
+    // The config and schedule now (they say which constants are packed), the lowering in
+    // lower_all.
+    auto k =
+        std::make_shared<PreparedKernel>(prepare_op_graph(og, target_, kc.config, kc.source, name));
+    for (const ir::Schedule::Packing& p : k->kernel.packed) {
       for (size_t i = 0; i < og.inputs.size(); ++i) {
         if (og.inputs[i]->name == p.input)
           args[i] = packed_constant(args[i], og.inputs[i]->shape, p.dim, p.block);
       }
     }
     KernelBuild b;
-    b.info = {k.name, {}, w.canonical(), template_name(w, target_), args, kc};
-    b.info.config.config = k.config;
+    b.info = {k->kernel.name, {}, w.canonical(), template_name(w, target_), args, kc};
+    b.info.config.config = k->kernel.config;
     b.info.args.push_back(tail ? group_out : y);
-    b.func = k.lowered.func;
-    if (emulate_gpu_ && uses_warp_products(b.func.body)) {
-      // Warp-level products need a warp's 32 lanes at once, which the serialized grid of
-      // --emulate-gpu does not have: the same function as a generic kernel instead, its
-      // operands rounded as the tensor cores round them (float32 sums in another order). The
-      // tensor-core kernels themselves are checked by the threaded emulation of their warps
-      // (tests/compiler/tensor_core_test.cc).
-      b.func = lower_generic_kernel(with_operands_rounded(og), og.inputs, target_, k.name,
-                                    str("node '", a.name, "' (", a.op, ")"), lowering_);
-      b.info.template_name = "generic, emulating " + b.info.template_name;
-      ++emulated_products_;
-    }
+    b.lower = [this, k, og, what = str("node '", a.name, "' (", a.op, ")")](KernelBuild& kb) {
+      const std::string function = k->kernel.name;
+      kb.func = lower_prepared(std::move(*k), lowering_).lowered.func;
+      if (emulate_gpu_ && uses_warp_products(kb.func.body)) {
+        // Warp-level products need a warp's 32 lanes at once, which the serialized grid of
+        // --emulate-gpu does not have: the same function as a generic kernel instead, its
+        // operands rounded as the tensor cores round them (float32 sums in another order).
+        // The tensor-core kernels themselves are checked by the threaded emulation of their
+        // warps (tests/compiler/tensor_core_test.cc).
+        kb.func = lower_generic_kernel(with_operands_rounded(og), og.inputs, target_, function,
+                                       what, lowering_);
+        kb.info.template_name = "generic, emulating " + kb.info.template_name;
+        kb.emulated = true;
+      }
+    };
     std::vector<const Node*> made = prologue;
     made.insert(made.end(), nodes.begin(),
                 tail ? nodes.end() : nodes.begin() + static_cast<int64_t>(used));
@@ -569,11 +602,16 @@ class ModelBuilder {
     b.info.args.push_back(out);
     if (attention && result == attention->out) {
       b.info.template_name = "attention";
-      b.func = lower_attention_gpu(*attention, placeholders, target_, b.info.function, lowering_);
+      b.lower = [this, a = *attention, placeholders](KernelBuild& kb) {
+        kb.func = lower_attention_gpu(a, placeholders, target_, kb.info.function, lowering_);
+      };
     } else {
-      b.func = lower_generic_kernel(result, placeholders, target_, b.info.function,
-                                    str("node '", nodes.back()->name, "' (", nodes.back()->op, ")"),
-                                    lowering_);
+      b.lower = [this, result, placeholders,
+                 what = str("node '", nodes.back()->name, "' (", nodes.back()->op, ")")](
+                    KernelBuild& kb) {
+        kb.func =
+            lower_generic_kernel(result, placeholders, target_, kb.info.function, what, lowering_);
+      };
     }
     record(std::move(b), op_kind(nodes[0]->op), nodes);
   }
@@ -587,7 +625,6 @@ class ModelBuilder {
   const ConfigLookup& lookup_;
   bool emulate_gpu_ = false;
   LowerOptions lowering_;
-  int emulated_products_ = 0;
   Readers readers_;
   std::string prefix_;
   std::map<std::string, size_t> node_index_;
@@ -800,7 +837,17 @@ CompiledModel compile_model(const std::vector<const Graph*>& buckets, const Targ
                                           buckets.size() > 1 ? str("tf_b", bk, "_k") : "tf_k");
     const std::vector<FusedGroup> fused = plan_fusion(source);
     b.in_place = in_place_concats(source, fused);
-    for (const FusedGroup& grp : without_in_place(fused, b.in_place)) b.mb->add_group(grp);
+    // The kernels' lowerings on all cores once every kernel is planned (one at a time, dumps
+    // stay in order); a planning error comes after any lowering error of an earlier kernel, as
+    // it would one kernel at a time.
+    const unsigned threads = lowering.dump.empty() ? model_compile_threads() : 1;
+    try {
+      for (const FusedGroup& grp : without_in_place(fused, b.in_place)) b.mb->add_group(grp);
+    } catch (...) {
+      b.mb->lower_all(threads);
+      throw;
+    }
+    b.mb->lower_all(threads);
     const Graph& graph = b.mb->graph();
     b.memory = plan_memory(graph, b.mb->kernel_groups(), b.in_place);
     EntrySpec& spec = b.spec;

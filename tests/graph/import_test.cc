@@ -16,9 +16,11 @@
 #include <functional>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "base/bfloat16.h"
 #include "base/error.h"
+#include "base/file_io.h"
 #include "base/float16.h"
 #include "graph/fusion.h"
 #include "graph/image_loop.h"
@@ -3186,6 +3188,67 @@ TEST(ImageLoop, ABatchRunsOneImageAtATimeWhereTheModelKeepsImagesApart) {
   ImageLoop mlp = big;
   mlp.streamed_weight_bytes = int64_t{1} << 30;
   EXPECT_FALSE(pays_per_image(mlp));
+}
+
+// A model's kernels are lowered on all cores at once (ModelBuilder::lower_all), once all are
+// planned: the library is the one made lowering them one at a time (as a dump of the passes
+// does, in order), byte for byte, sidecar and all, and it computes what the reference does.
+TEST(ModelCompiler, KernelsLoweredOnAllCoresMakeTheLibraryOfOneAtATime) {
+  namespace fs = std::filesystem;
+  ModelBuilder b;
+  b.input("x", {4, 16});
+  // 12 products of different widths, each with its activation, then a Softmax and a
+  // reduction: templated kernels with fused tails and generic ones, 14 or more.
+  std::string v = "x";
+  int64_t width = 16;
+  for (int k = 0; k < 12; ++k) {
+    const int64_t n = 8 + 4 * k;
+    std::vector<float> w(static_cast<size_t>(width * n));
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = 0.3f * std::sin(0.11f * static_cast<float>(i + 7 * k));
+    b.floats_shaped(str("w", k), {width, n}, w);
+    b.node("MatMul", {v, str("w", k)}, {str("m", k)});
+    b.node(k % 3 == 0 ? "Tanh" : k % 3 == 1 ? "Sigmoid" : "Relu", {str("m", k)}, {str("a", k)});
+    v = str("a", k);
+    width = n;
+  }
+  b.node("Softmax", {v}, {"s"});
+  b.node("ReduceMax", {"s"}, {"y"});
+  b.output("y");
+  Graph g = import_onnx_bytes(b.m.SerializeAsString(), "test.onnx");
+  run_passes(g, PassOptions{2, {}, {}, nullptr, tf::host_target().vector_lanes()});
+  const fs::path dir = fs::temp_directory_path() / ("tf-lower-all-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  ConfigLookup defaults = [](const tf::Workload&, const tf::Target&) { return KernelConfig{}; };
+  // Both written under one name, the second after the first is read and moved away.
+  const std::string so = (dir / "model.so").string();
+  CompiledModel all = compile_model({&g}, tf::host_target(), defaults, so, "test");
+  ASSERT_GE(all.kernels.size(), 14u);
+  const std::string all_so = tf::read_file(so), all_json = tf::read_file(so + ".json");
+  std::vector<HostTensor> got;
+  HostTensor x = HostTensor::floats({4, 16}, std::vector<float>(64));
+  for (size_t i = 0; i < x.f.size(); ++i) x.f[i] = std::cos(0.3f * static_cast<float>(i));
+  {
+    ModelLibrary lib(so);
+    lib.run({&x}, got);
+  }
+  fs::rename(so, dir / "all.so");
+  tf::LowerOptions one_at_a_time;
+  one_at_a_time.dump = {"all"};
+  std::ostringstream dumped;
+  one_at_a_time.dump_stream = &dumped;
+  CompiledModel serial = compile_model({&g}, tf::host_target(), defaults, so, "test",
+                                       default_memory_budget(), false, false, one_at_a_time);
+  EXPECT_NE(dumped.str().find(all.kernels.back().function), std::string::npos);
+  EXPECT_EQ(serial.kernels.size(), all.kernels.size());
+  EXPECT_TRUE(tf::read_file(so) == all_so) << "the library lowered on all cores differs";
+  EXPECT_EQ(tf::read_file(so + ".json"), all_json);
+  auto want = run_reference(g, {{"x", x}});
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].f.size(), want.at("y").f.size());
+  for (size_t i = 0; i < got[0].f.size(); ++i)
+    EXPECT_NEAR(got[0].f[i], want.at("y").f[i], 1e-5) << i;
+  fs::remove_all(dir);
 }
 
 // Input x [batch, 16] (batch a named dynamic dimension) times constant weights [16, 24], then a
