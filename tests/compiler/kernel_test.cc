@@ -198,8 +198,9 @@ TEST(KernelThreads, ParallelLoopsRunEveryIterationOnTeamsAndAlone) {
       omp_set_num_threads(threads);
       testing::Comparison c = testing::run_and_compare(k.graph, *lib);
       EXPECT_TRUE(c.ok()) << spec << " on " << threads << " thread(s): " << c.str();
-      if (threads == 2)
+      if (threads == 2) {
         EXPECT_GT(process_threads(), before) << spec << ": no pool thread was started";
+      }
     }
     std::string failures[2];
 #pragma omp parallel num_threads(2)
@@ -261,8 +262,9 @@ TEST(KernelThreads, AChildForkedAfterParallelCallsRunsKernels) {
   omp_set_num_threads(saved);
   EXPECT_TRUE(WIFEXITED(status)) << "the child was killed by signal " << WTERMSIG(status)
                                  << " (14: it hung)";
-  if (WIFEXITED(status))
+  if (WIFEXITED(status)) {
     EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's kernel computed a wrong result";
+  }
 }
 
 TEST(KernelAbi, SidecarDescribesArguments) {

@@ -485,8 +485,9 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
     for (const OperandTypes& ty : def.types) {
       // (Not float32 data rounded to a reduced precision: as tensor cores round it, GPUs only.)
       const bool rounded_float32 = ty.data == DType::Float32 && ty.precision != Precision::Float32;
-      if (!ty.is_float32() && !rounded_float32)
+      if (!ty.is_float32() && !rounded_float32) {
         EXPECT_TRUE(pairs.count(std::string(def.name) + " of " + ty.str() + " on llvm")) << def.name;
+      }
       // Reduced precision: a tensor-core template on CUDA (CPUs refuse it by name).
       if (ty.precision != Precision::Float32) {
         EXPECT_TRUE(pairs.count(std::string(def.name) + " of " + ty.str() + " on cuda")) << def.name;
