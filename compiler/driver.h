@@ -6,6 +6,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+
 #include <optional>
 #include <string>
 #include <vector>

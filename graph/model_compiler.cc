@@ -338,17 +338,17 @@ class ModelBuilder {
     b.info = {k->kernel.name, {}, w.canonical(), template_name(w, target_), args, kc};
     b.info.config.config = k->kernel.config;
     b.info.args.push_back(tail ? group_out : y);
-    b.lower = [this, k, og, what = str("node '", a.name, "' (", a.op, ")")](KernelBuild& kb) {
-      const std::string function = k->kernel.name;
-      kb.func = lower_prepared(std::move(*k), lowering_).lowered.func;
+    b.lower = [this, k, what = str("node '", a.name, "' (", a.op, ")")](KernelBuild& kb) {
+      const CompiledKernel lowered = lower_prepared(std::move(*k), lowering_);
+      kb.func = lowered.lowered.func;
       if (emulate_gpu_ && uses_warp_products(kb.func.body)) {
         // Warp-level products need a warp's 32 lanes at once, which the serialized grid of
         // --emulate-gpu does not have: the same function as a generic kernel instead, its
         // operands rounded as the tensor cores round them (float32 sums in another order).
         // The tensor-core kernels themselves are checked by the threaded emulation of their
         // warps (tests/compiler/tensor_core_test.cc).
-        kb.func = lower_generic_kernel(with_operands_rounded(og), og.inputs, target_, function,
-                                       what, lowering_);
+        kb.func = lower_generic_kernel(with_operands_rounded(lowered.graph), lowered.graph.inputs,
+                                       target_, lowered.name, what, lowering_);
         kb.info.template_name = "generic, emulating " + kb.info.template_name;
         kb.emulated = true;
       }
