@@ -1301,8 +1301,9 @@ TEST(GpuReduction, ALayerNormsScaleAndBiasAreLoadedBeforeItsBarriers) {
     const std::string ptx = codegen_llvm(f, target, CodegenOutput::Asm).data;
     const size_t first_barrier = ptx.find("bar.sync");
     ASSERT_NE(first_barrier, std::string::npos) << what;
-    if (c == 768)
+    if (c == 768) {
       EXPECT_EQ(count_of(ptx.substr(first_barrier), "ld.global"), 0u) << what << "\n" << ptx;
+    }
     EXPECT_EQ(count_of(ptx, "ld.local"), 0u) << what;
     auto filled = [&] {
       std::vector<std::vector<float>> bufs(4);

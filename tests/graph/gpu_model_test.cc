@@ -467,9 +467,10 @@ TEST_F(GpuModel, SixteenBitValuesPassThroughViewsAndWideningCasts) {
   const json sc = sidecar("ln16.so");
   EXPECT_EQ(sc["in_place"].size(), 1u) << sc["in_place"].dump();
   for (const json& k : sc["kernels"]) {
-    if (k.value("workload", "").rfind("matmul(", 0) == 0)
+    if (k.value("workload", "").rfind("matmul(", 0) == 0) {
       EXPECT_NE(k["workload"].get<std::string>().find(",dtype=float16,"), std::string::npos)
           << k.dump();
+    }
   }
   HostTensor x = random_floats({1, 8, 16}, 9);
   write_npy(path("x.npy"), x);

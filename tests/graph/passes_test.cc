@@ -1619,8 +1619,9 @@ TEST(GraphFusion, ProductsLeaveToMemoryPlanningOnlyTheViewsItComputesInPlace) {
   for (const FusedGroup& grp : plan) {
     if (grp.nodes.size() != 1) continue;
     const std::string& node = grp.nodes[0];
-    if (node.rfind("Reshape_", 0) == 0)
+    if (node.rfind("Reshape_", 0) == 0) {
       EXPECT_TRUE(planned.count(node)) << node << " is a kernel copying a view";
+    }
   }
   EXPECT_TRUE(planned.count("Reshape_lone"));
 }
@@ -2733,10 +2734,14 @@ TEST(GraphPasses, ConvsReadingMuchPaddingSplitIntoRegions) {
     std::map<std::string, int> ops;
     for (const Node& n : g.nodes) {
       ++ops[n.op];
-      if (n.op == "Conv" && c.pieces) EXPECT_EQ(n.get_ints("pads", {}), (V{0, 0, 0, 0})) << n.name;
+      if (n.op == "Conv" && c.pieces) {
+        EXPECT_EQ(n.get_ints("pads", {}), (V{0, 0, 0, 0})) << n.name;
+      }
     }
     EXPECT_EQ(ops["Conv"], c.pieces ? static_cast<int>(c.pieces) : 1);
-    if (k == 0) EXPECT_EQ(ops["Relu"], 1);
+    if (k == 0) {
+      EXPECT_EQ(ops["Relu"], 1);
+    }
     EXPECT_EQ(ops["Slice"], static_cast<int>(c.slices));
     EXPECT_EQ(g.value("y").shape, before.value("y").shape);
     expect_same_outputs(before, g, c.x);
@@ -3185,7 +3190,9 @@ TEST(GraphPasses, FusesAttentionOnCudaTargets) {
     ASSERT_EQ(count_op(g, kFusedAttention), 1);
     EXPECT_EQ(count_op(g, "Transpose"), 0);
     for (const Node& n : g.nodes) {
-      if (n.op == kFusedAttention) EXPECT_EQ(n.get_ints("perm", {}), (std::vector<int64_t>{0, 2, 1, 3}));
+      if (n.op == kFusedAttention) {
+        EXPECT_EQ(n.get_ints("perm", {}), (std::vector<int64_t>{0, 2, 1, 3}));
+      }
     }
     std::map<std::string, HostTensor> in = {{"q", random_floats({2, 3, 7, 4}, 1)},
                                             {"kt", random_floats({2, 3, 4, 9}, 2)},

@@ -269,7 +269,9 @@ TEST(TuneModel, ShapeBucketsAreTunedInOneRun) {
   EXPECT_EQ(side["buckets"].size(), 2u);
   EXPECT_EQ(side["untuned_kernels"], 0) << built.out;
   for (const json& k : side["kernels"])
-    if (k.contains("workload")) EXPECT_NE(k["config_source"], "default") << k;
+    if (k.contains("workload")) {
+      EXPECT_NE(k["config_source"], "default") << k;
+    }
 }
 
 // Tasks that differ only in the epilogue pass each new best to each other: a config that is

@@ -660,8 +660,12 @@ TEST(Tune, RecordsEveryTrialResumesWithoutRemeasuringAndCompileUsesTheBest) {
   EXPECT_EQ(second.best_measurements, best.measurements);
   for (const RetimeResult& r : second.retimed) {
     EXPECT_GT(r.ratio_to_default, 0) << r.config.dump();
-    if (r.is_default) EXPECT_DOUBLE_EQ(r.ratio_to_default, 1.0);
-    if (!second.retimed[0].is_default) EXPECT_LE(second.retimed[0].ratio_to_default, 1 - kVerdictMargin);
+    if (r.is_default) {
+      EXPECT_DOUBLE_EQ(r.ratio_to_default, 1.0);
+    }
+    if (!second.retimed[0].is_default) {
+      EXPECT_LE(second.retimed[0].ratio_to_default, 1 - kVerdictMargin);
+    }
   }
 }
 
@@ -1139,7 +1143,9 @@ TEST(TuneCli, TimeReportSplitsTheRetimingFromTheSearch) {
       EXPECT_GE(e["warmup_calls"].get<int>(), 2) << line;  // at least two calls, always
     }
     // The re-timing's warm-up lasts --retime-warmup-ms at least.
-    if (e["event"] == "retime") EXPECT_GE(e["run_ms"].get<double>(), 20) << line;
+    if (e["event"] == "retime") {
+      EXPECT_GE(e["run_ms"].get<double>(), 20) << line;
+    }
   }
   ASSERT_TRUE(done.is_object());
   EXPECT_EQ(start.value("retime_warmup_ms", 0.0), 20) << start.dump();
@@ -1177,7 +1183,9 @@ TEST(Tune, RetimingWarmsUpByTheTargetUnlessTold) {
   int retimes = 0;
   for (std::string line; std::getline(f, line);) {
     json e = json::parse(line);
-    if (e["event"] == "start") EXPECT_EQ(e.value("retime_warmup_ms", 0.0), 300) << line;
+    if (e["event"] == "start") {
+      EXPECT_EQ(e.value("retime_warmup_ms", 0.0), 300) << line;
+    }
     if (e["event"] != "retime") continue;
     ++retimes;
     EXPECT_GE(e["run_ms"].get<double>(), 300) << line;
