@@ -68,28 +68,25 @@ std::map<std::string, std::string> parse_form(const std::string& s) {
   return out;
 }
 
-namespace {
-
 // What the server knows of each open connection, for the connection budget. Lives in one of
 // Impl's two lists (by how long it has been idle, idlest first) until it is closed or evicted.
-struct Conn {
-  virtual ~Conn() = default;
+// Not in an anonymous namespace: Impl, which has external linkage, holds lists of them.
+struct HttpConnection {
+  virtual ~HttpConnection() = default;
   // Closes the connection from any thread (the close runs on the connection's strand).
   virtual void evict() = 0;
   bool listed = false;
   bool trusted = false;    // has made a request as a known user
   bool busy = false;       // a request is being handled or answered (guarded by Impl::conns_mu)
-  std::list<std::weak_ptr<Conn>>::iterator where;
+  std::list<std::weak_ptr<HttpConnection>>::iterator where;
 };
-
-}  // namespace
 
 // Members in this order: the io_context destroys the sessions it still holds, and they use
 // `conns`, `tls_ctx` and `limits`, declared before it (destroyed after it).
 struct HttpServer::Impl {
   std::atomic<size_t> buffered{0};  // bytes of response bodies being written
   std::mutex conns_mu;
-  std::list<std::weak_ptr<Conn>> untrusted, trusted;  // idlest first
+  std::list<std::weak_ptr<HttpConnection>> untrusted, trusted;  // idlest first
   std::optional<ssl::context> tls_ctx;
   HttpHandler handler;
   HttpLimits limits;
@@ -103,43 +100,44 @@ struct HttpServer::Impl {
   // Makes room for one more connection, closing the idlest one the budget allows; false when
   // every connection is busy.
   bool make_room();
-  void enlist(const std::shared_ptr<Conn>& c);
-  void unlist(Conn& c);
+  void enlist(const std::shared_ptr<HttpConnection>& c);
+  void unlist(HttpConnection& c);
   // The connection has finished a request (made by a known user when `trusted`): it becomes
   // the least idle of its list; `busy` says whether it is handling another.
-  void touch(Conn& c, bool busy, bool trusted);
+  void touch(HttpConnection& c, bool busy, bool trusted);
 };
 
-void HttpServer::Impl::enlist(const std::shared_ptr<Conn>& c) {
+void HttpServer::Impl::enlist(const std::shared_ptr<HttpConnection>& c) {
   std::lock_guard<std::mutex> l(conns_mu);
   c->where = untrusted.insert(untrusted.end(), c);
   c->listed = true;
 }
 
-void HttpServer::Impl::unlist(Conn& c) {
+void HttpServer::Impl::unlist(HttpConnection& c) {
   std::lock_guard<std::mutex> l(conns_mu);
   if (!c.listed) return;
   (c.trusted ? trusted : untrusted).erase(c.where);
   c.listed = false;
 }
 
-void HttpServer::Impl::touch(Conn& c, bool busy, bool trust) {
+void HttpServer::Impl::touch(HttpConnection& c, bool busy, bool trust) {
   std::lock_guard<std::mutex> l(conns_mu);
   c.busy = busy;
   if (!c.listed) return;
-  std::list<std::weak_ptr<Conn>>& from = c.trusted ? trusted : untrusted;
+  std::list<std::weak_ptr<HttpConnection>>& from = c.trusted ? trusted : untrusted;
   if (trust) c.trusted = true;
-  std::list<std::weak_ptr<Conn>>& to = c.trusted ? trusted : untrusted;
+  std::list<std::weak_ptr<HttpConnection>>& to = c.trusted ? trusted : untrusted;
   to.splice(to.end(), from, c.where);
 }
 
 bool HttpServer::Impl::make_room() {
-  std::shared_ptr<Conn> victim;
+  std::shared_ptr<HttpConnection> victim;
   {
     std::lock_guard<std::mutex> l(conns_mu);
-    auto idlest = [](std::list<std::weak_ptr<Conn>>& list) -> std::shared_ptr<Conn> {
-      for (const std::weak_ptr<Conn>& w : list) {
-        std::shared_ptr<Conn> c = w.lock();
+    auto idlest =
+        [](std::list<std::weak_ptr<HttpConnection>>& list) -> std::shared_ptr<HttpConnection> {
+      for (const std::weak_ptr<HttpConnection>& w : list) {
+        std::shared_ptr<HttpConnection> c = w.lock();
         if (c && !c->busy) return c;
       }
       return nullptr;
@@ -285,7 +283,7 @@ size_t fields_bytes(const http::request<http::string_body>& r) {
 }
 
 template <class Stream>
-class Session : public Conn, public std::enable_shared_from_this<Session<Stream>> {
+class Session : public HttpConnection, public std::enable_shared_from_this<Session<Stream>> {
  public:
   Session(HttpServer::Impl& srv, Stream stream)
       : srv_(srv), stream_(std::move(stream)), buffer_(srv.limits.header_bytes + 4096) {}

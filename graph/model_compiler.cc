@@ -335,7 +335,11 @@ class ModelBuilder {
       }
     }
     KernelBuild b;
-    b.info = {k->kernel.name, {}, w.canonical(), template_name(w, target_), args, kc};
+    b.info.function = k->kernel.name;
+    b.info.workload = w.canonical();
+    b.info.template_name = template_name(w, target_);
+    b.info.args = args;
+    b.info.config = kc;
     b.info.config.config = k->kernel.config;
     b.info.args.push_back(tail ? group_out : y);
     b.lower = [this, k, what = str("node '", a.name, "' (", a.op, ")")](KernelBuild& kb) {
