@@ -88,6 +88,18 @@ class LaneRewriter : public IRMutator {
   Expr var_, ramp_;
 };
 
+// Whether `s` holds no loop, allocation or barrier: a body whose copies are plain statements.
+bool straight_line(const Stmt& s) {
+  bool plain = true;
+  post_order(
+      s, [](const Expr&) {},
+      [&](const Stmt& t) {
+        const StmtKind k = t.kind();
+        if (k == StmtKind::For || k == StmtKind::Allocate || k == StmtKind::Barrier) plain = false;
+      });
+  return plain;
+}
+
 class Vectorizer : public IRMutator {
  public:
   explicit Vectorizer(std::vector<std::string>* notes) : notes_(notes) {}
@@ -121,6 +133,19 @@ class Vectorizer : public IRMutator {
         done += width;
       }
       if (why.empty()) return chunks.size() == 1 ? chunks[0] : Block::make(chunks);
+    }
+    if (n && *n <= kMaxUnrolledLanes && straight_line(body)) {
+      // Its lanes one after another, each a scalar copy: a register tile's columns stay
+      // registers (a serial loop indexes the tile, which then lives in memory: on a GPU, local
+      // memory a stack frame holds).
+      if (notes_) {
+        notes_->push_back("loop " + f->var.as<Var>()->name + " not vectorized: " + why + "; unrolled");
+      }
+      std::vector<Stmt> copies;
+      for (int64_t i = 0; i < *n; ++i) {
+        copies.push_back(substitute(body, {{f->var.get(), f->min + Expr(i)}}));
+      }
+      return Block::make(std::move(copies));
     }
     if (notes_) notes_->push_back("loop " + f->var.as<Var>()->name + " not vectorized: " + why);
     return For::make(f->var, f->min, f->extent, ForKind::Serial, body);

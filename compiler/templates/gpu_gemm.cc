@@ -69,7 +69,7 @@ const std::vector<KnobDef>& gemm_knobs() {
       {"lanes_n", KnobType::Int,
        "threads of a warp along the columns of C (the other warp_size / lanes_n along the rows)", 64, {}, kSplit},
       {"tile_m", KnobType::Int, "rows of C per thread (register tile, unrolled)", 16, {}, kSplit},
-      {"tile_n", KnobType::Int, "columns of C per thread (register tile, vectorized)", 16, {}, kSplit},
+      {"tile_n", KnobType::Int, "columns of C per thread (register tile: vectorized, or unrolled)", 16, {}, kSplit},
       {"block_k", KnobType::Int, "depth of a step of K (the shared tiles' depth; unrolled)", 64, {}, kSplit},
       {"shared", KnobType::Bool, "stage the block's tiles of A and B in shared memory, copied by all its threads", 0,
        {}},
@@ -342,14 +342,21 @@ void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const 
   out.bind(bj, "blockIdx.x");
   out.bind(warp, "threadIdx.y");
   out.bind(lane, "threadIdx.x");
+  // The register tile's columns unrolled where they are not vectorized: a serial loop over
+  // them would index the tile, which would then live in local memory.
   if (unroll) out.unroll(it);
-  if (vec) out.vectorize(jt);
+  if (vec) {
+    out.vectorize(jt);
+  } else if (unroll) {
+    out.unroll(jt);
+  }
   Stage& acc = *st.acc;
   acc.compute_at(out, lane);
 
   // The accumulator's loops: K in block_k steps, then the register tile (rows unrolled,
-  // columns vectorized).
+  // columns vectorized, or unrolled too).
   Expr ko = schedule_dense_acc(acc, acc.op()->axes.size() - 2, h.block_k, vec, unroll);
+  if (!vec && unroll) acc.unroll(acc.op()->axes.back().var);
   if (!c["shared"].get<bool>()) return;
 
   int64_t threads_y = h.warps_m * h.warps_n;

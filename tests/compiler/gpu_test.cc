@@ -551,9 +551,10 @@ TEST(GpuEmulated, DefaultConfigsOfTheBenchmarkShapesMatchTheReference) {
   }
 }
 
-// What `ptxas -v` says about a kernel: registers, spills, shared memory.
+// What `ptxas -v` says about a kernel: registers, spills, stack frame (local memory: arrays
+// indexed by a value only known at run time), shared memory.
 struct PtxasReport {
-  int64_t registers = -1, spill_stores = -1, spill_loads = -1, shared = 0;
+  int64_t registers = -1, spill_stores = -1, spill_loads = -1, stack = -1, shared = 0;
   std::string text;
 };
 
@@ -578,6 +579,8 @@ std::map<std::string, PtxasReport> ptxas_verbose(const std::string& ptxas, const
       p.spill_stores = std::stoll(m[1]);
       p.spill_loads = std::stoll(m[2]);
     }
+    if (std::regex_search(text, m, std::regex("([0-9]+) bytes stack frame")))
+      p.stack = std::stoll(m[1]);
     if (std::regex_search(text, m, std::regex("([0-9]+) bytes smem"))) p.shared = std::stoll(m[1]);
   }
   if (out.empty()) out[""].text = r.output;  // no entry compiled: the failure, for the message
@@ -633,6 +636,7 @@ TEST(GpuStatic, DefaultConfigsFitTwoBlocksPerSmWithoutSpills) {
         ASSERT_GE(r.registers, 0) << kw << ":\n" << r.text;
         EXPECT_EQ(r.spill_stores, 0) << kw << ":\n" << r.text;
         EXPECT_EQ(r.spill_loads, 0) << kw << ":\n" << r.text;
+        EXPECT_EQ(r.stack, 0) << kw << ":\n" << r.text;
         int64_t threads = kl.launch.threads_per_block();
         EXPECT_LE(r.registers * threads * 2, sm.registers_per_sm)
             << kw << ": " << r.registers << " registers x " << threads << " threads";
@@ -655,6 +659,44 @@ TEST(GpuStatic, DefaultConfigsFitTwoBlocksPerSmWithoutSpills) {
       EXPECT_GE(fmas, 8 * loads) << what << ": " << fmas << " fma per " << loads << " shared loads";
     }
   }
+}
+
+// A GEMM's register tile stays in registers whatever the config: with its columns vectorized
+// where a tile's guards differ between columns (C's tail: vectorize_loops unrolls them) and
+// not vectorized (the columns unrolled), no kernel has a stack frame. Before, both indexed the
+// tile by a loop variable, which put it in local memory (64 bytes of stack for a 4 x 4 tile:
+// every vectorize=false config of the GEMM space, and RegNetY's grouped 3 x 3 layers of 7 x 7
+// and 14 x 14 positions by default).
+TEST(GpuStatic, RegisterTilesStayInRegisters) {
+  const std::string ptxas = "/usr/local/cuda/bin/ptxas";
+  if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
+  const Target t = parse_target("cuda -arch=sm_90");
+  int kernels = 0;
+  for (const char* shape :
+       {"matmul(M=97,N=131,K=67)", "matmul(M=512,N=512,K=512)",
+        "conv2d_nchw(N=1,C=440,H=7,W=7,K=440,R=3,S=3,pad=1,group=55,epilogue=bias_relu)",
+        "conv2d_nchw(N=1,C=440,H=14,W=14,K=440,R=3,S=3,stride=2,pad=1,group=55)"}) {
+    for (bool vec : {true, false}) {
+      const nlohmann::json config = {{"shared", true}, {"stages", 2},     {"tile_m", 4},
+                                     {"tile_n", 4},    {"block_k", 8},    {"lanes_n", 16},
+                                     {"unroll", true}, {"vectorize", vec}};
+      CompiledKernel k = compile_kernel(parse_workload(shape), t, config, "given", "");
+      std::string what = std::string(shape) + " config " + k.config.dump();
+      std::string path = testing::temp_dir() + "/tiles.ptx";
+      write_kernel(k, EmitKind::Asm, path);
+      std::map<std::string, PtxasReport> reports = ptxas_verbose(ptxas, "sm_90", path);
+      ASSERT_TRUE(k.gpu.has_value());
+      for (const GpuKernelLaunch& kl : k.gpu->kernels) {
+        ASSERT_TRUE(reports.count(kl.function))
+            << what << ": ptxas compiled no " << kl.function << ":\n"
+            << reports.begin()->second.text;
+        EXPECT_EQ(reports[kl.function].stack, 0) << what << " kernel " << kl.function << ":\n"
+                                                 << reports[kl.function].text;
+        ++kernels;
+      }
+    }
+  }
+  EXPECT_GE(kernels, 8);
 }
 
 // Convolutions as implicit GEMMs: the weights' tile (K-major) and the im2col tile, computed

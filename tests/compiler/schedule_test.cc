@@ -75,6 +75,38 @@ TEST(Primitives, VectorizeUnrollParallel) {
   });
 }
 
+// A vectorized loop that cannot be one vector (the lanes of a tile past the output's end
+// guarded one by one) is unrolled, its lanes as scalar copies, where its body is straight-line
+// code; one with a loop inside stays a serial loop. Either way the note says why.
+TEST(Primitives, VectorizedLoopsThatCannotBeVectorsAreUnrolled) {
+  // Tiles of 8 columns of 5: no whole tile to shift the last one onto (partition_loops).
+  OpGraph g = graph("matmul(M=9,N=5,K=5,epilogue=relu)");
+  for (bool inner_loop : {false, true}) {
+    SCOPED_TRACE(inner_loop ? "a loop inside" : "straight-line");
+    LowerResult r;
+    expect_correct(g, [&](Schedule& s) {
+      Stage& out = s[g.output];
+      auto [jo, ji] = out.split(out.axis("j"), 8);
+      out.vectorize(ji);
+      Stage& acc = s[g.acc];
+      if (inner_loop) {
+        auto [ajo, aji] = acc.split(acc.axis("j"), 8);
+        acc.reorder({acc.axis("i"), ajo, aji, acc.axis("k")});
+        acc.vectorize(aji);
+      }
+      r = lower(s, g.inputs, "kernel");
+    });
+    const std::string ir = ir::to_string(r.func);
+    auto noted = [&](const std::string& text) {
+      return std::any_of(r.notes.begin(), r.notes.end(),
+                         [&](const std::string& n) { return n == text; });
+    };
+    EXPECT_TRUE(noted("loop j.i not vectorized: condition differs between lanes; unrolled")) << ir;
+    EXPECT_EQ(noted("loop j.i not vectorized: condition differs between lanes"), inner_loop) << ir;
+    EXPECT_EQ(ir.find("for (j.i,") != std::string::npos, inner_loop) << ir;
+  }
+}
+
 TEST(Primitives, CacheWriteComputeAt) {
   OpGraph g = graph("matmul(M=19,N=23,K=11)");
   expect_correct(g, [&](Schedule& s) {
