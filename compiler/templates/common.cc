@@ -250,9 +250,9 @@ std::string GpuTemplate::check_constraints(const OpGraph& g, const Target& t, co
     int64_t bytes = shared_bytes(g, c), most = gpu_limits(t).max_shared_bytes;
     if (bytes > most) return str(bytes, " bytes of shared memory per block (the limit is ", most, ")");
   }
-  int64_t unroll_k = c.contains("unroll_k") ? c["unroll_k"].get<int64_t>() : 1;
-  if (c["unroll"].get<bool>() && tile * unroll_k > kMaxTileStatements) {
-    return str("an unrolled body of ", tile * unroll_k, " statements (over ", kMaxTileStatements, ")");
+  if (int64_t steps = unrolled_steps(g, c);
+      c["unroll"].get<bool>() && tile * steps > kMaxTileStatements) {
+    return str("an unrolled body of ", tile * steps, " statements (over ", kMaxTileStatements, ")");
   }
   return "";
 }

@@ -160,6 +160,8 @@ class GpuTemplate : public ScheduleTemplate {
  protected:
   // Bytes of shared memory a block of config `c` stages (0 without shared=true).
   virtual int64_t shared_bytes(const OpGraph& g, const json& c) const = 0;
+  // The copies of the register tile that `unroll` makes (the unrolled loops around it).
+  virtual int64_t unrolled_steps(const OpGraph& g, const json& c) const = 0;
   // Powers of two for thread counts (warps and wavefronts come in them), small register
   // tiles, unroll factors that are powers of two; none past `extent`, the extent it splits.
   static std::vector<json> gpu_candidates(const KnobDef& k, int64_t extent);

@@ -167,7 +167,8 @@ namespace {
 class Conv2dGpu final : public GemmTemplate {
  public:
   explicit Conv2dGpu(TargetKind kind)
-      : GemmTemplate(std::string("conv2d.").append(kind_name(kind)), 3, {"conv2d_nchw", "conv2d_nhwc"}, kind) {}
+      : GemmTemplate(std::string("conv2d.").append(kind_name(kind)), 4,
+                     {"conv2d_nchw", "conv2d_nhwc"}, kind) {}
 
  protected:
   OpGraph gemm_graph(const OpGraph& g, const Target&, const json&) const override { return conv_gemm_graph(g, id()); }

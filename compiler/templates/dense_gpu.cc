@@ -31,7 +31,9 @@ namespace {
 
 class DenseGpu final : public GemmTemplate {
  public:
-  explicit DenseGpu(TargetKind kind) : GemmTemplate(std::string("dense.").append(kind_name(kind)), 3, {"matmul", "batch_matmul"}, kind) {}
+  explicit DenseGpu(TargetKind kind)
+      : GemmTemplate(std::string("dense.").append(kind_name(kind)), 4, {"matmul", "batch_matmul"},
+                     kind) {}
 
  protected:
   // An operand a model's views compute (OpGraph::prologue) is a computed operand, staged in

@@ -22,7 +22,8 @@ ConvAxes conv_axes(const OpGraph& g) {
 class DepthwiseConv2dGpu final : public GpuTemplate {
  public:
   explicit DepthwiseConv2dGpu(TargetKind kind)
-      : GpuTemplate(std::string("depthwise_conv2d.").append(kind_name(kind)), 1, {"depthwise_conv2d_nchw"}, kind) {}
+      : GpuTemplate(std::string("depthwise_conv2d.").append(kind_name(kind)), 2,
+                    {"depthwise_conv2d_nchw"}, kind) {}
 
   const std::vector<KnobDef>& knobs() const override {
     static const std::vector<KnobDef> k = {
@@ -30,7 +31,7 @@ class DepthwiseConv2dGpu final : public GpuTemplate {
         {"threads_w", KnobType::Int, "threads per block along the output columns (threadIdx.x)", 1024, {}, kSplit},
         {"tile_k", KnobType::Int, "output channels per thread (register tile)", 16, {}, kSplit},
         {"tile_w", KnobType::Int, "output columns per thread (register tile)", 16, {}, kSplit},
-        {"unroll", KnobType::Bool, "unroll the register tile", 0, {}},
+        {"unroll", KnobType::Bool, "unroll the filter window (the register tile always is)", 0, {}},
         {"shared", KnobType::Bool,
          "stage the block's weights in shared memory (per input channel; depthwise: the whole window), copied by "
          "all its threads",
@@ -44,14 +45,19 @@ class DepthwiseConv2dGpu final : public GpuTemplate {
     return gpu_candidates(k, out_extent(g, std::string(k.name).back() == 'k' ? ax.k : ax.w));
   }
 
-  // 4 channels x 2 columns per thread, up to 32 threads along the row and 256 in all.
+  // 4 channels x 2 columns per thread, up to 32 threads along the row and 256 in all; the
+  // filter window a loop (v1's default, which unrolled the tile only: the same code).
   json default_config(const OpGraph& g, const Target&) const override {
     ConvAxes ax = conv_axes(g);
     int64_t k = out_extent(g, ax.k), w = out_extent(g, ax.w);
     int64_t tk = std::min<int64_t>(k, 4), tw = std::min<int64_t>(w, 2);
     int64_t thw = threads_for(w, tw, 32);
-    return {{"threads_k", threads_for(k, tk, std::max<int64_t>(1, 256 / thw))}, {"threads_w", thw}, {"tile_k", tk},
-            {"tile_w", tw}, {"unroll", true}, {"shared", false}};
+    return {{"threads_k", threads_for(k, tk, std::max<int64_t>(1, 256 / thw))},
+            {"threads_w", thw},
+            {"tile_k", tk},
+            {"tile_w", tw},
+            {"unroll", false},
+            {"shared", false}};
   }
 
   void apply(Schedule& s, const OpGraph& g, const Target&, const json& c) const override {
@@ -72,19 +78,21 @@ class DepthwiseConv2dGpu final : public GpuTemplate {
     out->bind(bw, "blockIdx.x");
     out->bind(ty, "threadIdx.y");
     out->bind(tx, "threadIdx.x");
-    if (unroll) {
-      out->unroll(rk);
-      out->unroll(rw);
-    }
+    // The register tile always unrolled: a loop over it would index the tile, which would then
+    // live in local memory (until v2, unroll=false did that: 16 to 128 bytes of stack). `unroll`
+    // unrolls the filter window.
+    out->unroll(rk);
+    out->unroll(rw);
     acc->compute_at(*out, tx);
     const auto& a = acc->op()->axes;
     std::vector<Expr> order = {a[0].var, a[ax.h].var};
     for (const ir::IterVar& r : acc->op()->reduce_axes) order.push_back(r.var);
     order.insert(order.end(), {a[ax.k].var, a[ax.w].var});
     acc->reorder(order);
+    acc->unroll(a[ax.k].var);
+    acc->unroll(a[ax.w].var);
     if (unroll) {
-      acc->unroll(a[ax.k].var);
-      acc->unroll(a[ax.w].var);
+      for (const ir::IterVar& r : acc->op()->reduce_axes) acc->unroll(r.var);
     }
     if (c["shared"].get<bool>()) {
       // The weights of the block's channels, shared by its threads_w columns of threads: per
@@ -104,6 +112,12 @@ class DepthwiseConv2dGpu final : public GpuTemplate {
     int64_t channels = std::min(c["threads_k"].get<int64_t>() * c["tile_k"].get<int64_t>(), nhwc ? w[3] : w[0]);
     int64_t window = nhwc ? w[0] * w[1] : w[2] * w[3];
     return channels * window * 4;
+  }
+  // The filter window: R x S taps (the input channel loop of NCHW and NHWC too).
+  int64_t unrolled_steps(const OpGraph& g, const json&) const override {
+    int64_t steps = 1;
+    for (const ir::IterVar& r : g.acc->reduce_axes) steps *= r.extent;
+    return steps;
   }
 };
 

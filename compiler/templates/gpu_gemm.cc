@@ -69,8 +69,8 @@ const std::vector<KnobDef>& gemm_knobs() {
       {"lanes_n", KnobType::Int,
        "threads of a warp along the columns of C (the other warp_size / lanes_n along the rows)", 64, {}, kSplit},
       {"tile_m", KnobType::Int, "rows of C per thread (register tile, unrolled)", 16, {}, kSplit},
-      {"tile_n", KnobType::Int, "columns of C per thread (register tile: vectorized, or unrolled)", 16, {}, kSplit},
-      {"block_k", KnobType::Int, "depth of a step of K (the shared tiles' depth; unrolled)", 64, {}, kSplit},
+      {"tile_n", KnobType::Int, "columns of C per thread (register tile: vectorized, else unrolled)", 16, {}, kSplit},
+      {"block_k", KnobType::Int, "depth of a step of K (the shared tiles' depth; unrolled with unroll)", 64, {}, kSplit},
       {"shared", KnobType::Bool, "stage the block's tiles of A and B in shared memory, copied by all its threads", 0,
        {}},
       {"stages", KnobType::Int,
@@ -82,7 +82,7 @@ const std::vector<KnobDef>& gemm_knobs() {
        "divide K",
        64, {}, kSplit},
       {"vectorize", KnobType::Bool, "vectorize each thread's columns (vector loads and stores)", 0, {}},
-      {"unroll", KnobType::Bool, "unroll the register tile and the step of K", 0, {}},
+      {"unroll", KnobType::Bool, "unroll the step of K (the register tile always is)", 0, {}},
   };
   return k;
 }
@@ -342,21 +342,24 @@ void schedule_gemm(Schedule& s, const GemmStages& st, const GemmShape& g, const 
   out.bind(bj, "blockIdx.x");
   out.bind(warp, "threadIdx.y");
   out.bind(lane, "threadIdx.x");
-  // The register tile's columns unrolled where they are not vectorized: a serial loop over
-  // them would index the tile, which would then live in local memory.
-  if (unroll) out.unroll(it);
+  // The register tile always unrolled (its columns vectorized or unrolled): a loop over it
+  // would index the tile, which would then live in local memory, not registers (64 bytes of
+  // stack for 4 x 4). `unroll` unrolls the step of K.
+  out.unroll(it);
   if (vec) {
     out.vectorize(jt);
-  } else if (unroll) {
+  } else {
     out.unroll(jt);
   }
   Stage& acc = *st.acc;
   acc.compute_at(out, lane);
 
-  // The accumulator's loops: K in block_k steps, then the register tile (rows unrolled,
-  // columns vectorized, or unrolled too).
-  Expr ko = schedule_dense_acc(acc, acc.op()->axes.size() - 2, h.block_k, vec, unroll);
-  if (!vec && unroll) acc.unroll(acc.op()->axes.back().var);
+  // The accumulator's loops: K in block_k steps (the step unrolled with `unroll`), then the
+  // register tile (rows unrolled, columns vectorized or unrolled).
+  const auto& aax = acc.op()->axes;
+  Expr ko = schedule_dense_acc(acc, aax.size() - 2, h.block_k, vec, unroll);
+  acc.unroll(aax[aax.size() - 2].var);
+  if (!vec) acc.unroll(aax.back().var);
   if (!c["shared"].get<bool>()) return;
 
   int64_t threads_y = h.warps_m * h.warps_n;

@@ -642,7 +642,9 @@ OpGraph TensorCoreGemm::schedule_graph(const OpGraph& workload_graph, const Targ
     names.push_back(old->axes[0].name());
   }
   const size_t d0 = shape.size();
-  shape.insert(shape.end(), {mp / 2, np / 2, 2, 2});
+  // One by one: GCC 12 takes an insert of the four into a vector of at most two for an
+  // out-of-bounds copy (-Warray-bounds).
+  for (int64_t e : {mp / 2, np / 2, int64_t{2}, int64_t{2}}) shape.push_back(e);
   names.insert(names.end(), {"r2", "c2", "h", "p"});
   ir::IterVar k = ir::reduce_axis(kp, old->reduce_axes[0].name());
   const std::string name = old == g.output ? old->name + "_acc" : old->name;

@@ -661,42 +661,61 @@ TEST(GpuStatic, DefaultConfigsFitTwoBlocksPerSmWithoutSpills) {
   }
 }
 
-// A GEMM's register tile stays in registers whatever the config: with its columns vectorized
-// where a tile's guards differ between columns (C's tail: vectorize_loops unrolls them) and
-// not vectorized (the columns unrolled), no kernel has a stack frame. Before, both indexed the
-// tile by a loop variable, which put it in local memory (64 bytes of stack for a 4 x 4 tile:
-// every vectorize=false config of the GEMM space, and RegNetY's grouped 3 x 3 layers of 7 x 7
-// and 14 x 14 positions by default).
+// A register tile stays in registers whatever the config: a GEMM's (dense and implicit-GEMM
+// convolutions) with its columns vectorized where a tile's guards differ between columns (C's
+// tail: vectorize_loops unrolls them) or not vectorized, its K step unrolled or not, and a
+// depthwise convolution's with its window unrolled or not: no kernel has a stack frame.
+// Before session 107 each of these but the default indexed the tile by a loop variable, which
+// put it in local memory (64 bytes of stack for a 4 x 4 tile): every vectorize=false or
+// unroll=false config of the GEMM space, every unroll=false one of the depthwise space, and
+// RegNetY's grouped 3 x 3 layers of 7 x 7 and 14 x 14 positions by default.
 TEST(GpuStatic, RegisterTilesStayInRegisters) {
   const std::string ptxas = "/usr/local/cuda/bin/ptxas";
   if (!fs::exists(ptxas)) GTEST_SKIP() << ptxas << " is not installed (NVIDIA's CUDA toolkit)";
   const Target t = parse_target("cuda -arch=sm_90");
   int kernels = 0;
+  auto check = [&](const std::string& shape, const nlohmann::json& config) {
+    CompiledKernel k = compile_kernel(parse_workload(shape), t, config, "given", "");
+    std::string what = shape + " config " + k.config.dump();
+    std::string path = testing::temp_dir() + "/tiles.ptx";
+    write_kernel(k, EmitKind::Asm, path);
+    std::map<std::string, PtxasReport> reports = ptxas_verbose(ptxas, "sm_90", path);
+    ASSERT_TRUE(k.gpu.has_value());
+    for (const GpuKernelLaunch& kl : k.gpu->kernels) {
+      ASSERT_TRUE(reports.count(kl.function))
+          << what << ": ptxas compiled no " << kl.function << ":\n"
+          << reports.begin()->second.text;
+      EXPECT_EQ(reports[kl.function].stack, 0) << what << " kernel " << kl.function << ":\n"
+                                               << reports[kl.function].text;
+      ++kernels;
+    }
+  };
   for (const char* shape :
        {"matmul(M=97,N=131,K=67)", "matmul(M=512,N=512,K=512)",
         "conv2d_nchw(N=1,C=440,H=7,W=7,K=440,R=3,S=3,pad=1,group=55,epilogue=bias_relu)",
         "conv2d_nchw(N=1,C=440,H=14,W=14,K=440,R=3,S=3,stride=2,pad=1,group=55)"}) {
     for (bool vec : {true, false}) {
-      const nlohmann::json config = {{"shared", true}, {"stages", 2},     {"tile_m", 4},
-                                     {"tile_n", 4},    {"block_k", 8},    {"lanes_n", 16},
-                                     {"unroll", true}, {"vectorize", vec}};
-      CompiledKernel k = compile_kernel(parse_workload(shape), t, config, "given", "");
-      std::string what = std::string(shape) + " config " + k.config.dump();
-      std::string path = testing::temp_dir() + "/tiles.ptx";
-      write_kernel(k, EmitKind::Asm, path);
-      std::map<std::string, PtxasReport> reports = ptxas_verbose(ptxas, "sm_90", path);
-      ASSERT_TRUE(k.gpu.has_value());
-      for (const GpuKernelLaunch& kl : k.gpu->kernels) {
-        ASSERT_TRUE(reports.count(kl.function))
-            << what << ": ptxas compiled no " << kl.function << ":\n"
-            << reports.begin()->second.text;
-        EXPECT_EQ(reports[kl.function].stack, 0) << what << " kernel " << kl.function << ":\n"
-                                                 << reports[kl.function].text;
-        ++kernels;
+      for (bool unroll : {true, false}) {
+        check(shape, {{"shared", true},
+                      {"stages", 2},
+                      {"tile_m", 4},
+                      {"tile_n", 4},
+                      {"block_k", 8},
+                      {"lanes_n", 16},
+                      {"unroll", unroll},
+                      {"vectorize", vec}});
       }
     }
   }
-  EXPECT_GE(kernels, 8);
+  for (bool unroll : {true, false}) {
+    check("depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,pad=1)", {{"threads_k", 8},
+                                                                       {"threads_w", 8},
+                                                                       {"tile_k", 4},
+                                                                       {"tile_w", 4},
+                                                                       {"unroll", unroll},
+                                                                       {"shared", true}});
+  }
+  EXPECT_GE(kernels, 18);  // a kernel per config at least (split-K: two)
 }
 
 // Convolutions as implicit GEMMs: the weights' tile (K-major) and the im2col tile, computed
@@ -1090,7 +1109,7 @@ TEST(GpuErrors, NoObjectForCudaAndKnobsOfTheTemplate) {
   std::string obj = compile_error("matmul(M=8,N=8,K=8)", "cuda -arch=sm_80", nullptr, EmitKind::Object);
   EXPECT_NE(obj.find("--emit obj: cuda -arch=sm_80 kernels are PTX"), std::string::npos) << obj;
   std::string knob = compile_error("matmul(M=8,N=8,K=8)", "rocm -mcpu=gfx1100", {{"pack_b", true}});
-  EXPECT_NE(knob.find("'pack_b' is not a knob of dense.rocm.v3"), std::string::npos) << knob;
+  EXPECT_NE(knob.find("'pack_b' is not a knob of dense.rocm.v4"), std::string::npos) << knob;
   std::string tile = compile_error("matmul(M=8,N=8,K=8)", "cuda -arch=sm_90", {{"tile_m", 17}});
   EXPECT_NE(tile.find("tile_m=17"), std::string::npos) << tile;
 }

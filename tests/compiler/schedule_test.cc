@@ -545,7 +545,7 @@ TEST(TemplateRegistry, OneTemplatePerOperatorAndTargetKind) {
   // Reduced precision is a tensor-core template of its own; CPUs have none.
   Workload tf32 = parse_workload("matmul(M=64,N=64,K=64,precision=tf32)");
   EXPECT_EQ(template_name(tf32, parse_target("cuda -arch=sm_90")), "dense_tc.cuda.v2");
-  EXPECT_EQ(template_name(mm, parse_target("cuda -arch=sm_90")), "dense.cuda.v3");
+  EXPECT_EQ(template_name(mm, parse_target("cuda -arch=sm_90")), "dense.cuda.v4");
   expect_user_error([&] { find_template(tf32, parse_target("llvm")); },
                     "no schedule template for matmul of float32 in tf32 on llvm targets yet");
 }

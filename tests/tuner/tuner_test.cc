@@ -162,12 +162,12 @@ TEST(ConfigSpace, EveryOperatorHasATemplateOnCpusAndGpus) {
     EXPECT_GT(conv.valid_size(), 100u) << t;
     EXPECT_TRUE(conv.valid(*conv.default_index())) << t;
     std::string kind = t[0] == 'c' ? "cuda" : "rocm";
-    EXPECT_EQ(dense.template_id(), "dense." + kind + ".v3");
-    EXPECT_EQ(conv.template_id(), "conv2d." + kind + ".v3");
+    EXPECT_EQ(dense.template_id(), "dense." + kind + ".v4");
+    EXPECT_EQ(conv.template_id(), "conv2d." + kind + ".v4");
     ConfigSpace dw(parse_workload("depthwise_conv2d_nchw(N=1,C=32,H=28,W=28,R=3,S=3,pad=1)"), parse_target(t));
     EXPECT_GT(dw.valid_size(), 100u) << t;
     EXPECT_TRUE(dw.valid(*dw.default_index())) << t;
-    EXPECT_EQ(dw.template_id(), "depthwise_conv2d." + kind + ".v1");
+    EXPECT_EQ(dw.template_id(), "depthwise_conv2d." + kind + ".v2");
   }
 }
 
