@@ -99,9 +99,7 @@ class Unroller : public IRMutator {
     Stmt body = mutate_stmt(f->body);
     const int64_t* n = as_const_int(f->extent);
     if (!unrolls(n, count(body, limit_), limit_)) return For::make(f->var, f->min, f->extent, ForKind::Serial, body);
-    std::vector<Stmt> copies;
-    for (int64_t i = 0; i < *n; ++i) copies.push_back(substitute(body, {{f->var.get(), f->min + Expr(i)}}));
-    return Block::make(std::move(copies));
+    return unrolled_copies(*f, body, *n);
   }
 
  private:
@@ -115,6 +113,14 @@ bool needs_limit(const Stmt& s) {
 }
 
 }  // namespace
+
+Stmt unrolled_copies(const For& f, const Stmt& body, int64_t n) {
+  std::vector<Stmt> copies;
+  for (int64_t i = 0; i < n; ++i) {
+    copies.push_back(substitute(body, {{f.var.get(), f.min + Expr(i)}}));
+  }
+  return Block::make(std::move(copies));
+}
 
 int64_t unrolled_size(const Stmt& s) { return count(s, needs_limit(s)).size; }
 

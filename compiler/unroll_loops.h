@@ -38,6 +38,10 @@ constexpr int64_t kMaxCopiedBranches = 256;
 // make; serial and parallel loops contribute their body once.
 int64_t unrolled_size(const Stmt& s);
 
+// Loop `f`'s body (or `body`, its body already rewritten) once per iteration, in order, the loop
+// variable replaced by each iteration's value: its `n` iterations (a constant extent) unrolled.
+Stmt unrolled_copies(const For& f, const Stmt& body, int64_t n);
+
 // Unrolls every loop marked Unrolled whose extent is a constant of at most kMaxUnroll (and,
 // past the function's bounds above, whose copies hold at most kMaxCopiedLoops loops and
 // kMaxCopiedBranches branches); the others become serial loops.

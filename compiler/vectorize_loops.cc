@@ -3,6 +3,7 @@
 #include <bit>
 
 #include "compiler/ir_mutator.h"
+#include "compiler/unroll_loops.h"
 
 namespace tf::ir {
 namespace {
@@ -141,11 +142,7 @@ class Vectorizer : public IRMutator {
       if (notes_) {
         notes_->push_back("loop " + f->var.as<Var>()->name + " not vectorized: " + why + "; unrolled");
       }
-      std::vector<Stmt> copies;
-      for (int64_t i = 0; i < *n; ++i) {
-        copies.push_back(substitute(body, {{f->var.get(), f->min + Expr(i)}}));
-      }
-      return Block::make(std::move(copies));
+      return unrolled_copies(*f, body, *n);
     }
     if (notes_) notes_->push_back("loop " + f->var.as<Var>()->name + " not vectorized: " + why);
     return For::make(f->var, f->min, f->extent, ForKind::Serial, body);
