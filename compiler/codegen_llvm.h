@@ -54,12 +54,14 @@ CodegenResult codegen_llvm(const ir::LoweredFunc& f, const Target& target, Codeg
 // libdevice / ocml linked once.
 CodegenResult codegen_llvm(const std::vector<ir::LoweredFunc>& fs, const Target& target, CodegenOutput out);
 
-// The kernel's LLVM IR as code generation first builds it (before optimization), printed
+// The kernel's LLVM IR as code generation first builds it (before optimization), as bitcode,
 // under a fixed function name: two kernels of the same key compile to the same code but for
 // their names, so a model's repeated layers are generated once (graph/model_compiler.cc).
 // For a GPU target, every kernel of the function (split_gpu_program) with its launch bounds,
 // named kernel, kernel_step2, ...
 std::string llvm_ir_key(const ir::LoweredFunc& f, const Target& target);
+// The same module as text (LLVM's assembly), for reading.
+std::string llvm_ir_text(const ir::LoweredFunc& f, const Target& target);
 
 // For other code generators over LLVM (compiler/model_entry.h): the target machine of a
 // target (PIC, -O3 code generation), and a module emitted as object code or assembly.

@@ -296,7 +296,7 @@ TEST(Codegen, LoopsOverARegisterTileAreMarkedForFullUnrolling) {
     nlohmann::json c = {{"tile_w", tile_w}, {"tile_kb", tile_kb}, {"unroll", unroll}, {"vectorize", true},
                         {"reduce_order", "crs"}, {"inline_pad", false}, {"parallel", true}};
     CompiledKernel k = compile_kernel(w, t, c, "given", "");
-    std::string ir = llvm_ir_key(k.lowered.func, t);
+    std::string ir = llvm_ir_text(k.lowered.func, t);
     size_t n = 0;
     for (size_t at = ir.find("llvm.loop.unroll.full"); at != std::string::npos;
          at = ir.find("llvm.loop.unroll.full", at + 1))
@@ -337,7 +337,7 @@ TEST(Codegen, LoopsAroundARegisterTileAreKeptRolled) {
   Workload w = parse_workload("conv2d_nchwc(N=1,C=16,H=55,W=55,K=64,R=3,S=3,stride=1,pad=1,ic_block=8,oc_block=8)");
   Target t = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver3");
   CompiledKernel k = compile_kernel(w, t, nullptr, "default", "");
-  std::string ir = llvm_ir_key(k.lowered.func, t);
+  std::string ir = llvm_ir_text(k.lowered.func, t);
   EXPECT_NE(ir.find("llvm.loop.unroll.disable"), std::string::npos);
   std::string path = testing::temp_dir() + "/rolled.s";
   write_kernel(k, EmitKind::Asm, path);
@@ -392,7 +392,7 @@ TEST(Codegen, BuffersHaveAliasScopesAndKeptWorkspacesAreFreedAtUnload) {
   Workload w = parse_workload("conv2d_winograd_nchwc(N=1,C=16,H=9,W=11,K=24,ic_block=8,oc_block=8)");
   Target t = parse_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512");
   CompiledKernel k = compile_kernel(w, t, nlohmann::json::object(), "default", "");
-  std::string ir = llvm_ir_key(k.lowered.func, t);
+  std::string ir = llvm_ir_text(k.lowered.func, t);
   EXPECT_NE(ir.find("!alias.scope"), std::string::npos);
   EXPECT_NE(ir.find("!noalias"), std::string::npos);
   EXPECT_NE(ir.find("@llvm.global_dtors"), std::string::npos);
