@@ -151,8 +151,8 @@ std::string llvm_ir_key(const LoweredFunc& f, const Target& target) {
   llvm::LLVMContext ctx;
   llvm::Module m("kernel", ctx);
   emit_unoptimized(f, target, ctx, m);
-  // Bitcode, not text: the same module either way, written in a fifth of the time of the
-  // printer (which tracks columns and escapes names): 5% of a model's compile time.
+  // Bitcode, not text: the same module either way, without the printer (which tracks columns
+  // and escapes names), 5% of DenseNet-121's compile CPU when keys were text.
   llvm::SmallVector<char, 0> bytes;
   llvm::raw_svector_ostream os(bytes);
   llvm::WriteBitcodeToFile(m, os);

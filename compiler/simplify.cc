@@ -184,10 +184,12 @@ class Simplifier : public IRMutator {
     return node(IRMutator::mutate_expr(e));
   }
 
-  // `x` simplified where its operands already are: the rules below build new nodes from
-  // simplified parts (a ramp's base plus a broadcast's value, a comparison's difference) and
-  // simplify those with node(), not mutate_expr(), which would walk the parts again (each level
-  // of a vector expression re-walked every level below it: a third of a model's compile time).
+  // `x` simplified where its operands already are. Rules that build a node from simplified
+  // parts (a ramp's base plus a broadcast's value, a comparison's difference) simplify it with
+  // node(), not mutate_expr(), which would walk the parts again: each level of a vector
+  // expression re-walked every level below it (simplify was 28% of DenseNet-121's compile CPU,
+  // 20% after). div_mod's scalar rewrites still call mutate_expr: they build nodes around parts
+  // not yet simplified (a new Mod inside a product).
   Expr node(const Expr& x) {
     switch (x.kind()) {
       case ExprKind::Add:
