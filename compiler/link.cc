@@ -123,10 +123,10 @@ std::string find_target_library(const Target& t, const std::string& file, const 
                                package_for(t, package), ")"));
 }
 
-void run_linker(const std::vector<std::string>& argv, bool may_link_here = true) {
+void run_linker(const std::vector<std::string>& argv) {
   // $TUNEFARM_LLD names a linker program to run instead.
   std::optional<CommandResult> in_process;
-  if (!std::getenv("TUNEFARM_LLD") && may_link_here) in_process = link_in_process(argv);
+  if (!std::getenv("TUNEFARM_LLD")) in_process = link_in_process(argv);
   CommandResult r = in_process ? *in_process : run_command(argv);
   if (r.exit_code != 0) {
     std::ostringstream cmd;
@@ -143,7 +143,7 @@ void link_shared_library(const std::string& object_path, const std::string& out_
 }
 
 void link_shared_library(const std::vector<std::string>& objects, const std::string& out_path,
-                         const Target& target, bool openmp, bool libm, bool nodelete, bool in_process) {
+                         const Target& target, bool openmp, bool libm, bool nodelete) {
   // -Bsymbolic: calls between the objects bind inside the library, whatever else is loaded.
   std::vector<std::string> argv = {find_lld(), "-shared", "--hash-style=gnu", "-z", "noexecstack",
                                    "-Bsymbolic", "-O1", "-o", out_path};
@@ -157,7 +157,7 @@ void link_shared_library(const std::vector<std::string>& objects, const std::str
     argv.push_back(find_target_library(target, "libgomp.so.1", "libgomp1"));
   }
   if (libm) argv.push_back(find_target_library(target, "libm.so.6", "libc6"));
-  run_linker(argv, in_process);
+  run_linker(argv);
 }
 
 void link_amdgpu_code_object(const std::string& object_path, const std::string& out_path) {

@@ -26,12 +26,15 @@ void link_shared_library(const std::string& object_path, const std::string& out_
                          const Target& target, bool openmp, bool libm);
 // The same for several objects (a compiled model's kernels and runner) in one library;
 // `nodelete`: the library stays mapped after dlclose (it holds state a reload must find: a GPU
-// model's device memory and loaded modules). `in_process` false starts ld.lld instead of
-// running lld's driver here: an object of another compiler (gcc's: the GPU model runtime)
-// leaves LLVM 19's lld with state that the next in-process link uses after it was freed
-// (valgrind: an invalid write in Writer::finalizeSections, then heap corruption).
+// model's device memory and loaded modules).
+//
+// Objects must not name _GLOBAL_OFFSET_TABLE_: LLVM 19's lld, run in this process, keeps a
+// pointer to that symbol after the link that defined it and writes through it in the next link
+// (valgrind: an invalid write in Writer::finalizeSections). LLVM's objects never name it; GNU
+// as names it in any object with GOT relocations, so the gcc-built GPU model runtime has it
+// stripped when it is built (compiler/CMakeLists.txt).
 void link_shared_library(const std::vector<std::string>& objects, const std::string& out_path,
-                         const Target& target, bool openmp, bool libm, bool nodelete = false, bool in_process = true);
+                         const Target& target, bool openmp, bool libm, bool nodelete = false);
 
 // Links an AMDGPU object into a code object (.hsaco: a shared ELF the HIP runtime loads), as
 // ROCm's own toolchain does with `ld.lld -shared`. Throws like link_shared_library.

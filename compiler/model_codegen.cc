@@ -449,9 +449,7 @@ ModelCodegen::Written ModelCodegen::write(std::vector<EntrySpec>& buckets, const
   Written written;
   if (gpu_library_) {
     write_gpu_objects(buckets, tmp, objects.paths, written);
-    // (ld.lld in a process of its own: the runtime's object is gcc's, see compiler/link.h.)
-    link_shared_library(objects.paths, library.temp_path(), code_target_, false, false, /*nodelete=*/true,
-                        /*in_process=*/false);
+    link_shared_library(objects.paths, library.temp_path(), code_target_, false, false, /*nodelete=*/true);
   } else {
     std::vector<CodegenResult> results(funcs_.size());
     on_all_cores(
