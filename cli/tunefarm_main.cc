@@ -15,6 +15,7 @@
 #include <optional>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,6 +23,7 @@
 
 #include "compiler/driver.h"
 #include "base/error.h"
+#include "base/huge_pages.h"
 #include "compiler/ir_printer.h"
 #include "compiler/reference.h"
 #include "compiler/schedule_templates.h"
@@ -349,10 +351,30 @@ int cmd_run(const RunArgs& a) {
   return 0;
 }
 
+// `compile` or `tune` of an ONNX model file of 64 MiB or more (its weights: base/huge_pages.h).
+bool compiles_a_big_model(int argc, char** argv) {
+  if (argc < 2 || (std::strcmp(argv[1], "compile") != 0 && std::strcmp(argv[1], "tune") != 0)) return false;
+  for (int i = 2; i < argc; ++i) {
+    std::string path;
+    if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+      path = argv[i + 1];
+    } else if (std::strncmp(argv[i], "--model=", 8) == 0) {
+      path = argv[i] + 8;
+    } else {
+      continue;
+    }
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) >= (64u << 20) && !ec)
+      return true;
+  }
+  return false;
+}
+
 }  // namespace
 }  // namespace tf
 
 int main(int argc, char** argv) {
+  tf::use_huge_page_malloc(argv, tf::compiles_a_big_model(argc, argv));
   CLI::App app{"tunefarm: autotune tensor kernels for a farm of boards"};
   app.set_version_flag("--version", tf::toolchain_version());
   app.require_subcommand(1);

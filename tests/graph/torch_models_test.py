@@ -528,6 +528,52 @@ def shape_buckets(tunefarm, d):
     return ok
 
 
+def big_weights(tunefarm, d):
+    """A model of 64 MiB or more: `compile --model` starts itself again once, glibc's malloc
+    asked for transparent huge pages (base/huge_pages.h), and the programs it starts get the
+    caller's environment back. Observed through TUNEFARM_LLD, a linker that records its own
+    environment, the compile's initial one (/proc/PPID/environ: the restart's marker) and the
+    compile's huge pages (where the kernel's transparent huge pages are not off), then links;
+    the library matches PyTorch. A small model is compiled without the restart."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
+                                torch.nn.ReLU(), torch.nn.Linear(4096, 16)).eval()
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        want = model(x).numpy()
+    big, small = os.path.join(d, "big.onnx"), os.path.join(d, "mlp.onnx")
+    torch.onnx.export(model, (x,), big, opset_version=13, input_names=["x"], output_names=["y"])
+    torch.onnx.export(MLP().eval(), (torch.randn(2, 32),), small, opset_version=13, input_names=["x"], output_names=["y"])
+    np.save(os.path.join(d, "bigx.npy"), x.numpy())
+    linker = os.path.join(d, "recording-ld.sh")
+    with open(linker, "w") as f:
+        f.write("#!/bin/sh\nenv > \"$0.env\"\ntr '\\0' '\\n' < /proc/$PPID/environ > \"$0.parent\"\n"
+                "grep AnonHugePages /proc/$PPID/smaps_rollup > \"$0.huge\"\nexec ld.lld-19 \"$@\"\n")
+    os.chmod(linker, 0o755)
+    caller = "glibc.malloc.arena_max=8"
+    env = dict(os.environ, TUNEFARM_LLD=linker, GLIBC_TUNABLES=caller)
+    ok, notes = True, []
+    for path, restarts in ((big, True), (small, False)):
+        lib = os.path.join(d, os.path.basename(path) + ".so")
+        run([tunefarm, "compile", "--model", path, "--no-db", "-o", lib], env=env)
+        mine = open(linker + ".env").read().splitlines()
+        parent = open(linker + ".parent").read().splitlines()
+        restarted = f"TUNEFARM_CALLER_GLIBC_TUNABLES=={caller}" in parent
+        ok = ok and f"GLIBC_TUNABLES={caller}" in mine and not any(v.startswith("TUNEFARM_CALLER") for v in mine)
+        ok = ok and restarted == restarts
+        huge_kb = int(open(linker + ".huge").read().split()[1])
+        if restarts and "[never]" not in open("/sys/kernel/mm/transparent_hugepage/enabled").read():
+            ok = ok and huge_kb >= 32 << 10
+        notes.append(f"{os.path.getsize(path) >> 20} MiB: {'restarted' if restarted else 'not restarted'}, "
+                     f"{huge_kb >> 10} MiB on huge pages")
+    y = os.path.join(d, "bigy.npy")
+    run([tunefarm, "run", "--model", os.path.join(d, "big.onnx.so"), "--input", "x=" + os.path.join(d, "bigx.npy"),
+         "--output", y])
+    err = float(np.abs(np.load(y) - want).max())
+    ok = ok and err <= 1e-4 * float(np.abs(want).max())
+    print(f"{'ok  ' if ok else 'FAIL'} big weights: " + "; ".join(notes) + f"; max error {err:.3g}")
+    return ok
+
+
 def main():
     tunefarm = sys.argv[1]
     # The FAKE libcuda's folder (tests/farm/fake_gpu): GPU libraries run through it too.
@@ -720,6 +766,8 @@ def main():
                   + gpu_note)
             failures += not ok
         failures += not shape_buckets(tunefarm, d)
+        # (The sanitizer pass, whose allocator is not glibc's, does not run this file.)
+        failures += not big_weights(tunefarm, d)
     if os.path.exists(stale):
         failures += 1
         print(f"FAIL `run --model` left the dead run's folder {stale}")
