@@ -5,8 +5,8 @@
 // read, the ONNX tensors, their float values, packed and transposed layouts, LLVM's constant
 // and object buffers): AlexNet's 224 MiB of weights touched 2.3 GB of fresh memory, 577,000
 // page faults of 4 KiB, which in a virtual machine cost more than the compile's own work
-// (11.0-12.5 s, half of it system time; 4.4-6.3 s with 35,000 faults, on 2 MiB pages). glibc's malloc
-// backs its large blocks with transparent huge pages (madvise) when its tunable
+// (11.0-12.5 s, half of it system time; 4.4-6.3 s with 35,000 faults, on 2 MiB pages).
+// glibc's malloc backs its large blocks with transparent huge pages (madvise) when its tunable
 // glibc.malloc.hugetlb is 1, and reads tunables only when a program starts: so the program
 // starts itself again, once, with the tunable added.
 #pragma once

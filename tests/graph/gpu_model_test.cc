@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "compiler/attention.h"
 #include "compiler/link.h"
 #include "compiler/lower.h"
@@ -199,22 +200,22 @@ std::vector<HostTensor> run_library(const std::string& so, const std::vector<Hos
 
 }  // namespace
 
-// The sidecar of a GPU library says where its kernels are and how each is launched; the
-// library says it is one for cuda, and tf_model_workspace_bytes is 0 (the arena is on the
-// device).
 // GPU libraries are linked by lld in this process, like CPU ones, and lld keeps a pointer to
 // _GLOBAL_OFFSET_TABLE_ past the link that defined it (compiler/link.h): the runtime object
 // every GPU library takes must not name the symbol. (The other tests here link GPU and CPU
 // libraries one after the other in one process; the sanitizer pass runs them.)
 TEST_F(GpuModel, TheRuntimeObjectNamesNoGlobalOffsetTable) {
   const std::string object = path("runtime.o");
-  std::ofstream(object, std::ios::binary) << tf::gpu_model_runtime_object();
+  tf::write_file(object, std::string(tf::gpu_model_runtime_object()));
   tf::CommandResult r = tf::run_command({"nm", object});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("tf_model_run"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("_GLOBAL_OFFSET_TABLE_"), std::string::npos) << r.output;
 }
 
+// The sidecar of a GPU library says where its kernels are and how each is launched; the
+// library says it is one for cuda, and tf_model_workspace_bytes is 0 (the arena is on the
+// device).
 TEST_F(GpuModel, CompilesForCudaWithPtxInsideAndALaunchPerKernel) {
   compile_both(conv_net(), "cnn");
   json sc = sidecar("cnn.so");

@@ -561,7 +561,8 @@ def big_weights(tunefarm, d):
         ok = ok and f"GLIBC_TUNABLES={caller}" in mine and not any(v.startswith("TUNEFARM_CALLER") for v in mine)
         ok = ok and restarted == restarts
         huge_kb = int(open(linker + ".huge").read().split()[1])
-        if restarts and "[never]" not in open("/sys/kernel/mm/transparent_hugepage/enabled").read():
+        thp = "/sys/kernel/mm/transparent_hugepage/enabled"
+        if restarts and os.path.exists(thp) and "[never]" not in open(thp).read():
             ok = ok and huge_kb >= 32 << 10
         notes.append(f"{os.path.getsize(path) >> 20} MiB: {'restarted' if restarted else 'not restarted'}, "
                      f"{huge_kb >> 10} MiB on huge pages")
