@@ -16,7 +16,7 @@ namespace {
 constexpr const char* kCallerTunables = "TUNEFARM_CALLER_GLIBC_TUNABLES";
 constexpr const char* kTunable = "glibc.malloc.hugetlb";
 
-void restore(const char* saved) {
+[[maybe_unused]] void restore(const char* saved) {  // unused in sanitizer builds
   if (saved[0] == '=') {
     setenv("GLIBC_TUNABLES", saved + 1, 1);
   } else {

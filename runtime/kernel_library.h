@@ -44,7 +44,8 @@ struct TimingOptions {
   bool flush_cache = false;  // overwrite kFlushBytes of memory before each sample
   double cooldown_ms = 0;    // sleep between samples
   // > 0: a kernel whose fastest warm-up call took longer than this (seconds) gets one sample
-  // instead of `repeat`: it cannot be a contender, and its rank needs no more.
+  // instead of `repeat`: it cannot be a contender, and its rank needs no more. Unless that
+  // sample (`number` calls, not one) is within the bound: then it takes all `repeat`.
   double cut_slower_than_s = 0;
   // The warm-up lasts at least this long (ms) before its steadiness counts.
   double min_warmup_ms = 0;

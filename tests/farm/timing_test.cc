@@ -60,6 +60,15 @@ TEST(Timing, ANonContenderGetsOneSample) {
   EXPECT_EQ(full.samples_s.size(), 5u);
 }
 
+// A warm-up that ends on a slow plateau (20 ms calls) cuts the kernel; its first sample (0.5 ms
+// calls) is within the bound, so it is a contender after all and takes every sample.
+TEST(Timing, ACutKernelWhoseSampleIsWithinTheBoundTakesEverySample) {
+  TimingResult r = time_fresh("plateau_again", {1, 3, 10, false, 0, 0.010});
+  EXPECT_FALSE(r.cut);
+  ASSERT_EQ(r.samples_s.size(), 3u);
+  EXPECT_LT(median(r.samples_s), 0.004);
+}
+
 // Two kernels timed together take turns: after both warm-ups, sample j of each comes before
 // sample j+1 of either (the log alternates in runs: warm-up a, warm-up b, then a, b per sample).
 TEST(Timing, KernelsTimedTogetherTakeTurnsSampleBySample) {
