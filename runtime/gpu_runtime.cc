@@ -457,6 +457,12 @@ TimingResult GpuRuntime::time(std::vector<std::vector<float>>& bufs, const std::
     if (flush) overwrite(flush, kGpuFlushBytes);
     if (o.cooldown_ms > 0 && i > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.cooldown_ms));
     r.samples_s.push_back(launch_ms(number, launch) / 1e3 / number);
+    // As on CPUs (time_calls): the warm-up timed single launches, whose events cost more than
+    // a short kernel; a first sample (`number` launches) within the bound takes every sample.
+    if (r.cut && r.samples_s.back() <= o.cut_slower_than_s) {
+      r.cut = false;
+      repeat = o.repeat;
+    }
   }
   synchronize();
   for (size_t i = 0; i < bufs.size(); ++i) {

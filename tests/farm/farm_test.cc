@@ -1750,6 +1750,23 @@ TEST(FarmGpu, MeasuringProcessKeepsItsContextAndAFaultCostsOneCandidate) {
     EXPECT_EQ(count_lines(fake, "unload"), 5) << fake;
     EXPECT_GT(count_prefixed(fake, "alloc "), 0);
     EXPECT_EQ(count_prefixed(fake, "alloc "), count_lines(fake, "free")) << fake;
+    // The cut: the warm-up's single launches time at 1 us or more (the FAKE driver's events
+    // say no less), over the bound, so the kernel is cut; its first sample, launches back to
+    // back (far under 1 us each: they run nothing), is within it, so it takes every sample.
+    // Under a bound no sample meets, it stays cut at one sample.
+    pb::MeasureRequest cut = r;
+    cut.set_repeat(3);
+    cut.set_min_repeat_ms(1);
+    cut.set_cut_slower_than_s(0.99e-6);
+    pb::MeasureReply contender = b->measure(cut, mm);
+    EXPECT_EQ(contender.error(), pb::OK) << contender.error_msg();
+    EXPECT_FALSE(contender.cut());
+    EXPECT_EQ(contender.samples_s_size(), 3);
+    cut.set_cut_slower_than_s(1e-12);
+    pb::MeasureReply hopeless = b->measure(cut, mm);
+    EXPECT_EQ(hopeless.error(), pb::OK) << hopeless.error_msg();
+    EXPECT_TRUE(hopeless.cut());
+    EXPECT_EQ(hopeless.samples_s_size(), 1);
     // A fault: that candidate's error, then the next hundred measure normally (in the faulted
     // process every call would fail).
     pb::MeasureRequest f = r;
