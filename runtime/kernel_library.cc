@@ -257,7 +257,7 @@ std::vector<TimingResult> time_calls(const std::vector<TimedCall>& ks, const Tim
         // is a contender after all and takes its full samples now, not in another run.
         if (r.cut && r.samples_s.back() <= o.cut_slower_than_s) {
           r.cut = false;
-          repeat[i] = std::max(o.repeat, 1);
+          repeat[i] = max_repeat;
         }
         break;
       }

@@ -683,7 +683,6 @@ TEST(Tune, SeedsAreMeasuredFirstAfterTheDefault) {
   o.measure.repeat = 1;
   o.measure.min_repeat_ms = 0;
   o.retime_rounds = 0;
-  o.cut_factor = 0;  // a cut contender would be measured again: a trial more than counted below
   auto st = make_search_strategy("random", space, 7);
   Collect seen;
   TuneLoop loop(space, *st, b, r, nullptr, o, {&seen});
@@ -891,7 +890,6 @@ TEST(Tune, BuildsOverlapMeasurementsOnlyWhereTheRunnerAllows) {
     o.measure.min_repeat_ms = 0;
     o.retime_rounds = 0;
     o.max_spread = 1e9;  // no re-measuring of disturbed candidates: the runs counted below are all
-    o.cut_factor = 0;    // nor of cut contenders (a slow first sample on a busy machine)
     Collect seen;
     auto st = make_search_strategy("random", space, 4);
     TuneSummary s = tune(space, *st, b, r, nullptr, o, {&seen});
@@ -973,7 +971,6 @@ TEST(Tune, TheNextBatchIsProposedWhileABatchMeasuresOnlyWhereTheRunnerAllows) {
     o.measure.min_repeat_ms = 0;
     o.retime_rounds = 0;
     o.max_spread = 1e9;
-    o.cut_factor = 0;  // no cut, so no second measurement of a cut contender: each measured once
     Collect seen;
     auto inner =
         make_search_strategy("xgb", space, 4);  // its cost model fits in the proposing thread
